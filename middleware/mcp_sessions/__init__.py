@@ -1,0 +1,38 @@
+"""Opt-in data-layer sessions for any Streamable HTTP MCP server, as one ASGI middleware."""
+
+from ._middleware import MCPSessionMiddleware
+from ._protocol import (
+    HEADER_MISMATCH,
+    SESSION_META_KEY,
+    SESSION_NOT_FOUND,
+    SESSION_REQUIRED,
+    SESSION_STORE_UNAVAILABLE,
+)
+from ._session import SCOPE_KEY, Session, SessionData, get_session
+from ._tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
+from .stores import MemoryStore, SessionStatus, SessionStore, SessionStoreFull, SessionStoreUnavailable
+
+__all__ = [
+    "HEADER_MISMATCH",
+    "SCOPE_KEY",
+    "SESSION_META_KEY",
+    "SESSION_NOT_FOUND",
+    "SESSION_REQUIRED",
+    "SESSION_STORE_UNAVAILABLE",
+    "InvalidToken",
+    "KeySet",
+    "MCPSessionMiddleware",
+    "MemoryStore",
+    "Session",
+    "SessionClaims",
+    "SessionData",
+    "SessionKey",
+    "SessionStatus",
+    "SessionStore",
+    "SessionStoreFull",
+    "SessionStoreUnavailable",
+    "StateTooLarge",
+    "get_session",
+]
+
+__version__ = "0.1.0"

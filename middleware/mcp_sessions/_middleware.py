@@ -1,0 +1,647 @@
+"""ASGI glue: guard, bounded body read and replay, dispatch, response rewriting.
+
+References: the data-layer sessions draft (transports-wg PR #20, 2026-03-13
+revision) as condensed in the project's wire page, MCP 2026-07-28 Streamable
+HTTP, and ASGI 3 (HTTP connection scope).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable, Collection, Mapping, MutableMapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
+
+from . import _jsonrpc as jsonrpc
+from ._protocol import (
+    HANDSHAKE_VERSIONS,
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MCP_METHOD_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    MCP_SESSION_ID_HEADER,
+    METHOD_CREATE,
+    SESSION_META_KEY,
+    SESSION_METHODS,
+    SESSION_NOT_FOUND,
+    SESSION_REQUIRED,
+    SESSION_STORE_UNAVAILABLE,
+    SESSIONLESS_METHODS,
+    SESSIONS_EXTENSION_ID,
+    capability,
+    http_status,
+)
+from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
+from ._sse import SSERewriter
+from ._tokens import InvalidToken, KeySet, SessionKey
+from .stores import MemoryStore, SessionStatus, SessionStore, SessionStoreUnavailable
+
+__all__ = ["MCPSessionMiddleware"]
+
+logger = logging.getLogger("mcp_sessions")
+
+DEFAULT_TTL: Final = 24 * 3600
+DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
+MAX_LABEL_LENGTH: Final = 256
+
+RequirePolicy = bool | Collection[str] | Callable[[str, Any], bool]
+
+_JSON_CONTENT_TYPE: Final = b"application/json"
+_SSE_CONTENT_TYPE: Final = b"text/event-stream"
+_JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+
+
+class _Reject(Exception):
+    """A JSON-RPC error the middleware answers itself instead of forwarding."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(int(timestamp), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class MCPSessionMiddleware:
+    """Data-layer sessions for any Streamable HTTP MCP server.
+
+    Answers ``sessions/create`` and ``sessions/delete`` itself, verifies the
+    session named in each request's ``params._meta``, exposes it to the
+    application (:func:`mcp_sessions.get_session`), and echoes it in results.
+    Requests without a session pass through unchanged unless the policy
+    requires one.
+    """
+
+    def __init__(
+        self,
+        app: ASGI3Application | Callable[..., Any],
+        *,
+        secret: str | bytes | None = None,
+        keys: KeySet | None = None,
+        ttl: float = DEFAULT_TTL,
+        idle_ttl: float | None = None,
+        issuer: str | None = None,
+        audience: str | None = None,
+        store: SessionStore | None = None,
+        require_session: RequirePolicy = False,
+        require_session_tools: Collection[str] = (),
+        path: str | Collection[str] | None = None,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        max_state_size: int | None = None,
+        retry_after: int = 1,
+    ) -> None:
+        if (secret is None) == (keys is None):
+            raise ValueError(
+                "MCPSessionMiddleware needs exactly one of secret= (HS256, at least 32 bytes) or keys= (a KeySet); "
+                "MCPSessionMiddleware.from_env reads MCP_SESSIONS_SECRET"
+            )
+        if keys is None:
+            assert secret is not None
+            keys = KeySet(
+                [SessionKey.from_secret(secret)],
+                issuer=issuer or "mcp-sessions",
+                audience=audience or "mcp-sessions",
+            )
+        elif issuer is not None or audience is not None:
+            raise ValueError("with keys=, set issuer and audience on the KeySet")
+        if max_state_size is not None:
+            keys.max_state_size = max_state_size
+        if not ttl > 0:
+            raise ValueError("ttl must be a positive number of seconds")
+        if idle_ttl is not None and not idle_ttl > 0:
+            raise ValueError("idle_ttl must be a positive number of seconds, or None to disable idle expiry")
+        if max_body_size < 1:
+            raise ValueError("max_body_size must be positive")
+        self.app = app
+        self.keys = keys
+        self.ttl = float(ttl)
+        self.idle_ttl = None if idle_ttl is None else float(idle_ttl)
+        self.store: SessionStore = MemoryStore() if store is None else store
+        self.max_body_size = max_body_size
+        self._paths = frozenset([path] if isinstance(path, str) else path) if path is not None else None
+        self._retry_after = str(int(retry_after)).encode()
+        self._require_all = require_session is True
+        self._require_methods: frozenset[str] = frozenset()
+        self._require_fn: Callable[[str, Any], bool] | None = None
+        if callable(require_session):
+            self._require_fn = require_session
+        elif not isinstance(require_session, bool):
+            if isinstance(require_session, str):
+                raise TypeError("require_session takes a collection of method names, not one string")
+            self._require_methods = frozenset(require_session)
+        if isinstance(require_session_tools, str):
+            raise TypeError("require_session_tools takes a collection of tool names, not one string")
+        self._require_tools = frozenset(require_session_tools)
+        self._capability = capability(required=self._require_all)
+
+    @classmethod
+    def from_env(
+        cls,
+        app: ASGI3Application | Callable[..., Any],
+        *,
+        environ: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> MCPSessionMiddleware:
+        """Configure from ``MCP_SESSIONS_*`` variables; keyword options override them.
+
+        ``MCP_SESSIONS_SECRET`` is required. ``MCP_SESSIONS_DEV=1`` instead
+        generates a random secret and warns: sessions then die with the
+        process and no other replica accepts them.
+        """
+        env = os.environ if environ is None else environ
+
+        def number(name: str) -> float | None:
+            raw = env.get(name, "").strip()
+            if not raw:
+                return None
+            try:
+                value = float(raw)
+            except ValueError:
+                raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+            if not value > 0:
+                raise ValueError(f"{name} must be positive, got {raw!r}")
+            return value
+
+        settings: dict[str, Any] = {}
+        if "keys" not in options and "secret" not in options:
+            secret = env.get("MCP_SESSIONS_SECRET", "")
+            if not secret:
+                if env.get("MCP_SESSIONS_DEV", "").strip().lower() not in ("1", "true", "yes"):
+                    raise RuntimeError(
+                        "MCP_SESSIONS_SECRET is not set: set it to a random string of at least 32 bytes "
+                        "(python -c 'import secrets; print(secrets.token_urlsafe(32))'), shared by every replica; "
+                        "or set MCP_SESSIONS_DEV=1 to use a throwaway key for local development"
+                    )
+                secret = secrets.token_urlsafe(32)
+                logger.warning(
+                    "MCP_SESSIONS_DEV is set: signing sessions with a random key; they end with this process"
+                )
+            settings["secret"] = secret
+        if (ttl := number("MCP_SESSIONS_TTL")) is not None:
+            settings["ttl"] = ttl
+        if (idle_ttl := number("MCP_SESSIONS_IDLE_TTL")) is not None:
+            settings["idle_ttl"] = idle_ttl
+        for name, key in (("MCP_SESSIONS_ISSUER", "issuer"), ("MCP_SESSIONS_AUDIENCE", "audience")):
+            if value := env.get(name, "").strip():
+                settings[key] = value
+        settings.update(options)
+        return cls(app, **settings)
+
+    # -- the request path ------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+        content_type = version = header_session_id = header_method = None
+        content_length = -1
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value
+            elif name == b"content-length":
+                content_length = int(value) if value.isdigit() else -1
+            elif name == MCP_PROTOCOL_VERSION_HEADER:
+                version = value
+            elif name == MCP_SESSION_ID_HEADER:
+                header_session_id = value
+            elif name == MCP_METHOD_HEADER:
+                header_method = value
+        if (
+            scope["method"] != "POST"
+            or content_type is None
+            or not content_type.lower().startswith(_JSON_CONTENT_TYPE)
+            or (self._paths is not None and scope["path"] not in self._paths)
+        ):
+            if header_session_id is not None and header_session_id.count(b".") == 2:
+                await self._attach_from_header(scope, header_session_id)
+            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+
+        if content_length > self.max_body_size:
+            return await self._too_large(send)
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None  # http.disconnect: the client is gone, nothing to forward
+            body += message.get("body", b"")
+            if len(body) > self.max_body_size:
+                return await self._too_large(send)
+            if not message.get("more_body", False):
+                break
+        frozen = bytes(body)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": frozen, "more_body": False}
+
+        parsed = jsonrpc.loads(frozen)
+        modern = version is not None and version.decode("latin-1") not in HANDSHAKE_VERSIONS
+        ctx = _RequestContext(modern, header_session_id, header_method)
+        if type(parsed) is dict:
+            return await self._handle_message(scope, replay, send, parsed, ctx)
+        if type(parsed) is list and parsed:
+            return await self._handle_batch(scope, replay, send, parsed, ctx)
+        return await self.app(scope, replay, send)  # type: ignore[no-any-return]
+
+    async def _handle_message(
+        self,
+        scope: Scope,
+        receive: ASGIReceiveCallable,
+        send: ASGISendCallable,
+        message: dict[str, Any],
+        ctx: _RequestContext,
+    ) -> None:
+        method = message.get("method")
+        if type(method) is not str:
+            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+        is_request = "id" in message
+        request_id = message.get("id")
+        try:
+            if method in SESSION_METHODS:
+                if not is_request:
+                    return await _send_accepted(send)
+                payload = await self._answer_session_method(method, message, ctx)
+                return await self._send_json(send, 200, jsonrpc.result(request_id, payload))
+            session = await self._session_for(method, message, ctx, is_request=is_request)
+        except _Reject as reject:
+            if not is_request:
+                # Notifications get no JSON-RPC answer; they simply never reach the app.
+                status = 503 if reject.code == SESSION_STORE_UNAVAILABLE else 202
+                return await self._send_status(send, status)
+            return await self._send_error(send, request_id, reject, ctx.modern)
+        advertise = method == "server/discover" or (method == "initialize" and not ctx.modern)
+        if session is None and not advertise:
+            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+        if not is_request:
+            return await self._call_app(scope, receive, send, session)
+        targets = {_hashable_id(request_id): (session, advertise, ctx.modern)}
+        responder = _Responder(send, targets, self._capability)
+        await self._call_app(scope, receive, responder.send, session)
+        return None
+
+    async def _handle_batch(
+        self,
+        scope: Scope,
+        receive: ASGIReceiveCallable,
+        send: ASGISendCallable,
+        batch: list[Any],
+        ctx: _RequestContext,
+    ) -> None:
+        if any(type(el) is dict and el.get("method") in SESSION_METHODS for el in batch):
+            errors = [
+                jsonrpc.invalid_request(jsonrpc.request_id_of(el), "session methods are not allowed in a batch")
+                for el in batch
+                if type(el) is not dict or "id" in el
+            ]
+            return await self._send_batch(send, errors)
+        sessions: list[Session | None] = []
+        failures: dict[int, _Reject] = {}
+        for index, element in enumerate(batch):
+            session = None
+            if type(element) is dict and type(method := element.get("method")) is str:
+                try:
+                    session = await self._session_for(method, element, ctx, is_request="id" in element)
+                except _Reject as reject:
+                    failures[index] = reject
+            sessions.append(session)
+        if failures:
+            unavailable = any(r.code == SESSION_STORE_UNAVAILABLE for r in failures.values())
+            errors = []
+            for index, element in enumerate(batch):
+                if type(element) is dict and "id" not in element:
+                    continue
+                rid = jsonrpc.request_id_of(element)
+                reject = failures.get(index)
+                if unavailable:
+                    errors.append(jsonrpc.error(rid, SESSION_STORE_UNAVAILABLE, "Session store unavailable"))
+                elif reject is not None:
+                    errors.append(jsonrpc.error(rid, reject.code, reject.message, reject.data))
+                else:
+                    errors.append(jsonrpc.invalid_request(rid, "batch refused: another element's session is invalid"))
+            return await self._send_batch(send, errors, status=503 if unavailable else 200)
+        targets: dict[Any, tuple[Session | None, bool, bool]] = {}
+        for element, session in zip(batch, sessions, strict=True):
+            if type(element) is not dict or "id" not in element:
+                continue
+            advertise = element.get("method") in ("initialize", "server/discover")
+            if session is not None or advertise:
+                targets[_hashable_id(element["id"])] = (session, advertise, ctx.modern)
+        if not targets and not any(sessions):
+            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+        distinct = {s.id for s in sessions if s is not None}
+        shared = next(s for s in sessions if s is not None) if len(distinct) == 1 else None
+        responder = _Responder(send, targets, self._capability)
+        await self._call_app(scope, receive, responder.send, shared)
+        return None
+
+    async def _call_app(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable, session: Session | None
+    ) -> None:
+        mutable: MutableMapping[str, Any] = scope  # type: ignore[assignment]
+        mutable[SCOPE_KEY] = session
+        state = mutable.get("state")
+        if state is None:
+            state = mutable["state"] = {}
+        state[STATE_ATTRIBUTE] = session
+        token = _current.set(session)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _current.reset(token)
+
+    async def _attach_from_header(self, scope: Scope, raw: bytes) -> None:
+        """Give ordinary routes the session named by a JWT-shaped ``Mcp-Session-Id`` header."""
+        try:
+            session = await self._resolve({"sessionId": raw.decode("latin-1")})
+        except (_Reject, SessionStoreUnavailable):
+            return
+        mutable: MutableMapping[str, Any] = scope  # type: ignore[assignment]
+        mutable[SCOPE_KEY] = session
+        state = mutable.setdefault("state", {})
+        state[STATE_ATTRIBUTE] = session
+
+    # -- sessions ---------------------------------------------------------------
+
+    async def _session_for(
+        self, method: str, message: dict[str, Any], ctx: _RequestContext, *, is_request: bool
+    ) -> Session | None:
+        """The verified session a message names, ``None`` if it names none; :class:`_Reject` otherwise."""
+        try:
+            meta = jsonrpc.session_meta(message)
+        except jsonrpc.InvalidSessionMeta as exc:
+            raise _Reject(INVALID_REQUEST, str(exc)) from None
+        if meta is None:
+            if is_request and self._requires(method, message.get("params")):
+                raise _Reject(SESSION_REQUIRED, "Session required", {"create": METHOD_CREATE})
+            return None
+        self._check_header(meta["sessionId"], ctx)
+        return await self._resolve(meta)
+
+    def _check_header(self, session_id: str, ctx: _RequestContext) -> None:
+        if ctx.modern and ctx.header_session_id is not None and ctx.header_session_id != session_id.encode():
+            raise _Reject(HEADER_MISMATCH, "Mcp-Session-Id header does not match the session in _meta")
+
+    async def _resolve(self, meta: dict[str, Any]) -> Session:
+        token: str = meta["sessionId"]
+        now = time.time()
+        sid = None
+        try:
+            claims = self.keys.verify_session_token(token, now=now)
+            sid = claims.session_id
+            state_token = meta.get("state")
+            state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
+            status = await self.store.touch(sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl)
+            if status is not SessionStatus.ACTIVE:
+                raise InvalidToken(status.value)
+        except InvalidToken as exc:
+            logger.debug("session rejected: %s (sid=%s)", exc.reason, sid)
+            raise _Reject(SESSION_NOT_FOUND, "Session not found", {"sessionId": jsonrpc.echoed_session_id(token)}) from None
+        except SessionStoreUnavailable as exc:
+            logger.warning("session store unavailable: %s", exc)
+            raise _Reject(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later") from None
+        return Session(
+            token=token,
+            session_id=sid,
+            issued_at=claims.issued_at,
+            expires_at=claims.expires_at,
+            claims=claims.extra,
+            keys=self.keys,
+            store=self.store,
+            state_token=state_token,
+            state_json=state_json,
+            now=now,
+            idle_ttl=self.idle_ttl,
+        )
+
+    def _requires(self, method: str, params: Any) -> bool:
+        if method in SESSIONLESS_METHODS or method.startswith("notifications/"):
+            return False
+        if self._require_all or method in self._require_methods:
+            return True
+        if self._require_tools and method == "tools/call" and type(params) is dict:
+            if params.get("name") in self._require_tools:
+                return True
+        return self._require_fn is not None and bool(self._require_fn(method, params))
+
+    async def _answer_session_method(self, method: str, message: dict[str, Any], ctx: _RequestContext) -> dict[str, Any]:
+        if ctx.modern and ctx.header_method is not None and ctx.header_method != method.encode():
+            raise _Reject(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
+        params = message.get("params")
+        if params is not None and type(params) is not dict:
+            raise _Reject(INVALID_PARAMS, "params must be an object")
+        if method == METHOD_CREATE:
+            meta = params.get("_meta") if params else None
+            if type(meta) is dict and SESSION_META_KEY in meta:
+                raise _Reject(INVALID_REQUEST, "sessions/create must not carry session metadata")
+            label = params.get("label") if params else None
+            if label is not None and (type(label) is not str or len(label) > MAX_LABEL_LENGTH):
+                raise _Reject(INVALID_PARAMS, f"label must be a string of at most {MAX_LABEL_LENGTH} characters")
+            now = time.time()
+            token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now)
+            try:
+                await self.store.create(claims.session_id, expires_at=claims.expires_at, now=now)
+            except SessionStoreUnavailable as exc:
+                logger.warning("session store unavailable: %s", exc)
+                raise _Reject(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later") from None
+            expires = claims.expires_at if self.idle_ttl is None else min(claims.expires_at, now + self.idle_ttl)
+            logger.debug("session created (sid=%s)", claims.session_id)
+            result: dict[str, Any] = {"session": {"sessionId": token, "expiresAt": _iso(expires)}}
+        else:
+            session = await self._session_for(method, message, ctx, is_request=True)
+            if session is None:
+                raise _Reject(SESSION_REQUIRED, "Session required", {"create": METHOD_CREATE})
+            try:
+                revoked = await self.store.revoke(session.id, expires_at=session.token_expires_at)
+            except SessionStoreUnavailable as exc:
+                logger.warning("session store unavailable: %s", exc)
+                raise _Reject(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later") from None
+            if not revoked:
+                raise _Reject(SESSION_NOT_FOUND, "Session not found", {"sessionId": jsonrpc.echoed_session_id(session.token)})
+            logger.debug("session deleted (sid=%s)", session.id)
+            result = {}
+        if ctx.modern:
+            result["resultType"] = "complete"
+        return result
+
+    # -- answers ------------------------------------------------------------------
+
+    async def _send_error(self, send: ASGISendCallable, request_id: Any, reject: _Reject, modern: bool) -> None:
+        status = http_status(reject.code, modern=modern)
+        await self._send_json(send, status, jsonrpc.error(request_id, reject.code, reject.message, reject.data))
+
+    async def _send_batch(self, send: ASGISendCallable, errors: list[dict[str, Any]], status: int = 200) -> None:
+        if not errors:
+            return await _send_accepted(send)
+        await self._send_json(send, status, errors)
+
+    async def _send_json(self, send: ASGISendCallable, status: int, payload: Any) -> None:
+        body = jsonrpc.dumps(payload)
+        headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+        if status == 503:
+            headers.append((b"retry-after", self._retry_after))
+        await send({"type": "http.response.start", "status": status, "headers": headers, "trailers": False})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _send_status(self, send: ASGISendCallable, status: int) -> None:
+        headers = [(b"content-length", b"0")]
+        if status == 503:
+            headers.append((b"retry-after", self._retry_after))
+        await send({"type": "http.response.start", "status": status, "headers": headers, "trailers": False})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _too_large(self, send: ASGISendCallable) -> None:
+        reject = jsonrpc.invalid_request(None, f"Request body too large (limit {self.max_body_size} bytes)")
+        await self._send_json(send, 413, reject)
+
+
+async def _send_accepted(send: ASGISendCallable) -> None:
+    await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")], "trailers": False})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class _RequestContext:
+    __slots__ = ("header_method", "header_session_id", "modern")
+
+    def __init__(self, modern: bool, header_session_id: bytes | None, header_method: bytes | None) -> None:
+        self.modern = modern
+        self.header_session_id = header_session_id
+        self.header_method = header_method
+
+
+def _hashable_id(request_id: Any) -> Any:
+    return request_id if type(request_id) in (str, int, float) or request_id is None else repr(request_id)
+
+
+class _Responder:
+    """Rewrites the responses to one HTTP request: the session echo and the capability.
+
+    ``application/json`` bodies are buffered (they are one message) and get a
+    new ``Content-Length``; ``text/event-stream`` is rewritten event by event
+    as it flows; anything else passes through.
+    """
+
+    __slots__ = ("_body", "_capability", "_mode", "_send", "_sse", "_start", "_targets")
+
+    def __init__(
+        self,
+        send: ASGISendCallable,
+        targets: dict[Any, tuple[Session | None, bool, bool]],
+        capability_value: dict[str, Any],
+    ) -> None:
+        self._send = send
+        self._targets = targets
+        self._capability = capability_value
+        self._mode = 0  # 0 pass-through, 1 JSON, 2 SSE
+        self._start: Any = None
+        self._body = bytearray()
+        self._sse: SSERewriter | None = None
+
+    async def send(self, message: Any) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            content_type = b""
+            encoded = False
+            for name, value in message.get("headers", ()):
+                if name.lower() == b"content-type":
+                    content_type = bytes(value).lower()
+                elif name.lower() == b"content-encoding":
+                    encoded = True
+            if not encoded and content_type.startswith(_JSON_CONTENT_TYPE):
+                self._mode = 1
+                self._start = message
+                return
+            if not encoded and content_type.startswith(_SSE_CONTENT_TYPE):
+                self._mode = 2
+                self._sse = SSERewriter(self._rewrite_text, once=len(self._targets) == 1)
+                message = {
+                    **message,
+                    "headers": [(n, v) for n, v in message.get("headers", ()) if n.lower() != b"content-length"],
+                }
+            await self._send(message)
+        elif kind == "http.response.body" and self._mode == 1:
+            self._body += message.get("body", b"")
+            if message.get("more_body", False):
+                return
+            body = self._rewrite_json(bytes(self._body))
+            start = self._start
+            headers = [(n, v) for n, v in start.get("headers", ()) if n.lower() != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+            await self._send({**start, "headers": headers})
+            await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        elif kind == "http.response.body" and self._mode == 2:
+            assert self._sse is not None
+            more = message.get("more_body", False)
+            chunk = self._sse.feed(message.get("body", b""))
+            if not more:
+                chunk += self._sse.flush()
+            await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
+        else:
+            await self._send(message)
+
+    def _rewrite_json(self, body: bytes) -> bytes:
+        parsed = jsonrpc.loads(body)
+        changed = False
+        try:
+            if type(parsed) is dict:
+                changed = self._apply(parsed)
+            elif type(parsed) is list:
+                for element in parsed:
+                    if type(element) is dict and self._apply(element):
+                        changed = True
+        except Exception:  # never let a rewriting bug break a response
+            logger.exception("could not add session metadata to a response")
+            return body
+        return jsonrpc.dumps(parsed) if changed else body
+
+    def _rewrite_text(self, data: str) -> str | None:
+        try:
+            parsed = jsonrpc.loads(data.encode())
+            if type(parsed) is dict and self._apply(parsed):
+                return jsonrpc.dumps(parsed).decode()
+        except Exception:
+            logger.exception("could not add session metadata to an event")
+        return None
+
+    def _apply(self, message: dict[str, Any]) -> bool:
+        """Add the echo and the capability to ``message`` if it answers a target request."""
+        if "method" in message:
+            return False
+        target = self._targets.get(_hashable_id(message.get("id")))
+        result = message.get("result")
+        if target is None or type(result) is not dict:
+            return False
+        session, advertise, modern = target
+        if session is not None:
+            echo: dict[str, Any] = {"sessionId": session.token}
+            if session.state_token is not None:
+                echo["state"] = session.state_token
+            echo["expiresAt"] = _iso(session.expires_at_timestamp)
+            meta = result.get("_meta")
+            if type(meta) is not dict:
+                meta = result["_meta"] = {}
+            meta[SESSION_META_KEY] = echo
+        if advertise and type(caps := result.get("capabilities")) is dict:
+            caps.setdefault("sessions", dict(self._capability))
+            if modern:
+                extensions = caps.get("extensions")
+                if type(extensions) is not dict:
+                    extensions = caps["extensions"] = {}
+                extensions.setdefault(SESSIONS_EXTENSION_ID, dict(self._capability))
+            else:
+                experimental = caps.get("experimental")
+                if type(experimental) is not dict:
+                    experimental = caps["experimental"] = {}
+                experimental.setdefault("sessions", dict(self._capability))
+        return True

@@ -1,0 +1,128 @@
+"""An incremental ``text/event-stream`` rewriter that never holds back a complete event.
+
+Events are found by the WHATWG grammar (lines end in CRLF, LF or CR; a blank
+line ends an event). Every event the caller does not rewrite leaves byte for
+byte as it arrived; only the bytes of an unfinished event wait for the next
+chunk.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Final
+
+__all__ = ["SSERewriter"]
+
+_EOL: Final = re.compile(rb"\r\n|\r|\n")
+
+Transform = Callable[[str], "str | None"]
+
+
+class SSERewriter:
+    """Feed raw chunks, get back the bytes to send now.
+
+    ``transform`` receives each event's data (the ``data:`` lines joined by
+    ``\\n``) and returns new data, or ``None`` to leave the event untouched.
+    Once ``transform`` has rewritten an event and ``once`` is set, the rest of
+    the stream passes through without being scanned.
+    """
+
+    __slots__ = ("_buf", "_cr_pending", "_done", "_event_start", "_line_start", "_once", "_transform")
+
+    def __init__(self, transform: Transform, *, once: bool = True) -> None:
+        self._transform = transform
+        self._once = once
+        self._done = False
+        self._buf = bytearray()
+        self._event_start = 0
+        self._line_start = 0
+        self._cr_pending = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._done:
+            return chunk
+        out = bytearray()
+        buf = self._buf
+        if self._cr_pending:
+            self._cr_pending = False
+            if chunk[:1] == b"\n":
+                # The LF of a CRLF split across chunks belongs to the line before it.
+                chunk = chunk[1:]
+                if buf:
+                    buf += b"\n"
+                    self._line_start = len(buf)
+                else:
+                    out += b"\n"
+        pos = len(buf)
+        buf += chunk
+        emitted = 0
+        while (match := _EOL.search(buf, pos)) is not None:
+            eol_start, pos = match.span()
+            if eol_start == self._line_start:
+                # A blank line: the event [event_start, pos) is complete.
+                out += self._finish_event(self._event_start, eol_start, pos)
+                emitted = self._event_start = pos
+                if self._done:
+                    out += buf[pos:]
+                    emitted = len(buf)
+                    break
+            self._line_start = pos
+        else:
+            self._cr_pending = pos == len(buf) and pos > 0 and buf[pos - 1] == 0x0D
+        if emitted:
+            del buf[:emitted]
+            self._event_start -= emitted
+            self._line_start = max(self._line_start - emitted, 0)
+        return bytes(out)
+
+    def flush(self) -> bytes:
+        """Whatever is left at the end of the stream, unchanged."""
+        rest = bytes(self._buf)
+        self._buf.clear()
+        self._event_start = self._line_start = 0
+        return rest
+
+    def _finish_event(self, start: int, blank_start: int, end: int) -> bytes:
+        raw = bytes(self._buf[start:end])
+        body = self._buf[start:blank_start]
+        data_lines: list[bytes] = []
+        has_data = False
+        for line in _EOL.split(bytes(body))[:-1]:
+            if line.startswith(b"data"):
+                field, sep, value = line.partition(b":")
+                if field != b"data":
+                    continue
+                if value.startswith(b" "):
+                    value = value[1:]
+                data_lines.append(value)
+                has_data = True
+        if not has_data:
+            return raw
+        try:
+            data = b"\n".join(data_lines).decode()
+        except UnicodeDecodeError:
+            return raw
+        new_data = self._transform(data)
+        if new_data is None:
+            return raw
+        if self._once:
+            self._done = True
+        return _reencode(body, new_data, raw[blank_start - start :])
+
+
+def _reencode(body: bytearray, data: str, blank: bytes) -> bytes:
+    """The event with its data lines replaced by one ``data:`` line, other fields kept."""
+    match = _EOL.search(body)
+    eol = match.group() if match else b"\n"
+    out = bytearray()
+    wrote_data = False
+    for line in _EOL.split(bytes(body))[:-1]:
+        field = line.partition(b":")[0]
+        if field == b"data":
+            if not wrote_data:
+                out += b"data: " + data.encode() + eol
+                wrote_data = True
+        else:
+            out += line + eol
+    return bytes(out + blank)

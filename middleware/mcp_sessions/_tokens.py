@@ -1,0 +1,343 @@
+"""Session ids and state tokens: compact JWS that any replica verifies without a lookup.
+
+A session id is a JWT (RFC 7519) with the header ``typ`` of
+``mcp-session+jwt``; the client-held state is a second JWS bound to the
+session's stable id. Verification follows RFC 8725: one algorithm per key,
+chosen by the key and never by the token, a required ``typ``, and shape and
+size checks before anything is decoded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_pem_public_key
+
+__all__ = [
+    "InvalidToken",
+    "KeySet",
+    "SessionClaims",
+    "SessionKey",
+    "StateTooLarge",
+]
+
+SESSION_TOKEN_TYPE: Final = "mcp-session+jwt"
+STATE_TOKEN_TYPE: Final = "mcp-session-state+jwt"
+MIN_SECRET_BYTES: Final = 32
+DEFAULT_MAX_TOKEN_LENGTH: Final = 2048
+DEFAULT_MAX_STATE_SIZE: Final = 4096
+_SESSION_ID_BYTES: Final = 18  # 144 random bits, 24 URL-safe characters
+_CACHE_SIZE: Final = 10_000
+
+_JWS_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+_SESSION_ID_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]{16,128}")
+_REQUIRED_CLAIMS: Final = ["iss", "aud", "sid", "iat", "exp"]
+
+
+class InvalidToken(Exception):
+    """A session or state token failed verification.
+
+    ``reason`` says why, in words safe to log: it never contains the token.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class StateTooLarge(ValueError):
+    """The application tried to store more client-held state than the limit allows."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClaims:
+    """The verified content of a session id."""
+
+    session_id: str
+    issued_at: int
+    expires_at: int
+    extra: Mapping[str, Any]
+
+
+class SessionKey:
+    """One signing or verifying key, pinned to exactly one algorithm.
+
+    Build it with :meth:`from_secret` (HS256), :meth:`from_private_key`
+    (ES256 or EdDSA, signs and verifies) or :meth:`from_public_key`
+    (verifies only).
+    """
+
+    __slots__ = ("algorithm", "kid", "signing_key", "verifying_key")
+
+    def __init__(self, *, kid: str, algorithm: str, signing_key: Any, verifying_key: Any) -> None:
+        if not kid or not isinstance(kid, str) or len(kid) > 64:
+            raise ValueError("a key id (kid) must be a non-empty string of at most 64 characters")
+        self.kid = kid
+        self.algorithm = algorithm
+        self.signing_key = signing_key
+        self.verifying_key = verifying_key
+
+    def __repr__(self) -> str:
+        return f"SessionKey(kid={self.kid!r}, algorithm={self.algorithm!r}, can_sign={self.can_sign})"
+
+    @property
+    def can_sign(self) -> bool:
+        return self.signing_key is not None
+
+    @classmethod
+    def from_secret(cls, secret: str | bytes, *, kid: str | None = None) -> SessionKey:
+        """An HS256 key keyed directly with the secret's bytes (UTF-8 for text).
+
+        Any standard JWT tool given the same secret verifies the tokens.
+        Without ``kid`` the key id is derived from a hash of the secret, so
+        every replica that shares the secret agrees on it.
+        """
+        raw = secret.encode() if isinstance(secret, str) else bytes(secret)
+        if len(raw) < MIN_SECRET_BYTES:
+            raise ValueError(
+                f"the session secret must be at least {MIN_SECRET_BYTES} bytes (RFC 7518 §3.2); "
+                "generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+        if kid is None:
+            kid = "hs-" + hashlib.sha256(b"mcp-sessions kid\x00" + raw).hexdigest()[:12]
+        return cls(kid=kid, algorithm="HS256", signing_key=raw, verifying_key=raw)
+
+    @classmethod
+    def from_private_key(cls, key: Any, *, kid: str) -> SessionKey:
+        """An ES256 (P-256) or EdDSA (Ed25519) key from a key object or PEM text."""
+        if isinstance(key, str | bytes):
+            key = load_pem_private_key(key.encode() if isinstance(key, str) else key, password=None)
+        algorithm = _asymmetric_algorithm(key)
+        return cls(kid=kid, algorithm=algorithm, signing_key=key, verifying_key=key.public_key())
+
+    @classmethod
+    def from_public_key(cls, key: Any, *, kid: str) -> SessionKey:
+        """A verify-only ES256 or EdDSA key (another replica signs)."""
+        if isinstance(key, str | bytes):
+            key = load_pem_public_key(key.encode() if isinstance(key, str) else key)
+        return cls(kid=kid, algorithm=_asymmetric_algorithm(key), signing_key=None, verifying_key=key)
+
+
+def _asymmetric_algorithm(key: Any) -> str:
+    if isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey):
+        if not isinstance(key.curve, ec.SECP256R1):
+            raise ValueError(f"ES256 needs a P-256 key, not {key.curve.name}")
+        return "ES256"
+    if isinstance(key, ed25519.Ed25519PrivateKey | ed25519.Ed25519PublicKey):
+        return "EdDSA"
+    raise TypeError(f"unsupported key type {type(key).__name__}: use a P-256 or Ed25519 key")
+
+
+class _BoundedCache(dict[str, Any]):
+    """A dict that forgets its oldest entries past a size (insertion order)."""
+
+    __slots__ = ("maxsize",)
+
+    def __init__(self, maxsize: int) -> None:
+        super().__init__()
+        self.maxsize = maxsize
+
+    def put(self, key: str, value: Any) -> None:
+        if len(self) >= self.maxsize:
+            for old in list(self)[: self.maxsize // 10 or 1]:
+                del self[old]
+        self[key] = value
+
+
+class KeySet:
+    """The keys a deployment signs and verifies with.
+
+    One key signs (the ``signer``, by default the first key that can sign);
+    every key verifies, chosen by the token's ``kid``. Rotation: add the new
+    key everywhere as a verifier, make it the signer, retire the old key once
+    the longest session lifetime has passed.
+    """
+
+    def __init__(
+        self,
+        keys: Iterable[SessionKey],
+        *,
+        signer: str | None = None,
+        issuer: str = "mcp-sessions",
+        audience: str = "mcp-sessions",
+        max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
+        max_state_size: int = DEFAULT_MAX_STATE_SIZE,
+        leeway: float = 0.0,
+    ) -> None:
+        self._keys: dict[str, SessionKey] = {}
+        for key in keys:
+            if key.kid in self._keys:
+                raise ValueError(f"two keys share the kid {key.kid!r}")
+            self._keys[key.kid] = key
+        if not self._keys:
+            raise ValueError("a KeySet needs at least one key")
+        if signer is None:
+            signer = next((k.kid for k in self._keys.values() if k.can_sign), None)
+            if signer is None:
+                raise ValueError("no key in the KeySet can sign: add a secret or a private key")
+        elif signer not in self._keys or not self._keys[signer].can_sign:
+            raise ValueError(f"the signer {signer!r} is not a signing key of this KeySet")
+        if not issuer or not audience:
+            raise ValueError("issuer and audience must be non-empty strings")
+        self.signer = self._keys[signer]
+        self.issuer = issuer
+        self.audience = audience
+        self.max_token_length = max_token_length
+        self.max_state_size = max_state_size
+        self.leeway = leeway
+        self._jwt = jwt.PyJWT()
+        self._session_cache = _BoundedCache(_CACHE_SIZE)
+        self._state_cache = _BoundedCache(_CACHE_SIZE)
+
+    @property
+    def keys(self) -> tuple[SessionKey, ...]:
+        return tuple(self._keys.values())
+
+    @classmethod
+    def from_secret(cls, secret: str | bytes, **kwargs: Any) -> KeySet:
+        return cls([SessionKey.from_secret(secret)], **kwargs)
+
+    # -- session ids ---------------------------------------------------------
+
+    def mint_session_token(
+        self, *, ttl: float, now: float | None = None, extra_claims: Mapping[str, Any] | None = None
+    ) -> tuple[str, SessionClaims]:
+        """A new session id (the token) and its claims."""
+        issued_at = int(time.time() if now is None else now)
+        claims = SessionClaims(
+            session_id=secrets.token_urlsafe(_SESSION_ID_BYTES),
+            issued_at=issued_at,
+            expires_at=issued_at + int(ttl),
+            extra=dict(extra_claims or {}),
+        )
+        payload = {
+            **claims.extra,
+            "iss": self.issuer,
+            "aud": self.audience,
+            "sid": claims.session_id,
+            "iat": claims.issued_at,
+            "exp": claims.expires_at,
+        }
+        token = self._sign(payload, SESSION_TOKEN_TYPE)
+        self._session_cache.put(token, claims)
+        return token, claims
+
+    def verify_session_token(self, token: str, *, now: float | None = None) -> SessionClaims:
+        """The claims of a valid session id; :class:`InvalidToken` for anything else."""
+        current = time.time() if now is None else now
+        cached: SessionClaims | None = self._session_cache.get(token)
+        if cached is not None:
+            if cached.expires_at + self.leeway <= current:
+                raise InvalidToken("expired")
+            return cached
+        if len(token) > self.max_token_length:
+            raise InvalidToken("oversized")
+        payload = self._verify(token, SESSION_TOKEN_TYPE, audience=self.audience)
+        sid, iat, exp = payload["sid"], payload["iat"], payload["exp"]
+        if not isinstance(sid, str) or not _SESSION_ID_SHAPE.fullmatch(sid):
+            raise InvalidToken("malformed sid claim")
+        if type(iat) is not int or type(exp) is not int:
+            raise InvalidToken("iat and exp must be integers")
+        extra = {k: v for k, v in payload.items() if k not in _REQUIRED_CLAIMS}
+        claims = SessionClaims(session_id=sid, issued_at=iat, expires_at=exp, extra=extra)
+        self._session_cache.put(token, claims)
+        return claims
+
+    # -- client-held state ---------------------------------------------------
+
+    def sign_state(self, session_id: str, state: Mapping[str, Any]) -> str:
+        """A state token bound to ``session_id``; :class:`StateTooLarge` past the limit."""
+        try:
+            state_json = json.dumps(state, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"session state must be JSON-serializable: {exc}") from None
+        token = self._sign({"sid": session_id, "st": state}, STATE_TOKEN_TYPE)
+        if len(token) > self.max_state_size:
+            raise StateTooLarge(
+                f"the encoded session state is {len(token)} bytes, over the limit of "
+                f"{self.max_state_size}: keep large or growing values in session.data (server-side)"
+            )
+        self._state_cache.put(token, (session_id, state_json))
+        return token
+
+    def verify_state(self, session_id: str, token: str) -> str:
+        """The state's JSON text, if ``token`` is valid state of this session."""
+        cached = self._state_cache.get(token)
+        if cached is None:
+            if len(token) > self.max_state_size:
+                raise InvalidToken("state over the size limit")
+            payload = self._verify(token, STATE_TOKEN_TYPE, audience=None)
+            owner, state = payload.get("sid"), payload.get("st")
+            if not isinstance(owner, str) or not isinstance(state, dict):
+                raise InvalidToken("malformed state claims")
+            cached = (owner, json.dumps(state, separators=(",", ":"), ensure_ascii=False))
+            self._state_cache.put(token, cached)
+        if cached[0] != session_id:
+            raise InvalidToken("state belongs to another session")
+        state_json: str = cached[1]
+        return state_json
+
+    # -- JWS -----------------------------------------------------------------
+
+    def _sign(self, payload: dict[str, Any], typ: str) -> str:
+        key = self.signer
+        return self._jwt.encode(
+            payload, key.signing_key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": typ}
+        )
+
+    def _verify(self, token: str, typ: str, *, audience: str | None) -> dict[str, Any]:
+        """Check shape, header and signature; the caller has bounded the length."""
+        if not _JWS_SHAPE.fullmatch(token):
+            raise InvalidToken("not a compact JWS")
+        try:
+            header = jwt.get_unverified_header(token)
+        except Exception:
+            raise InvalidToken("unreadable header") from None
+        kid = header.get("kid")
+        key = self._keys.get(kid) if isinstance(kid, str) else None
+        if key is None:
+            raise InvalidToken("unknown key id")
+        if header.get("alg") != key.algorithm:
+            raise InvalidToken("algorithm not allowed for this key")
+        if header.get("typ") != typ:
+            raise InvalidToken("wrong token type")
+        try:
+            payload: dict[str, Any] = self._jwt.decode(
+                token,
+                key.verifying_key,
+                algorithms=[key.algorithm],
+                audience=audience,
+                issuer=self.issuer if audience is not None else None,
+                leeway=self.leeway,
+                options={
+                    "require": _REQUIRED_CLAIMS if audience is not None else [],
+                    "verify_aud": audience is not None,
+                    "verify_iss": audience is not None,
+                },
+            )
+        except jwt.ExpiredSignatureError:
+            raise InvalidToken("expired") from None
+        except jwt.ImmatureSignatureError:
+            raise InvalidToken("not yet valid") from None
+        except jwt.InvalidSignatureError:
+            raise InvalidToken("bad signature") from None
+        except jwt.InvalidAudienceError:
+            raise InvalidToken("wrong audience") from None
+        except jwt.InvalidIssuerError:
+            raise InvalidToken("wrong issuer") from None
+        except jwt.MissingRequiredClaimError as exc:
+            raise InvalidToken(f"missing claim {exc.claim}") from None
+        except Exception:
+            # PyJWT raises more than InvalidTokenError (binascii, ValueError, TypeError
+            # on hostile claims): every failure is a rejected token, never a 500.
+            raise InvalidToken("invalid token") from None
+        return payload
