@@ -11,11 +11,11 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Collection, Mapping, MutableMapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from asgiref.typing import ASGI3Application, ASGIReceiveCallable, ASGISendCallable, Scope
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import _jsonrpc as jsonrpc
 from ._protocol import (
@@ -83,7 +83,7 @@ class MCPSessionMiddleware:
 
     def __init__(
         self,
-        app: ASGI3Application | Callable[..., Any],
+        app: ASGIApp,
         *,
         secret: str | bytes | None = None,
         keys: KeySet | None = None,
@@ -146,7 +146,7 @@ class MCPSessionMiddleware:
     @classmethod
     def from_env(
         cls,
-        app: ASGI3Application | Callable[..., Any],
+        app: ASGIApp,
         *,
         environ: Mapping[str, str] | None = None,
         **options: Any,
@@ -198,9 +198,10 @@ class MCPSessionMiddleware:
 
     # -- the request path ------------------------------------------------------
 
-    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+            await self.app(scope, receive, send)
+            return
         content_type = version = header_session_id = header_method = None
         content_length = -1
         for name, value in scope["headers"]:
@@ -222,7 +223,8 @@ class MCPSessionMiddleware:
         ):
             if header_session_id is not None and header_session_id.count(b".") == 2:
                 await self._attach_from_header(scope, header_session_id)
-            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+            await self.app(scope, receive, send)
+            return
 
         if content_length > self.max_body_size:
             return await self._too_large(send)
@@ -253,19 +255,21 @@ class MCPSessionMiddleware:
             return await self._handle_message(scope, replay, send, parsed, ctx)
         if type(parsed) is list and parsed:
             return await self._handle_batch(scope, replay, send, parsed, ctx)
-        return await self.app(scope, replay, send)  # type: ignore[no-any-return]
+        await self.app(scope, replay, send)
+        return
 
     async def _handle_message(
         self,
         scope: Scope,
-        receive: ASGIReceiveCallable,
-        send: ASGISendCallable,
+        receive: Receive,
+        send: Send,
         message: dict[str, Any],
         ctx: _RequestContext,
     ) -> None:
         method = message.get("method")
         if type(method) is not str:
-            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+            await self.app(scope, receive, send)
+            return
         is_request = "id" in message
         request_id = message.get("id")
         try:
@@ -283,7 +287,8 @@ class MCPSessionMiddleware:
             return await self._send_error(send, request_id, reject, ctx.modern)
         advertise = method == "server/discover" or (method == "initialize" and not ctx.modern)
         if session is None and not advertise:
-            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+            await self.app(scope, receive, send)
+            return
         if not is_request:
             return await self._call_app(scope, receive, send, session)
         targets = {_hashable_id(request_id): (session, advertise, ctx.modern)}
@@ -294,8 +299,8 @@ class MCPSessionMiddleware:
     async def _handle_batch(
         self,
         scope: Scope,
-        receive: ASGIReceiveCallable,
-        send: ASGISendCallable,
+        receive: Receive,
+        send: Send,
         batch: list[Any],
         ctx: _RequestContext,
     ) -> None:
@@ -323,11 +328,11 @@ class MCPSessionMiddleware:
                 if type(element) is dict and "id" not in element:
                     continue
                 rid = jsonrpc.request_id_of(element)
-                reject = failures.get(index)
+                failure = failures.get(index)
                 if unavailable:
                     errors.append(jsonrpc.error(rid, SESSION_STORE_UNAVAILABLE, "Session store unavailable"))
-                elif reject is not None:
-                    errors.append(jsonrpc.error(rid, reject.code, reject.message, reject.data))
+                elif failure is not None:
+                    errors.append(jsonrpc.error(rid, failure.code, failure.message, failure.data))
                 else:
                     errors.append(jsonrpc.invalid_request(rid, "batch refused: another element's session is invalid"))
             return await self._send_batch(send, errors, status=503 if unavailable else 200)
@@ -339,22 +344,17 @@ class MCPSessionMiddleware:
             if session is not None or advertise:
                 targets[_hashable_id(element["id"])] = (session, advertise, ctx.modern)
         if not targets and not any(sessions):
-            return await self.app(scope, receive, send)  # type: ignore[no-any-return]
+            await self.app(scope, receive, send)
+            return
         distinct = {s.id for s in sessions if s is not None}
         shared = next(s for s in sessions if s is not None) if len(distinct) == 1 else None
         responder = _Responder(send, targets, self._capability)
         await self._call_app(scope, receive, responder.send, shared)
         return None
 
-    async def _call_app(
-        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable, session: Session | None
-    ) -> None:
-        mutable: MutableMapping[str, Any] = scope  # type: ignore[assignment]
-        mutable[SCOPE_KEY] = session
-        state = mutable.get("state")
-        if state is None:
-            state = mutable["state"] = {}
-        state[STATE_ATTRIBUTE] = session
+    async def _call_app(self, scope: Scope, receive: Receive, send: Send, session: Session | None) -> None:
+        scope[SCOPE_KEY] = session
+        scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
         token = _current.set(session)
         try:
             await self.app(scope, receive, send)
@@ -367,10 +367,8 @@ class MCPSessionMiddleware:
             session = await self._resolve({"sessionId": raw.decode("latin-1")})
         except (_Reject, SessionStoreUnavailable):
             return
-        mutable: MutableMapping[str, Any] = scope  # type: ignore[assignment]
-        mutable[SCOPE_KEY] = session
-        state = mutable.setdefault("state", {})
-        state[STATE_ATTRIBUTE] = session
+        scope[SCOPE_KEY] = session
+        scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
 
     # -- sessions ---------------------------------------------------------------
 
@@ -407,7 +405,9 @@ class MCPSessionMiddleware:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:
             logger.debug("session rejected: %s (sid=%s)", exc.reason, sid)
-            raise _Reject(SESSION_NOT_FOUND, "Session not found", {"sessionId": jsonrpc.echoed_session_id(token)}) from None
+            raise _Reject(
+                SESSION_NOT_FOUND, "Session not found", {"sessionId": jsonrpc.echoed_session_id(token)}
+            ) from None
         except SessionStoreUnavailable as exc:
             logger.warning("session store unavailable: %s", exc)
             raise _Reject(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later") from None
@@ -430,12 +430,18 @@ class MCPSessionMiddleware:
             return False
         if self._require_all or method in self._require_methods:
             return True
-        if self._require_tools and method == "tools/call" and type(params) is dict:
-            if params.get("name") in self._require_tools:
-                return True
+        if (
+            self._require_tools
+            and method == "tools/call"
+            and type(params) is dict
+            and params.get("name") in self._require_tools
+        ):
+            return True
         return self._require_fn is not None and bool(self._require_fn(method, params))
 
-    async def _answer_session_method(self, method: str, message: dict[str, Any], ctx: _RequestContext) -> dict[str, Any]:
+    async def _answer_session_method(
+        self, method: str, message: dict[str, Any], ctx: _RequestContext
+    ) -> dict[str, Any]:
         if ctx.modern and ctx.header_method is not None and ctx.header_method != method.encode():
             raise _Reject(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
         params = message.get("params")
@@ -468,7 +474,9 @@ class MCPSessionMiddleware:
                 logger.warning("session store unavailable: %s", exc)
                 raise _Reject(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later") from None
             if not revoked:
-                raise _Reject(SESSION_NOT_FOUND, "Session not found", {"sessionId": jsonrpc.echoed_session_id(session.token)})
+                raise _Reject(
+                    SESSION_NOT_FOUND, "Session not found", {"sessionId": jsonrpc.echoed_session_id(session.token)}
+                )
             logger.debug("session deleted (sid=%s)", session.id)
             result = {}
         if ctx.modern:
@@ -477,16 +485,16 @@ class MCPSessionMiddleware:
 
     # -- answers ------------------------------------------------------------------
 
-    async def _send_error(self, send: ASGISendCallable, request_id: Any, reject: _Reject, modern: bool) -> None:
+    async def _send_error(self, send: Send, request_id: Any, reject: _Reject, modern: bool) -> None:
         status = http_status(reject.code, modern=modern)
         await self._send_json(send, status, jsonrpc.error(request_id, reject.code, reject.message, reject.data))
 
-    async def _send_batch(self, send: ASGISendCallable, errors: list[dict[str, Any]], status: int = 200) -> None:
+    async def _send_batch(self, send: Send, errors: list[dict[str, Any]], status: int = 200) -> None:
         if not errors:
             return await _send_accepted(send)
         await self._send_json(send, status, errors)
 
-    async def _send_json(self, send: ASGISendCallable, status: int, payload: Any) -> None:
+    async def _send_json(self, send: Send, status: int, payload: Any) -> None:
         body = jsonrpc.dumps(payload)
         headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
         if status == 503:
@@ -494,20 +502,22 @@ class MCPSessionMiddleware:
         await send({"type": "http.response.start", "status": status, "headers": headers, "trailers": False})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
-    async def _send_status(self, send: ASGISendCallable, status: int) -> None:
+    async def _send_status(self, send: Send, status: int) -> None:
         headers = [(b"content-length", b"0")]
         if status == 503:
             headers.append((b"retry-after", self._retry_after))
         await send({"type": "http.response.start", "status": status, "headers": headers, "trailers": False})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def _too_large(self, send: ASGISendCallable) -> None:
+    async def _too_large(self, send: Send) -> None:
         reject = jsonrpc.invalid_request(None, f"Request body too large (limit {self.max_body_size} bytes)")
         await self._send_json(send, 413, reject)
 
 
-async def _send_accepted(send: ASGISendCallable) -> None:
-    await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")], "trailers": False})
+async def _send_accepted(send: Send) -> None:
+    await send(
+        {"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")], "trailers": False}
+    )
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
@@ -536,7 +546,7 @@ class _Responder:
 
     def __init__(
         self,
-        send: ASGISendCallable,
+        send: Send,
         targets: dict[Any, tuple[Session | None, bool, bool]],
         capability_value: dict[str, Any],
     ) -> None:
@@ -548,7 +558,7 @@ class _Responder:
         self._body = bytearray()
         self._sse: SSERewriter | None = None
 
-    async def send(self, message: Any) -> None:
+    async def send(self, message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
             content_type = b""

@@ -90,7 +90,7 @@ class SSERewriter:
         has_data = False
         for line in _EOL.split(bytes(body))[:-1]:
             if line.startswith(b"data"):
-                field, sep, value = line.partition(b":")
+                field, _sep, value = line.partition(b":")
                 if field != b"data":
                     continue
                 if value.startswith(b" "):

@@ -30,8 +30,8 @@ __all__ = [
     "StateTooLarge",
 ]
 
-SESSION_TOKEN_TYPE: Final = "mcp-session+jwt"
-STATE_TOKEN_TYPE: Final = "mcp-session-state+jwt"
+SESSION_TOKEN_TYPE: Final = "mcp-session+jwt"  # noqa: S105 - a JOSE typ, not a secret
+STATE_TOKEN_TYPE: Final = "mcp-session-state+jwt"  # noqa: S105
 MIN_SECRET_BYTES: Final = 32
 DEFAULT_MAX_TOKEN_LENGTH: Final = 2048
 DEFAULT_MAX_STATE_SIZE: Final = 4096
@@ -290,9 +290,7 @@ class KeySet:
 
     def _sign(self, payload: dict[str, Any], typ: str) -> str:
         key = self.signer
-        return self._jwt.encode(
-            payload, key.signing_key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": typ}
-        )
+        return self._jwt.encode(payload, key.signing_key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": typ})
 
     def _verify(self, token: str, typ: str, *, audience: str | None) -> dict[str, Any]:
         """Check shape, header and signature; the caller has bounded the length."""

@@ -35,9 +35,7 @@ class SessionStore(ABC):
         """Record a new session (its idle clock starts now)."""
 
     @abstractmethod
-    async def touch(
-        self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None
-    ) -> SessionStatus:
+    async def touch(self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None) -> SessionStatus:
         """Check a session on use and refresh its idle clock: the hot path, one round trip."""
 
     @abstractmethod

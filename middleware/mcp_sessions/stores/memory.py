@@ -70,9 +70,7 @@ class MemoryStore(SessionStore):
             raise SessionStoreFull(f"the memory store holds its maximum of {self.max_sessions} sessions")
         self._entries[session_id] = _Entry(expires_at, now)
 
-    async def touch(
-        self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None
-    ) -> SessionStatus:
+    async def touch(self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None) -> SessionStatus:
         entry = self._entries.get(session_id)
         if entry is None:
             if self._has_room(now):

@@ -1,0 +1,35 @@
+# Two commands from a fresh clone: `make demo` and `make test`.
+# Each creates its own virtual environment in .venv (override with VENV=...).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/pip:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
+
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
+	$(BIN)/pip install --quiet -e ".[demo]"
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/pip
+	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/python examples/demo.py
+
+test: $(VENV)/.test-installed
+	$(BIN)/ruff check middleware tests examples benchmarks
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check middleware tests examples benchmarks
+	$(BIN)/ruff format --check middleware tests examples benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
