@@ -8,6 +8,9 @@ from typing import Any, Final
 from ._protocol import INVALID_REQUEST, SESSION_META_KEY
 
 _MAX_ECHOED_ID: Final = 256
+# Built once: json.dumps with arguments builds a new encoder on every call.
+_decode = json.JSONDecoder().decode
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 class InvalidSessionMeta(Exception):
@@ -17,13 +20,13 @@ class InvalidSessionMeta(Exception):
 def loads(body: bytes) -> Any:
     """The parsed body, or ``None`` when it is not JSON (the app answers those)."""
     try:
-        return json.loads(body)
-    except (ValueError, RecursionError):
+        return _decode(body.decode())
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
 
 
 def dumps(message: Any) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    return _encode(message).encode()
 
 
 def session_meta(message: dict[str, Any]) -> dict[str, Any] | None:

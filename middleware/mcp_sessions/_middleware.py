@@ -7,6 +7,7 @@ HTTP, and ASGI 3 (HTTP connection scope).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -67,8 +68,10 @@ class _Reject(Exception):
         self.data = data
 
 
-def _iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(int(timestamp), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+@functools.lru_cache(maxsize=64)
+def _iso(timestamp: int) -> str:
+    """RFC 3339 UTC; cached, as most echoes of a process repeat a few expiry times."""
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class MCPSessionMiddleware:
@@ -202,31 +205,20 @@ class MCPSessionMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        content_type = version = header_session_id = header_method = None
-        content_length = -1
-        for name, value in scope["headers"]:
-            if name == b"content-type":
-                content_type = value
-            elif name == b"content-length":
-                content_length = int(value) if value.isdigit() else -1
-            elif name == MCP_PROTOCOL_VERSION_HEADER:
-                version = value
-            elif name == MCP_SESSION_ID_HEADER:
-                header_session_id = value
-            elif name == MCP_METHOD_HEADER:
-                header_method = value
+        headers = dict(scope["headers"])
+        header_session_id = headers.get(MCP_SESSION_ID_HEADER)
+        content_type = headers.get(b"content-type")
         if (
             scope["method"] != "POST"
             or content_type is None
             or not content_type.lower().startswith(_JSON_CONTENT_TYPE)
             or (self._paths is not None and scope["path"] not in self._paths)
         ):
-            if header_session_id is not None and header_session_id.count(b".") == 2:
-                await self._attach_from_header(scope, header_session_id)
-            await self.app(scope, receive, send)
+            await self._pass_through(scope, receive, send, header_session_id)
             return
 
-        if content_length > self.max_body_size:
+        declared_length = headers.get(b"content-length", b"")
+        if declared_length.isdigit() and int(declared_length) > self.max_body_size:
             return await self._too_large(send)
         body = bytearray()
         while True:
@@ -249,14 +241,15 @@ class MCPSessionMiddleware:
             return {"type": "http.request", "body": frozen, "more_body": False}
 
         parsed = jsonrpc.loads(frozen)
+        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         modern = version is not None and version.decode("latin-1") not in HANDSHAKE_VERSIONS
-        ctx = _RequestContext(modern, header_session_id, header_method)
+        ctx = _RequestContext(modern, header_session_id, headers.get(MCP_METHOD_HEADER))
         if type(parsed) is dict:
             return await self._handle_message(scope, replay, send, parsed, ctx)
         if type(parsed) is list and parsed:
             return await self._handle_batch(scope, replay, send, parsed, ctx)
-        await self.app(scope, replay, send)
-        return
+        await self._pass_through(scope, replay, send, header_session_id)
+        return None
 
     async def _handle_message(
         self,
@@ -268,7 +261,7 @@ class MCPSessionMiddleware:
     ) -> None:
         method = message.get("method")
         if type(method) is not str:
-            await self.app(scope, receive, send)
+            await self._pass_through(scope, receive, send, ctx.header_session_id)
             return
         is_request = "id" in message
         request_id = message.get("id")
@@ -361,14 +354,22 @@ class MCPSessionMiddleware:
         finally:
             _current.reset(token)
 
-    async def _attach_from_header(self, scope: Scope, raw: bytes) -> None:
-        """Give ordinary routes the session named by a JWT-shaped ``Mcp-Session-Id`` header."""
-        try:
-            session = await self._resolve({"sessionId": raw.decode("latin-1")})
-        except (_Reject, SessionStoreUnavailable):
-            return
-        scope[SCOPE_KEY] = session
-        scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
+    async def _pass_through(self, scope: Scope, receive: Receive, send: Send, header_session_id: bytes | None) -> None:
+        """Forward a request that is not JSON-RPC untouched.
+
+        Ordinary routes get the session named by a JWT-shaped ``Mcp-Session-Id``
+        header (a 2025-era transport session id is a bare uuid and never is).
+        An invalid one is simply not attached: the route decides what that means.
+        """
+        if header_session_id is not None and header_session_id.count(b".") == 2:
+            try:
+                session = await self._resolve({"sessionId": header_session_id.decode("latin-1")})
+            except _Reject:
+                pass
+            else:
+                await self._call_app(scope, receive, send, session)
+                return
+        await self.app(scope, receive, send)
 
     # -- sessions ---------------------------------------------------------------
 
@@ -463,7 +464,7 @@ class MCPSessionMiddleware:
                 raise _Reject(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later") from None
             expires = claims.expires_at if self.idle_ttl is None else min(claims.expires_at, now + self.idle_ttl)
             logger.debug("session created (sid=%s)", claims.session_id)
-            result: dict[str, Any] = {"session": {"sessionId": token, "expiresAt": _iso(expires)}}
+            result: dict[str, Any] = {"session": {"sessionId": token, "expiresAt": _iso(int(expires))}}
         else:
             session = await self._session_for(method, message, ctx, is_request=True)
             if session is None:
@@ -637,7 +638,7 @@ class _Responder:
             echo: dict[str, Any] = {"sessionId": session.token}
             if session.state_token is not None:
                 echo["state"] = session.state_token
-            echo["expiresAt"] = _iso(session.expires_at_timestamp)
+            echo["expiresAt"] = _iso(int(session.expires_at_timestamp))
             meta = result.get("_meta")
             if type(meta) is not dict:
                 meta = result["_meta"] = {}
