@@ -20,6 +20,8 @@ from mcp.server.mcpserver import Context, MCPServer
 
 from mcp_sessions import MCPSessionMiddleware, get_session
 
+app: MCPSessionMiddleware  # built on first access, see __getattr__
+
 SESSION_TOOLS = frozenset({"count", "set_mode", "get_mode", "countdown"})
 
 

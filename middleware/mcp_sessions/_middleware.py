@@ -40,7 +40,7 @@ from ._protocol import (
 )
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
 from ._sse import SSERewriter
-from ._tokens import InvalidToken, KeySet, SessionKey
+from ._tokens import DEFAULT_MAX_STATE_SIZE, InvalidToken, KeySet, SessionKey
 from .stores import MemoryStore, SessionStatus, SessionStore, SessionStoreUnavailable
 
 __all__ = ["MCPSessionMiddleware"]
@@ -48,6 +48,7 @@ __all__ = ["MCPSessionMiddleware"]
 logger = logging.getLogger("mcp_sessions")
 
 DEFAULT_TTL: Final = 24 * 3600
+MAX_TTL: Final = 10 * 365 * 24 * 3600
 DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 MAX_LABEL_LENGTH: Final = 256
 
@@ -113,17 +114,20 @@ class MCPSessionMiddleware:
                 [SessionKey.from_secret(secret)],
                 issuer=issuer or "mcp-sessions",
                 audience=audience or "mcp-sessions",
+                max_state_size=DEFAULT_MAX_STATE_SIZE if max_state_size is None else max_state_size,
             )
-        elif issuer is not None or audience is not None:
-            raise ValueError("with keys=, set issuer and audience on the KeySet")
-        if max_state_size is not None:
-            keys.max_state_size = max_state_size
-        if not ttl > 0:
-            raise ValueError("ttl must be a positive number of seconds")
-        if idle_ttl is not None and not idle_ttl > 0:
-            raise ValueError("idle_ttl must be a positive number of seconds, or None to disable idle expiry")
+        elif issuer is not None or audience is not None or max_state_size is not None:
+            raise ValueError("with keys=, set issuer, audience and max_state_size on the KeySet")
+        if not 0 < ttl <= MAX_TTL:
+            raise ValueError(f"ttl must be a positive number of seconds, at most {MAX_TTL} (ten years)")
+        if idle_ttl is not None and not 0 < idle_ttl <= MAX_TTL:
+            raise ValueError(
+                f"idle_ttl must be a positive number of seconds (at most {MAX_TTL}), or None to disable it"
+            )
         if max_body_size < 1:
             raise ValueError("max_body_size must be positive")
+        if type(retry_after) is not int or retry_after < 0:
+            raise ValueError("retry_after must be a whole number of seconds, 0 or more")
         self.app = app
         self.keys = keys
         self.ttl = float(ttl)
@@ -131,7 +135,7 @@ class MCPSessionMiddleware:
         self.store: SessionStore = MemoryStore() if store is None else store
         self.max_body_size = max_body_size
         self._paths = frozenset([path] if isinstance(path, str) else path) if path is not None else None
-        self._retry_after = str(int(retry_after)).encode()
+        self._retry_after = str(retry_after).encode()
         self._require_all = require_session is True
         self._require_methods: frozenset[str] = frozenset()
         self._require_fn: Callable[[str, Any], bool] | None = None
@@ -150,6 +154,7 @@ class MCPSessionMiddleware:
     def from_env(
         cls,
         app: ASGIApp,
+        /,
         *,
         environ: Mapping[str, str] | None = None,
         **options: Any,
@@ -193,9 +198,10 @@ class MCPSessionMiddleware:
             settings["ttl"] = ttl
         if (idle_ttl := number("MCP_SESSIONS_IDLE_TTL")) is not None:
             settings["idle_ttl"] = idle_ttl
-        for name, key in (("MCP_SESSIONS_ISSUER", "issuer"), ("MCP_SESSIONS_AUDIENCE", "audience")):
-            if value := env.get(name, "").strip():
-                settings[key] = value
+        if "keys" not in options:  # a KeySet carries its own issuer and audience
+            for name, key in (("MCP_SESSIONS_ISSUER", "issuer"), ("MCP_SESSIONS_AUDIENCE", "audience")):
+                if value := env.get(name, "").strip():
+                    settings[key] = value
         settings.update(options)
         return cls(app, **settings)
 
@@ -260,7 +266,7 @@ class MCPSessionMiddleware:
         ctx: _RequestContext,
     ) -> None:
         method = message.get("method")
-        if type(method) is not str:
+        if type(method) is not str or message.get("jsonrpc") != "2.0":
             await self._pass_through(scope, receive, send, ctx.header_session_id)
             return
         is_request = "id" in message
@@ -297,18 +303,25 @@ class MCPSessionMiddleware:
         batch: list[Any],
         ctx: _RequestContext,
     ) -> None:
-        if any(type(el) is dict and el.get("method") in SESSION_METHODS for el in batch):
+        calls = [type(el) is dict and el.get("jsonrpc") == "2.0" and type(el.get("method")) is str for el in batch]
+        if not any(calls):
+            await self._pass_through(scope, receive, send, ctx.header_session_id)
+            return
+        # A batch answered here is one error response: 400 on the 2026-07-28 path, as -32600 is.
+        refused_status = 400 if ctx.modern else 200
+        if any(call and el["method"] in SESSION_METHODS for call, el in zip(calls, batch, strict=True)):
             errors = [
                 jsonrpc.invalid_request(jsonrpc.request_id_of(el), "session methods are not allowed in a batch")
                 for el in batch
                 if type(el) is not dict or "id" in el
             ]
-            return await self._send_batch(send, errors)
+            return await self._send_batch(send, errors, status=refused_status)
         sessions: list[Session | None] = []
         failures: dict[int, _Reject] = {}
-        for index, element in enumerate(batch):
+        for index, (call, element) in enumerate(zip(calls, batch, strict=True)):
             session = None
-            if type(element) is dict and type(method := element.get("method")) is str:
+            if call:
+                method = element["method"]
                 try:
                     session = await self._session_for(method, element, ctx, is_request="id" in element)
                 except _Reject as reject:
@@ -328,7 +341,7 @@ class MCPSessionMiddleware:
                     errors.append(jsonrpc.error(rid, failure.code, failure.message, failure.data))
                 else:
                     errors.append(jsonrpc.invalid_request(rid, "batch refused: another element's session is invalid"))
-            return await self._send_batch(send, errors, status=503 if unavailable else 200)
+            return await self._send_batch(send, errors, status=503 if unavailable else refused_status)
         targets: dict[Any, tuple[Session | None, bool, bool]] = {}
         for element, session in zip(batch, sessions, strict=True):
             if type(element) is not dict or "id" not in element:
@@ -450,7 +463,7 @@ class MCPSessionMiddleware:
             raise _Reject(INVALID_PARAMS, "params must be an object")
         if method == METHOD_CREATE:
             meta = params.get("_meta") if params else None
-            if type(meta) is dict and SESSION_META_KEY in meta:
+            if type(meta) is dict and meta.get(SESSION_META_KEY) is not None:
                 raise _Reject(INVALID_REQUEST, "sessions/create must not carry session metadata")
             label = params.get("label") if params else None
             if label is not None and (type(label) is not str or len(label) > MAX_LABEL_LENGTH):
@@ -490,7 +503,7 @@ class MCPSessionMiddleware:
         status = http_status(reject.code, modern=modern)
         await self._send_json(send, status, jsonrpc.error(request_id, reject.code, reject.message, reject.data))
 
-    async def _send_batch(self, send: Send, errors: list[dict[str, Any]], status: int = 200) -> None:
+    async def _send_batch(self, send: Send, errors: list[dict[str, Any]], status: int) -> None:
         if not errors:
             return await _send_accepted(send)
         await self._send_json(send, status, errors)

@@ -42,7 +42,8 @@ class MemoryStore(SessionStore):
     is room; at the cap they are accepted without idle tracking.
 
     All methods run without awaiting, so each is atomic on its event loop.
-    Use :class:`~mcp_sessions.stores.redis.RedisStore` for more than one process.
+    It serves one process: with several replicas, a deletion on one is not
+    seen by the others, and a restart forgets revocations and data.
     """
 
     def __init__(self, *, max_sessions: int = 100_000) -> None:
@@ -99,7 +100,10 @@ class MemoryStore(SessionStore):
     def _live(self, session_id: str, expires_at: float) -> _Entry:
         entry = self._entries.get(session_id)
         if entry is None:
-            entry = self._entries[session_id] = _Entry(expires_at, time.time())
+            now = time.time()
+            if not self._has_room(now):
+                raise SessionStoreFull(f"the memory store holds its maximum of {self.max_sessions} sessions")
+            entry = self._entries[session_id] = _Entry(expires_at, now)
         elif entry.revoked:
             # A request that outlives its session's deletion writes into the void.
             return _Entry(expires_at, 0.0)
