@@ -27,7 +27,9 @@ def serve(app: Any, *, timeout: float = 10.0) -> Iterator[str]:
     The app's lifespan runs (the MCP SDK app needs it), and the server stops,
     bounded in time, when the block ends.
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only then, and without it
+    # every request on a kept-alive connection waits ~40 ms (Nagle + delayed ACK).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

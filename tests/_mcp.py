@@ -1,0 +1,314 @@
+"""Raw-HTTP helpers for the end-to-end tests: build MCP requests of both eras, read JSON or SSE answers.
+
+Deliberately independent of the middleware's own code, so that the tests check
+the wire, not the implementation against itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Final
+
+import httpx
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+MODERN: Final = "2026-07-28"
+LEGACY: Final = "2025-11-25"
+MCP_PATH: Final = "/mcp"
+
+SESSION_KEY: Final = "io.modelcontextprotocol/session"
+SESSIONS_EXTENSION: Final = "io.modelcontextprotocol/sessions"
+SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"
+PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
+
+HEADER_MISMATCH: Final = -32020
+SESSION_NOT_FOUND: Final = -32043
+SESSION_REQUIRED: Final = -32044
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+
+RFC3339_UTC: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z")
+
+_BASE_HEADERS: Final = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+_NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+# -- building requests ----------------------------------------------------------
+
+
+def session_meta(session: Mapping[str, Any] | str, *, state: str | None = None) -> dict[str, Any]:
+    """The value of ``_meta["io.modelcontextprotocol/session"]`` for a session (its create result or its id)."""
+    meta: dict[str, Any] = {"sessionId": session if isinstance(session, str) else session["sessionId"]}
+    if state is not None:
+        meta["state"] = state
+    return meta
+
+
+def modern_request(
+    method: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    id: Any = 1,
+    session: Any = None,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A 2026-07-28 request: the envelope in ``params._meta``, plus ``session`` (raw) under the session key.
+
+    Pass ``id=None`` for a notification (no ``id`` member at all).
+    """
+    body_params = dict(params or {})
+    full_meta: dict[str, Any] = {PROTOCOL_VERSION_KEY: MODERN, CLIENT_CAPABILITIES_KEY: {}}
+    full_meta.update(meta or {})
+    if session is not None:
+        full_meta[SESSION_KEY] = session
+    body_params["_meta"] = full_meta
+    body: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": body_params}
+    if id is not None:
+        body["id"] = id
+    return body
+
+
+def legacy_request(
+    method: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    id: Any = 1,
+    session: Any = None,
+    meta: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A 2025-era request; ``_meta`` only when a session or other metadata is given."""
+    body_params = dict(params or {})
+    full_meta = dict(meta or {})
+    if session is not None:
+        full_meta[SESSION_KEY] = session
+    if full_meta:
+        body_params["_meta"] = full_meta
+    body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if body_params:
+        body["params"] = body_params
+    if id is not None:
+        body["id"] = id
+    return body
+
+
+def modern_headers(body: Mapping[str, Any], **extra: str) -> dict[str, str]:
+    """The headers a 2026-07-28 client sends for ``body``: version, Mcp-Method and, where due, Mcp-Name."""
+    headers = {**_BASE_HEADERS, "Mcp-Protocol-Version": MODERN, "Mcp-Method": body["method"]}
+    name_param = _NAME_PARAM.get(body["method"])
+    params = body.get("params") or {}
+    if name_param is not None and isinstance(params.get(name_param), str):
+        headers["Mcp-Name"] = params[name_param]
+    headers.update({key.replace("_", "-"): value for key, value in extra.items()})
+    return headers
+
+
+# -- reading responses ----------------------------------------------------------
+
+
+def sse_events(text: str) -> list[str]:
+    """The data of each event in a ``text/event-stream`` body (comments and empty events skipped)."""
+    events = []
+    for block in re.split(r"\r\n\r\n|\n\n|\r\r", text):
+        data = [line[5:].removeprefix(" ") for line in re.split(r"\r\n|\n|\r", block) if line.startswith("data:")]
+        if data:
+            events.append("\n".join(data))
+    return events
+
+
+def messages(response: httpx.Response) -> list[dict[str, Any]]:
+    """Every JSON-RPC message of a response, in order, whether it came as JSON or as SSE."""
+    content_type = response.headers.get("content-type", "")
+    if content_type.startswith("text/event-stream"):
+        return [json.loads(data) for data in sse_events(response.text)]
+    if content_type.startswith("application/json"):
+        parsed = json.loads(response.content)
+        return parsed if isinstance(parsed, list) else [parsed]
+    raise AssertionError(f"unexpected content-type {content_type!r} (HTTP {response.status_code}): {response.text!r}")
+
+
+def answer(response: httpx.Response) -> dict[str, Any]:
+    """The one response message (with an ``id``) of a response; notifications before it are skipped."""
+    answers = [m for m in messages(response) if "id" in m and "method" not in m]
+    assert len(answers) == 1, answers
+    return answers[0]
+
+
+async def aiter_messages(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    """JSON-RPC messages from the lines of a streaming SSE response, each yielded as soon as its event ends."""
+    data: list[str] = []
+    async for line in lines:
+        if line == "":
+            if data:
+                yield json.loads("\n".join(data))
+            data = []
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+
+
+def jwt_claims(token: str) -> dict[str, Any]:
+    """The payload of a compact JWS, decoded WITHOUT verifying anything."""
+    payload = token.split(".")[1]
+    decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return decoded
+
+
+def with_claims(token: str, **changes: Any) -> str:
+    """``token`` with its payload edited and its header and signature kept: a forgery."""
+    header, _payload, signature = token.split(".")
+    claims = {**jwt_claims(token), **changes}
+    encoded = base64.urlsafe_b64encode(json.dumps(claims, separators=(",", ":")).encode()).rstrip(b"=").decode()
+    return f"{header}.{encoded}.{signature}"
+
+
+def tool_text(message: Mapping[str, Any]) -> str:
+    """The text of a successful tool result's single text content."""
+    result = message["result"]
+    assert result.get("isError") is False, message
+    [content] = result["content"]
+    assert content["type"] == "text"
+    text: str = content["text"]
+    return text
+
+
+# -- clients ----------------------------------------------------------------------
+
+
+class ModernClient:
+    """Sends 2026-07-28 requests to one MCP endpoint over a real HTTP connection."""
+
+    def __init__(self, http: httpx.Client, base_url: str, path: str = MCP_PATH) -> None:
+        self.http = http
+        self.url = base_url + path
+
+    def post(self, body: Any, headers: Mapping[str, str] | None = None) -> httpx.Response:
+        sent = modern_headers(body) if headers is None else dict(headers)
+        return self.http.post(self.url, json=body, headers=sent)
+
+    def request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        session: Any = None,
+        meta: Mapping[str, Any] | None = None,
+        id: Any = 1,
+        **extra_headers: str,
+    ) -> tuple[httpx.Response, dict[str, Any]]:
+        body = modern_request(method, params, id=id, session=session, meta=meta)
+        response = self.post(body, modern_headers(body, **extra_headers))
+        return response, answer(response)
+
+    def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | None = None, *, session: Any = None, **kwargs: Any
+    ) -> tuple[httpx.Response, dict[str, Any]]:
+        return self.request("tools/call", {"name": name, "arguments": dict(arguments or {})}, session=session, **kwargs)
+
+    def create_session(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A new session's create result (``sessionId``, ``expiresAt``)."""
+        response, message = self.request("sessions/create", params)
+        assert response.status_code == 200, response.text
+        session: dict[str, Any] = message["result"]["session"]
+        return session
+
+
+class LegacyClient:
+    """Speaks the 2025-11-25 handshake wire; keeps the transport's ``mcp-session-id`` in stateful mode."""
+
+    def __init__(self, http: httpx.Client, base_url: str, path: str = MCP_PATH, version: str = LEGACY) -> None:
+        self.http = http
+        self.url = base_url + path
+        self.version = version
+        self.transport_session_id: str | None = None
+        self.initialize_result: dict[str, Any] | None = None
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        headers = {**_BASE_HEADERS, "MCP-Protocol-Version": self.version}
+        if self.transport_session_id is not None:
+            headers["Mcp-Session-Id"] = self.transport_session_id
+        headers.update({key.replace("_", "-"): value for key, value in extra.items()})
+        return headers
+
+    def initialize(self) -> dict[str, Any]:
+        body = legacy_request(
+            "initialize",
+            {"protocolVersion": self.version, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}},
+            id=0,
+        )
+        response = self.http.post(self.url, json=body, headers=_BASE_HEADERS)
+        assert response.status_code == 200, response.text
+        self.transport_session_id = response.headers.get("mcp-session-id")
+        result: dict[str, Any] = answer(response)["result"]
+        self.initialize_result = result
+        initialized = self.http.post(
+            self.url, json=legacy_request("notifications/initialized", id=None), headers=self.headers()
+        )
+        assert initialized.status_code == 202, initialized.text
+        return result
+
+    def post(self, body: Any, **extra_headers: str) -> httpx.Response:
+        return self.http.post(self.url, json=body, headers=self.headers(**extra_headers))
+
+    def request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        session: Any = None,
+        meta: Mapping[str, Any] | None = None,
+        id: Any = 1,
+        **extra_headers: str,
+    ) -> tuple[httpx.Response, dict[str, Any]]:
+        response = self.post(legacy_request(method, params, id=id, session=session, meta=meta), **extra_headers)
+        return response, answer(response)
+
+    def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | None = None, *, session: Any = None, **kwargs: Any
+    ) -> tuple[httpx.Response, dict[str, Any]]:
+        return self.request("tools/call", {"name": name, "arguments": dict(arguments or {})}, session=session, **kwargs)
+
+    def create_session(self) -> dict[str, Any]:
+        response, message = self.request("sessions/create")
+        assert response.status_code == 200, response.text
+        session: dict[str, Any] = message["result"]["session"]
+        return session
+
+
+class RecordingApp:
+    """An ASGI wrapper that records the POST bodies reaching the wrapped app (raw, and parsed in ``seen``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.raw: list[bytes] = []
+        self.seen: list[Any] = []
+
+    def clear(self) -> None:
+        self.raw.clear()
+        self.seen.clear()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        self.raw.append(body)
+        self.seen.append(json.loads(body))
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)

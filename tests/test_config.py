@@ -1,0 +1,216 @@
+"""MCPSessionMiddleware configuration: the constructor and from_env fail early and say what to do."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from conftest import SECRET
+from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionKey
+
+TEN_YEARS = 10 * 365 * 24 * 3600
+ON_THE_KEYSET = "with keys=, set issuer, audience and max_state_size on the KeySet"
+TTL_LIMIT = r"ttl must be a positive number of seconds, at most 315360000 \(ten years\)"
+
+
+async def app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover - never called
+    raise AssertionError("configuration tests never call the app")
+
+
+def test_defaults() -> None:
+    mw = MCPSessionMiddleware(app, secret=SECRET)
+    assert mw.app is app
+    assert mw.ttl == 86400.0
+    assert mw.idle_ttl is None
+    assert mw.max_body_size == 4 * 1024 * 1024
+    assert isinstance(mw.store, MemoryStore)
+    assert (mw.keys.issuer, mw.keys.audience) == ("mcp-sessions", "mcp-sessions")
+    assert mw.keys.signer.algorithm == "HS256"
+    assert mw.keys.signer.kid == SessionKey.from_secret(SECRET).kid
+
+
+def test_options_are_applied() -> None:
+    store = MemoryStore(max_sessions=5)
+    mw = MCPSessionMiddleware(
+        app,
+        secret=SECRET.encode(),
+        ttl=60,
+        idle_ttl=30,
+        issuer="https://mcp.example",
+        audience="tenant-a",
+        store=store,
+        max_body_size=1000,
+        max_state_size=512,
+    )
+    assert (mw.ttl, mw.idle_ttl, mw.max_body_size) == (60.0, 30.0, 1000)
+    assert mw.store is store
+    assert (mw.keys.issuer, mw.keys.audience, mw.keys.max_state_size) == ("https://mcp.example", "tenant-a", 512)
+
+
+def test_keys_are_used_as_given() -> None:
+    keys = KeySet.from_secret(SECRET, issuer="i", audience="a", max_state_size=100)
+    mw = MCPSessionMiddleware(app, keys=keys)
+    assert mw.keys is keys
+    assert (keys.issuer, keys.audience, keys.max_state_size) == ("i", "a", 100)
+
+
+def test_ttl_of_exactly_ten_years_is_accepted() -> None:
+    mw = MCPSessionMiddleware(app, secret=SECRET, ttl=TEN_YEARS, idle_ttl=TEN_YEARS)
+    assert (mw.ttl, mw.idle_ttl) == (float(TEN_YEARS), float(TEN_YEARS))
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({}, ValueError, "needs exactly one of secret= .* or keys="),
+        ({"secret": SECRET, "keys": KeySet.from_secret(SECRET)}, ValueError, "needs exactly one of secret="),
+        ({"secret": "too-short"}, ValueError, "at least 32 bytes"),
+        ({"secret": b"\0" * 31}, ValueError, "at least 32 bytes"),
+        ({"keys": KeySet.from_secret(SECRET), "issuer": "x"}, ValueError, ON_THE_KEYSET),
+        ({"keys": KeySet.from_secret(SECRET), "audience": "x"}, ValueError, ON_THE_KEYSET),
+        ({"keys": KeySet.from_secret(SECRET), "max_state_size": 100}, ValueError, ON_THE_KEYSET),
+        ({"secret": SECRET, "ttl": 0}, ValueError, "ttl must be a positive number of seconds"),
+        ({"secret": SECRET, "ttl": -1}, ValueError, "ttl must be a positive number of seconds"),
+        ({"secret": SECRET, "ttl": float("nan")}, ValueError, "ttl must be a positive number of seconds"),
+        ({"secret": SECRET, "ttl": float("inf")}, ValueError, TTL_LIMIT),
+        ({"secret": SECRET, "ttl": 1e12}, ValueError, TTL_LIMIT),
+        ({"secret": SECRET, "ttl": TEN_YEARS + 1}, ValueError, TTL_LIMIT),
+        ({"secret": SECRET, "idle_ttl": 0}, ValueError, "idle_ttl must be a positive number of seconds"),
+        ({"secret": SECRET, "idle_ttl": -5}, ValueError, "idle_ttl must be a positive number of seconds"),
+        ({"secret": SECRET, "idle_ttl": float("nan")}, ValueError, "idle_ttl must be a positive number"),
+        ({"secret": SECRET, "idle_ttl": float("inf")}, ValueError, r"idle_ttl .*\(at most 315360000\)"),
+        ({"secret": SECRET, "max_body_size": 0}, ValueError, "max_body_size must be positive"),
+        ({"secret": SECRET, "require_session": "tools/call"}, TypeError, "collection of method names, not one string"),
+        ({"secret": SECRET, "require_session_tools": "count"}, TypeError, "collection of tool names, not one string"),
+    ],
+    ids=["nothing", "both", "short-secret", "short-bytes-secret", "keys-and-issuer", "keys-and-audience",
+         "keys-and-max-state-size", "ttl-zero", "ttl-negative", "ttl-nan", "ttl-infinite", "ttl-past-year-9999",
+         "ttl-over-ten-years", "idle-ttl-zero", "idle-ttl-negative", "idle-ttl-nan", "idle-ttl-infinite",
+         "max-body-zero", "require-session-string", "require-session-tools-string"],
+)  # fmt: skip
+def test_bad_configuration_fails_at_construction(options: dict[str, Any], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        MCPSessionMiddleware(app, **options)
+
+
+def test_no_secret_message_says_what_to_do() -> None:
+    with pytest.raises(ValueError) as info:
+        MCPSessionMiddleware(app)
+    assert "MCP_SESSIONS_SECRET" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "policy", [True, False, ["tools/call"], frozenset({"tools/call"}), lambda method, params: True]
+)
+def test_require_session_accepts_bool_collection_or_callable(policy: Any) -> None:
+    MCPSessionMiddleware(app, secret=SECRET, require_session=policy)
+
+
+# -- from_env ---------------------------------------------------------------------
+
+
+def test_from_env_without_a_secret_names_the_variable() -> None:
+    with pytest.raises(RuntimeError) as info:
+        MCPSessionMiddleware.from_env(app, environ={})
+    assert "MCP_SESSIONS_SECRET" in str(info.value)
+    assert "MCP_SESSIONS_DEV=1" in str(info.value)
+
+
+@pytest.mark.parametrize("dev", ["", "0", "no", "false"])
+def test_from_env_dev_must_be_truthy(dev: str) -> None:
+    with pytest.raises(RuntimeError, match="MCP_SESSIONS_SECRET is not set"):
+        MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_DEV": dev})
+
+
+@pytest.mark.parametrize("dev", ["1", "true", "yes", "TRUE", " 1 "])
+def test_from_env_dev_mode_uses_a_random_key_and_warns(dev: str, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
+        first = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_DEV": dev})
+        second = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_DEV": dev})
+    assert first.keys.signer.algorithm == "HS256"
+    assert first.keys.signer.kid != second.keys.signer.kid  # a fresh key each time
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.WARNING]
+    assert "MCP_SESSIONS_DEV" in caplog.records[0].getMessage()
+
+
+def test_from_env_secret_wins_over_dev() -> None:
+    mw = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_DEV": "1"})
+    assert mw.keys.signer.kid == SessionKey.from_secret(SECRET).kid
+
+
+def test_from_env_reads_every_variable() -> None:
+    mw = MCPSessionMiddleware.from_env(
+        app,
+        environ={
+            "MCP_SESSIONS_SECRET": SECRET,
+            "MCP_SESSIONS_TTL": " 3600 ",
+            "MCP_SESSIONS_IDLE_TTL": "90.5",
+            "MCP_SESSIONS_ISSUER": "https://mcp.example",
+            "MCP_SESSIONS_AUDIENCE": "tenant-a",
+        },
+    )
+    assert (mw.ttl, mw.idle_ttl) == (3600.0, 90.5)
+    assert (mw.keys.issuer, mw.keys.audience) == ("https://mcp.example", "tenant-a")
+    token, _ = mw.keys.mint_session_token(ttl=mw.ttl)
+    assert KeySet.from_secret(SECRET, issuer="https://mcp.example", audience="tenant-a").verify_session_token(token)
+
+
+def test_from_env_blank_values_mean_unset() -> None:
+    mw = MCPSessionMiddleware.from_env(
+        app,
+        environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_TTL": "  ", "MCP_SESSIONS_ISSUER": " "},
+    )
+    assert mw.ttl == 86400.0
+    assert mw.keys.issuer == "mcp-sessions"
+
+
+def test_from_env_keyword_options_override_the_environment() -> None:
+    keys = KeySet.from_secret(SECRET)
+    mw = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_TTL": "60"}, keys=keys, ttl=120)
+    assert mw.keys is keys
+    assert mw.ttl == 120.0
+
+
+def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
+    monkeypatch.setenv("MCP_SESSIONS_TTL", "77")
+    mw = MCPSessionMiddleware.from_env(app)
+    assert mw.ttl == 77.0
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "message"),
+    [
+        ("MCP_SESSIONS_TTL", "one day", "MCP_SESSIONS_TTL must be a number of seconds, got 'one day'"),
+        ("MCP_SESSIONS_TTL", "1d", "MCP_SESSIONS_TTL must be a number of seconds, got '1d'"),
+        ("MCP_SESSIONS_TTL", "0", "MCP_SESSIONS_TTL must be positive, got '0'"),
+        ("MCP_SESSIONS_TTL", "-60", "MCP_SESSIONS_TTL must be positive, got '-60'"),
+        ("MCP_SESSIONS_TTL", "nan", "MCP_SESSIONS_TTL must be positive, got 'nan'"),
+        ("MCP_SESSIONS_IDLE_TTL", "ten", "MCP_SESSIONS_IDLE_TTL must be a number of seconds, got 'ten'"),
+        ("MCP_SESSIONS_IDLE_TTL", "-1", "MCP_SESSIONS_IDLE_TTL must be positive, got '-1'"),
+    ],
+)
+def test_from_env_bad_number_names_the_variable(name: str, raw: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_SECRET": SECRET, name: raw})
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("raw", ["inf", "1e12"])
+def test_from_env_ttl_too_large_fails_at_construction(raw: str) -> None:
+    with pytest.raises(ValueError, match=TTL_LIMIT):
+        MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_TTL": raw})
+
+
+def test_from_env_issuer_and_audience_are_not_forced_onto_given_keys() -> None:
+    keys = KeySet.from_secret(SECRET, issuer="i", audience="a")
+    environ = {"MCP_SESSIONS_ISSUER": "env-issuer", "MCP_SESSIONS_AUDIENCE": "env-audience"}
+    mw = MCPSessionMiddleware.from_env(app, environ=environ, keys=keys)
+    assert (mw.keys.issuer, mw.keys.audience) == ("i", "a")
+
+
+def test_from_env_short_secret_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="at least 32 bytes"):
+        MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_SECRET": "short"})

@@ -1,0 +1,193 @@
+"""The examples and the demo work as their docs say: real uvicorn, real HTTP, real MCP servers."""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+from typing import Any, Literal
+
+import httpx
+import pytest
+from examples import demo, fastapi_app, fastmcp_app, starlette_app
+from examples.quickstart import build_app as build_quickstart
+from examples.quickstart import build_server as build_quickstart_server
+from mcp import Client
+from mcp import types as mcp_types
+from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict
+
+from conftest import SECRET, serve
+
+ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
+SESSION_KEY = "io.modelcontextprotocol/session"
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+# A whole compact JWS: three non-empty base64url segments. A shortened token ("eyJhbGciOi...S04l8") is not one.
+WHOLE_TOKEN = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+
+
+def rpc(client: httpx.Client, method: str, params: dict[str, Any] | None = None, *, token: str | None = None) -> Any:
+    """One 2026-07-28 JSON-RPC request to /mcp; the response message (from JSON or the last SSE event)."""
+    params = dict(params or {})
+    meta: dict[str, Any] = dict(ENVELOPE)
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Mcp-Protocol-Version": "2026-07-28",
+        "Mcp-Method": method,
+    }
+    if method == "tools/call":
+        headers["Mcp-Name"] = params["name"]
+    if token is not None:
+        meta[SESSION_KEY] = {"sessionId": token}
+        headers["Mcp-Session-Id"] = token
+    params["_meta"] = meta
+    response = client.post(
+        "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers
+    )
+    assert response.status_code == 200, response.text
+    if response.headers["content-type"].startswith("text/event-stream"):
+        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads(data[-1])
+    return response.json()
+
+
+def create_session(client: httpx.Client) -> str:
+    token: str = rpc(client, "sessions/create")["result"]["session"]["sessionId"]
+    return token
+
+
+def call_tool(client: httpx.Client, name: str, token: str | None = None) -> Any:
+    message = rpc(client, "tools/call", {"name": name, "arguments": {}}, token=token)
+    if "error" in message:
+        return message["error"]
+    result = message["result"]
+    assert not result.get("isError"), result
+    echo = result.get("_meta", {}).get(SESSION_KEY)
+    assert (echo and echo["sessionId"]) == token  # echoed when the request named a session, absent otherwise
+    return result["structuredContent"]["result"]
+
+
+# -- the demo -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [[], ["--json"]], ids=["sse", "json"])
+def test_demo_runs_the_whole_conversation(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert demo.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "throwaway MCP_SESSIONS_SECRET" in out
+    assert "capabilities.sessions = {}" in out
+    assert "count returned 1" in out
+    assert "count returned 2" in out
+    assert "get_mode returned 'focus'" in out
+    assert '"code": -32044' in out
+    assert '"code": -32043' in out
+    assert out.rstrip().endswith("All 11 steps gave the expected answers.")
+    assert not WHOLE_TOKEN.search(out), "the demo printed a whole session token"
+    if argv:
+        assert "JSON response mode" in out
+        assert "notifications/progress" not in out
+    else:
+        assert re.search(r"\+\d\.\d\ds  event notifications/progress: 3/3 0 to go", out)
+        assert "<- HTTP 200 text/event-stream" in out
+
+
+def test_demo_against_a_running_server(capsys: pytest.CaptureFixture[str]) -> None:
+    with serve(build_quickstart(environ=ENVIRON)) as base:
+        assert demo.main(["--url", f"{base}/mcp"]) == 0
+    out = capsys.readouterr().out
+    assert "already running" in out
+    assert "All 11 steps" in out
+
+
+def test_demo_fails_clearly_without_the_middleware(capsys: pytest.CaptureFixture[str]) -> None:
+    bare = build_quickstart_server().streamable_http_app(streamable_http_path="/mcp")
+    with serve(bare) as base:
+        assert demo.main(["--url", f"{base}/mcp"]) == 1
+    captured = capsys.readouterr()
+    assert "FAILED at step 1" in captured.out
+    assert "does not advertise capabilities.sessions" in captured.err
+
+
+def test_demo_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
+    with serve(build_quickstart(environ=ENVIRON)) as base:
+        pass  # the port is free again
+    assert demo.main(["--url", f"{base}/mcp"]) == 2
+    assert "server/discover" in capsys.readouterr().err
+
+
+# -- Starlette and FastAPI: an ordinary route sees the MCP session ----------------------------------
+
+
+@pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
+def test_ordinary_route_sees_the_session_created_over_mcp(module: types.ModuleType) -> None:
+    with serve(module.build_app(environ=ENVIRON)) as base, httpx.Client(base_url=base, timeout=10) as client:
+        token = create_session(client)
+        sid = call_tool(client, "whoami", token)
+        assert call_tool(client, "count", token) == 1
+        assert call_tool(client, "count", token) == 2
+
+        seen = client.get("/session", headers={"Mcp-Session-Id": token})
+        assert seen.status_code == 200
+        assert seen.json()["session"] == sid
+        assert seen.json()["count"] == 2
+
+        assert client.get("/session").json() == {"session": None}
+        assert client.get("/session", headers={"Mcp-Session-Id": "not.a.session"}).json() == {"session": None}
+
+        other = create_session(client)
+        assert client.get("/session", headers={"Mcp-Session-Id": other}).json()["count"] == 0
+
+        rpc(client, "sessions/delete", token=token)
+        assert client.get("/session", headers={"Mcp-Session-Id": token}).json() == {"session": None}
+
+
+@pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
+def test_mcp_endpoint_is_at_slash_mcp_without_a_redirect(module: types.ModuleType) -> None:
+    with serve(module.build_app(environ=ENVIRON)) as base, httpx.Client(base_url=base, timeout=10) as client:
+        discover = rpc(client, "server/discover")  # rpc() asserts HTTP 200: no 307 to /mcp/
+        assert discover["result"]["capabilities"]["sessions"] == {}
+        assert call_tool(client, "count")["code"] == -32044
+
+
+class _CreateSession(mcp_types.Request[mcp_types.RequestParams | None, Literal["sessions/create"]]):
+    method: Literal["sessions/create"] = "sessions/create"
+    params: mcp_types.RequestParams | None = None
+
+
+class _CreateSessionResult(mcp_types.Result):
+    model_config = ConfigDict(extra="allow")
+    session: dict[str, Any]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_starlette_example_with_the_sdk_client(mode: Literal["auto", "legacy"]) -> None:
+    """Both eras reach the mounted MCP app, so the parent's lifespan runs the session manager."""
+    with serve(starlette_app.build_app(environ=ENVIRON)) as base:
+        async with Client(f"{base}/mcp", mode=mode) as client:
+            created = await client.session.send_request(_CreateSession(), _CreateSessionResult)
+            meta: Any = {SESSION_KEY: {"sessionId": created.session["sessionId"]}}
+            for expected in (1, 2):
+                result = await client.call_tool("count", {}, meta=meta)
+                assert result.structured_content == {"result": expected}
+            with pytest.raises(MCPError) as raised:
+                await client.call_tool("count", {})
+            assert raised.value.code == -32044
+
+
+# -- fastmcp ---------------------------------------------------------------------------------------
+
+
+def test_fastmcp_counter_survives_across_requests() -> None:
+    with serve(fastmcp_app.build_app(environ=ENVIRON)) as base, httpx.Client(base_url=base, timeout=10) as client:
+        discover = rpc(client, "server/discover")
+        assert discover["result"]["capabilities"]["sessions"] == {}
+        token = create_session(client)
+        assert [call_tool(client, "count", token) for _ in range(3)] == [1, 2, 3]
+        assert call_tool(client, "count", create_session(client)) == 1
+        assert call_tool(client, "count", token) == 4
+        assert call_tool(client, "count")["code"] == -32044
+        assert call_tool(client, "whoami") == "none"

@@ -1,0 +1,202 @@
+"""fastmcp 4.1 behind the middleware: a tool reads our session, and a per-session counter survives requests.
+
+fastmcp's own ``ctx.set_state`` is keyed by the transport session, which is new
+on every 2026-07-28 request, so a counter built on it stays at 1; the same
+counter in ``session.data`` counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastmcp import Context, FastMCP
+from fastmcp.server.dependencies import get_http_request
+from mcp import Client
+
+from _mcp import (
+    LEGACY,
+    MCP_PATH,
+    SERVER_INFO_KEY,
+    SESSION_KEY,
+    SESSION_NOT_FOUND,
+    SESSIONS_EXTENSION,
+    LegacyClient,
+    ModernClient,
+    jwt_claims,
+    session_meta,
+)
+from conftest import SECRET, serve
+from mcp_sessions import SCOPE_KEY, MCPSessionMiddleware, get_session
+
+FASTMCP_UI_EXTENSION = "io.modelcontextprotocol/ui"
+
+
+def build_fastmcp() -> FastMCP:
+    mcp = FastMCP("fastmcp-sessions")
+
+    @mcp.tool
+    async def bump(ctx: Context) -> dict[str, Any]:
+        """Count per data-layer session, and per fastmcp state, side by side."""
+        session = get_session()
+        request = get_http_request()
+        ours = None if session is None else await session.data.incr("bumps")
+        fastmcp_state = (await ctx.get_state("bumps") or 0) + 1
+        await ctx.set_state("bumps", fastmcp_state)
+        return {
+            "sid": None if session is None else session.id,
+            "scope_is_contextvar": request.scope.get(SCOPE_KEY) is session,
+            "accessor_agrees": get_session(request) is session,
+            "ours": ours,
+            "fastmcp_state": fastmcp_state,
+        }
+
+    return mcp
+
+
+def wrapped(**http_app_options: Any) -> MCPSessionMiddleware:
+    return MCPSessionMiddleware(build_fastmcp().http_app(path=MCP_PATH, **http_app_options), secret=SECRET)
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, str]]:
+    with (
+        serve(wrapped()) as default_url,
+        serve(wrapped(stateless_http=True, json_response=True)) as stateless_json_url,
+    ):
+        yield {"default": default_url, "stateless-json": stateless_json_url}
+
+
+@pytest.fixture(params=["default", "stateless-json"])
+def base_url(request: pytest.FixtureRequest, servers: dict[str, str]) -> str:
+    return servers[request.param]
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=10) as client:
+        yield client
+
+
+def bumped(message: dict[str, Any]) -> dict[str, Any]:
+    result = message["result"]
+    assert result["isError"] is False, message
+    structured: dict[str, Any] = result["structuredContent"]
+    return structured
+
+
+def test_discover_keeps_fastmcps_extensions_and_adds_sessions(base_url: str, http: httpx.Client) -> None:
+    response, message = ModernClient(http, base_url).request("server/discover")
+
+    assert response.status_code == 200
+    capabilities = message["result"]["capabilities"]
+    assert capabilities["sessions"] == {}
+    assert capabilities["extensions"] == {FASTMCP_UI_EXTENSION: {}, SESSIONS_EXTENSION: {}}
+    assert capabilities["tools"] == {"listChanged": False}
+    assert message["result"]["_meta"][SERVER_INFO_KEY]["name"] == "fastmcp-sessions"
+
+
+def test_modern_requests_count_per_session_where_fastmcp_state_cannot(base_url: str, http: httpx.Client) -> None:
+    client = ModernClient(http, base_url)
+    session, other = client.create_session(), client.create_session()
+    sid = jwt_claims(session["sessionId"])["sid"]
+
+    results = [client.call_tool("bump", session=session_meta(session))[1] for _ in range(3)]
+    other_result = client.call_tool("bump", session=session_meta(other))[1]
+
+    assert [bumped(m) for m in results] == [
+        {"sid": sid, "scope_is_contextvar": True, "accessor_agrees": True, "ours": n, "fastmcp_state": 1}
+        for n in (1, 2, 3)
+    ]
+    assert bumped(other_result)["ours"] == 1
+    meta = results[-1]["result"]["_meta"]
+    assert meta[SERVER_INFO_KEY]["name"] == "fastmcp-sessions"
+    assert meta[SESSION_KEY] == {"sessionId": session["sessionId"], "expiresAt": session["expiresAt"]}
+
+
+def test_legacy_requests_count_per_session(base_url: str, http: httpx.Client) -> None:
+    client = LegacyClient(http, base_url)
+    initialized = client.initialize()
+    session = client.create_session()
+
+    results = [client.call_tool("bump", session=session_meta(session))[1] for _ in range(2)]
+
+    assert initialized["protocolVersion"] == LEGACY
+    assert initialized["capabilities"]["sessions"] == {}
+    assert initialized["capabilities"]["experimental"] == {"sessions": {}}
+    assert [bumped(m)["ours"] for m in results] == [1, 2]
+    assert all(bumped(m)["sid"] == jwt_claims(session["sessionId"])["sid"] for m in results)
+    assert results[-1]["result"]["_meta"] == {
+        SESSION_KEY: {"sessionId": session["sessionId"], "expiresAt": session["expiresAt"]}
+    }
+
+
+def test_one_session_carries_across_eras(base_url: str, http: httpx.Client) -> None:
+    modern = ModernClient(http, base_url)
+    legacy = LegacyClient(http, base_url)
+    legacy.initialize()
+    session = modern.create_session()
+
+    first = modern.call_tool("bump", session=session_meta(session))[1]
+    second = legacy.call_tool("bump", session=session_meta(session))[1]
+    third = modern.call_tool("bump", session=session_meta(session))[1]
+
+    assert [bumped(m)["ours"] for m in (first, second, third)] == [1, 2, 3]
+
+
+def test_deleted_session_is_refused_with_session_not_found(base_url: str, http: httpx.Client) -> None:
+    client = ModernClient(http, base_url)
+    session = client.create_session()
+    client.call_tool("bump", session=session_meta(session))
+
+    client.request("sessions/delete", session=session_meta(session))
+    response, message = client.call_tool("bump", session=session_meta(session))
+
+    assert response.status_code == 200
+    assert message["error"]["code"] == SESSION_NOT_FOUND
+
+
+def test_sessionless_raw_requests_still_work(base_url: str, http: httpx.Client) -> None:
+    response, message = ModernClient(http, base_url).call_tool("bump")
+
+    assert response.status_code == 200
+    assert bumped(message) == {
+        "sid": None,
+        "scope_is_contextvar": True,
+        "accessor_agrees": True,
+        "ours": None,
+        "fastmcp_state": 1,
+    }
+    assert SESSION_KEY not in message["result"]["_meta"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_sessionless_sdk_client_still_works(servers: dict[str, str], mode: str) -> None:
+    async with Client(servers["default"] + MCP_PATH, mode=mode) as client:
+        tools = await client.list_tools()
+        result = await client.call_tool("bump", {})
+
+    assert [tool.name for tool in tools.tools] == ["bump"]
+    assert result.is_error is False
+    assert result.structured_content is not None
+    assert result.structured_content["sid"] is None
+    assert result.structured_content["ours"] is None
+    assert SESSION_KEY not in (result.meta or {})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_sdk_client_with_a_session_counts(servers: dict[str, str], mode: str) -> None:
+    with httpx.Client(timeout=10) as http:
+        session = ModernClient(http, servers["default"]).create_session()
+    meta = {SESSION_KEY: {"sessionId": session["sessionId"]}}
+
+    async with Client(servers["default"] + MCP_PATH, mode=mode) as client:
+        results = [await client.call_tool("bump", {}, meta=meta) for _ in range(3)]
+
+    assert [(r.structured_content or {}).get("ours") for r in results] == [1, 2, 3]
+    assert results[0].meta is not None
+    assert results[0].meta[SESSION_KEY]["sessionId"] == session["sessionId"]

@@ -1,0 +1,758 @@
+"""The 2026-07-28 wire, end to end: real uvicorn, the real mcp 2.3 MCPServer, real HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from examples.quickstart import build_app, build_server
+from mcp.server.mcpserver import Context, MCPServer
+
+from _mcp import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    MCP_PATH,
+    METHOD_NOT_FOUND,
+    MODERN,
+    RFC3339_UTC,
+    SERVER_INFO_KEY,
+    SESSION_KEY,
+    SESSION_NOT_FOUND,
+    SESSION_REQUIRED,
+    SESSIONS_EXTENSION,
+    ModernClient,
+    RecordingApp,
+    aiter_messages,
+    answer,
+    jwt_claims,
+    messages,
+    modern_headers,
+    modern_request,
+    session_meta,
+    tool_text,
+    with_claims,
+)
+from conftest import SECRET, serve
+from mcp_sessions import KeySet, MCPSessionMiddleware
+
+ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
+QUICKSTART_INFO = {"name": "quickstart", "version": ""}
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, str]]:
+    """The quickstart in both response modes, one uvicorn each for the whole module."""
+    with (
+        serve(build_app(json_response=True, environ=ENVIRON)) as json_url,
+        serve(build_app(json_response=False, environ=ENVIRON)) as sse_url,
+    ):
+        yield {"json": json_url, "sse": sse_url}
+
+
+@pytest.fixture(params=["json", "sse"])
+def client(request: pytest.FixtureRequest, servers: dict[str, str]) -> Iterator[ModernClient]:
+    with httpx.Client(timeout=10) as http:
+        yield ModernClient(http, servers[request.param])
+
+
+@pytest.fixture
+def sse_client(servers: dict[str, str]) -> Iterator[ModernClient]:
+    with httpx.Client(timeout=10) as http:
+        yield ModernClient(http, servers["sse"])
+
+
+def echo_of(message: dict[str, Any]) -> dict[str, Any]:
+    echo: dict[str, Any] = message["result"]["_meta"][SESSION_KEY]
+    return echo
+
+
+def assert_error(response: httpx.Response, message: dict[str, Any], status: int, code: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert "result" not in message
+    assert message["error"]["code"] == code, message
+    error: dict[str, Any] = message["error"]
+    return error
+
+
+# -- sessions/create -------------------------------------------------------------
+
+
+def test_create_returns_a_jwt_session_id_and_its_expiry(client: ModernClient) -> None:
+    before = int(time.time())
+    response, message = client.request("sessions/create", id=41)
+    after = int(time.time())
+
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert message["jsonrpc"] == "2.0"
+    assert message["id"] == 41
+    session = message["result"]["session"]
+    assert set(session) == {"sessionId", "expiresAt"}
+    token = session["sessionId"]
+    assert all(0x21 <= ord(char) <= 0x7E for char in token)
+    assert token.count(".") == 2
+    claims = jwt_claims(token)
+    assert before <= claims["iat"] <= after
+    assert claims["exp"] - claims["iat"] == 24 * 3600
+    assert RFC3339_UTC.fullmatch(session["expiresAt"])
+    assert session["expiresAt"] == datetime.fromtimestamp(claims["exp"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_create_the_spec_vector_verbatim_without_params(client: ModernClient) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}
+    response = client.post(body)
+
+    assert response.status_code == 200
+    message = answer(response)
+    assert message["id"] == 1
+    assert set(message["result"]["session"]) == {"sessionId", "expiresAt"}
+
+
+def test_each_create_mints_a_distinct_session(client: ModernClient) -> None:
+    first, second = client.create_session(), client.create_session()
+
+    assert first["sessionId"] != second["sessionId"]
+    assert jwt_claims(first["sessionId"])["sid"] != jwt_claims(second["sessionId"])["sid"]
+
+
+def test_create_accepts_a_label(client: ModernClient) -> None:
+    response, message = client.request("sessions/create", {"label": "my chat"})
+
+    assert response.status_code == 200
+    assert "sessionId" in message["result"]["session"]
+
+
+def test_create_rejects_an_overlong_label(client: ModernClient) -> None:
+    response, message = client.request("sessions/create", {"label": "x" * 257})
+
+    assert_error(response, message, 400, INVALID_PARAMS)
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        pytest.param("valid", id="a-valid-session"),
+        pytest.param({"sessionId": "sess-abc123"}, id="an-unknown-session"),
+        pytest.param("not-an-object", id="garbage"),
+    ],
+)
+def test_create_carrying_session_metadata_is_invalid(client: ModernClient, session: Any) -> None:
+    if session == "valid":
+        session = session_meta(client.create_session())
+
+    response, message = client.request("sessions/create", session=session, id=5)
+
+    error = assert_error(response, message, 400, INVALID_REQUEST)
+    assert message["id"] == 5
+    assert "session" not in json.dumps(error.get("data") or {})
+
+
+def test_create_with_a_wrong_mcp_method_header_is_a_header_mismatch(client: ModernClient) -> None:
+    body = modern_request("sessions/create")
+    response = client.post(body, {**modern_headers(body), "Mcp-Method": "tools/list"})
+
+    assert_error(response, answer(response), 400, HEADER_MISMATCH)
+
+
+# -- using a session ---------------------------------------------------------------
+
+
+def test_tool_result_carries_content_and_the_echo_merged_with_server_info(client: ModernClient) -> None:
+    session = client.create_session()
+
+    response, message = client.call_tool("count", session=session_meta(session), id=2)
+
+    assert response.status_code == 200
+    assert message["id"] == 2
+    assert message["result"]["content"] == [{"type": "text", "text": "1"}]
+    assert message["result"]["structuredContent"] == {"result": 1}
+    meta = message["result"]["_meta"]
+    assert set(meta) == {SERVER_INFO_KEY, SESSION_KEY}
+    assert meta[SERVER_INFO_KEY] == QUICKSTART_INFO
+    assert meta[SESSION_KEY] == {"sessionId": session["sessionId"], "expiresAt": session["expiresAt"]}
+    assert RFC3339_UTC.fullmatch(meta[SESSION_KEY]["expiresAt"])
+
+
+@pytest.mark.parametrize("request_id", [0, "req-7", 2**53 + 1, -3])
+def test_echo_finds_its_response_whatever_the_id(client: ModernClient, request_id: Any) -> None:
+    session = client.create_session()
+
+    response, message = client.call_tool("whoami", session=session_meta(session), id=request_id)
+
+    assert message["id"] == request_id
+    assert echo_of(message)["sessionId"] == session["sessionId"]
+    if response.headers["content-type"].startswith("application/json"):
+        assert int(response.headers["content-length"]) == len(response.content)
+
+
+def test_sessionless_result_has_no_echo(client: ModernClient) -> None:
+    response, message = client.call_tool("whoami")
+
+    assert response.status_code == 200
+    assert tool_text(message) == "none"
+    assert message["result"]["_meta"] == {SERVER_INFO_KEY: QUICKSTART_INFO}
+
+
+def test_required_tool_without_session_is_session_required_in_http_200(client: ModernClient) -> None:
+    response, message = client.call_tool("count", id=4)
+
+    error = assert_error(response, message, 200, SESSION_REQUIRED)
+    assert message["id"] == 4
+    assert error["message"] == "Session required"
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    [
+        pytest.param("sess-invalid", id="spec-vector"),
+        pytest.param("", id="empty"),
+        pytest.param("a.b.c", id="jws-shaped-garbage"),
+        pytest.param("x" * 300, id="overlong"),
+    ],
+)
+def test_unknown_session_id_is_session_not_found_with_the_id_sent(client: ModernClient, session_id: str) -> None:
+    response, message = client.call_tool("whoami", session={"sessionId": session_id}, id=3)
+
+    error = assert_error(response, message, 200, SESSION_NOT_FOUND)
+    assert message["id"] == 3
+    assert error["message"] == "Session not found"
+    assert error["data"] == {"sessionId": session_id[:256]}
+
+
+def forged_tokens(genuine: str) -> dict[str, str]:
+    other_key = KeySet.from_secret("another-secret-that-is-long-enough-for-hs256-xx")
+    wrong_audience = KeySet.from_secret(SECRET, audience="someone-else")
+    now = time.time()
+    return {
+        "other-key": other_key.mint_session_token(ttl=3600)[0],
+        "wrong-audience": wrong_audience.mint_session_token(ttl=3600)[0],
+        "expired": KeySet.from_secret(SECRET).mint_session_token(ttl=60, now=now - 3600)[0],
+        "edited-sid": with_claims(genuine, sid="A" * 24),
+        "edited-exp": with_claims(genuine, exp=jwt_claims(genuine)["exp"] + 3600),
+        "no-signature": genuine.rsplit(".", 1)[0] + ".",
+    }
+
+
+@pytest.mark.parametrize("kind", ["other-key", "wrong-audience", "expired", "edited-sid", "edited-exp", "no-signature"])
+def test_forged_or_expired_session_id_is_session_not_found(client: ModernClient, kind: str) -> None:
+    genuine = client.create_session()["sessionId"]
+    token = forged_tokens(genuine)[kind]
+
+    response, message = client.call_tool("whoami", session={"sessionId": token})
+
+    error = assert_error(response, message, 200, SESSION_NOT_FOUND)
+    assert error["data"] == {"sessionId": token[:256]}
+
+
+def test_count_increments_per_session_and_sessions_are_independent(client: ModernClient) -> None:
+    first, second = client.create_session(), client.create_session()
+
+    def count(session: dict[str, Any]) -> int:
+        return int(tool_text(client.call_tool("count", session=session_meta(session))[1]))
+
+    assert [count(first), count(first), count(second), count(first), count(second)] == [1, 2, 1, 3, 2]
+
+
+@pytest.mark.anyio
+async def test_concurrent_requests_of_one_session_all_count(servers: dict[str, str]) -> None:
+    async with httpx.AsyncClient(timeout=10) as http:
+        create = modern_request("sessions/create")
+        created = await http.post(servers["json"] + MCP_PATH, json=create, headers=modern_headers(create))
+        session = session_meta(answer(created)["result"]["session"])
+        seen: list[int] = []
+
+        async def count(request_id: int) -> None:
+            body = modern_request("tools/call", {"name": "count", "arguments": {}}, id=request_id, session=session)
+            response = await http.post(servers["json"] + MCP_PATH, json=body, headers=modern_headers(body))
+            seen.append(int(tool_text(answer(response))))
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for request_id in range(10):
+                    tg.start_soon(count, request_id)
+
+    assert sorted(seen) == list(range(1, 11))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["json", "sse"])
+async def test_concurrent_requests_of_two_sessions_never_see_each_other(servers: dict[str, str], mode: str) -> None:
+    url = servers[mode] + MCP_PATH
+    async with httpx.AsyncClient(timeout=10) as http:
+        tokens = []
+        for _ in range(2):
+            create = modern_request("sessions/create")
+            tokens.append(answer(await http.post(url, json=create, headers=modern_headers(create)))["result"])
+        sessions = [created["session"]["sessionId"] for created in tokens]
+        mismatches: list[tuple[str, str]] = []
+
+        async def whoami(token: str, request_id: int) -> None:
+            body = modern_request(
+                "tools/call", {"name": "whoami", "arguments": {}}, id=request_id, session={"sessionId": token}
+            )
+            message = answer(await http.post(url, json=body, headers=modern_headers(body)))
+            if (
+                tool_text(message) != jwt_claims(token)["sid"]
+                or message["result"]["_meta"][SESSION_KEY]["sessionId"] != token
+            ):
+                mismatches.append((token, tool_text(message)))
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                for request_id in range(20):
+                    tg.start_soon(whoami, sessions[request_id % 2], request_id)
+
+    assert mismatches == []
+
+
+def test_whoami_returns_the_sid_claim(client: ModernClient) -> None:
+    session = client.create_session()
+
+    _, message = client.call_tool("whoami", session=session_meta(session))
+
+    assert tool_text(message) == jwt_claims(session["sessionId"])["sid"]
+    assert echo_of(message)["sessionId"] == session["sessionId"]
+
+
+def test_session_null_in_meta_counts_as_no_session(client: ModernClient) -> None:
+    body = modern_request("tools/call", {"name": "whoami", "arguments": {}})
+    body["params"]["_meta"][SESSION_KEY] = None
+
+    response = client.post(body)
+
+    assert response.status_code == 200
+    assert tool_text(answer(response)) == "none"
+
+
+def test_unknown_meta_keys_beside_the_session_still_reach_the_server(client: ModernClient) -> None:
+    session = client.create_session()
+
+    _, message = client.call_tool("whoami", session=session_meta(session), meta={"example.com/trace": "abc"})
+
+    assert tool_text(message) == jwt_claims(session["sessionId"])["sid"]
+
+
+# -- client-held state ---------------------------------------------------------------
+
+
+def test_state_round_trips_through_the_client(client: ModernClient) -> None:
+    session = client.create_session()
+
+    _, unset = client.call_tool("get_mode", session=session_meta(session))
+    assert tool_text(unset) == "unset"
+    assert "state" not in echo_of(unset)
+
+    _, dark = client.call_tool("set_mode", {"mode": "dark"}, session=session_meta(session))
+    assert tool_text(dark) == "dark"
+    dark_state = echo_of(dark)["state"]
+    assert isinstance(dark_state, str)
+    assert echo_of(dark)["sessionId"] == session["sessionId"]
+
+    _, read = client.call_tool("get_mode", session=session_meta(session, state=dark_state))
+    assert tool_text(read) == "dark"
+    assert echo_of(read)["state"] == dark_state
+
+    _, light = client.call_tool("set_mode", {"mode": "light"}, session=session_meta(session, state=dark_state))
+    light_state = echo_of(light)["state"]
+    assert light_state != dark_state
+    assert tool_text(client.call_tool("get_mode", session=session_meta(session, state=light_state))[1]) == "light"
+    # Client-held and last-write-wins: an older state the client chooses to send is what the server sees.
+    assert tool_text(client.call_tool("get_mode", session=session_meta(session, state=dark_state))[1]) == "dark"
+
+
+def test_state_from_another_session_is_session_not_found(client: ModernClient) -> None:
+    mine, theirs = client.create_session(), client.create_session()
+    _, set_theirs = client.call_tool("set_mode", {"mode": "admin"}, session=session_meta(theirs))
+    their_state = echo_of(set_theirs)["state"]
+
+    response, message = client.call_tool("get_mode", session=session_meta(mine, state=their_state))
+
+    error = assert_error(response, message, 200, SESSION_NOT_FOUND)
+    assert error["data"] == {"sessionId": mine["sessionId"][:256]}
+
+
+@pytest.mark.parametrize("edit", ["payload", "garbage", "unsigned"])
+def test_edited_state_is_session_not_found(client: ModernClient, edit: str) -> None:
+    session = client.create_session()
+    _, set_mode = client.call_tool("set_mode", {"mode": "user"}, session=session_meta(session))
+    state = echo_of(set_mode)["state"]
+    edited = {
+        "payload": with_claims(state, st={"mode": "admin"}),
+        "garbage": "not-a-state-token",
+        "unsigned": state.rsplit(".", 1)[0] + ".",
+    }[edit]
+
+    response, message = client.call_tool("get_mode", session=session_meta(session, state=edited))
+
+    assert_error(response, message, 200, SESSION_NOT_FOUND)
+
+
+def test_state_that_is_not_a_string_is_invalid_request(client: ModernClient) -> None:
+    session = client.create_session()
+
+    response, message = client.call_tool("get_mode", session={"sessionId": session["sessionId"], "state": {"mode": 1}})
+
+    assert_error(response, message, 400, INVALID_REQUEST)
+
+
+# -- sessions/delete -------------------------------------------------------------------
+
+
+def test_delete_ends_the_session_everywhere(client: ModernClient) -> None:
+    session, other = client.create_session(), client.create_session()
+    _, set_mode = client.call_tool("set_mode", {"mode": "dark"}, session=session_meta(session))
+    state = echo_of(set_mode)["state"]
+    assert tool_text(client.call_tool("count", session=session_meta(other))[1]) == "1"
+
+    response, message = client.request("sessions/delete", session=session_meta(session), id=9)
+
+    assert response.status_code == 200
+    assert message["id"] == 9
+    assert {key: value for key, value in message["result"].items() if key != "resultType"} == {}
+    uses = [
+        client.call_tool("count", session=session_meta(session)),
+        client.call_tool("whoami", session=session_meta(session)),
+        client.call_tool("get_mode", session=session_meta(session, state=state)),
+        client.request("tools/list", session=session_meta(session)),
+        client.request("sessions/delete", session=session_meta(session)),
+    ]
+    for use_response, use_message in uses:
+        error = assert_error(use_response, use_message, 200, SESSION_NOT_FOUND)
+        assert error["data"] == {"sessionId": session["sessionId"][:256]}
+    # Another session is untouched.
+    assert tool_text(client.call_tool("count", session=session_meta(other))[1]) == "2"
+
+
+def test_delete_without_session_is_session_required(client: ModernClient) -> None:
+    response, message = client.request("sessions/delete", id=6)
+
+    assert_error(response, message, 200, SESSION_REQUIRED)
+    assert message["id"] == 6
+
+
+def test_delete_of_an_unknown_session_is_session_not_found(client: ModernClient) -> None:
+    response, message = client.request("sessions/delete", session={"sessionId": "sess-invalid"})
+
+    error = assert_error(response, message, 200, SESSION_NOT_FOUND)
+    assert error["data"] == {"sessionId": "sess-invalid"}
+
+
+# -- the Mcp-Session-Id header ------------------------------------------------------------
+
+
+def test_mcp_session_id_header_differing_from_meta_is_header_mismatch(client: ModernClient) -> None:
+    session, other = client.create_session(), client.create_session()
+
+    response, message = client.call_tool(
+        "count", session=session_meta(session), Mcp_Session_Id=other["sessionId"], id=8
+    )
+
+    assert_error(response, message, 400, HEADER_MISMATCH)
+    assert message["id"] == 8
+    # Nothing ran: the session's counter is still untouched.
+    assert tool_text(client.call_tool("count", session=session_meta(session))[1]) == "1"
+
+
+def test_mcp_session_id_header_mismatch_on_delete_keeps_the_session(client: ModernClient) -> None:
+    session = client.create_session()
+
+    response, message = client.request("sessions/delete", session=session_meta(session), Mcp_Session_Id="other")
+
+    assert_error(response, message, 400, HEADER_MISMATCH)
+    assert (
+        tool_text(client.call_tool("whoami", session=session_meta(session))[1])
+        == jwt_claims(session["sessionId"])["sid"]
+    )
+
+
+def test_mcp_session_id_header_equal_to_meta_is_fine(client: ModernClient) -> None:
+    session = client.create_session()
+
+    response, message = client.call_tool("count", session=session_meta(session), Mcp_Session_Id=session["sessionId"])
+
+    assert response.status_code == 200
+    assert tool_text(message) == "1"
+    assert echo_of(message)["sessionId"] == session["sessionId"]
+
+
+def test_mcp_session_id_header_alone_does_not_make_a_session(client: ModernClient) -> None:
+    session = client.create_session()
+
+    response, message = client.call_tool("whoami", Mcp_Session_Id=session["sessionId"])
+
+    assert response.status_code == 200
+    assert tool_text(message) == "none"
+    assert SESSION_KEY not in message["result"]["_meta"]
+
+
+# -- malformed session metadata --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        pytest.param("sess-abc123", id="string"),
+        pytest.param(42, id="number"),
+        pytest.param(["sess-abc123"], id="array"),
+        pytest.param(True, id="boolean"),
+        pytest.param({}, id="no-sessionId"),
+        pytest.param({"sessionId": 42}, id="numeric-sessionId"),
+        pytest.param({"sessionId": None}, id="null-sessionId"),
+        pytest.param({"sessionId": ["x"]}, id="array-sessionId"),
+    ],
+)
+@pytest.mark.parametrize("method", ["tools/call", "sessions/delete"])
+def test_malformed_session_metadata_is_invalid_request(client: ModernClient, session: Any, method: str) -> None:
+    params = {"name": "whoami", "arguments": {}} if method == "tools/call" else None
+
+    response, message = client.request(method, params, session=session, id=11)
+
+    assert_error(response, message, 400, INVALID_REQUEST)
+    assert message["id"] == 11
+
+
+# -- capabilities -------------------------------------------------------------------------------
+
+
+def test_discover_advertises_sessions_and_keeps_the_servers_capabilities(client: ModernClient) -> None:
+    response, message = client.request("server/discover")
+
+    assert response.status_code == 200
+    result = message["result"]
+    capabilities = result["capabilities"]
+    assert capabilities["sessions"] == {}
+    assert capabilities["extensions"] == {SESSIONS_EXTENSION: {}}
+    assert capabilities["tools"] == {"listChanged": True}
+    assert capabilities["prompts"] == {"listChanged": True}
+    assert capabilities["resources"] == {"listChanged": True, "subscribe": True}
+    assert result["supportedVersions"] == [MODERN]
+    assert result["_meta"] == {SERVER_INFO_KEY: QUICKSTART_INFO}
+
+
+def test_discover_advertises_required_when_every_operation_needs_a_session() -> None:
+    with serve(build_app(json_response=True, environ=ENVIRON, require_session=True)) as url, httpx.Client() as http:
+        client = ModernClient(http, url)
+        _, discover = client.request("server/discover")
+        whoami_response, whoami = client.call_tool("whoami")
+
+    assert discover["result"]["capabilities"]["sessions"] == {"required": True}
+    assert discover["result"]["capabilities"]["extensions"] == {SESSIONS_EXTENSION: {"required": True}}
+    assert_error(whoami_response, whoami, 200, SESSION_REQUIRED)
+
+
+# -- errors and notifications -------------------------------------------------------------------
+
+
+def test_error_responses_to_a_valid_session_carry_no_session_metadata(client: ModernClient) -> None:
+    session = client.create_session()
+    token = session["sessionId"]
+
+    unknown_response, unknown = client.request("example/unknown", session=session_meta(session))
+    body = modern_request("tools/call", {"name": "count", "arguments": {}}, session=session_meta(session))
+    mismatch_response = client.post(body, {**modern_headers(body), "Mcp-Name": "whoami"})
+
+    assert_error(unknown_response, unknown, 404, METHOD_NOT_FOUND)
+    assert token not in unknown_response.text
+    assert_error(mismatch_response, answer(mismatch_response), 400, HEADER_MISMATCH)
+    assert token not in mismatch_response.text
+    # Neither reached the counter.
+    assert tool_text(client.call_tool("count", session=session_meta(session))[1]) == "1"
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "code"),
+    [
+        ("no-session", 200, SESSION_REQUIRED),
+        ("unknown-session", 200, SESSION_NOT_FOUND),
+        ("header-mismatch", 400, HEADER_MISMATCH),
+        ("malformed-state", 400, INVALID_REQUEST),
+    ],
+)
+def test_middleware_errors_carry_no_session_metadata(client: ModernClient, case: str, status: int, code: int) -> None:
+    session = client.create_session()
+    kwargs: dict[str, Any] = {
+        "no-session": {},
+        "unknown-session": {"session": {"sessionId": "sess-invalid"}},
+        "header-mismatch": {"session": session_meta(session), "Mcp_Session_Id": "other"},
+        "malformed-state": {"session": {"sessionId": session["sessionId"], "state": 1}},
+    }[case]
+
+    response, message = client.call_tool("count", **kwargs)
+
+    assert_error(response, message, status, code)
+    assert set(message) == {"jsonrpc", "id", "error"}
+    assert session["sessionId"] not in response.text
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Iterator[tuple[str, RecordingApp]]:
+    inner = RecordingApp(build_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=True))
+    with serve(MCPSessionMiddleware(inner, secret=SECRET, require_session_tools={"count"})) as url:
+        yield url, inner
+
+
+@pytest.mark.parametrize(
+    "session",
+    [
+        pytest.param({"sessionId": "sess-invalid"}, id="unknown"),
+        pytest.param("not-an-object", id="malformed"),
+        pytest.param("mismatched-header", id="header-mismatch"),
+    ],
+)
+@pytest.mark.parametrize("method", ["tools/call", "notifications/cancelled", "sessions/create", "sessions/delete"])
+def test_notifications_with_an_invalid_session_are_accepted_and_dropped(
+    recorded: tuple[str, RecordingApp], session: Any, method: str
+) -> None:
+    url, inner = recorded
+    with httpx.Client(timeout=10) as http:
+        client = ModernClient(http, url)
+        extra = {}
+        if session == "mismatched-header":
+            session = session_meta(client.create_session())
+            extra["Mcp-Session-Id"] = "something-else"
+        body = modern_request(method, {"name": "count", "arguments": {}, "requestId": 1}, id=None, session=session)
+        inner.clear()
+
+        response = client.post(body, {**modern_headers(body), **extra})
+
+    assert response.status_code == 202
+    assert response.content == b""
+    assert inner.seen == []
+
+
+def test_notification_with_a_valid_session_is_forwarded(recorded: tuple[str, RecordingApp]) -> None:
+    url, inner = recorded
+    with httpx.Client(timeout=10) as http:
+        client = ModernClient(http, url)
+        session = session_meta(client.create_session())
+        body = modern_request("notifications/cancelled", {"requestId": 1}, id=None, session=session)
+        inner.clear()
+
+        response = client.post(body)
+
+    assert response.status_code == 202
+    assert inner.seen == [body]
+
+
+def test_sessionless_requests_reach_the_server_byte_for_byte_unchanged(recorded: tuple[str, RecordingApp]) -> None:
+    url, inner = recorded
+    body = modern_request("tools/call", {"name": "whoami", "arguments": {}}, meta={"example.com/x": [1, 2]})
+    raw = json.dumps(body, indent=1).encode() + b"\n"
+    with httpx.Client(timeout=10) as http:
+        inner.clear()
+        response = http.post(url + MCP_PATH, content=raw, headers=modern_headers(body))
+
+    assert response.status_code == 200
+    assert tool_text(answer(response)) == "none"
+    assert inner.raw == [raw]
+
+
+# -- SSE ------------------------------------------------------------------------------------------
+
+
+def test_progress_notifications_come_first_and_never_carry_the_session(sse_client: ModernClient) -> None:
+    session = sse_client.create_session()
+    token = session["sessionId"]
+    body = modern_request(
+        "tools/call",
+        {"name": "countdown", "arguments": {"n": 2}},
+        id=12,
+        session=session_meta(session),
+        meta={"progressToken": "p-12"},
+    )
+
+    response = sse_client.post(body)
+
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert "content-length" not in response.headers
+    received = messages(response)
+    assert [m.get("method", "result") for m in received] == ["notifications/progress"] * 2 + ["result"]
+    for index, notification in enumerate(received[:2], start=1):
+        assert notification["params"]["progressToken"] == "p-12"
+        assert notification["params"]["progress"] == index
+        assert SESSION_KEY not in (notification["params"].get("_meta") or {})
+        assert token not in json.dumps(notification)
+    final = received[-1]
+    assert final["id"] == 12
+    assert tool_text(final) == "done"
+    assert final["result"]["_meta"] == {
+        SERVER_INFO_KEY: QUICKSTART_INFO,
+        SESSION_KEY: {"sessionId": token, "expiresAt": session["expiresAt"]},
+    }
+
+
+# -- streaming: the middleware must never hold back an event ---------------------------------------
+
+
+def gated_app(release: threading.Event) -> MCPSessionMiddleware:
+    """An MCPServer whose tool reports progress, then waits until the test releases it.
+
+    Stateless, so that a 2025-era request needs no handshake; the 2026 path ignores the setting.
+    """
+    mcp = MCPServer("gated")
+
+    @mcp.tool()
+    async def gated(ctx: Context) -> str:
+        await ctx.report_progress(1, 2, "waiting for the test")
+        released = await anyio.to_thread.run_sync(release.wait, 15)
+        return "released" if released else "timed out"
+
+    app = mcp.streamable_http_app(streamable_http_path=MCP_PATH, json_response=False, stateless_http=True)
+    return MCPSessionMiddleware(app, secret=SECRET)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("era", ["modern", "legacy-stateless"])
+async def test_progress_event_reaches_the_client_while_the_tool_still_waits(era: str) -> None:
+    release = threading.Event()
+    with serve(gated_app(release)) as base:
+        url = base + MCP_PATH
+        try:
+            async with httpx.AsyncClient(timeout=30) as http:
+                create = modern_request("sessions/create")
+                created = await http.post(url, json=create, headers=modern_headers(create))
+                session = answer(created)["result"]["session"]
+                params = {"name": "gated", "arguments": {}}
+                meta = {"progressToken": "gate"}
+                if era == "modern":
+                    body = modern_request("tools/call", params, id=7, session=session_meta(session), meta=meta)
+                    headers = modern_headers(body)
+                else:
+                    body = {
+                        "jsonrpc": "2.0",
+                        "id": 7,
+                        "method": "tools/call",
+                        "params": {**params, "_meta": {**meta, SESSION_KEY: session_meta(session)}},
+                    }
+                    headers = {
+                        "Content-Type": "application/json",
+                        "Accept": "application/json, text/event-stream",
+                        "MCP-Protocol-Version": "2025-11-25",
+                    }
+                async with http.stream("POST", url, json=body, headers=headers) as response:
+                    assert response.status_code == 200
+                    assert response.headers["content-type"].startswith("text/event-stream")
+                    stream = aiter_messages(response.aiter_lines())
+                    with anyio.fail_after(10):  # a held-back progress event fails here instead of hanging
+                        first = await anext(stream)
+                    assert first["method"] == "notifications/progress"
+                    assert first["params"]["progressToken"] == "gate"
+                    assert not release.is_set()
+                    release.set()
+                    with anyio.fail_after(10):
+                        final = await anext(stream)
+        finally:
+            release.set()
+
+    assert final["id"] == 7
+    assert tool_text(final) == "released"
+    assert final["result"]["_meta"][SESSION_KEY]["sessionId"] == session["sessionId"]

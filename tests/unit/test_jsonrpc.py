@@ -1,0 +1,159 @@
+"""JSON-RPC helpers and the wire profile's tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mcp_sessions import _jsonrpc as jsonrpc
+from mcp_sessions._protocol import capability, http_status, is_modern
+
+KEY = "io.modelcontextprotocol/session"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"a":1}', {"a": 1}),
+        (b"[1,2]", [1, 2]),
+        (b"null", None),
+        ('{"é":"✓"}'.encode(), {"é": "✓"}),
+        (b"", None),
+        (b"{not json", None),
+        (b"\xff\xfe\xfd", None),
+        (b"[" * 100_000 + b"]" * 100_000, None),
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, None),
+    ],
+    ids=["object", "array", "null", "utf8", "empty", "broken", "not-utf8", "deep-array", "deep-object"],
+)
+def test_loads(body: bytes, expected: Any) -> None:
+    assert jsonrpc.loads(body) == expected
+
+
+def test_dumps_is_compact_utf8() -> None:
+    assert jsonrpc.dumps({"a": [1, "é"], "b": None}) == '{"a":[1,"é"],"b":null}'.encode()
+
+
+def _message(session: Any = ..., *, meta: Any = ..., params: Any = ...) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    if params is not ...:
+        message["params"] = params
+        return message
+    if meta is not ...:
+        message["params"] = {"_meta": meta}
+        return message
+    message["params"] = {"_meta": {} if session is ... else {KEY: session}}
+    return message
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ({"jsonrpc": "2.0", "id": 1, "method": "x"}, None),
+        (_message(params=None), None),
+        (_message(params=[1, 2]), None),
+        (_message(params="p"), None),
+        (_message(meta=None), None),
+        (_message(meta="m"), None),
+        (_message(meta=[]), None),
+        (_message(), None),
+        (_message(None), None),
+        (_message({"sessionId": "t"}), {"sessionId": "t"}),
+        (_message({"sessionId": "t", "state": "s"}), {"sessionId": "t", "state": "s"}),
+        (_message({"sessionId": "t", "state": None}), {"sessionId": "t", "state": None}),
+        (_message({"sessionId": "", "extra": 1}), {"sessionId": "", "extra": 1}),
+    ],
+    ids=["no-params", "params-null", "params-list", "params-string", "meta-null", "meta-string",
+         "meta-list", "no-session", "session-null", "session", "with-state", "state-null", "empty-id-and-extra"],
+)  # fmt: skip
+def test_session_meta(message: dict[str, Any], expected: Any) -> None:
+    assert jsonrpc.session_meta(message) == expected
+
+
+@pytest.mark.parametrize(
+    ("session", "message"),
+    [
+        ("token", "session metadata must be an object"),
+        (["token"], "session metadata must be an object"),
+        (1, "session metadata must be an object"),
+        (False, "session metadata must be an object"),
+        ({}, "needs a string sessionId"),
+        ({"sessionId": None}, "needs a string sessionId"),
+        ({"sessionId": 1}, "needs a string sessionId"),
+        ({"sessionId": ["t"]}, "needs a string sessionId"),
+        ({"sessionId": {"t": 1}}, "needs a string sessionId"),
+        ({"sessionId": "t", "state": 1}, "session state must be a string"),
+        ({"sessionId": "t", "state": {"mode": "x"}}, "session state must be a string"),
+        ({"sessionId": "t", "state": False}, "session state must be a string"),
+    ],
+    ids=["string", "list", "int", "false", "empty", "id-null", "id-int", "id-list", "id-object", "state-int",
+         "state-object", "state-false"],
+)  # fmt: skip
+def test_session_meta_of_the_wrong_shape(session: Any, message: str) -> None:
+    with pytest.raises(jsonrpc.InvalidSessionMeta, match=message):
+        jsonrpc.session_meta(_message(session))
+
+
+def test_error_and_result_frames() -> None:
+    assert jsonrpc.error(3, -32043, "Session not found", {"sessionId": "x"}) == {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "error": {"code": -32043, "message": "Session not found", "data": {"sessionId": "x"}},
+    }
+    assert jsonrpc.error("a", -32044, "Session required") == {
+        "jsonrpc": "2.0",
+        "id": "a",
+        "error": {"code": -32044, "message": "Session required"},
+    }
+    assert jsonrpc.invalid_request(None, "nope") == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "nope"},
+    }
+    assert jsonrpc.result(1, {}) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("abc", "abc"), ("x" * 256, "x" * 256), ("x" * 257, "x" * 256), ("y" * 10_000, "y" * 256), (1, None),
+     (None, None), (["x"], None)],
+    ids=["short", "256", "257", "10k", "int", "null", "list"],
+)  # fmt: skip
+def test_echoed_session_id_is_bounded(value: Any, expected: Any) -> None:
+    assert jsonrpc.echoed_session_id(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("element", "expected"),
+    [({"id": 1}, 1), ({"id": "a"}, "a"), ({"id": 1.5}, 1.5), ({"id": None}, None), ({}, None),
+     ({"id": True}, None), ({"id": [1]}, None), ({"id": {"a": 1}}, None), ("not an object", None), (7, None)],
+    ids=["int", "str", "float", "null", "missing", "bool", "list", "object", "string-element", "int-element"],
+)  # fmt: skip
+def test_request_id_of(element: Any, expected: Any) -> None:
+    assert jsonrpc.request_id_of(element) == expected
+    assert type(jsonrpc.request_id_of(element)) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [(None, False), ("2024-11-05", False), ("2025-03-26", False), ("2025-06-18", False), ("2025-11-25", False),
+     ("2026-07-28", True), ("2099-01-01", True), ("garbage", True)],
+)  # fmt: skip
+def test_is_modern(version: str | None, expected: bool) -> None:
+    assert is_modern(version) is expected
+
+
+@pytest.mark.parametrize(
+    ("code", "modern", "expected"),
+    [(-32601, True, 404), (-32700, True, 400), (-32600, True, 400), (-32602, True, 400), (-32020, True, 400),
+     (-32043, True, 200), (-32044, True, 200), (-32010, True, 503), (-32603, True, 200),
+     (-32601, False, 200), (-32600, False, 200), (-32020, False, 200), (-32043, False, 200), (-32010, False, 503)],
+)  # fmt: skip
+def test_http_status(code: int, modern: bool, expected: int) -> None:
+    assert http_status(code, modern=modern) == expected
+
+
+def test_capability() -> None:
+    assert capability(required=False) == {}
+    assert capability(required=True) == {"required": True}

@@ -1,0 +1,644 @@
+"""Session ids and state tokens: minting, the claims, and every way a token must be refused."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+from jwt.algorithms import ECAlgorithm
+
+from mcp_sessions import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
+
+SECRET = "unit-test-secret-that-is-long-enough-for-hs256!"
+SECRET_BYTES = SECRET.encode()
+SESSION_TYP = "mcp-session+jwt"
+STATE_TYP = "mcp-session-state+jwt"
+SID = "AAAAAAAAAAAAAAAAAAAAAAAA"
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unb64(segment: str) -> bytes:
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+
+
+def segments(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    header, payload, _sig = token.split(".")
+    return json.loads(unb64(header)), json.loads(unb64(payload))
+
+
+def forge(
+    header: dict[str, Any],
+    payload: dict[str, Any] | bytes,
+    *,
+    key: bytes = SECRET_BYTES,
+    digest: Any = hashlib.sha256,
+    signature: bytes | None = None,
+) -> str:
+    """A compact JWS built by hand, HMAC-signed with ``key`` unless ``signature`` is given."""
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    signing_input = f"{b64(json.dumps(header).encode())}.{b64(raw)}"
+    if signature is None:
+        signature = hmac.new(key, signing_input.encode(), digest).digest()
+    return f"{signing_input}.{b64(signature)}"
+
+
+def keyset(**kwargs: Any) -> KeySet:
+    return KeySet.from_secret(SECRET, **kwargs)
+
+
+KID = keyset().signer.kid
+
+
+def header(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"alg": "HS256", "kid": KID, "typ": SESSION_TYP}
+    for name, value in changes.items():
+        if value is _DROP:
+            base.pop(name)
+        else:
+            base[name] = value
+    return base
+
+
+def claims(now: int, **changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"iss": "mcp-sessions", "aud": "mcp-sessions", "sid": SID, "iat": now, "exp": now + 3600}
+    for name, value in changes.items():
+        if value is _DROP:
+            base.pop(name)
+        else:
+            base[name] = value
+    return base
+
+
+_DROP = object()
+
+
+# -- minting -------------------------------------------------------------------
+
+
+def test_mint_then_verify_round_trip() -> None:
+    keys = keyset()
+    token, minted = keys.mint_session_token(ttl=600)
+    assert keys.verify_session_token(token) == minted
+    # A second KeySet (another replica, empty cache) agrees.
+    assert keyset().verify_session_token(token) == minted
+
+
+def test_minted_claims_are_exactly_the_registered_ones() -> None:
+    now = 1_900_000_000.7
+    token, minted = keyset().mint_session_token(ttl=600, now=now)
+    head, payload = segments(token)
+    assert head == {"alg": "HS256", "kid": KID, "typ": SESSION_TYP}
+    assert payload == {
+        "iss": "mcp-sessions",
+        "aud": "mcp-sessions",
+        "sid": minted.session_id,
+        "iat": 1_900_000_000,
+        "exp": 1_900_000_600,
+    }
+    assert minted == SessionClaims(
+        session_id=minted.session_id, issued_at=1_900_000_000, expires_at=1_900_000_600, extra={}
+    )
+
+
+def test_sid_is_random_url_safe_and_at_least_128_bits() -> None:
+    keys = keyset()
+    sids = [keys.mint_session_token(ttl=60)[1].session_id for _ in range(500)]
+    assert len(set(sids)) == 500
+    for sid in sids:
+        assert re.fullmatch(r"[A-Za-z0-9_-]+", sid)
+        assert len(unb64(sid)) * 8 >= 128
+
+
+def test_kid_is_derived_from_the_secret_and_stable_across_replicas() -> None:
+    assert re.fullmatch(r"hs-[0-9a-f]{12}", KID)
+    assert SessionKey.from_secret(SECRET).kid == KID
+    assert SessionKey.from_secret(SECRET_BYTES).kid == KID
+    assert SessionKey.from_secret(SECRET + "x").kid != KID
+    assert SessionKey.from_secret(SECRET, kid="2026-q1").kid == "2026-q1"
+
+
+def test_a_standard_jwt_library_verifies_a_minted_token_with_the_raw_secret() -> None:
+    token, minted = keyset().mint_session_token(ttl=600)
+    payload = jwt.decode(token, SECRET, algorithms=["HS256"], audience="mcp-sessions", issuer="mcp-sessions")
+    assert payload["sid"] == minted.session_id
+    assert payload["exp"] == minted.expires_at
+
+
+def test_extra_claims_cannot_override_the_registered_ones() -> None:
+    now = 1_900_000_000
+    token, minted = keyset().mint_session_token(
+        ttl=60, now=now, extra_claims={"tenant": "t1", "sid": "attacker-chosen-sid-0000", "exp": 1}
+    )
+    _, payload = segments(token)
+    assert payload["tenant"] == "t1"
+    assert payload["sid"] == minted.session_id != "attacker-chosen-sid-0000"
+    assert payload["exp"] == now + 60
+    assert minted.extra == {"tenant": "t1", "sid": "attacker-chosen-sid-0000", "exp": 1}
+
+
+def test_custom_issuer_and_audience_are_required_on_verify() -> None:
+    keys = keyset(issuer="https://mcp.example", audience="tenant-a")
+    token, _ = keys.mint_session_token(ttl=60)
+    _, payload = segments(token)
+    assert (payload["iss"], payload["aud"]) == ("https://mcp.example", "tenant-a")
+    with pytest.raises(InvalidToken) as info:
+        keyset(issuer="https://mcp.example", audience="tenant-b").verify_session_token(token)
+    assert info.value.reason == "wrong audience"
+    with pytest.raises(InvalidToken) as info:
+        keyset(issuer="https://other.example", audience="tenant-a").verify_session_token(token)
+    assert info.value.reason == "wrong issuer"
+
+
+def test_the_hand_forged_baseline_is_accepted() -> None:
+    """The rejection table below changes one thing at a time from this accepted token."""
+    now = int(time.time())
+    verified = keyset().verify_session_token(forge(header(), claims(now)))
+    assert verified == SessionClaims(session_id=SID, issued_at=now, expires_at=now + 3600, extra={})
+
+
+# -- rejections ----------------------------------------------------------------
+
+
+def _valid_token(now: int) -> str:
+    return forge(header(), claims(now))
+
+
+REJECTIONS: list[tuple[str, Callable[[int], str], str]] = [
+    (
+        "alg-none-empty-signature",
+        lambda now: forge(header(alg="none"), claims(now), signature=b""),
+        "not a compact JWS",
+    ),
+    (
+        "alg-none-junk-signature",
+        lambda now: forge(header(alg="none"), claims(now), signature=b"x"),
+        "algorithm not allowed for this key",
+    ),
+    (
+        "alg-HS512",
+        lambda now: forge(header(alg="HS512"), claims(now), digest=hashlib.sha512),
+        "algorithm not allowed for this key",
+    ),
+    (
+        "alg-HS384",
+        lambda now: forge(header(alg="HS384"), claims(now), digest=hashlib.sha384),
+        "algorithm not allowed for this key",
+    ),
+    ("alg-RS256", lambda now: forge(header(alg="RS256"), claims(now)), "algorithm not allowed for this key"),
+    ("alg-lowercase", lambda now: forge(header(alg="hs256"), claims(now)), "algorithm not allowed for this key"),
+    ("alg-missing", lambda now: forge(header(alg=_DROP), claims(now)), "algorithm not allowed for this key"),
+    ("alg-list", lambda now: forge(header(alg=["HS256"]), claims(now)), "algorithm not allowed for this key"),
+    ("kid-unknown", lambda now: forge(header(kid="hs-000000000000"), claims(now)), "unknown key id"),
+    ("kid-path-traversal", lambda now: forge(header(kid="../../../../etc/passwd"), claims(now)), "unknown key id"),
+    ("kid-very-long", lambda now: forge(header(kid="k" * 1000), claims(now)), "unknown key id"),
+    ("kid-int", lambda now: forge(header(kid=123), claims(now)), "unreadable header"),
+    ("kid-list", lambda now: forge(header(kid=[KID]), claims(now)), "unreadable header"),
+    ("kid-object", lambda now: forge(header(kid={"kid": KID}), claims(now)), "unreadable header"),
+    ("kid-null", lambda now: forge(header(kid=None), claims(now)), "unreadable header"),
+    ("kid-missing", lambda now: forge(header(kid=_DROP), claims(now)), "unknown key id"),
+    ("typ-JWT", lambda now: forge(header(typ="JWT"), claims(now)), "wrong token type"),
+    ("typ-state", lambda now: forge(header(typ=STATE_TYP), claims(now)), "wrong token type"),
+    ("typ-missing", lambda now: forge(header(typ=_DROP), claims(now)), "wrong token type"),
+    ("aud-wrong", lambda now: forge(header(), claims(now, aud="someone-else")), "wrong audience"),
+    ("iss-wrong", lambda now: forge(header(), claims(now, iss="someone-else")), "wrong issuer"),
+    ("expired", lambda now: forge(header(), claims(now - 7200, exp=now - 1)), "expired"),
+    ("expired-now", lambda now: forge(header(), claims(now - 7200, exp=now)), "expired"),
+    ("iat-in-future", lambda now: forge(header(), claims(now + 600)), "not yet valid"),
+    ("nbf-in-future", lambda now: forge(header(), claims(now, nbf=now + 600)), "not yet valid"),
+    ("nbf-string", lambda now: forge(header(), claims(now, nbf=str(now))), "iat, exp and nbf must be integers"),
+    ("missing-iss", lambda now: forge(header(), claims(now, iss=_DROP)), "missing claim iss"),
+    ("missing-aud", lambda now: forge(header(), claims(now, aud=_DROP)), "missing claim aud"),
+    ("missing-sid", lambda now: forge(header(), claims(now, sid=_DROP)), "missing claim sid"),
+    ("missing-iat", lambda now: forge(header(), claims(now, iat=_DROP)), "missing claim iat"),
+    ("missing-exp", lambda now: forge(header(), claims(now, exp=_DROP)), "missing claim exp"),
+    (
+        "exp-numeric-string-past",
+        lambda now: forge(header(), claims(now, exp="123")),
+        "iat, exp and nbf must be integers",
+    ),
+    (
+        "exp-numeric-string-future",
+        lambda now: forge(header(), claims(now, exp=str(now + 3600))),
+        "iat, exp and nbf must be integers",
+    ),
+    (
+        "exp-non-numeric-string",
+        lambda now: forge(header(), claims(now, exp="tomorrow")),
+        "iat, exp and nbf must be integers",
+    ),
+    ("exp-float", lambda now: forge(header(), claims(now, exp=now + 3600.5)), "iat, exp and nbf must be integers"),
+    ("exp-bool", lambda now: forge(header(), claims(now, exp=True)), "iat, exp and nbf must be integers"),
+    ("exp-null", lambda now: forge(header(), claims(now, exp=None)), "missing claim exp"),
+    ("iat-float", lambda now: forge(header(), claims(now, iat=now + 0.5)), "iat, exp and nbf must be integers"),
+    ("iat-string", lambda now: forge(header(), claims(now, iat=str(now))), "iat, exp and nbf must be integers"),
+    ("sid-int", lambda now: forge(header(), claims(now, sid=12345678901234567890)), "malformed sid claim"),
+    ("sid-too-short", lambda now: forge(header(), claims(now, sid="abc")), "malformed sid claim"),
+    ("sid-15-chars", lambda now: forge(header(), claims(now, sid="A" * 15)), "malformed sid claim"),
+    ("sid-too-long", lambda now: forge(header(), claims(now, sid="A" * 129)), "malformed sid claim"),
+    ("sid-bad-chars", lambda now: forge(header(), claims(now, sid="AAAAAAAA/../AAAAAAAAAAAA")), "malformed sid claim"),
+    ("sid-null", lambda now: forge(header(), claims(now, sid=None)), "missing claim sid"),
+    ("payload-not-object", lambda now: forge(header(), b"[1,2,3]"), "invalid token"),
+    ("payload-not-json", lambda now: forge(header(), b"not json"), "invalid token"),
+    ("header-not-object", lambda now: f"{b64(b'[]')}.{_valid_token(now).split('.', 1)[1]}", "unreadable header"),
+    ("header-not-json", lambda now: f"{b64(b'{nope')}.{_valid_token(now).split('.', 1)[1]}", "unreadable header"),
+    (
+        "payload-deeply-nested-forged",
+        lambda now: forge(header(), b'{"a":' + b"[" * 600 + b"]" * 600 + b"}", signature=b"\0" * 32),
+        "bad signature",
+    ),
+    (
+        "signed-with-another-secret",
+        lambda now: forge(header(), claims(now), key=b"another-secret-of-thirty-two-bytes!!"),
+        "bad signature",
+    ),
+    ("signature-zeroed", lambda now: forge(header(), claims(now), signature=b"\0" * 32), "bad signature"),
+    ("signature-trailing-junk", lambda now: _valid_token(now) + "AAAA", "bad signature"),
+    ("signature-one-extra-char", lambda now: _valid_token(now) + "A", "bad signature"),
+    ("signature-two-extra-chars", lambda now: _valid_token(now) + "AA", "unreadable header"),
+    ("signature-truncated", lambda now: _valid_token(now)[:-11], "bad signature"),
+    ("signature-non-canonical-base64", lambda now: _flip_unused_bits(_valid_token(now)), "unreadable header"),
+    ("signature-extra-padding", lambda now: _valid_token(now) + "=", "not a compact JWS"),
+    ("signature-double-padding", lambda now: _valid_token(now) + "==", "not a compact JWS"),
+    ("payload-edited", lambda now: _edit_payload(_valid_token(now), sid="BBBBBBBBBBBBBBBBBBBBBBBB"), "bad signature"),
+    ("non-base64-characters", lambda now: "eyJh$GciOi.J!UzI1NiJ9.sig+nature/", "not a compact JWS"),
+    ("base64-shaped-garbage", lambda now: "a.b.c", "unreadable header"),
+    ("two-parts", lambda now: ".".join(_valid_token(now).split(".")[:2]), "not a compact JWS"),
+    ("four-parts", lambda now: _valid_token(now) + ".AAAA", "not a compact JWS"),
+    ("empty-string", lambda now: "", "not a compact JWS"),
+    ("whitespace-around", lambda now: f" {_valid_token(now)} ", "not a compact JWS"),
+    ("non-ascii", lambda now: _valid_token(now) + "é", "not a compact JWS"),
+    ("sess-abc123", lambda now: "sess-abc123", "not a compact JWS"),
+    ("token-one-over-the-limit", lambda now: "A" * 2049, "oversized"),
+    ("token-1MB", lambda now: _padded(_valid_token(now), 1024 * 1024), "oversized"),
+    ("token-8MB", lambda now: _padded(_valid_token(now), 8 * 1024 * 1024), "oversized"),
+]
+
+
+def _edit_payload(token: str, **changes: Any) -> str:
+    head, payload, sig = token.split(".")
+    body = json.loads(unb64(payload))
+    body.update(changes)
+    return f"{head}.{b64(json.dumps(body).encode())}.{sig}"
+
+
+def _flip_unused_bits(token: str) -> str:
+    """The same signature bytes spelled differently: the last character's unused low bits set."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    assert len(token.rsplit(".", 1)[1]) == 43  # 256 bits: the last character carries 4 unused bits
+    flipped = alphabet[alphabet.index(token[-1]) ^ 1]
+    assert unb64(token.rsplit(".", 1)[1][:-1] + flipped) == unb64(token.rsplit(".", 1)[1])
+    return token[:-1] + flipped
+
+
+def _padded(token: str, size: int) -> str:
+    """A well-formed JWS of ``size`` characters: the valid token with a huge extra claim, re-signed."""
+    head, payload, _ = token.split(".")
+    body = json.loads(unb64(payload))
+    body["pad"] = ""
+    overhead = len(forge(json.loads(unb64(head)), body))
+    body["pad"] = "x" * ((size - overhead) * 3 // 4)
+    return forge(json.loads(unb64(head)), body)
+
+
+@pytest.mark.parametrize(("build", "reason"), [(b, r) for _, b, r in REJECTIONS], ids=[n for n, _, _ in REJECTIONS])
+def test_rejected_with_invalid_token(build: Callable[[int], str], reason: str) -> None:
+    token = build(int(time.time()))
+    with pytest.raises(InvalidToken) as info:
+        keyset().verify_session_token(token)
+    assert info.value.reason == reason
+    assert token not in str(info.value) or token == ""
+
+
+@pytest.mark.parametrize("size", [1024 * 1024, 8 * 1024 * 1024])
+def test_huge_token_refused_by_size_before_decoding(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    token = "A" * (size - 4) + ".A.A"
+    keys = keyset()
+
+    def no_decoding(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an oversized token reached the JWS decoder")
+
+    monkeypatch.setattr(jwt, "get_unverified_header", no_decoding)
+    monkeypatch.setattr(keys._jwt, "decode", no_decoding)
+    with pytest.raises(InvalidToken) as info:
+        keys.verify_session_token(token)
+    assert info.value.reason == "oversized"
+
+
+def test_deeply_nested_payload_signed_with_our_key_is_refused_not_crashed() -> None:
+    now = int(time.time())
+    nested = b'{"iss":"mcp-sessions","aud":"mcp-sessions","sid":"%s","iat":%d,"exp":%d,"n":%s}' % (
+        SID.encode(),
+        now,
+        now + 60,
+        b"[" * 100_000 + b"]" * 100_000,
+    )
+    keys = keyset(max_token_length=10**6)
+    with pytest.raises(InvalidToken) as info:
+        keys.verify_session_token(forge(header(), nested))
+    assert info.value.reason == "invalid token"
+
+
+def test_deeply_nested_header_is_refused_not_crashed() -> None:
+    nested_header = b64(b'{"alg":"HS256","x":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    token = f"{nested_header}.{_valid_token(int(time.time())).split('.', 1)[1]}"
+    with pytest.raises(InvalidToken) as info:
+        keyset(max_token_length=10**6).verify_session_token(token)
+    assert info.value.reason == "unreadable header"
+
+
+def test_jku_x5u_jwk_headers_are_ignored_for_our_own_tokens() -> None:
+    now = int(time.time())
+    token = forge(
+        header(jku="https://attacker.example/jwks.json", x5u="https://attacker.example/cert.pem", jwk={"kty": "oct"}),
+        claims(now),
+    )
+    assert keyset().verify_session_token(token).session_id == SID
+
+
+@pytest.mark.parametrize("kid", [KID, "attacker-key"])
+def test_token_signed_by_an_embedded_attacker_jwk_is_refused(kid: str) -> None:
+    attacker_secret = b"attacker-secret-of-at-least-32-bytes!!"
+    jwk = {"kty": "oct", "k": b64(attacker_secret), "kid": kid, "alg": "HS256"}
+    token = forge(
+        header(kid=kid, jwk=jwk, jku="https://attacker.example/jwks.json"),
+        claims(int(time.time())),
+        key=attacker_secret,
+    )
+    with pytest.raises(InvalidToken) as info:
+        keyset().verify_session_token(token)
+    assert info.value.reason == ("bad signature" if kid == KID else "unknown key id")
+
+
+def test_es256_token_signed_by_an_embedded_attacker_jwk_is_refused() -> None:
+    ours = SessionKey.from_private_key(ec.generate_private_key(ec.SECP256R1()), kid="es-1")
+    attacker = ec.generate_private_key(ec.SECP256R1())
+    jwk = json.loads(ECAlgorithm.to_jwk(attacker.public_key()))
+    token = jwt.encode(
+        claims(int(time.time())), attacker, algorithm="ES256", headers={"kid": "es-1", "typ": SESSION_TYP, "jwk": jwk}
+    )
+    with pytest.raises(InvalidToken) as info:
+        KeySet([ours]).verify_session_token(token)
+    assert info.value.reason == "bad signature"
+
+
+def test_hs256_keyed_with_our_es256_public_pem_is_refused() -> None:
+    private = ec.generate_private_key(ec.SECP256R1())
+    public_pem = private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+    keys = KeySet([SessionKey.from_private_key(private, kid="es-1")])
+    token = forge(header(kid="es-1"), claims(int(time.time())), key=public_pem)
+    with pytest.raises(InvalidToken) as info:
+        keys.verify_session_token(token)
+    assert info.value.reason == "algorithm not allowed for this key"
+
+
+def test_a_state_token_is_not_a_session_id() -> None:
+    keys = keyset()
+    state = keys.sign_state(SID, {"mode": "x"})
+    with pytest.raises(InvalidToken) as info:
+        keys.verify_session_token(state)
+    assert info.value.reason == "wrong token type"
+
+
+# -- the verification cache ----------------------------------------------------
+
+
+def test_cached_token_is_valid_until_its_exp_and_refused_from_then_on() -> None:
+    minted_at = int(time.time()) - 100
+    token, minted = keyset().mint_session_token(ttl=3600, now=minted_at)
+    keys = keyset()
+    assert keys.verify_session_token(token) == minted  # verified once, now cached
+    assert keys.verify_session_token(token, now=minted.expires_at - 1) == minted
+    for later in (minted.expires_at, minted.expires_at + 1, minted.expires_at + 10**6):
+        with pytest.raises(InvalidToken) as info:
+            keys.verify_session_token(token, now=later)
+        assert info.value.reason == "expired"
+
+
+def test_minting_caches_and_the_cache_still_expires() -> None:
+    keys = keyset()
+    token, minted = keys.mint_session_token(ttl=50, now=time.time() - 100)
+    assert minted.expires_at < time.time()
+    with pytest.raises(InvalidToken) as info:
+        keys.verify_session_token(token)
+    assert info.value.reason == "expired"
+    with pytest.raises(InvalidToken) as info:
+        keyset().verify_session_token(token)
+    assert info.value.reason == "expired"
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["cached", "uncached"])
+def test_explicit_now_decides_expiry_on_both_paths(cached: bool) -> None:
+    minted_at = int(time.time()) - 10_000
+    minter = keyset()
+    token, minted = minter.mint_session_token(ttl=100, now=minted_at)
+    verifier = minter if cached else keyset()
+    assert verifier.verify_session_token(token, now=minted_at + 50) == minted
+
+
+def test_cache_is_bounded() -> None:
+    keys = keyset()
+    for _ in range(10_050):
+        keys.mint_session_token(ttl=60)
+    assert len(keys._session_cache) <= 10_000
+
+
+# -- key sets, rotation and asymmetric keys -------------------------------------
+
+
+def test_rotation_old_key_verifies_while_new_key_signs() -> None:
+    old = SessionKey.from_secret(SECRET, kid="2026-01")
+    new = SessionKey.from_secret("a-brand-new-secret-for-the-next-quarter", kid="2026-04")
+    old_token, old_claims = KeySet([old]).mint_session_token(ttl=600)
+
+    rotating = KeySet([old, new], signer="2026-04")
+    assert rotating.signer is new
+    new_token, new_claims = rotating.mint_session_token(ttl=600)
+    assert segments(new_token)[0]["kid"] == "2026-04"
+    assert KeySet([old, new], signer="2026-04").verify_session_token(old_token) == old_claims
+    assert KeySet([new]).verify_session_token(new_token) == new_claims
+
+    with pytest.raises(InvalidToken) as info:
+        KeySet([new]).verify_session_token(old_token)
+    assert info.value.reason == "unknown key id"
+
+
+def test_default_signer_is_the_first_key_that_can_sign() -> None:
+    verifier = SessionKey.from_public_key(ec.generate_private_key(ec.SECP256R1()).public_key(), kid="remote")
+    signer = SessionKey.from_secret(SECRET, kid="local")
+    assert KeySet([verifier, signer]).signer is signer
+
+
+def _pem(private: Any) -> tuple[bytes, bytes]:
+    return (
+        private.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()),
+        private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo),
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "algorithm"),
+    [(lambda: ec.generate_private_key(ec.SECP256R1()), "ES256"), (ed25519.Ed25519PrivateKey.generate, "EdDSA")],
+    ids=["ES256", "EdDSA"],
+)
+@pytest.mark.parametrize("form", ["object", "pem-bytes", "pem-text"])
+def test_asymmetric_keys_sign_and_verify_only_keys_verify(make: Callable[[], Any], algorithm: str, form: str) -> None:
+    private = make()
+    private_pem, public_pem = _pem(private)
+    if form == "object":
+        priv_in, pub_in = private, private.public_key()
+    elif form == "pem-bytes":
+        priv_in, pub_in = private_pem, public_pem
+    else:
+        priv_in, pub_in = private_pem.decode(), public_pem.decode()
+
+    signing = SessionKey.from_private_key(priv_in, kid="k1")
+    assert (signing.algorithm, signing.can_sign) == (algorithm, True)
+    token, minted = KeySet([signing]).mint_session_token(ttl=600)
+    head, _ = segments(token)
+    assert head == {"alg": algorithm, "kid": "k1", "typ": SESSION_TYP}
+
+    verifying = SessionKey.from_public_key(pub_in, kid="k1")
+    assert (verifying.algorithm, verifying.can_sign) == (algorithm, False)
+    other_signer = SessionKey.from_secret(SECRET, kid="local")
+    assert KeySet([verifying, other_signer]).verify_session_token(token) == minted
+
+    with pytest.raises(ValueError, match="no key in the KeySet can sign"):
+        KeySet([verifying])
+    with pytest.raises(ValueError, match="is not a signing key"):
+        KeySet([verifying, other_signer], signer="k1")
+
+
+@pytest.mark.parametrize("curve", [ec.SECP384R1(), ec.SECP521R1(), ec.SECP256K1()], ids=lambda c: c.name)
+def test_wrong_curve_is_a_value_error(curve: ec.EllipticCurve) -> None:
+    private = ec.generate_private_key(curve)
+    with pytest.raises(ValueError, match=f"ES256 needs a P-256 key, not {curve.name}"):
+        SessionKey.from_private_key(private, kid="k")
+    with pytest.raises(ValueError, match="ES256 needs a P-256 key"):
+        SessionKey.from_public_key(_pem(private)[1], kid="k")
+
+
+def test_rsa_key_is_refused() -> None:
+    with pytest.raises(TypeError, match="unsupported key type"):
+        SessionKey.from_private_key(rsa.generate_private_key(public_exponent=65537, key_size=2048), kid="k")
+
+
+@pytest.mark.parametrize("secret", ["", "short", "x" * 31, b"\0" * 31])
+def test_short_secret_is_a_value_error_that_says_what_to_do(secret: str | bytes) -> None:
+    with pytest.raises(ValueError) as info:
+        SessionKey.from_secret(secret)
+    assert "at least 32 bytes" in str(info.value)
+    assert "secrets.token_urlsafe(32)" in str(info.value)
+
+
+def test_secret_length_counts_utf8_bytes() -> None:
+    assert SessionKey.from_secret("é" * 16).algorithm == "HS256"  # 32 bytes, 16 characters
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: KeySet([]), "at least one key"),
+        (lambda: KeySet([SessionKey.from_secret(SECRET, kid="a")] * 2), "share the kid"),
+        (lambda: KeySet([SessionKey.from_secret(SECRET, kid="a")], signer="b"), "is not a signing key"),
+        (lambda: KeySet.from_secret(SECRET, issuer=""), "issuer and audience"),
+        (lambda: KeySet.from_secret(SECRET, audience=""), "issuer and audience"),
+        (lambda: SessionKey.from_secret(SECRET, kid=""), "key id"),
+        (lambda: SessionKey.from_secret(SECRET, kid="k" * 65), "key id"),
+    ],
+    ids=["empty", "duplicate-kid", "unknown-signer", "empty-issuer", "empty-audience", "empty-kid", "long-kid"],
+)  # fmt: skip
+def test_bad_key_configuration_is_a_value_error(build: Callable[[], Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+# -- client-held state ---------------------------------------------------------
+
+STATE_HEADER = {"alg": "HS256", "kid": KID, "typ": STATE_TYP}
+
+
+def test_state_round_trip() -> None:
+    keys = keyset()
+    state = {"mode": "fast", "lang": "fr", "n": 3, "nested": {"a": [1, 2]}, "unicode": "é✓"}
+    token = keys.sign_state(SID, state)
+    expected = json.dumps(state, separators=(",", ":"), ensure_ascii=False)
+    assert keys.verify_state(SID, token) == expected
+    assert keyset().verify_state(SID, token) == expected  # uncached
+    head, payload = segments(token)
+    assert head == {"alg": "HS256", "kid": KID, "typ": STATE_TYP}
+    assert payload == {"sid": SID, "st": state}
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["cached", "uncached"])
+def test_state_is_bound_to_its_session(cached: bool) -> None:
+    minter = keyset()
+    token = minter.sign_state(SID, {"mode": "x"})
+    verifier = minter if cached else keyset()
+    with pytest.raises(InvalidToken) as info:
+        verifier.verify_state("BBBBBBBBBBBBBBBBBBBBBBBB", token)
+    assert info.value.reason == "state belongs to another session"
+    assert verifier.verify_state(SID, token) == '{"mode":"x"}'
+
+
+@pytest.mark.parametrize(
+    ("build", "reason"),
+    [
+        (lambda t: _edit_payload(t, st={"mode": "admin"}), "bad signature"),
+        (lambda t: _edit_payload(t, sid="BBBBBBBBBBBBBBBBBBBBBBBB"), "bad signature"),
+        (lambda t: forge(STATE_HEADER, {"sid": SID, "st": {"mode": "x"}}, key=b"y" * 32), "bad signature"),
+        (lambda t: forge(header(), {"sid": SID, "st": {}}), "wrong token type"),
+        (lambda t: forge(STATE_HEADER, {"sid": SID, "st": "not an object"}), "malformed state claims"),
+        (lambda t: forge(STATE_HEADER, {"sid": 1, "st": {}}), "malformed state claims"),
+        (lambda t: forge(STATE_HEADER, {"st": {}}), "malformed state claims"),
+        (lambda t: keyset().mint_session_token(ttl=60)[0], "wrong token type"),
+        (lambda t: t + "=", "not a compact JWS"),
+        (lambda t: "", "not a compact JWS"),
+        (lambda t: "x" * 4097, "state over the size limit"),
+    ],
+    ids=["edited-state", "edited-sid", "other-secret", "session-typ", "st-not-object", "sid-not-string",
+         "sid-missing", "a-session-id", "padding", "empty", "oversized"],
+)  # fmt: skip
+def test_bad_state_is_invalid_token(build: Callable[[str], str], reason: str) -> None:
+    token = build(keyset().sign_state(SID, {"mode": "x"}))
+    with pytest.raises(InvalidToken) as info:
+        keyset().verify_state(SID, token)
+    assert info.value.reason == reason
+
+
+def test_sign_state_over_the_limit_is_state_too_large() -> None:
+    keys = keyset(max_state_size=300)
+    assert keys.verify_state(SID, keys.sign_state(SID, {"v": "x" * 10})) == '{"v":"xxxxxxxxxx"}'
+    with pytest.raises(StateTooLarge) as info:
+        keys.sign_state(SID, {"v": "x" * 300})
+    assert isinstance(info.value, ValueError)
+    assert "over the limit of 300" in str(info.value)
+
+
+def test_verify_of_an_oversized_state_is_invalid_token() -> None:
+    big = keyset(max_state_size=100_000).sign_state(SID, {"v": "x" * 5000})
+    with pytest.raises(InvalidToken) as info:
+        keyset().verify_state(SID, big)
+    assert info.value.reason == "state over the size limit"
+
+
+@pytest.mark.parametrize(
+    "state",
+    [{"when": object()}, {"n": float("nan")}, {"n": float("inf")}, {"s": {1, 2}}, {"b": b"bytes"}],
+    ids=["object", "nan", "inf", "set", "bytes"],
+)
+def test_non_json_state_is_a_type_error(state: dict[str, Any]) -> None:
+    with pytest.raises(TypeError, match="session state must be JSON-serializable"):
+        keyset().sign_state(SID, state)
