@@ -23,6 +23,7 @@ demo: $(VENV)/.demo-installed
 
 test: $(VENV)/.test-installed
 	$(BIN)/ruff check middleware tests examples benchmarks
+	$(BIN)/ruff format --check middleware tests examples benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 

@@ -17,7 +17,7 @@ import json
 import random
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -25,7 +25,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp_sessions import MCPSessionMiddleware
 
 SECRET = "benchmark-secret-benchmark-secret-0123456789"
-App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+App = Callable[[dict[str, Any], Any, Any], Coroutine[Any, Any, None]]
 
 
 class PassThrough:
