@@ -16,6 +16,8 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import _jsonrpc as jsonrpc
@@ -40,6 +42,7 @@ from ._protocol import (
 )
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
 from ._sse import SSERewriter
+from ._telemetry import TRACEPARENT_CLAIM, Operation, Telemetry, TraceMode
 from ._tokens import DEFAULT_MAX_STATE_SIZE, InvalidToken, KeySet, SessionKey
 from .stores import MemoryStore, SessionStatus, SessionStore, SessionStoreUnavailable
 
@@ -62,11 +65,12 @@ _JSON_HEADERS: Final = [(b"content-type", b"application/json")]
 class _Reject(Exception):
     """A JSON-RPC error the middleware answers itself instead of forwarding."""
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: Any = None, *, reason: str = "invalid_request") -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
+        self.reason = reason
 
 
 @functools.lru_cache(maxsize=64)
@@ -102,6 +106,9 @@ class MCPSessionMiddleware:
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         max_state_size: int | None = None,
         retry_after: int = 1,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        trace_mode: TraceMode = "link",
     ) -> None:
         if (secret is None) == (keys is None):
             raise ValueError(
@@ -149,6 +156,9 @@ class MCPSessionMiddleware:
             raise TypeError("require_session_tools takes a collection of tool names, not one string")
         self._require_tools = frozenset(require_session_tools)
         self._capability = capability(required=self._require_all)
+        self._telemetry = Telemetry(
+            tracer_provider=tracer_provider, meter_provider=meter_provider, trace_mode=trace_mode
+        )
 
     @classmethod
     def from_env(
@@ -226,30 +236,42 @@ class MCPSessionMiddleware:
         declared_length = headers.get(b"content-length", b"")
         if declared_length.isdigit() and int(declared_length) > self.max_body_size:
             return await self._too_large(send)
-        body = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return None  # http.disconnect: the client is gone, nothing to forward
-            body += message.get("body", b"")
-            if len(body) > self.max_body_size:
-                return await self._too_large(send)
-            if not message.get("more_body", False):
-                break
-        frozen = bytes(body)
-        replayed = False
+        start_ns = time.time_ns()
+        message = await receive()
+        if message["type"] != "http.request":
+            return None  # http.disconnect: the client is gone, nothing to forward
+        body = message.get("body", b"")
+        if message.get("more_body", False):
+            buffer = bytearray(body)
+            while True:
+                if len(buffer) > self.max_body_size:
+                    return await self._too_large(send)
+                message = await receive()
+                if message["type"] != "http.request":
+                    return None
+                buffer += message.get("body", b"")
+                if not message.get("more_body", False):
+                    break
+            body = bytes(buffer)
+        if len(body) > self.max_body_size:
+            return await self._too_large(send)
+        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        protocol_version = None if version is None else version.decode("latin-1")
+        ctx = _RequestContext(
+            modern=protocol_version is not None and protocol_version not in HANDSHAKE_VERSIONS,
+            protocol_version=protocol_version,
+            headers=headers,
+            body=body,
+            start_ns=start_ns,
+        )
 
         async def replay() -> Any:
-            nonlocal replayed
-            if replayed:
+            if ctx.body is None:
                 return await receive()
-            replayed = True
-            return {"type": "http.request", "body": frozen, "more_body": False}
+            replayed, ctx.body = ctx.body, None
+            return {"type": "http.request", "body": replayed, "more_body": False}
 
-        parsed = jsonrpc.loads(frozen)
-        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        modern = version is not None and version.decode("latin-1") not in HANDSHAKE_VERSIONS
-        ctx = _RequestContext(modern, header_session_id, headers.get(MCP_METHOD_HEADER))
+        parsed = jsonrpc.loads(body)
         if type(parsed) is dict:
             return await self._handle_message(scope, replay, send, parsed, ctx)
         if type(parsed) is list and parsed:
@@ -271,28 +293,47 @@ class MCPSessionMiddleware:
             return
         is_request = "id" in message
         request_id = message.get("id")
+        telemetry = self._telemetry if self._telemetry.enabled() else None
+        op = None
         try:
             if method in SESSION_METHODS:
                 if not is_request:
                     return await _send_accepted(send)
-                payload = await self._answer_session_method(method, message, ctx)
-                return await self._send_json(send, 200, jsonrpc.result(request_id, payload))
+                if telemetry is not None:
+                    op = self._start_operation(telemetry, scope, ctx, message, method, None)
+                payload = await self._answer_session_method(method, message, ctx, op)
+                await self._send_json(send, 200, jsonrpc.result(request_id, payload))
+                if op is not None:
+                    op.end()
+                return None
             session = await self._session_for(method, message, ctx, is_request=is_request)
         except _Reject as reject:
+            if telemetry is not None:
+                if op is None:
+                    op = self._start_operation(telemetry, scope, ctx, message, method, None)
+                op.fail(reject.code, reject.message)
+                telemetry.sessions_rejected.add(1, {"mcp_sessions.reason": reject.reason, "mcp.method.name": method})
             if not is_request:
                 # Notifications get no JSON-RPC answer; they simply never reach the app.
                 status = 503 if reject.code == SESSION_STORE_UNAVAILABLE else 202
-                return await self._send_status(send, status)
-            return await self._send_error(send, request_id, reject, ctx.modern)
+                await self._send_status(send, status)
+            else:
+                await self._send_error(send, request_id, reject, ctx.modern)
+            if op is not None:
+                op.end()
+            return None
         advertise = method == "server/discover" or (method == "initialize" and not ctx.modern)
-        if session is None and not advertise:
+        if telemetry is not None:
+            op = self._start_operation(telemetry, scope, ctx, message, method, session)
+            if op.traced:
+                self._continue_trace(message, ctx, op)
+        if session is None and not advertise and op is None:
             await self.app(scope, receive, send)
-            return
-        if not is_request:
-            return await self._call_app(scope, receive, send, session)
-        targets = {_hashable_id(request_id): (session, advertise, ctx.modern)}
-        responder = _Responder(send, targets, self._capability)
-        await self._call_app(scope, receive, responder.send, session)
+            return None
+        targets = {}
+        if is_request and (session is not None or advertise or op is not None):
+            targets[_hashable_id(request_id)] = _Target(session, advertise, ctx.modern, op)
+        await self._forward(scope, receive, send, session, targets, [op] if op is not None else [])
         return None
 
     async def _handle_batch(
@@ -321,51 +362,126 @@ class MCPSessionMiddleware:
         for index, (call, element) in enumerate(zip(calls, batch, strict=True)):
             session = None
             if call:
-                method = element["method"]
                 try:
-                    session = await self._session_for(method, element, ctx, is_request="id" in element)
+                    session = await self._session_for(element["method"], element, ctx, is_request="id" in element)
                 except _Reject as reject:
                     failures[index] = reject
             sessions.append(session)
+        telemetry = self._telemetry if self._telemetry.enabled() else None
+        ops: list[Operation | None] = [
+            self._start_operation(telemetry, scope, ctx, element, element["method"], session)
+            if call and telemetry is not None
+            else None
+            for call, element, session in zip(calls, batch, sessions, strict=True)
+        ]
         if failures:
             unavailable = any(r.code == SESSION_STORE_UNAVAILABLE for r in failures.values())
             errors = []
             for index, element in enumerate(batch):
-                if type(element) is dict and "id" not in element:
-                    continue
-                rid = jsonrpc.request_id_of(element)
                 failure = failures.get(index)
                 if unavailable:
-                    errors.append(jsonrpc.error(rid, SESSION_STORE_UNAVAILABLE, "Session store unavailable"))
-                elif failure is not None:
-                    errors.append(jsonrpc.error(rid, failure.code, failure.message, failure.data))
-                else:
-                    errors.append(jsonrpc.invalid_request(rid, "batch refused: another element's session is invalid"))
+                    failure = _Reject(
+                        SESSION_STORE_UNAVAILABLE, "Session store unavailable", reason="store_unavailable"
+                    )
+                elif failure is None:
+                    failure = _Reject(INVALID_REQUEST, "batch refused: another element's session is invalid")
+                op = ops[index]
+                if op is not None:
+                    op.fail(failure.code, failure.message)
+                    op.end()
+                if type(element) is dict and "id" not in element:
+                    continue
+                errors.append(
+                    jsonrpc.error(jsonrpc.request_id_of(element), failure.code, failure.message, failure.data)
+                )
+            if telemetry is not None:
+                for failure in failures.values():
+                    telemetry.sessions_rejected.add(1, {"mcp_sessions.reason": failure.reason})
             return await self._send_batch(send, errors, status=503 if unavailable else refused_status)
-        targets: dict[Any, tuple[Session | None, bool, bool]] = {}
-        for element, session in zip(batch, sessions, strict=True):
+        targets: dict[Any, _Target] = {}
+        for element, session, op in zip(batch, sessions, ops, strict=True):
             if type(element) is not dict or "id" not in element:
                 continue
             advertise = element.get("method") in ("initialize", "server/discover")
-            if session is not None or advertise:
-                targets[_hashable_id(element["id"])] = (session, advertise, ctx.modern)
-        if not targets and not any(sessions):
+            if session is not None or advertise or op is not None:
+                targets[_hashable_id(element["id"])] = _Target(session, advertise, ctx.modern, op)
+        live_ops = [op for op in ops if op is not None]
+        if not targets and not any(sessions) and not live_ops:
             await self.app(scope, receive, send)
             return
         distinct = {s.id for s in sessions if s is not None}
         shared = next(s for s in sessions if s is not None) if len(distinct) == 1 else None
-        responder = _Responder(send, targets, self._capability)
-        await self._call_app(scope, receive, responder.send, shared)
+        await self._forward(scope, receive, send, shared, targets, live_ops)
         return None
 
-    async def _call_app(self, scope: Scope, receive: Receive, send: Send, session: Session | None) -> None:
-        scope[SCOPE_KEY] = session
-        scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
+    def _start_operation(
+        self,
+        telemetry: Telemetry,
+        scope: Scope,
+        ctx: _RequestContext,
+        message: dict[str, Any],
+        method: str,
+        session: Session | None,
+    ) -> Operation:
+        return telemetry.start(
+            scope=scope,
+            headers=ctx.headers,
+            message=message,
+            method=method,
+            protocol_version=ctx.protocol_version,
+            modern=ctx.modern,
+            session_id=None if session is None else session.id,
+            session_claims=None if session is None else session.claims,
+            start_ns=ctx.start_ns,
+        )
+
+    def _continue_trace(self, message: dict[str, Any], ctx: _RequestContext, op: Operation) -> None:
+        """Forward a ``_meta`` trace context that names this span, so the server's span nests under it.
+
+        The SDK parents its span to ``_meta.traceparent`` when present (SEP-414)
+        and to the ambient context otherwise: only the first case needs the body
+        rewritten.
+        """
+        params = message.get("params")
+        meta = params.get("_meta") if type(params) is dict else None
+        if type(meta) is not dict or "traceparent" not in meta or ctx.body is None:
+            return
+        op.inject(meta)
+        ctx.body = jsonrpc.dumps(message)
+
+    async def _forward(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        session: Session | None,
+        targets: dict[Any, _Target],
+        ops: list[Operation],
+    ) -> None:
+        """Call the app with the session attached, the trace continued and the responses rewritten."""
+        responder = _Responder(send, targets, self._capability) if targets else None
+        if session is not None:
+            scope[SCOPE_KEY] = session
+            scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
         token = _current.set(session)
+        ambient = ops[0] if len(ops) == 1 else None
+        if ambient is not None:
+            ambient.attach()
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send if responder is None else responder.send)
+        except BaseException as exc:
+            for op in ops:
+                op.exception(exc)
+            raise
         finally:
+            if ambient is not None:
+                ambient.detach()
             _current.reset(token)
+            if responder is not None and responder.status >= 400:
+                for op in ops:
+                    op.http_error(responder.status)
+            for op in ops:
+                op.end()
 
     async def _pass_through(self, scope: Scope, receive: Receive, send: Send, header_session_id: bytes | None) -> None:
         """Forward a request that is not JSON-RPC untouched.
@@ -380,7 +496,7 @@ class MCPSessionMiddleware:
             except _Reject:
                 pass
             else:
-                await self._call_app(scope, receive, send, session)
+                await self._forward(scope, receive, send, session, {}, [])
                 return
         await self.app(scope, receive, send)
 
@@ -393,17 +509,16 @@ class MCPSessionMiddleware:
         try:
             meta = jsonrpc.session_meta(message)
         except jsonrpc.InvalidSessionMeta as exc:
-            raise _Reject(INVALID_REQUEST, str(exc)) from None
+            raise _Reject(INVALID_REQUEST, str(exc), reason="invalid_metadata") from None
         if meta is None:
             if is_request and self._requires(method, message.get("params")):
-                raise _Reject(SESSION_REQUIRED, "Session required", {"create": METHOD_CREATE})
+                raise _Reject(SESSION_REQUIRED, "Session required", {"create": METHOD_CREATE}, reason="required")
             return None
-        self._check_header(meta["sessionId"], ctx)
+        if ctx.modern and ctx.header_session_id is not None and ctx.header_session_id != meta["sessionId"].encode():
+            raise _Reject(
+                HEADER_MISMATCH, "Mcp-Session-Id header does not match the session in _meta", reason="header_mismatch"
+            )
         return await self._resolve(meta)
-
-    def _check_header(self, session_id: str, ctx: _RequestContext) -> None:
-        if ctx.modern and ctx.header_session_id is not None and ctx.header_session_id != session_id.encode():
-            raise _Reject(HEADER_MISMATCH, "Mcp-Session-Id header does not match the session in _meta")
 
     async def _resolve(self, meta: dict[str, Any]) -> Session:
         token: str = meta["sessionId"]
@@ -413,18 +528,23 @@ class MCPSessionMiddleware:
             claims = self.keys.verify_session_token(token, now=now)
             sid = claims.session_id
             state_token = meta.get("state")
-            state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
+            try:
+                state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
+            except InvalidToken as exc:
+                raise InvalidToken(f"state: {exc.reason}") from None
             status = await self.store.touch(sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl)
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:
             logger.debug("session rejected: %s (sid=%s)", exc.reason, sid)
             raise _Reject(
-                SESSION_NOT_FOUND, "Session not found", {"sessionId": jsonrpc.echoed_session_id(token)}
+                SESSION_NOT_FOUND,
+                "Session not found",
+                {"sessionId": jsonrpc.echoed_session_id(token)},
+                reason=_rejection_reason(exc.reason),
             ) from None
         except SessionStoreUnavailable as exc:
-            logger.warning("session store unavailable: %s", exc)
-            raise _Reject(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later") from None
+            raise _store_unavailable(exc) from None
         return Session(
             token=token,
             session_id=sid,
@@ -454,9 +574,10 @@ class MCPSessionMiddleware:
         return self._require_fn is not None and bool(self._require_fn(method, params))
 
     async def _answer_session_method(
-        self, method: str, message: dict[str, Any], ctx: _RequestContext
+        self, method: str, message: dict[str, Any], ctx: _RequestContext, op: Operation | None
     ) -> dict[str, Any]:
-        if ctx.modern and ctx.header_method is not None and ctx.header_method != method.encode():
+        header_method = ctx.headers.get(MCP_METHOD_HEADER)
+        if ctx.modern and header_method is not None and header_method != method.encode():
             raise _Reject(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
         params = message.get("params")
         if params is not None and type(params) is not dict:
@@ -469,29 +590,43 @@ class MCPSessionMiddleware:
             if label is not None and (type(label) is not str or len(label) > MAX_LABEL_LENGTH):
                 raise _Reject(INVALID_PARAMS, f"label must be a string of at most {MAX_LABEL_LENGTH} characters")
             now = time.time()
-            token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now)
+            # The creation span's context rides in the (signed) token, so that every
+            # later request of the session links to it, on any replica.
+            traceparent = None if op is None else op.traceparent()
+            extra = None if traceparent is None else {TRACEPARENT_CLAIM: traceparent}
+            token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now, extra_claims=extra)
             try:
                 await self.store.create(claims.session_id, expires_at=claims.expires_at, now=now)
             except SessionStoreUnavailable as exc:
-                logger.warning("session store unavailable: %s", exc)
-                raise _Reject(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later") from None
+                raise _store_unavailable(exc) from None
             expires = claims.expires_at if self.idle_ttl is None else min(claims.expires_at, now + self.idle_ttl)
             logger.debug("session created (sid=%s)", claims.session_id)
+            if op is not None:
+                op.set_session(claims.session_id)
+                op.telemetry.sessions_created.add(1, op.session_attributes())
             result: dict[str, Any] = {"session": {"sessionId": token, "expiresAt": _iso(int(expires))}}
         else:
             session = await self._session_for(method, message, ctx, is_request=True)
             if session is None:
-                raise _Reject(SESSION_REQUIRED, "Session required", {"create": METHOD_CREATE})
+                raise _Reject(SESSION_REQUIRED, "Session required", {"create": METHOD_CREATE}, reason="required")
+            if op is not None:
+                op.set_session(session.id)
             try:
                 revoked = await self.store.revoke(session.id, expires_at=session.token_expires_at)
             except SessionStoreUnavailable as exc:
-                logger.warning("session store unavailable: %s", exc)
-                raise _Reject(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later") from None
+                raise _store_unavailable(exc) from None
             if not revoked:
                 raise _Reject(
-                    SESSION_NOT_FOUND, "Session not found", {"sessionId": jsonrpc.echoed_session_id(session.token)}
+                    SESSION_NOT_FOUND,
+                    "Session not found",
+                    {"sessionId": jsonrpc.echoed_session_id(session.token)},
+                    reason="revoked",
                 )
             logger.debug("session deleted (sid=%s)", session.id)
+            if op is not None:
+                attributes = op.session_attributes()
+                op.telemetry.sessions_deleted.add(1, attributes)
+                op.telemetry.session_duration.record(max(time.time() - session.issued_at, 0.0), attributes)
             result = {}
         if ctx.modern:
             result["resultType"] = "complete"
@@ -528,6 +663,20 @@ class MCPSessionMiddleware:
         await self._send_json(send, 413, reject)
 
 
+def _store_unavailable(exc: SessionStoreUnavailable) -> _Reject:
+    logger.warning("session store unavailable: %s", exc)
+    return _Reject(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later", reason="store_unavailable")
+
+
+def _rejection_reason(reason: str) -> str:
+    """A low-cardinality reason for the rejection counter."""
+    if reason in ("expired", "revoked", "idle_expired"):
+        return reason
+    if reason.startswith("state:"):
+        return "invalid_state"
+    return "invalid_token"
+
+
 async def _send_accepted(send: Send) -> None:
     await send(
         {"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")], "trailers": False}
@@ -536,12 +685,31 @@ async def _send_accepted(send: Send) -> None:
 
 
 class _RequestContext:
-    __slots__ = ("header_method", "header_session_id", "modern")
+    """What one HTTP request's messages share: era, headers, and the body to replay."""
 
-    def __init__(self, modern: bool, header_session_id: bytes | None, header_method: bytes | None) -> None:
+    __slots__ = ("body", "header_session_id", "headers", "modern", "protocol_version", "start_ns")
+
+    def __init__(
+        self, *, modern: bool, protocol_version: str | None, headers: dict[bytes, bytes], body: bytes, start_ns: int
+    ) -> None:
         self.modern = modern
-        self.header_session_id = header_session_id
-        self.header_method = header_method
+        self.protocol_version = protocol_version
+        self.headers = headers
+        self.header_session_id = headers.get(MCP_SESSION_ID_HEADER)
+        self.body: bytes | None = body
+        self.start_ns = start_ns
+
+
+class _Target:
+    """What to do with the response to one request id."""
+
+    __slots__ = ("advertise", "modern", "op", "session")
+
+    def __init__(self, session: Session | None, advertise: bool, modern: bool, op: Operation | None) -> None:
+        self.session = session
+        self.advertise = advertise
+        self.modern = modern
+        self.op = op
 
 
 def _hashable_id(request_id: Any) -> Any:
@@ -549,21 +717,17 @@ def _hashable_id(request_id: Any) -> Any:
 
 
 class _Responder:
-    """Rewrites the responses to one HTTP request: the session echo and the capability.
+    """Rewrites and observes the responses to one HTTP request.
 
-    ``application/json`` bodies are buffered (they are one message) and get a
-    new ``Content-Length``; ``text/event-stream`` is rewritten event by event
-    as it flows; anything else passes through.
+    Adds the session echo and the capability, and tells each request's
+    operation how it ended. ``application/json`` bodies are buffered (they are
+    one message) and get a new ``Content-Length``; ``text/event-stream`` is
+    rewritten event by event as it flows; anything else passes through.
     """
 
-    __slots__ = ("_body", "_capability", "_mode", "_send", "_sse", "_start", "_targets")
+    __slots__ = ("_body", "_capability", "_mode", "_send", "_sse", "_start", "_targets", "status")
 
-    def __init__(
-        self,
-        send: Send,
-        targets: dict[Any, tuple[Session | None, bool, bool]],
-        capability_value: dict[str, Any],
-    ) -> None:
+    def __init__(self, send: Send, targets: dict[Any, _Target], capability_value: dict[str, Any]) -> None:
         self._send = send
         self._targets = targets
         self._capability = capability_value
@@ -571,10 +735,12 @@ class _Responder:
         self._start: Any = None
         self._body = bytearray()
         self._sse: SSERewriter | None = None
+        self.status = 0
 
     async def send(self, message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
+            self.status = message["status"]
             content_type = b""
             encoded = False
             for name, value in message.get("headers", ()):
@@ -639,14 +805,25 @@ class _Responder:
         return None
 
     def _apply(self, message: dict[str, Any]) -> bool:
-        """Add the echo and the capability to ``message`` if it answers a target request."""
+        """Observe a response to a target request, and add the echo and the capability.
+
+        Returns whether ``message`` changed.
+        """
         if "method" in message:
             return False
         target = self._targets.get(_hashable_id(message.get("id")))
-        result = message.get("result")
-        if target is None or type(result) is not dict:
+        if target is None:
             return False
-        session, advertise, modern = target
+        result = message.get("result")
+        if type(result) is not dict:
+            error = message.get("error")
+            if target.op is not None and type(error) is dict and type(error.get("code")) is int:
+                target.op.fail(error["code"], str(error.get("message", "")))
+            return False
+        if target.op is not None and result.get("isError") is True:
+            target.op.tool_error()
+        changed = False
+        session = target.session
         if session is not None:
             echo: dict[str, Any] = {"sessionId": session.token}
             if session.state_token is not None:
@@ -656,9 +833,10 @@ class _Responder:
             if type(meta) is not dict:
                 meta = result["_meta"] = {}
             meta[SESSION_META_KEY] = echo
-        if advertise and type(caps := result.get("capabilities")) is dict:
+            changed = True
+        if target.advertise and type(caps := result.get("capabilities")) is dict:
             caps.setdefault("sessions", dict(self._capability))
-            if modern:
+            if target.modern:
                 extensions = caps.get("extensions")
                 if type(extensions) is not dict:
                     extensions = caps["extensions"] = {}
@@ -668,4 +846,5 @@ class _Responder:
                 if type(experimental) is not dict:
                     experimental = caps["experimental"] = {}
                 experimental.setdefault("sessions", dict(self._capability))
-        return True
+            changed = True
+        return changed

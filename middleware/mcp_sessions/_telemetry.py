@@ -1,0 +1,339 @@
+"""Spans, links, baggage and metrics, on ``opentelemetry-api`` only.
+
+Follows the MCP semantic conventions (GenAI conventions repository,
+``docs/gen-ai/mcp.md``): one SERVER span per JSON-RPC message, named
+``{mcp.method.name} {target}``, parented to the W3C context in
+``params._meta`` (SEP-414), else the HTTP headers, else the ambient context.
+The data-layer session goes in ``session.id`` and ``gen_ai.conversation.id``;
+``mcp.session.id`` carries only a 2025-era transport session. Nothing here
+ever sees the session token: only the stable id.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from opentelemetry import baggage, context, propagate, trace
+from opentelemetry import metrics as otel_metrics
+from opentelemetry.context import Context
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags, TracerProvider
+
+__all__ = ["SESSION_BAGGAGE_KEY", "Operation", "Telemetry", "TraceMode"]
+
+TraceMode = Literal["link", "session"]
+
+SESSION_BAGGAGE_KEY: Final = "session.id"
+TRACEPARENT_CLAIM: Final = "tp"
+# The conventions' bucket advice for both MCP duration histograms.
+DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+_TRACE_KEYS: Final = ("traceparent", "tracestate", "baggage")
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def traceparent_of(span_context: SpanContext) -> str:
+    return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
+
+
+def span_context_from_traceparent(value: Any) -> SpanContext | None:
+    """A remote SpanContext from our own ``tp`` claim (version 00 only)."""
+    if type(value) is not str or len(value) != 55:
+        return None
+    try:
+        version, trace_id, span_id, flags = value.split("-")
+        if version != "00":
+            return None
+        sc = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
+    except ValueError:
+        return None
+    return sc if sc.is_valid else None
+
+
+class Telemetry:
+    """The instruments of one middleware instance."""
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        trace_mode: TraceMode = "link",
+    ) -> None:
+        if trace_mode not in ("link", "session"):
+            raise ValueError('trace_mode must be "link" or "session"')
+        self.trace_mode = trace_mode
+        self._tracer_provider = tracer_provider
+        self._meter_provider = meter_provider
+        self.tracer = trace.get_tracer("mcp_sessions", _version(), tracer_provider)
+        meter = otel_metrics.get_meter("mcp_sessions", _version(), meter_provider)
+        self.operation_duration = meter.create_histogram(
+            "mcp.server.operation.duration",
+            unit="s",
+            description="MCP request or notification duration as observed on the receiver.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.session_duration = meter.create_histogram(
+            "mcp.server.session.duration",
+            unit="s",
+            description="The duration of the MCP session as observed on the MCP server.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.sessions_created = meter.create_counter(
+            "mcp_sessions.sessions.created", unit="{session}", description="Data-layer sessions created."
+        )
+        self.sessions_deleted = meter.create_counter(
+            "mcp_sessions.sessions.deleted", unit="{session}", description="Data-layer sessions deleted."
+        )
+        self.sessions_rejected = meter.create_counter(
+            "mcp_sessions.sessions.rejected",
+            unit="{request}",
+            description="Requests refused for their session, by reason.",
+        )
+
+    def enabled(self) -> bool:
+        """Whether an OpenTelemetry SDK is there to record: without one, the middleware skips telemetry."""
+        tracer_provider = self._tracer_provider or trace.get_tracer_provider()
+        meter_provider = self._meter_provider or otel_metrics.get_meter_provider()
+        return type(tracer_provider) not in _NOOP_PROVIDERS or type(meter_provider) not in _NOOP_PROVIDERS
+
+    def start(
+        self,
+        *,
+        scope: Mapping[str, Any],
+        headers: Mapping[bytes, bytes],
+        message: Mapping[str, Any],
+        method: str,
+        protocol_version: str | None,
+        modern: bool,
+        session_id: str | None,
+        session_claims: Mapping[str, Any] | None,
+        start_ns: int,
+    ) -> Operation:
+        """Start the SERVER span of one JSON-RPC message."""
+        params = message.get("params")
+        meta = params.get("_meta") if type(params) is dict else None
+        meta_parent = None
+        if type(meta) is dict and "traceparent" in meta:
+            meta_parent = _extract({k: meta[k] for k in _TRACE_KEYS if type(meta.get(k)) is str})
+        header_parent = None
+        if b"traceparent" in headers:
+            header_parent = _extract(
+                {k: headers[k.encode()].decode("latin-1") for k in _TRACE_KEYS if k.encode() in headers}
+            )
+        parent = meta_parent or header_parent
+        creation = None
+        if session_claims is not None:
+            creation = span_context_from_traceparent(session_claims.get(TRACEPARENT_CLAIM))
+            if parent is None and creation is not None and self.trace_mode == "session":
+                parent = trace.set_span_in_context(NonRecordingSpan(creation))
+        target = None
+        if type(params) is dict and method in ("tools/call", "prompts/get"):
+            name = params.get("name")
+            target = name if type(name) is str else None
+        span = self.tracer.start_span(
+            f"{method} {target}" if target else method,
+            context=parent,
+            kind=SpanKind.SERVER,
+            start_time=start_ns,
+        )
+        op = Operation(self, span, method, target, protocol_version, session_id)
+        if span.is_recording():
+            attributes = op.metric_attributes()
+            request_id = message.get("id")
+            if request_id is not None and type(request_id) in (str, int, float):
+                attributes["jsonrpc.request.id"] = str(request_id)
+            if method in ("resources/read", "resources/subscribe", "resources/unsubscribe") and type(params) is dict:
+                uri = params.get("uri")
+                if type(uri) is str:
+                    attributes["mcp.resource.uri"] = uri
+            attributes["network.protocol.version"] = scope.get("http_version", "1.1")
+            client = scope.get("client")
+            if client:
+                attributes["client.address"] = client[0]
+                attributes["client.port"] = client[1]
+            if session_id is not None:
+                attributes["session.id"] = session_id
+                attributes["gen_ai.conversation.id"] = session_id
+            if not modern and (transport_session := headers.get(b"mcp-session-id")) is not None:
+                # The 2025-era transport session (a uuid the SDK minted), never a data-layer token.
+                attributes["mcp.session.id"] = transport_session.decode("latin-1")
+            span.set_attributes(attributes)
+            if creation is not None and self.trace_mode == "link":
+                span.add_link(creation, {"mcp_sessions.link": "session.created"})
+            if meta_parent is not None and header_parent is not None:
+                # The conventions: parent from _meta, link the transport's context.
+                header_span = trace.get_current_span(header_parent).get_span_context()
+                span.add_link(header_span, {"mcp_sessions.link": "http.request"})
+        return op
+
+
+# The API's stand-ins before (or without) an SDK: nothing they make records.
+_NOOP_PROVIDERS: Final[frozenset[type]] = frozenset(
+    {
+        trace.NoOpTracerProvider,
+        trace.ProxyTracerProvider,
+        otel_metrics.NoOpMeterProvider,
+        type(otel_metrics.get_meter_provider()),  # the API's private proxy, until an SDK is set
+    }
+)
+
+
+def _extract(carrier: dict[str, str]) -> Context | None:
+    try:
+        ctx = propagate.extract(carrier)
+    except (ValueError, TypeError):
+        return None
+    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+class Operation:
+    """One JSON-RPC message being handled: its span, its outcome, its metrics."""
+
+    __slots__ = (
+        "_ended",
+        "_t0",
+        "_token",
+        "error_message",
+        "error_type",
+        "method",
+        "protocol_version",
+        "session_id",
+        "span",
+        "status_code",
+        "target",
+        "telemetry",
+    )
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        span: trace.Span,
+        method: str,
+        target: str | None,
+        protocol_version: str | None,
+        session_id: str | None,
+    ) -> None:
+        self.telemetry = telemetry
+        self.span = span
+        self.method = method
+        self.target = target
+        self.protocol_version = protocol_version
+        self.session_id = session_id
+        self.error_type: str | None = None
+        self.status_code: str | None = None
+        self.error_message: str | None = None
+        self._token: object | None = None
+        self._ended = False
+        self._t0 = time.perf_counter()
+
+    @property
+    def recording(self) -> bool:
+        return self.span.is_recording()
+
+    @property
+    def traced(self) -> bool:
+        """Whether there is a trace to continue (recording, or sampled out with valid ids)."""
+        return self.span.get_span_context().is_valid
+
+    def metric_attributes(self) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            "mcp.method.name": self.method,
+            "network.transport": "tcp",
+            "network.protocol.name": "http",
+        }
+        if self.protocol_version is not None:
+            attributes["mcp.protocol.version"] = self.protocol_version
+        if self.target is not None:
+            if self.method == "tools/call":
+                attributes["gen_ai.tool.name"] = self.target
+            else:
+                attributes["gen_ai.prompt.name"] = self.target
+        if self.method == "tools/call":
+            attributes["gen_ai.operation.name"] = "execute_tool"
+        return attributes
+
+    def session_attributes(self) -> dict[str, Any]:
+        """Attributes of the session metrics (never the session id: unbounded cardinality)."""
+        attributes: dict[str, Any] = {"network.transport": "tcp", "network.protocol.name": "http"}
+        if self.protocol_version is not None:
+            attributes["mcp.protocol.version"] = self.protocol_version
+        return attributes
+
+    def set_session(self, session_id: str) -> None:
+        self.session_id = session_id
+        if self.span.is_recording():
+            self.span.set_attributes({"session.id": session_id, "gen_ai.conversation.id": session_id})
+
+    def traceparent(self) -> str | None:
+        """This span's context as a traceparent, for the token's creation claim."""
+        span_context = self.span.get_span_context()
+        return traceparent_of(span_context) if span_context.is_valid else None
+
+    def context(self) -> Context:
+        """The context the application runs in: this span, and the session in baggage."""
+        ctx = trace.set_span_in_context(self.span)
+        if self.session_id is not None:
+            ctx = baggage.set_baggage(SESSION_BAGGAGE_KEY, self.session_id, ctx)
+        return ctx
+
+    def inject(self, meta: dict[str, Any]) -> None:
+        """Make ``_meta``'s trace context name this span, so the server's own span nests under it."""
+        for key in _TRACE_KEYS:
+            meta.pop(key, None)
+        propagate.inject(meta, context=self.context())
+
+    def attach(self) -> None:
+        if self.traced:
+            self._token = context.attach(self.context())
+
+    def detach(self) -> None:
+        if self._token is not None:
+            context.detach(self._token)  # type: ignore[arg-type]
+            self._token = None
+
+    def fail(self, code: int, message: str) -> None:
+        """The message ended in a JSON-RPC error (answered here or by the server)."""
+        if self.error_type is None:
+            self.error_type = self.status_code = str(code)
+            self.error_message = message
+
+    def tool_error(self) -> None:
+        if self.error_type is None:
+            self.error_type = "tool_error"
+
+    def http_error(self, status: int) -> None:
+        if self.error_type is None:
+            self.error_type = str(status)
+
+    def exception(self, exc: BaseException) -> None:
+        if self.error_type is None:
+            self.error_type = type(exc).__qualname__
+        if self.span.is_recording():
+            self.span.record_exception(exc)
+
+    def end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        duration = time.perf_counter() - self._t0
+        attributes = self.metric_attributes()
+        if self.error_type is not None:
+            attributes["error.type"] = self.error_type
+            if self.status_code is not None:
+                attributes["rpc.response.status_code"] = self.status_code
+        span = self.span
+        if span.is_recording() and self.error_type is not None:
+            errors = {"error.type": self.error_type}
+            if self.status_code is not None:
+                errors["rpc.response.status_code"] = self.status_code
+            span.set_attributes(errors)
+            span.set_status(StatusCode.ERROR, self.error_message)
+        span.end()
+        self.telemetry.operation_duration.record(duration, attributes)

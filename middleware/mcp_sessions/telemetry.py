@@ -1,0 +1,46 @@
+"""OpenTelemetry SDK helpers: import this module only where the SDK is installed.
+
+The middleware itself depends on ``opentelemetry-api`` alone; this module is
+for applications that configure the SDK (``opentelemetry-sdk``).
+"""
+
+from __future__ import annotations
+
+from opentelemetry import baggage
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from ._telemetry import SESSION_BAGGAGE_KEY
+
+__all__ = ["SESSION_BAGGAGE_KEY", "SessionSpanProcessor"]
+
+
+class SessionSpanProcessor(SpanProcessor):
+    """Stamps ``session.id`` on every span started inside a session's request.
+
+    The middleware puts the session's stable id in OpenTelemetry baggage for
+    the duration of each request; this processor copies it onto every span
+    started there: the SDK's own MCP span, your spans, your database
+    client's spans. Add it to your ``TracerProvider`` before the exporting
+    processor::
+
+        provider.add_span_processor(SessionSpanProcessor())
+    """
+
+    def __init__(self, *, attributes: tuple[str, ...] = ("session.id",)) -> None:
+        self._attributes = attributes
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        session_id = baggage.get_baggage(SESSION_BAGGAGE_KEY, parent_context)
+        if isinstance(session_id, str) and session_id:
+            for name in self._attributes:
+                span.set_attribute(name, session_id)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
