@@ -19,6 +19,7 @@ from opentelemetry import baggage, context, propagate, trace
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
+from opentelemetry.metrics import _internal as _metrics_internal
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags, TracerProvider
 
 __all__ = ["SESSION_BAGGAGE_KEY", "Operation", "Telemetry", "TraceMode"]
@@ -71,6 +72,7 @@ class Telemetry:
         self.trace_mode = trace_mode
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
+        self._enabled = False
         self.tracer = trace.get_tracer("mcp_sessions", _version(), tracer_provider)
         meter = otel_metrics.get_meter("mcp_sessions", _version(), meter_provider)
         self.operation_duration = meter.create_histogram(
@@ -98,10 +100,22 @@ class Telemetry:
         )
 
     def enabled(self) -> bool:
-        """Whether an OpenTelemetry SDK is there to record: without one, the middleware skips telemetry."""
-        tracer_provider = self._tracer_provider or trace.get_tracer_provider()
-        meter_provider = self._meter_provider or otel_metrics.get_meter_provider()
-        return type(tracer_provider) not in _NOOP_PROVIDERS or type(meter_provider) not in _NOOP_PROVIDERS
+        """Whether an OpenTelemetry SDK is there to record: without one, the middleware skips telemetry.
+
+        On the hot path of every request: once true it stays true (a global
+        provider is set once and for all), and until then it reads the API's
+        globals directly, since ``get_tracer_provider()`` reads the environment
+        on every call.
+        """
+        if self._enabled:
+            return True
+        tracer_provider = self._tracer_provider or _global_tracer_provider()
+        meter_provider = self._meter_provider or _global_meter_provider()
+        enabled = (tracer_provider is not None and type(tracer_provider) not in _NOOP_PROVIDERS) or (
+            meter_provider is not None and type(meter_provider) not in _NOOP_PROVIDERS
+        )
+        self._enabled = enabled
+        return enabled
 
     def start(
         self,
@@ -183,6 +197,19 @@ _NOOP_PROVIDERS: Final[frozenset[type]] = frozenset(
         type(otel_metrics.get_meter_provider()),  # the API's private proxy, until an SDK is set
     }
 )
+
+
+def _global_tracer_provider() -> object | None:
+    """The global TracerProvider once one is set, else None (no environment lookup)."""
+    if hasattr(trace, "_TRACER_PROVIDER"):
+        return trace._TRACER_PROVIDER
+    return trace.get_tracer_provider()  # pragma: no cover - a future API without the global
+
+
+def _global_meter_provider() -> object | None:
+    if hasattr(_metrics_internal, "_METER_PROVIDER"):
+        return _metrics_internal._METER_PROVIDER
+    return otel_metrics.get_meter_provider()  # pragma: no cover
 
 
 def _extract(carrier: dict[str, str]) -> Context | None:
