@@ -7,12 +7,15 @@ HTTP, and ASGI 3 (HTTP connection scope).
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
+import inspect
 import logging
 import os
 import secrets
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -24,6 +27,7 @@ from . import _jsonrpc as jsonrpc
 from ._protocol import (
     HANDSHAKE_VERSIONS,
     HEADER_MISMATCH,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     MCP_METHOD_HEADER,
@@ -56,6 +60,26 @@ DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 MAX_LABEL_LENGTH: Final = 256
 
 RequirePolicy = bool | Collection[str] | Callable[[str, Any], bool]
+PrincipalHook = Callable[[Scope], "str | Awaitable[str | None] | None"]
+PRINCIPAL_CLAIM: Final = "pbh"
+
+
+def authenticated_user(scope: Scope) -> str | None:
+    """The default principal hook: the authenticated user Starlette's ``AuthenticationMiddleware`` set.
+
+    Works when that middleware runs before this one. For the ``mcp`` SDK's
+    bearer auth the principal is the token's subject, else its client id.
+    """
+    user = scope.get("user")
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    access_token = getattr(user, "access_token", None)
+    subject = getattr(access_token, "subject", None) or getattr(access_token, "client_id", None)
+    if isinstance(subject, str) and subject:
+        return subject
+    name = getattr(user, "display_name", None)
+    return name if isinstance(name, str) and name else None
+
 
 _JSON_CONTENT_TYPE: Final = b"application/json"
 _SSE_CONTENT_TYPE: Final = b"text/event-stream"
@@ -109,6 +133,7 @@ class MCPSessionMiddleware:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         trace_mode: TraceMode = "link",
+        principal: PrincipalHook | None = authenticated_user,
     ) -> None:
         if (secret is None) == (keys is None):
             raise ValueError(
@@ -156,6 +181,7 @@ class MCPSessionMiddleware:
             raise TypeError("require_session_tools takes a collection of tool names, not one string")
         self._require_tools = frozenset(require_session_tools)
         self._capability = capability(required=self._require_all)
+        self._principal = principal
         self._telemetry = Telemetry(
             tracer_provider=tracer_provider, meter_provider=meter_provider, trace_mode=trace_mode
         )
@@ -301,12 +327,12 @@ class MCPSessionMiddleware:
                     return await _send_accepted(send)
                 if telemetry is not None:
                     op = self._start_operation(telemetry, scope, ctx, message, method, None)
-                payload = await self._answer_session_method(method, message, ctx, op)
+                payload = await self._answer_session_method(scope, method, message, ctx, op)
                 await self._send_json(send, 200, jsonrpc.result(request_id, payload))
                 if op is not None:
                     op.end()
                 return None
-            session = await self._session_for(method, message, ctx, is_request=is_request)
+            session = await self._session_for(scope, method, message, ctx, is_request=is_request)
         except _Reject as reject:
             if telemetry is not None:
                 if op is None:
@@ -363,7 +389,9 @@ class MCPSessionMiddleware:
             session = None
             if call:
                 try:
-                    session = await self._session_for(element["method"], element, ctx, is_request="id" in element)
+                    session = await self._session_for(
+                        scope, element["method"], element, ctx, is_request="id" in element
+                    )
                 except _Reject as reject:
                     failures[index] = reject
             sessions.append(session)
@@ -492,7 +520,7 @@ class MCPSessionMiddleware:
         """
         if header_session_id is not None and header_session_id.count(b".") == 2:
             try:
-                session = await self._resolve({"sessionId": header_session_id.decode("latin-1")})
+                session = await self._resolve(scope, {"sessionId": header_session_id.decode("latin-1")})
             except _Reject:
                 pass
             else:
@@ -503,7 +531,7 @@ class MCPSessionMiddleware:
     # -- sessions ---------------------------------------------------------------
 
     async def _session_for(
-        self, method: str, message: dict[str, Any], ctx: _RequestContext, *, is_request: bool
+        self, scope: Scope, method: str, message: dict[str, Any], ctx: _RequestContext, *, is_request: bool
     ) -> Session | None:
         """The verified session a message names, ``None`` if it names none; :class:`_Reject` otherwise."""
         try:
@@ -518,15 +546,18 @@ class MCPSessionMiddleware:
             raise _Reject(
                 HEADER_MISMATCH, "Mcp-Session-Id header does not match the session in _meta", reason="header_mismatch"
             )
-        return await self._resolve(meta)
+        return await self._resolve(scope, meta)
 
-    async def _resolve(self, meta: dict[str, Any]) -> Session:
+    async def _resolve(self, scope: Scope, meta: dict[str, Any]) -> Session:
         token: str = meta["sessionId"]
         now = time.time()
         sid = None
         try:
             claims = self.keys.verify_session_token(token, now=now)
             sid = claims.session_id
+            bound = claims.extra.get(PRINCIPAL_CLAIM)
+            if bound is not None and bound != await self._principal_hash(scope):
+                raise InvalidToken("bound to another principal")
             state_token = meta.get("state")
             try:
                 state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
@@ -559,6 +590,29 @@ class MCPSessionMiddleware:
             idle_ttl=self.idle_ttl,
         )
 
+    async def _principal_hash(self, scope: Scope) -> str | None:
+        """A pseudonymous digest of the authenticated principal, or None when there is none.
+
+        Bound into the token at creation; a later request by another principal
+        (or by none) is refused with -32043. A failing hook is a server bug:
+        the request gets -32603 and nothing is forwarded.
+        """
+        if self._principal is None:
+            return None
+        try:
+            principal = self._principal(scope)
+            if inspect.isawaitable(principal):
+                principal = await principal
+        except Exception:
+            logger.exception("the principal hook failed")
+            raise _Reject(INTERNAL_ERROR, "Internal error", reason="principal_hook_failed") from None
+        if principal is None:
+            return None
+        digest = hashlib.sha256(
+            b"mcp-sessions principal\x00%s\x00%s" % (self.keys.audience.encode(), str(principal).encode())
+        )
+        return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+
     def _requires(self, method: str, params: Any) -> bool:
         if method in SESSIONLESS_METHODS or method.startswith("notifications/"):
             return False
@@ -574,7 +628,7 @@ class MCPSessionMiddleware:
         return self._require_fn is not None and bool(self._require_fn(method, params))
 
     async def _answer_session_method(
-        self, method: str, message: dict[str, Any], ctx: _RequestContext, op: Operation | None
+        self, scope: Scope, method: str, message: dict[str, Any], ctx: _RequestContext, op: Operation | None
     ) -> dict[str, Any]:
         header_method = ctx.headers.get(MCP_METHOD_HEADER)
         if ctx.modern and header_method is not None and header_method != method.encode():
@@ -592,8 +646,11 @@ class MCPSessionMiddleware:
             now = time.time()
             # The creation span's context rides in the (signed) token, so that every
             # later request of the session links to it, on any replica.
-            traceparent = None if op is None else op.traceparent()
-            extra = None if traceparent is None else {TRACEPARENT_CLAIM: traceparent}
+            extra: dict[str, str] = {}
+            if op is not None and (traceparent := op.traceparent()) is not None:
+                extra[TRACEPARENT_CLAIM] = traceparent
+            if (principal := await self._principal_hash(scope)) is not None:
+                extra[PRINCIPAL_CLAIM] = principal
             token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now, extra_claims=extra)
             try:
                 await self.store.create(claims.session_id, expires_at=claims.expires_at, now=now)
@@ -606,7 +663,7 @@ class MCPSessionMiddleware:
                 op.telemetry.sessions_created.add(1, op.session_attributes())
             result: dict[str, Any] = {"session": {"sessionId": token, "expiresAt": _iso(int(expires))}}
         else:
-            session = await self._session_for(method, message, ctx, is_request=True)
+            session = await self._session_for(scope, method, message, ctx, is_request=True)
             if session is None:
                 raise _Reject(SESSION_REQUIRED, "Session required", {"create": METHOD_CREATE}, reason="required")
             if op is not None:

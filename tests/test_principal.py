@@ -1,0 +1,136 @@
+"""Sessions bound to the authenticated principal that created them (real Starlette auth, real uvicorn)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from mcp.server.mcpserver import MCPServer
+from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
+from starlette.routing import Mount
+from starlette.types import Scope
+
+from _mcp import SESSION_NOT_FOUND, ModernClient, jwt_claims, session_meta, tool_text
+from conftest import SECRET, serve
+from mcp_sessions import MCPSessionMiddleware, get_session
+
+
+class HeaderUser(AuthenticationBackend):
+    """Authenticates whoever the X-User header names (enough to exercise the binding)."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        user = conn.headers.get("x-user")
+        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
+
+
+def build(calls: list[str], **options: Any) -> Starlette:
+    server = MCPServer("principal")
+
+    @server.tool()
+    async def whoami() -> str:
+        calls.append("whoami")
+        session = get_session()
+        return session.id if session is not None else "none"
+
+    mcp_app = server.streamable_http_app(streamable_http_path="/mcp")
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        async with server.session_manager.run():
+            yield
+
+    # Authentication runs first (outermost), so the session middleware sees scope["user"].
+    return Starlette(
+        routes=[Mount("/", mcp_app)],
+        middleware=[
+            Middleware(AuthenticationMiddleware, backend=HeaderUser()),
+            Middleware(MCPSessionMiddleware, secret=SECRET, path="/mcp", **options),
+        ],
+        lifespan=lifespan,
+    )
+
+
+@pytest.fixture
+def calls() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def client(calls: list[str]) -> Iterator[ModernClient]:
+    with serve(build(calls)) as url, httpx.Client() as http:
+        yield ModernClient(http, url)
+
+
+def whoami(client: ModernClient, session: dict[str, Any], user: str | None) -> dict[str, Any]:
+    extra = {} if user is None else {"x_user": user}
+    return client.call_tool("whoami", session=session_meta(session), **extra)[1]
+
+
+def test_the_creator_uses_the_session_and_nobody_else_does(client: ModernClient, calls: list[str]) -> None:
+    _, created = client.request("sessions/create", x_user="alice")
+    session = created["result"]["session"]
+    assert "pbh" in jwt_claims(session["sessionId"])
+    assert "alice" not in str(jwt_claims(session["sessionId"]))  # a digest, not the name
+
+    assert tool_text(whoami(client, session, "alice")) == jwt_claims(session["sessionId"])["sid"]
+    assert calls == ["whoami"]
+    for intruder in ("bob", None):
+        answer = whoami(client, session, intruder)
+        assert answer["error"]["code"] == SESSION_NOT_FOUND
+    assert calls == ["whoami"]  # the refused requests never reached the tool
+
+
+def test_an_anonymous_session_is_not_bound(client: ModernClient, calls: list[str]) -> None:
+    _, created = client.request("sessions/create")
+    session = created["result"]["session"]
+    assert "pbh" not in jwt_claims(session["sessionId"])
+    for user in (None, "bob"):
+        assert tool_text(whoami(client, session, user)) == jwt_claims(session["sessionId"])["sid"]
+
+
+def test_a_delete_by_another_principal_is_refused(client: ModernClient) -> None:
+    _, created = client.request("sessions/create", x_user="alice")
+    session = created["result"]["session"]
+    _, refused = client.request("sessions/delete", session=session_meta(session), x_user="bob")
+    assert refused["error"]["code"] == SESSION_NOT_FOUND
+    _, deleted = client.request("sessions/delete", session=session_meta(session), x_user="alice")
+    assert "error" not in deleted
+
+
+def test_an_async_principal_hook_and_no_binding(calls: list[str]) -> None:
+    async def tenant(scope: Scope) -> str | None:
+        return dict(scope["headers"]).get(b"x-tenant", b"").decode() or None
+
+    with serve(build(calls, principal=tenant)) as url, httpx.Client() as http:
+        client = ModernClient(http, url)
+        _, created = client.request("sessions/create", x_tenant="t1")
+        session = created["result"]["session"]
+        sid = jwt_claims(session["sessionId"])["sid"]
+        assert tool_text(client.call_tool("whoami", session=session_meta(session), x_tenant="t1")[1]) == sid
+        refused = client.call_tool("whoami", session=session_meta(session), x_tenant="t2")[1]
+        assert refused["error"]["code"] == SESSION_NOT_FOUND
+
+    with serve(build(calls, principal=None)) as url, httpx.Client() as http:
+        client = ModernClient(http, url)
+        _, created = client.request("sessions/create", x_user="alice")
+        assert "pbh" not in jwt_claims(created["result"]["session"]["sessionId"])
+
+
+def test_a_failing_principal_hook_is_an_internal_error_and_reaches_nothing(calls: list[str]) -> None:
+    def broken(scope: Scope) -> str | None:
+        raise RuntimeError("boom")
+
+    with serve(build(calls, principal=broken)) as url, httpx.Client() as http:
+        client = ModernClient(http, url)
+        response, answer = client.request("sessions/create")
+        assert response.status_code == 200
+        assert answer["error"]["code"] == -32603
+        assert "boom" not in response.text
+    assert calls == []
