@@ -13,16 +13,62 @@ _decode = json.JSONDecoder().decode
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
+# The member names on the path to the session metadata: a body that repeats one
+# of them could mean one session to this parser and another to the server's.
+_SESSION_PATH_MARKERS: Final = (
+    b'"params"',
+    b'"_meta"',
+    b'"' + SESSION_META_KEY.encode() + b'"',
+    b'"sessionId"',
+    b'"state"',
+)
+
+
 class InvalidSessionMeta(Exception):
     """Session metadata present but of the wrong shape (answered with -32600)."""
 
 
+class _Repeated(dict[str, Any]):
+    """A JSON object that repeated member names (``repeated``); the last value of each is kept."""
+
+    __slots__ = ("repeated",)
+
+    def __init__(self, pairs: list[tuple[str, Any]], repeated: set[str]) -> None:
+        super().__init__(pairs)
+        self.repeated = repeated
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    names = {name for name, _ in pairs}
+    if len(names) == len(pairs):
+        return dict(pairs)
+    seen: set[str] = set()
+    repeated = {name for name, _ in pairs if name in seen or seen.add(name)}  # type: ignore[func-returns-value]
+    return _Repeated(pairs, repeated)
+
+
+_decode_checked = json.JSONDecoder(object_pairs_hook=_object).decode
+
+
 def loads(body: bytes) -> Any:
-    """The parsed body, or ``None`` when it is not JSON (the app answers those)."""
+    """The parsed body, or ``None`` when it is not JSON (the app answers those).
+
+    A body that could repeat a member name on the path to the session
+    metadata (an escape anywhere, or a marker seen twice) is parsed with a
+    hook that records repeated names, so that :func:`session_meta` refuses it.
+    """
     try:
-        return _decode(body.decode())
+        text = body.decode()
+        if b"\\" in body or any(body.count(marker) > 1 for marker in _SESSION_PATH_MARKERS):
+            return _decode_checked(text)
+        return _decode(text)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
+
+
+def _check_unique(obj: dict[str, Any], *names: str) -> None:
+    if type(obj) is _Repeated and not obj.repeated.isdisjoint(names):
+        raise InvalidSessionMeta("session metadata must not repeat a member name")
 
 
 def dumps(message: Any) -> bytes:
@@ -35,17 +81,21 @@ def session_meta(message: dict[str, Any]) -> dict[str, Any] | None:
     ``null`` counts as absent. Anything else that is not an object with a
     string ``sessionId`` (and, if present, a string ``state``) is invalid.
     """
+    _check_unique(message, "params")
     params = message.get("params")
-    if type(params) is not dict:
+    if not isinstance(params, dict):
         return None
+    _check_unique(params, "_meta")
     meta = params.get("_meta")
-    if type(meta) is not dict:
+    if not isinstance(meta, dict):
         return None
+    _check_unique(meta, SESSION_META_KEY)
     session = meta.get(SESSION_META_KEY)
     if session is None:
         return None
-    if type(session) is not dict:
+    if not isinstance(session, dict):
         raise InvalidSessionMeta("session metadata must be an object")
+    _check_unique(session, "sessionId", "state")
     if type(session.get("sessionId")) is not str:
         raise InvalidSessionMeta("session metadata needs a string sessionId")
     state = session.get("state")
@@ -76,7 +126,7 @@ def echoed_session_id(value: Any) -> Any:
 
 def request_id_of(element: Any) -> Any:
     """The id of a batch element, or None when it has none we can echo."""
-    if type(element) is dict:
+    if isinstance(element, dict):
         rid = element.get("id")
         if rid is None or type(rid) in (str, int, float):
             return rid

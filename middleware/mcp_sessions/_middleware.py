@@ -84,6 +84,7 @@ def authenticated_user(scope: Scope) -> str | None:
 _JSON_CONTENT_TYPE: Final = b"application/json"
 _SSE_CONTENT_TYPE: Final = b"text/event-stream"
 _JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+_CONFLICTING_HEADER: Final = b"\x00conflicting"
 
 
 class _Reject(Exception):
@@ -247,7 +248,12 @@ class MCPSessionMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
+        raw_headers = scope["headers"]
+        headers = dict(raw_headers)
+        if len(headers) != len(raw_headers) and len({v for n, v in raw_headers if n == MCP_SESSION_ID_HEADER}) > 1:
+            # Two different Mcp-Session-Id headers: a proxy may route on one and we
+            # would check the other, so the pair matches no session.
+            headers[MCP_SESSION_ID_HEADER] = _CONFLICTING_HEADER
         header_session_id = headers.get(MCP_SESSION_ID_HEADER)
         content_type = headers.get(b"content-type")
         if (
@@ -298,7 +304,7 @@ class MCPSessionMiddleware:
             return {"type": "http.request", "body": replayed, "more_body": False}
 
         parsed = jsonrpc.loads(body)
-        if type(parsed) is dict:
+        if isinstance(parsed, dict):
             return await self._handle_message(scope, replay, send, parsed, ctx)
         if type(parsed) is list and parsed:
             return await self._handle_batch(scope, replay, send, parsed, ctx)
@@ -370,7 +376,7 @@ class MCPSessionMiddleware:
         batch: list[Any],
         ctx: _RequestContext,
     ) -> None:
-        calls = [type(el) is dict and el.get("jsonrpc") == "2.0" and type(el.get("method")) is str for el in batch]
+        calls = [isinstance(el, dict) and el.get("jsonrpc") == "2.0" and type(el.get("method")) is str for el in batch]
         if not any(calls):
             await self._pass_through(scope, receive, send, ctx.header_session_id)
             return
@@ -380,7 +386,7 @@ class MCPSessionMiddleware:
             errors = [
                 jsonrpc.invalid_request(jsonrpc.request_id_of(el), "session methods are not allowed in a batch")
                 for el in batch
-                if type(el) is not dict or "id" in el
+                if not isinstance(el, dict) or "id" in el
             ]
             return await self._send_batch(send, errors, status=refused_status)
         sessions: list[Session | None] = []
@@ -417,7 +423,7 @@ class MCPSessionMiddleware:
                 if op is not None:
                     op.fail(failure.code, failure.message)
                     op.end()
-                if type(element) is dict and "id" not in element:
+                if isinstance(element, dict) and "id" not in element:
                     continue
                 errors.append(
                     jsonrpc.error(jsonrpc.request_id_of(element), failure.code, failure.message, failure.data)
@@ -428,7 +434,7 @@ class MCPSessionMiddleware:
             return await self._send_batch(send, errors, status=503 if unavailable else refused_status)
         targets: dict[Any, _Target] = {}
         for element, session, op in zip(batch, sessions, ops, strict=True):
-            if type(element) is not dict or "id" not in element:
+            if not isinstance(element, dict) or "id" not in element:
                 continue
             advertise = element.get("method") in ("initialize", "server/discover")
             if session is not None or advertise or op is not None:
@@ -471,8 +477,8 @@ class MCPSessionMiddleware:
         rewritten.
         """
         params = message.get("params")
-        meta = params.get("_meta") if type(params) is dict else None
-        if type(meta) is not dict or "traceparent" not in meta or ctx.body is None:
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if not isinstance(meta, dict) or "traceparent" not in meta or ctx.body is None:
             return
         op.inject(meta)
         ctx.body = jsonrpc.dumps(message)
@@ -621,7 +627,7 @@ class MCPSessionMiddleware:
         if (
             self._require_tools
             and method == "tools/call"
-            and type(params) is dict
+            and isinstance(params, dict)
             and params.get("name") in self._require_tools
         ):
             return True
@@ -634,11 +640,11 @@ class MCPSessionMiddleware:
         if ctx.modern and header_method is not None and header_method != method.encode():
             raise _Reject(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
         params = message.get("params")
-        if params is not None and type(params) is not dict:
+        if params is not None and not isinstance(params, dict):
             raise _Reject(INVALID_PARAMS, "params must be an object")
         if method == METHOD_CREATE:
             meta = params.get("_meta") if params else None
-            if type(meta) is dict and meta.get(SESSION_META_KEY) is not None:
+            if isinstance(meta, dict) and meta.get(SESSION_META_KEY) is not None:
                 raise _Reject(INVALID_REQUEST, "sessions/create must not carry session metadata")
             label = params.get("label") if params else None
             if label is not None and (type(label) is not str or len(label) > MAX_LABEL_LENGTH):
@@ -841,11 +847,11 @@ class _Responder:
         parsed = jsonrpc.loads(body)
         changed = False
         try:
-            if type(parsed) is dict:
+            if isinstance(parsed, dict):
                 changed = self._apply(parsed)
             elif type(parsed) is list:
                 for element in parsed:
-                    if type(element) is dict and self._apply(element):
+                    if isinstance(element, dict) and self._apply(element):
                         changed = True
         except Exception:  # never let a rewriting bug break a response
             logger.exception("could not add session metadata to a response")
@@ -855,7 +861,7 @@ class _Responder:
     def _rewrite_text(self, data: str) -> str | None:
         try:
             parsed = jsonrpc.loads(data.encode())
-            if type(parsed) is dict and self._apply(parsed):
+            if isinstance(parsed, dict) and self._apply(parsed):
                 return jsonrpc.dumps(parsed).decode()
         except Exception:
             logger.exception("could not add session metadata to an event")
@@ -872,9 +878,9 @@ class _Responder:
         if target is None:
             return False
         result = message.get("result")
-        if type(result) is not dict:
+        if not isinstance(result, dict):
             error = message.get("error")
-            if target.op is not None and type(error) is dict and type(error.get("code")) is int:
+            if target.op is not None and isinstance(error, dict) and type(error.get("code")) is int:
                 target.op.fail(error["code"], str(error.get("message", "")))
             return False
         if target.op is not None and result.get("isError") is True:
@@ -887,20 +893,20 @@ class _Responder:
                 echo["state"] = session.state_token
             echo["expiresAt"] = _iso(int(session.expires_at_timestamp))
             meta = result.get("_meta")
-            if type(meta) is not dict:
+            if not isinstance(meta, dict):
                 meta = result["_meta"] = {}
             meta[SESSION_META_KEY] = echo
             changed = True
-        if target.advertise and type(caps := result.get("capabilities")) is dict:
+        if target.advertise and isinstance(caps := result.get("capabilities"), dict):
             caps.setdefault("sessions", dict(self._capability))
             if target.modern:
                 extensions = caps.get("extensions")
-                if type(extensions) is not dict:
+                if not isinstance(extensions, dict):
                     extensions = caps["extensions"] = {}
                 extensions.setdefault(SESSIONS_EXTENSION_ID, dict(self._capability))
             else:
                 experimental = caps.get("experimental")
-                if type(experimental) is not dict:
+                if not isinstance(experimental, dict):
                     experimental = caps["experimental"] = {}
                 experimental.setdefault("sessions", dict(self._capability))
             changed = True
