@@ -1,6 +1,6 @@
 """Opt-in data-layer sessions for any Streamable HTTP MCP server, as one ASGI middleware."""
 
-from ._middleware import MCPSessionMiddleware
+from ._middleware import MCPSessionMiddleware, authenticated_user
 from ._protocol import (
     HEADER_MISMATCH,
     SESSION_META_KEY,
@@ -32,6 +32,7 @@ __all__ = [
     "SessionStoreFull",
     "SessionStoreUnavailable",
     "StateTooLarge",
+    "authenticated_user",
     "get_session",
 ]
 
