@@ -132,9 +132,9 @@ class Telemetry:
     ) -> Operation:
         """Start the SERVER span of one JSON-RPC message."""
         params = message.get("params")
-        meta = params.get("_meta") if type(params) is dict else None
+        meta = params.get("_meta") if isinstance(params, dict) else None
         meta_parent = None
-        if type(meta) is dict and "traceparent" in meta:
+        if isinstance(meta, dict) and "traceparent" in meta:
             meta_parent = _extract({k: meta[k] for k in _TRACE_KEYS if type(meta.get(k)) is str})
         header_parent = None
         if b"traceparent" in headers:
@@ -148,7 +148,7 @@ class Telemetry:
             if parent is None and creation is not None and self.trace_mode == "session":
                 parent = trace.set_span_in_context(NonRecordingSpan(creation))
         target = None
-        if type(params) is dict and method in ("tools/call", "prompts/get"):
+        if isinstance(params, dict) and method in ("tools/call", "prompts/get"):
             name = params.get("name")
             target = name if type(name) is str else None
         span = self.tracer.start_span(
@@ -163,7 +163,9 @@ class Telemetry:
             request_id = message.get("id")
             if request_id is not None and type(request_id) in (str, int, float):
                 attributes["jsonrpc.request.id"] = str(request_id)
-            if method in ("resources/read", "resources/subscribe", "resources/unsubscribe") and type(params) is dict:
+            if method in ("resources/read", "resources/subscribe", "resources/unsubscribe") and isinstance(
+                params, dict
+            ):
                 uri = params.get("uri")
                 if type(uri) is str:
                     attributes["mcp.resource.uri"] = uri
