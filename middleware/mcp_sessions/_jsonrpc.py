@@ -15,13 +15,7 @@ _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 # The member names on the path to the session metadata: a body that repeats one
 # of them could mean one session to this parser and another to the server's.
-_SESSION_PATH_MARKERS: Final = (
-    b'"params"',
-    b'"_meta"',
-    b'"' + SESSION_META_KEY.encode() + b'"',
-    b'"sessionId"',
-    b'"state"',
-)
+_SESSION_KEY_MARKER: Final = b'"' + SESSION_META_KEY.encode() + b'"'
 
 
 class InvalidSessionMeta(Exception):
@@ -50,17 +44,30 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _decode_checked = json.JSONDecoder(object_pairs_hook=_object).decode
 
 
-def loads(body: bytes) -> Any:
+def loads(body: bytes, *, request: bool = True) -> Any:
     """The parsed body, or ``None`` when it is not JSON (the app answers those).
 
-    A body that could repeat a member name on the path to the session
+    A request that could repeat a member name on the path to the session
     metadata (an escape anywhere, or a marker seen twice) is parsed with a
     hook that records repeated names, so that :func:`session_meta` refuses it.
+    Responses (``request=False``) come from the application and are parsed plainly.
     """
     try:
         text = body.decode()
-        if b"\\" in body or any(body.count(marker) > 1 for marker in _SESSION_PATH_MARKERS):
+        if not request:
+            return _decode(text)
+        if b"\\" in body:
             return _decode_checked(text)
+        if _SESSION_KEY_MARKER in body:
+            count = body.count
+            if (
+                count(_SESSION_KEY_MARKER) > 1
+                or count(b'"_meta"') > 1
+                or count(b'"params"') > 1
+                or count(b'"sessionId"') > 1
+                or count(b'"state"') > 1
+            ):
+                return _decode_checked(text)
         return _decode(text)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None

@@ -844,48 +844,65 @@ class _Responder:
             await self._send(message)
 
     def _rewrite_json(self, body: bytes) -> bytes:
-        parsed = jsonrpc.loads(body)
-        changed = False
+        parsed = jsonrpc.loads(body, request=False)
         try:
             if isinstance(parsed, dict):
-                changed = self._apply(parsed)
-            elif type(parsed) is list:
-                for element in parsed:
-                    if isinstance(element, dict) and self._apply(element):
-                        changed = True
+                rewritten = self._rewrite_message(body, parsed)
+                return body if rewritten is None else rewritten
+            if type(parsed) is list:
+                changed = [self._apply(element) for element in parsed if isinstance(element, dict)]
+                if any(change is not None for change in changed):
+                    return jsonrpc.dumps(parsed)
         except Exception:  # never let a rewriting bug break a response
             logger.exception("could not add session metadata to a response")
-            return body
-        return jsonrpc.dumps(parsed) if changed else body
+        return body
 
     def _rewrite_text(self, data: str) -> str | None:
         try:
-            parsed = jsonrpc.loads(data.encode())
-            if isinstance(parsed, dict) and self._apply(parsed):
-                return jsonrpc.dumps(parsed).decode()
+            raw = data.encode()
+            parsed = jsonrpc.loads(raw, request=False)
+            if isinstance(parsed, dict) and (rewritten := self._rewrite_message(raw, parsed)) is not None:
+                return rewritten.decode()
         except Exception:
             logger.exception("could not add session metadata to an event")
         return None
 
-    def _apply(self, message: dict[str, Any]) -> bool:
+    def _rewrite_message(self, raw: bytes, message: dict[str, Any]) -> bytes | None:
+        """The new bytes of one response message, or None when it stays as it is.
+
+        When only the echo is added and the message ends the way a compact
+        serializer ends it, the echo is spliced into the original bytes instead
+        of serializing the whole message again (large results cost nothing).
+        """
+        splice = _echo_splice_point(raw, message)
+        change = self._apply(message)
+        if change is None:
+            return None
+        if change is _CHANGED or splice is None:
+            return jsonrpc.dumps(message)
+        position, opener, closer = splice
+        return b"".join((raw[:position], opener, jsonrpc.dumps(change), closer, raw[position:]))
+
+    def _apply(self, message: dict[str, Any]) -> dict[str, Any] | object | None:
         """Observe a response to a target request, and add the echo and the capability.
 
-        Returns whether ``message`` changed.
+        Returns None when ``message`` did not change, the echo when the echo is
+        the only change, and ``_CHANGED`` otherwise.
         """
         if "method" in message:
-            return False
+            return None
         target = self._targets.get(_hashable_id(message.get("id")))
         if target is None:
-            return False
+            return None
         result = message.get("result")
         if not isinstance(result, dict):
             error = message.get("error")
             if target.op is not None and isinstance(error, dict) and type(error.get("code")) is int:
                 target.op.fail(error["code"], str(error.get("message", "")))
-            return False
+            return None
         if target.op is not None and result.get("isError") is True:
             target.op.tool_error()
-        changed = False
+        change: dict[str, Any] | object | None = None
         session = target.session
         if session is not None:
             echo: dict[str, Any] = {"sessionId": session.token}
@@ -896,7 +913,7 @@ class _Responder:
             if not isinstance(meta, dict):
                 meta = result["_meta"] = {}
             meta[SESSION_META_KEY] = echo
-            changed = True
+            change = echo
         if target.advertise and isinstance(caps := result.get("capabilities"), dict):
             caps.setdefault("sessions", dict(self._capability))
             if target.modern:
@@ -909,5 +926,35 @@ class _Responder:
                 if not isinstance(experimental, dict):
                     experimental = caps["experimental"] = {}
                 experimental.setdefault("sessions", dict(self._capability))
-            changed = True
-        return changed
+            change = _CHANGED
+        return change
+
+
+_CHANGED: Final = object()
+_META_OPENER: Final = b',"' + SESSION_META_KEY.encode() + b'":'
+
+
+def _echo_splice_point(raw: bytes, message: dict[str, Any]) -> tuple[int, bytes, bytes] | None:
+    """Where the echo can go in ``raw`` without reserializing, if the bytes allow it.
+
+    The message must end with ``result`` as its last member and ``result``
+    with ``_meta`` (an object, which then gets one more member) or without
+    any ``_meta`` (which is then added last), with no whitespace after the
+    last braces: how the SDK, and any compact serializer, writes it.
+    """
+    if not raw.endswith(b"}}") or next(reversed(message), None) != "result":
+        return None
+    result = message["result"]
+    if not isinstance(result, dict):
+        return None
+    if not result:
+        return len(raw) - 2, b'"_meta":{' + _META_OPENER[1:], b"}"
+    last = next(reversed(result))
+    if last == "_meta":
+        meta = result["_meta"]
+        if isinstance(meta, dict) and meta and SESSION_META_KEY not in meta and raw.endswith(b"}}}"):
+            return len(raw) - 3, _META_OPENER, b""
+        return None
+    if "_meta" in result:
+        return None
+    return len(raw) - 2, b',"_meta":{' + _META_OPENER[1:], b"}"
