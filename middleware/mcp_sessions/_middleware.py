@@ -90,12 +90,23 @@ _CONFLICTING_HEADER: Final = b"\x00conflicting"
 class _Reject(Exception):
     """A JSON-RPC error the middleware answers itself instead of forwarding."""
 
-    def __init__(self, code: int, message: str, data: Any = None, *, reason: str = "invalid_request") -> None:
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        data: Any = None,
+        *,
+        reason: str = "invalid_request",
+        session_id: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.data = data
         self.reason = reason
+        # The stable id, when the token verified but the session was refused (deleted,
+        # idle, bad state, another principal): telemetry files the refusal under it.
+        self.session_id = session_id
 
 
 @functools.lru_cache(maxsize=64)
@@ -331,9 +342,19 @@ class MCPSessionMiddleware:
             if method in SESSION_METHODS:
                 if not is_request:
                     return await _send_accepted(send)
+                self._check_session_method(method, message, ctx)
+                # sessions/delete resolves its session first, so that its span links to (or,
+                # with trace_mode="session", joins) the session's creation span.
+                target = None
+                if method != METHOD_CREATE:
+                    target = await self._session_for(scope, method, message, ctx, is_request=True)
+                    if target is None:
+                        raise _Reject(
+                            SESSION_REQUIRED, "Session required", {"create": METHOD_CREATE}, reason="required"
+                        )
                 if telemetry is not None:
-                    op = self._start_operation(telemetry, scope, ctx, message, method, None)
-                payload = await self._answer_session_method(scope, method, message, ctx, op)
+                    op = self._start_operation(telemetry, scope, ctx, message, method, target)
+                payload = await self._answer_session_method(scope, message, ctx, op, target)
                 await self._send_json(send, 200, jsonrpc.result(request_id, payload))
                 if op is not None:
                     op.end()
@@ -343,6 +364,8 @@ class MCPSessionMiddleware:
             if telemetry is not None:
                 if op is None:
                     op = self._start_operation(telemetry, scope, ctx, message, method, None)
+                if reject.session_id is not None:
+                    op.set_session(reject.session_id)
                 op.fail(reject.code, reject.message)
                 telemetry.sessions_rejected.add(1, {"mcp_sessions.reason": reject.reason, "mcp.method.name": method})
             if not is_request:
@@ -579,6 +602,7 @@ class MCPSessionMiddleware:
                 "Session not found",
                 {"sessionId": jsonrpc.echoed_session_id(token)},
                 reason=_rejection_reason(exc.reason),
+                session_id=sid,
             ) from None
         except SessionStoreUnavailable as exc:
             raise _store_unavailable(exc) from None
@@ -633,16 +657,25 @@ class MCPSessionMiddleware:
             return True
         return self._require_fn is not None and bool(self._require_fn(method, params))
 
-    async def _answer_session_method(
-        self, scope: Scope, method: str, message: dict[str, Any], ctx: _RequestContext, op: Operation | None
-    ) -> dict[str, Any]:
+    def _check_session_method(self, method: str, message: dict[str, Any], ctx: _RequestContext) -> None:
         header_method = ctx.headers.get(MCP_METHOD_HEADER)
         if ctx.modern and header_method is not None and header_method != method.encode():
             raise _Reject(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
         params = message.get("params")
         if params is not None and not isinstance(params, dict):
             raise _Reject(INVALID_PARAMS, "params must be an object")
-        if method == METHOD_CREATE:
+
+    async def _answer_session_method(
+        self,
+        scope: Scope,
+        message: dict[str, Any],
+        ctx: _RequestContext,
+        op: Operation | None,
+        session: Session | None,
+    ) -> dict[str, Any]:
+        """The result of ``sessions/create`` (``session`` is None) or ``sessions/delete`` (of ``session``)."""
+        params = message.get("params")
+        if session is None:
             meta = params.get("_meta") if params else None
             if isinstance(meta, dict) and meta.get(SESSION_META_KEY) is not None:
                 raise _Reject(INVALID_REQUEST, "sessions/create must not carry session metadata")
@@ -669,11 +702,6 @@ class MCPSessionMiddleware:
                 op.telemetry.sessions_created.add(1, op.session_attributes())
             result: dict[str, Any] = {"session": {"sessionId": token, "expiresAt": _iso(int(expires))}}
         else:
-            session = await self._session_for(scope, method, message, ctx, is_request=True)
-            if session is None:
-                raise _Reject(SESSION_REQUIRED, "Session required", {"create": METHOD_CREATE}, reason="required")
-            if op is not None:
-                op.set_session(session.id)
             try:
                 revoked = await self.store.revoke(session.id, expires_at=session.token_expires_at)
             except SessionStoreUnavailable as exc:
@@ -684,6 +712,7 @@ class MCPSessionMiddleware:
                     "Session not found",
                     {"sessionId": jsonrpc.echoed_session_id(session.token)},
                     reason="revoked",
+                    session_id=session.id,
                 )
             logger.debug("session deleted (sid=%s)", session.id)
             if op is not None:

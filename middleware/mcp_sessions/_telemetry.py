@@ -147,6 +147,7 @@ class Telemetry:
             creation = span_context_from_traceparent(session_claims.get(TRACEPARENT_CLAIM))
             if parent is None and creation is not None and self.trace_mode == "session":
                 parent = trace.set_span_in_context(NonRecordingSpan(creation))
+                creation = None  # the parent already says it: no link as well
         target = None
         if isinstance(params, dict) and method in ("tools/call", "prompts/get"):
             name = params.get("name")
@@ -181,7 +182,7 @@ class Telemetry:
                 # The 2025-era transport session (a uuid the SDK minted), never a data-layer token.
                 attributes["mcp.session.id"] = transport_session.decode("latin-1")
             span.set_attributes(attributes)
-            if creation is not None and self.trace_mode == "link":
+            if creation is not None:
                 span.add_link(creation, {"mcp_sessions.link": "session.created"})
             if meta_parent is not None and header_parent is not None:
                 # The conventions: parent from _meta, link the transport's context.
