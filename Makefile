@@ -22,6 +22,7 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py
 
 test: $(VENV)/.test-installed
+	./scripts/system-deps.sh
 	$(BIN)/ruff check middleware tests examples benchmarks
 	$(BIN)/ruff format --check middleware tests examples benchmarks
 	$(BIN)/mypy

@@ -209,9 +209,14 @@ class MCPSessionMiddleware:
     ) -> MCPSessionMiddleware:
         """Configure from ``MCP_SESSIONS_*`` variables; keyword options override them.
 
-        ``MCP_SESSIONS_SECRET`` is required. ``MCP_SESSIONS_DEV=1`` instead
-        generates a random secret and warns: sessions then die with the
-        process and no other replica accepts them.
+        ``MCP_SESSIONS_SECRET`` or ``MCP_SESSIONS_KEYS`` (a JWKS, ``kid:secret``
+        pairs or ``@/path``; :meth:`KeySet.from_config`, with
+        ``MCP_SESSIONS_SIGNER`` naming the signing kid) is required, not both.
+        ``MCP_SESSIONS_DEV=1`` instead generates a random secret and warns:
+        sessions then die with the process and no other replica accepts them.
+        ``MCP_SESSIONS_REDIS_URL`` selects a :class:`~mcp_sessions.stores.RedisStore`
+        (the ``redis`` extra), with ``MCP_SESSIONS_REDIS_PREFIX`` and
+        ``MCP_SESSIONS_REDIS_TIMEOUT``.
         """
         env = os.environ if environ is None else environ
 
@@ -228,7 +233,25 @@ class MCPSessionMiddleware:
             return value
 
         settings: dict[str, Any] = {}
-        if "keys" not in options and "secret" not in options:
+        key_config = env.get("MCP_SESSIONS_KEYS", "").strip()
+        signer = env.get("MCP_SESSIONS_SIGNER", "").strip() or None
+        if "keys" not in options and "secret" not in options and (key_config or signer):
+            if not key_config:
+                raise ValueError("MCP_SESSIONS_SIGNER names a key of MCP_SESSIONS_KEYS, which is not set")
+            if env.get("MCP_SESSIONS_SECRET", ""):
+                raise ValueError(
+                    "MCP_SESSIONS_SECRET and MCP_SESSIONS_KEYS are both set: set only one "
+                    "(to rotate away from a secret, list it in MCP_SESSIONS_KEYS as ':<secret>')"
+                )
+            # A KeySet carries issuer, audience and the state limit: options and variables go there.
+            key_options = {
+                name: value for name in ("issuer", "audience", "max_state_size") if (value := options.pop(name, None))
+            }
+            for name, key in (("MCP_SESSIONS_ISSUER", "issuer"), ("MCP_SESSIONS_AUDIENCE", "audience")):
+                if key not in key_options and (value := env.get(name, "").strip()):
+                    key_options[key] = value
+            settings["keys"] = KeySet.from_config(key_config, signer=signer, source="MCP_SESSIONS_KEYS", **key_options)
+        elif "keys" not in options and "secret" not in options:
             secret = env.get("MCP_SESSIONS_SECRET", "")
             if not secret:
                 if env.get("MCP_SESSIONS_DEV", "").strip().lower() not in ("1", "true", "yes"):
@@ -246,10 +269,27 @@ class MCPSessionMiddleware:
             settings["ttl"] = ttl
         if (idle_ttl := number("MCP_SESSIONS_IDLE_TTL")) is not None:
             settings["idle_ttl"] = idle_ttl
-        if "keys" not in options:  # a KeySet carries its own issuer and audience
+        if "keys" not in options and "keys" not in settings:  # a KeySet carries its own issuer and audience
             for name, key in (("MCP_SESSIONS_ISSUER", "issuer"), ("MCP_SESSIONS_AUDIENCE", "audience")):
                 if value := env.get(name, "").strip():
                     settings[key] = value
+        if "store" not in options and (redis_url := env.get("MCP_SESSIONS_REDIS_URL", "").strip()):
+            try:
+                from .stores.redis import RedisStore
+            except ImportError:
+                raise RuntimeError(
+                    "MCP_SESSIONS_REDIS_URL is set but the redis package is not installed: "
+                    "pip install 'mcp-sessions[redis]'"
+                ) from None
+            store_options: dict[str, Any] = {}
+            if prefix := env.get("MCP_SESSIONS_REDIS_PREFIX", "").strip():
+                store_options["prefix"] = prefix
+            if (redis_timeout := number("MCP_SESSIONS_REDIS_TIMEOUT")) is not None:
+                store_options["timeout"] = redis_timeout
+            try:
+                settings["store"] = RedisStore(redis_url, **store_options)
+            except ValueError as exc:
+                raise ValueError(f"MCP_SESSIONS_REDIS_URL, _PREFIX or _TIMEOUT: {exc}") from None
         settings.update(options)
         return cls(app, **settings)
 

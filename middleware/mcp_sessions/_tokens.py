@@ -9,6 +9,8 @@ size checks before anything is decoded.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import re
@@ -16,11 +18,17 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from cryptography.hazmat.primitives.serialization import load_pem_private_key, load_pem_public_key
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    PublicFormat,
+    load_pem_private_key,
+    load_pem_public_key,
+)
 
 __all__ = [
     "InvalidToken",
@@ -35,6 +43,7 @@ STATE_TOKEN_TYPE: Final = "mcp-session-state+jwt"  # noqa: S105
 MIN_SECRET_BYTES: Final = 32
 DEFAULT_MAX_TOKEN_LENGTH: Final = 2048
 DEFAULT_MAX_STATE_SIZE: Final = 4096
+MAX_CLOCK_SKEW: Final = 60  # seconds a verifying replica's clock may run behind the minting one's
 _SESSION_ID_BYTES: Final = 18  # 144 random bits, 24 URL-safe characters
 _CACHE_SIZE: Final = 10_000
 
@@ -137,6 +146,139 @@ def _asymmetric_algorithm(key: Any) -> str:
     raise TypeError(f"unsupported key type {type(key).__name__}: use a P-256 or Ed25519 key")
 
 
+_BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]*={0,2}")
+_PAIR_KID: Final = re.compile(r"[!-~]{1,64}")
+
+
+def _keys_from_config(text: str, source: str) -> list[SessionKey]:
+    """Parse ``MCP_SESSIONS_KEYS``-style text; :class:`ValueError` never quotes key material."""
+    stripped = text.strip()
+    if not stripped:
+        raise ValueError(f"{source} is empty: give a JWKS, kid:secret pairs, or @/path/to/a/file holding either")
+    if stripped.startswith("@"):
+        path = stripped[1:].strip()
+        if not path:
+            raise ValueError(f"{source}: '@' must be followed by the path of a key file")
+        try:
+            content = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"{source}: cannot read the key file {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{source}: the key file {path} is not UTF-8 text") from None
+        source = f"{source} (file {path})"
+        stripped = content.strip()
+        if not stripped:
+            raise ValueError(f"{source} is empty: give a JWKS or kid:secret pairs")
+    if stripped[0] in "{[":
+        return _keys_from_jwks(stripped, source)
+    return _keys_from_pairs(stripped, source)
+
+
+def _keys_from_pairs(text: str, source: str) -> list[SessionKey]:
+    keys = []
+    entries = [entry.strip() for line in text.splitlines() for entry in line.split(",")]
+    for number, entry in enumerate((e for e in entries if e and not e.startswith("#")), start=1):
+        kid, colon, secret = entry.partition(":")
+        kid, secret = kid.strip(), secret.strip()
+        if not colon or not secret:
+            raise ValueError(
+                f"{source}: entry {number} is not kid:secret (write kid:secret pairs separated by commas, "
+                "or a JWKS; a secret cannot contain a comma)"
+            )
+        if kid and not _PAIR_KID.fullmatch(kid):
+            raise ValueError(f"{source}: entry {number} has a kid that is not 1 to 64 visible ASCII characters")
+        try:
+            keys.append(SessionKey.from_secret(secret, kid=kid or None))
+        except ValueError as exc:
+            raise ValueError(f"{source}: entry {number}{f' (kid {kid!r})' if kid else ''}: {exc}") from None
+    if not keys:
+        raise ValueError(f"{source} holds no key: give kid:secret pairs or a JWKS")
+    return keys
+
+
+def _keys_from_jwks(text: str, source: str) -> list[SessionKey]:
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        line, column = getattr(exc, "lineno", "?"), getattr(exc, "colno", "?")
+        raise ValueError(f"{source} is not valid JSON (line {line}, column {column})") from None
+    if isinstance(document, dict) and "kty" in document:
+        jwks: Any = [document]
+    elif isinstance(document, dict):
+        jwks = document.get("keys")
+    else:
+        jwks = document
+    if not isinstance(jwks, list) or not jwks:
+        raise ValueError(f'{source}: a JWKS is an object {{"keys": [...]}} with at least one key')
+    return [_key_from_jwk(jwk, f"{source}: key {number}", source) for number, jwk in enumerate(jwks, start=1)]
+
+
+def _key_from_jwk(jwk: Any, where: str, source: str) -> SessionKey:
+    if not isinstance(jwk, dict):
+        raise ValueError(f"{where} is not a JSON object")
+    kid = jwk.get("kid")
+    if not isinstance(kid, str) or not kid or len(kid) > 64:
+        raise ValueError(f"{where} needs a 'kid' of 1 to 64 characters (each key needs its own key id)")
+    where = f"{source}: key {kid!r}"
+    if jwk.get("use", "sig") != "sig":
+        raise ValueError(f"{where}: 'use' must be 'sig'")
+    kty = jwk.get("kty")
+    expected = {"oct": "HS256", "EC": "ES256", "OKP": "EdDSA"}.get(kty) if isinstance(kty, str) else None
+    if expected is None:
+        raise ValueError(
+            f"{where}: unsupported kty {kty!r}: use 'oct' (HS256), 'EC' with crv P-256 (ES256) "
+            "or 'OKP' with crv Ed25519 (EdDSA)"
+        )
+    if jwk.get("alg", expected) != expected:
+        raise ValueError(f"{where}: a {kty!r} key here is {expected}, not {jwk.get('alg')!r}")
+    if kty == "oct":
+        try:
+            return SessionKey.from_secret(_b64url(jwk, "k", where), kid=kid)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    has_private = "d" in jwk
+    if kty == "EC":
+        if jwk.get("crv") != "P-256":
+            raise ValueError(f"{where}: an 'EC' key must have crv 'P-256' (ES256)")
+        x, y = _b64url(jwk, "x", where, size=32), _b64url(jwk, "y", where, size=32)
+        try:
+            public = ec.EllipticCurvePublicNumbers(int.from_bytes(x), int.from_bytes(y), ec.SECP256R1())
+            if has_private:
+                d = _b64url(jwk, "d", where, size=32)
+                private = ec.EllipticCurvePrivateNumbers(int.from_bytes(d), public).private_key()
+                return SessionKey.from_private_key(private, kid=kid)
+            return SessionKey.from_public_key(public.public_key(), kid=kid)
+        except ValueError:
+            raise ValueError(
+                f"{where}: not a valid P-256 key (x and y must be on the curve, d must match them)"
+            ) from None
+    if jwk.get("crv") != "Ed25519":
+        raise ValueError(f"{where}: an 'OKP' key must have crv 'Ed25519' (EdDSA)")
+    x = _b64url(jwk, "x", where, size=32)
+    if has_private:
+        private_key = ed25519.Ed25519PrivateKey.from_private_bytes(_b64url(jwk, "d", where, size=32))
+        if private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw) != x:
+            raise ValueError(f"{where}: 'x' is not the public key of 'd'")
+        return SessionKey.from_private_key(private_key, kid=kid)
+    try:
+        return SessionKey.from_public_key(ed25519.Ed25519PublicKey.from_public_bytes(x), kid=kid)
+    except ValueError:
+        raise ValueError(f"{where}: 'x' is not a valid Ed25519 public key") from None
+
+
+def _b64url(jwk: dict[str, Any], member: str, where: str, *, size: int | None = None) -> bytes:
+    value = jwk.get(member)
+    if not isinstance(value, str) or not value or not _BASE64URL.fullmatch(value):
+        raise ValueError(f"{where}: '{member}' must be a base64url string")
+    try:
+        raw = base64.urlsafe_b64decode(value.rstrip("=") + "=" * (-len(value.rstrip("=")) % 4))
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{where}: '{member}' is not valid base64url") from None
+    if size is not None and len(raw) != size:
+        raise ValueError(f"{where}: '{member}' must decode to {size} bytes")
+    return raw
+
+
 class _BoundedCache(dict[str, Any]):
     """A dict that forgets its oldest entries past a size (insertion order)."""
 
@@ -206,6 +348,47 @@ class KeySet:
     def from_secret(cls, secret: str | bytes, **kwargs: Any) -> KeySet:
         return cls([SessionKey.from_secret(secret)], **kwargs)
 
+    @classmethod
+    def from_config(
+        cls,
+        text: str,
+        *,
+        signer: str | None = None,
+        issuer: str = "mcp-sessions",
+        audience: str = "mcp-sessions",
+        source: str = "MCP_SESSIONS_KEYS",
+        **kwargs: Any,
+    ) -> KeySet:
+        """A key set from configuration text, as in ``MCP_SESSIONS_KEYS``.
+
+        ``text`` is one of:
+
+        - a JWKS (RFC 7517): ``{"keys": [...]}``, a JSON list of keys, or one key.
+          ``"oct"`` keys (``k``, base64url, at least 32 bytes) are HS256;
+          ``"EC"`` keys on ``P-256`` are ES256 and ``"OKP"`` keys on ``Ed25519``
+          are EdDSA, signing with ``d`` and verify-only without it. Every key
+          needs a ``kid``;
+        - ``kid:secret`` pairs separated by commas or newlines (HS256, the
+          secret's UTF-8 bytes; ``:secret`` with no kid derives the kid from
+          the secret, as ``MCP_SESSIONS_SECRET`` does; lines starting with
+          ``#`` are comments);
+        - ``@/path/to/file``, a file holding either.
+
+        ``signer`` is the kid that signs (default: the first key that can).
+        Errors are :class:`ValueError` naming ``source`` and never quoting key
+        material. Other keyword arguments go to the constructor.
+        """
+        keys = _keys_from_config(text, source)
+        if signer is not None and not any(key.kid == signer and key.can_sign for key in keys):
+            signing = ", ".join(repr(key.kid) for key in keys if key.can_sign) or "none"
+            raise ValueError(
+                f"{source}: the signer {signer!r} is not a key that can sign here (keys that can sign: {signing})"
+            )
+        try:
+            return cls(keys, signer=signer, issuer=issuer, audience=audience, **kwargs)
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+
     # -- session ids ---------------------------------------------------------
 
     def mint_session_token(
@@ -251,7 +434,10 @@ class KeySet:
             raise InvalidToken("iat, exp and nbf must be integers")
         if exp + self.leeway <= current:
             raise InvalidToken("expired")
-        if iat > current + self.leeway or nbf > current + self.leeway:
+        # iat and nbf only refuse tokens from the future. Replicas' clocks disagree a little, and a
+        # session minted on one that runs ahead is often used at once on one that runs behind.
+        skew = max(self.leeway, MAX_CLOCK_SKEW)
+        if iat > current + skew or nbf > current + skew:
             raise InvalidToken("not yet valid")
         extra = {k: v for k, v in payload.items() if k not in _REQUIRED_CLAIMS}
         claims = SessionClaims(session_id=sid, issued_at=iat, expires_at=exp, extra=extra)

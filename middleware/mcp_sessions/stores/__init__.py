@@ -1,6 +1,32 @@
-"""Stores for revocation, idle expiry and server-side session data."""
+"""Stores for revocation, idle expiry and server-side session data.
+
+``RedisStore`` is imported on first use, so that ``import mcp_sessions`` works
+without the optional ``redis`` package.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from ._base import SessionStatus, SessionStore, SessionStoreUnavailable
 from .memory import MemoryStore, SessionStoreFull
 
-__all__ = ["MemoryStore", "SessionStatus", "SessionStore", "SessionStoreFull", "SessionStoreUnavailable"]
+if TYPE_CHECKING:
+    from .redis import RedisStore
+
+__all__ = [
+    "MemoryStore",
+    "RedisStore",
+    "SessionStatus",
+    "SessionStore",
+    "SessionStoreFull",
+    "SessionStoreUnavailable",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RedisStore":
+        from .redis import RedisStore
+
+        return RedisStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

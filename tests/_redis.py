@@ -1,0 +1,138 @@
+"""A real redis-server for the tests, on a free loopback port, stopped and restarted on demand.
+
+When redis-server is not installed the tests that need it skip, except under
+CI (the ``CI`` variable set), where they fail: CI must test against a real Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+START_TIMEOUT = 10.0
+STOP_TIMEOUT = 5.0
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (the OS picks it; the caller binds it next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def redis_server_binary() -> str:
+    """The path of redis-server; skips the test when it is missing, or fails it under CI."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        message = (
+            "redis-server is not installed: the Redis tests need it "
+            "(Debian/Ubuntu: apt-get install -y --no-install-recommends redis-server; .ci/run installs it)"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message + " [CI is set, so this fails instead of skipping]", pytrace=False)
+        pytest.skip(message)
+    return binary
+
+
+def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
+    """Send one inline command over a raw socket and return the raw reply (no client library involved)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(" ".join(args).encode() + b"\r\n")
+        reply = b""
+        while not reply.endswith(b"\r\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        return reply
+
+
+class RedisServer:
+    """One redis-server process: no persistence, loopback only, in its own temporary directory."""
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self.binary = binary
+        self.directory = directory
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        assert self.process is None, "already running"
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+                "--enable-debug-command",
+                "local",
+                "--loglevel",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self.process.poll() is not None:
+                stderr = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
+                self.process = None
+                raise RuntimeError(f"redis-server exited at start: {stderr.strip()}")
+            with contextlib.suppress(OSError):
+                if command(self.port, "PING", timeout=0.5) == b"+PONG\r\n":
+                    return
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"redis-server did not answer PING on port {self.port} within {START_TIMEOUT} s")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL), bounded in time; everything it held is lost."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(STOP_TIMEOUT)
+        if process.stderr is not None:
+            process.stderr.close()
+
+    def command(self, *args: str) -> bytes:
+        return command(self.port, *args)
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[RedisServer]:
+    """A started redis-server, stopped when the block ends."""
+    binary = redis_server_binary()
+    with tempfile.TemporaryDirectory(prefix="mcp-sessions-redis-") as directory:
+        server = RedisServer(binary, Path(directory))
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()

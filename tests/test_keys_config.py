@@ -1,0 +1,359 @@
+"""Keys from configuration (KeySet.from_config: JWKS, kid:secret pairs, @file) and from_env's key and Redis settings."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from conftest import SECRET
+from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, MemoryStore, SessionKey
+from mcp_sessions.stores import RedisStore
+
+OLD = "old-secret-0123456789-0123456789-0123456789"
+NEW = "new-secret-9876543210-9876543210-9876543210"
+MAIN = Path(__file__).resolve().parent.parent
+
+
+async def app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover - never called
+    raise AssertionError("configuration tests never call the app")
+
+
+def b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def oct_jwk(kid: str, secret: bytes, **extra: Any) -> dict[str, Any]:
+    return {"kty": "oct", "kid": kid, "k": b64url(secret), **extra}
+
+
+def ec_jwk(kid: str, key: ec.EllipticCurvePrivateKey, *, private: bool = True) -> dict[str, Any]:
+    numbers = key.private_numbers()
+    jwk = {
+        "kty": "EC",
+        "crv": "P-256",
+        "kid": kid,
+        "x": b64url(numbers.public_numbers.x.to_bytes(32)),
+        "y": b64url(numbers.public_numbers.y.to_bytes(32)),
+    }
+    if private:
+        jwk["d"] = b64url(numbers.private_value.to_bytes(32))
+    return jwk
+
+
+def okp_jwk(kid: str, key: ed25519.Ed25519PrivateKey, *, private: bool = True) -> dict[str, Any]:
+    jwk = {"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": b64url(key.public_key().public_bytes_raw())}
+    if private:
+        jwk["d"] = b64url(key.private_bytes_raw())
+    return jwk
+
+
+def crosses(signing: KeySet, verifying: KeySet) -> bool:
+    """Whether a session minted by ``signing`` verifies under ``verifying``."""
+    token, claims = signing.mint_session_token(ttl=60)
+    try:
+        return verifying.verify_session_token(token).session_id == claims.session_id
+    except InvalidToken:
+        return False
+
+
+# -- kid:secret pairs ----------------------------------------------------------------------------
+
+
+def test_pairs_first_signing_key_signs_by_default() -> None:
+    keys = KeySet.from_config(f"old:{OLD},new:{NEW}")
+    assert [k.kid for k in keys.keys] == ["old", "new"]
+    assert keys.signer.kid == "old"
+    assert all(k.algorithm == "HS256" for k in keys.keys)
+    assert crosses(keys, KeySet([SessionKey.from_secret(OLD, kid="old")]))
+
+
+def test_pairs_tolerate_spaces_newlines_comments_and_a_trailing_comma() -> None:
+    keys = KeySet.from_config(f"# rotation 2026-11\n old : {OLD} ,\n\n new:{NEW},\n", signer="new")
+    assert [k.kid for k in keys.keys] == ["old", "new"]
+    assert keys.signer.kid == "new"
+
+
+def test_a_secret_may_contain_colons() -> None:
+    keys = KeySet.from_config(f"k1:{OLD}:with:colons")
+    assert crosses(keys, KeySet([SessionKey.from_secret(f"{OLD}:with:colons", kid="k1")]))
+
+
+def test_an_empty_kid_derives_the_kid_of_mcp_sessions_secret() -> None:
+    """The migration path from MCP_SESSIONS_SECRET: its sessions keep verifying under the key set."""
+    legacy = KeySet.from_secret(OLD)
+    keys = KeySet.from_config(f":{OLD},new:{NEW}", signer="new")
+    assert keys.keys[0].kid == legacy.signer.kid
+    assert crosses(legacy, keys)
+    assert crosses(keys, KeySet([SessionKey.from_secret(NEW, kid="new")]))
+
+
+# -- JWKS -------------------------------------------------------------------------------------------
+
+
+def test_jwks_with_every_key_type() -> None:
+    es, ed = ec.generate_private_key(ec.SECP256R1()), ed25519.Ed25519PrivateKey.generate()
+    jwks = {"keys": [oct_jwk("hs", NEW.encode(), alg="HS256", use="sig"), ec_jwk("es", es), okp_jwk("ed", ed)]}
+    keys = KeySet.from_config(json.dumps(jwks), signer="es")
+    assert [(k.kid, k.algorithm, k.can_sign) for k in keys.keys] == [
+        ("hs", "HS256", True),
+        ("es", "ES256", True),
+        ("ed", "EdDSA", True),
+    ]
+    assert keys.signer.kid == "es"
+    for signer in ("hs", "es", "ed"):
+        assert crosses(KeySet.from_config(json.dumps(jwks), signer=signer), keys)
+
+
+def test_public_jwks_verify_only() -> None:
+    es, ed = ec.generate_private_key(ec.SECP256R1()), ed25519.Ed25519PrivateKey.generate()
+    signing_es = KeySet.from_config(json.dumps({"keys": [ec_jwk("es", es)]}))
+    signing_ed = KeySet.from_config(json.dumps([okp_jwk("ed", ed)]))
+    public = [ec_jwk("es", es, private=False), okp_jwk("ed", ed, private=False)]
+    # A verify-only key set still needs a signer: here an HS256 key of its own.
+    verifier = KeySet.from_config(json.dumps({"keys": [*public, oct_jwk("own", OLD.encode())]}))
+    assert [k.can_sign for k in verifier.keys] == [False, False, True]
+    assert verifier.signer.kid == "own"
+    assert crosses(signing_es, verifier)
+    assert crosses(signing_ed, verifier)
+    with pytest.raises(ValueError, match="no key in the KeySet can sign"):
+        KeySet.from_config(json.dumps({"keys": public}))
+
+
+def test_a_single_jwk_is_a_key_set_of_one() -> None:
+    keys = KeySet.from_config(json.dumps(oct_jwk("only", OLD.encode())))
+    assert keys.signer.kid == "only"
+
+
+def test_from_a_file(tmp_path: Path) -> None:
+    pairs = tmp_path / "keys.txt"
+    pairs.write_text(f"old:{OLD}\nnew:{NEW}\n")
+    assert [k.kid for k in KeySet.from_config(f"@{pairs}").keys] == ["old", "new"]
+    jwks = tmp_path / "keys.json"
+    jwks.write_text(json.dumps({"keys": [oct_jwk("j", NEW.encode())]}))
+    assert KeySet.from_config(f" @ {jwks} ").signer.kid == "j"
+
+
+def test_issuer_audience_and_limits_reach_the_key_set() -> None:
+    keys = KeySet.from_config(f"k:{OLD}", issuer="https://mcp.example", audience="tenant", max_state_size=512)
+    assert (keys.issuer, keys.audience, keys.max_state_size) == ("https://mcp.example", "tenant", 512)
+
+
+# -- errors: clear, and never quoting secrets ----------------------------------------------------------
+
+SHORT = "short-secret-never-echoed"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "MCP_SESSIONS_KEYS is empty"),
+        ("  \n ", "MCP_SESSIONS_KEYS is empty"),
+        (",,", "holds no key"),
+        (OLD, "entry 1 is not kid:secret"),
+        (f"a:{OLD},{SHORT}", "entry 2 is not kid:secret"),
+        ("a:", "entry 1 is not kid:secret"),
+        (f"k:{SHORT}", r"entry 1 \(kid 'k'\): the session secret must be at least 32 bytes"),
+        (f"k:{OLD},k:{NEW}", "two keys share the kid 'k'"),
+        (f"k\x01:{OLD}", "kid that is not 1 to 64 visible ASCII characters"),
+        ("x" * 65 + f":{OLD}", "kid that is not 1 to 64 visible ASCII characters"),
+        ("@", "'@' must be followed by the path"),
+        ("@/nonexistent/keys", "cannot read the key file /nonexistent/keys"),
+        ('{"keys": [', r"is not valid JSON \(line 1, column 11\)"),
+        ('{"keys": []}', "a JWKS is an object"),
+        ("[1]", "key 1 is not a JSON object"),
+        (json.dumps({"keys": [{"kty": "oct", "k": b64url(OLD.encode())}]}), "key 1 needs a 'kid'"),
+        (json.dumps([oct_jwk("a", SHORT.encode())]), "key 'a': the session secret must be at least 32 bytes"),
+        (json.dumps([{"kty": "oct", "kid": "a", "k": SHORT + "!"}]), "'k' must be a base64url string"),
+        (json.dumps([{"kty": "oct", "kid": "a", "k": "A"}]), "'k' is not valid base64url"),
+        (json.dumps([oct_jwk("a", OLD.encode(), alg="HS512")]), "is HS256, not 'HS512'"),
+        (json.dumps([oct_jwk("a", OLD.encode(), use="enc")]), "'use' must be 'sig'"),
+        (json.dumps([{"kty": "RSA", "kid": "r", "n": "AQAB", "e": "AQAB"}]), "unsupported kty 'RSA'"),
+        (json.dumps([{"kty": "EC", "crv": "P-384", "kid": "e"}]), "crv 'P-256'"),
+        (json.dumps([{"kty": "EC", "crv": "P-256", "kid": "e", "x": b64url(b"1" * 32)}]), "'y' must be a base64url"),
+        (
+            json.dumps([{"kty": "EC", "crv": "P-256", "kid": "e", "x": b64url(b"1" * 32), "y": b64url(b"2" * 32)}]),
+            "not a valid P-256 key",
+        ),
+        (json.dumps([{"kty": "OKP", "crv": "X25519", "kid": "o"}]), "crv 'Ed25519'"),
+        (json.dumps([{"kty": "OKP", "crv": "Ed25519", "kid": "o", "x": b64url(b"1" * 31)}]), "decode to 32 bytes"),
+    ],
+)
+def test_bad_configuration_is_a_clear_value_error(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        KeySet.from_config(text)
+    assert str(info.value).startswith("MCP_SESSIONS_KEYS")
+    for secret in (OLD, NEW, SHORT, b64url(OLD.encode()), b64url(SHORT.encode())):
+        assert secret not in str(info.value)
+
+
+def test_mismatched_private_and_public_parts_are_refused() -> None:
+    es, other_es = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    mixed_ec = {**ec_jwk("e", es), "d": ec_jwk("e", other_es)["d"]}
+    with pytest.raises(ValueError, match="not a valid P-256 key"):
+        KeySet.from_config(json.dumps([mixed_ec]))
+    ed, other_ed = ed25519.Ed25519PrivateKey.generate(), ed25519.Ed25519PrivateKey.generate()
+    mixed_okp = {**okp_jwk("o", ed), "x": b64url(other_ed.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))}
+    with pytest.raises(ValueError, match="'x' is not the public key of 'd'") as info:
+        KeySet.from_config(json.dumps([mixed_okp]))
+    assert mixed_okp["d"] not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("signer", "message"),
+    [
+        ("missing", r"the signer 'missing' is not a key that can sign here \(keys that can sign: 'old', 'new'\)"),
+        ("pub", "the signer 'pub' is not a key that can sign"),
+    ],
+)
+def test_the_signer_must_be_a_signing_key(signer: str, message: str) -> None:
+    ed = ed25519.Ed25519PrivateKey.generate()
+    text = json.dumps([oct_jwk("old", OLD.encode()), oct_jwk("new", NEW.encode()), okp_jwk("pub", ed, private=False)])
+    with pytest.raises(ValueError, match=message):
+        KeySet.from_config(text, signer=signer)
+
+
+def test_errors_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "keys.txt"
+    path.write_text(f"{OLD}\n")
+    with pytest.raises(ValueError, match=rf"MCP_SESSIONS_KEYS \(file {path}\): entry 1 is not kid:secret") as info:
+        KeySet.from_config(f"@{path}")
+    assert OLD not in str(info.value)
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match="is not UTF-8 text"):
+        KeySet.from_config(f"@{path}")
+
+
+# -- from_env ----------------------------------------------------------------------------------------
+
+
+def test_from_env_reads_keys_and_signer() -> None:
+    env = {"MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}", "MCP_SESSIONS_SIGNER": "new"}
+    mw = MCPSessionMiddleware.from_env(app, environ=env)
+    assert [k.kid for k in mw.keys.keys] == ["old", "new"]
+    assert mw.keys.signer.kid == "new"
+    assert isinstance(mw.store, MemoryStore)
+
+
+def test_from_env_keys_carry_issuer_audience_and_options() -> None:
+    env = {"MCP_SESSIONS_KEYS": f"k:{OLD}", "MCP_SESSIONS_ISSUER": "https://i", "MCP_SESSIONS_AUDIENCE": "env-aud"}
+    mw = MCPSessionMiddleware.from_env(app, environ=env, audience="option-aud", max_state_size=1000)
+    assert (mw.keys.issuer, mw.keys.audience, mw.keys.max_state_size) == ("https://i", "option-aud", 1000)
+
+
+def test_from_env_keys_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "jwks.json"
+    path.write_text(json.dumps({"keys": [oct_jwk("file-key", NEW.encode())]}))
+    mw = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_KEYS": f"@{path}"})
+    assert mw.keys.signer.kid == "file-key"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MCP_SESSIONS_KEYS": f"k:{OLD}", "MCP_SESSIONS_SECRET": SECRET}, "are both set: set only one"),
+        ({"MCP_SESSIONS_SIGNER": "k", "MCP_SESSIONS_SECRET": SECRET}, "MCP_SESSIONS_KEYS, which is not set"),
+        ({"MCP_SESSIONS_SIGNER": "k"}, "MCP_SESSIONS_KEYS, which is not set"),
+        ({"MCP_SESSIONS_KEYS": f"k:{OLD}", "MCP_SESSIONS_SIGNER": "nope"}, "the signer 'nope' is not a key"),
+        ({"MCP_SESSIONS_KEYS": OLD}, "MCP_SESSIONS_KEYS: entry 1 is not kid:secret"),
+    ],
+)
+def test_from_env_key_errors(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        MCPSessionMiddleware.from_env(app, environ=env)
+    assert OLD not in str(info.value)
+    assert SECRET not in str(info.value)
+
+
+def test_explicit_keys_or_secret_override_the_variables() -> None:
+    env = {"MCP_SESSIONS_KEYS": "not even valid", "MCP_SESSIONS_SIGNER": "x", "MCP_SESSIONS_SECRET": SECRET}
+    keys = KeySet.from_secret(NEW)
+    assert MCPSessionMiddleware.from_env(app, environ=env, keys=keys).keys is keys
+    assert (
+        MCPSessionMiddleware.from_env(app, environ=env, secret=OLD).keys.signer.kid
+        == KeySet.from_secret(OLD).signer.kid
+    )
+
+
+@pytest.mark.anyio
+async def test_from_env_redis_url_selects_a_redis_store() -> None:
+    env = {
+        "MCP_SESSIONS_SECRET": SECRET,
+        "MCP_SESSIONS_REDIS_URL": "redis://127.0.0.1:1/0",
+        "MCP_SESSIONS_REDIS_PREFIX": "tenant-a:",
+        "MCP_SESSIONS_REDIS_TIMEOUT": "0.3",
+    }
+    mw = MCPSessionMiddleware.from_env(app, environ=env)  # no connection is made here
+    assert isinstance(mw.store, RedisStore)
+    assert (mw.store.prefix, mw.store.timeout) == ("tenant-a:", 0.3)
+    await mw.store.aclose()
+    store = MemoryStore()
+    assert MCPSessionMiddleware.from_env(app, environ=env, store=store).store is store
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"MCP_SESSIONS_REDIS_URL": "http://user:hunter2@example/0"}, "the Redis URL is not valid"),
+        ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "soon"}, "must be a number"),
+        ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "120"}, "at most 60"),
+        ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_PREFIX": "{x}"}, "without braces"),
+    ],
+)
+def test_from_env_redis_errors(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_SECRET": SECRET, **extra})
+    assert "hunter2" not in str(info.value)
+
+
+def test_without_the_redis_package() -> None:
+    """``import mcp_sessions`` works without redis; asking for Redis then says which extra to install."""
+    script = f"""
+import sys
+sys.modules["redis"] = None  # as if the package were not installed
+import mcp_sessions
+from mcp_sessions import MCPSessionMiddleware, stores
+try:
+    stores.RedisStore
+except ImportError as exc:
+    assert "pip install 'mcp-sessions[redis]'" in str(exc), exc
+else:
+    raise AssertionError("RedisStore imported without redis")
+env = {{"MCP_SESSIONS_SECRET": {SECRET!r}, "MCP_SESSIONS_REDIS_URL": "redis://127.0.0.1:1/0"}}
+try:
+    MCPSessionMiddleware.from_env(lambda *a: None, environ=env)
+except RuntimeError as exc:
+    assert "MCP_SESSIONS_REDIS_URL is set but the redis package is not installed" in str(exc), exc
+else:
+    raise AssertionError("from_env accepted MCP_SESSIONS_REDIS_URL without redis")
+del env["MCP_SESSIONS_REDIS_URL"]
+MCPSessionMiddleware.from_env(lambda *a: None, environ=env)
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=MAIN)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+# -- replicas' clocks ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("behind", [0.5, 1.0, 59.0])
+def test_a_replica_whose_clock_runs_behind_accepts_a_fresh_session(behind: float) -> None:
+    minting, verifying = KeySet.from_config(f"k:{OLD}"), KeySet.from_config(f"k:{OLD}")
+    token, claims = minting.mint_session_token(ttl=60, now=1_900_000_000.9)
+    assert verifying.verify_session_token(token, now=1_900_000_000.9 - behind).session_id == claims.session_id
+
+
+def test_a_session_from_further_in_the_future_is_refused() -> None:
+    minting, verifying = KeySet.from_config(f"k:{OLD}"), KeySet.from_config(f"k:{OLD}")
+    token, _ = minting.mint_session_token(ttl=3600, now=1_900_000_000)
+    with pytest.raises(InvalidToken, match="not yet valid"):
+        verifying.verify_session_token(token, now=1_900_000_000 - 61)

@@ -1,0 +1,437 @@
+"""Two real uvicorn processes serving the quickstart, sharing one real Redis and one key set.
+
+Through raw HTTP (2026-07-28) and the real SDK client: a session lives on every
+replica, counts exactly under concurrency, dies everywhere on delete; a Redis
+outage answers the retryable -32010 (HTTP 503, Retry-After), never -32043, and
+ends without restarting anything; a rolling key rotation rejects nothing that
+should live; idle expiry ends an unused session on both replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import httpx
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from _mcp import (
+    MCP_PATH,
+    SESSION_KEY,
+    SESSION_NOT_FOUND,
+    SESSION_REQUIRED,
+    ModernClient,
+    answer,
+    jwt_claims,
+    modern_headers,
+    modern_request,
+    session_meta,
+    tool_text,
+)
+from _redis import RedisServer, free_port, redis_server
+from mcp_sessions import KeySet
+
+MAIN = Path(__file__).resolve().parent.parent
+STORE_UNAVAILABLE = -32010
+OLD = "old-rotation-secret-0123456789-0123456789"
+NEW = "new-rotation-secret-9876543210-9876543210"
+START_TIMEOUT = 20.0
+STOP_TIMEOUT = 5.0
+
+
+class Replica:
+    """``python -m uvicorn examples.quickstart:app`` in its own process, configured only by environment."""
+
+    def __init__(self, name: str, environ: Mapping[str, str]) -> None:
+        self.name = name
+        self.port = free_port()
+        self.environ = dict(environ)
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, environ: Mapping[str, str] | None = None) -> None:
+        """Start (on the same port as before), waiting until it accepts connections."""
+        self.spawn(environ)
+        self.wait_ready()
+
+    def spawn(self, environ: Mapping[str, str] | None = None) -> None:
+        assert self.process is None, f"replica {self.name} is running"
+        if environ is not None:
+            self.environ = dict(environ)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_SESSIONS_", "QUICKSTART_"))}
+        env.update(self.environ)
+        # A file, not a pipe: nobody reads the output while the test runs, and a full pipe blocks the server.
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "examples.quickstart:app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=MAIN,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self.process.poll() is not None:
+                output = self.output()
+                self.stop()
+                raise RuntimeError(f"replica {self.name} exited at start:\n{output}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return  # uvicorn listens only once the app's lifespan has started
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"replica {self.name} did not listen within {START_TIMEOUT} s")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            process.terminate()
+            try:
+                process.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(STOP_TIMEOUT)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def restart(self, environ: Mapping[str, str]) -> None:
+        self.stop()
+        self.start(environ)
+
+    def output(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-4000:]
+
+
+@contextlib.contextmanager
+def replicas(*environs: Mapping[str, str]) -> Iterator[list[Replica]]:
+    started: list[Replica] = []
+    try:
+        for index, environ in enumerate(environs):
+            replica = Replica("AB"[index], environ)
+            replica.spawn()
+            started.append(replica)
+        for replica in started:
+            replica.wait_ready()
+        yield started
+    finally:
+        for replica in started:
+            replica.stop()
+
+
+def base_environ(redis: RedisServer, **extra: str) -> dict[str, str]:
+    return {
+        "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}",
+        "MCP_SESSIONS_REDIS_URL": redis.url,
+        "MCP_SESSIONS_REDIS_PREFIX": f"replicas-{uuid.uuid4().hex[:6]}:",
+        "MCP_SESSIONS_REDIS_TIMEOUT": "0.3",
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    with redis_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def pair(redis: RedisServer) -> Iterator[list[Replica]]:
+    """Replicas A (JSON responses) and B (SSE responses), same keys, same Redis, same prefix."""
+    environ = base_environ(redis)
+    with replicas({**environ, "QUICKSTART_JSON": "1"}, environ) as started:
+        yield started
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=10) as client:
+        yield client
+
+
+def clients(http: httpx.Client, pair: list[Replica]) -> tuple[ModernClient, ModernClient]:
+    return ModernClient(http, pair[0].url), ModernClient(http, pair[1].url)
+
+
+def count(client: ModernClient, session: Mapping[str, Any]) -> int:
+    response, message = client.call_tool("count", session=session_meta(session))
+    assert response.status_code == 200, response.text
+    return int(tool_text(message))
+
+
+def refused(client: ModernClient, session: Mapping[str, Any], tool: str = "count") -> dict[str, Any]:
+    response, message = client.call_tool(tool, session=session_meta(session))
+    assert response.status_code == 200, response.text
+    assert message["error"]["code"] == SESSION_NOT_FOUND, message
+    return message
+
+
+# -- one session, every replica ---------------------------------------------------------------------------
+
+
+def test_a_session_created_on_a_works_on_b(http: httpx.Client, pair: list[Replica]) -> None:
+    a, b = clients(http, pair)
+    session = a.create_session()
+    sid = jwt_claims(session["sessionId"])["sid"]
+    _, whoami = b.call_tool("whoami", session=session_meta(session))
+    assert tool_text(whoami) == sid
+    assert whoami["result"]["_meta"][SESSION_KEY]["sessionId"] == session["sessionId"]
+    # Calls alternate between the replicas; the counter lives in Redis.
+    assert [count((a, b)[i % 2], session) for i in range(10)] == list(range(1, 11))
+    # Client-held state signed on B verifies on A.
+    _, set_mode = b.call_tool("set_mode", {"mode": "terse"}, session=session_meta(session))
+    state = set_mode["result"]["_meta"][SESSION_KEY]["state"]
+    _, get_mode = a.call_tool("get_mode", session=session_meta(session, state=state))
+    assert tool_text(get_mode) == "terse"
+
+
+def test_fifty_concurrent_calls_across_both_replicas_count_exactly(pair: list[Replica]) -> None:
+    async def scenario() -> tuple[int, list[int], int]:
+        async with httpx.AsyncClient(timeout=20, limits=httpx.Limits(max_connections=60)) as client:
+
+            async def post(base: str, body: dict[str, Any]) -> dict[str, Any]:
+                response = await client.post(base + MCP_PATH, json=body, headers=modern_headers(body))
+                assert response.status_code == 200, response.text
+                return answer(response)
+
+            created = await post(pair[1].url, modern_request("sessions/create"))
+            session = created["result"]["session"]
+            call = modern_request("tools/call", {"name": "count", "arguments": {}}, session=session_meta(session))
+            first = int(tool_text(await post(pair[0].url, call)))
+            results = await asyncio.gather(*(post(pair[i % 2].url, call) for i in range(50)))
+            last = int(tool_text(await post(pair[1].url, call)))
+            return first, sorted(int(tool_text(r)) for r in results), last
+
+    first, counts, last = asyncio.run(scenario())
+    assert first == 1
+    assert counts == list(range(2, 52))  # every increment seen exactly once
+    assert last == 52
+
+
+def test_a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: list[Replica]) -> None:
+    a, b = clients(http, pair)
+    session = a.create_session()
+    assert count(a, session) == 1
+    response, deleted = b.request("sessions/delete", session=session_meta(session))
+    assert response.status_code == 200
+    assert deleted["result"] == {"resultType": "complete"}
+    refused(a, session)  # the very next request, on the other replica
+    refused(b, session, tool="whoami")
+    _, again = a.request("sessions/delete", session=session_meta(session))
+    assert again["error"]["code"] == SESSION_NOT_FOUND
+
+
+# -- the SDK client ---------------------------------------------------------------------------------------------
+
+
+class CreateSessionRequest(types.Request[types.RequestParams | None, Literal["sessions/create"]]):
+    method: Literal["sessions/create"] = "sessions/create"
+    params: types.RequestParams | None = None
+
+
+class CreateSessionResult(types.Result):
+    session: dict[str, Any]
+
+
+class DeleteSessionRequest(types.Request[types.RequestParams, Literal["sessions/delete"]]):
+    method: Literal["sessions/delete"] = "sessions/delete"
+    params: types.RequestParams
+
+
+@pytest.mark.anyio
+async def test_the_sdk_client_across_replicas(pair: list[Replica]) -> None:
+    async with Client(pair[0].url + MCP_PATH) as on_a, Client(pair[1].url + MCP_PATH) as on_b:
+        created = await on_a.session.send_request(CreateSessionRequest(), CreateSessionResult)
+        meta = {SESSION_KEY: {"sessionId": created.session["sessionId"]}}
+        counts = []
+        for client in (on_a, on_b, on_a, on_b):
+            result = await client.call_tool("count", {}, meta=meta)
+            assert result.meta is not None
+            assert result.meta[SESSION_KEY]["sessionId"] == created.session["sessionId"]
+            counts.append(result.structured_content)
+        assert counts == [{"result": n} for n in (1, 2, 3, 4)]
+        await on_b.session.send_request(DeleteSessionRequest(params=types.RequestParams(_meta=meta)), types.EmptyResult)
+        with pytest.raises(MCPError) as raised:
+            await on_a.call_tool("count", {}, meta=meta)
+    assert raised.value.code == SESSION_NOT_FOUND
+
+
+# -- Redis down, then back --------------------------------------------------------------------------------------
+
+
+def test_redis_outage_is_retryable_and_ends_without_a_restart(
+    http: httpx.Client, pair: list[Replica], redis: RedisServer
+) -> None:
+    a, b = clients(http, pair)
+    session = a.create_session()
+    assert count(b, session) == 1
+    redis.stop()
+    try:
+        for client in (a, b, a, b):
+            for method, params in (
+                ("tools/call", {"name": "count", "arguments": {}}),
+                ("tools/call", {"name": "whoami", "arguments": {}}),
+                ("sessions/delete", None),
+            ):
+                response, message = client.request(method, params, session=session_meta(session))
+                assert response.status_code == 503, response.text
+                assert response.headers["retry-after"] == "1"
+                assert message["error"]["code"] == STORE_UNAVAILABLE  # retryable, never -32043
+            response, message = client.request("sessions/create")
+            assert (response.status_code, message["error"]["code"]) == (503, STORE_UNAVAILABLE)
+            # Sessionless requests do not need the store.
+            _, whoami = client.call_tool("whoami")
+            assert tool_text(whoami) == "none"
+            _, discover = client.request("server/discover")
+            assert "capabilities" in discover["result"]
+            _, required = client.call_tool("count")
+            assert required["error"]["code"] == SESSION_REQUIRED
+    finally:
+        redis.start()  # same port, empty: this Redis keeps nothing on disk
+    # Same replica processes: service resumes on the first request. The restarted Redis is empty,
+    # so the session is tracked again from its first use and its counter starts over.
+    assert count(a, session) == 1
+    assert count(b, session) == 2
+    fresh = b.create_session()
+    assert count(a, fresh) == 1
+
+
+# -- idle expiry ----------------------------------------------------------------------------------------------------
+
+
+def test_idle_expiry_ends_an_unused_session_on_both_replicas(http: httpx.Client, redis: RedisServer) -> None:
+    environ = base_environ(redis, MCP_SESSIONS_IDLE_TTL="2", QUICKSTART_JSON="1")
+    with replicas(environ, environ) as started:
+        a, b = clients(http, started)
+        used, unused = a.create_session(), a.create_session()
+        # Used every 0.4 s, alternately on each replica, for longer than the idle timeout: it lives.
+        for i in range(8):
+            assert count((a, b)[i % 2], used) == i + 1
+            time.sleep(0.4)
+        # Unused for longer than idle_ttl plus the last-seen write interval (0.2 s here): it has ended.
+        time.sleep(2.6)
+        refused(b, unused)
+        refused(a, unused)
+        refused(a, used)
+        refused(b, used)
+
+
+# -- rolling key rotation ----------------------------------------------------------------------------------------------
+
+
+def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Client, redis: RedisServer) -> None:
+    """The runbook: the new key verifies everywhere, then signs everywhere, then the old one retires.
+
+    Replicas restart one at a time, so every step also runs with a mixed fleet.
+    Every session carries client-held state signed on the other replica, and
+    every check sends it, so state tokens cross the rotation too. Until step 2
+    ends, the session lifetime is short, so that step 3 ("wait the longest
+    lifetime after the last replica signs with the new key") takes seconds.
+    """
+    common = base_environ(redis, QUICKSTART_JSON="1")
+    short = {**common, "MCP_SESSIONS_TTL": "10"}
+    step0 = {**short, "MCP_SESSIONS_KEYS": f"old:{OLD}"}
+    step1 = {**short, "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}"}  # the first key, old, still signs
+    step2 = {**short, "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}", "MCP_SESSIONS_SIGNER": "new"}
+    step3 = {**common, "MCP_SESSIONS_KEYS": f"new:{NEW}"}
+    # Long-lived sessions minted outside the fleet with each key: what the key set alone decides.
+    old_outsider = KeySet.from_config(f"old:{OLD}").mint_session_token(ttl=3600)[0]
+    new_outsider = KeySet.from_config(f"new:{NEW}").mint_session_token(ttl=3600)[0]
+    live: dict[str, dict[str, Any]] = {}  # sessionId -> {"state": ..., "count": ...}
+
+    def kid(token: str) -> str:
+        header = token.split(".")[0]
+        decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
+        return str(decoded["kid"])
+
+    def create(replica: Replica, signed_by: str, state_on: Replica) -> None:
+        session = ModernClient(http, replica.url).create_session()
+        assert kid(session["sessionId"]) == signed_by
+        _, set_mode = ModernClient(http, state_on.url).call_tool(
+            "set_mode", {"mode": replica.name}, session=session_meta(session)
+        )
+        live[session["sessionId"]] = {"state": set_mode["result"]["_meta"][SESSION_KEY]["state"], "count": 0}
+
+    def every_live_session_works(fleet: list[Replica]) -> None:
+        for token, held in live.items():
+            for replica in fleet:
+                meta = session_meta(token, state=held["state"])
+                response, message = ModernClient(http, replica.url).call_tool("count", session=meta)
+                assert response.status_code == 200, response.text
+                held["count"] += 1
+                assert tool_text(message) == str(held["count"]), (replica.name, kid(token), message)
+
+    with replicas(step0, step0) as fleet:
+        a, b = fleet
+        create(a, "old", state_on=b)
+        every_live_session_works(fleet)
+        # A replica with a stale key set refuses what it cannot verify: why step 1 comes first.
+        refused(ModernClient(http, a.url), {"sessionId": new_outsider}, tool="whoami")
+
+        # Step 1: the new key verifies everywhere; the old one still signs.
+        for replica in fleet:
+            replica.restart(step1)
+            every_live_session_works(fleet)
+        create(b, "old", state_on=a)
+
+        # Step 2: the new key signs. While B still runs step 1, it verifies A's new sessions,
+        # and signs their state with the old key.
+        for replica, other in ((a, b), (b, a)):
+            replica.restart(step2)
+            create(replica, "new", state_on=other)
+            every_live_session_works(fleet)
+        for token in (old_outsider, new_outsider):
+            assert tool_text(ModernClient(http, b.url).call_tool("whoami", session={"sessionId": token})[1])
+
+        # Step 3: wait the longest lifetime since the last replica began signing with the new key;
+        # every session (and state) that the old key may have signed has then expired.
+        last_expiry = max(jwt_claims(token)["exp"] for token in live)
+        time.sleep(max(0.0, last_expiry + 1 - time.time()))
+        for token in live:
+            refused(ModernClient(http, a.url), {"sessionId": token})  # expired on their own
+        live.clear()
+        create(a, "new", state_on=b)
+        create(b, "new", state_on=a)
+        for replica in fleet:
+            replica.restart(step3)
+            every_live_session_works(fleet)
+        create(a, "new", state_on=b)
+        every_live_session_works(fleet)
+        # The retired key verifies nothing any more.
+        refused(ModernClient(http, b.url), {"sessionId": old_outsider}, tool="whoami")
