@@ -1,0 +1,1096 @@
+"""OpenTelemetry: spans, parenting, session links, baggage, metrics and secrecy, end to end.
+
+Through a real MCPServer over real HTTP in both eras (raw 2026-07-28 envelopes
+and the 2025-11-25 stateful handshake) and through the real mcp SDK client,
+with the OpenTelemetry SDK's in-memory exporter (one global TracerProvider,
+as the SDK's own span needs) and an InMemoryMetricReader per app. The path
+without any SDK runs in a subprocess, where no provider is ever set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import mcp_types as types
+import pytest
+from examples.quickstart import SESSION_TOOLS, build_app, build_server
+from mcp import Client
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind, StatusCode
+
+from _mcp import (
+    HEADER_MISMATCH,
+    INVALID_REQUEST,
+    LEGACY,
+    MCP_PATH,
+    METHOD_NOT_FOUND,
+    MODERN,
+    SESSION_KEY,
+    SESSION_NOT_FOUND,
+    SESSION_REQUIRED,
+    LegacyClient,
+    ModernClient,
+    answer,
+    jwt_claims,
+    legacy_request,
+    messages,
+    modern_request,
+    session_meta,
+    tool_text,
+    with_claims,
+)
+from _otel import (
+    MIDDLEWARE_SCOPE,
+    SDK_SCOPE,
+    ExchangeRecorder,
+    SpanLog,
+    attrs,
+    by_request_id,
+    global_tracing,
+    links_of,
+    metric_attribute_values,
+    named,
+    of_scope,
+    one,
+    parent_of,
+    points,
+    self_of,
+    span_strings,
+    traceparent,
+    traceparent_of,
+    wait_metric_count,
+)
+from conftest import SECRET, serve
+from mcp_sessions import MCPSessionMiddleware, __version__, get_session
+from mcp_sessions._tokens import KeySet
+
+ROOT = Path(__file__).resolve().parent.parent
+ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
+USER_SCOPE = "tests.user_code"
+INVALID_PARAMS = -32602
+REFUSED = -32000
+DURATION_BUCKETS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300]
+CREATION_LINK = {"mcp_sessions.link": "session.created"}
+HTTP_LINK = {"mcp_sessions.link": "http.request"}
+
+# Two foreign trace contexts: one a client puts in _meta, one an HTTP-instrumented client puts in headers.
+META_TRACE = (0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
+HEADER_TRACE = (0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7)
+
+Era = Literal["modern", "legacy"]
+ERAS: list[Era] = ["modern", "legacy"]
+RawClient = ModernClient | LegacyClient
+
+user_tracer = trace.get_tracer(USER_SCOPE)
+
+
+# -- the servers ------------------------------------------------------------------------------
+
+
+def build_traced_server() -> MCPServer:
+    """The quickstart's tools, plus tools that start a user span, fail, or answer a JSON-RPC error."""
+    server = build_server()
+
+    @server.tool()
+    async def lookup(q: str) -> str:
+        """Run a pretend database query under the user's own span; the session's stable id, or 'none'."""
+        with user_tracer.start_as_current_span("db.query") as span:
+            span.set_attribute("db.query.text", q)
+        session = get_session()
+        return session.id if session is not None else "none"
+
+    @server.tool()
+    async def broken() -> str:
+        """Always fails: the client gets a result with isError."""
+        raise ValueError("the tool broke")
+
+    @server.tool()
+    async def refuse(ctx: Context) -> str:
+        """Report progress (so the answer streams as SSE when the client asked for progress), then refuse."""
+        await ctx.report_progress(1, 1, "checking")
+        raise MCPError(code=REFUSED, message="refused")
+
+    return server
+
+
+def traced_app(
+    *,
+    json_response: bool,
+    trace_mode: Literal["link", "session"] = "link",
+    meter_provider: MeterProvider | None = None,
+) -> MCPSessionMiddleware:
+    inner = build_traced_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=json_response)
+    return MCPSessionMiddleware(
+        inner,
+        secret=SECRET,
+        require_session_tools=SESSION_TOOLS,
+        trace_mode=trace_mode,
+        meter_provider=meter_provider,
+    )
+
+
+@pytest.fixture(scope="module")
+def span_log() -> Iterator[SpanLog]:
+    with global_tracing() as exporter:
+        yield SpanLog(exporter)
+
+
+@pytest.fixture
+def spans(span_log: SpanLog) -> SpanLog:
+    span_log.clear()
+    return span_log
+
+
+@pytest.fixture(scope="module")
+def servers(span_log: SpanLog) -> Iterator[dict[str, str]]:
+    with (
+        serve(traced_app(json_response=True)) as json_url,
+        serve(traced_app(json_response=False)) as sse_url,
+        serve(traced_app(json_response=True, trace_mode="session")) as session_url,
+    ):
+        yield {"json": json_url, "sse": sse_url, "session": session_url}
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=10) as client:
+        yield client
+
+
+MeteredApp = Callable[..., tuple[str, InMemoryMetricReader]]
+
+
+@pytest.fixture
+def metered(span_log: SpanLog) -> Iterator[MeteredApp]:
+    """Serves, for one test, a fresh app with its own MeterProvider; gives its URL and metric reader."""
+    with contextlib.ExitStack() as stack:
+
+        def start(**options: Any) -> tuple[str, InMemoryMetricReader]:
+            reader = InMemoryMetricReader()
+            app = traced_app(meter_provider=MeterProvider(metric_readers=[reader]), **options)
+            return stack.enter_context(serve(app)), reader
+
+        yield start
+
+
+def connect(era: Era, http: httpx.Client, url: str, spans: SpanLog) -> RawClient:
+    """A raw client of ``era``; a legacy one has done its handshake, whose spans are then cleared."""
+    if era == "modern":
+        return ModernClient(http, url)
+    client = LegacyClient(http, url)
+    client.initialize()
+    spans.wait_middleware(2)  # initialize, notifications/initialized
+    spans.clear()
+    return client
+
+
+def create(client: RawClient, spans: SpanLog) -> tuple[str, str, ReadableSpan]:
+    """A new session: its token, its stable id, and the middleware's sessions/create span."""
+    before = len(named(spans.finished(), MIDDLEWARE_SCOPE, "sessions/create"))
+    token = client.create_session()["sessionId"]
+    finished = spans.wait(
+        lambda s: len(named(s, MIDDLEWARE_SCOPE, "sessions/create")) > before, "the sessions/create span"
+    )
+    creation = named(finished, MIDDLEWARE_SCOPE, "sessions/create")[-1]
+    return token, jwt_claims(token)["sid"], creation
+
+
+def client_port(response: httpx.Response) -> int:
+    port: int = response.extensions["network_stream"].get_extra_info("client_addr")[1]
+    return port
+
+
+def assert_nested(middleware: ReadableSpan, sdk: ReadableSpan, user: ReadableSpan | None = None) -> None:
+    """The SDK's span is a child of the middleware's, the user's a child of the SDK's, all in one trace."""
+    assert sdk.kind is SpanKind.SERVER
+    assert parent_of(sdk) == self_of(middleware)
+    assert middleware.start_time is not None and sdk.start_time is not None
+    assert middleware.end_time is not None and sdk.end_time is not None
+    assert middleware.start_time <= sdk.start_time <= sdk.end_time <= middleware.end_time
+    if user is not None:
+        assert parent_of(user) == self_of(sdk)
+
+
+def sdk_child(spans: list[ReadableSpan], middleware: ReadableSpan) -> ReadableSpan:
+    [child] = [span for span in of_scope(spans, SDK_SCOPE) if parent_of(span) == self_of(middleware)]
+    return child
+
+
+def user_child(spans: list[ReadableSpan], sdk: ReadableSpan) -> ReadableSpan:
+    [child] = [span for span in of_scope(spans, USER_SCOPE) if parent_of(span) == self_of(sdk)]
+    return child
+
+
+# -- span names, kinds and attributes ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_modern_spans_have_the_conventions_names_and_attributes(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, mode: str
+) -> None:
+    client = ModernClient(http, servers[mode])
+    discover, _ = client.request("server/discover", id="d-1")
+    created, created_message = client.request("sessions/create", id="c-1")
+    token = created_message["result"]["session"]["sessionId"]
+    # The Mcp-Session-Id header of a 2026-07-28 request is the session token: never mcp.session.id.
+    counted, counted_message = client.call_tool("count", session=session_meta(token), id=7, Mcp_Session_Id=token)
+    assert tool_text(counted_message) == "1"
+    finished = spans.wait_middleware(3)
+
+    sid = jwt_claims(token)["sid"]
+    common = {
+        "mcp.protocol.version": MODERN,
+        "network.transport": "tcp",
+        "network.protocol.name": "http",
+        "network.protocol.version": "1.1",
+        "client.address": "127.0.0.1",
+    }
+    expected = {
+        "server/discover": {
+            **common,
+            "client.port": client_port(discover),
+            "mcp.method.name": "server/discover",
+            "jsonrpc.request.id": "d-1",
+        },
+        "sessions/create": {
+            **common,
+            "client.port": client_port(created),
+            "mcp.method.name": "sessions/create",
+            "jsonrpc.request.id": "c-1",
+            "session.id": sid,
+            "gen_ai.conversation.id": sid,
+        },
+        "tools/call count": {
+            **common,
+            "client.port": client_port(counted),
+            "mcp.method.name": "tools/call",
+            "jsonrpc.request.id": "7",
+            "gen_ai.tool.name": "count",
+            "gen_ai.operation.name": "execute_tool",
+            "session.id": sid,
+            "gen_ai.conversation.id": sid,
+        },
+    }
+    middleware_spans = of_scope(finished, MIDDLEWARE_SCOPE)
+    assert {span.name: attrs(span) for span in middleware_spans} == expected
+    for span in middleware_spans:
+        assert span.kind is SpanKind.SERVER
+        assert span.instrumentation_scope is not None
+        assert span.instrumentation_scope.version == __version__
+        assert span.status.status_code is StatusCode.UNSET
+    sdk = one(finished, SDK_SCOPE, "tools/call count")
+    assert attrs(sdk)["gen_ai.tool.name"] == "count"
+    assert attrs(sdk)["session.id"] == sid
+
+
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_legacy_stateful_spans_carry_the_transport_session(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, mode: str
+) -> None:
+    client = LegacyClient(http, servers[mode])
+    client.initialize()
+    handshake = spans.wait_middleware(2)
+    transport_id = client.transport_session_id
+    assert transport_id is not None and re.fullmatch("[0-9a-f]{32}", transport_id)
+    initialize = one(handshake, MIDDLEWARE_SCOPE, "initialize")
+    initialized = one(handshake, MIDDLEWARE_SCOPE, "notifications/initialized")
+    assert "mcp.session.id" not in attrs(initialize)  # the transport session does not exist yet
+    assert attrs(initialized)["mcp.session.id"] == transport_id
+    assert "jsonrpc.request.id" not in attrs(initialized)
+    spans.clear()
+
+    token, sid, creation = create(client, spans)
+    _, message = client.call_tool("count", session=session_meta(token), id=5)
+    assert tool_text(message) == "1"
+    finished = spans.wait_middleware(2)
+
+    count = one(finished, MIDDLEWARE_SCOPE, "tools/call count")
+    for span in (creation, count):
+        assert span.kind is SpanKind.SERVER
+        assert attrs(span)["mcp.session.id"] == transport_id
+        assert attrs(span)["mcp.protocol.version"] == LEGACY
+        assert attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == sid
+    assert attrs(count)["jsonrpc.request.id"] == "5"
+    assert attrs(count)["gen_ai.operation.name"] == "execute_tool"
+
+
+def test_a_streamed_answer_is_observed_to_its_end(servers: dict[str, str], http: httpx.Client, spans: SpanLog) -> None:
+    client = ModernClient(http, servers["sse"])
+    token, sid, creation = create(client, spans)
+    spans.clear()
+    body = modern_request(
+        "tools/call",
+        {"name": "countdown", "arguments": {"n": 1}},
+        id="s-1",
+        session=session_meta(token),
+        meta={"progressToken": "p-1"},
+    )
+
+    response = client.post(body)
+    finished = spans.wait_middleware(1)
+
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert [message.get("method") for message in messages(response)] == ["notifications/progress", None]
+    span = one(finished, MIDDLEWARE_SCOPE, "tools/call countdown")
+    assert span.status.status_code is StatusCode.UNSET
+    assert "error.type" not in attrs(span)
+    assert attrs(span)["session.id"] == sid
+    assert links_of(span) == [(self_of(creation), CREATION_LINK)]
+    assert_nested(span, sdk_child(finished, span))
+
+
+def test_modern_requests_never_set_mcp_session_id(servers: dict[str, str], http: httpx.Client, spans: SpanLog) -> None:
+    client = ModernClient(http, servers["sse"])
+    token, _, _ = create(client, spans)
+    client.call_tool("count", session=session_meta(token), Mcp_Session_Id=token)
+    client.call_tool("count", session=session_meta(token), Mcp_Session_Id="a-stale-header")  # -32020
+    client.call_tool("whoami", Mcp_Session_Id="0123456789abcdef0123456789abcdef")  # a 2025-era-looking header
+    finished = spans.wait_middleware(4)
+
+    assert len(of_scope(finished, MIDDLEWARE_SCOPE)) == 4
+    for span in finished:
+        assert "mcp.session.id" not in attrs(span), span.name
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A request the middleware answers itself with a JSON-RPC error."""
+
+    name: str
+    span: str
+    code: int
+    send: Callable[[RawClient, str], tuple[httpx.Response, dict[str, Any]]]
+    eras: tuple[Era, ...] = ("modern", "legacy")
+
+
+def _forged(token: str) -> str:
+    return with_claims(token, sid="A" * 24)
+
+
+REJECTIONS = [
+    Rejection(
+        "unknown-token",
+        "tools/call count",
+        SESSION_NOT_FOUND,
+        lambda c, t: c.call_tool("count", session={"sessionId": "not-a-token"}),
+    ),
+    Rejection(
+        "forged-token",
+        "tools/call count",
+        SESSION_NOT_FOUND,
+        lambda c, t: c.call_tool("count", session=session_meta(_forged(t))),
+    ),
+    Rejection(
+        "bad-state",
+        "tools/call get_mode",
+        SESSION_NOT_FOUND,
+        lambda c, t: c.call_tool("get_mode", session=session_meta(t, state="not-a-state")),
+    ),
+    Rejection("required", "tools/call count", SESSION_REQUIRED, lambda c, t: c.call_tool("count")),
+    Rejection(
+        "delete-without-session",
+        "sessions/delete",
+        SESSION_REQUIRED,
+        lambda c, t: c.request("sessions/delete"),
+    ),
+    Rejection(
+        "header-mismatch",
+        "tools/call count",
+        HEADER_MISMATCH,
+        lambda c, t: c.call_tool("count", session=session_meta(t), Mcp_Session_Id="another-session"),
+        eras=("modern",),
+    ),
+    Rejection(
+        "malformed-session-metadata",
+        "tools/call whoami",
+        INVALID_REQUEST,
+        lambda c, t: c.call_tool("whoami", session={"sessionId": 42}),
+    ),
+    Rejection(
+        "create-inside-a-session",
+        "sessions/create",
+        INVALID_REQUEST,
+        lambda c, t: c.request("sessions/create", session=session_meta(t)),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("era", "case"),
+    [pytest.param(era, case, id=f"{era}-{case.name}") for case in REJECTIONS for era in case.eras],
+)
+def test_rejections_are_error_spans_with_the_json_rpc_code(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, era: Era, case: Rejection
+) -> None:
+    client = connect(era, http, servers["json"], spans)
+    token, _, _ = create(client, spans)
+    spans.clear()
+
+    _, message = case.send(client, token)
+    finished = spans.wait_middleware(1)
+
+    assert message["error"]["code"] == case.code
+    [span] = of_scope(finished, MIDDLEWARE_SCOPE)
+    assert span.name == case.span
+    assert span.kind is SpanKind.SERVER
+    assert attrs(span)["error.type"] == attrs(span)["rpc.response.status_code"] == str(case.code)
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == message["error"]["message"]
+    assert of_scope(finished, SDK_SCOPE) == []  # never dispatched
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A request the server answers with a failure: an isError result or a JSON-RPC error."""
+
+    name: str
+    span: str
+    error_type: str
+    status_code: str | None
+    body: Callable[[Era, str], dict[str, Any]]
+    streams_on_modern: bool = False
+
+
+def _request(
+    era: Era, method: str, params: dict[str, Any], token: str, meta: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    build = modern_request if era == "modern" else legacy_request
+    return build(method, params, id=9, session=session_meta(token), meta=meta)
+
+
+FAILURES = [
+    Failure(
+        "tool-raises",
+        "tools/call broken",
+        "tool_error",
+        None,
+        lambda era, token: _request(era, "tools/call", {"name": "broken", "arguments": {}}, token),
+    ),
+    Failure(
+        "unknown-tool",
+        "tools/call nope",
+        "tool_error",
+        None,
+        lambda era, token: _request(era, "tools/call", {"name": "nope", "arguments": {}}, token),
+    ),
+    Failure(
+        "unknown-method",
+        "tasks/frobnicate",
+        str(METHOD_NOT_FOUND),
+        str(METHOD_NOT_FOUND),
+        lambda era, token: _request(era, "tasks/frobnicate", {}, token),
+    ),
+    Failure(
+        "invalid-params",
+        "tools/call",
+        str(INVALID_PARAMS),
+        str(INVALID_PARAMS),
+        lambda era, token: _request(era, "tools/call", {"arguments": {}}, token),
+    ),
+    Failure(
+        "tool-answers-an-error",
+        "tools/call refuse",
+        str(REFUSED),
+        str(REFUSED),
+        lambda era, token: _request(
+            era, "tools/call", {"name": "refuse", "arguments": {}}, token, {"progressToken": "p-1"}
+        ),
+        streams_on_modern=True,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", FAILURES, ids=lambda case: case.name)
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_server_failures_mark_the_span_for_json_and_sse_answers(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, mode: str, era: Era, case: Failure
+) -> None:
+    client = connect(era, http, servers[mode], spans)
+    token, sid, _ = create(client, spans)
+    spans.clear()
+
+    response = client.post(case.body(era, token))
+    message = answer(response)
+    finished = spans.wait_middleware(1)
+
+    streams = mode == "sse" and (era == "legacy" or case.streams_on_modern)
+    assert response.headers["content-type"].startswith("text/event-stream" if streams else "application/json")
+    if case.status_code is None:
+        assert message["result"]["isError"] is True
+    else:
+        assert message["error"]["code"] == int(case.status_code)
+    middleware = one(finished, MIDDLEWARE_SCOPE, case.span)
+    assert attrs(middleware)["error.type"] == case.error_type
+    assert attrs(middleware).get("rpc.response.status_code") == case.status_code
+    assert attrs(middleware)["session.id"] == sid
+    assert middleware.status.status_code is StatusCode.ERROR
+    sdk = sdk_child(finished, middleware)
+    assert attrs(sdk)["error.type"] == case.error_type  # the two layers agree
+
+
+# -- parent and child -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("context", ["none", "meta", "header", "meta+header"])
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_sdk_and_user_spans_nest_under_the_middleware_span(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, mode: str, era: Era, context: str
+) -> None:
+    client = connect(era, http, servers[mode], spans)
+    token, sid, creation = create(client, spans)
+    spans.clear()
+    meta = {"traceparent": traceparent(*META_TRACE)} if "meta" in context else None
+    headers = {"traceparent": traceparent(*HEADER_TRACE)} if "header" in context else {}
+
+    _, message = client.call_tool("lookup", {"q": "select 1"}, session=session_meta(token), meta=meta, **headers)
+    finished = spans.wait_middleware(1)
+
+    assert tool_text(message) == sid
+    middleware = one(finished, MIDDLEWARE_SCOPE, "tools/call lookup")
+    sdk = one(finished, SDK_SCOPE, "tools/call lookup")
+    user = one(finished, USER_SCOPE, "db.query")
+    assert_nested(middleware, sdk, user)
+    expected_parent = {"none": None, "meta": META_TRACE, "header": HEADER_TRACE, "meta+header": META_TRACE}[context]
+    assert parent_of(middleware) == expected_parent
+    if expected_parent is not None:
+        assert self_of(middleware)[0] == self_of(sdk)[0] == self_of(user)[0] == expected_parent[0]
+    else:
+        assert self_of(middleware)[0] == self_of(sdk)[0] == self_of(user)[0]
+    expected_links = [(self_of(creation), CREATION_LINK)]
+    if context == "meta+header":
+        expected_links.append((HEADER_TRACE, HTTP_LINK))  # the transport's context, when _meta chose the parent
+    assert links_of(middleware) == expected_links
+
+
+# -- links and trace modes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_every_request_of_a_session_links_to_its_creation_span(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, mode: str, era: Era
+) -> None:
+    client = connect(era, http, servers[mode], spans)
+    token, sid, creation = create(client, spans)
+    client.call_tool("count", session=session_meta(token), id=11)
+    client.call_tool("lookup", {"q": "x"}, session=session_meta(token), id=12)
+    _, set_mode = client.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token), id=13)
+    state = set_mode["result"]["_meta"][SESSION_KEY]["state"]
+    _, get_mode = client.call_tool("get_mode", session=session_meta(token, state=state), id=14)
+    assert tool_text(get_mode) == "terse"
+    client.call_tool("count", id=15)  # no session: no link
+    finished = spans.wait_middleware(6)
+
+    # The creation span's context rides in the signed token.
+    assert jwt_claims(token)["tp"] == traceparent_of(creation)
+    for request_id in ("11", "12", "13", "14"):
+        span = by_request_id(finished, MIDDLEWARE_SCOPE, request_id)
+        assert links_of(span) == [(self_of(creation), CREATION_LINK)], request_id
+        assert parent_of(span) is None  # "link" mode: each request is its own trace
+        assert self_of(span)[0] != self_of(creation)[0]
+        assert attrs(span)["session.id"] == sid
+    assert links_of(by_request_id(finished, MIDDLEWARE_SCOPE, "15")) == []
+
+
+def test_delete_ends_with_a_span(servers: dict[str, str], http: httpx.Client, spans: SpanLog) -> None:
+    client = ModernClient(http, servers["json"])
+    token, sid, _ = create(client, spans)
+    response, message = client.request("sessions/delete", session=session_meta(token), id="del")
+    assert response.status_code == 200, message
+    finished = spans.wait_middleware(2)
+
+    delete = one(finished, MIDDLEWARE_SCOPE, "sessions/delete")
+    assert delete.kind is SpanKind.SERVER
+    assert delete.status.status_code is StatusCode.UNSET
+    assert attrs(delete)["jsonrpc.request.id"] == "del"
+    assert attrs(delete)["session.id"] == attrs(delete)["gen_ai.conversation.id"] == sid
+
+
+def test_delete_span_links_to_the_creation_span(servers: dict[str, str], http: httpx.Client, spans: SpanLog) -> None:
+    client = ModernClient(http, servers["json"])
+    token, _, creation = create(client, spans)
+    client.request("sessions/delete", session=session_meta(token))
+    finished = spans.wait_middleware(2)
+
+    delete = one(finished, MIDDLEWARE_SCOPE, "sessions/delete")
+    assert links_of(delete) == [(self_of(creation), CREATION_LINK)]
+
+
+def test_links_reach_the_creation_span_across_replicas(http: httpx.Client, spans: SpanLog) -> None:
+    replica_a = build_app(json_response=True, environ=ENVIRON)
+    replica_b = build_app(json_response=False, environ=ENVIRON)
+    with serve(replica_a) as url_a, serve(replica_b) as url_b:
+        on_a, on_b = ModernClient(http, url_a), ModernClient(http, url_b)
+        token, sid, creation = create(on_a, spans)
+        _, counted = on_b.call_tool("count", session=session_meta(token), id="on-b")
+        _, whoami = on_a.call_tool("whoami", session=session_meta(token), id="on-a")
+        legacy_b = LegacyClient(http, url_b)
+        legacy_b.initialize()
+        legacy_b.call_tool("whoami", session=session_meta(token), id="legacy-on-b")
+        finished = spans.wait_middleware(6)
+
+    assert tool_text(counted) == "1"
+    assert tool_text(whoami) == sid
+    for request_id in ("on-b", "on-a", "legacy-on-b"):
+        span = by_request_id(finished, MIDDLEWARE_SCOPE, request_id)
+        assert links_of(span) == [(self_of(creation), CREATION_LINK)], request_id
+        assert attrs(span)["session.id"] == sid
+        assert attrs(sdk_child(finished, span))["session.id"] == sid
+
+
+@pytest.mark.parametrize("era", ERAS)
+def test_session_mode_parents_requests_to_the_creation_span(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, era: Era
+) -> None:
+    client = connect(era, http, servers["session"], spans)
+    token, sid, creation = create(client, spans)
+    client.call_tool("count", session=session_meta(token), id=21)
+    _, message = client.call_tool("lookup", {"q": "x"}, session=session_meta(token), id=22)
+    client.call_tool("whoami", id=23)  # no session: its own trace
+    finished = spans.wait_middleware(4)
+
+    assert tool_text(message) == sid
+    assert parent_of(creation) is None
+    for request_id in ("21", "22"):
+        span = by_request_id(finished, MIDDLEWARE_SCOPE, request_id)
+        assert parent_of(span) == self_of(creation), request_id
+        assert links_of(span) == []  # the parent says it all
+        assert_nested(span, sdk_child(finished, span))
+    lookup = by_request_id(finished, MIDDLEWARE_SCOPE, "22")
+    sdk = sdk_child(finished, lookup)
+    assert self_of(user_child(finished, sdk))[0] == self_of(creation)[0]  # the whole session reads as one trace
+    sessionless = by_request_id(finished, MIDDLEWARE_SCOPE, "23")
+    assert parent_of(sessionless) is None
+    assert self_of(sessionless)[0] != self_of(creation)[0]
+
+
+@pytest.mark.parametrize("context", ["meta", "header"])
+def test_session_mode_keeps_the_parent_the_client_sent(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, context: str
+) -> None:
+    client = ModernClient(http, servers["session"])
+    token, _, creation = create(client, spans)
+    sent = META_TRACE if context == "meta" else HEADER_TRACE
+    meta = {"traceparent": traceparent(*META_TRACE)} if context == "meta" else None
+    headers = {"traceparent": traceparent(*HEADER_TRACE)} if context == "header" else {}
+    client.call_tool("lookup", {"q": "x"}, session=session_meta(token), meta=meta, **headers)
+    finished = spans.wait_middleware(2)
+
+    span = one(finished, MIDDLEWARE_SCOPE, "tools/call lookup")
+    assert parent_of(span) == sent
+    assert parent_of(span) != self_of(creation)
+    assert_nested(span, sdk_child(finished, span))
+
+
+def test_session_mode_links_when_the_client_chose_the_parent(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog
+) -> None:
+    client = ModernClient(http, servers["session"])
+    token, _, creation = create(client, spans)
+    client.call_tool("lookup", {"q": "x"}, session=session_meta(token), meta={"traceparent": traceparent(*META_TRACE)})
+    finished = spans.wait_middleware(2)
+
+    span = one(finished, MIDDLEWARE_SCOPE, "tools/call lookup")
+    assert parent_of(span) == META_TRACE
+    # Not parented to the session's creation span, so the request must still point at it.
+    assert (self_of(creation), CREATION_LINK) in links_of(span)
+
+
+def test_session_mode_delete_is_part_of_the_session_trace(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog
+) -> None:
+    client = ModernClient(http, servers["session"])
+    token, _, creation = create(client, spans)
+    client.request("sessions/delete", session=session_meta(token))
+    finished = spans.wait_middleware(2)
+
+    delete = one(finished, MIDDLEWARE_SCOPE, "sessions/delete")
+    assert parent_of(delete) == self_of(creation)
+
+
+# -- baggage and SessionSpanProcessor ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_every_span_inside_a_session_request_knows_the_session(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, mode: str, era: Era
+) -> None:
+    client = connect(era, http, servers[mode], spans)
+    token, sid, _ = create(client, spans)
+    client.call_tool("lookup", {"q": "with"}, session=session_meta(token), id=31)
+    client.call_tool("lookup", {"q": "without"}, id=32)  # right after, on the same connection
+    finished = spans.wait_middleware(3)
+
+    with_session = by_request_id(finished, MIDDLEWARE_SCOPE, "31")
+    sdk = sdk_child(finished, with_session)
+    user = user_child(finished, sdk)
+    assert attrs(sdk)["session.id"] == sid
+    assert attrs(user)["session.id"] == sid
+    assert attrs(user)["db.query.text"] == "with"
+    without = by_request_id(finished, MIDDLEWARE_SCOPE, "32")
+    sdk_without = sdk_child(finished, without)
+    user_without = user_child(finished, sdk_without)
+    for span in (without, sdk_without, user_without):
+        assert "session.id" not in attrs(span), span.name
+
+
+# -- the real SDK client ------------------------------------------------------------------------
+
+
+class CreateSessionRequest(types.Request[types.RequestParams | None, Literal["sessions/create"]]):
+    method: Literal["sessions/create"] = "sessions/create"
+    params: types.RequestParams | None = None
+
+
+class CreateSessionResult(types.Result):
+    session: dict[str, Any]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_sdk_client_trace_context_flows_through_the_middleware(span_log: SpanLog, mode: str) -> None:
+    span_log.clear()
+    app_side = ExchangeRecorder(build_traced_server().streamable_http_app(streamable_http_path=MCP_PATH))
+    client_side = ExchangeRecorder(MCPSessionMiddleware(app_side, secret=SECRET))
+    with serve(client_side) as url:
+        async with Client(url + MCP_PATH, mode=mode) as client:
+            created = await client.session.send_request(CreateSessionRequest(), CreateSessionResult)
+            token = created.session["sessionId"]
+            meta: Any = {SESSION_KEY: {"sessionId": token}}  # RequestParamsMeta allows extra keys
+            result = await client.call_tool("lookup", {"q": "select 1"}, meta=meta)
+        finished = span_log.wait(
+            lambda s: named(s, MIDDLEWARE_SCOPE, "tools/call lookup") != [], "the middleware's tools/call span"
+        )
+    sid = jwt_claims(token)["sid"]
+    assert result.structured_content == {"result": sid}
+
+    # The SDK client (OpenTelemetry configured) put its own span's context in _meta.
+    client_span = one(finished, SDK_SCOPE, "MCP send tools/call lookup")
+    assert client_span.kind is SpanKind.CLIENT
+    [(sent_headers, sent)] = client_side.find("tools/call")
+    assert sent["params"]["_meta"]["traceparent"] == traceparent_of(client_span)
+    assert "traceparent" not in sent_headers  # this client's HTTP library is not instrumented
+
+    middleware = one(finished, MIDDLEWARE_SCOPE, "tools/call lookup")
+    server_sdk = one(finished, SDK_SCOPE, "tools/call lookup")
+    user = one(finished, USER_SCOPE, "db.query")
+    assert parent_of(middleware) == self_of(client_span)
+    assert_nested(middleware, server_sdk, user)
+    assert self_of(user)[0] == self_of(client_span)[0]
+    # What reached the SDK names the middleware's span instead; the rest of _meta is intact.
+    [(_, forwarded)] = app_side.find("tools/call")
+    assert forwarded["params"]["_meta"]["traceparent"] == traceparent_of(middleware)
+    assert forwarded["params"]["_meta"][SESSION_KEY] == {"sessionId": token}
+
+    creation = one(finished, MIDDLEWARE_SCOPE, "sessions/create")
+    assert parent_of(creation) == self_of(one(finished, SDK_SCOPE, "MCP send sessions/create"))
+    assert links_of(middleware) == [(self_of(creation), CREATION_LINK)]
+    for span in (middleware, server_sdk, user):
+        assert attrs(span)["session.id"] == sid
+    if mode == "legacy":
+        assert attrs(middleware)["mcp.protocol.version"] == LEGACY
+        assert attrs(middleware)["mcp.session.id"] == sent_headers["mcp-session-id"]
+    else:
+        assert attrs(middleware)["mcp.protocol.version"] == MODERN
+        assert all("mcp.session.id" not in attrs(span) for span in of_scope(finished, MIDDLEWARE_SCOPE))
+
+
+# -- batches (2025-03-26) -----------------------------------------------------------------------
+
+
+def test_a_forwarded_batch_has_one_span_per_element(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog
+) -> None:
+    client = LegacyClient(http, servers["json"], version="2025-03-26")
+    client.initialize()
+    spans.wait_middleware(2)
+    token, sid, creation = create(client, spans)
+    spans.clear()
+    batch = [
+        legacy_request("tools/call", {"name": "whoami", "arguments": {}}, id=41, session=session_meta(token)),
+        legacy_request("tools/call", {"name": "lookup", "arguments": {"q": "x"}}, id=42, session=session_meta(token)),
+        legacy_request("notifications/cancelled", {"requestId": 40}, id=None, session=session_meta(token)),
+    ]
+    response = client.post(batch)
+    finished = spans.wait_middleware(3)
+
+    # mcp 2.3 refuses JSON-RPC batches as a whole (HTTP 400): each element's span says so.
+    assert response.status_code == 400
+    middleware_spans = of_scope(finished, MIDDLEWARE_SCOPE)
+    assert sorted(span.name for span in middleware_spans) == [
+        "notifications/cancelled",
+        "tools/call lookup",
+        "tools/call whoami",
+    ]
+    assert sorted(attrs(span).get("jsonrpc.request.id", "-") for span in middleware_spans) == ["-", "41", "42"]
+    for span in middleware_spans:
+        assert span.kind is SpanKind.SERVER
+        assert attrs(span)["session.id"] == sid
+        assert attrs(span)["mcp.session.id"] == client.transport_session_id
+        assert attrs(span)["mcp.protocol.version"] == "2025-03-26"
+        assert links_of(span) == [(self_of(creation), CREATION_LINK)]
+        assert attrs(span)["error.type"] == "400"
+        assert span.status.status_code is StatusCode.ERROR
+
+
+def test_a_refused_batch_has_one_error_span_per_element(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog
+) -> None:
+    client = LegacyClient(http, servers["json"], version="2025-03-26")
+    client.initialize()
+    spans.wait_middleware(2)
+    token, _, _ = create(client, spans)
+    spans.clear()
+    batch = [
+        legacy_request("tools/call", {"name": "count", "arguments": {}}, id=51, session=session_meta(token)),
+        legacy_request("tools/call", {"name": "count", "arguments": {}}, id=52, session={"sessionId": "x.y.z"}),
+        legacy_request("notifications/cancelled", {"requestId": 50}, id=None, session=session_meta(token)),
+    ]
+    response = client.post(batch)
+    finished = spans.wait_middleware(3)
+
+    answers = {message["id"]: message["error"]["code"] for message in response.json()}
+    assert answers == {51: INVALID_REQUEST, 52: SESSION_NOT_FOUND}
+    error_types = {
+        attrs(span).get("jsonrpc.request.id", "-"): attrs(span) for span in of_scope(finished, MIDDLEWARE_SCOPE)
+    }
+    assert {key: value["error.type"] for key, value in error_types.items()} == {
+        "51": str(INVALID_REQUEST),
+        "52": str(SESSION_NOT_FOUND),
+        "-": str(INVALID_REQUEST),
+    }
+    assert all(value["rpc.response.status_code"] == value["error.type"] for value in error_types.values())
+    assert of_scope(finished, SDK_SCOPE) == []
+
+
+# -- metrics ----------------------------------------------------------------------------------------
+
+
+def test_metrics_have_the_conventions_names_units_buckets_and_reasons(metered: MeteredApp, http: httpx.Client) -> None:
+    url, reader = metered(json_response=True)
+    client = ModernClient(http, url)
+    token = client.create_session()["sessionId"]
+    sid = jwt_claims(token)["sid"]
+    expired, _ = KeySet.from_secret(SECRET).mint_session_token(ttl=60, now=time.time() - 3600)
+    client.call_tool("count", session=session_meta(token))
+    client.call_tool("count")  # required
+    client.call_tool("count", session={"sessionId": "not-a-token"})  # invalid_token
+    client.call_tool("count", session={"sessionId": expired})  # expired
+    client.call_tool("count", session=session_meta(token), Mcp_Session_Id="another-session")  # header_mismatch
+    client.call_tool("get_mode", session=session_meta(token, state="not-a-state"))  # invalid_state
+    client.call_tool("whoami", session={"sessionId": 42})  # invalid_metadata
+    before_delete = wait_metric_count(reader, "mcp.server.operation.duration", 8)
+    assert points(before_delete.get("mcp.server.session.duration")) == []
+    client.request("sessions/delete", session=session_meta(token))
+    client.call_tool("count", session=session_meta(token))  # revoked
+    metrics = wait_metric_count(reader, "mcp.server.operation.duration", 10)
+
+    duration = metrics["mcp.server.operation.duration"]
+    assert duration.unit == "s"
+    outcomes: dict[tuple[str, str | None], int] = {}
+    for point in points(duration):
+        assert list(point.explicit_bounds) == DURATION_BUCKETS
+        attributes = dict(point.attributes)
+        assert attributes["network.transport"] == "tcp"
+        assert attributes["mcp.protocol.version"] == MODERN
+        assert attributes.get("rpc.response.status_code") == attributes.get("error.type")  # JSON-RPC codes only
+        outcome = (attributes["mcp.method.name"], attributes.get("error.type"))
+        outcomes[outcome] = outcomes.get(outcome, 0) + point.count
+    assert outcomes == {
+        ("sessions/create", None): 1,
+        ("tools/call", None): 1,
+        ("tools/call", str(SESSION_REQUIRED)): 1,
+        ("tools/call", str(SESSION_NOT_FOUND)): 4,  # invalid token, expired, bad state, revoked
+        ("tools/call", str(HEADER_MISMATCH)): 1,
+        ("tools/call", str(INVALID_REQUEST)): 1,
+        ("sessions/delete", None): 1,
+    }
+    [count_point] = [
+        p
+        for p in points(duration)
+        if dict(p.attributes).get("gen_ai.tool.name") == "count" and "error.type" not in p.attributes
+    ]
+    assert dict(count_point.attributes)["gen_ai.operation.name"] == "execute_tool"
+
+    session_duration = metrics["mcp.server.session.duration"]
+    assert session_duration.unit == "s"
+    [session_point] = points(session_duration)
+    assert session_point.count == 1
+    assert list(session_point.explicit_bounds) == DURATION_BUCKETS
+    assert [p.value for p in points(metrics["mcp_sessions.sessions.created"])] == [1]
+    assert [p.value for p in points(metrics["mcp_sessions.sessions.deleted"])] == [1]
+    rejected = {
+        dict(p.attributes)["mcp_sessions.reason"]: p.value for p in points(metrics["mcp_sessions.sessions.rejected"])
+    }
+    assert rejected == {
+        "required": 1,
+        "invalid_token": 1,
+        "expired": 1,
+        "header_mismatch": 1,
+        "invalid_state": 1,
+        "invalid_metadata": 1,
+        "revoked": 1,
+    }
+    for name, key, value in metric_attribute_values(metrics):
+        assert sid not in str(value) and token not in str(value), (name, key)
+
+
+# -- secrecy ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_no_token_in_any_span_or_metric(
+    metered: MeteredApp, http: httpx.Client, spans: SpanLog, mode: str, era: Era
+) -> None:
+    url, reader = metered(json_response=mode == "json")
+    client = connect(era, http, url, spans)
+    token = client.create_session()["sessionId"]
+    sid = jwt_claims(token)["sid"]
+    client.call_tool("count", session=session_meta(token))
+    _, set_mode = client.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token))
+    state = set_mode["result"]["_meta"][SESSION_KEY]["state"]
+    client.call_tool("get_mode", session=session_meta(token, state=state))
+    client.call_tool(
+        "lookup", {"q": "x"}, session=session_meta(token, state=state), meta={"traceparent": traceparent(*META_TRACE)}
+    )
+    forged = _forged(token)
+    client.call_tool("count", session=session_meta(forged))
+    client.call_tool("get_mode", session=session_meta(token, state=state[:-4] + "AAAA"))
+    if era == "modern":
+        client.call_tool("count", session=session_meta(token), Mcp_Session_Id=token + "x")
+    client.request("sessions/delete", session=session_meta(token))
+    client.call_tool("count", session=session_meta(token, state=state))
+    requests = 10 if era == "modern" else 9
+    finished = spans.wait_middleware(requests)
+    handshake = 0 if era == "modern" else 2  # initialize and notifications/initialized were measured too
+    metrics = wait_metric_count(reader, "mcp.server.operation.duration", requests + handshake)
+
+    secrets_ = {
+        "token": token,
+        "token signature": token.rsplit(".", 1)[1],
+        "token payload": token.split(".")[1],
+        "state token": state,
+        "state signature": state.rsplit(".", 1)[1],
+        "forged token": forged,
+    }
+    assert len(of_scope(finished, SDK_SCOPE)) >= 4  # the scan covers the SDK's spans too
+    for span in finished:
+        for text in span_strings(span):
+            for what, secret in secrets_.items():
+                assert secret not in text, f"the {what} appears in span {span.name!r}: {text!r}"
+    assert metric_attribute_values(metrics) != []
+    for name, key, value in metric_attribute_values(metrics):
+        for what, secret in {**secrets_, "session id": sid}.items():
+            assert secret not in str(value), f"the {what} appears in metric {name} attribute {key}"
+
+
+# -- without an SDK --------------------------------------------------------------------------------
+
+NO_SDK_SCRIPT = r"""
+import json, sys
+sys.path[:0] = ["tests", "."]
+import httpx
+from opentelemetry import trace
+from mcp.shared import _otel as sdk_otel
+from examples.quickstart import build_server
+from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions._telemetry import Telemetry
+from _mcp import MCP_PATH, ModernClient, RecordingApp, session_meta, tool_text
+from conftest import SECRET, serve
+
+enabled_answers, started = [], []
+original_enabled, original_start = Telemetry.enabled, Telemetry.start
+
+def spy_enabled(self):
+    answer = original_enabled(self)
+    enabled_answers.append(answer)
+    return answer
+
+def spy_start(self, **kwargs):
+    op = original_start(self, **kwargs)
+    started.append(op.span.is_recording())
+    return op
+
+Telemetry.enabled, Telemetry.start = spy_enabled, spy_start
+server = build_server()
+
+@server.tool()
+async def ambient() -> str:
+    span = trace.get_current_span()
+    return json.dumps({"recording": span.is_recording(), "trace_id": f"{span.get_span_context().trace_id:032x}"})
+
+inner = RecordingApp(server.streamable_http_app(streamable_http_path=MCP_PATH, json_response=True))
+app = MCPSessionMiddleware(inner, secret=SECRET)
+probe = Telemetry()
+op = original_start(
+    probe, scope={"client": ("127.0.0.1", 1)}, headers={}, method="tools/call", protocol_version=None,
+    message={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x"}}, modern=True,
+    session_id="s", session_claims={"tp": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}, start_ns=0,
+)
+out = {
+    "probe_enabled": original_enabled(probe),
+    "probe_recording": op.recording,
+    "probe_attributes": dict(getattr(op.span, "attributes", None) or {}),
+    "sdk_span_recording": sdk_otel._tracer.start_span("probe").is_recording(),
+    "provider": type(trace.get_tracer_provider()).__name__,
+}
+op.end()
+traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+with serve(app) as url, httpx.Client(timeout=10) as http:
+    client = ModernClient(http, url)
+    token = client.create_session()["sessionId"]
+    _, counted = client.call_tool("count", session=session_meta(token))
+    _, seen = client.call_tool("ambient", session=session_meta(token), meta={"traceparent": traceparent})
+out["count"] = tool_text(counted)
+out["ambient"] = json.loads(tool_text(seen))
+out["forwarded_traceparent"] = inner.seen[-1]["params"]["_meta"]["traceparent"]
+out["enabled_answers"] = enabled_answers
+out["started_recording"] = started
+print(json.dumps(out))
+"""
+
+
+def test_without_an_sdk_nothing_records_and_requests_work() -> None:
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", NO_SDK_SCRIPT], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert out["provider"] == "ProxyTracerProvider"
+    assert out["probe_enabled"] is False
+    assert out["probe_recording"] is False
+    assert out["probe_attributes"] == {}
+    assert out["sdk_span_recording"] is False
+    # The middleware asked, was told there is no SDK, and started no recording span.
+    assert len(out["enabled_answers"]) >= 3
+    assert not any(out["enabled_answers"])
+    assert not any(out["started_recording"])
+    assert out["count"] == "1"
+    # The app runs in the client's trace, unrecorded: the middleware neither recorded nor re-parented it.
+    assert out["ambient"] == {"recording": False, "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}
+    assert out["forwarded_traceparent"] == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
