@@ -123,8 +123,13 @@ def test_public_jwks_verify_only() -> None:
     assert verifier.signer.kid == "own"
     assert crosses(signing_es, verifier)
     assert crosses(signing_ed, verifier)
-    with pytest.raises(ValueError, match="no key in the KeySet can sign"):
-        KeySet.from_config(json.dumps({"keys": public}))
+    verify_only = KeySet.from_config(json.dumps({"keys": public}))
+    assert verify_only.signer is None
+    assert crosses(signing_es, verifier) and crosses(signing_ed, verifier)
+    token, claims = signing_ed.mint_session_token(ttl=60)
+    assert verify_only.verify_session_token(token) == claims
+    with pytest.raises(ValueError, match="the KeySet is verify-only"):
+        MCPSessionMiddleware(app, keys=verify_only)
 
 
 def test_a_single_jwk_is_a_key_set_of_one() -> None:

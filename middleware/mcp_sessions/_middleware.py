@@ -162,6 +162,11 @@ class MCPSessionMiddleware:
             )
         elif issuer is not None or audience is not None or max_state_size is not None:
             raise ValueError("with keys=, set issuer, audience and max_state_size on the KeySet")
+        if keys.signer is None:
+            raise ValueError(
+                "the KeySet is verify-only: the middleware mints sessions and signs state, "
+                "so add a secret or a private key that can sign"
+            )
         if not 0 < ttl <= MAX_TTL:
             raise ValueError(f"ttl must be a positive number of seconds, at most {MAX_TTL} (ten years)")
         if idle_ttl is not None and not 0 < idle_ttl <= MAX_TTL:

@@ -323,14 +323,14 @@ class KeySet:
         if not self._keys:
             raise ValueError("a KeySet needs at least one key")
         if signer is None:
+            # Without any key that can sign, the set is verify-only (a tool such as
+            # `mcp-sessions inspect`); the middleware itself refuses one.
             signer = next((k.kid for k in self._keys.values() if k.can_sign), None)
-            if signer is None:
-                raise ValueError("no key in the KeySet can sign: add a secret or a private key")
         elif signer not in self._keys or not self._keys[signer].can_sign:
             raise ValueError(f"the signer {signer!r} is not a signing key of this KeySet")
         if not issuer or not audience:
             raise ValueError("issuer and audience must be non-empty strings")
-        self.signer = self._keys[signer]
+        self.signer: SessionKey | None = None if signer is None else self._keys[signer]
         self.issuer = issuer
         self.audience = audience
         self.max_token_length = max_token_length
@@ -482,6 +482,8 @@ class KeySet:
 
     def _sign(self, payload: dict[str, Any], typ: str) -> str:
         key = self.signer
+        if key is None:
+            raise ValueError("this KeySet is verify-only: no key in it can sign (add a secret or a private key)")
         return self._jwt.encode(payload, key.signing_key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": typ})
 
     def _verify(self, token: str, typ: str, *, audience: str | None) -> dict[str, Any]:

@@ -515,8 +515,13 @@ def test_asymmetric_keys_sign_and_verify_only_keys_verify(make: Callable[[], Any
     other_signer = SessionKey.from_secret(SECRET, kid="local")
     assert KeySet([verifying, other_signer]).verify_session_token(token) == minted
 
-    with pytest.raises(ValueError, match="no key in the KeySet can sign"):
-        KeySet([verifying])
+    verify_only = KeySet([verifying])
+    assert verify_only.signer is None
+    assert verify_only.verify_session_token(token) == minted
+    with pytest.raises(ValueError, match="verify-only"):
+        verify_only.mint_session_token(ttl=60)
+    with pytest.raises(ValueError, match="verify-only"):
+        verify_only.sign_state(minted.session_id, {"a": 1})
     with pytest.raises(ValueError, match="is not a signing key"):
         KeySet([verifying, other_signer], signer="k1")
 
