@@ -1,0 +1,448 @@
+"""The interop matrix: real MCP clients x real MCP servers, over real HTTP, and docs/interop.md made from it.
+
+Every cell runs a scenario against a server on uvicorn (127.0.0.1) and records
+what it observed, step by step. ``test_cell`` fails for a cell that does not
+behave as its row and column promise, and ``test_docs_interop_md_is_generated_from_this_run``
+fails when the committed ``docs/interop.md`` differs from what this run
+renders. Regenerate it with::
+
+    MCP_SESSIONS_UPDATE_INTEROP=1 python -m pytest tests/test_interop.py
+
+The whole matrix runs once per test run (cells concurrently, servers shared),
+so selecting one cell still runs all of them: the document always describes a
+complete run. Rendering is deterministic: fixed order, no timings, no dates.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from examples import fastapi_app, fastmcp_app, starlette_app
+from examples.quickstart import SESSION_TOOLS
+from examples.quickstart import build_app as build_quickstart
+from fastmcp import Client as FastMCPClient
+from fastmcp import Context as FastMCPContext
+from fastmcp.client.transports import StreamableHttpTransport
+from mcp import Client as SDKClient
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from _mcp import MCP_PATH, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED
+from conftest import SECRET, serve
+from mcp_sessions import MCPSessionMiddleware, get_session
+from mcp_sessions.client import SessionHandle, SessionTransport
+
+ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
+DOC = Path(__file__).resolve().parents[1] / "docs" / "interop.md"
+UPDATE_VARIABLE = "MCP_SESSIONS_UPDATE_INTEROP"
+CELL_TIMEOUT = 60.0  # a hang guard for one cell, never an expectation about speed
+COUNTDOWN = 2
+ALL_PROGRESS = [(float(i + 1), float(COUNTDOWN), f"{COUNTDOWN - i - 1} to go") for i in range(COUNTDOWN)]
+
+
+# -- the servers --------------------------------------------------------------------------------------------
+
+
+def fastmcp_server() -> MCPSessionMiddleware:
+    """examples/fastmcp_app.py's server, plus the quickstart's other scenario tools written for fastmcp."""
+    server = fastmcp_app.build_server()
+
+    @server.tool
+    async def set_mode(mode: str) -> str:
+        session = get_session()
+        assert session is not None
+        session.state = {**session.state, "mode": mode}
+        return mode
+
+    @server.tool
+    async def get_mode() -> str:
+        session = get_session()
+        assert session is not None
+        return str(session.state.get("mode", "unset"))
+
+    @server.tool
+    async def countdown(n: int, ctx: FastMCPContext) -> str:
+        for i in range(n):
+            await ctx.report_progress(i + 1, n, f"{n - i - 1} to go")
+            await anyio.sleep(0.2)
+        return "done"
+
+    return MCPSessionMiddleware.from_env(
+        server.http_app(path=MCP_PATH), environ=ENVIRON, require_session_tools=SESSION_TOOLS
+    )
+
+
+@dataclass(frozen=True)
+class ServerKind:
+    key: str
+    title: str
+    build: Callable[[], Any]
+    streams: bool  # whether it can stream progress notifications (SSE responses)
+
+
+SERVERS = [
+    ServerKind(
+        "qs-stateful-json",
+        "quickstart `MCPServer`, stateful, JSON responses",
+        lambda: build_quickstart(json_response=True, stateless=False, environ=ENVIRON),
+        streams=False,
+    ),
+    ServerKind(
+        "qs-stateful-sse",
+        "quickstart `MCPServer`, stateful, SSE responses",
+        lambda: build_quickstart(json_response=False, stateless=False, environ=ENVIRON),
+        streams=True,
+    ),
+    ServerKind(
+        "qs-stateless-json",
+        "quickstart `MCPServer`, stateless, JSON responses",
+        lambda: build_quickstart(json_response=True, stateless=True, environ=ENVIRON),
+        streams=False,
+    ),
+    ServerKind(
+        "qs-stateless-sse",
+        "quickstart `MCPServer`, stateless, SSE responses",
+        lambda: build_quickstart(json_response=False, stateless=True, environ=ENVIRON),
+        streams=True,
+    ),
+    ServerKind(
+        "fastmcp", "fastmcp `FastMCP` (`examples/fastmcp_app.py`), SSE responses (its default)", fastmcp_server, True
+    ),
+    ServerKind(
+        "fastapi",
+        "FastAPI app (`examples/fastapi_app.py`), SSE responses",
+        lambda: fastapi_app.build_app(environ=ENVIRON),
+        True,
+    ),
+    ServerKind(
+        "starlette",
+        "Starlette app (`examples/starlette_app.py`), SSE responses",
+        lambda: starlette_app.build_app(environ=ENVIRON),
+        True,
+    ),
+]
+
+
+# -- the clients ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientKind:
+    key: str
+    title: str
+    library: str  # "sdk" or "fastmcp"
+    mode: str  # "auto" (2026-07-28, discover) or "legacy" (initialize handshake)
+    shim: bool
+
+
+CLIENTS = [
+    ClientKind(f"{library}-{mode}-{'shim' if shim else 'bare'}", title, library, mode, shim)
+    for shim in (True, False)
+    for library, name in (("sdk", "`mcp` SDK `Client`"), ("fastmcp", "fastmcp `Client`"))
+    for mode, era in (("auto", "auto (2026-07-28)"), ("legacy", "legacy (2025-11-25 handshake)"))
+    for title in [f"{name}, {era}, {'through `SessionTransport`' if shim else 'unchanged, no shim'}"]
+]
+
+
+class Recording(httpx2.AsyncBaseTransport):
+    """The inner transport of a shim: counts the sessions/create it sends and records the era of each POST."""
+
+    def __init__(self, log: list[tuple[str, str | None]]) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.log = log
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method == "POST":
+            body = await request.aread()
+            method = "sessions/create" if b'"method":"sessions/create"' in body else "other"
+            self.log.append((method, request.headers.get("mcp-protocol-version")))
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+Progress = list[tuple[float, float | None, str | None]]
+
+
+@dataclass
+class Conversation:
+    """One connected client, whatever its library: call a tool, optionally through a shim."""
+
+    call: Callable[..., Awaitable[Any]]
+    shims: list[SessionTransport]
+    log: list[tuple[str, str | None]]
+
+
+@asynccontextmanager
+async def connect(kind: ClientKind, url: str) -> AsyncIterator[Conversation]:
+    log: list[tuple[str, str | None]] = []
+    shims: list[SessionTransport] = []
+    handle = SessionHandle()  # one conversation: every connection the client opens shares it
+
+    def shim() -> SessionTransport:
+        transport = SessionTransport(Recording(log), session=handle)
+        shims.append(transport)
+        return transport
+
+    async with AsyncExitStack() as stack:
+        if kind.library == "sdk":
+            if kind.shim:
+                http = await stack.enter_async_context(httpx2.AsyncClient(transport=shim()))
+                target: Any = streamable_http_client(url, http_client=http)
+            else:
+                target = url
+            sdk = await stack.enter_async_context(SDKClient(target, mode=kind.mode))
+
+            async def call(name: str, arguments: dict[str, Any], meta: Any = None, progress: Any = None) -> Any:
+                result = await sdk.call_tool(name, arguments, meta=meta, progress_callback=progress)
+                return (result.structured_content or {})["result"]
+
+        else:
+            if kind.shim:
+
+                def factory(**kwargs: Any) -> httpx2.AsyncClient:
+                    return httpx2.AsyncClient(transport=shim(), **kwargs)
+
+                target = StreamableHttpTransport(url, httpx_client_factory=factory)
+            else:
+                target = url
+            fastmcp = await stack.enter_async_context(FastMCPClient(target, mode=kind.mode))
+
+            async def call(name: str, arguments: dict[str, Any], meta: Any = None, progress: Any = None) -> Any:
+                result = await fastmcp.call_tool(name, arguments, meta=meta, progress_handler=progress)
+                return (result.structured_content or {})["result"]
+
+        yield Conversation(call, shims, log)
+
+
+# -- the scenarios -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    name: str
+    observed: str
+    ok: bool
+    note: str | None = None
+
+
+@dataclass
+class Cell:
+    client: ClientKind
+    server: ServerKind
+    steps: list[Step] = field(default_factory=list)
+    era: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.steps) and all(step.ok for step in self.steps)
+
+    @property
+    def notes(self) -> list[str]:
+        return [f"{step.name}: {step.note}" for step in self.steps if step.note]
+
+    def check(self, name: str, observed: Any, expected: Any, note: str | None = None) -> None:
+        """Record a step: ``observed`` against ``expected``; ``note`` explains a passing step's limits."""
+        text = observed if isinstance(observed, str) else ", ".join(map(str, observed[:2]))
+        ok = observed == expected
+        self.steps.append(Step(name, text, ok, note if ok else f"expected {expected!r}, observed {observed!r}"))
+
+
+async def refused_code(call: Awaitable[Any]) -> str:
+    try:
+        value = await call
+    except MCPError as exc:
+        return str(exc.code)
+    return f"not refused ({value!r})"
+
+
+JSON_PROGRESS_NOTE = (
+    "no progress events: a server in JSON response mode answers with one JSON body and never sends "
+    "the notifications; the result and the session are unaffected"
+)
+
+
+async def session_scenario(cell: Cell, url: str) -> None:
+    """create, count twice, state round trip, countdown with progress, delete, refused afterwards."""
+    async with connect(cell.client, url) as conversation:
+        call = conversation.call
+        cell.check("count twice", [await call("count", {}), await call("count", {})], [1, 2])
+        creates = sum(1 for method, _ in conversation.log if method == "sessions/create")
+        cell.era = next((era for method, era in conversation.log if method == "other" and era), None) or "2025-era"
+        cell.check("create", f"{creates} sessions/create, on the first call", "1 sessions/create, on the first call")
+        await call("set_mode", {"mode": "terse"})
+        cell.check("state round trip", await call("get_mode", {}), "terse")
+        progress: Progress = []
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append((value, total, message))
+
+        done = await call("countdown", {"n": COUNTDOWN}, progress=on_progress)
+        expected = ALL_PROGRESS if cell.server.streams else []
+        cell.check(
+            "countdown with progress",
+            [done, f"{len(progress)} of {COUNTDOWN} progress events", progress],
+            ["done", f"{len(expected)} of {COUNTDOWN} progress events", expected],
+            None if cell.server.streams else JSON_PROGRESS_NOTE,
+        )
+        shim = conversation.shims[-1]
+        token = shim.session.token
+        cell.check("delete", "deleted" if await shim.delete() else "not deleted", "deleted")
+        stale = {SESSION_KEY: {"sessionId": token}}
+        cell.check("refused after delete", await refused_code(call("count", {}, meta=stale)), str(SESSION_NOT_FOUND))
+
+
+async def sessionless_scenario(cell: Cell, url: str) -> None:
+    """Without the shim: the middleware is invisible until a tool needs a session."""
+    async with connect(cell.client, url) as conversation:
+        call = conversation.call
+        cell.check("sessionless tool", await call("whoami", {}), "none")
+        cell.check("session-required tool", await refused_code(call("count", {})), str(SESSION_REQUIRED))
+        cell.check("again, same answer", await refused_code(call("count", {})), str(SESSION_REQUIRED))
+
+
+async def run_cell(cell: Cell, url: str) -> None:
+    scenario = session_scenario if cell.client.shim else sessionless_scenario
+    try:
+        with anyio.fail_after(CELL_TIMEOUT):
+            await scenario(cell, url)
+    except Exception as exc:
+        cell.steps.append(Step("error", f"{type(exc).__name__}: {exc}"[:200], False))
+
+
+async def run_matrix(urls: dict[str, str]) -> dict[tuple[str, str], Cell]:
+    cells = {(c.key, s.key): Cell(c, s) for c in CLIENTS for s in SERVERS}
+    async with anyio.create_task_group() as tg:
+        for (_, server_key), cell in cells.items():
+            tg.start_soon(run_cell, cell, urls[server_key])
+    return cells
+
+
+@pytest.fixture(scope="module")
+def matrix() -> Iterator[dict[tuple[str, str], Cell]]:
+    with ExitStack() as stack:
+        urls = {server.key: stack.enter_context(serve(server.build())) + MCP_PATH for server in SERVERS}
+        yield anyio.run(run_matrix, urls)
+
+
+# -- the document ------------------------------------------------------------------------------------------------
+
+
+SESSION_STEPS = [
+    "count twice: the first `count` creates the session lazily; the counter answers 1, then 2",
+    "create: exactly one `sessions/create` was sent, by the shim, on the first call",
+    'state round trip: `set_mode("terse")`, then `get_mode()` answers `terse` (signed client-held state, '
+    "carried from the echo to the next request)",
+    f"countdown with progress: `countdown(n={COUNTDOWN})` answers `done`, and the progress callback received every "
+    "event the server streamed",
+    "delete: `SessionTransport.delete()` sends `sessions/delete`",
+    "refused after delete: a request naming the deleted session is refused with `-32043`",
+]
+SESSIONLESS_STEPS = [
+    "sessionless tool: `whoami` works and answers `none` (no session)",
+    "session-required tool: `count` is refused with `-32044` (session required), answered by the middleware",
+    "again, same answer: nothing is left behind by the refusal",
+]
+
+
+def render(cells: dict[tuple[str, str], Cell]) -> str:
+    # Only what the test dependencies pin (mcp>=2.3,<2.4 and fastmcp==4.1.2): a fresh clone that resolves a
+    # newer uvicorn or Python renders the same page.
+    mcp_minor = ".".join(version("mcp").split(".")[:2])
+    out = [
+        "# Interop matrix",
+        "",
+        "<!-- Generated by tests/test_interop.py from a real run: do not edit by hand. Regenerate with",
+        f"     {UPDATE_VARIABLE}=1 python -m pytest tests/test_interop.py -->",
+        "",
+        "Real clients against real servers, over real HTTP (uvicorn on 127.0.0.1), in one test run. The",
+        "test fails if a cell stops behaving as below, or if this page differs from what the run produced.",
+        "",
+        f"Tested with the `mcp` SDK {mcp_minor}.x and fastmcp {version('fastmcp')}, the versions the test",
+        "dependencies pin.",
+        "",
+        "Servers (columns), each behind `MCPSessionMiddleware` with the quickstart's tools:",
+        "",
+    ]
+    out += [f"{n}. {server.title}" for n, server in enumerate(SERVERS, start=1)]
+    out += [
+        "",
+        "Stateful or stateless changes only the 2025-era path (the server's `mcp-session-id` transport",
+        "session); the 2026-07-28 wire has no transport session. The data-layer session is the same in both.",
+    ]
+    out += ["", "How a client gets the shim, without a change to the client's code:", ""]
+    out += [
+        "- `mcp` SDK: `Client(streamable_http_client(url, http_client=httpx2.AsyncClient("
+        "transport=SessionTransport())), mode=...)`.",
+        "- fastmcp: `Client(StreamableHttpTransport(url, httpx_client_factory=lambda **kw: httpx2.AsyncClient("
+        "transport=SessionTransport(session=handle), **kw)), mode=...)`. fastmcp 4.1 builds its HTTP client "
+        "through that factory, so its client needs no other change (one `SessionHandle` per conversation keeps the "
+        "session across the connections fastmcp opens).",
+        "",
+    ]
+    notes: dict[str, int] = {}
+    for title, shim, steps in (
+        ("Through the shim: the session scenario", True, SESSION_STEPS),
+        ("Without the shim: sessionless clients keep working", False, SESSIONLESS_STEPS),
+    ):
+        out += [f"## {title}", "", "Each cell runs, in order:", ""]
+        out += [f"{n}. {step}" for n, step in enumerate(steps, start=1)]
+        out += ["", "| client | " + " | ".join(str(n) for n in range(1, len(SERVERS) + 1)) + " |"]
+        out.append("| --- |" + " --- |" * len(SERVERS))
+        for client in (c for c in CLIENTS if c.shim is shim):
+            row = []
+            for server in SERVERS:
+                cell = cells[client.key, server.key]
+                text = "pass" if cell.ok else "**FAIL**"
+                if shim and cell.era:
+                    text += f" ({cell.era})"
+                marks = [notes.setdefault(note, len(notes) + 1) for note in cell.notes]
+                text += "".join(f" [{m}]" for m in sorted(set(marks)))
+                row.append(text)
+            out.append(f"| {client.title} | " + " | ".join(row) + " |")
+        out.append("")
+    out += ["## Notes", ""]
+    out += [f"{n}. {note}" for note, n in notes.items()] or ["None."]
+    failing = [cell for cell in cells.values() if not cell.ok]
+    out += ["", "## Gaps", ""]
+    if failing:
+        for cell in failing:
+            bad = "; ".join(f"{s.name}: {s.observed} ({s.note})" for s in cell.steps if not s.ok)
+            out.append(f"- {cell.client.title} x {cell.server.title}: {bad}")
+    else:
+        out += [
+            "None: every cell passes. Limits that are not failures of a cell: in JSON response mode a server",
+            "never sends progress notifications (note above), and the shim retries a streamed (SSE) answer",
+            "only when the error is its first event (see [client.md](client.md#errors-and-retries)).",
+        ]
+    return "\n".join(out) + "\n"
+
+
+# -- the tests --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("server", SERVERS, ids=[s.key for s in SERVERS])
+@pytest.mark.parametrize("client", CLIENTS, ids=[c.key for c in CLIENTS])
+def test_cell(matrix: dict[tuple[str, str], Cell], client: ClientKind, server: ServerKind) -> None:
+    cell = matrix[client.key, server.key]
+    assert cell.ok, "\n".join(f"{s.name}: {s.observed} ({'ok' if s.ok else s.note})" for s in cell.steps)
+
+
+def test_docs_interop_md_is_generated_from_this_run(matrix: dict[tuple[str, str], Cell]) -> None:
+    rendered = render(matrix)
+    if os.environ.get(UPDATE_VARIABLE) == "1":
+        DOC.write_text(rendered, encoding="utf-8")
+    committed = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
+    diff = "".join(difflib.unified_diff(committed.splitlines(True), rendered.splitlines(True), "committed", "this run"))
+    assert committed == rendered, f"docs/interop.md is stale: regenerate with {UPDATE_VARIABLE}=1\n{diff}"
