@@ -881,9 +881,10 @@ class _Responder:
             content_type = b""
             encoded = False
             for name, value in message.get("headers", ()):
-                if name.lower() == b"content-type":
+                name = name.lower()
+                if name == b"content-type":
                     content_type = bytes(value).lower()
-                elif name.lower() == b"content-encoding":
+                elif name == b"content-encoding":
                     encoded = True
             if not encoded and content_type.startswith(_JSON_CONTENT_TYPE):
                 self._mode = 1
@@ -898,10 +899,14 @@ class _Responder:
                 }
             await self._send(message)
         elif kind == "http.response.body" and self._mode == 1:
-            self._body += message.get("body", b"")
+            chunk = message.get("body", b"")
             if message.get("more_body", False):
+                self._body += chunk
                 return
-            body = self._rewrite_json(bytes(self._body))
+            if self._body:
+                self._body += chunk
+                chunk = bytes(self._body)
+            body = self._rewrite_json(chunk)
             start = self._start
             headers = [(n, v) for n, v in start.get("headers", ()) if n.lower() != b"content-length"]
             headers.append((b"content-length", str(len(body)).encode()))

@@ -67,13 +67,14 @@ class Session:
     """
 
     __slots__ = (
+        "_data",
         "_idle_ttl",
         "_keys",
         "_state_json",
         "_state_token",
         "_state_view",
+        "_store",
         "claims",
-        "data",
         "id",
         "issued_at",
         "last_seen",
@@ -102,7 +103,8 @@ class Session:
         self.token_expires_at = expires_at
         self.claims = claims
         self.last_seen = now
-        self.data = SessionData(store, session_id, expires_at)
+        self._store = store
+        self._data: SessionData | None = None
         self._keys = keys
         self._idle_ttl = idle_ttl
         self._state_token = state_token
@@ -111,6 +113,13 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<Session id={self.id!r} expires_at={self.expires_at.isoformat()}>"
+
+    @property
+    def data(self) -> SessionData:
+        """The session's server-side data, in the configured store."""
+        if self._data is None:
+            self._data = SessionData(self._store, self.id, self.token_expires_at)
+        return self._data
 
     @property
     def expires_at(self) -> datetime:
