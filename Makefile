@@ -28,6 +28,9 @@ test: $(VENV)/.test-installed
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
+bench: $(VENV)/.test-installed
+	$(BIN)/python benchmarks/run_all.py --write docs/performance.md
+
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check middleware tests examples benchmarks
 	$(BIN)/ruff format --check middleware tests examples benchmarks

@@ -3,7 +3,24 @@
 The compared apps are called request by request in a shuffled order (this
 machine is noisy), and a pass-through wrapper is the control: its ratio to the
 bare app should read 1.00. Reports the median CPU time per request of each
-app and its ratio to its base app, plus the added microseconds.
+app, its ratio to its base app, the added microseconds, and a 95% interval
+on them (order statistics of the two medians).
+
+Two sets of apps:
+
+- the ``MCPServer`` app of the ``mcp`` SDK (JSON responses, one ``echo`` tool
+  that reads its session), bare, behind this middleware, and behind
+  Starlette's cookie ``SessionMiddleware`` (the alternative a user would
+  stack; the request carries a signed cookie and the tool reads
+  ``request.session``, as the middleware's session case verifies a token and
+  the tool reads ``get_session()``);
+- a trivial app that reads the body and answers a fixed JSON-RPC result:
+  what the middleware itself costs, with nothing else to hide it. Its cases
+  are interleaved among themselves, as a trivial app's server runs no MCP SDK
+  code between requests; two of them also run among the MCPServer calls,
+  whose code evicts the CPU caches, to show what that costs. One case sends
+  each request a session created by another replica (same secret), whose
+  token this middleware has not verified yet: a session's first request.
 
 Two phases, because OpenTelemetry's global TracerProvider can be set only once
 per process and the MCP SDK's own span always uses it:
@@ -19,7 +36,7 @@ per process and the MCP SDK's own span always uses it:
    span; the middleware adds its SERVER span, session link, baggage and
    metrics; ``opentelemetry-instrumentation-asgi``'s ``OpenTelemetryMiddleware``
    (default options: an HTTP SERVER span plus its internal receive/send spans,
-   and HTTP metrics) wraps the same MCPServer app for comparison.
+   and HTTP metrics) wraps the same apps for comparison.
 
 Each phase keeps its own pass-through control and interleaves only its own
 cases; "bare MCPServer + SDK" is compared with phase 1's bare app, across
@@ -27,22 +44,45 @@ phases (not interleaved, so read that ratio with the noise in mind). Run it in
 a process of its own: if an SDK TracerProvider is already set, phase 1 is not
 SDK-free.
 
-    python benchmarks/bench_asgi.py            # full run
-    python benchmarks/bench_asgi.py --smoke    # a few requests: CI checks it runs
+    python benchmarks/bench_asgi.py                 # full run
+    python benchmarks/bench_asgi.py --smoke         # a few requests: CI checks it runs
+    python benchmarks/bench_asgi.py --json out.json # also write the numbers for run_all.py
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import random
-import statistics
 import time
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, NamedTuple
 
-from mcp.server.mcpserver import MCPServer
+from _harness import (
+    COOKIE_NAME,
+    NAME_HEADERS,
+    SECRET,
+    App,
+    PassThrough,
+    Request,
+    build_mcp_app,
+    call,
+    create_session,
+    difference_half_width,
+    load_average,
+    machine,
+    median,
+    plain_body,
+    print_table,
+    request,
+    run_lifespan,
+    session_body,
+    session_headers,
+    trivial_app,
+    write_json,
+)
+from itsdangerous import TimestampSigner
 from opentelemetry import trace
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.sdk.metrics import MeterProvider
@@ -50,181 +90,113 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from starlette.middleware.sessions import SessionMiddleware
 
 from mcp_sessions import MCPSessionMiddleware
 from mcp_sessions.telemetry import SessionSpanProcessor
 
-SECRET = "benchmark-secret-benchmark-secret-0123456789"
-App = Callable[[dict[str, Any], Any, Any], Coroutine[Any, Any, None]]
-Request = tuple[dict[str, Any], bytes]
-# name -> (app, request, the instrumentation scopes whose spans one request must record)
-Cases = dict[str, tuple[App, Request, frozenset[str]]]
-
 SDK_SCOPE = "mcp-python-sdk"
 MIDDLEWARE_SCOPE = "mcp_sessions"
 ASGI_SCOPE = "opentelemetry.instrumentation.asgi"
-NAME_HEADERS = [(b"mcp-method", b"tools/call"), (b"mcp-name", b"echo")]
+NONE: frozenset[str] = frozenset()
+WARMUP = 20  # unmeasured requests per case first
+MCP_GROUP = "MCPServer"
+TRIVIAL_GROUP = "trivial app"
 
 
-class PassThrough:
-    """The control: an ASGI wrapper that does nothing."""
-
-    def __init__(self, app: App) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await self.app(scope, receive, send)
+class Case(NamedTuple):
+    app: App
+    request: Request | list[Request]  # a list: a new one for each call, in turn
+    base: str  # the row it is compared with (itself for a base)
+    scopes: frozenset[str]  # the instrumentation scopes whose spans one request must record (phase 2)
+    group: str = MCP_GROUP  # the cases interleaved together
 
 
-def build_mcp_app() -> Any:
-    server = MCPServer("bench")
-
-    @server.tool()
-    async def echo(text: str) -> str:
-        return text
-
-    return server.streamable_http_app(streamable_http_path="/mcp", json_response=True), server
+Cases = dict[str, Case]
 
 
-async def run_lifespan(app: App) -> Callable[[], Awaitable[None]]:
-    started, stop = asyncio.Event(), asyncio.Event()
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    await queue.put({"type": "lifespan.startup"})
-
-    async def receive() -> dict[str, Any]:
-        message = await queue.get()
-        return message
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "lifespan.startup.complete":
-            started.set()
-        elif message["type"] == "lifespan.shutdown.complete":
-            stop.set()
-
-    task = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send))
-    await started.wait()
-
-    async def shutdown() -> None:
-        await queue.put({"type": "lifespan.shutdown"})
-        await stop.wait()
-        await task
-
-    return shutdown
+def cookie_session(inner: App) -> tuple[App, Request]:
+    """Starlette's ``SessionMiddleware`` around ``inner``, and a request with a cookie it signed."""
+    app: App = SessionMiddleware(inner, secret_key=SECRET)
+    # The cookie's format: the session as base64 JSON, signed with a timestamp (as SessionMiddleware writes it).
+    payload = TimestampSigner(SECRET).sign(base64.b64encode(json.dumps({"conversation": "c-12345678"}).encode()))
+    cookie = (b"cookie", COOKIE_NAME.encode() + b"=" + payload)
+    return app, request(plain_body(), [*NAME_HEADERS, cookie])
 
 
-def request(body: dict[str, Any], extra_headers: list[tuple[bytes, bytes]]) -> tuple[dict[str, Any], bytes]:
-    raw = json.dumps(body).encode()
-    headers = [
-        (b"host", b"127.0.0.1:8000"),
-        (b"content-type", b"application/json"),
-        (b"accept", b"application/json, text/event-stream"),
-        (b"content-length", str(len(raw)).encode()),
-        (b"mcp-protocol-version", b"2026-07-28"),
-        *extra_headers,
-    ]
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/mcp",
-        "raw_path": b"/mcp",
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-        "state": {},
-    }
-    return scope, raw
-
-
-async def call(app: App, scope: dict[str, Any], body: bytes) -> tuple[int, bytes]:
-    sent = False
-    status = 0
-    chunks: list[bytes] = []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-
-    await app(dict(scope, headers=list(scope["headers"]), state={}), receive, send)
-    return status, b"".join(chunks)
-
-
-def tools_call(meta_extra: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": 7,
-        "method": "tools/call",
-        "params": {
-            "name": "echo",
-            "arguments": {"text": "hello"},
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                "io.modelcontextprotocol/clientCapabilities": {},
-                **meta_extra,
-            },
-        },
-    }
-
-
-async def create_session(middleware: MCPSessionMiddleware) -> str:
-    scope, body = request({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}, [])
-    status, raw = await call(middleware, scope, body)
-    assert status == 200, raw
-    token: str = json.loads(raw)["result"]["session"]["sessionId"]
-    return token
-
-
-def session_request(token: str) -> Request:
-    return request(
-        tools_call({"io.modelcontextprotocol/session": {"sessionId": token}}),
-        [*NAME_HEADERS, (b"mcp-session-id", token.encode())],
-    )
-
-
-async def cases_without_sdk(inner: Any) -> Cases:
+async def cases_without_sdk(inner: App, rounds: int) -> Cases:
     middleware = MCPSessionMiddleware(inner, secret=SECRET)
-    plain = request(tools_call({}), NAME_HEADERS)
-    with_session = session_request(await create_session(middleware))
-    none: frozenset[str] = frozenset()
+    trivial_middleware = MCPSessionMiddleware(trivial_app, secret=SECRET)
+    plain = request(plain_body(), NAME_HEADERS)
+    token = await create_session(middleware)
+    with_session = request(session_body(token), session_headers(token))
+    trivial_token = await create_session(trivial_middleware)
+    trivial_session = request(session_body(trivial_token), session_headers(trivial_token))
+    # Sessions created by another replica (same secret): this one has not verified their tokens yet,
+    # so each request pays the signature check a session's later requests skip.
+    replica = MCPSessionMiddleware(trivial_app, secret=SECRET)
+    new_to_this_replica = []
+    for _ in range(rounds + WARMUP):
+        new_token = await create_session(replica)
+        new_to_this_replica.append(request(session_body(new_token), session_headers(new_token)))
+    cookies, cookie_request = cookie_session(inner)
+    trivial_cookies, trivial_cookie_request = cookie_session(trivial_app)
     return {
-        "bare MCPServer": (inner, plain, none),
-        "pass-through control": (PassThrough(inner), plain, none),
-        "middleware, no session": (middleware, plain, none),
+        "bare MCPServer": Case(inner, plain, "bare MCPServer", NONE),
+        "pass-through control": Case(PassThrough(inner), plain, "bare MCPServer", NONE),
+        "middleware, no session": Case(middleware, plain, "bare MCPServer", NONE),
         # The same session-bearing body, which the bare server ignores: the fair base
         # for the session case (the SDK itself pays for the larger _meta).
-        "bare, session body": (inner, with_session, none),
-        "middleware, with session": (middleware, with_session, none),
+        "bare, session body": Case(inner, with_session, "bare MCPServer", NONE),
+        "middleware, with session": Case(middleware, with_session, "bare, session body", NONE),
+        "starlette cookie session": Case(cookies, cookie_request, "bare MCPServer", NONE),
+        # The trivial app reads neither headers nor body: one base serves every request.
+        # Interleaved with the MCPServer calls, which evict the CPU caches between its requests;
+        # the trivial group below runs on its own, as a server of a trivial app would.
+        "trivial app, among MCPServer calls": Case(trivial_app, plain, "trivial app, among MCPServer calls", NONE),
+        "trivial + middleware, session, among MCPServer calls": Case(
+            trivial_middleware, trivial_session, "trivial app, among MCPServer calls", NONE
+        ),
+        "trivial app": Case(trivial_app, plain, "trivial app", NONE, TRIVIAL_GROUP),
+        "trivial pass-through": Case(PassThrough(trivial_app), plain, "trivial app", NONE, TRIVIAL_GROUP),
+        "trivial + middleware, no session": Case(trivial_middleware, plain, "trivial app", NONE, TRIVIAL_GROUP),
+        "trivial + middleware, session": Case(trivial_middleware, trivial_session, "trivial app", NONE, TRIVIAL_GROUP),
+        "trivial + middleware, session new to this replica": Case(
+            trivial_middleware, new_to_this_replica, "trivial app", NONE, TRIVIAL_GROUP
+        ),
+        "trivial + starlette cookie session": Case(
+            trivial_cookies, trivial_cookie_request, "trivial app", NONE, TRIVIAL_GROUP
+        ),
     }
 
 
-async def cases_with_sdk(inner: Any, meter_provider: MeterProvider) -> Cases:
+async def cases_with_sdk(inner: App, meter_provider: MeterProvider) -> Cases:
     middleware = MCPSessionMiddleware(inner, secret=SECRET, meter_provider=meter_provider)
     instrumented = OpenTelemetryMiddleware(inner, meter_provider=meter_provider)
-    plain = request(tools_call({}), NAME_HEADERS)
-    with_session = session_request(await create_session(middleware))  # its token links to a creation span
+    trivial_middleware = MCPSessionMiddleware(trivial_app, secret=SECRET, meter_provider=meter_provider)
+    trivial_instrumented = OpenTelemetryMiddleware(trivial_app, meter_provider=meter_provider)
+    plain = request(plain_body(), NAME_HEADERS)
+    token = await create_session(middleware)  # its token links to a creation span
+    with_session = request(session_body(token), session_headers(token))
+    trivial_token = await create_session(trivial_middleware)
+    trivial_session = request(session_body(trivial_token), session_headers(trivial_token))
     sdk = frozenset({SDK_SCOPE})
+    ours = frozenset({MIDDLEWARE_SCOPE})
+    base = "bare MCPServer + SDK"
     return {
-        "bare MCPServer + SDK": (inner, plain, sdk),
-        "pass-through + SDK": (PassThrough(inner), plain, sdk),
-        "middleware, no session + SDK": (middleware, plain, sdk | {MIDDLEWARE_SCOPE}),
-        "bare, session body + SDK": (inner, with_session, sdk),
-        "middleware, session + SDK": (middleware, with_session, sdk | {MIDDLEWARE_SCOPE}),
-        "otel-asgi + SDK": (instrumented, plain, sdk | {ASGI_SCOPE}),
+        base: Case(inner, plain, "bare MCPServer", sdk),
+        "pass-through + SDK": Case(PassThrough(inner), plain, base, sdk),
+        "middleware, no session + SDK": Case(middleware, plain, base, sdk | ours),
+        "bare, session body + SDK": Case(inner, with_session, base, sdk),
+        "middleware, session + SDK": Case(middleware, with_session, "bare, session body + SDK", sdk | ours),
+        "otel-asgi + SDK": Case(instrumented, plain, base, sdk | {ASGI_SCOPE}),
+        "trivial app + SDK": Case(trivial_app, plain, "trivial app", NONE, TRIVIAL_GROUP),
+        "trivial + middleware, session + SDK": Case(
+            trivial_middleware, trivial_session, "trivial app + SDK", ours, TRIVIAL_GROUP
+        ),
+        "trivial + otel-asgi + SDK": Case(
+            trivial_instrumented, plain, "trivial app + SDK", frozenset({ASGI_SCOPE}), TRIVIAL_GROUP
+        ),
     }
 
 
@@ -240,24 +212,44 @@ def install_sdk() -> InMemorySpanExporter:
     return exporter
 
 
+async def measure_groups(cases: Cases, rounds: int, exporter: InMemorySpanExporter | None) -> dict[str, list[int]]:
+    """Each group of cases measured in turn."""
+    samples: dict[str, list[int]] = {}
+    for group in dict.fromkeys(case.group for case in cases.values()):
+        samples |= await measure({name: case for name, case in cases.items() if case.group == group}, rounds, exporter)
+    return samples
+
+
 async def measure(cases: Cases, rounds: int, exporter: InMemorySpanExporter | None) -> dict[str, list[int]]:
     """CPU nanoseconds of each request, the cases interleaved in a shuffled order."""
+    pools = {name: case.request if isinstance(case.request, list) else [case.request] for name, case in cases.items()}
+    served = dict.fromkeys(cases, 0)
+
+    def next_request(name: str) -> Request:
+        pool = pools[name]
+        served[name] += 1
+        return pool[served[name] % len(pool)]
+
     if exporter is not None:
         exporter.clear()
-    for name, (app, (scope, body), scopes) in cases.items():  # warm up; check every case answers and records
-        for _ in range(20):
-            status, raw = await call(app, scope, body)
-            assert status == 200, raw
+    for name, case in cases.items():  # warm up; check every case answers and records what it should
+        for _ in range(WARMUP):
+            status, raw = await call(case.app, *next_request(name))
+            assert status == 200, (name, raw)
+            assert b'"isError":false' in raw.replace(b" ", b""), (name, raw)
+            echoed = "middleware" in name and "session" in name.replace("no session", "")
+            assert (b"io.modelcontextprotocol/session" in raw) == echoed, name
             if exporter is not None:
                 spans = exporter.get_finished_spans()
                 recorded = {span.instrumentation_scope.name for span in spans if span.instrumentation_scope}
-                assert recorded == scopes, (name, recorded)
+                assert recorded == case.scopes, (name, recorded)
                 exporter.clear()
     samples: dict[str, list[int]] = {name: [] for name in cases}
     order = list(cases) * rounds
     random.shuffle(order)
     for name in order:
-        app, (scope, body), _ = cases[name]
+        app = cases[name].app
+        scope, body = next_request(name)
         start = time.process_time_ns()
         await call(app, scope, body)
         samples[name].append(time.process_time_ns() - start)
@@ -266,44 +258,86 @@ async def measure(cases: Cases, rounds: int, exporter: InMemorySpanExporter | No
     return samples
 
 
-def report(samples: dict[str, list[int]]) -> None:
-    bases = {
-        "middleware, with session": "bare, session body",
-        "bare MCPServer + SDK": "bare MCPServer",
-        "pass-through + SDK": "bare MCPServer + SDK",
-        "middleware, no session + SDK": "bare MCPServer + SDK",
-        "bare, session body + SDK": "bare MCPServer + SDK",
-        "middleware, session + SDK": "bare, session body + SDK",
-        "otel-asgi + SDK": "bare MCPServer + SDK",
-    }
-    print(f"{'app':30} {'median CPU µs':>14} {'ratio':>7} {'added µs':>9}  base")
+def summarize(samples: dict[str, list[int]], cases: dict[str, tuple[int, Case]]) -> list[dict[str, Any]]:
+    rows = []
     for name, values in samples.items():
-        base_name = bases.get(name, "bare MCPServer")
-        base = statistics.median(samples[base_name])
-        median = statistics.median(values)
-        print(f"{name:30} {median / 1000:14.1f} {median / base:7.3f} {(median - base) / 1000:9.1f}  {base_name}")
+        phase, case = cases[name]
+        base_name = case.base
+        base = median(samples[base_name])
+        middle = median(values)
+        rows.append(
+            {
+                "name": name,
+                "phase": phase,
+                "group": case.group,
+                "base": base_name,
+                "median_us": middle / 1000,
+                "ratio": middle / base,
+                "added_us": (middle - base) / 1000,
+                "ci_us": 0.0 if base_name == name else difference_half_width(values, samples[base_name]) / 1000,
+                "requests": len(values),
+            }
+        )
+    return rows
 
 
-async def main(rounds: int) -> None:
-    inner, _ = build_mcp_app()
+def report(rows: list[dict[str, Any]]) -> None:
+    header = ("app", "median CPU µs", "ratio", "added µs", "± µs (95%)", "base")
+    table = [
+        (
+            row["name"],
+            f"{row['median_us']:.1f}",
+            f"{row['ratio']:.3f}",
+            f"{row['added_us']:.1f}",
+            f"{row['ci_us']:.1f}",
+            row["base"],
+        )
+        for row in rows
+    ]
+    print_table(header, table, (False, True, True, True, True, False))
+
+
+async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
+    load_before = load_average()
+    inner = build_mcp_app()
     shutdown = await run_lifespan(inner)
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     exporter = None
+    every: dict[str, tuple[int, Case]] = {}
+    started = time.monotonic()
     try:
-        samples = await measure(await cases_without_sdk(inner), rounds, None)
+        first = await cases_without_sdk(inner, rounds)
+        samples = await measure_groups(first, rounds, None)
         exporter = install_sdk()
-        samples |= await measure(await cases_with_sdk(inner, meter_provider), rounds, exporter)
+        second = await cases_with_sdk(inner, meter_provider)
+        samples |= await measure_groups(second, rounds, exporter)
+        every = {name: (1, case) for name, case in first.items()} | {name: (2, case) for name, case in second.items()}
     finally:
         await shutdown()
         if exporter is not None:
             exporter.shutdown()  # the provider stays global: stop keeping spans
         meter_provider.shutdown()
-    report(samples)
+    rows = summarize(samples, every)
+    report(rows)
+    write_json(
+        json_out,
+        {
+            "benchmark": "asgi",
+            "smoke": smoke,
+            "rounds": rounds,
+            "seconds": round(time.monotonic() - started, 1),
+            "load_before": load_before,
+            "load_after": load_average(),
+            "machine": machine(),
+            "rows": rows,
+        },
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3000, help="requests per app")
+    parser.add_argument("--rounds", type=int, default=5000, help="requests per app")
     parser.add_argument("--smoke", action="store_true", help="a few requests only")
+    parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     args = parser.parse_args()
-    asyncio.run(main(20 if args.smoke else args.rounds))
+    asyncio.run(main(20 if args.smoke else args.rounds, args.json, args.smoke))

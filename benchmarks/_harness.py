@@ -1,0 +1,350 @@
+"""What the benchmarks share: the apps under test, the requests, the statistics, the machine.
+
+Not a benchmark itself: ``bench_asgi.py``, ``bench_uvicorn.py`` and ``bench_sse.py``
+import it (they run as scripts, so this directory is on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mcp_sessions import get_session
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "benchmark-secret-benchmark-secret-0123456789"
+App = ASGIApp
+Request = tuple[Scope, bytes]
+
+PROTOCOL_VERSION = "2026-07-28"
+SESSION_META_KEY = "io.modelcontextprotocol/session"
+NAME_HEADERS = [(b"mcp-method", b"tools/call"), (b"mcp-name", b"echo")]
+COOKIE_NAME = "session"
+LIBRARIES = (
+    "mcp-sessions",
+    "mcp",
+    "starlette",
+    "uvicorn",
+    "h11",
+    "httpx",
+    "opentelemetry-api",
+    "opentelemetry-sdk",
+    "opentelemetry-instrumentation-asgi",
+    "itsdangerous",
+    "pyjwt",
+)
+
+
+class PassThrough:
+    """The control: an ASGI wrapper that does nothing."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+def read_session(scope: Scope) -> None:
+    """What the tool does with its session: Starlette's cookie session if there is one, else this library's."""
+    if "session" in scope:
+        HTTPConnection(scope).session.get("conversation")
+    else:
+        get_session()
+
+
+def build_mcp_app() -> Any:
+    """The bare ``MCPServer`` app (JSON responses) with one tool, ``echo``, that reads its session."""
+    server = MCPServer("bench")
+
+    @server.tool()
+    async def echo(text: str, ctx: Context) -> str:
+        request = ctx.request_context.request
+        if request is not None:
+            read_session(request.scope)
+        return text
+
+    return server.streamable_http_app(streamable_http_path="/mcp", json_response=True)
+
+
+TRIVIAL_RESULT = json.dumps(
+    {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "hello"}], "isError": False}},
+    separators=(",", ":"),
+).encode()
+_TRIVIAL_HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(TRIVIAL_RESULT)).encode())]
+
+
+async def trivial_app(scope: Scope, receive: Receive, send: Send) -> None:
+    """The least an MCP server can do: read the body, read the session, answer a fixed ``tools/call`` result."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body", False):
+        pass
+    read_session(scope)
+    await send({"type": "http.response.start", "status": 200, "headers": _TRIVIAL_HEADERS})
+    await send({"type": "http.response.body", "body": TRIVIAL_RESULT, "more_body": False})
+
+
+async def run_lifespan(app: App) -> Callable[[], Awaitable[None]]:
+    """Start ``app``'s lifespan; returns the coroutine function that shuts it down."""
+    started, stop = asyncio.Event(), asyncio.Event()
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    await queue.put({"type": "lifespan.startup"})
+
+    async def receive() -> Message:
+        message = await queue.get()
+        return message
+
+    async def send(message: Message) -> None:
+        if message["type"] == "lifespan.startup.complete":
+            started.set()
+        elif message["type"] == "lifespan.shutdown.complete":
+            stop.set()
+
+    async def lifespan() -> None:
+        await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+
+    task = asyncio.create_task(lifespan())
+    await started.wait()
+
+    async def shutdown() -> None:
+        await queue.put({"type": "lifespan.shutdown"})
+        await stop.wait()
+        await task
+
+    return shutdown
+
+
+def http_headers(raw: bytes, extra_headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [
+        (b"host", b"127.0.0.1:8000"),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/json, text/event-stream"),
+        (b"content-length", str(len(raw)).encode()),
+        (b"mcp-protocol-version", PROTOCOL_VERSION.encode()),
+        *extra_headers,
+    ]
+
+
+def request(body: dict[str, Any], extra_headers: Sequence[tuple[bytes, bytes]] = ()) -> Request:
+    """An ASGI HTTP scope for ``POST /mcp`` and its body."""
+    raw = json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": http_headers(raw, extra_headers),
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+    return scope, raw
+
+
+async def call(
+    app: App, scope: Scope, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> tuple[int, bytes]:
+    """One request, called directly; returns the status and the body (and fills ``headers`` if given)."""
+    sent = False
+    status = 0
+    chunks: list[bytes] = []
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            if headers is not None:
+                headers.extend(message.get("headers", ()))
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(dict(scope, headers=list(scope["headers"]), state={}), receive, send)
+    return status, b"".join(chunks)
+
+
+def tools_call(meta_extra: dict[str, Any], request_id: int = 7) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {
+            "name": "echo",
+            "arguments": {"text": "hello"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+                "io.modelcontextprotocol/clientCapabilities": {},
+                **meta_extra,
+            },
+        },
+    }
+
+
+def create_body() -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}
+
+
+def session_token(status: int, raw: bytes) -> str:
+    """The session id in a ``sessions/create`` answer."""
+    assert status == 200, raw
+    token: str = json.loads(raw)["result"]["session"]["sessionId"]
+    return token
+
+
+def plain_body() -> dict[str, Any]:
+    return tools_call({})
+
+
+def session_body(token: str) -> dict[str, Any]:
+    return tools_call({SESSION_META_KEY: {"sessionId": token}})
+
+
+def session_headers(token: str) -> list[tuple[bytes, bytes]]:
+    return [*NAME_HEADERS, (b"mcp-session-id", token.encode())]
+
+
+async def create_session(app: App) -> str:
+    """A session created through ``app`` (the middleware answers ``sessions/create`` itself)."""
+    return session_token(*await call(app, *request(create_body())))
+
+
+# -- statistics ---------------------------------------------------------------------
+
+
+def median_half_width(values: Sequence[float]) -> float:
+    """Half the width of the distribution-free 95% confidence interval of the median (order statistics)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n < 6:
+        return (ordered[-1] - ordered[0]) / 2
+    spread = 0.98 * math.sqrt(n)  # 1.96 standard deviations of a Binomial(n, 1/2), halved
+    low = max(math.floor(n / 2 - spread), 0)
+    high = min(math.ceil(n / 2 + spread), n - 1)
+    return (ordered[high] - ordered[low]) / 2
+
+
+def difference_half_width(a: Sequence[float], b: Sequence[float]) -> float:
+    """Approximate 95% half-width of the difference of two independent medians."""
+    return math.hypot(median_half_width(a), median_half_width(b))
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+# -- the machine --------------------------------------------------------------------
+
+
+def load_average() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def library_versions() -> dict[str, str]:
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def code_under_test() -> str:
+    """The commit, whether the middleware's sources differ from it, and a digest of those sources."""
+    sources = sorted((ROOT / "middleware" / "mcp_sessions").rglob("*.py"))
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "middleware"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return f"sources sha256 {digest.hexdigest()[:12]}"
+    state = " with uncommitted changes to middleware/" if dirty else ""
+    return f"commit {commit}{state}, middleware sources sha256 {digest.hexdigest()[:12]}"
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers ran on, for the report."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        usable = os.cpu_count() or 1
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "system": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "libraries": library_versions(),
+        "code": code_under_test(),
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+    }
+
+
+def write_json(path: str | None, payload: dict[str, Any]) -> None:
+    if path is not None:
+        Path(path).write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> None:
+    """A plain-text table, columns separated by at least two spaces (the tests split rows on them)."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        out = [
+            str(cell).rjust(width) if align else str(cell).ljust(width)
+            for cell, width, align in zip(cells, widths, right, strict=True)
+        ]
+        return "  ".join(out).rstrip()
+
+    print(line(header))
+    for row in rows:
+        print(line(row))
