@@ -953,26 +953,33 @@ class _Responder:
         serializer ends it, the echo is spliced into the original bytes instead
         of serializing the whole message again (large results cost nothing).
         """
-        splice = _echo_splice_point(raw, message)
-        change = self._apply(message)
+        target = self._target_of(message)
+        if target is None:
+            return None  # notifications, server requests, other ids: nothing to look at
+        splice = _echo_splice_point(raw, message) if target.session is not None else None
+        change = self._apply_to(target, message)
         if change is None:
             return None
-        if change is _CHANGED or splice is None:
+        if not isinstance(change, dict) or splice is None:
             return jsonrpc.dumps(message)
         position, opener, closer = splice
-        return b"".join((raw[:position], opener, jsonrpc.dumps(change), closer, raw[position:]))
+        return b"".join((raw[:position], opener, _echo_json(change), closer, raw[position:]))
+
+    def _target_of(self, message: dict[str, Any]) -> _Target | None:
+        if "method" in message:
+            return None
+        return self._targets.get(_hashable_id(message.get("id")))
 
     def _apply(self, message: dict[str, Any]) -> dict[str, Any] | object | None:
+        target = self._target_of(message)
+        return None if target is None else self._apply_to(target, message)
+
+    def _apply_to(self, target: _Target, message: dict[str, Any]) -> dict[str, Any] | object | None:
         """Observe a response to a target request, and add the echo and the capability.
 
         Returns None when ``message`` did not change, the echo when the echo is
         the only change, and ``_CHANGED`` otherwise.
         """
-        if "method" in message:
-            return None
-        target = self._targets.get(_hashable_id(message.get("id")))
-        if target is None:
-            return None
         result = message.get("result")
         if not isinstance(result, dict):
             error = message.get("error")
@@ -1010,6 +1017,27 @@ class _Responder:
 
 
 _CHANGED: Final = object()
+
+
+def _echo_json(echo: dict[str, Any]) -> bytes:
+    """The echo as JSON, by concatenation: its values never need escaping.
+
+    The session id and the state are compact JWS (verified against the
+    base64url-and-dots shape, or signed here) and ``expiresAt`` is RFC 3339.
+    """
+    state = echo.get("state")
+    return b"".join(
+        (
+            b'{"sessionId":"',
+            echo["sessionId"].encode(),
+            b'"' if state is None else b'","state":"' + state.encode() + b'"',
+            b',"expiresAt":"',
+            echo["expiresAt"].encode(),
+            b'"}',
+        )
+    )
+
+
 _META_OPENER: Final = b',"' + SESSION_META_KEY.encode() + b'":'
 
 
