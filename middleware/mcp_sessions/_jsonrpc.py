@@ -53,9 +53,14 @@ def loads(body: bytes, *, request: bool = True) -> Any:
     Responses (``request=False``) come from the application and are parsed plainly.
     """
     try:
-        text = body.decode()
+        # Decoded as json.loads(bytes) decodes (a BOM, UTF-16 and UTF-32, lone surrogates), so
+        # that no body the server would read as JSON-RPC passes here as "not JSON".
+        encoding = json.detect_encoding(body)
+        text = body.decode(encoding, "surrogatepass")
         if not request:
             return _decode(text)
+        if encoding != "utf-8":
+            body = text.encode("utf-8", "surrogatepass")  # the repeated-name scan reads this text
         if b"\\" in body:
             return _decode_checked(text)
         if _SESSION_KEY_MARKER in body:
@@ -79,7 +84,8 @@ def _check_unique(obj: dict[str, Any], *names: str) -> None:
 
 
 def dumps(message: Any) -> bytes:
-    return _encode(message).encode()
+    # A lone surrogate (legal in JSON text as an escape) goes back out as its escape.
+    return _encode(message).encode("utf-8", "backslashreplace")
 
 
 def session_meta(message: dict[str, Any]) -> dict[str, Any] | None:

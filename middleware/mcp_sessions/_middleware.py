@@ -305,7 +305,9 @@ class MCPSessionMiddleware:
             await self.app(scope, receive, send)
             return
         raw_headers = scope["headers"]
-        headers = dict(raw_headers)
+        if not isinstance(raw_headers, list | tuple):  # ASGI allows any iterable
+            raw_headers = list(raw_headers)
+        headers = dict(reversed(raw_headers))  # the first value of a repeated header wins, as in Starlette
         if len(headers) != len(raw_headers) and len({v for n, v in raw_headers if n == MCP_SESSION_ID_HEADER}) > 1:
             # Two different Mcp-Session-Id headers: a proxy may route on one and we
             # would check the other, so the pair matches no session.
@@ -616,7 +618,11 @@ class MCPSessionMiddleware:
             if is_request and self._requires(method, message.get("params")):
                 raise _Reject(SESSION_REQUIRED, "Session required", {"create": METHOD_CREATE}, reason="required")
             return None
-        if ctx.modern and ctx.header_session_id is not None and ctx.header_session_id != meta["sessionId"].encode():
+        if (
+            ctx.modern
+            and ctx.header_session_id is not None
+            and ctx.header_session_id != meta["sessionId"].encode("utf-8", "surrogatepass")
+        ):
             raise _Reject(
                 HEADER_MISMATCH, "Mcp-Session-Id header does not match the session in _meta", reason="header_mismatch"
             )
@@ -684,7 +690,8 @@ class MCPSessionMiddleware:
         if principal is None:
             return None
         digest = hashlib.sha256(
-            b"mcp-sessions principal\x00%s\x00%s" % (self.keys.audience.encode(), str(principal).encode())
+            b"mcp-sessions principal\x00%s\x00%s"
+            % (self.keys.audience.encode(), str(principal).encode("utf-8", "surrogatepass"))
         )
         return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 

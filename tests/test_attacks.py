@@ -1,0 +1,945 @@
+"""The attack table, end to end: one hostile input a row, through real uvicorn and the real ``MCPServer``.
+
+Three deployments serve the same recording tools: ``hs`` (``secret=``, the
+default), ``es`` (an ES256 ``KeySet``) and ``auth`` (Starlette's
+``AuthenticationMiddleware`` before the session middleware, so sessions are
+bound to the principal). Each row is one raw HTTP request and its exact
+outcome: HTTP status, JSON-RPC error code (``None`` for a result) and how many
+times a tool ran. Every row runs with JSON and with SSE responses, and every
+row checks that the answer is never a 500 and that no token ever reaches a log
+record. docs/security.md explains the threat model these rows pin down.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from jwt.algorithms import ECAlgorithm
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
+from starlette.routing import Mount
+from starlette.types import Scope
+
+from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
+from conftest import SECRET, serve
+from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey, get_session
+
+KEY = "io.modelcontextprotocol/session"
+SESSION_TYP = "mcp-session+jwt"
+STATE_TYP = "mcp-session-state+jwt"
+ATTACKER_SECRET = b"attacker-controlled-secret-of-32-bytes-or-more"
+ES_PRIVATE = ec.generate_private_key(ec.SECP256R1())
+ES_KID = "es-1"
+HS_KEYS = KeySet.from_secret(SECRET)
+HS_KID = HS_KEYS.signer.kid
+ES_KEYS = KeySet([SessionKey.from_private_key(ES_PRIVATE, kid=ES_KID)])
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+# -- the servers ---------------------------------------------------------------------------
+
+_runs_lock = threading.Lock()
+RUNS: list[tuple[str, str | None]] = []
+
+
+def runs() -> int:
+    with _runs_lock:
+        return len(RUNS)
+
+
+def build_server() -> MCPServer:
+    """An MCPServer whose tools record every run, and the session each one saw."""
+    mcp = MCPServer("attacks")
+
+    def ran(name: str) -> str:
+        session = get_session()
+        with _runs_lock:
+            RUNS.append((name, None if session is None else session.id))
+        return "none" if session is None else session.id
+
+    @mcp.tool()
+    async def record() -> str:
+        """Record the run; answer the session's stable id, or 'none'."""
+        return ran("record")
+
+    @mcp.tool()
+    async def record_required() -> str:
+        """The same, for a tool the middleware requires a session for."""
+        return ran("record_required")
+
+    @mcp.tool()
+    async def set_mode(mode: str) -> str:
+        """Keep ``mode`` in the client-held state."""
+        ran("set_mode")
+        session = get_session()
+        assert session is not None
+        session.state = {**session.state, "mode": mode}
+        return mode
+
+    @mcp.tool()
+    async def get_mode() -> str:
+        """The mode in the client-held state, or 'unset'."""
+        ran("get_mode")
+        session = get_session()
+        return "no session" if session is None else str(session.state.get("mode", "unset"))
+
+    return mcp
+
+
+class HeaderUser(AuthenticationBackend):
+    """Authenticates whoever the X-User header names: enough to exercise the binding."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        user = conn.headers.get("x-user")
+        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
+
+
+def build_app(deployment: str, json_response: bool) -> Any:
+    server = build_server()
+    mcp_app = server.streamable_http_app(streamable_http_path="/mcp", json_response=json_response, stateless_http=True)
+    required = {"record_required"}
+    if deployment == "hs":
+        return MCPSessionMiddleware(mcp_app, secret=SECRET, require_session_tools=required)
+    if deployment == "es":
+        return MCPSessionMiddleware(mcp_app, keys=ES_KEYS, require_session_tools=required)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        async with server.session_manager.run():
+            yield
+
+    # Authentication is outermost, so the session middleware's default hook sees scope["user"].
+    return Starlette(
+        routes=[Mount("/", mcp_app)],
+        middleware=[
+            Middleware(AuthenticationMiddleware, backend=HeaderUser()),
+            Middleware(MCPSessionMiddleware, secret=SECRET, require_session_tools=required),
+        ],
+        lifespan=lifespan,
+    )
+
+
+@pytest.fixture(scope="module", params=["json", "sse"])
+def urls(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    with ExitStack() as stack:
+        yield {
+            name: stack.enter_context(serve(build_app(name, json_response=request.param == "json")))
+            for name in ("hs", "es", "auth")
+        }
+
+
+class Canary:
+    """A listening loopback socket: any attempt to fetch a ``jku`` or ``x5u`` URL would connect to it."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def touched(self) -> bool:
+        # The kernel completes a handshake without accept(): a connection attempt leaves the socket readable.
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        return bool(readable)
+
+
+@pytest.fixture(scope="module")
+def canary() -> Iterator[Canary]:
+    canary = Canary()
+    try:
+        yield canary
+    finally:
+        canary.sock.close()
+
+
+# -- tokens built by hand --------------------------------------------------------------------
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unb64(segment: str) -> bytes:
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+
+
+def sign(
+    header: dict[str, Any], payload: dict[str, Any] | bytes, key: bytes = SECRET.encode(), digest: Any = None
+) -> str:
+    """A compact JWS built by hand and HMAC-signed with ``key`` (SHA-256 unless ``digest`` says otherwise)."""
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
+    signing_input = f"{b64(json.dumps(header, separators=(',', ':')).encode())}.{b64(raw)}"
+    signature = hmac.new(key, signing_input.encode(), digest or hashlib.sha256).digest()
+    return f"{signing_input}.{b64(signature)}"
+
+
+def unsigned(header: dict[str, Any], payload: dict[str, Any], signature: bytes = b"") -> str:
+    return f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}.{b64(signature)}"
+
+
+def hs_header(**changes: Any) -> dict[str, Any]:
+    header: dict[str, Any] = {"alg": "HS256", "kid": HS_KID, "typ": SESSION_TYP}
+    header.update(changes)
+    return {name: value for name, value in header.items() if value is not DROP}
+
+
+def claims(**changes: Any) -> dict[str, Any]:
+    now = int(time.time())
+    payload: dict[str, Any] = {
+        "iss": "mcp-sessions",
+        "aud": "mcp-sessions",
+        "sid": "AttackTableSid0123456789",
+        "iat": now,
+        "exp": now + 600,
+    }
+    payload.update(changes)
+    return {name: value for name, value in payload.items() if value is not DROP}
+
+
+DROP: Any = object()
+
+
+def parts(token: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    header, payload, signature = token.split(".")
+    return json.loads(unb64(header)), json.loads(unb64(payload)), signature
+
+
+def resigned(token: str, *, key: bytes = SECRET.encode(), header: dict[str, Any] | None = None, **changes: Any) -> str:
+    """``token`` with its header and claims changed, HMAC-signed again with ``key``."""
+    head, payload, _ = parts(token)
+    head.update(header or {})
+    payload.update(changes)
+    return sign(head, {name: value for name, value in payload.items() if value is not DROP}, key)
+
+
+def edited(token: str, **changes: Any) -> str:
+    """``token`` with its claims changed and its signature kept: a forgery."""
+    head, payload, signature = token.split(".")
+    claims = {**json.loads(unb64(payload)), **changes}
+    return f"{head}.{b64(json.dumps({k: v for k, v in claims.items() if v is not DROP}).encode())}.{signature}"
+
+
+def es_signed(payload: dict[str, Any], key: Any, **header: Any) -> str:
+    return jwt.encode(payload, key, algorithm="ES256", headers={"kid": ES_KID, "typ": SESSION_TYP, **header})
+
+
+def malleated(token: str) -> str:
+    """The same ES256 signature spelled (r, n - s): ECDSA verifies both."""
+    head, payload, signature = token.split(".")
+    raw = unb64(signature)
+    s = int.from_bytes(raw[32:], "big")
+    return f"{head}.{payload}.{b64(raw[:32] + (P256_ORDER - s).to_bytes(32, 'big'))}"
+
+
+def sized(token: str, size: int) -> str:
+    """A well-formed session id of about ``size`` characters, validly signed: only its size is wrong."""
+    head, payload, _ = parts(token)
+    payload["pad"] = "x" * (size * 3 // 4)
+    return sign(head, payload)
+
+
+def principal_hash(principal: str, audience: str = "mcp-sessions") -> str:
+    """The ``pbh`` claim, recomputed from public inputs only: an unkeyed digest."""
+    digest = hashlib.sha256(b"mcp-sessions principal\x00%s\x00%s" % (audience.encode(), principal.encode()))
+    return b64(digest.digest())
+
+
+# -- requests --------------------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    """One HTTP request as sent on the wire, and the deployment it goes to."""
+
+    body: bytes
+    headers: list[tuple[str, str]]
+    deployment: str = "hs"
+
+
+def call(
+    session: Any = None,
+    *,
+    tool: str = "record",
+    arguments: dict[str, Any] | None = None,
+    deployment: str = "hs",
+    user: str | None = None,
+    request_id: Any = 1,
+    **extra_headers: str,
+) -> Request:
+    """A 2026-07-28 ``tools/call``; ``session`` is the raw value of the session metadata (None: sessionless)."""
+    message = modern_request("tools/call", {"name": tool, "arguments": arguments or {}}, session=session, id=request_id)
+    headers = modern_headers(message, **extra_headers)
+    if user is not None:
+        headers["X-User"] = user
+    return Request(json.dumps(message).encode(), list(headers.items()), deployment)
+
+
+def legacy_call(session: Any = None, *, tool: str = "record") -> Request:
+    message = legacy_request("tools/call", {"name": tool, "arguments": {}}, session=session)
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    headers["MCP-Protocol-Version"] = LEGACY
+    return Request(json.dumps(message).encode(), list(headers.items()))
+
+
+def raw_call(body: bytes, *, tool: str = "record", **extra_headers: str) -> Request:
+    """A 2026-07-28 ``tools/call`` whose body is given byte for byte."""
+    headers = modern_headers({"method": "tools/call", "params": {"name": tool}}, **extra_headers)
+    return Request(body, list(headers.items()))
+
+
+def envelope(session_members: str, *, tool: str = "record", arguments: str = "{}", request_id: str = "1") -> str:
+    """A 2026-07-28 ``tools/call`` body with ``session_members`` written verbatim into ``params._meta``."""
+    return (
+        f'{{"jsonrpc":"2.0","id":{request_id},"method":"tools/call","params":{{"name":"{tool}",'
+        f'"arguments":{arguments},"_meta":{{"io.modelcontextprotocol/protocolVersion":"{MODERN}",'
+        f'"io.modelcontextprotocol/clientCapabilities":{{}}{session_members}}}}}}}'
+    )
+
+
+@dataclass
+class Context:
+    """What a row needs to build its request: live sessions of the servers under test."""
+
+    http: httpx.Client
+    urls: dict[str, str]
+    canary: Canary
+    tokens: list[str] = field(default_factory=list)
+
+    def post(self, request: Request) -> httpx.Response:
+        return self.http.post(self.urls[request.deployment] + "/mcp", content=request.body, headers=request.headers)
+
+    def token(self, token: str) -> str:
+        """Remember a token the row uses, so that the log check looks for it."""
+        self.tokens.append(token)
+        return token
+
+    def session(self, deployment: str = "hs", *, user: str | None = None) -> dict[str, Any]:
+        message = modern_request("sessions/create")
+        headers = modern_headers(message)
+        if user is not None:
+            headers["X-User"] = user
+        response = self.http.post(self.urls[deployment] + "/mcp", json=message, headers=headers)
+        assert response.status_code == 200, response.text
+        return {"sessionId": self.token(response.json()["result"]["session"]["sessionId"])}
+
+    def set_mode(self, session: dict[str, Any], mode: str) -> dict[str, Any]:
+        """The session with the state that ``set_mode(mode)`` gave back in the echo."""
+        answer = reply(self.post(call(session, tool="set_mode", arguments={"mode": mode})))
+        echo = answer["result"]["_meta"][KEY]
+        assert echo["sessionId"] == session["sessionId"]
+        return {"sessionId": session["sessionId"], "state": self.token(echo["state"])}
+
+    def deleted(self, session: dict[str, Any]) -> dict[str, Any]:
+        message = modern_request("sessions/delete", session=session)
+        response = self.http.post(self.urls["hs"] + "/mcp", json=message, headers=modern_headers(message))
+        assert response.json()["result"] == {"resultType": "complete"}, response.text
+        return session
+
+    def forged(self, token: str) -> dict[str, Any]:
+        return {"sessionId": self.token(token)}
+
+
+def reply(response: httpx.Response) -> Any:
+    """The JSON-RPC answer of a response: a JSON body, or the SSE event that carries an id."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        events = [b for b in response.text.replace("\r\n", "\n").split("\n\n") if "data:" in b]
+        answers = []
+        for event in events:
+            data = "\n".join(line[5:].lstrip(" ") for line in event.split("\n") if line.startswith("data:"))
+            message = json.loads(data)
+            if "id" in message and "method" not in message:
+                answers.append(message)
+        assert len(answers) == 1, response.text
+        return answers[0]
+    return response.json() if response.content else None
+
+
+def code_of(answer: Any) -> int | None:
+    if answer is None or "error" not in answer:
+        return None
+    code: int = answer["error"]["code"]
+    return code
+
+
+# -- the table -------------------------------------------------------------------------------
+
+NESTED = "[" * 100_000 + "]" * 100_000
+NESTED_500 = "[" * 500 + "]" * 500
+
+
+def _key_confusion(encoding: str) -> Callable[[Context], Request]:
+    """HS256 keyed with the ES256 key's public bytes: the classic algorithm confusion."""
+
+    def build(ctx: Context) -> Request:
+        public = ES_PRIVATE.public_key()
+        key = {
+            "pem": public.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo),
+            "der": public.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo),
+            "point": public.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint),
+            "jwk": ECAlgorithm.to_jwk(public).encode(),
+        }[encoding]
+        return call(ctx.forged(sign(hs_header(kid=ES_KID), claims(), key)), deployment="es")
+
+    return build
+
+
+def _attacker_jwk(ctx: Context) -> Request:
+    jwk = {"kty": "oct", "k": b64(ATTACKER_SECRET), "kid": HS_KID, "alg": "HS256"}
+    return call(ctx.forged(sign(hs_header(jwk=jwk), claims(), ATTACKER_SECRET)))
+
+
+def _attacker_url(member: str, kid: str = HS_KID) -> Callable[[Context], Request]:
+    def build(ctx: Context) -> Request:
+        header = hs_header(kid=kid, **{member: f"{ctx.canary.url}/{member}.json"})
+        return call(ctx.forged(sign(header, claims(), ATTACKER_SECRET)))
+
+    return build
+
+
+def _ours_plus_headers(key: bytes) -> Callable[[Context], Request]:
+    """A real session id with jku, x5u and jwk added, signed again with ``key``."""
+
+    def build(ctx: Context) -> Request:
+        jwk = {"kty": "oct", "k": b64(key), "kid": HS_KID}
+        header = {"jku": f"{ctx.canary.url}/jwks.json", "x5u": f"{ctx.canary.url}/cert.pem", "jwk": jwk}
+        return call(ctx.forged(resigned(ctx.session()["sessionId"], key=key, header=header)))
+
+    return build
+
+
+def _es_attacker_jwk(ctx: Context) -> Request:
+    attacker = ec.generate_private_key(ec.SECP256R1())
+    jwk = json.loads(ECAlgorithm.to_jwk(attacker.public_key()))
+    return call(ctx.forged(es_signed(claims(), attacker, jwk=jwk, jku=f"{ctx.canary.url}/jwks.json")), deployment="es")
+
+
+def _es_ours_resigned(ctx: Context) -> Request:
+    attacker = ec.generate_private_key(ec.SECP256R1())
+    head, payload, _ = parts(ctx.session("es")["sessionId"])
+    jwk = json.loads(ECAlgorithm.to_jwk(attacker.public_key()))
+    token = jwt.encode(payload, attacker, algorithm="ES256", headers={**head, "jwk": jwk, "x5u": ctx.canary.url})
+    return call(ctx.forged(token), deployment="es")
+
+
+def _es_alg(alg: str) -> Callable[[Context], Request]:
+    def build(ctx: Context) -> Request:
+        head, payload, signature = ctx.session("es")["sessionId"].split(".")
+        header = {**json.loads(unb64(head)), "alg": alg}
+        return call(ctx.forged(f"{b64(json.dumps(header).encode())}.{payload}.{signature}"), deployment="es")
+
+    return build
+
+
+def _other_deployment(**keyset_options: str) -> Callable[[Context], Request]:
+    """A session id minted by another deployment that shares the secret but not the audience or issuer."""
+
+    def build(ctx: Context) -> Request:
+        return call(ctx.forged(KeySet.from_secret(SECRET, **keyset_options).mint_session_token(ttl=600)[0]))
+
+    return build
+
+
+REQUIRED_CLAIMS = ("iss", "aud", "sid", "iat", "exp")
+
+
+def _expired(ctx: Context) -> Request:
+    return call(ctx.forged(HS_KEYS.mint_session_token(ttl=60, now=time.time() - 3600)[0]))
+
+
+def _es_malleated(ctx: Context) -> Request:
+    return call(ctx.forged(malleated(ctx.session("es")["sessionId"])), deployment="es")
+
+
+def _header_signed(digest: Any, **changes: Any) -> Callable[[Context], Request]:
+    """Signed with the deployment's own secret, but with another HMAC than the key is pinned to."""
+    return lambda ctx: call(ctx.forged(sign(hs_header(**changes), claims(), digest=digest)))
+
+
+def _aud_list_with_ours(ctx: Context) -> Request:
+    """RFC 7519: an audience list that contains ours is ours. Only a holder of the key can write one."""
+    return call(ctx.forged(resigned(ctx.session()["sessionId"], aud=["other-deployment", "mcp-sessions"])))
+
+
+def _claims(**changes: Any) -> Callable[[Context], Request]:
+    """A session id signed with the deployment's own secret, with claims that must not pass."""
+    return lambda ctx: call(ctx.forged(sign(hs_header(), claims(**changes))))
+
+
+def _header(**changes: Any) -> Callable[[Context], Request]:
+    return lambda ctx: call(ctx.forged(sign(hs_header(**changes), claims())))
+
+
+def _signature(mangle: Callable[[str], str]) -> Callable[[Context], Request]:
+    return lambda ctx: call(ctx.forged(mangle(ctx.session()["sessionId"])))
+
+
+def _sized(size: int) -> Callable[[Context], Request]:
+    return lambda ctx: call(ctx.forged(sized(ctx.session()["sessionId"], size)))
+
+
+def _nested(depth_body: str, session: bool) -> Callable[[Context], Request]:
+    def build(ctx: Context) -> Request:
+        member = f',"{KEY}":{{"sessionId":"{ctx.token(sign(hs_header(kid="nope"), claims()))}"}}' if session else ""
+        return raw_call(envelope(member, arguments=f'{{"deep":{depth_body}}}').encode())
+
+    return build
+
+
+def _legacy_nested(ctx: Context) -> Request:
+    """The 2025-era path: a forged session, and a deeply nested member after it."""
+    request = legacy_call(ctx.forged(sign(hs_header(kid="nope"), claims())))
+    request.body = request.body[:-1] + b',"deep":' + NESTED.encode() + b"}"
+    return request
+
+
+def _state_of_another_session(ctx: Context) -> Request:
+    other = ctx.set_mode(ctx.session(), "other")
+    return call({**ctx.session(), "state": other["state"]}, tool="get_mode")
+
+
+def _edited_state(ctx: Context) -> Request:
+    session = ctx.set_mode(ctx.session(), "user")
+    return call({**session, "state": ctx.token(edited(session["state"], st={"mode": "admin"}))}, tool="get_mode")
+
+
+def _state_resigned_by_attacker(ctx: Context) -> Request:
+    session = ctx.set_mode(ctx.session(), "user")
+    forged = resigned(session["state"], key=ATTACKER_SECRET, st={"mode": "admin"})
+    return call({**session, "state": ctx.token(forged)}, tool="get_mode")
+
+
+def _state_of_a_deleted_session(ctx: Context) -> Request:
+    return call(ctx.deleted(ctx.set_mode(ctx.session(), "x")), tool="get_mode")
+
+
+def _state_of_another_key_set(ctx: Context) -> Request:
+    session = ctx.session()
+    other = ES_KEYS.sign_state(jwt_claims(session["sessionId"])["sid"], {"mode": "admin"})
+    return call({**session, "state": ctx.token(other)}, tool="get_mode")
+
+
+# The principal binding, at the token level (tests/test_principal.py has the behaviour).
+def _bound(ctx: Context) -> str:
+    return str(ctx.session("auth", user="alice")["sessionId"])
+
+
+def _unbound(ctx: Context) -> str:
+    return str(ctx.session("auth")["sessionId"])
+
+
+def _auth(make: Callable[[Context], str], user: str | None) -> Callable[[Context], Request]:
+    return lambda ctx: call(ctx.forged(make(ctx)), deployment="auth", user=user)
+
+
+def _pbh_added(ctx: Context) -> str:
+    return edited(_unbound(ctx), pbh=principal_hash("alice"))
+
+
+def _pbh_added_resigned(ctx: Context) -> str:
+    return resigned(_unbound(ctx), key=ATTACKER_SECRET, pbh=principal_hash("alice"))
+
+
+def _pbh_edited(value: Any) -> Callable[[Context], str]:
+    return lambda ctx: edited(_bound(ctx), pbh=value)
+
+
+def _header_mismatch(header: Callable[[Context], str]) -> Callable[[Context], Request]:
+    return lambda ctx: call(ctx.session(), mcp_session_id=header(ctx))
+
+
+def _header_valid_meta_forged(ctx: Context) -> Request:
+    return call(ctx.forged("a.b.c"), mcp_session_id=ctx.session()["sessionId"])
+
+
+def _twice(members: Callable[[str, str], str]) -> Callable[[Context], Request]:
+    def build(ctx: Context) -> Request:
+        a, b = ctx.session()["sessionId"], ctx.session()["sessionId"]
+        return raw_call(envelope(members(a, b)).encode())
+
+    return build
+
+
+def _key_twice_escaped(a: str, b: str) -> str:
+    return f',"{KEY}":{{"sessionId":"{a}"}},"io.modelcontextprotocol\\u002fsession":{{"sessionId":"{b}"}}'
+
+
+def _session_id_twice_escaped(a: str, b: str) -> str:
+    return f',"{KEY}":{{"sessionId":"{a}","session\\u0049d":"{b}"}}'
+
+
+def _encoded(
+    encode: Callable[[bytes], bytes], tool: str = "record", forged: bool = True
+) -> Callable[[Context], Request]:
+    """A request whose body is valid JSON for ``json.loads(bytes)`` (what the SDK runs) in another encoding."""
+
+    def build(ctx: Context) -> Request:
+        session = ctx.forged(sign(hs_header(), claims(), ATTACKER_SECRET)) if forged else None
+        request = call(session, tool=tool)
+        request.body = encode(request.body)
+        return request
+
+    return build
+
+
+def _surrogate_in_a_string(body: bytes) -> bytes:
+    """A lone surrogate written raw (ED A0 80) in a string the middleware does not care about."""
+    return body.replace(b'"arguments": {}', b'"arguments": {}, "note": "\xed\xa0\x80"')
+
+
+def _duplicate_content_type(ctx: Context) -> Request:
+    """Two Content-Type headers: Starlette (and so the SDK) reads the first one."""
+    request = call(ctx.forged(sign(hs_header(), claims(), ATTACKER_SECRET)))
+    request.headers = [(n, v) for n, v in request.headers if n.lower() != "content-type"]
+    request.headers[:0] = [("Content-Type", "application/json"), ("Content-Type", "text/plain")]
+    return request
+
+
+def _lone_surrogate_session_id(header: str | None = None) -> Callable[[Context], Request]:
+    body = envelope(f',"{KEY}":{{"sessionId":"\\ud800"}}').encode()
+    return lambda ctx: raw_call(body) if header is None else raw_call(body, mcp_session_id=header)
+
+
+def _lone_surrogate_request_id(ctx: Context) -> Request:
+    return raw_call(envelope("", tool="record_required", request_id='"\\udfff"').encode(), tool="record_required")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One input and its exact outcome; ``reason`` is what the middleware logs for a -32043."""
+
+    id: str
+    build: Callable[[Context], Request]
+    status: int
+    code: int | None
+    runs: int
+    reason: str | None = None
+
+
+def accepted(id: str, build: Callable[[Context], Request]) -> Row:
+    return Row(id, build, 200, None, 1)
+
+
+def not_found(id: str, build: Callable[[Context], Request], reason: str) -> Row:
+    return Row(id, build, 200, -32043, 0, reason)
+
+
+def invalid(id: str, build: Callable[[Context], Request]) -> Row:
+    return Row(id, build, 400, -32600, 0)
+
+
+ALG = "algorithm not allowed for this key"
+KID = "unknown key id"
+SIG = "bad signature"
+SHAPE = "not a compact JWS"
+TYP = "wrong token type"
+TIME = "iat, exp and nbf must be integers"
+NOW = int(time.time())
+PUBLIC_KEY_FORMS = ("pem", "der", "point", "jwk")
+WRONG_TYPES = [("an-array", ["a.b.c"]), ("a-number", 42), ("a-string", "a.b.c"), ("true", True), ("false", False)]
+BOM = b"\xef\xbb\xbf"
+
+ROWS: list[Row] = [
+    # Baselines: done right, the same requests run the tool.
+    accepted("baseline-hs", lambda c: call(c.session())),
+    accepted("baseline-es", lambda c: call(c.session("es"), deployment="es")),
+    accepted("baseline-bound-session-by-its-creator", _auth(_bound, "alice")),
+    # alg none, and algorithms the key is not pinned to.
+    not_found("alg-none-unsigned", lambda c: call(c.forged(unsigned(hs_header(alg="none"), claims()))), SHAPE),
+    not_found("alg-none-junk-sig", lambda c: call(c.forged(unsigned(hs_header(alg="none"), claims(), b"x"))), ALG),
+    not_found("alg-None-unsigned", lambda c: call(c.forged(unsigned(hs_header(alg="None"), claims()))), SHAPE),
+    not_found("alg-HS512-same-secret", _header_signed(hashlib.sha512, alg="HS512"), ALG),
+    not_found("alg-HS384-same-secret", _header_signed(hashlib.sha384, alg="HS384"), ALG),
+    not_found("alg-ES256-on-an-hs-kid", lambda c: call(c.forged(es_signed(claims(), ES_PRIVATE, kid=HS_KID))), ALG),
+    not_found("alg-ES384-on-the-es-kid", _es_alg("ES384"), ALG),
+    not_found("alg-HS256-on-the-es-kid", _es_alg("HS256"), ALG),
+    not_found("alg-none-on-the-es-kid", _es_alg("none"), ALG),
+    # HS256 keyed with the public key of the ES256 key set (key confusion).
+    *(not_found(f"hs256-keyed-with-es-public-{form}", _key_confusion(form), ALG) for form in PUBLIC_KEY_FORMS),
+    # Hostile kid.
+    not_found("kid-unknown", _header(kid="hs-000000000000"), KID),
+    not_found("kid-path-traversal", _header(kid="../../../../../../etc/passwd"), KID),
+    not_found("kid-path-dev-null", _header(kid="/dev/null"), KID),
+    not_found("kid-sql-ish", _header(kid="' OR '1'='1' --"), KID),
+    not_found("kid-sql-union", _header(kid="x' UNION SELECT 'secret"), KID),
+    not_found("kid-nul-byte", _header(kid=HS_KID + "\x00"), KID),
+    not_found("kid-1000-chars", _header(kid="k" * 1000), KID),
+    not_found("kid-100k-chars-refused-by-size", _header(kid="k" * 100_000), "oversized"),
+    not_found("kid-object", _header(kid={"$ne": None}), "unreadable header"),
+    # jku, x5u and an embedded jwk: never fetched (the canary sees no connection), never trusted.
+    not_found("jwk-embedded-attacker-key", _attacker_jwk, SIG),
+    not_found("jku-attacker-url-our-kid", _attacker_url("jku"), SIG),
+    not_found("jku-attacker-url-attacker-kid", _attacker_url("jku", "attacker"), KID),
+    not_found("x5u-attacker-url", _attacker_url("x5u"), SIG),
+    not_found("ours-plus-jku-x5u-jwk-resigned-by-attacker", _ours_plus_headers(ATTACKER_SECRET), SIG),
+    accepted("ours-plus-jku-x5u-jwk-signed-with-our-key-is-ignored", _ours_plus_headers(SECRET.encode())),
+    not_found("es-jwk-embedded-attacker-key", _es_attacker_jwk, SIG),
+    not_found("es-ours-plus-jwk-x5u-resigned-by-attacker", _es_ours_resigned, SIG),
+    # ECDSA signatures are malleable: (r, n - s) spells the same session another way (docs/security.md).
+    accepted("es-malleated-signature-is-the-same-session", _es_malleated),
+    # typ, compared exactly.
+    not_found("typ-JWT", _header(typ="JWT"), TYP),
+    not_found("typ-missing", _header(typ=DROP), TYP),
+    not_found("typ-state", _header(typ=STATE_TYP), TYP),
+    not_found("typ-uppercase", _header(typ=SESSION_TYP.upper()), TYP),
+    not_found("typ-full-media-type", _header(typ="application/" + SESSION_TYP), TYP),
+    not_found("a-state-token-as-session-id", lambda c: call(c.forged(c.set_mode(c.session(), "x")["state"])), TYP),
+    # Audience and issuer: another deployment with the same secret.
+    not_found("other-deployment-audience", _other_deployment(audience="other-deployment"), "wrong audience"),
+    not_found("other-deployment-issuer", _other_deployment(issuer="https://other.example"), "wrong issuer"),
+    not_found("aud-list-without-ours", _claims(aud=["other-deployment"]), "wrong audience"),
+    accepted("aud-list-with-ours-signed-with-our-key", _aud_list_with_ours),
+    # Time.
+    not_found("expired", _expired, "expired"),
+    not_found("exp-extended-by-edit", _signature(lambda t: edited(t, exp=NOW + 10**8)), SIG),
+    not_found("not-yet-valid-iat", _claims(iat=NOW + 3600), "not yet valid"),
+    not_found("not-yet-valid-nbf", _claims(nbf=NOW + 3600), "not yet valid"),
+    # Missing claims, and claims of the wrong type (numeric strings).
+    *(not_found(f"missing-{name}", _claims(**{name: DROP}), f"missing claim {name}") for name in REQUIRED_CLAIMS),
+    not_found("exp-numeric-string", _claims(exp=str(NOW + 3600)), TIME),
+    not_found("iat-numeric-string", _claims(iat=str(NOW)), TIME),
+    not_found("nbf-numeric-string", _claims(nbf=str(NOW)), TIME),
+    not_found("exp-float", _claims(exp=NOW + 3600.5), TIME),
+    not_found("exp-true", _claims(exp=True), TIME),
+    not_found("sid-number", _claims(sid=123456789012345678901234), "malformed sid claim"),
+    not_found("sid-path-traversal", _claims(sid="../../../../etc/passwd00"), "malformed sid claim"),
+    # The signature, mangled.
+    not_found("signature-trailing-junk", _signature(lambda t: t + "AAAA"), SIG),
+    not_found("signature-one-extra-char", _signature(lambda t: t + "A"), SIG),
+    not_found("signature-padding", _signature(lambda t: t + "="), SHAPE),
+    not_found("signature-double-padding", _signature(lambda t: t + "=="), SHAPE),
+    not_found("signature-fourth-part", _signature(lambda t: t + ".AAAA"), SHAPE),
+    # 43 characters carry 256 bits: cutting 3 leaves 30 whole bytes, so the base64 stays canonical.
+    not_found("signature-truncated", _signature(lambda t: t[:-3]), SIG),
+    not_found("signature-stripped", _signature(lambda t: t.rsplit(".", 1)[0] + "."), SHAPE),
+    not_found("signature-standard-base64", _signature(lambda t: t[:-2] + "+/"), SHAPE),
+    not_found("payload-edited-sid", _signature(lambda t: edited(t, sid="BBBBBBBBBBBBBBBBBBBBBBBB")), SIG),
+    # Size, refused before decoding, and nesting, bounded.
+    not_found("token-1MB-reaches-the-size-check", _sized(1024 * 1024), "oversized"),
+    Row("token-8MB-is-over-the-body-limit", _sized(8 * 1024 * 1024), 413, -32600, 0),
+    Row("deeply-nested-body-no-session", _nested(NESTED, session=False), 400, -32700, 0),
+    Row("deeply-nested-body-forged-session", _nested(NESTED, session=True), 400, -32700, 0),
+    not_found("nested-500-forged-session", _nested(NESTED_500, session=True), KID),
+    Row("legacy-deeply-nested-forged-session", _legacy_nested, 400, -32700, 0),
+    invalid("nested-session-metadata", lambda c: raw_call(envelope(f',"{KEY}":{NESTED_500}').encode())),
+    # Revocation.
+    not_found("replayed-after-delete", lambda c: call(c.deleted(c.session())), "revoked"),
+    not_found("replayed-after-delete-with-valid-state", _state_of_a_deleted_session, "revoked"),
+    not_found("legacy-replayed-after-delete", lambda c: legacy_call(c.deleted(c.session())), "revoked"),
+    # Client-held state.
+    not_found("state-of-another-session", _state_of_another_session, "state: state belongs to another session"),
+    not_found("state-edited", _edited_state, "state: " + SIG),
+    not_found("state-resigned-by-attacker", _state_resigned_by_attacker, "state: " + SIG),
+    not_found("state-of-another-key-set", _state_of_another_key_set, "state: " + KID),
+    # The principal binding: pbh cannot be added, stripped or edited, and the token cannot be re-signed.
+    not_found("unbound-token-with-alices-pbh-added", _auth(_pbh_added, "alice"), SIG),
+    not_found("unbound-token-with-pbh-added-resigned-by-attacker", _auth(_pbh_added_resigned, "alice"), SIG),
+    not_found("bound-token-pbh-stripped-used-anonymously", _auth(_pbh_edited(DROP), None), SIG),
+    not_found("bound-token-pbh-stripped-used-by-bob", _auth(_pbh_edited(DROP), "bob"), SIG),
+    not_found("bound-token-pbh-edited-to-bobs", _auth(_pbh_edited(principal_hash("bob")), "bob"), SIG),
+    not_found("bound-token-pbh-null", _auth(_pbh_edited(None), "bob"), SIG),
+    # Mcp-Session-Id against _meta on 2026-07-28.
+    Row("header-names-another-live-session", _header_mismatch(lambda c: c.session()["sessionId"]), 400, -32020, 0),
+    Row("header-is-the-state-token", _header_mismatch(lambda c: c.set_mode(c.session(), "x")["state"]), 400, -32020, 0),
+    Row("header-valid-meta-forged", _header_valid_meta_forged, 400, -32020, 0),
+    # Session metadata said twice (tests/test_duplicates.py has more).
+    invalid("session-key-twice-one-unicode-escaped", _twice(_key_twice_escaped)),
+    invalid("sessionId-twice-one-unicode-escaped", _twice(_session_id_twice_escaped)),
+    # Session metadata of the wrong type.
+    *(invalid(f"session-metadata-is-{name}", (lambda v: lambda c: call(v))(value)) for name, value in WRONG_TYPES),
+    invalid("sessionId-is-an-array", lambda c: call({"sessionId": [c.session()["sessionId"]]})),
+    invalid("state-is-a-number", lambda c: call({**c.session(), "state": 1})),
+    Row("legacy-session-metadata-is-a-number", lambda c: legacy_call(42), 200, -32600, 0),
+    # Bodies that json.loads(bytes), which the SDK runs on 2026-07-28, reads as JSON: the middleware must read them.
+    not_found("utf8-bom-body-forged-session", _encoded(lambda b: BOM + b), SIG),
+    Row("utf8-bom-body-required-tool", _encoded(lambda b: BOM + b, "record_required", forged=False), 200, -32044, 0),
+    not_found("utf16-body-forged-session", _encoded(lambda b: b.decode().encode("utf-16-le")), SIG),
+    not_found("utf32-body-forged-session", _encoded(lambda b: b.decode().encode("utf-32")), SIG),
+    not_found("raw-surrogate-bytes-forged-session", _encoded(_surrogate_in_a_string), SIG),
+    # Two Content-Type headers: Starlette, and so the SDK, reads the first.
+    not_found("duplicate-content-type-json-first-forged-session", _duplicate_content_type, SIG),
+    # A lone surrogate (a JSON escape) where the middleware answers: still an answer, never a 500.
+    not_found("lone-surrogate-sessionId", _lone_surrogate_session_id(), SHAPE),
+    Row("lone-surrogate-request-id-required-tool", _lone_surrogate_request_id, 200, -32044, 0),
+    Row("lone-surrogate-sessionId-with-header", _lone_surrogate_session_id("a.b.c"), 400, -32020, 0),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
+def test_attack(urls: dict[str, str], canary: Canary, caplog: pytest.LogCaptureFixture, row: Row) -> None:
+    caplog.set_level(logging.DEBUG, logger="mcp_sessions")
+    with httpx.Client(timeout=30) as http:
+        ctx = Context(http, urls, canary)
+        request = row.build(ctx)
+        before = runs()
+        response = ctx.post(request)
+    assert response.status_code != 500, response.text[:300]
+    assert response.status_code == row.status, response.text[:300]
+    answer = reply(response)
+    assert code_of(answer) == row.code, response.text[:300]
+    assert runs() - before == row.runs
+    assert not canary.touched(), "a jku or x5u URL was fetched"
+    if row.code == -32043:
+        # The echo is the client's own token, cut to 256 characters; the reason stays in the log, with the sid only.
+        sent = json.loads(request.body.decode(json.detect_encoding(request.body), "surrogatepass"))
+        assert answer["error"]["data"] == {"sessionId": sent["params"]["_meta"][KEY]["sessionId"][:256]}
+        rejections = [r.getMessage() for r in caplog.records if r.getMessage().startswith("session rejected: ")]
+        assert [m.split(": ", 1)[1].rsplit(" (sid=", 1)[0] for m in rejections] == [row.reason]
+    assert_no_token_logged(caplog, ctx.tokens)
+
+
+def assert_no_token_logged(caplog: pytest.LogCaptureFixture, tokens: list[str]) -> None:
+    logged = [r.getMessage() + repr(r.args) + (r.exc_text or "") for r in caplog.records] + [caplog.text]
+    for token in tokens:
+        signature = token.rsplit(".", 1)[-1]
+        for text in logged:
+            assert token not in text
+            assert len(signature) < 16 or signature not in text
+
+
+def test_every_row_is_refused_unless_it_says_otherwise() -> None:
+    accepted = {row.id for row in ROWS if row.code is None}
+    assert accepted == {
+        "baseline-hs",
+        "baseline-es",
+        "baseline-bound-session-by-its-creator",
+        "ours-plus-jku-x5u-jwk-signed-with-our-key-is-ignored",
+        "aud-list-with-ours-signed-with-our-key",
+        "es-malleated-signature-is-the-same-session",
+    }
+    assert all(row.runs == 0 for row in ROWS if row.code is not None)
+    assert all((row.reason is not None) == (row.code == -32043) for row in ROWS)
+    assert len({row.id for row in ROWS}) == len(ROWS)
+
+
+# -- accepted on purpose: what the design allows ---------------------------------------------
+
+
+def test_an_older_state_of_the_same_session_is_accepted(urls: dict[str, str], canary: Canary) -> None:
+    """Last-write-wins: state is signed and bound to the session, not versioned, so an older one still verifies."""
+    with httpx.Client(timeout=30) as http:
+        ctx = Context(http, urls, canary)
+        first = ctx.set_mode(ctx.session(), "reader")
+        second = ctx.set_mode(first, "admin")
+        assert second["state"] != first["state"]
+        for session, mode in [(second, "admin"), (first, "reader"), (second, "admin")]:
+            answer = reply(ctx.post(call(session, tool="get_mode")))
+            assert answer["result"]["content"][0]["text"] == mode
+            assert answer["result"]["_meta"][KEY]["state"] == session["state"]  # the echo repeats what was sent
+
+
+def test_a_malleated_es256_id_is_the_same_session_and_deleting_either_ends_both(
+    urls: dict[str, str], canary: Canary
+) -> None:
+    with httpx.Client(timeout=30) as http:
+        ctx = Context(http, urls, canary)
+        session = ctx.session("es")
+        twin = {"sessionId": malleated(session["sessionId"])}
+        assert twin != session
+        sids = [reply(ctx.post(call(s, deployment="es")))["result"]["content"][0]["text"] for s in (session, twin)]
+        assert sids[0] == sids[1] == jwt_claims(session["sessionId"])["sid"]
+        message = modern_request("sessions/delete", session=twin)
+        http.post(urls["es"] + "/mcp", json=message, headers=modern_headers(message)).raise_for_status()
+        for s in (session, twin):
+            assert code_of(reply(ctx.post(call(s, deployment="es")))) == -32043
+
+
+def test_pbh_is_an_unkeyed_digest_anyone_can_recompute(urls: dict[str, str], canary: Canary) -> None:
+    """Signed, not secret: whoever holds the token can test a guess of the principal offline."""
+    with httpx.Client(timeout=30) as http:
+        ctx = Context(http, urls, canary)
+        first, second = ctx.session("auth", user="alice"), ctx.session("auth", user="alice")
+    assert jwt_claims(first["sessionId"])["pbh"] == principal_hash("alice")
+    assert jwt_claims(second["sessionId"])["pbh"] == jwt_claims(first["sessionId"])["pbh"]  # linkable
+    assert principal_hash("alice", audience="another-deployment") != principal_hash("alice")
+
+
+def test_claims_are_readable_without_any_key(urls: dict[str, str], canary: Canary) -> None:
+    with httpx.Client(timeout=30) as http:
+        token = Context(http, urls, canary).session()["sessionId"]
+    assert set(jwt_claims(token)) == {"iss", "aud", "sid", "iat", "exp"}
+    assert parts(token)[0] == {"alg": "HS256", "kid": HS_KID, "typ": SESSION_TYP}
+
+
+# -- the mcp SDK's own bearer auth: the principal hook that docs/security.md shows ------------------
+
+
+class StaticVerifier(TokenVerifier):
+    """Two bearer tokens, two users: stands in for introspection or JWT access-token checks."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        users = {"alice-token": "alice", "bob-token": "bob"}
+        return AccessToken(token=token, client_id="c", scopes=[], subject=users[token]) if token in users else None
+
+
+def test_the_sdk_bearer_auth_hook_from_the_docs_binds_sessions() -> None:
+    verifier = StaticVerifier()
+
+    async def bearer_principal(scope: Scope) -> str | None:
+        for name, value in scope["headers"]:
+            if name == b"authorization" and value[:7].lower() == b"bearer ":
+                access = await verifier.verify_token(value[7:].decode("latin-1").strip())
+                if access is not None:
+                    return access.subject or access.client_id
+        return None
+
+    settings = AuthSettings(
+        issuer_url="https://auth.example",  # type: ignore[arg-type]
+        resource_server_url="http://127.0.0.1/mcp",  # type: ignore[arg-type]
+        validate_token_resource=False,
+    )
+    server = MCPServer("sdk-auth", token_verifier=verifier, auth=settings)
+    ran: list[str] = []
+
+    @server.tool()
+    async def whoami() -> str:
+        session = get_session()
+        ran.append("whoami")
+        return "none" if session is None else session.id
+
+    app = MCPSessionMiddleware(server.streamable_http_app(), secret=SECRET, principal=bearer_principal)
+    with serve(app) as url, httpx.Client(timeout=30) as http:
+
+        def post(body: dict[str, Any], bearer: str | None) -> httpx.Response:
+            headers = modern_headers(body)
+            if bearer is not None:
+                headers["Authorization"] = f"Bearer {bearer}"
+            return http.post(url + "/mcp", json=body, headers=headers)
+
+        created = post(modern_request("sessions/create"), "alice-token").json()["result"]["session"]
+        assert jwt_claims(created["sessionId"])["pbh"] == principal_hash("alice")
+        call_body = modern_request("tools/call", {"name": "whoami", "arguments": {}}, session=created)
+        mine = post(call_body, "alice-token").json()
+        assert mine["result"]["content"][0]["text"] == jwt_claims(created["sessionId"])["sid"]
+        for bearer in ("bob-token", None):
+            response = post(call_body, bearer)
+            assert (response.status_code, code_of(response.json())) == (200, -32043)
+        assert ran == ["whoami"]
+        # sessions/create is answered by the middleware, before the SDK's auth: without a bearer it
+        # still answers, with an unbound session (docs/security.md says what to put in front).
+        anonymous = post(modern_request("sessions/create"), None)
+        assert anonymous.status_code == 200
+        assert "pbh" not in jwt_claims(anonymous.json()["result"]["session"]["sessionId"])
+        sessionless = post(modern_request("tools/call", {"name": "whoami", "arguments": {}}), None)
+        assert sessionless.status_code == 401  # everything the SDK sees is still behind its auth

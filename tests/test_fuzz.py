@@ -1,0 +1,620 @@
+"""Property tests of everything that reads attacker-controlled bytes: the JSON-RPC reader, the token verifier, and
+the whole middleware through direct ASGI calls. The SSE rewriter has its own in tests/unit/test_sse.py.
+
+Hypothesis runs derandomized (the same examples on every run) and bounded; the file takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from conftest import SECRET
+from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, MemoryStore, SessionKey, get_session
+from mcp_sessions import _jsonrpc as jsonrpc
+
+KEY = "io.modelcontextprotocol/session"
+MODERN = "2026-07-28"
+LEGACY = "2025-11-25"
+PATH_NAMES = ("params", "_meta", KEY, "sessionId", "state")
+
+# Report one bug a test, shrunk: hunting and shrinking every distinct bug at once can take minutes.
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    report_multiple_bugs=False,
+    suppress_health_check=list(HealthCheck),
+)
+
+KEYS = KeySet.from_secret(SECRET)
+NOW = time.time()
+VALID = [KEYS.mint_session_token(ttl=3600)[0] for _ in range(3)]
+REVOKED = KEYS.mint_session_token(ttl=3600)[0]  # revoked in every store below
+BOUND = KEYS.mint_session_token(ttl=3600, extra_claims={"pbh": "bound-to-someone"})[0]  # no principal here
+EXPIRED = KEYS.mint_session_token(ttl=60, now=NOW - 3600)[0]
+FOREIGN = KeySet.from_secret(SECRET, audience="elsewhere").mint_session_token(ttl=3600)[0]
+SIDS = {token: KEYS.verify_session_token(token).session_id for token in [*VALID, REVOKED, BOUND]}
+STATES = {token: KEYS.sign_state(SIDS[token], {"mode": "m"}) for token in VALID}
+TOKENS = [*VALID, REVOKED, BOUND, EXPIRED, FOREIGN, "a.b.c", "sess-abc123", ""]
+
+
+def usable(token: Any, state: Any = None) -> bool:
+    """Independently of the middleware: would this session metadata name a live session of this deployment?"""
+    if token not in VALID:
+        return False
+    return state is None or state == STATES[token]
+
+
+# -- strategies --------------------------------------------------------------------------------
+
+# Text with lone surrogates too: JSON carries them as escapes (\ud800), and json.loads returns them.
+# (st.text() never yields surrogates, whatever its alphabet: join the characters by hand.)
+surrogates = st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff"])
+texts = st.lists(
+    st.integers(min_value=0, max_value=7).flatmap(lambda i: surrogates if i == 7 else st.characters()), max_size=8
+).map("".join)
+leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts
+)
+json_values = st.recursive(
+    leaves, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3), max_leaves=10
+)
+
+
+def mostly(well_formed: st.SearchStrategy[Any], anything: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Well-formed three times in four, so that the examples reach the session checks (and shrink towards it)."""
+    return st.integers(min_value=0, max_value=3).flatmap(lambda i: anything if i == 3 else well_formed)
+
+
+session_values = mostly(
+    st.fixed_dictionaries(
+        {"sessionId": st.sampled_from(TOKENS) | texts},
+        optional={"state": st.sampled_from([*STATES.values(), "x.y.z"]) | json_values, "expiresAt": json_values},
+    ),
+    json_values,
+)
+metas = mostly(st.fixed_dictionaries({KEY: session_values}, optional={"traceparent": texts}), json_values)
+params = mostly(
+    st.fixed_dictionaries(
+        {"_meta": metas}, optional={"name": st.sampled_from(["t", "count"]) | json_values, "arguments": json_values}
+    ),
+    json_values,
+)
+methods = st.sampled_from(["tools/call", "sessions/create", "sessions/delete", "notifications/progress"])
+MISSING: Any = object()
+
+
+def message(jsonrpc: Any, method: Any, request_id: Any, params: Any) -> dict[str, Any]:
+    built = {"jsonrpc": jsonrpc, "method": method, "id": request_id, "params": params}
+    return {name: value for name, value in built.items() if value is not MISSING}
+
+
+messages = st.builds(
+    message,
+    mostly(st.just("2.0"), json_values),
+    mostly(methods, texts),
+    mostly(st.integers() | texts, st.just(MISSING)) | json_values,  # MISSING: a notification
+    mostly(params, st.just(MISSING)),
+)
+bodies_json = messages | st.lists(messages, min_size=1, max_size=3) | json_values
+
+
+@st.composite
+def encoded(draw: st.DrawFn, values: st.SearchStrategy[Any]) -> bytes:
+    """A JSON value as bytes in any encoding ``json.loads(bytes)`` accepts (what the SDK runs on 2026-07-28)."""
+    value = draw(values)
+    ascii_only = draw(st.booleans())
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    encoding = draw(mostly(st.just("utf-8"), st.sampled_from(["utf-8-sig", "utf-16-le", "utf-16-be", "utf-32"])))
+    return text.encode(encoding, "surrogatepass")
+
+
+def parse_like_the_sdk(body: bytes) -> Any:
+    """What ``json.loads(bytes)`` reads, or a sentinel when it reads nothing."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return NOT_JSON
+
+
+NOT_JSON: Any = object()
+
+
+# -- (a) the JSON-RPC reader ----------------------------------------------------------------------
+
+
+@FUZZ
+@given(body=st.binary(max_size=300) | encoded(bodies_json))
+def test_loads_never_raises(body: bytes) -> None:
+    jsonrpc.loads(body)
+
+
+@FUZZ
+@given(body=encoded(bodies_json))
+def test_loads_reads_every_body_the_sdk_reads_and_reads_it_the_same(body: bytes) -> None:
+    """A body the server would parse but the middleware would not is a body the middleware never checks."""
+    expected = parse_like_the_sdk(body)
+    if expected is not NOT_JSON:
+        assert jsonrpc.loads(body) == expected
+
+
+@FUZZ
+@given(message=st.dictionaries(st.sampled_from([*PATH_NAMES, "id", "x"]), json_values) | messages)
+def test_session_meta_raises_only_invalid_session_meta(message: dict[str, Any]) -> None:
+    try:
+        meta = jsonrpc.session_meta(message)
+    except jsonrpc.InvalidSessionMeta:
+        return
+    assert meta is None or (isinstance(meta, dict) and type(meta["sessionId"]) is str)
+
+
+class Pairs(list[tuple[str, Any]]):
+    """A JSON object written member by member, so that a name can appear twice."""
+
+
+def expected_decision(message: Pairs) -> tuple[str, Any]:
+    """The rules of docs/wire.md, walked independently: ("none" | "invalid" | "session", metadata).
+
+    Returns "repeated" when a name on the path repeats but the body names no session anywhere:
+    either answer is fine then (no session can be confused).
+    """
+    obj: Any = message
+    for name in PATH_NAMES[:3]:
+        if not isinstance(obj, Pairs):
+            return ("none", None)
+        names = [n for n, _ in obj]
+        if names.count(name) > 1:
+            return ("invalid" if _names_anywhere(message, KEY) else "repeated", None)
+        obj = dict(obj).get(name)
+        if name == KEY and obj is None:
+            return ("none", None)
+    if not isinstance(obj, Pairs):
+        return ("invalid", None)
+    names = [n for n, _ in obj]
+    if names.count("sessionId") > 1 or names.count("state") > 1:
+        return ("invalid", None)
+    session = dict(obj)
+    if type(session.get("sessionId")) is not str:
+        return ("invalid", None)
+    if session.get("state") is not None and type(session["state"]) is not str:
+        return ("invalid", None)
+    return ("session", session)
+
+
+def _names_anywhere(value: Any, name: str) -> bool:
+    if isinstance(value, Pairs):
+        return any(n == name or _names_anywhere(v, name) for n, v in value)
+    if isinstance(value, list):
+        return any(_names_anywhere(v, name) for v in value)
+    return False
+
+
+def write(value: Any, escapes: list[bool]) -> str:
+    """JSON text; member names are sometimes written with a \\u escape (``escapes`` decides, in turn)."""
+    if isinstance(value, Pairs):
+        members = []
+        for name, member in value:
+            escaped = escapes.pop() if escapes else False
+            written = f'"\\u{ord(name[0]):04x}{name[1:]}"' if escaped else json.dumps(name)
+            members.append(f"{written}:{write(member, escapes)}")
+        return "{" + ",".join(members) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(write(v, escapes) for v in value) + "]"
+    return json.dumps(value)
+
+
+def pairs_of(names: st.SearchStrategy[str], values: st.SearchStrategy[Any]) -> st.SearchStrategy[Pairs]:
+    return st.lists(st.tuples(names, values), max_size=4).map(Pairs)
+
+
+session_pairs = pairs_of(
+    st.sampled_from(["sessionId", "state", "expiresAt"]),
+    st.sampled_from([*TOKENS, *STATES.values()]) | json_values,
+)
+meta_pairs = pairs_of(st.sampled_from([KEY, "traceparent", "x"]), session_pairs | json_values)
+params_pairs = pairs_of(st.sampled_from(["_meta", "name", "arguments"]), meta_pairs | json_values)
+
+
+@st.composite
+def pair_messages(draw: st.DrawFn) -> tuple[Pairs, str]:
+    message = Pairs([("jsonrpc", "2.0"), ("id", 7), ("method", "tools/call")])
+    message += draw(pairs_of(st.sampled_from(["params", "x"]), params_pairs | json_values))
+    escapes = draw(st.lists(st.booleans(), max_size=12))
+    return message, write(message, escapes)
+
+
+@FUZZ
+@given(case=pair_messages())
+def test_session_meta_follows_the_rules_even_with_repeated_names(case: tuple[Pairs, str]) -> None:
+    message, text = case
+    expected, session = expected_decision(message)
+    parsed = jsonrpc.loads(text.encode("utf-8", "surrogatepass"))
+    assert isinstance(parsed, dict)
+    try:
+        meta = jsonrpc.session_meta(parsed)
+    except jsonrpc.InvalidSessionMeta:
+        assert expected in ("invalid", "repeated")
+        return
+    assert expected in ("none", "session", "repeated")
+    if expected == "none":
+        assert meta is None
+    elif expected == "session":
+        assert meta is not None and meta["sessionId"] == session["sessionId"]
+
+
+@FUZZ
+@given(case=pair_messages(), modern=st.booleans())
+def test_the_middleware_decides_as_the_rules_say(case: tuple[Pairs, str], modern: bool) -> None:
+    message, text = case
+    expected, session = expected_decision(message)
+    headers = [(b"content-type", b"application/json")]
+    if modern:
+        headers.append((b"mcp-protocol-version", MODERN.encode()))
+    outcome = run(
+        MCPSessionMiddleware(Downstream(), keys=KEYS, store=store()), text.encode("utf-8", "surrogatepass"), headers
+    )
+    if expected == "invalid":
+        assert (outcome.status, outcome.code, outcome.forwarded) == (400 if modern else 200, -32600, False)
+    elif expected == "none":
+        assert outcome.forwarded and outcome.session is None
+    elif expected == "session" and usable(session.get("sessionId"), session.get("state")):
+        assert outcome.forwarded and outcome.session == SIDS[session["sessionId"]]
+    elif expected == "session":
+        assert (outcome.status, outcome.code, outcome.forwarded) == (200, -32043, False)
+    else:
+        assert outcome.code == -32600 or (outcome.forwarded and outcome.session is None)
+
+
+# -- (b) the token verifier --------------------------------------------------------------------------
+
+ED_KEYS = KeySet([SessionKey.from_private_key(ed25519.Ed25519PrivateKey.generate(), kid="ed-1")])
+# ES256 is left out of the mutation property on purpose: an ECDSA signature (r, s) has a twin (r, n - s) that
+# verifies too. Random mutations never find it; tests/test_attacks.py shows it, docs/security.md explains it.
+MINTED = {
+    "hs256": (KEYS, KEYS.mint_session_token(ttl=3600)[0]),
+    "eddsa": (ED_KEYS, ED_KEYS.mint_session_token(ttl=3600)[0]),
+}
+BASE64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def verify_or_invalid(verify: Callable[[], Any]) -> Any:
+    """The verifier's answer, or None when it raised InvalidToken: anything else escaping fails the test."""
+    try:
+        return verify()
+    except InvalidToken:
+        return None
+
+
+segments = st.binary(max_size=60).map(b64) | st.text(BASE64URL, max_size=60)
+headers = st.fixed_dictionaries(
+    {},
+    optional={
+        "alg": st.sampled_from(["HS256", "ES256", "EdDSA", "none", "HS512"]) | json_values,
+        "kid": st.sampled_from([KEYS.signer.kid, "ed-1"]) | json_values,
+        "typ": st.sampled_from(["mcp-session+jwt", "mcp-session-state+jwt", "JWT"]) | json_values,
+        "crit": json_values,
+        "jku": json_values,
+    },
+)
+claim_sets = st.fixed_dictionaries(
+    {},
+    optional={
+        "iss": st.just("mcp-sessions") | json_values,
+        "aud": st.just("mcp-sessions") | json_values,
+        "sid": st.just("A" * 24) | json_values,
+        "iat": st.just(int(NOW)) | json_values,
+        "exp": st.just(int(NOW) + 600) | json_values,
+        "nbf": json_values,
+        "st": json_values,
+    },
+)
+
+
+@FUZZ
+@given(token=texts | st.text(max_size=3000) | st.tuples(segments, segments, segments).map(".".join))
+def test_arbitrary_text_is_only_ever_an_invalid_token(token: str) -> None:
+    assert verify_or_invalid(lambda: KEYS.verify_session_token(token)) is None
+    assert verify_or_invalid(lambda: KEYS.verify_state("A" * 24, token)) is None
+
+
+@FUZZ
+@given(header=headers, payload=claim_sets | json_values, signature=segments)
+def test_arbitrary_headers_and_claims_are_only_ever_an_invalid_token(header: Any, payload: Any, signature: str) -> None:
+    token = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}.{signature}"
+    assert verify_or_invalid(lambda: KEYS.verify_session_token(token)) is None
+    assert verify_or_invalid(lambda: KEYS.verify_state("A" * 24, token)) is None
+
+
+@FUZZ
+@given(header=headers, payload=claim_sets)
+def test_signed_with_our_key_any_claims_give_typed_claims_or_an_invalid_token(header: Any, payload: Any) -> None:
+    """Even a validly signed token with hostile claims never escapes as anything but InvalidToken."""
+    signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}"
+    signature = hmac.new(SECRET.encode(), signing_input.encode(), hashlib.sha256).digest()
+    token = f"{signing_input}.{b64(signature)}"
+    claims = verify_or_invalid(lambda: KeySet.from_secret(SECRET).verify_session_token(token))
+    if claims is not None:
+        assert type(claims.session_id) is str and type(claims.issued_at) is int and type(claims.expires_at) is int
+        assert header.get("typ") == "mcp-session+jwt" and header.get("alg") == "HS256"
+    state = verify_or_invalid(lambda: KeySet.from_secret(SECRET).verify_state("A" * 24, token))
+    assert state is None or isinstance(json.loads(state), dict)
+
+
+@st.composite
+def mutations(draw: st.DrawFn, token: str) -> str:
+    """``token`` with one to three edits: bit flips, replacements, cuts, insertions, appends, parts swapped."""
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        kind = draw(st.sampled_from(["flip", "replace", "cut", "insert", "append", "truncate", "swap", "dots"]))
+        position = draw(st.integers(min_value=0, max_value=max(len(token) - 1, 0)))
+        if kind == "flip" and token:
+            flipped = ord(token[position]) ^ (1 << draw(st.integers(min_value=0, max_value=6)))
+            token = token[:position] + chr(flipped) + token[position + 1 :]
+        elif kind == "replace" and token:
+            token = token[:position] + draw(st.sampled_from(BASE64URL)) + token[position + 1 :]
+        elif kind == "cut":
+            token = token[:position] + token[position + draw(st.integers(min_value=1, max_value=8)) :]
+        elif kind == "insert":
+            token = token[:position] + draw(st.text(BASE64URL + ".=", min_size=1, max_size=4)) + token[position:]
+        elif kind == "append":
+            token += draw(st.text(BASE64URL + ".=", min_size=1, max_size=8))
+        elif kind == "truncate":
+            token = token[:position]
+        elif kind == "swap":
+            parts = token.split(".")
+            token = ".".join(draw(st.permutations(parts)))
+        else:
+            token = token.replace(".", draw(st.sampled_from(["", "..", "_", "%2E"])), 1)
+    return token
+
+
+@FUZZ
+@given(data=st.data(), algorithm=st.sampled_from(sorted(MINTED)))
+def test_no_mutation_of_a_valid_session_id_verifies(data: st.DataObject, algorithm: str) -> None:
+    keys, token = MINTED[algorithm]
+    mutated = data.draw(mutations(token))
+    verifier = KeySet(keys.keys, issuer=keys.issuer, audience=keys.audience)  # an empty cache
+    claims = verify_or_invalid(lambda: verifier.verify_session_token(mutated))
+    assert (claims is not None) == (mutated == token)
+
+
+@FUZZ
+@given(data=st.data())
+def test_no_mutation_of_a_valid_state_verifies(data: st.DataObject) -> None:
+    token = STATES[VALID[0]]
+    mutated = data.draw(mutations(token))
+    state = verify_or_invalid(lambda: KeySet.from_secret(SECRET).verify_state(SIDS[VALID[0]], mutated))
+    assert (state is not None) == (mutated == token)
+
+
+# -- (c) the whole middleware, through direct ASGI calls ----------------------------------------------
+
+DOCUMENTED_STATUSES = {200, 202, 400, 404, 413, 503}
+
+
+class Downstream:
+    """Records what reaches the application, and answers one JSON-RPC result."""
+
+    def __init__(self, result: Any = None, *, indent: int | None = None) -> None:
+        self.result = {} if result is None else result
+        self.indent = indent
+        self.calls: list[tuple[dict[str, Any], bytes, Any]] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        session = get_session()
+        self.calls.append((scope, body, None if session is None else session.token))
+        parsed = parse_like_the_sdk(body)
+        request_id = parsed.get("id") if isinstance(parsed, dict) else None
+        payload = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": self.result}, indent=self.indent).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+
+class Outcome:
+    def __init__(self, downstream: Downstream, sent: list[dict[str, Any]]) -> None:
+        starts = [m for m in sent if m["type"] == "http.response.start"]
+        assert len(starts) == 1, sent
+        self.status: int = starts[0]["status"]
+        self.headers = dict(starts[0]["headers"])
+        self.body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        self.forwarded = bool(downstream.calls)
+        self.session = None
+        if downstream.calls and (token := downstream.calls[-1][2]) is not None:
+            self.session = SIDS.get(token, token)
+        answer = json.loads(self.body) if self.body and not self.forwarded else None
+        self.code = answer["error"]["code"] if isinstance(answer, dict) and "error" in answer else None
+
+
+def store(max_sessions: int = 100) -> MemoryStore:
+    """A store where REVOKED was deleted; with ``max_sessions=1`` that entry fills it, so creation answers 503."""
+    memory = MemoryStore(max_sessions=max_sessions)
+    anyio.run(lambda: memory.revoke(SIDS[REVOKED], expires_at=NOW + 3600))
+    return memory
+
+
+def run(
+    middleware: MCPSessionMiddleware,
+    body: bytes,
+    headers: list[tuple[bytes, bytes]],
+    *,
+    chunks: list[int] | None = None,
+    method: str = "POST",
+) -> Outcome:
+    cuts = sorted({min(c, len(body)) for c in chunks or []})
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    pending = [{"type": "http.request", "body": p, "more_body": i < len(pieces) - 1} for i, p in enumerate(pieces)]
+    sent: list[dict[str, Any]] = []
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+    async def receive() -> dict[str, Any]:
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    anyio.run(middleware, scope, receive, send)
+    downstream = middleware.app
+    assert isinstance(downstream, Downstream)
+    return Outcome(downstream, sent)
+
+
+content_types = st.sampled_from(
+    [b"application/json"] * 4
+    + [b"application/json; charset=utf-8", b"APPLICATION/JSON", b"application/jsonx", b"text/plain"]
+)
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> tuple[bytes, list[tuple[bytes, bytes]], list[int], str]:
+    batches = st.lists(messages, min_size=1, max_size=3)
+    anything = st.one_of(encoded(batches), encoded(json_values), st.binary(max_size=200))
+    body = draw(mostly(encoded(messages), anything))
+    headers = [(b"content-type", value) for value in draw(st.lists(content_types, min_size=1, max_size=2))]
+    version = draw(st.sampled_from([None, MODERN, LEGACY, "garbage"]))
+    if version is not None:
+        headers.append((b"mcp-protocol-version", version.encode()))
+    for name in ("mcp-session-id", "mcp-method"):
+        if draw(st.booleans()):
+            value = draw(st.sampled_from([*TOKENS, "sessions/create", "tools/call"]))
+            headers.append((name.encode(), value.encode()))
+    headers = draw(st.permutations(headers))
+    chunks = draw(st.lists(st.integers(min_value=0, max_value=len(body)), max_size=4))
+    return body, headers, chunks, draw(st.sampled_from(["POST"] * 7 + ["GET"]))
+
+
+@settings(FUZZ, max_examples=300)
+@given(
+    request=requests(),
+    require_session=st.booleans(),
+    max_body_size=mostly(st.just(4 * 1024 * 1024), st.just(128)),
+    max_sessions=st.sampled_from([1, 100]),
+    result=json_values,
+)
+def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
+    request: tuple[bytes, list[tuple[bytes, bytes]], list[int], str],
+    require_session: bool,
+    max_body_size: int,
+    max_sessions: int,
+    result: Any,
+) -> None:
+    body, headers, chunks, method = request
+    downstream = Downstream(result)
+    middleware = MCPSessionMiddleware(
+        downstream,
+        keys=KEYS,
+        store=store(max_sessions),
+        require_session=require_session,
+        max_body_size=max_body_size,
+    )
+    outcome = run(middleware, body, headers, chunks=chunks, method=method)
+    event(f"forwarded, session={outcome.session is not None}" if outcome.forwarded else f"answered {outcome.status}")
+    if not outcome.forwarded:
+        # The middleware answered itself.
+        assert outcome.status in DOCUMENTED_STATUSES
+        if outcome.body:
+            assert outcome.headers[b"content-type"] == b"application/json"
+            answer = json.loads(outcome.body)
+            for element in answer if isinstance(answer, list) else [answer]:
+                assert element["jsonrpc"] == "2.0" and ("error" in element or "result" in element)
+        if outcome.status == 503:
+            assert b"retry-after" in outcome.headers
+        return
+    [(_, received, session_token)] = downstream.calls
+    assert received == body  # replayed byte for byte
+    if session_token is not None:
+        assert session_token in VALID  # a live, unbound, unexpired session of this deployment
+    # Starlette, and so the SDK, reads the first Content-Type; json.loads(bytes) is how the SDK parses.
+    content_type = next((value for name, value in headers if name == b"content-type"), b"")
+    if method != "POST" or not content_type.lower().startswith(b"application/json"):
+        return
+    parsed = parse_like_the_sdk(body)
+    for element in parsed if isinstance(parsed, list) else [parsed]:
+        if not (isinstance(element, dict) and element.get("jsonrpc") == "2.0" and type(element.get("method")) is str):
+            continue
+        element_params = element.get("params")
+        meta = element_params.get("_meta") if isinstance(element_params, dict) else None
+        session = meta.get(KEY) if isinstance(meta, dict) else None
+        if session is None:
+            continue
+        assert isinstance(session, dict) and usable(session.get("sessionId"), session.get("state")), element
+
+
+@FUZZ
+@given(
+    request_id=texts | json_values,
+    case=st.sampled_from(["create", "required", "forged", "invalid-meta", "forged-with-header"]),
+    modern=st.booleans(),
+)
+def test_every_answer_of_the_middleware_repeats_the_request_id(request_id: Any, case: str, modern: bool) -> None:
+    """Whatever the id (lone surrogates included: JSON escapes them), the middleware's own answer carries it back."""
+    params: dict[str, Any] = {"name": "count", "arguments": {}}
+    headers = [(b"content-type", b"application/json")]
+    if modern:
+        headers.append((b"mcp-protocol-version", MODERN.encode()))
+    if case in ("forged", "forged-with-header"):
+        params["_meta"] = {KEY: {"sessionId": "a.b.c"}}
+    if case == "forged-with-header":
+        headers.append((b"mcp-session-id", VALID[0].encode()))
+    if case == "invalid-meta":
+        params["_meta"] = {KEY: request_id}
+    method = "sessions/create" if case == "create" else "tools/call"
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
+    middleware = MCPSessionMiddleware(Downstream(), keys=KEYS, require_session_tools={"count"})
+    outcome = run(middleware, body, headers)
+    if case == "invalid-meta" and (request_id is None or isinstance(request_id, dict)):
+        return  # null is no session, and an object can be valid metadata: other tests cover both
+    assert not outcome.forwarded
+    assert json.loads(outcome.body)["id"] == json.loads(body)["id"]  # "\ud800\udc00" on the wire is one character
+
+
+@pytest.mark.parametrize("indent", [None, 1], ids=["compact", "pretty"])
+def test_a_lone_surrogate_in_a_result_still_gets_its_echo(indent: int | None) -> None:
+    """A result may carry a lone surrogate (a JSON escape, as json.dumps writes it): the echo still goes on."""
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"_meta": {KEY: {"sessionId": VALID[0]}}}}
+    ).encode()
+    downstream = Downstream({"text": "\ud800"}, indent=indent)
+    outcome = run(MCPSessionMiddleware(downstream, keys=KEYS), body, [(b"content-type", b"application/json")])
+    answer = json.loads(outcome.body)
+    assert answer["result"]["text"] == "\ud800"
+    assert answer["result"]["_meta"][KEY]["sessionId"] == VALID[0]

@@ -1,0 +1,255 @@
+"""Load: 200 concurrent sessions x 50 calls against the quickstart in real uvicorn processes.
+
+Two server processes (so that the load generator never shares their event loop): one answers
+JSON, the other SSE. Sessions alternate between them. Every response is checked: no error, the
+echo names the caller's own session, ``whoami`` answers the caller's ``sid``, ``get_mode`` the
+caller's own mode, and ``count`` counts exactly this session's calls. The servers' resident memory
+after a warm-up round and after the full run must stay flat. ``pytest -m soak`` runs a longer soak
+(deselected by default); ``MCP_SESSIONS_SOAK_ROUNDS`` sets its length.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from _mcp import answer, jwt_claims, messages, modern_headers, modern_request
+from conftest import SECRET
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "io.modelcontextprotocol/session"
+MB = 1024 * 1024
+
+# Two hundred sessions add a MemoryStore entry each and at most a few thousand entries to the
+# KeySet's token caches (bounded at 10,000 entries each, a few hundred bytes an entry): a few MB
+# in all. The rest of any growth is allocator noise. A leak of even 5 KB a request (10,000
+# requests) or 250 KB a session would pass 50 MB.
+RSS_GROWTH_LIMIT = 50 * MB
+
+SERVER = """
+import socket, sys
+import uvicorn
+from examples.quickstart import build_app
+
+fd, mode = int(sys.argv[1]), sys.argv[2]
+app = build_app(json_response=mode == "json", stateless=True)
+config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+uvicorn.Server(config).run(sockets=[socket.socket(fileno=fd)])
+"""
+
+
+@dataclass
+class Server:
+    mode: str
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def rss(self) -> int:
+        """The process's resident set size in bytes, from /proc/<pid>/status."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS line")
+
+
+def start(mode: str, log: Path) -> Server:
+    """A uvicorn process serving the quickstart on a socket bound here (no port race); its output goes to ``log``."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
+    env = {**os.environ, "MCP_SESSIONS_SECRET": SECRET, "PYTHONPATH": str(ROOT)}
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-c", SERVER, str(sock.fileno()), mode],
+            pass_fds=[sock.fileno()],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(mode, f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", process)
+    sock.close()  # the child holds its own copy
+    probe = modern_request("server/discover", id=0)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            # The listening socket queues this until the server accepts it.
+            httpx.post(server.url, json=probe, headers=modern_headers(probe), timeout=2).raise_for_status()
+            return server
+        except httpx.HTTPError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                stop(server)
+                raise RuntimeError(f"the {mode} server did not start: {log.read_text()[-2000:]}") from None
+
+
+def stop(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(10)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+    logs = tmp_path_factory.mktemp("load")
+    started: list[Server] = []
+    try:
+        for mode in ("json", "sse"):
+            started.append(start(mode, logs / f"{mode}.log"))
+        yield started
+    finally:
+        for server in started:
+            stop(server)
+
+
+# -- one conversation ------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    requests: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def plan(number: int, step: int) -> tuple[str, dict[str, Any]]:
+    """Session ``number``'s call ``step``: mostly count and whoami, sometimes state, once a countdown."""
+    if step == 25:
+        return "countdown", {"n": 1}
+    if step % 10 == 3:
+        return "set_mode", {"mode": f"mode-{number}-{step}"}  # one no other session sets
+    if step % 10 == 7:
+        return "get_mode", {}
+    return ("count", {}) if step % 2 == 0 else ("whoami", {})
+
+
+async def conversation(
+    http: httpx.AsyncClient, server: Server, number: int, calls: int, gate: anyio.Semaphore, tally: Tally
+) -> None:
+    """One session: create, ``calls`` tool calls, delete, then one refused call. Every answer is checked."""
+
+    async def post(body: dict[str, Any]) -> httpx.Response:
+        async with gate:
+            response = await http.post(server.url, json=body, headers=modern_headers(body))
+        tally.requests += 1
+        assert response.status_code == 200, (response.status_code, response.text[:300])
+        return response
+
+    try:
+        created = answer(await post(modern_request("sessions/create", id=f"create-{number}")))
+        token = created["result"]["session"]["sessionId"]
+        sid = jwt_claims(token)["sid"]
+        session: dict[str, Any] = {"sessionId": token}
+        counted, mode = 0, "unset"
+        for step in range(calls):
+            tool, arguments = plan(number, step)
+            meta = {"progressToken": f"progress-{number}"} if tool == "countdown" else None
+            body = modern_request(
+                "tools/call", {"name": tool, "arguments": arguments}, session=session, meta=meta, id=step
+            )
+            response = await post(body)
+            reply = answer(response)
+            assert reply["id"] == step, reply
+            result = reply["result"]
+            assert result["isError"] is False, result
+            echo = result["_meta"][KEY]
+            assert echo["sessionId"] == token, "the echo names another session"
+            if "state" in echo:
+                session["state"] = echo["state"]  # a client keeps the latest state
+            text = result["content"][0]["text"]
+            if tool == "count":
+                counted += 1
+                assert int(text) == counted, f"count answered {text}, this session counted {counted}"
+            elif tool == "whoami":
+                assert text == sid, "whoami answered another session"
+            elif tool == "set_mode":
+                mode = arguments["mode"]
+            elif tool == "get_mode":
+                assert text == mode, f"get_mode answered {text!r}, this session set {mode!r}"
+            elif tool == "countdown":
+                assert text == "done"
+                if server.mode == "sse":
+                    progress = [m for m in messages(response) if m.get("method") == "notifications/progress"]
+                    assert len(progress) == 1, progress
+                    assert KEY not in progress[0]["params"].get("_meta", {}), "session metadata in a notification"
+        assert counted > 0
+        deleted = answer(await post(modern_request("sessions/delete", session={"sessionId": token}, id="delete")))
+        assert deleted["result"] == {"resultType": "complete"}, deleted
+        refused = answer(await post(modern_request("tools/call", {"name": "whoami"}, session=session, id="after")))
+        assert refused["error"]["code"] == -32043, refused
+    except Exception as exc:  # collected, so that one failure does not hide the others
+        tally.errors.append(f"session {number} on the {server.mode} server: {exc!r}"[:500])
+
+
+async def workload(servers: list[Server], sessions: int, calls: int, concurrency: int = 64) -> Tally:
+    """``sessions`` concurrent conversations, alternating between the servers, at most ``concurrency`` in flight."""
+    tally = Tally()
+    gate = anyio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(60)) as http, anyio.create_task_group() as tg:
+        for number in range(sessions):
+            tg.start_soon(conversation, http, servers[number % len(servers)], number, calls, gate, tally)
+    return tally
+
+
+def measure(servers: list[Server], sessions: int, calls: int) -> tuple[Tally, float]:
+    started = time.monotonic()
+    tally = anyio.run(workload, servers, sessions, calls)
+    return tally, time.monotonic() - started
+
+
+# -- the tests -------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_200_sessions_x_50_calls_without_errors_leaks_or_growth(servers: list[Server]) -> None:
+    warm_up, _ = measure(servers, sessions=20, calls=10)
+    assert warm_up.errors == []
+    before = [server.rss() for server in servers]
+
+    tally, duration = measure(servers, sessions=200, calls=50)
+
+    after = [server.rss() for server in servers]
+    print(
+        f"\nload: {tally.requests} requests in {duration:.1f} s ({tally.requests / duration:.0f}/s), "
+        + ", ".join(
+            f"{s.mode} RSS {b / MB:.1f} -> {a / MB:.1f} MB" for s, b, a in zip(servers, before, after, strict=True)
+        )
+    )
+    assert tally.errors == [], f"{len(tally.errors)} failed sessions, first: {tally.errors[:5]}"
+    assert tally.requests == 200 * (1 + 50 + 2)
+    for server, rss_before, rss_after in zip(servers, before, after, strict=True):
+        assert rss_after - rss_before < RSS_GROWTH_LIMIT, (server.mode, rss_before, rss_after)
+
+
+@pytest.mark.soak  # deselected by default (pyproject's addopts); run it with: pytest -m soak
+@pytest.mark.timeout(3600)
+def test_soak(servers: list[Server]) -> None:
+    """The same load, round after round (MCP_SESSIONS_SOAK_ROUNDS, default 20): memory must plateau."""
+    rounds = int(os.environ.get("MCP_SESSIONS_SOAK_ROUNDS", "20"))
+    first, _ = measure(servers, sessions=200, calls=50)
+    assert first.errors == []
+    baseline = [server.rss() for server in servers]
+    for round_number in range(1, rounds):
+        tally, duration = measure(servers, sessions=200, calls=50)
+        rss = [server.rss() for server in servers]
+        megabytes = [round(r / MB, 1) for r in rss]
+        print(f"\nsoak round {round_number}: {tally.requests} requests in {duration:.1f} s, RSS {megabytes} MB")
+        assert tally.errors == [], tally.errors[:5]
+        # Each round leaves 200 revoked entries in each MemoryStore (kept until their 24 h expiry): a few
+        # hundred bytes each. Anything near this bound is a leak.
+        for server, start_rss, now_rss in zip(servers, baseline, rss, strict=True):
+            assert now_rss - start_rss < 2 * RSS_GROWTH_LIMIT, (server.mode, round_number, start_rss, now_rss)
