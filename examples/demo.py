@@ -387,37 +387,48 @@ def _quiet_logs() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def serve_quickstart(*, json_response: bool, timeout: float = 10.0) -> Iterator[str]:
-    """Serve the quickstart app with uvicorn on 127.0.0.1 (a free port) in a thread; yields its MCP URL."""
+def serve_in_thread(app: Any, *, timeout: float = 10.0, path: str = "/mcp") -> Iterator[str]:
+    """Serve ``app`` with a real uvicorn on 127.0.0.1 (a free port) in a thread; yields its URL plus ``path``.
+
+    The app's lifespan runs; the server stops, bounded in time, when the block
+    ends. :class:`ServerUnavailable` if it does not start within ``timeout``.
+    """
     import uvicorn
 
-    if __package__ in (None, ""):
-        # Run as a script (python examples/demo.py): make the examples package importable.
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from examples.quickstart import build_app
-
-    environ = {"MCP_SESSIONS_SECRET": secrets.token_urlsafe(32)}
-    app = build_app(json_response=json_response, environ=environ)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only then, and without it
+    # every request on a kept-alive connection waits ~40 ms (Nagle + delayed ACK).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + timeout
         while not server.started:
             if not thread.is_alive() or time.monotonic() > deadline:
-                raise ServerUnavailable("the quickstart server did not start (see the log above)")
+                raise ServerUnavailable("the server did not start (see the log above)")
             time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}{path}"
     finally:
         server.should_exit = True
         thread.join(timeout)
         sock.close()
         if thread.is_alive():
             print(f"warning: the server thread did not stop within {timeout:.0f} s", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def serve_quickstart(*, json_response: bool, timeout: float = 10.0) -> Iterator[str]:
+    """Serve the quickstart app (a throwaway secret) in a thread; yields its MCP URL."""
+    if __package__ in (None, ""):
+        # Run as a script (python examples/demo.py): make the examples package importable.
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from examples.quickstart import build_app
+
+    environ = {"MCP_SESSIONS_SECRET": secrets.token_urlsafe(32)}
+    with serve_in_thread(build_app(json_response=json_response, environ=environ), timeout=timeout) as url:
+        yield url
 
 
 def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:

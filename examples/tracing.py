@@ -19,11 +19,8 @@ import contextlib
 import json
 import logging
 import secrets
-import socket
 import sys
-import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -49,7 +46,7 @@ from mcp_sessions.telemetry import SessionSpanProcessor
 if __package__ in (None, ""):
     # Run as a script (python examples/tracing.py): make the examples package importable.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from examples.demo import ENVELOPE, PROTOCOL_VERSION, SESSION_META_KEY
+from examples.demo import ENVELOPE, PROTOCOL_VERSION, SESSION_META_KEY, serve_in_thread
 from examples.quickstart import SESSION_TOOLS, build_server
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:6006/v1/traces"
@@ -296,30 +293,6 @@ def run_conversations(
 
 
 # -- running it ------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def serve_in_thread(app: Any, *, timeout: float = 10.0) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on 127.0.0.1 (a free port) in a thread; yields its MCP URL."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + timeout
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start (see the log above)")
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.should_exit = True
-        thread.join(timeout)
-        sock.close()
 
 
 def _metrics_summary(reader: InMemoryMetricReader) -> list[str]:
