@@ -182,6 +182,9 @@ class MCPSessionMiddleware:
         self.ttl = float(ttl)
         self.idle_ttl = None if idle_ttl is None else float(idle_ttl)
         self.store: SessionStore = MemoryStore() if store is None else store
+        # A store passed in belongs to the caller, who closes it. One that from_env builds
+        # from the environment (a RedisStore) is closed when the app's lifespan shuts down.
+        self._owns_store = False
         self.max_body_size = max_body_size
         self._paths = frozenset([path] if isinstance(path, str) else path) if path is not None else None
         self._retry_after = str(retry_after).encode()
@@ -296,12 +299,16 @@ class MCPSessionMiddleware:
             except ValueError as exc:
                 raise ValueError(f"MCP_SESSIONS_REDIS_URL, _PREFIX or _TIMEOUT: {exc}") from None
         settings.update(options)
-        return cls(app, **settings)
+        middleware = cls(app, **settings)
+        middleware._owns_store = "store" in settings and "store" not in options
+        return middleware
 
     # -- the request path ------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
+            if scope["type"] == "lifespan" and self._owns_store:
+                send = self._close_store_after_shutdown(send)
             await self.app(scope, receive, send)
             return
         raw_headers = scope["headers"]
@@ -368,6 +375,19 @@ class MCPSessionMiddleware:
             return await self._handle_batch(scope, replay, send, parsed, ctx)
         await self._pass_through(scope, replay, send, header_session_id)
         return None
+
+    def _close_store_after_shutdown(self, send: Send) -> Send:
+        """Pass lifespan messages on untouched, closing a store this middleware built on shutdown."""
+
+        async def lifespan_send(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                try:
+                    await self.store.aclose()
+                except Exception:
+                    logger.exception("could not close the session store")
+            await send(message)
+
+        return lifespan_send
 
     async def _handle_message(
         self,
