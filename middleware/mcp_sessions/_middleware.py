@@ -964,6 +964,8 @@ class _Responder:
         return body
 
     def _rewrite_text(self, data: str) -> str | None:
+        if '"id"' not in data and "\\" not in data:
+            return None  # no "id" member, even escaped: a notification or a comment, never a response
         try:
             raw = data.encode()
             parsed = jsonrpc.loads(raw, request=False)
