@@ -1,8 +1,10 @@
-"""MemoryStore: revocation, idle expiry, the cap, and atomic data under concurrency."""
+"""MemoryStore: revocation, idle expiry, the cap, and atomic data under concurrency.
+
+The store contract every store keeps (data round trips, copies, JSON-only values, incr and
+update) is tested once for MemoryStore and RedisStore alike in tests/test_redis_store.py.
+"""
 
 from __future__ import annotations
-
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -61,17 +63,6 @@ async def test_idle_boundary_is_inclusive() -> None:
     store = MemoryStore()
     await store.create("s1", expires_at=EXP, now=NOW)
     assert await store.touch("s1", expires_at=EXP, now=NOW + 60, idle_ttl=60) is SessionStatus.ACTIVE
-
-
-async def test_revoke_drops_data() -> None:
-    store = MemoryStore()
-    await store.create("s1", expires_at=EXP, now=NOW)
-    await store.set("s1", "a", 1, expires_at=EXP)
-    await store.incr("s1", "n", expires_at=EXP)
-    assert await store.items("s1") == {"a": 1, "n": 1}
-    await store.revoke("s1", expires_at=EXP)
-    assert await store.items("s1") == {}
-    assert await store.get("s1", "a") is None
 
 
 async def test_writes_after_revoke_do_not_resurrect_data() -> None:
@@ -139,75 +130,12 @@ async def test_max_sessions_must_be_positive(cap: int) -> None:
         MemoryStore(max_sessions=cap)
 
 
-async def test_get_set_delete_items() -> None:
-    store = MemoryStore()
-    assert await store.get("s1", "missing") is None
-    assert await store.get("s1", "missing", 7) == 7
-    await store.set("s1", "a", {"x": [1, "two", None, True, 1.5]}, expires_at=EXP)
-    await store.set("s1", "b", "é", expires_at=EXP)
-    assert await store.get("s1", "a") == {"x": [1, "two", None, True, 1.5]}
-    assert await store.items("s1") == {"a": {"x": [1, "two", None, True, 1.5]}, "b": "é"}
-    await store.delete("s1", "a")
-    await store.delete("s1", "never-set")
-    await store.delete("unknown-session", "a")
-    assert await store.items("s1") == {"b": "é"}
-    assert await store.items("unknown-session") == {}
-
-
-async def test_values_are_copies() -> None:
-    store = MemoryStore()
-    value: dict[str, Any] = {"items": [1]}
-    await store.set("s1", "cart", value, expires_at=EXP)
-    value["items"].append(2)
-    assert await store.get("s1", "cart") == {"items": [1]}
-    read = await store.get("s1", "cart")
-    read["items"].append(3)
-    assert await store.get("s1", "cart") == {"items": [1]}
-    everything = await store.items("s1")
-    everything["cart"]["items"].append(4)
-    assert await store.get("s1", "cart") == {"items": [1]}
-    updated = await store.update("s1", "cart", lambda old: {"items": [*old["items"], 9]}, expires_at=EXP)
-    updated["items"].append(10)
-    assert await store.get("s1", "cart") == {"items": [1, 9]}
-
-
-@pytest.mark.parametrize("value", [object(), float("nan"), {1, 2}, b"bytes"], ids=["object", "nan", "set", "bytes"])
-async def test_set_refuses_values_that_are_not_json(value: Any) -> None:
-    store = MemoryStore()
-    with pytest.raises((TypeError, ValueError)):
-        await store.set("s1", "k", value, expires_at=EXP)
-    assert await store.items("s1") == {}
-
-
-@pytest.mark.parametrize("existing", ["text", 1.5, True, None, [1], {"n": 1}], ids=repr)
-async def test_incr_on_a_non_int_is_a_type_error(existing: Any) -> None:
-    store = MemoryStore()
-    await store.set("s1", "n", existing, expires_at=EXP)
-    with pytest.raises(TypeError, match="'n' is not an integer"):
-        await store.incr("s1", "n", expires_at=EXP)
-    assert await store.get("s1", "n") == existing
-
-
 async def test_incr_counts_from_zero_and_by_amount() -> None:
     store = MemoryStore()
     assert await store.incr("s1", "n", expires_at=EXP) == 1
     assert await store.incr("s1", "n", 10, expires_at=EXP) == 11
     assert await store.incr("s1", "n", -12, expires_at=EXP) == -1
     assert await store.get("s1", "n") == -1
-
-
-async def test_update_passes_the_default_and_returns_the_new_value() -> None:
-    store = MemoryStore()
-    assert await store.update("s1", "u", lambda old: [*old, "a"], expires_at=EXP, default=[]) == ["a"]
-    assert await store.update("s1", "u", lambda old: [*old, "b"], expires_at=EXP, default=[]) == ["a", "b"]
-
-
-async def test_sessions_do_not_share_data() -> None:
-    store = MemoryStore()
-    await store.set("s1", "k", 1, expires_at=EXP)
-    await store.set("s2", "k", 2, expires_at=EXP)
-    await store.revoke("s1", expires_at=EXP)
-    assert await store.get("s2", "k") == 2
 
 
 async def test_incr_and_update_are_atomic_under_concurrent_tasks() -> None:
