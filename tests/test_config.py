@@ -22,9 +22,9 @@ async def app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover 
 def test_defaults() -> None:
     mw = MCPSessionMiddleware(app, secret=SECRET)
     assert mw.app is app
-    assert mw.ttl == 86400.0
-    assert mw.idle_ttl is None
-    assert mw.max_body_size == 4 * 1024 * 1024
+    assert mw.config.ttl == 86400.0
+    assert mw.config.idle_ttl is None
+    assert mw.config.max_body_size == 4 * 1024 * 1024
     assert isinstance(mw.store, MemoryStore)
     assert (mw.keys.issuer, mw.keys.audience) == ("mcp-sessions", "mcp-sessions")
     assert mw.keys.signer.algorithm == "HS256"
@@ -44,7 +44,7 @@ def test_options_are_applied() -> None:
         max_body_size=1000,
         max_state_size=512,
     )
-    assert (mw.ttl, mw.idle_ttl, mw.max_body_size) == (60.0, 30.0, 1000)
+    assert (mw.config.ttl, mw.config.idle_ttl, mw.config.max_body_size) == (60.0, 30.0, 1000)
     assert mw.store is store
     assert (mw.keys.issuer, mw.keys.audience, mw.keys.max_state_size) == ("https://mcp.example", "tenant-a", 512)
 
@@ -58,7 +58,7 @@ def test_keys_are_used_as_given() -> None:
 
 def test_ttl_of_exactly_ten_years_is_accepted() -> None:
     mw = MCPSessionMiddleware(app, secret=SECRET, ttl=TEN_YEARS, idle_ttl=TEN_YEARS)
-    assert (mw.ttl, mw.idle_ttl) == (float(TEN_YEARS), float(TEN_YEARS))
+    assert (mw.config.ttl, mw.config.idle_ttl) == (float(TEN_YEARS), float(TEN_YEARS))
 
 
 @pytest.mark.parametrize(
@@ -151,9 +151,9 @@ def test_from_env_reads_every_variable() -> None:
             "MCP_SESSIONS_AUDIENCE": "tenant-a",
         },
     )
-    assert (mw.ttl, mw.idle_ttl) == (3600.0, 90.5)
+    assert (mw.config.ttl, mw.config.idle_ttl) == (3600.0, 90.5)
     assert (mw.keys.issuer, mw.keys.audience) == ("https://mcp.example", "tenant-a")
-    token, _ = mw.keys.mint_session_token(ttl=mw.ttl)
+    token, _ = mw.keys.mint_session_token(ttl=mw.config.ttl)
     assert KeySet.from_secret(SECRET, issuer="https://mcp.example", audience="tenant-a").verify_session_token(token)
 
 
@@ -162,7 +162,7 @@ def test_from_env_blank_values_mean_unset() -> None:
         app,
         environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_TTL": "  ", "MCP_SESSIONS_ISSUER": " "},
     )
-    assert mw.ttl == 86400.0
+    assert mw.config.ttl == 86400.0
     assert mw.keys.issuer == "mcp-sessions"
 
 
@@ -170,14 +170,14 @@ def test_from_env_keyword_options_override_the_environment() -> None:
     keys = KeySet.from_secret(SECRET)
     mw = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_TTL": "60"}, keys=keys, ttl=120)
     assert mw.keys is keys
-    assert mw.ttl == 120.0
+    assert mw.config.ttl == 120.0
 
 
 def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
     monkeypatch.setenv("MCP_SESSIONS_TTL", "77")
     mw = MCPSessionMiddleware.from_env(app)
-    assert mw.ttl == 77.0
+    assert mw.config.ttl == 77.0
 
 
 @pytest.mark.parametrize(

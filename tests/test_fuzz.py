@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from conftest import SECRET
 from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, MemoryStore, SessionKey, get_session
 from mcp_sessions import _jsonrpc as jsonrpc
+from mcp_sessions.profiles import DRAFT, InvalidSessionMeta
 
 KEY = "io.modelcontextprotocol/session"
 MODERN = "2026-07-28"
@@ -30,6 +31,7 @@ LEGACY = "2025-11-25"
 PATH_NAMES = ("params", "_meta", KEY, "sessionId", "state")
 
 # Report one bug a test, shrunk: hunting and shrinking every distinct bug at once can take minutes.
+WATCH = jsonrpc.Watch([DRAFT.carrier.meta_key], DRAFT.carrier.path_names)
 FUZZ = settings(
     max_examples=200,
     deadline=None,
@@ -143,7 +145,7 @@ NOT_JSON: Any = object()
 @FUZZ
 @given(body=st.binary(max_size=300) | encoded(bodies_json))
 def test_loads_never_raises(body: bytes) -> None:
-    jsonrpc.loads(body)
+    jsonrpc.loads(body, watch=WATCH)
 
 
 @FUZZ
@@ -152,17 +154,17 @@ def test_loads_reads_every_body_the_sdk_reads_and_reads_it_the_same(body: bytes)
     """A body the server would parse but the middleware would not is a body the middleware never checks."""
     expected = parse_like_the_sdk(body)
     if expected is not NOT_JSON:
-        assert jsonrpc.loads(body) == expected
+        assert jsonrpc.loads(body, watch=WATCH) == expected
 
 
 @FUZZ
 @given(message=st.dictionaries(st.sampled_from([*PATH_NAMES, "id", "x"]), json_values) | messages)
 def test_session_meta_raises_only_invalid_session_meta(message: dict[str, Any]) -> None:
     try:
-        meta = jsonrpc.session_meta(message)
-    except jsonrpc.InvalidSessionMeta:
+        meta = DRAFT.carrier.read(message)
+    except InvalidSessionMeta:
         return
-    assert meta is None or (isinstance(meta, dict) and type(meta["sessionId"]) is str)
+    assert meta is None or type(meta.token) is str
 
 
 class Pairs(list[tuple[str, Any]]):
@@ -245,18 +247,18 @@ def pair_messages(draw: st.DrawFn) -> tuple[Pairs, str]:
 def test_session_meta_follows_the_rules_even_with_repeated_names(case: tuple[Pairs, str]) -> None:
     message, text = case
     expected, session = expected_decision(message)
-    parsed = jsonrpc.loads(text.encode("utf-8", "surrogatepass"))
+    parsed = jsonrpc.loads(text.encode("utf-8", "surrogatepass"), watch=WATCH)
     assert isinstance(parsed, dict)
     try:
-        meta = jsonrpc.session_meta(parsed)
-    except jsonrpc.InvalidSessionMeta:
+        meta = DRAFT.carrier.read(parsed)
+    except InvalidSessionMeta:
         assert expected in ("invalid", "repeated")
         return
     assert expected in ("none", "session", "repeated")
     if expected == "none":
         assert meta is None
     elif expected == "session":
-        assert meta is not None and meta["sessionId"] == session["sessionId"]
+        assert meta is not None and meta.token == session["sessionId"]
 
 
 @FUZZ

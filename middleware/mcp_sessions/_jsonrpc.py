@@ -1,25 +1,17 @@
-"""JSON-RPC 2.0 frames: parse, classify, read session metadata, build errors."""
+"""JSON-RPC 2.0 frames, shared by the middleware and the client: parse, dump, build results and errors."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, Final
 
-from ._protocol import INVALID_REQUEST, SESSION_META_KEY
+from ._protocol import INVALID_REQUEST
 
 _MAX_ECHOED_ID: Final = 256
 # Built once: json.dumps with arguments builds a new encoder on every call.
 _decode = json.JSONDecoder().decode
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
-# The member names on the path to the session metadata: a body that repeats one
-# of them could mean one session to this parser and another to the server's.
-_SESSION_KEY_MARKER: Final = b'"' + SESSION_META_KEY.encode() + b'"'
-
-
-class InvalidSessionMeta(Exception):
-    """Session metadata present but of the wrong shape (answered with -32600)."""
 
 
 class _Repeated(dict[str, Any]):
@@ -44,77 +36,53 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _decode_checked = json.JSONDecoder(object_pairs_hook=_object).decode
 
 
-def loads(body: bytes, *, request: bool = True) -> Any:
+class Watch:
+    """The member names on the paths to the session metadata of the enabled wires.
+
+    A request that could repeat one of them could mean one session to this
+    parser and another to the server's: such a body (an escape anywhere, or a
+    name seen twice) is parsed with a hook that records repeated names.
+    """
+
+    __slots__ = ("_markers", "_names")
+
+    def __init__(self, markers: Iterable[str], names: Iterable[str]) -> None:
+        self._markers = tuple(b'"%s"' % m.encode() for m in dict.fromkeys(markers))
+        self._names = tuple(b'"%s"' % n.encode() for n in dict.fromkeys([*markers, *names]))
+
+    def needs_check(self, body: bytes) -> bool:
+        if b"\\" in body:
+            return True
+        if not any(marker in body for marker in self._markers):
+            return False
+        count = body.count
+        return any(count(name) > 1 for name in self._names)
+
+
+def loads(body: bytes, *, watch: Watch | None = None) -> Any:
     """The parsed body, or ``None`` when it is not JSON (the app answers those).
 
-    A request that could repeat a member name on the path to the session
-    metadata (an escape anywhere, or a marker seen twice) is parsed with a
-    hook that records repeated names, so that :func:`session_meta` refuses it.
-    Responses (``request=False``) come from the application and are parsed plainly.
+    With ``watch`` (requests), a body that could repeat a name on the path to
+    the session metadata keeps a record of repeated names, so that reading the
+    session refuses it. Responses come from the application and are parsed plainly.
     """
     try:
         # Decoded as json.loads(bytes) decodes (a BOM, UTF-16 and UTF-32, lone surrogates), so
         # that no body the server would read as JSON-RPC passes here as "not JSON".
         encoding = json.detect_encoding(body)
         text = body.decode(encoding, "surrogatepass")
-        if not request:
+        if watch is None:
             return _decode(text)
         if encoding != "utf-8":
             body = text.encode("utf-8", "surrogatepass")  # the repeated-name scan reads this text
-        if b"\\" in body:
-            return _decode_checked(text)
-        if _SESSION_KEY_MARKER in body:
-            count = body.count
-            if (
-                count(_SESSION_KEY_MARKER) > 1
-                or count(b'"_meta"') > 1
-                or count(b'"params"') > 1
-                or count(b'"sessionId"') > 1
-                or count(b'"state"') > 1
-            ):
-                return _decode_checked(text)
-        return _decode(text)
+        return _decode_checked(text) if watch.needs_check(body) else _decode(text)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
-
-
-def _check_unique(obj: dict[str, Any], *names: str) -> None:
-    if type(obj) is _Repeated and not obj.repeated.isdisjoint(names):
-        raise InvalidSessionMeta("session metadata must not repeat a member name")
 
 
 def dumps(message: Any) -> bytes:
     # A lone surrogate (legal in JSON text as an escape) goes back out as its escape.
     return _encode(message).encode("utf-8", "backslashreplace")
-
-
-def session_meta(message: dict[str, Any]) -> dict[str, Any] | None:
-    """The session metadata a message carries in ``params._meta``, if any.
-
-    ``null`` counts as absent. Anything else that is not an object with a
-    string ``sessionId`` (and, if present, a string ``state``) is invalid.
-    """
-    _check_unique(message, "params")
-    params = message.get("params")
-    if not isinstance(params, dict):
-        return None
-    _check_unique(params, "_meta")
-    meta = params.get("_meta")
-    if not isinstance(meta, dict):
-        return None
-    _check_unique(meta, SESSION_META_KEY)
-    session = meta.get(SESSION_META_KEY)
-    if session is None:
-        return None
-    if not isinstance(session, dict):
-        raise InvalidSessionMeta("session metadata must be an object")
-    _check_unique(session, "sessionId", "state")
-    if type(session.get("sessionId")) is not str:
-        raise InvalidSessionMeta("session metadata needs a string sessionId")
-    state = session.get("state")
-    if state is not None and type(state) is not str:
-        raise InvalidSessionMeta("session state must be a string")
-    return session
 
 
 def error(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:

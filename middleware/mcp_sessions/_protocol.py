@@ -1,25 +1,12 @@
-"""The wire profile "draft-2026-03": names, codes and eras.
+"""What every wire shares: JSON-RPC and MCP error codes, eras, headers, the HTTP status table.
 
-Every literal of the data-layer sessions draft lives here, so that a later wire
-profile changes this module and nothing else.
+Nothing here belongs to one session wire; each wire's names and codes live in
+its module under :mod:`mcp_sessions.profiles`.
 """
 
 from __future__ import annotations
 
 from typing import Final
-
-SESSION_META_KEY: Final = "io.modelcontextprotocol/session"
-SESSIONS_EXTENSION_ID: Final = "io.modelcontextprotocol/sessions"
-
-METHOD_CREATE: Final = "sessions/create"
-METHOD_DELETE: Final = "sessions/delete"
-SESSION_METHODS: Final = frozenset({METHOD_CREATE, METHOD_DELETE})
-
-# Methods a client needs before it can hold a session; a policy that requires
-# sessions "for everything" still lets these through.
-SESSIONLESS_METHODS: Final = frozenset(
-    {"initialize", "notifications/initialized", "server/discover", "ping", METHOD_CREATE}
-)
 
 # JSON-RPC error codes.
 PARSE_ERROR: Final = -32700
@@ -27,9 +14,8 @@ INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
+# MCP 2026-07-28: a header that disagrees with the body.
 HEADER_MISMATCH: Final = -32020
-SESSION_NOT_FOUND: Final = -32043
-SESSION_REQUIRED: Final = -32044
 # Retryable, in the implementation range: -32000 and -32001 are the SDK's.
 SESSION_STORE_UNAVAILABLE: Final = -32010
 
@@ -67,8 +53,3 @@ def http_status(code: int, *, modern: bool) -> int:
     if not modern:
         return 200
     return _MODERN_HTTP_STATUS.get(code, 200)
-
-
-def capability(*, required: bool) -> dict[str, bool]:
-    """The object advertised under `capabilities.sessions`."""
-    return {"required": True} if required else {}

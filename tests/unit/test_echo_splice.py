@@ -8,7 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_sessions._middleware import _echo_splice_point, _Responder, _Target
+from mcp_sessions._echo import Target, splice_point
+from mcp_sessions._response import _Messages
+from mcp_sessions.profiles import DRAFT
 
 KEY = "io.modelcontextprotocol/session"
 ECHO = {"sessionId": "aaa.bbb.ccc", "expiresAt": "2027-01-15T08:00:00Z"}
@@ -21,8 +23,8 @@ class FakeSession:
 
 
 def rewrite(body: bytes) -> bytes:
-    responder = _Responder(None, {7: _Target(FakeSession(), False, True, None)}, {})  # type: ignore[arg-type]
-    return responder._rewrite_json(body)
+    target = Target(DRAFT, FakeSession(), advertised=(), capability={}, modern=True, operation=None)  # type: ignore[arg-type]
+    return _Messages({7: target}).rewrite(body, json.loads(body)) or body
 
 
 def expected(body: bytes) -> Any:
@@ -57,7 +59,7 @@ def test_the_sdk_shape_is_spliced_not_reserialized() -> None:
         b'{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":"x"}],'
         b'"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"s","version":""}}}}'
     )
-    assert _echo_splice_point(body, json.loads(body)) == (len(body) - 3, b',"' + KEY.encode() + b'":', b"")
+    assert splice_point(body, json.loads(body), KEY) == (len(body) - 3, b',"' + KEY.encode() + b'":', b"")
     out = rewrite(body)
     # Everything the server wrote stays byte for byte; the echo is appended to its _meta.
     assert out.startswith(body[:-3]) and out.endswith(b"}}}")
@@ -71,5 +73,5 @@ def test_shapes_that_are_not_safe_to_splice_are_reserialized() -> None:
         b'{"result":{"a":1},"jsonrpc":"2.0","id":7}',  # result not last
         b'{"jsonrpc":"2.0","id":7,"result":{"_meta":{}}}',  # empty _meta: no comma to add
     ):
-        assert _echo_splice_point(body, json.loads(body)) is None
+        assert splice_point(body, json.loads(body), KEY) is None
         assert json.loads(rewrite(body)) == expected(body)

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from mcp_sessions import _jsonrpc as jsonrpc
-from mcp_sessions._protocol import capability, http_status, is_modern
+from mcp_sessions._protocol import http_status, is_modern
+from mcp_sessions.profiles import DRAFT, InvalidSessionMeta, SessionRef
 
 KEY = "io.modelcontextprotocol/session"
 
@@ -59,16 +60,16 @@ def _message(session: Any = ..., *, meta: Any = ..., params: Any = ...) -> dict[
         (_message(meta=[]), None),
         (_message(), None),
         (_message(None), None),
-        (_message({"sessionId": "t"}), {"sessionId": "t"}),
-        (_message({"sessionId": "t", "state": "s"}), {"sessionId": "t", "state": "s"}),
-        (_message({"sessionId": "t", "state": None}), {"sessionId": "t", "state": None}),
-        (_message({"sessionId": "", "extra": 1}), {"sessionId": "", "extra": 1}),
+        (_message({"sessionId": "t"}), SessionRef("t", None)),
+        (_message({"sessionId": "t", "state": "s"}), SessionRef("t", "s")),
+        (_message({"sessionId": "t", "state": None}), SessionRef("t", None)),
+        (_message({"sessionId": "", "extra": 1}), SessionRef("", None)),
     ],
     ids=["no-params", "params-null", "params-list", "params-string", "meta-null", "meta-string",
          "meta-list", "no-session", "session-null", "session", "with-state", "state-null", "empty-id-and-extra"],
 )  # fmt: skip
 def test_session_meta(message: dict[str, Any], expected: Any) -> None:
-    assert jsonrpc.session_meta(message) == expected
+    assert DRAFT.carrier.read(message) == expected
 
 
 @pytest.mark.parametrize(
@@ -91,8 +92,8 @@ def test_session_meta(message: dict[str, Any], expected: Any) -> None:
          "state-object", "state-false"],
 )  # fmt: skip
 def test_session_meta_of_the_wrong_shape(session: Any, message: str) -> None:
-    with pytest.raises(jsonrpc.InvalidSessionMeta, match=message):
-        jsonrpc.session_meta(_message(session))
+    with pytest.raises(InvalidSessionMeta, match=message):
+        DRAFT.carrier.read(_message(session))
 
 
 def test_error_and_result_frames() -> None:
@@ -155,5 +156,5 @@ def test_http_status(code: int, modern: bool, expected: int) -> None:
 
 
 def test_capability() -> None:
-    assert capability(required=False) == {}
-    assert capability(required=True) == {"required": True}
+    assert DRAFT.capability.value(required=False) == {}
+    assert DRAFT.capability.value(required=True) == {"required": True}

@@ -24,21 +24,17 @@ from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
 import anyio
 
-from .._protocol import (
-    INVALID_REQUEST,
+from .._protocol import INVALID_REQUEST, METHOD_NOT_FOUND, MODERN_VERSION, SESSION_STORE_UNAVAILABLE, is_modern
+from .._sse import SSERewriter
+from ..profiles.draft import (
     METHOD_CREATE,
     METHOD_DELETE,
-    METHOD_NOT_FOUND,
-    MODERN_VERSION,
     SESSION_META_KEY,
     SESSION_METHODS,
     SESSION_NOT_FOUND,
     SESSION_REQUIRED,
-    SESSION_STORE_UNAVAILABLE,
     SESSIONS_EXTENSION_ID,
-    is_modern,
 )
-from .._sse import SSERewriter
 from ._session import RetryPolicy, SessionError, SessionHandle
 
 __all__ = ["ChangeHook", "Relay", "Shim", "Wire"]

@@ -1,0 +1,83 @@
+"""The answers the middleware sends itself: refusals, local results, bare statuses."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from starlette.types import Send
+
+from . import _jsonrpc as jsonrpc
+from ._protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE, http_status
+
+__all__ = ["Refusal", "send_accepted", "send_json", "send_refusal", "send_status", "store_unavailable"]
+
+logger = logging.getLogger("mcp_sessions")
+
+_JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+
+
+class Refusal(Exception):
+    """A JSON-RPC error the middleware answers itself instead of forwarding.
+
+    ``reason`` is a low-cardinality word for the rejection metric;
+    ``session_id`` is the stable id when a token verified but its session was
+    refused (deleted, idle, bad state, another principal), so that telemetry
+    files the refusal under it.
+    """
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        data: Any = None,
+        *,
+        reason: str = "invalid_request",
+        session_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+        self.reason = reason
+        self.session_id = session_id
+
+    def frame(self, request_id: Any) -> dict[str, Any]:
+        """The JSON-RPC error response to ``request_id``."""
+        return jsonrpc.error(request_id, self.code, self.message, self.data)
+
+
+def store_unavailable(exc: Exception) -> Refusal:
+    """The retryable refusal for a store that cannot answer now (never "not found")."""
+    logger.warning("session store unavailable: %s", exc)
+    return Refusal(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later", reason="store_unavailable")
+
+
+def batch_refused(reason: str = "batch refused: another element's session is invalid") -> Refusal:
+    return Refusal(INVALID_REQUEST, reason)
+
+
+async def send_json(send: Send, status: int, payload: Any, retry_after: bytes) -> None:
+    body = jsonrpc.dumps(payload)
+    headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+    if status == 503:
+        headers.append((b"retry-after", retry_after))
+    await send({"type": "http.response.start", "status": status, "headers": headers, "trailers": False})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_refusal(send: Send, request_id: Any, refusal: Refusal, *, modern: bool, retry_after: bytes) -> None:
+    await send_json(send, http_status(refusal.code, modern=modern), refusal.frame(request_id), retry_after)
+
+
+async def send_status(send: Send, status: int, retry_after: bytes) -> None:
+    headers = [(b"content-length", b"0")]
+    if status == 503:
+        headers.append((b"retry-after", retry_after))
+    await send({"type": "http.response.start", "status": status, "headers": headers, "trailers": False})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def send_accepted(send: Send) -> None:
+    """202 and no body: the answer to a notification that never reaches the app."""
+    await send_status(send, 202, b"")

@@ -1,0 +1,229 @@
+"""SessionsConfig: every option of the middleware, validated once, eagerly.
+
+Build it at startup (``SessionsConfig.from_env()`` raises at once when the
+secret is missing) and hand it to the middleware, so that a misconfigured
+server never starts answering.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, Final
+
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
+
+from ._policy import RequirePolicy, Requires, compile_policy
+from ._principal import PrincipalHook, authenticated_user
+from ._telemetry import TraceMode
+from ._tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
+from .profiles import WireProfile, profiles_from_names
+from .stores import MemoryStore, SessionStore
+
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_TTL", "SessionsConfig"]
+
+logger = logging.getLogger("mcp_sessions")
+
+DEFAULT_TTL: Final = 24 * 3600
+MAX_TTL: Final = 10 * 365 * 24 * 3600
+DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
+
+
+class SessionsConfig:
+    """The middleware's options, checked and compiled once.
+
+    Exactly one of ``secret`` (HS256, at least 32 bytes) and ``keys`` (a
+    :class:`~mcp_sessions.KeySet`) is required. See ``docs/configuration.md``
+    for every option.
+    """
+
+    def __init__(
+        self,
+        *,
+        secret: str | bytes | None = None,
+        keys: KeySet | None = None,
+        ttl: float = DEFAULT_TTL,
+        idle_ttl: float | None = None,
+        issuer: str | None = None,
+        audience: str | None = None,
+        store: SessionStore | None = None,
+        require_session: RequirePolicy = False,
+        require_session_tools: Collection[str] = (),
+        path: str | Collection[str] | None = None,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        max_state_size: int | None = None,
+        retry_after: int = 1,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        trace_mode: TraceMode = "link",
+        principal: PrincipalHook | None = authenticated_user,
+        profiles: str | Iterable[str | WireProfile] = ("draft",),
+    ) -> None:
+        self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
+        if not 0 < ttl <= MAX_TTL:
+            raise ValueError(f"ttl must be a positive number of seconds, at most {MAX_TTL} (ten years)")
+        if idle_ttl is not None and not 0 < idle_ttl <= MAX_TTL:
+            raise ValueError(
+                f"idle_ttl must be a positive number of seconds (at most {MAX_TTL}), or None to disable it"
+            )
+        if max_body_size < 1:
+            raise ValueError("max_body_size must be positive")
+        if type(retry_after) is not int or retry_after < 0:
+            raise ValueError("retry_after must be a whole number of seconds, 0 or more")
+        if trace_mode not in ("link", "session"):
+            raise ValueError('trace_mode must be "link" or "session"')
+        self.ttl = float(ttl)
+        self.idle_ttl = None if idle_ttl is None else float(idle_ttl)
+        self.store: SessionStore = MemoryStore() if store is None else store
+        # A store passed in belongs to the caller, who closes it; one that from_env builds
+        # from the environment is closed when the app's lifespan shuts down.
+        self.owns_store = False
+        self.paths = frozenset([path] if isinstance(path, str) else path) if path is not None else None
+        self.max_body_size = max_body_size
+        self.retry_after = retry_after
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
+        self.trace_mode: TraceMode = trace_mode
+        self.principal = principal
+        self.profiles = profiles_from_names(profiles)
+        exempt = frozenset().union(*(p.sessionless for p in self.profiles))
+        self.requires: Requires = compile_policy(require_session, require_session_tools, exempt)
+        self.require_all = require_session is True
+
+    @classmethod
+    def from_env(cls, *, environ: Mapping[str, str] | None = None, **options: Any) -> SessionsConfig:
+        """Configure from ``MCP_SESSIONS_*`` variables; keyword options override them.
+
+        ``MCP_SESSIONS_SECRET`` or ``MCP_SESSIONS_KEYS`` (a JWKS, ``kid:secret``
+        pairs or ``@/path``; :meth:`KeySet.from_config`, with
+        ``MCP_SESSIONS_SIGNER`` naming the signing kid) is required, not both.
+        ``MCP_SESSIONS_DEV=1`` instead generates a random secret and warns:
+        sessions then die with the process and no other replica accepts them.
+        ``MCP_SESSIONS_REDIS_URL`` selects a :class:`~mcp_sessions.stores.RedisStore`
+        (the ``redis`` extra), with ``MCP_SESSIONS_REDIS_PREFIX`` and
+        ``MCP_SESSIONS_REDIS_TIMEOUT``. ``MCP_SESSIONS_PROFILES`` lists the
+        session wires to speak (default ``draft``).
+        """
+        env = os.environ if environ is None else environ
+        settings: dict[str, Any] = {}
+        if "keys" not in options and "secret" not in options:
+            settings.update(_keys_from_env(env, options))
+        if (ttl := _seconds(env, "MCP_SESSIONS_TTL")) is not None:
+            settings["ttl"] = ttl
+        if (idle_ttl := _seconds(env, "MCP_SESSIONS_IDLE_TTL")) is not None:
+            settings["idle_ttl"] = idle_ttl
+        if "keys" not in options and "keys" not in settings:  # a KeySet carries its own issuer and audience
+            for name, key in (("MCP_SESSIONS_ISSUER", "issuer"), ("MCP_SESSIONS_AUDIENCE", "audience")):
+                if value := env.get(name, "").strip():
+                    settings[key] = value
+        if "profiles" not in options and (profiles := env.get("MCP_SESSIONS_PROFILES", "").strip()):
+            try:
+                settings["profiles"] = profiles_from_names(profiles)
+            except ValueError as exc:
+                raise ValueError(f"MCP_SESSIONS_PROFILES: {exc}") from None
+        if "store" not in options and (store := _store_from_env(env)) is not None:
+            settings["store"] = store
+        settings.update(options)
+        config = cls(**settings)
+        config.owns_store = "store" in settings and "store" not in options
+        return config
+
+
+def _key_set(
+    secret: str | bytes | None,
+    keys: KeySet | None,
+    *,
+    issuer: str | None,
+    audience: str | None,
+    max_state_size: int | None,
+) -> KeySet:
+    if (secret is None) == (keys is None):
+        raise ValueError(
+            "mcp-sessions needs exactly one of secret= (HS256, at least 32 bytes) or keys= (a KeySet); "
+            "SessionsConfig.from_env reads MCP_SESSIONS_SECRET"
+        )
+    if keys is None:
+        assert secret is not None
+        keys = KeySet(
+            [SessionKey.from_secret(secret)],
+            issuer=issuer or "mcp-sessions",
+            audience=audience or "mcp-sessions",
+            max_state_size=DEFAULT_MAX_STATE_SIZE if max_state_size is None else max_state_size,
+        )
+    elif issuer is not None or audience is not None or max_state_size is not None:
+        raise ValueError("with keys=, set issuer, audience and max_state_size on the KeySet")
+    if keys.signer is None:
+        raise ValueError(
+            "the KeySet is verify-only: the middleware mints sessions and signs state, "
+            "so add a secret or a private key that can sign"
+        )
+    return keys
+
+
+def _seconds(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"{name} must be positive, got {raw!r}")
+    return value
+
+
+def _keys_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[str, Any]:
+    key_config = env.get("MCP_SESSIONS_KEYS", "").strip()
+    signer = env.get("MCP_SESSIONS_SIGNER", "").strip() or None
+    if key_config or signer:
+        if not key_config:
+            raise ValueError("MCP_SESSIONS_SIGNER names a key of MCP_SESSIONS_KEYS, which is not set")
+        if env.get("MCP_SESSIONS_SECRET", ""):
+            raise ValueError(
+                "MCP_SESSIONS_SECRET and MCP_SESSIONS_KEYS are both set: set only one "
+                "(to rotate away from a secret, list it in MCP_SESSIONS_KEYS as ':<secret>')"
+            )
+        # A KeySet carries issuer, audience and the state limit: options and variables go there.
+        key_options = {
+            name: value for name in ("issuer", "audience", "max_state_size") if (value := options.pop(name, None))
+        }
+        for name, key in (("MCP_SESSIONS_ISSUER", "issuer"), ("MCP_SESSIONS_AUDIENCE", "audience")):
+            if key not in key_options and (value := env.get(name, "").strip()):
+                key_options[key] = value
+        return {"keys": KeySet.from_config(key_config, signer=signer, source="MCP_SESSIONS_KEYS", **key_options)}
+    secret = env.get("MCP_SESSIONS_SECRET", "")
+    if not secret:
+        if env.get("MCP_SESSIONS_DEV", "").strip().lower() not in ("1", "true", "yes"):
+            raise RuntimeError(
+                "MCP_SESSIONS_SECRET is not set: set it to a random string of at least 32 bytes "
+                "(python -c 'import secrets; print(secrets.token_urlsafe(32))'), shared by every replica; "
+                "or set MCP_SESSIONS_DEV=1 to use a throwaway key for local development"
+            )
+        secret = secrets.token_urlsafe(32)
+        logger.warning("MCP_SESSIONS_DEV is set: signing sessions with a random key; they end with this process")
+    return {"secret": secret}
+
+
+def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:
+    redis_url = env.get("MCP_SESSIONS_REDIS_URL", "").strip()
+    if not redis_url:
+        return None
+    try:
+        from .stores.redis import RedisStore
+    except ImportError:
+        raise RuntimeError(
+            "MCP_SESSIONS_REDIS_URL is set but the redis package is not installed: pip install 'mcp-sessions[redis]'"
+        ) from None
+    store_options: dict[str, Any] = {}
+    if prefix := env.get("MCP_SESSIONS_REDIS_PREFIX", "").strip():
+        store_options["prefix"] = prefix
+    if (redis_timeout := _seconds(env, "MCP_SESSIONS_REDIS_TIMEOUT")) is not None:
+        store_options["timeout"] = redis_timeout
+    try:
+        return RedisStore(redis_url, **store_options)
+    except ValueError as exc:
+        raise ValueError(f"MCP_SESSIONS_REDIS_URL, _PREFIX or _TIMEOUT: {exc}") from None

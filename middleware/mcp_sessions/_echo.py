@@ -1,0 +1,122 @@
+"""Pure: what a response to a request in a session gains (the echo, the capability), and where.
+
+The response rewriter moves bytes; these functions decide what changes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from ._service import iso
+
+if TYPE_CHECKING:
+    from ._session import Session
+    from ._telemetry import Operation
+    from .profiles import WireProfile
+
+__all__ = ["CHANGED", "Target", "advertise", "annotate", "hashable_id", "splice_point"]
+
+# annotate()'s answer when the message changed beyond the echo: serialize it again.
+CHANGED: Final = object()
+
+
+class Target:
+    """What to do with the response to one request id."""
+
+    __slots__ = ("advertised", "capability", "modern", "operation", "profile", "session")
+
+    def __init__(
+        self,
+        profile: WireProfile,
+        session: Session | None,
+        *,
+        advertised: tuple[WireProfile, ...],
+        capability: dict[str, Any],
+        modern: bool,
+        operation: Operation | None,
+    ) -> None:
+        self.profile = profile
+        self.session = session
+        self.advertised = advertised
+        self.capability = capability
+        self.modern = modern
+        self.operation = operation
+
+
+def hashable_id(request_id: Any) -> Any:
+    """A request id as a dict key (JSON-RPC ids are strings or numbers; anything else by its repr)."""
+    return request_id if type(request_id) in (str, int, float) or request_id is None else repr(request_id)
+
+
+def annotate(target: Target, message: dict[str, Any]) -> bytes | object | None:
+    """Observe a response to ``target``'s request and add the echo and the capability to it.
+
+    Returns ``None`` when ``message`` did not change, the echo's JSON when the
+    echo is the only change, and :data:`CHANGED` otherwise.
+    """
+    result = message.get("result")
+    operation = target.operation
+    if not isinstance(result, dict):
+        error = message.get("error")
+        if operation is not None and isinstance(error, dict) and type(error.get("code")) is int:
+            operation.fail(error["code"], str(error.get("message", "")))
+        return None
+    if operation is not None and result.get("isError") is True:
+        operation.tool_error()
+    change: bytes | object | None = None
+    session = target.session
+    if session is not None:
+        echo_shape = target.profile.echo
+        expires = iso(int(session.expires_at_timestamp))
+        meta = result.get("_meta")
+        if not isinstance(meta, dict):
+            meta = result["_meta"] = {}
+        meta[echo_shape.meta_key] = echo_shape.build(session.token, session.state_token, expires)
+        change = echo_shape.to_json(session.token, session.state_token, expires)
+    for profile in target.advertised:
+        if advertise(result, profile, modern=target.modern, value=target.capability):
+            change = CHANGED
+    return change
+
+
+def advertise(result: dict[str, Any], profile: WireProfile, *, modern: bool, value: dict[str, Any]) -> bool:
+    """Merge the capability into a ``server/discover`` or ``initialize`` result; whether it changed."""
+    capabilities = result.get("capabilities")
+    if not isinstance(capabilities, dict):
+        return False
+    for path in profile.capability.modern if modern else profile.capability.legacy:
+        node = capabilities
+        for name in path[:-1]:
+            child = node.get(name)
+            if not isinstance(child, dict):
+                child = node[name] = {}
+            node = child
+        node.setdefault(path[-1], dict(value))
+    return True
+
+
+def splice_point(raw: bytes, message: dict[str, Any], meta_key: str) -> tuple[int, bytes, bytes] | None:
+    """Where an echo under ``meta_key`` can go in ``raw`` without reserializing, if the bytes allow it.
+
+    The message must end with ``result`` as its last member and ``result``
+    with ``_meta`` (an object, which then gets one more member) or without
+    any ``_meta`` (which is then added last), with no whitespace after the
+    last braces: how the SDK, and any compact serializer, writes it.
+    """
+    if not raw.endswith(b"}}") or next(reversed(message), None) != "result":
+        return None
+    result = message["result"]
+    if not isinstance(result, dict):
+        return None
+    member = b'"%s":' % meta_key.encode()
+    if not result:
+        return len(raw) - 2, b'"_meta":{' + member, b"}"
+    last = next(reversed(result))
+    if last == "_meta":
+        meta = result["_meta"]
+        if isinstance(meta, dict) and meta and meta_key not in meta and raw.endswith(b"}}}"):
+            return len(raw) - 3, b"," + member, b""
+        return None
+    if "_meta" in result:
+        return None
+    return len(raw) - 2, b',"_meta":{' + member, b"}"

@@ -1,0 +1,67 @@
+"""Methods the middleware answers itself: what an answer function gets, and how it is answered."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from starlette.types import Scope
+
+from ._answers import Refusal
+from ._protocol import INVALID_PARAMS
+from ._service import Minted, SessionService
+
+if TYPE_CHECKING:
+    from ._session import Session
+    from ._telemetry import Operation
+    from .profiles import WireProfile
+
+__all__ = ["LocalCall"]
+
+
+@dataclass(slots=True)
+class LocalCall:
+    """One call of a local method, as its answer function sees it.
+
+    ``session`` is the verified session the call names, for methods that need
+    one. Answer functions return the result object, or raise :class:`Refusal`.
+    """
+
+    scope: Scope
+    message: dict[str, Any]
+    profile: WireProfile
+    modern: bool
+    sessions: SessionService
+    session: Session | None
+    operation: Operation | None
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The call's params; an object (the pipeline refuses anything else), empty when absent."""
+        params = self.message.get("params")
+        return params if isinstance(params, dict) else {}
+
+    def string_param(self, name: str, *, max_length: int) -> str | None:
+        """An optional string parameter, bounded; -32602 when it is anything else."""
+        value = self.params.get(name)
+        if value is not None and (type(value) is not str or len(value) > max_length):
+            raise Refusal(INVALID_PARAMS, f"{name} must be a string of at most {max_length} characters")
+        return value
+
+    async def mint(self) -> Minted:
+        """A new session for the caller, counted in telemetry."""
+        minted = await self.sessions.mint(self.scope, self.operation)
+        if (operation := self.operation) is not None:
+            operation.set_session(minted.claims.session_id)
+            operation.telemetry.sessions_created.add(1, operation.session_attributes())
+        return minted
+
+    async def revoke(self, session: Session) -> bool:
+        """End ``session`` everywhere, counted in telemetry; ``False`` if it had already ended."""
+        revoked = await self.sessions.revoke(session)
+        if revoked and (operation := self.operation) is not None:
+            attributes = operation.session_attributes()
+            operation.telemetry.sessions_deleted.add(1, attributes)
+            operation.telemetry.session_duration.record(max(time.time() - session.issued_at, 0.0), attributes)
+        return revoked

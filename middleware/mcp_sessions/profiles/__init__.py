@@ -1,0 +1,43 @@
+"""Session wires, one module each; the pipeline asks them, in order, which one a message speaks.
+
+To add a wire, add a module with one :class:`WireProfile` and register its name here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from ._base import Capability, Echo, InvalidSessionMeta, LocalMethod, SessionCarrier, SessionRef, WireProfile
+from .draft import DRAFT
+
+__all__ = [
+    "DRAFT",
+    "PROFILES",
+    "Capability",
+    "Echo",
+    "InvalidSessionMeta",
+    "LocalMethod",
+    "SessionCarrier",
+    "SessionRef",
+    "WireProfile",
+    "profiles_from_names",
+]
+
+PROFILES: Final[dict[str, WireProfile]] = {DRAFT.name: DRAFT}
+
+
+def profiles_from_names(names: str | Iterable[str | WireProfile]) -> Sequence[WireProfile]:
+    """Profiles from names (``"draft,strawman"`` or a list) or instances, in order, without repeats."""
+    items = [n.strip() for n in names.split(",") if n.strip()] if isinstance(names, str) else list(names)
+    chosen: list[WireProfile] = []
+    for item in items:
+        profile = item if isinstance(item, WireProfile) else PROFILES.get(item)
+        if profile is None:
+            raise ValueError(f"unknown session wire profile {item!r}: known are {', '.join(sorted(PROFILES))}")
+        if any(p.name == profile.name for p in chosen):
+            raise ValueError(f"the session wire profile {profile.name!r} is listed twice")
+        chosen.append(profile)
+    if not chosen:
+        raise ValueError("at least one session wire profile is needed (the default is 'draft')")
+    return tuple(chosen)

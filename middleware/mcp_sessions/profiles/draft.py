@@ -1,0 +1,87 @@
+"""The wire profile "draft-2026-03": the data-layer sessions draft (transports-wg PR #20).
+
+``sessions/create`` and ``sessions/delete``; a request names its session in
+``params._meta["io.modelcontextprotocol/session"]`` as ``{"sessionId", "state"?}``
+and results echo ``{"sessionId", "state"?, "expiresAt"}`` there. The key uses the
+``io.modelcontextprotocol/`` prefix that MCP reserves for the specification, because
+the draft was written to become part of it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from .._answers import Refusal
+from .._protocol import HEADER_MISMATCH, INVALID_REQUEST
+from .._service import iso
+from ._base import Capability, Echo, LocalMethod, SessionCarrier, WireProfile
+
+if TYPE_CHECKING:
+    from .._local import LocalCall
+
+__all__ = [
+    "DRAFT",
+    "METHOD_CREATE",
+    "METHOD_DELETE",
+    "SESSIONS_EXTENSION_ID",
+    "SESSION_META_KEY",
+    "SESSION_METHODS",
+    "SESSION_NOT_FOUND",
+    "SESSION_REQUIRED",
+]
+
+SESSION_META_KEY: Final = "io.modelcontextprotocol/session"
+METHOD_CREATE: Final = "sessions/create"
+METHOD_DELETE: Final = "sessions/delete"
+SESSION_METHODS: Final = frozenset({METHOD_CREATE, METHOD_DELETE})
+SESSIONS_EXTENSION_ID: Final = "io.modelcontextprotocol/sessions"
+SESSION_NOT_FOUND: Final = -32043
+SESSION_REQUIRED: Final = -32044
+MAX_LABEL_LENGTH: Final = 256
+
+
+async def create(call: LocalCall) -> dict[str, Any]:
+    """``sessions/create``: a new session; session metadata on the request is an error."""
+    if call.profile.carrier.present(call.message):
+        raise Refusal(INVALID_REQUEST, f"{call.profile.create_method} must not carry session metadata")
+    call.string_param("label", max_length=MAX_LABEL_LENGTH)
+    minted = await call.mint()
+    return {"session": {"sessionId": minted.token, "expiresAt": iso(int(minted.expires_at))}}
+
+
+async def delete(call: LocalCall) -> dict[str, Any]:
+    """``sessions/delete``: end the session the request names; deleting it twice is "not found"."""
+    session = call.session
+    assert session is not None  # needs_session: the pipeline resolved it
+    if not await call.revoke(session):
+        raise Refusal(
+            call.profile.not_found,
+            call.profile.not_found_message,
+            call.profile.not_found_data(session.token),
+            reason="revoked",
+            session_id=session.id,
+        )
+    return {}
+
+
+DRAFT: Final = WireProfile(
+    name="draft",
+    carrier=SessionCarrier(meta_key=SESSION_META_KEY, id_member="sessionId", state_member="state"),
+    echo=Echo(meta_key=SESSION_META_KEY, id_member="sessionId", state_member="state", expiry_member="expiresAt"),
+    capability=Capability(
+        modern=(("sessions",), ("extensions", SESSIONS_EXTENSION_ID)),
+        legacy=(("sessions",), ("experimental", "sessions")),
+    ),
+    methods={
+        METHOD_CREATE: LocalMethod(needs_session=False, answer=create),
+        METHOD_DELETE: LocalMethod(needs_session=True, answer=delete),
+    },
+    # What a client needs before it can hold a session: a policy that requires
+    # sessions "for everything" still lets these through.
+    sessionless=frozenset({"initialize", "notifications/initialized", "server/discover", "ping", METHOD_CREATE}),
+    not_found=SESSION_NOT_FOUND,
+    required=SESSION_REQUIRED,
+    header_mismatch=HEADER_MISMATCH,
+    required_data={"create": METHOD_CREATE},
+    create_method=METHOD_CREATE,
+)

@@ -1,0 +1,36 @@
+"""The seam: what a session source is, and how far its id is trusted."""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Protocol
+
+from starlette.types import Scope
+
+if TYPE_CHECKING:
+    from .._plan import Call, Plan
+    from .._session import Session
+
+__all__ = ["SessionSource", "Trust"]
+
+
+class Trust(enum.Enum):
+    """How far a source's id is trusted, which decides what its session may do."""
+
+    #: Minted by a server and verified here: data, state and tracing.
+    VERIFIED = "verified"
+    #: Only asserted by the client: tracing only, unless the operator opts into data.
+    ASSERTED = "asserted"
+
+
+class SessionSource(Protocol):
+    """Finds the session a call belongs to.
+
+    ``session_for`` returns ``None`` ("not mine": the next source is asked),
+    a :class:`~mcp_sessions.Session`, or raises :class:`~mcp_sessions._answers.Refusal`.
+    """
+
+    name: str
+    trust: Trust
+
+    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None: ...

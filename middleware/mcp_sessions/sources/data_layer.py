@@ -1,0 +1,57 @@
+"""The data-layer session a call's wire names: a server-minted token, verified."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.types import Scope
+
+from .._answers import Refusal
+from .._protocol import INVALID_REQUEST
+from .._service import SessionRefused, SessionService
+from ..profiles import InvalidSessionMeta
+from ._base import Trust
+
+if TYPE_CHECKING:
+    from .._plan import Call, Plan
+    from .._session import Session
+
+__all__ = ["DataLayerSource"]
+
+
+class DataLayerSource:
+    """The session named where the call's wire carries it (for the draft, ``params._meta``)."""
+
+    name = "data-layer"
+    trust = Trust.VERIFIED
+
+    __slots__ = ("_sessions",)
+
+    def __init__(self, sessions: SessionService) -> None:
+        self._sessions = sessions
+
+    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        profile = call.profile
+        try:
+            ref = profile.carrier.read(call.message)
+        except InvalidSessionMeta as exc:
+            raise Refusal(INVALID_REQUEST, str(exc), reason="invalid_metadata") from None
+        if ref is None:
+            return None
+        header = plan.header_session_id
+        if plan.modern and header is not None and header != ref.token.encode("utf-8", "surrogatepass"):
+            raise Refusal(
+                profile.header_mismatch,
+                "Mcp-Session-Id header does not match the session in _meta",
+                reason="header_mismatch",
+            )
+        try:
+            return await self._sessions.resolve(scope, ref.token, ref.state)
+        except SessionRefused as exc:
+            raise Refusal(
+                profile.not_found,
+                profile.not_found_message,
+                profile.not_found_data(ref.token),
+                reason=exc.reason,
+                session_id=exc.session_id,
+            ) from None
