@@ -12,7 +12,6 @@ from __future__ import annotations
 import email.utils
 import inspect
 import itertools
-import json
 import logging
 import re
 import time
@@ -24,6 +23,7 @@ from typing import Any, Final, Generic, Literal, Protocol, TypeVar
 
 import anyio
 
+from .. import _jsonrpc as jsonrpc
 from .._protocol import (
     INVALID_REQUEST,
     METHOD_CREATE,
@@ -60,8 +60,6 @@ _INTERNAL_ERROR: Final = -32603
 _DEFAULT_TIMEOUT: Final = 30.0
 
 _EOL: Final = re.compile(rb"\r\n|\r|\n")
-_decode_json = json.JSONDecoder().decode
-_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 # -- what the core needs of an HTTP library ---------------------------------------
@@ -413,7 +411,7 @@ class Shim(Generic[ReqT, RespT]):
         if sent.token is None:
             body = out.body  # nothing stamped: the caller's bytes, exactly
         else:
-            body = _encode_json(stamped if isinstance(out.parsed, list) else stamped[0]).encode()
+            body = jsonrpc.dumps(stamped if isinstance(out.parsed, list) else stamped[0])
         headers: Headers = []
         for key, value in out.headers:
             lower = key.lower()
@@ -552,7 +550,7 @@ class Shim(Generic[ReqT, RespT]):
         if failure.data is not None:
             error["data"] = failure.data
         answers = [{"jsonrpc": "2.0", "id": rid, "error": error} for rid in out.request_ids]
-        body = _encode_json(answers if isinstance(out.parsed, list) else answers[0]).encode()
+        body = jsonrpc.dumps(answers if isinstance(out.parsed, list) else answers[0])
         headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
         if failure.retry_after is not None:
             headers.append(("retry-after", failure.retry_after))
@@ -663,7 +661,7 @@ class Shim(Generic[ReqT, RespT]):
         self, endpoint: _Endpoint, message: dict[str, Any], *, token: str | None
     ) -> dict[str, Any] | _Failure:
         """Send one of the shim's own requests, retrying by the policy; its result or its failure."""
-        body = _encode_json(message).encode()
+        body = jsonrpc.dumps(message)
         headers = endpoint.headers_for(message["method"], token, len(body))
         started = time.monotonic()
         retries = 0
@@ -777,10 +775,7 @@ class _StreamObserver:
             self._done = True
 
     def _on_event(self, data: str) -> None:
-        try:
-            message = _decode_json(data)
-        except ValueError:
-            message = None
+        message = jsonrpc.loads(data.encode(), request=False)
         if not self.events and self._first_data is None:
             self._first_data = message
         if message is None:
@@ -816,10 +811,7 @@ def _is_json(content_type: Any) -> bool:
 
 
 def _loads(body: bytes) -> Any:
-    try:
-        return _decode_json(body.decode())
-    except (ValueError, RecursionError):
-        return None
+    return jsonrpc.loads(body, request=False)
 
 
 def _is_message(element: Any) -> bool:
