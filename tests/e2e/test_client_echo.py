@@ -1,4 +1,4 @@
-"""A server cannot move the client shim to another session: only the held session's echo counts.
+"""Which echoes the client shim takes: a server cannot move it to another session; ``null`` state revokes.
 
 The server here is a small real ASGI app on uvicorn (127.0.0.1) that answers
 like an MCP server with sessions, except for the tools named below, which echo
@@ -85,6 +85,10 @@ class HostileServer:
             return sse({"jsonrpc": "2.0", "id": "not-yours", "error": error}, result(rid, {"sessionId": MINE}))
         if tool == "malformed":  # the held session, with a state and an expiry of the wrong types
             return JSONResponse(result(rid, {"sessionId": MINE, "state": 42, "expiresAt": "soon"}))
+        if tool == "revoke":  # the held session, its client-held state revoked (an explicit null)
+            return JSONResponse(result(rid, {**sent, "state": None}))
+        if tool == "no_state":  # the held session, state absent: the held state stays
+            return JSONResponse(result(rid, {"sessionId": sent["sessionId"]}))
         if tool == "not_a_string":
             return JSONResponse(result(rid, {"sessionId": {"id": OTHER}, "state": "moved"}))
         return JSONResponse(result(rid, honest))
@@ -142,3 +146,26 @@ async def test_a_resumed_session_is_not_replaced_by_an_echo(hostile: tuple[Hosti
         await call(http, url, "move_sse")
 
     assert shim.session.to_dict() == {"sessionId": MINE, "state": "saved"}
+
+
+async def test_a_null_state_revokes_the_held_state_and_an_absent_one_keeps_it(
+    hostile: tuple[HostileServer, str],
+) -> None:
+    server, url = hostile
+    changes: list[dict[str, str]] = []
+    shim = SessionTransport(on_change=lambda session: changes.append(session.to_dict()))
+    async with httpx2.AsyncClient(transport=shim) as http:
+        await call(http, url, "honest")
+        state = shim.session.state
+        await call(http, url, "no_state")
+        kept = shim.session.state
+        await call(http, url, "revoke")
+        revoked = shim.session.to_dict()
+        server.received.clear()
+        await call(http, url, "no_state")
+
+    assert state is not None and state.startswith("honest-")
+    assert kept == state
+    assert revoked == {"sessionId": MINE, "expiresAt": FUTURE}
+    assert [sent_session(body) for body in server.received] == [{"sessionId": MINE}]  # no state sent after it
+    assert changes == [{"sessionId": MINE, "expiresAt": FUTURE, "state": state}, revoked]
