@@ -72,9 +72,11 @@ class HttpAdapter(Generic[RequestT, ResponseT]):
         self.inner = inner
 
     async def send(self, request: RequestT) -> ResponseT:
+        """Send through the wrapped transport."""
         return await self.inner.handle_async_request(request)
 
     def post(self, url: Any, headers: Headers, body: bytes, extensions: Mapping[str, Any]) -> RequestT:
+        """A POST request with exactly these headers and body."""
         request: RequestT = self._library.Request(
             "POST", url, headers=headers, content=body, extensions=dict(extensions)
         )
@@ -94,6 +96,7 @@ class HttpAdapter(Generic[RequestT, ResponseT]):
         return response
 
     async def aclose(self) -> None:
+        """Close the wrapped transport."""
         await self.inner.aclose()
 
     def _response(self, response: ResponseT, stream: Any) -> ResponseT:

@@ -144,10 +144,12 @@ class Failure:
     retry_after: str | None = None
 
     def error(self) -> SessionError:
+        """The exception the explicit API raises for this failure."""
         return SessionError(self.code, self.message, self.data)
 
     @property
     def retryable(self) -> bool:
+        """Whether the policy retries it: the store was unavailable (-32010) or the server answered 503."""
         return self.code == SESSION_STORE_UNAVAILABLE or self.status == 503
 
 

@@ -77,6 +77,7 @@ class SessionClient(Generic[RequestT, ResponseT]):
 
     @property
     def session(self) -> SessionHandle:
+        """The held session."""
         return self.keeper.session
 
     # -- the caller's requests ------------------------------------------------------------

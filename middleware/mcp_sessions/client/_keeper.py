@@ -99,10 +99,12 @@ class SessionKeeper:
         self._changed = True
 
     def drop_if_expired(self) -> None:
+        """Forget a held session that has expired by this client's clock: it is never sent."""
         if self.session.token is not None and self.session.expired():
             self.drop(self.session.token, "it expired by this client's clock")
 
     def mark_unsupported(self) -> None:
+        """Remember that the server has no sessions (-32601 to sessions/create); warn once."""
         if self.supported is not False:
             logger.warning("the server does not support data-layer sessions: requests go out without one")
         self.supported = False

@@ -37,6 +37,7 @@ class Era(Enum):
 
     @classmethod
     def of(cls, protocol_version: str | None) -> Era:
+        """The era of a request with this ``Mcp-Protocol-Version`` (``None``: the header is absent)."""
         return cls.PER_REQUEST if is_modern(protocol_version) else cls.HANDSHAKE
 
     @property
@@ -73,6 +74,7 @@ class OutgoingPost:
 
     @property
     def request_ids(self) -> list[Any]:
+        """The ids of the requests (not notifications) in this POST."""
         return [m["id"] for m in self.messages if "id" in m]
 
     def method_of(self, request_id: Any) -> str | None:
@@ -81,6 +83,7 @@ class OutgoingPost:
 
     @property
     def only_setup(self) -> bool:
+        """Whether every message is connection set-up (such a POST does not teach the endpoint)."""
         return all(m["method"] in SETUP_METHODS for m in self.messages)
 
     @property
@@ -92,6 +95,7 @@ class OutgoingPost:
 
     @property
     def has_session_method(self) -> bool:
+        """Whether the caller sent ``sessions/create`` or ``sessions/delete`` itself."""
         return any(m["method"] in SESSION_METHODS for m in self.messages)
 
     @property
@@ -101,6 +105,7 @@ class OutgoingPost:
 
     @property
     def batch(self) -> bool:
+        """Whether the body is a JSON-RPC batch (an array)."""
         return isinstance(self.parsed, list)
 
 

@@ -34,6 +34,7 @@ class StreamObserver:
         self._done = False
 
     def feed(self, chunk: bytes) -> None:
+        """Observe one chunk as it passes; a failure to parse stops observing, never the stream."""
         if self._done:
             return
         try:
@@ -93,6 +94,7 @@ class Relay:
         return chunk
 
     async def aclose(self) -> None:
+        """Close the server's stream (the caller stopped reading, or read to the end)."""
         await self._close()
 
 

@@ -48,6 +48,7 @@ class AnswerReader(Generic[RequestT, ResponseT]):
         self._auto_create = auto_create
 
     async def read(self, post: OutgoingPost, attempt: Attempt, response: ResponseT) -> Verdict[ResponseT]:
+        """The verdict on ``response`` to one attempt at ``post``: deliver it, or retry and why."""
         status = response.status_code
         content_type = str(response.headers.get("content-type") or "").lower()
         encoding = response.headers.get("content-encoding")
