@@ -55,7 +55,7 @@ from mcp_sessions.client import (
     SessionHandle,
     SessionTransport,
 )
-from mcp_sessions.client._transport import _retry_after
+from mcp_sessions.client._answers import retry_after as _retry_after
 
 pytestmark = pytest.mark.anyio
 

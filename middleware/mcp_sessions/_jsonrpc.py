@@ -96,6 +96,55 @@ def result(request_id: Any, value: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "result": value}
 
 
+def request(request_id: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A request frame; ``params`` only when given."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def is_request_or_notification(element: Any) -> bool:
+    """Whether a parsed element is a JSON-RPC request or notification (``"jsonrpc": "2.0"``, a string method)."""
+    return isinstance(element, dict) and element.get("jsonrpc") == "2.0" and isinstance(element.get("method"), str)
+
+
+def requests_and_notifications(parsed: Any) -> list[dict[str, Any]] | None:
+    """The requests and notifications of a parsed body (one, or a batch), or ``None`` when it has none."""
+    if isinstance(parsed, dict):
+        return [parsed] if is_request_or_notification(parsed) else None
+    if isinstance(parsed, list):
+        return [element for element in parsed if is_request_or_notification(element)] or None
+    return None
+
+
+def is_response(element: Any) -> bool:
+    """Whether a parsed element is a response (an ``id`` and no ``method``)."""
+    return isinstance(element, dict) and "id" in element and "method" not in element
+
+
+def params_meta(message: dict[str, Any]) -> dict[str, Any] | None:
+    """A message's ``params._meta`` when it is an object, read leniently (no shape is refused)."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta if isinstance(meta, dict) else None
+
+
+def echoed_session(message: dict[str, Any], meta_key: str) -> dict[str, Any] | None:
+    """The session echo of a successful response (``result._meta[meta_key]``) when it is an object."""
+    value = message.get("result")
+    meta = value.get("_meta") if isinstance(value, dict) else None
+    echo = meta.get(meta_key) if isinstance(meta, dict) else None
+    return echo if isinstance(echo, dict) else None
+
+
+def error_code(message: Any) -> int | None:
+    """The code of an error response, or ``None`` when ``message`` is not one."""
+    err = message.get("error") if isinstance(message, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if type(code) is int else None
+
+
 def invalid_request(request_id: Any, message: str) -> dict[str, Any]:
     return error(request_id, INVALID_REQUEST, message)
 

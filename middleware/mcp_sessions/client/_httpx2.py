@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from types import ModuleType
+from typing import ClassVar
 
 import httpx2
 
-from ._api import SessionTransportAPI
-from ._session import RetryPolicy, SessionHandle
-from ._transport import ChangeHook, Headers, Relay, Shim, Wire
+from ._transport import SessionTransportBase
 
 __all__ = ["SessionTransport"]
 
 
-class SessionTransport(SessionTransportAPI, httpx2.AsyncBaseTransport):
+class SessionTransport(
+    SessionTransportBase[httpx2.AsyncBaseTransport, httpx2.Request, httpx2.Response], httpx2.AsyncBaseTransport
+):
     """An httpx2 transport that gives every MCP request it carries a data-layer session.
 
     Wrap the transport of an existing client, and the client gets sessions
@@ -43,72 +43,4 @@ class SessionTransport(SessionTransportAPI, httpx2.AsyncBaseTransport):
     echo, or dropped: persist it there.
     """
 
-    def __init__(
-        self,
-        transport: httpx2.AsyncBaseTransport | None = None,
-        *,
-        session: SessionHandle | None = None,
-        auto_create: bool = True,
-        recreate: bool = False,
-        delete_on_close: bool = False,
-        retry: RetryPolicy | None = None,
-        on_change: ChangeHook | None = None,
-        close_timeout: float = 5.0,
-        close_transport: bool = True,
-    ) -> None:
-        self._shim: Shim[httpx2.Request, httpx2.Response] = Shim(
-            _Wire(httpx2.AsyncHTTPTransport() if transport is None else transport),
-            session=session,
-            auto_create=auto_create,
-            recreate=recreate,
-            delete_on_close=delete_on_close,
-            retry=RetryPolicy() if retry is None else retry,
-            on_change=on_change,
-            close_timeout=close_timeout,
-            owns_wire=close_transport,
-        )
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        return await self._shim.handle(request)
-
-
-class _Wire(Wire[httpx2.Request, httpx2.Response]):
-    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
-        self.inner = inner
-
-    async def send(self, request: httpx2.Request) -> httpx2.Response:
-        return await self.inner.handle_async_request(request)
-
-    def request(self, url: Any, headers: Headers, body: bytes, extensions: Mapping[str, Any]) -> httpx2.Request:
-        return httpx2.Request("POST", url, headers=headers, content=body, extensions=dict(extensions))
-
-    def with_body(self, response: httpx2.Response, body: bytes) -> httpx2.Response:
-        return httpx2.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=httpx2.ByteStream(body),
-            extensions=response.extensions,
-        )
-
-    def with_stream(self, response: httpx2.Response, relay: Relay) -> httpx2.Response:
-        return httpx2.Response(
-            response.status_code, headers=response.headers, stream=_RelayStream(relay), extensions=response.extensions
-        )
-
-    def synthetic(self, status: int, headers: Headers, body: bytes) -> httpx2.Response:
-        return httpx2.Response(status, headers=headers, stream=httpx2.ByteStream(body))
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
-class _RelayStream(httpx2.AsyncByteStream):
-    def __init__(self, relay: Relay) -> None:
-        self._relay = relay
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._relay:
-            yield chunk
-
-    async def aclose(self) -> None:
-        await self._relay.aclose()
+    _library: ClassVar[ModuleType] = httpx2

@@ -156,7 +156,7 @@ class SessionHandle:
 
     # -- updates from the wire (used by the transports) -------------------------
 
-    def _apply_echo(self, echo: Mapping[str, Any]) -> bool:
+    def _take_echo(self, echo: Mapping[str, Any]) -> bool:
         """Take ``state`` and ``expiresAt`` from an echo of this session; whether anything changed.
 
         An absent ``state`` leaves the held state alone; an explicit ``null`` clears it.

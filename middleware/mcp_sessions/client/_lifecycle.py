@@ -1,0 +1,108 @@
+"""The client's own ``sessions/create`` and ``sessions/delete``, retried by the policy."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Any, Generic
+
+import anyio
+
+from .. import _jsonrpc as jsonrpc
+from .._protocol import INTERNAL_ERROR
+from ..profiles.draft import METHOD_CREATE, METHOD_DELETE, SESSION_META_KEY, SESSION_NOT_FOUND
+from ._adapter import HttpAdapter, RequestT, ResponseLike, ResponseT
+from ._answers import Failure, Inflater, failure_of, json_messages, read_all, retry_after, sse_messages
+from ._endpoint import Endpoint
+from ._keeper import SessionKeeper
+from ._outgoing import Era
+from ._session import RetryPolicy
+
+__all__ = ["SessionLifecycle"]
+
+logger = logging.getLogger("mcp_sessions.client")
+
+
+class SessionLifecycle(Generic[RequestT, ResponseT]):
+    """Creates and deletes the held session with requests of the client's own."""
+
+    def __init__(self, adapter: HttpAdapter[RequestT, ResponseT], keeper: SessionKeeper, retry: RetryPolicy) -> None:
+        self._adapter = adapter
+        self._keeper = keeper
+        self._retry = retry
+        self._ids = itertools.count(1)
+
+    async def create(self, endpoint: Endpoint) -> Failure | None:
+        """Create a session and hold it; the server's refusal, if it refused."""
+        params: dict[str, Any] = {}
+        if endpoint.era is Era.PER_REQUEST:
+            params["_meta"] = dict(endpoint.envelope)
+        if self._keeper.session.label is not None:
+            params["label"] = self._keeper.session.label
+        reply = await self._call(endpoint, jsonrpc.request(self._next_id(), METHOD_CREATE, params or None), None)
+        if isinstance(reply, Failure):
+            return reply
+        created = reply.get("session")
+        token = created.get("sessionId") if isinstance(created, dict) else None
+        if not isinstance(created, dict) or not isinstance(token, str) or not token:
+            return Failure(INTERNAL_ERROR, "the sessions/create result has no session")
+        self._keeper.adopt(token, created)
+        return None
+
+    async def delete(self, endpoint: Endpoint) -> bool:
+        """Delete the held session and forget it: ``False`` if there was none or the server no longer knew it.
+
+        Other refusals raise :class:`SessionError`.
+        """
+        token = self._keeper.session.token
+        if token is None:
+            return False
+        meta: dict[str, Any] = dict(endpoint.envelope) if endpoint.era is Era.PER_REQUEST else {}
+        meta[SESSION_META_KEY] = {"sessionId": token}
+        reply = await self._call(endpoint, jsonrpc.request(self._next_id(), METHOD_DELETE, {"_meta": meta}), token)
+        if isinstance(reply, Failure):
+            if reply.code == SESSION_NOT_FOUND:
+                self._keeper.drop(token, "the server no longer knows it")
+                return False
+            raise reply.error()
+        self._keeper.drop(token, "it was deleted")
+        return True
+
+    def _next_id(self) -> str:
+        return f"mcp-sessions-{next(self._ids)}"
+
+    async def _call(self, endpoint: Endpoint, message: dict[str, Any], token: str | None) -> dict[str, Any] | Failure:
+        """Send one request, retrying a busy server by the policy; its result or its failure."""
+        body = jsonrpc.dumps(message)
+        headers = endpoint.headers_for(message["method"], token, len(body))
+        started = time.monotonic()
+        retries = 0
+        while True:
+            response = await self._adapter.send(self._adapter.post(endpoint.url, headers, body, endpoint.extensions))
+            reply = _reply_to(message["id"], response, await read_all(response))
+            if reply is not None and isinstance(reply.get("result"), dict) and response.status_code < 300:
+                result: dict[str, Any] = reply["result"]
+                return result
+            failure = failure_of(reply, response.status_code, response.headers.get("retry-after"))
+            if failure.retryable and retries < self._retry.attempts:
+                delay = self._retry.delay(retries, retry_after(failure.retry_after))
+                if time.monotonic() - started + delay <= self._retry.deadline:
+                    logger.info("%s: server busy, retry %d in %.2f s", message["method"], retries + 1, delay)
+                    await anyio.sleep(delay)
+                    retries += 1
+                    continue
+            return failure
+
+
+def _reply_to(request_id: str, response: ResponseLike, raw: bytes) -> dict[str, Any] | None:
+    """The answer to ``request_id`` in a JSON or SSE body, if there is one."""
+    content_type = str(response.headers.get("content-type") or "").lower()
+    text = Inflater(response.headers.get("content-encoding"))(raw)
+    if content_type.startswith("text/event-stream"):
+        candidates = sse_messages(text)
+    elif content_type.startswith("application/json"):
+        candidates = json_messages(text)
+    else:
+        candidates = []
+    return next((m for m in candidates if isinstance(m, dict) and m.get("id") == request_id), None)

@@ -1,0 +1,203 @@
+"""The caller's JSON-RPC POST, and one attempt at sending it with the held session stamped in.
+
+Pure: no I/O and no HTTP library. :class:`OutgoingPost` is the request as the
+caller sent it (kept whole, because a retry sends it again); :func:`stamp`
+builds the body and headers of one attempt and records which session each
+request named, so that an answer can be matched to the session it concerns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Final
+
+from .. import _jsonrpc as jsonrpc
+from .._protocol import is_modern
+from ..profiles.draft import METHOD_CREATE, SESSION_META_KEY, SESSION_METHODS
+from ._answers import decodable_encodings
+
+__all__ = ["SETUP_METHODS", "Attempt", "Era", "Headers", "OutgoingPost", "has_session_key", "own_session_id", "stamp"]
+
+Headers = list[tuple[str, str]]
+
+# Connection set-up: never stamped, never the reason to create a session. A
+# stale saved session must not be able to fail the handshake itself.
+SETUP_METHODS: Final = frozenset({"initialize", "notifications/initialized", "server/discover"})
+# Stamped when a session is held, but never the reason to create one.
+_NO_CREATE_METHODS: Final = SETUP_METHODS | SESSION_METHODS | {"ping"}
+
+
+class Era(Enum):
+    """The wire a request speaks, chosen by its own ``Mcp-Protocol-Version`` as the SDK server chooses."""
+
+    # No version, or 2024-11-05 … 2025-11-25: the initialize handshake; Mcp-Session-Id is the server's own.
+    HANDSHAKE = "2025"
+    # 2026-07-28: every request carries its version and envelope; Mcp-Session-Id mirrors the data-layer session.
+    PER_REQUEST = "2026-07-28"
+
+    @classmethod
+    def of(cls, protocol_version: str | None) -> Era:
+        """The era of a request with this ``Mcp-Protocol-Version`` (``None``: the header is absent)."""
+        return cls.PER_REQUEST if is_modern(protocol_version) else cls.HANDSHAKE
+
+    @property
+    def session_header(self) -> bool:
+        """Whether ``Mcp-Session-Id`` names the data-layer session (else it is the server's transport session)."""
+        return self is Era.PER_REQUEST
+
+
+@dataclass(slots=True)
+class OutgoingPost:
+    """A JSON-RPC POST as the caller sent it: its requests and notifications, and its era."""
+
+    url: Any
+    headers: Headers
+    extensions: dict[str, Any]
+    body: bytes
+    parsed: Any
+    messages: list[dict[str, Any]]
+    era: Era
+
+    @classmethod
+    def parse(
+        cls, url: Any, headers: Headers, extensions: dict[str, Any], body: bytes, protocol_version: str | None
+    ) -> OutgoingPost | None:
+        """The POST, or ``None`` when its body is not JSON-RPC (an OAuth registration, a response to the server).
+
+        The era comes from this request's own ``Mcp-Protocol-Version``, as the SDK server decides it.
+        """
+        parsed = jsonrpc.loads(body)
+        messages = jsonrpc.requests_and_notifications(parsed)
+        if messages is None:
+            return None
+        return cls(url, headers, extensions, body, parsed, messages, Era.of(protocol_version))
+
+    @property
+    def request_ids(self) -> list[Any]:
+        """The ids of the requests (not notifications) in this POST."""
+        return [m["id"] for m in self.messages if "id" in m]
+
+    def method_of(self, request_id: Any) -> str | None:
+        """The method of the request with this id, if this POST sent one."""
+        return next((m["method"] for m in self.messages if "id" in m and m["id"] == request_id), None)
+
+    @property
+    def only_setup(self) -> bool:
+        """Whether every message is connection set-up (such a POST does not teach the endpoint)."""
+        return all(m["method"] in SETUP_METHODS for m in self.messages)
+
+    @property
+    def triggers_create(self) -> bool:
+        """Whether this POST is a reason to create a session: a request that is part of a conversation."""
+        return any(
+            "id" in m and m["method"] not in _NO_CREATE_METHODS and not has_session_key(m) for m in self.messages
+        )
+
+    @property
+    def has_session_method(self) -> bool:
+        """Whether the caller sent ``sessions/create`` or ``sessions/delete`` itself."""
+        return any(m["method"] in SESSION_METHODS for m in self.messages)
+
+    @property
+    def names_own_session(self) -> bool:
+        """Whether the caller put session metadata (even ``null``) on any message itself."""
+        return any(has_session_key(m) for m in self.messages)
+
+    @property
+    def batch(self) -> bool:
+        """Whether the body is a JSON-RPC batch (an array)."""
+        return isinstance(self.parsed, list)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One try at sending a POST: the bytes, and which session each of its requests named."""
+
+    body: bytes
+    headers: Headers
+    token: str | None = None  # the held session's token, if it was stamped on any message
+    stamped_ids: list[Any] = field(default_factory=list)
+    sessions_named: list[tuple[Any, str]] = field(default_factory=list)
+
+    def named(self, request_id: Any, token: str | None) -> bool:
+        """Whether the request ``request_id`` named the session ``token`` (stamped, or the caller's own)."""
+        return token is not None and (request_id, token) in self.sessions_named
+
+
+def stamp(post: OutgoingPost, token: str | None, session_meta: dict[str, str] | None) -> Attempt:
+    """The attempt that sends ``post`` with the held session (``token``, ``session_meta``) where it belongs."""
+    attempt = Attempt(b"", [])
+    header_token: str | None = None
+    elements = post.parsed if post.batch else [post.parsed]
+    sent: list[Any] = []
+    for element in elements:
+        if not jsonrpc.is_request_or_notification(element):
+            sent.append(element)
+            continue
+        own = own_session_id(element)
+        if own is not None:
+            header_token = header_token or own
+            if "id" in element:
+                attempt.sessions_named.append((element["id"], own))
+        if token is None or session_meta is None or not _stampable(element):
+            sent.append(element)
+            continue
+        sent.append(_with_session(element, session_meta))
+        attempt.token = token
+        header_token = header_token or token
+        if "id" in element:
+            attempt.stamped_ids.append(element["id"])
+            attempt.sessions_named.append((element["id"], token))
+    if attempt.token is None:
+        attempt.body = post.body  # nothing stamped: the caller's bytes, exactly
+    else:
+        attempt.body = jsonrpc.dumps(sent if post.batch else sent[0])
+    attempt.headers = _headers(post, header_token, len(attempt.body))
+    return attempt
+
+
+def _stampable(message: dict[str, Any]) -> bool:
+    params = message.get("params")
+    return (
+        message["method"] not in SETUP_METHODS
+        and message["method"] != METHOD_CREATE
+        and not has_session_key(message)
+        and (params is None or isinstance(params, dict))
+    )
+
+
+def _with_session(message: dict[str, Any], session_meta: dict[str, str]) -> dict[str, Any]:
+    params = dict(message.get("params") or {})
+    meta = params.get("_meta")
+    params["_meta"] = {**(meta if isinstance(meta, dict) else {}), SESSION_META_KEY: session_meta}
+    return {**message, "params": params}
+
+
+def _headers(post: OutgoingPost, header_token: str | None, length: int) -> Headers:
+    headers: Headers = []
+    for key, value in post.headers:
+        lower = key.lower()
+        if lower in ("content-length", "transfer-encoding"):
+            continue
+        if lower == "mcp-session-id" and post.era.session_header and header_token is not None:
+            continue  # 2026-07-28: the header mirrors the session; 2025-era: the server's own, untouched
+        headers.append((key, decodable_encodings(value) if lower == "accept-encoding" else value))
+    if post.era.session_header and header_token is not None:
+        headers.append(("mcp-session-id", header_token))
+    headers.append(("content-length", str(length)))
+    return headers
+
+
+def has_session_key(message: dict[str, Any]) -> bool:
+    """Whether the caller put session metadata (even ``null``) on the message itself."""
+    meta = jsonrpc.params_meta(message)
+    return meta is not None and SESSION_META_KEY in meta
+
+
+def own_session_id(message: dict[str, Any]) -> str | None:
+    """The ``sessionId`` the caller put on the message itself, if it is a string."""
+    meta = jsonrpc.params_meta(message)
+    session = meta.get(SESSION_META_KEY) if meta is not None else None
+    value = session.get("sessionId") if isinstance(session, dict) else None
+    return value if isinstance(value, str) else None

@@ -1,0 +1,95 @@
+"""The client's pure parts: the caller's POST parsed with the server's JSON-RPC module, and one stamped attempt."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from mcp_sessions import _jsonrpc as jsonrpc
+from mcp_sessions.client._outgoing import Era, OutgoingPost, stamp
+
+KEY = "io.modelcontextprotocol/session"
+HEADERS = [("content-type", "application/json"), ("content-length", "999"), ("mcp-session-id", "stale")]
+
+
+def post(body: bytes, version: str | None = "2026-07-28") -> OutgoingPost:
+    parsed = OutgoingPost.parse("http://mcp.test/mcp", list(HEADERS), {}, body, version)
+    assert parsed is not None
+    return parsed
+
+
+@pytest.mark.parametrize(
+    ("version", "era"),
+    [
+        (None, Era.HANDSHAKE),
+        ("2024-11-05", Era.HANDSHAKE),
+        ("2025-11-25", Era.HANDSHAKE),
+        ("2026-07-28", Era.PER_REQUEST),
+    ],
+)
+def test_the_era_comes_from_the_request_header(version: str | None, era: Era) -> None:
+    assert Era.of(version) is era
+    assert era.session_header is (era is Era.PER_REQUEST)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"not json", b'{"method":"card"}', b'{"jsonrpc":"2.0","id":1,"result":{}}', b"[]", b"[1,2]"],
+    ids=["empty", "not-json", "no-jsonrpc", "a-response", "empty-batch", "no-messages"],
+)
+def test_bodies_that_are_not_json_rpc_requests_are_not_parsed(body: bytes) -> None:
+    assert OutgoingPost.parse("http://mcp.test/mcp", [], {}, body, None) is None
+
+
+def test_a_lone_surrogate_is_stamped_as_its_escape() -> None:
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\ud800"}}'
+    attempt = stamp(post(body), "tok", {"sessionId": "tok"})
+
+    assert b"\\ud800" in attempt.body
+    sent = json.loads(attempt.body)
+    assert sent["params"]["name"] == "\ud800"
+    assert sent["params"]["_meta"][KEY] == {"sessionId": "tok"}
+    assert attempt.body == jsonrpc.dumps(sent)
+
+
+def test_nothing_to_stamp_sends_the_callers_bytes() -> None:
+    body = b'{ "jsonrpc" : "2.0", "id": 1, "method": "initialize", "params": {} }'
+    attempt = stamp(post(body), "tok", {"sessionId": "tok"})
+
+    assert attempt.body == body
+    assert attempt.token is None and attempt.stamped_ids == []
+    assert ("content-length", str(len(body))) in attempt.headers
+    assert ("mcp-session-id", "stale") in attempt.headers  # nothing names a session: left as it was
+
+
+@pytest.mark.parametrize(("version", "header"), [("2026-07-28", "tok"), ("2025-11-25", "stale")])
+def test_the_attempt_records_which_session_each_request_named(version: str, header: str) -> None:
+    batch: list[Any] = [
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"_meta": {KEY: {"sessionId": "own"}}}},
+        {"jsonrpc": "2.0", "method": "notifications/progress"},
+    ]
+    attempt = stamp(post(json.dumps(batch).encode(), version), "tok", {"sessionId": "tok"})
+
+    assert attempt.stamped_ids == [1]
+    assert attempt.named(1, "tok") and attempt.named(2, "own")
+    assert not attempt.named(2, "tok") and not attempt.named(3, "tok") and not attempt.named(1, None)
+    assert [value for key, value in attempt.headers if key == "mcp-session-id"] == [header]
+
+
+def test_json_rpc_frames_the_client_shares() -> None:
+    assert jsonrpc.request(7, "sessions/create") == {"jsonrpc": "2.0", "id": 7, "method": "sessions/create"}
+    assert jsonrpc.request(7, "m", {})["params"] == {}
+    assert jsonrpc.requests_and_notifications([{"jsonrpc": "2.0", "method": "a"}, {"id": 1}, 3]) == [
+        {"jsonrpc": "2.0", "method": "a"}
+    ]
+    assert jsonrpc.requests_and_notifications({"jsonrpc": "1.0", "method": "a"}) is None
+    assert jsonrpc.is_response({"id": None, "result": {}}) and not jsonrpc.is_response({"id": 1, "method": "m"})
+    echo = {"sessionId": "s", "state": None}
+    assert jsonrpc.echoed_session({"id": 1, "result": {"_meta": {KEY: echo}}}, KEY) == echo
+    assert jsonrpc.echoed_session({"id": 1, "result": {"_meta": {KEY: "s"}}}, KEY) is None
+    assert jsonrpc.error_code({"error": {"code": -32043}}) == -32043
+    assert jsonrpc.error_code({"error": {"code": True}}) is None and jsonrpc.error_code(None) is None
+    assert jsonrpc.params_meta({"params": {"_meta": []}}) is None
