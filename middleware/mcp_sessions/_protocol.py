@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 SESSION_META_KEY: Final = "io.modelcontextprotocol/session"
+"""The ``params._meta`` key whose value names a request's session: ``{"sessionId": ..., "state": ...}``."""
 SESSIONS_EXTENSION_ID: Final = "io.modelcontextprotocol/sessions"
 
 METHOD_CREATE: Final = "sessions/create"
@@ -28,10 +29,14 @@ METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
 HEADER_MISMATCH: Final = -32020
+"""Error code: the ``Mcp-Session-Id`` or ``Mcp-Method`` header differs from the body (2026-07-28 only)."""
 SESSION_NOT_FOUND: Final = -32043
+"""Error code: the session is unknown, invalid, expired or deleted; permanent, so the client opens a new one."""
 SESSION_REQUIRED: Final = -32044
+"""Error code: the request has no session and the policy requires one."""
 # Retryable, in the implementation range: -32000 and -32001 are the SDK's.
 SESSION_STORE_UNAVAILABLE: Final = -32010
+"""Error code: the store could not answer; temporary, answered with HTTP 503 and ``Retry-After``."""
 
 HANDSHAKE_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 MODERN_VERSION: Final = "2026-07-28"

@@ -53,6 +53,10 @@ class HttpxSessionTransport(SessionTransportAPI, httpx.AsyncBaseTransport):
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` through the wrapped transport, with the session stamped in and the echo read back.
+
+        httpx calls this for every request of the client; application code does not.
+        """
         return await self._shim.handle(request)
 
 

@@ -69,6 +69,10 @@ class SessionTransport(SessionTransportAPI, httpx2.AsyncBaseTransport):
         )
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send ``request`` through the wrapped transport, with the session stamped in and the echo read back.
+
+        httpx2 calls this for every request of the client; application code does not.
+        """
         return await self._shim.handle(request)
 
 

@@ -251,6 +251,7 @@ class RedisStore(SessionStore):
         await self._run(self._redis.ping())
 
     async def aclose(self) -> None:
+        """Close the connection pool built from ``url``; a ``client`` you passed in stays open."""
         if self._owns_client:
             await self._redis.aclose()
 
