@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint docs bench clean
+.PHONY: demo test lint docs dist bench clean
 
 $(BIN)/pip:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ $(VENV)/.docs-installed: pyproject.toml | $(BIN)/pip
 	$(BIN)/pip install --quiet --group docs
 	touch $@
 
+$(VENV)/.dist-installed: pyproject.toml | $(BIN)/pip
+	$(BIN)/pip install --quiet --group dist
+	touch $@
+
 demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py
 
@@ -37,6 +41,11 @@ test: $(VENV)/.test-installed
 docs: $(VENV)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# The wheel and the sdist, into dist/ (the wheel is built from the sdist).
+dist: $(VENV)/.dist-installed
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist
+
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/run_all.py --write docs/performance.md
 
@@ -46,4 +55,4 @@ lint: $(VENV)/.test-installed
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist

@@ -1,4 +1,4 @@
-"""A store shared by many replicas: Redis, through ``redis.asyncio`` (``pip install 'mcp-sessions[redis]'``).
+"""A store shared by many replicas: Redis, through ``redis.asyncio`` (the ``redis`` extra).
 
 Two keys per session, both named with the ``{sid}`` hash tag so that a Redis
 Cluster keeps them in one slot and every script below runs on one node:
