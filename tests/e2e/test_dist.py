@@ -16,6 +16,8 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
+
 import mcp_sessions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +35,8 @@ def run(*args: str | Path, cwd: Path, timeout: float = 120) -> str:
     return result.stdout
 
 
+# About 30 s here; the margin is for a busy machine or a cold pip cache.
+@pytest.mark.timeout(300)
 def test_the_built_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> None:
     out = tmp_path / "dist"
     run(sys.executable, "-m", "build", "--outdir", out, ROOT, cwd=tmp_path)
