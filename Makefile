@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint docs dist bench clean
 
 $(BIN)/pip:
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,15 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint
+	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint --group docs
+	touch $@
+
+$(VENV)/.docs-installed: pyproject.toml | $(BIN)/pip
+	$(BIN)/pip install --quiet --group docs
+	touch $@
+
+$(VENV)/.dist-installed: pyproject.toml | $(BIN)/pip
+	$(BIN)/pip install --quiet --group dist
 	touch $@
 
 demo: $(VENV)/.demo-installed
@@ -26,7 +34,17 @@ test: $(VENV)/.test-installed
 	$(BIN)/ruff check middleware tests examples benchmarks
 	$(BIN)/ruff format --check middleware tests examples benchmarks
 	$(BIN)/mypy
+	$(MAKE) --no-print-directory docs
 	$(BIN)/python -m pytest
+
+# The site, into site/. --strict: a broken link, anchor or API reference fails the build.
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The wheel and the sdist, into dist/ (the wheel is built from the sdist).
+dist: $(VENV)/.dist-installed
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist
 
 bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/run_all.py --write docs/performance.md
@@ -37,4 +55,4 @@ lint: $(VENV)/.test-installed
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist

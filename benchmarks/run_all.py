@@ -325,7 +325,7 @@ def render(results: Results, run_info: dict[str, Any] | None, smoke: bool) -> st
 
 What the middleware costs per request, through a real server, and on a long
 SSE stream, measured in one run on one machine, each against its base and a
-pass-through control. The scripts are in [`benchmarks/`](../benchmarks/).
+pass-through control. The scripts are in the repository's `benchmarks/`.
 {warning}
 ## Verdict
 

@@ -16,8 +16,10 @@ INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
 # MCP 2026-07-28: a header that disagrees with the body.
 HEADER_MISMATCH: Final = -32020
+"""Error code: the ``Mcp-Session-Id`` or ``Mcp-Method`` header differs from the body (2026-07-28 only)."""
 # Retryable, in the implementation range: -32000 and -32001 are the SDK's.
 SESSION_STORE_UNAVAILABLE: Final = -32010
+"""Error code: the store could not answer; temporary, answered with HTTP 503 and ``Retry-After``."""
 
 HANDSHAKE_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 MODERN_VERSION: Final = "2026-07-28"

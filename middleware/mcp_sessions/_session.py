@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["SCOPE_KEY", "Session", "SessionData", "get_session"]
 
 SCOPE_KEY: Final = "mcp_sessions.session"
+"""The ASGI ``scope`` key that holds the request's verified :class:`Session` (absent without one)."""
 STATE_ATTRIBUTE: Final = "mcp_session"
 
 _current: ContextVar[Session | None] = ContextVar("mcp_sessions.session", default=None)
@@ -39,21 +40,27 @@ class SessionData:
         self._expires_at = expires_at
 
     async def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under ``key``, or ``default`` if there is none."""
         return await self._store.get(self._session_id, key, default)
 
     async def set(self, key: str, value: Any) -> None:
+        """Store a copy of ``value`` (JSON-serializable) under ``key``, until the session ends."""
         await self._store.set(self._session_id, key, value, expires_at=self._expires_at)
 
     async def delete(self, key: str) -> None:
+        """Remove ``key``; nothing happens if it is not there."""
         await self._store.delete(self._session_id, key)
 
     async def incr(self, key: str, amount: int = 1) -> int:
+        """Atomically add ``amount`` to an integer value (missing counts as 0) and return the sum."""
         return await self._store.incr(self._session_id, key, amount, expires_at=self._expires_at)
 
     async def update(self, key: str, fn: Callable[[Any], Any], default: Any = None) -> Any:
+        """Atomically replace the value with ``fn(old)`` (``fn(default)`` if missing) and return the new value."""
         return await self._store.update(self._session_id, key, fn, expires_at=self._expires_at, default=default)
 
     async def items(self) -> dict[str, Any]:
+        """Every key of this session's data with its value."""
         return await self._store.items(self._session_id)
 
 
@@ -98,11 +105,17 @@ class Session:
         idle_ttl: float | None,
     ) -> None:
         self.token = token
+        """The wire ``sessionId`` (a JWT): a bearer credential, never log it."""
         self.id = session_id
+        """The stable session id (the token's ``sid`` claim): not a secret, key data, logs and metrics by it."""
         self.issued_at = issued_at
+        """When the session was created (the token's ``iat``), in Unix seconds."""
         self.token_expires_at = expires_at
+        """The token's absolute expiry (its ``exp``), in Unix seconds; the idle timeout may end it sooner."""
         self.claims = claims
+        """The token's claims other than ``iss``, ``aud``, ``sid``, ``iat`` and ``exp``."""
         self.last_seen = now
+        """When the middleware verified this request, in Unix seconds: the idle timeout counts from it."""
         self._store = store
         self._data: SessionData | None = None
         self._keys = keys
@@ -128,6 +141,7 @@ class Session:
 
     @property
     def expires_at_timestamp(self) -> float:
+        """:attr:`expires_at` in Unix seconds."""
         if self._idle_ttl is None:
             return self.token_expires_at
         return min(self.token_expires_at, self.last_seen + self._idle_ttl)

@@ -27,6 +27,7 @@ __all__ = ["SESSION_BAGGAGE_KEY", "Operation", "Telemetry", "TraceMode"]
 TraceMode = Literal["link", "session"]
 
 SESSION_BAGGAGE_KEY: Final = "session.id"
+"""The OpenTelemetry baggage key that holds the session's stable id while one of its requests runs."""
 TRACEPARENT_CLAIM: Final = "tp"
 # The conventions' bucket advice for both MCP duration histograms.
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)

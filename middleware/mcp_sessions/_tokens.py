@@ -72,9 +72,13 @@ class SessionClaims:
     """The verified content of a session id."""
 
     session_id: str
+    """The stable session id (the ``sid`` claim)."""
     issued_at: int
+    """When the token was minted (``iat``), in Unix seconds."""
     expires_at: int
+    """When the token expires (``exp``), in Unix seconds."""
     extra: Mapping[str, Any]
+    """Every other claim, beyond ``iss``, ``aud``, ``sid``, ``iat`` and ``exp``."""
 
 
 class SessionKey:
@@ -91,15 +95,20 @@ class SessionKey:
         if not kid or not isinstance(kid, str) or len(kid) > 64:
             raise ValueError("a key id (kid) must be a non-empty string of at most 64 characters")
         self.kid = kid
+        """The key id, written in each token's header so that verifiers pick this key."""
         self.algorithm = algorithm
+        """The one JWS algorithm this key signs and verifies with: ``HS256``, ``ES256`` or ``EdDSA``."""
         self.signing_key = signing_key
+        """The key material that signs (``None`` for a verify-only key)."""
         self.verifying_key = verifying_key
+        """The key material that verifies."""
 
     def __repr__(self) -> str:
         return f"SessionKey(kid={self.kid!r}, algorithm={self.algorithm!r}, can_sign={self.can_sign})"
 
     @property
     def can_sign(self) -> bool:
+        """Whether this key holds the private or secret part, so it can sign as well as verify."""
         return self.signing_key is not None
 
     @classmethod
@@ -342,10 +351,12 @@ class KeySet:
 
     @property
     def keys(self) -> tuple[SessionKey, ...]:
+        """Every key of the set, the signer among them, in the order given."""
         return tuple(self._keys.values())
 
     @classmethod
     def from_secret(cls, secret: str | bytes, **kwargs: Any) -> KeySet:
+        """A set of one HS256 key (:meth:`SessionKey.from_secret`); ``kwargs`` go to :class:`KeySet`."""
         return cls([SessionKey.from_secret(secret)], **kwargs)
 
     @classmethod

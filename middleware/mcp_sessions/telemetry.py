@@ -31,16 +31,18 @@ class SessionSpanProcessor(SpanProcessor):
         self._attributes = attributes
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Set each of ``attributes`` on ``span`` to the session id in ``parent_context``'s baggage, if there is one."""
         session_id = baggage.get_baggage(SESSION_BAGGAGE_KEY, parent_context)
         if isinstance(session_id, str) and session_id:
             for name in self._attributes:
                 span.set_attribute(name, session_id)
 
     def on_end(self, span: ReadableSpan) -> None:
-        pass
+        """Do nothing: the attributes were set when the span started."""
 
     def shutdown(self) -> None:
-        pass
+        """Do nothing: the processor holds no resources."""
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Return ``True`` at once: the processor buffers nothing."""
         return True

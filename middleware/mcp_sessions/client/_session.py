@@ -63,9 +63,13 @@ class SessionHandle:
         if label is not None and not isinstance(label, str):
             raise TypeError("label must be a string or None")
         self.token = token
+        """The ``sessionId`` the server minted (a bearer secret), or ``None`` before there is a session."""
         self.state = state
+        """The opaque client-held state from the last echo, sent back with each request."""
         self.expires_at = _parse_time(expires_at) if isinstance(expires_at, str) else _utc(expires_at)
+        """The last ``expiresAt`` the server announced, as an aware UTC datetime (``None`` if unknown)."""
         self.label = label
+        """A short text sent with ``sessions/create``."""
         self._claims: dict[str, Any] | None = None
         self._claims_of: str | None = None
 
@@ -193,10 +197,15 @@ class RetryPolicy:
     """
 
     attempts: int = 3
+    """How many times to retry at most (0: never)."""
     backoff: float = 0.25
+    """The first delay, in seconds, when the server sent no ``Retry-After``."""
     max_backoff: float = 4.0
+    """The longest delay, in seconds, that doubling reaches."""
     deadline: float = 15.0
+    """Seconds after the first try past which no retry would end."""
     jitter: bool = True
+    """Wait a random delay between half and all of the computed one."""
 
     def __post_init__(self) -> None:
         if type(self.attempts) is not int or self.attempts < 0:

@@ -171,20 +171,35 @@ class WireProfile:
     """
 
     name: str
+    """The name ``profiles=`` and ``MCP_SESSIONS_PROFILES`` know it by."""
     carrier: SessionCarrier
+    """Where a request names its session."""
     echo: Echo
+    """What a result to a request in a session carries back."""
     capability: Capability
+    """Where the server advertises this wire, in each era."""
     methods: Mapping[str, LocalMethod]
+    """The methods the middleware answers itself, by name."""
     sessionless: frozenset[str]
+    """Methods that never need a session, whatever the policy says."""
     not_found: int
+    """The error code for a session id that names no live session of the caller."""
     required: int
+    """The error code for a request without a session where the policy requires one."""
     header_mismatch: int
+    """The error code for an ``Mcp-Session-Id`` header that differs from the session in the body."""
     required_message: str = "Session required"
+    """The message of the "required" error."""
     not_found_message: str = "Session not found"
+    """The message of the "not found" error."""
     required_data: Mapping[str, Any] | None = None
+    """The hint that goes with the "required" error (for the draft, the create method)."""
     create_method: str | None = None
+    """The method that opens a session, named in errors."""
     advertised_modern: frozenset[str] = frozenset({"server/discover"})
+    """Methods whose 2026-07-28 result advertises the capability."""
     advertised_legacy: frozenset[str] = frozenset({"server/discover", "initialize"})
+    """Methods whose 2025-era result advertises the capability."""
 
     def speaks(self, message: dict[str, Any], method: str) -> bool:
         """Whether a message is of this wire: one of its methods, or its session key is there."""
@@ -195,6 +210,7 @@ class WireProfile:
         return method in (self.advertised_modern if modern else self.advertised_legacy)
 
     def not_found_data(self, token: Any) -> dict[str, Any]:
+        """The "not found" error's data: what the client sent, cut to 256 characters."""
         return {self.carrier.id_member: token[:_MAX_ECHOED_ID] if isinstance(token, str) else None}
 
 

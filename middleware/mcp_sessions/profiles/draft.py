@@ -31,12 +31,15 @@ __all__ = [
 ]
 
 SESSION_META_KEY: Final = "io.modelcontextprotocol/session"
+"""The ``params._meta`` key whose value names a request's session: ``{"sessionId": ..., "state": ...}``."""
 METHOD_CREATE: Final = "sessions/create"
 METHOD_DELETE: Final = "sessions/delete"
 SESSION_METHODS: Final = frozenset({METHOD_CREATE, METHOD_DELETE})
 SESSIONS_EXTENSION_ID: Final = "io.modelcontextprotocol/sessions"
 SESSION_NOT_FOUND: Final = -32043
+"""Error code: the session is unknown, invalid, expired or deleted; permanent, so the client opens a new one."""
 SESSION_REQUIRED: Final = -32044
+"""Error code: the request has no session and the policy requires one."""
 MAX_LABEL_LENGTH: Final = 256
 
 
@@ -85,3 +88,4 @@ DRAFT: Final = WireProfile(
     required_data={"create": METHOD_CREATE},
     create_method=METHOD_CREATE,
 )
+"""The data-layer sessions draft (``sessions/create``, ``io.modelcontextprotocol/session``): the default wire."""

@@ -11,9 +11,14 @@ __all__ = ["SessionStatus", "SessionStore", "SessionStoreUnavailable"]
 
 
 class SessionStatus(enum.Enum):
+    """What :meth:`SessionStore.touch` found: whether the session may be used."""
+
     ACTIVE = "active"
+    """The session may be used (a store that does not know it yet starts tracking it)."""
     REVOKED = "revoked"
+    """The session was deleted: the middleware answers ``-32043``."""
     IDLE_EXPIRED = "idle_expired"
+    """The session went unused for longer than ``idle_ttl`` and has ended: ``-32043``."""
 
 
 class SessionStoreUnavailable(Exception):
@@ -43,13 +48,16 @@ class SessionStore(ABC):
         """End a session and drop its data; ``False`` if it was already ended."""
 
     @abstractmethod
-    async def get(self, session_id: str, key: str, default: Any = None) -> Any: ...
+    async def get(self, session_id: str, key: str, default: Any = None) -> Any:
+        """The value stored under ``key``, or ``default`` if there is none."""
 
     @abstractmethod
-    async def set(self, session_id: str, key: str, value: Any, *, expires_at: float) -> None: ...
+    async def set(self, session_id: str, key: str, value: Any, *, expires_at: float) -> None:
+        """Store a copy of ``value`` under ``key``; a write to a revoked session is dropped."""
 
     @abstractmethod
-    async def delete(self, session_id: str, key: str) -> None: ...
+    async def delete(self, session_id: str, key: str) -> None:
+        """Remove ``key``; nothing happens if it is not there."""
 
     @abstractmethod
     async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
@@ -62,7 +70,8 @@ class SessionStore(ABC):
         """Atomically replace a value with ``fn(old)``; returns the new value."""
 
     @abstractmethod
-    async def items(self, session_id: str) -> dict[str, Any]: ...
+    async def items(self, session_id: str) -> dict[str, Any]:
+        """Every key of the session's data with its value (``{}`` for none)."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the middleware never calls it, the application does."""

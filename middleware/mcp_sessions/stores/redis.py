@@ -1,4 +1,4 @@
-"""A store shared by many replicas: Redis, through ``redis.asyncio`` (``pip install 'mcp-sessions[redis]'``).
+"""A store shared by many replicas: Redis, through ``redis.asyncio`` (the ``redis`` extra).
 
 Two keys per session, both named with the ``{sid}`` hash tag so that a Redis
 Cluster keeps them in one slot and every script below runs on one node:
@@ -251,6 +251,7 @@ class RedisStore(SessionStore):
         await self._run(self._redis.ping())
 
     async def aclose(self) -> None:
+        """Close the connection pool built from ``url``; a ``client`` you passed in stays open."""
         if self._owns_client:
             await self._redis.aclose()
 
