@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._protocol import HANDSHAKE_VERSIONS, SESSION_STORE_UNAVAILABLE
 from ..stores import SessionStoreUnavailable
-from ._check import check_call
+from ._check import check_call, handle_candidates
 from ._context import HandleContext, handle_context
 from ._errors import HandleError
 from ._registry import Handle, Handles
@@ -141,6 +141,12 @@ class HandleMiddleware:
         answers: dict[Any, dict[str, Any]] = {}
         parent = trace.get_current_span()
         for call in calls:
+            params = call.get("params")
+            if (
+                not isinstance(params, dict)
+                or next(handle_candidates(self.handles, params.get("arguments")), None) is None
+            ):
+                continue  # no handle: no span, nothing to check
             before = set(context.verified)
             errors: list[HandleError] = []
             with self._tracer.start_as_current_span(SPAN_NAME, kind=SpanKind.INTERNAL) as span:
