@@ -27,7 +27,7 @@ _HANDLE_LIKE: Final = re.compile(r"[A-Za-z0-9_-]{20,60}")
 
 def handle_candidates(handles: Handles, arguments: Any) -> Iterator[tuple[str, str]]:
     """``(argument path, value)`` for each string in ``arguments`` that looks like a registered kind's handle."""
-    prefixes = tuple(f"{kind.prefix}_" for kind in handles.kinds.values())
+    prefixes = handles.prefixes
     if not prefixes:
         return
     stack: list[tuple[str, Any, int]] = [("", arguments, 0)]

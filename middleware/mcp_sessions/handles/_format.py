@@ -30,8 +30,7 @@ import hmac
 import re
 import secrets
 import struct
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 VERSION: Final = 1
 PAYLOAD_BYTES: Final = 26
@@ -52,15 +51,13 @@ PAYLOAD_PATTERN: Final = f"[A-Za-z0-9_-]{{{PAYLOAD_CHARS - 1}}}[{LAST_CHARS}]"
 PREFIX_SHAPE: Final = re.compile(r"[a-z][a-z0-9]{0,3}")
 _PAYLOAD_SHAPE: Final = re.compile(PAYLOAD_PATTERN)
 _HEADER: Final = struct.Struct(">BI")
-_ID_DOMAIN: Final = b"mcp-sessions handle id\x00"
+_DERIVE_DOMAIN: Final = b"mcp-sessions handle id and mask\x00"
 _MAC_KEY_DOMAIN: Final = b"mcp-sessions handle mac key v1\x00"
 _HINT_DOMAIN: Final = b"mcp-sessions handle key hint\x00"
-_MASK_DOMAIN: Final = b"mcp-sessions handle mask\x00"
 _FIELDS: Final = slice(RANDOM_BYTES, RANDOM_BYTES + _HEADER.size)
 
 
-@dataclass(frozen=True, slots=True)
-class Payload:
+class Payload(NamedTuple):
     """The decoded fields of a handle's payload (not yet authenticated)."""
 
     version: int
@@ -70,6 +67,7 @@ class Payload:
     random: bytes
     mac: bytes
     signed: bytes  # the bytes the MAC covers, after the kind: random, header, expiry
+    handle_id: str
 
     @property
     def session_bound(self) -> bool:
@@ -95,10 +93,15 @@ def key_hint(kid: str) -> int:
     return hashlib.sha256(_HINT_DOMAIN + kid.encode("utf-8", "surrogatepass")).digest()[0] & HINT_MASK
 
 
+def _derive(random: bytes) -> tuple[int, str]:
+    """The mask of bytes 10-14 and the stable id, both one-way functions of the random part."""
+    digest = hashlib.sha256(_DERIVE_DOMAIN + random).digest()
+    return int.from_bytes(digest[:5]), base64.urlsafe_b64encode(digest[5:17]).decode()
+
+
 def stable_id(random: bytes) -> str:
     """The handle's stable id: a one-way function of its random part, safe to log and to key storage by."""
-    digest = hashlib.sha256(_ID_DOMAIN + random).digest()[:12]
-    return base64.urlsafe_b64encode(digest).decode()
+    return _derive(random)[1]
 
 
 def mac(base: hmac.HMAC, signed: bytes, principal: str | None) -> bytes:
@@ -119,15 +122,11 @@ def pack(*, flags: int, hint: int, expires_at: int, random: bytes | None = None)
     return random + _HEADER.pack(header, expires_at)
 
 
-def _mask(random: bytes, fields: bytes) -> bytes:
-    pad = hashlib.sha256(_MASK_DOMAIN + random).digest()
-    return bytes(a ^ b for a, b in zip(fields, pad, strict=False))
-
-
 def encode(prefix: str, signed: bytes, tag: bytes) -> str:
     """The handle string for signed bytes (from :func:`pack`) and their MAC."""
     random = signed[:RANDOM_BYTES]
-    wire = random + _mask(random, signed[_FIELDS]) + tag
+    masked = (int.from_bytes(signed[_FIELDS]) ^ _derive(random)[0]).to_bytes(_HEADER.size)
+    wire = random + masked + tag
     return f"{prefix}_{base64.urlsafe_b64encode(wire).rstrip(b'=').decode()}"
 
 
@@ -135,19 +134,19 @@ def decode(payload: str) -> Payload | None:
     """The fields of a payload string, or ``None`` when it is not exactly one canonical payload."""
     if len(payload) != PAYLOAD_CHARS or not _PAYLOAD_SHAPE.fullmatch(payload):
         return None
-    try:
-        raw = base64.urlsafe_b64decode(payload + "=")
-    except (binascii.Error, ValueError):  # pragma: no cover - the shape check rules these out
-        return None
+    # The shape check leaves nothing a decoder could refuse or skip.
+    raw = binascii.a2b_base64(payload.replace("-", "+").replace("_", "/") + "=")
     random = raw[:RANDOM_BYTES]
-    fields = _mask(random, raw[_FIELDS])
+    mask, handle_id = _derive(random)
+    fields = (int.from_bytes(raw[_FIELDS]) ^ mask).to_bytes(_HEADER.size)
     header, expires_at = _HEADER.unpack(fields)
     return Payload(
-        version=header >> 6,
-        flags=header & (SESSION_FLAG | PRINCIPAL_FLAG),
-        hint=header & HINT_MASK,
-        expires_at=expires_at,
-        random=random,
-        mac=raw[PAYLOAD_BYTES - MAC_BYTES :],
-        signed=random + fields,
+        header >> 6,
+        header & (SESSION_FLAG | PRINCIPAL_FLAG),
+        header & HINT_MASK,
+        expires_at,
+        random,
+        raw[PAYLOAD_BYTES - MAC_BYTES :],
+        random + fields,
+        handle_id,
     )

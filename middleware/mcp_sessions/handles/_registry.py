@@ -232,6 +232,7 @@ class Handles:
         self._signer_kid = signer.kid if signer is not None and signer.kid in self._mac_keys else None
         self._by_name: dict[str, HandleKind] = {}
         self._by_prefix: dict[str, HandleKind] = {}
+        self.prefixes: tuple[str, ...] = ()  # "bsk_" for each kind: how a handle is recognised
         # kind name -> kid -> (key hint, HMAC already fed the domain, the audience and the kind's name)
         self._bases: dict[str, dict[str, tuple[int, hmac.HMAC]]] = {}
         for kind in kinds:
@@ -276,6 +277,7 @@ class Handles:
         }
         self._by_name[kind.name] = kind
         self._by_prefix[kind.prefix] = kind
+        self.prefixes = (*self.prefixes, f"{kind.prefix}_")
         return kind
 
     @property
@@ -411,7 +413,7 @@ class Handles:
             or not self._mac_matches(spec, payload, principal)
         ):
             raise self._error("forged", spec)
-        handle_id = fmt.stable_id(payload.random)
+        handle_id = payload.handle_id
         current = time.time() if now is None else now
         if payload.expires_at + self.keys.leeway <= current:
             raise self._error("expired", spec, handle_id, at=payload.expires_at)
@@ -488,7 +490,7 @@ class Handles:
         payload = None if spec is None else fmt.decode(value[len(spec.prefix) + 1 :])
         if spec is None or payload is None or payload.version != fmt.VERSION or not payload.principal_bound:
             return
-        handle_id = fmt.stable_id(payload.random)
+        handle_id = payload.handle_id
         meta = await self.store.get(_META_PREFIX + handle_id, _META_KEY)
         owner = meta.get("p") if isinstance(meta, dict) else None
         if isinstance(owner, str) and self._mac_matches(spec, payload, owner):
