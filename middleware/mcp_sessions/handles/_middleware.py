@@ -39,6 +39,9 @@ ATTRIBUTE_ID: Final = "mcp_sessions.handle.id"
 ATTRIBUTE_ERROR: Final = "mcp_sessions.handle.error"
 SPAN_NAME: Final = "mcp_sessions.handles.check"
 _TRACER_NAME: Final = "mcp_sessions.handles"
+_INTERNAL_ERROR: Final = -32603
+_INVALID_REQUEST: Final = -32600
+_DISCONNECTED: Final[Any] = object()
 
 
 def _default_principal(scope: Scope) -> str | None:
@@ -81,17 +84,25 @@ class HandleMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        digest = await self._principal_digest(scope)
+        try:
+            digest = await self._principal_digest(scope)
+        except Exception:
+            logger.exception("the principal hook failed")
+            return await _send_json(send, 500, _error(None, _INTERNAL_ERROR, "Internal error"))
         context = HandleContext(self.handles, digest)
-        headers = dict(reversed(scope["headers"]))
+        headers = dict(reversed(list(scope["headers"])))
         content_type = headers.get(b"content-type", b"").lower()
         if scope["method"] != "POST" or not content_type.startswith(b"application/json"):
             with handle_context(context):
                 await self.app(scope, receive, send)
             return
-        body = await self._read_body(receive)
+        declared = headers.get(b"content-length", b"")
+        body = None if declared.isdigit() and int(declared) > self.max_body_size else await self._read_body(receive)
         if body is None:
-            return None  # the client left, or the body is over the limit (the app answers neither)
+            limit = f"Request body too large (limit {self.max_body_size} bytes)"
+            return await _send_json(send, 413, _error(None, _INVALID_REQUEST, limit))
+        if body is _DISCONNECTED:
+            return None  # the client is gone: nothing to answer
 
         replayed = False
 
@@ -125,11 +136,12 @@ class HandleMiddleware:
         return None if principal is None else self.handles.principal_digest(principal)
 
     async def _read_body(self, receive: Receive) -> bytes | None:
+        """The whole body; ``None`` past the size limit, :data:`_DISCONNECTED` if the client left."""
         chunks = bytearray()
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                return None
+                return _DISCONNECTED
             chunks += message.get("body", b"")
             if len(chunks) > self.max_body_size:
                 return None
@@ -185,30 +197,39 @@ class HandleMiddleware:
                 continue
             refused = answers.get(_key(rid))
             if refused is None:
-                responses.append(_error(rid, -32600, "batch refused: another element carries a refused handle"))
+                responses.append(
+                    _error(rid, _INVALID_REQUEST, "batch refused: another element carries a refused handle")
+                )
                 continue
             result = dict(refused["result"])
             if modern:
                 result["resultType"] = "complete"
             responses.append({"jsonrpc": "2.0", "id": rid, "result": result})
         payload: Any = responses if isinstance(message, list) else responses[0]
-        data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
         accept = headers.get(b"accept", b"").lower()
-        status = 503 if unavailable else 200
-        if b"application/json" in accept or b"text/event-stream" not in accept or unavailable:
-            response_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-            if unavailable:
-                response_headers.append((b"retry-after", self._retry_after))
-            body = data
-        else:
-            body = b"event: message\r\ndata: " + data + b"\r\n\r\n"
-            response_headers = [
-                (b"content-type", b"text/event-stream"),
-                (b"cache-control", b"no-cache, no-transform"),
-                (b"content-length", str(len(body)).encode()),
-            ]
-        await send({"type": "http.response.start", "status": status, "headers": response_headers})
+        if unavailable:
+            return await _send_json(send, 503, payload, [(b"retry-after", self._retry_after)])
+        if b"application/json" in accept or b"text/event-stream" not in accept:
+            return await _send_json(send, 200, payload)
+        body = b"event: message\r\ndata: " + _dumps(payload) + b"\r\n\r\n"
+        response_headers = [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache, no-transform"),
+            (b"content-length", str(len(body)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": response_headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _dumps(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
+
+
+async def _send_json(send: Send, status: int, payload: Any, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = _dumps(payload)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _is_tools_call(message: Any) -> bool:
