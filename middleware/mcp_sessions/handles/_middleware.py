@@ -41,7 +41,7 @@ SPAN_NAME: Final = "mcp_sessions.handles.check"
 _TRACER_NAME: Final = "mcp_sessions.handles"
 _INTERNAL_ERROR: Final = -32603
 _INVALID_REQUEST: Final = -32600
-_DISCONNECTED: Final = b"\x00"  # a stand-in body, compared by identity
+_DISCONNECTED: Final = b"\x00client disconnected\x00"  # a stand-in, compared by identity (never interned like b"x")
 
 
 def _default_principal(scope: Scope) -> str | None:
