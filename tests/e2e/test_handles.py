@@ -195,7 +195,7 @@ def authenticated_app(exporter: InMemorySpanExporter) -> Starlette:
         routes=[Mount("/", mcp_app)],
         middleware=[
             Middleware(AuthenticationMiddleware, backend=HeaderUser()),
-            Middleware(MCPSessionMiddleware, keys=keys, store=store, path="/mcp"),
+            Middleware(MCPSessionMiddleware, keys=keys, store=store, path="/mcp", tracer_provider=provider),
             Middleware(HandleMiddleware, handles=handles, tracer_provider=provider),
         ],
         lifespan=lifespan,
@@ -236,6 +236,18 @@ def test_a_handle_used_by_another_principal_is_refused() -> None:
         assert basket[4:] not in str(attributes) and open_basket[4:] not in str(attributes)
     reasons = {dict(span.attributes or {}).get("mcp_sessions.handle.error") for span in spans}
     assert reasons == {None, "other_principal"}
+    # The span that was current when the check ran (the session middleware's request span) has them too.
+    request_spans = [
+        span
+        for span in exporter.get_finished_spans()
+        if span.name.startswith("tools/call")
+        and span.instrumentation_scope
+        and span.instrumentation_scope.name == "mcp_sessions"
+    ]
+    with_handles = [span for span in request_spans if ATTRIBUTE_KIND in (span.attributes or {})]
+    assert len(with_handles) == len(spans) and len(request_spans) == len(spans) + 2  # two create_basket calls
+    for span in with_handles:
+        assert any(check.parent is not None and check.parent.span_id == span.context.span_id for check in spans)
 
 
 # -- fastmcp --------------------------------------------------------------------------------------------------------
