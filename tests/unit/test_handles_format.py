@@ -208,9 +208,11 @@ def test_a_handle_tied_to_a_session_ends_with_it(handles: Handles) -> None:
     handle = run(handles.verify(token))
     assert handle.session_id == "session-1"
     assert handle.expires_at_timestamp <= now + 61  # capped by the session's expiry
+    run(handle.data.set("items", ["a"]))
     run(store.revoke("session-1", expires_at=now + 600))
     error = refusal(handles, token)
     assert (error.reason, "session ended" in error.message) == ("revoked", True)
+    assert run(handle.data.items()) == {}  # the handle ended with its session, and its data with it
 
 
 # -- keys --------------------------------------------------------------------------------------------------

@@ -469,6 +469,8 @@ class Handles:
                 idle_ttl=self.session_idle_ttl,
             )
             if session_status is not SessionStatus.ACTIVE:
+                # The session ended: end the handle too, so its data goes now rather than at its expiry.
+                await self.store.revoke(_DATA_PREFIX + handle_id, expires_at=payload.expires_at)
                 raise self._error("revoked", spec, handle_id, session=True)
         return Handle(
             registry=self,
