@@ -315,3 +315,30 @@ def test_the_verifier_raises_only_handle_errors(value: Any) -> None:
             assert exc.reason in ("malformed", "forged", "wrong_kind", "expired", "revoked", "other_principal")
             if isinstance(value, str) and len(value) >= 20:
                 assert value[4:] not in exc.message
+
+
+# -- check_call, the function the session middleware will call ------------------------------------------------
+
+
+def test_check_call_verifies_every_handle_in_the_arguments(handles: Handles) -> None:
+    from mcp_sessions.handles import check_call
+
+    basket, order = mint(handles), mint(handles, ORDER, principal="alice")
+    alice = handles.principal_digest("alice")
+    verified: dict[str, Any] = {}
+    params = {"name": "t", "arguments": {"basket": basket, "deep": {"orders": [order]}, "note": "bsk_ is short"}}
+    assert run(check_call(handles, params, alice, verified=verified)) is None
+    assert {handle.kind for handle in verified.values()} == {"basket", "order"}
+    for not_params in (None, [], "x", {"name": "t"}, {"arguments": "bsk_" + "A" * 35}):
+        assert run(check_call(handles, not_params, None)) is None
+
+    errors: list[HandleError] = []
+    result = run(check_call(handles, params, None, errors=errors))
+    assert result is not None and result["isError"] is True
+    [content] = result["content"]
+    assert content["text"].startswith("argument 'deep.orders[0]': order handle ordr_… belongs to another user")
+    assert [error.reason for error in errors] == ["other_principal"]
+
+    crowded = {"arguments": {f"b{i}": basket for i in range(handles.max_handles_per_call + 1)}}
+    too_many = run(check_call(handles, crowded, None))
+    assert too_many is not None and "at most 16" in too_many["content"][0]["text"]

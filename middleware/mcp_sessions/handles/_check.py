@@ -65,9 +65,10 @@ async def check_call(
     Store failures raise :class:`~mcp_sessions.SessionStoreUnavailable`: answer
     those with the retryable error, never with a tool result.
     """
-    if not isinstance(tools_call_params, dict):
-        return None
-    found = list(handle_candidates(handles, tools_call_params.get("arguments")))
+    arguments = tools_call_params.get("arguments") if isinstance(tools_call_params, dict) else None
+    if not isinstance(arguments, dict):
+        return None  # no arguments object: nothing named, and the server refuses the call itself
+    found = list(handle_candidates(handles, arguments))
     if not found:
         return None
     if len(found) > handles.max_handles_per_call:
