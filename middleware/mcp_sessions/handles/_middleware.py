@@ -154,10 +154,8 @@ class HandleMiddleware:
         parent = trace.get_current_span()
         for call in calls:
             params = call.get("params")
-            if (
-                not isinstance(params, dict)
-                or next(handle_candidates(self.handles, params.get("arguments")), None) is None
-            ):
+            arguments = params.get("arguments") if isinstance(params, dict) else None
+            if not isinstance(arguments, dict) or next(handle_candidates(self.handles, arguments), None) is None:
                 continue  # no handle: no span, nothing to check
             before = set(context.verified)
             errors: list[HandleError] = []
