@@ -1,0 +1,37 @@
+"""Explicit state handles (SEP-2567) done right: short, unforgeable, expiring, revocable, typed.
+
+``handles = Handles(keys, store)`` registers kinds (``handles.kind("basket",
+prefix="bsk")``) and mints handle strings (``await handles.mint("basket")``)
+that tools take as typed parameters (``basket: Annotated[Handle, kind]``).
+:class:`HandleMiddleware` verifies every handle a ``tools/call`` carries before
+the tool runs; :func:`check_call` is that check as a function. See
+``docs/handles.md``.
+"""
+
+from ._check import ToolErrorResult, check_call, handle_candidates, tool_error_result
+from ._context import HandleContext, current_handle_context, handle_context
+from ._errors import HandleError, HandleErrorReason
+from ._format import MAX_HANDLE_CHARS, MAX_PREFIX_CHARS
+from ._middleware import ATTRIBUTE_ID, ATTRIBUTE_KIND, HandleMiddleware
+from ._registry import CURRENT, Handle, HandleKind, Handles
+
+__all__ = [
+    "ATTRIBUTE_ID",
+    "ATTRIBUTE_KIND",
+    "CURRENT",
+    "MAX_HANDLE_CHARS",
+    "MAX_PREFIX_CHARS",
+    "Handle",
+    "HandleContext",
+    "HandleError",
+    "HandleErrorReason",
+    "HandleKind",
+    "HandleMiddleware",
+    "Handles",
+    "ToolErrorResult",
+    "check_call",
+    "current_handle_context",
+    "handle_candidates",
+    "handle_context",
+    "tool_error_result",
+]

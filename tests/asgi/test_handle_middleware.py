@@ -1,0 +1,205 @@
+"""HandleMiddleware by direct ASGI calls: what reaches the app, what is answered, and how."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import MutableMapping
+from typing import Any
+
+import pytest
+
+from _redis import free_port
+from conftest import SECRET
+from mcp_sessions import KeySet, MemoryStore
+from mcp_sessions.handles import HandleContext, HandleKind, HandleMiddleware, Handles, current_handle_context
+from mcp_sessions.stores import RedisStore
+
+pytestmark = pytest.mark.anyio
+
+Message = MutableMapping[str, Any]
+BASKET = HandleKind("basket", prefix="bsk")
+
+
+class Downstream:
+    """A real ASGI app that records what reached it and answers 200 with ``{}``."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.contexts: list[HandleContext | None] = []
+        self.scope_types: list[str] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.scope_types.append(scope["type"])
+        if scope["type"] != "http":
+            return
+        self.contexts.append(current_handle_context())
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        self.bodies.append(body)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
+async def call(
+    app: HandleMiddleware,
+    body: bytes,
+    *,
+    method: str = "POST",
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": "/mcp",
+        "headers": headers if headers is not None else [(b"content-type", b"application/json")],
+    }
+    chunks = [body[:7], body[7:]] if len(body) > 7 else [body]
+    pending = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], dict(start["headers"]), content
+
+
+def tools_call(arguments: dict[str, Any], request_id: Any = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "t", "arguments": arguments}}
+
+
+@pytest.fixture
+def handles() -> Handles:
+    return Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[BASKET])
+
+
+async def test_a_valid_handle_reaches_the_app_verified_and_the_body_intact(handles: Handles) -> None:
+    downstream = Downstream()
+    app = HandleMiddleware(downstream, handles=handles)
+    token = await handles.mint(BASKET, principal=None)
+    body = json.dumps(tools_call({"basket": token, "nested": {"list": [token]}})).encode()
+    status, _, _ = await call(app, body)
+    assert status == 200 and downstream.bodies == [body]
+    [context] = downstream.contexts
+    assert context is not None and list(context.verified) == [token]
+    assert context.verified[token].kind == "basket"
+
+
+async def test_a_refused_handle_is_answered_and_never_reaches_the_app(handles: Handles) -> None:
+    downstream = Downstream()
+    app = HandleMiddleware(downstream, handles=handles)
+    bad = "bsk_" + "Q" * 34 + "A"
+    status, headers, content = await call(app, json.dumps(tools_call({"basket": bad}, "r-1")).encode())
+    assert (status, headers[b"content-type"]) == (200, b"application/json")
+    answer = json.loads(content)
+    assert answer["id"] == "r-1" and answer["result"]["isError"] is True
+    assert "never issued" in answer["result"]["content"][0]["text"] and bad[4:] not in content.decode()
+    assert downstream.bodies == []
+
+
+async def test_a_batch_with_one_refused_handle_is_answered_whole(handles: Handles) -> None:
+    downstream = Downstream()
+    app = HandleMiddleware(downstream, handles=handles)
+    token = await handles.mint(BASKET, principal=None)
+    batch = [
+        tools_call({"basket": token}, 1),
+        tools_call({"basket": token[:-1]}, 2),
+        {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
+    ]
+    status, _, content = await call(app, json.dumps(batch).encode())
+    answers = {answer["id"]: answer for answer in json.loads(content)}
+    assert status == 200 and set(answers) == {1, 2, 3}
+    assert answers[2]["result"]["isError"] is True
+    assert answers[1]["error"]["code"] == answers[3]["error"]["code"] == -32600
+    assert downstream.bodies == []
+
+
+async def test_sse_only_clients_get_the_refusal_as_one_event(handles: Handles) -> None:
+    app = HandleMiddleware(Downstream(), handles=handles)
+    headers = [(b"content-type", b"application/json"), (b"accept", b"text/event-stream")]
+    status, response_headers, content = await call(
+        app, json.dumps(tools_call({"b": "bsk_x" * 5})).encode(), headers=headers
+    )
+    assert (status, response_headers[b"content-type"]) == (200, b"text/event-stream")
+    assert content.startswith(b"event: message\r\ndata: {") and content.endswith(b"\r\n\r\n")
+
+
+@pytest.mark.parametrize(
+    ("body", "method", "content_type"),
+    [
+        (b"not json", "POST", b"application/json"),
+        (b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}', "POST", b"application/json"),
+        (json.dumps(tools_call({"item": "tea", "note": "bsk_"})).encode(), "POST", b"application/json"),
+        (json.dumps(tools_call({"basket": "bsk_" + "Q" * 35})).encode(), "POST", b"text/plain"),
+        (b"", "GET", b"application/json"),
+    ],
+)
+async def test_everything_without_a_handle_to_check_passes_through(
+    handles: Handles, body: bytes, method: str, content_type: bytes
+) -> None:
+    downstream = Downstream()
+    app = HandleMiddleware(downstream, handles=handles)
+    status, _, _ = await call(app, body, method=method, headers=[(b"content-type", content_type)])
+    assert status == 200 and downstream.bodies == [body]
+    assert downstream.contexts[0] is not None  # mint still finds the request's principal
+
+
+async def test_an_oversized_body_is_refused_with_413(handles: Handles) -> None:
+    downstream = Downstream()
+    app = HandleMiddleware(downstream, handles=handles, max_body_size=64)
+    status, _, content = await call(app, json.dumps(tools_call({"item": "x" * 100})).encode())
+    assert status == 413 and json.loads(content)["error"]["code"] == -32600
+    declared = [(b"content-type", b"application/json"), (b"content-length", b"1000")]
+    assert (await call(app, b"{}", headers=declared))[0] == 413
+    assert downstream.bodies == []
+
+
+async def test_an_unreachable_store_is_a_retryable_503_never_a_verdict() -> None:
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout=0.3, connect_timeout=0.1)
+    handles = Handles(KeySet.from_secret(SECRET), store, kinds=[BASKET])
+    minting = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[BASKET])
+    downstream = Downstream()
+    try:
+        app = HandleMiddleware(downstream, handles=handles, retry_after=3)
+        token = await minting.mint(BASKET, principal=None)
+        status, headers, content = await call(app, json.dumps(tools_call({"basket": token})).encode())
+    finally:
+        await store.aclose()
+    assert (status, headers[b"retry-after"]) == (503, b"3")
+    assert json.loads(content)["error"]["code"] == -32010
+    assert downstream.bodies == []
+
+
+async def test_a_failing_principal_hook_is_an_internal_error(handles: Handles) -> None:
+    def broken(scope: Any) -> str | None:
+        raise RuntimeError("boom")
+
+    downstream = Downstream()
+    app = HandleMiddleware(downstream, handles=handles, principal=broken)
+    status, _, content = await call(app, b"{}")
+    assert status == 500 and b"boom" not in content and json.loads(content)["error"]["code"] == -32603
+    assert downstream.bodies == []
+
+
+async def test_lifespan_and_other_scopes_pass_through(handles: Handles) -> None:
+    downstream = Downstream()
+    app = HandleMiddleware(downstream, handles=handles)
+
+    async def receive() -> Message:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: Message) -> None:
+        pass
+
+    await app({"type": "lifespan"}, receive, send)
+    assert downstream.scope_types == ["lifespan"]

@@ -1,0 +1,296 @@
+"""Handles through real servers and the real SDK client, in JSON and SSE response modes.
+
+The basket example (examples/basket.py) behind uvicorn on 127.0.0.1: the
+basket cycle, independence, every refused handle answered as a tool error
+that names the problem (the tool never runs, the basket is untouched),
+principal binding with Starlette's authentication, telemetry, and fastmcp.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+import httpx
+import pytest
+from examples.basket import BASKET, build_app, build_server
+from fastmcp import FastMCP
+from mcp import Client
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
+from starlette.routing import Mount
+
+from _mcp import ModernClient, answer, legacy_request
+from conftest import SECRET, serve
+from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore
+from mcp_sessions.handles import ATTRIBUTE_ID, ATTRIBUTE_KIND, Handle, HandleKind, HandleMiddleware, Handles
+
+ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
+
+
+@pytest.fixture(scope="module", params=["json", "sse"])
+def url(request: pytest.FixtureRequest) -> Iterator[str]:
+    with serve(build_app(json_response=request.param == "json", environ=ENVIRON)) as base:
+        yield base + "/mcp"
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, str]:
+    result = await client.call_tool(tool, arguments)
+    [content] = result.content
+    assert content.type == "text"
+    return result.is_error, content.text
+
+
+async def ok(client: Client, tool: str, **arguments: Any) -> str:
+    is_error, text = await call(client, tool, **arguments)
+    assert not is_error, text
+    return text
+
+
+async def refused(client: Client, tool: str, **arguments: Any) -> str:
+    is_error, text = await call(client, tool, **arguments)
+    assert is_error, text
+    return text
+
+
+def offline_handles() -> Handles:
+    """A registry with the server's key and its own store: mints what the server's key would sign."""
+    return Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[BASKET])
+
+
+# -- the basket cycle ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_basket_cycle_works_without_any_session(url: str) -> None:
+    async with Client(url) as client:
+        basket = await ok(client, "create_basket")
+        assert re.fullmatch(BASKET.pattern, basket) and len(basket) == 39  # the text is the handle, nothing else
+        assert [await ok(client, "add_item", basket=basket, item=item) for item in ("tea", "milk", "jam")] == [
+            "1",
+            "2",
+            "3",
+        ]
+        assert await ok(client, "checkout", basket=basket) == "tea,milk,jam"
+        assert "has ended" in await refused(client, "add_item", basket=basket, item="late")
+
+
+@pytest.mark.anyio
+async def test_two_baskets_are_independent(url: str) -> None:
+    async with Client(url) as client:
+        first, second = await ok(client, "create_basket"), await ok(client, "create_basket")
+        assert first != second
+        await ok(client, "add_item", basket=first, item="a")
+        await ok(client, "add_item", basket=second, item="x")
+        await ok(client, "add_item", basket=first, item="b")
+        assert await ok(client, "checkout", basket=second) == "x"
+        assert await ok(client, "add_item", basket=first, item="c") == "3"
+        assert await ok(client, "checkout", basket=first) == "a,b,c"
+
+
+@pytest.mark.anyio
+async def test_the_input_schema_shows_the_handle_pattern_and_a_description(url: str) -> None:
+    async with Client(url) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    for name in ("add_item", "checkout"):
+        schema = tools[name].input_schema["properties"]["basket"]
+        assert schema["type"] == "string"
+        assert schema["pattern"] == BASKET.pattern
+        assert "create_basket" in schema["description"]
+
+
+# -- refused handles ----------------------------------------------------------------------------------------------
+
+
+def one_changed(handle: str, position: int) -> str:
+    replacement = "B" if handle[position] != "B" else "C"
+    return handle[:position] + replacement + handle[position + 1 :]
+
+
+@pytest.mark.anyio
+async def test_every_refused_handle_is_a_tool_error_naming_the_problem(url: str) -> None:
+    offline = offline_handles()
+    async with Client(url) as client:
+        basket = await ok(client, "create_basket")
+        assert await ok(client, "add_item", basket=basket, item="kept") == "1"
+        checked_out = await ok(client, "create_basket")
+        await ok(client, "checkout", basket=checked_out)
+        cases = {
+            "never issued or was mistyped": [one_changed(basket, p) for p in (4, 20, 37)]
+            + ["bsk_" + "Q" * 34 + "A", "bsk_" + "abcdefghijklmnopqrstuvwxyz012345678A"[:35]],
+            "incomplete or mistyped": [basket[:-1], basket + "A"],
+            "has ended": [checked_out],
+            "expired at": [await offline.mint(BASKET, ttl=1, now=time.time() - 60)],
+        }
+        for problem, values in cases.items():
+            for value in values:
+                for tool, arguments in (("add_item", {"item": "intruder"}), ("checkout", {})):
+                    text = await refused(client, tool, basket=value, **arguments)
+                    assert problem in text, (value, text)
+                    assert "create_basket" in text
+                    assert value[4:] not in text and basket[4:] not in text
+        # Nothing reached the tools: the basket holds what it held.
+        assert await ok(client, "add_item", basket=basket, item="next") == "2"
+        assert await ok(client, "checkout", basket=basket) == "kept,next"
+
+
+def test_a_refusal_is_answered_by_the_middleware_as_json_in_both_eras(url: str) -> None:
+    base = url.removesuffix("/mcp")
+    bad = "bsk_" + "Q" * 34 + "A"
+    with httpx.Client(timeout=10) as http:
+        modern = ModernClient(http, base)
+        response, message = modern.call_tool("add_item", {"basket": bad, "item": "x"})
+        assert (response.status_code, response.headers["content-type"]) == (200, "application/json")
+        assert message["result"]["isError"] is True and message["result"]["resultType"] == "complete"
+        body = legacy_request("tools/call", {"name": "checkout", "arguments": {"basket": bad}}, id="x-1")
+        response = http.post(
+            url,
+            json=body,
+            headers={
+                "Content-Type": "application/json",
+                "Accept": "text/event-stream",
+                "MCP-Protocol-Version": "2025-11-25",
+            },
+        )
+        assert response.headers["content-type"] == "text/event-stream"
+        message = answer(response)
+        assert message["id"] == "x-1" and message["result"]["isError"] is True
+        assert "resultType" not in message["result"]
+
+
+# -- principals ---------------------------------------------------------------------------------------------------
+
+
+class HeaderUser(AuthenticationBackend):
+    """Authenticates whoever the X-User header names."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        user = conn.headers.get("x-user")
+        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
+
+
+def authenticated_app(exporter: InMemorySpanExporter) -> Starlette:
+    keys, store = KeySet.from_secret(SECRET), MemoryStore()
+    handles = Handles(keys, store, kinds=[BASKET])
+    server = build_server(handles)
+    mcp_app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with server.session_manager.run():
+            yield
+
+    return Starlette(
+        routes=[Mount("/", mcp_app)],
+        middleware=[
+            Middleware(AuthenticationMiddleware, backend=HeaderUser()),
+            Middleware(MCPSessionMiddleware, keys=keys, store=store, path="/mcp", tracer_provider=provider),
+            Middleware(HandleMiddleware, handles=handles, tracer_provider=provider),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def text_of(message: dict[str, Any]) -> tuple[bool, str]:
+    result = message["result"]
+    return result["isError"], result["content"][0]["text"]
+
+
+def test_a_handle_used_by_another_principal_is_refused() -> None:
+    exporter = InMemorySpanExporter()
+    with serve(authenticated_app(exporter)) as base, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, base)
+        basket = text_of(client.call_tool("create_basket", x_user="alice")[1])[1]
+        assert text_of(client.call_tool("add_item", {"basket": basket, "item": "a"}, x_user="alice")[1]) == (False, "1")
+        for intruder in ({"x_user": "bob"}, {}):
+            is_error, text = text_of(client.call_tool("add_item", {"basket": basket, "item": "b"}, **intruder)[1])
+            assert is_error and "belongs to another user" in text
+            is_error, text = text_of(client.call_tool("checkout", {"basket": basket}, **intruder)[1])
+            assert is_error and "belongs to another user" in text
+        # An anonymous basket is anyone's who holds it.
+        open_basket = text_of(client.call_tool("create_basket")[1])[1]
+        assert text_of(client.call_tool("add_item", {"basket": open_basket, "item": "z"}, x_user="bob")[1]) == (
+            False,
+            "1",
+        )
+        assert text_of(client.call_tool("checkout", {"basket": basket}, x_user="alice")[1]) == (False, "a")
+
+    spans = [span for span in exporter.get_finished_spans() if span.name == "mcp_sessions.handles.check"]
+    assert spans, "no handle check span"
+    for span in spans:
+        attributes = dict(span.attributes or {})
+        assert attributes[ATTRIBUTE_KIND] == ("basket",)
+        [handle_id] = attributes[ATTRIBUTE_ID]
+        assert len(handle_id) == 16
+        assert basket[4:] not in str(attributes) and open_basket[4:] not in str(attributes)
+    reasons = {dict(span.attributes or {}).get("mcp_sessions.handle.error") for span in spans}
+    assert reasons == {None, "other_principal"}
+    # The span that was current when the check ran (the session middleware's request span) has them too.
+    request_spans = [
+        span
+        for span in exporter.get_finished_spans()
+        if span.name.startswith("tools/call")
+        and span.instrumentation_scope
+        and span.instrumentation_scope.name == "mcp_sessions"
+    ]
+    with_handles = [span for span in request_spans if ATTRIBUTE_KIND in (span.attributes or {})]
+    assert len(with_handles) == len(spans) and len(request_spans) == len(spans) + 2  # two create_basket calls
+    for span in with_handles:
+        assert any(check.parent is not None and check.parent.span_id == span.context.span_id for check in spans)
+
+
+# -- fastmcp --------------------------------------------------------------------------------------------------------
+
+CART = HandleKind("cart", prefix="crt")
+
+
+def fastmcp_app(handles: Handles, **http_options: Any) -> HandleMiddleware:
+    mcp = FastMCP("carts")
+
+    @mcp.tool
+    async def create_cart() -> str:
+        """A new cart's handle."""
+        return await handles.mint(CART)
+
+    @mcp.tool
+    async def put(cart: Annotated[Handle, CART], item: str) -> str:
+        """Put an item in a cart; returns the count and what the tool received."""
+        items = await cart.data.update("items", lambda items: [*items, item], default=[])
+        return f"{len(items)} {type(cart).__name__} {cart.kind}"
+
+    @mcp.tool
+    def peek(cart: Annotated[Handle, CART]) -> str:
+        """A sync tool: the cart's stable id."""
+        return cart.id
+
+    return HandleMiddleware(mcp.http_app(path="/mcp", **http_options), handles=handles)
+
+
+@pytest.mark.parametrize("options", [{}, {"stateless_http": True, "json_response": True}], ids=["sse", "json"])
+@pytest.mark.anyio
+async def test_fastmcp_tools_take_typed_handles(options: dict[str, Any]) -> None:
+    handles = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[CART])
+    with serve(fastmcp_app(handles, **options)) as base:
+        async with Client(base + "/mcp") as client:
+            schema = {t.name: t for t in (await client.list_tools()).tools}["put"].input_schema
+            assert schema["properties"]["cart"]["pattern"] == CART.pattern
+            cart = await ok(client, "create_cart")
+            assert await ok(client, "put", cart=cart, item="a") == "1 Handle cart"
+            assert await ok(client, "put", cart=cart, item="b") == "2 Handle cart"
+            assert len(await ok(client, "peek", cart=cart)) == 16
+            assert "never issued" in await refused(client, "put", cart=one_changed(cart, 10), item="c")
+            # Not handle-shaped, so the pre-call scan leaves it to the typed parameter, which refuses it too.
+            text = await refused(client, "put", cart="crt_ with spaces", item="c")
+            assert "incomplete or mistyped" in text and "with spaces" not in text
+            assert await ok(client, "put", cart=cart, item="c") == "3 Handle cart"

@@ -1,0 +1,113 @@
+"""Every Python snippet of docs/handles.md runs: complete apps are served and used, fragments are checked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+
+from _mcp import ModernClient, session_meta, tool_text
+from conftest import SECRET, serve
+from mcp_sessions import KeySet, MemoryStore
+from mcp_sessions.handles import HandleKind, Handles
+
+ROOT = Path(__file__).resolve().parents[2]
+SNIPPETS = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "handles.md").read_text(), re.S)
+
+
+def load(snippet: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
+    namespace: dict[str, Any] = {"__name__": "docs_snippet"}
+    exec(compile(snippet, "docs/handles.md", "exec"), namespace)
+    return namespace
+
+
+def by_server_name(name: str) -> str:
+    [snippet] = [s for s in SNIPPETS if f'MCPServer("{name}")' in s]
+    return snippet
+
+
+def test_every_snippet_is_accounted_for() -> None:
+    complete = [s for s in SNIPPETS if "\napp = " in s]
+    assert len(complete) == 3
+    quoted = [s for s in SNIPPETS if "\napp = " not in s and "call_with_handle_check" not in s]
+    example = (ROOT / "examples" / "basket.py").read_text()
+    for snippet in quoted:  # the quick start quotes examples/basket.py
+        for line in filter(None, (line.strip() for line in snippet.splitlines())):
+            assert line in example, line
+
+
+def test_the_session_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = load(by_server_name("basket-with-a-session"), monkeypatch)["app"]
+    with serve(app) as base, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, base)
+        session = session_meta(client.create_session())
+        counts = [tool_text(client.call_tool("add_item", {"item": i}, session=session)[1]) for i in ("a", "b")]
+        assert counts == ["1", "2"]
+        assert tool_text(client.call_tool("checkout", session=session)[1]) == "a,b"
+        assert client.call_tool("add_item", {"item": "c"})[1]["error"]["code"] == -32044  # no session
+
+
+@pytest.mark.anyio
+async def test_the_handles_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = load(by_server_name("basket-with-handles"), monkeypatch)["app"]
+    with serve(app) as base:
+        async with Client(base + "/mcp") as client:
+            basket = (await client.call_tool("create_basket", {})).content[0].text
+            for item in ("a", "b"):
+                await client.call_tool("add_item", {"basket": basket, "item": item})
+            assert (await client.call_tool("checkout", {"basket": basket})).content[0].text == "a,b"
+            refused = await client.call_tool("add_item", {"basket": basket, "item": "c"})
+            assert refused.is_error and "has ended" in refused.content[0].text
+
+
+def test_both_a_handle_tied_to_a_session_ends_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = load(by_server_name("baskets-in-a-session"), monkeypatch)["app"]
+    with serve(app) as base, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, base)
+        session = session_meta(client.create_session())
+        tied = tool_text(client.call_tool("create_basket", session=session)[1])
+        free = tool_text(client.call_tool("create_basket")[1])
+        for basket in (tied, free):
+            assert tool_text(client.call_tool("add_item", {"basket": basket, "item": "a"})[1]) == "1"
+        client.request("sessions/delete", session=session)
+        result = client.call_tool("add_item", {"basket": tied, "item": "b"})[1]["result"]
+        assert result["isError"] is True and "its session ended" in result["content"][0]["text"]
+        assert tool_text(client.call_tool("add_item", {"basket": free, "item": "b"})[1]) == "2"
+
+
+def test_the_integration_snippet(monkeypatch: pytest.MonkeyPatch) -> None:
+    [snippet] = [s for s in SNIPPETS if "call_with_handle_check" in s]
+    guarded = load(snippet, monkeypatch)["call_with_handle_check"]
+    kind = HandleKind("basket", prefix="bsk")
+    handles = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[kind])
+    reached: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        from mcp_sessions.handles import current_handle_context
+
+        context = current_handle_context()
+        reached.append(None if context is None else list(context.verified.values()))
+
+    async def scenario() -> list[Any]:
+        token = await handles.mint(kind, principal=None)
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        for value in (token, token[:10] + ("B" if token[10] != "B" else "C") + token[11:]):
+            message = {"id": 7, "params": {"name": "t", "arguments": {"basket": value}}}
+            await guarded(app, handles, message, None, {}, None, send)
+        return sent
+
+    sent = asyncio.run(scenario())
+    assert len(reached) == 1 and reached[0][0].kind == "basket"
+    answer = json.loads(sent[1]["body"])
+    assert answer["id"] == 7 and answer["result"]["isError"] is True
