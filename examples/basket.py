@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionStore
+from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionsConfig, SessionStore
 from mcp_sessions.handles import Handle, HandleKind, HandleMiddleware, Handles
 
 app: Starlette  # built on first access, see __getattr__
@@ -93,7 +93,7 @@ def build_app(*, json_response: bool | None = None, environ: Mapping[str, str] |
     return Starlette(
         routes=[Mount("/", mcp_app)],
         middleware=[
-            Middleware(MCPSessionMiddleware, keys=keys, store=store, path="/mcp"),
+            Middleware(MCPSessionMiddleware, config=SessionsConfig(keys=keys, store=store, path="/mcp")),
             Middleware(HandleMiddleware, handles=handles),
         ],
         lifespan=lifespan,

@@ -11,7 +11,7 @@ import logging
 import os
 import secrets
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -23,13 +23,36 @@ from ._tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 from .profiles import WireProfile, profiles_from_names
 from .stores import MemoryStore, SessionStore
 
-__all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_TTL", "SessionsConfig"]
+__all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_TTL", "SessionsConfig", "SessionsOptions"]
 
 logger = logging.getLogger("mcp_sessions")
 
 DEFAULT_TTL: Final = 24 * 3600
 MAX_TTL: Final = 10 * 365 * 24 * 3600
 DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
+
+
+class SessionsOptions(TypedDict, total=False):
+    """The options of :class:`SessionsConfig`, as keywords (for type checkers)."""
+
+    secret: str | bytes | None
+    keys: KeySet | None
+    ttl: float
+    idle_ttl: float | None
+    issuer: str | None
+    audience: str | None
+    store: SessionStore | None
+    require_session: RequirePolicy
+    require_session_tools: Collection[str]
+    path: str | Collection[str] | None
+    max_body_size: int
+    max_state_size: int | None
+    retry_after: int
+    tracer_provider: TracerProvider | None
+    meter_provider: MeterProvider | None
+    trace_mode: TraceMode
+    principal: PrincipalHook | None
+    profiles: str | Iterable[str | WireProfile]
 
 
 class SessionsConfig:

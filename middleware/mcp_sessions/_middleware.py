@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import _jsonrpc as jsonrpc
 from ._answers import Refusal, batch_refused, send_accepted, send_json, send_refusal, send_status
 from ._body import TOO_LARGE, Replay, read_body
-from ._config import SessionsConfig
+from ._config import SessionsConfig, SessionsOptions
 from ._echo import Target, hashable_id
 from ._local import LocalCall
 from ._plan import Call, Plan, Planner
@@ -58,7 +58,9 @@ class MCPSessionMiddleware:
     Pass a :class:`SessionsConfig` as ``config=``, or its options as keywords.
     """
 
-    def __init__(self, app: ASGIApp, *, config: SessionsConfig | None = None, **options: Any) -> None:
+    def __init__(
+        self, app: ASGIApp, *, config: SessionsConfig | None = None, **options: Unpack[SessionsOptions]
+    ) -> None:
         if config is None:
             config = SessionsConfig(**options)
         elif options:

@@ -45,7 +45,7 @@ _DISCONNECTED: Final = b"\x00client disconnected\x00"  # a stand-in, compared by
 
 
 def _default_principal(scope: Scope) -> str | None:
-    from .._middleware import authenticated_user
+    from .._principal import authenticated_user
 
     return authenticated_user(scope)
 
