@@ -8,7 +8,7 @@ from typing import Any, Final
 from starlette.types import Send
 
 from . import _jsonrpc as jsonrpc
-from ._protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE, http_status
+from ._protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE, Era, http_status
 
 __all__ = ["Refusal", "send_accepted", "send_json", "send_refusal", "send_status", "store_unavailable"]
 
@@ -66,8 +66,8 @@ async def send_json(send: Send, status: int, payload: Any, retry_after: bytes) -
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def send_refusal(send: Send, request_id: Any, refusal: Refusal, *, modern: bool, retry_after: bytes) -> None:
-    await send_json(send, http_status(refusal.code, modern=modern), refusal.frame(request_id), retry_after)
+async def send_refusal(send: Send, request_id: Any, refusal: Refusal, *, era: Era, retry_after: bytes) -> None:
+    await send_json(send, http_status(refusal.code, era), refusal.frame(request_id), retry_after)
 
 
 async def send_status(send: Send, status: int, retry_after: bytes) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from ._protocol import Era
 from ._service import iso
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ CHANGED: Final = object()
 class Target:
     """What to do with the response to one request id."""
 
-    __slots__ = ("advertised", "capability", "modern", "operation", "profile", "session")
+    __slots__ = ("advertised", "capability", "era", "operation", "profile", "session")
 
     def __init__(
         self,
@@ -32,14 +33,14 @@ class Target:
         *,
         advertised: tuple[WireProfile, ...],
         capability: dict[str, Any],
-        modern: bool,
+        era: Era,
         operation: Operation | None,
     ) -> None:
         self.profile = profile
         self.session = session
         self.advertised = advertised
         self.capability = capability
-        self.modern = modern
+        self.era = era
         self.operation = operation
 
 
@@ -74,17 +75,17 @@ def annotate(target: Target, message: dict[str, Any]) -> bytes | object | None:
         meta[echo_shape.meta_key] = echo_shape.build(session.token, session.state_token, expires)
         change = echo_shape.to_json(session.token, session.state_token, expires)
     for profile in target.advertised:
-        if advertise(result, profile, modern=target.modern, value=target.capability):
+        if advertise(result, profile, target.era, value=target.capability):
             change = CHANGED
     return change
 
 
-def advertise(result: dict[str, Any], profile: WireProfile, *, modern: bool, value: dict[str, Any]) -> bool:
+def advertise(result: dict[str, Any], profile: WireProfile, era: Era, *, value: dict[str, Any]) -> bool:
     """Merge the capability into a ``server/discover`` or ``initialize`` result; whether it changed."""
     capabilities = result.get("capabilities")
     if not isinstance(capabilities, dict):
         return False
-    for path in profile.capability.modern if modern else profile.capability.legacy:
+    for path in profile.capability.places(era):
         node = capabilities
         for name in path[:-1]:
             child = node.get(name)

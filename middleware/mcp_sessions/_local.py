@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import Scope
 
 from ._answers import Refusal
-from ._protocol import INVALID_PARAMS
+from ._protocol import INVALID_PARAMS, Era
 from ._service import Minted, SessionService
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ class LocalCall:
     scope: Scope
     message: dict[str, Any]
     profile: WireProfile
-    modern: bool
+    era: Era
     sessions: SessionService
     session: Session | None
     operation: Operation | None

@@ -31,6 +31,7 @@ from ._protocol import (
     MCP_METHOD_HEADER,
     MCP_SESSION_ID_HEADER,
     SESSION_STORE_UNAVAILABLE,
+    Era,
 )
 from ._response import ResponseRewriter
 from ._service import SessionRefused, SessionService
@@ -170,7 +171,7 @@ class MCPSessionMiddleware:
             message=call.message,
             method=call.method or "",
             protocol_version=plan.protocol_version,
-            modern=plan.modern,
+            modern=plan.era is Era.PER_REQUEST,
             session_id=None if session is None else session.id,
             session_claims=None if session is None else session.claims,
             start_ns=plan.start_ns,
@@ -185,7 +186,7 @@ class MCPSessionMiddleware:
             scope=scope,
             message=call.message,
             profile=call.profile,
-            modern=plan.modern,
+            era=plan.era,
             sessions=self._sessions,
             session=call.session,
             operation=call.operation,
@@ -195,7 +196,7 @@ class MCPSessionMiddleware:
         except Refusal as refusal:
             call.refusal = refusal
             return await self._refuse(plan, send)
-        if plan.modern:
+        if plan.era is Era.PER_REQUEST:
             result["resultType"] = "complete"
         await send_json(send, 200, jsonrpc.result(call.request_id, result), self._retry_after)
         if call.operation is not None:
@@ -219,14 +220,14 @@ class MCPSessionMiddleware:
         for call in plan.calls:
             if call.method is None or not call.is_request:
                 continue
-            advertised = tuple(p for p in self._profiles if p.advertises(call.method, modern=plan.modern))
+            advertised = tuple(p for p in self._profiles if p.advertises(call.method, plan.era))
             if call.session is not None or advertised or call.operation is not None:
                 targets[hashable_id(call.message["id"])] = Target(
                     call.profile,
                     call.session,
                     advertised=advertised,
                     capability=self._capability,
-                    modern=plan.modern,
+                    era=plan.era,
                     operation=call.operation,
                 )
         return targets
@@ -298,9 +299,7 @@ class MCPSessionMiddleware:
             if not call.is_request:
                 # Notifications get no JSON-RPC answer; they simply never reach the app.
                 return await send_status(send, 503 if unavailable else 202, self._retry_after)
-            return await send_refusal(
-                send, call.request_id, call.refusal, modern=plan.modern, retry_after=self._retry_after
-            )
+            return await send_refusal(send, call.request_id, call.refusal, era=plan.era, retry_after=self._retry_after)
         errors = []
         for call in plan.calls:
             refusal = call.refusal or batch_refused()
@@ -309,8 +308,7 @@ class MCPSessionMiddleware:
             _end(call.operation, refusal)
             if call.is_request or call.method is None:
                 errors.append(refusal.frame(call.request_id))
-        # A batch answered here is one error response: 400 on the 2026-07-28 path, as -32600 is.
-        return await self._send_batch(send, errors, 503 if unavailable else 400 if plan.modern else 200)
+        return await self._send_batch(send, errors, 503 if unavailable else _batch_refused_status(plan.era))
 
     async def _refuse_batch_with_local_method(self, plan: Plan, send: Send) -> None:
         errors = [
@@ -318,7 +316,7 @@ class MCPSessionMiddleware:
             for call in plan.calls
             if call.is_request or not isinstance(call.message, dict)
         ]
-        await self._send_batch(send, errors, 400 if plan.modern else 200)
+        await self._send_batch(send, errors, _batch_refused_status(plan.era))
 
     def _count_refusal(self, call: Call, refusal: Refusal) -> None:
         if call.operation is not None:
@@ -370,11 +368,16 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
 def _check_local_call(call: Call, plan: Plan) -> None:
     header_method = plan.headers.get(MCP_METHOD_HEADER)
     assert call.method is not None
-    if plan.modern and header_method is not None and header_method != call.method.encode():
+    if plan.era is Era.PER_REQUEST and header_method is not None and header_method != call.method.encode():
         raise Refusal(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
     params = call.params
     if params is not None and not isinstance(params, dict):
         raise Refusal(INVALID_PARAMS, "params must be an object")
+
+
+def _batch_refused_status(era: Era) -> int:
+    """A batch answered here is one error response: 400 on the 2026-07-28 path, as -32600 is."""
+    return 400 if era is Era.PER_REQUEST else 200
 
 
 def _continue_trace(message: dict[str, Any], replay: Replay, operation: Operation) -> None:

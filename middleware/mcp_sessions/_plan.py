@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _jsonrpc as jsonrpc
-from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, is_modern
+from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 
 if TYPE_CHECKING:
     from ._answers import Refusal
@@ -49,7 +49,7 @@ class Call:
 class Plan:
     """What one HTTP request carries, parsed and classified."""
 
-    __slots__ = ("batch", "calls", "header_session_id", "headers", "modern", "protocol_version", "start_ns")
+    __slots__ = ("batch", "calls", "era", "header_session_id", "headers", "protocol_version", "start_ns")
 
     def __init__(self, calls: list[Call], *, batch: bool, headers: dict[bytes, bytes], start_ns: int) -> None:
         self.calls = calls
@@ -58,7 +58,7 @@ class Plan:
         self.header_session_id = headers.get(MCP_SESSION_ID_HEADER)
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         self.protocol_version = None if version is None else version.decode("latin-1")
-        self.modern = is_modern(self.protocol_version)
+        self.era = Era.of(self.protocol_version)
         self.start_ns = start_ns
 
     @property

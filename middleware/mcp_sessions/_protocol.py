@@ -6,6 +6,7 @@ its module under :mod:`mcp_sessions.profiles`.
 
 from __future__ import annotations
 
+import enum
 from typing import Final
 
 # JSON-RPC error codes.
@@ -29,7 +30,7 @@ MCP_PROTOCOL_VERSION_HEADER: Final = b"mcp-protocol-version"
 MCP_METHOD_HEADER: Final = b"mcp-method"
 
 # The 2026-07-28 transport table: JSON-RPC code -> HTTP status. Anything else is 200.
-_MODERN_HTTP_STATUS: Final = {
+_PER_REQUEST_HTTP_STATUS: Final = {
     METHOD_NOT_FOUND: 404,
     PARSE_ERROR: 400,
     INVALID_REQUEST: 400,
@@ -39,19 +40,40 @@ _MODERN_HTTP_STATUS: Final = {
 }
 
 
+class Era(enum.Enum):
+    """The wire a request speaks, chosen by its ``Mcp-Protocol-Version`` as the SDK server chooses."""
+
+    # No version, or 2024-11-05 … 2025-11-25: the initialize handshake; Mcp-Session-Id is the server's own.
+    HANDSHAKE = "2025"
+    # 2026-07-28 and later: every request carries its version and envelope; no transport session.
+    PER_REQUEST = "2026-07-28"
+
+    @classmethod
+    def of(cls, protocol_version: str | None) -> Era:
+        """The era of a request with this ``Mcp-Protocol-Version`` (``None``: the header is absent).
+
+        The header alone chooses: absent or a handshake-era version is the
+        handshake path, anything else the per-request one.
+        """
+        if protocol_version is None or protocol_version in HANDSHAKE_VERSIONS:
+            return cls.HANDSHAKE
+        return cls.PER_REQUEST
+
+    @property
+    def session_header(self) -> bool:
+        """Whether ``Mcp-Session-Id`` names the data-layer session (else it is the server's transport session)."""
+        return self is Era.PER_REQUEST
+
+
 def is_modern(protocol_version: str | None) -> bool:
-    """Whether a request takes the 2026-07-28 path, decided as the SDK decides it.
-
-    The `Mcp-Protocol-Version` header alone chooses: absent or a handshake-era
-    version is the legacy path, anything else the modern one.
-    """
-    return protocol_version is not None and protocol_version not in HANDSHAKE_VERSIONS
+    """Whether a request takes the 2026-07-28 path (:meth:`Era.of` is ``PER_REQUEST``)."""
+    return Era.of(protocol_version) is Era.PER_REQUEST
 
 
-def http_status(code: int, *, modern: bool) -> int:
+def http_status(code: int, era: Era) -> int:
     """The HTTP status for an error response the middleware answers itself."""
     if code == SESSION_STORE_UNAVAILABLE:
         return 503
-    if not modern:
+    if era is Era.HANDSHAKE:
         return 200
-    return _MODERN_HTTP_STATUS.get(code, 200)
+    return _PER_REQUEST_HTTP_STATUS.get(code, 200)

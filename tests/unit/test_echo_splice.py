@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_sessions._echo import Target, splice_point
+from mcp_sessions._protocol import Era
 from mcp_sessions._response import _Messages
 from mcp_sessions.profiles import DRAFT
 
@@ -23,7 +24,7 @@ class FakeSession:
 
 
 def rewrite(body: bytes) -> bytes:
-    target = Target(DRAFT, FakeSession(), advertised=(), capability={}, modern=True, operation=None)  # type: ignore[arg-type]
+    target = Target(DRAFT, FakeSession(), advertised=(), capability={}, era=Era.PER_REQUEST, operation=None)  # type: ignore[arg-type]
     return _Messages({7: target}).rewrite(body, json.loads(body)) or body
 
 

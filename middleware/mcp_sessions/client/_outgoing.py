@@ -9,11 +9,10 @@ request named, so that an answer can be matched to the session it concerns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Final
 
 from .. import _jsonrpc as jsonrpc
-from .._protocol import is_modern
+from .._protocol import Era
 from ..profiles.draft import METHOD_CREATE, SESSION_META_KEY, SESSION_METHODS
 from ._answers import decodable_encodings
 
@@ -26,25 +25,6 @@ Headers = list[tuple[str, str]]
 SETUP_METHODS: Final = frozenset({"initialize", "notifications/initialized", "server/discover"})
 # Stamped when a session is held, but never the reason to create one.
 _NO_CREATE_METHODS: Final = SETUP_METHODS | SESSION_METHODS | {"ping"}
-
-
-class Era(Enum):
-    """The wire a request speaks, chosen by its own ``Mcp-Protocol-Version`` as the SDK server chooses."""
-
-    # No version, or 2024-11-05 … 2025-11-25: the initialize handshake; Mcp-Session-Id is the server's own.
-    HANDSHAKE = "2025"
-    # 2026-07-28: every request carries its version and envelope; Mcp-Session-Id mirrors the data-layer session.
-    PER_REQUEST = "2026-07-28"
-
-    @classmethod
-    def of(cls, protocol_version: str | None) -> Era:
-        """The era of a request with this ``Mcp-Protocol-Version`` (``None``: the header is absent)."""
-        return cls.PER_REQUEST if is_modern(protocol_version) else cls.HANDSHAKE
-
-    @property
-    def session_header(self) -> bool:
-        """Whether ``Mcp-Session-Id`` names the data-layer session (else it is the server's transport session)."""
-        return self is Era.PER_REQUEST
 
 
 @dataclass(slots=True)

@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from .._protocol import Era
+
 if TYPE_CHECKING:
     from .._local import LocalCall
 
@@ -141,12 +143,16 @@ class Echo:
 class Capability:
     """Where the server's support is advertised: paths under ``capabilities`` of a result.
 
-    ``modern`` places go into the ``server/discover`` result (2026-07-28),
-    ``legacy`` places into the ``initialize`` result (2025 and earlier).
+    ``per_request`` places go into the ``server/discover`` result (2026-07-28),
+    ``handshake`` places into the ``initialize`` result (2025 and earlier).
     """
 
-    modern: tuple[tuple[str, ...], ...]
-    legacy: tuple[tuple[str, ...], ...]
+    per_request: tuple[tuple[str, ...], ...]
+    handshake: tuple[tuple[str, ...], ...]
+
+    def places(self, era: Era) -> tuple[tuple[str, ...], ...]:
+        """The paths under ``capabilities`` where the capability goes in ``era``."""
+        return self.per_request if era is Era.PER_REQUEST else self.handshake
 
     def value(self, *, required: bool) -> dict[str, Any]:
         return {"required": True} if required else {}
@@ -196,18 +202,18 @@ class WireProfile:
     """The hint that goes with the "required" error (for the draft, the create method)."""
     create_method: str | None = None
     """The method that opens a session, named in errors."""
-    advertised_modern: frozenset[str] = frozenset({"server/discover"})
+    advertised_per_request: frozenset[str] = frozenset({"server/discover"})
     """Methods whose 2026-07-28 result advertises the capability."""
-    advertised_legacy: frozenset[str] = frozenset({"server/discover", "initialize"})
+    advertised_handshake: frozenset[str] = frozenset({"server/discover", "initialize"})
     """Methods whose 2025-era result advertises the capability."""
 
     def speaks(self, message: dict[str, Any], method: str) -> bool:
         """Whether a message is of this wire: one of its methods, or its session key is there."""
         return method in self.methods or self.carrier.present(message)
 
-    def advertises(self, method: str, *, modern: bool) -> bool:
-        """Whether the result of ``method`` is where this wire advertises its capability, in that era."""
-        return method in (self.advertised_modern if modern else self.advertised_legacy)
+    def advertises(self, method: str, era: Era) -> bool:
+        """Whether the result of ``method`` is where this wire advertises its capability, in ``era``."""
+        return method in (self.advertised_per_request if era is Era.PER_REQUEST else self.advertised_handshake)
 
     def not_found_data(self, token: Any) -> dict[str, Any]:
         """The "not found" error's data: what the client sent, cut to 256 characters."""

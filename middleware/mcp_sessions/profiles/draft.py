@@ -72,8 +72,8 @@ DRAFT: Final = WireProfile(
     carrier=SessionCarrier(meta_key=SESSION_META_KEY, id_member="sessionId", state_member="state"),
     echo=Echo(meta_key=SESSION_META_KEY, id_member="sessionId", state_member="state", expiry_member="expiresAt"),
     capability=Capability(
-        modern=(("sessions",), ("extensions", SESSIONS_EXTENSION_ID)),
-        legacy=(("sessions",), ("experimental", "sessions")),
+        per_request=(("sessions",), ("extensions", SESSIONS_EXTENSION_ID)),
+        handshake=(("sessions",), ("experimental", "sessions")),
     ),
     methods={
         METHOD_CREATE: LocalMethod(needs_session=False, answer=create),

@@ -39,7 +39,7 @@ class DataLayerSource:
         if ref is None:
             return None
         header = plan.header_session_id
-        if plan.modern and header is not None and header != ref.token.encode("utf-8", "surrogatepass"):
+        if plan.era.session_header and header is not None and header != ref.token.encode("utf-8", "surrogatepass"):
             raise Refusal(
                 profile.header_mismatch,
                 "Mcp-Session-Id header does not match the session in _meta",
