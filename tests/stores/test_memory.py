@@ -5,6 +5,7 @@ The contract it shares with every store is in test_contract.py.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import multiprocessing
 import statistics
@@ -57,7 +58,7 @@ async def test_expired_records_make_room_soonest_first() -> None:
     await store.set("long", "k", 1, expires_at=now + 3600)
     with pytest.raises(SessionStoreFull):
         await store.set("new", "k", 1, expires_at=now + 3600)
-    time.sleep(0.35)
+    await asyncio.sleep(0.35)
     await store.set("new", "k", 1, expires_at=now + 3600)
     await store.set("newer", "k", 1, expires_at=now + 3600)
     assert len(store) == 3

@@ -10,7 +10,6 @@ import gc
 import socket
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -222,7 +221,20 @@ def all_operations(store: RedisStore) -> dict[str, Any]:
     }
 
 
-OPERATIONS = ["touch", "touch-read", "revoke", "get", "set", "delete", "incr", "update", "items", "ping", "record", "list"]
+OPERATIONS = [
+    "touch",
+    "touch-read",
+    "revoke",
+    "get",
+    "set",
+    "delete",
+    "incr",
+    "update",
+    "items",
+    "ping",
+    "record",
+    "list",
+]
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)

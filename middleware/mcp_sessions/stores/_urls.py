@@ -103,28 +103,9 @@ def sqlite_store(url: str, **options: Any) -> SessionStore:
 
 
 def redis_store(url: str, **options: Any) -> SessionStore:
-    """``redis://``, ``rediss://`` or ``unix://``, checked here part by part before redis-py reads it."""
+    """``redis://``, ``rediss://`` or ``unix://``: ``RedisStore`` checks the URL part by part."""
     from .redis import RedisStore
 
-    parts = urlsplit(url)
-    if parts.fragment:
-        raise ValueError("a Redis URL has no #fragment")
-    if parts.scheme == "unix":
-        if not parts.path:
-            raise ValueError("a unix:// Redis URL needs the socket's path: unix:///path/to/redis.sock")
-    else:
-        if not parts.hostname:
-            raise ValueError(f"the {parts.scheme}:// URL needs a host: {parts.scheme}://host[:port][/db]")
-        try:
-            parts.port  # noqa: B018 - urllib checks the port when it is read
-        except ValueError:
-            raise ValueError(f"the port in the {parts.scheme}:// URL must be an integer from 0 to 65535") from None
-        database = parts.path.lstrip("/")
-        if database:
-            _integer(database, f"the database number in the {parts.scheme}:// URL path")
-    query = parse_qs(parts.query, keep_blank_values=True)
-    for value in query.get("db", []):
-        _integer(value, "the db parameter of the Redis URL")
     return RedisStore(url, **options)
 
 

@@ -34,6 +34,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 try:
     import redis.asyncio as aioredis
@@ -159,6 +160,36 @@ return 1
 """
 
 
+def _check_url(url: str) -> None:
+    """Refuse what redis-py would misread or silently accept: a bad port, a database that is not a number.
+
+    The messages name the part at fault and never repeat the URL (it may hold a password).
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(
+            "the Redis URL is not valid: use redis://[user:password@]host[:port][/db], rediss://… or unix://…"
+        )
+    if parts.fragment:
+        raise ValueError("a Redis URL has no #fragment")
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise ValueError("a unix:// Redis URL needs the socket's path: unix:///path/to/redis.sock")
+    else:
+        if not parts.hostname:
+            raise ValueError(f"the {parts.scheme}:// URL needs a host: {parts.scheme}://host[:port][/db]")
+        try:
+            parts.port  # noqa: B018 - urllib checks the port when it is read
+        except ValueError:
+            raise ValueError(f"the port in the {parts.scheme}:// URL must be an integer from 0 to 65535") from None
+        database = parts.path.lstrip("/")
+        if database and not (database.isascii() and database.isdigit()):
+            raise ValueError(f"the database number in the {parts.scheme}:// URL path must be a non-negative integer")
+    for value in parse_qs(parts.query, keep_blank_values=True).get("db", []):
+        if not (value.isascii() and value.isdigit()):
+            raise ValueError("the db parameter of the Redis URL must be a non-negative integer")
+
+
 def _text(value: str | bytes) -> str:
     """A reply as text, whether or not the client decodes responses (a caller's client may not)."""
     return value.decode() if isinstance(value, bytes) else value
@@ -231,6 +262,7 @@ class RedisStore(SessionStore):
         self._last_logged = -_LOG_INTERVAL
         if client is None:
             assert url is not None
+            _check_url(url)
             try:
                 pool = aioredis.BlockingConnectionPool.from_url(
                     url,
