@@ -6,11 +6,13 @@ survive a restart. Writes that must see the current value (``incr``, ``update``,
 idle clock, revocation) run in a ``BEGIN IMMEDIATE`` transaction, so they are atomic
 across processes; readers never wait for writers (WAL).
 
-Each store runs its SQLite calls on one thread of its own, never on the event loop:
-a write may wait up to ``timeout`` seconds for another process's lock, and the loop
-must not stall meanwhile. The hop costs tens of microseconds a call (see
-``benchmarks/bench_stores.py``); a read alone would be cheaper in the loop, but one
-connection used from one thread keeps every call ordered and the code simple.
+Reads run in the event loop; writes run on one thread of the store's own. Measured
+(``benchmarks/bench_stores.py``): an indexed read costs about 5 µs, the hop to a thread
+50 to 100 µs on a busy machine, so the hot path (a touch without idle timeout is one
+read) stays in the loop. In WAL mode a reader never waits for a writer. A write may
+wait up to ``timeout`` seconds for another process's lock, so writes never run in the
+loop: it serves other requests meanwhile. Each thread has its own connection, so a
+read never sees another call's unfinished transaction.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ END;
 """
 
 
+_ROW: Final = "SELECT revoked, last_seen FROM sessions WHERE sid = ? AND expires_at > ?"
+
+
 class _Row:
     """A session's row as one transaction read it; ``None`` fields when it has none (or it expired)."""
 
@@ -125,6 +130,8 @@ class SQLiteStore(SessionStore):
         self._last_logged = -_LOG_INTERVAL
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-sessions-sqlite")
         self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
         self._closed = False
         try:
             self._executor.submit(self._connection).result()
@@ -140,13 +147,16 @@ class SQLiteStore(SessionStore):
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
         if connection is None:
-            connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            # Used by one thread only; check_same_thread=False lets aclose() close it from another.
+            connection = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, never corrupt
             if connection.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
                 # One script, one transaction: processes starting together create the tables once.
                 connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {_SCHEMA_VERSION}; COMMIT;")
             self._local.connection = connection
+            with self._connections_lock:
+                self._connections.append(connection)
         return connection
 
     def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
@@ -179,18 +189,27 @@ class SQLiteStore(SessionStore):
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, call, *args)
         except sqlite3.Error as exc:
-            reason = f"sqlite failed: {type(exc).__name__}"
-            now = time.monotonic()
-            if now - self._last_logged >= _LOG_INTERVAL:
-                self._last_logged = now
-                logger.warning("sqlite store unavailable (%s): %s", self.path, exc)
-            raise SessionStoreUnavailable(reason) from None
+            raise self._unavailable(exc) from None
+
+    def _read_here(self, sql: str, parameters: tuple[Any, ...]) -> list[Any]:
+        """One read on the calling thread (the event loop's): WAL readers never wait for writers."""
+        if self._closed:
+            raise SessionStoreUnavailable("the sqlite store is closed")
+        try:
+            return self._read(sql, parameters)
+        except sqlite3.Error as exc:
+            raise self._unavailable(exc) from None
+
+    def _unavailable(self, exc: sqlite3.Error) -> SessionStoreUnavailable:
+        now = time.monotonic()
+        if now - self._last_logged >= _LOG_INTERVAL:
+            self._last_logged = now
+            logger.warning("sqlite store unavailable (%s): %s", self.path, exc)
+        return SessionStoreUnavailable(f"sqlite failed: {type(exc).__name__}")
 
     @staticmethod
     def _row(connection: sqlite3.Connection, session_id: str, now: float) -> _Row | None:
-        row = connection.execute(
-            "SELECT revoked, last_seen FROM sessions WHERE sid = ? AND expires_at > ?", (session_id, now)
-        ).fetchone()
+        row = connection.execute(_ROW, (session_id, now)).fetchone()
         return None if row is None else _Row(bool(row[0]), row[1])
 
     @staticmethod
@@ -203,21 +222,18 @@ class SQLiteStore(SessionStore):
 
     async def ping(self) -> None:
         """Raise :class:`SessionStoreUnavailable` unless the database answers a trivial query now."""
-        await self._run(self._read, "SELECT 1", ())
+        self._read_here("SELECT 1", ())
 
     async def aclose(self) -> None:
         """Close the connection and stop the store's thread."""
         if self._closed:
             return
-        await self._run(self._close_connection)
         self._closed = True
-        self._executor.shutdown(wait=False)
-
-    def _close_connection(self) -> None:
-        connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
-        if connection is not None:
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown)  # lets writes finish
+        with self._connections_lock:
+            connections, self._connections = self._connections, []
+        for connection in connections:
             connection.close()
-            self._local.connection = None
 
     # -- sessions --------------------------------------------------------------
 
@@ -232,11 +248,6 @@ class SQLiteStore(SessionStore):
     ) -> SessionStatus:
         """One indexed read; a write transaction only when the idle clock must move or just ran out."""
         start = now if issued_at is None else issued_at
-        return await self._run(self._touch, session_id, expires_at, now, idle_ttl, start)
-
-    def _touch(
-        self, session_id: str, expires_at: float, now: float, idle_ttl: float | None, start: float
-    ) -> SessionStatus:
         interval = 0.0 if idle_ttl is None else min(self.touch_interval, idle_ttl / 10)
 
         def verdict(row: _Row | None) -> tuple[SessionStatus, bool]:
@@ -249,7 +260,8 @@ class SQLiteStore(SessionStore):
             moves = idle_ttl is not None and now > seen and now - seen >= interval
             return SessionStatus.ACTIVE, moves
 
-        status, must_write = verdict(self._row(self._connection(), session_id, now))
+        found = self._read_here(_ROW, (session_id, now))
+        status, must_write = verdict(_Row(bool(found[0][0]), found[0][1]) if found else None)
         if not must_write:
             return status
 
@@ -266,7 +278,7 @@ class SQLiteStore(SessionStore):
                 connection.execute("UPDATE sessions SET last_seen = ? WHERE sid = ?", (now, session_id))
             return status
 
-        return self._write(write)
+        return await self._run(self._write, write)
 
     @staticmethod
     def _end(connection: sqlite3.Connection, session_id: str, expires_at: float) -> None:
@@ -317,7 +329,7 @@ class SQLiteStore(SessionStore):
 
     async def get(self, session_id: str, key: str, default: Any = None) -> Any:
         """The value stored under ``key``, or ``default``."""
-        rows = await self._run(self._read, "SELECT value FROM data WHERE sid = ? AND key = ?", (session_id, key))
+        rows = self._read_here("SELECT value FROM data WHERE sid = ? AND key = ?", (session_id, key))
         return default if not rows else json.loads(rows[0][0])
 
     async def set(self, session_id: str, key: str, value: Any, *, expires_at: float) -> None:
@@ -332,7 +344,7 @@ class SQLiteStore(SessionStore):
 
     async def delete(self, session_id: str, key: str) -> None:
         """Remove ``key`` if present."""
-        await self._run(self._read, "DELETE FROM data WHERE sid = ? AND key = ?", (session_id, key))
+        await self._run(self._read, "DELETE FROM data WHERE sid = ? AND key = ?", (session_id, key))  # a write
 
     async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
         """Add ``amount`` to an integer value (missing counts as 0), atomically across processes."""
@@ -372,7 +384,7 @@ class SQLiteStore(SessionStore):
 
     async def items(self, session_id: str) -> dict[str, Any]:
         """Every key and value of the session's data (a copy)."""
-        rows = await self._run(self._read, "SELECT key, value FROM data WHERE sid = ?", (session_id,))
+        rows = self._read_here("SELECT key, value FROM data WHERE sid = ?", (session_id,))
         return {key: json.loads(value) for key, value in rows}
 
     # -- listing ---------------------------------------------------------------
@@ -407,8 +419,7 @@ class SQLiteStore(SessionStore):
         """The principal's live sessions by session id: one indexed query a page."""
         check_page_size(limit)
         after = "" if cursor is None else decode_cursor(cursor)
-        rows = await self._run(
-            self._read,
+        rows = self._read_here(
             "SELECT sid, expires_at, label FROM sessions WHERE principal = ? AND sid > ? AND revoked = 0 "
             "AND expires_at > ? ORDER BY sid LIMIT ?",
             (principal, after, now, limit + 1),
