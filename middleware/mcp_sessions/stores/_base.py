@@ -99,8 +99,11 @@ class SessionStore(ABC):
         """End a session and drop its data; ``False`` if it was already revoked.
 
         The tombstone lives until ``expires_at`` (the token's expiry; a store may add a
-        clock-skew margin). A session never seen before counts as live: the first
-        revoke returns ``True``.
+        clock-skew margin). A session without a record counts as live, so its first
+        revoke returns ``True``: ``revoke`` is not given the token's ``iat``, so a store
+        cannot tell that such a session's idle clock ran out. (The middleware touches a
+        session before deleting it, so an idle-expired session is refused before this.)
+        A session whose record shows it idle-expired is already revoked: ``False``.
         """
 
     @abstractmethod

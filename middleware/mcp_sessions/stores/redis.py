@@ -345,6 +345,7 @@ class RedisStore(SessionStore):
         await self._run(self._redis.ping())
 
     async def aclose(self) -> None:
+        """Close the pool the store built from its URL; a ``client=`` is left to its owner."""
         if self._owns_client:
             await self._redis.aclose()
 
@@ -373,24 +374,29 @@ class RedisStore(SessionStore):
         return SessionStatus.IDLE_EXPIRED if outcome == 2 else SessionStatus.REVOKED
 
     async def revoke(self, session_id: str, *, expires_at: float) -> bool:
+        """One script: the tombstone (until ``expires_at`` + ``expiry_margin``), data and listing dropped."""
         outcome = await self._run(self._revoke(self._keys(session_id), [self._ttl_ms(expires_at, time.time())]))
         return bool(outcome == 1)
 
     # -- data ------------------------------------------------------------------
 
     async def get(self, session_id: str, key: str, default: Any = None) -> Any:
+        """The value stored under ``key``, or ``default``: one ``HGET``."""
         raw = await self._run(self._redis.hget(self._keys(session_id)[1], key))
         return default if raw is None else json.loads(raw)
 
     async def set(self, session_id: str, key: str, value: Any, *, expires_at: float) -> None:
+        """Store a copy of ``value`` (one script); a no-op once the session is revoked."""
         encoded = _encode(value)
         ttl = self._ttl_ms(expires_at, time.time())
         await self._run(self._set(self._keys(session_id)[:2], [key, encoded, ttl]))
 
     async def delete(self, session_id: str, key: str) -> None:
+        """Remove ``key`` if present: one ``HDEL``."""
         await self._run(self._redis.hdel(self._keys(session_id)[1], key))
 
     async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
+        """Add ``amount`` in one script (``HINCRBY``, exact within 64 bits); never sent twice."""
         if type(amount) is not int:
             raise TypeError("incr takes an integer amount")
         if not _INT64_MIN <= amount <= _INT64_MAX:
@@ -408,6 +414,7 @@ class RedisStore(SessionStore):
     async def update(
         self, session_id: str, key: str, fn: Callable[[Any], Any], *, expires_at: float, default: Any = None
     ) -> Any:
+        """Read, apply ``fn``, compare-and-set; again after a short random back-off if another write got in."""
         keys = self._keys(session_id)[:2]
         for attempt in range(self.max_update_attempts):
             raw = await self._run(self._redis.hget(keys[1], key))
@@ -425,6 +432,7 @@ class RedisStore(SessionStore):
         )
 
     async def items(self, session_id: str) -> dict[str, Any]:
+        """Every key and value of the session's data: one ``HGETALL``."""
         raw = await self._run(self._redis.hgetall(self._keys(session_id)[1]))
         return {_text(key): json.loads(value) for key, value in raw.items()}
 

@@ -77,7 +77,7 @@ _ROW: Final = "SELECT revoked, last_seen FROM sessions WHERE sid = ? AND expires
 
 
 class _Row:
-    """A session's row as one transaction read it; ``None`` fields when it has none (or it expired)."""
+    """A live session's row as one read found it (``last_seen`` is ``None`` until its idle clock moves)."""
 
     __slots__ = ("last_seen", "revoked")
 
