@@ -8,6 +8,7 @@ import itertools
 import json
 import logging
 import multiprocessing
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -53,10 +54,19 @@ def _encode(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _in_a_worker_process() -> bool:
+    """Whether this process is (or will fork) one of several workers of a server.
+
+    ``uvicorn --workers N`` (and ``--reload``) start workers with ``multiprocessing``; gunicorn forks
+    them from its arbiter, which sets ``SERVER_SOFTWARE=gunicorn/<version>`` for every process.
+    """
+    return multiprocessing.parent_process() is not None or os.environ.get("SERVER_SOFTWARE", "").startswith("gunicorn/")
+
+
 def _warn_in_a_worker_process() -> None:
-    """Warn once per process when it was started by another, as ``uvicorn --workers`` and friends do."""
+    """Warn once per process when it serves as one of several workers."""
     global _worker_warning_given
-    if _worker_warning_given or multiprocessing.parent_process() is None:
+    if _worker_warning_given or not _in_a_worker_process():
         return
     _worker_warning_given = True
     logger.warning(
