@@ -142,7 +142,7 @@ class SQLiteStore(SessionStore):
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r}, timeout={self.timeout})"
 
-    # -- plumbing (everything below runs on the store's thread) -----------------
+    # -- plumbing: writes run on the store's thread, reads on the caller's ------
 
     def _connection(self) -> sqlite3.Connection:
         connection: sqlite3.Connection | None = getattr(self._local, "connection", None)
@@ -153,30 +153,44 @@ class SQLiteStore(SessionStore):
             connection.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, never corrupt
             if connection.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
                 # One script, one transaction: processes starting together create the tables once.
-                connection.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {_SCHEMA_VERSION}; COMMIT;")
+                try:
+                    connection.executescript(
+                        f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA user_version = {_SCHEMA_VERSION}; COMMIT;"
+                    )
+                except BaseException:
+                    if connection.in_transaction:
+                        connection.execute("ROLLBACK")
+                    connection.close()
+                    raise
             self._local.connection = connection
             with self._connections_lock:
                 self._connections.append(connection)
         return connection
 
     def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction (atomic across processes), then maybe clean up."""
+        """Run ``work`` in one ``BEGIN IMMEDIATE`` transaction (atomic across processes), cleaning up on the way.
+
+        The clean-up shares the transaction, so a write either happened with it or not at all: a caller
+        that sees :class:`SessionStoreUnavailable` knows nothing was applied (a retried ``incr`` never
+        counts twice).
+        """
         connection = self._connection()
         connection.execute("BEGIN IMMEDIATE")
         try:
             result = work(connection)
+            now = time.monotonic()
+            if now >= self._next_cleanup:
+                self._next_cleanup = now + self.cleanup_interval
+                connection.execute(
+                    "DELETE FROM sessions WHERE sid IN "
+                    "(SELECT sid FROM sessions WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)",
+                    (time.time(), self.cleanup_batch),
+                )
+            connection.execute("COMMIT")
         except BaseException:
-            connection.execute("ROLLBACK")
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
             raise
-        connection.execute("COMMIT")
-        now = time.monotonic()
-        if now >= self._next_cleanup:
-            self._next_cleanup = now + self.cleanup_interval
-            connection.execute(
-                "DELETE FROM sessions WHERE sid IN "
-                "(SELECT sid FROM sessions WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)",
-                (time.time(), self.cleanup_batch),
-            )
         return result
 
     def _read(self, sql: str, parameters: tuple[Any, ...]) -> list[Any]:
