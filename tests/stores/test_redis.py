@@ -449,9 +449,8 @@ async def test_a_redis_restart_costs_nothing_once_redis_answers(during_the_outag
     with redis_server() as server:
         client = None
         if built_by == "url":
-            store = RedisStore(
-                server.url, touch_interval=0, timeout=5, connect_timeout=5
-            )  # a loaded box connects slowly
+            # Generous timeouts: a loaded machine connects slowly, and this test is about restarts.
+            store = RedisStore(server.url, touch_interval=0, timeout=5, connect_timeout=5)
         else:  # a client of the user's own making, as the docs advise: RESP2
             client = aioredis.Redis.from_url(server.url, protocol=2, socket_timeout=5, socket_connect_timeout=5)
             store = RedisStore(client=client, touch_interval=0)
