@@ -191,3 +191,10 @@ def test_fastmcp_counter_survives_across_requests() -> None:
         assert call_tool(client, "count", token) == 4
         assert call_tool(client, "count")["code"] == -32044
         assert call_tool(client, "whoami") == "none"
+
+
+@pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
+def test_a_missing_secret_fails_at_startup_not_on_the_first_request(module: types.ModuleType) -> None:
+    """Starlette builds its middleware lazily: the examples build the configuration eagerly instead."""
+    with pytest.raises(RuntimeError, match="MCP_SESSIONS_SECRET is not set"):
+        module.build_app(environ={})
