@@ -1,5 +1,6 @@
 """Opt-in data-layer sessions for any Streamable HTTP MCP server, as one ASGI middleware."""
 
+from ._guard import Guard, Rejection
 from ._middleware import MCPSessionMiddleware, authenticated_user
 from ._protocol import (
     HEADER_MISMATCH,
@@ -19,10 +20,12 @@ __all__ = [
     "SESSION_NOT_FOUND",
     "SESSION_REQUIRED",
     "SESSION_STORE_UNAVAILABLE",
+    "Guard",
     "InvalidToken",
     "KeySet",
     "MCPSessionMiddleware",
     "MemoryStore",
+    "Rejection",
     "Session",
     "SessionClaims",
     "SessionData",

@@ -24,6 +24,7 @@ from opentelemetry.trace import TracerProvider
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import _jsonrpc as jsonrpc
+from ._guard import Guard, Rejection
 from ._protocol import (
     HANDSHAKE_VERSIONS,
     HEADER_MISMATCH,
@@ -146,6 +147,7 @@ class MCPSessionMiddleware:
         meter_provider: MeterProvider | None = None,
         trace_mode: TraceMode = "link",
         principal: PrincipalHook | None = authenticated_user,
+        guard: Guard | None = None,
     ) -> None:
         if (secret is None) == (keys is None):
             raise ValueError(
@@ -202,6 +204,10 @@ class MCPSessionMiddleware:
         self._require_tools = frozenset(require_session_tools)
         self._capability = capability(required=self._require_all)
         self._principal = principal
+        if guard is not None and not isinstance(guard, Guard):
+            raise TypeError("guard takes a mcp_sessions.Guard, built with the options of the wrapped server")
+        # The wrapped server's own checks, applied before any answer given here (the SDK's defaults unless told).
+        self._guard = Guard() if guard is None else guard
         self._telemetry = Telemetry(
             tracer_provider=tracer_provider, meter_provider=meter_provider, trace_mode=trace_mode
         )
@@ -407,6 +413,8 @@ class MCPSessionMiddleware:
         op = None
         try:
             if method in SESSION_METHODS:
+                if (refusal := self._guard.check(scope["headers"], message)) is not None:
+                    return await self._refuse(send, refusal, telemetry, scope, ctx, message, method)
                 if not is_request:
                     return await _send_accepted(send)
                 self._check_session_method(method, message, ctx)
@@ -428,6 +436,8 @@ class MCPSessionMiddleware:
                 return None
             session = await self._session_for(scope, method, message, ctx, is_request=is_request)
         except _Reject as reject:
+            if (refusal := self._guard.check(scope["headers"], message)) is not None:
+                return await self._refuse(send, refusal, telemetry, scope, ctx, message, method)
             if telemetry is not None:
                 if op is None:
                     op = self._start_operation(telemetry, scope, ctx, message, method, None)
@@ -473,6 +483,8 @@ class MCPSessionMiddleware:
         # A batch answered here is one error response: 400 on the 2026-07-28 path, as -32600 is.
         refused_status = 400 if ctx.modern else 200
         if any(call and el["method"] in SESSION_METHODS for call, el in zip(calls, batch, strict=True)):
+            if (refusal := self._guard.check(scope["headers"], batch)) is not None:
+                return await refusal.send(send)
             errors = [
                 jsonrpc.invalid_request(jsonrpc.request_id_of(el), "session methods are not allowed in a batch")
                 for el in batch
@@ -499,6 +511,12 @@ class MCPSessionMiddleware:
             for call, element, session in zip(calls, batch, sessions, strict=True)
         ]
         if failures:
+            if (refusal := self._guard.check(scope["headers"], batch)) is not None:
+                for op in ops:
+                    if op is not None:
+                        op.refused(refusal.status, refusal.code, refusal.message)
+                        op.end()
+                return await refusal.send(send)
             unavailable = any(r.code == SESSION_STORE_UNAVAILABLE for r in failures.values())
             errors = []
             for index, element in enumerate(batch):
@@ -537,6 +555,24 @@ class MCPSessionMiddleware:
         shared = next(s for s in sessions if s is not None) if len(distinct) == 1 else None
         await self._forward(scope, receive, send, shared, targets, live_ops)
         return None
+
+    async def _refuse(
+        self,
+        send: Send,
+        refusal: Rejection,
+        telemetry: Telemetry | None,
+        scope: Scope,
+        ctx: _RequestContext,
+        message: dict[str, Any],
+        method: str,
+    ) -> None:
+        """Answer as the wrapped server would have, instead of answering here."""
+        op = None if telemetry is None else self._start_operation(telemetry, scope, ctx, message, method, None)
+        if op is not None:
+            op.refused(refusal.status, refusal.code, refusal.message)
+        await refusal.send(send)
+        if op is not None:
+            op.end()
 
     def _start_operation(
         self,

@@ -28,6 +28,7 @@ METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
 HEADER_MISMATCH: Final = -32020
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 SESSION_NOT_FOUND: Final = -32043
 SESSION_REQUIRED: Final = -32044
 # Retryable, in the implementation range: -32000 and -32001 are the SDK's.
@@ -35,6 +36,36 @@ SESSION_STORE_UNAVAILABLE: Final = -32010
 
 HANDSHAKE_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 MODERN_VERSION: Final = "2026-07-28"
+# The per-request-envelope versions the mcp SDK serves, in its order (its -32022 answer lists them).
+MODERN_VERSIONS: Final = (MODERN_VERSION,)
+KNOWN_VERSIONS: Final = HANDSHAKE_VERSIONS | frozenset(MODERN_VERSIONS)
+
+# Every method a client sends in either era (the mcp SDK's client requests and
+# notifications), plus the session methods: telemetry files any other name under "_OTHER".
+KNOWN_METHODS: Final = frozenset(
+    {
+        "completion/complete",
+        "initialize",
+        "logging/setLevel",
+        "ping",
+        "prompts/get",
+        "prompts/list",
+        "resources/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/templates/list",
+        "resources/unsubscribe",
+        "server/discover",
+        "subscriptions/listen",
+        "tools/call",
+        "tools/list",
+        "notifications/cancelled",
+        "notifications/initialized",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+    }
+    | SESSION_METHODS
+)
 
 MCP_SESSION_ID_HEADER: Final = b"mcp-session-id"
 MCP_PROTOCOL_VERSION_HEADER: Final = b"mcp-protocol-version"

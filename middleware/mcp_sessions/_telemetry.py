@@ -342,6 +342,13 @@ class Operation:
         if self.error_type is None:
             self.error_type = str(status)
 
+    def refused(self, status: int, code: int | None, message: str | None) -> None:
+        """The wrapped server's own checks refused the message (a JSON-RPC error, or an HTTP status)."""
+        if code is not None:
+            self.fail(code, message or "")
+        elif status >= 400:
+            self.http_error(status)
+
     def exception(self, exc: BaseException) -> None:
         if self.error_type is None:
             self.error_type = type(exc).__qualname__
