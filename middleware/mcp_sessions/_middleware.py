@@ -1051,8 +1051,8 @@ class _Responder:
             if target.op is not None and isinstance(error, dict) and type(error.get("code")) is int:
                 target.op.fail(error["code"], str(error.get("message", "")))
             return None
-        if target.op is not None and result.get("isError") is True:
-            target.op.tool_error()
+        if target.op is not None:
+            target.op.observe_result(result)  # a tool error, or tool and prompt names the server has
         change: dict[str, Any] | object | None = None
         session = target.session
         if session is not None:
