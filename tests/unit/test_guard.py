@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request, decode_header_value
@@ -195,3 +197,36 @@ def test_bad_options_fail_at_construction(options: dict[str, Any], error: type[E
 def test_the_middleware_takes_only_a_guard() -> None:
     with pytest.raises(TypeError, match=r"mcp_sessions\.Guard"):
         MCPSessionMiddleware(lambda *a: None, secret=SECRET, guard=TransportSecuritySettings())  # type: ignore[arg-type]
+
+
+header_names = st.sampled_from(
+    [b"host", b"origin", b"accept", b"content-type", b"mcp-protocol-version", b"mcp-method", b"mcp-name", b"x"]
+)
+header_values = st.binary(max_size=40) | st.sampled_from(
+    [b"127.0.0.1:1", ACCEPT_BOTH, b"application/json", b"2026-07-28", b"2025-11-25", b"sessions/create"]
+)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=10), inner, max_size=3),
+    max_leaves=8,
+)
+messages = st.fixed_dictionaries(
+    {"jsonrpc": st.just("2.0"), "method": st.sampled_from(["sessions/create", "tools/call", "x"])},
+    optional={"id": json_values, "params": json_values | st.fixed_dictionaries({"_meta": json_values})},
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(headers=st.lists(st.tuples(header_names, header_values), max_size=8), message=messages | json_values)
+def test_the_guard_never_raises_and_answers_only_as_the_sdk_can(
+    headers: list[tuple[bytes, bytes]], message: Any
+) -> None:
+    refusal = Guard().check(headers, message)
+    if refusal is None:
+        return
+    assert refusal.status in {202, 400, 403, 406, 415, 421}
+    declared = dict(refusal.headers)
+    assert declared[b"content-length"] == str(len(refusal.body)).encode()
+    if declared.get(b"content-type") == b"application/json" and refusal.body:
+        body = json.loads(refusal.body)
+        assert body["jsonrpc"] == "2.0" and body["error"]["code"] == refusal.code
