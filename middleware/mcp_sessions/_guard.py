@@ -207,9 +207,12 @@ class Guard:
 
         ``headers`` are the ASGI scope's raw header pairs (lower-case names;
         repeated routing headers are refused on 2026-07-28), ``message`` the
-        parsed JSON body: one message or a batch. The era is the SDK's: an
-        ``Mcp-Protocol-Version`` that is absent or a handshake version is the
-        2025 path, anything else the 2026-07-28 one.
+        parsed body of a JSON POST the middleware would answer: a JSON-RPC
+        call (an object with a string ``method``) or a batch. Anything else is
+        refused as not a message; the SDK would take a JSON-RPC response on the
+        2025 path (202), but the middleware never answers one. The era is the
+        SDK's: an ``Mcp-Protocol-Version`` that is absent or a handshake
+        version is the 2025 path, anything else the 2026-07-28 one.
         """
         first: dict[bytes, bytes] = {}
         repeated_routing: bytes | None = None
