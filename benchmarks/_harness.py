@@ -209,7 +209,15 @@ def tools_call(meta_extra: dict[str, Any], request_id: int = 7) -> dict[str, Any
 
 
 def create_body() -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}
+    """A 2026-07-28 ``sessions/create``, with the envelope every 2026 request carries."""
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    return {"jsonrpc": "2.0", "id": 1, "method": "sessions/create", "params": {"_meta": envelope}}
+
+
+CREATE_HEADERS = [(b"mcp-method", b"sessions/create")]
 
 
 def session_token(status: int, raw: bytes) -> str:
@@ -233,7 +241,7 @@ def session_headers(token: str) -> list[tuple[bytes, bytes]]:
 
 async def create_session(app: App) -> str:
     """A session created through ``app`` (the middleware answers ``sessions/create`` itself)."""
-    return session_token(*await call(app, *request(create_body())))
+    return session_token(*await call(app, *request(create_body(), CREATE_HEADERS)))
 
 
 # -- statistics ---------------------------------------------------------------------

@@ -55,6 +55,7 @@ from typing import Any
 
 import httpx
 from _harness import (
+    CREATE_HEADERS,
     NAME_HEADERS,
     SECRET,
     PassThrough,
@@ -223,7 +224,7 @@ async def wait_ready(server: Server, client: httpx.AsyncClient) -> None:
 
 async def new_session(server: Server, client: httpx.AsyncClient) -> str:
     raw = json.dumps(create_body()).encode()
-    response = await client.post(server.url, content=raw, headers=client_headers(raw, []))
+    response = await client.post(server.url, content=raw, headers=client_headers(raw, CREATE_HEADERS))
     return session_token(response.status_code, response.content)
 
 

@@ -1,6 +1,7 @@
 """Opt-in data-layer sessions for any Streamable HTTP MCP server, as one ASGI middleware."""
 
 from ._config import SessionsConfig
+from ._guard import Guard, Rejection
 from ._middleware import MCPSessionMiddleware
 from ._principal import authenticated_user
 from ._protocol import HEADER_MISMATCH, SESSION_STORE_UNAVAILABLE
@@ -18,10 +19,12 @@ __all__ = [
     "SESSION_NOT_FOUND",
     "SESSION_REQUIRED",
     "SESSION_STORE_UNAVAILABLE",
+    "Guard",
     "InvalidToken",
     "KeySet",
     "MCPSessionMiddleware",
     "MemoryStore",
+    "Rejection",
     "Session",
     "SessionClaims",
     "SessionData",

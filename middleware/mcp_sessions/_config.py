@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, TypedDict
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from ._guard import Guard
 from ._policy import RequirePolicy, Requires, compile_policy
 from ._principal import PrincipalHook, authenticated_user
 from ._telemetry import TraceMode
@@ -57,6 +58,7 @@ class SessionsOptions(TypedDict, total=False):
     principal: PrincipalHook | None
     profiles: str | Iterable[str | WireProfile]
     handles: Handles | None
+    guard: Guard | None
 
 
 class SessionsConfig:
@@ -89,6 +91,7 @@ class SessionsConfig:
         principal: PrincipalHook | None = authenticated_user,
         profiles: str | Iterable[str | WireProfile] = ("draft",),
         handles: Handles | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         if not 0 < ttl <= MAX_TTL:
@@ -121,6 +124,10 @@ class SessionsConfig:
         self.requires: Requires = compile_policy(require_session, require_session_tools, exempt)
         self.require_all = require_session is True
         self.handles = handles
+        if guard is not None and not isinstance(guard, Guard):
+            raise TypeError("guard takes a mcp_sessions.Guard, built with the options of the wrapped server")
+        # The wrapped server's own checks, applied before any answer given here (the SDK's defaults unless told).
+        self.guard = Guard() if guard is None else guard
 
     @classmethod
     def from_env(cls, *, environ: Mapping[str, str] | None = None, **options: Any) -> SessionsConfig:
@@ -153,6 +160,8 @@ class SessionsConfig:
                 settings["profiles"] = profiles_from_names(profiles)
             except ValueError as exc:
                 raise ValueError(f"MCP_SESSIONS_PROFILES: {exc}") from None
+        if "guard" not in options and (guard := _guard_from_env(env)) is not None:
+            settings["guard"] = guard
         if "store" not in options and (store := _store_from_env(env)) is not None:
             settings["store"] = store
         settings.update(options)
@@ -235,6 +244,15 @@ def _keys_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[str,
         secret = secrets.token_urlsafe(32)
         logger.warning("MCP_SESSIONS_DEV is set: signing sessions with a random key; they end with this process")
     return {"secret": secret}
+
+
+def _guard_from_env(env: Mapping[str, str]) -> Guard | None:
+    """``MCP_SESSIONS_ALLOWED_HOSTS`` and ``_ORIGINS``: the wrapped server's DNS-rebinding allow-lists."""
+    hosts = [h.strip() for h in env.get("MCP_SESSIONS_ALLOWED_HOSTS", "").split(",") if h.strip()]
+    origins = [o.strip() for o in env.get("MCP_SESSIONS_ALLOWED_ORIGINS", "").split(",") if o.strip()]
+    if not hosts and not origins:
+        return None
+    return Guard(allowed_hosts=hosts, allowed_origins=origins)
 
 
 def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:

@@ -62,8 +62,8 @@ def annotate(target: Target, message: dict[str, Any]) -> bytes | object | None:
         if operation is not None and isinstance(error, dict) and type(error.get("code")) is int:
             operation.fail(error["code"], str(error.get("message", "")))
         return None
-    if operation is not None and result.get("isError") is True:
-        operation.tool_error()
+    if operation is not None:
+        operation.observe_result(result)  # a tool error, or tool and prompt names the server has
     change: bytes | object | None = None
     session = target.session
     if session is not None:

@@ -23,6 +23,7 @@ from ._answers import Refusal, batch_refused, send_accepted, send_json, send_ref
 from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
 from ._echo import Target, annotate, hashable_id
+from ._guard import Rejection
 from ._handle_check import check_handles
 from ._local import LocalCall
 from ._plan import Call, Plan, Planner
@@ -97,8 +98,12 @@ class MCPSessionMiddleware:
         self._requires = None if config.requires is _never else config.requires
         self._capability: dict[str, Any] = {"required": True} if config.require_all else {}
         self._retry_after = str(config.retry_after).encode()
+        self._guard = config.guard
         self._telemetry = Telemetry(
-            tracer_provider=config.tracer_provider, meter_provider=config.meter_provider, trace_mode=config.trace_mode
+            tracer_provider=config.tracer_provider,
+            meter_provider=config.meter_provider,
+            trace_mode=config.trace_mode,
+            known_methods={method for profile in config.profiles for method in profile.methods},
         )
 
     @classmethod
@@ -132,16 +137,24 @@ class MCPSessionMiddleware:
         if plan is None:
             return await self._pass_through(scope, replay, send, headers)
         if plan.batch and any(call.local is not None for call in plan.calls):
+            if (rejection := self._guard.check(http_scope["headers"], _body_of(plan))) is not None:
+                return await rejection.send(send)
             return await self._refuse_batch_with_local_method(plan, reply)
         local = None if plan.batch else plan.calls[0]
         if local is not None and local.local is None:
             local = None
         if local is not None and not local.is_request:
+            if (rejection := self._guard.check(http_scope["headers"], _body_of(plan))) is not None:
+                return await rejection.send(send)
             return await send_accepted(reply)  # a session method as a notification: no answer, no effect
         await self._resolve(scope, plan)
         if self.config.handles is not None:
             await check_handles(self.config.handles, self._sessions, scope, plan)
         self._start_operations(scope, plan)
+        if (plan.refused or local is not None or plan.answered) and (
+            rejection := self._guard.check(http_scope["headers"], _body_of(plan))
+        ) is not None:
+            return await _reject(plan, rejection, send)  # what the wrapped server would answer, not ours
         if plan.refused:
             return await self._refuse(plan, reply)
         if local is not None:
@@ -488,6 +501,19 @@ def _continue_trace(message: dict[str, Any], replay: Replay, operation: Operatio
         return
     operation.inject(meta)
     replay.rewrite(jsonrpc.dumps(message))
+
+
+def _body_of(plan: Plan) -> Any:
+    """The parsed body, as the guard reads it: one message, or the batch."""
+    return [call.message for call in plan.calls] if plan.batch else plan.calls[0].message
+
+
+async def _reject(plan: Plan, rejection: Rejection, send: Send) -> None:
+    for call in plan.calls:
+        if (operation := call.operation) is not None:
+            operation.refused(rejection.status, rejection.code, rejection.message)
+            operation.end()
+    await rejection.send(send)
 
 
 def _end(operation: Operation | None, refusal: Refusal) -> None:

@@ -18,12 +18,44 @@ INTERNAL_ERROR: Final = -32603
 # MCP 2026-07-28: a header that disagrees with the body.
 HEADER_MISMATCH: Final = -32020
 """Error code: the ``Mcp-Session-Id`` or ``Mcp-Method`` header differs from the body (2026-07-28 only)."""
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
+"""Error code: the 2026-07-28 protocol version the request names is not one the server serves."""
 # Retryable, in the implementation range: -32000 and -32001 are the SDK's.
 SESSION_STORE_UNAVAILABLE: Final = -32010
 """Error code: the store could not answer; temporary, answered with HTTP 503 and ``Retry-After``."""
 
 HANDSHAKE_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 MODERN_VERSION: Final = "2026-07-28"
+# The per-request-envelope versions the mcp SDK serves, in its order (its -32022 answer lists them).
+MODERN_VERSIONS: Final = (MODERN_VERSION,)
+KNOWN_VERSIONS: Final = HANDSHAKE_VERSIONS | frozenset(MODERN_VERSIONS)
+
+# Every method a client sends in either era (the mcp SDK's client requests and notifications):
+# telemetry files any other name, and any session method of a wire not enabled, under "_OTHER".
+KNOWN_METHODS: Final = frozenset(
+    {
+        "completion/complete",
+        "initialize",
+        "logging/setLevel",
+        "ping",
+        "prompts/get",
+        "prompts/list",
+        "resources/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/templates/list",
+        "resources/unsubscribe",
+        "server/discover",
+        "subscriptions/listen",
+        "tools/call",
+        "tools/list",
+        "notifications/cancelled",
+        "notifications/initialized",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+    }
+    # The session methods of the enabled wires are added by the middleware (Telemetry(known_methods=...)).
+)
 
 MCP_SESSION_ID_HEADER: Final = b"mcp-session-id"
 MCP_PROTOCOL_VERSION_HEADER: Final = b"mcp-protocol-version"

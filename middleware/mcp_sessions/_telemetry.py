@@ -5,14 +5,25 @@ Follows the MCP semantic conventions (GenAI conventions repository,
 ``{mcp.method.name} {target}``, parented to the W3C context in
 ``params._meta`` (SEP-414), else the HTTP headers, else the ambient context.
 The data-layer session goes in ``session.id`` and ``gen_ai.conversation.id``;
-``mcp.session.id`` carries only a 2025-era transport session. Nothing here
-ever sees the session token: only the stable id.
+``mcp.session.id`` carries only a keyed digest of a 2025-era transport
+session. Nothing here ever sees the session token: only the stable id.
+
+Every value a client chooses is bounded before it names a span or labels a
+metric, as the OpenTelemetry HTTP conventions bound ``http.request.method``:
+a method, tool, prompt or protocol version outside the known set becomes
+``_OTHER``, and the span alone keeps the original under
+``mcp_sessions.*_original``.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import re
+import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, Literal
 
 from opentelemetry import baggage, context, propagate, trace
@@ -22,7 +33,9 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.metrics import _internal as _metrics_internal
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags, TracerProvider
 
-__all__ = ["SESSION_BAGGAGE_KEY", "Operation", "Telemetry", "TraceMode"]
+from ._protocol import KNOWN_METHODS, KNOWN_VERSIONS
+
+__all__ = ["OTHER", "SESSION_BAGGAGE_KEY", "Operation", "Telemetry", "TraceMode", "Vocabulary"]
 
 TraceMode = Literal["link", "session"]
 
@@ -32,6 +45,17 @@ TRACEPARENT_CLAIM: Final = "tp"
 # The conventions' bucket advice for both MCP duration histograms.
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 _TRACE_KEYS: Final = ("traceparent", "tracestate", "baggage")
+
+# The OpenTelemetry conventions' value for a client-chosen name outside the known set.
+OTHER: Final = "_OTHER"
+# How many tool (and prompt) names the server lists are learned before the rest count as _OTHER.
+MAX_LEARNED_NAMES: Final = 1000
+TRANSPORT_SESSION_PREFIX: Final = "ts_"
+_ORIGINAL_LIMIT: Final = 256
+# A compact JWS (session ids and state tokens are), or what is left of one: never recorded.
+_JWS_LIKE: Final = re.compile(r"eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)*")
+_LONG_BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]{40,}")
+_REDACTED: Final = "[redacted]"
 
 
 def _version() -> str:
@@ -58,6 +82,31 @@ def span_context_from_traceparent(value: Any) -> SpanContext | None:
     return sc if sc.is_valid else None
 
 
+class Vocabulary:
+    """The values a metric attribute may take: the known ones, then up to ``cap`` learned ones; else ``_OTHER``."""
+
+    __slots__ = ("_cap", "_names")
+
+    def __init__(self, known: Iterable[str] = (), cap: int = MAX_LEARNED_NAMES) -> None:
+        self._names = {name for name in known if type(name) is str}
+        self._cap = len(self._names) + cap
+
+    def learn(self, name: Any) -> None:
+        """Add ``name`` if it is a string and there is room (it stays once learned)."""
+        if type(name) is str and len(self._names) < self._cap:
+            self._names.add(name)
+
+    def learn_listed(self, items: Any) -> None:
+        """Learn the ``name`` of every object in a list result (``tools``, ``prompts``)."""
+        if type(items) is list:
+            for item in items:
+                if isinstance(item, dict):
+                    self.learn(item.get("name"))
+
+    def bounded(self, name: str) -> str:
+        return name if name in self._names else OTHER
+
+
 class Telemetry:
     """The instruments of one middleware instance."""
 
@@ -67,10 +116,25 @@ class Telemetry:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         trace_mode: TraceMode = "link",
+        known_tools: Collection[str] = (),
+        known_prompts: Collection[str] = (),
+        max_learned_names: int = MAX_LEARNED_NAMES,
+        known_methods: Collection[str] = (),
     ) -> None:
         if trace_mode not in ("link", "session"):
             raise ValueError('trace_mode must be "link" or "session"')
+        if isinstance(known_tools, str) or isinstance(known_prompts, str):
+            raise TypeError("known_tools and known_prompts take collections of names, not one string")
+        if type(max_learned_names) is not int or max_learned_names < 0:
+            raise ValueError("max_learned_names must be a whole number, 0 or more")
         self.trace_mode = trace_mode
+        # MCP's own methods and the enabled wires' session methods; any other name is "_OTHER".
+        self.methods = KNOWN_METHODS | frozenset(known_methods)
+        # Tool and prompt names: the ones given, and those the server lists (or answers) through the middleware.
+        self.tools = Vocabulary(known_tools, max_learned_names)
+        self.prompts = Vocabulary(known_prompts, max_learned_names)
+        # Per process: digests of one transport session agree for as long as the session (held in memory) lives.
+        self._transport_key = secrets.token_bytes(32)
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
         self._enabled = False
@@ -94,11 +158,24 @@ class Telemetry:
         self.sessions_deleted = meter.create_counter(
             "mcp_sessions.sessions.deleted", unit="{session}", description="Data-layer sessions deleted."
         )
-        self.sessions_rejected = meter.create_counter(
-            "mcp_sessions.sessions.rejected",
-            unit="{request}",
-            description="Requests refused for their session, by reason.",
+        self.sessions_rejected = _RejectionCounter(
+            meter.create_counter(
+                "mcp_sessions.sessions.rejected",
+                unit="{request}",
+                description="Requests refused for their session, by reason.",
+            ),
+            self.methods,
         )
+
+    def transport_session_digest(self, transport_session: bytes) -> str:
+        """What ``mcp.session.id`` records of a 2025-era ``Mcp-Session-Id``: a keyed digest, never the value.
+
+        The header is a bearer value (the SDK's transport session, or a session
+        token a client put there): HMAC-SHA256 under a random per-process key,
+        base64url, cut to 22 characters (132 bits), prefixed ``ts_``.
+        """
+        digest = hmac.new(self._transport_key, transport_session, hashlib.sha256).digest()
+        return TRANSPORT_SESSION_PREFIX + base64.urlsafe_b64encode(digest)[:22].decode()
 
     def enabled(self) -> bool:
         """Whether an OpenTelemetry SDK is there to record: without one, the middleware skips telemetry.
@@ -153,15 +230,16 @@ class Telemetry:
         if isinstance(params, dict) and method in ("tools/call", "prompts/get"):
             name = params.get("name")
             target = name if type(name) is str else None
-        span = self.tracer.start_span(
-            f"{method} {target}" if target else method,
-            context=parent,
-            kind=SpanKind.SERVER,
-            start_time=start_ns,
+        op = Operation(self, trace.INVALID_SPAN, method, target, protocol_version, session_id)
+        span = op.span = self.tracer.start_span(
+            op.span_name(), context=parent, kind=SpanKind.SERVER, start_time=start_ns
         )
-        op = Operation(self, span, method, target, protocol_version, session_id)
         if span.is_recording():
             attributes = op.metric_attributes()
+            if op.method_name == OTHER:
+                attributes["mcp_sessions.method_original"] = _original(method)
+            if op.version_name == OTHER and protocol_version is not None:
+                attributes["mcp_sessions.protocol_version_original"] = _original(protocol_version)
             request_id = message.get("id")
             if request_id is not None and type(request_id) in (str, int, float):
                 attributes["jsonrpc.request.id"] = str(request_id)
@@ -180,8 +258,7 @@ class Telemetry:
                 attributes["session.id"] = session_id
                 attributes["gen_ai.conversation.id"] = session_id
             if not modern and (transport_session := headers.get(b"mcp-session-id")) is not None:
-                # The 2025-era transport session (a uuid the SDK minted), never a data-layer token.
-                attributes["mcp.session.id"] = transport_session.decode("latin-1")
+                attributes["mcp.session.id"] = self.transport_session_digest(transport_session)
             span.set_attributes(attributes)
             if creation is not None:
                 span.add_link(creation, {"mcp_sessions.link": "session.created"})
@@ -216,6 +293,32 @@ def _global_meter_provider() -> object | None:
     return otel_metrics.get_meter_provider()  # pragma: no cover
 
 
+class _RejectionCounter:
+    """The rejection counter, with its method attribute bounded like every metric's."""
+
+    __slots__ = ("_counter", "_methods")
+
+    def __init__(self, counter: otel_metrics.Counter, methods: frozenset[str]) -> None:
+        self._counter = counter
+        self._methods = methods
+
+    def add(self, amount: int, attributes: Mapping[str, Any]) -> None:
+        method = attributes.get("mcp.method.name")
+        if method is not None and method not in self._methods:
+            attributes = {**attributes, "mcp.method.name": OTHER}
+        self._counter.add(amount, attributes)
+
+
+def _original(value: str) -> str:
+    """A client-chosen value kept on a span: bounded in length, and never anything shaped like a token."""
+    return _JWS_LIKE.sub(_REDACTED, value[:_ORIGINAL_LIMIT])
+
+
+def _redacted(text: str) -> str:
+    """An error message for a span's status: tokens, and any long base64url run, replaced."""
+    return _LONG_BASE64URL.sub(_REDACTED, _JWS_LIKE.sub(_REDACTED, text))
+
+
 def _extract(carrier: dict[str, str]) -> Context | None:
     try:
         ctx = propagate.extract(carrier)
@@ -229,17 +332,20 @@ class Operation:
 
     __slots__ = (
         "_ended",
+        "_named_target",
         "_t0",
         "_token",
         "error_message",
         "error_type",
         "method",
+        "method_name",
         "protocol_version",
         "session_id",
         "span",
         "status_code",
         "target",
         "telemetry",
+        "version_name",
     )
 
     def __init__(
@@ -257,6 +363,12 @@ class Operation:
         self.target = target
         self.protocol_version = protocol_version
         self.session_id = session_id
+        # The bounded values, for names and metrics; the raw ones stay on the span only.
+        self.method_name = method if method in telemetry.methods else OTHER
+        self.version_name = None if protocol_version is None else protocol_version
+        if protocol_version is not None and protocol_version not in KNOWN_VERSIONS:
+            self.version_name = OTHER
+        self._named_target = self.target_name()
         self.error_type: str | None = None
         self.status_code: str | None = None
         self.error_message: str | None = None
@@ -273,19 +385,32 @@ class Operation:
         """Whether there is a trace to continue (recording, or sampled out with valid ids)."""
         return self.span.get_span_context().is_valid
 
+    def target_name(self) -> str | None:
+        """The tool or prompt name, as a metric may carry it: learned from the server, else ``_OTHER``."""
+        if self.target is None:
+            return None
+        vocabulary = self.telemetry.tools if self.method == "tools/call" else self.telemetry.prompts
+        return vocabulary.bounded(self.target)
+
+    def span_name(self) -> str:
+        """``{mcp.method.name} {target}``, the target only when it is a known name (span names stay low-cardinality)."""
+        target = self._named_target
+        return self.method_name if target is None or target == OTHER else f"{self.method_name} {target}"
+
     def metric_attributes(self) -> dict[str, Any]:
         attributes: dict[str, Any] = {
-            "mcp.method.name": self.method,
+            "mcp.method.name": self.method_name,
             "network.transport": "tcp",
             "network.protocol.name": "http",
         }
-        if self.protocol_version is not None:
-            attributes["mcp.protocol.version"] = self.protocol_version
-        if self.target is not None:
+        if self.version_name is not None:
+            attributes["mcp.protocol.version"] = self.version_name
+        target = self.target_name()
+        if target is not None:
             if self.method == "tools/call":
-                attributes["gen_ai.tool.name"] = self.target
+                attributes["gen_ai.tool.name"] = target
             else:
-                attributes["gen_ai.prompt.name"] = self.target
+                attributes["gen_ai.prompt.name"] = target
         if self.method == "tools/call":
             attributes["gen_ai.operation.name"] = "execute_tool"
         return attributes
@@ -293,9 +418,23 @@ class Operation:
     def session_attributes(self) -> dict[str, Any]:
         """Attributes of the session metrics (never the session id: unbounded cardinality)."""
         attributes: dict[str, Any] = {"network.transport": "tcp", "network.protocol.name": "http"}
-        if self.protocol_version is not None:
-            attributes["mcp.protocol.version"] = self.protocol_version
+        if self.version_name is not None:
+            attributes["mcp.protocol.version"] = self.version_name
         return attributes
+
+    def observe_result(self, result: Mapping[str, Any]) -> None:
+        """The server's result for this message: a tool error, or names it proves the server has."""
+        if result.get("isError") is True:
+            self.tool_error()
+            return
+        if self.method == "tools/list":
+            self.telemetry.tools.learn_listed(result.get("tools"))
+        elif self.method == "prompts/list":
+            self.telemetry.prompts.learn_listed(result.get("prompts"))
+        elif self.method == "tools/call":
+            self.telemetry.tools.learn(self.target)
+        elif self.method == "prompts/get":
+            self.telemetry.prompts.learn(self.target)
 
     def set_session(self, session_id: str) -> None:
         self.session_id = session_id
@@ -333,7 +472,7 @@ class Operation:
         """The message ended in a JSON-RPC error (answered here or by the server)."""
         if self.error_type is None:
             self.error_type = self.status_code = str(code)
-            self.error_message = message
+            self.error_message = _redacted(message)
 
     def tool_error(self) -> None:
         if self.error_type is None:
@@ -342,6 +481,13 @@ class Operation:
     def http_error(self, status: int) -> None:
         if self.error_type is None:
             self.error_type = str(status)
+
+    def refused(self, status: int, code: int | None, message: str | None) -> None:
+        """The wrapped server's own checks refused the message (a JSON-RPC error, or an HTTP status)."""
+        if code is not None:
+            self.fail(code, message or "")
+        elif status >= 400:
+            self.http_error(status)
 
     def exception(self, exc: BaseException) -> None:
         if self.error_type is None:
@@ -360,6 +506,13 @@ class Operation:
             if self.status_code is not None:
                 attributes["rpc.response.status_code"] = self.status_code
         span = self.span
+        if span.is_recording() and self.target is not None:
+            target = self.target_name()
+            if target == OTHER:
+                span.set_attribute("mcp_sessions.target_original", _original(self.target))
+            elif target != self._named_target:  # learned from this very answer: name the span after it
+                span.update_name(f"{self.method_name} {target}")
+                span.set_attribute("gen_ai.tool.name" if self.method == "tools/call" else "gen_ai.prompt.name", target)
         if span.is_recording() and self.error_type is not None:
             errors = {"error.type": self.error_type}
             if self.status_code is not None:

@@ -21,7 +21,16 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conftest import SECRET
-from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, MemoryStore, SessionKey, get_session
+from mcp_sessions import (
+    Guard,
+    InvalidToken,
+    KeySet,
+    MCPSessionMiddleware,
+    MemoryStore,
+    Rejection,
+    SessionKey,
+    get_session,
+)
 from mcp_sessions import _jsonrpc as jsonrpc
 from mcp_sessions.profiles import DRAFT, InvalidSessionMeta
 
@@ -51,6 +60,22 @@ FOREIGN = KeySet.from_secret(SECRET, audience="elsewhere").mint_session_token(tt
 SIDS = {token: KEYS.verify_session_token(token).session_id for token in [*VALID, REVOKED, BOUND]}
 STATES = {token: KEYS.sign_state(SIDS[token], {"mode": "m"}) for token in VALID}
 TOKENS = [*VALID, REVOKED, BOUND, EXPIRED, FOREIGN, "a.b.c", "sess-abc123", ""]
+
+
+# What a real client sends with every POST: the wrapped server (and so the guard) refuses one without them.
+CLIENT_HEADERS = [(b"host", b"127.0.0.1:8000"), (b"accept", b"application/json, text/event-stream")]
+ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+class NoServerChecks(Guard):
+    """A server that checks nothing itself, so that the middleware's own rules decide every answer.
+
+    The server's own checks, which come first, have their own tests: tests/unit/test_guard.py and
+    tests/e2e/test_guard_differential.py.
+    """
+
+    def check(self, headers: Any, message: Any) -> Rejection | None:
+        return None
 
 
 def usable(token: Any, state: Any = None) -> bool:
@@ -269,9 +294,8 @@ def test_the_middleware_decides_as_the_rules_say(case: tuple[Pairs, str], modern
     headers = [(b"content-type", b"application/json")]
     if modern:
         headers.append((b"mcp-protocol-version", MODERN.encode()))
-    outcome = run(
-        MCPSessionMiddleware(Downstream(), keys=KEYS, store=store()), text.encode("utf-8", "surrogatepass"), headers
-    )
+    middleware = MCPSessionMiddleware(Downstream(), keys=KEYS, store=store(), guard=NoServerChecks())
+    outcome = run(middleware, text.encode("utf-8", "surrogatepass"), headers)
     if expected == "invalid":
         assert (outcome.status, outcome.code, outcome.forwarded) == (400 if modern else 200, -32600, False)
     elif expected == "none":
@@ -412,6 +436,8 @@ def test_no_mutation_of_a_valid_state_verifies(data: st.DataObject) -> None:
 # -- (c) the whole middleware, through direct ASGI calls ----------------------------------------------
 
 DOCUMENTED_STATUSES = {200, 202, 400, 404, 413, 503}
+# The server's own refusals, which the guard repeats: Host, Origin (text bodies), Accept, Content-Type.
+SERVER_STATUSES = {421, 403, 406, 415}
 
 
 class Downstream:
@@ -450,7 +476,8 @@ class Outcome:
         self.session = None
         if downstream.calls and (token := downstream.calls[-1][2]) is not None:
             self.session = SIDS.get(token, token)
-        answer = json.loads(self.body) if self.body and not self.forwarded else None
+        is_json = self.headers.get(b"content-type") == b"application/json"
+        answer = json.loads(self.body) if self.body and is_json and not self.forwarded else None
         self.code = answer["error"]["code"] if isinstance(answer, dict) and "error" in answer else None
 
 
@@ -519,6 +546,10 @@ def requests(draw: st.DrawFn) -> tuple[bytes, list[tuple[bytes, bytes]], list[in
         if draw(st.booleans()):
             value = draw(st.sampled_from([*TOKENS, "sessions/create", "tools/call"]))
             headers.append((name.encode(), value.encode()))
+    headers.append((b"host", draw(mostly(st.just(b"127.0.0.1:8000"), st.sampled_from([b"evil.example", b""])))))
+    headers.append((b"accept", draw(mostly(st.just(CLIENT_HEADERS[1][1]), st.sampled_from([b"text/html", b"*/*"])))))
+    if draw(st.integers(min_value=0, max_value=7)) == 0:
+        headers.append((b"origin", draw(st.sampled_from([b"http://localhost:3000", b"https://evil.example"]))))
     headers = draw(st.permutations(headers))
     chunks = draw(st.lists(st.integers(min_value=0, max_value=len(body)), max_size=4))
     return body, headers, chunks, draw(st.sampled_from(["POST"] * 7 + ["GET"]))
@@ -552,8 +583,10 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
     event(f"forwarded, session={outcome.session is not None}" if outcome.forwarded else f"answered {outcome.status}")
     if not outcome.forwarded:
         # The middleware answered itself.
-        assert outcome.status in DOCUMENTED_STATUSES
-        if outcome.body:
+        assert outcome.status in DOCUMENTED_STATUSES | SERVER_STATUSES
+        if outcome.status in (421, 403):
+            assert outcome.body in (b"Invalid Host header", b"Invalid Origin header")
+        elif outcome.body:
             assert outcome.headers[b"content-type"] == b"application/json"
             answer = json.loads(outcome.body)
             for element in answer if isinstance(answer, list) else [answer]:
@@ -588,24 +621,33 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
     modern=st.booleans(),
 )
 def test_every_answer_of_the_middleware_repeats_the_request_id(request_id: Any, case: str, modern: bool) -> None:
-    """Whatever the id (lone surrogates included: JSON escapes them), the middleware's own answer carries it back."""
-    params: dict[str, Any] = {"name": "count", "arguments": {}}
-    headers = [(b"content-type", b"application/json")]
+    """Whatever the id (lone surrogates included: JSON escapes them), the middleware's own answer carries it back.
+
+    An id that is not a string or an integer is the server's to refuse: the middleware answers as it would.
+    """
+    method = "sessions/create" if case == "create" else "tools/call"
+    params: dict[str, Any] = {"name": "count", "arguments": {}, "_meta": dict(ENVELOPE) if modern else {}}
+    headers = [(b"content-type", b"application/json"), *CLIENT_HEADERS]
     if modern:
-        headers.append((b"mcp-protocol-version", MODERN.encode()))
+        headers += [(b"mcp-protocol-version", MODERN.encode()), (b"mcp-method", method.encode())]
+        headers += [(b"mcp-name", b"count")] if method == "tools/call" else []
     if case in ("forged", "forged-with-header"):
-        params["_meta"] = {KEY: {"sessionId": "a.b.c"}}
+        params["_meta"][KEY] = {"sessionId": "a.b.c"}
     if case == "forged-with-header":
         headers.append((b"mcp-session-id", VALID[0].encode()))
     if case == "invalid-meta":
-        params["_meta"] = {KEY: request_id}
-    method = "sessions/create" if case == "create" else "tools/call"
+        params["_meta"][KEY] = request_id
     body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
     middleware = MCPSessionMiddleware(Downstream(), keys=KEYS, require_session_tools={"count"})
     outcome = run(middleware, body, headers)
     if case == "invalid-meta" and (request_id is None or isinstance(request_id, dict)):
         return  # null is no session, and an object can be valid metadata: other tests cover both
     assert not outcome.forwarded
+    if type(request_id) not in (str, int):  # the SDK's answer: not a request (2025: a notification)
+        not_a_request = b'{"jsonrpc":"2.0","error":{"code":-32600,"message":"Body must be a single JSON-RPC request or '
+        expected = (400, not_a_request + b'notification object"},"id":null}') if modern else (202, b"")
+        assert (outcome.status, outcome.body) == expected
+        return
     assert json.loads(outcome.body)["id"] == json.loads(body)["id"]  # "\ud800\udc00" on the wire is one character
 
 

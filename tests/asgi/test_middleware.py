@@ -14,12 +14,17 @@ import pytest
 from starlette.requests import Request
 
 from conftest import SECRET
-from mcp_sessions import SCOPE_KEY, MCPSessionMiddleware, MemoryStore, Session, get_session
+from mcp_sessions import SCOPE_KEY, Guard, MCPSessionMiddleware, MemoryStore, Rejection, Session, get_session
 
 pytestmark = pytest.mark.anyio
 
 KEY = "io.modelcontextprotocol/session"
-JSON = [(b"content-type", b"application/json")]
+# What every real client sends: the server (and so the guard) refuses a POST without them.
+JSON = [
+    (b"content-type", b"application/json"),
+    (b"host", b"127.0.0.1:8000"),
+    (b"accept", b"application/json, text/event-stream"),
+]
 Message = MutableMapping[str, Any]
 
 
@@ -135,6 +140,32 @@ def http_scope(
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000),
     }
+
+
+def modern_headers(message: Message) -> list[tuple[bytes, bytes]]:
+    """The headers of a 2026-07-28 POST of ``message``: version, Mcp-Method and, for tools/call, Mcp-Name."""
+    headers = [*JSON, (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", message["method"].encode())]
+    if message["method"] == "tools/call":
+        headers.append((b"mcp-name", message["params"]["name"].encode()))
+    return headers
+
+
+def with_envelope(message: Message) -> Message:
+    """``message`` with the 2026-07-28 envelope in ``params._meta``, which every 2026 request carries."""
+    params = dict(message.get("params") or {})
+    params["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        **params.get("_meta", {}),
+    }
+    return {**message, "params": params}
+
+
+class ServerThatTakesBatches(Guard):
+    """The guard of a server that, unlike the mcp SDK, accepts batches: the middleware's own batch rules apply."""
+
+    def check(self, headers: Any, message: Any) -> Rejection | None:
+        return None if isinstance(message, list) else super().check(headers, message)
 
 
 def dumps(payload: Any) -> bytes:
@@ -387,10 +418,11 @@ async def test_body_that_is_not_a_json_rpc_request_passes_through(body: bytes) -
 async def test_sessions_create_is_answered_without_the_app(version: str | None) -> None:
     downstream = Downstream()
     mw = middleware(downstream, ttl=600)
+    create: Message = {"jsonrpc": "2.0", "id": "c1", "method": "sessions/create"}
     headers = JSON if version is None else [*JSON, (b"mcp-protocol-version", version.encode())]
-    sender = await call(
-        mw, dumps({"jsonrpc": "2.0", "id": "c1", "method": "sessions/create"}), http_scope(headers=headers)
-    )
+    if version == "2026-07-28":
+        create, headers = with_envelope(create), modern_headers(create)
+    sender = await call(mw, dumps(create), http_scope(headers=headers))
     assert downstream.calls == 0
     assert sender.status == 200
     assert sender.header(b"content-type") == b"application/json"
@@ -441,7 +473,7 @@ async def test_sessions_delete_then_every_use_is_not_found() -> None:
 
 async def test_batch_with_a_session_method_is_answered_with_invalid_request_per_element() -> None:
     downstream = Downstream()
-    mw = middleware(downstream)
+    mw = middleware(downstream, guard=ServerThatTakesBatches())
     token = await create_session(mw)
     batch = [
         {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"},
@@ -461,7 +493,7 @@ async def test_batch_with_a_session_method_is_answered_with_invalid_request_per_
 
 async def test_batch_with_one_invalid_session_is_answered_whole() -> None:
     downstream = Downstream()
-    mw = middleware(downstream)
+    mw = middleware(downstream, guard=ServerThatTakesBatches())
     token = await create_session(mw)
     batch = [
         request(1, token),
@@ -545,9 +577,11 @@ async def test_notification_with_an_invalid_session_is_202_and_never_reaches_the
 @pytest.mark.parametrize(("version", "status"), [(None, 200), ("2026-07-28", 200)])
 async def test_request_with_an_invalid_session_is_not_found(version: str | None, status: int) -> None:
     downstream = Downstream()
-    headers = JSON if version is None else [*JSON, (b"mcp-protocol-version", version.encode())]
     long_token = "x" * 5000
-    sender = await call(middleware(downstream), dumps(request(9, long_token)), http_scope(headers=headers))
+    message, headers = request(9, long_token), JSON
+    if version == "2026-07-28":
+        message, headers = with_envelope(message), modern_headers(message)
+    sender = await call(middleware(downstream), dumps(message), http_scope(headers=headers))
     assert downstream.calls == 0
     assert sender.status == status
     assert sender.json() == {

@@ -405,18 +405,18 @@ ROWS: list[Row] = [
     ("create-with-session-meta", lambda c: create(session=c.session()), 400, -32600, 0),
     ("create-with-null-session-meta-is-fine", lambda c: create(session=None), 200, None, 0),
     ("legacy-create-with-session-meta", lambda c: create(session={"sessionId": "x"}, era="legacy"), 200, -32600, 0),
-    ("create-params-not-object", lambda c: create([1]), 400, -32602, 0),
+    ("create-params-not-object", lambda c: create([1]), 400, -32600, 0),  # the SDK's answer: not a request
     ("create-label-too-long", lambda c: create({"label": "x" * 257}), 400, -32602, 0),
     ("create-label-not-string", lambda c: create({"label": 7}), 400, -32602, 0),
     ("create-method-header-mismatch", lambda c: create(mcp_method="tools/list"), 400, -32020, 0),
     ("delete-unknown-session", lambda c: delete({"sessionId": "sess-unknown"}), 200, -32043, 0),
     ("delete-forged-session", lambda c: delete({"sessionId": _forged(c)}), 200, -32043, 0),
     ("delete-twice", lambda c: delete(c.deleted_session()), 200, -32043, 0),
-    # Batches.
-    ("batch-with-sessions-create", _batch_with_session_method, 200, [-32600, -32600], 0),
-    ("batch-with-sessions-delete", _batch_with_delete, 200, [-32600, -32600], 0),
-    ("batch-with-an-invalid-session", _batch_with_invalid_session, 200, [-32600, -32043, -32600], 0),
-    ("modern-batch-with-sessions-create", _modern_batch_with_session_method, 400, [-32600, -32600], 0),
+    # Batches: mcp 2.3 refuses every batch, so the middleware answers as the SDK does.
+    ("batch-with-sessions-create", _batch_with_session_method, 400, -32602, 0),
+    ("batch-with-sessions-delete", _batch_with_delete, 400, -32602, 0),
+    ("batch-with-an-invalid-session", _batch_with_invalid_session, 400, -32602, 0),
+    ("modern-batch-with-sessions-create", _modern_batch_with_session_method, 400, -32600, 0),
     # Notifications get no JSON-RPC answer.
     ("notification-invalid-session", lambda c: call({"sessionId": "sess-x"}, request_id=None), 202, None, 0),
     ("notification-sessions-create", lambda c: modern({"jsonrpc": "2.0", "method": "sessions/create"}), 202, None, 0),
@@ -502,7 +502,6 @@ STORE_ROWS: list[Row] = [
     ("legacy-tool-call-with-session", lambda c: old_call(_valid()), 503, -32010, 0),
     ("delete", lambda c: delete(_valid()), 503, -32010, 0),
     ("notification-with-session", lambda c: call(_valid(), request_id=None), 503, None, 0),
-    ("batch-with-session", _legacy_batch, 503, [-32010, -32010], 0),
     # Sessionless traffic never needs the store, and neither does creating a session (it stores nothing).
     ("create", lambda c: create(), 200, None, 0),
     ("legacy-create", lambda c: create(era="legacy"), 200, None, 0),
@@ -534,6 +533,19 @@ def test_store_unavailable(
     else:
         assert "retry-after" not in response.headers
         assert store.calls == before_calls
+
+
+def test_a_batch_gets_the_servers_refusal_whatever_the_store(unavailable: tuple[str, UnavailableStore]) -> None:
+    url, _ = unavailable
+    with httpx.Client(timeout=10) as client:
+        ctx = Context(client, url)
+        before = len(recorded_runs())
+        response = ctx.post(_legacy_batch(ctx))
+    # mcp 2.3 refuses every batch: its refusal, not a retryable -32010, since a retry cannot succeed.
+    assert response.status_code == 400
+    assert codes(reply(response)) == -32602
+    assert "retry-after" not in response.headers
+    assert len(recorded_runs()) == before
 
 
 def test_store_unavailable_answer_is_retryable_and_exact(unavailable: tuple[str, UnavailableStore]) -> None:

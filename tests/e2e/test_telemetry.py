@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -87,6 +87,8 @@ INVALID_PARAMS = -32602
 REFUSED = -32000
 DURATION_BUCKETS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300]
 CREATION_LINK = {"mcp_sessions.link": "session.created"}
+# What mcp.session.id holds of a 2025-era transport session: a keyed digest, never the header's value.
+TRANSPORT_DIGEST = re.compile(r"ts_[A-Za-z0-9_-]{22}")
 HTTP_LINK = {"mcp_sessions.link": "http.request"}
 
 # Two foreign trace contexts: one a client puts in _meta, one an HTTP-instrumented client puts in headers.
@@ -163,7 +165,11 @@ def servers(span_log: SpanLog) -> Iterator[dict[str, str]]:
         serve(traced_app(json_response=True)) as json_url,
         serve(traced_app(json_response=False)) as sse_url,
         serve(traced_app(json_response=True, trace_mode="session")) as session_url,
+        httpx.Client(timeout=10) as http,
     ):
+        for url in (json_url, sse_url, session_url):
+            # As a client would, list the tools first: spans and metrics name only tools the server listed.
+            ModernClient(http, url).request("tools/list")
         yield {"json": json_url, "sse": sse_url, "session": session_url}
 
 
@@ -311,7 +317,8 @@ def test_legacy_stateful_spans_carry_the_transport_session(
     initialize = one(handshake, MIDDLEWARE_SCOPE, "initialize")
     initialized = one(handshake, MIDDLEWARE_SCOPE, "notifications/initialized")
     assert "mcp.session.id" not in attrs(initialize)  # the transport session does not exist yet
-    assert attrs(initialized)["mcp.session.id"] == transport_id
+    digest = attrs(initialized)["mcp.session.id"]
+    assert TRANSPORT_DIGEST.fullmatch(digest), digest
     assert "jsonrpc.request.id" not in attrs(initialized)
     spans.clear()
 
@@ -323,7 +330,7 @@ def test_legacy_stateful_spans_carry_the_transport_session(
     count = one(finished, MIDDLEWARE_SCOPE, "tools/call count")
     for span in (creation, count):
         assert span.kind is SpanKind.SERVER
-        assert attrs(span)["mcp.session.id"] == transport_id
+        assert attrs(span)["mcp.session.id"] == digest  # the same transport session, the same digest
         assert attrs(span)["mcp.protocol.version"] == LEGACY
         assert attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == sid
     assert attrs(count)["jsonrpc.request.id"] == "5"
@@ -468,6 +475,7 @@ class Failure:
     status_code: str | None
     body: Callable[[Era, str], dict[str, Any]]
     streams_on_modern: bool = False
+    attributes: dict[str, str] = field(default_factory=dict)
 
 
 def _request(
@@ -485,19 +493,21 @@ FAILURES = [
         None,
         lambda era, token: _request(era, "tools/call", {"name": "broken", "arguments": {}}, token),
     ),
-    Failure(
+    Failure(  # a name the server never listed: not in the span's name, kept as the original
         "unknown-tool",
-        "tools/call nope",
+        "tools/call",
         "tool_error",
         None,
         lambda era, token: _request(era, "tools/call", {"name": "nope", "arguments": {}}, token),
+        attributes={"gen_ai.tool.name": "_OTHER", "mcp_sessions.target_original": "nope"},
     ),
     Failure(
         "unknown-method",
-        "tasks/frobnicate",
+        "_OTHER",
         str(METHOD_NOT_FOUND),
         str(METHOD_NOT_FOUND),
         lambda era, token: _request(era, "tasks/frobnicate", {}, token),
+        attributes={"mcp.method.name": "_OTHER", "mcp_sessions.method_original": "tasks/frobnicate"},
     ),
     Failure(
         "invalid-params",
@@ -540,6 +550,7 @@ def test_server_failures_mark_the_span_for_json_and_sse_answers(
     else:
         assert message["error"]["code"] == int(case.status_code)
     middleware = one(finished, MIDDLEWARE_SCOPE, case.span)
+    assert attrs(middleware).items() >= case.attributes.items()
     assert attrs(middleware)["error.type"] == case.error_type
     assert attrs(middleware).get("rpc.response.status_code") == case.status_code
     assert attrs(middleware)["session.id"] == sid
@@ -811,7 +822,8 @@ async def test_sdk_client_trace_context_flows_through_the_middleware(span_log: S
         assert attrs(span)["session.id"] == sid
     if mode == "legacy":
         assert attrs(middleware)["mcp.protocol.version"] == LEGACY
-        assert attrs(middleware)["mcp.session.id"] == sent_headers["mcp-session-id"]
+        assert TRANSPORT_DIGEST.fullmatch(attrs(middleware)["mcp.session.id"])
+        assert sent_headers["mcp-session-id"] not in attrs(middleware)["mcp.session.id"]
     else:
         assert attrs(middleware)["mcp.protocol.version"] == MODERN
         assert all("mcp.session.id" not in attrs(span) for span in of_scope(finished, MIDDLEWARE_SCOPE))
@@ -825,7 +837,8 @@ def test_a_forwarded_batch_has_one_span_per_element(
 ) -> None:
     client = LegacyClient(http, servers["json"], version="2025-03-26")
     client.initialize()
-    spans.wait_middleware(2)
+    client.request("tools/list")  # the server's tool names: spans and metrics may name them
+    spans.wait_middleware(3)
     token, sid, creation = create(client, spans)
     spans.clear()
     batch = [
@@ -845,10 +858,11 @@ def test_a_forwarded_batch_has_one_span_per_element(
         "tools/call whoami",
     ]
     assert sorted(attrs(span).get("jsonrpc.request.id", "-") for span in middleware_spans) == ["-", "41", "42"]
+    assert len({attrs(span)["mcp.session.id"] for span in middleware_spans}) == 1
     for span in middleware_spans:
         assert span.kind is SpanKind.SERVER
         assert attrs(span)["session.id"] == sid
-        assert attrs(span)["mcp.session.id"] == client.transport_session_id
+        assert TRANSPORT_DIGEST.fullmatch(attrs(span)["mcp.session.id"])
         assert attrs(span)["mcp.protocol.version"] == "2025-03-26"
         assert links_of(span) == [(self_of(creation), CREATION_LINK)]
         assert attrs(span)["error.type"] == "400"
@@ -871,15 +885,16 @@ def test_a_refused_batch_has_one_error_span_per_element(
     response = client.post(batch)
     finished = spans.wait_middleware(3)
 
-    answers = {message["id"]: message["error"]["code"] for message in response.json()}
-    assert answers == {51: INVALID_REQUEST, 52: SESSION_NOT_FOUND}
+    # mcp 2.3 refuses every batch (400, -32602): the middleware answers as it would, not per element.
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == INVALID_PARAMS
     error_types = {
         attrs(span).get("jsonrpc.request.id", "-"): attrs(span) for span in of_scope(finished, MIDDLEWARE_SCOPE)
     }
     assert {key: value["error.type"] for key, value in error_types.items()} == {
-        "51": str(INVALID_REQUEST),
-        "52": str(SESSION_NOT_FOUND),
-        "-": str(INVALID_REQUEST),
+        "51": str(INVALID_PARAMS),
+        "52": str(INVALID_PARAMS),
+        "-": str(INVALID_PARAMS),
     }
     assert all(value["rpc.response.status_code"] == value["error.type"] for value in error_types.values())
     assert of_scope(finished, SDK_SCOPE) == []

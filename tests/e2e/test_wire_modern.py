@@ -106,12 +106,25 @@ def test_create_returns_a_jwt_session_id_and_its_expiry(client: ModernClient) ->
     assert session["expiresAt"] == datetime.fromtimestamp(claims["exp"], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def test_create_the_spec_vector_verbatim_without_params(client: ModernClient) -> None:
+def test_the_spec_vector_needs_the_2026_envelope_as_every_2026_request_does(client: ModernClient) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}
-    response = client.post(body)
+    refused = client.post(body)
+    # Without a version header (the 2025-era path) the draft's vector works verbatim.
+    created = client.http.post(client.url, json=body, headers={"Accept": "application/json, text/event-stream"})
 
-    assert response.status_code == 200
-    message = answer(response)
+    # The SDK refuses any 2026-07-28 request without its envelope: so does the middleware, in the SDK's words.
+    assert refused.status_code == 400
+    assert refused.json() == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "error": {
+            "code": INVALID_PARAMS,
+            "message": "params._meta must be an object carrying the required "
+            "'io.modelcontextprotocol/protocolVersion' and 'io.modelcontextprotocol/clientCapabilities' envelope keys",
+        },
+    }
+    assert created.status_code == 200
+    message = answer(created)
     assert message["id"] == 1
     assert set(message["result"]["session"]) == {"sessionId", "expiresAt"}
 

@@ -1,0 +1,294 @@
+"""The guard answers exactly as the wrapped SDK server does: one table of requests, sent to both.
+
+Each case goes, through real uvicorn on 127.0.0.1, to the bare ``mcp`` SDK
+server with an ordinary method (``tools/list``) and to the same server wrapped in
+the middleware with a session method (``sessions/create``, ``sessions/delete``)
+in the same envelope. Where the SDK refuses the request, the middleware must
+refuse it with the same status, content type and body, and create or delete
+nothing; where the SDK accepts it, the middleware must answer the session
+method. Two server configurations cover both response modes and both
+2025-era transports: JSON and stateless, SSE and stateful.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import pytest
+from mcp.server.mcpserver import MCPServer
+from starlette.types import ASGIApp
+
+from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, LegacyClient, legacy_request, modern_headers, modern_request
+from conftest import SECRET, serve
+from mcp_sessions import Guard, MCPSessionMiddleware, MemoryStore
+
+Era = Literal["modern", "legacy"]
+Mode = Literal["json", "sse"]
+Headers = list[tuple[str, str]]
+Body = Any
+ACCEPT_BOTH = "application/json, text/event-stream"
+VALIDATION_ERROR = "Validation error: "  # the 2025-era SDK then quotes pydantic, which the guard does not
+
+
+def build_server() -> MCPServer:
+    server = MCPServer("differential")
+
+    @server.tool()
+    async def echo(text: str) -> str:
+        """Return the text."""
+        return text
+
+    return server
+
+
+def sdk_app(mode: Mode) -> ASGIApp:
+    # JSON answers on a stateless 2025 transport; SSE answers on a stateful one (its handshake, its session id).
+    return build_server().streamable_http_app(
+        streamable_http_path=MCP_PATH, json_response=mode == "json", stateless_http=mode == "json"
+    )
+
+
+@dataclass
+class Deployment:
+    """The bare SDK server and the same server behind the middleware, in one mode."""
+
+    mode: Mode
+    bare_url: str
+    wrapped_url: str
+    store: MemoryStore
+    transport_sessions: dict[str, str | None] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module", params=["json", "sse"])
+def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
+    mode: Mode = request.param
+    store = MemoryStore()
+    wrapped = MCPSessionMiddleware(sdk_app(mode), secret=SECRET, store=store, guard=Guard(json_response=mode == "json"))
+    with serve(sdk_app(mode)) as bare_url, serve(wrapped) as wrapped_url, httpx.Client(timeout=10) as http:
+        found = Deployment(mode, bare_url + MCP_PATH, wrapped_url + MCP_PATH, store)
+        for url in (found.bare_url, found.wrapped_url):
+            client = LegacyClient(http, url[: -len(MCP_PATH)])
+            client.initialize()  # the stateful transport's session id (None when stateless)
+            found.transport_sessions[url] = client.transport_session_id
+        yield found
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=10) as client:
+        yield client
+
+
+# -- building the two requests ------------------------------------------------------------------------
+
+
+def envelope(era: Era, method: str, meta: dict[str, Any] | None) -> tuple[Headers, dict[str, Any]]:
+    """A well-formed request of ``era``: its body and the headers a conforming client sends with it."""
+    if era == "modern":
+        body = modern_request(method, meta=meta)
+        return list(modern_headers(body).items()), body
+    body = legacy_request(method, meta=meta)
+    return [("Content-Type", "application/json"), ("Accept", ACCEPT_BOTH), ("MCP-Protocol-Version", LEGACY)], body
+
+
+def replace_header(headers: Headers, name: str, value: str | None) -> Headers:
+    kept = [(n, v) for n, v in headers if n.lower() != name.lower()]
+    return kept if value is None else [*kept, (name, value)]
+
+
+@dataclass(frozen=True)
+class Case:
+    """A change to a well-formed request; ``eras`` where it applies."""
+
+    name: str
+    headers: Callable[[Headers], Headers] = lambda headers: headers
+    body: Callable[[dict[str, Any]], Body] = lambda body: body
+    eras: tuple[Era, ...] = ("modern", "legacy")
+
+
+def header(name: str, value: str | None) -> Callable[[Headers], Headers]:
+    return lambda headers: replace_header(headers, name, value)
+
+
+def with_id(value: Any) -> Callable[[dict[str, Any]], Body]:
+    return lambda body: {**body, "id": value}
+
+
+def with_version(version: str) -> Callable[[dict[str, Any]], Body]:
+    def change(body: dict[str, Any]) -> Body:
+        meta = {**body["params"]["_meta"], "io.modelcontextprotocol/protocolVersion": version}
+        return {**body, "params": {**body["params"], "_meta": meta}}
+
+    return change
+
+
+def without_envelope(body: dict[str, Any]) -> Body:
+    meta = {k: v for k, v in body["params"]["_meta"].items() if not k.startswith("io.modelcontextprotocol/p")}
+    return {**body, "params": {**body["params"], "_meta": meta}}
+
+
+CASES = [
+    Case("well-formed"),
+    Case("off-host", header("Host", "evil.example")),
+    Case("host-without-port", header("Host", "127.0.0.1")),
+    Case("host-localhost-any-port", header("Host", "localhost:1")),
+    Case("off-origin", header("Origin", "http://evil.example")),
+    Case("origin-localhost", header("Origin", "http://localhost:3000")),
+    Case("accept-sse-only", header("Accept", "text/event-stream")),
+    Case("accept-json-only", header("Accept", "application/json")),
+    Case("accept-wildcards", header("Accept", "application/*, text/*")),
+    Case("accept-anything", header("Accept", "*/*")),
+    Case("content-type-in-capitals", header("Content-Type", "Application/JSON")),
+    Case("content-type-with-charset", header("Content-Type", "application/json; charset=utf-8")),
+    Case("id-null", body=with_id(None)),
+    Case("id-object", body=with_id({"a": 1})),
+    Case("id-array", body=with_id([1])),
+    Case("id-float", body=with_id(1.5)),
+    Case("id-boolean", body=with_id(True)),
+    Case("id-string", body=with_id("a-string")),
+    Case("batch", body=lambda body: [body]),
+    Case("params-not-an-object", body=lambda body: {**body, "params": [1]}),
+    Case("jsonrpc-1.0", body=lambda body: {**body, "jsonrpc": "1.0"}),
+    Case(
+        "unsupported-version",
+        header("Mcp-Protocol-Version", "2099-01-01"),
+        with_version("2099-01-01"),
+        eras=("modern",),
+    ),
+    Case("version-header-not-the-envelopes", header("Mcp-Protocol-Version", "2099-01-01"), eras=("modern",)),
+    Case("no-mcp-method", header("Mcp-Method", None), eras=("modern",)),
+    Case("mcp-method-of-another-method", header("Mcp-Method", "prompts/list"), eras=("modern",)),
+    Case("no-envelope", body=without_envelope, eras=("modern",)),
+    Case(
+        "version-header-twice",
+        lambda headers: [*headers, ("Mcp-Protocol-Version", MODERN)],
+        eras=("modern",),
+    ),
+]
+
+
+def send(http: httpx.Client, url: str, headers: Headers, body: Body, transport_session: str | None) -> httpx.Response:
+    if transport_session is not None:
+        headers = [*headers, ("Mcp-Session-Id", transport_session)]
+    return http.post(url, content=json.dumps(body).encode(), headers=headers)
+
+
+def same_method(body: Body, method: str) -> Body:
+    """``body`` (or each element of a batch) with its method replaced."""
+    if isinstance(body, list):
+        return [same_method(element, method) for element in body]
+    return {**body, "method": method} if isinstance(body, dict) and "method" in body else body
+
+
+def exchange(
+    http: httpx.Client, deployment: Deployment, era: Era, case: Case, method: str, meta: dict[str, Any] | None
+) -> tuple[httpx.Response, httpx.Response]:
+    """The bare server's answer to ``tools/list``, and the middleware's to ``method``, in the case's envelope."""
+    headers, body = envelope(era, method, meta)
+    sent_headers, sent_body = case.headers(headers), case.body(body)
+    ordinary_headers = [(n, "tools/list" if n == "Mcp-Method" and v == method else v) for n, v in sent_headers]
+    bare = send(
+        http,
+        deployment.bare_url,
+        ordinary_headers,
+        same_method(sent_body, "tools/list"),
+        deployment.transport_sessions[deployment.bare_url] if era == "legacy" else None,
+    )
+    ours = send(
+        http,
+        deployment.wrapped_url,
+        sent_headers,
+        sent_body,
+        deployment.transport_sessions[deployment.wrapped_url] if era == "legacy" else None,
+    )
+    return bare, ours
+
+
+def assert_same_refusal(bare: httpx.Response, ours: httpx.Response) -> None:
+    assert ours.status_code == bare.status_code, (bare.content, ours.content)
+    assert ours.headers.get("content-type") == bare.headers.get("content-type")
+    if bare.content.startswith(b'{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"Validation error: '):
+        # The 2025 transport's validation error: same code and shape, the guard's own explanation.
+        theirs, mine = bare.json(), ours.json()
+        assert mine["error"]["code"] == theirs["error"]["code"] and mine["id"] is None
+        assert mine["error"]["message"].startswith(VALIDATION_ERROR)
+        assert list(mine) == list(theirs) and list(mine["error"]) == list(theirs["error"])
+    else:
+        assert ours.content == bare.content
+
+
+def accepted(bare: httpx.Response) -> bool:
+    """Whether the bare server ran tools/list (a 200 answer with a result), rather than refuse the request."""
+    if bare.status_code != 200:
+        return False
+    text = bare.text
+    return '"result"' in text and '"error"' not in text
+
+
+def cases_of(era: Era) -> list[Case]:
+    return [case for case in CASES if era in case.eras]
+
+
+# -- the differential ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_sessions_create_is_answered_only_where_the_sdk_would_answer(
+    http: httpx.Client, deployment: Deployment, era: Era
+) -> None:
+    refused = 0
+    for case in cases_of(era):
+        stored = len(deployment.store)
+        bare, ours = exchange(http, deployment, era, case, "sessions/create", None)
+        if accepted(bare):
+            assert ours.status_code == 200, (case.name, ours.text)
+            assert "sessionId" in ours.json()["result"]["session"], case.name
+            assert len(deployment.store) == stored, case.name  # creating a session stores nothing
+        else:
+            refused += 1
+            assert_same_refusal(bare, ours)
+            assert len(deployment.store) == stored, f"{case.name}: a refused sessions/create stored a session"
+            assert b"sessionId" not in ours.content and b"eyJ" not in ours.content, case.name
+    assert refused >= (18 if era == "modern" else 13)  # the table exercises the refusals, not only the passes
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_sessions_delete_is_answered_only_where_the_sdk_would_answer(
+    http: httpx.Client, deployment: Deployment, era: Era
+) -> None:
+    for case in cases_of(era):
+        created = http.post(
+            deployment.wrapped_url,
+            json=(body := envelope("modern", "sessions/create", None)[1]),
+            headers=modern_headers(body),
+        )
+        session = {SESSION_KEY: {"sessionId": created.json()["result"]["session"]["sessionId"]}}
+        bare, ours = exchange(http, deployment, era, case, "sessions/delete", session)
+        if accepted(bare):
+            assert ours.status_code == 200, (case.name, ours.text)
+            assert "error" not in ours.json(), case.name
+            continue
+        assert_same_refusal(bare, ours)
+        # Refused: the session is still there, and a well-formed delete ends it.
+        headers, body = envelope("modern", "sessions/delete", session)
+        assert "error" not in http.post(deployment.wrapped_url, json=body, headers=dict(headers)).json(), case.name
+
+
+def test_a_session_error_is_refused_as_the_sdk_would_refuse_the_request(
+    http: httpx.Client, deployment: Deployment
+) -> None:
+    """The middleware's own errors (-32043 here) also come after the server's checks."""
+    forged = {SESSION_KEY: {"sessionId": "forged.session.token"}}
+    headers, body = envelope("modern", "tools/call", forged)
+    body["params"].update(name="echo", arguments={"text": "x"})
+    headers = replace_header(headers, "Mcp-Name", "echo")
+    ours = http.post(deployment.wrapped_url, json=body, headers=replace_header(headers, "Host", "evil.example"))
+    bare = http.post(deployment.bare_url, json=body, headers=replace_header(headers, "Host", "evil.example"))
+    assert_same_refusal(bare, ours)
+    assert ours.status_code == 421
+    good = http.post(deployment.wrapped_url, json=body, headers=headers)
+    assert good.json()["error"]["code"] == -32043  # with a proper Host, the middleware's own answer

@@ -1,0 +1,116 @@
+"""No bearer value in any span, metric or log: session and state tokens, and the 2025 transport session id.
+
+Through real uvicorn, the real MCPServer in both response modes and both
+2025-era transports, and the OpenTelemetry SDK (one global TracerProvider, a
+MeterProvider with an in-memory reader). Clients put bearer values where a
+careless recorder would pick them up: a session token and a state token in
+``Mcp-Session-Id`` in both eras. Every span string (name, attributes, events,
+links, status), every metric attribute and every log record is scanned.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from examples.quickstart import SESSION_TOOLS, build_server
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from _mcp import MCP_PATH, SESSION_KEY, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
+from _otel import (
+    MIDDLEWARE_SCOPE,
+    SpanLog,
+    attrs,
+    global_tracing,
+    metric_attribute_values,
+    of_scope,
+    span_strings,
+    wait_metric_count,
+)
+from conftest import SECRET, serve
+from mcp_sessions import Guard, MCPSessionMiddleware
+
+TRANSPORT_DIGEST = re.compile(r"ts_[A-Za-z0-9_-]{22}")
+
+
+@pytest.fixture(scope="module")
+def span_log() -> Iterator[SpanLog]:
+    with global_tracing() as exporter:
+        yield SpanLog(exporter)
+
+
+@pytest.mark.parametrize("mode", ["json-stateless", "sse-stateful"])
+def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.LogCaptureFixture, mode: str) -> None:
+    json_response = mode.startswith("json")
+    reader = InMemoryMetricReader()
+    inner = build_server().streamable_http_app(
+        streamable_http_path=MCP_PATH, json_response=json_response, stateless_http=json_response
+    )
+    app = MCPSessionMiddleware(
+        inner,
+        secret=SECRET,
+        require_session_tools=SESSION_TOOLS,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+        guard=Guard(json_response=json_response),
+    )
+    caplog.set_level(logging.DEBUG)
+    span_log.clear()
+    with serve(app) as url, httpx.Client(timeout=10) as http:
+        legacy, modern = LegacyClient(http, url), ModernClient(http, url)
+        legacy.initialize()
+        transport_id = legacy.transport_session_id
+        token = legacy.create_session()["sessionId"]
+        _, answered = legacy.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token))
+        state = answered["result"]["_meta"][SESSION_KEY]["state"]
+        _, answered = legacy.call_tool("get_mode", session=session_meta(token, state=state))
+        assert tool_text(answered) == "terse"
+        # Bearer values where only a transport session id belongs: the token, then the state token.
+        legacy.transport_session_id = token
+        legacy.request("sessions/create", id=7)  # answered by the middleware
+        legacy.post({"jsonrpc": "2.0", "id": 8, "method": "tools/list"})  # forwarded: the SDK sees the header too
+        legacy.transport_session_id = state
+        legacy.request("sessions/create", id=9)
+        legacy.transport_session_id = transport_id
+        # 2026-07-28: the header carries the token, as the draft asks, and once a state token instead.
+        modern.call_tool("count", session=session_meta(token), Mcp_Session_Id=token)
+        modern.call_tool("count", session=session_meta(token), Mcp_Session_Id=state)
+        modern.request("sessions/delete", session=session_meta(token), Mcp_Session_Id=token)
+        finished = span_log.wait_middleware(11)
+        metrics = wait_metric_count(reader, "mcp.server.operation.duration", 11)
+
+    secrets_ = {
+        "session token": token,
+        "session token payload": token.split(".")[1],
+        "session token signature": token.rsplit(".", 1)[1],
+        "state token": state,
+        "state token signature": state.rsplit(".", 1)[1],
+    }
+    if transport_id is not None:
+        secrets_["transport session id"] = transport_id
+    recorded_digests = {attrs(span)["mcp.session.id"] for span in finished if "mcp.session.id" in attrs(span)}
+    assert recorded_digests, "the 2025-era spans record the transport session"
+    assert all(TRANSPORT_DIGEST.fullmatch(digest) for digest in recorded_digests), recorded_digests
+    # One digest per distinct header value: the transport id (stateful), the token, the state token.
+    assert len(recorded_digests) == (3 if transport_id is not None else 2)
+    assert len(of_scope(finished, MIDDLEWARE_SCOPE)) == 11
+    for span in finished:
+        for text in span_strings(span):
+            for what, secret in secrets_.items():
+                assert secret not in text, f"the {what} is in span {span.name!r}: {text!r}"
+    assert metric_attribute_values(metrics)
+    for name, key, value in metric_attribute_values(metrics):
+        for what, secret in {**secrets_, "session id": jwt_claims(token)["sid"]}.items():
+            assert secret not in str(value), f"the {what} is in metric {name} attribute {key}"
+    ours = [record for record in caplog.records if record.name.startswith("mcp_sessions")]
+    assert ours, "the middleware logged (at DEBUG) what it did"
+    for record in caplog.records:
+        logged = record.getMessage() + str(record.exc_text or "")
+        for what, secret in secrets_.items():
+            if what == "transport session id" and record in ours:
+                assert secret not in logged, f"the {what} is in the log: {logged!r}"
+            elif what != "transport session id":  # the SDK itself logs its transport ids (docs/security.md)
+                assert secret not in logged, f"the {what} is in a {record.name} log record: {logged!r}"
