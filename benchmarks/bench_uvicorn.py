@@ -382,7 +382,7 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight per server")
     parser.add_argument("--warmup", type=int, default=200, help="unmeasured requests per server first")
     parser.add_argument("--max-seconds", type=float, default=240.0, help="stop measuring after this long")
-    parser.add_argument("--smoke", action="store_true", help="a few requests only")
+    parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true", help="a few requests only")
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     parser.add_argument("--serve", choices=sorted({kind for kind, _, _ in SERVERS.values()}), help=argparse.SUPPRESS)
     args = parser.parse_args()
