@@ -19,8 +19,9 @@ Two sets of apps:
   are interleaved among themselves, as a trivial app's server runs no MCP SDK
   code between requests; two of them also run among the MCPServer calls,
   whose code evicts the CPU caches, to show what that costs. One case sends
-  each request a session created by another replica (same secret), whose
-  token this middleware has not verified yet: a session's first request.
+  each request a session created by another replica (same secret, same
+  store), whose token this middleware has not verified yet: a session's
+  first request on this replica.
 
 Two phases, because OpenTelemetry's global TracerProvider can be set only once
 per process and the MCP SDK's own span always uses it:
@@ -140,9 +141,9 @@ async def cases_without_sdk(inner: App, rounds: int) -> Cases:
     with_session = request(session_body(token), session_headers(token))
     trivial_token = await create_session(trivial_middleware)
     trivial_session = request(session_body(trivial_token), session_headers(trivial_token))
-    # Sessions created by another replica (same secret): this one has not verified their tokens yet,
-    # so each request pays the signature check a session's later requests skip.
-    replica = MCPSessionMiddleware(trivial_app, secret=SECRET)
+    # Sessions created by another replica (same secret, same store, as replicas share one): this one
+    # has not verified their tokens yet, so each request pays the check a session's later requests skip.
+    replica = MCPSessionMiddleware(trivial_app, secret=SECRET, store=trivial_middleware.store)
     new_to_this_replica = []
     for _ in range(rounds + WARMUP):
         new_token = await create_session(replica)
@@ -318,12 +319,17 @@ async def measure_groups(cases: Cases, rounds: int, exporter: InMemorySpanExport
 
 async def measure(cases: Cases, rounds: int, exporter: InMemorySpanExporter | None) -> dict[str, list[int]]:
     """CPU nanoseconds of each request, the cases interleaved in a shuffled order."""
-    pools = {name: case.request if isinstance(case.request, list) else [case.request] for name, case in cases.items()}
+    draws = {name: case.request for name, case in cases.items() if callable(case.request)}
+    pools = {
+        name: case.request if isinstance(case.request, list) else [case.request]
+        for name, case in cases.items()
+        if not callable(case.request)
+    }
     served = dict.fromkeys(cases, 0)
 
     def next_request(name: str) -> Request:
-        if callable(cases[name].request):
-            return cases[name].request()
+        if name in draws:
+            return draws[name]()
         pool = pools[name]
         served[name] += 1
         return pool[served[name] % len(pool)]

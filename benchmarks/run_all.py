@@ -433,8 +433,8 @@ whose code evicts the CPU caches between them, to show how much of the cost
 is cache misses. Every session row but one reuses one session, whose token the
 middleware verified once and then finds in its cache of verified tokens;
 "session new to this replica" sends each request a session created by another
-middleware with the same secret, so every request pays the signature check,
-as a session's first request on each replica does. The second phase
+middleware with the same secret and the same store, so every request pays the
+token check, as a session's first request on each replica does. The second phase
 configures the OpenTelemetry SDK (spans exported inline to memory, metrics to
 an in-memory reader); `otel-asgi` is `opentelemetry-instrumentation-asgi`'s
 `OpenTelemetryMiddleware` with its default options.

@@ -51,7 +51,10 @@ _STATE_CACHE_SIZE: Final = 10_000
 
 _JWS_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 _JSON: Final = json.JSONDecoder()
-_SEGMENT: Final = re.compile(r"[A-Za-z0-9_-]+")
+# base64url to standard base64 for binascii's strict mode, and every character outside base64url
+# (the standard alphabet's own "+" and "/", and "=") to one that mode refuses.
+_FROM_BASE64URL: Final = bytes.maketrans(b"-_+/=", b"+/!!!")
+_PADDING: Final = {0: b"", 2: b"==", 3: b"="}
 # The last character of a canonical base64url segment, by the segment's length modulo 4:
 # its unused low bits are zero (2 characters carry 1 byte, 3 carry 2).
 _CANONICAL_LAST: Final = {0: None, 2: frozenset("AQgw"), 3: frozenset("AEIMQUYcgkosw048")}
@@ -560,10 +563,13 @@ class KeySet:
         try:
             # PyJWT runs json.loads on the bytes; for text that is strict UTF-8 (anything else is left
             # to it) and a JSON object, that detects UTF-8 and yields the same object as this does.
-            claims = _JSON.decode(payload.decode())
+            text = payload.decode()
+            # Minted payloads start with "{"; raw_decode then reading to the end is json.loads minus the
+            # whitespace it allows around the value, which this leaves to PyJWT.
+            claims, end = _JSON.raw_decode(text) if text[:1] == "{" else (None, 0)
         except (ValueError, RecursionError):
             return None
-        return claims if isinstance(claims, dict) else None
+        return claims if end == len(text) and isinstance(claims, dict) else None
 
     def _plain_session_claims(self, payload: dict[str, Any]) -> bool:
         """Whether PyJWT's claim checks pass by plain comparison; otherwise the reference path judges."""
@@ -630,15 +636,18 @@ def _strict_base64url(segment: str) -> bytes | None:
 
     Non-empty, the URL-safe alphabet only, no ``=``, not one character over a
     multiple of four, and canonical (the unused bits of the last character are
-    zero, so the segment re-encodes to itself).
+    zero, so the segment re-encodes to itself). ``segment`` is ASCII.
     """
     remainder = len(segment) % 4
-    if remainder == 1 or not _SEGMENT.fullmatch(segment):
+    if remainder == 1 or not segment:
         return None
     last = _CANONICAL_LAST[remainder]
     if last is not None and segment[-1] not in last:
         return None
-    return base64.urlsafe_b64decode(segment + "=" * (-remainder % 4))
+    try:
+        return binascii.a2b_base64(segment.encode().translate(_FROM_BASE64URL) + _PADDING[remainder], strict_mode=True)
+    except binascii.Error:
+        return None
 
 
 def _plain_registered_claims(payload: dict[str, Any]) -> bool:
