@@ -535,6 +535,17 @@ before each stream; CPU s and MB/s are those of the whole stream.
   {CONSTANT_MEMORY_KIB:.0f} KiB from the smallest stream to the largest) and no
   added delay to the first event (no event ever held back, and the first
   event later only by the request's own checks, within the 40 µs budget).
+- **The floor.** "session floor" is the least a session layer can do
+  (above); "x floor" reads every row against it in the same table, so a
+  session row at 2.7 costs 2.7 times the minimum. The floor verifies no
+  token and touches no store: the distance to it is what checking,
+  revocation, the error paths and telemetry cost.
+- **Issue 14's targets**: a session's first request on a replica (its token
+  not yet in the cache of verified tokens) adds at most
+  {FIRST_REQUEST_BUDGET_US:.0f} µs over a cached one for HS256, judged on the
+  check alone and through the middleware (where the new request's own bytes
+  are also colder in the CPU caches); and the session path at N = 60,000 live
+  sessions costs at most {FLAT_RATIO}x its cost at N = 100.
 - **Cache state.** The same code costs more when other code ran in between
   and evicted it from the CPU caches: compare "trivial + middleware, session"
   in its own table with its "among MCPServer calls" row, and with the
