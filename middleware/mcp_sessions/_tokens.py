@@ -60,6 +60,7 @@ _PADDING: Final = {0: b"", 2: b"==", 3: b"="}
 _CANONICAL_LAST: Final = {0: None, 2: frozenset("AQgw"), 3: frozenset("AEIMQUYcgkosw048")}
 _SESSION_ID_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _REQUIRED_CLAIMS: Final = ["iss", "aud", "sid", "iat", "exp"]
+_REGISTERED_CLAIMS: Final = frozenset(_REQUIRED_CLAIMS)
 
 
 class InvalidToken(Exception):
@@ -470,10 +471,10 @@ class KeySet:
             raise InvalidToken("expired")
         # iat and nbf only refuse tokens from the future. Replicas' clocks disagree a little, and a
         # session minted on one that runs ahead is often used at once on one that runs behind.
-        skew = max(self.leeway, MAX_CLOCK_SKEW)
+        skew = self.leeway if self.leeway > MAX_CLOCK_SKEW else MAX_CLOCK_SKEW
         if iat > current + skew or nbf > current + skew:
             raise InvalidToken("not yet valid")
-        extra = {k: v for k, v in payload.items() if k not in _REQUIRED_CLAIMS}
+        extra = {k: v for k, v in payload.items() if k not in _REGISTERED_CLAIMS}
         claims = SessionClaims(session_id=sid, issued_at=iat, expires_at=exp, extra=extra)
         self._session_cache.put(token, claims)
         return claims
@@ -652,4 +653,4 @@ def _strict_base64url(segment: str) -> bytes | None:
 
 def _plain_registered_claims(payload: dict[str, Any]) -> bool:
     """Whether ``sub`` and ``jti``, which PyJWT checks when present, are absent or strings."""
-    return all(isinstance(payload.get(name, ""), str) for name in ("sub", "jti"))
+    return isinstance(payload.get("sub", ""), str) and isinstance(payload.get("jti", ""), str)
