@@ -23,6 +23,14 @@ Two sets of apps:
   store), whose token this middleware has not verified yet: a session's
   first request on this replica.
 
+Each of the two first tables also has a "session floor" row: the hand-written
+minimum session layer (``SessionFloor`` in ``_harness.py``), against which
+every row's added cost is read as a multiple ("x floor"). A third table, the
+N curve, sends the trivial app's session path a session drawn at random among
+N live ones (N up to 100,000, a middleware per N). Last, outside the ASGI
+calls, the cost of one HS256 session-id check: cached, new (the direct check)
+and new through PyJWT, and the size of a verified-token cache entry.
+
 Two phases, because OpenTelemetry's global TracerProvider can be set only once
 per process and the MCP SDK's own span always uses it:
 
@@ -46,7 +54,7 @@ a process of its own: if an SDK TracerProvider is already set, phase 1 is not
 SDK-free.
 
     python benchmarks/bench_asgi.py                 # full run
-    python benchmarks/bench_asgi.py --smoke         # a few requests: CI checks it runs
+    python benchmarks/bench_asgi.py --quick         # a few requests: CI checks it runs (also --smoke)
     python benchmarks/bench_asgi.py --json out.json # also write the numbers for run_all.py
 """
 
