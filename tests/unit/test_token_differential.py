@@ -336,3 +336,32 @@ def test_a_secret_pyjwt_refuses_is_left_to_pyjwt() -> None:
     pem_like = b"-----BEGIN PUBLIC KEY-----\nnot really a key, but long enough\n-----END PUBLIC KEY-----"
     keys = KeySet([SessionKey.from_secret(pem_like, kid="pem")])
     assert keys._session_headers == {} and keys._state_headers == {}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "direct"),
+    [
+        (lambda head, payload, sig: f"{head}.{payload}.{sig}", "accepted"),
+        (lambda head, payload, sig: f"{head}.{payload}.{b64(b'x' * 32)}", "bad signature"),  # forged MAC
+        (lambda head, payload, sig: f"{head}.{payload}.{sig}AAAA", "bad signature"),  # longer, still well-formed
+        (lambda head, payload, sig: f"{head}.{payload}.{sig[:-1]}{ALPHABET[ALPHABET.index(sig[-1]) ^ 1]}", None),
+        (lambda head, payload, sig: f"{head}.{payload}.{sig}=", None),  # padding: PyJWT's shape check says why
+        (lambda head, payload, sig: f"{head}.{payload}=.{sig}", None),
+        (lambda head, payload, sig: f"{head}.{payload}.{sig}.AAAA", None),
+        (lambda head, payload, sig: f"{head}.{payload}", None),
+        (lambda head, payload, sig: f"{head}..{sig}", None),
+    ],
+    ids=["as-minted", "forged-mac", "mac-plus-junk", "non-canonical-mac", "padded", "padded-payload", "four-parts",
+         "two-parts", "empty-payload"],
+)  # fmt: skip
+def test_what_the_direct_path_decides_itself(mutate: Any, direct: str | None) -> None:
+    """It accepts, refuses a well-formed token with a wrong MAC, or leaves the token to PyJWT (None)."""
+    keys = make_keys(direct=True)
+    token = mutate(*keys.mint_session_token(ttl=60, now=NOW)[0].split("."))
+    try:
+        payload = keys._verify_hs256(token, keys._session_headers)
+    except InvalidToken as exc:
+        assert exc.reason == direct
+    else:
+        assert ("accepted" if payload is not None else None) == direct
+    judge_session(token)
