@@ -110,7 +110,9 @@ def serve(kind: str) -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
     print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="auto")
+    # The servers take turns: a busy machine can leave one's kept-alive connections idle past
+    # uvicorn's default 5 s, and a request racing the server's close fails with ReadError.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="auto", timeout_keep_alive=3600)
     uvicorn.Server(config).run(sockets=[sock])
 
 
