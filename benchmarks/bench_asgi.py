@@ -156,6 +156,8 @@ async def cases_without_sdk(inner: App, rounds: int) -> Cases:
     for _ in range(rounds + WARMUP):
         new_token = await create_session(replica)
         new_to_this_replica.append(request(session_body(new_token), session_headers(new_token)))
+    # The same cached session in a new request object each time, as the row above gets: its base.
+    session_copies = [request(session_body(trivial_token), session_headers(trivial_token)) for _ in new_to_this_replica]
     cookies, cookie_request = cookie_session(inner)
     trivial_cookies, trivial_cookie_request = cookie_session(trivial_app)
     # The floor knows the session ids already verified: one dict lookup stands for the whole check.
@@ -183,6 +185,9 @@ async def cases_without_sdk(inner: App, rounds: int) -> Cases:
         "trivial + session floor": Case(trivial_floor, trivial_session, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial + middleware, no session": Case(trivial_middleware, plain, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial + middleware, session": Case(trivial_middleware, trivial_session, "trivial app", NONE, TRIVIAL_GROUP),
+        "trivial + middleware, session, new request objects": Case(
+            trivial_middleware, session_copies, "trivial app", NONE, TRIVIAL_GROUP
+        ),
         "trivial + middleware, session new to this replica": Case(
             trivial_middleware, new_to_this_replica, "trivial app", NONE, TRIVIAL_GROUP
         ),

@@ -205,12 +205,13 @@ def verdicts(results: Results) -> list[list[str]]:
     direct, reference = checks["uncached, direct HS256"], checks["uncached, PyJWT"]
     through = (
         asgi["trivial + middleware, session new to this replica"]["median_us"]
-        - asgi["trivial + middleware, session"]["median_us"]
+        - asgi["trivial + middleware, session, new request objects"]["median_us"]
     )
     measured = (
         f"the check alone: +{direct['added_us']:.1f} ± {direct['ci_us']:.1f} µs over a cached one "
         f"(PyJWT's path: +{reference['added_us']:.1f} µs); through the middleware on the trivial app: "
-        f'+{through:.1f} µs ("session new to this replica" against "session")'
+        f'+{through:.1f} µs ("session new to this replica" against "session, new request objects": '
+        "each request a new object in both)"
     )
     worst = max(direct["added_us"], through)
     verdict = (
@@ -434,7 +435,10 @@ is cache misses. Every session row but one reuses one session, whose token the
 middleware verified once and then finds in its cache of verified tokens;
 "session new to this replica" sends each request a session created by another
 middleware with the same secret and the same store, so every request pays the
-token check, as a session's first request on each replica does. The second phase
+token check, as a session's first request on each replica does; each of its
+requests is a new object, colder in the CPU caches than a request sent again,
+so "session, new request objects" sends the cached session the same way, as
+its fair base. The second phase
 configures the OpenTelemetry SDK (spans exported inline to memory, metrics to
 an in-memory reader); `otel-asgi` is `opentelemetry-instrumentation-asgi`'s
 `OpenTelemetryMiddleware` with its default options.
@@ -543,8 +547,8 @@ before each stream; CPU s and MB/s are those of the whole stream.
 - **Issue 14's targets**: a session's first request on a replica (its token
   not yet in the cache of verified tokens) adds at most
   {FIRST_REQUEST_BUDGET_US:.0f} µs over a cached one for HS256, judged on the
-  check alone and through the middleware (where the new request's own bytes
-  are also colder in the CPU caches); and the session path at N = 60,000 live
+  check alone and through the middleware (against the cached session sent in
+  new request objects too); and the session path at N = 60,000 live
   sessions costs at most {FLAT_RATIO}x its cost at N = 100.
 - **Cache state.** The same code costs more when other code ran in between
   and evicted it from the CPU caches: compare "trivial + middleware, session"

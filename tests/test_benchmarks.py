@@ -27,6 +27,7 @@ ASGI_ROWS = {
     "trivial + session floor",
     "trivial + middleware, no session",
     "trivial + middleware, session",
+    "trivial + middleware, session, new request objects",
     "trivial + middleware, session new to this replica",
     "trivial + starlette cookie session",
     "trivial app, N-curve base",
