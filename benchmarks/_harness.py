@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +61,86 @@ class PassThrough:
         await self.app(scope, receive, send)
 
 
+FLOOR_SESSION: ContextVar[Any] = ContextVar("floor_session", default=None)
+_RESULT_OPENER = b'"result":{'
+
+
+class SessionFloor:
+    """The least a session layer must do: the reference the middleware's cost is read against.
+
+    Reads the body, parses it once with the standard library's ``json``, looks
+    the (already verified) session id up in a dict, sets a context variable,
+    replays the body, and splices the session echo into the response bytes
+    after ``"result":{``, fixing ``Content-Length``. No token check, no store,
+    no error handling: what any session layer must pay before doing anything
+    right.
+    """
+
+    def __init__(self, app: App, sessions: dict[str, Any]) -> None:
+        self.app = app
+        self.sessions = sessions
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        meta = json.loads(body).get("params", {}).get("_meta", {}).get(SESSION_META_KEY)
+        token = meta["sessionId"] if meta else None
+        session = self.sessions[token] if token is not None else None
+        echo = b'"_meta":{"%s":{"sessionId":"%s"}},' % (SESSION_META_KEY.encode(), token.encode()) if token else b""
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        start: Message | None = None
+        held: list[bytes] = []
+
+        async def splice(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+                return
+            if message["type"] != "http.response.body" or start is None:
+                await send(message)
+                return
+            held.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            raw = b"".join(held)
+            at = raw.find(_RESULT_OPENER)
+            if echo and at >= 0:
+                at += len(_RESULT_OPENER)
+                raw = raw[:at] + echo + raw[at:] if raw[at : at + 1] != b"}" else raw[:at] + echo[:-1] + raw[at:]
+            headers = [(k, v) for k, v in start.get("headers", ()) if k != b"content-length"]
+            headers.append((b"content-length", str(len(raw)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": raw, "more_body": False})
+
+        context = FLOOR_SESSION.set(session)
+        try:
+            await self.app(scope, replay, splice)
+        finally:
+            FLOOR_SESSION.reset(context)
+
+
 def read_session(scope: Scope) -> None:
     """What the tool does with its session: Starlette's cookie session if there is one, else this library's."""
     if "session" in scope:
         HTTPConnection(scope).session.get("conversation")
-    else:
-        get_session()
+    elif get_session() is None:
+        FLOOR_SESSION.get()
 
 
 def build_mcp_app() -> Any:

@@ -19,8 +19,17 @@ Two sets of apps:
   are interleaved among themselves, as a trivial app's server runs no MCP SDK
   code between requests; two of them also run among the MCPServer calls,
   whose code evicts the CPU caches, to show what that costs. One case sends
-  each request a session created by another replica (same secret), whose
-  token this middleware has not verified yet: a session's first request.
+  each request a session created by another replica (same secret, same
+  store), whose token this middleware has not verified yet: a session's
+  first request on this replica.
+
+Each of the two first tables also has a "session floor" row: the hand-written
+minimum session layer (``SessionFloor`` in ``_harness.py``), against which
+every row's added cost is read as a multiple ("x floor"). A third table, the
+N curve, sends the trivial app's session path a session drawn at random among
+N live ones (N up to 100,000, a middleware per N). Last, outside the ASGI
+calls, the cost of one HS256 session-id check: cached, new (the direct check)
+and new through PyJWT, and the size of a verified-token cache entry.
 
 Two phases, because OpenTelemetry's global TracerProvider can be set only once
 per process and the MCP SDK's own span always uses it:
@@ -45,7 +54,7 @@ a process of its own: if an SDK TracerProvider is already set, phase 1 is not
 SDK-free.
 
     python benchmarks/bench_asgi.py                 # full run
-    python benchmarks/bench_asgi.py --smoke         # a few requests: CI checks it runs
+    python benchmarks/bench_asgi.py --quick         # a few requests: CI checks it runs (also --smoke)
     python benchmarks/bench_asgi.py --json out.json # also write the numbers for run_all.py
 """
 
@@ -56,7 +65,9 @@ import asyncio
 import base64
 import json
 import random
+import sys
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from _harness import (
@@ -66,6 +77,7 @@ from _harness import (
     App,
     PassThrough,
     Request,
+    SessionFloor,
     build_mcp_app,
     call,
     create_session,
@@ -92,7 +104,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.middleware.sessions import SessionMiddleware
 
-from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions import KeySet, MCPSessionMiddleware
+from mcp_sessions.stores import MemoryStore
 from mcp_sessions.telemetry import SessionSpanProcessor
 
 SDK_SCOPE = "mcp-python-sdk"
@@ -102,11 +115,15 @@ NONE: frozenset[str] = frozenset()
 WARMUP = 20  # unmeasured requests per case first
 MCP_GROUP = "MCPServer"
 TRIVIAL_GROUP = "trivial app"
+SESSIONS_GROUP = "live sessions"
+SESSION_COUNTS = (100, 5_000, 20_000, 60_000, 100_000)
+QUICK_SESSION_COUNTS = (100, 1_000)
+N_BASE = "trivial app, N-curve base"
 
 
 class Case(NamedTuple):
     app: App
-    request: Request | list[Request]  # a list: a new one for each call, in turn
+    request: Request | list[Request] | Callable[[], Request]  # a list: one each call, in turn; a callable: its answer
     base: str  # the row it is compared with (itself for a base)
     scopes: frozenset[str]  # the instrumentation scopes whose spans one request must record (phase 2)
     group: str = MCP_GROUP  # the cases interleaved together
@@ -132,15 +149,20 @@ async def cases_without_sdk(inner: App, rounds: int) -> Cases:
     with_session = request(session_body(token), session_headers(token))
     trivial_token = await create_session(trivial_middleware)
     trivial_session = request(session_body(trivial_token), session_headers(trivial_token))
-    # Sessions created by another replica (same secret): this one has not verified their tokens yet,
-    # so each request pays the signature check a session's later requests skip.
-    replica = MCPSessionMiddleware(trivial_app, secret=SECRET)
+    # Sessions created by another replica (same secret, same store, as replicas share one): this one
+    # has not verified their tokens yet, so each request pays the check a session's later requests skip.
+    replica = MCPSessionMiddleware(trivial_app, secret=SECRET, store=trivial_middleware.store)
     new_to_this_replica = []
     for _ in range(rounds + WARMUP):
         new_token = await create_session(replica)
         new_to_this_replica.append(request(session_body(new_token), session_headers(new_token)))
+    # The same cached session in a new request object each time, as the row above gets: its base.
+    session_copies = [request(session_body(trivial_token), session_headers(trivial_token)) for _ in new_to_this_replica]
     cookies, cookie_request = cookie_session(inner)
     trivial_cookies, trivial_cookie_request = cookie_session(trivial_app)
+    # The floor knows the session ids already verified: one dict lookup stands for the whole check.
+    floor = SessionFloor(inner, {token: object()})
+    trivial_floor = SessionFloor(trivial_app, {trivial_token: object()})
     return {
         "bare MCPServer": Case(inner, plain, "bare MCPServer", NONE),
         "pass-through control": Case(PassThrough(inner), plain, "bare MCPServer", NONE),
@@ -148,6 +170,7 @@ async def cases_without_sdk(inner: App, rounds: int) -> Cases:
         # The same session-bearing body, which the bare server ignores: the fair base
         # for the session case (the SDK itself pays for the larger _meta).
         "bare, session body": Case(inner, with_session, "bare MCPServer", NONE),
+        "session floor": Case(floor, with_session, "bare, session body", NONE),
         "middleware, with session": Case(middleware, with_session, "bare, session body", NONE),
         "starlette cookie session": Case(cookies, cookie_request, "bare MCPServer", NONE),
         # The trivial app reads neither headers nor body: one base serves every request.
@@ -159,14 +182,101 @@ async def cases_without_sdk(inner: App, rounds: int) -> Cases:
         ),
         "trivial app": Case(trivial_app, plain, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial pass-through": Case(PassThrough(trivial_app), plain, "trivial app", NONE, TRIVIAL_GROUP),
+        "trivial + session floor": Case(trivial_floor, trivial_session, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial + middleware, no session": Case(trivial_middleware, plain, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial + middleware, session": Case(trivial_middleware, trivial_session, "trivial app", NONE, TRIVIAL_GROUP),
+        "trivial + middleware, session, new request objects": Case(
+            trivial_middleware, session_copies, "trivial app", NONE, TRIVIAL_GROUP
+        ),
         "trivial + middleware, session new to this replica": Case(
             trivial_middleware, new_to_this_replica, "trivial app", NONE, TRIVIAL_GROUP
         ),
         "trivial + starlette cookie session": Case(
             trivial_cookies, trivial_cookie_request, "trivial app", NONE, TRIVIAL_GROUP
         ),
+    }
+
+
+async def cases_with_live_sessions(counts: tuple[int, ...]) -> Cases:
+    """The session path on the trivial app, each request naming a session drawn at random among N live ones.
+
+    One middleware per N, holding N live sessions (in its store and, as
+    ``sessions/create`` leaves them, in its verified-token cache).
+    """
+    cases: Cases = {N_BASE: Case(trivial_app, request(plain_body(), NAME_HEADERS), N_BASE, NONE, SESSIONS_GROUP)}
+    for count in counts:
+        middleware = MCPSessionMiddleware(trivial_app, secret=SECRET, store=MemoryStore(max_sessions=count + 100))
+        now = time.time()
+        tokens = []
+        for _ in range(count):
+            token, claims = middleware.keys.mint_session_token(ttl=3600, now=now)
+            await middleware.store.create(claims.session_id, expires_at=claims.expires_at, now=now)
+            tokens.append(token)
+
+        def draw(tokens: list[str] = tokens) -> Request:
+            token = random.choice(tokens)
+            return request(session_body(token), session_headers(token))
+
+        cases[f"session path, N={count}"] = Case(middleware, draw, N_BASE, NONE, SESSIONS_GROUP)
+    return cases
+
+
+def token_costs(rounds: int, cache_entries: int) -> dict[str, Any]:
+    """CPU µs of one HS256 session-id check: cached, not yet cached (the direct path), and PyJWT's path."""
+    minter = KeySet.from_secret(SECRET)
+    fresh = [minter.mint_session_token(ttl=3600)[0] for _ in range(2 * rounds)]
+    cached = KeySet.from_secret(SECRET)
+    reference = KeySet.from_secret(SECRET)
+    reference._session_headers = {}  # PyJWT decides every token: the path before the direct check
+    direct = KeySet.from_secret(SECRET)
+    known = fresh[0]
+    cached.verify_session_token(known)
+    samples: dict[str, list[int]] = {"cached": [], "uncached, direct HS256": [], "uncached, PyJWT": []}
+    order = list(samples) * rounds
+    random.shuffle(order)
+    unused = iter(fresh)
+    for name in order:
+        if name == "cached":
+            start = time.process_time_ns()
+            cached.verify_session_token(known)
+        else:
+            token = next(unused)
+            keys = direct if name == "uncached, direct HS256" else reference
+            start = time.process_time_ns()
+            keys.verify_session_token(token)
+        samples[name].append(time.process_time_ns() - start)
+    # What one verified-token cache entry holds: the token, its claims, its share of the dict.
+    filler = KeySet.from_secret(SECRET)
+    for _ in range(cache_entries):
+        filler.mint_session_token(ttl=3600)
+    cache = filler._session_cache
+    entry = (
+        sum(
+            sys.getsizeof(token)
+            + sys.getsizeof(claims)
+            + sys.getsizeof(claims.session_id)
+            + sys.getsizeof(claims.issued_at)
+            + sys.getsizeof(claims.expires_at)
+            + sys.getsizeof(claims.extra)
+            for token, claims in cache.items()
+        )
+        + sys.getsizeof(cache)
+    ) / len(cache)
+    base = median(samples["cached"])
+    return {
+        "rows": [
+            {
+                "name": name,
+                "median_us": median(values) / 1000,
+                "added_us": (median(values) - base) / 1000,
+                "ci_us": 0.0 if name == "cached" else difference_half_width(values, samples["cached"]) / 1000,
+                "checks": len(values),
+            }
+            for name, values in samples.items()
+        ],
+        "cache_entry_bytes": round(entry),
+        "cache_capacity": cache.maxsize,
+        "token_length": len(known),
     }
 
 
@@ -222,10 +332,17 @@ async def measure_groups(cases: Cases, rounds: int, exporter: InMemorySpanExport
 
 async def measure(cases: Cases, rounds: int, exporter: InMemorySpanExporter | None) -> dict[str, list[int]]:
     """CPU nanoseconds of each request, the cases interleaved in a shuffled order."""
-    pools = {name: case.request if isinstance(case.request, list) else [case.request] for name, case in cases.items()}
+    draws = {name: case.request for name, case in cases.items() if callable(case.request)}
+    pools = {
+        name: case.request if isinstance(case.request, list) else [case.request]
+        for name, case in cases.items()
+        if not callable(case.request)
+    }
     served = dict.fromkeys(cases, 0)
 
     def next_request(name: str) -> Request:
+        if name in draws:
+            return draws[name]()
         pool = pools[name]
         served[name] += 1
         return pool[served[name] % len(pool)]
@@ -237,7 +354,7 @@ async def measure(cases: Cases, rounds: int, exporter: InMemorySpanExporter | No
             status, raw = await call(case.app, *next_request(name))
             assert status == 200, (name, raw)
             assert b'"isError":false' in raw.replace(b" ", b""), (name, raw)
-            echoed = "middleware" in name and "session" in name.replace("no session", "")
+            echoed = ("middleware" in name or "floor" in name or "N=" in name) and "no session" not in name
             assert (b"io.modelcontextprotocol/session" in raw) == echoed, name
             if exporter is not None:
                 spans = exporter.get_finished_spans()
@@ -256,6 +373,16 @@ async def measure(cases: Cases, rounds: int, exporter: InMemorySpanExporter | No
         if exporter is not None:
             exporter.clear()
     return samples
+
+
+def floor_multiples(rows: list[dict[str, Any]]) -> None:
+    """Each row's added cost as a multiple of the session floor's in the same table, where it has one."""
+    for row in rows:
+        floor = next(
+            (f for f in rows if "floor" in f["name"] and (f["phase"], f["group"]) == (row["phase"], row["group"])), None
+        )
+        measured = floor is not None and row["base"] != row["name"] and floor["added_us"] > 0
+        row["floor_multiple"] = row["added_us"] / floor["added_us"] if measured and floor else None
 
 
 def summarize(samples: dict[str, list[int]], cases: dict[str, tuple[int, Case]]) -> list[dict[str, Any]]:
@@ -278,11 +405,12 @@ def summarize(samples: dict[str, list[int]], cases: dict[str, tuple[int, Case]])
                 "requests": len(values),
             }
         )
+    floor_multiples(rows)
     return rows
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    header = ("app", "median CPU µs", "ratio", "added µs", "± µs (95%)", "base")
+    header = ("app", "median CPU µs", "ratio", "added µs", "± µs (95%)", "x floor", "base")
     table = [
         (
             row["name"],
@@ -290,11 +418,21 @@ def report(rows: list[dict[str, Any]]) -> None:
             f"{row['ratio']:.3f}",
             f"{row['added_us']:.1f}",
             f"{row['ci_us']:.1f}",
+            "" if row["floor_multiple"] is None else f"{row['floor_multiple']:.2f}",
             row["base"],
         )
         for row in rows
     ]
-    print_table(header, table, (False, True, True, True, True, False))
+    print_table(header, table, (False, True, True, True, True, True, False))
+
+
+def report_tokens(tokens: dict[str, Any]) -> None:
+    header = ("check", "median CPU µs", "added µs", "± µs (95%)")
+    table = [
+        (row["name"], f"{row['median_us']:.2f}", f"{row['added_us']:.2f}", f"{row['ci_us']:.2f}")
+        for row in tokens["rows"]
+    ]
+    print_table(header, table, (False, True, True, True))
 
 
 async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
@@ -307,6 +445,7 @@ async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
     started = time.monotonic()
     try:
         first = await cases_without_sdk(inner, rounds)
+        first |= await cases_with_live_sessions(QUICK_SESSION_COUNTS if smoke else SESSION_COUNTS)
         samples = await measure_groups(first, rounds, None)
         exporter = install_sdk()
         second = await cases_with_sdk(inner, meter_provider)
@@ -317,8 +456,11 @@ async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
         if exporter is not None:
             exporter.shutdown()  # the provider stays global: stop keeping spans
         meter_provider.shutdown()
+    tokens = token_costs(rounds, 1_000 if smoke else 100_000)
     rows = summarize(samples, every)
     report(rows)
+    print()
+    report_tokens(tokens)
     write_json(
         json_out,
         {
@@ -330,6 +472,8 @@ async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
             "load_after": load_average(),
             "machine": machine(),
             "rows": rows,
+            "session_counts": list(QUICK_SESSION_COUNTS if smoke else SESSION_COUNTS),
+            "tokens": tokens,
         },
     )
 
@@ -337,7 +481,7 @@ async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5000, help="requests per app")
-    parser.add_argument("--smoke", action="store_true", help="a few requests only")
+    parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true", help="a few requests only")
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     args = parser.parse_args()
     asyncio.run(main(20 if args.smoke else args.rounds, args.json, args.smoke))

@@ -292,7 +292,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--ttfe-rounds", type=int, default=500, help="streams per app and size, stopped at their first event"
     )
-    parser.add_argument("--smoke", action="store_true", help="a few MB only")
+    parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true", help="a few MB only")
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     args = parser.parse_args()
     if args.smoke:

@@ -111,7 +111,9 @@ def serve(kind: str) -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
     print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="auto")
+    # The servers take turns: a busy machine can leave one's kept-alive connections idle past
+    # uvicorn's default 5 s, and a request racing the server's close fails with ReadError.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="auto", timeout_keep_alive=3600)
     uvicorn.Server(config).run(sockets=[sock])
 
 
@@ -383,7 +385,7 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight per server")
     parser.add_argument("--warmup", type=int, default=200, help="unmeasured requests per server first")
     parser.add_argument("--max-seconds", type=float, default=240.0, help="stop measuring after this long")
-    parser.add_argument("--smoke", action="store_true", help="a few requests only")
+    parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true", help="a few requests only")
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     parser.add_argument("--serve", choices=sorted({kind for kind, _, _ in SERVERS.values()}), help=argparse.SUPPRESS)
     args = parser.parse_args()

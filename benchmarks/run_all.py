@@ -5,7 +5,7 @@ OpenTelemetry's global TracerProvider), writes its numbers as JSON, and this
 script renders them as Markdown.
 
     python benchmarks/run_all.py --write docs/performance.md   # the published page (a few minutes)
-    python benchmarks/run_all.py --smoke                       # a few requests each, to standard output
+    python benchmarks/run_all.py --quick                       # a few requests each, to standard output
     python benchmarks/run_all.py --from DIR --write OUT.md     # render the JSON files a run kept in DIR
 """
 
@@ -30,6 +30,8 @@ BENCHMARKS = {
 }
 SESSION_BUDGET = 0.05  # at most 5% on a session-bearing tools/call
 TRIVIAL_BUDGET_US = 40.0  # at most 40 µs CPU per request on a trivial app
+FIRST_REQUEST_BUDGET_US = 15.0  # a session's first request on a replica, over a cached one (HS256)
+FLAT_RATIO = 1.2  # the session path at N = 60,000 live sessions, against N = 100
 CONSTANT_MEMORY_KIB = 64.0  # "constant": the peak grows by less than this from the smallest stream to the largest
 
 Results = dict[str, dict[str, Any]]
@@ -197,12 +199,80 @@ def verdicts(results: Results) -> list[list[str]]:
             failures.append(f"first event {added_first - TRIVIAL_BUDGET_US:.1f} µs over the per-request budget")
         verdict = "**not met**: " + ", ".join(failures)
     out.append([f"A {largest['size_mb']:g} MB SSE response: constant memory, no first-event delay", measured, verdict])
+
+    # 5. a session's first request on a replica: at most 15 µs over a cached one (HS256)
+    checks = {row["name"]: row for row in results["asgi"]["tokens"]["rows"]}
+    direct, reference = checks["uncached, direct HS256"], checks["uncached, PyJWT"]
+    through = (
+        asgi["trivial + middleware, session new to this replica"]["median_us"]
+        - asgi["trivial + middleware, session, new request objects"]["median_us"]
+    )
+    measured = (
+        f"the check alone: +{direct['added_us']:.1f} ± {direct['ci_us']:.1f} µs over a cached one "
+        f"(PyJWT's path: +{reference['added_us']:.1f} µs); through the middleware on the trivial app: "
+        f'+{through:.1f} µs ("session new to this replica" against "session, new request objects": '
+        "each request a new object in both)"
+    )
+    worst = max(direct["added_us"], through)
+    verdict = (
+        f"met, {FIRST_REQUEST_BUDGET_US - worst:.0f} µs to spare"
+        if worst <= FIRST_REQUEST_BUDGET_US
+        else f"**not met**, {worst - FIRST_REQUEST_BUDGET_US:.1f} µs over"
+    )
+    out.append(["A session's first request on a replica: ≤ 15 µs over a cached one (HS256)", measured, verdict])
+
+    # 6. flat as sessions grow: the session path at N = 60,000 within 1.2x of N = 100
+    curve = n_curve(results["asgi"])
+    smallest_n, small = curve[0]
+    largest_n, large = max(((n, row) for n, row in curve if n <= 60_000), key=lambda item: item[0])
+    ratio = large["added_us"] / small["added_us"]
+    measured = "; ".join(f"N={n:,}: +{row['added_us']:.1f} µs" for n, row in curve)
+    verdict = (
+        f"met: N={largest_n:,} is {ratio:.2f}x N={smallest_n:,}"
+        if ratio <= FLAT_RATIO
+        else f"**not met**: N={largest_n:,} is {ratio:.2f}x N={smallest_n:,}"
+    )
+    out.append(["Flat as sessions grow: N = 60,000 live sessions within 1.2x of N = 100", measured, verdict])
     return out
 
 
+def n_curve(result: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    rows = rows_by_name(result)
+    return [(n, rows[f"session path, N={n}"]) for n in result["session_counts"]]
+
+
+def n_curve_table(result: dict[str, Any]) -> str:
+    curve = n_curve(result)
+    first = curve[0][1]["added_us"]
+    rows = [
+        [
+            f"{n:,}",
+            f"{row['median_us']:.1f}",
+            f"{row['added_us']:+.1f}",
+            f"{row['ci_us']:.1f}",
+            f"{row['added_us'] / first:.2f}",
+        ]
+        for n, row in curve
+    ]
+    header = ["live sessions N", "median CPU µs", "added µs", "± µs (95%)", f"added, x N={curve[0][0]:,}"]
+    return table(header, rows, [True] * 5)
+
+
+def token_table(result: dict[str, Any]) -> str:
+    tokens = result["tokens"]
+    rows = [
+        [row["name"], f"{row['median_us']:.2f}", "" if row["name"] == "cached" else f"{row['added_us']:+.2f}",
+         "" if row["name"] == "cached" else f"{row['ci_us']:.2f}"]
+        for row in tokens["rows"]
+    ]  # fmt: skip
+    return table(
+        ["session-id check (HS256)", "median CPU µs", "added µs", "± µs (95%)"], rows, [False, True, True, True]
+    )
+
+
 def asgi_tables(result: dict[str, Any]) -> str:
-    header = ["app", "median CPU µs", "ratio", "added µs", "± µs (95%)", "base"]
-    right = [False, True, True, True, True, False]
+    header = ["app", "median CPU µs", "ratio", "added µs", "± µs (95%)", "x floor", "base"]
+    right = [False, True, True, True, True, True, False]
     sections = []
     phases = {1: "without an OpenTelemetry SDK", 2: "with the OpenTelemetry SDK configured"}
     groups = dict.fromkeys((row["phase"], row["group"]) for row in result["rows"])
@@ -214,11 +284,14 @@ def asgi_tables(result: dict[str, Any]) -> str:
                 f"{row['ratio']:.3f}",
                 "" if row["base"] == row["name"] else f"{row['added_us']:+.1f}",
                 "" if row["base"] == row["name"] else f"{row['ci_us']:.1f}",
+                "" if row.get("floor_multiple") is None else f"{row['floor_multiple']:.2f}",
                 row["base"],
             ]
             for row in result["rows"]
-            if (row["phase"], row["group"]) == (phase, group)
+            if (row["phase"], row["group"]) == (phase, group) and row["group"] != "live sessions"
         ]
+        if not rows:
+            continue
         sections.append(f"### {group}, {phases[phase]}\n\n{table(header, rows, right)}")
     return "\n\n".join(sections)
 
@@ -361,13 +434,52 @@ whose code evicts the CPU caches between them, to show how much of the cost
 is cache misses. Every session row but one reuses one session, whose token the
 middleware verified once and then finds in its cache of verified tokens;
 "session new to this replica" sends each request a session created by another
-middleware with the same secret, so every request pays the signature check,
-as a session's first request on each replica does. The second phase
+middleware with the same secret and the same store, so every request pays the
+token check, as a session's first request on each replica does; each of its
+requests is a new object, colder in the CPU caches than a request sent again,
+so "session, new request objects" sends the cached session the same way, as
+its fair base. The second phase
 configures the OpenTelemetry SDK (spans exported inline to memory, metrics to
 an in-memory reader); `otel-asgi` is `opentelemetry-instrumentation-asgi`'s
 `OpenTelemetryMiddleware` with its default options.
 
+The "session floor" rows are the hand-written minimum session layer
+(`SessionFloor` in `benchmarks/_harness.py`): it reads the body, parses it
+once with the standard library's `json`, looks the session id up in a dict
+of sessions it takes as already verified, sets a context variable, replays
+the body, splices the echo into the response bytes and fixes
+`Content-Length`. No token check, no store, no error handling: what any
+session layer must pay. "x floor" is each row's added cost as a multiple of
+the floor's in the same table.
+
 {asgi_tables(asgi)}
+
+## As the number of live sessions grows
+
+The session path on the trivial app, each request naming a session drawn at
+random among N live ones: one middleware per N, holding N sessions in its
+store and (as `sessions/create` leaves them) in its cache of verified tokens,
+interleaved with the others and the trivial app alone, {asgi["rounds"]}
+requests each. The verified-token cache holds
+{asgi["tokens"]["cache_capacity"]:,} session ids; a miss costs the direct
+HS256 check below.
+
+{n_curve_table(asgi)}
+
+## Checking a session id
+
+`KeySet.verify_session_token` alone, {asgi["tokens"]["rows"][0]["checks"]}
+checks of each kind interleaved: a token in the cache of verified tokens; a
+token seen for the first time, checked directly (HMAC-SHA256, strict
+base64url, the claims); the same through PyJWT (the path before the direct
+check, still the path for ES256, EdDSA and any header the set's keys do not
+mint). Tokens of {asgi["tokens"]["token_length"]} characters. A cache entry
+(the token, its claims and its share of the dict, by `sys.getsizeof`) is
+about {asgi["tokens"]["cache_entry_bytes"]} bytes:
+{asgi["tokens"]["cache_entry_bytes"] * asgi["tokens"]["cache_capacity"] / 1e6:.0f} MB for a full cache of
+{asgi["tokens"]["cache_capacity"]:,}.
+
+{token_table(asgi)}
 
 ## Through uvicorn
 
@@ -427,6 +539,17 @@ before each stream; CPU s and MB/s are those of the whole stream.
   {CONSTANT_MEMORY_KIB:.0f} KiB from the smallest stream to the largest) and no
   added delay to the first event (no event ever held back, and the first
   event later only by the request's own checks, within the 40 µs budget).
+- **The floor.** "session floor" is the least a session layer can do
+  (above); "x floor" reads every row against it in the same table, so a
+  session row at 2.7 costs 2.7 times the minimum. The floor verifies no
+  token and touches no store: the distance to it is what checking,
+  revocation, the error paths and telemetry cost.
+- **Issue 14's targets**: a session's first request on a replica (its token
+  not yet in the cache of verified tokens) adds at most
+  {FIRST_REQUEST_BUDGET_US:.0f} µs over a cached one for HS256, judged on the
+  check alone and through the middleware (against the cached session sent in
+  new request objects too); and the session path at N = 60,000 live
+  sessions costs at most {FLAT_RATIO}x its cost at N = 100.
 - **Cache state.** The same code costs more when other code ran in between
   and evicted it from the CPU caches: compare "trivial + middleware, session"
   in its own table with its "among MCPServer calls" row, and with the
@@ -453,17 +576,16 @@ frame; warm timings from `timeit`), which explains the gap to the 5% target:
 - **The session**, about 5 µs: the verified-token cache lookup, the store's
   `touch` (revocation and idle expiry are checked on every request), building
   the `Session`, and the echo.
-- **A token not yet verified on this replica** pays PyJWT's full check once
-  (about 60 µs warm: the header decode and `jwt.decode`); it is cached until it
-  expires.
+- **A token not yet verified on this replica** pays the direct HS256 check
+  once (see "Checking a session id": PyJWT's path cost about 60 µs more);
+  it is cached until it expires or the cache of verified tokens fills.
 - **SSE**, about 14 µs per event as measured above: the incremental decoder
   scans every event until the one that answers the request has been
   rewritten. Events that cannot be responses (no `"id"` member) are no longer
   parsed as JSON since that run (20 MB of progress events: 81 to 98 MB/s).
 
-What is left to try, each measured before it lands: a direct HS256 check in
-place of PyJWT for uncached tokens, and a faster JSON parser where one is
-installed.
+What is left to try, each measured before it lands: a faster JSON parser
+where one is installed.
 
 ## How to reproduce
 
@@ -474,7 +596,7 @@ python benchmarks/run_all.py --write docs/performance.md
 
 Each script also runs on its own and prints its table:
 `python benchmarks/bench_asgi.py`, `bench_uvicorn.py`, `bench_sse.py`
-(`--help` for their sizes; `--smoke` for a few requests, as the tests run
+(`--help` for their sizes; `--quick` (or `--smoke`) for a few requests, as the tests run
 them). Run on a quiet machine if you can; on a busy one, the control rows
 tell how much to trust the rest.
 """
@@ -483,7 +605,9 @@ tell how much to trust the rest.
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", metavar="OUT", help="write the page here (default: standard output)")
-    parser.add_argument("--smoke", action="store_true", help="run every benchmark in its smoke mode")
+    parser.add_argument(
+        "--smoke", "--quick", dest="smoke", action="store_true", help="run every benchmark in its quick mode"
+    )
     parser.add_argument("--from", dest="source", metavar="DIR", help="render the JSON files in DIR; run nothing")
     parser.add_argument("--keep", metavar="DIR", help="keep the benchmarks' JSON files in DIR")
     args = parser.parse_args()

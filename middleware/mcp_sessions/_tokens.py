@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 import re
 import secrets
@@ -45,11 +46,21 @@ DEFAULT_MAX_TOKEN_LENGTH: Final = 2048
 DEFAULT_MAX_STATE_SIZE: Final = 4096
 MAX_CLOCK_SKEW: Final = 60  # seconds a verifying replica's clock may run behind the minting one's
 _SESSION_ID_BYTES: Final = 18  # 144 random bits, 24 URL-safe characters
-_CACHE_SIZE: Final = 10_000
+_SESSION_CACHE_SIZE: Final = 100_000  # verified session ids kept; about 0.6 KB each (docs/performance.md)
+_STATE_CACHE_SIZE: Final = 10_000
 
 _JWS_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+_JSON: Final = json.JSONDecoder()
+# base64url to standard base64 for binascii's strict mode, and every character outside base64url
+# (the standard alphabet's own "+" and "/", and "=") to one that mode refuses.
+_FROM_BASE64URL: Final = bytes.maketrans(b"-_+/=", b"+/!!!")
+_PADDING: Final = {0: b"", 2: b"==", 3: b"="}
+# The last character of a canonical base64url segment, by the segment's length modulo 4:
+# its unused low bits are zero (2 characters carry 1 byte, 3 carry 2).
+_CANONICAL_LAST: Final = {0: None, 2: frozenset("AQgw"), 3: frozenset("AEIMQUYcgkosw048")}
 _SESSION_ID_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _REQUIRED_CLAIMS: Final = ["iss", "aud", "sid", "iat", "exp"]
+_REGISTERED_CLAIMS: Final = frozenset(_REQUIRED_CLAIMS)
 
 
 class InvalidToken(Exception):
@@ -304,6 +315,26 @@ class _BoundedCache(dict[str, Any]):
         self[key] = value
 
 
+class _HMACSHA256:
+    """HMAC-SHA256 (RFC 2104) under one key, its padded key blocks hashed once, not on every token."""
+
+    __slots__ = ("inner", "outer")
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) > 64:
+            key = hashlib.sha256(key).digest()
+        block = key.ljust(64, b"\0")
+        self.inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in block))
+        self.outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in block))
+
+    def digest(self, message: bytes) -> bytes:
+        inner = self.inner.copy()
+        inner.update(message)
+        outer = self.outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+
 class KeySet:
     """The keys a deployment signs and verifies with.
 
@@ -346,8 +377,10 @@ class KeySet:
         self.max_state_size = max_state_size
         self.leeway = leeway
         self._jwt = jwt.PyJWT()
-        self._session_cache = _BoundedCache(_CACHE_SIZE)
-        self._state_cache = _BoundedCache(_CACHE_SIZE)
+        self._session_cache = _BoundedCache(_SESSION_CACHE_SIZE)
+        self._state_cache = _BoundedCache(_STATE_CACHE_SIZE)
+        self._session_headers = self._hs256_headers(SESSION_TOKEN_TYPE)
+        self._state_headers = self._hs256_headers(STATE_TOKEN_TYPE)
 
     @property
     def keys(self) -> tuple[SessionKey, ...]:
@@ -435,7 +468,9 @@ class KeySet:
             return cached
         if len(token) > self.max_token_length:
             raise InvalidToken("oversized")
-        payload = self._verify(token, SESSION_TOKEN_TYPE, audience=self.audience)
+        payload = self._verify_hs256(token, self._session_headers)
+        if payload is None or not self._plain_session_claims(payload):
+            payload = self._verify(token, SESSION_TOKEN_TYPE, audience=self.audience)
         sid, iat, exp, nbf = payload["sid"], payload["iat"], payload["exp"], payload.get("nbf", 0)
         if not isinstance(sid, str) or not _SESSION_ID_SHAPE.fullmatch(sid):
             raise InvalidToken("malformed sid claim")
@@ -447,10 +482,10 @@ class KeySet:
             raise InvalidToken("expired")
         # iat and nbf only refuse tokens from the future. Replicas' clocks disagree a little, and a
         # session minted on one that runs ahead is often used at once on one that runs behind.
-        skew = max(self.leeway, MAX_CLOCK_SKEW)
+        skew = self.leeway if self.leeway > MAX_CLOCK_SKEW else MAX_CLOCK_SKEW
         if iat > current + skew or nbf > current + skew:
             raise InvalidToken("not yet valid")
-        extra = {k: v for k, v in payload.items() if k not in _REQUIRED_CLAIMS}
+        extra = {k: v for k, v in payload.items() if k not in _REGISTERED_CLAIMS}
         claims = SessionClaims(session_id=sid, issued_at=iat, expires_at=exp, extra=extra)
         self._session_cache.put(token, claims)
         return claims
@@ -478,7 +513,9 @@ class KeySet:
         if cached is None:
             if len(token) > self.max_state_size:
                 raise InvalidToken("state over the size limit")
-            payload = self._verify(token, STATE_TOKEN_TYPE, audience=None)
+            payload = self._verify_hs256(token, self._state_headers)
+            if payload is None or not _plain_registered_claims(payload):
+                payload = self._verify(token, STATE_TOKEN_TYPE, audience=None)
             owner, state = payload.get("sid"), payload.get("st")
             if not isinstance(owner, str) or not isinstance(state, dict):
                 raise InvalidToken("malformed state claims")
@@ -496,6 +533,66 @@ class KeySet:
         if key is None:
             raise ValueError("this KeySet is verify-only: no key in it can sign (add a secret or a private key)")
         return self._jwt.encode(payload, key.signing_key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": typ})
+
+    def _hs256_headers(self, typ: str) -> dict[str, _HMACSHA256]:
+        """The header segment each HS256 key writes for ``typ``, exactly as minted, and the key's MAC."""
+        headers = {}
+        for key in self._keys.values():
+            if key.algorithm != "HS256":
+                continue
+            try:
+                token = self._jwt.encode({}, key.verifying_key, algorithm="HS256", headers={"kid": key.kid, "typ": typ})
+            except jwt.InvalidKeyError:
+                continue  # a secret PyJWT refuses (it looks like a PEM or SSH key): the reference path judges
+            headers[token.partition(".")[0]] = _HMACSHA256(key.verifying_key)
+        return headers
+
+    def _verify_hs256(self, token: str, headers: Mapping[str, _HMACSHA256]) -> dict[str, Any] | None:
+        """The payload of an HS256 token whose header is exactly one we mint, or ``None``.
+
+        ``None`` leaves the token to :meth:`_verify` (PyJWT, the reference),
+        which decides it and says why: another header, a segment PyJWT would
+        not decode, a payload that is not a JSON object. A token that reaches
+        the MAC check with well-formed segments and a wrong MAC is refused
+        here, with the reason PyJWT's path gives. Whatever is accepted here,
+        the reference accepts with the same payload (tests/unit/test_token_differential.py).
+        """
+        header, _, rest = token.partition(".")
+        mac = headers.get(header)
+        if mac is None or not token.isascii():
+            return None
+        payload_segment, dot, signature = rest.partition(".")
+        if not dot:
+            return None
+        expected = mac.digest(token[: len(token) - len(signature) - 1].encode())
+        payload = _strict_base64url(payload_segment)
+        if payload is None:
+            return None
+        if not hmac.compare_digest(base64.urlsafe_b64encode(expected)[:-1].decode(), signature):
+            if _strict_base64url(signature) is None:
+                return None
+            raise InvalidToken("bad signature")
+        try:
+            # PyJWT runs json.loads on the bytes; for text that is strict UTF-8 (anything else is left
+            # to it) and a JSON object, that detects UTF-8 and yields the same object as this does.
+            text = payload.decode()
+            # Minted payloads start with "{"; raw_decode then reading to the end is json.loads minus the
+            # whitespace it allows around the value, which this leaves to PyJWT.
+            claims, end = _JSON.raw_decode(text) if text[:1] == "{" else (None, 0)
+        except (ValueError, RecursionError):
+            return None
+        return claims if end == len(text) and isinstance(claims, dict) else None
+
+    def _plain_session_claims(self, payload: dict[str, Any]) -> bool:
+        """Whether PyJWT's claim checks pass by plain comparison; otherwise the reference path judges."""
+        return (
+            payload.get("iss") == self.issuer
+            and payload.get("aud") == self.audience
+            and payload.get("sid") is not None
+            and payload.get("iat") is not None
+            and payload.get("exp") is not None
+            and _plain_registered_claims(payload)
+        )
 
     def _verify(self, token: str, typ: str, *, audience: str | None) -> dict[str, Any]:
         """Check shape, header and signature; the caller has bounded the length."""
@@ -544,3 +641,27 @@ class KeySet:
             # on hostile claims): every failure is a rejected token, never a 500.
             raise InvalidToken("invalid token") from None
         return payload
+
+
+def _strict_base64url(segment: str) -> bytes | None:
+    """The bytes of a base64url segment as PyJWT decodes one without padding; ``None`` where PyJWT refuses.
+
+    Non-empty, the URL-safe alphabet only, no ``=``, not one character over a
+    multiple of four, and canonical (the unused bits of the last character are
+    zero, so the segment re-encodes to itself). ``segment`` is ASCII.
+    """
+    remainder = len(segment) % 4
+    if remainder == 1 or not segment:
+        return None
+    last = _CANONICAL_LAST[remainder]
+    if last is not None and segment[-1] not in last:
+        return None
+    try:
+        return binascii.a2b_base64(segment.encode().translate(_FROM_BASE64URL) + _PADDING[remainder], strict_mode=True)
+    except binascii.Error:
+        return None
+
+
+def _plain_registered_claims(payload: dict[str, Any]) -> bool:
+    """Whether ``sub`` and ``jti``, which PyJWT checks when present, are absent or strings."""
+    return isinstance(payload.get("sub", ""), str) and isinstance(payload.get("jti", ""), str)

@@ -1,4 +1,4 @@
-"""The benchmark scripts run (smoke mode): CI proves they work and print their rows, never times them."""
+"""The benchmark scripts run (quick mode): CI proves they work and print their rows, never times them."""
 
 from __future__ import annotations
 
@@ -18,16 +18,22 @@ ASGI_ROWS = {
     "pass-through control",
     "middleware, no session",
     "bare, session body",
+    "session floor",
     "middleware, with session",
     "starlette cookie session",
     "trivial app, among MCPServer calls",
     "trivial + middleware, session, among MCPServer calls",
     "trivial app",
     "trivial pass-through",
+    "trivial + session floor",
     "trivial + middleware, no session",
     "trivial + middleware, session",
+    "trivial + middleware, session, new request objects",
     "trivial + middleware, session new to this replica",
     "trivial + starlette cookie session",
+    "trivial app, N-curve base",
+    "session path, N=100",
+    "session path, N=1000",
     "bare MCPServer + SDK",
     "pass-through + SDK",
     "middleware, no session + SDK",
@@ -49,6 +55,8 @@ UVICORN_ROWS = {
     "trivial + middleware, session",
 }
 SSE_ROWS = {"bare app", "middleware, with session"}
+TOKEN_ROWS = ["cached", "uncached, direct HS256", "uncached, PyJWT"]
+QUICK_SESSION_COUNTS = [100, 1000]
 
 
 def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -77,20 +85,44 @@ def first_cells(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    """Each benchmark once, in smoke mode, keeping its JSON for the report."""
+    """Each benchmark once, in quick mode, keeping its JSON for the report."""
     directory = tmp_path_factory.mktemp("bench")
     printed = {}
     for name in ("asgi", "uvicorn", "sse"):
-        printed[name] = run(f"bench_{name}.py", "--smoke", "--json", str(directory / f"{name}.json")).stdout
+        printed[name] = run(f"bench_{name}.py", "--quick", "--json", str(directory / f"{name}.json")).stdout
     return directory, printed
 
 
 def test_bench_asgi_smoke(results: tuple[Path, dict[str, str]]) -> None:
     directory, printed = results
-    assert set(first_cells(printed["asgi"])) == ASGI_ROWS
+    assert set(first_cells(printed["asgi"])) == ASGI_ROWS | set(TOKEN_ROWS)
     numbers = json.loads((directory / "asgi.json").read_text())
     assert {row["name"] for row in numbers["rows"]} == ASGI_ROWS
     assert all(row["base"] in ASGI_ROWS and row["requests"] == 20 for row in numbers["rows"])
+    assert numbers["session_counts"] == QUICK_SESSION_COUNTS
+
+
+def test_bench_asgi_compares_with_the_floor_in_each_table(results: tuple[Path, dict[str, str]]) -> None:
+    directory, _ = results
+    rows = {row["name"]: row for row in json.loads((directory / "asgi.json").read_text())["rows"]}
+    for floor, base in (("session floor", "bare, session body"), ("trivial + session floor", "trivial app")):
+        assert rows[floor]["base"] == base
+        assert rows[floor]["floor_multiple"] in (None, 1.0)  # None only if the floor measured no added cost
+    # Rows of a table without a floor, and base rows, have no multiple.
+    assert rows["bare MCPServer"]["floor_multiple"] is None
+    assert rows["session path, N=100"]["floor_multiple"] is None
+    assert all(
+        row["base"] == "trivial app, N-curve base" for name, row in rows.items() if name.startswith("session path")
+    )
+
+
+def test_bench_asgi_measures_the_token_checks(results: tuple[Path, dict[str, str]]) -> None:
+    directory, _ = results
+    tokens = json.loads((directory / "asgi.json").read_text())["tokens"]
+    assert [row["name"] for row in tokens["rows"]] == TOKEN_ROWS
+    assert all(row["checks"] == 20 and row["median_us"] > 0 for row in tokens["rows"])
+    assert tokens["cache_capacity"] == 100_000
+    assert 200 < tokens["cache_entry_bytes"] < 5000  # a property of the objects, not a time
 
 
 def test_bench_uvicorn_smoke(results: tuple[Path, dict[str, str]]) -> None:
@@ -113,12 +145,16 @@ def test_run_all_renders_the_page(results: tuple[Path, dict[str, str]], tmp_path
     run("run_all.py", "--from", str(directory), "--write", str(page))
     text = page.read_text()
     assert "Smoke run" in text
-    for heading in ("## Verdict", "## The machine", "## Through uvicorn", "## A long SSE response", "## How to"):
+    headings = ("## Verdict", "## The machine", "## As the number of live sessions grow", "## Checking a session id")
+    for heading in (*headings, "## Through uvicorn", "## A long SSE response", "## How to"):
         assert heading in text
-    for row in ASGI_ROWS | UVICORN_ROWS | SSE_ROWS:
+    n_curve = {f"session path, N={n}" for n in QUICK_SESSION_COUNTS} | {"trivial app, N-curve base"}
+    for row in (ASGI_ROWS - n_curve) | UVICORN_ROWS | SSE_ROWS | set(TOKEN_ROWS):
         assert f"| {row} |" in text
+    for n in QUICK_SESSION_COUNTS:
+        assert f"| {n:,} |" in text
     verdicts = [line for line in text.split("## Verdict")[1].split("##")[0].splitlines() if line.startswith("| ")]
-    assert len(verdicts) == 2 + 4  # header, alignment, one row per target
+    assert len(verdicts) == 2 + 6  # header, alignment, one row per target
 
 
 def test_bench_stores_smoke(tmp_path: Path) -> None:
