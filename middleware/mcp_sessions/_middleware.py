@@ -76,7 +76,7 @@ class MCPSessionMiddleware:
         self._sources: tuple[SessionSource, ...] = (DataLayerSource(self._sessions),)
         self._planner = Planner(config.profiles)
         self._profiles = config.profiles
-        self._capability: dict[str, Any] = {"required": True} if config.require_all else {}
+        self._capability = {p.name: p.capability.value(required=config.require_all) for p in config.profiles}
         self._retry_after = str(config.retry_after).encode()
         self._telemetry = Telemetry(
             tracer_provider=config.tracer_provider, meter_provider=config.meter_provider, trace_mode=config.trace_mode
@@ -198,12 +198,17 @@ class MCPSessionMiddleware:
             return await self._refuse(plan, send)
         if plan.era is Era.PER_REQUEST:
             result["resultType"] = "complete"
-        await send_json(send, 200, jsonrpc.result(call.request_id, result), self._retry_after)
+        frame = jsonrpc.result(call.request_id, result)
+        if local.envelope:
+            frame.update(local.envelope)
+        await send_json(send, 200, frame, self._retry_after)
         if call.operation is not None:
             call.operation.end()
 
     async def _forward(self, scope: Scope, replay: Replay, send: Send, plan: Plan) -> None:
         """Call the app with the session attached, the trace continued and the responses rewritten."""
+        if self._planner.strips:
+            _strip_session_members(plan, replay)
         targets = self._targets(plan)
         operations = [call.operation for call in plan.calls if call.operation is not None]
         sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
@@ -221,7 +226,7 @@ class MCPSessionMiddleware:
             if call.method is None or not call.is_request:
                 continue
             advertised = tuple(p for p in self._profiles if p.advertises(call.method, plan.era))
-            if call.session is not None or advertised or call.operation is not None:
+            if call.session is not None or advertised or call.operation is not None or call.revoked:
                 targets[hashable_id(call.message["id"])] = Target(
                     call.profile,
                     call.session,
@@ -229,6 +234,7 @@ class MCPSessionMiddleware:
                     capability=self._capability,
                     era=plan.era,
                     operation=call.operation,
+                    revoked=call.revoked,
                 )
         return targets
 
@@ -378,6 +384,16 @@ def _check_local_call(call: Call, plan: Plan) -> None:
 def _batch_refused_status(era: Era) -> int:
     """A batch answered here is one error response: 400 on the 2026-07-28 path, as -32600 is."""
     return 400 if era is Era.PER_REQUEST else 200
+
+
+def _strip_session_members(plan: Plan, replay: Replay) -> None:
+    """Remove the session members JSON-RPC does not know (SEP-1364's top-level ``sessionId``) before the app."""
+    stripped = False
+    for call in plan.calls:
+        if call.method is not None and call.profile.carrier.strip(call.message):
+            stripped = True
+    if stripped:
+        replay.rewrite(jsonrpc.dumps([call.message for call in plan.calls] if plan.batch else plan.calls[0].message))
 
 
 def _continue_trace(message: dict[str, Any], replay: Replay, operation: Operation) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _jsonrpc as jsonrpc
 from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from .profiles import TopLevelCarrier
 
 if TYPE_CHECKING:
     from ._answers import Refusal
@@ -24,7 +25,7 @@ __all__ = ["Call", "Plan", "Planner"]
 class Call:
     """One element of a request: a JSON-RPC call (``method`` set) or anything else in a batch."""
 
-    __slots__ = ("local", "message", "method", "operation", "profile", "refusal", "request_id", "session")
+    __slots__ = ("local", "message", "method", "operation", "profile", "refusal", "request_id", "revoked", "session")
 
     def __init__(self, message: Any, method: str | None, profile: WireProfile, local: LocalMethod | None) -> None:
         self.message = message
@@ -35,6 +36,8 @@ class Call:
         self.session: Session | None = None
         self.refusal: Refusal | None = None
         self.operation: Operation | None = None
+        # Named a session that is gone, on a wire that treats that as "no session" and says so.
+        self.revoked = False
 
     @property
     def is_request(self) -> bool:
@@ -71,14 +74,22 @@ class Plan:
 class Planner:
     """Built once per middleware from the enabled wires."""
 
-    __slots__ = ("_default", "_profiles", "_watch")
+    __slots__ = ("_declarers", "_default", "_guarded", "_openers", "_profiles", "_watch", "strips")
 
     def __init__(self, profiles: Sequence[WireProfile]) -> None:
         self._profiles = tuple(profiles)
         self._default = profiles[0]
         self._watch = jsonrpc.Watch(
-            (p.carrier.meta_key for p in profiles), (n for p in profiles for n in p.carrier.path_names)
+            (p.carrier.marker for p in profiles), (n for p in profiles for n in p.carrier.path_names)
         )
+        # Wires with more than the draft's needs; each is empty (one truth test) when only the draft is on.
+        self._openers = tuple(
+            p for p in profiles if isinstance(p.carrier, TopLevelCarrier) and p.carrier.opening_methods
+        )
+        self._declarers = tuple(p for p in profiles if p.declared is not None)
+        self._guarded = frozenset(m for p in profiles for m, local in p.methods.items() if local.applies is not None)
+        self.strips = any(p.carrier.strips for p in profiles)
+        """Whether some enabled wire's session member must be removed before the app sees a request."""
 
     def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int) -> Plan | None:
         """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it)."""
@@ -103,7 +114,23 @@ class Planner:
         method = message.get("method")
         if type(method) is not str:
             return Call(message, None, self._default, None)
+        for profile in self._openers:
+            if profile.carrier.opens(message, method):
+                return Call(message, method, profile, profile.local_for(message, method))
+        # A wire's own method wins over another wire's session member (alt. 2's terminate carries alt. 1's).
         for profile in self._profiles:
-            if profile.speaks(message, method):
-                return Call(message, method, profile, profile.methods.get(method))
+            if (local := profile.local_for(message, method)) is not None:
+                return Call(message, method, profile, local)
+        for profile in self._profiles:
+            if profile.carrier.present(message):
+                return Call(message, method, profile, None)
+        if method in self._guarded:
+            # A shared method name in no enabled wire's shape: the first wire that has it answers (-32602).
+            for profile in self._profiles:
+                if (local := profile.methods.get(method)) is not None:
+                    return Call(message, method, profile, local)
+        for profile in self._declarers:
+            assert profile.declared is not None
+            if profile.declared(message):
+                return Call(message, method, profile, None)
         return Call(message, method, self._default, None)

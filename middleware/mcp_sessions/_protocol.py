@@ -25,6 +25,9 @@ SESSION_STORE_UNAVAILABLE: Final = -32010
 HANDSHAKE_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 MODERN_VERSION: Final = "2026-07-28"
 
+CLIENT_CAPABILITIES_META_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
+"""Where a 2026-07-28 request carries its client's capabilities, in ``params._meta``."""
+
 MCP_SESSION_ID_HEADER: Final = b"mcp-session-id"
 MCP_PROTOCOL_VERSION_HEADER: Final = b"mcp-protocol-version"
 MCP_METHOD_HEADER: Final = b"mcp-method"

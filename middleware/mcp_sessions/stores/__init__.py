@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._base import SessionStatus, SessionStore, SessionStoreUnavailable
+from ._base import SessionRecord, SessionStatus, SessionStore, SessionStoreUnavailable
 from .memory import MemoryStore, SessionStoreFull
 
 if TYPE_CHECKING:
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MemoryStore",
     "RedisStore",
+    "SessionRecord",
     "SessionStatus",
     "SessionStore",
     "SessionStoreFull",

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
-__all__ = ["SessionStatus", "SessionStore", "SessionStoreUnavailable"]
+__all__ = ["SessionRecord", "SessionStatus", "SessionStore", "SessionStoreUnavailable"]
+
+
+class SessionRecord(NamedTuple):
+    """A session as a listing shows it: its stable id, absolute expiry and what the wire recorded with it."""
+
+    session_id: str
+    """The session's stable id (the ``sid`` claim)."""
+    expires_at: float
+    """The session's absolute expiry, Unix seconds."""
+    data: Mapping[str, Any]
+    """What the wire recorded with the session when it was created."""
 
 
 class SessionStatus(enum.Enum):
@@ -72,6 +83,18 @@ class SessionStore(ABC):
     @abstractmethod
     async def items(self, session_id: str) -> dict[str, Any]:
         """Every key of the session's data with its value (``{}`` for none)."""
+
+    async def record(
+        self, session_id: str, *, principal: str, expires_at: float, now: float, data: Mapping[str, Any] | None = None
+    ) -> None:
+        """Remember a session for listing to ``principal`` (optional: stores that cannot list raise)."""
+        raise NotImplementedError("listing not supported by this store")
+
+    async def list_sessions(
+        self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
+    ) -> tuple[list[SessionRecord], str | None]:
+        """The live recorded sessions of ``principal``, a page at a time, and the next page's cursor."""
+        raise NotImplementedError("listing not supported by this store")
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the middleware never calls it, the application does."""

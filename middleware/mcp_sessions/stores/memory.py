@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._base import SessionStatus, SessionStore, SessionStoreUnavailable
+from ._base import SessionRecord, SessionStatus, SessionStore, SessionStoreUnavailable
 
 __all__ = ["MemoryStore", "SessionStoreFull"]
 
@@ -51,6 +52,7 @@ class MemoryStore(SessionStore):
             raise ValueError("max_sessions must be at least 1")
         self.max_sessions = max_sessions
         self._entries: dict[str, _Entry] = {}
+        self._records: dict[str, tuple[str, SessionRecord]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -93,9 +95,30 @@ class MemoryStore(SessionStore):
             entry = self._entries[session_id] = _Entry(expires_at, time.time())
         elif entry.revoked:
             return False
+        self._records.pop(session_id, None)
         entry.revoked = True
         entry.data.clear()
         return True
+
+    async def record(
+        self, session_id: str, *, principal: str, expires_at: float, now: float, data: Mapping[str, Any] | None = None
+    ) -> None:
+        self._records[session_id] = (principal, SessionRecord(session_id, expires_at, dict(data or {})))
+
+    async def list_sessions(
+        self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
+    ) -> tuple[list[SessionRecord], str | None]:
+        for sid in [sid for sid, (_, record) in self._records.items() if record.expires_at <= now]:
+            del self._records[sid]
+        live = sorted(
+            sid
+            for sid, (owner, _) in self._records.items()
+            if owner == principal and not ((entry := self._entries.get(sid)) is not None and entry.revoked)
+        )
+        start = 0 if cursor is None else bisect.bisect_right(live, cursor)
+        page = live[start : start + limit]
+        more = start + limit < len(live)
+        return [self._records[sid][1] for sid in page], (page[-1] if more and page else None)
 
     def _live(self, session_id: str, expires_at: float) -> _Entry:
         entry = self._entries.get(session_id)
