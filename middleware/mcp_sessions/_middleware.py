@@ -37,6 +37,7 @@ from ._response import ResponseRewriter
 from ._service import SessionRefused, SessionService
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
 from ._telemetry import Operation, Telemetry
+from ._transport import TransportSessions
 from .sources import DataLayerSource, SessionSource
 
 __all__ = ["MCPSessionMiddleware"]
@@ -75,6 +76,7 @@ class MCPSessionMiddleware:
         )
         self._sources: tuple[SessionSource, ...] = (DataLayerSource(self._sessions),)
         self._planner = Planner(config.profiles)
+        self._transports = TransportSessions() if any(p.header_every_era for p in config.profiles) else None
         self._profiles = config.profiles
         self._capability = {p.name: p.capability.value(required=config.require_all) for p in config.profiles}
         self._retry_after = str(config.retry_after).encode()
@@ -201,6 +203,15 @@ class MCPSessionMiddleware:
         frame = jsonrpc.result(call.request_id, result)
         if local.envelope:
             frame.update(local.envelope)
+        if (
+            self._transports is not None
+            and local.minted is not None
+            and plan.era is Era.HANDSHAKE
+            and call.profile.header_every_era
+            and plan.header_session_id is not None
+        ):
+            # Created inside the server's transport session: requests in the session go on in it.
+            self._transports.adopt(local.minted.claims.session_id, plan.header_session_id)
         await send_json(send, 200, frame, self._retry_after)
         if call.operation is not None:
             call.operation.end()
@@ -215,6 +226,11 @@ class MCPSessionMiddleware:
         if not targets and not sessions and not operations:
             return await self.app(scope, replay, send)
         session = next(iter(sessions.values())) if len(sessions) == 1 else None
+        if self._transports is not None and plan.era is Era.HANDSHAKE and not plan.batch:
+            call = plan.calls[0]
+            if call.session is not None and call.profile.header_every_era:
+                opening = call.method in call.profile.carrier.opening_methods
+                scope, send = self._transports.bind(scope, send, call.session, opening=opening)
         ambient = operations[0] if len(operations) == 1 else None
         if ambient is not None and not plan.batch and ambient.traced:
             _continue_trace(plan.calls[0].message, replay, ambient)

@@ -63,6 +63,8 @@ class SessionCarrier:
     state_member: str | None = None
     strips: ClassVar[bool] = False
     """Whether the member is removed from the request before the app sees it."""
+    opening_methods: ClassVar[frozenset[str]] = frozenset()
+    """Methods on which the message opens a session: none, on this carrier."""
 
     @property
     def marker(self) -> str:
