@@ -16,9 +16,9 @@ from _mcp import (
     SESSION_KEY,
     LegacyClient,
     ModernClient,
+    answer,
     modern_headers,
     modern_request,
-    answer,
     tool_text,
 )
 from conftest import SECRET, serve
