@@ -11,6 +11,7 @@ from typing import Final
 from ._base import (
     Capability,
     Carrier,
+    ClientSide,
     Echo,
     EchoShape,
     InvalidSessionMeta,
@@ -34,6 +35,7 @@ __all__ = [
     "STRAWMAN",
     "Capability",
     "Carrier",
+    "ClientSide",
     "Echo",
     "EchoShape",
     "InvalidSessionMeta",

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Capability",
     "Carrier",
+    "ClientSide",
     "Echo",
     "EchoShape",
     "InvalidSessionMeta",
@@ -300,6 +301,30 @@ class LocalMethod:
 
 
 @dataclass(frozen=True, slots=True)
+class ClientSide:
+    """What the client shim needs of a wire beyond its carrier and echo: its own create and delete.
+
+    ``created`` reads a create result: the token and the echo (in the wire's
+    member names), ``None`` when the result has no session. ``delete_params``
+    names the session to delete (the pipeline adds the ``_meta`` envelope);
+    ``deleted`` reads whether a delete result ended a live session.
+    """
+
+    create_params: Callable[[str | None], dict[str, Any]]
+    """The params of the create request, from the handle's label."""
+    created: Callable[[dict[str, Any]], tuple[str, dict[str, Any]] | None]
+    """The token and echo of a create result, ``None`` when it has none."""
+    delete_method: str
+    """The method that ends a session."""
+    delete_params: Callable[[str], dict[str, Any]]
+    """The params of the delete request for a session token."""
+    deleted: Callable[[dict[str, Any]], bool]
+    """Whether a delete result ended a live session."""
+    advertised: Callable[[dict[str, Any]], bool]
+    """Whether a server's ``capabilities`` advertise this wire."""
+
+
+@dataclass(frozen=True, slots=True)
 class WireProfile:
     """Everything one session wire decides. The draft is :data:`mcp_sessions.profiles.DRAFT`.
 
@@ -347,6 +372,8 @@ class WireProfile:
     (its capabilities); then the "required" error is this wire's."""
     header_every_era: bool = False
     """``Mcp-Session-Id`` mirrors this wire's session in every era, not only on 2026-07-28 requests."""
+    client: ClientSide | None = None
+    """What the client shim needs to speak this wire (``None``: the shim does not speak it)."""
 
     def speaks(self, message: dict[str, Any], method: str) -> bool:
         """Whether a message is of this wire: one of its methods, or its session key is there."""

@@ -20,7 +20,7 @@ from .._answers import Refusal
 from .._principal import PRINCIPAL_CLAIM
 from .._protocol import CLIENT_CAPABILITIES_META_KEY, HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND
 from .._service import SessionRefused, iso
-from ._base import Capability, Echo, LocalMethod, SessionCarrier, WireProfile
+from ._base import Capability, ClientSide, Echo, LocalMethod, SessionCarrier, WireProfile
 
 if TYPE_CHECKING:
     from .._local import LocalCall
@@ -186,6 +186,22 @@ def _capability(required: bool) -> dict[str, Any]:
     return {"version": 1, "features": list(FEATURES)}
 
 
+def _client_create_params(label: str | None) -> dict[str, Any]:
+    return {"hints": {}} if label is None else {"hints": {"label": label}}
+
+
+def _created(result: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    meta = result.get("_meta")
+    cookie = meta.get(COOKIE_KEY) if isinstance(meta, dict) else None
+    token = cookie.get("id") if isinstance(cookie, dict) else None
+    return (token, cookie) if isinstance(cookie, dict) and isinstance(token, str) and token else None
+
+
+def _advertised(capabilities: dict[str, Any]) -> bool:
+    experimental = capabilities.get("experimental")
+    return isinstance(experimental, dict) and isinstance(experimental.get("session"), dict)
+
+
 STRAWMAN: Final = WireProfile(
     name="strawman",
     carrier=SessionCarrier(meta_key=COOKIE_KEY, id_member="id"),
@@ -209,5 +225,13 @@ STRAWMAN: Final = WireProfile(
     create_method=METHOD_CREATE,
     unknown_is_no_session=True,
     declared=_declared,
+    client=ClientSide(
+        create_params=_client_create_params,
+        created=_created,
+        delete_method=METHOD_DELETE,
+        delete_params=lambda token: {"id": token},
+        deleted=lambda result: result.get("deleted") is True,
+        advertised=_advertised,
+    ),
 )
 """The strawman (``session/*``, ``_meta["mcp/session"]``, revocation by ``null``)."""
