@@ -13,6 +13,7 @@ strawman's revocation signal. The capability is
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from typing import TYPE_CHECKING, Any, Final
 
@@ -126,7 +127,8 @@ async def create(call: LocalCall) -> dict[str, Any]:
     expiry = iso(int(minted.expires_at))
     principal = minted.claims.extra.get(PRINCIPAL_CLAIM)
     if principal is not None:
-        record = {"id": minted.token, "data": data}
+        # A record holds strings: the wire id to list, and the data as JSON text.
+        record = {"id": minted.token, "data": json.dumps(data, separators=(",", ":"))}
         with contextlib.suppress(NotImplementedError):  # a store that cannot list: session/list says so
             await call.sessions.store.record(
                 minted.claims.session_id,
@@ -165,9 +167,13 @@ async def list_sessions(call: LocalCall) -> dict[str, Any]:
         raise Refusal(METHOD_NOT_FOUND, "listing not supported by this store") from None
     sessions = []
     for record in records:
-        entry: dict[str, Any] = {"id": record.data.get("id"), "expiry": iso(int(record.expires_at))}
-        if record.data.get("data"):
-            entry["data"] = record.data["data"]
+        recorded = record.data or {}
+        if "id" not in recorded:
+            continue  # recorded by another wire: it has no strawman id to list
+        entry: dict[str, Any] = {"id": recorded["id"], "expiry": iso(int(record.expires_at))}
+        data = json.loads(recorded.get("data") or "{}")
+        if data:
+            entry["data"] = data
         sessions.append(entry)
     result: dict[str, Any] = {"sessions": sessions}
     if next_cursor is not None:
