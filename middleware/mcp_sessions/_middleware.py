@@ -189,6 +189,11 @@ class MCPSessionMiddleware:
         )
         if call.refusal is not None and call.refusal.session_id is not None:
             operation.set_session(call.refusal.session_id)
+        if call.minted:
+            operation.telemetry.sessions_created.add(1, operation.session_attributes())
+        if call.revoked is not None:
+            attributes = {"mcp_sessions.reason": call.revoked, "mcp.method.name": call.method or ""}
+            operation.telemetry.sessions_rejected.add(1, attributes)
         return operation
 
     async def _answer_locally(self, scope: Scope, plan: Plan, call: Call, send: ASGISendCallable) -> None:
@@ -251,7 +256,7 @@ class MCPSessionMiddleware:
             if call.method is None or not call.is_request:
                 continue
             advertised = tuple(p for p in self._profiles if p.advertises(call.method, plan.era))
-            if call.session is not None or advertised or call.operation is not None or call.revoked:
+            if call.session is not None or advertised or call.operation is not None or call.revoked is not None:
                 targets[hashable_id(call.message["id"])] = Target(
                     call.profile,
                     call.session,
@@ -259,7 +264,7 @@ class MCPSessionMiddleware:
                     capability=self._capability,
                     era=plan.era,
                     operation=call.operation,
-                    revoked=call.revoked,
+                    revoked=call.revoked is not None,
                 )
         return targets
 

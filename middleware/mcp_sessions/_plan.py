@@ -25,7 +25,18 @@ __all__ = ["Call", "Plan", "Planner"]
 class Call:
     """One element of a request: a JSON-RPC call (``method`` set) or anything else in a batch."""
 
-    __slots__ = ("local", "message", "method", "operation", "profile", "refusal", "request_id", "revoked", "session")
+    __slots__ = (
+        "local",
+        "message",
+        "method",
+        "minted",
+        "operation",
+        "profile",
+        "refusal",
+        "request_id",
+        "revoked",
+        "session",
+    )
 
     def __init__(self, message: Any, method: str | None, profile: WireProfile, local: LocalMethod | None) -> None:
         self.message = message
@@ -36,8 +47,10 @@ class Call:
         self.session: Session | None = None
         self.refusal: Refusal | None = None
         self.operation: Operation | None = None
-        # Named a session that is gone, on a wire that treats that as "no session" and says so.
-        self.revoked = False
+        # Why the session it named is gone, on a wire that treats that as "no session" and says so.
+        self.revoked: str | None = None
+        # Its session was opened by this very message (SEP-1364 alt. 2's initialize).
+        self.minted = False
 
     @property
     def is_request(self) -> bool:

@@ -40,6 +40,7 @@ class DataLayerSource:
             return None
         if ref.mint:
             minted = await self._sessions.mint(scope, None)
+            call.minted = True
             return await self._sessions.resolve(scope, minted.token, None)
         header = plan.header_session_id
         if (
@@ -56,7 +57,7 @@ class DataLayerSource:
             return await self._sessions.resolve(scope, ref.token, ref.state)
         except SessionRefused as exc:
             if profile.unknown_is_no_session:
-                call.revoked = True
+                call.revoked = exc.reason
                 return None
             raise Refusal(
                 profile.not_found,
