@@ -223,6 +223,7 @@ class MCPSessionMiddleware:
             and plan.era is Era.HANDSHAKE
             and call.profile.header_every_era
             and plan.header_session_id is not None
+            and plan.header_session_id.count(b".") != 2  # a transport session id, not a session token
         ):
             # Created inside the server's transport session: requests in the session go on in it.
             self._transports.adopt(local.minted.claims.session_id, plan.header_session_id)
