@@ -11,7 +11,7 @@ import logging
 import os
 import secrets
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Final, TypedDict
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -22,6 +22,9 @@ from ._telemetry import TraceMode
 from ._tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 from .profiles import WireProfile, profiles_from_names
 from .stores import MemoryStore, SessionStore, store_from_url
+
+if TYPE_CHECKING:
+    from .handles import Handles
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_TTL", "SessionsConfig", "SessionsOptions"]
 
@@ -53,6 +56,7 @@ class SessionsOptions(TypedDict, total=False):
     trace_mode: TraceMode
     principal: PrincipalHook | None
     profiles: str | Iterable[str | WireProfile]
+    handles: Handles | None
 
 
 class SessionsConfig:
@@ -84,6 +88,7 @@ class SessionsConfig:
         trace_mode: TraceMode = "link",
         principal: PrincipalHook | None = authenticated_user,
         profiles: str | Iterable[str | WireProfile] = ("draft",),
+        handles: Handles | None = None,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         if not 0 < ttl <= MAX_TTL:
@@ -115,6 +120,7 @@ class SessionsConfig:
         exempt = frozenset().union(*(p.sessionless for p in self.profiles))
         self.requires: Requires = compile_policy(require_session, require_session_tools, exempt)
         self.require_all = require_session is True
+        self.handles = handles
 
     @classmethod
     def from_env(cls, *, environ: Mapping[str, str] | None = None, **options: Any) -> SessionsConfig:
