@@ -5,6 +5,7 @@ The response rewriter moves bytes; these functions decide what changes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ._protocol import Era
@@ -24,7 +25,7 @@ CHANGED: Final = object()
 class Target:
     """What to do with the response to one request id."""
 
-    __slots__ = ("advertised", "capability", "era", "operation", "profile", "session")
+    __slots__ = ("advertised", "capability", "era", "operation", "profile", "revoked", "session")
 
     def __init__(
         self,
@@ -32,16 +33,20 @@ class Target:
         session: Session | None,
         *,
         advertised: tuple[WireProfile, ...],
-        capability: dict[str, Any],
+        capability: Mapping[str, dict[str, Any]],
         era: Era,
         operation: Operation | None,
+        revoked: bool = False,
     ) -> None:
         self.profile = profile
         self.session = session
         self.advertised = advertised
         self.capability = capability
+        """Each wire's capability value, by wire name."""
         self.era = era
         self.operation = operation
+        self.revoked = revoked
+        """The request named a session that is gone, on a wire whose result then says so."""
 
 
 def hashable_id(request_id: Any) -> Any:
@@ -67,16 +72,14 @@ def annotate(target: Target, message: dict[str, Any]) -> bytes | object | None:
     change: bytes | object | None = None
     session = target.session
     if session is not None:
-        echo_shape = target.profile.echo
         expires = iso(int(session.expires_at_timestamp))
-        meta = result.get("_meta")
-        if not isinstance(meta, dict):
-            meta = result["_meta"] = {}
-        token, state = session.token, session.state_token
-        meta[echo_shape.meta_key] = echo_shape.build(token, state, expires)
-        change = echo_shape.to_json(token, state, expires)
+        spliceable = target.profile.echo.attach(message, result, session.token, session.state_token, expires)
+        change = CHANGED if spliceable is None else spliceable
+    elif target.revoked:
+        target.profile.echo.revoke(message, result)
+        change = CHANGED
     for profile in target.advertised:
-        if advertise(result, profile, target.era, value=target.capability):
+        if advertise(result, profile, target.era, value=target.capability[profile.name]):
             change = CHANGED
     return change
 
@@ -93,7 +96,10 @@ def advertise(result: dict[str, Any], profile: WireProfile, era: Era, *, value: 
             if not isinstance(child, dict):
                 child = node[name] = {}
             node = child
-        node.setdefault(path[-1], dict(value))
+        existing = node.setdefault(path[-1], dict(value))
+        if profile.capability.merge and isinstance(existing, dict):
+            for name, setting in value.items():
+                existing.setdefault(name, setting)
     return True
 
 

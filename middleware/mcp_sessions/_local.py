@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.types import Scope
@@ -35,6 +35,10 @@ class LocalCall:
     sessions: SessionService
     session: Session | None
     operation: Operation | None
+    envelope: dict[str, Any] = field(default_factory=dict)
+    """Members the answer adds beside ``result`` (SEP-1364's top-level ``sessionId``)."""
+    minted: Minted | None = None
+    """The session this call opened, if it opened one."""
 
     @property
     def params(self) -> dict[str, Any]:
@@ -51,7 +55,7 @@ class LocalCall:
 
     async def mint(self) -> Minted:
         """A new session for the caller, counted in telemetry."""
-        minted = await self.sessions.mint(self.scope, self.operation)
+        minted = self.minted = await self.sessions.mint(self.scope, self.operation)
         if (operation := self.operation) is not None:
             operation.set_session(minted.claims.session_id)
             operation.telemetry.sessions_created.add(1, operation.session_attributes())

@@ -40,6 +40,7 @@ from ._response import ResponseRewriter
 from ._service import SessionRefused, SessionService
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
 from ._telemetry import Operation, Telemetry
+from ._transport import TransportSessions
 from .handles import handle_context, record_handles
 from .sources import DataLayerSource, SessionSource
 
@@ -83,6 +84,7 @@ class MCPSessionMiddleware:
         self._sources: tuple[SessionSource, ...] = (DataLayerSource(self._sessions),)
         self._only_source = self._sources[0] if len(self._sources) == 1 else None
         self._planner = Planner(config.profiles)
+        self._transports = TransportSessions() if any(p.header_every_era for p in config.profiles) else None
         self._profiles = config.profiles
         # era -> method -> the wires whose capability that method's result advertises (keyed by the
         # era's value: an Enum member hashes in Python code, a str in C)
@@ -96,7 +98,7 @@ class MCPSessionMiddleware:
         }
         self._advertising_by_value = {era.value: table for era, table in self._advertising.items()}
         self._requires = None if config.requires is _never else config.requires
-        self._capability: dict[str, Any] = {"required": True} if config.require_all else {}
+        self._capability = {p.name: p.capability.value(required=config.require_all) for p in config.profiles}
         self._retry_after = str(config.retry_after).encode()
         self._guard = config.guard
         self._telemetry = Telemetry(
@@ -230,6 +232,11 @@ class MCPSessionMiddleware:
         )
         if call.refusal is not None and call.refusal.session_id is not None:
             operation.set_session(call.refusal.session_id)
+        if call.minted:
+            operation.telemetry.sessions_created.add(1, operation.session_attributes())
+        if call.revoked is not None:
+            attributes = {"mcp_sessions.reason": call.revoked, "mcp.method.name": call.method or ""}
+            operation.telemetry.sessions_rejected.add(1, attributes)
         if call.handles is not None:
             record_handles(operation.span, *call.handles)
         return operation
@@ -253,7 +260,20 @@ class MCPSessionMiddleware:
             return await self._refuse(plan, send)
         if plan.era is Era.PER_REQUEST:
             result["resultType"] = "complete"
-        await send_json(send, 200, jsonrpc.result(call.request_id, result), self._retry_after)
+        frame = jsonrpc.result(call.request_id, result)
+        if local.envelope:
+            frame.update(local.envelope)
+        if (
+            self._transports is not None
+            and local.minted is not None
+            and plan.era is Era.HANDSHAKE
+            and call.profile.header_every_era
+            and plan.header_session_id is not None
+            and plan.header_session_id.count(b".") != 2  # a transport session id, not a session token
+        ):
+            # Created inside the server's transport session: requests in the session go on in it.
+            self._transports.adopt(local.minted.claims.session_id, plan.header_session_id)
+        await send_json(send, 200, frame, self._retry_after)
         if call.operation is not None:
             call.operation.end()
 
@@ -283,21 +303,16 @@ class MCPSessionMiddleware:
 
     async def _forward(self, scope: Scope, replay: Replay, send: Send, plan: Plan) -> None:
         """Call the app with the session attached, the trace continued and the responses rewritten."""
-        if plan.batch:
-            targets = self._targets(plan)
-            operations = [call.operation for call in plan.calls if call.operation is not None]
-            sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
-            if not targets and not sessions and not operations and plan.handles is None:
-                return await self.app(scope, replay, send)
-            session = next(iter(sessions.values())) if len(sessions) == 1 else None
-        else:  # one message, the usual case: the same steps without the loops
+        if self._planner.strips:
+            _strip_session_members(plan, replay)
+        if not plan.batch and self._transports is None:  # one message, the usual case: no loops
             call = plan.calls[0]
-            session, operation = call.session, call.operation
+            session, operation, revoked = call.session, call.operation, call.revoked is not None
             advertised = self._advertising_by_value[plan.era.value].get(call.method or "", ())
-            if session is None and operation is None and not advertised and plan.handles is None:
+            if session is None and operation is None and not advertised and not revoked and plan.handles is None:
                 return await self.app(scope, replay, send)  # nothing to add, observe or attach
             targets = {}
-            if call.is_request and (session is not None or advertised or operation is not None):
+            if call.is_request and (session is not None or advertised or operation is not None or revoked):
                 targets[hashable_id(call.request_id)] = Target(
                     call.profile,
                     session,
@@ -305,8 +320,21 @@ class MCPSessionMiddleware:
                     capability=self._capability,
                     era=plan.era,
                     operation=operation,
+                    revoked=revoked,
                 )
             operations = [] if operation is None else [operation]
+        else:
+            targets = self._targets(plan)
+            operations = [call.operation for call in plan.calls if call.operation is not None]
+            sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
+            if not targets and not sessions and not operations and plan.handles is None:
+                return await self.app(scope, replay, send)
+            session = next(iter(sessions.values())) if len(sessions) == 1 else None
+            if self._transports is not None and plan.era is Era.HANDSHAKE and not plan.batch:
+                call = plan.calls[0]
+                if call.session is not None and call.profile.header_every_era:
+                    opening = call.method in call.profile.carrier.opening_methods
+                    scope, send = self._transports.bind(scope, send, call.session, opening=opening)
         ambient = operations[0] if len(operations) == 1 else None
         if ambient is not None and not plan.batch and ambient.traced:
             _continue_trace(plan.calls[0].message, replay, ambient)
@@ -322,7 +350,7 @@ class MCPSessionMiddleware:
             if call.method is None or not call.is_request:
                 continue
             advertised = advertising.get(call.method, ())
-            if call.session is not None or advertised or call.operation is not None:
+            if call.session is not None or advertised or call.operation is not None or call.revoked is not None:
                 targets[hashable_id(call.message["id"])] = Target(
                     call.profile,
                     call.session,
@@ -330,6 +358,7 @@ class MCPSessionMiddleware:
                     capability=self._capability,
                     era=plan.era,
                     operation=call.operation,
+                    revoked=call.revoked is not None,
                 )
         return targets
 
@@ -486,6 +515,16 @@ def _check_local_call(call: Call, plan: Plan) -> None:
 def _batch_refused_status(era: Era) -> int:
     """A batch answered here is one error response: 400 on the 2026-07-28 path, as -32600 is."""
     return 400 if era is Era.PER_REQUEST else 200
+
+
+def _strip_session_members(plan: Plan, replay: Replay) -> None:
+    """Remove the session members JSON-RPC does not know (SEP-1364's top-level ``sessionId``) before the app."""
+    stripped = False
+    for call in plan.calls:
+        if call.method is not None and call.profile.carrier.strip(call.message):
+            stripped = True
+    if stripped:
+        replay.rewrite(jsonrpc.dumps([call.message for call in plan.calls] if plan.batch else plan.calls[0].message))
 
 
 def _continue_trace(message: dict[str, Any], replay: Replay, operation: Operation) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from . import _jsonrpc as jsonrpc
 from ._protocol import HANDSHAKE_VERSIONS, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from .profiles import TopLevelCarrier
 
 if TYPE_CHECKING:
     from ._answers import Refusal
@@ -34,10 +35,12 @@ class Call:
         "local",
         "message",
         "method",
+        "minted",
         "operation",
         "profile",
         "refusal",
         "request_id",
+        "revoked",
         "session",
     )
 
@@ -50,6 +53,10 @@ class Call:
         self.session: Session | None = None
         self.refusal: Refusal | None = None
         self.operation: Operation | None = None
+        # Why the session it named is gone, on a wire that treats that as "no session" and says so.
+        self.revoked: str | None = None
+        # Its session was opened by this very message (SEP-1364 alt. 2's initialize).
+        self.minted = False
         # A result decided before forwarding (a refused handle's isError result), and the handles checked.
         self.answer: dict[str, Any] | None = None
         self.handles: tuple[list[Handle], list[HandleError]] | None = None
@@ -107,16 +114,25 @@ class Plan:
 class Planner:
     """Built once per middleware from the enabled wires."""
 
-    __slots__ = ("_default", "_methods", "_profiles", "_watch")
+    __slots__ = ("_declarers", "_default", "_guarded", "_methods", "_openers", "_profiles", "_watch", "strips")
 
     def __init__(self, profiles: Sequence[WireProfile]) -> None:
         self._profiles = tuple(profiles)
         self._default = profiles[0]
-        # With one wire there is nothing to choose: only its local methods to look up.
-        self._methods = profiles[0].methods if len(profiles) == 1 else None
         self._watch = jsonrpc.Watch(
-            (p.carrier.meta_key for p in profiles), (n for p in profiles for n in p.carrier.path_names)
+            (p.carrier.marker for p in profiles), (n for p in profiles for n in p.carrier.path_names)
         )
+        # Wires with more than the draft's needs; each is empty (one truth test) when only the draft is on.
+        self._openers = tuple(
+            p for p in profiles if isinstance(p.carrier, TopLevelCarrier) and p.carrier.opening_methods
+        )
+        self._declarers = tuple(p for p in profiles if p.declared is not None)
+        self._guarded = frozenset(m for p in profiles for m, local in p.methods.items() if local.applies is not None)
+        self.strips = any(p.carrier.strips for p in profiles)
+        """Whether some enabled wire's session member must be removed before the app sees a request."""
+        # One wire that needs nothing but its method table (the draft alone): one lookup, nothing to choose.
+        simple = not (self._openers or self._declarers or self._guarded or self.strips)
+        self._methods = profiles[0].methods if len(profiles) == 1 and simple else None
 
     def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int) -> Plan | None:
         """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it)."""
@@ -145,7 +161,23 @@ class Planner:
             return Call(message, None, self._default, None)
         if self._methods is not None:
             return Call(message, method, self._default, self._methods.get(method))
+        for profile in self._openers:
+            if profile.carrier.opens(message, method):
+                return Call(message, method, profile, profile.local_for(message, method))
+        # A wire's own method wins over another wire's session member (alt. 2's terminate carries alt. 1's).
         for profile in self._profiles:
-            if profile.speaks(message, method):
-                return Call(message, method, profile, profile.methods.get(method))
+            if (local := profile.local_for(message, method)) is not None:
+                return Call(message, method, profile, local)
+        for profile in self._profiles:
+            if profile.carrier.present(message):
+                return Call(message, method, profile, None)
+        if method in self._guarded:
+            # A shared method name in no enabled wire's shape: the first wire that has it answers (-32602).
+            for profile in self._profiles:
+                if (local := profile.methods.get(method)) is not None:
+                    return Call(message, method, profile, local)
+        for profile in self._declarers:
+            assert profile.declared is not None
+            if profile.declared(message):
+                return Call(message, method, profile, None)
         return Call(message, method, self._default, None)

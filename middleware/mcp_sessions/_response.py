@@ -15,6 +15,7 @@ from starlette.types import Message
 from . import _jsonrpc as jsonrpc
 from ._echo import CHANGED, Target, annotate, hashable_id, splice_point
 from ._sse import SSERewriter
+from .profiles import Echo
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable, ASGISendEvent, HTTPResponseBodyEvent, HTTPResponseStartEvent
@@ -57,7 +58,10 @@ class _Messages:
         target = self.target_of(message)
         if target is None:
             return None  # notifications, server requests, other ids: nothing to look at
-        splice = splice_point(raw, message, target.profile.echo.meta_key) if target.session is not None else None
+        echo = target.profile.echo
+        splice = (
+            splice_point(raw, message, echo.meta_key) if target.session is not None and isinstance(echo, Echo) else None
+        )
         change = annotate(target, message)
         if change is None:
             return None

@@ -16,6 +16,7 @@ import anyio
 
 from .. import _jsonrpc as jsonrpc
 from .._protocol import METHOD_NOT_FOUND, MODERN_VERSION
+from ..profiles import DRAFT, WireProfile
 from ._adapter import HttpAdapter, RequestT, ResponseT
 from ._answers import Failure
 from ._endpoint import Endpoint
@@ -55,6 +56,7 @@ class SessionClient(Generic[RequestT, ResponseT]):
         on_change: ChangeHook | None,
         close_timeout: float,
         owns_transport: bool,
+        profile: WireProfile = DRAFT,
     ) -> None:
         if session is not None and not isinstance(session, SessionHandle):
             raise TypeError("session must be a SessionHandle (SessionHandle.from_dict(saved) resumes a saved one)")
@@ -63,7 +65,7 @@ class SessionClient(Generic[RequestT, ResponseT]):
         if close_timeout < 0:
             raise ValueError("close_timeout must be 0 seconds or more")
         self.adapter = adapter
-        self.keeper = SessionKeeper(SessionHandle() if session is None else session, on_change)
+        self.keeper = SessionKeeper(SessionHandle() if session is None else session, on_change, profile)
         self.lifecycle = SessionLifecycle(adapter, self.keeper, retry)
         self.answers = AnswerReader(adapter, self.keeper, recreate=recreate, auto_create=auto_create)
         self.auto_create = auto_create
@@ -92,6 +94,7 @@ class SessionClient(Generic[RequestT, ResponseT]):
             dict(request.extensions),
             await request.aread(),
             request.headers.get("mcp-protocol-version"),
+            self.keeper.profile,
         )
         if post is None:
             return await self.adapter.send(request)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .. import _jsonrpc as jsonrpc
-from ..profiles.draft import SESSION_META_KEY
+from ..profiles import SessionCarrier
 from ._answers import decodable_encodings
 from ._outgoing import Era, Headers, OutgoingPost
 
@@ -36,11 +36,13 @@ class Endpoint:
             for k, v in post.headers
             if k.lower() not in _PER_MESSAGE_HEADERS and not (post.era.session_header and k.lower() == "mcp-session-id")
         ]
+        carrier = post.profile.carrier
+        session_key = carrier.meta_key if isinstance(carrier, SessionCarrier) else None
         envelope: dict[str, Any] = {}
         for message in post.messages:
             meta = jsonrpc.params_meta(message)
             if meta:
-                envelope = {k: v for k, v in meta.items() if k.startswith(_ENVELOPE_PREFIX) and k != SESSION_META_KEY}
+                envelope = {k: v for k, v in meta.items() if k.startswith(_ENVELOPE_PREFIX) and k != session_key}
                 break
         extensions = {k: v for k, v in post.extensions.items() if k == "timeout"}
         return cls(post.url, headers, post.era, envelope, extensions)

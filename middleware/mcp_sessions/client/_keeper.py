@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from .. import _jsonrpc as jsonrpc
-from ..profiles.draft import METHOD_DELETE, SESSION_META_KEY, SESSION_NOT_FOUND, SESSIONS_EXTENSION_ID
+from ..profiles import DRAFT, ClientSide, Echo, WireProfile
 from ._outgoing import Attempt, OutgoingPost
 from ._session import SessionHandle
 
@@ -28,9 +28,19 @@ ChangeHook = Callable[[SessionHandle], "Awaitable[None] | None"]
 class SessionKeeper:
     """Holds one :class:`SessionHandle` and what the server said about sessions."""
 
-    def __init__(self, session: SessionHandle, on_change: ChangeHook | None) -> None:
+    def __init__(self, session: SessionHandle, on_change: ChangeHook | None, profile: WireProfile = DRAFT) -> None:
+        if profile.client is None or not isinstance(profile.echo, Echo):
+            raise ValueError(f"the client does not speak the session wire {profile.name!r}")
         self.session = session
         self.on_change = on_change
+        self.profile = profile
+        self.wire: ClientSide = profile.client
+        self._echo: Echo = profile.echo
+        # Codes that say "the session this request carried is gone": on a wire that treats a gone
+        # session as none, a "required" error to a request that carried one says it too.
+        self.gone_codes = frozenset(
+            {profile.not_found, profile.required} if profile.unknown_is_no_session else {profile.not_found}
+        )
         # None: the server has not said; False: it has no sessions (capability or -32601).
         self.supported: bool | None = None
         self._changed = False
@@ -48,34 +58,42 @@ class SessionKeeper:
             method = post.method_of(request_id)
             if method in ("server/discover", "initialize"):
                 self._observe_capability(message["result"])
-            elif method == METHOD_DELETE and token is not None and attempt.named(request_id, token):
+            elif method == self.wire.delete_method and token is not None and attempt.named(request_id, token):
                 self.drop(token, "it was deleted")
-        elif (
-            jsonrpc.error_code(message) == SESSION_NOT_FOUND and token is not None and attempt.named(request_id, token)
-        ):
-            self.drop(token, "the server answered -32043 (session not found)")
+        elif jsonrpc.error_code(message) in self.gone_codes and token is not None and attempt.named(request_id, token):
+            self.drop(token, f"the server answered {jsonrpc.error_code(message)} (session gone)")
 
     def _take_echo(self, message: dict[str, Any], *, named_held: bool) -> None:
-        echo = jsonrpc.echoed_session(message, SESSION_META_KEY)
+        if self.profile.unknown_is_no_session and named_held and _revoked(message, self._echo.meta_key):
+            assert self.session.token is not None
+            self.drop(self.session.token, "the server revoked it (a null session in the result)")
+            return
+        echo = jsonrpc.echoed_session(message, self._echo.meta_key)
         if echo is None:
             return
-        if self.session.token is None or echo.get("sessionId") != self.session.token:
+        if self.session.token is None or echo.get(self._echo.id_member) != self.session.token:
             logger.debug("ignored a session echo: it names a session this client does not hold")
         elif not named_held:
             logger.debug("ignored a session echo: it answers a request that did not carry the held session")
         else:
-            self._changed |= self.session._take_echo(echo)
+            self._changed |= self.session._take_echo(self.as_handle_echo(echo))
+
+    def as_handle_echo(self, echo: Mapping[str, Any]) -> dict[str, Any]:
+        """An echo in the wire's member names, as the handle reads it (``state``, ``expiresAt``)."""
+        if self._echo.id_member == "sessionId" and self._echo.expiry_member == "expiresAt":
+            return dict(echo)  # the draft's names are the handle's
+        named: dict[str, Any] = {}
+        if self._echo.state_member is not None and self._echo.state_member in echo:
+            named["state"] = echo[self._echo.state_member]
+        if self._echo.expiry_member in echo:
+            named["expiresAt"] = echo[self._echo.expiry_member]
+        return named
 
     def _observe_capability(self, result: dict[str, Any]) -> None:
         capabilities = result.get("capabilities")
         if not isinstance(capabilities, dict):
             return
-        extensions, experimental = capabilities.get("extensions"), capabilities.get("experimental")
-        supported = (
-            "sessions" in capabilities
-            or (isinstance(extensions, dict) and SESSIONS_EXTENSION_ID in extensions)
-            or (isinstance(experimental, dict) and "sessions" in experimental)
-        )
+        supported = self.wire.advertised(capabilities)
         if self.supported is not supported:
             logger.debug("the server %s sessions", "advertises" if supported else "does not advertise")
         self.supported = supported
@@ -86,9 +104,10 @@ class SessionKeeper:
         """Hold the session ``sessions/create`` just returned, forgetting any other."""
         self.session.clear()
         self.session.token = token
-        self.session._take_echo(created)
+        echo = self.as_handle_echo(created)
+        self.session._take_echo(echo)
         self._changed = True
-        logger.info("created session %s (expires %s)", self.session.id, created.get("expiresAt"))
+        logger.info("created session %s (expires %s)", self.session.id, echo.get("expiresAt"))
 
     def drop(self, token: str, reason: str) -> None:
         """Forget the held session, if it is still ``token`` (another request may have replaced it)."""
@@ -122,3 +141,10 @@ class SessionKeeper:
                 await outcome
         except Exception:
             logger.exception("the on_change hook failed")
+
+
+def _revoked(message: dict[str, Any], meta_key: str) -> bool:
+    """Whether a successful result says the session is gone: ``null`` in its place."""
+    result = message.get("result")
+    meta = result.get("_meta") if isinstance(result, dict) else None
+    return isinstance(meta, dict) and meta_key in meta and meta[meta_key] is None

@@ -11,7 +11,6 @@ import anyio
 
 from .. import _jsonrpc as jsonrpc
 from .._protocol import INTERNAL_ERROR
-from ..profiles.draft import METHOD_CREATE, METHOD_DELETE, SESSION_META_KEY, SESSION_NOT_FOUND
 from ._adapter import HttpAdapter, RequestT, ResponseLike, ResponseT
 from ._answers import Failure, Inflater, failure_of, json_messages, read_all, retry_after, sse_messages
 from ._endpoint import Endpoint
@@ -35,19 +34,16 @@ class SessionLifecycle(Generic[RequestT, ResponseT]):
 
     async def create(self, endpoint: Endpoint) -> Failure | None:
         """Create a session and hold it; the server's refusal, if it refused."""
-        params: dict[str, Any] = {}
-        if endpoint.era is Era.PER_REQUEST:
-            params["_meta"] = dict(endpoint.envelope)
-        if self._keeper.session.label is not None:
-            params["label"] = self._keeper.session.label
-        reply = await self._call(endpoint, jsonrpc.request(self._next_id(), METHOD_CREATE, params or None), None)
+        profile, wire = self._keeper.profile, self._keeper.wire
+        params = _with_envelope(wire.create_params(self._keeper.session.label), endpoint)
+        method = profile.create_method or ""
+        reply = await self._call(endpoint, jsonrpc.request(self._next_id(), method, params or None), None)
         if isinstance(reply, Failure):
             return reply
-        created = reply.get("session")
-        token = created.get("sessionId") if isinstance(created, dict) else None
-        if not isinstance(created, dict) or not isinstance(token, str) or not token:
-            return Failure(INTERNAL_ERROR, "the sessions/create result has no session")
-        self._keeper.adopt(token, created)
+        created = wire.created(reply)
+        if created is None:
+            return Failure(INTERNAL_ERROR, f"the {method} result has no session")
+        self._keeper.adopt(*created)
         return None
 
     async def delete(self, endpoint: Endpoint) -> bool:
@@ -58,14 +54,17 @@ class SessionLifecycle(Generic[RequestT, ResponseT]):
         token = self._keeper.session.token
         if token is None:
             return False
-        meta: dict[str, Any] = dict(endpoint.envelope) if endpoint.era is Era.PER_REQUEST else {}
-        meta[SESSION_META_KEY] = {"sessionId": token}
-        reply = await self._call(endpoint, jsonrpc.request(self._next_id(), METHOD_DELETE, {"_meta": meta}), token)
+        wire = self._keeper.wire
+        params = _with_envelope(wire.delete_params(token), endpoint)
+        reply = await self._call(endpoint, jsonrpc.request(self._next_id(), wire.delete_method, params), token)
         if isinstance(reply, Failure):
-            if reply.code == SESSION_NOT_FOUND:
+            if reply.code == self._keeper.profile.not_found:
                 self._keeper.drop(token, "the server no longer knows it")
                 return False
             raise reply.error()
+        if not wire.deleted(reply):
+            self._keeper.drop(token, "the server no longer knows it")
+            return False
         self._keeper.drop(token, "it was deleted")
         return True
 
@@ -93,6 +92,15 @@ class SessionLifecycle(Generic[RequestT, ResponseT]):
                     retries += 1
                     continue
             return failure
+
+
+def _with_envelope(params: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+    """The params with the endpoint's 2026-07-28 ``_meta`` envelope beside what the wire put there."""
+    if endpoint.era is not Era.PER_REQUEST:
+        return params
+    meta = params.get("_meta")
+    rest = {k: v for k, v in params.items() if k != "_meta"}
+    return {"_meta": {**endpoint.envelope, **(meta if isinstance(meta, dict) else {})}, **rest}
 
 
 def _reply_to(request_id: str, response: ResponseLike, raw: bytes) -> dict[str, Any] | None:

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from .. import _jsonrpc as jsonrpc
 from .._protocol import Era
-from ..profiles.draft import METHOD_CREATE, SESSION_META_KEY, SESSION_METHODS
+from ..profiles import DRAFT, SessionCarrier, WireProfile
 from ._answers import decodable_encodings
 
 __all__ = ["SETUP_METHODS", "Attempt", "Era", "Headers", "OutgoingPost", "has_session_key", "own_session_id", "stamp"]
@@ -23,8 +23,8 @@ Headers = list[tuple[str, str]]
 # Connection set-up: never stamped, never the reason to create a session. A
 # stale saved session must not be able to fail the handshake itself.
 SETUP_METHODS: Final = frozenset({"initialize", "notifications/initialized", "server/discover"})
-# Stamped when a session is held, but never the reason to create one.
-_NO_CREATE_METHODS: Final = SETUP_METHODS | SESSION_METHODS | {"ping"}
+# Stamped when a session is held, but never the reason to create one (with the wire's own methods).
+_NO_CREATE_METHODS: Final = SETUP_METHODS | {"ping"}
 
 
 @dataclass(slots=True)
@@ -38,10 +38,17 @@ class OutgoingPost:
     parsed: Any
     messages: list[dict[str, Any]]
     era: Era
+    profile: WireProfile = DRAFT
 
     @classmethod
     def parse(
-        cls, url: Any, headers: Headers, extensions: dict[str, Any], body: bytes, protocol_version: str | None
+        cls,
+        url: Any,
+        headers: Headers,
+        extensions: dict[str, Any],
+        body: bytes,
+        protocol_version: str | None,
+        profile: WireProfile = DRAFT,
     ) -> OutgoingPost | None:
         """The POST, or ``None`` when its body is not JSON-RPC (an OAuth registration, a response to the server).
 
@@ -51,7 +58,7 @@ class OutgoingPost:
         messages = jsonrpc.requests_and_notifications(parsed)
         if messages is None:
             return None
-        return cls(url, headers, extensions, body, parsed, messages, Era.of(protocol_version))
+        return cls(url, headers, extensions, body, parsed, messages, Era.of(protocol_version), profile)
 
     @property
     def request_ids(self) -> list[Any]:
@@ -70,19 +77,24 @@ class OutgoingPost:
     @property
     def triggers_create(self) -> bool:
         """Whether this POST is a reason to create a session: a request that is part of a conversation."""
+        own = self.profile.methods
         return any(
-            "id" in m and m["method"] not in _NO_CREATE_METHODS and not has_session_key(m) for m in self.messages
+            "id" in m
+            and m["method"] not in _NO_CREATE_METHODS
+            and m["method"] not in own
+            and not has_session_key(m, self.profile)
+            for m in self.messages
         )
 
     @property
     def has_session_method(self) -> bool:
-        """Whether the caller sent ``sessions/create`` or ``sessions/delete`` itself."""
-        return any(m["method"] in SESSION_METHODS for m in self.messages)
+        """Whether the caller sent one of the wire's session methods (``sessions/create``, ...) itself."""
+        return any(m["method"] in self.profile.methods for m in self.messages)
 
     @property
     def names_own_session(self) -> bool:
         """Whether the caller put session metadata (even ``null``) on any message itself."""
-        return any(has_session_key(m) for m in self.messages)
+        return any(has_session_key(m, self.profile) for m in self.messages)
 
     @property
     def batch(self) -> bool:
@@ -115,15 +127,15 @@ def stamp(post: OutgoingPost, token: str | None, session_meta: dict[str, str] | 
         if not jsonrpc.is_request_or_notification(element):
             sent.append(element)
             continue
-        own = own_session_id(element)
+        own = own_session_id(element, post.profile)
         if own is not None:
             header_token = header_token or own
             if "id" in element:
                 attempt.sessions_named.append((element["id"], own))
-        if token is None or session_meta is None or not _stampable(element):
+        if token is None or session_meta is None or not _stampable(element, post.profile):
             sent.append(element)
             continue
-        sent.append(_with_session(element, session_meta))
+        sent.append(_with_session(element, session_meta, post.profile))
         attempt.token = token
         header_token = header_token or token
         if "id" in element:
@@ -137,20 +149,25 @@ def stamp(post: OutgoingPost, token: str | None, session_meta: dict[str, str] | 
     return attempt
 
 
-def _stampable(message: dict[str, Any]) -> bool:
+def _stampable(message: dict[str, Any], profile: WireProfile) -> bool:
     params = message.get("params")
     return (
         message["method"] not in SETUP_METHODS
-        and message["method"] != METHOD_CREATE
-        and not has_session_key(message)
+        and message["method"] != profile.create_method
+        and not has_session_key(message, profile)
         and (params is None or isinstance(params, dict))
     )
 
 
-def _with_session(message: dict[str, Any], session_meta: dict[str, str]) -> dict[str, Any]:
+def _with_session(message: dict[str, Any], session_meta: dict[str, str], profile: WireProfile) -> dict[str, Any]:
+    carrier = profile.carrier
+    assert isinstance(carrier, SessionCarrier)  # the shim speaks the wires that carry the session in _meta
+    value = {carrier.id_member: session_meta["sessionId"]}
+    if carrier.state_member is not None and "state" in session_meta:
+        value[carrier.state_member] = session_meta["state"]
     params = dict(message.get("params") or {})
     meta = params.get("_meta")
-    params["_meta"] = {**(meta if isinstance(meta, dict) else {}), SESSION_META_KEY: session_meta}
+    params["_meta"] = {**(meta if isinstance(meta, dict) else {}), carrier.meta_key: value}
     return {**message, "params": params}
 
 
@@ -169,15 +186,19 @@ def _headers(post: OutgoingPost, header_token: str | None, length: int) -> Heade
     return headers
 
 
-def has_session_key(message: dict[str, Any]) -> bool:
+def has_session_key(message: dict[str, Any], profile: WireProfile = DRAFT) -> bool:
     """Whether the caller put session metadata (even ``null``) on the message itself."""
     meta = jsonrpc.params_meta(message)
-    return meta is not None and SESSION_META_KEY in meta
+    carrier = profile.carrier
+    return meta is not None and isinstance(carrier, SessionCarrier) and carrier.meta_key in meta
 
 
-def own_session_id(message: dict[str, Any]) -> str | None:
-    """The ``sessionId`` the caller put on the message itself, if it is a string."""
+def own_session_id(message: dict[str, Any], profile: WireProfile = DRAFT) -> str | None:
+    """The session id the caller put on the message itself, if it is a string."""
+    carrier = profile.carrier
+    if not isinstance(carrier, SessionCarrier):
+        return None
     meta = jsonrpc.params_meta(message)
-    session = meta.get(SESSION_META_KEY) if meta is not None else None
-    value = session.get("sessionId") if isinstance(session, dict) else None
+    session = meta.get(carrier.meta_key) if meta is not None else None
+    value = session.get(carrier.id_member) if isinstance(session, dict) else None
     return value if isinstance(value, str) else None

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, ClassVar, Generic, TypeVar
 
+from ..profiles import PROFILES, WireProfile
 from ._adapter import HttpAdapter, InnerTransport, RequestT, ResponseT
 from ._client import SessionClient
 from ._keeper import ChangeHook
@@ -38,6 +39,7 @@ class SessionTransportBase(Generic[InnerT, RequestT, ResponseT]):
         on_change: ChangeHook | None = None,
         close_timeout: float = 5.0,
         close_transport: bool = True,
+        profile: str | WireProfile = "draft",
     ) -> None:
         inner: InnerTransport[RequestT, ResponseT] = (
             self._library.AsyncHTTPTransport() if transport is None else transport
@@ -52,6 +54,7 @@ class SessionTransportBase(Generic[InnerT, RequestT, ResponseT]):
             on_change=on_change,
             close_timeout=close_timeout,
             owns_transport=close_transport,
+            profile=_profile(profile),
         )
 
     async def handle_async_request(self, request: RequestT) -> ResponseT:
@@ -111,3 +114,12 @@ class SessionTransportBase(Generic[InnerT, RequestT, ResponseT]):
         closed too, unless the transport was built with ``close_transport=False``.
         """
         await self._client.aclose()
+
+
+def _profile(profile: str | WireProfile) -> WireProfile:
+    """The wire the shim speaks: ``"draft"`` (the default) or ``"strawman"``, or such a profile itself."""
+    chosen = profile if isinstance(profile, WireProfile) else PROFILES.get(profile)
+    if chosen is None or chosen.client is None:
+        speaks = ", ".join(name for name, p in PROFILES.items() if p.client is not None)
+        raise ValueError(f"the session client speaks the wires {speaks}, not {profile!r}")
+    return chosen

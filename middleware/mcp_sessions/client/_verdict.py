@@ -15,7 +15,6 @@ import anyio
 
 from .. import _jsonrpc as jsonrpc
 from .._protocol import SESSION_STORE_UNAVAILABLE
-from ..profiles.draft import SESSION_NOT_FOUND, SESSION_REQUIRED
 from ._adapter import HttpAdapter, RequestT, ResponseT
 from ._answers import Inflater, json_messages, read_all, retry_after
 from ._keeper import SessionKeeper
@@ -115,11 +114,11 @@ class AnswerReader(Generic[RequestT, ResponseT]):
         if status == 503 or SESSION_STORE_UNAVAILABLE in codes:
             return "unavailable"
         if self._recreate and any(
-            jsonrpc.error_code(e) == SESSION_NOT_FOUND and e.get("id") in attempt.stamped_ids for e in errors
+            jsonrpc.error_code(e) in self._keeper.gone_codes and e.get("id") in attempt.stamped_ids for e in errors
         ):
             return "not_found"
         if (
-            SESSION_REQUIRED in codes
+            self._keeper.profile.required in codes
             and self._auto_create
             and attempt.token is None
             and not post.has_session_method

@@ -8,23 +8,47 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from ._base import Capability, Echo, InvalidSessionMeta, LocalMethod, SessionCarrier, SessionRef, WireProfile
+from ._base import (
+    Capability,
+    Carrier,
+    ClientSide,
+    Echo,
+    EchoShape,
+    InvalidSessionMeta,
+    LocalMethod,
+    SessionCarrier,
+    SessionRef,
+    TopLevelCarrier,
+    TopLevelEcho,
+    WireProfile,
+)
 from .draft import DRAFT
+from .sep1364_alt1 import SEP1364_ALT1
+from .sep1364_alt2 import SEP1364_ALT2
+from .strawman import STRAWMAN
 
 __all__ = [
     "DRAFT",
     "PROFILES",
+    "SEP1364_ALT1",
+    "SEP1364_ALT2",
+    "STRAWMAN",
     "Capability",
+    "Carrier",
+    "ClientSide",
     "Echo",
+    "EchoShape",
     "InvalidSessionMeta",
     "LocalMethod",
     "SessionCarrier",
     "SessionRef",
+    "TopLevelCarrier",
+    "TopLevelEcho",
     "WireProfile",
     "profiles_from_names",
 ]
 
-PROFILES: Final[dict[str, WireProfile]] = {DRAFT.name: DRAFT}
+PROFILES: Final[dict[str, WireProfile]] = {p.name: p for p in (DRAFT, STRAWMAN, SEP1364_ALT1, SEP1364_ALT2)}
 
 
 def profiles_from_names(names: str | Iterable[str | WireProfile]) -> Sequence[WireProfile]:

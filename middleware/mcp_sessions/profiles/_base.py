@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple
 
 from .._protocol import Era
 
@@ -20,11 +20,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Capability",
+    "Carrier",
+    "ClientSide",
     "Echo",
+    "EchoShape",
     "InvalidSessionMeta",
     "LocalMethod",
     "SessionCarrier",
     "SessionRef",
+    "TopLevelCarrier",
+    "TopLevelEcho",
     "WireProfile",
 ]
 
@@ -40,6 +45,8 @@ class SessionRef(NamedTuple):
 
     token: str
     state: str | None
+    mint: bool = False
+    """The message asks for a new session and then runs in it (SEP-1364 alt. 2: ``initialize`` with a null id)."""
 
 
 def _check_unique(obj: dict[str, Any], *names: str) -> None:
@@ -57,6 +64,15 @@ class SessionCarrier:
     meta_key: str
     id_member: str
     state_member: str | None = None
+    strips: ClassVar[bool] = False
+    """Whether the member is removed from the request before the app sees it."""
+    opening_methods: ClassVar[frozenset[str]] = frozenset()
+    """Methods on which the message opens a session: none, on this carrier."""
+
+    @property
+    def marker(self) -> str:
+        """A member name whose presence in a body means this wire's session may be there."""
+        return self.meta_key
 
     @property
     def path_names(self) -> tuple[str, ...]:
@@ -104,6 +120,76 @@ class SessionCarrier:
         meta = params.get("_meta") if isinstance(params, dict) else None
         return isinstance(meta, dict) and meta.get(self.meta_key) is not None
 
+    def opens(self, message: dict[str, Any], method: str) -> bool:
+        """Whether the message opens a session and then runs in it: never, on this carrier."""
+        return False
+
+    def strip(self, message: dict[str, Any]) -> bool:
+        """Remove the session from a message before the app sees it: never, ``_meta`` is the app's to read."""
+        return False
+
+
+_ABSENT: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class TopLevelCarrier:
+    """Where a request carries its session: a top-level string ``member`` of the message (SEP-1364).
+
+    JSON-RPC knows no such member, so it is removed before the app sees the
+    message. ``null`` counts as absent, except on ``opening_methods``, where a
+    ``null`` id asks for a new session.
+    """
+
+    member: str
+    """The top-level member that names the session."""
+    opening_methods: frozenset[str] = frozenset()
+    """Methods on which a ``null`` id asks for a new session."""
+    state_member: ClassVar[None] = None
+    strips: ClassVar[bool] = True
+
+    @property
+    def marker(self) -> str:
+        """A member name whose presence in a body means this wire's session may be there."""
+        return self.member
+
+    @property
+    def id_member(self) -> str:
+        """The member that names the session (in errors' data too)."""
+        return self.member
+
+    @property
+    def path_names(self) -> tuple[str, ...]:
+        """The member names on the path to the session, which a request must not repeat."""
+        return (self.member,)
+
+    def read(self, message: dict[str, Any]) -> SessionRef | None:
+        """The session a message names, ``None`` when it names none; a non-string id is invalid."""
+        _check_unique(message, self.member)
+        token = message.get(self.member, _ABSENT)
+        if token is None:
+            return SessionRef("", None, mint=True) if message.get("method") in self.opening_methods else None
+        if token is _ABSENT:
+            return None
+        if type(token) is not str:
+            raise InvalidSessionMeta(f"{self.member} must be a string or null")
+        return SessionRef(token, None)
+
+    def present(self, message: dict[str, Any]) -> bool:
+        """Whether a message has the member at all (even ``null``): it speaks this wire."""
+        return self.member in message
+
+    def opens(self, message: dict[str, Any], method: str) -> bool:
+        """Whether the message is an opening method that carries the member (even ``null``)."""
+        return method in self.opening_methods and self.member in message
+
+    def strip(self, message: dict[str, Any]) -> bool:
+        """Remove the member before the app sees the message; whether it was there."""
+        return message.pop(self.member, _ABSENT) is not _ABSENT
+
+
+Carrier = SessionCarrier | TopLevelCarrier
+
 
 @dataclass(frozen=True, slots=True)
 class Echo:
@@ -126,6 +212,23 @@ class Echo:
         object.__setattr__(self, "_state", b'","%s":"' % (self.state_member or "").encode())
         object.__setattr__(self, "_expiry", b'","%s":"' % self.expiry_member.encode())
 
+    def attach(
+        self, message: dict[str, Any], result: dict[str, Any], token: str, state: str | None, expires: str
+    ) -> bytes | None:
+        """Put the echo into ``result._meta``; its JSON, for splicing into the server's bytes."""
+        meta = result.get("_meta")
+        if not isinstance(meta, dict):
+            meta = result["_meta"] = {}
+        meta[self.meta_key] = self.build(token, state, expires)
+        return self.to_json(token, state, expires)
+
+    def revoke(self, message: dict[str, Any], result: dict[str, Any]) -> None:
+        """Say "this session is gone": ``null`` in its place (the strawman's revocation signal)."""
+        meta = result.get("_meta")
+        if not isinstance(meta, dict):
+            meta = result["_meta"] = {}
+        meta[self.meta_key] = None
+
     def build(self, token: str, state: str | None, expires: str) -> dict[str, str]:
         """The echo as an object."""
         echo = {self.id_member: token}
@@ -144,6 +247,28 @@ class Echo:
 
 
 @dataclass(frozen=True, slots=True)
+class TopLevelEcho:
+    """The echo as a top-level string ``member`` of the response, beside ``result`` (SEP-1364)."""
+
+    member: str
+    """The top-level member of the response that carries the session id."""
+
+    def attach(
+        self, message: dict[str, Any], result: dict[str, Any], token: str, state: str | None, expires: str
+    ) -> bytes | None:
+        """Put the session id beside ``result``; ``None``: the message is serialized again."""
+        message[self.member] = token
+        return None
+
+    def revoke(self, message: dict[str, Any], result: dict[str, Any]) -> None:
+        """Say "this session is gone": a ``null`` id."""
+        message[self.member] = None
+
+
+EchoShape = Echo | TopLevelEcho
+
+
+@dataclass(frozen=True, slots=True)
 class Capability:
     """Where the server's support is advertised: paths under ``capabilities`` of a result.
 
@@ -153,12 +278,19 @@ class Capability:
 
     per_request: tuple[tuple[str, ...], ...]
     handshake: tuple[tuple[str, ...], ...]
+    settings: Callable[[bool], dict[str, Any]] | None = None
+    """The value from "the policy requires a session everywhere"; by default ``{}`` or ``{"required": true}``."""
+    merge: bool = False
+    """Add this wire's members to an object another wire (or the server) already put at the same place."""
 
     def places(self, era: Era) -> tuple[tuple[str, ...], ...]:
         """The paths under ``capabilities`` where the capability goes in ``era``."""
         return self.per_request if era is Era.PER_REQUEST else self.handshake
 
     def value(self, *, required: bool) -> dict[str, Any]:
+        """The capability's value, from whether the policy requires a session for everything."""
+        if self.settings is not None:
+            return self.settings(required)
         return {"required": True} if required else {}
 
 
@@ -168,6 +300,32 @@ class LocalMethod:
 
     needs_session: bool
     answer: LocalAnswer
+    applies: Callable[[dict[str, Any]], bool] | None = None
+    """When two wires share a method name: whether a message is of this wire's shape (default: always)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSide:
+    """What the client shim needs of a wire beyond its carrier and echo: its own create and delete.
+
+    ``created`` reads a create result: the token and the echo (in the wire's
+    member names), ``None`` when the result has no session. ``delete_params``
+    names the session to delete (the pipeline adds the ``_meta`` envelope);
+    ``deleted`` reads whether a delete result ended a live session.
+    """
+
+    create_params: Callable[[str | None], dict[str, Any]]
+    """The params of the create request, from the handle's label."""
+    created: Callable[[dict[str, Any]], tuple[str, dict[str, Any]] | None]
+    """The token and echo of a create result, ``None`` when it has none."""
+    delete_method: str
+    """The method that ends a session."""
+    delete_params: Callable[[str], dict[str, Any]]
+    """The params of the delete request for a session token."""
+    deleted: Callable[[dict[str, Any]], bool]
+    """Whether a delete result ended a live session."""
+    advertised: Callable[[dict[str, Any]], bool]
+    """Whether a server's ``capabilities`` advertise this wire."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,9 +340,9 @@ class WireProfile:
 
     name: str
     """The name ``profiles=`` and ``MCP_SESSIONS_PROFILES`` know it by."""
-    carrier: SessionCarrier
+    carrier: Carrier
     """Where a request names its session."""
-    echo: Echo
+    echo: EchoShape
     """What a result to a request in a session carries back."""
     capability: Capability
     """Where the server advertises this wire, in each era."""
@@ -210,10 +368,27 @@ class WireProfile:
     """Methods whose 2026-07-28 result advertises the capability."""
     advertised_handshake: frozenset[str] = frozenset({"server/discover", "initialize"})
     """Methods whose 2025-era result advertises the capability."""
+    unknown_is_no_session: bool = False
+    """A session id that names no live session makes the request sessionless, and its result says so
+    (a ``null`` echo: the strawman's revocation signal), instead of the "not found" error."""
+    declared: Callable[[dict[str, Any]], bool] | None = None
+    """Whether a message without any wire's session comes from a client that declared this wire
+    (its capabilities); then the "required" error is this wire's."""
+    header_every_era: bool = False
+    """``Mcp-Session-Id`` mirrors this wire's session in every era, not only on 2026-07-28 requests."""
+    client: ClientSide | None = None
+    """What the client shim needs to speak this wire (``None``: the shim does not speak it)."""
 
     def speaks(self, message: dict[str, Any], method: str) -> bool:
         """Whether a message is of this wire: one of its methods, or its session key is there."""
-        return method in self.methods or self.carrier.present(message)
+        return self.local_for(message, method) is not None or self.carrier.present(message)
+
+    def local_for(self, message: dict[str, Any], method: str) -> LocalMethod | None:
+        """The local method a message calls on this wire, if it calls one in this wire's shape."""
+        local = self.methods.get(method)
+        if local is None or local.applies is None or local.applies(message):
+            return local
+        return None
 
     def advertises(self, method: str, era: Era) -> bool:
         """Whether the result of ``method`` is where this wire advertises its capability, in ``era``."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .._answers import Refusal
 from .._protocol import HEADER_MISMATCH, INVALID_REQUEST
 from .._service import iso
-from ._base import Capability, Echo, LocalMethod, SessionCarrier, WireProfile
+from ._base import Capability, ClientSide, Echo, LocalMethod, SessionCarrier, WireProfile
 
 if TYPE_CHECKING:
     from .._local import LocalCall
@@ -67,6 +67,29 @@ async def delete(call: LocalCall) -> dict[str, Any]:
     return {}
 
 
+def _create_params(label: str | None) -> dict[str, Any]:
+    return {} if label is None else {"label": label}
+
+
+def _created(result: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    session = result.get("session")
+    token = session.get("sessionId") if isinstance(session, dict) else None
+    return (token, session) if isinstance(session, dict) and isinstance(token, str) and token else None
+
+
+def _delete_params(token: str) -> dict[str, Any]:
+    return {"_meta": {SESSION_META_KEY: {"sessionId": token}}}
+
+
+def _advertised(capabilities: dict[str, Any]) -> bool:
+    extensions, experimental = capabilities.get("extensions"), capabilities.get("experimental")
+    return (
+        "sessions" in capabilities
+        or (isinstance(extensions, dict) and SESSIONS_EXTENSION_ID in extensions)
+        or (isinstance(experimental, dict) and "sessions" in experimental)
+    )
+
+
 DRAFT: Final = WireProfile(
     name="draft",
     carrier=SessionCarrier(meta_key=SESSION_META_KEY, id_member="sessionId", state_member="state"),
@@ -87,5 +110,13 @@ DRAFT: Final = WireProfile(
     header_mismatch=HEADER_MISMATCH,
     required_data={"create": METHOD_CREATE},
     create_method=METHOD_CREATE,
+    client=ClientSide(
+        create_params=_create_params,
+        created=_created,
+        delete_method=METHOD_DELETE,
+        delete_params=_delete_params,
+        deleted=lambda result: True,  # a delete of a session that is gone is -32043, not a result
+        advertised=_advertised,
+    ),
 )
 """The data-layer sessions draft (``sessions/create``, ``io.modelcontextprotocol/session``): the default wire."""

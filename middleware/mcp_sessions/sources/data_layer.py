@@ -38,8 +38,16 @@ class DataLayerSource:
             raise Refusal(INVALID_REQUEST, str(exc), reason="invalid_metadata") from None
         if ref is None:
             return None
+        if ref.mint:
+            minted = await self._sessions.mint(scope, None)
+            call.minted = True
+            return await self._sessions.resolve(scope, minted.token, None)
         header = plan.header_session_id
-        if plan.era.session_header and header is not None and header != ref.token.encode("utf-8", "surrogatepass"):
+        if (
+            (plan.era.session_header or profile.header_every_era)
+            and header is not None
+            and header != ref.token.encode("utf-8", "surrogatepass")
+        ):
             raise Refusal(
                 profile.header_mismatch,
                 "Mcp-Session-Id header does not match the session in _meta",
@@ -48,6 +56,9 @@ class DataLayerSource:
         try:
             return await self._sessions.resolve(scope, ref.token, ref.state)
         except SessionRefused as exc:
+            if profile.unknown_is_no_session:
+                call.revoked = exc.reason
+                return None
             raise Refusal(
                 profile.not_found,
                 profile.not_found_message,
