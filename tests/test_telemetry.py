@@ -275,6 +275,7 @@ def test_modern_spans_have_the_conventions_names_and_attributes(
             "jsonrpc.request.id": "c-1",
             "session.id": sid,
             "gen_ai.conversation.id": sid,
+            "mcp_sessions.session.source": "data-layer",
         },
         "tools/call count": {
             **common,
@@ -285,6 +286,7 @@ def test_modern_spans_have_the_conventions_names_and_attributes(
             "gen_ai.operation.name": "execute_tool",
             "session.id": sid,
             "gen_ai.conversation.id": sid,
+            "mcp_sessions.session.source": "data-layer",
         },
     }
     middleware_spans = of_scope(finished, MIDDLEWARE_SCOPE)
@@ -311,7 +313,9 @@ def test_legacy_stateful_spans_carry_the_transport_session(
     initialize = one(handshake, MIDDLEWARE_SCOPE, "initialize")
     initialized = one(handshake, MIDDLEWARE_SCOPE, "notifications/initialized")
     assert "mcp.session.id" not in attrs(initialize)  # the transport session does not exist yet
-    assert attrs(initialized)["mcp.session.id"] == transport_id
+    # The transport session id is a bearer value: only its keyed digest is recorded.
+    transport_digest = attrs(initialized)["mcp.session.id"]
+    assert re.fullmatch(r"ts-[A-Za-z0-9_-]{24}", transport_digest)
     assert "jsonrpc.request.id" not in attrs(initialized)
     spans.clear()
 
@@ -323,7 +327,7 @@ def test_legacy_stateful_spans_carry_the_transport_session(
     count = one(finished, MIDDLEWARE_SCOPE, "tools/call count")
     for span in (creation, count):
         assert span.kind is SpanKind.SERVER
-        assert attrs(span)["mcp.session.id"] == transport_id
+        assert attrs(span)["mcp.session.id"] == transport_digest
         assert attrs(span)["mcp.protocol.version"] == LEGACY
         assert attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == sid
     assert attrs(count)["jsonrpc.request.id"] == "5"
@@ -811,7 +815,9 @@ async def test_sdk_client_trace_context_flows_through_the_middleware(span_log: S
         assert attrs(span)["session.id"] == sid
     if mode == "legacy":
         assert attrs(middleware)["mcp.protocol.version"] == LEGACY
-        assert attrs(middleware)["mcp.session.id"] == sent_headers["mcp-session-id"]
+        # Only the transport session's keyed digest: the raw id is a bearer value.
+        assert re.fullmatch(r"ts-[A-Za-z0-9_-]{24}", attrs(middleware)["mcp.session.id"])
+        assert not any(sent_headers["mcp-session-id"] in text for text in span_strings(middleware))
     else:
         assert attrs(middleware)["mcp.protocol.version"] == MODERN
         assert all("mcp.session.id" not in attrs(span) for span in of_scope(finished, MIDDLEWARE_SCOPE))
@@ -848,7 +854,7 @@ def test_a_forwarded_batch_has_one_span_per_element(
     for span in middleware_spans:
         assert span.kind is SpanKind.SERVER
         assert attrs(span)["session.id"] == sid
-        assert attrs(span)["mcp.session.id"] == client.transport_session_id
+        assert re.fullmatch(r"ts-[A-Za-z0-9_-]{24}", attrs(span)["mcp.session.id"])
         assert attrs(span)["mcp.protocol.version"] == "2025-03-26"
         assert links_of(span) == [(self_of(creation), CREATION_LINK)]
         assert attrs(span)["error.type"] == "400"

@@ -22,6 +22,7 @@ from . import _jsonrpc as jsonrpc
 from ._answers import Refusal, batch_refused, send_accepted, send_json, send_refusal, send_status
 from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
+from ._digest import IdDigests
 from ._echo import Target, hashable_id
 from ._local import LocalCall
 from ._plan import Call, Plan, Planner
@@ -36,8 +37,10 @@ from ._protocol import (
 from ._response import ResponseRewriter
 from ._service import SessionRefused, SessionService
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
-from ._telemetry import Operation, Telemetry
+from ._telemetry import Operation, Telemetry, attach_session, detach_session
 from .sources import DataLayerSource, SessionSource
+from .sources.host import HostConversationSource
+from .sources.transport import TransportSource, is_transport_session_id
 
 __all__ = ["MCPSessionMiddleware"]
 
@@ -73,13 +76,26 @@ class MCPSessionMiddleware:
         self._sessions = SessionService(
             keys=config.keys, store=config.store, ttl=config.ttl, idle_ttl=config.idle_ttl, principal=config.principal
         )
-        self._sources: tuple[SessionSource, ...] = (DataLayerSource(self._sessions),)
+        digests = IdDigests(config.keys)
+        self._transport = TransportSource(self._sessions, digests) if config.adopt_transport_sessions else None
+        hosts = HostConversationSource(
+            config.host_keys, sessions=self._sessions, digests=digests, data=config.conversation_data
+        )
+        # A data-layer session always wins; then the host's conversation; then the transport session.
+        self._sources: tuple[SessionSource, ...] = (
+            DataLayerSource(self._sessions),
+            hosts,
+            *(() if self._transport is None else (self._transport,)),
+        )
         self._planner = Planner(config.profiles)
         self._profiles = config.profiles
         self._capability: dict[str, Any] = {"required": True} if config.require_all else {}
         self._retry_after = str(config.retry_after).encode()
         self._telemetry = Telemetry(
-            tracer_provider=config.tracer_provider, meter_provider=config.meter_provider, trace_mode=config.trace_mode
+            tracer_provider=config.tracer_provider,
+            meter_provider=config.meter_provider,
+            trace_mode=config.trace_mode,
+            transport_digest=digests.transport,
         )
 
     @classmethod
@@ -140,17 +156,24 @@ class MCPSessionMiddleware:
                     _check_local_call(call, plan)
                     if not local.needs_session:
                         continue
-                call.session = await self._session_for(scope, call, plan)
+                # A session method acts on a data-layer session only, never a host's or a transport's.
+                sources = self._sources[:1] if local is not None else self._sources
+                call.session = await self._session_for(scope, call, plan, sources)
                 if call.session is None and (
                     local is not None or (call.is_request and self.config.requires(call.method, call.params))
                 ):
                     profile = call.profile
-                    raise Refusal(profile.required, profile.required_message, profile.required_data, reason="required")
+                    message = profile.required_message
+                    if call.conversation is not None and call.conversation.no_data is not None:
+                        message = f"{message}: {call.conversation.no_data}"
+                    raise Refusal(profile.required, message, profile.required_data, reason="required")
             except Refusal as refusal:
                 call.refusal = refusal
 
-    async def _session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
-        for source in self._sources:
+    async def _session_for(
+        self, scope: Scope, call: Call, plan: Plan, sources: tuple[SessionSource, ...]
+    ) -> Session | None:
+        for source in sources:
             session = await source.session_for(scope, call, plan)
             if session is not None:
                 return session
@@ -165,6 +188,16 @@ class MCPSessionMiddleware:
 
     def _start_operation(self, scope: Scope, plan: Plan, call: Call) -> Operation:
         session = call.session
+        # Telemetry names the conversation the first source found: a host's id verbatim, else the session.
+        conversation = call.conversation
+        session_id: str | None
+        source: str | None
+        if conversation is not None:
+            session_id, source = conversation.id, conversation.source
+        elif session is not None:
+            session_id, source = session.id, session.source
+        else:
+            session_id = source = None
         operation = self._telemetry.start(
             scope=scope,
             headers=plan.headers,
@@ -172,9 +205,11 @@ class MCPSessionMiddleware:
             method=call.method or "",
             protocol_version=plan.protocol_version,
             modern=plan.era is Era.PER_REQUEST,
-            session_id=None if session is None else session.id,
+            session_id=session_id,
             session_claims=None if session is None else session.claims,
             start_ns=plan.start_ns,
+            session_source=source,
+            user_id=None if conversation is None else conversation.user,
         )
         if call.refusal is not None and call.refusal.session_id is not None:
             operation.set_session(call.refusal.session_id)
@@ -204,6 +239,8 @@ class MCPSessionMiddleware:
 
     async def _forward(self, scope: Scope, replay: Replay, send: Send, plan: Plan) -> None:
         """Call the app with the session attached, the trace continued and the responses rewritten."""
+        if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
+            send = self._transport.watch_initialize(send)
         targets = self._targets(plan)
         operations = [call.operation for call in plan.calls if call.operation is not None]
         sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
@@ -221,10 +258,12 @@ class MCPSessionMiddleware:
             if call.method is None or not call.is_request:
                 continue
             advertised = tuple(p for p in self._profiles if p.advertises(call.method, plan.era))
-            if call.session is not None or advertised or call.operation is not None:
+            # Only a data-layer session is echoed: the others have no token the client could send back.
+            session = call.session if call.session is not None and call.session.token else None
+            if session is not None or advertised or call.operation is not None:
                 targets[hashable_id(call.message["id"])] = Target(
                     call.profile,
-                    call.session,
+                    session,
                     advertised=advertised,
                     capability=self._capability,
                     era=plan.era,
@@ -247,8 +286,11 @@ class MCPSessionMiddleware:
             scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
         token = _current.set(session)
         ambient = operations[0] if len(operations) == 1 else None
+        baggage_token = None
         if ambient is not None:
             ambient.attach()
+        elif session is not None and not operations and self._telemetry.enabled():
+            baggage_token = attach_session(session.id)  # an ordinary route: its spans carry the session too
         try:
             await self.app(scope, receive, send if rewriter is None else rewriter.send)
         except BaseException as exc:
@@ -258,6 +300,8 @@ class MCPSessionMiddleware:
         finally:
             if ambient is not None:
                 ambient.detach()
+            if baggage_token is not None:
+                detach_session(baggage_token)
             _current.reset(token)
             if rewriter is not None and rewriter.status >= 400:
                 for operation in operations:
@@ -273,6 +317,13 @@ class MCPSessionMiddleware:
         An invalid one is simply not attached: the route decides what that means.
         """
         header_session_id = headers.get(MCP_SESSION_ID_HEADER)
+        if (
+            self._transport is not None
+            and header_session_id is not None
+            and scope["method"] == "DELETE"
+            and is_transport_session_id(header_session_id)
+        ):
+            send = self._transport.watch_delete(header_session_id, send)
         if header_session_id is not None and header_session_id.count(b".") == 2:
             try:
                 session = await self._sessions.resolve(scope, header_session_id.decode("latin-1"), None)

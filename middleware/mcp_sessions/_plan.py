@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ._session import Session
     from ._telemetry import Operation
     from .profiles import LocalMethod, WireProfile
+    from .sources import Conversation
 
 __all__ = ["Call", "Plan", "Planner"]
 
@@ -24,7 +25,17 @@ __all__ = ["Call", "Plan", "Planner"]
 class Call:
     """One element of a request: a JSON-RPC call (``method`` set) or anything else in a batch."""
 
-    __slots__ = ("local", "message", "method", "operation", "profile", "refusal", "request_id", "session")
+    __slots__ = (
+        "conversation",
+        "local",
+        "message",
+        "method",
+        "operation",
+        "profile",
+        "refusal",
+        "request_id",
+        "session",
+    )
 
     def __init__(self, message: Any, method: str | None, profile: WireProfile, local: LocalMethod | None) -> None:
         self.message = message
@@ -35,6 +46,7 @@ class Call:
         self.session: Session | None = None
         self.refusal: Refusal | None = None
         self.operation: Operation | None = None
+        self.conversation: Conversation | None = None
 
     @property
     def is_request(self) -> bool:

@@ -4,15 +4,17 @@ Follows the MCP semantic conventions (GenAI conventions repository,
 ``docs/gen-ai/mcp.md``): one SERVER span per JSON-RPC message, named
 ``{mcp.method.name} {target}``, parented to the W3C context in
 ``params._meta`` (SEP-414), else the HTTP headers, else the ambient context.
-The data-layer session goes in ``session.id`` and ``gen_ai.conversation.id``;
-``mcp.session.id`` carries only a 2025-era transport session. Nothing here
-ever sees the session token: only the stable id.
+The session (data-layer, adopted transport session, or the host's
+conversation id verbatim) goes in ``session.id`` and ``gen_ai.conversation.id``,
+its source in ``mcp_sessions.session.source``; ``mcp.session.id`` carries only
+a 2025-era transport session, as its keyed digest. Nothing here ever sees a
+session token or a raw transport session id: only stable ids.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 from opentelemetry import baggage, context, propagate, trace
@@ -28,6 +30,7 @@ TraceMode = Literal["link", "session"]
 
 SESSION_BAGGAGE_KEY: Final = "session.id"
 """The OpenTelemetry baggage key that holds the session's stable id while one of its requests runs."""
+SESSION_SOURCE_ATTRIBUTE: Final = "mcp_sessions.session.source"
 TRACEPARENT_CLAIM: Final = "tp"
 # The conventions' bucket advice for both MCP duration histograms.
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
@@ -67,10 +70,12 @@ class Telemetry:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         trace_mode: TraceMode = "link",
+        transport_digest: Callable[[bytes], str] | None = None,
     ) -> None:
         if trace_mode not in ("link", "session"):
             raise ValueError('trace_mode must be "link" or "session"')
         self.trace_mode = trace_mode
+        self._transport_digest = transport_digest
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
         self._enabled = False
@@ -130,6 +135,8 @@ class Telemetry:
         session_id: str | None,
         session_claims: Mapping[str, Any] | None,
         start_ns: int,
+        session_source: str | None = None,
+        user_id: str | None = None,
     ) -> Operation:
         """Start the SERVER span of one JSON-RPC message."""
         params = message.get("params")
@@ -179,9 +186,14 @@ class Telemetry:
             if session_id is not None:
                 attributes["session.id"] = session_id
                 attributes["gen_ai.conversation.id"] = session_id
-            if not modern and (transport_session := headers.get(b"mcp-session-id")) is not None:
-                # The 2025-era transport session (a uuid the SDK minted), never a data-layer token.
-                attributes["mcp.session.id"] = transport_session.decode("latin-1")
+                if session_source is not None:
+                    attributes[SESSION_SOURCE_ATTRIBUTE] = session_source
+            if user_id is not None:
+                attributes["user.id"] = user_id
+            transport_session = None if modern else headers.get(b"mcp-session-id")
+            if transport_session is not None and self._transport_digest is not None:
+                # The 2025-era transport session (the server minted it), a bearer value: only its digest.
+                attributes["mcp.session.id"] = self._transport_digest(transport_session)
             span.set_attributes(attributes)
             if creation is not None:
                 span.add_link(creation, {"mcp_sessions.link": "session.created"})
@@ -222,6 +234,16 @@ def _extract(carrier: dict[str, str]) -> Context | None:
     except (ValueError, TypeError):
         return None
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+def attach_session(session_id: str) -> object:
+    """Put a session's id in baggage for a request that has no span of its own (an ordinary route)."""
+    return context.attach(baggage.set_baggage(SESSION_BAGGAGE_KEY, session_id))
+
+
+def detach_session(token: object) -> None:
+    """Undo :func:`attach_session`."""
+    context.detach(token)  # type: ignore[arg-type]
 
 
 class Operation:
@@ -297,10 +319,12 @@ class Operation:
             attributes["mcp.protocol.version"] = self.protocol_version
         return attributes
 
-    def set_session(self, session_id: str) -> None:
+    def set_session(self, session_id: str, source: str = "data-layer") -> None:
         self.session_id = session_id
         if self.span.is_recording():
-            self.span.set_attributes({"session.id": session_id, "gen_ai.conversation.id": session_id})
+            self.span.set_attributes(
+                {"session.id": session_id, "gen_ai.conversation.id": session_id, SESSION_SOURCE_ATTRIBUTE: source}
+            )
 
     def traceparent(self) -> str | None:
         """This span's context as a traceparent, for the token's creation claim."""

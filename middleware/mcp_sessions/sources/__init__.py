@@ -5,7 +5,7 @@ with a class that follows :class:`SessionSource` and put it in the chain the
 middleware builds.
 """
 
-from ._base import SessionSource, Trust
+from ._base import Conversation, SessionSource, Trust
 from .data_layer import DataLayerSource
 
-__all__ = ["DataLayerSource", "SessionSource", "Trust"]
+__all__ = ["Conversation", "DataLayerSource", "SessionSource", "Trust"]
