@@ -99,7 +99,7 @@ class HostConversationSource:
 
     Built once: the keys are split into ``_meta`` keys and header names, so a
     request that carries none costs one lookup in the headers per header name
-    and one in ``_meta`` per key (nothing without ``_meta``). An id that is not
+    and one set intersection test with ``_meta``'s keys. An id that is not
     a bounded string of safe characters is ignored, never an error: the host
     merely asserted it.
     """
@@ -107,7 +107,7 @@ class HostConversationSource:
     name = "host"
     trust = Trust.ASSERTED
 
-    __slots__ = ("_data", "_digests", "_headers", "_meta", "_sessions")
+    __slots__ = ("_data", "_digests", "_headers", "_meta", "_meta_keys", "_sessions")
 
     def __init__(
         self,
@@ -121,6 +121,7 @@ class HostConversationSource:
             raise ValueError(f"conversation_data must be one of {', '.join(CONVERSATION_DATA_MODES)}, got {data!r}")
         ordered = tuple(dict.fromkeys(keys))
         self._meta = tuple((rank, key.key, key.name) for rank, key in enumerate(ordered) if key.place == "meta")
+        self._meta_keys = frozenset(key for _, key, _ in self._meta)
         self._headers = tuple(
             (rank, key.key.encode("latin-1"), key.name) for rank, key in enumerate(ordered) if key.place == "header"
         )
@@ -141,7 +142,7 @@ class HostConversationSource:
             if raw is not None and (found := conversation_id(raw.decode("latin-1"))) is not None:
                 best = (rank, found, name)
                 break
-        if isinstance(meta, dict):
+        if isinstance(meta, dict) and not self._meta_keys.isdisjoint(meta):
             for rank, key, name in self._meta:
                 if best is not None and rank > best[0]:
                     break
