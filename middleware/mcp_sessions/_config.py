@@ -22,7 +22,7 @@ from ._telemetry import TraceMode
 from ._tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 from .profiles import WireProfile, profiles_from_names
 from .sources.host import BUILT_IN_HOSTS, CONVERSATION_DATA_MODES, ConversationData, HostKey, host_keys_from_config
-from .stores import MemoryStore, SessionStore
+from .stores import MemoryStore, SessionStore, store_from_url
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_TTL", "SessionsConfig", "SessionsOptions"]
 
@@ -274,21 +274,28 @@ def _keys_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[str,
 
 
 def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:
+    """``MCP_SESSIONS_STORE`` (a store URL), or ``MCP_SESSIONS_REDIS_URL`` as the shortcut it has always been."""
+    store_url = env.get("MCP_SESSIONS_STORE", "").strip()
     redis_url = env.get("MCP_SESSIONS_REDIS_URL", "").strip()
-    if not redis_url:
+    if store_url and redis_url:
+        raise ValueError("MCP_SESSIONS_STORE and MCP_SESSIONS_REDIS_URL are both set: set only one")
+    variable, url = ("MCP_SESSIONS_STORE", store_url) if store_url else ("MCP_SESSIONS_REDIS_URL", redis_url)
+    if not url:
         return None
+    options: dict[str, Any] = {}
+    is_redis = url.partition("://")[0].lower() in ("redis", "rediss", "unix")
+    for name, key in (("MCP_SESSIONS_REDIS_PREFIX", "prefix"), ("MCP_SESSIONS_REDIS_TIMEOUT", "timeout")):
+        if not env.get(name, "").strip():
+            continue
+        if not is_redis:
+            raise ValueError(f"{name} is set but {variable} names no Redis store")
+        options[key] = env[name].strip() if key == "prefix" else _seconds(env, name)
     try:
-        from .stores.redis import RedisStore
+        return store_from_url(url, **options)
     except ImportError:
         raise RuntimeError(
-            "MCP_SESSIONS_REDIS_URL is set but the redis package is not installed: pip install 'mcp-sessions[redis]'"
+            f"{variable} names a Redis store but the redis package is not installed: "
+            "pip install 'redis>=5.2' (the redis extra of mcp-sessions)"
         ) from None
-    store_options: dict[str, Any] = {}
-    if prefix := env.get("MCP_SESSIONS_REDIS_PREFIX", "").strip():
-        store_options["prefix"] = prefix
-    if (redis_timeout := _seconds(env, "MCP_SESSIONS_REDIS_TIMEOUT")) is not None:
-        store_options["timeout"] = redis_timeout
-    try:
-        return RedisStore(redis_url, **store_options)
     except ValueError as exc:
-        raise ValueError(f"MCP_SESSIONS_REDIS_URL, _PREFIX or _TIMEOUT: {exc}") from None
+        raise ValueError(f"{variable}: {exc}") from None

@@ -46,7 +46,7 @@ from _mcp import (
 from _redis import RedisServer, free_port, redis_server
 from mcp_sessions import KeySet
 
-MAIN = Path(__file__).resolve().parent.parent
+MAIN = Path(__file__).resolve().parents[2]
 STORE_UNAVAILABLE = -32010
 OLD = "old-rotation-secret-0123456789-0123456789"
 NEW = "new-rotation-secret-9876543210-9876543210"
@@ -313,9 +313,8 @@ def test_redis_outage_is_retryable_and_ends_without_a_restart(
                 assert response.status_code == 503, response.text
                 assert response.headers["retry-after"] == "1"
                 assert message["error"]["code"] == STORE_UNAVAILABLE  # retryable, never -32043
-            response, message = client.request("sessions/create")
-            assert (response.status_code, message["error"]["code"]) == (503, STORE_UNAVAILABLE)
-            # Sessionless requests do not need the store.
+            # Creation stores nothing, and sessionless requests do not need the store.
+            assert "session" in client.request("sessions/create")[1]["result"]
             _, whoami = client.call_tool("whoami")
             assert tool_text(whoami) == "none"
             _, discover = client.request("server/discover")
