@@ -292,6 +292,18 @@ def test_anonymous_data_lives_under_the_digest_never_the_raw_id(quickstarts: Qui
     assert asyncio.run(app.store.items(conversation)) == {}
 
 
+def test_sessions_delete_never_ends_a_host_conversation(quickstarts: Quickstarts, http: httpx.Client) -> None:
+    url = quickstarts.url("json", MCP_SESSIONS_CONVERSATION_DATA="anonymous")
+    client = ModernClient(http, url)
+    conversation = f"chat-{uuid.uuid4()}"
+    assert tool_text(call(client, "count", "vscode", conversation)) == "1"
+
+    _, refused = client.request("sessions/delete", meta={"vscode.conversationId": conversation})
+
+    assert refused["error"]["code"] == SESSION_REQUIRED  # session methods act on data-layer sessions only
+    assert tool_text(call(client, "count", "vscode", conversation)) == "2"
+
+
 def test_principal_data_without_authentication_refuses_count(quickstarts: Quickstarts, http: httpx.Client) -> None:
     url = quickstarts.url("json", MCP_SESSIONS_CONVERSATION_DATA="principal")
     client = ModernClient(http, url)
@@ -371,6 +383,10 @@ def test_a_raw_handshake_keeps_a_counter_per_transport_session(
     assert deleted.status_code == 200, deleted.text
     assert asyncio.run(app.store.items(stable[0])) == {}  # the transport session ended: its data went with it
     assert asyncio.run(app.store.items(stable[1])) == {"count": 1}
+    # An adopted session has data but no client-held state: setting it fails in the tool (a TypeError).
+    _, set_mode = second.call_tool("set_mode", {"mode": "terse"})
+    assert set_mode["result"]["isError"] is True
+    spans.wait(lambda s: bool(middleware_spans(s, "tools/call set_mode")), "the set_mode span")  # none leaks on
 
 
 @pytest.mark.anyio
@@ -406,6 +422,9 @@ async def test_a_stock_sdk_client_keeps_a_counter_per_transport_session(
     for span in finished:
         for key, value in attrs(span).items():
             assert not (isinstance(value, str) and re.fullmatch("[0-9a-f]{32}", value)), (span.name, key)
+    # The client ended its transport sessions with DELETE on exit: their data went with them.
+    app = quickstarts.apps[url.removesuffix(MCP_PATH)]
+    assert [await app.store.items(s) for s in stable] == [{}, {}]
 
 
 def test_without_adoption_a_stock_2025_client_still_needs_a_session(
