@@ -90,6 +90,7 @@ class MCPSessionMiddleware:
             hosts,
             *(() if self._transport is None else (self._transport,)),
         )
+        self._data_layer_only = self._sources[:1]
         self._planner = Planner(config.profiles)
         self._profiles = config.profiles
         self._capability: dict[str, Any] = {"required": True} if config.require_all else {}
@@ -166,7 +167,7 @@ class MCPSessionMiddleware:
                     if not local.needs_session:
                         continue
                 # A session method acts on a data-layer session only, never a host's or a transport's.
-                sources = self._sources[:1] if local is not None else self._sources
+                sources = self._data_layer_only if local is not None else self._sources
                 call.session = await self._session_for(scope, call, plan, sources)
                 if call.session is None and (
                     local is not None or (call.is_request and self.config.requires(call.method, call.params))

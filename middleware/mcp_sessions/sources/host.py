@@ -159,8 +159,8 @@ class HostConversationSource:
 
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
         """Record the call's host conversation; with data on, its session."""
-        params = call.params
-        meta = params.get("_meta") if isinstance(params, dict) else None
+        params = call.message.get("params")  # a call with a method is a dict
+        meta = params.get("_meta") if type(params) is dict else None
         conversation = self.find(plan.headers, meta)
         if conversation is None:
             return None
