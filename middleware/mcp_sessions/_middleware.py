@@ -152,7 +152,7 @@ class MCPSessionMiddleware:
             scope["method"] == "POST"
             and content_type is not None
             and content_type.lower().startswith(_JSON_CONTENT_TYPE)
-            and (paths is None or scope["path"] in paths)
+            and (paths is None or _route_path(scope) in paths or scope["path"] in paths)
         )
 
     async def _resolve(self, scope: Scope, plan: Plan) -> None:
@@ -424,6 +424,12 @@ def _headers(scope: HTTPScope) -> dict[bytes, bytes]:
         # would check the other, so the pair matches no session.
         headers[MCP_SESSION_ID_HEADER] = _CONFLICTING_HEADER
     return headers
+
+
+def _route_path(scope: HTTPScope) -> str:
+    """The path as Starlette routes it: without the ``root_path`` a proxy prefix or a ``Mount`` adds."""
+    path, root = scope["path"], scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 def _check_local_call(call: Call, plan: Plan) -> None:
