@@ -11,7 +11,7 @@ import logging
 import os
 import secrets
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Final, TypedDict
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -23,6 +23,9 @@ from ._tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 from .profiles import WireProfile, profiles_from_names
 from .sources.host import BUILT_IN_HOSTS, CONVERSATION_DATA_MODES, ConversationData, HostKey, host_keys_from_config
 from .stores import MemoryStore, SessionStore, store_from_url
+
+if TYPE_CHECKING:
+    from .handles import Handles
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_TTL", "SessionsConfig", "SessionsOptions"]
 
@@ -57,6 +60,7 @@ class SessionsOptions(TypedDict, total=False):
     conversation_data: ConversationData
     conversation_keys: str | Iterable[str]
     adopt_transport_sessions: bool
+    handles: Handles | None
 
 
 class SessionsConfig:
@@ -91,6 +95,7 @@ class SessionsConfig:
         conversation_data: ConversationData = "off",
         conversation_keys: str | Iterable[str] = (),
         adopt_transport_sessions: bool = False,
+        handles: Handles | None = None,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         if not 0 < ttl <= MAX_TTL:
@@ -131,6 +136,7 @@ class SessionsConfig:
         if type(adopt_transport_sessions) is not bool:
             raise TypeError("adopt_transport_sessions is True or False")
         self.adopt_transport_sessions = adopt_transport_sessions
+        self.handles = handles
 
     @classmethod
     def from_env(cls, *, environ: Mapping[str, str] | None = None, **options: Any) -> SessionsConfig:
