@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shlex
+import shutil
+import subprocess
 from collections.abc import Iterator
 
 import httpx
@@ -100,3 +103,26 @@ def test_a_stale_session_is_refused_as_any_other(url: str, http: httpx.Client) -
     client.request("sessions/delete", meta=meta)
     _, refused = client.call_tool("count", meta=meta)
     assert refused["error"]["code"] == SESSION_NOT_FOUND
+
+
+INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI", "")
+
+
+@pytest.mark.skipif(
+    not INSPECTOR_CLI or shutil.which("node") is None,
+    reason="set MCP_SESSIONS_INSPECTOR_CLI to the MCP Inspector 2.x CLI (clients/cli/build/index.js) and install node",
+)
+def test_the_printed_argument_works_in_the_mcp_inspector_cli(url: str) -> None:
+    """The real Inspector CLI (2.12.0 was run): two calls with the printed --metadata count 1, then 2."""
+    _, out, _ = run("create", url + MCP_PATH)
+    [line] = [line for line in out.splitlines() if line.strip().startswith("--metadata ")]
+    metadata = shlex.split(line)
+    counts = []
+    for _ in range(2):
+        command = ["node", INSPECTOR_CLI, "--cli", url + MCP_PATH, "--transport", "http", "--method", "tools/call"]
+        done = subprocess.run(
+            [*command, "--tool-name", "count", *metadata], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        counts.append(json.loads(done.stdout)["structuredContent"]["result"])
+    assert counts == [1, 2]
