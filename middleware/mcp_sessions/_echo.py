@@ -72,8 +72,9 @@ def annotate(target: Target, message: dict[str, Any]) -> bytes | object | None:
         meta = result.get("_meta")
         if not isinstance(meta, dict):
             meta = result["_meta"] = {}
-        meta[echo_shape.meta_key] = echo_shape.build(session.token, session.state_token, expires)
-        change = echo_shape.to_json(session.token, session.state_token, expires)
+        token, state = session.token, session.state_token
+        meta[echo_shape.meta_key] = echo_shape.build(token, state, expires)
+        change = echo_shape.to_json(token, state, expires)
     for profile in target.advertised:
         if advertise(result, profile, target.era, value=target.capability):
             change = CHANGED

@@ -29,6 +29,7 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
     except Refusal as refusal:  # the principal hook failed: a server bug, -32603
         for call in calls:
             call.refusal = refusal
+        plan.refused = plan.refused or bool(calls)
         return
     context = plan.handles = HandleContext(handles, digest)
     for call in calls:
@@ -38,7 +39,9 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
             call.answer = await check_call(handles, call.params, digest, verified=context.verified, errors=errors)
         except SessionStoreUnavailable as exc:
             call.refusal = store_unavailable(exc)
+            plan.refused = True
             continue
+        plan.answered = plan.answered or call.answer is not None
         checked = [handle for token, handle in context.verified.items() if token not in before]
         if checked or errors:
             call.handles = (checked, errors)

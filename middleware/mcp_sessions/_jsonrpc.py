@@ -44,19 +44,30 @@ class Watch:
     name seen twice) is parsed with a hook that records repeated names.
     """
 
-    __slots__ = ("_markers", "_names")
+    __slots__ = ("_marker", "_markers", "_names")
 
     def __init__(self, markers: Iterable[str], names: Iterable[str]) -> None:
-        self._markers = tuple(b'"%s"' % m.encode() for m in dict.fromkeys(markers))
+        markers = list(dict.fromkeys(markers))
+        self._markers = tuple(b'"%s"' % m.encode() for m in markers)
+        # One wire (the usual case): one substring test, no generator, on every request.
+        self._marker = self._markers[0] if len(self._markers) == 1 else None
         self._names = tuple(b'"%s"' % n.encode() for n in dict.fromkeys([*markers, *names]))
 
     def needs_check(self, body: bytes) -> bool:
+        """Whether ``body`` must be parsed with the hook that records repeated names."""
         if b"\\" in body:
             return True
-        if not any(marker in body for marker in self._markers):
+        marker = self._marker
+        if marker is not None:
+            if marker not in body:
+                return False
+        elif not any(marker in body for marker in self._markers):
             return False
         count = body.count
-        return any(count(name) > 1 for name in self._names)
+        for name in self._names:  # noqa: SIM110 - a loop, not any(genexpr): it runs on every session request
+            if count(name) > 1:
+                return True
+        return False
 
 
 def loads(body: bytes, *, watch: Watch | None = None) -> Any:

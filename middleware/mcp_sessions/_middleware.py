@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Final, Unpack, cast
+from typing import TYPE_CHECKING, Any, Final, Unpack
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,6 +27,7 @@ from ._echo import Target, annotate, hashable_id
 from ._handle_check import check_handles
 from ._local import LocalCall
 from ._plan import Call, Plan, Planner
+from ._policy import never as _never
 from ._protocol import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -92,9 +93,22 @@ class MCPSessionMiddleware:
             hosts,
             *(() if self._transport is None else (self._transport,)),
         )
-        self._data_layer_only = self._sources[:1]
+        self._data_layer = self._sources[0]
+        self._only_source = self._sources[0] if len(self._sources) == 1 else None
         self._planner = Planner(config.profiles)
         self._profiles = config.profiles
+        # era -> method -> the wires whose capability that method's result advertises (keyed by the
+        # era's value: an Enum member hashes in Python code, a str in C)
+        self._advertising = {
+            era: {
+                method: advertised
+                for method in {m for p in config.profiles for m in (*p.advertised_per_request, *p.advertised_handshake)}
+                if (advertised := tuple(p for p in config.profiles if p.advertises(method, era)))
+            }
+            for era in Era
+        }
+        self._advertising_by_value = {era.value: table for era, table in self._advertising.items()}
+        self._requires = None if config.requires is _never else config.requires
         self._capability: dict[str, Any] = {"required": True} if config.require_all else {}
         self._retry_after = str(config.retry_after).encode()
         self._telemetry = Telemetry(
@@ -112,14 +126,16 @@ class MCPSessionMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self._not_http(scope, receive, send)
-        http_scope = cast("HTTPScope", scope)
-        reply = cast("ASGISendCallable", send)  # our own answers, checked as typed ASGI events
+        # The same objects, typed as asgiref's ASGI events (annotations, not cast(): no call per request).
+        http_scope: HTTPScope = scope  # type: ignore[assignment]
+        reply: ASGISendCallable = send  # type: ignore[assignment]  # our own answers, checked as typed events
+        typed_receive: ASGIReceiveCallable = receive  # type: ignore[assignment]
         headers = _headers(http_scope)
         if not self._is_for_us(http_scope, headers):
             return await self._pass_through(scope, receive, send, headers)
         start_ns = time.time_ns()
         body = await read_body(
-            cast("ASGIReceiveCallable", receive),
+            typed_receive,
             declared_length=headers.get(b"content-length"),
             limit=self.config.max_body_size,
         )
@@ -134,18 +150,20 @@ class MCPSessionMiddleware:
             return await self._pass_through(scope, replay, send, headers)
         if plan.batch and any(call.local is not None for call in plan.calls):
             return await self._refuse_batch_with_local_method(plan, reply)
-        local = plan.local
+        local = None if plan.batch else plan.calls[0]
+        if local is not None and local.local is None:
+            local = None
         if local is not None and not local.is_request:
             return await send_accepted(reply)  # a session method as a notification: no answer, no effect
         await self._resolve(scope, plan)
         if self.config.handles is not None:
             await check_handles(self.config.handles, self._sessions, scope, plan)
         self._start_operations(scope, plan)
-        if any(call.refusal is not None for call in plan.calls):
+        if plan.refused:
             return await self._refuse(plan, reply)
         if local is not None:
             return await self._answer_locally(scope, plan, local, reply)
-        if any(call.answer is not None for call in plan.calls):
+        if plan.answered:
             return await self._answer_before_the_tool(plan, reply)
         return await self._forward(scope, replay, send, plan)
 
@@ -158,7 +176,7 @@ class MCPSessionMiddleware:
             scope["method"] == "POST"
             and content_type is not None
             and content_type.lower().startswith(_JSON_CONTENT_TYPE)
-            and (paths is None or _route_path(scope) in paths or scope["path"] in paths)
+            and (paths is None or scope["path"] in paths or _route_path(scope) in paths)
         )
 
     async def _resolve(self, scope: Scope, plan: Plan) -> None:
@@ -173,10 +191,14 @@ class MCPSessionMiddleware:
                     if not local.needs_session:
                         continue
                 # A session method acts on a data-layer session only, never a host's or a transport's.
-                sources = self._data_layer_only if local is not None else self._sources
-                call.session = await self._session_for(scope, call, plan, sources)
+                only = self._data_layer if local is not None else self._only_source
+                call.session = await (
+                    only.session_for(scope, call, plan) if only is not None else self._session_for(scope, call, plan)
+                )
+                requires = self._requires
                 if call.session is None and (
-                    local is not None or (call.is_request and self.config.requires(call.method, call.params))
+                    local is not None
+                    or (requires is not None and call.is_request and requires(call.method, call.params))
                 ):
                     profile = call.profile
                     message = profile.required_message
@@ -185,11 +207,10 @@ class MCPSessionMiddleware:
                     raise Refusal(profile.required, message, profile.required_data, reason="required")
             except Refusal as refusal:
                 call.refusal = refusal
+                plan.refused = True
 
-    async def _session_for(
-        self, scope: Scope, call: Call, plan: Plan, sources: tuple[SessionSource, ...]
-    ) -> Session | None:
-        for source in sources:
+    async def _session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        for source in self._sources:
             session = await source.session_for(scope, call, plan)
             if session is not None:
                 return session
@@ -248,6 +269,7 @@ class MCPSessionMiddleware:
             result = await call.local.answer(local)
         except Refusal as refusal:
             call.refusal = refusal
+            plan.refused = True
             return await self._refuse(plan, send)
         if plan.era is Era.PER_REQUEST:
             result["resultType"] = "complete"
@@ -283,12 +305,30 @@ class MCPSessionMiddleware:
         """Call the app with the session attached, the trace continued and the responses rewritten."""
         if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
             send = self._transport.watch_initialize(send)
-        targets = self._targets(plan)
-        operations = [call.operation for call in plan.calls if call.operation is not None]
-        sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
-        if not targets and not sessions and not operations and plan.handles is None:
-            return await self.app(scope, replay, send)
-        session = next(iter(sessions.values())) if len(sessions) == 1 else None
+        if plan.batch:
+            targets = self._targets(plan)
+            operations = [call.operation for call in plan.calls if call.operation is not None]
+            sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
+            if not targets and not sessions and not operations and plan.handles is None:
+                return await self.app(scope, replay, send)
+            session = next(iter(sessions.values())) if len(sessions) == 1 else None
+        else:  # one message, the usual case: the same steps without the loops
+            call = plan.calls[0]
+            session, operation = call.session, call.operation
+            advertised = self._advertising_by_value[plan.era.value].get(call.method or "", ())
+            if session is None and operation is None and not advertised and plan.handles is None:
+                return await self.app(scope, replay, send)  # nothing to add, observe or attach
+            targets = {}
+            if call.is_request and (session is not None or advertised or operation is not None):
+                targets[hashable_id(call.request_id)] = Target(
+                    call.profile,
+                    _echoed(session),
+                    advertised=advertised,
+                    capability=self._capability,
+                    era=plan.era,
+                    operation=operation,
+                )
+            operations = [] if operation is None else [operation]
         ambient = operations[0] if len(operations) == 1 else None
         if ambient is not None and not plan.batch and ambient.traced:
             _continue_trace(plan.calls[0].message, replay, ambient)
@@ -299,16 +339,15 @@ class MCPSessionMiddleware:
 
     def _targets(self, plan: Plan) -> dict[Any, Target]:
         targets: dict[Any, Target] = {}
+        advertising = self._advertising_by_value[plan.era.value]
         for call in plan.calls:
             if call.method is None or not call.is_request:
                 continue
-            advertised = tuple(p for p in self._profiles if p.advertises(call.method, plan.era))
-            # Only a data-layer session is echoed: the others have no token the client could send back.
-            session = call.session if call.session is not None and call.session.token else None
-            if session is not None or advertised or call.operation is not None:
+            advertised = advertising.get(call.method, ())
+            if call.session is not None or advertised or call.operation is not None:
                 targets[hashable_id(call.message["id"])] = Target(
                     call.profile,
-                    session,
+                    _echoed(call.session),
                     advertised=advertised,
                     capability=self._capability,
                     era=plan.era,
@@ -325,7 +364,8 @@ class MCPSessionMiddleware:
         targets: dict[Any, Target],
         operations: list[Operation],
     ) -> None:
-        rewriter = ResponseRewriter(cast("ASGISendCallable", send), targets) if targets else None
+        typed_send: ASGISendCallable = send  # type: ignore[assignment]
+        rewriter = ResponseRewriter(typed_send, targets) if targets else None
         if session is not None:
             scope[SCOPE_KEY] = session
             scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
@@ -465,6 +505,11 @@ def _route_path(scope: HTTPScope) -> str:
     """The path as Starlette routes it: without the ``root_path`` a proxy prefix or a ``Mount`` adds."""
     path, root = scope["path"], scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path
+
+
+def _echoed(session: Session | None) -> Session | None:
+    """The session a result echoes: only a data-layer one, as the others have no token to send back."""
+    return session if session is not None and session.token else None
 
 
 def _check_local_call(call: Call, plan: Plan) -> None:

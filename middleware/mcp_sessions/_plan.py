@@ -7,10 +7,10 @@ element. Nothing in a plan is decided about sessions yet.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from . import _jsonrpc as jsonrpc
-from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from ._protocol import HANDSHAKE_VERSIONS, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 
 if TYPE_CHECKING:
     from ._answers import Refusal
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from .sources import Conversation
 
 __all__ = ["Call", "Plan", "Planner"]
+
+# Era.of as one dict lookup: a handshake version is the handshake era, anything else per-request.
+_ERA_OF: Final = {version: Era.HANDSHAKE for version in HANDSHAKE_VERSIONS}
 
 
 class Call:
@@ -45,7 +48,7 @@ class Call:
         self.method = method
         self.profile = profile
         self.local = local
-        self.request_id = jsonrpc.request_id_of(message) if isinstance(message, dict) else None
+        self.request_id: Any = None  # set by the planner: as sent for one message, sanitised in a batch
         self.session: Session | None = None
         self.refusal: Refusal | None = None
         self.operation: Operation | None = None
@@ -67,7 +70,18 @@ class Call:
 class Plan:
     """What one HTTP request carries, parsed and classified."""
 
-    __slots__ = ("batch", "calls", "era", "handles", "header_session_id", "headers", "protocol_version", "start_ns")
+    __slots__ = (
+        "answered",
+        "batch",
+        "calls",
+        "era",
+        "handles",
+        "header_session_id",
+        "headers",
+        "protocol_version",
+        "refused",
+        "start_ns",
+    )
 
     def __init__(self, calls: list[Call], *, batch: bool, headers: dict[bytes, bytes], start_ns: int) -> None:
         self.calls = calls
@@ -75,10 +89,16 @@ class Plan:
         self.headers = headers
         self.header_session_id = headers.get(MCP_SESSION_ID_HEADER)
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        self.protocol_version = None if version is None else version.decode("latin-1")
-        self.era = Era.of(self.protocol_version)
+        if version is None:
+            self.protocol_version = None
+            self.era = Era.HANDSHAKE
+        else:
+            self.protocol_version = version.decode("latin-1")
+            self.era = _ERA_OF.get(self.protocol_version, Era.PER_REQUEST)
         self.start_ns = start_ns
         self.handles: HandleContext | None = None  # with handles configured: the request's handle view
+        self.refused = False  # some call has a refusal: nothing is forwarded
+        self.answered = False  # some call has an answer decided before the tool (a refused handle)
 
     @property
     def local(self) -> Call | None:
@@ -90,11 +110,13 @@ class Plan:
 class Planner:
     """Built once per middleware from the enabled wires."""
 
-    __slots__ = ("_default", "_profiles", "_watch")
+    __slots__ = ("_default", "_methods", "_profiles", "_watch")
 
     def __init__(self, profiles: Sequence[WireProfile]) -> None:
         self._profiles = tuple(profiles)
         self._default = profiles[0]
+        # With one wire there is nothing to choose: only its local methods to look up.
+        self._methods = profiles[0].methods if len(profiles) == 1 else None
         self._watch = jsonrpc.Watch(
             (p.carrier.meta_key for p in profiles), (n for p in profiles for n in p.carrier.path_names)
         )
@@ -106,10 +128,12 @@ class Planner:
             call = self.call(parsed)
             if call.method is None:
                 return None
-            call.request_id = parsed.get("id")  # repeated as sent; batch elements' ids are sanitised
+            call.request_id = parsed.get("id")  # repeated as sent
             return Plan([call], batch=False, headers=headers, start_ns=start_ns)
         if type(parsed) is list and parsed:
             calls = [self.call(element) for element in parsed]
+            for call in calls:
+                call.request_id = jsonrpc.request_id_of(call.message)  # only ids that can be echoed
             if all(call.method is None for call in calls):
                 return None
             return Plan(calls, batch=True, headers=headers, start_ns=start_ns)
@@ -122,6 +146,8 @@ class Planner:
         method = message.get("method")
         if type(method) is not str:
             return Call(message, None, self._default, None)
+        if self._methods is not None:
+            return Call(message, method, self._default, self._methods.get(method))
         for profile in self._profiles:
             if profile.speaks(message, method):
                 return Call(message, method, profile, profile.methods.get(method))

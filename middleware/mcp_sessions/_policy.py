@@ -11,7 +11,8 @@ RequirePolicy = bool | Collection[str] | Callable[[str, Any], bool]
 Requires = Callable[[str, Any], bool]
 
 
-def _never(method: str, params: Any) -> bool:
+def never(method: str, params: Any) -> bool:
+    """The policy that requires no session anywhere (the middleware skips calling it)."""
     return False
 
 
@@ -37,7 +38,7 @@ def compile_policy(require_session: RequirePolicy, require_tools: Collection[str
     tools = frozenset(require_tools)
     exempt = frozenset(exempt)
     if not (require_all or methods or tools or predicate):
-        return _never
+        return never
 
     def requires(method: str, params: Any) -> bool:
         if method in exempt or method.startswith("notifications/"):

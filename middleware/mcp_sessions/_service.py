@@ -7,6 +7,7 @@ same way, whichever wire names it.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import time
 from datetime import UTC, datetime
@@ -64,7 +65,7 @@ def rejection_reason(reason: str) -> str:
 class SessionService:
     """The session machinery one middleware instance shares across its wires."""
 
-    __slots__ = ("idle_ttl", "keys", "principal", "store", "ttl")
+    __slots__ = ("_touch_takes_issued_at", "idle_ttl", "keys", "principal", "store", "ttl")
 
     def __init__(
         self, *, keys: KeySet, store: SessionStore, ttl: float, idle_ttl: float | None, principal: PrincipalHook | None
@@ -74,6 +75,12 @@ class SessionService:
         self.ttl = ttl
         self.idle_ttl = idle_ttl
         self.principal = principal
+        # A store written before touch() took issued_at keeps working (its sessions' idle clock
+        # then starts at their first use rather than at creation).
+        parameters = inspect.signature(store.touch).parameters
+        self._touch_takes_issued_at = "issued_at" in parameters or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+        )
 
     async def principal_of(self, scope: Scope) -> str | None:
         """The caller's principal digest (see :func:`principal_digest`)."""
@@ -107,9 +114,12 @@ class SessionService:
                 state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
             except InvalidToken as exc:
                 raise InvalidToken(f"state: {exc.reason}") from None
-            status = await self.store.touch(
-                sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
-            )
+            if self._touch_takes_issued_at:
+                status = await self.store.touch(
+                    sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
+                )
+            else:
+                status = await self.store.touch(sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl)
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:

@@ -104,7 +104,9 @@ class UnavailableStore(SessionStore):
     async def create(self, session_id: str, *, expires_at: float, now: float) -> None:
         self._fail()
 
-    async def touch(self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None) -> SessionStatus:
+    async def touch(
+        self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None, issued_at: float | None = None
+    ) -> SessionStatus:
         self._fail()
 
     async def revoke(self, session_id: str, *, expires_at: float) -> bool:
@@ -496,14 +498,14 @@ def _legacy_batch(ctx: Context) -> Raw:
 
 
 STORE_ROWS: list[Row] = [
-    ("create", lambda c: create(), 503, -32010, 0),
-    ("legacy-create", lambda c: create(era="legacy"), 503, -32010, 0),
     ("tool-call-with-session", lambda c: call(_valid()), 503, -32010, 0),
     ("legacy-tool-call-with-session", lambda c: old_call(_valid()), 503, -32010, 0),
     ("delete", lambda c: delete(_valid()), 503, -32010, 0),
     ("notification-with-session", lambda c: call(_valid(), request_id=None), 503, None, 0),
     ("batch-with-session", _legacy_batch, 503, [-32010, -32010], 0),
-    # Sessionless traffic never needs the store.
+    # Sessionless traffic never needs the store, and neither does creating a session (it stores nothing).
+    ("create", lambda c: create(), 200, None, 0),
+    ("legacy-create", lambda c: create(era="legacy"), 200, None, 0),
     ("sessionless-tool-call", lambda c: call(), 200, None, 1),
     ("legacy-sessionless-tool-call", lambda c: old_call(), 200, None, 1),
     ("required-tool-without-session", lambda c: call(name="record_required"), 200, -32044, 0),

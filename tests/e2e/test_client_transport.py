@@ -128,7 +128,9 @@ class FlakyStore(MemoryStore):
         self._maybe_fail()
         await super().create(session_id, expires_at=expires_at, now=now)
 
-    async def touch(self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None) -> Any:
+    async def touch(
+        self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None, issued_at: float | None = None
+    ) -> Any:
         self._maybe_fail()
         return await super().touch(session_id, expires_at=expires_at, now=now, idle_ttl=idle_ttl)
 
@@ -358,15 +360,16 @@ async def test_a_busy_store_is_retried_until_it_answers(servers: Servers) -> Non
     shim = SessionTransport(recorder, retry=FAST)
     async with connect(servers.flaky, shim) as client:
         servers.store.fail, servers.store.failed = 2, 0
-        first = await count(client)  # the create meets the outage
+        first = await count(client)  # creating stores nothing: the first tools/call meets the outage
         servers.store.fail = 2
-        second = await count(client)  # the tools/call meets it
+        second = await count(client)  # and so does the second
 
     assert [first, second] == [1, 2]
     assert servers.store.failed == 4
-    assert len(recorder.creates()) == 3
-    assert [e.status for e in recorder.creates()] == [503, 503, 200]
-    assert recorder.creates()[0].response_headers["retry-after"] == "0"
+    assert [e.status for e in recorder.creates()] == [200]
+    calls = [e for e in recorder.posts() if isinstance(e.body, dict) and e.body.get("method") == "tools/call"]
+    assert [e.status for e in calls] == [503, 503, 200, 503, 503, 200]
+    assert calls[0].response_headers["retry-after"] == "0"
 
 
 async def test_a_busy_store_past_the_retry_budget_reaches_the_caller(servers: Servers) -> None:

@@ -43,6 +43,8 @@ class SessionRef(NamedTuple):
 
 
 def _check_unique(obj: dict[str, Any], *names: str) -> None:
+    if type(obj) is dict:
+        return  # the parser's plain objects repeated no name; only its recording subclass may have
     repeated = getattr(obj, "repeated", None)
     if repeated is not None and not repeated.isdisjoint(names):
         raise InvalidSessionMeta("session metadata must not repeat a member name")
@@ -68,24 +70,26 @@ class SessionCarrier:
         ``null`` counts as absent. Anything else that is not an object with a
         string id (and, where the wire has state, a string state) is invalid.
         """
-        _check_unique(message, "params")
+        # type(x) is dict: the parser's plain objects; only its recording subclass may repeat a name.
+        if type(message) is not dict:
+            _check_unique(message, "params")
         params = message.get("params")
         if not isinstance(params, dict):
             return None
-        _check_unique(params, "_meta")
+        if type(params) is not dict:
+            _check_unique(params, "_meta")
         meta = params.get("_meta")
         if not isinstance(meta, dict):
             return None
-        _check_unique(meta, self.meta_key)
+        if type(meta) is not dict:
+            _check_unique(meta, self.meta_key)
         session = meta.get(self.meta_key)
         if session is None:
             return None
         if not isinstance(session, dict):
             raise InvalidSessionMeta("session metadata must be an object")
-        if self.state_member is None:
-            _check_unique(session, self.id_member)
-        else:
-            _check_unique(session, self.id_member, self.state_member)
+        if type(session) is not dict:
+            _check_unique(session, self.id_member, *(() if self.state_member is None else (self.state_member,)))
         token = session.get(self.id_member)
         if type(token) is not str:
             raise InvalidSessionMeta(f"session metadata needs a string {self.id_member}")
