@@ -22,6 +22,7 @@ from ._principal import PrincipalHook, authenticated_user
 from ._telemetry import TraceMode
 from ._tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 from .profiles import WireProfile, profiles_from_names
+from .sources.host import BUILT_IN_HOSTS, CONVERSATION_DATA_MODES, ConversationData, HostKey, host_keys_from_config
 from .stores import MemoryStore, SessionStore, store_from_url
 
 if TYPE_CHECKING:
@@ -57,6 +58,9 @@ class SessionsOptions(TypedDict, total=False):
     trace_mode: TraceMode
     principal: PrincipalHook | None
     profiles: str | Iterable[str | WireProfile]
+    conversation_data: ConversationData
+    conversation_keys: str | Iterable[str]
+    adopt_transport_sessions: bool
     handles: Handles | None
     guard: Guard | None
 
@@ -90,6 +94,9 @@ class SessionsConfig:
         trace_mode: TraceMode = "link",
         principal: PrincipalHook | None = authenticated_user,
         profiles: str | Iterable[str | WireProfile] = ("draft",),
+        conversation_data: ConversationData = "off",
+        conversation_keys: str | Iterable[str] = (),
+        adopt_transport_sessions: bool = False,
         handles: Handles | None = None,
         guard: Guard | None = None,
     ) -> None:
@@ -123,6 +130,15 @@ class SessionsConfig:
         exempt = frozenset().union(*(p.sessionless for p in self.profiles))
         self.requires: Requires = compile_policy(require_session, require_session_tools, exempt)
         self.require_all = require_session is True
+        if conversation_data not in CONVERSATION_DATA_MODES:
+            raise ValueError(
+                f"conversation_data must be one of {', '.join(CONVERSATION_DATA_MODES)}, got {conversation_data!r}"
+            )
+        self.conversation_data: ConversationData = conversation_data
+        self.host_keys: tuple[HostKey, ...] = (*host_keys_from_config(conversation_keys), *BUILT_IN_HOSTS)
+        if type(adopt_transport_sessions) is not bool:
+            raise TypeError("adopt_transport_sessions is True or False")
+        self.adopt_transport_sessions = adopt_transport_sessions
         self.handles = handles
         if guard is not None and not isinstance(guard, Guard):
             raise TypeError("guard takes a mcp_sessions.Guard, built with the options of the wrapped server")
@@ -142,6 +158,9 @@ class SessionsConfig:
         (the ``redis`` extra), with ``MCP_SESSIONS_REDIS_PREFIX`` and
         ``MCP_SESSIONS_REDIS_TIMEOUT``. ``MCP_SESSIONS_PROFILES`` lists the
         session wires to speak (default ``draft``).
+        ``MCP_SESSIONS_CONVERSATION_DATA`` (``off``, ``principal``, ``anonymous``),
+        ``MCP_SESSIONS_CONVERSATION_KEYS`` (``meta:KEY,header:NAME``) and
+        ``MCP_SESSIONS_ADOPT_TRANSPORT`` (``1``) set the options of the same names.
         """
         env = os.environ if environ is None else environ
         settings: dict[str, Any] = {}
@@ -162,6 +181,18 @@ class SessionsConfig:
                 raise ValueError(f"MCP_SESSIONS_PROFILES: {exc}") from None
         if "guard" not in options and (guard := _guard_from_env(env)) is not None:
             settings["guard"] = guard
+        mode = env.get("MCP_SESSIONS_CONVERSATION_DATA", "").strip().lower()
+        if mode and "conversation_data" not in options:
+            if mode not in CONVERSATION_DATA_MODES:
+                raise ValueError(
+                    f"MCP_SESSIONS_CONVERSATION_DATA must be one of {', '.join(CONVERSATION_DATA_MODES)}, got {mode!r}"
+                )
+            settings["conversation_data"] = mode
+        if (keys := env.get("MCP_SESSIONS_CONVERSATION_KEYS", "").strip()) and "conversation_keys" not in options:
+            host_keys_from_config(keys, source="MCP_SESSIONS_CONVERSATION_KEYS")  # the error names the variable
+            settings["conversation_keys"] = keys
+        if (adopt := _flag(env, "MCP_SESSIONS_ADOPT_TRANSPORT")) is not None:
+            settings["adopt_transport_sessions"] = adopt
         if "store" not in options and (store := _store_from_env(env)) is not None:
             settings["store"] = store
         settings.update(options)
@@ -212,6 +243,17 @@ def _seconds(env: Mapping[str, str], name: str) -> float | None:
     if not value > 0:
         raise ValueError(f"{name} must be positive, got {raw!r}")
     return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool | None:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return None
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
 
 
 def _keys_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[str, Any]:

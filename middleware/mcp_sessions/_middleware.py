@@ -22,6 +22,7 @@ from . import _jsonrpc as jsonrpc
 from ._answers import Refusal, batch_refused, send_accepted, send_json, send_refusal, send_result, send_status
 from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
+from ._digest import IdDigests
 from ._echo import Target, annotate, hashable_id
 from ._guard import Rejection
 from ._handle_check import check_handles
@@ -39,10 +40,12 @@ from ._protocol import (
 from ._response import ResponseRewriter
 from ._service import SessionRefused, SessionService
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
-from ._telemetry import Operation, Telemetry
+from ._telemetry import Operation, Telemetry, attach_session, detach_session
 from ._transport import TransportSessions
 from .handles import handle_context, record_handles
 from .sources import DataLayerSource, SessionSource
+from .sources.host import HostConversationSource
+from .sources.transport import TransportSource, is_transport_session_id
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
@@ -81,7 +84,18 @@ class MCPSessionMiddleware:
         self._sessions = SessionService(
             keys=config.keys, store=config.store, ttl=config.ttl, idle_ttl=config.idle_ttl, principal=config.principal
         )
-        self._sources: tuple[SessionSource, ...] = (DataLayerSource(self._sessions),)
+        digests = IdDigests(config.keys)
+        self._transport = TransportSource(self._sessions, digests) if config.adopt_transport_sessions else None
+        hosts = HostConversationSource(
+            config.host_keys, sessions=self._sessions, digests=digests, data=config.conversation_data
+        )
+        # A data-layer session always wins; then the host's conversation; then the transport session.
+        self._sources: tuple[SessionSource, ...] = (
+            DataLayerSource(self._sessions),
+            hosts,
+            *(() if self._transport is None else (self._transport,)),
+        )
+        self._data_layer = self._sources[0]
         self._only_source = self._sources[0] if len(self._sources) == 1 else None
         self._planner = Planner(config.profiles)
         self._transports = TransportSessions() if any(p.header_every_era for p in config.profiles) else None
@@ -106,6 +120,7 @@ class MCPSessionMiddleware:
             meter_provider=config.meter_provider,
             trace_mode=config.trace_mode,
             known_methods={method for profile in config.profiles for method in profile.methods},
+            transport_digest=digests.transport,
         )
 
     @classmethod
@@ -188,7 +203,8 @@ class MCPSessionMiddleware:
                     _check_local_call(call, plan)
                     if not local.needs_session:
                         continue
-                only = self._only_source
+                # A session method acts on a data-layer session only, never a host's or a transport's.
+                only = self._data_layer if local is not None else self._only_source
                 call.session = await (
                     only.session_for(scope, call, plan) if only is not None else self._session_for(scope, call, plan)
                 )
@@ -198,7 +214,10 @@ class MCPSessionMiddleware:
                     or (requires is not None and call.is_request and requires(call.method, call.params))
                 ):
                     profile = call.profile
-                    raise Refusal(profile.required, profile.required_message, profile.required_data, reason="required")
+                    message = profile.required_message
+                    if call.conversation is not None and call.conversation.no_data is not None:
+                        message = f"{message}: {call.conversation.no_data}"
+                    raise Refusal(profile.required, message, profile.required_data, reason="required")
             except Refusal as refusal:
                 call.refusal = refusal
                 plan.refused = True
@@ -219,6 +238,16 @@ class MCPSessionMiddleware:
 
     def _start_operation(self, scope: Scope, plan: Plan, call: Call) -> Operation:
         session = call.session
+        # Telemetry names the conversation the first source found: a host's id verbatim, else the session.
+        conversation = call.conversation
+        session_id: str | None
+        source: str | None
+        if conversation is not None:
+            session_id, source = conversation.id, conversation.source
+        elif session is not None:
+            session_id, source = session.id, session.source
+        else:
+            session_id = source = None
         operation = self._telemetry.start(
             scope=scope,
             headers=plan.headers,
@@ -226,9 +255,11 @@ class MCPSessionMiddleware:
             method=call.method or "",
             protocol_version=plan.protocol_version,
             modern=plan.era is Era.PER_REQUEST,
-            session_id=None if session is None else session.id,
+            session_id=session_id,
             session_claims=None if session is None else session.claims,
             start_ns=plan.start_ns,
+            session_source=source,
+            user_id=None if conversation is None else conversation.user,
         )
         if call.refusal is not None and call.refusal.session_id is not None:
             operation.set_session(call.refusal.session_id)
@@ -305,6 +336,8 @@ class MCPSessionMiddleware:
         """Call the app with the session attached, the trace continued and the responses rewritten."""
         if self._planner.strips:
             _strip_session_members(plan, replay)
+        if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
+            send = self._transport.watch_initialize(send)
         if not plan.batch and self._transports is None:  # one message, the usual case: no loops
             call = plan.calls[0]
             session, operation, revoked = call.session, call.operation, call.revoked is not None
@@ -315,7 +348,7 @@ class MCPSessionMiddleware:
             if call.is_request and (session is not None or advertised or operation is not None or revoked):
                 targets[hashable_id(call.request_id)] = Target(
                     call.profile,
-                    session,
+                    _echoed(session),
                     advertised=advertised,
                     capability=self._capability,
                     era=plan.era,
@@ -353,7 +386,7 @@ class MCPSessionMiddleware:
             if call.session is not None or advertised or call.operation is not None or call.revoked is not None:
                 targets[hashable_id(call.message["id"])] = Target(
                     call.profile,
-                    call.session,
+                    _echoed(call.session),
                     advertised=advertised,
                     capability=self._capability,
                     era=plan.era,
@@ -378,8 +411,11 @@ class MCPSessionMiddleware:
             scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
         token = _current.set(session)
         ambient = operations[0] if len(operations) == 1 else None
+        baggage_token = None
         if ambient is not None:
             ambient.attach()
+        elif session is not None and not operations and self._telemetry.enabled():
+            baggage_token = attach_session(session.id)  # an ordinary route: its spans carry the session too
         try:
             await self.app(scope, receive, send if rewriter is None else rewriter.send)
         except BaseException as exc:
@@ -389,6 +425,8 @@ class MCPSessionMiddleware:
         finally:
             if ambient is not None:
                 ambient.detach()
+            if baggage_token is not None:
+                detach_session(baggage_token)
             _current.reset(token)
             if rewriter is not None and rewriter.status >= 400:
                 for operation in operations:
@@ -404,6 +442,13 @@ class MCPSessionMiddleware:
         An invalid one is simply not attached: the route decides what that means.
         """
         header_session_id = headers.get(MCP_SESSION_ID_HEADER)
+        if (
+            self._transport is not None
+            and header_session_id is not None
+            and scope["method"] == "DELETE"
+            and is_transport_session_id(header_session_id)
+        ):
+            send = self._transport.watch_delete(header_session_id, send)
         if header_session_id is not None and header_session_id.count(b".") == 2:
             try:
                 session = await self._sessions.resolve(scope, header_session_id.decode("latin-1"), None)
@@ -500,6 +545,11 @@ def _route_path(scope: HTTPScope) -> str:
     """The path as Starlette routes it: without the ``root_path`` a proxy prefix or a ``Mount`` adds."""
     path, root = scope["path"], scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path
+
+
+def _echoed(session: Session | None) -> Session | None:
+    """The session a result echoes: only a data-layer one, as the others have no token to send back."""
+    return session if session is not None and session.token else None
 
 
 def _check_local_call(call: Call, plan: Plan) -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ._telemetry import Operation
     from .handles import Handle, HandleContext, HandleError
     from .profiles import LocalMethod, WireProfile
+    from .sources import Conversation
 
 __all__ = ["Call", "Plan", "Planner"]
 
@@ -31,6 +32,7 @@ class Call:
 
     __slots__ = (
         "answer",
+        "conversation",
         "handles",
         "local",
         "message",
@@ -57,6 +59,7 @@ class Call:
         self.revoked: str | None = None
         # Its session was opened by this very message (SEP-1364 alt. 2's initialize).
         self.minted = False
+        self.conversation: Conversation | None = None
         # A result decided before forwarding (a refused handle's isError result), and the handles checked.
         self.answer: dict[str, Any] | None = None
         self.handles: tuple[list[Handle], list[HandleError]] | None = None

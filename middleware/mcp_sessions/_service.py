@@ -141,6 +141,44 @@ class SessionService:
             idle_ttl=self.idle_ttl,
         )
 
+    async def adopt(self, scope: Scope, session_id: str, source: str) -> Session | None:
+        """A session without a token (a transport session, a host conversation), keyed by ``session_id``.
+
+        Its data lives in the store like a data-layer session's and ends by
+        ``idle_ttl`` (or :meth:`end`); ``None`` once it has ended.
+        """
+        now = time.time()
+        expires_at = int(now + self.ttl)
+        try:
+            status = await self.store.touch(session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl)
+        except SessionStoreUnavailable as exc:
+            raise store_unavailable(exc) from None
+        if status is not SessionStatus.ACTIVE:
+            logger.debug("%s session ended: %s (sid=%s)", source, status.value, session_id)
+            return None
+        return Session(
+            token="",
+            session_id=session_id,
+            issued_at=int(now),
+            expires_at=expires_at,
+            claims={},
+            keys=self.keys,
+            store=self.store,
+            state_token=None,
+            state_json=None,
+            now=now,
+            idle_ttl=self.idle_ttl,
+            source=source,
+        )
+
+    async def end(self, session_id: str) -> bool:
+        """End a session :meth:`adopt` gave (its transport session ended) and drop its data."""
+        try:
+            return await self.store.revoke(session_id, expires_at=time.time() + self.ttl)
+        except SessionStoreUnavailable as exc:
+            logger.warning("could not drop an ended transport session's data: %s", exc)
+            return False
+
     async def revoke(self, session: Session) -> bool:
         """End ``session`` on every replica; ``False`` if it had already ended."""
         try:

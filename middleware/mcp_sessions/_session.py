@@ -85,6 +85,7 @@ class Session:
         "id",
         "issued_at",
         "last_seen",
+        "source",
         "token",
         "token_expires_at",
     )
@@ -103,6 +104,7 @@ class Session:
         state_json: str | None,
         now: float,
         idle_ttl: float | None,
+        source: str = "data-layer",
     ) -> None:
         self.token = token
         """The wire ``sessionId`` (a JWT): a bearer credential, never log it."""
@@ -116,6 +118,10 @@ class Session:
         """The token's claims other than ``iss``, ``aud``, ``sid``, ``iat`` and ``exp``."""
         self.last_seen = now
         """When the middleware verified this request, in Unix seconds: the idle timeout counts from it."""
+        self.source = source
+        """Where the session came from: ``data-layer`` (a token this server minted), ``transport`` (an
+        adopted 2025-era transport session) or a host's conversation (``openai``, ``vscode``, ``goose``,
+        ``opencode``, ``meta:KEY``, ``header:NAME``). Only a data-layer session has a token and state."""
         self._store = store
         self._data: SessionData | None = None
         self._keys = keys
@@ -157,6 +163,8 @@ class Session:
     def state(self, value: Mapping[str, Any]) -> None:
         if not isinstance(value, Mapping):
             raise TypeError("session state must be a mapping (a JSON object)")
+        if not self.token:
+            raise TypeError(f"a {self.source} session has no client-held state: it needs a data-layer session")
         plain = dict(value)
         # Signed now, so an oversized or unserializable state fails in the code that set it.
         self._state_token = self._keys.sign_state(self.id, plain)

@@ -4,9 +4,11 @@ Follows the MCP semantic conventions (GenAI conventions repository,
 ``docs/gen-ai/mcp.md``): one SERVER span per JSON-RPC message, named
 ``{mcp.method.name} {target}``, parented to the W3C context in
 ``params._meta`` (SEP-414), else the HTTP headers, else the ambient context.
-The data-layer session goes in ``session.id`` and ``gen_ai.conversation.id``;
-``mcp.session.id`` carries only a keyed digest of a 2025-era transport
-session. Nothing here ever sees the session token: only the stable id.
+The session (data-layer, adopted transport session, or the host's
+conversation id verbatim) goes in ``session.id`` and ``gen_ai.conversation.id``,
+its source in ``mcp_sessions.session.source``; ``mcp.session.id`` carries only
+a 2025-era transport session, as its keyed digest. Nothing here ever sees a
+session token or a raw transport session id: only stable ids.
 
 Every value a client chooses is bounded before it names a span or labels a
 metric, as the OpenTelemetry HTTP conventions bound ``http.request.method``:
@@ -23,7 +25,7 @@ import hmac
 import re
 import secrets
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final, Literal
 
 from opentelemetry import baggage, context, propagate, trace
@@ -41,6 +43,7 @@ TraceMode = Literal["link", "session"]
 
 SESSION_BAGGAGE_KEY: Final = "session.id"
 """The OpenTelemetry baggage key that holds the session's stable id while one of its requests runs."""
+SESSION_SOURCE_ATTRIBUTE: Final = "mcp_sessions.session.source"
 TRACEPARENT_CLAIM: Final = "tp"
 # The conventions' bucket advice for both MCP duration histograms.
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
@@ -50,7 +53,7 @@ _TRACE_KEYS: Final = ("traceparent", "tracestate", "baggage")
 OTHER: Final = "_OTHER"
 # How many tool (and prompt) names the server lists are learned before the rest count as _OTHER.
 MAX_LEARNED_NAMES: Final = 1000
-TRANSPORT_SESSION_PREFIX: Final = "ts_"
+TRANSPORT_SESSION_PREFIX: Final = "ts-"
 _ORIGINAL_LIMIT: Final = 256
 # A compact JWS (session ids and state tokens are), or what is left of one: never recorded.
 _JWS_LIKE: Final = re.compile(r"eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)*")
@@ -120,6 +123,7 @@ class Telemetry:
         known_prompts: Collection[str] = (),
         max_learned_names: int = MAX_LEARNED_NAMES,
         known_methods: Collection[str] = (),
+        transport_digest: Callable[[bytes], str] | None = None,
     ) -> None:
         if trace_mode not in ("link", "session"):
             raise ValueError('trace_mode must be "link" or "session"')
@@ -135,6 +139,7 @@ class Telemetry:
         self.prompts = Vocabulary(known_prompts, max_learned_names)
         # Per process: digests of one transport session agree for as long as the session (held in memory) lives.
         self._transport_key = secrets.token_bytes(32)
+        self._transport_digest = transport_digest
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
         self._enabled = False
@@ -172,10 +177,12 @@ class Telemetry:
 
         The header is a bearer value (the SDK's transport session, or a session
         token a client put there): HMAC-SHA256 under a random per-process key,
-        base64url, cut to 22 characters (132 bits), prefixed ``ts_``.
+        base64url, cut to 24 characters (144 bits), prefixed ``ts-``: the format of
+        the middleware's own digest, which is keyed by the key set instead, so that
+        every replica agrees.
         """
         digest = hmac.new(self._transport_key, transport_session, hashlib.sha256).digest()
-        return TRANSPORT_SESSION_PREFIX + base64.urlsafe_b64encode(digest)[:22].decode()
+        return TRANSPORT_SESSION_PREFIX + base64.urlsafe_b64encode(digest)[:24].decode()
 
     def enabled(self) -> bool:
         """Whether an OpenTelemetry SDK is there to record: without one, the middleware skips telemetry.
@@ -207,6 +214,8 @@ class Telemetry:
         session_id: str | None,
         session_claims: Mapping[str, Any] | None,
         start_ns: int,
+        session_source: str | None = None,
+        user_id: str | None = None,
     ) -> Operation:
         """Start the SERVER span of one JSON-RPC message."""
         params = message.get("params")
@@ -257,8 +266,15 @@ class Telemetry:
             if session_id is not None:
                 attributes["session.id"] = session_id
                 attributes["gen_ai.conversation.id"] = session_id
-            if not modern and (transport_session := headers.get(b"mcp-session-id")) is not None:
-                attributes["mcp.session.id"] = self.transport_session_digest(transport_session)
+                if session_source is not None:
+                    attributes[SESSION_SOURCE_ATTRIBUTE] = session_source
+            if user_id is not None:
+                attributes["user.id"] = user_id
+            transport_session = None if modern else headers.get(b"mcp-session-id")
+            if transport_session is not None:
+                # The 2025-era transport session, a bearer value (or whatever a client put there): only a digest.
+                digest = self._transport_digest or self.transport_session_digest
+                attributes["mcp.session.id"] = digest(transport_session)
             span.set_attributes(attributes)
             if creation is not None:
                 span.add_link(creation, {"mcp_sessions.link": "session.created"})
@@ -325,6 +341,16 @@ def _extract(carrier: dict[str, str]) -> Context | None:
     except (ValueError, TypeError):
         return None
     return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+def attach_session(session_id: str) -> object:
+    """Put a session's id in baggage for a request that has no span of its own (an ordinary route)."""
+    return context.attach(baggage.set_baggage(SESSION_BAGGAGE_KEY, session_id))
+
+
+def detach_session(token: object) -> None:
+    """Undo :func:`attach_session`."""
+    context.detach(token)  # type: ignore[arg-type]
 
 
 class Operation:
@@ -436,10 +462,12 @@ class Operation:
         elif self.method == "prompts/get":
             self.telemetry.prompts.learn(self.target)
 
-    def set_session(self, session_id: str) -> None:
+    def set_session(self, session_id: str, source: str = "data-layer") -> None:
         self.session_id = session_id
         if self.span.is_recording():
-            self.span.set_attributes({"session.id": session_id, "gen_ai.conversation.id": session_id})
+            self.span.set_attributes(
+                {"session.id": session_id, "gen_ai.conversation.id": session_id, SESSION_SOURCE_ATTRIBUTE: source}
+            )
 
     def traceparent(self) -> str | None:
         """This span's context as a traceparent, for the token's creation claim."""

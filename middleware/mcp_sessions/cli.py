@@ -1,10 +1,11 @@
-"""``mcp-sessions``: generate signing keys, and inspect session tokens.
+"""``mcp-sessions``: generate signing keys, inspect session tokens, open a session for a client that cannot.
 
     mcp-sessions keygen                          HS256: MCP_SESSIONS_SECRET=...
     mcp-sessions keygen --alg ES256 --kid k1     a P-256 key pair: MCP_SESSIONS_KEYS='{"keys":[...]}'
     mcp-sessions keygen --alg EdDSA --format jwks --out keys.jwk --public-out public.jwk
     mcp-sessions inspect -  < token.txt          decode (no verification)
     MCP_SESSIONS_SECRET=... mcp-sessions inspect -   decode, verify, and say why it is or is not valid
+    mcp-sessions create http://127.0.0.1:8000/mcp   open a session; print its id and how to pass it
 
 Private key material goes only to standard output or to a new file with mode
 0600. ``inspect`` never prints the token it is given, only its header and
@@ -15,11 +16,13 @@ out of your shell history.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import binascii
 import json
 import os
 import secrets
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -325,6 +328,71 @@ def _render(
     return "\n".join(lines) + "\n"
 
 
+# -- create -----------------------------------------------------------------------------------------
+
+INSPECTOR_META_KEY: Final = "io.modelcontextprotocol/session"
+LEGACY_VERSION: Final = "2025-11-25"
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise _UsageError(f"--header takes 'Name: value', got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _create(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    try:
+        from .client import HttpxSessionTransport, SessionError
+    except ImportError as exc:
+        raise _UsageError(f"{exc} (create sends its request with httpx)") from None
+    headers = dict(_header(h) for h in args.header)
+    version = LEGACY_VERSION if args.legacy else args.protocol_version
+
+    async def create() -> Any:
+        shim = HttpxSessionTransport(auto_create=False)
+        try:
+            return await shim.create(args.url, protocol_version=version, headers=headers)
+        finally:
+            await shim.aclose()
+
+    try:
+        session = asyncio.run(create())
+    except SessionError as exc:
+        print(f"mcp-sessions create: the server refused sessions/create: {exc}", file=stderr)
+        return EXIT_INVALID
+    except OSError as exc:
+        print(f"mcp-sessions create: could not reach {args.url}: {exc}", file=stderr)
+        return EXIT_INVALID
+    except Exception as exc:  # httpx's errors, without importing httpx here
+        print(f"mcp-sessions create: no session from {args.url}: {type(exc).__name__}: {exc}", file=stderr)
+        return EXIT_INVALID
+    token = session.token
+    meta = json.dumps({"sessionId": token}, separators=(",", ":"))
+    expires = session.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ") if session.expires_at else None
+    if args.json:
+        report = {
+            "sessionId": token,
+            "id": session.id,
+            "expiresAt": expires,
+            "meta": {INSPECTOR_META_KEY: {"sessionId": token}},
+        }
+        stdout.write(json.dumps(report, indent=2) + "\n")
+        return EXIT_OK
+    stdout.write(
+        f"session: {session.id}  (the stable id: safe to log)\n"
+        f"expires: {expires}\n"
+        f"sessionId: {token}\n"
+        "  (a bearer secret: whoever holds it uses the session)\n"
+        "\n"
+        "Send it in each request's params._meta, for example with the MCP Inspector CLI:\n"
+        f"  --metadata {shlex.quote(f'{INSPECTOR_META_KEY}={meta}')}\n"
+        "or any client's request metadata:\n"
+        f"  {json.dumps({INSPECTOR_META_KEY: {'sessionId': token}})}\n"
+    )
+    return EXIT_OK
+
+
 # -- the command line -----------------------------------------------------------------------
 
 
@@ -369,6 +437,24 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument("--audience", help="expected aud (default MCP_SESSIONS_AUDIENCE or 'mcp-sessions')")
     inspect.add_argument("--leeway", type=float, default=0.0, help="seconds of clock skew to allow (default 0)")
     inspect.add_argument("--json", action="store_true", help="print a JSON report")
+
+    create = commands.add_parser(
+        "create",
+        help="open a session on a server and print how to pass it (for clients that can only add metadata)",
+        description=(
+            "Send sessions/create to the MCP endpoint URL and print the new session: its stable id, its "
+            "sessionId (a bearer secret) and the exact argument that passes it through tools that can only "
+            "add request metadata, such as the MCP Inspector CLI's --metadata. Exit status: 0 created, "
+            "1 refused or unreachable, 2 usage error."
+        ),
+    )
+    create.add_argument("url", help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
+    create.add_argument("--protocol-version", default="2026-07-28", help="the era of the request (default 2026-07-28)")
+    create.add_argument("--legacy", action="store_true", help="send it as a 2025-11-25 request")
+    create.add_argument(
+        "--header", action="append", default=[], metavar="'NAME: VALUE'", help="add a header (e.g. Authorization)"
+    )
+    create.add_argument("--json", action="store_true", help="print the session as JSON")
     return parser
 
 
@@ -386,6 +472,8 @@ def main(
     try:
         if args.command == "keygen":
             return _keygen(args, stdout, stderr)
+        if args.command == "create":
+            return _create(args, stdout, stderr)
         return _inspect(args, stdin, stdout, os.environ if environ is None else environ)
     except _UsageError as exc:
         print(f"mcp-sessions {args.command}: {exc}", file=stderr)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -45,6 +45,8 @@ from mcp_sessions import MCPSessionMiddleware, get_session
 from mcp_sessions.client import SessionHandle, SessionTransport
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
+# The opt-ins for clients that never call sessions/create: adopted transport sessions, per-conversation data.
+OPTED_IN = {**ENVIRON, "MCP_SESSIONS_ADOPT_TRANSPORT": "1", "MCP_SESSIONS_CONVERSATION_DATA": "anonymous"}
 DOC = Path(__file__).resolve().parents[2] / "docs" / "interop.md"
 UPDATE_VARIABLE = "MCP_SESSIONS_UPDATE_INTEROP"
 CELL_TIMEOUT = 60.0  # a hang guard for one cell, never an expectation about speed
@@ -55,7 +57,7 @@ ALL_PROGRESS = [(float(i + 1), float(COUNTDOWN), f"{COUNTDOWN - i - 1} to go") f
 # -- the servers --------------------------------------------------------------------------------------------
 
 
-def fastmcp_server() -> MCPSessionMiddleware:
+def fastmcp_server(environ: Mapping[str, str]) -> MCPSessionMiddleware:
     """examples/fastmcp_app.py's server, plus the quickstart's other scenario tools written for fastmcp."""
     server = fastmcp_app.build_server()
 
@@ -80,7 +82,7 @@ def fastmcp_server() -> MCPSessionMiddleware:
         return "done"
 
     return MCPSessionMiddleware.from_env(
-        server.http_app(path=MCP_PATH), environ=ENVIRON, require_session_tools=SESSION_TOOLS
+        server.http_app(path=MCP_PATH), environ=environ, require_session_tools=SESSION_TOOLS
     )
 
 
@@ -88,34 +90,37 @@ def fastmcp_server() -> MCPSessionMiddleware:
 class ServerKind:
     key: str
     title: str
-    build: Callable[[], Any]
+    build: Callable[[Mapping[str, str]], Any]
     streams: bool  # whether it can stream progress notifications (SSE responses)
+    stateful: bool = True  # whether its 2025-era path mints a transport session
 
 
 SERVERS = [
     ServerKind(
         "qs-stateful-json",
         "quickstart `MCPServer`, stateful, JSON responses",
-        lambda: build_quickstart(json_response=True, stateless=False, environ=ENVIRON),
+        lambda env: build_quickstart(json_response=True, stateless=False, environ=env),
         streams=False,
     ),
     ServerKind(
         "qs-stateful-sse",
         "quickstart `MCPServer`, stateful, SSE responses",
-        lambda: build_quickstart(json_response=False, stateless=False, environ=ENVIRON),
+        lambda env: build_quickstart(json_response=False, stateless=False, environ=env),
         streams=True,
     ),
     ServerKind(
         "qs-stateless-json",
         "quickstart `MCPServer`, stateless, JSON responses",
-        lambda: build_quickstart(json_response=True, stateless=True, environ=ENVIRON),
+        lambda env: build_quickstart(json_response=True, stateless=True, environ=env),
         streams=False,
+        stateful=False,
     ),
     ServerKind(
         "qs-stateless-sse",
         "quickstart `MCPServer`, stateless, SSE responses",
-        lambda: build_quickstart(json_response=False, stateless=True, environ=ENVIRON),
+        lambda env: build_quickstart(json_response=False, stateless=True, environ=env),
         streams=True,
+        stateful=False,
     ),
     ServerKind(
         "fastmcp", "fastmcp `FastMCP` (`examples/fastmcp_app.py`), SSE responses (its default)", fastmcp_server, True
@@ -123,13 +128,13 @@ SERVERS = [
     ServerKind(
         "fastapi",
         "FastAPI app (`examples/fastapi_app.py`), SSE responses",
-        lambda: fastapi_app.build_app(environ=ENVIRON),
+        lambda env: fastapi_app.build_app(environ=env),
         True,
     ),
     ServerKind(
         "starlette",
         "Starlette app (`examples/starlette_app.py`), SSE responses",
-        lambda: starlette_app.build_app(environ=ENVIRON),
+        lambda env: starlette_app.build_app(environ=env),
         True,
     ),
 ]
@@ -228,6 +233,70 @@ async def connect(kind: ClientKind, url: str) -> AsyncIterator[Conversation]:
         yield Conversation(call, shims, log)
 
 
+@dataclass(frozen=True)
+class StockKind:
+    """A client with no shim and no change, against the servers with the opt-ins: stock, or shaped as a host."""
+
+    key: str
+    title: str
+    library: str
+    mode: str
+    host: str | None  # None: a stock client; else how it names its conversations
+
+
+STOCK_CLIENTS = [
+    StockKind("sdk-legacy-stock", "`mcp` SDK `Client`, legacy (2025-11-25 handshake), stock", "sdk", "legacy", None),
+    StockKind(
+        "fastmcp-legacy-stock", "fastmcp `Client`, legacy (2025-11-25 handshake), stock", "fastmcp", "legacy", None
+    ),
+    StockKind("sdk-auto-stock", "`mcp` SDK `Client`, auto (2026-07-28), stock", "sdk", "auto", None),
+    StockKind(
+        "sdk-chatgpt",
+        '`mcp` SDK `Client`, legacy, ChatGPT-shaped (`_meta["openai/session"]`)',
+        "sdk",
+        "legacy",
+        "openai",
+    ),
+    StockKind(
+        "sdk-vscode",
+        '`mcp` SDK `Client`, auto, VS Code-shaped (`_meta["vscode.conversationId"]`)',
+        "sdk",
+        "auto",
+        "vscode",
+    ),
+    StockKind(
+        "sdk-goose", "`mcp` SDK `Client`, legacy, Goose-shaped (`agent-session-id` header)", "sdk", "legacy", "goose"
+    ),
+]
+HOST_META = {"openai": "openai/session", "vscode": "vscode.conversationId"}
+
+
+@asynccontextmanager
+async def connect_stock(kind: StockKind, url: str, conversation: str) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
+    """One unchanged client; ``call(name)`` sends the host's conversation id the way that host does."""
+    meta = {HOST_META[kind.host]: conversation} if kind.host in HOST_META else None
+    async with AsyncExitStack() as stack:
+        if kind.library == "sdk":
+            target: Any = url
+            if kind.host == "goose":
+                http = await stack.enter_async_context(httpx2.AsyncClient(headers={"agent-session-id": conversation}))
+                target = streamable_http_client(url, http_client=http)
+            sdk = await stack.enter_async_context(SDKClient(target, mode=kind.mode))
+
+            async def call(name: str) -> Any:
+                result = await sdk.call_tool(name, {}, meta=meta)
+                return (result.structured_content or {})["result"]
+
+        else:
+            fastmcp = await stack.enter_async_context(FastMCPClient(url, mode=kind.mode))
+
+            async def call(name: str) -> Any:
+                result = await fastmcp.call_tool(name, {}, meta=meta)
+                return (result.structured_content or {})["result"]
+
+        yield call
+
+
 # -- the scenarios -----------------------------------------------------------------------------------------
 
 
@@ -241,7 +310,7 @@ class Step:
 
 @dataclass
 class Cell:
-    client: ClientKind
+    client: ClientKind | StockKind
     server: ServerKind
     steps: list[Step] = field(default_factory=list)
     era: str | None = None
@@ -314,8 +383,38 @@ async def sessionless_scenario(cell: Cell, url: str) -> None:
         cell.check("again, same answer", await refused_code(call("count", {})), str(SESSION_REQUIRED))
 
 
+async def counted(call: Callable[[str], Awaitable[Any]]) -> str:
+    try:
+        return str(await call("count"))
+    except MCPError as exc:
+        return str(exc.code)
+
+
+async def stock_scenario(cell: Cell, url: str) -> None:
+    """Two conversations (two connections, or two host ids), no sessions/create: one counter each."""
+    kind = cell.client
+    assert isinstance(kind, StockKind)
+    async with (
+        connect_stock(kind, url, "conversation-a") as first,
+        connect_stock(kind, url, "conversation-b") as second,
+    ):
+        observed = [await counted(first), await counted(first), await counted(second)]
+    if kind.host is not None or (kind.mode == "legacy" and cell.server.stateful):
+        cell.check("one counter per conversation", observed, ["1", "2", "1"])
+    else:
+        why = (
+            "stateless: no transport session to adopt"
+            if kind.mode == "legacy"
+            else "no transport session on 2026-07-28"
+        )
+        cell.check("one counter per conversation", observed, [str(SESSION_REQUIRED)] * 3, why)
+
+
 async def run_cell(cell: Cell, url: str) -> None:
-    scenario = session_scenario if cell.client.shim else sessionless_scenario
+    if isinstance(cell.client, StockKind):
+        scenario = stock_scenario
+    else:
+        scenario = session_scenario if cell.client.shim else sessionless_scenario
     try:
         with anyio.fail_after(CELL_TIMEOUT):
             await scenario(cell, url)
@@ -323,19 +422,23 @@ async def run_cell(cell: Cell, url: str) -> None:
         cell.steps.append(Step("error", f"{type(exc).__name__}: {exc}"[:200], False))
 
 
-async def run_matrix(urls: dict[str, str]) -> dict[tuple[str, str], Cell]:
+async def run_matrix(urls: dict[str, str], opted_urls: dict[str, str]) -> dict[tuple[str, str], Cell]:
     cells = {(c.key, s.key): Cell(c, s) for c in CLIENTS for s in SERVERS}
+    stock = {(c.key, s.key): Cell(c, s) for c in STOCK_CLIENTS for s in SERVERS}
     async with anyio.create_task_group() as tg:
         for (_, server_key), cell in cells.items():
             tg.start_soon(run_cell, cell, urls[server_key])
-    return cells
+        for (_, server_key), cell in stock.items():
+            tg.start_soon(run_cell, cell, opted_urls[server_key])
+    return cells | stock
 
 
 @pytest.fixture(scope="module")
 def matrix() -> Iterator[dict[tuple[str, str], Cell]]:
     with ExitStack() as stack:
-        urls = {server.key: stack.enter_context(serve(server.build())) + MCP_PATH for server in SERVERS}
-        yield anyio.run(run_matrix, urls)
+        urls = {server.key: stack.enter_context(serve(server.build(ENVIRON))) + MCP_PATH for server in SERVERS}
+        opted = {server.key: stack.enter_context(serve(server.build(OPTED_IN))) + MCP_PATH for server in SERVERS}
+        yield anyio.run(run_matrix, urls, opted)
 
 
 # -- every session wire: the quickstart with all four profiles ------------------------------------------------
@@ -566,7 +669,31 @@ def render(cells: dict[tuple[str, str], Cell], wire_cells: dict[tuple[str, str],
     for wire in WIRE_CLIENTS:
         row = ["pass" if wire_cells[wire.key, server.key].ok else "**FAIL**" for server in WIRE_SERVERS]
         out.append(f"| {wire.title} | " + " | ".join(row) + " |")
-    out += ["", "## Notes", ""]
+    out.append("")
+    out += [
+        "## Without the shim, with the opt-ins: stock clients and host-shaped clients",
+        "",
+        "The same servers, started with `MCP_SESSIONS_ADOPT_TRANSPORT=1` and",
+        "`MCP_SESSIONS_CONVERSATION_DATA=anonymous` (see [clients.md](clients.md)). No client sends",
+        "`sessions/create`. Each cell opens two conversations (a stock client: two connections; a host-shaped",
+        "client: two conversation ids, sent as that host sends them) and counts 1, 2 in the first and 1 in the",
+        "second; where nothing names a conversation, `count` is refused with `-32044` in each.",
+        "",
+        "| client | " + " | ".join(str(n) for n in range(1, len(SERVERS) + 1)) + " |",
+        "| --- |" + " --- |" * len(SERVERS),
+    ]
+    for stock_client in STOCK_CLIENTS:
+        row = []
+        for server in SERVERS:
+            cell = cells[stock_client.key, server.key]
+            text = "pass" if cell.ok else "**FAIL**"
+            text += " (counts)" if cell.steps and cell.steps[0].observed.startswith("1") else " (-32044)"
+            marks = [notes.setdefault(note, len(notes) + 1) for note in cell.notes]
+            text += "".join(f" [{m}]" for m in sorted(set(marks)))
+            row.append(text)
+        out.append(f"| {stock_client.title} | " + " | ".join(row) + " |")
+    out.append("")
+    out += ["## Notes", ""]
     out += [f"{n}. {note}" for note, n in notes.items()] or ["None."]
     failing = [cell for cell in [*cells.values(), *wire_cells.values()] if not cell.ok]
     out += ["", "## Gaps", ""]
@@ -587,8 +714,8 @@ def render(cells: dict[tuple[str, str], Cell], wire_cells: dict[tuple[str, str],
 
 
 @pytest.mark.parametrize("server", SERVERS, ids=[s.key for s in SERVERS])
-@pytest.mark.parametrize("client", CLIENTS, ids=[c.key for c in CLIENTS])
-def test_cell(matrix: dict[tuple[str, str], Cell], client: ClientKind, server: ServerKind) -> None:
+@pytest.mark.parametrize("client", [*CLIENTS, *STOCK_CLIENTS], ids=[c.key for c in [*CLIENTS, *STOCK_CLIENTS]])
+def test_cell(matrix: dict[tuple[str, str], Cell], client: ClientKind | StockKind, server: ServerKind) -> None:
     cell = matrix[client.key, server.key]
     assert cell.ok, "\n".join(f"{s.name}: {s.observed} ({'ok' if s.ok else s.note})" for s in cell.steps)
 

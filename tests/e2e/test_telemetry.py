@@ -88,7 +88,7 @@ REFUSED = -32000
 DURATION_BUCKETS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300]
 CREATION_LINK = {"mcp_sessions.link": "session.created"}
 # What mcp.session.id holds of a 2025-era transport session: a keyed digest, never the header's value.
-TRANSPORT_DIGEST = re.compile(r"ts_[A-Za-z0-9_-]{22}")
+TRANSPORT_DIGEST = re.compile(r"ts-[A-Za-z0-9_-]{24}")
 HTTP_LINK = {"mcp_sessions.link": "http.request"}
 
 # Two foreign trace contexts: one a client puts in _meta, one an HTTP-instrumented client puts in headers.
@@ -281,6 +281,7 @@ def test_modern_spans_have_the_conventions_names_and_attributes(
             "jsonrpc.request.id": "c-1",
             "session.id": sid,
             "gen_ai.conversation.id": sid,
+            "mcp_sessions.session.source": "data-layer",
         },
         "tools/call count": {
             **common,
@@ -291,6 +292,7 @@ def test_modern_spans_have_the_conventions_names_and_attributes(
             "gen_ai.operation.name": "execute_tool",
             "session.id": sid,
             "gen_ai.conversation.id": sid,
+            "mcp_sessions.session.source": "data-layer",
         },
     }
     middleware_spans = of_scope(finished, MIDDLEWARE_SCOPE)
@@ -317,8 +319,9 @@ def test_legacy_stateful_spans_carry_the_transport_session(
     initialize = one(handshake, MIDDLEWARE_SCOPE, "initialize")
     initialized = one(handshake, MIDDLEWARE_SCOPE, "notifications/initialized")
     assert "mcp.session.id" not in attrs(initialize)  # the transport session does not exist yet
-    digest = attrs(initialized)["mcp.session.id"]
-    assert TRANSPORT_DIGEST.fullmatch(digest), digest
+    # The transport session id is a bearer value: only its keyed digest is recorded.
+    transport_digest = attrs(initialized)["mcp.session.id"]
+    assert re.fullmatch(r"ts-[A-Za-z0-9_-]{24}", transport_digest)
     assert "jsonrpc.request.id" not in attrs(initialized)
     spans.clear()
 
@@ -330,7 +333,7 @@ def test_legacy_stateful_spans_carry_the_transport_session(
     count = one(finished, MIDDLEWARE_SCOPE, "tools/call count")
     for span in (creation, count):
         assert span.kind is SpanKind.SERVER
-        assert attrs(span)["mcp.session.id"] == digest  # the same transport session, the same digest
+        assert attrs(span)["mcp.session.id"] == transport_digest
         assert attrs(span)["mcp.protocol.version"] == LEGACY
         assert attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == sid
     assert attrs(count)["jsonrpc.request.id"] == "5"
@@ -822,8 +825,9 @@ async def test_sdk_client_trace_context_flows_through_the_middleware(span_log: S
         assert attrs(span)["session.id"] == sid
     if mode == "legacy":
         assert attrs(middleware)["mcp.protocol.version"] == LEGACY
-        assert TRANSPORT_DIGEST.fullmatch(attrs(middleware)["mcp.session.id"])
-        assert sent_headers["mcp-session-id"] not in attrs(middleware)["mcp.session.id"]
+        # Only the transport session's keyed digest: the raw id is a bearer value.
+        assert re.fullmatch(r"ts-[A-Za-z0-9_-]{24}", attrs(middleware)["mcp.session.id"])
+        assert not any(sent_headers["mcp-session-id"] in text for text in span_strings(middleware))
     else:
         assert attrs(middleware)["mcp.protocol.version"] == MODERN
         assert all("mcp.session.id" not in attrs(span) for span in of_scope(finished, MIDDLEWARE_SCOPE))
@@ -862,7 +866,7 @@ def test_a_forwarded_batch_has_one_span_per_element(
     for span in middleware_spans:
         assert span.kind is SpanKind.SERVER
         assert attrs(span)["session.id"] == sid
-        assert TRANSPORT_DIGEST.fullmatch(attrs(span)["mcp.session.id"])
+        assert re.fullmatch(r"ts-[A-Za-z0-9_-]{24}", attrs(span)["mcp.session.id"])
         assert attrs(span)["mcp.protocol.version"] == "2025-03-26"
         assert links_of(span) == [(self_of(creation), CREATION_LINK)]
         assert attrs(span)["error.type"] == "400"

@@ -34,7 +34,7 @@ from _otel import (
 from conftest import SECRET, serve
 from mcp_sessions import Guard, MCPSessionMiddleware
 
-TRANSPORT_DIGEST = re.compile(r"ts_[A-Za-z0-9_-]{22}")
+TRANSPORT_DIGEST = re.compile(r"ts-[A-Za-z0-9_-]{24}")
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def test_a_vocabulary_learns_up_to_its_cap_and_keeps_what_it_learned() -> None:
 def test_the_transport_session_digest_is_keyed_per_instance() -> None:
     first, second = Telemetry(), Telemetry()
     digest = first.transport_session_digest(TOKEN.encode())
-    assert re.fullmatch(r"ts_[A-Za-z0-9_-]{22}", digest)
+    assert re.fullmatch(r"ts-[A-Za-z0-9_-]{24}", digest)
     assert digest == first.transport_session_digest(TOKEN.encode())
     assert digest != second.transport_session_digest(TOKEN.encode())
     assert digest != first.transport_session_digest(b"another")

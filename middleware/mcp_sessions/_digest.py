@@ -1,0 +1,56 @@
+"""Keyed digests: stable ids for ids that must never be recorded raw, or keyed raw.
+
+A 2025-era transport session id is a bearer value (whoever holds it speaks in
+that session); a host's conversation id is not, but a store key made of it
+would let anyone reading the store find the conversation. Both are replaced by
+an HMAC-SHA256 under a key derived from the signing key of the
+:class:`~mcp_sessions.KeySet`, so every replica sharing the keys computes the
+same digest, and nobody without them can compute or reverse one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from typing import Final
+
+from cryptography.hazmat.primitives import serialization
+
+from ._tokens import KeySet
+
+__all__ = ["IdDigests"]
+
+_LABEL: Final = b"mcp-sessions id digest\x00"
+
+
+class IdDigests:
+    """Digests of transport session ids and host conversation ids, under one derived key."""
+
+    __slots__ = ("_key",)
+
+    def __init__(self, keys: KeySet) -> None:
+        signer = keys.signer
+        if signer is None:
+            raise ValueError("id digests need a KeySet that can sign")
+        material = signer.signing_key
+        if not isinstance(material, bytes):
+            material = material.private_bytes(
+                serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        self._key = hmac.new(material, _LABEL + keys.audience.encode(), hashlib.sha256).digest()
+
+    def _digest(self, *parts: bytes) -> str:
+        mac = hmac.new(self._key, b"\x00".join(parts), hashlib.sha256).digest()[:18]
+        return base64.urlsafe_b64encode(mac).decode()
+
+    def transport(self, transport_session_id: bytes) -> str:
+        """The stable id of a 2025-era transport session: ``ts-`` and 24 characters."""
+        return "ts-" + self._digest(b"transport", transport_session_id)
+
+    def conversation(self, source: str, conversation_id: str, principal: str | None) -> str:
+        """The stable id of a host conversation (with ``principal``, of that user's conversation)."""
+        parts = [b"conversation", source.encode(), conversation_id.encode()]
+        if principal is not None:
+            parts.append(principal.encode())
+        return "cv-" + self._digest(*parts)

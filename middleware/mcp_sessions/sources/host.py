@@ -1,0 +1,179 @@
+"""Host conversation ids: the ids real MCP hosts already send with every request.
+
+ChatGPT puts ``_meta["openai/session"]`` on each call, VS Code
+``_meta["vscode.conversationId"]``, Goose the ``agent-session-id`` header (and
+the same ``_meta`` key), opencode ``_meta["sessionID"]``. The client asserts
+these ids and nothing verifies them, so by default they name the conversation
+in telemetry only; ``conversation_data`` opts into per-conversation data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
+
+from starlette.types import Scope
+
+from .._digest import IdDigests
+from .._service import SessionService
+from ._base import Conversation, Trust
+
+if TYPE_CHECKING:
+    from .._plan import Call, Plan
+    from .._session import Session
+
+__all__ = [
+    "BUILT_IN_HOSTS",
+    "MAX_CONVERSATION_ID_LENGTH",
+    "ConversationData",
+    "HostConversationSource",
+    "HostKey",
+    "host_keys_from_config",
+]
+
+ConversationData = Literal["off", "principal", "anonymous"]
+CONVERSATION_DATA_MODES: Final = ("off", "principal", "anonymous")
+
+MAX_CONVERSATION_ID_LENGTH: Final = 256
+# Printable ASCII without space, quotes, backslash, comma and semicolon: safe in an attribute,
+# a log line and a baggage value; anything else is not a conversation id and is ignored.
+_CONVERSATION_ID: Final = re.compile(rf"[!#-+\--:<-\[\]-~]{{1,{MAX_CONVERSATION_ID_LENGTH}}}")
+_HEADER_NAME: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+class HostKey(NamedTuple):
+    """Where one host puts its conversation id: a ``_meta`` key or an HTTP header, and the source's name."""
+
+    name: str
+    place: Literal["meta", "header"]
+    key: str
+
+
+BUILT_IN_HOSTS: Final = (
+    HostKey("openai", "meta", "openai/session"),
+    HostKey("vscode", "meta", "vscode.conversationId"),
+    HostKey("goose", "header", "agent-session-id"),
+    HostKey("goose", "meta", "agent-session-id"),
+    HostKey("opencode", "meta", "sessionID"),
+)
+"""The hosts recognised without configuration, in the order they are tried."""
+
+# A user id some hosts send beside the conversation (ChatGPT's anonymized user): telemetry's user.id.
+_SUBJECT_KEYS: Final = {"openai": "openai/subject"}
+
+
+def host_keys_from_config(config: str | Iterable[str], *, source: str = "conversation_keys") -> tuple[HostKey, ...]:
+    """User-defined host keys from ``meta:KEY`` and ``header:NAME`` entries (a list, or one comma-separated text)."""
+    entries = config.split(",") if isinstance(config, str) else list(config)
+    keys: list[HostKey] = []
+    for entry in entries:
+        if not isinstance(entry, str):
+            raise TypeError(f"{source}: each entry is a 'meta:KEY' or 'header:NAME' string, got {entry!r}")
+        text = entry.strip()
+        if not text:
+            continue
+        place, _, key = text.partition(":")
+        place = place.strip().lower()
+        key = key.strip()
+        if place == "meta" and key:
+            keys.append(HostKey(f"meta:{key}", "meta", key))
+        elif place == "header" and _HEADER_NAME.fullmatch(key):
+            keys.append(HostKey(f"header:{key.lower()}", "header", key.lower()))
+        else:
+            raise ValueError(
+                f"{source}: {text!r} is not 'meta:KEY' or 'header:NAME' (e.g. meta:acme/chat,header:x-chat)"
+            )
+    return tuple(keys)
+
+
+def conversation_id(value: object) -> str | None:
+    """``value`` if it can be a conversation id (a bounded string of safe characters), else ``None``."""
+    if type(value) is str and _CONVERSATION_ID.fullmatch(value):
+        return value
+    return None
+
+
+class HostConversationSource:
+    """The conversation a host names, first matching host key first.
+
+    Built once: the keys are split into ``_meta`` keys and header names, so a
+    request that carries none costs one lookup in the headers per header name
+    and one set intersection test with ``_meta``'s keys. An id that is not
+    a bounded string of safe characters is ignored, never an error: the host
+    merely asserted it.
+    """
+
+    name = "host"
+    trust = Trust.ASSERTED
+
+    __slots__ = ("_data", "_digests", "_headers", "_meta", "_meta_keys", "_sessions")
+
+    def __init__(
+        self,
+        keys: Iterable[HostKey],
+        *,
+        sessions: SessionService,
+        digests: IdDigests,
+        data: ConversationData = "off",
+    ) -> None:
+        if data not in CONVERSATION_DATA_MODES:
+            raise ValueError(f"conversation_data must be one of {', '.join(CONVERSATION_DATA_MODES)}, got {data!r}")
+        ordered = tuple(dict.fromkeys(keys))
+        self._meta = tuple((rank, key.key, key.name) for rank, key in enumerate(ordered) if key.place == "meta")
+        self._meta_keys = frozenset(key for _, key, _ in self._meta)
+        self._headers = tuple(
+            (rank, key.key.encode("latin-1"), key.name) for rank, key in enumerate(ordered) if key.place == "header"
+        )
+        self._sessions = sessions
+        self._digests = digests
+        self._data = data
+
+    @property
+    def data(self) -> ConversationData:
+        """The ``conversation_data`` mode: ``off``, ``principal`` or ``anonymous``."""
+        return self._data
+
+    def find(self, headers: Mapping[bytes, bytes], meta: object) -> Conversation | None:
+        """The conversation the first matching host key names, or ``None``."""
+        best: tuple[int, str, str] | None = None
+        for rank, header, name in self._headers:
+            raw = headers.get(header)
+            if raw is not None and (found := conversation_id(raw.decode("latin-1"))) is not None:
+                best = (rank, found, name)
+                break
+        if isinstance(meta, dict) and not self._meta_keys.isdisjoint(meta):
+            for rank, key, name in self._meta:
+                if best is not None and rank > best[0]:
+                    break
+                value = meta.get(key)
+                if value is not None and (found := conversation_id(value)) is not None:
+                    best = (rank, found, name)
+                    break
+        if best is None:
+            return None
+        _, found, name = best
+        subject_key = _SUBJECT_KEYS.get(name)
+        user = conversation_id(meta.get(subject_key)) if subject_key is not None and isinstance(meta, dict) else None
+        return Conversation(found, name, user=user)
+
+    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        """Record the call's host conversation; with data on, its session."""
+        params = call.message.get("params")  # a call with a method is a dict
+        meta = params.get("_meta") if type(params) is dict else None
+        conversation = self.find(plan.headers, meta)
+        if conversation is None:
+            return None
+        call.conversation = conversation
+        if self._data == "off":
+            return None
+        principal = None
+        if self._data == "principal":
+            principal = await self._sessions.principal_of(scope)
+            if principal is None:
+                conversation.no_data = (
+                    "conversation data is kept per authenticated user, and this request is not authenticated"
+                )
+                return None
+        session_id = self._digests.conversation(conversation.source, conversation.id, principal)
+        return await self._sessions.adopt(scope, session_id, conversation.source)

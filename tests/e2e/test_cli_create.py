@@ -1,0 +1,128 @@
+"""``mcp-sessions create URL``: a session for clients that can only add metadata, through a real server."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from examples.quickstart import build_app, build_server
+
+from _mcp import MCP_PATH, SESSION_KEY, SESSION_NOT_FOUND, LegacyClient, ModernClient, jwt_claims, tool_text
+from conftest import SECRET, serve
+from mcp_sessions.cli import main
+
+ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err, environ={})
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module", params=["json", "sse"])
+def url(request: pytest.FixtureRequest) -> Iterator[str]:
+    with serve(build_app(json_response=request.param == "json", environ=ENVIRON)) as base:
+        yield base
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=10) as client:
+        yield client
+
+
+def inspector_metadata(out: str) -> dict[str, object]:
+    """The value the printed ``--metadata`` argument gives, read as a shell and the Inspector read it."""
+    [line] = [line for line in out.splitlines() if line.strip().startswith("--metadata ")]
+    [flag, argument] = shlex.split(line)
+    assert flag == "--metadata"
+    key, _, value = argument.partition("=")
+    return {key: json.loads(value)}
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_create_prints_a_session_that_counts_in_both_eras(url: str, http: httpx.Client, era: str) -> None:
+    code, out, err = run("create", url + MCP_PATH, *(["--legacy"] if era == "legacy" else []))
+
+    assert (code, err) == (0, "")
+    meta = inspector_metadata(out)
+    token = meta[SESSION_KEY]["sessionId"]  # type: ignore[index]
+    assert f"session: {jwt_claims(token)['sid']}" in out
+    client = ModernClient(http, url) if era == "modern" else LegacyClient(http, url)
+    if isinstance(client, LegacyClient):
+        client.initialize()
+    counts = [tool_text(client.call_tool("count", meta=meta)[1]) for _ in range(2)]
+    assert counts == ["1", "2"]
+
+
+def test_create_json_gives_the_metadata_to_send(url: str, http: httpx.Client) -> None:
+    code, out, _ = run("create", url + MCP_PATH, "--json")
+
+    report = json.loads(out)
+    assert code == 0
+    assert set(report) == {"sessionId", "id", "expiresAt", "meta"}
+    assert report["id"] == jwt_claims(report["sessionId"])["sid"]
+    _, message = ModernClient(http, url).call_tool("whoami", meta=report["meta"])
+    assert tool_text(message) == report["id"]
+
+
+def test_a_server_without_sessions_is_a_clear_failure(http: httpx.Client) -> None:
+    bare = build_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=True)
+    with serve(bare) as base:
+        code, out, err = run("create", base + MCP_PATH)
+    assert (code, out) == (1, "")
+    assert err.startswith("mcp-sessions create: the server refused sessions/create")
+
+
+def test_nothing_listening_is_a_clear_failure() -> None:
+    with serve(build_app(json_response=True, environ=ENVIRON)) as base:
+        pass  # the port is free again once the server stopped
+    code, out, err = run("create", base + MCP_PATH)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"mcp-sessions create: no session from {base}{MCP_PATH}")
+
+
+def test_a_bad_header_is_a_usage_error() -> None:
+    code, _, err = run("create", "http://127.0.0.1:9/mcp", "--header", "no colon here")
+    assert code == 2
+    assert "--header takes 'Name: value'" in err
+
+
+def test_a_stale_session_is_refused_as_any_other(url: str, http: httpx.Client) -> None:
+    _, out, _ = run("create", url + MCP_PATH)
+    meta = inspector_metadata(out)
+    client = ModernClient(http, url)
+    client.request("sessions/delete", meta=meta)
+    _, refused = client.call_tool("count", meta=meta)
+    assert refused["error"]["code"] == SESSION_NOT_FOUND
+
+
+INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI", "")
+
+
+@pytest.mark.skipif(
+    not INSPECTOR_CLI or shutil.which("node") is None,
+    reason="set MCP_SESSIONS_INSPECTOR_CLI to the MCP Inspector 2.x CLI (clients/cli/build/index.js) and install node",
+)
+def test_the_printed_argument_works_in_the_mcp_inspector_cli(url: str) -> None:
+    """The real Inspector CLI (2.12.0 was run): two calls with the printed --metadata count 1, then 2."""
+    _, out, _ = run("create", url + MCP_PATH)
+    [line] = [line for line in out.splitlines() if line.strip().startswith("--metadata ")]
+    metadata = shlex.split(line)
+    counts = []
+    for _ in range(2):
+        command = ["node", INSPECTOR_CLI, "--cli", url + MCP_PATH, "--transport", "http", "--method", "tools/call"]
+        done = subprocess.run(
+            [*command, "--tool-name", "count", *metadata], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        counts.append(json.loads(done.stdout)["structuredContent"]["result"])
+    assert counts == [1, 2]

@@ -1,0 +1,33 @@
+"""docs/clients.md: its example runs as printed, and counts per host conversation over real HTTP."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from _mcp import ModernClient, tool_text
+from conftest import SECRET, serve
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
+
+
+def test_the_per_conversation_example_counts_per_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
+    [code] = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
+    monkeypatch.setitem(os.environ, "MCP_SESSIONS_SECRET", SECRET)
+    namespace: dict[str, Any] = {}
+    exec(compile(code, str(DOC), "exec"), namespace)
+
+    with serve(namespace["app"]) as url, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, url)
+        counts = [
+            tool_text(client.call_tool("count", meta={"vscode.conversationId": conversation})[1])
+            for conversation in ("chat-1", "chat-1", "chat-2")
+        ]
+        _, refused = client.call_tool("count")
+    assert counts == ["1", "2", "1"]
+    assert refused["error"]["code"] == -32044

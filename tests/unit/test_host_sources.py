@@ -1,0 +1,198 @@
+"""Host conversation keys, id bounds, digests and the options that turn them on: pure, no server."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from conftest import SECRET
+from mcp_sessions import KeySet, MemoryStore, SessionKey, SessionsConfig
+from mcp_sessions._digest import IdDigests
+from mcp_sessions._principal import authenticated_user
+from mcp_sessions._service import SessionService
+from mcp_sessions.sources.host import (
+    BUILT_IN_HOSTS,
+    HostConversationSource,
+    HostKey,
+    conversation_id,
+    host_keys_from_config,
+)
+from mcp_sessions.sources.transport import TransportSource, is_transport_session_id
+
+KEYS = KeySet.from_secret(SECRET)
+
+
+def hosts(*extra: HostKey, data: Any = "off") -> HostConversationSource:
+    sessions = SessionService(keys=KEYS, store=MemoryStore(), ttl=60, idle_ttl=None, principal=authenticated_user)
+    return HostConversationSource((*extra, *BUILT_IN_HOSTS), sessions=sessions, digests=IdDigests(KEYS), data=data)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ("meta:acme/chat", (HostKey("meta:acme/chat", "meta", "acme/chat"),)),
+        (" header:X-Chat , meta:k ", (HostKey("header:x-chat", "header", "x-chat"), HostKey("meta:k", "meta", "k"))),
+        (["HEADER:x-a"], (HostKey("header:x-a", "header", "x-a"),)),
+        ("", ()),
+        (",,", ()),
+    ],
+)
+def test_conversation_keys_parse(config: Any, expected: tuple[HostKey, ...]) -> None:
+    assert host_keys_from_config(config) == expected
+
+
+@pytest.mark.parametrize("config", ["acme", "meta:", "header:", "header:bad name", "cookie:x", "header:a:b"])
+def test_bad_conversation_keys_name_the_setting(config: str) -> None:
+    with pytest.raises(ValueError, match=r"^MCP_SESSIONS_CONVERSATION_KEYS: .* is not 'meta:KEY' or 'header:NAME'"):
+        host_keys_from_config(config, source="MCP_SESSIONS_CONVERSATION_KEYS")
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("9f2c1e2a-1111-4a4a-8b8b-000000000000", True),
+        ("v1/AbC+/=_-.:~@", True),
+        ("x" * 256, True),
+        ("x" * 257, False),
+        ("", False),
+        ("a b", False),
+        ('a"b', False),
+        ("a\\b", False),
+        ("a,b", False),
+        ("a;b", False),
+        ("caf\u00e9", False),
+        ("line\nbreak", False),
+        (7, False),
+        (None, False),
+        (["a"], False),
+    ],
+)
+def test_conversation_ids_are_bounded(value: Any, kept: bool) -> None:
+    assert conversation_id(value) == (value if kept else None)
+
+
+def test_the_first_matching_key_wins_whatever_the_order_in_meta() -> None:
+    source = hosts(HostKey("meta:mine", "meta", "mine"))
+    headers = {b"agent-session-id": b"goose-1"}
+
+    assert (c := source.find(headers, {"sessionID": "oc", "vscode.conversationId": "vs"})) is not None
+    assert (c.source, c.id) == ("vscode", "vs")
+    assert (c := source.find(headers, {"sessionID": "oc"})) is not None
+    assert (c.source, c.id) == ("goose", "goose-1")  # the header is tried before the later _meta keys
+    assert (c := source.find(headers, {"mine": "m", "openai/session": "oa"})) is not None
+    assert (c.source, c.id) == ("meta:mine", "m")
+    assert (c := source.find({}, {"openai/session": "bad id", "sessionID": "oc"})) is not None
+    assert (c.source, c.id) == ("opencode", "oc")  # an unusable id is skipped, not fatal
+    assert source.find({}, None) is None
+    assert source.find({b"content-type": b"application/json"}, {"progressToken": 1}) is None
+
+
+def test_openai_subject_is_the_user() -> None:
+    found = hosts().find({}, {"openai/session": "s-1", "openai/subject": "u-1"})
+    assert found is not None and found.user == "u-1"
+    other = hosts().find({}, {"vscode.conversationId": "c", "openai/subject": "u-1"})
+    assert other is not None and other.user is None
+
+
+def test_finding_nothing_is_cheap() -> None:
+    """The middleware runs this on every request: without a host key it is a handful of dict lookups."""
+    source = hosts()
+    headers = {b"content-type": b"application/json", b"accept": b"application/json, text/event-stream"}
+    meta = {"progressToken": 3, "io.modelcontextprotocol/session": {"sessionId": "x"}}
+    rounds = 20_000
+    start = time.perf_counter()
+    for _ in range(rounds):
+        source.find(headers, meta)
+    per_call = (time.perf_counter() - start) / rounds
+    assert per_call < 20e-6, f"{per_call * 1e6:.2f} µs per request without a host id"
+
+
+def test_digests_are_keyed_stable_and_separate() -> None:
+    digests = IdDigests(KEYS)
+    again = IdDigests(KeySet.from_secret(SECRET))
+    other = IdDigests(KeySet.from_secret(SECRET[::-1]))
+    raw = b"0123456789abcdef0123456789abcdef"
+
+    assert digests.transport(raw) == again.transport(raw) != other.transport(raw)
+    assert digests.transport(raw).startswith("ts-") and raw.decode() not in digests.transport(raw)
+    assert digests.conversation("openai", "c", None) != digests.conversation("vscode", "c", None)
+    assert digests.conversation("openai", "c", None) != digests.conversation("openai", "c", "principal")
+    assert len(digests.conversation("openai", "c", None)) == 27
+
+
+def test_digests_from_an_asymmetric_signer() -> None:
+    key = SessionKey.from_private_key(ec.generate_private_key(ec.SECP256R1()), kid="ec-1")
+    digests = IdDigests(KeySet([key]))
+    assert digests.transport(b"abc") == IdDigests(KeySet([key])).transport(b"abc")
+
+
+@pytest.mark.parametrize(
+    ("value", "is_transport"),
+    [(b"0123456789abcdef", True), (b"a.b.c", False), (b"", False), (b"x" * 257, False), (b"a.b", True)],
+)
+def test_what_can_be_a_transport_session_id(value: bytes, is_transport: bool) -> None:
+    assert is_transport_session_id(value) is is_transport
+
+
+def test_minted_transport_sessions_are_bounded() -> None:
+    sessions = SessionService(keys=KEYS, store=MemoryStore(), ttl=60, idle_ttl=None, principal=None)
+    source = TransportSource(sessions, IdDigests(KEYS), max_sessions=2)
+    for raw in (b"one", b"two", b"three", b"a.b.c"):
+        source.minted(raw)
+    assert len(source) == 2
+
+
+# -- the options ----------------------------------------------------------------------------------
+
+
+def test_defaults_trace_hosts_without_data_or_adoption() -> None:
+    config = SessionsConfig(secret=SECRET)
+    assert config.conversation_data == "off"
+    assert config.adopt_transport_sessions is False
+    assert config.host_keys == BUILT_IN_HOSTS
+
+
+def test_options_from_the_environment() -> None:
+    config = SessionsConfig.from_env(
+        environ={
+            "MCP_SESSIONS_SECRET": SECRET,
+            "MCP_SESSIONS_CONVERSATION_DATA": "Anonymous",
+            "MCP_SESSIONS_CONVERSATION_KEYS": "header:x-chat,meta:acme/chat",
+            "MCP_SESSIONS_ADOPT_TRANSPORT": "1",
+        }
+    )
+    assert config.conversation_data == "anonymous"
+    assert config.adopt_transport_sessions is True
+    assert config.host_keys[:2] == (
+        HostKey("header:x-chat", "header", "x-chat"),
+        HostKey("meta:acme/chat", "meta", "acme/chat"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (
+            "MCP_SESSIONS_CONVERSATION_DATA",
+            "everyone",
+            "MCP_SESSIONS_CONVERSATION_DATA must be one of off, principal, anonymous",
+        ),
+        ("MCP_SESSIONS_CONVERSATION_KEYS", "cookie:x", "MCP_SESSIONS_CONVERSATION_KEYS: 'cookie:x' is not"),
+        ("MCP_SESSIONS_ADOPT_TRANSPORT", "maybe", "MCP_SESSIONS_ADOPT_TRANSPORT must be 1 or 0"),
+    ],
+)
+def test_bad_environment_names_the_variable(variable: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^{message}"):
+        SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, variable: value})
+
+
+def test_bad_options_fail_at_construction() -> None:
+    with pytest.raises(ValueError, match="conversation_data must be one of off, principal, anonymous"):
+        SessionsConfig(secret=SECRET, conversation_data="all")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="conversation_keys: 'x' is not"):
+        SessionsConfig(secret=SECRET, conversation_keys="x")
+    with pytest.raises(TypeError, match="adopt_transport_sessions is True or False"):
+        SessionsConfig(secret=SECRET, adopt_transport_sessions="yes")  # type: ignore[arg-type]
