@@ -43,6 +43,7 @@ class Refusal(Exception):
         *,
         reason: str = "invalid_request",
         session_id: str | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -50,6 +51,7 @@ class Refusal(Exception):
         self.data = data
         self.reason = reason
         self.session_id = session_id
+        self.retry_after = retry_after  # seconds, for a refusal that says when to try again (429)
 
     def frame(self, request_id: Any) -> dict[str, Any]:
         """The JSON-RPC error response to ``request_id``."""
@@ -70,7 +72,7 @@ async def send_json(send: ASGISendCallable, status: int, payload: Any, retry_aft
     """``payload`` as an ``application/json`` response."""
     body = jsonrpc.dumps(payload)
     headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
-    if status == 503:
+    if status in (503, 429):
         headers.append((b"retry-after", retry_after))
     await _send_response(send, status, headers, body)
 
@@ -104,6 +106,8 @@ async def send_result(send: ASGISendCallable, payload: Any, *, accept: bytes) ->
 async def send_refusal(
     send: ASGISendCallable, request_id: Any, refusal: Refusal, *, era: Era, retry_after: bytes
 ) -> None:
+    if refusal.retry_after is not None:
+        retry_after = str(refusal.retry_after).encode()
     await send_json(send, http_status(refusal.code, era), refusal.frame(request_id), retry_after)
 
 

@@ -17,6 +17,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from ._guard import Guard
+from ._limits import RateLimit, parse_limit
 from ._policy import RequirePolicy, Requires, compile_policy
 from ._principal import PrincipalHook, authenticated_user
 from ._telemetry import TraceMode
@@ -63,6 +64,7 @@ class SessionsOptions(TypedDict, total=False):
     adopt_transport_sessions: bool
     handles: Handles | None
     guard: Guard | None
+    create_limit: tuple[int, float] | None
 
 
 class SessionsConfig:
@@ -99,6 +101,7 @@ class SessionsConfig:
         adopt_transport_sessions: bool = False,
         handles: Handles | None = None,
         guard: Guard | None = None,
+        create_limit: tuple[int, float] | None = None,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         if not 0 < ttl <= MAX_TTL:
@@ -144,6 +147,8 @@ class SessionsConfig:
             raise TypeError("guard takes a mcp_sessions.Guard, built with the options of the wrapped server")
         # The wrapped server's own checks, applied before any answer given here (the SDK's defaults unless told).
         self.guard = Guard() if guard is None else guard
+        # At most count creates (and deletes) per seconds, per principal or client address: see _limits.py.
+        self.create_limit = None if create_limit is None else RateLimit(*create_limit)
 
     @classmethod
     def from_env(cls, *, environ: Mapping[str, str] | None = None, **options: Any) -> SessionsConfig:
@@ -179,6 +184,9 @@ class SessionsConfig:
                 settings["profiles"] = profiles_from_names(profiles)
             except ValueError as exc:
                 raise ValueError(f"MCP_SESSIONS_PROFILES: {exc}") from None
+        if "create_limit" not in options and (limit := env.get("MCP_SESSIONS_CREATE_LIMIT", "").strip()):
+            parsed = parse_limit(limit, source="MCP_SESSIONS_CREATE_LIMIT")
+            settings["create_limit"] = (parsed.count, parsed.seconds)
         if "guard" not in options and (guard := _guard_from_env(env)) is not None:
             settings["guard"] = guard
         mode = env.get("MCP_SESSIONS_CONVERSATION_DATA", "").strip().lower()

@@ -63,7 +63,7 @@ class LocalCall:
 
     async def revoke(self, session: Session) -> bool:
         """End ``session`` everywhere, counted in telemetry; ``False`` if it had already ended."""
-        revoked = await self.sessions.revoke(session)
+        revoked = await self.sessions.revoke(session, self.scope)
         if revoked and (operation := self.operation) is not None:
             attributes = operation.session_attributes()
             operation.telemetry.sessions_deleted.add(1, attributes)

@@ -12,6 +12,7 @@ HTTP, and ASGI 3 (HTTP connection scope).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Final, Unpack
@@ -82,7 +83,12 @@ class MCPSessionMiddleware:
         self.keys = config.keys
         self.store = config.store
         self._sessions = SessionService(
-            keys=config.keys, store=config.store, ttl=config.ttl, idle_ttl=config.idle_ttl, principal=config.principal
+            limit=config.create_limit,
+            keys=config.keys,
+            store=config.store,
+            ttl=config.ttl,
+            idle_ttl=config.idle_ttl,
+            principal=config.principal,
         )
         digests = IdDigests(config.keys)
         self._transport = TransportSource(self._sessions, digests) if config.adopt_transport_sessions else None
@@ -511,14 +517,17 @@ class MCPSessionMiddleware:
         await send_json(send, 413, reject, self._retry_after)
 
     async def _not_http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Lifespan and websockets go straight to the app; a store built here is closed at shutdown."""
-        if scope["type"] == "lifespan" and self.config.owns_store:
-            send = self._close_store_after_shutdown(send)
+        """Lifespan and websockets go straight to the app; the store is checked at startup, and closed at
+        shutdown if it was built here."""
+        if scope["type"] == "lifespan":
+            send = self._watch_lifespan(send)
         await self.app(scope, receive, send)
 
-    def _close_store_after_shutdown(self, send: Send) -> Send:
+    def _watch_lifespan(self, send: Send) -> Send:
         async def lifespan_send(message: Message) -> None:
-            if message["type"] == "lifespan.shutdown.complete":
+            if message["type"] == "lifespan.startup.complete":
+                await _check_store(self.store)
+            elif message["type"] == "lifespan.shutdown.complete" and self.config.owns_store:
                 try:
                     await self.store.aclose()
                 except Exception:
@@ -590,6 +599,20 @@ def _continue_trace(message: dict[str, Any], replay: Replay, operation: Operatio
         return
     operation.inject(meta)
     replay.rewrite(jsonrpc.dumps(message))
+
+
+async def _check_store(store: Any) -> None:
+    """Warn at startup, not at the first request, when the store does not answer (the app still starts)."""
+    try:
+        async with asyncio.timeout(5):
+            await store.ping()
+    except Exception as exc:
+        logger.warning(
+            "the session store does not answer at startup (%s: %s): requests that need it will get -32010 "
+            "until it does; store.ping() is the readiness check",
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _body_of(plan: Plan) -> Any:

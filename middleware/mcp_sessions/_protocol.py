@@ -23,6 +23,8 @@ UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 # Retryable, in the implementation range: -32000 and -32001 are the SDK's.
 SESSION_STORE_UNAVAILABLE: Final = -32010
 """Error code: the store could not answer; temporary, answered with HTTP 503 and ``Retry-After``."""
+TOO_MANY_SESSIONS: Final = -32011
+"""Error code: the caller created or deleted sessions faster than ``create_limit`` allows; HTTP 429."""
 
 HANDSHAKE_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 MODERN_VERSION: Final = "2026-07-28"
@@ -109,6 +111,8 @@ def http_status(code: int, era: Era) -> int:
     """The HTTP status for an error response the middleware answers itself."""
     if code == SESSION_STORE_UNAVAILABLE:
         return 503
+    if code == TOO_MANY_SESSIONS:
+        return 429
     if era is Era.HANDSHAKE:
         return 200
     return _PER_REQUEST_HTTP_STATUS.get(code, 200)

@@ -9,14 +9,17 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from starlette.types import Scope
 
-from ._answers import store_unavailable
+from ._answers import Refusal, store_unavailable
+from ._limits import RateLimit
 from ._principal import PRINCIPAL_CLAIM, PrincipalHook, principal_digest
+from ._protocol import TOO_MANY_SESSIONS
 from ._session import Session
 from ._telemetry import TRACEPARENT_CLAIM
 from ._tokens import InvalidToken, KeySet, SessionClaims
@@ -65,16 +68,24 @@ def rejection_reason(reason: str) -> str:
 class SessionService:
     """The session machinery one middleware instance shares across its wires."""
 
-    __slots__ = ("_touch_takes_issued_at", "idle_ttl", "keys", "principal", "store", "ttl")
+    __slots__ = ("_touch_takes_issued_at", "idle_ttl", "keys", "limit", "principal", "store", "ttl")
 
     def __init__(
-        self, *, keys: KeySet, store: SessionStore, ttl: float, idle_ttl: float | None, principal: PrincipalHook | None
+        self,
+        *,
+        keys: KeySet,
+        store: SessionStore,
+        ttl: float,
+        idle_ttl: float | None,
+        principal: PrincipalHook | None,
+        limit: RateLimit | None = None,
     ) -> None:
         self.keys = keys
         self.store = store
         self.ttl = ttl
         self.idle_ttl = idle_ttl
         self.principal = principal
+        self.limit = limit
         # A store written before touch() took issued_at keeps working (its sessions' idle clock
         # then starts at their first use rather than at creation).
         parameters = inspect.signature(store.touch).parameters
@@ -92,7 +103,9 @@ class SessionService:
         extra: dict[str, str] = {}
         if operation is not None and (traceparent := operation.traceparent()) is not None:
             extra[TRACEPARENT_CLAIM] = traceparent
-        if (principal := await self.principal_of(scope)) is not None:
+        principal = await self.principal_of(scope)
+        self._limited(scope, principal)
+        if principal is not None:
             extra[PRINCIPAL_CLAIM] = principal
         # Nothing is stored: the token says when it was issued, and the idle clock starts there.
         token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now, extra_claims=extra)
@@ -179,8 +192,24 @@ class SessionService:
             logger.warning("could not drop an ended transport session's data: %s", exc)
             return False
 
-    async def revoke(self, session: Session) -> bool:
+    def _limited(self, scope: Scope, principal: str | None) -> None:
+        """Refuse (429) a caller over the create limit: by principal, else by client address."""
+        if self.limit is None:
+            return
+        client = scope.get("client")
+        caller = principal if principal is not None else f"address:{client[0] if client else ''}"
+        if (wait := self.limit.take(caller)) > 0:
+            raise Refusal(
+                TOO_MANY_SESSIONS,
+                "Too many sessions created or deleted, retry later",
+                reason="rate_limited",
+                retry_after=max(1, math.ceil(wait)),
+            )
+
+    async def revoke(self, session: Session, scope: Scope | None = None) -> bool:
         """End ``session`` on every replica; ``False`` if it had already ended."""
+        if self.limit is not None and scope is not None:
+            self._limited(scope, session.claims.get(PRINCIPAL_CLAIM))
         try:
             revoked = await self.store.revoke(session.id, expires_at=session.token_expires_at)
         except SessionStoreUnavailable as exc:
