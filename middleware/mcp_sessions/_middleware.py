@@ -12,36 +12,41 @@ HTTP, and ASGI 3 (HTTP connection scope).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any, Final, Unpack
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import _jsonrpc as jsonrpc
-from ._answers import Refusal, batch_refused, send_accepted, send_json, send_refusal, send_result, send_status
+from ._answers import Refusal, batch_refused, send_accepted, send_json, send_result
 from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
 from ._digest import IdDigests
 from ._echo import Target, annotate, hashable_id
-from ._guard import Rejection
+from ._forward import run_app, targets_of
 from ._handle_check import check_handles
+from ._lifespan import watch_lifespan
 from ._local import LocalCall
 from ._plan import Call, Plan, Planner
 from ._policy import never as _never
 from ._protocol import (
-    HEADER_MISMATCH,
-    INVALID_PARAMS,
-    MCP_METHOD_HEADER,
     MCP_SESSION_ID_HEADER,
-    SESSION_STORE_UNAVAILABLE,
     Era,
 )
-from ._response import ResponseRewriter
+from ._refusals import Refusals, end_with, reject
+from ._request import (
+    body_of,
+    check_local_call,
+    continue_trace,
+    echoed,
+    headers_of,
+    route_path,
+    strip_session_members,
+)
 from ._service import SessionRefused, SessionService
-from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
-from ._telemetry import Operation, Telemetry, attach_session, detach_session
+from ._session import Session
+from ._telemetry import Operation, Telemetry
 from ._transport import TransportSessions
 from .handles import handle_context, record_handles
 from .sources import DataLayerSource, SessionSource
@@ -120,6 +125,7 @@ class MCPSessionMiddleware:
         self._requires = None if config.requires is _never else config.requires
         self._capability = {p.name: p.capability.value(required=config.require_all) for p in config.profiles}
         self._retry_after = str(config.retry_after).encode()
+        self._refusals = Refusals(self._retry_after)
         self._guard = config.guard
         self._telemetry = Telemetry(
             tracer_provider=config.tracer_provider,
@@ -136,12 +142,14 @@ class MCPSessionMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return await self._not_http(scope, receive, send)
+            if scope["type"] == "lifespan":
+                send = watch_lifespan(send, self.store, owns_store=self.config.owns_store)
+            return await self.app(scope, receive, send)
         # The same objects, typed as asgiref's ASGI events (annotations, not cast(): no call per request).
         http_scope: HTTPScope = scope  # type: ignore[assignment]
         reply: ASGISendCallable = send  # type: ignore[assignment]  # our own answers, checked as typed events
         typed_receive: ASGIReceiveCallable = receive  # type: ignore[assignment]
-        headers = _headers(http_scope)
+        headers = headers_of(http_scope)
         if not self._is_for_us(http_scope, headers):
             return await self._pass_through(scope, receive, send, headers)
         start_ns = time.time_ns()
@@ -153,21 +161,21 @@ class MCPSessionMiddleware:
         if body is None:
             return None  # http.disconnect: the client is gone, nothing to forward
         if body is TOO_LARGE:
-            return await self._too_large(reply)
+            return await self._refusals.too_large(reply, self.config.max_body_size)
         assert isinstance(body, bytes)
         replay = Replay(body, receive)
         plan = self._planner.plan(body, headers, start_ns)
         if plan is None:
             return await self._pass_through(scope, replay, send, headers)
         if plan.batch and any(call.local is not None for call in plan.calls):
-            if (rejection := self._guard.check(http_scope["headers"], _body_of(plan))) is not None:
+            if (rejection := self._guard.check(http_scope["headers"], body_of(plan))) is not None:
                 return await rejection.send(send)
-            return await self._refuse_batch_with_local_method(plan, reply)
+            return await self._refusals.refuse_local_methods_in_batch(plan, reply)
         local = None if plan.batch else plan.calls[0]
         if local is not None and local.local is None:
             local = None
         if local is not None and not local.is_request:
-            if (rejection := self._guard.check(http_scope["headers"], _body_of(plan))) is not None:
+            if (rejection := self._guard.check(http_scope["headers"], body_of(plan))) is not None:
                 return await rejection.send(send)
             return await send_accepted(reply)  # a session method as a notification: no answer, no effect
         await self._resolve(scope, plan)
@@ -175,11 +183,11 @@ class MCPSessionMiddleware:
             await check_handles(self.config.handles, self._sessions, scope, plan)
         self._start_operations(scope, plan)
         if (plan.refused or local is not None or plan.answered) and (
-            rejection := self._guard.check(http_scope["headers"], _body_of(plan))
+            rejection := self._guard.check(http_scope["headers"], body_of(plan))
         ) is not None:
-            return await _reject(plan, rejection, send)  # what the wrapped server would answer, not ours
+            return await reject(plan, rejection, send)  # what the wrapped server would answer, not ours
         if plan.refused:
-            return await self._refuse(plan, reply)
+            return await self._refusals.refuse(plan, reply)
         if local is not None:
             return await self._answer_locally(scope, plan, local, reply)
         if plan.answered:
@@ -195,7 +203,7 @@ class MCPSessionMiddleware:
             scope["method"] == "POST"
             and content_type is not None
             and content_type.lower().startswith(_JSON_CONTENT_TYPE)
-            and (paths is None or scope["path"] in paths or _route_path(scope) in paths)
+            and (paths is None or scope["path"] in paths or route_path(scope) in paths)
         )
 
     async def _resolve(self, scope: Scope, plan: Plan) -> None:
@@ -206,7 +214,7 @@ class MCPSessionMiddleware:
             try:
                 local = call.local
                 if local is not None:
-                    _check_local_call(call, plan)
+                    check_local_call(call, plan)
                     if not local.needs_session:
                         continue
                 # A session method acts on a data-layer session only, never a host's or a transport's.
@@ -294,7 +302,7 @@ class MCPSessionMiddleware:
         except Refusal as refusal:
             call.refusal = refusal
             plan.refused = True
-            return await self._refuse(plan, send)
+            return await self._refusals.refuse(plan, send)
         if plan.era is Era.PER_REQUEST:
             result["resultType"] = "complete"
         frame = jsonrpc.result(call.request_id, result)
@@ -319,12 +327,12 @@ class MCPSessionMiddleware:
 
         In a batch, the other elements are refused as a whole (-32600), as for an invalid session.
         """
-        targets = self._targets(plan)
+        targets = targets_of(plan, self._advertising_by_value, self._capability)
         frames: list[dict[str, Any]] = []
         for call in plan.calls:
             if call.answer is None:
                 refusal = batch_refused("batch refused: another element's handle is invalid")
-                _end(call.operation, refusal)
+                end_with(call.operation, refusal)
                 if call.is_request or call.method is None:
                     frames.append(refusal.frame(call.request_id))
                 continue
@@ -341,7 +349,7 @@ class MCPSessionMiddleware:
     async def _forward(self, scope: Scope, replay: Replay, send: Send, plan: Plan) -> None:
         """Call the app with the session attached, the trace continued and the responses rewritten."""
         if self._planner.strips:
-            _strip_session_members(plan, replay)
+            strip_session_members(plan, replay)
         if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
             send = self._transport.watch_initialize(send)
         if not plan.batch and self._transports is None:  # one message, the usual case: no loops
@@ -354,7 +362,7 @@ class MCPSessionMiddleware:
             if call.is_request and (session is not None or advertised or operation is not None or revoked):
                 targets[hashable_id(call.request_id)] = Target(
                     call.profile,
-                    _echoed(session),
+                    echoed(session),
                     advertised=advertised,
                     capability=self._capability,
                     era=plan.era,
@@ -363,7 +371,7 @@ class MCPSessionMiddleware:
                 )
             operations = [] if operation is None else [operation]
         else:
-            targets = self._targets(plan)
+            targets = targets_of(plan, self._advertising_by_value, self._capability)
             operations = [call.operation for call in plan.calls if call.operation is not None]
             sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
             if not targets and not sessions and not operations and plan.handles is None:
@@ -376,69 +384,11 @@ class MCPSessionMiddleware:
                     scope, send = self._transports.bind(scope, send, call.session, opening=opening)
         ambient = operations[0] if len(operations) == 1 else None
         if ambient is not None and not plan.batch and ambient.traced:
-            _continue_trace(plan.calls[0].message, replay, ambient)
+            continue_trace(plan.calls[0].message, replay, ambient)
         if plan.handles is None:
-            return await self._run_app(scope, replay, send, session, targets, operations)
+            return await run_app(self.app, self._telemetry, scope, replay, send, session, targets, operations)
         with handle_context(plan.handles):  # typed handle parameters read the verified handles there
-            await self._run_app(scope, replay, send, session, targets, operations)
-
-    def _targets(self, plan: Plan) -> dict[Any, Target]:
-        targets: dict[Any, Target] = {}
-        advertising = self._advertising_by_value[plan.era.value]
-        for call in plan.calls:
-            if call.method is None or not call.is_request:
-                continue
-            advertised = advertising.get(call.method, ())
-            if call.session is not None or advertised or call.operation is not None or call.revoked is not None:
-                targets[hashable_id(call.message["id"])] = Target(
-                    call.profile,
-                    _echoed(call.session),
-                    advertised=advertised,
-                    capability=self._capability,
-                    era=plan.era,
-                    operation=call.operation,
-                    revoked=call.revoked is not None,
-                )
-        return targets
-
-    async def _run_app(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        session: Session | None,
-        targets: dict[Any, Target],
-        operations: list[Operation],
-    ) -> None:
-        typed_send: ASGISendCallable = send  # type: ignore[assignment]
-        rewriter = ResponseRewriter(typed_send, targets) if targets else None
-        if session is not None:
-            scope[SCOPE_KEY] = session
-            scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
-        token = _current.set(session)
-        ambient = operations[0] if len(operations) == 1 else None
-        baggage_token = None
-        if ambient is not None:
-            ambient.attach()
-        elif session is not None and not operations and self._telemetry.enabled():
-            baggage_token = attach_session(session.id)  # an ordinary route: its spans carry the session too
-        try:
-            await self.app(scope, receive, send if rewriter is None else rewriter.send)
-        except BaseException as exc:
-            for operation in operations:
-                operation.exception(exc)
-            raise
-        finally:
-            if ambient is not None:
-                ambient.detach()
-            if baggage_token is not None:
-                detach_session(baggage_token)
-            _current.reset(token)
-            if rewriter is not None and rewriter.status >= 400:
-                for operation in operations:
-                    operation.http_error(rewriter.status)
-            for operation in operations:
-                operation.end()
+            await run_app(self.app, self._telemetry, scope, replay, send, session, targets, operations)
 
     async def _pass_through(self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]) -> None:
         """Forward a request that is not JSON-RPC untouched.
@@ -461,174 +411,5 @@ class MCPSessionMiddleware:
             except (SessionRefused, Refusal):
                 pass
             else:
-                return await self._run_app(scope, receive, send, session, {}, [])
+                return await run_app(self.app, self._telemetry, scope, receive, send, session, {}, [])
         await self.app(scope, receive, send)
-
-    # -- refusals -------------------------------------------------------------------
-
-    async def _refuse(self, plan: Plan, send: ASGISendCallable) -> None:
-        """Answer a request with a refused call: nothing of it reaches the app."""
-        calls = [call for call in plan.calls if call.method is not None]
-        refusals = [call.refusal for call in calls if call.refusal is not None]
-        unavailable = any(r.code == SESSION_STORE_UNAVAILABLE for r in refusals)
-        for call in calls:
-            if call.refusal is not None:
-                self._count_refusal(call, call.refusal)
-        if not plan.batch:
-            call = plan.calls[0]
-            assert call.refusal is not None
-            _end(call.operation, call.refusal)
-            if not call.is_request:
-                # Notifications get no JSON-RPC answer; they simply never reach the app.
-                return await send_status(send, 503 if unavailable else 202, self._retry_after)
-            return await send_refusal(send, call.request_id, call.refusal, era=plan.era, retry_after=self._retry_after)
-        errors = []
-        for call in plan.calls:
-            refusal = call.refusal or batch_refused()
-            if unavailable:
-                refusal = Refusal(SESSION_STORE_UNAVAILABLE, "Session store unavailable", reason="store_unavailable")
-            _end(call.operation, refusal)
-            if call.is_request or call.method is None:
-                errors.append(refusal.frame(call.request_id))
-        return await self._send_batch(send, errors, 503 if unavailable else _batch_refused_status(plan.era))
-
-    async def _refuse_batch_with_local_method(self, plan: Plan, send: ASGISendCallable) -> None:
-        errors = [
-            jsonrpc.invalid_request(call.request_id, "session methods are not allowed in a batch")
-            for call in plan.calls
-            if call.is_request or not isinstance(call.message, dict)
-        ]
-        await self._send_batch(send, errors, _batch_refused_status(plan.era))
-
-    def _count_refusal(self, call: Call, refusal: Refusal) -> None:
-        if call.operation is not None:
-            call.operation.telemetry.sessions_rejected.add(
-                1, {"mcp_sessions.reason": refusal.reason, "mcp.method.name": call.method}
-            )
-
-    async def _send_batch(self, send: ASGISendCallable, errors: list[dict[str, Any]], status: int) -> None:
-        if not errors:
-            return await send_accepted(send)
-        await send_json(send, status, errors, self._retry_after)
-
-    async def _too_large(self, send: ASGISendCallable) -> None:
-        limit = self.config.max_body_size
-        reject = jsonrpc.invalid_request(None, f"Request body too large (limit {limit} bytes)")
-        await send_json(send, 413, reject, self._retry_after)
-
-    async def _not_http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Lifespan and websockets go straight to the app; the store is checked at startup, and closed at
-        shutdown if it was built here."""
-        if scope["type"] == "lifespan":
-            send = self._watch_lifespan(send)
-        await self.app(scope, receive, send)
-
-    def _watch_lifespan(self, send: Send) -> Send:
-        async def lifespan_send(message: Message) -> None:
-            if message["type"] == "lifespan.startup.complete":
-                await _check_store(self.store)
-            elif message["type"] == "lifespan.shutdown.complete" and self.config.owns_store:
-                try:
-                    await self.store.aclose()
-                except Exception:
-                    logger.exception("could not close the session store")
-            await send(message)
-
-        return lifespan_send
-
-
-def _headers(scope: HTTPScope) -> dict[bytes, bytes]:
-    """The request headers; the first of a repeated header wins, as in Starlette."""
-    raw_headers = scope["headers"]
-    if not isinstance(raw_headers, list | tuple):  # ASGI allows any iterable
-        raw_headers = list(raw_headers)
-    headers = dict(reversed(raw_headers))
-    if len(headers) != len(raw_headers) and len({v for n, v in raw_headers if n == MCP_SESSION_ID_HEADER}) > 1:
-        # Two different Mcp-Session-Id headers: a proxy may route on one and we
-        # would check the other, so the pair matches no session.
-        headers[MCP_SESSION_ID_HEADER] = _CONFLICTING_HEADER
-    return headers
-
-
-def _route_path(scope: HTTPScope) -> str:
-    """The path as Starlette routes it: without the ``root_path`` a proxy prefix or a ``Mount`` adds."""
-    path, root = scope["path"], scope.get("root_path", "")
-    return path[len(root) :] if root and path.startswith(root) else path
-
-
-def _echoed(session: Session | None) -> Session | None:
-    """The session a result echoes: only a data-layer one, as the others have no token to send back."""
-    return session if session is not None and session.token else None
-
-
-def _check_local_call(call: Call, plan: Plan) -> None:
-    header_method = plan.headers.get(MCP_METHOD_HEADER)
-    assert call.method is not None
-    if plan.era is Era.PER_REQUEST and header_method is not None and header_method != call.method.encode():
-        raise Refusal(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
-    params = call.params
-    if params is not None and not isinstance(params, dict):
-        raise Refusal(INVALID_PARAMS, "params must be an object")
-
-
-def _batch_refused_status(era: Era) -> int:
-    """A batch answered here is one error response: 400 on the 2026-07-28 path, as -32600 is."""
-    return 400 if era is Era.PER_REQUEST else 200
-
-
-def _strip_session_members(plan: Plan, replay: Replay) -> None:
-    """Remove the session members JSON-RPC does not know (SEP-1364's top-level ``sessionId``) before the app."""
-    stripped = False
-    for call in plan.calls:
-        if call.method is not None and call.profile.carrier.strip(call.message):
-            stripped = True
-    if stripped:
-        replay.rewrite(jsonrpc.dumps([call.message for call in plan.calls] if plan.batch else plan.calls[0].message))
-
-
-def _continue_trace(message: dict[str, Any], replay: Replay, operation: Operation) -> None:
-    """Forward a ``_meta`` trace context that names this span, so the server's span nests under it.
-
-    The SDK parents its span to ``_meta.traceparent`` when present (SEP-414)
-    and to the ambient context otherwise: only the first case needs the body
-    rewritten.
-    """
-    params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    if not isinstance(meta, dict) or "traceparent" not in meta:
-        return
-    operation.inject(meta)
-    replay.rewrite(jsonrpc.dumps(message))
-
-
-async def _check_store(store: Any) -> None:
-    """Warn at startup, not at the first request, when the store does not answer (the app still starts)."""
-    try:
-        async with asyncio.timeout(5):
-            await store.ping()
-    except Exception as exc:
-        logger.warning(
-            "the session store does not answer at startup (%s: %s): requests that need it will get -32010 "
-            "until it does; store.ping() is the readiness check",
-            type(exc).__name__,
-            exc,
-        )
-
-
-def _body_of(plan: Plan) -> Any:
-    """The parsed body, as the guard reads it: one message, or the batch."""
-    return [call.message for call in plan.calls] if plan.batch else plan.calls[0].message
-
-
-async def _reject(plan: Plan, rejection: Rejection, send: Send) -> None:
-    for call in plan.calls:
-        if (operation := call.operation) is not None:
-            operation.refused(rejection.status, rejection.code, rejection.message)
-            operation.end()
-    await rejection.send(send)
-
-
-def _end(operation: Operation | None, refusal: Refusal) -> None:
-    if operation is not None:
-        operation.fail(refusal.code, refusal.message)
-        operation.end()

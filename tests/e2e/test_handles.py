@@ -29,7 +29,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
 from starlette.routing import Mount
 
-from _mcp import ModernClient, answer, legacy_request
+from _mcp import ModernClient, legacy_request
 from conftest import SECRET, serve
 from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore
 from mcp_sessions.handles import ATTRIBUTE_ID, ATTRIBUTE_KIND, Handle, HandleKind, HandleMiddleware, Handles
@@ -152,19 +152,15 @@ def test_a_refusal_is_answered_by_the_middleware_as_json_in_both_eras(url: str) 
         assert (response.status_code, response.headers["content-type"]) == (200, "application/json")
         assert message["result"]["isError"] is True and message["result"]["resultType"] == "complete"
         body = legacy_request("tools/call", {"name": "checkout", "arguments": {"basket": bad}}, id="x-1")
-        response = http.post(
-            url,
-            json=body,
-            headers={
-                "Content-Type": "application/json",
-                "Accept": "text/event-stream",
-                "MCP-Protocol-Version": "2025-11-25",
-            },
-        )
-        assert response.headers["content-type"] == "text/event-stream"
-        message = answer(response)
+        headers = {"Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"}
+        response = http.post(url, json=body, headers={**headers, "Accept": "application/json, text/event-stream"})
+        assert response.headers["content-type"] == "application/json"
+        message = response.json()
         assert message["id"] == "x-1" and message["result"]["isError"] is True
         assert "resultType" not in message["result"]
+        # A client that accepts only a stream is refused as the SDK refuses it (406), before any answer of ours.
+        response = http.post(url, json=body, headers={**headers, "Accept": "text/event-stream"})
+        assert response.status_code == 406
 
 
 # -- principals ---------------------------------------------------------------------------------------------------
