@@ -128,7 +128,14 @@ def call(client: RawClient, tool: str, host: str, conversation: str, **kwargs: A
 
 
 def middleware_spans(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
-    return [span for span in of_scope(spans, MIDDLEWARE_SCOPE) if span.name == name]
+    """The middleware's spans of ``name``; a tool the server never answered is named by what the client sent."""
+    method, _, tool = name.partition(" ")
+    return [
+        span
+        for span in of_scope(spans, MIDDLEWARE_SCOPE)
+        if span.name == name
+        or (tool and span.name == method and (span.attributes or {}).get("mcp_sessions.target_original") == tool)
+    ]
 
 
 def sdk_child(spans: list[ReadableSpan], parent: ReadableSpan) -> ReadableSpan:
