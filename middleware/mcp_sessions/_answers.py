@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
-
-from starlette.types import Send
+from typing import TYPE_CHECKING, Any, Final
 
 from . import _jsonrpc as jsonrpc
 from ._protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE, Era, http_status
+
+if TYPE_CHECKING:
+    from asgiref.typing import ASGISendCallable, HTTPResponseBodyEvent, HTTPResponseStartEvent
 
 __all__ = ["Refusal", "send_accepted", "send_json", "send_refusal", "send_status", "store_unavailable"]
 
@@ -57,27 +58,41 @@ def batch_refused(reason: str = "batch refused: another element's session is inv
     return Refusal(INVALID_REQUEST, reason)
 
 
-async def send_json(send: Send, status: int, payload: Any, retry_after: bytes) -> None:
+async def send_json(send: ASGISendCallable, status: int, payload: Any, retry_after: bytes) -> None:
+    """``payload`` as an ``application/json`` response."""
     body = jsonrpc.dumps(payload)
     headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
     if status == 503:
         headers.append((b"retry-after", retry_after))
-    await send({"type": "http.response.start", "status": status, "headers": headers, "trailers": False})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await _send_response(send, status, headers, body)
 
 
-async def send_refusal(send: Send, request_id: Any, refusal: Refusal, *, era: Era, retry_after: bytes) -> None:
+async def _send_response(send: ASGISendCallable, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": headers,
+        "trailers": False,
+    }
+    await send(start)
+    end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
+    await send(end)
+
+
+async def send_refusal(
+    send: ASGISendCallable, request_id: Any, refusal: Refusal, *, era: Era, retry_after: bytes
+) -> None:
     await send_json(send, http_status(refusal.code, era), refusal.frame(request_id), retry_after)
 
 
-async def send_status(send: Send, status: int, retry_after: bytes) -> None:
+async def send_status(send: ASGISendCallable, status: int, retry_after: bytes) -> None:
+    """A response with no body: ``status``, and ``Retry-After`` with a 503."""
     headers = [(b"content-length", b"0")]
     if status == 503:
         headers.append((b"retry-after", retry_after))
-    await send({"type": "http.response.start", "status": status, "headers": headers, "trailers": False})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    await _send_response(send, status, headers, b"")
 
 
-async def send_accepted(send: Send) -> None:
+async def send_accepted(send: ASGISendCallable) -> None:
     """202 and no body: the answer to a notification that never reaches the app."""
     await send_status(send, 202, b"")

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from starlette.types import Message, Receive
+
+if TYPE_CHECKING:
+    from asgiref.typing import ASGIReceiveCallable
 
 __all__ = ["TOO_LARGE", "Replay", "read_body"]
 
 TOO_LARGE: Final = object()
 
 
-async def read_body(receive: Receive, *, declared_length: bytes | None, limit: int) -> bytes | object | None:
+async def read_body(
+    receive: ASGIReceiveCallable, *, declared_length: bytes | None, limit: int
+) -> bytes | object | None:
     """The whole body; :data:`TOO_LARGE` over ``limit``; ``None`` when the client went away."""
     if declared_length is not None and declared_length.isdigit() and int(declared_length) > limit:
         return TOO_LARGE

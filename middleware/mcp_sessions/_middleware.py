@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Final, Unpack
+from typing import TYPE_CHECKING, Any, Final, Unpack, cast
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -38,6 +38,9 @@ from ._service import SessionRefused, SessionService
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
 from ._telemetry import Operation, Telemetry
 from .sources import DataLayerSource, SessionSource
+
+if TYPE_CHECKING:
+    from asgiref.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
 
 __all__ = ["MCPSessionMiddleware"]
 
@@ -90,36 +93,42 @@ class MCPSessionMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self._not_http(scope, receive, send)
-        headers = _headers(scope)
-        if not self._is_for_us(scope, headers):
+        http_scope = cast("HTTPScope", scope)
+        reply = cast("ASGISendCallable", send)  # our own answers, checked as typed ASGI events
+        headers = _headers(http_scope)
+        if not self._is_for_us(http_scope, headers):
             return await self._pass_through(scope, receive, send, headers)
         start_ns = time.time_ns()
-        body = await read_body(receive, declared_length=headers.get(b"content-length"), limit=self.config.max_body_size)
+        body = await read_body(
+            cast("ASGIReceiveCallable", receive),
+            declared_length=headers.get(b"content-length"),
+            limit=self.config.max_body_size,
+        )
         if body is None:
             return None  # http.disconnect: the client is gone, nothing to forward
         if body is TOO_LARGE:
-            return await self._too_large(send)
+            return await self._too_large(reply)
         assert isinstance(body, bytes)
         replay = Replay(body, receive)
         plan = self._planner.plan(body, headers, start_ns)
         if plan is None:
             return await self._pass_through(scope, replay, send, headers)
         if plan.batch and any(call.local is not None for call in plan.calls):
-            return await self._refuse_batch_with_local_method(plan, send)
+            return await self._refuse_batch_with_local_method(plan, reply)
         local = plan.local
         if local is not None and not local.is_request:
-            return await send_accepted(send)  # a session method as a notification: no answer, no effect
+            return await send_accepted(reply)  # a session method as a notification: no answer, no effect
         await self._resolve(scope, plan)
         self._start_operations(scope, plan)
         if any(call.refusal is not None for call in plan.calls):
-            return await self._refuse(plan, send)
+            return await self._refuse(plan, reply)
         if local is not None:
-            return await self._answer_locally(scope, plan, local, send)
+            return await self._answer_locally(scope, plan, local, reply)
         return await self._forward(scope, replay, send, plan)
 
     # -- the steps ------------------------------------------------------------------
 
-    def _is_for_us(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
+    def _is_for_us(self, scope: HTTPScope, headers: dict[bytes, bytes]) -> bool:
         content_type = headers.get(b"content-type")
         paths = self.config.paths
         return (
@@ -180,7 +189,7 @@ class MCPSessionMiddleware:
             operation.set_session(call.refusal.session_id)
         return operation
 
-    async def _answer_locally(self, scope: Scope, plan: Plan, call: Call, send: Send) -> None:
+    async def _answer_locally(self, scope: Scope, plan: Plan, call: Call, send: ASGISendCallable) -> None:
         assert call.local is not None
         local = LocalCall(
             scope=scope,
@@ -241,7 +250,7 @@ class MCPSessionMiddleware:
         targets: dict[Any, Target],
         operations: list[Operation],
     ) -> None:
-        rewriter = ResponseRewriter(send, targets) if targets else None
+        rewriter = ResponseRewriter(cast("ASGISendCallable", send), targets) if targets else None
         if session is not None:
             scope[SCOPE_KEY] = session
             scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
@@ -284,7 +293,7 @@ class MCPSessionMiddleware:
 
     # -- refusals -------------------------------------------------------------------
 
-    async def _refuse(self, plan: Plan, send: Send) -> None:
+    async def _refuse(self, plan: Plan, send: ASGISendCallable) -> None:
         """Answer a request with a refused call: nothing of it reaches the app."""
         calls = [call for call in plan.calls if call.method is not None]
         refusals = [call.refusal for call in calls if call.refusal is not None]
@@ -310,7 +319,7 @@ class MCPSessionMiddleware:
                 errors.append(refusal.frame(call.request_id))
         return await self._send_batch(send, errors, 503 if unavailable else _batch_refused_status(plan.era))
 
-    async def _refuse_batch_with_local_method(self, plan: Plan, send: Send) -> None:
+    async def _refuse_batch_with_local_method(self, plan: Plan, send: ASGISendCallable) -> None:
         errors = [
             jsonrpc.invalid_request(call.request_id, "session methods are not allowed in a batch")
             for call in plan.calls
@@ -324,12 +333,12 @@ class MCPSessionMiddleware:
                 1, {"mcp_sessions.reason": refusal.reason, "mcp.method.name": call.method}
             )
 
-    async def _send_batch(self, send: Send, errors: list[dict[str, Any]], status: int) -> None:
+    async def _send_batch(self, send: ASGISendCallable, errors: list[dict[str, Any]], status: int) -> None:
         if not errors:
             return await send_accepted(send)
         await send_json(send, status, errors, self._retry_after)
 
-    async def _too_large(self, send: Send) -> None:
+    async def _too_large(self, send: ASGISendCallable) -> None:
         limit = self.config.max_body_size
         reject = jsonrpc.invalid_request(None, f"Request body too large (limit {limit} bytes)")
         await send_json(send, 413, reject, self._retry_after)
@@ -352,7 +361,7 @@ class MCPSessionMiddleware:
         return lifespan_send
 
 
-def _headers(scope: Scope) -> dict[bytes, bytes]:
+def _headers(scope: HTTPScope) -> dict[bytes, bytes]:
     """The request headers; the first of a repeated header wins, as in Starlette."""
     raw_headers = scope["headers"]
     if not isinstance(raw_headers, list | tuple):  # ASGI allows any iterable

@@ -8,13 +8,16 @@ held back. Anything else, and anything encoded, passes through untouched.
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from starlette.types import Message, Send
+from starlette.types import Message
 
 from . import _jsonrpc as jsonrpc
 from ._echo import CHANGED, Target, annotate, hashable_id, splice_point
 from ._sse import SSERewriter
+
+if TYPE_CHECKING:
+    from asgiref.typing import ASGISendCallable, ASGISendEvent, HTTPResponseBodyEvent, HTTPResponseStartEvent
 
 __all__ = ["ResponseRewriter"]
 
@@ -75,13 +78,13 @@ class _JsonBody:
 
     __slots__ = ("_buffer", "_messages", "_send", "_start")
 
-    def __init__(self, send: Send, start: Message, messages: _Messages) -> None:
+    def __init__(self, send: ASGISendCallable, start: HTTPResponseStartEvent, messages: _Messages) -> None:
         self._send = send
         self._start = start
         self._messages = messages
         self._buffer = bytearray()
 
-    async def body(self, message: Message) -> None:
+    async def body(self, message: HTTPResponseBodyEvent) -> None:
         chunk = message.get("body", b"")
         if message.get("more_body", False):
             self._buffer += chunk
@@ -98,8 +101,10 @@ class _JsonBody:
             logger.exception("could not add session metadata to a response")
         headers = [(n, v) for n, v in self._start.get("headers", ()) if n.lower() != b"content-length"]
         headers.append((b"content-length", str(len(body)).encode()))
-        await self._send({**self._start, "headers": headers})
-        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        start: HTTPResponseStartEvent = {**self._start, "headers": headers}
+        await self._send(start)
+        end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
+        await self._send(end)
 
 
 class _SseBody:
@@ -107,17 +112,18 @@ class _SseBody:
 
     __slots__ = ("_messages", "_send", "_sse")
 
-    def __init__(self, send: Send, messages: _Messages) -> None:
+    def __init__(self, send: ASGISendCallable, messages: _Messages) -> None:
         self._send = send
         self._messages = messages
         self._sse = SSERewriter(self._rewrite_event, once=len(messages.targets) == 1)
 
-    async def body(self, message: Message) -> None:
+    async def body(self, message: HTTPResponseBodyEvent) -> None:
         more = message.get("more_body", False)
         chunk = self._sse.feed(message.get("body", b""))
         if not more:
             chunk += self._sse.flush()
-        await self._send({"type": "http.response.body", "body": chunk, "more_body": more})
+        event: HTTPResponseBodyEvent = {"type": "http.response.body", "body": chunk, "more_body": more}
+        await self._send(event)
 
     def _rewrite_event(self, data: str) -> str | None:
         if '"id"' not in data and "\\" not in data:
@@ -137,35 +143,39 @@ class ResponseRewriter:
 
     __slots__ = ("_body", "_messages", "_send", "status")
 
-    def __init__(self, send: Send, targets: dict[Any, Target]) -> None:
+    def __init__(self, send: ASGISendCallable, targets: dict[Any, Target]) -> None:
         self._send = send
         self._messages = _Messages(targets)
         self._body: _JsonBody | _SseBody | None = None
         self.status = 0
 
     async def send(self, message: Message) -> None:
-        kind = message["type"]
-        if kind == "http.response.start":
-            self.status = message["status"]
-            content_type = b""
-            encoded = False
-            for name, value in message.get("headers", ()):
-                name = name.lower()
-                if name == b"content-type":
-                    content_type = bytes(value).lower()
-                elif name == b"content-encoding":
-                    encoded = True
-            if not encoded and content_type.startswith(_JSON):
-                self._body = _JsonBody(self._send, message, self._messages)
-                return
-            if not encoded and content_type.startswith(_SSE):
-                self._body = _SseBody(self._send, self._messages)
-                message = {
-                    **message,
-                    "headers": [(n, v) for n, v in message.get("headers", ()) if n.lower() != b"content-length"],
-                }
-            await self._send(message)
-        elif kind == "http.response.body" and self._body is not None:
-            await self._body.body(message)
+        """The ``send`` the app gets: response events are read as the typed ASGI events they are."""
+        event = cast("ASGISendEvent", message)
+        if event["type"] == "http.response.start":
+            await self._start(event)
+        elif event["type"] == "http.response.body" and self._body is not None:
+            await self._body.body(event)
         else:
-            await self._send(message)
+            await self._send(event)  # trailers, pushes, disconnects: untouched
+
+    async def _start(self, message: HTTPResponseStartEvent) -> None:
+        self.status = message["status"]
+        content_type = b""
+        encoded = False
+        for name, value in message.get("headers", ()):
+            name = name.lower()
+            if name == b"content-type":
+                content_type = bytes(value).lower()
+            elif name == b"content-encoding":
+                encoded = True
+        if not encoded and content_type.startswith(_JSON):
+            self._body = _JsonBody(self._send, message, self._messages)
+            return
+        if not encoded and content_type.startswith(_SSE):
+            self._body = _SseBody(self._send, self._messages)
+            message = {
+                **message,
+                "headers": [(n, v) for n, v in message.get("headers", ()) if n.lower() != b"content-length"],
+            }
+        await self._send(message)

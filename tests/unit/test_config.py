@@ -102,10 +102,15 @@ def test_no_secret_message_says_what_to_do() -> None:
 
 
 @pytest.mark.parametrize(
-    "policy", [True, False, ["tools/call"], frozenset({"tools/call"}), lambda method, params: True]
-)
-def test_require_session_accepts_bool_collection_or_callable(policy: Any) -> None:
-    MCPSessionMiddleware(app, secret=SECRET, require_session=policy)
+    ("policy", "required"),
+    [(True, True), (False, False), (["tools/call"], True), (frozenset({"tools/list"}), False),
+     (lambda method, params: params == {"name": "count"}, True)],
+    ids=["true", "false", "list", "frozenset", "callable"],
+)  # fmt: skip
+def test_require_session_accepts_bool_collection_or_callable(policy: Any, required: bool) -> None:
+    mw = MCPSessionMiddleware(app, secret=SECRET, require_session=policy)
+    assert mw.config.requires("tools/call", {"name": "count"}) is required
+    assert mw.config.requires("initialize", {}) is False  # exempt whatever the policy
 
 
 # -- from_env ---------------------------------------------------------------------

@@ -19,7 +19,7 @@ from mcp_sessions.stores import RedisStore
 
 OLD = "old-secret-0123456789-0123456789-0123456789"
 NEW = "new-secret-9876543210-9876543210-9876543210"
-MAIN = Path(__file__).resolve().parent.parent
+MAIN = Path(__file__).resolve().parents[2]
 
 
 async def app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover - never called

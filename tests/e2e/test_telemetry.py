@@ -80,7 +80,7 @@ from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, __version__, get_session
 from mcp_sessions._tokens import KeySet
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 USER_SCOPE = "tests.user_code"
 INVALID_PARAMS = -32602

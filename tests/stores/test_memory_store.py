@@ -1,7 +1,7 @@
 """MemoryStore: revocation, idle expiry, the cap, and atomic data under concurrency.
 
 The store contract every store keeps (data round trips, copies, JSON-only values, incr and
-update) is tested once for MemoryStore and RedisStore alike in tests/test_redis_store.py.
+update) is tested once for MemoryStore and RedisStore alike in tests/stores/test_redis_store.py.
 """
 
 from __future__ import annotations

@@ -288,7 +288,7 @@ def test_the_middleware_decides_as_the_rules_say(case: tuple[Pairs, str], modern
 
 ED_KEYS = KeySet([SessionKey.from_private_key(ed25519.Ed25519PrivateKey.generate(), kid="ed-1")])
 # ES256 is left out of the mutation property on purpose: an ECDSA signature (r, s) has a twin (r, n - s) that
-# verifies too. Random mutations never find it; tests/test_attacks.py shows it, docs/security.md explains it.
+# verifies too. Random mutations never find it; tests/e2e/test_attacks.py shows it, docs/security.md explains it.
 MINTED = {
     "hs256": (KEYS, KEYS.mint_session_token(ttl=3600)[0]),
     "eddsa": (ED_KEYS, ED_KEYS.mint_session_token(ttl=3600)[0]),

@@ -46,7 +46,7 @@ from _mcp import (
 from _redis import RedisServer, free_port, redis_server
 from mcp_sessions import KeySet
 
-MAIN = Path(__file__).resolve().parent.parent
+MAIN = Path(__file__).resolve().parents[2]
 STORE_UNAVAILABLE = -32010
 OLD = "old-rotation-secret-0123456789-0123456789"
 NEW = "new-rotation-secret-9876543210-9876543210"

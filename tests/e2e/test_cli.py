@@ -20,7 +20,7 @@ from starlette.responses import PlainTextResponse
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey
 from mcp_sessions.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECRET = "a-test-secret-that-is-long-enough-0123456789"
 
 

@@ -27,7 +27,7 @@ import pytest
 from _mcp import answer, jwt_claims, messages, modern_headers, modern_request
 from conftest import SECRET
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "io.modelcontextprotocol/session"
 MB = 1024 * 1024
 

@@ -540,7 +540,7 @@ def _state_of_another_key_set(ctx: Context) -> Request:
     return call({**session, "state": ctx.token(other)}, tool="get_mode")
 
 
-# The principal binding, at the token level (tests/test_principal.py has the behaviour).
+# The principal binding, at the token level (tests/e2e/test_principal.py has the behaviour).
 def _bound(ctx: Context) -> str:
     return str(ctx.session("auth", user="alice")["sessionId"])
 
@@ -763,7 +763,7 @@ ROWS: list[Row] = [
     Row("header-names-another-live-session", _header_mismatch(lambda c: c.session()["sessionId"]), 400, -32020, 0),
     Row("header-is-the-state-token", _header_mismatch(lambda c: c.set_mode(c.session(), "x")["state"]), 400, -32020, 0),
     Row("header-valid-meta-forged", _header_valid_meta_forged, 400, -32020, 0),
-    # Session metadata said twice (tests/test_duplicates.py has more).
+    # Session metadata said twice (tests/e2e/test_repeated_member_names.py has more).
     invalid("session-key-twice-one-unicode-escaped", _twice(_key_twice_escaped)),
     invalid("sessionId-twice-one-unicode-escaped", _twice(_session_id_twice_escaped)),
     # Session metadata of the wrong type.

@@ -1,0 +1,95 @@
+"""One code path for a single message and a batch, and the policy's documented forms, by direct ASGI calls.
+
+Each test here pins a divergence the restructuring removed: a one-element
+batch was planned differently from the same message alone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from .test_middleware import JSON, Downstream, call, dumps, http_scope, json_response, middleware
+
+pytestmark = pytest.mark.anyio
+
+PER_REQUEST = [*JSON, (b"mcp-protocol-version", b"2026-07-28")]
+HANDSHAKE = [*JSON, (b"mcp-protocol-version", b"2025-11-25")]
+INITIALIZE_RESULT = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "s"}}
+
+
+def message(method: str, request_id: int = 1, **params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+def capabilities_of(body: Any) -> dict[str, Any]:
+    response = body[0] if isinstance(body, list) else body
+    return dict(response["result"]["capabilities"])
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+@pytest.mark.parametrize(
+    ("headers", "method", "advertised"),
+    [(HANDSHAKE, "initialize", True), (PER_REQUEST, "initialize", False), (PER_REQUEST, "server/discover", True)],
+    ids=["2025-initialize", "2026-initialize", "2026-discover"],
+)
+async def test_the_capability_is_added_alike_to_a_message_and_a_one_element_batch(
+    batch: bool, headers: list[tuple[bytes, bytes]], method: str, advertised: bool
+) -> None:
+    result = {"jsonrpc": "2.0", "id": 1, "result": INITIALIZE_RESULT}
+    app = Downstream(json_response([result] if batch else result))
+    body = dumps([message(method)] if batch else message(method))
+    sender = await call(middleware(app), body, http_scope(headers=headers))
+    assert app.calls == 1
+    assert ("sessions" in capabilities_of(sender.json())) is advertised
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
+async def test_a_refusal_is_counted_with_the_same_attributes_alone_or_in_a_batch(batch: bool) -> None:
+    reader = InMemoryMetricReader()
+    mw = middleware(Downstream(), meter_provider=MeterProvider(metric_readers=[reader]), require_session=True)
+    body = dumps([message("tools/list")] if batch else message("tools/list"))
+    sender = await call(mw, body)
+    assert sender.status == 200
+    (metric,) = [
+        m
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "mcp_sessions.sessions.rejected"
+    ]
+    (point,) = metric.data.data_points
+    assert dict(point.attributes) == {"mcp_sessions.reason": "required", "mcp.method.name": "tools/list"}
+
+
+@pytest.mark.parametrize(
+    ("policy", "refused", "allowed"),
+    [
+        (["tools/call"], message("tools/call", name="count"), message("tools/list")),
+        (frozenset({"resources/read"}), message("resources/read", uri="x"), message("tools/call", name="count")),
+        (
+            lambda method, params: isinstance(params, dict) and params.get("name") == "count",
+            message("tools/call", name="count"),
+            message("tools/call", name="whoami"),
+        ),
+    ],
+    ids=["list", "frozenset", "callable"],
+)
+async def test_the_collection_and_callable_policies_refuse_and_allow(
+    policy: Any, refused: dict[str, Any], allowed: dict[str, Any]
+) -> None:
+    app = Downstream()
+    mw = middleware(app, require_session=policy)
+    sender = await call(mw, dumps(refused))
+    assert app.calls == 0
+    assert sender.json()["error"] == {
+        "code": -32044,
+        "message": "Session required",
+        "data": {"create": "sessions/create"},
+    }
+    sender = await call(mw, dumps(allowed))
+    assert app.calls == 1 and json.loads(sender.body)["result"] == {}

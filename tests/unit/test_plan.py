@@ -1,0 +1,96 @@
+"""The plan: parse once, classify single and batch alike, and find the wire each message speaks."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from mcp_sessions._plan import Planner
+from mcp_sessions._protocol import Era
+from mcp_sessions.profiles import DRAFT, Capability, Echo, LocalMethod, SessionCarrier, WireProfile
+
+JSON = {b"content-type": b"application/json"}
+
+
+async def _answer(call: Any) -> dict[str, Any]:
+    return {}
+
+
+TOY = WireProfile(
+    name="toy",
+    carrier=SessionCarrier(meta_key="example.com/toy", id_member="id"),
+    echo=Echo(meta_key="example.com/toy", id_member="id", expiry_member="expiry"),
+    capability=Capability(per_request=(("toy",),), handshake=(("experimental", "toy"),)),
+    methods={"toy/open": LocalMethod(needs_session=False, answer=_answer)},
+    sessionless=frozenset({"toy/open"}),
+    not_found=-32001,
+    required=-32002,
+    header_mismatch=-32020,
+)
+
+
+def plan(body: Any, *, headers: dict[bytes, bytes] | None = None, profiles: Any = (DRAFT,)) -> Any:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return Planner(profiles).plan(raw, headers or JSON, 0)
+
+
+def request(method: str, request_id: Any = 1, **params: Any) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params:
+        message["params"] = params
+    return message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"not json", b"null", b"[]", b"{}", b"[1, 2]", {"jsonrpc": "1.0", "id": 1, "method": "x"},
+     {"jsonrpc": "2.0", "id": 1, "method": 7}, [{"jsonrpc": "2.0", "id": 1, "result": {}}]],
+    ids=["empty", "not-json", "null", "empty-batch", "empty-object", "batch-of-numbers", "jsonrpc-1",
+         "method-not-string", "batch-of-responses"],
+)  # fmt: skip
+def test_what_is_not_json_rpc_has_no_plan(body: Any) -> None:
+    assert plan(body) is None
+
+
+def test_a_single_message_and_a_one_element_batch_plan_alike() -> None:
+    single = plan(request("initialize"))
+    batch = plan([request("initialize")])
+    assert (single.batch, batch.batch) == (False, True)
+    for p in (single, batch):
+        (call,) = p.calls
+        assert (call.method, call.profile, call.local, call.is_request) == ("initialize", DRAFT, None, True)
+
+
+def test_the_era_comes_from_the_header_alone() -> None:
+    assert plan(request("tools/list")).era is Era.HANDSHAKE
+    assert plan(request("tools/list"), headers={**JSON, b"mcp-protocol-version": b"2025-11-25"}).era is Era.HANDSHAKE
+    assert plan(request("tools/list"), headers={**JSON, b"mcp-protocol-version": b"2026-07-28"}).era is Era.PER_REQUEST
+
+
+def test_local_methods_and_batches() -> None:
+    (create,) = plan(request("sessions/create")).calls
+    assert create.local is DRAFT.methods["sessions/create"]
+    mixed = plan([request("tools/list"), 5, {"jsonrpc": "2.0", "method": "notifications/x"}])
+    assert [c.method for c in mixed.calls] == ["tools/list", None, "notifications/x"]
+    assert [c.is_request for c in mixed.calls] == [True, False, False]
+    assert mixed.local is None
+
+
+def test_the_first_wire_that_speaks_a_message_takes_it() -> None:
+    profiles = (DRAFT, TOY)
+    (toy_call,) = plan(request("toy/open"), profiles=profiles).calls
+    assert (toy_call.profile, toy_call.local) == (TOY, TOY.methods["toy/open"])
+    meta = {"_meta": {"example.com/toy": {"id": "x"}}}
+    (by_key,) = plan(request("tools/call", **meta), profiles=profiles).calls
+    assert by_key.profile is TOY
+    (neither,) = plan(request("tools/call"), profiles=profiles).calls
+    assert neither.profile is DRAFT  # the first wire is the default
+
+
+def test_a_single_request_id_is_kept_as_sent_and_batch_ids_are_sanitised() -> None:
+    (single,) = plan(request("tools/list", request_id=[1])).calls
+    assert single.request_id == [1]
+    (element,) = plan([request("tools/list", request_id=[1])]).calls
+    assert element.request_id is None
