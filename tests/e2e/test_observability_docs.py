@@ -8,10 +8,12 @@ from typing import Any
 
 import httpx
 import pytest
+from examples.quickstart import build_app
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
-from _mcp import ModernClient
-from _otel import MIDDLEWARE_SCOPE, SpanLog, global_tracing, of_scope
+from _mcp import ModernClient, jwt_claims, session_meta
+from _otel import MIDDLEWARE_SCOPE, SDK_SCOPE, SpanLog, attrs, global_tracing, of_scope, one
 from conftest import SECRET, serve
 from mcp_sessions.telemetry import SentrySessionSpanProcessor, SessionSpanProcessor
 
@@ -78,3 +80,23 @@ def test_fastapi_telemetry_exclude_makes_the_middleware_span_the_root(monkeypatc
     assert "POST /{path}" not in {span.name for span in spans}
     assert sorted(span.name for span in middleware) == ["sessions/create", "tools/list"]
     assert all(span.parent is None for span in middleware)
+
+
+def test_sentry_processor_tags_the_sdk_span_not_the_middleware_span() -> None:
+    """What the docs say SentrySessionSpanProcessor does, through the quickstart with the SDK's own span."""
+    with global_tracing() as exporter:
+        provider = trace.get_tracer_provider()
+        assert isinstance(provider, TracerProvider)
+        provider.add_span_processor(SentrySessionSpanProcessor())
+        log = SpanLog(exporter)
+        app = build_app(json_response=True, environ={"MCP_SESSIONS_SECRET": SECRET})
+        with serve(app) as base, httpx.Client(timeout=10) as http:
+            client = ModernClient(http, base)
+            session = client.create_session()
+            _, answer = client.call_tool("count", session=session_meta(session))
+            assert "result" in answer, answer
+        spans = log.wait(lambda s: bool(of_scope(s, SDK_SCOPE)) and len(of_scope(s, MIDDLEWARE_SCOPE)) >= 2, "spans")
+    sid = jwt_claims(session["sessionId"])["sid"]
+    assert attrs(one(spans, SDK_SCOPE, "tools/call count"))["mcp.session.id"] == sid
+    middleware = attrs(one(spans, MIDDLEWARE_SCOPE, "tools/call count"))
+    assert middleware["session.id"] == sid and "mcp.session.id" not in middleware
