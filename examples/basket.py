@@ -26,7 +26,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount
 
 from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionsConfig, SessionStore
-from mcp_sessions.handles import Handle, HandleKind, HandleMiddleware, Handles
+from mcp_sessions.handles import Handle, HandleKind, Handles
 
 app: Starlette  # built on first access, see __getattr__
 
@@ -75,7 +75,7 @@ def build_server(handles: Handles) -> MCPServer:
 
 
 def build_app(*, json_response: bool | None = None, environ: Mapping[str, str] | None = None) -> Starlette:
-    """The basket server at /mcp: session middleware, then handle middleware, then the MCP app."""
+    """The basket server at /mcp, behind the session middleware, which checks every handle before a tool runs."""
     env = os.environ if environ is None else environ
     if json_response is None:
         json_response = env.get("QUICKSTART_JSON") == "1"
@@ -93,8 +93,9 @@ def build_app(*, json_response: bool | None = None, environ: Mapping[str, str] |
     return Starlette(
         routes=[Mount("/", mcp_app)],
         middleware=[
-            Middleware(MCPSessionMiddleware, config=SessionsConfig(keys=keys, store=store, path="/mcp")),
-            Middleware(HandleMiddleware, handles=handles),
+            Middleware(
+                MCPSessionMiddleware, config=SessionsConfig(keys=keys, store=store, path="/mcp", handles=handles)
+            ),
         ],
         lifespan=lifespan,
     )

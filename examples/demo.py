@@ -387,7 +387,7 @@ def _quiet_logs() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: Any, *, timeout: float = 10.0, path: str = "/mcp") -> Iterator[str]:
+def serve_in_thread(app: Any, *, timeout: float = 10.0, path: str = "/mcp", root_path: str = "") -> Iterator[str]:
     """Serve ``app`` with a real uvicorn on 127.0.0.1 (a free port) in a thread; yields its URL plus ``path``.
 
     The app's lifespan runs; the server stops, bounded in time, when the block
@@ -400,7 +400,8 @@ def serve_in_thread(app: Any, *, timeout: float = 10.0, path: str = "/mcp") -> I
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2))
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2, root_path=root_path)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Request
 
 from examples.quickstart import SESSION_TOOLS, build_server
-from mcp_sessions import MCPSessionMiddleware, Session, get_session
+from mcp_sessions import MCPSessionMiddleware, Session, SessionsConfig, get_session
 
 
 def current_session(request: Request) -> Session | None:
@@ -32,8 +32,12 @@ def build_app(*, environ: Mapping[str, str] | None = None, **options: Any) -> Fa
     """A FastAPI app with the MCP endpoint at /mcp and GET /session, behind the session middleware.
 
     ``environ`` (default ``os.environ``) supplies ``MCP_SESSIONS_*``; ``options`` go to
-    :meth:`MCPSessionMiddleware.from_env`.
+    :meth:`SessionsConfig.from_env`, which runs here, so a missing secret fails now, at startup.
     """
+    options.setdefault("require_session_tools", SESSION_TOOLS)
+    # Only POST /mcp is JSON-RPC: other endpoints' bodies are not read, and their Mcp-Session-Id header is honoured.
+    options.setdefault("path", "/mcp")
+    config = SessionsConfig.from_env(environ=environ, **options)
     mcp = build_server()
     # The MCP app keeps its own route at /mcp and is mounted at "/" (mounting it at "/mcp" with
     # streamable_http_path="/" would make POST /mcp answer 307).
@@ -59,10 +63,7 @@ def build_app(*, environ: Mapping[str, str] | None = None, **options: Any) -> Fa
 
     app.mount("/", mcp_app)  # after the endpoints: the mount matches every path
 
-    options.setdefault("require_session_tools", SESSION_TOOLS)
-    # Only POST /mcp is JSON-RPC: other endpoints' bodies are not read, and their Mcp-Session-Id header is honoured.
-    options.setdefault("path", "/mcp")
-    app.add_middleware(MCPSessionMiddleware.from_env, environ=environ, **options)
+    app.add_middleware(MCPSessionMiddleware, config=config)
     return app
 
 

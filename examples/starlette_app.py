@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from examples.quickstart import SESSION_TOOLS, build_server
-from mcp_sessions import MCPSessionMiddleware, get_session
+from mcp_sessions import MCPSessionMiddleware, SessionsConfig, get_session
 
 
 async def session_info(request: Request) -> JSONResponse:
@@ -42,8 +42,12 @@ def build_app(*, environ: Mapping[str, str] | None = None, **options: Any) -> St
     """A Starlette app with the MCP endpoint at /mcp and GET /session, behind the session middleware.
 
     ``environ`` (default ``os.environ``) supplies ``MCP_SESSIONS_*``; ``options`` go to
-    :meth:`MCPSessionMiddleware.from_env`.
+    :meth:`SessionsConfig.from_env`, which runs here, so a missing secret fails now, at startup.
     """
+    options.setdefault("require_session_tools", SESSION_TOOLS)
+    # Only POST /mcp is JSON-RPC: other routes' bodies are not read, and their Mcp-Session-Id header is honoured.
+    options.setdefault("path", "/mcp")
+    config = SessionsConfig.from_env(environ=environ, **options)
     mcp = build_server()
     # The MCP app keeps its own route at /mcp and is mounted at "/": mounting it at "/mcp" with
     # streamable_http_path="/" would make POST /mcp answer 307 (a redirect to /mcp/).
@@ -55,15 +59,12 @@ def build_app(*, environ: Mapping[str, str] | None = None, **options: Any) -> St
         async with mcp.session_manager.run():
             yield
 
-    options.setdefault("require_session_tools", SESSION_TOOLS)
-    # Only POST /mcp is JSON-RPC: other routes' bodies are not read, and their Mcp-Session-Id header is honoured.
-    options.setdefault("path", "/mcp")
     return Starlette(
         routes=[
             Route("/session", session_info),
             Mount("/", app=mcp_app),  # last: it matches every path
         ],
-        middleware=[Middleware(MCPSessionMiddleware.from_env, environ=environ, **options)],
+        middleware=[Middleware(MCPSessionMiddleware, config=config)],
         lifespan=lifespan,
     )
 

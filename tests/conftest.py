@@ -18,11 +18,11 @@ def anyio_backend() -> str:
 
 
 @contextlib.contextmanager
-def serve(app: Any, *, timeout: float = 10.0) -> Iterator[str]:
+def serve(app: Any, *, timeout: float = 10.0, root_path: str = "") -> Iterator[str]:
     """Serve ``app`` with a real uvicorn on 127.0.0.1:0 in a thread; yields the base URL.
 
     The app's lifespan runs (the MCP SDK app needs it), and the server stops,
     bounded in time, when the block ends.
     """
-    with serve_in_thread(app, timeout=timeout, path="") as url:
+    with serve_in_thread(app, timeout=timeout, path="", root_path=root_path) as url:
         yield url

@@ -11,7 +11,15 @@ from ._protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE, Era, http_sta
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable, HTTPResponseBodyEvent, HTTPResponseStartEvent
 
-__all__ = ["Refusal", "send_accepted", "send_json", "send_refusal", "send_status", "store_unavailable"]
+__all__ = [
+    "Refusal",
+    "send_accepted",
+    "send_json",
+    "send_refusal",
+    "send_result",
+    "send_status",
+    "store_unavailable",
+]
 
 logger = logging.getLogger("mcp_sessions")
 
@@ -77,6 +85,20 @@ async def _send_response(send: ASGISendCallable, status: int, headers: list[tupl
     await send(start)
     end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
     await send(end)
+
+
+async def send_result(send: ASGISendCallable, payload: Any, *, accept: bytes) -> None:
+    """A successful answer, as JSON, or as one SSE event to a client that accepts only a stream."""
+    accept = accept.lower()
+    if b"application/json" in accept or b"text/event-stream" not in accept:
+        return await send_json(send, 200, payload, b"")
+    body = b"event: message\r\ndata: " + jsonrpc.dumps(payload) + b"\r\n\r\n"
+    headers = [
+        (b"content-type", b"text/event-stream"),
+        (b"cache-control", b"no-cache, no-transform"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await _send_response(send, 200, headers, body)
 
 
 async def send_refusal(

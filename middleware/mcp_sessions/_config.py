@@ -11,7 +11,7 @@ import logging
 import os
 import secrets
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any, Final, TypedDict
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -21,7 +21,10 @@ from ._principal import PrincipalHook, authenticated_user
 from ._telemetry import TraceMode
 from ._tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 from .profiles import WireProfile, profiles_from_names
-from .stores import MemoryStore, SessionStore
+from .stores import MemoryStore, SessionStore, store_from_url
+
+if TYPE_CHECKING:
+    from .handles import Handles
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_TTL", "SessionsConfig", "SessionsOptions"]
 
@@ -53,6 +56,7 @@ class SessionsOptions(TypedDict, total=False):
     trace_mode: TraceMode
     principal: PrincipalHook | None
     profiles: str | Iterable[str | WireProfile]
+    handles: Handles | None
 
 
 class SessionsConfig:
@@ -84,6 +88,7 @@ class SessionsConfig:
         trace_mode: TraceMode = "link",
         principal: PrincipalHook | None = authenticated_user,
         profiles: str | Iterable[str | WireProfile] = ("draft",),
+        handles: Handles | None = None,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         if not 0 < ttl <= MAX_TTL:
@@ -115,6 +120,7 @@ class SessionsConfig:
         exempt = frozenset().union(*(p.sessionless for p in self.profiles))
         self.requires: Requires = compile_policy(require_session, require_session_tools, exempt)
         self.require_all = require_session is True
+        self.handles = handles
 
     @classmethod
     def from_env(cls, *, environ: Mapping[str, str] | None = None, **options: Any) -> SessionsConfig:
@@ -232,21 +238,28 @@ def _keys_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[str,
 
 
 def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:
+    """``MCP_SESSIONS_STORE`` (a store URL), or ``MCP_SESSIONS_REDIS_URL`` as the shortcut it has always been."""
+    store_url = env.get("MCP_SESSIONS_STORE", "").strip()
     redis_url = env.get("MCP_SESSIONS_REDIS_URL", "").strip()
-    if not redis_url:
+    if store_url and redis_url:
+        raise ValueError("MCP_SESSIONS_STORE and MCP_SESSIONS_REDIS_URL are both set: set only one")
+    variable, url = ("MCP_SESSIONS_STORE", store_url) if store_url else ("MCP_SESSIONS_REDIS_URL", redis_url)
+    if not url:
         return None
+    options: dict[str, Any] = {}
+    is_redis = url.partition("://")[0].lower() in ("redis", "rediss", "unix")
+    for name, key in (("MCP_SESSIONS_REDIS_PREFIX", "prefix"), ("MCP_SESSIONS_REDIS_TIMEOUT", "timeout")):
+        if not env.get(name, "").strip():
+            continue
+        if not is_redis:
+            raise ValueError(f"{name} is set but {variable} names no Redis store")
+        options[key] = env[name].strip() if key == "prefix" else _seconds(env, name)
     try:
-        from .stores.redis import RedisStore
+        return store_from_url(url, **options)
     except ImportError:
         raise RuntimeError(
-            "MCP_SESSIONS_REDIS_URL is set but the redis package is not installed: pip install 'mcp-sessions[redis]'"
+            f"{variable} names a Redis store but the redis package is not installed: "
+            "pip install 'redis>=5.2' (the redis extra of mcp-sessions)"
         ) from None
-    store_options: dict[str, Any] = {}
-    if prefix := env.get("MCP_SESSIONS_REDIS_PREFIX", "").strip():
-        store_options["prefix"] = prefix
-    if (redis_timeout := _seconds(env, "MCP_SESSIONS_REDIS_TIMEOUT")) is not None:
-        store_options["timeout"] = redis_timeout
-    try:
-        return RedisStore(redis_url, **store_options)
     except ValueError as exc:
-        raise ValueError(f"MCP_SESSIONS_REDIS_URL, _PREFIX or _TIMEOUT: {exc}") from None
+        raise ValueError(f"{variable}: {exc}") from None

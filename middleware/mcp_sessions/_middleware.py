@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any, Final, Unpack, cast
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import _jsonrpc as jsonrpc
-from ._answers import Refusal, batch_refused, send_accepted, send_json, send_refusal, send_status
+from ._answers import Refusal, batch_refused, send_accepted, send_json, send_refusal, send_result, send_status
 from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
-from ._echo import Target, hashable_id
+from ._echo import Target, annotate, hashable_id
+from ._handle_check import check_handles
 from ._local import LocalCall
 from ._plan import Call, Plan, Planner
 from ._protocol import (
@@ -37,6 +38,7 @@ from ._response import ResponseRewriter
 from ._service import SessionRefused, SessionService
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
 from ._telemetry import Operation, Telemetry
+from .handles import handle_context, record_handles
 from .sources import DataLayerSource, SessionSource
 
 if TYPE_CHECKING:
@@ -119,11 +121,15 @@ class MCPSessionMiddleware:
         if local is not None and not local.is_request:
             return await send_accepted(reply)  # a session method as a notification: no answer, no effect
         await self._resolve(scope, plan)
+        if self.config.handles is not None:
+            await check_handles(self.config.handles, self._sessions, scope, plan)
         self._start_operations(scope, plan)
         if any(call.refusal is not None for call in plan.calls):
             return await self._refuse(plan, reply)
         if local is not None:
             return await self._answer_locally(scope, plan, local, reply)
+        if any(call.answer is not None for call in plan.calls):
+            return await self._answer_before_the_tool(plan, reply)
         return await self._forward(scope, replay, send, plan)
 
     # -- the steps ------------------------------------------------------------------
@@ -135,7 +141,7 @@ class MCPSessionMiddleware:
             scope["method"] == "POST"
             and content_type is not None
             and content_type.lower().startswith(_JSON_CONTENT_TYPE)
-            and (paths is None or scope["path"] in paths)
+            and (paths is None or _route_path(scope) in paths or scope["path"] in paths)
         )
 
     async def _resolve(self, scope: Scope, plan: Plan) -> None:
@@ -187,6 +193,8 @@ class MCPSessionMiddleware:
         )
         if call.refusal is not None and call.refusal.session_id is not None:
             operation.set_session(call.refusal.session_id)
+        if call.handles is not None:
+            record_handles(operation.span, *call.handles)
         return operation
 
     async def _answer_locally(self, scope: Scope, plan: Plan, call: Call, send: ASGISendCallable) -> None:
@@ -211,18 +219,45 @@ class MCPSessionMiddleware:
         if call.operation is not None:
             call.operation.end()
 
+    async def _answer_before_the_tool(self, plan: Plan, send: ASGISendCallable) -> None:
+        """Answer calls a handle refused with their ``isError`` result; the tool never runs.
+
+        In a batch, the other elements are refused as a whole (-32600), as for an invalid session.
+        """
+        targets = self._targets(plan)
+        frames: list[dict[str, Any]] = []
+        for call in plan.calls:
+            if call.answer is None:
+                refusal = batch_refused("batch refused: another element's handle is invalid")
+                _end(call.operation, refusal)
+                if call.is_request or call.method is None:
+                    frames.append(refusal.frame(call.request_id))
+                continue
+            if plan.era is Era.PER_REQUEST:
+                call.answer["resultType"] = "complete"
+            frame = jsonrpc.result(call.request_id, call.answer)
+            if (target := targets.get(hashable_id(call.request_id))) is not None:
+                annotate(target, frame)  # the session echo, and the operation learns of the tool error
+            if call.operation is not None:
+                call.operation.end()
+            frames.append(frame)
+        await send_result(send, frames if plan.batch else frames[0], accept=plan.headers.get(b"accept", b""))
+
     async def _forward(self, scope: Scope, replay: Replay, send: Send, plan: Plan) -> None:
         """Call the app with the session attached, the trace continued and the responses rewritten."""
         targets = self._targets(plan)
         operations = [call.operation for call in plan.calls if call.operation is not None]
         sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
-        if not targets and not sessions and not operations:
+        if not targets and not sessions and not operations and plan.handles is None:
             return await self.app(scope, replay, send)
         session = next(iter(sessions.values())) if len(sessions) == 1 else None
         ambient = operations[0] if len(operations) == 1 else None
         if ambient is not None and not plan.batch and ambient.traced:
             _continue_trace(plan.calls[0].message, replay, ambient)
-        await self._run_app(scope, replay, send, session, targets, operations)
+        if plan.handles is None:
+            return await self._run_app(scope, replay, send, session, targets, operations)
+        with handle_context(plan.handles):  # typed handle parameters read the verified handles there
+            await self._run_app(scope, replay, send, session, targets, operations)
 
     def _targets(self, plan: Plan) -> dict[Any, Target]:
         targets: dict[Any, Target] = {}
@@ -372,6 +407,12 @@ def _headers(scope: HTTPScope) -> dict[bytes, bytes]:
         # would check the other, so the pair matches no session.
         headers[MCP_SESSION_ID_HEADER] = _CONFLICTING_HEADER
     return headers
+
+
+def _route_path(scope: HTTPScope) -> str:
+    """The path as Starlette routes it: without the ``root_path`` a proxy prefix or a ``Mount`` adds."""
+    path, root = scope["path"], scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 def _check_local_call(call: Call, plan: Plan) -> None:

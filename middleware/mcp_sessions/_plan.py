@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ._answers import Refusal
     from ._session import Session
     from ._telemetry import Operation
+    from .handles import Handle, HandleContext, HandleError
     from .profiles import LocalMethod, WireProfile
 
 __all__ = ["Call", "Plan", "Planner"]
@@ -24,7 +25,18 @@ __all__ = ["Call", "Plan", "Planner"]
 class Call:
     """One element of a request: a JSON-RPC call (``method`` set) or anything else in a batch."""
 
-    __slots__ = ("local", "message", "method", "operation", "profile", "refusal", "request_id", "session")
+    __slots__ = (
+        "answer",
+        "handles",
+        "local",
+        "message",
+        "method",
+        "operation",
+        "profile",
+        "refusal",
+        "request_id",
+        "session",
+    )
 
     def __init__(self, message: Any, method: str | None, profile: WireProfile, local: LocalMethod | None) -> None:
         self.message = message
@@ -35,6 +47,9 @@ class Call:
         self.session: Session | None = None
         self.refusal: Refusal | None = None
         self.operation: Operation | None = None
+        # A result decided before forwarding (a refused handle's isError result), and the handles checked.
+        self.answer: dict[str, Any] | None = None
+        self.handles: tuple[list[Handle], list[HandleError]] | None = None
 
     @property
     def is_request(self) -> bool:
@@ -49,7 +64,7 @@ class Call:
 class Plan:
     """What one HTTP request carries, parsed and classified."""
 
-    __slots__ = ("batch", "calls", "era", "header_session_id", "headers", "protocol_version", "start_ns")
+    __slots__ = ("batch", "calls", "era", "handles", "header_session_id", "headers", "protocol_version", "start_ns")
 
     def __init__(self, calls: list[Call], *, batch: bool, headers: dict[bytes, bytes], start_ns: int) -> None:
         self.calls = calls
@@ -60,6 +75,7 @@ class Plan:
         self.protocol_version = None if version is None else version.decode("latin-1")
         self.era = Era.of(self.protocol_version)
         self.start_ns = start_ns
+        self.handles: HandleContext | None = None  # with handles configured: the request's handle view
 
     @property
     def local(self) -> Call | None:

@@ -14,7 +14,7 @@ from starlette.types import Scope
 from ._answers import Refusal
 from ._protocol import INTERNAL_ERROR
 
-__all__ = ["PRINCIPAL_CLAIM", "PrincipalHook", "authenticated_user", "principal_digest"]
+__all__ = ["PRINCIPAL_CLAIM", "PrincipalHook", "authenticated_user", "digest_of", "principal_digest"]
 
 logger = logging.getLogger("mcp_sessions")
 
@@ -55,9 +55,12 @@ async def principal_digest(hook: PrincipalHook | None, scope: Scope, audience: s
     except Exception:
         logger.exception("the principal hook failed")
         raise Refusal(INTERNAL_ERROR, "Internal error", reason="principal_hook_failed") from None
-    if principal is None:
-        return None
+    return None if principal is None else digest_of(str(principal), audience)
+
+
+def digest_of(principal: str, audience: str) -> str:
+    """The pseudonymous digest of ``principal`` for ``audience``: what tokens and handles are bound to."""
     digest = hashlib.sha256(
-        b"mcp-sessions principal\x00%s\x00%s" % (audience.encode(), str(principal).encode("utf-8", "surrogatepass"))
+        b"mcp-sessions principal\x00%s\x00%s" % (audience.encode(), principal.encode("utf-8", "surrogatepass"))
     )
     return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()

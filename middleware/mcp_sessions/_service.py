@@ -87,11 +87,8 @@ class SessionService:
             extra[TRACEPARENT_CLAIM] = traceparent
         if (principal := await self.principal_of(scope)) is not None:
             extra[PRINCIPAL_CLAIM] = principal
+        # Nothing is stored: the token says when it was issued, and the idle clock starts there.
         token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now, extra_claims=extra)
-        try:
-            await self.store.create(claims.session_id, expires_at=claims.expires_at, now=now)
-        except SessionStoreUnavailable as exc:
-            raise store_unavailable(exc) from None
         expires = claims.expires_at if self.idle_ttl is None else min(claims.expires_at, now + self.idle_ttl)
         logger.debug("session created (sid=%s)", claims.session_id)
         return Minted(token, claims, expires)
@@ -110,7 +107,9 @@ class SessionService:
                 state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
             except InvalidToken as exc:
                 raise InvalidToken(f"state: {exc.reason}") from None
-            status = await self.store.touch(sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl)
+            status = await self.store.touch(
+                sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
+            )
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,14 @@ def test_run_all_renders_the_page(results: tuple[Path, dict[str, str]], tmp_path
         assert f"| {row} |" in text
     verdicts = [line for line in text.split("## Verdict")[1].split("##")[0].splitlines() if line.startswith("| ")]
     assert len(verdicts) == 2 + 4  # header, alignment, one row per target
+
+
+def test_bench_stores_smoke(tmp_path: Path) -> None:
+    """Every store's row, for memory, sqlite and (redis-server installed) redis."""
+    printed = run("bench_stores.py", "--smoke", "--json", str(tmp_path / "stores.json")).stdout
+    numbers = json.loads((tmp_path / "stores.json").read_text())
+    assert set(numbers) == {"memory", "sqlite", "redis"} or not shutil.which("redis-server")
+    for store, rows in numbers.items():
+        assert "touch + incr (a session request)" in rows, store
+        assert all(value > 0 for value in rows.values())
+        assert f"  {store}  " in printed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import types
@@ -191,3 +192,37 @@ def test_fastmcp_counter_survives_across_requests() -> None:
         assert call_tool(client, "count", token) == 4
         assert call_tool(client, "count")["code"] == -32044
         assert call_tool(client, "whoami") == "none"
+
+
+@pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
+def test_a_missing_secret_fails_at_startup_not_on_the_first_request(module: types.ModuleType) -> None:
+    """Starlette builds its middleware lazily: the examples build the configuration eagerly instead."""
+    with pytest.raises(RuntimeError, match="MCP_SESSIONS_SECRET is not set"):
+        module.build_app(environ={})
+
+
+def test_the_path_matches_under_a_proxy_root_path() -> None:
+    """``uvicorn --root-path /api``: the path still matches as Starlette routes it, without the prefix."""
+    app = starlette_app.build_app(environ={"MCP_SESSIONS_SECRET": SECRET})
+    with serve(app, root_path="/api") as url, httpx.Client(base_url=url, timeout=10) as client:
+        assert call_tool(client, "count")["code"] == -32044  # the middleware saw it: no session, no count
+        token = create_session(client)
+        assert call_tool(client, "count", token) == 1
+
+
+def test_the_path_matches_in_a_mounted_sub_app() -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    inner = starlette_app.build_app(environ={"MCP_SESSIONS_SECRET": SECRET})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        async with inner.router.lifespan_context(inner):
+            yield
+
+    outer = Starlette(routes=[Mount("/tenant", app=inner)], lifespan=lifespan)
+    with serve(outer) as url, httpx.Client(base_url=url + "/tenant", timeout=10) as client:
+        assert call_tool(client, "count")["code"] == -32044
+        token = create_session(client)
+        assert call_tool(client, "count", token) == 1

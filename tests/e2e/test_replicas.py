@@ -313,9 +313,8 @@ def test_redis_outage_is_retryable_and_ends_without_a_restart(
                 assert response.status_code == 503, response.text
                 assert response.headers["retry-after"] == "1"
                 assert message["error"]["code"] == STORE_UNAVAILABLE  # retryable, never -32043
-            response, message = client.request("sessions/create")
-            assert (response.status_code, message["error"]["code"]) == (503, STORE_UNAVAILABLE)
-            # Sessionless requests do not need the store.
+            # Creation stores nothing, and sessionless requests do not need the store.
+            assert "session" in client.request("sessions/create")[1]["result"]
             _, whoami = client.call_tool("whoami")
             assert tool_text(whoami) == "none"
             _, discover = client.request("server/discover")
@@ -365,7 +364,8 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
     lifetime after the last replica signs with the new key") takes seconds.
     """
     common = base_environ(redis, QUICKSTART_JSON="1")
-    short = {**common, "MCP_SESSIONS_TTL": "10"}
+    # Short, so that step 3 waits seconds; long enough that replica restarts on a loaded machine fit in it.
+    short = {**common, "MCP_SESSIONS_TTL": "30"}
     step0 = {**short, "MCP_SESSIONS_KEYS": f"old:{OLD}"}
     step1 = {**short, "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}"}  # the first key, old, still signs
     step2 = {**short, "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}", "MCP_SESSIONS_SIGNER": "new"}

@@ -306,7 +306,13 @@ async def test_from_env_redis_url_selects_a_redis_store() -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"MCP_SESSIONS_REDIS_URL": "http://user:hunter2@example/0"}, "the Redis URL is not valid"),
+        (
+            {"MCP_SESSIONS_REDIS_URL": "http://user:hunter2@example/0"},
+            "MCP_SESSIONS_REDIS_URL: unknown store URL scheme",
+        ),
+        ({"MCP_SESSIONS_REDIS_URL": "redis://user:hunter2@h/abc"}, "MCP_SESSIONS_REDIS_URL: the database number"),
+        ({"MCP_SESSIONS_STORE": "memory://", "MCP_SESSIONS_REDIS_URL": "redis://h/0"}, "set only one"),
+        ({"MCP_SESSIONS_STORE": "sqlite://x.db", "MCP_SESSIONS_REDIS_PREFIX": "p"}, "names no Redis store"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "soon"}, "must be a number"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "120"}, "at most 60"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_PREFIX": "{x}"}, "without braces"),
@@ -328,14 +334,14 @@ from mcp_sessions import MCPSessionMiddleware, stores
 try:
     stores.RedisStore
 except ImportError as exc:
-    assert "pip install 'mcp-sessions[redis]'" in str(exc), exc
+    assert "pip install 'redis>=5.2'" in str(exc), exc
 else:
     raise AssertionError("RedisStore imported without redis")
 env = {{"MCP_SESSIONS_SECRET": {SECRET!r}, "MCP_SESSIONS_REDIS_URL": "redis://127.0.0.1:1/0"}}
 try:
     MCPSessionMiddleware.from_env(lambda *a: None, environ=env)
 except RuntimeError as exc:
-    assert "MCP_SESSIONS_REDIS_URL is set but the redis package is not installed" in str(exc), exc
+    assert "MCP_SESSIONS_REDIS_URL names a Redis store but the redis package is not installed" in str(exc), exc
 else:
     raise AssertionError("from_env accepted MCP_SESSIONS_REDIS_URL without redis")
 del env["MCP_SESSIONS_REDIS_URL"]

@@ -8,11 +8,19 @@ the tool runs; :func:`check_call` is that check as a function. See
 ``docs/handles.md``.
 """
 
-from ._check import ToolErrorResult, check_call, handle_candidates, tool_error_result
+from ._check import (
+    ATTRIBUTE_ID,
+    ATTRIBUTE_KIND,
+    ToolErrorResult,
+    check_call,
+    handle_candidates,
+    record_handles,
+    tool_error_result,
+)
 from ._context import HandleContext, current_handle_context, handle_context
 from ._errors import HandleError, HandleErrorReason
 from ._format import MAX_HANDLE_CHARS, MAX_PREFIX_CHARS
-from ._middleware import ATTRIBUTE_ID, ATTRIBUTE_KIND, HandleMiddleware
+from ._middleware import HandleMiddleware
 from ._registry import CURRENT, Handle, HandleKind, Handles
 
 __all__ = [
@@ -33,5 +41,6 @@ __all__ = [
     "current_handle_context",
     "handle_candidates",
     "handle_context",
+    "record_handles",
     "tool_error_result",
 ]

@@ -9,17 +9,31 @@ what happened and what to do; the tool never runs.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
+
+from opentelemetry.trace import Span, Status, StatusCode
 
 from ._errors import HandleError
 from ._registry import Handle, Handles
 
-__all__ = ["ToolErrorResult", "check_call", "handle_candidates", "tool_error_result"]
+__all__ = [
+    "ATTRIBUTE_ERROR",
+    "ATTRIBUTE_ID",
+    "ATTRIBUTE_KIND",
+    "ToolErrorResult",
+    "check_call",
+    "handle_candidates",
+    "record_handles",
+    "tool_error_result",
+]
 
 ToolErrorResult = dict[str, Any]
 """A ``CallToolResult`` with ``isError: true``, as JSON (the ``result`` of the JSON-RPC response)."""
 
+ATTRIBUTE_KIND: Final = "mcp_sessions.handle.kind"
+ATTRIBUTE_ID: Final = "mcp_sessions.handle.id"
+ATTRIBUTE_ERROR: Final = "mcp_sessions.handle.error"
 _MAX_DEPTH: Final = 8
 # What a handle mistyped by a character or two still looks like: the base64url alphabet, near the length.
 _HANDLE_LIKE: Final = re.compile(r"[A-Za-z0-9_-]{20,60}")
@@ -41,6 +55,20 @@ def handle_candidates(handles: Handles, arguments: Any) -> Iterator[tuple[str, s
                 stack.extend((f"{path}.{key}" if path else str(key), item, depth + 1) for key, item in value.items())
             elif isinstance(value, list):
                 stack.extend((f"{path}[{index}]", item, depth + 1) for index, item in enumerate(value))
+
+
+def record_handles(span: Span, verified: Iterable[Handle], errors: list[HandleError]) -> None:
+    """Kinds and stable ids of a call's handles on ``span`` (lists, one entry per handle); never a handle."""
+    verified = list(verified)
+    if not span.is_recording() or not (verified or errors):
+        return
+    kinds = [handle.kind for handle in verified] + [error.kind for error in errors]
+    ids = [handle.id for handle in verified] + [error.handle_id or "" for error in errors]
+    span.set_attribute(ATTRIBUTE_KIND, kinds)
+    span.set_attribute(ATTRIBUTE_ID, ids)
+    if errors:
+        span.set_attribute(ATTRIBUTE_ERROR, errors[0].reason)
+        span.set_status(Status(StatusCode.ERROR, errors[0].reason))
 
 
 def tool_error_result(text: str) -> ToolErrorResult:

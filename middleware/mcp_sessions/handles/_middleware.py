@@ -18,15 +18,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._protocol import HANDSHAKE_VERSIONS, SESSION_STORE_UNAVAILABLE
 from ..stores import SessionStoreUnavailable
-from ._check import check_call, handle_candidates
+from ._check import check_call, handle_candidates, record_handles
 from ._context import HandleContext, handle_context
 from ._errors import HandleError
-from ._registry import Handle, Handles
+from ._registry import Handles
 
 __all__ = ["HandleMiddleware"]
 
@@ -34,9 +34,6 @@ logger = logging.getLogger("mcp_sessions.handles")
 
 PrincipalHook = Callable[[Scope], "str | Awaitable[str | None] | None"]
 DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
-ATTRIBUTE_KIND: Final = "mcp_sessions.handle.kind"
-ATTRIBUTE_ID: Final = "mcp_sessions.handle.id"
-ATTRIBUTE_ERROR: Final = "mcp_sessions.handle.error"
 SPAN_NAME: Final = "mcp_sessions.handles.check"
 _TRACER_NAME: Final = "mcp_sessions.handles"
 _INTERNAL_ERROR: Final = -32603
@@ -173,8 +170,8 @@ class HandleMiddleware:
                     span.set_status(Status(StatusCode.ERROR, "store unavailable"))
                     return {_key(call.get("id")): {"unavailable": True, "id": call.get("id")}}
                 new = [context.verified[token] for token in context.verified if token not in before]
-                _record(span, new, errors)
-                _record(parent, new, errors)
+                record_handles(span, new, errors)
+                record_handles(parent, new, errors)
             if refusal is not None:
                 answers[_key(call.get("id"))] = {"result": refusal, "id": call.get("id")}
         return answers or None
@@ -240,16 +237,3 @@ def _key(request_id: Any) -> Any:
 
 def _error(request_id: Any, code: int, text: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": text}}
-
-
-def _record(span: Span, verified: list[Handle], errors: list[HandleError]) -> None:
-    """Kinds and stable ids of a call's handles on ``span`` (lists, one entry per handle); never a handle."""
-    if not span.is_recording() or not (verified or errors):
-        return
-    kinds = [handle.kind for handle in verified] + [error.kind for error in errors]
-    ids = [handle.id for handle in verified] + [error.handle_id or "" for error in errors]
-    span.set_attribute(ATTRIBUTE_KIND, kinds)
-    span.set_attribute(ATTRIBUTE_ID, ids)
-    if errors:
-        span.set_attribute(ATTRIBUTE_ERROR, errors[0].reason)
-        span.set_status(Status(StatusCode.ERROR, errors[0].reason))

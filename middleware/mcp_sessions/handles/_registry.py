@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import math
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from .._principal import digest_of
 from .._session import SessionData
 from .._tokens import KeySet, SessionKey
 from ..stores import SessionStatus, SessionStore
@@ -304,11 +304,7 @@ class Handles:
 
     def principal_digest(self, principal: str) -> str:
         """The pseudonymous digest of a principal, as the session middleware computes it."""
-        digest = hashlib.sha256(
-            b"mcp-sessions principal\x00%s\x00%s"
-            % (self.keys.audience.encode(), str(principal).encode("utf-8", "surrogatepass"))
-        )
-        return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+        return digest_of(str(principal), self.keys.audience)
 
     def _digest_of(self, principal: Any) -> str | None:
         if principal is CURRENT:

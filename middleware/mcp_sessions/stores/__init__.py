@@ -1,26 +1,33 @@
 """Stores for revocation, idle expiry and server-side session data.
 
-``RedisStore`` is imported on first use, so that ``import mcp_sessions`` works
-without the optional ``redis`` package.
+``RedisStore`` and ``SQLiteStore`` are imported on first use, so that ``import mcp_sessions``
+works without the optional ``redis`` package and loads no more than it needs.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._base import SessionStatus, SessionStore, SessionStoreUnavailable
+from ._base import SessionRecord, SessionStatus, SessionStore, SessionStoreUnavailable
+from ._urls import StoreFactory, register_store, store_from_url
 from .memory import MemoryStore, SessionStoreFull
 
 if TYPE_CHECKING:
     from .redis import RedisStore
+    from .sqlite import SQLiteStore
 
 __all__ = [
     "MemoryStore",
     "RedisStore",
+    "SQLiteStore",
+    "SessionRecord",
     "SessionStatus",
     "SessionStore",
     "SessionStoreFull",
     "SessionStoreUnavailable",
+    "StoreFactory",
+    "register_store",
+    "store_from_url",
 ]
 
 
@@ -29,4 +36,8 @@ def __getattr__(name: str) -> Any:
         from .redis import RedisStore
 
         return RedisStore
+    if name == "SQLiteStore":
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

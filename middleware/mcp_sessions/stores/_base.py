@@ -1,28 +1,55 @@
-"""The store interface: revocation, idle expiry and server-side session data."""
+"""The store interface: revocation, idle expiry, server-side session data and, optionally, listing."""
 
 from __future__ import annotations
 
+import base64
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SessionStatus", "SessionStore", "SessionStoreUnavailable"]
+__all__ = ["SessionRecord", "SessionStatus", "SessionStore", "SessionStoreUnavailable"]
 
 
 class SessionStatus(enum.Enum):
-    """What :meth:`SessionStore.touch` found: whether the session may be used."""
+    """What :meth:`SessionStore.touch` found: the session may be used, or why not."""
 
     ACTIVE = "active"
-    """The session may be used (a store that does not know it yet starts tracking it)."""
+    """The session may be used (a session the store has no record of yet is active)."""
     REVOKED = "revoked"
-    """The session was deleted: the middleware answers ``-32043``."""
+    """The session was deleted: the middleware answers "not found"."""
     IDLE_EXPIRED = "idle_expired"
-    """The session went unused for longer than ``idle_ttl`` and has ended: ``-32043``."""
+    """The session went unused for longer than ``idle_ttl`` and has ended: "not found"."""
 
 
 class SessionStoreUnavailable(Exception):
     """The store cannot answer now; the client should retry (never -32043)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """One session of a principal, as :meth:`SessionStore.list_sessions` returns it.
+
+    ``data`` is the string mapping given to :meth:`SessionStore.record` (a label, a creation
+    time, …), not ``session.data``; ``None`` when none was given.
+    """
+
+    session_id: str
+    """The session's stable id (the token's ``sid``), never the token."""
+    expires_at: float
+    """When the session ends at the latest (Unix seconds)."""
+    data: dict[str, str] | None = None
+    """What :meth:`SessionStore.record` was given, or ``None``."""
+
+
+def idle_expired(last_seen: float, now: float, idle_ttl: float | None, slack: float = 0.0) -> bool:
+    """The one idle rule every store applies: idle for longer than ``idle_ttl`` (plus a store's ``slack``).
+
+    A session used exactly ``idle_ttl`` seconds after its last use is still alive: a session ends
+    at its promised ``expiresAt`` or later, never earlier.
+    """
+    return idle_ttl is not None and now - last_seen > idle_ttl + slack
 
 
 class SessionStore(ABC):
@@ -33,31 +60,69 @@ class SessionStore(ABC):
     a store keeps nothing about a session past it. Values are JSON-serializable;
     every store stores a copy, so mutating a value after ``set`` changes nothing.
     Stores raise :class:`SessionStoreUnavailable` when their backend fails.
+
+    **Creation stores nothing.** A session the store has no record of is live
+    unless revoked: its idle clock starts at the token's ``iat`` (``issued_at``).
+    A record appears when the idle clock must move (:meth:`touch` with an
+    ``idle_ttl``), when data is written, when the session is revoked, or when a
+    listing wire records it (:meth:`record`).
+
+    **Revocation is final.** :meth:`revoke` leaves a tombstone until the token's own
+    expiry and drops the session's data. Data writes after it go nowhere: ``set``
+    stores nothing, ``incr`` and ``update`` return what they would have stored,
+    and nothing is raised (a request that outlives its session's deletion is not
+    an error of the tool that runs in it).
+
+    Required: :meth:`touch`, :meth:`revoke` and the data methods. Optional, with
+    defaults: :meth:`create` (does nothing), :meth:`ping` (does nothing),
+    :meth:`aclose` (does nothing), :meth:`record` and :meth:`list_sessions`
+    (raise :class:`NotImplementedError`: the middleware then answers that
+    listing is not supported by this store).
     """
 
-    @abstractmethod
-    async def create(self, session_id: str, *, expires_at: float, now: float) -> None:
-        """Record a new session (its idle clock starts now)."""
+    async def create(self, session_id: str, *, expires_at: float, now: float) -> None:  # noqa: B027 - optional
+        """Nothing, by default: a session needs no record until it is used (kept for older callers)."""
 
     @abstractmethod
-    async def touch(self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None) -> SessionStatus:
-        """Check a session on use and refresh its idle clock: the hot path, one round trip."""
+    async def touch(
+        self,
+        session_id: str,
+        *,
+        expires_at: float,
+        now: float,
+        idle_ttl: float | None,
+        issued_at: float | None = None,
+    ) -> SessionStatus:
+        """Check a session on use and move its idle clock: the hot path, one round trip.
+
+        Without a record the session is ``ACTIVE`` unless its idle clock, started at
+        ``issued_at`` (``now`` when ``None``), has run out. With ``idle_ttl=None`` a touch
+        only reads (the revocation check) and writes nothing.
+        """
 
     @abstractmethod
     async def revoke(self, session_id: str, *, expires_at: float) -> bool:
-        """End a session and drop its data; ``False`` if it was already ended."""
+        """End a session and drop its data; ``False`` if it was already revoked.
+
+        The tombstone lives until ``expires_at`` (the token's expiry; a store may add a
+        clock-skew margin). A session without a record counts as live, so its first
+        revoke returns ``True``: ``revoke`` is not given the token's ``iat``, so a store
+        cannot tell that such a session's idle clock ran out. (The middleware touches a
+        session before deleting it, so an idle-expired session is refused before this.)
+        A session whose record shows it idle-expired is already revoked: ``False``.
+        """
 
     @abstractmethod
     async def get(self, session_id: str, key: str, default: Any = None) -> Any:
-        """The value stored under ``key``, or ``default`` if there is none."""
+        """The value stored under ``key``, or ``default``."""
 
     @abstractmethod
     async def set(self, session_id: str, key: str, value: Any, *, expires_at: float) -> None:
-        """Store a copy of ``value`` under ``key``; a write to a revoked session is dropped."""
+        """Store a copy of ``value`` (JSON-serializable) under ``key``; a no-op once revoked."""
 
     @abstractmethod
     async def delete(self, session_id: str, key: str) -> None:
-        """Remove ``key``; nothing happens if it is not there."""
+        """Remove ``key`` if present."""
 
     @abstractmethod
     async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
@@ -71,7 +136,54 @@ class SessionStore(ABC):
 
     @abstractmethod
     async def items(self, session_id: str) -> dict[str, Any]:
-        """Every key of the session's data with its value (``{}`` for none)."""
+        """Every key and value of the session's data (a copy)."""
+
+    async def ping(self) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`SessionStoreUnavailable` unless the backend answers now (for readiness probes)."""
+
+    async def record(
+        self,
+        session_id: str,
+        *,
+        principal: str,
+        expires_at: float,
+        now: float,
+        data: Mapping[str, str] | None = None,
+    ) -> None:
+        """Record a session under its principal so that :meth:`list_sessions` finds it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list sessions")
+
+    async def list_sessions(
+        self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
+    ) -> tuple[list[SessionRecord], str | None]:
+        """One page of the principal's live recorded sessions, and the cursor of the next (``None`` at the end).
+
+        Revoked and expired sessions are left out. A page may hold fewer than ``limit``
+        records even when more follow: stop when the cursor is ``None``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot list sessions")
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the middleware never calls it, the application does."""
+
+
+MAX_PAGE_SIZE = 1000
+
+
+def check_page_size(limit: int) -> None:
+    """Refuse a listing page size outside 1 to :data:`MAX_PAGE_SIZE`."""
+    if type(limit) is not int or not 1 <= limit <= MAX_PAGE_SIZE:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE_SIZE}")
+
+
+def encode_cursor(session_id: str) -> str:
+    """An opaque listing cursor: the last session id of a page, in URL-safe base64."""
+    return base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    """The session id inside a cursor from :func:`encode_cursor`; ``ValueError`` for anything else."""
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("cursor is not one this store returned") from None

@@ -1,15 +1,36 @@
-"""The embedded default store: one process, bounded, self-pruning."""
+"""The embedded default store: one process, bounded, with expiry-ordered eviction."""
 
 from __future__ import annotations
 
+import bisect
+import heapq
+import itertools
 import json
+import logging
+import multiprocessing
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._base import SessionStatus, SessionStore, SessionStoreUnavailable
+from ._base import (
+    SessionRecord,
+    SessionStatus,
+    SessionStore,
+    SessionStoreUnavailable,
+    check_page_size,
+    decode_cursor,
+    encode_cursor,
+    idle_expired,
+)
 
 __all__ = ["MemoryStore", "SessionStoreFull"]
+
+logger = logging.getLogger("mcp_sessions")
+
+# Expired entries removed on each insertion, so that memory follows the live set before the cap is reached.
+_EVICT_PER_INSERT = 2
+_worker_warning_given = False
 
 
 class SessionStoreFull(SessionStoreUnavailable):
@@ -17,115 +38,206 @@ class SessionStoreFull(SessionStoreUnavailable):
 
 
 class _Entry:
-    __slots__ = ("data", "expires_at", "last_seen", "revoked")
+    __slots__ = ("data", "expires_at", "label", "last_seen", "principal", "revoked", "session_id")
 
-    def __init__(self, expires_at: float, now: float) -> None:
+    def __init__(self, session_id: str, expires_at: float) -> None:
+        self.session_id = session_id
         self.expires_at = expires_at
-        self.last_seen = now
+        self.last_seen: float | None = None  # None: not seen since the token was issued
         self.revoked = False
         self.data: dict[str, str] = {}
+        self.principal: str | None = None
+        self.label: dict[str, str] | None = None
 
 
 def _encode(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _in_a_worker_process() -> bool:
+    """Whether this process is (or will fork) one of several workers of a server.
+
+    ``uvicorn --workers N`` (and ``--reload``) start workers with ``multiprocessing``; gunicorn forks
+    them from its arbiter, which sets ``SERVER_SOFTWARE=gunicorn/<version>`` for every process.
+    """
+    return multiprocessing.parent_process() is not None or os.environ.get("SERVER_SOFTWARE", "").startswith("gunicorn/")
+
+
+def _warn_in_a_worker_process() -> None:
+    """Warn once per process when it serves as one of several workers."""
+    global _worker_warning_given
+    if _worker_warning_given or not _in_a_worker_process():
+        return
+    _worker_warning_given = True
+    logger.warning(
+        "MemoryStore in a worker process: if several processes serve this app, each keeps its own sessions, "
+        "so a session deleted in one stays valid in the others and session.data is not shared. "
+        "On one machine use SQLiteStore (MCP_SESSIONS_STORE=sqlite:///path/to/sessions.db); "
+        "on several, RedisStore (MCP_SESSIONS_STORE=redis://host:6379/0)"
+    )
+
+
 class MemoryStore(SessionStore):
     """Sessions of one process, in a dict.
 
-    Bounded by ``max_sessions`` entries (live and revoked-but-unexpired).
-    Expired entries are pruned as the store fills. At the cap,
-    ``sessions/create`` answers the retryable "store unavailable" error
-    instead of forgetting a revocation: a revoked session is never accepted
-    again. Sessions unknown to this store (minted before a restart, or by
-    another process) are accepted and tracked from their first use when there
-    is room; at the cap they are accepted without idle tracking.
+    Bounded by ``max_sessions`` records (live and revoked-but-unexpired). A
+    session gets a record only when it must (see :class:`SessionStore`):
+    ``sessions/create`` stores nothing, a touch without idle timeout only
+    reads. Expired records leave in expiry order (a heap, so each request does
+    O(log n) work at most, amortised, at the cap or not). At the cap, a write
+    that needs a new record raises :class:`SessionStoreFull` (retryable)
+    instead of forgetting a revocation: revocations are always recorded, even
+    past the cap, and a revoked session is never accepted again.
 
     All methods run without awaiting, so each is atomic on its event loop.
-    It serves one process: with several replicas, a deletion on one is not
-    seen by the others, and a restart forgets revocations and data.
+    It serves one process: with several worker processes or replicas, a
+    deletion in one is not seen by the others, and a restart forgets
+    revocations and data. Created in a worker process, it logs a warning once.
     """
 
     def __init__(self, *, max_sessions: int = 100_000) -> None:
-        if max_sessions < 1:
+        if type(max_sessions) is not int or max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
         self.max_sessions = max_sessions
         self._entries: dict[str, _Entry] = {}
+        self._by_expiry: list[tuple[float, int, _Entry]] = []
+        self._order = itertools.count()
+        self._by_principal: dict[str, set[str]] = {}
+        self._examined = 0  # heap items looked at by eviction: the tests' proof of bounded work
+        _warn_in_a_worker_process()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def _prune(self, now: float) -> None:
-        expired = [sid for sid, entry in self._entries.items() if entry.expires_at <= now]
-        for sid in expired:
-            del self._entries[sid]
+    def __repr__(self) -> str:
+        return f"MemoryStore(max_sessions={self.max_sessions})"
 
-    def _has_room(self, now: float) -> bool:
-        if len(self._entries) < self.max_sessions:
-            return True
-        self._prune(now)
-        return len(self._entries) < self.max_sessions
+    # -- records ---------------------------------------------------------------
 
-    async def create(self, session_id: str, *, expires_at: float, now: float) -> None:
-        if not self._has_room(now):
-            raise SessionStoreFull(f"the memory store holds its maximum of {self.max_sessions} sessions")
-        self._entries[session_id] = _Entry(expires_at, now)
+    def _evict_expired(self, now: float, budget: int) -> None:
+        """Drop up to ``budget`` records whose expiry has passed, soonest first."""
+        heap = self._by_expiry
+        while budget > 0 and heap and heap[0][0] <= now:
+            _, _, entry = heapq.heappop(heap)
+            self._examined += 1
+            if self._entries.get(entry.session_id) is entry and entry.expires_at <= now:
+                self._drop(entry)
+                budget -= 1
 
-    async def touch(self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None) -> SessionStatus:
+    def _drop(self, entry: _Entry) -> None:
+        del self._entries[entry.session_id]
+        self._unlist(entry)
+
+    def _unlist(self, entry: _Entry) -> None:
+        if entry.principal is not None:
+            listed = self._by_principal.get(entry.principal)
+            if listed is not None:
+                listed.discard(entry.session_id)
+                if not listed:
+                    del self._by_principal[entry.principal]
+            entry.principal = None
+
+    def _current(self, session_id: str, now: float) -> _Entry | None:
         entry = self._entries.get(session_id)
-        if entry is None:
-            if self._has_room(now):
-                self._entries[session_id] = _Entry(expires_at, now)
-            return SessionStatus.ACTIVE
-        if entry.revoked:
+        return None if entry is None or entry.expires_at <= now else entry
+
+    def _insert(self, session_id: str, expires_at: float, now: float, *, past_the_cap: bool = False) -> _Entry:
+        """A new record, replacing an expired one; :class:`SessionStoreFull` at the cap unless ``past_the_cap``."""
+        self._evict_expired(now, _EVICT_PER_INSERT)
+        if len(self._entries) >= self.max_sessions and not past_the_cap:
+            self._evict_expired(now, len(self._entries) - self.max_sessions + 1)
+            if len(self._entries) >= self.max_sessions:
+                raise SessionStoreFull(f"the memory store holds its maximum of {self.max_sessions} sessions")
+        stale = self._entries.get(session_id)
+        if stale is not None:
+            self._unlist(stale)
+        entry = self._entries[session_id] = _Entry(session_id, expires_at)
+        heapq.heappush(self._by_expiry, (expires_at, next(self._order), entry))
+        return entry
+
+    def _end(self, entry: _Entry, expires_at: float) -> None:
+        entry.revoked = True
+        entry.data.clear()
+        entry.label = None
+        self._unlist(entry)
+        if expires_at > entry.expires_at:  # the tombstone lives as long as the token
+            entry.expires_at = expires_at
+            heapq.heappush(self._by_expiry, (expires_at, next(self._order), entry))
+
+    # -- sessions --------------------------------------------------------------
+
+    async def touch(
+        self,
+        session_id: str,
+        *,
+        expires_at: float,
+        now: float,
+        idle_ttl: float | None,
+        issued_at: float | None = None,
+    ) -> SessionStatus:
+        """Check a session and move its idle clock (see :meth:`SessionStore.touch`)."""
+        entry = self._current(session_id, now)
+        if entry is not None and entry.revoked:
             return SessionStatus.REVOKED
-        if idle_ttl is not None and now - entry.last_seen > idle_ttl:
-            entry.revoked = True
-            entry.data.clear()
+        last_seen = entry.last_seen if entry is not None else None
+        if last_seen is None:
+            last_seen = now if issued_at is None else issued_at
+        if idle_expired(last_seen, now, idle_ttl):
+            if entry is not None:
+                self._end(entry, expires_at)
             return SessionStatus.IDLE_EXPIRED
-        entry.last_seen = now
+        if idle_ttl is not None:
+            if entry is None:
+                entry = self._insert(session_id, expires_at, now)
+            entry.last_seen = max(now, last_seen)
         return SessionStatus.ACTIVE
 
     async def revoke(self, session_id: str, *, expires_at: float) -> bool:
-        entry = self._entries.get(session_id)
+        """Leave a tombstone until ``expires_at`` and drop the data; ``False`` if already revoked."""
+        now = time.time()
+        entry = self._current(session_id, now)
         if entry is None:
             # Always recorded, even past the cap: forgetting a revocation is never an option.
-            entry = self._entries[session_id] = _Entry(expires_at, time.time())
+            entry = self._insert(session_id, expires_at, now, past_the_cap=True)
         elif entry.revoked:
             return False
-        entry.revoked = True
-        entry.data.clear()
+        self._end(entry, expires_at)
         return True
 
-    def _live(self, session_id: str, expires_at: float) -> _Entry:
-        entry = self._entries.get(session_id)
+    # -- data ------------------------------------------------------------------
+
+    def _writable(self, session_id: str, expires_at: float) -> _Entry:
+        now = time.time()
+        entry = self._current(session_id, now)
         if entry is None:
-            now = time.time()
-            if not self._has_room(now):
-                raise SessionStoreFull(f"the memory store holds its maximum of {self.max_sessions} sessions")
-            entry = self._entries[session_id] = _Entry(expires_at, now)
+            entry = self._insert(session_id, expires_at, now)
         elif entry.revoked:
-            # A request that outlives its session's deletion writes into the void.
-            return _Entry(expires_at, 0.0)
+            return _Entry(session_id, expires_at)  # a request that outlives its session writes into the void
         return entry
 
     async def get(self, session_id: str, key: str, default: Any = None) -> Any:
+        """The value stored under ``key``, or ``default``."""
         entry = self._entries.get(session_id)
         if entry is None or key not in entry.data:
             return default
         return json.loads(entry.data[key])
 
     async def set(self, session_id: str, key: str, value: Any, *, expires_at: float) -> None:
+        """Store a copy of ``value``; a no-op once the session is revoked."""
         encoded = _encode(value)
-        self._live(session_id, expires_at).data[key] = encoded
+        self._writable(session_id, expires_at).data[key] = encoded
 
     async def delete(self, session_id: str, key: str) -> None:
+        """Remove ``key`` if present."""
         entry = self._entries.get(session_id)
         if entry is not None:
             entry.data.pop(key, None)
 
     async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
-        entry = self._live(session_id, expires_at)
+        """Add ``amount`` to an integer value (missing counts as 0); atomic on the event loop."""
+        if type(amount) is not int:
+            raise TypeError("incr takes an integer amount")
+        entry = self._writable(session_id, expires_at)
         raw = entry.data.get(key)
         current = 0 if raw is None else json.loads(raw)
         if type(current) is not int:
@@ -136,14 +248,57 @@ class MemoryStore(SessionStore):
     async def update(
         self, session_id: str, key: str, fn: Callable[[Any], Any], *, expires_at: float, default: Any = None
     ) -> Any:
-        entry = self._live(session_id, expires_at)
+        """Replace a value with ``fn(old)``; atomic on the event loop (``fn`` must not await)."""
+        entry = self._writable(session_id, expires_at)
         raw = entry.data.get(key)
         new = fn(default if raw is None else json.loads(raw))
         entry.data[key] = _encode(new)
         return new
 
     async def items(self, session_id: str) -> dict[str, Any]:
+        """Every key and value of the session's data (a copy)."""
         entry = self._entries.get(session_id)
         if entry is None:
             return {}
         return {key: json.loads(raw) for key, raw in entry.data.items()}
+
+    # -- listing ---------------------------------------------------------------
+
+    async def record(
+        self,
+        session_id: str,
+        *,
+        principal: str,
+        expires_at: float,
+        now: float,
+        data: Mapping[str, str] | None = None,
+    ) -> None:
+        """List the session under ``principal`` (a no-op once it is revoked)."""
+        entry = self._current(session_id, now)
+        if entry is None:
+            entry = self._insert(session_id, expires_at, now)
+        elif entry.revoked:
+            return
+        self._unlist(entry)
+        entry.principal = principal
+        entry.label = None if data is None else dict(data)
+        self._by_principal.setdefault(principal, set()).add(session_id)
+
+    async def list_sessions(
+        self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
+    ) -> tuple[list[SessionRecord], str | None]:
+        """The principal's live sessions by session id, ``limit`` at a time (sorts that principal's ids)."""
+        check_page_size(limit)
+        ids = sorted(self._by_principal.get(principal, ()))
+        start = 0 if cursor is None else bisect.bisect_right(ids, decode_cursor(cursor))
+        page: list[SessionRecord] = []
+        position = start
+        for position in range(start, len(ids)):
+            entry = self._current(ids[position], now)
+            if entry is not None and not entry.revoked:
+                label = None if entry.label is None else dict(entry.label)
+                page.append(SessionRecord(entry.session_id, entry.expires_at, label))
+                if len(page) == limit:
+                    break
+        more = position + 1 < len(ids) and len(page) == limit
+        return page, encode_cursor(page[-1].session_id) if more else None

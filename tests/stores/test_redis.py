@@ -1,6 +1,6 @@
-"""RedisStore against a real redis-server: the store contract (shared with MemoryStore), key layout, throttled
-idle tracking, atomicity across store instances (replicas), and failure: every Redis failure is
-SessionStoreUnavailable, quickly, and the store recovers by itself.
+"""RedisStore against a real redis-server: key layout, throttled idle tracking, one command per touch,
+and failure: every Redis failure is SessionStoreUnavailable, quickly, and a restart costs nothing once
+Redis answers again. The contract it shares with every store is in test_contract.py.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import gc
 import socket
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -20,24 +19,16 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from _redis import RedisServer, free_port, redis_server
-from mcp_sessions import MemoryStore, SessionStatus, SessionStore, SessionStoreUnavailable
-from mcp_sessions.stores import RedisStore
+from mcp_sessions import SessionStatus, SessionStoreUnavailable
+from mcp_sessions.stores import RedisStore, SessionRecord
+
+from .conftest import unique_prefix
 
 pytestmark = pytest.mark.anyio
 
 NOW = 1_900_000_000.0
 EXP = NOW + 3600
 ACTIVE, REVOKED, IDLE_EXPIRED = SessionStatus.ACTIVE, SessionStatus.REVOKED, SessionStatus.IDLE_EXPIRED
-
-
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    with redis_server() as server:
-        yield server
-
-
-def unique_prefix() -> str:
-    return f"test-{uuid.uuid4().hex[:8]}:"
 
 
 @pytest.fixture
@@ -56,232 +47,84 @@ async def raw(redis: RedisServer) -> AsyncIterator[aioredis.Redis]:
     await client.aclose()
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[SessionStore]:
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    server: RedisServer = request.getfixturevalue("redis")
-    redis_store = RedisStore(server.url, prefix=unique_prefix(), touch_interval=0)
-    yield redis_store
-    await redis_store.aclose()
-
-
-# -- the contract, for every store ------------------------------------------------------------------
-
-
-async def test_create_touch_revoke(store: SessionStore) -> None:
-    await store.create("s1", expires_at=EXP, now=NOW)
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 1, idle_ttl=None) is ACTIVE
-    assert await store.revoke("s1", expires_at=EXP) is True
-    assert await store.revoke("s1", expires_at=EXP) is False
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 2, idle_ttl=None) is REVOKED
-
-
-async def test_revoke_of_an_unknown_session_is_recorded(store: SessionStore) -> None:
-    assert await store.revoke("minted-elsewhere", expires_at=EXP) is True
-    assert await store.touch("minted-elsewhere", expires_at=EXP, now=NOW, idle_ttl=None) is REVOKED
-    assert await store.revoke("minted-elsewhere", expires_at=EXP) is False
-
-
-async def test_unknown_session_is_accepted_and_tracked_from_first_use(store: SessionStore) -> None:
-    assert await store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=60) is ACTIVE
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 61, idle_ttl=60) is IDLE_EXPIRED
-
-
-async def test_idle_expiry_then_revoked_and_data_dropped(store: SessionStore) -> None:
-    await store.create("s1", expires_at=EXP, now=NOW)
-    await store.set("s1", "cart", ["apple"], expires_at=EXP)
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 50, idle_ttl=60) is ACTIVE
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 110, idle_ttl=60) is ACTIVE
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 170, idle_ttl=60) is ACTIVE
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 230.5, idle_ttl=60) is IDLE_EXPIRED
-    assert await store.items("s1") == {}
-    assert await store.get("s1", "cart", "gone") == "gone"
-    for later in (NOW + 231, NOW + 10_000):
-        assert await store.touch("s1", expires_at=EXP, now=later, idle_ttl=60) is REVOKED
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 231, idle_ttl=None) is REVOKED
-    assert await store.revoke("s1", expires_at=EXP) is False
-
-
-async def test_idle_boundary_is_inclusive(store: SessionStore) -> None:
-    await store.create("s1", expires_at=EXP, now=NOW)
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 60, idle_ttl=60) is ACTIVE
-
-
-async def test_revoke_drops_data(store: SessionStore) -> None:
-    await store.create("s1", expires_at=EXP, now=NOW)
-    await store.set("s1", "a", 1, expires_at=EXP)
-    await store.incr("s1", "n", expires_at=EXP)
-    assert await store.items("s1") == {"a": 1, "n": 1}
-    await store.revoke("s1", expires_at=EXP)
-    assert await store.items("s1") == {}
-    assert await store.get("s1", "a") is None
-
-
-async def test_writes_after_revoke_do_not_resurrect_data(store: SessionStore) -> None:
-    await store.create("s1", expires_at=EXP, now=NOW)
-    await store.revoke("s1", expires_at=EXP)
-    await store.set("s1", "a", 1, expires_at=EXP)
-    assert await store.incr("s1", "n", 5, expires_at=EXP) == 5
-    assert await store.update("s1", "u", lambda old: [*old, 1], expires_at=EXP, default=[]) == [1]
-    assert await store.items("s1") == {}
-    assert await store.get("s1", "a") is None
-    assert await store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=None) is REVOKED
-
-
-async def test_get_set_delete_items(store: SessionStore) -> None:
-    assert await store.get("s1", "missing") is None
-    assert await store.get("s1", "missing", 7) == 7
-    await store.set("s1", "a", {"x": [1, "two", None, True, 1.5]}, expires_at=EXP)
-    await store.set("s1", "b", "é", expires_at=EXP)
-    assert await store.get("s1", "a") == {"x": [1, "two", None, True, 1.5]}
-    assert await store.items("s1") == {"a": {"x": [1, "two", None, True, 1.5]}, "b": "é"}
-    await store.delete("s1", "a")
-    await store.delete("s1", "never-set")
-    await store.delete("unknown-session", "a")
-    assert await store.items("s1") == {"b": "é"}
-    assert await store.items("unknown-session") == {}
-
-
-async def test_values_are_copies(store: SessionStore) -> None:
-    value: dict[str, Any] = {"items": [1]}
-    await store.set("s1", "cart", value, expires_at=EXP)
-    value["items"].append(2)
-    assert await store.get("s1", "cart") == {"items": [1]}
-    read = await store.get("s1", "cart")
-    read["items"].append(3)
-    assert await store.get("s1", "cart") == {"items": [1]}
-    everything = await store.items("s1")
-    everything["cart"]["items"].append(4)
-    assert await store.get("s1", "cart") == {"items": [1]}
-    updated = await store.update("s1", "cart", lambda old: {"items": [*old["items"], 9]}, expires_at=EXP)
-    updated["items"].append(10)
-    assert await store.get("s1", "cart") == {"items": [1, 9]}
-
-
-@pytest.mark.parametrize("value", [object(), float("nan"), {1, 2}, b"bytes"], ids=["object", "nan", "set", "bytes"])
-async def test_set_refuses_values_that_are_not_json(store: SessionStore, value: Any) -> None:
-    with pytest.raises((TypeError, ValueError)):
-        await store.set("s1", "k", value, expires_at=EXP)
-    assert await store.items("s1") == {}
-
-
-@pytest.mark.parametrize("existing", ["text", 1.5, True, None, [1], {"n": 1}, "12"], ids=repr)
-async def test_incr_on_a_non_int_is_a_type_error(store: SessionStore, existing: Any) -> None:
-    await store.set("s1", "n", existing, expires_at=EXP)
-    with pytest.raises(TypeError, match="'n' is not an integer"):
-        await store.incr("s1", "n", expires_at=EXP)
-    assert await store.get("s1", "n") == existing
-
-
-async def test_incr_counts_from_zero_and_by_amount(store: SessionStore) -> None:
-    assert await store.incr("s1", "n", expires_at=EXP) == 1
-    assert await store.incr("s1", "n", 10, expires_at=EXP) == 11
-    assert await store.incr("s1", "n", -12, expires_at=EXP) == -1
-    assert await store.get("s1", "n") == -1
-    big = 2**62
-    assert await store.incr("s1", "big", big, expires_at=EXP) == big
-    assert await store.incr("s1", "big", 1, expires_at=EXP) == big + 1  # exact: no float on the way
-    assert await store.get("s1", "big") == big + 1
-
-
-async def test_update_passes_the_default_and_returns_the_new_value(store: SessionStore) -> None:
-    assert await store.update("s1", "u", lambda old: [*old, "a"], expires_at=EXP, default=[]) == ["a"]
-    assert await store.update("s1", "u", lambda old: [*old, "b"], expires_at=EXP, default=[]) == ["a", "b"]
-
-
-async def test_sessions_do_not_share_data(store: SessionStore) -> None:
-    await store.set("s1", "k", 1, expires_at=EXP)
-    await store.set("s2", "k", 2, expires_at=EXP)
-    await store.revoke("s1", expires_at=EXP)
-    assert await store.get("s2", "k") == 2
-
-
-async def test_incr_and_update_are_atomic_under_concurrent_tasks(store: SessionStore) -> None:
-    await store.create("s1", expires_at=EXP, now=NOW)
-    start = asyncio.Event()
-
-    async def bump(i: int) -> None:
-        def append(old: list[int]) -> list[int]:
-            return [*old, i]
-
-        await start.wait()
-        for _ in range(4):
-            await store.incr("s1", "n", expires_at=EXP)
-            await store.update("s1", "seen", append, expires_at=EXP, default=[])
-
-    async with asyncio.TaskGroup() as tg:
-        for i in range(25):
-            tg.create_task(bump(i))
-        start.set()
-    assert await store.get("s1", "n") == 100
-    seen = await store.get("s1", "seen")
-    assert len(seen) == 100
-    assert sorted(set(seen)) == list(range(25))
-
-
-async def test_is_a_session_store(store: SessionStore) -> None:
-    assert isinstance(store, SessionStore)
-
-
 # -- Redis: layout and expiry -------------------------------------------------------------------------
 
 
 async def test_key_layout_hash_tags_and_ttls(redis_store: RedisStore, raw: aioredis.Redis) -> None:
     await redis_store.create("sid-1", expires_at=EXP, now=NOW)
+    assert await raw.keys(redis_store.prefix + "*") == []  # creation writes nothing
+    await redis_store.touch("sid-1", expires_at=EXP, now=NOW + 1, idle_ttl=60, issued_at=NOW)
     await redis_store.set("sid-1", "k", {"v": 1}, expires_at=EXP)
-    status, data = f"{redis_store.prefix}{{sid-1}}:s", f"{redis_store.prefix}{{sid-1}}:d"
-    assert sorted(await raw.keys(redis_store.prefix + "*")) == sorted([status, data])
-    assert key_slot(status.encode()) == key_slot(data.encode())  # one Cluster slot: scripts run on one node
-    assert await raw.get(status) == repr(NOW)
+    await redis_store.record("sid-1", principal="alice", expires_at=EXP, now=NOW, data={"label": "L"})
+    tagged = f"{redis_store.prefix}{{sid-1}}"
+    status, data, listing = tagged + ":s", tagged + ":d", tagged + ":l"
+    index = next(k for k in await raw.keys(redis_store.prefix + "p:*"))
+    assert sorted(await raw.keys(redis_store.prefix + "*")) == sorted([status, data, listing, index])
+    assert len({key_slot(k.encode()) for k in (status, data, listing)}) == 1  # one Cluster slot a session
+    assert await raw.get(status) == repr(NOW + 1)
     assert await raw.hgetall(data) == {"k": '{"v":1}'}
-    # The status key lives for the session's remaining lifetime plus the margin.
-    assert 3600_000 < await raw.pttl(status) <= (3600 + 300) * 1000
-    assert await raw.pttl(data) > 0
+    assert await raw.hgetall(listing) == {"e": repr(EXP), "l": '{"label":"L"}'}
+    assert await raw.zrange(index, 0, -1) == ["sid-1"]
+    # Keys live for the session's remaining lifetime plus the margin (data writes count from the real clock).
+    for key in (status, listing, index):
+        assert 3600_000 < await raw.pttl(key) <= (3600 + 300) * 1000
+    assert await raw.pttl(data) > 3600_000
 
 
-async def test_revocation_keeps_a_marker_for_the_remaining_lifetime_and_deletes_data(
+async def test_revocation_keeps_a_marker_for_the_remaining_lifetime_and_deletes_the_rest(
     redis_store: RedisStore, raw: aioredis.Redis
 ) -> None:
-    await redis_store.create("sid-2", expires_at=EXP, now=NOW)
     await redis_store.set("sid-2", "k", 1, expires_at=EXP)
+    await redis_store.record("sid-2", principal="alice", expires_at=EXP, now=NOW)
     assert await redis_store.revoke("sid-2", expires_at=EXP) is True
-    keys = await raw.keys(redis_store.prefix + "*")
+    keys = await raw.keys(redis_store.prefix + "{*")
     assert keys == [f"{redis_store.prefix}{{sid-2}}:s"]
     assert await raw.get(keys[0]) == "r"
     assert await raw.pttl(keys[0]) > 0
     await redis_store.set("sid-2", "k", 2, expires_at=EXP)
     await redis_store.incr("sid-2", "n", expires_at=EXP)
     await redis_store.update("sid-2", "u", lambda old: 1, expires_at=EXP)
-    assert len(await raw.keys(redis_store.prefix + "*")) == 1  # nothing written after the revocation
+    assert len(await raw.keys(redis_store.prefix + "{*")) == 1  # nothing written after the revocation
+    # The principal's index forgets the revoked session the next time it is listed.
+    assert await redis_store.list_sessions("alice", now=NOW) == ([], None)
+    assert await raw.keys(redis_store.prefix + "p:*") == []
 
 
 async def test_nothing_outlives_the_session(redis: RedisServer, raw: aioredis.Redis) -> None:
-    store = RedisStore(redis.url, prefix=unique_prefix(), expiry_margin=0)
+    store = RedisStore(redis.url, prefix=unique_prefix(), expiry_margin=0, touch_interval=0)
     try:
         now = time.time()
-        await store.create("short", expires_at=now + 0.3, now=now)
+        await store.touch("short", expires_at=now + 0.3, now=now, idle_ttl=60, issued_at=now - 1)
         await store.set("short", "k", 1, expires_at=now + 0.3)
+        await store.record("short", principal="alice", expires_at=now + 0.3, now=now)
         await store.revoke("revoked", expires_at=now + 0.3)
+        assert len(await raw.keys(store.prefix + "*")) == 5
         await asyncio.sleep(0.5)  # TTL expiry, not a timing assertion
         assert await raw.keys(store.prefix + "*") == []
     finally:
         await store.aclose()
 
 
+async def test_a_touch_without_idle_timeout_writes_nothing(redis_store: RedisStore, raw: aioredis.Redis) -> None:
+    for offset in (0, 100, 1000):
+        assert await redis_store.touch("s1", expires_at=EXP, now=NOW + offset, idle_ttl=None) is ACTIVE
+    assert await raw.keys(redis_store.prefix + "*") == []
+
+
 async def test_last_seen_is_written_at_most_once_per_interval(redis: RedisServer, raw: aioredis.Redis) -> None:
     store = RedisStore(redis.url, prefix=unique_prefix(), touch_interval=10)
     status = f"{store.prefix}{{s1}}:s"
     try:
-        await store.create("s1", expires_at=EXP, now=NOW)
+        # Within one interval of issued_at the clock needs no write: it started there.
         for offset in (1, 5, 9.9):
-            assert await store.touch("s1", expires_at=EXP, now=NOW + offset, idle_ttl=None) is ACTIVE
-            assert await raw.get(status) == repr(NOW)
-        assert await store.touch("s1", expires_at=EXP, now=NOW + 10, idle_ttl=None) is ACTIVE
+            assert await store.touch("s1", expires_at=EXP, now=NOW + offset, idle_ttl=600, issued_at=NOW) is ACTIVE
+            assert await raw.get(status) is None
+        assert await store.touch("s1", expires_at=EXP, now=NOW + 10, idle_ttl=600, issued_at=NOW) is ACTIVE
+        assert await raw.get(status) == repr(NOW + 10)
+        assert await store.touch("s1", expires_at=EXP, now=NOW + 19, idle_ttl=600, issued_at=NOW) is ACTIVE
         assert await raw.get(status) == repr(NOW + 10)
         # A replica whose clock is behind never moves last-seen back.
-        assert await store.touch("s1", expires_at=EXP, now=NOW - 100, idle_ttl=None) is ACTIVE
+        assert await store.touch("s1", expires_at=EXP, now=NOW - 100, idle_ttl=600, issued_at=NOW) is ACTIVE
         assert await raw.get(status) == repr(NOW + 10)
     finally:
         await store.aclose()
@@ -291,19 +134,17 @@ async def test_a_throttled_session_ends_idle_late_never_early(redis: RedisServer
     # idle_ttl 60: the interval is min(10, 60 / 10) = 6 s; a session ends 60 to 66 s after its last use.
     store = RedisStore(redis.url, prefix=unique_prefix(), touch_interval=10)
     try:
-        await store.create("s1", expires_at=EXP, now=NOW)
-        assert await store.touch("s1", expires_at=EXP, now=NOW + 5, idle_ttl=60) is ACTIVE  # not written
+        assert await store.touch("s1", expires_at=EXP, now=NOW + 5, idle_ttl=60, issued_at=NOW) is ACTIVE  # no write
         # The last use was at +5: at +64 the session has been idle 59 s and must live.
-        assert await store.touch("s1", expires_at=EXP, now=NOW + 64, idle_ttl=60) is ACTIVE  # written
-        assert await store.touch("s1", expires_at=EXP, now=NOW + 64 + 66, idle_ttl=60) is ACTIVE
-        await store.create("s2", expires_at=EXP, now=NOW)
-        assert await store.touch("s2", expires_at=EXP, now=NOW + 66.5, idle_ttl=60) is IDLE_EXPIRED
+        assert await store.touch("s1", expires_at=EXP, now=NOW + 64, idle_ttl=60, issued_at=NOW) is ACTIVE  # written
+        assert await store.touch("s1", expires_at=EXP, now=NOW + 64 + 66, idle_ttl=60, issued_at=NOW) is ACTIVE
+        assert await store.touch("s2", expires_at=EXP, now=NOW + 66, idle_ttl=60, issued_at=NOW) is ACTIVE
+        assert await store.touch("s3", expires_at=EXP, now=NOW + 66.5, idle_ttl=60, issued_at=NOW) is IDLE_EXPIRED
     finally:
         await store.aclose()
 
 
 async def test_the_hot_path_is_one_command(redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    await redis_store.create("s1", expires_at=EXP, now=NOW)
     # The first use of each script loads it (NOSCRIPT, SCRIPT LOAD, EVALSHA); after that, one command.
     await redis_store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=60)
     await redis_store.incr("s1", "n", expires_at=EXP)
@@ -320,28 +161,11 @@ async def test_the_hot_path_is_one_command(redis_store: RedisStore, monkeypatch:
         assert await redis_store.touch("s1", expires_at=EXP, now=NOW + offset, idle_ttl=60) is ACTIVE
     assert await redis_store.incr("s1", "n", expires_at=EXP) == 2
     await redis_store.set("s1", "k", 1, expires_at=EXP)
-    assert sent == ["EVALSHA"] * 5
+    assert await redis_store.touch("s1", expires_at=EXP, now=NOW + 4, idle_ttl=None) is ACTIVE
+    assert sent == ["EVALSHA"] * 5 + ["GET"]
 
 
-# -- Redis: atomicity across replicas -------------------------------------------------------------------
-
-
-async def test_counting_and_updating_across_two_store_instances(redis: RedisServer) -> None:
-    prefix = unique_prefix()
-    replicas = [RedisStore(redis.url, prefix=prefix), RedisStore(redis.url, prefix=prefix)]
-    try:
-
-        async def work(i: int) -> None:
-            store = replicas[i % 2]
-            await store.incr("s1", "n", expires_at=EXP)
-            await store.update("s1", "seen", lambda old: [*old, i], expires_at=EXP, default=[])
-
-        await asyncio.gather(*(work(i) for i in range(50)))
-        assert await replicas[0].get("s1", "n") == 50
-        assert sorted(await replicas[1].get("s1", "seen")) == list(range(50))
-    finally:
-        for store in replicas:
-            await store.aclose()
+# -- Redis: update under contention ----------------------------------------------------------------
 
 
 async def test_update_gives_up_after_bounded_attempts_under_constant_contention(redis: RedisServer) -> None:
@@ -382,8 +206,8 @@ async def test_incr_refuses_what_redis_cannot_count(redis_store: RedisStore) -> 
 
 def all_operations(store: RedisStore) -> dict[str, Any]:
     return {
-        "create": lambda: store.create("s1", expires_at=EXP, now=NOW),
         "touch": lambda: store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=60),
+        "touch-read": lambda: store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=None),
         "revoke": lambda: store.revoke("s1", expires_at=EXP),
         "get": lambda: store.get("s1", "k"),
         "set": lambda: store.set("s1", "k", 1, expires_at=EXP),
@@ -392,10 +216,25 @@ def all_operations(store: RedisStore) -> dict[str, Any]:
         "update": lambda: store.update("s1", "k", lambda old: 1, expires_at=EXP),
         "items": lambda: store.items("s1"),
         "ping": store.ping,
+        "record": lambda: store.record("s1", principal="p", expires_at=EXP, now=NOW),
+        "list": lambda: store.list_sessions("p", now=NOW),
     }
 
 
-OPERATIONS = ["create", "touch", "revoke", "get", "set", "delete", "incr", "update", "items", "ping"]
+OPERATIONS = [
+    "touch",
+    "touch-read",
+    "revoke",
+    "get",
+    "set",
+    "delete",
+    "incr",
+    "update",
+    "items",
+    "ping",
+    "record",
+    "list",
+]
 
 
 @pytest.mark.parametrize("operation", OPERATIONS)
@@ -460,8 +299,9 @@ async def test_a_user_supplied_client_is_bounded_by_the_store_timeout(silent_ser
 async def test_a_user_supplied_client_works_without_decoding_and_stays_open(redis: RedisServer) -> None:
     client = aioredis.Redis.from_url(redis.url)  # decode_responses=False: replies are bytes
     store = RedisStore(client=client, prefix=unique_prefix())
-    await store.create("s1", expires_at=EXP, now=NOW)
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 1, idle_ttl=None) is ACTIVE
+    assert await store.touch("s1", expires_at=EXP, now=NOW + 1, idle_ttl=60) is ACTIVE
+    await store.record("s1", principal="é", expires_at=EXP, now=NOW, data={"l": "é"})
+    assert await store.list_sessions("é", now=NOW) == ([SessionRecord("s1", EXP, {"l": "é"})], None)
     await store.set("s1", "é", {"v": [1]}, expires_at=EXP)
     assert await store.incr("s1", "n", 2, expires_at=EXP) == 2
     assert await store.update("s1", "é", lambda old: {"v": [*old["v"], 2]}, expires_at=EXP) == {"v": [1, 2]}
@@ -519,26 +359,6 @@ async def test_failures_say_nothing_of_the_host_to_clients_and_everything_to_the
     assert "hunter2" not in record.getMessage()
 
 
-async def test_the_store_recovers_when_redis_comes_back() -> None:
-    with redis_server() as server:
-        store = RedisStore(server.url, touch_interval=0)
-        try:
-            await store.create("s1", expires_at=EXP, now=NOW)
-            assert await store.incr("s1", "n", expires_at=EXP) == 1
-            server.stop()
-            with pytest.raises(SessionStoreUnavailable):
-                await store.touch("s1", expires_at=EXP, now=NOW + 1, idle_ttl=None)
-            with pytest.raises(SessionStoreUnavailable):
-                await store.revoke("s1", expires_at=EXP)
-            server.start()
-            # The same store object, no restart: a Redis that restarted empty knows nothing of s1,
-            # and (like MemoryStore after a restart) accepts it and tracks it again.
-            assert await store.touch("s1", expires_at=EXP, now=NOW + 2, idle_ttl=None) is ACTIVE
-            assert await store.incr("s1", "n", expires_at=EXP) == 1
-        finally:
-            await store.aclose()
-
-
 # -- construction ------------------------------------------------------------------------------------------
 
 
@@ -573,6 +393,7 @@ async def test_defaults_are_short_and_bounded(redis: RedisServer) -> None:
         kwargs = pool.connection_kwargs
         assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.5, 0.25)
         assert kwargs["retry"]._retries == 0  # the store never retries a command itself
+        assert kwargs["protocol"] == 2  # RESP2: the pool replaces connections a restarted Redis closed
         assert (store.timeout, store.touch_interval, store.expiry_margin) == (0.5, 10.0, 300.0)
         await store.ping()
         assert "RedisStore(prefix='mcp-sessions:'" in repr(store)
@@ -604,3 +425,48 @@ def test_a_store_moved_to_another_event_loop_fails_as_unavailable_then_works(red
     assert outcomes[0] is ACTIVE
     assert outcomes[1] in (ACTIVE, "redis failed: RuntimeError")
     assert outcomes[2] is ACTIVE
+
+
+# -- Redis: restarts ----------------------------------------------------------------------------------------
+
+CLIENTS = 20
+
+
+async def one_round(store: RedisStore, round_: int) -> list[BaseException | int]:
+    """Each of 20 concurrent clients touches its session and counts once; the counts or the errors."""
+
+    async def client(i: int) -> int:
+        now = time.time()
+        assert await store.touch(f"s{i}", expires_at=now + 3600, now=now, idle_ttl=60) is ACTIVE
+        return await store.incr(f"s{i}", "n", expires_at=now + 3600)
+
+    return await asyncio.gather(*(client(i) for i in range(CLIENTS)), return_exceptions=True)
+
+
+@pytest.mark.parametrize("during_the_outage", ["idle", "requests"])
+@pytest.mark.parametrize("built_by", ["url", "client"])
+async def test_a_redis_restart_costs_nothing_once_redis_answers(during_the_outage: str, built_by: str) -> None:
+    with redis_server() as server:
+        client = None
+        if built_by == "url":
+            # Generous timeouts: a loaded machine connects slowly, and this test is about restarts.
+            store = RedisStore(server.url, touch_interval=0, timeout=5, connect_timeout=5)
+        else:  # a client of the user's own making, as the docs advise: RESP2
+            client = aioredis.Redis.from_url(server.url, protocol=2, socket_timeout=5, socket_connect_timeout=5)
+            store = RedisStore(client=client, touch_interval=0)
+        try:
+            for round_ in range(3):  # every client holds a pooled connection now
+                assert await one_round(store, round_) == [round_ + 1] * CLIENTS
+            # In threads: the event loop runs on meanwhile, as a server's does (it sees the old connections close).
+            await asyncio.to_thread(server.stop)
+            if during_the_outage == "requests":
+                outcomes = await one_round(store, 0)
+                assert all(isinstance(o, SessionStoreUnavailable) for o in outcomes)
+            await asyncio.to_thread(server.start)  # returns once the new server answers PING; it is empty
+            for round_ in range(5):
+                # Not one failure, and never a double count: a command is sent once or not at all.
+                assert await one_round(store, round_) == [round_ + 1] * CLIENTS
+        finally:
+            await store.aclose()
+            if client is not None:
+                await client.aclose()

@@ -1,0 +1,89 @@
+"""Servers with several worker processes, for the tests: ``uvicorn --workers N`` and gunicorn, bounded in time."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from _mcp import ModernClient, tool_text
+from _redis import free_port
+from conftest import SECRET
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 30.0
+
+
+class Workers:
+    """``uvicorn --workers N --factory workers_app:app``: N processes behind one listening socket."""
+
+    def __init__(self, count: int, environ: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_SESSIONS_", "WORKERS_APP_"))}
+        env.update(environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "middleware"), str(ROOT), env.get("PYTHONPATH", "")])
+        self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "uvicorn", "--factory", "workers_app:app"),
+                *("--app-dir", str(Path(__file__).parent), "--host", "127.0.0.1", "--port", str(self.port)),
+                *("--workers", str(count), "--log-level", "warning"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, workers: int) -> None:
+        """Until the workers answer; returns once ``workers`` distinct pids have, or the deadline passes."""
+        deadline = time.monotonic() + START_TIMEOUT
+        seen: set[int] = set()
+        while len(seen) < workers:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"uvicorn exited at start:\n{self.output()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(seen)} of {workers} workers answered within {START_TIMEOUT} s")
+            with contextlib.suppress(httpx.HTTPError), httpx.Client(timeout=5) as http:
+                seen.add(self.pid_of(http))
+            time.sleep(0.05)
+
+    def pid_of(self, http: httpx.Client) -> int:
+        """The worker at the other end of ``http``'s connection."""
+        return int(tool_text(ModernClient(http, self.url).call_tool("pid")[1]))
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+
+    def output(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-6000:]
+
+    def close(self) -> None:
+        self.stop()
+        self._log.close()
+
+
+@contextlib.contextmanager
+def workers(count: int, environ: dict[str, str]) -> Iterator[Workers]:
+    """Started, all ``count`` workers answering; stopped at the end of the block."""
+    running = Workers(count, {"MCP_SESSIONS_SECRET": SECRET, **environ})
+    try:
+        running.wait_ready(count)
+        yield running
+    finally:
+        running.close()

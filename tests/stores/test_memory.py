@@ -1,0 +1,237 @@
+"""MemoryStore alone: its cap, bounded work at the cap, and the warning in a worker process.
+
+The contract it shares with every store is in test_contract.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _redis import free_port
+from conftest import SECRET
+from mcp_sessions import MemoryStore, SessionStatus, SessionStoreFull, SessionStoreUnavailable
+
+from ._workers import ROOT, START_TIMEOUT, workers
+
+pytestmark = pytest.mark.anyio
+
+NOW = 1_900_000_000.0
+EXP = NOW + 3600
+ACTIVE, REVOKED = SessionStatus.ACTIVE, SessionStatus.REVOKED
+
+
+async def fill(store: MemoryStore, count: int, *, expires_at: float = EXP, prefix: str = "s") -> None:
+    for i in range(count):
+        assert await store.touch(f"{prefix}{i}", expires_at=expires_at, now=NOW, idle_ttl=60) is ACTIVE
+
+
+async def test_a_touch_that_needs_a_record_at_the_cap_raises_store_full() -> None:
+    store = MemoryStore(max_sessions=3)
+    await fill(store, 3)
+    with pytest.raises(SessionStoreFull) as info:
+        await store.touch("new", expires_at=EXP, now=NOW, idle_ttl=60)
+    assert isinstance(info.value, SessionStoreUnavailable)
+    assert "maximum of 3 sessions" in str(info.value)
+    with pytest.raises(SessionStoreFull):
+        await store.set("new", "k", 1, expires_at=EXP)
+    # Sessions that need no record still work: no idle timeout, or already recorded.
+    assert await store.touch("new", expires_at=EXP, now=NOW, idle_ttl=None) is ACTIVE
+    assert await store.touch("s0", expires_at=EXP, now=NOW + 1, idle_ttl=60) is ACTIVE
+    assert len(store) == 3
+
+
+async def test_creation_is_never_refused_at_the_cap() -> None:
+    store = MemoryStore(max_sessions=1)
+    await fill(store, 1)
+    await store.create("new", expires_at=EXP, now=NOW)
+    assert len(store) == 1
+
+
+async def test_expired_records_make_room_soonest_first() -> None:
+    store = MemoryStore(max_sessions=3)
+    now = time.time()
+    await store.set("short-1", "k", 1, expires_at=now + 0.2)
+    await store.set("short-2", "k", 1, expires_at=now + 0.3)
+    await store.set("long", "k", 1, expires_at=now + 3600)
+    with pytest.raises(SessionStoreFull):
+        await store.set("new", "k", 1, expires_at=now + 3600)
+    await asyncio.sleep(0.35)
+    await store.set("new", "k", 1, expires_at=now + 3600)
+    await store.set("newer", "k", 1, expires_at=now + 3600)
+    assert len(store) == 3
+    assert await store.get("long", "k") == 1
+    assert await store.get("short-1", "k") is None
+    with pytest.raises(SessionStoreFull):
+        await store.set("newest", "k", 1, expires_at=now + 3600)
+
+
+async def test_revocation_is_never_forgotten_at_the_cap() -> None:
+    store = MemoryStore(max_sessions=2)
+    await fill(store, 2)
+    assert await store.revoke("minted-elsewhere", expires_at=EXP) is True
+    assert len(store) == 3
+    assert await store.touch("minted-elsewhere", expires_at=EXP, now=NOW, idle_ttl=None) is REVOKED
+    await store.revoke("s0", expires_at=EXP)
+    with pytest.raises(SessionStoreFull):
+        await store.touch("c", expires_at=EXP, now=NOW + 1, idle_ttl=60)
+    assert await store.touch("s0", expires_at=EXP, now=NOW + 1, idle_ttl=None) is REVOKED
+    assert await store.touch("minted-elsewhere", expires_at=EXP, now=NOW + 1, idle_ttl=None) is REVOKED
+
+
+@pytest.mark.parametrize("cap", [0, -1, 1.5])
+def test_max_sessions_must_be_a_positive_integer(cap: Any) -> None:
+    with pytest.raises(ValueError, match="max_sessions must be at least 1"):
+        MemoryStore(max_sessions=cap)
+
+
+# -- bounded work ---------------------------------------------------------------------------------------
+
+
+class NoScan(dict[str, Any]):
+    """The store's record dict, refusing to be walked: a scan per request would raise here."""
+
+    def __iter__(self) -> Any:
+        raise AssertionError("the store walked its records")
+
+    def items(self) -> Any:
+        raise AssertionError("the store walked its records")
+
+    def values(self) -> Any:
+        raise AssertionError("the store walked its records")
+
+    def keys(self) -> Any:
+        raise AssertionError("the store walked its records")
+
+
+async def full_store(size: int) -> MemoryStore:
+    store = MemoryStore(max_sessions=size)
+    await fill(store, size)
+    store._entries = NoScan(store._entries)
+    return store
+
+
+@pytest.mark.parametrize("size", [1_000, 100_000])
+async def test_a_refused_write_at_the_cap_looks_at_no_record(size: int) -> None:
+    store = await full_store(size)
+    before = store._examined
+    for i in range(100):
+        with pytest.raises(SessionStoreFull):
+            await store.touch(f"new{i}", expires_at=EXP, now=NOW, idle_ttl=60)
+    assert store._examined == before  # nothing expired: the heap's top says so, no record is visited
+
+
+async def test_eviction_visits_each_expired_record_once() -> None:
+    store = MemoryStore(max_sessions=10_000)
+    now = time.time()
+    for i in range(10_000):
+        await store.set(f"old{i}", "k", 1, expires_at=now - 1 if i % 2 else now + 3600)
+    # Inserting evicted along the way (two a write); what is left goes as writes need room.
+    store._entries = NoScan(store._entries)
+    before = store._examined
+    for i in range(5_000):
+        await store.set(f"new{i}", "k", 1, expires_at=now + 3600)
+    assert len(store) == 10_000
+    assert store._examined - before <= 5_000  # each expired record is looked at once, in total
+
+
+async def test_a_refused_write_costs_the_same_at_100k_as_at_1k() -> None:
+    """The cost ratio of a refused write, 100k records against 1k: a scan would make it about 100."""
+
+    async def cost(size: int) -> float:
+        store = await full_store(size)
+        samples = []
+        for round_ in range(7):
+            started = time.perf_counter()
+            for i in range(200):
+                with pytest.raises(SessionStoreFull):
+                    await store.touch(f"new{round_}-{i}", expires_at=EXP, now=NOW, idle_ttl=60)
+            samples.append(time.perf_counter() - started)
+        return statistics.median(samples)
+
+    small, large = await cost(1_000), await cost(100_000)
+    assert large / small < 10
+
+
+# -- the warning in worker processes --------------------------------------------------------------------
+
+
+def make_a_store_in_a_worker(log_path: str) -> None:
+    """Run in a spawned worker: log to a file, make two stores (one warning), exit."""
+    logging.basicConfig(filename=log_path, level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+    MemoryStore()
+    MemoryStore()
+
+
+def test_a_memory_store_in_a_worker_process_warns_once(tmp_path: Any) -> None:
+    context = multiprocessing.get_context("spawn")  # as uvicorn --workers starts its workers
+    logs = [tmp_path / f"worker{i}.log" for i in range(2)]
+    workers = [context.Process(target=make_a_store_in_a_worker, args=(str(log),)) for log in logs]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+        assert worker.exitcode == 0
+    for log in logs:
+        [line] = log.read_text().splitlines()
+        assert line.startswith("mcp_sessions WARNING MemoryStore in a worker process")
+        assert "MCP_SESSIONS_STORE=sqlite:///" in line
+        assert "RedisStore" in line
+
+
+def test_no_warning_in_the_main_process(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="mcp_sessions"):
+        MemoryStore()
+    assert caplog.records == []
+
+
+def test_a_memory_store_in_uvicorn_workers_warns_in_each(tmp_path: Path) -> None:
+    with workers(2, {}) as server:
+        server.stop()
+        log = server.output()
+    assert log.count("MemoryStore in a worker process") == 2, log
+    assert "MCP_SESSIONS_STORE=sqlite:///" in log
+
+
+def test_a_memory_store_in_gunicorn_workers_warns_in_each(tmp_path: Path) -> None:
+    """gunicorn forks its workers (no multiprocessing): its SERVER_SOFTWARE variable gives them away."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_SESSIONS_", "WORKERS_APP_"))}
+    env["MCP_SESSIONS_SECRET"] = SECRET
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "middleware"), str(ROOT), str(Path(__file__).parent)])
+    log = tmp_path / "gunicorn.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "gunicorn", "workers_app:app()", "--workers", "2"),
+                *("--worker-class", "uvicorn.workers.UvicornWorker", "--bind", f"127.0.0.1:{port}"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + START_TIMEOUT
+            while log.read_text(errors="replace").count("MemoryStore in a worker process") < 2:
+                assert process.poll() is None, log.read_text(errors="replace")
+                assert time.monotonic() < deadline, log.read_text(errors="replace")
+                time.sleep(0.1)
+        finally:
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+    assert log.read_text(errors="replace").count("MemoryStore in a worker process") == 2

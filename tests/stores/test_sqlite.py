@@ -1,0 +1,227 @@
+"""SQLiteStore alone: shared by processes, across restarts, bounded cleanup, lock waits off the event loop,
+and three uvicorn workers sharing one file. The contract it shares with every store is in test_contract.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from _mcp import SESSION_NOT_FOUND, ModernClient, session_meta, tool_text
+from mcp_sessions import SessionStatus, SessionStoreUnavailable
+from mcp_sessions.stores import SQLiteStore
+
+from ._workers import workers
+
+pytestmark = pytest.mark.anyio
+
+NOW = 1_900_000_000.0
+EXP = NOW + 3600
+
+
+def rows(path: Path, query: str) -> list[Any]:
+    """What a plain connection reads from the file: no store code involved."""
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        return connection.execute(query).fetchall()
+
+
+async def test_everything_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    first = SQLiteStore(path, touch_interval=0)
+    await first.set("s1", "cart", ["apple"], expires_at=EXP)
+    await first.revoke("s2", expires_at=EXP)
+    await first.touch("s3", expires_at=EXP, now=NOW + 30, idle_ttl=60, issued_at=NOW)
+    await first.record("s1", principal="alice", expires_at=EXP, now=NOW)
+    await first.aclose()
+    second = SQLiteStore(path, touch_interval=0)
+    try:
+        assert await second.get("s1", "cart") == ["apple"]
+        assert await second.touch("s2", expires_at=EXP, now=NOW, idle_ttl=None) is SessionStatus.REVOKED
+        assert (
+            await second.touch("s3", expires_at=EXP, now=NOW + 89, idle_ttl=60, issued_at=NOW) is SessionStatus.ACTIVE
+        )
+        assert [r.session_id for r in (await second.list_sessions("alice", now=NOW))[0]] == ["s1"]
+    finally:
+        await second.aclose()
+
+
+def count_in_a_process(path: str, rounds: int, worker: int) -> None:
+    """Run in a spawned process: its own store on the shared file, counting and appending."""
+
+    async def work() -> None:
+        store = SQLiteStore(path)
+        for i in range(rounds):
+            mark = worker * 1000 + i
+            await store.incr("s1", "n", expires_at=EXP)
+            await store.update("s1", "seen", lambda old, mark=mark: [*old, mark], expires_at=EXP, default=[])
+        await store.aclose()
+
+    asyncio.run(work())
+
+
+def test_incr_and_update_are_atomic_across_processes(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    SQLiteStore(path)  # creates the tables; processes starting together would each try
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=count_in_a_process, args=(str(path), 40, w)) for w in range(3)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(60)
+        assert process.exitcode == 0
+    [(raw,)] = rows(path, "SELECT value FROM data WHERE sid = 's1' AND key = 'n'")
+    assert raw == "120"
+    [(seen,)] = rows(path, "SELECT value FROM data WHERE sid = 's1' AND key = 'seen'")
+    assert sorted(json.loads(seen)) == sorted(w * 1000 + i for w in range(3) for i in range(40))
+
+
+async def test_expired_rows_are_deleted_in_small_batches_through_the_index(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path, cleanup_batch=100, cleanup_interval=0)
+    try:
+        past = time.time() - 10
+        with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+            connection.executemany(
+                "INSERT INTO sessions (sid, expires_at) VALUES (?, ?)", [(f"old{i}", past) for i in range(1000)]
+            )
+            connection.executemany(
+                "INSERT INTO data (sid, key, value) VALUES (?, 'k', '1')", [(f"old{i}",) for i in range(1000)]
+            )
+        await store.set("live", "k", 1, expires_at=time.time() + 3600)
+        assert rows(path, "SELECT count(*) FROM sessions WHERE expires_at <= strftime('%s', 'now')") == [(900,)]
+        assert rows(path, "SELECT count(*) FROM data WHERE sid LIKE 'old%'") == [(900,)]  # the trigger took their data
+        for _ in range(9):
+            await store.incr("live", "n", expires_at=time.time() + 3600)
+        assert rows(path, "SELECT count(*) FROM sessions") == [(1,)]
+        plan = rows(
+            path, "EXPLAIN QUERY PLAN SELECT sid FROM sessions WHERE expires_at <= 0 ORDER BY expires_at LIMIT 100"
+        )
+        assert any("sessions_by_expiry" in str(step) for step in plan)  # a range of the index, never a scan
+    finally:
+        await store.aclose()
+
+
+async def test_cleanup_runs_at_most_once_per_interval(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path, cleanup_batch=10, cleanup_interval=3600)
+    try:
+        await store.set(
+            "live", "k", 1, expires_at=time.time() + 3600
+        )  # the first write cleans up, then not for an hour
+        with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+            connection.executemany(
+                "INSERT INTO sessions (sid, expires_at) VALUES (?, 0)", [(f"old{i}",) for i in range(50)]
+            )
+        for _ in range(20):
+            await store.incr("live", "n", expires_at=time.time() + 3600)
+        assert rows(path, "SELECT count(*) FROM sessions") == [(51,)]
+    finally:
+        await store.aclose()
+
+
+async def test_a_held_write_lock_fails_writes_within_the_timeout_and_never_blocks_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteStore(path, timeout=0.3)
+    try:
+        await store.set("s1", "k", 1, expires_at=EXP)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")  # another process's writer, holding the lock
+            task = asyncio.create_task(ticker())
+            started = time.monotonic()
+            with pytest.raises(SessionStoreUnavailable, match=r"^sqlite failed: OperationalError$"):
+                await store.incr("s1", "n", expires_at=EXP)
+            waited = time.monotonic() - started
+            # Readers do not wait for writers (WAL).
+            assert await store.get("s1", "k") == 1
+            assert await store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=None) is SessionStatus.ACTIVE
+            task.cancel()
+            other.execute("ROLLBACK")
+        assert 0.25 < waited < 5
+        assert ticks >= 10  # the loop ran on while the store's thread waited for the lock
+        assert await store.incr("s1", "n", expires_at=EXP) == 1  # and the store works again
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"timeout": 0}, "timeout must be a number of seconds above 0"),
+        ({"touch_interval": -1}, "touch_interval must be"),
+        ({"cleanup_batch": 0}, "cleanup_batch must be an integer from 1 to 10000"),
+        ({"cleanup_interval": -1}, "cleanup_interval must be"),
+    ],
+)
+def test_bad_construction(tmp_path: Path, options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SQLiteStore(tmp_path / "s.db", **options)
+
+
+def test_a_file_that_is_not_a_database_is_refused_at_construction(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(ValueError, match=r"cannot open the SQLite store at .*s\.db: file is not a database"):
+        SQLiteStore(path)
+
+
+async def test_a_closed_store_is_unavailable(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.ping()
+    await store.aclose()
+    await store.aclose()
+    with pytest.raises(SessionStoreUnavailable, match="closed"):
+        await store.ping()
+
+
+# -- three uvicorn workers, one file ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def fresh(url: str) -> Iterator[ModernClient]:
+    """A client on a new connection: the kernel hands it to any of the workers."""
+    with httpx.Client(timeout=10) as http:
+        yield ModernClient(http, url)
+
+
+def test_three_uvicorn_workers_share_sessions_data_and_deletion(tmp_path: Path) -> None:
+    with workers(3, {"WORKERS_APP_SQLITE": str(tmp_path / "sessions.db")}) as server:
+        with fresh(server.url) as client:
+            meta = session_meta(client.create_session())
+        counts = []
+        for _ in range(10):
+            with fresh(server.url) as client:
+                counts.append(tool_text(client.call_tool("count", session=meta)[1]))
+        assert counts == [str(n) for n in range(1, 11)]
+
+        with fresh(server.url) as client:
+            response, deleted = client.request("sessions/delete", session=meta)
+        assert response.status_code == 200 and "result" in deleted, deleted
+
+        refused_by: set[int] = set()
+        for _ in range(60):  # bounded: until every worker has refused it
+            with httpx.Client(timeout=10) as http:  # one connection: the same worker answers both
+                pid = server.pid_of(http)
+                _, answer = ModernClient(http, server.url).call_tool("count", session=meta)
+            assert answer["error"]["code"] == SESSION_NOT_FOUND, answer
+            refused_by.add(pid)
+            if len(refused_by) == 3:
+                break
+        assert len(refused_by) == 3, f"only {len(refused_by)} workers were reached"

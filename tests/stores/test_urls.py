@@ -1,0 +1,129 @@
+"""store_from_url: every scheme, and a clear ValueError naming the part of the URL at fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcp_sessions.stores import (
+    MemoryStore,
+    RedisStore,
+    SessionStore,
+    SQLiteStore,
+    _urls,
+    register_store,
+    store_from_url,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_memory() -> None:
+    store = store_from_url("memory://")
+    assert isinstance(store, MemoryStore)
+    assert store.max_sessions == 100_000
+    sized = store_from_url("memory://?max_sessions=7")
+    assert isinstance(sized, MemoryStore)
+    assert sized.max_sessions == 7
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379/0",
+        "redis://:pw@localhost",
+        "rediss://user:pw@host:6380/2",
+        "unix:///run/redis.sock?db=3",
+    ],
+)
+async def test_redis_schemes(url: str) -> None:
+    store = store_from_url(url, prefix="app:", timeout=0.2)
+    assert isinstance(store, RedisStore)
+    assert (store.prefix, store.timeout) == ("app:", 0.2)
+    await store.aclose()
+
+
+async def test_sqlite_absolute_and_relative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    absolute = store_from_url(f"sqlite://{tmp_path}/a.db", timeout=1.0)
+    assert isinstance(absolute, SQLiteStore)
+    assert absolute.path == tmp_path / "a.db"
+    assert absolute.timeout == 1.0
+    await absolute.aclose()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    for url, expected in (("sqlite://relative.db", "relative.db"), ("sqlite://sub/b.db", "sub/b.db")):
+        store = store_from_url(url)
+        assert isinstance(store, SQLiteStore)
+        assert store.path == Path(expected)
+        await store.aclose()
+        assert (tmp_path / expected).exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("nothing", r"a store URL looks like scheme://…; known schemes: memory://, sqlite://, redis://"),
+        (
+            "http://h/0",
+            r"unknown store URL scheme 'http': use one of memory://, sqlite://, redis://, rediss://, unix://",
+        ),
+        ("memory://host", r"a memory:// URL has no host or path"),
+        ("memory://?max_sessions=ten", r"max_sessions in the memory:// URL must be a non-negative integer"),
+        ("memory://?size=1", r"unknown store URL parameter 'size' \(accepted: max_sessions\)"),
+        ("memory://?max_sessions=1&max_sessions=2", r"'max_sessions' is given more than once"),
+        ("memory://?max_sessions=0", r"max_sessions must be at least 1"),
+        ("redis://host/abc", r"the database number in the redis:// URL path must be a non-negative integer"),
+        ("redis://host/0/1", r"the database number in the redis:// URL path must be"),
+        ("redis://:hunter2@host:port/0", r"the port in the redis:// URL must be an integer from 0 to 65535"),
+        ("rediss://host:99999", r"the port in the rediss:// URL must be an integer from 0 to 65535"),
+        ("redis:///0", r"the redis:// URL needs a host"),
+        ("redis://host/0?db=x", r"the db parameter of the Redis URL must be a non-negative integer"),
+        ("redis://host/0#frag", r"a Redis URL has no #fragment"),
+        ("unix://", r"a unix:// Redis URL needs the socket's path"),
+        ("sqlite://", r"a sqlite:// URL needs a file path"),
+        ("sqlite:///tmp/", r"a sqlite:// URL needs a file path"),
+        ("sqlite:///tmp/a.db?timeout=1", r"a sqlite:// URL takes no query"),
+        ("sqlite:///no/such/directory/a.db", r"the SQLite store's directory does not exist: /no/such/directory"),
+    ],
+)
+def test_bad_urls_name_the_part_at_fault(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        store_from_url(url)
+    assert "hunter2" not in str(info.value)
+
+
+def test_a_registered_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_urls, "_factories", dict(_urls._factories))
+    made: list[tuple[str, dict[str, Any]]] = []
+
+    def factory(url: str, **options: Any) -> SessionStore:
+        made.append((url, options))
+        return MemoryStore(max_sessions=3)
+
+    register_store("mystore", factory)
+    store = store_from_url("mystore://anything", flavour="x")
+    assert isinstance(store, MemoryStore)
+    assert made == [("mystore://anything", {"flavour": "x"})]
+    with pytest.raises(ValueError, match="mystore://"):
+        store_from_url("other://")
+
+
+@pytest.mark.parametrize("scheme", ["", "Upper", "1abc", "a b", "redis://"])
+def test_register_store_refuses_a_bad_scheme(scheme: str) -> None:
+    with pytest.raises(ValueError, match="a store scheme is lower-case"):
+        register_store(scheme, MemoryStore)
+
+
+def test_register_store_refuses_what_cannot_be_called() -> None:
+    with pytest.raises(TypeError, match="must be callable"):
+        register_store("x", "not callable")  # type: ignore[arg-type]
+
+
+def test_exported() -> None:
+    import mcp_sessions.stores as stores
+
+    for name in ("store_from_url", "register_store", "SQLiteStore", "SessionRecord"):
+        assert name in stores.__all__
+        assert getattr(stores, name) is not None

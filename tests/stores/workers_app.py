@@ -1,0 +1,33 @@
+"""The quickstart's tools plus ``pid``, for ``uvicorn --workers N --factory workers_app:app``.
+
+``WORKERS_APP_SQLITE`` names the SQLite file every worker shares; unset, each worker has a MemoryStore.
+"""
+
+from __future__ import annotations
+
+import os
+
+from examples.quickstart import SESSION_TOOLS, build_server
+
+from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions.stores import SessionStore
+
+
+def app() -> MCPSessionMiddleware:
+    """A worker's app: the store comes from the environment, the key from MCP_SESSIONS_SECRET."""
+    server = build_server()
+
+    @server.tool()
+    async def pid() -> int:
+        """The id of the worker process that answered."""
+        return os.getpid()
+
+    path = os.environ.get("WORKERS_APP_SQLITE")
+    store: SessionStore | None = None
+    if path:
+        from mcp_sessions.stores import SQLiteStore
+
+        store = SQLiteStore(path)
+    mcp_app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True, stateless_http=True)
+    options = {} if store is None else {"store": store}
+    return MCPSessionMiddleware.from_env(mcp_app, require_session_tools=SESSION_TOOLS, **options)
