@@ -15,7 +15,7 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint --group docs
+	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint --group docs --group viewers
 	touch $@
 
 $(VENV)/.docs-installed: pyproject.toml | $(BIN)/pip

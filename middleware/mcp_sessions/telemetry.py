@@ -6,13 +6,17 @@ for applications that configure the SDK (``opentelemetry-sdk``).
 
 from __future__ import annotations
 
+from typing import Final
+
 from opentelemetry import baggage
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ._telemetry import SESSION_BAGGAGE_KEY
 
-__all__ = ["SESSION_BAGGAGE_KEY", "SessionSpanProcessor"]
+__all__ = ["SESSION_BAGGAGE_KEY", "SentrySessionSpanProcessor", "SessionSpanProcessor"]
+
+MCP_SESSION_ID: Final = "mcp.session.id"
 
 
 class SessionSpanProcessor(SpanProcessor):
@@ -46,3 +50,31 @@ class SessionSpanProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Return ``True`` at once: the processor buffers nothing."""
         return True
+
+
+class SentrySessionSpanProcessor(SessionSpanProcessor):
+    """Copies the request's session id into ``mcp.session.id``, for Sentry's MCP monitoring view, which groups by it.
+
+    Opt-in, because it goes against the MCP semantic conventions' registry:
+    ``mcp.session.id`` is reserved there for the 2025-era transport session
+    and must not be set for a 2026-07-28 session. The middleware follows the
+    registry; add this processor only if Sentry's MCP view is where you read
+    your traces::
+
+        provider.add_span_processor(SentrySessionSpanProcessor())
+
+    Like :class:`SessionSpanProcessor` it reads the id from the baggage the
+    middleware sets, so it tags the spans started inside a request (the MCP
+    SDK's own span, your spans), never the middleware's own span, whose
+    attributes are set after it starts. A span that already has
+    ``mcp.session.id`` keeps it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(attributes=(MCP_SESSION_ID,))
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Set ``mcp.session.id`` on ``span`` to the session id in the baggage, unless the span has one already."""
+        if span.attributes is not None and MCP_SESSION_ID in span.attributes:
+            return
+        super().on_start(span, parent_context)

@@ -1,0 +1,183 @@
+"""Arize Phoenix and MLflow run for real on 127.0.0.1: start, wait until ready, query their sessions, stop.
+
+Each server is a child process in a session of its own (so that MLflow's workers stop with it), with its
+data in a temporary directory, on a free port. Both take tens of seconds to start on a busy machine, so
+:func:`start_viewers` starts them together and waits for both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+START_SECONDS = 240.0  # Phoenix migrates a new database at start: slow on a loaded 2-core machine
+INGEST_SECONDS = 30.0
+BIN = Path(sys.executable).parent
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Viewer:
+    """One viewer process: its base URL, its log, and how to tell it is ready."""
+
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    health: str
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.tail()}")
+        try:
+            return httpx.get(self.url + self.health, timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """Terminate the viewer and every process it started (its own process group), bounded in time."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=5)  # its data is thrown away: no need to wait for a clean stop
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=5)
+
+
+def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path, url: str, health: str) -> Viewer:
+    log = workdir / f"{name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            argv, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    return Viewer(name, url, process, log, health)
+
+
+def _environ(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_", "MLFLOW_"))}
+    env.update(extra)
+    return env
+
+
+def start_phoenix(workdir: Path) -> Viewer:
+    """``phoenix serve`` on a free port, its database in ``workdir``, nothing fetched from the internet."""
+    port = free_port()
+    env = _environ(
+        PHOENIX_HOST="127.0.0.1",
+        PHOENIX_PORT=str(port),
+        PHOENIX_GRPC_PORT=str(free_port()),
+        PHOENIX_WORKING_DIR=str(workdir / "phoenix"),
+        PHOENIX_TELEMETRY_ENABLED="false",
+        PHOENIX_ALLOW_EXTERNAL_RESOURCES="false",
+    )
+    argv = [str(BIN / "python"), "-m", "phoenix.server.main", "serve"]
+    return _spawn("phoenix", argv, env, workdir, f"http://127.0.0.1:{port}", "/healthz")
+
+
+def start_mlflow(workdir: Path) -> Viewer:
+    """``mlflow server`` with one worker on a free port, its SQLite store and artifacts in ``workdir``."""
+    port = free_port()
+    argv = [
+        str(BIN / "mlflow"),
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{workdir / 'mlflow.db'}",
+        "--default-artifact-root",
+        str(workdir / "mlflow-artifacts"),
+    ]
+    return _spawn("mlflow", argv, _environ(), workdir, f"http://127.0.0.1:{port}", "/health")
+
+
+@contextlib.contextmanager
+def start_viewers(workdir: Path) -> Iterator[tuple[Viewer, Viewer]]:
+    """Phoenix and MLflow, started together; both are stopped when the block ends, whatever happened."""
+    started: list[Viewer] = []
+    try:
+        started.append(start_phoenix(workdir))
+        started.append(start_mlflow(workdir))
+        deadline = time.monotonic() + START_SECONDS
+        waiting = list(started)
+        while waiting:
+            waiting = [viewer for viewer in waiting if not viewer.ready()]
+            if waiting and time.monotonic() > deadline:
+                logs = "\n".join(f"--- {viewer.name}\n{viewer.tail()}" for viewer in waiting)
+                raise AssertionError(f"not ready after {START_SECONDS:.0f} s:\n{logs}")
+            time.sleep(0.5)
+        phoenix, mlflow = started
+        yield phoenix, mlflow
+    finally:
+        for viewer in started:
+            viewer.stop()
+
+
+def poll(read: Callable[[], T], done: Callable[[T], bool], what: str, seconds: float = INGEST_SECONDS) -> T:
+    """``read()`` until ``done`` holds for its value (bounded): viewers ingest asynchronously."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = read()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: still {value!r} after {seconds:.0f} s")
+        time.sleep(0.25)
+
+
+# -- what each viewer shows -----------------------------------------------------------------------
+
+
+def phoenix_sessions(phoenix: Viewer, project: str) -> dict[str, int]:
+    """Phoenix's sessions of ``project``: the number of traces of each session id (REST ``/v1/projects/…/sessions``)."""
+    response = httpx.get(f"{phoenix.url}/v1/projects/{project}/sessions", params={"limit": 1000}, timeout=10)
+    if response.status_code == 404:  # no span of the project has arrived yet
+        return {}
+    response.raise_for_status()
+    return {session["session_id"]: len(session["traces"]) for session in response.json()["data"]}
+
+
+def mlflow_experiment(mlflow: Viewer, name: str) -> str:
+    response = httpx.post(f"{mlflow.url}/api/2.0/mlflow/experiments/create", json={"name": name}, timeout=10)
+    response.raise_for_status()
+    experiment_id: str = response.json()["experiment_id"]
+    return experiment_id
+
+
+def mlflow_sessions(mlflow: Viewer, experiment_id: str) -> dict[str | None, int]:
+    """MLflow's traces of the experiment counted by their ``mlflow.trace.session`` metadata (None: no session)."""
+    location = {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": experiment_id}}
+    body: dict[str, Any] = {"locations": [location], "max_results": 500}
+    response = httpx.post(f"{mlflow.url}/api/3.0/mlflow/traces/search", json=body, timeout=10)
+    response.raise_for_status()
+    traces = response.json().get("traces", [])
+    return dict(Counter(trace.get("trace_metadata", {}).get("mlflow.trace.session") for trace in traces))

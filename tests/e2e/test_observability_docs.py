@@ -1,0 +1,102 @@
+"""Every Python snippet of docs/observability.md runs (the one that exports to Phoenix: tests/e2e/test_viewers.py)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from examples.quickstart import build_app
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+
+from _mcp import ModernClient, jwt_claims, session_meta
+from _otel import MIDDLEWARE_SCOPE, SDK_SCOPE, SpanLog, attrs, global_tracing, of_scope, one
+from conftest import SECRET, serve
+from mcp_sessions.telemetry import SentrySessionSpanProcessor, SessionSpanProcessor
+
+ROOT = Path(__file__).resolve().parents[2]
+SNIPPETS = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "observability.md").read_text(), re.S)
+FASTAPI_TELEMETRY = ', telemetry={"exclude": lambda scope: scope["path"] == "/mcp"}'
+
+
+def snippet_with(text: str) -> str:
+    [snippet] = [s for s in SNIPPETS if text in s]
+    return snippet
+
+
+def run(snippet: str, namespace: dict[str, Any] | None = None) -> dict[str, Any]:
+    namespace = {"__name__": "docs_snippet", **(namespace or {})}
+    exec(compile(snippet, "docs/observability.md", "exec"), namespace)
+    return namespace
+
+
+def test_every_snippet_is_accounted_for() -> None:
+    tested = ["OTLPSpanExporter(endpoint=", "app = FastAPI(", "SentrySessionSpanProcessor()", "attributes=("]
+    assert sorted(SNIPPETS) == sorted(snippet_with(text) for text in tested)
+
+
+def test_the_processor_fragments() -> None:
+    provider = TracerProvider()
+    run(snippet_with("attributes=("), {"provider": provider})
+    sentry = run(snippet_with("SentrySessionSpanProcessor()"))["provider"]
+    for configured, expected in (
+        (provider, [SessionSpanProcessor] * 2),
+        (sentry, [SessionSpanProcessor, SentrySessionSpanProcessor]),
+    ):
+        processors = configured._active_span_processor._span_processors
+        assert [type(processor) for processor in processors] == expected
+
+
+def fastapi_spans(snippet: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[ReadableSpan], list[ReadableSpan]]:
+    """All the spans of one sessions/create and one tools/list through the snippet's app, and the middleware's."""
+    monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
+    with global_tracing() as exporter:
+        log = SpanLog(exporter)
+        app = run(snippet)["app"]
+        with serve(app) as base, httpx.Client(timeout=10) as http:
+            client = ModernClient(http, base)
+            client.create_session()
+            response, answer = client.request("tools/list")
+            assert response.status_code == 200 and "tools" in answer["result"], answer
+        spans = log.wait_middleware(2)
+    return spans, of_scope(spans, MIDDLEWARE_SCOPE)
+
+
+def test_fastapi_own_span_is_the_root_named_after_the_mount(monkeypatch: pytest.MonkeyPatch) -> None:
+    snippet = snippet_with("app = FastAPI(")
+    assert FASTAPI_TELEMETRY in snippet
+    spans, middleware = fastapi_spans(snippet.replace(FASTAPI_TELEMETRY, ""), monkeypatch)
+    roots = {span.context.span_id: span for span in spans if span.parent is None and span.context is not None}
+    # tools/list was routed to the mount; sessions/create was answered by the middleware before any routing.
+    assert sorted(span.name for span in roots.values()) == ["POST", "POST /{path}"]
+    assert all(span.parent is not None and span.parent.span_id in roots for span in middleware)
+
+
+def test_fastapi_telemetry_exclude_makes_the_middleware_span_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    spans, middleware = fastapi_spans(snippet_with("app = FastAPI("), monkeypatch)
+    assert "POST /{path}" not in {span.name for span in spans}
+    assert sorted(span.name for span in middleware) == ["sessions/create", "tools/list"]
+    assert all(span.parent is None for span in middleware)
+
+
+def test_sentry_processor_tags_the_sdk_span_not_the_middleware_span() -> None:
+    """What the docs say SentrySessionSpanProcessor does, through the quickstart with the SDK's own span."""
+    with global_tracing() as exporter:
+        provider = trace.get_tracer_provider()
+        assert isinstance(provider, TracerProvider)
+        provider.add_span_processor(SentrySessionSpanProcessor())
+        log = SpanLog(exporter)
+        app = build_app(json_response=True, environ={"MCP_SESSIONS_SECRET": SECRET})
+        with serve(app) as base, httpx.Client(timeout=10) as http:
+            client = ModernClient(http, base)
+            session = client.create_session()
+            _, answer = client.call_tool("count", session=session_meta(session))
+            assert "result" in answer, answer
+        spans = log.wait(lambda s: bool(of_scope(s, SDK_SCOPE)) and len(of_scope(s, MIDDLEWARE_SCOPE)) >= 2, "spans")
+    sid = jwt_claims(session["sessionId"])["sid"]
+    assert attrs(one(spans, SDK_SCOPE, "tools/call count"))["mcp.session.id"] == sid
+    middleware = attrs(one(spans, MIDDLEWARE_SCOPE, "tools/call count"))
+    assert middleware["session.id"] == sid and "mcp.session.id" not in middleware
