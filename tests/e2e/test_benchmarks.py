@@ -166,3 +166,13 @@ def test_bench_stores_smoke(tmp_path: Path) -> None:
         assert "touch + incr (a session request)" in rows, store
         assert all(value > 0 for value in rows.values())
         assert f"  {store}  " in printed
+
+
+def test_bench_handle_vs_session_smoke() -> None:
+    printed = run("bench_handle_vs_session.py", "--smoke").stdout
+    assert "a session adds" in printed and "handle/session" in printed
+
+
+def test_bench_versions_smoke() -> None:
+    printed = run("bench_versions.py", "--base", "HEAD", "--smoke").stdout
+    assert "pass-through / bare" in printed and "this/base" in printed
