@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -105,15 +106,17 @@ def test_a_stale_session_is_refused_as_any_other(url: str, http: httpx.Client) -
     assert refused["error"]["code"] == SESSION_NOT_FOUND
 
 
-INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI", "")
-
-
-@pytest.mark.skipif(
-    not INSPECTOR_CLI or shutil.which("node") is None,
-    reason="set MCP_SESSIONS_INSPECTOR_CLI to the MCP Inspector 2.x CLI (clients/cli/build/index.js) and install node",
+# scripts/system-deps.sh (run by `make test`) installs the pinned Inspector here; the variable overrides it.
+INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI") or str(
+    Path(__file__).resolve().parents[2]
+    / ".cache/inspector/node_modules/@modelcontextprotocol/inspector/clients/cli/build/index.js"
 )
+
+
 def test_the_printed_argument_works_in_the_mcp_inspector_cli(url: str) -> None:
-    """The real Inspector CLI (2.12.0 was run): two calls with the printed --metadata count 1, then 2."""
+    """The real MCP Inspector CLI (2.12.0): two calls with the printed --metadata count 1, then 2."""
+    assert shutil.which("node"), "node is missing: scripts/system-deps.sh installs it"
+    assert Path(INSPECTOR_CLI).is_file(), f"{INSPECTOR_CLI} is missing: scripts/system-deps.sh installs it"
     _, out, _ = run("create", url + MCP_PATH)
     [line] = [line for line in out.splitlines() if line.strip().startswith("--metadata ")]
     metadata = shlex.split(line)
