@@ -598,7 +598,10 @@ Each script also runs on its own and prints its table:
 `python benchmarks/bench_asgi.py`, `bench_uvicorn.py`, `bench_sse.py`
 (`--help` for their sizes; `--quick` (or `--smoke`) for a few requests, as the tests run
 them). Run on a quiet machine if you can; on a busy one, the control rows
-tell how much to trust the rest.
+tell how much to trust the rest. Not on this page: `bench_versions.py --base REV` (this
+code against an earlier revision, in one run), `bench_stores.py` (each store's cost per
+operation), `bench_handle_vs_session.py` (a handle's cost against a session's) and
+`bench_handles.py`.
 """
 
 
