@@ -9,7 +9,6 @@ header: it takes ``session.id`` from the spans.
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import subprocess
@@ -32,15 +31,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from _mcp import MCP_PATH, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
 from _viewers import Viewer, mlflow_experiment, mlflow_sessions, phoenix_sessions, poll, start_viewers
 from conftest import SECRET, serve
-from mcp_sessions import SessionsConfig
 from mcp_sessions.telemetry import SessionSpanProcessor
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 CALLS = 3  # tool calls per conversation
 # The host conversation sources and transport adoption (issue 10, items 1, 2 and 4) come from another branch.
-HOSTS_LANDED = "adopt_transport_sessions" in inspect.signature(SessionsConfig).parameters
-needs_hosts = pytest.mark.xfail(not HOSTS_LANDED, reason="host conversation ids and adoption not merged", run=False)
 
 
 @pytest.fixture(scope="session")
@@ -111,7 +107,6 @@ def test_data_layer_client(traced: Traced) -> None:
     traced.expect({sid: CALLS + 1 for sid in sids})  # sessions/create is in the session too
 
 
-@needs_hosts
 @pytest.mark.parametrize(("host", "meta_key"), [("chatgpt", "openai/session"), ("vscode", "vscode.conversationId")])
 def test_host_shaped_client(traced: Traced, host: str, meta_key: str) -> None:
     """One 2025-era connection carrying two of the host's conversations, each named in _meta by the host."""
@@ -127,7 +122,6 @@ def test_host_shaped_client(traced: Traced, host: str, meta_key: str) -> None:
     traced.expect({conversation: CALLS for conversation in conversations})
 
 
-@needs_hosts
 @pytest.mark.anyio
 async def test_stock_2025_client_with_adopted_transport_sessions(traced: Traced) -> None:
     """Two connections of the mcp SDK's own client, era 2025: no sessions/create, one session per connection."""
