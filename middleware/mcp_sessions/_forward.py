@@ -46,7 +46,7 @@ def targets_of(
 
 async def run_app(
     app: ASGIApp,
-    telemetry: Telemetry,
+    telemetry: Telemetry | None,
     scope: Scope,
     receive: Receive,
     send: Send,
@@ -55,7 +55,11 @@ async def run_app(
     operations: list[Operation],
 ) -> None:
     """Call the app with the session attached (scope, context variable, span or baggage) and the responses
-    rewritten; end every operation however the app ends."""
+    rewritten; end every operation however the app ends.
+
+    ``telemetry`` is given for an ordinary route, whose spans get the session in baggage; a JSON-RPC
+    call has its operation for that (when telemetry is on), so the pipeline passes ``None``.
+    """
     typed_send: ASGISendCallable = send  # type: ignore[assignment]
     rewriter = ResponseRewriter(typed_send, targets) if targets else None
     if session is not None:
@@ -66,7 +70,7 @@ async def run_app(
     baggage_token = None
     if ambient is not None:
         ambient.attach()
-    elif session is not None and not operations and telemetry.enabled():
+    elif session is not None and telemetry is not None and telemetry.enabled():
         baggage_token = attach_session(session.id)  # an ordinary route: its spans carry the session too
     try:
         await app(scope, receive, send if rewriter is None else rewriter.send)

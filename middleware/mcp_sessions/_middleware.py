@@ -386,9 +386,9 @@ class MCPSessionMiddleware:
         if ambient is not None and not plan.batch and ambient.traced:
             continue_trace(plan.calls[0].message, replay, ambient)
         if plan.handles is None:
-            return await run_app(self.app, self._telemetry, scope, replay, send, session, targets, operations)
+            return await run_app(self.app, None, scope, replay, send, session, targets, operations)
         with handle_context(plan.handles):  # typed handle parameters read the verified handles there
-            await run_app(self.app, self._telemetry, scope, replay, send, session, targets, operations)
+            await run_app(self.app, None, scope, replay, send, session, targets, operations)
 
     async def _pass_through(self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]) -> None:
         """Forward a request that is not JSON-RPC untouched.
