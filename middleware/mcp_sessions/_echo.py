@@ -5,7 +5,7 @@ The response rewriter moves bytes; these functions decide what changes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ._protocol import Era
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._telemetry import Operation
     from .profiles import WireProfile
 
-__all__ = ["CHANGED", "Target", "advertise", "annotate", "hashable_id", "splice_point"]
+__all__ = ["CHANGED", "Target", "advertise", "advertising_tables", "annotate", "hashable_id", "splice_point"]
 
 # annotate()'s answer when the message changed beyond the echo: serialize it again.
 CHANGED: Final = object()
@@ -47,6 +47,22 @@ class Target:
         self.operation = operation
         self.revoked = revoked
         """The request named a session that is gone, on a wire whose result then says so."""
+
+
+def advertising_tables(profiles: Sequence[WireProfile]) -> dict[str, dict[str, tuple[WireProfile, ...]]]:
+    """Era value -> method -> the wires whose capability that method's result advertises.
+
+    Keyed by the era's value: an Enum member hashes in Python code, a str in C.
+    """
+    methods = {m for p in profiles for m in (*p.advertised_per_request, *p.advertised_handshake)}
+    return {
+        era.value: {
+            method: advertised
+            for method in methods
+            if (advertised := tuple(p for p in profiles if p.advertises(method, era)))
+        }
+        for era in Era
+    }
 
 
 def hashable_id(request_id: Any) -> Any:

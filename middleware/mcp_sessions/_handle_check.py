@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import Scope
 
-from ._answers import Refusal, store_unavailable
+from . import _jsonrpc as jsonrpc
+from ._answers import Refusal, batch_refused, send_result, store_unavailable
+from ._echo import Target, annotate, hashable_id
+from ._protocol import Era
+from ._refusals import end_with
 from .handles import HandleContext, HandleError, Handles, check_call
 from .stores import SessionStoreUnavailable
 
 if TYPE_CHECKING:
+    from asgiref.typing import ASGISendCallable
+
     from ._plan import Plan
     from ._service import SessionService
 
-__all__ = ["check_handles"]
+__all__ = ["answer_refused_handles", "check_handles"]
 
 
 async def check_handles(handles: Handles, sessions: SessionService, scope: Scope, plan: Plan) -> None:
@@ -45,3 +51,27 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
         checked = [handle for token, handle in context.verified.items() if token not in before]
         if checked or errors:
             call.handles = (checked, errors)
+
+
+async def answer_refused_handles(plan: Plan, targets: dict[Any, Target], send: ASGISendCallable) -> None:
+    """Answer calls a handle refused with their ``isError`` result; the tool never runs.
+
+    In a batch, the other elements are refused as a whole (-32600), as for an invalid session.
+    """
+    frames: list[dict[str, Any]] = []
+    for call in plan.calls:
+        if call.answer is None:
+            refusal = batch_refused("batch refused: another element's handle is invalid")
+            end_with(call.operation, refusal)
+            if call.is_request or call.method is None:
+                frames.append(refusal.frame(call.request_id))
+            continue
+        if plan.era is Era.PER_REQUEST:
+            call.answer["resultType"] = "complete"
+        frame = jsonrpc.result(call.request_id, call.answer)
+        if (target := targets.get(hashable_id(call.request_id))) is not None:
+            annotate(target, frame)  # the session echo, and the operation learns of the tool error
+        if call.operation is not None:
+            call.operation.end()
+        frames.append(frame)
+    await send_result(send, frames if plan.batch else frames[0], accept=plan.headers.get(b"accept", b""))

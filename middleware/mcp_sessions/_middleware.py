@@ -19,22 +19,23 @@ from typing import TYPE_CHECKING, Any, Final, Unpack
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import _jsonrpc as jsonrpc
-from ._answers import Refusal, batch_refused, send_accepted, send_json, send_result
+from ._answers import Refusal, send_accepted, send_json
 from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
 from ._digest import IdDigests
-from ._echo import Target, annotate, hashable_id
+from ._echo import Target, advertising_tables, hashable_id
 from ._forward import run_app, targets_of
-from ._handle_check import check_handles
+from ._handle_check import answer_refused_handles, check_handles
 from ._lifespan import watch_lifespan
 from ._local import LocalCall
+from ._operations import start_operations
 from ._plan import Call, Plan, Planner
 from ._policy import never as _never
 from ._protocol import (
     MCP_SESSION_ID_HEADER,
     Era,
 )
-from ._refusals import Refusals, end_with, reject
+from ._refusals import Refusals, reject
 from ._request import (
     body_of,
     check_local_call,
@@ -46,9 +47,9 @@ from ._request import (
 )
 from ._service import SessionRefused, SessionService
 from ._session import Session
-from ._telemetry import Operation, Telemetry
+from ._telemetry import Telemetry
 from ._transport import TransportSessions
-from .handles import handle_context, record_handles
+from .handles import handle_context
 from .sources import DataLayerSource, SessionSource
 from .sources.host import HostConversationSource
 from .sources.transport import TransportSource, is_transport_session_id
@@ -111,17 +112,7 @@ class MCPSessionMiddleware:
         self._planner = Planner(config.profiles)
         self._transports = TransportSessions() if any(p.header_every_era for p in config.profiles) else None
         self._profiles = config.profiles
-        # era -> method -> the wires whose capability that method's result advertises (keyed by the
-        # era's value: an Enum member hashes in Python code, a str in C)
-        self._advertising = {
-            era: {
-                method: advertised
-                for method in {m for p in config.profiles for m in (*p.advertised_per_request, *p.advertised_handshake)}
-                if (advertised := tuple(p for p in config.profiles if p.advertises(method, era)))
-            }
-            for era in Era
-        }
-        self._advertising_by_value = {era.value: table for era, table in self._advertising.items()}
+        self._advertising_by_value = advertising_tables(config.profiles)
         self._requires = None if config.requires is _never else config.requires
         self._capability = {p.name: p.capability.value(required=config.require_all) for p in config.profiles}
         self._retry_after = str(config.retry_after).encode()
@@ -181,7 +172,7 @@ class MCPSessionMiddleware:
         await self._resolve(scope, plan)
         if self.config.handles is not None:
             await check_handles(self.config.handles, self._sessions, scope, plan)
-        self._start_operations(scope, plan)
+        start_operations(self._telemetry, scope, plan)
         if (plan.refused or local is not None or plan.answered) and (
             rejection := self._guard.check(http_scope["headers"], body_of(plan))
         ) is not None:
@@ -191,7 +182,8 @@ class MCPSessionMiddleware:
         if local is not None:
             return await self._answer_locally(scope, plan, local, reply)
         if plan.answered:
-            return await self._answer_before_the_tool(plan, reply)
+            targets = targets_of(plan, self._advertising_by_value, self._capability)
+            return await answer_refused_handles(plan, targets, reply)
         return await self._forward(scope, replay, send, plan)
 
     # -- the steps ------------------------------------------------------------------
@@ -243,49 +235,6 @@ class MCPSessionMiddleware:
                 return session
         return None
 
-    def _start_operations(self, scope: Scope, plan: Plan) -> None:
-        if not self._telemetry.enabled():
-            return
-        for call in plan.calls:
-            if call.method is not None:
-                call.operation = self._start_operation(scope, plan, call)
-
-    def _start_operation(self, scope: Scope, plan: Plan, call: Call) -> Operation:
-        session = call.session
-        # Telemetry names the conversation the first source found: a host's id verbatim, else the session.
-        conversation = call.conversation
-        session_id: str | None
-        source: str | None
-        if conversation is not None:
-            session_id, source = conversation.id, conversation.source
-        elif session is not None:
-            session_id, source = session.id, session.source
-        else:
-            session_id = source = None
-        operation = self._telemetry.start(
-            scope=scope,
-            headers=plan.headers,
-            message=call.message,
-            method=call.method or "",
-            protocol_version=plan.protocol_version,
-            modern=plan.era is Era.PER_REQUEST,
-            session_id=session_id,
-            session_claims=None if session is None else session.claims,
-            start_ns=plan.start_ns,
-            session_source=source,
-            user_id=None if conversation is None else conversation.user,
-        )
-        if call.refusal is not None and call.refusal.session_id is not None:
-            operation.set_session(call.refusal.session_id)
-        if call.minted:
-            operation.telemetry.sessions_created.add(1, operation.session_attributes())
-        if call.revoked is not None:
-            attributes = {"mcp_sessions.reason": call.revoked, "mcp.method.name": call.method or ""}
-            operation.telemetry.sessions_rejected.add(1, attributes)
-        if call.handles is not None:
-            record_handles(operation.span, *call.handles)
-        return operation
-
     async def _answer_locally(self, scope: Scope, plan: Plan, call: Call, send: ASGISendCallable) -> None:
         assert call.local is not None
         local = LocalCall(
@@ -321,30 +270,6 @@ class MCPSessionMiddleware:
         await send_json(send, 200, frame, self._retry_after)
         if call.operation is not None:
             call.operation.end()
-
-    async def _answer_before_the_tool(self, plan: Plan, send: ASGISendCallable) -> None:
-        """Answer calls a handle refused with their ``isError`` result; the tool never runs.
-
-        In a batch, the other elements are refused as a whole (-32600), as for an invalid session.
-        """
-        targets = targets_of(plan, self._advertising_by_value, self._capability)
-        frames: list[dict[str, Any]] = []
-        for call in plan.calls:
-            if call.answer is None:
-                refusal = batch_refused("batch refused: another element's handle is invalid")
-                end_with(call.operation, refusal)
-                if call.is_request or call.method is None:
-                    frames.append(refusal.frame(call.request_id))
-                continue
-            if plan.era is Era.PER_REQUEST:
-                call.answer["resultType"] = "complete"
-            frame = jsonrpc.result(call.request_id, call.answer)
-            if (target := targets.get(hashable_id(call.request_id))) is not None:
-                annotate(target, frame)  # the session echo, and the operation learns of the tool error
-            if call.operation is not None:
-                call.operation.end()
-            frames.append(frame)
-        await send_result(send, frames if plan.batch else frames[0], accept=plan.headers.get(b"accept", b""))
 
     async def _forward(self, scope: Scope, replay: Replay, send: Send, plan: Plan) -> None:
         """Call the app with the session attached, the trace continued and the responses rewritten."""
