@@ -12,8 +12,8 @@ from ._protocol import Era
 from ._service import iso
 
 if TYPE_CHECKING:
+    from ._operation import Operation
     from ._session import Session
-    from ._telemetry import Operation
     from .profiles import WireProfile
 
 __all__ = ["CHANGED", "Target", "advertise", "advertising_tables", "annotate", "hashable_id", "splice_point"]

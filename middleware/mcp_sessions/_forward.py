@@ -7,10 +7,12 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._echo import Target, hashable_id
+from ._operation import Operation
+from ._propagation import attach_session, detach_session
 from ._request import echoed
 from ._response import ResponseRewriter
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
-from ._telemetry import Operation, Telemetry, attach_session, detach_session
+from ._telemetry import Telemetry
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable

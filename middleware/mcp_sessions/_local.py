@@ -13,8 +13,8 @@ from ._protocol import INVALID_PARAMS, Era
 from ._service import Minted, SessionService
 
 if TYPE_CHECKING:
+    from ._operation import Operation
     from ._session import Session
-    from ._telemetry import Operation
     from .profiles import WireProfile
 
 __all__ = ["LocalCall"]

@@ -15,8 +15,8 @@ from .profiles import TopLevelCarrier
 
 if TYPE_CHECKING:
     from ._answers import Refusal
+    from ._operation import Operation
     from ._session import Session
-    from ._telemetry import Operation
     from .handles import Handle, HandleContext, HandleError
     from .profiles import LocalMethod, WireProfile
     from .sources import Conversation

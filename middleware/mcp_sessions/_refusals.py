@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from starlette.types import Send
 
     from ._guard import Rejection
+    from ._operation import Operation
     from ._plan import Call, Plan
-    from ._telemetry import Operation
 
 __all__ = ["Refusals", "end_with"]
 

@@ -12,9 +12,9 @@ if TYPE_CHECKING:
     from asgiref.typing import HTTPScope
 
     from ._body import Replay
+    from ._operation import Operation
     from ._plan import Call, Plan
     from ._session import Session
-    from ._telemetry import Operation
 
 __all__ = [
     "body_of",

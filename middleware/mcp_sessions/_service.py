@@ -19,14 +19,14 @@ from starlette.types import Scope
 from ._answers import Refusal, store_unavailable
 from ._limits import RateLimit
 from ._principal import PRINCIPAL_CLAIM, PrincipalHook, principal_digest
+from ._propagation import TRACEPARENT_CLAIM
 from ._protocol import TOO_MANY_SESSIONS
 from ._session import Session
-from ._telemetry import TRACEPARENT_CLAIM
 from ._tokens import InvalidToken, KeySet, SessionClaims
 from .stores import SessionStatus, SessionStore, SessionStoreUnavailable
 
 if TYPE_CHECKING:
-    from ._telemetry import Operation
+    from ._operation import Operation
 
 __all__ = ["Minted", "SessionRefused", "SessionService", "iso"]
 

@@ -1,4 +1,4 @@
-"""Spans, links, baggage and metrics, on ``opentelemetry-api`` only.
+"""Spans, links, baggage and metrics, on ``opentelemetry-api`` only: the instruments.
 
 Follows the MCP semantic conventions (GenAI conventions repository,
 ``docs/gen-ai/mcp.md``): one SERVER span per JSON-RPC message, named
@@ -10,11 +10,10 @@ its source in ``mcp_sessions.session.source``; ``mcp.session.id`` carries only
 a 2025-era transport session, as its keyed digest. Nothing here ever sees a
 session token or a raw transport session id: only stable ids.
 
-Every value a client chooses is bounded before it names a span or labels a
-metric, as the OpenTelemetry HTTP conventions bound ``http.request.method``:
-a method, tool, prompt or protocol version outside the known set becomes
-``_OTHER``, and the span alone keeps the original under
-``mcp_sessions.*_original``.
+Every value a client chooses is bounded first (``_names``); one message's
+span, outcome and metrics are an :class:`Operation` (``_operation``); the
+trace context and baggage helpers are in ``_propagation``. This module
+re-exports them for the modules and tests that import them from here.
 """
 
 from __future__ import annotations
@@ -22,92 +21,38 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import re
 import secrets
-import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final, Literal
 
-from opentelemetry import baggage, context, propagate, trace
 from opentelemetry import metrics as otel_metrics
-from opentelemetry.context import Context
+from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.metrics import _internal as _metrics_internal
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags, TracerProvider
+from opentelemetry.trace import NonRecordingSpan, SpanKind, TracerProvider
 
-from ._protocol import KNOWN_METHODS, KNOWN_VERSIONS
+from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _original, _RejectionCounter
+from ._names import _redacted as _redacted
+from ._operation import SESSION_SOURCE_ATTRIBUTE, Operation
+from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, TRACEPARENT_CLAIM, extract, span_context_from_traceparent
+from ._propagation import attach_session as attach_session
+from ._propagation import detach_session as detach_session
+from ._propagation import traceparent_of as traceparent_of
+from ._protocol import KNOWN_METHODS
 
 __all__ = ["OTHER", "SESSION_BAGGAGE_KEY", "Operation", "Telemetry", "TraceMode", "Vocabulary"]
 
 TraceMode = Literal["link", "session"]
 
-SESSION_BAGGAGE_KEY: Final = "session.id"
-"""The OpenTelemetry baggage key that holds the session's stable id while one of its requests runs."""
-SESSION_SOURCE_ATTRIBUTE: Final = "mcp_sessions.session.source"
-TRACEPARENT_CLAIM: Final = "tp"
 # The conventions' bucket advice for both MCP duration histograms.
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
-_TRACE_KEYS: Final = ("traceparent", "tracestate", "baggage")
-
-# The OpenTelemetry conventions' value for a client-chosen name outside the known set.
-OTHER: Final = "_OTHER"
-# How many tool (and prompt) names the server lists are learned before the rest count as _OTHER.
-MAX_LEARNED_NAMES: Final = 1000
 TRANSPORT_SESSION_PREFIX: Final = "ts-"
-_ORIGINAL_LIMIT: Final = 256
-# A compact JWS (session ids and state tokens are), or what is left of one: never recorded.
-_JWS_LIKE: Final = re.compile(r"eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)*")
-_LONG_BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]{40,}")
-_REDACTED: Final = "[redacted]"
 
 
 def _version() -> str:
     from . import __version__
 
     return __version__
-
-
-def traceparent_of(span_context: SpanContext) -> str:
-    return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
-
-
-def span_context_from_traceparent(value: Any) -> SpanContext | None:
-    """A remote SpanContext from our own ``tp`` claim (version 00 only)."""
-    if type(value) is not str or len(value) != 55:
-        return None
-    try:
-        version, trace_id, span_id, flags = value.split("-")
-        if version != "00":
-            return None
-        sc = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
-    except ValueError:
-        return None
-    return sc if sc.is_valid else None
-
-
-class Vocabulary:
-    """The values a metric attribute may take: the known ones, then up to ``cap`` learned ones; else ``_OTHER``."""
-
-    __slots__ = ("_cap", "_names")
-
-    def __init__(self, known: Iterable[str] = (), cap: int = MAX_LEARNED_NAMES) -> None:
-        self._names = {name for name in known if type(name) is str}
-        self._cap = len(self._names) + cap
-
-    def learn(self, name: Any) -> None:
-        """Add ``name`` if it is a string and there is room (it stays once learned)."""
-        if type(name) is str and len(self._names) < self._cap:
-            self._names.add(name)
-
-    def learn_listed(self, items: Any) -> None:
-        """Learn the ``name`` of every object in a list result (``tools``, ``prompts``)."""
-        if type(items) is list:
-            for item in items:
-                if isinstance(item, dict):
-                    self.learn(item.get("name"))
-
-    def bounded(self, name: str) -> str:
-        return name if name in self._names else OTHER
 
 
 class Telemetry:
@@ -222,11 +167,11 @@ class Telemetry:
         meta = params.get("_meta") if isinstance(params, dict) else None
         meta_parent = None
         if isinstance(meta, dict) and "traceparent" in meta:
-            meta_parent = _extract({k: meta[k] for k in _TRACE_KEYS if type(meta.get(k)) is str})
+            meta_parent = extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
         header_parent = None
         if b"traceparent" in headers:
-            header_parent = _extract(
-                {k: headers[k.encode()].decode("latin-1") for k in _TRACE_KEYS if k.encode() in headers}
+            header_parent = extract(
+                {k: headers[k.encode()].decode("latin-1") for k in TRACE_KEYS if k.encode() in headers}
             )
         parent = meta_parent or header_parent
         creation = None
@@ -307,245 +252,3 @@ def _global_meter_provider() -> object | None:
     if hasattr(_metrics_internal, "_METER_PROVIDER"):
         return _metrics_internal._METER_PROVIDER
     return otel_metrics.get_meter_provider()  # pragma: no cover
-
-
-class _RejectionCounter:
-    """The rejection counter, with its method attribute bounded like every metric's."""
-
-    __slots__ = ("_counter", "_methods")
-
-    def __init__(self, counter: otel_metrics.Counter, methods: frozenset[str]) -> None:
-        self._counter = counter
-        self._methods = methods
-
-    def add(self, amount: int, attributes: Mapping[str, Any]) -> None:
-        method = attributes.get("mcp.method.name")
-        if method is not None and method not in self._methods:
-            attributes = {**attributes, "mcp.method.name": OTHER}
-        self._counter.add(amount, attributes)
-
-
-def _original(value: str) -> str:
-    """A client-chosen value kept on a span: bounded in length, and never anything shaped like a token."""
-    return _JWS_LIKE.sub(_REDACTED, value[:_ORIGINAL_LIMIT])
-
-
-def _redacted(text: str) -> str:
-    """An error message for a span's status: tokens, and any long base64url run, replaced."""
-    return _LONG_BASE64URL.sub(_REDACTED, _JWS_LIKE.sub(_REDACTED, text))
-
-
-def _extract(carrier: dict[str, str]) -> Context | None:
-    try:
-        ctx = propagate.extract(carrier)
-    except (ValueError, TypeError):
-        return None
-    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
-
-
-def attach_session(session_id: str) -> object:
-    """Put a session's id in baggage for a request that has no span of its own (an ordinary route)."""
-    return context.attach(baggage.set_baggage(SESSION_BAGGAGE_KEY, session_id))
-
-
-def detach_session(token: object) -> None:
-    """Undo :func:`attach_session`."""
-    context.detach(token)  # type: ignore[arg-type]
-
-
-class Operation:
-    """One JSON-RPC message being handled: its span, its outcome, its metrics."""
-
-    __slots__ = (
-        "_ended",
-        "_named_target",
-        "_t0",
-        "_token",
-        "error_message",
-        "error_type",
-        "method",
-        "method_name",
-        "protocol_version",
-        "session_id",
-        "span",
-        "status_code",
-        "target",
-        "telemetry",
-        "version_name",
-    )
-
-    def __init__(
-        self,
-        telemetry: Telemetry,
-        span: trace.Span,
-        method: str,
-        target: str | None,
-        protocol_version: str | None,
-        session_id: str | None,
-    ) -> None:
-        self.telemetry = telemetry
-        self.span = span
-        self.method = method
-        self.target = target
-        self.protocol_version = protocol_version
-        self.session_id = session_id
-        # The bounded values, for names and metrics; the raw ones stay on the span only.
-        self.method_name = method if method in telemetry.methods else OTHER
-        self.version_name = None if protocol_version is None else protocol_version
-        if protocol_version is not None and protocol_version not in KNOWN_VERSIONS:
-            self.version_name = OTHER
-        self._named_target = self.target_name()
-        self.error_type: str | None = None
-        self.status_code: str | None = None
-        self.error_message: str | None = None
-        self._token: object | None = None
-        self._ended = False
-        self._t0 = time.perf_counter()
-
-    @property
-    def recording(self) -> bool:
-        return self.span.is_recording()
-
-    @property
-    def traced(self) -> bool:
-        """Whether there is a trace to continue (recording, or sampled out with valid ids)."""
-        return self.span.get_span_context().is_valid
-
-    def target_name(self) -> str | None:
-        """The tool or prompt name, as a metric may carry it: learned from the server, else ``_OTHER``."""
-        if self.target is None:
-            return None
-        vocabulary = self.telemetry.tools if self.method == "tools/call" else self.telemetry.prompts
-        return vocabulary.bounded(self.target)
-
-    def span_name(self) -> str:
-        """``{mcp.method.name} {target}``, the target only when it is a known name (span names stay low-cardinality)."""
-        target = self._named_target
-        return self.method_name if target is None or target == OTHER else f"{self.method_name} {target}"
-
-    def metric_attributes(self) -> dict[str, Any]:
-        attributes: dict[str, Any] = {
-            "mcp.method.name": self.method_name,
-            "network.transport": "tcp",
-            "network.protocol.name": "http",
-        }
-        if self.version_name is not None:
-            attributes["mcp.protocol.version"] = self.version_name
-        target = self.target_name()
-        if target is not None:
-            if self.method == "tools/call":
-                attributes["gen_ai.tool.name"] = target
-            else:
-                attributes["gen_ai.prompt.name"] = target
-        if self.method == "tools/call":
-            attributes["gen_ai.operation.name"] = "execute_tool"
-        return attributes
-
-    def session_attributes(self) -> dict[str, Any]:
-        """Attributes of the session metrics (never the session id: unbounded cardinality)."""
-        attributes: dict[str, Any] = {"network.transport": "tcp", "network.protocol.name": "http"}
-        if self.version_name is not None:
-            attributes["mcp.protocol.version"] = self.version_name
-        return attributes
-
-    def observe_result(self, result: Mapping[str, Any]) -> None:
-        """The server's result for this message: a tool error, or names it proves the server has."""
-        if result.get("isError") is True:
-            self.tool_error()
-            return
-        if self.method == "tools/list":
-            self.telemetry.tools.learn_listed(result.get("tools"))
-        elif self.method == "prompts/list":
-            self.telemetry.prompts.learn_listed(result.get("prompts"))
-        elif self.method == "tools/call":
-            self.telemetry.tools.learn(self.target)
-        elif self.method == "prompts/get":
-            self.telemetry.prompts.learn(self.target)
-
-    def set_session(self, session_id: str, source: str = "data-layer") -> None:
-        self.session_id = session_id
-        if self.span.is_recording():
-            self.span.set_attributes(
-                {"session.id": session_id, "gen_ai.conversation.id": session_id, SESSION_SOURCE_ATTRIBUTE: source}
-            )
-
-    def traceparent(self) -> str | None:
-        """This span's context as a traceparent, for the token's creation claim."""
-        span_context = self.span.get_span_context()
-        return traceparent_of(span_context) if span_context.is_valid else None
-
-    def context(self) -> Context:
-        """The context the application runs in: this span, and the session in baggage."""
-        ctx = trace.set_span_in_context(self.span)
-        if self.session_id is not None:
-            ctx = baggage.set_baggage(SESSION_BAGGAGE_KEY, self.session_id, ctx)
-        return ctx
-
-    def inject(self, meta: dict[str, Any]) -> None:
-        """Make ``_meta``'s trace context name this span, so the server's own span nests under it."""
-        for key in _TRACE_KEYS:
-            meta.pop(key, None)
-        propagate.inject(meta, context=self.context())
-
-    def attach(self) -> None:
-        if self.traced:
-            self._token = context.attach(self.context())
-
-    def detach(self) -> None:
-        if self._token is not None:
-            context.detach(self._token)  # type: ignore[arg-type]
-            self._token = None
-
-    def fail(self, code: int, message: str) -> None:
-        """The message ended in a JSON-RPC error (answered here or by the server)."""
-        if self.error_type is None:
-            self.error_type = self.status_code = str(code)
-            self.error_message = _redacted(message)
-
-    def tool_error(self) -> None:
-        if self.error_type is None:
-            self.error_type = "tool_error"
-
-    def http_error(self, status: int) -> None:
-        if self.error_type is None:
-            self.error_type = str(status)
-
-    def refused(self, status: int, code: int | None, message: str | None) -> None:
-        """The wrapped server's own checks refused the message (a JSON-RPC error, or an HTTP status)."""
-        if code is not None:
-            self.fail(code, message or "")
-        elif status >= 400:
-            self.http_error(status)
-
-    def exception(self, exc: BaseException) -> None:
-        if self.error_type is None:
-            self.error_type = type(exc).__qualname__
-        if self.span.is_recording():
-            self.span.record_exception(exc)
-
-    def end(self) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        duration = time.perf_counter() - self._t0
-        attributes = self.metric_attributes()
-        if self.error_type is not None:
-            attributes["error.type"] = self.error_type
-            if self.status_code is not None:
-                attributes["rpc.response.status_code"] = self.status_code
-        span = self.span
-        if span.is_recording() and self.target is not None:
-            target = self.target_name()
-            if target == OTHER:
-                span.set_attribute("mcp_sessions.target_original", _original(self.target))
-            elif target != self._named_target:  # learned from this very answer: name the span after it
-                span.update_name(f"{self.method_name} {target}")
-                span.set_attribute("gen_ai.tool.name" if self.method == "tools/call" else "gen_ai.prompt.name", target)
-        if span.is_recording() and self.error_type is not None:
-            errors = {"error.type": self.error_type}
-            if self.status_code is not None:
-                errors["rpc.response.status_code"] = self.status_code
-            span.set_attributes(errors)
-            span.set_status(StatusCode.ERROR, self.error_message)
-        span.end()
-        self.telemetry.operation_duration.record(duration, attributes)

@@ -1,0 +1,65 @@
+"""W3C trace context and baggage: read from a request, kept in a token, set for the application.
+
+Only stable ids ever go in baggage (never a session token or a raw transport
+session id).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from opentelemetry import baggage, context, propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import SpanContext, TraceFlags
+
+__all__ = [
+    "SESSION_BAGGAGE_KEY",
+    "TRACEPARENT_CLAIM",
+    "TRACE_KEYS",
+    "attach_session",
+    "detach_session",
+    "extract",
+    "span_context_from_traceparent",
+    "traceparent_of",
+]
+
+SESSION_BAGGAGE_KEY: Final = "session.id"
+"""The OpenTelemetry baggage key that holds the session's stable id while one of its requests runs."""
+TRACEPARENT_CLAIM: Final = "tp"
+TRACE_KEYS: Final = ("traceparent", "tracestate", "baggage")
+
+
+def traceparent_of(span_context: SpanContext) -> str:
+    return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
+
+
+def span_context_from_traceparent(value: Any) -> SpanContext | None:
+    """A remote SpanContext from our own ``tp`` claim (version 00 only)."""
+    if type(value) is not str or len(value) != 55:
+        return None
+    try:
+        version, trace_id, span_id, flags = value.split("-")
+        if version != "00":
+            return None
+        sc = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
+    except ValueError:
+        return None
+    return sc if sc.is_valid else None
+
+
+def extract(carrier: dict[str, str]) -> Context | None:
+    try:
+        ctx = propagate.extract(carrier)
+    except (ValueError, TypeError):
+        return None
+    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+
+
+def attach_session(session_id: str) -> object:
+    """Put a session's id in baggage for a request that has no span of its own (an ordinary route)."""
+    return context.attach(baggage.set_baggage(SESSION_BAGGAGE_KEY, session_id))
+
+
+def detach_session(token: object) -> None:
+    """Undo :func:`attach_session`."""
+    context.detach(token)  # type: ignore[arg-type]
