@@ -20,8 +20,10 @@ from ._check import (
 from ._context import HandleContext, current_handle_context, handle_context
 from ._errors import HandleError, HandleErrorReason
 from ._format import MAX_HANDLE_CHARS, MAX_PREFIX_CHARS
+from ._handle import Handle
+from ._kind import HandleKind
 from ._middleware import HandleMiddleware
-from ._registry import CURRENT, Handle, HandleKind, Handles
+from ._registry import CURRENT, Handles
 
 __all__ = [
     "ATTRIBUTE_ID",

@@ -15,7 +15,8 @@ from typing import Any, Final
 from opentelemetry.trace import Span, Status, StatusCode
 
 from ._errors import HandleError
-from ._registry import Handle, Handles
+from ._handle import Handle
+from ._registry import Handles
 
 __all__ = [
     "ATTRIBUTE_ERROR",

@@ -8,7 +8,8 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._registry import Handle, Handles
+    from ._handle import Handle
+    from ._registry import Handles
 
 __all__ = ["HandleContext", "current_handle_context", "handle_context"]
 

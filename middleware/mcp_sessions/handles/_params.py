@@ -15,10 +15,11 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from ._context import current_handle_context
 from ._errors import HandleError
-from ._registry import _message
+from ._messages import message
 
 if TYPE_CHECKING:
-    from ._registry import Handle, HandleKind
+    from ._handle import Handle
+    from ._kind import HandleKind
 
 __all__ = ["core_schema_for"]
 
@@ -55,7 +56,7 @@ def core_schema_for(kind: HandleKind) -> core_schema.CoreSchema:
             if handle.kind == kind.name:
                 return handle
             other = context.handles.kinds[handle.kind]
-            raise PydanticCustomError("handle_wrong_kind", _message("wrong_kind", kind, other=other))
+            raise PydanticCustomError("handle_wrong_kind", message("wrong_kind", kind, other=other))
         try:
             context.handles.authenticate(raw, context.principal_digest, expected=kind)
         except HandleError as exc:

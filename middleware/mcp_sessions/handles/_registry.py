@@ -1,37 +1,26 @@
-"""The handle registry: kinds, minting, verification, revocation, and server-side data."""
+"""The handle registry: kinds registered, handles minted, verified and revoked against the key set and store."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import math
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
-
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from typing import Any, Final
 
 from .._principal import digest_of
-from .._session import SessionData
-from .._tokens import KeySet, SessionKey
+from .._tokens import KeySet
 from ..stores import SessionStatus, SessionStore
 from . import _format as fmt
 from ._context import current_handle_context
 from ._errors import HandleError
-
-if TYPE_CHECKING:
-    from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
-    from pydantic.json_schema import JsonSchemaValue
-    from pydantic_core import CoreSchema
+from ._handle import DATA_PREFIX, Handle
+from ._keys import derive_mac_keys, kind_macs
+from ._kind import DEFAULT_TTL, HandleKind, check_ttl
+from ._messages import ANY_KIND, message
 
 __all__ = ["CURRENT", "Handle", "HandleKind", "Handles"]
 
-DEFAULT_TTL: Final = 24 * 3600
-MAX_TTL: Final = 10 * 365 * 24 * 3600
-_MAC_DOMAIN: Final = b"mcp-sessions handle v1\x00"
-_DATA_PREFIX: Final = "h:"
 _META_PREFIX: Final = "hm:"
 _META_KEY: Final = "m"
 
@@ -43,148 +32,6 @@ class _Current:
 
 CURRENT: Final[Any] = _Current()
 """Take the principal from the current request's handle context (the default)."""
-
-
-def _iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _key_material(key: SessionKey) -> bytes | None:
-    """The secret bytes a key's handle MAC key is derived from; ``None`` for a verify-only key."""
-    if key.signing_key is None:
-        return None
-    if isinstance(key.signing_key, bytes):
-        return key.signing_key
-    if isinstance(key.signing_key, ec.EllipticCurvePrivateKey):
-        return key.signing_key.private_numbers().private_value.to_bytes(32, "big")
-    if isinstance(key.signing_key, ed25519.Ed25519PrivateKey):
-        return key.signing_key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    return None  # pragma: no cover - SessionKey admits no other kind
-
-
-class HandleKind:
-    """One kind of handle (``basket``): its name, prefix, lifetimes and the tool that creates one.
-
-    Declare it at module level and register it with :meth:`Handles.register`
-    (or let :meth:`Handles.kind` do both). Use it as a tool parameter's type
-    metadata, ``Annotated[Handle, basket]``: the input schema shows a string
-    with the kind's ``pattern`` and a description, and the tool receives the
-    verified :class:`Handle`.
-
-    ``prefix`` (1 to 4 characters, ``[a-z][a-z0-9]*``) starts every handle of
-    the kind (``bsk_…``). ``ttl`` is the default lifetime, ``idle_ttl`` ends a
-    handle unused for that long. ``create`` names the tool that mints one
-    (default ``create_<name>``): error messages tell the model to call it.
-    """
-
-    __slots__ = ("create", "description", "idle_ttl", "length", "name", "pattern", "prefix", "ttl")
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        prefix: str,
-        ttl: float = DEFAULT_TTL,
-        idle_ttl: float | None = None,
-        create: str | None = None,
-        description: str | None = None,
-    ) -> None:
-        if not isinstance(name, str) or not name or len(name) > 64 or not name.isprintable():
-            raise ValueError("a handle kind's name must be 1 to 64 printable characters")
-        if not isinstance(prefix, str) or not fmt.PREFIX_SHAPE.fullmatch(prefix):
-            raise ValueError(
-                f"the prefix {prefix!r} is not 1 to {fmt.MAX_PREFIX_CHARS} characters of [a-z0-9] "
-                "starting with a letter (it keeps handles within 40 characters)"
-            )
-        _check_ttl("ttl", ttl)
-        if idle_ttl is not None:
-            _check_ttl("idle_ttl", idle_ttl)
-        self.name = name
-        self.prefix = prefix
-        self.ttl = float(ttl)
-        self.idle_ttl = None if idle_ttl is None else float(idle_ttl)
-        self.create = create or f"create_{name}"
-        self.description = description or (
-            f"A {name} handle ({prefix}_…) as {self.create} returned it; pass it exactly as returned, "
-            f"or call {self.create} for a new one."
-        )
-        self.pattern = fmt.pattern(prefix)
-        self.length = len(prefix) + 1 + fmt.PAYLOAD_CHARS
-
-    def __repr__(self) -> str:
-        return f"HandleKind({self.name!r}, prefix={self.prefix!r})"
-
-    @property
-    def shown(self) -> str:
-        """How messages name a handle of this kind: its prefix and an ellipsis."""
-        return f"{self.prefix}_…"
-
-    # -- pydantic -----------------------------------------------------------------
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        from ._params import core_schema_for
-
-        return core_schema_for(self)
-
-    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return {
-            "type": "string",
-            "pattern": self.pattern,
-            "minLength": self.length,
-            "maxLength": self.length,
-            "description": self.description,
-        }
-
-
-class Handle:
-    """A verified handle, as a tool receives it.
-
-    ``id`` is the stable id (safe to log; key your own records by it), ``kind``
-    the kind's name, ``data`` the server-side data (the same atomic operations
-    as ``session.data``), ``expires_at`` the absolute expiry. ``token`` is the
-    handle string itself, a bearer credential: never log it.
-    """
-
-    __slots__ = ("_data", "expires_at_timestamp", "id", "kind", "principal_bound", "registry", "session_id", "token")
-
-    def __init__(
-        self,
-        *,
-        registry: Handles,
-        token: str,
-        handle_id: str,
-        kind: str,
-        expires_at: int,
-        principal_bound: bool,
-        session_id: str | None,
-    ) -> None:
-        self.registry = registry
-        self.token = token
-        self.id = handle_id
-        self.kind = kind
-        self.expires_at_timestamp = expires_at
-        self.principal_bound = principal_bound
-        self.session_id = session_id
-        self._data: SessionData | None = None
-
-    def __repr__(self) -> str:
-        return f"<Handle kind={self.kind!r} id={self.id!r} expires_at={_iso(self.expires_at_timestamp)}>"
-
-    @property
-    def expires_at(self) -> datetime:
-        """When the handle ends at the latest (idle expiry and revocation can end it sooner)."""
-        return datetime.fromtimestamp(self.expires_at_timestamp, UTC)
-
-    @property
-    def data(self) -> SessionData:
-        """The handle's server-side data, in the registry's store, keyed by the stable id."""
-        if self._data is None:
-            self._data = SessionData(self.registry.store, _DATA_PREFIX + self.id, self.expires_at_timestamp)
-        return self._data
-
-    async def revoke(self) -> bool:
-        """End the handle everywhere at once and drop its data; ``False`` if it had already ended."""
-        return await self.registry.revoke(self)
 
 
 class Handles:
@@ -218,11 +65,7 @@ class Handles:
         self.store = store
         self.session_idle_ttl = session_idle_ttl
         self.max_handles_per_call = max_handles_per_call
-        self._mac_keys: dict[str, tuple[int, bytes]] = {}
-        for key in keys.keys:
-            material = _key_material(key)
-            if material is not None:
-                self._mac_keys[key.kid] = (fmt.key_hint(key.kid), fmt.mac_key(material))
+        self._mac_keys = derive_mac_keys(keys)
         if not self._mac_keys:
             raise ValueError(
                 "no key of the KeySet holds secret material to derive a handle MAC key from: "
@@ -270,11 +113,7 @@ class Handles:
             raise ValueError(
                 f"the prefix {kind.prefix!r} already belongs to the kind {self._by_prefix[kind.prefix].name!r}"
             )
-        audience = self.keys.audience.encode()
-        self._bases[kind.name] = {
-            kid: (hint, hmac.new(key, _MAC_DOMAIN + audience + b"\x00" + kind.name.encode() + b"\x00", hashlib.sha256))
-            for kid, (hint, key) in self._mac_keys.items()
-        }
+        self._bases[kind.name] = kind_macs(self._mac_keys, self.keys.audience, kind.name)
         self._by_name[kind.name] = kind
         self._by_prefix[kind.prefix] = kind
         self.prefixes = (*self.prefixes, f"{kind.prefix}_")
@@ -343,7 +182,7 @@ class Handles:
             raise ValueError("the KeySet's signer holds no secret material: this Handles registry can only verify")
         current = time.time() if now is None else now
         lifetime = spec.ttl if ttl is None else ttl
-        _check_ttl("ttl", lifetime)
+        check_ttl("ttl", lifetime)
         expires = current + lifetime
         if session_id is not None:
             if not isinstance(session_id, str) or not session_id:
@@ -359,18 +198,18 @@ class Handles:
         signed = fmt.pack(flags=flags, hint=hint, expires_at=expires_at)
         token = fmt.encode(spec.prefix, signed, fmt.mac(base, signed, digest))
         handle_id = fmt.stable_id(signed[: fmt.RANDOM_BYTES])
-        await self.store.create(_DATA_PREFIX + handle_id, expires_at=expires_at, now=current)
+        await self.store.create(DATA_PREFIX + handle_id, expires_at=expires_at, now=current)
         if flags:
             meta = {"p": digest, "s": session_id, "se": session_expires_at or expires_at}
             await self.store.set(_META_PREFIX + handle_id, _META_KEY, meta, expires_at=expires_at)
         for key, value in (data or {}).items():
-            await self.store.set(_DATA_PREFIX + handle_id, key, value, expires_at=expires_at)
+            await self.store.set(DATA_PREFIX + handle_id, key, value, expires_at=expires_at)
         return token
 
     # -- verifying ----------------------------------------------------------------------
 
     def _error(self, reason: Any, spec: HandleKind, handle_id: str | None = None, **details: Any) -> HandleError:
-        return HandleError(reason, _message(reason, spec, **details), kind=spec.name, handle_id=handle_id)
+        return HandleError(reason, message(reason, spec, **details), kind=spec.name, handle_id=handle_id)
 
     def authenticate(
         self,
@@ -387,16 +226,16 @@ class Handles:
         ``other_principal``, see :meth:`verify_digest`).
         """
         if type(value) is not str:
-            spec = expected or _ANY
+            spec = expected or ANY_KIND
             raise self._error("malformed", spec)
         spec_or_none = self.kind_of(value)
         if spec_or_none is None:
-            raise self._error("malformed", expected or _ANY)
+            raise self._error("malformed", expected or ANY_KIND)
         spec = spec_or_none
         if expected is not None and spec is not expected:
             raise HandleError(
                 "wrong_kind",
-                _message("wrong_kind", expected, other=spec),
+                message("wrong_kind", expected, other=spec),
                 kind=expected.name,
             )
         payload = fmt.decode(value[len(spec.prefix) + 1 :])
@@ -446,7 +285,7 @@ class Handles:
                 await self._refine_forged(value, exc)
             raise
         status = await self.store.touch(
-            _DATA_PREFIX + handle_id, expires_at=payload.expires_at, now=current, idle_ttl=spec.idle_ttl
+            DATA_PREFIX + handle_id, expires_at=payload.expires_at, now=current, idle_ttl=spec.idle_ttl
         )
         if status is SessionStatus.IDLE_EXPIRED:
             raise self._error("expired", spec, handle_id, idle=spec.idle_ttl)
@@ -466,7 +305,7 @@ class Handles:
             )
             if session_status is not SessionStatus.ACTIVE:
                 # The session ended: end the handle too, so its data goes now rather than at its expiry.
-                await self.store.revoke(_DATA_PREFIX + handle_id, expires_at=payload.expires_at)
+                await self.store.revoke(DATA_PREFIX + handle_id, expires_at=payload.expires_at)
                 raise self._error("revoked", spec, handle_id, session=True)
         return Handle(
             registry=self,
@@ -493,7 +332,7 @@ class Handles:
         owner = meta.get("p") if isinstance(meta, dict) else None
         if isinstance(owner, str) and self._mac_matches(spec, payload, owner):
             error.reason = "other_principal"
-            error.message = _message("other_principal", spec)
+            error.message = message("other_principal", spec)
             error.args = (error.message,)
             error.handle_id = handle_id
 
@@ -512,64 +351,4 @@ class Handles:
                 if exc.reason in ("revoked", "expired"):
                     return False
                 raise
-        return await self.store.revoke(_DATA_PREFIX + handle.id, expires_at=handle.expires_at_timestamp)
-
-
-def _check_ttl(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TTL:
-        raise ValueError(f"{name} must be a positive number of seconds, at most {MAX_TTL} (ten years)")
-
-
-class _AnyKind:
-    """Stands in for the kind in messages about strings that name no registered kind."""
-
-    name = "handle"
-    prefix = ""
-    create = "the tool that creates it"
-    shown = "handle"
-    length = 0
-
-
-_ANY: Any = _AnyKind()
-
-
-def _article(word: str) -> str:
-    return "an" if word[:1].lower() in "aeiou" else "a"
-
-
-def _message(
-    reason: str,
-    spec: Any,
-    *,
-    other: Any = None,
-    at: int | None = None,
-    idle: float | None = None,
-    session: bool = False,
-) -> str:
-    what = f"{spec.name} handle {spec.shown}" if spec is not _ANY else "this value"
-    again = f"call {spec.create} for a new one"
-    if reason == "malformed":
-        if spec is _ANY:
-            return "this value is not a handle any tool here issued; pass a handle exactly as it was returned"
-        return (
-            f"{what} is incomplete or mistyped (a {spec.name} handle is exactly {spec.length} characters "
-            f"starting {spec.prefix}_); pass it exactly as {spec.create} returned it, or {again}"
-        )
-    if reason == "forged":
-        return f"{what} was never issued or was mistyped; pass it exactly as {spec.create} returned it, or {again}"
-    if reason == "wrong_kind":
-        return (
-            f"this argument takes a {spec.name} handle ({spec.shown}), not {_article(other.name)} {other.name} "
-            f"handle ({other.shown}); "
-            f"pass the {spec.name} handle {spec.create} returned, or {again}"
-        )
-    if reason == "expired":
-        if idle is not None:
-            return f"{what} expired after {idle:g} seconds unused; {again}"
-        return f"{what} expired at {_iso(at or 0)}; {again}"
-    if reason == "revoked":
-        ended = "its session ended" if session else "it was closed or revoked"
-        return f"{what} has ended ({ended}) and cannot be used again; {again}"
-    if reason == "other_principal":
-        return f"{what} belongs to another user and cannot be used here; call {spec.create} for your own"
-    return f"{what} was refused; {again}"  # pragma: no cover - every reason is handled above
+        return await self.store.revoke(DATA_PREFIX + handle.id, expires_at=handle.expires_at_timestamp)

@@ -1,0 +1,67 @@
+"""The verified handle a tool receives: its stable id, kind, expiry, server-side data and revocation."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final
+
+from .._session import SessionData
+from ._messages import iso
+
+if TYPE_CHECKING:
+    from ._registry import Handles
+
+__all__ = ["DATA_PREFIX", "Handle"]
+
+DATA_PREFIX: Final = "h:"
+
+
+class Handle:
+    """A verified handle, as a tool receives it.
+
+    ``id`` is the stable id (safe to log; key your own records by it), ``kind``
+    the kind's name, ``data`` the server-side data (the same atomic operations
+    as ``session.data``), ``expires_at`` the absolute expiry. ``token`` is the
+    handle string itself, a bearer credential: never log it.
+    """
+
+    __slots__ = ("_data", "expires_at_timestamp", "id", "kind", "principal_bound", "registry", "session_id", "token")
+
+    def __init__(
+        self,
+        *,
+        registry: Handles,
+        token: str,
+        handle_id: str,
+        kind: str,
+        expires_at: int,
+        principal_bound: bool,
+        session_id: str | None,
+    ) -> None:
+        self.registry = registry
+        self.token = token
+        self.id = handle_id
+        self.kind = kind
+        self.expires_at_timestamp = expires_at
+        self.principal_bound = principal_bound
+        self.session_id = session_id
+        self._data: SessionData | None = None
+
+    def __repr__(self) -> str:
+        return f"<Handle kind={self.kind!r} id={self.id!r} expires_at={iso(self.expires_at_timestamp)}>"
+
+    @property
+    def expires_at(self) -> datetime:
+        """When the handle ends at the latest (idle expiry and revocation can end it sooner)."""
+        return datetime.fromtimestamp(self.expires_at_timestamp, UTC)
+
+    @property
+    def data(self) -> SessionData:
+        """The handle's server-side data, in the registry's store, keyed by the stable id."""
+        if self._data is None:
+            self._data = SessionData(self.registry.store, DATA_PREFIX + self.id, self.expires_at_timestamp)
+        return self._data
+
+    async def revoke(self) -> bool:
+        """End the handle everywhere at once and drop its data; ``False`` if it had already ended."""
+        return await self.registry.revoke(self)
