@@ -31,14 +31,8 @@ from typing import Any, Final, TextIO
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 
-from ._tokens import (
-    SESSION_TOKEN_TYPE,
-    STATE_TOKEN_TYPE,
-    InvalidToken,
-    KeySet,
-    SessionKey,
-    _keys_from_config,
-)
+from ._keys import SessionKey, _keys_from_config
+from ._tokens import SESSION_TOKEN_TYPE, STATE_TOKEN_TYPE, InvalidToken, KeySet
 
 __all__ = ["main"]
 

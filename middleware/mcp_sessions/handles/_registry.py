@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, Final
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from .._keys import SessionKey
 from .._principal import digest_of
 from .._session import SessionData
-from .._tokens import KeySet, SessionKey
+from .._tokens import KeySet
 from ..stores import SessionStatus, SessionStore
 from . import _format as fmt
 from ._context import current_handle_context
