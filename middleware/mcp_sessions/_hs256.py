@@ -19,11 +19,11 @@ from typing import Any, Final
 
 import jwt
 
+from ._jws import InvalidToken
 from ._keys import SessionKey
 
 __all__ = [
     "HMACSHA256",
-    "WrongMAC",
     "minted_headers",
     "plain_registered_claims",
     "plain_session_claims",
@@ -39,10 +39,6 @@ _PADDING: Final = {0: b"", 2: b"==", 3: b"="}
 # The last character of a canonical base64url segment, by the segment's length modulo 4:
 # its unused low bits are zero (2 characters carry 1 byte, 3 carry 2).
 _CANONICAL_LAST: Final = {0: None, 2: frozenset("AQgw"), 3: frozenset("AEIMQUYcgkosw048")}
-
-
-class WrongMAC(Exception):
-    """A token with a minted header and well-formed segments whose MAC is wrong: PyJWT's "bad signature"."""
 
 
 class HMACSHA256:
@@ -86,7 +82,8 @@ def verified_payload(token: str, headers: Mapping[str, HMACSHA256]) -> dict[str,
     ``None`` leaves the token to PyJWT (the reference), which decides it and
     says why: another header, a segment PyJWT would not decode, a payload
     that is not a JSON object. A token that reaches the MAC check with
-    well-formed segments and a wrong MAC raises :class:`WrongMAC`.
+    well-formed segments and a wrong MAC is refused here, with the reason
+    PyJWT's path gives.
     """
     header, _, rest = token.partition(".")
     mac = headers.get(header)
@@ -102,7 +99,7 @@ def verified_payload(token: str, headers: Mapping[str, HMACSHA256]) -> dict[str,
     if not hmac.compare_digest(base64.urlsafe_b64encode(expected)[:-1].decode(), signature):
         if strict_base64url(signature) is None:
             return None
-        raise WrongMAC
+        raise InvalidToken("bad signature")
     try:
         # PyJWT runs json.loads on the bytes; for text that is strict UTF-8 (anything else is left
         # to it) and a JSON object, that detects UTF-8 and yields the same object as this does.

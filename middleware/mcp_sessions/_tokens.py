@@ -19,14 +19,8 @@ from typing import Any, Final
 
 import jwt
 
-from ._hs256 import (
-    HMACSHA256,
-    WrongMAC,
-    minted_headers,
-    plain_registered_claims,
-    plain_session_claims,
-    verified_payload,
-)
+from ._hs256 import minted_headers, plain_registered_claims, plain_session_claims, verified_payload
+from ._jws import REQUIRED_CLAIMS, InvalidToken, verified_by_pyjwt
 from ._keys import SessionKey, _keys_from_config
 
 __all__ = [
@@ -46,21 +40,8 @@ _SESSION_ID_BYTES: Final = 18  # 144 random bits, 24 URL-safe characters
 _SESSION_CACHE_SIZE: Final = 100_000  # verified session ids kept; about 0.6 KB each (docs/performance.md)
 _STATE_CACHE_SIZE: Final = 10_000
 
-_JWS_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 _SESSION_ID_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]{16,128}")
-_REQUIRED_CLAIMS: Final = ["iss", "aud", "sid", "iat", "exp"]
-_REGISTERED_CLAIMS: Final = frozenset(_REQUIRED_CLAIMS)
-
-
-class InvalidToken(Exception):
-    """A session or state token failed verification.
-
-    ``reason`` says why, in words safe to log: it never contains the token.
-    """
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+_REGISTERED_CLAIMS: Final = frozenset(REQUIRED_CLAIMS)
 
 
 class StateTooLarge(ValueError):
@@ -296,68 +277,15 @@ class KeySet:
             raise ValueError("this KeySet is verify-only: no key in it can sign (add a secret or a private key)")
         return self._jwt.encode(payload, key.signing_key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": typ})
 
-    def _verify_hs256(self, token: str, headers: Mapping[str, HMACSHA256]) -> dict[str, Any] | None:
-        """The payload of an HS256 token whose header is exactly one we mint, or ``None``.
-
-        ``None`` leaves the token to :meth:`_verify` (PyJWT, the reference),
-        which decides it and says why. A token that reaches the MAC check with
-        well-formed segments and a wrong MAC is refused here, with the reason
-        PyJWT's path gives. Whatever is accepted here, the reference accepts
-        with the same payload (tests/unit/test_token_differential.py).
-        """
-        try:
-            return verified_payload(token, headers)
-        except WrongMAC:
-            raise InvalidToken("bad signature") from None
+    # The direct HS256 check: a payload, None (the token is left to _verify), or InvalidToken for a wrong MAC.
+    _verify_hs256 = staticmethod(verified_payload)
 
     def _plain_session_claims(self, payload: dict[str, Any]) -> bool:
         """Whether PyJWT's claim checks pass by plain comparison; otherwise the reference path judges."""
         return plain_session_claims(payload, issuer=self.issuer, audience=self.audience)
 
     def _verify(self, token: str, typ: str, *, audience: str | None) -> dict[str, Any]:
-        """Check shape, header and signature; the caller has bounded the length."""
-        if not _JWS_SHAPE.fullmatch(token):
-            raise InvalidToken("not a compact JWS")
-        try:
-            header = jwt.get_unverified_header(token)
-        except Exception:
-            raise InvalidToken("unreadable header") from None
-        kid = header.get("kid")
-        key = self._keys.get(kid) if isinstance(kid, str) else None
-        if key is None:
-            raise InvalidToken("unknown key id")
-        if header.get("alg") != key.algorithm:
-            raise InvalidToken("algorithm not allowed for this key")
-        if header.get("typ") != typ:
-            raise InvalidToken("wrong token type")
-        try:
-            payload: dict[str, Any] = self._jwt.decode(
-                token,
-                key.verifying_key,
-                algorithms=[key.algorithm],
-                audience=audience,
-                issuer=self.issuer if audience is not None else None,
-                leeway=self.leeway,
-                options={
-                    "require": _REQUIRED_CLAIMS if audience is not None else [],
-                    "verify_aud": audience is not None,
-                    "verify_iss": audience is not None,
-                    # Time claims are checked by the caller, against its own `now`.
-                    "verify_exp": False,
-                    "verify_iat": False,
-                    "verify_nbf": False,
-                },
-            )
-        except jwt.InvalidSignatureError:
-            raise InvalidToken("bad signature") from None
-        except jwt.InvalidAudienceError:
-            raise InvalidToken("wrong audience") from None
-        except jwt.InvalidIssuerError:
-            raise InvalidToken("wrong issuer") from None
-        except jwt.MissingRequiredClaimError as exc:
-            raise InvalidToken(f"missing claim {exc.claim}") from None
-        except Exception:
-            # PyJWT raises more than InvalidTokenError (binascii, ValueError, TypeError
-            # on hostile claims): every failure is a rejected token, never a 500.
-            raise InvalidToken("invalid token") from None
-        return payload
+        """Check shape, header and signature through PyJWT; the caller has bounded the length."""
+        return verified_by_pyjwt(
+            self._jwt, self._keys, token, typ, audience=audience, issuer=self.issuer, leeway=self.leeway
+        )
