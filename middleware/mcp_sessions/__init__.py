@@ -2,11 +2,12 @@
 
 from ._config import SessionsConfig
 from ._guard import Guard, Rejection
+from ._keys import SessionKey
 from ._middleware import MCPSessionMiddleware
 from ._principal import authenticated_user
 from ._protocol import HEADER_MISMATCH, SESSION_STORE_UNAVAILABLE
 from ._session import SCOPE_KEY, Session, SessionData, get_session
-from ._tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
+from ._tokens import InvalidToken, KeySet, SessionClaims, StateTooLarge
 from .profiles import DRAFT, WireProfile
 from .profiles.draft import SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED
 from .stores import MemoryStore, SessionStatus, SessionStore, SessionStoreFull, SessionStoreUnavailable

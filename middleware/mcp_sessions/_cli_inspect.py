@@ -14,14 +14,8 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from ._cli_exit import EXIT_INVALID, EXIT_OK, UsageError
-from ._tokens import (
-    SESSION_TOKEN_TYPE,
-    STATE_TOKEN_TYPE,
-    InvalidToken,
-    KeySet,
-    SessionKey,
-    _keys_from_config,
-)
+from ._keys import SessionKey, _keys_from_config
+from ._tokens import SESSION_TOKEN_TYPE, STATE_TOKEN_TYPE, InvalidToken, KeySet
 
 __all__ = ["build_verifier", "decode_unverified", "explain", "run_inspect"]
 

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 
 from ._cli_exit import EXIT_OK, UsageError
-from ._tokens import _keys_from_config
+from ._keys import _keys_from_config
 
 __all__ = ["ALGORITHMS", "generate", "public_jwk", "run_keygen"]
 

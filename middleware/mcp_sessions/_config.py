@@ -17,11 +17,12 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from ._guard import Guard
+from ._keys import SessionKey
 from ._limits import RateLimit, parse_limit
 from ._policy import RequirePolicy, Requires, compile_policy
 from ._principal import PrincipalHook, authenticated_user
 from ._telemetry import TraceMode
-from ._tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
+from ._tokens import DEFAULT_MAX_STATE_SIZE, KeySet
 from .profiles import WireProfile, profiles_from_names
 from .sources.host import BUILT_IN_HOSTS, CONVERSATION_DATA_MODES, ConversationData, HostKey, host_keys_from_config
 from .stores import MemoryStore, SessionStore, store_from_url

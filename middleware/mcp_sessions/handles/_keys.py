@@ -9,7 +9,8 @@ from typing import Final
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from .._tokens import KeySet, SessionKey
+from .._keys import SessionKey
+from .._tokens import KeySet
 from . import _format as fmt
 
 __all__ = ["derive_mac_keys", "kind_macs"]
