@@ -100,10 +100,10 @@ async def sqlite_hop(store: SQLiteStore, requests: int, rounds: int) -> dict[str
     """One trivial query in the event loop, and the same on the store's thread: what the hop costs."""
 
     async def here(i: int) -> None:
-        store._read_here("SELECT 1", ())
+        store._writer.read_here("SELECT 1", ())
 
     async def there(i: int) -> None:
-        await store._run(store._read, "SELECT 1", ())
+        await store._writer.run(store._writer.read, "SELECT 1", ())
 
     return {
         "SELECT 1 in the event loop": await per_request(here, requests, rounds),
