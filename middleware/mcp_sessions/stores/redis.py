@@ -1,51 +1,22 @@
 """A store shared by many replicas: Redis, through ``redis.asyncio`` (the ``redis`` extra).
 
-Up to three keys per session, all named with the ``{sid}`` hash tag so that a
-Redis Cluster keeps them in one slot and every script below runs on one node:
-
-- ``<prefix>{<sid>}:s``, a string: the last-seen time (Unix seconds, as the
-  replicas' clocks read it) while the session lives, ``r`` once it is revoked
-  (``sessions/delete`` or idle expiry). Its TTL is the session's remaining
-  lifetime plus ``expiry_margin``, so a revocation outlives the token.
-- ``<prefix>{<sid>}:d``, a hash: ``session.data``, one JSON-encoded field per key,
-  with the same TTL, refreshed on each write. Revocation deletes it.
-- ``<prefix>{<sid>}:l``, a hash, only for sessions recorded for listing: the
-  expiry (``e``) and the JSON label (``l``). Revocation deletes it.
-
-and, per principal with recorded sessions, ``<prefix>p:{<hash of the principal>}``,
-a sorted set of session ids (every score 0, so ordered by id), cleaned lazily as
-it is listed and expiring with its longest-lived session.
-
-Creation writes nothing. The status key appears when the idle clock must move
-(a touch with an idle timeout, at most once per touch interval) or at revocation.
-
 Every check, and every write that must not follow a revocation, is one Lua
 script (``EVALSHA``, loaded again by redis-py after ``NOSCRIPT``), so each is
-atomic and costs one round trip.
+atomic and costs one round trip. The scripts and the keys they run on are in
+``_redis_scripts``; the client built from a URL, in ``_redis_client``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-try:
-    import redis.asyncio as aioredis
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-    from redis.exceptions import ResponseError
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess without redis
-    raise ImportError(
-        "RedisStore needs the redis package: pip install 'redis>=5.2' (the redis extra of mcp-sessions)"
-    ) from exc
-
+from . import _redis_scripts as scripts
 from ._base import (
     SessionRecord,
     SessionStatus,
@@ -55,7 +26,11 @@ from ._base import (
     decode_cursor,
     encode_cursor,
 )
+from ._redis_client import check_client_options, client_from_url, describe_failure, reply_text
 from .memory import _encode
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 __all__ = ["RedisStore"]
 
@@ -63,136 +38,10 @@ _T = TypeVar("_T")
 
 logger = logging.getLogger("mcp_sessions.redis")
 
-_REVOKED: Final = "r"
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 _ERROR_TEXT_LIMIT: Final = 300
 _LOG_INTERVAL: Final = 10.0
-
-# KEYS: status, data, listing. ARGV: now, idle_ttl, touch interval, ttl in ms, issued_at.
-# Returns 0 active, 1 revoked, 2 idle-expired (and revokes). Without a status key the idle clock
-# started at issued_at: nothing is written while that is within the touch interval.
-_TOUCH: Final = """
-local v = redis.call('GET', KEYS[1])
-if v == 'r' then return 1 end
-local now = tonumber(ARGV[1])
-local interval = tonumber(ARGV[3])
-local seen = tonumber(ARGV[5])
-if v then
-  seen = tonumber(v)
-  if not seen then return 1 end
-end
-if now - seen > tonumber(ARGV[2]) + interval then
-  if v or redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
-    redis.call('SET', KEYS[1], 'r', 'PX', ARGV[4])
-    redis.call('DEL', KEYS[2], KEYS[3])
-  end
-  return 2
-end
-if now <= seen or now - seen < interval then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
-return 0
-"""
-
-# KEYS: status, data, listing. ARGV: ttl in ms. Returns 1 if this call revoked it, 0 if it already was.
-_REVOKE: Final = """
-redis.call('DEL', KEYS[2], KEYS[3])
-if redis.call('GET', KEYS[1]) == 'r' then return 0 end
-redis.call('SET', KEYS[1], 'r', 'PX', ARGV[1])
-return 1
-"""
-
-# KEYS: status, data. ARGV: field, JSON value, ttl in ms. A revoked session's data goes nowhere.
-_SET: Final = """
-if redis.call('GET', KEYS[1]) == 'r' then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return 1
-"""
-
-# KEYS: status, data. ARGV: field, amount, ttl in ms.
-# Returns the new value as text, or 'R' (revoked), 'N' (not an integer), 'O' (outside 64 bits).
-_INCR: Final = """
-if redis.call('GET', KEYS[1]) == 'r' then return 'R' end
-local raw = redis.call('HGET', KEYS[2], ARGV[1])
-if raw and not string.match(raw, '^%-?%d+$') then return 'N' end
-local done = redis.pcall('HINCRBY', KEYS[2], ARGV[1], ARGV[2])
-if type(done) == 'table' and done.err then return 'O' end
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return redis.call('HGET', KEYS[2], ARGV[1])
-"""
-
-# KEYS: status, data. ARGV: field, '1' if a value was read ('0' if none), the value read, new value, ttl in ms.
-# Compare-and-set on one field. Returns 1 stored, 0 lost a race (read again), 2 revoked.
-_COMPARE_AND_SET: Final = """
-if redis.call('GET', KEYS[1]) == 'r' then return 2 end
-local current = redis.call('HGET', KEYS[2], ARGV[1])
-if ARGV[2] == '0' then
-  if current then return 0 end
-elseif current ~= ARGV[3] then
-  return 0
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-return 1
-"""
-
-
-# KEYS: status, listing. ARGV: expires_at, JSON label ('' for none), ttl in ms. Returns 0 if revoked.
-_RECORD: Final = """
-if redis.call('GET', KEYS[1]) == 'r' then return 0 end
-redis.call('DEL', KEYS[2])
-if ARGV[2] == '' then
-  redis.call('HSET', KEYS[2], 'e', ARGV[1])
-else
-  redis.call('HSET', KEYS[2], 'e', ARGV[1], 'l', ARGV[2])
-end
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return 1
-"""
-
-# KEYS: the principal's index (a sorted set, every score 0, ordered by session id). ARGV: session id, ttl in ms.
-# The index lives as long as its longest-lived session.
-_INDEX: Final = """
-redis.call('ZADD', KEYS[1], 0, ARGV[1])
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 1
-"""
-
-
-def _check_url(url: str) -> None:
-    """Refuse what redis-py would misread or silently accept: a bad port, a database that is not a number.
-
-    The messages name the part at fault and never repeat the URL (it may hold a password).
-    """
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(
-            "the Redis URL is not valid: use redis://[user:password@]host[:port][/db], rediss://… or unix://…"
-        )
-    if parts.fragment:
-        raise ValueError("a Redis URL has no #fragment")
-    if parts.scheme == "unix":
-        if not parts.path:
-            raise ValueError("a unix:// Redis URL needs the socket's path: unix:///path/to/redis.sock")
-    else:
-        if not parts.hostname:
-            raise ValueError(f"the {parts.scheme}:// URL needs a host: {parts.scheme}://host[:port][/db]")
-        try:
-            parts.port  # noqa: B018 - urllib checks the port when it is read
-        except ValueError:
-            raise ValueError(f"the port in the {parts.scheme}:// URL must be an integer from 0 to 65535") from None
-        database = parts.path.lstrip("/")
-        if database and not (database.isascii() and database.isdigit()):
-            raise ValueError(f"the database number in the {parts.scheme}:// URL path must be a non-negative integer")
-    for value in parse_qs(parts.query, keep_blank_values=True).get("db", []):
-        if not (value.isascii() and value.isdigit()):
-            raise ValueError("the db parameter of the Redis URL must be a non-negative integer")
-
-
-def _text(value: str | bytes) -> str:
-    """A reply as text, whether or not the client decodes responses (a caller's client may not)."""
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class RedisStore(SessionStore):
@@ -240,11 +89,7 @@ class RedisStore(SessionStore):
     ) -> None:
         if (url is None) == (client is None):
             raise ValueError("RedisStore needs exactly one of url= (redis://host:port/db) or client= (redis.asyncio)")
-        for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
-            if not 0 < value <= 60:
-                raise ValueError(f"{name} must be a number of seconds above 0 and at most 60")
-        if type(max_connections) is not int or max_connections < 1:
-            raise ValueError("max_connections must be a positive integer")
+        check_client_options(timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)
         if not 0 <= touch_interval <= 3600:
             raise ValueError("touch_interval must be a number of seconds from 0 to 3600")
         if not 0 <= expiry_margin <= 86400:
@@ -262,37 +107,17 @@ class RedisStore(SessionStore):
         self._last_logged = -_LOG_INTERVAL
         if client is None:
             assert url is not None
-            _check_url(url)
-            try:
-                pool = aioredis.BlockingConnectionPool.from_url(
-                    url,
-                    max_connections=max_connections,
-                    timeout=timeout,
-                    socket_timeout=timeout,
-                    socket_connect_timeout=min(connect_timeout, timeout),
-                    retry=Retry(NoBackoff(), 0),
-                    # RESP2: with RESP3 (redis-py 8's default) the pool skips its check for connections
-                    # the server closed, so the first command after a Redis restart failed
-                    # (redis/redis-py#4252). RESP2 keeps the check: a dead pooled connection is
-                    # replaced before a command is sent on it, and no command is ever sent twice.
-                    protocol=2,
-                    decode_responses=True,
-                    client_name="mcp-sessions",
-                )
-            except ValueError:
-                # redis-py's message may quote the URL, and a URL can hold a password.
-                raise ValueError(
-                    "the Redis URL is not valid: use redis://[user:password@]host[:port][/db], rediss://… or unix://…"
-                ) from None
-            client = aioredis.Redis.from_pool(pool)
+            client = client_from_url(
+                url, timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections
+            )
         self._redis: aioredis.Redis = client
-        self._touch = client.register_script(_TOUCH)
-        self._revoke = client.register_script(_REVOKE)
-        self._set = client.register_script(_SET)
-        self._incr = client.register_script(_INCR)
-        self._compare_and_set = client.register_script(_COMPARE_AND_SET)
-        self._record = client.register_script(_RECORD)
-        self._index = client.register_script(_INDEX)
+        self._touch = client.register_script(scripts.TOUCH)
+        self._revoke = client.register_script(scripts.REVOKE)
+        self._set = client.register_script(scripts.SET)
+        self._incr = client.register_script(scripts.INCR)
+        self._compare_and_set = client.register_script(scripts.COMPARE_AND_SET)
+        self._record = client.register_script(scripts.RECORD)
+        self._index = client.register_script(scripts.INDEX)
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.prefix!r}, timeout={self.timeout})"
@@ -301,12 +126,10 @@ class RedisStore(SessionStore):
 
     def _keys(self, session_id: str) -> list[str]:
         """The session's status, data and listing keys, in one Cluster slot."""
-        tagged = f"{self.prefix}{{{session_id}}}"
-        return [tagged + ":s", tagged + ":d", tagged + ":l"]
+        return scripts.session_keys(self.prefix, session_id)
 
     def _index_key(self, principal: str) -> str:
-        digest = hashlib.sha256(principal.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        return f"{self.prefix}p:{{{digest}}}"
+        return scripts.index_key(self.prefix, principal)
 
     def _ttl_ms(self, expires_at: float, now: float) -> int:
         return max(1, int((expires_at - now + self.expiry_margin) * 1000))
@@ -324,12 +147,7 @@ class RedisStore(SessionStore):
             reason = f"redis did not answer within {self.timeout} s"
             raise self._unavailable(reason, reason) from None
         except Exception as exc:  # RedisError, OSError, and more (RuntimeError from a closed event loop)
-            reason = f"redis failed: {type(exc).__name__}"
-            # A Redis error reply starts with its code (WRONGTYPE, OOM, NOAUTH, READONLY, LOADING, …).
-            code = str(exc).split(" ", 1)[0]
-            if isinstance(exc, ResponseError) and code.isalpha() and code.isupper():
-                reason += f" {code}"
-            raise self._unavailable(reason, f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_LIMIT]) from None
+            raise self._unavailable(describe_failure(exc), f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_LIMIT]) from None
 
     def _unavailable(self, reason: str, detail: str) -> SessionStoreUnavailable:
         now = time.monotonic()
@@ -364,7 +182,8 @@ class RedisStore(SessionStore):
         keys = self._keys(session_id)
         if idle_ttl is None:
             status = await self._run(self._redis.get(keys[0]))
-            return SessionStatus.ACTIVE if status is None or _text(status) != _REVOKED else SessionStatus.REVOKED
+            revoked = status is not None and reply_text(status) == scripts.REVOKED
+            return SessionStatus.REVOKED if revoked else SessionStatus.ACTIVE
         interval = min(self.touch_interval, idle_ttl / 10)
         start = now if issued_at is None else issued_at
         args: list[str | int] = [repr(float(now)), repr(float(idle_ttl)), repr(interval)]
@@ -402,7 +221,7 @@ class RedisStore(SessionStore):
         if not _INT64_MIN <= amount <= _INT64_MAX:
             raise OverflowError("RedisStore counts in 64-bit integers")
         ttl = self._ttl_ms(expires_at, time.time())
-        outcome = _text(await self._run(self._incr(self._keys(session_id)[:2], [key, amount, ttl])))
+        outcome = reply_text(await self._run(self._incr(self._keys(session_id)[:2], [key, amount, ttl])))
         if outcome == "R":
             return amount  # a request that outlives its session's deletion counts into the void
         if outcome == "N":
@@ -434,7 +253,7 @@ class RedisStore(SessionStore):
     async def items(self, session_id: str) -> dict[str, Any]:
         """Every key and value of the session's data: one ``HGETALL``."""
         raw = await self._run(self._redis.hgetall(self._keys(session_id)[1]))
-        return {_text(key): json.loads(value) for key, value in raw.items()}
+        return {reply_text(key): json.loads(value) for key, value in raw.items()}
 
     # -- listing ---------------------------------------------------------------
 
@@ -463,7 +282,7 @@ class RedisStore(SessionStore):
         index = self._index_key(principal)
         start = "-" if cursor is None else "(" + decode_cursor(cursor)
         members = await self._run(self._redis.zrange(index, start, "+", bylex=True, offset=0, num=limit))
-        ids = [_text(member) for member in members if isinstance(member, str | bytes)]
+        ids = [reply_text(member) for member in members if isinstance(member, str | bytes)]
         if not ids:
             return [], None
         pipe = self._redis.pipeline(transaction=False)
@@ -473,7 +292,7 @@ class RedisStore(SessionStore):
         page: list[SessionRecord] = []
         gone: list[str] = []
         for session_id, listing in zip(ids, listings, strict=True):
-            fields = {_text(k): _text(v) for k, v in listing.items()}
+            fields = {reply_text(k): reply_text(v) for k, v in listing.items()}
             if "e" not in fields:  # revoked, or past its expiry and margin
                 gone.append(session_id)
                 continue

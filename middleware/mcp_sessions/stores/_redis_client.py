@@ -1,0 +1,103 @@
+"""The Redis client ``RedisStore`` builds from a URL, and what it says when Redis fails.
+
+The URL is checked part by part before redis-py reads it, and no message repeats it
+(it may hold a password). The pool is bounded, speaks RESP2 and never retries a
+command: each call takes at most ``timeout`` seconds, pool wait, connect and reply
+included. This is the one module of the store that imports ``redis``, so its absence
+is reported here, naming the extra to install.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+try:
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import ResponseError
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess without redis
+    raise ImportError(
+        "RedisStore needs the redis package: pip install 'redis>=5.2' (the redis extra of mcp-sessions)"
+    ) from exc
+
+__all__ = ["check_client_options", "check_url", "client_from_url", "describe_failure", "reply_text"]
+
+_INVALID_URL = "the Redis URL is not valid: use redis://[user:password@]host[:port][/db], rediss://… or unix://…"
+
+
+def check_client_options(*, timeout: float, connect_timeout: float, max_connections: int) -> None:
+    """Refuse a deadline outside (0, 60] seconds or a pool of no connections."""
+    for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+        if not 0 < value <= 60:
+            raise ValueError(f"{name} must be a number of seconds above 0 and at most 60")
+    if type(max_connections) is not int or max_connections < 1:
+        raise ValueError("max_connections must be a positive integer")
+
+
+def check_url(url: str) -> None:
+    """Refuse what redis-py would misread or silently accept: a bad port, a database that is not a number.
+
+    The messages name the part at fault and never repeat the URL (it may hold a password).
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(_INVALID_URL)
+    if parts.fragment:
+        raise ValueError("a Redis URL has no #fragment")
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise ValueError("a unix:// Redis URL needs the socket's path: unix:///path/to/redis.sock")
+    else:
+        if not parts.hostname:
+            raise ValueError(f"the {parts.scheme}:// URL needs a host: {parts.scheme}://host[:port][/db]")
+        try:
+            parts.port  # noqa: B018 - urllib checks the port when it is read
+        except ValueError:
+            raise ValueError(f"the port in the {parts.scheme}:// URL must be an integer from 0 to 65535") from None
+        database = parts.path.lstrip("/")
+        if database and not (database.isascii() and database.isdigit()):
+            raise ValueError(f"the database number in the {parts.scheme}:// URL path must be a non-negative integer")
+    for value in parse_qs(parts.query, keep_blank_values=True).get("db", []):
+        if not (value.isascii() and value.isdigit()):
+            raise ValueError("the db parameter of the Redis URL must be a non-negative integer")
+
+
+def client_from_url(url: str, *, timeout: float, connect_timeout: float, max_connections: int) -> aioredis.Redis:
+    """A client over a bounded pool of its own, after :func:`check_url`: RESP2, no retries, text replies."""
+    check_url(url)
+    try:
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout,
+            socket_timeout=timeout,
+            socket_connect_timeout=min(connect_timeout, timeout),
+            retry=Retry(NoBackoff(), 0),
+            # RESP2: with RESP3 (redis-py 8's default) the pool skips its check for connections
+            # the server closed, so the first command after a Redis restart failed
+            # (redis/redis-py#4252). RESP2 keeps the check: a dead pooled connection is
+            # replaced before a command is sent on it, and no command is ever sent twice.
+            protocol=2,
+            decode_responses=True,
+            client_name="mcp-sessions",
+        )
+    except ValueError:
+        # redis-py's message may quote the URL, and a URL can hold a password.
+        raise ValueError(_INVALID_URL) from None
+    return aioredis.Redis.from_pool(pool)
+
+
+def describe_failure(exc: Exception) -> str:
+    """What failed, safe to show a client: the exception's type and a Redis error code, never a host or key."""
+    reason = f"redis failed: {type(exc).__name__}"
+    # A Redis error reply starts with its code (WRONGTYPE, OOM, NOAUTH, READONLY, LOADING, …).
+    code = str(exc).split(" ", 1)[0]
+    if isinstance(exc, ResponseError) and code.isalpha() and code.isupper():
+        reason += f" {code}"
+    return reason
+
+
+def reply_text(value: str | bytes) -> str:
+    """A reply as text, whether or not the client decodes responses (a caller's client may not)."""
+    return value.decode() if isinstance(value, bytes) else value
