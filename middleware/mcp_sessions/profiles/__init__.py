@@ -8,20 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from ._base import (
-    Capability,
-    Carrier,
-    ClientSide,
-    Echo,
-    EchoShape,
-    InvalidSessionMeta,
-    LocalMethod,
-    SessionCarrier,
-    SessionRef,
-    TopLevelCarrier,
-    TopLevelEcho,
-    WireProfile,
-)
+from ._base import Capability, ClientSide, LocalMethod, WireProfile
+from ._carriers import Carrier, InvalidSessionMeta, SessionCarrier, SessionRef, TopLevelCarrier
+from ._echoes import Echo, EchoShape, TopLevelEcho
 from .draft import DRAFT
 from .sep1364_alt1 import SEP1364_ALT1
 from .sep1364_alt2 import SEP1364_ALT2

@@ -5,15 +5,21 @@ session, what the echo looks like and where it goes, where the capability is
 advertised in each era, and its error codes. The pipeline asks the enabled
 profiles, in order, which one a message speaks, and never names a literal of
 its own.
+
+The carriers (where a request names its session) are in ``_carriers.py``, the
+echoes (what its result carries back) in ``_echoes.py``; both are re-exported
+here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
 from .._protocol import Era
+from ._carriers import Carrier, InvalidSessionMeta, SessionCarrier, SessionRef, TopLevelCarrier
+from ._echoes import Echo, EchoShape, TopLevelEcho
 
 if TYPE_CHECKING:
     from .._local import LocalCall
@@ -34,238 +40,6 @@ __all__ = [
 ]
 
 LocalAnswer = Callable[["LocalCall"], Awaitable[dict[str, Any]]]
-
-
-class InvalidSessionMeta(Exception):
-    """Session metadata present but of the wrong shape (answered with -32600)."""
-
-
-class SessionRef(NamedTuple):
-    """What a request says of its session: the wire id and, where the wire has one, the state."""
-
-    token: str
-    state: str | None
-    mint: bool = False
-    """The message asks for a new session and then runs in it (SEP-1364 alt. 2: ``initialize`` with a null id)."""
-
-
-def _check_unique(obj: dict[str, Any], *names: str) -> None:
-    if type(obj) is dict:
-        return  # the parser's plain objects repeated no name; only its recording subclass may have
-    repeated = getattr(obj, "repeated", None)
-    if repeated is not None and not repeated.isdisjoint(names):
-        raise InvalidSessionMeta("session metadata must not repeat a member name")
-
-
-@dataclass(frozen=True, slots=True)
-class SessionCarrier:
-    """Where a request carries its session: ``params._meta[meta_key]``, an object."""
-
-    meta_key: str
-    id_member: str
-    state_member: str | None = None
-    strips: ClassVar[bool] = False
-    """Whether the member is removed from the request before the app sees it."""
-    opening_methods: ClassVar[frozenset[str]] = frozenset()
-    """Methods on which the message opens a session: none, on this carrier."""
-
-    @property
-    def marker(self) -> str:
-        """A member name whose presence in a body means this wire's session may be there."""
-        return self.meta_key
-
-    @property
-    def path_names(self) -> tuple[str, ...]:
-        """The member names on the path to the session, which a request must not repeat."""
-        names = ("params", "_meta", self.meta_key, self.id_member)
-        return names if self.state_member is None else (*names, self.state_member)
-
-    def read(self, message: dict[str, Any]) -> SessionRef | None:
-        """The session a message names, ``None`` when it names none.
-
-        ``null`` counts as absent. Anything else that is not an object with a
-        string id (and, where the wire has state, a string state) is invalid.
-        """
-        # type(x) is dict: the parser's plain objects; only its recording subclass may repeat a name.
-        if type(message) is not dict:
-            _check_unique(message, "params")
-        params = message.get("params")
-        if not isinstance(params, dict):
-            return None
-        if type(params) is not dict:
-            _check_unique(params, "_meta")
-        meta = params.get("_meta")
-        if not isinstance(meta, dict):
-            return None
-        if type(meta) is not dict:
-            _check_unique(meta, self.meta_key)
-        session = meta.get(self.meta_key)
-        if session is None:
-            return None
-        if not isinstance(session, dict):
-            raise InvalidSessionMeta("session metadata must be an object")
-        if type(session) is not dict:
-            _check_unique(session, self.id_member, *(() if self.state_member is None else (self.state_member,)))
-        token = session.get(self.id_member)
-        if type(token) is not str:
-            raise InvalidSessionMeta(f"session metadata needs a string {self.id_member}")
-        state = None if self.state_member is None else session.get(self.state_member)
-        if state is not None and type(state) is not str:
-            raise InvalidSessionMeta("session state must be a string")
-        return SessionRef(token, state)
-
-    def present(self, message: dict[str, Any]) -> bool:
-        """Whether a message carries this wire's session key at all (even malformed)."""
-        params = message.get("params")
-        meta = params.get("_meta") if isinstance(params, dict) else None
-        return isinstance(meta, dict) and meta.get(self.meta_key) is not None
-
-    def opens(self, message: dict[str, Any], method: str) -> bool:
-        """Whether the message opens a session and then runs in it: never, on this carrier."""
-        return False
-
-    def strip(self, message: dict[str, Any]) -> bool:
-        """Remove the session from a message before the app sees it: never, ``_meta`` is the app's to read."""
-        return False
-
-
-_ABSENT: Final = object()
-
-
-@dataclass(frozen=True, slots=True)
-class TopLevelCarrier:
-    """Where a request carries its session: a top-level string ``member`` of the message (SEP-1364).
-
-    JSON-RPC knows no such member, so it is removed before the app sees the
-    message. ``null`` counts as absent, except on ``opening_methods``, where a
-    ``null`` id asks for a new session.
-    """
-
-    member: str
-    """The top-level member that names the session."""
-    opening_methods: frozenset[str] = frozenset()
-    """Methods on which a ``null`` id asks for a new session."""
-    state_member: ClassVar[None] = None
-    strips: ClassVar[bool] = True
-
-    @property
-    def marker(self) -> str:
-        """A member name whose presence in a body means this wire's session may be there."""
-        return self.member
-
-    @property
-    def id_member(self) -> str:
-        """The member that names the session (in errors' data too)."""
-        return self.member
-
-    @property
-    def path_names(self) -> tuple[str, ...]:
-        """The member names on the path to the session, which a request must not repeat."""
-        return (self.member,)
-
-    def read(self, message: dict[str, Any]) -> SessionRef | None:
-        """The session a message names, ``None`` when it names none; a non-string id is invalid."""
-        _check_unique(message, self.member)
-        token = message.get(self.member, _ABSENT)
-        if token is None:
-            return SessionRef("", None, mint=True) if message.get("method") in self.opening_methods else None
-        if token is _ABSENT:
-            return None
-        if type(token) is not str:
-            raise InvalidSessionMeta(f"{self.member} must be a string or null")
-        return SessionRef(token, None)
-
-    def present(self, message: dict[str, Any]) -> bool:
-        """Whether a message has the member at all (even ``null``): it speaks this wire."""
-        return self.member in message
-
-    def opens(self, message: dict[str, Any], method: str) -> bool:
-        """Whether the message is an opening method that carries the member (even ``null``)."""
-        return method in self.opening_methods and self.member in message
-
-    def strip(self, message: dict[str, Any]) -> bool:
-        """Remove the member before the app sees the message; whether it was there."""
-        return message.pop(self.member, _ABSENT) is not _ABSENT
-
-
-Carrier = SessionCarrier | TopLevelCarrier
-
-
-@dataclass(frozen=True, slots=True)
-class Echo:
-    """What a result to a request in a session carries back, in ``result._meta[meta_key]``.
-
-    Its values never need JSON escaping (compact JWS and RFC 3339 times), so
-    the echo is built as bytes by concatenation and spliced into the server's.
-    """
-
-    meta_key: str
-    id_member: str
-    expiry_member: str
-    state_member: str | None = None
-    _opener: bytes = field(init=False, repr=False, compare=False)
-    _state: bytes = field(init=False, repr=False, compare=False)
-    _expiry: bytes = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_opener", b'{"%s":"' % self.id_member.encode())
-        object.__setattr__(self, "_state", b'","%s":"' % (self.state_member or "").encode())
-        object.__setattr__(self, "_expiry", b'","%s":"' % self.expiry_member.encode())
-
-    def attach(
-        self, message: dict[str, Any], result: dict[str, Any], token: str, state: str | None, expires: str
-    ) -> bytes | None:
-        """Put the echo into ``result._meta``; its JSON, for splicing into the server's bytes."""
-        meta = result.get("_meta")
-        if not isinstance(meta, dict):
-            meta = result["_meta"] = {}
-        meta[self.meta_key] = self.build(token, state, expires)
-        return self.to_json(token, state, expires)
-
-    def revoke(self, message: dict[str, Any], result: dict[str, Any]) -> None:
-        """Say "this session is gone": ``null`` in its place (the strawman's revocation signal)."""
-        meta = result.get("_meta")
-        if not isinstance(meta, dict):
-            meta = result["_meta"] = {}
-        meta[self.meta_key] = None
-
-    def build(self, token: str, state: str | None, expires: str) -> dict[str, str]:
-        """The echo as an object."""
-        echo = {self.id_member: token}
-        if state is not None and self.state_member is not None:
-            echo[self.state_member] = state
-        echo[self.expiry_member] = expires
-        return echo
-
-    def to_json(self, token: str, state: str | None, expires: str) -> bytes:
-        """The same echo as compact JSON, by concatenation."""
-        if state is None or self.state_member is None:
-            return b"".join((self._opener, token.encode(), self._expiry, expires.encode(), b'"}'))
-        return b"".join(
-            (self._opener, token.encode(), self._state, state.encode(), self._expiry, expires.encode(), b'"}')
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class TopLevelEcho:
-    """The echo as a top-level string ``member`` of the response, beside ``result`` (SEP-1364)."""
-
-    member: str
-    """The top-level member of the response that carries the session id."""
-
-    def attach(
-        self, message: dict[str, Any], result: dict[str, Any], token: str, state: str | None, expires: str
-    ) -> bytes | None:
-        """Put the session id beside ``result``; ``None``: the message is serialized again."""
-        message[self.member] = token
-        return None
-
-    def revoke(self, message: dict[str, Any], result: dict[str, Any]) -> None:
-        """Say "this session is gone": a ``null`` id."""
-        message[self.member] = None
-
-
-EchoShape = Echo | TopLevelEcho
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,168 @@
+"""Where a request carries its session: :class:`SessionCarrier` (in ``params._meta``) and
+:class:`TopLevelCarrier` (a top-level member), and what they read from it, a :class:`SessionRef`.
+
+Reading refuses session metadata of the wrong shape, or on a path whose
+member names a request repeats, with :class:`InvalidSessionMeta`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final, NamedTuple
+
+__all__ = ["Carrier", "InvalidSessionMeta", "SessionCarrier", "SessionRef", "TopLevelCarrier"]
+
+
+class InvalidSessionMeta(Exception):
+    """Session metadata present but of the wrong shape (answered with -32600)."""
+
+
+class SessionRef(NamedTuple):
+    """What a request says of its session: the wire id and, where the wire has one, the state."""
+
+    token: str
+    state: str | None
+    mint: bool = False
+    """The message asks for a new session and then runs in it (SEP-1364 alt. 2: ``initialize`` with a null id)."""
+
+
+def _check_unique(obj: dict[str, Any], *names: str) -> None:
+    if type(obj) is dict:
+        return  # the parser's plain objects repeated no name; only its recording subclass may have
+    repeated = getattr(obj, "repeated", None)
+    if repeated is not None and not repeated.isdisjoint(names):
+        raise InvalidSessionMeta("session metadata must not repeat a member name")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCarrier:
+    """Where a request carries its session: ``params._meta[meta_key]``, an object."""
+
+    meta_key: str
+    id_member: str
+    state_member: str | None = None
+    strips: ClassVar[bool] = False
+    """Whether the member is removed from the request before the app sees it."""
+    opening_methods: ClassVar[frozenset[str]] = frozenset()
+    """Methods on which the message opens a session: none, on this carrier."""
+
+    @property
+    def marker(self) -> str:
+        """A member name whose presence in a body means this wire's session may be there."""
+        return self.meta_key
+
+    @property
+    def path_names(self) -> tuple[str, ...]:
+        """The member names on the path to the session, which a request must not repeat."""
+        names = ("params", "_meta", self.meta_key, self.id_member)
+        return names if self.state_member is None else (*names, self.state_member)
+
+    def read(self, message: dict[str, Any]) -> SessionRef | None:
+        """The session a message names, ``None`` when it names none.
+
+        ``null`` counts as absent. Anything else that is not an object with a
+        string id (and, where the wire has state, a string state) is invalid.
+        """
+        # type(x) is dict: the parser's plain objects; only its recording subclass may repeat a name.
+        if type(message) is not dict:
+            _check_unique(message, "params")
+        params = message.get("params")
+        if not isinstance(params, dict):
+            return None
+        if type(params) is not dict:
+            _check_unique(params, "_meta")
+        meta = params.get("_meta")
+        if not isinstance(meta, dict):
+            return None
+        if type(meta) is not dict:
+            _check_unique(meta, self.meta_key)
+        session = meta.get(self.meta_key)
+        if session is None:
+            return None
+        if not isinstance(session, dict):
+            raise InvalidSessionMeta("session metadata must be an object")
+        if type(session) is not dict:
+            _check_unique(session, self.id_member, *(() if self.state_member is None else (self.state_member,)))
+        token = session.get(self.id_member)
+        if type(token) is not str:
+            raise InvalidSessionMeta(f"session metadata needs a string {self.id_member}")
+        state = None if self.state_member is None else session.get(self.state_member)
+        if state is not None and type(state) is not str:
+            raise InvalidSessionMeta("session state must be a string")
+        return SessionRef(token, state)
+
+    def present(self, message: dict[str, Any]) -> bool:
+        """Whether a message carries this wire's session key at all (even malformed)."""
+        params = message.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        return isinstance(meta, dict) and meta.get(self.meta_key) is not None
+
+    def opens(self, message: dict[str, Any], method: str) -> bool:
+        """Whether the message opens a session and then runs in it: never, on this carrier."""
+        return False
+
+    def strip(self, message: dict[str, Any]) -> bool:
+        """Remove the session from a message before the app sees it: never, ``_meta`` is the app's to read."""
+        return False
+
+
+_ABSENT: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class TopLevelCarrier:
+    """Where a request carries its session: a top-level string ``member`` of the message (SEP-1364).
+
+    JSON-RPC knows no such member, so it is removed before the app sees the
+    message. ``null`` counts as absent, except on ``opening_methods``, where a
+    ``null`` id asks for a new session.
+    """
+
+    member: str
+    """The top-level member that names the session."""
+    opening_methods: frozenset[str] = frozenset()
+    """Methods on which a ``null`` id asks for a new session."""
+    state_member: ClassVar[None] = None
+    strips: ClassVar[bool] = True
+
+    @property
+    def marker(self) -> str:
+        """A member name whose presence in a body means this wire's session may be there."""
+        return self.member
+
+    @property
+    def id_member(self) -> str:
+        """The member that names the session (in errors' data too)."""
+        return self.member
+
+    @property
+    def path_names(self) -> tuple[str, ...]:
+        """The member names on the path to the session, which a request must not repeat."""
+        return (self.member,)
+
+    def read(self, message: dict[str, Any]) -> SessionRef | None:
+        """The session a message names, ``None`` when it names none; a non-string id is invalid."""
+        _check_unique(message, self.member)
+        token = message.get(self.member, _ABSENT)
+        if token is None:
+            return SessionRef("", None, mint=True) if message.get("method") in self.opening_methods else None
+        if token is _ABSENT:
+            return None
+        if type(token) is not str:
+            raise InvalidSessionMeta(f"{self.member} must be a string or null")
+        return SessionRef(token, None)
+
+    def present(self, message: dict[str, Any]) -> bool:
+        """Whether a message has the member at all (even ``null``): it speaks this wire."""
+        return self.member in message
+
+    def opens(self, message: dict[str, Any], method: str) -> bool:
+        """Whether the message is an opening method that carries the member (even ``null``)."""
+        return method in self.opening_methods and self.member in message
+
+    def strip(self, message: dict[str, Any]) -> bool:
+        """Remove the member before the app sees the message; whether it was there."""
+        return message.pop(self.member, _ABSENT) is not _ABSENT
+
+
+Carrier = SessionCarrier | TopLevelCarrier
