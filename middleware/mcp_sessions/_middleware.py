@@ -12,7 +12,6 @@ HTTP, and ASGI 3 (HTTP connection scope).
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import TYPE_CHECKING, Any, Final, Unpack
 
@@ -59,10 +58,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MCPSessionMiddleware"]
 
-logger = logging.getLogger("mcp_sessions")
 
 _JSON_CONTENT_TYPE: Final = b"application/json"
-_CONFLICTING_HEADER: Final = b"\x00conflicting"
 
 
 class MCPSessionMiddleware:
@@ -111,7 +108,6 @@ class MCPSessionMiddleware:
         self._only_source = self._sources[0] if len(self._sources) == 1 else None
         self._planner = Planner(config.profiles)
         self._transports = TransportSessions() if any(p.header_every_era for p in config.profiles) else None
-        self._profiles = config.profiles
         self._advertising_by_value = advertising_tables(config.profiles)
         self._requires = None if config.requires is _never else config.requires
         self._capability = {p.name: p.capability.value(required=config.require_all) for p in config.profiles}
