@@ -5,7 +5,7 @@ from ._guard import Guard, Rejection
 from ._keys import SessionKey
 from ._middleware import MCPSessionMiddleware
 from ._principal import authenticated_user
-from ._protocol import HEADER_MISMATCH, SESSION_STORE_UNAVAILABLE
+from ._protocol import HEADER_MISMATCH, SESSION_STORE_UNAVAILABLE, TOO_MANY_SESSIONS
 from ._session import SCOPE_KEY, Session, SessionData, get_session
 from ._tokens import InvalidToken, KeySet, SessionClaims, StateTooLarge
 from .profiles import DRAFT, WireProfile
@@ -20,6 +20,7 @@ __all__ = [
     "SESSION_NOT_FOUND",
     "SESSION_REQUIRED",
     "SESSION_STORE_UNAVAILABLE",
+    "TOO_MANY_SESSIONS",
     "Guard",
     "InvalidToken",
     "KeySet",
