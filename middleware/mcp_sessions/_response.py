@@ -119,13 +119,17 @@ class _SseBody:
     def __init__(self, send: ASGISendCallable, messages: _Messages) -> None:
         self._send = send
         self._messages = messages
-        self._sse = SSERewriter(self._rewrite_event, once=len(messages.targets) == 1)
+        # Only an event with an "id" member (or an escape that could spell one) can answer a request.
+        self._sse = SSERewriter(self._rewrite_event, once=len(messages.targets) == 1, needles=(b'"id"', b"\\"))
 
     async def body(self, message: HTTPResponseBodyEvent) -> None:
         more = message.get("more_body", False)
-        chunk = self._sse.feed(message.get("body", b""))
+        body = message.get("body", b"")
+        chunk = self._sse.feed(body)
         if not more:
             chunk += self._sse.flush()
+        if chunk is body:
+            return await self._send(message)  # passed on as it came: the app's own message
         event: HTTPResponseBodyEvent = {"type": "http.response.body", "body": chunk, "more_body": more}
         await self._send(event)
 

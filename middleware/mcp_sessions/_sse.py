@@ -15,6 +15,8 @@ from typing import Final
 __all__ = ["SSERewriter"]
 
 _EOL: Final = re.compile(rb"\r\n|\r|\n")
+# A chunk that ends on a blank line (and with LF: no CRLF split across chunks) holds whole events only.
+_WHOLE_EVENTS: Final = (b"\n\n", b"\r\n\r\n")
 
 Transform = Callable[[str], "str | None"]
 
@@ -25,14 +27,17 @@ class SSERewriter:
     ``transform`` receives each event's data (the ``data:`` lines joined by
     ``\\n``) and returns new data, or ``None`` to leave the event untouched.
     Once ``transform`` has rewritten an event and ``once`` is set, the rest of
-    the stream passes through without being scanned.
+    the stream passes through without being scanned. With ``needles``, an event
+    whose bytes contain none of them is passed on without being decoded: the
+    caller promises that ``transform`` would leave such an event alone.
     """
 
-    __slots__ = ("_buf", "_cr_pending", "_done", "_event_start", "_line_start", "_once", "_transform")
+    __slots__ = ("_buf", "_cr_pending", "_done", "_event_start", "_line_start", "_needles", "_once", "_transform")
 
-    def __init__(self, transform: Transform, *, once: bool = True) -> None:
+    def __init__(self, transform: Transform, *, once: bool = True, needles: tuple[bytes, ...] = ()) -> None:
         self._transform = transform
         self._once = once
+        self._needles = needles
         self._done = False
         self._buf = bytearray()
         self._event_start = 0
@@ -42,6 +47,12 @@ class SSERewriter:
     def feed(self, chunk: bytes) -> bytes:
         if self._done:
             return chunk
+        if self._needles and not self._buf and not self._cr_pending and chunk.endswith(_WHOLE_EVENTS):
+            for needle in self._needles:  # a loop, not any(): this runs once per chunk of a long stream
+                if needle in chunk:
+                    break
+            else:
+                return chunk  # only whole events, none of which can be rewritten: passed on unparsed
         out = bytearray()
         buf = self._buf
         if self._cr_pending:
@@ -84,7 +95,10 @@ class SSERewriter:
         return rest
 
     def _finish_event(self, start: int, blank_start: int, end: int) -> bytes:
-        raw = bytes(self._buf[start:end])
+        buf = self._buf
+        if self._needles and all(buf.find(needle, start, blank_start) == -1 for needle in self._needles):
+            return bytes(buf[start:end])  # e.g. a progress notification: a few byte scans, no decoding
+        raw = bytes(buf[start:end])
         body = self._buf[start:blank_start]
         data_lines: list[bytes] = []
         has_data = False

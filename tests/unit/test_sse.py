@@ -248,3 +248,41 @@ def test_splitting_never_changes_the_output(parts: list[bytes], cuts: list[int],
     points = sorted({min(c, len(data)) for c in cuts})
     chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
     assert run(chunks, transform, once=once) == run([data], transform, once=once)
+
+
+def run_with(
+    chunks: list[bytes], transform: Callable[[str], str | None], *, once: bool, needles: tuple[bytes, ...]
+) -> bytes:
+    rewriter = SSERewriter(transform, once=once, needles=needles)
+    return b"".join(rewriter.feed(chunk) for chunk in chunks) + rewriter.flush()
+
+
+_NEEDLE_ALPHABET = st.sampled_from([b"\r", b"\n", b"\r\n", b"\n\n", b"data:", b"data: ", b"b", b"x", b":", b"id: 7"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(_NEEDLE_ALPHABET, max_size=60),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+    once=st.booleans(),
+)
+def test_needles_skip_only_what_the_transform_would_leave(parts: list[bytes], cuts: list[int], once: bool) -> None:
+    """Passing events without a needle through unparsed gives exactly what parsing them gives."""
+    data = b"".join(parts)
+
+    def transform(text: str) -> str | None:
+        return f"R{len(text)}" if "x" in text else None  # so an event without the byte "x" stays as it is
+
+    points = sorted({min(c, len(data)) for c in cuts})
+    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    assert run_with(chunks, transform, once=once, needles=(b"x",)) == run([data], transform, once=once)
+
+
+def test_a_chunk_of_whole_events_without_a_needle_is_passed_on_as_the_same_object() -> None:
+    rewriter = SSERewriter(echo_id_7, needles=(b'"id"', b"\\"))
+    progress = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\n\n'
+    assert rewriter.feed(progress) is progress
+    half = progress[:20]
+    assert rewriter.feed(half) == b""  # an unfinished event waits, as ever
+    assert rewriter.feed(progress[20:]) == progress
+    assert rewriter.feed(RESPONSE_IN) == RESPONSE_OUT  # the response is still found and rewritten
