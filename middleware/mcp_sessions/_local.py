@@ -61,6 +61,18 @@ class LocalCall:
             operation.telemetry.sessions_created.add(1, operation.session_attributes())
         return minted
 
+    async def end(self, session: Session, token: str) -> None:
+        """End ``session`` everywhere; the wire's "not found" error if it had already ended."""
+        if not await self.revoke(session):
+            profile = self.profile
+            raise Refusal(
+                profile.not_found,
+                profile.not_found_message,
+                profile.not_found_data(token),
+                reason="revoked",
+                session_id=session.id,
+            )
+
     async def revoke(self, session: Session) -> bool:
         """End ``session`` everywhere, counted in telemetry; ``False`` if it had already ended."""
         revoked = await self.sessions.revoke(session, self.scope)

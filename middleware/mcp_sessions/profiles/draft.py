@@ -56,14 +56,7 @@ async def delete(call: LocalCall) -> dict[str, Any]:
     """``sessions/delete``: end the session the request names; deleting it twice is "not found"."""
     session = call.session
     assert session is not None  # needs_session: the pipeline resolved it
-    if not await call.revoke(session):
-        raise Refusal(
-            call.profile.not_found,
-            call.profile.not_found_message,
-            call.profile.not_found_data(session.token),
-            reason="revoked",
-            session_id=session.id,
-        )
+    await call.end(session, session.token)
     return {}
 
 

@@ -78,16 +78,18 @@ async def create(call: LocalCall) -> dict[str, Any]:
     return {SESSION_ID_MEMBER: token}
 
 
-async def delete(call: LocalCall) -> dict[str, Any]:
-    """``session/delete``: end the named session; an unknown or already ended one is "not found"."""
+async def end_named(call: LocalCall, action: str) -> dict[str, Any]:
+    """End the session ``params.sessionId`` names; an unknown or already ended one is "not found"."""
     token = named_id(call)
     if token is None:
-        raise Refusal(INVALID_PARAMS, f"params.{SESSION_ID_MEMBER} names the session to delete")
-    session = await live_session(call, token)
-    if not await call.revoke(session):
-        profile = call.profile
-        raise Refusal(profile.not_found, profile.not_found_message, profile.not_found_data(token), reason="revoked")
+        raise Refusal(INVALID_PARAMS, f"params.{SESSION_ID_MEMBER} names the session to {action}")
+    await call.end(await live_session(call, token), token)
     return {}
+
+
+async def delete(call: LocalCall) -> dict[str, Any]:
+    """``session/delete``: end the named session; an unknown or already ended one is "not found"."""
+    return await end_named(call, "delete")
 
 
 def _capability(required: bool) -> dict[str, Any]:

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from .._answers import Refusal
-from .._protocol import HEADER_MISMATCH, INVALID_PARAMS
+from .._protocol import HEADER_MISMATCH
 from ._base import Capability, LocalMethod, TopLevelCarrier, TopLevelEcho, WireProfile
-from .sep1364_alt1 import SESSION_ID_MEMBER, live_session, named_id
+from .sep1364_alt1 import SESSION_ID_MEMBER, end_named
 
 if TYPE_CHECKING:
     from .._local import LocalCall
@@ -32,14 +31,7 @@ SESSION_REQUIRED: Final = -32044
 
 async def terminate(call: LocalCall) -> dict[str, Any]:
     """``terminate``: end the named session; an unknown or already ended one is "not found"."""
-    token = named_id(call)
-    if token is None:
-        raise Refusal(INVALID_PARAMS, f"params.{SESSION_ID_MEMBER} names the session to terminate")
-    session = await live_session(call, token)
-    if not await call.revoke(session):
-        profile = call.profile
-        raise Refusal(profile.not_found, profile.not_found_message, profile.not_found_data(token), reason="revoked")
-    return {}
+    return await end_named(call, "terminate")
 
 
 SEP1364_ALT2: Final = WireProfile(
