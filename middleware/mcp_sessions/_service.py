@@ -127,12 +127,7 @@ class SessionService:
                 state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
             except InvalidToken as exc:
                 raise InvalidToken(f"state: {exc.reason}") from None
-            if self._touch_takes_issued_at:
-                status = await self.store.touch(
-                    sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
-                )
-            else:
-                status = await self.store.touch(sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl)
+            status = await self._touch(sid, expires_at=claims.expires_at, now=now, issued_at=claims.issued_at)
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:
@@ -154,6 +149,14 @@ class SessionService:
             idle_ttl=self.idle_ttl,
         )
 
+    async def _touch(self, session_id: str, *, expires_at: float, now: float, issued_at: float | None) -> SessionStatus:
+        """The store's touch, with ``issued_at`` for a store that takes it (one written before does not)."""
+        if issued_at is not None and self._touch_takes_issued_at:
+            return await self.store.touch(
+                session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=issued_at
+            )
+        return await self.store.touch(session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl)
+
     async def adopt(self, scope: Scope, session_id: str, source: str) -> Session | None:
         """A session without a token (a transport session, a host conversation), keyed by ``session_id``.
 
@@ -163,7 +166,7 @@ class SessionService:
         now = time.time()
         expires_at = int(now + self.ttl)
         try:
-            status = await self.store.touch(session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl)
+            status = await self._touch(session_id, expires_at=expires_at, now=now, issued_at=None)
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
         if status is not SessionStatus.ACTIVE:
