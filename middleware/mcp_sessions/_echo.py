@@ -25,7 +25,7 @@ CHANGED: Final = object()
 class Target:
     """What to do with the response to one request id."""
 
-    __slots__ = ("advertised", "capability", "era", "operation", "profile", "revoked", "session")
+    __slots__ = ("advertised", "capability", "echo_only", "era", "operation", "profile", "revoked", "session")
 
     def __init__(
         self,
@@ -47,6 +47,8 @@ class Target:
         self.operation = operation
         self.revoked = revoked
         """The request named a session that is gone, on a wire whose result then says so."""
+        self.echo_only = session is not None and operation is None and not advertised and not revoked
+        """The response gains the session's echo and nothing else, and nothing observes it."""
 
 
 def advertising_tables(profiles: Sequence[WireProfile]) -> dict[str, dict[str, tuple[WireProfile, ...]]]:

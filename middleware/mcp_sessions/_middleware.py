@@ -23,6 +23,7 @@ from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
 from ._digest import IdDigests
 from ._echo import Target, advertising_tables, hashable_id
+from ._express import Express, Refused, express_for
 from ._forward import run_app, targets_of
 from ._handle_check import answer_refused_handles, check_handles
 from ._lifespan import watch_lifespan
@@ -50,6 +51,7 @@ from ._telemetry import Telemetry
 from ._transport import TransportSessions
 from .handles import handle_context
 from .sources import DataLayerSource, SessionSource
+from .sources.data_layer import refusal_of
 from .sources.host import HostConversationSource
 from .sources.transport import TransportSource, is_transport_session_id
 
@@ -114,6 +116,22 @@ class MCPSessionMiddleware:
         self._retry_after = str(config.retry_after).encode()
         self._refusals = Refusals(self._retry_after)
         self._guard = config.guard
+        express = express_for(
+            config.profiles, simple=self._planner.simple, handles=config.handles, transports=self._transport
+        )
+        self._express = (
+            None
+            if express is None or self._transports is not None
+            else Express(
+                express,
+                sessions=self._sessions,
+                hosts=hosts,
+                requires=self._requires,
+                capability=self._capability,
+                watch=self._planner.watch,
+                refusal_of=refusal_of,
+            )
+        )
         self._telemetry = Telemetry(
             tracer_provider=config.tracer_provider,
             meter_provider=config.meter_provider,
@@ -150,10 +168,21 @@ class MCPSessionMiddleware:
         if body is TOO_LARGE:
             return await self._refusals.too_large(reply, self.config.max_body_size)
         assert isinstance(body, bytes)
+        refused = None
+        if self._express is not None and not self._telemetry.enabled():
+            try:
+                if await self._express.take(self.app, scope, receive, send, headers, body):
+                    return None
+            except Refused as exc:  # the usual request, with a session the store refused
+                refused = exc.refusal
         replay = Replay(body, receive)
         plan = self._planner.plan(body, headers, start_ns)
         if plan is None:
             return await self._pass_through(scope, replay, send, headers)
+        if refused is not None:
+            plan.calls[0].refusal = refused
+            plan.refused = True
+            return await self._conclude(scope, replay, send, plan, None)
         if plan.batch and any(call.local is not None for call in plan.calls):
             if (rejection := self._guard.check(http_scope["headers"], body_of(plan))) is not None:
                 return await rejection.send(send)
@@ -166,11 +195,16 @@ class MCPSessionMiddleware:
                 return await rejection.send(send)
             return await send_accepted(reply)  # a session method as a notification: no answer, no effect
         await self._resolve(scope, plan)
+        return await self._conclude(scope, replay, send, plan, local)
+
+    async def _conclude(self, scope: Scope, replay: Replay, send: Send, plan: Plan, local: Call | None) -> None:
+        """From the sessions resolved on: handles, spans, then refuse, answer locally or forward."""
+        reply: ASGISendCallable = send  # type: ignore[assignment]
         if self.config.handles is not None:
             await check_handles(self.config.handles, self._sessions, scope, plan)
         start_operations(self._telemetry, scope, plan)
         if (plan.refused or local is not None or plan.answered) and (
-            rejection := self._guard.check(http_scope["headers"], body_of(plan))
+            rejection := self._guard.check(scope["headers"], body_of(plan))
         ) is not None:
             return await reject(plan, rejection, send)  # what the wrapped server would answer, not ours
         if plan.refused:

@@ -21,10 +21,15 @@ if TYPE_CHECKING:
     from .profiles import LocalMethod, WireProfile
     from .sources import Conversation
 
-__all__ = ["Call", "Plan", "Planner"]
+__all__ = ["Call", "Plan", "Planner", "era_of"]
 
 # Era.of as one dict lookup: a handshake version is the handshake era, anything else per-request.
-_ERA_OF: Final = {version: Era.HANDSHAKE for version in HANDSHAKE_VERSIONS}
+_ERA_OF: Final = {version.encode(): Era.HANDSHAKE for version in HANDSHAKE_VERSIONS}
+
+
+def era_of(protocol_version: bytes | None) -> Era:
+    """The era of a request with this ``Mcp-Protocol-Version`` header (``None``: absent); see :meth:`Era.of`."""
+    return Era.HANDSHAKE if protocol_version is None else _ERA_OF.get(protocol_version, Era.PER_REQUEST)
 
 
 class Call:
@@ -96,12 +101,8 @@ class Plan:
         self.headers = headers
         self.header_session_id = headers.get(MCP_SESSION_ID_HEADER)
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        if version is None:
-            self.protocol_version = None
-            self.era = Era.HANDSHAKE
-        else:
-            self.protocol_version = version.decode("latin-1")
-            self.era = _ERA_OF.get(self.protocol_version, Era.PER_REQUEST)
+        self.protocol_version = None if version is None else version.decode("latin-1")
+        self.era = era_of(version)
         self.start_ns = start_ns
         self.handles: HandleContext | None = None  # with handles configured: the request's handle view
         self.refused = False  # some call has a refusal: nothing is forwarded
@@ -117,12 +118,12 @@ class Plan:
 class Planner:
     """Built once per middleware from the enabled wires."""
 
-    __slots__ = ("_declarers", "_default", "_guarded", "_methods", "_openers", "_profiles", "_watch", "strips")
+    __slots__ = ("_declarers", "_default", "_guarded", "_methods", "_openers", "_profiles", "strips", "watch")
 
     def __init__(self, profiles: Sequence[WireProfile]) -> None:
         self._profiles = tuple(profiles)
         self._default = profiles[0]
-        self._watch = jsonrpc.Watch(
+        self.watch = jsonrpc.Watch(
             (p.carrier.marker for p in profiles), (n for p in profiles for n in p.carrier.path_names)
         )
         # Wires with more than the draft's needs; each is empty (one truth test) when only the draft is on.
@@ -137,9 +138,14 @@ class Planner:
         simple = not (self._openers or self._declarers or self._guarded or self.strips)
         self._methods = profiles[0].methods if len(profiles) == 1 and simple else None
 
+    @property
+    def simple(self) -> bool:
+        """One wire that needs nothing but its method table to classify a message (the draft alone)."""
+        return self._methods is not None
+
     def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int) -> Plan | None:
         """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it)."""
-        parsed = jsonrpc.loads(body, watch=self._watch)
+        parsed = jsonrpc.loads(body, watch=self.watch)
         if isinstance(parsed, dict):
             call = self.call(parsed)
             if call.method is None:

@@ -9,14 +9,14 @@ from starlette.types import Scope
 from .._answers import Refusal
 from .._protocol import INVALID_REQUEST
 from .._service import SessionRefused, SessionService
-from ..profiles import InvalidSessionMeta
+from ..profiles import InvalidSessionMeta, WireProfile
 from ._base import Trust
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
     from .._session import Session
 
-__all__ = ["DataLayerSource"]
+__all__ = ["DataLayerSource", "refusal_of"]
 
 
 class DataLayerSource:
@@ -59,10 +59,15 @@ class DataLayerSource:
             if profile.unknown_is_no_session:
                 call.revoked = exc.reason
                 return None
-            raise Refusal(
-                profile.not_found,
-                profile.not_found_message,
-                profile.not_found_data(ref.token),
-                reason=exc.reason,
-                session_id=exc.session_id,
-            ) from None
+            raise refusal_of(profile, ref.token, exc) from None
+
+
+def refusal_of(profile: WireProfile, token: str, refused: SessionRefused) -> Refusal:
+    """What a wire answers for a session id that names no live session of the caller."""
+    return Refusal(
+        profile.not_found,
+        profile.not_found_message,
+        profile.not_found_data(token),
+        reason=refused.reason,
+        session_id=refused.session_id,
+    )
