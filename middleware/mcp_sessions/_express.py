@@ -27,14 +27,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ._answers import Refusal
 from ._body import Replay
 from ._echo import Target, hashable_id
-from ._forward import run_app
+from ._forward import attach
 from ._jsonrpc import Watch, fast_loads
 from ._plan import era_of
 from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from ._response import EchoReply
 from ._service import SessionRefused, SessionService
+from ._session import _current
 from .profiles import Echo, SessionCarrier, WireProfile
 
 if TYPE_CHECKING:
+    from asgiref.typing import ASGISendCallable
+
     from ._policy import Requires
     from .sources.host import HostConversationSource
 
@@ -138,7 +142,13 @@ class Express:
         except Refusal as refusal:  # the store is unavailable
             raise Refused(refusal) from None
         target = Target(self._profile, session, advertised=(), capability=self._capability, era=era, operation=None)
-        await run_app(app, None, scope, Replay(body, receive), send, session, {hashable_id(message["id"]): target}, [])
+        typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
+        reply = EchoReply(typed_send, hashable_id(message["id"]), target)
+        context = attach(scope, session)
+        try:
+            await app(scope, Replay(body, receive), reply.send)
+        finally:
+            _current.reset(context)
         return True
 
 

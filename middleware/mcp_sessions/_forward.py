@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from ._plan import Plan
     from .profiles import WireProfile
 
-__all__ = ["run_app", "targets_of"]
+__all__ = ["attach", "run_app", "targets_of"]
 
 
 def targets_of(
@@ -46,6 +47,17 @@ def targets_of(
     return targets
 
 
+def attach(scope: Scope, session: Session | None) -> Token[Session | None]:
+    """Put the session where the app reads it (the scope, ``request.state``, :func:`get_session`).
+
+    Returns the context variable's token: reset it once the app is done.
+    """
+    if session is not None:
+        scope[SCOPE_KEY] = session
+        scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
+    return _current.set(session)
+
+
 async def run_app(
     app: ASGIApp,
     telemetry: Telemetry | None,
@@ -64,10 +76,7 @@ async def run_app(
     """
     typed_send: ASGISendCallable = send  # type: ignore[assignment]
     rewriter = ResponseRewriter(typed_send, targets) if targets else None
-    if session is not None:
-        scope[SCOPE_KEY] = session
-        scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
-    token = _current.set(session)
+    token = attach(scope, session)
     ambient = operations[0] if len(operations) == 1 else None
     baggage_token = None
     if ambient is not None:

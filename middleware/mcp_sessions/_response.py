@@ -22,7 +22,7 @@ from .profiles import Echo
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable, ASGISendEvent, HTTPResponseBodyEvent, HTTPResponseStartEvent
 
-__all__ = ["ResponseRewriter"]
+__all__ = ["EchoReply", "ResponseRewriter"]
 
 logger = logging.getLogger("mcp_sessions")
 
@@ -69,12 +69,8 @@ class _Messages:
             key, only, only_echo = echo_only
             if "method" in message or hashable_id(message.get("id")) != key:
                 return None  # notifications, server requests, other ids: nothing to look at
-            if (at := splice_point(raw, message, only_echo.meta_key)) is not None:
-                session = only.session
-                assert session is not None
-                expires = iso(int(session.expires_at_timestamp))
-                echoed = only_echo.to_json(session.token, session.state_token, expires)
-                return b"".join((raw[: at[0]], at[1], echoed, at[2], raw[at[0] :]))
+            if (spliced := _echo_spliced(raw, message, only, only_echo)) is not None:
+                return spliced
         target = self.target_of(message)
         if target is None:
             return None  # notifications, server requests, other ids: nothing to look at
@@ -95,6 +91,53 @@ class _Messages:
         if "method" in message:
             return None
         return self.targets.get(hashable_id(message.get("id")))
+
+
+def _echo_spliced(raw: bytes, message: dict[str, Any], target: Target, echo: Echo) -> bytes | None:
+    """``raw`` with the session's echo spliced in, when the bytes allow it (see :func:`splice_point`)."""
+    at = splice_point(raw, message, echo.meta_key)
+    if at is None:
+        return None
+    session = target.session
+    assert session is not None
+    echoed = echo.to_json(session.token, session.state_token, iso(int(session.expires_at_timestamp)))
+    return b"".join((raw[: at[0]], at[1], echoed, at[2], raw[at[0] :]))
+
+
+def _parsed(raw: bytes) -> Any:
+    """A response body, parsed; ``None`` when it is not JSON.
+
+    A compact UTF-8 object, as servers send, goes to the fast parser, which reads it as the standard
+    one does; anything else (and anything the fast parser refuses) to :func:`jsonrpc.loads`.
+    """
+    if raw[:1] == b"{":
+        try:
+            return fast_loads(raw)
+        except ValueError:
+            pass
+    return jsonrpc.loads(raw)
+
+
+def _content_type(start: HTTPResponseStartEvent) -> bytes | None:
+    """The response's content type, lower-cased (``b""`` without one); ``None`` for an encoded body."""
+    content_type = b""
+    for name, value in start.get("headers", ()):
+        name = name.lower()
+        if name == b"content-type":
+            content_type = bytes(value).lower()
+        elif name == b"content-encoding":
+            return None
+    return content_type
+
+
+async def _send_whole(send: ASGISendCallable, start: HTTPResponseStartEvent, body: bytes) -> None:
+    """Send a buffered response: its start with the new ``Content-Length``, then the body."""
+    headers = [(n, v) for n, v in start.get("headers", ()) if n.lower() != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    new_start: HTTPResponseStartEvent = {**start, "headers": headers}
+    await send(new_start)
+    end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
+    await send(end)
 
 
 class _JsonBody:
@@ -118,22 +161,12 @@ class _JsonBody:
             chunk = bytes(self._buffer)
         body = chunk
         try:
-            try:
-                # A compact UTF-8 object, as servers send: the fast parser reads it as the standard one does.
-                parsed = fast_loads(chunk) if chunk[:1] == b"{" else jsonrpc.loads(chunk)
-            except ValueError:
-                parsed = jsonrpc.loads(chunk)
-            rewritten = self._messages.rewrite(chunk, parsed)
+            rewritten = self._messages.rewrite(chunk, _parsed(chunk))
             if rewritten is not None:
                 body = rewritten
         except Exception:  # never let a rewriting bug break a response
             logger.exception("could not add session metadata to a response")
-        headers = [(n, v) for n, v in self._start.get("headers", ()) if n.lower() != b"content-length"]
-        headers.append((b"content-length", str(len(body)).encode()))
-        start: HTTPResponseStartEvent = {**self._start, "headers": headers}
-        await self._send(start)
-        end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
-        await self._send(end)
+        await _send_whole(self._send, self._start, body)
 
 
 class _SseBody:
@@ -194,21 +227,78 @@ class ResponseRewriter:
 
     async def _start(self, message: HTTPResponseStartEvent) -> None:
         self.status = message["status"]
-        content_type = b""
-        encoded = False
-        for name, value in message.get("headers", ()):
-            name = name.lower()
-            if name == b"content-type":
-                content_type = bytes(value).lower()
-            elif name == b"content-encoding":
-                encoded = True
-        if not encoded and content_type.startswith(_JSON):
+        content_type = _content_type(message)
+        if content_type is None:
+            pass  # an encoded body: passed on untouched
+        elif content_type.startswith(_JSON):
             self._body = _JsonBody(self._send, message, self._messages)
             return
-        if not encoded and content_type.startswith(_SSE):
+        elif content_type.startswith(_SSE):
             self._body = _SseBody(self._send, self._messages)
             message = {
                 **message,
                 "headers": [(n, v) for n, v in message.get("headers", ()) if n.lower() != b"content-length"],
             }
         await self._send(message)
+
+
+class EchoReply:
+    """The ``send`` of the usual response: to one request in a data-layer session, gaining only its echo.
+
+    What :class:`ResponseRewriter` does for that case, on a shorter path: a
+    JSON body gets the echo spliced into its bytes. Anything else (a stream,
+    an encoded body, a body the splice cannot take) goes to a
+    :class:`ResponseRewriter` for the same request, built then.
+    """
+
+    __slots__ = ("_buffer", "_echo", "_key", "_rest", "_send", "_start", "_target")
+
+    def __init__(self, send: ASGISendCallable, key: Any, target: Target) -> None:
+        echo = target.profile.echo
+        assert target.echo_only and isinstance(echo, Echo)
+        self._send = send
+        self._key = key
+        self._target = target
+        self._echo = echo
+        self._start: HTTPResponseStartEvent | None = None
+        self._rest: ResponseRewriter | None = None
+        self._buffer: bytearray | None = None
+
+    async def send(self, message: Message) -> None:
+        """The ``send`` the app gets."""
+        event: ASGISendEvent = message  # type: ignore[assignment]  # an annotation, not a call
+        start = self._start
+        if start is not None and event["type"] == "http.response.body":
+            chunk = event.get("body", b"")
+            if event.get("more_body", False):
+                if self._buffer is None:
+                    self._buffer = bytearray()
+                self._buffer += chunk
+                return
+            if self._buffer:
+                self._buffer += chunk
+                chunk = bytes(self._buffer)
+            return await _send_whole(self._send, start, self._rewritten(chunk))
+        rest = self._rest
+        if rest is None:
+            if event["type"] == "http.response.start" and (_content_type(event) or b"").startswith(_JSON):
+                self._start = event
+                return
+            self._rest = rest = ResponseRewriter(self._send, {self._key: self._target})
+        await rest.send(message)
+
+    def _rewritten(self, raw: bytes) -> bytes:
+        try:
+            message = _parsed(raw)
+            if (
+                type(message) is dict
+                and "method" not in message
+                and hashable_id(message.get("id")) == self._key
+                and (spliced := _echo_spliced(raw, message, self._target, self._echo)) is not None
+            ):
+                return spliced
+            rewritten = _Messages({self._key: self._target}).rewrite(raw, message)
+            return raw if rewritten is None else rewritten
+        except Exception:  # never let a rewriting bug break a response
+            logger.exception("could not add session metadata to a response")
+            return raw

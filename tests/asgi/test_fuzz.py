@@ -448,13 +448,18 @@ class Downstream:
         self.indent = indent
         self.calls: list[tuple[dict[str, Any], bytes, Any]] = []
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    @staticmethod
+    async def read(receive: Any) -> bytes:
+        """The whole request body, as the app receives it."""
         body = b""
         while True:
             message = await receive()
             body += message.get("body", b"")
             if message["type"] != "http.request" or not message.get("more_body", False):
-                break
+                return body
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        body = await self.read(receive)
         session = get_session()
         self.calls.append((scope, body, None if session is None else session.token))
         parsed = parse_like_the_sdk(body)
