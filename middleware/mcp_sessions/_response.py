@@ -28,6 +28,14 @@ logger = logging.getLogger("mcp_sessions")
 
 _JSON: Final = b"application/json"
 _SSE: Final = b"text/event-stream"
+# How a notification event starts, as the SDK and any compact serializer write it: a message with a
+# "method" member is a request or a notification, never a response to rewrite.
+_NOTIFICATION_DATA: Final = b'data: {"jsonrpc":"2.0","method":'
+_NOTIFICATION_EVENTS: Final = (
+    b"event: message\r\n" + _NOTIFICATION_DATA,  # the SDK's, first
+    b"event: message\n" + _NOTIFICATION_DATA,
+    _NOTIFICATION_DATA,
+)
 
 
 class _Messages:
@@ -149,47 +157,84 @@ class _JsonBody:
         self._send = send
         self._start = start
         self._messages = messages
-        self._buffer = bytearray()
+        self._buffer: bytearray | None = None
 
     async def body(self, message: HTTPResponseBodyEvent) -> None:
         chunk = message.get("body", b"")
         if message.get("more_body", False):
+            if self._buffer is None:
+                self._buffer = bytearray()
             self._buffer += chunk
             return
         if self._buffer:
             self._buffer += chunk
             chunk = bytes(self._buffer)
-        body = chunk
         try:
-            rewritten = self._messages.rewrite(chunk, _parsed(chunk))
-            if rewritten is not None:
-                body = rewritten
+            body = self._rewritten(chunk)
         except Exception:  # never let a rewriting bug break a response
             logger.exception("could not add session metadata to a response")
+            body = chunk
         await _send_whole(self._send, self._start, body)
+
+    def _rewritten(self, raw: bytes) -> bytes:
+        rewritten = self._messages.rewrite(raw, _parsed(raw))
+        return raw if rewritten is None else rewritten
+
+
+class _EchoJsonBody(_JsonBody):
+    """The usual JSON body: one request's response, gaining its session's echo and nothing else."""
+
+    __slots__ = ("_echo", "_key", "_target")
+
+    def __init__(
+        self, send: ASGISendCallable, start: HTTPResponseStartEvent, messages: _Messages, key: Any, target: Target
+    ) -> None:
+        super().__init__(send, start, messages)
+        echo = target.profile.echo
+        assert target.echo_only and isinstance(echo, Echo)
+        self._key = key
+        self._target = target
+        self._echo = echo
+
+    def _rewritten(self, raw: bytes) -> bytes:
+        message = _parsed(raw)
+        if (
+            type(message) is dict
+            and "method" not in message
+            and hashable_id(message.get("id")) == self._key
+            and (spliced := _echo_spliced(raw, message, self._target, self._echo)) is not None
+        ):
+            return spliced
+        rewritten = self._messages.rewrite(raw, message)  # an error, or bytes the splice cannot take
+        return raw if rewritten is None else rewritten
 
 
 class _SseBody:
     """A ``text/event-stream`` body, rewritten event by event as it flows."""
 
-    __slots__ = ("_messages", "_send", "_sse")
+    __slots__ = ("_messages", "_sse", "feed")
 
-    def __init__(self, send: ASGISendCallable, messages: _Messages) -> None:
-        self._send = send
+    def __init__(self, messages: _Messages) -> None:
         self._messages = messages
-        # Only an event with an "id" member (or an escape that could spell one) can answer a request.
-        self._sse = SSERewriter(self._rewrite_event, once=len(messages.targets) == 1, needles=(b'"id"', b"\\"))
+        # Only an event with an "id" member (or an escape that could spell one) can answer a request,
+        # and never one whose message has a "method" (as servers write notifications: jsonrpc, then method).
+        self._sse = SSERewriter(
+            self._rewrite_event,
+            once=len(messages.targets) == 1,
+            needles=(b'"id"', b"\\"),
+            openings=_NOTIFICATION_EVENTS,
+        )
+        self.feed = self._sse.feed
+        """The bytes to send now for a body: the body itself when nothing in it changed."""
 
-    async def body(self, message: HTTPResponseBodyEvent) -> None:
+    def rewrite(self, message: HTTPResponseBodyEvent, chunk: bytes) -> HTTPResponseBodyEvent:
+        """The message to send for ``message``, whose body :meth:`feed` turned into ``chunk``."""
         more = message.get("more_body", False)
-        body = message.get("body", b"")
-        chunk = self._sse.feed(body)
         if not more:
             chunk += self._sse.flush()
-        if chunk is body:
-            return await self._send(message)  # passed on as it came: the app's own message
-        event: HTTPResponseBodyEvent = {"type": "http.response.body", "body": chunk, "more_body": more}
-        await self._send(event)
+        if chunk is message.get("body", b""):
+            return message  # passed on as it came: the app's own message
+        return {"type": "http.response.body", "body": chunk, "more_body": more}
 
     def _rewrite_event(self, data: str) -> str | None:
         if '"id"' not in data and "\\" not in data:
@@ -207,23 +252,31 @@ class _SseBody:
 class ResponseRewriter:
     """Rewrites and observes the responses to one HTTP request; ``send`` is its ASGI send."""
 
-    __slots__ = ("_body", "_messages", "_send", "status")
+    __slots__ = ("_json", "_send", "_sse", "_targets", "status")
 
     def __init__(self, send: ASGISendCallable, targets: dict[Any, Target]) -> None:
         self._send = send
-        self._messages = _Messages(targets)
-        self._body: _JsonBody | _SseBody | None = None
+        self._targets = targets
+        self._json: _JsonBody | None = None
+        self._sse: _SseBody | None = None
         self.status = 0
 
     async def send(self, message: Message) -> None:
         """The ``send`` the app gets: response events are read as the typed ASGI events they are."""
         event: ASGISendEvent = message  # type: ignore[assignment]  # an annotation, not a call
-        if event["type"] == "http.response.start":
-            await self._start(event)
-        elif event["type"] == "http.response.body" and self._body is not None:
-            await self._body.body(event)
-        else:
-            await self._send(event)  # trailers, pushes, disconnects: untouched
+        if event["type"] == "http.response.body":
+            if (sse := self._sse) is not None:
+                # The usual event of a long stream costs one call: passed on as the app sent it.
+                body = event.get("body", b"")
+                chunk = sse.feed(body)
+                if chunk is body and event.get("more_body", False):
+                    return await self._send(event)
+                return await self._send(sse.rewrite(event, chunk))
+            if (json_body := self._json) is not None:
+                return await json_body.body(event)
+        elif event["type"] == "http.response.start":
+            return await self._start(event)
+        await self._send(event)  # trailers, pushes, disconnects, an unrewritten body: untouched
 
     async def _start(self, message: HTTPResponseStartEvent) -> None:
         self.status = message["status"]
@@ -231,74 +284,33 @@ class ResponseRewriter:
         if content_type is None:
             pass  # an encoded body: passed on untouched
         elif content_type.startswith(_JSON):
-            self._body = _JsonBody(self._send, message, self._messages)
+            self._json = self._json_body(message, _Messages(self._targets))
             return
         elif content_type.startswith(_SSE):
-            self._body = _SseBody(self._send, self._messages)
+            self._sse = _SseBody(_Messages(self._targets))
             message = {
                 **message,
                 "headers": [(n, v) for n, v in message.get("headers", ()) if n.lower() != b"content-length"],
             }
         await self._send(message)
 
+    def _json_body(self, start: HTTPResponseStartEvent, messages: _Messages) -> _JsonBody:
+        return _JsonBody(self._send, start, messages)
 
-class EchoReply:
-    """The ``send`` of the usual response: to one request in a data-layer session, gaining only its echo.
 
-    What :class:`ResponseRewriter` does for that case, on a shorter path: a
-    JSON body gets the echo spliced into its bytes. Anything else (a stream,
-    an encoded body, a body the splice cannot take) goes to a
-    :class:`ResponseRewriter` for the same request, built then.
+class EchoReply(ResponseRewriter):
+    """The rewriter of the usual response: to one request in a data-layer session, gaining only its echo.
+
+    A JSON body gets the echo spliced into its bytes on a short path; anything
+    else is rewritten as :class:`ResponseRewriter` rewrites it.
     """
 
-    __slots__ = ("_buffer", "_echo", "_key", "_rest", "_send", "_start", "_target")
+    __slots__ = ("_key", "_target")
 
     def __init__(self, send: ASGISendCallable, key: Any, target: Target) -> None:
-        echo = target.profile.echo
-        assert target.echo_only and isinstance(echo, Echo)
-        self._send = send
+        super().__init__(send, {key: target})
         self._key = key
         self._target = target
-        self._echo = echo
-        self._start: HTTPResponseStartEvent | None = None
-        self._rest: ResponseRewriter | None = None
-        self._buffer: bytearray | None = None
 
-    async def send(self, message: Message) -> None:
-        """The ``send`` the app gets."""
-        event: ASGISendEvent = message  # type: ignore[assignment]  # an annotation, not a call
-        start = self._start
-        if start is not None and event["type"] == "http.response.body":
-            chunk = event.get("body", b"")
-            if event.get("more_body", False):
-                if self._buffer is None:
-                    self._buffer = bytearray()
-                self._buffer += chunk
-                return
-            if self._buffer:
-                self._buffer += chunk
-                chunk = bytes(self._buffer)
-            return await _send_whole(self._send, start, self._rewritten(chunk))
-        rest = self._rest
-        if rest is None:
-            if event["type"] == "http.response.start" and (_content_type(event) or b"").startswith(_JSON):
-                self._start = event
-                return
-            self._rest = rest = ResponseRewriter(self._send, {self._key: self._target})
-        await rest.send(message)
-
-    def _rewritten(self, raw: bytes) -> bytes:
-        try:
-            message = _parsed(raw)
-            if (
-                type(message) is dict
-                and "method" not in message
-                and hashable_id(message.get("id")) == self._key
-                and (spliced := _echo_spliced(raw, message, self._target, self._echo)) is not None
-            ):
-                return spliced
-            rewritten = _Messages({self._key: self._target}).rewrite(raw, message)
-            return raw if rewritten is None else rewritten
-        except Exception:  # never let a rewriting bug break a response
-            logger.exception("could not add session metadata to a response")
-            return raw
+    def _json_body(self, start: HTTPResponseStartEvent, messages: _Messages) -> _JsonBody:
+        return _EchoJsonBody(self._send, start, messages, self._key, self._target)

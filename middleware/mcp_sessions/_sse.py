@@ -28,16 +28,36 @@ class SSERewriter:
     ``\\n``) and returns new data, or ``None`` to leave the event untouched.
     Once ``transform`` has rewritten an event and ``once`` is set, the rest of
     the stream passes through without being scanned. With ``needles``, an event
-    whose bytes contain none of them is passed on without being decoded: the
-    caller promises that ``transform`` would leave such an event alone.
+    whose bytes contain none of them is passed on without being decoded; with
+    ``openings``, so is a chunk that is one event beginning with one of them
+    and whose data is one line, checked by its first bytes and its line ends
+    only. The caller promises that ``transform`` would leave such events alone.
     """
 
-    __slots__ = ("_buf", "_cr_pending", "_done", "_event_start", "_line_start", "_needles", "_once", "_transform")
+    __slots__ = (
+        "_buf",
+        "_cr_pending",
+        "_done",
+        "_event_start",
+        "_line_start",
+        "_needles",
+        "_once",
+        "_openings",
+        "_transform",
+    )
 
-    def __init__(self, transform: Transform, *, once: bool = True, needles: tuple[bytes, ...] = ()) -> None:
+    def __init__(
+        self,
+        transform: Transform,
+        *,
+        once: bool = True,
+        needles: tuple[bytes, ...] = (),
+        openings: tuple[bytes, ...] = (),
+    ) -> None:
         self._transform = transform
         self._once = once
         self._needles = needles
+        self._openings = openings
         self._done = False
         self._buf = bytearray()
         self._event_start = 0
@@ -47,12 +67,20 @@ class SSERewriter:
     def feed(self, chunk: bytes) -> bytes:
         if self._done:
             return chunk
-        if self._needles and not self._buf and not self._cr_pending and chunk.endswith(_WHOLE_EVENTS):
-            for needle in self._needles:  # a loop, not any(): this runs once per chunk of a long stream
-                if needle in chunk:
+        if not self._buf and not self._cr_pending and chunk.endswith(_WHOLE_EVENTS):
+            for opening in self._openings:
+                if chunk.startswith(opening):
+                    # One event, its last line the one the opening starts: no other line end before the blank line.
+                    end = len(chunk) - (4 if chunk.endswith(b"\r\n\r\n") else 2)
+                    if chunk.find(b"\n", len(opening), end) < 0 and chunk.find(b"\r", len(opening), end) < 0:
+                        return chunk
                     break
-            else:
-                return chunk  # only whole events, none of which can be rewritten: passed on unparsed
+            if self._needles:
+                for needle in self._needles:  # a loop, not any(): this runs once per chunk of a long stream
+                    if needle in chunk:
+                        break
+                else:
+                    return chunk  # only whole events, none of which can be rewritten: passed on unparsed
         out = bytearray()
         buf = self._buf
         if self._cr_pending:

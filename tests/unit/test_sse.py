@@ -251,9 +251,14 @@ def test_splitting_never_changes_the_output(parts: list[bytes], cuts: list[int],
 
 
 def run_with(
-    chunks: list[bytes], transform: Callable[[str], str | None], *, once: bool, needles: tuple[bytes, ...]
+    chunks: list[bytes],
+    transform: Callable[[str], str | None],
+    *,
+    once: bool,
+    needles: tuple[bytes, ...] = (),
+    openings: tuple[bytes, ...] = (),
 ) -> bytes:
-    rewriter = SSERewriter(transform, once=once, needles=needles)
+    rewriter = SSERewriter(transform, once=once, needles=needles, openings=openings)
     return b"".join(rewriter.feed(chunk) for chunk in chunks) + rewriter.flush()
 
 
@@ -286,3 +291,82 @@ def test_a_chunk_of_whole_events_without_a_needle_is_passed_on_as_the_same_objec
     assert rewriter.feed(half) == b""  # an unfinished event waits, as ever
     assert rewriter.feed(progress[20:]) == progress
     assert rewriter.feed(RESPONSE_IN) == RESPONSE_OUT  # the response is still found and rewritten
+
+
+_OPENING_ALPHABET = st.sampled_from(
+    [
+        b"\r",
+        b"\n",
+        b"\r\n",
+        b"\n\n",
+        b"\r\r",
+        b"\n\r",
+        b"\r\n\r\n",
+        b"data: O",
+        b"event: m\r\ndata: O",
+        b"data: x",
+        b"x",
+    ]
+)
+
+
+def _transform_unless_opening(text: str) -> str | None:
+    # The promise the openings make: an event whose data starts with "O" stays as it is.
+    return f"R{len(text)}" if "x" in text and not text.startswith("O") else None
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        b"data: O\r\rdata: x\n\n",
+        b"data: O\n\ndata: x\n\n",
+        b"data: O\r\n\r\ndata: x\r\n\r\n",
+        b"event: m\r\ndata: O\r\n\r\ndata: x\r\n\r\n",
+        b"data: O\n\rdata: x\n\n",
+        b"data: O\ndata: x\n\n",
+    ],
+)
+def test_a_chunk_with_a_second_event_after_an_opening_is_read(chunk: bytes) -> None:
+    openings = (b"event: m\r\ndata: O", b"data: O")
+    expected = run([chunk], _transform_unless_opening)
+    assert run_with([chunk], _transform_unless_opening, once=True, openings=openings) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    parts=st.lists(_OPENING_ALPHABET, max_size=30),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+    once=st.booleans(),
+)
+def test_openings_skip_only_what_the_transform_would_leave(parts: list[bytes], cuts: list[int], once: bool) -> None:
+    """A chunk that is one event starting with an opening passes unparsed: exactly what parsing it gives."""
+    data = b"".join(parts)
+
+    points = sorted({min(c, len(data)) for c in cuts})
+    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    openings = (b"event: m\r\ndata: O", b"data: O")
+    expected = run([data], _transform_unless_opening, once=once)
+    assert run_with(chunks, _transform_unless_opening, once=once, openings=openings) == expected
+
+
+def test_a_notification_event_is_passed_on_by_its_first_bytes_and_a_response_after_it_is_still_found() -> None:
+    """The response rewriter's openings: a compact notification, alone in its chunk, is never parsed."""
+    from mcp_sessions._response import _NOTIFICATION_EVENTS
+
+    seen: list[str] = []
+
+    def recording(data: str) -> str | None:
+        seen.append(data)
+        return echo_id_7(data)
+
+    rewriter = SSERewriter(recording, openings=_NOTIFICATION_EVENTS)
+    progress = b'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\r\n\r\n'
+    assert rewriter.feed(progress) is progress
+    assert seen == []
+    # Two events in one chunk: the second may be the response, so the chunk is read.
+    response = b'data: {"jsonrpc":"2.0","id":7,"result":{}}\n\n'
+    assert (
+        rewriter.feed(progress + response)
+        == progress + b'data: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"echo":true}}}\n\n'
+    )
+    assert len(seen) == 2
