@@ -121,6 +121,10 @@ def advertise(result: dict[str, Any], profile: WireProfile, era: Era, *, value: 
     return True
 
 
+# The echo's member name as bytes, by ``_meta`` key: one per wire, built once.
+_MEMBERS: dict[str, bytes] = {}
+
+
 def splice_point(raw: bytes, message: dict[str, Any], meta_key: str) -> tuple[int, bytes, bytes] | None:
     """Where an echo under ``meta_key`` can go in ``raw`` without reserializing, if the bytes allow it.
 
@@ -134,7 +138,9 @@ def splice_point(raw: bytes, message: dict[str, Any], meta_key: str) -> tuple[in
     result = message["result"]
     if not isinstance(result, dict):
         return None
-    member = b'"%s":' % meta_key.encode()
+    member = _MEMBERS.get(meta_key)
+    if member is None:
+        member = _MEMBERS[meta_key] = b'"%s":' % meta_key.encode()
     if not result:
         return len(raw) - 2, b'"_meta":{' + member, b"}"
     last = next(reversed(result))

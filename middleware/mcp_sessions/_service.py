@@ -127,7 +127,12 @@ class SessionService:
                 state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
             except InvalidToken as exc:
                 raise InvalidToken(f"state: {exc.reason}") from None
-            status = await self._touch(sid, expires_at=claims.expires_at, now=now, issued_at=claims.issued_at)
+            if self._touch_takes_issued_at:  # the usual store: its touch called directly, on every request
+                status = await self.store.touch(
+                    sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
+                )
+            else:
+                status = await self._touch(sid, expires_at=claims.expires_at, now=now, issued_at=claims.issued_at)
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:
