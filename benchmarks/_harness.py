@@ -65,15 +65,25 @@ FLOOR_SESSION: ContextVar[Any] = ContextVar("floor_session", default=None)
 _RESULT_OPENER = b'"result":{'
 
 
+def _spliced(raw: bytes, echo: bytes) -> bytes:
+    """``raw`` with ``echo`` (a ``_meta`` member and a comma) put first in the first result object, if any."""
+    at = raw.find(_RESULT_OPENER)
+    if at < 0:
+        return raw
+    at += len(_RESULT_OPENER)
+    return raw[:at] + echo + raw[at:] if raw[at : at + 1] != b"}" else raw[:at] + echo[:-1] + raw[at:]
+
+
 class SessionFloor:
     """The least a session layer must do: the reference the middleware's cost is read against.
 
     Reads the body, parses it once with the standard library's ``json``, looks
     the (already verified) session id up in a dict, sets a context variable,
     replays the body, and splices the session echo into the response bytes
-    after ``"result":{``, fixing ``Content-Length``. No token check, no store,
-    no error handling: what any session layer must pay before doing anything
-    right.
+    after ``"result":{``, fixing ``Content-Length``; an event stream passes chunk
+    by chunk, the echo spliced into the first chunk that holds a result. No
+    token check, no store, no error handling: what any session layer must pay
+    before doing anything right.
     """
 
     def __init__(self, app: App, sessions: dict[str, Any]) -> None:
@@ -106,11 +116,24 @@ class SessionFloor:
 
         start: Message | None = None
         held: list[bytes] = []
+        streaming = False  # an event stream: each chunk passes at once, the echo spliced into the one that answers
 
         async def splice(message: Message) -> None:
-            nonlocal start
+            nonlocal start, streaming, echo
             if message["type"] == "http.response.start":
+                headers = message.get("headers", ())
+                if (b"content-type", b"text/event-stream") in headers:
+                    streaming = True
+                    await send({**message, "headers": [(k, v) for k, v in headers if k != b"content-length"]})
+                    return
                 start = message
+                return
+            if streaming and message["type"] == "http.response.body":
+                chunk = message.get("body", b"")
+                if echo and _RESULT_OPENER in chunk:
+                    message = {**message, "body": _spliced(chunk, echo)}
+                    echo = b""
+                await send(message)
                 return
             if message["type"] != "http.response.body" or start is None:
                 await send(message)
@@ -119,10 +142,8 @@ class SessionFloor:
             if message.get("more_body", False):
                 return
             raw = b"".join(held)
-            at = raw.find(_RESULT_OPENER)
-            if echo and at >= 0:
-                at += len(_RESULT_OPENER)
-                raw = raw[:at] + echo + raw[at:] if raw[at : at + 1] != b"}" else raw[:at] + echo[:-1] + raw[at:]
+            if echo:
+                raw = _spliced(raw, echo)
             headers = [(k, v) for k, v in start.get("headers", ()) if k != b"content-length"]
             headers.append((b"content-length", str(len(raw)).encode()))
             await send({**start, "headers": headers})

@@ -45,6 +45,7 @@ from _harness import (
     SESSION_META_KEY,
     App,
     Request,
+    SessionFloor,
     create_session,
     load_average,
     machine,
@@ -180,7 +181,7 @@ async def long_stream(name: str, target: App, downstream: StreamingApp, req: Req
     consumer = await stream(target, downstream, req)
     cpu = time.process_time() - cpu
     rss_growth = vm_kib("VmHWM") - rss_before
-    if "middleware" in name:
+    if name != "bare app":
         assert SESSION_META_KEY.encode() in consumer.last, consumer.last[:200]  # the rewriter did its job
     gc.collect()
     tracemalloc.start()
@@ -254,6 +255,7 @@ async def main(sizes: list[float], ttfe_rounds: int, json_out: str | None, smoke
     cases: dict[str, tuple[App, StreamingApp, Request]] = {
         "bare app": (downstream, downstream, req),
         "middleware, with session": (middleware, downstream, req),
+        "session floor": (SessionFloor(downstream, {token: object()}), downstream, req),
     }
     await first_events(cases, 20)  # warm up
     rows = []

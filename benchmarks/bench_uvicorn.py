@@ -10,9 +10,10 @@ layout:
 - ``middleware, no session``: behind ``MCPSessionMiddleware``, requests without a session;
 - ``bare, session body``: the bare app sent the session-bearing requests (which it ignores);
 - ``middleware, with session``: behind the middleware, each request naming a session;
+- ``session floor``: behind the hand-written minimum session layer (``SessionFloor``), the same requests;
 - ``trivial app``, ``trivial + middleware, no session``, ``trivial + middleware, session``:
   the same for an app that reads the body and answers a fixed result, so that
-  the middleware's cost shows against uvicorn's own.
+  the middleware's cost shows against uvicorn's own; and ``trivial + session floor``.
 
 An ``httpx.AsyncClient`` per server (keep-alive, at most ``--concurrency``
 requests in flight) sends ``tools/call`` requests in slices: each round runs
@@ -48,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +61,7 @@ from _harness import (
     NAME_HEADERS,
     SECRET,
     PassThrough,
+    SessionFloor,
     build_mcp_app,
     create_body,
     http_headers,
@@ -80,9 +83,11 @@ SERVERS: dict[str, tuple[str, bool, str]] = {
     "middleware, no session": ("middleware", False, "bare MCPServer"),
     "bare, session body": ("bare", True, "bare MCPServer"),
     "middleware, with session": ("middleware", True, "bare, session body"),
+    "session floor": ("floor", True, "bare, session body"),
     "trivial app": ("trivial", False, "trivial app"),
     "trivial + middleware, no session": ("trivial-middleware", False, "trivial app"),
     "trivial + middleware, session": ("trivial-middleware", True, "trivial app"),
+    "trivial + session floor": ("trivial-floor", True, "trivial app"),
 }
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Without address-space randomization, where setarch can turn it off: the same memory layout in every server.
@@ -96,14 +101,22 @@ def serve(kind: str) -> None:
 
     from mcp_sessions import MCPSessionMiddleware
 
+    # The floor takes every session it is sent as verified: a dict that has them all.
+    sessions: defaultdict[str, object] = defaultdict(object)
+    app: Any
     if kind.startswith("trivial"):
-        app = trivial_app if kind == "trivial" else MCPSessionMiddleware(trivial_app, secret=SECRET)
+        app = {
+            "trivial": trivial_app,
+            "trivial-middleware": MCPSessionMiddleware(trivial_app, secret=SECRET),
+            "trivial-floor": SessionFloor(trivial_app, sessions),
+        }[kind]
     else:
         inner = build_mcp_app()
         app = {
             "bare": inner,
             "pass-through": PassThrough(inner),
             "middleware": MCPSessionMiddleware(inner, secret=SECRET),
+            "floor": SessionFloor(inner, sessions),
         }[kind]
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only then (else Nagle + delayed ACK add ~40 ms).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -242,7 +255,8 @@ def set_request(server: Server, token: str) -> None:
 async def run_slice(server: Server, client: httpx.AsyncClient, count: int, concurrency: int) -> None:
     """``count`` requests, at most ``concurrency`` in flight; checks every answer."""
     remaining = count
-    expected = b"io.modelcontextprotocol/session" if server.with_session and server.middleware else None
+    echoes = server.middleware or SERVERS[server.name][0].endswith("floor")
+    expected = b"io.modelcontextprotocol/session" if server.with_session and echoes else None
 
     async def worker() -> None:
         nonlocal remaining
@@ -304,7 +318,7 @@ def mean_half_width(a: list[float], b: list[float]) -> float:
 
 
 def summarize(servers: dict[str, Server]) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, server in servers.items():
         base = servers[SERVERS[name][2]]
         throughput = server.requests / server.seconds if server.seconds else 0.0
@@ -325,11 +339,29 @@ def summarize(servers: dict[str, Server]) -> list[dict[str, Any]]:
                 "tick_cpu_us": server.ticks / server.requests * 1e6 if server.requests else 0.0,
             }
         )
+    for row in rows:  # each row's added CPU as a multiple of the floor's among the servers of its app
+        trivial = row["name"].startswith("trivial")
+        floor = next(
+            f for f in rows if f["name"].endswith("session floor") and f["name"].startswith("trivial") == trivial
+        )
+        measured = row["base"] != row["name"] and floor["added_cpu_us"] > 0
+        row["floor_multiple"] = row["added_cpu_us"] / floor["added_cpu_us"] if measured else None
     return rows
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    header = ("server", "requests", "req/s", "ratio", "server CPU µs/req", "ratio", "added µs", "± µs (95%)", "base")
+    header = (
+        "server",
+        "requests",
+        "req/s",
+        "ratio",
+        "server CPU µs/req",
+        "ratio",
+        "added µs",
+        "± µs (95%)",
+        "x floor",
+        "base",
+    )
     table = [
         (
             row["name"],
@@ -340,11 +372,12 @@ def report(rows: list[dict[str, Any]]) -> None:
             f"{row['cpu_ratio']:.3f}",
             f"{row['added_cpu_us']:.0f}",
             f"{row['ci_us']:.0f}",
+            "" if row["floor_multiple"] is None else f"{row['floor_multiple']:.2f}",
             row["base"],
         )
         for row in rows
     ]
-    print_table(header, table, (False, True, True, True, True, True, True, True, False))
+    print_table(header, table, (False, True, True, True, True, True, True, True, True, False))
 
 
 async def main(args: argparse.Namespace) -> None:

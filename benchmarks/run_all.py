@@ -32,6 +32,9 @@ SESSION_BUDGET = 0.05  # at most 5% on a session-bearing tools/call
 TRIVIAL_BUDGET_US = 40.0  # at most 40 µs CPU per request on a trivial app
 FIRST_REQUEST_BUDGET_US = 15.0  # a session's first request on a replica, over a cached one (HS256)
 FLAT_RATIO = 1.2  # the session path at N = 60,000 live sessions, against N = 100
+FLOOR_MULTIPLE = 1.0  # a session-bearing tools/call adds at most what the hand-written floor adds
+OTEL_SHARE = 0.3  # with the SDK, at most this share of what opentelemetry-instrumentation-asgi adds
+SSE_RATE = 0.5  # a long SSE response at no less than this share of the bare app's rate
 CONSTANT_MEMORY_KIB = 64.0  # "constant": the peak grows by less than this from the smallest stream to the largest
 
 Results = dict[str, dict[str, Any]]
@@ -140,6 +143,20 @@ def verdicts(results: Results) -> list[list[str]]:
             parts.append(f"{label}: **not met**, {added - TRIVIAL_BUDGET_US:.0f} µs over")
     out.append(["≤ 40 µs CPU per request on a trivial app", measured, "; ".join(parts)])
 
+    # 2b. at the floor: a session-bearing tools/call adds no more than the hand-written minimum
+    floors = [
+        ("MCPServer (direct ASGI)", asgi["middleware, with session"].get("floor_multiple")),
+        ("trivial app (direct ASGI)", asgi["trivial + middleware, session"].get("floor_multiple")),
+        ("MCPServer (uvicorn)", uvicorn["middleware, with session"].get("floor_multiple")),
+        ("trivial app (uvicorn)", uvicorn["trivial + middleware, session"].get("floor_multiple")),
+    ]
+    measured = "; ".join(f"{label}: {multiple:.2f}x the floor's" for label, multiple in floors if multiple is not None)
+    over = [label for label, multiple in floors if multiple is not None and multiple > FLOOR_MULTIPLE]
+    verdict = "met" if not over else "**not met** on " + ", ".join(over)
+    out.append(
+        [f"A session-bearing `tools/call` adds ≤ {FLOOR_MULTIPLE:g}x what the session floor adds", measured, verdict]
+    )
+
     # 3. with the OpenTelemetry SDK, cheaper per request than opentelemetry-instrumentation-asgi
     pairs = [
         ("MCPServer", asgi["middleware, session + SDK"], asgi["otel-asgi + SDK"]),
@@ -150,20 +167,18 @@ def verdicts(results: Results) -> list[list[str]]:
         f"otel-asgi +{theirs['added_us']:.0f} ± {theirs['ci_us']:.0f} µs"
         for label, ours, theirs in pairs
     )
-    cheaper = [ours["added_us"] < theirs["added_us"] for _, ours, theirs in pairs]
-    if all(cheaper):
-        shares = [
-            f"{ours['added_us'] / theirs['added_us'] * 100:.0f}% of otel-asgi's added cost on the {label}"
-            for label, ours, theirs in pairs
-            if theirs["added_us"] > 0
-        ]
-        verdict = "met: " + ", ".join(shares)
-    else:
-        verdict = "**not met** on " + ", ".join(
-            label for (label, _, _), ok in zip(pairs, cheaper, strict=True) if not ok
-        )
+    shares = [(label, ours["added_us"] / theirs["added_us"]) for label, ours, theirs in pairs if theirs["added_us"] > 0]
+    text = ", ".join(f"{share * 100:.0f}% of otel-asgi's added cost on the {label}" for label, share in shares)
+    over = [label for label, share in shares if share > OTEL_SHARE]
+    verdict = f"met: {text}" if not over else f"**not met** ({text}); cheaper than otel-asgi on both"
+    if any(share >= 1 for _, share in shares):
+        verdict = f"**not met**, not even cheaper: {text}"
     out.append(
-        ["With the OpenTelemetry SDK configured, cheaper than `opentelemetry-instrumentation-asgi`", measured, verdict]
+        [
+            f"With the OpenTelemetry SDK configured, ≤ {OTEL_SHARE:g}x what `opentelemetry-instrumentation-asgi` adds",
+            measured,
+            verdict,
+        ]
     )
 
     # 4. a 100 MB SSE response: constant memory, no added latency to the first event
@@ -199,6 +214,17 @@ def verdicts(results: Results) -> list[list[str]]:
             failures.append(f"first event {added_first - TRIVIAL_BUDGET_US:.1f} µs over the per-request budget")
         verdict = "**not met**: " + ", ".join(failures)
     out.append([f"A {largest['size_mb']:g} MB SSE response: constant memory, no first-event delay", measured, verdict])
+
+    # 4b. the stream's rate: at least half the bare app's
+    bare = {row["size_mb"]: row for row in sse["rows"] if row["name"] == "bare app"}
+    rates = [(row["size_mb"], row["mb_per_second"] / bare[row["size_mb"]]["mb_per_second"]) for row in streams]
+    measured = "; ".join(
+        f"{size:g} MB: {row['mb_per_second']:.0f} MB/s against {bare[size]['mb_per_second']:.0f} (x{rate:.2f})"
+        for (size, rate), row in zip(rates, streams, strict=True)
+    )
+    slow = [f"{size:g} MB" for size, rate in rates if rate < SSE_RATE]
+    verdict = "met" if not slow else "**not met** at " + ", ".join(slow)
+    out.append([f"A long SSE response at ≥ {SSE_RATE:g}x the bare app's rate", measured, verdict])
 
     # 5. a session's first request on a replica: at most 15 µs over a cached one (HS256)
     checks = {row["name"]: row for row in results["asgi"]["tokens"]["rows"]}
@@ -306,9 +332,10 @@ def uvicorn_table(result: dict[str, Any]) -> str:
         "ratio",
         "added µs",
         "± µs (95%)",
+        "x floor",
         "base",
     ]
-    right = [False, True, True, True, True, True, True, True, False]
+    right = [False, True, True, True, True, True, True, True, True, False]
     rows = [
         [
             row["name"],
@@ -319,6 +346,7 @@ def uvicorn_table(result: dict[str, Any]) -> str:
             f"{row['cpu_ratio']:.3f}",
             "" if row["base"] == row["name"] else f"{row['added_cpu_us']:+.0f}",
             "" if row["base"] == row["name"] else f"{row['ci_us']:.0f}",
+            "" if row.get("floor_multiple") is None else f"{row['floor_multiple']:.2f}",
             row["base"],
         ]
         for row in result["rows"]
@@ -561,31 +589,47 @@ before each stream; CPU s and MB/s are those of the whole stream.
 
 ## Where the time goes
 
-A profile of the session-bearing path on the `MCPServer` (py-spy sampling a
-loop of direct calls, each sample charged to the innermost `mcp_sessions`
-frame; warm timings from `timeit`), which explains the gap to the 5% target:
+The usual request takes the express lane (`_express.py`, see
+[architecture](architecture.md)): no planner, no source chain, and its JSON
+response gets the echo on a short path (`EchoReply`). Timing each of its steps
+(the same code, each step wrapped in a clock; alone, then between
+`MCPServer` calls), a session-bearing `tools/call` with a cached token spends:
 
-- **Parsing JSON twice**, about 10 µs: the request (to find the session and
-  the method) and the response (to find the result the echo goes into; the
-  echo itself is spliced into the original bytes, so the response is never
-  serialized again). A result's size therefore costs one parse, not two.
-- **The ASGI plumbing**, about 10 µs across `__call__`, `_handle_message`,
-  `_forward` and `_Responder.send`: the header dictionary, the replayed
-  `receive`, holding `http.response.start` for a new `Content-Length`, the
-  context variable.
-- **The session**, about 5 µs: the verified-token cache lookup, the store's
-  `touch` (revocation and idle expiry are checked on every request), building
-  the `Session`, and the echo.
-- **A token not yet verified on this replica** pays the direct HS256 check
-  once (see "Checking a session id": PyJWT's path cost about 60 µs more);
-  it is cached until it expires or the cache of verified tokens fills.
-- **SSE**, about 14 µs per event as measured above: the incremental decoder
-  scans every event until the one that answers the request has been
-  rewritten. Events that cannot be responses (no `"id"` member) are no longer
-  parsed as JSON since that run (20 MB of progress events: 81 to 98 MB/s).
+- **reading the request**, about 5 µs alone and 10 µs between server calls:
+  the header dictionary, the body, the scan for repeated member names on the
+  path to the session (five substring counts over the body), and one parse
+  with pydantic-core's `from_json` (the `mcp` SDK's own parser, about twice as
+  fast as `json`);
+- **the session**, about 3.5 µs alone and 7.5 µs between server calls: the
+  verified-token cache, the principal binding, the store's `touch`
+  (revocation and idle expiry are checked on every request) and the
+  `Session` object;
+- **the response**, about 3 µs alone and 9 µs between server calls: one
+  parse, to be sure where the result ends and what its `_meta` holds, and the
+  echo spliced into the original bytes (the response is never serialized
+  again), with a new `Content-Length`;
+- **the glue**: the lane's checks, the replayed `receive`, the reply object,
+  the context variable.
 
-What is left to try, each measured before it lands: a faster JSON parser
-where one is installed.
+Every step costs two to three times more between `MCPServer` calls than in a
+loop of its own (the server's code evicts it from the CPU caches); the floor's
+steps too, which is why the multiples of the floor are much the same in both
+tables. The distance to the floor is what the floor leaves out: the
+repeated-name scan, the token and the store, and a response parsed rather than
+searched.
+
+With an OpenTelemetry SDK recording, the lane is not taken: the request goes
+through the pipeline, which starts a SERVER span per call (its attributes,
+the link to the session's creation span) and records the operation's
+duration. Most of that cost is the SDK's own (`start_span`, attribute
+validation, the span processor, the histogram).
+
+A token not yet verified on this replica pays the direct HS256 check once
+(see "Checking a session id"); it is cached until it expires or the cache of
+verified tokens fills. An SSE stream costs one call per event: a chunk that is
+one notification event passes by its first bytes and its line ends, one with
+no `"id"` member and no backslash by a substring scan, and only a chunk that
+may hold the response is parsed.
 
 ## How to reproduce
 
