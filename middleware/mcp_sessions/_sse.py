@@ -15,8 +15,6 @@ from typing import Final
 __all__ = ["SSERewriter"]
 
 _EOL: Final = re.compile(rb"\r\n|\r|\n")
-# A chunk that ends on a blank line (and with LF: no CRLF split across chunks) holds whole events only.
-_WHOLE_EVENTS: Final = (b"\n\n", b"\r\n\r\n")
 
 Transform = Callable[[str], "str | None"]
 
@@ -67,11 +65,14 @@ class SSERewriter:
     def feed(self, chunk: bytes) -> bytes:
         if self._done:
             return chunk
-        if not self._buf and not self._cr_pending and chunk.endswith(_WHOLE_EVENTS):
+        if self._buf or self._cr_pending:
+            pass  # an event is under way: this chunk continues it
+        # A chunk that ends on a blank line (and with LF: no CRLF split across chunks) holds whole events only.
+        elif (crlf := chunk.endswith(b"\r\n\r\n")) or chunk.endswith(b"\n\n"):
             for opening in self._openings:
                 if chunk.startswith(opening):
                     # One event, its last line the one the opening starts: no other line end before the blank line.
-                    end = len(chunk) - (4 if chunk.endswith(b"\r\n\r\n") else 2)
+                    end = len(chunk) - (4 if crlf else 2)
                     if chunk.find(b"\n", len(opening), end) < 0 and chunk.find(b"\r", len(opening), end) < 0:
                         return chunk
                     break
