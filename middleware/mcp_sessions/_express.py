@@ -7,9 +7,10 @@ it, planning, the session sources and forwarding come down to a few checks.
 Every check that could go another way declines before anything has happened
 (nothing read from the store, nothing sent), and the pipeline then takes the
 request from the start, so the lane decides nothing the pipeline would decide
-differently. The one outcome found after a side effect, a session the store
-refuses (revoked, idle, or the store down), is raised as :class:`Refused` for
-the pipeline to answer as it answers any refusal.
+differently. A named session that does not resolve (its token does not verify,
+or the store refuses it: revoked, idle, or the store down) is raised as
+:class:`Refused`, with the refusal the pipeline gives it, for the pipeline to
+answer as it answers any refusal; the store is then not asked twice.
 
 The lane is built only for the configurations whose pipeline does nothing
 more for such a request: one wire of the draft's shape (its session in
@@ -46,7 +47,7 @@ __all__ = ["Express", "Refused", "express_for"]
 
 
 class Refused(Exception):
-    """The store refused the session the lane verified: the pipeline answers with ``refusal``."""
+    """The session the request names did not resolve: the pipeline answers with ``refusal``."""
 
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(refusal.reason)

@@ -121,7 +121,7 @@ class MCPSessionMiddleware:
         )
         self._express = (
             None
-            if express is None or self._transports is not None
+            if express is None
             else Express(
                 express,
                 sessions=self._sessions,
@@ -173,16 +173,17 @@ class MCPSessionMiddleware:
             try:
                 if await self._express.take(self.app, scope, receive, send, headers, body):
                     return None
-            except Refused as exc:  # the usual request, with a session the store refused
+            except Refused as exc:  # the usual request, naming a session that did not resolve
                 refused = exc.refusal
         replay = Replay(body, receive)
         plan = self._planner.plan(body, headers, start_ns)
-        if plan is None:
-            return await self._pass_through(scope, replay, send, headers)
         if refused is not None:
+            assert plan is not None and not plan.batch  # the lane takes only what the planner plans as one call
             plan.calls[0].refusal = refused
             plan.refused = True
             return await self._conclude(scope, replay, send, plan, None)
+        if plan is None:
+            return await self._pass_through(scope, replay, send, headers)
         if plan.batch and any(call.local is not None for call in plan.calls):
             if (rejection := self._guard.check(http_scope["headers"], body_of(plan))) is not None:
                 return await rejection.send(send)
