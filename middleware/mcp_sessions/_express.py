@@ -91,7 +91,8 @@ class Express:
         # Methods the lane never takes: the wire's own, and those whose result advertises it.
         self._declined = frozenset((*profile.methods, *profile.advertised_per_request, *profile.advertised_handshake))
         self._sessions = sessions
-        self._hosts = hosts
+        # Without telemetry, a host's conversation id matters only when it keeps data (conversation_data).
+        self._hosts = None if hosts.data == "off" else hosts
         self._requires = requires
         self._capability = capability
         self._watch = watch
@@ -118,8 +119,8 @@ class Express:
         meta = params.get("_meta") if type(params) is dict else None
         named = meta.get(self._meta_key) if type(meta) is dict else None
         if named is None:
-            if self._hosts.find(headers, meta) is not None:
-                return False  # a host's conversation: the pipeline records it
+            if self._hosts is not None and self._hosts.find(headers, meta) is not None:
+                return False  # a host's conversation with its data: the pipeline adopts it
             requires = self._requires
             if requires is not None and requires(method, params):
                 return False  # refused for want of a session: the pipeline answers

@@ -279,13 +279,22 @@ results = st.sampled_from(
     shape=st.sampled_from(["compact"] * 4 + ["pretty", "sse", "gzip"]),
     require_session=st.booleans(),
     idle=st.booleans(),
+    conversation_data=st.sampled_from(["off", "off", "anonymous"]),
 )
 def test_the_lane_answers_every_usual_request_as_the_pipeline_does(
-    request: tuple[bytes, list[tuple[bytes, bytes]]], result: Any, shape: str, require_session: bool, idle: bool
+    request: tuple[bytes, list[tuple[bytes, bytes]]],
+    result: Any,
+    shape: str,
+    require_session: bool,
+    idle: bool,
+    conversation_data: Any,
 ) -> None:
     body, headers = request
     with_lane, without = pair(
-        lambda: App(result, shape=shape), require_session=require_session, idle_ttl=3600 if idle else None
+        lambda: App(result, shape=shape),
+        require_session=require_session,
+        idle_ttl=3600 if idle else None,
+        conversation_data=conversation_data,
     )
     assert with_lane._express is not None
     spy = Spy(with_lane._express)
@@ -363,7 +372,6 @@ def test_the_usual_request_takes_the_lane(token: str | None, header: str | None)
         (b'{"jsonrpc":"2.0","method":"notifications/progress"}', "a notification"),
         (b'{"jsonrpc":"2.0","id":1,"method":"sessions/create"}', "a local method"),
         (b'{"jsonrpc":"2.0","id":1,"method":"server/discover"}', "a result that advertises the wire"),
-        (b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"openai/session":"c1"}}}', "a host id"),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )
@@ -375,6 +383,20 @@ def test_anything_unusual_goes_to_the_pipeline(body: bytes, why: str) -> None:
         headers = usual(VALID[0], header=VALID[1])[1]
     run(middleware, body, headers)
     assert spy.taken in ([False], [])  # [] when the lane raised for the pipeline, never here
+
+
+@pytest.mark.parametrize("data", ["off", "anonymous"])
+def test_a_host_conversation_takes_the_lane_unless_it_keeps_data(data: Any) -> None:
+    """Without telemetry, a host's id changes nothing unless conversation_data keeps data for it."""
+    middleware = MCPSessionMiddleware(App(), keys=KEYS, conversation_data=data)
+    spy = lane_of(middleware)
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"openai/session":"c1"}}}'
+    outcome = run(middleware, body, usual(None)[1])
+    assert outcome.forwarded
+    assert spy.taken == [data == "off"]
+    app = middleware.app
+    assert isinstance(app, App)
+    assert (app.calls[0][1] is None) == (data == "off")  # with data: the conversation's session
 
 
 @pytest.mark.parametrize(
