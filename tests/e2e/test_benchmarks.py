@@ -50,11 +50,13 @@ UVICORN_ROWS = {
     "middleware, no session",
     "bare, session body",
     "middleware, with session",
+    "session floor",
     "trivial app",
     "trivial + middleware, no session",
     "trivial + middleware, session",
+    "trivial + session floor",
 }
-SSE_ROWS = {"bare app", "middleware, with session"}
+SSE_ROWS = {"bare app", "middleware, with session", "session floor"}
 TOKEN_ROWS = ["cached", "uncached, direct HS256", "uncached, PyJWT"]
 QUICK_SESSION_COUNTS = [100, 1000]
 
@@ -130,6 +132,9 @@ def test_bench_uvicorn_smoke(results: tuple[Path, dict[str, str]]) -> None:
     assert set(first_cells(printed["uvicorn"])) == UVICORN_ROWS
     numbers = json.loads((directory / "uvicorn.json").read_text())
     assert {row["name"]: row["requests"] for row in numbers["rows"]} == dict.fromkeys(UVICORN_ROWS, 16)
+    rows = {row["name"]: row for row in numbers["rows"]}
+    assert all("floor_multiple" in row for row in rows.values())  # each read against its app's floor
+    assert rows["bare MCPServer"]["floor_multiple"] is None  # a base has no added cost to compare
 
 
 def test_bench_sse_smoke(results: tuple[Path, dict[str, str]]) -> None:
@@ -154,7 +159,7 @@ def test_run_all_renders_the_page(results: tuple[Path, dict[str, str]], tmp_path
     for n in QUICK_SESSION_COUNTS:
         assert f"| {n:,} |" in text
     verdicts = [line for line in text.split("## Verdict")[1].split("##")[0].splitlines() if line.startswith("| ")]
-    assert len(verdicts) == 2 + 6  # header, alignment, one row per target
+    assert len(verdicts) == 2 + 8  # header, alignment, one row per target
 
 
 def test_bench_stores_smoke(tmp_path: Path) -> None:
