@@ -164,6 +164,22 @@ async def test_an_oversized_body_is_refused_with_413(handles: Handles) -> None:
     assert downstream.bodies == []
 
 
+async def test_a_client_gone_before_its_body_gets_no_answer_and_reaches_no_tool(handles: Handles) -> None:
+    downstream = Downstream()
+    app = HandleMiddleware(downstream, handles=handles)
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [(b"content-type", b"application/json")]}
+    await app(scope, receive, send)
+    assert sent == [] and downstream.bodies == []
+
+
 async def test_an_unreachable_store_is_a_retryable_503_never_a_verdict() -> None:
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout=0.3, connect_timeout=0.1)
     handles = Handles(KeySet.from_secret(SECRET), store, kinds=[BASKET])

@@ -15,18 +15,25 @@ import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._protocol import HANDSHAKE_VERSIONS, SESSION_STORE_UNAVAILABLE
+from .. import _jsonrpc as jsonrpc
+from .._answers import send_json, send_result
+from .._body import TOO_LARGE, Replay, read_body
+from .._echo import hashable_id
+from .._protocol import HANDSHAKE_VERSIONS, INTERNAL_ERROR, INVALID_REQUEST, SESSION_STORE_UNAVAILABLE
 from ..stores import SessionStoreUnavailable
 from ._check import check_call, handle_candidates, record_handles
 from ._context import HandleContext, handle_context
 from ._errors import HandleError
 from ._registry import Handles
+
+if TYPE_CHECKING:
+    from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
 
 __all__ = ["HandleMiddleware"]
 
@@ -36,9 +43,6 @@ PrincipalHook = Callable[[Scope], "str | Awaitable[str | None] | None"]
 DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 SPAN_NAME: Final = "mcp_sessions.handles.check"
 _TRACER_NAME: Final = "mcp_sessions.handles"
-_INTERNAL_ERROR: Final = -32603
-_INVALID_REQUEST: Final = -32600
-_DISCONNECTED: Final = b"\x00client disconnected\x00"  # a stand-in, compared by identity (never interned like b"x")
 
 
 def _default_principal(scope: Scope) -> str | None:
@@ -81,11 +85,12 @@ class HandleMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        reply: ASGISendCallable = send  # type: ignore[assignment]  # our own answers, checked as typed events
         try:
             digest = await self._principal_digest(scope)
         except Exception:
             logger.exception("the principal hook failed")
-            return await _send_json(send, 500, _error(None, _INTERNAL_ERROR, "Internal error"))
+            return await send_json(reply, 500, jsonrpc.error(None, INTERNAL_ERROR, "Internal error"), b"")
         context = HandleContext(self.handles, digest)
         headers = dict(reversed(list(scope["headers"])))
         content_type = headers.get(b"content-type", b"").lower()
@@ -93,23 +98,14 @@ class HandleMiddleware:
             with handle_context(context):
                 await self.app(scope, receive, send)
             return
-        declared = headers.get(b"content-length", b"")
-        body = None if declared.isdigit() and int(declared) > self.max_body_size else await self._read_body(receive)
+        typed_receive: ASGIReceiveCallable = receive  # type: ignore[assignment]  # an annotation, not a call
+        body = await read_body(typed_receive, declared_length=headers.get(b"content-length"), limit=self.max_body_size)
         if body is None:
-            limit = f"Request body too large (limit {self.max_body_size} bytes)"
-            return await _send_json(send, 413, _error(None, _INVALID_REQUEST, limit))
-        if body is _DISCONNECTED:
             return None  # the client is gone: nothing to answer
-
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
+        if body is TOO_LARGE:
+            limit = f"Request body too large (limit {self.max_body_size} bytes)"
+            return await send_json(reply, 413, jsonrpc.error(None, INVALID_REQUEST, limit), self._retry_after)
+        assert isinstance(body, bytes)
         try:
             message = json.loads(body)
         except (ValueError, RecursionError):
@@ -118,10 +114,10 @@ class HandleMiddleware:
         if calls:
             answers = await self._check(calls, context)
             if answers is not None:
-                await self._answer(send, headers, message, answers)
+                await self._answer(reply, headers, message, answers)
                 return None
         with handle_context(context):
-            await self.app(scope, replay, send)
+            await self.app(scope, Replay(body, receive), send)
         return None
 
     async def _principal_digest(self, scope: Scope) -> str | None:
@@ -131,19 +127,6 @@ class HandleMiddleware:
         if inspect.isawaitable(principal):
             principal = await principal
         return None if principal is None else self.handles.principal_digest(principal)
-
-    async def _read_body(self, receive: Receive) -> bytes | None:
-        """The whole body; ``None`` past the size limit, :data:`_DISCONNECTED` if the client left."""
-        chunks = bytearray()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return _DISCONNECTED
-            chunks += message.get("body", b"")
-            if len(chunks) > self.max_body_size:
-                return None
-            if not message.get("more_body", False):
-                return bytes(chunks)
 
     async def _check(self, calls: list[dict[str, Any]], context: HandleContext) -> dict[Any, dict[str, Any]] | None:
         """Verify the calls' handles; the answers to send instead of calling the app, or ``None``."""
@@ -168,16 +151,16 @@ class HandleMiddleware:
                 except SessionStoreUnavailable as exc:
                     logger.warning("handle store unavailable: %s", exc)
                     span.set_status(Status(StatusCode.ERROR, "store unavailable"))
-                    return {_key(call.get("id")): {"unavailable": True, "id": call.get("id")}}
+                    return {hashable_id(call.get("id")): {"unavailable": True, "id": call.get("id")}}
                 new = [context.verified[token] for token in context.verified if token not in before]
                 record_handles(span, new, errors)
                 record_handles(parent, new, errors)
             if refusal is not None:
-                answers[_key(call.get("id"))] = {"result": refusal, "id": call.get("id")}
+                answers[hashable_id(call.get("id"))] = {"result": refusal, "id": call.get("id")}
         return answers or None
 
     async def _answer(
-        self, send: Send, headers: dict[bytes, bytes], message: Any, answers: dict[Any, dict[str, Any]]
+        self, send: ASGISendCallable, headers: dict[bytes, bytes], message: Any, answers: dict[Any, dict[str, Any]]
     ) -> None:
         modern = headers.get(b"mcp-protocol-version", b"").decode("latin-1") not in ("", *HANDSHAKE_VERSIONS)
         unavailable = any("unavailable" in a for a in answers.values())
@@ -188,52 +171,22 @@ class HandleMiddleware:
                 continue
             rid = element.get("id")
             if unavailable:
-                responses.append(_error(rid, SESSION_STORE_UNAVAILABLE, "Handle store unavailable, retry later"))
+                responses.append(jsonrpc.error(rid, SESSION_STORE_UNAVAILABLE, "Handle store unavailable, retry later"))
                 continue
-            refused = answers.get(_key(rid))
+            refused = answers.get(hashable_id(rid))
             if refused is None:
-                responses.append(
-                    _error(rid, _INVALID_REQUEST, "batch refused: another element carries a refused handle")
-                )
+                reason = "batch refused: another element carries a refused handle"
+                responses.append(jsonrpc.error(rid, INVALID_REQUEST, reason))
                 continue
             result = dict(refused["result"])
             if modern:
                 result["resultType"] = "complete"
-            responses.append({"jsonrpc": "2.0", "id": rid, "result": result})
+            responses.append(jsonrpc.result(rid, result))
         payload: Any = responses if isinstance(message, list) else responses[0]
-        accept = headers.get(b"accept", b"").lower()
         if unavailable:
-            return await _send_json(send, 503, payload, [(b"retry-after", self._retry_after)])
-        if b"application/json" in accept or b"text/event-stream" not in accept:
-            return await _send_json(send, 200, payload)
-        body = b"event: message\r\ndata: " + _dumps(payload) + b"\r\n\r\n"
-        response_headers = [
-            (b"content-type", b"text/event-stream"),
-            (b"cache-control", b"no-cache, no-transform"),
-            (b"content-length", str(len(body)).encode()),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": response_headers})
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-def _dumps(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "backslashreplace")
-
-
-async def _send_json(send: Send, status: int, payload: Any, extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    body = _dumps(payload)
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra or [])]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+            return await send_json(send, 503, payload, self._retry_after)
+        await send_result(send, payload, accept=headers.get(b"accept", b""))
 
 
 def _is_tools_call(message: Any) -> bool:
     return isinstance(message, dict) and message.get("method") == "tools/call" and "id" in message
-
-
-def _key(request_id: Any) -> Any:
-    return request_id if type(request_id) in (str, int, float) or request_id is None else repr(request_id)
-
-
-def _error(request_id: Any, code: int, text: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": text}}
