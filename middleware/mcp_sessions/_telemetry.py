@@ -88,6 +88,9 @@ class Telemetry:
         self._tracer_provider = tracer_provider
         self._meter_provider = meter_provider
         self._enabled = False
+        # The global providers when the last check found no SDK (none yet: the first request checks).
+        self._quiet_tracer: object | None = _UNSEEN
+        self._quiet_meter: object | None = _UNSEEN
         self.tracer = trace.get_tracer("mcp_sessions", _version(), tracer_provider)
         meter = otel_metrics.get_meter("mcp_sessions", _version(), meter_provider)
         self.operation_duration = meter.create_histogram(
@@ -139,12 +142,20 @@ class Telemetry:
         """
         if self._enabled:
             return True
-        tracer_provider = self._tracer_provider or _global_tracer_provider()
-        meter_provider = self._meter_provider or _global_meter_provider()
+        if (
+            _GLOBALS_READABLE
+            and trace._TRACER_PROVIDER is self._quiet_tracer
+            and _metrics_internal._METER_PROVIDER is self._quiet_meter
+        ):
+            return False  # the global providers are still the ones found without an SDK: two loads, no call
+        global_tracer, global_meter = _global_tracer_provider(), _global_meter_provider()
+        tracer_provider = self._tracer_provider or global_tracer
+        meter_provider = self._meter_provider or global_meter
         enabled = (tracer_provider is not None and type(tracer_provider) not in _NOOP_PROVIDERS) or (
             meter_provider is not None and type(meter_provider) not in _NOOP_PROVIDERS
         )
         self._enabled = enabled
+        self._quiet_tracer, self._quiet_meter = global_tracer, global_meter
         return enabled
 
     def start(
@@ -239,6 +250,11 @@ _NOOP_PROVIDERS: Final[frozenset[type]] = frozenset(
         type(otel_metrics.get_meter_provider()),  # the API's private proxy, until an SDK is set
     }
 )
+
+
+# Whether this OpenTelemetry API keeps its global providers where enabled() reads them on every request.
+_GLOBALS_READABLE: Final = hasattr(trace, "_TRACER_PROVIDER") and hasattr(_metrics_internal, "_METER_PROVIDER")
+_UNSEEN: Final = object()
 
 
 def _global_tracer_provider() -> object | None:

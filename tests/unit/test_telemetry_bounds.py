@@ -156,3 +156,23 @@ def test_known_tools_are_named_from_the_start(
     unknown.end()
     provider.shutdown()
     assert [span.name for span in exporter.get_finished_spans()] == ["tools/call count", "tools/call"]
+
+
+def test_an_sdk_set_after_requests_without_one_is_recorded_from_then_on() -> None:
+    """enabled() remembers the global providers it found without an SDK, and looks again once they change."""
+    from opentelemetry import trace
+    from opentelemetry.metrics import _internal as metrics_internal
+
+    saved = trace._TRACER_PROVIDER, metrics_internal._METER_PROVIDER
+    try:
+        trace._TRACER_PROVIDER = None
+        metrics_internal._METER_PROVIDER = None
+        telemetry = Telemetry()
+        assert telemetry.enabled() is False
+        assert telemetry.enabled() is False  # the same globals: answered from what the first check found
+        trace._TRACER_PROVIDER = TracerProvider()  # an SDK, set the way set_tracer_provider() sets it
+        assert telemetry.enabled() is True
+        trace._TRACER_PROVIDER = None
+        assert telemetry.enabled() is True  # once recording, always recording
+    finally:
+        trace._TRACER_PROVIDER, metrics_internal._METER_PROVIDER = saved
