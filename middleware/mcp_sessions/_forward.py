@@ -54,7 +54,10 @@ def attach(scope: Scope, session: Session | None) -> Token[Session | None]:
     """
     if session is not None:
         scope[SCOPE_KEY] = session
-        scope.setdefault("state", {})[STATE_ATTRIBUTE] = session
+        state = scope.get("state")
+        if state is None:
+            state = scope["state"] = {}
+        state[STATE_ATTRIBUTE] = session
     return _current.set(session)
 
 

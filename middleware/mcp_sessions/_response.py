@@ -151,12 +151,12 @@ async def _send_whole(send: ASGISendCallable, start: HTTPResponseStartEvent, bod
 class _JsonBody:
     """A buffered ``application/json`` body, rewritten once complete."""
 
-    __slots__ = ("_buffer", "_messages", "_send", "_start")
+    __slots__ = ("_buffer", "_send", "_start", "_targets")
 
-    def __init__(self, send: ASGISendCallable, start: HTTPResponseStartEvent, messages: _Messages) -> None:
+    def __init__(self, send: ASGISendCallable, start: HTTPResponseStartEvent, targets: dict[Any, Target]) -> None:
         self._send = send
         self._start = start
-        self._messages = messages
+        self._targets = targets
         self._buffer: bytearray | None = None
 
     async def body(self, message: HTTPResponseBodyEvent) -> None:
@@ -177,7 +177,7 @@ class _JsonBody:
         await _send_whole(self._send, self._start, body)
 
     def _rewritten(self, raw: bytes) -> bytes:
-        rewritten = self._messages.rewrite(raw, _parsed(raw))
+        rewritten = _Messages(self._targets).rewrite(raw, _parsed(raw))
         return raw if rewritten is None else rewritten
 
 
@@ -187,9 +187,14 @@ class _EchoJsonBody(_JsonBody):
     __slots__ = ("_echo", "_key", "_target")
 
     def __init__(
-        self, send: ASGISendCallable, start: HTTPResponseStartEvent, messages: _Messages, key: Any, target: Target
+        self,
+        send: ASGISendCallable,
+        start: HTTPResponseStartEvent,
+        targets: dict[Any, Target],
+        key: Any,
+        target: Target,
     ) -> None:
-        super().__init__(send, start, messages)
+        super().__init__(send, start, targets)
         echo = target.profile.echo
         assert target.echo_only and isinstance(echo, Echo)
         self._key = key
@@ -205,7 +210,7 @@ class _EchoJsonBody(_JsonBody):
             and (spliced := _echo_spliced(raw, message, self._target, self._echo)) is not None
         ):
             return spliced
-        rewritten = self._messages.rewrite(raw, message)  # an error, or bytes the splice cannot take
+        rewritten = _Messages(self._targets).rewrite(raw, message)  # an error, or bytes the splice cannot take
         return raw if rewritten is None else rewritten
 
 
@@ -284,7 +289,7 @@ class ResponseRewriter:
         if content_type is None:
             pass  # an encoded body: passed on untouched
         elif content_type.startswith(_JSON):
-            self._json = self._json_body(message, _Messages(self._targets))
+            self._json = self._json_body(message)
             return
         elif content_type.startswith(_SSE):
             self._sse = _SseBody(_Messages(self._targets))
@@ -294,8 +299,8 @@ class ResponseRewriter:
             }
         await self._send(message)
 
-    def _json_body(self, start: HTTPResponseStartEvent, messages: _Messages) -> _JsonBody:
-        return _JsonBody(self._send, start, messages)
+    def _json_body(self, start: HTTPResponseStartEvent) -> _JsonBody:
+        return _JsonBody(self._send, start, self._targets)
 
 
 class EchoReply(ResponseRewriter):
@@ -312,5 +317,5 @@ class EchoReply(ResponseRewriter):
         self._key = key
         self._target = target
 
-    def _json_body(self, start: HTTPResponseStartEvent, messages: _Messages) -> _JsonBody:
-        return _EchoJsonBody(self._send, start, messages, self._key, self._target)
+    def _json_body(self, start: HTTPResponseStartEvent) -> _JsonBody:
+        return _EchoJsonBody(self._send, start, self._targets, self._key, self._target)
