@@ -176,9 +176,13 @@ class MemoryStore(SessionStore):
         issued_at: float | None = None,
     ) -> SessionStatus:
         """Check a session and move its idle clock (see :meth:`SessionStore.touch`)."""
-        entry = self._current(session_id, now)
+        entry = self._entries.get(session_id)  # _current(), inlined: this runs on every request in a session
+        if entry is not None and entry.expires_at <= now:
+            entry = None
         if entry is not None and entry.revoked:
             return SessionStatus.REVOKED
+        if idle_ttl is None:
+            return SessionStatus.ACTIVE  # no idle clock to check or move
         last_seen = entry.last_seen if entry is not None else None
         if last_seen is None:
             last_seen = now if issued_at is None else issued_at
@@ -186,10 +190,9 @@ class MemoryStore(SessionStore):
             if entry is not None:
                 self._end(entry, expires_at)
             return SessionStatus.IDLE_EXPIRED
-        if idle_ttl is not None:
-            if entry is None:
-                entry = self._insert(session_id, expires_at, now)
-            entry.last_seen = max(now, last_seen)
+        if entry is None:
+            entry = self._insert(session_id, expires_at, now)
+        entry.last_seen = max(now, last_seen)
         return SessionStatus.ACTIVE
 
     async def revoke(self, session_id: str, *, expires_at: float) -> bool:
