@@ -45,9 +45,10 @@ try:  # the parser the mcp SDK reads requests with (pydantic-core's jiter), wher
     from pydantic_core import from_json as fast_loads
 except ImportError:  # pragma: no cover - pydantic-core comes with the mcp SDK and FastAPI
     fast_loads = _decode_utf8
-"""Parse a UTF-8 body with no escapes to plain objects, as fast as this process can; ``ValueError`` if it
-is not JSON. pydantic-core's ``from_json`` (what the ``mcp`` SDK parses requests with) where it is
-installed, else the standard library. Both read such a body alike: the differential tests say so."""
+"""Parse UTF-8 JSON bytes to plain objects, as fast as this process can; ``ValueError`` for anything it
+will not read (not JSON, and for pydantic-core a lone surrogate escape too: callers then use :func:`loads`).
+pydantic-core's ``from_json`` (what the ``mcp`` SDK parses requests with) where it is installed, else the
+standard library. What it reads, it reads as :func:`loads` does: the differential tests say so."""
 
 
 class Watch:
