@@ -169,10 +169,12 @@ def verdicts(results: Results) -> list[list[str]]:
     )
     shares = [(label, ours["added_us"] / theirs["added_us"]) for label, ours, theirs in pairs if theirs["added_us"] > 0]
     text = ", ".join(f"{share * 100:.0f}% of otel-asgi's added cost on the {label}" for label, share in shares)
-    over = [label for label, share in shares if share > OTEL_SHARE]
-    verdict = f"met: {text}" if not over else f"**not met** ({text}); cheaper than otel-asgi on both"
     if any(share >= 1 for _, share in shares):
         verdict = f"**not met**, not even cheaper: {text}"
+    elif any(share > OTEL_SHARE for _, share in shares):
+        verdict = f"**not met** ({text}); cheaper than otel-asgi on both"
+    else:
+        verdict = f"met: {text}"
     out.append(
         [
             f"With the OpenTelemetry SDK configured, ≤ {OTEL_SHARE:g}x what `opentelemetry-instrumentation-asgi` adds",

@@ -20,7 +20,7 @@ sessions; and it is taken only while no OpenTelemetry SDK records.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -31,11 +31,12 @@ from ._echo import Target, hashable_id
 from ._forward import attach
 from ._jsonrpc import Watch, fast_loads
 from ._plan import era_of
-from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from ._response import EchoReply
 from ._service import SessionRefused, SessionService
 from ._session import _current
 from .profiles import Echo, SessionCarrier, WireProfile
+from .sources.data_layer import refusal_of
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable
@@ -64,7 +65,6 @@ class Express:
         "_id_member",
         "_meta_key",
         "_profile",
-        "_refusal_of",
         "_requires",
         "_sessions",
         "_state_member",
@@ -80,7 +80,6 @@ class Express:
         requires: Requires | None,
         capability: dict[str, dict[str, Any]],
         watch: Watch,
-        refusal_of: Callable[[WireProfile, str, SessionRefused], Refusal],
     ) -> None:
         carrier = profile.carrier
         assert isinstance(carrier, SessionCarrier)
@@ -96,7 +95,6 @@ class Express:
         self._requires = requires
         self._capability = capability
         self._watch = watch
-        self._refusal_of = refusal_of
 
     async def take(
         self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes], body: bytes
@@ -118,7 +116,7 @@ class Express:
         params = message.get("params")
         meta = params.get("_meta") if type(params) is dict else None
         named = meta.get(self._meta_key) if type(meta) is dict else None
-        if named is None:
+        if named is None:  # no session named (null is none)
             if self._hosts is not None and self._hosts.find(headers, meta) is not None:
                 return False  # a host's conversation with its data: the pipeline adopts it
             requires = self._requires
@@ -126,21 +124,21 @@ class Express:
                 return False  # refused for want of a session: the pipeline answers
             await app(scope, Replay(body, receive), send)
             return True
+        # The carrier's rules (SessionCarrier.read) for a plain object: anything else, the pipeline refuses.
         if type(named) is not dict:
             return False
         token = named.get(self._id_member)
         state = None if self._state_member is None else named.get(self._state_member)
         if type(token) is not str or (state is not None and type(state) is not str):
             return False
-        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        era = era_of(version)
+        era = era_of(headers.get(MCP_PROTOCOL_VERSION_HEADER))
         header = headers.get(MCP_SESSION_ID_HEADER)
-        if header is not None and era is Era.PER_REQUEST and header != token.encode():
+        if header is not None and era.session_header and header != token.encode():
             return False  # the header names another session: the pipeline refuses
         try:
             session = await self._sessions.resolve(scope, token, state)
         except SessionRefused as exc:
-            raise Refused(self._refusal_of(self._profile, token, exc)) from None
+            raise Refused(refusal_of(self._profile, token, exc)) from None
         except Refusal as refusal:  # the store is unavailable
             raise Refused(refusal) from None
         target = Target(self._profile, session, advertised=(), capability=self._capability, era=era, operation=None)

@@ -51,7 +51,6 @@ from ._telemetry import Telemetry
 from ._transport import TransportSessions
 from .handles import handle_context
 from .sources import DataLayerSource, SessionSource
-from .sources.data_layer import refusal_of
 from .sources.host import HostConversationSource
 from .sources.transport import TransportSource, is_transport_session_id
 
@@ -129,7 +128,6 @@ class MCPSessionMiddleware:
                 requires=self._requires,
                 capability=self._capability,
                 watch=self._planner.watch,
-                refusal_of=refusal_of,
             )
         )
         self._telemetry = Telemetry(

@@ -73,12 +73,8 @@ class _Messages:
         instead of serializing the whole message again.
         """
         echo_only = self._echo_only
-        if echo_only is not None:
-            key, only, only_echo = echo_only
-            if "method" in message or hashable_id(message.get("id")) != key:
-                return None  # notifications, server requests, other ids: nothing to look at
-            if (spliced := _echo_spliced(raw, message, only, only_echo)) is not None:
-                return spliced
+        if echo_only is not None and (spliced := _answer_spliced(raw, message, *echo_only)) is not None:
+            return spliced
         target = self.target_of(message)
         if target is None:
             return None  # notifications, server requests, other ids: nothing to look at
@@ -101,8 +97,11 @@ class _Messages:
         return self.targets.get(hashable_id(message.get("id")))
 
 
-def _echo_spliced(raw: bytes, message: dict[str, Any], target: Target, echo: Echo) -> bytes | None:
-    """``raw`` with the session's echo spliced in, when the bytes allow it (see :func:`splice_point`)."""
+def _answer_spliced(raw: bytes, message: dict[str, Any], key: Any, target: Target, echo: Echo) -> bytes | None:
+    """``raw`` with the echo of ``target``'s session spliced in, when ``message`` answers request ``key``
+    and the bytes allow it (see :func:`splice_point`); ``None`` otherwise."""
+    if "method" in message or hashable_id(message.get("id")) != key:
+        return None  # notifications, server requests, other ids
     at = splice_point(raw, message, echo.meta_key)
     if at is None:
         return None
@@ -184,7 +183,7 @@ class _JsonBody:
 class _EchoJsonBody(_JsonBody):
     """The usual JSON body: one request's response, gaining its session's echo and nothing else."""
 
-    __slots__ = ("_echo", "_key", "_target")
+    __slots__ = ("_echo_only",)
 
     def __init__(
         self,
@@ -197,18 +196,11 @@ class _EchoJsonBody(_JsonBody):
         super().__init__(send, start, targets)
         echo = target.profile.echo
         assert target.echo_only and isinstance(echo, Echo)
-        self._key = key
-        self._target = target
-        self._echo = echo
+        self._echo_only = (key, target, echo)
 
     def _rewritten(self, raw: bytes) -> bytes:
         message = _parsed(raw)
-        if (
-            type(message) is dict
-            and "method" not in message
-            and hashable_id(message.get("id")) == self._key
-            and (spliced := _echo_spliced(raw, message, self._target, self._echo)) is not None
-        ):
+        if type(message) is dict and (spliced := _answer_spliced(raw, message, *self._echo_only)) is not None:
             return spliced
         rewritten = _Messages(self._targets).rewrite(raw, message)  # an error, or bytes the splice cannot take
         return raw if rewritten is None else rewritten
