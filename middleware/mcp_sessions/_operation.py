@@ -34,6 +34,7 @@ class Operation:
         "error_type",
         "method",
         "method_name",
+        "metric_attributes",
         "protocol_version",
         "session_id",
         "span",
@@ -64,6 +65,8 @@ class Operation:
         if protocol_version is not None and protocol_version not in KNOWN_VERSIONS:
             self.version_name = OTHER
         self._named_target = self.target_name()
+        self.metric_attributes = self._metric_attributes()
+        """The duration metric's attributes (and the span's first ones), built once: copy before changing."""
         self.error_type: str | None = None
         self.status_code: str | None = None
         self.error_message: str | None = None
@@ -92,7 +95,7 @@ class Operation:
         target = self._named_target
         return self.method_name if target is None or target == OTHER else f"{self.method_name} {target}"
 
-    def metric_attributes(self) -> dict[str, Any]:
+    def _metric_attributes(self) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             "mcp.method.name": self.method_name,
             "network.transport": "tcp",
@@ -197,24 +200,27 @@ class Operation:
             return
         self._ended = True
         duration = time.perf_counter() - self._t0
-        attributes = self.metric_attributes()
-        if self.error_type is not None:
-            attributes["error.type"] = self.error_type
-            if self.status_code is not None:
-                attributes["rpc.response.status_code"] = self.status_code
+        attributes = self.metric_attributes
         span = self.span
-        if span.is_recording() and self.target is not None:
+        if self.target is not None:
             target = self.target_name()
-            if target == OTHER:
-                span.set_attribute("mcp_sessions.target_original", _original(self.target))
-            elif target != self._named_target:  # learned from this very answer: name the span after it
-                span.update_name(f"{self.method_name} {target}")
-                span.set_attribute("gen_ai.tool.name" if self.method == "tools/call" else "gen_ai.prompt.name", target)
-        if span.is_recording() and self.error_type is not None:
+            learned = target != self._named_target  # from this very answer: the metric and the span say it
+            if learned:
+                attributes = self._metric_attributes()
+            if span.is_recording():
+                if target == OTHER:
+                    span.set_attribute("mcp_sessions.target_original", _original(self.target))
+                elif learned:
+                    span.update_name(f"{self.method_name} {target}")
+                    name = "gen_ai.tool.name" if self.method == "tools/call" else "gen_ai.prompt.name"
+                    span.set_attribute(name, target)
+        if self.error_type is not None:
             errors = {"error.type": self.error_type}
             if self.status_code is not None:
                 errors["rpc.response.status_code"] = self.status_code
-            span.set_attributes(errors)
-            span.set_status(StatusCode.ERROR, self.error_message)
+            attributes = {**attributes, **errors}
+            if span.is_recording():
+                span.set_attributes(errors)
+                span.set_status(StatusCode.ERROR, self.error_message)
         span.end()
         self.telemetry.operation_duration.record(duration, attributes)

@@ -6,6 +6,7 @@ session id).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Final
 
 from opentelemetry import baggage, context, propagate, trace
@@ -37,6 +38,12 @@ def span_context_from_traceparent(value: Any) -> SpanContext | None:
     """A remote SpanContext from our own ``tp`` claim (version 00 only)."""
     if type(value) is not str or len(value) != 55:
         return None
+    return _span_context(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _span_context(value: str) -> SpanContext | None:
+    """Parsed once per creation span: every request of a session links to the same one."""
     try:
         version, trace_id, span_id, flags = value.split("-")
         if version != "00":
@@ -48,11 +55,16 @@ def span_context_from_traceparent(value: Any) -> SpanContext | None:
 
 
 def extract(carrier: dict[str, str]) -> Context | None:
+    """The remote parent a request names; its baggage never names the session (only the middleware does)."""
     try:
         ctx = propagate.extract(carrier)
     except (ValueError, TypeError):
         return None
-    return ctx if trace.get_current_span(ctx).get_span_context().is_valid else None
+    if not trace.get_current_span(ctx).get_span_context().is_valid:
+        return None
+    if baggage.get_baggage(SESSION_BAGGAGE_KEY, ctx) is not None:
+        ctx = baggage.remove_baggage(SESSION_BAGGAGE_KEY, ctx)
+    return ctx
 
 
 def attach_session(session_id: str) -> object:

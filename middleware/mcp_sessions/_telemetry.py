@@ -29,7 +29,7 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.metrics import _internal as _metrics_internal
-from opentelemetry.trace import NonRecordingSpan, SpanKind, TracerProvider
+from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TracerProvider
 
 from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _original, _RejectionCounter
 from ._names import _redacted as _redacted
@@ -47,6 +47,9 @@ TraceMode = Literal["link", "session"]
 # The conventions' bucket advice for both MCP duration histograms.
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 TRANSPORT_SESSION_PREFIX: Final = "ts-"
+# The attributes of the links a SERVER span may have: to the session's creation, to the transport's context.
+_CREATED: Final = {"mcp_sessions.link": "session.created"}
+_HTTP_REQUEST: Final = {"mcp_sessions.link": "http.request"}
 
 
 def _version() -> str:
@@ -196,48 +199,51 @@ class Telemetry:
             name = params.get("name")
             target = name if type(name) is str else None
         op = Operation(self, trace.INVALID_SPAN, method, target, protocol_version, session_id)
-        span = op.span = self.tracer.start_span(
-            op.span_name(), context=parent, kind=SpanKind.SERVER, start_time=start_ns
+        # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
+        attributes = dict(op.metric_attributes)
+        if op.method_name == OTHER:
+            attributes["mcp_sessions.method_original"] = _original(method)
+        if op.version_name == OTHER and protocol_version is not None:
+            attributes["mcp_sessions.protocol_version_original"] = _original(protocol_version)
+        request_id = message.get("id")
+        if request_id is not None and type(request_id) in (str, int, float):
+            attributes["jsonrpc.request.id"] = str(request_id)
+        if method in ("resources/read", "resources/subscribe", "resources/unsubscribe") and isinstance(params, dict):
+            uri = params.get("uri")
+            if type(uri) is str:
+                attributes["mcp.resource.uri"] = uri
+        attributes["network.protocol.version"] = scope.get("http_version", "1.1")
+        client = scope.get("client")
+        if client:
+            attributes["client.address"] = client[0]
+            attributes["client.port"] = client[1]
+        if session_id is not None:
+            attributes["session.id"] = session_id
+            attributes["gen_ai.conversation.id"] = session_id
+            if session_source is not None:
+                attributes[SESSION_SOURCE_ATTRIBUTE] = session_source
+        if user_id is not None:
+            attributes["user.id"] = user_id
+        transport_session = None if modern else headers.get(b"mcp-session-id")
+        if transport_session is not None:
+            # The 2025-era transport session, a bearer value (or whatever a client put there): only a digest.
+            digest = self._transport_digest or self.transport_session_digest
+            attributes["mcp.session.id"] = digest(transport_session)
+        links = None
+        if creation is not None:
+            links = [Link(creation, _CREATED)]
+        if meta_parent is not None and header_parent is not None:
+            # The conventions: parent from _meta, link the transport's context.
+            header_span = trace.get_current_span(header_parent).get_span_context()
+            links = [*(links or ()), Link(header_span, _HTTP_REQUEST)]
+        op.span = self.tracer.start_span(
+            op.span_name(),
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            links=links,
+            start_time=start_ns,
         )
-        if span.is_recording():
-            attributes = op.metric_attributes()
-            if op.method_name == OTHER:
-                attributes["mcp_sessions.method_original"] = _original(method)
-            if op.version_name == OTHER and protocol_version is not None:
-                attributes["mcp_sessions.protocol_version_original"] = _original(protocol_version)
-            request_id = message.get("id")
-            if request_id is not None and type(request_id) in (str, int, float):
-                attributes["jsonrpc.request.id"] = str(request_id)
-            if method in ("resources/read", "resources/subscribe", "resources/unsubscribe") and isinstance(
-                params, dict
-            ):
-                uri = params.get("uri")
-                if type(uri) is str:
-                    attributes["mcp.resource.uri"] = uri
-            attributes["network.protocol.version"] = scope.get("http_version", "1.1")
-            client = scope.get("client")
-            if client:
-                attributes["client.address"] = client[0]
-                attributes["client.port"] = client[1]
-            if session_id is not None:
-                attributes["session.id"] = session_id
-                attributes["gen_ai.conversation.id"] = session_id
-                if session_source is not None:
-                    attributes[SESSION_SOURCE_ATTRIBUTE] = session_source
-            if user_id is not None:
-                attributes["user.id"] = user_id
-            transport_session = None if modern else headers.get(b"mcp-session-id")
-            if transport_session is not None:
-                # The 2025-era transport session, a bearer value (or whatever a client put there): only a digest.
-                digest = self._transport_digest or self.transport_session_digest
-                attributes["mcp.session.id"] = digest(transport_session)
-            span.set_attributes(attributes)
-            if creation is not None:
-                span.add_link(creation, {"mcp_sessions.link": "session.created"})
-            if meta_parent is not None and header_parent is not None:
-                # The conventions: parent from _meta, link the transport's context.
-                header_span = trace.get_current_span(header_parent).get_span_context()
-                span.add_link(header_span, {"mcp_sessions.link": "http.request"})
         return op
 
 

@@ -65,8 +65,8 @@ class SentrySessionSpanProcessor(SessionSpanProcessor):
 
     Like :class:`SessionSpanProcessor` it reads the id from the baggage the
     middleware sets, so it tags the spans started inside a request (the MCP
-    SDK's own span, your spans), never the middleware's own span, whose
-    attributes are set after it starts. A span that already has
+    SDK's own span, your spans), never the middleware's own span, which
+    starts before the middleware sets the baggage. A span that already has
     ``mcp.session.id`` keeps it.
     """
 

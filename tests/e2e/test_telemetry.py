@@ -770,6 +770,30 @@ def test_every_span_inside_a_session_request_knows_the_session(
         assert "session.id" not in attrs(span), span.name
 
 
+@pytest.mark.parametrize("context", ["meta", "header"])
+def test_a_client_cannot_name_the_session_in_its_baggage(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, context: str
+) -> None:
+    """``session.id`` baggage from the client names no span: only the middleware names the session."""
+    client = ModernClient(http, servers["json"])
+    token, sid, _ = create(client, spans)
+    carrier = {"traceparent": traceparent(*META_TRACE), "baggage": "session.id=forged"}
+    meta = carrier if context == "meta" else None
+    headers = carrier if context == "header" else {}
+    client.call_tool("lookup", {"q": "with"}, session=session_meta(token), meta=meta, id=41, **headers)
+    client.call_tool("lookup", {"q": "without"}, meta=meta, id=42, **headers)
+    finished = spans.wait_middleware(3)
+
+    with_session = by_request_id(finished, MIDDLEWARE_SCOPE, "41")
+    without = by_request_id(finished, MIDDLEWARE_SCOPE, "42")
+    assert parent_of(with_session) == parent_of(without) == META_TRACE  # the client's context was read
+    for span, expected in ((with_session, sid), (without, None)):
+        sdk = sdk_child(finished, span)
+        for one_span in (span, sdk, user_child(finished, sdk)):
+            assert attrs(one_span).get("session.id") == expected, one_span.name
+    assert not any("forged" in text for span in finished for text in span_strings(span))
+
+
 # -- the real SDK client ------------------------------------------------------------------------
 
 
