@@ -9,6 +9,11 @@ code's added cost to the base's.
 
     python benchmarks/bench_versions.py --base 4acf941
     python benchmarks/bench_versions.py --base HEAD~5 --requests 400 --smoke
+
+``--sdk`` configures the OpenTelemetry SDK first (as ``bench_asgi.py`` does) and
+adds ``opentelemetry-instrumentation-asgi`` on the same app, so that each
+middleware's added cost also reads as a share of otel-asgi's; ``--trivial``
+wraps the trivial app instead of the ``MCPServer``.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from _harness import (
     run_lifespan,
     session_body,
     session_headers,
+    trivial_app,
 )
 
 from mcp_sessions import MCPSessionMiddleware
@@ -61,15 +67,23 @@ def import_base(revision: str, into: Path) -> Any:
     return importlib.import_module("mcp_sessions_base").MCPSessionMiddleware
 
 
-async def measure(base_class: Any, requests: int) -> dict[str, list[float]]:
+async def measure(base_class: Any, requests: int, *, sdk: bool, trivial: bool) -> dict[str, list[float]]:
     inner = build_mcp_app()
     stop = await run_lifespan(inner)
-    apps: dict[str, App] = {
-        "bare": inner,
-        "pass-through": PassThrough(inner),
-        "base": base_class(inner, secret=SECRET),
-        "this": MCPSessionMiddleware(inner, secret=SECRET),
-    }
+    wrapped = trivial_app if trivial else inner
+    options: dict[str, Any] = {}
+    apps: dict[str, App] = {"bare": wrapped, "pass-through": PassThrough(wrapped)}
+    if sdk:
+        from bench_asgi import install_sdk
+        from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+        install_sdk()
+        options["meter_provider"] = MeterProvider(metric_readers=[InMemoryMetricReader()])
+        apps["otel-asgi"] = OpenTelemetryMiddleware(wrapped, meter_provider=options["meter_provider"])
+    apps["base"] = base_class(wrapped, secret=SECRET, **options)
+    apps["this"] = MCPSessionMiddleware(wrapped, secret=SECRET, **options)
     cases: dict[str, tuple[App, Any]] = {}
     for name, app in apps.items():
         cases[f"{name}, no session"] = (app, request(plain_body(), NAME_HEADERS))
@@ -96,10 +110,14 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the git revision to compare with")
     parser.add_argument("--requests", type=int, default=2000, help="measured requests per case")
     parser.add_argument("--smoke", action="store_true", help="a few requests: check that it runs")
+    parser.add_argument("--sdk", action="store_true", help="with the OpenTelemetry SDK, and otel-asgi beside")
+    parser.add_argument("--trivial", action="store_true", help="wrap the trivial app, not the MCPServer")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         base_class = import_base(args.base, Path(tmp))
-        samples = asyncio.run(measure(base_class, 20 if args.smoke else args.requests))
+        samples = asyncio.run(
+            measure(base_class, 20 if args.smoke else args.requests, sdk=args.sdk, trivial=args.trivial)
+        )
     medians = {name: median(values) for name, values in samples.items()}
     bare = medians["bare, no session"]
     rows = [[name, f"{value:.1f}", f"{value - bare:+.1f}"] for name, value in medians.items()]
@@ -110,6 +128,11 @@ def main() -> None:
         this_added = medians[f"this, {kind}"] - bare
         print(f"{kind}: this adds {this_added:.1f} µs, {args.base} added {base_added:.1f} µs", end="")
         print(f" (this/base {this_added / base_added:.2f})" if base_added > 0 else "")
+    if args.sdk:
+        otel_added = medians["otel-asgi, no session"] - bare
+        for name in ("base", "this"):
+            share = (medians[f"{name}, session"] - bare) / otel_added
+            print(f"{name}, session: {share:.2f}x what otel-asgi adds ({otel_added:.1f} µs)")
 
 
 if __name__ == "__main__":

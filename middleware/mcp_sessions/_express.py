@@ -61,6 +61,7 @@ class Express:
     __slots__ = (
         "_capability",
         "_declined",
+        "_echo",
         "_hosts",
         "_id_member",
         "_meta_key",
@@ -82,8 +83,9 @@ class Express:
         watch: Watch,
     ) -> None:
         carrier = profile.carrier
-        assert isinstance(carrier, SessionCarrier)
+        assert isinstance(carrier, SessionCarrier) and isinstance(profile.echo, Echo)
         self._profile = profile
+        self._echo = profile.echo
         self._meta_key = carrier.meta_key
         self._id_member = carrier.id_member
         self._state_member = carrier.state_member
@@ -143,7 +145,7 @@ class Express:
             raise Refused(refusal) from None
         target = Target(self._profile, session, advertised=(), capability=self._capability, era=era, operation=None)
         typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
-        reply = EchoReply(typed_send, hashable_id(message["id"]), target)
+        reply = EchoReply(typed_send, hashable_id(message["id"]), target, self._echo)
         context = attach(scope, session)
         try:
             await app(scope, Replay(body, receive), reply.send)

@@ -14,7 +14,6 @@ from starlette.types import Message
 
 from . import _jsonrpc as jsonrpc
 from ._echo import CHANGED, Target, annotate, hashable_id, splice_point
-from ._jsonrpc import fast_loads
 from ._service import iso
 from ._sse import SSERewriter
 from .profiles import Echo
@@ -111,20 +110,6 @@ def _answer_spliced(raw: bytes, message: dict[str, Any], key: Any, target: Targe
     return b"".join((raw[: at[0]], at[1], echoed, at[2], raw[at[0] :]))
 
 
-def _parsed(raw: bytes) -> Any:
-    """A response body, parsed; ``None`` when it is not JSON.
-
-    A compact UTF-8 object, as servers send, goes to the fast parser, which reads it as the standard
-    one does; anything else (and anything the fast parser refuses) to :func:`jsonrpc.loads`.
-    """
-    if raw[:1] == b"{":
-        try:
-            return fast_loads(raw)
-        except ValueError:
-            pass
-    return jsonrpc.loads(raw)
-
-
 def _content_type(start: HTTPResponseStartEvent) -> bytes | None:
     """The response's content type, lower-cased (``b""`` without one); ``None`` for an encoded body."""
     content_type = b""
@@ -135,6 +120,25 @@ def _content_type(start: HTTPResponseStartEvent) -> bytes | None:
         elif name == b"content-encoding":
             return None
     return content_type
+
+
+def _json_headers(start: HTTPResponseStartEvent) -> list[tuple[bytes, bytes]] | None:
+    """For a JSON body that is not encoded, the start's headers but ``Content-Length``; ``None`` otherwise.
+
+    One pass for what :func:`_content_type` and :func:`_send_whole` read (the last ``Content-Type`` counts).
+    """
+    headers = []
+    json = False
+    for name, value in start.get("headers", ()):
+        lowered = name.lower()
+        if lowered == b"content-type":
+            json = bytes(value).lower().startswith(_JSON)
+        elif lowered == b"content-encoding":
+            return None
+        elif lowered == b"content-length":
+            continue
+        headers.append((name, value))
+    return headers if json else None
 
 
 async def _send_whole(send: ASGISendCallable, start: HTTPResponseStartEvent, body: bytes) -> None:
@@ -176,33 +180,7 @@ class _JsonBody:
         await _send_whole(self._send, self._start, body)
 
     def _rewritten(self, raw: bytes) -> bytes:
-        rewritten = _Messages(self._targets).rewrite(raw, _parsed(raw))
-        return raw if rewritten is None else rewritten
-
-
-class _EchoJsonBody(_JsonBody):
-    """The usual JSON body: one request's response, gaining its session's echo and nothing else."""
-
-    __slots__ = ("_echo_only",)
-
-    def __init__(
-        self,
-        send: ASGISendCallable,
-        start: HTTPResponseStartEvent,
-        targets: dict[Any, Target],
-        key: Any,
-        target: Target,
-    ) -> None:
-        super().__init__(send, start, targets)
-        echo = target.profile.echo
-        assert target.echo_only and isinstance(echo, Echo)
-        self._echo_only = (key, target, echo)
-
-    def _rewritten(self, raw: bytes) -> bytes:
-        message = _parsed(raw)
-        if type(message) is dict and (spliced := _answer_spliced(raw, message, *self._echo_only)) is not None:
-            return spliced
-        rewritten = _Messages(self._targets).rewrite(raw, message)  # an error, or bytes the splice cannot take
+        rewritten = _Messages(self._targets).rewrite(raw, jsonrpc.loads(raw))
         return raw if rewritten is None else rewritten
 
 
@@ -281,7 +259,7 @@ class ResponseRewriter:
         if content_type is None:
             pass  # an encoded body: passed on untouched
         elif content_type.startswith(_JSON):
-            self._json = self._json_body(message)
+            self._json = _JsonBody(self._send, message, self._targets)
             return
         elif content_type.startswith(_SSE):
             self._sse = _SseBody(_Messages(self._targets))
@@ -291,23 +269,65 @@ class ResponseRewriter:
             }
         await self._send(message)
 
-    def _json_body(self, start: HTTPResponseStartEvent) -> _JsonBody:
-        return _JsonBody(self._send, start, self._targets)
 
-
-class EchoReply(ResponseRewriter):
+class EchoReply:
     """The rewriter of the usual response: to one request in a data-layer session, gaining only its echo.
 
-    A JSON body gets the echo spliced into its bytes on a short path; anything
-    else is rewritten as :class:`ResponseRewriter` rewrites it.
+    A JSON body that comes whole gets the echo spliced into its bytes on a
+    short path (a few calls, every check of :func:`splice_point` kept);
+    anything else goes to a :class:`ResponseRewriter`, which rewrites it as
+    it rewrites any response.
     """
 
-    __slots__ = ("_key", "_target")
+    __slots__ = ("_done", "_echo", "_general", "_headers", "_key", "_send", "_start", "_target")
 
-    def __init__(self, send: ASGISendCallable, key: Any, target: Target) -> None:
-        super().__init__(send, {key: target})
+    def __init__(self, send: ASGISendCallable, key: Any, target: Target, echo: Echo) -> None:
+        self._send = send
         self._key = key
         self._target = target
+        self._echo = echo  # target.profile.echo, as the lane knows it
+        self._start: HTTPResponseStartEvent | None = None
+        self._general: ResponseRewriter | None = None
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._done = False
 
-    def _json_body(self, start: HTTPResponseStartEvent) -> _JsonBody:
-        return _EchoJsonBody(self._send, start, self._targets, self._key, self._target)
+    async def send(self, message: Message) -> None:
+        """The ``send`` the app gets."""
+        general = self._general
+        if general is not None:
+            return await general.send(message)
+        event: ASGISendEvent = message  # type: ignore[assignment]  # an annotation, not a call
+        if self._done:
+            return await self._send(event)  # after the last body: untouched
+        start = self._start
+        if start is None:
+            if event["type"] == "http.response.start" and (headers := _json_headers(event)) is not None:
+                self._start = event  # held until the body, whose length changes
+                self._headers = headers
+                return None
+        elif event["type"] == "http.response.body" and not event.get("more_body", False):
+            self._done = True
+            body = self._echoed(event.get("body", b""))
+            headers = self._headers
+            headers.append((b"content-length", str(len(body)).encode()))
+            await self._send({**start, "headers": headers})
+            return await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        # Anything else (a stream, a body in parts): the general rewriter from here on, from the start.
+        general = self._general = ResponseRewriter(self._send, {self._key: self._target})
+        if start is not None:
+            await general.send(start)  # type: ignore[arg-type]  # the app's own message, held
+        return await general.send(message)
+
+    def _echoed(self, raw: bytes) -> bytes:
+        """The whole JSON body with the echo (``raw`` itself when nothing changes), as :class:`_JsonBody` has it."""
+        try:
+            message = jsonrpc.loads(raw)
+            if type(message) is dict:
+                spliced = _answer_spliced(raw, message, self._key, self._target, self._echo)
+                if spliced is not None:
+                    return spliced
+            rewritten = _Messages({self._key: self._target}).rewrite(raw, message)  # an error, or odd bytes
+        except Exception:  # never let a rewriting bug break a response
+            logger.exception("could not add session metadata to a response")
+            return raw
+        return raw if rewritten is None else rewritten

@@ -59,11 +59,13 @@ IDLE = KEYS.mint_session_token(ttl=86400, now=NOW - 7200)[0]
 
 
 class App(Downstream):
-    """Records what reaches it and answers one JSON-RPC result: JSON (compact or not), SSE, or gzip'd JSON."""
+    """Records what reaches it and answers one JSON-RPC result (or error): JSON (compact or not), SSE, or
+    gzip'd JSON, in one body message or two."""
 
-    def __init__(self, result: Any = None, *, shape: str = "compact") -> None:
+    def __init__(self, result: Any = None, *, shape: str = "compact", pieces: int = 2) -> None:
         super().__init__(result)
         self.shape = shape
+        self.pieces = pieces
         self.calls: list[Any] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -76,7 +78,9 @@ class App(Downstream):
         except ValueError:
             parsed = None
         request_id = parsed.get("id") if isinstance(parsed, dict) else None
-        answer = {"jsonrpc": "2.0", "id": request_id, "result": self.result}
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "result": self.result}
+        if self.shape == "error":
+            answer = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": "no"}}
         if self.shape == "sse":
             payload = b"event: message\ndata: " + json.dumps(answer).encode() + b"\n\n"
             content_type = b"text/event-stream"
@@ -91,6 +95,9 @@ class App(Downstream):
             headers.append((b"content-encoding", b"gzip"))
         headers.append((b"content-length", str(len(payload)).encode()))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if self.pieces == 1:
+            await send({"type": "http.response.body", "body": payload})
+            return
         half = len(payload) // 2  # in two pieces: the rewriter must gather them
         await send({"type": "http.response.body", "body": payload[:half], "more_body": True})
         await send({"type": "http.response.body", "body": payload[half:]})
@@ -276,7 +283,8 @@ results = st.sampled_from(
 @given(
     request=usual_requests(),
     result=results,
-    shape=st.sampled_from(["compact"] * 4 + ["pretty", "sse", "gzip"]),
+    shape=st.sampled_from(["compact"] * 4 + ["pretty", "sse", "gzip", "error"]),
+    pieces=st.sampled_from([1, 1, 2]),
     require_session=st.booleans(),
     idle=st.booleans(),
     conversation_data=st.sampled_from(["off", "off", "anonymous"]),
@@ -285,13 +293,14 @@ def test_the_lane_answers_every_usual_request_as_the_pipeline_does(
     request: tuple[bytes, list[tuple[bytes, bytes]]],
     result: Any,
     shape: str,
+    pieces: int,
     require_session: bool,
     idle: bool,
     conversation_data: Any,
 ) -> None:
     body, headers = request
     with_lane, without = pair(
-        lambda: App(result, shape=shape),
+        lambda: App(result, shape=shape, pieces=pieces),
         require_session=require_session,
         idle_ttl=3600 if idle else None,
         conversation_data=conversation_data,
