@@ -16,27 +16,37 @@ The lane is built only for the configurations whose pipeline does nothing
 more for such a request: one wire of the draft's shape (its session in
 ``params._meta``, echoed in ``result._meta``), no handles, no transport
 sessions; and it is taken only while no OpenTelemetry SDK records.
+
+It runs on every request, between two calls of a server whose own code has
+evicted it from the CPU caches, where each call and each object costs two to
+three times what it costs in a tight loop. So :func:`express_lane` builds it once
+as one closure over everything it reads, with the steps of the pipeline it
+stands for written inline (each says which): the replay and the reply are
+closures of the request, as in a hand-written session layer. The property
+tests in ``tests/asgi/test_express.py`` hold it to the pipeline byte for byte.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._answers import Refusal
-from ._body import Replay
-from ._echo import Target, hashable_id
-from ._forward import attach
+from . import _jsonrpc as jsonrpc
+from ._answers import Refusal, store_unavailable
+from ._echo import Target, splice_point
 from ._jsonrpc import Watch, fast_loads
 from ._plan import era_of
+from ._principal import PRINCIPAL_CLAIM
 from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
-from ._response import EchoReply
-from ._service import SessionRefused, SessionService
-from ._session import _current
+from ._response import ResponseRewriter, _Messages, logger
+from ._service import SessionRefused, SessionService, iso
+from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
 from .profiles import Echo, SessionCarrier, WireProfile
 from .sources.data_layer import refusal_of
+from .stores import SessionStatus, SessionStoreUnavailable
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable
@@ -44,7 +54,14 @@ if TYPE_CHECKING:
     from ._policy import Requires
     from .sources.host import HostConversationSource
 
-__all__ = ["Express", "Refused", "express_for"]
+__all__ = ["Refused", "Take", "express_for", "express_lane"]
+
+Take = Callable[[ASGIApp, Scope, Receive, Send, dict[bytes, bytes], bytes], Awaitable[bool]]
+
+_JSON: Final = b"application/json"
+_ACTIVE: Final = SessionStatus.ACTIVE
+# A request id as the rewriters key it (_echo.hashable_id): these and null as they are, others by repr.
+_PLAIN_IDS: Final = (str, int, float)
 
 
 class Refused(Exception):
@@ -55,56 +72,44 @@ class Refused(Exception):
         self.refusal = refusal
 
 
-class Express:
-    """The short path for the usual request of one wire (see the module's docstring)."""
+def express_lane(
+    profile: WireProfile,
+    *,
+    sessions: SessionService,
+    hosts: HostConversationSource,
+    requires: Requires | None,
+    capability: dict[str, dict[str, Any]],
+    watch: Watch,
+) -> Take:
+    """The lane for ``profile``: ``take(app, scope, receive, send, headers, body)`` forwards the request
+    if it is the usual one, returns ``False`` having done nothing if it is not, and raises
+    :class:`Refused` for a named session that does not resolve."""
+    carrier, echo = profile.carrier, profile.echo
+    assert isinstance(carrier, SessionCarrier) and isinstance(echo, Echo)
+    meta_key, id_member, state_member = carrier.meta_key, carrier.id_member, carrier.state_member
+    echo_key = echo.meta_key
+    # Methods the lane never takes: the wire's own, and those whose result advertises it.
+    declined = frozenset((*profile.methods, *profile.advertised_per_request, *profile.advertised_handshake))
+    # Without telemetry, a host's conversation id matters only when it keeps data (conversation_data).
+    host_source = None if hosts.data == "off" else hosts
+    needs_check = watch.needs_check
+    keys, store, idle_ttl = sessions.keys, sessions.store, sessions.idle_ttl
+    cached_claims, leeway, touch = keys.cached_session_claims, keys.leeway, store.touch
+    direct_touch = sessions.touch_takes_issued_at
+    resolve, refused, new_session = sessions.resolve, sessions.refused, sessions.session
+    now_of = time.time
 
-    __slots__ = (
-        "_capability",
-        "_declined",
-        "_echo",
-        "_hosts",
-        "_id_member",
-        "_meta_key",
-        "_profile",
-        "_requires",
-        "_sessions",
-        "_state_member",
-        "_watch",
-    )
-
-    def __init__(
-        self,
-        profile: WireProfile,
-        *,
-        sessions: SessionService,
-        hosts: HostConversationSource,
-        requires: Requires | None,
-        capability: dict[str, dict[str, Any]],
-        watch: Watch,
-    ) -> None:
-        carrier = profile.carrier
-        assert isinstance(carrier, SessionCarrier) and isinstance(profile.echo, Echo)
-        self._profile = profile
-        self._echo = profile.echo
-        self._meta_key = carrier.meta_key
-        self._id_member = carrier.id_member
-        self._state_member = carrier.state_member
-        # Methods the lane never takes: the wire's own, and those whose result advertises it.
-        self._declined = frozenset((*profile.methods, *profile.advertised_per_request, *profile.advertised_handshake))
-        self._sessions = sessions
-        # Without telemetry, a host's conversation id matters only when it keeps data (conversation_data).
-        self._hosts = None if hosts.data == "off" else hosts
-        self._requires = requires
-        self._capability = capability
-        self._watch = watch
+    def target(session: Session, headers: dict[bytes, bytes]) -> Target:
+        """What the general rewriter needs for the lane's response: its session's echo, and nothing else."""
+        era = era_of(headers.get(MCP_PROTOCOL_VERSION_HEADER))
+        return Target(profile, session, advertised=(), capability=capability, era=era, operation=None)
 
     async def take(
-        self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes], body: bytes
+        app: ASGIApp, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes], body: bytes
     ) -> bool:
-        """Forward the request if it is the usual one; ``False``, having done nothing, if it is not."""
         # An escape could spell a name or a lone surrogate, a repeated name could mean another session
         # to the server, and anything but a plain object is not the usual request: the pipeline reads those.
-        if body[:1] != b"{" or self._watch.needs_check(body):
+        if body[:1] != b"{" or needs_check(body):
             return False
         try:
             message = fast_loads(body)
@@ -113,45 +118,156 @@ class Express:
         if type(message) is not dict or message.get("jsonrpc") != "2.0" or "id" not in message:
             return False
         method = message.get("method")
-        if type(method) is not str or method in self._declined:
+        if type(method) is not str or method in declined:
             return False
         params = message.get("params")
         meta = params.get("_meta") if type(params) is dict else None
-        named = meta.get(self._meta_key) if type(meta) is dict else None
+        named = meta.get(meta_key) if type(meta) is dict else None
+
+        replayed = False
+
+        async def replay() -> Message:  # _body.Replay: the body once, then the real receive
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
         if named is None:  # no session named (null is none)
-            if self._hosts is not None and self._hosts.find(headers, meta) is not None:
+            if host_source is not None and host_source.find(headers, meta) is not None:
                 return False  # a host's conversation with its data: the pipeline adopts it
-            requires = self._requires
             if requires is not None and requires(method, params):
                 return False  # refused for want of a session: the pipeline answers
-            await app(scope, Replay(body, receive), send)
+            await app(scope, replay, send)
             return True
+
         # The carrier's rules (SessionCarrier.read) for a plain object: anything else, the pipeline refuses.
         if type(named) is not dict:
             return False
-        token = named.get(self._id_member)
-        state = None if self._state_member is None else named.get(self._state_member)
+        token = named.get(id_member)
+        state = None if state_member is None else named.get(state_member)
         if type(token) is not str or (state is not None and type(state) is not str):
             return False
-        era = era_of(headers.get(MCP_PROTOCOL_VERSION_HEADER))
         header = headers.get(MCP_SESSION_ID_HEADER)
-        if header is not None and era.session_header and header != token.encode():
+        if (
+            header is not None
+            and header != token.encode()
+            and era_of(headers.get(MCP_PROTOCOL_VERSION_HEADER)).session_header
+        ):
             return False  # the header names another session: the pipeline refuses
+
+        # SessionService.resolve, for a token already verified that binds no principal and carries no
+        # state; the store's touch and its refusals as there. Anything else: resolve itself.
+        now = now_of()
+        claims = cached_claims(token)
+        if (
+            claims is None
+            or claims.expires_at + leeway <= now
+            or state is not None
+            or not direct_touch
+            or claims.extra.get(PRINCIPAL_CLAIM) is not None
+        ):
+            try:
+                session = await resolve(scope, token, state)
+            except SessionRefused as exc:
+                raise Refused(refusal_of(profile, token, exc)) from None
+            except Refusal as refusal:  # the store is unavailable
+                raise Refused(refusal) from None
+        else:
+            try:
+                status = await touch(
+                    claims.session_id,
+                    expires_at=claims.expires_at,
+                    now=now,
+                    idle_ttl=idle_ttl,
+                    issued_at=claims.issued_at,
+                )
+            except SessionStoreUnavailable as exc:
+                raise Refused(store_unavailable(exc)) from None
+            if status is not _ACTIVE:
+                raise Refused(refusal_of(profile, token, refused(status.value, claims.session_id)))
+            session = new_session(token, claims, now)
+
+        # _forward.attach: the session where the app reads it.
+        scope[SCOPE_KEY] = session
+        app_state = scope.get("state")
+        if app_state is None:
+            app_state = scope["state"] = {}
+        app_state[STATE_ATTRIBUTE] = session
+        request_id = message["id"]
+        key = request_id if type(request_id) in _PLAIN_IDS or request_id is None else repr(request_id)
+
+        # The reply (ResponseRewriter, for the usual response): a JSON body that comes whole, not
+        # encoded, gets the echo spliced into its bytes and a new Content-Length; anything else (a
+        # stream, a body in parts, an encoding) goes to the general rewriter from the response's start.
+        start: Message | None = None
+        kept: list[tuple[bytes, bytes]] = []  # the start's headers but Content-Length
+        general: ResponseRewriter | None = None
+        done = False
+
+        async def reply(event: Message) -> None:
+            nonlocal start, general, done
+            if general is not None:
+                return await general.send(event)
+            if done:
+                return await send(event)  # after the last body: untouched
+            if start is None:
+                if event["type"] == "http.response.start":
+                    plain_json = False
+                    for name, value in event.get("headers", ()):  # _response._content_type, in one pass
+                        lowered = name.lower()
+                        if lowered == b"content-length":
+                            continue
+                        if lowered == b"content-type":
+                            plain_json = bytes(value).lower().startswith(_JSON)
+                        elif lowered == b"content-encoding":
+                            plain_json = False
+                            break
+                        kept.append((name, value))
+                    if plain_json:
+                        start = event  # held until the body, whose length changes
+                        return None
+            elif event["type"] == "http.response.body" and not event.get("more_body", False):
+                done = True
+                raw = event.get("body", b"")
+                answer = echoed(raw)
+                kept.append((b"content-length", str(len(answer)).encode()))
+                await send({**start, "headers": kept})
+                return await send({"type": "http.response.body", "body": answer, "more_body": False})
+            typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
+            general = ResponseRewriter(typed_send, {key: target(session, headers)})
+            if start is not None:
+                await general.send(start)  # the app's own start, held
+            return await general.send(event)
+
+        def echoed(raw: bytes) -> bytes:
+            """The body with the echo (``raw`` itself when nothing changes), as _response._JsonBody has it."""
+            try:
+                parsed = jsonrpc.loads(raw)
+                # _response.answer_spliced: the response to this request, bytes the splice can take.
+                if type(parsed) is dict and "method" not in parsed:
+                    response_id = parsed.get("id")
+                    same = type(response_id) in _PLAIN_IDS or response_id is None
+                    if (response_id if same else repr(response_id)) == key:
+                        at = splice_point(raw, parsed, echo_key)
+                        if at is not None:
+                            expires = iso(int(session.expires_at_timestamp))
+                            member = echo.to_json(session.token, session.state_token, expires)
+                            return b"".join((raw[: at[0]], at[1], member, at[2], raw[at[0] :]))
+                rewritten = _Messages({key: target(session, headers)}).rewrite(raw, parsed)  # an error, odd bytes
+            except Exception:  # never let a rewriting bug break a response
+                logger.exception("could not add session metadata to a response")
+                return raw
+            return raw if rewritten is None else rewritten
+
+        context = _current.set(session)
         try:
-            session = await self._sessions.resolve(scope, token, state)
-        except SessionRefused as exc:
-            raise Refused(refusal_of(self._profile, token, exc)) from None
-        except Refusal as refusal:  # the store is unavailable
-            raise Refused(refusal) from None
-        target = Target(self._profile, session, advertised=(), capability=self._capability, era=era, operation=None)
-        typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
-        reply = EchoReply(typed_send, hashable_id(message["id"]), target, self._echo)
-        context = attach(scope, session)
-        try:
-            await app(scope, Replay(body, receive), reply.send)
+            await app(scope, replay, reply)
         finally:
             _current.reset(context)
         return True
+
+    return take
 
 
 def express_for(

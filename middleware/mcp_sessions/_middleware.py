@@ -23,7 +23,7 @@ from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
 from ._digest import IdDigests
 from ._echo import Target, advertising_tables, hashable_id
-from ._express import Express, Refused, express_for
+from ._express import Refused, express_for, express_lane
 from ._forward import run_app, targets_of
 from ._handle_check import answer_refused_handles, check_handles
 from ._lifespan import watch_lifespan
@@ -121,7 +121,7 @@ class MCPSessionMiddleware:
         self._express = (
             None
             if express is None
-            else Express(
+            else express_lane(
                 express,
                 sessions=self._sessions,
                 hosts=hosts,
@@ -152,8 +152,19 @@ class MCPSessionMiddleware:
         http_scope: HTTPScope = scope  # type: ignore[assignment]
         reply: ASGISendCallable = send  # type: ignore[assignment]  # our own answers, checked as typed events
         typed_receive: ASGIReceiveCallable = receive  # type: ignore[assignment]
-        headers = headers_of(http_scope)
-        if not self._is_for_us(http_scope, headers):
+        raw_headers = http_scope["headers"]
+        # As headers_of() reads them, inline for the usual list without a repeated name.
+        if not isinstance(raw_headers, list) or len(headers := dict(reversed(raw_headers))) != len(raw_headers):
+            headers = headers_of(http_scope)  # another iterable, or a repeated header
+        # JSON-RPC posts to the MCP path are ours; everything else passes (_pass_through).
+        content_type = headers.get(b"content-type")
+        paths = self.config.paths
+        if (
+            http_scope["method"] != "POST"
+            or content_type is None
+            or not content_type.lower().startswith(_JSON_CONTENT_TYPE)
+            or (paths is not None and http_scope["path"] not in paths and route_path(http_scope) not in paths)
+        ):
             return await self._pass_through(scope, receive, send, headers)
         start_ns = time.time_ns()
         body = await read_body(
@@ -169,7 +180,7 @@ class MCPSessionMiddleware:
         refused = None
         if self._express is not None and not self._telemetry.enabled():
             try:
-                if await self._express.take(self.app, scope, receive, send, headers, body):
+                if await self._express(self.app, scope, receive, send, headers, body):
                     return None
             except Refused as exc:  # the usual request, naming a session that did not resolve
                 refused = exc.refusal
@@ -216,16 +227,6 @@ class MCPSessionMiddleware:
         return await self._forward(scope, replay, send, plan)
 
     # -- the steps ------------------------------------------------------------------
-
-    def _is_for_us(self, scope: HTTPScope, headers: dict[bytes, bytes]) -> bool:
-        content_type = headers.get(b"content-type")
-        paths = self.config.paths
-        return (
-            scope["method"] == "POST"
-            and content_type is not None
-            and content_type.lower().startswith(_JSON_CONTENT_TYPE)
-            and (paths is None or scope["path"] in paths or route_path(scope) in paths)
-        )
 
     async def _resolve(self, scope: Scope, plan: Plan) -> None:
         """Find each call's session, or its refusal, through the session sources in order."""

@@ -21,7 +21,9 @@ from .profiles import Echo
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable, ASGISendEvent, HTTPResponseBodyEvent, HTTPResponseStartEvent
 
-__all__ = ["EchoReply", "ResponseRewriter"]
+    from ._session import Session
+
+__all__ = ["ResponseRewriter"]
 
 logger = logging.getLogger("mcp_sessions")
 
@@ -45,12 +47,12 @@ class _Messages:
     def __init__(self, targets: dict[Any, Target]) -> None:
         self.targets = targets
         # The usual response: to one request, in a data-layer session, gaining the echo and nothing else.
-        self._echo_only: tuple[Any, Target, Echo] | None = None
+        self._echo_only: tuple[Any, Session, Echo] | None = None
         if len(targets) == 1:
             ((key, target),) = targets.items()
             echo = target.profile.echo
-            if target.echo_only and isinstance(echo, Echo):
-                self._echo_only = (key, target, echo)
+            if target.echo_only and target.session is not None and isinstance(echo, Echo):
+                self._echo_only = (key, target.session, echo)
 
     def rewrite(self, raw: bytes, parsed: Any) -> bytes | None:
         """The new bytes of a response body (one message or a batch), or None when unchanged."""
@@ -96,16 +98,14 @@ class _Messages:
         return self.targets.get(hashable_id(message.get("id")))
 
 
-def _answer_spliced(raw: bytes, message: dict[str, Any], key: Any, target: Target, echo: Echo) -> bytes | None:
-    """``raw`` with the echo of ``target``'s session spliced in, when ``message`` answers request ``key``
-    and the bytes allow it (see :func:`splice_point`); ``None`` otherwise."""
+def _answer_spliced(raw: bytes, message: dict[str, Any], key: Any, session: Session, echo: Echo) -> bytes | None:
+    """``raw`` with ``session``'s echo spliced in, when ``message`` answers request ``key`` and the bytes
+    allow it (see :func:`splice_point`); ``None`` otherwise."""
     if "method" in message or hashable_id(message.get("id")) != key:
         return None  # notifications, server requests, other ids
     at = splice_point(raw, message, echo.meta_key)
     if at is None:
         return None
-    session = target.session
-    assert session is not None
     echoed = echo.to_json(session.token, session.state_token, iso(int(session.expires_at_timestamp)))
     return b"".join((raw[: at[0]], at[1], echoed, at[2], raw[at[0] :]))
 
@@ -120,25 +120,6 @@ def _content_type(start: HTTPResponseStartEvent) -> bytes | None:
         elif name == b"content-encoding":
             return None
     return content_type
-
-
-def _json_headers(start: HTTPResponseStartEvent) -> list[tuple[bytes, bytes]] | None:
-    """For a JSON body that is not encoded, the start's headers but ``Content-Length``; ``None`` otherwise.
-
-    One pass for what :func:`_content_type` and :func:`_send_whole` read (the last ``Content-Type`` counts).
-    """
-    headers = []
-    json = False
-    for name, value in start.get("headers", ()):
-        lowered = name.lower()
-        if lowered == b"content-type":
-            json = bytes(value).lower().startswith(_JSON)
-        elif lowered == b"content-encoding":
-            return None
-        elif lowered == b"content-length":
-            continue
-        headers.append((name, value))
-    return headers if json else None
 
 
 async def _send_whole(send: ASGISendCallable, start: HTTPResponseStartEvent, body: bytes) -> None:
@@ -268,66 +249,3 @@ class ResponseRewriter:
                 "headers": [(n, v) for n, v in message.get("headers", ()) if n.lower() != b"content-length"],
             }
         await self._send(message)
-
-
-class EchoReply:
-    """The rewriter of the usual response: to one request in a data-layer session, gaining only its echo.
-
-    A JSON body that comes whole gets the echo spliced into its bytes on a
-    short path (a few calls, every check of :func:`splice_point` kept);
-    anything else goes to a :class:`ResponseRewriter`, which rewrites it as
-    it rewrites any response.
-    """
-
-    __slots__ = ("_done", "_echo", "_general", "_headers", "_key", "_send", "_start", "_target")
-
-    def __init__(self, send: ASGISendCallable, key: Any, target: Target, echo: Echo) -> None:
-        self._send = send
-        self._key = key
-        self._target = target
-        self._echo = echo  # target.profile.echo, as the lane knows it
-        self._start: HTTPResponseStartEvent | None = None
-        self._general: ResponseRewriter | None = None
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._done = False
-
-    async def send(self, message: Message) -> None:
-        """The ``send`` the app gets."""
-        general = self._general
-        if general is not None:
-            return await general.send(message)
-        event: ASGISendEvent = message  # type: ignore[assignment]  # an annotation, not a call
-        if self._done:
-            return await self._send(event)  # after the last body: untouched
-        start = self._start
-        if start is None:
-            if event["type"] == "http.response.start" and (headers := _json_headers(event)) is not None:
-                self._start = event  # held until the body, whose length changes
-                self._headers = headers
-                return None
-        elif event["type"] == "http.response.body" and not event.get("more_body", False):
-            self._done = True
-            body = self._echoed(event.get("body", b""))
-            headers = self._headers
-            headers.append((b"content-length", str(len(body)).encode()))
-            await self._send({**start, "headers": headers})
-            return await self._send({"type": "http.response.body", "body": body, "more_body": False})
-        # Anything else (a stream, a body in parts): the general rewriter from here on, from the start.
-        general = self._general = ResponseRewriter(self._send, {self._key: self._target})
-        if start is not None:
-            await general.send(start)  # type: ignore[arg-type]  # the app's own message, held
-        return await general.send(message)
-
-    def _echoed(self, raw: bytes) -> bytes:
-        """The whole JSON body with the echo (``raw`` itself when nothing changes), as :class:`_JsonBody` has it."""
-        try:
-            message = jsonrpc.loads(raw)
-            if type(message) is dict:
-                spliced = _answer_spliced(raw, message, self._key, self._target, self._echo)
-                if spliced is not None:
-                    return spliced
-            rewritten = _Messages({self._key: self._target}).rewrite(raw, message)  # an error, or odd bytes
-        except Exception:  # never let a rewriting bug break a response
-            logger.exception("could not add session metadata to a response")
-            return raw
-        return raw if rewritten is None else rewritten

@@ -136,13 +136,29 @@ class SessionService:
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:
-            logger.debug("session rejected: %s (sid=%s)", exc.reason, sid)
-            raise SessionRefused(rejection_reason(exc.reason), sid) from None
+            raise self.refused(exc.reason, sid) from None
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
+        return self.session(token, claims, now, state_token, state_json)
+
+    @staticmethod
+    def refused(reason: str, session_id: str | None) -> SessionRefused:
+        """Why a session id names no live session (``reason`` as the check said it), logged at debug level."""
+        logger.debug("session rejected: %s (sid=%s)", reason, session_id)
+        return SessionRefused(rejection_reason(reason), session_id)
+
+    def session(
+        self,
+        token: str,
+        claims: SessionClaims,
+        now: float,
+        state_token: str | None = None,
+        state_json: str | None = None,
+    ) -> Session:
+        """The :class:`Session` the app sees, for claims verified and a store touched at ``now``."""
         return Session(
             token=token,
-            session_id=sid,
+            session_id=claims.session_id,
             issued_at=claims.issued_at,
             expires_at=claims.expires_at,
             claims=claims.extra,
@@ -153,6 +169,11 @@ class SessionService:
             now=now,
             idle_ttl=self.idle_ttl,
         )
+
+    @property
+    def touch_takes_issued_at(self) -> bool:
+        """Whether the store's ``touch`` takes ``issued_at`` (every store but one written before it did)."""
+        return self._touch_takes_issued_at
 
     async def _touch(self, session_id: str, *, expires_at: float, now: float, issued_at: float | None) -> SessionStatus:
         """The store's touch, with ``issued_at`` for a store that takes it (one written before does not)."""

@@ -51,7 +51,7 @@ from asgi.test_fuzz import (
 )
 from mcp_sessions import MCPSessionMiddleware, SessionStoreUnavailable, get_session
 from mcp_sessions import _jsonrpc as jsonrpc
-from mcp_sessions._express import Express
+from mcp_sessions._express import Take
 from mcp_sessions.stores import MemoryStore, SessionStatus
 
 # Issued two hours ago and never used: with a one-hour idle timeout, the store ends it on its first use.
@@ -121,12 +121,12 @@ class CountingStore(MemoryStore):
 class Spy:
     """Stands in for the middleware's lane and records what it decided."""
 
-    def __init__(self, lane: Express) -> None:
+    def __init__(self, lane: Take) -> None:
         self.lane = lane
         self.taken: list[bool] = []
 
-    async def take(self, *args: Any) -> bool:
-        taken = await self.lane.take(*args)
+    async def __call__(self, *args: Any) -> bool:
+        taken = await self.lane(*args)
         self.taken.append(taken)
         return taken
 
@@ -343,7 +343,7 @@ def usual(token: str | None, *, request_id: Any = 7, header: str | None = None) 
 
 def lane_of(middleware: MCPSessionMiddleware) -> Spy:
     lane = middleware._express
-    assert isinstance(lane, Express)
+    assert lane is not None
     spy = Spy(lane)
     middleware._express = spy  # type: ignore[assignment]
     return spy
