@@ -41,7 +41,7 @@ from ._jsonrpc import Watch, fast_loads
 from ._plan import era_of
 from ._principal import PRINCIPAL_CLAIM
 from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
-from ._response import ResponseRewriter, _Messages, logger
+from ._response import ResponseRewriter, _Messages, _SseBody, logger
 from ._service import SessionRefused, SessionService, iso
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
 from .profiles import Echo, SessionCarrier, WireProfile
@@ -203,10 +203,18 @@ def express_lane(
         start: Message | None = None
         kept: list[tuple[bytes, bytes]] = []  # the start's headers but Content-Length
         general: ResponseRewriter | None = None
+        stream: _SseBody | None = None  # the general rewriter's, for an event stream
         done = False
 
         async def reply(event: Message) -> None:
-            nonlocal start, general, done
+            nonlocal start, general, stream, done
+            if stream is not None and event["type"] == "http.response.body":
+                # ResponseRewriter.send's stream branch: the usual event costs one call.
+                body = event.get("body", b"")
+                chunk = stream.feed(body)
+                if chunk is body and event.get("more_body", False):
+                    return await send(event)
+                return await send(stream.rewrite(event, chunk))  # type: ignore[arg-type]
             if general is not None:
                 return await general.send(event)
             if done:
@@ -238,7 +246,9 @@ def express_lane(
             general = ResponseRewriter(typed_send, {key: target(session, headers)})
             if start is not None:
                 await general.send(start)  # the app's own start, held
-            return await general.send(event)
+            await general.send(event)
+            stream = general.stream
+            return None
 
         def echoed(raw: bytes) -> bytes:
             """The body with the echo (``raw`` itself when nothing changes), as _response._JsonBody has it."""

@@ -217,6 +217,11 @@ class ResponseRewriter:
         self._sse: _SseBody | None = None
         self.status = 0
 
+    @property
+    def stream(self) -> _SseBody | None:
+        """The event stream being rewritten, once the response's start said it is one."""
+        return self._sse
+
     async def send(self, message: Message) -> None:
         """The ``send`` the app gets: response events are read as the typed ASGI events they are."""
         event: ASGISendEvent = message  # type: ignore[assignment]  # an annotation, not a call
