@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import Token
 from typing import TYPE_CHECKING, Any, Final
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from . import _jsonrpc as jsonrpc
 from ._answers import Refusal, store_unavailable
@@ -54,9 +55,12 @@ if TYPE_CHECKING:
     from ._policy import Requires
     from .sources.host import HostConversationSource
 
-__all__ = ["Refused", "Take", "express_for", "express_lane"]
+__all__ = ["Exchange", "Refused", "Take", "express_for", "express_lane"]
 
-Take = Callable[[ASGIApp, Scope, Receive, Send, dict[bytes, bytes], bytes], Awaitable[bool]]
+Exchange = tuple[Receive, Send, Token[Session | None] | None]
+"""What the app is called with (the replayed ``receive``, the ``send`` it answers through), and the
+context variable's token to reset once it is done (``None`` without a session)."""
+Take = Callable[[Scope, Receive, Send, dict[bytes, bytes], bytes], Awaitable[Exchange | None]]
 
 _JSON: Final = b"application/json"
 _ACTIVE: Final = SessionStatus.ACTIVE
@@ -81,9 +85,12 @@ def express_lane(
     capability: dict[str, dict[str, Any]],
     watch: Watch,
 ) -> Take:
-    """The lane for ``profile``: ``take(app, scope, receive, send, headers, body)`` forwards the request
-    if it is the usual one, returns ``False`` having done nothing if it is not, and raises
-    :class:`Refused` for a named session that does not resolve."""
+    """The lane for ``profile``: ``take(scope, receive, send, headers, body)`` returns what to call the app
+    with if the request is the usual one (the session attached), ``None`` having done nothing if it is
+    not, and raises :class:`Refused` for a named session that does not resolve.
+
+    The caller calls the app itself, so that the lane is not one more coroutine on the stack that every
+    suspension of the app goes through."""
     carrier, echo = profile.carrier, profile.echo
     assert isinstance(carrier, SessionCarrier) and isinstance(echo, Echo)
     meta_key, id_member, state_member = carrier.meta_key, carrier.id_member, carrier.state_member
@@ -105,21 +112,21 @@ def express_lane(
         return Target(profile, session, advertised=(), capability=capability, era=era, operation=None)
 
     async def take(
-        app: ASGIApp, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes], body: bytes
-    ) -> bool:
+        scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes], body: bytes
+    ) -> Exchange | None:
         # An escape could spell a name or a lone surrogate, a repeated name could mean another session
         # to the server, and anything but a plain object is not the usual request: the pipeline reads those.
         if body[:1] != b"{" or needs_check(body):
-            return False
+            return None
         try:
             message = fast_loads(body)
         except ValueError:
-            return False
+            return None
         if type(message) is not dict or message.get("jsonrpc") != "2.0" or "id" not in message:
-            return False
+            return None
         method = message.get("method")
         if type(method) is not str or method in declined:
-            return False
+            return None
         params = message.get("params")
         meta = params.get("_meta") if type(params) is dict else None
         named = meta.get(meta_key) if type(meta) is dict else None
@@ -135,26 +142,25 @@ def express_lane(
 
         if named is None:  # no session named (null is none)
             if host_source is not None and host_source.find(headers, meta) is not None:
-                return False  # a host's conversation with its data: the pipeline adopts it
+                return None  # a host's conversation with its data: the pipeline adopts it
             if requires is not None and requires(method, params):
-                return False  # refused for want of a session: the pipeline answers
-            await app(scope, replay, send)
-            return True
+                return None  # refused for want of a session: the pipeline answers
+            return replay, send, None
 
         # The carrier's rules (SessionCarrier.read) for a plain object: anything else, the pipeline refuses.
         if type(named) is not dict:
-            return False
+            return None
         token = named.get(id_member)
         state = None if state_member is None else named.get(state_member)
         if type(token) is not str or (state is not None and type(state) is not str):
-            return False
+            return None
         header = headers.get(MCP_SESSION_ID_HEADER)
         if (
             header is not None
             and header != token.encode()
             and era_of(headers.get(MCP_PROTOCOL_VERSION_HEADER)).session_header
         ):
-            return False  # the header names another session: the pipeline refuses
+            return None  # the header names another session: the pipeline refuses
 
         # SessionService.resolve, for a token already verified that binds no principal and carries no
         # state; the store's touch and its refusals as there. Anything else: resolve itself.
@@ -270,12 +276,7 @@ def express_lane(
                 return raw
             return raw if rewritten is None else rewritten
 
-        context = _current.set(session)
-        try:
-            await app(scope, replay, reply)
-        finally:
-            _current.reset(context)
-        return True
+        return replay, reply, _current.set(session)
 
     return take
 

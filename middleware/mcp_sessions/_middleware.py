@@ -46,7 +46,7 @@ from ._request import (
     strip_session_members,
 )
 from ._service import SessionRefused, SessionService
-from ._session import Session
+from ._session import Session, _current
 from ._telemetry import Telemetry
 from ._transport import TransportSessions
 from .handles import handle_context
@@ -180,10 +180,17 @@ class MCPSessionMiddleware:
         refused = None
         if self._express is not None and not self._telemetry.enabled():
             try:
-                if await self._express(self.app, scope, receive, send, headers, body):
-                    return None
+                exchange = await self._express(scope, receive, send, headers, body)
             except Refused as exc:  # the usual request, naming a session that did not resolve
                 refused = exc.refusal
+            else:
+                if exchange is not None:  # the usual request: the app called here, one coroutine less
+                    replayed, answer, context = exchange
+                    try:
+                        return await self.app(scope, replayed, answer)
+                    finally:
+                        if context is not None:
+                            _current.reset(context)
         replay = Replay(body, receive)
         plan = self._planner.plan(body, headers, start_ns)
         if refused is not None:

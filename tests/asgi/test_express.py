@@ -51,7 +51,7 @@ from asgi.test_fuzz import (
 )
 from mcp_sessions import MCPSessionMiddleware, SessionStoreUnavailable, get_session
 from mcp_sessions import _jsonrpc as jsonrpc
-from mcp_sessions._express import Take
+from mcp_sessions._express import Exchange, Take
 from mcp_sessions.stores import MemoryStore, SessionStatus
 
 # Issued two hours ago and never used: with a one-hour idle timeout, the store ends it on its first use.
@@ -125,10 +125,10 @@ class Spy:
         self.lane = lane
         self.taken: list[bool] = []
 
-    async def __call__(self, *args: Any) -> bool:
-        taken = await self.lane(*args)
-        self.taken.append(taken)
-        return taken
+    async def __call__(self, *args: Any) -> Exchange | None:
+        exchange = await self.lane(*args)
+        self.taken.append(exchange is not None)
+        return exchange
 
 
 def pair(app_of: Any, **options: Any) -> tuple[MCPSessionMiddleware, MCPSessionMiddleware]:
