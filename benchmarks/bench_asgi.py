@@ -45,7 +45,11 @@ per process and the MCP SDK's own span always uses it:
    span; the middleware adds its SERVER span, session link, baggage and
    metrics; ``opentelemetry-instrumentation-asgi``'s ``OpenTelemetryMiddleware``
    (default options: an HTTP SERVER span plus its internal receive/send spans,
-   and HTTP metrics) wraps the same apps for comparison.
+   and HTTP metrics) wraps the same apps for comparison. The "SDK floor" rows
+   (``SdkFloor``) do the SDK work alone that the middleware asks for on a
+   session-bearing call, and nothing else: the same SERVER span (name,
+   attributes and link copied from one the middleware recorded), its context
+   with the session in baggage for the app, one point of the same histogram.
 
 Each phase keeps its own pass-through control and interleaves only its own
 cases; "bare MCPServer + SDK" is compared with phase 1's bare app, across
@@ -95,14 +99,16 @@ from _harness import (
     write_json,
 )
 from itsdangerous import TimestampSigner
-from opentelemetry import trace
+from opentelemetry import baggage, context, trace
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 from starlette.middleware.sessions import SessionMiddleware
+from starlette.types import Receive, Scope, Send
 
 from mcp_sessions import KeySet, MCPSessionMiddleware
 from mcp_sessions.stores import MemoryStore
@@ -111,6 +117,16 @@ from mcp_sessions.telemetry import SessionSpanProcessor
 SDK_SCOPE = "mcp-python-sdk"
 MIDDLEWARE_SCOPE = "mcp_sessions"
 ASGI_SCOPE = "opentelemetry.instrumentation.asgi"
+SDK_FLOOR_SCOPE = "sdk-floor"
+# The attributes of the middleware's duration metric (_operation.Operation._metric_attributes).
+METRIC_KEYS = (
+    "mcp.method.name",
+    "network.transport",
+    "network.protocol.name",
+    "mcp.protocol.version",
+    "gen_ai.tool.name",
+    "gen_ai.operation.name",
+)
 NONE: frozenset[str] = frozenset()
 WARMUP = 20  # unmeasured requests per case first
 MCP_GROUP = "MCPServer"
@@ -280,7 +296,55 @@ def token_costs(rounds: int, cache_entries: int) -> dict[str, Any]:
     }
 
 
-async def cases_with_sdk(inner: App, meter_provider: MeterProvider) -> Cases:
+class SdkFloor:
+    """The OpenTelemetry SDK work alone that the middleware asks for on a session-bearing call.
+
+    One SERVER span with the name, attributes and links of ``recorded`` (a span
+    the middleware recorded for the same request), the context the app runs in
+    (that span, the session id in baggage), and one point of a histogram with
+    the duration metric's attributes. No session, no parsing, no rewriting:
+    what any layer recording what the middleware records must pay the SDK.
+    """
+
+    def __init__(self, app: App, recorded: ReadableSpan, meter_provider: MeterProvider) -> None:
+        self.app = app
+        self.tracer = trace.get_tracer(SDK_FLOOR_SCOPE)
+        self.name = recorded.name
+        self.attributes = dict(recorded.attributes or {})
+        self.links = [trace.Link(link.context, link.attributes) for link in recorded.links]
+        self.metric_attributes = {key: self.attributes[key] for key in METRIC_KEYS if key in self.attributes}
+        self.session_id = str(self.attributes["session.id"])
+        meter = meter_provider.get_meter(SDK_FLOOR_SCOPE)
+        self.duration = meter.create_histogram("mcp.server.operation.duration", unit="s")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        span = self.tracer.start_span(self.name, kind=SpanKind.SERVER, attributes=self.attributes, links=self.links)
+        ctx = baggage.set_baggage("session.id", self.session_id, trace.set_span_in_context(span))
+        token = context.attach(ctx)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            context.detach(token)
+            span.end()
+            self.duration.record(time.perf_counter() - started, self.metric_attributes)
+
+
+async def recorded_span(app: App, request: Request, exporter: InMemorySpanExporter) -> ReadableSpan:
+    """The SERVER span the middleware records for ``request``."""
+    exporter.clear()
+    status, raw = await call(app, *request)
+    assert status == 200, raw
+    (span,) = [
+        s
+        for s in exporter.get_finished_spans()
+        if s.instrumentation_scope and s.instrumentation_scope.name == MIDDLEWARE_SCOPE
+    ]
+    exporter.clear()
+    return span
+
+
+async def cases_with_sdk(inner: App, meter_provider: MeterProvider, exporter: InMemorySpanExporter) -> Cases:
     middleware = MCPSessionMiddleware(inner, secret=SECRET, meter_provider=meter_provider)
     instrumented = OpenTelemetryMiddleware(inner, meter_provider=meter_provider)
     trivial_middleware = MCPSessionMiddleware(trivial_app, secret=SECRET, meter_provider=meter_provider)
@@ -292,6 +356,10 @@ async def cases_with_sdk(inner: App, meter_provider: MeterProvider) -> Cases:
     trivial_session = request(session_body(trivial_token), session_headers(trivial_token))
     sdk = frozenset({SDK_SCOPE})
     ours = frozenset({MIDDLEWARE_SCOPE})
+    floor = frozenset({SDK_FLOOR_SCOPE})
+    sdk_floor = SdkFloor(inner, await recorded_span(middleware, with_session, exporter), meter_provider)
+    trivial_recorded = await recorded_span(trivial_middleware, trivial_session, exporter)
+    trivial_sdk_floor = SdkFloor(trivial_app, trivial_recorded, meter_provider)
     base = "bare MCPServer + SDK"
     return {
         base: Case(inner, plain, "bare MCPServer", sdk),
@@ -300,6 +368,7 @@ async def cases_with_sdk(inner: App, meter_provider: MeterProvider) -> Cases:
         "bare, session body + SDK": Case(inner, with_session, base, sdk),
         "middleware, session + SDK": Case(middleware, with_session, "bare, session body + SDK", sdk | ours),
         "otel-asgi + SDK": Case(instrumented, plain, base, sdk | {ASGI_SCOPE}),
+        "SDK floor": Case(sdk_floor, plain, base, sdk | floor),
         "trivial app + SDK": Case(trivial_app, plain, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial + middleware, session + SDK": Case(
             trivial_middleware, trivial_session, "trivial app + SDK", ours, TRIVIAL_GROUP
@@ -307,6 +376,7 @@ async def cases_with_sdk(inner: App, meter_provider: MeterProvider) -> Cases:
         "trivial + otel-asgi + SDK": Case(
             trivial_instrumented, plain, "trivial app + SDK", frozenset({ASGI_SCOPE}), TRIVIAL_GROUP
         ),
+        "trivial + SDK floor": Case(trivial_sdk_floor, plain, "trivial app + SDK", floor, TRIVIAL_GROUP),
     }
 
 
@@ -354,7 +424,7 @@ async def measure(cases: Cases, rounds: int, exporter: InMemorySpanExporter | No
             status, raw = await call(case.app, *next_request(name))
             assert status == 200, (name, raw)
             assert b'"isError":false' in raw.replace(b" ", b""), (name, raw)
-            echoed = ("middleware" in name or "floor" in name or "N=" in name) and "no session" not in name
+            echoed = ("middleware" in name or "session floor" in name or "N=" in name) and "no session" not in name
             assert (b"io.modelcontextprotocol/session" in raw) == echoed, name
             if exporter is not None:
                 spans = exporter.get_finished_spans()
@@ -448,7 +518,7 @@ async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
         first |= await cases_with_live_sessions(QUICK_SESSION_COUNTS if smoke else SESSION_COUNTS)
         samples = await measure_groups(first, rounds, None)
         exporter = install_sdk()
-        second = await cases_with_sdk(inner, meter_provider)
+        second = await cases_with_sdk(inner, meter_provider, exporter)
         samples |= await measure_groups(second, rounds, exporter)
         every = {name: (1, case) for name, case in first.items()} | {name: (2, case) for name, case in second.items()}
     finally:

@@ -40,9 +40,11 @@ ASGI_ROWS = {
     "bare, session body + SDK",
     "middleware, session + SDK",
     "otel-asgi + SDK",
+    "SDK floor",
     "trivial app + SDK",
     "trivial + middleware, session + SDK",
     "trivial + otel-asgi + SDK",
+    "trivial + SDK floor",
 }
 UVICORN_ROWS = {
     "bare MCPServer",
