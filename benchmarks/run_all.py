@@ -649,19 +649,19 @@ tables. The distance to the floor is what the floor leaves out: the
 repeated-name scan, the token and the store, and a response parsed rather than
 searched.
 
-With an OpenTelemetry SDK recording, the lane is not taken: the request goes
-through the pipeline, which starts a SERVER span per call (its attributes,
-the link to the session's creation span) and records the operation's
-duration. Most of that cost is the SDK's own: the "SDK floor" rows do that
+With an OpenTelemetry SDK recording, a request in a session still takes the
+lane, which starts a SERVER span for it as the pipeline does (its attributes,
+the link to the session's creation span), runs the app in its context and
+records the operation's duration. Most of that cost is the SDK's own: the "SDK floor" rows do that
 SDK work and nothing else, and read about 0.2 times what otel-asgi adds. In
 one run on the trivial app, taking the parts away one at a time (each variant
 a middleware of its own), the SDK floor added 0.20 times what otel-asgi
-added, the session path through the pipeline without telemetry 0.13 times
-(through the lane 0.09 times), and the middleware with both 0.38 times: the
-session path and the SDK's work alone come to about 0.3 times before any
-glue between them, so 0.3 would take recording less than the middleware
-records (the conventions' attributes, the link to the session's creation,
-the duration metric).
+added, the session path without telemetry 0.09 times (through the lane), and
+the middleware with both 0.38 times when traced requests took the pipeline
+(0.33 since they take the lane): the session path and the SDK's work alone
+come to about 0.3 times before any glue between them, so 0.3 would take
+recording less than the middleware records (the conventions' attributes, the
+link to the session's creation, the duration metric).
 
 A token not yet verified on this replica pays the direct HS256 check once
 (see "Checking a session id"); it is cached until it expires or the cache of

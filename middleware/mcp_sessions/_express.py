@@ -15,7 +15,12 @@ answer as it answers any refusal; the store is then not asked twice.
 The lane is built only for the configurations whose pipeline does nothing
 more for such a request: one wire of the draft's shape (its session in
 ``params._meta``, echoed in ``result._meta``), no handles, no transport
-sessions; and it is taken only while no OpenTelemetry SDK records.
+sessions. While an OpenTelemetry SDK records, it takes only a request that
+names a session and carries no trace context in ``_meta``, and starts and
+ends its SERVER span as the pipeline does (``_operations._start``,
+``_forward.run_app``): a request without a session may be named by a host's
+conversation, and a ``_meta`` trace context is rewritten for the app, both
+the pipeline's work.
 
 It runs on every request, between two calls of a server whose own code has
 evicted it from the CPU caches, where each call and each object costs two to
@@ -39,9 +44,9 @@ from . import _jsonrpc as jsonrpc
 from ._answers import Refusal, store_unavailable
 from ._echo import Target, splice_point
 from ._jsonrpc import Watch, fast_loads
-from ._plan import era_of
+from ._plan import UNPARSED, era_of
 from ._principal import PRINCIPAL_CLAIM
-from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 from ._response import ResponseRewriter, _Messages, _SseBody, logger
 from ._service import SessionRefused, SessionService, iso
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
@@ -52,20 +57,39 @@ from .stores import SessionStatus, SessionStoreUnavailable
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable
 
+    from ._operation import Operation
     from ._policy import Requires
+    from ._telemetry import Telemetry
     from .sources.host import HostConversationSource
 
-__all__ = ["Exchange", "Refused", "Take", "express_for", "express_lane"]
+__all__ = ["Declined", "Exchange", "Refused", "Take", "express_for", "express_lane", "session_marker"]
 
-Exchange = tuple[Receive, Send, Token[Session | None] | None]
-"""What the app is called with (the replayed ``receive``, the ``send`` it answers through), and the
-context variable's token to reset once it is done (``None`` without a session)."""
-Take = Callable[[Scope, Receive, Send, dict[bytes, bytes], bytes], Awaitable[Exchange | None]]
+Finish = Callable[[BaseException | None], None]
+Exchange = tuple[Receive, Send, Token[Session | None] | None, Finish | None]
+"""What the app is called with (the replayed ``receive``, the ``send`` it answers through), the
+context variable's token to reset once it is done (``None`` without a session), and, for a traced
+request, what ends its operation once the app is done (given the exception the app raised, if any)."""
+Take = Callable[[Scope, Receive, Send, dict[bytes, bytes], bytes, int, bool], Awaitable["Exchange | Declined"]]
+"""``take(scope, receive, send, headers, body, start_ns, traced)``: see :func:`express_lane`."""
 
 _JSON: Final = b"application/json"
 _ACTIVE: Final = SessionStatus.ACTIVE
 # A request id as the rewriters key it (_echo.hashable_id): these and null as they are, others by repr.
 _PLAIN_IDS: Final = (str, int, float)
+
+
+class Declined:
+    """The request is not the usual one: nothing has happened. ``parsed`` is the body as the lane read
+    it, which :func:`_jsonrpc.loads` would read the same way (the planner reuses it), or
+    :data:`UNPARSED`."""
+
+    __slots__ = ("parsed",)
+
+    def __init__(self, parsed: Any) -> None:
+        self.parsed = parsed
+
+
+_UNREAD: Final = Declined(UNPARSED)
 
 
 class Refused(Exception):
@@ -84,10 +108,12 @@ def express_lane(
     requires: Requires | None,
     capability: dict[str, dict[str, Any]],
     watch: Watch,
+    telemetry: Telemetry,
 ) -> Take:
-    """The lane for ``profile``: ``take(scope, receive, send, headers, body)`` returns what to call the app
-    with if the request is the usual one (the session attached), ``None`` having done nothing if it is
-    not, and raises :class:`Refused` for a named session that does not resolve.
+    """The lane for ``profile``: ``take(scope, receive, send, headers, body, start_ns, traced)`` returns
+    what to call the app with if the request is the usual one (the session attached, and with
+    ``traced`` its SERVER span started as the pipeline starts it), :class:`Declined` having done
+    nothing if it is not, and raises :class:`Refused` for a named session that does not resolve.
 
     The caller calls the app itself, so that the lane is not one more coroutine on the stack that every
     suspension of the app goes through."""
@@ -106,30 +132,40 @@ def express_lane(
     resolve, refused, new_session = sessions.resolve, sessions.refused, sessions.session
     now_of = time.time
 
-    def target(session: Session, headers: dict[bytes, bytes]) -> Target:
-        """What the general rewriter needs for the lane's response: its session's echo, and nothing else."""
+    def target(session: Session, headers: dict[bytes, bytes], operation: Operation | None) -> Target:
+        """What the general rewriter needs for the lane's response: its session's echo (and its operation)."""
         era = era_of(headers.get(MCP_PROTOCOL_VERSION_HEADER))
-        return Target(profile, session, advertised=(), capability=capability, era=era, operation=None)
+        return Target(profile, session, advertised=(), capability=capability, era=era, operation=operation)
 
     async def take(
-        scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes], body: bytes
-    ) -> Exchange | None:
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        headers: dict[bytes, bytes],
+        body: bytes,
+        start_ns: int,
+        traced: bool,
+    ) -> Exchange | Declined:
         # An escape could spell a name or a lone surrogate, a repeated name could mean another session
         # to the server, and anything but a plain object is not the usual request: the pipeline reads those.
         if body[:1] != b"{" or needs_check(body):
-            return None
+            return _UNREAD
         try:
             message = fast_loads(body)
         except ValueError:
-            return None
+            return _UNREAD
         if type(message) is not dict or message.get("jsonrpc") != "2.0" or "id" not in message:
-            return None
+            return Declined(message)
         method = message.get("method")
         if type(method) is not str or method in declined:
-            return None
+            return Declined(message)
         params = message.get("params")
         meta = params.get("_meta") if type(params) is dict else None
         named = meta.get(meta_key) if type(meta) is dict else None
+        if traced and (named is None or "traceparent" in meta):  # type: ignore[operator]  # meta: a dict here
+            # Traced, a request without a session is named by a host's conversation or by none, and a
+            # _meta trace context is rewritten to name the middleware's span: the pipeline does both.
+            return Declined(message)
 
         replayed = False
 
@@ -142,25 +178,25 @@ def express_lane(
 
         if named is None:  # no session named (null is none)
             if host_source is not None and host_source.find(headers, meta) is not None:
-                return None  # a host's conversation with its data: the pipeline adopts it
+                return Declined(message)  # a host's conversation with its data: the pipeline adopts it
             if requires is not None and requires(method, params):
-                return None  # refused for want of a session: the pipeline answers
-            return replay, send, None
+                return Declined(message)  # refused for want of a session: the pipeline answers
+            return replay, send, None, None
 
         # The carrier's rules (SessionCarrier.read) for a plain object: anything else, the pipeline refuses.
         if type(named) is not dict:
-            return None
+            return Declined(message)
         token = named.get(id_member)
         state = None if state_member is None else named.get(state_member)
         if type(token) is not str or (state is not None and type(state) is not str):
-            return None
+            return Declined(message)
         header = headers.get(MCP_SESSION_ID_HEADER)
         if (
             header is not None
             and header != token.encode()
             and era_of(headers.get(MCP_PROTOCOL_VERSION_HEADER)).session_header
         ):
-            return None  # the header names another session: the pipeline refuses
+            return Declined(message)  # the header names another session: the pipeline refuses
 
         # SessionService.resolve, for a token already verified that binds no principal and carries no
         # state; the store's touch and its refusals as there. Anything else: resolve itself.
@@ -202,6 +238,21 @@ def express_lane(
         app_state[STATE_ATTRIBUTE] = session
         request_id = message["id"]
         key = request_id if type(request_id) in _PLAIN_IDS or request_id is None else repr(request_id)
+        operation = None
+        if traced:  # _operations._start, for a call in a data-layer session
+            version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+            operation = telemetry.start(
+                scope=scope,
+                headers=headers,
+                message=message,
+                method=method,
+                protocol_version=None if version is None else version.decode("latin-1"),
+                modern=era_of(version) is Era.PER_REQUEST,
+                session_id=session.id,
+                session_claims=session.claims,
+                start_ns=start_ns,
+                session_source=session.source,
+            )
 
         # The reply (ResponseRewriter, for the usual response): a JSON body that comes whole, not
         # encoded, gets the echo spliced into its bytes and a new Content-Length; anything else (a
@@ -211,9 +262,10 @@ def express_lane(
         general: ResponseRewriter | None = None
         stream: _SseBody | None = None  # the general rewriter's, for an event stream
         done = False
+        response_status = 0
 
         async def reply(event: Message) -> None:
-            nonlocal start, general, stream, done
+            nonlocal start, general, stream, done, response_status
             if stream is not None and event["type"] == "http.response.body":
                 # ResponseRewriter.send's stream branch: the usual event costs one call.
                 body = event.get("body", b"")
@@ -227,6 +279,7 @@ def express_lane(
                 return await send(event)  # after the last body: untouched
             if start is None:
                 if event["type"] == "http.response.start":
+                    response_status = event["status"]
                     plain_json = False
                     for name, value in event.get("headers", ()):  # _response._content_type, in one pass
                         lowered = name.lower()
@@ -249,7 +302,7 @@ def express_lane(
                 await send({**start, "headers": kept})
                 return await send({"type": "http.response.body", "body": answer, "more_body": False})
             typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
-            general = ResponseRewriter(typed_send, {key: target(session, headers)})
+            general = ResponseRewriter(typed_send, {key: target(session, headers, operation)})
             if start is not None:
                 await general.send(start)  # the app's own start, held
             await general.send(event)
@@ -267,18 +320,42 @@ def express_lane(
                     if (response_id if same else repr(response_id)) == key:
                         at = splice_point(raw, parsed, echo_key)
                         if at is not None:
+                            if operation is not None:  # _echo.annotate: what the result tells
+                                operation.observe_result(parsed["result"])
                             expires = iso(int(session.expires_at_timestamp))
                             member = echo.to_json(session.token, session.state_token, expires)
                             return b"".join((raw[: at[0]], at[1], member, at[2], raw[at[0] :]))
-                rewritten = _Messages({key: target(session, headers)}).rewrite(raw, parsed)  # an error, odd bytes
+                rewritten = _Messages({key: target(session, headers, operation)}).rewrite(raw, parsed)
             except Exception:  # never let a rewriting bug break a response
                 logger.exception("could not add session metadata to a response")
                 return raw
             return raw if rewritten is None else rewritten
 
-        return replay, reply, _current.set(session)
+        context = _current.set(session)
+        if operation is None:
+            return replay, reply, context, None
+        traced_operation = operation  # _forward.run_app, for one operation
+
+        def finish(error: BaseException | None) -> None:
+            if error is not None:
+                traced_operation.exception(error)
+            traced_operation.detach()
+            if response_status >= 400:
+                traced_operation.http_error(response_status)
+            traced_operation.end()
+
+        traced_operation.attach()
+        return replay, reply, context, finish
 
     return take
+
+
+def session_marker(profile: WireProfile) -> bytes:
+    """The name of ``profile``'s session member as a body spells it (escapes aside): a traced request
+    without it names no session, so the lane would decline it, and the caller need not ask."""
+    carrier = profile.carrier
+    assert isinstance(carrier, SessionCarrier)
+    return b'"%s"' % carrier.meta_key.encode()
 
 
 def express_for(

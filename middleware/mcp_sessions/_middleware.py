@@ -23,13 +23,13 @@ from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
 from ._digest import IdDigests
 from ._echo import Target, advertising_tables, hashable_id
-from ._express import Refused, express_for, express_lane
+from ._express import Declined, Refused, express_for, express_lane, session_marker
 from ._forward import run_app, targets_of
 from ._handle_check import answer_refused_handles, check_handles
 from ._lifespan import watch_lifespan
 from ._local import LocalCall
 from ._operations import start_operations
-from ._plan import Call, Plan, Planner
+from ._plan import UNPARSED, Call, Plan, Planner
 from ._policy import never as _never
 from ._protocol import (
     MCP_SESSION_ID_HEADER,
@@ -115,9 +115,17 @@ class MCPSessionMiddleware:
         self._retry_after = str(config.retry_after).encode()
         self._refusals = Refusals(self._retry_after)
         self._guard = config.guard
+        self._telemetry = Telemetry(
+            tracer_provider=config.tracer_provider,
+            meter_provider=config.meter_provider,
+            trace_mode=config.trace_mode,
+            known_methods={method for profile in config.profiles for method in profile.methods},
+            transport_digest=digests.transport,
+        )
         express = express_for(
             config.profiles, simple=self._planner.simple, handles=config.handles, transports=self._transport
         )
+        self._session_marker = b"" if express is None else session_marker(express)
         self._express = (
             None
             if express is None
@@ -128,14 +136,8 @@ class MCPSessionMiddleware:
                 requires=self._requires,
                 capability=self._capability,
                 watch=self._planner.watch,
+                telemetry=self._telemetry,
             )
-        )
-        self._telemetry = Telemetry(
-            tracer_provider=config.tracer_provider,
-            meter_provider=config.meter_provider,
-            trace_mode=config.trace_mode,
-            known_methods={method for profile in config.profiles for method in profile.methods},
-            transport_digest=digests.transport,
         )
 
     @classmethod
@@ -178,21 +180,31 @@ class MCPSessionMiddleware:
             return await self._refusals.too_large(reply, self.config.max_body_size)
         assert isinstance(body, bytes)
         refused = None
-        if self._express is not None and not self._telemetry.enabled():
+        parsed = UNPARSED
+        # Traced, a request that names no session is the pipeline's (a host's id may name it): not read twice.
+        if self._express is not None and (not (traced := self._telemetry.enabled()) or self._session_marker in body):
             try:
-                exchange = await self._express(scope, receive, send, headers, body)
+                taken = await self._express(scope, receive, send, headers, body, start_ns, traced)
             except Refused as exc:  # the usual request, naming a session that did not resolve
                 refused = exc.refusal
             else:
-                if exchange is not None:  # the usual request: the app called here, one coroutine less
-                    replayed, answer, context = exchange
+                if type(taken) is tuple:  # the usual request: the app called here, one coroutine less
+                    replayed, answer, context, finish = taken
+                    error = None
                     try:
                         return await self.app(scope, replayed, answer)
+                    except BaseException as exc:
+                        error = exc
+                        raise
                     finally:
+                        if finish is not None:
+                            finish(error)  # its operation ends, as run_app ends it
                         if context is not None:
                             _current.reset(context)
+                assert type(taken) is Declined
+                parsed = taken.parsed  # read as the planner reads it: not read again
         replay = Replay(body, receive)
-        plan = self._planner.plan(body, headers, start_ns)
+        plan = self._planner.plan(body, headers, start_ns, parsed)
         if refused is not None:
             assert plan is not None and not plan.batch  # the lane takes only what the planner plans as one call
             plan.calls[0].refusal = refused

@@ -21,7 +21,10 @@ if TYPE_CHECKING:
     from .profiles import LocalMethod, WireProfile
     from .sources import Conversation
 
-__all__ = ["Call", "Plan", "Planner", "era_of"]
+__all__ = ["UNPARSED", "Call", "Plan", "Planner", "era_of"]
+
+UNPARSED: Final = object()
+"""What :meth:`Planner.plan` is given when nobody has read the body yet."""
 
 # Era.of as one dict lookup: a handshake version is the handshake era, anything else per-request.
 _ERA_OF: Final = {version.encode(): Era.HANDSHAKE for version in HANDSHAKE_VERSIONS}
@@ -143,9 +146,14 @@ class Planner:
         """One wire that needs nothing but its method table to classify a message (the draft alone)."""
         return self._methods is not None
 
-    def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int) -> Plan | None:
-        """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it)."""
-        parsed = jsonrpc.loads(body, watch=self.watch)
+    def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int, parsed: Any = UNPARSED) -> Plan | None:
+        """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it).
+
+        ``parsed`` is ``body`` as :func:`_jsonrpc.loads` reads it with this planner's watch, when the
+        caller has read it already (the express lane declining); it is read here otherwise.
+        """
+        if parsed is UNPARSED:
+            parsed = jsonrpc.loads(body, watch=self.watch)
         if isinstance(parsed, dict):
             call = self.call(parsed)
             if call.method is None:

@@ -22,6 +22,12 @@ import anyio
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
+from opentelemetry import baggage, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from asgi.test_fuzz import (
     CLIENT_HEADERS,
@@ -51,7 +57,7 @@ from asgi.test_fuzz import (
 )
 from mcp_sessions import MCPSessionMiddleware, SessionStoreUnavailable, get_session
 from mcp_sessions import _jsonrpc as jsonrpc
-from mcp_sessions._express import Exchange, Take
+from mcp_sessions._express import Declined, Exchange, Take
 from mcp_sessions.stores import MemoryStore, SessionStatus
 
 # Issued two hours ago and never used: with a one-hour idle timeout, the store ends it on its first use.
@@ -62,17 +68,30 @@ class App(Downstream):
     """Records what reaches it and answers one JSON-RPC result (or error): JSON (compact or not), SSE, or
     gzip'd JSON, in one body message or two."""
 
-    def __init__(self, result: Any = None, *, shape: str = "compact", pieces: int = 2) -> None:
+    def __init__(self, result: Any = None, *, shape: str = "compact", pieces: int = 2, status: int = 200) -> None:
         super().__init__(result)
         self.shape = shape
         self.pieces = pieces
+        self.status = status
         self.calls: list[Any] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         body = await self.read(receive)
         session = get_session()
         state = scope.get("state", {}).get("mcp_session")
-        self.calls.append((body, None if session is None else session.id, None if state is None else state.id))
+        # What the app sees: its body, its session, and the span and baggage it runs in.
+        current = trace.get_current_span().get_span_context().is_valid
+        self.calls.append(
+            (
+                body,
+                None if session is None else session.id,
+                None if state is None else state.id,
+                current,
+                baggage.get_baggage("session.id"),
+            )
+        )
+        if self.shape == "raise":
+            raise RuntimeError("the app failed")
         try:
             parsed = json.loads(body)
         except ValueError:
@@ -94,7 +113,7 @@ class App(Downstream):
             payload = gzip.compress(payload, mtime=0)
             headers.append((b"content-encoding", b"gzip"))
         headers.append((b"content-length", str(len(payload)).encode()))
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
         if self.pieces == 1:
             await send({"type": "http.response.body", "body": payload})
             return
@@ -125,10 +144,10 @@ class Spy:
         self.lane = lane
         self.taken: list[bool] = []
 
-    async def __call__(self, *args: Any) -> Exchange | None:
-        exchange = await self.lane(*args)
-        self.taken.append(exchange is not None)
-        return exchange
+    async def __call__(self, *args: Any) -> Exchange | Declined:
+        outcome = await self.lane(*args)
+        self.taken.append(type(outcome) is tuple)
+        return outcome
 
 
 def pair(app_of: Any, **options: Any) -> tuple[MCPSessionMiddleware, MCPSessionMiddleware]:
@@ -368,7 +387,7 @@ def test_the_usual_request_takes_the_lane(token: str | None, header: str | None)
         assert answer["result"] == json.loads(outcome.body)["result"]
         app = middleware.app
         assert isinstance(app, App)
-        assert app.calls[0][1:] == (SIDS[token], SIDS[token])  # get_session() and request.state
+        assert app.calls[0][1:3] == (SIDS[token], SIDS[token])  # get_session() and request.state
 
 
 @pytest.mark.parametrize(
@@ -439,3 +458,160 @@ def test_the_lane_is_not_built_where_the_pipeline_does_more() -> None:
     assert MCPSessionMiddleware(App(), keys=KEYS, profiles=[STRAWMAN])._express is None  # revocation is "no session"
     assert MCPSessionMiddleware(App(), keys=KEYS, adopt_transport_sessions=True)._express is None
     assert MCPSessionMiddleware(App(), keys=KEYS)._express is not None
+
+
+# -- with an OpenTelemetry SDK recording ---------------------------------------------------------
+
+
+TRACEPARENT = re.compile(rb"00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]")
+
+
+class Traced:
+    """A middleware with an OpenTelemetry SDK of its own: spans to memory, metrics to a reader."""
+
+    def __init__(self, app: App, *, lane: bool, **options: Any) -> None:
+        self.spans = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.metrics = InMemoryMetricReader()
+        self.middleware = MCPSessionMiddleware(
+            app,
+            keys=KEYS,
+            store=store(),
+            tracer_provider=tracer_provider,
+            meter_provider=MeterProvider(metric_readers=[self.metrics]),
+            **options,
+        )
+        if not lane:
+            self.middleware._express = None
+
+    def run(self, body: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[Any, ...]:
+        """The answer, what the app saw, and what the SDK recorded, without ids, times and durations."""
+        app = self.middleware.app
+        assert isinstance(app, App)
+        try:
+            answer: Any = seen(run(self.middleware, body, headers), self.middleware)[:3]
+        except RuntimeError as exc:  # the app raised: it reaches the server as it was raised
+            answer = repr(exc)
+        # The trace context the app's _meta names is the middleware's span, whose ids differ by run.
+        calls = [(TRACEPARENT.sub(b"<traceparent>", call[0]), *call[1:]) for call in app.calls]
+        known = set(SIDS.values())
+        spans = [
+            (
+                span.name,
+                span.kind,
+                sorted(  # a session sessions/create minted has a new id each run
+                    (
+                        name,
+                        "<minted>"
+                        if name.endswith(("session.id", "conversation.id")) and value not in known
+                        else value,
+                    )
+                    for name, value in (span.attributes or {}).items()
+                ),
+                [sorted((link.attributes or {}).items()) for link in span.links],
+                span.status.status_code,
+                span.status.description,
+                [event.name for event in span.events],
+                span.parent is not None,
+            )
+            for span in self.spans.get_finished_spans()
+        ]
+        points = []
+        data = self.metrics.get_metrics_data()
+        for resource in data.resource_metrics if data is not None else ():
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    for point in metric.data.data_points:
+                        counted = getattr(point, "count", None)
+                        value = counted if counted is not None else getattr(point, "value", None)
+                        points.append((metric.name, sorted(point.attributes.items()), value))
+        return answer, calls, spans, sorted(points, key=repr)
+
+
+@settings(FUZZ, max_examples=200)
+@given(
+    request=usual_requests(),
+    result=results,
+    shape=st.sampled_from(["compact"] * 4 + ["sse", "gzip", "error", "raise"]),
+    pieces=st.sampled_from([1, 1, 2]),
+    status=st.sampled_from([200, 200, 200, 500]),
+    trace_context=st.sampled_from([None, None, "meta", "header"]),
+    idle=st.booleans(),
+)
+def test_with_an_sdk_the_lane_records_what_the_pipeline_records(
+    request: tuple[bytes, list[tuple[bytes, bytes]]],
+    result: Any,
+    shape: str,
+    pieces: int,
+    status: int,
+    trace_context: str | None,
+    idle: bool,
+) -> None:
+    """The same answers, the same context for the app, the same spans and the same metrics."""
+    body, headers = request
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    if trace_context == "header":
+        headers = [*headers, (b"traceparent", parent.encode())]
+    elif trace_context == "meta":
+        message = json.loads(body)
+        meta = message.get("params", {}).get("_meta")
+        if isinstance(meta, dict):
+            meta["traceparent"] = parent
+        body = json.dumps(message).encode("utf-8", "surrogatepass")
+    outcomes = []
+    for lane in (True, False):
+        traced = Traced(
+            App(result, shape=shape, pieces=pieces, status=status), lane=lane, idle_ttl=3600 if idle else None
+        )
+        if lane:
+            assert traced.middleware._express is not None
+            spy = Spy(traced.middleware._express)
+            traced.middleware._express = spy  # type: ignore[assignment]
+        outcomes.append(traced.run(body, headers))
+    event(f"taken={spy.taken}")
+    assert outcomes[0] == outcomes[1]
+
+
+def test_with_an_sdk_a_session_request_takes_the_lane_and_one_without_does_not() -> None:
+    """Traced, a request in a session takes the lane; one without (a host's conversation may name it)
+    and one whose _meta carries a trace context (rewritten for the app) take the pipeline."""
+    taken = []
+    for token, meta in (
+        (VALID[0], {}),
+        (None, {}),
+        (VALID[0], {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}),
+    ):
+        traced = Traced(App({"content": []}), lane=True)
+        spy = lane_of(traced.middleware)
+        body, headers = usual(token)
+        message = json.loads(body)
+        message["params"]["_meta"].update(meta)
+        answer, _, spans, points = traced.run(json.dumps(message).encode(), headers)
+        assert answer[0] == 200 and spans and points
+        app = traced.middleware.app
+        assert isinstance(app, App)
+        assert app.calls[0][3:] == (True, None if token is None else SIDS[token])  # its span, its session in baggage
+        taken.append(spy.taken)
+    assert taken == [[True], [], [False]]  # a body without the session member's name is not even offered
+
+
+@pytest.mark.parametrize("pieces", [1, 2])
+@pytest.mark.parametrize(
+    ("shape", "status"),
+    [("compact", 200), ("compact", 500), ("error", 200), ("error", 400), ("sse", 200), ("gzip", 200), ("raise", 200)],
+)
+def test_with_an_sdk_every_ending_of_a_session_request_is_recorded_alike(shape: str, status: int, pieces: int) -> None:
+    """A result, an HTTP error, a JSON-RPC error, a stream, an encoded body, an exception: as the pipeline."""
+    outcomes = []
+    for lane in (True, False):
+        traced = Traced(App({"content": []}, shape=shape, status=status, pieces=pieces), lane=lane)
+        spy = lane_of(traced.middleware) if lane else None
+        outcomes.append(traced.run(*usual(VALID[0])))
+        assert spy is None or spy.taken == [True]
+    assert outcomes[0] == outcomes[1]
+    spans = outcomes[0][2]
+    (span,) = spans
+    errors = dict(span[2]).get("error.type")
+    expected = {"raise": "RuntimeError", "error": "-32602"}.get(shape, "500" if status == 500 else None)
+    assert errors == expected
