@@ -566,7 +566,9 @@ arrived; "events held back" the most events the app had sent that had not yet
 reached the client (0: none is ever held); "traced peak" the `tracemalloc`
 peak over what was allocated before the stream (in a second pass, as tracing
 slows allocation down); "peak RSS growth" that of the process's `VmHWM`, reset
-before each stream; CPU s and MB/s are those of the whole stream.
+before each stream; CPU s and MB/s are those of the whole stream, the median
+of {sse.get("rate_rounds", 1)} whole streams per app, the apps taking turns in a shuffled
+order each round.
 
 {sse_table(sse)}
 
