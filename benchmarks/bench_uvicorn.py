@@ -344,7 +344,8 @@ def summarize(servers: dict[str, Server]) -> list[dict[str, Any]]:
         floor = next(
             f for f in rows if f["name"].endswith("session floor") and f["name"].startswith("trivial") == trivial
         )
-        measured = row["base"] != row["name"] and floor["added_cpu_us"] > 0
+        # A multiple of a floor lost in the noise (its added CPU within its own ± µs) would say nothing.
+        measured = row["base"] != row["name"] and floor["added_cpu_us"] > max(floor["ci_us"], 0.0)
         row["floor_multiple"] = row["added_cpu_us"] / floor["added_cpu_us"] if measured else None
     return rows
 
