@@ -313,7 +313,7 @@ def express_lane(
             """The body with the echo (``raw`` itself when nothing changes), as _response._JsonBody has it."""
             try:
                 parsed = jsonrpc.loads(raw)
-                # _response.answer_spliced: the response to this request, bytes the splice can take.
+                # _response._answer_spliced: the response to this request, bytes the splice can take.
                 if type(parsed) is dict and "method" not in parsed:
                     response_id = parsed.get("id")
                     same = type(response_id) in _PLAIN_IDS or response_id is None
