@@ -16,11 +16,9 @@ The lane is built only for the configurations whose pipeline does nothing
 more for such a request: one wire of the draft's shape (its session in
 ``params._meta``, echoed in ``result._meta``), no handles, no transport
 sessions. While an OpenTelemetry SDK records, it takes only a request that
-names a session and carries no trace context in ``_meta``, and starts and
-ends its SERVER span as the pipeline does (``_operations._start``,
-``_forward.run_app``): a request without a session may be named by a host's
-conversation, and a ``_meta`` trace context is rewritten for the app, both
-the pipeline's work.
+names a session (one without may be named by a host's conversation: the
+pipeline's work), and starts and ends its SERVER span as the pipeline does
+(``_operations._start``, ``_request.continue_trace``, ``_forward.run_app``).
 
 It runs on every request, between two calls of a server whose own code has
 evicted it from the CPU caches, where each call and each object costs two to
@@ -162,10 +160,8 @@ def express_lane(
         params = message.get("params")
         meta = params.get("_meta") if type(params) is dict else None
         named = meta.get(meta_key) if type(meta) is dict else None
-        if traced and (named is None or "traceparent" in meta):  # type: ignore[operator]  # meta: a dict here
-            # Traced, a request without a session is named by a host's conversation or by none, and a
-            # _meta trace context is rewritten to name the middleware's span: the pipeline does both.
-            return Declined(message)
+        if traced and named is None:
+            return Declined(message)  # traced, a request without a session may be a host's conversation
 
         replayed = False
 
@@ -253,6 +249,10 @@ def express_lane(
                 start_ns=start_ns,
                 session_source=session.source,
             )
+            if "traceparent" in meta and operation.traced:  # type: ignore[operator]  # meta: a dict here
+                # _request.continue_trace: the app's _meta names this span, so the server's nests under it.
+                operation.inject(meta)  # type: ignore[arg-type]
+                body = jsonrpc.dumps(message)
 
         # The reply (ResponseRewriter, for the usual response): a JSON body that comes whole, not
         # encoded, gets the echo spliced into its bytes and a new Content-Length; anything else (a

@@ -574,8 +574,9 @@ def test_with_an_sdk_the_lane_records_what_the_pipeline_records(
 
 
 def test_with_an_sdk_a_session_request_takes_the_lane_and_one_without_does_not() -> None:
-    """Traced, a request in a session takes the lane; one without (a host's conversation may name it)
-    and one whose _meta carries a trace context (rewritten for the app) take the pipeline."""
+    """Traced, a request in a session takes the lane, with or without a trace context in its _meta
+    (rewritten for the app to name the middleware's span); one without a session (a host's
+    conversation may name it) takes the pipeline."""
     taken = []
     for token, meta in (
         (VALID[0], {}),
@@ -593,7 +594,7 @@ def test_with_an_sdk_a_session_request_takes_the_lane_and_one_without_does_not()
         assert isinstance(app, App)
         assert app.calls[0][3:] == (True, None if token is None else SIDS[token])  # its span, its session in baggage
         taken.append(spy.taken)
-    assert taken == [[True], [], [False]]  # a body without the session member's name is not even offered
+    assert taken == [[True], [], [True]]  # a body without the session member's name is not even offered
 
 
 @pytest.mark.parametrize("pieces", [1, 2])
