@@ -40,13 +40,13 @@ from starlette.types import Message, Receive, Scope, Send
 
 from . import _jsonrpc as jsonrpc
 from ._answers import Refusal, store_unavailable
-from ._echo import Target, splice_point
+from ._echo import Target, hashable_id
 from ._jsonrpc import Watch, fast_loads
 from ._plan import UNPARSED, era_of
 from ._principal import PRINCIPAL_CLAIM
 from ._protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
-from ._response import ResponseRewriter, _Messages, _SseBody, logger
-from ._service import SessionRefused, SessionService, iso
+from ._response import ResponseRewriter, _answer_spliced, _Messages, _SseBody, logger
+from ._service import SessionRefused, SessionService
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, _current
 from .profiles import Echo, SessionCarrier, WireProfile
 from .sources.data_layer import refusal_of
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from ._telemetry import Telemetry
     from .sources.host import HostConversationSource
 
-__all__ = ["Declined", "Exchange", "Refused", "Take", "express_for", "express_lane", "session_marker"]
+__all__ = ["Declined", "Exchange", "Refused", "Take", "express_for", "express_lane"]
 
 Finish = Callable[[BaseException | None], None]
 Exchange = tuple[Receive, Send, Token[Session | None] | None, Finish | None]
@@ -72,8 +72,6 @@ Take = Callable[[Scope, Receive, Send, dict[bytes, bytes], bytes, int, bool], Aw
 
 _JSON: Final = b"application/json"
 _ACTIVE: Final = SessionStatus.ACTIVE
-# A request id as the rewriters key it (_echo.hashable_id): these and null as they are, others by repr.
-_PLAIN_IDS: Final = (str, int, float)
 
 
 class Declined:
@@ -118,7 +116,6 @@ def express_lane(
     carrier, echo = profile.carrier, profile.echo
     assert isinstance(carrier, SessionCarrier) and isinstance(echo, Echo)
     meta_key, id_member, state_member = carrier.meta_key, carrier.id_member, carrier.state_member
-    echo_key = echo.meta_key
     # Methods the lane never takes: the wire's own, and those whose result advertises it.
     declined = frozenset((*profile.methods, *profile.advertised_per_request, *profile.advertised_handshake))
     # Without telemetry, a host's conversation id matters only when it keeps data (conversation_data).
@@ -232,8 +229,7 @@ def express_lane(
         if app_state is None:
             app_state = scope["state"] = {}
         app_state[STATE_ATTRIBUTE] = session
-        request_id = message["id"]
-        key = request_id if type(request_id) in _PLAIN_IDS or request_id is None else repr(request_id)
+        key = hashable_id(message["id"])
         operation = None
         if traced:  # _operations._start, for a call in a data-layer session
             version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
@@ -313,18 +309,10 @@ def express_lane(
             """The body with the echo (``raw`` itself when nothing changes), as _response._JsonBody has it."""
             try:
                 parsed = jsonrpc.loads(raw)
-                # _response._answer_spliced: the response to this request, bytes the splice can take.
-                if type(parsed) is dict and "method" not in parsed:
-                    response_id = parsed.get("id")
-                    same = type(response_id) in _PLAIN_IDS or response_id is None
-                    if (response_id if same else repr(response_id)) == key:
-                        at = splice_point(raw, parsed, echo_key)
-                        if at is not None:
-                            if operation is not None:  # _echo.annotate: what the result tells
-                                operation.observe_result(parsed["result"])
-                            expires = iso(int(session.expires_at_timestamp))
-                            member = echo.to_json(session.token, session.state_token, expires)
-                            return b"".join((raw[: at[0]], at[1], member, at[2], raw[at[0] :]))
+                if type(parsed) is dict and (spliced := _answer_spliced(raw, parsed, key, session, echo)) is not None:
+                    if operation is not None:  # _echo.annotate: what the result tells
+                        operation.observe_result(parsed["result"])
+                    return spliced
                 rewritten = _Messages({key: target(session, headers, operation)}).rewrite(raw, parsed)
             except Exception:  # never let a rewriting bug break a response
                 logger.exception("could not add session metadata to a response")
@@ -348,14 +336,6 @@ def express_lane(
         return replay, reply, context, finish
 
     return take
-
-
-def session_marker(profile: WireProfile) -> bytes:
-    """The name of ``profile``'s session member as a body spells it (escapes aside): a traced request
-    without it names no session, so the lane would decline it, and the caller need not ask."""
-    carrier = profile.carrier
-    assert isinstance(carrier, SessionCarrier)
-    return b'"%s"' % carrier.meta_key.encode()
 
 
 def express_for(

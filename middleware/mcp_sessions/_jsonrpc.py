@@ -59,20 +59,22 @@ class Watch:
     name seen twice) is parsed with a hook that records repeated names.
     """
 
-    __slots__ = ("_marker", "_markers", "_names")
+    __slots__ = ("_markers", "_names", "marker")
 
     def __init__(self, markers: Iterable[str], names: Iterable[str]) -> None:
         markers = list(dict.fromkeys(markers))
         self._markers = tuple(b'"%s"' % m.encode() for m in markers)
         # One wire (the usual case): one substring test, no generator, on every request.
-        self._marker = self._markers[0] if len(self._markers) == 1 else None
+        self.marker = self._markers[0] if len(self._markers) == 1 else None
+        """With one wire, its session member's name as a body spells it (escapes aside): a body
+        without it names no session. ``None`` with several wires."""
         self._names = tuple(b'"%s"' % n.encode() for n in dict.fromkeys([*markers, *names]))
 
     def needs_check(self, body: bytes) -> bool:
         """Whether ``body`` must be parsed with the hook that records repeated names."""
         if 92 in body:  # a backslash (an int's membership is one memchr; a bytes' costs four times that)
             return True
-        marker = self._marker
+        marker = self.marker
         if marker is not None:
             if marker not in body:
                 return False

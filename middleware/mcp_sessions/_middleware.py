@@ -23,7 +23,7 @@ from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
 from ._digest import IdDigests
 from ._echo import Target, advertising_tables, hashable_id
-from ._express import Declined, Refused, express_for, express_lane, session_marker
+from ._express import Declined, Refused, express_for, express_lane
 from ._forward import run_app, targets_of
 from ._handle_check import answer_refused_handles, check_handles
 from ._lifespan import watch_lifespan
@@ -125,7 +125,9 @@ class MCPSessionMiddleware:
         express = express_for(
             config.profiles, simple=self._planner.simple, handles=config.handles, transports=self._transport
         )
-        self._session_marker = b"" if express is None else session_marker(express)
+        # Traced, a body without the session member's name names no session: the lane is not asked.
+        marker = self._planner.watch.marker  # the lane's one wire's, as the repeated-name scan reads it
+        self._session_marker = marker if express is not None and marker is not None else b""
         self._express = (
             None
             if express is None
