@@ -183,3 +183,4 @@ def test_bench_handle_vs_session_smoke() -> None:
 def test_bench_versions_smoke() -> None:
     printed = run("bench_versions.py", "--base", "HEAD", "--smoke").stdout
     assert "pass-through / bare" in printed and "this/base" in printed
+    assert "floor, session" in printed and "this, session:" in printed and "x the floor" in printed
