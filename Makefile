@@ -31,8 +31,8 @@ demo: $(VENV)/.demo-installed
 
 test: $(VENV)/.test-installed
 	./scripts/system-deps.sh
-	$(BIN)/ruff check middleware tests examples benchmarks
-	$(BIN)/ruff format --check middleware tests examples benchmarks
+	$(BIN)/ruff check middleware tests examples benchmarks scripts
+	$(BIN)/ruff format --check middleware tests examples benchmarks scripts
 	$(BIN)/mypy
 	$(MAKE) --no-print-directory docs
 	$(BIN)/python -m pytest
@@ -50,8 +50,8 @@ bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/run_all.py --write docs/performance.md
 
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check middleware tests examples benchmarks
-	$(BIN)/ruff format --check middleware tests examples benchmarks
+	$(BIN)/ruff check middleware tests examples benchmarks scripts
+	$(BIN)/ruff format --check middleware tests examples benchmarks scripts
 	$(BIN)/mypy
 
 clean:

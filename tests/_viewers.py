@@ -25,6 +25,9 @@ import httpx
 START_SECONDS = 240.0  # Phoenix migrates a new database at start: slow on a loaded 2-core machine
 INGEST_SECONDS = 30.0
 BIN = Path(sys.executable).parent
+# Phoenix's OTLP/gRPC receiver binds every interface whatever PHOENIX_HOST says: this launcher binds it to 127.0.0.1.
+PHOENIX_LAUNCHER = Path(__file__).resolve().parents[1] / "scripts" / "phoenix_local.py"
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
 
 T = TypeVar("T")
 
@@ -70,6 +73,44 @@ class Viewer:
                 self.process.wait(timeout=5)
 
 
+def listening_addresses(session: int) -> set[tuple[str, int]]:
+    """The (address, port) of every TCP socket listened on by the processes of ``session`` (a viewer and every
+    process it started: each viewer leads a session of its own), from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            fields = stat.read_text().rpartition(")")[2].split()  # state, ppid, pgrp, session, ...
+            if int(fields[3]) == session:
+                pids.append(int(stat.parent.name))
+    inodes: set[str] = set()
+    for each in pids:
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            for fd in Path(f"/proc/{each}/fd").iterdir():
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+    found: set[tuple[str, int]] = set()
+    for table, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            fields = row.split()
+            if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            address, port = fields[1].split(":")
+            raw = bytes.fromhex(address)
+            # /proc writes the address as 32-bit words in host (little-endian) order.
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            found.add((socket.inet_ntop(family, raw), int(port, 16)))
+    return found
+
+
+def beyond_loopback(viewer: Viewer) -> set[tuple[str, int]]:
+    """What ``viewer`` (and every process it started) listens on beyond the loopback interface."""
+    listening = listening_addresses(viewer.process.pid)
+    assert listening, f"{viewer.name} listens on nothing?"  # the check itself works: the viewer's own port is there
+    return {(address, port) for address, port in listening if address not in _LOOPBACK}
+
+
 def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path, url: str, health: str) -> Viewer:
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
@@ -96,7 +137,7 @@ def start_phoenix(workdir: Path) -> Viewer:
         PHOENIX_TELEMETRY_ENABLED="false",
         PHOENIX_ALLOW_EXTERNAL_RESOURCES="false",
     )
-    argv = [str(BIN / "python"), "-m", "phoenix.server.main", "serve"]
+    argv = [str(BIN / "python"), str(PHOENIX_LAUNCHER)]
     return _spawn("phoenix", argv, env, workdir, f"http://127.0.0.1:{port}", "/healthz")
 
 

@@ -29,7 +29,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from _mcp import MCP_PATH, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
-from _viewers import Viewer, mlflow_experiment, mlflow_sessions, phoenix_sessions, poll, start_viewers
+from _viewers import (
+    Viewer,
+    beyond_loopback,
+    mlflow_experiment,
+    mlflow_sessions,
+    phoenix_sessions,
+    poll,
+    start_viewers,
+)
 from conftest import SECRET, serve
 from mcp_sessions.telemetry import SessionSpanProcessor
 
@@ -194,3 +202,10 @@ def test_the_docs_snippet_lands_in_its_phoenix_project(viewers: tuple[Viewer, Vi
     shown = poll(lambda: phoenix_sessions(phoenix, "my-mcp-server"), lambda s: sid in s, "Phoenix")
     assert shown[sid] == 3  # sessions/create and the two calls
     assert sid not in phoenix_sessions(phoenix, "default")
+
+
+def test_the_viewers_listen_on_the_loopback_interface_only(viewers: tuple[Viewer, Viewer]) -> None:
+    """Every socket either viewer (or a process it started) listens on is on 127.0.0.1 or ::1: Phoenix's
+    OTLP/gRPC receiver too, which Phoenix itself binds to every interface (scripts/phoenix_local.py)."""
+    for viewer in viewers:
+        assert beyond_loopback(viewer) == set(), viewer.name
