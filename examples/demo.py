@@ -17,6 +17,7 @@ import base64
 import contextlib
 import json
 import logging
+import re
 import secrets
 import socket
 import sys
@@ -98,6 +99,9 @@ class Exchange:
 
 
 # -- presentation ----------------------------------------------------------------------------------
+
+
+_JWT = re.compile(r"eyJ[\w-]*\.[\w-]*\.[\w-]*")
 
 
 def shorten(token: str) -> str:
@@ -293,6 +297,7 @@ def run_conversation(talk: Conversation, *, streaming: bool | None) -> None:
 
     step(6, 'set_mode("focus") in session A: client-held state, signed by the server')
     set_mode = talk.post("tools/call", {"name": "set_mode", "arguments": {"mode": "focus"}}, session=session_a)
+    set_mode.tool_value()  # a server without the quickstart's tools fails here, saying so
     echo = set_mode.echo or {}
     state = echo.get("state")
     expect(isinstance(state, str), f"set_mode's result echoes no state: {echo!r}")
@@ -438,7 +443,11 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
         description="A scripted conversation that shows data-layer sessions working, over raw HTTP.",
     )
     parser.add_argument("--json", action="store_true", help="start the server in JSON response mode (no SSE)")
-    parser.add_argument("--url", help="the MCP endpoint of a running quickstart server, instead of starting one")
+    parser.add_argument(
+        "--url",
+        help="the MCP endpoint of a running quickstart server (examples/quickstart.py: the demo calls its tools "
+        "count, set_mode, get_mode and countdown), instead of starting one",
+    )
     args = parser.parse_args(argv)
     out = sys.stdout if out is None else out
     print("mcp-sessions demo: a conversation with the quickstart MCP server (examples/quickstart.py)", file=out)
@@ -475,8 +484,9 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None) -> int:
             except (KeyError, IndexError, TypeError, ValueError) as exc:
                 raise StepFailed(f"{talk.step}: a response did not have the expected shape ({exc!r})") from exc
     except StepFailed as exc:
-        print(f"\nFAILED at {exc}", file=out, flush=True)
-        print(f"demo failed at {exc}", file=sys.stderr)
+        failure = _JWT.sub(lambda token: shorten(token[0]), str(exc))  # a response quoted in full holds tokens
+        print(f"\nFAILED at {failure}", file=out, flush=True)
+        print(f"demo failed at {failure}", file=sys.stderr)
         return 1
     except ServerUnavailable as exc:
         print(f"\nFAILED: {exc}", file=out, flush=True)
