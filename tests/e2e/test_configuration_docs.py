@@ -1,0 +1,516 @@
+"""The Python snippets of docs/configuration.md, deployment.md and security.md run, and do what their pages say.
+
+Each snippet is exec'd as printed; a fragment gets only the names its page says are the reader's own
+(``old_secret``, ``MyBackend``, ``MyTokenVerifier``...). Where a snippet names a file or a server of the
+reader's (a PEM under /run/secrets, a Redis at 10.0.0.5, a database under /tmp), the test swaps that one
+literal for a real one of its own and says so. Apps are served by a real uvicorn on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import base64
+import contextlib
+import inspect
+import json
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from mcp.server.auth.provider import AccessToken, TokenVerifier
+from mcp.server.mcpserver import MCPServer
+from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from _mcp import (
+    SESSION_NOT_FOUND,
+    SESSION_REQUIRED,
+    LegacyClient,
+    ModernClient,
+    jwt_claims,
+    modern_headers,
+    modern_request,
+    session_meta,
+    tool_text,
+)
+from _redis import RedisServer, redis_server
+from conftest import SECRET, serve
+from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, SessionsConfig, get_session
+from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SQLiteStore, _urls, store_from_url
+
+ROOT = Path(__file__).resolve().parents[2]
+OLD_SECRET = "old-secret-for-the-rotation-snippet-0123456789"
+NEW_SECRET = "new-secret-for-the-rotation-snippet-0123456789"
+HOST = "mcp.example.com"  # the host the snippets name in their transport security settings
+
+
+def snippets(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.S)
+
+
+CONFIGURATION = snippets("configuration.md")
+DEPLOYMENT = snippets("deployment.md")
+SECURITY = snippets("security.md")
+
+
+def snippet_with(page: list[str], text: str) -> str:
+    [snippet] = [s for s in page if text in s]
+    return snippet
+
+
+def swapped(snippet: str, old: str, new: str) -> str:
+    """``snippet`` with the one literal ``old`` replaced (it must be there, once)."""
+    assert snippet.count(old) == 1, old
+    return snippet.replace(old, new)
+
+
+def run(snippet: str, namespace: dict[str, Any] | None = None, *, page: str = "docs") -> dict[str, Any]:
+    namespace = {"__name__": "docs_snippet", **(namespace or {})}
+    exec(compile(snippet, page, "exec"), namespace)
+    return namespace
+
+
+OPTIONS = snippet_with(CONFIGURATION, "adopt_transport_sessions=False,")
+FROM_ENV_CONFIG = snippet_with(CONFIGURATION, "SessionsConfig.from_env(")
+GUARD = snippet_with(CONFIGURATION, "guard=Guard(")
+ROTATION = snippet_with(CONFIGURATION, "SessionKey.from_secret(old_secret)")
+ES256 = snippet_with(CONFIGURATION, "SessionKey.from_private_key(")
+SQLITE = snippet_with(CONFIGURATION, "SQLiteStore(")
+REGISTER = snippet_with(CONFIGURATION, "register_store(")
+REDIS = snippet_with(CONFIGURATION, "RedisStore(")
+STORE_URLS = snippet_with(DEPLOYMENT, "store_from_url(")
+SERVER_PY = snippet_with(DEPLOYMENT, 'MCPServer("counter")')
+AUTH_OUTSIDE = snippet_with(SECURITY, "Middleware(AuthenticationMiddleware")
+BEARER_HOOK = snippet_with(SECURITY, "async def bearer_principal(")
+
+
+def test_every_snippet_is_accounted_for() -> None:
+    tested = {
+        "configuration.md": (
+            CONFIGURATION,
+            [OPTIONS, FROM_ENV_CONFIG, GUARD, ROTATION, ES256, SQLITE, REGISTER, REDIS],
+        ),
+        "deployment.md": (DEPLOYMENT, [STORE_URLS, SERVER_PY]),
+        "security.md": (SECURITY, [AUTH_OUTSIDE, BEARER_HOOK]),
+    }
+    for page, (found, covered) in tested.items():
+        assert sorted(found) == sorted(covered), page
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+
+
+def mcp_app_as_above() -> ASGIApp:
+    """The ``mcp_app`` that configuration.md's first snippet defines (a fresh one: an app serves one lifespan)."""
+    app: ASGIApp = run(OPTIONS)["mcp_app"]
+    return app
+
+
+def closing(app: ASGIApp, store: RedisStore | SQLiteStore) -> ASGIApp:
+    """``app`` that closes a store it was handed at lifespan shutdown, as configuration.md tells the reader to."""
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            return await app(scope, receive, send)
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                await store.aclose()
+            await send(message)
+
+        return await app(scope, receive, sending)
+
+    return wrapped
+
+
+def error_code(message: dict[str, Any]) -> int:
+    code: int = message["error"]["code"]
+    return code
+
+
+def token_header(token: str) -> dict[str, Any]:
+    """The JOSE header of a compact JWS, decoded without verifying anything."""
+    header = token.split(".")[0]
+    decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
+    return decoded
+
+
+def created_at_host(client: ModernClient) -> dict[str, Any]:
+    response, message = client.request("sessions/create", host=HOST)
+    assert response.status_code == 200, response.text
+    session: dict[str, Any] = message["result"]["session"]
+    return session
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    """One real redis-server for the module (skipped without redis-server, failed under CI)."""
+    with redis_server() as server:
+        yield server
+
+
+# -- configuration.md ---------------------------------------------------------------------------------
+
+
+def test_the_options_block_shows_the_defaults_and_its_app_answers() -> None:
+    namespace = run(OPTIONS, page="docs/configuration.md")
+    app = namespace["app"]
+    assert isinstance(app, MCPSessionMiddleware)
+    # "Every option is keyword-only", and each value the block shows is that option's default.
+    parameters = inspect.signature(SessionsConfig).parameters
+    assert {p.kind for p in parameters.values()} == {inspect.Parameter.KEYWORD_ONLY}
+    [call] = [
+        n
+        for n in ast.walk(ast.parse(OPTIONS))
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "MCPSessionMiddleware"
+    ]
+    shown = {str(kw.arg): eval(compile(ast.Expression(kw.value), "options", "eval"), namespace) for kw in call.keywords}
+    del shown["secret"]  # the reader's own (the app above was built, so it is long enough)
+    assert shown == {name: parameters[name].default for name in shown}
+    with serve(app) as base, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, base)
+        session = client.create_session()
+        response, listed = client.request("tools/list", session=session_meta(session))
+        assert response.status_code == 200 and listed["result"]["tools"] == [], listed
+
+
+BAD_OPTIONS = [
+    # (what the page says fails, the edit, the error, what its message says to change)
+    (
+        "a short secret",
+        ('"…replace with at least 32 random bytes…"', '"31-bytes-is-one-byte-too-short"'),
+        ValueError,
+        "at least 32 bytes",
+    ),
+    ("no key", ('secret="…replace with at least 32 random bytes…",', ""), ValueError, "exactly one of secret="),
+    ("two keys", ("secret=", 'keys=KeySet.from_secret("k" * 32), secret='), ValueError, "exactly one of secret="),
+    ("a non-positive lifetime", ("ttl=86400,", "ttl=0,"), ValueError, "ttl must be a positive number of seconds"),
+    ("a non-positive idle lifetime", ("idle_ttl=None,", "idle_ttl=-1,"), ValueError, "idle_ttl must be a positive"),
+    (
+        "one string, not a collection",
+        ("require_session=False,", 'require_session="tools/call",'),
+        TypeError,
+        "not one string",
+    ),
+    (
+        "one tool name, not a collection",
+        ("require_session_tools=(),", 'require_session_tools="count",'),
+        TypeError,
+        "not one string",
+    ),
+    (
+        "an unknown conversation_data",
+        ('conversation_data="off",', 'conversation_data="on",'),
+        ValueError,
+        "must be one of off",
+    ),
+    (
+        "adopt_transport_sessions not a bool",
+        ("adopt_transport_sessions=False,", "adopt_transport_sessions=1,"),
+        TypeError,
+        "True or False",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "says"), [row[1:] for row in BAD_OPTIONS], ids=[row[0] for row in BAD_OPTIONS]
+)
+def test_a_bad_option_fails_at_construction_saying_what_to_change(
+    edit: tuple[str, str], error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error, match=re.escape(says)):
+        run(swapped(OPTIONS, *edit), {"KeySet": KeySet})
+
+
+def test_the_checked_config_object_answers_at_its_path_and_raises_where_built() -> None:
+    app = run(FROM_ENV_CONFIG, page="docs/configuration.md")["app"]
+    assert isinstance(app, Starlette)
+    with serve(app) as base, httpx.Client(timeout=10) as http:
+        session = ModernClient(http, base).create_session()  # the middleware answers it: the app has no routes
+        assert jwt_claims(session["sessionId"])["iss"] == "mcp-sessions"
+        elsewhere = ModernClient(http, base, path="/elsewhere").post({"jsonrpc": "2.0", "id": 1, "method": "x"})
+        assert elsewhere.status_code == 404  # path="/mcp": other paths pass through, unread
+    # "raises here if misconfigured": at from_env, before any app exists.
+    with pytest.raises(RuntimeError, match=re.escape("secrets.token_urlsafe(32)")):
+        run(swapped(FROM_ENV_CONFIG, '{"MCP_SESSIONS_DEV": "1"}', "{}"))
+    with pytest.raises(ValueError, match="MCP_SESSIONS_TTL"):
+        run(swapped(FROM_ENV_CONFIG, '{"MCP_SESSIONS_DEV": "1"}', '{"MCP_SESSIONS_DEV": "1", "MCP_SESSIONS_TTL": "0"}'))
+
+
+def test_the_guard_refuses_what_the_server_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)  # from_env reads it, as the page's table says
+    app = run(GUARD, page="docs/configuration.md")["app"]
+    with serve(app) as base, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, base)
+        response, created = client.request("sessions/create", host=HOST, origin="https://app.example.com")
+        assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+        session = session_meta(created["result"]["session"])
+        response, listed = client.request("tools/list", session=session, host=HOST)
+        assert response.status_code == 200 and response.headers["content-type"] == "application/json", listed
+        # json_response=True: both accept a client that takes JSON only (an SSE server answers 406).
+        for body in (modern_request("sessions/create"), modern_request("tools/list", session=session)):
+            json_only = client.post(body, {**modern_headers(body, host=HOST), "Accept": "application/json"})
+            assert json_only.status_code == 200 and "result" in json_only.json(), json_only.text
+        # Refused by the middleware (sessions/create) exactly as by the server (tools/list).
+        for body in (modern_request("sessions/create"), modern_request("tools/list", session=session)):
+            wrong_host = client.post(body, modern_headers(body, host="127.0.0.1"))
+            assert (wrong_host.status_code, wrong_host.text) == (421, "Invalid Host header"), body
+            foreign = client.post(body, modern_headers(body, host=HOST, origin="https://evil.example"))
+            assert (foreign.status_code, foreign.text) == (403, "Invalid Origin header"), body
+
+
+def test_rotation_step_two_verifies_the_old_key_and_signs_with_the_new() -> None:
+    namespace = run(ROTATION, {"old_secret": OLD_SECRET, "new_secret": NEW_SECRET, "mcp_app": mcp_app_as_above()})
+    assert namespace["app"].keys is namespace["keys"]
+    # A session minted in step 1, when only the old key signed.
+    step_one = KeySet([SessionKey.from_secret(OLD_SECRET)], issuer="https://mcp.example.com", audience=HOST)
+    old_token, _ = step_one.mint_session_token(ttl=600)
+    with serve(namespace["app"]) as base, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, base)
+        response, listed = client.request("tools/list", session=session_meta(old_token))
+        assert response.status_code == 200 and "result" in listed, listed  # the old key still verifies
+        new_token = client.create_session()["sessionId"]
+    assert token_header(new_token)["kid"] == SessionKey.from_secret(NEW_SECRET).kid  # the new key signs
+    assert {k: jwt_claims(new_token)[k] for k in ("iss", "aud")} == {"iss": "https://mcp.example.com", "aud": HOST}
+    # Step 3, KeySet([new]): the new key's sessions live on, the old key's end.
+    step_three = KeySet([SessionKey.from_secret(NEW_SECRET)], issuer="https://mcp.example.com", audience=HOST)
+    assert step_three.verify_session_token(new_token).session_id == jwt_claims(new_token)["sid"]
+    with pytest.raises(InvalidToken):
+        step_three.verify_session_token(old_token)
+
+
+@pytest.mark.parametrize("kind", ["P-256", "Ed25519"])
+def test_an_asymmetric_key_signs_and_its_public_key_alone_verifies(kind: str, tmp_path: Path) -> None:
+    private = ec.generate_private_key(ec.SECP256R1()) if kind == "P-256" else ed25519.Ed25519PrivateKey.generate()
+    pem = tmp_path / "mcp-sessions.pem"  # the reader's /run/secrets file
+    pem.write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    keys = run(swapped(ES256, '"/run/secrets/mcp-sessions-es256.pem"', repr(str(pem))))["keys"]
+    assert keys.signer is not None and keys.signer.algorithm == ("ES256" if kind == "P-256" else "EdDSA")
+    with serve(MCPSessionMiddleware(mcp_app_as_above(), keys=keys)) as base, httpx.Client(timeout=10) as http:
+        token = ModernClient(http, base).create_session()["sessionId"]
+    assert token_header(token)["kid"] == "es-2026-11" and jwt_claims(token)["aud"] == HOST
+    public_pem = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    gateway = KeySet([SessionKey.from_public_key(public_pem, kid="es-2026-11")], audience=HOST)
+    assert gateway.verify_session_token(token).session_id == jwt_claims(token)["sid"]  # verifies ...
+    with pytest.raises(ValueError, match="verify-only"):
+        MCPSessionMiddleware(mcp_app_as_above(), keys=gateway)  # ... and cannot mint
+
+
+def test_the_sqlite_store_is_one_file_every_worker_shares(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # "sessions.db" is relative to the working directory
+    store = run(SQLITE, page="docs/configuration.md")["store"]
+    assert isinstance(store, SQLiteStore) and (tmp_path / "sessions.db").is_file()  # created if missing
+    shown = (store.timeout, store.touch_interval, store.cleanup_batch, store.cleanup_interval)
+    assert shown == (2.0, 1.0, 100, 1.0)
+    with pytest.raises(ValueError, match="directory does not exist"):
+        SQLiteStore(tmp_path / "missing" / "sessions.db")
+    sid, later = "a" * 24, time.time() + 600
+
+    async def workers() -> None:
+        other = SQLiteStore("sessions.db")  # a second worker process opens the same file
+        try:
+            counted = [await worker.incr(sid, "n", expires_at=later) for worker in (store, other, store)]
+            assert counted == [1, 2, 3]
+            assert await other.revoke(sid, expires_at=later)
+            assert await store.touch(sid, expires_at=later, now=time.time(), idle_ttl=None) is SessionStatus.REVOKED
+        finally:
+            await other.aclose()
+            await store.aclose()
+        restarted = SQLiteStore(tmp_path / "sessions.db")  # durable: a restart forgets nothing
+        try:
+            assert await restarted.touch(sid, expires_at=later, now=time.time(), idle_ttl=None) is SessionStatus.REVOKED
+        finally:
+            await restarted.aclose()
+
+    asyncio.run(workers())
+
+
+def test_a_registered_scheme_names_your_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_urls, "_factories", dict(_urls._factories))  # the registration ends with the test
+    store = run(REGISTER, page="docs/configuration.md")["store"]
+    assert isinstance(store, MemoryStore)
+    with pytest.raises(ValueError, match="my-store://"):  # listed among the known schemes now
+        store_from_url("nobody-registered-this://x")
+
+
+def test_the_redis_store_as_printed_and_on_a_real_redis(redis: RedisServer) -> None:
+    rotation = {"old_secret": OLD_SECRET, "new_secret": NEW_SECRET, "mcp_app": mcp_app_as_above()}
+    names = {"mcp_app": mcp_app_as_above(), "keys": run(ROTATION, rotation)["keys"]}  # "mcp_app and keys as above"
+    printed = run(REDIS, names, page="docs/configuration.md")  # connects on first use: builds without a Redis
+    assert isinstance(printed["app"], MCPSessionMiddleware) and printed["app"].store is printed["store"]
+    store = printed["store"]
+    assert isinstance(store, RedisStore)
+    shown = (store.prefix, store.timeout, store.touch_interval, store.expiry_margin, store.max_update_attempts)
+    assert shown == ("mcp-sessions:", 0.5, 10.0, 300.0, 32)
+    # The same snippet with the reader's Redis URL swapped for a real redis-server.
+    names["mcp_app"] = mcp_app_as_above()
+    real = run(swapped(REDIS, '"redis://:password@10.0.0.5:6379/0"', repr(redis.url)), names)
+    with serve(closing(real["app"], real["store"])) as base, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, base)
+        session = session_meta(client.create_session())
+        sid = jwt_claims(session["sessionId"])["sid"]
+        assert "result" in client.request("tools/list", session=session)[1]
+        assert client.request("sessions/delete", session=session)[1]["result"] == {"resultType": "complete"}
+        assert redis.command("GET", f"mcp-sessions:{{{sid}}}:s") == b"$1\r\nr\r\n"  # the revocation is in Redis
+        assert error_code(client.request("tools/list", session=session)[1]) == SESSION_NOT_FOUND
+
+
+# -- deployment.md ------------------------------------------------------------------------------------
+
+
+def test_store_urls_build_stores_and_bad_ones_say_what_is_wrong(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reader's /tmp directory becomes the test's own, still an absolute sqlite:/// URL.
+    namespace = run(swapped(STORE_URLS, '"sqlite:///tmp/sessions.db"', repr(f"sqlite://{tmp_path}/sessions.db")))
+    store, memory = namespace["store"], namespace["memory"]
+    assert isinstance(store, SQLiteStore) and store.path == tmp_path / "sessions.db" and store.timeout == 2.0
+    assert store.path.is_file()
+    assert isinstance(memory, MemoryStore) and memory.max_sessions == 50000
+    monkeypatch.chdir(tmp_path)
+    relative = store_from_url("sqlite://relative.db")  # relative to the working directory
+    assert isinstance(relative, SQLiteStore) and (tmp_path / "relative.db").is_file()
+
+    async def close() -> None:
+        await store.aclose()
+        await relative.aclose()
+
+    asyncio.run(close())
+    for url, says in [
+        ("postgres://db/x", "unknown store URL scheme 'postgres': use one of memory://, sqlite://, redis://"),
+        ("redis://:hunter2@127.0.0.1:sixty/0", "port"),
+        ("redis://:hunter2@127.0.0.1:6379/zero", "database"),
+        ("sqlite://", "needs a file path"),
+        ("memory://?max=5", "unknown store URL parameter 'max'"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(says)) as raised:
+            store_from_url(url)
+        assert "hunter2" not in str(raised.value), url
+
+
+def test_the_walkthrough_server_counts_across_replicas(
+    redis: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Step 3's settings: a key file, the Redis URL, an idle timeout.
+    (tmp_path / "keys").write_text("k2026a:" + secrets.token_urlsafe(32) + "\n")
+    monkeypatch.setenv("MCP_SESSIONS_KEYS", f"@{tmp_path / 'keys'}")
+    monkeypatch.setenv("MCP_SESSIONS_REDIS_URL", redis.url)
+    monkeypatch.setenv("MCP_SESSIONS_IDLE_TTL", "1800")
+    replicas = [run(SERVER_PY, page="docs/deployment.md")["app"] for _ in range(2)]
+    with contextlib.ExitStack() as stack, httpx.Client(timeout=10) as http:
+        bases = [stack.enter_context(serve(app)) for app in replicas]
+        a, b = (ModernClient(http, base) for base in bases)
+        refused = a.post(modern_request("sessions/create"))
+        assert (refused.status_code, refused.text) == (421, "Invalid Host header")  # only the host it names
+        created = created_at_host(a)
+        claims = jwt_claims(created["sessionId"])
+        expires = datetime.fromisoformat(created["expiresAt"].replace("Z", "+00:00")).timestamp()
+        assert expires == claims["iat"] + 1800 < claims["exp"]  # MCP_SESSIONS_IDLE_TTL=1800 reached the app
+        session = session_meta(created)
+        counts = [tool_text(client.call_tool("count", session=session, host=HOST)[1]) for client in (a, b, a)]
+        assert counts == ["1", "2", "3"]  # whichever replica answers, the counter is the one in Redis
+        assert redis.command("HGET", f"mcp-sessions:{{{claims['sid']}}}:d", "count") == b"$1\r\n3\r\n"
+        # A 2025-era client, stateless: no initialize on this replica, the session travels in _meta.
+        legacy = LegacyClient(http, bases[1])
+        assert tool_text(legacy.call_tool("count", session=session, host=HOST)[1]) == "4"
+        assert error_code(b.call_tool("count", host=HOST)[1]) == SESSION_REQUIRED  # require_session_tools
+        assert "result" in b.request("sessions/delete", session=session, host=HOST)[1]
+        assert error_code(a.call_tool("count", session=session, host=HOST)[1]) == SESSION_NOT_FOUND
+
+
+# -- security.md --------------------------------------------------------------------------------------
+
+
+class MyBackend(AuthenticationBackend):
+    """The reader's authentication: here, whoever the X-User header names."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        user = conn.headers.get("x-user")
+        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
+
+
+def readers_app() -> dict[str, Any]:
+    """The names security.md's Starlette snippet leaves to the reader, with a tool that reports the session."""
+    server = MCPServer("app")
+
+    @server.tool()
+    async def whoami() -> str:
+        session = get_session()
+        return "none" if session is None else session.id
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with server.session_manager.run():
+            yield
+
+    return {"mcp_app": server.streamable_http_app(), "lifespan": lifespan, "MyBackend": MyBackend, "secret": SECRET}
+
+
+def test_authentication_outside_binds_sessions_and_inside_does_not() -> None:
+    app = run(AUTH_OUTSIDE, readers_app(), page="docs/security.md")["app"]
+    with serve(app) as base, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, base)
+        _, created = client.request("sessions/create", x_user="alice")
+        session = session_meta(created["result"]["session"])
+        assert "pbh" in jwt_claims(session["sessionId"])
+        sid = jwt_claims(session["sessionId"])["sid"]
+        assert tool_text(client.call_tool("whoami", session=session, x_user="alice")[1]) == sid
+        assert error_code(client.call_tool("whoami", session=session, x_user="bob")[1]) == SESSION_NOT_FOUND
+        assert error_code(client.call_tool("whoami", session=session)[1]) == SESSION_NOT_FOUND
+    # "With the authentication inside (after this middleware), ... every session is created unbound."
+    lines = AUTH_OUTSIDE.splitlines(keepends=True)
+    [authentication] = [line for line in lines if "Middleware(AuthenticationMiddleware," in line]
+    [sessions] = [line for line in lines if "Middleware(MCPSessionMiddleware," in line]
+    inside = swapped(AUTH_OUTSIDE, authentication + sessions, sessions + authentication)
+    with serve(run(inside, readers_app())["app"]) as base, httpx.Client(timeout=10) as http:
+        _, created = ModernClient(http, base).request("sessions/create", x_user="alice")
+        assert "pbh" not in jwt_claims(created["result"]["session"]["sessionId"])
+
+
+class MyTokenVerifier(TokenVerifier):
+    """The reader's verifier: two bearer tokens, two users, issued for the snippet's resource."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        users = {"alice-token": "alice", "bob-token": "bob"}
+        if token not in users:
+            return None
+        return AccessToken(token=token, client_id="c", scopes=[], subject=users[token], resource=f"https://{HOST}/mcp")
+
+
+def test_the_sdk_bearer_auth_hook_binds_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
+    app = run(BEARER_HOOK, {"MyTokenVerifier": MyTokenVerifier}, page="docs/security.md")["app"]
+    with serve(app) as base, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, base)
+        _, created = client.request("sessions/create", authorization="Bearer alice-token")
+        session = session_meta(created["result"]["session"])
+        assert "pbh" in jwt_claims(session["sessionId"])
+        response, listed = client.request("tools/list", session=session, authorization="Bearer alice-token")
+        assert response.status_code == 200 and "result" in listed, listed
+        for response, refused in (
+            client.request("tools/list", session=session, authorization="Bearer bob-token"),
+            client.request("tools/list", session=session),
+        ):
+            assert (response.status_code, error_code(refused)) == (200, SESSION_NOT_FOUND)
+        # sessions/create never reaches the SDK's auth: unbound without a bearer; the SDK still guards the rest.
+        _, anonymous = client.request("sessions/create")
+        assert "pbh" not in jwt_claims(anonymous["result"]["session"]["sessionId"])
+        assert client.post(modern_request("tools/list")).status_code == 401
