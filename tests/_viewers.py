@@ -136,6 +136,7 @@ def start_phoenix(workdir: Path) -> Viewer:
         PHOENIX_WORKING_DIR=str(workdir / "phoenix"),
         PHOENIX_TELEMETRY_ENABLED="false",
         PHOENIX_ALLOW_EXTERNAL_RESOURCES="false",
+        PHOENIX_AGENTS_DISABLE_BASH="true",  # its assistant's server-side shell, on by default
     )
     argv = [str(BIN / "python"), str(PHOENIX_LAUNCHER)]
     return _spawn("phoenix", argv, env, workdir, f"http://127.0.0.1:{port}", "/healthz")
