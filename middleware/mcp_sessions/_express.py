@@ -15,10 +15,10 @@ answer as it answers any refusal; the store is then not asked twice.
 The lane is built only for the configurations whose pipeline does nothing
 more for such a request: one wire of the draft's shape (its session in
 ``params._meta``, echoed in ``result._meta``), no handles, no transport
-sessions. While an OpenTelemetry SDK records, it takes only a request that
-names a session (one without may be named by a host's conversation: the
-pipeline's work), and starts and ends its SERVER span as the pipeline does
-(``_operations._start``, ``_request.continue_trace``, ``_forward.run_app``).
+sessions. While an OpenTelemetry SDK records, it starts and ends each
+request's SERVER span as the pipeline does (``_operations._start``,
+``_request.continue_trace``, ``_forward.run_app``), named by the request's
+session, else by the conversation id its host sends (``sources.host``).
 
 It runs on every request, between two calls of a server whose own code has
 evicted it from the CPU caches, where each call and each object costs two to
@@ -32,7 +32,7 @@ tests in ``tests/asgi/test_express.py`` hold it to the pipeline byte for byte.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import Token
 from typing import TYPE_CHECKING, Any, Final
 
@@ -118,8 +118,8 @@ def express_lane(
     meta_key, id_member, state_member = carrier.meta_key, carrier.id_member, carrier.state_member
     # Methods the lane never takes: the wire's own, and those whose result advertises it.
     declined = frozenset((*profile.methods, *profile.advertised_per_request, *profile.advertised_handshake))
-    # Without telemetry, a host's conversation id matters only when it keeps data (conversation_data).
-    host_source = None if hosts.data == "off" else hosts
+    # A host's conversation id names the span when traced; with its data kept, the pipeline adopts it.
+    find_conversation, keeps_data = hosts.find, hosts.data != "off"
     needs_check = watch.needs_check
     keys, store, idle_ttl = sessions.keys, sessions.store, sessions.idle_ttl
     cached_claims, leeway, touch = keys.cached_session_claims, keys.leeway, store.touch
@@ -127,10 +127,38 @@ def express_lane(
     resolve, refused, new_session = sessions.resolve, sessions.refused, sessions.session
     now_of = time.time
 
-    def target(session: Session, headers: dict[bytes, bytes], operation: Operation | None) -> Target:
-        """What the general rewriter needs for the lane's response: its session's echo (and its operation)."""
+    def target(session: Session | None, headers: dict[bytes, bytes], operation: Operation | None) -> Target:
+        """What the general rewriter needs for the lane's response: its session's echo, its operation."""
         era = era_of(headers.get(MCP_PROTOCOL_VERSION_HEADER))
         return Target(profile, session, advertised=(), capability=capability, era=era, operation=operation)
+
+    def start_operation(
+        scope: Scope,
+        headers: dict[bytes, bytes],
+        message: dict[str, Any],
+        method: str,
+        start_ns: int,
+        session_id: str | None,
+        claims: Mapping[str, Any] | None,
+        source: str | None,
+        user: str | None,
+    ) -> Operation:
+        """``_operations._start`` for the lane's one call: its SERVER span, named by its session or
+        conversation."""
+        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        return telemetry.start(
+            scope=scope,
+            headers=headers,
+            message=message,
+            method=method,
+            protocol_version=None if version is None else version.decode("latin-1"),
+            modern=era_of(version) is Era.PER_REQUEST,
+            session_id=session_id,
+            session_claims=claims,
+            start_ns=start_ns,
+            session_source=source,
+            user_id=user,
+        )
 
     async def take(
         scope: Scope,
@@ -157,8 +185,6 @@ def express_lane(
         params = message.get("params")
         meta = params.get("_meta") if type(params) is dict else None
         named = meta.get(meta_key) if type(meta) is dict else None
-        if traced and named is None:
-            return Declined(message)  # traced, a request without a session may be a host's conversation
 
         replayed = False
 
@@ -170,11 +196,28 @@ def express_lane(
             return {"type": "http.request", "body": body, "more_body": False}
 
         if named is None:  # no session named (null is none)
-            if host_source is not None and host_source.find(headers, meta) is not None:
+            conversation = find_conversation(headers, meta) if traced or keeps_data else None
+            if conversation is not None and keeps_data:
                 return Declined(message)  # a host's conversation with its data: the pipeline adopts it
             if requires is not None and requires(method, params):
                 return Declined(message)  # refused for want of a session: the pipeline answers
-            return replay, send, None, None
+            if not traced:
+                return replay, send, None, None
+            named_by = source = user = None  # without a session: named by its host's conversation, if any
+            if conversation is not None:
+                named_by, source, user = conversation.id, conversation.source, conversation.user
+            sessionless = start_operation(scope, headers, message, method, start_ns, named_by, None, source, user)
+            if type(meta) is dict and "traceparent" in meta and sessionless.traced:
+                sessionless.inject(meta)  # _request.continue_trace
+                body = jsonrpc.dumps(message)
+            plain_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
+            rewriter = ResponseRewriter(plain_send, {hashable_id(message["id"]): target(None, headers, sessionless)})
+
+            def finish_sessionless(error: BaseException | None) -> None:  # _forward.run_app, for one operation
+                _end(sessionless, error, rewriter.status)
+
+            sessionless.attach()
+            return replay, rewriter.send, None, finish_sessionless
 
         # The carrier's rules (SessionCarrier.read) for a plain object: anything else, the pipeline refuses.
         if type(named) is not dict:
@@ -231,19 +274,9 @@ def express_lane(
         app_state[STATE_ATTRIBUTE] = session
         key = hashable_id(message["id"])
         operation = None
-        if traced:  # _operations._start, for a call in a data-layer session
-            version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-            operation = telemetry.start(
-                scope=scope,
-                headers=headers,
-                message=message,
-                method=method,
-                protocol_version=None if version is None else version.decode("latin-1"),
-                modern=era_of(version) is Era.PER_REQUEST,
-                session_id=session.id,
-                session_claims=session.claims,
-                start_ns=start_ns,
-                session_source=session.source,
+        if traced:  # in a data-layer session
+            operation = start_operation(
+                scope, headers, message, method, start_ns, session.id, session.claims, session.source, None
             )
             if "traceparent" in meta and operation.traced:  # type: ignore[operator]  # meta: a dict here
                 # _request.continue_trace: the app's _meta names this span, so the server's nests under it.
@@ -325,17 +358,23 @@ def express_lane(
         traced_operation = operation  # _forward.run_app, for one operation
 
         def finish(error: BaseException | None) -> None:
-            if error is not None:
-                traced_operation.exception(error)
-            traced_operation.detach()
-            if response_status >= 400:
-                traced_operation.http_error(response_status)
-            traced_operation.end()
+            _end(traced_operation, error, response_status)
 
         traced_operation.attach()
         return replay, reply, context, finish
 
     return take
+
+
+def _end(operation: Operation, error: BaseException | None, status: int) -> None:
+    """How ``_forward.run_app`` ends one operation once the app is done: the exception the app raised
+    (``error``), the context, an HTTP error status, then the span and its duration."""
+    if error is not None:
+        operation.exception(error)
+    operation.detach()
+    if status >= 400:
+        operation.http_error(status)
+    operation.end()
 
 
 def express_for(

@@ -125,9 +125,6 @@ class MCPSessionMiddleware:
         express = express_for(
             config.profiles, simple=self._planner.simple, handles=config.handles, transports=self._transport
         )
-        # Traced, a body without the session member's name names no session: the lane is not asked.
-        marker = self._planner.watch.marker  # the lane's one wire's, as the repeated-name scan reads it
-        self._session_marker = marker if express is not None and marker is not None else b""
         self._express = (
             None
             if express is None
@@ -183,10 +180,9 @@ class MCPSessionMiddleware:
         assert isinstance(body, bytes)
         refused = None
         parsed = UNPARSED
-        # Traced, a request that names no session is the pipeline's (a host's id may name it): not read twice.
-        if self._express is not None and (not (traced := self._telemetry.enabled()) or self._session_marker in body):
+        if self._express is not None:
             try:
-                taken = await self._express(scope, receive, send, headers, body, start_ns, traced)
+                taken = await self._express(scope, receive, send, headers, body, start_ns, self._telemetry.enabled())
             except Refused as exc:  # the usual request, naming a session that did not resolve
                 refused = exc.refusal
             else:

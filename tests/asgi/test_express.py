@@ -538,6 +538,8 @@ class Traced:
     status=st.sampled_from([200, 200, 200, 500]),
     trace_context=st.sampled_from([None, None, "meta", "header"]),
     idle=st.booleans(),
+    require_session=st.booleans(),
+    conversation_data=st.sampled_from(["off", "off", "anonymous"]),
 )
 def test_with_an_sdk_the_lane_records_what_the_pipeline_records(
     request: tuple[bytes, list[tuple[bytes, bytes]]],
@@ -547,6 +549,8 @@ def test_with_an_sdk_the_lane_records_what_the_pipeline_records(
     status: int,
     trace_context: str | None,
     idle: bool,
+    require_session: bool,
+    conversation_data: Any,
 ) -> None:
     """The same answers, the same context for the app, the same spans and the same metrics."""
     body, headers = request
@@ -562,7 +566,11 @@ def test_with_an_sdk_the_lane_records_what_the_pipeline_records(
     outcomes = []
     for lane in (True, False):
         traced = Traced(
-            App(result, shape=shape, pieces=pieces, status=status), lane=lane, idle_ttl=3600 if idle else None
+            App(result, shape=shape, pieces=pieces, status=status),
+            lane=lane,
+            idle_ttl=3600 if idle else None,
+            require_session=require_session,
+            conversation_data=conversation_data,
         )
         if lane:
             assert traced.middleware._express is not None
@@ -573,42 +581,63 @@ def test_with_an_sdk_the_lane_records_what_the_pipeline_records(
     assert outcomes[0] == outcomes[1]
 
 
-def test_with_an_sdk_a_session_request_takes_the_lane_and_one_without_does_not() -> None:
-    """Traced, a request in a session takes the lane, with or without a trace context in its _meta
-    (rewritten for the app to name the middleware's span); one without a session (a host's
-    conversation may name it) takes the pipeline."""
-    taken = []
-    for token, meta in (
-        (VALID[0], {}),
-        (None, {}),
-        (VALID[0], {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}),
-    ):
-        traced = Traced(App({"content": []}), lane=True)
-        spy = lane_of(traced.middleware)
-        body, headers = usual(token)
-        message = json.loads(body)
-        message["params"]["_meta"].update(meta)
-        answer, _, spans, points = traced.run(json.dumps(message).encode(), headers)
-        assert answer[0] == 200 and spans and points
-        app = traced.middleware.app
-        assert isinstance(app, App)
-        assert app.calls[0][3:] == (True, None if token is None else SIDS[token])  # its span, its session in baggage
-        taken.append(spy.taken)
-    assert taken == [[True], [], [True]]  # a body without the session member's name is not even offered
+@pytest.mark.parametrize(
+    ("token", "extra", "options", "taken", "named"),
+    [
+        (VALID[0], {}, {}, True, SIDS[VALID[0]]),
+        (VALID[0], {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}, {}, True, SIDS[VALID[0]]),
+        (None, {}, {}, True, None),
+        (None, {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}, {}, True, None),
+        (None, {"vscode.conversationId": "chat-1"}, {}, True, "chat-1"),
+        (None, {"openai/session": "conv-2", "openai/subject": "user-9"}, {}, True, "conv-2"),
+        (None, {"vscode.conversationId": "chat-1"}, {"conversation_data": "anonymous"}, False, "chat-1"),
+        (None, {}, {"require_session": True}, False, None),
+    ],
+)
+def test_with_an_sdk_the_usual_request_takes_the_lane_with_or_without_a_session(
+    token: str | None, extra: dict[str, str], options: dict[str, Any], taken: bool, named: str | None
+) -> None:
+    """Traced, the usual request takes the lane: in a session, named by its host's conversation, or
+    neither, with or without a trace context in its _meta (rewritten for the app to name the
+    middleware's span). A host's conversation whose data is kept, and a request refused for want of
+    a session, take the pipeline. Either way the span and the baggage name the conversation."""
+    traced = Traced(App({"content": []}), lane=True, **options)
+    spy = lane_of(traced.middleware)
+    body, headers = usual(token)
+    message = json.loads(body)
+    message["params"]["_meta"].update(extra)
+    answer, calls, spans, points = traced.run(json.dumps(message).encode(), headers)
+    assert spy.taken == [taken]
+    if options.get("require_session"):
+        assert answer[0] == 200 and not calls  # -32044, answered without the app
+        return
+    assert answer[0] == 200 and spans and points
+    assert calls[0][3:] == (True, named)  # the app runs in its span, the conversation in baggage
+    attributes = dict(spans[-1][2])
+    shown = named if named is None or named in SIDS.values() else "<minted>"  # as Traced.run shows other ids
+    assert attributes.get("session.id") == shown and attributes.get("gen_ai.conversation.id") == shown
+    if "openai/subject" in extra:
+        assert attributes.get("user.id") == "user-9"
+    if "traceparent" in extra:  # the span continues the client's trace; the app's _meta names it
+        assert spans[-1][-1] is True and b"<traceparent>" in calls[0][0]
 
 
+@pytest.mark.parametrize("token", [VALID[0], None], ids=["session", "no session"])
 @pytest.mark.parametrize("pieces", [1, 2])
 @pytest.mark.parametrize(
     ("shape", "status"),
     [("compact", 200), ("compact", 500), ("error", 200), ("error", 400), ("sse", 200), ("gzip", 200), ("raise", 200)],
 )
-def test_with_an_sdk_every_ending_of_a_session_request_is_recorded_alike(shape: str, status: int, pieces: int) -> None:
-    """A result, an HTTP error, a JSON-RPC error, a stream, an encoded body, an exception: as the pipeline."""
+def test_with_an_sdk_every_ending_of_the_usual_request_is_recorded_alike(
+    shape: str, status: int, pieces: int, token: str | None
+) -> None:
+    """A result, an HTTP error, a JSON-RPC error, a stream, an encoded body, an exception: as the pipeline,
+    in a session or not."""
     outcomes = []
     for lane in (True, False):
         traced = Traced(App({"content": []}, shape=shape, status=status, pieces=pieces), lane=lane)
         spy = lane_of(traced.middleware) if lane else None
-        outcomes.append(traced.run(*usual(VALID[0])))
+        outcomes.append(traced.run(*usual(token)))
         assert spy is None or spy.taken == [True]
     assert outcomes[0] == outcomes[1]
     spans = outcomes[0][2]
