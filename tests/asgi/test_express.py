@@ -277,8 +277,9 @@ def usual_requests(draw: st.DrawFn) -> tuple[bytes, list[tuple[bytes, bytes]]]:
         headers += [(b"mcp-method", method.encode())] if version == MODERN else []
         headers += [(b"mcp-name", b"t")] if version == MODERN and method == "tools/call" else []
     header = draw(st.sampled_from(["none", "none", "same", "other", "transport"]))
-    if header != "none" and isinstance(token, str):
-        value = {"same": token, "other": VALID[1], "transport": "4f1c0c2d5b5e4b2f"}[header]
+    if header != "none":  # without a session in the body too: a header alone names none
+        same = token if isinstance(token, str) else VALID[0]
+        value = {"same": same, "other": VALID[1], "transport": "4f1c0c2d5b5e4b2f"}[header]
         headers.append((b"mcp-session-id", value.encode("utf-8", "surrogatepass")))
     if draw(st.integers(min_value=0, max_value=7)) == 0:
         headers.append((b"agent-session-id", b"goose-1"))
