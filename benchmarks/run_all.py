@@ -691,10 +691,11 @@ in another, the same hour). Read such rows within one page; to compare two
 versions of the middleware, `benchmarks/bench_versions.py` runs both in one
 process, request by request.
 
-With an OpenTelemetry SDK recording, a request in a session still takes the
-lane, which starts a SERVER span for it as the pipeline does (its attributes,
-the link to the session's creation span), runs the app in its context and
-records the operation's duration. Most of that cost is the SDK's own: the
+With an OpenTelemetry SDK recording, the usual request still takes the lane,
+which starts a SERVER span for it as the pipeline does (its attributes, the
+link to the session's creation span, or the conversation id a host sent for a
+request without a session), runs the app in its context and records the
+operation's duration. Most of that cost is the SDK's own: the
 "SDK floor" rows do that SDK work and nothing else, and read about 0.2 times
 what otel-asgi adds. In
 one run on the trivial app, taking the parts away one at a time (each variant
