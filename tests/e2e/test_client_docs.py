@@ -30,6 +30,7 @@ from examples.quickstart import build_app
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from _docs import one_with, python_snippets
 from _mcp import (
     MCP_PATH,
     SESSION_KEY,
@@ -48,14 +49,13 @@ from mcp_sessions.client import HttpxSessionTransport, SessionHandle, SessionTra
 pytestmark = pytest.mark.anyio
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "client.md"
-SNIPPETS: list[str] = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+SNIPPETS = python_snippets("docs/client.md")
 # What the first snippet imports, for the fragments after it that use those names without importing them.
 PAGE_IMPORTS = {"httpx2": httpx2, "Client": Client, "streamable_http_client": streamable_http_client}
 
 
 def snippet_with(text: str) -> str:
-    [snippet] = [s for s in SNIPPETS if text in s]
-    return snippet
+    return one_with(SNIPPETS, text)
 
 
 def line_with(snippet: str, text: str) -> int:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from _docs import python_snippets
 from _mcp import ModernClient, tool_text
 from conftest import SECRET, serve
 
@@ -17,7 +17,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
 
 
 def test_the_per_conversation_example_counts_per_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
-    [code] = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)
+    [code] = python_snippets("docs/clients.md")
     monkeypatch.setitem(os.environ, "MCP_SESSIONS_SECRET", SECRET)
     namespace: dict[str, Any] = {}
     exec(compile(code, str(DOC), "exec"), namespace)

@@ -33,6 +33,7 @@ from starlette.authentication import AuthCredentials, AuthenticationBackend, Sim
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from _docs import exec_snippet, one_with, python_snippets
 from _mcp import (
     SESSION_NOT_FOUND,
     SESSION_REQUIRED,
@@ -49,24 +50,14 @@ from conftest import SECRET, serve
 from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, SessionsConfig, get_session
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SQLiteStore, _urls, store_from_url
 
-ROOT = Path(__file__).resolve().parents[2]
 OLD_SECRET = "old-secret-for-the-rotation-snippet-0123456789"
 NEW_SECRET = "new-secret-for-the-rotation-snippet-0123456789"
 HOST = "mcp.example.com"  # the host the snippets name in their transport security settings
 
 
-def snippets(page: str) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.S)
-
-
-CONFIGURATION = snippets("configuration.md")
-DEPLOYMENT = snippets("deployment.md")
-SECURITY = snippets("security.md")
-
-
-def snippet_with(page: list[str], text: str) -> str:
-    [snippet] = [s for s in page if text in s]
-    return snippet
+CONFIGURATION = python_snippets("docs/configuration.md")
+DEPLOYMENT = python_snippets("docs/deployment.md")
+SECURITY = python_snippets("docs/security.md")
 
 
 def swapped(snippet: str, old: str, new: str) -> str:
@@ -76,23 +67,21 @@ def swapped(snippet: str, old: str, new: str) -> str:
 
 
 def run(snippet: str, namespace: dict[str, Any] | None = None, *, page: str = "docs") -> dict[str, Any]:
-    namespace = {"__name__": "docs_snippet", **(namespace or {})}
-    exec(compile(snippet, page, "exec"), namespace)
-    return namespace
+    return exec_snippet(snippet, page, namespace)
 
 
-OPTIONS = snippet_with(CONFIGURATION, "adopt_transport_sessions=False,")
-FROM_ENV_CONFIG = snippet_with(CONFIGURATION, "SessionsConfig.from_env(")
-GUARD = snippet_with(CONFIGURATION, "guard=Guard(")
-ROTATION = snippet_with(CONFIGURATION, "SessionKey.from_secret(old_secret)")
-ES256 = snippet_with(CONFIGURATION, "SessionKey.from_private_key(")
-SQLITE = snippet_with(CONFIGURATION, "SQLiteStore(")
-REGISTER = snippet_with(CONFIGURATION, "register_store(")
-REDIS = snippet_with(CONFIGURATION, "RedisStore(")
-STORE_URLS = snippet_with(DEPLOYMENT, "store_from_url(")
-SERVER_PY = snippet_with(DEPLOYMENT, 'MCPServer("counter")')
-AUTH_OUTSIDE = snippet_with(SECURITY, "Middleware(AuthenticationMiddleware")
-BEARER_HOOK = snippet_with(SECURITY, "async def bearer_principal(")
+OPTIONS = one_with(CONFIGURATION, "adopt_transport_sessions=False,")
+FROM_ENV_CONFIG = one_with(CONFIGURATION, "SessionsConfig.from_env(")
+GUARD = one_with(CONFIGURATION, "guard=Guard(")
+ROTATION = one_with(CONFIGURATION, "SessionKey.from_secret(old_secret)")
+ES256 = one_with(CONFIGURATION, "SessionKey.from_private_key(")
+SQLITE = one_with(CONFIGURATION, "SQLiteStore(")
+REGISTER = one_with(CONFIGURATION, "register_store(")
+REDIS = one_with(CONFIGURATION, "RedisStore(")
+STORE_URLS = one_with(DEPLOYMENT, "store_from_url(")
+SERVER_PY = one_with(DEPLOYMENT, 'MCPServer("counter")')
+AUTH_OUTSIDE = one_with(SECURITY, "Middleware(AuthenticationMiddleware")
+BEARER_HOOK = one_with(SECURITY, "async def bearer_principal(")
 
 
 def test_every_snippet_is_accounted_for() -> None:

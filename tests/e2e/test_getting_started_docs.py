@@ -23,6 +23,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from _docs import one_with, python_snippets
 from _mcp import (
     SESSION_KEY,
     SESSION_NOT_FOUND,
@@ -40,14 +41,13 @@ from mcp_sessions import MCPSessionMiddleware, get_session
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = ("docs/getting-started.md", "docs/application-code.md", "docs/index.md", "README.md")
-SNIPPETS = {page: re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(encoding="utf-8"), re.S) for page in PAGES}
+SNIPPETS = {page: python_snippets(page) for page in PAGES}
 COUNTER = 'app = MCPSessionMiddleware.from_env(mcp.streamable_http_app(), require_session_tools={"count"})'
 DOCS_URL = "http://127.0.0.1:8000/mcp"  # the URL the client snippets hard-code or are given, as the page runs them
 
 
 def snippet_with(page: str, text: str) -> str:
-    [snippet] = [s for s in SNIPPETS[page] if text in s]
-    return snippet
+    return one_with(SNIPPETS[page], text)
 
 
 def run(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -12,25 +11,23 @@ import httpx
 import pytest
 from mcp import Client
 
+from _docs import exec_snippet, one_with, python_snippets
 from _mcp import ModernClient, session_meta, tool_text
 from conftest import SECRET, serve
 from mcp_sessions import KeySet, MemoryStore
 from mcp_sessions.handles import HandleKind, Handles
 
 ROOT = Path(__file__).resolve().parents[2]
-SNIPPETS = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "handles.md").read_text(), re.S)
+SNIPPETS = python_snippets("docs/handles.md")
 
 
 def load(snippet: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
-    namespace: dict[str, Any] = {"__name__": "docs_snippet"}
-    exec(compile(snippet, "docs/handles.md", "exec"), namespace)
-    return namespace
+    return exec_snippet(snippet, "docs/handles.md")
 
 
 def by_server_name(name: str) -> str:
-    [snippet] = [s for s in SNIPPETS if f'MCPServer("{name}")' in s]
-    return snippet
+    return one_with(SNIPPETS, f'MCPServer("{name}")')
 
 
 def test_every_snippet_is_accounted_for() -> None:
@@ -83,7 +80,7 @@ def test_both_a_handle_tied_to_a_session_ends_with_it(monkeypatch: pytest.Monkey
 
 
 def test_the_integration_snippet(monkeypatch: pytest.MonkeyPatch) -> None:
-    [snippet] = [s for s in SNIPPETS if "call_with_handle_check" in s]
+    snippet = one_with(SNIPPETS, "call_with_handle_check")
     guarded = load(snippet, monkeypatch)["call_with_handle_check"]
     kind = HandleKind("basket", prefix="bsk")
     handles = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[kind])

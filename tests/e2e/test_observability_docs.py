@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,25 +10,22 @@ from examples.quickstart import build_app
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
+from _docs import exec_snippet, one_with, python_snippets
 from _mcp import ModernClient, jwt_claims, session_meta
 from _otel import MIDDLEWARE_SCOPE, SDK_SCOPE, SpanLog, attrs, global_tracing, of_scope, one
 from conftest import SECRET, serve
 from mcp_sessions.telemetry import SentrySessionSpanProcessor, SessionSpanProcessor
 
-ROOT = Path(__file__).resolve().parents[2]
-SNIPPETS = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "observability.md").read_text(), re.S)
+SNIPPETS = python_snippets("docs/observability.md")
 FASTAPI_TELEMETRY = ', telemetry={"exclude": lambda scope: scope["path"] == "/mcp"}'
 
 
 def snippet_with(text: str) -> str:
-    [snippet] = [s for s in SNIPPETS if text in s]
-    return snippet
+    return one_with(SNIPPETS, text)
 
 
 def run(snippet: str, namespace: dict[str, Any] | None = None) -> dict[str, Any]:
-    namespace = {"__name__": "docs_snippet", **(namespace or {})}
-    exec(compile(snippet, "docs/observability.md", "exec"), namespace)
-    return namespace
+    return exec_snippet(snippet, "docs/observability.md", namespace)
 
 
 def test_every_snippet_is_accounted_for() -> None:
