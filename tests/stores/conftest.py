@@ -55,7 +55,12 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         prefix = unique_prefix()
 
         def open_redis() -> SessionStore:
-            store = RedisStore(server.url, prefix=prefix, touch_interval=0, expiry_margin=0)
+            # Generous deadlines: the contract is about what the store does, and 50 concurrent calls open
+            # a pool's connections at once, which on a loaded machine can take longer than the default
+            # 0.25 s connect timeout. The default deadlines have tests of their own (test_redis.py).
+            store = RedisStore(
+                server.url, prefix=prefix, touch_interval=0, expiry_margin=0, timeout=5, connect_timeout=5
+            )
             opened.append(store)
             return store
 
