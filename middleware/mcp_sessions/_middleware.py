@@ -23,7 +23,6 @@ from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
 from ._digest import IdDigests
 from ._echo import Target, advertising_tables, hashable_id
-from ._express import Declined, Refused, express_for, express_lane
 from ._forward import run_app, targets_of
 from ._handle_check import answer_refused_handles, check_handles
 from ._lifespan import watch_lifespan
@@ -122,22 +121,6 @@ class MCPSessionMiddleware:
             known_methods={method for profile in config.profiles for method in profile.methods},
             transport_digest=digests.transport,
         )
-        express = express_for(
-            config.profiles, simple=self._planner.simple, handles=config.handles, transports=self._transport
-        )
-        self._express = (
-            None
-            if express is None
-            else express_lane(
-                express,
-                sessions=self._sessions,
-                hosts=hosts,
-                requires=self._requires,
-                capability=self._capability,
-                watch=self._planner.watch,
-                telemetry=self._telemetry,
-            )
-        )
 
     @classmethod
     def from_env(cls, app: ASGIApp, /, *, environ: Any = None, **options: Any) -> MCPSessionMiddleware:
@@ -178,36 +161,8 @@ class MCPSessionMiddleware:
         if body is TOO_LARGE:
             return await self._refusals.too_large(reply, self.config.max_body_size)
         assert isinstance(body, bytes)
-        refused = None
-        parsed = UNPARSED
-        if self._express is not None:
-            try:
-                taken = await self._express(scope, receive, send, headers, body, start_ns, self._telemetry.enabled())
-            except Refused as exc:  # the usual request, naming a session that did not resolve
-                refused = exc.refusal
-            else:
-                if type(taken) is tuple:  # the usual request: the app called here, one coroutine less
-                    replayed, answer, context, finish = taken
-                    error = None
-                    try:
-                        return await self.app(scope, replayed, answer)
-                    except BaseException as exc:
-                        error = exc
-                        raise
-                    finally:
-                        if finish is not None:
-                            finish(error)  # its operation ends, as run_app ends it
-                        if context is not None:
-                            _current.reset(context)
-                assert type(taken) is Declined
-                parsed = taken.parsed  # read as the planner reads it: not read again
         replay = Replay(body, receive)
-        plan = self._planner.plan(body, headers, start_ns, parsed)
-        if refused is not None:
-            assert plan is not None and not plan.batch  # the lane takes only what the planner plans as one call
-            plan.calls[0].refusal = refused
-            plan.refused = True
-            return await self._conclude(scope, replay, send, plan, None)
+        plan = self._planner.plan(body, headers, start_ns)
         if plan is None:
             return await self._pass_through(scope, replay, send, headers)
         if plan.batch and any(call.local is not None for call in plan.calls):
