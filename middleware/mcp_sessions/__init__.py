@@ -1,16 +1,15 @@
 """Opt-in data-layer sessions for any Streamable HTTP MCP server, as one ASGI middleware."""
 
 from ._config import SessionsConfig
-from ._guard import Guard, Rejection
-from ._keys import SessionKey
 from ._middleware import MCPSessionMiddleware
-from ._principal import authenticated_user
-from ._protocol import HEADER_MISMATCH, SESSION_STORE_UNAVAILABLE, TOO_MANY_SESSIONS
-from ._session import SCOPE_KEY, Session, SessionData, get_session
-from ._tokens import InvalidToken, KeySet, SessionClaims, StateTooLarge
+from ._version import __version__ as __version__
+from .guard import Guard, Rejection
 from .profiles import DRAFT, WireProfile
 from .profiles.draft import SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED
+from .session import SCOPE_KEY, Session, SessionData, authenticated_user, get_session
 from .stores import MemoryStore, SessionStatus, SessionStore, SessionStoreFull, SessionStoreUnavailable
+from .tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
+from .wire.protocol import HEADER_MISMATCH, SESSION_STORE_UNAVAILABLE, TOO_MANY_SESSIONS
 
 __all__ = [
     "DRAFT",
@@ -41,5 +40,3 @@ __all__ = [
     "authenticated_user",
     "get_session",
 ]
-
-__version__ = "0.1.0"

@@ -15,16 +15,14 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from ._env import settings_from_env
-from ._guard import Guard
-from ._keys import SessionKey
-from ._limits import RateLimit
 from ._policy import RequirePolicy, Requires, compile_policy
-from ._principal import PrincipalHook, authenticated_user
-from ._telemetry import TraceMode
-from ._tokens import DEFAULT_MAX_STATE_SIZE, KeySet
+from .guard import Guard
+from .otel import TraceMode
 from .profiles import WireProfile, profiles_from_names
+from .session import PrincipalHook, RateLimit, authenticated_user
 from .sources.host import BUILT_IN_HOSTS, CONVERSATION_DATA_MODES, ConversationData, HostKey, host_keys_from_config
 from .stores import MemoryStore, SessionStore
+from .tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 
 if TYPE_CHECKING:
     from .handles import Handles

@@ -7,12 +7,12 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from ._guard import Guard
-from ._limits import parse_limit
-from ._tokens import KeySet
+from .guard import Guard
 from .profiles import profiles_from_names
+from .session import parse_limit
 from .sources.host import CONVERSATION_DATA_MODES, host_keys_from_config
 from .stores import SessionStore, store_from_url
+from .tokens import KeySet
 
 __all__ = ["settings_from_env"]
 

@@ -17,41 +17,41 @@ from typing import TYPE_CHECKING, Any, Final, Unpack
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from . import _jsonrpc as jsonrpc
-from ._answers import Refusal, send_accepted, send_json
-from ._body import TOO_LARGE, Replay, read_body
 from ._config import SessionsConfig, SessionsOptions
-from ._digest import IdDigests
-from ._echo import Target, advertising_tables, hashable_id
-from ._forward import run_app, targets_of
-from ._handle_check import answer_refused_handles, check_handles
 from ._lifespan import watch_lifespan
-from ._local import LocalCall
-from ._operations import start_operations
-from ._plan import UNPARSED, Call, Plan, Planner
 from ._policy import never as _never
-from ._protocol import (
-    MCP_SESSION_ID_HEADER,
-    Era,
-)
-from ._refusals import Refusals, reject
-from ._request import (
+from .asgi import TOO_LARGE, Replay, read_body, send_accepted, send_json
+from .handles import handle_context
+from .otel import Telemetry
+from .pipeline import (
+    Refusals,
+    Target,
+    TransportSessions,
+    advertising_tables,
+    answer_refused_handles,
     body_of,
+    check_handles,
     check_local_call,
     continue_trace,
     echoed,
     headers_of,
+    reject,
     route_path,
+    run_app,
+    start_operations,
     strip_session_members,
+    targets_of,
 )
-from ._service import SessionRefused, SessionService
-from ._session import Session, _current
-from ._telemetry import Telemetry
-from ._transport import TransportSessions
-from .handles import handle_context
+from .plan import Call, Plan, Planner
+from .profiles import LocalCall
+from .session import Session, SessionRefused, SessionService
 from .sources import DataLayerSource, SessionSource
 from .sources.host import HostConversationSource
 from .sources.transport import TransportSource, is_transport_session_id
+from .tokens import IdDigests
+from .wire import Refusal, jsonrpc
+from .wire.jsonrpc import hashable_id
+from .wire.protocol import MCP_SESSION_ID_HEADER, Era
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope

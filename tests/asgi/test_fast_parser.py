@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from hypothesis import event, given
+from hypothesis import strategies as st
 
 from asgi.test_fuzz import FUZZ, bodies_json, encoded, pair_messages
-from hypothesis import strategies as st
-from mcp_sessions import _jsonrpc as jsonrpc
+from mcp_sessions.wire import jsonrpc
 
 
 def ordered(value: Any) -> Any:

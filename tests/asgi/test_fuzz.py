@@ -31,8 +31,8 @@ from mcp_sessions import (
     SessionKey,
     get_session,
 )
-from mcp_sessions import _jsonrpc as jsonrpc
 from mcp_sessions.profiles import DRAFT, InvalidSessionMeta
+from mcp_sessions.wire import jsonrpc
 
 KEY = "io.modelcontextprotocol/session"
 MODERN = "2026-07-28"

@@ -24,13 +24,7 @@ from examples import quickstart
 from mcp.server.mcpserver import MCPServer
 
 from conftest import SECRET, serve
-from mcp_sessions import (
-    KeySet,
-    SessionStatus,
-    SessionStore,
-    SessionStoreUnavailable,
-    get_session,
-)
+from mcp_sessions import KeySet, SessionStatus, SessionStore, SessionStoreUnavailable, get_session
 
 KEY = "io.modelcontextprotocol/session"
 MODERN = "2026-07-28"

@@ -48,13 +48,7 @@ from _mcp import (
 )
 from conftest import SECRET, serve
 from mcp_sessions import MemoryStore, SessionStoreUnavailable
-from mcp_sessions.client import (
-    HttpxSessionTransport,
-    RetryPolicy,
-    SessionError,
-    SessionHandle,
-    SessionTransport,
-)
+from mcp_sessions.client import HttpxSessionTransport, RetryPolicy, SessionError, SessionHandle, SessionTransport
 from mcp_sessions.client._answers import retry_after as _retry_after
 
 pytestmark = pytest.mark.anyio

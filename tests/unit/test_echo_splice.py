@@ -8,10 +8,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_sessions._echo import Target, splice_point
-from mcp_sessions._protocol import Era
-from mcp_sessions._response import _Messages
+from mcp_sessions.pipeline._echo import Target, splice_point
+from mcp_sessions.pipeline._response import _Messages
 from mcp_sessions.profiles import DRAFT
+from mcp_sessions.wire.protocol import Era
 
 KEY = "io.modelcontextprotocol/session"
 ECHO = {"sessionId": "aaa.bbb.ccc", "expiresAt": "2027-01-15T08:00:00Z"}

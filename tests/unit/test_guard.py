@@ -17,8 +17,8 @@ from starlette.requests import Request
 
 from conftest import SECRET
 from mcp_sessions import Guard, MCPSessionMiddleware
-from mcp_sessions._guard import _accepts, _decode_header_value
-from mcp_sessions._protocol import HANDSHAKE_VERSIONS, KNOWN_METHODS, MODERN_VERSIONS
+from mcp_sessions.guard._guard import _accepts, _decode_header_value
+from mcp_sessions.wire.protocol import HANDSHAKE_VERSIONS, KNOWN_METHODS, MODERN_VERSIONS
 
 ACCEPT_BOTH = b"application/json, text/event-stream"
 LEGACY_HEADERS = [(b"host", b"127.0.0.1:8000"), (b"accept", ACCEPT_BOTH), (b"content-type", b"application/json")]

@@ -10,9 +10,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from conftest import SECRET
 from mcp_sessions import KeySet, MemoryStore, SessionKey, SessionsConfig
-from mcp_sessions._digest import IdDigests
-from mcp_sessions._principal import authenticated_user
-from mcp_sessions._service import SessionService
+from mcp_sessions.session._principal import authenticated_user
+from mcp_sessions.session._service import SessionService
 from mcp_sessions.sources.host import (
     BUILT_IN_HOSTS,
     HostConversationSource,
@@ -21,6 +20,7 @@ from mcp_sessions.sources.host import (
     host_keys_from_config,
 )
 from mcp_sessions.sources.transport import TransportSource, is_transport_session_id
+from mcp_sessions.tokens._digest import IdDigests
 
 KEYS = KeySet.from_secret(SECRET)
 

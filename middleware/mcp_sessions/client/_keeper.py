@@ -13,8 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from .. import _jsonrpc as jsonrpc
 from ..profiles import DRAFT, ClientSide, Echo, WireProfile
+from ..wire import jsonrpc
 from ._outgoing import Attempt, OutgoingPost
 from ._session import SessionHandle
 

@@ -6,8 +6,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
-from .. import _jsonrpc as jsonrpc
-from .._sse import SSERewriter
+from ..wire import jsonrpc
+from ..wire.sse import SSERewriter
 from ._answers import Inflater, first_event_has_data
 
 __all__ = ["Relay", "StreamObserver"]

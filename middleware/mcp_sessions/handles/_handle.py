@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
-from .._session import SessionData
+from ..session import SessionData
 from ._messages import iso
 
 if TYPE_CHECKING:

@@ -9,8 +9,7 @@ from typing import Final
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from .._keys import SessionKey
-from .._tokens import KeySet
+from ..tokens import KeySet, SessionKey
 from . import _format as fmt
 
 __all__ = ["derive_mac_keys", "kind_macs"]

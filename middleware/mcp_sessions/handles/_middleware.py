@@ -21,12 +21,11 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .. import _jsonrpc as jsonrpc
-from .._answers import send_json, send_result
-from .._body import TOO_LARGE, Replay, read_body
-from .._echo import hashable_id
-from .._protocol import HANDSHAKE_VERSIONS, INTERNAL_ERROR, INVALID_REQUEST, SESSION_STORE_UNAVAILABLE
+from ..asgi import TOO_LARGE, Replay, read_body, send_json, send_result
 from ..stores import SessionStoreUnavailable
+from ..wire import jsonrpc
+from ..wire.jsonrpc import hashable_id
+from ..wire.protocol import HANDSHAKE_VERSIONS, INTERNAL_ERROR, INVALID_REQUEST, SESSION_STORE_UNAVAILABLE
 from ._check import check_call, handle_candidates, record_handles
 from ._context import HandleContext, handle_context
 from ._errors import HandleError
@@ -46,7 +45,7 @@ _TRACER_NAME: Final = "mcp_sessions.handles"
 
 
 def _default_principal(scope: Scope) -> str | None:
-    from .._principal import authenticated_user
+    from ..session import authenticated_user
 
     return authenticated_user(scope)
 

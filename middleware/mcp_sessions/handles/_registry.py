@@ -8,9 +8,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from .._principal import digest_of
-from .._tokens import KeySet
+from ..session import digest_of
 from ..stores import SessionStatus, SessionStore
+from ..tokens import KeySet
 from . import _format as fmt
 from ._context import current_handle_context
 from ._errors import HandleError

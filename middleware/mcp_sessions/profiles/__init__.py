@@ -11,6 +11,7 @@ from typing import Final
 from ._base import Capability, ClientSide, LocalMethod, WireProfile
 from ._carriers import Carrier, InvalidSessionMeta, SessionCarrier, SessionRef, TopLevelCarrier
 from ._echoes import Echo, EchoShape, TopLevelEcho
+from ._local import LocalCall
 from .draft import DRAFT
 from .sep1364_alt1 import SEP1364_ALT1
 from .sep1364_alt2 import SEP1364_ALT2
@@ -28,6 +29,7 @@ __all__ = [
     "Echo",
     "EchoShape",
     "InvalidSessionMeta",
+    "LocalCall",
     "LocalMethod",
     "SessionCarrier",
     "SessionRef",

@@ -17,12 +17,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from .._protocol import Era
+from ..wire.protocol import Era
 from ._carriers import Carrier, InvalidSessionMeta, SessionCarrier, SessionRef, TopLevelCarrier
 from ._echoes import Echo, EchoShape, TopLevelEcho
 
 if TYPE_CHECKING:
-    from .._local import LocalCall
+    from ._local import LocalCall
 
 __all__ = [
     "Capability",

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from .._answers import Refusal
-from .._protocol import HEADER_MISMATCH, INVALID_REQUEST
-from .._service import iso
+from ..wire import Refusal, iso
+from ..wire.protocol import HEADER_MISMATCH, INVALID_REQUEST
 from ._base import Capability, ClientSide, Echo, LocalMethod, SessionCarrier, WireProfile
 
 if TYPE_CHECKING:
-    from .._local import LocalCall
+    from ._local import LocalCall
 
 __all__ = [
     "DRAFT",

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from .._answers import Refusal
-from .._protocol import HEADER_MISMATCH, INVALID_PARAMS
-from .._service import SessionRefused
+from ..session import SessionRefused
+from ..wire import Refusal
+from ..wire.protocol import HEADER_MISMATCH, INVALID_PARAMS
 from ._base import Capability, LocalMethod, TopLevelCarrier, TopLevelEcho, WireProfile
 
 if TYPE_CHECKING:
-    from .._local import LocalCall
-    from .._session import Session
+    from ..session import Session
+    from ._local import LocalCall
 
 __all__ = ["SEP1364_ALT1", "SESSION_ID_MEMBER"]
 

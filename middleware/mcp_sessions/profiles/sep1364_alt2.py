@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from .._protocol import HEADER_MISMATCH
+from ..wire.protocol import HEADER_MISMATCH
 from ._base import Capability, LocalMethod, TopLevelCarrier, TopLevelEcho, WireProfile
 from .sep1364_alt1 import SESSION_ID_MEMBER, end_named
 
 if TYPE_CHECKING:
-    from .._local import LocalCall
+    from ._local import LocalCall
 
 __all__ = ["SEP1364_ALT2"]
 

@@ -17,15 +17,14 @@ import json
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from .._answers import Refusal
-from .._principal import PRINCIPAL_CLAIM
-from .._protocol import CLIENT_CAPABILITIES_META_KEY, HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND
-from .._service import SessionRefused, iso
+from ..session import PRINCIPAL_CLAIM, SessionRefused
+from ..wire import Refusal, iso
+from ..wire.protocol import CLIENT_CAPABILITIES_META_KEY, HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND
 from ._base import Capability, ClientSide, Echo, LocalMethod, SessionCarrier, WireProfile
 
 if TYPE_CHECKING:
-    from .._local import LocalCall
-    from .._session import Session
+    from ..session import Session
+    from ._local import LocalCall
 
 __all__ = ["COOKIE_KEY", "SESSION_REQUIRED", "STRAWMAN"]
 

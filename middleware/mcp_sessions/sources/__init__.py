@@ -8,7 +8,8 @@ conversation id: tracing, and data with ``conversation_data``) and, with
 a class that follows :class:`SessionSource` and put it in the chain.
 """
 
-from ._base import Conversation, SessionSource, Trust
+from ..plan import Conversation
+from ._base import SessionSource, Trust
 from .data_layer import DataLayerSource
 
 __all__ = ["Conversation", "DataLayerSource", "SessionSource", "Trust"]

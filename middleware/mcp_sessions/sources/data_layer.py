@@ -6,15 +6,15 @@ from typing import TYPE_CHECKING
 
 from starlette.types import Scope
 
-from .._answers import Refusal
-from .._protocol import INVALID_REQUEST
-from .._service import SessionRefused, SessionService
 from ..profiles import InvalidSessionMeta, WireProfile
+from ..session import SessionRefused, SessionService
+from ..wire import Refusal
+from ..wire.protocol import INVALID_REQUEST
 from ._base import Trust
 
 if TYPE_CHECKING:
-    from .._plan import Call, Plan
-    from .._session import Session
+    from ..plan import Call, Plan
+    from ..session import Session
 
 __all__ = ["DataLayerSource", "refusal_of"]
 

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Final, Literal, NamedTuple
 
 from starlette.types import Scope
 
-from .._digest import IdDigests
-from .._service import SessionService
-from ._base import Conversation, Trust
+from ..plan import Conversation
+from ..session import SessionService
+from ..tokens import IdDigests
+from ._base import Trust
 
 if TYPE_CHECKING:
-    from .._plan import Call, Plan
-    from .._session import Session
+    from ..plan import Call, Plan
+    from ..session import Session
 
 __all__ = [
     "BUILT_IN_HOSTS",

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Final
 
 from starlette.types import Message, Scope, Send
 
-from .._digest import IdDigests
-from .._protocol import MCP_SESSION_ID_HEADER, Era
-from .._service import SessionService
+from ..session import SessionService
+from ..tokens import IdDigests
+from ..wire.protocol import MCP_SESSION_ID_HEADER, Era
 from ._base import Trust
 
 if TYPE_CHECKING:
-    from .._plan import Call, Plan
-    from .._session import Session
+    from ..plan import Call, Plan
+    from ..session import Session
 
 __all__ = ["DEFAULT_MAX_TRANSPORT_SESSIONS", "TransportSource", "is_transport_session_id"]
 

@@ -1,0 +1,7 @@
+"""``python -m mcp_sessions.cli``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())

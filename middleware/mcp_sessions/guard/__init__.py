@@ -1,0 +1,6 @@
+"""The wrapped server's own checks (Host, Origin, Accept, the envelope, the version), answered as it would."""
+
+from ._guard import Guard
+from ._rejection import Rejection
+
+__all__ = ["Guard", "Rejection"]

@@ -1,0 +1,18 @@
+"""Telemetry through ``opentelemetry-api`` only: the instruments, one span per call, trace context, baggage.
+
+The SDK-side helpers (span processors) are in the public :mod:`mcp_sessions.telemetry`.
+"""
+
+from ._operation import Operation
+from ._propagation import SESSION_BAGGAGE_KEY, TRACEPARENT_CLAIM, attach_session, detach_session
+from ._telemetry import Telemetry, TraceMode
+
+__all__ = [
+    "SESSION_BAGGAGE_KEY",
+    "TRACEPARENT_CLAIM",
+    "Operation",
+    "Telemetry",
+    "TraceMode",
+    "attach_session",
+    "detach_session",
+]

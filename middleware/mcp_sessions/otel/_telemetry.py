@@ -1,0 +1,271 @@
+"""Spans, links, baggage and metrics, on ``opentelemetry-api`` only: the instruments.
+
+Follows the MCP semantic conventions (GenAI conventions repository,
+``docs/gen-ai/mcp.md``): one SERVER span per JSON-RPC message, named
+``{mcp.method.name} {target}``, parented to the W3C context in
+``params._meta`` (SEP-414), else the HTTP headers, else the ambient context.
+The session (data-layer, adopted transport session, or the host's
+conversation id verbatim) goes in ``session.id`` and ``gen_ai.conversation.id``,
+its source in ``mcp_sessions.session.source``; ``mcp.session.id`` carries only
+a 2025-era transport session, as its keyed digest. Nothing here ever sees a
+session token or a raw transport session id: only stable ids.
+
+Every value a client chooses is bounded first (``_names``); one message's
+span, outcome and metrics are an :class:`Operation` (``_operation``); the
+trace context and baggage helpers are in ``_propagation``. This module
+re-exports them for the modules and tests that import them from here.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, Final, Literal
+
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.metrics import _internal as _metrics_internal
+from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TracerProvider
+
+from .._version import __version__
+from ..wire.protocol import KNOWN_METHODS
+from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _original, _RejectionCounter
+from ._names import _redacted as _redacted
+from ._operation import SESSION_SOURCE_ATTRIBUTE, Operation
+from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, TRACEPARENT_CLAIM, extract, span_context_from_traceparent
+from ._propagation import attach_session as attach_session
+from ._propagation import detach_session as detach_session
+from ._propagation import traceparent_of as traceparent_of
+
+__all__ = ["OTHER", "SESSION_BAGGAGE_KEY", "Operation", "Telemetry", "TraceMode", "Vocabulary"]
+
+TraceMode = Literal["link", "session"]
+
+# The conventions' bucket advice for both MCP duration histograms.
+DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+TRANSPORT_SESSION_PREFIX: Final = "ts-"
+# The attributes of the links a SERVER span may have: to the session's creation, to the transport's context.
+_CREATED: Final = {"mcp_sessions.link": "session.created"}
+_HTTP_REQUEST: Final = {"mcp_sessions.link": "http.request"}
+
+
+class Telemetry:
+    """The instruments of one middleware instance."""
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        trace_mode: TraceMode = "link",
+        known_tools: Collection[str] = (),
+        known_prompts: Collection[str] = (),
+        max_learned_names: int = MAX_LEARNED_NAMES,
+        known_methods: Collection[str] = (),
+        transport_digest: Callable[[bytes], str] | None = None,
+    ) -> None:
+        if trace_mode not in ("link", "session"):
+            raise ValueError('trace_mode must be "link" or "session"')
+        if isinstance(known_tools, str) or isinstance(known_prompts, str):
+            raise TypeError("known_tools and known_prompts take collections of names, not one string")
+        if type(max_learned_names) is not int or max_learned_names < 0:
+            raise ValueError("max_learned_names must be a whole number, 0 or more")
+        self.trace_mode = trace_mode
+        # MCP's own methods and the enabled wires' session methods; any other name is "_OTHER".
+        self.methods = KNOWN_METHODS | frozenset(known_methods)
+        # Tool and prompt names: the ones given, and those the server lists (or answers) through the middleware.
+        self.tools = Vocabulary(known_tools, max_learned_names)
+        self.prompts = Vocabulary(known_prompts, max_learned_names)
+        # Per process: digests of one transport session agree for as long as the session (held in memory) lives.
+        self._transport_key = secrets.token_bytes(32)
+        self._transport_digest = transport_digest
+        self._tracer_provider = tracer_provider
+        self._meter_provider = meter_provider
+        self._enabled = False
+        # The global providers when the last check found no SDK (none yet: the first request checks).
+        self._quiet_tracer: object | None = _UNSEEN
+        self._quiet_meter: object | None = _UNSEEN
+        self.tracer = trace.get_tracer("mcp_sessions", __version__, tracer_provider)
+        meter = otel_metrics.get_meter("mcp_sessions", __version__, meter_provider)
+        self.operation_duration = meter.create_histogram(
+            "mcp.server.operation.duration",
+            unit="s",
+            description="MCP request or notification duration as observed on the receiver.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.session_duration = meter.create_histogram(
+            "mcp.server.session.duration",
+            unit="s",
+            description="The duration of the MCP session as observed on the MCP server.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        self.sessions_created = meter.create_counter(
+            "mcp_sessions.sessions.created", unit="{session}", description="Data-layer sessions created."
+        )
+        self.sessions_deleted = meter.create_counter(
+            "mcp_sessions.sessions.deleted", unit="{session}", description="Data-layer sessions deleted."
+        )
+        self.sessions_rejected = _RejectionCounter(
+            meter.create_counter(
+                "mcp_sessions.sessions.rejected",
+                unit="{request}",
+                description="Requests refused for their session, by reason.",
+            ),
+            self.methods,
+        )
+
+    def transport_session_digest(self, transport_session: bytes) -> str:
+        """What ``mcp.session.id`` records of a 2025-era ``Mcp-Session-Id``: a keyed digest, never the value.
+
+        The header is a bearer value (the SDK's transport session, or a session
+        token a client put there): HMAC-SHA256 under a random per-process key,
+        base64url, cut to 24 characters (144 bits), prefixed ``ts-``: the format of
+        the middleware's own digest, which is keyed by the key set instead, so that
+        every replica agrees.
+        """
+        digest = hmac.new(self._transport_key, transport_session, hashlib.sha256).digest()
+        return TRANSPORT_SESSION_PREFIX + base64.urlsafe_b64encode(digest)[:24].decode()
+
+    def enabled(self) -> bool:
+        """Whether an OpenTelemetry SDK is there to record: without one, the middleware skips telemetry.
+
+        On the hot path of every request: once true it stays true (a global
+        provider is set once and for all), and until then it reads the API's
+        globals directly, since ``get_tracer_provider()`` reads the environment
+        on every call.
+        """
+        if self._enabled:
+            return True
+        if (
+            _GLOBALS_READABLE
+            and trace._TRACER_PROVIDER is self._quiet_tracer
+            and _metrics_internal._METER_PROVIDER is self._quiet_meter
+        ):
+            return False  # the global providers are still the ones found without an SDK: two loads, no call
+        global_tracer, global_meter = _global_tracer_provider(), _global_meter_provider()
+        tracer_provider = self._tracer_provider or global_tracer
+        meter_provider = self._meter_provider or global_meter
+        enabled = (tracer_provider is not None and type(tracer_provider) not in _NOOP_PROVIDERS) or (
+            meter_provider is not None and type(meter_provider) not in _NOOP_PROVIDERS
+        )
+        self._enabled = enabled
+        self._quiet_tracer, self._quiet_meter = global_tracer, global_meter
+        return enabled
+
+    def start(
+        self,
+        *,
+        scope: Mapping[str, Any],
+        headers: Mapping[bytes, bytes],
+        message: Mapping[str, Any],
+        method: str,
+        protocol_version: str | None,
+        modern: bool,
+        session_id: str | None,
+        session_claims: Mapping[str, Any] | None,
+        start_ns: int,
+        session_source: str | None = None,
+        user_id: str | None = None,
+    ) -> Operation:
+        """Start the SERVER span of one JSON-RPC message."""
+        params = message.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        meta_parent = None
+        if isinstance(meta, dict) and "traceparent" in meta:
+            meta_parent = extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
+        header_parent = None
+        if b"traceparent" in headers:
+            header_parent = extract(
+                {k: headers[k.encode()].decode("latin-1") for k in TRACE_KEYS if k.encode() in headers}
+            )
+        parent = meta_parent or header_parent
+        creation = None
+        if session_claims is not None:
+            creation = span_context_from_traceparent(session_claims.get(TRACEPARENT_CLAIM))
+            if parent is None and creation is not None and self.trace_mode == "session":
+                parent = trace.set_span_in_context(NonRecordingSpan(creation))
+                creation = None  # the parent already says it: no link as well
+        target = None
+        if isinstance(params, dict) and method in ("tools/call", "prompts/get"):
+            name = params.get("name")
+            target = name if type(name) is str else None
+        op = Operation(self, trace.INVALID_SPAN, method, target, protocol_version, session_id)
+        # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
+        attributes = dict(op.metric_attributes)
+        if op.method_name == OTHER:
+            attributes["mcp_sessions.method_original"] = _original(method)
+        if op.version_name == OTHER and protocol_version is not None:
+            attributes["mcp_sessions.protocol_version_original"] = _original(protocol_version)
+        request_id = message.get("id")
+        if request_id is not None and type(request_id) in (str, int, float):
+            attributes["jsonrpc.request.id"] = str(request_id)
+        if method in ("resources/read", "resources/subscribe", "resources/unsubscribe") and isinstance(params, dict):
+            uri = params.get("uri")
+            if type(uri) is str:
+                attributes["mcp.resource.uri"] = uri
+        attributes["network.protocol.version"] = scope.get("http_version", "1.1")
+        client = scope.get("client")
+        if client:
+            attributes["client.address"] = client[0]
+            attributes["client.port"] = client[1]
+        if session_id is not None:
+            attributes["session.id"] = session_id
+            attributes["gen_ai.conversation.id"] = session_id
+            if session_source is not None:
+                attributes[SESSION_SOURCE_ATTRIBUTE] = session_source
+        if user_id is not None:
+            attributes["user.id"] = user_id
+        transport_session = None if modern else headers.get(b"mcp-session-id")
+        if transport_session is not None:
+            # The 2025-era transport session, a bearer value (or whatever a client put there): only a digest.
+            digest = self._transport_digest or self.transport_session_digest
+            attributes["mcp.session.id"] = digest(transport_session)
+        links = None
+        if creation is not None:
+            links = [Link(creation, _CREATED)]
+        if meta_parent is not None and header_parent is not None:
+            # The conventions: parent from _meta, link the transport's context.
+            header_span = trace.get_current_span(header_parent).get_span_context()
+            links = [*(links or ()), Link(header_span, _HTTP_REQUEST)]
+        op.span = self.tracer.start_span(
+            op.span_name(),
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            links=links,
+            start_time=start_ns,
+        )
+        return op
+
+
+# The API's stand-ins before (or without) an SDK: nothing they make records.
+_NOOP_PROVIDERS: Final[frozenset[type]] = frozenset(
+    {
+        trace.NoOpTracerProvider,
+        trace.ProxyTracerProvider,
+        otel_metrics.NoOpMeterProvider,
+        type(otel_metrics.get_meter_provider()),  # the API's private proxy, until an SDK is set
+    }
+)
+
+
+# Whether this OpenTelemetry API keeps its global providers where enabled() reads them on every request.
+_GLOBALS_READABLE: Final = hasattr(trace, "_TRACER_PROVIDER") and hasattr(_metrics_internal, "_METER_PROVIDER")
+_UNSEEN: Final = object()
+
+
+def _global_tracer_provider() -> object | None:
+    """The global TracerProvider once one is set, else None (no environment lookup)."""
+    if hasattr(trace, "_TRACER_PROVIDER"):
+        return trace._TRACER_PROVIDER
+    return trace.get_tracer_provider()  # pragma: no cover - a future API without the global
+
+
+def _global_meter_provider() -> object | None:
+    if hasattr(_metrics_internal, "_METER_PROVIDER"):
+        return _metrics_internal._METER_PROVIDER
+    return otel_metrics.get_meter_provider()  # pragma: no cover

@@ -1,0 +1,37 @@
+"""The pipeline's steps after planning: resolve, refuse, answer locally, forward, rewrite the response."""
+
+from ._echo import Target, advertising_tables
+from ._forward import run_app, targets_of
+from ._handles import answer_refused_handles, check_handles
+from ._operations import start_operations
+from ._refusals import Refusals, reject
+from ._request import (
+    body_of,
+    check_local_call,
+    continue_trace,
+    echoed,
+    headers_of,
+    route_path,
+    strip_session_members,
+)
+from ._transport import TransportSessions
+
+__all__ = [
+    "Refusals",
+    "Target",
+    "TransportSessions",
+    "advertising_tables",
+    "answer_refused_handles",
+    "body_of",
+    "check_handles",
+    "check_local_call",
+    "continue_trace",
+    "echoed",
+    "headers_of",
+    "reject",
+    "route_path",
+    "run_app",
+    "start_operations",
+    "strip_session_members",
+    "targets_of",
+]

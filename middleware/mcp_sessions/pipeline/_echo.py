@@ -1,0 +1,149 @@
+"""Pure: what a response to a request in a session gains (the echo, the capability), and where.
+
+The response rewriter moves bytes; these functions decide what changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from ..wire import iso
+from ..wire.protocol import Era
+
+if TYPE_CHECKING:
+    from ..otel import Operation
+    from ..profiles import WireProfile
+    from ..session import Session
+
+__all__ = ["CHANGED", "Target", "advertise", "advertising_tables", "annotate", "splice_point"]
+
+# annotate()'s answer when the message changed beyond the echo: serialize it again.
+CHANGED: Final = object()
+
+
+class Target:
+    """What to do with the response to one request id."""
+
+    __slots__ = ("advertised", "capability", "echo_only", "era", "operation", "profile", "revoked", "session")
+
+    def __init__(
+        self,
+        profile: WireProfile,
+        session: Session | None,
+        *,
+        advertised: tuple[WireProfile, ...],
+        capability: Mapping[str, dict[str, Any]],
+        era: Era,
+        operation: Operation | None,
+        revoked: bool = False,
+    ) -> None:
+        self.profile = profile
+        self.session = session
+        self.advertised = advertised
+        self.capability = capability
+        """Each wire's capability value, by wire name."""
+        self.era = era
+        self.operation = operation
+        self.revoked = revoked
+        """The request named a session that is gone, on a wire whose result then says so."""
+        self.echo_only = session is not None and operation is None and not advertised and not revoked
+        """The response gains the session's echo and nothing else, and nothing observes it."""
+
+
+def advertising_tables(profiles: Sequence[WireProfile]) -> dict[str, dict[str, tuple[WireProfile, ...]]]:
+    """Era value -> method -> the wires whose capability that method's result advertises.
+
+    Keyed by the era's value: an Enum member hashes in Python code, a str in C.
+    """
+    methods = {m for p in profiles for m in (*p.advertised_per_request, *p.advertised_handshake)}
+    return {
+        era.value: {
+            method: advertised
+            for method in methods
+            if (advertised := tuple(p for p in profiles if p.advertises(method, era)))
+        }
+        for era in Era
+    }
+
+
+def annotate(target: Target, message: dict[str, Any]) -> bytes | object | None:
+    """Observe a response to ``target``'s request and add the echo and the capability to it.
+
+    Returns ``None`` when ``message`` did not change, the echo's JSON when the
+    echo is the only change, and :data:`CHANGED` otherwise.
+    """
+    result = message.get("result")
+    operation = target.operation
+    if not isinstance(result, dict):
+        error = message.get("error")
+        if operation is not None and isinstance(error, dict) and type(error.get("code")) is int:
+            operation.fail(error["code"], str(error.get("message", "")))
+        return None
+    if operation is not None:
+        operation.observe_result(result)  # a tool error, or tool and prompt names the server has
+    change: bytes | object | None = None
+    session = target.session
+    if session is not None:
+        expires = iso(int(session.expires_at_timestamp))
+        spliceable = target.profile.echo.attach(message, result, session.token, session.state_token, expires)
+        change = CHANGED if spliceable is None else spliceable
+    elif target.revoked:
+        target.profile.echo.revoke(message, result)
+        change = CHANGED
+    for profile in target.advertised:
+        if advertise(result, profile, target.era, value=target.capability[profile.name]):
+            change = CHANGED
+    return change
+
+
+def advertise(result: dict[str, Any], profile: WireProfile, era: Era, *, value: dict[str, Any]) -> bool:
+    """Merge the capability into a ``server/discover`` or ``initialize`` result; whether it changed."""
+    capabilities = result.get("capabilities")
+    if not isinstance(capabilities, dict):
+        return False
+    for path in profile.capability.places(era):
+        node = capabilities
+        for name in path[:-1]:
+            child = node.get(name)
+            if not isinstance(child, dict):
+                child = node[name] = {}
+            node = child
+        existing = node.setdefault(path[-1], dict(value))
+        if profile.capability.merge and isinstance(existing, dict):
+            for name, setting in value.items():
+                existing.setdefault(name, setting)
+    return True
+
+
+# The echo's member name as bytes, by ``_meta`` key: one per wire, built once.
+_MEMBERS: dict[str, bytes] = {}
+
+
+def splice_point(raw: bytes, message: dict[str, Any], meta_key: str) -> tuple[int, bytes, bytes] | None:
+    """Where an echo under ``meta_key`` can go in ``raw`` without reserializing, if the bytes allow it.
+
+    The message must end with ``result`` as its last member and ``result``
+    with ``_meta`` (an object, which then gets one more member) or without
+    any ``_meta`` (which is then added last), with no whitespace after the
+    last braces: how the SDK, and any compact serializer, writes it.
+    """
+    if not raw.endswith(b"}}") or next(reversed(message), None) != "result":
+        return None
+    result = message["result"]
+    if not isinstance(result, dict):
+        return None
+    member = _MEMBERS.get(meta_key)
+    if member is None:
+        member = _MEMBERS[meta_key] = b'"%s":' % meta_key.encode()
+    if not result:
+        return len(raw) - 2, b'"_meta":{' + member, b"}"
+    last = next(reversed(result))
+    if last == "_meta":
+        meta = result["_meta"]
+        if isinstance(meta, dict) and meta and meta_key not in meta and raw.endswith(b"}}}"):
+            return len(raw) - 3, b"," + member, b""
+        return None
+    if "_meta" in result:
+        return None
+    return len(raw) - 2, b',"_meta":{' + member, b"}"

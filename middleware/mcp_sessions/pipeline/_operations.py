@@ -1,0 +1,62 @@
+"""Telemetry glue of the pipeline: the span each call gets, named by its session or conversation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.types import Scope
+
+from ..handles import record_handles
+from ..wire.protocol import Era
+
+if TYPE_CHECKING:
+    from ..otel import Operation, Telemetry
+    from ..plan import Call, Plan
+
+__all__ = ["start_operations"]
+
+
+def start_operations(telemetry: Telemetry, scope: Scope, plan: Plan) -> None:
+    """A SERVER span per JSON-RPC call of ``plan`` (only when an OpenTelemetry SDK records)."""
+    if not telemetry.enabled():
+        return
+    for call in plan.calls:
+        if call.method is not None:
+            call.operation = _start(telemetry, scope, plan, call)
+
+
+def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operation:
+    session = call.session
+    # Telemetry names the conversation the first source found: a host's id verbatim, else the session.
+    conversation = call.conversation
+    session_id: str | None
+    source: str | None
+    if conversation is not None:
+        session_id, source = conversation.id, conversation.source
+    elif session is not None:
+        session_id, source = session.id, session.source
+    else:
+        session_id = source = None
+    operation = telemetry.start(
+        scope=scope,
+        headers=plan.headers,
+        message=call.message,
+        method=call.method or "",
+        protocol_version=plan.protocol_version,
+        modern=plan.era is Era.PER_REQUEST,
+        session_id=session_id,
+        session_claims=None if session is None else session.claims,
+        start_ns=plan.start_ns,
+        session_source=source,
+        user_id=None if conversation is None else conversation.user,
+    )
+    if call.refusal is not None and call.refusal.session_id is not None:
+        operation.set_session(call.refusal.session_id)
+    if call.minted:
+        operation.telemetry.sessions_created.add(1, operation.session_attributes())
+    if call.revoked is not None:
+        attributes = {"mcp_sessions.reason": call.revoked, "mcp.method.name": call.method or ""}
+        operation.telemetry.sessions_rejected.add(1, attributes)
+    if call.handles is not None:
+        record_handles(operation.span, *call.handles)
+    return operation

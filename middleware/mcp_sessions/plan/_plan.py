@@ -1,0 +1,200 @@
+"""Parse once and classify: which messages a request holds, their era and the wire each speaks.
+
+A single message and a batch are the same here: a plan of calls, one per
+element. Nothing in a plan is decided about sessions yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from ..profiles import TopLevelCarrier
+from ..wire import jsonrpc
+from ..wire.protocol import HANDSHAKE_VERSIONS, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+
+if TYPE_CHECKING:
+    from ..handles import Handle, HandleContext, HandleError
+    from ..otel import Operation
+    from ..profiles import LocalMethod, WireProfile
+    from ..session import Session
+    from ..wire import Refusal
+    from ._conversation import Conversation
+
+__all__ = ["UNPARSED", "Call", "Plan", "Planner", "era_of"]
+
+UNPARSED: Final = object()
+"""What :meth:`Planner.plan` is given when nobody has read the body yet."""
+
+# Era.of as one dict lookup: a handshake version is the handshake era, anything else per-request.
+_ERA_OF: Final = {version.encode(): Era.HANDSHAKE for version in HANDSHAKE_VERSIONS}
+
+
+def era_of(protocol_version: bytes | None) -> Era:
+    """The era of a request with this ``Mcp-Protocol-Version`` header (``None``: absent); see :meth:`Era.of`."""
+    return Era.HANDSHAKE if protocol_version is None else _ERA_OF.get(protocol_version, Era.PER_REQUEST)
+
+
+class Call:
+    """One element of a request: a JSON-RPC call (``method`` set) or anything else in a batch."""
+
+    __slots__ = (
+        "answer",
+        "conversation",
+        "handles",
+        "local",
+        "message",
+        "method",
+        "minted",
+        "operation",
+        "profile",
+        "refusal",
+        "request_id",
+        "revoked",
+        "session",
+    )
+
+    def __init__(self, message: Any, method: str | None, profile: WireProfile, local: LocalMethod | None) -> None:
+        self.message = message
+        self.method = method
+        self.profile = profile
+        self.local = local
+        self.request_id: Any = None  # set by the planner: as sent for one message, sanitised in a batch
+        self.session: Session | None = None
+        self.refusal: Refusal | None = None
+        self.operation: Operation | None = None
+        # Why the session it named is gone, on a wire that treats that as "no session" and says so.
+        self.revoked: str | None = None
+        # Its session was opened by this very message (SEP-1364 alt. 2's initialize).
+        self.minted = False
+        self.conversation: Conversation | None = None
+        # A result decided before forwarding (a refused handle's isError result), and the handles checked.
+        self.answer: dict[str, Any] | None = None
+        self.handles: tuple[list[Handle], list[HandleError]] | None = None
+
+    @property
+    def is_request(self) -> bool:
+        """A call with an id expects an answer; one without is a notification."""
+        return isinstance(self.message, dict) and "id" in self.message
+
+    @property
+    def params(self) -> Any:
+        return self.message.get("params") if isinstance(self.message, dict) else None
+
+
+class Plan:
+    """What one HTTP request carries, parsed and classified."""
+
+    __slots__ = (
+        "answered",
+        "batch",
+        "calls",
+        "era",
+        "handles",
+        "header_session_id",
+        "headers",
+        "protocol_version",
+        "refused",
+        "start_ns",
+    )
+
+    def __init__(self, calls: list[Call], *, batch: bool, headers: dict[bytes, bytes], start_ns: int) -> None:
+        self.calls = calls
+        self.batch = batch
+        self.headers = headers
+        self.header_session_id = headers.get(MCP_SESSION_ID_HEADER)
+        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        self.protocol_version = None if version is None else version.decode("latin-1")
+        self.era = era_of(version)
+        self.start_ns = start_ns
+        self.handles: HandleContext | None = None  # with handles configured: the request's handle view
+        self.refused = False  # some call has a refusal: nothing is forwarded
+        self.answered = False  # some call has an answer decided before the tool (a refused handle)
+
+    @property
+    def local(self) -> Call | None:
+        """The call of a local method, when the request is one (local methods never come in batches)."""
+        call = self.calls[0]
+        return call if not self.batch and call.local is not None else None
+
+
+class Planner:
+    """Built once per middleware from the enabled wires."""
+
+    __slots__ = ("_declarers", "_default", "_guarded", "_methods", "_openers", "_profiles", "strips", "watch")
+
+    def __init__(self, profiles: Sequence[WireProfile]) -> None:
+        self._profiles = tuple(profiles)
+        self._default = profiles[0]
+        self.watch = jsonrpc.Watch(
+            (p.carrier.marker for p in profiles), (n for p in profiles for n in p.carrier.path_names)
+        )
+        # Wires with more than the draft's needs; each is empty (one truth test) when only the draft is on.
+        self._openers = tuple(
+            p for p in profiles if isinstance(p.carrier, TopLevelCarrier) and p.carrier.opening_methods
+        )
+        self._declarers = tuple(p for p in profiles if p.declared is not None)
+        self._guarded = frozenset(m for p in profiles for m, local in p.methods.items() if local.applies is not None)
+        self.strips = any(p.carrier.strips for p in profiles)
+        """Whether some enabled wire's session member must be removed before the app sees a request."""
+        # One wire that needs nothing but its method table (the draft alone): one lookup, nothing to choose.
+        simple = not (self._openers or self._declarers or self._guarded or self.strips)
+        self._methods = profiles[0].methods if len(profiles) == 1 and simple else None
+
+    @property
+    def simple(self) -> bool:
+        """One wire that needs nothing but its method table to classify a message (the draft alone)."""
+        return self._methods is not None
+
+    def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int, parsed: Any = UNPARSED) -> Plan | None:
+        """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it).
+
+        ``parsed`` is ``body`` as :func:`_jsonrpc.loads` reads it with this planner's watch, when the
+        caller has read it already (the express lane declining); it is read here otherwise.
+        """
+        if parsed is UNPARSED:
+            parsed = jsonrpc.loads(body, watch=self.watch)
+        if isinstance(parsed, dict):
+            call = self.call(parsed)
+            if call.method is None:
+                return None
+            call.request_id = parsed.get("id")  # repeated as sent
+            return Plan([call], batch=False, headers=headers, start_ns=start_ns)
+        if type(parsed) is list and parsed:
+            calls = [self.call(element) for element in parsed]
+            for call in calls:
+                call.request_id = jsonrpc.request_id_of(call.message)  # only ids that can be echoed
+            if all(call.method is None for call in calls):
+                return None
+            return Plan(calls, batch=True, headers=headers, start_ns=start_ns)
+        return None
+
+    def call(self, message: Any) -> Call:
+        """Classify one message: the wire it speaks (else the first), and its local method if any."""
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return Call(message, None, self._default, None)
+        method = message.get("method")
+        if type(method) is not str:
+            return Call(message, None, self._default, None)
+        if self._methods is not None:
+            return Call(message, method, self._default, self._methods.get(method))
+        for profile in self._openers:
+            if profile.carrier.opens(message, method):
+                return Call(message, method, profile, profile.local_for(message, method))
+        # A wire's own method wins over another wire's session member (alt. 2's terminate carries alt. 1's).
+        for profile in self._profiles:
+            if (local := profile.local_for(message, method)) is not None:
+                return Call(message, method, profile, local)
+        for profile in self._profiles:
+            if profile.carrier.present(message):
+                return Call(message, method, profile, None)
+        if method in self._guarded:
+            # A shared method name in no enabled wire's shape: the first wire that has it answers (-32602).
+            for profile in self._profiles:
+                if (local := profile.methods.get(method)) is not None:
+                    return Call(message, method, profile, local)
+        for profile in self._declarers:
+            assert profile.declared is not None
+            if profile.declared(message):
+                return Call(message, method, profile, None)
+        return Call(message, method, self._default, None)

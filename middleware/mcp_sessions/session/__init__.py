@@ -1,0 +1,25 @@
+"""The session: what application code sees (:class:`Session`), and the service that mints, resolves and ends it."""
+
+from ._limits import RateLimit, parse_limit
+from ._principal import PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, digest_of, principal_digest
+from ._service import Minted, SessionRefused, SessionService
+from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, SessionData, current_session, get_session
+
+__all__ = [
+    "PRINCIPAL_CLAIM",
+    "SCOPE_KEY",
+    "STATE_ATTRIBUTE",
+    "Minted",
+    "PrincipalHook",
+    "RateLimit",
+    "Session",
+    "SessionData",
+    "SessionRefused",
+    "SessionService",
+    "authenticated_user",
+    "current_session",
+    "digest_of",
+    "get_session",
+    "parse_limit",
+    "principal_digest",
+]

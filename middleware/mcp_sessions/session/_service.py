@@ -1,0 +1,240 @@
+"""Minting, verifying and revoking data-layer sessions: what every wire shares.
+
+Wires differ in names and shapes only; a session is the same JWT, checked the
+same way, whichever wire names it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, NamedTuple
+
+from starlette.types import Scope
+
+from ..otel import TRACEPARENT_CLAIM
+from ..stores import SessionStatus, SessionStore, SessionStoreUnavailable
+from ..tokens import InvalidToken, KeySet, SessionClaims
+from ..wire import Refusal, store_unavailable
+from ..wire.protocol import TOO_MANY_SESSIONS
+from ._limits import RateLimit
+from ._principal import PRINCIPAL_CLAIM, PrincipalHook, principal_digest
+from ._session import Session
+
+if TYPE_CHECKING:
+    from ..otel import Operation
+
+__all__ = ["Minted", "SessionRefused", "SessionService"]
+
+logger = logging.getLogger("mcp_sessions")
+
+
+class SessionRefused(Exception):
+    """A session id that names no live session of this caller; ``reason`` is safe to log."""
+
+    def __init__(self, reason: str, session_id: str | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.session_id = session_id
+
+
+class Minted(NamedTuple):
+    """A new session: its wire id, its claims and when it ends if unused."""
+
+    token: str
+    claims: SessionClaims
+    expires_at: float
+
+
+def rejection_reason(reason: str) -> str:
+    """A low-cardinality reason for the rejection counter."""
+    if reason in ("expired", "revoked", "idle_expired"):
+        return reason
+    if reason.startswith("state:"):
+        return "invalid_state"
+    return "invalid_token"
+
+
+class SessionService:
+    """The session machinery one middleware instance shares across its wires."""
+
+    __slots__ = ("_touch_takes_issued_at", "idle_ttl", "keys", "limit", "principal", "store", "ttl")
+
+    def __init__(
+        self,
+        *,
+        keys: KeySet,
+        store: SessionStore,
+        ttl: float,
+        idle_ttl: float | None,
+        principal: PrincipalHook | None,
+        limit: RateLimit | None = None,
+    ) -> None:
+        self.keys = keys
+        self.store = store
+        self.ttl = ttl
+        self.idle_ttl = idle_ttl
+        self.principal = principal
+        self.limit = limit
+        # A store written before touch() took issued_at keeps working (its sessions' idle clock
+        # then starts at their first use rather than at creation).
+        parameters = inspect.signature(store.touch).parameters
+        self._touch_takes_issued_at = "issued_at" in parameters or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+        )
+
+    async def principal_of(self, scope: Scope) -> str | None:
+        """The caller's principal digest (see :func:`principal_digest`)."""
+        return await principal_digest(self.principal, scope, self.keys.audience)
+
+    async def mint(self, scope: Scope, operation: Operation | None) -> Minted:
+        """A new session for the caller; its creation span and principal ride in the signed token."""
+        now = time.time()
+        extra: dict[str, str] = {}
+        if operation is not None and (traceparent := operation.traceparent()) is not None:
+            extra[TRACEPARENT_CLAIM] = traceparent
+        principal = await self.principal_of(scope)
+        self._limited(scope, principal)
+        if principal is not None:
+            extra[PRINCIPAL_CLAIM] = principal
+        # Nothing is stored: the token says when it was issued, and the idle clock starts there.
+        token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now, extra_claims=extra)
+        expires = claims.expires_at if self.idle_ttl is None else min(claims.expires_at, now + self.idle_ttl)
+        logger.debug("session created (sid=%s)", claims.session_id)
+        return Minted(token, claims, expires)
+
+    async def resolve(self, scope: Scope, token: str, state_token: str | None) -> Session:
+        """The live session ``token`` names for this caller; :class:`SessionRefused` otherwise."""
+        now = time.time()
+        sid = None
+        try:
+            claims = self.keys.verify_session_token(token, now=now)
+            sid = claims.session_id
+            bound = claims.extra.get(PRINCIPAL_CLAIM)
+            if bound is not None and bound != await self.principal_of(scope):
+                raise InvalidToken("bound to another principal")
+            try:
+                state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
+            except InvalidToken as exc:
+                raise InvalidToken(f"state: {exc.reason}") from None
+            if self._touch_takes_issued_at:  # the usual store: its touch called directly, on every request
+                status = await self.store.touch(
+                    sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
+                )
+            else:
+                status = await self._touch(sid, expires_at=claims.expires_at, now=now, issued_at=claims.issued_at)
+            if status is not SessionStatus.ACTIVE:
+                raise InvalidToken(status.value)
+        except InvalidToken as exc:
+            raise self.refused(exc.reason, sid) from None
+        except SessionStoreUnavailable as exc:
+            raise store_unavailable(exc) from None
+        return self.session(token, claims, now, state_token, state_json)
+
+    @staticmethod
+    def refused(reason: str, session_id: str | None) -> SessionRefused:
+        """Why a session id names no live session (``reason`` as the check said it), logged at debug level."""
+        logger.debug("session rejected: %s (sid=%s)", reason, session_id)
+        return SessionRefused(rejection_reason(reason), session_id)
+
+    def session(
+        self,
+        token: str,
+        claims: SessionClaims,
+        now: float,
+        state_token: str | None = None,
+        state_json: str | None = None,
+    ) -> Session:
+        """The :class:`Session` the app sees, for claims verified and a store touched at ``now``."""
+        return Session(
+            token=token,
+            session_id=claims.session_id,
+            issued_at=claims.issued_at,
+            expires_at=claims.expires_at,
+            claims=claims.extra,
+            keys=self.keys,
+            store=self.store,
+            state_token=state_token,
+            state_json=state_json,
+            now=now,
+            idle_ttl=self.idle_ttl,
+        )
+
+    @property
+    def touch_takes_issued_at(self) -> bool:
+        """Whether the store's ``touch`` takes ``issued_at`` (every store but one written before it did)."""
+        return self._touch_takes_issued_at
+
+    async def _touch(self, session_id: str, *, expires_at: float, now: float, issued_at: float | None) -> SessionStatus:
+        """The store's touch, with ``issued_at`` for a store that takes it (one written before does not)."""
+        if issued_at is not None and self._touch_takes_issued_at:
+            return await self.store.touch(
+                session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=issued_at
+            )
+        return await self.store.touch(session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl)
+
+    async def adopt(self, scope: Scope, session_id: str, source: str) -> Session | None:
+        """A session without a token (a transport session, a host conversation), keyed by ``session_id``.
+
+        Its data lives in the store like a data-layer session's and ends by
+        ``idle_ttl`` (or :meth:`end`); ``None`` once it has ended.
+        """
+        now = time.time()
+        expires_at = int(now + self.ttl)
+        try:
+            status = await self._touch(session_id, expires_at=expires_at, now=now, issued_at=None)
+        except SessionStoreUnavailable as exc:
+            raise store_unavailable(exc) from None
+        if status is not SessionStatus.ACTIVE:
+            logger.debug("%s session ended: %s (sid=%s)", source, status.value, session_id)
+            return None
+        return Session(
+            token="",
+            session_id=session_id,
+            issued_at=int(now),
+            expires_at=expires_at,
+            claims={},
+            keys=self.keys,
+            store=self.store,
+            state_token=None,
+            state_json=None,
+            now=now,
+            idle_ttl=self.idle_ttl,
+            source=source,
+        )
+
+    async def end(self, session_id: str) -> bool:
+        """End a session :meth:`adopt` gave (its transport session ended) and drop its data."""
+        try:
+            return await self.store.revoke(session_id, expires_at=time.time() + self.ttl)
+        except SessionStoreUnavailable as exc:
+            logger.warning("could not drop an ended transport session's data: %s", exc)
+            return False
+
+    def _limited(self, scope: Scope, principal: str | None) -> None:
+        """Refuse (429) a caller over the create limit: by principal, else by client address."""
+        if self.limit is None:
+            return
+        client = scope.get("client")
+        caller = principal if principal is not None else f"address:{client[0] if client else ''}"
+        if (wait := self.limit.take(caller)) > 0:
+            raise Refusal(
+                TOO_MANY_SESSIONS,
+                "Too many sessions created or deleted, retry later",
+                reason="rate_limited",
+                retry_after=max(1, math.ceil(wait)),
+            )
+
+    async def revoke(self, session: Session, scope: Scope | None = None) -> bool:
+        """End ``session`` on every replica; ``False`` if it had already ended."""
+        if self.limit is not None and scope is not None:
+            self._limited(scope, session.claims.get(PRINCIPAL_CLAIM))
+        try:
+            revoked = await self.store.revoke(session.id, expires_at=session.token_expires_at)
+        except SessionStoreUnavailable as exc:
+            raise store_unavailable(exc) from None
+        if revoked:
+            logger.debug("session deleted (sid=%s)", session.id)
+        return revoked

@@ -1,0 +1,190 @@
+"""The session as application code sees it, and the one accessor that finds it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from starlette.requests import HTTPConnection
+
+    from ..stores import SessionStore
+    from ..tokens import KeySet
+
+__all__ = ["SCOPE_KEY", "Session", "SessionData", "get_session"]
+
+SCOPE_KEY: Final = "mcp_sessions.session"
+"""The ASGI ``scope`` key that holds the request's verified :class:`Session` (absent without one)."""
+STATE_ATTRIBUTE: Final = "mcp_session"
+
+current_session: ContextVar[Session | None] = ContextVar("mcp_sessions.session", default=None)
+_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+
+
+class SessionData:
+    """Server-side data of one session, in the configured store.
+
+    Values are JSON-serializable. ``incr`` and ``update`` are atomic, so
+    concurrent requests of one session can count safely.
+    """
+
+    __slots__ = ("_expires_at", "_session_id", "_store")
+
+    def __init__(self, store: SessionStore, session_id: str, expires_at: float) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._expires_at = expires_at
+
+    async def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under ``key``, or ``default`` if there is none."""
+        return await self._store.get(self._session_id, key, default)
+
+    async def set(self, key: str, value: Any) -> None:
+        """Store a copy of ``value`` (JSON-serializable) under ``key``, until the session ends."""
+        await self._store.set(self._session_id, key, value, expires_at=self._expires_at)
+
+    async def delete(self, key: str) -> None:
+        """Remove ``key``; nothing happens if it is not there."""
+        await self._store.delete(self._session_id, key)
+
+    async def incr(self, key: str, amount: int = 1) -> int:
+        """Atomically add ``amount`` to an integer value (missing counts as 0) and return the sum."""
+        return await self._store.incr(self._session_id, key, amount, expires_at=self._expires_at)
+
+    async def update(self, key: str, fn: Callable[[Any], Any], default: Any = None) -> Any:
+        """Atomically replace the value with ``fn(old)`` (``fn(default)`` if missing) and return the new value."""
+        return await self._store.update(self._session_id, key, fn, expires_at=self._expires_at, default=default)
+
+    async def items(self) -> dict[str, Any]:
+        """Every key of this session's data with its value."""
+        return await self._store.items(self._session_id)
+
+
+class Session:
+    """One data-layer session, resolved and verified for the current request.
+
+    ``id`` is the stable session id (the token's ``sid`` claim): key your data,
+    logs and metrics by it. ``token`` is the wire ``sessionId``, a bearer
+    credential: never log it. ``state`` is the client-held state, read-only;
+    assign a new mapping to change it, and the response's echo carries it.
+    """
+
+    __slots__ = (
+        "_data",
+        "_idle_ttl",
+        "_keys",
+        "_state_json",
+        "_state_token",
+        "_state_view",
+        "_store",
+        "claims",
+        "id",
+        "issued_at",
+        "last_seen",
+        "source",
+        "token",
+        "token_expires_at",
+    )
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        session_id: str,
+        issued_at: int,
+        expires_at: int,
+        claims: Mapping[str, Any],
+        keys: KeySet,
+        store: SessionStore,
+        state_token: str | None,
+        state_json: str | None,
+        now: float,
+        idle_ttl: float | None,
+        source: str = "data-layer",
+    ) -> None:
+        self.token = token
+        """The wire ``sessionId`` (a JWT): a bearer credential, never log it."""
+        self.id = session_id
+        """The stable session id (the token's ``sid`` claim): not a secret, key data, logs and metrics by it."""
+        self.issued_at = issued_at
+        """When the session was created (the token's ``iat``), in Unix seconds."""
+        self.token_expires_at = expires_at
+        """The token's absolute expiry (its ``exp``), in Unix seconds; the idle timeout may end it sooner."""
+        self.claims = claims
+        """The token's claims other than ``iss``, ``aud``, ``sid``, ``iat`` and ``exp``."""
+        self.last_seen = now
+        """When the middleware verified this request, in Unix seconds: the idle timeout counts from it."""
+        self.source = source
+        """Where the session came from: ``data-layer`` (a token this server minted), ``transport`` (an
+        adopted 2025-era transport session) or a host's conversation (``openai``, ``vscode``, ``goose``,
+        ``opencode``, ``meta:KEY``, ``header:NAME``). Only a data-layer session has a token and state."""
+        self._store = store
+        self._data: SessionData | None = None
+        self._keys = keys
+        self._idle_ttl = idle_ttl
+        self._state_token = state_token
+        self._state_json = state_json
+        self._state_view: Mapping[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Session id={self.id!r} expires_at={self.expires_at.isoformat()}>"
+
+    @property
+    def data(self) -> SessionData:
+        """The session's server-side data, in the configured store."""
+        if self._data is None:
+            self._data = SessionData(self._store, self.id, self.token_expires_at)
+        return self._data
+
+    @property
+    def expires_at(self) -> datetime:
+        """When the session ends if unused: the token's expiry, or sooner by the idle timeout."""
+        return datetime.fromtimestamp(self.expires_at_timestamp, UTC)
+
+    @property
+    def expires_at_timestamp(self) -> float:
+        """:attr:`expires_at` in Unix seconds."""
+        if self._idle_ttl is None:
+            return self.token_expires_at
+        return min(self.token_expires_at, self.last_seen + self._idle_ttl)
+
+    @property
+    def state(self) -> Mapping[str, Any]:
+        """The client-held state, as the client sent it (read-only)."""
+        if self._state_view is None:
+            self._state_view = _EMPTY if self._state_json is None else MappingProxyType(json.loads(self._state_json))
+        return self._state_view
+
+    @state.setter
+    def state(self, value: Mapping[str, Any]) -> None:
+        if not isinstance(value, Mapping):
+            raise TypeError("session state must be a mapping (a JSON object)")
+        if not self.token:
+            raise TypeError(f"a {self.source} session has no client-held state: it needs a data-layer session")
+        plain = dict(value)
+        # Signed now, so an oversized or unserializable state fails in the code that set it.
+        self._state_token = self._keys.sign_state(self.id, plain)
+        self._state_json = None
+        self._state_view = MappingProxyType(plain)
+
+    @property
+    def state_token(self) -> str | None:
+        """The signed state that goes out in the echo (``None`` when there is none)."""
+        return self._state_token
+
+
+def get_session(connection: HTTPConnection | None = None) -> Session | None:
+    """The session of the current request, or ``None`` if it has none.
+
+    Without an argument it reads the context variable that the middleware sets
+    for the request (works in ``MCPServer`` and fastmcp tools); given a
+    Starlette ``Request`` it reads the request's scope.
+    """
+    if connection is None:
+        return current_session.get()
+    session: Session | None = connection.scope.get(SCOPE_KEY)
+    return session

@@ -1,0 +1,58 @@
+"""The refusal vocabulary: the one way any part of the package says "no" to a JSON-RPC call.
+
+Pure: building a refusal sends nothing; the pipeline answers it (``asgi``'s senders).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from . import jsonrpc
+from .protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE
+
+__all__ = ["Refusal", "batch_refused", "store_unavailable"]
+
+logger = logging.getLogger("mcp_sessions")
+
+
+class Refusal(Exception):
+    """A JSON-RPC error the middleware answers itself instead of forwarding.
+
+    ``reason`` is a low-cardinality word for the rejection metric;
+    ``session_id`` is the stable id when a token verified but its session was
+    refused (deleted, idle, bad state, another principal), so that telemetry
+    files the refusal under it.
+    """
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        data: Any = None,
+        *,
+        reason: str = "invalid_request",
+        session_id: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+        self.reason = reason
+        self.session_id = session_id
+        self.retry_after = retry_after  # seconds, for a refusal that says when to try again (429)
+
+    def frame(self, request_id: Any) -> dict[str, Any]:
+        """The JSON-RPC error response to ``request_id``."""
+        return jsonrpc.error(request_id, self.code, self.message, self.data)
+
+
+def store_unavailable(exc: Exception) -> Refusal:
+    """The retryable refusal for a store that cannot answer now (never "not found")."""
+    logger.warning("session store unavailable: %s", exc)
+    return Refusal(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later", reason="store_unavailable")
+
+
+def batch_refused(reason: str = "batch refused: another element's session is invalid") -> Refusal:
+    return Refusal(INVALID_REQUEST, reason)

@@ -1,0 +1,203 @@
+"""JSON-RPC 2.0 frames, shared by the middleware and the client: parse, dump, build results and errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from .protocol import INVALID_REQUEST
+
+_MAX_ECHOED_ID: Final = 256
+# Built once: json.dumps with arguments builds a new encoder on every call.
+_decode = json.JSONDecoder().decode
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+class _Repeated(dict[str, Any]):
+    """A JSON object that repeated member names (``repeated``); the last value of each is kept."""
+
+    __slots__ = ("repeated",)
+
+    def __init__(self, pairs: list[tuple[str, Any]], repeated: set[str]) -> None:
+        super().__init__(pairs)
+        self.repeated = repeated
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    names = {name for name, _ in pairs}
+    if len(names) == len(pairs):
+        return dict(pairs)
+    seen: set[str] = set()
+    repeated = {name for name, _ in pairs if name in seen or seen.add(name)}  # type: ignore[func-returns-value]
+    return _Repeated(pairs, repeated)
+
+
+_decode_checked = json.JSONDecoder(object_pairs_hook=_object).decode
+
+
+def _decode_utf8(body: bytes) -> Any:
+    return _decode(body.decode())
+
+
+fast_loads: Callable[[bytes], Any]
+try:  # the parser the mcp SDK reads requests with (pydantic-core's jiter), where it is installed
+    from pydantic_core import from_json as fast_loads
+except ImportError:  # pragma: no cover - pydantic-core comes with the mcp SDK and FastAPI
+    fast_loads = _decode_utf8
+"""Parse UTF-8 JSON bytes to plain objects, as fast as this process can; ``ValueError`` for anything it
+will not read (not JSON, and for pydantic-core a lone surrogate escape too: callers then use :func:`loads`).
+pydantic-core's ``from_json`` (what the ``mcp`` SDK parses requests with) where it is installed, else the
+standard library. What it reads, it reads as :func:`loads` does: the differential tests say so."""
+
+
+class Watch:
+    """The member names on the paths to the session metadata of the enabled wires.
+
+    A request that could repeat one of them could mean one session to this
+    parser and another to the server's: such a body (an escape anywhere, or a
+    name seen twice) is parsed with a hook that records repeated names.
+    """
+
+    __slots__ = ("_markers", "_names", "marker")
+
+    def __init__(self, markers: Iterable[str], names: Iterable[str]) -> None:
+        markers = list(dict.fromkeys(markers))
+        self._markers = tuple(b'"%s"' % m.encode() for m in markers)
+        # One wire (the usual case): one substring test, no generator, on every request.
+        self.marker = self._markers[0] if len(self._markers) == 1 else None
+        """With one wire, its session member's name as a body spells it (escapes aside): a body
+        without it names no session. ``None`` with several wires."""
+        self._names = tuple(b'"%s"' % n.encode() for n in dict.fromkeys([*markers, *names]))
+
+    def needs_check(self, body: bytes) -> bool:
+        """Whether ``body`` must be parsed with the hook that records repeated names."""
+        if 92 in body:  # a backslash (an int's membership is one memchr; a bytes' costs four times that)
+            return True
+        marker = self.marker
+        if marker is not None:
+            if marker not in body:
+                return False
+        elif not any(marker in body for marker in self._markers):
+            return False
+        count = body.count
+        for name in self._names:  # noqa: SIM110 - a loop, not any(genexpr): it runs on every session request
+            if count(name) > 1:
+                return True
+        return False
+
+
+def loads(body: bytes, *, watch: Watch | None = None) -> Any:
+    """The parsed body, or ``None`` when it is not JSON (the app answers those).
+
+    With ``watch`` (requests), a body that could repeat a name on the path to
+    the session metadata keeps a record of repeated names, so that reading the
+    session refuses it. Responses come from the application and are parsed plainly.
+    """
+    # The usual body, a UTF-8 object with nothing to check, goes to the fast parser, which reads it as
+    # the standard one does; anything else, and anything the fast parser refuses, to the standard one.
+    if body[:1] == b"{" and (watch is None or not watch.needs_check(body)):
+        try:
+            return fast_loads(body)
+        except (ValueError, RecursionError):  # the standard library's, where pydantic-core is not installed
+            pass
+    try:
+        # Decoded as json.loads(bytes) decodes (a BOM, UTF-16 and UTF-32, lone surrogates), so
+        # that no body the server would read as JSON-RPC passes here as "not JSON".
+        encoding = json.detect_encoding(body)
+        text = body.decode(encoding, "surrogatepass")
+        if watch is None:
+            return _decode(text)
+        if encoding != "utf-8":
+            body = text.encode("utf-8", "surrogatepass")  # the repeated-name scan reads this text
+        return _decode_checked(text) if watch.needs_check(body) else _decode(text)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def dumps(message: Any) -> bytes:
+    # A lone surrogate (legal in JSON text as an escape) goes back out as its escape.
+    return _encode(message).encode("utf-8", "backslashreplace")
+
+
+def error(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": err}
+
+
+def result(request_id: Any, value: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": value}
+
+
+def request(request_id: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A request frame; ``params`` only when given."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def is_request_or_notification(element: Any) -> bool:
+    """Whether a parsed element is a JSON-RPC request or notification (``"jsonrpc": "2.0"``, a string method)."""
+    return isinstance(element, dict) and element.get("jsonrpc") == "2.0" and isinstance(element.get("method"), str)
+
+
+def requests_and_notifications(parsed: Any) -> list[dict[str, Any]] | None:
+    """The requests and notifications of a parsed body (one, or a batch), or ``None`` when it has none."""
+    if isinstance(parsed, dict):
+        return [parsed] if is_request_or_notification(parsed) else None
+    if isinstance(parsed, list):
+        return [element for element in parsed if is_request_or_notification(element)] or None
+    return None
+
+
+def is_response(element: Any) -> bool:
+    """Whether a parsed element is a response (an ``id`` and no ``method``)."""
+    return isinstance(element, dict) and "id" in element and "method" not in element
+
+
+def params_meta(message: dict[str, Any]) -> dict[str, Any] | None:
+    """A message's ``params._meta`` when it is an object, read leniently (no shape is refused)."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return meta if isinstance(meta, dict) else None
+
+
+def echoed_session(message: dict[str, Any], meta_key: str) -> dict[str, Any] | None:
+    """The session echo of a successful response (``result._meta[meta_key]``) when it is an object."""
+    value = message.get("result")
+    meta = value.get("_meta") if isinstance(value, dict) else None
+    echo = meta.get(meta_key) if isinstance(meta, dict) else None
+    return echo if isinstance(echo, dict) else None
+
+
+def error_code(message: Any) -> int | None:
+    """The code of an error response, or ``None`` when ``message`` is not one."""
+    err = message.get("error") if isinstance(message, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if type(code) is int else None
+
+
+def invalid_request(request_id: Any, message: str) -> dict[str, Any]:
+    return error(request_id, INVALID_REQUEST, message)
+
+
+def echoed_session_id(value: Any) -> Any:
+    """What an error's ``data.sessionId`` repeats of what the client sent, bounded."""
+    return value[:_MAX_ECHOED_ID] if isinstance(value, str) else None
+
+
+def request_id_of(element: Any) -> Any:
+    """The id of a batch element, or None when it has none we can echo."""
+    if isinstance(element, dict):
+        rid = element.get("id")
+        if rid is None or type(rid) in (str, int, float):
+            return rid
+    return None
+
+
+def hashable_id(request_id: Any) -> Any:
+    """A request id as a dict key (JSON-RPC ids are strings or numbers; anything else by its repr)."""
+    return request_id if type(request_id) in (str, int, float) or request_id is None else repr(request_id)
