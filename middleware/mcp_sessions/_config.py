@@ -20,6 +20,7 @@ from .guard import Guard
 from .otel import TraceMode
 from .profiles import WireProfile, profiles_from_names
 from .session import PrincipalHook, RateLimit, authenticated_user
+from .sources import DEFAULT_SOURCES, SessionSource, SourceFactory, check_chain
 from .sources.host import BUILT_IN_HOSTS, CONVERSATION_DATA_MODES, ConversationData, HostKey, host_keys_from_config
 from .stores import MemoryStore, SessionStore
 from .tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
@@ -62,6 +63,7 @@ class SessionsOptions(TypedDict, total=False):
     handles: Handles | None
     guard: Guard | None
     create_limit: tuple[int, float] | None
+    sources: Iterable[SessionSource | SourceFactory] | None
 
 
 class SessionsConfig:
@@ -99,6 +101,7 @@ class SessionsConfig:
         handles: Handles | None = None,
         guard: Guard | None = None,
         create_limit: tuple[int, float] | None = None,
+        sources: Iterable[SessionSource | SourceFactory] | None = None,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         if not 0 < ttl <= MAX_TTL:
@@ -146,6 +149,8 @@ class SessionsConfig:
         self.guard = Guard() if guard is None else guard
         # At most count creates (and deletes) per seconds, per principal or client address: see _limits.py.
         self.create_limit = None if create_limit is None else RateLimit(*create_limit)
+        # The session sources, asked in order: objects, or factories given a SourceContext (sources/_chain.py).
+        self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)
 
     @classmethod
     def from_env(cls, *, environ: Mapping[str, str] | None = None, **options: Any) -> SessionsConfig:

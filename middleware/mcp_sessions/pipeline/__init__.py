@@ -1,7 +1,8 @@
 """The pipeline's steps after planning: resolve, refuse, answer locally, forward, rewrite the response."""
 
+from ._answer import LocalAnswers
 from ._echo import Target, advertising_tables
-from ._forward import run_app, targets_of
+from ._forward import Forwarder, attach, run_app
 from ._handles import answer_refused_handles, check_handles
 from ._operations import start_operations
 from ._refusals import Refusals, reject
@@ -14,14 +15,19 @@ from ._request import (
     route_path,
     strip_session_members,
 )
+from ._resolve import Resolver
 from ._transport import TransportSessions
 
 __all__ = [
+    "Forwarder",
+    "LocalAnswers",
     "Refusals",
+    "Resolver",
     "Target",
     "TransportSessions",
     "advertising_tables",
     "answer_refused_handles",
+    "attach",
     "body_of",
     "check_handles",
     "check_local_call",
@@ -33,5 +39,4 @@ __all__ = [
     "run_app",
     "start_operations",
     "strip_session_members",
-    "targets_of",
 ]

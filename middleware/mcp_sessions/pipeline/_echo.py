@@ -33,7 +33,7 @@ class Target:
         session: Session | None,
         *,
         advertised: tuple[WireProfile, ...],
-        capability: Mapping[str, dict[str, Any]],
+        capability: Mapping[str, Mapping[str, object]],
         era: Era,
         operation: Operation | None,
         revoked: bool = False,
@@ -97,7 +97,7 @@ def annotate(target: Target, message: dict[str, Any]) -> bytes | object | None:
     return change
 
 
-def advertise(result: dict[str, Any], profile: WireProfile, era: Era, *, value: dict[str, Any]) -> bool:
+def advertise(result: dict[str, Any], profile: WireProfile, era: Era, *, value: Mapping[str, object]) -> bool:
     """Merge the capability into a ``server/discover`` or ``initialize`` result; whether it changed."""
     capabilities = result.get("capabilities")
     if not isinstance(capabilities, dict):

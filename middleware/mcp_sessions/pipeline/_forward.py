@@ -1,49 +1,100 @@
-"""Forwarding to the app: the session attached, the responses rewritten, the operations ended."""
+"""Forwarding to the app: the session attached, the trace continued, the responses rewritten, operations ended."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from contextvars import Token
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..otel import Operation, Telemetry, attach_session, detach_session
+from ..handles import handle_context
+from ..otel import attach_session, detach_session
 from ..session import SCOPE_KEY, STATE_ATTRIBUTE, Session, current_session
 from ..wire.jsonrpc import hashable_id
-from ._echo import Target
-from ._request import echoed
+from ..wire.protocol import Era
+from ._echo import Target, advertising_tables
+from ._request import continue_trace, echoed, strip_session_members
 from ._response import ResponseRewriter
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable
 
+    from ..asgi import Replay
+    from ..otel import Operation, Telemetry
     from ..plan import Plan
     from ..profiles import WireProfile
+    from ..sources.transport import TransportSource
+    from ._transport import TransportSessions
 
-__all__ = ["attach", "run_app", "targets_of"]
+__all__ = ["Forwarder", "attach", "run_app"]
+
+Capabilities = Mapping[str, Mapping[str, object]]
 
 
-def targets_of(
-    plan: Plan, advertising_by_era: dict[str, dict[str, tuple[WireProfile, ...]]], capability: dict[str, Any]
-) -> dict[Any, Target]:
-    """What to do with the response to each request of a batch (or of a request on a mapped transport)."""
-    targets: dict[Any, Target] = {}
-    advertising = advertising_by_era[plan.era.value]
-    for call in plan.calls:
-        if call.method is None or not call.is_request:
-            continue
-        advertised = advertising.get(call.method, ())
-        if call.session is not None or advertised or call.operation is not None or call.revoked is not None:
-            targets[hashable_id(call.message["id"])] = Target(
-                call.profile,
-                echoed(call.session),
-                advertised=advertised,
-                capability=capability,
-                era=plan.era,
-                operation=call.operation,
-                revoked=call.revoked is not None,
-            )
-    return targets
+class Forwarder:
+    """The forward step of one middleware: what the app is called with, for a plan nothing refused."""
+
+    __slots__ = ("_advertising", "_capability", "_mapped", "_strips", "_transport")
+
+    def __init__(
+        self,
+        profiles: Sequence[WireProfile],
+        *,
+        capability: Capabilities,
+        strips: bool,
+        transport: TransportSource | None,
+        mapped: TransportSessions | None,
+    ) -> None:
+        self._advertising = advertising_tables(profiles)
+        self._capability = capability
+        self._strips = strips
+        self._transport = transport
+        self._mapped = mapped
+
+    def targets(self, plan: Plan) -> dict[object, Target]:
+        """What to do with the response to each request of ``plan``: echo, advertise, observe (by request id)."""
+        targets: dict[object, Target] = {}
+        advertising = self._advertising[plan.era.value]
+        for call in plan.calls:
+            if call.method is None or not call.is_request:
+                continue
+            advertised = advertising.get(call.method, ())
+            if call.session is not None or advertised or call.operation is not None or call.revoked is not None:
+                targets[hashable_id(call.request_id)] = Target(
+                    call.profile,
+                    echoed(call.session),
+                    advertised=advertised,
+                    capability=self._capability,
+                    era=plan.era,
+                    operation=call.operation,
+                    revoked=call.revoked is not None,
+                )
+        return targets
+
+    async def forward(self, app: ASGIApp, scope: Scope, replay: Replay, send: Send, plan: Plan) -> None:
+        """Call ``app`` with the session attached, the trace continued and the responses rewritten."""
+        if self._strips:
+            strip_session_members(plan, replay)
+        if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
+            send = self._transport.watch_initialize(send)
+        targets = self.targets(plan)
+        operations = [call.operation for call in plan.calls if call.operation is not None]
+        sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
+        if not targets and not sessions and not operations and plan.handles is None:
+            return await app(scope, replay, send)  # nothing to add, observe or attach
+        session = next(iter(sessions.values())) if len(sessions) == 1 else None
+        if self._mapped is not None and session is not None and plan.era is Era.HANDSHAKE and not plan.batch:
+            call = plan.calls[0]
+            if call.profile.header_every_era:
+                opening = call.method in call.profile.carrier.opening_methods
+                scope, send = self._mapped.bind(scope, send, session, opening=opening)
+        if len(operations) == 1 and not plan.batch and operations[0].traced:
+            continue_trace(plan.calls[0].message, replay, operations[0])
+        if plan.handles is None:
+            return await run_app(app, None, scope, replay, send, session, targets, operations)
+        with handle_context(plan.handles):  # typed handle parameters read the verified handles there
+            await run_app(app, None, scope, replay, send, session, targets, operations)
 
 
 def attach(scope: Scope, session: Session | None) -> Token[Session | None]:
@@ -67,7 +118,7 @@ async def run_app(
     receive: Receive,
     send: Send,
     session: Session | None,
-    targets: dict[Any, Target],
+    targets: dict[object, Target],
     operations: list[Operation],
 ) -> None:
     """Call the app with the session attached (scope, context variable, span or baggage) and the responses
@@ -76,7 +127,7 @@ async def run_app(
     ``telemetry`` is given for an ordinary route, whose spans get the session in baggage; a JSON-RPC
     call has its operation for that (when telemetry is on), so the pipeline passes ``None``.
     """
-    typed_send: ASGISendCallable = send  # type: ignore[assignment]
+    typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
     rewriter = ResponseRewriter(typed_send, targets) if targets else None
     token = attach(scope, session)
     ambient = operations[0] if len(operations) == 1 else None

@@ -1,15 +1,29 @@
 """Session sources: each answers "not mine", a session, or a refusal, in order.
 
-The middleware asks, in order: :class:`DataLayerSource` (the token the wire
-names), :class:`~mcp_sessions.sources.host.HostConversationSource` (a host's
-conversation id: tracing, and data with ``conversation_data``) and, with
+The built-in chain (:data:`DEFAULT_SOURCES`) asks :class:`DataLayerSource` (the
+token the wire names), then :class:`~mcp_sessions.sources.host.HostConversationSource`
+(a host's conversation id: tracing, and data with ``conversation_data``) and, with
 ``adopt_transport_sessions``, :class:`~mcp_sessions.sources.transport.TransportSource`
-(a 2025 transport session the server minted). To add a source, add a module with
-a class that follows :class:`SessionSource` and put it in the chain.
+(a 2025 transport session the server minted). To add a source, write a class that
+follows :class:`SessionSource` and give the middleware the chain with it:
+``sources=[*DEFAULT_SOURCES, MySource()]``.
 """
 
-from ..plan import Conversation
-from ._base import SessionSource, Trust
+from ..plan import Call, Conversation, Plan
+from ._base import SessionSource, SourceContext, SourceFactory, Trust
+from ._chain import DEFAULT_SOURCES, build_chain, check_chain
 from .data_layer import DataLayerSource
 
-__all__ = ["Conversation", "DataLayerSource", "SessionSource", "Trust"]
+__all__ = [
+    "DEFAULT_SOURCES",
+    "Call",
+    "Conversation",
+    "DataLayerSource",
+    "Plan",
+    "SessionSource",
+    "SourceContext",
+    "SourceFactory",
+    "Trust",
+    "build_chain",
+    "check_chain",
+]

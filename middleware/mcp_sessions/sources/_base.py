@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 from starlette.types import Scope
 
 if TYPE_CHECKING:
     from ..plan import Call, Plan
-    from ..session import Session
+    from ..session import Session, SessionService
+    from ..tokens import IdDigests
+    from .host import ConversationData, HostKey
 
-__all__ = ["SessionSource", "Trust"]
+__all__ = ["SessionSource", "SourceContext", "SourceFactory", "Trust"]
 
 
 class Trust(enum.Enum):
@@ -23,11 +26,13 @@ class Trust(enum.Enum):
     ASSERTED = "asserted"
 
 
+@runtime_checkable
 class SessionSource(Protocol):
     """Finds the session a call belongs to.
 
     ``session_for`` returns ``None`` ("not mine": the next source is asked),
-    a :class:`~mcp_sessions.Session`, or raises :class:`~mcp_sessions._answers.Refusal`.
+    a :class:`~mcp_sessions.Session`, or raises :class:`~mcp_sessions.Refusal` (the call is then
+    answered with it and never reaches the app).
     A source that recognises the call but gives it no data sets
     ``call.conversation`` (tracing only) and returns ``None``.
     """
@@ -36,3 +41,20 @@ class SessionSource(Protocol):
     trust: Trust
 
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None: ...
+
+
+class SourceContext(NamedTuple):
+    """What a middleware gives each source factory of its chain (``sources=``) when it is built."""
+
+    sessions: SessionService
+    """Mints, resolves and adopts sessions: :meth:`~mcp_sessions.session.SessionService.adopt` gives a session
+    with data in the store to an id a source found."""
+    digests: IdDigests
+    """Keyed digests, so that an id a client sent is never stored or logged as sent."""
+    host_keys: tuple[HostKey, ...]
+    conversation_data: ConversationData
+    adopt_transport_sessions: bool
+
+
+SourceFactory: TypeAlias = "Callable[[SourceContext], SessionSource | None]"
+"""Builds a source for one middleware, or ``None`` when its configuration leaves the source out."""

@@ -15,6 +15,7 @@ from ._base import Trust
 if TYPE_CHECKING:
     from ..plan import Call, Plan
     from ..session import Session
+    from ._base import SourceContext
 
 __all__ = ["DataLayerSource", "refusal_of"]
 
@@ -29,6 +30,11 @@ class DataLayerSource:
 
     def __init__(self, sessions: SessionService) -> None:
         self._sessions = sessions
+
+    @classmethod
+    def from_context(cls, context: SourceContext) -> DataLayerSource:
+        """The source in a middleware's chain (see ``sources=``)."""
+        return cls(context.sessions)
 
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
         profile = call.profile

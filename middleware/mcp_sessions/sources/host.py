@@ -23,6 +23,7 @@ from ._base import Trust
 if TYPE_CHECKING:
     from ..plan import Call, Plan
     from ..session import Session
+    from ._base import SourceContext
 
 __all__ = [
     "BUILT_IN_HOSTS",
@@ -129,6 +130,13 @@ class HostConversationSource:
         self._sessions = sessions
         self._digests = digests
         self._data = data
+
+    @classmethod
+    def from_context(cls, context: SourceContext) -> HostConversationSource:
+        """The source in a middleware's chain (see ``sources=``): its hosts and ``conversation_data``."""
+        return cls(
+            context.host_keys, sessions=context.sessions, digests=context.digests, data=context.conversation_data
+        )
 
     @property
     def data(self) -> ConversationData:

@@ -30,6 +30,7 @@ from ._base import Trust
 if TYPE_CHECKING:
     from ..plan import Call, Plan
     from ..session import Session
+    from ._base import SourceContext
 
 __all__ = ["DEFAULT_MAX_TRANSPORT_SESSIONS", "TransportSource", "is_transport_session_id"]
 
@@ -63,6 +64,11 @@ class TransportSource:
         self._digests = digests
         self._max = max_sessions
         self._minted: OrderedDict[str, None] = OrderedDict()
+
+    @classmethod
+    def from_context(cls, context: SourceContext) -> TransportSource | None:
+        """The source in a middleware's chain (see ``sources=``), with ``adopt_transport_sessions`` only."""
+        return cls(context.sessions, context.digests) if context.adopt_transport_sessions else None
 
     def __len__(self) -> int:
         return len(self._minted)

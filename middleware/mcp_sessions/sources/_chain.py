@@ -1,0 +1,44 @@
+"""The chain a middleware asks: sources given as objects, or as factories given a :class:`SourceContext`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+from ._base import SessionSource, SourceContext, SourceFactory
+from .data_layer import DataLayerSource
+from .host import HostConversationSource
+from .transport import TransportSource
+
+__all__ = ["DEFAULT_SOURCES", "build_chain", "check_chain"]
+
+DEFAULT_SOURCES: Final[tuple[SourceFactory, ...]] = (
+    DataLayerSource.from_context,
+    HostConversationSource.from_context,
+    TransportSource.from_context,
+)
+"""The built-in chain: a data-layer session always wins; then a host's conversation; then, with
+``adopt_transport_sessions``, the 2025 transport session."""
+
+
+def check_chain(entries: Iterable[SessionSource | SourceFactory]) -> tuple[SessionSource | SourceFactory, ...]:
+    """``entries`` as a chain; ``TypeError`` naming an entry that is neither a source nor a factory."""
+    chain = tuple(entries)
+    for entry in chain:
+        if isinstance(entry, type) or not (isinstance(entry, SessionSource) or callable(entry)):
+            raise TypeError(
+                "sources= takes session sources (objects with name, trust and session_for) and factories that "
+                f"build one from a SourceContext (such as DataLayerSource.from_context), not {entry!r}"
+            )
+    return chain
+
+
+def build_chain(entries: Iterable[SessionSource | SourceFactory], context: SourceContext) -> tuple[SessionSource, ...]:
+    """The sources of one middleware, in order: each object as it is, each factory's source (if any)."""
+    chain: list[SessionSource] = []
+    for entry in entries:
+        if isinstance(entry, SessionSource):
+            chain.append(entry)
+        elif (source := entry(context)) is not None:
+            chain.append(source)
+    return tuple(chain)
