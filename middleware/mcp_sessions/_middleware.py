@@ -108,6 +108,7 @@ class MCPSessionMiddleware:
         self._refusals = Refusals(retry_after)
         self._local = LocalAnswers(sessions, self._refusals, retry_after=retry_after, mapped=mapped)
         self._guard = config.guard
+        self._max_body = config.max_body_size
         self._telemetry = Telemetry(
             tracer_provider=config.tracer_provider,
             meter_provider=config.meter_provider,
@@ -156,10 +157,6 @@ class MCPSessionMiddleware:
         return await self._forwarder.forward(self.app, scope, replay, send, plan)
 
     # -- the steps ------------------------------------------------------------------
-
-    @property
-    def _max_body(self) -> int:
-        return self.config.max_body_size
 
     def _is_json_rpc_post(self, scope: HTTPScope, headers: Mapping[bytes, bytes]) -> bool:
         """A POST of JSON to the MCP path: what the pipeline reads (everything else passes untouched)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-import time
 from typing import Any
 
 import pytest
@@ -33,15 +32,12 @@ async def post(mw: MCPSessionMiddleware, body: bytes, scope: dict[str, Any] | No
 
 
 async def test_a_flood_of_anonymous_creates_leaves_the_store_and_legitimate_sessions_alone() -> None:
-    store = MemoryStore(max_sessions=1_000)  # a small cap: a store entry per create would fill it at once
+    store = MemoryStore(max_sessions=100)  # a small cap: a store entry per create would fill it at once
     app = Downstream()
     mw = MCPSessionMiddleware(app, secret=SECRET, store=store)
-    started = time.monotonic()
-    for _ in range(200_000):
+    for _ in range(1_000):  # ten times the cap: a create that stored anything would have filled it
         sender = await post(mw, CREATE)
         assert sender.status == 200
-        if time.monotonic() - started > 240:  # bounded: a slow machine fails here, it never hangs
-            pytest.fail("200,000 creates took longer than 240 s")
     assert len(store) == 0  # creating a session stores nothing
     token = (await post(mw, CREATE)).json()["result"]["session"]["sessionId"]
     used = await post(mw, dumps(request(1, token)))  # Downstream answers id 1

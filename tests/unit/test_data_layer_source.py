@@ -83,19 +83,3 @@ async def test_the_header_must_match_on_the_per_request_era_only(service: Sessio
     with pytest.raises(Refusal) as refused:
         await resolve(service, {"sessionId": minted.token}, {**other, b"mcp-protocol-version": b"2026-07-28"})
     assert refused.value.code == -32020
-
-
-class StoreOfAnEarlierRelease(MemoryStore):
-    """A third-party store written before touch() took issued_at."""
-
-    async def touch(self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None) -> Any:  # type: ignore[override]
-        return await super().touch(session_id, expires_at=expires_at, now=now, idle_ttl=idle_ttl)
-
-
-async def test_a_store_without_issued_at_keeps_working() -> None:
-    service = SessionService(
-        keys=KeySet.from_secret(SECRET), store=StoreOfAnEarlierRelease(), ttl=3600, idle_ttl=60, principal=None
-    )
-    minted = await service.mint(SCOPE, None)
-    session = await resolve(service, {"sessionId": minted.token})
-    assert session.id == minted.claims.session_id

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_sessions.pipeline._echo import Target, splice_point
-from mcp_sessions.pipeline._response import _Messages
+from mcp_sessions.pipeline._response import ResponseRewriter
 from mcp_sessions.profiles import DRAFT
 from mcp_sessions.wire.protocol import Era
 
@@ -23,9 +23,13 @@ class FakeSession:
     expires_at_timestamp = 1_800_000_000
 
 
+async def _never_sent(message: Any) -> None:
+    raise AssertionError("rewrite() sends nothing")
+
+
 def rewrite(body: bytes) -> bytes:
     target = Target(DRAFT, FakeSession(), advertised=(), capability={}, era=Era.PER_REQUEST, operation=None)  # type: ignore[arg-type]
-    return _Messages({7: target}).rewrite(body, json.loads(body)) or body
+    return ResponseRewriter(_never_sent, {7: target}).rewrite(body, json.loads(body)) or body
 
 
 def expected(body: bytes) -> Any:

@@ -2,7 +2,7 @@
 
 from ._answer import LocalAnswers
 from ._echo import Target, advertising_tables
-from ._forward import Forwarder, attach, run_app
+from ._forward import Forwarder, run_app
 from ._handles import answer_refused_handles, check_handles
 from ._operations import start_operations
 from ._refusals import Refusals, reject
@@ -27,7 +27,6 @@ __all__ = [
     "TransportSessions",
     "advertising_tables",
     "answer_refused_handles",
-    "attach",
     "body_of",
     "check_handles",
     "check_local_call",

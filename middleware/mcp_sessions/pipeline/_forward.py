@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextvars import Token
 from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -14,7 +13,7 @@ from ..session import SCOPE_KEY, STATE_ATTRIBUTE, Session, current_session
 from ..wire.jsonrpc import hashable_id
 from ..wire.protocol import Era
 from ._echo import Target, advertising_tables
-from ._request import continue_trace, echoed, strip_session_members
+from ._request import continue_trace, strip_session_members
 from ._response import ResponseRewriter
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     from ..sources.transport import TransportSource
     from ._transport import TransportSessions
 
-__all__ = ["Forwarder", "attach", "run_app"]
+__all__ = ["Forwarder", "run_app"]
 
 Capabilities = Mapping[str, Mapping[str, object]]
 
@@ -35,7 +34,7 @@ Capabilities = Mapping[str, Mapping[str, object]]
 class Forwarder:
     """The forward step of one middleware: what the app is called with, for a plan nothing refused."""
 
-    __slots__ = ("_advertising", "_capability", "_mapped", "_strips", "_transport")
+    __slots__ = ("_advertising", "_capability", "_mapped", "_per_request", "_strips", "_transport")
 
     def __init__(
         self,
@@ -46,7 +45,8 @@ class Forwarder:
         transport: TransportSource | None,
         mapped: TransportSessions | None,
     ) -> None:
-        self._advertising = advertising_tables(profiles)
+        tables = advertising_tables(profiles)  # by era: each is looked up by identity, an Enum hashes in Python
+        self._advertising, self._per_request = tables[Era.HANDSHAKE.value], tables[Era.PER_REQUEST.value]
         self._capability = capability
         self._strips = strips
         self._transport = transport
@@ -55,15 +55,16 @@ class Forwarder:
     def targets(self, plan: Plan) -> dict[object, Target]:
         """What to do with the response to each request of ``plan``: echo, advertise, observe (by request id)."""
         targets: dict[object, Target] = {}
-        advertising = self._advertising[plan.era.value]
+        advertising = self._advertising if plan.era is Era.HANDSHAKE else self._per_request
         for call in plan.calls:
             if call.method is None or not call.is_request:
                 continue
             advertised = advertising.get(call.method, ())
-            if call.session is not None or advertised or call.operation is not None or call.revoked is not None:
+            session = call.session
+            if session is not None or advertised or call.operation is not None or call.revoked is not None:
                 targets[hashable_id(call.request_id)] = Target(
                     call.profile,
-                    echoed(call.session),
+                    session if session is not None and session.token else None,  # echoed(): data-layer sessions
                     advertised=advertised,
                     capability=self._capability,
                     era=plan.era,
@@ -79,36 +80,32 @@ class Forwarder:
         if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
             send = self._transport.watch_initialize(send)
         targets = self.targets(plan)
-        operations = [call.operation for call in plan.calls if call.operation is not None]
-        sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
-        if not targets and not sessions and not operations and plan.handles is None:
-            return await app(scope, replay, send)  # nothing to add, observe or attach
-        session = next(iter(sessions.values())) if len(sessions) == 1 else None
-        if self._mapped is not None and session is not None and plan.era is Era.HANDSHAKE and not plan.batch:
+        if plan.batch:
+            operations = [call.operation for call in plan.calls if call.operation is not None]
+            sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
+            session = next(iter(sessions.values())) if len(sessions) == 1 else None
+            attaches = bool(sessions)
+        else:  # one message, the usual request
             call = plan.calls[0]
-            if call.profile.header_every_era:
+            session = call.session
+            attaches = session is not None
+            operations = [] if call.operation is None else [call.operation]
+            if (
+                session is not None
+                and (mapped := self._mapped) is not None
+                and plan.era is Era.HANDSHAKE
+                and call.profile.header_every_era
+            ):
                 opening = call.method in call.profile.carrier.opening_methods
-                scope, send = self._mapped.bind(scope, send, session, opening=opening)
+                scope, send = mapped.bind(scope, send, session, opening=opening)
+        if not targets and not attaches and not operations and plan.handles is None:
+            return await app(scope, replay, send)  # nothing to add, observe or attach
         if len(operations) == 1 and not plan.batch and operations[0].traced:
             continue_trace(plan.calls[0].message, replay, operations[0])
         if plan.handles is None:
             return await run_app(app, None, scope, replay, send, session, targets, operations)
         with handle_context(plan.handles):  # typed handle parameters read the verified handles there
             await run_app(app, None, scope, replay, send, session, targets, operations)
-
-
-def attach(scope: Scope, session: Session | None) -> Token[Session | None]:
-    """Put the session where the app reads it (the scope, ``request.state``, :func:`get_session`).
-
-    Returns the context variable's token: reset it once the app is done.
-    """
-    if session is not None:
-        scope[SCOPE_KEY] = session
-        state = scope.get("state")
-        if state is None:
-            state = scope["state"] = {}
-        state[STATE_ATTRIBUTE] = session
-    return current_session.set(session)
 
 
 async def run_app(
@@ -129,7 +126,13 @@ async def run_app(
     """
     typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
     rewriter = ResponseRewriter(typed_send, targets) if targets else None
-    token = attach(scope, session)
+    if session is not None:  # where the app reads it: the scope, request.state, get_session()
+        scope[SCOPE_KEY] = session
+        state = scope.get("state")
+        if state is None:
+            state = scope["state"] = {}
+        state[STATE_ATTRIBUTE] = session
+    token = current_session.set(session)
     ambient = operations[0] if len(operations) == 1 else None
     baggage_token = None
     if ambient is not None:

@@ -31,34 +31,36 @@ class Resolver:
 
     async def resolve(self, scope: Scope, plan: Plan) -> None:
         """Set each call's session; a call that is refused gets its refusal, and the plan is refused."""
+        requires = self._requires
         for call in plan.calls:
             if call.method is None:
                 continue
             try:
-                call.session = await self._session_of(scope, call, plan)
-                if call.session is None and self._required(call):
+                if call.local is not None:
+                    call.session = await self._local_session(scope, call, plan)
+                    continue
+                session = None
+                for source in self._sources:  # in order, until one says whose call it is
+                    session = await source.session_for(scope, call, plan)
+                    if session is not None:
+                        break
+                call.session = session
+                if session is None and requires is not None and call.is_request and requires(call.method, call.params):
                     raise _required(call)
             except Refusal as refusal:
                 call.refusal = refusal
                 plan.refused = True
 
-    async def _session_of(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
-        local = call.local
-        if local is not None:
-            check_local_call(call, plan)
-            # A session method acts on a data-layer session only, never a host's or a transport's.
-            return await self._data_layer.session_for(scope, call, plan) if local.needs_session else None
-        for source in self._sources:
-            session = await source.session_for(scope, call, plan)
-            if session is not None:
-                return session
-        return None
-
-    def _required(self, call: Call) -> bool:
-        if call.local is not None:
-            return call.local.needs_session
-        requires = self._requires
-        return requires is not None and call.is_request and requires(call.method or "", call.params)
+    async def _local_session(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        """The session a wire's own method acts on: a data-layer one only, never a host's or a transport's."""
+        assert call.local is not None
+        check_local_call(call, plan)
+        if not call.local.needs_session:
+            return None
+        session = await self._data_layer.session_for(scope, call, plan)
+        if session is None:
+            raise _required(call)
+        return session
 
 
 def _required(call: Call) -> Refusal:

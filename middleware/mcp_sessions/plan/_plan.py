@@ -42,6 +42,7 @@ class Call:
         "answer",
         "conversation",
         "handles",
+        "is_request",
         "local",
         "message",
         "method",
@@ -59,6 +60,8 @@ class Call:
         self.method = method
         self.profile = profile
         self.local = local
+        self.is_request = isinstance(message, dict) and "id" in message
+        """A call with an id expects an answer; one without is a notification."""
         self.request_id: Any = None  # set by the planner: as sent for one message, sanitised in a batch
         self.session: Session | None = None
         self.refusal: Refusal | None = None
@@ -71,11 +74,6 @@ class Call:
         # A result decided before forwarding (a refused handle's isError result), and the handles checked.
         self.answer: dict[str, Any] | None = None
         self.handles: tuple[list[Handle], list[HandleError]] | None = None
-
-    @property
-    def is_request(self) -> bool:
-        """A call with an id expects an answer; one without is a notification."""
-        return isinstance(self.message, dict) and "id" in self.message
 
     @property
     def params(self) -> Any:
@@ -93,6 +91,7 @@ class Plan:
         "handles",
         "header_session_id",
         "headers",
+        "local",
         "protocol_version",
         "refused",
         "start_ns",
@@ -105,17 +104,14 @@ class Plan:
         self.header_session_id = headers.get(MCP_SESSION_ID_HEADER)
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         self.protocol_version = None if version is None else version.decode("latin-1")
-        self.era = era_of(version)
+        self.era = Era.HANDSHAKE if version is None else _ERA_OF.get(version, Era.PER_REQUEST)  # era_of(), inline
+        call = calls[0]
+        self.local = call if not batch and call.local is not None else None
+        """The call of a local method, when the request is one (local methods never come in batches)."""
         self.start_ns = start_ns
         self.handles: HandleContext | None = None  # with handles configured: the request's handle view
         self.refused = False  # some call has a refusal: nothing is forwarded
         self.answered = False  # some call has an answer decided before the tool (a refused handle)
-
-    @property
-    def local(self) -> Call | None:
-        """The call of a local method, when the request is one (local methods never come in batches)."""
-        call = self.calls[0]
-        return call if not self.batch and call.local is not None else None
 
 
 class Planner:

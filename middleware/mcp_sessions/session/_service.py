@@ -6,7 +6,6 @@ same way, whichever wire names it.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import time
@@ -60,7 +59,7 @@ def rejection_reason(reason: str) -> str:
 class SessionService:
     """The session machinery one middleware instance shares across its wires."""
 
-    __slots__ = ("_touch_takes_issued_at", "idle_ttl", "keys", "limit", "principal", "store", "ttl")
+    __slots__ = ("idle_ttl", "keys", "limit", "principal", "store", "ttl")
 
     def __init__(
         self,
@@ -78,12 +77,6 @@ class SessionService:
         self.idle_ttl = idle_ttl
         self.principal = principal
         self.limit = limit
-        # A store written before touch() took issued_at keeps working (its sessions' idle clock
-        # then starts at their first use rather than at creation).
-        parameters = inspect.signature(store.touch).parameters
-        self._touch_takes_issued_at = "issued_at" in parameters or any(
-            p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-        )
 
     async def principal_of(self, scope: Scope) -> str | None:
         """The caller's principal digest (see :func:`principal_digest`)."""
@@ -119,38 +112,18 @@ class SessionService:
                 state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
             except InvalidToken as exc:
                 raise InvalidToken(f"state: {exc.reason}") from None
-            if self._touch_takes_issued_at:  # the usual store: its touch called directly, on every request
-                status = await self.store.touch(
-                    sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
-                )
-            else:
-                status = await self._touch(sid, expires_at=claims.expires_at, now=now, issued_at=claims.issued_at)
+            status = await self.store.touch(
+                sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
+            )
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:
             raise self.refused(exc.reason, sid) from None
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
-        return self.session(token, claims, now, state_token, state_json)
-
-    @staticmethod
-    def refused(reason: str, session_id: str | None) -> SessionRefused:
-        """Why a session id names no live session (``reason`` as the check said it), logged at debug level."""
-        logger.debug("session rejected: %s (sid=%s)", reason, session_id)
-        return SessionRefused(rejection_reason(reason), session_id)
-
-    def session(
-        self,
-        token: str,
-        claims: SessionClaims,
-        now: float,
-        state_token: str | None = None,
-        state_json: str | None = None,
-    ) -> Session:
-        """The :class:`Session` the app sees, for claims verified and a store touched at ``now``."""
         return Session(
             token=token,
-            session_id=claims.session_id,
+            session_id=sid,
             issued_at=claims.issued_at,
             expires_at=claims.expires_at,
             claims=claims.extra,
@@ -162,18 +135,11 @@ class SessionService:
             idle_ttl=self.idle_ttl,
         )
 
-    @property
-    def touch_takes_issued_at(self) -> bool:
-        """Whether the store's ``touch`` takes ``issued_at`` (every store but one written before it did)."""
-        return self._touch_takes_issued_at
-
-    async def _touch(self, session_id: str, *, expires_at: float, now: float, issued_at: float | None) -> SessionStatus:
-        """The store's touch, with ``issued_at`` for a store that takes it (one written before does not)."""
-        if issued_at is not None and self._touch_takes_issued_at:
-            return await self.store.touch(
-                session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=issued_at
-            )
-        return await self.store.touch(session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl)
+    @staticmethod
+    def refused(reason: str, session_id: str | None) -> SessionRefused:
+        """Why a session id names no live session (``reason`` as the check said it), logged at debug level."""
+        logger.debug("session rejected: %s (sid=%s)", reason, session_id)
+        return SessionRefused(rejection_reason(reason), session_id)
 
     async def adopt(self, scope: Scope, session_id: str, source: str) -> Session | None:
         """A session without a token (a transport session, a host conversation), keyed by ``session_id``.
@@ -184,7 +150,7 @@ class SessionService:
         now = time.time()
         expires_at = int(now + self.ttl)
         try:
-            status = await self._touch(session_id, expires_at=expires_at, now=now, issued_at=None)
+            status = await self.store.touch(session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl)
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
         if status is not SessionStatus.ACTIVE:

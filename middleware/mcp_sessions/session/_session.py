@@ -78,7 +78,6 @@ class Session:
         "_idle_ttl",
         "_keys",
         "_state_json",
-        "_state_token",
         "_state_view",
         "_store",
         "claims",
@@ -86,6 +85,7 @@ class Session:
         "issued_at",
         "last_seen",
         "source",
+        "state_token",
         "token",
         "token_expires_at",
     )
@@ -126,7 +126,8 @@ class Session:
         self._data: SessionData | None = None
         self._keys = keys
         self._idle_ttl = idle_ttl
-        self._state_token = state_token
+        self.state_token = state_token
+        """The signed state that goes out in the echo (``None`` when there is none); set by :attr:`state`."""
         self._state_json = state_json
         self._state_view: Mapping[str, Any] | None = None
 
@@ -167,14 +168,9 @@ class Session:
             raise TypeError(f"a {self.source} session has no client-held state: it needs a data-layer session")
         plain = dict(value)
         # Signed now, so an oversized or unserializable state fails in the code that set it.
-        self._state_token = self._keys.sign_state(self.id, plain)
+        self.state_token = self._keys.sign_state(self.id, plain)
         self._state_json = None
         self._state_view = MappingProxyType(plain)
-
-    @property
-    def state_token(self) -> str | None:
-        """The signed state that goes out in the echo (``None`` when there is none)."""
-        return self._state_token
 
 
 def get_session(connection: HTTPConnection | None = None) -> Session | None:

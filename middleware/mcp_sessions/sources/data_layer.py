@@ -9,7 +9,7 @@ from starlette.types import Scope
 from ..profiles import InvalidSessionMeta, WireProfile
 from ..session import SessionRefused, SessionService
 from ..wire import Refusal
-from ..wire.protocol import INVALID_REQUEST
+from ..wire.protocol import INVALID_REQUEST, Era
 from ._base import Trust
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class DataLayerSource:
             return await self._sessions.resolve(scope, minted.token, None)
         header = plan.header_session_id
         if (
-            (plan.era.session_header or profile.header_every_era)
+            (plan.era is Era.PER_REQUEST or profile.header_every_era)
             and header is not None
             and header != ref.token.encode("utf-8", "surrogatepass")
         ):
