@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conftest import SECRET
+from conftest import SECRET, signer_of
 from mcp_sessions import (
     Guard,
     InvalidToken,
@@ -337,7 +337,7 @@ headers = st.fixed_dictionaries(
     {},
     optional={
         "alg": st.sampled_from(["HS256", "ES256", "EdDSA", "none", "HS512"]) | json_values,
-        "kid": st.sampled_from([KEYS.signer.kid, "ed-1"]) | json_values,
+        "kid": st.sampled_from([signer_of(KEYS).kid, "ed-1"]) | json_values,
         "typ": st.sampled_from(["mcp-session+jwt", "mcp-session-state+jwt", "JWT"]) | json_values,
         "crit": json_values,
         "jku": json_values,
