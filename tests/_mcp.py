@@ -10,9 +10,10 @@ import base64
 import json
 import re
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import httpx
+from mcp_types import RequestParamsMeta
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 MODERN: Final = "2026-07-28"
@@ -47,6 +48,16 @@ def session_meta(session: Mapping[str, Any] | str, *, state: str | None = None) 
     if state is not None:
         meta["state"] = state
     return meta
+
+
+def sdk_meta(meta: dict[str, Any]) -> RequestParamsMeta:
+    """``meta`` as the ``meta=`` (``_meta``) of the mcp SDK's requests: the same dict, typed.
+
+    ``RequestParamsMeta`` is an open TypedDict (``extra_items=Any``, PEP 728) whose other keys
+    round-trip; mypy does not support ``extra_items`` yet and would refuse keys such as
+    ``io.modelcontextprotocol/session`` in it, so this says what the SDK's own type says.
+    """
+    return cast(RequestParamsMeta, meta)
 
 
 def modern_request(

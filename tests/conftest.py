@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 from examples.demo import serve_in_thread
 
+from mcp_sessions import KeySet, SessionKey
+
 SECRET = "test-secret-that-is-long-enough-for-hs256-0123456789"
+
+
+def signer_of(keys: KeySet) -> SessionKey:
+    """The key ``keys`` signs with: ``KeySet.signer`` is ``None`` only for a verify-only set, and these have one."""
+    assert keys.signer is not None, "a verify-only KeySet has no signer"
+    return keys.signer
 
 
 @pytest.fixture

@@ -19,8 +19,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from starlette.types import Message, Receive, Scope
 
-from conftest import SECRET
+from conftest import SECRET, signer_of
 from mcp_sessions import (
     Guard,
     InvalidToken,
@@ -31,7 +32,7 @@ from mcp_sessions import (
     SessionKey,
     get_session,
 )
-from mcp_sessions.profiles import DRAFT, InvalidSessionMeta
+from mcp_sessions.profiles import DRAFT, InvalidSessionMeta, SessionCarrier
 from mcp_sessions.wire import jsonrpc
 
 KEY = "io.modelcontextprotocol/session"
@@ -40,6 +41,7 @@ LEGACY = "2025-11-25"
 PATH_NAMES = ("params", "_meta", KEY, "sessionId", "state")
 
 # Report one bug a test, shrunk: hunting and shrinking every distinct bug at once can take minutes.
+assert isinstance(DRAFT.carrier, SessionCarrier)  # the draft names its session in params._meta
 WATCH = jsonrpc.Watch([DRAFT.carrier.meta_key], DRAFT.carrier.path_names)
 FUZZ = settings(
     max_examples=200,
@@ -337,7 +339,7 @@ headers = st.fixed_dictionaries(
     {},
     optional={
         "alg": st.sampled_from(["HS256", "ES256", "EdDSA", "none", "HS512"]) | json_values,
-        "kid": st.sampled_from([KEYS.signer.kid, "ed-1"]) | json_values,
+        "kid": st.sampled_from([signer_of(KEYS).kid, "ed-1"]) | json_values,
         "typ": st.sampled_from(["mcp-session+jwt", "mcp-session-state+jwt", "JWT"]) | json_values,
         "crit": json_values,
         "jku": json_values,
@@ -449,12 +451,13 @@ class Downstream:
         self.calls: list[tuple[dict[str, Any], bytes, Any]] = []
 
     @staticmethod
-    async def read(receive: Any) -> bytes:
+    async def read(receive: Receive) -> bytes:
         """The whole request body, as the app receives it."""
         body = b""
         while True:
             message = await receive()
-            body += message.get("body", b"")
+            chunk: bytes = message.get("body", b"")
+            body += chunk
             if message["type"] != "http.request" or not message.get("more_body", False):
                 return body
 
@@ -471,7 +474,7 @@ class Downstream:
 
 
 class Outcome:
-    def __init__(self, downstream: Downstream, sent: list[dict[str, Any]]) -> None:
+    def __init__(self, downstream: Downstream, sent: list[Message]) -> None:
         starts = [m for m in sent if m["type"] == "http.response.start"]
         assert len(starts) == 1, sent
         self.status: int = starts[0]["status"]
@@ -504,8 +507,8 @@ def run(
     cuts = sorted({min(c, len(body)) for c in chunks or []})
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     pending = [{"type": "http.request", "body": p, "more_body": i < len(pieces) - 1} for i, p in enumerate(pieces)]
-    sent: list[dict[str, Any]] = []
-    scope = {
+    sent: list[Message] = []
+    scope: Scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -520,10 +523,10 @@ def run(
         "server": ("127.0.0.1", 8000),
     }
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         return pending.pop(0) if pending else {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message)
 
     anyio.run(middleware, scope, receive, send)

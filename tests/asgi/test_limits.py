@@ -7,6 +7,7 @@ import socket
 from typing import Any
 
 import pytest
+from starlette.types import Message
 
 from conftest import SECRET
 from mcp_sessions import MCPSessionMiddleware, MemoryStore, SessionsConfig
@@ -79,10 +80,10 @@ async def lifespan(mw: MCPSessionMiddleware) -> list[str]:
     incoming = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
     sent: list[str] = []
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         return incoming.pop(0)
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         sent.append(message["type"])
 
     await mw({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)

@@ -69,15 +69,17 @@ async def test_a_refusal_is_counted_with_the_same_attributes_alone_or_in_a_batch
     body = dumps([message("tools/list")] if batch else message("tools/list"))
     sender = await call(mw, body)
     assert sender.status == 200
+    data = reader.get_metrics_data()
+    assert data is not None
     (metric,) = [
         m
-        for rm in reader.get_metrics_data().resource_metrics
+        for rm in data.resource_metrics
         for sm in rm.scope_metrics
         for m in sm.metrics
         if m.name == "mcp_sessions.sessions.rejected"
     ]
     (point,) = metric.data.data_points
-    assert dict(point.attributes) == {"mcp_sessions.reason": "required", "mcp.method.name": "tools/list"}
+    assert dict(point.attributes or {}) == {"mcp_sessions.reason": "required", "mcp.method.name": "tools/list"}
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,7 @@ from starlette.routing import Mount
 from starlette.types import Scope
 
 from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
-from conftest import SECRET, serve
+from conftest import SECRET, serve, signer_of
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey, get_session
 
 KEY = "io.modelcontextprotocol/session"
@@ -54,7 +54,7 @@ ATTACKER_SECRET = b"attacker-controlled-secret-of-32-bytes-or-more"
 ES_PRIVATE = ec.generate_private_key(ec.SECP256R1())
 ES_KID = "es-1"
 HS_KEYS = KeySet.from_secret(SECRET)
-HS_KID = HS_KEYS.signer.kid
+HS_KID = signer_of(HS_KEYS).kid
 ES_KEYS = KeySet([SessionKey.from_private_key(ES_PRIVATE, kid=ES_KID)])
 P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 

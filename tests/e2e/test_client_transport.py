@@ -18,9 +18,10 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ class Exchange:
     headers: dict[str, str]
     body: Any
     status: int = 0
-    response_headers: dict[str, str] | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)  # filled in when the answer arrives
 
 
 class Recorder(httpx2.AsyncBaseTransport):
@@ -152,7 +153,14 @@ def servers() -> Iterator[Servers]:
         serve(bare_app) as bare_url,
         serve(gzip_app) as gzip_url,
     ):
-        yield Servers(*(u + MCP_PATH for u in (json_url, sse_url, flaky_url, bare_url, gzip_url)), store=store)
+        yield Servers(
+            json_url + MCP_PATH,
+            sse_url + MCP_PATH,
+            flaky_url + MCP_PATH,
+            bare_url + MCP_PATH,
+            gzip_url + MCP_PATH,
+            store=store,
+        )
 
 
 @pytest.fixture(params=["json", "sse"])
@@ -178,11 +186,11 @@ async def connect(url: str, transport: httpx2.AsyncBaseTransport, mode: str = "a
 
 
 async def count(client: Client, **kwargs: Any) -> Any:
-    return (await client.call_tool("count", {}, **kwargs)).structured_content["result"]  # type: ignore[index]
+    return (await client.call_tool("count", {}, **kwargs)).structured_content["result"]
 
 
 async def tool(client: Client, name: str, **arguments: Any) -> Any:
-    return (await client.call_tool(name, arguments)).structured_content["result"]  # type: ignore[index]
+    return (await client.call_tool(name, arguments)).structured_content["result"]
 
 
 # -- the SDK client, unmodified, against the real quickstart ------------------------------------------------
@@ -291,6 +299,7 @@ async def test_a_locally_expired_session_is_never_sent(servers: Servers) -> None
     async with connect(servers.json, first) as client:
         await count(client)
     old = first.session.token
+    assert old is not None
     stale = SessionHandle(old, expires_at=datetime.now(UTC) - timedelta(seconds=1))
 
     shim = SessionTransport(recorder, session=stale)
@@ -442,7 +451,7 @@ async def test_gzip_answers_are_read(servers: Servers) -> None:
 
     assert mode_seen == "gz"
     assert shim.session.state is not None
-    assert any((e.response_headers or {}).get("content-encoding") == "gzip" for e in recorder.posts())
+    assert any(e.response_headers.get("content-encoding") == "gzip" for e in recorder.posts())
 
 
 async def test_the_httpx_flavour_with_a_hand_written_client(servers: Servers) -> None:
@@ -547,7 +556,7 @@ def sse(*messages: Any) -> bytes:
     return b"".join(b"event: message\ndata: " + json.dumps(m).encode() + b"\n\n" for m in messages)
 
 
-def call(name: str = "count", id: Any = 1, **meta: Any) -> dict[str, Any]:
+def call(name: str = "count", /, id: Any = 1, **meta: Any) -> dict[str, Any]:
     body = modern_request("tools/call", {"name": name, "arguments": {}}, id=id, meta=meta or None)
     return body
 
@@ -742,7 +751,7 @@ async def test_a_call_cancelled_mid_stream_leaves_the_conversation_usable(server
     shim = SessionTransport()
     started = anyio.Event()
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:  # ProgressFnT's names
         started.set()
 
     async with connect(servers.sse, shim, mode) as client:
@@ -909,7 +918,7 @@ async def test_concurrent_first_requests_wait_for_one_create() -> None:
     async with httpx2.AsyncClient(transport=shim) as http, anyio.create_task_group() as tg:
         for n in range(4):
             body = call(id=n)
-            tg.start_soon(lambda b=body: http.post("http://mcp.test/mcp", json=b, headers=modern_headers(b)))
+            tg.start_soon(partial(http.post, "http://mcp.test/mcp", json=body, headers=modern_headers(body)))
         while len(server.requests) < 1:
             await anyio.lowlevel.checkpoint()
         for _ in range(20):

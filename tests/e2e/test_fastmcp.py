@@ -26,6 +26,7 @@ from _mcp import (
     LegacyClient,
     ModernClient,
     jwt_claims,
+    sdk_meta,
     session_meta,
 )
 from conftest import SECRET, serve
@@ -192,7 +193,7 @@ async def test_sessionless_sdk_client_still_works(servers: dict[str, str], mode:
 async def test_sdk_client_with_a_session_counts(servers: dict[str, str], mode: str) -> None:
     with httpx.Client(timeout=10) as http:
         session = ModernClient(http, servers["default"]).create_session()
-    meta = {SESSION_KEY: {"sessionId": session["sessionId"]}}
+    meta = sdk_meta({SESSION_KEY: {"sessionId": session["sessionId"]}})
 
     async with Client(servers["default"] + MCP_PATH, mode=mode) as client:
         results = [await client.call_tool("bump", {}, meta=meta) for _ in range(3)]

@@ -333,7 +333,8 @@ def test_the_starlette_app(secret: None, monkeypatch: pytest.MonkeyPatch) -> Non
 
 def lifespan_from_the_starlette_snippet() -> str:
     """'The same lifespan as above': the Starlette snippet's own lines."""
-    [lifespan] = re.findall(r"@asynccontextmanager\n.*?yield\n", snippet_with(APP_CODE, "Route("), re.S)
+    found: list[str] = re.findall(r"@asynccontextmanager\n.*?yield\n", snippet_with(APP_CODE, "Route("), re.S)
+    [lifespan] = found
     return "from contextlib import asynccontextmanager\n\n" + lifespan
 
 

@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import httpx
 import pytest
@@ -227,7 +227,7 @@ def test_a_handle_used_by_another_principal_is_refused() -> None:
     for span in spans:
         attributes = dict(span.attributes or {})
         assert attributes[ATTRIBUTE_KIND] == ("basket",)
-        [handle_id] = attributes[ATTRIBUTE_ID]
+        [handle_id] = cast(tuple[str, ...], attributes[ATTRIBUTE_ID])  # the span records the ids as strings
         assert len(handle_id) == 16
         assert basket[4:] not in str(attributes) and open_basket[4:] not in str(attributes)
     reasons = {dict(span.attributes or {}).get("mcp_sessions.handle.error") for span in spans}

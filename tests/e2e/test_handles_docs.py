@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from mcp import Client
+from mcp_types import CallToolResult, TextContent
 
 from _docs import exec_snippet, one_with, python_snippets
 from _mcp import ModernClient, session_meta, tool_text
@@ -28,6 +29,13 @@ def load(snippet: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 def by_server_name(name: str) -> str:
     return one_with(SNIPPETS, f'MCPServer("{name}")')
+
+
+def first_text(result: CallToolResult) -> str:
+    """The text of a tool result's first content, which is text for the basket's tools."""
+    content = result.content[0]
+    assert isinstance(content, TextContent), content
+    return content.text
 
 
 def test_every_snippet_is_accounted_for() -> None:
@@ -56,12 +64,12 @@ async def test_the_handles_version(monkeypatch: pytest.MonkeyPatch) -> None:
     app = load(by_server_name("basket-with-handles"), monkeypatch)["app"]
     with serve(app) as base:
         async with Client(base + "/mcp") as client:
-            basket = (await client.call_tool("create_basket", {})).content[0].text
+            basket = first_text(await client.call_tool("create_basket", {}))
             for item in ("a", "b"):
                 await client.call_tool("add_item", {"basket": basket, "item": item})
-            assert (await client.call_tool("checkout", {"basket": basket})).content[0].text == "a,b"
+            assert first_text(await client.call_tool("checkout", {"basket": basket})) == "a,b"
             refused = await client.call_tool("add_item", {"basket": basket, "item": "c"})
-            assert refused.is_error and "has ended" in refused.content[0].text
+            assert refused.is_error and "has ended" in first_text(refused)
 
 
 def test_both_a_handle_tied_to_a_session_ends_with_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ import contextlib
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 import httpx
@@ -127,7 +127,7 @@ def call(client: RawClient, tool: str, host: str, conversation: str, **kwargs: A
     return message
 
 
-def middleware_spans(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+def middleware_spans(spans: Iterable[ReadableSpan], name: str) -> list[ReadableSpan]:
     """The middleware's spans of ``name``; a tool the server never answered is named by what the client sent."""
     method, _, tool = name.partition(" ")
     return [

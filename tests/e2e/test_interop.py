@@ -22,7 +22,7 @@ from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
@@ -36,9 +36,10 @@ from fastmcp import Context as FastMCPContext
 from fastmcp.client.transports import StreamableHttpTransport
 from mcp import Client as SDKClient
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import McpHttpClientFactory
 from mcp.shared.exceptions import MCPError
 
-from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, tool_text
+from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, sdk_meta, tool_text
 from conftest import SECRET, serve
 from e2e._wires import STRAWMAN_REQUIRED, Sep1364Client, StrawmanClient
 from mcp_sessions import MCPSessionMiddleware, get_session
@@ -221,7 +222,9 @@ async def connect(kind: ClientKind, url: str) -> AsyncIterator[Conversation]:
                 def factory(**kwargs: Any) -> httpx2.AsyncClient:
                     return httpx2.AsyncClient(transport=shim(), **kwargs)
 
-                target = StreamableHttpTransport(url, httpx_client_factory=factory)
+                # fastmcp calls the factory with keywords only, follow_redirects among them, which the SDK's
+                # McpHttpClientFactory protocol does not name; fastmcp's docs ask for **kwargs, as here.
+                target = StreamableHttpTransport(url, httpx_client_factory=cast(McpHttpClientFactory, factory))
             else:
                 target = url
             fastmcp = await stack.enter_async_context(FastMCPClient(target, mode=kind.mode))
@@ -283,8 +286,10 @@ async def connect_stock(kind: StockKind, url: str, conversation: str) -> AsyncIt
                 target = streamable_http_client(url, http_client=http)
             sdk = await stack.enter_async_context(SDKClient(target, mode=kind.mode))
 
+            sent_meta = None if meta is None else sdk_meta(meta)
+
             async def call(name: str) -> Any:
-                result = await sdk.call_tool(name, {}, meta=meta)
+                result = await sdk.call_tool(name, {}, meta=sent_meta)
                 return (result.structured_content or {})["result"]
 
         else:
@@ -346,6 +351,7 @@ JSON_PROGRESS_NOTE = (
 
 async def session_scenario(cell: Cell, url: str) -> None:
     """create, count twice, state round trip, countdown with progress, delete, refused afterwards."""
+    assert isinstance(cell.client, ClientKind)  # run_cell gives stock clients their own scenario
     async with connect(cell.client, url) as conversation:
         call = conversation.call
         cell.check("count twice", [await call("count", {}), await call("count", {})], [1, 2])
@@ -376,6 +382,7 @@ async def session_scenario(cell: Cell, url: str) -> None:
 
 async def sessionless_scenario(cell: Cell, url: str) -> None:
     """Without the shim: the middleware is invisible until a tool needs a session."""
+    assert isinstance(cell.client, ClientKind)  # run_cell gives stock clients their own scenario
     async with connect(cell.client, url) as conversation:
         call = conversation.call
         cell.check("sessionless tool", await call("whoami", {}), "none")
@@ -444,18 +451,19 @@ def matrix() -> Iterator[dict[tuple[str, str], Cell]]:
 # -- every session wire: the quickstart with all four profiles ------------------------------------------------
 
 ALL_WIRES = {**ENVIRON, "MCP_SESSIONS_PROFILES": "draft,strawman,sep1364-alt1,sep1364-alt2"}
-WIRE_SERVERS = [
-    ServerKind(
+
+
+def wire_server(state: str, mode: str) -> ServerKind:
+    """A column of the wire matrix: the quickstart, stateful or stateless, JSON or SSE (built with ``ALL_WIRES``)."""
+    return ServerKind(
         f"wires-{state}-{mode}",
         f"quickstart, `MCP_SESSIONS_PROFILES=draft,strawman,sep1364-alt1,sep1364-alt2`, {state}, {mode.upper()}",
-        lambda state=state, mode=mode: build_quickstart(
-            json_response=mode == "json", stateless=state == "stateless", environ=ALL_WIRES
-        ),
+        lambda env: build_quickstart(json_response=mode == "json", stateless=state == "stateless", environ=env),
         streams=mode == "sse",
     )
-    for state in ("stateful", "stateless")
-    for mode in ("json", "sse")
-]
+
+
+WIRE_SERVERS = [wire_server(state, mode) for state in ("stateful", "stateless") for mode in ("json", "sse")]
 
 
 @dataclass(frozen=True)
@@ -484,7 +492,7 @@ def _shim_cycle(profile: str, mode: str, gone: str) -> Callable[[Cell, str], Non
             token = shim.session.token
             cell.check("delete", "deleted" if await shim.delete() else "not deleted", "deleted")
             stale = {SESSION_KEY: {"sessionId": token}} if profile == "draft" else {"mcp/session": {"id": token}}
-            cell.check("after delete", await refused_code(sdk.call_tool("count", {}, meta=stale)), gone)
+            cell.check("after delete", await refused_code(sdk.call_tool("count", {}, meta=sdk_meta(stale))), gone)
 
     return lambda cell, url: anyio.run(scenario, cell, url)
 
@@ -575,7 +583,7 @@ def run_wire_cell(client: WireClient, server: ServerKind, url: str) -> Cell:
 @pytest.fixture(scope="module")
 def wire_matrix() -> Iterator[dict[tuple[str, str], Cell]]:
     with ExitStack() as stack:
-        urls = {server.key: stack.enter_context(serve(server.build())) + MCP_PATH for server in WIRE_SERVERS}
+        urls = {server.key: stack.enter_context(serve(server.build(ALL_WIRES))) + MCP_PATH for server in WIRE_SERVERS}
         yield {
             (client.key, server.key): run_wire_cell(client, server, urls[server.key])
             for client in WIRE_CLIENTS
@@ -713,8 +721,11 @@ def render(cells: dict[tuple[str, str], Cell], wire_cells: dict[tuple[str, str],
 # -- the tests --------------------------------------------------------------------------------------------------
 
 
+EVERY_CLIENT: list[ClientKind | StockKind] = [*CLIENTS, *STOCK_CLIENTS]
+
+
 @pytest.mark.parametrize("server", SERVERS, ids=[s.key for s in SERVERS])
-@pytest.mark.parametrize("client", [*CLIENTS, *STOCK_CLIENTS], ids=[c.key for c in [*CLIENTS, *STOCK_CLIENTS]])
+@pytest.mark.parametrize("client", EVERY_CLIENT, ids=[c.key for c in EVERY_CLIENT])
 def test_cell(matrix: dict[tuple[str, str], Cell], client: ClientKind | StockKind, server: ServerKind) -> None:
     cell = matrix[client.key, server.key]
     assert cell.ok, "\n".join(f"{s.name}: {s.observed} ({'ok' if s.ok else s.note})" for s in cell.steps)

@@ -69,8 +69,9 @@ def client(calls: list[str]) -> Iterator[ModernClient]:
 
 
 def whoami(client: ModernClient, session: dict[str, Any], user: str | None) -> dict[str, Any]:
-    extra = {} if user is None else {"x_user": user}
-    return client.call_tool("whoami", session=session_meta(session), **extra)[1]
+    extra = {} if user is None else {"x_user": user}  # the X-User header
+    # arguments named: mypy then knows that **extra can only be headers
+    return client.call_tool("whoami", arguments=None, session=session_meta(session), **extra)[1]
 
 
 def test_the_creator_uses_the_session_and_nobody_else_does(client: ModernClient, calls: list[str]) -> None:

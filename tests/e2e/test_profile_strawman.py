@@ -30,7 +30,8 @@ FEATURES = ["create", "resume", "list", "delete"]
 
 def user_of(scope: Scope) -> str | None:
     """The tests' principal: an ``X-User`` header (a stand-in for real authentication)."""
-    for name, value in scope["headers"]:
+    headers: list[tuple[bytes, bytes]] = scope["headers"]
+    for name, value in headers:
         if name == b"x-user":
             return value.decode()
     return None

@@ -40,6 +40,7 @@ from _mcp import (
     jwt_claims,
     modern_headers,
     modern_request,
+    sdk_meta,
     session_meta,
     tool_text,
 )
@@ -278,7 +279,7 @@ class DeleteSessionRequest(types.Request[types.RequestParams, Literal["sessions/
 async def test_the_sdk_client_across_replicas(pair: list[Replica]) -> None:
     async with Client(pair[0].url + MCP_PATH) as on_a, Client(pair[1].url + MCP_PATH) as on_b:
         created = await on_a.session.send_request(CreateSessionRequest(), CreateSessionResult)
-        meta = {SESSION_KEY: {"sessionId": created.session["sessionId"]}}
+        meta = sdk_meta({SESSION_KEY: {"sessionId": created.session["sessionId"]}})
         counts = []
         for client in (on_a, on_b, on_a, on_b):
             result = await client.call_tool("count", {}, meta=meta)

@@ -27,6 +27,7 @@ from _mcp import (
     SESSION_REQUIRED,
     SESSIONS_EXTENSION,
     jwt_claims,
+    sdk_meta,
 )
 from conftest import SECRET, serve
 
@@ -83,11 +84,11 @@ async def create_session(client: Client) -> dict[str, Any]:
     return result.session
 
 
-def session_meta(session: dict[str, Any], state: str | None = None) -> dict[str, Any]:
+def session_meta(session: dict[str, Any], state: str | None = None) -> types.RequestParamsMeta:
     value = {"sessionId": session["sessionId"]}
     if state is not None:
         value["state"] = state
-    return {SESSION_KEY: value}
+    return sdk_meta({SESSION_KEY: value})
 
 
 # -- without sessions: invisible ------------------------------------------------------------
@@ -171,10 +172,11 @@ async def test_state_round_trip(url: str, mode: str) -> None:
 
 
 async def test_progress_callback_and_echo_together(servers: dict[str, str], mode: str) -> None:
-    progress: list[tuple[float, float | None, str | None]] = []
+    reported: list[tuple[float, float | None, str | None]] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        progress.append((value, total, message))
+    # The parameter names are the SDK's (ProgressFnT): a callback may be called with them as keywords.
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append((progress, total, message))
 
     async with Client(servers["sse"], mode=mode) as client:
         session = await create_session(client)
@@ -182,7 +184,7 @@ async def test_progress_callback_and_echo_together(servers: dict[str, str], mode
             "countdown", {"n": 2}, progress_callback=on_progress, meta=session_meta(session)
         )
 
-    assert progress == [(1, 2, "1 to go"), (2, 2, "0 to go")]
+    assert reported == [(1, 2, "1 to go"), (2, 2, "0 to go")]
     assert result.structured_content == {"result": "done"}
     assert result.meta is not None
     assert result.meta[SESSION_KEY]["sessionId"] == session["sessionId"]
@@ -211,7 +213,7 @@ async def test_delete_then_the_session_is_gone(url: str, mode: str) -> None:
 async def test_unknown_session_raises_session_not_found(url: str, mode: str) -> None:
     async with Client(url, mode=mode) as client:
         with pytest.raises(MCPError) as raised:
-            await client.call_tool("whoami", {}, meta={SESSION_KEY: {"sessionId": "sess-invalid"}})
+            await client.call_tool("whoami", {}, meta=sdk_meta({SESSION_KEY: {"sessionId": "sess-invalid"}}))
 
     assert raised.value.code == SESSION_NOT_FOUND
     assert raised.value.data == {"sessionId": "sess-invalid"}

@@ -591,12 +591,13 @@ def test_error_responses_to_a_valid_session_carry_no_session_metadata(client: Mo
 )
 def test_middleware_errors_carry_no_session_metadata(client: ModernClient, case: str, status: int, code: int) -> None:
     session = client.create_session()
-    kwargs: dict[str, Any] = {
+    cases: dict[str, dict[str, Any]] = {
         "no-session": {},
         "unknown-session": {"session": {"sessionId": "sess-invalid"}},
         "header-mismatch": {"session": session_meta(session), "Mcp_Session_Id": "other"},
         "malformed-state": {"session": {"sessionId": session["sessionId"], "state": 1}},
-    }[case]
+    }
+    kwargs = cases[case]
 
     response, message = client.call_tool("count", **kwargs)
 

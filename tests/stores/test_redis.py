@@ -10,7 +10,7 @@ import gc
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -150,7 +150,7 @@ async def test_the_hot_path_is_one_command(redis_store: RedisStore, monkeypatch:
     await redis_store.incr("s1", "n", expires_at=EXP)
     await redis_store.set("s1", "k", 0, expires_at=EXP)
     sent: list[str] = []
-    execute = redis_store._redis.execute_command
+    execute: Callable[..., Awaitable[Any]] = redis_store._redis.execute_command  # untyped in redis-py
 
     async def counting(*args: Any, **options: Any) -> Any:
         sent.append(str(args[0]))

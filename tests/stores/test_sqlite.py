@@ -63,7 +63,11 @@ def count_in_a_process(path: str, rounds: int, worker: int) -> None:
         for i in range(rounds):
             mark = worker * 1000 + i
             await store.incr("s1", "n", expires_at=EXP)
-            await store.update("s1", "seen", lambda old, mark=mark: [*old, mark], expires_at=EXP, default=[])
+
+            def append(old: list[int], mark: int = mark) -> list[int]:
+                return [*old, mark]
+
+            await store.update("s1", "seen", append, expires_at=EXP, default=[])
         await store.aclose()
 
     asyncio.run(work())

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SECRET
+from conftest import SECRET, signer_of
 from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionKey
 
 TEN_YEARS = 10 * 365 * 24 * 3600
@@ -27,8 +27,8 @@ def test_defaults() -> None:
     assert mw.config.max_body_size == 4 * 1024 * 1024
     assert isinstance(mw.store, MemoryStore)
     assert (mw.keys.issuer, mw.keys.audience) == ("mcp-sessions", "mcp-sessions")
-    assert mw.keys.signer.algorithm == "HS256"
-    assert mw.keys.signer.kid == SessionKey.from_secret(SECRET).kid
+    assert signer_of(mw.keys).algorithm == "HS256"
+    assert signer_of(mw.keys).kid == SessionKey.from_secret(SECRET).kid
 
 
 def test_options_are_applied() -> None:
@@ -134,15 +134,15 @@ def test_from_env_dev_mode_uses_a_random_key_and_warns(dev: str, caplog: pytest.
     with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
         first = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_DEV": dev})
         second = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_DEV": dev})
-    assert first.keys.signer.algorithm == "HS256"
-    assert first.keys.signer.kid != second.keys.signer.kid  # a fresh key each time
+    assert signer_of(first.keys).algorithm == "HS256"
+    assert signer_of(first.keys).kid != signer_of(second.keys).kid  # a fresh key each time
     assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.WARNING]
     assert "MCP_SESSIONS_DEV" in caplog.records[0].getMessage()
 
 
 def test_from_env_secret_wins_over_dev() -> None:
     mw = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_DEV": "1"})
-    assert mw.keys.signer.kid == SessionKey.from_secret(SECRET).kid
+    assert signer_of(mw.keys).kid == SessionKey.from_secret(SECRET).kid
 
 
 def test_from_env_reads_every_variable() -> None:

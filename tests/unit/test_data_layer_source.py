@@ -10,13 +10,14 @@ import pytest
 from conftest import SECRET
 from mcp_sessions import KeySet, MemoryStore
 from mcp_sessions.plan._plan import Planner
-from mcp_sessions.profiles import DRAFT
+from mcp_sessions.profiles import DRAFT, SessionCarrier
 from mcp_sessions.session._service import SessionService
 from mcp_sessions.sources import DataLayerSource, Trust
 from mcp_sessions.wire._refusal import Refusal
 
 pytestmark = pytest.mark.anyio
 
+assert isinstance(DRAFT.carrier, SessionCarrier)  # the draft names its session in params._meta
 KEY = DRAFT.carrier.meta_key
 SCOPE: dict[str, Any] = {"type": "http", "headers": []}
 
@@ -27,7 +28,7 @@ def service() -> SessionService:
 
 
 async def resolve(service: SessionService, meta: Any, headers: dict[bytes, bytes] | None = None) -> Any:
-    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t"}}
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t"}}
     if meta is not ...:
         message["params"]["_meta"] = {KEY: meta}
     plan = Planner([DRAFT]).plan(json.dumps(message).encode(), headers or {}, 0)

@@ -17,7 +17,7 @@ from starlette.requests import Request
 
 from conftest import SECRET
 from mcp_sessions import Guard, MCPSessionMiddleware
-from mcp_sessions.guard._guard import _accepts, _decode_header_value
+from mcp_sessions.guard._checks import _accepts, _decode_header_value
 from mcp_sessions.wire.protocol import HANDSHAKE_VERSIONS, KNOWN_METHODS, MODERN_VERSIONS
 
 ACCEPT_BOTH = b"application/json, text/event-stream"

@@ -329,6 +329,7 @@ def test_check_call_verifies_every_handle_in_the_arguments(handles: Handles) -> 
     params = {"name": "t", "arguments": {"basket": basket, "deep": {"orders": [order]}, "note": "bsk_ is short"}}
     assert run(check_call(handles, params, alice, verified=verified)) is None
     assert {handle.kind for handle in verified.values()} == {"basket", "order"}
+    not_params: object
     for not_params in (None, [], "x", {"name": "t"}, {"arguments": "bsk_" + "A" * 35}):
         assert run(check_call(handles, not_params, None)) is None
 

@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from conftest import SECRET
+from conftest import SECRET, signer_of
 from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, MemoryStore, SessionKey
 from mcp_sessions.stores import RedisStore
 
@@ -70,7 +70,7 @@ def crosses(signing: KeySet, verifying: KeySet) -> bool:
 def test_pairs_first_signing_key_signs_by_default() -> None:
     keys = KeySet.from_config(f"old:{OLD},new:{NEW}")
     assert [k.kid for k in keys.keys] == ["old", "new"]
-    assert keys.signer.kid == "old"
+    assert signer_of(keys).kid == "old"
     assert all(k.algorithm == "HS256" for k in keys.keys)
     assert crosses(keys, KeySet([SessionKey.from_secret(OLD, kid="old")]))
 
@@ -78,7 +78,7 @@ def test_pairs_first_signing_key_signs_by_default() -> None:
 def test_pairs_tolerate_spaces_newlines_comments_and_a_trailing_comma() -> None:
     keys = KeySet.from_config(f"# rotation 2026-11\n old : {OLD} ,\n\n new:{NEW},\n", signer="new")
     assert [k.kid for k in keys.keys] == ["old", "new"]
-    assert keys.signer.kid == "new"
+    assert signer_of(keys).kid == "new"
 
 
 def test_a_secret_may_contain_colons() -> None:
@@ -90,7 +90,7 @@ def test_an_empty_kid_derives_the_kid_of_mcp_sessions_secret() -> None:
     """The migration path from MCP_SESSIONS_SECRET: its sessions keep verifying under the key set."""
     legacy = KeySet.from_secret(OLD)
     keys = KeySet.from_config(f":{OLD},new:{NEW}", signer="new")
-    assert keys.keys[0].kid == legacy.signer.kid
+    assert keys.keys[0].kid == signer_of(legacy).kid
     assert crosses(legacy, keys)
     assert crosses(keys, KeySet([SessionKey.from_secret(NEW, kid="new")]))
 
@@ -107,7 +107,7 @@ def test_jwks_with_every_key_type() -> None:
         ("es", "ES256", True),
         ("ed", "EdDSA", True),
     ]
-    assert keys.signer.kid == "es"
+    assert signer_of(keys).kid == "es"
     for signer in ("hs", "es", "ed"):
         assert crosses(KeySet.from_config(json.dumps(jwks), signer=signer), keys)
 
@@ -120,7 +120,7 @@ def test_public_jwks_verify_only() -> None:
     # A verify-only key set still needs a signer: here an HS256 key of its own.
     verifier = KeySet.from_config(json.dumps({"keys": [*public, oct_jwk("own", OLD.encode())]}))
     assert [k.can_sign for k in verifier.keys] == [False, False, True]
-    assert verifier.signer.kid == "own"
+    assert signer_of(verifier).kid == "own"
     assert crosses(signing_es, verifier)
     assert crosses(signing_ed, verifier)
     verify_only = KeySet.from_config(json.dumps({"keys": public}))
@@ -134,7 +134,7 @@ def test_public_jwks_verify_only() -> None:
 
 def test_a_single_jwk_is_a_key_set_of_one() -> None:
     keys = KeySet.from_config(json.dumps(oct_jwk("only", OLD.encode())))
-    assert keys.signer.kid == "only"
+    assert signer_of(keys).kid == "only"
 
 
 def test_from_a_file(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ def test_from_a_file(tmp_path: Path) -> None:
     assert [k.kid for k in KeySet.from_config(f"@{pairs}").keys] == ["old", "new"]
     jwks = tmp_path / "keys.json"
     jwks.write_text(json.dumps({"keys": [oct_jwk("j", NEW.encode())]}))
-    assert KeySet.from_config(f" @ {jwks} ").signer.kid == "j"
+    assert signer_of(KeySet.from_config(f" @ {jwks} ")).kid == "j"
 
 
 def test_issuer_audience_and_limits_reach_the_key_set() -> None:
@@ -243,7 +243,7 @@ def test_from_env_reads_keys_and_signer() -> None:
     env = {"MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}", "MCP_SESSIONS_SIGNER": "new"}
     mw = MCPSessionMiddleware.from_env(app, environ=env)
     assert [k.kid for k in mw.keys.keys] == ["old", "new"]
-    assert mw.keys.signer.kid == "new"
+    assert signer_of(mw.keys).kid == "new"
     assert isinstance(mw.store, MemoryStore)
 
 
@@ -257,7 +257,7 @@ def test_from_env_keys_from_a_file(tmp_path: Path) -> None:
     path = tmp_path / "jwks.json"
     path.write_text(json.dumps({"keys": [oct_jwk("file-key", NEW.encode())]}))
     mw = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_KEYS": f"@{path}"})
-    assert mw.keys.signer.kid == "file-key"
+    assert signer_of(mw.keys).kid == "file-key"
 
 
 @pytest.mark.parametrize(
@@ -282,8 +282,8 @@ def test_explicit_keys_or_secret_override_the_variables() -> None:
     keys = KeySet.from_secret(NEW)
     assert MCPSessionMiddleware.from_env(app, environ=env, keys=keys).keys is keys
     assert (
-        MCPSessionMiddleware.from_env(app, environ=env, secret=OLD).keys.signer.kid
-        == KeySet.from_secret(OLD).signer.kid
+        signer_of(MCPSessionMiddleware.from_env(app, environ=env, secret=OLD).keys).kid
+        == signer_of(KeySet.from_secret(OLD)).kid
     )
 
 

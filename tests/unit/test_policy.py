@@ -60,6 +60,11 @@ def test_a_single_string_is_refused(policy: Any, tools: Any, message: str) -> No
 
 def test_the_callable_sees_method_and_params() -> None:
     seen: list[tuple[str, Any]] = []
-    requires = compile_policy(lambda method, params: seen.append((method, params)) or False, (), EXEMPT)
+
+    def never(method: str, params: Any) -> bool:
+        seen.append((method, params))
+        return False
+
+    requires = compile_policy(never, (), EXEMPT)
     assert requires("tools/list", {"cursor": "c"}) is False
     assert seen == [("tools/list", {"cursor": "c"})]

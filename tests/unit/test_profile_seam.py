@@ -73,7 +73,7 @@ def test_an_ordinary_initialize_takes_the_first_wire() -> None:
 
 
 def test_a_client_that_declared_the_strawman_gets_its_required_error() -> None:
-    declared = {"io.modelcontextprotocol/clientCapabilities": {"experimental": {"session": {}}}}
+    declared: dict[str, Any] = {"io.modelcontextprotocol/clientCapabilities": {"experimental": {"session": {}}}}
     message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"_meta": declared}}
     assert profile_of(message) == ("strawman", False)
     assert profile_of(message, (DRAFT,)) == ("draft", False)

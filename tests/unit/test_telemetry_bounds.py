@@ -15,7 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from _otel import collect, points
 from mcp_sessions import KeySet
-from mcp_sessions.otel._telemetry import OTHER, Operation, Telemetry, Vocabulary, _original, _redacted
+from mcp_sessions.otel._names import _original
+from mcp_sessions.otel._telemetry import OTHER, Operation, Telemetry, Vocabulary, _redacted
 
 TOKEN, _ = KeySet.from_secret("a-secret-that-is-long-enough-for-hs256-0123456789").mint_session_token(ttl=60)
 

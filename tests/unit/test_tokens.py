@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 from jwt.algorithms import ECAlgorithm
 
+from conftest import signer_of
 from mcp_sessions import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
 
 SECRET = "unit-test-secret-that-is-long-enough-for-hs256!"
@@ -59,7 +60,7 @@ def keyset(**kwargs: Any) -> KeySet:
     return KeySet.from_secret(SECRET, **kwargs)
 
 
-KID = keyset().signer.kid
+KID = signer_of(keyset()).kid
 
 
 def header(**changes: Any) -> dict[str, Any]:
