@@ -29,5 +29,6 @@ def app() -> MCPSessionMiddleware:
 
         store = SQLiteStore(path)
     mcp_app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True, stateless_http=True)
-    options = {} if store is None else {"store": store}
-    return MCPSessionMiddleware.from_env(mcp_app, require_session_tools=SESSION_TOOLS, **options)
+    if store is None:
+        return MCPSessionMiddleware.from_env(mcp_app, require_session_tools=SESSION_TOOLS)
+    return MCPSessionMiddleware.from_env(mcp_app, require_session_tools=SESSION_TOOLS, store=store)
