@@ -47,7 +47,7 @@ from .wire import Refusal
 from .wire.protocol import MCP_SESSION_ID_HEADER
 
 if TYPE_CHECKING:
-    from asgiref.typing import ASGIReceiveCallable, ASGISendCallable, HTTPScope
+    from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
 
 __all__ = ["MCPSessionMiddleware"]
 
@@ -129,10 +129,9 @@ class MCPSessionMiddleware:
             if scope["type"] == "lifespan":
                 send = watch_lifespan(send, self.store, owns_store=self.config.owns_store)
             return await self.app(scope, receive, send)
-        http_scope: HTTPScope = scope  # type: ignore[assignment]  # the same dict, read as the typed ASGI scope
-        headers = headers_of(http_scope)
-        if not self._is_json_rpc_post(http_scope, headers):
-            return await self._pass_through(scope, receive, send, headers)
+        headers = self._json_rpc_headers(scope)
+        if headers is None:  # not a JSON POST to the MCP path: the app's, untouched
+            return await self._pass_through(scope, receive, send, headers_of(scope))
         start_ns = time.time_ns()
         typed_receive: ASGIReceiveCallable = receive  # type: ignore[assignment]  # an annotation, not a call
         body = await read_body(typed_receive, declared_length=headers.get(b"content-length"), limit=self._max_body)
@@ -147,10 +146,11 @@ class MCPSessionMiddleware:
         local = plan.local
         if local is not None and not local.is_request:  # a session method as a notification: no answer, no effect
             return await self._refuse(scope, plan, send, lambda _, reply: send_accepted(reply))
+        plan.traced = self._telemetry.enabled()
         await self._resolver.resolve(scope, plan)
         if self.config.handles is not None:
             await check_handles(self.config.handles, self._sessions, scope, plan)
-        if self._telemetry.enabled():
+        if plan.traced:
             start_operations(self._telemetry, scope, plan)
         if plan.refused or local is not None or plan.answered:
             return await self._answer(scope, send, plan)
@@ -158,16 +158,16 @@ class MCPSessionMiddleware:
 
     # -- the steps ------------------------------------------------------------------
 
-    def _is_json_rpc_post(self, scope: HTTPScope, headers: Mapping[bytes, bytes]) -> bool:
-        """A POST of JSON to the MCP path: what the pipeline reads (everything else passes untouched)."""
+    def _json_rpc_headers(self, scope: Scope) -> dict[bytes, bytes] | None:
+        """The headers of a POST of JSON to the MCP path, what the pipeline reads; ``None`` for anything else."""
+        if scope["method"] != "POST":
+            return None
+        headers = headers_of(scope)
         content_type = headers.get(b"content-type")
+        if content_type is None or not content_type.lower().startswith(_JSON_CONTENT_TYPE):
+            return None
         paths = self.config.paths
-        return (
-            scope["method"] == "POST"
-            and content_type is not None
-            and content_type.lower().startswith(_JSON_CONTENT_TYPE)
-            and (paths is None or scope["path"] in paths or route_path(scope) in paths)
-        )
+        return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None
 
     async def _answer(self, scope: Scope, send: Send, plan: Plan) -> None:
         """What the middleware answers itself: the server's own refusal first, then ours, or a local result."""

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+from starlette.types import Scope
+
 from ..wire import Refusal, jsonrpc
 from ..wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, MCP_METHOD_HEADER, MCP_SESSION_ID_HEADER, Era
 
 if TYPE_CHECKING:
-    from asgiref.typing import HTTPScope
-
     from ..asgi import Replay
     from ..otel import Operation
     from ..plan import Call, Plan
@@ -28,7 +28,7 @@ __all__ = [
 _CONFLICTING_HEADER: Final = b"\x00conflicting"
 
 
-def headers_of(scope: HTTPScope) -> dict[bytes, bytes]:
+def headers_of(scope: Scope) -> dict[bytes, bytes]:
     """The request headers; the first of a repeated header wins, as in Starlette."""
     raw_headers = scope["headers"]
     if not isinstance(raw_headers, list | tuple):  # ASGI allows any iterable
@@ -41,9 +41,10 @@ def headers_of(scope: HTTPScope) -> dict[bytes, bytes]:
     return headers
 
 
-def route_path(scope: HTTPScope) -> str:
+def route_path(scope: Scope) -> str:
     """The path as Starlette routes it: without the ``root_path`` a proxy prefix or a ``Mount`` adds."""
-    path, root = scope["path"], scope.get("root_path", "")
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path
 
 

@@ -21,10 +21,7 @@ if TYPE_CHECKING:
     from ..wire import Refusal
     from ._conversation import Conversation
 
-__all__ = ["UNPARSED", "Call", "Plan", "Planner", "era_of"]
-
-UNPARSED: Final = object()
-"""What :meth:`Planner.plan` is given when nobody has read the body yet."""
+__all__ = ["Call", "Plan", "Planner", "era_of"]
 
 # Era.of as one dict lookup: a handshake version is the handshake era, anything else per-request.
 _ERA_OF: Final = {version.encode(): Era.HANDSHAKE for version in HANDSHAKE_VERSIONS}
@@ -95,6 +92,8 @@ class Plan:
         "protocol_version",
         "refused",
         "start_ns",
+        "traced",
+        "unmarked",
     )
 
     def __init__(self, calls: list[Call], *, batch: bool, headers: dict[bytes, bytes], start_ns: int) -> None:
@@ -112,6 +111,11 @@ class Plan:
         self.handles: HandleContext | None = None  # with handles configured: the request's handle view
         self.refused = False  # some call has a refusal: nothing is forwarded
         self.answered = False  # some call has an answer decided before the tool (a refused handle)
+        self.traced = False
+        """Whether an OpenTelemetry SDK records this request (set before its sessions are resolved)."""
+        self.unmarked = False
+        """Whether the body cannot name a session on any enabled wire: UTF-8 without the wire's marker, and no
+        escape that could spell one. A source that reads a wire's carrier has nothing to read then."""
 
 
 class Planner:
@@ -142,20 +146,21 @@ class Planner:
         """One wire that needs nothing but its method table to classify a message (the draft alone)."""
         return self._methods is not None
 
-    def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int, parsed: Any = UNPARSED) -> Plan | None:
-        """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it).
-
-        ``parsed`` is ``body`` as :func:`_jsonrpc.loads` reads it with this planner's watch, when the
-        caller has read it already (the express lane declining); it is read here otherwise.
-        """
-        if parsed is UNPARSED:
-            parsed = jsonrpc.loads(body, watch=self.watch)
-        if isinstance(parsed, dict):
-            call = self.call(parsed)
-            if call.method is None:
-                return None
+    def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int) -> Plan | None:
+        """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it)."""
+        parsed = jsonrpc.loads(body, watch=self.watch)
+        if isinstance(parsed, dict):  # one message, the usual request: its call built here directly
+            method = parsed.get("method")
+            if type(method) is not str or parsed.get("jsonrpc") != "2.0":
+                return None  # not a call: the app answers it
+            methods = self._methods
+            call = self.call(parsed) if methods is None else Call(parsed, method, self._default, methods.get(method))
             call.request_id = parsed.get("id")  # repeated as sent
-            return Plan([call], batch=False, headers=headers, start_ns=start_ns)
+            plan = Plan([call], batch=False, headers=headers, start_ns=start_ns)
+            marker = self.watch.marker
+            # Spelled in UTF-8, without an escape (92, a backslash): a body in UTF-16 or UTF-32 has NUL bytes.
+            plan.unmarked = marker is not None and marker not in body and 92 not in body and 0 not in body
+            return plan
         if type(parsed) is list and parsed:
             calls = [self.call(element) for element in parsed]
             for call in calls:

@@ -37,6 +37,8 @@ class DataLayerSource:
         return cls(context.sessions)
 
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        if plan.unmarked:
+            return None  # no wire's session member in the body: nothing to read
         profile = call.profile
         try:
             ref = profile.carrier.read(call.message)

@@ -168,6 +168,8 @@ class HostConversationSource:
 
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
         """Record the call's host conversation; with data on, its session."""
+        if self._data == "off" and not plan.traced:
+            return None  # without data and without telemetry, a conversation id changes nothing
         params = call.message.get("params")  # a call with a method is a dict
         meta = params.get("_meta") if type(params) is dict else None
         conversation = self.find(plan.headers, meta)
