@@ -99,9 +99,11 @@ class SessionService:
         self._limited(scope, principal)
         if principal is not None:
             extra[PRINCIPAL_CLAIM] = principal
-        # Nothing is stored: the token says when it was issued, and the idle clock starts there.
+        # Nothing is stored: the token says when it was issued (iat, a whole second), and the idle clock
+        # starts there; so does the promised expiry, which counted from `now` fell up to 1 s too late.
         token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now, extra_claims=extra)
-        expires = claims.expires_at if self.idle_ttl is None else min(claims.expires_at, now + self.idle_ttl)
+        idle_ends = None if self.idle_ttl is None else claims.issued_at + self.idle_ttl
+        expires = claims.expires_at if idle_ends is None else min(claims.expires_at, idle_ends)
         logger.debug("session created (sid=%s)", claims.session_id)
         return Minted(token, claims, expires)
 
