@@ -121,12 +121,15 @@ class SessionService:
                 state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
             except InvalidToken as exc:
                 raise InvalidToken(f"state: {exc.reason}") from None
+            # The store keeps the session's records (a deletion, the idle clock) for as long as the token
+            # is accepted, exp + leeway: forgotten at exp, a deleted session would come back for `leeway` s.
+            until = claims.expires_at + self.keys.leeway
             if self._touch_takes_issued_at:  # the usual store: its touch called directly, on every request
                 status = await self.store.touch(
-                    sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
+                    sid, expires_at=until, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
                 )
             else:
-                status = await self._touch(sid, expires_at=claims.expires_at, now=now, issued_at=claims.issued_at)
+                status = await self._touch(sid, expires_at=until, now=now, issued_at=claims.issued_at)
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:
@@ -234,7 +237,7 @@ class SessionService:
         if self.limit is not None and scope is not None:
             self._limited(scope, session.claims.get(PRINCIPAL_CLAIM))
         try:
-            revoked = await self.store.revoke(session.id, expires_at=session.token_expires_at)
+            revoked = await self.store.revoke(session.id, expires_at=session.token_expires_at + self.keys.leeway)
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
         if revoked:
