@@ -59,7 +59,8 @@ class Handle:
     def data(self) -> SessionData:
         """The handle's server-side data, in the registry's store, keyed by the stable id."""
         if self._data is None:
-            self._data = SessionData(self.registry.store, DATA_PREFIX + self.id, self.expires_at_timestamp)
+            kept_until = self.expires_at_timestamp + self.registry.keys.leeway  # as long as the handle verifies
+            self._data = SessionData(self.registry.store, DATA_PREFIX + self.id, kept_until)
         return self._data
 
     async def revoke(self) -> bool:

@@ -198,12 +198,13 @@ class Handles:
         signed = fmt.pack(flags=flags, hint=hint, expires_at=expires_at)
         token = fmt.encode(spec.prefix, signed, fmt.mac(base, signed, digest))
         handle_id = fmt.stable_id(signed[: fmt.RANDOM_BYTES])
-        await self.store.create(DATA_PREFIX + handle_id, expires_at=expires_at, now=current)
+        kept_until = self._kept_until(expires_at)
+        await self.store.create(DATA_PREFIX + handle_id, expires_at=kept_until, now=current)
         if flags:
             meta = {"p": digest, "s": session_id, "se": session_expires_at or expires_at}
-            await self.store.set(_META_PREFIX + handle_id, _META_KEY, meta, expires_at=expires_at)
+            await self.store.set(_META_PREFIX + handle_id, _META_KEY, meta, expires_at=kept_until)
         for key, value in (data or {}).items():
-            await self.store.set(DATA_PREFIX + handle_id, key, value, expires_at=expires_at)
+            await self.store.set(DATA_PREFIX + handle_id, key, value, expires_at=kept_until)
         return token
 
     # -- verifying ----------------------------------------------------------------------
@@ -285,7 +286,10 @@ class Handles:
                 await self._refine_forged(value, exc)
             raise
         status = await self.store.touch(
-            DATA_PREFIX + handle_id, expires_at=payload.expires_at, now=current, idle_ttl=spec.idle_ttl
+            DATA_PREFIX + handle_id,
+            expires_at=self._kept_until(payload.expires_at),
+            now=current,
+            idle_ttl=spec.idle_ttl,
         )
         if status is SessionStatus.IDLE_EXPIRED:
             raise self._error("expired", spec, handle_id, idle=spec.idle_ttl)
@@ -299,13 +303,13 @@ class Handles:
             session_id = meta["s"]
             session_status = await self.store.touch(
                 session_id,
-                expires_at=float(meta.get("se") or payload.expires_at),
+                expires_at=self._kept_until(float(meta.get("se") or payload.expires_at)),
                 now=current,
                 idle_ttl=self.session_idle_ttl,
             )
             if session_status is not SessionStatus.ACTIVE:
                 # The session ended: end the handle too, so its data goes now rather than at its expiry.
-                await self.store.revoke(DATA_PREFIX + handle_id, expires_at=payload.expires_at)
+                await self.store.revoke(DATA_PREFIX + handle_id, expires_at=self._kept_until(payload.expires_at))
                 raise self._error("revoked", spec, handle_id, session=True)
         return Handle(
             registry=self,
@@ -351,4 +355,13 @@ class Handles:
                 if exc.reason in ("revoked", "expired"):
                     return False
                 raise
-        return await self.store.revoke(DATA_PREFIX + handle.id, expires_at=handle.expires_at_timestamp)
+        return await self.store.revoke(
+            DATA_PREFIX + handle.id, expires_at=self._kept_until(handle.expires_at_timestamp)
+        )
+
+    def _kept_until(self, expires_at: float) -> float:
+        """How long the store keeps a handle's records: while its pure check accepts it (expiry + leeway).
+
+        Forgotten at the expiry itself, a revoked handle would verify again for ``leeway`` seconds.
+        """
+        return expires_at + self.keys.leeway

@@ -92,9 +92,11 @@ class SessionService:
         self._limited(scope, principal)
         if principal is not None:
             extra[PRINCIPAL_CLAIM] = principal
-        # Nothing is stored: the token says when it was issued, and the idle clock starts there.
+        # Nothing is stored: the token says when it was issued (iat, a whole second), and the idle clock
+        # starts there; so does the promised expiry, which counted from `now` fell up to 1 s too late.
         token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now, extra_claims=extra)
-        expires = claims.expires_at if self.idle_ttl is None else min(claims.expires_at, now + self.idle_ttl)
+        idle_ends = None if self.idle_ttl is None else claims.issued_at + self.idle_ttl
+        expires = claims.expires_at if idle_ends is None else min(claims.expires_at, idle_ends)
         logger.debug("session created (sid=%s)", claims.session_id)
         return Minted(token, claims, expires)
 
@@ -112,8 +114,14 @@ class SessionService:
                 state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
             except InvalidToken as exc:
                 raise InvalidToken(f"state: {exc.reason}") from None
+            # The store keeps the session's records (a deletion, the idle clock) for as long as the token
+            # is accepted, exp + leeway: forgotten at exp, a deleted session would come back for `leeway` s.
             status = await self.store.touch(
-                sid, expires_at=claims.expires_at, now=now, idle_ttl=self.idle_ttl, issued_at=claims.issued_at
+                sid,
+                expires_at=claims.expires_at + self.keys.leeway,
+                now=now,
+                idle_ttl=self.idle_ttl,
+                issued_at=claims.issued_at,
             )
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
@@ -198,7 +206,7 @@ class SessionService:
         if self.limit is not None and scope is not None:
             self._limited(scope, session.claims.get(PRINCIPAL_CLAIM))
         try:
-            revoked = await self.store.revoke(session.id, expires_at=session.token_expires_at)
+            revoked = await self.store.revoke(session.id, expires_at=session.token_expires_at + self.keys.leeway)
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
         if revoked:

@@ -138,7 +138,8 @@ class Session:
     def data(self) -> SessionData:
         """The session's server-side data, in the configured store."""
         if self._data is None:
-            self._data = SessionData(self._store, self.id, self.token_expires_at)
+            # Kept while the token is accepted (exp + leeway), as the session's other records are.
+            self._data = SessionData(self._store, self.id, self.token_expires_at + self._keys.leeway)
         return self._data
 
     @property

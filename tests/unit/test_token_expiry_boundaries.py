@@ -1,0 +1,156 @@
+"""Session ids at the exact instant they stop being valid, on every verification path.
+
+The rule (``KeySet.verify_session_token``, RFC 7519 section 4.1.4): a session id is
+accepted while ``now < exp + leeway`` and refused from ``now == exp + leeway`` on. Each
+test checks the last float before that instant (``math.nextafter``) and the instant
+itself, so a ``<=`` turned into ``<`` (or the leeway dropped) fails here. The paths:
+the verification cache (filled by minting, or by a first verification), the direct
+HS256 check, and PyJWT (the reference) for an HS256 header the direct check does not
+know and for an EdDSA key.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import math
+from collections.abc import Callable
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from mcp_sessions import InvalidToken, KeySet, SessionClaims, SessionKey
+from mcp_sessions.tokens._hs256 import verified_payload
+
+SECRET = "expiry-boundary-secret-that-is-long-enough-for-hs256"
+NOW = 1_800_000_000
+TTL = 600
+ED25519 = ed25519.Ed25519PrivateKey.generate()
+
+Verifier = Callable[[], KeySet]
+
+
+def before(instant: float) -> float:
+    """The last float before ``instant``: as close to a boundary as a clock can get."""
+    return math.nextafter(instant, -math.inf)
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def resigned_with_another_header(token: str) -> str:
+    """``token``'s payload under a valid HS256 header spelled unlike the minted one (so PyJWT judges it)."""
+    header, payload, _ = token.split(".")
+    decoded = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
+    spelled = b64(json.dumps({"typ": decoded["typ"], "kid": decoded["kid"], "alg": "HS256"}).encode())
+    signing_input = f"{spelled}.{payload}"
+    mac = hmac.new(SECRET.encode(), signing_input.encode(), hashlib.sha256).digest()
+    return f"{signing_input}.{b64(mac)}"
+
+
+def minted(path: str, leeway: float, now: float) -> tuple[str, SessionClaims, Verifier]:
+    """A session id minted at ``now``, its claims, and how to get a key set that verifies it by ``path``."""
+    if path == "eddsa-pyjwt":
+        signer = KeySet([SessionKey.from_private_key(ED25519, kid="ed")], leeway=leeway)
+        token, claims = signer.mint_session_token(ttl=TTL, now=now)
+        public = SessionKey.from_public_key(ED25519.public_key(), kid="ed")
+        return token, claims, lambda: KeySet([public], leeway=leeway)
+    signer = KeySet.from_secret(SECRET, leeway=leeway)
+    token, claims = signer.mint_session_token(ttl=TTL, now=now)
+    if path == "cached-by-minting":
+        return token, claims, lambda: signer
+    if path == "cached-by-verifying":
+        verifier = KeySet.from_secret(SECRET, leeway=leeway)
+        assert verifier.verify_session_token(token, now=now) == claims  # fills the cache, well before the boundary
+        return token, claims, lambda: verifier
+    if path == "hs256-direct":
+        return token, claims, lambda: KeySet.from_secret(SECRET, leeway=leeway)
+    assert path == "hs256-pyjwt"
+    return resigned_with_another_header(token), claims, lambda: KeySet.from_secret(SECRET, leeway=leeway)
+
+
+PATHS = ["cached-by-minting", "cached-by-verifying", "hs256-direct", "hs256-pyjwt", "eddsa-pyjwt"]
+LEEWAYS = [0, 30, 0.25]
+MINTED_AT = [NOW, NOW + 0.75]  # a fractional clock: iat and exp are whole seconds, taken from its integer part
+
+
+def on_path(path: str, token: str, verifier: KeySet) -> bool:
+    """Whether ``verifier`` will judge ``token`` by ``path`` (so that each case tests what its id says)."""
+    cached = verifier.cached_session_claims(token) is not None
+    direct = verified_payload(token, verifier._session_headers) is not None
+    return {
+        "cached-by-minting": cached,
+        "cached-by-verifying": cached,
+        "hs256-direct": not cached and direct,
+        "hs256-pyjwt": not cached and not direct,
+        "eddsa-pyjwt": not cached and not direct,
+    }[path]
+
+
+@pytest.mark.parametrize("minted_at", MINTED_AT)
+@pytest.mark.parametrize("leeway", LEEWAYS)
+@pytest.mark.parametrize("path", PATHS)
+def test_valid_until_the_last_instant_before_exp_plus_leeway(path: str, leeway: float, minted_at: float) -> None:
+    """Pinned: ``now = exp + leeway - epsilon`` is accepted, with the very claims minted."""
+    token, claims, verifier = minted(path, leeway, minted_at)
+    assert claims.expires_at == NOW + TTL
+    keys = verifier()
+    assert on_path(path, token, keys)
+    assert keys.verify_session_token(token, now=before(claims.expires_at + leeway)) == claims
+
+
+@pytest.mark.parametrize("minted_at", MINTED_AT)
+@pytest.mark.parametrize("leeway", LEEWAYS)
+@pytest.mark.parametrize("path", PATHS)
+def test_refused_from_exp_plus_leeway_on(path: str, leeway: float, minted_at: float) -> None:
+    """Pinned: ``now = exp + leeway`` exactly is refused as ``expired`` (RFC 7519: not on or after ``exp``)."""
+    token, claims, verifier = minted(path, leeway, minted_at)
+    for now in (claims.expires_at + leeway, math.nextafter(claims.expires_at + leeway, math.inf)):
+        keys = verifier()
+        assert on_path(path, token, keys)
+        with pytest.raises(InvalidToken) as refused:
+            keys.verify_session_token(token, now=now)
+        assert refused.value.reason == "expired"
+
+
+@pytest.mark.parametrize("leeway", LEEWAYS)
+def test_the_cached_claims_carry_no_verdict_and_exp_plus_leeway_is_still_the_boundary(leeway: float) -> None:
+    """Pinned: ``cached_session_claims`` answers without the clock; the cached path checks it at the same instant.
+
+    A refusal at the boundary leaves the claims cached, and the last instant before it is still accepted.
+    """
+    keys = KeySet.from_secret(SECRET, leeway=leeway)
+    token, claims = keys.mint_session_token(ttl=TTL, now=NOW)
+    assert keys.cached_session_claims(token) == claims
+    with pytest.raises(InvalidToken, match="expired"):
+        keys.verify_session_token(token, now=claims.expires_at + leeway)
+    assert keys.cached_session_claims(token) == claims
+    assert keys.verify_session_token(token, now=before(claims.expires_at + leeway)) == claims
+
+
+# -- the other end: iat and nbf from the future -----------------------------------------------------
+
+SKEW = 60  # tokens._tokens.MAX_CLOCK_SKEW: how far ahead a minting replica's clock may run
+
+
+@pytest.mark.parametrize("leeway", [0, 30, 90.5])
+@pytest.mark.parametrize("claim", ["iat", "nbf"])
+@pytest.mark.parametrize("path", ["hs256-direct", "eddsa-pyjwt"])
+def test_iat_and_nbf_may_be_ahead_by_the_skew_and_not_an_instant_more(path: str, claim: str, leeway: float) -> None:
+    """Pinned: a token whose ``iat`` (or ``nbf``) is ``max(60, leeway)`` s ahead is accepted, one float more is not."""
+    skew = max(SKEW, leeway)
+    ahead = NOW + 3600
+    if path == "eddsa-pyjwt":
+        key = SessionKey.from_private_key(ED25519, kid="ed")
+        verifying = SessionKey.from_public_key(ED25519.public_key(), kid="ed")
+    else:
+        key = verifying = SessionKey.from_secret(SECRET)
+    minted_at, extra = (ahead, None) if claim == "iat" else (NOW, {"nbf": ahead})
+    token, _ = KeySet([key]).mint_session_token(ttl=7200, now=minted_at, extra_claims=extra)
+    assert KeySet([verifying], leeway=leeway).verify_session_token(token, now=ahead - skew).session_id
+    with pytest.raises(InvalidToken) as refused:
+        KeySet([verifying], leeway=leeway).verify_session_token(token, now=before(ahead - skew))
+    assert refused.value.reason == "not yet valid"
