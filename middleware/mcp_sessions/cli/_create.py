@@ -6,9 +6,12 @@ import argparse
 import asyncio
 import json
 import shlex
-from typing import Any, Final, TextIO
+from typing import TYPE_CHECKING, Final, TextIO
 
 from ._exit import EXIT_INVALID, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from ..client import SessionHandle
 
 __all__ = ["INSPECTOR_META_KEY", "LEGACY_VERSION", "run_create"]
 
@@ -32,7 +35,7 @@ def run_create(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     headers = dict(_header(h) for h in args.header)
     version = LEGACY_VERSION if args.legacy else args.protocol_version
 
-    async def create() -> Any:
+    async def create() -> SessionHandle:
         shim = HttpxSessionTransport(auto_create=False)
         try:
             return await shim.create(args.url, protocol_version=version, headers=headers)

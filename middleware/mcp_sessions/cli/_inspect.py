@@ -11,7 +11,7 @@ import binascii
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TextIO
 
 from ..tokens import SESSION_TOKEN_TYPE, STATE_TOKEN_TYPE, InvalidToken, KeySet, SessionKey, keys_from_config
 from ._exit import EXIT_INVALID, EXIT_OK, UsageError
@@ -19,11 +19,11 @@ from ._exit import EXIT_INVALID, EXIT_OK, UsageError
 __all__ = ["build_verifier", "decode_unverified", "explain", "run_inspect"]
 
 
-def _segment(part: str) -> Any:
+def _segment(part: str) -> object:
     return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
 
 
-def decode_unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def decode_unverified(token: str) -> tuple[dict[str, object], dict[str, object]]:
     """The header and claims of a compact JWS, decoded WITHOUT verification."""
     parts = token.split(".")
     if len(parts) != 3 or not all(parts):
@@ -37,9 +37,7 @@ def decode_unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return header, claims
 
 
-def _iso(timestamp: Any) -> str | None:
-    if type(timestamp) is not int:
-        return None
+def _iso(timestamp: int) -> str | None:
     try:
         return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     except (OverflowError, OSError, ValueError):
@@ -56,9 +54,8 @@ def _span(seconds: float) -> str:
     return " ".join(f"{value} {unit}" for value, unit in units[first : first + 2] if value) or "0 s"
 
 
-def _when(timestamp: Any, now: float) -> str:
-    iso = _iso(timestamp)
-    if iso is None:
+def _when(timestamp: object, now: float) -> str:
+    if type(timestamp) is not int or (iso := _iso(timestamp)) is None:
         return "not a whole number of seconds"
     delta = timestamp - now
     return f"{iso}, {'in ' + _span(delta) if delta > 0 else _span(delta) + ' ago'}"
@@ -84,7 +81,7 @@ def build_verifier(
         raise UsageError(str(exc)) from None
 
 
-def explain(reason: str, header: Mapping[str, Any], claims: Mapping[str, Any], keys: KeySet, now: float) -> str:
+def explain(reason: str, header: Mapping[str, object], claims: Mapping[str, object], keys: KeySet, now: float) -> str:
     """Why a token failed, in words that name what to check (never the token itself)."""
     kid, alg, typ = header.get("kid"), header.get("alg"), header.get("typ")
     known = {key.kid: key for key in keys.keys}
@@ -173,8 +170,8 @@ def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, environ
 
 def _render(
     kind: str,
-    header: Mapping[str, Any],
-    claims: Mapping[str, Any],
+    header: Mapping[str, object],
+    claims: Mapping[str, object],
     valid: bool | None,
     reason: str | None,
     detail: str | None,

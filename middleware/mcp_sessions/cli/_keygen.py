@@ -8,7 +8,7 @@ import json
 import os
 import secrets
 from collections.abc import Mapping
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
@@ -27,14 +27,14 @@ def _b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def generate(algorithm: str, kid: str | None) -> tuple[dict[str, Any], str | None]:
+def generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | None]:
     """A new private JWK (with ``kid``, ``alg``, ``use``) and, for HS256, the secret itself."""
     if kid is None:
         kid = f"{_KID_PREFIX[algorithm]}-{secrets.token_hex(4)}"
     secret: str | None = None
     if algorithm == "HS256":
         secret = secrets.token_urlsafe(32)  # 43 characters: 256 bits, well over the 32-byte minimum
-        jwk: dict[str, Any] = {"kty": "oct", "k": _b64url(secret.encode())}
+        jwk: dict[str, str] = {"kty": "oct", "k": _b64url(secret.encode())}
     elif algorithm == "ES256":
         jwk = ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()), as_dict=True)
     else:
@@ -47,7 +47,7 @@ def generate(algorithm: str, kid: str | None) -> tuple[dict[str, Any], str | Non
     return jwk, secret
 
 
-def public_jwk(jwk: Mapping[str, Any]) -> dict[str, Any]:
+def public_jwk(jwk: Mapping[str, str]) -> dict[str, str]:
     """The JWK without its private members (``d``, ``k``): what verifiers get."""
     return {k: v for k, v in jwk.items() if k not in ("d", "k")}
 

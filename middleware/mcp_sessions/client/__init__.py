@@ -9,7 +9,7 @@ use, so a user of one never needs the other. See ``docs/client.md``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._session import RetryPolicy, SessionError, SessionHandle
 
@@ -31,7 +31,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module_name, package, what = _LAZY[name]
@@ -43,7 +43,7 @@ def __getattr__(name: str) -> Any:
         if exc.name != package:
             raise
         raise ImportError(f"{name} needs {package} ({what}): pip install {package}") from exc
-    value = getattr(module, name)
+    value: type = getattr(module, name)  # a session transport class
     globals()[name] = value
     return value
 

@@ -29,11 +29,11 @@ class RequestLike(Protocol):
     @property
     def method(self) -> str: ...
     @property
-    def url(self) -> Any: ...
+    def url(self) -> object: ...  # the library's URL: passed back to it, never read here
     @property
     def headers(self) -> _HeadersLike: ...
     @property
-    def extensions(self) -> Any: ...
+    def extensions(self) -> Mapping[str, object]: ...
     async def aread(self) -> bytes: ...
 
 
@@ -44,10 +44,13 @@ class ResponseLike(Protocol):
     def status_code(self) -> int: ...
     @property
     def headers(self) -> _HeadersLike: ...
+    # Both libraries type a response's stream as sync or async; a transport's responses (the only ones
+    # read here) always carry an async one, which the client reads as such. A protocol for the async
+    # stream would not match the libraries' union, and narrowing it would check every response.
     @property
     def stream(self) -> Any: ...
     @property
-    def extensions(self) -> Any: ...
+    def extensions(self) -> Mapping[str, object]: ...
 
 
 RequestT = TypeVar("RequestT", bound=RequestLike)
@@ -75,7 +78,7 @@ class HttpAdapter(Generic[RequestT, ResponseT]):
         """Send through the wrapped transport."""
         return await self.inner.handle_async_request(request)
 
-    def post(self, url: Any, headers: Headers, body: bytes, extensions: Mapping[str, Any]) -> RequestT:
+    def post(self, url: object, headers: Headers, body: bytes, extensions: Mapping[str, object]) -> RequestT:
         """A POST request with exactly these headers and body."""
         request: RequestT = self._library.Request(
             "POST", url, headers=headers, content=body, extensions=dict(extensions)
@@ -99,7 +102,7 @@ class HttpAdapter(Generic[RequestT, ResponseT]):
         """Close the wrapped transport."""
         await self.inner.aclose()
 
-    def _response(self, response: ResponseT, stream: Any) -> ResponseT:
+    def _response(self, response: ResponseT, stream: object) -> ResponseT:
         rebuilt: ResponseT = self._library.Response(
             response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
         )

@@ -12,7 +12,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from ..wire import jsonrpc
 from ..wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SESSION_STORE_UNAVAILABLE
@@ -46,13 +46,19 @@ def decodable_encodings(value: str) -> str:
     return ", ".join(kept) or "identity"
 
 
+class _Decompressor(Protocol):
+    """What :class:`Inflater` uses of a ``zlib.decompressobj()``."""
+
+    def decompress(self, data: bytes, /) -> bytes: ...
+
+
 class Inflater:
     """Decodes a ``Content-Encoding`` chunk by chunk; an encoding it cannot read yields nothing."""
 
-    def __init__(self, encoding: Any) -> None:
+    def __init__(self, encoding: str | None) -> None:
         name = str(encoding or "identity").strip().lower()
         self._deflate = name == "deflate"
-        self._decoder: Any = None
+        self._decoder: _Decompressor | None = None
         self._readable = name in _DECODABLE
         if name in ("gzip", "x-gzip"):
             self._decoder = zlib.decompressobj(zlib.MAX_WBITS | 16)
@@ -86,7 +92,7 @@ async def read_all(response: ResponseLike) -> bytes:
         await response.stream.aclose()
 
 
-def json_messages(body: bytes) -> list[Any]:
+def json_messages(body: bytes) -> list[object]:
     """The messages of a JSON body: one, a batch, or none when it is not JSON."""
     parsed = jsonrpc.loads(body) if body else None
     if isinstance(parsed, list):
@@ -94,9 +100,9 @@ def json_messages(body: bytes) -> list[Any]:
     return [parsed] if isinstance(parsed, dict) else []
 
 
-def sse_messages(body: bytes) -> list[Any]:
+def sse_messages(body: bytes) -> list[object]:
     """The JSON messages of a complete ``text/event-stream`` body, in order."""
-    found: list[Any] = []
+    found: list[object] = []
 
     def collect(data: str) -> None:
         parsed = jsonrpc.loads(data.encode())
@@ -117,7 +123,7 @@ def first_event_has_data(output: bytes) -> bool:
     return False
 
 
-def retry_after(value: Any) -> float | None:
+def retry_after(value: str | None) -> float | None:
     """``Retry-After`` in seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
     if not isinstance(value, str) or not value.strip():
         return None
@@ -139,7 +145,7 @@ class Failure:
 
     code: int
     message: str
-    data: Any = None
+    data: object = None
     status: int = 200
     retry_after: str | None = None
 
@@ -153,7 +159,7 @@ class Failure:
         return self.code == SESSION_STORE_UNAVAILABLE or self.status == 503
 
 
-def failure_of(reply: dict[str, Any] | None, status: int, retry_after_header: str | None) -> Failure:
+def failure_of(reply: dict[str, object] | None, status: int, retry_after_header: str | None) -> Failure:
     """The failure an answer means: its JSON-RPC error, or one the HTTP status implies."""
     error = reply.get("error") if reply is not None else None
     code = jsonrpc.error_code(reply)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, Final, Generic
+from typing import Final, Generic
 
 import anyio
 
@@ -171,7 +171,7 @@ class SessionClient(Generic[RequestT, ResponseT]):
 
     # -- the explicit API -------------------------------------------------------------------
 
-    def endpoint(self, url: Any, protocol_version: str | None, headers: Mapping[str, str] | None) -> Endpoint:
+    def endpoint(self, url: str | None, protocol_version: str | None, headers: Mapping[str, str] | None) -> Endpoint:
         """Where an explicit create or delete goes: ``url`` if given, else the last request's endpoint."""
         if self._closed:
             raise RuntimeError(
@@ -229,5 +229,5 @@ class SessionClient(Generic[RequestT, ResponseT]):
             logger.warning("could not delete session %s on close: no answer in %s s", sid, self.close_timeout)
 
 
-def _is_json(content_type: Any) -> bool:
+def _is_json(content_type: str | None) -> bool:
     return isinstance(content_type, str) and content_type.lower().startswith("application/json")

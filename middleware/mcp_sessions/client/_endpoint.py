@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from ..profiles import SessionCarrier
 from ..wire import jsonrpc
@@ -22,11 +22,11 @@ _ENVELOPE_PREFIX: Final = "io.modelcontextprotocol/"
 class Endpoint:
     """An MCP endpoint with the era, headers, ``_meta`` envelope and timeout of the client's own requests."""
 
-    url: Any
+    url: object  # a str, or the HTTP library's URL of the caller's request
     headers: Headers
     era: Era
-    envelope: dict[str, Any]
-    extensions: dict[str, Any]
+    envelope: dict[str, object]
+    extensions: dict[str, object]
 
     @classmethod
     def learn(cls, post: OutgoingPost) -> Endpoint:
@@ -38,7 +38,7 @@ class Endpoint:
         ]
         carrier = post.profile.carrier
         session_key = carrier.meta_key if isinstance(carrier, SessionCarrier) else None
-        envelope: dict[str, Any] = {}
+        envelope: dict[str, object] = {}
         for message in post.messages:
             meta = jsonrpc.params_meta(message)
             if meta:
@@ -48,7 +48,7 @@ class Endpoint:
         return cls(post.url, headers, post.era, envelope, extensions)
 
     @classmethod
-    def explicit(cls, url: Any, protocol_version: str, headers: Mapping[str, str] | None, timeout: float) -> Endpoint:
+    def explicit(cls, url: str, protocol_version: str, headers: Mapping[str, str] | None, timeout: float) -> Endpoint:
         """An endpoint the caller named, with the headers a client of ``protocol_version`` sends."""
         era = Era.of(protocol_version)
         base = {
@@ -57,7 +57,7 @@ class Endpoint:
             "mcp-protocol-version": protocol_version,
         }
         base.update({k.lower(): v for k, v in (headers or {}).items()})
-        envelope: dict[str, Any] = {}
+        envelope: dict[str, object] = {}
         if era is Era.PER_REQUEST:
             envelope = {
                 _ENVELOPE_PREFIX + "protocolVersion": protocol_version,

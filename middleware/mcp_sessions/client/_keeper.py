@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import cast
 
 from ..profiles import DRAFT, ClientSide, Echo, WireProfile
 from ..wire import jsonrpc
@@ -47,23 +47,25 @@ class SessionKeeper:
 
     # -- what the server answered ---------------------------------------------------
 
-    def observe(self, post: OutgoingPost, attempt: Attempt, message: Any) -> None:
+    def observe(self, post: OutgoingPost, attempt: Attempt, message: object) -> None:
         """Learn from one answer to ``post``: the echo, the capability, a session the server no longer knows."""
         if not jsonrpc.is_response(message):
             return
+        message = cast("dict[str, object]", message)  # is_response checked that it is an object
         request_id = message["id"]
         token = self.session.token
-        if isinstance(message.get("result"), dict):
+        result = message.get("result")
+        if isinstance(result, dict):
             self._take_echo(message, named_held=attempt.named(request_id, token))
             method = post.method_of(request_id)
             if method in ("server/discover", "initialize"):
-                self._observe_capability(message["result"])
+                self._observe_capability(result)
             elif method == self.wire.delete_method and token is not None and attempt.named(request_id, token):
                 self.drop(token, "it was deleted")
         elif jsonrpc.error_code(message) in self.gone_codes and token is not None and attempt.named(request_id, token):
             self.drop(token, f"the server answered {jsonrpc.error_code(message)} (session gone)")
 
-    def _take_echo(self, message: dict[str, Any], *, named_held: bool) -> None:
+    def _take_echo(self, message: dict[str, object], *, named_held: bool) -> None:
         if self.profile.unknown_is_no_session and named_held and _revoked(message, self._echo.meta_key):
             assert self.session.token is not None
             self.drop(self.session.token, "the server revoked it (a null session in the result)")
@@ -78,18 +80,18 @@ class SessionKeeper:
         else:
             self._changed |= self.session._take_echo(self.as_handle_echo(echo))
 
-    def as_handle_echo(self, echo: Mapping[str, Any]) -> dict[str, Any]:
+    def as_handle_echo(self, echo: Mapping[str, object]) -> dict[str, object]:
         """An echo in the wire's member names, as the handle reads it (``state``, ``expiresAt``)."""
         if self._echo.id_member == "sessionId" and self._echo.expiry_member == "expiresAt":
             return dict(echo)  # the draft's names are the handle's
-        named: dict[str, Any] = {}
+        named: dict[str, object] = {}
         if self._echo.state_member is not None and self._echo.state_member in echo:
             named["state"] = echo[self._echo.state_member]
         if self._echo.expiry_member in echo:
             named["expiresAt"] = echo[self._echo.expiry_member]
         return named
 
-    def _observe_capability(self, result: dict[str, Any]) -> None:
+    def _observe_capability(self, result: dict[str, object]) -> None:
         capabilities = result.get("capabilities")
         if not isinstance(capabilities, dict):
             return
@@ -100,7 +102,7 @@ class SessionKeeper:
 
     # -- changes ------------------------------------------------------------------------
 
-    def adopt(self, token: str, created: Mapping[str, Any]) -> None:
+    def adopt(self, token: str, created: Mapping[str, object]) -> None:
         """Hold the session ``sessions/create`` just returned, forgetting any other."""
         self.session.clear()
         self.session.token = token
@@ -143,7 +145,7 @@ class SessionKeeper:
             logger.exception("the on_change hook failed")
 
 
-def _revoked(message: dict[str, Any], meta_key: str) -> bool:
+def _revoked(message: dict[str, object], meta_key: str) -> bool:
     """Whether a successful result says the session is gone: ``null`` in its place."""
     result = message.get("result")
     meta = result.get("_meta") if isinstance(result, dict) else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import Any, Generic
+from typing import Generic
 
 import anyio
 
@@ -37,7 +37,7 @@ class SessionLifecycle(Generic[RequestT, ResponseT]):
         profile, wire = self._keeper.profile, self._keeper.wire
         params = _with_envelope(wire.create_params(self._keeper.session.label), endpoint)
         method = profile.create_method or ""
-        reply = await self._call(endpoint, jsonrpc.request(self._next_id(), method, params or None), None)
+        reply = await self._call(endpoint, self._next_id(), method, params or None, None)
         if isinstance(reply, Failure):
             return reply
         created = wire.created(reply)
@@ -56,7 +56,7 @@ class SessionLifecycle(Generic[RequestT, ResponseT]):
             return False
         wire = self._keeper.wire
         params = _with_envelope(wire.delete_params(token), endpoint)
-        reply = await self._call(endpoint, jsonrpc.request(self._next_id(), wire.delete_method, params), token)
+        reply = await self._call(endpoint, self._next_id(), wire.delete_method, params, token)
         if isinstance(reply, Failure):
             if reply.code == self._keeper.profile.not_found:
                 self._keeper.drop(token, "the server no longer knows it")
@@ -71,30 +71,32 @@ class SessionLifecycle(Generic[RequestT, ResponseT]):
     def _next_id(self) -> str:
         return f"mcp-sessions-{next(self._ids)}"
 
-    async def _call(self, endpoint: Endpoint, message: dict[str, Any], token: str | None) -> dict[str, Any] | Failure:
+    async def _call(
+        self, endpoint: Endpoint, request_id: str, method: str, params: dict[str, object] | None, token: str | None
+    ) -> dict[str, object] | Failure:
         """Send one request, retrying a busy server by the policy; its result or its failure."""
-        body = jsonrpc.dumps(message)
-        headers = endpoint.headers_for(message["method"], token, len(body))
+        body = jsonrpc.dumps(jsonrpc.request(request_id, method, params))
+        headers = endpoint.headers_for(method, token, len(body))
         started = time.monotonic()
         retries = 0
         while True:
             response = await self._adapter.send(self._adapter.post(endpoint.url, headers, body, endpoint.extensions))
-            reply = _reply_to(message["id"], response, await read_all(response))
-            if reply is not None and isinstance(reply.get("result"), dict) and response.status_code < 300:
-                result: dict[str, Any] = reply["result"]
+            reply = _reply_to(request_id, response, await read_all(response))
+            result = reply.get("result") if reply is not None else None
+            if isinstance(result, dict) and response.status_code < 300:
                 return result
             failure = failure_of(reply, response.status_code, response.headers.get("retry-after"))
             if failure.retryable and retries < self._retry.attempts:
                 delay = self._retry.delay(retries, retry_after(failure.retry_after))
                 if time.monotonic() - started + delay <= self._retry.deadline:
-                    logger.info("%s: server busy, retry %d in %.2f s", message["method"], retries + 1, delay)
+                    logger.info("%s: server busy, retry %d in %.2f s", method, retries + 1, delay)
                     await anyio.sleep(delay)
                     retries += 1
                     continue
             return failure
 
 
-def _with_envelope(params: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]:
+def _with_envelope(params: dict[str, object], endpoint: Endpoint) -> dict[str, object]:
     """The params with the endpoint's 2026-07-28 ``_meta`` envelope beside what the wire put there."""
     if endpoint.era is not Era.PER_REQUEST:
         return params
@@ -103,7 +105,7 @@ def _with_envelope(params: dict[str, Any], endpoint: Endpoint) -> dict[str, Any]
     return {"_meta": {**endpoint.envelope, **(meta if isinstance(meta, dict) else {})}, **rest}
 
 
-def _reply_to(request_id: str, response: ResponseLike, raw: bytes) -> dict[str, Any] | None:
+def _reply_to(request_id: str, response: ResponseLike, raw: bytes) -> dict[str, object] | None:
     """The answer to ``request_id`` in a JSON or SSE body, if there is one."""
     content_type = str(response.headers.get("content-type") or "").lower()
     text = Inflater(response.headers.get("content-encoding"))(raw)

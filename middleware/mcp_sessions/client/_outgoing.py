@@ -9,7 +9,7 @@ request named, so that an answer can be matched to the session it concerns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final, cast
 
 from ..profiles import DRAFT, SessionCarrier, WireProfile
 from ..wire import jsonrpc
@@ -31,21 +31,21 @@ _NO_CREATE_METHODS: Final = SETUP_METHODS | {"ping"}
 class OutgoingPost:
     """A JSON-RPC POST as the caller sent it: its requests and notifications, and its era."""
 
-    url: Any
+    url: object  # the HTTP library's URL, passed back to it
     headers: Headers
-    extensions: dict[str, Any]
+    extensions: dict[str, object]
     body: bytes
-    parsed: Any
-    messages: list[dict[str, Any]]
+    parsed: object
+    messages: list[dict[str, object]]
     era: Era
     profile: WireProfile = DRAFT
 
     @classmethod
     def parse(
         cls,
-        url: Any,
+        url: object,
         headers: Headers,
-        extensions: dict[str, Any],
+        extensions: dict[str, object],
         body: bytes,
         protocol_version: str | None,
         profile: WireProfile = DRAFT,
@@ -61,13 +61,14 @@ class OutgoingPost:
         return cls(url, headers, extensions, body, parsed, messages, Era.of(protocol_version), profile)
 
     @property
-    def request_ids(self) -> list[Any]:
+    def request_ids(self) -> list[object]:
         """The ids of the requests (not notifications) in this POST."""
         return [m["id"] for m in self.messages if "id" in m]
 
-    def method_of(self, request_id: Any) -> str | None:
+    def method_of(self, request_id: object) -> str | None:
         """The method of the request with this id, if this POST sent one."""
-        return next((m["method"] for m in self.messages if "id" in m and m["id"] == request_id), None)
+        method = next((m["method"] for m in self.messages if "id" in m and m["id"] == request_id), None)
+        return method if isinstance(method, str) else None  # always a str: parse kept only such messages
 
     @property
     def only_setup(self) -> bool:
@@ -109,10 +110,10 @@ class Attempt:
     body: bytes
     headers: Headers
     token: str | None = None  # the held session's token, if it was stamped on any message
-    stamped_ids: list[Any] = field(default_factory=list)
-    sessions_named: list[tuple[Any, str]] = field(default_factory=list)
+    stamped_ids: list[object] = field(default_factory=list)
+    sessions_named: list[tuple[object, str]] = field(default_factory=list)
 
-    def named(self, request_id: Any, token: str | None) -> bool:
+    def named(self, request_id: object, token: str | None) -> bool:
         """Whether the request ``request_id`` named the session ``token`` (stamped, or the caller's own)."""
         return token is not None and (request_id, token) in self.sessions_named
 
@@ -121,12 +122,13 @@ def stamp(post: OutgoingPost, token: str | None, session_meta: dict[str, str] | 
     """The attempt that sends ``post`` with the held session (``token``, ``session_meta``) where it belongs."""
     attempt = Attempt(b"", [])
     header_token: str | None = None
-    elements = post.parsed if post.batch else [post.parsed]
-    sent: list[Any] = []
-    for element in elements:
-        if not jsonrpc.is_request_or_notification(element):
-            sent.append(element)
+    elements = post.parsed if isinstance(post.parsed, list) else [post.parsed]  # post.batch, spelled out for mypy
+    sent: list[object] = []
+    for item in elements:
+        if not jsonrpc.is_request_or_notification(item):
+            sent.append(item)
             continue
+        element = cast("dict[str, object]", item)  # is_request_or_notification checked that it is an object
         own = own_session_id(element, post.profile)
         if own is not None:
             header_token = header_token or own
@@ -149,7 +151,7 @@ def stamp(post: OutgoingPost, token: str | None, session_meta: dict[str, str] | 
     return attempt
 
 
-def _stampable(message: dict[str, Any], profile: WireProfile) -> bool:
+def _stampable(message: dict[str, object], profile: WireProfile) -> bool:
     params = message.get("params")
     return (
         message["method"] not in SETUP_METHODS
@@ -159,13 +161,14 @@ def _stampable(message: dict[str, Any], profile: WireProfile) -> bool:
     )
 
 
-def _with_session(message: dict[str, Any], session_meta: dict[str, str], profile: WireProfile) -> dict[str, Any]:
+def _with_session(message: dict[str, object], session_meta: dict[str, str], profile: WireProfile) -> dict[str, object]:
     carrier = profile.carrier
     assert isinstance(carrier, SessionCarrier)  # the shim speaks the wires that carry the session in _meta
     value = {carrier.id_member: session_meta["sessionId"]}
     if carrier.state_member is not None and "state" in session_meta:
         value[carrier.state_member] = session_meta["state"]
-    params = dict(message.get("params") or {})
+    params = message.get("params")
+    params = dict(params) if isinstance(params, dict) else {}  # None or an object (_stampable checked)
     meta = params.get("_meta")
     params["_meta"] = {**(meta if isinstance(meta, dict) else {}), carrier.meta_key: value}
     return {**message, "params": params}
@@ -186,14 +189,14 @@ def _headers(post: OutgoingPost, header_token: str | None, length: int) -> Heade
     return headers
 
 
-def has_session_key(message: dict[str, Any], profile: WireProfile = DRAFT) -> bool:
+def has_session_key(message: dict[str, object], profile: WireProfile = DRAFT) -> bool:
     """Whether the caller put session metadata (even ``null``) on the message itself."""
     meta = jsonrpc.params_meta(message)
     carrier = profile.carrier
     return meta is not None and isinstance(carrier, SessionCarrier) and carrier.meta_key in meta
 
 
-def own_session_id(message: dict[str, Any], profile: WireProfile = DRAFT) -> str | None:
+def own_session_id(message: dict[str, object], profile: WireProfile = DRAFT) -> str | None:
     """The session id the caller put on the message itself, if it is a string."""
     carrier = profile.carrier
     if not isinstance(carrier, SessionCarrier):

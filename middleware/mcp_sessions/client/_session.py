@@ -13,7 +13,6 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 __all__ = ["RetryPolicy", "SessionError", "SessionHandle"]
 
@@ -27,7 +26,7 @@ class SessionError(Exception):
     the session id, a bearer secret.
     """
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
+    def __init__(self, code: int, message: str, data: object = None) -> None:
         super().__init__(f"{message} ({code})")
         self.code = code
         self.message = message
@@ -70,13 +69,13 @@ class SessionHandle:
         """The last ``expiresAt`` the server announced, as an aware UTC datetime (``None`` if unknown)."""
         self.label = label
         """A short text sent with ``sessions/create``."""
-        self._claims: dict[str, Any] | None = None
+        self._claims: dict[str, object] | None = None
         self._claims_of: str | None = None
 
     # -- inspecting -------------------------------------------------------------
 
     @property
-    def claims(self) -> dict[str, Any] | None:
+    def claims(self) -> dict[str, object] | None:
         """The token's JWT claims, decoded WITHOUT verification (``None`` if not a JWT).
 
         Only the server can verify a session id; these claims are for display,
@@ -141,14 +140,11 @@ class SessionHandle:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SessionHandle:
+    def from_dict(cls, data: Mapping[str, object]) -> SessionHandle:
         """A handle from :meth:`to_dict`'s output, or from a ``sessions/create`` result's ``session``."""
         if not isinstance(data, Mapping):
             raise TypeError("a saved session is a JSON object")
-        token, state, expires, label = (data.get(k) for k in ("sessionId", "state", "expiresAt", "label"))
-        for name, value in (("sessionId", token), ("state", state), ("expiresAt", expires), ("label", label)):
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"a saved session's {name!r} must be a string")
+        token, state, expires, label = (_text(data, k) for k in ("sessionId", "state", "expiresAt", "label"))
         return cls(token or None, state=state, expires_at=expires, label=label)
 
     def __repr__(self) -> str:
@@ -160,7 +156,7 @@ class SessionHandle:
 
     # -- updates from the wire (used by the transports) -------------------------
 
-    def _take_echo(self, echo: Mapping[str, Any]) -> bool:
+    def _take_echo(self, echo: Mapping[str, object]) -> bool:
         """Take ``state`` and ``expiresAt`` from an echo of this session; whether anything changed.
 
         An absent ``state`` leaves the held state alone; an explicit ``null`` clears it.
@@ -223,7 +219,7 @@ class RetryPolicy:
         return random.uniform(base / 2, base) if self.jitter else base  # noqa: S311 - jitter, not security
 
 
-def _unverified_claims(token: str) -> dict[str, Any] | None:
+def _unverified_claims(token: str) -> dict[str, object] | None:
     parts = token.split(".")
     if len(parts) != 3:
         return None
@@ -233,6 +229,14 @@ def _unverified_claims(token: str) -> dict[str, Any] | None:
     except (binascii.Error, ValueError):
         return None
     return claims if isinstance(claims, dict) else None
+
+
+def _text(data: Mapping[str, object], name: str) -> str | None:
+    """A saved session's member ``name``: a string or ``None``; :class:`ValueError` for anything else."""
+    value = data.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"a saved session's {name!r} must be a string")
+    return value
 
 
 def _utc(value: datetime | None) -> datetime | None:

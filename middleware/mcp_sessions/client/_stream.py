@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any
 
 from ..wire import jsonrpc
 from ..wire.sse import SSERewriter
@@ -23,14 +22,14 @@ class StreamObserver:
     the very first event, if that event had data (the one a retry may replace).
     """
 
-    def __init__(self, request_ids: Iterable[Any], inflate: Inflater, on_message: Callable[[Any], None]) -> None:
+    def __init__(self, request_ids: Iterable[object], inflate: Inflater, on_message: Callable[[object], None]) -> None:
         self._inflate = inflate
         self._on_message = on_message
         self._rewriter = SSERewriter(self._on_event, once=False)
         self._pending = set(map(_hashable, request_ids))
         self.events = 0  # complete events seen so far (0 or 1: only the first one matters)
-        self.first: Any = None
-        self._first_data: Any = None
+        self.first: object = None
+        self._first_data: object = None
         self._done = False
 
     def feed(self, chunk: bytes) -> None:
@@ -98,5 +97,5 @@ class Relay:
         await self._close()
 
 
-def _hashable(value: Any) -> Any:
+def _hashable(value: object) -> str | int | float | None:
     return value if isinstance(value, str | int | float | type(None)) else repr(value)

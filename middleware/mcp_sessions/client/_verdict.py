@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Literal
+from typing import Generic, Literal
 
 import anyio
 
@@ -107,7 +107,7 @@ class AnswerReader(Generic[RequestT, ResponseT]):
         return Verdict(reason, lambda: self._adapter.with_stream(response, relay), close_all)
 
     def _retry_reason(
-        self, post: OutgoingPost, attempt: Attempt, status: int, messages: list[Any]
+        self, post: OutgoingPost, attempt: Attempt, status: int, messages: list[object]
     ) -> RetryReason | None:
         errors = [m for m in messages if isinstance(m, dict) and isinstance(m.get("error"), dict)]
         codes = {jsonrpc.error_code(e) for e in errors}

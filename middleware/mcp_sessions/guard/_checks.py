@@ -14,7 +14,7 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final, Literal, NotRequired, TypedDict, TypeGuard
 
 from ..wire.protocol import (
     HEADER_MISMATCH,
@@ -34,6 +34,16 @@ _NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/r
 _PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
 _CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
 _BASE64_SENTINEL: Final = re.compile(r"^=\?base64\?(?P<payload>.*)\?=$")
+
+
+class _Message(TypedDict):
+    """A JSON-RPC message as the SDK's ``JSONRPCNotification`` validates it; a request has an ``id`` too."""
+
+    jsonrpc: Literal["2.0"]
+    method: str
+    params: NotRequired[dict[str, object] | None]
+    id: NotRequired[object]
+
 
 _MODERN_NOT_ACCEPTABLE: Final = _empty(406, "not_acceptable")
 _MODERN_INVALID_BODY: Final = _modern_error(
@@ -66,7 +76,7 @@ _LEGACY_ACCEPTED: Final = Rejection(
 
 
 def check_legacy(
-    first: dict[bytes, bytes], has_json: bool, has_sse: bool, message: Any, *, json_response: bool
+    first: dict[bytes, bytes], has_json: bool, has_sse: bool, message: object, *, json_response: bool
 ) -> Rejection | None:
     """The 2025-era POST's checks after Host and Origin: ``Accept``, ``Content-Type``, the envelope."""
     if json_response:
@@ -90,7 +100,7 @@ def check_modern(
     repeated_routing: bytes | None,
     has_json: bool,
     has_sse: bool,
-    message: Any,
+    message: object,
     *,
     json_response: bool,
     modern_versions: tuple[str, ...],
@@ -114,7 +124,7 @@ def check_modern(
 
 
 def _classify(
-    first: dict[bytes, bytes], request_id: Any, message: dict[str, Any], modern_versions: tuple[str, ...]
+    first: dict[bytes, bytes], request_id: object, message: _Message, modern_versions: tuple[str, ...]
 ) -> Rejection | None:
     """``mcp.shared.inbound.classify_inbound_request`` with the request's headers, first failure wins."""
     params = message.get("params")
@@ -153,7 +163,7 @@ def _classify(
     return _unsupported(protocol_version, request_id, modern_versions)
 
 
-def _unsupported(requested: str, request_id: Any, modern_versions: tuple[str, ...]) -> Rejection | None:
+def _unsupported(requested: str, request_id: object, modern_versions: tuple[str, ...]) -> Rejection | None:
     if requested in modern_versions:
         return None
     data = {"supported": list(modern_versions), "requested": requested}
@@ -171,12 +181,12 @@ def _accepts(accept: str) -> tuple[bool, bool]:
     )
 
 
-def _is_request_id(value: Any) -> bool:
+def _is_request_id(value: object) -> bool:
     """A JSON-RPC id as the SDK's ``RequestId`` validates it: a string, or an integer that is not a boolean."""
     return type(value) is str or type(value) is int
 
 
-def _is_notification(message: Mapping[str, Any]) -> bool:
+def _is_notification(message: Mapping[str, object]) -> TypeGuard[_Message]:
     """Whether ``message`` validates as the SDK's ``JSONRPCNotification`` (which ignores an ``id``)."""
     params = message.get("params")
     return (

@@ -21,14 +21,14 @@ answer's bytes) in ``_rejection.py``, re-exported here.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any, Final
+from typing import Final, Protocol
 
 from ..wire.protocol import HANDSHAKE_VERSIONS, MCP_PROTOCOL_VERSION_HEADER, MODERN_VERSIONS
 from ._checks import _ROUTING_HEADERS, _accepts, check_legacy, check_modern
 from ._checks import _decode_header_value as _decode_header_value
 from ._rejection import Rejection, _plain
 
-__all__ = ["LOCALHOST_HOSTS", "LOCALHOST_ORIGINS", "Guard", "Rejection"]
+__all__ = ["LOCALHOST_HOSTS", "LOCALHOST_ORIGINS", "Guard", "Rejection", "TransportSecurity"]
 
 # What MCPServer.streamable_http_app turns on when its ``host`` is a loopback name (its default).
 LOOPBACK_NAMES: Final = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -37,6 +37,17 @@ LOCALHOST_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://
 
 _INVALID_HOST: Final = _plain(421, "Invalid Host header", "invalid_host")
 _INVALID_ORIGIN: Final = _plain(403, "Invalid Origin header", "invalid_origin")
+
+
+class TransportSecurity(Protocol):
+    """What :class:`Guard` reads of the ``mcp`` SDK's ``TransportSecuritySettings`` (or any look-alike)."""
+
+    @property
+    def enable_dns_rebinding_protection(self) -> bool: ...
+    @property
+    def allowed_hosts(self) -> Iterable[str]: ...
+    @property
+    def allowed_origins(self) -> Iterable[str]: ...
 
 
 class Guard:
@@ -57,7 +68,7 @@ class Guard:
     def __init__(
         self,
         *,
-        transport_security: Any = None,
+        transport_security: TransportSecurity | None = None,
         host: str = "127.0.0.1",
         allowed_hosts: Collection[str] | None = None,
         allowed_origins: Collection[str] | None = None,
@@ -99,7 +110,7 @@ class Guard:
         """Whether ``Host`` and ``Origin`` are checked."""
         return self._protect
 
-    def check(self, headers: Iterable[tuple[bytes, bytes]], message: Any) -> Rejection | None:
+    def check(self, headers: Iterable[tuple[bytes, bytes]], message: object) -> Rejection | None:
         """The server's answer if it would refuse this POST, else ``None``.
 
         ``headers`` are the ASGI scope's raw header pairs (lower-case names;

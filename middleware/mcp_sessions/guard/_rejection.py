@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from starlette.types import Send
 
@@ -65,12 +64,12 @@ def _legacy_error(status: int, code: int, message: str, reason: str) -> Rejectio
     return Rejection(status, headers, body, reason, code, message)
 
 
-def _modern_error(request_id: Any, code: int, message: str, reason: str, data: Any = None) -> Rejection:
+def _modern_error(request_id: object, code: int, message: str, reason: str, data: object = None) -> Rejection:
     """The 2026-07-28 entry's ``_write``: ``exclude_none``, then ``id: null`` put back last."""
-    error: dict[str, Any] = {"code": code, "message": message}
+    error: dict[str, object] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
-    payload: dict[str, Any] = {"jsonrpc": "2.0"}
+    payload: dict[str, object] = {"jsonrpc": "2.0"}
     if request_id is not None:
         payload["id"] = request_id
     payload["error"] = error

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Final
 
 from opentelemetry.trace import Span, Status, StatusCode
 
@@ -29,7 +29,7 @@ __all__ = [
     "tool_error_result",
 ]
 
-ToolErrorResult = dict[str, Any]
+ToolErrorResult = dict[str, object]
 """A ``CallToolResult`` with ``isError: true``, as JSON (the ``result`` of the JSON-RPC response)."""
 
 ATTRIBUTE_KIND: Final = "mcp_sessions.handle.kind"
@@ -40,12 +40,12 @@ _MAX_DEPTH: Final = 8
 _HANDLE_LIKE: Final = re.compile(r"[A-Za-z0-9_-]{20,60}")
 
 
-def handle_candidates(handles: Handles, arguments: Any) -> Iterator[tuple[str, str]]:
+def handle_candidates(handles: Handles, arguments: object) -> Iterator[tuple[str, str]]:
     """``(argument path, value)`` for each string in ``arguments`` that looks like a registered kind's handle."""
     prefixes = handles.prefixes
     if not prefixes:
         return
-    stack: list[tuple[str, Any, int]] = [("", arguments, 0)]
+    stack: list[tuple[str, object, int]] = [("", arguments, 0)]
     while stack:
         path, value, depth = stack.pop()
         if isinstance(value, str):
@@ -79,7 +79,7 @@ def tool_error_result(text: str) -> ToolErrorResult:
 
 async def check_call(
     handles: Handles,
-    tools_call_params: Any,
+    tools_call_params: object,
     principal_digest: str | None,
     *,
     verified: dict[str, Handle] | None = None,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from . import _format as fmt
 
@@ -82,7 +82,7 @@ class HandleKind:
 
     # -- pydantic -----------------------------------------------------------------
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(self, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         from ._params import core_schema_for
 
         return core_schema_for(self)

@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Final, Protocol
 
-__all__ = ["ANY_KIND", "iso", "message"]
+__all__ = ["ANY_KIND", "KindWords", "iso", "message"]
 
 
 def iso(timestamp: float) -> str:
     """``timestamp`` as an ISO 8601 UTC instant to the second (``2026-01-01T00:00:00Z``)."""
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KindWords(Protocol):
+    """What a message says of a kind: its name, how its handles look, and the tool that makes one."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def prefix(self) -> str: ...
+    @property
+    def create(self) -> str: ...
+    @property
+    def shown(self) -> str: ...
+    @property
+    def length(self) -> int: ...
 
 
 class _AnyKind:
@@ -23,7 +38,7 @@ class _AnyKind:
     length = 0
 
 
-ANY_KIND: Any = _AnyKind()
+ANY_KIND: Final = _AnyKind()
 
 
 def _article(word: str) -> str:
@@ -32,9 +47,9 @@ def _article(word: str) -> str:
 
 def message(
     reason: str,
-    spec: Any,
+    spec: KindWords,
     *,
-    other: Any = None,
+    other: KindWords | None = None,
     at: int | None = None,
     idle: float | None = None,
     session: bool = False,
@@ -52,6 +67,7 @@ def message(
     if reason == "forged":
         return f"{what} was never issued or was mistyped; pass it exactly as {spec.create} returned it, or {again}"
     if reason == "wrong_kind":
+        assert other is not None  # every wrong_kind refusal names the kind it was given
         return (
             f"this argument takes a {spec.name} handle ({spec.shown}), not {_article(other.name)} {other.name} "
             f"handle ({other.shown}); "

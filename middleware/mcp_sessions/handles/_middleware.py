@@ -14,8 +14,8 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Hashable
+from typing import TYPE_CHECKING, Final, TypedDict, TypeGuard
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
@@ -26,7 +26,7 @@ from ..stores import SessionStoreUnavailable
 from ..wire import jsonrpc
 from ..wire.jsonrpc import hashable_id
 from ..wire.protocol import HANDSHAKE_VERSIONS, INTERNAL_ERROR, INVALID_REQUEST, SESSION_STORE_UNAVAILABLE
-from ._check import check_call, handle_candidates, record_handles
+from ._check import ToolErrorResult, check_call, handle_candidates, record_handles
 from ._context import HandleContext, handle_context
 from ._errors import HandleError
 from ._registry import Handles
@@ -42,6 +42,14 @@ PrincipalHook = Callable[[Scope], "str | Awaitable[str | None] | None"]
 DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 SPAN_NAME: Final = "mcp_sessions.handles.check"
 _TRACER_NAME: Final = "mcp_sessions.handles"
+
+
+class _Answer(TypedDict, total=False):
+    """How to answer one refused call: its ``isError`` result, or that the store cannot answer now."""
+
+    id: object
+    result: ToolErrorResult
+    unavailable: bool
 
 
 def _default_principal(scope: Scope) -> str | None:
@@ -127,9 +135,9 @@ class HandleMiddleware:
             principal = await principal
         return None if principal is None else self.handles.principal_digest(principal)
 
-    async def _check(self, calls: list[dict[str, Any]], context: HandleContext) -> dict[Any, dict[str, Any]] | None:
+    async def _check(self, calls: list[dict[str, object]], context: HandleContext) -> dict[Hashable, _Answer] | None:
         """Verify the calls' handles; the answers to send instead of calling the app, or ``None``."""
-        answers: dict[Any, dict[str, Any]] = {}
+        answers: dict[Hashable, _Answer] = {}
         parent = trace.get_current_span()
         for call in calls:
             params = call.get("params")
@@ -159,7 +167,7 @@ class HandleMiddleware:
         return answers or None
 
     async def _answer(
-        self, send: ASGISendCallable, headers: dict[bytes, bytes], message: Any, answers: dict[Any, dict[str, Any]]
+        self, send: ASGISendCallable, headers: dict[bytes, bytes], message: object, answers: dict[Hashable, _Answer]
     ) -> None:
         modern = headers.get(b"mcp-protocol-version", b"").decode("latin-1") not in ("", *HANDSHAKE_VERSIONS)
         unavailable = any("unavailable" in a for a in answers.values())
@@ -181,11 +189,11 @@ class HandleMiddleware:
             if modern:
                 result["resultType"] = "complete"
             responses.append(jsonrpc.result(rid, result))
-        payload: Any = responses if isinstance(message, list) else responses[0]
+        payload: object = responses if isinstance(message, list) else responses[0]
         if unavailable:
             return await send_json(send, 503, payload, self._retry_after)
         await send_result(send, payload, accept=headers.get(b"accept", b""))
 
 
-def _is_tools_call(message: Any) -> bool:
+def _is_tools_call(message: object) -> TypeGuard[dict[str, object]]:
     return isinstance(message, dict) and message.get("method") == "tools/call" and "id" in message

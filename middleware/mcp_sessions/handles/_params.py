@@ -9,7 +9,7 @@ error as a redacted stand-in, so no error text repeats a handle.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic_core import PydanticCustomError, core_schema
 
@@ -80,6 +80,6 @@ def core_schema_for(kind: HandleKind) -> core_schema.CoreSchema:
     )
 
 
-def _serialize(value: Any) -> str:
+def _serialize(value: object) -> str:
     token = getattr(value, "token", value)
     return str(token)

@@ -6,18 +6,18 @@ import hmac
 import math
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Final, cast
 
 from ..session import digest_of
 from ..stores import SessionStatus, SessionStore
 from ..tokens import KeySet
 from . import _format as fmt
 from ._context import current_handle_context
-from ._errors import HandleError
+from ._errors import HandleError, HandleErrorReason
 from ._handle import DATA_PREFIX, Handle
 from ._keys import derive_mac_keys, kind_macs
 from ._kind import DEFAULT_TTL, HandleKind, check_ttl
-from ._messages import ANY_KIND, message
+from ._messages import ANY_KIND, KindWords, message
 
 __all__ = ["CURRENT", "Handle", "HandleKind", "Handles"]
 
@@ -30,7 +30,7 @@ class _Current:
         return "CURRENT"
 
 
-CURRENT: Final[Any] = _Current()
+CURRENT: Final = _Current()
 """Take the principal from the current request's handle context (the default)."""
 
 
@@ -145,7 +145,7 @@ class Handles:
         """The pseudonymous digest of a principal, as the session middleware computes it."""
         return digest_of(str(principal), self.keys.audience)
 
-    def _digest_of(self, principal: Any) -> str | None:
+    def _digest_of(self, principal: str | _Current | None) -> str | None:
         if principal is CURRENT:
             context = current_handle_context()
             return None if context is None else context.principal_digest
@@ -162,8 +162,8 @@ class Handles:
         kind: HandleKind | str,
         *,
         ttl: float | None = None,
-        data: Mapping[str, Any] | None = None,
-        principal: Any = CURRENT,
+        data: Mapping[str, object] | None = None,
+        principal: str | _Current | None = CURRENT,
         session_id: str | None = None,
         session_expires_at: float | None = None,
         now: float | None = None,
@@ -209,12 +209,22 @@ class Handles:
 
     # -- verifying ----------------------------------------------------------------------
 
-    def _error(self, reason: Any, spec: HandleKind, handle_id: str | None = None, **details: Any) -> HandleError:
-        return HandleError(reason, message(reason, spec, **details), kind=spec.name, handle_id=handle_id)
+    def _error(
+        self,
+        reason: HandleErrorReason,
+        spec: KindWords,
+        handle_id: str | None = None,
+        *,
+        at: int | None = None,
+        idle: float | None = None,
+        session: bool = False,
+    ) -> HandleError:
+        text = message(reason, spec, at=at, idle=idle, session=session)
+        return HandleError(reason, text, kind=spec.name, handle_id=handle_id)
 
     def authenticate(
         self,
-        value: Any,
+        value: object,
         principal_digest: str | None,
         *,
         expected: HandleKind | None = None,
@@ -262,7 +272,12 @@ class Handles:
         return False
 
     async def verify(
-        self, value: Any, *, kind: HandleKind | str | None = None, principal: Any = CURRENT, now: float | None = None
+        self,
+        value: object,
+        *,
+        kind: HandleKind | str | None = None,
+        principal: str | _Current | None = CURRENT,
+        now: float | None = None,
     ) -> Handle:
         """The verified :class:`Handle` for ``value``, or :class:`HandleError`.
 
@@ -275,7 +290,12 @@ class Handles:
         return await self.verify_digest(value, self._digest_of(principal), expected=expected, now=now)
 
     async def verify_digest(
-        self, value: Any, principal_digest: str | None, *, expected: HandleKind | None = None, now: float | None = None
+        self,
+        value: object,
+        principal_digest: str | None,
+        *,
+        expected: HandleKind | None = None,
+        now: float | None = None,
     ) -> Handle:
         """:meth:`verify` with the principal given as its digest (what the session middleware holds)."""
         current = time.time() if now is None else now
@@ -313,7 +333,7 @@ class Handles:
                 raise self._error("revoked", spec, handle_id, session=True)
         return Handle(
             registry=self,
-            token=value,
+            token=cast(str, value),  # authenticate refused anything but a str
             handle_id=handle_id,
             kind=spec.name,
             expires_at=payload.expires_at,
@@ -342,7 +362,7 @@ class Handles:
 
     # -- revoking ---------------------------------------------------------------------------
 
-    async def revoke(self, handle: Handle | str, *, principal: Any = CURRENT) -> bool:
+    async def revoke(self, handle: Handle | str, *, principal: str | _Current | None = CURRENT) -> bool:
         """End a handle on every replica sharing the store, and drop its data.
 
         Takes a verified :class:`Handle`, or a handle string (verified first,

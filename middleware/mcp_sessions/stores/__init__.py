@@ -6,7 +6,7 @@ works without the optional ``redis`` package and loads no more than it needs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._base import SessionRecord, SessionStatus, SessionStore, SessionStoreUnavailable
 from ._urls import StoreFactory, register_store, store_from_url
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type[SessionStore]:
     if name == "RedisStore":
         from .redis import RedisStore
 

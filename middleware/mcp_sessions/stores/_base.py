@@ -7,7 +7,6 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 __all__ = ["SessionRecord", "SessionStatus", "SessionStore", "SessionStoreUnavailable"]
 
@@ -113,11 +112,11 @@ class SessionStore(ABC):
         """
 
     @abstractmethod
-    async def get(self, session_id: str, key: str, default: Any = None) -> Any:
+    async def get(self, session_id: str, key: str, default: object = None) -> object:
         """The value stored under ``key``, or ``default``."""
 
     @abstractmethod
-    async def set(self, session_id: str, key: str, value: Any, *, expires_at: float) -> None:
+    async def set(self, session_id: str, key: str, value: object, *, expires_at: float) -> None:
         """Store a copy of ``value`` (JSON-serializable) under ``key``; a no-op once revoked."""
 
     @abstractmethod
@@ -130,12 +129,12 @@ class SessionStore(ABC):
 
     @abstractmethod
     async def update(
-        self, session_id: str, key: str, fn: Callable[[Any], Any], *, expires_at: float, default: Any = None
-    ) -> Any:
+        self, session_id: str, key: str, fn: Callable[[object], object], *, expires_at: float, default: object = None
+    ) -> object:
         """Atomically replace a value with ``fn(old)``; returns the new value."""
 
     @abstractmethod
-    async def items(self, session_id: str) -> dict[str, Any]:
+    async def items(self, session_id: str) -> dict[str, object]:
         """Every key and value of the session's data (a copy)."""
 
     async def ping(self) -> None:  # noqa: B027 - optional hook

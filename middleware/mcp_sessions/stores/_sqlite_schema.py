@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeAlias
 
 __all__ = [
     "DELETE_VALUE",
@@ -19,16 +20,23 @@ __all__ = [
     "PAGE",
     "ROW",
     "Row",
+    "SQLValue",
     "delete_expired",
     "end_session",
     "insert_session",
     "open_connection",
+    "read_items",
+    "read_page",
     "read_row",
     "read_value",
+    "rows",
     "set_label",
     "set_last_seen",
     "store_value",
 ]
+
+SQLValue: TypeAlias = str | int | float | bytes | None
+"""A value SQLite takes as a parameter or returns in a row."""
 
 SCHEMA_VERSION: Final = 1
 SCHEMA: Final = """
@@ -140,6 +148,23 @@ def read_value(connection: sqlite3.Connection, session_id: str, key: str) -> str
     """The JSON text stored under ``key``, or ``None``."""
     row = connection.execute(GET_VALUE, (session_id, key)).fetchone()
     return None if row is None else str(row[0])
+
+
+def read_items(connection: sqlite3.Connection, session_id: str) -> list[tuple[str, str]]:
+    """Every key of the session's data with its JSON text."""
+    return connection.execute(ITEMS, (session_id,)).fetchall()
+
+
+def read_page(
+    connection: sqlite3.Connection, principal: str, after: str, now: float, limit: int
+) -> list[tuple[str, float, str | None]]:
+    """Up to ``limit`` live listed sessions of ``principal`` after the id ``after``: id, expiry, label (JSON)."""
+    return connection.execute(PAGE, (principal, after, now, limit)).fetchall()
+
+
+def rows(connection: sqlite3.Connection, sql: str, parameters: Sequence[SQLValue]) -> list[tuple[SQLValue, ...]]:
+    """Every row any ``sql`` returns (outside a transaction: autocommit)."""
+    return connection.execute(sql, parameters).fetchall()
 
 
 def delete_expired(connection: sqlite3.Connection, batch: int) -> None:

@@ -14,17 +14,18 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar, TypeVarTuple
 
 from ._base import SessionStoreUnavailable
-from ._sqlite_schema import delete_expired, open_connection
+from ._sqlite_schema import SQLValue, delete_expired, open_connection, rows
 
 __all__ = ["SQLiteWriter"]
 
 _T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
 
 logger = logging.getLogger("mcp_sessions.sqlite")
 
@@ -89,11 +90,11 @@ class SQLiteWriter:
             raise
         return result
 
-    def read(self, sql: str, parameters: tuple[Any, ...]) -> list[Any]:
+    def read(self, sql: str, parameters: Sequence[SQLValue]) -> list[tuple[SQLValue, ...]]:
         """Every row ``sql`` returns, on the calling thread's connection (outside a transaction: autocommit)."""
-        return self.connection().execute(sql, parameters).fetchall()
+        return rows(self.connection(), sql, parameters)
 
-    async def run(self, call: Callable[..., _T], *args: Any) -> _T:
+    async def run(self, call: Callable[[*_Ts], _T], *args: *_Ts) -> _T:
         """Run ``call`` on the store's thread; SQLite failures become :class:`SessionStoreUnavailable`."""
         if self._closed:
             raise SessionStoreUnavailable("the sqlite store is closed")
@@ -102,12 +103,19 @@ class SQLiteWriter:
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from None
 
-    def read_here(self, sql: str, parameters: tuple[Any, ...]) -> list[Any]:
+    def read_here(self, sql: str, parameters: Sequence[SQLValue]) -> list[tuple[SQLValue, ...]]:
         """One read on the calling thread (the event loop's): WAL readers never wait for writers."""
+        return self.query_here(rows, sql, parameters)
+
+    def query_here(self, query: Callable[[sqlite3.Connection, *_Ts], _T], *args: *_Ts) -> _T:
+        """``query(connection, *args)`` on the calling thread's connection, as :meth:`read_here` reads.
+
+        ``query`` is one of the schema's typed reads (``read_row``, ``read_value``, …).
+        """
         if self._closed:
             raise SessionStoreUnavailable("the sqlite store is closed")
         try:
-            return self.read(sql, parameters)
+            return query(self.connection(), *args)
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from None
 

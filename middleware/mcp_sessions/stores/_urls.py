@@ -5,15 +5,47 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, Unpack
 from urllib.parse import parse_qs, urlsplit
 
 from ._base import SessionStore
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
 
 __all__ = ["StoreFactory", "register_store", "store_from_url"]
 
 StoreFactory = Callable[..., SessionStore]
 """Builds a store from its URL and keyword options: ``factory(url, **options)``."""
+
+
+class _MemoryOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`~mcp_sessions.stores.MemoryStore`."""
+
+    max_sessions: int
+
+
+class _SQLiteOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`~mcp_sessions.stores.SQLiteStore` after its path."""
+
+    timeout: float
+    touch_interval: float
+    cleanup_batch: int
+    cleanup_interval: float
+
+
+class _RedisOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`~mcp_sessions.stores.RedisStore` after its URL."""
+
+    client: aioredis.Redis | None
+    prefix: str
+    timeout: float
+    connect_timeout: float
+    max_connections: int
+    touch_interval: float
+    expiry_margin: float
+    max_update_attempts: int
+
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _factories: dict[str, StoreFactory] = {}
@@ -31,7 +63,7 @@ def register_store(scheme: str, factory: StoreFactory) -> None:
     _factories[scheme] = factory
 
 
-def store_from_url(url: str, **options: Any) -> SessionStore:
+def store_from_url(url: str, **options: object) -> SessionStore:
     """The store a URL names, built with ``options`` (keyword arguments of its class).
 
     ``memory://`` (``?max_sessions=N``), ``sqlite:///absolute/path.db`` or ``sqlite://relative/path.db``,
@@ -74,7 +106,7 @@ def _integer(text: str, what: str) -> int:
     return int(text)
 
 
-def memory_store(url: str, **options: Any) -> SessionStore:
+def memory_store(url: str, **options: Unpack[_MemoryOptions]) -> SessionStore:
     """``memory://`` with an optional ``?max_sessions=N``."""
     from .memory import MemoryStore
 
@@ -87,7 +119,7 @@ def memory_store(url: str, **options: Any) -> SessionStore:
     return MemoryStore(**options)
 
 
-def sqlite_store(url: str, **options: Any) -> SessionStore:
+def sqlite_store(url: str, **options: Unpack[_SQLiteOptions]) -> SessionStore:
     """``sqlite:///absolute/path.db`` or ``sqlite://relative/path.db`` (relative to the working directory)."""
     from .sqlite import SQLiteStore
 
@@ -102,7 +134,7 @@ def sqlite_store(url: str, **options: Any) -> SessionStore:
     return SQLiteStore(Path(path), **options)
 
 
-def redis_store(url: str, **options: Any) -> SessionStore:
+def redis_store(url: str, **options: Unpack[_RedisOptions]) -> SessionStore:
     """``redis://``, ``rediss://`` or ``unix://``: ``RedisStore`` checks the URL part by part."""
     from .redis import RedisStore
 

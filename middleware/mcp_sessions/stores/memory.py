@@ -11,7 +11,6 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from ._base import (
     SessionRecord,
@@ -50,7 +49,7 @@ class _Entry:
         self.label: dict[str, str] | None = None
 
 
-def _encode(value: Any) -> str:
+def _encode(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -218,14 +217,14 @@ class MemoryStore(SessionStore):
             return _Entry(session_id, expires_at)  # a request that outlives its session writes into the void
         return entry
 
-    async def get(self, session_id: str, key: str, default: Any = None) -> Any:
+    async def get(self, session_id: str, key: str, default: object = None) -> object:
         """The value stored under ``key``, or ``default``."""
         entry = self._entries.get(session_id)
         if entry is None or key not in entry.data:
             return default
         return json.loads(entry.data[key])
 
-    async def set(self, session_id: str, key: str, value: Any, *, expires_at: float) -> None:
+    async def set(self, session_id: str, key: str, value: object, *, expires_at: float) -> None:
         """Store a copy of ``value``; a no-op once the session is revoked."""
         encoded = _encode(value)
         self._writable(session_id, expires_at).data[key] = encoded
@@ -249,8 +248,8 @@ class MemoryStore(SessionStore):
         return current + amount
 
     async def update(
-        self, session_id: str, key: str, fn: Callable[[Any], Any], *, expires_at: float, default: Any = None
-    ) -> Any:
+        self, session_id: str, key: str, fn: Callable[[object], object], *, expires_at: float, default: object = None
+    ) -> object:
         """Replace a value with ``fn(old)``; atomic on the event loop (``fn`` must not await)."""
         entry = self._writable(session_id, expires_at)
         raw = entry.data.get(key)
@@ -258,7 +257,7 @@ class MemoryStore(SessionStore):
         entry.data[key] = _encode(new)
         return new
 
-    async def items(self, session_id: str) -> dict[str, Any]:
+    async def items(self, session_id: str) -> dict[str, object]:
         """Every key and value of the session's data (a copy)."""
         entry = self._entries.get(session_id)
         if entry is None:

@@ -26,7 +26,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from ._base import (
     SessionRecord,
@@ -39,13 +38,11 @@ from ._base import (
 )
 from ._sqlite_schema import (
     DELETE_VALUE,
-    GET_VALUE,
-    ITEMS,
-    PAGE,
-    ROW,
     Row,
     end_session,
     insert_session,
+    read_items,
+    read_page,
     read_row,
     read_value,
     set_label,
@@ -138,8 +135,7 @@ class SQLiteStore(SessionStore):
             moves = idle_ttl is not None and now > seen and now - seen >= interval
             return SessionStatus.ACTIVE, moves
 
-        found = self._writer.read_here(ROW, (session_id, now))
-        status, must_write = verdict(Row(bool(found[0][0]), found[0][1]) if found else None)
+        status, must_write = verdict(self._writer.query_here(read_row, session_id, now))
         if not must_write:
             return status
 
@@ -184,12 +180,12 @@ class SQLiteStore(SessionStore):
             return True
         return not row.revoked
 
-    async def get(self, session_id: str, key: str, default: Any = None) -> Any:
+    async def get(self, session_id: str, key: str, default: object = None) -> object:
         """The value stored under ``key``, or ``default``."""
-        rows = self._writer.read_here(GET_VALUE, (session_id, key))
-        return default if not rows else json.loads(rows[0][0])
+        raw = self._writer.query_here(read_value, session_id, key)
+        return default if raw is None else json.loads(raw)
 
-    async def set(self, session_id: str, key: str, value: Any, *, expires_at: float) -> None:
+    async def set(self, session_id: str, key: str, value: object, *, expires_at: float) -> None:
         """Store a copy of ``value``; a no-op once the session is revoked."""
         encoded = _encode(value)
 
@@ -221,14 +217,14 @@ class SQLiteStore(SessionStore):
         return await self._writer.run(self._writer.write, count)
 
     async def update(
-        self, session_id: str, key: str, fn: Callable[[Any], Any], *, expires_at: float, default: Any = None
-    ) -> Any:
+        self, session_id: str, key: str, fn: Callable[[object], object], *, expires_at: float, default: object = None
+    ) -> object:
         """Replace a value with ``fn(old)`` under the write lock, atomically across processes.
 
         ``fn`` runs on the store's thread while the lock is held: keep it short and pure.
         """
 
-        def replace(connection: sqlite3.Connection) -> Any:
+        def replace(connection: sqlite3.Connection) -> object:
             writable = self._writable(connection, session_id, expires_at)
             raw = read_value(connection, session_id, key) if writable else None
             new = fn(default if raw is None else json.loads(raw))
@@ -239,9 +235,9 @@ class SQLiteStore(SessionStore):
 
         return await self._writer.run(self._writer.write, replace)
 
-    async def items(self, session_id: str) -> dict[str, Any]:
+    async def items(self, session_id: str) -> dict[str, object]:
         """Every key and value of the session's data (a copy)."""
-        rows = self._writer.read_here(ITEMS, (session_id,))
+        rows = self._writer.query_here(read_items, session_id)
         return {key: json.loads(value) for key, value in rows}
 
     # -- listing ---------------------------------------------------------------
@@ -274,7 +270,7 @@ class SQLiteStore(SessionStore):
         """The principal's live sessions by session id: one indexed query a page."""
         check_page_size(limit)
         after = "" if cursor is None else decode_cursor(cursor)
-        rows = self._writer.read_here(PAGE, (principal, after, now, limit + 1))
+        rows = self._writer.query_here(read_page, principal, after, now, limit + 1)
         page = [
             SessionRecord(sid, expires, None if label is None else json.loads(label)) for sid, expires, label in rows
         ]

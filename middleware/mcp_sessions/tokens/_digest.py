@@ -31,7 +31,7 @@ class IdDigests:
 
     def __init__(self, keys: KeySet) -> None:
         signer = keys.signer
-        if signer is None:
+        if signer is None or signer.signing_key is None:  # a KeySet's signer always holds its signing key
             raise ValueError("id digests need a KeySet that can sign")
         material = signer.signing_key
         if not isinstance(material, bytes):

@@ -15,7 +15,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Final
 
 import jwt
 
@@ -66,17 +66,18 @@ def minted_headers(pyjwt: jwt.PyJWT, keys: Iterable[SessionKey], typ: str) -> di
     """The header segment each HS256 key writes for ``typ``, exactly as minted, and the key's MAC."""
     headers = {}
     for key in keys:
-        if key.algorithm != "HS256":
+        secret = key.verifying_key
+        if key.algorithm != "HS256" or not isinstance(secret, bytes):  # an HS256 key's secret is always bytes
             continue
         try:
-            token = pyjwt.encode({}, key.verifying_key, algorithm="HS256", headers={"kid": key.kid, "typ": typ})
+            token = pyjwt.encode({}, secret, algorithm="HS256", headers={"kid": key.kid, "typ": typ})
         except jwt.InvalidKeyError:
             continue  # a secret PyJWT refuses (it looks like a PEM or SSH key): the reference path judges
-        headers[token.partition(".")[0]] = HMACSHA256(key.verifying_key)
+        headers[token.partition(".")[0]] = HMACSHA256(secret)
     return headers
 
 
-def verified_payload(token: str, headers: Mapping[str, HMACSHA256]) -> dict[str, Any] | None:
+def verified_payload(token: str, headers: Mapping[str, HMACSHA256]) -> dict[str, object] | None:
     """The payload of an HS256 token whose header is exactly one of ``headers``, or ``None``.
 
     ``None`` leaves the token to PyJWT (the reference), which decides it and
@@ -112,7 +113,7 @@ def verified_payload(token: str, headers: Mapping[str, HMACSHA256]) -> dict[str,
     return claims if end == len(text) and isinstance(claims, dict) else None
 
 
-def plain_session_claims(payload: dict[str, Any], *, issuer: str, audience: str) -> bool:
+def plain_session_claims(payload: Mapping[str, object], *, issuer: str, audience: str) -> bool:
     """Whether PyJWT's claim checks on a session id pass by plain comparison; otherwise the reference judges."""
     return (
         payload.get("iss") == issuer
@@ -124,7 +125,7 @@ def plain_session_claims(payload: dict[str, Any], *, issuer: str, audience: str)
     )
 
 
-def plain_registered_claims(payload: dict[str, Any]) -> bool:
+def plain_registered_claims(payload: Mapping[str, object]) -> bool:
     """Whether ``sub`` and ``jti``, which PyJWT checks when present, are absent or strings."""
     return isinstance(payload.get("sub", ""), str) and isinstance(payload.get("jti", ""), str)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 import jwt
 
@@ -41,7 +41,7 @@ def verified_by_pyjwt(
     audience: str | None,
     issuer: str,
     leeway: float,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The payload of ``token``: shape, header (``kid``, ``alg``, ``typ``) and signature checked.
 
     With an ``audience`` (a session id), ``iss``, ``aud`` and the required
@@ -63,7 +63,7 @@ def verified_by_pyjwt(
     if header.get("typ") != typ:
         raise InvalidToken("wrong token type")
     try:
-        payload: dict[str, Any] = pyjwt.decode(
+        payload: dict[str, object] = pyjwt.decode(
             token,
             key.verifying_key,
             algorithms=[key.algorithm],

@@ -13,8 +13,9 @@ import binascii
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, TypeAlias, cast
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import (
@@ -24,9 +25,14 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_public_key,
 )
 
-__all__ = ["MIN_SECRET_BYTES", "SessionKey"]
+__all__ = ["MIN_SECRET_BYTES", "PrivateKey", "PublicKey", "SessionKey"]
 
 MIN_SECRET_BYTES: Final = 32
+
+PrivateKey: TypeAlias = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+"""The asymmetric keys that sign: P-256 (ES256) or Ed25519 (EdDSA)."""
+PublicKey: TypeAlias = ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
+"""The asymmetric keys that only verify."""
 
 
 class SessionKey:
@@ -39,7 +45,9 @@ class SessionKey:
 
     __slots__ = ("algorithm", "kid", "signing_key", "verifying_key")
 
-    def __init__(self, *, kid: str, algorithm: str, signing_key: Any, verifying_key: Any) -> None:
+    def __init__(
+        self, *, kid: str, algorithm: str, signing_key: bytes | PrivateKey | None, verifying_key: bytes | PublicKey
+    ) -> None:
         if not kid or not isinstance(kid, str) or len(kid) > 64:
             raise ValueError("a key id (kid) must be a non-empty string of at most 64 characters")
         self.kid = kid
@@ -78,22 +86,29 @@ class SessionKey:
         return cls(kid=kid, algorithm="HS256", signing_key=raw, verifying_key=raw)
 
     @classmethod
-    def from_private_key(cls, key: Any, *, kid: str) -> SessionKey:
+    def from_private_key(cls, key: str | bytes | PrivateKey, *, kid: str) -> SessionKey:
         """An ES256 (P-256) or EdDSA (Ed25519) key from a key object or PEM text."""
-        if isinstance(key, str | bytes):
-            key = load_pem_private_key(key.encode() if isinstance(key, str) else key, password=None)
-        algorithm = _asymmetric_algorithm(key)
-        return cls(kid=kid, algorithm=algorithm, signing_key=key, verifying_key=key.public_key())
+        loaded = (
+            load_pem_private_key(key.encode() if isinstance(key, str) else key, password=None)
+            if isinstance(key, str | bytes)
+            else key
+        )
+        algorithm = _asymmetric_algorithm(loaded)
+        private = cast(PrivateKey, loaded)  # a private key (PEM or the parameter), P-256 or Ed25519 (checked above)
+        return cls(kid=kid, algorithm=algorithm, signing_key=private, verifying_key=private.public_key())
 
     @classmethod
-    def from_public_key(cls, key: Any, *, kid: str) -> SessionKey:
+    def from_public_key(cls, key: str | bytes | PublicKey, *, kid: str) -> SessionKey:
         """A verify-only ES256 or EdDSA key (another replica signs)."""
-        if isinstance(key, str | bytes):
-            key = load_pem_public_key(key.encode() if isinstance(key, str) else key)
-        return cls(kid=kid, algorithm=_asymmetric_algorithm(key), signing_key=None, verifying_key=key)
+        loaded = (
+            load_pem_public_key(key.encode() if isinstance(key, str) else key) if isinstance(key, str | bytes) else key
+        )
+        algorithm = _asymmetric_algorithm(loaded)
+        public = cast(PublicKey, loaded)  # a public key (PEM or the parameter), P-256 or Ed25519 (checked above)
+        return cls(kid=kid, algorithm=algorithm, signing_key=None, verifying_key=public)
 
 
-def _asymmetric_algorithm(key: Any) -> str:
+def _asymmetric_algorithm(key: object) -> str:
     if isinstance(key, ec.EllipticCurvePrivateKey | ec.EllipticCurvePublicKey):
         if not isinstance(key.curve, ec.SECP256R1):
             raise ValueError(f"ES256 needs a P-256 key, not {key.curve.name}")
@@ -160,7 +175,7 @@ def _keys_from_jwks(text: str, source: str) -> list[SessionKey]:
         line, column = getattr(exc, "lineno", "?"), getattr(exc, "colno", "?")
         raise ValueError(f"{source} is not valid JSON (line {line}, column {column})") from None
     if isinstance(document, dict) and "kty" in document:
-        jwks: Any = [document]
+        jwks: object = [document]
     elif isinstance(document, dict):
         jwks = document.get("keys")
     else:
@@ -170,7 +185,7 @@ def _keys_from_jwks(text: str, source: str) -> list[SessionKey]:
     return [_key_from_jwk(jwk, f"{source}: key {number}", source) for number, jwk in enumerate(jwks, start=1)]
 
 
-def _key_from_jwk(jwk: Any, where: str, source: str) -> SessionKey:
+def _key_from_jwk(jwk: object, where: str, source: str) -> SessionKey:
     if not isinstance(jwk, dict):
         raise ValueError(f"{where} is not a JSON object")
     kid = jwk.get("kid")
@@ -223,7 +238,7 @@ def _key_from_jwk(jwk: Any, where: str, source: str) -> SessionKey:
         raise ValueError(f"{where}: 'x' is not a valid Ed25519 public key") from None
 
 
-def _b64url(jwk: dict[str, Any], member: str, where: str, *, size: int | None = None) -> bytes:
+def _b64url(jwk: Mapping[str, object], member: str, where: str, *, size: int | None = None) -> bytes:
     value = jwk.get(member)
     if not isinstance(value, str) or not value or not _BASE64URL.fullmatch(value):
         raise ValueError(f"{where}: '{member}' must be a base64url string")

@@ -15,7 +15,7 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypedDict, TypeVar, Unpack
 
 import jwt
 
@@ -43,6 +43,8 @@ _STATE_CACHE_SIZE: Final = 10_000
 _SESSION_ID_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _REGISTERED_CLAIMS: Final = frozenset(REQUIRED_CLAIMS)
 
+_V = TypeVar("_V")
+
 
 class StateTooLarge(ValueError):
     """The application tried to store more client-held state than the limit allows."""
@@ -62,7 +64,7 @@ class SessionClaims:
     """Every other claim, beyond ``iss``, ``aud``, ``sid``, ``iat`` and ``exp``."""
 
 
-class _BoundedCache(dict[str, Any]):
+class _BoundedCache(dict[str, _V]):
     """A dict that forgets its oldest entries past a size (insertion order)."""
 
     __slots__ = ("maxsize",)
@@ -71,11 +73,27 @@ class _BoundedCache(dict[str, Any]):
         super().__init__()
         self.maxsize = maxsize
 
-    def put(self, key: str, value: Any) -> None:
+    def put(self, key: str, value: _V) -> None:
         if len(self) >= self.maxsize:
             for old in list(self)[: self.maxsize // 10 or 1]:
                 del self[old]
         self[key] = value
+
+
+class KeySetLimits(TypedDict, total=False):
+    """The keyword arguments of :class:`KeySet` that :meth:`KeySet.from_config` passes on."""
+
+    max_token_length: int
+    max_state_size: int
+    leeway: float
+
+
+class KeySetOptions(KeySetLimits, total=False):
+    """The keyword arguments of :class:`KeySet` that :meth:`KeySet.from_secret` passes on."""
+
+    signer: str | None
+    issuer: str
+    audience: str
 
 
 class KeySet:
@@ -120,10 +138,10 @@ class KeySet:
         self.max_state_size = max_state_size
         self.leeway = leeway
         self._jwt = jwt.PyJWT()
-        self._session_cache = _BoundedCache(_SESSION_CACHE_SIZE)
+        self._session_cache: _BoundedCache[SessionClaims] = _BoundedCache(_SESSION_CACHE_SIZE)
         self.cached_session_claims = self._session_cache.get
         """The claims of a session id this set verified (still to check against the clock), else ``None``."""
-        self._state_cache = _BoundedCache(_STATE_CACHE_SIZE)
+        self._state_cache: _BoundedCache[tuple[str, str]] = _BoundedCache(_STATE_CACHE_SIZE)
         self._session_headers = minted_headers(self._jwt, self._keys.values(), SESSION_TOKEN_TYPE)
         self._state_headers = minted_headers(self._jwt, self._keys.values(), STATE_TOKEN_TYPE)
 
@@ -133,7 +151,7 @@ class KeySet:
         return tuple(self._keys.values())
 
     @classmethod
-    def from_secret(cls, secret: str | bytes, **kwargs: Any) -> KeySet:
+    def from_secret(cls, secret: str | bytes, **kwargs: Unpack[KeySetOptions]) -> KeySet:
         """A set of one HS256 key (:meth:`SessionKey.from_secret`); ``kwargs`` go to :class:`KeySet`."""
         return cls([SessionKey.from_secret(secret)], **kwargs)
 
@@ -146,7 +164,7 @@ class KeySet:
         issuer: str = "mcp-sessions",
         audience: str = "mcp-sessions",
         source: str = "MCP_SESSIONS_KEYS",
-        **kwargs: Any,
+        **kwargs: Unpack[KeySetLimits],
     ) -> KeySet:
         """A key set from configuration text, as in ``MCP_SESSIONS_KEYS``.
 
@@ -181,7 +199,7 @@ class KeySet:
     # -- session ids ---------------------------------------------------------
 
     def mint_session_token(
-        self, *, ttl: float, now: float | None = None, extra_claims: Mapping[str, Any] | None = None
+        self, *, ttl: float, now: float | None = None, extra_claims: Mapping[str, object] | None = None
     ) -> tuple[str, SessionClaims]:
         """A new session id (the token) and its claims."""
         issued_at = int(time.time() if now is None else now)
@@ -237,7 +255,7 @@ class KeySet:
 
     # -- client-held state ---------------------------------------------------
 
-    def sign_state(self, session_id: str, state: Mapping[str, Any]) -> str:
+    def sign_state(self, session_id: str, state: Mapping[str, object]) -> str:
         """A state token bound to ``session_id``; :class:`StateTooLarge` past the limit."""
         try:
             state_json = json.dumps(state, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -273,20 +291,20 @@ class KeySet:
 
     # -- JWS -----------------------------------------------------------------
 
-    def _sign(self, payload: dict[str, Any], typ: str) -> str:
+    def _sign(self, payload: dict[str, object], typ: str) -> str:
         key = self.signer
-        if key is None:
+        if key is None or key.signing_key is None:  # a signer always holds its signing key
             raise ValueError("this KeySet is verify-only: no key in it can sign (add a secret or a private key)")
         return self._jwt.encode(payload, key.signing_key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": typ})
 
     # The direct HS256 check: a payload, None (the token is left to _verify), or InvalidToken for a wrong MAC.
     _verify_hs256 = staticmethod(verified_payload)
 
-    def _plain_session_claims(self, payload: dict[str, Any]) -> bool:
+    def _plain_session_claims(self, payload: Mapping[str, object]) -> bool:
         """Whether PyJWT's claim checks pass by plain comparison; otherwise the reference path judges."""
         return plain_session_claims(payload, issuer=self.issuer, audience=self.audience)
 
-    def _verify(self, token: str, typ: str, *, audience: str | None) -> dict[str, Any]:
+    def _verify(self, token: str, typ: str, *, audience: str | None) -> dict[str, object]:
         """Check shape, header and signature through PyJWT; the caller has bounded the length."""
         return verified_by_pyjwt(
             self._jwt, self._keys, token, typ, audience=audience, issuer=self.issuer, leeway=self.leeway
