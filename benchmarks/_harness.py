@@ -7,7 +7,9 @@ import it (they run as scripts, so this directory is on ``sys.path``).
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
+import hmac
 import importlib.metadata
 import json
 import math
@@ -154,6 +156,273 @@ class SessionFloor:
             await self.app(scope, replay, splice)
         finally:
             FLOOR_SESSION.reset(context)
+
+
+# What the checked floor allows, as the mcp SDK's DNS-rebinding protection allows a loopback server by default.
+LOCAL_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+LOCAL_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
+# The protocol versions whose Mcp-Session-Id is the server's transport session, not the data-layer session.
+HANDSHAKE_VERSIONS = frozenset({b"2024-11-05", b"2025-03-26", b"2025-06-18", b"2025-11-25"})
+MAX_BODY_SIZE = 4 * 1024 * 1024
+_SESSION_MEMBER = b'"%s"' % SESSION_META_KEY.encode()
+
+
+def _allowed(patterns: Sequence[str]) -> tuple[frozenset[bytes], tuple[bytes, ...]]:
+    """The exact values, and the prefixes of the ``base:*`` patterns (``base:`` then any port), as bytes."""
+    exact = frozenset(p.encode() for p in patterns if not p.endswith(":*"))
+    return exact, tuple(p[:-1].encode() for p in patterns if p.endswith(":*"))
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An ``object_pairs_hook`` that refuses an object with a repeated member name."""
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        raise ValueError("repeated member name")
+    return members
+
+
+def _refusal(status: int, code: int, text: str) -> tuple[Message, Message]:
+    """The two messages of a fixed JSON-RPC error answer."""
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": text}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    return (
+        {"type": "http.response.start", "status": status, "headers": headers},
+        {"type": "http.response.body", "body": body, "more_body": False},
+    )
+
+
+TOO_LARGE = _refusal(413, -32600, "Request body too large")
+INVALID_HOST = _refusal(421, -32600, "Invalid Host header")
+INVALID_ORIGIN = _refusal(403, -32600, "Invalid Origin header")
+NOT_JSON = _refusal(400, -32700, "Parse error")
+INVALID = _refusal(400, -32600, "Invalid request")
+HEADER_MISMATCH = _refusal(400, -32600, "Mcp-Session-Id does not match the session")
+NOT_FOUND = _refusal(404, -32001, "Session not found")
+
+
+def token_claims(token: str) -> dict[str, Any]:
+    """The claims of a session id (a JWS): its payload, as a check that already verified it returned it."""
+    payload = token.split(".")[1]
+    claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return claims
+
+
+class ClaimsOnFirstSight(dict[str, dict[str, Any]]):
+    """A verified-claims cache that takes every session id it is asked for as verified, the first time."""
+
+    def __missing__(self, token: str) -> dict[str, Any]:
+        claims = self[token] = token_claims(token)
+        return claims
+
+
+class CheckedSessionFloor:
+    """The session floor plus exactly the checks a session-bearing call needs: the checked reference.
+
+    What :class:`SessionFloor` does (read the body, parse it once with ``json``,
+    set a context variable, replay the body, splice the echo into the response
+    and fix ``Content-Length``), and on top, each as cheaply as a careful hand
+    would write it, the checks the middleware must make on a session-bearing
+    ``tools/call``, and no others:
+
+    - the request's own: a header dict built from the scope (the first of a
+      repeated header wins); method ``POST``, the MCP path and a JSON
+      ``Content-Type`` (anything else passes to the app untouched); the body
+      read with a bound (413 above ``max_body_size``, by its declared length
+      or as it arrives);
+    - the server's own guard: ``Host`` in the allowed set and ``Origin``, if
+      sent, in its set (loopback names with any port by default, as the
+      ``mcp`` SDK's DNS-rebinding protection allows them): 421 and 403;
+    - repeated member names: a body with a backslash, or that spells the
+      session member's name more than once, is parsed with an
+      ``object_pairs_hook`` that refuses a repeated name (400);
+    - the session id: looked up in ``verified``, a dict of claims already
+      verified (the cache of verified tokens; a miss is "not found"), its
+      ``exp`` checked against ``time.time()`` with ``leeway``, and an
+      ``Mcp-Session-Id`` header, on a per-request protocol version (the
+      header names the transport session under a handshake version), compared
+      with it;
+    - the principal: a session whose claims bind a principal digest
+      (``pbh``) is refused unless the caller's (an HMAC-SHA256 of
+      ``scope["user"].identity`` under ``principal_key``) is the same;
+    - revocation and idle expiry: one lookup of the session's ``sid`` in
+      ``revoked``, a dict of revoked or idle session ids (what the memory
+      store's ``touch`` stands for).
+
+    A refusal is a fixed JSON-RPC error. No store, no token signature (the
+    cache has it), no telemetry, no fallbacks: what a hand-written session
+    layer that checks what it must pays.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        verified: dict[str, dict[str, Any]],
+        *,
+        revoked: dict[str, str] | None = None,
+        principal_key: bytes = SECRET.encode(),
+        leeway: float = 0.0,
+        path: str = "/mcp",
+        max_body_size: int = MAX_BODY_SIZE,
+        allowed_hosts: Sequence[str] = LOCAL_HOSTS,
+        allowed_origins: Sequence[str] = LOCAL_ORIGINS,
+    ) -> None:
+        self.app = app
+        self.verified = verified
+        self.revoked = {} if revoked is None else revoked
+        self.principal_key = principal_key
+        self.leeway = leeway
+        self.path = path
+        self.max_body_size = max_body_size
+        self.hosts, self.host_prefixes = _allowed(allowed_hosts)
+        self.origins, self.origin_prefixes = _allowed(allowed_origins)
+
+    def caller(self, scope: Scope) -> str | None:
+        """The caller's principal digest: a keyed digest of the authenticated user's identity, if any."""
+        user = scope.get("user")
+        if user is None or not user.is_authenticated:
+            return None
+        return hmac.new(self.principal_key, user.identity.encode(), hashlib.sha256).hexdigest()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(reversed(scope["headers"]))  # the first of a repeated header wins
+        content_type = headers.get(b"content-type")
+        if (
+            scope["method"] != "POST"
+            or scope["path"] != self.path
+            or content_type is None
+            or not content_type.lower().startswith(b"application/json")
+        ):
+            await self.app(scope, receive, send)
+            return
+        host = headers.get(b"host", b"")
+        if host not in self.hosts and not host.startswith(self.host_prefixes):
+            await _answer(send, INVALID_HOST)
+            return
+        origin = headers.get(b"origin")
+        if origin is not None and origin not in self.origins and not origin.startswith(self.origin_prefixes):
+            await _answer(send, INVALID_ORIGIN)
+            return
+        limit = self.max_body_size
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _answer(send, TOO_LARGE)
+            return
+        chunks = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client is gone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await _answer(send, TOO_LARGE)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        try:
+            if 92 in body or body.count(_SESSION_MEMBER) > 1:  # a backslash, or the session's name twice
+                parsed = json.loads(body, object_pairs_hook=_unique_names)
+            else:
+                parsed = json.loads(body)
+        except ValueError:
+            await _answer(send, NOT_JSON)
+            return
+        try:
+            meta = parsed.get("params", {}).get("_meta", {}).get(SESSION_META_KEY)
+            token = meta["sessionId"] if meta else None
+        except (AttributeError, TypeError, KeyError):
+            await _answer(send, INVALID)
+            return
+        claims = None
+        if token is not None:
+            if type(token) is not str:
+                await _answer(send, INVALID)
+                return
+            header = headers.get(b"mcp-session-id")
+            version = headers.get(b"mcp-protocol-version")  # absent: the handshake era
+            if (
+                header is not None
+                and header != token.encode()
+                and version is not None
+                and version not in HANDSHAKE_VERSIONS
+            ):
+                await _answer(send, HEADER_MISMATCH)
+                return
+            try:
+                claims = self.verified[token]
+            except KeyError:
+                await _answer(send, NOT_FOUND)
+                return
+            bound = claims.get("pbh")
+            if (
+                claims["exp"] + self.leeway <= time.time()
+                or (bound is not None and bound != self.caller(scope))
+                or claims["sid"] in self.revoked
+            ):
+                await _answer(send, NOT_FOUND)
+                return
+        echo = b'"_meta":{"%s":{"sessionId":"%s"}},' % (SESSION_META_KEY.encode(), token.encode()) if token else b""
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        start: Message | None = None
+        held: list[bytes] = []
+        streaming = False  # an event stream: each chunk passes at once, the echo spliced into the one that answers
+
+        async def splice(message: Message) -> None:
+            nonlocal start, streaming, echo
+            if message["type"] == "http.response.start":
+                headers = message.get("headers", ())
+                if (b"content-type", b"text/event-stream") in headers:
+                    streaming = True
+                    await send({**message, "headers": [(k, v) for k, v in headers if k != b"content-length"]})
+                    return
+                start = message
+                return
+            if streaming and message["type"] == "http.response.body":
+                chunk = message.get("body", b"")
+                if echo and _RESULT_OPENER in chunk:
+                    message = {**message, "body": _spliced(chunk, echo)}
+                    echo = b""
+                await send(message)
+                return
+            if message["type"] != "http.response.body" or start is None:
+                await send(message)
+                return
+            held.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            raw = b"".join(held)
+            if echo:
+                raw = _spliced(raw, echo)
+            headers = [(k, v) for k, v in start.get("headers", ()) if k != b"content-length"]
+            headers.append((b"content-length", str(len(raw)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": raw, "more_body": False})
+
+        context = FLOOR_SESSION.set(claims)
+        try:
+            await self.app(scope, replay, splice)
+        finally:
+            FLOOR_SESSION.reset(context)
+
+
+async def _answer(send: Send, refusal: tuple[Message, Message]) -> None:
+    start, body = refusal
+    await send(start)
+    await send(body)
 
 
 def read_session(scope: Scope) -> None:

@@ -25,7 +25,10 @@ Two sets of apps:
 
 Each of the two first tables also has a "session floor" row: the hand-written
 minimum session layer (``SessionFloor`` in ``_harness.py``), against which
-every row's added cost is read as a multiple ("x floor"). A third table, the
+every row's added cost is read as a multiple ("x floor"); and a "checked
+floor" row: that minimum plus exactly the checks a session-bearing call must
+make (``CheckedSessionFloor``), every row's added cost read against it too
+("x checked"). A third table, the
 N curve, sends the trivial app's session path a session drawn at random among
 N live ones (N up to 100,000, a middleware per N). Last, outside the ASGI
 calls, the cost of one HS256 session-id check: cached, new (the direct check)
@@ -79,6 +82,7 @@ from _harness import (
     NAME_HEADERS,
     SECRET,
     App,
+    CheckedSessionFloor,
     PassThrough,
     Request,
     SessionFloor,
@@ -95,6 +99,7 @@ from _harness import (
     run_lifespan,
     session_body,
     session_headers,
+    token_claims,
     trivial_app,
     write_json,
 )
@@ -179,6 +184,9 @@ async def cases_without_sdk(inner: App, rounds: int) -> Cases:
     # The floor knows the session ids already verified: one dict lookup stands for the whole check.
     floor = SessionFloor(inner, {token: object()})
     trivial_floor = SessionFloor(trivial_app, {trivial_token: object()})
+    # The checked floor's cache holds the claims a verification returned; it checks them on every request.
+    checked = CheckedSessionFloor(inner, {token: token_claims(token)})
+    trivial_checked = CheckedSessionFloor(trivial_app, {trivial_token: token_claims(trivial_token)})
     return {
         "bare MCPServer": Case(inner, plain, "bare MCPServer", NONE),
         "pass-through control": Case(PassThrough(inner), plain, "bare MCPServer", NONE),
@@ -187,6 +195,7 @@ async def cases_without_sdk(inner: App, rounds: int) -> Cases:
         # for the session case (the SDK itself pays for the larger _meta).
         "bare, session body": Case(inner, with_session, "bare MCPServer", NONE),
         "session floor": Case(floor, with_session, "bare, session body", NONE),
+        "checked floor": Case(checked, with_session, "bare, session body", NONE),
         "middleware, with session": Case(middleware, with_session, "bare, session body", NONE),
         "starlette cookie session": Case(cookies, cookie_request, "bare MCPServer", NONE),
         # The trivial app reads neither headers nor body: one base serves every request.
@@ -199,6 +208,7 @@ async def cases_without_sdk(inner: App, rounds: int) -> Cases:
         "trivial app": Case(trivial_app, plain, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial pass-through": Case(PassThrough(trivial_app), plain, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial + session floor": Case(trivial_floor, trivial_session, "trivial app", NONE, TRIVIAL_GROUP),
+        "trivial + checked floor": Case(trivial_checked, trivial_session, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial + middleware, no session": Case(trivial_middleware, plain, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial + middleware, session": Case(trivial_middleware, trivial_session, "trivial app", NONE, TRIVIAL_GROUP),
         "trivial + middleware, session, new request objects": Case(
@@ -424,7 +434,8 @@ async def measure(cases: Cases, rounds: int, exporter: InMemorySpanExporter | No
             status, raw = await call(case.app, *next_request(name))
             assert status == 200, (name, raw)
             assert b'"isError":false' in raw.replace(b" ", b""), (name, raw)
-            echoed = ("middleware" in name or "session floor" in name or "N=" in name) and "no session" not in name
+            floors = "session floor" in name or "checked floor" in name
+            echoed = ("middleware" in name or floors or "N=" in name) and "no session" not in name
             assert (b"io.modelcontextprotocol/session" in raw) == echoed, name
             if exporter is not None:
                 spans = exporter.get_finished_spans()
@@ -446,13 +457,18 @@ async def measure(cases: Cases, rounds: int, exporter: InMemorySpanExporter | No
 
 
 def floor_multiples(rows: list[dict[str, Any]]) -> None:
-    """Each row's added cost as a multiple of the session floor's in the same table, where it has one."""
+    """Each row's added cost as a multiple of the floors' in the same table, where it has them.
+
+    ``floor_multiple`` reads it against the session floor (the SDK floor with the SDK),
+    ``checked_multiple`` against the checked floor.
+    """
     for row in rows:
-        floor = next(
-            (f for f in rows if "floor" in f["name"] and (f["phase"], f["group"]) == (row["phase"], row["group"])), None
-        )
-        measured = floor is not None and row["base"] != row["name"] and floor["added_us"] > 0
-        row["floor_multiple"] = row["added_us"] / floor["added_us"] if measured and floor else None
+        table = [f for f in rows if (f["phase"], f["group"]) == (row["phase"], row["group"])]
+        floor = next((f for f in table if "floor" in f["name"] and "checked floor" not in f["name"]), None)
+        checked = next((f for f in table if "checked floor" in f["name"]), None)
+        for key, reference in (("floor_multiple", floor), ("checked_multiple", checked)):
+            measured = reference is not None and row["base"] != row["name"] and reference["added_us"] > 0
+            row[key] = row["added_us"] / reference["added_us"] if measured and reference else None
 
 
 def summarize(samples: dict[str, list[int]], cases: dict[str, tuple[int, Case]]) -> list[dict[str, Any]]:
@@ -480,7 +496,7 @@ def summarize(samples: dict[str, list[int]], cases: dict[str, tuple[int, Case]])
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    header = ("app", "median CPU µs", "ratio", "added µs", "± µs (95%)", "x floor", "base")
+    header = ("app", "median CPU µs", "ratio", "added µs", "± µs (95%)", "x floor", "x checked", "base")
     table = [
         (
             row["name"],
@@ -489,11 +505,12 @@ def report(rows: list[dict[str, Any]]) -> None:
             f"{row['added_us']:.1f}",
             f"{row['ci_us']:.1f}",
             "" if row["floor_multiple"] is None else f"{row['floor_multiple']:.2f}",
+            "" if row["checked_multiple"] is None else f"{row['checked_multiple']:.2f}",
             row["base"],
         )
         for row in rows
     ]
-    print_table(header, table, (False, True, True, True, True, True, False))
+    print_table(header, table, (False, True, True, True, True, True, True, False))
 
 
 def report_tokens(tokens: dict[str, Any]) -> None:

@@ -11,9 +11,12 @@ layout:
 - ``bare, session body``: the bare app sent the session-bearing requests (which it ignores);
 - ``middleware, with session``: behind the middleware, each request naming a session;
 - ``session floor``: behind the hand-written minimum session layer (``SessionFloor``), the same requests;
+- ``checked floor``: behind that minimum plus the checks a session-bearing call must make
+  (``CheckedSessionFloor``), the same requests;
 - ``trivial app``, ``trivial + middleware, no session``, ``trivial + middleware, session``:
   the same for an app that reads the body and answers a fixed result, so that
-  the middleware's cost shows against uvicorn's own; and ``trivial + session floor``.
+  the middleware's cost shows against uvicorn's own; and ``trivial + session floor``
+  and ``trivial + checked floor``.
 
 An ``httpx.AsyncClient`` per server (keep-alive, at most ``--concurrency``
 requests in flight) sends ``tools/call`` requests in slices: each round runs
@@ -60,6 +63,8 @@ from _harness import (
     CREATE_HEADERS,
     NAME_HEADERS,
     SECRET,
+    CheckedSessionFloor,
+    ClaimsOnFirstSight,
     PassThrough,
     SessionFloor,
     build_mcp_app,
@@ -84,10 +89,12 @@ SERVERS: dict[str, tuple[str, bool, str]] = {
     "bare, session body": ("bare", True, "bare MCPServer"),
     "middleware, with session": ("middleware", True, "bare, session body"),
     "session floor": ("floor", True, "bare, session body"),
+    "checked floor": ("checked-floor", True, "bare, session body"),
     "trivial app": ("trivial", False, "trivial app"),
     "trivial + middleware, no session": ("trivial-middleware", False, "trivial app"),
     "trivial + middleware, session": ("trivial-middleware", True, "trivial app"),
     "trivial + session floor": ("trivial-floor", True, "trivial app"),
+    "trivial + checked floor": ("trivial-checked-floor", True, "trivial app"),
 }
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # Without address-space randomization, where setarch can turn it off: the same memory layout in every server.
@@ -101,14 +108,17 @@ def serve(kind: str) -> None:
 
     from mcp_sessions import MCPSessionMiddleware
 
-    # The floor takes every session it is sent as verified: a dict that has them all.
+    # The floor takes every session it is sent as verified: a dict that has them all. The checked
+    # floor's cache takes a token's claims as verified the first time, then checks them on each request.
     sessions: defaultdict[str, object] = defaultdict(object)
+    verified = ClaimsOnFirstSight()
     app: Any
     if kind.startswith("trivial"):
         app = {
             "trivial": trivial_app,
             "trivial-middleware": MCPSessionMiddleware(trivial_app, secret=SECRET),
             "trivial-floor": SessionFloor(trivial_app, sessions),
+            "trivial-checked-floor": CheckedSessionFloor(trivial_app, verified),
         }[kind]
     else:
         inner = build_mcp_app()
@@ -117,6 +127,7 @@ def serve(kind: str) -> None:
             "pass-through": PassThrough(inner),
             "middleware": MCPSessionMiddleware(inner, secret=SECRET),
             "floor": SessionFloor(inner, sessions),
+            "checked-floor": CheckedSessionFloor(inner, verified),
         }[kind]
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only then (else Nagle + delayed ACK add ~40 ms).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -339,14 +350,15 @@ def summarize(servers: dict[str, Server]) -> list[dict[str, Any]]:
                 "tick_cpu_us": server.ticks / server.requests * 1e6 if server.requests else 0.0,
             }
         )
-    for row in rows:  # each row's added CPU as a multiple of the floor's among the servers of its app
+    for row in rows:  # each row's added CPU as a multiple of each floor's among the servers of its app
         trivial = row["name"].startswith("trivial")
-        floor = next(
-            f for f in rows if f["name"].endswith("session floor") and f["name"].startswith("trivial") == trivial
-        )
-        # A multiple of a floor lost in the noise (its added CPU within its own ± µs) would say nothing.
-        measured = row["base"] != row["name"] and floor["added_cpu_us"] > max(floor["ci_us"], 0.0)
-        row["floor_multiple"] = row["added_cpu_us"] / floor["added_cpu_us"] if measured else None
+        for key, floor_name in (("floor_multiple", "session floor"), ("checked_multiple", "checked floor")):
+            floor = next(
+                f for f in rows if f["name"].endswith(floor_name) and f["name"].startswith("trivial") == trivial
+            )
+            # A multiple of a floor lost in the noise (its added CPU within its own ± µs) would say nothing.
+            measured = row["base"] != row["name"] and floor["added_cpu_us"] > max(floor["ci_us"], 0.0)
+            row[key] = row["added_cpu_us"] / floor["added_cpu_us"] if measured else None
     return rows
 
 
@@ -361,6 +373,7 @@ def report(rows: list[dict[str, Any]]) -> None:
         "added µs",
         "± µs (95%)",
         "x floor",
+        "x checked",
         "base",
     )
     table = [
@@ -374,11 +387,12 @@ def report(rows: list[dict[str, Any]]) -> None:
             f"{row['added_cpu_us']:.0f}",
             f"{row['ci_us']:.0f}",
             "" if row["floor_multiple"] is None else f"{row['floor_multiple']:.2f}",
+            "" if row["checked_multiple"] is None else f"{row['checked_multiple']:.2f}",
             row["base"],
         )
         for row in rows
     ]
-    print_table(header, table, (False, True, True, True, True, True, True, True, True, False))
+    print_table(header, table, (False, True, True, True, True, True, True, True, True, True, False))
 
 
 async def main(args: argparse.Namespace) -> None:

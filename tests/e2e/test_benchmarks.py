@@ -19,6 +19,7 @@ ASGI_ROWS = {
     "middleware, no session",
     "bare, session body",
     "session floor",
+    "checked floor",
     "middleware, with session",
     "starlette cookie session",
     "trivial app, among MCPServer calls",
@@ -26,6 +27,7 @@ ASGI_ROWS = {
     "trivial app",
     "trivial pass-through",
     "trivial + session floor",
+    "trivial + checked floor",
     "trivial + middleware, no session",
     "trivial + middleware, session",
     "trivial + middleware, session, new request objects",
@@ -53,10 +55,12 @@ UVICORN_ROWS = {
     "bare, session body",
     "middleware, with session",
     "session floor",
+    "checked floor",
     "trivial app",
     "trivial + middleware, no session",
     "trivial + middleware, session",
     "trivial + session floor",
+    "trivial + checked floor",
 }
 SSE_ROWS = {"bare app", "middleware, with session", "session floor"}
 TOKEN_ROWS = ["cached", "uncached, direct HS256", "uncached, PyJWT"]
@@ -107,14 +111,21 @@ def test_bench_asgi_smoke(results: tuple[Path, dict[str, str]]) -> None:
 
 
 def test_bench_asgi_compares_with_the_floor_in_each_table(results: tuple[Path, dict[str, str]]) -> None:
-    directory, _ = results
+    directory, printed = results
     rows = {row["name"]: row for row in json.loads((directory / "asgi.json").read_text())["rows"]}
     for floor, base in (("session floor", "bare, session body"), ("trivial + session floor", "trivial app")):
         assert rows[floor]["base"] == base
         assert rows[floor]["floor_multiple"] in (None, 1.0)  # None only if the floor measured no added cost
+    for floor, base in (("checked floor", "bare, session body"), ("trivial + checked floor", "trivial app")):
+        assert rows[floor]["base"] == base
+        assert rows[floor]["checked_multiple"] in (None, 1.0)
     # Rows of a table without a floor, and base rows, have no multiple.
-    assert rows["bare MCPServer"]["floor_multiple"] is None
-    assert rows["session path, N=100"]["floor_multiple"] is None
+    for key in ("floor_multiple", "checked_multiple"):
+        assert rows["bare MCPServer"][key] is None
+        assert rows["session path, N=100"][key] is None
+    # With the SDK, rows read against the SDK floor; no checked floor there.
+    assert all(row["checked_multiple"] is None for row in rows.values() if row["phase"] == 2)
+    assert "x floor  x checked" in printed["asgi"]  # both columns, side by side
     assert all(
         row["base"] == "trivial app, N-curve base" for name, row in rows.items() if name.startswith("session path")
     )
@@ -135,8 +146,12 @@ def test_bench_uvicorn_smoke(results: tuple[Path, dict[str, str]]) -> None:
     numbers = json.loads((directory / "uvicorn.json").read_text())
     assert {row["name"]: row["requests"] for row in numbers["rows"]} == dict.fromkeys(UVICORN_ROWS, 16)
     rows = {row["name"]: row for row in numbers["rows"]}
-    assert all("floor_multiple" in row for row in rows.values())  # each read against its app's floor
-    assert rows["bare MCPServer"]["floor_multiple"] is None  # a base has no added cost to compare
+    for key in ("floor_multiple", "checked_multiple"):
+        assert all(key in row for row in rows.values())  # each read against its app's floors
+        assert rows["bare MCPServer"][key] is None  # a base has no added cost to compare
+    assert rows["checked floor"]["base"] == "bare, session body"
+    assert rows["trivial + checked floor"]["base"] == "trivial app"
+    assert "x floor  x checked" in printed["uvicorn"]
 
 
 def test_bench_sse_smoke(results: tuple[Path, dict[str, str]]) -> None:
