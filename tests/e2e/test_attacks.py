@@ -452,11 +452,12 @@ def _es_alg(alg: str) -> Callable[[Context], Request]:
     return build
 
 
-def _other_deployment(**keyset_options: str) -> Callable[[Context], Request]:
+def _other_deployment(*, issuer: str | None = None, audience: str | None = None) -> Callable[[Context], Request]:
     """A session id minted by another deployment that shares the secret but not the audience or issuer."""
 
     def build(ctx: Context) -> Request:
-        return call(ctx.forged(KeySet.from_secret(SECRET, **keyset_options).mint_session_token(ttl=600)[0]))
+        keys = KeySet.from_secret(SECRET, issuer=issuer or "mcp-sessions", audience=audience or "mcp-sessions")
+        return call(ctx.forged(keys.mint_session_token(ttl=600)[0]))
 
     return build
 

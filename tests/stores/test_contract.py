@@ -165,6 +165,7 @@ async def test_values_are_copies(store: SessionStore) -> None:
     everything["cart"]["items"].append(4)
     assert await store.get("s1", "cart") == {"items": [1]}
     updated = await store.update("s1", "cart", lambda old: {"items": [*old["items"], 9]}, expires_at=EXP)
+    assert isinstance(updated, dict)
     updated["items"].append(10)
     assert await store.get("s1", "cart") == {"items": [1, 9]}
 

@@ -7,6 +7,7 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["SessionRecord", "SessionStatus", "SessionStore", "SessionStoreUnavailable"]
 
@@ -112,7 +113,7 @@ class SessionStore(ABC):
         """
 
     @abstractmethod
-    async def get(self, session_id: str, key: str, default: object = None) -> object:
+    async def get(self, session_id: str, key: str, default: object = None) -> Any:
         """The value stored under ``key``, or ``default``."""
 
     @abstractmethod
@@ -129,12 +130,12 @@ class SessionStore(ABC):
 
     @abstractmethod
     async def update(
-        self, session_id: str, key: str, fn: Callable[[object], object], *, expires_at: float, default: object = None
+        self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
     ) -> object:
         """Atomically replace a value with ``fn(old)``; returns the new value."""
 
     @abstractmethod
-    async def items(self, session_id: str) -> dict[str, object]:
+    async def items(self, session_id: str) -> dict[str, Any]:
         """Every key and value of the session's data (a copy)."""
 
     async def ping(self) -> None:  # noqa: B027 - optional hook

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ._base import (
     SessionRecord,
@@ -217,7 +218,7 @@ class MemoryStore(SessionStore):
             return _Entry(session_id, expires_at)  # a request that outlives its session writes into the void
         return entry
 
-    async def get(self, session_id: str, key: str, default: object = None) -> object:
+    async def get(self, session_id: str, key: str, default: object = None) -> Any:
         """The value stored under ``key``, or ``default``."""
         entry = self._entries.get(session_id)
         if entry is None or key not in entry.data:
@@ -248,7 +249,7 @@ class MemoryStore(SessionStore):
         return current + amount
 
     async def update(
-        self, session_id: str, key: str, fn: Callable[[object], object], *, expires_at: float, default: object = None
+        self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
     ) -> object:
         """Replace a value with ``fn(old)``; atomic on the event loop (``fn`` must not await)."""
         entry = self._writable(session_id, expires_at)
@@ -257,7 +258,7 @@ class MemoryStore(SessionStore):
         entry.data[key] = _encode(new)
         return new
 
-    async def items(self, session_id: str) -> dict[str, object]:
+    async def items(self, session_id: str) -> dict[str, Any]:
         """Every key and value of the session's data (a copy)."""
         entry = self._entries.get(session_id)
         if entry is None:

@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from . import _redis_scripts as scripts
 from ._base import (
@@ -199,7 +199,7 @@ class RedisStore(SessionStore):
 
     # -- data ------------------------------------------------------------------
 
-    async def get(self, session_id: str, key: str, default: object = None) -> object:
+    async def get(self, session_id: str, key: str, default: object = None) -> Any:
         """The value stored under ``key``, or ``default``: one ``HGET``."""
         raw = await self._run(self._redis.hget(self._keys(session_id)[1], key))
         return default if raw is None else json.loads(raw)
@@ -231,7 +231,7 @@ class RedisStore(SessionStore):
         return int(outcome)
 
     async def update(
-        self, session_id: str, key: str, fn: Callable[[object], object], *, expires_at: float, default: object = None
+        self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
     ) -> object:
         """Read, apply ``fn``, compare-and-set; again after a short random back-off if another write got in."""
         keys = self._keys(session_id)[:2]
@@ -250,7 +250,7 @@ class RedisStore(SessionStore):
             f"session data {key!r} changed under {self.max_update_attempts} attempts to update it"
         )
 
-    async def items(self, session_id: str) -> dict[str, object]:
+    async def items(self, session_id: str) -> dict[str, Any]:
         """Every key and value of the session's data: one ``HGETALL``."""
         raw = await self._run(self._redis.hgetall(self._keys(session_id)[1]))
         return {reply_text(key): json.loads(value) for key, value in raw.items()}

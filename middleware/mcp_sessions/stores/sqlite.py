@@ -26,6 +26,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from ._base import (
     SessionRecord,
@@ -180,7 +181,7 @@ class SQLiteStore(SessionStore):
             return True
         return not row.revoked
 
-    async def get(self, session_id: str, key: str, default: object = None) -> object:
+    async def get(self, session_id: str, key: str, default: object = None) -> Any:
         """The value stored under ``key``, or ``default``."""
         raw = self._writer.query_here(read_value, session_id, key)
         return default if raw is None else json.loads(raw)
@@ -217,7 +218,7 @@ class SQLiteStore(SessionStore):
         return await self._writer.run(self._writer.write, count)
 
     async def update(
-        self, session_id: str, key: str, fn: Callable[[object], object], *, expires_at: float, default: object = None
+        self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
     ) -> object:
         """Replace a value with ``fn(old)`` under the write lock, atomically across processes.
 
@@ -235,7 +236,7 @@ class SQLiteStore(SessionStore):
 
         return await self._writer.run(self._writer.write, replace)
 
-    async def items(self, session_id: str) -> dict[str, object]:
+    async def items(self, session_id: str) -> dict[str, Any]:
         """Every key and value of the session's data (a copy)."""
         rows = self._writer.query_here(read_items, session_id)
         return {key: json.loads(value) for key, value in rows}
