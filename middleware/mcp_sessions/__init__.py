@@ -9,6 +9,7 @@ from .profiles.draft import SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRE
 from .session import SCOPE_KEY, Session, SessionData, authenticated_user, get_session
 from .stores import MemoryStore, SessionStatus, SessionStore, SessionStoreFull, SessionStoreUnavailable
 from .tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
+from .wire import Refusal
 from .wire.protocol import HEADER_MISMATCH, SESSION_STORE_UNAVAILABLE, TOO_MANY_SESSIONS
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "KeySet",
     "MCPSessionMiddleware",
     "MemoryStore",
+    "Refusal",
     "Rejection",
     "Session",
     "SessionClaims",

@@ -6,7 +6,7 @@ The response rewriter moves bytes; these functions decide what changes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ..wire import iso
 from ..wire.protocol import Era
@@ -67,7 +67,7 @@ def advertising_tables(profiles: Sequence[WireProfile]) -> dict[str, dict[str, t
     }
 
 
-def annotate(target: Target, message: dict[str, Any]) -> bytes | object | None:
+def annotate(target: Target, message: dict[str, object]) -> bytes | object | None:
     """Observe a response to ``target``'s request and add the echo and the capability to it.
 
     Returns ``None`` when ``message`` did not change, the echo's JSON when the
@@ -97,7 +97,7 @@ def annotate(target: Target, message: dict[str, Any]) -> bytes | object | None:
     return change
 
 
-def advertise(result: dict[str, Any], profile: WireProfile, era: Era, *, value: Mapping[str, object]) -> bool:
+def advertise(result: dict[str, object], profile: WireProfile, era: Era, *, value: Mapping[str, object]) -> bool:
     """Merge the capability into a ``server/discover`` or ``initialize`` result; whether it changed."""
     capabilities = result.get("capabilities")
     if not isinstance(capabilities, dict):
@@ -120,7 +120,7 @@ def advertise(result: dict[str, Any], profile: WireProfile, era: Era, *, value: 
 _MEMBERS: dict[str, bytes] = {}
 
 
-def splice_point(raw: bytes, message: dict[str, Any], meta_key: str) -> tuple[int, bytes, bytes] | None:
+def splice_point(raw: bytes, message: dict[str, object], meta_key: str) -> tuple[int, bytes, bytes] | None:
     """Where an echo under ``meta_key`` can go in ``raw`` without reserializing, if the bytes allow it.
 
     The message must end with ``result`` as its last member and ``result``

@@ -59,7 +59,7 @@ async def answer_refused_handles(plan: Plan, targets: dict[Any, Target], send: A
 
     In a batch, the other elements are refused as a whole (-32600), as for an invalid session.
     """
-    frames: list[dict[str, Any]] = []
+    frames: list[dict[str, object]] = []
     for call in plan.calls:
         if call.answer is None:
             refusal = batch_refused("batch refused: another element's handle is invalid")

@@ -6,7 +6,7 @@ refusal, and the rejection counter counts it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..asgi import send_accepted, send_json, send_refusal, send_status
 from ..wire import Refusal, batch_refused, jsonrpc
@@ -70,7 +70,7 @@ class Refusals:
         reject = jsonrpc.invalid_request(None, f"Request body too large (limit {limit} bytes)")
         await send_json(send, 413, reject, self._retry_after)
 
-    async def _send_batch(self, send: ASGISendCallable, errors: list[dict[str, Any]], status: int) -> None:
+    async def _send_batch(self, send: ASGISendCallable, errors: list[dict[str, object]], status: int) -> None:
         if not errors:
             return await send_accepted(send)
         await send_json(send, status, errors, self._retry_after)

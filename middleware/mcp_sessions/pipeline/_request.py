@@ -73,7 +73,7 @@ def strip_session_members(plan: Plan, replay: Replay) -> None:
         replay.rewrite(jsonrpc.dumps([call.message for call in plan.calls] if plan.batch else plan.calls[0].message))
 
 
-def continue_trace(message: dict[str, Any], replay: Replay, operation: Operation) -> None:
+def continue_trace(message: dict[str, object], replay: Replay, operation: Operation) -> None:
     """Forward a ``_meta`` trace context that names this span, so the server's span nests under it.
 
     The SDK parents its span to ``_meta.traceparent`` when present (SEP-414)

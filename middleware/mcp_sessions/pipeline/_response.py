@@ -40,7 +40,7 @@ _NOTIFICATION_EVENTS: Final = (
 )
 
 
-def _answer_spliced(raw: bytes, message: dict[str, Any], key: Any, session: Session, echo: Echo) -> bytes | None:
+def _answer_spliced(raw: bytes, message: dict[str, object], key: Any, session: Session, echo: Echo) -> bytes | None:
     """``raw`` with ``session``'s echo spliced in, when ``message`` answers request ``key`` and the bytes
     allow it (see :func:`splice_point`); ``None`` otherwise."""
     if "method" in message or hashable_id(message.get("id")) != key:
@@ -57,7 +57,7 @@ class _SseBody:
 
     __slots__ = ("_rewrite_message", "_sse", "feed")
 
-    def __init__(self, rewrite_message: Callable[[bytes, dict[str, Any]], bytes | None], *, once: bool) -> None:
+    def __init__(self, rewrite_message: Callable[[bytes, dict[str, object]], bytes | None], *, once: bool) -> None:
         self._rewrite_message = rewrite_message
         # Only an event with an "id" member (or an escape that could spell one) can answer a request,
         # and never one whose message has a "method" (as servers write notifications: jsonrpc, then method).
@@ -191,7 +191,7 @@ class ResponseRewriter:
             return jsonrpc.dumps(parsed) if changed else None
         return None
 
-    def rewrite_message(self, raw: bytes, message: dict[str, Any]) -> bytes | None:
+    def rewrite_message(self, raw: bytes, message: dict[str, object]) -> bytes | None:
         """The new bytes of one response message, or None when it stays as it is.
 
         When only the echo is added and the bytes end the way a compact
@@ -217,7 +217,7 @@ class ResponseRewriter:
         position, opener, closer = splice
         return b"".join((raw[:position], opener, change, closer, raw[position:]))
 
-    def target_of(self, message: dict[str, Any]) -> Target | None:
+    def target_of(self, message: dict[str, object]) -> Target | None:
         if "method" in message:
             return None
         return self.targets.get(hashable_id(message.get("id")))

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ..profiles import TopLevelCarrier
 from ..wire import jsonrpc
 from ..wire.protocol import HANDSHAKE_VERSIONS, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 
@@ -59,7 +58,7 @@ class Call:
         self.local = local
         self.is_request = isinstance(message, dict) and "id" in message
         """A call with an id expects an answer; one without is a notification."""
-        self.request_id: Any = None  # set by the planner: as sent for one message, sanitised in a batch
+        self.request_id: object = None  # set by the planner: as sent for one message, sanitised in a batch
         self.session: Session | None = None
         self.refusal: Refusal | None = None
         self.operation: Operation | None = None
@@ -69,7 +68,7 @@ class Call:
         self.minted = False
         self.conversation: Conversation | None = None
         # A result decided before forwarding (a refused handle's isError result), and the handles checked.
-        self.answer: dict[str, Any] | None = None
+        self.answer: dict[str, object] | None = None
         self.handles: tuple[list[Handle], list[HandleError]] | None = None
 
     @property
@@ -130,9 +129,7 @@ class Planner:
             (p.carrier.marker for p in profiles), (n for p in profiles for n in p.carrier.path_names)
         )
         # Wires with more than the draft's needs; each is empty (one truth test) when only the draft is on.
-        self._openers = tuple(
-            p for p in profiles if isinstance(p.carrier, TopLevelCarrier) and p.carrier.opening_methods
-        )
+        self._openers = tuple(p for p in profiles if p.carrier.opening_methods)
         self._declarers = tuple(p for p in profiles if p.declared is not None)
         self._guarded = frozenset(m for p in profiles for m, local in p.methods.items() if local.applies is not None)
         self.strips = any(p.carrier.strips for p in profiles)

@@ -39,7 +39,7 @@ __all__ = [
     "WireProfile",
 ]
 
-LocalAnswer = Callable[["LocalCall"], Awaitable[dict[str, Any]]]
+LocalAnswer = Callable[["LocalCall"], Awaitable[dict[str, object]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class Capability:
 
     per_request: tuple[tuple[str, ...], ...]
     handshake: tuple[tuple[str, ...], ...]
-    settings: Callable[[bool], dict[str, Any]] | None = None
+    settings: Callable[[bool], dict[str, object]] | None = None
     """The value from "the policy requires a session everywhere"; by default ``{}`` or ``{"required": true}``."""
     merge: bool = False
     """Add this wire's members to an object another wire (or the server) already put at the same place."""
@@ -61,7 +61,7 @@ class Capability:
         """The paths under ``capabilities`` where the capability goes in ``era``."""
         return self.per_request if era is Era.PER_REQUEST else self.handshake
 
-    def value(self, *, required: bool) -> dict[str, Any]:
+    def value(self, *, required: bool) -> dict[str, object]:
         """The capability's value, from whether the policy requires a session for everything."""
         if self.settings is not None:
             return self.settings(required)
@@ -74,7 +74,7 @@ class LocalMethod:
 
     needs_session: bool
     answer: LocalAnswer
-    applies: Callable[[dict[str, Any]], bool] | None = None
+    applies: Callable[[dict[str, object]], bool] | None = None
     """When two wires share a method name: whether a message is of this wire's shape (default: always)."""
 
 
@@ -88,17 +88,17 @@ class ClientSide:
     ``deleted`` reads whether a delete result ended a live session.
     """
 
-    create_params: Callable[[str | None], dict[str, Any]]
+    create_params: Callable[[str | None], dict[str, object]]
     """The params of the create request, from the handle's label."""
-    created: Callable[[dict[str, Any]], tuple[str, dict[str, Any]] | None]
+    created: Callable[[dict[str, object]], tuple[str, dict[str, object]] | None]
     """The token and echo of a create result, ``None`` when it has none."""
     delete_method: str
     """The method that ends a session."""
-    delete_params: Callable[[str], dict[str, Any]]
+    delete_params: Callable[[str], dict[str, object]]
     """The params of the delete request for a session token."""
-    deleted: Callable[[dict[str, Any]], bool]
+    deleted: Callable[[dict[str, object]], bool]
     """Whether a delete result ended a live session."""
-    advertised: Callable[[dict[str, Any]], bool]
+    advertised: Callable[[dict[str, object]], bool]
     """Whether a server's ``capabilities`` advertise this wire."""
 
 
@@ -134,7 +134,7 @@ class WireProfile:
     """The message of the "required" error."""
     not_found_message: str = "Session not found"
     """The message of the "not found" error."""
-    required_data: Mapping[str, Any] | None = None
+    required_data: Mapping[str, object] | None = None
     """The hint that goes with the "required" error (for the draft, the create method)."""
     create_method: str | None = None
     """The method that opens a session, named in errors."""
@@ -145,7 +145,7 @@ class WireProfile:
     unknown_is_no_session: bool = False
     """A session id that names no live session makes the request sessionless, and its result says so
     (a ``null`` echo: the strawman's revocation signal), instead of the "not found" error."""
-    declared: Callable[[dict[str, Any]], bool] | None = None
+    declared: Callable[[dict[str, object]], bool] | None = None
     """Whether a message without any wire's session comes from a client that declared this wire
     (its capabilities); then the "required" error is this wire's."""
     header_every_era: bool = False
@@ -153,11 +153,11 @@ class WireProfile:
     client: ClientSide | None = None
     """What the client shim needs to speak this wire (``None``: the shim does not speak it)."""
 
-    def speaks(self, message: dict[str, Any], method: str) -> bool:
+    def speaks(self, message: dict[str, object], method: str) -> bool:
         """Whether a message is of this wire: one of its methods, or its session key is there."""
         return self.local_for(message, method) is not None or self.carrier.present(message)
 
-    def local_for(self, message: dict[str, Any], method: str) -> LocalMethod | None:
+    def local_for(self, message: dict[str, object], method: str) -> LocalMethod | None:
         """The local method a message calls on this wire, if it calls one in this wire's shape."""
         local = self.methods.get(method)
         if local is None or local.applies is None or local.applies(message):
@@ -168,7 +168,7 @@ class WireProfile:
         """Whether the result of ``method`` is where this wire advertises its capability, in ``era``."""
         return method in (self.advertised_per_request if era is Era.PER_REQUEST else self.advertised_handshake)
 
-    def not_found_data(self, token: Any) -> dict[str, Any]:
+    def not_found_data(self, token: Any) -> dict[str, object]:
         """The "not found" error's data: what the client sent, cut to 256 characters."""
         return {self.carrier.id_member: token[:_MAX_ECHOED_ID] if isinstance(token, str) else None}
 

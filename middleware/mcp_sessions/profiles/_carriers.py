@@ -1,5 +1,6 @@
-"""Where a request carries its session: :class:`SessionCarrier` (in ``params._meta``) and
-:class:`TopLevelCarrier` (a top-level member), and what they read from it, a :class:`SessionRef`.
+"""Where a request carries its session: the :class:`Carrier` protocol, its two built-in shapes
+:class:`SessionCarrier` (in ``params._meta``) and :class:`TopLevelCarrier` (a top-level member),
+and what a carrier reads, a :class:`SessionRef`.
 
 Reading refuses session metadata of the wrong shape, or on a path whose
 member names a request repeats, with :class:`InvalidSessionMeta`.
@@ -7,8 +8,9 @@ member names a request repeats, with :class:`InvalidSessionMeta`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, NamedTuple
+from typing import Any, ClassVar, Final, NamedTuple, Protocol
 
 __all__ = ["Carrier", "InvalidSessionMeta", "SessionCarrier", "SessionRef", "TopLevelCarrier"]
 
@@ -26,7 +28,7 @@ class SessionRef(NamedTuple):
     """The message asks for a new session and then runs in it (SEP-1364 alt. 2: ``initialize`` with a null id)."""
 
 
-def _check_unique(obj: dict[str, Any], *names: str) -> None:
+def _check_unique(obj: Mapping[str, object], *names: str) -> None:
     if type(obj) is dict:
         return  # the parser's plain objects repeated no name; only its recording subclass may have
     repeated = getattr(obj, "repeated", None)
@@ -57,7 +59,7 @@ class SessionCarrier:
         names = ("params", "_meta", self.meta_key, self.id_member)
         return names if self.state_member is None else (*names, self.state_member)
 
-    def read(self, message: dict[str, Any]) -> SessionRef | None:
+    def read(self, message: Mapping[str, object]) -> SessionRef | None:
         """The session a message names, ``None`` when it names none.
 
         ``null`` counts as absent. Anything else that is not an object with a
@@ -91,13 +93,13 @@ class SessionCarrier:
             raise InvalidSessionMeta("session state must be a string")
         return SessionRef(token, state)
 
-    def present(self, message: dict[str, Any]) -> bool:
+    def present(self, message: Mapping[str, object]) -> bool:
         """Whether a message carries this wire's session key at all (even malformed)."""
         params = message.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         return isinstance(meta, dict) and meta.get(self.meta_key) is not None
 
-    def opens(self, message: dict[str, Any], method: str) -> bool:
+    def opens(self, message: Mapping[str, object], method: str) -> bool:
         """Whether the message opens a session and then runs in it: never, on this carrier."""
         return False
 
@@ -140,7 +142,7 @@ class TopLevelCarrier:
         """The member names on the path to the session, which a request must not repeat."""
         return (self.member,)
 
-    def read(self, message: dict[str, Any]) -> SessionRef | None:
+    def read(self, message: Mapping[str, object]) -> SessionRef | None:
         """The session a message names, ``None`` when it names none; a non-string id is invalid."""
         _check_unique(message, self.member)
         token = message.get(self.member, _ABSENT)
@@ -152,11 +154,11 @@ class TopLevelCarrier:
             raise InvalidSessionMeta(f"{self.member} must be a string or null")
         return SessionRef(token, None)
 
-    def present(self, message: dict[str, Any]) -> bool:
+    def present(self, message: Mapping[str, object]) -> bool:
         """Whether a message has the member at all (even ``null``): it speaks this wire."""
         return self.member in message
 
-    def opens(self, message: dict[str, Any], method: str) -> bool:
+    def opens(self, message: Mapping[str, object], method: str) -> bool:
         """Whether the message is an opening method that carries the member (even ``null``)."""
         return method in self.opening_methods and self.member in message
 
@@ -165,4 +167,52 @@ class TopLevelCarrier:
         return message.pop(self.member, _ABSENT) is not _ABSENT
 
 
-Carrier = SessionCarrier | TopLevelCarrier
+class Carrier(Protocol):
+    """Where a wire's requests name their session: what a wire of a new shape implements.
+
+    The planner reads ``marker``, ``path_names``, ``opening_methods`` and
+    ``strips`` once; a request is read with :meth:`read` (the data-layer
+    source), :meth:`present` and :meth:`opens` (which wire a message speaks),
+    and :meth:`strip` (before the app sees it, where ``strips``).
+    """
+
+    @property
+    def marker(self) -> str:
+        """A member name whose absence from a body (spelled without escapes) means no session is named."""
+        ...
+
+    @property
+    def id_member(self) -> str:
+        """The member that names the session (repeated in errors' data)."""
+        ...
+
+    @property
+    def path_names(self) -> tuple[str, ...]:
+        """The member names on the path to the session, which a request must not repeat."""
+        ...
+
+    @property
+    def opening_methods(self) -> frozenset[str]:
+        """Methods on which a message opens a session and then runs in it."""
+        ...
+
+    @property
+    def strips(self) -> bool:
+        """Whether the member is removed from the request before the app sees it."""
+        ...
+
+    def read(self, message: Mapping[str, object]) -> SessionRef | None:
+        """The session a message names; ``None`` when none; :class:`InvalidSessionMeta` for a bad shape."""
+        ...
+
+    def present(self, message: Mapping[str, object]) -> bool:
+        """Whether a message carries this wire's session member at all (even malformed)."""
+        ...
+
+    def opens(self, message: Mapping[str, object], method: str) -> bool:
+        """Whether the message opens a session and then runs in it."""
+        ...
+
+    def strip(self, message: dict[str, Any]) -> bool:
+        """Remove the session from a message before the app sees it; whether it was there."""
+        ...

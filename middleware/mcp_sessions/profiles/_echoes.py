@@ -5,7 +5,6 @@ and :class:`TopLevelEcho` (a top-level member beside ``result``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 __all__ = ["Echo", "EchoShape", "TopLevelEcho"]
 
@@ -32,7 +31,7 @@ class Echo:
         object.__setattr__(self, "_expiry", b'","%s":"' % self.expiry_member.encode())
 
     def attach(
-        self, message: dict[str, Any], result: dict[str, Any], token: str, state: str | None, expires: str
+        self, message: dict[str, object], result: dict[str, object], token: str, state: str | None, expires: str
     ) -> bytes | None:
         """Put the echo into ``result._meta``; its JSON, for splicing into the server's bytes."""
         meta = result.get("_meta")
@@ -41,7 +40,7 @@ class Echo:
         meta[self.meta_key] = self.build(token, state, expires)
         return self.to_json(token, state, expires)
 
-    def revoke(self, message: dict[str, Any], result: dict[str, Any]) -> None:
+    def revoke(self, message: dict[str, object], result: dict[str, object]) -> None:
         """Say "this session is gone": ``null`` in its place (the strawman's revocation signal)."""
         meta = result.get("_meta")
         if not isinstance(meta, dict):
@@ -73,13 +72,13 @@ class TopLevelEcho:
     """The top-level member of the response that carries the session id."""
 
     def attach(
-        self, message: dict[str, Any], result: dict[str, Any], token: str, state: str | None, expires: str
+        self, message: dict[str, object], result: dict[str, object], token: str, state: str | None, expires: str
     ) -> bytes | None:
         """Put the session id beside ``result``; ``None``: the message is serialized again."""
         message[self.member] = token
         return None
 
-    def revoke(self, message: dict[str, Any], result: dict[str, Any]) -> None:
+    def revoke(self, message: dict[str, object], result: dict[str, object]) -> None:
         """Say "this session is gone": a ``null`` id."""
         message[self.member] = None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.types import Scope
 
@@ -29,19 +29,19 @@ class LocalCall:
     """
 
     scope: Scope
-    message: dict[str, Any]
+    message: dict[str, object]
     profile: WireProfile
     era: Era
     sessions: SessionService
     session: Session | None
     operation: Operation | None
-    envelope: dict[str, Any] = field(default_factory=dict)
+    envelope: dict[str, object] = field(default_factory=dict)
     """Members the answer adds beside ``result`` (SEP-1364's top-level ``sessionId``)."""
     minted: Minted | None = None
     """The session this call opened, if it opened one."""
 
     @property
-    def params(self) -> dict[str, Any]:
+    def params(self) -> dict[str, object]:
         """The call's params; an object (the pipeline refuses anything else), empty when absent."""
         params = self.message.get("params")
         return params if isinstance(params, dict) else {}

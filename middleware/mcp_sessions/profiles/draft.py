@@ -9,7 +9,7 @@ the draft was written to become part of it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ..wire import Refusal, iso
 from ..wire.protocol import HEADER_MISMATCH, INVALID_REQUEST
@@ -42,7 +42,7 @@ SESSION_REQUIRED: Final = -32044
 MAX_LABEL_LENGTH: Final = 256
 
 
-async def create(call: LocalCall) -> dict[str, Any]:
+async def create(call: LocalCall) -> dict[str, object]:
     """``sessions/create``: a new session; session metadata on the request is an error."""
     if call.profile.carrier.present(call.message):
         raise Refusal(INVALID_REQUEST, f"{call.profile.create_method} must not carry session metadata")
@@ -51,7 +51,7 @@ async def create(call: LocalCall) -> dict[str, Any]:
     return {"session": {"sessionId": minted.token, "expiresAt": iso(int(minted.expires_at))}}
 
 
-async def delete(call: LocalCall) -> dict[str, Any]:
+async def delete(call: LocalCall) -> dict[str, object]:
     """``sessions/delete``: end the session the request names; deleting it twice is "not found"."""
     session = call.session
     assert session is not None  # needs_session: the pipeline resolved it
@@ -59,21 +59,21 @@ async def delete(call: LocalCall) -> dict[str, Any]:
     return {}
 
 
-def _create_params(label: str | None) -> dict[str, Any]:
+def _create_params(label: str | None) -> dict[str, object]:
     return {} if label is None else {"label": label}
 
 
-def _created(result: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+def _created(result: dict[str, object]) -> tuple[str, dict[str, object]] | None:
     session = result.get("session")
     token = session.get("sessionId") if isinstance(session, dict) else None
     return (token, session) if isinstance(session, dict) and isinstance(token, str) and token else None
 
 
-def _delete_params(token: str) -> dict[str, Any]:
+def _delete_params(token: str) -> dict[str, object]:
     return {"_meta": {SESSION_META_KEY: {"sessionId": token}}}
 
 
-def _advertised(capabilities: dict[str, Any]) -> bool:
+def _advertised(capabilities: dict[str, object]) -> bool:
     extensions, experimental = capabilities.get("extensions"), capabilities.get("experimental")
     return (
         "sessions" in capabilities

@@ -10,7 +10,7 @@ mirrors the ``sessionId`` in every era.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ..session import SessionRefused
 from ..wire import Refusal
@@ -31,7 +31,7 @@ SESSION_NOT_FOUND: Final = -32043
 SESSION_REQUIRED: Final = -32044
 
 
-def _of_this_wire(message: dict[str, Any]) -> bool:
+def _of_this_wire(message: dict[str, object]) -> bool:
     """A shared method name in this wire's shape: a top-level ``sessionId``, or one (or capabilities) in params."""
     if SESSION_ID_MEMBER in message:
         return True
@@ -62,7 +62,7 @@ async def live_session(call: LocalCall, token: str) -> Session:
         ) from None
 
 
-async def create(call: LocalCall) -> dict[str, Any]:
+async def create(call: LocalCall) -> dict[str, object]:
     """``session/create``: a new session, or, for a valid ``params.sessionId``, that one refreshed."""
     capabilities = call.params.get("capabilities")
     if capabilities is not None and not isinstance(capabilities, dict):
@@ -78,7 +78,7 @@ async def create(call: LocalCall) -> dict[str, Any]:
     return {SESSION_ID_MEMBER: token}
 
 
-async def end_named(call: LocalCall, action: str) -> dict[str, Any]:
+async def end_named(call: LocalCall, action: str) -> dict[str, object]:
     """End the session ``params.sessionId`` names; an unknown or already ended one is "not found"."""
     token = named_id(call)
     if token is None:
@@ -87,12 +87,12 @@ async def end_named(call: LocalCall, action: str) -> dict[str, Any]:
     return {}
 
 
-async def delete(call: LocalCall) -> dict[str, Any]:
+async def delete(call: LocalCall) -> dict[str, object]:
     """``session/delete``: end the named session; an unknown or already ended one is "not found"."""
     return await end_named(call, "delete")
 
 
-def _capability(required: bool) -> dict[str, Any]:
+def _capability(required: bool) -> dict[str, object]:
     return {"required": required}
 
 

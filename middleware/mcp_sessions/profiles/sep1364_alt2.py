@@ -12,7 +12,7 @@ session (see ``docs/profiles.md``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from ..wire.protocol import HEADER_MISMATCH
 from ._base import Capability, LocalMethod, TopLevelCarrier, TopLevelEcho, WireProfile
@@ -29,7 +29,7 @@ SESSION_NOT_FOUND: Final = -32043
 SESSION_REQUIRED: Final = -32044
 
 
-async def terminate(call: LocalCall) -> dict[str, Any]:
+async def terminate(call: LocalCall) -> dict[str, object]:
     """``terminate``: end the named session; an unknown or already ended one is "not found"."""
     return await end_named(call, "terminate")
 

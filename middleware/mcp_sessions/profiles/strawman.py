@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
 
 from ..session import PRINCIPAL_CLAIM, SessionRefused
 from ..wire import Refusal, iso
@@ -45,19 +46,19 @@ MAX_DATA_VALUE_LENGTH: Final = 1024
 PAGE_SIZE: Final = 100
 
 
-def _is_create(message: dict[str, Any]) -> bool:
+def _is_create(message: dict[str, object]) -> bool:
     """``session/create`` in this wire's shape: no params, or only ``hints`` (and the ``_meta`` envelope)."""
     params = message.get("params")
     return params is None or (isinstance(params, dict) and params.keys() <= {"hints", "_meta"})
 
 
-def _has_id(message: dict[str, Any]) -> bool:
+def _has_id(message: dict[str, object]) -> bool:
     """``session/resume`` and ``session/delete`` in this wire's shape: ``params.id``."""
     params = message.get("params")
     return isinstance(params, dict) and "id" in params
 
 
-def _declared(message: dict[str, Any]) -> bool:
+def _declared(message: dict[str, object]) -> bool:
     """Whether a 2026-07-28 request's client declared ``experimental.session`` in its capabilities."""
     params = message.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
@@ -95,9 +96,9 @@ def _hints(call: LocalCall) -> dict[str, str]:
     return chosen
 
 
-def _session_object(token: str, expiry: str, data: dict[str, Any] | None) -> dict[str, Any]:
+def _session_object(token: str, expiry: str, data: Mapping[str, object] | None) -> dict[str, object]:
     """The result of create and resume: the session in the body, and the cookie in ``_meta``."""
-    result: dict[str, Any] = {"id": token, "expiry": expiry}
+    result: dict[str, object] = {"id": token, "expiry": expiry}
     if data:
         result["data"] = data
     result["_meta"] = {COOKIE_KEY: {"id": token, "expiry": expiry}}
@@ -119,7 +120,7 @@ async def _named(call: LocalCall) -> Session | None:
         return None
 
 
-async def create(call: LocalCall) -> dict[str, Any]:
+async def create(call: LocalCall) -> dict[str, object]:
     """``session/create``: a new session; its data (from ``hints``) is kept for ``session/list``."""
     data = _hints(call)
     minted = await call.mint()
@@ -139,7 +140,7 @@ async def create(call: LocalCall) -> dict[str, Any]:
     return _session_object(minted.token, expiry, data)
 
 
-async def resume(call: LocalCall) -> dict[str, Any]:
+async def resume(call: LocalCall) -> dict[str, object]:
     """``session/resume``: the same shape as create, for a live session (its idle clock restarts)."""
     session = await _named(call)
     if session is None:
@@ -150,7 +151,7 @@ async def resume(call: LocalCall) -> dict[str, Any]:
     return _session_object(session.token, iso(int(session.expires_at_timestamp)), None)
 
 
-async def list_sessions(call: LocalCall) -> dict[str, Any]:
+async def list_sessions(call: LocalCall) -> dict[str, object]:
     """``session/list``: the caller's own live sessions, by authenticated principal; none without one."""
     cursor = call.params.get("cursor")
     if cursor is not None and type(cursor) is not str:
@@ -169,40 +170,40 @@ async def list_sessions(call: LocalCall) -> dict[str, Any]:
         recorded = record.data or {}
         if "id" not in recorded:
             continue  # recorded by another wire: it has no strawman id to list
-        entry: dict[str, Any] = {"id": recorded["id"], "expiry": iso(int(record.expires_at))}
+        entry: dict[str, object] = {"id": recorded["id"], "expiry": iso(int(record.expires_at))}
         data = json.loads(recorded.get("data") or "{}")
         if data:
             entry["data"] = data
         sessions.append(entry)
-    result: dict[str, Any] = {"sessions": sessions}
+    result: dict[str, object] = {"sessions": sessions}
     if next_cursor is not None:
         result["nextCursor"] = next_cursor
     return result
 
 
-async def delete(call: LocalCall) -> dict[str, Any]:
+async def delete(call: LocalCall) -> dict[str, object]:
     """``session/delete``: end the named session; ``deleted`` says whether it was live."""
     session = await _named(call)
     deleted = session is not None and await call.revoke(session)
     return {"deleted": deleted, "_meta": {COOKIE_KEY: None}}
 
 
-def _capability(required: bool) -> dict[str, Any]:
+def _capability(required: bool) -> dict[str, object]:
     return {"version": 1, "features": list(FEATURES)}
 
 
-def _client_create_params(label: str | None) -> dict[str, Any]:
+def _client_create_params(label: str | None) -> dict[str, object]:
     return {"hints": {}} if label is None else {"hints": {"label": label}}
 
 
-def _created(result: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+def _created(result: dict[str, object]) -> tuple[str, dict[str, object]] | None:
     meta = result.get("_meta")
     cookie = meta.get(COOKIE_KEY) if isinstance(meta, dict) else None
     token = cookie.get("id") if isinstance(cookie, dict) else None
     return (token, cookie) if isinstance(cookie, dict) and isinstance(token, str) and token else None
 
 
-def _advertised(capabilities: dict[str, Any]) -> bool:
+def _advertised(capabilities: dict[str, object]) -> bool:
     experimental = capabilities.get("experimental")
     return isinstance(experimental, dict) and isinstance(experimental.get("session"), dict)
 

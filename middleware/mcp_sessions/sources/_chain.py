@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, TypeGuard
 
 from ._base import SessionSource, SourceContext, SourceFactory
 from .data_layer import DataLayerSource
@@ -21,14 +21,20 @@ DEFAULT_SOURCES: Final[tuple[SourceFactory, ...]] = (
 ``adopt_transport_sessions``, the 2025 transport session."""
 
 
+def _is_factory(entry: SessionSource | SourceFactory) -> TypeGuard[SourceFactory]:
+    """A class (whose instances are sources) or a function: called with the middleware's context."""
+    return isinstance(entry, type) or not isinstance(entry, SessionSource)
+
+
 def check_chain(entries: Iterable[SessionSource | SourceFactory]) -> tuple[SessionSource | SourceFactory, ...]:
     """``entries`` as a chain; ``TypeError`` naming an entry that is neither a source nor a factory."""
     chain = tuple(entries)
     for entry in chain:
-        if isinstance(entry, type) or not (isinstance(entry, SessionSource) or callable(entry)):
+        if _is_factory(entry) and not callable(entry):
             raise TypeError(
                 "sources= takes session sources (objects with name, trust and session_for) and factories that "
-                f"build one from a SourceContext (such as DataLayerSource.from_context), not {entry!r}"
+                f"build one from a SourceContext (a class, or a function such as DataLayerSource.from_context), "
+                f"not {entry!r}"
             )
     return chain
 
@@ -37,8 +43,9 @@ def build_chain(entries: Iterable[SessionSource | SourceFactory], context: Sourc
     """The sources of one middleware, in order: each object as it is, each factory's source (if any)."""
     chain: list[SessionSource] = []
     for entry in entries:
-        if isinstance(entry, SessionSource):
+        if _is_factory(entry):
+            if (source := entry(context)) is not None:
+                chain.append(source)
+        elif isinstance(entry, SessionSource):
             chain.append(entry)
-        elif (source := entry(context)) is not None:
-            chain.append(source)
     return tuple(chain)

@@ -6,7 +6,6 @@ Pure: building a refusal sends nothing; the pipeline answers it (``asgi``'s send
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from . import jsonrpc
 from .protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE
@@ -29,7 +28,7 @@ class Refusal(Exception):
         self,
         code: int,
         message: str,
-        data: Any = None,
+        data: object = None,
         *,
         reason: str = "invalid_request",
         session_id: str | None = None,
@@ -43,7 +42,7 @@ class Refusal(Exception):
         self.session_id = session_id
         self.retry_after = retry_after  # seconds, for a refusal that says when to try again (429)
 
-    def frame(self, request_id: Any) -> dict[str, Any]:
+    def frame(self, request_id: object) -> dict[str, object]:
         """The JSON-RPC error response to ``request_id``."""
         return jsonrpc.error(request_id, self.code, self.message, self.data)
 

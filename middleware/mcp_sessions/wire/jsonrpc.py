@@ -14,7 +14,7 @@ _decode = json.JSONDecoder().decode
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
-class _Repeated(dict[str, Any]):
+class _Repeated(dict[str, object]):
     """A JSON object that repeated member names (``repeated``); the last value of each is kept."""
 
     __slots__ = ("repeated",)
@@ -24,7 +24,7 @@ class _Repeated(dict[str, Any]):
         self.repeated = repeated
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, object]:
     names = {name for name, _ in pairs}
     if len(names) == len(pairs):
         return dict(pairs)
@@ -115,36 +115,36 @@ def loads(body: bytes, *, watch: Watch | None = None) -> Any:
         return None
 
 
-def dumps(message: Any) -> bytes:
+def dumps(message: object) -> bytes:
     # A lone surrogate (legal in JSON text as an escape) goes back out as its escape.
     return _encode(message).encode("utf-8", "backslashreplace")
 
 
-def error(request_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
-    err: dict[str, Any] = {"code": code, "message": message}
+def error(request_id: object, code: int, message: str, data: object = None) -> dict[str, object]:
+    err: dict[str, object] = {"code": code, "message": message}
     if data is not None:
         err["data"] = data
     return {"jsonrpc": "2.0", "id": request_id, "error": err}
 
 
-def result(request_id: Any, value: dict[str, Any]) -> dict[str, Any]:
+def result(request_id: object, value: dict[str, object]) -> dict[str, object]:
     return {"jsonrpc": "2.0", "id": request_id, "result": value}
 
 
-def request(request_id: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+def request(request_id: object, method: str, params: dict[str, object] | None = None) -> dict[str, object]:
     """A request frame; ``params`` only when given."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    message: dict[str, object] = {"jsonrpc": "2.0", "id": request_id, "method": method}
     if params is not None:
         message["params"] = params
     return message
 
 
-def is_request_or_notification(element: Any) -> bool:
+def is_request_or_notification(element: object) -> bool:
     """Whether a parsed element is a JSON-RPC request or notification (``"jsonrpc": "2.0"``, a string method)."""
     return isinstance(element, dict) and element.get("jsonrpc") == "2.0" and isinstance(element.get("method"), str)
 
 
-def requests_and_notifications(parsed: Any) -> list[dict[str, Any]] | None:
+def requests_and_notifications(parsed: Any) -> list[dict[str, object]] | None:
     """The requests and notifications of a parsed body (one, or a batch), or ``None`` when it has none."""
     if isinstance(parsed, dict):
         return [parsed] if is_request_or_notification(parsed) else None
@@ -153,19 +153,19 @@ def requests_and_notifications(parsed: Any) -> list[dict[str, Any]] | None:
     return None
 
 
-def is_response(element: Any) -> bool:
+def is_response(element: object) -> bool:
     """Whether a parsed element is a response (an ``id`` and no ``method``)."""
     return isinstance(element, dict) and "id" in element and "method" not in element
 
 
-def params_meta(message: dict[str, Any]) -> dict[str, Any] | None:
+def params_meta(message: dict[str, object]) -> dict[str, object] | None:
     """A message's ``params._meta`` when it is an object, read leniently (no shape is refused)."""
     params = message.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
     return meta if isinstance(meta, dict) else None
 
 
-def echoed_session(message: dict[str, Any], meta_key: str) -> dict[str, Any] | None:
+def echoed_session(message: dict[str, object], meta_key: str) -> dict[str, object] | None:
     """The session echo of a successful response (``result._meta[meta_key]``) when it is an object."""
     value = message.get("result")
     meta = value.get("_meta") if isinstance(value, dict) else None
@@ -173,23 +173,23 @@ def echoed_session(message: dict[str, Any], meta_key: str) -> dict[str, Any] | N
     return echo if isinstance(echo, dict) else None
 
 
-def error_code(message: Any) -> int | None:
+def error_code(message: object) -> int | None:
     """The code of an error response, or ``None`` when ``message`` is not one."""
     err = message.get("error") if isinstance(message, dict) else None
     code = err.get("code") if isinstance(err, dict) else None
     return code if type(code) is int else None
 
 
-def invalid_request(request_id: Any, message: str) -> dict[str, Any]:
+def invalid_request(request_id: object, message: str) -> dict[str, object]:
     return error(request_id, INVALID_REQUEST, message)
 
 
-def echoed_session_id(value: Any) -> Any:
+def echoed_session_id(value: object) -> Any:
     """What an error's ``data.sessionId`` repeats of what the client sent, bounded."""
     return value[:_MAX_ECHOED_ID] if isinstance(value, str) else None
 
 
-def request_id_of(element: Any) -> Any:
+def request_id_of(element: object) -> Any:
     """The id of a batch element, or None when it has none we can echo."""
     if isinstance(element, dict):
         rid = element.get("id")
@@ -198,6 +198,6 @@ def request_id_of(element: Any) -> Any:
     return None
 
 
-def hashable_id(request_id: Any) -> Any:
+def hashable_id(request_id: object) -> Any:
     """A request id as a dict key (JSON-RPC ids are strings or numbers; anything else by its repr)."""
     return request_id if type(request_id) in (str, int, float) or request_id is None else repr(request_id)
