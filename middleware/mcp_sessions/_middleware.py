@@ -26,7 +26,7 @@ from .otel import Telemetry
 from .pipeline import (
     Forwarder,
     LocalAnswers,
-    Refusals,
+    Refuser,
     Resolver,
     TransportSessions,
     answer_refused_handles,
@@ -39,7 +39,7 @@ from .pipeline import (
     start_operations,
 )
 from .plan import Plan, Planner
-from .session import SessionRefused, SessionService
+from .session import SessionNotFound, SessionService
 from .sources import DataLayerSource, SourceContext, build_chain
 from .sources.transport import TransportSource, is_transport_session_id
 from .tokens import IdDigests
@@ -105,8 +105,8 @@ class MCPSessionMiddleware:
             mapped=mapped,
         )
         retry_after = str(config.retry_after).encode()
-        self._refusals = Refusals(retry_after)
-        self._local = LocalAnswers(sessions, self._refusals, retry_after=retry_after, mapped=mapped)
+        self._refuser = Refuser(retry_after)
+        self._local = LocalAnswers(sessions, self._refuser, retry_after=retry_after, mapped=mapped)
         self._guard = config.guard
         self._max_body = config.max_body_size
         self._telemetry = Telemetry(
@@ -136,13 +136,13 @@ class MCPSessionMiddleware:
         typed_receive: ASGIReceiveCallable = receive  # type: ignore[assignment]  # an annotation, not a call
         body = await read_body(typed_receive, declared_length=headers.get(b"content-length"), limit=self._max_body)
         if type(body) is not bytes:  # gone (the client disconnected: nothing to forward), or too large
-            return None if body is None else await self._refusals.too_large(_typed(send), self._max_body)
+            return None if body is None else await self._refuser.too_large(_typed(send), self._max_body)
         replay = Replay(body, receive)
         plan = self._planner.plan(body, headers, start_ns)
         if plan is None:  # not JSON-RPC: the app answers it
             return await self._pass_through(scope, replay, send, headers)
         if plan.batch and any(call.local is not None for call in plan.calls):
-            return await self._refuse(scope, plan, send, self._refusals.refuse_local_methods_in_batch)
+            return await self._refuse(scope, plan, send, self._refuser.refuse_local_methods_in_batch)
         local = plan.local
         if local is not None and not local.is_request:  # a session method as a notification: no answer, no effect
             return await self._refuse(scope, plan, send, lambda _, reply: send_accepted(reply))
@@ -175,7 +175,7 @@ class MCPSessionMiddleware:
             return await reject(plan, rejection, send)  # what the wrapped server would answer, not ours
         reply = _typed(send)
         if plan.refused:
-            return await self._refusals.refuse(plan, reply)
+            return await self._refuser.refuse(plan, reply)
         if (local := plan.local) is not None:
             return await self._local.answer(scope, plan, local, reply)
         return await answer_refused_handles(plan, self._forwarder.targets(plan), reply)
@@ -201,7 +201,7 @@ class MCPSessionMiddleware:
         if header_session_id.count(b".") == 2:
             try:
                 session = await self._sessions.resolve(scope, header_session_id.decode("latin-1"), None)
-            except (SessionRefused, Refusal):
+            except (SessionNotFound, Refusal):
                 pass
             else:
                 return await run_app(self.app, self._telemetry, scope, receive, send, session, {}, [])

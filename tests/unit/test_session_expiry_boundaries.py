@@ -27,7 +27,7 @@ import pytest
 
 from mcp_sessions import KeySet, MemoryStore
 from mcp_sessions.session import _service
-from mcp_sessions.session._service import Minted, SessionRefused, SessionService
+from mcp_sessions.session._service import Minted, SessionNotFound, SessionService
 from mcp_sessions.stores import SessionStore, SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -88,7 +88,7 @@ async def resolves(sessions: SessionService, clock: Clock, token: str, at: float
     clock.now = at
     try:
         await sessions.resolve(SCOPE, token, None)
-    except SessionRefused as refused:
+    except SessionNotFound as refused:
         return refused.reason
     return None
 

@@ -33,7 +33,7 @@ logger = logging.getLogger("mcp_sessions.client")
 _DEFAULT_TIMEOUT: Final = 30.0
 
 
-class _CreateRefused(Exception):
+class _CreateFailed(Exception):
     """Creating the session failed: answer the caller's request with this failure."""
 
     def __init__(self, failure: Failure) -> None:
@@ -113,7 +113,7 @@ class SessionClient(Generic[RequestT, ResponseT]):
         while True:
             try:
                 token = await self._token_for(post, force_create=session_retried)
-            except _CreateRefused as refused:
+            except _CreateFailed as refused:
                 return self._refusal(post, refused.failure)
             meta = self.session.meta() if token is not None else None
             attempt = stamp(post, token, meta)
@@ -156,7 +156,7 @@ class SessionClient(Generic[RequestT, ResponseT]):
                 failure = await self.lifecycle.create(Endpoint.learn(post))
                 if failure is not None:
                     if failure.code != METHOD_NOT_FOUND:
-                        raise _CreateRefused(failure)
+                        raise _CreateFailed(failure)
                     self.keeper.mark_unsupported()
         return self.session.token
 

@@ -5,7 +5,7 @@ from ._echo import Target, advertising_tables
 from ._forward import Forwarder, run_app
 from ._handles import answer_refused_handles, check_handles
 from ._operations import start_operations
-from ._refusals import Refusals, reject
+from ._refusals import Refuser, reject
 from ._request import (
     body_of,
     check_local_call,
@@ -21,7 +21,7 @@ from ._transport import TransportSessions
 __all__ = [
     "Forwarder",
     "LocalAnswers",
-    "Refusals",
+    "Refuser",
     "Resolver",
     "Target",
     "TransportSessions",

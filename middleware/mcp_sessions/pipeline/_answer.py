@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from ..plan import Call, Plan
     from ..session import SessionService
-    from ._refusals import Refusals
+    from ._refusals import Refuser
     from ._transport import TransportSessions
 
 __all__ = ["LocalAnswers"]
@@ -25,13 +25,13 @@ __all__ = ["LocalAnswers"]
 class LocalAnswers:
     """Runs a local method's answer function and sends what it returns."""
 
-    __slots__ = ("_mapped", "_refusals", "_retry_after", "_sessions")
+    __slots__ = ("_mapped", "_refuser", "_retry_after", "_sessions")
 
     def __init__(
-        self, sessions: SessionService, refusals: Refusals, *, retry_after: bytes, mapped: TransportSessions | None
+        self, sessions: SessionService, refuser: Refuser, *, retry_after: bytes, mapped: TransportSessions | None
     ) -> None:
         self._sessions = sessions
-        self._refusals = refusals
+        self._refuser = refuser
         self._retry_after = retry_after
         self._mapped = mapped
 
@@ -51,7 +51,7 @@ class LocalAnswers:
         except Refusal as refusal:
             call.refusal = refusal
             plan.refused = True
-            return await self._refusals.refuse(plan, send)
+            return await self._refuser.refuse(plan, send)
         if plan.era is Era.PER_REQUEST:
             result["resultType"] = "complete"
         frame = jsonrpc.result(call.request_id, result)

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from ..otel import Operation
     from ..plan import Call, Plan
 
-__all__ = ["Refusals", "end_with"]
+__all__ = ["Refuser", "end_with"]
 
 
-class Refusals:
+class Refuser:
     """The refusals of one middleware instance (they share its ``Retry-After``)."""
 
     __slots__ = ("_retry_after",)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from ..session import SessionRefused
+from ..session import SessionNotFound
 from ..wire import Refusal
 from ..wire.protocol import HEADER_MISMATCH, INVALID_PARAMS
 from ._base import Capability, LocalMethod, TopLevelCarrier, TopLevelEcho, WireProfile
@@ -51,7 +51,7 @@ async def live_session(call: LocalCall, token: str) -> Session:
     """The live session ``token`` names for this caller; the wire's "not found" error otherwise."""
     try:
         return await call.sessions.resolve(call.scope, token, None)
-    except SessionRefused as exc:
+    except SessionNotFound as exc:
         profile = call.profile
         raise Refusal(
             profile.not_found,

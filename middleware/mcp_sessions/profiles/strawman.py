@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
-from ..session import PRINCIPAL_CLAIM, SessionRefused
+from ..session import PRINCIPAL_CLAIM, SessionNotFound
 from ..wire import Refusal, iso
 from ..wire.protocol import CLIENT_CAPABILITIES_META_KEY, HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND
 from ._base import Capability, ClientSide, Echo, LocalMethod, SessionCarrier, WireProfile
@@ -116,7 +116,7 @@ async def _named(call: LocalCall) -> Session | None:
     """The live session ``params.id`` names for this caller, ``None`` when it is gone or never was."""
     try:
         return await call.sessions.resolve(call.scope, _id_param(call), None)
-    except SessionRefused:
+    except SessionNotFound:
         return None
 
 

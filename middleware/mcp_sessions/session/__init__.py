@@ -2,7 +2,7 @@
 
 from ._limits import RateLimit, parse_limit
 from ._principal import PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, digest_of, principal_digest
-from ._service import Minted, SessionRefused, SessionService
+from ._service import Minted, SessionNotFound, SessionService
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, SessionData, current_session, get_session
 
 __all__ = [
@@ -14,7 +14,7 @@ __all__ = [
     "RateLimit",
     "Session",
     "SessionData",
-    "SessionRefused",
+    "SessionNotFound",
     "SessionService",
     "authenticated_user",
     "current_session",

@@ -25,12 +25,12 @@ from ._session import Session
 if TYPE_CHECKING:
     from ..otel import Operation
 
-__all__ = ["Minted", "SessionRefused", "SessionService"]
+__all__ = ["Minted", "SessionNotFound", "SessionService"]
 
 logger = logging.getLogger("mcp_sessions")
 
 
-class SessionRefused(Exception):
+class SessionNotFound(Exception):
     """A session id that names no live session of this caller; ``reason`` is safe to log."""
 
     def __init__(self, reason: str, session_id: str | None) -> None:
@@ -101,7 +101,7 @@ class SessionService:
         return Minted(token, claims, expires)
 
     async def resolve(self, scope: Scope, token: str, state_token: str | None) -> Session:
-        """The live session ``token`` names for this caller; :class:`SessionRefused` otherwise."""
+        """The live session ``token`` names for this caller; :class:`SessionNotFound` otherwise."""
         now = time.time()
         sid = None
         try:
@@ -144,10 +144,10 @@ class SessionService:
         )
 
     @staticmethod
-    def refused(reason: str, session_id: str | None) -> SessionRefused:
+    def refused(reason: str, session_id: str | None) -> SessionNotFound:
         """Why a session id names no live session (``reason`` as the check said it), logged at debug level."""
         logger.debug("session rejected: %s (sid=%s)", reason, session_id)
-        return SessionRefused(rejection_reason(reason), session_id)
+        return SessionNotFound(rejection_reason(reason), session_id)
 
     async def adopt(self, scope: Scope, session_id: str, source: str) -> Session | None:
         """A session without a token (a transport session, a host conversation), keyed by ``session_id``.

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from starlette.types import Scope
 
 from ..profiles import InvalidSessionMeta, WireProfile
-from ..session import SessionRefused, SessionService
+from ..session import SessionNotFound, SessionService
 from ..wire import Refusal
 from ..wire.protocol import INVALID_REQUEST, Era
 from ._base import Trust
@@ -63,14 +63,14 @@ class DataLayerSource:
             )
         try:
             return await self._sessions.resolve(scope, ref.token, ref.state)
-        except SessionRefused as exc:
+        except SessionNotFound as exc:
             if profile.unknown_is_no_session:
                 call.revoked = exc.reason
                 return None
             raise refusal_of(profile, ref.token, exc) from None
 
 
-def refusal_of(profile: WireProfile, token: str, refused: SessionRefused) -> Refusal:
+def refusal_of(profile: WireProfile, token: str, refused: SessionNotFound) -> Refusal:
     """What a wire answers for a session id that names no live session of the caller."""
     return Refusal(
         profile.not_found,
