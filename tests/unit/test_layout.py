@@ -1,0 +1,133 @@
+"""The package's layout as docs/architecture.md states it: parts, their order, their size.
+
+A part is a subpackage or a loose top-level module. Parts import one another
+only one way (no cycle, ``TYPE_CHECKING`` imports included), never another
+part's private names, and every module and function stays small enough to read.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "middleware" / "mcp_sessions"
+NAME = "mcp_sessions"
+MAX_MODULE_LINES = 320
+MAX_FUNCTION_LINES = 60
+MAX_CALL_LINES = 40
+MAX_LOOSE_MODULES = 15
+MAX_ANY_SHARE = 0.05
+
+
+def modules() -> Iterator[tuple[str, Path, ast.Module]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE.parent).with_suffix("")
+        parts = list(relative.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts), path, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def part_of(module: str) -> str:
+    pieces = module.split(".")
+    return pieces[1] if len(pieces) > 1 else "__init__"
+
+
+def imported(module: str, path: Path, tree: ast.Module) -> Iterator[tuple[str, str]]:
+    """(module, name) for every ``from X import name`` of the package, resolved to absolute names."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            target = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            target = node.module or ""
+        if target == NAME or target.startswith(NAME + "."):
+            for alias in node.names:
+                yield target, alias.name
+
+
+def test_at_most_fifteen_loose_modules() -> None:
+    loose = [path.name for path in PACKAGE.glob("*.py")]
+    assert len(loose) <= MAX_LOOSE_MODULES, sorted(loose)
+
+
+def test_no_import_cycle_between_parts() -> None:
+    edges: dict[str, set[str]] = {}
+    for module, path, tree in modules():
+        source = part_of(module)
+        for target, name in imported(module, path, tree):
+            dependency = part_of(f"{target}.{name}" if target == NAME else target)
+            if source not in ("__init__", dependency):
+                edges.setdefault(source, set()).add(dependency)
+    # A depth-first search for a back edge, naming the cycle it finds.
+    state: dict[str, int] = {}
+
+    def visit(part: str, trail: list[str]) -> None:
+        state[part] = 1
+        for dependency in sorted(edges.get(part, ())):
+            if state.get(dependency) == 1:
+                pytest.fail("import cycle: " + " -> ".join([*trail[trail.index(dependency) :], dependency]))
+            if dependency not in state:
+                visit(dependency, [*trail, dependency])
+        state[part] = 2
+
+    for part in sorted(edges):
+        if part not in state:
+            visit(part, [part])
+
+
+def test_no_part_imports_another_parts_private_names() -> None:
+    offenders = []
+    for module, path, tree in modules():
+        for target, name in imported(module, path, tree):
+            other = part_of(target) != part_of(module) and target != NAME
+            private = name.startswith("_") and not name.startswith("__")
+            if other and (private or any(piece.startswith("_") for piece in target.split(".")[2:])):
+                offenders.append(f"{module}: from {target} import {name}")
+    assert offenders == []
+
+
+def test_modules_and_functions_stay_small() -> None:
+    too_long = []
+    for module, _, tree in modules():
+        lines = max((getattr(node, "end_lineno", 0) or 0 for node in ast.walk(tree)), default=0)
+        if lines > MAX_MODULE_LINES:
+            too_long.append(f"{module}: {lines} lines")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{module}.{node.name}: {length} lines")
+    assert too_long == []
+
+
+def test_the_middleware_call_reads_as_the_pipeline() -> None:
+    tree = ast.parse((PACKAGE / "_middleware.py").read_text(encoding="utf-8"))
+    [call] = [n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef) and n.name == "__call__"]
+    assert (call.end_lineno or 0) - call.lineno + 1 <= MAX_CALL_LINES
+
+
+def test_few_annotations_are_any() -> None:
+    annotations = any_count = 0
+    for _, _, tree in modules():
+        for node in ast.walk(tree):
+            found: list[ast.expr] = []
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                arguments = node.args
+                every = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+                every += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+                found = [a.annotation for a in every if a.annotation is not None]
+                if node.returns is not None:
+                    found.append(node.returns)
+            elif isinstance(node, ast.AnnAssign):
+                found = [node.annotation]
+            annotations += len(found)
+            any_count += sum("Any" in ast.unparse(annotation) for annotation in found)
+    assert any_count / annotations < MAX_ANY_SHARE, f"{any_count} of {annotations} annotations use Any"
