@@ -24,6 +24,7 @@ from ._policy import never
 from .asgi import Replay, read_body, send_accepted
 from .otel import Telemetry
 from .pipeline import (
+    Exchange,
     Forwarder,
     LocalAnswers,
     Refuser,
@@ -141,20 +142,26 @@ class MCPSessionMiddleware:
         plan = self._planner.plan(body, headers, start_ns)
         if plan is None:  # not JSON-RPC: the app answers it
             return await self._pass_through(scope, replay, send, headers)
-        if plan.batch and any(call.local is not None for call in plan.calls):
-            return await self._refuse(scope, plan, send, self._refuser.refuse_local_methods_in_batch)
-        local = plan.local
-        if local is not None and not local.is_request:  # a session method as a notification: no answer, no effect
-            return await self._refuse(scope, plan, send, lambda _, reply: send_accepted(reply))
+        if (early := self._sessionless_answer(plan)) is not None:  # batched or notified session methods
+            return await self._refuse(scope, plan, send, early)
         plan.traced = self._telemetry.enabled()
         await self._resolver.resolve(scope, plan)
         if self.config.handles is not None:
             await check_handles(self.config.handles, self._sessions, scope, plan)
         if plan.traced:
             start_operations(self._telemetry, scope, plan)
-        if plan.refused or local is not None or plan.answered:
+        if plan.refused or plan.local is not None or plan.answered:
             return await self._answer(scope, send, plan)
-        return await self._forwarder.forward(self.app, scope, replay, send, plan)
+        exchange = self._forwarder.prepare(scope, replay, send, plan)
+        if exchange is None:  # nothing to add, observe or attach
+            return await self.app(scope, replay, send)
+        try:  # the app called here: no step of the pipeline on the stack while it runs
+            await self.app(exchange.scope, exchange.receive, exchange.send)
+        except BaseException as exc:
+            exchange.failed(exc)
+            raise
+        finally:
+            exchange.finish()
 
     # -- the steps ------------------------------------------------------------------
 
@@ -168,6 +175,15 @@ class MCPSessionMiddleware:
             return None
         paths = self.config.paths
         return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None
+
+    def _sessionless_answer(self, plan: Plan) -> _Answer | None:
+        """How to answer a request no session work applies to: a batch with a session method (-32600 each),
+        a session method as a notification (202, no effect); ``None`` for any other."""
+        if plan.batch and any(call.local is not None for call in plan.calls):
+            return self._refuser.refuse_local_methods_in_batch
+        if plan.local is not None and not plan.local.is_request:
+            return _accepted
+        return None
 
     async def _answer(self, scope: Scope, send: Send, plan: Plan) -> None:
         """What the middleware answers itself: the server's own refusal first, then ours, or a local result."""
@@ -204,7 +220,8 @@ class MCPSessionMiddleware:
             except (SessionNotFound, Refusal):
                 pass
             else:
-                return await run_app(self.app, self._telemetry, scope, receive, send, session, {}, [])
+                exchange = Exchange(scope, receive, send, session, {}, [], telemetry=self._telemetry)
+                return await run_app(self.app, exchange)
         await self.app(scope, receive, send)
 
 
@@ -212,6 +229,10 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     _Answer = Callable[[Plan, ASGISendCallable], Awaitable[None]]
+
+
+async def _accepted(plan: Plan, send: ASGISendCallable) -> None:
+    await send_accepted(send)
 
 
 def _typed(send: Send) -> ASGISendCallable:

@@ -2,7 +2,7 @@
 
 from ._answer import LocalAnswers
 from ._echo import Target, advertising_tables
-from ._forward import Forwarder, run_app
+from ._forward import Exchange, Forwarder, run_app
 from ._handles import answer_refused_handles, check_handles
 from ._operations import start_operations
 from ._refusals import Refuser, reject
@@ -19,6 +19,7 @@ from ._resolve import Resolver
 from ._transport import TransportSessions
 
 __all__ = [
+    "Exchange",
     "Forwarder",
     "LocalAnswers",
     "Refuser",

@@ -20,13 +20,14 @@ if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable
 
     from ..asgi import Replay
+    from ..handles import HandleContext
     from ..otel import Operation, Telemetry
     from ..plan import Plan
     from ..profiles import WireProfile
     from ..sources.transport import TransportSource
     from ._transport import TransportSessions
 
-__all__ = ["Forwarder", "run_app"]
+__all__ = ["Exchange", "Forwarder", "run_app"]
 
 Capabilities = Mapping[str, Mapping[str, object]]
 
@@ -73,10 +74,16 @@ class Forwarder:
                 )
         return targets
 
-    async def forward(self, app: ASGIApp, scope: Scope, replay: Replay, send: Send, plan: Plan) -> None:
-        """Call ``app`` with the session attached, the trace continued and the responses rewritten."""
+    def prepare(self, scope: Scope, replay: Replay, send: Send, plan: Plan) -> Exchange | None:
+        """What the app is called with for ``plan``: ``None`` when nothing is added, observed or attached.
+
+        The caller calls the app itself and then :meth:`Exchange.finish`: no coroutine of the
+        pipeline stays on the stack while the app runs, where every suspension of the app would
+        pass through it.
+        """
         if self._strips:
             strip_session_members(plan, replay)
+        given = send
         if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
             send = self._transport.watch_initialize(send)
         targets = self.targets(plan)
@@ -99,60 +106,86 @@ class Forwarder:
                 opening = call.method in call.profile.carrier.opening_methods
                 scope, send = mapped.bind(scope, send, session, opening=opening)
         if not targets and not attaches and not operations and plan.handles is None:
-            return await app(scope, replay, send)  # nothing to add, observe or attach
+            return None if send is given else Exchange(scope, replay, send, None, {}, [])
         if len(operations) == 1 and not plan.batch and operations[0].traced:
             continue_trace(plan.calls[0].message, replay, operations[0])
-        if plan.handles is None:
-            return await run_app(app, None, scope, replay, send, session, targets, operations)
-        with handle_context(plan.handles):  # typed handle parameters read the verified handles there
-            await run_app(app, None, scope, replay, send, session, targets, operations)
+        return Exchange(scope, replay, send, session, targets, operations, handles=plan.handles)
 
 
-async def run_app(
-    app: ASGIApp,
-    telemetry: Telemetry | None,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    session: Session | None,
-    targets: dict[object, Target],
-    operations: list[Operation],
-) -> None:
-    """Call the app with the session attached (scope, context variable, span or baggage) and the responses
-    rewritten; end every operation however the app ends.
+class Exchange:
+    """One call of the app: what it is called with, and what is undone once it is done.
 
-    ``telemetry`` is given for an ordinary route, whose spans get the session in baggage; a JSON-RPC
-    call has its operation for that (when telemetry is on), so the pipeline passes ``None``.
+    Built with the session attached (the scope, ``request.state``, :func:`get_session`'s context
+    variable), the call's span current or the session in baggage, the handle view current, and the
+    responses going through a :class:`ResponseRewriter`. :meth:`finish` undoes all of it and ends
+    every operation, however the app ended (:meth:`failed` first, with what it raised).
     """
-    typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
-    rewriter = ResponseRewriter(typed_send, targets) if targets else None
-    if session is not None:  # where the app reads it: the scope, request.state, get_session()
-        scope[SCOPE_KEY] = session
-        state = scope.get("state")
-        if state is None:
-            state = scope["state"] = {}
-        state[STATE_ATTRIBUTE] = session
-    token = current_session.set(session)
-    ambient = operations[0] if len(operations) == 1 else None
-    baggage_token = None
-    if ambient is not None:
-        ambient.attach()
-    elif session is not None and telemetry is not None and telemetry.enabled():
-        baggage_token = attach_session(session.id)  # an ordinary route: its spans carry the session too
-    try:
-        await app(scope, receive, send if rewriter is None else rewriter.send)
-    except BaseException as exc:
-        for operation in operations:
-            operation.exception(exc)
-        raise
-    finally:
+
+    __slots__ = ("_ambient", "_baggage", "_handles", "_operations", "_rewriter", "_token", "receive", "scope", "send")
+
+    def __init__(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        session: Session | None,
+        targets: dict[object, Target],
+        operations: list[Operation],
+        *,
+        handles: HandleContext | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self.scope, self.receive = scope, receive
+        typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
+        self._rewriter = rewriter = ResponseRewriter(typed_send, targets) if targets else None
+        self.send: Send = send if rewriter is None else rewriter.send
+        if session is not None:  # where the app reads it: the scope, request.state, get_session()
+            scope[SCOPE_KEY] = session
+            state = scope.get("state")
+            if state is None:
+                state = scope["state"] = {}
+            state[STATE_ATTRIBUTE] = session
+        self._token = current_session.set(session)
+        self._operations = operations
+        self._ambient = ambient = operations[0] if len(operations) == 1 else None
+        self._baggage = None
         if ambient is not None:
-            ambient.detach()
-        if baggage_token is not None:
-            detach_session(baggage_token)
-        current_session.reset(token)
-        if rewriter is not None and rewriter.status >= 400:
+            ambient.attach()
+        elif session is not None and telemetry is not None and telemetry.enabled():
+            self._baggage = attach_session(session.id)  # an ordinary route: its spans carry the session too
+        self._handles = None
+        if handles is not None:  # typed handle parameters read the verified handles there
+            self._handles = handle_context(handles)
+            self._handles.__enter__()
+
+    def failed(self, error: BaseException) -> None:
+        """The app raised ``error``: every operation records it."""
+        for operation in self._operations:
+            operation.exception(error)
+
+    def finish(self) -> None:
+        """Undo what was attached, in reverse order, and end every operation."""
+        if self._handles is not None:
+            self._handles.__exit__(None, None, None)
+        if self._ambient is not None:
+            self._ambient.detach()
+        if self._baggage is not None:
+            detach_session(self._baggage)
+        current_session.reset(self._token)
+        operations = self._operations
+        if self._rewriter is not None and self._rewriter.status >= 400:
             for operation in operations:
-                operation.http_error(rewriter.status)
+                operation.http_error(self._rewriter.status)
         for operation in operations:
             operation.end()
+
+
+async def run_app(app: ASGIApp, exchange: Exchange) -> None:
+    """Call ``app`` as ``exchange`` says, and finish it however the app ends."""
+    try:
+        await app(exchange.scope, exchange.receive, exchange.send)
+    except BaseException as exc:
+        exchange.failed(exc)
+        raise
+    finally:
+        exchange.finish()

@@ -91,7 +91,8 @@ class SessionCarrier:
         state = None if self.state_member is None else session.get(self.state_member)
         if state is not None and type(state) is not str:
             raise InvalidSessionMeta("session state must be a string")
-        return SessionRef(token, state)
+        # SessionRef(token, state) built as the tuple it is: a named tuple's constructor is Python code.
+        return tuple.__new__(SessionRef, (token, state, False))
 
     def present(self, message: Mapping[str, object]) -> bool:
         """Whether a message carries this wire's session key at all (even malformed)."""
@@ -152,7 +153,7 @@ class TopLevelCarrier:
             return None
         if type(token) is not str:
             raise InvalidSessionMeta(f"{self.member} must be a string or null")
-        return SessionRef(token, None)
+        return tuple.__new__(SessionRef, (token, None, False))
 
     def present(self, message: Mapping[str, object]) -> bool:
         """Whether a message has the member at all (even ``null``): it speaks this wire."""

@@ -104,14 +104,19 @@ class SessionService:
         """The live session ``token`` names for this caller; :class:`SessionNotFound` otherwise."""
         now = time.time()
         sid = None
+        keys = self.keys
         try:
-            claims = self.keys.verify_session_token(token, now=now)
+            # A token verified before: its cached claims (one dict lookup) with the expiry checked here, as
+            # verify_session_token checks it; any other token is verified in full.
+            claims = keys.cached_session_claims(token)
+            if claims is None or claims.expires_at + keys.leeway <= now:
+                claims = keys.verify_session_token(token, now=now)
             sid = claims.session_id
             bound = claims.extra.get(PRINCIPAL_CLAIM)
             if bound is not None and bound != await self.principal_of(scope):
                 raise InvalidToken("bound to another principal")
             try:
-                state_json = None if state_token is None else self.keys.verify_state(sid, state_token)
+                state_json = None if state_token is None else keys.verify_state(sid, state_token)
             except InvalidToken as exc:
                 raise InvalidToken(f"state: {exc.reason}") from None
             # The store keeps the session's records (a deletion, the idle clock) for as long as the token
