@@ -10,7 +10,7 @@ import pytest
 
 from _redis import free_port
 from conftest import SECRET
-from mcp_sessions import KeySet, MemoryStore
+from mcp_sessions import Guard, KeySet, MCPSessionMiddleware, MemoryStore, Rejection
 from mcp_sessions.handles import HandleContext, HandleKind, HandleMiddleware, Handles, current_handle_context
 from mcp_sessions.stores import RedisStore
 
@@ -45,7 +45,7 @@ class Downstream:
 
 
 async def call(
-    app: HandleMiddleware,
+    app: HandleMiddleware | MCPSessionMiddleware,
     body: bytes,
     *,
     method: str = "POST",
@@ -219,3 +219,85 @@ async def test_lifespan_and_other_scopes_pass_through(handles: Handles) -> None:
 
     await app({"type": "lifespan"}, receive, send)
     assert downstream.scope_types == ["lifespan"]
+
+
+# -- the same check in the session middleware ------------------------------------------------------------------
+
+
+class NoServerChecks(Guard):
+    """A wrapped server that checks nothing itself: the session middleware's own answer shows, batches too."""
+
+    def check(self, headers: Any, message: Any) -> Rejection | None:
+        return None
+
+
+def both(handles: Handles) -> list[tuple[Downstream, HandleMiddleware | MCPSessionMiddleware]]:
+    """The two middlewares that run the handle check, each in front of its own app."""
+    alone, behind = Downstream(), Downstream()
+    return [
+        (alone, HandleMiddleware(alone, handles=handles)),
+        (behind, MCPSessionMiddleware(behind, secret=SECRET, handles=handles, guard=NoServerChecks())),
+    ]
+
+
+FORGED = "bsk_" + "Q" * 34 + "A"
+
+
+# The mcp SDK's server routes on the Mcp-Protocol-Version header alone (StreamableHTTPSessionManager._handle_request):
+# absent, or a 2025-era version, is its 2025 path; any other value, an empty one too, its 2026-07-28 path.
+SDK_PATHS = [(None, "2025"), ("2025-11-25", "2025"), ("2024-11-05", "2025"), ("", "2026"), ("2026-07-28", "2026")]
+
+
+@pytest.mark.parametrize(("version", "path"), SDK_PATHS, ids=[repr(version) for version, _ in SDK_PATHS])
+async def test_both_middlewares_answer_a_refusal_on_the_path_the_sdk_takes(
+    handles: Handles, version: str | None, path: str
+) -> None:
+    headers = [(b"content-type", b"application/json")]
+    if version is not None:
+        headers.append((b"mcp-protocol-version", version.encode()))
+    body = json.dumps(tools_call({"basket": FORGED}, "r-1")).encode()
+    for downstream, app in both(handles):
+        status, _, content = await call(app, body, headers=headers)
+        answer = json.loads(content)
+        assert (status, answer["id"], answer["result"]["isError"]) == (200, "r-1", True)
+        assert answer["result"].get("resultType") == ("complete" if path == "2026" else None), type(app)
+        assert downstream.bodies == []
+
+
+async def test_both_middlewares_answer_a_refused_batch_alike(handles: Handles) -> None:
+    token = await handles.mint(BASKET, principal=None)
+    batch = [
+        tools_call({"basket": token}, 1),
+        tools_call({"basket": FORGED}, "two"),
+        {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
+        7,
+    ]
+    answers = []
+    for downstream, app in both(handles):
+        status, _, content = await call(app, json.dumps(batch).encode())
+        assert status == 200 and downstream.bodies == []
+        answers.append(json.loads(content))
+    assert answers[0] == answers[1]
+    by_id = {answer["id"]: answer for answer in answers[0]}
+    assert len(answers[0]) == 4 and set(by_id) == {1, "two", 3, None}  # the notification gets no answer
+    assert by_id["two"]["result"]["isError"] is True
+    assert {by_id[key]["error"]["code"] for key in (1, 3, None)} == {-32600}
+
+
+async def test_a_tools_call_notification_runs_no_tool_and_is_not_answered_by_either(handles: Handles) -> None:
+    notification = tools_call({"basket": FORGED})
+    del notification["id"]
+    body = json.dumps(notification).encode()
+    for downstream, app in both(handles):
+        status, _, _ = await call(app, body)
+        assert status == 200 and downstream.bodies == [body]  # the server's to ignore: it answers none
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32-be"])
+async def test_a_body_the_sdk_reads_as_json_is_checked_whatever_its_encoding(handles: Handles, encoding: str) -> None:
+    body = json.dumps(tools_call({"basket": FORGED})).encode(encoding)
+    for downstream, app in both(handles):
+        status, _, content = await call(app, body)
+        assert status == 200 and json.loads(content)["result"]["isError"] is True
+        assert downstream.bodies == []

@@ -29,7 +29,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
 from starlette.routing import Mount
 
-from _mcp import ModernClient, legacy_request
+from _mcp import ModernClient, legacy_request, modern_headers, modern_request
 from conftest import SECRET, serve
 from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore
 from mcp_sessions.handles import ATTRIBUTE_ID, ATTRIBUTE_KIND, Handle, HandleKind, HandleMiddleware, Handles
@@ -161,6 +161,47 @@ def test_a_refusal_is_answered_by_the_middleware_as_json_in_both_eras(url: str) 
         # A client that accepts only a stream is refused as the SDK refuses it (406), before any answer of ours.
         response = http.post(url, json=body, headers={**headers, "Accept": "text/event-stream"})
         assert response.status_code == 406
+
+
+def sdk_behind(middleware: str) -> Any:
+    """The basket tools on the bare SDK app (stateless, JSON), behind one of the middlewares or none."""
+    keys, store = KeySet.from_secret(SECRET), MemoryStore()
+    handles = Handles(keys, store, kinds=[BASKET])
+    server = build_server(handles)
+    sdk = server.streamable_http_app(streamable_http_path="/mcp", json_response=True, stateless_http=True)
+    if middleware == "sessions":
+        return MCPSessionMiddleware(sdk, keys=keys, store=store, path="/mcp", handles=handles)
+    return HandleMiddleware(sdk, handles=handles) if middleware == "handles" else sdk
+
+
+@pytest.mark.parametrize("version", [None, ""], ids=["absent", "empty"])
+def test_the_protocol_version_header_picks_the_sdks_path_through_either_middleware(version: str | None) -> None:
+    """An absent ``Mcp-Protocol-Version`` is the SDK's 2025 path; an empty one, like any non-2025 value, its 2026 one.
+
+    On the 2026-07-28 path the SDK answers an empty header with -32020 (it does not match the envelope), a
+    code of that path only. The session middleware answers as the SDK does before any answer of its own;
+    HandleMiddleware runs none of the server's checks and answers the refusal as a 2026-07-28 result.
+    """
+    body = modern_request("tools/call", {"name": "add_item", "arguments": {"basket": "bsk_" + "Q" * 34 + "A"}})
+    headers = modern_headers(body)
+    if version is None:
+        del headers["Mcp-Protocol-Version"]
+    else:
+        headers["Mcp-Protocol-Version"] = version
+    answers: dict[str, tuple[int, dict[str, Any]]] = {}
+    for middleware in ("none", "sessions", "handles"):
+        with serve(sdk_behind(middleware)) as base, httpx.Client(timeout=10) as http:
+            response = http.post(base + "/mcp", json=body, headers=headers)
+            answers[middleware] = response.status_code, response.json()
+    if version is None:  # the 2025 path: the tool's typed parameter refuses it, as the middlewares do first
+        for status, message in answers.values():
+            assert status == 200 and message["result"]["isError"] is True and "resultType" not in message["result"]
+        return
+    status, message = answers["none"]
+    assert (status, message["error"]["code"]) == (400, -32020)
+    assert answers["sessions"] == answers["none"]
+    status, message = answers["handles"]
+    assert status == 200 and message["result"]["isError"] is True and message["result"]["resultType"] == "complete"
 
 
 # -- principals ---------------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ the tool runs; :func:`check_call` is that check as a function. See
 ``docs/handles.md``.
 """
 
+from ._answer import answer_elements as answer_elements
+from ._answer import send_answers as send_answers
 from ._check import (
     ATTRIBUTE_ID,
     ATTRIBUTE_KIND,
@@ -24,6 +26,11 @@ from ._handle import Handle
 from ._kind import HandleKind
 from ._middleware import HandleMiddleware
 from ._registry import CURRENT, Handles
+from ._request import check_request as check_request
+from ._request import is_tools_call as is_tools_call
+
+# The request-level check the session middleware's pipeline shares with HandleMiddleware is re-exported
+# above for the pipeline, and is no part of the public API (``__all__``).
 
 __all__ = [
     "ATTRIBUTE_ID",

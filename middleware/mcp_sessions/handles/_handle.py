@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from ..session import SessionData
 from ._messages import iso
+from ._records import DATA_PREFIX, kept_until
 
 if TYPE_CHECKING:
     from ._registry import Handles
 
-__all__ = ["DATA_PREFIX", "Handle"]
-
-DATA_PREFIX: Final = "h:"
+__all__ = ["Handle"]
 
 
 class Handle:
@@ -59,8 +58,8 @@ class Handle:
     def data(self) -> SessionData:
         """The handle's server-side data, in the registry's store, keyed by the stable id."""
         if self._data is None:
-            kept_until = self.expires_at_timestamp + self.registry.keys.leeway  # as long as the handle verifies
-            self._data = SessionData(self.registry.store, DATA_PREFIX + self.id, kept_until)
+            kept = kept_until(self.expires_at_timestamp, self.registry.keys.leeway)  # as long as it verifies
+            self._data = SessionData(self.registry.store, DATA_PREFIX + self.id, kept)
         return self._data
 
     async def revoke(self) -> bool:

@@ -1,4 +1,8 @@
-"""The handle step of the pipeline: every handle a ``tools/call`` carries, verified before the tool runs."""
+"""The handle step of the pipeline: every handle a ``tools/call`` carries, verified before the tool runs.
+
+The check and the answers are :mod:`mcp_sessions.handles`' own (the ones
+``HandleMiddleware`` runs); this step puts their results on the plan's calls.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Scope
 
-from ..asgi import send_result
-from ..handles import HandleContext, HandleError, Handles, check_call
-from ..stores import SessionStoreUnavailable
-from ..wire import Refusal, batch_refused, jsonrpc, store_unavailable
+from ..handles import HandleContext, Handles, answer_elements, check_request, is_tools_call, send_answers
+from ..wire import Refusal
 from ..wire.jsonrpc import hashable_id
-from ..wire.protocol import Era
 from ._echo import Target, annotate
 from ._refusals import end_with
 
@@ -30,28 +31,26 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
     A store that cannot answer refuses the call with the retryable error,
     never with a tool result the model would act on.
     """
-    calls = [call for call in plan.calls if call.method == "tools/call" and call.refusal is None]
     try:
         digest = await sessions.principal_of(scope)
     except Refusal as refusal:  # the principal hook failed: a server bug, -32603
+        calls = [call for call in plan.calls if call.refusal is None and is_tools_call(call.message)]
         for call in calls:
             call.refusal = refusal
         plan.refused = plan.refused or bool(calls)
         return
     context = plan.handles = HandleContext(handles, digest)
-    for call in calls:
-        before = set(context.verified)
-        errors: list[HandleError] = []
-        try:
-            call.answer = await check_call(handles, call.params, digest, verified=context.verified, errors=errors)
-        except SessionStoreUnavailable as exc:
-            call.refusal = store_unavailable(exc)
-            plan.refused = True
-            continue
-        plan.answered = plan.answered or call.answer is not None
-        checked = [handle for token, handle in context.verified.items() if token not in before]
-        if checked or errors:
-            call.handles = (checked, errors)
+    # A call the session step refused already is not checked: it is answered with that refusal.
+    check = await check_request(handles, [c.message if c.refusal is None else None for c in plan.calls], context)
+    for index, found in check.calls.items():
+        call = plan.calls[index]
+        call.answer = found.answer
+        if found.checked or found.errors:
+            call.handles = (found.checked, found.errors)
+        plan.answered = plan.answered or found.answer is not None
+    if check.unavailable is not None and check.unavailable_at is not None:
+        plan.calls[check.unavailable_at].refusal = check.unavailable
+        plan.refused = True
 
 
 async def answer_refused_handles(plan: Plan, targets: dict[Any, Target], send: ASGISendCallable) -> None:
@@ -59,20 +58,18 @@ async def answer_refused_handles(plan: Plan, targets: dict[Any, Target], send: A
 
     In a batch, the other elements are refused as a whole (-32600), as for an invalid session.
     """
-    frames: list[dict[str, object]] = []
-    for call in plan.calls:
-        if call.answer is None:
-            refusal = batch_refused("batch refused: another element's handle is invalid")
-            end_with(call.operation, refusal)
-            if call.is_request or call.method is None:
-                frames.append(refusal.frame(call.request_id))
+    answers = answer_elements(
+        [call.message for call in plan.calls],
+        {index: call.answer for index, call in enumerate(plan.calls) if call.answer is not None},
+        era=plan.era,
+        batch=plan.batch,
+    )
+    for call, answer in zip(plan.calls, answers, strict=True):
+        if answer.refusal is not None:
+            end_with(call.operation, answer.refusal)
             continue
-        if plan.era is Era.PER_REQUEST:
-            call.answer["resultType"] = "complete"
-        frame = jsonrpc.result(call.request_id, call.answer)
-        if (target := targets.get(hashable_id(call.request_id))) is not None:
-            annotate(target, frame)  # the session echo, and the operation learns of the tool error
+        if answer.frame is not None and (target := targets.get(hashable_id(call.request_id))) is not None:
+            annotate(target, answer.frame)  # the session echo, and the operation learns of the tool error
         if call.operation is not None:
             call.operation.end()
-        frames.append(frame)
-    await send_result(send, frames if plan.batch else frames[0], accept=plan.headers.get(b"accept", b""))
+    await send_answers(send, answers, batch=plan.batch, accept=plan.headers.get(b"accept", b""))
