@@ -142,7 +142,7 @@ class MCPSessionMiddleware:
         plan = self._planner.plan(body, headers, start_ns)
         if plan is None:  # not JSON-RPC: the app answers it
             return await self._pass_through(scope, replay, send, headers)
-        if (early := self._sessionless_answer(plan)) is not None:  # batched or notified session methods
+        if (plan.batch or plan.local is not None) and (early := self._sessionless_answer(plan)) is not None:
             return await self._refuse(scope, plan, send, early)
         plan.traced = self._telemetry.enabled()
         await self._resolver.resolve(scope, plan)

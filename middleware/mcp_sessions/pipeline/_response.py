@@ -129,13 +129,21 @@ class ResponseRewriter:
                 if chunk is body and event.get("more_body", False):
                     return await self._send(event)
                 return await self._send(sse.rewrite(event, chunk))
-            if self._start is not None:
-                return await self._json_body(event)
+            if (start := self._start) is not None:
+                if (whole := self._whole_body(event)) is not None:  # the body is complete: both go out
+                    self._start = None  # anything after the last body passes untouched
+                    self._kept.append((b"content-length", str(len(whole)).encode()))
+                    await self._send({**start, "headers": self._kept})
+                    await self._send({"type": "http.response.body", "body": whole, "more_body": False})
+                return None
         elif event["type"] == "http.response.start":
-            return await self._begin(event)
+            event = self._begin(event)
+            if self._start is not None:
+                return None  # a JSON response: its start is held until its body is complete
         await self._send(event)  # trailers, pushes, disconnects, an unrewritten body: untouched
 
-    async def _begin(self, start: HTTPResponseStartEvent) -> None:
+    def _begin(self, start: HTTPResponseStartEvent) -> HTTPResponseStartEvent:
+        """Decide from the start's headers, in one pass; the start to send now (held for a JSON body)."""
         self.status = start["status"]
         kept = self._kept
         content_type = b""
@@ -146,38 +154,33 @@ class ResponseRewriter:
             if lowered == b"content-type":
                 content_type = bytes(value).lower()
             elif lowered == b"content-encoding":
-                return await self._send(start)  # an encoded body: passed on untouched
+                return start  # an encoded body: passed on untouched
             kept.append((name, value))
         if content_type.startswith(_JSON):
             self._start = start
-            return None
-        if content_type.startswith(_SSE):
+        elif content_type.startswith(_SSE):
             self._sse = _SseBody(self.rewrite_message, once=len(self.targets) == 1)
-            start = {**start, "headers": kept}
-        await self._send(start)
+            return {**start, "headers": kept}
+        return start
 
-    async def _json_body(self, event: HTTPResponseBodyEvent) -> None:
+    def _whole_body(self, event: HTTPResponseBodyEvent) -> bytes | None:
+        """The JSON body rewritten once complete; ``None`` while parts of it are still coming."""
         chunk = event.get("body", b"")
         if event.get("more_body", False):
             if self._buffer is None:
                 self._buffer = bytearray()
             self._buffer += chunk
-            return
+            return None
         if self._buffer:
             self._buffer += chunk
             chunk = bytes(self._buffer)
-        start, self._start = self._start, None  # anything after the last body passes untouched
-        assert start is not None
         try:
             parsed = jsonrpc.loads(chunk)
             rewritten = self.rewrite_message(chunk, parsed) if type(parsed) is dict else self.rewrite(chunk, parsed)
         except Exception:  # never let a rewriting bug break a response
             logger.exception("could not add session metadata to a response")
             rewritten = None
-        body = chunk if rewritten is None else rewritten
-        self._kept.append((b"content-length", str(len(body)).encode()))
-        await self._send({**start, "headers": self._kept})
-        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+        return chunk if rewritten is None else rewritten
 
     def rewrite(self, raw: bytes, parsed: Any) -> bytes | None:
         """The new bytes of a response body (one message or a batch), or None when unchanged."""
