@@ -21,14 +21,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import secrets
 from collections.abc import Callable, Collection, Mapping
+from time import monotonic
 from typing import Any, Final, Literal
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.metrics import _internal as _metrics_internal
+from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TracerProvider
 
 from .._version import __version__
@@ -48,6 +49,8 @@ TraceMode = Literal["link", "session"]
 # The conventions' bucket advice for both MCP duration histograms.
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 TRANSPORT_SESSION_PREFIX: Final = "ts-"
+# While no SDK records, how often (at most) enabled() asks the API's public getters again: they cost microseconds.
+RECHECK_SECONDS: Final = 1.0
 # The attributes of the links a SERVER span may have: to the session's creation, to the transport's context.
 _CREATED: Final = {"mcp_sessions.link": "session.created"}
 _HTTP_REQUEST: Final = {"mcp_sessions.link": "http.request"}
@@ -83,12 +86,14 @@ class Telemetry:
         # Per process: digests of one transport session agree for as long as the session (held in memory) lives.
         self._transport_key = secrets.token_bytes(32)
         self._transport_digest = transport_digest
-        self._tracer_provider = tracer_provider
-        self._meter_provider = meter_provider
-        self._enabled = False
-        # The global providers when the last check found no SDK (none yet: the first request checks).
-        self._quiet_tracer: object | None = _UNSEEN
-        self._quiet_meter: object | None = _UNSEEN
+        # The signals whose provider is the global one, looked up while nothing records (see enabled()).
+        self._global_tracer = tracer_provider is None
+        self._global_meter = meter_provider is None
+        self._enabled = (tracer_provider is not None and _records(tracer_provider)) or (
+            meter_provider is not None and _records(meter_provider)
+        )
+        # When enabled() next asks the global providers: at the first call, never when both are explicit.
+        self._next_check = math.inf if tracer_provider is not None and meter_provider is not None else -math.inf
         self.tracer = trace.get_tracer("mcp_sessions", __version__, tracer_provider)
         meter = otel_metrics.get_meter("mcp_sessions", __version__, meter_provider)
         self.operation_duration = meter.create_histogram(
@@ -133,27 +138,45 @@ class Telemetry:
     def enabled(self) -> bool:
         """Whether an OpenTelemetry SDK is there to record: without one, the middleware skips telemetry.
 
-        On the hot path of every request: once true it stays true (a global
-        provider is set once and for all), and until then it reads the API's
-        globals directly, since ``get_tracer_provider()`` reads the environment
-        on every call.
+        On the hot path of every request, so it reads public API only, and rarely:
+
+        - Each signal's provider is the one given (``tracer_provider=``,
+          ``meter_provider=``), else the global one (``trace.get_tracer_provider()``,
+          ``metrics.get_meter_provider()``). A provider records unless it is one
+          of the API's stand-ins: :class:`~opentelemetry.trace.ProxyTracerProvider`,
+          :class:`~opentelemetry.trace.NoOpTracerProvider`,
+          :class:`~opentelemetry.metrics.NoOpMeterProvider`, or the API's proxy
+          meter provider (which it does not export: any provider whose class is
+          defined in the ``opentelemetry.metrics`` package).
+        - Given providers are judged at construction: if one records, this is
+          true for good; if both are given and neither records, false for good,
+          and the globals are never read.
+        - Otherwise the first call asks the global getters, and while nothing
+          records they are asked again at most once per :data:`RECHECK_SECONDS`
+          (1 s, monotonic clock); calls in between answer false at the cost of a
+          clock read. Once a global SDK provider is seen, true for good (the API
+          sets a global provider once per process; it has no public way to unset
+          it).
+
+        So an SDK installed before the first request (at import, or in the app's
+        lifespan startup) is recorded from the first request on; one installed
+        after requests have started is recorded from the first request at least
+        1 s after the previous look, within about a second: the requests in
+        between are neither traced nor counted.
         """
         if self._enabled:
             return True
-        if (
-            _GLOBALS_READABLE
-            and trace._TRACER_PROVIDER is self._quiet_tracer
-            and _metrics_internal._METER_PROVIDER is self._quiet_meter
-        ):
-            return False  # the global providers are still the ones found without an SDK: two loads, no call
-        global_tracer, global_meter = _global_tracer_provider(), _global_meter_provider()
-        tracer_provider = self._tracer_provider or global_tracer
-        meter_provider = self._meter_provider or global_meter
-        enabled = (tracer_provider is not None and type(tracer_provider) not in _NOOP_PROVIDERS) or (
-            meter_provider is not None and type(meter_provider) not in _NOOP_PROVIDERS
+        if monotonic() < self._next_check:
+            return False
+        return self._check_globals()
+
+    def _check_globals(self) -> bool:
+        """Ask the API's getters for the global providers (which read the environment while none is set)."""
+        self._next_check = monotonic() + RECHECK_SECONDS
+        enabled = (self._global_tracer and _records(trace.get_tracer_provider())) or (
+            self._global_meter and _records(otel_metrics.get_meter_provider())
         )
         self._enabled = enabled
-        self._quiet_tracer, self._quiet_meter = global_tracer, global_meter
         return enabled
 
     def start(
@@ -243,29 +266,14 @@ class Telemetry:
 
 
 # The API's stand-ins before (or without) an SDK: nothing they make records.
-_NOOP_PROVIDERS: Final[frozenset[type]] = frozenset(
-    {
-        trace.NoOpTracerProvider,
-        trace.ProxyTracerProvider,
-        otel_metrics.NoOpMeterProvider,
-        type(otel_metrics.get_meter_provider()),  # the API's private proxy, until an SDK is set
-    }
-)
+_STAND_INS: Final = (trace.ProxyTracerProvider, trace.NoOpTracerProvider, NoOpMeterProvider)
+# The API's own package for metrics, where its (unexported) proxy MeterProvider is defined.
+_METRICS_API: Final = "opentelemetry.metrics"
 
 
-# Whether this OpenTelemetry API keeps its global providers where enabled() reads them on every request.
-_GLOBALS_READABLE: Final = hasattr(trace, "_TRACER_PROVIDER") and hasattr(_metrics_internal, "_METER_PROVIDER")
-_UNSEEN: Final = object()
-
-
-def _global_tracer_provider() -> object | None:
-    """The global TracerProvider once one is set, else None (no environment lookup)."""
-    if hasattr(trace, "_TRACER_PROVIDER"):
-        return trace._TRACER_PROVIDER
-    return trace.get_tracer_provider()  # pragma: no cover - a future API without the global
-
-
-def _global_meter_provider() -> object | None:
-    if hasattr(_metrics_internal, "_METER_PROVIDER"):
-        return _metrics_internal._METER_PROVIDER
-    return otel_metrics.get_meter_provider()  # pragma: no cover
+def _records(provider: TracerProvider | MeterProvider) -> bool:
+    """Whether ``provider`` is an SDK's (or any real implementation's), not one of the API's stand-ins."""
+    if isinstance(provider, _STAND_INS):
+        return False
+    module = type(provider).__module__
+    return module != _METRICS_API and not module.startswith(_METRICS_API + ".")
