@@ -29,8 +29,10 @@ from typing import Any, Final, Literal
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TracerProvider
+from opentelemetry.util.types import AttributeValue
 
 from .._version import __version__
 from ..wire.protocol import KNOWN_METHODS
@@ -71,12 +73,7 @@ class Telemetry:
         known_methods: Collection[str] = (),
         transport_digest: Callable[[bytes], str] | None = None,
     ) -> None:
-        if trace_mode not in ("link", "session"):
-            raise ValueError('trace_mode must be "link" or "session"')
-        if isinstance(known_tools, str) or isinstance(known_prompts, str):
-            raise TypeError("known_tools and known_prompts take collections of names, not one string")
-        if type(max_learned_names) is not int or max_learned_names < 0:
-            raise ValueError("max_learned_names must be a whole number, 0 or more")
+        _check_options(trace_mode, known_tools, known_prompts, max_learned_names)
         self.trace_mode = trace_mode
         # MCP's own methods and the enabled wires' session methods; any other name is "_OTHER".
         self.methods = KNOWN_METHODS | frozenset(known_methods)
@@ -95,7 +92,10 @@ class Telemetry:
         # When enabled() next asks the global providers: at the first call, never when both are explicit.
         self._next_check = math.inf if tracer_provider is not None and meter_provider is not None else -math.inf
         self.tracer = trace.get_tracer("mcp_sessions", __version__, tracer_provider)
-        meter = otel_metrics.get_meter("mcp_sessions", __version__, meter_provider)
+        self._create_instruments(otel_metrics.get_meter("mcp_sessions", __version__, meter_provider))
+
+    def _create_instruments(self, meter: otel_metrics.Meter) -> None:
+        """The conventions' two MCP duration histograms, and the middleware's session counters."""
         self.operation_duration = meter.create_histogram(
             "mcp.server.operation.duration",
             unit="s",
@@ -184,19 +184,46 @@ class Telemetry:
         *,
         scope: Mapping[str, Any],
         headers: Mapping[bytes, bytes],
-        message: Mapping[str, Any],
+        message: Mapping[str, object],
         method: str,
         protocol_version: str | None,
         modern: bool,
         session_id: str | None,
-        session_claims: Mapping[str, Any] | None,
+        session_claims: Mapping[str, object] | None,
         start_ns: int,
         session_source: str | None = None,
         user_id: str | None = None,
     ) -> Operation:
-        """Start the SERVER span of one JSON-RPC message."""
+        """Start the SERVER span of one JSON-RPC message (``scope`` is its ASGI HTTP scope)."""
         params = message.get("params")
-        meta = params.get("_meta") if isinstance(params, dict) else None
+        if not isinstance(params, dict):
+            params = None
+        parent, links = self._parent_and_links(params, headers, session_claims)
+        target = None
+        if params is not None and method in ("tools/call", "prompts/get"):
+            name = params.get("name")
+            target = name if type(name) is str else None
+        op = Operation(self, trace.INVALID_SPAN, method, target, protocol_version, session_id)
+        # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
+        attributes = self._span_attributes(op, scope, headers, message, params, modern, session_source, user_id)
+        op.span = self.tracer.start_span(
+            op.span_name(),
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            links=links,
+            start_time=start_ns,
+        )
+        return op
+
+    def _parent_and_links(
+        self,
+        params: Mapping[str, object] | None,
+        headers: Mapping[bytes, bytes],
+        session_claims: Mapping[str, object] | None,
+    ) -> tuple[Context | None, list[Link] | None]:
+        """The span's parent (``params._meta``, else the headers) and links (the session's creation, the headers)."""
+        meta = params.get("_meta") if params is not None else None
         meta_parent = None
         if isinstance(meta, dict) and "traceparent" in meta:
             meta_parent = extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
@@ -210,23 +237,38 @@ class Telemetry:
         if session_claims is not None:
             creation = span_context_from_traceparent(session_claims.get(TRACEPARENT_CLAIM))
             if parent is None and creation is not None and self.trace_mode == "session":
-                parent = trace.set_span_in_context(NonRecordingSpan(creation))
-                creation = None  # the parent already says it: no link as well
-        target = None
-        if isinstance(params, dict) and method in ("tools/call", "prompts/get"):
-            name = params.get("name")
-            target = name if type(name) is str else None
-        op = Operation(self, trace.INVALID_SPAN, method, target, protocol_version, session_id)
-        # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
+                # The parent already says it: no link as well (and with no parent, no transport context to link).
+                return trace.set_span_in_context(NonRecordingSpan(creation)), None
+        links = None
+        if creation is not None:
+            links = [Link(creation, _CREATED)]
+        if meta_parent is not None and header_parent is not None:
+            # The conventions: parent from _meta, link the transport's context.
+            header_span = trace.get_current_span(header_parent).get_span_context()
+            links = [*(links or ()), Link(header_span, _HTTP_REQUEST)]
+        return parent, links
+
+    def _span_attributes(
+        self,
+        op: Operation,
+        scope: Mapping[str, Any],
+        headers: Mapping[bytes, bytes],
+        message: Mapping[str, object],
+        params: Mapping[str, object] | None,
+        modern: bool,
+        session_source: str | None,
+        user_id: str | None,
+    ) -> dict[str, AttributeValue]:
+        """The attributes the span starts with: the metrics', then what the message, connection and session say."""
         attributes = dict(op.metric_attributes)
         if op.method_name == OTHER:
-            attributes["mcp_sessions.method_original"] = _original(method)
-        if op.version_name == OTHER and protocol_version is not None:
-            attributes["mcp_sessions.protocol_version_original"] = _original(protocol_version)
+            attributes["mcp_sessions.method_original"] = _original(op.method)
+        if op.version_name == OTHER and op.protocol_version is not None:
+            attributes["mcp_sessions.protocol_version_original"] = _original(op.protocol_version)
         request_id = message.get("id")
         if request_id is not None and type(request_id) in (str, int, float):
             attributes["jsonrpc.request.id"] = str(request_id)
-        if method in ("resources/read", "resources/subscribe", "resources/unsubscribe") and isinstance(params, dict):
+        if params is not None and op.method in ("resources/read", "resources/subscribe", "resources/unsubscribe"):
             uri = params.get("uri")
             if type(uri) is str:
                 attributes["mcp.resource.uri"] = uri
@@ -235,7 +277,7 @@ class Telemetry:
         if client:
             attributes["client.address"] = client[0]
             attributes["client.port"] = client[1]
-        if session_id is not None:
+        if (session_id := op.session_id) is not None:
             attributes["session.id"] = session_id
             attributes["gen_ai.conversation.id"] = session_id
             if session_source is not None:
@@ -247,22 +289,19 @@ class Telemetry:
             # The 2025-era transport session, a bearer value (or whatever a client put there): only a digest.
             digest = self._transport_digest or self.transport_session_digest
             attributes["mcp.session.id"] = digest(transport_session)
-        links = None
-        if creation is not None:
-            links = [Link(creation, _CREATED)]
-        if meta_parent is not None and header_parent is not None:
-            # The conventions: parent from _meta, link the transport's context.
-            header_span = trace.get_current_span(header_parent).get_span_context()
-            links = [*(links or ()), Link(header_span, _HTTP_REQUEST)]
-        op.span = self.tracer.start_span(
-            op.span_name(),
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            links=links,
-            start_time=start_ns,
-        )
-        return op
+        return attributes
+
+
+def _check_options(
+    trace_mode: str, known_tools: Collection[str], known_prompts: Collection[str], max_learned_names: int
+) -> None:
+    """Refuse, at construction, the options no request could use."""
+    if trace_mode not in ("link", "session"):
+        raise ValueError('trace_mode must be "link" or "session"')
+    if isinstance(known_tools, str) or isinstance(known_prompts, str):
+        raise TypeError("known_tools and known_prompts take collections of names, not one string")
+    if type(max_learned_names) is not int or max_learned_names < 0:
+        raise ValueError("max_learned_names must be a whole number, 0 or more")
 
 
 # The API's stand-ins before (or without) an SDK: nothing they make records.
