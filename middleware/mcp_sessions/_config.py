@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypedDict
+from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack, cast
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -104,18 +104,8 @@ class SessionsConfig:
         sources: Iterable[SessionSource | SourceFactory] | None = None,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
-        if not 0 < ttl <= MAX_TTL:
-            raise ValueError(f"ttl must be a positive number of seconds, at most {MAX_TTL} (ten years)")
-        if idle_ttl is not None and not 0 < idle_ttl <= MAX_TTL:
-            raise ValueError(
-                f"idle_ttl must be a positive number of seconds (at most {MAX_TTL}), or None to disable it"
-            )
-        if max_body_size < 1:
-            raise ValueError("max_body_size must be positive")
-        if type(retry_after) is not int or retry_after < 0:
-            raise ValueError("retry_after must be a whole number of seconds, 0 or more")
-        if trace_mode not in ("link", "session"):
-            raise ValueError('trace_mode must be "link" or "session"')
+        _check_limits(ttl, idle_ttl, max_body_size, retry_after)
+        _check_choices(trace_mode, conversation_data, adopt_transport_sessions, guard)
         self.ttl = float(ttl)
         self.idle_ttl = None if idle_ttl is None else float(idle_ttl)
         self.store: SessionStore = MemoryStore() if store is None else store
@@ -133,18 +123,10 @@ class SessionsConfig:
         exempt = frozenset().union(*(p.sessionless for p in self.profiles))
         self.requires: Requires = compile_policy(require_session, require_session_tools, exempt)
         self.require_all = require_session is True
-        if conversation_data not in CONVERSATION_DATA_MODES:
-            raise ValueError(
-                f"conversation_data must be one of {', '.join(CONVERSATION_DATA_MODES)}, got {conversation_data!r}"
-            )
         self.conversation_data: ConversationData = conversation_data
         self.host_keys: tuple[HostKey, ...] = (*host_keys_from_config(conversation_keys), *BUILT_IN_HOSTS)
-        if type(adopt_transport_sessions) is not bool:
-            raise TypeError("adopt_transport_sessions is True or False")
         self.adopt_transport_sessions = adopt_transport_sessions
         self.handles = handles
-        if guard is not None and not isinstance(guard, Guard):
-            raise TypeError("guard takes a mcp_sessions.Guard, built with the options of the wrapped server")
         # The wrapped server's own checks, applied before any answer given here (the SDK's defaults unless told).
         self.guard = Guard() if guard is None else guard
         # At most count creates (and deletes) per seconds, per principal or client address: see _limits.py.
@@ -153,7 +135,9 @@ class SessionsConfig:
         self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)
 
     @classmethod
-    def from_env(cls, *, environ: Mapping[str, str] | None = None, **options: Any) -> SessionsConfig:
+    def from_env(
+        cls, *, environ: Mapping[str, str] | None = None, **options: Unpack[SessionsOptions]
+    ) -> SessionsConfig:
         """Configure from ``MCP_SESSIONS_*`` variables; keyword options override them.
 
         ``MCP_SESSIONS_SECRET`` or ``MCP_SESSIONS_KEYS`` (a JWKS, ``kid:secret``
@@ -170,11 +154,40 @@ class SessionsConfig:
         ``MCP_SESSIONS_ADOPT_TRANSPORT`` (``1``) set the options of the same names.
         """
         env = os.environ if environ is None else environ
-        settings = settings_from_env(env, options)
+        # The keywords, as the dict they are at runtime (settings_from_env moves the key-set options out of it).
+        settings = settings_from_env(env, cast("dict[str, Any]", options))
         settings.update(options)
         config = cls(**settings)
         config.owns_store = "store" in settings and "store" not in options
         return config
+
+
+def _check_limits(ttl: float, idle_ttl: float | None, max_body_size: int, retry_after: int) -> None:
+    """Refuse lifetimes and limits no server could run with."""
+    if not 0 < ttl <= MAX_TTL:
+        raise ValueError(f"ttl must be a positive number of seconds, at most {MAX_TTL} (ten years)")
+    if idle_ttl is not None and not 0 < idle_ttl <= MAX_TTL:
+        raise ValueError(f"idle_ttl must be a positive number of seconds (at most {MAX_TTL}), or None to disable it")
+    if max_body_size < 1:
+        raise ValueError("max_body_size must be positive")
+    if type(retry_after) is not int or retry_after < 0:
+        raise ValueError("retry_after must be a whole number of seconds, 0 or more")
+
+
+def _check_choices(
+    trace_mode: str, conversation_data: str, adopt_transport_sessions: bool, guard: Guard | None
+) -> None:
+    """Refuse a mode outside its choices, and an option of the wrong kind (a typo type checkers may not see)."""
+    if trace_mode not in ("link", "session"):
+        raise ValueError('trace_mode must be "link" or "session"')
+    if conversation_data not in CONVERSATION_DATA_MODES:
+        raise ValueError(
+            f"conversation_data must be one of {', '.join(CONVERSATION_DATA_MODES)}, got {conversation_data!r}"
+        )
+    if type(adopt_transport_sessions) is not bool:
+        raise TypeError("adopt_transport_sessions is True or False")
+    if guard is not None and not isinstance(guard, Guard):
+        raise TypeError("guard takes a mcp_sessions.Guard, built with the options of the wrapped server")
 
 
 def _key_set(

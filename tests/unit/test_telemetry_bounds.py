@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
 
-from _otel import collect, points
+from _otel import collect, global_tracing, points
 from mcp_sessions import KeySet
+from mcp_sessions.otel import _telemetry
 from mcp_sessions.otel._names import _original
 from mcp_sessions.otel._telemetry import OTHER, Operation, Telemetry, Vocabulary, _redacted
 
@@ -159,21 +163,72 @@ def test_known_tools_are_named_from_the_start(
     assert [span.name for span in exporter.get_finished_spans()] == ["tools/call count", "tools/call"]
 
 
-def test_an_sdk_set_after_requests_without_one_is_recorded_from_then_on() -> None:
-    """enabled() remembers the global providers it found without an SDK, and looks again once they change."""
-    from opentelemetry import trace
-    from opentelemetry.metrics import _internal as metrics_internal
+@pytest.fixture
+def no_global_sdk() -> None:
+    """The API's own stand-ins as the global providers (a global SDK provider cannot be unset publicly)."""
+    if not isinstance(trace.get_tracer_provider(), ProxyTracerProvider):
+        pytest.skip("an earlier test in this process left a global TracerProvider set")
 
-    saved = trace._TRACER_PROVIDER, metrics_internal._METER_PROVIDER
-    try:
-        trace._TRACER_PROVIDER = None
-        metrics_internal._METER_PROVIDER = None
-        telemetry = Telemetry()
-        assert telemetry.enabled() is False
-        assert telemetry.enabled() is False  # the same globals: answered from what the first check found
-        trace._TRACER_PROVIDER = TracerProvider()  # an SDK, set the way set_tracer_provider() sets it
-        assert telemetry.enabled() is True
-        trace._TRACER_PROVIDER = None
-        assert telemetry.enabled() is True  # once recording, always recording
-    finally:
-        trace._TRACER_PROVIDER, metrics_internal._METER_PROVIDER = saved
+
+Ask = Callable[[Telemetry], tuple[bool, list[str]]]
+
+
+@pytest.fixture
+def ask(monkeypatch: pytest.MonkeyPatch) -> Ask:
+    """``enabled()``'s answer, and which of the API's global getters it called (spied on) to give it."""
+    called: list[str] = []
+
+    def spy(name: str, original: Callable[[], object]) -> Callable[[], object]:
+        def getter() -> object:
+            called.append(name)
+            return original()
+
+        return getter
+
+    monkeypatch.setattr(trace, "get_tracer_provider", spy("get_tracer_provider", trace.get_tracer_provider))
+    monkeypatch.setattr(metrics, "get_meter_provider", spy("get_meter_provider", metrics.get_meter_provider))
+
+    def enabled(telemetry: Telemetry) -> tuple[bool, list[str]]:
+        called.clear()
+        return telemetry.enabled(), list(called)
+
+    return enabled
+
+
+TRACER, METER = ["get_tracer_provider"], ["get_meter_provider"]
+
+
+@pytest.mark.usefixtures("no_global_sdk")
+def test_an_sdk_set_after_requests_without_one_is_recorded_within_a_second(
+    monkeypatch: pytest.MonkeyPatch, ask: Ask
+) -> None:
+    """enabled() asks the global getters at the first call, then once per RECHECK_SECONDS until an SDK records."""
+    now = [100.0]
+    monkeypatch.setattr(_telemetry, "monotonic", lambda: now[0])
+    telemetry = Telemetry()
+    assert ask(telemetry) == (False, TRACER + METER)  # the first call asks
+    now[0] += _telemetry.RECHECK_SECONDS / 2
+    assert ask(telemetry) == (False, [])  # within the interval: the clock only
+    with global_tracing():  # an SDK set the public way, after requests started
+        assert ask(telemetry) == (False, [])  # not seen before the interval is over
+        now[0] += _telemetry.RECHECK_SECONDS / 2
+        assert ask(telemetry) == (True, TRACER)
+        now[0] += 3600
+        assert ask(telemetry) == (True, [])  # once recording, never asked again
+        assert ask(Telemetry()) == (True, TRACER)  # an instance built after the SDK: from its first call
+    assert ask(telemetry) == (True, [])  # once recording, always recording
+
+
+@pytest.mark.usefixtures("no_global_sdk")
+def test_given_providers_decide_at_construction(ask: Ask) -> None:
+    assert ask(Telemetry(tracer_provider=TracerProvider())) == (True, [])
+    assert ask(Telemetry(meter_provider=MeterProvider())) == (True, [])
+    # The API's stand-ins, given explicitly (the proxies are what the getters answer without an SDK).
+    quiet = [
+        Telemetry(tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider()),
+        Telemetry(tracer_provider=trace.get_tracer_provider(), meter_provider=metrics.get_meter_provider()),
+    ]
+    with global_tracing():
+        assert [ask(telemetry) for telemetry in quiet] == [(False, [])] * 2  # the global SDK is not theirs
+    # Only the signal it was given no provider for comes from the globals.
+    assert ask(Telemetry(tracer_provider=NoOpTracerProvider())) == (False, METER)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Final
 
 from opentelemetry import metrics as otel_metrics
+from opentelemetry.util.types import AttributeValue
 
 __all__ = ["MAX_LEARNED_NAMES", "OTHER", "Vocabulary"]
 
@@ -36,12 +37,12 @@ class Vocabulary:
         self._names = {name for name in known if type(name) is str}
         self._cap = len(self._names) + cap
 
-    def learn(self, name: Any) -> None:
+    def learn(self, name: object) -> None:
         """Add ``name`` if it is a string and there is room (it stays once learned)."""
         if type(name) is str and len(self._names) < self._cap:
             self._names.add(name)
 
-    def learn_listed(self, items: Any) -> None:
+    def learn_listed(self, items: object) -> None:
         """Learn the ``name`` of every object in a list result (``tools``, ``prompts``)."""
         if type(items) is list:
             for item in items:
@@ -61,7 +62,7 @@ class _RejectionCounter:
         self._counter = counter
         self._methods = methods
 
-    def add(self, amount: int, attributes: Mapping[str, Any]) -> None:
+    def add(self, amount: int, attributes: Mapping[str, AttributeValue]) -> None:
         method = attributes.get("mcp.method.name")
         if method is not None and method not in self._methods:
             attributes = {**attributes, "mcp.method.name": OTHER}

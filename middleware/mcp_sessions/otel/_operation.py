@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import StatusCode
+from opentelemetry.util.types import AttributeValue
 
 from ..wire.protocol import KNOWN_VERSIONS
 from ._names import OTHER, _original, _redacted
@@ -95,8 +96,8 @@ class Operation:
         target = self._named_target
         return self.method_name if target is None or target == OTHER else f"{self.method_name} {target}"
 
-    def _metric_attributes(self) -> dict[str, Any]:
-        attributes: dict[str, Any] = {
+    def _metric_attributes(self) -> dict[str, AttributeValue]:
+        attributes: dict[str, AttributeValue] = {
             "mcp.method.name": self.method_name,
             "network.transport": "tcp",
             "network.protocol.name": "http",
@@ -113,14 +114,14 @@ class Operation:
             attributes["gen_ai.operation.name"] = "execute_tool"
         return attributes
 
-    def session_attributes(self) -> dict[str, Any]:
+    def session_attributes(self) -> dict[str, AttributeValue]:
         """Attributes of the session metrics (never the session id: unbounded cardinality)."""
-        attributes: dict[str, Any] = {"network.transport": "tcp", "network.protocol.name": "http"}
+        attributes: dict[str, AttributeValue] = {"network.transport": "tcp", "network.protocol.name": "http"}
         if self.version_name is not None:
             attributes["mcp.protocol.version"] = self.version_name
         return attributes
 
-    def observe_result(self, result: Mapping[str, Any]) -> None:
+    def observe_result(self, result: Mapping[str, object]) -> None:
         """The server's result for this message: a tool error, or names it proves the server has."""
         if result.get("isError") is True:
             self.tool_error()
@@ -153,7 +154,7 @@ class Operation:
             ctx = baggage.set_baggage(SESSION_BAGGAGE_KEY, self.session_id, ctx)
         return ctx
 
-    def inject(self, meta: dict[str, Any]) -> None:
+    def inject(self, meta: dict[str, object]) -> None:
         """Make ``_meta``'s trace context name this span, so the server's own span nests under it."""
         for key in TRACE_KEYS:
             meta.pop(key, None)

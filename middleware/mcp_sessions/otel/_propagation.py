@@ -7,7 +7,7 @@ session id).
 from __future__ import annotations
 
 import functools
-from typing import Any, Final
+from typing import Final
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.context import Context
@@ -34,7 +34,7 @@ def traceparent_of(span_context: SpanContext) -> str:
     return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
 
 
-def span_context_from_traceparent(value: Any) -> SpanContext | None:
+def span_context_from_traceparent(value: object) -> SpanContext | None:
     """A remote SpanContext from our own ``tp`` claim (version 00 only)."""
     if type(value) is not str or len(value) != 55:
         return None

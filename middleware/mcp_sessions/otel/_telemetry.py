@@ -21,15 +21,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import secrets
 from collections.abc import Callable, Collection, Mapping
+from time import monotonic
 from typing import Any, Final, Literal
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.metrics import _internal as _metrics_internal
+from opentelemetry.context import Context
+from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TracerProvider
+from opentelemetry.util.types import AttributeValue
 
 from .._version import __version__
 from ..wire.protocol import KNOWN_METHODS
@@ -48,6 +51,8 @@ TraceMode = Literal["link", "session"]
 # The conventions' bucket advice for both MCP duration histograms.
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 TRANSPORT_SESSION_PREFIX: Final = "ts-"
+# While no SDK records, how often (at most) enabled() asks the API's public getters again: they cost microseconds.
+RECHECK_SECONDS: Final = 1.0
 # The attributes of the links a SERVER span may have: to the session's creation, to the transport's context.
 _CREATED: Final = {"mcp_sessions.link": "session.created"}
 _HTTP_REQUEST: Final = {"mcp_sessions.link": "http.request"}
@@ -68,12 +73,7 @@ class Telemetry:
         known_methods: Collection[str] = (),
         transport_digest: Callable[[bytes], str] | None = None,
     ) -> None:
-        if trace_mode not in ("link", "session"):
-            raise ValueError('trace_mode must be "link" or "session"')
-        if isinstance(known_tools, str) or isinstance(known_prompts, str):
-            raise TypeError("known_tools and known_prompts take collections of names, not one string")
-        if type(max_learned_names) is not int or max_learned_names < 0:
-            raise ValueError("max_learned_names must be a whole number, 0 or more")
+        _check_options(trace_mode, known_tools, known_prompts, max_learned_names)
         self.trace_mode = trace_mode
         # MCP's own methods and the enabled wires' session methods; any other name is "_OTHER".
         self.methods = KNOWN_METHODS | frozenset(known_methods)
@@ -83,14 +83,19 @@ class Telemetry:
         # Per process: digests of one transport session agree for as long as the session (held in memory) lives.
         self._transport_key = secrets.token_bytes(32)
         self._transport_digest = transport_digest
-        self._tracer_provider = tracer_provider
-        self._meter_provider = meter_provider
-        self._enabled = False
-        # The global providers when the last check found no SDK (none yet: the first request checks).
-        self._quiet_tracer: object | None = _UNSEEN
-        self._quiet_meter: object | None = _UNSEEN
+        # The signals whose provider is the global one, looked up while nothing records (see enabled()).
+        self._global_tracer = tracer_provider is None
+        self._global_meter = meter_provider is None
+        self._enabled = (tracer_provider is not None and _records(tracer_provider)) or (
+            meter_provider is not None and _records(meter_provider)
+        )
+        # When enabled() next asks the global providers: at the first call, never when both are explicit.
+        self._next_check = math.inf if tracer_provider is not None and meter_provider is not None else -math.inf
         self.tracer = trace.get_tracer("mcp_sessions", __version__, tracer_provider)
-        meter = otel_metrics.get_meter("mcp_sessions", __version__, meter_provider)
+        self._create_instruments(otel_metrics.get_meter("mcp_sessions", __version__, meter_provider))
+
+    def _create_instruments(self, meter: otel_metrics.Meter) -> None:
+        """The conventions' two MCP duration histograms, and the middleware's session counters."""
         self.operation_duration = meter.create_histogram(
             "mcp.server.operation.duration",
             unit="s",
@@ -133,27 +138,45 @@ class Telemetry:
     def enabled(self) -> bool:
         """Whether an OpenTelemetry SDK is there to record: without one, the middleware skips telemetry.
 
-        On the hot path of every request: once true it stays true (a global
-        provider is set once and for all), and until then it reads the API's
-        globals directly, since ``get_tracer_provider()`` reads the environment
-        on every call.
+        On the hot path of every request, so it reads public API only, and rarely:
+
+        - Each signal's provider is the one given (``tracer_provider=``,
+          ``meter_provider=``), else the global one (``trace.get_tracer_provider()``,
+          ``metrics.get_meter_provider()``). A provider records unless it is one
+          of the API's stand-ins: :class:`~opentelemetry.trace.ProxyTracerProvider`,
+          :class:`~opentelemetry.trace.NoOpTracerProvider`,
+          :class:`~opentelemetry.metrics.NoOpMeterProvider`, or the API's proxy
+          meter provider (which it does not export: any provider whose class is
+          defined in the ``opentelemetry.metrics`` package).
+        - Given providers are judged at construction: if one records, this is
+          true for good; if both are given and neither records, false for good,
+          and the globals are never read.
+        - Otherwise the first call asks the global getters, and while nothing
+          records they are asked again at most once per :data:`RECHECK_SECONDS`
+          (1 s, monotonic clock); calls in between answer false at the cost of a
+          clock read. Once a global SDK provider is seen, true for good (the API
+          sets a global provider once per process; it has no public way to unset
+          it).
+
+        So an SDK installed before the first request (at import, or in the app's
+        lifespan startup) is recorded from the first request on; one installed
+        after requests have started is recorded from the first request at least
+        1 s after the previous look, within about a second: the requests in
+        between are neither traced nor counted.
         """
         if self._enabled:
             return True
-        if (
-            _GLOBALS_READABLE
-            and trace._TRACER_PROVIDER is self._quiet_tracer
-            and _metrics_internal._METER_PROVIDER is self._quiet_meter
-        ):
-            return False  # the global providers are still the ones found without an SDK: two loads, no call
-        global_tracer, global_meter = _global_tracer_provider(), _global_meter_provider()
-        tracer_provider = self._tracer_provider or global_tracer
-        meter_provider = self._meter_provider or global_meter
-        enabled = (tracer_provider is not None and type(tracer_provider) not in _NOOP_PROVIDERS) or (
-            meter_provider is not None and type(meter_provider) not in _NOOP_PROVIDERS
+        if monotonic() < self._next_check:
+            return False
+        return self._check_globals()
+
+    def _check_globals(self) -> bool:
+        """Ask the API's getters for the global providers (which read the environment while none is set)."""
+        self._next_check = monotonic() + RECHECK_SECONDS
+        enabled = (self._global_tracer and _records(trace.get_tracer_provider())) or (
+            self._global_meter and _records(otel_metrics.get_meter_provider())
         )
         self._enabled = enabled
-        self._quiet_tracer, self._quiet_meter = global_tracer, global_meter
         return enabled
 
     def start(
@@ -161,19 +184,46 @@ class Telemetry:
         *,
         scope: Mapping[str, Any],
         headers: Mapping[bytes, bytes],
-        message: Mapping[str, Any],
+        message: Mapping[str, object],
         method: str,
         protocol_version: str | None,
         modern: bool,
         session_id: str | None,
-        session_claims: Mapping[str, Any] | None,
+        session_claims: Mapping[str, object] | None,
         start_ns: int,
         session_source: str | None = None,
         user_id: str | None = None,
     ) -> Operation:
-        """Start the SERVER span of one JSON-RPC message."""
+        """Start the SERVER span of one JSON-RPC message (``scope`` is its ASGI HTTP scope)."""
         params = message.get("params")
-        meta = params.get("_meta") if isinstance(params, dict) else None
+        if not isinstance(params, dict):
+            params = None
+        parent, links = self._parent_and_links(params, headers, session_claims)
+        target = None
+        if params is not None and method in ("tools/call", "prompts/get"):
+            name = params.get("name")
+            target = name if type(name) is str else None
+        op = Operation(self, trace.INVALID_SPAN, method, target, protocol_version, session_id)
+        # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
+        attributes = self._span_attributes(op, scope, headers, message, params, modern, session_source, user_id)
+        op.span = self.tracer.start_span(
+            op.span_name(),
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            links=links,
+            start_time=start_ns,
+        )
+        return op
+
+    def _parent_and_links(
+        self,
+        params: Mapping[str, object] | None,
+        headers: Mapping[bytes, bytes],
+        session_claims: Mapping[str, object] | None,
+    ) -> tuple[Context | None, list[Link] | None]:
+        """The span's parent (``params._meta``, else the headers) and links (the session's creation, the headers)."""
+        meta = params.get("_meta") if params is not None else None
         meta_parent = None
         if isinstance(meta, dict) and "traceparent" in meta:
             meta_parent = extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
@@ -187,23 +237,38 @@ class Telemetry:
         if session_claims is not None:
             creation = span_context_from_traceparent(session_claims.get(TRACEPARENT_CLAIM))
             if parent is None and creation is not None and self.trace_mode == "session":
-                parent = trace.set_span_in_context(NonRecordingSpan(creation))
-                creation = None  # the parent already says it: no link as well
-        target = None
-        if isinstance(params, dict) and method in ("tools/call", "prompts/get"):
-            name = params.get("name")
-            target = name if type(name) is str else None
-        op = Operation(self, trace.INVALID_SPAN, method, target, protocol_version, session_id)
-        # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
+                # The parent already says it: no link as well (and with no parent, no transport context to link).
+                return trace.set_span_in_context(NonRecordingSpan(creation)), None
+        links = None
+        if creation is not None:
+            links = [Link(creation, _CREATED)]
+        if meta_parent is not None and header_parent is not None:
+            # The conventions: parent from _meta, link the transport's context.
+            header_span = trace.get_current_span(header_parent).get_span_context()
+            links = [*(links or ()), Link(header_span, _HTTP_REQUEST)]
+        return parent, links
+
+    def _span_attributes(
+        self,
+        op: Operation,
+        scope: Mapping[str, Any],
+        headers: Mapping[bytes, bytes],
+        message: Mapping[str, object],
+        params: Mapping[str, object] | None,
+        modern: bool,
+        session_source: str | None,
+        user_id: str | None,
+    ) -> dict[str, AttributeValue]:
+        """The attributes the span starts with: the metrics', then what the message, connection and session say."""
         attributes = dict(op.metric_attributes)
         if op.method_name == OTHER:
-            attributes["mcp_sessions.method_original"] = _original(method)
-        if op.version_name == OTHER and protocol_version is not None:
-            attributes["mcp_sessions.protocol_version_original"] = _original(protocol_version)
+            attributes["mcp_sessions.method_original"] = _original(op.method)
+        if op.version_name == OTHER and op.protocol_version is not None:
+            attributes["mcp_sessions.protocol_version_original"] = _original(op.protocol_version)
         request_id = message.get("id")
         if request_id is not None and type(request_id) in (str, int, float):
             attributes["jsonrpc.request.id"] = str(request_id)
-        if method in ("resources/read", "resources/subscribe", "resources/unsubscribe") and isinstance(params, dict):
+        if params is not None and op.method in ("resources/read", "resources/subscribe", "resources/unsubscribe"):
             uri = params.get("uri")
             if type(uri) is str:
                 attributes["mcp.resource.uri"] = uri
@@ -212,7 +277,7 @@ class Telemetry:
         if client:
             attributes["client.address"] = client[0]
             attributes["client.port"] = client[1]
-        if session_id is not None:
+        if (session_id := op.session_id) is not None:
             attributes["session.id"] = session_id
             attributes["gen_ai.conversation.id"] = session_id
             if session_source is not None:
@@ -224,48 +289,30 @@ class Telemetry:
             # The 2025-era transport session, a bearer value (or whatever a client put there): only a digest.
             digest = self._transport_digest or self.transport_session_digest
             attributes["mcp.session.id"] = digest(transport_session)
-        links = None
-        if creation is not None:
-            links = [Link(creation, _CREATED)]
-        if meta_parent is not None and header_parent is not None:
-            # The conventions: parent from _meta, link the transport's context.
-            header_span = trace.get_current_span(header_parent).get_span_context()
-            links = [*(links or ()), Link(header_span, _HTTP_REQUEST)]
-        op.span = self.tracer.start_span(
-            op.span_name(),
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            links=links,
-            start_time=start_ns,
-        )
-        return op
+        return attributes
+
+
+def _check_options(
+    trace_mode: str, known_tools: Collection[str], known_prompts: Collection[str], max_learned_names: int
+) -> None:
+    """Refuse, at construction, the options no request could use."""
+    if trace_mode not in ("link", "session"):
+        raise ValueError('trace_mode must be "link" or "session"')
+    if isinstance(known_tools, str) or isinstance(known_prompts, str):
+        raise TypeError("known_tools and known_prompts take collections of names, not one string")
+    if type(max_learned_names) is not int or max_learned_names < 0:
+        raise ValueError("max_learned_names must be a whole number, 0 or more")
 
 
 # The API's stand-ins before (or without) an SDK: nothing they make records.
-_NOOP_PROVIDERS: Final[frozenset[type]] = frozenset(
-    {
-        trace.NoOpTracerProvider,
-        trace.ProxyTracerProvider,
-        otel_metrics.NoOpMeterProvider,
-        type(otel_metrics.get_meter_provider()),  # the API's private proxy, until an SDK is set
-    }
-)
+_STAND_INS: Final = (trace.ProxyTracerProvider, trace.NoOpTracerProvider, NoOpMeterProvider)
+# The API's own package for metrics, where its (unexported) proxy MeterProvider is defined.
+_METRICS_API: Final = "opentelemetry.metrics"
 
 
-# Whether this OpenTelemetry API keeps its global providers where enabled() reads them on every request.
-_GLOBALS_READABLE: Final = hasattr(trace, "_TRACER_PROVIDER") and hasattr(_metrics_internal, "_METER_PROVIDER")
-_UNSEEN: Final = object()
-
-
-def _global_tracer_provider() -> object | None:
-    """The global TracerProvider once one is set, else None (no environment lookup)."""
-    if hasattr(trace, "_TRACER_PROVIDER"):
-        return trace._TRACER_PROVIDER
-    return trace.get_tracer_provider()  # pragma: no cover - a future API without the global
-
-
-def _global_meter_provider() -> object | None:
-    if hasattr(_metrics_internal, "_METER_PROVIDER"):
-        return _metrics_internal._METER_PROVIDER
-    return otel_metrics.get_meter_provider()  # pragma: no cover
+def _records(provider: TracerProvider | MeterProvider) -> bool:
+    """Whether ``provider`` is an SDK's (or any real implementation's), not one of the API's stand-ins."""
+    if isinstance(provider, _STAND_INS):
+        return False
+    module = type(provider).__module__
+    return module != _METRICS_API and not module.startswith(_METRICS_API + ".")

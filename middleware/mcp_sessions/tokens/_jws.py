@@ -48,20 +48,7 @@ def verified_by_pyjwt(
     claims are checked too. Time claims are left to the caller, and so is the
     length bound.
     """
-    if not _SHAPE.fullmatch(token):
-        raise InvalidToken("not a compact JWS")
-    try:
-        header = jwt.get_unverified_header(token)
-    except Exception:
-        raise InvalidToken("unreadable header") from None
-    kid = header.get("kid")
-    key = keys.get(kid) if isinstance(kid, str) else None
-    if key is None:
-        raise InvalidToken("unknown key id")
-    if header.get("alg") != key.algorithm:
-        raise InvalidToken("algorithm not allowed for this key")
-    if header.get("typ") != typ:
-        raise InvalidToken("wrong token type")
+    key = _header_key(keys, token, typ)
     try:
         payload: dict[str, object] = pyjwt.decode(
             token,
@@ -93,3 +80,22 @@ def verified_by_pyjwt(
         # on hostile claims): every failure is a rejected token, never a 500.
         raise InvalidToken("invalid token") from None
     return payload
+
+
+def _header_key(keys: Mapping[str, SessionKey], token: str, typ: str) -> SessionKey:
+    """The key that may verify ``token``: its shape and its header's ``kid``, ``alg`` and ``typ`` checked."""
+    if not _SHAPE.fullmatch(token):
+        raise InvalidToken("not a compact JWS")
+    try:
+        header = jwt.get_unverified_header(token)
+    except Exception:
+        raise InvalidToken("unreadable header") from None
+    kid = header.get("kid")
+    key = keys.get(kid) if isinstance(kid, str) else None
+    if key is None:
+        raise InvalidToken("unknown key id")
+    if header.get("alg") != key.algorithm:
+        raise InvalidToken("algorithm not allowed for this key")
+    if header.get("typ") != typ:
+        raise InvalidToken("wrong token type")
+    return key
