@@ -69,6 +69,22 @@ class SessionCarrier:
         if type(message) is not dict:
             _check_unique(message, "params")
         params = message.get("params")
+        meta = params.get("_meta") if type(params) is dict else None
+        session = meta.get(self.meta_key) if type(meta) is dict else None
+        if type(session) is not dict:  # the usual request is plain all the way down; anything else:
+            session = self._checked_session(params)
+            if session is None:
+                return None
+        token = session.get(self.id_member)
+        if type(token) is not str:
+            raise InvalidSessionMeta(f"session metadata needs a string {self.id_member}")
+        state = None if self.state_member is None else session.get(self.state_member)
+        if state is not None and type(state) is not str:
+            raise InvalidSessionMeta("session state must be a string")
+        return tuple.__new__(SessionRef, (token, state, False))
+
+    def _checked_session(self, params: object) -> Mapping[str, object] | None:
+        """The session object on a path with a recording object, or absent (``None``), or malformed."""
         if not isinstance(params, dict):
             return None
         if type(params) is not dict:
@@ -85,14 +101,7 @@ class SessionCarrier:
             raise InvalidSessionMeta("session metadata must be an object")
         if type(session) is not dict:
             _check_unique(session, self.id_member, *(() if self.state_member is None else (self.state_member,)))
-        token = session.get(self.id_member)
-        if type(token) is not str:
-            raise InvalidSessionMeta(f"session metadata needs a string {self.id_member}")
-        state = None if self.state_member is None else session.get(self.state_member)
-        if state is not None and type(state) is not str:
-            raise InvalidSessionMeta("session state must be a string")
-        # SessionRef(token, state) built as the tuple it is: a named tuple's constructor is Python code.
-        return tuple.__new__(SessionRef, (token, state, False))
+        return session
 
     def present(self, message: Mapping[str, object]) -> bool:
         """Whether a message carries this wire's session key at all (even malformed)."""
