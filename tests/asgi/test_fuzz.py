@@ -19,6 +19,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from starlette.authentication import SimpleUser
 from starlette.types import Message, Receive, Scope
 
 from conftest import SECRET, signer_of
@@ -33,6 +34,7 @@ from mcp_sessions import (
     get_session,
 )
 from mcp_sessions.profiles import DRAFT, InvalidSessionMeta, SessionCarrier
+from mcp_sessions.session import digest_of
 from mcp_sessions.wire import jsonrpc
 
 KEY = "io.modelcontextprotocol/session"
@@ -57,11 +59,13 @@ NOW = time.time()
 VALID = [KEYS.mint_session_token(ttl=3600)[0] for _ in range(3)]
 REVOKED = KEYS.mint_session_token(ttl=3600)[0]  # revoked in every store below
 BOUND = KEYS.mint_session_token(ttl=3600, extra_claims={"pbh": "bound-to-someone"})[0]  # no principal here
+# Bound to alice, as a session she created while signed in: usable by alice only.
+ALICE = KEYS.mint_session_token(ttl=3600, extra_claims={"pbh": digest_of("alice", KEYS.audience)})[0]
 EXPIRED = KEYS.mint_session_token(ttl=60, now=NOW - 3600)[0]
 FOREIGN = KeySet.from_secret(SECRET, audience="elsewhere").mint_session_token(ttl=3600)[0]
-SIDS = {token: KEYS.verify_session_token(token).session_id for token in [*VALID, REVOKED, BOUND]}
+SIDS = {token: KEYS.verify_session_token(token).session_id for token in [*VALID, REVOKED, BOUND, ALICE]}
 STATES = {token: KEYS.sign_state(SIDS[token], {"mode": "m"}) for token in VALID}
-TOKENS = [*VALID, REVOKED, BOUND, EXPIRED, FOREIGN, "a.b.c", "sess-abc123", ""]
+TOKENS = [*VALID, REVOKED, BOUND, ALICE, EXPIRED, FOREIGN, "a.b.c", "sess-abc123", ""]
 
 
 # What a real client sends with every POST: the wrapped server (and so the guard) refuses one without them.
@@ -80,8 +84,11 @@ class NoServerChecks(Guard):
         return None
 
 
-def usable(token: Any, state: Any = None) -> bool:
-    """Independently of the middleware: would this session metadata name a live session of this deployment?"""
+def usable(token: Any, state: Any = None, user: str | None = None) -> bool:
+    """Independently of the middleware: would this session metadata name a live session of this deployment,
+    for this caller (``user``, the name a request was authenticated as)?"""
+    if token == ALICE:
+        return user == "alice" and state is None
     if token not in VALID:
         return False
     return state is None or state == STATES[token]
@@ -480,6 +487,8 @@ class Outcome:
         self.status: int = starts[0]["status"]
         self.headers = dict(starts[0]["headers"])
         self.body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        length = self.headers.get(b"content-length")  # whoever answered, a length that is there is the body's
+        assert length is None or int(length) == len(self.body), (length, len(self.body))
         self.forwarded = bool(downstream.calls)
         self.session = None
         if downstream.calls and (token := downstream.calls[-1][2]) is not None:
@@ -503,6 +512,7 @@ def run(
     *,
     chunks: list[int] | None = None,
     method: str = "POST",
+    user: str | None = None,
 ) -> Outcome:
     cuts = sorted({min(c, len(body)) for c in chunks or []})
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
@@ -522,6 +532,8 @@ def run(
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000),
     }
+    if user is not None:  # as Starlette's AuthenticationMiddleware leaves it
+        scope["user"] = SimpleUser(user)
 
     async def receive() -> Message:
         return pending.pop(0) if pending else {"type": "http.disconnect"}
@@ -570,6 +582,7 @@ def requests(draw: st.DrawFn) -> tuple[bytes, list[tuple[bytes, bytes]], list[in
     max_body_size=mostly(st.just(4 * 1024 * 1024), st.just(128)),
     max_sessions=st.sampled_from([1, 100]),
     result=json_values,
+    user=st.sampled_from([None, None, "alice", "bob"]),
 )
 def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
     request: tuple[bytes, list[tuple[bytes, bytes]], list[int], str],
@@ -577,6 +590,7 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
     max_body_size: int,
     max_sessions: int,
     result: Any,
+    user: str | None,
 ) -> None:
     body, headers, chunks, method = request
     downstream = Downstream(result)
@@ -587,7 +601,7 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
         require_session=require_session,
         max_body_size=max_body_size,
     )
-    outcome = run(middleware, body, headers, chunks=chunks, method=method)
+    outcome = run(middleware, body, headers, chunks=chunks, method=method, user=user)
     event(f"forwarded, session={outcome.session is not None}" if outcome.forwarded else f"answered {outcome.status}")
     if not outcome.forwarded:
         # The middleware answered itself.
@@ -604,8 +618,8 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
         return
     [(_, received, session_token)] = downstream.calls
     assert received == body  # replayed byte for byte
-    if session_token is not None:
-        assert session_token in VALID  # a live, unbound, unexpired session of this deployment
+    if session_token is not None:  # a live, unexpired session of this deployment, bound to no one or this caller
+        assert session_token in VALID or (session_token == ALICE and user == "alice")
     # Starlette, and so the SDK, reads the first Content-Type; json.loads(bytes) is how the SDK parses.
     content_type = next((value for name, value in headers if name == b"content-type"), b"")
     if method != "POST" or not content_type.lower().startswith(b"application/json"):
@@ -619,7 +633,7 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
         session = meta.get(KEY) if isinstance(meta, dict) else None
         if session is None:
             continue
-        assert isinstance(session, dict) and usable(session.get("sessionId"), session.get("state")), element
+        assert isinstance(session, dict) and usable(session.get("sessionId"), session.get("state"), user), element
 
 
 @FUZZ
