@@ -12,14 +12,14 @@ strawman's revocation signal. The capability is
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from ..session import PRINCIPAL_CLAIM, SessionNotFound
-from ..wire import Refusal, iso
+from ..stores import InvalidCursor, SessionStoreUnavailable
+from ..wire import Refusal, iso, store_unavailable
 from ..wire.protocol import CLIENT_CAPABILITIES_META_KEY, HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND
 from ._base import Capability, ClientSide, Echo, LocalMethod, SessionCarrier, WireProfile
 
@@ -129,7 +129,7 @@ async def create(call: LocalCall) -> dict[str, object]:
     if principal is not None:
         # A record holds strings: the wire id to list, and the data as JSON text.
         record = {"id": minted.token, "data": json.dumps(data, separators=(",", ":"))}
-        with contextlib.suppress(NotImplementedError):  # a store that cannot list: session/list says so
+        try:
             await call.sessions.store.record(
                 minted.claims.session_id,
                 principal=principal,
@@ -137,6 +137,10 @@ async def create(call: LocalCall) -> dict[str, object]:
                 now=time.time(),
                 data=record,
             )
+        except NotImplementedError:
+            pass  # a store that cannot list: session/list says so
+        except SessionStoreUnavailable as exc:  # full, unreachable, read-only: retryable, never a 500
+            raise store_unavailable(exc) from None
     return _session_object(minted.token, expiry, data)
 
 
@@ -165,6 +169,10 @@ async def list_sessions(call: LocalCall) -> dict[str, object]:
         )
     except NotImplementedError:
         raise Refusal(METHOD_NOT_FOUND, "listing not supported by this store") from None
+    except InvalidCursor:
+        raise Refusal(INVALID_PARAMS, "cursor is not one this server returned: start again without it") from None
+    except SessionStoreUnavailable as exc:
+        raise store_unavailable(exc) from None
     sessions = []
     for record in records:
         recorded = record.data or {}

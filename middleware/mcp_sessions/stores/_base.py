@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SessionRecord", "SessionStatus", "SessionStore", "SessionStoreUnavailable"]
+__all__ = ["InvalidCursor", "SessionRecord", "SessionStatus", "SessionStore", "SessionStoreUnavailable"]
 
 
 class SessionStatus(enum.Enum):
@@ -181,9 +181,13 @@ def encode_cursor(session_id: str) -> str:
     return base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
 
 
+class InvalidCursor(ValueError):
+    """A listing cursor this store never returned (a client's malformed ``cursor``)."""
+
+
 def decode_cursor(cursor: str) -> str:
-    """The session id inside a cursor from :func:`encode_cursor`; ``ValueError`` for anything else."""
+    """The session id inside a cursor from :func:`encode_cursor`; :class:`InvalidCursor` for anything else."""
     try:
         return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (ValueError, UnicodeDecodeError):
-        raise ValueError("cursor is not one this store returned") from None
+        raise InvalidCursor("cursor is not one this store returned") from None
