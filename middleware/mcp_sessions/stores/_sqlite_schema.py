@@ -7,7 +7,10 @@ nowhere else. :mod:`._sqlite_writer` decides which thread runs a statement, and
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,8 +75,38 @@ PAGE: Final = (
 )
 
 
+FILE_MODE: Final = 0o600
+"""The mode a new database file is created with, whatever the umask: it holds session data, principal
+digests and listing labels. SQLite gives the ``-wal`` and ``-shm`` files the database file's mode."""
+COMPANIONS: Final = ("", "-wal", "-shm", "-journal")
+
+
+def create_private(path: Path) -> None:
+    """Create the database file readable by its owner only, if it does not exist yet (an existing file is
+    left as it is: :func:`wider_than_private` reports one that others may read). A umask only takes bits
+    away from ``FILE_MODE``."""
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+    except FileExistsError:
+        return
+    os.close(descriptor)
+
+
+def wider_than_private(path: Path) -> list[str]:
+    """The database's files (the file, ``-wal``, ``-shm``, ``-journal``) that others may read or write."""
+    found = []
+    for suffix in COMPANIONS:
+        companion = path.with_name(path.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            mode = stat.S_IMODE(companion.stat().st_mode)
+            if mode & 0o077:
+                found.append(f"{companion} ({mode:o})")
+    return found
+
+
 def open_connection(path: Path, timeout: float) -> sqlite3.Connection:
     """A connection in WAL mode with ``timeout`` as its busy timeout, the tables created if missing."""
+    create_private(path)
     # Used by one thread only; check_same_thread=False lets aclose() close it from another.
     connection = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
     connection.execute("PRAGMA journal_mode = WAL")

@@ -21,6 +21,7 @@ This module says what each store call means; the tables and statements are in
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -49,9 +50,12 @@ from ._sqlite_schema import (
     set_label,
     set_last_seen,
     store_value,
+    wider_than_private,
 )
 from ._sqlite_writer import SQLiteWriter
 from .memory import _encode
+
+logger = logging.getLogger("mcp_sessions")
 
 __all__ = ["SQLiteStore"]
 
@@ -92,6 +96,11 @@ class SQLiteStore(SessionStore):
         self.path = Path(path)
         if not self.path.parent.is_dir():
             raise ValueError(f"the SQLite store's directory does not exist: {self.path.parent}")
+        if exposed := wider_than_private(self.path):
+            logger.warning(
+                "the SQLite store's files can be read by others (session data, principal digests): %s; chmod 600 them",
+                ", ".join(exposed),
+            )
         self.timeout = float(timeout)
         self.touch_interval = float(touch_interval)
         self.cleanup_batch = cleanup_batch
