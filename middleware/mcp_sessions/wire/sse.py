@@ -155,7 +155,12 @@ class SSERewriter:
 
 
 def _reencode(body: bytearray, data: str, blank: bytes) -> bytes:
-    """The event with its data lines replaced by one ``data:`` line, other fields kept."""
+    """The event with its data lines replaced by the new data, other fields kept.
+
+    The new data is written as one ``data:`` line per line it has: data spliced into the bytes of an
+    event that came in several ``data:`` lines keeps their line breaks, and every line of an event's
+    data needs its own field name (a bare line would be a field of its own, and the data cut there).
+    """
     match = _EOL.search(body)
     eol = match.group() if match else b"\n"
     out = bytearray()
@@ -164,7 +169,8 @@ def _reencode(body: bytearray, data: str, blank: bytes) -> bytes:
         field = line.partition(b":")[0]
         if field == b"data":
             if not wrote_data:
-                out += b"data: " + data.encode() + eol
+                for data_line in _EOL.split(data.encode()):
+                    out += b"data: " + data_line + eol
                 wrote_data = True
         else:
             out += line + eol
