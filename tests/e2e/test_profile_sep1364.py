@@ -119,3 +119,16 @@ def test_alt2_on_a_stateful_server_keeps_the_transport_session_inside(
     header = response.headers.get("mcp-session-id")
     assert header in (None, session_id)  # the client never sees the server's transport session id
     assert json.dumps(answer(response)).count(session_id) == 1
+
+
+def test_alt2_initialize_on_the_2026_wire_opens_nothing_and_spends_no_create(http: httpx.Client) -> None:
+    """The 2026-07-28 server refuses ``initialize`` (-32601): no session for it, and no create-limit slot."""
+    for url, recording in served("sep1364-alt2", mode="json", stateless=True, create_limit=(3, 3600)):
+        modern = Sep1364Client(http, url)
+        for _ in range(5):  # more than the create limit allows
+            refused = modern.request("initialize", session=None)  # a top-level null sessionId: "open one"
+            assert refused["error"]["code"] == -32601  # the server's own answer
+            assert "sessionId" not in refused
+        never_saw_session_ids(recording)
+        opened = Sep1364Client(http, url, era=LEGACY).initialize(session=None)  # the budget is intact
+        assert opened["sessionId"]

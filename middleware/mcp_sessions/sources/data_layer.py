@@ -47,6 +47,10 @@ class DataLayerSource:
         if ref is None:
             return None
         if ref.mint:
+            if plan.era is Era.PER_REQUEST:
+                # An opening method (SEP-1364 alt. 2's initialize) is a handshake: the 2026-07-28 server
+                # refuses it (-32601), so no session is opened and no create-limit slot is spent for it.
+                return None
             minted = await self._sessions.mint(scope, None)
             call.minted = True
             return await self._sessions.resolve(scope, minted.token, None)
