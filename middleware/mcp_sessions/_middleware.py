@@ -45,7 +45,7 @@ from .sources import DataLayerSource, SourceContext, build_chain
 from .sources.transport import TransportSource, is_transport_session_id
 from .tokens import IdDigests
 from .wire import Refusal
-from .wire.protocol import MCP_SESSION_ID_HEADER
+from .wire.protocol import MCP_SESSION_ID_HEADER, Era
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
@@ -142,8 +142,8 @@ class MCPSessionMiddleware:
         plan = self._planner.plan(body, headers, start_ns)
         if plan is None:  # not JSON-RPC: the app answers it
             return await self._pass_through(scope, replay, send, headers)
-        if (plan.batch or plan.local is not None) and (early := self._sessionless_answer(plan)) is not None:
-            return await self._refuse(scope, plan, send, early)
+        if (plan.batch or plan.local is not None) and await self._answered_before_sessions(scope, plan, send):
+            return None
         plan.traced = self._telemetry.enabled()
         await self._resolver.resolve(scope, plan)
         if self.config.handles is not None:
@@ -176,14 +176,26 @@ class MCPSessionMiddleware:
         paths = self.config.paths
         return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None
 
-    def _sessionless_answer(self, plan: Plan) -> _Answer | None:
-        """How to answer a request no session work applies to: a batch with a session method (-32600 each),
-        a session method as a notification (202, no effect); ``None`` for any other."""
-        if plan.batch and any(call.local is not None for call in plan.calls):
-            return self._refuser.refuse_local_methods_in_batch
-        if plan.local is not None and not plan.local.is_request:
-            return _accepted
-        return None
+    async def _answered_before_sessions(self, scope: Scope, plan: Plan, send: Send) -> bool:
+        """Answer, before any session work, what needs none: the server's own refusal of a batch (the
+        2026-07-28 server refuses every batch: no token is verified, no store touched for it), a batch with
+        a session method (-32600 each), a session method as a notification (202, no effect)."""
+        local = plan.local
+        if not plan.batch and (local is None or local.is_request):
+            return False  # a session method as a request: answered once its session is resolved
+        has_local = local is not None or any(call.local is not None for call in plan.calls)
+        if (has_local or plan.era is Era.PER_REQUEST) and (
+            rejection := self._guard.check(scope["headers"], body_of(plan))
+        ) is not None:  # 2026-07-28 has no batches; a 2025-era server may take one: it decides when it answers
+            await rejection.send(send)
+            return True
+        if local is not None:
+            await send_accepted(_typed(send))
+            return True
+        if has_local:
+            await self._refuser.refuse_local_methods_in_batch(plan, _typed(send))
+            return True
+        return False  # a batch the server may take: each call's session is resolved
 
     async def _answer(self, scope: Scope, send: Send, plan: Plan) -> None:
         """What the middleware answers itself: the server's own refusal first, then ours, or a local result."""
@@ -195,12 +207,6 @@ class MCPSessionMiddleware:
         if (local := plan.local) is not None:
             return await self._local.answer(scope, plan, local, reply)
         return await answer_refused_handles(plan, self._forwarder.targets(plan), reply)
-
-    async def _refuse(self, scope: Scope, plan: Plan, send: Send, answer: _Answer) -> None:
-        """Answer a request planned as one no session work applies to, after the server's own checks."""
-        if (rejection := self._guard.check(scope["headers"], body_of(plan))) is not None:
-            return await rejection.send(send)
-        return await answer(plan, _typed(send))
 
     async def _pass_through(self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]) -> None:
         """Forward a request that is not JSON-RPC untouched.
@@ -223,16 +229,6 @@ class MCPSessionMiddleware:
                 exchange = Exchange(scope, receive, send, session, {}, [], telemetry=self._telemetry)
                 return await run_app(self.app, exchange)
         await self.app(scope, receive, send)
-
-
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
-    _Answer = Callable[[Plan, ASGISendCallable], Awaitable[None]]
-
-
-async def _accepted(plan: Plan, send: ASGISendCallable) -> None:
-    await send_accepted(send)
 
 
 def _typed(send: Send) -> ASGISendCallable:

@@ -13,6 +13,9 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from conftest import SECRET
+from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionKey
+
 from .test_middleware import (
     JSON,
     Downstream,
@@ -52,7 +55,8 @@ async def test_the_capability_is_added_alike_to_a_message_and_a_one_element_batc
     result = {"jsonrpc": "2.0", "id": 1, "result": INITIALIZE_RESULT}
     app = Downstream(json_response([result] if batch else result))
     body = dumps([message(method)] if batch else message(method))
-    sender = await call(middleware(app), body, http_scope(headers=headers))
+    # A server that takes batches (the mcp SDK refuses them on 2026-07-28, before any session work).
+    sender = await call(middleware(app, guard=ServerThatTakesBatches()), body, http_scope(headers=headers))
     assert app.calls == 1
     assert ("sessions" in capabilities_of(sender.json())) is advertised
 
@@ -109,3 +113,46 @@ async def test_the_collection_and_callable_policies_refuse_and_allow(
     }
     sender = await call(mw, dumps(allowed))
     assert app.calls == 1 and json.loads(sender.body)["result"] == {}
+
+
+class CountingStore(MemoryStore):
+    """The real memory store, counting the touches that session work makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.touches = 0
+
+    async def touch(self, session_id: str, **kwargs: Any) -> Any:
+        self.touches += 1
+        return await super().touch(session_id, **kwargs)
+
+
+class CountingKeys(KeySet):
+    """The real key set, counting the session ids it is asked to verify."""
+
+    verified = 0
+
+    def verify_session_token(self, token: str, *, now: float | None = None) -> Any:
+        CountingKeys.verified += 1
+        return super().verify_session_token(token, now=now)
+
+
+async def test_a_batch_the_2026_server_refuses_costs_no_session_work() -> None:
+    """Every element names a session (some forged): refused whole by the server's rule, nothing verified."""
+    keys = CountingKeys([SessionKey.from_secret(SECRET)])
+    store = CountingStore()
+    token = keys.mint_session_token(ttl=600)[0]
+    forged = token[:-6] + "AAAAAA"
+    meta = {"_meta": {"io.modelcontextprotocol/session": {"sessionId": token}}}
+    batch = [message("tools/call", i, name="t", **meta) for i in range(50)]
+    batch += [
+        message("tools/call", 100 + i, name="t", _meta={"io.modelcontextprotocol/session": {"sessionId": forged}})
+        for i in range(50)
+    ]
+    app = Downstream(json_response({}))
+    CountingKeys.verified = 0
+    sender = await call(
+        MCPSessionMiddleware(app, keys=keys, store=store), dumps(batch), http_scope(headers=PER_REQUEST)
+    )
+    assert sender.status == 400 and sender.json()["error"]["code"] == -32600  # the SDK's own answer
+    assert (app.calls, CountingKeys.verified, store.touches) == (0, 0, 0)
