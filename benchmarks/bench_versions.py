@@ -86,7 +86,7 @@ def find_revision(revision: str) -> tuple[str | None, str]:
         return None, f"{ROOT} is not a git repository, so revision {revision} cannot be exported"
     if shallow.stdout.strip() == "true":
         return None, (
-            f"revision {revision} is not in this repository, a shallow clone (`git fetch --unshallow` brings it)"
+            f"revision {revision} is not in this repository, a shallow clone: `git fetch --unshallow` brings it"
         )
     return None, f"revision {revision} is not in this repository"
 
