@@ -203,12 +203,15 @@ def report(summary: dict[str, Any], base: str) -> None:
         print(f"{kind}: this adds {pair['this']:.1f} µs, {base} added {pair['base']:.1f} µs", end="")
         ratio = summary["ratios"][kind]
         print(f" (this/base {ratio:.2f})" if ratio is not None else "")
-    for key, text in (("floor", "x the floor"), ("otel_asgi", "x what otel-asgi adds")):
+    for key, text, missing in (
+        ("floor", "x the floor", "no multiple of the floor, which added"),
+        ("otel_asgi", "x what otel-asgi adds", "no share of what otel-asgi adds, which is"),
+    ):
         if (against := summary[key]) is None:
             continue
         for name, multiple in against["multiples" if key == "floor" else "shares"].items():
-            if multiple is None:  # what it is read against added nothing measurable
-                print(f"{name}, session: no multiple ({against['added_us']:.1f} µs)")
+            if multiple is None:  # what it is read against added nothing measurable (a few requests, a busy machine)
+                print(f"{name}, session: {missing} {against['added_us']:.1f} µs")
             else:
                 print(f"{name}, session: {multiple:.2f}{text} ({against['added_us']:.1f} µs)")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -203,7 +204,7 @@ def test_bench_versions_against_the_lane(results: tuple[Path, dict[str, str]]) -
         )
         assert set(numbers["added_us"]) == set(numbers["ratios"]) == {"session", "no session"}
         assert set(numbers["floor"]["multiples"]) == {"base", "this"} and numbers["otel_asgi"] is None
-        assert f"{LANE} added" in printed[name] and "x the floor" in printed[name]
+        assert f"{LANE} added" in printed[name] and "the floor" in printed[name]
 
 
 def test_bench_versions_says_when_the_revision_is_missing(results: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
@@ -299,4 +300,6 @@ def test_bench_handle_vs_session_smoke() -> None:
 def test_bench_versions_smoke() -> None:
     printed = run("bench_versions.py", "--base", "HEAD", "--smoke").stdout
     assert "pass-through / bare" in printed and "this/base" in printed
-    assert "floor, session" in printed and "this, session:" in printed and "x the floor" in printed
+    assert "floor, session" in printed and "this, session:" in printed
+    # A multiple of the floor, unless in a few requests the floor's own added cost reads zero or less.
+    assert re.search(r"^this, session: (\d+\.\d\dx the floor \(|no multiple of the floor, which added )", printed, re.M)
