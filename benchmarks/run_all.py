@@ -820,42 +820,57 @@ this code's added cost on a session-bearing `tools/call` at most
 
 ## Where the time goes
 
-The usual request takes the express lane (`_express.py`, see
-[architecture](architecture.md)): no planner, no source chain, one closure
-compiled per middleware with the steps it stands for written inline, and its
-JSON response gets the echo in a few steps. Timing each of its steps
-(the same code, each step wrapped in a clock; alone, then between
-`MCPServer` calls), a session-bearing `tools/call` with a cached token spends:
+There is one pipeline (see [architecture](architecture.md)), and the usual
+request, one JSON-RPC message of the draft naming a session whose token is in
+the verified-token cache, is its fast case rather than a second path. The
+planner builds the single call directly (with the draft alone, one lookup in
+its method table); the session service's cached-token branch is one dict
+lookup, the verified claims with their expiry checked; the forward step
+prepares an `Exchange` (the session attached to the scope, `request.state`
+and `get_session()`'s context variable, the response rewriter's `send`) and
+`__call__` calls the app itself, so no coroutine of the pipeline is on the
+stack while the app runs, where every suspension of the app would pass
+through it; and the response rewriter holds the JSON body and splices the
+echo into the original bytes without serializing the result again. A
+session-bearing `tools/call` with a cached token spends its time on:
 
-- **reading the request**, about 5 µs alone and 10 µs between server calls:
-  the header dictionary, the body, the scan for repeated member names on the
-  path to the session (five substring counts over the body), and one parse
-  with pydantic-core's `from_json` (the `mcp` SDK's own parser, about twice as
-  fast as `json`);
-- **the session**, about 3.5 µs alone and 7.5 µs between server calls: the
-  verified-token cache, the principal binding, the store's `touch`
-  (revocation and idle expiry are checked on every request) and the
-  `Session` object;
-- **the response**, about 3 µs alone and 9 µs between server calls: one
-  parse, to be sure where the result ends and what its `_meta` holds, and the
-  echo spliced into the original bytes (the response is never serialized
-  again), with a new `Content-Length`;
-- **the glue**: the lane's checks, the replayed `receive`, the reply, the
-  context variable.
+- **reading the request**: the header dictionary, the body, the scan for
+  repeated member names on the path to the session (a backslash test, the
+  session member's name, and one scan for the names only when it is there),
+  and one parse with pydantic-core's `from_json` (the `mcp` SDK's own parser,
+  about twice as fast as `json`);
+- **the session**: the verified-token cache, the principal binding, the
+  store's `touch` (revocation and idle expiry are checked on every request)
+  and the `Session` object;
+- **the response**: one parse, to be sure where the result ends and what its
+  `_meta` holds, and the echo spliced into the original bytes (the response
+  is never serialized again), with a new `Content-Length`;
+- **the glue**: the plan and its call, the resolver's loop over the sources,
+  the replayed `receive`, and the `Exchange` (what it attaches, and undoes in
+  `finish`).
 
-Between server calls, every call and every object counts two to three times:
-written as small steps (a class per step, the general `resolve`, a response
-rewriter object), the same lane added 1.1 to 1.2 times what it adds as one
-closure (`bench_versions.py`, A/B in one run).
+On the express lane at {LANE_REVISION}, which did the same work written inline in
+one closure, timing each step (each wrapped in a clock; alone, then between
+`MCPServer` calls) gave about 5 µs alone and 10 µs between server calls for
+reading the request, 3.5 and 7.5 µs for the session, 3 and 9 µs for the
+response; those times have not been taken again on the pipeline. Between
+server calls, every call and every object counts two to three times: when
+the lane was written, the same lane written as small steps (a class per
+step, the general `resolve`, a response rewriter object) added 1.1 to 1.2
+times what it added as one closure (`bench_versions.py`, A/B in one run).
+The pipeline's fast case is now held to {LANE_MULTIPLE:g} times what the
+lane itself adds, the two measured side by side in this run: see the verdict
+and "Against the express lane" above.
 
 Every step costs two to three times more between `MCPServer` calls than in a
 loop of its own (the server's code evicts it from the CPU caches); the floor's
 steps too, but a layer of more steps loses more to the caches, which is why
 the multiples of the floor read higher between `MCPServer` calls than on the
-trivial app. The distance to the floor is what the floor leaves out. Taking the
-lane's steps away one at a time (`bench_versions.py --base HEAD`, each variant
-against the unchanged code in one process, the floor beside them; 40 to 60 µs
-added per call and 18 to 25 µs for the floor in those runs):
+trivial app. The distance to the floor is what the floor leaves out. Taking
+the steps away one at a time, on the lane at {LANE_REVISION} (`bench_versions.py`,
+each variant against the unchanged code in one process, the floor beside
+them; 40 to 60 µs added per call and 18 to 25 µs for the floor in those
+runs):
 
 - **the response**: parsing it costs about 6 µs and splicing the echo in
   another 6 (finding the splice point, building the echo); without either
@@ -879,8 +894,8 @@ added per call and 18 to 25 µs for the floor in those runs):
 A throwaway prototype that did the lane's work for this one request in a
 single function (no era header check, no principal binding, no fallbacks)
 read 1.6 to 1.7 times the floor between `MCPServer` calls, against the lane's
-2.1 to 2.4 in the same runs: the checks themselves, not the way they are
-written, keep the session path above the floor.
+2.1 to 2.4 in the same runs (at {LANE_REVISION}): the checks themselves, not the way
+they are written, keep the session path above the floor.
 
 The rows measured between `MCPServer` calls also move from one run to the
 next, each run a new process: the bare server steadies within a few per cent,
@@ -888,24 +903,24 @@ but what a layer adds among its calls can read 1.2 to 1.45 times more in one
 run than in another (Starlette's cookie session +73 µs in one run and +105 µs
 in another, the same hour). Read such rows within one page; to compare two
 versions of the middleware, `benchmarks/bench_versions.py` runs both in one
-process, request by request.
+process, request by request, as "Against the express lane" does.
 
-With an OpenTelemetry SDK recording, the usual request still takes the lane,
-which starts a SERVER span for it as the pipeline does (its attributes, the
-link to the session's creation span, or the conversation id a host sent for a
-request without a session), runs the app in its context and records the
-operation's duration. Most of that cost is the SDK's own: the
-"SDK floor" rows do that SDK work and nothing else, and read about 0.2 times
-what otel-asgi adds. In
-one run on the trivial app, taking the parts away one at a time (each variant
-a middleware of its own), the SDK floor added 0.20 times what otel-asgi
-added, the session path without telemetry 0.09 times (through the lane), and
-the middleware with both 0.38 times when traced requests took the pipeline
-(0.33 since they take the lane): the session path and the SDK's work alone
-come to about 0.3 times before any glue between them, hence a target of
-{OTEL_SHARE:g}x: 0.3 would take recording less than the middleware records
-(the conventions' attributes, the link to the session's creation, the
-duration metric).
+With an OpenTelemetry SDK recording, the usual request is still the fast
+case: `start_operations` starts a SERVER span for its call (its attributes,
+the link to the session's creation span, or the conversation id a host sent
+for a request without a session), the `Exchange` makes it current while the
+app runs, and `finish` ends it and records the operation's duration. Most of
+that cost is the SDK's own: the "SDK floor" rows do that SDK work and nothing
+else, and read about 0.2 times what otel-asgi adds. In one run on the
+trivial app at {LANE_REVISION}, taking the parts away one at a time (each variant a
+middleware of its own), the SDK floor added 0.20 times what otel-asgi added,
+the session path without telemetry 0.09 times (through the lane), and the
+middleware with both 0.38 times when traced requests took the pipeline of
+then (0.33 once they took the lane): the session path and the SDK's work
+alone come to about 0.3 times before any glue between them, hence a target
+of {OTEL_SHARE:g}x: 0.3 would take recording less than the middleware
+records (the conventions' attributes, the link to the session's creation,
+the duration metric).
 
 A token not yet verified on this replica pays the direct HS256 check once
 (see "Checking a session id"); it is cached until it expires or the cache of
