@@ -364,11 +364,11 @@ def lane_verdict(results: Results) -> list[str]:
             continue
         session, sessionless = result["added_us"]["session"], result["added_us"]["no session"]
         ratio, information = result["ratios"]["session"], result["ratios"]["no session"]
-        text = f"{app}: +{session['this']:.1f} µs against the lane's +{session['base']:.1f} µs"
+        text = f"{app}: {session['this']:+.1f} µs against the lane's {session['base']:+.1f} µs"
         text += " (no ratio: the lane added nothing measurable)" if ratio is None else f" ({ratio:.2f}x)"
         text += (
-            f"; without a session, for information: +{sessionless['this']:.1f} µs against "
-            f"+{sessionless['base']:.1f} µs" + ("" if information is None else f" ({information:.2f}x)")
+            f"; without a session, for information: {sessionless['this']:+.1f} µs against "
+            f"{sessionless['base']:+.1f} µs" + (" (no ratio)" if information is None else f" ({information:.2f}x)")
         )
         parts.append(text)
         if ratio is None:
