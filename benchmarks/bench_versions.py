@@ -9,6 +9,7 @@ code's added cost to the base's.
 
     python benchmarks/bench_versions.py --base 4acf941
     python benchmarks/bench_versions.py --base HEAD~5 --requests 400 --smoke
+    python benchmarks/bench_versions.py --base a94083e --json out.json   # also the numbers, for run_all.py
 
 The session floor (``SessionFloor``) runs beside them without ``--sdk``, so each
 session path also reads as a multiple of it, as in ``docs/performance.md``.
@@ -17,6 +18,10 @@ session path also reads as a multiple of it, as in ``docs/performance.md``.
 adds ``opentelemetry-instrumentation-asgi`` on the same app, so that each
 middleware's added cost also reads as a share of otel-asgi's; ``--trivial``
 wraps the trivial app instead of the ``MCPServer``.
+
+The revision must be in the repository (``git archive`` exports it): in a
+shallow clone it may not be. Then the script says so, writes a ``--json`` that
+says the comparison could not run and why, and exits with status 3.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ from _harness import (
     build_mcp_app,
     call,
     create_session,
+    difference_half_width,
+    load_average,
+    machine,
     median,
     plain_body,
     print_table,
@@ -51,12 +59,36 @@ from _harness import (
     session_body,
     session_headers,
     trivial_app,
+    write_json,
 )
 
 from mcp_sessions import MCPSessionMiddleware
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "middleware/mcp_sessions"
+NOT_RUN = 3  # the exit status when the base revision is not in the repository
+
+
+def git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30, check=False)
+
+
+def find_revision(revision: str) -> tuple[str | None, str]:
+    """The commit ``revision`` names in this repository, or ``None`` and why it cannot be compared with."""
+    try:
+        found = git("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+        if found.returncode == 0:
+            return found.stdout.strip(), ""
+        shallow = git("rev-parse", "--is-shallow-repository")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"git could not run ({exc})"
+    if shallow.returncode != 0:
+        return None, f"{ROOT} is not a git repository, so revision {revision} cannot be exported"
+    if shallow.stdout.strip() == "true":
+        return None, (
+            f"revision {revision} is not in this repository, a shallow clone: `git fetch --unshallow` brings it"
+        )
+    return None, f"revision {revision} is not in this repository"
 
 
 def import_base(revision: str, into: Path) -> Any:
@@ -112,40 +144,133 @@ async def measure(base_class: Any, requests: int, *, sdk: bool, trivial: bool) -
     return samples
 
 
+def summarize(samples: dict[str, list[float]], *, sdk: bool) -> dict[str, Any]:
+    """The medians, each case's added cost over the bare app, and the ratios the script reports."""
+    medians = {name: median(values) for name, values in samples.items()}
+    bare, bare_samples = medians["bare, no session"], samples["bare, no session"]
+    rows = [
+        {
+            "name": name,
+            "median_us": value,
+            "added_us": value - bare,
+            "ci_us": difference_half_width(samples[name], bare_samples) if samples[name] is not bare_samples else 0.0,
+        }
+        for name, value in medians.items()
+    ]
+    added = {
+        kind: {name: medians[f"{name}, {kind}"] - bare for name in ("base", "this")}
+        for kind in ("session", "no session")
+    }
+    ratios = {
+        kind: (pair["this"] / pair["base"] if pair["base"] > 0 else None) for kind, pair in added.items()
+    }  # this code's added cost over the base's; none when the base adds nothing measurable
+    floor = None
+    if "floor, session" in medians:  # as docs/performance.md reads it: each against the session body
+        body = medians["bare, session body"]
+        floor_added = medians["floor, session"] - body
+        floor = {
+            "added_us": floor_added,
+            "multiples": {
+                name: ((medians[f"{name}, session"] - body) / floor_added if floor_added > 0 else None)
+                for name in ("base", "this")
+            },
+        }
+    otel = None
+    if sdk:
+        otel_added = medians["otel-asgi, no session"] - bare
+        otel = {
+            "added_us": otel_added,
+            "shares": {
+                name: ((medians[f"{name}, session"] - bare) / otel_added if otel_added > 0 else None)
+                for name in ("base", "this")
+            },
+        }
+    return {
+        "rows": rows,
+        "pass_through_ratio": medians["pass-through, no session"] / bare,
+        "added_us": added,
+        "ratios": ratios,
+        "floor": floor,
+        "otel_asgi": otel,
+    }
+
+
+def report(summary: dict[str, Any], base: str) -> None:
+    rows = [[row["name"], f"{row['median_us']:.1f}", f"{row['added_us']:+.1f}"] for row in summary["rows"]]
+    print_table(["case", "median CPU µs", "added µs"], rows, [False, True, True])
+    print(f"\npass-through / bare: {summary['pass_through_ratio']:.3f}")
+    for kind, pair in summary["added_us"].items():
+        print(f"{kind}: this adds {pair['this']:.1f} µs, {base} added {pair['base']:.1f} µs", end="")
+        ratio = summary["ratios"][kind]
+        print(f" (this/base {ratio:.2f})" if ratio is not None else "")
+    for key, text, missing in (
+        ("floor", "x the floor", "no multiple of the floor, which added"),
+        ("otel_asgi", "x what otel-asgi adds", "no share of what otel-asgi adds, which is"),
+    ):
+        if (against := summary[key]) is None:
+            continue
+        for name, multiple in against["multiples" if key == "floor" else "shares"].items():
+            if multiple is None:  # what it is read against added nothing measurable (a few requests, a busy machine)
+                print(f"{name}, session: {missing} {against['added_us']:.1f} µs")
+            else:
+                print(f"{name}, session: {multiple:.2f}{text} ({against['added_us']:.1f} µs)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the git revision to compare with")
     parser.add_argument("--requests", type=int, default=2000, help="measured requests per case")
-    parser.add_argument("--smoke", action="store_true", help="a few requests: check that it runs")
+    parser.add_argument(
+        "--smoke", "--quick", dest="smoke", action="store_true", help="a few requests: check that it runs"
+    )
     parser.add_argument("--sdk", action="store_true", help="with the OpenTelemetry SDK, and otel-asgi beside")
     parser.add_argument("--trivial", action="store_true", help="wrap the trivial app, not the MCPServer")
+    parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        base_class = import_base(args.base, Path(tmp))
-        samples = asyncio.run(
-            measure(base_class, 20 if args.smoke else args.requests, sdk=args.sdk, trivial=args.trivial)
+    requests = 20 if args.smoke else args.requests
+    load_before = load_average()
+    started = time.monotonic()
+    described = {
+        "benchmark": "versions",
+        "smoke": args.smoke,
+        "base": args.base,
+        "app": "trivial app" if args.trivial else "MCPServer",
+        "sdk": args.sdk,
+        "requests": requests,
+    }
+    commit, why = find_revision(args.base)
+    if commit is None:
+        print(f"bench_versions.py: cannot compare with {args.base}: {why}", file=sys.stderr)
+        write_json(
+            args.json,
+            {
+                **described,
+                "available": False,
+                "reason": why,
+                "seconds": 0.0,
+                "load_before": load_before,
+                "load_after": load_average(),
+            },
         )
-    medians = {name: median(values) for name, values in samples.items()}
-    bare = medians["bare, no session"]
-    rows = [[name, f"{value:.1f}", f"{value - bare:+.1f}"] for name, value in medians.items()]
-    print_table(["case", "median CPU µs", "added µs"], rows, [False, True, True])
-    print(f"\npass-through / bare: {medians['pass-through, no session'] / bare:.3f}")
-    for kind in ("session", "no session"):
-        base_added = medians[f"base, {kind}"] - bare
-        this_added = medians[f"this, {kind}"] - bare
-        print(f"{kind}: this adds {this_added:.1f} µs, {args.base} added {base_added:.1f} µs", end="")
-        print(f" (this/base {this_added / base_added:.2f})" if base_added > 0 else "")
-    if "floor, session" in medians:  # as docs/performance.md reads it: each against the session body
-        body = medians["bare, session body"]
-        floor_added = medians["floor, session"] - body
-        for name in ("base", "this"):
-            print(f"{name}, session: {(medians[f'{name}, session'] - body) / floor_added:.2f}x the floor", end="")
-            print(f" ({floor_added:.1f} µs)")
-    if args.sdk:
-        otel_added = medians["otel-asgi, no session"] - bare
-        for name in ("base", "this"):
-            share = (medians[f"{name}, session"] - bare) / otel_added
-            print(f"{name}, session: {share:.2f}x what otel-asgi adds ({otel_added:.1f} µs)")
+        sys.exit(NOT_RUN)
+    with tempfile.TemporaryDirectory() as tmp:
+        base_class = import_base(commit, Path(tmp))
+        samples = asyncio.run(measure(base_class, requests, sdk=args.sdk, trivial=args.trivial))
+    summary = summarize(samples, sdk=args.sdk)
+    report(summary, args.base)
+    write_json(
+        args.json,
+        {
+            **described,
+            "available": True,
+            "base_commit": commit,
+            "seconds": round(time.monotonic() - started, 1),
+            "load_before": load_before,
+            "load_after": load_average(),
+            "machine": machine(),
+            **summary,
+        },
+    )
 
 
 if __name__ == "__main__":

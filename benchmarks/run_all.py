@@ -23,11 +23,18 @@ from typing import Any
 
 from _harness import ROOT, load_average
 
-BENCHMARKS = {
-    "asgi": ("bench_asgi.py", 600),
-    "uvicorn": ("bench_uvicorn.py", 600),
-    "sse": ("bench_sse.py", 600),
+LANE_REVISION = "a94083e"  # the last commit with the express lane (_express.py), before the one pipeline
+# name -> (script, timeout in seconds, its arguments); each writes NAME.json
+BENCHMARKS: dict[str, tuple[str, int, tuple[str, ...]]] = {
+    "asgi": ("bench_asgi.py", 600, ()),
+    "uvicorn": ("bench_uvicorn.py", 600, ()),
+    "sse": ("bench_sse.py", 600, ()),
+    "versions": ("bench_versions.py", 300, ("--base", LANE_REVISION)),
+    "versions_trivial": ("bench_versions.py", 300, ("--base", LANE_REVISION, "--trivial")),
 }
+# The comparisons with the lane need its revision in the repository, which a shallow clone lacks:
+# when they cannot run, the page says so and why, and the rest of the run stands.
+VERSIONS = {"versions": "MCPServer", "versions_trivial": "trivial app"}
 SESSION_BUDGET = 0.05  # at most 5% on a session-bearing tools/call
 TRIVIAL_BUDGET_US = 40.0  # at most 40 µs CPU per request on a trivial app
 FIRST_REQUEST_BUDGET_US = 15.0  # a session's first request on a replica, over a cached one (HS256)
@@ -35,6 +42,7 @@ FLAT_RATIO = 1.2  # the session path at N = 60,000 live sessions, against N = 10
 CHECKED_MULTIPLE = 1.3  # a session-bearing tools/call adds at most this multiple of what the checked floor adds
 OTEL_SHARE = 0.45  # with the SDK, at most this share of what opentelemetry-instrumentation-asgi adds
 SSE_RATE = 0.5  # a long SSE response at no less than this share of the bare app's rate
+LANE_MULTIPLE = 1.2  # a session-bearing tools/call adds at most this multiple of what the lane added
 CONSTANT_MEMORY_KIB = 64.0  # "constant": the peak grows by less than this from the smallest stream to the largest
 
 Results = dict[str, dict[str, Any]]
@@ -45,21 +53,30 @@ def run(directory: Path, smoke: bool) -> tuple[Results, dict[str, Any]]:
     environ = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
     clock = time.monotonic()
     started: dict[str, Any] = {"load": load_average(), "time": time.strftime("%Y-%m-%d %H:%M %Z")}
-    for name, (script, timeout) in BENCHMARKS.items():
-        print(f"running {script} ...", file=sys.stderr, flush=True)
-        command = [sys.executable, str(ROOT / "benchmarks" / script), "--json", str(directory / f"{name}.json")]
-        done = subprocess.run(
-            [*command, *(["--smoke"] if smoke else [])],
-            cwd=ROOT,
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if done.returncode != 0:
+    for name, (script, timeout, arguments) in BENCHMARKS.items():
+        print(f"running {command_of(name)} ...", file=sys.stderr, flush=True)
+        out = directory / f"{name}.json"
+        out.unlink(missing_ok=True)  # what a kept directory held from an earlier run says nothing of this one
+        command = [sys.executable, str(ROOT / "benchmarks" / script), *arguments, "--json", str(out)]
+        try:
+            done = subprocess.run(
+                [*command, *(["--smoke"] if smoke else [])],
+                cwd=ROOT,
+                env=environ,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            if name not in VERSIONS:
+                raise
+            print(f"{script} timed out after {timeout} s", file=sys.stderr, flush=True)
+            out.write_text(json.dumps(not_run(name, f"it did not finish within {timeout} s")) + "\n")
+            continue
+        if done.returncode != 0 and not (name in VERSIONS and out.exists() and not available(load_one(out))):
             raise SystemExit(f"{script} failed:\n{done.stderr}")
-        print(done.stdout, file=sys.stderr, flush=True)
+        print(done.stdout or done.stderr, file=sys.stderr, flush=True)
     started["load_after"] = load_average()
     started["seconds"] = round(time.monotonic() - clock, 1)
     (directory / RUN_FILE).write_text(json.dumps(started, indent=2) + "\n")
@@ -67,7 +84,33 @@ def run(directory: Path, smoke: bool) -> tuple[Results, dict[str, Any]]:
 
 
 def load(directory: Path) -> Results:
-    return {name: json.loads((directory / f"{name}.json").read_text()) for name in BENCHMARKS}
+    results = {}
+    for name in BENCHMARKS:
+        path = directory / f"{name}.json"
+        if name in VERSIONS and not path.exists():  # kept by a run from before the comparison was on the page
+            results[name] = not_run(name, f"{path.name} is not among the results rendered")
+        else:
+            results[name] = load_one(path)
+    return results
+
+
+def load_one(path: Path) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(path.read_text())
+    return result
+
+
+def not_run(name: str, reason: str) -> dict[str, Any]:
+    """The result of a comparison with the lane that could not run, and why."""
+    return {"benchmark": "versions", "app": VERSIONS[name], "available": False, "reason": reason}
+
+
+def available(result: dict[str, Any]) -> bool:
+    return bool(result.get("available", True))
+
+
+def command_of(name: str) -> str:
+    script, _, arguments = BENCHMARKS[name]
+    return " ".join((script, *arguments))
 
 
 # -- rendering -------------------------------------------------------------------------
@@ -171,6 +214,10 @@ def verdicts(results: Results) -> list[list[str]]:
     out.append(
         [f"A session-bearing `tools/call` adds ≤ {CHECKED_MULTIPLE:g}x what the checked floor adds", measured, verdict]
     )
+
+    # 2c. against the express lane: a session-bearing tools/call adds at most 1.2x what the lane added at
+    # a94083e, both measured in one process; the sessionless ratio for information
+    out.append(lane_verdict(results))
 
     # 3. with the OpenTelemetry SDK, cheaper per request than opentelemetry-instrumentation-asgi
     pairs = [
@@ -291,6 +338,98 @@ def verdicts(results: Results) -> list[list[str]]:
     )
     out.append(["Flat as sessions grow: N = 60,000 live sessions within 1.2x of N = 100", measured, verdict])
     return out
+
+
+def not_run_notes(results: Results) -> dict[str, list[str]]:
+    """Why the comparison with the lane could not run, and on which apps (one reason, usually, for both)."""
+    notes: dict[str, list[str]] = {}
+    for name, app in VERSIONS.items():
+        if not available(results[name]):
+            notes.setdefault(results[name]["reason"], []).append(app)
+    return notes
+
+
+def lane_verdict(results: Results) -> list[str]:
+    target = f"A session-bearing `tools/call` adds ≤ {LANE_MULTIPLE:g}x what the express lane ({LANE_REVISION}) added"
+    missing = not_run_notes(results)
+    if len(missing) == 1 and len(next(iter(missing.values()))) == len(VERSIONS):
+        (reason,) = missing
+        return [target, f"the comparison could not run: {reason}", "not judged: the comparison could not run"]
+    parts, over, unjudged = [], [], []
+    for name, app in VERSIONS.items():
+        result = results[name]
+        if not available(result):
+            parts.append(f"{app}: the comparison could not run: {result['reason']}")
+            unjudged.append(f"{app} (it could not run)")
+            continue
+        session, sessionless = result["added_us"]["session"], result["added_us"]["no session"]
+        ratio, information = result["ratios"]["session"], result["ratios"]["no session"]
+        text = f"{app}: {session['this']:+.1f} µs against the lane's {session['base']:+.1f} µs"
+        text += " (no ratio: the lane added nothing measurable)" if ratio is None else f" ({ratio:.2f}x)"
+        text += (
+            f"; without a session, for information: {sessionless['this']:+.1f} µs against "
+            f"{sessionless['base']:+.1f} µs" + (" (no ratio)" if information is None else f" ({information:.2f}x)")
+        )
+        parts.append(text)
+        if ratio is None:
+            unjudged.append(f"{app} (no ratio)")
+        elif ratio > LANE_MULTIPLE:
+            over.append(f"{app} ({ratio:.2f}x)")
+    if len(unjudged) == len(VERSIONS):
+        verdict = "not judged: " + ", ".join(unjudged)
+    else:
+        verdict = "met" if not over else "**not met** on " + ", ".join(over)
+        if unjudged:
+            verdict += "; not judged on " + ", ".join(unjudged)
+    return [target, "; ".join(parts), verdict]
+
+
+def lane_table(results: Results) -> str:
+    """The comparison with the lane, per app and kind of request; a note for each app it could not run on."""
+    header = [
+        "app",
+        "request",
+        "bare app µs",
+        f"{LANE_REVISION} adds µs",
+        "this code adds µs",
+        f"this / {LANE_REVISION}",
+        f"x floor, {LANE_REVISION}",
+        "x floor, this code",
+    ]
+    notes = [
+        f"> **Not measured** (the {' and the '.join(apps)}): the comparison could not run: {reason}."
+        for reason, apps in not_run_notes(results).items()
+    ]
+    rows = []
+    for name, app in VERSIONS.items():
+        result = results[name]
+        if not available(result):
+            continue
+        cases = rows_by_name(result)
+        floor = result.get("floor") or {"multiples": {}}
+        for kind in ("session", "no session"):
+            base, this = cases[f"base, {kind}"], cases[f"this, {kind}"]
+            ratio = result["ratios"][kind]
+            multiples = floor["multiples"] if kind == "session" else {}
+            rows.append(
+                [
+                    app,
+                    "with a session" if kind == "session" else "without a session",
+                    f"{cases['bare, no session']['median_us']:.1f}",
+                    f"{base['added_us']:+.1f} ± {base['ci_us']:.1f}",
+                    f"{this['added_us']:+.1f} ± {this['ci_us']:.1f}",
+                    "" if ratio is None else f"{ratio:.2f}",
+                    *("" if multiples.get(who) is None else f"{multiples[who]:.2f}" for who in ("base", "this")),
+                ]
+            )
+        floor_text = f", the session floor added {floor['added_us']:.1f} µs" if "added_us" in floor else ""
+        notes.append(
+            f"The {app}: the pass-through control read {result['pass_through_ratio']:.3f} of the bare app"
+            f"{floor_text}; {result['requests']} requests per case."
+        )
+    if not rows:
+        return "\n\n".join(notes)
+    return table(header, rows, [False, False, *[True] * 6]) + "\n\n" + "\n\n".join(notes)
 
 
 def n_curve(result: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
@@ -436,9 +575,12 @@ def machine_table(results: Results, run_info: dict[str, Any] | None) -> str:
         rows.append(["load average (1 / 5 / 15 min) at start", load_text(run_info["load"])])
         rows.append(["load average at end", load_text(run_info["load_after"])])
     for name, result in results.items():
+        if not available(result):
+            rows.append([f"`{command_of(name)}`", f"could not run: {result['reason']}"])
+            continue
         rows.append(
             [
-                f"`bench_{name}.py`",
+                f"`{command_of(name)}`",
                 f"{result['seconds']:.0f} s; load {load_text(result['load_before'])} before, "
                 f"{load_text(result['load_after'])} after",
             ]
@@ -603,6 +745,25 @@ order each round.
 
 {sse_table(sse)}
 
+## Against the express lane ({LANE_REVISION})
+
+`bench_versions.py --base {LANE_REVISION}`, and with `--trivial`: the package
+as it was at {LANE_REVISION}, the last commit with the express lane
+(`_express.py`, a second, hand-inlined path for the usual request), exported
+with `git archive` under another name and imported beside this code. Both
+middlewares wrap the same app in one process, beside the bare app, a
+pass-through control and the session floor, called one request at a time in
+one shuffled sequence; CPU time of the process around each call, the median
+per case; no OpenTelemetry SDK; each app in a process of its own. "adds" is
+the added cost over the bare app sent a request without a session, for both
+kinds of request, as the script prints it ("±" the 95% interval); "x floor"
+reads a session-bearing call against the session floor, each over the bare
+app sent the same session-bearing body, as in the tables above. The target:
+this code's added cost on a session-bearing `tools/call` at most
+{LANE_MULTIPLE:g}x the lane's; the sessionless ratio is for information.
+
+{lane_table(results)}
+
 ## Reading the numbers
 
 - **The control.** "pass-through control" wraps the app in an ASGI layer that
@@ -641,6 +802,13 @@ order each round.
   check alone and through the middleware (against the cached session sent in
   new request objects too); and the session path at N = 60,000 live
   sessions costs at most {FLAT_RATIO}x its cost at N = 100.
+- **The lane's target**: with the express lane gone, a session-bearing
+  `tools/call` through the one pipeline adds at most {LANE_MULTIPLE:g}x what
+  the lane added at {LANE_REVISION}, the two measured side by side in one
+  process (rows measured in separate processes, or on separate pages, can
+  differ by more than that: see "Where the time goes"). It needs
+  {LANE_REVISION} in the repository; in a shallow clone the page says the
+  comparison could not run.
 - **Cache state.** The same code costs more when other code ran in between
   and evicted it from the CPU caches: compare "trivial + middleware, session"
   in its own table with its "among MCPServer calls" row, and with the
@@ -652,42 +820,57 @@ order each round.
 
 ## Where the time goes
 
-The usual request takes the express lane (`_express.py`, see
-[architecture](architecture.md)): no planner, no source chain, one closure
-compiled per middleware with the steps it stands for written inline, and its
-JSON response gets the echo in a few steps. Timing each of its steps
-(the same code, each step wrapped in a clock; alone, then between
-`MCPServer` calls), a session-bearing `tools/call` with a cached token spends:
+There is one pipeline (see [architecture](architecture.md)), and the usual
+request, one JSON-RPC message of the draft naming a session whose token is in
+the verified-token cache, is its fast case rather than a second path. The
+planner builds the single call directly (with the draft alone, one lookup in
+its method table); the session service's cached-token branch is one dict
+lookup, the verified claims with their expiry checked; the forward step
+prepares an `Exchange` (the session attached to the scope, `request.state`
+and `get_session()`'s context variable, the response rewriter's `send`) and
+`__call__` calls the app itself, so no coroutine of the pipeline is on the
+stack while the app runs, where every suspension of the app would pass
+through it; and the response rewriter holds the JSON body and splices the
+echo into the original bytes without serializing the result again. A
+session-bearing `tools/call` with a cached token spends its time on:
 
-- **reading the request**, about 5 µs alone and 10 µs between server calls:
-  the header dictionary, the body, the scan for repeated member names on the
-  path to the session (five substring counts over the body), and one parse
-  with pydantic-core's `from_json` (the `mcp` SDK's own parser, about twice as
-  fast as `json`);
-- **the session**, about 3.5 µs alone and 7.5 µs between server calls: the
-  verified-token cache, the principal binding, the store's `touch`
-  (revocation and idle expiry are checked on every request) and the
-  `Session` object;
-- **the response**, about 3 µs alone and 9 µs between server calls: one
-  parse, to be sure where the result ends and what its `_meta` holds, and the
-  echo spliced into the original bytes (the response is never serialized
-  again), with a new `Content-Length`;
-- **the glue**: the lane's checks, the replayed `receive`, the reply, the
-  context variable.
+- **reading the request**: the header dictionary, the body, the scan for
+  repeated member names on the path to the session (a backslash test, the
+  session member's name, and one scan for the names only when it is there),
+  and one parse with pydantic-core's `from_json` (the `mcp` SDK's own parser,
+  about twice as fast as `json`);
+- **the session**: the verified-token cache, the principal binding, the
+  store's `touch` (revocation and idle expiry are checked on every request)
+  and the `Session` object;
+- **the response**: one parse, to be sure where the result ends and what its
+  `_meta` holds, and the echo spliced into the original bytes (the response
+  is never serialized again), with a new `Content-Length`;
+- **the glue**: the plan and its call, the resolver's loop over the sources,
+  the replayed `receive`, and the `Exchange` (what it attaches, and undoes in
+  `finish`).
 
-Between server calls, every call and every object counts two to three times:
-written as small steps (a class per step, the general `resolve`, a response
-rewriter object), the same lane added 1.1 to 1.2 times what it adds as one
-closure (`bench_versions.py`, A/B in one run).
+On the express lane at {LANE_REVISION}, which did the same work written inline in
+one closure, timing each step (each wrapped in a clock; alone, then between
+`MCPServer` calls) gave about 5 µs alone and 10 µs between server calls for
+reading the request, 3.5 and 7.5 µs for the session, 3 and 9 µs for the
+response; those times have not been taken again on the pipeline. Between
+server calls, every call and every object counts two to three times: when
+the lane was written, the same lane written as small steps (a class per
+step, the general `resolve`, a response rewriter object) added 1.1 to 1.2
+times what it added as one closure (`bench_versions.py`, A/B in one run).
+The pipeline's fast case is now held to {LANE_MULTIPLE:g} times what the
+lane itself adds, the two measured side by side in this run: see the verdict
+and "Against the express lane" above.
 
 Every step costs two to three times more between `MCPServer` calls than in a
 loop of its own (the server's code evicts it from the CPU caches); the floor's
 steps too, but a layer of more steps loses more to the caches, which is why
 the multiples of the floor read higher between `MCPServer` calls than on the
-trivial app. The distance to the floor is what the floor leaves out. Taking the
-lane's steps away one at a time (`bench_versions.py --base HEAD`, each variant
-against the unchanged code in one process, the floor beside them; 40 to 60 µs
-added per call and 18 to 25 µs for the floor in those runs):
+trivial app. The distance to the floor is what the floor leaves out. Taking
+the steps away one at a time, on the lane at {LANE_REVISION} (`bench_versions.py`,
+each variant against the unchanged code in one process, the floor beside
+them; 40 to 60 µs added per call and 18 to 25 µs for the floor in those
+runs):
 
 - **the response**: parsing it costs about 6 µs and splicing the echo in
   another 6 (finding the splice point, building the echo); without either
@@ -711,8 +894,8 @@ added per call and 18 to 25 µs for the floor in those runs):
 A throwaway prototype that did the lane's work for this one request in a
 single function (no era header check, no principal binding, no fallbacks)
 read 1.6 to 1.7 times the floor between `MCPServer` calls, against the lane's
-2.1 to 2.4 in the same runs: the checks themselves, not the way they are
-written, keep the session path above the floor.
+2.1 to 2.4 in the same runs (at {LANE_REVISION}): the checks themselves, not the way
+they are written, keep the session path above the floor.
 
 The rows measured between `MCPServer` calls also move from one run to the
 next, each run a new process: the bare server steadies within a few per cent,
@@ -720,24 +903,24 @@ but what a layer adds among its calls can read 1.2 to 1.45 times more in one
 run than in another (Starlette's cookie session +73 µs in one run and +105 µs
 in another, the same hour). Read such rows within one page; to compare two
 versions of the middleware, `benchmarks/bench_versions.py` runs both in one
-process, request by request.
+process, request by request, as "Against the express lane" does.
 
-With an OpenTelemetry SDK recording, the usual request still takes the lane,
-which starts a SERVER span for it as the pipeline does (its attributes, the
-link to the session's creation span, or the conversation id a host sent for a
-request without a session), runs the app in its context and records the
-operation's duration. Most of that cost is the SDK's own: the
-"SDK floor" rows do that SDK work and nothing else, and read about 0.2 times
-what otel-asgi adds. In
-one run on the trivial app, taking the parts away one at a time (each variant
-a middleware of its own), the SDK floor added 0.20 times what otel-asgi
-added, the session path without telemetry 0.09 times (through the lane), and
-the middleware with both 0.38 times when traced requests took the pipeline
-(0.33 since they take the lane): the session path and the SDK's work alone
-come to about 0.3 times before any glue between them, hence a target of
-{OTEL_SHARE:g}x: 0.3 would take recording less than the middleware records
-(the conventions' attributes, the link to the session's creation, the
-duration metric).
+With an OpenTelemetry SDK recording, the usual request is still the fast
+case: `start_operations` starts a SERVER span for its call (its attributes,
+the link to the session's creation span, or the conversation id a host sent
+for a request without a session), the `Exchange` makes it current while the
+app runs, and `finish` ends it and records the operation's duration. Most of
+that cost is the SDK's own: the "SDK floor" rows do that SDK work and nothing
+else, and read about 0.2 times what otel-asgi adds. In one run on the
+trivial app at {LANE_REVISION}, taking the parts away one at a time (each variant a
+middleware of its own), the SDK floor added 0.20 times what otel-asgi added,
+the session path without telemetry 0.09 times (through the lane), and the
+middleware with both 0.38 times when traced requests took the pipeline of
+then (0.33 once they took the lane): the session path and the SDK's work
+alone come to about 0.3 times before any glue between them, hence a target
+of {OTEL_SHARE:g}x: 0.3 would take recording less than the middleware
+records (the conventions' attributes, the link to the session's creation,
+the duration metric).
 
 A token not yet verified on this replica pays the direct HS256 check once
 (see "Checking a session id"); it is cached until it expires or the cache of
@@ -757,10 +940,11 @@ Each script also runs on its own and prints its table:
 `python benchmarks/bench_asgi.py`, `bench_uvicorn.py`, `bench_sse.py`
 (`--help` for their sizes; `--quick` (or `--smoke`) for a few requests, as the tests run
 them). Run on a quiet machine if you can; on a busy one, the control rows
-tell how much to trust the rest. Not on this page: `bench_versions.py --base REV` (this
-code against an earlier revision, in one run), `bench_stores.py` (each store's cost per
-operation), `bench_handle_vs_session.py` (a handle's cost against a session's) and
-`bench_handles.py`.
+tell how much to trust the rest. `bench_versions.py --base REV` compares this code with
+any earlier revision in one run (the page runs it against {LANE_REVISION}, with and without
+`--trivial`; `--sdk` adds the SDK and otel-asgi). Not on this page: `bench_stores.py` (each
+store's cost per operation), `bench_handle_vs_session.py` (a handle's cost against a
+session's) and `bench_handles.py`.
 """
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,9 +66,27 @@ UVICORN_ROWS = {
 SSE_ROWS = {"bare app", "middleware, with session", "session floor"}
 TOKEN_ROWS = ["cached", "uncached, direct HS256", "uncached, PyJWT"]
 QUICK_SESSION_COUNTS = [100, 1000]
+VERSIONS_ROWS = {
+    "bare, no session",
+    "pass-through, no session",
+    "base, no session",
+    "base, session",
+    "this, no session",
+    "this, session",
+    "bare, session body",
+    "floor, session",
+}
+LANE = "a94083e"  # the last commit with the express lane, which run_all.py compares with
+NOT_RUN = 3  # bench_versions.py's exit status when its base revision is not in the repository
+# A shallow clone may not hold it: then the comparison cannot run, and the page must say so.
+LANE_PRESENT = (
+    subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{LANE}^{{commit}}"], capture_output=True).returncode
+    == 0
+)
+VERSIONS = {"versions": (), "versions_trivial": ("--trivial",)}  # as run_all.py runs them
 
 
-def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run(script: str, *args: str, status: int = 0) -> subprocess.CompletedProcess[str]:
     # A process of its own: bench_asgi.py sets OpenTelemetry's global TracerProvider, once per process.
     environ = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
     done = subprocess.run(
@@ -79,7 +98,7 @@ def run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == status, done.stderr
     return done
 
 
@@ -98,6 +117,12 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     printed = {}
     for name in ("asgi", "uvicorn", "sse"):
         printed[name] = run(f"bench_{name}.py", "--quick", "--json", str(directory / f"{name}.json")).stdout
+    for name, extra in VERSIONS.items():
+        out = str(directory / f"{name}.json")
+        done = run(
+            "bench_versions.py", "--base", LANE, *extra, "--quick", "--json", out, status=0 if LANE_PRESENT else NOT_RUN
+        )
+        printed[name] = done.stdout
     return directory, printed
 
 
@@ -161,6 +186,69 @@ def test_bench_sse_smoke(results: tuple[Path, dict[str, str]]) -> None:
     assert all(row["held_back"] == 0 for row in numbers["rows"])  # a property, not a time
 
 
+def test_bench_versions_against_the_lane(results: tuple[Path, dict[str, str]]) -> None:
+    directory, printed = results
+    for name, app in (("versions", "MCPServer"), ("versions_trivial", "trivial app")):
+        numbers = json.loads((directory / f"{name}.json").read_text())
+        assert (numbers["benchmark"], numbers["base"], numbers["app"]) == ("versions", LANE, app)
+        assert numbers["requests"] == 20 and numbers["smoke"] and not numbers["sdk"]
+        assert len(numbers["load_before"]) == len(numbers["load_after"]) == 3
+        if not LANE_PRESENT:
+            assert not numbers["available"] and "not in this repository" in numbers["reason"]
+            continue
+        assert numbers["available"] and numbers["base_commit"].startswith(LANE)
+        assert (
+            {row["name"] for row in numbers["rows"]}
+            == VERSIONS_ROWS
+            == set(first_cells(printed[name].split("\n\n")[0]))
+        )
+        assert set(numbers["added_us"]) == set(numbers["ratios"]) == {"session", "no session"}
+        assert set(numbers["floor"]["multiples"]) == {"base", "this"} and numbers["otel_asgi"] is None
+        assert f"{LANE} added" in printed[name] and "the floor" in printed[name]
+
+
+def test_bench_versions_says_when_the_revision_is_missing(results: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    """A revision not in the repository (as in a shallow clone): said plainly, and the page says so too."""
+    missing = "0" * 40
+    for name, extra in VERSIONS.items():
+        done = run(
+            "bench_versions.py",
+            "--base",
+            missing,
+            *extra,
+            "--quick",
+            "--json",
+            str(tmp_path / f"{name}.json"),
+            status=NOT_RUN,
+        )
+        assert f"cannot compare with {missing}: revision {missing} is not in this repository" in done.stderr
+        assert "Traceback" not in done.stderr
+        numbers = json.loads((tmp_path / f"{name}.json").read_text())
+        assert not numbers["available"] and "rows" not in numbers
+    directory, _ = results
+    for name in ("asgi", "uvicorn", "sse"):
+        shutil.copy(directory / f"{name}.json", tmp_path)
+    page = tmp_path / "performance.md"
+    run("run_all.py", "--from", str(tmp_path), "--write", str(page))
+    text = page.read_text()
+    (verdict,) = [
+        line
+        for line in text.splitlines()
+        if line.startswith("| A session-bearing `tools/call` adds ≤ 1.2x what the express lane")
+    ]
+    assert verdict.endswith("| not judged: the comparison could not run |")
+    assert "> **Not measured** (the MCPServer and the trivial app): the comparison could not run" in text
+
+
+def test_bench_versions_shares_of_otel_asgi(tmp_path: Path) -> None:
+    printed = run("bench_versions.py", "--base", "HEAD", "--sdk", "--smoke", "--json", str(tmp_path / "v.json")).stdout
+    numbers = json.loads((tmp_path / "v.json").read_text())
+    assert numbers["sdk"] and numbers["floor"] is None
+    assert set(numbers["otel_asgi"]["shares"]) == {"base", "this"} and numbers["otel_asgi"]["added_us"] > 0
+    assert "otel-asgi, no session" in {row["name"] for row in numbers["rows"]}
+    assert "this, session:" in printed and "what otel-asgi adds" in printed
+
+
 def test_run_all_renders_the_page(results: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     directory, _ = results
     page = tmp_path / "performance.md"
@@ -168,7 +256,8 @@ def test_run_all_renders_the_page(results: tuple[Path, dict[str, str]], tmp_path
     text = page.read_text()
     assert "Smoke run" in text
     headings = ("## Verdict", "## The machine", "## As the number of live sessions grow", "## Checking a session id")
-    for heading in (*headings, "## Through uvicorn", "## A long SSE response", "## How to"):
+    lane = f"## Against the express lane ({LANE})"
+    for heading in (*headings, "## Through uvicorn", "## A long SSE response", lane, "## How to"):
         assert heading in text
     n_curve = {f"session path, N={n}" for n in QUICK_SESSION_COUNTS} | {"trivial app, N-curve base"}
     for row in (ASGI_ROWS - n_curve) | UVICORN_ROWS | SSE_ROWS | set(TOKEN_ROWS):
@@ -176,7 +265,20 @@ def test_run_all_renders_the_page(results: tuple[Path, dict[str, str]], tmp_path
     for n in QUICK_SESSION_COUNTS:
         assert f"| {n:,} |" in text
     verdicts = [line for line in text.split("## Verdict")[1].split("##")[0].splitlines() if line.startswith("| ")]
-    assert len(verdicts) == 2 + 8  # header, alignment, one row per target
+    assert len(verdicts) == 2 + 9  # header, alignment, one row per target
+    (lane_verdict,) = [line for line in verdicts if f"what the express lane ({LANE}) added" in line]
+    section = text.split(lane)[1].split("\n## ")[0]
+    if LANE_PRESENT:
+        assert lane_verdict.count(" µs against the lane's ") == 2  # on the MCPServer and the trivial app
+        assert "without a session, for information" in lane_verdict
+        assert lane_verdict.endswith(" | met |") or "| **not met** on " in lane_verdict
+        for app in ("MCPServer", "trivial app"):
+            for request in ("with a session", "without a session"):
+                assert f"| {app} | {request} | " in section
+        assert f"`bench_versions.py --base {LANE} --trivial` | " in text  # its time and load, in the machine table
+    else:
+        assert lane_verdict.endswith("| not judged: the comparison could not run |")
+        assert "the comparison could not run" in section
 
 
 def test_bench_stores_smoke(tmp_path: Path) -> None:
@@ -198,4 +300,6 @@ def test_bench_handle_vs_session_smoke() -> None:
 def test_bench_versions_smoke() -> None:
     printed = run("bench_versions.py", "--base", "HEAD", "--smoke").stdout
     assert "pass-through / bare" in printed and "this/base" in printed
-    assert "floor, session" in printed and "this, session:" in printed and "x the floor" in printed
+    assert "floor, session" in printed and "this, session:" in printed
+    # A multiple of the floor, unless in a few requests the floor's own added cost reads zero or less.
+    assert re.search(r"^this, session: (\d+\.\d\dx the floor \(|no multiple of the floor, which added )", printed, re.M)
