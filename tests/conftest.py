@@ -67,3 +67,32 @@ def serve(app: Any, *, timeout: float = 10.0, root_path: str = "") -> Iterator[s
     """
     with serve_in_thread(app, timeout=timeout, path="", root_path=root_path) as url:
         yield url
+
+
+# The files that take longest (seconds each, on a loaded 2-core machine), longest first. Under pytest-xdist
+# (`make test`: --dist loadfile) a worker takes the next file whenever it runs dry: the long files must start
+# first, for the many short ones to fill in at the end. Everything else keeps its order.
+SLOW_FILES = [
+    "e2e/test_replicas.py",
+    "e2e/test_load.py",
+    "e2e/test_benchmarks.py",
+    "e2e/test_viewers.py",
+    "asgi/test_fuzz.py",
+    "e2e/test_dist.py",
+    "stores/test_memory.py",
+    "e2e/test_interop.py",
+    "unit/test_token_differential.py",
+    "stores/test_sqlite.py",
+    "e2e/test_telemetry.py",
+]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: index for index, path in enumerate(SLOW_FILES)}
+    root = config.rootpath / "tests"
+
+    def slowness(item: pytest.Item) -> int:
+        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        return rank.get(path, len(rank))
+
+    items.sort(key=slowness)
