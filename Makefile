@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint docs dist bench clean
+.PHONY: demo test system-deps lint docs dist bench clean
 
 $(BIN)/pip:
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,10 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
 	$(BIN)/pip install --quiet -e ".[demo]"
 	touch $@
 
+# --no-compile: the viewers group alone is about 1.1 GB; Python compiles (and caches) the modules a run
+# imports, a small part of them, instead of pip compiling every one of them at install.
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint --group docs --group viewers
+	$(BIN)/pip install --quiet --no-compile -e ".[demo]" --group test --group lint --group docs --group viewers
 	touch $@
 
 $(VENV)/.docs-installed: pyproject.toml | $(BIN)/pip
@@ -29,13 +31,22 @@ $(VENV)/.dist-installed: pyproject.toml | $(BIN)/pip
 demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py
 
-test: $(VENV)/.test-installed
-	./scripts/system-deps.sh
+# The Python packages and the system ones (scripts/system-deps.sh: apt, npm) install side by side. The
+# tests run on every core (PYTEST_WORKERS=auto: one worker per physical core) with pytest-xdist, a file
+# at a time per worker, slowest files first (pyproject's addopts, tests/conftest.py); PYTEST_WORKERS=0
+# runs them in this process. `python -m pytest tests/some_file.py` alone runs in one process too.
+PYTEST_WORKERS ?= auto
+
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed system-deps
 	$(BIN)/ruff check middleware tests examples benchmarks scripts
 	$(BIN)/ruff format --check middleware tests examples benchmarks scripts
 	$(BIN)/mypy
 	$(MAKE) --no-print-directory docs
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS)
+
+system-deps:
+	./scripts/system-deps.sh
 
 # The site, into site/. --strict: a broken link, anchor or API reference fails the build.
 docs: $(VENV)/.docs-installed

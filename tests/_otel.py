@@ -64,22 +64,32 @@ def global_tracing() -> Iterator[InMemorySpanExporter]:
 
 
 class SpanLog:
-    """The spans the process finished since the last :meth:`clear`."""
+    """The spans the process started since the last :meth:`clear`, and has finished.
+
+    A span that started before (a request of an earlier test or fixture, whose span ends after its
+    response reached the client) is not in the log, even if it ends after the clear.
+    """
 
     def __init__(self, exporter: InMemorySpanExporter) -> None:
         self._exporter = exporter
+        self._since = 0
 
     def clear(self) -> None:
         self._exporter.clear()
+        self._since = time.time_ns()  # the clock spans take their start times from
 
     def finished(self) -> list[ReadableSpan]:
-        return list(self._exporter.get_finished_spans())
+        return [
+            span
+            for span in self._exporter.get_finished_spans()
+            if span.start_time is None or span.start_time >= self._since
+        ]
 
     def wait(self, done: Callable[[Spans], bool], what: str) -> list[ReadableSpan]:
         """All finished spans, once ``done`` holds for them (a bounded wait, not a timing check)."""
         deadline = time.monotonic() + WAIT_SECONDS
         while True:
-            spans = list(self._exporter.get_finished_spans())
+            spans = self.finished()
             if done(spans):
                 return spans
             if time.monotonic() > deadline:

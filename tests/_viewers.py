@@ -159,7 +159,9 @@ def start_mlflow(workdir: Path) -> Viewer:
         "--default-artifact-root",
         str(workdir / "mlflow-artifacts"),
     ]
-    return _spawn("mlflow", argv, _environ(), workdir, f"http://127.0.0.1:{port}", "/health")
+    # No job runner: it starts two more processes (a huey consumer with ten workers) that nothing here uses.
+    env = _environ(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    return _spawn("mlflow", argv, env, workdir, f"http://127.0.0.1:{port}", "/health")
 
 
 @contextlib.contextmanager

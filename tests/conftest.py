@@ -3,15 +3,48 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
+import ssl
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from examples.demo import serve_in_thread
 
 from mcp_sessions import KeySet, SessionKey
 
+if TYPE_CHECKING:
+    from _typeshed import StrOrBytesPath
+    from typing_extensions import Buffer
+
 SECRET = "test-secret-that-is-long-enough-for-hs256-0123456789"
+
+
+# Every httpx and httpx2 client, ours or one an MCP client library makes inside, builds a TLS context from the
+# CA bundle when it is created: about 40 ms, some 1,400 times a run, for connections that are all plain HTTP to
+# 127.0.0.1. One context per set of arguments serves them all (a context is meant to be shared by connections).
+_create_default_context = ssl.create_default_context
+_shared_default_context = functools.cache(_create_default_context)
+
+
+def _create_default_context_once(
+    purpose: ssl.Purpose = ssl.Purpose.SERVER_AUTH,
+    *,
+    cafile: StrOrBytesPath | None = None,
+    capath: StrOrBytesPath | None = None,
+    cadata: str | Buffer | None = None,
+) -> ssl.SSLContext:
+    if cadata is not None:  # bytes-like data need not be hashable: not cached
+        return _create_default_context(purpose, cafile=cafile, capath=capath, cadata=cadata)
+    return _shared_default_context(
+        purpose,
+        cafile=None if cafile is None else os.fspath(cafile),
+        capath=None if capath is None else os.fspath(capath),
+    )
+
+
+ssl.create_default_context = _create_default_context_once
 
 
 def signer_of(keys: KeySet) -> SessionKey:
@@ -34,3 +67,32 @@ def serve(app: Any, *, timeout: float = 10.0, root_path: str = "") -> Iterator[s
     """
     with serve_in_thread(app, timeout=timeout, path="", root_path=root_path) as url:
         yield url
+
+
+# The files that take longest (seconds each, on a loaded 2-core machine), longest first. Under pytest-xdist
+# (`make test`: --dist loadfile) a worker takes the next file whenever it runs dry: the long files must start
+# first, for the many short ones to fill in at the end. Everything else keeps its order.
+SLOW_FILES = [
+    "e2e/test_replicas.py",
+    "e2e/test_load.py",
+    "e2e/test_benchmarks.py",
+    "e2e/test_viewers.py",
+    "asgi/test_fuzz.py",
+    "e2e/test_dist.py",
+    "stores/test_memory.py",
+    "e2e/test_interop.py",
+    "unit/test_token_differential.py",
+    "stores/test_sqlite.py",
+    "e2e/test_telemetry.py",
+]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: index for index, path in enumerate(SLOW_FILES)}
+    root = config.rootpath / "tests"
+
+    def slowness(item: pytest.Item) -> int:
+        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        return rank.get(path, len(rank))
+
+    items.sort(key=slowness)

@@ -1,11 +1,13 @@
-"""Load: 200 concurrent sessions x 50 calls against the quickstart in real uvicorn processes.
+"""Load: 128 concurrent sessions x 20 calls against the quickstart in real uvicorn processes.
 
 Two server processes (so that the load generator never shares their event loop): one answers
-JSON, the other SSE. Sessions alternate between them. Every response is checked: no error, the
-echo names the caller's own session, ``whoami`` answers the caller's ``sid``, ``get_mode`` the
-caller's own mode, and ``count`` counts exactly this session's calls. The servers' resident memory
-after a warm-up round and after the full run must stay flat. ``pytest -m soak`` runs a longer soak
-(deselected by default); ``MCP_SESSIONS_SOAK_ROUNDS`` sets its length.
+JSON, the other SSE. Sessions alternate between them, and twice as many are open as requests may be
+in flight, so that every server always holds requests of many sessions at once. Every response is
+checked: no error, the echo names the caller's own session, ``whoami`` answers the caller's ``sid``,
+``get_mode`` the caller's own mode, and ``count`` counts exactly this session's calls. The servers'
+resident memory after a warm-up round and after the full run must stay flat. ``pytest -m soak`` runs
+a longer soak (200 sessions x 50 calls a round, deselected by default); ``MCP_SESSIONS_SOAK_ROUNDS``
+sets its length.
 """
 
 from __future__ import annotations
@@ -31,11 +33,17 @@ ROOT = Path(__file__).resolve().parents[2]
 KEY = "io.modelcontextprotocol/session"
 MB = 1024 * 1024
 
-# Two hundred sessions add a MemoryStore entry each and at most a few thousand entries to the
-# KeySet's token caches (bounded at 10,000 entries each, a few hundred bytes an entry): a few MB
-# in all. The rest of any growth is allocator noise. A leak of even 5 KB a request (10,000
-# requests) or 250 KB a session would pass 50 MB.
-RSS_GROWTH_LIMIT = 50 * MB
+CONCURRENCY = 64  # requests in flight at once, at most
+SESSIONS = 2 * CONCURRENCY
+CALLS = 20  # per session: count and whoami, state set twice and read twice, one countdown (see plan)
+# The run adds a MemoryStore entry a session and a few hundred entries to the KeySet's token caches
+# (a few hundred bytes an entry): under 1 MB a server. The rest of any growth is allocator noise.
+# Each server answers SESSIONS / 2 sessions x (CALLS + 3) requests (1,472): a leak of 10 KB a
+# request (15 MB) or 250 KB a session (16 MB) would pass this limit.
+RSS_GROWTH_LIMIT = 14 * MB
+# The soak's rounds: as the load test once was, round after round.
+SOAK_SESSIONS, SOAK_CALLS = 200, 50
+SOAK_GROWTH_LIMIT = 100 * MB
 
 SERVER = """
 import socket, sys
@@ -44,7 +52,9 @@ from examples.quickstart import build_app
 
 fd, mode = int(sys.argv[1]), sys.argv[2]
 app = build_app(json_response=mode == "json", stateless=True)
-config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+# A keep-alive longer than the client's timeout: uvicorn closing an idle pooled connection just as the
+# client reuses it is a race between uvicorn and httpx, not what this test is about.
+config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2, timeout_keep_alive=120)
 uvicorn.Server(config).run(sockets=[socket.socket(fileno=fd)])
 """
 
@@ -127,7 +137,7 @@ class Tally:
 
 def plan(number: int, step: int) -> tuple[str, dict[str, Any]]:
     """Session ``number``'s call ``step``: mostly count and whoami, sometimes state, once a countdown."""
-    if step == 25:
+    if step == 5:
         return "countdown", {"n": 1}
     if step % 10 == 3:
         return "set_mode", {"mode": f"mode-{number}-{step}"}  # one no other session sets
@@ -194,7 +204,7 @@ async def conversation(
         tally.errors.append(f"session {number} on the {server.mode} server: {exc!r}"[:500])
 
 
-async def workload(servers: list[Server], sessions: int, calls: int, concurrency: int = 64) -> Tally:
+async def workload(servers: list[Server], sessions: int, calls: int, concurrency: int = CONCURRENCY) -> Tally:
     """``sessions`` concurrent conversations, alternating between the servers, at most ``concurrency`` in flight."""
     tally = Tally()
     gate = anyio.Semaphore(concurrency)
@@ -215,12 +225,12 @@ def measure(servers: list[Server], sessions: int, calls: int) -> tuple[Tally, fl
 
 
 @pytest.mark.timeout(300)
-def test_200_sessions_x_50_calls_without_errors_leaks_or_growth(servers: list[Server]) -> None:
+def test_concurrent_sessions_without_errors_leaks_or_growth(servers: list[Server]) -> None:
     warm_up, _ = measure(servers, sessions=20, calls=10)
     assert warm_up.errors == []
     before = [server.rss() for server in servers]
 
-    tally, duration = measure(servers, sessions=200, calls=50)
+    tally, duration = measure(servers, sessions=SESSIONS, calls=CALLS)
 
     after = [server.rss() for server in servers]
     print(
@@ -230,7 +240,7 @@ def test_200_sessions_x_50_calls_without_errors_leaks_or_growth(servers: list[Se
         )
     )
     assert tally.errors == [], f"{len(tally.errors)} failed sessions, first: {tally.errors[:5]}"
-    assert tally.requests == 200 * (1 + 50 + 2)
+    assert tally.requests == SESSIONS * (1 + CALLS + 2)
     for server, rss_before, rss_after in zip(servers, before, after, strict=True):
         assert rss_after - rss_before < RSS_GROWTH_LIMIT, (server.mode, rss_before, rss_after)
 
@@ -238,13 +248,13 @@ def test_200_sessions_x_50_calls_without_errors_leaks_or_growth(servers: list[Se
 @pytest.mark.soak  # deselected by default (pyproject's addopts); run it with: pytest -m soak
 @pytest.mark.timeout(3600)
 def test_soak(servers: list[Server]) -> None:
-    """The same load, round after round (MCP_SESSIONS_SOAK_ROUNDS, default 20): memory must plateau."""
+    """200 sessions x 50 calls, round after round (MCP_SESSIONS_SOAK_ROUNDS, default 20): memory must plateau."""
     rounds = int(os.environ.get("MCP_SESSIONS_SOAK_ROUNDS", "20"))
-    first, _ = measure(servers, sessions=200, calls=50)
+    first, _ = measure(servers, sessions=SOAK_SESSIONS, calls=SOAK_CALLS)
     assert first.errors == []
     baseline = [server.rss() for server in servers]
     for round_number in range(1, rounds):
-        tally, duration = measure(servers, sessions=200, calls=50)
+        tally, duration = measure(servers, sessions=SOAK_SESSIONS, calls=SOAK_CALLS)
         rss = [server.rss() for server in servers]
         megabytes = [round(r / MB, 1) for r in rss]
         print(f"\nsoak round {round_number}: {tally.requests} requests in {duration:.1f} s, RSS {megabytes} MB")
@@ -252,4 +262,4 @@ def test_soak(servers: list[Server]) -> None:
         # Each round leaves 200 revoked entries in each MemoryStore (kept until their 24 h expiry): a few
         # hundred bytes each. Anything near this bound is a leak.
         for server, start_rss, now_rss in zip(servers, baseline, rss, strict=True):
-            assert now_rss - start_rss < 2 * RSS_GROWTH_LIMIT, (server.mode, round_number, start_rss, now_rss)
+            assert now_rss - start_rss < SOAK_GROWTH_LIMIT, (server.mode, round_number, start_rss, now_rss)
