@@ -85,6 +85,10 @@ LANE_PRESENT = (
 )
 VERSIONS = {"versions": (), "versions_trivial": ("--trivial",)}  # as run_all.py runs them
 
+# Each benchmark runs for real, if briefly, in a process of its own; with the suite on both cores a module's
+# fixture (several of them in a row) can take minutes, which pytest-timeout counts against its first test.
+pytestmark = pytest.mark.timeout(600)
+
 
 def run(script: str, *args: str, status: int = 0) -> subprocess.CompletedProcess[str]:
     # A process of its own: bench_asgi.py sets OpenTelemetry's global TracerProvider, once per process.
@@ -95,7 +99,7 @@ def run(script: str, *args: str, status: int = 0) -> subprocess.CompletedProcess
         env=environ,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
     assert done.returncode == status, done.stderr
