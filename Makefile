@@ -14,10 +14,8 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
 	$(BIN)/pip install --quiet -e ".[demo]"
 	touch $@
 
-# --no-compile: the viewers group alone is about 1.1 GB; Python compiles (and caches) the modules a run
-# imports, a small part of them, instead of pip compiling every one of them at install.
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet --no-compile -e ".[demo]" --group test --group lint --group docs --group viewers
+	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint --group docs --group viewers
 	touch $@
 
 $(VENV)/.docs-installed: pyproject.toml | $(BIN)/pip
@@ -32,10 +30,10 @@ demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py
 
 # The Python packages and the system ones (scripts/system-deps.sh: apt, npm) install side by side. The
-# tests run on every core (PYTEST_WORKERS=auto: one worker per physical core) with pytest-xdist, a file
-# at a time per worker, slowest files first (pyproject's addopts, tests/conftest.py); PYTEST_WORKERS=0
-# runs them in this process. `python -m pytest tests/some_file.py` alone runs in one process too.
-PYTEST_WORKERS ?= auto
+# tests run in one process by default (PYTEST_WORKERS=0); PYTEST_WORKERS=auto runs them on every core with
+# pytest-xdist, a file at a time per worker, slowest files first (pyproject's addopts, tests/conftest.py):
+# faster, but the replica and benchmark tests then compete for the two cores of this machine.
+PYTEST_WORKERS ?= 0
 
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed system-deps

@@ -25,7 +25,7 @@ from _redis import RedisServer, free_port, redis_server
 from conftest import SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
-START_TIMEOUT = 20.0
+START_TIMEOUT = 60.0
 
 
 class Replica:
