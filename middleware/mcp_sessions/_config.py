@@ -7,6 +7,7 @@ server never starts answering.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack, cast
@@ -16,14 +17,14 @@ from opentelemetry.trace import TracerProvider
 
 from ._env import settings_from_env
 from ._policy import RequirePolicy, Requires, compile_policy
-from .guard import Guard
+from .guard import Guard, ServerGuard
 from .otel import TraceMode
 from .profiles import WireProfile, profiles_from_names
 from .session import PrincipalHook, RateLimit, authenticated_user
 from .sources import DEFAULT_SOURCES, SessionSource, SourceFactory, check_chain
 from .sources.host import BUILT_IN_HOSTS, CONVERSATION_DATA_MODES, ConversationData, HostKey, host_keys_from_config
 from .stores import MemoryStore, SessionStore
-from .tokens import DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
+from .tokens import DEFAULT_AUDIENCE, DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 
 if TYPE_CHECKING:
     from .handles import Handles
@@ -127,12 +128,21 @@ class SessionsConfig:
         self.host_keys: tuple[HostKey, ...] = (*host_keys_from_config(conversation_keys), *BUILT_IN_HOSTS)
         self.adopt_transport_sessions = adopt_transport_sessions
         self.handles = handles
-        # The wrapped server's own checks, applied before any answer given here (the SDK's defaults unless told).
-        self.guard = Guard() if guard is None else guard
+        self.guard: Guard | ServerGuard | None = guard  # None: the server's own (ServerGuard), where it is found
+        self.binds_endpoint = self.keys.audience == DEFAULT_AUDIENCE  # unless the deployment names an audience
+        self.placement = True  # look for the MCP endpoints inside the app (not again once placed there)
         # At most count creates (and deletes) per seconds, per principal or client address: see _limits.py.
         self.create_limit = None if create_limit is None else RateLimit(*create_limit)
         # The session sources, asked in order: objects, or factories given a SourceContext (sources/_chain.py).
         self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)
+
+    def at_endpoint(self, guard: Guard | ServerGuard) -> SessionsConfig:
+        """This configuration for the session work placed at an MCP endpoint, in front of its transport app."""
+        config = copy.copy(self)
+        config.guard = self.guard if self.guard is not None else guard
+        config.placement = False
+        config.owns_store = False  # the outer middleware sees the lifespan and closes the store
+        return config
 
     @classmethod
     def from_env(
@@ -208,7 +218,7 @@ def _key_set(
         keys = KeySet(
             [SessionKey.from_secret(secret)],
             issuer=issuer or "mcp-sessions",
-            audience=audience or "mcp-sessions",
+            audience=audience or DEFAULT_AUDIENCE,
             max_state_size=DEFAULT_MAX_STATE_SIZE if max_state_size is None else max_state_size,
         )
     elif issuer is not None or audience is not None or max_state_size is not None:

@@ -12,6 +12,7 @@ HTTP, and ASGI 3 (HTTP connection scope).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final, Unpack
@@ -19,9 +20,11 @@ from typing import TYPE_CHECKING, Final, Unpack
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._config import SessionsConfig, SessionsOptions
+from ._inside import find_endpoints, is_transport
 from ._lifespan import watch_lifespan
 from ._policy import never
 from .asgi import Replay, read_body, send_accepted
+from .guard import Guard, ServerGuard
 from .otel import Telemetry
 from .pipeline import (
     Exchange,
@@ -51,6 +54,8 @@ if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
 
 __all__ = ["MCPSessionMiddleware"]
+
+logger = logging.getLogger("mcp_sessions")
 
 _JSON_CONTENT_TYPE: Final = b"application/json"
 
@@ -85,6 +90,7 @@ class MCPSessionMiddleware:
             ttl=config.ttl,
             idle_ttl=config.idle_ttl,
             principal=config.principal,
+            binds_endpoint=config.binds_endpoint,
         )
         digests = IdDigests(config.keys)
         context = SourceContext(
@@ -108,7 +114,9 @@ class MCPSessionMiddleware:
         retry_after = str(config.retry_after).encode()
         self._refuser = Refuser(retry_after)
         self._local = LocalAnswers(sessions, self._refuser, retry_after=retry_after, mapped=mapped)
-        self._guard = config.guard
+        self._paths = config.paths
+        self._guard: Guard | ServerGuard = Guard() if config.guard is None else config.guard
+        self._inner_paths = self._place(app) if config.placement else frozenset()
         self._max_body = config.max_body_size
         self._telemetry = Telemetry(
             tracer_provider=config.tracer_provider,
@@ -125,8 +133,24 @@ class MCPSessionMiddleware:
         """The middleware configured by :meth:`SessionsConfig.from_env` (``MCP_SESSIONS_*`` variables)."""
         return cls(app, config=SessionsConfig.from_env(environ=environ, **options))
 
+    def _place(self, app: ASGIApp) -> frozenset[str]:
+        """Put the session work at each MCP endpoint inside ``app`` (see ``_inside.py``); their paths."""
+        if is_transport(app):  # wrapped around the transport app itself: already where it should be
+            if self.config.guard is None:
+                self._guard = ServerGuard(app)
+            return frozenset()
+        endpoints = find_endpoints(app, placed=lambda found: isinstance(found, MCPSessionMiddleware))
+        if not endpoints:
+            _say_outer_form(app, self.config)
+            return frozenset()
+        for endpoint in endpoints:
+            config = self.config.at_endpoint(ServerGuard(endpoint.transport))
+            endpoint.place(MCPSessionMiddleware(endpoint.transport, config=config))
+        self._paths = frozenset()  # what reaches this outer middleware is an ordinary route's
+        return frozenset(path for endpoint in endpoints for path in endpoint.paths)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (self._inner_paths and route_path(scope) in self._inner_paths):
             if scope["type"] == "lifespan":
                 send = watch_lifespan(send, self.store, owns_store=self.config.owns_store)
             return await self.app(scope, receive, send)
@@ -173,7 +197,7 @@ class MCPSessionMiddleware:
         content_type = headers.get(b"content-type")
         if content_type is None or not content_type.lower().startswith(_JSON_CONTENT_TYPE):
             return None
-        paths = self.config.paths
+        paths = self._paths
         return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None
 
     async def _answered_before_sessions(self, scope: Scope, plan: Plan, send: Send) -> bool:
@@ -222,13 +246,28 @@ class MCPSessionMiddleware:
             send = self._transport.watch_delete(header_session_id, send)
         if header_session_id.count(b".") == 2:
             try:
-                session = await self._sessions.resolve(scope, header_session_id.decode("latin-1"), None)
+                session = await self._sessions.resolve(
+                    scope, header_session_id.decode("latin-1"), None, endpoint=not self.config.placement
+                )  # the MCP endpoint's own GET and DELETE are bound to it; an ordinary route reads any endpoint's
             except (SessionNotFound, Refusal):
                 pass
             else:
                 exchange = Exchange(scope, receive, send, session, {}, [], telemetry=self._telemetry)
                 return await run_app(self.app, exchange)
         await self.app(scope, receive, send)
+
+
+def _say_outer_form(app: ASGIApp, config: SessionsConfig) -> None:
+    """Say, once at startup, what the middleware cannot read of a server it found no MCP endpoint in."""
+    logger.warning(
+        "mcp-sessions: found no MCP endpoint inside %s, so the session methods are answered in front of the "
+        "whole app: its authentication is not seen (sessions are bound to the principal= hook's answer) and "
+        "its allowed hosts are not read (%s)",
+        type(app).__qualname__,
+        "the guard= option is used"
+        if config.guard is not None
+        else "localhost only: set MCP_SESSIONS_ALLOWED_HOSTS and MCP_SESSIONS_ALLOWED_ORIGINS, or guard=",
+    )
 
 
 def _typed(send: Send) -> ASGISendCallable:

@@ -2,5 +2,6 @@
 
 from ._guard import Guard
 from ._rejection import Rejection
+from ._server import ServerGuard, guard_of_manager
 
-__all__ = ["Guard", "Rejection"]
+__all__ = ["Guard", "Rejection", "ServerGuard", "guard_of_manager"]

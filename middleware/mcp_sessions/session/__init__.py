@@ -1,11 +1,12 @@
 """The session: what application code sees (:class:`Session`), and the service that mints, resolves and ends it."""
 
 from ._limits import RateLimit, parse_limit
-from ._principal import PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, digest_of, principal_digest
+from ._principal import ENDPOINT_CLAIM, PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, digest_of, principal_digest
 from ._service import Minted, SessionNotFound, SessionService
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, SessionData, current_session, get_session
 
 __all__ = [
+    "ENDPOINT_CLAIM",
     "PRINCIPAL_CLAIM",
     "SCOPE_KEY",
     "STATE_ATTRIBUTE",

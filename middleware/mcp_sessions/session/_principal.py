@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import inspect
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
@@ -14,29 +15,45 @@ from starlette.types import Scope
 from ..wire import Refusal
 from ..wire.protocol import INTERNAL_ERROR
 
-__all__ = ["PRINCIPAL_CLAIM", "PrincipalHook", "authenticated_user", "digest_of", "principal_digest"]
+__all__ = ["ENDPOINT_CLAIM", "PRINCIPAL_CLAIM", "PrincipalHook", "authenticated_user", "digest_of", "principal_digest"]
 
 logger = logging.getLogger("mcp_sessions")
 
 PrincipalHook = Callable[[Scope], "str | Awaitable[str | None] | None"]
 PRINCIPAL_CLAIM: Final = "pbh"
+ENDPOINT_CLAIM: Final = "mep"
+"""The MCP endpoint (its path in the app) a session was minted at, when sessions are bound to one."""
 
 
 def authenticated_user(scope: Scope) -> str | None:
-    """The default principal hook: the authenticated user Starlette's ``AuthenticationMiddleware`` set.
+    """The default principal hook: the authenticated user the server's own auth set on the scope.
 
-    Works when that middleware runs before this one. For the ``mcp`` SDK's
-    bearer auth the principal is the token's subject, else its client id.
+    The session work runs inside the server's authentication (see
+    ``_inside.py``), where Starlette's ``AuthenticationMiddleware`` has set
+    ``scope["user"]``. For the ``mcp`` SDK's bearer auth the principal is the
+    access token's (client id, issuer, subject), as the SDK's own
+    ``principal_components`` names it (a subject is unique only per issuer);
+    for any other authenticated Starlette user, its ``identity``, else its
+    ``display_name``.
     """
     user = scope.get("user")
     if user is None or not getattr(user, "is_authenticated", False):
         return None
     access_token = getattr(user, "access_token", None)
-    subject = getattr(access_token, "subject", None) or getattr(access_token, "client_id", None)
-    if isinstance(subject, str) and subject:
-        return subject
-    name = getattr(user, "display_name", None)
-    return name if isinstance(name, str) and name else None
+    client_id = getattr(access_token, "client_id", None)
+    if isinstance(client_id, str):
+        claims = getattr(access_token, "claims", None)
+        issuer = claims.get("iss") if isinstance(claims, dict) else None
+        subject = getattr(access_token, "subject", None)
+        return json.dumps(["mcp", client_id, None if issuer is None else str(issuer), subject])
+    for attribute in ("identity", "display_name"):
+        try:  # Starlette's BaseUser raises NotImplementedError for what a user class leaves out
+            name = getattr(user, attribute, None)
+        except NotImplementedError:
+            continue
+        if isinstance(name, str) and name:
+            return name
+    return None
 
 
 async def principal_digest(hook: PrincipalHook | None, scope: Scope, audience: str) -> str | None:

@@ -19,7 +19,7 @@ from ..tokens import InvalidToken, KeySet, SessionClaims
 from ..wire import Refusal, store_unavailable
 from ..wire.protocol import TOO_MANY_SESSIONS
 from ._limits import RateLimit
-from ._principal import PRINCIPAL_CLAIM, PrincipalHook, principal_digest
+from ._principal import ENDPOINT_CLAIM, PRINCIPAL_CLAIM, PrincipalHook, principal_digest
 from ._session import Session
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def rejection_reason(reason: str) -> str:
 class SessionService:
     """The session machinery one middleware instance shares across its wires."""
 
-    __slots__ = ("idle_ttl", "keys", "limit", "principal", "store", "ttl")
+    __slots__ = ("binds_endpoint", "idle_ttl", "keys", "limit", "principal", "store", "ttl")
 
     def __init__(
         self,
@@ -70,8 +70,11 @@ class SessionService:
         idle_ttl: float | None,
         principal: PrincipalHook | None,
         limit: RateLimit | None = None,
+        binds_endpoint: bool = False,
     ) -> None:
         self.keys = keys
+        self.binds_endpoint = binds_endpoint
+        """Whether a session is bound to the MCP endpoint (the request path) it was minted at."""
         self.store = store
         self.ttl = ttl
         self.idle_ttl = idle_ttl
@@ -92,6 +95,8 @@ class SessionService:
         self._limited(scope, principal)
         if principal is not None:
             extra[PRINCIPAL_CLAIM] = principal
+        if self.binds_endpoint:
+            extra[ENDPOINT_CLAIM] = scope["path"]
         # Nothing is stored: the token says when it was issued (iat, a whole second), and the idle clock
         # starts there; so does the promised expiry, which counted from `now` fell up to 1 s too late.
         token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now, extra_claims=extra)
@@ -100,8 +105,11 @@ class SessionService:
         logger.debug("session created (sid=%s)", claims.session_id)
         return Minted(token, claims, expires)
 
-    async def resolve(self, scope: Scope, token: str, state_token: str | None) -> Session:
-        """The live session ``token`` names for this caller; :class:`SessionNotFound` otherwise."""
+    async def resolve(self, scope: Scope, token: str, state_token: str | None, *, endpoint: bool = True) -> Session:
+        """The live session ``token`` names for this caller; :class:`SessionNotFound` otherwise.
+
+        ``endpoint=False`` for an ordinary route of the app, which may read a session minted at any endpoint.
+        """
         now = time.time()
         sid = None
         keys = self.keys
@@ -112,9 +120,14 @@ class SessionService:
             if claims is None or claims.expires_at + keys.leeway <= now:
                 claims = keys.verify_session_token(token, now=now)
             sid = claims.session_id
-            bound = claims.extra.get(PRINCIPAL_CLAIM)
-            if bound is not None and bound != await self.principal_of(scope):
+            extra = claims.extra
+            # Bound both ways: another principal's session, and an anonymous one presented by a principal
+            # (fixation: its anonymous creator would read what the principal writes), are unknown here.
+            if extra.get(PRINCIPAL_CLAIM) != await self.principal_of(scope):
                 raise InvalidToken("bound to another principal")
+            # Minted at another MCP endpoint; one minted by the key's holder with no endpoint is valid anywhere.
+            if endpoint and (minted_at := extra.get(ENDPOINT_CLAIM)) is not None and minted_at != scope["path"]:
+                raise InvalidToken("minted at another endpoint")
             try:
                 state_json = None if state_token is None else keys.verify_state(sid, state_token)
             except InvalidToken as exc:

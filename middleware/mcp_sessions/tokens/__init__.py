@@ -3,6 +3,7 @@
 from ._digest import IdDigests
 from ._keys import SessionKey, keys_from_config
 from ._tokens import (
+    DEFAULT_AUDIENCE,
     DEFAULT_MAX_STATE_SIZE,
     SESSION_TOKEN_TYPE,
     STATE_TOKEN_TYPE,
@@ -13,6 +14,7 @@ from ._tokens import (
 )
 
 __all__ = [
+    "DEFAULT_AUDIENCE",
     "DEFAULT_MAX_STATE_SIZE",
     "SESSION_TOKEN_TYPE",
     "STATE_TOKEN_TYPE",

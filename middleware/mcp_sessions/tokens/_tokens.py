@@ -35,6 +35,8 @@ SESSION_TOKEN_TYPE: Final = "mcp-session+jwt"  # noqa: S105 - a JOSE typ, not a 
 STATE_TOKEN_TYPE: Final = "mcp-session-state+jwt"  # noqa: S105
 DEFAULT_MAX_TOKEN_LENGTH: Final = 2048
 DEFAULT_MAX_STATE_SIZE: Final = 4096
+DEFAULT_AUDIENCE: Final = "mcp-sessions"
+"""The audience of a deployment that names none: its sessions are then bound to the endpoint they were minted at."""
 MAX_CLOCK_SKEW: Final = 60  # seconds a verifying replica's clock may run behind the minting one's
 _SESSION_ID_BYTES: Final = 18  # 144 random bits, 24 URL-safe characters
 _SESSION_CACHE_SIZE: Final = 100_000  # verified session ids kept; about 0.6 KB each (docs/performance.md)
@@ -111,7 +113,7 @@ class KeySet:
         *,
         signer: str | None = None,
         issuer: str = "mcp-sessions",
-        audience: str = "mcp-sessions",
+        audience: str = DEFAULT_AUDIENCE,
         max_token_length: int = DEFAULT_MAX_TOKEN_LENGTH,
         max_state_size: int = DEFAULT_MAX_STATE_SIZE,
         leeway: float = 0.0,
@@ -162,7 +164,7 @@ class KeySet:
         *,
         signer: str | None = None,
         issuer: str = "mcp-sessions",
-        audience: str = "mcp-sessions",
+        audience: str = DEFAULT_AUDIENCE,
         source: str = "MCP_SESSIONS_KEYS",
         **kwargs: Unpack[KeySetLimits],
     ) -> KeySet:

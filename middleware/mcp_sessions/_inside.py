@@ -1,0 +1,101 @@
+"""Where the session work runs: at the MCP endpoint, inside the server's own authentication and routing.
+
+``MCPSessionMiddleware(app)`` is the line users write, around the whole app. The
+``mcp`` SDK (and fastmcp) put their bearer auth *inside* that app: Starlette's
+``AuthenticationMiddleware`` on the app, ``RequireAuthMiddleware`` on the MCP
+route, and the transport's own ``Host``/``Origin`` settings on the transport. In
+front of all of it, the middleware would answer ``sessions/create`` to a
+request the server refuses, and see no principal. So it finds the MCP endpoints
+in the app (routes and mounts of Starlette, FastAPI, ``MCPServer`` and fastmcp
+apps, through any middleware that keeps its inner app as ``.app``) and places
+its session work right in front of each transport app, where the server's auth
+has run and its transport's checks are next. Anything else keeps the outer form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from starlette.types import ASGIApp
+
+__all__ = ["Endpoint", "find_endpoints", "is_transport"]
+
+_MAX_DEPTH = 64  # an app graph deeper than this is not one a person wrote
+
+
+def is_transport(app: object) -> bool:
+    """Whether ``app`` is an MCP Streamable HTTP transport app (the SDK's or fastmcp's): it has a session manager."""
+    return callable(app) and hasattr(app, "session_manager")
+
+
+@dataclass(eq=False)
+class Endpoint:
+    """One MCP server's transport app, the path it is routed at, and where the app graph holds it."""
+
+    transport: ASGIApp
+    path: str
+    """The path inside the app (mount prefixes and the route's path): what sessions minted here are bound to."""
+    holders: list[object] = field(default_factory=list)
+    """The objects whose ``app`` attribute is the transport app (a route, a mount, a route's auth wrapper)."""
+    paths: list[str] = field(default_factory=list)
+    """Every path routed to it (the first is :attr:`path`)."""
+
+    def place(self, inner: ASGIApp) -> None:
+        """Put ``inner`` (which calls the transport app) where the transport app was."""
+        for holder in self.holders:
+            holder.app = inner  # type: ignore[attr-defined]  # every holder was found through its .app
+            if getattr(holder, "_base_app", None) is self.transport:  # a Mount keeps both
+                holder._base_app = inner  # type: ignore[attr-defined]
+
+
+def find_endpoints(app: object, *, placed: Callable[[object], bool]) -> list[Endpoint]:
+    """The MCP endpoints reachable from ``app``, one per transport app (several paths may route to one).
+
+    ``placed`` says whether an app is already the session work of another
+    middleware: finding one is an error, as two would then answer every session method.
+    """
+    found: dict[int, Endpoint] = {}
+    _walk(app, "", found, set(), placed, 0)
+    return list(found.values())
+
+
+def _walk(
+    node: object, prefix: str, found: dict[int, Endpoint], seen: set[int], placed: Callable[[object], bool], depth: int
+) -> None:
+    if id(node) in seen or depth > _MAX_DEPTH:
+        return
+    seen.add(id(node))
+    routes = getattr(node, "routes", None)
+    if isinstance(routes, list) and not hasattr(node, "path"):  # a Starlette or FastAPI app, a Router
+        for route in routes:
+            _route(route, prefix, found, seen, placed, depth + 1)
+        return
+    inner = getattr(node, "app", None)
+    if inner is not None and not hasattr(node, "path"):  # a middleware around the app
+        _walk(inner, prefix, found, seen, placed, depth + 1)
+
+
+def _route(
+    route: object, prefix: str, found: dict[int, Endpoint], seen: set[int], placed: Callable[[object], bool], depth: int
+) -> None:
+    path = getattr(route, "path", None)
+    if not isinstance(path, str):
+        return
+    holder, target = route, getattr(route, "app", None)
+    for _ in range(_MAX_DEPTH):  # the route's own middleware and auth wrappers, down to what they wrap
+        if target is None:
+            return
+        if placed(target):
+            raise ValueError(
+                f"the MCP endpoint at {prefix + path!r} already has an MCPSessionMiddleware: wrap the app once"
+            )
+        if is_transport(target):
+            endpoint = found.setdefault(id(target), Endpoint(target, prefix + path))
+            endpoint.holders.append(holder)
+            endpoint.paths.append(prefix + path)
+            return
+        if isinstance(getattr(target, "routes", None), list):  # a mounted app: its routes, under the mount's path
+            _walk(target, prefix + path, found, seen, placed, depth + 1)
+            return
+        holder, target = target, getattr(target, "app", None)

@@ -1,0 +1,54 @@
+"""The guard of the server the middleware runs inside: read from that server's own transport settings.
+
+Placed at an MCP endpoint (see ``_inside.py``), the middleware finds the ``mcp``
+SDK's transport app there (``StreamableHTTPASGIApp``, fastmcp's too), whose
+session manager holds the settings the server checks requests with: its
+``TransportSecuritySettings`` (``None``: no DNS-rebinding protection) and
+``json_response``. fastmcp builds its session manager when its lifespan starts,
+so the settings are read at the first request that needs them, and again
+whenever the server replaces its session manager.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ._guard import Guard, TransportSecurity
+from ._rejection import Rejection
+
+__all__ = ["ServerGuard", "guard_of_manager"]
+
+_UNREAD = object()
+
+
+def guard_of_manager(manager: object) -> Guard:
+    """The :class:`Guard` of an SDK session manager (no manager yet: a server that protects nothing)."""
+    security: TransportSecurity | None = getattr(manager, "security_settings", None)
+    json_response = getattr(manager, "json_response", False) is True
+    if security is None:  # the SDK's transport then checks neither Host nor Origin
+        return Guard(host="0.0.0.0", json_response=json_response)
+    return Guard(transport_security=security, json_response=json_response)
+
+
+class ServerGuard:
+    """A :class:`Guard` that follows the settings of the transport app it sits in front of."""
+
+    __slots__ = ("_guard", "_manager", "_transport")
+
+    def __init__(self, transport: object) -> None:
+        self._transport = transport
+        self._manager: object = _UNREAD
+        self._guard = Guard()
+
+    @property
+    def guard(self) -> Guard:
+        """The guard for the server's current settings."""
+        manager = getattr(self._transport, "session_manager", None)
+        if manager is not self._manager:
+            self._guard = guard_of_manager(manager)
+            self._manager = manager
+        return self._guard
+
+    def check(self, headers: Iterable[tuple[bytes, bytes]], message: object) -> Rejection | None:
+        """:meth:`Guard.check` with the server's current settings."""
+        return self.guard.check(headers, message)

@@ -1,0 +1,295 @@
+"""The wrapped server decides: its own auth, allowed hosts and endpoints, for every session method (issue 21).
+
+Each app here is wrapped the way users wrap one, ``MCPSessionMiddleware(app, secret=...)``,
+with no other option: the middleware finds the MCP endpoint inside the app and
+does its session work there, inside the server's authentication and routing.
+Real ``MCPServer`` apps, the SDK's own bearer auth, real uvicorn, raw HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from starlette.applications import Starlette
+from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
+from starlette.routing import Mount
+
+from _mcp import LEGACY, MODERN, SESSION_NOT_FOUND, jwt_claims, legacy_request, modern_headers, modern_request
+from conftest import SECRET, serve
+from mcp_sessions import MCPSessionMiddleware, get_session
+
+JSON_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+TOKENS = {
+    "alice-token": AccessToken(token="alice-token", client_id="app", scopes=["mcp"], subject="alice"),
+    "bob-token": AccessToken(token="bob-token", client_id="app", scopes=["mcp"], subject="bob"),
+}
+
+
+class StaticVerifier:
+    """The SDK's ``TokenVerifier``: two users, each with a fixed bearer."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return TOKENS.get(token)
+
+
+def notes_server(**options: Any) -> MCPServer:
+    server = MCPServer("inside", **options)
+
+    @server.tool()
+    async def note(text: str = "") -> str:
+        """Append to this session's notes; answer them all (or "none" without a session)."""
+        session = get_session()
+        if session is None:
+            return "none"
+        if text:
+            await session.data.set("notes", [*(await session.data.get("notes") or []), text])
+        return json.dumps(await session.data.get("notes") or [])
+
+    return server
+
+
+def body_of(era: str, method: str, params: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    if era == MODERN:
+        return modern_request(method, params, id=1, **extra)
+    return legacy_request(method, params, id=1, **extra)
+
+
+def post(
+    http: httpx.Client, url: str, era: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> httpx.Response:
+    sent = modern_headers(body) if era == MODERN else {**JSON_SSE, "MCP-Protocol-Version": LEGACY}
+    return http.post(url, json=body, headers={**sent, **(headers or {})})
+
+
+def message_of(response: httpx.Response) -> dict[str, Any]:
+    text = response.text
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        text = next(line[5:] for line in text.splitlines() if line.startswith("data:") and line[5:].strip())
+    result: dict[str, Any] = json.loads(text)
+    return result
+
+
+def tool(era: str, text: str, session: str | None) -> dict[str, Any]:
+    meta = None if session is None else {"io.modelcontextprotocol/session": {"sessionId": session}}
+    return body_of(era, "tools/call", {"name": "note", "arguments": {"text": text}}, meta=meta)
+
+
+def delete(era: str, session: str) -> dict[str, Any]:
+    return body_of(era, "sessions/delete", meta={"io.modelcontextprotocol/session": {"sessionId": session}})
+
+
+def bearer(user: str | None) -> dict[str, str]:
+    return {} if user is None else {"Authorization": f"Bearer {user}-token"}
+
+
+# -- the SDK's own bearer auth -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def authed() -> Iterator[str]:
+    server = notes_server(
+        token_verifier=StaticVerifier(),
+        auth=AuthSettings(
+            issuer_url="https://auth.example",
+            resource_server_url="http://127.0.0.1/mcp",
+            required_scopes=["mcp"],
+            validate_token_resource=False,
+        ),
+    )
+    app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True, json_response=True), secret=SECRET)
+    with serve(app) as url:
+        yield url + "/mcp"
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=10) as client:
+        yield client
+
+
+def create(http: httpx.Client, url: str, era: str, headers: dict[str, str] | None = None) -> str:
+    response = post(http, url, era, body_of(era, "sessions/create"), headers)
+    assert response.status_code == 200, response.text
+    token: str = message_of(response)["result"]["session"]["sessionId"]
+    return token
+
+
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+@pytest.mark.parametrize("credentials", [None, "Bearer nobody-token", "Basic YWxpY2U6eA=="])
+def test_the_servers_auth_refuses_every_session_method_as_it_refuses_a_tool(
+    authed: str, http: httpx.Client, era: str, credentials: str | None
+) -> None:
+    alices = create(http, authed, era, bearer("alice"))
+    headers = {} if credentials is None else {"Authorization": credentials}
+    refused = post(http, authed, era, tool(era, "x", None), headers)
+    assert refused.status_code == 401
+    for body in [body_of(era, "sessions/create"), delete(era, alices)]:
+        response = post(http, authed, era, body, headers)
+        assert (response.status_code, response.content) == (refused.status_code, refused.content), body
+        assert response.headers.get("www-authenticate") == refused.headers.get("www-authenticate")
+    # The unauthenticated delete ended nothing: alice's session is still hers.
+    kept = post(http, authed, era, tool(era, "still here", alices), bearer("alice"))
+    assert json.loads(message_of(kept)["result"]["content"][0]["text"]) == ["still here"]
+
+
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+def test_a_session_belongs_to_the_principal_the_server_authenticated(authed: str, http: httpx.Client, era: str) -> None:
+    alices = create(http, authed, era, bearer("alice"))
+    assert "pbh" in jwt_claims(alices)  # bound with no principal= hook written
+    post(http, authed, era, tool(era, "alice's secret", alices), bearer("alice"))
+    stolen = message_of(post(http, authed, era, tool(era, "", alices), bearer("bob")))
+    unknown = message_of(post(http, authed, era, tool(era, "", alices[:-4] + "AAAA"), bearer("bob")))
+    assert stolen["error"]["code"] == SESSION_NOT_FOUND
+    assert stolen["error"]["message"] == unknown["error"]["message"]  # the same answer as for an unknown session
+    deleted = message_of(post(http, authed, era, delete(era, alices), bearer("bob")))
+    assert deleted["error"]["code"] == SESSION_NOT_FOUND
+    mine = message_of(post(http, authed, era, tool(era, "", alices), bearer("alice")))
+    assert json.loads(mine["result"]["content"][0]["text"]) == ["alice's secret"]
+
+
+# -- allowed hosts: the server's own ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+def test_a_public_host_server_gets_sessions_with_no_option(http: httpx.Client, era: str) -> None:
+    server = notes_server()
+    app = MCPSessionMiddleware(server.streamable_http_app(host="0.0.0.0", stateless_http=True), secret=SECRET)
+    with serve(app) as url:
+        public = {"Host": "mcp.example.com", "Origin": "https://chat.example"}
+        session = create(http, url + "/mcp", era, public)
+        answered = post(http, url + "/mcp", era, tool(era, "hi", session), public)
+        assert json.loads(message_of(answered)["result"]["content"][0]["text"]) == ["hi"]
+
+
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+def test_a_loopback_server_refuses_a_foreign_host_for_session_methods_as_for_tools(
+    http: httpx.Client, era: str
+) -> None:
+    server = notes_server()
+    app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True), secret=SECRET)
+    with serve(app) as url:
+        for headers in [{"Host": "evil.example"}, {"Origin": "http://evil.example"}]:
+            refused = post(http, url + "/mcp", era, tool(era, "x", None), headers)
+            assert refused.status_code in (421, 403)
+            created = post(http, url + "/mcp", era, body_of(era, "sessions/create"), headers)
+            assert (created.status_code, created.content) == (refused.status_code, refused.content)
+
+
+# -- endpoints ---------------------------------------------------------------------------------------------
+
+
+def two_servers(*, one_middleware: bool) -> Starlette:
+    servers = [notes_server(), notes_server()]
+    apps: list[Any] = [s.streamable_http_app(stateless_http=True) for s in servers]
+    if not one_middleware:
+        apps = [MCPSessionMiddleware(a, secret=SECRET) for a in apps]
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            for server in servers:
+                await stack.enter_async_context(server.session_manager.run())
+            yield
+
+    parent = Starlette(routes=[Mount("/a", apps[0]), Mount("/b", apps[1])], lifespan=lifespan)
+    return MCPSessionMiddleware(parent, secret=SECRET) if one_middleware else parent  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("one_middleware", [True, False], ids=["one-middleware", "one-each"])
+def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(http: httpx.Client, one_middleware: bool) -> None:
+    with serve(two_servers(one_middleware=one_middleware)) as url:
+        session = create(http, url + "/a/mcp", MODERN)
+        at_a = message_of(post(http, url + "/a/mcp", MODERN, tool(MODERN, "a", session)))
+        assert json.loads(at_a["result"]["content"][0]["text"]) == ["a"]
+        at_b = message_of(post(http, url + "/b/mcp", MODERN, tool(MODERN, "b", session)))
+        assert at_b["error"]["code"] == SESSION_NOT_FOUND
+        gone = message_of(post(http, url + "/b/mcp", MODERN, delete(MODERN, session)))
+        assert gone["error"]["code"] == SESSION_NOT_FOUND
+        assert "result" in message_of(post(http, url + "/a/mcp", MODERN, tool(MODERN, "", session)))
+
+
+def test_the_same_app_cannot_get_two_session_middlewares() -> None:
+    app = notes_server().streamable_http_app()
+    MCPSessionMiddleware(app, secret=SECRET)
+    with pytest.raises(ValueError, match="already has an MCPSessionMiddleware"):
+        MCPSessionMiddleware(app, secret=SECRET)
+
+
+# -- fixation: a session minted without a principal is never a principal's ------------------------------
+
+
+class HeaderUser(AuthenticationBackend):
+    """Optional sign-in: whoever X-User names, else anonymous."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        user = conn.headers.get("x-user")
+        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
+
+
+@pytest.fixture(scope="module")
+def optional_auth() -> Iterator[str]:
+    server = notes_server()
+    inner = Starlette(
+        routes=[Mount("/", server.streamable_http_app(stateless_http=True, json_response=True))],
+        middleware=[Middleware(AuthenticationMiddleware, backend=HeaderUser())],
+        lifespan=lambda app: server.session_manager.run(),
+    )
+    profiles = "draft,strawman,sep1364-alt1,sep1364-alt2"
+    with serve(MCPSessionMiddleware(inner, secret=SECRET, profiles=profiles)) as url:
+        yield url + "/mcp"
+
+
+ALICE = {"X-User": "alice"}
+
+
+def test_fixation_draft(optional_auth: str, http: httpx.Client) -> None:
+    anonymous = create(http, optional_auth, MODERN)
+    used = message_of(post(http, optional_auth, MODERN, tool(MODERN, "alice writes", anonymous), ALICE))
+    assert used["error"]["code"] == SESSION_NOT_FOUND
+    # Nothing was written for the anonymous creator to read.
+    assert message_of(post(http, optional_auth, MODERN, tool(MODERN, "", anonymous)))["result"]["content"][0][
+        "text"
+    ] == json.dumps([])
+
+
+def test_fixation_strawman_resume(optional_auth: str, http: httpx.Client) -> None:
+    created = message_of(post(http, optional_auth, MODERN, body_of(MODERN, "session/create")))["result"]
+    resumed = message_of(
+        post(http, optional_auth, MODERN, body_of(MODERN, "session/resume", {"id": created["id"]}), ALICE)
+    )
+    assert resumed["error"]["code"] == SESSION_NOT_FOUND
+    mine = message_of(post(http, optional_auth, MODERN, body_of(MODERN, "session/resume", {"id": created["id"]})))
+    assert "result" in mine  # its anonymous creator still resumes it
+
+
+def test_fixation_sep1364_alt1(optional_auth: str, http: httpx.Client) -> None:
+    created = message_of(
+        post(http, optional_auth, LEGACY, body_of(LEGACY, "session/create", {"capabilities": {}}) | {"sessionId": None})
+    )
+    session = created["sessionId"]
+    listed = post(http, optional_auth, LEGACY, body_of(LEGACY, "tools/list") | {"sessionId": session}, ALICE)
+    unknown = post(http, optional_auth, LEGACY, body_of(LEGACY, "tools/list") | {"sessionId": str(uuid.uuid4())}, ALICE)
+    assert message_of(listed)["error"]["code"] == SESSION_NOT_FOUND
+    assert message_of(listed)["error"]["message"] == message_of(unknown)["error"]["message"]
+
+
+def test_fixation_sep1364_alt2_initialize(optional_auth: str, http: httpx.Client) -> None:
+    params = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+    opened = message_of(post(http, optional_auth, LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": None}))
+    session = opened["sessionId"]
+    resumed = message_of(
+        post(http, optional_auth, LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": session}, ALICE)
+    )
+    assert resumed["error"]["code"] == SESSION_NOT_FOUND
