@@ -19,6 +19,7 @@ import pytest
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
+from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.middleware import Middleware
@@ -102,8 +103,8 @@ def authed() -> Iterator[str]:
     server = notes_server(
         token_verifier=StaticVerifier(),
         auth=AuthSettings(
-            issuer_url="https://auth.example",
-            resource_server_url="http://127.0.0.1/mcp",
+            issuer_url=AnyHttpUrl("https://auth.example"),
+            resource_server_url=AnyHttpUrl("http://127.0.0.1/mcp"),
             required_scopes=["mcp"],
             validate_token_resource=False,
         ),
