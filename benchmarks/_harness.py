@@ -241,9 +241,12 @@ class CheckedSessionFloor:
       ``Mcp-Session-Id`` header, on a per-request protocol version (the
       header names the transport session under a handshake version), compared
       with it;
-    - the principal: a session whose claims bind a principal digest
-      (``pbh``) is refused unless the caller's (an HMAC-SHA256 of
-      ``scope["user"].identity`` under ``principal_key``) is the same;
+    - the principal: a session is refused unless the principal digest its
+      claims bind (``pbh``, or none) is the caller's (an HMAC-SHA256 of
+      ``scope["user"].identity`` under ``principal_key``, or none without an
+      authenticated user): neither another's session nor, once signed in, an
+      anonymous one;
+    - the endpoint: a session minted at an endpoint (``mep``) is refused at any other path;
     - revocation and idle expiry: one lookup of the session's ``sid`` in
       ``revoked``, a dict of revoked or idle session ids (what the memory
       store's ``touch`` stands for).
@@ -359,10 +362,11 @@ class CheckedSessionFloor:
             except KeyError:
                 await _answer(send, NOT_FOUND)
                 return
-            bound = claims.get("pbh")
+            minted_at = claims.get("mep")
             if (
                 claims["exp"] + self.leeway <= time.time()
-                or (bound is not None and bound != self.caller(scope))
+                or claims.get("pbh") != self.caller(scope)
+                or (minted_at is not None and minted_at != scope["path"])
                 or claims["sid"] in self.revoked
             ):
                 await _answer(send, NOT_FOUND)
@@ -493,6 +497,31 @@ async def run_lifespan(app: App) -> Callable[[], Awaitable[None]]:
         await task
 
     return shutdown
+
+
+class Lifespans:
+    """The lifespans a benchmark started, shut down together at its end (last started, first shut down).
+
+    The middleware places its session work inside the app it wraps (at the MCP
+    endpoint), so an ``MCPServer`` app it wraps is no longer the bare app: each
+    middleware measured gets an app of its own (:meth:`own_mcp_app`).
+    """
+
+    def __init__(self) -> None:
+        self._stops: list[Callable[[], Awaitable[None]]] = []
+
+    async def started(self, app: App) -> App:
+        """``app``, its lifespan started."""
+        self._stops.append(await run_lifespan(app))
+        return app
+
+    async def own_mcp_app(self, wrap: Callable[[Any], App]) -> App:
+        """``wrap`` around a new ``MCPServer`` app (:func:`build_mcp_app`), the lifespan started through it."""
+        return await self.started(wrap(build_mcp_app()))
+
+    async def shutdown(self) -> None:
+        while self._stops:
+            await self._stops.pop()()
 
 
 def http_headers(raw: bytes, extra_headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -83,6 +83,7 @@ from _harness import (
     SECRET,
     App,
     CheckedSessionFloor,
+    Lifespans,
     PassThrough,
     Request,
     SessionFloor,
@@ -162,8 +163,8 @@ def cookie_session(inner: App) -> tuple[App, Request]:
     return app, request(plain_body(), [*NAME_HEADERS, cookie])
 
 
-async def cases_without_sdk(inner: App, rounds: int) -> Cases:
-    middleware = MCPSessionMiddleware(inner, secret=SECRET)
+async def cases_without_sdk(inner: App, rounds: int, lifespans: Lifespans) -> Cases:
+    middleware = await lifespans.own_mcp_app(lambda app: MCPSessionMiddleware(app, secret=SECRET))
     trivial_middleware = MCPSessionMiddleware(trivial_app, secret=SECRET)
     plain = request(plain_body(), NAME_HEADERS)
     token = await create_session(middleware)
@@ -354,8 +355,12 @@ async def recorded_span(app: App, request: Request, exporter: InMemorySpanExport
     return span
 
 
-async def cases_with_sdk(inner: App, meter_provider: MeterProvider, exporter: InMemorySpanExporter) -> Cases:
-    middleware = MCPSessionMiddleware(inner, secret=SECRET, meter_provider=meter_provider)
+async def cases_with_sdk(
+    inner: App, meter_provider: MeterProvider, exporter: InMemorySpanExporter, lifespans: Lifespans
+) -> Cases:
+    middleware = await lifespans.own_mcp_app(
+        lambda app: MCPSessionMiddleware(app, secret=SECRET, meter_provider=meter_provider)
+    )
     instrumented = OpenTelemetryMiddleware(inner, meter_provider=meter_provider)
     trivial_middleware = MCPSessionMiddleware(trivial_app, secret=SECRET, meter_provider=meter_provider)
     trivial_instrumented = OpenTelemetryMiddleware(trivial_app, meter_provider=meter_provider)
@@ -526,19 +531,21 @@ async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
     load_before = load_average()
     inner = build_mcp_app()
     shutdown = await run_lifespan(inner)
+    lifespans = Lifespans()
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     exporter = None
     every: dict[str, tuple[int, Case]] = {}
     started = time.monotonic()
     try:
-        first = await cases_without_sdk(inner, rounds)
+        first = await cases_without_sdk(inner, rounds, lifespans)
         first |= await cases_with_live_sessions(QUICK_SESSION_COUNTS if smoke else SESSION_COUNTS)
         samples = await measure_groups(first, rounds, None)
         exporter = install_sdk()
-        second = await cases_with_sdk(inner, meter_provider, exporter)
+        second = await cases_with_sdk(inner, meter_provider, exporter, lifespans)
         samples |= await measure_groups(second, rounds, exporter)
         every = {name: (1, case) for name, case in first.items()} | {name: (2, case) for name, case in second.items()}
     finally:
+        await lifespans.shutdown()
         await shutdown()
         if exporter is not None:
             exporter.shutdown()  # the provider stays global: stop keeping spans

@@ -43,6 +43,7 @@ from _harness import (
     NAME_HEADERS,
     SECRET,
     App,
+    Lifespans,
     PassThrough,
     SessionFloor,
     build_mcp_app,
@@ -119,7 +120,12 @@ async def measure(base_class: Any, requests: int, *, sdk: bool, trivial: bool) -
         options["meter_provider"] = MeterProvider(metric_readers=[InMemoryMetricReader()])
         apps["otel-asgi"] = OpenTelemetryMiddleware(wrapped, meter_provider=options["meter_provider"])
     apps["base"] = base_class(wrapped, secret=SECRET, **options)
-    apps["this"] = MCPSessionMiddleware(wrapped, secret=SECRET, **options)
+    lifespans = Lifespans()  # this version places its work inside the app: it wraps an MCPServer of its own
+    apps["this"] = (
+        MCPSessionMiddleware(wrapped, secret=SECRET, **options)
+        if trivial
+        else await lifespans.own_mcp_app(lambda app: MCPSessionMiddleware(app, secret=SECRET, **options))
+    )
     cases: dict[str, tuple[App, Any]] = {}
     for name, app in apps.items():
         cases[f"{name}, no session"] = (app, request(plain_body(), NAME_HEADERS))
@@ -140,6 +146,7 @@ async def measure(base_class: Any, requests: int, *, sdk: bool, trivial: bool) -
         status, _ = await call(app, scope, body)
         samples[name].append((time.process_time_ns() - started) / 1000)
         assert status == 200, (name, status)
+    await lifespans.shutdown()
     await stop()
     return samples
 

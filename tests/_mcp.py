@@ -290,20 +290,33 @@ class LegacyClient:
 
 
 class RecordingApp:
-    """An ASGI wrapper that records the POST bodies reaching the wrapped app (raw, and parsed in ``seen``)."""
+    """Records the POST bodies reaching the MCP server (raw, and parsed in ``seen``).
+
+    The session middleware runs at the MCP endpoint inside an app, in front of
+    its transport: so the recorder taps the transport itself (whatever the app
+    puts before it, the session work included once placed), and records at its
+    own door only for an app with no MCP transport inside.
+    """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.raw: list[bytes] = []
         self.seen: list[Any] = []
+        self._tapped = _tap_transport(app, self)
 
     def clear(self) -> None:
         self.raw.clear()
         self.seen.clear()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if self._tapped:
             await self.app(scope, receive, send)
+        else:
+            await self.record(self.app, scope, receive, send)
+
+    async def record(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
             return
         body = b""
         while True:
@@ -322,4 +335,35 @@ class RecordingApp:
             replayed = True
             return {"type": "http.request", "body": body, "more_body": False}
 
-        await self.app(scope, replay, send)
+        await app(scope, replay, send)
+
+
+class _Tap:
+    """Stands where an MCP transport stood: records for ``recording``, and looks like the transport."""
+
+    def __init__(self, transport: Any, recording: RecordingApp) -> None:
+        self.transport = transport
+        self.recording = recording
+
+    @property
+    def session_manager(self) -> Any:
+        return self.transport.session_manager
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.recording.record(self.transport, scope, receive, send)
+
+
+def _tap_transport(node: Any, recording: RecordingApp, depth: int = 0) -> bool:
+    """Put a :class:`_Tap` where the MCP transport is inside ``node`` (routes, mounts, ``.app`` chains)."""
+    if depth > 32:
+        return False
+    for route in getattr(node, "routes", None) or []:
+        if _tap_transport(route, recording, depth + 1):
+            return True
+    inner = getattr(node, "app", None)
+    if inner is None or isinstance(inner, _Tap):
+        return False
+    if hasattr(inner, "session_manager"):
+        node.app = _Tap(inner, recording)
+        return True
+    return _tap_transport(inner, recording, depth + 1)

@@ -240,10 +240,10 @@ class ExchangeRecorder(RecordingApp):
         super().__init__(app)
         self.headers: list[dict[str, str]] = []
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def record(self, app: Any, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             self.headers.append({name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]})
-        await super().__call__(scope, receive, send)
+        await super().record(app, scope, receive, send)
 
     def find(self, method: str) -> list[tuple[dict[str, str], Any]]:
         """(headers, body) of every recorded single-message POST of ``method``."""

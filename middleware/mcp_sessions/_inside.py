@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Scope
 
-__all__ = ["Endpoint", "find_endpoints", "is_transport"]
+__all__ = ["Endpoint", "find_endpoints", "is_transport", "place_at_endpoints", "route_path"]
 
 _MAX_DEPTH = 64  # an app graph deeper than this is not one a person wrote
 
@@ -47,6 +47,30 @@ class Endpoint:
             holder.app = inner  # type: ignore[attr-defined]  # every holder was found through its .app
             if getattr(holder, "_base_app", None) is self.transport:  # a Mount keeps both
                 holder._base_app = inner  # type: ignore[attr-defined]
+
+
+def route_path(scope: Scope) -> str:
+    """The path as Starlette routes it: without the ``root_path`` a proxy prefix or a ``Mount`` adds."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def place_at_endpoints(
+    app: object, make: Callable[[ASGIApp], ASGIApp], *, placed: Callable[[object], bool]
+) -> frozenset[str] | None:
+    """Put ``make(transport)`` in front of each MCP transport inside ``app``; the paths routed to them.
+
+    ``None`` when ``app`` has no endpoint to be found: the caller keeps the outer form. What
+    ``make`` returns should look like a transport (a ``session_manager``), so that a middleware
+    placed later goes in front of it, as the later-built middleware of a Starlette list is the outer one.
+    """
+    endpoints = find_endpoints(app, placed=placed)
+    if not endpoints:
+        return None
+    for endpoint in endpoints:
+        endpoint.place(make(endpoint.transport))
+    return frozenset(path for endpoint in endpoints for path in endpoint.paths)
 
 
 def find_endpoints(app: object, *, placed: Callable[[object], bool]) -> list[Endpoint]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, Unpack
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._config import SessionsConfig, SessionsOptions
-from ._inside import find_endpoints, is_transport
+from ._inside import is_transport, place_at_endpoints
 from ._lifespan import watch_lifespan
 from ._policy import never
 from .asgi import Replay, read_body, send_accepted
@@ -139,15 +139,24 @@ class MCPSessionMiddleware:
             if self.config.guard is None:
                 self._guard = ServerGuard(app)
             return frozenset()
-        endpoints = find_endpoints(app, placed=lambda found: isinstance(found, MCPSessionMiddleware))
-        if not endpoints:
+        paths = place_at_endpoints(
+            app,
+            lambda transport: MCPSessionMiddleware(transport, config=self.config.at_endpoint(ServerGuard(transport))),
+            placed=lambda found: isinstance(found, MCPSessionMiddleware),
+        )
+        if paths is None:
             _say_outer_form(app, self.config)
             return frozenset()
-        for endpoint in endpoints:
-            config = self.config.at_endpoint(ServerGuard(endpoint.transport))
-            endpoint.place(MCPSessionMiddleware(endpoint.transport, config=config))
         self._paths = frozenset()  # what reaches this outer middleware is an ordinary route's
-        return frozenset(path for endpoint in endpoints for path in endpoint.paths)
+        return paths
+
+    @property
+    def session_manager(self) -> object:
+        """Placed at an MCP endpoint: the transport's session manager (a middleware placed later goes in front)."""
+        if self.config.placement:
+            raise AttributeError("session_manager")
+        transport: object = self.app  # a transport app, or what another middleware placed in front of it
+        return getattr(transport, "session_manager", None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self._inner_paths and route_path(scope) in self._inner_paths):

@@ -879,11 +879,11 @@ def test_pbh_is_an_unkeyed_digest_anyone_can_recompute(urls: dict[str, str], can
 def test_claims_are_readable_without_any_key(urls: dict[str, str], canary: Canary) -> None:
     with httpx.Client(timeout=30) as http:
         token = Context(http, urls, canary).session()["sessionId"]
-    assert set(jwt_claims(token)) == {"iss", "aud", "sid", "iat", "exp"}
+    assert set(jwt_claims(token)) == {"iss", "aud", "sid", "iat", "exp", "mep"}  # mep: the endpoint it was minted at
     assert parts(token)[0] == {"alg": "HS256", "kid": HS_KID, "typ": SESSION_TYP}
 
 
-# -- the mcp SDK's own bearer auth: the principal hook that docs/security.md shows ------------------
+# -- the mcp SDK's own bearer auth, with a principal= hook of ones own: the session work runs inside it ------
 
 
 class StaticVerifier(TokenVerifier):
@@ -894,7 +894,7 @@ class StaticVerifier(TokenVerifier):
         return AccessToken(token=token, client_id="c", scopes=[], subject=users[token]) if token in users else None
 
 
-def test_the_sdk_bearer_auth_hook_from_the_docs_binds_sessions() -> None:
+def test_a_principal_hook_binds_sessions_inside_the_sdk_bearer_auth() -> None:
     verifier = StaticVerifier()
 
     async def bearer_principal(scope: Scope) -> str | None:
@@ -933,14 +933,13 @@ def test_the_sdk_bearer_auth_hook_from_the_docs_binds_sessions() -> None:
         call_body = modern_request("tools/call", {"name": "whoami", "arguments": {}}, session=created)
         mine = post(call_body, "alice-token").json()
         assert mine["result"]["content"][0]["text"] == jwt_claims(created["sessionId"])["sid"]
-        for bearer in ("bob-token", None):
-            response = post(call_body, bearer)
-            assert (response.status_code, code_of(response.json())) == (200, -32043)
+        response = post(call_body, "bob-token")
+        assert (response.status_code, code_of(response.json())) == (200, -32043)
         assert ran == ["whoami"]
-        # sessions/create is answered by the middleware, before the SDK's auth: without a bearer it
-        # still answers, with an unbound session (docs/security.md says what to put in front).
-        anonymous = post(modern_request("sessions/create"), None)
-        assert anonymous.status_code == 200
-        assert "pbh" not in jwt_claims(anonymous.json()["result"]["session"]["sessionId"])
+        # The session work runs inside the SDK's auth: without a bearer, every session method gets its 401.
         sessionless = post(modern_request("tools/call", {"name": "whoami", "arguments": {}}), None)
-        assert sessionless.status_code == 401  # everything the SDK sees is still behind its auth
+        assert sessionless.status_code == 401
+        for body in (modern_request("sessions/create"), modern_request("sessions/delete", session=created), call_body):
+            refused = post(body, None)
+            assert (refused.status_code, refused.content) == (401, sessionless.content)
+        assert code_of(post(call_body, "alice-token").json()) is None  # the unauthenticated delete ended nothing

@@ -81,7 +81,7 @@ REDIS = one_with(CONFIGURATION, "RedisStore(")
 STORE_URLS = one_with(DEPLOYMENT, "store_from_url(")
 SERVER_PY = one_with(DEPLOYMENT, 'MCPServer("counter")')
 AUTH_OUTSIDE = one_with(SECURITY, "Middleware(AuthenticationMiddleware")
-BEARER_HOOK = one_with(SECURITY, "async def bearer_principal(")
+SDK_AUTH = one_with(SECURITY, "token_verifier=verifier")
 
 
 def test_every_snippet_is_accounted_for() -> None:
@@ -91,7 +91,7 @@ def test_every_snippet_is_accounted_for() -> None:
             [OPTIONS, FROM_ENV_CONFIG, GUARD, ROTATION, ES256, SQLITE, REGISTER, REDIS],
         ),
         "deployment.md": (DEPLOYMENT, [STORE_URLS, SERVER_PY]),
-        "security.md": (SECURITY, [AUTH_OUTSIDE, BEARER_HOOK]),
+        "security.md": (SECURITY, [AUTH_OUTSIDE, SDK_AUTH]),
     }
     for page, (found, covered) in tested.items():
         assert sorted(found) == sorted(covered), page
@@ -102,7 +102,8 @@ def test_every_snippet_is_accounted_for() -> None:
 
 def mcp_app_as_above() -> ASGIApp:
     """The ``mcp_app`` that configuration.md's first snippet defines (a fresh one: an app serves one lifespan)."""
-    app: ASGIApp = run(OPTIONS)["mcp_app"]
+    # The snippet's own MCPSessionMiddleware is left out: it would place its session work inside mcp_app.
+    app: ASGIApp = run(OPTIONS.split("\napp = MCPSessionMiddleware(")[0])["mcp_app"]
     return app
 
 
@@ -453,25 +454,26 @@ def readers_app() -> dict[str, Any]:
     return {"mcp_app": server.streamable_http_app(), "lifespan": lifespan, "MyBackend": MyBackend, "secret": SECRET}
 
 
-def test_authentication_outside_binds_sessions_and_inside_does_not() -> None:
-    app = run(AUTH_OUTSIDE, readers_app(), page="docs/security.md")["app"]
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
-        _, created = client.request("sessions/create", x_user="alice")
-        session = session_meta(created["result"]["session"])
-        assert "pbh" in jwt_claims(session["sessionId"])
-        sid = jwt_claims(session["sessionId"])["sid"]
-        assert tool_text(client.call_tool("whoami", session=session, x_user="alice")[1]) == sid
-        assert error_code(client.call_tool("whoami", session=session, x_user="bob")[1]) == SESSION_NOT_FOUND
-        assert error_code(client.call_tool("whoami", session=session)[1]) == SESSION_NOT_FOUND
-    # "With the authentication inside (after this middleware), ... every session is created unbound."
+def test_app_authentication_binds_sessions_in_either_order() -> None:
     lines = AUTH_OUTSIDE.splitlines(keepends=True)
     [authentication] = [line for line in lines if "Middleware(AuthenticationMiddleware," in line]
     [sessions] = [line for line in lines if "Middleware(MCPSessionMiddleware," in line]
-    inside = swapped(AUTH_OUTSIDE, authentication + sessions, sessions + authentication)
-    with serve(run(inside, readers_app())["app"]) as base, httpx.Client(timeout=10) as http:
-        _, created = ModernClient(http, base).request("sessions/create", x_user="alice")
-        assert "pbh" not in jwt_claims(created["result"]["session"]["sessionId"])
+    reversed_order = swapped(AUTH_OUTSIDE, authentication + sessions, sessions + authentication)
+    for snippet in (AUTH_OUTSIDE, reversed_order):
+        app = run(snippet, readers_app(), page="docs/security.md")["app"]
+        with serve(app) as base, httpx.Client(timeout=10) as http:
+            client = ModernClient(http, base)
+            _, created = client.request("sessions/create", x_user="alice")
+            session = session_meta(created["result"]["session"])
+            assert "pbh" in jwt_claims(session["sessionId"])
+            sid = jwt_claims(session["sessionId"])["sid"]
+            assert tool_text(client.call_tool("whoami", session=session, x_user="alice")[1]) == sid
+            assert error_code(client.call_tool("whoami", session=session, x_user="bob")[1]) == SESSION_NOT_FOUND
+            assert error_code(client.call_tool("whoami", session=session)[1]) == SESSION_NOT_FOUND
+            # "an unbound session is never usable once signed in"
+            _, anonymous = client.request("sessions/create")
+            unbound = session_meta(anonymous["result"]["session"])
+            assert error_code(client.call_tool("whoami", session=unbound, x_user="alice")[1]) == SESSION_NOT_FOUND
 
 
 class MyTokenVerifier(TokenVerifier):
@@ -484,9 +486,9 @@ class MyTokenVerifier(TokenVerifier):
         return AccessToken(token=token, client_id="c", scopes=[], subject=users[token], resource=f"https://{HOST}/mcp")
 
 
-def test_the_sdk_bearer_auth_hook_binds_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_sdk_bearer_auth_binds_sessions_with_no_hook(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
-    app = run(BEARER_HOOK, {"MyTokenVerifier": MyTokenVerifier}, page="docs/security.md")["app"]
+    app = run(SDK_AUTH, {"MyTokenVerifier": MyTokenVerifier}, page="docs/security.md")["app"]
     with serve(app) as base, httpx.Client(timeout=10) as http:
         client = ModernClient(http, base)
         _, created = client.request("sessions/create", authorization="Bearer alice-token")
@@ -494,12 +496,11 @@ def test_the_sdk_bearer_auth_hook_binds_sessions(monkeypatch: pytest.MonkeyPatch
         assert "pbh" in jwt_claims(session["sessionId"])
         response, listed = client.request("tools/list", session=session, authorization="Bearer alice-token")
         assert response.status_code == 200 and "result" in listed, listed
-        for response, refused in (
-            client.request("tools/list", session=session, authorization="Bearer bob-token"),
-            client.request("tools/list", session=session),
-        ):
-            assert (response.status_code, error_code(refused)) == (200, SESSION_NOT_FOUND)
-        # sessions/create never reaches the SDK's auth: unbound without a bearer; the SDK still guards the rest.
-        _, anonymous = client.request("sessions/create")
-        assert "pbh" not in jwt_claims(anonymous["result"]["session"]["sessionId"])
-        assert client.post(modern_request("tools/list")).status_code == 401
+        response, refused_for_bob = client.request("tools/list", session=session, authorization="Bearer bob-token")
+        assert (response.status_code, error_code(refused_for_bob)) == (200, SESSION_NOT_FOUND)
+        # The SDK's auth refuses sessions/create without a bearer exactly as it refuses tools/list.
+        refused = client.post(modern_request("tools/list"))
+        anonymous = client.post(modern_request("sessions/create"))
+        assert refused.status_code == 401
+        assert (anonymous.status_code, anonymous.content) == (refused.status_code, refused.content)
+        assert anonymous.headers["www-authenticate"] == refused.headers["www-authenticate"]

@@ -123,7 +123,7 @@ def test_the_first_server_answers_the_curl_walkthrough(secret: None, monkeypatch
         client = ModernClient(http, base)
         assert client.request("server/discover")[1]["result"]["capabilities"] == capabilities
         session = client.create_session()
-        assert jwt_claims(session["sessionId"]).keys() == {"iss", "aud", "sid", "iat", "exp"}
+        assert jwt_claims(session["sessionId"]).keys() == {"iss", "aud", "sid", "iat", "exp", "mep"}
         header = {"Mcp_Session_Id": session["sessionId"]}
         results = [client.call_tool("count", session=session_meta(session), **header)[1]["result"] for _ in range(2)]
         assert [r["structuredContent"] for r in results] == [{"result": 1}, {"result": 2}]

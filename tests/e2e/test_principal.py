@@ -88,12 +88,13 @@ def test_the_creator_uses_the_session_and_nobody_else_does(client: ModernClient,
     assert calls == ["whoami"]  # the refused requests never reached the tool
 
 
-def test_an_anonymous_session_is_not_bound(client: ModernClient, calls: list[str]) -> None:
+def test_an_anonymous_session_is_not_bound_and_never_a_principals(client: ModernClient, calls: list[str]) -> None:
     _, created = client.request("sessions/create")
     session = created["result"]["session"]
     assert "pbh" not in jwt_claims(session["sessionId"])
-    for user in (None, "bob"):
-        assert tool_text(whoami(client, session, user)) == jwt_claims(session["sessionId"])["sid"]
+    assert tool_text(whoami(client, session, None)) == jwt_claims(session["sessionId"])["sid"]
+    # Fixation: signed in, bob cannot adopt a session its anonymous creator could read.
+    assert whoami(client, session, "bob")["error"]["code"] == SESSION_NOT_FOUND
 
 
 def test_a_delete_by_another_principal_is_refused(client: ModernClient) -> None:

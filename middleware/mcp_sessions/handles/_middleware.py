@@ -11,6 +11,7 @@ handle's kind and stable id, never the handle.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .._inside import place_at_endpoints, route_path
 from ..asgi import TOO_LARGE, Replay, read_body, send_json
 from ..wire import jsonrpc
 from ..wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, Era
@@ -52,7 +54,9 @@ class HandleMiddleware:
     ``handles`` is the registry. ``principal`` returns the authenticated
     principal of a request (by default the user Starlette's
     ``AuthenticationMiddleware`` set, as the session middleware does).
-    Install it inside the session middleware, around the MCP app.
+    Wrap the app with it (or list it as Starlette middleware): its check runs at each MCP
+    endpoint inside the app, after the server's own authentication; with the session
+    middleware too, the later-built (outer) one runs first there, as in the list.
     """
 
     def __init__(
@@ -75,9 +79,26 @@ class HandleMiddleware:
         self.max_body_size = max_body_size
         self._retry_after = str(retry_after).encode()
         self._tracer = trace.get_tracer(_TRACER_NAME, tracer_provider=tracer_provider)
+        # At each MCP endpoint inside the app, where the server's auth has run (see _inside.py).
+        self._placed = False
+        self._inner_paths = place_at_endpoints(app, self._at, placed=lambda x: isinstance(x, HandleMiddleware))
+
+    def _at(self, transport: ASGIApp) -> HandleMiddleware:
+        """This middleware's check, placed in front of an MCP transport app."""
+        inner = copy.copy(self)
+        inner.app, inner._placed, inner._inner_paths = transport, True, None
+        return inner
+
+    @property
+    def session_manager(self) -> object:
+        """Placed at an MCP endpoint: the transport's session manager (a middleware placed later goes in front)."""
+        if not self._placed:
+            raise AttributeError("session_manager")
+        transport: object = self.app
+        return getattr(transport, "session_manager", None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (self._inner_paths is not None and route_path(scope) in self._inner_paths):
             await self.app(scope, receive, send)
             return
         reply: ASGISendCallable = send  # type: ignore[assignment]  # our own answers, checked as typed events

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from starlette.types import Scope
 
+from .._inside import route_path
 from ..wire import Refusal, jsonrpc
 from ..wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, MCP_METHOD_HEADER, MCP_SESSION_ID_HEADER, Era
 
@@ -39,13 +40,6 @@ def headers_of(scope: Scope) -> dict[bytes, bytes]:
         # would check the other, so the pair matches no session.
         headers[MCP_SESSION_ID_HEADER] = _CONFLICTING_HEADER
     return headers
-
-
-def route_path(scope: Scope) -> str:
-    """The path as Starlette routes it: without the ``root_path`` a proxy prefix or a ``Mount`` adds."""
-    path: str = scope["path"]
-    root: str = scope.get("root_path", "")
-    return path[len(root) :] if root and path.startswith(root) else path
 
 
 def echoed(session: Session | None) -> Session | None:
