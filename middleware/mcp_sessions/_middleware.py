@@ -175,7 +175,7 @@ class MCPSessionMiddleware:
         plan = self._planner.plan(body, headers, start_ns)
         if plan is None:  # not JSON-RPC: the app answers it
             return await self._pass_through(scope, replay, send, headers)
-        if (plan.batch or plan.local is not None) and await self._answered_before_sessions(scope, plan, send):
+        if (plan.batch or plan.local is not None) and await self._answered_before_sessions(scope, plan, body, send):
             return None
         plan.traced = self._telemetry.enabled()
         await self._resolver.resolve(scope, plan)
@@ -184,7 +184,7 @@ class MCPSessionMiddleware:
         if plan.traced:
             start_operations(self._telemetry, scope, plan)
         if plan.refused or plan.local is not None or plan.answered:
-            return await self._answer(scope, send, plan)
+            return await self._answer(scope, send, plan, body)
         exchange = self._forwarder.prepare(scope, replay, send, plan)
         if exchange is None:  # nothing to add, observe or attach
             return await self.app(scope, replay, send)
@@ -209,7 +209,7 @@ class MCPSessionMiddleware:
         paths = self._paths
         return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None
 
-    async def _answered_before_sessions(self, scope: Scope, plan: Plan, send: Send) -> bool:
+    async def _answered_before_sessions(self, scope: Scope, plan: Plan, body: bytes, send: Send) -> bool:
         """Answer, before any session work, what needs none: the server's own refusal of a batch (the
         2026-07-28 server refuses every batch: no token is verified, no store touched for it), a batch with
         a session method (-32600 each), a session method as a notification (202, no effect)."""
@@ -218,7 +218,7 @@ class MCPSessionMiddleware:
             return False  # a session method as a request: answered once its session is resolved
         has_local = local is not None or any(call.local is not None for call in plan.calls)
         if (has_local or plan.era is Era.PER_REQUEST) and (
-            rejection := self._guard.check(scope["headers"], body_of(plan))
+            rejection := self._guard.check(scope["headers"], body_of(plan), body=body)
         ) is not None:  # 2026-07-28 has no batches; a 2025-era server may take one: it decides when it answers
             await rejection.send(send)
             return True
@@ -230,9 +230,9 @@ class MCPSessionMiddleware:
             return True
         return False  # a batch the server may take: each call's session is resolved
 
-    async def _answer(self, scope: Scope, send: Send, plan: Plan) -> None:
+    async def _answer(self, scope: Scope, send: Send, plan: Plan, body: bytes) -> None:
         """What the middleware answers itself: the server's own refusal first, then ours, or a local result."""
-        if (rejection := self._guard.check(scope["headers"], body_of(plan))) is not None:
+        if (rejection := self._guard.check(scope["headers"], body_of(plan), body=body)) is not None:
             return await reject(plan, rejection, send)  # what the wrapped server would answer, not ours
         reply = _typed(send)
         if plan.refused:

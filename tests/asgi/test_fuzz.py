@@ -19,6 +19,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from pydantic_core import from_json
 from starlette.authentication import SimpleUser
 from starlette.types import Message, Receive, Scope
 
@@ -80,7 +81,7 @@ class NoServerChecks(Guard):
     tests/e2e/test_guard_differential.py.
     """
 
-    def check(self, headers: Any, message: Any) -> Rejection | None:
+    def check(self, headers: Any, message: Any, *, body: bytes | None = None) -> Rejection | None:
         return None
 
 
@@ -171,6 +172,15 @@ def parse_like_the_sdk(body: bytes) -> Any:
 
 
 NOT_JSON: Any = object()
+
+
+def reads_like_the_2025_sdk(body: bytes) -> bool:
+    """Whether the 2025-era SDK transport's parser, pydantic-core's ``from_json``, reads ``body``."""
+    try:
+        from_json(body)
+    except ValueError:
+        return False
+    return True
 
 
 # -- (a) the JSON-RPC reader ----------------------------------------------------------------------
@@ -645,6 +655,8 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
 def test_every_answer_of_the_middleware_repeats_the_request_id(request_id: Any, case: str, modern: bool) -> None:
     """Whatever the id (lone surrogates included: JSON escapes them), the middleware's own answer carries it back.
 
+    Except where the 2025-era SDK's parser (pydantic-core) refuses the body, a lone surrogate: then its -32700.
+
     An id that is not a string or an integer is the server's to refuse: the middleware answers as it would.
     """
     method = "sessions/create" if case == "create" else "tools/call"
@@ -665,6 +677,13 @@ def test_every_answer_of_the_middleware_repeats_the_request_id(request_id: Any, 
     if case == "invalid-meta" and (request_id is None or isinstance(request_id, dict)):
         return  # null is no session, and an object can be valid metadata: other tests cover both
     assert not outcome.forwarded
+    if not modern and not reads_like_the_2025_sdk(body):  # a lone surrogate: its parser refuses the body first
+        assert outcome.status == 400 and json.loads(outcome.body) == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32700, "message": json.loads(outcome.body)["error"]["message"]},
+        }
+        return
     if type(request_id) not in (str, int):  # the SDK's answer: not a request (2025: a notification)
         not_a_request = b'{"jsonrpc":"2.0","error":{"code":-32600,"message":"Body must be a single JSON-RPC request or '
         expected = (400, not_a_request + b'notification object"},"id":null}') if modern else (202, b"")

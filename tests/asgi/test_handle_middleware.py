@@ -227,7 +227,7 @@ async def test_lifespan_and_other_scopes_pass_through(handles: Handles) -> None:
 class NoServerChecks(Guard):
     """A wrapped server that checks nothing itself: the session middleware's own answer shows, batches too."""
 
-    def check(self, headers: Any, message: Any) -> Rejection | None:
+    def check(self, headers: Any, message: Any, *, body: bytes | None = None) -> Rejection | None:
         return None
 
 

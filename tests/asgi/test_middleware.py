@@ -164,8 +164,8 @@ def with_envelope(message: Message) -> Message:
 class ServerThatTakesBatches(Guard):
     """The guard of a server that, unlike the mcp SDK, accepts batches: the middleware's own batch rules apply."""
 
-    def check(self, headers: Any, message: Any) -> Rejection | None:
-        return None if isinstance(message, list) else super().check(headers, message)
+    def check(self, headers: Any, message: Any, *, body: bytes | None = None) -> Rejection | None:
+        return None if isinstance(message, list) else super().check(headers, message, body=body)
 
 
 def dumps(payload: Any) -> bytes:

@@ -7,7 +7,9 @@ in the same envelope. Where the SDK refuses the request, the middleware must
 refuse it with the same status, content type and body, and create or delete
 nothing; where the SDK accepts it, the middleware must answer the session
 method. Two server configurations cover both response modes and both
-2025-era transports: JSON and stateless, SSE and stateful.
+2025-era transports: JSON and stateless, SSE and stateful. A second table
+sends raw bodies that the middleware's parser reads and the SDK's may not
+(other encodings, lone surrogates, nesting at the SDK's limit).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 from mcp.server.mcpserver import MCPServer
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Scope
 
 from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, LegacyClient, legacy_request, modern_headers, modern_request
 from conftest import SECRET, serve
@@ -172,9 +174,10 @@ CASES = [
 
 
 def send(http: httpx.Client, url: str, headers: Headers, body: Body, transport_session: str | None) -> httpx.Response:
+    """POST ``body``: JSON, or bytes sent as they are."""
     if transport_session is not None:
         headers = [*headers, ("Mcp-Session-Id", transport_session)]
-    return http.post(url, content=json.dumps(body).encode(), headers=headers)
+    return http.post(url, content=body if isinstance(body, bytes) else json.dumps(body).encode(), headers=headers)
 
 
 def same_method(body: Body, method: str) -> Body:
@@ -292,3 +295,151 @@ def test_a_session_error_is_refused_as_the_sdk_would_refuse_the_request(
     assert ours.status_code == 421
     good = http.post(deployment.wrapped_url, json=body, headers=headers)
     assert good.json()["error"]["code"] == -32043  # with a proper Host, the middleware's own answer
+
+
+# -- the server's JSON parser ---------------------------------------------------------------------------
+#
+# The middleware reads every body json.loads(bytes) reads (so that nothing the server reads passes as "not
+# JSON"); the SDK's parsers read less: pydantic-core on the 2025 path, json.loads on 2026-07-28, called deeper
+# in the stack than the middleware's, where Python's recursion limit leaves room for less nesting. Each body
+# goes, byte for byte, as tools/list to the SDK behind the middleware (forwarded untouched: its own answer)
+# and as the session method, to the same middleware. The reference is the server behind the middleware, as the
+# 2026-07-28 nesting limit is one frame lower there than with the SDK served bare (the middleware's __call__
+# is on the stack); for every other body the bare server is asked too, and answers the same. "method" is
+# written last, so a parser's message (a line and a column) is the same for both methods.
+
+BOM = b"\xef\xbb\xbf"
+CALLER_HEADER = "X-Caller"
+RawBody = Callable[[str, int], bytes]  # (the request as JSON text, with "@" to replace; the limit) -> body
+
+
+def nest(text: str, depth: int) -> bytes:
+    """``text`` with ``"@"`` (a member of ``params``) replaced so that the body is ``depth`` deep."""
+    return text.replace('"@"', "[" * (depth - 2) + "]" * (depth - 2)).encode()
+
+
+RAW_BODIES: dict[str, RawBody] = {
+    "utf-8": lambda text, limit: text.encode(),
+    "utf-8-bom": lambda text, limit: BOM + text.encode(),
+    "utf-16-le": lambda text, limit: text.encode("utf-16-le"),
+    "utf-16-be": lambda text, limit: text.encode("utf-16-be"),
+    "utf-16-with-bom": lambda text, limit: text.encode("utf-16"),
+    "utf-32-le": lambda text, limit: text.encode("utf-32-le"),
+    "utf-32-be": lambda text, limit: text.encode("utf-32-be"),
+    "utf-32-with-bom": lambda text, limit: text.encode("utf-32"),
+    "lone-surrogate-bytes": lambda text, limit: text.replace('"@"', '"\ud800"').encode("utf-8", "surrogatepass"),
+    "lone-surrogate-escape": lambda text, limit: text.replace('"@"', '"\\ud800"').encode(),
+    "nested-below-the-limit": lambda text, limit: nest(text, limit - 1),
+    "nested-at-the-limit": nest,
+    "nested-above-the-limit": lambda text, limit: nest(text, limit + 1),
+}
+# pydantic-core 2.50 (jiter) reads 201 levels, wherever it is called: the SDK's 2025-era limit.
+LEGACY_NESTING_LIMIT = 202
+
+
+def caller(scope: Scope) -> str | None:
+    """The principal: the X-Caller header, so that each body has its own create limit."""
+    return next((value.decode() for name, value in scope["headers"] if name == CALLER_HEADER.lower().encode()), None)
+
+
+@dataclass
+class Limited:
+    """The SDK behind a middleware that creates at most one session per caller, ever."""
+
+    url: str
+    transport_session: str | None
+    limits: dict[Era, int] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def limited(deployment: Deployment) -> Iterator[Limited]:
+    guard = Guard(json_response=deployment.mode == "json")
+    app = MCPSessionMiddleware(
+        sdk_app(deployment.mode), secret=SECRET, guard=guard, create_limit=(1, 86_400), principal=caller
+    )
+    with serve(app) as base, httpx.Client(timeout=10) as http:
+        client = LegacyClient(http, base)
+        client.initialize()
+        yield Limited(base + MCP_PATH, client.transport_session_id)
+
+
+def written(era: Era, method: str, meta: dict[str, Any] | None, raw: RawBody, limit: int) -> tuple[Headers, bytes]:
+    """A request of ``era`` whose body ``raw`` writes, with ``"@"`` in ``params`` and ``method`` last."""
+    headers, body = envelope(era, method, meta)
+    ordered = {"jsonrpc": "2.0", "id": body["id"], "params": {**body.get("params", {}), "note": "@"}, "method": method}
+    return headers, raw(json.dumps(ordered), limit)
+
+
+def the_sdks_answer(
+    http: httpx.Client, url: str, era: Era, meta: dict[str, Any] | None, raw: RawBody, limit: int, session: str | None
+) -> httpx.Response:
+    """The SDK's own answer to ``tools/list`` in the body ``raw`` writes."""
+    headers, body = written(era, "tools/list", meta, raw, limit)
+    return send(http, url, headers, body, session if era == "legacy" else None)
+
+
+def nesting_limit(http: httpx.Client, url: str, era: Era, session: str | None) -> int:
+    """The shallowest body the SDK behind the middleware refuses as too deep."""
+    low, high = 3, 3000
+    while high - low > 1:
+        middle = (low + high) // 2
+        if accepted(the_sdks_answer(http, url, era, None, nest, middle, session)):
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_sessions_create_is_refused_where_the_sdks_parser_refuses_the_body(
+    http: httpx.Client, deployment: Deployment, limited: Limited, era: Era
+) -> None:
+    session = limited.transport_session
+    limit = limited.limits.setdefault(era, nesting_limit(http, limited.url, era, session))
+    if era == "legacy":
+        assert limit == LEGACY_NESTING_LIMIT
+    refused = 0
+    for name, raw in RAW_BODIES.items():
+        theirs = the_sdks_answer(http, limited.url, era, None, raw, limit, session)
+        if not name.startswith("nested"):
+            bare_session = deployment.transport_sessions[deployment.bare_url]
+            bare = the_sdks_answer(http, deployment.bare_url, era, None, raw, limit, bare_session)
+            assert (bare.status_code, bare.content) == (theirs.status_code, theirs.content), name
+        headers, body = written(era, "sessions/create", None, raw, limit)
+        this_caller = (CALLER_HEADER, f"{deployment.mode}-{era}-{name}")
+        ours = send(http, limited.url, [*headers, this_caller], body, session if era == "legacy" else None)
+        headers, well_formed = envelope("modern", "sessions/create", None)
+        again = http.post(limited.url, json=well_formed, headers=[*headers, this_caller])
+        if accepted(theirs):
+            assert ours.status_code == 200 and "sessionId" in ours.json()["result"]["session"], (name, ours.text)
+            assert again.status_code == 429, name  # the caller's one create is spent: the check sees a create
+            continue
+        refused += 1
+        assert_same_refusal(theirs, ours)
+        assert b"sessionId" not in ours.content, name
+        assert again.status_code == 200, f"{name}: a refused sessions/create spent the caller's one create"
+    assert refused == (11 if era == "legacy" else 2)  # 2026-07-28 reads every encoding json.loads reads
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_sessions_delete_is_refused_where_the_sdks_parser_refuses_the_body(
+    http: httpx.Client, deployment: Deployment, era: Era
+) -> None:
+    url = deployment.wrapped_url
+    session = deployment.transport_sessions[url]
+    limit = nesting_limit(http, url, era, session)
+    for name, raw in RAW_BODIES.items():
+        created = http.post(
+            url, json=(body := envelope("modern", "sessions/create", None)[1]), headers=modern_headers(body)
+        )
+        meta = {SESSION_KEY: {"sessionId": created.json()["result"]["session"]["sessionId"]}}
+        theirs = the_sdks_answer(http, url, era, meta, raw, limit, session)
+        headers, content = written(era, "sessions/delete", meta, raw, limit)
+        ours = send(http, url, headers, content, session if era == "legacy" else None)
+        if accepted(theirs):
+            assert ours.status_code == 200 and "error" not in ours.json(), (name, ours.text)
+            continue
+        assert_same_refusal(theirs, ours)
+        # Refused: the session is still there, and a well-formed delete ends it.
+        headers, body = envelope("modern", "sessions/delete", meta)
+        assert "error" not in http.post(url, json=body, headers=dict(headers)).json(), name

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
 from typing import Any
 
+import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mcp.server.streamable_http import check_accept_headers
+from mcp.server._streamable_http_modern import _write
+from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import InboundLadderRejection, classify_inbound_request, decode_header_value
 from mcp_types import methods as sdk_methods
+from mcp_types.jsonrpc import PARSE_ERROR, ErrorData, JSONRPCError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic_core import from_json
 from starlette.requests import Request
+from starlette.types import Message
 
 from conftest import SECRET
-from mcp_sessions import Guard, MCPSessionMiddleware
+from mcp_sessions import Guard, MCPSessionMiddleware, Rejection
 from mcp_sessions.guard._checks import _accepts, _decode_header_value
+from mcp_sessions.wire import jsonrpc
 from mcp_sessions.wire.protocol import HANDSHAKE_VERSIONS, KNOWN_METHODS, MODERN_VERSIONS
 
 ACCEPT_BOTH = b"application/json, text/event-stream"
@@ -115,6 +122,148 @@ def test_the_2026_ladder_is_the_sdks(changes: dict[str, Any], extra: dict[str, b
         )
     else:
         assert refusal is None
+
+
+# -- the SDK's JSON parsers, per era ----------------------------------------------------------------------
+
+
+def nested(depth: int, message: dict[str, Any] | None = None) -> bytes:
+    """``message`` (``create()`` by default) with an array in ``params`` nested so that the body is ``depth`` deep."""
+    message = message or create()
+    body = json.dumps({**message, "params": {**message.get("params", {}), "deep": "@"}}).encode()
+    return body.replace(b'"@"', b"[" * (depth - 2) + b"]" * (depth - 2))
+
+
+def bodies(message: dict[str, Any]) -> dict[str, bytes]:
+    """``message`` written in ways the middleware reads (json.loads(bytes) does) and pydantic-core may not."""
+    text = json.dumps({**message, "params": {**message.get("params", {}), "note": "@"}})
+    return {
+        "utf-8": text.encode(),
+        "utf-8-bom": b"\xef\xbb\xbf" + text.encode(),
+        **{name: text.encode(name.removesuffix("-with-bom")) for name in ["utf-16-le", "utf-16-be", "utf-16-with-bom"]},
+        **{name: text.encode(name.removesuffix("-with-bom")) for name in ["utf-32-le", "utf-32-be", "utf-32-with-bom"]},
+        "lone-surrogate-bytes": text.replace('"@"', '"\ud800"').encode("utf-8", "surrogatepass"),
+        "lone-surrogate-escape": text.replace('"@"', '"\\ud800"').encode(),
+        "float-beyond-range": text.replace('"@"', "1" * 4301 + ".5").encode(),
+        "nested-201": nested(201, message),
+        "nested-202": nested(202, message),
+    }
+
+
+READ_IN_2025 = {"utf-8", "nested-201"}  # pydantic-core's limit: 201 levels
+
+
+def legacy_sdk_answer(body: bytes) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+    """The 2025-era transport's answer to ``body`` if its parser refuses it, built by the SDK's own code."""
+    try:
+        from_json(body)
+    except ValueError as exc:
+        transport = StreamableHTTPServerTransport(mcp_session_id=None)
+        response = transport._create_error_response(f"Parse error: {exc}", HTTPStatus.BAD_REQUEST, PARSE_ERROR)
+        return response.status_code, response.raw_headers, bytes(response.body)
+    return None
+
+
+def modern_sdk_parse_error() -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The 2026-07-28 entry's answer to a body ``json.loads`` refuses, sent by the SDK's own ``_write``."""
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def receive() -> Message:
+        raise AssertionError("the answer reads nothing")
+
+    error = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=PARSE_ERROR, message="Parse error"))
+    anyio.run(_write, error, {"type": "http"}, receive, send)
+    return sent[0]["status"], sent[0]["headers"], sent[1]["body"]
+
+
+def answer(refusal: Rejection | None) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+    return None if refusal is None else (refusal.status, list(refusal.headers), refusal.body)
+
+
+@pytest.mark.parametrize("name", bodies(create()))
+def test_the_2025_parser_refuses_what_the_sdks_refuses_with_its_bytes(name: str) -> None:
+    body = bodies(create())[name]
+    message = jsonrpc.loads(body)
+    assert isinstance(message, dict)  # the middleware reads it: the guard alone stands between it and an answer
+    expected = legacy_sdk_answer(body)
+    assert (expected is None) is (name in READ_IN_2025)
+    refusal = Guard().check(LEGACY_HEADERS, message, body=body)
+    assert answer(refusal) == expected
+    if refusal is not None:
+        assert (refusal.code, refusal.reason) == (PARSE_ERROR, "parse_error")
+
+
+@pytest.mark.parametrize("name", bodies(create()))
+def test_the_2026_parser_reads_every_body_json_loads_reads(name: str) -> None:
+    body = bodies(create(params={"_meta": ENVELOPE}))[name]
+    message = json.loads(body)  # what the 2026-07-28 entry runs
+    assert Guard().check(modern_headers("sessions/create"), message, body=body) is None
+
+
+def deepest_read_here(message: dict[str, Any]) -> int:
+    """The deepest body ``json.loads`` reads when called from this frame (it shares the recursion limit)."""
+    low, high = 2, 100_000
+    while high - low > 1:
+        middle = (low + high) // 2
+        try:
+            json.loads(nested(middle, message))
+        except RecursionError:
+            high = middle
+        else:
+            low = middle
+    return low
+
+
+def test_the_2026_parser_refuses_nesting_the_sdk_reaches_deeper_in_the_stack() -> None:
+    """json.loads runs several frames below the app's entry in the SDK: a body this frame reads, it refuses."""
+    message = create(params={"_meta": ENVELOPE})
+    headers = modern_headers("sessions/create")
+    deepest = deepest_read_here(message)
+    refusal = Guard().check(headers, message, body=nested(deepest, message))
+    assert answer(refusal) == modern_sdk_parse_error()
+    assert refusal is not None and (refusal.code, refusal.reason) == (PARSE_ERROR, "parse_error")
+    assert Guard().check(headers, message, body=nested(deepest - 20, message)) is None
+    assert Guard().check(headers, message, body=nested(190, message)) is None  # too shallow to parse twice
+
+
+def test_the_parser_comes_after_the_headers_and_before_the_envelope() -> None:
+    """The SDK's order: Host, Origin, Accept (and Content-Type on 2025), then the parser, then the message."""
+    guard = Guard()
+    body = bodies(create(jsonrpc="1.0"))["utf-16-le"]
+    for headers, status in [
+        ([(b"host", b"evil.example"), *LEGACY_HEADERS[1:]], 421),
+        ([LEGACY_HEADERS[0], (b"accept", b"application/json"), LEGACY_HEADERS[2]], 406),
+        ([*LEGACY_HEADERS[:2], (b"content-type", b"text/plain")], 415),
+        (LEGACY_HEADERS, 400),
+    ]:
+        refusal = guard.check(headers, json.loads(body), body=body)
+        assert refusal is not None and refusal.status == status
+    assert refusal is not None and refusal.code == PARSE_ERROR  # not the envelope's -32602
+    deep = nested(5000, create(jsonrpc="1.0"))
+    refusal = guard.check(modern_headers("sessions/create", accept=b"text/event-stream"), None, body=deep)
+    assert refusal is not None and refusal.status == 406
+    refusal = guard.check(modern_headers("sessions/create"), [create()], body=deep)
+    assert refusal is not None and refusal.code == PARSE_ERROR  # not the batch's -32600
+    assert guard.check(LEGACY_HEADERS, create(), body=None) is None  # no body, no parser: as before
+
+
+def test_a_subclass_that_overrides_check_must_take_the_body() -> None:
+    with pytest.raises(TypeError, match=r"body="):
+
+        class Forgetful(Guard):
+            def check(self, headers: Any, message: Any) -> Rejection | None:  # type: ignore[override]
+                return None
+
+    class Forwarding(Guard):
+        def check(self, headers: Any, message: Any, **options: Any) -> Rejection | None:
+            return super().check(headers, message, **options)
+
+    body = bodies(create())["utf-8-bom"]
+    refusal = Forwarding().check(LEGACY_HEADERS, json.loads(body), body=body)
+    assert refusal is not None and refusal.code == PARSE_ERROR
 
 
 # -- options -------------------------------------------------------------------------------------------------
@@ -217,11 +366,16 @@ messages = st.fixed_dictionaries(
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
-@given(headers=st.lists(st.tuples(header_names, header_values), max_size=8), message=messages | json_values)
+@given(
+    headers=st.lists(st.tuples(header_names, header_values), max_size=8),
+    message=messages | json_values,
+    encoding=st.sampled_from(["utf-8", "utf-8-sig", "utf-16-le", "utf-16-be", "utf-32", None]),
+)
 def test_the_guard_never_raises_and_answers_only_as_the_sdk_can(
-    headers: list[tuple[bytes, bytes]], message: Any
+    headers: list[tuple[bytes, bytes]], message: Any, encoding: str | None
 ) -> None:
-    refusal = Guard().check(headers, message)
+    body = None if encoding is None else json.dumps(message).encode(encoding, "surrogatepass")
+    refusal = Guard().check(headers, message, body=body)
     if refusal is None:
         return
     assert refusal.status in {202, 400, 403, 406, 415, 421}

@@ -1,9 +1,11 @@
 """The era-specific checks of a POST, as the ``mcp`` SDK makes them, and their canned answers.
 
-The 2025-era path (``server/streamable_http.py``): ``Accept``, ``Content-Type``
-and one JSON-RPC message. The 2026-07-28 path (``server/_streamable_http_modern.py``,
-``shared/inbound.py``): ``Accept``, one request object, routing headers that
-match the body, the envelope keys in ``params._meta``, a supported version.
+The 2025-era path (``server/streamable_http.py``): ``Accept``, ``Content-Type``,
+the JSON parser and one JSON-RPC message. The 2026-07-28 path
+(``server/_streamable_http_modern.py``, ``shared/inbound.py``): ``Accept``, the
+JSON parser, one request object, routing headers that match the body, the
+envelope keys in ``params._meta``, a supported version. The parsers are in
+``_parsers.py``.
 Pure: no I/O, and no import of the SDK. :class:`mcp_sessions.Guard` runs the
 era's checks after its own ``Host`` and ``Origin`` ones.
 """
@@ -24,6 +26,7 @@ from ..wire.protocol import (
     MCP_PROTOCOL_VERSION_HEADER,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
+from ._parsers import legacy_parse_refusal, modern_parse_refusal
 from ._rejection import Rejection, _empty, _legacy_error, _modern_error
 
 __all__ = ["check_legacy", "check_modern"]
@@ -76,9 +79,15 @@ _LEGACY_ACCEPTED: Final = Rejection(
 
 
 def check_legacy(
-    first: dict[bytes, bytes], has_json: bool, has_sse: bool, message: object, *, json_response: bool
+    first: dict[bytes, bytes],
+    has_json: bool,
+    has_sse: bool,
+    message: object,
+    body: bytes | None,
+    *,
+    json_response: bool,
 ) -> Rejection | None:
-    """The 2025-era POST's checks after Host and Origin: ``Accept``, ``Content-Type``, the envelope."""
+    """The 2025-era POST's checks after Host and Origin: ``Accept``, ``Content-Type``, the parser, the envelope."""
     if json_response:
         if not has_json:
             return _LEGACY_JSON_NOT_ACCEPTABLE
@@ -87,6 +96,8 @@ def check_legacy(
     content_type = first.get(b"content-type", b"").decode("latin-1")
     if not any(part.strip() == "application/json" for part in content_type.split(";")[0].split(",")):
         return _LEGACY_UNSUPPORTED_MEDIA_TYPE
+    if body is not None and (refusal := legacy_parse_refusal(body)) is not None:
+        return refusal
     if not isinstance(message, dict) or not _is_notification(message):
         return _LEGACY_NOT_A_MESSAGE
     if "id" in message and not _is_request_id(message["id"]):
@@ -101,13 +112,17 @@ def check_modern(
     has_json: bool,
     has_sse: bool,
     message: object,
+    body: bytes | None,
     *,
     json_response: bool,
     modern_versions: tuple[str, ...],
 ) -> Rejection | None:
-    """The 2026-07-28 POST's checks after Host and Origin: ``Accept``, the envelope, routing headers, version."""
+    """The 2026-07-28 POST's checks after Host and Origin: ``Accept``, the parser, the envelope, routing
+    headers, version."""
     if not has_json or (not json_response and not has_sse):
         return _MODERN_NOT_ACCEPTABLE
+    if body is not None and (refusal := modern_parse_refusal(body)) is not None:
+        return refusal
     if not isinstance(message, dict) or not _is_notification(message):
         return _MODERN_INVALID_BODY
     if "id" not in message:

@@ -4,8 +4,9 @@ The middleware answers ``sessions/create``, ``sessions/delete`` and its own
 JSON-RPC errors without calling the application. A request the ``mcp`` SDK's
 Streamable HTTP transport would refuse must not get such an answer: a foreign
 ``Host`` (DNS rebinding), a refused ``Origin``, a missing ``Accept``, an
-unsupported protocol version or a malformed envelope is refused here with the
-status, headers and body bytes the SDK sends, in the order the SDK checks them.
+unsupported protocol version, a body the SDK's JSON parser refuses or a
+malformed envelope is refused here with the status, headers and body bytes the
+SDK sends, in the order the SDK checks them.
 
 Pure: no I/O, and no import of the SDK (it is not a dependency). References:
 ``mcp`` 2.3 ``server/transport_security.py``, ``server/streamable_http.py``
@@ -14,12 +15,13 @@ Pure: no I/O, and no import of the SDK (it is not a dependency). References:
 (the DNS-rebinding defaults).
 
 Here are the ``Host`` and ``Origin`` checks and the order of it all; the
-era-specific checks are in ``_guard_checks.py``, and :class:`Rejection` (the
-answer's bytes) in ``_rejection.py``, re-exported here.
+era-specific checks are in ``_checks.py`` (the JSON parsers in ``_parsers.py``),
+and :class:`Rejection` (the answer's bytes) in ``_rejection.py``, re-exported here.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Collection, Iterable, Sequence
 from typing import Final, Protocol
 
@@ -64,6 +66,15 @@ class Guard:
     """
 
     __slots__ = ("_allowed_hosts", "_allowed_origins", "_json_response", "_modern_versions", "_protect")
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        parameters = inspect.signature(cls.check).parameters.values()
+        if not any(p.name == "body" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            raise TypeError(
+                f"{cls.__name__}.check must take body= (the raw request body, which the middleware always "
+                "passes): def check(self, headers, message, *, body=None), passing it on to super().check"
+            )
 
     def __init__(
         self,
@@ -110,7 +121,9 @@ class Guard:
         """Whether ``Host`` and ``Origin`` are checked."""
         return self._protect
 
-    def check(self, headers: Iterable[tuple[bytes, bytes]], message: object) -> Rejection | None:
+    def check(
+        self, headers: Iterable[tuple[bytes, bytes]], message: object, *, body: bytes | None = None
+    ) -> Rejection | None:
         """The server's answer if it would refuse this POST, else ``None``.
 
         ``headers`` are the ASGI scope's raw header pairs (lower-case names;
@@ -121,6 +134,14 @@ class Guard:
         2025 path (202), but the middleware never answers one. The era is the
         SDK's: an ``Mcp-Protocol-Version`` that is absent or a handshake
         version is the 2025 path, anything else the 2026-07-28 one.
+
+        ``body``, the raw bytes ``message`` was parsed from, adds the SDK's JSON
+        parser (-32700, before the envelope is read): on the 2025 path
+        pydantic-core's, which refuses a byte-order mark, UTF-16 and UTF-32, lone
+        surrogates and nesting over 201; on 2026-07-28 ``json.loads``, which
+        refuses nesting deeper than Python's recursion limit allows where the
+        SDK calls it (see ``_parsers.py``). A subclass that overrides ``check``
+        must take ``body`` too: the middleware always passes it.
         """
         first: dict[bytes, bytes] = {}
         repeated_routing: bytes | None = None
@@ -140,7 +161,7 @@ class Guard:
         raw_version = first.get(MCP_PROTOCOL_VERSION_HEADER)
         version = None if raw_version is None else raw_version.decode("latin-1")
         if version is None or version in HANDSHAKE_VERSIONS:
-            return check_legacy(first, has_json, has_sse, message, json_response=self._json_response)
+            return check_legacy(first, has_json, has_sse, message, body, json_response=self._json_response)
         return check_modern(
             first,
             version,
@@ -148,6 +169,7 @@ class Guard:
             has_json,
             has_sse,
             message,
+            body,
             json_response=self._json_response,
             modern_versions=self._modern_versions,
         )

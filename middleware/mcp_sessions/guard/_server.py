@@ -49,6 +49,8 @@ class ServerGuard:
             self._manager = manager
         return self._guard
 
-    def check(self, headers: Iterable[tuple[bytes, bytes]], message: object) -> Rejection | None:
+    def check(
+        self, headers: Iterable[tuple[bytes, bytes]], message: object, *, body: bytes | None = None
+    ) -> Rejection | None:
         """:meth:`Guard.check` with the server's current settings."""
-        return self.guard.check(headers, message)
+        return self.guard.check(headers, message, body=body)
