@@ -28,6 +28,7 @@ from typing import Final, Protocol
 from ..wire.protocol import HANDSHAKE_VERSIONS, MCP_PROTOCOL_VERSION_HEADER, MODERN_VERSIONS
 from ._checks import _ROUTING_HEADERS, _accepts, check_legacy, check_modern
 from ._checks import _decode_header_value as _decode_header_value
+from ._parsers import SDK_FRAMES_BEHIND_APP
 from ._rejection import Rejection, _plain
 
 __all__ = ["LOCALHOST_HOSTS", "LOCALHOST_ORIGINS", "Guard", "Rejection", "TransportSecurity"]
@@ -65,7 +66,7 @@ class Guard:
     are the 2026-07-28-style versions the server serves.
     """
 
-    __slots__ = ("_allowed_hosts", "_allowed_origins", "_json_response", "_modern_versions", "_protect")
+    __slots__ = ("_allowed_hosts", "_allowed_origins", "_json_response", "_modern_versions", "_protect", "sdk_frames")
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()
@@ -115,6 +116,9 @@ class Guard:
         self._allowed_origins = _AllowList(origins)
         self._json_response = json_response
         self._modern_versions = tuple(modern_versions)
+        self.sdk_frames = SDK_FRAMES_BEHIND_APP
+        """The frames from the middleware down to the SDK's 2026-07-28 parser (CPython 3.11 counts nesting
+        against the stack): in front of a whole ``streamable_http_app()`` unless placed at its transport."""
 
     @property
     def dns_rebinding_protection(self) -> bool:
@@ -172,6 +176,7 @@ class Guard:
             body,
             json_response=self._json_response,
             modern_versions=self._modern_versions,
+            sdk_frames=self.sdk_frames,
         )
 
 

@@ -22,13 +22,14 @@ any other check of the body:
 from __future__ import annotations
 
 import json
+import sys
 from typing import Final
 
 from ..wire import jsonrpc
 from ..wire.protocol import PARSE_ERROR
 from ._rejection import Rejection, _legacy_error, _modern_error
 
-__all__ = ["legacy_parse_refusal", "modern_parse_refusal"]
+__all__ = ["SDK_FRAMES_AT_TRANSPORT", "SDK_FRAMES_BEHIND_APP", "legacy_parse_refusal", "modern_parse_refusal"]
 
 _MODERN_PARSE_ERROR: Final = _modern_error(None, PARSE_ERROR, "Parse error", "parse_error")
 
@@ -39,7 +40,11 @@ _MODERN_PARSE_ERROR: Final = _modern_error(None, PARSE_ERROR, "Parse error", "pa
 # modern_parse_refusal, and _parses, which recurses the difference (a subclass's check that calls this one
 # adds a frame: it refuses one level sooner). tests/e2e/test_guard_differential.py finds the SDK's limit
 # behind the middleware and holds the guard to it.
-_SDK_FRAMES: Final = 11
+SDK_FRAMES_BEHIND_APP: Final = 11
+"""In front of a whole ``streamable_http_app()`` (the outer form)."""
+SDK_FRAMES_AT_TRANSPORT: Final = 4
+"""Placed in front of the transport app (``_inside.py``): Starlette's frames are above the middleware then
+(measured by tests/e2e/test_guard_differential.py, which finds the SDK's limit behind the middleware)."""
 _GUARD_FRAMES: Final = 5
 # Nesting never counts more levels than the body has brackets; fewer than this is never too deep for the SDK
 # (the default recursion limit is 1000 frames, and the SDK parses some 30 frames down).
@@ -61,7 +66,7 @@ def legacy_parse_refusal(body: bytes) -> Rejection | None:
     return None
 
 
-def modern_parse_refusal(body: bytes) -> Rejection | None:
+def modern_parse_refusal(body: bytes, sdk_frames: int = SDK_FRAMES_BEHIND_APP) -> Rejection | None:
     """The 2026-07-28 entry's answer to a body ``json.loads`` refuses where the SDK calls it, else ``None``.
 
     On CPython 3.11 the JSON parser's nesting shares the recursion limit with the stack, so the body is
@@ -70,15 +75,26 @@ def modern_parse_refusal(body: bytes) -> Rejection | None:
     """
     if body.count(b"[") + body.count(b"{") < _SHALLOW:
         return None
-    return None if _parses(body, _SDK_FRAMES - _GUARD_FRAMES) else _MODERN_PARSE_ERROR
+    return None if _parses(body, sdk_frames - _GUARD_FRAMES) else _MODERN_PARSE_ERROR
 
 
 def _parses(body: bytes, frames: int) -> bool:
-    """Whether ``json.loads`` reads ``body`` when called ``frames`` frames further down the stack."""
+    """Whether ``json.loads`` reads ``body`` when called ``frames`` frames further down the stack.
+
+    Placed right in front of the transport, the guard's own frames are more than the SDK's below the
+    middleware: ``frames`` is negative then, and the parse gets that many frames more of recursion limit
+    (raised, never lowered, for the moment of the parse: no other code can run out of frames for it).
+    """
     if frames > 0:
         return _parses(body, frames - 1)
+    limit = sys.getrecursionlimit()
+    if frames < 0:
+        sys.setrecursionlimit(limit - frames)
     try:
         json.loads(body)
     except (ValueError, RecursionError):  # as the SDK catches them
         return False
+    finally:
+        if frames < 0:
+            sys.setrecursionlimit(limit)
     return True

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ._guard import Guard, TransportSecurity
+from ._parsers import SDK_FRAMES_AT_TRANSPORT
 from ._rejection import Rejection
 
 __all__ = ["ServerGuard", "guard_of_manager"]
@@ -26,8 +27,12 @@ def guard_of_manager(manager: object) -> Guard:
     security: TransportSecurity | None = getattr(manager, "security_settings", None)
     json_response = getattr(manager, "json_response", False) is True
     if security is None:  # the SDK's transport then checks neither Host nor Origin
-        return Guard(host="0.0.0.0", json_response=json_response)
-    return Guard(transport_security=security, json_response=json_response)
+        guard = Guard(host="0.0.0.0", json_response=json_response)
+    else:
+        guard = Guard(transport_security=security, json_response=json_response)
+    # Right in front of the transport app, and ServerGuard.check is one frame more on the guard's side.
+    guard.sdk_frames = SDK_FRAMES_AT_TRANSPORT - 1
+    return guard
 
 
 class ServerGuard:
