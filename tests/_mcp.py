@@ -363,7 +363,8 @@ def _tap_transport(node: Any, recording: RecordingApp, depth: int = 0) -> bool:
     inner = getattr(node, "app", None)
     if inner is None or isinstance(inner, _Tap):
         return False
-    if hasattr(inner, "session_manager"):
+    # The transport itself: a placed middleware looks like one too (it has the transport's session_manager).
+    if hasattr(inner, "session_manager") and not hasattr(getattr(inner, "app", None), "session_manager"):
         node.app = _Tap(inner, recording)
         return True
     return _tap_transport(inner, recording, depth + 1)

@@ -19,7 +19,7 @@ from ..tokens import InvalidToken, KeySet, SessionClaims
 from ..wire import Refusal, store_unavailable
 from ..wire.protocol import TOO_MANY_SESSIONS
 from ._limits import RateLimit
-from ._principal import ENDPOINT_CLAIM, PRINCIPAL_CLAIM, PrincipalHook, principal_digest
+from ._principal import ENDPOINT_CLAIM, PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, principal_digest
 from ._session import Session
 
 if TYPE_CHECKING:
@@ -123,7 +123,9 @@ class SessionService:
             extra = claims.extra
             # Bound both ways: another principal's session, and an anonymous one presented by a principal
             # (fixation: its anonymous creator would read what the principal writes), are unknown here.
-            if extra.get(PRINCIPAL_CLAIM) != await self.principal_of(scope):
+            # The default hook reads scope["user"]: without one (no auth on the app) the caller is anonymous.
+            anonymous = self.principal is authenticated_user and scope.get("user") is None
+            if extra.get(PRINCIPAL_CLAIM) != (None if anonymous else await self.principal_of(scope)):
                 raise InvalidToken("bound to another principal")
             # Minted at another MCP endpoint; one minted by the key's holder with no endpoint is valid anywhere.
             if endpoint and (minted_at := extra.get(ENDPOINT_CLAIM)) is not None and minted_at != scope["path"]:
