@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 from starlette.types import Scope
 
@@ -14,7 +14,16 @@ if TYPE_CHECKING:
     from ..tokens import IdDigests
     from .host import ConversationData, HostKey
 
-__all__ = ["SessionSource", "SourceContext", "SourceFactory", "Trust"]
+__all__ = [
+    "DEFAULT_MAX_CONVERSATIONS_PER_CALLER",
+    "SessionSource",
+    "SourceContext",
+    "SourceFactory",
+    "Trust",
+]
+
+DEFAULT_MAX_CONVERSATIONS_PER_CALLER: Final = 1_000
+"""Host conversations with data one caller (a principal, else a client address) may have at once, per process."""
 
 
 class Trust(enum.Enum):
@@ -54,6 +63,8 @@ class SourceContext(NamedTuple):
     host_keys: tuple[HostKey, ...]
     conversation_data: ConversationData
     adopt_transport_sessions: bool
+    max_conversations_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER
+    """Host conversations with data one caller may have at once (``None``: no maximum)."""
 
 
 SourceFactory: TypeAlias = "Callable[[SourceContext], SessionSource | None]"
