@@ -11,7 +11,7 @@ import pytest
 from starlette.types import Message
 
 from conftest import SECRET
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionsConfig
+from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionsConfig, SessionStatus
 from mcp_sessions.handles import Handles
 from mcp_sessions.session import Quota
 from mcp_sessions.stores import RedisStore
@@ -156,3 +156,27 @@ def test_a_quota_counts_each_record_until_it_ends() -> None:
     assert quota.wait("a", now=10) == 40  # full: the first slot comes back when its record ends
     assert quota.wait("b", now=10) == 0  # another caller is not touched
     assert quota.wait("a", now=50) == 0
+
+
+class TouchCounting(MemoryStore):
+    touches = 0
+
+    async def touch(self, session_id: str, **kwargs: Any) -> SessionStatus:
+        self.touches += 1
+        return await super().touch(session_id, **kwargs)
+
+
+async def test_a_batch_of_made_up_conversations_stores_at_most_eight() -> None:
+    store = TouchCounting()
+    mw = MCPSessionMiddleware(Downstream(), secret=SECRET, store=store, idle_ttl=3600, conversation_data="anonymous")
+    batch = [
+        {
+            "jsonrpc": "2.0",
+            "id": i,
+            "method": "tools/call",
+            "params": {"name": "t", "_meta": {"openai/session": f"c{i % 20}"}},
+        }
+        for i in range(200)
+    ]
+    assert (await post(mw, dumps(batch))).status == 200  # forwarded: the ninth conversation on gets no data
+    assert store.touches == len(store) == 8  # one touch, one record, per distinct conversation named

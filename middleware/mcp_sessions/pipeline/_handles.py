@@ -32,6 +32,8 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
     A store that cannot answer refuses the call with the retryable error,
     never with a tool result the model would act on.
     """
+    if plan.refused:
+        return  # answered with its refusal: no handle is checked, no store touched for it
     try:
         digest = await sessions.principal_of(scope)
     except Refusal as refusal:  # the principal hook failed: a server bug, -32603

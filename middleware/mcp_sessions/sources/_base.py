@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_CONVERSATIONS_PER_CALLER",
+    "MAX_SESSIONS_PER_REQUEST",
     "SessionSource",
     "SourceContext",
     "SourceFactory",
@@ -24,6 +25,10 @@ __all__ = [
 
 DEFAULT_MAX_CONVERSATIONS_PER_CALLER: Final = 1_000
 """Host conversations with data one caller (a principal, else a client address) may have at once, per process."""
+MAX_SESSIONS_PER_REQUEST: Final = 8
+"""The distinct sessions one request may name (a batch's elements; a session and its state count as one): each is
+verified and touched once, however many elements name it. A batch element naming one more is refused (-32600), or,
+for a host's conversation, gets no data."""
 
 
 class Trust(enum.Enum):

@@ -14,14 +14,15 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, cast
 
 from starlette.types import Scope
 
 from ..plan import Conversation
 from ..session import Quota, SessionService, caller_of
 from ..tokens import IdDigests
-from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, Trust
+from ..wire import Refusal
+from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, MAX_SESSIONS_PER_REQUEST, Trust
 
 if TYPE_CHECKING:
     from ..plan import Call, Plan
@@ -206,10 +207,36 @@ class HostConversationSource:
                 )
                 return None
         session_id = self._digests.conversation(conversation.source, conversation.id, principal)
+        if plan.batch:
+            return await self._in_batch(scope, conversation, session_id, principal, plan)
         if (refused := await self._over_budget(scope, session_id, principal)) is not None:
             conversation.no_data = refused
             return None
         return await self._sessions.adopt(scope, session_id, conversation.source)
+
+    async def _in_batch(
+        self, scope: Scope, conversation: Conversation, session_id: str, principal: str | None, plan: Plan
+    ) -> Session | None:
+        """A batch element's conversation: each distinct one counted and touched once, at most
+        ``MAX_SESSIONS_PER_REQUEST`` (one more gets no data)."""
+        named = plan.named = plan.named or {}
+        key = (self.name, session_id)
+        found = named.get(key)
+        if found is None:
+            if len(named) >= MAX_SESSIONS_PER_REQUEST:
+                conversation.no_data = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
+                return None
+            try:
+                refused = await self._over_budget(scope, session_id, principal)
+                adopted = None if refused else await self._sessions.adopt(scope, session_id, conversation.source)
+                found = named[key] = (adopted, refused)
+            except Refusal as refusal:
+                named[key] = refusal
+                raise
+        if isinstance(found, Refusal):
+            raise found
+        adopted, conversation.no_data = cast("tuple[Session | None, str | None]", found)
+        return adopted
 
     async def _over_budget(self, scope: Scope, session_id: str, principal: str | None) -> str | None:
         """Why a new conversation gets no data (its caller is over the create limit or its maximum), or ``None``."""
