@@ -22,7 +22,14 @@ from .otel import TraceMode
 from .profiles import WireProfile, profiles_from_names
 from .session import PrincipalHook, RateLimit, authenticated_user
 from .sources import DEFAULT_SOURCES, SessionSource, SourceFactory, check_chain
-from .sources.host import BUILT_IN_HOSTS, CONVERSATION_DATA_MODES, ConversationData, HostKey, host_keys_from_config
+from .sources.host import (
+    BUILT_IN_HOSTS,
+    CONVERSATION_DATA_MODES,
+    DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
+    ConversationData,
+    HostKey,
+    host_keys_from_config,
+)
 from .stores import MemoryStore, SessionStore
 from .tokens import DEFAULT_AUDIENCE, DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 
@@ -65,6 +72,7 @@ class SessionsOptions(TypedDict, total=False):
     guard: Guard | None
     create_limit: tuple[int, float] | None
     sources: Iterable[SessionSource | SourceFactory] | None
+    max_conversations_per_caller: int | None
 
 
 class SessionsConfig:
@@ -103,6 +111,7 @@ class SessionsConfig:
         guard: Guard | None = None,
         create_limit: tuple[int, float] | None = None,
         sources: Iterable[SessionSource | SourceFactory] | None = None,
+        max_conversations_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         _check_limits(ttl, idle_ttl, max_body_size, retry_after)
@@ -110,8 +119,7 @@ class SessionsConfig:
         self.ttl = float(ttl)
         self.idle_ttl = None if idle_ttl is None else float(idle_ttl)
         self.store: SessionStore = MemoryStore() if store is None else store
-        # A store passed in belongs to the caller, who closes it; one that from_env builds
-        # from the environment is closed when the app's lifespan shuts down.
+        # A store passed in is the caller's to close; one from_env builds, the app's lifespan closes at shutdown.
         self.owns_store = False
         self.paths = frozenset([path] if isinstance(path, str) else path) if path is not None else None
         self.max_body_size = max_body_size
@@ -133,8 +141,8 @@ class SessionsConfig:
         self.placement = True  # look for the MCP endpoints inside the app (not again once placed there)
         # At most count creates (and deletes) per seconds, per principal or client address: see _limits.py.
         self.create_limit = None if create_limit is None else RateLimit(*create_limit)
-        # The session sources, asked in order: objects, or factories given a SourceContext (sources/_chain.py).
-        self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)
+        self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)  # see sources/_chain.py
+        self.max_conversations_per_caller = _per_caller(max_conversations_per_caller, "max_conversations_per_caller")
 
     def at_endpoint(self, guard: Guard | ServerGuard) -> SessionsConfig:
         """This configuration for the session work placed at an MCP endpoint, in front of its transport app."""
@@ -202,6 +210,13 @@ def _check_choices(
         raise TypeError("adopt_transport_sessions is True or False")
     if guard is not None and not isinstance(guard, Guard):
         raise TypeError("guard takes a mcp_sessions.Guard, built with the options of the wrapped server")
+
+
+def _per_caller(value: int | None, name: str) -> int | None:
+    """A per-caller maximum: a whole number, 1 or more, or ``None`` for none."""
+    if value is not None and (type(value) is not int or value < 1):
+        raise ValueError(f"{name} must be a whole number, 1 or more, or None for no maximum; got {value!r}")
+    return value
 
 
 def _key_set(

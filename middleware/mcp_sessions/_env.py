@@ -44,6 +44,9 @@ def settings_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[s
     if "create_limit" not in options and (limit := env.get("MCP_SESSIONS_CREATE_LIMIT", "").strip()):
         parsed = parse_limit(limit, source="MCP_SESSIONS_CREATE_LIMIT")
         settings["create_limit"] = (parsed.count, parsed.seconds)
+    name = "MCP_SESSIONS_MAX_CONVERSATIONS_PER_CALLER"
+    if "max_conversations_per_caller" not in options and (most := env.get(name, "").strip().lower()):
+        settings["max_conversations_per_caller"] = _per_caller(most, name)
     if "guard" not in options and (guard := _guard_from_env(env)) is not None:
         settings["guard"] = guard
     mode = env.get("MCP_SESSIONS_CONVERSATION_DATA", "").strip().lower()
@@ -74,6 +77,15 @@ def _seconds(env: Mapping[str, str], name: str) -> float | None:
     if not value > 0:
         raise ValueError(f"{name} must be positive, got {raw!r}")
     return value
+
+
+def _per_caller(raw: str, name: str) -> int | None:
+    """A per-caller maximum from the environment: a whole number, 1 or more, or ``none``."""
+    if raw == "none":
+        return None
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        raise ValueError(f"{name} must be a whole number, 1 or more, or none; got {raw!r}")
+    return int(raw)
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool | None:

@@ -94,7 +94,12 @@ class MCPSessionMiddleware:
         )
         digests = IdDigests(config.keys)
         context = SourceContext(
-            sessions, digests, config.host_keys, config.conversation_data, config.adopt_transport_sessions
+            sessions,
+            digests,
+            config.host_keys,
+            config.conversation_data,
+            config.adopt_transport_sessions,
+            config.max_conversations_per_caller,
         )
         chain = build_chain(config.sources, context)
         self._transport = next((s for s in chain if isinstance(s, TransportSource)), None)

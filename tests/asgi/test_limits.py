@@ -1,4 +1,5 @@
-"""What a flood of sessions/create costs, the optional create limit, and the store check at startup."""
+"""What a flood of sessions/create costs, the optional create limit, the per-caller maximums, and the store check
+at startup."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 from starlette.types import Message
 
 from conftest import SECRET
-from mcp_sessions import MCPSessionMiddleware, MemoryStore, SessionsConfig
+from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionsConfig, SessionStatus
+from mcp_sessions.handles import Handles
+from mcp_sessions.session import Quota
 from mcp_sessions.stores import RedisStore
 
 from .test_middleware import Downstream, Receiver, Sender, dumps, http_scope, request
@@ -119,3 +122,61 @@ async def test_a_reachable_store_says_nothing_at_startup(caplog: pytest.LogCaptu
     with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
         assert await lifespan(mw) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert not [r for r in caplog.records if "startup" in r.getMessage()]
+
+
+# -- what one caller can make the store keep (issue 22) -------------------------------------------------
+
+
+def test_the_conversation_maximum_from_the_environment_and_its_checks() -> None:
+    name = "MCP_SESSIONS_MAX_CONVERSATIONS_PER_CALLER"
+    assert SessionsConfig(secret=SECRET).max_conversations_per_caller == 1000
+    assert (
+        SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, name: "25"}).max_conversations_per_caller == 25
+    )
+    assert (
+        SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, name: "none"}).max_conversations_per_caller
+        is None
+    )
+    for bad in ("0", "-3", "1.5", "many"):
+        with pytest.raises(ValueError, match=name):
+            SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, name: bad})
+    for value in (0, -1, 2.5, True, "10"):
+        with pytest.raises(ValueError, match="max_conversations_per_caller"):
+            SessionsConfig(secret=SECRET, max_conversations_per_caller=value)  # type: ignore[arg-type]
+    for value in (0, 1.5, False):
+        with pytest.raises(ValueError, match="max_handles_per_caller"):
+            Handles(KeySet.from_secret(SECRET), MemoryStore(), max_handles_per_caller=value)  # type: ignore[arg-type]
+
+
+def test_a_quota_counts_each_record_until_it_ends() -> None:
+    quota = Quota(2)
+    assert quota.wait("a", now=0) == 0
+    quota.add("a", expires_at=100)
+    quota.add("a", expires_at=50)
+    assert quota.wait("a", now=10) == 40  # full: the first slot comes back when its record ends
+    assert quota.wait("b", now=10) == 0  # another caller is not touched
+    assert quota.wait("a", now=50) == 0
+
+
+class TouchCounting(MemoryStore):
+    touches = 0
+
+    async def touch(self, session_id: str, **kwargs: Any) -> SessionStatus:
+        self.touches += 1
+        return await super().touch(session_id, **kwargs)
+
+
+async def test_a_batch_of_made_up_conversations_stores_at_most_eight() -> None:
+    store = TouchCounting()
+    mw = MCPSessionMiddleware(Downstream(), secret=SECRET, store=store, idle_ttl=3600, conversation_data="anonymous")
+    batch = [
+        {
+            "jsonrpc": "2.0",
+            "id": i,
+            "method": "tools/call",
+            "params": {"name": "t", "_meta": {"openai/session": f"c{i % 20}"}},
+        }
+        for i in range(200)
+    ]
+    assert (await post(mw, dumps(batch))).status == 200  # forwarded: the ninth conversation on gets no data
+    assert store.touches == len(store) == 8  # one touch, one record, per distinct conversation named

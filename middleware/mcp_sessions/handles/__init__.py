@@ -10,6 +10,7 @@ the tool runs; :func:`check_call` is that check as a function. See
 
 from ._answer import answer_elements as answer_elements
 from ._answer import send_answers as send_answers
+from ._budget import DEFAULT_MAX_HANDLES_PER_CALLER, HandleBudget
 from ._check import (
     ATTRIBUTE_ID,
     ATTRIBUTE_KIND,
@@ -20,7 +21,7 @@ from ._check import (
     tool_error_result,
 )
 from ._context import HandleContext, current_handle_context, handle_context
-from ._errors import HandleError, HandleErrorReason
+from ._errors import HandleError, HandleErrorReason, HandleLimitExceeded
 from ._format import MAX_HANDLE_CHARS, MAX_PREFIX_CHARS
 from ._handle import Handle
 from ._kind import HandleKind
@@ -36,13 +37,16 @@ __all__ = [
     "ATTRIBUTE_ID",
     "ATTRIBUTE_KIND",
     "CURRENT",
+    "DEFAULT_MAX_HANDLES_PER_CALLER",
     "MAX_HANDLE_CHARS",
     "MAX_PREFIX_CHARS",
     "Handle",
+    "HandleBudget",
     "HandleContext",
     "HandleError",
     "HandleErrorReason",
     "HandleKind",
+    "HandleLimitExceeded",
     "HandleMiddleware",
     "Handles",
     "ToolErrorResult",

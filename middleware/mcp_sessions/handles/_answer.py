@@ -4,8 +4,8 @@ Shared by the session middleware's pipeline and :class:`HandleMiddleware`. A
 refused call gets its ``isError`` result (with ``resultType: "complete"`` on
 the 2026-07-28 path); the other elements of a batch are refused as a whole
 (-32600), as for an invalid session; a store that cannot answer gets every
-element the retryable error (-32010, HTTP 503). Notifications are never
-answered.
+element the retryable error (-32010, HTTP 503), and so does a caller who may
+mint no handle now (-32011, HTTP 429). Notifications are never answered.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from ..asgi import send_json, send_result
 from ..wire import Refusal, batch_refused, jsonrpc
-from ..wire.protocol import SESSION_STORE_UNAVAILABLE, Era
+from ..wire.protocol import SESSION_STORE_UNAVAILABLE, TOO_MANY_SESSIONS, Era
 from ._check import ToolErrorResult
 
 if TYPE_CHECKING:
@@ -41,19 +41,19 @@ def answer_elements(
     *,
     era: Era,
     batch: bool,
-    unavailable: Refusal | None = None,
+    retryable: Refusal | None = None,
 ) -> list[Answer]:
     """The answer of each element of ``messages`` (one message when not ``batch``), in order.
 
     ``answers`` are the ``isError`` results of the refused calls, by element
-    index; ``unavailable`` the store's refusal, which every element gets.
+    index; ``retryable`` a retryable refusal, which every element gets.
     """
-    others = unavailable or batch_refused(BATCH_REFUSED)
+    others = retryable or batch_refused(BATCH_REFUSED)
     elements: list[Answer] = []
     for index, message in enumerate(messages):
         # One message's id is repeated as sent; a batch element's only when JSON-RPC allows it.
         request_id = message.get("id") if not batch and isinstance(message, dict) else jsonrpc.request_id_of(message)
-        answer = answers.get(index) if unavailable is None else None
+        answer = answers.get(index) if retryable is None else None
         if answer is not None:
             result = dict(answer)
             if era is Era.PER_REQUEST:
@@ -71,12 +71,16 @@ async def send_answers(
 ) -> None:
     """Send ``answers`` (from :func:`answer_elements`): a batch as an array, one message as itself.
 
-    A refusal by an unavailable store is a 503 with ``Retry-After``; anything
+    A refusal by an unavailable store is a 503 with ``Retry-After``, one over
+    the caller's handle budget a 429 with its own ``Retry-After``; anything
     else goes out as a result, as JSON or as one SSE event to a client that
     accepts only a stream.
     """
     frames = [answer.frame for answer in answers if answer.frame is not None]
     payload: object = frames if batch else frames[0]
-    if any(answer.refusal is not None and answer.refusal.code == SESSION_STORE_UNAVAILABLE for answer in answers):
-        return await send_json(send, 503, payload, retry_after)
+    for refusal in {answer.refusal for answer in answers if answer.refusal is not None}:
+        if refusal.code == SESSION_STORE_UNAVAILABLE:
+            return await send_json(send, 503, payload, retry_after)
+        if refusal.code == TOO_MANY_SESSIONS:
+            return await send_json(send, 429, payload, str(refusal.retry_after or 1).encode())
     await send_result(send, payload, accept=accept)

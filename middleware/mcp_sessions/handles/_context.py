@@ -8,6 +8,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..session import RateLimit
     from ._handle import Handle
     from ._registry import Handles
 
@@ -22,16 +23,28 @@ class HandleContext:
     when anonymous): :meth:`Handles.mint` binds new handles to it. ``verified``
     maps each handle the request's arguments carried to its verified
     :class:`Handle`; typed tool parameters read it, so nothing is verified twice.
+    ``caller`` is whom the request's mints count against (the principal's
+    digest, else ``address:`` and the client address; ``None``: nobody, as for
+    the server's own mints), and ``create_limit`` the session middleware's
+    create limit, which mints spend too.
     """
 
-    __slots__ = ("handles", "principal_digest", "verified")
+    __slots__ = ("caller", "create_limit", "handles", "principal_digest", "verified")
 
     def __init__(
-        self, handles: Handles, principal_digest: str | None, verified: dict[str, Handle] | None = None
+        self,
+        handles: Handles,
+        principal_digest: str | None,
+        verified: dict[str, Handle] | None = None,
+        *,
+        caller: str | None = None,
+        create_limit: RateLimit | None = None,
     ) -> None:
         self.handles = handles
         self.principal_digest = principal_digest
         self.verified: dict[str, Handle] = {} if verified is None else verified
+        self.caller = caller
+        self.create_limit = create_limit
 
     def __repr__(self) -> str:
         return f"<HandleContext principal={'bound' if self.principal_digest else 'none'} handles={len(self.verified)}>"

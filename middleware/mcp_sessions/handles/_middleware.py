@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._inside import place_at_endpoints, route_path
 from ..asgi import TOO_LARGE, Replay, read_body, send_json
+from ..session import caller_of
 from ..wire import jsonrpc
 from ..wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, Era
 from ._answer import answer_elements, send_answers
@@ -107,7 +108,7 @@ class HandleMiddleware:
         except Exception:
             logger.exception("the principal hook failed")
             return await send_json(reply, 500, jsonrpc.error(None, INTERNAL_ERROR, "Internal error"), b"")
-        context = HandleContext(self.handles, digest)
+        context = HandleContext(self.handles, digest, caller=caller_of(scope, digest))
         headers = dict(reversed(list(scope["headers"])))
         content_type = headers.get(b"content-type", b"").lower()
         if scope["method"] != "POST" or not content_type.startswith(b"application/json"):
@@ -146,6 +147,6 @@ class HandleMiddleware:
         """Answer a refused request; the era is the SDK's (a header present but not a 2025-era version, even empty)."""
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
         era = Era.of(None if version is None else version.decode("latin-1"))
-        answers = answer_elements(messages, check.answers, era=era, batch=batch, unavailable=check.unavailable)
+        answers = answer_elements(messages, check.answers, era=era, batch=batch, retryable=check.retryable)
         accept = headers.get(b"accept", b"")
         await send_answers(send, answers, batch=batch, accept=accept, retry_after=self._retry_after)

@@ -29,8 +29,11 @@ async def mint_handle(
     session_id: str | None,
     session_expires_at: float | None,
     now: float,
-) -> str:
-    """A new handle of ``spec``, signed by the key ``signer_kid``; see :meth:`Handles.mint`."""
+) -> tuple[str, float]:
+    """A new handle of ``spec``, signed by the key ``signer_kid``, and until when the store keeps its records.
+
+    See :meth:`Handles.mint`.
+    """
     if signer_kid is None:
         raise ValueError("the KeySet's signer holds no secret material: this Handles registry can only verify")
     lifetime = spec.ttl if ttl is None else ttl
@@ -56,4 +59,4 @@ async def mint_handle(
         await store.set(META_PREFIX + handle_id, META_KEY, meta, expires_at=kept)
     for key, value in (data or {}).items():
         await store.set(DATA_PREFIX + handle_id, key, value, expires_at=kept)
-    return token
+    return token, kept

@@ -15,6 +15,7 @@ from ..session import digest_of
 from ..stores import SessionStore
 from ..tokens import KeySet
 from . import _format as fmt
+from ._budget import DEFAULT_MAX_HANDLES_PER_CALLER, HandleBudget
 from ._context import current_handle_context
 from ._errors import HandleError
 from ._handle import Handle
@@ -46,7 +47,9 @@ class Handles:
     ``store`` keeps revocations, idle clocks and handle data, keyed by the
     handle's stable id (``h:<id>``, ``hm:<id>``), never by the handle.
     ``session_idle_ttl`` is the session middleware's ``idle_ttl``: a handle tied
-    to a session then ends when the session idles out.
+    to a session then ends when the session idles out. ``max_handles_per_caller``
+    bounds the live handles one caller (a principal, else a client address) may
+    mint, in this process (``None``: no maximum); see :class:`HandleBudget`.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class Handles:
         kinds: Iterable[HandleKind] = (),
         session_idle_ttl: float | None = None,
         max_handles_per_call: int = 16,
+        max_handles_per_caller: int | None = DEFAULT_MAX_HANDLES_PER_CALLER,
     ) -> None:
         if not isinstance(keys, KeySet):
             raise TypeError("Handles needs a KeySet (the one the session middleware uses)")
@@ -68,6 +72,7 @@ class Handles:
         self.store = store
         self.session_idle_ttl = session_idle_ttl
         self.max_handles_per_call = max_handles_per_call
+        self.budget = HandleBudget(max_handles_per_caller)
         mac_keys = derive_mac_keys(keys)
         if not mac_keys:
             raise ValueError(
@@ -108,6 +113,11 @@ class Handles:
     def kinds(self) -> Mapping[str, HandleKind]:
         """The registered kinds, by name."""
         return self._table.by_name
+
+    @property
+    def creators(self) -> frozenset[str]:
+        """The tools that create a handle (each kind's ``create``): refused up front for a caller at its maximum."""
+        return self._table.creators
 
     @property
     def prefixes(self) -> tuple[str, ...]:
@@ -155,9 +165,16 @@ class Handles:
         refused. ``session_id`` ties it to a session: when the session ends,
         so does the handle (``session_expires_at``, the session's expiry, also
         caps the handle's). One store write, two with a binding or a tie.
+
+        In a request, the handle counts against the request's caller:
+        :class:`HandleLimitExceeded` when it holds ``max_handles_per_caller``
+        live handles, or is over the session middleware's create limit.
         """
         spec = self._table.lookup(kind)
-        return await mint_handle(
+        current = time.time() if now is None else now
+        context = current_handle_context()
+        self.budget.spend(context, current)
+        token, kept = await mint_handle(
             self,
             self._table,
             self._signer_kid,
@@ -167,8 +184,10 @@ class Handles:
             principal_digest=self._digest_of(principal),
             session_id=session_id,
             session_expires_at=session_expires_at,
-            now=time.time() if now is None else now,
+            now=current,
         )
+        self.budget.count_handle(context, kept)
+        return token
 
     def authenticate(
         self,

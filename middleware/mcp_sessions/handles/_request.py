@@ -11,6 +11,7 @@ refused request is answered is :mod:`._answer`'s.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Sequence
 from typing import Any, Final, TypeGuard
 
@@ -57,15 +58,16 @@ class CallCheck:
 class RequestCheck:
     """What the check found in one request, by element index (a single message is element 0)."""
 
-    __slots__ = ("calls", "unavailable", "unavailable_at")
+    __slots__ = ("calls", "retryable", "retryable_at")
 
     def __init__(self) -> None:
         self.calls: dict[int, CallCheck] = {}
         """Each ``tools/call`` request that carries something handle-shaped."""
-        self.unavailable: Refusal | None = None
-        """The retryable refusal when the store could not answer (the check stops there)."""
-        self.unavailable_at: int | None = None
-        """The element whose check the store could not answer."""
+        self.retryable: Refusal | None = None
+        """The retryable refusal (the check stops there): the store could not answer (-32010), or a kind's
+        ``create`` tool was called by a caller who may mint no handle now (-32011)."""
+        self.retryable_at: int | None = None
+        """The element it refuses."""
 
     @property
     def answers(self) -> dict[int, ToolErrorResult]:
@@ -75,7 +77,7 @@ class RequestCheck:
     @property
     def refused(self) -> bool:
         """Whether the request is answered here: a handle was refused, or the store could not answer."""
-        return self.unavailable is not None or any(call.answer is not None for call in self.calls.values())
+        return self.retryable is not None or any(call.answer is not None for call in self.calls.values())
 
 
 async def check_request(
@@ -88,19 +90,25 @@ async def check_request(
     answer stops the check with the retryable refusal, never a verdict. With
     ``tracer``, each call that carries handles gets a span
     (:data:`SPAN_NAME`), and that span and the current one get the handles'
-    kinds and stable ids (:func:`record_handles`).
+    kinds and stable ids (:func:`record_handles`). A call of a kind's ``create``
+    tool by a caller who may mint no handle now is refused up front (-32011).
     """
     check = RequestCheck()
+    creators = handles.creators if context.caller is not None else frozenset()
     for index, message in enumerate(messages):
         if not is_tools_call(message):
             continue
         params = message.get("params")
+        name = params.get("name") if creators and isinstance(params, dict) else None
+        if type(name) is str and name in creators and (over := handles.budget.refusal(context, time.time())):
+            check.retryable, check.retryable_at = over, index  # the tool would only fail to mint
+            break
         arguments = params.get("arguments") if isinstance(params, dict) else None
         if not isinstance(arguments, dict) or next(handle_candidates(handles, arguments), None) is None:
             continue  # no handle: no span, nothing to check
         found = await _check_call(handles, params, context, tracer)
         if isinstance(found, Refusal):
-            check.unavailable, check.unavailable_at = found, index
+            check.retryable, check.retryable_at = found, index
             break
         check.calls[index] = found
     return check

@@ -15,7 +15,7 @@ __all__ = ["KindTable"]
 class KindTable:
     """Registered kinds: how a handle string is recognised, and the keyed MACs that sign and check it."""
 
-    __slots__ = ("_audience", "_bases", "_by_name", "_by_prefix", "_mac_keys", "prefixes")
+    __slots__ = ("_audience", "_bases", "_by_name", "_by_prefix", "_mac_keys", "creators", "prefixes")
 
     def __init__(self, mac_keys: dict[str, tuple[int, bytes]], audience: str) -> None:
         self._mac_keys = mac_keys
@@ -24,6 +24,8 @@ class KindTable:
         self._by_prefix: dict[str, HandleKind] = {}
         self.prefixes: tuple[str, ...] = ()
         """``"bsk_"`` for each kind: how a handle is recognised."""
+        self.creators: frozenset[str] = frozenset()
+        """Each kind's ``create`` tool."""
         # kind name -> kid -> (key hint, HMAC already fed the domain, the audience and the kind's name)
         self._bases: dict[str, dict[str, tuple[int, hmac.HMAC]]] = {}
 
@@ -43,6 +45,7 @@ class KindTable:
         self._by_name[kind.name] = kind
         self._by_prefix[kind.prefix] = kind
         self.prefixes = (*self.prefixes, f"{kind.prefix}_")
+        self.creators = self.creators | {kind.create}
         return kind
 
     @property

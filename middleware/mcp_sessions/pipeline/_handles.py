@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import Scope
 
 from ..handles import HandleContext, Handles, answer_elements, check_request, is_tools_call, send_answers
+from ..session import caller_of
 from ..wire import Refusal
 from ..wire.jsonrpc import hashable_id
 from ._echo import Target, annotate
@@ -31,6 +32,8 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
     A store that cannot answer refuses the call with the retryable error,
     never with a tool result the model would act on.
     """
+    if plan.refused:
+        return  # answered with its refusal: no handle is checked, no store touched for it
     try:
         digest = await sessions.principal_of(scope)
     except Refusal as refusal:  # the principal hook failed: a server bug, -32603
@@ -39,7 +42,8 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
             call.refusal = refusal
         plan.refused = plan.refused or bool(calls)
         return
-    context = plan.handles = HandleContext(handles, digest)
+    caller = caller_of(scope, digest)
+    context = plan.handles = HandleContext(handles, digest, caller=caller, create_limit=sessions.limit)
     # A call the session step refused already is not checked: it is answered with that refusal.
     check = await check_request(handles, [c.message if c.refusal is None else None for c in plan.calls], context)
     for index, found in check.calls.items():
@@ -48,8 +52,8 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
         if found.checked or found.errors:
             call.handles = (found.checked, found.errors)
         plan.answered = plan.answered or found.answer is not None
-    if check.unavailable is not None and check.unavailable_at is not None:
-        plan.calls[check.unavailable_at].refusal = check.unavailable
+    if check.retryable is not None and check.retryable_at is not None:
+        plan.calls[check.retryable_at].refusal = check.retryable
         plan.refused = True
 
 

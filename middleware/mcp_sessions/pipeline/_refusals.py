@@ -47,10 +47,11 @@ class Refuser:
                 return await send_status(send, 503 if unavailable else 202, self._retry_after)
             return await send_refusal(send, call.request_id, call.refusal, era=plan.era, retry_after=self._retry_after)
         errors = []
+        others = batch_refused()  # one for every element without a refusal of its own
+        if unavailable:
+            others = Refusal(SESSION_STORE_UNAVAILABLE, "Session store unavailable", reason="store_unavailable")
         for call in plan.calls:
-            refusal = call.refusal or batch_refused()
-            if unavailable:
-                refusal = Refusal(SESSION_STORE_UNAVAILABLE, "Session store unavailable", reason="store_unavailable")
+            refusal = others if unavailable else call.refusal or others
             end_with(call.operation, refusal)
             if call.is_request or call.method is None:
                 errors.append(refusal.frame(call.request_id))

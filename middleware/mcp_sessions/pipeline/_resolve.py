@@ -50,6 +50,8 @@ class Resolver:
             except Refusal as refusal:
                 call.refusal = refusal
                 plan.refused = True
+                if plan.batch:  # refused whole: the other elements are answered -32600, with no session work
+                    break
 
     async def _local_session(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
         """The session a wire's own method acts on: a data-layer one only, never a host's or a transport's."""

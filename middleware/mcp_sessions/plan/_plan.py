@@ -77,6 +77,9 @@ class Plan:
     unmarked = False
     """Whether the body cannot name a session on any enabled wire: UTF-8 without the wire's marker, and no
     escape that could spell one. A source that reads a wire's carrier has nothing to read then."""
+    named: dict[tuple[str, ...], object] | None = None
+    """In a batch: what each session its elements name resolved to (by a source's key: its name and the
+    session's reference), so that a session many elements name costs one check and one store round trip."""
 
     def __init__(self, calls: list[Call], *, batch: bool, headers: dict[bytes, bytes], start_ns: int) -> None:
         self.calls = calls

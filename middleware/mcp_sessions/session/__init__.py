@@ -1,6 +1,6 @@
 """The session: what application code sees (:class:`Session`), and the service that mints, resolves and ends it."""
 
-from ._limits import RateLimit, parse_limit
+from ._limits import Quota, RateLimit, caller_of, parse_limit
 from ._principal import ENDPOINT_CLAIM, PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, digest_of, principal_digest
 from ._service import Minted, SessionNotFound, SessionService
 from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, SessionData, current_session, get_session
@@ -12,12 +12,14 @@ __all__ = [
     "STATE_ATTRIBUTE",
     "Minted",
     "PrincipalHook",
+    "Quota",
     "RateLimit",
     "Session",
     "SessionData",
     "SessionNotFound",
     "SessionService",
     "authenticated_user",
+    "caller_of",
     "current_session",
     "digest_of",
     "get_session",

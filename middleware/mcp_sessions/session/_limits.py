@@ -1,20 +1,35 @@
-"""A bound on what anonymous or abusive callers can make the middleware do: creates and deletes per interval.
+"""Bounds on what anonymous or abusive callers can make the middleware do, per caller, in this process.
 
 Creating a session stores nothing, so a flood of ``sessions/create`` costs
 CPU only; deleting one writes a revocation entry that lives until the token
-expires. ``create_limit=(count, seconds)`` bounds both, per authenticated
-principal, or per client address when there is none, in this process.
+expires. ``create_limit=(count, seconds)`` (a :class:`RateLimit`) bounds both.
+What a caller can make the store keep without a token of its own (a host
+conversation's data, a handle) is bounded by a :class:`Quota`: so many live
+records at once. A caller is its authenticated principal, or its client
+address when there is none (:func:`caller_of`).
 """
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import OrderedDict
 from typing import Final
 
-__all__ = ["RateLimit", "parse_limit"]
+from starlette.types import Scope
+
+__all__ = ["Quota", "RateLimit", "caller_of", "parse_limit"]
 
 MAX_TRACKED: Final = 100_000  # callers remembered at once; the least recently seen is forgotten first
+MAX_TRACKED_RECORDS: Final = 1_000_000  # a quota's records remembered at once, all callers together
+
+
+def caller_of(scope: Scope, principal: str | None) -> str:
+    """Whom a limit counts: the principal (its digest) when there is one, else the client address."""
+    if principal is not None:
+        return principal
+    client = scope.get("client")
+    return f"address:{client[0] if client else ''}"
 
 
 class RateLimit:
@@ -46,6 +61,56 @@ class RateLimit:
         if len(self._buckets) > MAX_TRACKED:
             self._buckets.popitem(last=False)
         return wait
+
+    def wait(self, caller: str, now: float | None = None) -> float:
+        """What :meth:`take` would answer, spending nothing: 0 if ``caller`` has an operation left."""
+        now = time.monotonic() if now is None else now
+        tokens, last = self._buckets.get(caller, (float(self.count), now))
+        tokens = min(float(self.count), tokens + (now - last) * self._rate)
+        return 0.0 if tokens >= 1 else (1 - tokens) / self._rate
+
+
+class Quota:
+    """At most ``count`` live records per caller, each counted until the time it expires.
+
+    A quota, not a rate: a caller at its maximum gets a slot back when its
+    oldest record ends. It counts in this process, for at most
+    :data:`MAX_TRACKED` callers and :data:`MAX_TRACKED_RECORDS` records (the
+    least recently seen caller is forgotten first). Times are Unix seconds.
+    """
+
+    __slots__ = ("_callers", "_records", "count")
+
+    def __init__(self, count: int) -> None:
+        if type(count) is not int or count < 1:
+            raise ValueError("a per-caller maximum must be a whole number, 1 or more (or None for no maximum)")
+        self.count = count
+        self._callers: OrderedDict[str, list[float]] = OrderedDict()  # each a heap of its records' expiries
+        self._records = 0
+
+    def wait(self, caller: str, now: float) -> float:
+        """0 if ``caller`` may add a record now, else the seconds until its oldest one ends."""
+        expiries = self._live(caller, now)
+        return 0.0 if expiries is None or len(expiries) < self.count else expiries[0] - now
+
+    def add(self, caller: str, expires_at: float) -> None:
+        """Count a record of ``caller``'s until ``expires_at`` (after :meth:`wait` said there was room)."""
+        expiries = self._callers.get(caller)
+        if expiries is None:
+            expiries = self._callers[caller] = []
+        heapq.heappush(expiries, expires_at)
+        self._callers.move_to_end(caller)
+        self._records += 1
+        while self._records > MAX_TRACKED_RECORDS or len(self._callers) > MAX_TRACKED:
+            self._records -= len(self._callers.popitem(last=False)[1])
+
+    def _live(self, caller: str, now: float) -> list[float] | None:
+        """``caller``'s records that have not ended, the ended ones dropped."""
+        expiries = self._callers.get(caller)
+        while expiries and expiries[0] <= now:
+            heapq.heappop(expiries)
+            self._records -= 1
+        return expiries
 
 
 def parse_limit(text: str, *, source: str) -> RateLimit:

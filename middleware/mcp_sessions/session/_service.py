@@ -18,7 +18,7 @@ from ..stores import SessionStatus, SessionStore, SessionStoreUnavailable
 from ..tokens import InvalidToken, KeySet, SessionClaims
 from ..wire import Refusal, store_unavailable
 from ..wire.protocol import TOO_MANY_SESSIONS
-from ._limits import RateLimit
+from ._limits import RateLimit, caller_of
 from ._principal import ENDPOINT_CLAIM, PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, principal_digest
 from ._session import Session
 
@@ -211,9 +211,7 @@ class SessionService:
         """Refuse (429) a caller over the create limit: by principal, else by client address."""
         if self.limit is None:
             return
-        client = scope.get("client")
-        caller = principal if principal is not None else f"address:{client[0] if client else ''}"
-        if (wait := self.limit.take(caller)) > 0:
+        if (wait := self.limit.take(caller_of(scope, principal))) > 0:
             raise Refusal(
                 TOO_MANY_SESSIONS,
                 "Too many sessions created or deleted, retry later",

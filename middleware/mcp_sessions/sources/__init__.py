@@ -10,12 +10,13 @@ follows :class:`SessionSource` and give the middleware the chain with it:
 """
 
 from ..plan import Call, Conversation, Plan
-from ._base import SessionSource, SourceContext, SourceFactory, Trust
+from ._base import MAX_SESSIONS_PER_REQUEST, SessionSource, SourceContext, SourceFactory, Trust
 from ._chain import DEFAULT_SOURCES, build_chain, check_chain
 from .data_layer import DataLayerSource
 
 __all__ = [
     "DEFAULT_SOURCES",
+    "MAX_SESSIONS_PER_REQUEST",
     "Call",
     "Conversation",
     "DataLayerSource",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 from starlette.types import Scope
 
@@ -14,7 +14,21 @@ if TYPE_CHECKING:
     from ..tokens import IdDigests
     from .host import ConversationData, HostKey
 
-__all__ = ["SessionSource", "SourceContext", "SourceFactory", "Trust"]
+__all__ = [
+    "DEFAULT_MAX_CONVERSATIONS_PER_CALLER",
+    "MAX_SESSIONS_PER_REQUEST",
+    "SessionSource",
+    "SourceContext",
+    "SourceFactory",
+    "Trust",
+]
+
+DEFAULT_MAX_CONVERSATIONS_PER_CALLER: Final = 1_000
+"""Host conversations with data one caller (a principal, else a client address) may have at once, per process."""
+MAX_SESSIONS_PER_REQUEST: Final = 8
+"""The distinct sessions one request may name (a batch's elements; a session and its state count as one): each is
+verified and touched once, however many elements name it. A batch element naming one more is refused (-32600), or,
+for a host's conversation, gets no data."""
 
 
 class Trust(enum.Enum):
@@ -54,6 +68,8 @@ class SourceContext(NamedTuple):
     host_keys: tuple[HostKey, ...]
     conversation_data: ConversationData
     adopt_transport_sessions: bool
+    max_conversations_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER
+    """Host conversations with data one caller may have at once (``None``: no maximum)."""
 
 
 SourceFactory: TypeAlias = "Callable[[SourceContext], SessionSource | None]"

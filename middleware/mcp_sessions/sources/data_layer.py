@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from starlette.types import Scope
 
-from ..profiles import InvalidSessionMeta, WireProfile
-from ..session import SessionNotFound, SessionService
+from ..profiles import InvalidSessionMeta, SessionRef, WireProfile
+from ..session import Session, SessionNotFound, SessionService
 from ..wire import Refusal
 from ..wire.protocol import INVALID_REQUEST, Era
-from ._base import Trust
+from ._base import MAX_SESSIONS_PER_REQUEST, Trust
 
 if TYPE_CHECKING:
     from ..plan import Call, Plan
-    from ..session import Session
     from ._base import SourceContext
 
 __all__ = ["DataLayerSource", "refusal_of"]
+
+_TOO_MANY_SESSIONS: Final = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
 
 
 class DataLayerSource:
@@ -51,6 +52,11 @@ class DataLayerSource:
                 # An opening method (SEP-1364 alt. 2's initialize) is a handshake: the 2026-07-28 server
                 # refuses it (-32601), so no session is opened and no create-limit slot is spent for it.
                 return None
+            if plan.batch:  # each new session counts as one more the batch names
+                named = plan.named = plan.named or {}
+                if len(named) >= MAX_SESSIONS_PER_REQUEST:
+                    raise Refusal(INVALID_REQUEST, _TOO_MANY_SESSIONS, reason="too_many_sessions")
+                named[("mint", str(len(named)))] = None
             minted = await self._sessions.mint(scope, None)
             call.minted = True
             return await self._sessions.resolve(scope, minted.token, None)
@@ -65,6 +71,8 @@ class DataLayerSource:
                 "Mcp-Session-Id header does not match the session in _meta",
                 reason="header_mismatch",
             )
+        if plan.batch:
+            return await self._in_batch(scope, call, plan, ref)
         try:
             return await self._sessions.resolve(scope, ref.token, ref.state)
         except SessionNotFound as exc:
@@ -72,6 +80,31 @@ class DataLayerSource:
                 call.revoked = exc.reason
                 return None
             raise refusal_of(profile, ref.token, exc) from None
+
+    async def _in_batch(self, scope: Scope, call: Call, plan: Plan, ref: SessionRef) -> Session | None:
+        """A batch element's session: each distinct one resolved once, at most ``MAX_SESSIONS_PER_REQUEST``."""
+        named = plan.named
+        if named is None:
+            named = plan.named = {}
+        key = (self.name, ref.token, ref.state or "")
+        found = named.get(key)
+        if found is None:
+            if len(named) >= MAX_SESSIONS_PER_REQUEST:
+                raise Refusal(INVALID_REQUEST, _TOO_MANY_SESSIONS, reason="too_many_sessions")
+            try:
+                found = await self._sessions.resolve(scope, ref.token, ref.state)
+            except (SessionNotFound, Refusal) as exc:
+                found = exc
+            named[key] = found
+        if isinstance(found, SessionNotFound):
+            if call.profile.unknown_is_no_session:
+                call.revoked = found.reason
+                return None
+            raise refusal_of(call.profile, ref.token, found)
+        if isinstance(found, Refusal):
+            raise found
+        assert isinstance(found, Session)
+        return found
 
 
 def refusal_of(profile: WireProfile, token: str, refused: SessionNotFound) -> Refusal:

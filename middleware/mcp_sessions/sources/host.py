@@ -9,16 +9,20 @@ in telemetry only; ``conversation_data`` opts into per-conversation data.
 
 from __future__ import annotations
 
+import math
 import re
+import time
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, cast
 
 from starlette.types import Scope
 
 from ..plan import Conversation
-from ..session import SessionService
+from ..session import Quota, SessionService, caller_of
 from ..tokens import IdDigests
-from ._base import Trust
+from ..wire import Refusal
+from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, MAX_SESSIONS_PER_REQUEST, Trust
 
 if TYPE_CHECKING:
     from ..plan import Call, Plan
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILT_IN_HOSTS",
+    "DEFAULT_MAX_CONVERSATIONS_PER_CALLER",
     "MAX_CONVERSATION_ID_LENGTH",
     "ConversationData",
     "HostConversationSource",
@@ -38,6 +43,7 @@ ConversationData = Literal["off", "principal", "anonymous"]
 CONVERSATION_DATA_MODES: Final = ("off", "principal", "anonymous")
 
 MAX_CONVERSATION_ID_LENGTH: Final = 256
+_MAX_KNOWN: Final = 100_000  # conversations remembered as started (so counted once); the oldest forgotten first
 # Printable ASCII without space, quotes, backslash, comma and semicolon: safe in an attribute,
 # a log line and a baggage value; anything else is not a conversation id and is ignored.
 _CONVERSATION_ID: Final = re.compile(rf"[!#-+\--:<-\[\]-~]{{1,{MAX_CONVERSATION_ID_LENGTH}}}")
@@ -104,12 +110,19 @@ class HostConversationSource:
     and one set intersection test with ``_meta``'s keys. An id that is not
     a bounded string of safe characters is ignored, never an error: the host
     merely asserted it.
+
+    With data on, a conversation this process has not seen in its lifetime
+    (``ttl``) is new: it is counted against its caller's budget, the create
+    limit (a new conversation is a session created) and at most
+    ``max_per_caller`` conversations with data at once. Over either, it gets
+    no data, and ``no_data`` says why; conversations already started keep
+    theirs.
     """
 
     name = "host"
     trust = Trust.ASSERTED
 
-    __slots__ = ("_data", "_digests", "_headers", "_meta", "_meta_keys", "_sessions")
+    __slots__ = ("_data", "_digests", "_headers", "_known", "_meta", "_meta_keys", "_quota", "_sessions")
 
     def __init__(
         self,
@@ -118,6 +131,7 @@ class HostConversationSource:
         sessions: SessionService,
         digests: IdDigests,
         data: ConversationData = "off",
+        max_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
     ) -> None:
         if data not in CONVERSATION_DATA_MODES:
             raise ValueError(f"conversation_data must be one of {', '.join(CONVERSATION_DATA_MODES)}, got {data!r}")
@@ -130,12 +144,18 @@ class HostConversationSource:
         self._sessions = sessions
         self._digests = digests
         self._data = data
+        self._quota = None if max_per_caller is None else Quota(max_per_caller)
+        self._known: OrderedDict[str, float] = OrderedDict()  # started conversations: when each one's record ends
 
     @classmethod
     def from_context(cls, context: SourceContext) -> HostConversationSource:
-        """The source in a middleware's chain (see ``sources=``): its hosts and ``conversation_data``."""
+        """The source in a middleware's chain (see ``sources=``): its hosts, ``conversation_data`` and budget."""
         return cls(
-            context.host_keys, sessions=context.sessions, digests=context.digests, data=context.conversation_data
+            context.host_keys,
+            sessions=context.sessions,
+            digests=context.digests,
+            data=context.conversation_data,
+            max_per_caller=context.max_conversations_per_caller,
         )
 
     @property
@@ -187,4 +207,65 @@ class HostConversationSource:
                 )
                 return None
         session_id = self._digests.conversation(conversation.source, conversation.id, principal)
+        if plan.batch:
+            return await self._in_batch(scope, conversation, session_id, principal, plan)
+        if (refused := await self._over_budget(scope, session_id, principal)) is not None:
+            conversation.no_data = refused
+            return None
         return await self._sessions.adopt(scope, session_id, conversation.source)
+
+    async def _in_batch(
+        self, scope: Scope, conversation: Conversation, session_id: str, principal: str | None, plan: Plan
+    ) -> Session | None:
+        """A batch element's conversation: each distinct one counted and touched once, at most
+        ``MAX_SESSIONS_PER_REQUEST`` (one more gets no data)."""
+        named = plan.named = plan.named or {}
+        key = (self.name, session_id)
+        found = named.get(key)
+        if found is None:
+            if len(named) >= MAX_SESSIONS_PER_REQUEST:
+                conversation.no_data = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
+                return None
+            try:
+                refused = await self._over_budget(scope, session_id, principal)
+                adopted = None if refused else await self._sessions.adopt(scope, session_id, conversation.source)
+                found = named[key] = (adopted, refused)
+            except Refusal as refusal:
+                named[key] = refusal
+                raise
+        if isinstance(found, Refusal):
+            raise found
+        adopted, conversation.no_data = cast("tuple[Session | None, str | None]", found)
+        return adopted
+
+    async def _over_budget(self, scope: Scope, session_id: str, principal: str | None) -> str | None:
+        """Why a new conversation gets no data (its caller is over the create limit or its maximum), or ``None``."""
+        now = time.time()
+        ends = self._known.get(session_id)
+        if ends is not None and ends > now:
+            return None  # started already: its record is counted until it ends
+        sessions, quota = self._sessions, self._quota
+        if sessions.limit is None and quota is None:
+            return None
+        if principal is None and self._data == "anonymous":
+            principal = await sessions.principal_of(scope)  # an authenticated caller is counted as itself
+        caller = caller_of(scope, principal)
+        if quota is not None and (wait := quota.wait(caller, now)) > 0:
+            return (
+                f"this caller already has {quota.count} conversations with data, its maximum; "
+                f"retry in {math.ceil(wait)} s"
+            )
+        if sessions.limit is not None and (wait := sessions.limit.take(caller)) > 0:
+            return (
+                "this caller started new conversations faster than the create limit allows; "
+                f"retry in {math.ceil(wait)} s"
+            )
+        # The store keeps the conversation's records until ttl (and the leeway) after its first request.
+        ends = now + sessions.ttl + sessions.keys.leeway
+        if quota is not None:
+            quota.add(caller, ends)
+        self._known[session_id] = ends
+        self._known.move_to_end(session_id)
+        if len(self._known) > _MAX_KNOWN:
+            self._known.popitem(last=False)
+        return None

@@ -22,14 +22,13 @@ from typing import TYPE_CHECKING, Final
 
 from starlette.types import Message, Scope, Send
 
-from ..session import SessionService
+from ..session import Session, SessionService
 from ..tokens import IdDigests
 from ..wire.protocol import MCP_SESSION_ID_HEADER, Era
 from ._base import Trust
 
 if TYPE_CHECKING:
     from ..plan import Call, Plan
-    from ..session import Session
     from ._base import SourceContext
 
 __all__ = ["DEFAULT_MAX_TRANSPORT_SESSIONS", "TransportSource", "is_transport_session_id"]
@@ -82,7 +81,15 @@ class TransportSource:
         if digest not in self._minted:
             return None
         self._minted.move_to_end(digest)
-        return await self._sessions.adopt(scope, digest, self.name)
+        if not plan.batch:
+            return await self._sessions.adopt(scope, digest, self.name)
+        named = plan.named = plan.named or {}  # a batch's elements share the header: its session, touched once
+        key = (self.name, digest)
+        if key not in named:
+            named[key] = await self._sessions.adopt(scope, digest, self.name)
+        found = named[key]
+        assert found is None or isinstance(found, Session)
+        return found
 
     def minted(self, raw: bytes) -> None:
         """Record an id the server sent in an ``initialize`` response."""

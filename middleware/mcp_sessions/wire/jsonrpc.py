@@ -26,9 +26,9 @@ class _Repeated(dict[str, object]):
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, object]:
-    names = {name for name, _ in pairs}
-    if len(names) == len(pairs):
-        return dict(pairs)
+    members = dict(pairs)
+    if len(members) == len(pairs):  # no name repeated: the plain object, built once
+        return members
     seen: set[str] = set()
     repeated = {name for name, _ in pairs if name in seen or seen.add(name)}  # type: ignore[func-returns-value]
     return _Repeated(pairs, repeated)

@@ -1,0 +1,184 @@
+"""A 2025-era batch costs one check and one store round trip per distinct session it names, at most eight.
+
+Through a real server (uvicorn on 127.0.0.1) whose app takes batches (a 2025-03-26
+server may; the mcp SDK's refuses them) on memory, SQLite and Redis. A property test
+(hypothesis, derandomized, bounded) sends batches whose elements name valid and
+forged session tokens, repeated at will, and counts, per request, the tokens the key
+set verified and the store's touches: never more than the distinct sessions named,
+never more than eight. A batch is forwarded only when every session it names is
+valid and there are at most eight, and then each element is echoed its own.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.types import Receive, Scope, Send
+
+from _backends import STORES, Backend, closing_store, open_backend
+from conftest import SECRET, serve
+from mcp_sessions import Guard, KeySet, MCPSessionMiddleware, Rejection, SessionStatus, SessionStore
+from mcp_sessions.tokens import SessionClaims
+
+SESSION_KEY = "io.modelcontextprotocol/session"
+MOST = 8  # the documented bound: distinct sessions one request may name
+HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "application/json, text/event-stream",
+    "Mcp-Protocol-Version": "2025-11-25",
+}
+
+
+class CountingKeys(KeySet):
+    """The deployment's keys, counting the tokens verified in full (a token seen before is looked up, not checked)."""
+
+    verified = 0
+
+    def verify_session_token(self, token: str, **kwargs: Any) -> SessionClaims:
+        self.verified += 1
+        return super().verify_session_token(token, **kwargs)
+
+
+class CountingStore(SessionStore):
+    """A store that counts the touches (the round trip a request makes per session) and passes everything on."""
+
+    def __init__(self, inner: SessionStore) -> None:
+        self.inner = inner
+        self.touches = 0
+
+    async def touch(self, session_id: str, **kwargs: Any) -> SessionStatus:
+        self.touches += 1
+        return await self.inner.touch(session_id, **kwargs)
+
+    async def revoke(self, session_id: str, *, expires_at: float) -> bool:
+        return await self.inner.revoke(session_id, expires_at=expires_at)
+
+    async def get(self, session_id: str, key: str, default: object = None) -> Any:
+        return await self.inner.get(session_id, key, default)
+
+    async def set(self, session_id: str, key: str, value: object, *, expires_at: float) -> None:
+        await self.inner.set(session_id, key, value, expires_at=expires_at)
+
+    async def delete(self, session_id: str, key: str) -> None:
+        await self.inner.delete(session_id, key)
+
+    async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
+        return await self.inner.incr(session_id, key, amount, expires_at=expires_at)
+
+    async def update(
+        self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
+    ) -> object:
+        return await self.inner.update(session_id, key, fn, expires_at=expires_at, default=default)
+
+    async def items(self, session_id: str) -> dict[str, Any]:
+        return await self.inner.items(session_id)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class TakesBatches(Guard):
+    """A wrapped server with no checks of its own that the middleware repeats: it takes a batch."""
+
+    def check(self, headers: Any, message: Any, *, body: bytes | None = None) -> Rejection | None:
+        return None
+
+
+class BatchApp:
+    """A server that takes batches: an empty result for every request element, in order."""
+
+    calls = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.calls += 1
+        answers = [{"jsonrpc": "2.0", "id": m["id"], "result": {}} for m in json.loads(body) if "id" in m]
+        raw = json.dumps(answers).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": raw})
+
+
+class Server:
+    def __init__(self, url: str, keys: CountingKeys, store: CountingStore, app: BatchApp) -> None:
+        self.url, self.keys, self.store, self.app = url, keys, store, app
+        self.valid = [keys.mint_session_token(ttl=3600)[0] for _ in range(MOST + 2)]
+        # This deployment's tokens with a random signature: each verified in full, each refused.
+        self.forged = [
+            token.rpartition(".")[0] + "." + base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
+            for token in (keys.mint_session_token(ttl=3600)[0] for _ in range(MOST + 2))
+        ]
+
+
+@pytest.fixture(scope="module", params=STORES)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    with open_backend(request.param, tmp_path_factory.mktemp(request.param)) as backend:
+        yield from _serve(backend)
+
+
+def _serve(backend: Backend) -> Iterator[Server]:
+    keys, store, app = CountingKeys.from_secret(SECRET), CountingStore(backend.open()), BatchApp()
+    assert isinstance(keys, CountingKeys)
+    middleware = MCPSessionMiddleware(app, keys=keys, store=store, idle_ttl=3600, guard=TakesBatches())
+    with serve(closing_store(middleware, store)) as url:
+        yield Server(url + "/mcp", keys, store, app)
+
+
+# Each element names a valid session, a forged one (each from a pool of ten, so repeats are common), or none.
+elements = st.lists(
+    st.tuples(st.sampled_from(["valid", "forged", "none"]), st.integers(0, MOST + 1)), min_size=1, max_size=40
+)
+
+
+@given(named=elements)
+@settings(max_examples=40, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+def test_a_batch_checks_each_distinct_session_once_and_at_most_eight(
+    server: Server, named: list[tuple[str, int]]
+) -> None:
+    batch: list[dict[str, Any]] = []
+    tokens: list[str | None] = []
+    for index, (kind, pick) in enumerate(named):
+        token = None if kind == "none" else (server.valid if kind == "valid" else server.forged)[pick]
+        params: dict[str, Any] = {"name": "echo", "arguments": {}}
+        if token is not None:
+            params["_meta"] = {SESSION_KEY: {"sessionId": token}}
+        batch.append({"jsonrpc": "2.0", "id": index, "method": "tools/call", "params": params})
+        tokens.append(token)
+    distinct = list(dict.fromkeys(token for token in tokens if token is not None))
+    refused = len(distinct) > MOST or any(token in server.forged for token in distinct)
+    verified, touches, calls = server.keys.verified, server.store.touches, server.app.calls
+
+    response = httpx.post(server.url, content=json.dumps(batch), headers=HEADERS, timeout=10)
+
+    assert response.status_code == 200, response.text
+    assert server.keys.verified - verified <= min(len(distinct), MOST)
+    valid_named = [token for token in distinct[:MOST] if token in server.valid]
+    assert server.store.touches - touches <= len(valid_named)  # one round trip per session, not per element
+    answers = response.json()
+    if refused:
+        assert server.app.calls == calls  # nothing forwarded
+        assert all("error" in answer for answer in answers)
+        return
+    assert server.app.calls == calls + 1
+    assert server.store.touches - touches == len(valid_named)
+    for answer in answers:
+        echoed = answer["result"].get("_meta", {}).get(SESSION_KEY, {}).get("sessionId")
+        assert echoed == tokens[answer["id"]]
