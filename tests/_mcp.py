@@ -16,6 +16,8 @@ import httpx
 from mcp_types import RequestParamsMeta
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mcp_sessions import MCPSessionMiddleware
+
 MODERN: Final = "2026-07-28"
 LEGACY: Final = "2025-11-25"
 MCP_PATH: Final = "/mcp"
@@ -293,16 +295,19 @@ class RecordingApp:
     """Records the POST bodies reaching the MCP server (raw, and parsed in ``seen``).
 
     The session middleware runs at the MCP endpoint inside an app, in front of
-    its transport: so the recorder taps the transport itself (whatever the app
-    puts before it, the session work included once placed), and records at its
-    own door only for an app with no MCP transport inside.
+    its transport: so around an app the recorder taps the transport itself
+    (whatever the app puts before it, the session work included once placed);
+    around the session middleware, or an app with no MCP transport inside, it
+    records at its own door.
     """
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.raw: list[bytes] = []
         self.seen: list[Any] = []
-        self._tapped = _tap_transport(app, self)
+        # Around the session middleware itself: what clients send, at this door. Around an app (before or
+        # after the middleware wraps it): what reaches the MCP server, at its transport.
+        self._tapped = not isinstance(app, MCPSessionMiddleware) and _tap_transport(app, self)
 
     def clear(self) -> None:
         self.raw.clear()

@@ -16,12 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
-from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, SimpleUser
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
@@ -31,6 +32,7 @@ from _mcp import LEGACY, MODERN, SESSION_NOT_FOUND, jwt_claims, legacy_request, 
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
 
+SESSION_META = "io.modelcontextprotocol/session"
 JSON_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 TOKENS = {
     "alice-token": AccessToken(token="alice-token", client_id="app", scopes=["mcp"], subject="alice"),
@@ -294,3 +296,87 @@ def test_fixation_sep1364_alt2_initialize(optional_auth: str, http: httpx.Client
         post(http, optional_auth, LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": session}, ALICE)
     )
     assert resumed["error"]["code"] == SESSION_NOT_FOUND
+
+
+# -- every wire's session methods behind the SDK's bearer auth -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def authed_every_wire() -> Iterator[str]:
+    server = notes_server(
+        token_verifier=StaticVerifier(),
+        auth=AuthSettings(
+            issuer_url=AnyHttpUrl("https://auth.example"),
+            resource_server_url=AnyHttpUrl("http://127.0.0.1/mcp"),
+            required_scopes=["mcp"],
+            validate_token_resource=False,
+        ),
+    )
+    app = server.streamable_http_app(stateless_http=True, json_response=True)
+    profiles = "draft,strawman,sep1364-alt1,sep1364-alt2"
+    with serve(MCPSessionMiddleware(app, secret=SECRET, profiles=profiles)) as url:
+        yield url + "/mcp"
+
+
+INIT = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+SOME_ID = str(uuid.uuid4())
+EVERY_WIRES_METHODS = {
+    "draft sessions/create": (MODERN, body_of(MODERN, "sessions/create")),
+    "draft sessions/delete": (MODERN, body_of(MODERN, "sessions/delete", meta={SESSION_META: {"sessionId": "x"}})),
+    "strawman session/create": (MODERN, body_of(MODERN, "session/create")),
+    "strawman session/resume": (MODERN, body_of(MODERN, "session/resume", {"id": SOME_ID})),
+    "strawman session/list": (MODERN, body_of(MODERN, "session/list")),
+    "strawman session/delete": (MODERN, body_of(MODERN, "session/delete", {"id": SOME_ID})),
+    "alt1 session/create": (LEGACY, body_of(LEGACY, "session/create", {"capabilities": {}}) | {"sessionId": None}),
+    "alt1 session/delete": (LEGACY, body_of(LEGACY, "session/delete", {"sessionId": SOME_ID})),
+    "alt2 initialize": (LEGACY, body_of(LEGACY, "initialize", INIT) | {"sessionId": None}),
+    "alt2 terminate": (LEGACY, body_of(LEGACY, "terminate") | {"sessionId": SOME_ID}),
+}
+
+
+@pytest.mark.parametrize("name", list(EVERY_WIRES_METHODS))
+def test_every_wires_session_methods_get_the_servers_401(authed_every_wire: str, http: httpx.Client, name: str) -> None:
+    era, body = EVERY_WIRES_METHODS[name]
+    refused = post(http, authed_every_wire, era, tool(era, "x", None))
+    response = post(http, authed_every_wire, era, body)
+    assert refused.status_code == 401
+    assert (response.status_code, response.content) == (refused.status_code, refused.content)
+    assert response.headers["www-authenticate"] == refused.headers["www-authenticate"]
+
+
+# -- FastAPI with its own authentication --------------------------------------------------------------------
+
+
+class BearerOrAnonymous(AuthenticationBackend):
+    """The app's own auth: a known bearer signs in, none is anonymous, an unknown one is refused (400)."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        header = conn.headers.get("authorization")
+        if header is None:
+            return None
+        user = {"Bearer alice-token": "alice", "Bearer bob-token": "bob"}.get(header)
+        if user is None:
+            raise AuthenticationError("unknown bearer")
+        return AuthCredentials(["authenticated"]), SimpleUser(user)
+
+
+def test_fastapi_with_its_own_auth_decides_for_the_session_methods(http: httpx.Client) -> None:
+    server = notes_server()
+    api = FastAPI(lifespan=lambda app: server.session_manager.run())
+    api.mount("/", server.streamable_http_app(stateless_http=True, json_response=True))
+    api.add_middleware(MCPSessionMiddleware, secret=SECRET)
+    api.add_middleware(AuthenticationMiddleware, backend=BearerOrAnonymous())
+    with serve(api) as url:
+        endpoint = url + "/mcp"
+        forged = {"Authorization": "Bearer mallory-token"}
+        refused = post(http, endpoint, MODERN, tool(MODERN, "x", None), forged)
+        created = post(http, endpoint, MODERN, body_of(MODERN, "sessions/create"), forged)
+        assert refused.status_code == 400
+        assert (created.status_code, created.content) == (refused.status_code, refused.content)
+        alices = create(http, endpoint, MODERN, bearer("alice"))
+        assert "pbh" in jwt_claims(alices)
+        post(http, endpoint, MODERN, tool(MODERN, "hers", alices), bearer("alice"))
+        stolen = message_of(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("bob")))
+        assert stolen["error"]["code"] == SESSION_NOT_FOUND
+        mine = message_of(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("alice")))
+        assert json.loads(mine["result"]["content"][0]["text"]) == ["hers"]
