@@ -119,13 +119,17 @@ async def measure(base_class: Any, requests: int, *, sdk: bool, trivial: bool) -
         install_sdk()
         options["meter_provider"] = MeterProvider(metric_readers=[InMemoryMetricReader()])
         apps["otel-asgi"] = OpenTelemetryMiddleware(wrapped, meter_provider=options["meter_provider"])
-    apps["base"] = base_class(wrapped, secret=SECRET, **options)
-    lifespans = Lifespans()  # this version places its work inside the app: it wraps an MCPServer of its own
-    apps["this"] = (
-        MCPSessionMiddleware(wrapped, secret=SECRET, **options)
-        if trivial
-        else await lifespans.own_mcp_app(lambda app: MCPSessionMiddleware(app, secret=SECRET, **options))
-    )
+    # This version places its work inside the app it wraps: each version wraps an MCPServer of its own (the
+    # same code as the bare one's, in objects of its own), so that neither shares the bare app's caches.
+    lifespans = Lifespans()
+    middlewares: dict[str, Any] = {"base": base_class, "this": MCPSessionMiddleware}
+    for name, middleware in middlewares.items():
+
+        def wrap(app: App, cls: Any = middleware) -> App:
+            wrapper: App = cls(app, secret=SECRET, **options)
+            return wrapper
+
+        apps[name] = wrap(wrapped) if trivial else await lifespans.own_mcp_app(wrap)
     cases: dict[str, tuple[App, Any]] = {}
     for name, app in apps.items():
         cases[f"{name}, no session"] = (app, request(plain_body(), NAME_HEADERS))
