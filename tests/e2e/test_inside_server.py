@@ -190,6 +190,21 @@ def test_a_loopback_server_refuses_a_foreign_host_for_session_methods_as_for_too
             assert (created.status_code, created.content) == (refused.status_code, refused.content)
 
 
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+def test_the_servers_body_limit_refuses_session_methods_as_it_refuses_a_tool(http: httpx.Client, era: str) -> None:
+    server = notes_server()
+    app = MCPSessionMiddleware(
+        server.streamable_http_app(stateless_http=True, max_request_body_size=2048), secret=SECRET
+    )
+    with serve(app) as url:
+        padding = {"padding": "x" * 4096}
+        refused = post(http, url + "/mcp", era, body_of(era, "tools/call", {"name": "note", **padding}))
+        created = post(http, url + "/mcp", era, body_of(era, "sessions/create", padding))
+        assert refused.status_code == 413
+        assert (created.status_code, created.content) == (refused.status_code, refused.content)
+        assert create(http, url + "/mcp", era)  # a body within the server's limit still gets a session
+
+
 # -- endpoints ---------------------------------------------------------------------------------------------
 
 

@@ -15,11 +15,13 @@ from collections.abc import Iterable
 
 from ._guard import Guard, TransportSecurity
 from ._parsers import SDK_FRAMES_AT_TRANSPORT
-from ._rejection import Rejection
+from ._rejection import Rejection, _plain
 
 __all__ = ["ServerGuard", "guard_of_manager"]
 
 _UNREAD = object()
+# The SDK's RequestBodyLimitMiddleware, in front of its transport: checked before anything else.
+_TOO_LARGE = _plain(413, "Request body too large", "too_large")
 
 
 def guard_of_manager(manager: object) -> Guard:
@@ -38,12 +40,13 @@ def guard_of_manager(manager: object) -> Guard:
 class ServerGuard:
     """A :class:`Guard` that follows the settings of the transport app it sits in front of."""
 
-    __slots__ = ("_guard", "_manager", "_transport")
+    __slots__ = ("_guard", "_limit", "_manager", "_transport")
 
     def __init__(self, transport: object) -> None:
         self._transport = transport
         self._manager: object = _UNREAD
         self._guard = Guard()
+        self._limit: int | None = None
 
     @property
     def guard(self) -> Guard:
@@ -51,11 +54,16 @@ class ServerGuard:
         manager = getattr(self._transport, "session_manager", None)
         if manager is not self._manager:
             self._guard = guard_of_manager(manager)
+            limit = getattr(manager, "max_request_body_size", None)
+            self._limit = limit if type(limit) is int else None
             self._manager = manager
         return self._guard
 
     def check(
         self, headers: Iterable[tuple[bytes, bytes]], message: object, *, body: bytes | None = None
     ) -> Rejection | None:
-        """:meth:`Guard.check` with the server's current settings."""
-        return self.guard.check(headers, message, body=body)
+        """:meth:`Guard.check` with the server's current settings, after the server's own body limit."""
+        guard = self.guard
+        if body is not None and self._limit is not None and len(body) > self._limit:
+            return _TOO_LARGE
+        return guard.check(headers, message, body=body)
