@@ -54,6 +54,7 @@ from mcp_sessions.tokens._digest import IdDigests
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 SOURCE = "mcp_sessions.session.source"
+TURN = "mcp_sessions.conversation.turn_id"
 DIGEST = re.compile(r"(ts|cv)-[A-Za-z0-9_-]{24}")
 
 Mode = Literal["json", "sse"]
@@ -67,7 +68,17 @@ HOSTS: dict[str, tuple[str, Any]] = {
     "goose-header": ("goose", lambda c: ({}, {"agent_session_id": c})),
     "goose-meta": ("goose", lambda c: ({"agent-session-id": c}, {})),
     "opencode": ("opencode", lambda c: ({"sessionID": c}, {})),
+    # Codex: every thread of one root shares session_id; each call is a new turn.
+    "codex-turn": ("codex", lambda c: ({"x-codex-turn-metadata": codex_turn(c)}, {})),
+    "codex-thread-id": ("codex", lambda c: ({"threadId": c}, {})),
+    "baggage-header": ("baggage", lambda c: ({}, {"baggage": f"user.id=u-1, gen_ai.conversation.id = {c};p"})),
+    "baggage-meta": ("baggage", lambda c: ({"baggage": f"gen_ai.conversation.id={c},k=v%20w"}, {})),
 }
+NEW_HOSTS = ["codex-turn", "codex-thread-id", "baggage-header", "baggage-meta"]
+
+
+def codex_turn(thread: str) -> dict[str, str]:
+    return {"session_id": "codex-root", "thread_id": thread, "turn_id": f"turn-{uuid.uuid4()}"}
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +189,11 @@ def test_each_host_conversation_is_one_session_id_in_every_span(
         assert attrs(sdk_child(finished, whoami))["session.id"] == attrs(whoami)["session.id"]
     if host == "chatgpt":
         assert attrs(whoamis[0])["user.id"] == "anon-user-7"
+    turns = {attrs(span).get(TURN) for span in (*whoamis, count)}
+    if host == "codex-turn":  # each call a turn of its thread, on its span
+        assert len(turns) == 4 and all(str(turn).startswith("turn-") for turn in turns)
+    else:
+        assert turns == {None}
 
 
 @pytest.mark.parametrize("mode", ["json", "sse"])
@@ -477,3 +493,120 @@ def test_an_ordinary_route_reading_the_session_has_its_spans_tagged(span_log: Sp
     [span] = [s for s in finished if s.name == "load profile"]
     sid = app.keys.verify_session_token(token).session_id
     assert attrs(span)["session.id"] == sid
+
+
+# -- Codex threads and W3C baggage ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+@pytest.mark.parametrize("host", NEW_HOSTS)
+def test_anonymous_data_is_kept_per_thread(
+    quickstarts: Quickstarts, http: httpx.Client, spans: SpanLog, host: str, era: Era
+) -> None:
+    url = quickstarts.url("json", MCP_SESSIONS_CONVERSATION_DATA="anonymous")
+    client = connect(era, http, url, spans)
+    thread_a, thread_b = f"thread-{uuid.uuid4()}", f"thread-{uuid.uuid4()}"
+
+    counts = [tool_text(call(client, "count", host, thread)) for thread in (thread_a, thread_a, thread_b, thread_a)]
+    stable_id = tool_text(call(client, "whoami", host, thread_a))
+    finished = spans.wait_middleware(5)
+
+    assert counts == ["1", "2", "1", "3"]
+    assert DIGEST.fullmatch(stable_id) and thread_a not in stable_id
+    digest = IdDigests(quickstarts.apps[url].keys).conversation(HOSTS[host][0], thread_a, None)
+    assert asyncio.run(quickstarts.apps[url].store.items(digest)) == {"count": 3}
+    [whoami] = middleware_spans(finished, "tools/call whoami")
+    assert (attrs(whoami)["session.id"], attrs(whoami)[SOURCE]) == (thread_a, HOSTS[host][0])
+
+
+def test_codex_turn_metadata_and_thread_id_name_one_thread(quickstarts: Quickstarts, http: httpx.Client) -> None:
+    client = ModernClient(http, quickstarts.url("json", MCP_SESSIONS_CONVERSATION_DATA="anonymous"))
+    thread = f"thread-{uuid.uuid4()}"
+
+    counts = [
+        tool_text(call(client, "count", "codex-turn", thread)),
+        tool_text(call(client, "count", "codex-thread-id", thread)),
+        # An older Codex without thread_id: the root's session_id names the conversation.
+        tool_text(client.call_tool("count", meta={"x-codex-turn-metadata": {"session_id": thread}})[1]),
+    ]
+
+    assert counts == ["1", "2", "3"]
+
+
+def test_host_keys_win_over_baggage_and_a_session_over_both(
+    quickstarts: Quickstarts, http: httpx.Client, spans: SpanLog
+) -> None:
+    url = quickstarts.url(
+        "json", MCP_SESSIONS_CONVERSATION_DATA="anonymous", MCP_SESSIONS_CONVERSATION_KEYS="header:x-chat"
+    )
+    client = connect("legacy", http, url, spans)
+    token = client.create_session()["sessionId"]
+    spans.wait_middleware(1)
+    spans.clear()
+    baggage = f"gen_ai.conversation.id=bg-{uuid.uuid4()}"
+
+    client.call_tool("whoami", meta={"vscode.conversationId": "vs-1"}, baggage=baggage, id=1)
+    client.call_tool("whoami", meta={"baggage": baggage, "threadId": "th-1"}, id=2)
+    client.call_tool("whoami", X_Chat="x-1", baggage=baggage, id=3)
+    client.call_tool("whoami", meta={"baggage": baggage}, session=session_meta(token), id=4)
+    client.call_tool("whoami", baggage=baggage, id=5)
+    finished = spans.wait_middleware(5)
+
+    by_id = {attrs(s)["jsonrpc.request.id"]: attrs(s) for s in middleware_spans(finished, "tools/call whoami")}
+    assert [by_id[i][SOURCE] for i in "12345"] == ["vscode", "codex", "header:x-chat", "data-layer", "baggage"]
+    assert by_id["4"]["session.id"] != baggage.partition("=")[2]
+    assert by_id["5"]["session.id"] == baggage.partition("=")[2]
+
+
+@pytest.mark.parametrize("where", ["header", "meta"])
+def test_a_client_sent_session_id_in_baggage_is_never_a_conversation(
+    quickstarts: Quickstarts, http: httpx.Client, spans: SpanLog, where: str
+) -> None:
+    url = quickstarts.url("json", MCP_SESSIONS_CONVERSATION_DATA="anonymous")
+    client = connect("modern", http, url, spans)
+    # A stable id the middleware itself would put in baggage, sent back as if it were the client's.
+    stolen = tool_text(call(client, "whoami", "vscode", f"conv-{uuid.uuid4()}"))
+    spans.wait_middleware(1)
+    spans.clear()
+    own = f"conv-{uuid.uuid4()}"
+
+    def send(baggage: str) -> dict[str, Any]:
+        return {"baggage": baggage} if where == "header" else {"meta": {"baggage": baggage}}
+
+    _, refused = client.call_tool("count", **send(f"session.id={stolen}"))
+    _, whoami = client.call_tool("whoami", **send(f"session.id={stolen}"), id=2)
+    _, counted = client.call_tool("count", **send(f"session.id={stolen},gen_ai.conversation.id={own}"), id=3)
+    _, mine = client.call_tool("whoami", **send(f"session.id={stolen},gen_ai.conversation.id={own}"), id=4)
+    finished = spans.wait_middleware(4)
+
+    assert refused["error"]["code"] == SESSION_REQUIRED
+    assert tool_text(whoami) == "none"
+    assert tool_text(counted) == "1" and tool_text(mine) not in ("none", stolen)
+    by_id = {attrs(s)["jsonrpc.request.id"]: attrs(s) for s in of_scope(finished, MIDDLEWARE_SCOPE)}
+    assert [by_id[i].get("session.id") for i in "1234"] == [None, None, own, own]
+
+
+@pytest.mark.parametrize(
+    "baggage",
+    [
+        "gen_ai.conversation.id=conv-1,",
+        "gen_ai.conversation.id=conv 1",
+        "gen_ai.conversation.id=conv-1," + "k=v," * 180 + "k=v",
+        "gen_ai.conversation.id=conv-1,k=" + "v" * 8192,
+    ],
+)
+def test_malformed_baggage_is_ignored_not_refused(
+    quickstarts: Quickstarts, http: httpx.Client, spans: SpanLog, baggage: str
+) -> None:
+    client = connect("modern", http, quickstarts.url("json"), spans)
+
+    _, message = client.call_tool("whoami", baggage=baggage)
+    client.call_tool("whoami", baggage="gen_ai.conversation.id=conv-1", id=2)  # well-formed: it names one
+    by_id = {
+        attrs(s)["jsonrpc.request.id"]: attrs(s)
+        for s in middleware_spans(spans.wait_middleware(2), "tools/call whoami")
+    }
+
+    assert tool_text(message) == "none"
+    assert "session.id" not in by_id["1"] and SOURCE not in by_id["1"]
+    assert (by_id["2"]["session.id"], by_id["2"][SOURCE]) == ("conv-1", "baggage")

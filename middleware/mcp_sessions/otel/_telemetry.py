@@ -38,7 +38,7 @@ from .._version import __version__
 from ..wire.protocol import KNOWN_METHODS
 from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _original, _RejectionCounter
 from ._names import _redacted as _redacted
-from ._operation import SESSION_SOURCE_ATTRIBUTE, Operation
+from ._operation import CONVERSATION_TURN_ATTRIBUTE, SESSION_SOURCE_ATTRIBUTE, Operation
 from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, TRACEPARENT_CLAIM, extract, span_context_from_traceparent
 from ._propagation import attach_session as attach_session
 from ._propagation import detach_session as detach_session
@@ -193,6 +193,7 @@ class Telemetry:
         start_ns: int,
         session_source: str | None = None,
         user_id: str | None = None,
+        turn_id: str | None = None,
     ) -> Operation:
         """Start the SERVER span of one JSON-RPC message (``scope`` is its ASGI HTTP scope)."""
         params = message.get("params")
@@ -205,7 +206,11 @@ class Telemetry:
             target = name if type(name) is str else None
         op = Operation(self, trace.INVALID_SPAN, method, target, protocol_version, session_id)
         # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
-        attributes = self._span_attributes(op, scope, headers, message, params, modern, session_source, user_id)
+        attributes = self._span_attributes(op, scope, headers, message, params, modern, session_source)
+        if user_id is not None:
+            attributes["user.id"] = user_id
+        if turn_id is not None:
+            attributes[CONVERSATION_TURN_ATTRIBUTE] = turn_id
         op.span = self.tracer.start_span(
             op.span_name(),
             context=parent,
@@ -257,7 +262,6 @@ class Telemetry:
         params: Mapping[str, object] | None,
         modern: bool,
         session_source: str | None,
-        user_id: str | None,
     ) -> dict[str, AttributeValue]:
         """The attributes the span starts with: the metrics', then what the message, connection and session say."""
         attributes = dict(op.metric_attributes)
@@ -282,8 +286,6 @@ class Telemetry:
             attributes["gen_ai.conversation.id"] = session_id
             if session_source is not None:
                 attributes[SESSION_SOURCE_ATTRIBUTE] = session_source
-        if user_id is not None:
-            attributes["user.id"] = user_id
         transport_session = None if modern else headers.get(b"mcp-session-id")
         if transport_session is not None:
             # The 2025-era transport session, a bearer value (or whatever a client put there): only a digest.

@@ -49,6 +49,7 @@ def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operat
         start_ns=plan.start_ns,
         session_source=source,
         user_id=None if conversation is None else conversation.user,
+        turn_id=None if conversation is None else conversation.turn,
     )
     if call.refusal is not None and call.refusal.session_id is not None:
         operation.set_session(call.refusal.session_id)

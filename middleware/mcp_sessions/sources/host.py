@@ -2,9 +2,13 @@
 
 ChatGPT puts ``_meta["openai/session"]`` on each call, VS Code
 ``_meta["vscode.conversationId"]``, Goose the ``agent-session-id`` header (and
-the same ``_meta`` key), opencode ``_meta["sessionID"]``. The client asserts
-these ids and nothing verifies them, so by default they name the conversation
-in telemetry only; ``conversation_data`` opts into per-conversation data.
+the same ``_meta`` key), opencode ``_meta["sessionID"]``, Codex its thread in
+``_meta["x-codex-turn-metadata"]`` (and ``_meta["threadId"]``). Failing all of
+those (and the configured keys), the ``gen_ai.conversation.id`` member of W3C
+baggage (the ``baggage`` header, else ``_meta["baggage"]``) names it. The
+client asserts these ids and nothing verifies them, so by default they name
+the conversation in telemetry only; ``conversation_data`` opts into
+per-conversation data.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from ..plan import Conversation
 from ..session import Quota, SessionService, caller_of
 from ..tokens import IdDigests
 from ..wire import Refusal
+from ._baggage import baggage_member
 from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, MAX_SESSIONS_PER_REQUEST, Trust
 
 if TYPE_CHECKING:
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
     from ._base import SourceContext
 
 __all__ = [
+    "BAGGAGE_SOURCE",
     "BUILT_IN_HOSTS",
     "DEFAULT_MAX_CONVERSATIONS_PER_CALLER",
     "MAX_CONVERSATION_ID_LENGTH",
@@ -51,11 +57,15 @@ _HEADER_NAME: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 class HostKey(NamedTuple):
-    """Where one host puts its conversation id: a ``_meta`` key or an HTTP header, and the source's name."""
+    """Where one host puts its conversation id: a ``_meta`` key or an HTTP header, and the source's name.
+
+    With ``member``, the id is that member of the object at ``_meta[key]`` (Codex's turn metadata).
+    """
 
     name: str
     place: Literal["meta", "header"]
     key: str
+    member: str | None = None
 
 
 BUILT_IN_HOSTS: Final = (
@@ -64,11 +74,20 @@ BUILT_IN_HOSTS: Final = (
     HostKey("goose", "header", "agent-session-id"),
     HostKey("goose", "meta", "agent-session-id"),
     HostKey("opencode", "meta", "sessionID"),
+    HostKey("codex", "meta", "x-codex-turn-metadata", "thread_id"),
+    HostKey("codex", "meta", "x-codex-turn-metadata", "session_id"),  # a root thread's, shared by its sub-agents
+    HostKey("codex", "meta", "threadId"),
 )
 """The hosts recognised without configuration, in the order they are tried."""
 
+BAGGAGE_SOURCE: Final = "baggage"
+"""The source name of a conversation found in W3C baggage, tried after every host key."""
+_BAGGAGE_HEADER: Final = b"baggage"
+
 # A user id some hosts send beside the conversation (ChatGPT's anonymized user): telemetry's user.id.
 _SUBJECT_KEYS: Final = {"openai": "openai/subject"}
+# The turn some hosts name beside the conversation (an object in _meta, and its member): a span attribute.
+_TURN_KEYS: Final = {"codex": ("x-codex-turn-metadata", "turn_id")}
 
 
 def host_keys_from_config(config: str | Iterable[str], *, source: str = "conversation_keys") -> tuple[HostKey, ...]:
@@ -93,6 +112,27 @@ def host_keys_from_config(config: str | Iterable[str], *, source: str = "convers
                 f"{source}: {text!r} is not 'meta:KEY' or 'header:NAME' (e.g. meta:acme/chat,header:x-chat)"
             )
     return tuple(keys)
+
+
+def _member(meta: dict[str, object], key: str, member: str | None) -> object:
+    """``meta[key]``, or with ``member`` that member of the object there (``None`` if absent)."""
+    value = meta.get(key)
+    if member is None or value is None:
+        return value
+    return value.get(member) if isinstance(value, dict) else None
+
+
+def _in_baggage(headers: Mapping[bytes, bytes], meta: dict[str, object] | None) -> Conversation | None:
+    """The conversation baggage names: the header's (as on HTTP trace context wins), else ``_meta``'s.
+
+    Only ``gen_ai.conversation.id`` is read: a ``session.id`` member is what this
+    middleware tells the application, never what a client tells the middleware.
+    """
+    raw = headers.get(_BAGGAGE_HEADER)
+    for text in (None if raw is None else raw.decode("latin-1"), None if meta is None else meta.get("baggage")):
+        if type(text) is str and (found := conversation_id(baggage_member(text))) is not None:
+            return Conversation(found, BAGGAGE_SOURCE)
+    return None
 
 
 def conversation_id(value: object) -> str | None:
@@ -136,8 +176,11 @@ class HostConversationSource:
         if data not in CONVERSATION_DATA_MODES:
             raise ValueError(f"conversation_data must be one of {', '.join(CONVERSATION_DATA_MODES)}, got {data!r}")
         ordered = tuple(dict.fromkeys(keys))
-        self._meta = tuple((rank, key.key, key.name) for rank, key in enumerate(ordered) if key.place == "meta")
-        self._meta_keys = frozenset(key for _, key, _ in self._meta)
+        self._meta = tuple(
+            (rank, key.key, key.member, key.name) for rank, key in enumerate(ordered) if key.place == "meta"
+        )
+        # "baggage" too: a request with none of them costs one disjointness test.
+        self._meta_keys = frozenset((*(key for _, key, _, _ in self._meta), "baggage"))
         self._headers = tuple(
             (rank, key.key.encode("latin-1"), key.name) for rank, key in enumerate(ordered) if key.place == "header"
         )
@@ -164,27 +207,30 @@ class HostConversationSource:
         return self._data
 
     def find(self, headers: Mapping[bytes, bytes], meta: object) -> Conversation | None:
-        """The conversation the first matching host key names, or ``None``."""
+        """The conversation the first matching host key names, else the one in baggage, or ``None``."""
         best: tuple[int, str, str] | None = None
         for rank, header, name in self._headers:
             raw = headers.get(header)
             if raw is not None and (found := conversation_id(raw.decode("latin-1"))) is not None:
                 best = (rank, found, name)
                 break
-        if isinstance(meta, dict) and not self._meta_keys.isdisjoint(meta):
-            for rank, key, name in self._meta:
+        named = meta if isinstance(meta, dict) and not self._meta_keys.isdisjoint(meta) else None
+        if named is not None:
+            for rank, key, member, name in self._meta:
                 if best is not None and rank > best[0]:
                     break
-                value = meta.get(key)
-                if value is not None and (found := conversation_id(value)) is not None:
+                if (found := conversation_id(_member(named, key, member))) is not None:
                     best = (rank, found, name)
                     break
         if best is None:
-            return None
+            return _in_baggage(headers, named)
         _, found, name = best
-        subject_key = _SUBJECT_KEYS.get(name)
-        user = conversation_id(meta.get(subject_key)) if subject_key is not None and isinstance(meta, dict) else None
-        return Conversation(found, name, user=user)
+        if named is None:
+            return Conversation(found, name)
+        subject_key, turn_key = _SUBJECT_KEYS.get(name), _TURN_KEYS.get(name)
+        user = None if subject_key is None else conversation_id(named.get(subject_key))
+        turn = None if turn_key is None else conversation_id(_member(named, *turn_key))
+        return Conversation(found, name, user=user, turn=turn)
 
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
         """Record the call's host conversation; with data on, its session."""
