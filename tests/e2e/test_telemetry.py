@@ -1150,3 +1150,35 @@ def test_without_an_sdk_nothing_records_and_requests_work() -> None:
     # The app runs in the client's trace, unrecorded: the middleware neither recorded nor re-parented it.
     assert out["ambient"] == {"recording": False, "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}
     assert out["forwarded_traceparent"] == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("conversation", ["data-layer", "vscode"])
+@pytest.mark.parametrize("era", ERAS)
+def test_session_attributes_follow_the_conventions_in_both_eras(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, era: Era, conversation: str
+) -> None:
+    """session.id and gen_ai.conversation.id for every conversation; mcp.session.id only a 2025 transport's digest."""
+    client = connect(era, http, servers["json"], spans)
+    if conversation == "data-layer":
+        token, expected, _ = create(client, spans)
+        spans.clear()
+        meta: dict[str, Any] = {}
+    else:
+        token, expected, meta = "", "chat-42", {"vscode.conversationId": "chat-42"}
+    # A 2026-era request may carry any Mcp-Session-Id (its token, a 2025-looking id); a 2025 one keeps its transport's.
+    headers = {"Mcp_Session_Id": token or "f" * 32} if era == "modern" else {}
+    _, answered = client.call_tool(
+        "lookup", {"q": "x"}, session=session_meta(token) if token else None, meta=meta, **headers
+    )
+    assert "result" in answered, answered
+    span = one(spans.wait_middleware(1), MIDDLEWARE_SCOPE, "tools/call lookup")
+
+    assert attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == expected
+    assert attrs(span)["mcp_sessions.session.source"] == conversation
+    if era == "modern":  # a 2026-era Mcp-Session-Id (a token, or anything) is never mcp.session.id
+        assert "mcp.session.id" not in attrs(span)
+    else:
+        assert isinstance(client, LegacyClient) and client.transport_session_id is not None
+        assert TRANSPORT_DIGEST.fullmatch(attrs(span)["mcp.session.id"])
+        assert client.transport_session_id not in span_strings(span)
+    assert not token or not any(token in text for text in span_strings(span))
