@@ -6,7 +6,7 @@ from ._version import __version__ as __version__
 from .guard import Guard, Rejection
 from .profiles import DRAFT, WireProfile
 from .profiles.draft import SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED
-from .session import SCOPE_KEY, Session, SessionData, authenticated_user, get_session
+from .session import SCOPE_KEY, Session, SessionData, SessionLogFilter, authenticated_user, get_session
 from .stores import MemoryStore, SessionStatus, SessionStore, SessionStoreFull, SessionStoreUnavailable
 from .tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
 from .wire import Refusal
@@ -32,6 +32,7 @@ __all__ = [
     "SessionClaims",
     "SessionData",
     "SessionKey",
+    "SessionLogFilter",
     "SessionStatus",
     "SessionStore",
     "SessionStoreFull",

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from examples.quickstart import build_app
+from examples.quickstart import build_app, build_server
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
@@ -14,6 +18,7 @@ from _docs import exec_snippet, one_with, python_snippets
 from _mcp import ModernClient, jwt_claims, session_meta
 from _otel import MIDDLEWARE_SCOPE, SDK_SCOPE, SpanLog, attrs, global_tracing, of_scope, one
 from conftest import SECRET, serve
+from mcp_sessions import MCPSessionMiddleware
 from mcp_sessions.telemetry import SentrySessionSpanProcessor, SessionSpanProcessor
 
 SNIPPETS = python_snippets("docs/observability.md")
@@ -29,7 +34,13 @@ def run(snippet: str, namespace: dict[str, Any] | None = None) -> dict[str, Any]
 
 
 def test_every_snippet_is_accounted_for() -> None:
-    tested = ["OTLPSpanExporter(endpoint=", "app = FastAPI(", "SentrySessionSpanProcessor()", "attributes=("]
+    tested = [
+        "OTLPSpanExporter(endpoint=",
+        "app = FastAPI(",
+        "SentrySessionSpanProcessor()",
+        "attributes=(",
+        "mcp_sessions.SessionLogFilter",
+    ]
     assert sorted(SNIPPETS) == sorted(snippet_with(text) for text in tested)
 
 
@@ -95,3 +106,50 @@ def test_sentry_processor_tags_the_sdk_span_not_the_middleware_span() -> None:
     assert attrs(one(spans, SDK_SCOPE, "tools/call count"))["mcp.session.id"] == sid
     middleware = attrs(one(spans, MIDDLEWARE_SCOPE, "tools/call count"))
     assert middleware["session.id"] == sid and "mcp.session.id" not in middleware
+
+
+@contextlib.contextmanager
+def logging_restored() -> Iterator[None]:
+    """The root and ``uvicorn.access`` loggers as they were, after a snippet configured logging for the process."""
+    loggers = [logging.getLogger(), logging.getLogger("uvicorn.access")]
+    saved = [(logger.handlers[:], logger.level, logger.propagate) for logger in loggers]
+    try:
+        yield
+    finally:
+        for logger, (handlers, level, propagate) in zip(loggers, saved, strict=True):
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+
+def test_the_logging_config_names_the_session_in_tool_and_access_lines() -> None:
+    """The dictConfig snippet, through uvicorn: a tool's line and the access line carry the session, never the token."""
+    server = build_server()
+
+    @server.tool()
+    async def note() -> str:
+        """Log a line, as application code does."""
+        logging.getLogger("docs.tool").info("noted")
+        return "noted"
+
+    app = MCPSessionMiddleware(
+        server.streamable_http_app(streamable_http_path="/mcp", json_response=True), secret=SECRET
+    )
+    out = io.StringIO()
+    with logging_restored(), serve(app) as base, httpx.Client(timeout=10) as http:
+        run(snippet_with("mcp_sessions.SessionLogFilter"))  # after uvicorn configured its own loggers, as it would
+        for logger in (logging.getLogger(), logging.getLogger("uvicorn.access")):
+            for handler in logger.handlers:
+                assert isinstance(handler, logging.StreamHandler)
+                handler.setStream(out)
+        client = ModernClient(http, base)
+        token = client.create_session()["sessionId"]
+        client.call_tool("note", session=session_meta(token))
+        logging.getLogger("docs.tool").info("outside")
+    sid = jwt_claims(token)["sid"]
+    lines = out.getvalue().splitlines()
+    assert f"INFO docs.tool [data-layer {sid}] noted" in lines
+    assert "INFO docs.tool [- -] outside" in lines
+    assert any(line.endswith(f'"POST /mcp HTTP/1.1" 200 OK [data-layer {sid}]') for line in lines), lines
+    assert any(line.endswith('"POST /mcp HTTP/1.1" 200 OK [- -]') for line in lines), lines  # sessions/create
+    assert token not in out.getvalue()

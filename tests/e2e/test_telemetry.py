@@ -89,11 +89,13 @@ DURATION_BUCKETS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 3
 CREATION_LINK = {"mcp_sessions.link": "session.created"}
 # What mcp.session.id holds of a 2025-era transport session: a keyed digest, never the header's value.
 TRANSPORT_DIGEST = re.compile(r"ts-[A-Za-z0-9_-]{24}")
-HTTP_LINK = {"mcp_sessions.link": "http.request"}
+META_LINK = {"mcp_sessions.link": "mcp.meta"}
 
 # Two foreign trace contexts: one a client puts in _meta, one an HTTP-instrumented client puts in headers.
 META_TRACE = (0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
 HEADER_TRACE = (0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7)
+META_STATE = "meta=1"
+HEADER_STATE = "header=1"
 
 Era = Literal["modern", "legacy"]
 ERAS: list[Era] = ["modern", "legacy"]
@@ -231,6 +233,13 @@ def assert_nested(middleware: ReadableSpan, sdk: ReadableSpan, user: ReadableSpa
     assert middleware.start_time <= sdk.start_time <= sdk.end_time <= middleware.end_time
     if user is not None:
         assert parent_of(user) == self_of(sdk)
+
+
+def trace_state_of(span: ReadableSpan) -> str | None:
+    """The span's W3C tracestate as a header value (``None`` when empty)."""
+    context = span.get_span_context()
+    assert context is not None
+    return context.trace_state.to_header() or None
 
 
 def sdk_child(spans: list[ReadableSpan], middleware: ReadableSpan) -> ReadableSpan:
@@ -574,8 +583,8 @@ def test_sdk_and_user_spans_nest_under_the_middleware_span(
     client = connect(era, http, servers[mode], spans)
     token, sid, creation = create(client, spans)
     spans.clear()
-    meta = {"traceparent": traceparent(*META_TRACE)} if "meta" in context else None
-    headers = {"traceparent": traceparent(*HEADER_TRACE)} if "header" in context else {}
+    meta = {"traceparent": traceparent(*META_TRACE), "tracestate": META_STATE} if "meta" in context else None
+    headers = {"traceparent": traceparent(*HEADER_TRACE), "tracestate": HEADER_STATE} if "header" in context else {}
 
     _, message = client.call_tool("lookup", {"q": "select 1"}, session=session_meta(token), meta=meta, **headers)
     finished = spans.wait_middleware(1)
@@ -585,15 +594,19 @@ def test_sdk_and_user_spans_nest_under_the_middleware_span(
     sdk = one(finished, SDK_SCOPE, "tools/call lookup")
     user = one(finished, USER_SCOPE, "db.query")
     assert_nested(middleware, sdk, user)
-    expected_parent = {"none": None, "meta": META_TRACE, "header": HEADER_TRACE, "meta+header": META_TRACE}[context]
+    # On HTTP the headers' trace context wins over _meta's (the transports WG's transport-native trace context).
+    expected_parent = {"none": None, "meta": META_TRACE, "header": HEADER_TRACE, "meta+header": HEADER_TRACE}[context]
     assert parent_of(middleware) == expected_parent
+    # tracestate goes with the traceparent that won, and reaches the SDK's span through the rewritten _meta.
+    expected_state = {"none": None, "meta": META_STATE, "header": HEADER_STATE, "meta+header": HEADER_STATE}[context]
+    assert trace_state_of(middleware) == trace_state_of(sdk) == expected_state
     if expected_parent is not None:
         assert self_of(middleware)[0] == self_of(sdk)[0] == self_of(user)[0] == expected_parent[0]
     else:
         assert self_of(middleware)[0] == self_of(sdk)[0] == self_of(user)[0]
     expected_links = [(self_of(creation), CREATION_LINK)]
     if context == "meta+header":
-        expected_links.append((HEADER_TRACE, HTTP_LINK))  # the transport's context, when _meta chose the parent
+        expected_links.append((META_TRACE, META_LINK))  # the context _meta named, when the headers chose the parent
     assert links_of(middleware) == expected_links
 
 
@@ -1137,3 +1150,35 @@ def test_without_an_sdk_nothing_records_and_requests_work() -> None:
     # The app runs in the client's trace, unrecorded: the middleware neither recorded nor re-parented it.
     assert out["ambient"] == {"recording": False, "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}
     assert out["forwarded_traceparent"] == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.mark.parametrize("conversation", ["data-layer", "vscode"])
+@pytest.mark.parametrize("era", ERAS)
+def test_session_attributes_follow_the_conventions_in_both_eras(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, era: Era, conversation: str
+) -> None:
+    """session.id and gen_ai.conversation.id for every conversation; mcp.session.id only a 2025 transport's digest."""
+    client = connect(era, http, servers["json"], spans)
+    if conversation == "data-layer":
+        token, expected, _ = create(client, spans)
+        spans.clear()
+        meta: dict[str, Any] = {}
+    else:
+        token, expected, meta = "", "chat-42", {"vscode.conversationId": "chat-42"}
+    # A 2026-era request may carry any Mcp-Session-Id (its token, a 2025-looking id); a 2025 one keeps its transport's.
+    headers = {"Mcp_Session_Id": token or "f" * 32} if era == "modern" else {}
+    _, answered = client.call_tool(
+        "lookup", {"q": "x"}, session=session_meta(token) if token else None, meta=meta, **headers
+    )
+    assert "result" in answered, answered
+    span = one(spans.wait_middleware(1), MIDDLEWARE_SCOPE, "tools/call lookup")
+
+    assert attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == expected
+    assert attrs(span)["mcp_sessions.session.source"] == conversation
+    if era == "modern":  # a 2026-era Mcp-Session-Id (a token, or anything) is never mcp.session.id
+        assert "mcp.session.id" not in attrs(span)
+    else:
+        assert isinstance(client, LegacyClient) and client.transport_session_id is not None
+        assert TRANSPORT_DIGEST.fullmatch(attrs(span)["mcp.session.id"])
+        assert client.transport_session_id not in span_strings(span)
+    assert not token or not any(token in text for text in span_strings(span))

@@ -2,8 +2,8 @@
 
 Follows the MCP semantic conventions (GenAI conventions repository,
 ``docs/gen-ai/mcp.md``): one SERVER span per JSON-RPC message, named
-``{mcp.method.name} {target}``, parented to the W3C context in
-``params._meta`` (SEP-414), else the HTTP headers, else the ambient context.
+``{mcp.method.name} {target}``, parented to the W3C context in the HTTP headers (which win on HTTP:
+"transport-native trace context"), else in ``params._meta`` (SEP-414), else the ambient context.
 The session (data-layer, adopted transport session, or the host's
 conversation id verbatim) goes in ``session.id`` and ``gen_ai.conversation.id``,
 its source in ``mcp_sessions.session.source``; ``mcp.session.id`` carries only
@@ -53,9 +53,9 @@ DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60,
 TRANSPORT_SESSION_PREFIX: Final = "ts-"
 # While no SDK records, how often (at most) enabled() asks the API's public getters again: they cost microseconds.
 RECHECK_SECONDS: Final = 1.0
-# The attributes of the links a SERVER span may have: to the session's creation, to the transport's context.
+# The attributes of the links a SERVER span may have: to the session's creation, to the context _meta named.
 _CREATED: Final = {"mcp_sessions.link": "session.created"}
-_HTTP_REQUEST: Final = {"mcp_sessions.link": "http.request"}
+_META: Final = {"mcp_sessions.link": "mcp.meta"}
 
 
 class Telemetry:
@@ -227,17 +227,17 @@ class Telemetry:
         headers: Mapping[bytes, bytes],
         session_claims: Mapping[str, object] | None,
     ) -> tuple[Context | None, list[Link] | None]:
-        """The span's parent (``params._meta``, else the headers) and links (the session's creation, the headers)."""
-        meta = params.get("_meta") if params is not None else None
-        meta_parent = None
-        if isinstance(meta, dict) and "traceparent" in meta:
-            meta_parent = extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
+        """The span's parent (the headers win on HTTP, else ``params._meta``) and links (its creation, ``_meta``)."""
         header_parent = None
         if b"traceparent" in headers:
             header_parent = extract(
                 {k: headers[k.encode()].decode("latin-1") for k in TRACE_KEYS if k.encode() in headers}
             )
-        parent = meta_parent or header_parent
+        meta = params.get("_meta") if params is not None else None
+        meta_parent = None
+        if isinstance(meta, dict) and "traceparent" in meta:
+            meta_parent = extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
+        parent = header_parent or meta_parent
         creation = None
         if session_claims is not None:
             creation = span_context_from_traceparent(session_claims.get(TRACEPARENT_CLAIM))
@@ -248,9 +248,9 @@ class Telemetry:
         if creation is not None:
             links = [Link(creation, _CREATED)]
         if meta_parent is not None and header_parent is not None:
-            # The conventions: parent from _meta, link the transport's context.
-            header_span = trace.get_current_span(header_parent).get_span_context()
-            links = [*(links or ()), Link(header_span, _HTTP_REQUEST)]
+            # The headers chose the parent: _meta's context, which the client's MCP layer sent, is kept as a link.
+            meta_span = trace.get_current_span(meta_parent).get_span_context()
+            links = [*(links or ()), Link(meta_span, _META)]
         return parent, links
 
     def _span_attributes(

@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..handles import handle_context
 from ..otel import attach_session, detach_session
-from ..session import SCOPE_KEY, STATE_ATTRIBUTE, Session, current_session
+from ..session import SCOPE_KEY, STATE_ATTRIBUTE, Session, current_conversation, current_session
 from ..wire.jsonrpc import hashable_id
 from ..wire.protocol import Era
 from ._echo import Target, advertising_tables
@@ -91,11 +91,15 @@ class Forwarder:
             operations = [call.operation for call in plan.calls if call.operation is not None]
             sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
             session = next(iter(sessions.values())) if len(sessions) == 1 else None
-            attaches = bool(sessions)
+            named = {(c.conversation.id, c.conversation.source) for c in plan.calls if c.conversation is not None}
+            conversation = next(iter(named)) if len(named) == 1 else None
+            attaches = bool(sessions) or conversation is not None
         else:  # one message, the usual request
             call = plan.calls[0]
             session = call.session
-            attaches = session is not None
+            host = call.conversation  # what the logs name, as the spans do (a host's request may have no Session)
+            conversation = None if host is None else (host.id, host.source)
+            attaches = session is not None or conversation is not None
             operations = [] if call.operation is None else [call.operation]
             if (
                 session is not None
@@ -109,7 +113,9 @@ class Forwarder:
             return None if send is given else Exchange(scope, replay, send, None, {}, [])
         if len(operations) == 1 and not plan.batch and operations[0].traced:
             continue_trace(plan.calls[0].message, replay, operations[0])
-        return Exchange(scope, replay, send, session, targets, operations, handles=plan.handles)
+        return Exchange(
+            scope, replay, send, session, targets, operations, handles=plan.handles, conversation=conversation
+        )
 
 
 class Exchange:
@@ -121,7 +127,18 @@ class Exchange:
     every operation, however the app ended (:meth:`failed` first, with what it raised).
     """
 
-    __slots__ = ("_ambient", "_baggage", "_handles", "_operations", "_rewriter", "_token", "receive", "scope", "send")
+    __slots__ = (
+        "_ambient",
+        "_baggage",
+        "_conversation",
+        "_handles",
+        "_operations",
+        "_rewriter",
+        "_token",
+        "receive",
+        "scope",
+        "send",
+    )
 
     def __init__(
         self,
@@ -134,6 +151,7 @@ class Exchange:
         *,
         handles: HandleContext | None = None,
         telemetry: Telemetry | None = None,
+        conversation: tuple[str, str] | None = None,
     ) -> None:
         self.scope, self.receive = scope, receive
         typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
@@ -146,6 +164,7 @@ class Exchange:
                 state = scope["state"] = {}
             state[STATE_ATTRIBUTE] = session
         self._token = current_session.set(session)
+        self._conversation = None if conversation is None else current_conversation.set(conversation)
         self._operations = operations
         self._ambient = ambient = operations[0] if len(operations) == 1 else None
         self._baggage = None
@@ -171,6 +190,8 @@ class Exchange:
             self._ambient.detach()
         if self._baggage is not None:
             detach_session(self._baggage)
+        if self._conversation is not None:
+            current_conversation.reset(self._conversation)
         current_session.reset(self._token)
         operations = self._operations
         if self._rewriter is not None and self._rewriter.status >= 400:

@@ -1,9 +1,18 @@
 """The session: what application code sees (:class:`Session`), and the service that mints, resolves and ends it."""
 
 from ._limits import Quota, RateLimit, caller_of, parse_limit
+from ._log_filter import SessionLogFilter
 from ._principal import ENDPOINT_CLAIM, PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, digest_of, principal_digest
 from ._service import Minted, SessionNotFound, SessionService
-from ._session import SCOPE_KEY, STATE_ATTRIBUTE, Session, SessionData, current_session, get_session
+from ._session import (
+    SCOPE_KEY,
+    STATE_ATTRIBUTE,
+    Session,
+    SessionData,
+    current_conversation,
+    current_session,
+    get_session,
+)
 
 __all__ = [
     "ENDPOINT_CLAIM",
@@ -16,10 +25,12 @@ __all__ = [
     "RateLimit",
     "Session",
     "SessionData",
+    "SessionLogFilter",
     "SessionNotFound",
     "SessionService",
     "authenticated_user",
     "caller_of",
+    "current_conversation",
     "current_session",
     "digest_of",
     "get_session",

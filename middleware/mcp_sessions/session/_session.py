@@ -22,6 +22,9 @@ SCOPE_KEY: Final = "mcp_sessions.session"
 STATE_ATTRIBUTE: Final = "mcp_session"
 
 current_session: ContextVar[Session | None] = ContextVar("mcp_sessions.session", default=None)
+# A host's conversation as telemetry names it, (id verbatim, source): set only for a host's request, which may have
+# no Session (conversation data off) or one keyed by a digest; the logs then name what the spans name.
+current_conversation: ContextVar[tuple[str, str] | None] = ContextVar("mcp_sessions.conversation", default=None)
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 
 

@@ -1,0 +1,48 @@
+"""The conversation of the request being handled, on every log record, as asgi-correlation-id's filter adds its id."""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from ._session import current_conversation, current_session
+
+__all__ = ["SessionLogFilter"]
+
+OUTSIDE: Final = "-"
+
+
+class SessionLogFilter(logging.Filter):
+    """Adds ``record.session_id`` and ``record.session_source`` to every record it sees.
+
+    While the middleware handles a request that belongs to a conversation, they
+    are what the request's spans carry in ``session.id`` and
+    ``mcp_sessions.session.source``: the session's stable id (never its token)
+    and ``data-layer``; an adopted transport session's digest and
+    ``transport``; a host's conversation id and the host's source name
+    (``openai``, ``vscode``, …), with or without conversation data. Anywhere
+    else, both are ``default`` (``"-"``). It reads the context variables the
+    middleware sets, so it names the request whose code logged: the tool's, the
+    SDK's or the middleware's. It never drops a record.
+
+    Attach it to the handlers (``"filters": ["session"]`` in a
+    :func:`logging.config.dictConfig`) so that every logger's records get it,
+    and format with ``%(session_id)s`` and ``%(session_source)s``.
+    """
+
+    def __init__(self, name: str = "", *, default: str = OUTSIDE) -> None:
+        super().__init__(name)
+        self.default = default
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Set the two attributes on ``record``; always keep it."""
+        conversation = current_conversation.get()
+        if conversation is not None:
+            record.session_id, record.session_source = conversation
+            return True
+        session = current_session.get()
+        if session is None:
+            record.session_id = record.session_source = self.default
+        else:
+            record.session_id, record.session_source = session.id, session.source
+        return True
