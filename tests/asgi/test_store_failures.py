@@ -1,0 +1,398 @@
+"""Every wire's session methods, against every way a real store fails: the retryable -32010, or -32602, never 500.
+
+The stores are real and fail as deployments see them fail: a ``MemoryStore`` at its
+``max_sessions``, a SQLite file at its page limit (``SQLITE_FULL``, as on a full disk),
+one that is read-only (``chattr +i`` as root, who ignores file modes; ``chmod 0400``
+otherwise), one whose write lock another connection holds (``BEGIN EXCLUSIVE``), and a
+redis-server stopped after the store first reached it. Property: whatever the wire, the
+method, the era, the caller and its parameters, the answer is what the store's failure
+allows (the documented result where the call needs nothing the store cannot give), the
+retryable -32010 with HTTP 503 and ``Retry-After`` where it needs more, -32602 for a
+malformed parameter whatever the store; never a 500, never an exception out of the
+middleware, even when a tool's own ``session.data`` write is what failed.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from starlette.authentication import SimpleUser
+
+from _redis import redis_server
+from asgi.test_fuzz import FUZZ
+from conftest import SECRET
+from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionStore, SessionStoreUnavailable, get_session
+from mcp_sessions.session import digest_of
+from mcp_sessions.stores import RedisStore, SQLiteStore
+
+from .test_middleware import (
+    Receiver,
+    Sender,
+    ServerThatTakesBatches,
+    dumps,
+    http_scope,
+    json_response,
+    modern_headers,
+    with_envelope,
+)
+
+KEYS: Final = KeySet.from_secret(SECRET)
+HOUR: Final = 3600.0
+NOTE: Final = "n" * 5000  # more than a SQLite page: a full file has no room for it, whatever else it has
+LOCK_WAIT: Final = 0.05  # the SQLite stores' busy timeout: a locked file refuses a write after this long
+# What each store call needs of a store that fails in each way: "ok" it works, "down" it raises, "either" it
+# may (a full SQLite file keeps room in its pages for some small rows; an idle clock moves only once a second).
+NEEDS: Final = {
+    "memory-full": {"read": "ok", "idle-touch": "down", "revoke": "ok", "record": "down", "data": "down"},
+    "sqlite-full": {"read": "ok", "idle-touch": "either", "revoke": "either", "record": "either", "data": "down"},
+    "sqlite-read-only": {"read": "ok", "idle-touch": "either", "revoke": "down", "record": "down", "data": "down"},
+    "sqlite-locked": {"read": "ok", "idle-touch": "either", "revoke": "down", "record": "down", "data": "down"},
+    "redis-stopped": {"read": "down", "idle-touch": "down", "revoke": "down", "record": "down", "data": "down"},
+}
+KINDS: Final = sorted(NEEDS)
+WIRES: Final = ["draft", "strawman", "sep1364-alt1", "sep1364-alt2"]
+
+
+# -- the failing stores --------------------------------------------------------------------------
+
+
+async def filled_memory() -> MemoryStore:
+    store = MemoryStore(max_sessions=4)
+    for _ in range(4):  # each session's first data write takes one of the records the store holds
+        await store.set(uuid.uuid4().hex, "k", 1, expires_at=time.time() + HOUR)
+    return store
+
+
+async def filled_sqlite(path: Path) -> SQLiteStore:
+    """A file that cannot grow: the store's writing connection capped at its size, then written until full."""
+    store = SQLiteStore(path, timeout=LOCK_WAIT)
+    writer = store._writer  # the connection every write of the store goes through, on the store's thread
+
+    def cap() -> None:
+        connection = writer.connection()
+        pages = connection.execute("PRAGMA page_count").fetchone()[0]
+        connection.execute(f"PRAGMA max_page_count = {pages}")
+
+    await writer.run(cap)
+    with contextlib.suppress(SessionStoreUnavailable):
+        for _ in range(1000):
+            await store.set(uuid.uuid4().hex, "pad", "p" * 500, expires_at=time.time() + HOUR)
+        raise AssertionError("the capped SQLite file never filled")
+    return store
+
+
+async def answers(store: SessionStore) -> None:
+    """The store's backend answers now (the store is closed after, in the event loop its connections are of)."""
+    try:
+        await store.ping()
+    finally:
+        await store.aclose()
+
+
+@contextlib.contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """``path`` read-only for this process: immutable for root (whom modes do not stop), mode 0400 otherwise."""
+    if os.geteuid() != 0:
+        path.chmod(0o400)
+        yield
+        return
+    if shutil.which("chattr") is None:
+        pytest.skip("running as root without chattr: nothing here makes a file read-only for root")
+    subprocess.run(["chattr", "+i", str(path)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SessionStore]]:
+    """One store of each failing kind for the module; the SQLite files and the stopped redis-server are real."""
+    directory = tmp_path_factory.mktemp("failing-stores")
+    with contextlib.ExitStack() as stack:
+        built: dict[str, SessionStore] = {
+            "memory-full": anyio.run(filled_memory),
+            "sqlite-full": anyio.run(filled_sqlite, directory / "full.db"),
+        }
+        writable = SQLiteStore(directory / "read-only.db", timeout=LOCK_WAIT)
+        anyio.run(writable.aclose)  # the file and its tables, then no connection that opened it writable
+        stack.enter_context(read_only(directory / "read-only.db"))
+        built["sqlite-read-only"] = SQLiteStore(directory / "read-only.db", timeout=LOCK_WAIT)
+        built["sqlite-locked"] = SQLiteStore(directory / "locked.db", timeout=LOCK_WAIT)
+        holder = sqlite3.connect(directory / "locked.db", isolation_level=None)
+        stack.callback(holder.close)
+        holder.execute("BEGIN EXCLUSIVE")  # another process's write transaction, held for the whole module
+        server = stack.enter_context(redis_server())
+        anyio.run(answers, RedisStore(server.url))
+        server.stop()
+        built["redis-stopped"] = RedisStore(server.url)
+        try:
+            yield built
+        finally:
+            for store in built.values():
+                anyio.run(store.aclose)
+
+
+# -- the cases ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One request to one wire: what it is, and what of the store answering it needs."""
+
+    wire: str
+    message: dict[str, Any]
+    modern: bool = False
+    needs: tuple[str, ...] = ()
+    """The store calls the answer needs, in order ("idle-touch" is a "read" without ``idle_ttl``)."""
+    malformed: bool = False
+    """A parameter of the wrong shape: -32602, with no store call."""
+
+
+TOUCH: Final = ("idle-touch",)
+DELETE: Final = ("idle-touch", "revoke")
+TOOL_NEEDS: Final = {"peek": TOUCH, "remember": ("idle-touch", "data")}
+"""``peek`` reads nothing of the store; ``remember`` writes ``session.data``."""
+
+
+def call(
+    wire: str, method: str, params: Any, *, needs: tuple[str, ...] = (), malformed: bool = False, **members: Any
+) -> Case:
+    """A case: ``members`` go beside ``params`` (SEP-1364's top-level ``sessionId``)."""
+    return Case(wire, {"method": method, "params": params, **members}, needs=needs, malformed=malformed)
+
+
+def token(user: str | None) -> str:
+    """A live session of ``user`` (creating one stores nothing, so it is live in every store)."""
+    claims = None if user is None else {"pbh": digest_of(user, KEYS.audience)}
+    return KEYS.mint_session_token(ttl=HOUR, extra_claims=claims)[0]
+
+
+not_a_string: st.SearchStrategy[Any] = st.one_of(
+    st.integers(), st.floats(allow_nan=False), st.booleans(), st.lists(st.text(), max_size=2), st.just({})
+)
+not_an_object: st.SearchStrategy[Any] = st.one_of(
+    st.integers(), st.text(max_size=4), st.lists(st.integers(), max_size=2)
+)
+bad_hints: st.SearchStrategy[Any] = not_an_object | st.fixed_dictionaries({"data": not_an_object | st.just({"n": 1})})
+VALID_CURSOR: Final = base64.urlsafe_b64encode(b"a-session-id").decode().rstrip("=")  # as stores write them
+bad_cursors = st.sampled_from(["_w", "x", "é", "a.b.c", "////"])
+
+
+@st.composite
+def draft_cases(draw: st.DrawFn, user: str | None) -> Case:
+    named = {"_meta": {"io.modelcontextprotocol/session": {"sessionId": token(user)}}}
+    match draw(st.sampled_from(["create", "create-bad", "delete", "peek", "remember"])):
+        case "create":
+            return call("draft", "sessions/create", {"label": draw(st.text(max_size=20))})
+        case "create-bad":
+            label = draw(not_a_string | st.text(min_size=257, max_size=300))
+            return call("draft", "sessions/create", {"label": label}, malformed=True)
+        case "delete":
+            return call("draft", "sessions/delete", named, needs=DELETE)
+        case name:
+            return call("draft", "tools/call", {"name": name, "arguments": {}, **named}, needs=TOOL_NEEDS[name])
+
+
+@st.composite
+def strawman_cases(draw: st.DrawFn, user: str | None) -> Case:
+    named = token(user)
+    match draw(st.sampled_from(["create", "create-bad", "resume", "id-bad", "list", "list-bad", "delete", "tool"])):
+        case "create":  # an authenticated caller's create records the session for session/list
+            hints = {"label": draw(st.text(max_size=20)), "data": {"title": "t"}}
+            return call("strawman", "session/create", {"hints": hints}, needs=("record",) if user else ())
+        case "create-bad":
+            return call("strawman", "session/create", {"hints": draw(bad_hints)}, malformed=True)
+        case "resume":
+            return call("strawman", "session/resume", {"id": named}, needs=TOUCH)
+        case "id-bad":
+            method = draw(st.sampled_from(["session/resume", "session/delete"]))
+            return call("strawman", method, {"id": draw(not_a_string)}, malformed=True)
+        case "list":  # an anonymous caller's list is empty, and reads nothing
+            cursor = draw(st.sampled_from([None, VALID_CURSOR]))
+            return call("strawman", "session/list", {"cursor": cursor}, needs=("read",) if user else ())
+        case "list-bad":  # a cursor the server never returned; an anonymous caller's list reads no cursor at all
+            cursor = draw(not_a_string | bad_cursors)
+            malformed = user is not None or not isinstance(cursor, str)
+            return call("strawman", "session/list", {"cursor": cursor}, malformed=malformed)
+        case "delete":
+            return call("strawman", "session/delete", {"id": named}, needs=DELETE)
+        case _:
+            name = draw(st.sampled_from(sorted(TOOL_NEEDS)))
+            params = {"name": name, "arguments": {}, "_meta": {"mcp/session": {"id": named}}}
+            return call("strawman", "tools/call", params, needs=TOOL_NEEDS[name])
+
+
+@st.composite
+def sep1364_cases(draw: st.DrawFn, user: str | None, wire: str) -> Case:
+    named = token(user)
+    peek, remember = {"name": "peek", "arguments": {}}, {"name": "remember", "arguments": {}}
+    if wire == "sep1364-alt1":
+        kinds, ends = ["create", "refresh", "create-bad", "delete", "delete-bad", "peek", "remember"], "session/delete"
+    else:
+        kinds, ends = ["open", "delete", "delete-bad", "peek", "remember"], "terminate"
+    match draw(st.sampled_from(kinds)):
+        case "create":
+            return call(wire, "session/create", {"capabilities": {}}, sessionId=None)
+        case "refresh":
+            return call(wire, "session/create", {"sessionId": named}, needs=TOUCH)
+        case "create-bad":
+            params = draw(
+                st.fixed_dictionaries({"capabilities": not_an_object})
+                | st.fixed_dictionaries({"capabilities": st.just({}), "sessionId": not_a_string})
+            )
+            return call(wire, "session/create", params, malformed=True)
+        case "open":  # null opens a session, a live one resumes it
+            params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "0"}}
+            return call(wire, "initialize", params, needs=TOUCH, sessionId=draw(st.sampled_from([None, named])))
+        case "delete":
+            return call(wire, ends, {"sessionId": named}, needs=DELETE)
+        case "delete-bad":
+            return call(wire, ends, {"sessionId": draw(not_a_string)}, malformed=True)
+        case "peek":
+            return call(wire, "tools/call", peek, needs=TOOL_NEEDS["peek"], sessionId=named)
+        case _:
+            return call(wire, "tools/call", remember, needs=TOOL_NEEDS["remember"], sessionId=named)
+
+
+@st.composite
+def cases(draw: st.DrawFn, wire: str) -> tuple[Case, str | None]:
+    user = draw(st.sampled_from([None, "alice"]))
+    if wire == "draft":
+        case = draw(draft_cases(user))
+    elif wire == "strawman":
+        case = draw(strawman_cases(user))
+    else:
+        case = draw(sep1364_cases(user, wire))
+    case.message = {"jsonrpc": "2.0", "id": draw(st.integers(0, 99)), **case.message}
+    case.modern = wire in ("draft", "strawman") and draw(st.booleans())  # SEP-1364: the 2025 era, as the SEP
+    return case, user
+
+
+def expected(case: Case, kind: str, idle_ttl: float | None) -> str:
+    """The answer due: a "result", "invalid" (-32602), "unavailable" (-32010), or "either" of the last two."""
+    if case.malformed:
+        return "invalid"
+    verdicts = {NEEDS[kind]["read" if need == "idle-touch" and idle_ttl is None else need] for need in case.needs}
+    return "unavailable" if "down" in verdicts else "either" if "either" in verdicts else "result"
+
+
+# -- the harness ---------------------------------------------------------------------------------
+
+
+async def tools(scope: Any, receive: Any, send: Any) -> None:
+    """A server whose ``remember`` tool writes ``session.data`` and lets a store failure out, as a raw app does."""
+    body = b""
+    while (message := await receive())["type"] == "http.request":
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    received = json.loads(body)
+    requests = received if isinstance(received, list) else [received]
+    if any((request.get("params") or {}).get("name") == "remember" for request in requests):
+        session = get_session()
+        assert session is not None, "remember is called in a session"
+        await session.data.set("note", NOTE)
+    answers = [{"jsonrpc": "2.0", "id": request.get("id"), "result": {"content": []}} for request in requests]
+    for message in json_response(answers if isinstance(received, list) else answers[0]):
+        await send(message)
+
+
+def ask(store: SessionStore, case: Case, user: str | None, idle_ttl: float | None) -> Sender:
+    middleware = MCPSessionMiddleware(tools, keys=KEYS, store=store, profiles=case.wire, idle_ttl=idle_ttl)
+    message = with_envelope(case.message) if case.modern else case.message
+    scope = http_scope(headers=modern_headers(message) if case.modern else None)
+    if user is not None:  # as Starlette's AuthenticationMiddleware leaves it
+        scope["user"] = SimpleUser(user)
+    sender = Sender()
+    anyio.run(middleware, scope, Receiver(dumps(message)), sender)  # an exception out of it fails the test
+    return sender
+
+
+def check(sender: Sender, expectation: str, request_id: int) -> str:
+    """What the answer was ("result", "invalid", "unavailable"), having checked it is a documented one."""
+    assert sender.status != 500
+    answer = sender.json()
+    assert answer["jsonrpc"] == "2.0" and answer["id"] == request_id, answer
+    if "result" in answer:
+        assert sender.status == 200
+        outcome = "result"
+    elif answer["error"]["code"] == -32010:
+        assert sender.status == 503 and sender.header(b"retry-after") == b"1", sender.messages
+        outcome = "unavailable"
+    else:
+        assert answer["error"]["code"] == -32602, answer
+        outcome = "invalid"
+    assert outcome == expectation or (expectation == "either" and outcome != "invalid"), (expectation, answer)
+    return outcome
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("kind", KINDS)
+@settings(FUZZ, max_examples=40)
+@given(data=st.data(), idle_ttl=st.sampled_from([None, HOUR]))
+def test_a_failing_store_gets_the_retryable_error_and_bad_params_invalid_params(
+    stores: dict[str, SessionStore], kind: str, wire: str, data: st.DataObject, idle_ttl: float | None
+) -> None:
+    case, user = data.draw(cases(wire))
+    expectation = expected(case, kind, idle_ttl)
+    outcome = check(ask(stores[kind], case, user, idle_ttl), expectation, case.message["id"])
+    event(f"{case.message['method']}: {outcome}")
+
+
+def remember(request_id: int, session: str) -> dict[str, Any]:
+    meta = {"io.modelcontextprotocol/session": {"sessionId": session}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "remember", "_meta": meta}}
+
+
+def test_a_batch_whose_tool_fails_to_write_gets_the_retryable_error_for_each_request() -> None:
+    """A 2025-era server that takes batches: the whole batch is retried, so every request in it gets -32010."""
+
+    async def ask_batch() -> Sender:
+        store = await filled_memory()
+        middleware = MCPSessionMiddleware(tools, keys=KEYS, store=store, guard=ServerThatTakesBatches())
+        sender = Sender()
+        session = token(None)
+        batch = [remember(1, session), remember(2, session)]
+        await middleware(http_scope(), Receiver(dumps(batch)), sender)
+        return sender
+
+    sender = anyio.run(ask_batch)
+    assert sender.status == 503 and sender.header(b"retry-after") == b"1"
+    assert [(answer["id"], answer["error"]["code"]) for answer in sender.json()] == [(1, -32010), (2, -32010)]
+
+
+def test_a_store_failure_after_the_app_started_its_response_is_the_apps_to_end() -> None:
+    """Once the app has sent its response's start, a store failure is re-raised: no second response is sent."""
+
+    async def answers_then_writes(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        session = get_session()
+        assert session is not None
+        await session.data.set("note", NOTE)
+
+    async def ask_late() -> Sender:
+        middleware = MCPSessionMiddleware(answers_then_writes, keys=KEYS, store=await filled_memory())
+        sender = Sender()
+        with pytest.raises(SessionStoreUnavailable):
+            await middleware(http_scope(), Receiver(dumps(remember(1, token(None)))), sender)
+        return sender
+
+    assert [message["status"] for message in anyio.run(ask_late).starts] == [200]
