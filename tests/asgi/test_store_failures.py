@@ -1,31 +1,22 @@
 """Every wire's session methods, against every way a real store fails: the retryable -32010, or -32602, never 500.
 
-The stores are real and fail as deployments see them fail: a ``MemoryStore`` at its
-``max_sessions``, a SQLite file at its page limit (``SQLITE_FULL``, as on a full disk),
-one that is read-only (``chattr +i`` as root, who ignores file modes; ``chmod 0400``
-otherwise), one whose write lock another connection holds (``BEGIN EXCLUSIVE``), and a
-redis-server stopped after the store first reached it. Property: whatever the wire, the
-method, the era, the caller and its parameters, the answer is what the store's failure
-allows (the documented result where the call needs nothing the store cannot give), the
-retryable -32010 with HTTP 503 and ``Retry-After`` where it needs more, -32602 for a
-malformed parameter whatever the store; never a 500, never an exception out of the
-middleware, even when a tool's own ``session.data`` write is what failed.
+The stores (tests/_failing_stores.py) are real and fail as deployments see them fail: a
+``MemoryStore`` at its ``max_sessions``, a SQLite file that cannot grow, one that is
+read-only, one whose write lock another connection holds, a redis-server that stopped.
+Property: whatever the wire, the method, the era, the caller and its parameters, the
+answer is what the store's failure allows: the documented result where the call needs
+nothing the store cannot give, the retryable -32010 with HTTP 503 and ``Retry-After``
+where it needs more, -32602 for a malformed parameter whatever the store; never a 500,
+never an exception out of the middleware, even when a tool's own ``session.data`` write
+is what failed. The same through a real server: tests/e2e/test_store_failures.py.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import os
-import shutil
-import sqlite3
-import subprocess
-import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -34,12 +25,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from starlette.authentication import SimpleUser
 
-from _redis import redis_server
+from _failing_stores import HOUR, failing_stores, filled_memory
 from asgi.test_fuzz import FUZZ
 from conftest import SECRET
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionStore, SessionStoreUnavailable, get_session
+from mcp_sessions import KeySet, MCPSessionMiddleware, SessionStore, SessionStoreUnavailable, get_session
 from mcp_sessions.session import digest_of
-from mcp_sessions.stores import RedisStore, SQLiteStore
 
 from .test_middleware import (
     Receiver,
@@ -53,9 +43,7 @@ from .test_middleware import (
 )
 
 KEYS: Final = KeySet.from_secret(SECRET)
-HOUR: Final = 3600.0
 NOTE: Final = "n" * 5000  # more than a SQLite page: a full file has no room for it, whatever else it has
-LOCK_WAIT: Final = 0.05  # the SQLite stores' busy timeout: a locked file refuses a write after this long
 # What each store call needs of a store that fails in each way: "ok" it works, "down" it raises, "either" it
 # may (a full SQLite file keeps room in its pages for some small rows; an idle clock moves only once a second).
 NEEDS: Final = {
@@ -72,81 +60,11 @@ WIRES: Final = ["draft", "strawman", "sep1364-alt1", "sep1364-alt2"]
 # -- the failing stores --------------------------------------------------------------------------
 
 
-async def filled_memory() -> MemoryStore:
-    store = MemoryStore(max_sessions=4)
-    for _ in range(4):  # each session's first data write takes one of the records the store holds
-        await store.set(uuid.uuid4().hex, "k", 1, expires_at=time.time() + HOUR)
-    return store
-
-
-async def filled_sqlite(path: Path) -> SQLiteStore:
-    """A file that cannot grow: the store's writing connection capped at its size, then written until full."""
-    store = SQLiteStore(path, timeout=LOCK_WAIT)
-    writer = store._writer  # the connection every write of the store goes through, on the store's thread
-
-    def cap() -> None:
-        connection = writer.connection()
-        pages = connection.execute("PRAGMA page_count").fetchone()[0]
-        connection.execute(f"PRAGMA max_page_count = {pages}")
-
-    await writer.run(cap)
-    with contextlib.suppress(SessionStoreUnavailable):
-        for _ in range(1000):
-            await store.set(uuid.uuid4().hex, "pad", "p" * 500, expires_at=time.time() + HOUR)
-        raise AssertionError("the capped SQLite file never filled")
-    return store
-
-
-async def answers(store: SessionStore) -> None:
-    """The store's backend answers now (the store is closed after, in the event loop its connections are of)."""
-    try:
-        await store.ping()
-    finally:
-        await store.aclose()
-
-
-@contextlib.contextmanager
-def read_only(path: Path) -> Iterator[None]:
-    """``path`` read-only for this process: immutable for root (whom modes do not stop), mode 0400 otherwise."""
-    if os.geteuid() != 0:
-        path.chmod(0o400)
-        yield
-        return
-    if shutil.which("chattr") is None:
-        pytest.skip("running as root without chattr: nothing here makes a file read-only for root")
-    subprocess.run(["chattr", "+i", str(path)], check=True)
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
-
-
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SessionStore]]:
-    """One store of each failing kind for the module; the SQLite files and the stopped redis-server are real."""
-    directory = tmp_path_factory.mktemp("failing-stores")
-    with contextlib.ExitStack() as stack:
-        built: dict[str, SessionStore] = {
-            "memory-full": anyio.run(filled_memory),
-            "sqlite-full": anyio.run(filled_sqlite, directory / "full.db"),
-        }
-        writable = SQLiteStore(directory / "read-only.db", timeout=LOCK_WAIT)
-        anyio.run(writable.aclose)  # the file and its tables, then no connection that opened it writable
-        stack.enter_context(read_only(directory / "read-only.db"))
-        built["sqlite-read-only"] = SQLiteStore(directory / "read-only.db", timeout=LOCK_WAIT)
-        built["sqlite-locked"] = SQLiteStore(directory / "locked.db", timeout=LOCK_WAIT)
-        holder = sqlite3.connect(directory / "locked.db", isolation_level=None)
-        stack.callback(holder.close)
-        holder.execute("BEGIN EXCLUSIVE")  # another process's write transaction, held for the whole module
-        server = stack.enter_context(redis_server())
-        anyio.run(answers, RedisStore(server.url))
-        server.stop()
-        built["redis-stopped"] = RedisStore(server.url)
-        try:
-            yield built
-        finally:
-            for store in built.values():
-                anyio.run(store.aclose)
+    """One store of each failing kind for the module."""
+    with failing_stores(tmp_path_factory.mktemp("failing-stores")) as built:
+        yield built
 
 
 # -- the cases ---------------------------------------------------------------------------------
