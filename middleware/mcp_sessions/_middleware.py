@@ -46,6 +46,7 @@ from .plan import Plan, Planner
 from .session import SessionNotFound, SessionService
 from .sources import DataLayerSource, SourceContext, build_chain
 from .sources.transport import TransportSource, is_transport_session_id
+from .stores import SessionStoreUnavailable
 from .tokens import IdDigests
 from .wire import Refusal
 from .wire.protocol import MCP_SESSION_ID_HEADER, Era
@@ -196,8 +197,10 @@ class MCPSessionMiddleware:
         try:  # the app called here: no step of the pipeline on the stack while it runs
             await self.app(exchange.scope, exchange.receive, exchange.send)
         except BaseException as exc:
-            exchange.failed(exc)
-            raise
+            if not (isinstance(exc, SessionStoreUnavailable) and exchange.unanswered):
+                exchange.failed(exc)
+                raise
+            await self._refuser.store_failed(plan, exc, _typed(send))  # a tool's session.data write: retryable
         finally:
             exchange.finish()
 

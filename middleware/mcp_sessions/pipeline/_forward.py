@@ -177,6 +177,11 @@ class Exchange:
             self._handles = handle_context(handles)
             self._handles.__enter__()
 
+    @property
+    def unanswered(self) -> bool:
+        """Whether the app has started no response yet (``False`` when this exchange cannot tell)."""
+        return self._rewriter is not None and self._rewriter.status == 0
+
     def failed(self, error: BaseException) -> None:
         """The app raised ``error``: every operation records it."""
         for operation in self._operations:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..asgi import send_accepted, send_json, send_refusal, send_status
-from ..wire import Refusal, batch_refused, jsonrpc
+from ..wire import Refusal, batch_refused, jsonrpc, store_unavailable
 from ..wire.protocol import SESSION_STORE_UNAVAILABLE, Era
 
 if TYPE_CHECKING:
@@ -56,6 +56,14 @@ class Refuser:
             if call.is_request or call.method is None:
                 errors.append(refusal.frame(call.request_id))
         return await self._send_batch(send, errors, 503 if unavailable else _batch_refused_status(plan.era))
+
+    async def store_failed(self, plan: Plan, error: Exception, send: ASGISendCallable) -> None:
+        """Answer -32010 for a store failure the app let out before it answered (a tool's ``session.data``)."""
+        refusal = store_unavailable(error)
+        for call in plan.calls:
+            if call.method is not None:
+                call.refusal = refusal
+        await self.refuse(plan, send)
 
     async def refuse_local_methods_in_batch(self, plan: Plan, send: ASGISendCallable) -> None:
         """A batch with a session method: -32600 for every element, nothing forwarded."""

@@ -1,0 +1,133 @@
+"""Real stores that fail as deployments see them fail, for the tests of what the middleware answers then.
+
+A ``MemoryStore`` at its ``max_sessions``; a SQLite file that cannot grow (``SQLITE_FULL``,
+what a full disk gives), one that is read-only (immutable for root, whom file modes do not
+stop; mode 0400 otherwise), one whose write lock another connection holds (``BEGIN
+EXCLUSIVE``); and a redis-server stopped after the store reached it. No mocks: each fails
+inside the real client library, as it would in production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sqlite3
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import anyio
+import pytest
+
+from _redis import redis_server
+from mcp_sessions import MemoryStore, SessionStore, SessionStoreUnavailable
+from mcp_sessions.stores import RedisStore, SQLiteStore
+
+HOUR: Final = 3600.0
+LOCK_WAIT: Final = 0.05
+"""The SQLite stores' busy timeout: a locked file refuses a write after this long."""
+
+
+async def filled_memory(max_sessions: int = 4) -> MemoryStore:
+    """A ``MemoryStore`` whose every record is taken, by sessions that live an hour."""
+    store = MemoryStore(max_sessions=max_sessions)
+    for _ in range(max_sessions):  # each session's first data write takes one record
+        await store.set(uuid.uuid4().hex, "k", 1, expires_at=time.time() + HOUR)
+    return store
+
+
+async def filled_sqlite(path: Path) -> SQLiteStore:
+    """A file that cannot grow: the store's writing connection capped at the file's size, then written until full.
+
+    Like a full disk, a write that needs a new page fails (``SQLITE_FULL``); a small row may still
+    fit in a page that has room.
+    """
+    store = SQLiteStore(path, timeout=LOCK_WAIT)
+    writer = store._writer  # the connection every write of the store goes through, on the store's thread
+
+    def cap() -> None:
+        connection = writer.connection()
+        pages = connection.execute("PRAGMA page_count").fetchone()[0]
+        connection.execute(f"PRAGMA max_page_count = {pages}")
+
+    await writer.run(cap)
+    with contextlib.suppress(SessionStoreUnavailable):
+        for _ in range(1000):
+            await store.set(uuid.uuid4().hex, "pad", "p" * 500, expires_at=time.time() + HOUR)
+        raise AssertionError("the capped SQLite file never filled")
+    return store
+
+
+@contextlib.contextmanager
+def read_only_sqlite(path: Path) -> Iterator[SQLiteStore]:
+    """A store opened on a database file this process cannot write: reads work, every write fails.
+
+    Root ignores file modes, so for root the file is made immutable (``chattr +i``) and made
+    writable again when the block ends; anyone else gets mode 0400.
+    """
+    anyio.run(SQLiteStore(path, timeout=LOCK_WAIT).aclose)  # the file and its tables, then no writer open on it
+    if os.geteuid() != 0:
+        path.chmod(0o400)
+        yield SQLiteStore(path, timeout=LOCK_WAIT)
+        return
+    if shutil.which("chattr") is None:
+        pytest.skip("running as root without chattr: nothing here makes a file read-only for root")
+    subprocess.run(["chattr", "+i", str(path)], check=True)
+    try:
+        yield SQLiteStore(path, timeout=LOCK_WAIT)
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@contextlib.contextmanager
+def locked_sqlite(path: Path) -> Iterator[SQLiteStore]:
+    """A store whose file another connection holds in a write transaction (``BEGIN EXCLUSIVE``) for the block.
+
+    In WAL mode reads go on; every write waits ``LOCK_WAIT`` for the lock, then fails (``SQLITE_BUSY``).
+    """
+    store = SQLiteStore(path, timeout=LOCK_WAIT)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        yield store
+    finally:
+        holder.close()
+
+
+async def answers(store: SessionStore) -> None:
+    """The store's backend answers now; the store is closed after, in the event loop its connections are of."""
+    try:
+        await store.ping()
+    finally:
+        await store.aclose()
+
+
+@contextlib.contextmanager
+def stopped_redis() -> Iterator[RedisStore]:
+    """A store on a real redis-server that answered, then stopped: every call is refused at once."""
+    with redis_server() as server:
+        anyio.run(answers, RedisStore(server.url))
+        server.stop()
+        yield RedisStore(server.url)
+
+
+@contextlib.contextmanager
+def failing_stores(directory: Path) -> Iterator[dict[str, SessionStore]]:
+    """One store of each failing kind, by name, in ``directory``; each closed when the block ends."""
+    with contextlib.ExitStack() as stack:
+        built: dict[str, SessionStore] = {
+            "memory-full": anyio.run(filled_memory),
+            "sqlite-full": anyio.run(filled_sqlite, directory / "full.db"),
+            "sqlite-read-only": stack.enter_context(read_only_sqlite(directory / "read-only.db")),
+            "sqlite-locked": stack.enter_context(locked_sqlite(directory / "locked.db")),
+            "redis-stopped": stack.enter_context(stopped_redis()),
+        }
+        try:
+            yield built
+        finally:
+            for store in built.values():
+                anyio.run(store.aclose)

@@ -1,0 +1,319 @@
+"""Every wire's session methods, against every way a real store fails: the retryable -32010, or -32602, never 500.
+
+The stores (tests/_failing_stores.py) are real and fail as deployments see them fail: a
+``MemoryStore`` at its ``max_sessions``, a SQLite file that cannot grow, one that is
+read-only, one whose write lock another connection holds, a redis-server that stopped.
+Property: whatever the wire, the method, the era, the caller and its parameters, the
+answer is what the store's failure allows: the documented result where the call needs
+nothing the store cannot give, the retryable -32010 with HTTP 503 and ``Retry-After``
+where it needs more, -32602 for a malformed parameter whatever the store; never a 500,
+never an exception out of the middleware, even when a tool's own ``session.data`` write
+is what failed. The same through a real server: tests/e2e/test_store_failures.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.authentication import SimpleUser
+
+from _failing_stores import HOUR, failing_stores, filled_memory
+from asgi.test_fuzz import FUZZ
+from conftest import SECRET
+from mcp_sessions import KeySet, MCPSessionMiddleware, SessionStore, SessionStoreUnavailable, get_session
+from mcp_sessions.session import digest_of
+
+from .test_middleware import (
+    Receiver,
+    Sender,
+    ServerThatTakesBatches,
+    dumps,
+    http_scope,
+    json_response,
+    modern_headers,
+    with_envelope,
+)
+
+KEYS: Final = KeySet.from_secret(SECRET)
+NOTE: Final = "n" * 5000  # more than a SQLite page: a full file has no room for it, whatever else it has
+# What each store call needs of a store that fails in each way: "ok" it works, "down" it raises, "either" it
+# may (a full SQLite file keeps room in its pages for some small rows; an idle clock moves only once a second).
+NEEDS: Final = {
+    "memory-full": {"read": "ok", "idle-touch": "down", "revoke": "ok", "record": "down", "data": "down"},
+    "sqlite-full": {"read": "ok", "idle-touch": "either", "revoke": "either", "record": "either", "data": "down"},
+    "sqlite-read-only": {"read": "ok", "idle-touch": "either", "revoke": "down", "record": "down", "data": "down"},
+    "sqlite-locked": {"read": "ok", "idle-touch": "either", "revoke": "down", "record": "down", "data": "down"},
+    "redis-stopped": {"read": "down", "idle-touch": "down", "revoke": "down", "record": "down", "data": "down"},
+}
+KINDS: Final = sorted(NEEDS)
+OPERATIONS: Final = {
+    "draft": ["create", "create-bad", "delete", "peek", "remember"],
+    "strawman": ["create", "create-bad", "resume", "id-bad", "list", "list-bad", "delete", "peek", "remember"],
+    "sep1364-alt1": ["create", "refresh", "create-bad", "delete", "delete-bad", "peek", "remember"],
+    "sep1364-alt2": ["open", "delete", "delete-bad", "peek", "remember"],
+}
+"""Each wire's calls, by name ("-bad": a malformed parameter; ``peek`` and ``remember``: tools in a session)."""
+CALLS: Final = [(wire, operation) for wire, operations in OPERATIONS.items() for operation in operations]
+
+
+# -- the failing stores --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SessionStore]]:
+    """One store of each failing kind for the module."""
+    with failing_stores(tmp_path_factory.mktemp("failing-stores")) as built:
+        yield built
+
+
+# -- the cases ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """One request to one wire: what it is, and what of the store answering it needs."""
+
+    wire: str
+    message: dict[str, Any]
+    modern: bool = False
+    needs: tuple[str, ...] = ()
+    """The store calls the answer needs, in order ("idle-touch" is a "read" without ``idle_ttl``)."""
+    malformed: bool = False
+    """A parameter of the wrong shape: -32602, with no store call."""
+
+
+TOUCH: Final = ("idle-touch",)
+DELETE: Final = ("idle-touch", "revoke")
+TOOL_NEEDS: Final = {"peek": TOUCH, "remember": ("idle-touch", "data")}
+"""``peek`` reads nothing of the store; ``remember`` writes ``session.data``."""
+
+
+def call(
+    wire: str, method: str, params: Any, *, needs: tuple[str, ...] = (), malformed: bool = False, **members: Any
+) -> Case:
+    """A case: ``members`` go beside ``params`` (SEP-1364's top-level ``sessionId``)."""
+    return Case(wire, {"method": method, "params": params, **members}, needs=needs, malformed=malformed)
+
+
+def token(user: str | None) -> str:
+    """A live session of ``user`` (creating one stores nothing, so it is live in every store)."""
+    claims = None if user is None else {"pbh": digest_of(user, KEYS.audience)}
+    return KEYS.mint_session_token(ttl=HOUR, extra_claims=claims)[0]
+
+
+not_a_string: st.SearchStrategy[Any] = st.one_of(
+    st.integers(), st.floats(allow_nan=False), st.booleans(), st.lists(st.text(), max_size=2), st.just({})
+)
+not_an_object: st.SearchStrategy[Any] = st.one_of(
+    st.integers(), st.text(max_size=4), st.lists(st.integers(), max_size=2)
+)
+bad_hints: st.SearchStrategy[Any] = not_an_object | st.fixed_dictionaries({"data": not_an_object | st.just({"n": 1})})
+VALID_CURSOR: Final = base64.urlsafe_b64encode(b"a-session-id").decode().rstrip("=")  # as stores write them
+bad_cursors = st.sampled_from(["_w", "x", "é", "a.b.c", "////"])
+
+
+@st.composite
+def draft_cases(draw: st.DrawFn, operation: str, user: str | None) -> Case:
+    named = {"_meta": {"io.modelcontextprotocol/session": {"sessionId": token(user)}}}
+    match operation:
+        case "create":
+            return call("draft", "sessions/create", {"label": draw(st.text(max_size=20))})
+        case "create-bad":
+            label = draw(not_a_string | st.text(min_size=257, max_size=300))
+            return call("draft", "sessions/create", {"label": label}, malformed=True)
+        case "delete":
+            return call("draft", "sessions/delete", named, needs=DELETE)
+        case name:
+            return call("draft", "tools/call", {"name": name, "arguments": {}, **named}, needs=TOOL_NEEDS[name])
+
+
+@st.composite
+def strawman_cases(draw: st.DrawFn, operation: str, user: str | None) -> Case:
+    named = token(user)
+    match operation:
+        case "create":  # an authenticated caller's create records the session for session/list
+            hints = {"label": draw(st.text(max_size=20)), "data": {"title": "t"}}
+            return call("strawman", "session/create", {"hints": hints}, needs=("record",) if user else ())
+        case "create-bad":
+            return call("strawman", "session/create", {"hints": draw(bad_hints)}, malformed=True)
+        case "resume":
+            return call("strawman", "session/resume", {"id": named}, needs=TOUCH)
+        case "id-bad":
+            method = draw(st.sampled_from(["session/resume", "session/delete"]))
+            return call("strawman", method, {"id": draw(not_a_string)}, malformed=True)
+        case "list":  # an anonymous caller's list is empty, and reads nothing
+            cursor = draw(st.sampled_from([None, VALID_CURSOR]))
+            return call("strawman", "session/list", {"cursor": cursor}, needs=("read",) if user else ())
+        case "list-bad":  # a cursor the server never returned; an anonymous caller's list reads no cursor at all
+            cursor = draw(not_a_string | bad_cursors)
+            malformed = user is not None or not isinstance(cursor, str)
+            return call("strawman", "session/list", {"cursor": cursor}, malformed=malformed)
+        case "delete":
+            return call("strawman", "session/delete", {"id": named}, needs=DELETE)
+        case name:
+            params = {"name": name, "arguments": {}, "_meta": {"mcp/session": {"id": named}}}
+            return call("strawman", "tools/call", params, needs=TOOL_NEEDS[name])
+
+
+@st.composite
+def sep1364_cases(draw: st.DrawFn, operation: str, user: str | None, wire: str) -> Case:
+    named = token(user)
+    ends = "session/delete" if wire == "sep1364-alt1" else "terminate"
+    match operation:
+        case "create":
+            return call(wire, "session/create", {"capabilities": {}}, sessionId=None)
+        case "refresh":
+            return call(wire, "session/create", {"sessionId": named}, needs=TOUCH)
+        case "create-bad":
+            params = draw(
+                st.fixed_dictionaries({"capabilities": not_an_object})
+                | st.fixed_dictionaries({"capabilities": st.just({}), "sessionId": not_a_string})
+            )
+            return call(wire, "session/create", params, malformed=True)
+        case "open":  # null opens a session, a live one resumes it
+            params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "0"}}
+            return call(wire, "initialize", params, needs=TOUCH, sessionId=draw(st.sampled_from([None, named])))
+        case "delete":
+            return call(wire, ends, {"sessionId": named}, needs=DELETE)
+        case "delete-bad":
+            return call(wire, ends, {"sessionId": draw(not_a_string)}, malformed=True)
+        case name:
+            return call(wire, "tools/call", {"name": name, "arguments": {}}, needs=TOOL_NEEDS[name], sessionId=named)
+
+
+@st.composite
+def cases(draw: st.DrawFn, wire: str, operation: str, user: str | None) -> Case:
+    if wire == "draft":
+        case = draw(draft_cases(operation, user))
+    elif wire == "strawman":
+        case = draw(strawman_cases(operation, user))
+    else:
+        case = draw(sep1364_cases(operation, user, wire))
+    case.message = {"jsonrpc": "2.0", "id": draw(st.integers(0, 99)), **case.message}
+    case.modern = wire in ("draft", "strawman") and draw(st.booleans())  # SEP-1364: the 2025 era, as the SEP
+    return case
+
+
+def expected(case: Case, kind: str, idle_ttl: float | None) -> str:
+    """The answer due: a "result", "invalid" (-32602), "unavailable" (-32010), or "either" of the last two."""
+    if case.malformed:
+        return "invalid"
+    verdicts = {NEEDS[kind]["read" if need == "idle-touch" and idle_ttl is None else need] for need in case.needs}
+    return "unavailable" if "down" in verdicts else "either" if "either" in verdicts else "result"
+
+
+# -- the harness ---------------------------------------------------------------------------------
+
+
+async def tools(scope: Any, receive: Any, send: Any) -> None:
+    """A server whose ``remember`` tool writes ``session.data`` and lets a store failure out, as a raw app does."""
+    body = b""
+    while (message := await receive())["type"] == "http.request":
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    received = json.loads(body)
+    requests = received if isinstance(received, list) else [received]
+    if any((request.get("params") or {}).get("name") == "remember" for request in requests):
+        session = get_session()
+        assert session is not None, "remember is called in a session"
+        await session.data.set("note", NOTE)
+    answers = [{"jsonrpc": "2.0", "id": request.get("id"), "result": {"content": []}} for request in requests]
+    for message in json_response(answers if isinstance(received, list) else answers[0]):
+        await send(message)
+
+
+def ask(store: SessionStore, case: Case, user: str | None, idle_ttl: float | None) -> Sender:
+    middleware = MCPSessionMiddleware(tools, keys=KEYS, store=store, profiles=case.wire, idle_ttl=idle_ttl)
+    message = with_envelope(case.message) if case.modern else case.message
+    scope = http_scope(headers=modern_headers(message) if case.modern else None)
+    if user is not None:  # as Starlette's AuthenticationMiddleware leaves it
+        scope["user"] = SimpleUser(user)
+    sender = Sender()
+    anyio.run(middleware, scope, Receiver(dumps(message)), sender)  # an exception out of it fails the test
+    return sender
+
+
+def check(sender: Sender, expectation: str, request_id: int) -> None:
+    """The answer is a documented one, and the one ``expectation`` (from :func:`expected`) allows."""
+    assert sender.status != 500
+    answer = sender.json()
+    assert answer["jsonrpc"] == "2.0" and answer["id"] == request_id, answer
+    if "result" in answer:
+        assert sender.status == 200
+        outcome = "result"
+    elif answer["error"]["code"] == -32010:
+        assert sender.status == 503 and sender.header(b"retry-after") == b"1", sender.messages
+        outcome = "unavailable"
+    else:
+        assert answer["error"]["code"] == -32602, answer
+        outcome = "invalid"
+    assert outcome == expectation or (expectation == "either" and outcome != "invalid"), (expectation, answer)
+
+
+@pytest.mark.parametrize("user", [None, "alice"], ids=["anonymous", "signed-in"])
+@pytest.mark.parametrize(("wire", "operation"), CALLS, ids=[f"{wire}-{operation}" for wire, operation in CALLS])
+@pytest.mark.parametrize("kind", KINDS)
+@settings(FUZZ, max_examples=5)
+@given(data=st.data(), idle_ttl=st.sampled_from([None, HOUR]))
+def test_a_failing_store_gets_the_retryable_error_and_bad_params_invalid_params(
+    stores: dict[str, SessionStore],
+    kind: str,
+    wire: str,
+    operation: str,
+    user: str | None,
+    data: st.DataObject,
+    idle_ttl: float | None,
+) -> None:
+    case = data.draw(cases(wire, operation, user))
+    check(ask(stores[kind], case, user, idle_ttl), expected(case, kind, idle_ttl), case.message["id"])
+
+
+def remember(request_id: int, session: str) -> dict[str, Any]:
+    meta = {"io.modelcontextprotocol/session": {"sessionId": session}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "remember", "_meta": meta}}
+
+
+def test_a_batch_whose_tool_fails_to_write_gets_the_retryable_error_for_each_request() -> None:
+    """A 2025-era server that takes batches: the whole batch is retried, so every request in it gets -32010."""
+
+    async def ask_batch() -> Sender:
+        store = await filled_memory()
+        middleware = MCPSessionMiddleware(tools, keys=KEYS, store=store, guard=ServerThatTakesBatches())
+        sender = Sender()
+        session = token(None)
+        batch = [remember(1, session), remember(2, session)]
+        await middleware(http_scope(), Receiver(dumps(batch)), sender)
+        return sender
+
+    sender = anyio.run(ask_batch)
+    assert sender.status == 503 and sender.header(b"retry-after") == b"1"
+    assert [(answer["id"], answer["error"]["code"]) for answer in sender.json()] == [(1, -32010), (2, -32010)]
+
+
+def test_a_store_failure_after_the_app_started_its_response_is_the_apps_to_end() -> None:
+    """Once the app has sent its response's start, a store failure is re-raised: no second response is sent."""
+
+    async def answers_then_writes(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        session = get_session()
+        assert session is not None
+        await session.data.set("note", NOTE)
+
+    async def ask_late() -> Sender:
+        middleware = MCPSessionMiddleware(answers_then_writes, keys=KEYS, store=await filled_memory())
+        sender = Sender()
+        with pytest.raises(SessionStoreUnavailable):
+            await middleware(http_scope(), Receiver(dumps(remember(1, token(None)))), sender)
+        return sender
+
+    assert [message["status"] for message in anyio.run(ask_late).starts] == [200]

@@ -1,0 +1,166 @@
+"""A failing store, through a real server: uvicorn, the mcp SDK's MCPServer (the quickstart), every wire at once.
+
+A redis-server stops mid-test: each wire's session methods, and a tool call in a session,
+get the retryable -32010 with HTTP 503 and ``Retry-After``; ``sessions/create``, which
+stores nothing, still opens sessions, and a malformed parameter is still -32602. A tool
+whose own ``session.data`` write fails (a full memory store, a read-only or locked SQLite
+file) gets what the SDK makes of any tool's exception, an ``isError`` result; never a
+500. The property over every wire, method and store is tests/asgi/test_store_failures.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from examples.quickstart import build_app
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from _failing_stores import filled_memory, locked_sqlite, read_only_sqlite
+from _mcp import INVALID_PARAMS, LEGACY, answer, legacy_request, modern_headers, modern_request, tool_text
+from _redis import redis_server
+from conftest import SECRET, serve
+from e2e._wires import Sep1364Client
+from mcp_sessions import SessionStore
+from mcp_sessions.stores import RedisStore
+
+ENVIRON = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_PROFILES": "draft,strawman,sep1364-alt1,sep1364-alt2"}
+ALICE = {"X-User": "alice"}
+OPEN = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "sep1364", "version": "0"}}
+
+
+def user_of(scope: Scope) -> str | None:
+    """The tests' principal: an ``X-User`` header (a stand-in for real authentication)."""
+    return dict(scope["headers"]).get(b"x-user", b"").decode() or None
+
+
+def closing(app: ASGIApp, store: SessionStore) -> ASGIApp:
+    """``app``, closing ``store`` at lifespan shutdown: in the server's event loop, where its connections are."""
+
+    async def closes(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            return await app(scope, receive, send)
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                await store.aclose()
+            await send(message)
+
+        return await app(scope, receive, sending)
+
+    return closes
+
+
+@contextlib.contextmanager
+def served(store: SessionStore) -> Iterator[tuple[httpx.Client, str]]:
+    app = build_app(json_response=True, stateless=True, environ=ENVIRON, store=store, principal=user_of)
+    with serve(closing(app, store)) as url, httpx.Client(timeout=10) as http:
+        yield http, url
+
+
+def post_modern(http: httpx.Client, url: str, method: str, params: dict[str, Any], **meta: Any) -> httpx.Response:
+    """A 2026-07-28 request as alice, with ``meta`` in its ``_meta`` (a session, the strawman's cookie)."""
+    body = modern_request(method, params, meta=meta)
+    return http.post(url + "/mcp", json=body, headers=modern_headers(body, **ALICE))
+
+
+def post_sep1364(client: Sep1364Client, method: str, params: dict[str, Any], session: Any) -> httpx.Response:
+    """A 2025-era request of SEP-1364, its top-level ``sessionId`` beside ``params``."""
+    return client.post({**legacy_request(method, params), "sessionId": session})
+
+
+def opened(http: httpx.Client, url: str) -> dict[str, Any]:
+    """A draft session of alice's, as a request names it."""
+    created = answer(post_modern(http, url, "sessions/create", {}))
+    return {"sessionId": created["result"]["session"]["sessionId"]}
+
+
+def unavailable(response: httpx.Response) -> None:
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "1"
+    assert answer(response)["error"]["code"] == -32010
+
+
+def invalid_params(response: httpx.Response) -> None:
+    assert response.status_code != 500, response.text
+    assert answer(response)["error"]["code"] == INVALID_PARAMS
+
+
+def test_a_redis_that_stops_gets_the_retryable_error_on_every_wire() -> None:
+    with redis_server() as redis, served(RedisStore(redis.url)) as (http, url):
+        draft = {"io.modelcontextprotocol/session": opened(http, url)}
+        created = answer(post_modern(http, url, "session/create", {"hints": {"label": "l"}}))
+        strawman = {"mcp/session": {"id": created["result"]["id"]}}
+        alt1 = Sep1364Client(http, url, era=LEGACY)
+        alt1_id = answer(post_sep1364(alt1, "session/create", {"capabilities": {}}, None))["sessionId"]
+        alt2 = Sep1364Client(http, url, era=LEGACY)
+        alt2_id = answer(post_sep1364(alt2, "initialize", OPEN, None))["sessionId"]
+        count: dict[str, Any] = {"name": "count", "arguments": {}}
+        for meta in (draft, strawman):  # each wire's session works while Redis answers
+            assert tool_text(answer(post_modern(http, url, "tools/call", count, **meta))) == "1"
+        for client, session in ((alt1, alt1_id), (alt2, alt2_id)):
+            assert tool_text(answer(post_sep1364(client, "tools/call", count, session))) == "1"
+
+        redis.stop()
+        for meta in (draft, strawman):
+            unavailable(post_modern(http, url, "tools/call", count, **meta))
+        unavailable(post_modern(http, url, "sessions/delete", {}, **draft))
+        for method, params in [
+            ("session/create", {"hints": {}}),  # alice's create is recorded for session/list
+            ("session/resume", {"id": strawman["mcp/session"]["id"]}),
+            ("session/list", {}),
+            ("session/delete", {"id": strawman["mcp/session"]["id"]}),
+        ]:
+            unavailable(post_modern(http, url, method, params))
+        for client, session in ((alt1, alt1_id), (alt2, alt2_id)):
+            unavailable(post_sep1364(client, "tools/call", count, session))
+        unavailable(post_sep1364(alt1, "session/create", {"sessionId": alt1_id}, None))
+        unavailable(post_sep1364(alt1, "session/delete", {"sessionId": alt1_id}, alt1_id))
+        unavailable(post_sep1364(alt2, "initialize", OPEN, alt2_id))
+        unavailable(post_sep1364(alt2, "initialize", OPEN, None))
+        unavailable(post_sep1364(alt2, "terminate", {"sessionId": alt2_id}, alt2_id))
+
+        # What needs no store still works; a malformed parameter is the client's to fix, store or not.
+        assert "session" in answer(post_modern(http, url, "sessions/create", {}))["result"]
+        assert "sessionId" in answer(post_sep1364(alt1, "session/create", {"capabilities": {}}, None))["result"]
+        invalid_params(post_modern(http, url, "sessions/create", {"label": 5}))
+        invalid_params(post_modern(http, url, "session/list", {"cursor": "_w"}))
+        invalid_params(post_modern(http, url, "session/resume", {"id": 5}))
+        invalid_params(post_sep1364(alt1, "session/create", {"capabilities": 5}, None))
+        invalid_params(post_sep1364(alt2, "terminate", {"sessionId": 5}, None))
+
+
+@contextlib.contextmanager
+def failing(kind: str, directory: Path) -> Iterator[SessionStore]:
+    if kind == "memory-full":
+        yield anyio.run(filled_memory)
+    elif kind == "sqlite-read-only":
+        with read_only_sqlite(directory / "sessions.db") as store:
+            yield store
+    else:
+        with locked_sqlite(directory / "sessions.db") as store:
+            yield store
+
+
+@pytest.mark.parametrize("kind", ["memory-full", "sqlite-read-only", "sqlite-locked"])
+def test_a_tool_whose_data_write_fails_gets_a_tool_error_and_session_methods_the_retryable_one(
+    kind: str, tmp_path: Path
+) -> None:
+    with failing(kind, tmp_path) as store, served(store) as (http, url):
+        meta = {"io.modelcontextprotocol/session": opened(http, url)}  # stores nothing: a failing store opens it
+        counted = post_modern(http, url, "tools/call", {"name": "count", "arguments": {}}, **meta)
+        assert counted.status_code == 200, counted.text
+        result = answer(counted)["result"]
+        # What the SDK makes of any exception out of a tool: its words stay in the server's log.
+        assert result["isError"] is True and result["content"][0]["text"] == "Error executing tool count", result
+        unavailable(post_modern(http, url, "session/create", {"hints": {}}))  # alice's: recorded for session/list
+        deleted = post_modern(http, url, "sessions/delete", {}, **meta)
+        if kind == "memory-full":  # a deletion is recorded even past the cap: never forgotten
+            assert deleted.status_code == 200 and answer(deleted)["result"] == {"resultType": "complete"}
+        else:
+            unavailable(deleted)
