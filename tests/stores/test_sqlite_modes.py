@@ -6,6 +6,7 @@ digests and listing labels, and so do its ``-wal`` and ``-shm`` files.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import stat
@@ -13,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mcp_sessions.stores import SQLiteStore
 
@@ -46,6 +49,28 @@ async def test_the_database_and_its_wal_and_shm_files_are_created_0600(tmp_path:
         assert {file.name: mode(file) for file in files} == {file.name: 0o600 for file in files}
     finally:
         await store.aclose()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(umask=st.integers(min_value=0, max_value=0o077))
+def test_any_umask_gives_files_only_their_owner_can_read(tmp_path: Path, umask: int) -> None:
+    """Whatever umask the server runs under (0 included, where plain files come out 0666), the files are 0600."""
+    path = tmp_path / f"umask-{umask:03o}.db"
+    previous = os.umask(umask)
+
+    async def use() -> None:
+        store = SQLiteStore(path)
+        try:
+            await store.set("s1", "secret", "only for its owner", expires_at=EXP)
+        finally:
+            await store.aclose()
+
+    try:
+        asyncio.run(use())
+    finally:
+        os.umask(previous)
+    files = [file for file in tmp_path.iterdir() if file.name.startswith(path.name)]
+    assert files and {file.name: mode(file) for file in files} == {file.name: 0o600 for file in files}
 
 
 async def test_an_existing_database_others_can_read_is_reported_at_startup(
