@@ -81,18 +81,23 @@ class Plan:
     """In a batch: what each session its elements name resolved to (by a source's key: its name and the
     session's reference), so that a session many elements name costs one check and one store round trip."""
 
-    def __init__(self, calls: list[Call], *, batch: bool, headers: dict[bytes, bytes], start_ns: int) -> None:
+    def __init__(self, calls: list[Call], batch: bool, headers: dict[bytes, bytes], start_ns: int) -> None:
         self.calls = calls
         self.batch = batch
         self.headers = headers
         self.header_session_id = headers.get(MCP_SESSION_ID_HEADER)
         version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        self.protocol_version = None if version is None else version.decode("latin-1")
         self.era = Era.HANDSHAKE if version is None else _ERA_OF.get(version, Era.PER_REQUEST)  # era_of(), inline
-        call = calls[0]
-        self.local = call if not batch and call.local is not None else None
+        local = calls[0].local
+        self.local = None if batch or local is None else calls[0]
         """The call of a local method, when the request is one (local methods never come in batches)."""
         self.start_ns = start_ns
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The ``Mcp-Protocol-Version`` header as sent (read by telemetry only)."""
+        version = self.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        return None if version is None else version.decode("latin-1")
 
 
 class Planner:
@@ -131,7 +136,7 @@ class Planner:
             methods = self._methods
             call = self.call(parsed) if methods is None else Call(parsed, method, self._default, methods.get(method))
             call.request_id = parsed.get("id")  # repeated as sent
-            plan = Plan([call], batch=False, headers=headers, start_ns=start_ns)
+            plan = Plan([call], False, headers, start_ns)
             marker = self.watch.marker
             # Spelled in UTF-8, without an escape (92, a backslash): a body in UTF-16 or UTF-32 has NUL bytes.
             plan.unmarked = marker is not None and marker not in body and 92 not in body and 0 not in body
@@ -142,7 +147,7 @@ class Planner:
                 call.request_id = jsonrpc.request_id_of(call.message)  # only ids that can be echoed
             if all(call.method is None for call in calls):
                 return None
-            return Plan(calls, batch=True, headers=headers, start_ns=start_ns)
+            return Plan(calls, True, headers, start_ns)
         return None
 
     def call(self, message: Any) -> Call:

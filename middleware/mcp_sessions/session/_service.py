@@ -59,7 +59,7 @@ def rejection_reason(reason: str) -> str:
 class SessionService:
     """The session machinery one middleware instance shares across its wires."""
 
-    __slots__ = ("binds_endpoint", "idle_ttl", "keys", "limit", "principal", "store", "ttl")
+    __slots__ = ("_reads_user", "binds_endpoint", "idle_ttl", "keys", "limit", "principal", "store", "ttl")
 
     def __init__(
         self,
@@ -79,6 +79,7 @@ class SessionService:
         self.ttl = ttl
         self.idle_ttl = idle_ttl
         self.principal = principal
+        self._reads_user = principal is authenticated_user  # the default hook: no user on the scope, no principal
         self.limit = limit
 
     async def principal_of(self, scope: Scope) -> str | None:
@@ -124,7 +125,7 @@ class SessionService:
             # Bound both ways: another principal's session, and an anonymous one presented by a principal
             # (fixation: its anonymous creator would read what the principal writes), are unknown here.
             # The default hook reads scope["user"]: without one (no auth on the app) the caller is anonymous.
-            anonymous = self.principal is authenticated_user and scope.get("user") is None
+            anonymous = self._reads_user and scope.get("user") is None
             if extra.get(PRINCIPAL_CLAIM) != (None if anonymous else await self.principal_of(scope)):
                 raise InvalidToken("bound to another principal")
             # Minted at another MCP endpoint; one minted by the key's holder with no endpoint is valid anywhere.
@@ -138,7 +139,7 @@ class SessionService:
             # is accepted, exp + leeway: forgotten at exp, a deleted session would come back for `leeway` s.
             status = await self.store.touch(
                 sid,
-                expires_at=claims.expires_at + self.keys.leeway,
+                expires_at=claims.expires_at + keys.leeway,
                 now=now,
                 idle_ttl=self.idle_ttl,
                 issued_at=claims.issued_at,
