@@ -73,6 +73,7 @@ class SessionsOptions(TypedDict, total=False):
     create_limit: tuple[int, float] | None
     sources: Iterable[SessionSource | SourceFactory] | None
     max_conversations_per_caller: int | None
+    capture_content: bool
 
 
 class SessionsConfig:
@@ -112,20 +113,19 @@ class SessionsConfig:
         create_limit: tuple[int, float] | None = None,
         sources: Iterable[SessionSource | SourceFactory] | None = None,
         max_conversations_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
+        capture_content: bool = False,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         _check_limits(ttl, idle_ttl, max_body_size, retry_after)
-        _check_choices(trace_mode, conversation_data, adopt_transport_sessions, guard)
+        _check_choices(trace_mode, conversation_data, adopt_transport_sessions, guard, capture_content)
         self.ttl = float(ttl)
         self.idle_ttl = None if idle_ttl is None else float(idle_ttl)
         self.store: SessionStore = MemoryStore() if store is None else store
         # A store passed in is the caller's to close; one from_env builds, the app's lifespan closes at shutdown.
         self.owns_store = False
         self.paths = frozenset([path] if isinstance(path, str) else path) if path is not None else None
-        self.max_body_size = max_body_size
-        self.retry_after = retry_after
-        self.tracer_provider = tracer_provider
-        self.meter_provider = meter_provider
+        self.max_body_size, self.retry_after = max_body_size, retry_after
+        self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
         self.trace_mode: TraceMode = trace_mode
         self.principal = principal
         self.profiles = profiles_from_names(profiles)
@@ -143,6 +143,7 @@ class SessionsConfig:
         self.create_limit = None if create_limit is None else RateLimit(*create_limit)
         self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)  # see sources/_chain.py
         self.max_conversations_per_caller = _per_caller(max_conversations_per_caller, "max_conversations_per_caller")
+        self.capture_content = capture_content  # tools/call arguments and results on spans: otel/_content.py
 
     def at_endpoint(self, guard: Guard | ServerGuard) -> SessionsConfig:
         """This configuration for the session work placed at an MCP endpoint, in front of its transport app."""
@@ -173,7 +174,8 @@ class SessionsConfig:
         session wires to speak (default ``draft``).
         ``MCP_SESSIONS_CONVERSATION_DATA`` (``off``, ``principal``, ``anonymous``),
         ``MCP_SESSIONS_CONVERSATION_KEYS`` (``meta:KEY,header:NAME``) and
-        ``MCP_SESSIONS_ADOPT_TRANSPORT`` (``1``) set the options of the same names.
+        ``MCP_SESSIONS_ADOPT_TRANSPORT`` (``1``) and ``MCP_SESSIONS_CAPTURE_CONTENT`` (``1``) set the
+        options of the same names.
         """
         env = os.environ if environ is None else environ
         # The keywords, as the dict they are at runtime (settings_from_env moves the key-set options out of it).
@@ -197,7 +199,7 @@ def _check_limits(ttl: float, idle_ttl: float | None, max_body_size: int, retry_
 
 
 def _check_choices(
-    trace_mode: str, conversation_data: str, adopt_transport_sessions: bool, guard: Guard | None
+    trace_mode: str, conversation_data: str, adopt_transport_sessions: bool, guard: Guard | None, capture_content: bool
 ) -> None:
     """Refuse a mode outside its choices, and an option of the wrong kind (a typo type checkers may not see)."""
     if trace_mode not in ("link", "session"):
@@ -206,8 +208,9 @@ def _check_choices(
         raise ValueError(
             f"conversation_data must be one of {', '.join(CONVERSATION_DATA_MODES)}, got {conversation_data!r}"
         )
-    if type(adopt_transport_sessions) is not bool:
-        raise TypeError("adopt_transport_sessions is True or False")
+    for name, flag in (("adopt_transport_sessions", adopt_transport_sessions), ("capture_content", capture_content)):
+        if type(flag) is not bool:
+            raise TypeError(f"{name} is True or False")
     if guard is not None and not isinstance(guard, Guard):
         raise TypeError("guard takes a mcp_sessions.Guard, built with the options of the wrapped server")
 

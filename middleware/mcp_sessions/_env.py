@@ -61,6 +61,8 @@ def settings_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[s
         settings["conversation_keys"] = keys
     if (adopt := _flag(env, "MCP_SESSIONS_ADOPT_TRANSPORT")) is not None:
         settings["adopt_transport_sessions"] = adopt
+    if (capture := _flag(env, "MCP_SESSIONS_CAPTURE_CONTENT")) is not None:
+        settings["capture_content"] = capture
     if "store" not in options and (store := _store_from_env(env)) is not None:
         settings["store"] = store
     return settings

@@ -188,7 +188,7 @@ class MCPSessionMiddleware:
         if self.config.handles is not None:
             await check_handles(self.config.handles, self._sessions, scope, plan)
         if plan.traced:
-            start_operations(self._telemetry, scope, plan)
+            start_operations(self._telemetry, scope, plan, capture=self.config.capture_content)
         if plan.refused or plan.local is not None or plan.answered:
             return await self._answer(scope, send, plan, body)
         exchange = self._forwarder.prepare(scope, replay, send, plan)

@@ -12,6 +12,7 @@ from opentelemetry.trace import StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from ..wire.protocol import KNOWN_VERSIONS
+from ._content import record_arguments, record_result
 from ._names import OTHER, _original, _redacted
 from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, traceparent_of
 
@@ -29,6 +30,7 @@ class Operation:
     """One JSON-RPC message being handled: its span, its outcome, its metrics."""
 
     __slots__ = (
+        "_captured",
         "_ended",
         "_named_target",
         "_t0",
@@ -74,6 +76,7 @@ class Operation:
         self.status_code: str | None = None
         self.error_message: str | None = None
         self._token: object | None = None
+        self._captured: tuple[str, ...] | None = None
         self._ended = False
         self._t0 = time.perf_counter()
 
@@ -123,8 +126,19 @@ class Operation:
             attributes["mcp.protocol.version"] = self.version_name
         return attributes
 
+    def capture(self, arguments: object, known: tuple[str, ...]) -> None:
+        """Record this call's arguments, and its result once it comes (content capture, ``_content``).
+
+        ``known`` are the call's own bearer values (its session and state tokens), redacted wherever they appear.
+        """
+        self._captured = known
+        if self.span.is_recording():
+            record_arguments(self.span, arguments, known)
+
     def observe_result(self, result: Mapping[str, object]) -> None:
         """The server's result for this message: a tool error, or names it proves the server has."""
+        if self._captured is not None and self.span.is_recording():
+            record_result(self.span, result, self._captured)
         if result.get("isError") is True:
             self.tool_error()
             return

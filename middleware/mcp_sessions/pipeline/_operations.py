@@ -16,13 +16,21 @@ if TYPE_CHECKING:
 __all__ = ["start_operations"]
 
 
-def start_operations(telemetry: Telemetry, scope: Scope, plan: Plan) -> None:
-    """A SERVER span per JSON-RPC call of ``plan`` (only when an OpenTelemetry SDK records)."""
+def start_operations(telemetry: Telemetry, scope: Scope, plan: Plan, *, capture: bool = False) -> None:
+    """A SERVER span per JSON-RPC call of ``plan`` (only when an OpenTelemetry SDK records).
+
+    With ``capture`` (the ``capture_content`` option), each ``tools/call``'s span records its arguments,
+    and its result once the response is read (``otel/_content.py``).
+    """
     if not telemetry.enabled():
         return
     for call in plan.calls:
         if call.method is not None:
-            call.operation = _start(telemetry, scope, plan, call)
+            call.operation = operation = _start(telemetry, scope, plan, call)
+            if capture and call.method == "tools/call" and isinstance(params := call.params, dict):
+                session = call.session
+                known = () if session is None else tuple(t for t in (session.token, session.state_token) if t)
+                operation.capture(params.get("arguments"), known)
 
 
 def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operation:

@@ -1,0 +1,109 @@
+"""Content capture: a ``tools/call``'s arguments and result on its span, redacted and bounded.
+
+Opt-in (``capture_content=True``): the GenAI conventions' ``gen_ai.tool.call.arguments`` and
+``gen_ai.tool.call.result`` (opt-in attributes, as JSON), and the same text under OpenInference's
+``input.value`` and ``output.value`` with their ``*.mime_type``: what Phoenix shows as a span's
+input and output, and what MLflow's OTLP ingestion turns into ``mlflow.spanInputs`` and
+``mlflow.spanOutputs`` (its ``OpenInferenceTranslator``, then its ``GenAiTranslator``).
+
+Each value is the compact JSON of the arguments (or result), at most :data:`MAX_CONTENT_BYTES`
+of UTF-8; a longer one is cut and ends with :data:`TRUNCATED` (and is then ``text/plain``).
+Before that, in every string of it (object keys too), every run of token characters
+(``A-Z a-z 0-9 _ - .``) that holds a compact JWS (a session or state token: ``eyJ…`` with a
+dot), a handle (``handles/_format.py``: ``<prefix>_<35 base64url characters>``) or one of the
+call's own tokens becomes :data:`REDACTED`, the whole run: no part of a bearer value is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection
+from typing import Final
+
+from opentelemetry.trace import Span
+
+__all__ = [
+    "ARGUMENTS_ATTRIBUTE",
+    "MAX_CONTENT_BYTES",
+    "REDACTED",
+    "RESULT_ATTRIBUTE",
+    "TRUNCATED",
+    "bounded_content",
+    "record_arguments",
+    "record_result",
+]
+
+MAX_CONTENT_BYTES: Final = 4096
+"""The most UTF-8 bytes each captured value takes, the truncation marker included."""
+REDACTED: Final = "[redacted]"
+TRUNCATED: Final = "…[truncated]"
+ARGUMENTS_ATTRIBUTE: Final = "gen_ai.tool.call.arguments"
+RESULT_ATTRIBUTE: Final = "gen_ai.tool.call.result"
+_JSON: Final = "application/json"
+_TEXT: Final = "text/plain"
+
+# Every character a JWS or a handle is made of: a bearer value is always inside one such run.
+_RUN_CHARS: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-."
+# The shortest handle: a one-letter prefix, "_", 35 payload characters (handles/_format.py).
+_SHORTEST: Final = 37
+_RUN: Final = re.compile(r"[A-Za-z0-9_.\-]{37,}")
+_SECRET: Final = re.compile(
+    r"eyJ[A-Za-z0-9_-]*\."  # a compact JWS's header, as every JSON header encodes ('{"')
+    r"|[a-z][a-z0-9]{0,3}_[A-Za-z0-9_-]{34}[AEIMQUYcgkosw048]"  # a handle's prefix and payload
+)
+
+
+def bounded_content(value: object, known: Collection[str] = ()) -> tuple[str, bool]:
+    """``value`` as compact JSON, redacted, at most :data:`MAX_CONTENT_BYTES`; and whether it is whole.
+
+    ``known`` are bearer values of this very call (its session and state tokens), redacted wherever
+    they appear even if their shape changes one day.
+    """
+    try:
+        text = json.dumps(_redacted(value, known), ensure_ascii=False, separators=(",", ":"), default=repr)
+    except RecursionError:  # nested deeper than Python recurses: nothing of it is recorded
+        return TRUNCATED, False
+    encoded = text.encode("utf-8", "backslashreplace")  # a lone surrogate, as JSON escapes it
+    if len(encoded) <= MAX_CONTENT_BYTES and TRUNCATED not in text:
+        return encoded.decode(), True
+    room = MAX_CONTENT_BYTES - len(TRUNCATED.encode())
+    return encoded[:room].decode("utf-8", "ignore") + TRUNCATED, False
+
+
+def _redacted(value: object, known: Collection[str]) -> object:
+    """``value`` with every string (object keys too) redacted: in the parsed JSON, where no escape hides a run."""
+    if type(value) is str:
+        return _redacted_text(value, known)
+    if isinstance(value, dict):
+        return {_redacted_text(str(key), known): _redacted(item, known) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redacted(item, known) for item in value]
+    return value
+
+
+def _redacted_text(text: str, known: Collection[str]) -> str:
+    if len(text) > MAX_CONTENT_BYTES:
+        # Past the bound anyway: cut outside a run first, so that no part of a token is left at the end.
+        text = text[:MAX_CONTENT_BYTES].rstrip(_RUN_CHARS) + TRUNCATED
+    if len(text) < _SHORTEST:
+        return text
+    return _RUN.sub(lambda run: _redacted_run(run.group(), known), text)
+
+
+def _redacted_run(run: str, known: Collection[str]) -> str:
+    if _SECRET.search(run) is not None or any(token in run for token in known):
+        return REDACTED
+    return run
+
+
+def record_arguments(span: Span, arguments: object, known: Collection[str]) -> None:
+    """A ``tools/call``'s arguments on its span (the caller checks that the span records)."""
+    text, whole = bounded_content(arguments, known)
+    span.set_attributes({ARGUMENTS_ATTRIBUTE: text, "input.value": text, "input.mime_type": _JSON if whole else _TEXT})
+
+
+def record_result(span: Span, result: object, known: Collection[str]) -> None:
+    """A ``tools/call``'s result on its span (the caller checks that the span records)."""
+    text, whole = bounded_content(result, known)
+    span.set_attributes({RESULT_ATTRIBUTE: text, "output.value": text, "output.mime_type": _JSON if whole else _TEXT})
