@@ -19,7 +19,7 @@ from ._env import settings_from_env
 from ._policy import RequirePolicy, Requires, compile_policy
 from .guard import SDK_FRAMES_AT_TRANSPORT, Guard, ServerGuard
 from .otel import TraceMode
-from .profiles import WireProfile, profiles_from_names
+from .profiles import ErrorCodes, WireProfile, profiles_from_names, with_error_codes
 from .session import PrincipalHook, RateLimit, authenticated_user
 from .sources import DEFAULT_SOURCES, SessionSource, SourceFactory, check_chain
 from .sources.host import (
@@ -73,6 +73,7 @@ class SessionsOptions(TypedDict, total=False):
     create_limit: tuple[int, float] | None
     sources: Iterable[SessionSource | SourceFactory] | None
     max_conversations_per_caller: int | None
+    error_codes: ErrorCodes
 
 
 class SessionsConfig:
@@ -112,6 +113,7 @@ class SessionsConfig:
         create_limit: tuple[int, float] | None = None,
         sources: Iterable[SessionSource | SourceFactory] | None = None,
         max_conversations_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
+        error_codes: ErrorCodes = "seeds",
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         _check_limits(ttl, idle_ttl, max_body_size, retry_after)
@@ -122,13 +124,12 @@ class SessionsConfig:
         # A store passed in is the caller's to close; one from_env builds, the app's lifespan closes at shutdown.
         self.owns_store = False
         self.paths = frozenset([path] if isinstance(path, str) else path) if path is not None else None
-        self.max_body_size = max_body_size
-        self.retry_after = retry_after
+        self.max_body_size, self.retry_after = max_body_size, retry_after
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         self.trace_mode: TraceMode = trace_mode
         self.principal = principal
-        self.profiles = profiles_from_names(profiles)
+        self.profiles = with_error_codes(profiles_from_names(profiles), error_codes)  # see profiles/_codes.py
         exempt = frozenset().union(*(p.sessionless for p in self.profiles))
         self.requires: Requires = compile_policy(require_session, require_session_tools, exempt)
         self.require_all = require_session is True
@@ -173,7 +174,8 @@ class SessionsConfig:
         session wires to speak (default ``draft``).
         ``MCP_SESSIONS_CONVERSATION_DATA`` (``off``, ``principal``, ``anonymous``),
         ``MCP_SESSIONS_CONVERSATION_KEYS`` (``meta:KEY,header:NAME``) and
-        ``MCP_SESSIONS_ADOPT_TRANSPORT`` (``1``) set the options of the same names.
+        ``MCP_SESSIONS_ADOPT_TRANSPORT`` (``1``) and ``MCP_SESSIONS_ERROR_CODES``
+        (``seeds``, ``spec-safe``) set the options of the same names.
         """
         env = os.environ if environ is None else environ
         # The keywords, as the dict they are at runtime (settings_from_env moves the key-set options out of it).
