@@ -31,6 +31,13 @@ CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
 HEADER_MISMATCH: Final = -32020
 SESSION_NOT_FOUND: Final = -32043
 SESSION_REQUIRED: Final = -32044
+# The draft's words (its test vectors, seed 002), then what to do: clients show the message, not ``data``.
+NOT_FOUND_MESSAGE: Final = (
+    "Session not found: the session ended or is not this caller's; call sessions/create for a new one"
+)
+REQUIRED_MESSAGE: Final = (
+    f'Session required: call sessions/create and send its sessionId in params._meta["{SESSION_KEY}"]'
+)
 INVALID_REQUEST: Final = -32600
 METHOD_NOT_FOUND: Final = -32601
 INVALID_PARAMS: Final = -32602

@@ -19,7 +19,7 @@ from ._env import settings_from_env
 from ._policy import RequirePolicy, Requires, compile_policy
 from .guard import SDK_FRAMES_AT_TRANSPORT, Guard, ServerGuard
 from .otel import TraceMode
-from .profiles import WireProfile, profiles_from_names
+from .profiles import ErrorCodes, WireProfile, profiles_from_names, with_error_codes
 from .session import PrincipalHook, RateLimit, authenticated_user
 from .sources import DEFAULT_SOURCES, SessionSource, SourceFactory, check_chain
 from .sources.host import (
@@ -74,6 +74,7 @@ class SessionsOptions(TypedDict, total=False):
     sources: Iterable[SessionSource | SourceFactory] | None
     max_conversations_per_caller: int | None
     capture_content: bool
+    error_codes: ErrorCodes
 
 
 class SessionsConfig:
@@ -114,6 +115,7 @@ class SessionsConfig:
         sources: Iterable[SessionSource | SourceFactory] | None = None,
         max_conversations_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
         capture_content: bool = False,
+        error_codes: ErrorCodes = "seeds",
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         _check_limits(ttl, idle_ttl, max_body_size, retry_after)
@@ -128,7 +130,7 @@ class SessionsConfig:
         self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
         self.trace_mode: TraceMode = trace_mode
         self.principal = principal
-        self.profiles = profiles_from_names(profiles)
+        self.profiles = with_error_codes(profiles_from_names(profiles), error_codes)  # see profiles/_codes.py
         exempt = frozenset().union(*(p.sessionless for p in self.profiles))
         self.requires: Requires = compile_policy(require_session, require_session_tools, exempt)
         self.require_all = require_session is True
@@ -139,8 +141,7 @@ class SessionsConfig:
         self.guard: Guard | ServerGuard | None = guard  # None: the server's own (ServerGuard), where it is found
         self.binds_endpoint = self.keys.audience == DEFAULT_AUDIENCE  # unless the deployment names an audience
         self.placement = True  # look for the MCP endpoints inside the app (not again once placed there)
-        # At most count creates (and deletes) per seconds, per principal or client address: see _limits.py.
-        self.create_limit = None if create_limit is None else RateLimit(*create_limit)
+        self.create_limit = None if create_limit is None else RateLimit(*create_limit)  # per caller: _limits.py
         self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)  # see sources/_chain.py
         self.max_conversations_per_caller = _per_caller(max_conversations_per_caller, "max_conversations_per_caller")
         self.capture_content = capture_content  # tools/call arguments and results on spans: otel/_content.py
@@ -174,8 +175,8 @@ class SessionsConfig:
         session wires to speak (default ``draft``).
         ``MCP_SESSIONS_CONVERSATION_DATA`` (``off``, ``principal``, ``anonymous``),
         ``MCP_SESSIONS_CONVERSATION_KEYS`` (``meta:KEY,header:NAME``) and
-        ``MCP_SESSIONS_ADOPT_TRANSPORT`` (``1``) and ``MCP_SESSIONS_CAPTURE_CONTENT`` (``1``) set the
-        options of the same names.
+        ``MCP_SESSIONS_ADOPT_TRANSPORT`` (``1``), ``MCP_SESSIONS_CAPTURE_CONTENT`` (``1``) and
+        ``MCP_SESSIONS_ERROR_CODES`` (``seeds``, ``spec-safe``) set the options of the same names.
         """
         env = os.environ if environ is None else environ
         # The keywords, as the dict they are at runtime (settings_from_env moves the key-set options out of it).

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .guard import Guard
-from .profiles import profiles_from_names
+from .profiles import ERROR_CODE_SETS, profiles_from_names
 from .session import parse_limit
 from .sources.host import CONVERSATION_DATA_MODES, host_keys_from_config
 from .stores import SessionStore, store_from_url
@@ -59,6 +59,11 @@ def settings_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[s
     if (keys := env.get("MCP_SESSIONS_CONVERSATION_KEYS", "").strip()) and "conversation_keys" not in options:
         host_keys_from_config(keys, source="MCP_SESSIONS_CONVERSATION_KEYS")  # the error names the variable
         settings["conversation_keys"] = keys
+    codes = env.get("MCP_SESSIONS_ERROR_CODES", "").strip().lower()
+    if codes and "error_codes" not in options:
+        if codes not in ERROR_CODE_SETS:
+            raise ValueError(f"MCP_SESSIONS_ERROR_CODES must be seeds or spec-safe, got {codes!r}")
+        settings["error_codes"] = codes
     if (adopt := _flag(env, "MCP_SESSIONS_ADOPT_TRANSPORT")) is not None:
         settings["adopt_transport_sessions"] = adopt
     if (capture := _flag(env, "MCP_SESSIONS_CAPTURE_CONTENT")) is not None:

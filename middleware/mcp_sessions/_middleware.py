@@ -44,7 +44,8 @@ from .pipeline import (
 )
 from .plan import Plan, Planner
 from .session import SessionNotFound, SessionService
-from .sources import DataLayerSource, SourceContext, build_chain
+from .sources import DataLayerSource, SourceContext, build_chain, data_off_explainer
+from .sources.host import HostConversationSource
 from .sources.transport import TransportSource, is_transport_session_id
 from .stores import SessionStoreUnavailable
 from .tokens import IdDigests
@@ -106,7 +107,9 @@ class MCPSessionMiddleware:
         self._transport = next((s for s in chain if isinstance(s, TransportSource)), None)
         requires = None if config.requires is never else config.requires
         # A session method acts on a data-layer session, whatever the chain holds.
-        self._resolver = Resolver(chain, data_layer=DataLayerSource(sessions), requires=requires)
+        host = next((s for s in chain if isinstance(s, HostConversationSource)), None)
+        explain = None if host is None else data_off_explainer(host)
+        self._resolver = Resolver(chain, data_layer=DataLayerSource(sessions), requires=requires, explain=explain)
         self._planner = Planner(config.profiles)
         mapped = TransportSessions() if any(p.header_every_era for p in config.profiles) else None
         capability = {p.name: p.capability.value(required=config.require_all) for p in config.profiles}

@@ -27,6 +27,10 @@ JSON = [
 ]
 Message = MutableMapping[str, Any]
 
+# The draft's words (seed 002's example), then what to do: clients show the message, not the data.
+NOT_FOUND = "Session not found: the session ended or is not this caller's; call sessions/create for a new one"
+REQUIRED = f'Session required: call sessions/create and send its sessionId in params._meta["{KEY}"]'
+
 
 # -- recording helpers -----------------------------------------------------------
 
@@ -461,7 +465,7 @@ async def test_sessions_delete_then_every_use_is_not_found() -> None:
         assert sender.json() == {
             "jsonrpc": "2.0",
             "id": 6,
-            "error": {"code": -32043, "message": "Session not found", "data": {"sessionId": token[:256]}},
+            "error": {"code": -32043, "message": NOT_FOUND, "data": {"sessionId": token[:256]}},
         }
     assert len(token) > 256
     assert downstream.calls == 0
@@ -510,7 +514,7 @@ async def test_batch_with_one_invalid_session_is_answered_whole() -> None:
         {
             "jsonrpc": "2.0",
             "id": 2,
-            "error": {"code": -32043, "message": "Session not found", "data": {"sessionId": "forged.token.value"}},
+            "error": {"code": -32043, "message": NOT_FOUND, "data": {"sessionId": "forged.token.value"}},
         },
         {"jsonrpc": "2.0", "id": 3, "error": {"code": -32600, "message": refused}},
         {"jsonrpc": "2.0", "id": "four", "error": {"code": -32600, "message": refused}},
@@ -586,7 +590,7 @@ async def test_request_with_an_invalid_session_is_not_found(version: str | None,
     assert sender.json() == {
         "jsonrpc": "2.0",
         "id": 9,
-        "error": {"code": -32043, "message": "Session not found", "data": {"sessionId": "x" * 256}},
+        "error": {"code": -32043, "message": NOT_FOUND, "data": {"sessionId": "x" * 256}},
     }
 
 

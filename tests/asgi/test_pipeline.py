@@ -18,6 +18,7 @@ from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionKey
 
 from .test_middleware import (
     JSON,
+    REQUIRED,
     Downstream,
     ServerThatTakesBatches,
     call,
@@ -108,7 +109,7 @@ async def test_the_collection_and_callable_policies_refuse_and_allow(
     assert app.calls == 0
     assert sender.json()["error"] == {
         "code": -32044,
-        "message": "Session required",
+        "message": REQUIRED,
         "data": {"create": "sessions/create"},
     }
     sender = await call(mw, dumps(allowed))

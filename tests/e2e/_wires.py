@@ -17,6 +17,9 @@ from _mcp import LEGACY, MCP_PATH, MODERN, answer, legacy_request, modern_header
 
 COOKIE: Final = "mcp/session"
 STRAWMAN_REQUIRED: Final = -32002
+STRAWMAN_REQUIRED_MESSAGE: Final = (  # the strawman's words (its shape file), then where the id goes
+    'Session required. Call session/create first. Send its id in params._meta["mcp/session"].'
+)
 _BASE: Final = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 

@@ -23,6 +23,7 @@ import pytest
 from examples import quickstart
 from mcp.server.mcpserver import MCPServer
 
+from _mcp import NOT_FOUND_MESSAGE
 from conftest import SECRET, serve
 from mcp_sessions import KeySet, SessionStatus, SessionStore, SessionStoreUnavailable, get_session
 
@@ -441,7 +442,7 @@ def test_session_not_found_repeats_what_was_sent_cut_to_256(base_url: str) -> No
     assert response.json() == {
         "jsonrpc": "2.0",
         "id": 42,
-        "error": {"code": -32043, "message": "Session not found", "data": {"sessionId": sent[:256]}},
+        "error": {"code": -32043, "message": NOT_FOUND_MESSAGE, "data": {"sessionId": sent[:256]}},
     }
 
 

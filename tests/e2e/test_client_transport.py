@@ -51,6 +51,7 @@ from conftest import SECRET, serve
 from mcp_sessions import MemoryStore, SessionStoreUnavailable
 from mcp_sessions.client import HttpxSessionTransport, RetryPolicy, SessionError, SessionHandle, SessionTransport
 from mcp_sessions.client._answers import retry_after as _retry_after
+from mcp_sessions.profiles import SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED
 
 pytestmark = pytest.mark.anyio
 
@@ -771,7 +772,7 @@ async def test_a_call_cancelled_mid_stream_leaves_the_conversation_usable(server
     assert after == 2
 
 
-@pytest.mark.parametrize("code", [STORE_UNAVAILABLE, SESSION_NOT_FOUND])
+@pytest.mark.parametrize("code", [STORE_UNAVAILABLE, SESSION_NOT_FOUND, SPEC_SAFE_NOT_FOUND])
 async def test_an_error_as_the_first_sse_event_is_retried(code: int) -> None:
     attempts = []
 
@@ -882,11 +883,12 @@ async def test_a_server_that_does_not_know_sessions_create_gets_the_request_sess
     assert shim.supports_sessions is False
 
 
+@pytest.mark.parametrize("code", [SESSION_REQUIRED, SPEC_SAFE_REQUIRED], ids=["seeds", "spec-safe"])
 @pytest.mark.parametrize("auto_create", [True, False])
-async def test_session_required_creates_one_and_retries_once(auto_create: bool) -> None:
+async def test_session_required_creates_one_and_retries_once(auto_create: bool, code: int) -> None:
     def script(request: httpx2.Request, body: Any) -> httpx2.Response | None:
         if body["method"] == "tools/call" and sent_session(body) == "absent":
-            return httpx2.Response(200, json=rpc_error(body, SESSION_REQUIRED, "Session required"))
+            return httpx2.Response(200, json=rpc_error(body, code, "Session required"))
         return None
 
     server = ScriptedServer(script, advertise=False)  # the server did not advertise: no lazy create
@@ -899,7 +901,7 @@ async def test_session_required_creates_one_and_retries_once(auto_create: bool) 
         assert "result" in response.json()
         assert methods == ["server/discover", "tools/call", "sessions/create", "tools/call"]
     else:
-        assert response.json()["error"]["code"] == SESSION_REQUIRED
+        assert response.json()["error"]["code"] == code
         assert methods == ["server/discover", "tools/call"]
 
 

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from _docs import one_with, python_snippets
 from _mcp import (
+    REQUIRED_MESSAGE,
     SESSION_KEY,
     SESSION_NOT_FOUND,
     SESSION_REQUIRED,
@@ -108,7 +109,7 @@ def test_the_counter_server_counts_per_session_and_requires_one(
         assert [counts(client, "count", s) for s in (first, first, second)] == ["1", "2", "1"]
     assert refused["error"] == {
         "code": SESSION_REQUIRED,
-        "message": "Session required",
+        "message": REQUIRED_MESSAGE,
         "data": {"create": "sessions/create"},
     }
 

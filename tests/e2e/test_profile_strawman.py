@@ -22,7 +22,7 @@ from _mcp import (
     tool_text,
 )
 from conftest import SECRET, serve
-from e2e._wires import STRAWMAN_REQUIRED, StrawmanClient
+from e2e._wires import STRAWMAN_REQUIRED, STRAWMAN_REQUIRED_MESSAGE, StrawmanClient
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_PROFILES": "strawman"}
 FEATURES = ["create", "resume", "list", "delete"]
@@ -77,7 +77,7 @@ def test_cookie_echo_as_in_the_shape_file(url: str, http: httpx.Client) -> None:
 
 def test_session_required_as_in_the_shape_file(url: str, http: httpx.Client) -> None:
     message = StrawmanClient(http, url).call_tool("count")
-    assert message["error"] == {"code": STRAWMAN_REQUIRED, "message": "Session required. Call session/create first."}
+    assert message["error"] == {"code": STRAWMAN_REQUIRED, "message": STRAWMAN_REQUIRED_MESSAGE}
 
 
 def test_delete_as_in_the_shape_file(url: str, http: httpx.Client) -> None:

@@ -24,7 +24,7 @@ from _mcp import (
     tool_text,
 )
 from conftest import SECRET, serve
-from e2e._wires import STRAWMAN_REQUIRED, Sep1364Client, StrawmanClient
+from e2e._wires import STRAWMAN_REQUIRED, STRAWMAN_REQUIRED_MESSAGE, Sep1364Client, StrawmanClient
 
 ALL = "draft,strawman,sep1364-alt1,sep1364-alt2"
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_PROFILES": ALL}
@@ -96,7 +96,7 @@ def test_strawman_cycle(url: str, http: httpx.Client) -> None:
     assert client.cookie is None and client.revocations == 2
     client.cookie = {"id": created["id"]}
     refused = client.call_tool("count")
-    assert refused["error"] == {"code": STRAWMAN_REQUIRED, "message": "Session required. Call session/create first."}
+    assert refused["error"] == {"code": STRAWMAN_REQUIRED, "message": STRAWMAN_REQUIRED_MESSAGE}
     again = client.request("session/delete", {"id": created["id"]})["result"]
     assert again["deleted"] is False
 

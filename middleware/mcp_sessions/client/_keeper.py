@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import cast
 
-from ..profiles import DRAFT, ClientSide, Echo, WireProfile
+from ..profiles import DRAFT, ClientSide, Echo, WireProfile, not_found_codes, required_codes
 from ..wire import jsonrpc
 from ._outgoing import Attempt, OutgoingPost
 from ._session import SessionHandle
@@ -36,11 +36,12 @@ class SessionKeeper:
         self.profile = profile
         self.wire: ClientSide = profile.client
         self._echo: Echo = profile.echo
+        # The server may answer with the seeds' codes or the spec-safe ones (error_codes=): both are read.
+        self.required_codes = required_codes(profile)
         # Codes that say "the session this request carried is gone": on a wire that treats a gone
         # session as none, a "required" error to a request that carried one says it too.
-        self.gone_codes = frozenset(
-            {profile.not_found, profile.required} if profile.unknown_is_no_session else {profile.not_found}
-        )
+        gone = not_found_codes(profile)
+        self.gone_codes = gone | self.required_codes if profile.unknown_is_no_session else gone
         # None: the server has not said; False: it has no sessions (capability or -32601).
         self.supported: bool | None = None
         self._changed = False

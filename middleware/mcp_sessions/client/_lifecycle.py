@@ -58,7 +58,7 @@ class SessionLifecycle(Generic[RequestT, ResponseT]):
         params = _with_envelope(wire.delete_params(token), endpoint)
         reply = await self._call(endpoint, self._next_id(), wire.delete_method, params, token)
         if isinstance(reply, Failure):
-            if reply.code == self._keeper.profile.not_found:
+            if reply.code in self._keeper.gone_codes:
                 self._keeper.drop(token, "the server no longer knows it")
                 return False
             raise reply.error()

@@ -118,7 +118,7 @@ class AnswerReader(Generic[RequestT, ResponseT]):
         ):
             return "not_found"
         if (
-            self._keeper.profile.required in codes
+            not self._keeper.required_codes.isdisjoint(codes)
             and self._auto_create
             and attempt.token is None
             and not post.has_session_method

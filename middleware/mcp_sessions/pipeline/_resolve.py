@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from starlette.types import Scope
@@ -16,18 +16,29 @@ if TYPE_CHECKING:
     from ..session import Session
     from ..sources import SessionSource
 
-__all__ = ["Resolver"]
+__all__ = ["Explain", "Resolver"]
+
+Explain = Callable[["Call", "Plan"], "str | None"]
+"""Why a call that needs a session has none, where a source can say (a host's id with data off)."""
 
 
 class Resolver:
     """The source chain of one middleware, and the policy that says when a call needs a session."""
 
-    __slots__ = ("_data_layer", "_requires", "_sources")
+    __slots__ = ("_data_layer", "_explain", "_requires", "_sources")
 
-    def __init__(self, sources: Sequence[SessionSource], *, data_layer: SessionSource, requires: Requires | None):
+    def __init__(
+        self,
+        sources: Sequence[SessionSource],
+        *,
+        data_layer: SessionSource,
+        requires: Requires | None,
+        explain: Explain | None = None,
+    ):
         self._sources = tuple(sources)
         self._data_layer = data_layer
         self._requires = requires
+        self._explain = explain
 
     async def resolve(self, scope: Scope, plan: Plan) -> None:
         """Set each call's session; a call that is refused gets its refusal, and the plan is refused."""
@@ -46,7 +57,7 @@ class Resolver:
                         break
                 call.session = session
                 if session is None and requires is not None and call.is_request and requires(call.method, call.params):
-                    raise _required(call)
+                    raise self._required(call, plan)
             except Refusal as refusal:
                 call.refusal = refusal
                 plan.refused = True
@@ -60,15 +71,15 @@ class Resolver:
         if not call.local.needs_session:
             return None
         session = await self._data_layer.session_for(scope, call, plan)
-        if session is None:
-            raise _required(call)
+        if session is None:  # a wire's own method names its session itself: no host's id explains its absence
+            raise self._required(call, None)
         return session
 
-
-def _required(call: Call) -> Refusal:
-    """The wire's "session required", saying why a host's conversation has no data where it has none."""
-    profile = call.profile
-    message = profile.required_message
-    if call.conversation is not None and call.conversation.no_data is not None:
-        message = f"{message}: {call.conversation.no_data}"
-    return Refusal(profile.required, message, profile.required_data, reason="required")
+    def _required(self, call: Call, plan: Plan | None) -> Refusal:
+        """The wire's "session required", saying in its message why a host's conversation has no data
+        where it has none, and what to do (clients show the message, not ``data``)."""
+        profile = call.profile
+        why = None if call.conversation is None else call.conversation.no_data
+        if why is None and self._explain is not None and plan is not None:
+            why = self._explain(call, plan)
+        return Refusal(profile.required, profile.required_text(why), profile.required_data, reason="required")

@@ -10,6 +10,17 @@ from typing import Final
 
 from ._base import Capability, ClientSide, LocalMethod, WireProfile
 from ._carriers import Carrier, InvalidSessionMeta, SessionCarrier, SessionRef, TopLevelCarrier
+from ._codes import (
+    ERROR_CODE_SETS,
+    SPEC_DEFINED_CODES,
+    SPEC_SAFE_NOT_FOUND,
+    SPEC_SAFE_REQUIRED,
+    ErrorCodes,
+    not_found_codes,
+    required_codes,
+    spec_allows,
+    with_error_codes,
+)
 from ._echoes import Echo, EchoShape, TopLevelEcho
 from ._local import LocalCall
 from .draft import DRAFT
@@ -19,15 +30,20 @@ from .strawman import STRAWMAN
 
 __all__ = [
     "DRAFT",
+    "ERROR_CODE_SETS",
     "PROFILES",
     "SEP1364_ALT1",
     "SEP1364_ALT2",
+    "SPEC_DEFINED_CODES",
+    "SPEC_SAFE_NOT_FOUND",
+    "SPEC_SAFE_REQUIRED",
     "STRAWMAN",
     "Capability",
     "Carrier",
     "ClientSide",
     "Echo",
     "EchoShape",
+    "ErrorCodes",
     "InvalidSessionMeta",
     "LocalCall",
     "LocalMethod",
@@ -36,7 +52,11 @@ __all__ = [
     "TopLevelCarrier",
     "TopLevelEcho",
     "WireProfile",
+    "not_found_codes",
     "profiles_from_names",
+    "required_codes",
+    "spec_allows",
+    "with_error_codes",
 ]
 
 PROFILES: Final[dict[str, WireProfile]] = {p.name: p for p in (DRAFT, STRAWMAN, SEP1364_ALT1, SEP1364_ALT2)}

@@ -131,9 +131,13 @@ class WireProfile:
     header_mismatch: int
     """The error code for an ``Mcp-Session-Id`` header that differs from the session in the body."""
     required_message: str = "Session required"
-    """The message of the "required" error."""
+    """The message of the "required" error, as the wire's draft words it (:meth:`required_text` adds the hint)."""
     not_found_message: str = "Session not found"
-    """The message of the "not found" error."""
+    """The message of the "not found" error, as the wire's draft words it (:attr:`not_found_text` adds the hint)."""
+    required_hint: str | None = None
+    """What a client does about the "required" error, added to its message: clients show the message, not ``data``."""
+    not_found_hint: str | None = None
+    """What a client does about the "not found" error, added to its message."""
     required_data: Mapping[str, object] | None = None
     """The hint that goes with the "required" error (for the draft, the create method)."""
     create_method: str | None = None
@@ -168,9 +172,26 @@ class WireProfile:
         """Whether the result of ``method`` is where this wire advertises its capability, in ``era``."""
         return method in (self.advertised_per_request if era is Era.PER_REQUEST else self.advertised_handshake)
 
+    def required_text(self, why: str | None = None) -> str:
+        """The "required" error's message: the draft's words, then why there is no session, then what to do."""
+        return _message(self.required_message, why, self.required_hint)
+
+    @property
+    def not_found_text(self) -> str:
+        """The "not found" error's message: the draft's words, then what to do."""
+        return _message(self.not_found_message, None, self.not_found_hint)
+
     def not_found_data(self, token: Any) -> dict[str, object]:
         """The "not found" error's data: what the client sent, cut to 256 characters."""
         return {self.carrier.id_member: token[:_MAX_ECHOED_ID] if isinstance(token, str) else None}
 
 
 _MAX_ECHOED_ID: Final = 256
+
+
+def _message(words: str, why: str | None, hint: str | None) -> str:
+    """A draft's fixed words, kept as its first characters (its conformance), and the rest after them."""
+    parts = [part for part in (why, hint) if part]
+    if words.endswith("."):  # sentences already: each part is one more
+        return " ".join([words, *(f"{part[0].upper()}{part[1:]}." for part in parts)])
+    return f"{words}: {'; or '.join(parts)}" if parts else words

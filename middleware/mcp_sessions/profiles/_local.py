@@ -67,7 +67,7 @@ class LocalCall:
             profile = self.profile
             raise Refusal(
                 profile.not_found,
-                profile.not_found_message,
+                profile.not_found_text,
                 profile.not_found_data(token),
                 reason="revoked",
                 session_id=session.id,

@@ -55,7 +55,7 @@ async def live_session(call: LocalCall, token: str) -> Session:
         profile = call.profile
         raise Refusal(
             profile.not_found,
-            profile.not_found_message,
+            profile.not_found_text,
             profile.not_found_data(token),
             reason=exc.reason,
             session_id=exc.session_id,
@@ -110,6 +110,8 @@ SEP1364_ALT1: Final = WireProfile(
     required=SESSION_REQUIRED,
     header_mismatch=HEADER_MISMATCH,
     required_data={"create": METHOD_CREATE},
+    required_hint=f'call {METHOD_CREATE} and send its sessionId as the top-level "{SESSION_ID_MEMBER}" of each request',
+    not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",
     create_method=METHOD_CREATE,
     header_every_era=True,
 )

@@ -48,6 +48,11 @@ SEP1364_ALT2: Final = WireProfile(
     required=SESSION_REQUIRED,
     header_mismatch=HEADER_MISMATCH,
     required_data={"open": METHOD_OPEN},
+    required_hint=(
+        f'call {METHOD_OPEN} with "{SESSION_ID_MEMBER}": null and send the sessionId it returns'
+        f' as the top-level "{SESSION_ID_MEMBER}" of each request'
+    ),
+    not_found_hint=f"the session ended or is not this caller's; call {METHOD_OPEN} with a null sessionId for a new one",
     create_method=METHOD_OPEN,
     header_every_era=True,
 )

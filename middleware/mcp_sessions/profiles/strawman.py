@@ -37,7 +37,7 @@ METHOD_LIST: Final = "session/list"
 METHOD_DELETE: Final = "session/delete"
 FEATURES: Final = ("create", "resume", "list", "delete")
 SESSION_REQUIRED: Final = -32002
-"""The strawman's "session required" code (in the JSON-RPC server range)."""
+"""The strawman's "session required" code (retired by MCP 2026-07-28: ``error_codes="spec-safe"`` moves it)."""
 SESSION_NOT_FOUND: Final = -32043
 """``session/resume`` of a session that is gone (the strawman names no code; the draft's is used)."""
 MAX_LABEL_LENGTH: Final = 256
@@ -150,7 +150,7 @@ async def resume(call: LocalCall) -> dict[str, object]:
     if session is None:
         profile = call.profile
         raise Refusal(
-            profile.not_found, profile.not_found_message, profile.not_found_data(call.params.get("id")), reason="gone"
+            profile.not_found, profile.not_found_text, profile.not_found_data(call.params.get("id")), reason="gone"
         )
     return _session_object(session.token, iso(int(session.expires_at_timestamp)), None)
 
@@ -236,6 +236,8 @@ STRAWMAN: Final = WireProfile(
     required=SESSION_REQUIRED,
     header_mismatch=HEADER_MISMATCH,
     required_message="Session required. Call session/create first.",
+    required_hint=f'send its id in params._meta["{COOKIE_KEY}"]',
+    not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",
     create_method=METHOD_CREATE,
     unknown_is_no_session=True,
     declared=_declared,

@@ -12,6 +12,7 @@ follows :class:`SessionSource` and give the middleware the chain with it:
 from ..plan import Call, Conversation, Plan
 from ._base import MAX_SESSIONS_PER_REQUEST, SessionSource, SourceContext, SourceFactory, Trust
 from ._chain import DEFAULT_SOURCES, build_chain, check_chain
+from ._no_data import data_off_explainer
 from .data_layer import DataLayerSource
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "Trust",
     "build_chain",
     "check_chain",
+    "data_off_explainer",
 ]

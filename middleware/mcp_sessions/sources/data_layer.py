@@ -111,7 +111,7 @@ def refusal_of(profile: WireProfile, token: str, refused: SessionNotFound) -> Re
     """What a wire answers for a session id that names no live session of the caller."""
     return Refusal(
         profile.not_found,
-        profile.not_found_message,
+        profile.not_found_text,
         profile.not_found_data(token),
         reason=refused.reason,
         session_id=refused.session_id,

@@ -1,0 +1,95 @@
+"""Each wire's own session errors under both code sets (``error_codes=``), straight through the middleware;
+and the "required" message of a request whose host named a conversation, with conversation data off."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from mcp_sessions.profiles import PROFILES
+
+from .test_middleware import JSON, Downstream, call, dumps, http_scope, middleware
+
+pytestmark = pytest.mark.anyio
+
+TOOL = {"name": "count", "arguments": {}}
+# wire: (a request without a session, a request naming a session that does not exist, (seeds' not found, required))
+WIRES: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[int, int]]] = {
+    "draft": (
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {**TOOL, "_meta": {"io.modelcontextprotocol/session": {"sessionId": "sess-invalid"}}},
+        },
+        (-32043, -32044),
+    ),
+    "strawman": (
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL},
+        {"jsonrpc": "2.0", "id": 1, "method": "session/resume", "params": {"id": "sess-invalid"}},
+        (-32043, -32002),
+    ),
+    "sep1364-alt1": (
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL, "sessionId": "sess-invalid"},
+        (-32043, -32044),
+    ),
+    "sep1364-alt2": (
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL},
+        {"jsonrpc": "2.0", "id": 1, "method": "terminate", "sessionId": "sess-invalid"},
+        (-32043, -32044),
+    ),
+}
+
+
+@pytest.mark.parametrize("error_codes", ["seeds", "spec-safe"])
+@pytest.mark.parametrize("wire", list(WIRES))
+async def test_each_wire_answers_its_errors_with_the_chosen_codes(wire: str, error_codes: str) -> None:
+    sessionless, unknown, (not_found, required) = WIRES[wire]
+    if error_codes == "spec-safe":
+        not_found, required = -32012, -32013
+    app = Downstream()
+    mw = middleware(app, profiles=wire, require_session=True, error_codes=error_codes)
+
+    refused = (await call(mw, dumps(sessionless))).json()["error"]
+    gone = (await call(mw, dumps(unknown))).json()["error"]
+
+    assert (refused["code"], gone["code"]) == (required, not_found)
+    opens = PROFILES[wire].create_method
+    assert opens is not None and refused["message"].startswith("Session required") and opens in refused["message"]
+    assert gone["message"].startswith("Session not found: the session ended or is not this caller's; call ")
+    assert app.calls == 0
+
+
+def host_request(**meta: Any) -> bytes:
+    return dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {**TOOL, "_meta": meta}})
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["untraced", "traced"])
+async def test_a_host_id_with_data_off_is_told_how_to_turn_it_on(traced: bool) -> None:
+    options: dict[str, Any] = {"tracer_provider": TracerProvider()} if traced else {}
+    mw = middleware(Downstream(), require_session_tools={"count"}, **options)
+
+    error = (await call(mw, host_request(**{"openai/session": "v1/conv-1"}))).json()["error"]
+
+    assert error["code"] == -32044
+    assert error["message"] == (
+        "Session required: conversation data is off, so the host's conversation id (openai) names this "
+        'conversation in traces only; to keep data per conversation set conversation_data="anonymous" or '
+        '"principal" (MCP_SESSIONS_CONVERSATION_DATA); or call sessions/create and send its sessionId in '
+        'params._meta["io.modelcontextprotocol/session"]'
+    )
+
+
+async def test_a_host_id_in_a_header_is_told_too_and_a_request_without_one_is_not() -> None:
+    mw = middleware(Downstream(), require_session_tools={"count"})
+    scope = http_scope(headers=[*JSON, (b"agent-session-id", b"goose-1")])
+
+    goose = (await call(mw, host_request(), scope)).json()["error"]["message"]
+    plain = (await call(mw, host_request())).json()["error"]["message"]
+
+    assert "conversation id (goose)" in goose and "MCP_SESSIONS_CONVERSATION_DATA" in goose
+    assert "conversation data" not in plain and plain.startswith("Session required: call sessions/create")

@@ -1,0 +1,140 @@
+"""``error_codes="spec-safe"`` through uvicorn and the real SDK server: no wire answers a code MCP 2026-07-28
+reserves for itself (-32020..-32099 beyond the ones it defines) or retired (-32002), and the project's client
+still recovers from a session that is gone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from examples.quickstart import build_app
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from _mcp import MCP_PATH, answer, modern_headers, modern_request, session_meta
+from conftest import SECRET, serve
+from e2e._wires import COOKIE, Sep1364Client, StrawmanClient
+from mcp_sessions.client import SessionHandle, SessionTransport
+from mcp_sessions.profiles import PROFILES, SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED, spec_allows
+
+ENVIRON = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_ERROR_CODES": "spec-safe"}
+HEADER_MISMATCH = -32020  # defined by MCP 2026-07-28: kept
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, str]]:
+    """One server per wire, that wire listed first (so a request without a session gets its "required")."""
+    urls = {}
+    with (
+        serve(build_app(json_response=True, environ=ENVIRON, profiles=_first("draft"))) as draft,
+        serve(build_app(json_response=True, environ=ENVIRON, profiles=_first("strawman"))) as strawman,
+        serve(build_app(json_response=True, environ=ENVIRON, profiles=_first("sep1364-alt1"))) as alt1,
+        serve(build_app(json_response=True, environ=ENVIRON, profiles=_first("sep1364-alt2"))) as alt2,
+    ):
+        urls.update({"draft": draft, "strawman": strawman, "sep1364-alt1": alt1, "sep1364-alt2": alt2})
+        yield urls
+
+
+def _first(name: str) -> str:
+    return ",".join([name, *(other for other in PROFILES if other != name)])
+
+
+def code(message: dict[str, Any]) -> int:
+    error = message["error"]
+    assert isinstance(error["message"], str) and error["message"], message
+    value: int = error["code"]
+    return value
+
+
+def draft_errors(http: httpx.Client, base: str) -> list[int]:
+    def post(body: dict[str, Any], **headers: str) -> dict[str, Any]:
+        return answer(http.post(base + MCP_PATH, json=body, headers=modern_headers(body, **headers)))
+
+    count = {"name": "count", "arguments": {}}
+    created = post(modern_request("sessions/create"))["result"]["session"]
+    return [
+        code(post(modern_request("tools/call", count))),  # required
+        code(post(modern_request("tools/call", count, session={"sessionId": "sess-invalid"}))),  # not found
+        code(post(modern_request("sessions/delete", session={"sessionId": "sess-invalid"}))),  # not found
+        code(post(modern_request("tools/call", count, session=session_meta(created)), Mcp_Session_Id="other")),
+    ]
+
+
+def strawman_errors(http: httpx.Client, base: str) -> list[int]:
+    client = StrawmanClient(http, base)
+    required = client.call_tool("count")
+    gone = client.request("session/resume", {"id": "sess-invalid"})
+    created = client.request("session/create", {"hints": {}})["result"]
+    body = modern_request("tools/call", {"name": "count", "arguments": {}}, meta={COOKIE: {"id": created["id"]}})
+    mismatch = answer(http.post(base + MCP_PATH, json=body, headers=modern_headers(body, Mcp_Session_Id="other")))
+    return [code(required), code(gone), code(mismatch)]
+
+
+def sep1364_errors(http: httpx.Client, base: str, *, alt: int) -> list[int]:
+    client = Sep1364Client(http, base)
+    answers = [client.call_tool("count"), client.request("tools/call", {"name": "count"}, session="sess-invalid")]
+    if alt == 1:
+        client.session_id = client.request("session/create", {"capabilities": {}}, session=None)["result"]["sessionId"]
+        answers.append(client.request("session/delete", session="sess-invalid"))
+    else:
+        answers.append(client.request("terminate", session="sess-invalid"))
+        client.session_id = client.initialize(session=None)["sessionId"]
+    body = {**modern_request("tools/call", {"name": "count", "arguments": {}}), "sessionId": client.session_id}
+    mismatch = http.post(base + MCP_PATH, json=body, headers=modern_headers(body, Mcp_Session_Id="other"))
+    return [*(code(a) for a in answers), code(answer(mismatch))]
+
+
+def test_no_wire_answers_a_code_the_spec_reserves_or_retired(servers: dict[str, str]) -> None:
+    with httpx.Client(timeout=10) as http:
+        answered = {
+            "draft": draft_errors(http, servers["draft"]),
+            "strawman": strawman_errors(http, servers["strawman"]),
+            "sep1364-alt1": sep1364_errors(http, servers["sep1364-alt1"], alt=1),
+            "sep1364-alt2": sep1364_errors(http, servers["sep1364-alt2"], alt=2),
+        }
+
+    required, gone = SPEC_SAFE_REQUIRED, SPEC_SAFE_NOT_FOUND
+    assert answered == {
+        "draft": [required, gone, gone, HEADER_MISMATCH],
+        "strawman": [required, gone, HEADER_MISMATCH],
+        "sep1364-alt1": [required, gone, gone, HEADER_MISMATCH],
+        "sep1364-alt2": [required, gone, gone, HEADER_MISMATCH],
+    }
+    every = [c for codes in answered.values() for c in codes]
+    assert all(spec_allows(c) for c in every), every
+    assert not any(-32099 <= c <= -32020 and c != HEADER_MISMATCH for c in every)
+
+
+async def count(client: Client) -> Any:
+    return (await client.call_tool("count", {})).structured_content["result"]
+
+
+async def delete_behind_its_back(url: str, token: str) -> None:
+    other = SessionTransport(session=SessionHandle(token))
+    assert await other.delete(url) is True
+    await other.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("recreate", [True, False])
+async def test_the_client_shim_understands_the_spec_safe_not_found(servers: dict[str, str], recreate: bool) -> None:
+    url = servers["draft"] + MCP_PATH
+    shim = SessionTransport(recreate=recreate)
+    async with httpx2.AsyncClient(transport=shim) as http, Client(streamable_http_client(url, http_client=http)) as c:
+        assert await count(c) == 1
+        old = shim.session.token
+        assert old is not None
+        await delete_behind_its_back(url, old)
+        if recreate:  # a new session, the call retried in it: the counter starts again
+            assert await count(c) == 1
+        else:  # the caller is told, and the gone session is dropped
+            with pytest.raises(MCPError) as raised:
+                await count(c)
+            assert raised.value.code == SPEC_SAFE_NOT_FOUND
+            assert shim.session.token is None
+            assert await count(c) == 1  # the next call opens a new one
+        assert shim.session.token not in (None, old)

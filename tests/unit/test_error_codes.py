@@ -1,0 +1,77 @@
+"""``error_codes``: the seeds' codes by default, codes MCP 2026-07-28 allows on request, a client that reads both."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import SECRET
+from mcp_sessions import SessionsConfig
+from mcp_sessions.client import SessionHandle
+from mcp_sessions.client._keeper import SessionKeeper
+from mcp_sessions.profiles import PROFILES, SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED, spec_allows, with_error_codes
+
+SEEDS = {  # wire: (not found, required, header mismatch), as the seeds define them
+    "draft": (-32043, -32044, -32020),
+    "strawman": (-32043, -32002, -32020),
+    "sep1364-alt1": (-32043, -32044, -32020),
+    "sep1364-alt2": (-32043, -32044, -32020),
+}
+
+
+@pytest.mark.parametrize(
+    ("code", "allowed"),
+    [
+        (-32000, True),
+        (-32010, True),  # the project's store unavailable
+        (-32011, True),  # too many sessions
+        (SPEC_SAFE_NOT_FOUND, True),
+        (SPEC_SAFE_REQUIRED, True),
+        (-32019, True),
+        (-32020, True),  # header mismatch: the spec's own
+        (-32022, True),  # unsupported protocol version: the spec's own
+        (-32023, False),
+        (-32043, False),
+        (-32044, False),
+        (-32099, False),
+        (-32002, False),  # retired
+        (-32042, False),  # retired
+        (-32600, True),
+        (-31999, True),
+    ],
+)
+def test_which_codes_the_spec_lets_an_implementation_answer(code: int, allowed: bool) -> None:
+    assert spec_allows(code) is allowed
+
+
+def codes(config: SessionsConfig) -> dict[str, tuple[int, int, int]]:
+    return {p.name: (p.not_found, p.required, p.header_mismatch) for p in config.profiles}
+
+
+def test_the_seeds_codes_by_default_and_spec_safe_on_request() -> None:
+    every = ",".join(PROFILES)
+    assert codes(SessionsConfig(secret=SECRET, profiles=every)) == SEEDS
+    spec_safe = codes(SessionsConfig(secret=SECRET, profiles=every, error_codes="spec-safe"))
+    assert spec_safe == {name: (-32012, -32013, -32020) for name in PROFILES}
+    assert all(spec_allows(c) for wire in spec_safe.values() for c in wire)
+
+
+def test_the_variable_sets_the_option_and_the_keyword_wins() -> None:
+    environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_ERROR_CODES": "Spec-Safe"}
+    assert codes(SessionsConfig.from_env(environ=environ))["draft"] == (-32012, -32013, -32020)
+    assert codes(SessionsConfig.from_env(environ=environ, error_codes="seeds"))["draft"] == SEEDS["draft"]
+
+
+def test_an_unknown_code_set_fails_at_construction_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match='error_codes must be "seeds" or "spec-safe"'):
+        SessionsConfig(secret=SECRET, error_codes="strict")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="MCP_SESSIONS_ERROR_CODES must be seeds or spec-safe"):
+        SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_ERROR_CODES": "strict"})
+
+
+@pytest.mark.parametrize("wire", [name for name, profile in PROFILES.items() if profile.client is not None])
+def test_the_client_reads_both_code_sets(wire: str) -> None:
+    seeds = PROFILES[wire]
+    [spec_safe] = with_error_codes([seeds], "spec-safe")
+    keeper = SessionKeeper(SessionHandle(), None, seeds)
+    assert {seeds.not_found, spec_safe.not_found} <= keeper.gone_codes
+    assert {seeds.required, spec_safe.required} <= keeper.required_codes
