@@ -225,3 +225,51 @@ def mlflow_sessions(mlflow: Viewer, experiment_id: str) -> dict[str | None, int]
     response.raise_for_status()
     traces = response.json().get("traces", [])
     return dict(Counter(trace.get("trace_metadata", {}).get("mlflow.trace.session") for trace in traces))
+
+
+def phoenix_spans(phoenix: Viewer, project: str) -> list[dict[str, Any]]:
+    """Every span Phoenix stores for ``project``, attributes and all (REST ``/v1/projects/…/spans``)."""
+    response = httpx.get(f"{phoenix.url}/v1/projects/{project}/spans", params={"limit": 1000}, timeout=10)
+    if response.status_code == 404:  # no span of the project has arrived yet
+        return []
+    response.raise_for_status()
+    spans: list[dict[str, Any]] = response.json()["data"]
+    return spans
+
+
+def mlflow_traces(mlflow: Viewer, experiment_id: str) -> list[dict[str, Any]]:
+    """Every trace of the experiment as MLflow serves it: its info (with the request and response previews)
+    from the trace search, and its spans from ``traces/get``."""
+    location = {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": experiment_id}}
+    body: dict[str, Any] = {"locations": [location], "max_results": 500}
+    response = httpx.post(f"{mlflow.url}/api/3.0/mlflow/traces/search", json=body, timeout=10)
+    response.raise_for_status()
+    traces = []
+    for info in response.json().get("traces", []):
+        got = httpx.get(f"{mlflow.url}/api/3.0/mlflow/traces/get", params={"trace_id": info["trace_id"]}, timeout=10)
+        got.raise_for_status()
+        traces.append({"info": info, **got.json()["trace"]})
+    return traces
+
+
+def otlp_value(value: dict[str, Any]) -> Any:
+    """An OTLP ``AnyValue`` as MLflow's ``traces/get`` serves it (``{"string_value": …}``, ``kvlist_value``, …),
+    as the Python value it stands for."""
+    [(kind, inner)] = value.items()
+    if kind == "kvlist_value":
+        return {item["key"]: otlp_value(item["value"]) for item in inner.get("values", [])}
+    if kind == "array_value":
+        return [otlp_value(item) for item in inner.get("values", [])]
+    return inner
+
+
+def mlflow_span_attributes(span: dict[str, Any]) -> dict[str, Any]:
+    """A span of MLflow's ``traces/get`` answer: its attributes, by name."""
+    return {item["key"]: otlp_value(item["value"]) for item in span.get("attributes", [])}
+
+
+def mlflow_root(trace: dict[str, Any]) -> dict[str, Any]:
+    """The root span of a trace from :func:`mlflow_traces`: the one without a parent."""
+    roots: list[dict[str, Any]] = [span for span in trace["spans"] if not span.get("parent_span_id")]
+    [root] = roots
+    return root

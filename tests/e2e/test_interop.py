@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, cast
+from uuid import uuid4
 
 import anyio
 import httpx
@@ -270,33 +271,72 @@ STOCK_CLIENTS = [
     StockKind(
         "sdk-goose", "`mcp` SDK `Client`, legacy, Goose-shaped (`agent-session-id` header)", "sdk", "legacy", "goose"
     ),
+    StockKind(
+        "sdk-codex",
+        '`mcp` SDK `Client`, auto, Codex-shaped (`_meta["x-codex-turn-metadata"]`: one `session_id`, a '
+        "`thread_id` per conversation, a new `turn_id` per call)",
+        "sdk",
+        "auto",
+        "codex-turn",
+    ),
+    StockKind(
+        "fastmcp-codex",
+        'fastmcp `Client`, legacy, Codex-shaped (`_meta["threadId"]` alone)',
+        "fastmcp",
+        "legacy",
+        "codex-thread-id",
+    ),
+    StockKind(
+        "sdk-baggage",
+        "`mcp` SDK `Client`, auto, baggage-carrying (`gen_ai.conversation.id` in the `baggage` header)",
+        "sdk",
+        "auto",
+        "baggage",
+    ),
 ]
-HOST_META = {"openai": "openai/session", "vscode": "vscode.conversationId"}
+# Each host's _meta on a call in ``conversation`` (called per call: a Codex turn is new each time).
+HOST_META: dict[str, Callable[[str], dict[str, Any]]] = {
+    "openai": lambda conversation: {"openai/session": conversation},
+    "vscode": lambda conversation: {"vscode.conversationId": conversation},
+    "codex-turn": lambda conversation: {
+        "x-codex-turn-metadata": {"session_id": "codex-root", "thread_id": conversation, "turn_id": f"t-{uuid4()}"}
+    },
+    "codex-thread-id": lambda conversation: {"threadId": conversation},
+}
+# Each host's HTTP headers, set once on the connection.
+HOST_HEADERS: dict[str, Callable[[str], dict[str, str]]] = {
+    "goose": lambda conversation: {"agent-session-id": conversation},
+    "baggage": lambda conversation: {"baggage": f"user.id=u-1,gen_ai.conversation.id={conversation}"},
+}
 
 
 @asynccontextmanager
 async def connect_stock(kind: StockKind, url: str, conversation: str) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
     """One unchanged client; ``call(name)`` sends the host's conversation id the way that host does."""
-    meta = {HOST_META[kind.host]: conversation} if kind.host in HOST_META else None
+    named = HOST_META.get(kind.host or "")
+
+    def meta() -> dict[str, Any] | None:
+        return None if named is None else named(conversation)
+
     async with AsyncExitStack() as stack:
         if kind.library == "sdk":
             target: Any = url
-            if kind.host == "goose":
-                http = await stack.enter_async_context(httpx2.AsyncClient(headers={"agent-session-id": conversation}))
+            if kind.host in HOST_HEADERS:
+                headers = HOST_HEADERS[kind.host](conversation)
+                http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
                 target = streamable_http_client(url, http_client=http)
             sdk = await stack.enter_async_context(SDKClient(target, mode=kind.mode))
 
-            sent_meta = None if meta is None else sdk_meta(meta)
-
             async def call(name: str) -> Any:
-                result = await sdk.call_tool(name, {}, meta=sent_meta)
+                sent = meta()
+                result = await sdk.call_tool(name, {}, meta=None if sent is None else sdk_meta(sent))
                 return (result.structured_content or {})["result"]
 
         else:
             fastmcp = await stack.enter_async_context(FastMCPClient(url, mode=kind.mode))
 
             async def call(name: str) -> Any:
-                result = await fastmcp.call_tool(name, {}, meta=meta)
+                result = await fastmcp.call_tool(name, {}, meta=meta())
                 return (result.structured_content or {})["result"]
 
         yield call
@@ -402,8 +442,9 @@ async def stock_scenario(cell: Cell, url: str) -> None:
     kind = cell.client
     assert isinstance(kind, StockKind)
     async with (
-        connect_stock(kind, url, "conversation-a") as first,
-        connect_stock(kind, url, "conversation-b") as second,
+        # Ids of this cell's own: two kinds shaped as one host share that host's conversations on a server.
+        connect_stock(kind, url, f"{kind.key}-conversation-a") as first,
+        connect_stock(kind, url, f"{kind.key}-conversation-b") as second,
     ):
         observed = [await counted(first), await counted(first), await counted(second)]
     if kind.host is not None or (kind.mode == "legacy" and cell.server.stateful):

@@ -4,17 +4,20 @@ The quickstart server, behind the middleware, exports its spans over OTLP/HTTP t
 each test drives two conversations with one kind of client and asks each viewer, through its API, which
 sessions it made of them: Phoenix's ``/v1/projects/{project}/sessions``, MLflow's trace search with the
 ``mlflow.trace.session`` metadata. Nothing is configured for MLflow beyond its endpoint and experiment
-header: it takes ``session.id`` from the spans.
+header: it takes ``session.id`` from the spans. With ``capture_content``, a call's arguments and result are
+what each viewer shows as its input and output (Phoenix's ``input.value``/``output.value``, MLflow's span
+inputs and outputs and its trace's request and response previews), and no bearer value is in either.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,13 +31,17 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from _mcp import MCP_PATH, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
+from _mcp import MCP_PATH, SESSION_KEY, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
 from _viewers import (
     Viewer,
     beyond_loopback,
     mlflow_experiment,
+    mlflow_root,
     mlflow_sessions,
+    mlflow_span_attributes,
+    mlflow_traces,
     phoenix_sessions,
+    phoenix_spans,
     poll,
     start_viewers,
 )
@@ -44,7 +51,6 @@ from mcp_sessions.telemetry import SessionSpanProcessor
 ROOT = Path(__file__).resolve().parents[2]
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 CALLS = 3  # tool calls per conversation
-# The host conversation sources and transport adoption (issue 10, items 1, 2 and 4) come from another branch.
 
 
 @pytest.fixture(scope="session")
@@ -115,17 +121,32 @@ def test_data_layer_client(traced: Traced) -> None:
     traced.expect({sid: CALLS + 1 for sid in sids})  # sessions/create is in the session too
 
 
-@pytest.mark.parametrize(("host", "meta_key"), [("chatgpt", "openai/session"), ("vscode", "vscode.conversationId")])
-def test_host_shaped_client(traced: Traced, host: str, meta_key: str) -> None:
-    """One 2025-era connection carrying two of the host's conversations, each named in _meta by the host."""
+def codex_turn(thread: str) -> dict[str, str]:
+    """Codex's turn metadata: every thread of one root shares ``session_id``; each call is a turn of its own."""
+    return {"session_id": "codex-root", "thread_id": thread, "turn_id": f"turn-{uuid.uuid4()}"}
+
+
+# How each host names a conversation on a call: the _meta entries and the HTTP headers it sends.
+HOSTS: dict[str, Callable[[str], tuple[dict[str, Any], dict[str, str]]]] = {
+    "chatgpt": lambda c: ({"openai/session": c, "openai/subject": "user-anon-1"}, {}),
+    "vscode": lambda c: ({"vscode.conversationId": c, "vscode.requestId": "r-1"}, {}),
+    "codex-turn": lambda c: ({"x-codex-turn-metadata": codex_turn(c)}, {}),
+    "codex-thread-id": lambda c: ({"threadId": c}, {}),
+    "baggage-header": lambda c: ({}, {"baggage": f"user.id=u-1, gen_ai.conversation.id={c};p"}),
+}
+
+
+@pytest.mark.parametrize("host", list(HOSTS))
+def test_host_shaped_client(traced: Traced, host: str) -> None:
+    """One 2025-era connection carrying two of the host's conversations (threads), each named by the host."""
     conversations = [f"{host}-conversation-{uuid.uuid4()}", f"{host}-conversation-{uuid.uuid4()}"]
     with serve(quickstart(traced)) as base, httpx.Client(timeout=10) as http:
         client = LegacyClient(http, base)
         client.initialize()
         for _ in range(CALLS):
             for conversation in conversations:
-                extra = {"openai/subject": "user-anon-1"} if host == "chatgpt" else {"vscode.requestId": "r-1"}
-                _, answer = client.call_tool("whoami", meta={meta_key: conversation, **extra})
+                meta, headers = HOSTS[host](conversation)
+                _, answer = client.call_tool("whoami", None, meta=meta, **headers)
                 assert tool_text(answer) == "none", answer  # tracing only: no data by default
     traced.expect({conversation: CALLS for conversation in conversations})
 
@@ -158,6 +179,43 @@ async def test_stock_2025_client_with_adopted_transport_sessions(traced: Traced)
         "MLflow",
     )
     assert {sid: in_mlflow[sid] for sid in sids} == shown
+
+
+def test_captured_content_shows_as_input_and_output_and_no_bearer_value(traced: Traced) -> None:
+    """With capture_content, each viewer shows a call's arguments and result as its input and output; nothing
+    either viewer stores holds a session or state token, even where the client put them in the arguments."""
+    with serve(quickstart(traced, capture_content=True)) as base, httpx.Client(timeout=10) as http:
+        client = ModernClient(http, base)
+        token = client.create_session()["sessionId"]
+        _, terse = client.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token))
+        state = terse["result"]["_meta"][SESSION_KEY]["state"]
+        careless = {"mode": f"my token is {token} and my state {state}"}
+        _, echoed = client.call_tool("set_mode", careless, session=session_meta(token, state=state), id=2)
+        assert token in tool_text(echoed)  # the client gets its own text back: only the viewers must not
+    traced.expect({jwt_claims(token)["sid"]: 3})  # sessions/create and the two calls
+
+    def calls(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted((s for s in spans if s["name"] == "tools/call set_mode"), key=lambda s: s["start_time"])
+
+    in_phoenix = poll(lambda: phoenix_spans(traced.phoenix, traced.project), lambda s: len(calls(s)) == 2, "Phoenix")
+    first, second = (span["attributes"] for span in calls(in_phoenix))
+    assert json.loads(first["input.value"]) == {"mode": "terse"}
+    assert json.loads(first["output.value"])["structuredContent"] == {"result": "terse"}
+    assert json.loads(second["input.value"]) == {"mode": "my token is [redacted] and my state [redacted]"}
+
+    in_mlflow = mlflow_traces(traced.mlflow, traced.experiment_id)
+    set_modes = [trace for trace in in_mlflow if mlflow_root(trace)["name"] == "tools/call set_mode"]
+    [shown] = [trace for trace in set_modes if "terse" in trace["info"]["request_preview"]]
+    assert json.loads(shown["info"]["request_preview"]) == {"mode": "terse"}  # the trace's Input column
+    assert json.loads(shown["info"]["response_preview"])["structuredContent"] == {"result": "terse"}  # Output
+    attributes = mlflow_span_attributes(mlflow_root(shown))
+    assert attributes["mlflow.spanInputs"] == {"mode": "terse"}
+    assert attributes["mlflow.spanOutputs"]["structuredContent"] == {"result": "terse"}
+
+    stored = json.dumps([in_phoenix, in_mlflow])
+    for bearer in (token, state):
+        for part in (bearer, *bearer.split(".")):
+            assert part not in stored, f"a bearer value in what a viewer stores: {part!r}"
 
 
 # Runs the docs' snippet as a program would (it sets the global TracerProvider), then two calls in a session.
