@@ -31,8 +31,9 @@ from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.requests import HTTPConnection
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
+from _backends import closing_store as closing
 from _docs import exec_snippet, one_with, python_snippets
 from _mcp import (
     SESSION_NOT_FOUND,
@@ -105,23 +106,6 @@ def mcp_app_as_above() -> ASGIApp:
     # The snippet's own MCPSessionMiddleware is left out: it would place its session work inside mcp_app.
     app: ASGIApp = run(OPTIONS.split("\napp = MCPSessionMiddleware(")[0])["mcp_app"]
     return app
-
-
-def closing(app: ASGIApp, store: RedisStore | SQLiteStore) -> ASGIApp:
-    """``app`` that closes a store it was handed at lifespan shutdown, as configuration.md tells the reader to."""
-
-    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "lifespan":
-            return await app(scope, receive, send)
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "lifespan.shutdown.complete":
-                await store.aclose()
-            await send(message)
-
-        return await app(scope, receive, sending)
-
-    return wrapped
 
 
 def error_code(message: dict[str, Any]) -> int:

@@ -97,12 +97,9 @@ def bearer(user: str | None) -> dict[str, str]:
     return {} if user is None else {"Authorization": f"Bearer {user}-token"}
 
 
-# -- the SDK's own bearer auth -----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def authed() -> Iterator[str]:
-    server = notes_server(
+def sdk_auth_server() -> MCPServer:
+    """The notes server behind the SDK's own bearer auth: the two users of :class:`StaticVerifier`."""
+    return notes_server(
         token_verifier=StaticVerifier(),
         auth=AuthSettings(
             issuer_url=AnyHttpUrl("https://auth.example"),
@@ -111,6 +108,14 @@ def authed() -> Iterator[str]:
             validate_token_resource=False,
         ),
     )
+
+
+# -- the SDK's own bearer auth -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def authed() -> Iterator[str]:
+    server = sdk_auth_server()
     app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True, json_response=True), secret=SECRET)
     with serve(app) as url:
         yield url + "/mcp"
@@ -318,15 +323,7 @@ def test_fixation_sep1364_alt2_initialize(optional_auth: str, http: httpx.Client
 
 @pytest.fixture(scope="module")
 def authed_every_wire() -> Iterator[str]:
-    server = notes_server(
-        token_verifier=StaticVerifier(),
-        auth=AuthSettings(
-            issuer_url=AnyHttpUrl("https://auth.example"),
-            resource_server_url=AnyHttpUrl("http://127.0.0.1/mcp"),
-            required_scopes=["mcp"],
-            validate_token_resource=False,
-        ),
-    )
+    server = sdk_auth_server()
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     profiles = "draft,strawman,sep1364-alt1,sep1364-alt2"
     with serve(MCPSessionMiddleware(app, secret=SECRET, profiles=profiles)) as url:

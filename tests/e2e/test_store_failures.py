@@ -19,8 +19,9 @@ import anyio
 import httpx
 import pytest
 from examples.quickstart import build_app
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
+from _backends import closing_store as closing
 from _failing_stores import filled_memory, locked_sqlite, read_only_sqlite
 from _mcp import INVALID_PARAMS, LEGACY, answer, legacy_request, modern_headers, modern_request, tool_text
 from _redis import redis_server
@@ -37,23 +38,6 @@ OPEN = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "s
 def user_of(scope: Scope) -> str | None:
     """The tests' principal: an ``X-User`` header (a stand-in for real authentication)."""
     return dict(scope["headers"]).get(b"x-user", b"").decode() or None
-
-
-def closing(app: ASGIApp, store: SessionStore) -> ASGIApp:
-    """``app``, closing ``store`` at lifespan shutdown: in the server's event loop, where its connections are."""
-
-    async def closes(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "lifespan":
-            return await app(scope, receive, send)
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "lifespan.shutdown.complete":
-                await store.aclose()
-            await send(message)
-
-        return await app(scope, receive, sending)
-
-    return closes
 
 
 @contextlib.contextmanager
