@@ -31,15 +31,13 @@ def is_transport(app: object) -> bool:
 
 @dataclass(eq=False)
 class Endpoint:
-    """One MCP server's transport app, the path it is routed at, and where the app graph holds it."""
+    """One MCP server's transport app, the paths it is routed at, and where the app graph holds it."""
 
     transport: ASGIApp
-    path: str
-    """The path inside the app (mount prefixes and the route's path): what sessions minted here are bound to."""
     holders: list[object] = field(default_factory=list)
     """The objects whose ``app`` attribute is the transport app (a route, a mount, a route's auth wrapper)."""
     paths: list[str] = field(default_factory=list)
-    """Every path routed to it (the first is :attr:`path`)."""
+    """Every path inside the app routed to it (mount prefixes and the route's path)."""
 
     def place(self, inner: ASGIApp) -> None:
         """Put ``inner`` (which calls the transport app) where the transport app was."""
@@ -115,7 +113,7 @@ def _route(
                 f"the MCP endpoint at {prefix + path!r} already has an MCPSessionMiddleware: wrap the app once"
             )
         if is_transport(target):
-            endpoint = found.setdefault(id(target), Endpoint(target, prefix + path))
+            endpoint = found.setdefault(id(target), Endpoint(target))
             endpoint.holders.append(holder)
             endpoint.paths.append(prefix + path)
             return

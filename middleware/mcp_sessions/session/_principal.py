@@ -22,7 +22,7 @@ logger = logging.getLogger("mcp_sessions")
 PrincipalHook = Callable[[Scope], "str | Awaitable[str | None] | None"]
 PRINCIPAL_CLAIM: Final = "pbh"
 ENDPOINT_CLAIM: Final = "mep"
-"""The MCP endpoint (its path in the app) a session was minted at, when sessions are bound to one."""
+"""The MCP endpoint a session was minted at (the request's path), when sessions are bound to one."""
 
 
 def authenticated_user(scope: Scope) -> str | None:
