@@ -6,7 +6,8 @@ session (``await get_session().notify_resource_updated(uri)``) and ends a
 session's streams when it is deleted or expires. See ``docs/deployment.md``.
 """
 
-from ._bus import Backend, SessionSubscriptionBus
+from ._backend import Backend
+from ._bus import SessionSubscriptionBus
 from ._memory import MemoryBackend
 from ._redis import RedisBackend
 

@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ServerEvent
 
 from ..session import current_session
+from ._backend import Backend
 from ._codec import END, decode, encode
-from ._memory import MemoryBackend, Receive
+from ._memory import MemoryBackend
 
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["Backend", "SessionSubscriptionBus"]
+__all__ = ["SessionSubscriptionBus"]
 
 logger = logging.getLogger("mcp_sessions")
 
@@ -39,17 +40,6 @@ INTERNAL_ERROR: Final = -32603  # what the SDK answers at its own limit of liste
 DEFAULT_MAX_STREAMS_PER_SESSION: Final = 8
 DEFAULT_MAX_SESSIONS: Final = 10_000
 _MAX_SESSION_ID: Final = 256
-
-
-class Backend(Protocol):
-    """Where messages travel: channels joined and left by name, messages handed to ``receive``."""
-
-    def bind(self, receive: Receive) -> None: ...
-    def join(self, channel: str) -> None: ...
-    def leave(self, channel: str) -> None: ...
-    async def ready(self, channel: str) -> None: ...
-    async def publish(self, channel: str, message: bytes) -> None: ...
-    async def aclose(self) -> None: ...
 
 
 class _Session:

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import anyio.lowlevel
 
-__all__ = ["MemoryBackend", "Receive"]
+from ._backend import Backend, Receive
 
-Receive = Callable[[str, bytes | str], None]
-"""What a backend calls for each message arriving on a joined channel: ``receive(channel, message)``."""
+__all__ = ["MemoryBackend"]
 
 
-class MemoryBackend:
+class MemoryBackend(Backend):
     """One process, no network: what ``memory://`` builds (the SDK's in-memory bus, with sessions)."""
 
     __slots__ = ("_joined", "_receive")

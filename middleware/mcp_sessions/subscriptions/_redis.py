@@ -21,18 +21,18 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from ._backend import Backend, Receive
+
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
     from redis.asyncio.client import PubSub
-
-    from ._memory import Receive
 
 __all__ = ["RedisBackend"]
 
 logger = logging.getLogger("mcp_sessions")
 
 
-class RedisBackend:
+class RedisBackend(Backend):
     """Channels of one Redis (``redis://``, ``rediss://``, ``unix://``): see the module's docstring."""
 
     __slots__ = (
@@ -41,12 +41,12 @@ class RedisBackend:
         "_closed",
         "_confirmed",
         "_joined",
+        "_max_backoff",
+        "_min_backoff",
         "_progress",
         "_ready_timeout",
         "_receive",
         "_task",
-        "max_backoff",
-        "min_backoff",
     )
 
     def __init__(
@@ -56,7 +56,7 @@ class RedisBackend:
             raise ValueError("the bus's backoff is 0 < min_backoff <= max_backoff <= 60 seconds")
         self._client = client
         self._ready_timeout = ready_timeout
-        self.min_backoff, self.max_backoff = min_backoff, max_backoff
+        self._min_backoff, self._max_backoff = min_backoff, max_backoff
         self._joined: set[str] = set()
         self._confirmed: set[str] = set()  # subscribed on the current connection, as Redis confirmed
         self._changed = asyncio.Event()
@@ -100,7 +100,7 @@ class RedisBackend:
     # -- the connection ----------------------------------------------------------------
 
     async def _run(self) -> None:
-        backoff = self.min_backoff
+        backoff = self._min_backoff
         while not self._closed:
             try:
                 await self._connection()
@@ -112,7 +112,7 @@ class RedisBackend:
                     type(failure).__name__,
                     backoff,
                 )
-            backoff = self.min_backoff if self._confirmed else min(backoff * 2, self.max_backoff)
+            backoff = self._min_backoff if self._confirmed else min(backoff * 2, self._max_backoff)
             self._confirmed.clear()
             await asyncio.sleep(backoff)
 

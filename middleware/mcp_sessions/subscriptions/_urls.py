@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from ._memory import MemoryBackend
 
 if TYPE_CHECKING:
-    from ._bus import Backend
+    from ._backend import Backend
 
 __all__ = ["backend_from_url"]
 
