@@ -243,3 +243,23 @@ def test_too_many_streams_in_one_session_are_refused_before_they_open(pair: list
             assert "Too many listen streams in this session" in refused["error"]["message"]
 
     asyncio.run(scenario())
+
+
+def test_an_open_stream_keeps_its_session_from_idling_out(redis: RedisServer) -> None:
+    """idle_ttl 2 s: the stream checks (touches) its session every second, so 3.5 s later it is still alive."""
+    environ = {**base_environ(redis), "MCP_SESSIONS_IDLE_TTL": "2"}
+    with replicas(environ, app=APP) as [replica]:
+
+        async def scenario() -> None:
+            async with client() as c:
+                listened, idle = await c.create(replica.url), await c.create(replica.url)
+                stream = await c.listen(replica.url, "keeps", listened)
+                await c.tool(replica.url, "edit_note", {"name": "a", "text": "x"}, idle)  # its last use
+                await asyncio.sleep(3.5)
+                assert not stream.ended.is_set()
+                assert await c.tool(replica.url, "edit_note", {"name": "a", "text": "y"}, listened) == "saved"
+                edit = {"name": "edit_note", "arguments": {"name": "a", "text": "z"}}
+                gone = await c.request(replica.url, "tools/call", edit, idle)
+                assert gone["error"]["code"] == -32043  # the control: unused for 3.5 s, it idled out
+
+        asyncio.run(scenario())
