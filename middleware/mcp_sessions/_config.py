@@ -35,6 +35,7 @@ from .tokens import DEFAULT_AUDIENCE, DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 
 if TYPE_CHECKING:
     from .handles import Handles
+    from .subscriptions import SessionSubscriptionBus
 
 __all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_TTL", "SessionsConfig", "SessionsOptions"]
 
@@ -75,6 +76,7 @@ class SessionsOptions(TypedDict, total=False):
     max_conversations_per_caller: int | None
     capture_content: bool
     error_codes: ErrorCodes
+    subscriptions: SessionSubscriptionBus | None
 
 
 class SessionsConfig:
@@ -116,12 +118,12 @@ class SessionsConfig:
         max_conversations_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
         capture_content: bool = False,
         error_codes: ErrorCodes = "seeds",
+        subscriptions: SessionSubscriptionBus | None = None,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
-        _check_limits(ttl, idle_ttl, max_body_size, retry_after)
+        self.ttl, self.idle_ttl = _check_limits(ttl, idle_ttl, max_body_size, retry_after)
         _check_choices(trace_mode, conversation_data, adopt_transport_sessions, guard, capture_content)
-        self.ttl = float(ttl)
-        self.idle_ttl = None if idle_ttl is None else float(idle_ttl)
+        self.subscriptions = _check_bus(subscriptions)  # listen streams of a session: subscriptions/_bus.py
         self.store: SessionStore = MemoryStore() if store is None else store
         # A store passed in is the caller's to close; one from_env builds, the app's lifespan closes at shutdown.
         self.owns_store = False
@@ -187,8 +189,10 @@ class SessionsConfig:
         return config
 
 
-def _check_limits(ttl: float, idle_ttl: float | None, max_body_size: int, retry_after: int) -> None:
-    """Refuse lifetimes and limits no server could run with."""
+def _check_limits(
+    ttl: float, idle_ttl: float | None, max_body_size: int, retry_after: int
+) -> tuple[float, float | None]:
+    """Refuse lifetimes and limits no server could run with; the lifetimes, as numbers of seconds."""
     if not 0 < ttl <= MAX_TTL:
         raise ValueError(f"ttl must be a positive number of seconds, at most {MAX_TTL} (ten years)")
     if idle_ttl is not None and not 0 < idle_ttl <= MAX_TTL:
@@ -197,6 +201,17 @@ def _check_limits(ttl: float, idle_ttl: float | None, max_body_size: int, retry_
         raise ValueError("max_body_size must be positive")
     if type(retry_after) is not int or retry_after < 0:
         raise ValueError("retry_after must be a whole number of seconds, 0 or more")
+    return float(ttl), None if idle_ttl is None else float(idle_ttl)
+
+
+def _check_bus(bus: SessionSubscriptionBus | None) -> SessionSubscriptionBus | None:
+    """A bus, or ``None``: checked by what the middleware calls, so that ``import mcp_sessions`` needs no SDK."""
+    if bus is not None and not all(callable(getattr(bus, name, None)) for name in ("publish_to_session", "watch")):
+        raise TypeError(
+            "subscriptions takes a mcp_sessions.subscriptions.SessionSubscriptionBus, the one given to "
+            "MCPServer(subscriptions=...)"
+        )
+    return bus
 
 
 def _check_choices(

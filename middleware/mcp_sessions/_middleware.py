@@ -85,15 +85,7 @@ class MCPSessionMiddleware:
         self.config = config
         self.keys = config.keys
         self.store = config.store
-        sessions = self._sessions = SessionService(
-            limit=config.create_limit,
-            keys=config.keys,
-            store=config.store,
-            ttl=config.ttl,
-            idle_ttl=config.idle_ttl,
-            principal=config.principal,
-            binds_endpoint=config.binds_endpoint,
-        )
+        sessions = self._sessions = _service(config)
         digests = IdDigests(config.keys)
         context = SourceContext(
             sessions,
@@ -119,6 +111,7 @@ class MCPSessionMiddleware:
             strips=self._planner.strips,
             transport=self._transport,
             mapped=mapped,
+            sessions=sessions,
         )
         retry_after = str(config.retry_after).encode()
         self._refuser = Refuser(retry_after)
@@ -275,6 +268,20 @@ class MCPSessionMiddleware:
                 exchange = Exchange(scope, receive, send, session, {}, [], telemetry=self._telemetry)
                 return await run_app(self.app, exchange)
         await self.app(scope, receive, send)
+
+
+def _service(config: SessionsConfig) -> SessionService:
+    """The session machinery one middleware shares across its wires, as configured."""
+    return SessionService(
+        limit=config.create_limit,
+        keys=config.keys,
+        store=config.store,
+        ttl=config.ttl,
+        idle_ttl=config.idle_ttl,
+        principal=config.principal,
+        binds_endpoint=config.binds_endpoint,
+        bus=config.subscriptions,
+    )
 
 
 def _say_outer_form(app: ASGIApp, config: SessionsConfig) -> None:

@@ -81,6 +81,7 @@ REGISTER = one_with(CONFIGURATION, "register_store(")
 REDIS = one_with(CONFIGURATION, "RedisStore(")
 STORE_URLS = one_with(DEPLOYMENT, "store_from_url(")
 SERVER_PY = one_with(DEPLOYMENT, 'MCPServer("counter")')
+LISTEN = one_with(DEPLOYMENT, "SessionSubscriptionBus.from_url(")  # run by tests/e2e/test_listen_docs.py
 AUTH_OUTSIDE = one_with(SECURITY, "Middleware(AuthenticationMiddleware")
 SDK_AUTH = one_with(SECURITY, "token_verifier=verifier")
 
@@ -91,7 +92,7 @@ def test_every_snippet_is_accounted_for() -> None:
             CONFIGURATION,
             [OPTIONS, FROM_ENV_CONFIG, GUARD, ROTATION, ES256, SQLITE, REGISTER, REDIS],
         ),
-        "deployment.md": (DEPLOYMENT, [STORE_URLS, SERVER_PY]),
+        "deployment.md": (DEPLOYMENT, [STORE_URLS, SERVER_PY, LISTEN]),
         "security.md": (SECURITY, [AUTH_OUTSIDE, SDK_AUTH]),
     }
     for page, (found, covered) in tested.items():

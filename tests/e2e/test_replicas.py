@@ -56,10 +56,11 @@ STOP_TIMEOUT = 5.0
 
 
 class Replica:
-    """``python -m uvicorn examples.quickstart:app`` in its own process, configured only by environment."""
+    """``python -m uvicorn examples.quickstart:app`` (or ``app``) in its own process, configured only by environment."""
 
-    def __init__(self, name: str, environ: Mapping[str, str]) -> None:
+    def __init__(self, name: str, environ: Mapping[str, str], app: str = "examples.quickstart:app") -> None:
         self.name = name
+        self.app = app
         self.port = free_port()
         self.environ = dict(environ)
         self.process: subprocess.Popen[bytes] | None = None
@@ -87,7 +88,7 @@ class Replica:
                 sys.executable,
                 "-m",
                 "uvicorn",
-                "examples.quickstart:app",
+                self.app,
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -141,11 +142,11 @@ class Replica:
 
 
 @contextlib.contextmanager
-def replicas(*environs: Mapping[str, str]) -> Iterator[list[Replica]]:
+def replicas(*environs: Mapping[str, str], app: str = "examples.quickstart:app") -> Iterator[list[Replica]]:
     started: list[Replica] = []
     try:
         for index, environ in enumerate(environs):
-            replica = Replica("AB"[index], environ)
+            replica = Replica("ABC"[index], environ, app)
             replica.spawn()
             started.append(replica)
         for replica in started:

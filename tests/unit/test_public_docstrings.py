@@ -24,7 +24,13 @@ import pytest
 
 import mcp_sessions
 
-PUBLIC_MODULES = ("mcp_sessions", "mcp_sessions.stores", "mcp_sessions.client", "mcp_sessions.telemetry")
+PUBLIC_MODULES = (
+    "mcp_sessions",
+    "mcp_sessions.stores",
+    "mcp_sessions.client",
+    "mcp_sessions.telemetry",
+    "mcp_sessions.subscriptions",
+)
 SOURCE = Path(mcp_sessions.__file__).resolve().parents[1]
 
 

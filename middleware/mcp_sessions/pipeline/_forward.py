@@ -13,6 +13,7 @@ from ..session import SCOPE_KEY, STATE_ATTRIBUTE, Session, current_conversation,
 from ..wire.jsonrpc import hashable_id
 from ..wire.protocol import Era
 from ._echo import Target, advertising_tables
+from ._listen import LISTEN, ListenStream
 from ._request import continue_trace, strip_session_members
 from ._response import ResponseRewriter
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from ..otel import Operation, Telemetry
     from ..plan import Plan
     from ..profiles import WireProfile
+    from ..session import SessionService
     from ..sources.transport import TransportSource
     from ._transport import TransportSessions
 
@@ -35,7 +37,7 @@ Capabilities = Mapping[str, Mapping[str, object]]
 class Forwarder:
     """The forward step of one middleware: what the app is called with, for a plan nothing refused."""
 
-    __slots__ = ("_advertising", "_capability", "_mapped", "_per_request", "_strips", "_transport")
+    __slots__ = ("_advertising", "_bus", "_capability", "_mapped", "_per_request", "_sessions", "_strips", "_transport")
 
     def __init__(
         self,
@@ -45,6 +47,7 @@ class Forwarder:
         strips: bool,
         transport: TransportSource | None,
         mapped: TransportSessions | None,
+        sessions: SessionService,
     ) -> None:
         tables = advertising_tables(profiles)  # by era: each is looked up by identity, an Enum hashes in Python
         self._advertising, self._per_request = tables[Era.HANDSHAKE.value], tables[Era.PER_REQUEST.value]
@@ -52,6 +55,9 @@ class Forwarder:
         self._strips = strips
         self._transport = transport
         self._mapped = mapped
+        self._sessions = sessions
+        # With a bus (subscriptions=), a session's listen streams end with it: _listen.py.
+        self._bus = sessions.bus
 
     def targets(self, plan: Plan) -> dict[object, Target]:
         """What to do with the response to each request of ``plan``: echo, advertise, observe (by request id)."""
@@ -83,7 +89,8 @@ class Forwarder:
         """
         if self._strips:
             strip_session_members(plan, replay)
-        given = send
+        given, listen = send, None
+        receive: Receive = replay
         if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
             send = self._transport.watch_initialize(send)
         targets = self.targets(plan)
@@ -109,12 +116,23 @@ class Forwarder:
             ):
                 opening = call.method in call.profile.carrier.opening_methods
                 scope, send = mapped.bind(scope, send, session, opening=opening)
+            if self._bus is not None and call.method == LISTEN:  # the one check on every request with a bus
+                listen = ListenStream(self._bus, self._sessions, session, call.request_id, replay, send)
+                receive, send = listen.receive, listen.send
         if not targets and not attaches and not operations and plan.handles is None:
-            return None if send is given else Exchange(scope, replay, send, None, {}, [])
+            return None if send is given else Exchange(scope, receive, send, None, {}, [], listen=listen)
         if len(operations) == 1 and not plan.batch and operations[0].traced:
             continue_trace(plan.calls[0].message, replay, operations[0])
         return Exchange(
-            scope, replay, send, session, targets, operations, handles=plan.handles, conversation=conversation
+            scope,
+            receive,
+            send,
+            session,
+            targets,
+            operations,
+            handles=plan.handles,
+            conversation=conversation,
+            listen=listen,
         )
 
 
@@ -132,6 +150,7 @@ class Exchange:
         "_baggage",
         "_conversation",
         "_handles",
+        "_listen",
         "_operations",
         "_rewriter",
         "_token",
@@ -152,8 +171,10 @@ class Exchange:
         handles: HandleContext | None = None,
         telemetry: Telemetry | None = None,
         conversation: tuple[str, str] | None = None,
+        listen: ListenStream | None = None,
     ) -> None:
         self.scope, self.receive = scope, receive
+        self._listen = listen
         typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
         self._rewriter = rewriter = ResponseRewriter(typed_send, targets) if targets else None
         self.send: Send = send if rewriter is None else rewriter.send
@@ -189,6 +210,8 @@ class Exchange:
 
     def finish(self) -> None:
         """Undo what was attached, in reverse order, and end every operation."""
+        if self._listen is not None:
+            self._listen.close()
         if self._handles is not None:
             self._handles.__exit__(None, None, None)
         if self._ambient is not None:

@@ -20,7 +20,7 @@ from ..wire import Refusal, store_unavailable
 from ..wire.protocol import TOO_MANY_SESSIONS
 from ._limits import RateLimit, caller_of
 from ._principal import ENDPOINT_CLAIM, PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, principal_digest
-from ._session import Session
+from ._session import Session, SessionBus
 
 if TYPE_CHECKING:
     from ..otel import Operation
@@ -59,7 +59,7 @@ def rejection_reason(reason: str) -> str:
 class SessionService:
     """The session machinery one middleware instance shares across its wires."""
 
-    __slots__ = ("_reads_user", "binds_endpoint", "idle_ttl", "keys", "limit", "principal", "store", "ttl")
+    __slots__ = ("_reads_user", "binds_endpoint", "bus", "idle_ttl", "keys", "limit", "principal", "store", "ttl")
 
     def __init__(
         self,
@@ -71,8 +71,11 @@ class SessionService:
         principal: PrincipalHook | None,
         limit: RateLimit | None = None,
         binds_endpoint: bool = False,
+        bus: SessionBus | None = None,
     ) -> None:
         self.keys = keys
+        self.bus = bus
+        """The subscription bus sessions publish their own events through, and their streams are ended by."""
         self.binds_endpoint = binds_endpoint
         """Whether a session is bound to the MCP endpoint (the request path) it was minted at."""
         self.store = store
@@ -162,6 +165,7 @@ class SessionService:
             state_json=state_json,
             now=now,
             idle_ttl=self.idle_ttl,
+            bus=self.bus,
         )
 
     @staticmethod
@@ -198,15 +202,18 @@ class SessionService:
             now=now,
             idle_ttl=self.idle_ttl,
             source=source,
+            bus=self.bus,
         )
 
     async def end(self, session_id: str) -> bool:
         """End a session :meth:`adopt` gave (its transport session ended) and drop its data."""
         try:
-            return await self.store.revoke(session_id, expires_at=time.time() + self.ttl)
+            ended = await self.store.revoke(session_id, expires_at=time.time() + self.ttl)
         except SessionStoreUnavailable as exc:
             logger.warning("could not drop an ended transport session's data: %s", exc)
             return False
+        await self.end_streams(session_id)
+        return ended
 
     def _limited(self, scope: Scope, principal: str | None) -> None:
         """Refuse (429) a caller over the create limit: by principal, else by client address."""
@@ -230,4 +237,24 @@ class SessionService:
             raise store_unavailable(exc) from None
         if revoked:
             logger.debug("session deleted (sid=%s)", session.id)
+            await self.end_streams(session.id)
         return revoked
+
+    async def end_streams(self, session_id: str) -> None:
+        """End the session's listen streams on every replica (a bus publish: logged and dropped if it fails)."""
+        if self.bus is not None:
+            await self.bus.end_session(session_id)
+
+    async def still_active(self, session: Session) -> bool:
+        """Whether ``session`` may still be used, touching it as a request does (``True`` if the store fails)."""
+        try:
+            status = await self.store.touch(
+                session.id,
+                expires_at=session.token_expires_at + self.keys.leeway,
+                now=time.time(),
+                idle_ttl=self.idle_ttl,
+                issued_at=session.issued_at,
+            )
+        except SessionStoreUnavailable:
+            return True  # a store outage ends no stream: the next check asks again
+        return status is SessionStatus.ACTIVE

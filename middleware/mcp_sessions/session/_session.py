@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..stores import SessionStore
     from ..tokens import KeySet
 
-__all__ = ["SCOPE_KEY", "Session", "SessionData", "get_session"]
+__all__ = ["SCOPE_KEY", "Session", "SessionBus", "SessionData", "get_session"]
 
 SCOPE_KEY: Final = "mcp_sessions.session"
 """The ASGI ``scope`` key that holds the request's verified :class:`Session` (absent without one)."""
@@ -26,6 +26,19 @@ current_session: ContextVar[Session | None] = ContextVar("mcp_sessions.session",
 # no Session (conversation data off) or one keyed by a digest; the logs then name what the spans name.
 current_conversation: ContextVar[tuple[str, str] | None] = ContextVar("mcp_sessions.conversation", default=None)
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+_NO_BUS: Final = (
+    "no subscription bus is known: pass the SessionSubscriptionBus given to MCPServer(subscriptions=bus) "
+    "to the middleware too, MCPSessionMiddleware(app, subscriptions=bus)"
+)
+
+
+class SessionBus(Protocol):
+    """What the sessions and their listen streams need of :class:`mcp_sessions.subscriptions.SessionSubscriptionBus`."""
+
+    async def publish_to_session(self, session_id: str, event: Any) -> None: ...
+    async def end_session(self, session_id: str) -> None: ...
+    def watch(self, session_id: str, on_end: Callable[[], None]) -> Callable[[], None] | None: ...
+    async def ready(self, session_id: str | None = None) -> None: ...
 
 
 class SessionData:
@@ -77,6 +90,7 @@ class Session:
     """
 
     __slots__ = (
+        "_bus",
         "_data",
         "_idle_ttl",
         "_keys",
@@ -108,6 +122,7 @@ class Session:
         now: float,
         idle_ttl: float | None,
         source: str = "data-layer",
+        bus: SessionBus | None = None,
     ) -> None:
         self.token = token
         """The wire ``sessionId`` (a JWT): a bearer credential, never log it."""
@@ -133,6 +148,7 @@ class Session:
         """The signed state that goes out in the echo (``None`` when there is none); set by :attr:`state`."""
         self._state_json = state_json
         self._state_view: Mapping[str, Any] | None = None
+        self._bus = bus
 
     def __repr__(self) -> str:
         return f"<Session id={self.id!r} expires_at={self.expires_at.isoformat()}>"
@@ -175,6 +191,20 @@ class Session:
         self.state_token = self._keys.sign_state(self.id, plain)
         self._state_json = None
         self._state_view = MappingProxyType(plain)
+
+    async def notify_resource_updated(self, uri: str) -> None:
+        """Tell this session's listen streams, on every replica, that the resource at ``uri`` changed.
+
+        Only streams opened within this session (a ``subscriptions/listen`` request that named it) that
+        subscribed to ``uri`` get it; a global stream or another session's never does. Fire and forget:
+        a bus that cannot publish (Redis down) logs and drops the event. ``RuntimeError`` when the
+        middleware was given no ``subscriptions=`` bus.
+        """
+        if self._bus is None:
+            raise RuntimeError(_NO_BUS)
+        from mcp.shared.subscriptions import ResourceUpdated  # the bus needs the mcp SDK; the session does not
+
+        await self._bus.publish_to_session(self.id, ResourceUpdated(uri=uri))
 
 
 def get_session(connection: HTTPConnection | None = None) -> Session | None:

@@ -13,6 +13,8 @@ from ._urls import StoreFactory, register_store, store_from_url
 from .memory import MemoryStore, SessionStoreFull
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
     from .redis import RedisStore
     from .sqlite import SQLiteStore
 
@@ -27,9 +29,19 @@ __all__ = [
     "SessionStoreFull",
     "SessionStoreUnavailable",
     "StoreFactory",
+    "redis_client",
     "register_store",
     "store_from_url",
 ]
+
+
+def redis_client(url: str, *, timeout: float, connect_timeout: float, max_connections: int) -> aioredis.Redis:
+    """The client ``RedisStore`` builds from a store URL (checked part by part, bounded, no retries), for the
+    other parts that speak to the same Redis: the subscription bus. Needs the ``redis`` extra."""
+    from ._redis_client import check_client_options, client_from_url
+
+    check_client_options(timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)
+    return client_from_url(url, timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)
 
 
 def __getattr__(name: str) -> type[SessionStore]:

@@ -1,0 +1,45 @@
+"""The backend seam: where the bus's messages travel (in process, Redis pub/sub, and later Cluster or Sentinel)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["Backend", "Receive"]
+
+Receive = Callable[[str, bytes | str], None]
+"""What a backend calls for each message arriving on a joined channel: ``receive(channel, message)``."""
+
+
+class Backend(Protocol):
+    """Channels joined and left by name, messages published to them and handed to the bus's ``receive``.
+
+    The bus joins a channel when the first stream that needs it opens on this replica, and leaves
+    it when the last one ends; ``join`` and ``leave`` are synchronous (the SDK subscribes
+    synchronously) and take effect in the background. A new topology (Redis Cluster's sharded
+    pub/sub, Sentinel) is one class with these six methods, and one scheme in ``_urls.py``.
+    """
+
+    def bind(self, receive: Receive) -> None:
+        """Hand each message arriving on a joined channel to ``receive`` (called once, by the bus)."""
+        ...
+
+    def join(self, channel: str) -> None:
+        """Start receiving ``channel``'s messages (soon: :meth:`ready` waits for it)."""
+        ...
+
+    def leave(self, channel: str) -> None:
+        """Stop receiving ``channel``'s messages."""
+        ...
+
+    async def ready(self, channel: str) -> None:
+        """Return once a joined ``channel``'s messages arrive, or after a bounded wait."""
+        ...
+
+    async def publish(self, channel: str, message: bytes) -> None:
+        """Send ``message`` to every replica that joined ``channel``; raise if it cannot be sent."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the connection; nothing arrives afterwards."""
+        ...

@@ -1,0 +1,248 @@
+"""SessionSubscriptionBus: the mcp SDK's ``SubscriptionBus`` across replicas, with listen streams scoped to a session.
+
+The SDK's ``ListenHandler`` calls :meth:`~SessionSubscriptionBus.subscribe` in the
+``subscriptions/listen`` request's own task, before the acknowledgement, so the
+session the middleware verified for that request is the current one there: the
+stream is then that session's. An event is published on a channel (by a backend:
+in process, or Redis pub/sub), and each replica delivers what arrives to its own
+streams:
+
+- the global channel carries what the SDK's API publishes (``ctx.notify_*``): a
+  ``ServerEvent`` names no session, so it reaches every stream, as on one replica;
+- a session's channel carries what ``session.notify_resource_updated`` publishes,
+  and the order to end the session's streams (it was deleted). A replica is
+  subscribed to it only while a stream of that session is open there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Final
+
+from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ServerEvent
+
+from ..session import current_session
+from ._backend import Backend
+from ._codec import END, decode, encode
+from ._memory import MemoryBackend
+
+if TYPE_CHECKING:
+    from typing import Self
+
+__all__ = ["SessionSubscriptionBus"]
+
+logger = logging.getLogger("mcp_sessions")
+
+Listener = Callable[[ServerEvent], None]
+INTERNAL_ERROR: Final = -32603  # what the SDK answers at its own limit of listen streams
+DEFAULT_MAX_STREAMS_PER_SESSION: Final = 8
+DEFAULT_MAX_SESSIONS: Final = 10_000
+_MAX_SESSION_ID: Final = 256
+
+
+class _Session:
+    """What this replica has open for one session: its SDK listeners and the middleware's watchers."""
+
+    __slots__ = ("id", "listeners", "watchers")
+
+    def __init__(self, session_id: str) -> None:
+        self.id = session_id
+        self.listeners: dict[object, Listener] = {}
+        self.watchers: dict[object, Callable[[], None]] = {}
+
+
+class SessionSubscriptionBus:
+    """The SDK's ``SubscriptionBus``, across replicas, with listen streams scoped to a session.
+
+    Pass it to the server and to the middleware: ``MCPServer(subscriptions=bus)``
+    and ``MCPSessionMiddleware(app, subscriptions=bus)``. Build it with
+    :meth:`from_url`. ``max_streams_per_session`` bounds one session's open listen
+    streams on a replica, ``max_sessions`` the sessions with a stream open on a
+    replica (each is one channel subscription); a listen request past either is
+    answered JSON-RPC ``-32603`` before its stream opens. Each stream's buffer is
+    the SDK's (``ListenHandler``'s ``max_buffered_events``).
+    """
+
+    def __init__(
+        self,
+        backend: Backend | None = None,
+        *,
+        prefix: str = "mcp-sessions:",
+        max_streams_per_session: int = DEFAULT_MAX_STREAMS_PER_SESSION,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+    ) -> None:
+        if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
+            raise ValueError("prefix must be a string without braces (a session's channel tags its id)")
+        for name, value in (("max_streams_per_session", max_streams_per_session), ("max_sessions", max_sessions)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a whole number, 1 or more")
+        self._backend: Backend = MemoryBackend() if backend is None else backend
+        self._backend.bind(self._receive)
+        self._everywhere = prefix + "events"
+        self._session_prefix = prefix + "session:{"
+        self.max_streams_per_session, self.max_sessions = max_streams_per_session, max_sessions
+        self._global: dict[object, Listener] = {}
+        self._sessions: dict[str, _Session] = {}  # by channel
+        self._joined = False
+
+    @classmethod
+    def from_url(cls, url: str, **options: object) -> Self:
+        """The bus a store URL names: ``memory://`` (this process), ``redis://``, ``rediss://``, ``unix://``
+        (Redis pub/sub, across replicas). ``options``: this class's keywords, and the Redis client's
+        ``timeout``, ``connect_timeout`` and ``max_connections``. A bad URL raises ``ValueError``; the
+        message never repeats a password."""
+        from ._urls import backend_from_url
+
+        limits = {
+            name: options.pop(name) for name in ("prefix", "max_streams_per_session", "max_sessions") if name in options
+        }
+        return cls(backend_from_url(url, **options), **limits)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"SessionSubscriptionBus({type(self._backend).__name__}, sessions={len(self._sessions)})"
+
+    # -- publishing ---------------------------------------------------------------------
+
+    async def publish(self, event: ServerEvent) -> None:
+        """Deliver ``event`` to every listen stream on every replica (the SDK's ``ctx.notify_*``)."""
+        await self._send(self._everywhere, encode(event))
+
+    async def publish_to_session(self, session_id: str, event: ServerEvent) -> None:
+        """Deliver ``event`` only to the listen streams opened within session ``session_id``, on any replica."""
+        await self._send(self._channel(session_id), encode(event))
+
+    async def end_session(self, session_id: str) -> None:
+        """End the listen streams of session ``session_id`` on every replica (the middleware calls it on delete)."""
+        await self._send(self._channel(session_id), END)
+
+    async def _send(self, channel: str, message: bytes) -> None:
+        # Fire and forget, as the SDK's delivery is: a failed publish is logged and dropped, never the tool's error.
+        try:
+            await self._backend.publish(channel, message)
+        except Exception as exc:
+            logger.warning("a listen event could not be published (%s): dropped", type(exc).__name__)
+
+    # -- streams ------------------------------------------------------------------------
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Register ``listener``: the current request's session's stream if it has one, else a global one."""
+        self._join_everywhere()
+        session = current_session.get()
+        token = object()
+        if session is None:
+            self._global[token] = listener
+            return lambda: self._global.pop(token, None) and None
+        entry = self._open(session.id, refuse=True)
+        assert entry is not None
+        if len(entry.listeners) >= self.max_streams_per_session:
+            self._close(entry)
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"Too many listen streams in this session (at most {self.max_streams_per_session} per server): "
+                "end one before opening another",
+            )
+        entry.listeners[token] = listener
+        return lambda: self._drop(entry, entry.listeners, token)
+
+    def watch(self, session_id: str, on_end: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``on_end()`` when session ``session_id`` is ended on any replica; the callable stops watching.
+
+        ``None`` when this replica has as many sessions listening as it may (the listen is then refused)."""
+        self._join_everywhere()
+        entry = self._open(session_id, refuse=False)
+        if entry is None:
+            return None
+        token = object()
+        entry.watchers[token] = on_end
+        return lambda: self._drop(entry, entry.watchers, token)
+
+    async def ready(self, session_id: str | None = None) -> None:
+        """Wait until events for this replica's streams (of ``session_id``, if given) can arrive."""
+        await self._backend.ready(self._everywhere)
+        if session_id is not None:
+            await self._backend.ready(self._channel(session_id))
+
+    async def aclose(self) -> None:
+        """Close the backend (its connection); the streams still open receive nothing more."""
+        await self._backend.aclose()
+
+    def _join_everywhere(self) -> None:
+        if not self._joined:
+            self._backend.join(self._everywhere)
+            self._joined = True
+
+    def _open(self, session_id: str, *, refuse: bool) -> _Session | None:
+        channel = self._channel(session_id)
+        entry = self._sessions.get(channel)
+        if entry is not None:
+            return entry
+        if len(self._sessions) >= self.max_sessions:
+            if not refuse:
+                return None
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"Too many sessions are listening on this server (at most {self.max_sessions}): retry later",
+            )
+        entry = self._sessions[channel] = _Session(session_id)
+        self._backend.join(channel)
+        return entry
+
+    def _drop(
+        self, entry: _Session, registry: dict[object, Listener] | dict[object, Callable[[], None]], token: object
+    ) -> None:
+        registry.pop(token, None)
+        self._close(entry)
+
+    def _close(self, entry: _Session) -> None:
+        """Leave the session's channel once nothing of it is open here (idempotent)."""
+        if entry.listeners or entry.watchers:
+            return
+        channel = self._channel(entry.id)
+        if self._sessions.get(channel) is entry:
+            del self._sessions[channel]
+            self._backend.leave(channel)
+
+    def _channel(self, session_id: str) -> str:
+        if not isinstance(session_id, str) or not 0 < len(session_id) <= _MAX_SESSION_ID or "}" in session_id:
+            raise ValueError("a session id is a non-empty string of at most 256 characters, without braces")
+        return self._session_prefix + session_id + "}"
+
+    # -- delivering ---------------------------------------------------------------------
+
+    def _receive(self, channel: str, message: bytes | str) -> None:
+        """One message from the backend, delivered to this replica's streams it is for."""
+        item = decode(message)
+        if item is None:
+            logger.debug("a listen bus message this version cannot read was dropped")
+            return
+        if channel == self._everywhere:
+            if not isinstance(item, bytes):
+                _deliver(self._global.values(), item)
+                for listening in list(self._sessions.values()):
+                    _deliver(listening.listeners.values(), item)
+            return
+        entry = self._sessions.get(channel)
+        if entry is None:
+            return
+        if isinstance(item, bytes):  # END: the session was deleted
+            for on_end in list(entry.watchers.values()):
+                _isolated(on_end)
+        else:
+            _deliver(entry.listeners.values(), item)
+
+
+def _deliver(listeners: Iterable[Listener], event: ServerEvent) -> None:
+    for listener in list(listeners):
+        try:
+            listener(event)
+        except Exception:  # one listener raising must not starve the others (as in the SDK's in-memory bus)
+            logger.exception("a subscription listener raised; continuing")
+
+
+def _isolated(on_end: Callable[[], None]) -> None:
+    try:
+        on_end()
+    except Exception:
+        logger.exception("ending a listen stream raised; continuing")

@@ -1,0 +1,65 @@
+"""Buses named by the store URLs: one scheme, one backend; a scheme added here is a bus across more topologies."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
+
+from ._memory import MemoryBackend
+
+if TYPE_CHECKING:
+    from ._backend import Backend
+
+__all__ = ["backend_from_url"]
+
+_REDIS_DEFAULTS: Final = {"timeout": 2.0, "connect_timeout": 2.0, "max_connections": 8}
+_NOT_ACROSS_PROCESSES: Final = (
+    "a sqlite:// store cannot carry listen events between processes: use memory:// for one process, or "
+    "redis://, rediss:// or unix:// (the Redis the store may share) for several replicas"
+)
+
+
+def memory_backend(url: str, **options: object) -> Backend:
+    parts = urlsplit(url)
+    if parts.netloc or parts.path not in ("", "/") or parts.query or parts.fragment or options:
+        raise ValueError("the memory:// bus takes no host, path, query or option: memory://")
+    return MemoryBackend()
+
+
+def redis_backend(url: str, **options: object) -> Backend:
+    """One Redis, through the store's own client from the URL (checked part by part, the password never shown)."""
+    from ..stores import redis_client
+    from ._redis import RedisBackend
+
+    unknown = sorted(set(options) - set(_REDIS_DEFAULTS))
+    if unknown:
+        raise TypeError(f"unknown option {unknown[0]!r} of a Redis bus (accepted: {', '.join(_REDIS_DEFAULTS)})")
+    settings = {**_REDIS_DEFAULTS, **options}
+    client = redis_client(url, **settings)  # type: ignore[arg-type]
+    return RedisBackend(client, ready_timeout=float(settings["timeout"]) * 2)  # type: ignore[arg-type]
+
+
+def _refused(url: str, **options: object) -> Backend:
+    raise ValueError(_NOT_ACROSS_PROCESSES)
+
+
+BACKENDS: Final[dict[str, Callable[..., Backend]]] = {
+    "memory": memory_backend,
+    "redis": redis_backend,
+    "rediss": redis_backend,
+    "unix": redis_backend,
+    "sqlite": _refused,
+}
+
+
+def backend_from_url(url: str, **options: object) -> Backend:
+    """The backend ``url`` names; ``ValueError`` for a URL of no known scheme (the URL is never repeated)."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError("a bus URL looks like scheme://…: memory://, redis://, rediss:// or unix://")
+    scheme = url.split("://", 1)[0].lower()
+    factory = BACKENDS.get(scheme)
+    if factory is None:
+        shown = scheme if scheme.isascii() and scheme.replace("+", "").isalnum() and len(scheme) <= 20 else "?"
+        raise ValueError(f"unknown bus URL scheme {shown!r}: use memory://, redis://, rediss:// or unix://")
+    return factory(url, **options)
