@@ -36,6 +36,10 @@ async def test_memory() -> None:
         "redis://:pw@localhost",
         "rediss://user:pw@host:6380/2",
         "unix:///run/redis.sock?db=3",
+        "redis+cluster://127.0.0.1:7000",
+        "rediss+cluster://user:pw@a:7000,b:7001",
+        "redis+sentinel://127.0.0.1:26379/mymaster",
+        "rediss+sentinel://:pw@a,b:26380/mymaster/2?sentinel_password=spw",
     ],
 )
 async def test_redis_schemes(url: str) -> None:
@@ -82,6 +86,27 @@ async def test_sqlite_absolute_and_relative(tmp_path: Path, monkeypatch: pytest.
         ("redis://host/0?db=x", r"the db parameter of the Redis URL must be a non-negative integer"),
         ("redis://host/0#frag", r"a Redis URL has no #fragment"),
         ("unix://", r"a unix:// Redis URL needs the socket's path"),
+        ("redis+cluster://", r"the redis\+cluster:// URL needs at least one Cluster node"),
+        ("redis+cluster://:hunter2@", r"needs at least one Cluster node: redis\+cluster://host:port"),
+        ("redis+cluster://:hunter2@h:1,:2", r"Cluster node 2 in the redis\+cluster:// URL has no host"),
+        ("redis+cluster://h:1,", r"Cluster node 2 in the redis\+cluster:// URL has no host"),
+        ("redis+cluster://:hunter2@h:port", r"the port of Cluster node 1 in the redis\+cluster:// URL must be"),
+        ("rediss+cluster://h:1,h:70000", r"the port of Cluster node 2 in the rediss\+cluster:// URL must be"),
+        ("redis+cluster://h:0", r"the port of Cluster node 1 .* from 1 to 65535"),
+        ("redis+cluster://h:1/2", r"a Redis Cluster has only database 0"),
+        ("redis+cluster://h:1/0#x", r"a redis\+cluster:// URL has no #fragment"),
+        ("redis+cluster://h:1?db=1", r"unknown store URL parameter 'db' \(accepted: none\)"),
+        ("redis+cluster:///tmp/redis.sock", r"needs at least one Cluster node"),
+        ("unix+cluster:///tmp/redis.sock", r"unknown store URL scheme 'unix\+cluster'"),
+        ("redis+sentinel://:hunter2@h:26379", r"needs the master's service name: redis\+sentinel://host:port/"),
+        ("redis+sentinel://h/", r"the redis\+sentinel:// URL needs the master's service name"),
+        ("redis+sentinel://h/m/x", r"the database number after the service name in the redis\+sentinel:// URL"),
+        ("redis+sentinel://h/m/0/1", r"the database number after the service name"),
+        ("redis+sentinel://h:99999/m", r"the port of Sentinel 1 in the redis\+sentinel:// URL must be"),
+        ("redis+sentinel:///m", r"the redis\+sentinel:// URL needs at least one Sentinel"),
+        ("redis+sentinel://h/m?password=hunter2", r"unknown store URL parameter 'password' \(accepted: sentinel_"),
+        ("redis+sentinel://h/m?sentinel_password=a&sentinel_password=b", r"given more than once"),
+        ("rediss+sentinel://h/m#hunter2", r"a rediss\+sentinel:// URL has no #fragment"),
         ("sqlite://", r"a sqlite:// URL needs a file path"),
         ("sqlite:///tmp/", r"a sqlite:// URL needs a file path"),
         ("sqlite:///tmp/a.db?timeout=1", r"a sqlite:// URL takes no query"),
@@ -92,6 +117,24 @@ def test_bad_urls_name_the_part_at_fault(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as info:
         store_from_url(url)
     assert "hunter2" not in str(info.value)
+
+
+def test_cluster_and_sentinel_urls_part_by_part() -> None:
+    from mcp_sessions.stores._redis_topologies import Topology, parse_topology
+
+    cluster = parse_topology("rediss+cluster://u%40x:p%3Aw@a:7000,[::1]:7001,c")
+    assert cluster == Topology("rediss+cluster", (("a", 7000), ("::1", 7001), ("c", 6379)), "u@x", "p:w")
+    assert cluster.tls
+    assert "p:w" not in repr(cluster)
+    sentinel = parse_topology(
+        "redis+sentinel://:pw@s1:26380,s2/my%20master/3?sentinel_username=su&sentinel_password=top-secret"
+    )
+    assert sentinel == Topology(
+        "redis+sentinel", (("s1", 26380), ("s2", 26379)), None, "pw", "my master", 3, "su", "top-secret"
+    )
+    assert not sentinel.tls
+    assert "top-secret" not in repr(sentinel)
+    assert parse_topology("redis+sentinel://s/m/").db == 0
 
 
 def test_a_registered_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
