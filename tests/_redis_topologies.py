@@ -48,6 +48,19 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.05)
 
 
+def start_fresh(make: Callable[[], RedisServer], attempts: int = 3) -> RedisServer:
+    """``make()`` a server and start it; on new free ports again if it exits at start (a port taken meanwhile)."""
+    for attempt in range(attempts):
+        server = make()
+        try:
+            server.start()
+            return server
+        except RuntimeError as exc:
+            if "exited at start" not in str(exc) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def client(port: int) -> redis.Redis:
     """A short-lived plain client of one node, for the fixtures' own commands."""
     return redis.Redis(port=port, decode_responses=True, socket_timeout=2, socket_connect_timeout=2)
@@ -98,8 +111,9 @@ def redis_cluster(masters: int = 3, binary: str | None = None) -> Iterator[Clust
     with tempfile.TemporaryDirectory(prefix="mcp-sessions-cluster-") as directory:
         nodes: list[RedisServer] = []
         try:
-            for _ in range(masters):
-                node = RedisServer(binary, Path(directory), [])
+
+            def cluster_node() -> RedisServer:
+                node = RedisServer(binary, Path(directory))
                 node.arguments = [
                     "--cluster-enabled", "yes",
                     "--cluster-port", str(free_port()),
@@ -107,8 +121,10 @@ def redis_cluster(masters: int = 3, binary: str | None = None) -> Iterator[Clust
                     "--cluster-node-timeout", "1000",
                     "--cluster-require-full-coverage", "no",
                 ]  # fmt: skip
-                node.start()
-                nodes.append(node)
+                return node
+
+            for _ in range(masters):
+                nodes.append(start_fresh(cluster_node))
             size = SLOTS // masters
             ranges = [(i * size, SLOTS - 1 if i == masters - 1 else (i + 1) * size - 1) for i in range(masters)]
             for epoch, (node, (low, high)) in enumerate(zip(nodes, ranges, strict=True), start=1):
@@ -188,11 +204,11 @@ def sentinel_group(binary: str | None = None) -> Iterator[SentinelGroup]:
         directory = Path(name)
         started: list[RedisServer] = []
         try:
-            master = RedisServer(binary, directory)
-            master.start()
+            master = start_fresh(lambda: RedisServer(binary, directory))
             started.append(master)
-            replica = RedisServer(binary, directory, ["--replicaof", "127.0.0.1", str(master.port)])
-            replica.start()
+            replica = start_fresh(
+                lambda: RedisServer(binary, directory, ["--replicaof", "127.0.0.1", str(master.port)])
+            )
             started.append(replica)
             wait_until(
                 lambda: info(replica.port, "replication")["master_link_status"] == "up",
@@ -200,10 +216,14 @@ def sentinel_group(binary: str | None = None) -> Iterator[SentinelGroup]:
                 "the replica to sync with its master",
             )
             sentinels = []
-            for _ in range(3):
+
+            def sentinel_node() -> RedisServer:
                 sentinel = RedisServer(binary, directory, ["--sentinel"])
                 sentinel.configuration = [str(sentinel_configuration(directory, sentinel.port, master.port))]
-                sentinel.start()
+                return sentinel
+
+            for _ in range(3):
+                sentinel = start_fresh(sentinel_node)
                 started.append(sentinel)
                 sentinels.append(sentinel)
             for sentinel in sentinels:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 from mcp_sessions.stores import (
     MemoryStore,
@@ -135,6 +136,43 @@ def test_cluster_and_sentinel_urls_part_by_part() -> None:
     assert not sentinel.tls
     assert "top-secret" not in repr(sentinel)
     assert parse_topology("redis+sentinel://s/m/").db == 0
+
+
+async def test_cluster_and_sentinel_clients_are_bounded_and_never_retry() -> None:
+    """What the URL builds, before any connection: the same deadlines, RESP2 and no retries as redis://."""
+    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.sentinel import SentinelConnectionPool
+
+    cluster = RedisStore("rediss+cluster://u:pw@127.0.0.1:7000,127.0.0.1:7001", timeout=0.4, max_connections=7)
+    assert isinstance(cluster._redis, RedisCluster)
+    assert cluster._redis.retry.get_retries() == 0  # a connection error or timeout is raised, not resent
+    assert cluster._redis.reinitialize_steps == 0  # MOVED patches the map; never a reset of every connection
+    for node in cluster._redis.nodes_manager.startup_nodes.values():
+        assert node.max_connections == 7
+        options = node.connection_kwargs
+        assert (options["socket_timeout"], options["socket_connect_timeout"]) == (0.4, 0.25)
+        assert (options["protocol"], options["decode_responses"], options["password"]) == (2, True, "pw")
+        assert node.connection_class.__name__ == "SSLConnection"  # rediss+cluster: TLS
+    await cluster.aclose()
+
+    url = "redis+sentinel://:master-pw@127.0.0.1:26379,127.0.0.1:26380/svc/2?sentinel_password=sentinel-pw"
+    sentinel = RedisStore(url, timeout=0.4, max_connections=7)
+    assert isinstance(sentinel._redis, aioredis.Redis)
+    pool = sentinel._redis.connection_pool
+    assert isinstance(pool, aioredis.BlockingConnectionPool)  # waits for a free connection, as redis:// does
+    assert isinstance(pool, SentinelConnectionPool)  # asks the Sentinels for the master at each new connection
+    assert (pool.max_connections, pool.timeout, pool.service_name) == (7, 0.4, "svc")
+    options = pool.connection_kwargs
+    assert (options["password"], options["db"], options["protocol"], options["retry"]._retries) == (
+        "master-pw",
+        2,
+        2,
+        0,
+    )
+    sentinels = pool.sentinel_manager.sentinels
+    assert [s.connection_pool.connection_kwargs["port"] for s in sentinels] == [26379, 26380]
+    assert {s.connection_pool.connection_kwargs["password"] for s in sentinels} == {"sentinel-pw"}
+    await sentinel.aclose()
 
 
 def test_a_registered_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
