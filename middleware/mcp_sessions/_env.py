@@ -11,7 +11,7 @@ from .guard import Guard
 from .profiles import ERROR_CODE_SETS, profiles_from_names
 from .session import parse_limit
 from .sources.host import CONVERSATION_DATA_MODES, host_keys_from_config
-from .stores import SessionStore, store_from_url
+from .stores import REDIS_SCHEMES, SessionStore, store_from_url
 from .tokens import KeySet
 
 __all__ = ["settings_from_env"]
@@ -157,7 +157,7 @@ def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:
     if not url:
         return None
     options: dict[str, Any] = {}
-    is_redis = url.partition("://")[0].lower() in ("redis", "rediss", "unix")
+    is_redis = url.partition("://")[0].lower() in REDIS_SCHEMES
     for name, key in (("MCP_SESSIONS_REDIS_PREFIX", "prefix"), ("MCP_SESSIONS_REDIS_TIMEOUT", "timeout")):
         if not env.get(name, "").strip():
             continue

@@ -23,7 +23,8 @@ import pytest
 
 from _mcp import MCP_PATH, aiter_messages, answer, modern_headers, modern_request, session_meta, tool_text
 from _redis import RedisServer, redis_server
-from e2e.test_replicas import Replica, base_environ, replicas
+from e2e._replicas import Replica, replicas
+from e2e.test_replicas import base_environ
 
 APP = "examples.notifications:app"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"

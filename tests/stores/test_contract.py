@@ -246,7 +246,8 @@ async def test_incr_and_update_are_atomic_under_concurrent_tasks(store: SessionS
     assert sorted(set(seen)) == list(range(25))
 
 
-@pytest.mark.parametrize("backend", ["redis", "sqlite"], indirect=True)  # a MemoryStore is one process's own
+# A MemoryStore is one process's own.
+@pytest.mark.parametrize("backend", ["redis", "sqlite", "valkey", "redis-cluster", "redis-sentinel"], indirect=True)
 async def test_two_stores_on_one_backend_count_and_revoke_together(backend: Backend) -> None:
     assert backend.another is not None
     replicas = [backend.store, backend.another()]

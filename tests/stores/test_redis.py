@@ -386,6 +386,7 @@ def test_bad_construction(args: tuple[str, ...], options: dict[str, Any], messag
 async def test_defaults_are_short_and_bounded(redis: RedisServer) -> None:
     store = RedisStore(redis.url)
     try:
+        assert isinstance(store._redis, aioredis.Redis)
         pool = store._redis.connection_pool
         assert isinstance(pool, aioredis.BlockingConnectionPool)
         assert pool.max_connections == 50

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 
 from mcp_sessions.stores import (
     MemoryStore,
@@ -36,6 +37,10 @@ async def test_memory() -> None:
         "redis://:pw@localhost",
         "rediss://user:pw@host:6380/2",
         "unix:///run/redis.sock?db=3",
+        "redis+cluster://127.0.0.1:7000",
+        "rediss+cluster://user:pw@a:7000,b:7001",
+        "redis+sentinel://127.0.0.1:26379/mymaster",
+        "rediss+sentinel://:pw@a,b:26380/mymaster/2?sentinel_password=spw",
     ],
 )
 async def test_redis_schemes(url: str) -> None:
@@ -82,6 +87,27 @@ async def test_sqlite_absolute_and_relative(tmp_path: Path, monkeypatch: pytest.
         ("redis://host/0?db=x", r"the db parameter of the Redis URL must be a non-negative integer"),
         ("redis://host/0#frag", r"a Redis URL has no #fragment"),
         ("unix://", r"a unix:// Redis URL needs the socket's path"),
+        ("redis+cluster://", r"the redis\+cluster:// URL needs at least one Cluster node"),
+        ("redis+cluster://:hunter2@", r"needs at least one Cluster node: redis\+cluster://host:port"),
+        ("redis+cluster://:hunter2@h:1,:2", r"Cluster node 2 in the redis\+cluster:// URL has no host"),
+        ("redis+cluster://h:1,", r"Cluster node 2 in the redis\+cluster:// URL has no host"),
+        ("redis+cluster://:hunter2@h:port", r"the port of Cluster node 1 in the redis\+cluster:// URL must be"),
+        ("rediss+cluster://h:1,h:70000", r"the port of Cluster node 2 in the rediss\+cluster:// URL must be"),
+        ("redis+cluster://h:0", r"the port of Cluster node 1 .* from 1 to 65535"),
+        ("redis+cluster://h:1/2", r"a Redis Cluster has only database 0"),
+        ("redis+cluster://h:1/0#x", r"a redis\+cluster:// URL has no #fragment"),
+        ("redis+cluster://h:1?db=1", r"unknown store URL parameter 'db' \(accepted: none\)"),
+        ("redis+cluster:///tmp/redis.sock", r"needs at least one Cluster node"),
+        ("unix+cluster:///tmp/redis.sock", r"unknown store URL scheme 'unix\+cluster'"),
+        ("redis+sentinel://:hunter2@h:26379", r"needs the master's service name: redis\+sentinel://host:port/"),
+        ("redis+sentinel://h/", r"the redis\+sentinel:// URL needs the master's service name"),
+        ("redis+sentinel://h/m/x", r"the database number after the service name in the redis\+sentinel:// URL"),
+        ("redis+sentinel://h/m/0/1", r"the database number after the service name"),
+        ("redis+sentinel://h:99999/m", r"the port of Sentinel 1 in the redis\+sentinel:// URL must be"),
+        ("redis+sentinel:///m", r"the redis\+sentinel:// URL needs at least one Sentinel"),
+        ("redis+sentinel://h/m?password=hunter2", r"unknown store URL parameter 'password' \(accepted: sentinel_"),
+        ("redis+sentinel://h/m?sentinel_password=a&sentinel_password=b", r"given more than once"),
+        ("rediss+sentinel://h/m#hunter2", r"a rediss\+sentinel:// URL has no #fragment"),
         ("sqlite://", r"a sqlite:// URL needs a file path"),
         ("sqlite:///tmp/", r"a sqlite:// URL needs a file path"),
         ("sqlite:///tmp/a.db?timeout=1", r"a sqlite:// URL takes no query"),
@@ -92,6 +118,61 @@ def test_bad_urls_name_the_part_at_fault(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as info:
         store_from_url(url)
     assert "hunter2" not in str(info.value)
+
+
+def test_cluster_and_sentinel_urls_part_by_part() -> None:
+    from mcp_sessions.stores._redis_topologies import Topology, parse_topology
+
+    cluster = parse_topology("rediss+cluster://u%40x:p%3Aw@a:7000,[::1]:7001,c")
+    assert cluster == Topology("rediss+cluster", (("a", 7000), ("::1", 7001), ("c", 6379)), "u@x", "p:w")
+    assert cluster.tls
+    assert "p:w" not in repr(cluster)
+    sentinel = parse_topology(
+        "redis+sentinel://:pw@s1:26380,s2/my%20master/3?sentinel_username=su&sentinel_password=top-secret"
+    )
+    assert sentinel == Topology(
+        "redis+sentinel", (("s1", 26380), ("s2", 26379)), None, "pw", "my master", 3, "su", "top-secret"
+    )
+    assert not sentinel.tls
+    assert "top-secret" not in repr(sentinel)
+    assert parse_topology("redis+sentinel://s/m/").db == 0
+
+
+async def test_cluster_and_sentinel_clients_are_bounded_and_never_retry() -> None:
+    """What the URL builds, before any connection: the same deadlines, RESP2 and no retries as redis://."""
+    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.sentinel import SentinelConnectionPool
+
+    cluster = RedisStore("rediss+cluster://u:pw@127.0.0.1:7000,127.0.0.1:7001", timeout=0.4, max_connections=7)
+    assert isinstance(cluster._redis, RedisCluster)
+    assert cluster._redis.retry.get_retries() == 0  # a connection error or timeout is raised, not resent
+    assert cluster._redis.reinitialize_steps == 0  # MOVED patches the map; never a reset of every connection
+    for node in cluster._redis.nodes_manager.startup_nodes.values():
+        assert node.max_connections == 7
+        options = node.connection_kwargs
+        assert (options["socket_timeout"], options["socket_connect_timeout"]) == (0.4, 0.25)
+        assert (options["protocol"], options["decode_responses"], options["password"]) == (2, True, "pw")
+        assert node.connection_class.__name__ == "SSLConnection"  # rediss+cluster: TLS
+    await cluster.aclose()
+
+    url = "redis+sentinel://:master-pw@127.0.0.1:26379,127.0.0.1:26380/svc/2?sentinel_password=sentinel-pw"
+    sentinel = RedisStore(url, timeout=0.4, max_connections=7)
+    assert isinstance(sentinel._redis, aioredis.Redis)
+    pool = sentinel._redis.connection_pool
+    assert isinstance(pool, aioredis.BlockingConnectionPool)  # waits for a free connection, as redis:// does
+    assert isinstance(pool, SentinelConnectionPool)  # asks the Sentinels for the master at each new connection
+    assert (pool.max_connections, pool.timeout, pool.service_name) == (7, 0.4, "svc")
+    options = pool.connection_kwargs
+    assert (options["password"], options["db"], options["protocol"], options["retry"]._retries) == (
+        "master-pw",
+        2,
+        2,
+        0,
+    )
+    sentinels = pool.sentinel_manager.sentinels
+    assert [s.connection_pool.connection_kwargs["port"] for s in sentinels] == [26379, 26380]
+    assert {s.connection_pool.connection_kwargs["password"] for s in sentinels} == {"sentinel-pw"}
+    await sentinel.aclose()
 
 
 def test_a_registered_scheme(monkeypatch: pytest.MonkeyPatch) -> None:

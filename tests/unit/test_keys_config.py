@@ -303,6 +303,22 @@ async def test_from_env_redis_url_selects_a_redis_store() -> None:
     assert MCPSessionMiddleware.from_env(app, environ=env, store=store).store is store
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("variable", "url"),
+    [
+        ("MCP_SESSIONS_STORE", "redis+cluster://127.0.0.1:1,127.0.0.1:2"),
+        ("MCP_SESSIONS_REDIS_URL", "redis+sentinel://127.0.0.1:1/mymaster/0"),
+    ],
+)
+async def test_from_env_cluster_and_sentinel_urls_take_the_redis_options(variable: str, url: str) -> None:
+    env = {"MCP_SESSIONS_SECRET": SECRET, variable: url, "MCP_SESSIONS_REDIS_PREFIX": "t:"}
+    mw = MCPSessionMiddleware.from_env(app, environ=env)  # no connection is made here
+    assert isinstance(mw.store, RedisStore)
+    assert mw.store.prefix == "t:"
+    await mw.store.aclose()
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -312,6 +328,12 @@ async def test_from_env_redis_url_selects_a_redis_store() -> None:
         ),
         ({"MCP_SESSIONS_REDIS_URL": "redis://user:hunter2@h/abc"}, "MCP_SESSIONS_REDIS_URL: the database number"),
         ({"MCP_SESSIONS_STORE": "memory://", "MCP_SESSIONS_REDIS_URL": "redis://h/0"}, "set only one"),
+        ({"MCP_SESSIONS_STORE": "redis+cluster://:hunter2@h:x"}, "MCP_SESSIONS_STORE: the port of Cluster node 1"),
+        (
+            {"MCP_SESSIONS_STORE": "redis+sentinel://:hunter2@h"},
+            "MCP_SESSIONS_STORE: the redis\\+sentinel:// URL needs",
+        ),
+        ({"MCP_SESSIONS_REDIS_URL": "rediss+sentinel://h/m/x"}, "MCP_SESSIONS_REDIS_URL: the database number after"),
         ({"MCP_SESSIONS_STORE": "sqlite://x.db", "MCP_SESSIONS_REDIS_PREFIX": "p"}, "names no Redis store"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "soon"}, "must be a number"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "120"}, "at most 60"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._base import InvalidCursor, SessionRecord, SessionStatus, SessionStore, SessionStoreUnavailable
-from ._urls import StoreFactory, register_store, store_from_url
+from ._urls import REDIS_SCHEMES, StoreFactory, register_store, store_from_url
 from .memory import MemoryStore, SessionStoreFull
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .sqlite import SQLiteStore
 
 __all__ = [
+    "REDIS_SCHEMES",
     "InvalidCursor",
     "MemoryStore",
     "RedisStore",

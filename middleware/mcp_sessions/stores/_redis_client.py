@@ -1,5 +1,8 @@
 """The Redis client ``RedisStore`` builds from a URL, and what it says when Redis fails.
 
+A Cluster or a Sentinel-watched master (``redis+cluster://``, ``redis+sentinel://``) is built by
+``_redis_topologies`` with the same deadlines, protocol and no retries.
+
 The URL is checked part by part before redis-py reads it, and no message repeats it
 (it may hold a password). The pool is bounded, speaks RESP2 and never retries a
 command: each call takes at most ``timeout`` seconds, pool wait, connect and reply
@@ -13,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 try:
     import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import ResponseError
@@ -20,6 +24,14 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     raise ImportError(
         "RedisStore needs the redis package: pip install 'redis>=5.2' (the redis extra of mcp-sessions)"
     ) from exc
+
+from ._redis_topologies import (
+    CLUSTER_SCHEMES,
+    SENTINEL_SCHEMES,
+    cluster_client,
+    parse_topology,
+    sentinel_client,
+)
 
 __all__ = ["check_client_options", "check_url", "client_from_url", "describe_failure", "reply_text"]
 
@@ -63,8 +75,19 @@ def check_url(url: str) -> None:
             raise ValueError("the db parameter of the Redis URL must be a non-negative integer")
 
 
-def client_from_url(url: str, *, timeout: float, connect_timeout: float, max_connections: int) -> aioredis.Redis:
-    """A client over a bounded pool of its own, after :func:`check_url`: RESP2, no retries, text replies."""
+def client_from_url(
+    url: str, *, timeout: float, connect_timeout: float, max_connections: int
+) -> aioredis.Redis | RedisCluster:
+    """A client over a bounded pool of its own, after :func:`check_url`: RESP2, no retries, text replies.
+
+    ``redis+cluster://`` and ``redis+sentinel://`` URLs (and their TLS forms) give a ``RedisCluster``
+    or a client of the master the Sentinels name (see ``_redis_topologies``).
+    """
+    scheme = url.partition("://")[0].lower()
+    if scheme in CLUSTER_SCHEMES + SENTINEL_SCHEMES:
+        topology = parse_topology(url)
+        build = cluster_client if scheme in CLUSTER_SCHEMES else sentinel_client
+        return build(topology, timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)
     check_url(url)
     try:
         pool = aioredis.BlockingConnectionPool.from_url(

@@ -12,8 +12,12 @@ from ._base import SessionStore
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster
 
-__all__ = ["StoreFactory", "register_store", "store_from_url"]
+__all__ = ["REDIS_SCHEMES", "StoreFactory", "register_store", "store_from_url"]
+
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
+"""The schemes of :class:`~mcp_sessions.stores.RedisStore`: one node, a Cluster, a master behind Sentinels."""
 
 StoreFactory = Callable[..., SessionStore]
 """Builds a store from its URL and keyword options: ``factory(url, **options)``."""
@@ -37,7 +41,7 @@ class _SQLiteOptions(TypedDict, total=False):
 class _RedisOptions(TypedDict, total=False):
     """The keyword arguments of :class:`~mcp_sessions.stores.RedisStore` after its URL."""
 
-    client: aioredis.Redis | None
+    client: aioredis.Redis | RedisCluster | None
     prefix: str
     timeout: float
     connect_timeout: float
@@ -67,7 +71,10 @@ def store_from_url(url: str, **options: object) -> SessionStore:
     """The store a URL names, built with ``options`` (keyword arguments of its class).
 
     ``memory://`` (``?max_sessions=N``), ``sqlite:///absolute/path.db`` or ``sqlite://relative/path.db``,
-    ``redis://[user:password@]host[:port][/db]``, ``rediss://…`` (TLS) and ``unix:///path/to/redis.sock[?db=N]``.
+    ``redis://[user:password@]host[:port][/db]``, ``rediss://…`` (TLS), ``unix:///path/to/redis.sock[?db=N]``,
+    ``redis+cluster://[user:password@]host:port[,host:port…]`` (a Redis Cluster) and
+    ``redis+sentinel://[user:password@]host:port[,host:port…]/service_name[/db]`` (the master Sentinel
+    names), with ``rediss+…`` for TLS.
     A bad URL raises ``ValueError`` naming the part at fault; the message never repeats a password.
     """
     if not isinstance(url, str) or "://" not in url:
@@ -135,7 +142,7 @@ def sqlite_store(url: str, **options: Unpack[_SQLiteOptions]) -> SessionStore:
 
 
 def redis_store(url: str, **options: Unpack[_RedisOptions]) -> SessionStore:
-    """``redis://``, ``rediss://`` or ``unix://``: ``RedisStore`` checks the URL part by part."""
+    """One of :data:`REDIS_SCHEMES`: ``RedisStore`` checks the URL part by part."""
     from .redis import RedisStore
 
     return RedisStore(url, **options)
@@ -143,5 +150,5 @@ def redis_store(url: str, **options: Unpack[_RedisOptions]) -> SessionStore:
 
 register_store("memory", memory_store)
 register_store("sqlite", sqlite_store)
-for _redis_scheme in ("redis", "rediss", "unix"):
+for _redis_scheme in REDIS_SCHEMES:
     register_store(_redis_scheme, redis_store)

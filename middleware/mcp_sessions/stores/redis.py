@@ -31,6 +31,7 @@ from .memory import _encode
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster
 
 __all__ = ["RedisStore"]
 
@@ -47,10 +48,13 @@ _LOG_INTERVAL: Final = 10.0
 class RedisStore(SessionStore):
     """Revocations, idle expiry and ``session.data`` in Redis, shared by every replica.
 
-    Give a URL (``redis://``, ``rediss://`` or ``unix://``; the store then owns a
-    bounded connection pool and :meth:`aclose` closes it) or a ready
-    ``redis.asyncio.Redis`` client (for Sentinel, custom TLS, …; the caller
-    owns it).
+    Give a URL (``redis://``, ``rediss://`` or ``unix://`` for one node,
+    ``redis+cluster://`` for a Redis Cluster, ``redis+sentinel://`` for the
+    master a set of Sentinels names, ``rediss+…`` for TLS; the store then owns
+    the client and its bounded connections, and :meth:`aclose` closes them)
+    or a ready ``redis.asyncio.Redis`` or ``RedisCluster`` client (custom TLS,
+    …; the caller owns it). A session's keys share one Cluster slot, so each
+    script runs on one node.
 
     Failure never waits long and never passes for a verdict: each call takes
     at most ``timeout`` seconds, pool wait, connect and reply included, and
@@ -78,7 +82,7 @@ class RedisStore(SessionStore):
         self,
         url: str | None = None,
         *,
-        client: aioredis.Redis | None = None,
+        client: aioredis.Redis | RedisCluster | None = None,
         prefix: str = "mcp-sessions:",
         timeout: float = 0.5,
         connect_timeout: float = 0.25,
@@ -110,7 +114,7 @@ class RedisStore(SessionStore):
             client = client_from_url(
                 url, timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections
             )
-        self._redis: aioredis.Redis = client
+        self._redis: aioredis.Redis | RedisCluster = client
         self._touch = client.register_script(scripts.TOUCH)
         self._revoke = client.register_script(scripts.REVOKE)
         self._set = client.register_script(scripts.SET)

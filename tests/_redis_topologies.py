@@ -1,0 +1,240 @@
+"""Redis past one node, real and on loopback: a 3-master Cluster, and a master, a replica and three Sentinels.
+
+Context managers, not only fixtures, so that a benchmark can start them too:
+
+    with redis_cluster() as cluster:      # cluster.url == "redis+cluster://127.0.0.1:p1,…"
+        ...
+    with sentinel_group() as group:       # group.url == "redis+sentinel://127.0.0.1:s1,…/mymaster/0"
+        group.master.kill()
+        group.wait_for_failover()
+
+Each starts in a few seconds (the Sentinels take longest: they find each other through the
+master, every 2 s), stops every process it started and removes its directory, whatever
+happens; every wait is bounded and says what it waited for. A binary that is missing skips
+the test, or fails it under CI (``_redis.missing``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from redis.crc import key_slot
+
+from _redis import RedisServer, free_port, redis_server_binary
+
+__all__ = ["ClusterServers", "SentinelGroup", "redis_cluster", "sentinel_group"]
+
+READY_TIMEOUT = 20.0
+FAILOVER_TIMEOUT = 20.0
+SERVICE = "mymaster"
+SLOTS = 16384
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` (connection errors count as not yet) until it holds; a RuntimeError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(redis.RedisError, OSError):
+            if condition():
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def start_fresh(make: Callable[[], RedisServer], attempts: int = 3) -> RedisServer:
+    """``make()`` a server and start it; on new free ports again if it exits at start (a port taken meanwhile)."""
+    for attempt in range(attempts):
+        server = make()
+        try:
+            server.start()
+            return server
+        except RuntimeError as exc:
+            if "exited at start" not in str(exc) or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def client(port: int) -> redis.Redis:
+    """A short-lived plain client of one node, for the fixtures' own commands."""
+    return redis.Redis(port=port, decode_responses=True, socket_timeout=2, socket_connect_timeout=2)
+
+
+def info(port: int, section: str) -> dict[str, object]:
+    with client(port) as node:
+        return node.info(section)  # type: ignore[no-any-return]
+
+
+@dataclass
+class ClusterServers:
+    """A running Redis Cluster: three masters, slots split evenly, no replicas."""
+
+    nodes: list[RedisServer]
+    ranges: list[tuple[int, int]]
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def node_for(self, key: str) -> RedisServer:
+        """The node that serves ``key``'s slot (as the cluster was created: no slot moves here)."""
+        slot = key_slot(key.encode())
+        return next(node for node, (low, high) in zip(self.nodes, self.ranges, strict=True) if low <= slot <= high)
+
+    def wait_ok(self) -> None:
+        """Every node reports ``cluster_state:ok`` and knows every other one."""
+        for node in self.nodes:
+
+            def ready(port: int = node.port) -> bool:
+                with client(port) as c:
+                    state = c.cluster("INFO")
+                return state["cluster_state"] == "ok" and int(state["cluster_known_nodes"]) == len(self.nodes)
+
+            wait_until(ready, READY_TIMEOUT, f"cluster_state:ok on node {node.port}")
+
+
+@contextlib.contextmanager
+def redis_cluster(masters: int = 3, binary: str | None = None) -> Iterator[ClusterServers]:
+    """A Redis Cluster of ``masters`` nodes on loopback, stopped and removed when the block ends.
+
+    Each node's cluster bus port is chosen free (a port plus 10,000 can pass 65,535). A node down
+    does not stop the others (``cluster-require-full-coverage no``): only its slots are unavailable
+    until it returns. ``cluster-node-timeout`` is 1 s, so a lost node is seen as failed quickly.
+    """
+    binary = binary or redis_server_binary()
+    with tempfile.TemporaryDirectory(prefix="mcp-sessions-cluster-") as directory:
+        nodes: list[RedisServer] = []
+        try:
+
+            def cluster_node() -> RedisServer:
+                node = RedisServer(binary, Path(directory))
+                node.arguments = [
+                    "--cluster-enabled", "yes",
+                    "--cluster-port", str(free_port()),
+                    "--cluster-config-file", f"nodes-{node.port}.conf",
+                    "--cluster-node-timeout", "1000",
+                    "--cluster-require-full-coverage", "no",
+                ]  # fmt: skip
+                return node
+
+            for _ in range(masters):
+                nodes.append(start_fresh(cluster_node))
+            size = SLOTS // masters
+            ranges = [(i * size, SLOTS - 1 if i == masters - 1 else (i + 1) * size - 1) for i in range(masters)]
+            for epoch, (node, (low, high)) in enumerate(zip(nodes, ranges, strict=True), start=1):
+                with client(node.port) as c:
+                    c.execute_command("CLUSTER", "ADDSLOTSRANGE", low, high)
+                    c.execute_command("CLUSTER", "SET-CONFIG-EPOCH", epoch)
+            with client(nodes[0].port) as first:
+                for node in nodes[1:]:
+                    bus = node.arguments[node.arguments.index("--cluster-port") + 1]
+                    first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus)
+            cluster = ClusterServers(nodes, ranges)
+            cluster.wait_ok()
+            yield cluster
+        finally:
+            for node in nodes:
+                node.stop()
+
+
+@dataclass
+class SentinelGroup:
+    """A master, one replica of it and three Sentinels watching it (quorum 2, down after 1 s)."""
+
+    master: RedisServer
+    replica: RedisServer
+    sentinels: list[RedisServer]
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://{','.join(f'127.0.0.1:{s.port}' for s in self.sentinels)}/{SERVICE}/0"
+
+    def master_port(self) -> int:
+        """The master's port, as the first Sentinel that answers names it."""
+        for sentinel in self.sentinels:
+            with contextlib.suppress(redis.RedisError, OSError), client(sentinel.port) as c:
+                _, port = c.sentinel_get_master_addr_by_name(SERVICE)
+                return int(port)
+        raise RuntimeError("no Sentinel answered")
+
+    def failed_over(self, old_port: int) -> bool:
+        """Every Sentinel names a master other than ``old_port``, and that master says it is one."""
+        try:
+            for sentinel in self.sentinels:
+                with client(sentinel.port) as c:
+                    if int(c.sentinel_get_master_addr_by_name(SERVICE)[1]) == old_port:
+                        return False
+            return info(self.master_port(), "replication")["role"] == "master"
+        except (redis.RedisError, OSError):
+            return False
+
+    def wait_for_failover(self, old_port: int) -> int:
+        """Wait until :meth:`failed_over`; the new master's port."""
+        wait_until(lambda: self.failed_over(old_port), FAILOVER_TIMEOUT, "the Sentinels to promote the replica")
+        return self.master_port()
+
+
+def sentinel_configuration(directory: Path, port: int, master_port: int) -> Path:
+    path = directory / f"sentinel-{port}.conf"
+    path.write_text(
+        f"sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n"
+        f"sentinel down-after-milliseconds {SERVICE} 1000\n"
+        f"sentinel failover-timeout {SERVICE} 5000\n"
+        f"sentinel parallel-syncs {SERVICE} 1\n"
+    )
+    return path
+
+
+@contextlib.contextmanager
+def sentinel_group(binary: str | None = None) -> Iterator[SentinelGroup]:
+    """A master, a replica and three Sentinels on loopback, all stopped and removed when the block ends.
+
+    Started in order: the replica is in sync before the Sentinels start (a Sentinel asks the master
+    for its replicas when it connects, then only every 10 s), and the block begins once every
+    Sentinel knows the replica and the two other Sentinels, so that a failover can be agreed on.
+    """
+    binary = binary or redis_server_binary()
+    with tempfile.TemporaryDirectory(prefix="mcp-sessions-sentinel-") as name:
+        directory = Path(name)
+        started: list[RedisServer] = []
+        try:
+            master = start_fresh(lambda: RedisServer(binary, directory))
+            started.append(master)
+            replica = start_fresh(
+                lambda: RedisServer(binary, directory, ["--replicaof", "127.0.0.1", str(master.port)])
+            )
+            started.append(replica)
+            wait_until(
+                lambda: info(replica.port, "replication")["master_link_status"] == "up",
+                READY_TIMEOUT,
+                "the replica to sync with its master",
+            )
+            sentinels = []
+
+            def sentinel_node() -> RedisServer:
+                sentinel = RedisServer(binary, directory, ["--sentinel"])
+                sentinel.configuration = [str(sentinel_configuration(directory, sentinel.port, master.port))]
+                return sentinel
+
+            for _ in range(3):
+                sentinel = start_fresh(sentinel_node)
+                started.append(sentinel)
+                sentinels.append(sentinel)
+            for sentinel in sentinels:
+
+                def knows_everyone(port: int = sentinel.port) -> bool:
+                    with client(port) as c:
+                        state = c.sentinel_master(SERVICE)
+                    return int(state["num-other-sentinels"]) == 2 and int(state["num-slaves"]) == 1
+
+                wait_until(knows_everyone, READY_TIMEOUT, f"Sentinel {sentinel.port} to find the others")
+            yield SentinelGroup(master, replica, sentinels)
+        finally:
+            for server in reversed(started):
+                server.stop()

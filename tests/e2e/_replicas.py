@@ -1,0 +1,188 @@
+"""Replicas of the quickstart: each ``python -m uvicorn examples.quickstart:app`` in its own process,
+configured only by environment, on a free loopback port (tests/e2e/test_replicas.py, test_topologies.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from _mcp import (
+    MCP_PATH,
+    SESSION_NOT_FOUND,
+    ModernClient,
+    answer,
+    modern_headers,
+    modern_request,
+    session_meta,
+    tool_text,
+)
+from _redis import end_process, free_port
+
+MAIN = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 60.0
+STORE_UNAVAILABLE = -32010
+
+
+class Replica:
+    """``python -m uvicorn examples.quickstart:app`` (or ``app``) in its own process, configured only by environment."""
+
+    def __init__(self, name: str, environ: Mapping[str, str], app: str = "examples.quickstart:app") -> None:
+        self.app = app
+        self.name = name
+        self.port = free_port()
+        self.environ = dict(environ)
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, environ: Mapping[str, str] | None = None) -> None:
+        """Start (on the same port as before), waiting until it accepts connections."""
+        self.spawn(environ)
+        self.wait_ready()
+
+    def spawn(self, environ: Mapping[str, str] | None = None) -> None:
+        assert self.process is None, f"replica {self.name} is running"
+        if environ is not None:
+            self.environ = dict(environ)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_SESSIONS_", "QUICKSTART_"))}
+        env.update(self.environ)
+        # A file, not a pipe: nobody reads the output while the test runs, and a full pipe blocks the server.
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                self.app,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            cwd=MAIN,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self.process.poll() is not None:
+                output = self.output()
+                self.stop()
+                raise RuntimeError(f"replica {self.name} exited at start:\n{output}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return  # uvicorn listens only once the app's lifespan has started
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"replica {self.name} did not listen within {START_TIMEOUT} s")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            end_process(process)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def restart(self, environ: Mapping[str, str]) -> None:
+        self.stop()
+        self.start(environ)
+
+    def output(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-4000:]
+
+
+@contextlib.contextmanager
+def replicas(*environs: Mapping[str, str], app: str = "examples.quickstart:app") -> Iterator[list[Replica]]:
+    started: list[Replica] = []
+    try:
+        for index, environ in enumerate(environs):
+            replica = Replica("ABC"[index], environ, app)
+            replica.spawn()
+            started.append(replica)
+        for replica in started:
+            replica.wait_ready()
+        yield started
+    finally:
+        for replica in started:
+            replica.stop()
+
+
+def clients(http: httpx.Client, pair: list[Replica]) -> tuple[ModernClient, ModernClient]:
+    return ModernClient(http, pair[0].url), ModernClient(http, pair[1].url)
+
+
+def count(client: ModernClient, session: Mapping[str, Any]) -> int:
+    response, message = client.call_tool("count", session=session_meta(session))
+    assert response.status_code == 200, response.text
+    return int(tool_text(message))
+
+
+def refused(client: ModernClient, session: Mapping[str, Any], tool: str = "count") -> dict[str, Any]:
+    response, message = client.call_tool(tool, session=session_meta(session))
+    assert response.status_code == 200, response.text
+    assert message["error"]["code"] == SESSION_NOT_FOUND, message
+    return message
+
+
+def counts_exactly_under_concurrency(pair: list[Replica], calls: int) -> None:
+    """One session's counter, bumped by ``calls`` concurrent calls spread over both replicas: each value once."""
+
+    async def scenario() -> tuple[int, list[int], int]:
+        async with httpx.AsyncClient(timeout=20, limits=httpx.Limits(max_connections=calls + 10)) as client:
+
+            async def post(base: str, body: dict[str, Any]) -> dict[str, Any]:
+                response = await client.post(base + MCP_PATH, json=body, headers=modern_headers(body))
+                assert response.status_code == 200, response.text
+                return answer(response)
+
+            created = await post(pair[1].url, modern_request("sessions/create"))
+            session = created["result"]["session"]
+            call = modern_request("tools/call", {"name": "count", "arguments": {}}, session=session_meta(session))
+            first = int(tool_text(await post(pair[0].url, call)))
+            results = await asyncio.gather(*(post(pair[i % 2].url, call) for i in range(calls)))
+            last = int(tool_text(await post(pair[1].url, call)))
+            return first, sorted(int(tool_text(r)) for r in results), last
+
+    first, counts, last = asyncio.run(scenario())
+    assert first == 1
+    assert counts == list(range(2, calls + 2))  # every increment seen exactly once
+    assert last == calls + 2
+
+
+def a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: list[Replica]) -> None:
+    """A session deleted on replica B is refused by A on the very next request, and cannot be deleted again."""
+    a, b = clients(http, pair)
+    session = a.create_session()
+    assert count(a, session) == 1
+    response, deleted = b.request("sessions/delete", session=session_meta(session))
+    assert response.status_code == 200
+    assert deleted["result"] == {"resultType": "complete"}
+    refused(a, session)  # the very next request, on the other replica
+    refused(b, session, tool="whoami")
+    _, again = a.request("sessions/delete", session=session_meta(session))
+    assert again["error"]["code"] == SESSION_NOT_FOUND

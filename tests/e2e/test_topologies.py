@@ -1,0 +1,194 @@
+"""Two real uvicorn replicas of the quickstart on Redis past one node: a real 3-master Cluster
+(``redis+cluster://``) and a real master, replica and three Sentinels (``redis+sentinel://``).
+
+On the Cluster: one session on every replica, exact counts under concurrency, a delete seen
+by the other replica at once; a master killed and restarted costs its own sessions the
+retryable -32010 (HTTP 503, Retry-After) while it is down, and nothing else. Under Sentinel:
+the master is killed amid session requests; each answer is a success or exactly the retryable
+-32010 until the Sentinels promote the replica, and every request succeeds after it, with the
+data the replica had, without restarting anything.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from _mcp import jwt_claims, session_meta, tool_text
+from _redis_topologies import ClusterServers, SentinelGroup, client, redis_cluster, sentinel_group
+from e2e._replicas import (
+    STORE_UNAVAILABLE,
+    Replica,
+    a_delete_on_b_is_refused_on_a_at_once,
+    clients,
+    count,
+    counts_exactly_under_concurrency,
+    replicas,
+)
+
+SECRET = "topologies-secret-0123456789-0123456789"
+WINDOW_LIMIT = 400  # requests during a failover, at most (about 20 s at the pace below)
+
+
+def environ(url: str, prefix: str, **extra: str) -> dict[str, str]:
+    return {
+        "MCP_SESSIONS_KEYS": f"k1:{SECRET}",
+        "MCP_SESSIONS_STORE": url,
+        "MCP_SESSIONS_REDIS_PREFIX": prefix,
+        "MCP_SESSIONS_REDIS_TIMEOUT": "2.0",  # a loaded two-core machine can hold a reply back past 0.3 s
+        **extra,
+    }
+
+
+def outcome(response: httpx.Response, message: dict[str, Any]) -> int | None:
+    """The counter a successful ``count`` returned, or None for the retryable -32010; anything else fails."""
+    if response.status_code == 503:
+        assert response.headers["retry-after"] == "1", response.headers
+        assert message["error"]["code"] == STORE_UNAVAILABLE, message
+        return None
+    assert response.status_code == 200, response.text
+    assert "error" not in message, message
+    return int(tool_text(message))
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=10) as client:
+        yield client
+
+
+# -- Cluster -----------------------------------------------------------------------------------------------
+
+
+PREFIX = f"cluster-{uuid.uuid4().hex[:6]}:"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterServers]:
+    with redis_cluster() as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def pair(cluster: ClusterServers) -> Iterator[list[Replica]]:
+    """Replicas A (JSON responses) and B (SSE responses) on the one Cluster."""
+    common = environ(cluster.url, PREFIX)
+    with replicas({**common, "QUICKSTART_JSON": "1"}, common) as started:
+        yield started
+
+
+def node_of(cluster: ClusterServers, session: dict[str, Any]) -> int:
+    """The index of the Cluster node that holds the session's keys (they share the ``{sid}`` slot)."""
+    sid = jwt_claims(session["sessionId"])["sid"]
+    return cluster.nodes.index(cluster.node_for(f"{PREFIX}{{{sid}}}:s"))
+
+
+def test_a_session_lives_on_every_replica_and_its_keys_on_one_node(
+    http: httpx.Client, pair: list[Replica], cluster: ClusterServers
+) -> None:
+    a, b = clients(http, pair)
+    sessions = [a.create_session() for _ in range(12)]
+    for session in sessions:
+        assert [count((a, b)[i % 2], session) for i in range(4)] == [1, 2, 3, 4]
+    # Sessions spread over the three masters, each session's keys on one of them.
+    assert {node_of(cluster, s) for s in sessions} == {0, 1, 2}
+    with client(cluster.nodes[node_of(cluster, sessions[0])].port) as owner:
+        sid = jwt_claims(sessions[0]["sessionId"])["sid"]
+        assert owner.hget(f"{PREFIX}{{{sid}}}:d", "count") == "4"
+
+
+def test_concurrent_calls_across_both_replicas_count_exactly(pair: list[Replica]) -> None:
+    counts_exactly_under_concurrency(pair, 50)
+
+
+def test_a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: list[Replica]) -> None:
+    a_delete_on_b_is_refused_on_a_at_once(http, pair)
+
+
+def test_a_lost_node_costs_only_its_own_sessions_and_returns(
+    http: httpx.Client, pair: list[Replica], cluster: ClusterServers
+) -> None:
+    """Last in the module: the node comes back empty (no persistence), as after a crash without a disk."""
+    a, b = clients(http, pair)
+    by_node: dict[int, dict[str, Any]] = {}
+    for _ in range(60):
+        session = a.create_session()
+        by_node.setdefault(node_of(cluster, session), session)
+        if len(by_node) == 3:
+            break
+    assert len(by_node) == 3, "60 sessions did not spread over the three nodes"
+    for session in by_node.values():
+        assert count(a, session) == 1
+    lost = cluster.nodes[0]
+    lost.kill()
+    try:
+        for round_ in range(3):
+            for replica in (a, b):
+                # Its node is down: the retryable -32010, never -32043, never a 500.
+                assert outcome(*replica.call_tool("count", session=session_meta(by_node[0]))) is None
+                for index in (1, 2):  # the others' nodes answer (cluster-require-full-coverage no)
+                    assert count(replica, by_node[index]) == 2 + 2 * round_ + (replica is b)
+    finally:
+        lost.start()  # same port and node identity (nodes.conf); empty
+    cluster.wait_ok()
+    deadline = time.monotonic() + 10
+    while outcome(*a.call_tool("count", session=session_meta(by_node[0]))) is None:
+        assert time.monotonic() < deadline, "the restarted node's sessions did not come back within 10 s"
+        time.sleep(0.1)
+    # From then on, every request succeeds, on both replicas; the lost node's counter started over.
+    for replica in (b, a, b):
+        for index in (1, 2):
+            assert outcome(*replica.call_tool("count", session=session_meta(by_node[index]))) is not None
+        assert outcome(*replica.call_tool("count", session=session_meta(by_node[0]))) is not None
+
+
+# -- Sentinel ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_a_sentinel_failover_answers_only_retryable_errors_then_succeeds(http: httpx.Client) -> None:
+    with sentinel_group() as group:
+        common = environ(group.url, f"sentinel-{uuid.uuid4().hex[:6]}:")
+        with replicas({**common, "QUICKSTART_JSON": "1"}, common) as pair:
+            failover(http, group, pair)
+
+
+def failover(http: httpx.Client, group: SentinelGroup, pair: list[Replica]) -> None:
+    a, b = clients(http, pair)
+    session = a.create_session()
+    before = [count((a, b)[i % 2], session) for i in range(6)]
+    assert before == [1, 2, 3, 4, 5, 6]
+    old = group.master_port()
+    with client(old) as master:
+        assert master.execute_command("WAIT", 1, 5000) == 1  # the replica has every write so far
+    group.master.kill()
+
+    # The window: requests alternate between the replicas until the Sentinels have promoted the replica.
+    successes, unavailable = 0, 0
+    for i in range(WINDOW_LIMIT):
+        answered = outcome(*(a, b)[i % 2].call_tool("count", session=session_meta(session)))
+        if answered is None:
+            unavailable += 1
+        else:
+            successes += 1
+        if group.failed_over(old):
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"no failover after {WINDOW_LIMIT} requests")
+    assert unavailable >= 1  # the kill was seen: the first request after it cannot have succeeded
+
+    # After it: every request succeeds on both replicas (the same processes), and the counter kept what
+    # the replica had. An increment whose answer was -32010 may or may not have been applied (a reply lost
+    # in flight), so the count lies between the successes alone and the successes plus those.
+    after = [count((a, b)[i % 2], session) for i in range(6)]
+    assert after == list(range(after[0], after[0] + 6))
+    lowest = 6 + successes + 1
+    assert lowest <= after[0] <= lowest + unavailable, (after, successes, unavailable)
+    fresh = b.create_session()
+    assert [count(a, fresh), count(b, fresh)] == [1, 2]
