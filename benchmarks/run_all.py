@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "sse": ("bench_sse.py", 600, ()),
     "versions": ("bench_versions.py", 300, ("--base", LANE_REVISION)),
     "versions_trivial": ("bench_versions.py", 300, ("--base", LANE_REVISION, "--trivial")),
+    "scale_out": ("bench_scale_out.py", 900, ()),
 }
 # The comparisons with the lane need its revision in the repository, which a shallow clone lacks:
 # when they cannot run, the page says so and why, and the rest of the run stands.
@@ -558,6 +559,27 @@ def sse_table(result: dict[str, Any]) -> str:
     return table(header, rows, [False] + [True] * 9)
 
 
+def scale_out_table(result: dict[str, Any]) -> str:
+    header = ["setup", "conversations", "requests", "requests/s", "p50 ms", "p99 ms", "lost increments", "errors"]
+    header += ["Redis bytes per live session", "per deleted session"]
+    rows = [
+        [
+            row["setup"],
+            str(row["conversations"]),
+            str(row["requests"]),
+            f"{row['requests_per_second']:.0f}",
+            f"{row['p50_ms']:.1f}",
+            f"{row['p99_ms']:.1f}",
+            str(row["lost_increments"]),
+            str(sum(row["errors"].values())),
+            f"{row['live_bytes']:.0f}" if "live_bytes" in row else "n/a",
+            f"{row['tombstone_bytes']:.0f}" if "tombstone_bytes" in row else "n/a",
+        ]
+        for row in result["rows"]
+    ]
+    return table(header, rows, [False] + [True] * 9)
+
+
 def machine_table(results: Results, run_info: dict[str, Any] | None) -> str:
     info = results["asgi"]["machine"]
     cores = f"{info['cores']} ({info['usable_cores']} usable by the benchmarks)"
@@ -589,7 +611,7 @@ def machine_table(results: Results, run_info: dict[str, Any] | None) -> str:
 
 
 def render(results: Results, run_info: dict[str, Any] | None, smoke: bool) -> str:
-    asgi, uvicorn, sse = results["asgi"], results["uvicorn"], results["sse"]
+    asgi, uvicorn, sse, scale = results["asgi"], results["uvicorn"], results["sse"], results["scale_out"]
     sizes = " and ".join(f"{size:g} MB" for size in sse["sizes_mb"])
     warning = (
         "\n> **Smoke run**: a few requests each, to check the scripts work. These numbers mean nothing.\n"
@@ -744,6 +766,28 @@ of {sse.get("rate_rounds", 1)} whole streams per app, the apps taking turns in a
 order each round.
 
 {sse_table(sse)}
+
+## Scale out
+
+`bench_scale_out.py`: real uvicorn processes serving `examples/quickstart.py`
+(JSON responses), configured only by environment as a deployment is: one
+replica on the memory store (the base), three replicas sharing one Redis
+(`redis://`), and three replicas sharing a three-node Redis Cluster
+(`redis+cluster://`, three masters). A load generator in another process on
+the same machine runs {scale["args"]["conversations"]} conversations per setup,
+{scale["args"]["concurrency"]} at a time, each `sessions/create`,
+{scale["args"]["calls"]} `tools/call count` (an increment of `session.data`) and
+`sessions/delete`, every request sent to the next replica in turn; p50 and p99
+are per request, as the client sees them. "lost increments" counts the
+conversations whose counts were not exactly 1, 2, …; "errors" every answer that
+was not a result. The Redis memory is the growth of `used_memory`, summed over
+the nodes, per session: {scale["args"]["memory_sessions"]} live sessions with a
+counter, then the same sessions deleted (a deleted session keeps a tombstone
+until its token would have expired). Replicas, Redis nodes and the client share
+this machine's two cores, so the figures are a floor, not a capacity plan: on
+one machine, more replicas add contention, not cores.
+
+{scale_out_table(scale)}
 
 ## Against the express lane ({LANE_REVISION})
 

@@ -119,7 +119,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     """Each benchmark once, in quick mode, keeping its JSON for the report."""
     directory = tmp_path_factory.mktemp("bench")
     printed = {}
-    for name in ("asgi", "uvicorn", "sse"):
+    for name in ("asgi", "uvicorn", "sse", "scale_out"):
         printed[name] = run(f"bench_{name}.py", "--quick", "--json", str(directory / f"{name}.json")).stdout
     for name, extra in VERSIONS.items():
         out = str(directory / f"{name}.json")
@@ -253,6 +253,24 @@ def test_bench_versions_shares_of_otel_asgi(tmp_path: Path) -> None:
     assert "this, session:" in printed and "what otel-asgi adds" in printed
 
 
+SCALE_OUT_SETUPS = ("1 replica, memory store", "3 replicas, one Redis", "3 replicas, 3-node Redis Cluster")
+
+
+def test_bench_scale_out_smoke(results: tuple[Path, dict[str, str]]) -> None:
+    """Every setup ran its conversations through real replicas: no increment lost, no error, Redis memory read."""
+    directory, printed = results
+    numbers = json.loads((directory / "scale_out.json").read_text())
+    rows = {row["setup"]: row for row in numbers["rows"]}
+    assert tuple(rows) == SCALE_OUT_SETUPS
+    for setup, row in rows.items():
+        assert row["conversations"] == numbers["args"]["conversations"], setup
+        assert row["requests"] == row["conversations"] * row["requests_per_conversation"], setup
+        assert (row["lost_increments"], row["errors"]) == (0, {}), setup
+        assert 0 < row["p50_ms"] <= row["p99_ms"], setup
+        assert ("live_bytes" in row) == (setup != SCALE_OUT_SETUPS[0]), setup
+        assert setup in printed["scale_out"]
+
+
 def test_run_all_renders_the_page(results: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     directory, _ = results
     page = tmp_path / "performance.md"
@@ -261,8 +279,10 @@ def test_run_all_renders_the_page(results: tuple[Path, dict[str, str]], tmp_path
     assert "Smoke run" in text
     headings = ("## Verdict", "## The machine", "## As the number of live sessions grow", "## Checking a session id")
     lane = f"## Against the express lane ({LANE})"
-    for heading in (*headings, "## Through uvicorn", "## A long SSE response", lane, "## How to"):
+    for heading in (*headings, "## Through uvicorn", "## A long SSE response", "## Scale out", lane, "## How to"):
         assert heading in text
+    for setup in SCALE_OUT_SETUPS:
+        assert f"| {setup} | " in text
     n_curve = {f"session path, N={n}" for n in QUICK_SESSION_COUNTS} | {"trivial app, N-curve base"}
     for row in (ASGI_ROWS - n_curve) | UVICORN_ROWS | SSE_ROWS | set(TOKEN_ROWS):
         assert f"| {row} |" in text

@@ -1,0 +1,264 @@
+"""Throughput across replicas: uvicorn replicas sharing a Redis Cluster, against one replica on the memory store.
+
+Each setup serves ``examples/quickstart.py`` (JSON responses) from real uvicorn
+processes on loopback, configured only by environment, as a deployment would:
+
+- ``1 replica, memory store``: the base, one process and nothing shared;
+- ``3 replicas, one Redis``: ``MCP_SESSIONS_STORE=redis://…``;
+- ``3 replicas, 3-node Redis Cluster``: ``MCP_SESSIONS_STORE=redis+cluster://…``, three masters.
+
+A bounded load generator in this process runs conversations, ``--concurrency``
+at a time: each is ``sessions/create``, ``--calls`` ``tools/call count`` (the
+tool increments a counter in ``session.data``) and ``sessions/delete``, every
+request sent to the next replica in turn, so that each conversation crosses
+every replica. It reports requests per second, p50 and p99 latency per request,
+the conversations whose counts were not exactly 1, 2, … (lost increments: must
+be 0) and every error; then, with the Redis setups, the memory one live session
+with a counter takes in Redis (the growth of ``used_memory`` summed over the
+nodes, per session) and what a deleted session's tombstone takes.
+
+Everything runs on this machine, the load generator included: on two cores the
+replicas, the Redis nodes and the client share the CPU, so the figures are a
+floor of what the middleware sustains, not a capacity plan.
+
+    python benchmarks/bench_scale_out.py                  # full run (about a minute)
+    python benchmarks/bench_scale_out.py --smoke          # a few conversations: CI checks it runs
+    python benchmarks/bench_scale_out.py --json out.json  # also the numbers, for run_all.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+MAIN = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(MAIN / "tests"))  # the real Redis topologies the tests start
+
+from _harness import load_average  # noqa: E402 - after the path above
+
+from _redis import redis_server  # noqa: E402
+from _redis_topologies import redis_cluster  # noqa: E402
+from e2e._replicas import replicas  # noqa: E402
+
+SECRET = "scale-out-benchmark-secret-0123456789-abcdef"
+MODERN = "2026-07-28"
+SESSION_KEY = "io.modelcontextprotocol/session"
+META = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+REPLICAS = 3
+
+
+def request(method: str, params: Mapping[str, Any] | None = None, session: str | None = None, id: int = 1) -> bytes:
+    meta: dict[str, Any] = dict(META)
+    if session is not None:
+        meta[SESSION_KEY] = {"sessionId": session}
+    body = {"jsonrpc": "2.0", "id": id, "method": method, "params": {**(params or {}), "_meta": meta}}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+@dataclass
+class Load:
+    """What one setup's load produced."""
+
+    latencies: list[float] = field(default_factory=list)
+    conversations: int = 0
+    lost: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def error(self, what: str) -> None:
+        self.errors[what] = self.errors.get(what, 0) + 1
+
+
+async def converse(client: httpx.AsyncClient, urls: Sequence[str], first: int, calls: int, load: Load) -> None:
+    """One conversation: create, ``calls`` counts, delete; request ``n`` goes to replica ``first + n``."""
+    turn = first
+
+    async def post(method: str, params: Mapping[str, Any] | None = None, session: str | None = None) -> Any:
+        nonlocal turn
+        url = urls[turn % len(urls)]
+        turn += 1
+        headers = {**HEADERS, "Mcp-Protocol-Version": MODERN, "Mcp-Method": method}
+        if method == "tools/call":
+            headers["Mcp-Name"] = params["name"] if params else ""
+        started = time.perf_counter()
+        response = await client.post(url, content=request(method, params, session), headers=headers)
+        load.latencies.append(time.perf_counter() - started)
+        message = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
+        if response.status_code != 200 or "error" in message:
+            code = message.get("error", {}).get("code") if isinstance(message, dict) else None
+            load.error(f"{method}: HTTP {response.status_code}, code {code}")
+            return None
+        return message["result"]
+
+    created = await post("sessions/create")
+    if created is None:
+        return
+    token = created["session"]["sessionId"]
+    counts = []
+    for _ in range(calls):
+        result = await post("tools/call", {"name": "count", "arguments": {}}, token)
+        counts.append(None if result is None else int(result["content"][0]["text"]))
+    if counts != list(range(1, calls + 1)):
+        load.lost += 1
+    await post("sessions/delete", {}, token)
+    load.conversations += 1
+
+
+async def run_load(urls: Sequence[str], conversations: int, concurrency: int, calls: int, budget: float) -> Load:
+    """``conversations`` conversations, ``concurrency`` at a time, stopping early at ``budget`` seconds."""
+    load = Load()
+    limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+        for index in range(min(concurrency, conversations)):  # warm every replica and connection up
+            await converse(client, urls, index, 1, Load())
+        queue = iter(range(conversations))
+        deadline = time.monotonic() + budget
+
+        async def worker() -> None:
+            for index in queue:
+                if time.monotonic() > deadline:
+                    return
+                await converse(client, urls, index, calls, load)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        load.seconds = time.perf_counter() - started
+    return load
+
+
+def used_memory(ports: Sequence[int]) -> int:
+    """``used_memory`` summed over the Redis nodes."""
+    total = 0
+    for port in ports:
+        with redis.Redis(port=port) as client:
+            total += int(client.info("memory")["used_memory"])
+    return total
+
+
+async def memory_per_session(urls: Sequence[str], ports: Sequence[int], sessions: int) -> dict[str, float]:
+    """The Redis memory one live session with a counter takes, and one deleted session's tombstone."""
+    async with httpx.AsyncClient(timeout=30) as client:
+
+        async def post(url: str, method: str, params: Mapping[str, Any] | None = None, token: str | None = None) -> Any:
+            headers = {**HEADERS, "Mcp-Protocol-Version": MODERN, "Mcp-Method": method}
+            if method == "tools/call":
+                headers["Mcp-Name"] = "count"
+            response = await client.post(url, content=request(method, params, token), headers=headers)
+            return response.json()["result"]
+
+        before = used_memory(ports)
+        tokens = []
+        for index in range(sessions):
+            url = urls[index % len(urls)]
+            token = (await post(url, "sessions/create"))["session"]["sessionId"]
+            await post(url, "tools/call", {"name": "count", "arguments": {}}, token)
+            tokens.append(token)
+        live = used_memory(ports)
+        for index, token in enumerate(tokens):
+            await post(urls[index % len(urls)], "sessions/delete", {}, token)
+        deleted = used_memory(ports)
+    return {"live_bytes": (live - before) / sessions, "tombstone_bytes": (deleted - before) / sessions}
+
+
+def summarize(name: str, load: Load, requests_per_conversation: int) -> dict[str, Any]:
+    latencies = sorted(load.latencies)
+    quantiles = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
+    return {
+        "setup": name,
+        "conversations": load.conversations,
+        "requests": len(latencies),
+        "requests_per_second": len(latencies) / load.seconds if load.seconds else 0.0,
+        "p50_ms": quantiles[49] * 1000,
+        "p99_ms": quantiles[98] * 1000,
+        "lost_increments": load.lost,
+        "errors": load.errors,
+        "requests_per_conversation": requests_per_conversation,
+    }
+
+
+async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    per = args.calls + 2
+
+    async def one(name: str, count: int, store: Mapping[str, str], ports: Sequence[int] = ()) -> None:
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "QUICKSTART_JSON": "1", **store}
+        with replicas(*[environ] * count) as started:
+            urls = [replica.url + "/mcp" for replica in started]
+            load = await run_load(urls, args.conversations, args.concurrency, args.calls, args.budget)
+            row = summarize(name, load, per)
+            if ports:
+                row.update(await memory_per_session(urls, ports, args.memory_sessions))
+            rows.append(row)
+            print(f"  {name}: {row['requests_per_second']:.0f} requests/s", file=sys.stderr)
+
+    await one("1 replica, memory store", 1, {})
+    with redis_server() as server:
+        await one(f"{REPLICAS} replicas, one Redis", REPLICAS, {"MCP_SESSIONS_STORE": server.url}, [server.port])
+    with redis_cluster(3) as cluster:
+        await one(
+            f"{REPLICAS} replicas, 3-node Redis Cluster",
+            REPLICAS,
+            {"MCP_SESSIONS_STORE": cluster.url},
+            [node.port for node in cluster.nodes],
+        )
+    return rows
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    print(f"{'setup':40} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'lost':>5} {'errors':>7} {'B/live':>8} {'B/del':>7}")
+    for row in rows:
+        live = f"{row['live_bytes']:.0f}" if "live_bytes" in row else "-"
+        dead = f"{row['tombstone_bytes']:.0f}" if "tombstone_bytes" in row else "-"
+        print(
+            f"{row['setup']:40} {row['requests_per_second']:8.0f} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f}"
+            f" {row['lost_increments']:5d} {sum(row['errors'].values()):7d} {live:>8} {dead:>7}"
+        )
+    for row in rows:
+        for what, times in row["errors"].items():
+            print(f"  {row['setup']}: {times} x {what}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conversations", type=int, default=600, help="conversations per setup")
+    parser.add_argument("--concurrency", type=int, default=24, help="conversations at a time")
+    parser.add_argument("--calls", type=int, default=8, help="tools/call count per conversation")
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds of load per setup at most")
+    parser.add_argument("--memory-sessions", type=int, default=500, help="live sessions for the memory figure")
+    parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true", help="a few conversations only")
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    args = parser.parse_args()
+    if args.smoke:
+        args.conversations, args.concurrency, args.calls, args.memory_sessions = 12, 4, 3, 20
+    started, before = time.monotonic(), load_average()
+    rows = asyncio.run(measure(args))
+    report(rows)
+    if args.json is not None:
+        numbers = {
+            "benchmark": "scale_out",
+            "smoke": args.smoke,
+            "rows": rows,
+            "args": {key: value for key, value in vars(args).items() if key != "json"},
+            "seconds": time.monotonic() - started,
+            "load_before": before,
+            "load_after": load_average(),
+        }
+        args.json.write_text(json.dumps(numbers, indent=2) + "\n")
+    if any(row["lost_increments"] or row["errors"] for row in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
