@@ -230,7 +230,7 @@ def test_bench_versions_says_when_the_revision_is_missing(results: tuple[Path, d
         numbers = json.loads((tmp_path / f"{name}.json").read_text())
         assert not numbers["available"] and "rows" not in numbers
     directory, _ = results
-    for name in ("asgi", "uvicorn", "sse"):
+    for name in ("asgi", "uvicorn", "sse", "scale_out"):
         shutil.copy(directory / f"{name}.json", tmp_path)
     page = tmp_path / "performance.md"
     run("run_all.py", "--from", str(tmp_path), "--write", str(page))
