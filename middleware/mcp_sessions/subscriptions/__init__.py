@@ -8,8 +8,7 @@ session's streams when it is deleted or expires. See ``docs/deployment.md``.
 
 from ._backend import Backend
 from ._bus import SessionSubscriptionBus
-from ._cluster import ClusterBackend
 from ._memory import MemoryBackend
 from ._redis import RedisBackend
 
-__all__ = ["Backend", "ClusterBackend", "MemoryBackend", "RedisBackend", "SessionSubscriptionBus"]
+__all__ = ["Backend", "MemoryBackend", "RedisBackend", "SessionSubscriptionBus"]

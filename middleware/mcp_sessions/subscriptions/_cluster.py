@@ -24,6 +24,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from redis.exceptions import ConnectionError, MovedError, SlotNotCoveredError, TimeoutError
+
 from ._backend import Backend
 from ._link import Link, LinkedBackend, stopped
 
@@ -55,10 +57,10 @@ class ClusterBackend(LinkedBackend, Backend):
 
     def join(self, channel: str) -> None:
         self._joined.add(channel)
-        if self._task is None and not self._closed:
-            self._remap.set()
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="mcp-sessions cluster slot map")
-        self._place(channel)
+        if self._mapped:
+            self._place(channel)
+        else:
+            self._remap_soon()  # every joined channel is placed once the map is read
 
     def leave(self, channel: str) -> None:
         self._joined.discard(channel)
@@ -67,7 +69,20 @@ class ClusterBackend(LinkedBackend, Backend):
             self._links[name].leave(channel)
 
     async def publish(self, channel: str, message: bytes) -> None:
-        await self._client.spublish(channel, message)
+        """``SPUBLISH`` on the node that owns the channel's slot, sent by this backend rather than by
+        ``RedisCluster.execute_command``: after one node's connection error, that path reads the map again
+        and asks the map's first node for ``COMMAND``, and while that node is the lost one every command
+        fails, to every node. A ``MOVED`` (the slot moved, the command was not run) reads the map again and
+        sends the message once more, to the new owner; a connection error reads it again for the next one."""
+        try:
+            try:
+                await (await self._node(channel)).execute_command("SPUBLISH", channel, message)
+            except MovedError:
+                await self._read_map()
+                await (await self._node(channel)).execute_command("SPUBLISH", channel, message)
+        except (ConnectionError, TimeoutError):
+            self._remap_soon()  # a replica promoted in its place is found
+            raise
 
     async def aclose(self) -> None:
         self._closed = True
@@ -75,7 +90,8 @@ class ClusterBackend(LinkedBackend, Backend):
         self._task = None
         for link in self._links.values():
             await link.aclose()
-        await self._client.aclose()
+        await self._client.nodes_manager.aclose()  # the client was never initialized: its nodes are closed here
+        await self._client.nodes_manager.aclose("startup_nodes")
 
     def _confirmed(self, channel: str) -> bool:
         name = self._owner.get(channel)
@@ -83,14 +99,10 @@ class ClusterBackend(LinkedBackend, Backend):
 
     def _place(self, channel: str) -> None:
         """Subscribe ``channel`` on the connection to the node that owns its slot, as the map says."""
-        if not self._mapped:
-            return  # the map is being read: every channel is placed then
         try:
-            node = self._client.get_node_from_key(channel)
-        except Exception:  # SlotNotCoveredError: its node was lost from the map; read it again
-            node = None
-        if node is None:
-            self._remap.set()
+            node = self._client.nodes_manager.get_node_from_slot(self._client.keyslot(channel))
+        except SlotNotCoveredError:  # its node was lost from the map: read it again
+            self._remap_soon()
             return
         current = self._owner.get(channel)
         if current == node.name:
@@ -101,9 +113,24 @@ class ClusterBackend(LinkedBackend, Backend):
         link = self._links.get(node.name)
         if link is None:
             what = f"Redis Cluster node {node.name}"
-            link = Link(self, _node_client(node), sharded=True, what=what, on_failure=self._remap.set)
+            link = Link(self, _node_client(node), sharded=True, what=what, on_failure=self._remap_soon)
             self._links[node.name] = link
         link.join(channel)
+
+    async def _node(self, channel: str) -> ClusterNode:
+        if not self._mapped:
+            await self._read_map()
+        return self._client.nodes_manager.get_node_from_slot(self._client.keyslot(channel))
+
+    async def _read_map(self) -> None:
+        """The slot map, from the first node that answers (one that failed last is asked last)."""
+        await self._client.nodes_manager.initialize()
+        self._mapped = True
+
+    def _remap_soon(self) -> None:
+        self._remap.set()
+        if self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="mcp-sessions cluster slot map")
 
     async def _run(self) -> None:
         """Read the slot map whenever asked to (a failure, a moved slot), and place every channel by it."""
@@ -112,9 +139,7 @@ class ClusterBackend(LinkedBackend, Backend):
             await self._remap.wait()
             self._remap.clear()
             try:
-                await self._client.initialize()  # the first time (or after the client closed itself)
-                if self._mapped:
-                    await self._client.nodes_manager.initialize()
+                await self._read_map()
             except Exception as exc:
                 logger.warning(
                     "the subscription bus could not read the Redis Cluster's slot map (%s); again in %.2f s",
@@ -126,7 +151,6 @@ class ClusterBackend(LinkedBackend, Backend):
                 backoff = min(backoff * 2, self._max_backoff)
                 continue
             backoff = self._min_backoff
-            self._mapped = True
             for channel in list(self._joined):
                 self._place(channel)
 
