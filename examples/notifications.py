@@ -1,9 +1,10 @@
 """Listen streams scoped to a session, on every replica: a notes server.
 
 Serve it:  MCP_SESSIONS_SECRET=... uvicorn examples.notifications:app --port 8000
-With MCP_SESSIONS_REDIS_URL set, the same Redis keeps the sessions and carries the
+With a Redis store URL in MCP_SESSIONS_STORE (or MCP_SESSIONS_REDIS_URL): one
+Redis, a Cluster or Sentinels, the same Redis keeps the sessions and carries the
 events between replicas (channels named with MCP_SESSIONS_REDIS_PREFIX); without
-it, one process and memory:// do both.
+one, one process and memory:// do both.
 
 - ``edit_note`` saves a note in this session's data and tells this session's listen
   streams (``notifications/resources/updated`` for ``note://NAME``), on every replica;
@@ -28,9 +29,8 @@ app: MCPSessionMiddleware  # built on first access, see __getattr__
 def build_app(environ: Mapping[str, str] | None = None, **options: Any) -> MCPSessionMiddleware:
     """The notes server behind the session middleware, both given the same bus."""
     env = os.environ if environ is None else environ
-    bus = SessionSubscriptionBus.from_url(
-        env.get("MCP_SESSIONS_REDIS_URL", "memory://"), prefix=env.get("MCP_SESSIONS_REDIS_PREFIX", "mcp-sessions:")
-    )
+    store = env.get("MCP_SESSIONS_STORE") or env.get("MCP_SESSIONS_REDIS_URL") or "memory://"
+    bus = SessionSubscriptionBus.from_url(store, prefix=env.get("MCP_SESSIONS_REDIS_PREFIX", "mcp-sessions:"))
     mcp = MCPServer("notes", subscriptions=bus)
 
     @mcp.tool()

@@ -252,6 +252,10 @@ async def test_streams_survive_a_redis_restart_and_a_publish_meanwhile_is_droppe
         ("memory://host", "the memory:// bus takes no host"),
         ("redis://u:hunter2@h:99999/0", "port"),
         ("redis://u:hunter2@h/zero", "database number"),
+        ("redis+cluster://u:hunter2@h:0", "port of Cluster node 1"),
+        ("rediss+cluster://u:hunter2@h:7000/3", "only database 0"),
+        ("redis+sentinel://u:hunter2@h:26379", "master's service name"),
+        ("rediss+sentinel://u:hunter2@h/mymaster/x", "must be an integer"),
     ],
 )
 async def test_bad_urls_are_refused_clearly_never_repeating_a_password(url: str, message: str) -> None:

@@ -14,6 +14,7 @@ from .memory import MemoryStore, SessionStoreFull
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster
 
     from .redis import RedisStore
     from .sqlite import SQLiteStore
@@ -36,9 +37,12 @@ __all__ = [
 ]
 
 
-def redis_client(url: str, *, timeout: float, connect_timeout: float, max_connections: int) -> aioredis.Redis:
+def redis_client(
+    url: str, *, timeout: float, connect_timeout: float, max_connections: int
+) -> aioredis.Redis | RedisCluster:
     """The client ``RedisStore`` builds from a store URL (checked part by part, bounded, no retries), for the
-    other parts that speak to the same Redis: the subscription bus. Needs the ``redis`` extra."""
+    other parts that speak to the same Redis: the subscription bus. A ``RedisCluster`` for ``redis+cluster://``
+    and ``rediss+cluster://``, a ``Redis`` otherwise. Needs the ``redis`` extra."""
     from ._redis_client import check_client_options, client_from_url
 
     check_client_options(timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)

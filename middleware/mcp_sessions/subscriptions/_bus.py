@@ -90,9 +90,12 @@ class SessionSubscriptionBus:
     @classmethod
     def from_url(cls, url: str, **options: object) -> Self:
         """The bus a store URL names: ``memory://`` (this process), ``redis://``, ``rediss://``, ``unix://``
-        (Redis pub/sub, across replicas). ``options``: this class's keywords, and the Redis client's
-        ``timeout``, ``connect_timeout`` and ``max_connections``. A bad URL raises ``ValueError``; the
-        message never repeats a password."""
+        (Redis pub/sub, across replicas), ``redis+sentinel://`` and ``rediss+sentinel://`` (the same, on
+        the master the Sentinels name, followed after a failover), ``redis+cluster://`` and
+        ``rediss+cluster://`` (sharded pub/sub: a session's events go only to the node that owns its
+        slot). ``options``: this class's keywords, and the Redis client's ``timeout``,
+        ``connect_timeout`` and ``max_connections``. A bad URL raises ``ValueError``; the message never
+        repeats a password."""
         from ._urls import backend_from_url
 
         limits = {

@@ -14,9 +14,12 @@ if TYPE_CHECKING:
 __all__ = ["backend_from_url"]
 
 _REDIS_DEFAULTS: Final = {"timeout": 2.0, "connect_timeout": 2.0, "max_connections": 8}
+_REDIS_SCHEMES: Final = (
+    "redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster://"
+)
 _NOT_ACROSS_PROCESSES: Final = (
     "a sqlite:// store cannot carry listen events between processes: use memory:// for one process, or "
-    "redis://, rediss:// or unix:// (the Redis the store may share) for several replicas"
+    f"{_REDIS_SCHEMES} (the Redis the store may share) for several replicas"
 )
 
 
@@ -28,8 +31,12 @@ def memory_backend(url: str, **options: object) -> Backend:
 
 
 def redis_backend(url: str, **options: object) -> Backend:
-    """One Redis, through the store's own client from the URL (checked part by part, the password never shown)."""
+    """Redis, through the store's own client from the URL (checked part by part, the password never shown):
+    one server or a master behind Sentinels (:class:`RedisBackend`), or a Cluster (:class:`ClusterBackend`)."""
+    from redis.asyncio.cluster import RedisCluster
+
     from ..stores import redis_client
+    from ._cluster import ClusterBackend
     from ._redis import RedisBackend
 
     unknown = sorted(set(options) - set(_REDIS_DEFAULTS))
@@ -37,7 +44,10 @@ def redis_backend(url: str, **options: object) -> Backend:
         raise TypeError(f"unknown option {unknown[0]!r} of a Redis bus (accepted: {', '.join(_REDIS_DEFAULTS)})")
     settings = {**_REDIS_DEFAULTS, **options}
     client = redis_client(url, **settings)  # type: ignore[arg-type]
-    return RedisBackend(client, ready_timeout=float(settings["timeout"]) * 2)  # type: ignore[arg-type]
+    ready_timeout = float(settings["timeout"]) * 2  # type: ignore[arg-type]
+    if isinstance(client, RedisCluster):
+        return ClusterBackend(client, ready_timeout=ready_timeout)
+    return RedisBackend(client, ready_timeout=ready_timeout)
 
 
 def _refused(url: str, **options: object) -> Backend:
@@ -49,6 +59,10 @@ BACKENDS: Final[dict[str, Callable[..., Backend]]] = {
     "redis": redis_backend,
     "rediss": redis_backend,
     "unix": redis_backend,
+    "redis+sentinel": redis_backend,
+    "rediss+sentinel": redis_backend,
+    "redis+cluster": redis_backend,
+    "rediss+cluster": redis_backend,
     "sqlite": _refused,
 }
 
@@ -56,10 +70,10 @@ BACKENDS: Final[dict[str, Callable[..., Backend]]] = {
 def backend_from_url(url: str, **options: object) -> Backend:
     """The backend ``url`` names; ``ValueError`` for a URL of no known scheme (the URL is never repeated)."""
     if not isinstance(url, str) or "://" not in url:
-        raise ValueError("a bus URL looks like scheme://…: memory://, redis://, rediss:// or unix://")
+        raise ValueError(f"a bus URL looks like scheme://…: memory://, {_REDIS_SCHEMES}")
     scheme = url.split("://", 1)[0].lower()
     factory = BACKENDS.get(scheme)
     if factory is None:
         shown = scheme if scheme.isascii() and scheme.replace("+", "").isalnum() and len(scheme) <= 20 else "?"
-        raise ValueError(f"unknown bus URL scheme {shown!r}: use memory://, redis://, rediss:// or unix://")
+        raise ValueError(f"unknown bus URL scheme {shown!r}: use memory://, {_REDIS_SCHEMES}")
     return factory(url, **options)

@@ -1,0 +1,212 @@
+"""One pub/sub connection to one Redis server, kept subscribed: what the Redis and Redis Cluster backends share.
+
+A :class:`Link` opens its connection in a background task when its first channel is
+joined, subscribes the joined channels (``SUBSCRIBE``, or ``SSUBSCRIBE`` for a Cluster's
+sharded channels), reads the messages and hands each to the bus. Joining or leaving wakes
+a second task of the same connection, which sends the subscriptions for the difference;
+the reader sees the confirmations, and the backend's ``ready`` waits for them.
+
+When the server goes away (a restart, a failover, a network cut that closes the socket)
+the connection is dropped and opened again after a backoff from ``min_backoff`` doubling
+to ``max_backoff`` seconds, every joined channel subscribed again; streams stay open.
+Messages published meanwhile are lost: pub/sub keeps nothing, and a listen stream has no
+replay (clients refetch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+    from redis.asyncio.client import PubSub
+
+    from ._backend import Receive
+
+__all__ = ["Link", "LinkedBackend", "SlotMoved", "stopped"]
+
+logger = logging.getLogger("mcp_sessions")
+
+
+async def stopped(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class SlotMoved(Exception):
+    """A Cluster node unsubscribed a sharded channel by itself: its slot is now another node's."""
+
+
+class LinkedBackend:
+    """What a backend over :class:`Link` objects shares: the bus's ``receive``, the backoff, ``ready``."""
+
+    __slots__ = ("_joined", "_max_backoff", "_min_backoff", "_progress", "_ready_timeout", "_receive")
+
+    def __init__(self, *, ready_timeout: float, min_backoff: float, max_backoff: float) -> None:
+        if not 0 < min_backoff <= max_backoff <= 60:
+            raise ValueError("the bus's backoff is 0 < min_backoff <= max_backoff <= 60 seconds")
+        self._ready_timeout = ready_timeout
+        self._min_backoff, self._max_backoff = min_backoff, max_backoff
+        self._joined: set[str] = set()
+        self._progress = asyncio.Event()  # set, and replaced, whenever a subscription is confirmed
+        self._receive: Receive | None = None
+
+    def bind(self, receive: Receive) -> None:
+        self._receive = receive
+
+    async def ready(self, channel: str) -> None:
+        """Wait (at most ``ready_timeout`` seconds) until Redis confirms ``channel`` is subscribed."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._ready_timeout):
+                while channel in self._joined and not self._confirmed(channel):
+                    await self._progress.wait()
+
+    def _confirmed(self, channel: str) -> bool:
+        raise NotImplementedError
+
+    def _deliver(self, channel: str, message: bytes | str) -> None:
+        if self._receive is not None:
+            self._receive(channel, message)
+
+    def _progressed(self) -> None:
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+
+class Link:
+    """One pub/sub connection to ``client``'s server, subscribed to :attr:`joined`: see the module's docstring."""
+
+    __slots__ = (
+        "_backend",
+        "_changed",
+        "_client",
+        "_closed",
+        "_leaving",
+        "_on_failure",
+        "_sharded",
+        "_task",
+        "_what",
+        "confirmed",
+        "joined",
+    )
+
+    def __init__(
+        self,
+        backend: LinkedBackend,
+        client: aioredis.Redis,
+        *,
+        sharded: bool,
+        what: str,
+        on_failure: Callable[[], None],
+    ) -> None:
+        self._backend, self._client, self._sharded, self._what = backend, client, sharded, what
+        self._on_failure = on_failure
+        self.joined: set[str] = set()
+        self.confirmed: set[str] = set()  # subscribed on the current connection, as Redis confirmed
+        self._leaving: Counter[str] = Counter()  # unsubscribed by us, the confirmations not read yet
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    def join(self, channel: str) -> None:
+        self.joined.add(channel)
+        self._changed.set()
+        if self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="mcp-sessions subscription bus")
+
+    def leave(self, channel: str) -> None:
+        self.joined.discard(channel)
+        self._changed.set()
+
+    async def aclose(self) -> None:
+        """Stop the connection's tasks, close it and the client: nothing arrives afterwards."""
+        self._closed = True
+        await stopped(self._task)
+        self._task = None
+        await self._client.aclose()
+
+    async def _run(self) -> None:
+        backend = self._backend
+        backoff = backend._min_backoff
+        while not self._closed:
+            try:
+                await self._connection()
+            except Exception as exc:  # whatever ended the connection, it is opened again
+                failure = exc.exceptions[0] if isinstance(exc, ExceptionGroup) else exc
+                logger.warning(
+                    "the subscription bus lost its connection to %s (%s); subscribing again in %.2f s, "
+                    "events published meanwhile are lost",
+                    self._what,
+                    type(failure).__name__,
+                    backoff,
+                )
+                self._on_failure()
+            backoff = backend._min_backoff if self.confirmed else min(backoff * 2, backend._max_backoff)
+            self.confirmed.clear()
+            await asyncio.sleep(backoff)
+
+    async def _connection(self) -> None:
+        """One pub/sub connection, until it fails: the joined channels subscribed, then kept in step."""
+        while not self.joined:  # SUBSCRIBE needs a channel
+            await self._changed.wait()
+            self._changed.clear()
+        pubsub = self._client.pubsub()
+        self._leaving.clear()
+        try:
+            subscribed = set(self.joined)
+            self._changed.clear()
+            await self._send(pubsub, subscribed, subscribe=True)
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._read(pubsub))
+                group.create_task(self._follow(pubsub, subscribed))
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def _follow(self, pubsub: PubSub, subscribed: set[str]) -> None:
+        """Subscribe and unsubscribe what was joined or left since the last time."""
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            joined = set(self.joined)
+            if added := joined - subscribed:
+                await self._send(pubsub, added, subscribe=True)
+            if removed := subscribed - joined:
+                self.confirmed.difference_update(removed)
+                self._leaving.update(removed)  # Counter.update counts
+                await self._send(pubsub, removed, subscribe=False)
+            subscribed.clear()
+            subscribed.update(joined)
+
+    async def _send(self, pubsub: PubSub, channels: Iterable[str], *, subscribe: bool) -> None:
+        if not self._sharded:
+            await (pubsub.subscribe if subscribe else pubsub.unsubscribe)(*channels)
+            return
+        for channel in channels:  # a node refuses the channels of two slots in one command (CROSSSLOT)
+            await (pubsub.ssubscribe if subscribe else pubsub.sunsubscribe)(channel)
+
+    async def _read(self, pubsub: PubSub) -> None:
+        while True:
+            message = await pubsub.get_message(timeout=None)
+            if message is None:
+                continue
+            kind, channel = message["type"], message["channel"]
+            if kind in ("message", "smessage"):
+                self._backend._deliver(channel, message["data"])
+            elif kind in ("subscribe", "ssubscribe"):
+                self.confirmed.add(channel)
+                self._backend._progressed()
+            elif kind in ("unsubscribe", "sunsubscribe"):
+                if self._leaving[channel] < 1:
+                    raise SlotMoved("a Redis Cluster node unsubscribed a shard channel by itself")
+                self._leaving[channel] -= 1
+                if not self._leaving[channel]:
+                    del self._leaving[channel]

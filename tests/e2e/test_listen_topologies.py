@@ -1,0 +1,73 @@
+"""Listen streams scoped to a session across two real replicas of examples/notifications.py on a real
+3-master Redis Cluster: ``MCP_SESSIONS_STORE=redis+cluster://…`` keeps the sessions, and the bus the
+example builds from the same URL carries the events with sharded pub/sub.
+
+A session-scoped update made on A reaches that session's listen stream on B and no other stream
+(another session's, on another node, and a global one), proven after a global marker published from
+B; the session's channel is ``SSUBSCRIBE``d on the node that holds the session's keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from _mcp import jwt_claims
+from _redis_topologies import ClusterServers, client, redis_cluster
+from e2e._replicas import Replica, replicas
+from e2e.test_listen_replicas import APP, NOTE
+from e2e.test_listen_replicas import client as listening
+from e2e.test_topologies import environ
+
+PREFIX = f"listen-cluster-{uuid.uuid4().hex[:6]}:"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterServers]:
+    with redis_cluster() as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def pair(cluster: ClusterServers) -> Iterator[list[Replica]]:
+    common = environ(cluster.url, PREFIX)
+    with replicas({**common, "QUICKSTART_JSON": "1"}, common, app=APP) as started:
+        yield started
+
+
+def test_a_session_update_on_a_reaches_its_stream_on_b_through_its_slots_node_only(
+    pair: list[Replica], cluster: ClusterServers
+) -> None:
+    a, b = (replica.url for replica in pair)
+
+    def node(session: dict[str, object]) -> int:
+        sid = jwt_claims(str(session["sessionId"]))["sid"]
+        return cluster.nodes.index(cluster.node_for(f"{PREFIX}session:{{{sid}}}"))
+
+    async def scenario() -> None:
+        async with listening() as c:
+            mine = await c.create(a)
+            other = await c.create(b)
+            for _ in range(30):  # another session, on another node
+                if node(other) != node(mine):
+                    break
+                other = await c.create(b)
+            assert node(other) != node(mine)
+            mine_b = await c.listen(b, "mine-b", mine)
+            others = [await c.listen(b, "other-b", other), await c.listen(a, "global-a"), await c.listen(b, "global-b")]
+            sid = jwt_claims(str(mine["sessionId"]))["sid"]
+            with client(cluster.nodes[node(mine)].port) as owner:
+                assert f"{PREFIX}session:{{{sid}}}" in owner.pubsub_shardchannels(PREFIX + "*")
+
+            assert await c.tool(a, "edit_note", {"name": "plan", "text": "v2"}, mine) == "saved"
+            await mine_b.wait(f"notifications/resources/updated {NOTE}")
+            assert await c.tool(b, "add_tool", {}) == "announced"  # the marker: global, from the other replica
+            for stream in [mine_b, *others]:
+                await stream.wait("notifications/tools/list_changed")
+            assert mine_b.events == [f"notifications/resources/updated {NOTE}", "notifications/tools/list_changed"]
+            assert all(s.events == ["notifications/tools/list_changed"] for s in others), [s.events for s in others]
+
+    asyncio.run(scenario())

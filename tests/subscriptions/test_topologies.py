@@ -1,0 +1,207 @@
+"""SessionSubscriptionBus past one Redis node: a real 3-master Cluster (sharded pub/sub) and a real
+master, replica and three Sentinels.
+
+On the Cluster each bus holds one connection per node that owns one of its channels, ``SSUBSCRIBE``s
+there, and publishes with ``SPUBLISH``: a session's event travels to the node of the session's slot
+only. Sessions are picked on each of the three nodes. A killed node costs only its own sessions'
+events, which flow again once it is back. Under Sentinel, a failover costs the events published
+during it, and the same buses deliver again afterwards. Absence is proven after a positive control,
+as in ``test_bus.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import redis.asyncio as aioredis
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
+
+from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
+from mcp_sessions.subscriptions import SessionSubscriptionBus
+from subscriptions.test_bus import MARKER, Stream, opened, until
+
+pytestmark = pytest.mark.anyio
+
+RECOVERY = 10.0  # seconds: a restarted node, or a promoted replica, delivers again within this
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterServers]:
+    with redis_cluster() as servers:
+        yield servers
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"bus-{uuid.uuid4().hex[:8]}:"
+
+
+@pytest.fixture
+async def pair(cluster: ClusterServers, prefix: str) -> AsyncIterator[tuple[SessionSubscriptionBus, ...]]:
+    """Two replicas' buses on the one Cluster, one prefix."""
+    a = SessionSubscriptionBus.from_url(cluster.url, prefix=prefix, timeout=1.0)
+    b = SessionSubscriptionBus.from_url(cluster.url, prefix=prefix, timeout=1.0)
+    yield a, b
+    await a.aclose()
+    await b.aclose()
+
+
+def channel(prefix: str, session_id: str) -> str:
+    return f"{prefix}session:{{{session_id}}}"
+
+
+def one_per_node(cluster: ClusterServers, prefix: str, avoid: int | None = None) -> list[str]:
+    """A session id whose channel (and keys) is on each node in turn, the nodes' order."""
+    found: dict[int, str] = {}
+    for i in itertools.count():
+        sid = f"sid-{i}"
+        found.setdefault(cluster.nodes.index(cluster.node_for(channel(prefix, sid))), sid)
+        if len(found) == len(cluster.nodes):
+            return [found[index] for index in range(len(cluster.nodes))]
+    raise AssertionError("unreachable")
+
+
+def node(cluster: ClusterServers, index: int) -> aioredis.Redis:
+    return aioredis.Redis(port=cluster.nodes[index].port, decode_responses=True)
+
+
+async def test_session_events_on_every_node_reach_only_their_session_on_both_replicas(
+    pair: tuple[SessionSubscriptionBus, SessionSubscriptionBus], cluster: ClusterServers, prefix: str
+) -> None:
+    a, b = pair
+    sids = one_per_node(cluster, prefix)
+    mine = {sid: [Stream(a, sid), Stream(b, sid)] for sid in sids}
+    globals_ = [Stream(a, None), Stream(b, None)]
+    await opened(a, *sids)
+    await opened(b, *sids)
+    for publisher, sid in zip((a, b, a), sids, strict=True):  # each replica publishes to the other's streams too
+        await publisher.publish_to_session(sid, ResourceUpdated(uri=f"note://{sid}"))
+    await b.publish(MARKER)
+    everyone = [*globals_, *itertools.chain(*mine.values())]
+    await until(lambda: all(MARKER in s.events for s in everyone), "the marker on every stream")
+    for sid, streams in mine.items():
+        assert [s.events for s in streams] == [[ResourceUpdated(uri=f"note://{sid}"), MARKER]] * 2, sid
+    assert all(s.events == [MARKER] for s in globals_)
+    await a.publish(ToolsListChanged())
+    await until(lambda: all(ToolsListChanged() in s.events for s in everyone), "a global event on every stream")
+
+
+async def test_channels_are_sharded_on_their_slots_node_and_left_with_their_last_stream(
+    pair: tuple[SessionSubscriptionBus, SessionSubscriptionBus], cluster: ClusterServers, prefix: str
+) -> None:
+    a, _ = pair
+    sids = one_per_node(cluster, prefix)
+    nodes = [node(cluster, index) for index in range(3)]
+    classic = [n.pubsub() for n in nodes]
+    try:
+        for probe, sid in zip(classic, sids, strict=True):  # a classic SUBSCRIBE never sees an SPUBLISH
+            await probe.subscribe(channel(prefix, sid))
+        streams = [Stream(a, sid) for sid in sids]
+        await opened(a, *sids)
+        everywhere = cluster.nodes.index(cluster.node_for(prefix + "events"))
+        for index, sid in enumerate(sids):
+            # Each channel on its slot's node only, the global one too.
+            shard = await nodes[index].pubsub_shardchannels(prefix + "*")
+            assert sorted(shard) == sorted([channel(prefix, sid)] + [prefix + "events"] * (index == everywhere))
+            assert await nodes[index].pubsub_channels(prefix + "*") == [channel(prefix, sid)]  # the probe's own
+            await a.publish_to_session(sid, ResourceUpdated(uri="note://x"))
+        await until(lambda: all(s.events for s in streams), "each session's event")
+        for probe in classic:
+            while (message := await probe.get_message(timeout=0.05)) is not None:
+                assert message["type"] == "subscribe", message  # no classic message: SPUBLISH carried them
+        for stream in streams:
+            stream.unsubscribe()
+
+        async def left() -> bool:
+            for index, sid in enumerate(sids):
+                if channel(prefix, sid) in await nodes[index].pubsub_shardchannels(prefix + "*"):
+                    return False
+            return True
+
+        deadline = time.monotonic() + 3
+        while not await left():
+            assert time.monotonic() < deadline, "the session channels were not left"
+            await asyncio.sleep(0.02)
+    finally:
+        for probe in classic:
+            await probe.aclose()  # type: ignore[no-untyped-call]
+        for n in nodes:
+            await n.aclose()
+
+
+async def test_a_killed_node_costs_only_its_sessions_and_they_flow_again_after_its_restart(
+    pair: tuple[SessionSubscriptionBus, SessionSubscriptionBus], cluster: ClusterServers, prefix: str
+) -> None:
+    """Last of the Cluster tests: the node comes back empty (no persistence), as after a crash without a disk."""
+    a, b = pair
+    everywhere = cluster.nodes.index(cluster.node_for(prefix + "events"))
+    lost = (everywhere + 1) % 3  # not the global channel's node: the marker must keep flowing
+    sids = one_per_node(cluster, prefix)
+    streams = {sid: Stream(b, sid) for sid in sids}
+    await opened(b, *sids)
+    await opened(a)
+    cluster.nodes[lost].kill()
+    try:
+        for round_ in range(3):
+            for sid in sids:
+                await a.publish_to_session(sid, ResourceUpdated(uri=f"note://{round_}"))  # the lost one's is dropped
+            await a.publish(MARKER)
+            markers = round_ + 1
+            await until(lambda: all(s.events.count(MARKER) >= markers for s in streams.values()), "the marker")  # noqa: B023
+        for index, sid in enumerate(sids):
+            expected = [] if index == lost else [ResourceUpdated(uri=f"note://{r}") for r in range(3)]
+            assert [e for e in streams[sid].events if e != MARKER] == expected, (index, lost)
+    finally:
+        cluster.nodes[lost].start()  # the same port and node identity (nodes.conf)
+    cluster.wait_ok()
+    back = streams[sids[lost]]
+    deadline = time.monotonic() + RECOVERY
+    while ResourceUpdated(uri="note://back") not in back.events:
+        assert time.monotonic() < deadline, f"the restarted node's session got nothing within {RECOVERY} s"
+        await a.publish_to_session(sids[lost], ResourceUpdated(uri="note://back"))
+        await asyncio.sleep(0.1)
+    print(f"the restarted node delivered again {RECOVERY - (deadline - time.monotonic()):.1f} s after it was up")
+
+
+# -- Sentinel ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sentinels() -> Iterator[SentinelGroup]:
+    with sentinel_group() as group:
+        yield group
+
+
+@pytest.mark.timeout(120)
+async def test_after_a_sentinel_failover_the_same_buses_deliver_again(sentinels: SentinelGroup, prefix: str) -> None:
+    a = SessionSubscriptionBus.from_url(sentinels.url, prefix=prefix, timeout=1.0)
+    b = SessionSubscriptionBus.from_url(sentinels.url, prefix=prefix, timeout=1.0)
+    try:
+        mine, other, everyone = Stream(b, "s1"), Stream(b, "s2"), Stream(a, None)
+        await opened(b, "s1", "s2")
+        await opened(a)
+        await a.publish_to_session("s1", ResourceUpdated(uri="note://before"))
+        await b.publish(MARKER)
+        await until(lambda: MARKER in other.events and MARKER in everyone.events and MARKER in mine.events, "marker")
+        assert mine.events == [ResourceUpdated(uri="note://before"), MARKER] and other.events == [MARKER]
+
+        old = sentinels.master_port()
+        sentinels.master.kill()
+        await asyncio.to_thread(sentinels.wait_for_failover, old)
+        start = time.monotonic()
+        while ResourceUpdated(uri="note://after") not in mine.events:
+            assert time.monotonic() - start < RECOVERY, f"nothing delivered {RECOVERY} s after the failover"
+            await a.publish_to_session("s1", ResourceUpdated(uri="note://after"))
+            await asyncio.sleep(0.1)
+        print(f"delivered again {time.monotonic() - start:.1f} s after the Sentinels promoted the replica")
+        await a.publish(ToolsListChanged())
+        await until(lambda: all(ToolsListChanged() in s.events for s in (mine, other, everyone)), "a global event")
+        assert ResourceUpdated(uri="note://after") not in other.events
+    finally:
+        await a.aclose()
+        await b.aclose()
