@@ -780,12 +780,15 @@ the same machine runs {scale["args"]["conversations"]} conversations per setup,
 `sessions/delete`, every request sent to the next replica in turn; p50 and p99
 are per request, as the client sees them. "lost increments" counts the
 conversations whose counts were not exactly 1, 2, …; "errors" every answer that
-was not a result. The Redis memory is the growth of `used_memory`, summed over
-the nodes, per session: {scale["args"]["memory_sessions"]} live sessions with a
-counter, then the same sessions deleted (a deleted session keeps a tombstone
-until its token would have expired). Replicas, Redis nodes and the client share
-this machine's two cores, so the figures are a floor, not a capacity plan: on
-one machine, more replicas add contention, not cores.
+was not a result. The load keeps every setup saturated ({scale["args"]["concurrency"]}
+conversations in flight), so the latencies include the queueing that throughput
+at saturation brings. The Redis memory is `MEMORY USAGE` of the keys, summed
+over the nodes, per session: {scale["args"]["memory_sessions"]} live sessions with
+a counter, then the same sessions deleted (a deleted session keeps a tombstone
+until its token would have expired); Redis's own bookkeeping per key comes on
+top (see [sizing Redis](deployment.md#sizing-redis)). Replicas, Redis nodes and
+the client share this machine's two cores, so the figures are a floor, not a
+capacity plan: on one machine, more replicas add contention, not cores.
 
 {scale_out_table(scale)}
 
