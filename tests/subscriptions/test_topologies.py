@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -20,8 +21,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio as aioredis
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
+from redis.crc import key_slot
 
-from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
+from _redis_topologies import ClusterServers, SentinelGroup, client, redis_cluster, sentinel_group
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 from subscriptions.test_bus import MARKER, Stream, opened, until
 
@@ -132,6 +134,47 @@ async def test_channels_are_sharded_on_their_slots_node_and_left_with_their_last
             await probe.aclose()  # type: ignore[no-untyped-call]
         for n in nodes:
             await n.aclose()
+
+
+def move_slot(cluster: ClusterServers, slot: int, target: int) -> None:
+    """Give ``slot`` (holding no key) to node ``target``: the new owner first, then the others."""
+    ids = []
+    for server in cluster.nodes:
+        with client(server.port) as c:
+            ids.append(c.execute_command("CLUSTER", "MYID"))
+    for index in [target, *(i for i in range(len(cluster.nodes)) if i != target)]:
+        with client(cluster.nodes[index].port) as c:
+            c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+
+
+async def test_a_moved_slot_moves_the_subscription_and_the_publish_follows_moved(
+    pair: tuple[SessionSubscriptionBus, SessionSubscriptionBus],
+    cluster: ClusterServers,
+    prefix: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The owner unsubscribes the channel itself (Redis 7) when its slot moves; the slot is given back after."""
+    a, b = pair
+    sid = one_per_node(cluster, prefix)[0]
+    slot = key_slot(channel(prefix, sid).encode())
+    stream = Stream(b, sid)
+    await opened(b, sid)
+    await a.publish_to_session(sid, ResourceUpdated(uri="note://before"))  # a reads the map now
+    await until(lambda: bool(stream.events), "the event before the move")
+    move_slot(cluster, slot, 1)
+    try:
+        deadline = time.monotonic() + RECOVERY
+        with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
+            while ResourceUpdated(uri="note://after") not in stream.events:
+                assert time.monotonic() < deadline, f"nothing delivered {RECOVERY} s after the slot moved"
+                await a.publish_to_session(sid, ResourceUpdated(uri="note://after"))
+                await asyncio.sleep(0.05)
+        assert "could not be published" not in caplog.text  # a's MOVED was followed, not dropped
+        assert "(SlotMoved)" in caplog.text  # b's link heard the old owner let the channel go
+        with client(cluster.nodes[1].port) as owner:
+            assert channel(prefix, sid) in owner.pubsub_shardchannels(prefix + "*")
+    finally:
+        move_slot(cluster, slot, 0)
 
 
 async def test_a_killed_node_costs_only_its_sessions_and_they_flow_again_after_its_restart(

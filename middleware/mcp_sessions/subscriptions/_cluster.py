@@ -135,7 +135,7 @@ class ClusterBackend(LinkedBackend, Backend):
     async def _run(self) -> None:
         """Read the slot map whenever asked to (a failure, a moved slot), and place every channel by it."""
         backoff = self._min_backoff
-        while True:
+        while not self._closed:
             await self._remap.wait()
             self._remap.clear()
             try:

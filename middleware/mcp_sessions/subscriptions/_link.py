@@ -34,11 +34,12 @@ logger = logging.getLogger("mcp_sessions")
 
 
 async def stopped(task: asyncio.Task[None] | None) -> None:
-    """Cancel ``task`` (if any) and wait until it has ended."""
-    if task is not None:
+    """Cancel ``task`` (if any) until it has ended: redis-py's pub/sub code can swallow a cancellation."""
+    while task is not None and not task.done():
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.wait({task}, timeout=0.1)
+    if task is not None and not task.cancelled():
+        task.exception()  # retrieved: an error is not reported again at exit
 
 
 class SlotMoved(Exception):
@@ -140,12 +141,11 @@ class Link:
             try:
                 await self._connection()
             except Exception as exc:  # whatever ended the connection, it is opened again
-                failure = exc.exceptions[0] if isinstance(exc, ExceptionGroup) else exc
                 logger.warning(
                     "the subscription bus lost its connection to %s (%s); subscribing again in %.2f s, "
                     "events published meanwhile are lost",
                     self._what,
-                    type(failure).__name__,
+                    type(exc).__name__,
                     backoff,
                 )
                 self._on_failure()
@@ -159,15 +159,22 @@ class Link:
             await self._changed.wait()
             self._changed.clear()
         pubsub = self._client.pubsub()
+        tasks: list[asyncio.Task[None]] = []
         self._leaving.clear()
         try:
             subscribed = set(self.joined)
             self._changed.clear()
             await self._send(pubsub, subscribed, subscribe=True)
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._read(pubsub))
-                group.create_task(self._follow(pubsub, subscribed))
+            loop = asyncio.get_running_loop()
+            tasks = [loop.create_task(self._read(pubsub)), loop.create_task(self._follow(pubsub, subscribed))]
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # the failure that ended the connection
         finally:
+            # Not a TaskGroup: it cancels its tasks once, and redis-py's pub/sub code can swallow a
+            # cancellation (a bus's aclose hung so, now and then); stopped() cancels until they end.
+            for task in tasks:
+                await stopped(task)
             with contextlib.suppress(Exception):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
