@@ -47,24 +47,21 @@ sys.path.insert(0, str(MAIN / "tests"))  # the real Redis topologies the tests s
 
 from _harness import load_average  # noqa: E402 - after the path above
 
+from _mcp import modern_headers, modern_request, session_meta  # noqa: E402
 from _redis import redis_server  # noqa: E402
 from _redis_topologies import redis_cluster  # noqa: E402
 from e2e._replicas import replicas  # noqa: E402
 
 SECRET = "scale-out-benchmark-secret-0123456789-abcdef"
-MODERN = "2026-07-28"
-SESSION_KEY = "io.modelcontextprotocol/session"
-META = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
-HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 REPLICAS = 3
 
 
-def request(method: str, params: Mapping[str, Any] | None = None, session: str | None = None, id: int = 1) -> bytes:
-    meta: dict[str, Any] = dict(META)
-    if session is not None:
-        meta[SESSION_KEY] = {"sessionId": session}
-    body = {"jsonrpc": "2.0", "id": id, "method": method, "params": {**(params or {}), "_meta": meta}}
-    return json.dumps(body, separators=(",", ":")).encode()
+async def post(
+    client: httpx.AsyncClient, url: str, method: str, params: Mapping[str, Any] | None = None, token: str | None = None
+) -> httpx.Response:
+    """One 2026-07-28 request, as the tests send it, in the session ``token`` names (if any)."""
+    body = modern_request(method, params, session=None if token is None else session_meta(token))
+    return await client.post(url, json=body, headers=modern_headers(body))
 
 
 @dataclass
@@ -85,15 +82,12 @@ async def converse(client: httpx.AsyncClient, urls: Sequence[str], first: int, c
     """One conversation: create, ``calls`` counts, delete; request ``n`` goes to replica ``first + n``."""
     turn = first
 
-    async def post(method: str, params: Mapping[str, Any] | None = None, session: str | None = None) -> Any:
+    async def call(method: str, params: Mapping[str, Any] | None = None, token: str | None = None) -> Any:
         nonlocal turn
         url = urls[turn % len(urls)]
         turn += 1
-        headers = {**HEADERS, "Mcp-Protocol-Version": MODERN, "Mcp-Method": method}
-        if method == "tools/call":
-            headers["Mcp-Name"] = params["name"] if params else ""
         started = time.perf_counter()
-        response = await client.post(url, content=request(method, params, session), headers=headers)
+        response = await post(client, url, method, params, token)
         load.latencies.append(time.perf_counter() - started)
         message = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
         if response.status_code != 200 or "error" in message:
@@ -102,17 +96,17 @@ async def converse(client: httpx.AsyncClient, urls: Sequence[str], first: int, c
             return None
         return message["result"]
 
-    created = await post("sessions/create")
+    created = await call("sessions/create")
     if created is None:
         return
     token = created["session"]["sessionId"]
     counts = []
     for _ in range(calls):
-        result = await post("tools/call", {"name": "count", "arguments": {}}, token)
+        result = await call("tools/call", {"name": "count", "arguments": {}}, token)
         counts.append(None if result is None else int(result["content"][0]["text"]))
     if counts != list(range(1, calls + 1)):
         load.lost += 1
-    await post("sessions/delete", {}, token)
+    await call("sessions/delete", {}, token)
     load.conversations += 1
 
 
@@ -156,23 +150,21 @@ async def memory_per_session(urls: Sequence[str], ports: Sequence[int], sessions
     """The Redis memory one live session with a counter takes, and one deleted session's tombstone."""
     async with httpx.AsyncClient(timeout=30) as client:
 
-        async def post(url: str, method: str, params: Mapping[str, Any] | None = None, token: str | None = None) -> Any:
-            headers = {**HEADERS, "Mcp-Protocol-Version": MODERN, "Mcp-Method": method}
-            if method == "tools/call":
-                headers["Mcp-Name"] = "count"
-            response = await client.post(url, content=request(method, params, token), headers=headers)
-            return response.json()["result"]
+        async def result(
+            url: str, method: str, params: Mapping[str, Any] | None = None, token: str | None = None
+        ) -> Any:
+            return (await post(client, url, method, params, token)).json()["result"]
 
         before = key_bytes(ports)
         tokens = []
         for index in range(sessions):
             url = urls[index % len(urls)]
-            token = (await post(url, "sessions/create"))["session"]["sessionId"]
-            await post(url, "tools/call", {"name": "count", "arguments": {}}, token)
+            token = (await result(url, "sessions/create"))["session"]["sessionId"]
+            await result(url, "tools/call", {"name": "count", "arguments": {}}, token)
             tokens.append(token)
         live = key_bytes(ports)
         for index, token in enumerate(tokens):
-            await post(urls[index % len(urls)], "sessions/delete", {}, token)
+            await result(urls[index % len(urls)], "sessions/delete", {}, token)
         deleted = key_bytes(ports)
     return {"live_bytes": (live - before) / sessions, "tombstone_bytes": (deleted - before) / sessions}
 
