@@ -132,6 +132,13 @@ def replicas(*environs: Mapping[str, str], app: str = "examples.quickstart:app")
             replica.stop()
 
 
+def json_and_sse(
+    environ: Mapping[str, str], app: str = "examples.quickstart:app"
+) -> contextlib.AbstractContextManager[list[Replica]]:
+    """Replicas A (JSON responses) and B (SSE responses), configured alike otherwise."""
+    return replicas({**environ, "QUICKSTART_JSON": "1"}, environ, app=app)
+
+
 def clients(http: httpx.Client, pair: list[Replica]) -> tuple[ModernClient, ModernClient]:
     return ModernClient(http, pair[0].url), ModernClient(http, pair[1].url)
 

@@ -23,7 +23,7 @@ import pytest
 
 from _mcp import MCP_PATH, aiter_messages, answer, modern_headers, modern_request, session_meta, tool_text
 from _redis import RedisServer, redis_server
-from e2e._replicas import Replica, replicas
+from e2e._replicas import Replica, json_and_sse, replicas
 from e2e.test_replicas import base_environ
 
 APP = "examples.notifications:app"
@@ -41,7 +41,7 @@ def redis() -> Iterator[RedisServer]:
 @pytest.fixture(scope="module")
 def pair(redis: RedisServer) -> Iterator[list[Replica]]:
     environ = base_environ(redis)
-    with replicas({**environ, "QUICKSTART_JSON": "1"}, environ, app=APP) as started:
+    with json_and_sse(environ, APP) as started:
         yield started
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from _mcp import jwt_claims
 from _redis_topologies import ClusterServers, client, redis_cluster
-from e2e._replicas import Replica, replicas
+from e2e._replicas import Replica, json_and_sse
 from e2e.test_listen_replicas import APP, NOTE
 from e2e.test_listen_replicas import client as listening
 from e2e.test_topologies import environ
@@ -34,7 +34,7 @@ def cluster() -> Iterator[ClusterServers]:
 @pytest.fixture(scope="module")
 def pair(cluster: ClusterServers) -> Iterator[list[Replica]]:
     common = environ(cluster.url, PREFIX)
-    with replicas({**common, "QUICKSTART_JSON": "1"}, common, app=APP) as started:
+    with json_and_sse(common, APP) as started:
         yield started
 
 

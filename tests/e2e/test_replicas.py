@@ -41,6 +41,7 @@ from e2e._replicas import (
     clients,
     count,
     counts_exactly_under_concurrency,
+    json_and_sse,
     refused,
     replicas,
 )
@@ -70,7 +71,7 @@ def redis() -> Iterator[RedisServer]:
 def pair(redis: RedisServer) -> Iterator[list[Replica]]:
     """Replicas A (JSON responses) and B (SSE responses), same keys, same Redis, same prefix."""
     environ = base_environ(redis)
-    with replicas({**environ, "QUICKSTART_JSON": "1"}, environ) as started:
+    with json_and_sse(environ) as started:
         yield started
 
 

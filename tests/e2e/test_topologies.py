@@ -28,7 +28,7 @@ from e2e._replicas import (
     clients,
     count,
     counts_exactly_under_concurrency,
-    replicas,
+    json_and_sse,
 )
 
 SECRET = "topologies-secret-0123456789-0123456789"
@@ -78,7 +78,7 @@ def cluster() -> Iterator[ClusterServers]:
 def pair(cluster: ClusterServers) -> Iterator[list[Replica]]:
     """Replicas A (JSON responses) and B (SSE responses) on the one Cluster."""
     common = environ(cluster.url, PREFIX)
-    with replicas({**common, "QUICKSTART_JSON": "1"}, common) as started:
+    with json_and_sse(common) as started:
         yield started
 
 
@@ -154,7 +154,7 @@ def test_a_lost_node_costs_only_its_own_sessions_and_returns(
 def test_a_sentinel_failover_answers_only_retryable_errors_then_succeeds(http: httpx.Client) -> None:
     with sentinel_group() as group:
         common = environ(group.url, f"sentinel-{uuid.uuid4().hex[:6]}:")
-        with replicas({**common, "QUICKSTART_JSON": "1"}, common) as pair:
+        with json_and_sse(common) as pair:
             failover(http, group, pair)
 
 
