@@ -120,6 +120,7 @@ class MCPSessionMiddleware:
         self._guard: Guard | ServerGuard = Guard() if config.guard is None else config.guard
         self._inner_paths = self._place(app) if config.placement else frozenset()
         self._max_body = config.max_body_size
+        self._handles = config.handles
         self._telemetry = Telemetry(
             tracer_provider=config.tracer_provider,
             meter_provider=config.meter_provider,
@@ -170,7 +171,7 @@ class MCPSessionMiddleware:
             return await self._pass_through(scope, receive, send, headers_of(scope))
         start_ns = time.time_ns()
         typed_receive: ASGIReceiveCallable = receive  # type: ignore[assignment]  # an annotation, not a call
-        body = await read_body(typed_receive, declared_length=headers.get(b"content-length"), limit=self._max_body)
+        body = await read_body(typed_receive, headers.get(b"content-length"), self._max_body)
         if type(body) is not bytes:  # gone (the client disconnected: nothing to forward), or too large
             return None if body is None else await self._refuser.too_large(_typed(send), self._max_body)
         replay = Replay(body, receive)
@@ -181,8 +182,8 @@ class MCPSessionMiddleware:
             return None
         plan.traced = self._telemetry.enabled()
         await self._resolver.resolve(scope, plan)
-        if self.config.handles is not None:
-            await check_handles(self.config.handles, self._sessions, scope, plan)
+        if self._handles is not None:
+            await check_handles(self._handles, self._sessions, scope, plan)
         if plan.traced:
             start_operations(self._telemetry, scope, plan, capture=self.config.capture_content)
         if plan.refused or plan.local is not None or plan.answered:

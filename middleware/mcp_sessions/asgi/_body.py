@@ -14,9 +14,7 @@ __all__ = ["TOO_LARGE", "Replay", "read_body"]
 TOO_LARGE: Final = object()
 
 
-async def read_body(
-    receive: ASGIReceiveCallable, *, declared_length: bytes | None, limit: int
-) -> bytes | object | None:
+async def read_body(receive: ASGIReceiveCallable, declared_length: bytes | None, limit: int) -> bytes | object | None:
     """The whole body; :data:`TOO_LARGE` over ``limit``; ``None`` when the client went away."""
     if declared_length is not None and declared_length.isdigit() and int(declared_length) > limit:
         return TOO_LARGE

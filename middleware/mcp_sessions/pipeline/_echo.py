@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
+from ..profiles import Echo
 from ..wire import iso
 from ..wire.protocol import Era
 
@@ -25,13 +26,12 @@ CHANGED: Final = object()
 class Target:
     """What to do with the response to one request id."""
 
-    __slots__ = ("advertised", "capability", "echo_only", "era", "operation", "profile", "revoked", "session")
+    __slots__ = ("advertised", "capability", "echo", "echo_only", "era", "operation", "profile", "revoked", "session")
 
     def __init__(
         self,
         profile: WireProfile,
         session: Session | None,
-        *,
         advertised: tuple[WireProfile, ...],
         capability: Mapping[str, Mapping[str, object]],
         era: Era,
@@ -49,6 +49,9 @@ class Target:
         """The request named a session that is gone, on a wire whose result then says so."""
         self.echo_only = session is not None and operation is None and not advertised and not revoked
         """The response gains the session's echo and nothing else, and nothing observes it."""
+        echo = profile.echo
+        self.echo: Echo | None = echo if self.echo_only and isinstance(echo, Echo) else None
+        """With :attr:`echo_only`, the wire's echo when it can be spliced into the response's bytes."""
 
 
 def advertising_tables(profiles: Sequence[WireProfile]) -> dict[str, dict[str, tuple[WireProfile, ...]]]:

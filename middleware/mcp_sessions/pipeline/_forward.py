@@ -72,11 +72,11 @@ class Forwarder:
                 targets[hashable_id(call.request_id)] = Target(
                     call.profile,
                     session if session is not None and session.token else None,  # echoed(): data-layer sessions
-                    advertised=advertised,
-                    capability=self._capability,
-                    era=plan.era,
-                    operation=call.operation,
-                    revoked=call.revoked is not None,
+                    advertised,
+                    self._capability,
+                    plan.era,
+                    call.operation,
+                    call.revoked is not None,
                 )
         return targets
 
@@ -123,17 +123,7 @@ class Forwarder:
             return None if send is given else Exchange(scope, receive, send, None, {}, [], listen=listen)
         if len(operations) == 1 and not plan.batch and operations[0].traced:
             continue_trace(plan.calls[0].message, replay, operations[0])
-        return Exchange(
-            scope,
-            receive,
-            send,
-            session,
-            targets,
-            operations,
-            handles=plan.handles,
-            conversation=conversation,
-            listen=listen,
-        )
+        return Exchange(scope, receive, send, session, targets, operations, plan.handles, None, conversation, listen)
 
 
 class Exchange:
@@ -167,7 +157,6 @@ class Exchange:
         session: Session | None,
         targets: dict[object, Target],
         operations: list[Operation],
-        *,
         handles: HandleContext | None = None,
         telemetry: Telemetry | None = None,
         conversation: tuple[str, str] | None = None,

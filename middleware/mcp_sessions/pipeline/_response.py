@@ -43,8 +43,9 @@ _NOTIFICATION_EVENTS: Final = (
 def _answer_spliced(raw: bytes, message: dict[str, object], key: Any, session: Session, echo: Echo) -> bytes | None:
     """``raw`` with ``session``'s echo spliced in, when ``message`` answers request ``key`` and the bytes
     allow it (see :func:`splice_point`); ``None`` otherwise."""
-    if "method" in message or hashable_id(message.get("id")) != key:
-        return None  # notifications, server requests, other ids
+    request_id = message.get("id")
+    if "method" in message or (request_id != key if type(request_id) is int else hashable_id(request_id) != key):
+        return None  # notifications, server requests, other ids (an int id, the usual, is its own key)
     at = splice_point(raw, message, echo.meta_key)
     if at is None:
         return None
@@ -100,23 +101,26 @@ class ResponseRewriter:
     event as it flows; anything else, and anything encoded, passes untouched.
     """
 
-    __slots__ = ("_buffer", "_echo_only", "_kept", "_send", "_sse", "_start", "status", "targets")
+    # What a response does not need is a class default: a rewriter costs only what its response sets.
+    _echo_only: tuple[Any, Session, Echo] | None = None
+    """The usual response: to one request, in a data-layer session, gaining the echo and nothing else."""
+    _start: HTTPResponseStartEvent | None = None
+    """A JSON response's start, held for its body."""
+    _kept: list[tuple[bytes, bytes]]
+    """The held start's headers, but Content-Length (set when the start comes)."""
+    _buffer: bytearray | None = None
+    """A JSON body that comes in parts."""
+    _sse: _SseBody | None = None
+    status = 0
+    """The response's status, once it has started."""
 
     def __init__(self, send: ASGISendCallable, targets: dict[Any, Target]) -> None:
         self._send = send
         self.targets = targets
-        # The usual response: to one request, in a data-layer session, gaining the echo and nothing else.
-        self._echo_only: tuple[Any, Session, Echo] | None = None
         if len(targets) == 1:
             ((key, target),) = targets.items()
-            echo = target.profile.echo
-            if target.echo_only and target.session is not None and isinstance(echo, Echo):
-                self._echo_only = (key, target.session, echo)
-        self._start: HTTPResponseStartEvent | None = None  # a JSON response's start, held for its body
-        self._kept: list[tuple[bytes, bytes]] = []  # the held start's headers, but Content-Length
-        self._buffer: bytearray | None = None  # a JSON body that comes in parts
-        self._sse: _SseBody | None = None
-        self.status = 0
+            if (echo := target.echo) is not None and (session := target.session) is not None:
+                self._echo_only = (key, session, echo)
 
     async def send(self, message: Message) -> None:
         """The ``send`` the app gets: response events are read as the typed ASGI events they are."""
@@ -145,7 +149,7 @@ class ResponseRewriter:
     def _begin(self, start: HTTPResponseStartEvent) -> HTTPResponseStartEvent:
         """Decide from the start's headers, in one pass; the start to send now (held for a JSON body)."""
         self.status = start["status"]
-        kept = self._kept
+        kept = self._kept = []
         content_type = b""
         for name, value in start.get("headers", ()):  # one pass: the type, an encoding, the headers kept
             lowered = name.lower()

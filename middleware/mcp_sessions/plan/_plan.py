@@ -128,7 +128,9 @@ class Planner:
 
     def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int) -> Plan | None:
         """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it)."""
-        parsed = jsonrpc.loads(body, watch=self.watch)
+        watch = self.watch
+        scan = watch.scan(body)  # one pass: whether a session member is spelled, and whether a name repeats
+        parsed = jsonrpc.loads(body, watch=watch, scan=scan)
         if isinstance(parsed, dict):  # one message, the usual request: its call built here directly
             method = parsed.get("method")
             if type(method) is not str or parsed.get("jsonrpc") != "2.0":
@@ -137,9 +139,8 @@ class Planner:
             call = self.call(parsed) if methods is None else Call(parsed, method, self._default, methods.get(method))
             call.request_id = parsed.get("id")  # repeated as sent
             plan = Plan([call], False, headers, start_ns)
-            marker = self.watch.marker
-            # Spelled in UTF-8, without an escape (92, a backslash): a body in UTF-16 or UTF-32 has NUL bytes.
-            plan.unmarked = marker is not None and marker not in body and 92 not in body and 0 not in body
+            # With one wire, in UTF-8 (a body in UTF-16 or UTF-32 has NUL bytes), without an escape.
+            plan.unmarked = scan == jsonrpc.UNMARKED and watch.marker is not None and 0 not in body
             return plan
         if type(parsed) is list and parsed:
             calls = [self.call(element) for element in parsed]

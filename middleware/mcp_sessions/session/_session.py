@@ -109,7 +109,6 @@ class Session:
 
     def __init__(
         self,
-        *,
         token: str,
         session_id: str,
         issued_at: int,

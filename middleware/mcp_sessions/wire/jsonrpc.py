@@ -56,6 +56,15 @@ pydantic-core's ``from_json`` (what the ``mcp`` SDK parses requests with) where 
 standard library. What it reads, it reads as :func:`loads` does: the differential tests say so."""
 
 
+# What Watch.scan says of a request body.
+UNMARKED: Final = 0
+"""No backslash and no wire's session member: the body names no session (in UTF-8)."""
+MARKED: Final = 1
+"""A wire's session member is spelled, and no name on the paths is repeated: the plain parser reads it."""
+REPEATED: Final = 2
+"""A backslash (an escape could spell any name), or a name on the paths seen twice: parsed with the hook."""
+
+
 class Watch:
     """The member names on the paths to the session metadata of the enabled wires.
 
@@ -69,39 +78,43 @@ class Watch:
     def __init__(self, markers: Iterable[str], names: Iterable[str]) -> None:
         markers = list(dict.fromkeys(markers))
         self._markers = tuple(b'"%s"' % m.encode() for m in markers)
-        # One wire (the usual case): one substring test, no generator, on every request.
         self.marker = self._markers[0] if len(self._markers) == 1 else None
         """With one wire, its session member's name as a body spells it (escapes aside): a body
         without it names no session. ``None`` with several wires."""
         quoted = [b'"%s"' % name.encode() for name in dict.fromkeys([*markers, *names])]
         self._names = re.compile(b"|".join(re.escape(name) for name in quoted))
 
+    def scan(self, body: bytes) -> int:
+        """:data:`UNMARKED`, :data:`MARKED` or :data:`REPEATED`, in one pass over ``body``.
+
+        Without a backslash, every quote in a JSON text delimits a string, so the
+        quoted names found cannot overlap: the one scan sees every occurrence the
+        text has, the markers among them.
+        """
+        if 92 in body:  # a backslash (an int's membership is one memchr; a bytes' costs four times that)
+            return REPEATED
+        found = self._names.findall(body)
+        marker = self.marker
+        if not (marker in found if marker is not None else any(m in found for m in self._markers)):
+            return UNMARKED
+        return REPEATED if len(found) != len(set(found)) else MARKED
+
     def needs_check(self, body: bytes) -> bool:
         """Whether ``body`` must be parsed with the hook that records repeated names."""
-        if 92 in body:  # a backslash (an int's membership is one memchr; a bytes' costs four times that)
-            return True
-        marker = self.marker
-        if marker is not None:
-            if marker not in body:
-                return False
-        elif not any(marker in body for marker in self._markers):
-            return False
-        # One scan for all the names. Without a backslash, every quote in a JSON text delimits a string, so
-        # the quoted names found cannot overlap: the scan sees every occurrence the text has.
-        found = self._names.findall(body)
-        return len(found) != len(set(found))
+        return self.scan(body) == REPEATED
 
 
-def loads(body: bytes, *, watch: Watch | None = None) -> Any:
+def loads(body: bytes, *, watch: Watch | None = None, scan: int | None = None) -> Any:
     """The parsed body, or ``None`` when it is not JSON (the app answers those).
 
     With ``watch`` (requests), a body that could repeat a name on the path to
     the session metadata keeps a record of repeated names, so that reading the
-    session refuses it. Responses come from the application and are parsed plainly.
+    session refuses it; ``scan`` is ``watch.scan(body)`` when the caller has it
+    already. Responses come from the application and are parsed plainly.
     """
     # The usual body, a UTF-8 object with nothing to check, goes to the fast parser, which reads it as
     # the standard one does; anything else, and anything the fast parser refuses, to the standard one.
-    if body[:1] == b"{" and (watch is None or not watch.needs_check(body)):
+    if body[:1] == b"{" and (watch is None or (watch.scan(body) if scan is None else scan) != REPEATED):
         try:
             return fast_loads(body)
         except (ValueError, RecursionError):  # the standard library's, where pydantic-core is not installed
