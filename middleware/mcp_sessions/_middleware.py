@@ -266,7 +266,7 @@ class MCPSessionMiddleware:
             except (SessionNotFound, Refusal):
                 pass
             else:
-                exchange = Exchange(scope, receive, send, session, {}, [], telemetry=self._telemetry)
+                exchange = Exchange(scope, receive, send, session, None, [], telemetry=self._telemetry)
                 return await run_app(self.app, exchange)
         await self.app(scope, receive, send)
 

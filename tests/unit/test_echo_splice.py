@@ -1,4 +1,8 @@
-"""The echo spliced into a response's bytes means exactly what reserializing it would."""
+"""The echo spliced into a response's bytes means exactly what reserializing it would.
+
+Each body goes through both ways a rewriter knows the change: the usual request's
+:class:`EchoOnly` (splice, else a :class:`Target` built then), and a :class:`Target` given.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_sessions.pipeline._echo import Target, splice_point
+from mcp_sessions.pipeline._echo import EchoOnly, Target, splice_point
 from mcp_sessions.pipeline._response import ResponseRewriter
 from mcp_sessions.profiles import DRAFT
 from mcp_sessions.wire.protocol import Era
@@ -28,8 +32,19 @@ async def _never_sent(message: Any) -> None:
 
 
 def rewrite(body: bytes) -> bytes:
-    target = Target(DRAFT, FakeSession(), advertised=(), capability={}, era=Era.PER_REQUEST, operation=None)  # type: ignore[arg-type]
-    return ResponseRewriter(_never_sent, {7: target}).rewrite(body, json.loads(body)) or body
+    """``body`` rewritten as the usual request's rewriter does it; the same bytes as a general target's."""
+    session: Any = FakeSession()
+    only = EchoOnly(7, session, DRAFT.echo, DRAFT, Era.PER_REQUEST)  # type: ignore[arg-type]  # a spliceable echo
+    usual = ResponseRewriter(_never_sent, {}, only).rewrite(body, json.loads(body)) or body
+    target = Target(DRAFT, session, advertised=(), capability={}, era=Era.PER_REQUEST, operation=None)
+    general = ResponseRewriter(_never_sent, {7: target}).rewrite(body, json.loads(body)) or body
+    assert usual == general
+    return usual
+
+
+def test_an_answer_to_another_request_gains_nothing() -> None:
+    body = b'{"jsonrpc":"2.0","id":8,"result":{"a":1}}'
+    assert rewrite(body) == body
 
 
 def expected(body: bytes) -> Any:

@@ -6,18 +6,17 @@ The response rewriter moves bytes; these functions decide what changes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
-from ..profiles import Echo
 from ..wire import iso
 from ..wire.protocol import Era
 
 if TYPE_CHECKING:
     from ..otel import Operation
-    from ..profiles import WireProfile
+    from ..profiles import Echo, WireProfile
     from ..session import Session
 
-__all__ = ["CHANGED", "Target", "advertise", "advertising_tables", "annotate", "splice_point"]
+__all__ = ["CHANGED", "EchoOnly", "Target", "advertise", "advertising_tables", "annotate", "splice_point"]
 
 # annotate()'s answer when the message changed beyond the echo: serialize it again.
 CHANGED: Final = object()
@@ -26,7 +25,7 @@ CHANGED: Final = object()
 class Target:
     """What to do with the response to one request id."""
 
-    __slots__ = ("advertised", "capability", "echo", "echo_only", "era", "operation", "profile", "revoked", "session")
+    __slots__ = ("advertised", "capability", "era", "operation", "profile", "revoked", "session")
 
     def __init__(
         self,
@@ -47,11 +46,22 @@ class Target:
         self.operation = operation
         self.revoked = revoked
         """The request named a session that is gone, on a wire whose result then says so."""
-        self.echo_only = session is not None and operation is None and not advertised and not revoked
-        """The response gains the session's echo and nothing else, and nothing observes it."""
-        echo = profile.echo
-        self.echo: Echo | None = echo if self.echo_only and isinstance(echo, Echo) else None
-        """With :attr:`echo_only`, the wire's echo when it can be spliced into the response's bytes."""
+
+
+class EchoOnly(NamedTuple):
+    """The usual response's whole change: the echo of a data-layer session, in a wire's ``_meta`` form
+    (:class:`~mcp_sessions.profiles.Echo`), added to the answer to request ``key``; nothing advertised,
+    nothing observed. No :class:`Target` is built for it unless the bytes cannot take a splice."""
+
+    key: object
+    session: Session
+    echo: Echo
+    profile: WireProfile
+    era: Era
+
+    def target(self) -> Target:
+        """The same change as a :class:`Target`, for an answer whose bytes a splice cannot take."""
+        return Target(self.profile, self.session, (), {}, self.era, None)
 
 
 def advertising_tables(profiles: Sequence[WireProfile]) -> dict[str, dict[str, tuple[WireProfile, ...]]]:

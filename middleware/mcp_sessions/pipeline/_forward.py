@@ -9,10 +9,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..handles import handle_context
 from ..otel import attach_session, detach_session
+from ..profiles import Echo
 from ..session import SCOPE_KEY, STATE_ATTRIBUTE, Session, current_conversation, current_session
 from ..wire.jsonrpc import hashable_id
 from ..wire.protocol import Era
-from ._echo import Target, advertising_tables
+from ._echo import EchoOnly, Target, advertising_tables
 from ._listen import LISTEN, ListenStream
 from ._request import continue_trace, strip_session_members
 from ._response import ResponseRewriter
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from ..asgi import Replay
     from ..handles import HandleContext
     from ..otel import Operation, Telemetry
-    from ..plan import Plan
+    from ..plan import Call, Plan
     from ..profiles import WireProfile
     from ..session import SessionService
     from ..sources.transport import TransportSource
@@ -93,8 +94,9 @@ class Forwarder:
         receive: Receive = replay
         if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
             send = self._transport.watch_initialize(send)
-        targets = self.targets(plan)
+        echo_only = None
         if plan.batch:
+            targets = self.targets(plan)
             operations = [call.operation for call in plan.calls if call.operation is not None]
             sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
             session = next(iter(sessions.values())) if len(sessions) == 1 else None
@@ -119,11 +121,27 @@ class Forwarder:
             if self._bus is not None and call.method == LISTEN:  # the one check on every request with a bus
                 listen = ListenStream(self._bus, self._sessions, session, call.request_id, replay, send)
                 receive, send = listen.receive, listen.send
-        if not targets and not attaches and not operations and plan.handles is None:
-            return None if send is given else Exchange(scope, receive, send, None, {}, [], listen=listen)
+            echo_only = self._echo_only(call, plan.era)
+            targets = {} if echo_only is not None else self.targets(plan)
+        if not targets and echo_only is None and not attaches and not operations and plan.handles is None:
+            return None if send is given else Exchange(scope, receive, send, None, None, [], listen=listen)
         if len(operations) == 1 and not plan.batch and operations[0].traced:
             continue_trace(plan.calls[0].message, replay, operations[0])
-        return Exchange(scope, receive, send, session, targets, operations, plan.handles, None, conversation, listen)
+        typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
+        rewriter = ResponseRewriter(typed_send, targets, echo_only) if targets or echo_only is not None else None
+        return Exchange(scope, receive, send, session, rewriter, operations, plan.handles, None, conversation, listen)
+
+    def _echo_only(self, call: Call, era: Era) -> EchoOnly | None:
+        """The usual response's change, when the echo of a data-layer session is all the answer gains."""
+        session = call.session
+        if session is None or not session.token or call.operation is not None or not call.is_request:
+            return None
+        echo = call.profile.echo
+        if not isinstance(echo, Echo) or (self._advertising if era is Era.HANDSHAKE else self._per_request).get(
+            call.method  # type: ignore[arg-type]  # a call with a session has a method
+        ):
+            return None
+        return EchoOnly(hashable_id(call.request_id), session, echo, call.profile, era)
 
 
 class Exchange:
@@ -155,7 +173,7 @@ class Exchange:
         receive: Receive,
         send: Send,
         session: Session | None,
-        targets: dict[object, Target],
+        rewriter: ResponseRewriter | None,
         operations: list[Operation],
         handles: HandleContext | None = None,
         telemetry: Telemetry | None = None,
@@ -164,8 +182,7 @@ class Exchange:
     ) -> None:
         self.scope, self.receive = scope, receive
         self._listen = listen
-        typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
-        self._rewriter = rewriter = ResponseRewriter(typed_send, targets) if targets else None
+        self._rewriter = rewriter
         self.send: Send = send if rewriter is None else rewriter.send
         if session is not None:  # where the app reads it: the scope, request.state, get_session()
             scope[SCOPE_KEY] = session

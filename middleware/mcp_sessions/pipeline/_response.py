@@ -17,12 +17,11 @@ from ..profiles import Echo
 from ..wire import iso, jsonrpc
 from ..wire.jsonrpc import hashable_id
 from ..wire.sse import SSERewriter
-from ._echo import CHANGED, Target, annotate, splice_point
+from ._echo import CHANGED, EchoOnly, Target, annotate, splice_point
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable, ASGISendEvent, HTTPResponseBodyEvent, HTTPResponseStartEvent
 
-    from ..session import Session
 
 __all__ = ["ResponseRewriter"]
 
@@ -40,15 +39,18 @@ _NOTIFICATION_EVENTS: Final = (
 )
 
 
-def _answer_spliced(raw: bytes, message: dict[str, object], key: Any, session: Session, echo: Echo) -> bytes | None:
-    """``raw`` with ``session``'s echo spliced in, when ``message`` answers request ``key`` and the bytes
+def _answer_spliced(raw: bytes, message: dict[str, object], only: EchoOnly) -> bytes | None:
+    """``raw`` with the session's echo spliced in, when ``message`` answers the request and the bytes
     allow it (see :func:`splice_point`); ``None`` otherwise."""
     request_id = message.get("id")
+    key = only.key
     if "method" in message or (request_id != key if type(request_id) is int else hashable_id(request_id) != key):
         return None  # notifications, server requests, other ids (an int id, the usual, is its own key)
+    echo = only.echo
     at = splice_point(raw, message, echo.meta_key)
     if at is None:
         return None
+    session = only.session
     echoed = echo.to_json(session.token, session.state_token, iso(int(session.expires_at_timestamp)))
     return b"".join((raw[: at[0]], at[1], echoed, at[2], raw[at[0] :]))
 
@@ -102,7 +104,7 @@ class ResponseRewriter:
     """
 
     # What a response does not need is a class default: a rewriter costs only what its response sets.
-    _echo_only: tuple[Any, Session, Echo] | None = None
+    _echo_only: EchoOnly | None = None
     """The usual response: to one request, in a data-layer session, gaining the echo and nothing else."""
     _start: HTTPResponseStartEvent | None = None
     """A JSON response's start, held for its body."""
@@ -114,13 +116,12 @@ class ResponseRewriter:
     status = 0
     """The response's status, once it has started."""
 
-    def __init__(self, send: ASGISendCallable, targets: dict[Any, Target]) -> None:
+    def __init__(self, send: ASGISendCallable, targets: dict[Any, Target], echo_only: EchoOnly | None = None) -> None:
         self._send = send
         self.targets = targets
-        if len(targets) == 1:
-            ((key, target),) = targets.items()
-            if (echo := target.echo) is not None and (session := target.session) is not None:
-                self._echo_only = (key, session, echo)
+        """What each response gains, by request id: a :class:`Target` each, none for ``echo_only``'s request."""
+        if echo_only is not None:
+            self._echo_only = echo_only
 
     async def send(self, message: Message) -> None:
         """The ``send`` the app gets: response events are read as the typed ASGI events they are."""
@@ -163,7 +164,7 @@ class ResponseRewriter:
         if content_type.startswith(_JSON):
             self._start = start
         elif content_type.startswith(_SSE):
-            self._sse = _SseBody(self.rewrite_message, once=len(self.targets) == 1)
+            self._sse = _SseBody(self.rewrite_message, once=len(self.targets) <= 1)
             return {**start, "headers": kept}
         return start
 
@@ -206,7 +207,7 @@ class ResponseRewriter:
         instead of serializing the whole message again.
         """
         echo_only = self._echo_only
-        if echo_only is not None and (spliced := _answer_spliced(raw, message, *echo_only)) is not None:
+        if echo_only is not None and (spliced := _answer_spliced(raw, message, echo_only)) is not None:
             return spliced
         target = self.target_of(message)
         if target is None:
@@ -225,6 +226,11 @@ class ResponseRewriter:
         return b"".join((raw[:position], opener, change, closer, raw[position:]))
 
     def target_of(self, message: dict[str, object]) -> Target | None:
+        """What the response ``message`` gains: ``None`` when it answers no request this rewriter watches."""
         if "method" in message:
             return None
-        return self.targets.get(hashable_id(message.get("id")))
+        key = hashable_id(message.get("id"))
+        target = self.targets.get(key)
+        if target is None and (only := self._echo_only) is not None and only.key == key:
+            target = self.targets[key] = only.target()  # bytes a splice could not take: the general change
+        return target
