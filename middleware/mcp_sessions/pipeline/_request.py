@@ -32,7 +32,7 @@ _CONFLICTING_HEADER: Final = b"\x00conflicting"
 def headers_of(scope: Scope) -> dict[bytes, bytes]:
     """The request headers; the first of a repeated header wins, as in Starlette."""
     raw_headers = scope["headers"]
-    if not isinstance(raw_headers, list | tuple):  # ASGI allows any iterable
+    if type(raw_headers) is not list and not isinstance(raw_headers, tuple):  # ASGI allows any iterable
         raw_headers = list(raw_headers)
     headers = dict(reversed(raw_headers))
     if len(headers) != len(raw_headers) and len({v for n, v in raw_headers if n == MCP_SESSION_ID_HEADER}) > 1:

