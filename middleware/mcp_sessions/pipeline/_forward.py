@@ -144,7 +144,8 @@ class Forwarder:
             call.method  # type: ignore[arg-type]  # a call with a session has a method
         ):
             return None
-        return EchoOnly(hashable_id(call.request_id), session, echo, call.profile, era)
+        # tuple.__new__: a NamedTuple's own __new__ is a Python function, one more call on every session request
+        return tuple.__new__(EchoOnly, (hashable_id(call.request_id), session, echo, call.profile, era))
 
 
 class Exchange:
