@@ -169,7 +169,8 @@ class MCPSessionMiddleware:
         headers = self._json_rpc_headers(scope)
         if headers is None:  # not a JSON POST to the MCP path: the app's, untouched
             return await self._pass_through(scope, receive, send, headers_of(scope))
-        start_ns = time.time_ns()
+        traced = self._telemetry.enabled()  # asked once: whether an OpenTelemetry SDK records this request
+        start_ns = time.time_ns() if traced else 0
         typed_receive: ASGIReceiveCallable = receive  # type: ignore[assignment]  # an annotation, not a call
         body = await read_body(typed_receive, headers.get(b"content-length"), self._max_body)
         if type(body) is not bytes:  # gone (the client disconnected: nothing to forward), or too large
@@ -180,7 +181,7 @@ class MCPSessionMiddleware:
             return await self._pass_through(scope, replay, send, headers)
         if (plan.batch or plan.local is not None) and await self._answered_before_sessions(scope, plan, body, send):
             return None
-        plan.traced = self._telemetry.enabled()
+        plan.traced = traced
         await self._resolver.resolve(scope, plan)
         if self._handles is not None:
             await check_handles(self._handles, self._sessions, scope, plan)

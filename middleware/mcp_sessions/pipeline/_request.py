@@ -34,8 +34,11 @@ def headers_of(scope: Scope) -> dict[bytes, bytes]:
     raw_headers = scope["headers"]
     if type(raw_headers) is not list and not isinstance(raw_headers, tuple):  # ASGI allows any iterable
         raw_headers = list(raw_headers)
+    headers = dict(raw_headers)
+    if len(headers) == len(raw_headers):
+        return headers  # no name repeated: the usual request
     headers = dict(reversed(raw_headers))
-    if len(headers) != len(raw_headers) and len({v for n, v in raw_headers if n == MCP_SESSION_ID_HEADER}) > 1:
+    if len({v for n, v in raw_headers if n == MCP_SESSION_ID_HEADER}) > 1:
         # Two different Mcp-Session-Id headers: a proxy may route on one and we
         # would check the other, so the pair matches no session.
         headers[MCP_SESSION_ID_HEADER] = _CONFLICTING_HEADER

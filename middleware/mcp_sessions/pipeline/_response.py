@@ -39,22 +39,6 @@ _NOTIFICATION_EVENTS: Final = (
 )
 
 
-def _answer_spliced(raw: bytes, message: dict[str, object], only: EchoOnly) -> bytes | None:
-    """``raw`` with the session's echo spliced in, when ``message`` answers the request and the bytes
-    allow it (see :func:`splice_point`); ``None`` otherwise."""
-    request_id = message.get("id")
-    key = only.key
-    if "method" in message or (request_id != key if type(request_id) is int else hashable_id(request_id) != key):
-        return None  # notifications, server requests, other ids (an int id, the usual, is its own key)
-    echo = only.echo
-    at = splice_point(raw, message, echo.meta_key)
-    if at is None:
-        return None
-    session = only.session
-    echoed = echo.to_json(session.token, session.state_token, iso(int(session.expires_at_timestamp)))
-    return b"".join((raw[: at[0]], at[1], echoed, at[2], raw[at[0] :]))
-
-
 class _SseBody:
     """A ``text/event-stream`` body, rewritten event by event as it flows."""
 
@@ -206,9 +190,19 @@ class ResponseRewriter:
         serializer ends them, the echo is spliced into the original bytes
         instead of serializing the whole message again.
         """
-        echo_only = self._echo_only
-        if echo_only is not None and (spliced := _answer_spliced(raw, message, echo_only)) is not None:
-            return spliced
+        only = self._echo_only
+        if only is not None:  # the usual response: spliced when it answers the request and the bytes allow it
+            request_id, key = message.get("id"), only.key
+            # An int id, the usual, is its own key; notifications and server requests have a method.
+            if "method" not in message and (
+                request_id == key if type(request_id) is int else hashable_id(request_id) == key
+            ):
+                meta_echo = only.echo
+                if (at := splice_point(raw, message, meta_echo.meta_key)) is not None:
+                    session = only.session
+                    expires = iso(int(session.expires_at_timestamp))
+                    echoed = meta_echo.to_json(session.token, session.state_token, expires)
+                    return b"".join((raw[: at[0]], at[1], echoed, at[2], raw[at[0] :]))
         target = self.target_of(message)
         if target is None:
             return None  # notifications, server requests, other ids: nothing to look at

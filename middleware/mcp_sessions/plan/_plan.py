@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..wire import jsonrpc
+from ..wire.jsonrpc import UNMARKED
 from ..wire.protocol import HANDSHAKE_VERSIONS, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 
 if TYPE_CHECKING:
@@ -143,8 +144,8 @@ class Planner:
             call = self.call(parsed) if methods is None else Call(parsed, method, self._default, methods.get(method))
             call.request_id = parsed.get("id")  # repeated as sent
             plan = Plan([call], False, headers, start_ns)
-            # With one wire, in UTF-8 (a body in UTF-16 or UTF-32 has NUL bytes), without an escape.
-            plan.unmarked = scan == jsonrpc.UNMARKED and watch.marker is not None and 0 not in body
+            if scan == UNMARKED and watch.marker is not None and 0 not in body:  # (UTF-16 and UTF-32 have NULs)
+                plan.unmarked = True  # one wire's marker, not spelled in UTF-8, nor escaped
             return plan
         if type(parsed) is list and parsed:
             calls = [self.call(element) for element in parsed]
