@@ -19,6 +19,9 @@ from ._request import continue_trace, strip_session_members
 from ._response import ResponseRewriter
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+    from contextvars import Token
+
     from asgiref.typing import ASGISendCallable
 
     from ..asgi import Replay
@@ -100,7 +103,7 @@ class Forwarder:
         echo_only = None
         if plan.batch:
             targets = self.targets(plan)
-            operations = [call.operation for call in plan.calls if call.operation is not None]
+            operations: Sequence[Operation] = [call.operation for call in plan.calls if call.operation is not None]
             sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
             session = next(iter(sessions.values())) if len(sessions) == 1 else None
             named = {(c.conversation.id, c.conversation.source) for c in plan.calls if c.conversation is not None}
@@ -112,7 +115,7 @@ class Forwarder:
             host = call.conversation  # what the logs name, as the spans do (a host's request may have no Session)
             conversation = None if host is None else (host.id, host.source)
             attaches = session is not None or conversation is not None
-            operations = [] if call.operation is None else [call.operation]
+            operations = () if call.operation is None else (call.operation,)
             if (
                 session is not None
                 and (mapped := self._mapped) is not None
@@ -157,19 +160,13 @@ class Exchange:
     every operation, however the app ended (:meth:`failed` first, with what it raised).
     """
 
-    __slots__ = (
-        "_ambient",
-        "_baggage",
-        "_conversation",
-        "_handles",
-        "_listen",
-        "_operations",
-        "_rewriter",
-        "_token",
-        "receive",
-        "scope",
-        "send",
-    )
+    # What most exchanges never set is a class default: an exchange costs only what its request attaches.
+    _ambient: Operation | None = None
+    """The one operation of a one-message request, current while the app runs."""
+    _baggage: object = None
+    _conversation: Token[tuple[str, str] | None] | None = None
+    _handles: AbstractContextManager[HandleContext] | None = None
+    _listen: ListenStream | None = None
 
     def __init__(
         self,
@@ -178,14 +175,15 @@ class Exchange:
         send: Send,
         session: Session | None,
         rewriter: ResponseRewriter | None,
-        operations: list[Operation],
+        operations: Sequence[Operation],
         handles: HandleContext | None = None,
         telemetry: Telemetry | None = None,
         conversation: tuple[str, str] | None = None,
         listen: ListenStream | None = None,
     ) -> None:
         self.scope, self.receive = scope, receive
-        self._listen = listen
+        if listen is not None:
+            self._listen = listen
         self._rewriter = rewriter
         self.send: Send = send if rewriter is None else rewriter.send
         if session is not None:  # where the app reads it: the scope, request.state, get_session()
@@ -195,18 +193,17 @@ class Exchange:
                 state = scope["state"] = {}
             state[STATE_ATTRIBUTE] = session
         self._token = current_session.set(session)
-        self._conversation = None if conversation is None else current_conversation.set(conversation)
+        if conversation is not None:
+            self._conversation = current_conversation.set(conversation)
         self._operations = operations
-        self._ambient = ambient = operations[0] if len(operations) == 1 else None
-        self._baggage = None
-        if ambient is not None:
+        if len(operations) == 1:
+            self._ambient = ambient = operations[0]
             ambient.attach()
         elif session is not None and telemetry is not None and telemetry.enabled():
             self._baggage = attach_session(session.id)  # an ordinary route: its spans carry the session too
-        self._handles = None
         if handles is not None:  # typed handle parameters read the verified handles there
-            self._handles = handle_context(handles)
-            self._handles.__enter__()
+            self._handles = context = handle_context(handles)
+            context.__enter__()
 
     @property
     def unanswered(self) -> bool:
