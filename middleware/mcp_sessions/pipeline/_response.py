@@ -15,7 +15,7 @@ from starlette.types import Message
 
 from ..profiles import Echo
 from ..wire import iso, jsonrpc
-from ..wire.jsonrpc import hashable_id
+from ..wire.jsonrpc import fast_loads, hashable_id
 from ..wire.sse import SSERewriter
 from ._echo import CHANGED, EchoOnly, Target, annotate, splice_point
 
@@ -164,7 +164,10 @@ class ResponseRewriter:
             self._buffer += chunk
             chunk = bytes(self._buffer)
         try:
-            parsed = jsonrpc.loads(chunk)
+            try:  # the app's own JSON: the fast parser, else loads() (a BOM, UTF-16, a lone surrogate, not JSON)
+                parsed = fast_loads(chunk)
+            except (ValueError, RecursionError):
+                parsed = jsonrpc.loads(chunk)
             rewritten = self.rewrite_message(chunk, parsed) if type(parsed) is dict else self.rewrite(chunk, parsed)
         except Exception:  # never let a rewriting bug break a response
             logger.exception("could not add session metadata to a response")
