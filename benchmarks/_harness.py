@@ -15,6 +15,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import time
@@ -164,7 +165,16 @@ LOCAL_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 # The protocol versions whose Mcp-Session-Id is the server's transport session, not the data-layer session.
 HANDSHAKE_VERSIONS = frozenset({b"2024-11-05", b"2025-03-26", b"2025-06-18", b"2025-11-25"})
 MAX_BODY_SIZE = 4 * 1024 * 1024
-_SESSION_MEMBER = b'"%s"' % SESSION_META_KEY.encode()
+# The member names on the path to the session (params, _meta, the session member, its id and state): a body
+# that spells one twice could name one session to this parser and another to a parser that keeps the first.
+_PATH_NAMES = re.compile(
+    b'"(?:params|_meta|%s|sessionId|state)"' % re.escape(SESSION_META_KEY.encode()),
+)
+
+
+def _repeats_a_path_name(body: bytes) -> bool:
+    found = _PATH_NAMES.findall(body)
+    return len(found) != len(set(found))
 
 
 def _allowed(patterns: Sequence[str]) -> tuple[frozenset[bytes], tuple[bytes, ...]]:
@@ -232,8 +242,9 @@ class CheckedSessionFloor:
     - the server's own guard: ``Host`` in the allowed set and ``Origin``, if
       sent, in its set (loopback names with any port by default, as the
       ``mcp`` SDK's DNS-rebinding protection allows them): 421 and 403;
-    - repeated member names: a body with a backslash, or that spells the
-      session member's name more than once, is parsed with an
+    - repeated member names: a body with a backslash, or that spells a
+      member name on the path to the session (``params``, ``_meta``, the
+      session member, ``sessionId``, ``state``) more than once, is parsed with an
       ``object_pairs_hook`` that refuses a repeated name (400);
     - the session id: looked up in ``verified``, a dict of claims already
       verified (the cache of verified tokens; a miss is "not found"), its
@@ -329,7 +340,7 @@ class CheckedSessionFloor:
                 break
         body = b"".join(chunks)
         try:
-            if 92 in body or body.count(_SESSION_MEMBER) > 1:  # a backslash, or the session's name twice
+            if 92 in body or _repeats_a_path_name(body):  # a backslash, or a name on the session's path twice
                 parsed = json.loads(body, object_pairs_hook=_unique_names)
             else:
                 parsed = json.loads(body)

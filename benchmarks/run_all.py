@@ -684,8 +684,10 @@ plus exactly the checks the middleware must make on a session-bearing
 else: the request's own (a header dict, the method, path and content type, a
 bounded body read), the server's own guard (`Host` and `Origin` in the
 loopback allow-lists the `mcp` SDK's DNS-rebinding protection uses), a body
-with a backslash or the session member's name twice parsed with a hook that
-refuses repeated names, the session id looked up in a dict of already
+with a backslash or a member name on the path to the session twice
+(`params`, `_meta`, the session member, `sessionId`, `state`: one regular
+expression scan, as the middleware makes it) parsed with a hook that refuses
+repeated names, the session id looked up in a dict of already
 verified claims with its expiry and the `Mcp-Session-Id` header checked, the
 principal binding, and one lookup in a dict of revoked or idle sessions (what
 the store's `touch` stands for). "x checked" is each row's added cost as a
@@ -881,11 +883,11 @@ through it; and the response rewriter holds the JSON body and splices the
 echo into the original bytes without serializing the result again. A
 session-bearing `tools/call` with a cached token spends its time on:
 
-- **reading the request**: the header dictionary, the body, the scan for
-  repeated member names on the path to the session (a backslash test, the
-  session member's name, and one scan for the names only when it is there),
-  and one parse with pydantic-core's `from_json` (the `mcp` SDK's own parser,
-  about twice as fast as `json`);
+- **reading the request**: the header dictionary, the body, one scan for
+  the member names on the path to the session (after a backslash test: it
+  tells both whether the body spells a session member and whether a name
+  repeats), and one parse with pydantic-core's `from_json` (the `mcp` SDK's
+  own parser, about twice as fast as `json`);
 - **the session**: the verified-token cache, the principal binding, the
   store's `touch` (revocation and idle expiry are checked on every request)
   and the `Session` object;
@@ -908,6 +910,22 @@ times what it added as one closure (`bench_versions.py`, A/B in one run).
 The pipeline's fast case is now held to {LANE_MULTIPLE:g} times what the
 lane itself adds, the two measured side by side in this run: see the verdict
 and "Against the express lane" above.
+
+Profiled with a sampling profiler (py-spy) and per-line opcode counts, the
+pipeline's fast case had no single hot spot: its excess over the lane was
+spread over the steps' boundaries. What took it from about 1.45 to about 1.25
+times the lane (`bench_versions.py --base` the previous commit, one change at
+a time, on the trivial app): the body scanned once for both questions above,
+where it had been searched for the session member's name twice more (about
+8%); no `Target` built for the usual response, the rewriter given the echo
+alone (about 3%); `Era` and `SessionStatus` members read as module constants,
+since on CPython 3.11 reading an Enum member through its class costs a
+descriptor call, about 90 ns against 15 for a module global, and the usual
+request read six of them (about 4%); the response parsed with the fast parser
+directly; positional calls, and class defaults for what an object of the usual
+request never sets. Folding a step's helper into its caller (the forward
+step's echo decision into `prepare`) measured within the noise and was left
+out.
 
 Every step costs two to three times more between `MCPServer` calls than in a
 loop of its own (the server's code evicts it from the CPU caches); the floor's
