@@ -34,7 +34,7 @@ async def _never_sent(message: Any) -> None:
 def rewrite(body: bytes) -> bytes:
     """``body`` rewritten as the usual request's rewriter does it; the same bytes as a general target's."""
     session: Any = FakeSession()
-    only = EchoOnly(7, session, DRAFT.echo, DRAFT, Era.PER_REQUEST)  # type: ignore[arg-type]  # a spliceable echo
+    only = EchoOnly(7, session, DRAFT.echo, DRAFT, Era.PER_REQUEST, None)  # type: ignore[arg-type]  # a spliceable echo
     usual = ResponseRewriter(_never_sent, {}, only).rewrite(body, json.loads(body)) or body
     target = Target(DRAFT, session, advertised=(), capability={}, era=Era.PER_REQUEST, operation=None)
     general = ResponseRewriter(_never_sent, {7: target}).rewrite(body, json.loads(body)) or body

@@ -50,18 +50,20 @@ class Target:
 
 class EchoOnly(NamedTuple):
     """The usual response's whole change: the echo of a data-layer session, in a wire's ``_meta`` form
-    (:class:`~mcp_sessions.profiles.Echo`), added to the answer to request ``key``; nothing advertised,
-    nothing observed. No :class:`Target` is built for it unless the bytes cannot take a splice."""
+    (:class:`~mcp_sessions.profiles.Echo`), added to the answer to request ``key``, and nothing
+    advertised; with telemetry, its ``operation`` observes the result. No :class:`Target` is built for
+    it unless the bytes cannot take a splice (an error, a result not written compactly)."""
 
     key: object
     session: Session
     echo: Echo
     profile: WireProfile
     era: Era
+    operation: Operation | None
 
     def target(self) -> Target:
         """The same change as a :class:`Target`, for an answer whose bytes a splice cannot take."""
-        return Target(self.profile, self.session, (), {}, self.era, None)
+        return Target(self.profile, self.session, (), {}, self.era, self.operation)
 
 
 def advertising_tables(profiles: Sequence[WireProfile]) -> dict[str, dict[str, tuple[WireProfile, ...]]]:

@@ -140,7 +140,7 @@ class Forwarder:
     def _echo_only(self, call: Call, era: Era) -> EchoOnly | None:
         """The usual response's change, when the echo of a data-layer session is all the answer gains."""
         session = call.session
-        if session is None or not session.token or call.operation is not None or not call.is_request:
+        if session is None or not session.token or not call.is_request:
             return None
         echo = call.profile.echo
         if not isinstance(echo, Echo) or (self._advertising if era is _HANDSHAKE else self._per_request).get(
@@ -148,7 +148,7 @@ class Forwarder:
         ):
             return None
         # tuple.__new__: a NamedTuple's own __new__ is a Python function, one more call on every session request
-        return tuple.__new__(EchoOnly, (hashable_id(call.request_id), session, echo, call.profile, era))
+        return tuple.__new__(EchoOnly, (hashable_id(call.request_id), session, echo, call.profile, era, call.operation))
 
 
 class Exchange:

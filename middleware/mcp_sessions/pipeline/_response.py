@@ -202,6 +202,8 @@ class ResponseRewriter:
             ):
                 meta_echo = only.echo
                 if (at := splice_point(raw, message, meta_echo.meta_key)) is not None:
+                    if (operation := only.operation) is not None:
+                        operation.observe_result(message["result"])  # type: ignore[arg-type]  # an object
                     session = only.session
                     expires = iso(int(session.expires_at_timestamp))
                     echoed = meta_echo.to_json(session.token, session.state_token, expires)
