@@ -918,7 +918,8 @@ times the lane (`bench_versions.py --base` the previous commit, one change at
 a time, on the trivial app): the body scanned once for both questions above,
 where it had been searched for the session member's name twice more (about
 8%); no `Target` built for the usual response, the rewriter given the echo
-alone (about 3%); `Era` and `SessionStatus` members read as module constants,
+alone, and with telemetry the operation that observes the spliced result
+(about 3%); `Era` and `SessionStatus` members read as module constants,
 since on CPython 3.11 reading an Enum member through its class costs a
 descriptor call, about 90 ns against 15 for a module global, and the usual
 request read six of them (about 4%); the response parsed with the fast parser
