@@ -89,7 +89,8 @@ class ResponseRewriter:
 
     # What a response does not need is a class default: a rewriter costs only what its response sets.
     _echo_only: EchoOnly | None = None
-    """The usual response: to one request, in a data-layer session, gaining the echo and nothing else."""
+    """The usual response: to one request, in a data-layer session, gaining the echo and nothing else
+    (observed by its operation when traced)."""
     _start: HTTPResponseStartEvent | None = None
     """A JSON response's start, held for its body."""
     _kept: list[tuple[bytes, bytes]]
