@@ -102,6 +102,12 @@ class Era(enum.Enum):
         return self is Era.PER_REQUEST
 
 
+# The eras as module constants, for the code that runs on every request: on CPython 3.11 reading an Enum
+# member through its class costs a descriptor call (about 90 ns), a module global about 15 ns.
+ERA_HANDSHAKE: Final = Era.HANDSHAKE
+ERA_PER_REQUEST: Final = Era.PER_REQUEST
+
+
 def is_modern(protocol_version: str | None) -> bool:
     """Whether a request takes the 2026-07-28 path (:meth:`Era.of` is ``PER_REQUEST``)."""
     return Era.of(protocol_version) is Era.PER_REQUEST
