@@ -205,23 +205,36 @@ def test_idle_expiry_ends_an_unused_session_on_both_replicas(http: httpx.Client,
 # -- rolling key rotation ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(300)  # four rolling restarts, then the 60 s lifetime of step 2's sessions runs out
+@pytest.mark.timeout(300)  # four rolling restarts, then the sessions of steps 0 to 2 run out, 60 s after the start
 def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Client, redis: RedisServer) -> None:
     """The runbook: the new key verifies everywhere, then signs everywhere, then the old one retires.
 
     Replicas restart one at a time, so every step also runs with a mixed fleet.
     Every session carries client-held state signed on the other replica, and
     every check sends it, so state tokens cross the rotation too. Until step 2
-    ends, the session lifetime is short, so that step 3 ("wait the longest
-    lifetime after the last replica signs with the new key") takes seconds.
+    ends, every session lives until one deadline, a minute after the start, so
+    that step 3 ("wait the longest lifetime after the last replica signs with
+    the new key") waits only for what is left of that minute.
     """
     common = base_environ(redis, QUICKSTART_JSON="1")
-    # Short, so that step 3 waits seconds; long enough that replica restarts on a loaded machine fit in it:
-    # with the suite on both cores beside the benchmark smoke runs, 20 s and 30 s were both seen to run out.
-    short = {**common, "MCP_SESSIONS_TTL": "60"}
-    step0 = {**short, "MCP_SESSIONS_KEYS": f"old:{OLD}"}
-    step1 = {**short, "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}"}  # the first key, old, still signs
-    step2 = {**short, "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}", "MCP_SESSIONS_SIGNER": "new"}
+    # Until step 2 ends, every session expires at one deadline, whenever it was minted, so that step 3 waits
+    # seconds. Far enough that replica restarts on a loaded machine fit before it: with the suite on both
+    # cores beside the benchmark smoke runs, steps 0 to 2 were seen to take more than 30 s.
+    deadline = time.time() + 60
+
+    def short(**keys: str) -> dict[str, str]:
+        """A step before step 3, as it starts: its sessions live until the deadline."""
+        return {**common, "MCP_SESSIONS_TTL": str(max(1, int(deadline - time.time()))), **keys}
+
+    def step0() -> dict[str, str]:
+        return short(MCP_SESSIONS_KEYS=f"old:{OLD}")
+
+    def step1() -> dict[str, str]:
+        return short(MCP_SESSIONS_KEYS=f"old:{OLD},new:{NEW}")  # the first key, old, still signs
+
+    def step2() -> dict[str, str]:
+        return short(MCP_SESSIONS_KEYS=f"old:{OLD},new:{NEW}", MCP_SESSIONS_SIGNER="new")
+
     step3 = {**common, "MCP_SESSIONS_KEYS": f"new:{NEW}"}
     # Long-lived sessions minted outside the fleet with each key: what the key set alone decides.
     old_outsider = KeySet.from_config(f"old:{OLD}").mint_session_token(ttl=3600)[0]
@@ -250,7 +263,7 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
                 held["count"] += 1
                 assert tool_text(message) == str(held["count"]), (replica.name, kid(token), message)
 
-    with replicas(step0, step0) as fleet:
+    with replicas(step0(), step0()) as fleet:
         a, b = fleet
         create(a, "old", state_on=b)
         every_live_session_works(fleet)
@@ -259,14 +272,14 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
 
         # Step 1: the new key verifies everywhere; the old one still signs.
         for replica in fleet:
-            replica.restart(step1)
+            replica.restart(step1())
             every_live_session_works(fleet)
         create(b, "old", state_on=a)
 
         # Step 2: the new key signs. While B still runs step 1, it verifies A's new sessions,
         # and signs their state with the old key.
         for replica, other in ((a, b), (b, a)):
-            replica.restart(step2)
+            replica.restart(step2())
             create(replica, "new", state_on=other)
             every_live_session_works(fleet)
         for token in (old_outsider, new_outsider):
