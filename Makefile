@@ -3,6 +3,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# --no-compile: pip does not byte-compile every installed module (half a minute for the trace viewers alone,
+# most of which no test imports); Python compiles what it imports, once, into the same __pycache__.
 
 .PHONY: demo test system-deps lint docs dist bench clean
 
@@ -11,29 +13,28 @@ $(BIN)/pip:
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
 
 $(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet -e ".[demo]"
+	$(BIN)/pip install --quiet --no-compile -e ".[demo]"
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint --group docs --group viewers
+	$(BIN)/pip install --quiet --no-compile -e ".[demo]" --group test --group lint --group docs --group viewers
 	touch $@
 
 $(VENV)/.docs-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet --group docs
+	$(BIN)/pip install --quiet --no-compile --group docs
 	touch $@
 
 $(VENV)/.dist-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet --group dist
+	$(BIN)/pip install --quiet --no-compile --group dist
 	touch $@
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py
 
 # The Python packages and the system ones (scripts/system-deps.sh: apt, npm) install side by side. The
-# tests run in one process by default (PYTEST_WORKERS=0); PYTEST_WORKERS=auto runs them on every core with
-# pytest-xdist, a file at a time per worker, slowest files first (pyproject's addopts, tests/conftest.py):
-# faster, but the replica and benchmark tests then compete for the two cores of this machine.
-PYTEST_WORKERS ?= 0
+# tests run on every core with pytest-xdist, a file at a time per worker, slowest files first (pyproject's
+# addopts, tests/conftest.py); PYTEST_WORKERS=0 runs them in one process.
+PYTEST_WORKERS ?= auto
 
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed system-deps
