@@ -74,16 +74,23 @@ def serve(app: Any, *, timeout: float = 10.0, root_path: str = "") -> Iterator[s
 # first, for the many short ones to fill in at the end. Everything else keeps its order.
 SLOW_FILES = [
     "e2e/test_replicas.py",
-    "e2e/test_load.py",
     "e2e/test_benchmarks.py",
     "e2e/test_viewers.py",
+    "stores/test_contract.py",
+    "e2e/test_load.py",
     "asgi/test_fuzz.py",
+    "e2e/test_topologies.py",
+    "subscriptions/test_topologies.py",
+    "stores/test_expiry_boundaries.py",
+    "e2e/test_listen_replicas.py",
+    "asgi/test_store_failures.py",
+    "e2e/test_interop.py",
     "e2e/test_dist.py",
     "stores/test_memory.py",
-    "e2e/test_interop.py",
     "unit/test_token_differential.py",
     "stores/test_sqlite.py",
     "e2e/test_telemetry.py",
+    "e2e/test_client_transport.py",
 ]
 
 
