@@ -3,45 +3,44 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# --no-compile: pip does not byte-compile every installed module (half a minute for the trace viewers alone,
-# most of which no test imports); Python compiles what it imports, once, into the same __pycache__.
 
-.PHONY: demo test system-deps lint docs dist bench clean
+.PHONY: demo test pytest system-deps lint docs dist bench clean
 
 $(BIN)/pip:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
 
 $(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet --no-compile -e ".[demo]"
+	$(BIN)/pip install --quiet -e ".[demo]"
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet --no-compile -e ".[demo]" --group test --group lint --group docs --group viewers
+	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint --group docs --group viewers
 	touch $@
 
 $(VENV)/.docs-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet --no-compile --group docs
+	$(BIN)/pip install --quiet --group docs
 	touch $@
 
 $(VENV)/.dist-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet --no-compile --group dist
+	$(BIN)/pip install --quiet --group dist
 	touch $@
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py
 
-# The Python packages and the system ones (scripts/system-deps.sh: apt, npm) install side by side. The
-# tests run on every core with pytest-xdist, a file at a time per worker, slowest files first (pyproject's
-# addopts, tests/conftest.py); PYTEST_WORKERS=0 runs them in one process.
+# The Python packages and the system ones (scripts/system-deps.sh: apt, npm) install side by side; then the
+# static checks (lint, docs) run beside the tests, which leave a core idle much of the time (servers
+# starting, expiry waits): `make test` fails if any of them does. The tests run on every core with
+# pytest-xdist, a file at a time per worker, slowest files first (pyproject's addopts, tests/conftest.py);
+# PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= auto
 
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed system-deps
-	$(BIN)/ruff check middleware tests examples benchmarks scripts
-	$(BIN)/ruff format --check middleware tests examples benchmarks scripts
-	$(BIN)/mypy
-	$(MAKE) --no-print-directory docs
+	$(MAKE) --no-print-directory -j3 --output-sync=line lint docs pytest
+
+pytest: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS)
 
 system-deps:
