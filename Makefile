@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test pytest system-deps lint docs dist bench clean
+.PHONY: demo test system-deps lint docs dist bench clean
 
 $(BIN)/pip:
 	$(PYTHON) -m venv $(VENV)
@@ -31,24 +31,32 @@ demo: $(VENV)/.demo-installed
 
 # The Python packages and the system ones (scripts/system-deps.sh: apt, npm) install side by side; then the
 # static checks (lint, docs) run beside the tests, which leave a core idle much of the time (servers
-# starting, expiry waits): `make test` fails if any of them does. The tests run on every core with
+# starting, expiry waits), their output kept until the tests end: `make test` fails if either does
+# (`make lint` and `make docs` run them alone). The tests run on every core with
 # pytest-xdist, a file at a time per worker, slowest files first (pyproject's addopts, tests/conftest.py);
 # PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= auto
 
+LINT = $(BIN)/ruff check middleware tests examples benchmarks scripts \
+	&& $(BIN)/ruff format --check middleware tests examples benchmarks scripts && $(BIN)/mypy
+DOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed system-deps
-	$(MAKE) --no-print-directory -j3 --output-sync=line lint docs pytest
-
-pytest: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS)
+	@echo "ruff, mypy and the docs build run beside the tests; their output follows the tests'"
+	@($(LINT) && $(DOCS)) > $(VENV)/checks.log 2>&1 & checks=$$!; \
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS); tests=$$?; \
+	wait $$checks; checked=$$?; \
+	echo "--- lint and docs"; cat $(VENV)/checks.log; \
+	[ $$checked -eq 0 ] || echo "lint and docs: failed"; \
+	[ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 
 system-deps:
 	./scripts/system-deps.sh
 
 # The site, into site/. --strict: a broken link, anchor or API reference fails the build.
 docs: $(VENV)/.docs-installed
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	$(DOCS)
 
 # The wheel and the sdist, into dist/ (the wheel is built from the sdist).
 dist: $(VENV)/.dist-installed
@@ -59,9 +67,7 @@ bench: $(VENV)/.test-installed
 	$(BIN)/python benchmarks/run_all.py --write docs/performance.md
 
 lint: $(VENV)/.test-installed
-	$(BIN)/ruff check middleware tests examples benchmarks scripts
-	$(BIN)/ruff format --check middleware tests examples benchmarks scripts
-	$(BIN)/mypy
+	$(LINT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist
