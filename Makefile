@@ -29,12 +29,12 @@ $(VENV)/.dist-installed: pyproject.toml | $(BIN)/pip
 demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py
 
-# The Python packages and the system ones (scripts/system-deps.sh: apt, npm) install side by side; then the
-# static checks (lint, docs) run beside the tests, which leave a core idle much of the time (servers
-# starting, expiry waits), their output kept until the tests end: `make test` fails if either does
-# (`make lint` and `make docs` run them alone). The tests run on every core with
-# pytest-xdist, a file at a time per worker, slowest files first (pyproject's addopts, tests/conftest.py);
-# PYTEST_WORKERS=0 runs them in one process.
+# The Python packages and the system ones (scripts/system-deps.sh: apt, npm) install side by side. Then
+# the static checks (lint, docs; `make lint` and `make docs` run them alone) run beside the tests, which
+# leave a core idle much of the time (servers starting, expiry waits), their output kept until the tests
+# end: `make test` fails if either does. The tests run on every core with pytest-xdist, a file at a time
+# per worker, slowest files first (pyproject's addopts, tests/conftest.py); PYTEST_WORKERS=0 runs them
+# in one process.
 PYTEST_WORKERS ?= auto
 
 LINT = $(BIN)/ruff check middleware tests examples benchmarks scripts \
