@@ -190,7 +190,7 @@ class SessionService:
             status = await self.store.touch(session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl)
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
-        if status is not SessionStatus.ACTIVE:
+        if status is not _ACTIVE:
             logger.debug("%s session ended: %s (sid=%s)", source, status.value, session_id)
             return None
         return Session(
@@ -261,4 +261,4 @@ class SessionService:
             )
         except SessionStoreUnavailable:
             return True  # a store outage ends no stream: the next check asks again
-        return status is SessionStatus.ACTIVE
+        return status is _ACTIVE
