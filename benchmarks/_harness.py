@@ -65,16 +65,109 @@ class PassThrough:
 
 
 FLOOR_SESSION: ContextVar[Any] = ContextVar("floor_session", default=None)
-_RESULT_OPENER = b'"result":{'
+# How an answer to request N opens, as the mcp SDK and any compact serializer write it.
+_OPENING = b'{"jsonrpc":"2.0","id":%d,"result":{'
 
 
-def _spliced(raw: bytes, echo: bytes) -> bytes:
-    """``raw`` with ``echo`` (a ``_meta`` member and a comma) put first in the first result object, if any."""
-    at = raw.find(_RESULT_OPENER)
-    if at < 0:
-        return raw
-    at += len(_RESULT_OPENER)
-    return raw[:at] + echo + raw[at:] if raw[at : at + 1] != b"}" else raw[:at] + echo[:-1] + raw[at:]
+def _echo_member(token: str) -> bytes:
+    """The echo, as the ``_meta`` member that carries it."""
+    return b'"%s":{"sessionId":"%s"}' % (SESSION_META_KEY.encode(), token.encode())
+
+
+def _spliced(raw: bytes, request_id: object, member: bytes) -> bytes | None:
+    """``raw``, a JSON-RPC message, with ``member`` in its result's ``_meta``, if it answers ``request_id``.
+
+    As the wire puts the echo: merged into any ``_meta`` the server set (the ``mcp`` SDK's results end
+    with one, its ``serverInfo``), never in an error. ``None`` when nothing is added. The bytes decide
+    alone when they open as the SDK writes an answer to ``request_id`` and spell no ``_meta``, even
+    escaped: a new ``_meta`` goes first in the result. Anything else is parsed: the member goes last
+    in a ``_meta`` that ends the result and the message (the SDK's shape), or the message is written again.
+    """
+    if type(request_id) is int:
+        opening = _OPENING % request_id
+        if raw.startswith(opening) and b'"_meta"' not in raw and b"\\u" not in raw:
+            at = len(opening)
+            return raw[:at] + b'"_meta":{' + member + (b"}" if raw[at : at + 1] == b"}" else b"},") + raw[at:]
+    try:
+        message = json.loads(raw)
+    except ValueError:
+        return None
+    if type(message) is not dict or message.get("id") != request_id or type(message.get("result")) is not dict:
+        return None
+    result = message["result"]
+    meta = result.get("_meta")
+    ends_in_meta = next(reversed(message)) == "result" and next(reversed(result), None) == "_meta"  # the SDK's shape
+    if ends_in_meta and type(meta) is dict and meta and raw.endswith(b"}}}"):
+        return raw[:-3] + b"," + member + b"}}}"
+    result["_meta"] = {**(meta if type(meta) is dict else {}), **json.loads(b"{%s}" % member)}
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def _spliced_event(chunk: bytes, request_id: object, member: bytes) -> bytes | None:
+    """An event stream's chunk with ``member`` spliced into the event that answers ``request_id``, if it holds it."""
+    if b'"result"' not in chunk and b"\\" not in chunk:
+        return None  # no result member, even escaped: a notification, a request, an error
+    start = chunk.find(b"data: ")
+    if start < 0:
+        return None
+    start += len(b"data: ")
+    end = chunk.find(b"\n", start)
+    end = len(chunk) if end < 0 else end - (chunk[end - 1 : end] == b"\r")
+    spliced = _spliced(chunk[start:end], request_id, member)
+    return None if spliced is None else chunk[:start] + spliced + chunk[end:]
+
+
+async def _call_with_echo(
+    app: App, scope: Scope, receive: Receive, send: Send, body: bytes, request_id: object, echo: bytes | None
+) -> None:
+    """Call ``app`` with ``body`` replayed, and ``echo`` (a ``_meta`` member) spliced into its answer to
+    ``request_id``, fixing ``Content-Length``; an event stream passes chunk by chunk, the echo spliced into
+    the event that answers."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    start: Message | None = None
+    held: list[bytes] = []
+    streaming = False  # an event stream: each chunk passes at once, the echo spliced into the one that answers
+
+    async def splice(message: Message) -> None:
+        nonlocal start, streaming, echo
+        if message["type"] == "http.response.start":
+            headers = message.get("headers", ())
+            if (b"content-type", b"text/event-stream") in headers:
+                streaming = True
+                await send({**message, "headers": [(k, v) for k, v in headers if k != b"content-length"]})
+                return
+            start = message
+            return
+        if streaming and message["type"] == "http.response.body":
+            chunk = message.get("body", b"")
+            if echo is not None and (spliced := _spliced_event(chunk, request_id, echo)) is not None:
+                message = {**message, "body": spliced}
+                echo = None
+            await send(message)
+            return
+        if message["type"] != "http.response.body" or start is None:
+            await send(message)
+            return
+        held.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        raw = b"".join(held)
+        if echo is not None:
+            raw = _spliced(raw, request_id, echo) or raw
+        headers = [(k, v) for k, v in start.get("headers", ()) if k != b"content-length"]
+        headers.append((b"content-length", str(len(raw)).encode()))
+        await send({**start, "headers": headers})
+        await send({"type": "http.response.body", "body": raw, "more_body": False})
+
+    await app(scope, replay, splice)
 
 
 class SessionFloor:
@@ -82,11 +175,12 @@ class SessionFloor:
 
     Reads the body, parses it once with the standard library's ``json``, looks
     the (already verified) session id up in a dict, sets a context variable,
-    replays the body, and splices the session echo into the response bytes
-    after ``"result":{``, fixing ``Content-Length``; an event stream passes chunk
-    by chunk, the echo spliced into the first chunk that holds a result. No
-    token check, no store, no error handling: what any session layer must pay
-    before doing anything right.
+    replays the body, and splices the session echo into the answer's
+    ``result._meta`` as the wire puts it (merged into any ``_meta`` the server
+    set: the ``mcp`` SDK's results end with one), fixing ``Content-Length``; an
+    event stream passes chunk by chunk, the echo spliced into the event that
+    answers (:func:`_call_with_echo`). No token check, no store, no error
+    handling: what any session layer must pay before doing anything right.
     """
 
     def __init__(self, app: App, sessions: dict[str, Any]) -> None:
@@ -104,57 +198,14 @@ class SessionFloor:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        meta = json.loads(body).get("params", {}).get("_meta", {}).get(SESSION_META_KEY)
+        parsed = json.loads(body)
+        meta = parsed.get("params", {}).get("_meta", {}).get(SESSION_META_KEY)
         token = meta["sessionId"] if meta else None
         session = self.sessions[token] if token is not None else None
-        echo = b'"_meta":{"%s":{"sessionId":"%s"}},' % (SESSION_META_KEY.encode(), token.encode()) if token else b""
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        start: Message | None = None
-        held: list[bytes] = []
-        streaming = False  # an event stream: each chunk passes at once, the echo spliced into the one that answers
-
-        async def splice(message: Message) -> None:
-            nonlocal start, streaming, echo
-            if message["type"] == "http.response.start":
-                headers = message.get("headers", ())
-                if (b"content-type", b"text/event-stream") in headers:
-                    streaming = True
-                    await send({**message, "headers": [(k, v) for k, v in headers if k != b"content-length"]})
-                    return
-                start = message
-                return
-            if streaming and message["type"] == "http.response.body":
-                chunk = message.get("body", b"")
-                if echo and _RESULT_OPENER in chunk:
-                    message = {**message, "body": _spliced(chunk, echo)}
-                    echo = b""
-                await send(message)
-                return
-            if message["type"] != "http.response.body" or start is None:
-                await send(message)
-                return
-            held.append(message.get("body", b""))
-            if message.get("more_body", False):
-                return
-            raw = b"".join(held)
-            if echo:
-                raw = _spliced(raw, echo)
-            headers = [(k, v) for k, v in start.get("headers", ()) if k != b"content-length"]
-            headers.append((b"content-length", str(len(raw)).encode()))
-            await send({**start, "headers": headers})
-            await send({"type": "http.response.body", "body": raw, "more_body": False})
-
+        echo = _echo_member(token) if token else None
         context = FLOOR_SESSION.set(session)
         try:
-            await self.app(scope, replay, splice)
+            await _call_with_echo(self.app, scope, receive, send, body, parsed.get("id"), echo)
         finally:
             FLOOR_SESSION.reset(context)
 
@@ -382,54 +433,10 @@ class CheckedSessionFloor:
             ):
                 await _answer(send, NOT_FOUND)
                 return
-        echo = b'"_meta":{"%s":{"sessionId":"%s"}},' % (SESSION_META_KEY.encode(), token.encode()) if token else b""
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        start: Message | None = None
-        held: list[bytes] = []
-        streaming = False  # an event stream: each chunk passes at once, the echo spliced into the one that answers
-
-        async def splice(message: Message) -> None:
-            nonlocal start, streaming, echo
-            if message["type"] == "http.response.start":
-                headers = message.get("headers", ())
-                if (b"content-type", b"text/event-stream") in headers:
-                    streaming = True
-                    await send({**message, "headers": [(k, v) for k, v in headers if k != b"content-length"]})
-                    return
-                start = message
-                return
-            if streaming and message["type"] == "http.response.body":
-                chunk = message.get("body", b"")
-                if echo and _RESULT_OPENER in chunk:
-                    message = {**message, "body": _spliced(chunk, echo)}
-                    echo = b""
-                await send(message)
-                return
-            if message["type"] != "http.response.body" or start is None:
-                await send(message)
-                return
-            held.append(message.get("body", b""))
-            if message.get("more_body", False):
-                return
-            raw = b"".join(held)
-            if echo:
-                raw = _spliced(raw, echo)
-            headers = [(k, v) for k, v in start.get("headers", ()) if k != b"content-length"]
-            headers.append((b"content-length", str(len(raw)).encode()))
-            await send({**start, "headers": headers})
-            await send({"type": "http.response.body", "body": raw, "more_body": False})
-
+        echo = _echo_member(token) if token else None
         context = FLOOR_SESSION.set(claims)
         try:
-            await self.app(scope, replay, splice)
+            await _call_with_echo(self.app, scope, receive, send, body, parsed.get("id"), echo)
         finally:
             FLOOR_SESSION.reset(context)
 

@@ -673,9 +673,11 @@ The "session floor" rows are the hand-written minimum session layer
 (`SessionFloor` in `benchmarks/_harness.py`): it reads the body, parses it
 once with the standard library's `json`, looks the session id up in a dict
 of sessions it takes as already verified, sets a context variable, replays
-the body, splices the echo into the response bytes and fixes
-`Content-Length`. No token check, no store, no error handling: what any
-session layer must pay. "x floor" is each row's added cost as a multiple of
+the body, splices the echo into the answer's `result._meta` and fixes
+`Content-Length`. The echo is merged into any `_meta` the server set, as the
+wire requires (the `mcp` SDK's results end with one): where the bytes do not
+say where it goes, the answer is parsed (with `json`). No token check, no
+store, no error handling: what any session layer must pay. "x floor" is each row's added cost as a multiple of
 the floor's in the same table.
 
 The "checked floor" rows (`CheckedSessionFloor`, same file) are that minimum

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.types import Receive, Scope, Send
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -24,6 +26,11 @@ from _harness import (  # the benchmarks run as scripts: their directory is not 
     NAME_HEADERS,
     SECRET,
     CheckedSessionFloor,
+    Lifespans,
+    SessionFloor,
+    _echo_member,
+    _spliced,
+    _spliced_event,
     call,
     create_session,
     http_headers,
@@ -119,3 +126,78 @@ async def test_the_checked_floor_forwards_exactly_what_the_middleware_forwards(
         "an unknown session": (0, 0),
         "a header naming another session": (0, 0),
     }
+
+
+@pytest.mark.parametrize("floor", ["session floor", "checked floor"])
+@pytest.mark.parametrize("server", ["MCPServer", "trivial app"])
+async def test_the_floors_echo_is_where_the_middleware_puts_it(floor: str, server: str) -> None:
+    """On the ``mcp`` SDK's results, which end with a ``_meta`` of their own, as on the trivial app's.
+
+    A floor that put a second ``_meta`` first in the result would pay less for an echo a client never
+    reads (its parser keeps the last of a repeated name): the wire merges the echo into the server's.
+    """
+    lifespans = Lifespans()
+    try:
+        if server == "MCPServer":
+            through_middleware = await lifespans.own_mcp_app(lambda app: MCPSessionMiddleware(app, secret=SECRET))
+            inner = await lifespans.own_mcp_app(lambda app: app)
+        else:
+            through_middleware, inner = MCPSessionMiddleware(trivial_app, secret=SECRET), trivial_app
+        token = await create_session(through_middleware)
+        if floor == "session floor":
+            app: Any = SessionFloor(inner, {token: object()})
+        else:
+            app = CheckedSessionFloor(inner, {token: token_claims(token)})
+        raw = json.dumps(session_body(token)).encode()
+        status, answer = await call(app, scope_for(raw, session_headers(token)), raw)
+        _, expected = await call(through_middleware, scope_for(raw, session_headers(token)), raw)
+    finally:
+        await lifespans.shutdown()
+    assert status == 200
+    meta, reference = json.loads(answer)["result"]["_meta"], json.loads(expected)["result"]["_meta"]
+    assert meta[MEMBER] == {"sessionId": token}  # the floors echo the id alone: no expiry
+    assert reference[MEMBER]["sessionId"] == token
+    assert meta.keys() == reference.keys()  # the server's own members kept beside it, as the middleware keeps them
+    if server == "MCPServer":
+        assert "io.modelcontextprotocol/serverInfo" in meta
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    result=st.dictionaries(st.sampled_from(["content", "_meta", "x", "}", '"', MEMBER]), json_values, max_size=4),
+    answers=st.sampled_from([7, 8, "7"]),
+    compact=st.booleans(),
+    error=st.booleans(),
+)
+def test_the_floors_splice_means_what_merging_the_echo_means(
+    result: dict[str, Any], answers: object, compact: bool, error: bool
+) -> None:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": answers, "error" if error else "result": result}
+    raw = (json.dumps(message, separators=(",", ":")) if compact else json.dumps(message, indent=1)).encode()
+    spliced = _spliced(raw, 7, _echo_member("aaa.bbb.ccc"))
+    if answers != 7 or error:
+        assert spliced is None  # another request's answer, or an error: no echo
+        return
+    assert spliced is not None
+    meta = result.get("_meta")
+    result["_meta"] = {**(meta if isinstance(meta, dict) else {}), MEMBER: {"sessionId": "aaa.bbb.ccc"}}
+    assert json.loads(spliced) == message
+
+
+def test_the_floors_splice_the_event_that_answers_and_no_other() -> None:
+    member = _echo_member("aaa.bbb.ccc")
+    answer = b'event: message\r\ndata: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"a":1}}}\r\n\r\n'
+    spliced = _spliced_event(answer, 7, member)
+    assert spliced is not None and spliced.startswith(b"event: message\r\ndata: ") and spliced.endswith(b"}\r\n\r\n")
+    data = spliced.split(b"data: ")[1].split(b"\r\n")[0]
+    assert json.loads(data)["result"]["_meta"] == {"a": 1, MEMBER: {"sessionId": "aaa.bbb.ccc"}}
+    progress = b'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\r\n\r\n'
+    assert _spliced_event(progress, 7, member) is None
+    assert _spliced_event(answer.replace(b'"id":7', b'"id":8'), 7, member) is None
