@@ -210,7 +210,9 @@ class MCPSessionMiddleware:
             return None
         headers = headers_of(scope)
         content_type = headers.get(b"content-type")
-        if content_type is None or not content_type.lower().startswith(_JSON_CONTENT_TYPE):
+        if content_type is None or not (  # as sent, the usual; then any case, as media types allow
+            content_type.startswith(_JSON_CONTENT_TYPE) or content_type.lower().startswith(_JSON_CONTENT_TYPE)
+        ):
             return None
         paths = self._paths
         return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None

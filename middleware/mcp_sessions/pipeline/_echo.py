@@ -131,8 +131,15 @@ def advertise(result: dict[str, object], profile: WireProfile, era: Era, *, valu
     return True
 
 
-# The echo's member name as bytes, by ``_meta`` key: one per wire, built once.
-_MEMBERS: dict[str, bytes] = {}
+# What opens the echo, by ``_meta`` key (one per wire, built once): as a new ``_meta`` in an empty result,
+# as a new ``_meta`` after the result's members, and as one more member of the result's own ``_meta``.
+_OPENERS: dict[str, tuple[bytes, bytes, bytes]] = {}
+
+
+def _openers(meta_key: str) -> tuple[bytes, bytes, bytes]:
+    member = b'"%s":' % meta_key.encode()
+    openers = _OPENERS[meta_key] = (b'"_meta":{' + member, b',"_meta":{' + member, b"," + member)
+    return openers
 
 
 def splice_point(raw: bytes, message: dict[str, object], meta_key: str) -> tuple[int, bytes, bytes] | None:
@@ -148,17 +155,15 @@ def splice_point(raw: bytes, message: dict[str, object], meta_key: str) -> tuple
     result = message["result"]
     if not isinstance(result, dict):
         return None
-    member = _MEMBERS.get(meta_key)
-    if member is None:
-        member = _MEMBERS[meta_key] = b'"%s":' % meta_key.encode()
+    openers = _OPENERS.get(meta_key) or _openers(meta_key)
     if not result:
-        return len(raw) - 2, b'"_meta":{' + member, b"}"
+        return len(raw) - 2, openers[0], b"}"
     last = next(reversed(result))
     if last == "_meta":
         meta = result["_meta"]
         if isinstance(meta, dict) and meta and meta_key not in meta and raw.endswith(b"}}}"):
-            return len(raw) - 3, b"," + member, b""
+            return len(raw) - 3, openers[2], b""
         return None
     if "_meta" in result:
         return None
-    return len(raw) - 2, b',"_meta":{' + member, b"}"
+    return len(raw) - 2, openers[1], b"}"
