@@ -16,7 +16,16 @@ if TYPE_CHECKING:
     from ..profiles import Echo, WireProfile
     from ..session import Session
 
-__all__ = ["CHANGED", "EchoOnly", "Target", "advertise", "advertising_tables", "annotate", "splice_point"]
+__all__ = [
+    "CHANGED",
+    "EchoOnly",
+    "Target",
+    "advertise",
+    "advertising_tables",
+    "annotate",
+    "leading_splice_point",
+    "splice_point",
+]
 
 # annotate()'s answer when the message changed beyond the echo: serialize it again.
 CHANGED: Final = object()
@@ -140,6 +149,40 @@ def _openers(meta_key: str) -> tuple[bytes, bytes, bytes]:
     member = b'"%s":' % meta_key.encode()
     openers = _OPENERS[meta_key] = (b'"_meta":{' + member, b',"_meta":{' + member, b"," + member)
     return openers
+
+
+# How an answer to request N opens, as the SDK and any compact serializer write it.
+_OPENING: Final = b'{"jsonrpc":"2.0","id":%d,"result":{'
+
+
+def leading_splice_point(raw: bytes, request_id: object, meta_key: str) -> tuple[int, bytes, bytes] | None:
+    """Where an echo under ``meta_key`` can go in ``raw`` when the bytes alone say so, without parsing them.
+
+    ``raw`` must open as the compact answer to ``request_id`` (an int) with a result object, and spell
+    no ``_meta`` (the echo then opens a new one, first in the result), and after its opening no second
+    ``result`` or ``id``, no ``method``, and no ``\\u`` escape that could spell one: anything else is decided by
+    :func:`splice_point`, on the parsed answer. (``find``, not ``in``: a bytes needle's ``in`` first
+    tries it as an int, and pays for the exception.)
+    """
+    # First the _meta a result of the SDK's ends with: looked for from the end, it is found at once.
+    if type(request_id) is not int or raw.rfind(b'"_meta"') >= 0:
+        return None
+    opening = _OPENING % request_id
+    start = len(opening)
+    if (
+        not raw.startswith(opening)
+        or raw.find(b'"result"', start) >= 0
+        or raw.find(b'"id"', start) >= 0
+        or raw.find(b'"method"', start) >= 0
+        or raw.find(b"\\u", start) >= 0
+    ):
+        return None
+    following = raw[start : start + 1]
+    if following == b'"':  # the result's first member: the echo goes before it
+        return start, (_OPENERS.get(meta_key) or _openers(meta_key))[0], b"},"
+    if following == b"}":  # an empty result
+        return start, (_OPENERS.get(meta_key) or _openers(meta_key))[0], b"}"
+    return None
 
 
 def splice_point(raw: bytes, message: dict[str, object], meta_key: str) -> tuple[int, bytes, bytes] | None:

@@ -17,7 +17,7 @@ from ..profiles import Echo
 from ..wire import iso, jsonrpc
 from ..wire.jsonrpc import fast_loads, hashable_id
 from ..wire.sse import SSERewriter
-from ._echo import CHANGED, EchoOnly, Target, annotate, splice_point
+from ._echo import CHANGED, EchoOnly, Target, annotate, leading_splice_point, splice_point
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable, ASGISendEvent, HTTPResponseBodyEvent, HTTPResponseStartEvent
@@ -165,6 +165,13 @@ class ResponseRewriter:
             self._buffer += chunk
             chunk = bytes(self._buffer)
         try:
+            only = self._echo_only
+            if (
+                only is not None
+                and only.operation is None  # an operation observes the parsed result
+                and (at := leading_splice_point(chunk, only.key, only.echo.meta_key)) is not None
+            ):
+                return _spliced(chunk, at, only)  # the usual answer, whose bytes say where the echo goes
             try:  # the app's own JSON: the fast parser, else loads() (a BOM, UTF-16, a lone surrogate, not JSON)
                 parsed = fast_loads(chunk)
             except (ValueError, RecursionError):
@@ -198,17 +205,14 @@ class ResponseRewriter:
         if only is not None:  # the usual response: spliced when it answers the request and the bytes allow it
             request_id, key = message.get("id"), only.key
             # An int id, the usual, is its own key; notifications and server requests have a method.
-            if "method" not in message and (
-                request_id == key if type(request_id) is int else hashable_id(request_id) == key
+            if (
+                "method" not in message
+                and (request_id == key if type(request_id) is int else hashable_id(request_id) == key)
+                and (at := splice_point(raw, message, only.echo.meta_key)) is not None
             ):
-                meta_echo = only.echo
-                if (at := splice_point(raw, message, meta_echo.meta_key)) is not None:
-                    if (operation := only.operation) is not None:
-                        operation.observe_result(message["result"])  # type: ignore[arg-type]  # an object
-                    session = only.session
-                    expires = iso(int(session.expires_at_timestamp))
-                    echoed = meta_echo.to_json(session.token, session.state_token, expires)
-                    return b"".join((raw[: at[0]], at[1], echoed, at[2], raw[at[0] :]))
+                if (operation := only.operation) is not None:
+                    operation.observe_result(message["result"])  # type: ignore[arg-type]  # an object
+                return _spliced(raw, at, only)
         target = self.target_of(message)
         if target is None:
             return None  # notifications, server requests, other ids: nothing to look at
@@ -234,3 +238,11 @@ class ResponseRewriter:
         if target is None and (only := self._echo_only) is not None and only.key == key:
             target = self.targets[key] = only.target()  # bytes a splice could not take: the general change
         return target
+
+
+def _spliced(raw: bytes, at: tuple[int, bytes, bytes], only: EchoOnly) -> bytes:
+    """``raw`` with ``only``'s echo where the splice point ``at`` says: its position, opener and closer."""
+    session = only.session
+    echoed = only.echo.to_json(session.token, session.state_token, iso(int(session.expires_at_timestamp)))
+    position, opener, closer = at
+    return b"".join((raw[:position], opener, echoed, closer, raw[position:]))
