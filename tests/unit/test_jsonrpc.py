@@ -158,3 +158,23 @@ def test_http_status(code: int, modern: bool, expected: int) -> None:
 def test_capability() -> None:
     assert DRAFT.capability.value(required=False) == {}
     assert DRAFT.capability.value(required=True) == {"required": True}
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        ([], jsonrpc.UNMARKED),
+        (["params", "_meta"], jsonrpc.UNMARKED),
+        (["params", "_meta", KEY, "sessionId"], jsonrpc.MARKED),  # the usual body: the path in order
+        (["params", "_meta", KEY, "sessionId", "state"], jsonrpc.MARKED),
+        (["_meta", KEY, "sessionId", "params"], jsonrpc.MARKED),  # out of order, each once
+        (["params", "_meta", KEY, "sessionId", "sessionId"], jsonrpc.REPEATED),
+        (["params", "_meta", KEY, KEY], jsonrpc.REPEATED),
+        (["params", "params", "_meta", KEY], jsonrpc.REPEATED),
+        (["params", "_meta", KEY, "sessionId", "state", "params"], jsonrpc.REPEATED),
+    ],
+)
+def test_the_scan_sees_a_name_repeated_in_any_order(names: list[str], expected: int) -> None:
+    watch = jsonrpc.Watch([KEY], ("params", "_meta", KEY, "sessionId", "state"))
+    body = b"{" + b",".join(b'"%s":1' % name.encode() for name in names) + b"}"
+    assert watch.scan(body) == expected

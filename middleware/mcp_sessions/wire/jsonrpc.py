@@ -73,16 +73,21 @@ class Watch:
     name seen twice) is parsed with a hook that records repeated names.
     """
 
-    __slots__ = ("_markers", "_names", "marker")  # _names: one pattern that finds every name on the paths
+    __slots__ = ("_markers", "_names", "_usual", "marker")  # _names: one pattern that finds every name on the paths
 
     def __init__(self, markers: Iterable[str], names: Iterable[str]) -> None:
         markers = list(dict.fromkeys(markers))
+        names = list(dict.fromkeys(names))
         self._markers = tuple(b'"%s"' % m.encode() for m in markers)
         self.marker = self._markers[0] if len(self._markers) == 1 else None
         """With one wire, its session member's name as a body spells it (escapes aside): a body
         without it names no session. ``None`` with several wires."""
         quoted = [b'"%s"' % name.encode() for name in dict.fromkeys([*markers, *names])]
         self._names = re.compile(b"|".join(re.escape(name) for name in quoted))
+        usual = [b'"%s"' % name.encode() for name in names]
+        self._usual = usual if self.marker is not None else None
+        """With one wire, the names on its path in order, each once: a body that spells a prefix of them
+        repeats none."""
 
     def scan(self, body: bytes) -> int:
         """:data:`UNMARKED`, :data:`MARKED` or :data:`REPEATED`, in one pass over ``body``.
@@ -97,6 +102,8 @@ class Watch:
         marker = self.marker
         if not (marker in found if marker is not None else any(m in found for m in self._markers)):
             return UNMARKED
+        if (usual := self._usual) is not None and found == usual[: len(found)]:
+            return MARKED  # the usual body: the path's names in order, each once (no set to build)
         return REPEATED if len(found) != len(set(found)) else MARKED
 
     def needs_check(self, body: bytes) -> bool:
