@@ -178,11 +178,10 @@ def leading_splice_point(raw: bytes, request_id: object, meta_key: str) -> tuple
     ):
         return None
     following = raw[start : start + 1]
-    if following == b'"':  # the result's first member: the echo goes before it
-        return start, (_OPENERS.get(meta_key) or _openers(meta_key))[0], b"},"
-    if following == b"}":  # an empty result
-        return start, (_OPENERS.get(meta_key) or _openers(meta_key))[0], b"}"
-    return None
+    if following != b'"' and following != b"}":
+        return None  # not compact
+    # Before the result's first member, or alone in an empty result.
+    return start, (_OPENERS.get(meta_key) or _openers(meta_key))[0], b"}," if following == b'"' else b"}"
 
 
 def splice_point(raw: bytes, message: dict[str, object], meta_key: str) -> tuple[int, bytes, bytes] | None:
