@@ -157,13 +157,21 @@ class Exchange:
     every operation, however the app ended (:meth:`failed` first, with what it raised).
     """
 
-    # What most exchanges never set is a class default: an exchange costs only what its request attaches.
-    _ambient: Operation | None = None
-    """The one operation of a one-message request, current while the app runs."""
-    _baggage: object = None
-    _conversation: Token[tuple[str, str] | None] | None = None
-    _handles: AbstractContextManager[HandleContext] | None = None
-    _listen: ListenStream | None = None
+    # Every attribute is set in __init__, none is a class default: a class default read through an
+    # instance is a generic attribute lookup on each read, where a slot is one load.
+    __slots__ = (
+        "_ambient",
+        "_baggage",
+        "_conversation",
+        "_handles",
+        "_listen",
+        "_operations",
+        "_rewriter",
+        "_token",
+        "receive",
+        "scope",
+        "send",
+    )
 
     def __init__(
         self,
@@ -179,8 +187,7 @@ class Exchange:
         listen: ListenStream | None = None,
     ) -> None:
         self.scope, self.receive = scope, receive
-        if listen is not None:
-            self._listen = listen
+        self._listen = listen
         self._rewriter = rewriter
         self.send: Send = send if rewriter is None else rewriter.send
         if session is not None:  # where the app reads it: the scope, request.state, get_session()
@@ -190,14 +197,19 @@ class Exchange:
                 state = scope["state"] = {}
             state[STATE_ATTRIBUTE] = session
         self._token = current_session.set(session)
-        if conversation is not None:
-            self._conversation = current_conversation.set(conversation)
+        self._conversation: Token[tuple[str, str] | None] | None = (
+            None if conversation is None else current_conversation.set(conversation)
+        )
         self._operations = operations
+        self._ambient: Operation | None = None
+        """The one operation of a one-message request, current while the app runs."""
+        self._baggage: object = None
         if len(operations) == 1:
             self._ambient = ambient = operations[0]
             ambient.attach()
         elif session is not None and telemetry is not None and telemetry.enabled():
             self._baggage = attach_session(session.id)  # an ordinary route: its spans carry the session too
+        self._handles: AbstractContextManager[HandleContext] | None = None
         if handles is not None:  # typed handle parameters read the verified handles there
             self._handles = context = handle_context(handles)
             context.__enter__()

@@ -22,6 +22,8 @@ from ._echo import CHANGED, EchoOnly, Target, annotate, leading_splice_point, sp
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable, ASGISendEvent, HTTPResponseBodyEvent, HTTPResponseStartEvent
 
+    from ..session import Session
+
 
 __all__ = ["ResponseRewriter"]
 
@@ -87,26 +89,24 @@ class ResponseRewriter:
     event as it flows; anything else, and anything encoded, passes untouched.
     """
 
-    # What a response does not need is a class default: a rewriter costs only what its response sets.
-    _echo_only: EchoOnly | None = None
-    """The usual response: to one request, in a data-layer session, gaining the echo and nothing else
-    (observed by its operation when traced)."""
-    _start: HTTPResponseStartEvent | None = None
-    """A JSON response's start, held for its body."""
-    _kept: list[tuple[bytes, bytes]]
-    """The held start's headers, but Content-Length (set when the start comes)."""
-    _buffer: bytearray | None = None
-    """A JSON body that comes in parts."""
-    _sse: _SseBody | None = None
-    status = 0
-    """The response's status, once it has started."""
+    # Every attribute is set in __init__, none is a class default: a class default read through an
+    # instance is a generic attribute lookup on each read, where a slot is one load.
+    __slots__ = ("_buffer", "_echo_only", "_kept", "_send", "_sse", "_start", "status", "targets")
 
     def __init__(self, send: ASGISendCallable, targets: dict[Any, Target], echo_only: EchoOnly | None = None) -> None:
         self._send = send
         self.targets = targets
         """What each response gains, by request id: a :class:`Target` each, none for ``echo_only``'s request."""
-        if echo_only is not None:
-            self._echo_only = echo_only
+        self._echo_only = echo_only
+        """The usual response: to one request, in a data-layer session, gaining the echo and nothing else
+        (observed by its operation when traced)."""
+        self._start: HTTPResponseStartEvent | None = None
+        """A JSON response's start, held for its body."""
+        self._buffer: bytearray | None = None
+        """A JSON body that comes in parts."""
+        self._sse: _SseBody | None = None
+        self.status = 0
+        """The response's status, once it has started."""
 
     async def send(self, message: Message) -> None:
         """The ``send`` the app gets: response events are read as the typed ASGI events they are."""
@@ -122,9 +122,10 @@ class ResponseRewriter:
             if (start := self._start) is not None:
                 if (whole := self._whole_body(event)) is not None:  # the body is complete: both go out
                     self._start = None  # anything after the last body passes untouched
-                    self._kept.append((b"content-length", str(len(whole)).encode()))
-                    await self._send({**start, "headers": self._kept})
-                    await self._send({"type": "http.response.body", "body": whole, "more_body": False})
+                    kept, send = self._kept, self._send  # a callable in a slot: one load, then the call
+                    kept.append((b"content-length", str(len(whole)).encode()))
+                    await send({**start, "headers": kept})
+                    await send({"type": "http.response.body", "body": whole, "more_body": False})
                 return None
         elif event["type"] == "http.response.start":
             event = self._begin(event)
@@ -135,7 +136,8 @@ class ResponseRewriter:
     def _begin(self, start: HTTPResponseStartEvent) -> HTTPResponseStartEvent:
         """Decide from the start's headers, in one pass; the start to send now (held for a JSON body)."""
         self.status = start["status"]
-        kept = self._kept = []
+        kept: list[tuple[bytes, bytes]] = []
+        self._kept = kept  # the held start's headers, but Content-Length
         content_type = b""
         for name, value in start.get("headers", ()):  # one pass: the type, an encoding, the headers kept
             lowered = name.lower()
@@ -166,12 +168,10 @@ class ResponseRewriter:
             chunk = bytes(self._buffer)
         try:
             only = self._echo_only
-            if (
-                only is not None
-                and only.operation is None  # an operation observes the parsed result
-                and (at := leading_splice_point(chunk, only.key, only.echo.meta_key)) is not None
-            ):
-                return _spliced(chunk, at, only)  # the usual answer, whose bytes say where the echo goes
+            if only is not None:
+                key, session, echo, _, _, operation = only  # one unpacking: a field read is a descriptor call
+                if operation is None and (at := leading_splice_point(chunk, key, echo.meta_key)) is not None:
+                    return _spliced(chunk, at, session, echo)  # the usual answer: its bytes say where the echo goes
             try:  # the app's own JSON: the fast parser, else loads() (a BOM, UTF-16, a lone surrogate, not JSON)
                 parsed = fast_loads(chunk)
             except (ValueError, RecursionError):
@@ -212,7 +212,7 @@ class ResponseRewriter:
             ):
                 if (operation := only.operation) is not None:
                     operation.observe_result(message["result"])  # type: ignore[arg-type]  # an object
-                return _spliced(raw, at, only)
+                return _spliced(raw, at, only.session, only.echo)
         target = self.target_of(message)
         if target is None:
             return None  # notifications, server requests, other ids: nothing to look at
@@ -240,9 +240,8 @@ class ResponseRewriter:
         return target
 
 
-def _spliced(raw: bytes, at: tuple[int, bytes, bytes], only: EchoOnly) -> bytes:
-    """``raw`` with ``only``'s echo where the splice point ``at`` says: its position, opener and closer."""
-    session = only.session
-    echoed = only.echo.to_json(session.token, session.state_token, iso(int(session.expires_at_timestamp)))
+def _spliced(raw: bytes, at: tuple[int, bytes, bytes], session: Session, echo: Echo) -> bytes:
+    """``raw`` with ``session``'s echo where the splice point ``at`` says: its position, opener and closer."""
+    echoed = echo.to_json(session.token, session.state_token, iso(int(session.expires_at_timestamp)))
     position, opener, closer = at
     return b"".join((raw[:position], opener, echoed, closer, raw[position:]))

@@ -42,21 +42,24 @@ def era_of(protocol_version: bytes | None) -> Era:
 class Call:
     """One element of a request: a JSON-RPC call (``method`` set) or anything else in a batch."""
 
-    # What most calls never set is a class default: a call costs only the attributes it has.
-    request_id: object = None
-    """Set by the planner: as sent for one message, sanitised in a batch."""
-    session: Session | None = None
-    refusal: Refusal | None = None
-    operation: Operation | None = None
-    revoked: str | None = None
-    """Why the session it named is gone, on a wire that treats that as "no session" and says so."""
-    minted = False
-    """Its session was opened by this very message (SEP-1364 alt. 2's initialize)."""
-    conversation: Conversation | None = None
-    answer: dict[str, object] | None = None
-    """A result decided before forwarding (a refused handle's isError result)."""
-    handles: tuple[list[Handle], list[HandleError]] | None = None
-    """The handles checked: those verified, and the errors of those refused."""
+    # Every attribute is set in __init__, none is a class default: a class default read through an
+    # instance is a generic attribute lookup on each read, where a slot is one load.
+    __slots__ = (
+        "answer",
+        "conversation",
+        "handles",
+        "is_request",
+        "local",
+        "message",
+        "method",
+        "minted",
+        "operation",
+        "profile",
+        "refusal",
+        "request_id",
+        "revoked",
+        "session",
+    )
 
     def __init__(self, message: Any, method: str | None, profile: WireProfile, local: LocalMethod | None) -> None:
         self.message = message
@@ -65,6 +68,20 @@ class Call:
         self.local = local
         self.is_request = isinstance(message, dict) and "id" in message
         """A call with an id expects an answer; one without is a notification."""
+        self.request_id: object = None
+        """Set by the planner: as sent for one message, sanitised in a batch."""
+        self.session: Session | None = None
+        self.refusal: Refusal | None = None
+        self.operation: Operation | None = None
+        self.revoked: str | None = None
+        """Why the session it named is gone, on a wire that treats that as "no session" and says so."""
+        self.minted = False
+        """Its session was opened by this very message (SEP-1364 alt. 2's initialize)."""
+        self.conversation: Conversation | None = None
+        self.answer: dict[str, object] | None = None
+        """A result decided before forwarding (a refused handle's isError result)."""
+        self.handles: tuple[list[Handle], list[HandleError]] | None = None
+        """The handles checked: those verified, and the errors of those refused."""
 
     @property
     def params(self) -> Any:
@@ -74,20 +91,23 @@ class Call:
 class Plan:
     """What one HTTP request carries, parsed and classified."""
 
-    handles: HandleContext | None = None
-    """With handles configured: the request's handle view."""
-    refused = False
-    """Some call has a refusal: nothing is forwarded."""
-    answered = False
-    """Some call has an answer decided before the tool (a refused handle)."""
-    traced = False
-    """Whether an OpenTelemetry SDK records this request (set before its sessions are resolved)."""
-    unmarked = False
-    """Whether the body cannot name a session on any enabled wire: UTF-8 without the wire's marker, and no
-    escape that could spell one. A source that reads a wire's carrier has nothing to read then."""
-    named: dict[tuple[str, ...], object] | None = None
-    """In a batch: what each session its elements name resolved to (by a source's key: its name and the
-    session's reference), so that a session many elements name costs one check and one store round trip."""
+    # Every attribute is set in __init__, none is a class default: a class default read through an
+    # instance is a generic attribute lookup on each read, where a slot is one load.
+    __slots__ = (
+        "answered",
+        "batch",
+        "calls",
+        "era",
+        "handles",
+        "header_session_id",
+        "headers",
+        "local",
+        "named",
+        "refused",
+        "start_ns",
+        "traced",
+        "unmarked",
+    )
 
     def __init__(self, calls: list[Call], batch: bool, headers: dict[bytes, bytes], start_ns: int) -> None:
         self.calls = calls
@@ -100,6 +120,20 @@ class Plan:
         self.local = None if batch or local is None else calls[0]
         """The call of a local method, when the request is one (local methods never come in batches)."""
         self.start_ns = start_ns
+        self.handles: HandleContext | None = None
+        """With handles configured: the request's handle view."""
+        self.refused = False
+        """Some call has a refusal: nothing is forwarded."""
+        self.answered = False
+        """Some call has an answer decided before the tool (a refused handle)."""
+        self.traced = False
+        """Whether an OpenTelemetry SDK records this request (set before its sessions are resolved)."""
+        self.unmarked = False
+        """Whether the body cannot name a session on any enabled wire: UTF-8 without the wire's marker, and no
+        escape that could spell one. A source that reads a wire's carrier has nothing to read then."""
+        self.named: dict[tuple[str, ...], object] | None = None
+        """In a batch: what each session its elements name resolved to (by a source's key: its name and the
+        session's reference), so that a session many elements name costs one check and one store round trip."""
 
     @property
     def protocol_version(self) -> str | None:

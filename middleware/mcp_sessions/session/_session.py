@@ -92,12 +92,12 @@ class Session:
     __slots__ = (
         "_bus",
         "_data",
-        "_idle_ttl",
         "_keys",
         "_state_json",
         "_state_view",
         "_store",
         "claims",
+        "expires_at_timestamp",
         "id",
         "issued_at",
         "last_seen",
@@ -135,6 +135,8 @@ class Session:
         """The token's claims other than ``iss``, ``aud``, ``sid``, ``iat`` and ``exp``."""
         self.last_seen = now
         """When the middleware verified this request, in Unix seconds: the idle timeout counts from it."""
+        self.expires_at_timestamp = expires_at if idle_ttl is None else min(expires_at, now + idle_ttl)
+        """:attr:`expires_at` in Unix seconds."""
         self.source = source
         """Where the session came from: ``data-layer`` (a token this server minted), ``transport`` (an
         adopted 2025-era transport session) or a host's conversation (``openai``, ``vscode``, ``goose``,
@@ -142,7 +144,6 @@ class Session:
         self._store = store
         self._data: SessionData | None = None
         self._keys = keys
-        self._idle_ttl = idle_ttl
         self.state_token = state_token
         """The signed state that goes out in the echo (``None`` when there is none); set by :attr:`state`."""
         self._state_json = state_json
@@ -164,13 +165,6 @@ class Session:
     def expires_at(self) -> datetime:
         """When the session ends if unused: the token's expiry, or sooner by the idle timeout."""
         return datetime.fromtimestamp(self.expires_at_timestamp, UTC)
-
-    @property
-    def expires_at_timestamp(self) -> float:
-        """:attr:`expires_at` in Unix seconds."""
-        if self._idle_ttl is None:
-            return self.token_expires_at
-        return min(self.token_expires_at, self.last_seen + self._idle_ttl)
 
     @property
     def state(self) -> Mapping[str, Any]:

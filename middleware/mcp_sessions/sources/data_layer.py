@@ -47,7 +47,8 @@ class DataLayerSource:
             raise Refusal(INVALID_REQUEST, str(exc), reason="invalid_metadata") from None
         if ref is None:
             return None
-        if ref.mint:
+        token, state, mint = ref  # one unpacking: a field read is a descriptor call
+        if mint:
             if plan.era is ERA_PER_REQUEST:
                 # An opening method (SEP-1364 alt. 2's initialize) is a handshake: the 2026-07-28 server
                 # refuses it (-32601), so no session is opened and no create-limit slot is spent for it.
@@ -64,7 +65,7 @@ class DataLayerSource:
         if (
             (plan.era is ERA_PER_REQUEST or profile.header_every_era)
             and header is not None
-            and header != ref.token.encode("utf-8", "surrogatepass")
+            and header != token.encode("utf-8", "surrogatepass")
         ):
             raise Refusal(
                 profile.header_mismatch,
@@ -74,12 +75,12 @@ class DataLayerSource:
         if plan.batch:
             return await self._in_batch(scope, call, plan, ref)
         try:
-            return await self._sessions.resolve(scope, ref.token, ref.state)
+            return await self._sessions.resolve(scope, token, state)
         except SessionNotFound as exc:
             if profile.unknown_is_no_session:
                 call.revoked = exc.reason
                 return None
-            raise refusal_of(profile, ref.token, exc) from None
+            raise refusal_of(profile, token, exc) from None
 
     async def _in_batch(self, scope: Scope, call: Call, plan: Plan, ref: SessionRef) -> Session | None:
         """A batch element's session: each distinct one resolved once, at most ``MAX_SESSIONS_PER_REQUEST``."""
