@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Final
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from ..wire.protocol import KNOWN_VERSIONS
@@ -23,6 +23,8 @@ __all__ = ["CONVERSATION_TURN_ATTRIBUTE", "SESSION_SOURCE_ATTRIBUTE", "Operation
 
 SESSION_SOURCE_ATTRIBUTE: Final = "mcp_sessions.session.source"
 CONVERSATION_TURN_ATTRIBUTE: Final = "mcp_sessions.conversation.turn_id"
+# Read once: on CPython 3.11 an Enum member read through its class is a descriptor call, on every span.
+SERVER_KIND: Final = SpanKind.SERVER
 """The turn of its conversation a call belongs to, when the host names one (Codex's ``turn_id``)."""
 
 
@@ -70,7 +72,7 @@ class Operation:
         if protocol_version is not None and protocol_version not in KNOWN_VERSIONS:
             self.version_name = OTHER
         self._named_target = self.target_name()
-        self.metric_attributes = self._metric_attributes()
+        self.metric_attributes = self._metric_attributes(self._named_target)
         """The duration metric's attributes (and the span's first ones), built once: copy before changing."""
         self.error_type: str | None = None
         self.status_code: str | None = None
@@ -101,7 +103,8 @@ class Operation:
         target = self._named_target
         return self.method_name if target is None or target == OTHER else f"{self.method_name} {target}"
 
-    def _metric_attributes(self) -> dict[str, AttributeValue]:
+    def _metric_attributes(self, target: str | None) -> dict[str, AttributeValue]:
+        """The duration metric's attributes, with ``target`` as :meth:`target_name` bounds it."""
         attributes: dict[str, AttributeValue] = {
             "mcp.method.name": self.method_name,
             "network.transport": "tcp",
@@ -109,7 +112,6 @@ class Operation:
         }
         if self.version_name is not None:
             attributes["mcp.protocol.version"] = self.version_name
-        target = self.target_name()
         if target is not None:
             if self.method == "tools/call":
                 attributes["gen_ai.tool.name"] = target
@@ -223,7 +225,7 @@ class Operation:
             target = self.target_name()
             learned = target != self._named_target  # from this very answer: the metric and the span say it
             if learned:
-                attributes = self._metric_attributes()
+                attributes = self._metric_attributes(target)
             if span.is_recording():
                 if target == OTHER:
                     span.set_attribute("mcp_sessions.target_original", _original(self.target))

@@ -31,14 +31,14 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
-from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, TracerProvider
+from opentelemetry.trace import Link, NonRecordingSpan, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
 from .._version import __version__
 from ..wire.protocol import KNOWN_METHODS
 from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _original, _RejectionCounter
 from ._names import _redacted as _redacted
-from ._operation import CONVERSATION_TURN_ATTRIBUTE, SESSION_SOURCE_ATTRIBUTE, Operation
+from ._operation import CONVERSATION_TURN_ATTRIBUTE, SERVER_KIND, SESSION_SOURCE_ATTRIBUTE, Operation
 from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, TRACEPARENT_CLAIM, extract, span_context_from_traceparent
 from ._propagation import attach_session as attach_session
 from ._propagation import detach_session as detach_session
@@ -214,7 +214,7 @@ class Telemetry:
         op.span = self.tracer.start_span(
             op.span_name(),
             context=parent,
-            kind=SpanKind.SERVER,
+            kind=SERVER_KIND,
             attributes=attributes,
             links=links,
             start_time=start_ns,

@@ -203,22 +203,23 @@ class ResponseRewriter:
         """
         only = self._echo_only
         if only is not None:  # the usual response: spliced when it answers the request and the bytes allow it
-            request_id, key = message.get("id"), only.key
+            key, session, echo, _, _, operation = only  # one unpacking: a field read is a descriptor call
+            request_id = message.get("id")
             # An int id, the usual, is its own key; notifications and server requests have a method.
             if (
                 "method" not in message
                 and (request_id == key if type(request_id) is int else hashable_id(request_id) == key)
-                and (at := splice_point(raw, message, only.echo.meta_key)) is not None
+                and (at := splice_point(raw, message, echo.meta_key)) is not None
             ):
-                if (operation := only.operation) is not None:
+                if operation is not None:
                     operation.observe_result(message["result"])  # type: ignore[arg-type]  # an object
-                return _spliced(raw, at, only.session, only.echo)
+                return _spliced(raw, at, session, echo)
         target = self.target_of(message)
         if target is None:
             return None  # notifications, server requests, other ids: nothing to look at
-        echo = target.profile.echo
+        form = target.profile.echo
         splice = (
-            splice_point(raw, message, echo.meta_key) if target.session is not None and isinstance(echo, Echo) else None
+            splice_point(raw, message, form.meta_key) if target.session is not None and isinstance(form, Echo) else None
         )
         change = annotate(target, message)
         if change is None:
