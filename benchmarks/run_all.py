@@ -942,7 +942,23 @@ instance set, or a slot, is one load. The request's objects (`Plan`, `Call`,
 `Exchange`, `ResponseRewriter`) now set every attribute in `__init__`, in
 slots; `EchoOnly` and `SessionRef` are unpacked once; the session's expiry is
 computed once: about 152,000 instructions, 3% less added (0.96 of the
-previous commit's added time, `bench_versions.py --base`, trivial app).
+previous commit's added time, `bench_versions.py --base`, trivial app). An
+Enum member read through its class costs more than its descriptor call alone:
+reading the span kind once, as a module constant, took about 2,000
+instructions off each traced request (572,000 to 569,000 in all with the
+tool name bounded once; the SDK floor's is 385,000).
+
+Counting cache misses as well (callgrind's cache simulation, the caches made
+cold before each request by writing 8 MB) put the rest of the distance in
+the interpreter itself: the fast case executes about 1,670 bytecode
+instructions in 31 functions against the checked floor's 625, half of them
+in one function; it misses the last-level cache on about 1,310 data lines a
+request against the floor's 910, most of them the bytecode and the objects
+it reads. The instruction fetches of the interpreter's own C code miss alike
+in both (about 1,800 lines). Between `MCPServer` calls, and more so while other
+tenants share the machine's caches, those data lines come from memory,
+which is why the multiple of the floor on the `MCPServer` moves with the
+machine's load while the trivial app's barely does.
 
 Every step costs two to three times more between `MCPServer` calls than in a
 loop of its own (the server's code evicts it from the CPU caches); the floor's
