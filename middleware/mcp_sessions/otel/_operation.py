@@ -23,9 +23,9 @@ __all__ = ["CONVERSATION_TURN_ATTRIBUTE", "SESSION_SOURCE_ATTRIBUTE", "Operation
 
 SESSION_SOURCE_ATTRIBUTE: Final = "mcp_sessions.session.source"
 CONVERSATION_TURN_ATTRIBUTE: Final = "mcp_sessions.conversation.turn_id"
+"""The turn of its conversation a call belongs to, when the host names one (Codex's ``turn_id``)."""
 # Read once: on CPython 3.11 an Enum member read through its class is a descriptor call, on every span.
 SERVER_KIND: Final = SpanKind.SERVER
-"""The turn of its conversation a call belongs to, when the host names one (Codex's ``turn_id``)."""
 
 
 class Operation:
