@@ -19,7 +19,7 @@ from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, traceparent_of
 if TYPE_CHECKING:
     from ._telemetry import Telemetry
 
-__all__ = ["CONVERSATION_TURN_ATTRIBUTE", "SESSION_SOURCE_ATTRIBUTE", "Operation"]
+__all__ = ["CONVERSATION_TURN_ATTRIBUTE", "SERVER_KIND", "SESSION_SOURCE_ATTRIBUTE", "Operation"]
 
 SESSION_SOURCE_ATTRIBUTE: Final = "mcp_sessions.session.source"
 CONVERSATION_TURN_ATTRIBUTE: Final = "mcp_sessions.conversation.turn_id"
