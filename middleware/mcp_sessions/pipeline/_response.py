@@ -89,8 +89,9 @@ class ResponseRewriter:
     event as it flows; anything else, and anything encoded, passes untouched.
     """
 
-    # Every attribute is set in __init__, none is a class default: a class default read through an
-    # instance is a generic attribute lookup on each read, where a slot is one load.
+    # Slots, none a class default: a class default read through an instance is a generic attribute
+    # lookup on each read, where a slot is one load. All are set in __init__ but _kept, set (and
+    # read) only once a JSON start is held.
     __slots__ = ("_buffer", "_echo_only", "_kept", "_send", "_sse", "_start", "status", "targets")
 
     def __init__(self, send: ASGISendCallable, targets: dict[Any, Target], echo_only: EchoOnly | None = None) -> None:
