@@ -27,7 +27,8 @@ the delta of its threads' ``/proc/<pid>/task/*/schedstat`` run time across
 its slices, in nanoseconds (``utime + stime`` of ``/proc/<pid>/stat``, in
 10 ms clock ticks, is kept in the JSON as a cross-check), which covers
 uvicorn's HTTP handling as well as the app; each with its ratio to its base,
-and a 95% interval on the added CPU from the spread of the slices. The client
+and a 95% interval on the added CPU from the spread of its slices' differences
+from its base's, paired by round (each round's load falls on both alike). The client
 shares the machine: requests/s tells how the pair does, CPU per request is
 the server's own cost.
 
@@ -322,9 +323,16 @@ async def measure(
 
 
 def mean_half_width(a: list[float], b: list[float]) -> float:
-    """Approximate 95% half-width of the difference of two means."""
+    """Approximate 95% half-width of the difference of two servers' means, from their slices.
+
+    Slice ``i`` of every server ran in round ``i``: paired by round, the load a round met on this
+    machine, which every server in it met alike, cancels; unpaired (two independent spreads) only
+    when a deadline left the servers with different numbers of slices.
+    """
     if len(a) < 2 or len(b) < 2:
         return 0.0
+    if len(a) == len(b):
+        return 1.96 * statistics.stdev([x - y for x, y in zip(a, b, strict=True)]) / math.sqrt(len(a))
     return 1.96 * math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
 
 

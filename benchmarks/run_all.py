@@ -744,8 +744,9 @@ turns in a shuffled order each round. Server CPU is the run time of the server
 process's threads across its slices (`/proc/<pid>/task/*/schedstat`, in
 nanoseconds; the `utime + stime` of `/proc/<pid>/stat` agrees within its 10 ms
 ticks), so it includes uvicorn's HTTP handling: the whole server's cost of a
-request. "± µs" comes from the spread of the slices; it does not cover what
-differs between two server processes, which the control row shows. The client
+request. "± µs" comes from the spread of the per-round differences between a
+server's slices and its base's (each round's load falls on both alike); it does
+not cover what differs between two server processes, which the control row shows. The client
 shares the two cores, so requests/s measures the pair; CPU per request is the
 server's own.
 

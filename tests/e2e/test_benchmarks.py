@@ -183,6 +183,18 @@ def test_bench_uvicorn_smoke(results: tuple[Path, dict[str, str]]) -> None:
     assert "x floor  x checked" in printed["uvicorn"]
 
 
+def test_bench_uvicorn_pairs_the_slices_by_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load every server met in the same round cancels; independent spreads only for unequal slice counts."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_uvicorn
+
+    drift = [1.0, 5.0, 2.0, 8.0, 3.0]  # each round's load, the same on both servers
+    server, base = [x + 0.5 for x in drift], drift
+    assert bench_uvicorn.mean_half_width(server, base) == 0.0  # a constant difference, known exactly
+    assert bench_uvicorn.mean_half_width(server, base[:-1]) > 1.0  # a deadline left them unequal: unpaired
+    assert bench_uvicorn.mean_half_width([1.0], base) == 0.0
+
+
 def test_bench_sse_smoke(results: tuple[Path, dict[str, str]]) -> None:
     directory, printed = results
     assert first_cells(printed["sse"]) == sorted(SSE_ROWS) * 2  # two stream sizes
