@@ -867,6 +867,14 @@ this code's added cost on a session-bearing `tools/call` at most
   uvicorn server, where uvicorn's own code runs between requests. A tight
   loop of one request type reads lower still. Ratios compare apps in the same
   cache state.
+- **Two uvicorn processes** whose code differs by next to nothing can differ
+  in CPU per request by tens of µs, the "± µs" of neither showing it (where
+  their objects land in memory differs with the code each loaded): the
+  "pass-through control" row through uvicorn, one do-nothing layer, shows
+  how far. On the
+  MCPServer, whose requests cost over 800 µs there, that is as large as what
+  the middleware adds, so its uvicorn rows are read beside the direct ASGI
+  rows, which measure the middleware's own cost in one process.
 - **Throughput through uvicorn** is bounded by the client as much as by the
   server on two cores; read the server CPU per request for the server's cost.
 
