@@ -54,11 +54,17 @@ per process and the MCP SDK's own span always uses it:
    attributes and link copied from one the middleware recorded), its context
    with the session in baggage for the app, one point of the same histogram.
 
+The rounds are shared out among ``--processes`` processes (3 by default), run
+one after another, and their samples pooled: each process has its own memory
+layout and hash seed, and one process's luck with them moved the MCPServer's
+added cost by 10 µs (a multiple of the checked floor by 0.06) from one run
+to the next. Each row keeps every process's added cost and multiple too.
+
 Each phase keeps its own pass-through control and interleaves only its own
 cases; "bare MCPServer + SDK" is compared with phase 1's bare app, across
 phases (not interleaved, so read that ratio with the noise in mind). Run it in
 a process of its own: if an SDK TracerProvider is already set, phase 1 is not
-SDK-free.
+SDK-free (the processes are new ones).
 
     python benchmarks/bench_asgi.py                 # full run
     python benchmarks/bench_asgi.py --quick         # a few requests: CI checks it runs (also --smoke)
@@ -72,9 +78,12 @@ import asyncio
 import base64
 import json
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from _harness import (
@@ -152,6 +161,14 @@ class Case(NamedTuple):
 
 
 Cases = dict[str, Case]
+
+
+class CaseInfo(NamedTuple):
+    """What a case is, without its app: what a child process reports with its samples."""
+
+    phase: int  # 1 without an OpenTelemetry SDK, 2 with one
+    group: str
+    base: str
 
 
 def cookie_session(inner: App) -> tuple[App, Request]:
@@ -476,18 +493,17 @@ def floor_multiples(rows: list[dict[str, Any]]) -> None:
             row[key] = row["added_us"] / reference["added_us"] if measured and reference else None
 
 
-def summarize(samples: dict[str, list[int]], cases: dict[str, tuple[int, Case]]) -> list[dict[str, Any]]:
+def summarize(samples: dict[str, list[int]], cases: dict[str, CaseInfo]) -> list[dict[str, Any]]:
     rows = []
     for name, values in samples.items():
-        phase, case = cases[name]
-        base_name = case.base
+        phase, group, base_name = cases[name]
         base = median(samples[base_name])
         middle = median(values)
         rows.append(
             {
                 "name": name,
                 "phase": phase,
-                "group": case.group,
+                "group": group,
                 "base": base_name,
                 "median_us": middle / 1000,
                 "ratio": middle / base,
@@ -527,15 +543,13 @@ def report_tokens(tokens: dict[str, Any]) -> None:
     print_table(header, table, (False, True, True, True))
 
 
-async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
-    load_before = load_average()
+async def measured_samples(rounds: int, smoke: bool) -> tuple[dict[str, list[int]], dict[str, CaseInfo]]:
+    """Every case's CPU nanoseconds per request, in this process, and what each case is (phase, group, base)."""
     inner = build_mcp_app()
     shutdown = await run_lifespan(inner)
     lifespans = Lifespans()
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     exporter = None
-    every: dict[str, tuple[int, Case]] = {}
-    started = time.monotonic()
     try:
         first = await cases_without_sdk(inner, rounds, lifespans)
         first |= await cases_with_live_sessions(QUICK_SESSION_COUNTS if smoke else SESSION_COUNTS)
@@ -543,15 +557,49 @@ async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
         exporter = install_sdk()
         second = await cases_with_sdk(inner, meter_provider, exporter, lifespans)
         samples |= await measure_groups(second, rounds, exporter)
-        every = {name: (1, case) for name, case in first.items()} | {name: (2, case) for name, case in second.items()}
     finally:
         await lifespans.shutdown()
         await shutdown()
         if exporter is not None:
             exporter.shutdown()  # the provider stays global: stop keeping spans
         meter_provider.shutdown()
+    phases = [(1, first), (2, second)]
+    return samples, {
+        name: CaseInfo(phase, case.group, case.base) for phase, cases in phases for name, case in cases.items()
+    }
+
+
+def in_processes(rounds: int, processes: int, smoke: bool) -> list[tuple[dict[str, list[int]], dict[str, CaseInfo]]]:
+    """The samples of ``processes`` runs of ``rounds`` each, one after another, each in a new process."""
+    runs = []
+    with tempfile.TemporaryDirectory() as folder:
+        for index in range(processes):
+            out = Path(folder) / f"{index}.json"
+            command = [sys.executable, __file__, "--rounds", str(rounds), "--samples-out", str(out)]
+            subprocess.run([*command, *(["--smoke"] if smoke else [])], check=True, stdout=subprocess.DEVNULL)
+            data = json.loads(out.read_text())
+            runs.append((data["samples"], {name: CaseInfo(*info) for name, info in data["cases"].items()}))
+    return runs
+
+
+def pooled(runs: list[tuple[dict[str, list[int]], dict[str, CaseInfo]]]) -> list[dict[str, Any]]:
+    """The rows of every process's samples pooled, each row with each process's own added cost and multiples."""
+    cases = runs[0][1]
+    samples = {name: [value for run_samples, _ in runs for value in run_samples[name]] for name in runs[0][0]}
+    rows = summarize(samples, cases)
+    each = [summarize(run_samples, cases) for run_samples, _ in runs]
+    for index, row in enumerate(rows):
+        row["process_added_us"] = [process_rows[index]["added_us"] for process_rows in each]
+        row["process_checked_multiples"] = [process_rows[index]["checked_multiple"] for process_rows in each]
+    return rows
+
+
+async def main(rounds: int, json_out: str | None, smoke: bool, processes: int) -> None:
+    load_before = load_average()
+    started = time.monotonic()
+    per_process = -(-rounds // processes)  # the rounds shared out, rounded up
+    rows = pooled(in_processes(per_process, processes, smoke))
     tokens = token_costs(rounds, 1_000 if smoke else 100_000)
-    rows = summarize(samples, every)
     report(rows)
     print()
     report_tokens(tokens)
@@ -560,7 +608,8 @@ async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
         {
             "benchmark": "asgi",
             "smoke": smoke,
-            "rounds": rounds,
+            "rounds": per_process * processes,
+            "processes": processes,
             "seconds": round(time.monotonic() - started, 1),
             "load_before": load_before,
             "load_after": load_average(),
@@ -572,10 +621,22 @@ async def main(rounds: int, json_out: str | None, smoke: bool) -> None:
     )
 
 
+def child(rounds: int, out: str, smoke: bool) -> None:
+    """One process's run: its samples and cases, for the parent to pool."""
+    samples, cases = asyncio.run(measured_samples(rounds, smoke))
+    Path(out).write_text(json.dumps({"samples": samples, "cases": cases}))
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5000, help="requests per app")
+    parser.add_argument("--rounds", type=int, default=6000, help="requests per app, shared out among the processes")
+    parser.add_argument("--processes", type=int, default=3, help="processes measured one after another, pooled")
     parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true", help="a few requests only")
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
+    parser.add_argument("--samples-out", help=argparse.SUPPRESS)  # a child process: its samples, to this file
     args = parser.parse_args()
-    asyncio.run(main(20 if args.smoke else args.rounds, args.json, args.smoke))
+    if args.samples_out:
+        child(args.rounds, args.samples_out, args.smoke)
+    else:
+        processes = min(args.processes, 2) if args.smoke else args.processes
+        asyncio.run(main(20 if args.smoke else args.rounds, args.json, args.smoke, max(processes, 1)))

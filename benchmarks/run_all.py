@@ -203,6 +203,9 @@ def verdicts(results: Results) -> list[list[str]]:
             if checked is not None
             else f"{label}: no multiple of the checked floor (its own added cost is within its noise)"
         )
+        each = [f"{m:.2f}" for m in row.get("process_checked_multiples", ()) if m is not None]
+        if checked is not None and len(each) > 1:
+            text += f", {', '.join(each[:-1])} and {each[-1]} in its processes"
         parts.append(text + (f" ({floor:.2f}x the session floor's)" if floor is not None else ""))
     measured = "; ".join(parts)
     over = [label for label, row in sessions if (row.get("checked_multiple") or 0.0) > CHECKED_MULTIPLE]
@@ -644,11 +647,14 @@ not the absolute numbers.
 
 ## Per-request CPU, calling the ASGI apps directly
 
-`bench_asgi.py`: {asgi["rounds"]} requests per app; the apps of each table
-called in one shuffled sequence, one request at a time; CPU time of the
-process (`time.process_time_ns`) around each call; the median per app. "± µs"
-is the half-width of a 95% interval on the added time (order statistics of the
-two medians). The `MCPServer` app is the `mcp` SDK's, with JSON responses and
+`bench_asgi.py`: {asgi["rounds"]} requests per app, shared out among
+{asgi.get("processes", 1)} processes run one after another and pooled (each
+process has a memory layout and hash seed of its own, which alone can move a
+multiple by a few hundredths); the apps of each table called in one shuffled
+sequence, one request at a time; CPU time of the process
+(`time.process_time_ns`) around each call; the median per app. "± µs" is the
+half-width of a 95% interval on the added time (order statistics of the two
+medians, pooled). The `MCPServer` app is the `mcp` SDK's, with JSON responses and
 one `echo` tool that reads its session (this middleware's through
 `get_session()`, Starlette's through `request.session`, the cookie carrying a
 signed `{{"conversation": ...}}`); the trivial app reads the body, reads its

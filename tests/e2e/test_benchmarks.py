@@ -137,6 +137,11 @@ def test_bench_asgi_smoke(results: tuple[Path, dict[str, str]]) -> None:
     assert {row["name"] for row in numbers["rows"]} == ASGI_ROWS
     assert all(row["base"] in ASGI_ROWS and row["requests"] == 20 for row in numbers["rows"])
     assert numbers["session_counts"] == QUICK_SESSION_COUNTS
+    # Measured in two processes, pooled: every row keeps each process's own added cost and multiple.
+    assert numbers["processes"] == 2
+    assert all(len(row["process_added_us"]) == len(row["process_checked_multiples"]) == 2 for row in numbers["rows"])
+    checked = next(row for row in numbers["rows"] if row["name"] == "checked floor")
+    assert checked["process_checked_multiples"] == [1.0, 1.0]
 
 
 def test_bench_asgi_compares_with_the_floor_in_each_table(results: tuple[Path, dict[str, str]]) -> None:
