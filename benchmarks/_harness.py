@@ -18,6 +18,8 @@ import platform
 import re
 import statistics
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
@@ -678,6 +680,29 @@ def difference_half_width(a: Sequence[float], b: Sequence[float]) -> float:
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
+
+
+# Each process has a memory layout and hash seed of its own, and one process's luck with them moved
+# the MCPServer's added cost by 10 µs from one run of the same code to the next: the ASGI benchmarks
+# measure in a few processes, one after another, and pool the samples.
+PROCESSES = 3
+
+
+def in_processes(script: str, args: Sequence[str], processes: int) -> list[Any]:
+    """What each of ``processes`` runs of ``script``, one after another, wrote to its ``--samples-out``."""
+    runs = []
+    with tempfile.TemporaryDirectory() as folder:
+        for index in range(processes):
+            out = Path(folder) / f"{index}.json"
+            command = [sys.executable, script, *args, "--samples-out", str(out)]
+            subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+            runs.append(json.loads(out.read_text()))
+    return runs
+
+
+def pooled_samples(runs: Sequence[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """Each case's samples from every run, in one list."""
+    return {name: [value for run in runs for value in run[name]] for name in runs[0]}
 
 
 # -- the machine --------------------------------------------------------------------

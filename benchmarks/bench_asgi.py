@@ -78,17 +78,16 @@ import asyncio
 import base64
 import json
 import random
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from _harness import (
     COOKIE_NAME,
     NAME_HEADERS,
+    PROCESSES,
     SECRET,
     App,
     CheckedSessionFloor,
@@ -100,10 +99,12 @@ from _harness import (
     call,
     create_session,
     difference_half_width,
+    in_processes,
     load_average,
     machine,
     median,
     plain_body,
+    pooled_samples,
     print_table,
     request,
     run_lifespan,
@@ -493,7 +494,7 @@ def floor_multiples(rows: list[dict[str, Any]]) -> None:
             row[key] = row["added_us"] / reference["added_us"] if measured and reference else None
 
 
-def summarize(samples: dict[str, list[int]], cases: dict[str, CaseInfo]) -> list[dict[str, Any]]:
+def summarize(samples: Mapping[str, Sequence[float]], cases: dict[str, CaseInfo]) -> list[dict[str, Any]]:
     rows = []
     for name, values in samples.items():
         phase, group, base_name = cases[name]
@@ -569,25 +570,11 @@ async def measured_samples(rounds: int, smoke: bool) -> tuple[dict[str, list[int
     }
 
 
-def in_processes(rounds: int, processes: int, smoke: bool) -> list[tuple[dict[str, list[int]], dict[str, CaseInfo]]]:
-    """The samples of ``processes`` runs of ``rounds`` each, one after another, each in a new process."""
-    runs = []
-    with tempfile.TemporaryDirectory() as folder:
-        for index in range(processes):
-            out = Path(folder) / f"{index}.json"
-            command = [sys.executable, __file__, "--rounds", str(rounds), "--samples-out", str(out)]
-            subprocess.run([*command, *(["--smoke"] if smoke else [])], check=True, stdout=subprocess.DEVNULL)
-            data = json.loads(out.read_text())
-            runs.append((data["samples"], {name: CaseInfo(*info) for name, info in data["cases"].items()}))
-    return runs
-
-
-def pooled(runs: list[tuple[dict[str, list[int]], dict[str, CaseInfo]]]) -> list[dict[str, Any]]:
+def pooled(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of every process's samples pooled, each row with each process's own added cost and multiples."""
-    cases = runs[0][1]
-    samples = {name: [value for run_samples, _ in runs for value in run_samples[name]] for name in runs[0][0]}
-    rows = summarize(samples, cases)
-    each = [summarize(run_samples, cases) for run_samples, _ in runs]
+    cases = {name: CaseInfo(*info) for name, info in runs[0]["cases"].items()}
+    rows = summarize(pooled_samples([run["samples"] for run in runs]), cases)
+    each = [summarize(run["samples"], cases) for run in runs]
     for index, row in enumerate(rows):
         row["process_added_us"] = [process_rows[index]["added_us"] for process_rows in each]
         row["process_checked_multiples"] = [process_rows[index]["checked_multiple"] for process_rows in each]
@@ -598,7 +585,8 @@ async def main(rounds: int, json_out: str | None, smoke: bool, processes: int) -
     load_before = load_average()
     started = time.monotonic()
     per_process = -(-rounds // processes)  # the rounds shared out, rounded up
-    rows = pooled(in_processes(per_process, processes, smoke))
+    args = ["--rounds", str(per_process), *(["--smoke"] if smoke else [])]
+    rows = pooled(in_processes(__file__, args, processes))
     tokens = token_costs(rounds, 1_000 if smoke else 100_000)
     report(rows)
     print()
@@ -630,7 +618,7 @@ def child(rounds: int, out: str, smoke: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6000, help="requests per app, shared out among the processes")
-    parser.add_argument("--processes", type=int, default=3, help="processes measured one after another, pooled")
+    parser.add_argument("--processes", type=int, default=PROCESSES, help="processes measured one after another, pooled")
     parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true", help="a few requests only")
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     parser.add_argument("--samples-out", help=argparse.SUPPRESS)  # a child process: its samples, to this file

@@ -11,6 +11,11 @@ code's added cost to the base's.
     python benchmarks/bench_versions.py --base HEAD~5 --requests 400 --smoke
     python benchmarks/bench_versions.py --base a94083e --json out.json   # also the numbers, for run_all.py
 
+The requests are shared out among ``--processes`` processes (3 by default), run
+one after another, and their samples pooled, as ``bench_asgi.py`` does: each
+process's memory layout and hash seed move the comparison by a few hundredths.
+The JSON keeps each process's ratio too.
+
 The session floor (``SessionFloor``) runs beside them without ``--sdk``, so each
 session path also reads as a multiple of it, as in ``docs/performance.md``.
 
@@ -30,6 +35,7 @@ import argparse
 import asyncio
 import importlib
 import io
+import json
 import random
 import subprocess
 import sys
@@ -41,6 +47,7 @@ from typing import Any
 
 from _harness import (
     NAME_HEADERS,
+    PROCESSES,
     SECRET,
     App,
     Lifespans,
@@ -50,10 +57,12 @@ from _harness import (
     call,
     create_session,
     difference_half_width,
+    in_processes,
     load_average,
     machine,
     median,
     plain_body,
+    pooled_samples,
     print_table,
     request,
     run_lifespan,
@@ -214,6 +223,9 @@ def report(summary: dict[str, Any], base: str) -> None:
         print(f"{kind}: this adds {pair['this']:.1f} µs, {base} added {pair['base']:.1f} µs", end="")
         ratio = summary["ratios"][kind]
         print(f" (this/base {ratio:.2f})" if ratio is not None else "")
+    each = [f"{ratio:.2f}" for ratio in summary.get("process_ratios", ()) if ratio is not None]
+    if len(each) > 1:
+        print(f"session, this/base in each process: {', '.join(each)}")
     for key, text, missing in (
         ("floor", "x the floor", "no multiple of the floor, which added"),
         ("otel_asgi", "x what otel-asgi adds", "no share of what otel-asgi adds, which is"),
@@ -230,7 +242,9 @@ def report(summary: dict[str, Any], base: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the git revision to compare with")
-    parser.add_argument("--requests", type=int, default=2000, help="measured requests per case")
+    parser.add_argument("--requests", type=int, default=6000, help="measured requests per case, shared out")
+    parser.add_argument("--processes", type=int, default=PROCESSES, help="processes measured one after another")
+    parser.add_argument("--samples-out", help=argparse.SUPPRESS)  # a child process: its samples, to this file
     parser.add_argument(
         "--smoke", "--quick", dest="smoke", action="store_true", help="a few requests: check that it runs"
     )
@@ -238,7 +252,15 @@ def main() -> None:
     parser.add_argument("--trivial", action="store_true", help="wrap the trivial app, not the MCPServer")
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     args = parser.parse_args()
-    requests = 20 if args.smoke else args.requests
+    if args.samples_out:  # one of the processes: its samples only
+        with tempfile.TemporaryDirectory() as tmp:
+            base_class = import_base(args.base, Path(tmp))
+            samples = asyncio.run(measure(base_class, args.requests, sdk=args.sdk, trivial=args.trivial))
+        Path(args.samples_out).write_text(json.dumps(samples))
+        return
+    processes = max(min(args.processes, 2) if args.smoke else args.processes, 1)
+    per_process = -(-(20 if args.smoke else args.requests) // processes)  # shared out, rounded up
+    requests = per_process * processes
     load_before = load_average()
     started = time.monotonic()
     described = {
@@ -248,6 +270,7 @@ def main() -> None:
         "app": "trivial app" if args.trivial else "MCPServer",
         "sdk": args.sdk,
         "requests": requests,
+        "processes": processes,
     }
     commit, why = find_revision(args.base)
     if commit is None:
@@ -264,10 +287,10 @@ def main() -> None:
             },
         )
         sys.exit(NOT_RUN)
-    with tempfile.TemporaryDirectory() as tmp:
-        base_class = import_base(commit, Path(tmp))
-        samples = asyncio.run(measure(base_class, requests, sdk=args.sdk, trivial=args.trivial))
-    summary = summarize(samples, sdk=args.sdk)
+    options = [*(["--sdk"] if args.sdk else []), *(["--trivial"] if args.trivial else [])]
+    runs = in_processes(__file__, ["--base", commit, "--requests", str(per_process), *options], processes)
+    summary = summarize(pooled_samples(runs), sdk=args.sdk)
+    summary["process_ratios"] = [summarize(run, sdk=args.sdk)["ratios"]["session"] for run in runs]
     report(summary, args.base)
     write_json(
         args.json,

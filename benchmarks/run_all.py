@@ -369,7 +369,13 @@ def lane_verdict(results: Results) -> list[str]:
         session, sessionless = result["added_us"]["session"], result["added_us"]["no session"]
         ratio, information = result["ratios"]["session"], result["ratios"]["no session"]
         text = f"{app}: {session['this']:+.1f} µs against the lane's {session['base']:+.1f} µs"
-        text += " (no ratio: the lane added nothing measurable)" if ratio is None else f" ({ratio:.2f}x)"
+        each = [f"{r:.2f}" for r in result.get("process_ratios", ()) if r is not None]
+        if ratio is None:
+            text += " (no ratio: the lane added nothing measurable)"
+        else:
+            text += f" ({ratio:.2f}x" + (
+                f"; {', '.join(each[:-1])} and {each[-1]} in its processes)" if len(each) > 1 else ")"
+            )
         text += (
             f"; without a session, for information: {sessionless['this']:+.1f} µs against "
             f"{sessionless['base']:+.1f} µs" + (" (no ratio)" if information is None else f" ({information:.2f}x)")
@@ -811,8 +817,10 @@ as it was at {LANE_REVISION}, the last commit with the express lane
 with `git archive` under another name and imported beside this code. Both
 middlewares wrap the same app in one process, beside the bare app, a
 pass-through control and the session floor, called one request at a time in
-one shuffled sequence; CPU time of the process around each call, the median
-per case; no OpenTelemetry SDK; each app in a process of its own. "adds" is
+one shuffled sequence; CPU time of the process around each call; no
+OpenTelemetry SDK; each app in a process of its own. The requests are shared
+out among {results["versions"].get("processes", 1)} such processes, run one
+after another, and their samples pooled: the median per case. "adds" is
 the added cost over the bare app sent a request without a session, for both
 kinds of request, as the script prints it ("±" the 95% interval); "x floor"
 reads a session-bearing call against the session floor, each over the bare

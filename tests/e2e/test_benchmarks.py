@@ -226,6 +226,8 @@ def test_bench_versions_against_the_lane(results: tuple[Path, dict[str, str]]) -
         assert set(numbers["added_us"]) == set(numbers["ratios"]) == {"session", "no session"}
         assert set(numbers["floor"]["multiples"]) == {"base", "this"} and numbers["otel_asgi"] is None
         assert f"{LANE} added" in printed[name] and "the floor" in printed[name]
+        # In two processes of 10 requests each, pooled: each process keeps its own ratio.
+        assert numbers["processes"] == 2 and len(numbers["process_ratios"]) == 2
 
 
 def test_bench_versions_says_when_the_revision_is_missing(results: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
