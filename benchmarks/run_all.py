@@ -201,7 +201,7 @@ def verdicts(results: Results) -> list[list[str]]:
         text = (
             f"{label}: {checked:.2f}x the checked floor's"
             if checked is not None
-            else f"{label}: no multiple of the checked floor (its own added cost is within its noise)"
+            else f"{label}: no multiple of the checked floor (its added cost, or the floor's, is within its noise)"
         )
         each = [f"{m:.2f}" for m in row.get("process_checked_multiples", ()) if m is not None]
         if checked is not None and len(each) > 1:
@@ -752,15 +752,18 @@ pinned to CPU {uvicorn["server_cpus"]} with the same hash seed and memory layout
 the `httpx` client on CPU {uvicorn["client_cpus"]}; {uvicorn["requests"]}
 `tools/call` requests per server, in slices of {uvicorn["slice"]} with
 {uvicorn["concurrency"]} in flight on kept-alive connections, the servers taking
-turns in a shuffled order each round. Server CPU is the run time of the server
+turns in a shuffled order each round; the trivial app's servers, whose
+requests cost about a third as much, {uvicorn.get("trivial_weight", 1)} times as many
+requests per slice and in all. Server CPU is the run time of the server
 process's threads across its slices (`/proc/<pid>/task/*/schedstat`, in
 nanoseconds; the `utime + stime` of `/proc/<pid>/stat` agrees within its 10 ms
 ticks), so it includes uvicorn's HTTP handling: the whole server's cost of a
 request. "± µs" comes from the spread of the per-round differences between a
 server's slices and its base's (each round's load falls on both alike); it does
-not cover what differs between two server processes, which the control row shows. The client
-shares the two cores, so requests/s measures the pair; CPU per request is the
-server's own.
+not cover what differs between two server processes, which the control row
+shows. A multiple is given only where the row's added cost and its floor's are
+both larger than their "± µs". The client shares the two cores, so requests/s
+measures the pair; CPU per request is the server's own.
 
 {uvicorn_table(uvicorn)}
 
