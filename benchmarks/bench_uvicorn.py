@@ -29,9 +29,10 @@ its slices, in nanoseconds (``utime + stime`` of ``/proc/<pid>/stat``, in
 10 ms clock ticks, is kept in the JSON as a cross-check), which covers
 uvicorn's HTTP handling as well as the app; each with its ratio to its base,
 and a 95% interval on the added CPU from the spread of its slices' differences
-from its base's, paired by round (each round's load falls on both alike). The client
-shares the machine: requests/s tells how the pair does, CPU per request is
-the server's own cost.
+from its base's, paired by round (each round's load falls on both alike); each
+multiple of a floor gets its own 95% interval the same way (``*_multiple_ci`` in
+the JSON). The client shares the machine: requests/s tells how the pair does,
+CPU per request is the server's own cost.
 
     python benchmarks/bench_uvicorn.py                 # full run
     python benchmarks/bench_uvicorn.py --smoke         # a few requests: CI checks it runs
@@ -344,6 +345,30 @@ def mean_half_width(a: list[float], b: list[float]) -> float:
     return 1.96 * math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
 
 
+def ratio_half_width(
+    server: list[float], server_base: list[float], floor: list[float], floor_base: list[float]
+) -> float | None:
+    """Approximate 95% half-width of ``(server - server_base) / (floor - floor_base)``, all paired by round.
+
+    The delta method for a ratio of means: the spread of ``a - r * f`` over the rounds, where ``a`` and
+    ``f`` are a round's two added costs and ``r`` their ratio, over the floor's mean added cost. With
+    one base for both (as a row and its app's floors have), the base's share of a round moves the
+    two together and mostly cancels. ``None`` when the slices cannot be paired (a deadline left them
+    unequal) or the floor added nothing.
+    """
+    n = len(server)
+    if n < 2 or not len(server_base) == len(floor) == len(floor_base) == n:
+        return None
+    added = [x - b for x, b in zip(server, server_base, strict=True)]
+    floor_added = [f - b for f, b in zip(floor, floor_base, strict=True)]
+    floor_mean = statistics.fmean(floor_added)
+    if floor_mean <= 0:
+        return None
+    ratio = statistics.fmean(added) / floor_mean
+    residuals = [a - ratio * f for a, f in zip(added, floor_added, strict=True)]
+    return 1.96 * statistics.stdev(residuals) / (math.sqrt(n) * floor_mean)
+
+
 def summarize(servers: dict[str, Server]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for name, server in servers.items():
@@ -381,6 +406,16 @@ def summarize(servers: dict[str, Server]) -> list[dict[str, Any]]:
                 and abs(row["added_cpu_us"]) > row["ci_us"]
             )
             row[key] = row["added_cpu_us"] / floor["added_cpu_us"] if measured else None
+            row[f"{key}_ci"] = (
+                ratio_half_width(
+                    servers[row["name"]].slices,
+                    servers[row["base"]].slices,
+                    servers[floor["name"]].slices,
+                    servers[floor["base"]].slices,
+                )
+                if measured
+                else None
+            )
     return rows
 
 

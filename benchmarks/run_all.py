@@ -198,8 +198,9 @@ def verdicts(results: Results) -> list[list[str]]:
     parts = []
     for label, row in sessions:
         checked, floor = row.get("checked_multiple"), row.get("floor_multiple")
+        ci = row.get("checked_multiple_ci")  # through uvicorn: the multiple's own 95% interval
         text = (
-            f"{label}: {checked:.2f}x the checked floor's"
+            f"{label}: {checked:.2f}x" + ("" if ci is None else f" (± {ci:.2f}, 95%)") + " the checked floor's"
             if checked is not None
             else f"{label}: no multiple of the checked floor (its added cost, or the floor's, is within its noise)"
         )
@@ -215,6 +216,15 @@ def verdicts(results: Results) -> list[list[str]]:
         verdict = "not judged: no multiple anywhere"
     elif unjudged:
         verdict += "; not judged on " + ", ".join(unjudged) + " (no multiple)"
+    undecided = [  # met or not, a verdict its own noise could turn
+        label
+        for label, row in sessions
+        if row.get("checked_multiple") is not None
+        and row.get("checked_multiple_ci") is not None
+        and abs(row["checked_multiple"] - CHECKED_MULTIPLE) <= row["checked_multiple_ci"]
+    ]
+    if undecided:
+        verdict += f"; {CHECKED_MULTIPLE:g}x is within the 95% interval on " + ", ".join(undecided)
     out.append(
         [f"A session-bearing `tools/call` adds ≤ {CHECKED_MULTIPLE:g}x what the checked floor adds", measured, verdict]
     )
@@ -762,8 +772,10 @@ request. "± µs" comes from the spread of the per-round differences between a
 server's slices and its base's (each round's load falls on both alike); it does
 not cover what differs between two server processes, which the control row
 shows. A multiple is given only where the row's added cost and its floor's are
-both larger than their "± µs". The client shares the two cores, so requests/s
-measures the pair; CPU per request is the server's own.
+both larger than their "± µs"; the verdict gives each multiple of the checked
+floor its own 95% interval, from the same rounds (the ratio's spread over
+them), and says where the target lies within it. The client shares the two
+cores, so requests/s measures the pair; CPU per request is the server's own.
 
 {uvicorn_table(uvicorn)}
 

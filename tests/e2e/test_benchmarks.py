@@ -188,6 +188,7 @@ def test_bench_uvicorn_smoke(results: tuple[Path, dict[str, str]]) -> None:
     for key in ("floor_multiple", "checked_multiple"):
         assert all(key in row for row in rows.values())  # each read against its app's floors
         assert rows["bare MCPServer"][key] is None  # a base has no added cost to compare
+        assert all((row[key] is None) <= (row[f"{key}_ci"] is None) for row in rows.values())  # an interval each
     assert rows["checked floor"]["base"] == "bare, session body"
     assert rows["trivial + checked floor"]["base"] == "trivial app"
     assert "x floor  x checked" in printed["uvicorn"]
@@ -203,6 +204,25 @@ def test_bench_uvicorn_pairs_the_slices_by_round(monkeypatch: pytest.MonkeyPatch
     assert bench_uvicorn.mean_half_width(server, base) == 0.0  # a constant difference, known exactly
     assert bench_uvicorn.mean_half_width(server, base[:-1]) > 1.0  # a deadline left them unequal: unpaired
     assert bench_uvicorn.mean_half_width([1.0], base) == 0.0
+
+
+def test_bench_uvicorn_gives_a_multiple_its_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multiple of a floor is paired by round too: a load every server met alike moves it not at all."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_uvicorn
+
+    drift = [1.0, 5.0, 2.0, 8.0, 3.0]
+    floor = [x + 2.0 for x in drift]
+    interval = bench_uvicorn.ratio_half_width
+    assert interval([x + 3.0 for x in drift], drift, floor, drift) == 0.0  # 1.5x in every round
+    noisy = [x + 3.0 + e for x, e in zip(drift, (0.4, -0.4, 0.2, -0.2, 0.0), strict=True)]
+    half = interval(noisy, drift, floor, drift)
+    assert half is not None and abs(half - 0.1386) < 1e-3  # 1.96 * stdev(e) / (sqrt(5) * 2.0)
+    # A floor read against a base of its own (the MCPServer's session-body base): paired all the same.
+    shifted = [x + 10.0 for x in drift]
+    assert interval(noisy, drift, [x + 2.0 for x in shifted], shifted) == half
+    assert interval(noisy, drift, floor, drift[:-1]) is None  # unequal slices: not paired
+    assert interval(noisy, drift, drift, drift) is None  # a floor that adds nothing
 
 
 def test_bench_sse_smoke(results: tuple[Path, dict[str, str]]) -> None:
