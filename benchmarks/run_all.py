@@ -145,9 +145,9 @@ def verdicts(results: Results) -> list[list[str]]:
     direct_met = direct["ratio"] <= 1 + SESSION_BUDGET
     served_met = served["cpu_ratio"] <= 1 + SESSION_BUDGET
     measured = (
-        f"app alone (direct ASGI): +{direct['added_us']:.1f} ± {direct['ci_us']:.1f} µs on {direct_base:.0f} µs "
-        f"= +{(direct['ratio'] - 1) * 100:.1f}%; whole server (uvicorn, server CPU): "
-        f"+{served['added_cpu_us']:.0f} µs on {served_base:.0f} µs = +{(served['cpu_ratio'] - 1) * 100:.1f}%"
+        f"app alone (direct ASGI): {direct['added_us']:+.1f} ± {direct['ci_us']:.1f} µs on {direct_base:.0f} µs "
+        f"= {(direct['ratio'] - 1) * 100:+.1f}%; whole server (uvicorn, server CPU): "
+        f"{served['added_cpu_us']:+.0f} µs on {served_base:.0f} µs = {(served['cpu_ratio'] - 1) * 100:+.1f}%"
     )
     parts = []
     for label, met, ratio, base in (
@@ -168,12 +168,12 @@ def verdicts(results: Results) -> list[list[str]]:
     served = uvicorn["trivial + middleware, session"]
     first = asgi["trivial + middleware, session new to this replica"]
     measured = (
-        f"app alone: with a session +{with_session['added_us']:.1f} ± {with_session['ci_us']:.1f} µs, "
-        f"without +{without['added_us']:.1f} ± {without['ci_us']:.1f} µs; with a session, "
-        f"among MCPServer calls (cold caches) +{mixed['added_us']:.1f} ± {mixed['ci_us']:.1f} µs; "
-        f"whole server (uvicorn) +{served['added_cpu_us']:.0f} ± {served['ci_us']:.0f} µs. Not in the verdict: "
+        f"app alone: with a session {with_session['added_us']:+.1f} ± {with_session['ci_us']:.1f} µs, "
+        f"without {without['added_us']:+.1f} ± {without['ci_us']:.1f} µs; with a session, "
+        f"among MCPServer calls (cold caches) {mixed['added_us']:+.1f} ± {mixed['ci_us']:.1f} µs; "
+        f"whole server (uvicorn) {served['added_cpu_us']:+.0f} ± {served['ci_us']:.0f} µs. Not in the verdict: "
         f"a session's first request on a replica, before its token is in the verified-token cache, "
-        f"+{first['added_us']:.0f} µs"
+        f"{first['added_us']:+.0f} µs"
     )
     parts = []
     for label, added in (
@@ -239,8 +239,8 @@ def verdicts(results: Results) -> list[list[str]]:
         ("trivial app", asgi["trivial + middleware, session + SDK"], asgi["trivial + otel-asgi + SDK"]),
     ]
     measured = "; ".join(
-        f"{label}: this middleware with a session +{ours['added_us']:.0f} ± {ours['ci_us']:.0f} µs, "
-        f"otel-asgi +{theirs['added_us']:.0f} ± {theirs['ci_us']:.0f} µs"
+        f"{label}: this middleware with a session {ours['added_us']:+.0f} ± {ours['ci_us']:.0f} µs, "
+        f"otel-asgi {theirs['added_us']:+.0f} ± {theirs['ci_us']:.0f} µs"
         for label, ours, theirs in pairs
     )
     floors = [
@@ -286,8 +286,8 @@ def verdicts(results: Results) -> list[list[str]]:
     measured = (
         f"traced peak {smallest['traced_peak_kib']:.1f} KiB at {smallest['size_mb']:g} MB, "
         f"{largest['traced_peak_kib']:.1f} KiB at {largest['size_mb']:g} MB; peak RSS growth {rss or 'n/a'}; "
-        f"events held back: {held}; first event +{largest['ttfe_added_us']:.1f} µs at {largest['size_mb']:g} MB, "
-        f"+{smallest['ttfe_added_us']:.1f} µs at {smallest['size_mb']:g} MB"
+        f"events held back: {held}; first event {largest['ttfe_added_us']:+.1f} µs at {largest['size_mb']:g} MB, "
+        f"{smallest['ttfe_added_us']:+.1f} µs at {smallest['size_mb']:g} MB"
     )
     constant = growth < CONSTANT_MEMORY_KIB
     prompt = held == 0 and added_first <= TRIVIAL_BUDGET_US
@@ -326,9 +326,9 @@ def verdicts(results: Results) -> list[list[str]]:
         - asgi["trivial + middleware, session, new request objects"]["median_us"]
     )
     measured = (
-        f"the check alone: +{direct['added_us']:.1f} ± {direct['ci_us']:.1f} µs over a cached one "
-        f"(PyJWT's path: +{reference['added_us']:.1f} µs); through the middleware on the trivial app: "
-        f'+{through:.1f} µs ("session new to this replica" against "session, new request objects": '
+        f"the check alone: {direct['added_us']:+.1f} ± {direct['ci_us']:.1f} µs over a cached one "
+        f"(PyJWT's path: {reference['added_us']:+.1f} µs); through the middleware on the trivial app: "
+        f'{through:+.1f} µs ("session new to this replica" against "session, new request objects": '
         "each request a new object in both)"
     )
     worst = max(direct["added_us"], through)
@@ -344,7 +344,7 @@ def verdicts(results: Results) -> list[list[str]]:
     smallest_n, small = curve[0]
     largest_n, large = max(((n, row) for n, row in curve if n <= 60_000), key=lambda item: item[0])
     ratio = large["added_us"] / small["added_us"]
-    measured = "; ".join(f"N={n:,}: +{row['added_us']:.1f} µs" for n, row in curve)
+    measured = "; ".join(f"N={n:,}: {row['added_us']:+.1f} µs" for n, row in curve)
     verdict = (
         f"met: N={largest_n:,} is {ratio:.2f}x N={smallest_n:,}"
         if ratio <= FLAT_RATIO
