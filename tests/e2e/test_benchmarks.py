@@ -188,7 +188,7 @@ def test_bench_uvicorn_smoke(results: tuple[Path, dict[str, str]]) -> None:
     for key in ("floor_multiple", "checked_multiple"):
         assert all(key in row for row in rows.values())  # each read against its app's floors
         assert rows["bare MCPServer"][key] is None  # a base has no added cost to compare
-        assert all((row[key] is None) <= (row[f"{key}_ci"] is None) for row in rows.values())  # an interval each
+        assert all((row[key] is None) <= (row[f"{key}_ci"] is None) for row in rows.values())  # none without a multiple
     assert rows["checked floor"]["base"] == "bare, session body"
     assert rows["trivial + checked floor"]["base"] == "trivial app"
     assert "x floor  x checked" in printed["uvicorn"]
