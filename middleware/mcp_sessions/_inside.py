@@ -14,12 +14,13 @@ has run and its transport's checks are next. Anything else keeps the outer form.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from starlette.routing import compile_path
 from starlette.types import ASGIApp, Scope
 
-__all__ = ["Endpoint", "find_endpoints", "is_transport", "place_at_endpoints", "route_path"]
+__all__ = ["Endpoint", "EndpointPaths", "find_endpoints", "is_transport", "place_at_endpoints", "route_path"]
 
 _MAX_DEPTH = 64  # an app graph deeper than this is not one a person wrote
 
@@ -54,9 +55,27 @@ def route_path(scope: Scope) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
+class EndpointPaths:
+    """The paths routed to MCP endpoints, as Starlette matches them: a path template (``/{tenant}/mcp``)
+    matches every concrete path its route does, so a request there is an endpoint's, not an ordinary route's."""
+
+    __slots__ = ("_exact", "_templates")
+
+    def __init__(self, paths: Iterable[str]) -> None:
+        paths = set(paths)
+        self._exact = frozenset(p for p in paths if "{" not in p)
+        self._templates = tuple(compile_path(p)[0] for p in sorted(paths - self._exact))
+
+    def __bool__(self) -> bool:
+        return bool(self._exact or self._templates)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self._exact or any(template.match(path) for template in self._templates)
+
+
 def place_at_endpoints(
     app: object, make: Callable[[ASGIApp], ASGIApp], *, placed: Callable[[object], bool]
-) -> frozenset[str] | None:
+) -> EndpointPaths | None:
     """Put ``make(transport)`` in front of each MCP transport inside ``app``; the paths routed to them.
 
     ``None`` when ``app`` has no endpoint to be found: the caller keeps the outer form. What
@@ -68,7 +87,7 @@ def place_at_endpoints(
         return None
     for endpoint in endpoints:
         endpoint.place(make(endpoint.transport))
-    return frozenset(path for endpoint in endpoints for path in endpoint.paths)
+    return EndpointPaths(path for endpoint in endpoints for path in endpoint.paths)
 
 
 def find_endpoints(app: object, *, placed: Callable[[object], bool]) -> list[Endpoint]:
@@ -101,7 +120,7 @@ def _walk(
 def _route(
     route: object, prefix: str, found: dict[int, Endpoint], seen: set[int], placed: Callable[[object], bool], depth: int
 ) -> None:
-    path = getattr(route, "path", None)
+    path = getattr(route, "path", "")  # a Host route has none: it routes by host, under the same prefix
     if not isinstance(path, str):
         return
     holder, target = route, getattr(route, "app", None)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, Unpack
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._config import SessionsConfig, SessionsOptions
-from ._inside import is_transport, place_at_endpoints
+from ._inside import EndpointPaths, is_transport, place_at_endpoints
 from ._lifespan import watch_lifespan
 from ._policy import never
 from .asgi import Replay, read_body, send_accepted
@@ -43,7 +43,7 @@ from .pipeline import (
     start_operations,
 )
 from .plan import Plan, Planner
-from .session import SessionNotFound, SessionService
+from .session import HeaderSession, SessionNotFound, SessionService
 from .sources import DataLayerSource, SourceContext, build_chain, data_off_explainer
 from .sources.host import HostConversationSource
 from .sources.transport import TransportSource, is_transport_session_id
@@ -118,7 +118,7 @@ class MCPSessionMiddleware:
         self._local = LocalAnswers(sessions, self._refuser, retry_after=retry_after, mapped=mapped)
         self._paths = config.paths
         self._guard: Guard | ServerGuard = Guard() if config.guard is None else config.guard
-        self._inner_paths = self._place(app) if config.placement else frozenset()
+        self._inner_paths = self._place(app) if config.placement else None
         self._max_body = config.max_body_size
         self._handles = config.handles
         self._telemetry = Telemetry(
@@ -136,12 +136,12 @@ class MCPSessionMiddleware:
         """The middleware configured by :meth:`SessionsConfig.from_env` (``MCP_SESSIONS_*`` variables)."""
         return cls(app, config=SessionsConfig.from_env(environ=environ, **options))
 
-    def _place(self, app: ASGIApp) -> frozenset[str]:
+    def _place(self, app: ASGIApp) -> EndpointPaths | None:
         """Put the session work at each MCP endpoint inside ``app`` (see ``_inside.py``); their paths."""
         if is_transport(app):  # wrapped around the transport app itself: already where it should be
             if self.config.guard is None:
                 self._guard = ServerGuard(app)
-            return frozenset()
+            return None
         paths = place_at_endpoints(
             app,
             lambda transport: MCPSessionMiddleware(transport, config=self.config.at_endpoint(ServerGuard(transport))),
@@ -149,7 +149,7 @@ class MCPSessionMiddleware:
         )
         if paths is None:
             _say_outer_form(app, self.config)
-            return frozenset()
+            return None
         self._paths = frozenset()  # what reaches this outer middleware is an ordinary route's
         return paths
 
@@ -162,7 +162,7 @@ class MCPSessionMiddleware:
         return getattr(transport, "session_manager", None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (self._inner_paths and route_path(scope) in self._inner_paths):
+        if scope["type"] != "http" or (self._inner_paths is not None and route_path(scope) in self._inner_paths):
             if scope["type"] == "lifespan":
                 send = watch_lifespan(send, self.store, owns_store=self.config.owns_store)
             return await self.app(scope, receive, send)
@@ -262,14 +262,20 @@ class MCPSessionMiddleware:
         if self._transport is not None and scope["method"] == "DELETE" and is_transport_session_id(header_session_id):
             send = self._transport.watch_delete(header_session_id, send)
         if header_session_id.count(b".") == 2:
-            try:
-                session = await self._sessions.resolve(
-                    scope, header_session_id.decode("latin-1"), None, endpoint=not self.config.placement
-                )  # the MCP endpoint's own GET and DELETE are bound to it; an ordinary route reads any endpoint's
+            sessions = self._sessions
+            try:  # the MCP endpoint's own GET and DELETE are bound to it; an ordinary route reads any endpoint's
+                session = await sessions.resolve(
+                    scope,
+                    header_session_id.decode("latin-1"),
+                    None,
+                    endpoint=not self.config.placement,
+                    owner_later=True,
+                )
             except (SessionNotFound, Refusal):
                 pass
             else:
-                exchange = Exchange(scope, receive, send, session, None, [], telemetry=self._telemetry)
+                named = HeaderSession(session, scope, sessions.owns)  # whose it is, asked once the app's auth ran
+                exchange = Exchange(scope, receive, send, None, None, [], telemetry=self._telemetry, named=named)
                 return await run_app(self.app, exchange)
         await self.app(scope, receive, send)
 

@@ -15,6 +15,7 @@ from starlette.requests import Request
 
 from conftest import SECRET
 from mcp_sessions import SCOPE_KEY, Guard, MCPSessionMiddleware, MemoryStore, Rejection, Session, get_session
+from mcp_sessions.session import HeaderSession, header_session
 
 pytestmark = pytest.mark.anyio
 
@@ -800,28 +801,35 @@ async def test_sessionless_request_sees_no_session() -> None:
     assert downstream.seen == (None, None, None)
 
 
-async def test_header_session_is_attached_on_non_post_requests() -> None:
+async def test_header_session_on_non_post_requests_is_read_by_get_session_alone() -> None:
+    """Whose session it is is asked when the route reads it (after the app's auth), so the scope holds none."""
     downstream = Downstream(json_response({}))
     mw = middleware(downstream)
     token = await create_session(mw)
     scope = http_scope("GET", headers=[(b"mcp-session-id", token.encode())])
     await mw(scope, Receiver(b""), Sender())
     assert downstream.calls == 1
-    in_scope, in_state, _ = downstream.seen
-    assert isinstance(in_scope, Session)
-    assert in_scope is in_state
-    assert in_scope.token == token
-    assert in_scope.id == mw.keys.verify_session_token(token).session_id
+    in_scope, in_state, in_context = downstream.seen
+    assert in_scope is None and in_state is None
+    assert isinstance(in_context, Session)
+    assert in_context.token == token
+    assert in_context.id == mw.keys.verify_session_token(token).session_id
+    assert get_session() is None  # nothing is left behind once the route has answered
 
 
-async def test_header_session_on_non_post_requests_is_visible_to_get_session() -> None:
-    downstream = Downstream(json_response({}))
+async def test_a_json_rpc_request_never_gets_a_header_session_an_outer_middleware_named() -> None:
+    """Whatever routing an outer middleware misread, at an MCP endpoint a request belongs to what its _meta names."""
+    downstream = Downstream()
     mw = middleware(downstream)
     token = await create_session(mw)
-    await mw(http_scope("GET", headers=[(b"mcp-session-id", token.encode())]), Receiver(b""), Sender())
-    in_scope, _, in_context = downstream.seen
-    assert in_scope is not None
-    assert in_context is in_scope
+    session = await mw._sessions.resolve(http_scope("GET"), token, None, owner_later=True)
+    named = header_session.set(HeaderSession(session, http_scope("GET"), lambda session, scope: True))
+    try:
+        await call(mw, dumps(request(1)))
+    finally:
+        header_session.reset(named)
+    assert downstream.calls == 1
+    assert downstream.seen == (None, None, None)
 
 
 @pytest.mark.parametrize(

@@ -22,13 +22,15 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
-from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, SimpleUser
+from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, BaseUser, SimpleUser
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.requests import HTTPConnection
-from starlette.routing import Mount
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Host, Mount, Route, Router
 
 from _mcp import LEGACY, MODERN, SESSION_NOT_FOUND, jwt_claims, legacy_request, modern_headers, modern_request
+from _users import User
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
 
@@ -392,3 +394,148 @@ def test_fastapi_with_its_own_auth_decides_for_the_session_methods(http: httpx.C
         assert stolen["error"]["code"] == SESSION_NOT_FOUND
         mine = message_of(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("alice")))
         assert json.loads(mine["result"]["content"][0]["text"]) == ["hers"]
+
+
+# -- every routing Starlette offers, and no session across endpoints (issue 36, items 1-2) ----------------
+
+
+def tenant_app(server: MCPServer, routes: list[Any]) -> Starlette:
+    return Starlette(routes=routes, lifespan=lambda app: server.session_manager.run())
+
+
+def test_a_templated_mount_binds_the_concrete_path_and_the_header_attaches_nothing(http: httpx.Client) -> None:
+    server = notes_server()
+    app = tenant_app(server, [Mount("/{tenant}", server.streamable_http_app(stateless_http=True, json_response=True))])
+    with serve(MCPSessionMiddleware(app, secret=SECRET)) as url:
+        t2 = create(http, url + "/t2/mcp", MODERN)
+        post(http, url + "/t2/mcp", MODERN, tool(MODERN, "t2 secret", t2))
+        by_header = message_of(post(http, url + "/t1/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": t2}))
+        assert by_header["result"]["content"][0]["text"] == "none"
+        by_meta = message_of(post(http, url + "/t1/mcp", MODERN, tool(MODERN, "", t2)))
+        assert by_meta["error"]["code"] == SESSION_NOT_FOUND
+        at_home = message_of(post(http, url + "/t2/mcp", MODERN, tool(MODERN, "", t2)))
+        assert json.loads(at_home["result"]["content"][0]["text"]) == ["t2 secret"]
+
+
+def test_a_server_behind_a_host_route_gets_the_session_work_beside_another_endpoint(http: httpx.Client) -> None:
+    hosted, other = notes_server(), notes_server()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with hosted.session_manager.run(), other.session_manager.run():
+            yield
+
+    routes = [
+        Mount("/other", other.streamable_http_app(stateless_http=True, json_response=True)),
+        Host("127.0.0.1", hosted.streamable_http_app(stateless_http=True, json_response=True)),
+    ]
+    with serve(MCPSessionMiddleware(Starlette(routes=routes, lifespan=lifespan), secret=SECRET)) as url:
+        session = create(http, url + "/mcp", MODERN)
+        post(http, url + "/mcp", MODERN, tool(MODERN, "hosted", session))
+        mine = message_of(post(http, url + "/mcp", MODERN, tool(MODERN, "", session)))
+        assert json.loads(mine["result"]["content"][0]["text"]) == ["hosted"]
+        elsewhere = message_of(post(http, url + "/other/mcp", MODERN, tool(MODERN, "", session)))
+        assert elsewhere["error"]["code"] == SESSION_NOT_FOUND
+        by_header = post(http, url + "/other/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": session})
+        assert message_of(by_header)["result"]["content"][0]["text"] == "none"
+
+
+def test_routers_inside_routers_and_two_routes_to_one_transport(http: httpx.Client) -> None:
+    server = notes_server()
+    transport = server.streamable_http_app(stateless_http=True, json_response=True)
+    inner = Router(routes=[Mount("/v1", routes=[Mount("/deep", transport)])])
+    app = tenant_app(server, [Mount("/api", inner), Mount("/alias", transport)])
+    with serve(MCPSessionMiddleware(app, secret=SECRET)) as url:
+        for endpoint in (url + "/api/v1/deep/mcp", url + "/alias/mcp"):
+            session = create(http, endpoint, MODERN)
+            post(http, endpoint, MODERN, tool(MODERN, "here", session))
+            assert json.loads(
+                message_of(post(http, endpoint, MODERN, tool(MODERN, "", session)))["result"]["content"][0]["text"]
+            ) == ["here"]
+        crossed = message_of(
+            post(http, url + "/alias/mcp", MODERN, tool(MODERN, "", create(http, url + "/api/v1/deep/mcp", MODERN)))
+        )
+        assert crossed["error"]["code"] == SESSION_NOT_FOUND
+
+
+# -- principals: never a field a user chooses (issue 36, item 3) -------------------------------------------
+
+
+class NumberedUsers(AuthenticationBackend):
+    """``X-User: 7 Alice`` signs in user 7, who calls themselves Alice."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, BaseUser] | None:
+        number, _, name = conn.headers.get("x-user", "").partition(" ")
+        return None if not number else (AuthCredentials(["authenticated"]), User(int(number), name))
+
+
+def test_two_users_who_share_a_display_name_never_share_a_session(http: httpx.Client) -> None:
+    server = notes_server()
+    app = Starlette(
+        routes=[Mount("/", server.streamable_http_app(stateless_http=True, json_response=True))],
+        middleware=[Middleware(AuthenticationMiddleware, backend=NumberedUsers())],
+        lifespan=lambda app: server.session_manager.run(),
+    )
+    with serve(MCPSessionMiddleware(app, secret=SECRET)) as url:
+        endpoint = url + "/mcp"
+        victims = create(http, endpoint, MODERN, {"X-User": "7 Alice"})
+        post(http, endpoint, MODERN, tool(MODERN, "hers", victims), {"X-User": "7 Alice"})
+        stolen = message_of(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "8 Alice"}))
+        assert stolen["error"]["code"] == SESSION_NOT_FOUND
+        mine = message_of(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "7 Someone else"}))
+        assert json.loads(mine["result"]["content"][0]["text"]) == ["hers"]
+
+
+# -- ordinary routes read a session once the app's auth has run (issue 36, item 4) -------------------------
+
+
+async def status(request: Request) -> PlainTextResponse:
+    """An ordinary route that writes to the caller's session: what fixation would hand an attacker."""
+    session = get_session(request)
+    if session is None:
+        return PlainTextResponse("none")
+    await session.data.set("notes", ["written by the route"])
+    return PlainTextResponse(session.id)
+
+
+@pytest.mark.parametrize("sessions_first", [True, False], ids=["sessions-outer", "auth-outer"])
+def test_an_ordinary_route_gets_the_signed_in_users_session_and_never_an_anonymous_one(
+    http: httpx.Client, sessions_first: bool
+) -> None:
+    server = notes_server()
+    middleware = [
+        Middleware(MCPSessionMiddleware, secret=SECRET),
+        Middleware(AuthenticationMiddleware, backend=HeaderUser()),
+    ]
+    app = Starlette(
+        routes=[
+            Route("/status", status),
+            Mount("/", server.streamable_http_app(stateless_http=True, json_response=True)),
+        ],
+        middleware=middleware if sessions_first else middleware[::-1],
+        lifespan=lambda app: server.session_manager.run(),
+    )
+    with serve(app) as url:
+        attackers = create(http, url + "/mcp", MODERN)
+        fixed = http.get(url + "/status", headers={"Mcp-Session-Id": attackers, **ALICE})
+        assert fixed.text == "none"
+        assert (
+            message_of(post(http, url + "/mcp", MODERN, tool(MODERN, "", attackers)))["result"]["content"][0]["text"]
+            == "[]"
+        )
+        alices = create(http, url + "/mcp", MODERN, ALICE)
+        assert http.get(url + "/status", headers={"Mcp-Session-Id": alices, **ALICE}).text == jwt_claims(alices)["sid"]
+        assert http.get(url + "/status", headers={"Mcp-Session-Id": alices}).text == "none"
+        assert http.get(url + "/status", headers={"Mcp-Session-Id": attackers}).text == jwt_claims(attackers)["sid"]
+
+
+def test_a_custom_route_behind_the_sdks_bearer_auth_sees_the_users_bound_session(http: httpx.Client) -> None:
+    server = sdk_auth_server()
+    server.custom_route("/status", methods=["GET"])(status)
+    with serve(
+        MCPSessionMiddleware(server.streamable_http_app(stateless_http=True, json_response=True), secret=SECRET)
+    ) as url:
+        alices = create(http, url + "/mcp", MODERN, bearer("alice"))
+        seen = http.get(url + "/status", headers={"Mcp-Session-Id": alices, **bearer("alice")})
+        assert seen.text == jwt_claims(alices)["sid"]
+        assert http.get(url + "/status", headers={"Mcp-Session-Id": alices, **bearer("bob")}).text == "none"

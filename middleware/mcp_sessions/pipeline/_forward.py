@@ -10,7 +10,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..handles import handle_context
 from ..otel import attach_session, detach_session
 from ..profiles import Echo
-from ..session import SCOPE_KEY, STATE_ATTRIBUTE, Session, current_conversation, current_session
+from ..session import (
+    SCOPE_KEY,
+    STATE_ATTRIBUTE,
+    HeaderSession,
+    Session,
+    current_conversation,
+    current_session,
+    header_session,
+)
 from ..wire.jsonrpc import hashable_id
 from ..wire.protocol import ERA_HANDSHAKE, Era
 from ._echo import EchoOnly, Target, advertising_tables
@@ -126,7 +134,7 @@ class Forwarder:
                 receive, send = listen.receive, listen.send
             echo_only = self._echo_only(call, plan.era)
             targets = {} if echo_only is not None else self.targets(plan)
-        if not targets and echo_only is None and not attaches and not operations and plan.handles is None:
+        if not (targets or echo_only is not None or attaches or operations or plan.handles or header_session.get()):
             return None if send is given else Exchange(scope, receive, send, None, None, [], listen=listen)
         if len(operations) == 1 and not plan.batch and operations[0].traced:
             continue_trace(plan.calls[0].message, replay, operations[0])
@@ -165,6 +173,7 @@ class Exchange:
         "_conversation",
         "_handles",
         "_listen",
+        "_named",
         "_operations",
         "_rewriter",
         "_token",
@@ -185,6 +194,7 @@ class Exchange:
         telemetry: Telemetry | None = None,
         conversation: tuple[str, str] | None = None,
         listen: ListenStream | None = None,
+        named: HeaderSession | None = None,
     ) -> None:
         self.scope, self.receive = scope, receive
         self._listen = listen
@@ -197,6 +207,8 @@ class Exchange:
                 state = scope["state"] = {}
             state[STATE_ATTRIBUTE] = session
         self._token = current_session.set(session)
+        # An ordinary route's header session for get_session(); none at an MCP endpoint, whatever an outer set.
+        self._named = None if named is None and header_session.get() is None else header_session.set(named)
         self._conversation: Token[tuple[str, str] | None] | None = (
             None if conversation is None else current_conversation.set(conversation)
         )
@@ -207,8 +219,8 @@ class Exchange:
         if len(operations) == 1:
             self._ambient = ambient = operations[0]
             ambient.attach()
-        elif session is not None and telemetry is not None and telemetry.enabled():
-            self._baggage = attach_session(session.id)  # an ordinary route: its spans carry the session too
+        elif named is not None and telemetry is not None and telemetry.enabled():
+            self._baggage = attach_session(named.session.id)  # an ordinary route: its spans carry the session too
         self._handles: AbstractContextManager[HandleContext] | None = None
         if handles is not None:  # typed handle parameters read the verified handles there
             self._handles = context = handle_context(handles)
@@ -237,6 +249,8 @@ class Exchange:
         if self._conversation is not None:
             current_conversation.reset(self._conversation)
         current_session.reset(self._token)
+        if self._named is not None:
+            header_session.reset(self._named)
         operations = self._operations
         if self._rewriter is not None and self._rewriter.status >= 400:
             for operation in operations:

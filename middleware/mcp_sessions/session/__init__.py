@@ -7,12 +7,14 @@ from ._service import Minted, SessionNotFound, SessionService
 from ._session import (
     SCOPE_KEY,
     STATE_ATTRIBUTE,
+    HeaderSession,
     Session,
     SessionBus,
     SessionData,
     current_conversation,
     current_session,
     get_session,
+    header_session,
 )
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "PRINCIPAL_CLAIM",
     "SCOPE_KEY",
     "STATE_ATTRIBUTE",
+    "HeaderSession",
     "Minted",
     "PrincipalHook",
     "Quota",
@@ -36,6 +39,7 @@ __all__ = [
     "current_session",
     "digest_of",
     "get_session",
+    "header_session",
     "parse_limit",
     "principal_digest",
 ]

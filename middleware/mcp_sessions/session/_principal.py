@@ -10,12 +10,21 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from starlette.authentication import SimpleUser
 from starlette.types import Scope
 
 from ..wire import Refusal
 from ..wire.protocol import INTERNAL_ERROR
 
-__all__ = ["ENDPOINT_CLAIM", "PRINCIPAL_CLAIM", "PrincipalHook", "authenticated_user", "digest_of", "principal_digest"]
+__all__ = [
+    "ENDPOINT_CLAIM",
+    "PRINCIPAL_CLAIM",
+    "PrincipalHook",
+    "authenticated_user",
+    "call_hook",
+    "digest_of",
+    "principal_digest",
+]
 
 logger = logging.getLogger("mcp_sessions")
 
@@ -33,8 +42,10 @@ def authenticated_user(scope: Scope) -> str | None:
     ``scope["user"]``. For the ``mcp`` SDK's bearer auth the principal is the
     access token's (client id, issuer, subject), as the SDK's own
     ``principal_components`` names it (a subject is unique only per issuer);
-    for any other authenticated Starlette user, its ``identity``, else its
-    ``display_name``.
+    for any other authenticated Starlette user, its ``identity`` (a string as
+    it is, any other type with its type: ``1`` and ``"1"`` are two principals),
+    or a ``SimpleUser``'s ``username``. Never a ``display_name``, which users often choose: a user
+    without an identity gets no binding, and the log says so once per user class.
     """
     user = scope.get("user")
     if user is None or not getattr(user, "is_authenticated", False):
@@ -46,14 +57,48 @@ def authenticated_user(scope: Scope) -> str | None:
         issuer = claims.get("iss") if isinstance(claims, dict) else None
         subject = getattr(access_token, "subject", None)
         return json.dumps(["mcp", client_id, None if issuer is None else str(issuer), subject])
-    for attribute in ("identity", "display_name"):
-        try:  # Starlette's BaseUser raises NotImplementedError for what a user class leaves out
-            name = getattr(user, attribute, None)
-        except NotImplementedError:
-            continue
-        if isinstance(name, str) and name:
-            return name
-    return None
+    identity = _identity(user)
+    if identity is None or identity == "":
+        _say_unbound(type(user))
+        return None
+    if isinstance(identity, str):
+        return identity
+    return json.dumps(["user", type(identity).__qualname__, str(identity)])  # typed: user 1 is not user "1"
+
+
+def _identity(user: object) -> object:
+    if isinstance(user, SimpleUser):  # its username is the one its auth backend signed in
+        return user.username
+    try:  # Starlette's BaseUser raises NotImplementedError for what a user class leaves out
+        return getattr(user, "identity", None)
+    except NotImplementedError:
+        return None
+
+
+_UNBOUND: set[type] = set()
+
+
+def _say_unbound(user_class: type) -> None:
+    if user_class not in _UNBOUND:
+        _UNBOUND.add(user_class)
+        logger.warning(
+            "mcp-sessions: authenticated users of type %s have no identity, so their sessions are bound to no "
+            "principal: give the class an identity property (a stable id, not a display name)",
+            f"{user_class.__module__}.{user_class.__qualname__}",
+        )
+
+
+def call_hook(hook: PrincipalHook, scope: Scope) -> str | Awaitable[str | None] | None:
+    """Call the principal hook; a hook that fails is a server bug: -32603, and nothing is forwarded."""
+    try:
+        return hook(scope)
+    except Exception:
+        raise _hook_failed() from None
+
+
+def _hook_failed() -> Refusal:
+    logger.exception("the principal hook failed")
+    return Refusal(INTERNAL_ERROR, "Internal error", reason="principal_hook_failed")
 
 
 async def principal_digest(hook: PrincipalHook | None, scope: Scope, audience: str) -> str | None:
@@ -65,13 +110,12 @@ async def principal_digest(hook: PrincipalHook | None, scope: Scope, audience: s
     """
     if hook is None:
         return None
-    try:
-        principal = hook(scope)
-        if inspect.isawaitable(principal):
+    principal = call_hook(hook, scope)
+    if inspect.isawaitable(principal):
+        try:
             principal = await principal
-    except Exception:
-        logger.exception("the principal hook failed")
-        raise Refusal(INTERNAL_ERROR, "Internal error", reason="principal_hook_failed") from None
+        except Exception:
+            raise _hook_failed() from None
     return None if principal is None else digest_of(str(principal), audience)
 
 

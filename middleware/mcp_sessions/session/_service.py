@@ -6,10 +6,12 @@ same way, whichever wire names it.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Final, NamedTuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from starlette.types import Scope
 
@@ -19,7 +21,15 @@ from ..tokens import InvalidToken, KeySet, SessionClaims
 from ..wire import Refusal, store_unavailable
 from ..wire.protocol import TOO_MANY_SESSIONS
 from ._limits import RateLimit, caller_of
-from ._principal import ENDPOINT_CLAIM, PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, principal_digest
+from ._principal import (
+    ENDPOINT_CLAIM,
+    PRINCIPAL_CLAIM,
+    PrincipalHook,
+    authenticated_user,
+    call_hook,
+    digest_of,
+    principal_digest,
+)
 from ._session import Session, SessionBus
 
 if TYPE_CHECKING:
@@ -62,7 +72,18 @@ def rejection_reason(reason: str) -> str:
 class SessionService:
     """The session machinery one middleware instance shares across its wires."""
 
-    __slots__ = ("_reads_user", "binds_endpoint", "bus", "idle_ttl", "keys", "limit", "principal", "store", "ttl")
+    __slots__ = (
+        "_reads_user",
+        "_sync_principal",
+        "binds_endpoint",
+        "bus",
+        "idle_ttl",
+        "keys",
+        "limit",
+        "principal",
+        "store",
+        "ttl",
+    )
 
     def __init__(
         self,
@@ -86,7 +107,31 @@ class SessionService:
         self.idle_ttl = idle_ttl
         self.principal = principal
         self._reads_user = principal is authenticated_user  # the default hook: no user on the scope, no principal
+        self._sync_principal = not (  # an instance whose __call__ is async is an async hook too
+            inspect.iscoroutinefunction(principal) or inspect.iscoroutinefunction(type(principal).__call__)
+        )
         self.limit = limit
+
+    def _anonymous(self, scope: Scope) -> bool:
+        """Whether the default hook would find no user at all: the app has no auth (or it has not run)."""
+        return self._reads_user and scope.get("user") is None
+
+    def owns(self, session: Session, scope: Scope) -> bool:
+        """Whether ``session`` (resolved with ``owner_later``) is the caller's, as ``scope`` says now."""
+        if not self._sync_principal:
+            return True  # an async hook was asked when the session was resolved
+        expected = None
+        if self.principal is not None and not self._anonymous(scope):
+            try:
+                principal = call_hook(self.principal, scope)
+            except Refusal:
+                return False
+            if inspect.isawaitable(principal):  # a synchronous function that returned one: not awaited here
+                if inspect.iscoroutine(principal):
+                    principal.close()
+                return False
+            expected = None if principal is None else digest_of(str(principal), self.keys.audience)
+        return session.claims.get(PRINCIPAL_CLAIM) == expected
 
     async def principal_of(self, scope: Scope) -> str | None:
         """The caller's principal digest (see :func:`principal_digest`)."""
@@ -112,10 +157,14 @@ class SessionService:
         logger.debug("session created (sid=%s)", claims.session_id)
         return Minted(token, claims, expires)
 
-    async def resolve(self, scope: Scope, token: str, state_token: str | None, *, endpoint: bool = True) -> Session:
+    async def resolve(
+        self, scope: Scope, token: str, state_token: str | None, *, endpoint: bool = True, owner_later: bool = False
+    ) -> Session:
         """The live session ``token`` names for this caller; :class:`SessionNotFound` otherwise.
 
         ``endpoint=False`` for an ordinary route of the app, which may read a session minted at any endpoint.
+        ``owner_later=True`` leaves the principal to :meth:`owns`, asked once the app's own auth has run,
+        when the principal hook can be asked there (it is synchronous).
         """
         now = time.time()
         sid = None
@@ -127,16 +176,7 @@ class SessionService:
             if claims is None or claims.expires_at + keys.leeway <= now:
                 claims = keys.verify_session_token(token, now=now)
             sid = claims.session_id
-            extra = claims.extra
-            # Bound both ways: another principal's session, and an anonymous one presented by a principal
-            # (fixation: its anonymous creator would read what the principal writes), are unknown here.
-            # The default hook reads scope["user"]: without one (no auth on the app) the caller is anonymous.
-            anonymous = self._reads_user and scope.get("user") is None
-            if extra.get(PRINCIPAL_CLAIM) != (None if anonymous else await self.principal_of(scope)):
-                raise InvalidToken("bound to another principal")
-            # Minted at another MCP endpoint; one minted by the key's holder with no endpoint is valid anywhere.
-            if endpoint and (minted_at := extra.get(ENDPOINT_CLAIM)) is not None and minted_at != scope["path"]:
-                raise InvalidToken("minted at another endpoint")
+            await self._check_bindings(claims.extra, scope, endpoint=endpoint, owner_later=owner_later)
             try:
                 state_json = None if state_token is None else keys.verify_state(sid, state_token)
             except InvalidToken as exc:
@@ -171,6 +211,21 @@ class SessionService:
             "data-layer",
             self.bus,
         )
+
+    async def _check_bindings(
+        self, extra: Mapping[str, Any], scope: Scope, *, endpoint: bool, owner_later: bool
+    ) -> None:
+        """Refuse a session bound to another caller or endpoint (see :meth:`resolve`)."""
+        # Bound both ways: another principal's session, and an anonymous one presented by a principal
+        # (fixation: its anonymous creator would read what the principal writes), are unknown here.
+        # The default hook reads scope["user"]: without one (no auth on the app) the caller is anonymous.
+        if not (owner_later and self._sync_principal) and extra.get(PRINCIPAL_CLAIM) != (
+            None if self._anonymous(scope) else await self.principal_of(scope)
+        ):
+            raise InvalidToken("bound to another principal")
+        # Minted at another MCP endpoint; one minted by the key's holder with no endpoint is valid anywhere.
+        if endpoint and (minted_at := extra.get(ENDPOINT_CLAIM)) is not None and minted_at != scope["path"]:
+            raise InvalidToken("minted at another endpoint")
 
     @staticmethod
     def refused(reason: str, session_id: str | None) -> SessionNotFound:

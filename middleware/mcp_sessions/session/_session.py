@@ -15,13 +15,15 @@ if TYPE_CHECKING:
     from ..stores import SessionStore
     from ..tokens import KeySet
 
-__all__ = ["SCOPE_KEY", "Session", "SessionBus", "SessionData", "get_session"]
+__all__ = ["SCOPE_KEY", "HeaderSession", "Session", "SessionBus", "SessionData", "get_session", "header_session"]
 
 SCOPE_KEY: Final = "mcp_sessions.session"
 """The ASGI ``scope`` key that holds the request's verified :class:`Session` (absent without one)."""
 STATE_ATTRIBUTE: Final = "mcp_session"
 
 current_session: ContextVar[Session | None] = ContextVar("mcp_sessions.session", default=None)
+header_session: ContextVar[HeaderSession | None] = ContextVar("mcp_sessions.header_session", default=None)
+"""The session an ordinary route's ``Mcp-Session-Id`` header names, until the route asks whose it is."""
 # A host's conversation as telemetry names it, (id verbatim, source): set only for a host's request, which may have
 # no Session (conversation data off) or one keyed by a digest; the logs then name what the spans name.
 current_conversation: ContextVar[tuple[str, str] | None] = ContextVar("mcp_sessions.conversation", default=None)
@@ -200,14 +202,34 @@ class Session:
         await self._bus.publish_to_session(self.id, ResourceUpdated(uri=uri))
 
 
+class HeaderSession:
+    """A verified session named by an ordinary route's ``Mcp-Session-Id`` header, not yet the caller's.
+
+    The middleware may run before the app's authentication (the outer middleware of a Starlette
+    list, or around an ``MCPServer`` app whose auth is inside it), so whose session it is, is
+    asked when the route reads it, from the scope the route sees.
+    """
+
+    __slots__ = ("_owns", "_scope", "session")
+
+    def __init__(self, session: Session, scope: Mapping[str, Any], owns: Callable[[Session, Any], bool]) -> None:
+        self.session, self._scope, self._owns = session, scope, owns
+
+    def claim(self, scope: Mapping[str, Any] | None) -> Session | None:
+        """The session, if it belongs to the caller ``scope`` (else the request's) names."""
+        return self.session if self._owns(self.session, self._scope if scope is None else scope) else None
+
+
 def get_session(connection: HTTPConnection | None = None) -> Session | None:
     """The session of the current request, or ``None`` if it has none.
 
     Without an argument it reads the context variable that the middleware sets
     for the request (works in ``MCPServer`` and fastmcp tools); given a
-    Starlette ``Request`` it reads the request's scope.
+    Starlette ``Request`` it reads the request's scope. In an ordinary route it
+    is the session the ``Mcp-Session-Id`` header names, if the caller the app's
+    own authentication signed in (or no one, for an unbound session) owns it.
     """
-    if connection is None:
-        return current_session.get()
-    session: Session | None = connection.scope.get(SCOPE_KEY)
+    session: Session | None = current_session.get() if connection is None else connection.scope.get(SCOPE_KEY)
+    if session is None and (named := header_session.get()) is not None:
+        return named.claim(None if connection is None else connection.scope)
     return session
