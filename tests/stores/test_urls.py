@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
+from _redis import RedisServer
 from mcp_sessions.stores import (
     MemoryStore,
     RedisStore,
@@ -118,6 +120,128 @@ def test_bad_urls_name_the_part_at_fault(url: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as info:
         store_from_url(url)
     assert "hunter2" not in str(info.value)
+
+
+# -- query parameters: what redis-py would read is checked when the store is built, not at its first command --
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        ("db=1&db=2", "db"),
+        ("prefix=app1:", "prefix"),
+        ("bogus=1", "bogus"),
+        ("max_sessions=5", "max_sessions"),
+        ("sentinel_password=hunter2", "sentinel_password"),
+        ("password=hunter2", "password"),
+        ("ssl_cert_reqs=none", "ssl_cert_reqs"),  # TLS settings are for rediss:// only
+        # What the store sets itself: from the URL, redis-py would let it override the store's options.
+        ("socket_timeout=30", "socket_timeout"),
+        ("socket_connect_timeout=30", "socket_connect_timeout"),
+        ("timeout=30", "timeout"),
+        ("max_connections=1000", "max_connections"),
+        ("protocol=3", "protocol"),
+        ("retry_on_timeout=true", "retry_on_timeout"),
+        ("decode_responses=false", "decode_responses"),
+        ("client_name=hunter2", "client_name"),
+        ("legacy_responses=false", "legacy_responses"),
+    ],
+)
+def test_a_parameter_redis_py_would_fail_on_or_that_overrides_the_store_is_refused_by_name(
+    redis: RedisServer, query: str, name: str
+) -> None:
+    """Each of these built a store: redis-py then failed at every first command (-32010 until someone read the
+    logs), or read the URL in a way the store did not choose (which db, its deadlines, its protocol)."""
+    url = f"redis://:hunter2@127.0.0.1:{redis.port}/0?{query}"
+    refusal = rf"store URL parameter '{name}' (\(accepted: db, |is given more than once)"
+    with pytest.raises(ValueError, match=refusal) as info:
+        store_from_url(url, prefix="app:")
+    assert "hunter2" not in str(info.value)
+    assert query.partition("=")[2] not in str(info.value)  # nor any value
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis://:hunter2@h/0?db=1&prefix=a&prefix=b", r"unknown store URL parameter 'prefix'"),
+        ("unix://:hunter2@/run/redis.sock?socket_keepalive=true", r"unknown store URL parameter 'socket_keepalive'"),
+        ("unix:///run/redis.sock?password=hunter2&password=x", r"'password' is given more than once"),
+        ("rediss://:hunter2@h?ssl_cert_reqs=hunter2", r"the Redis URL parameter 'ssl_cert_reqs' must be none, option"),
+        ("redis://:hunter2@h?health_check_interval=hunter2", r"the value of the Redis URL parameter 'health_check_in"),
+        ("redis://:hunter2@h?socket_read_size=big", r"the value of the Redis URL parameter 'socket_read_size'"),
+        ("rediss://h?ssl_min_version=hunter2", r"the value of the Redis URL parameter 'ssl_min_version'"),
+        # A name that is not a plain word may be a piece of a password (an unescaped '&' in it): not quoted.
+        ("unix:///s.sock?password=a&hunter2@x=1", r"a store URL parameter has a name that is not a plain word"),
+        ("memory://?max_sessions=1&bogus=2", r"unknown store URL parameter 'bogus' \(accepted: max_sessions"),
+        ("sqlite:///tmp/a.db?prefix=x", r"a sqlite:// URL takes no query"),
+        ("redis+cluster://:hunter2@h:1?prefix=x", r"unknown store URL parameter 'prefix' \(accepted: none"),
+        ("redis+sentinel://:hunter2@h/m?db=1", r"unknown store URL parameter 'db' \(accepted: sentinel_"),
+    ],
+)
+def test_bad_query_parameters_are_refused_at_construction(url: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        store_from_url(url)
+    assert "hunter2" not in str(info.value)
+
+
+def test_the_subscription_bus_client_refuses_them_too() -> None:
+    """``redis_client`` (the subscription bus's) checks the URL as the store does."""
+    from mcp_sessions.stores import redis_client
+
+    with pytest.raises(ValueError, match="unknown store URL parameter 'prefix'") as info:
+        redis_client("redis://:hunter2@h/0?prefix=app1:", timeout=1.0, connect_timeout=1.0, max_connections=2)
+    assert "hunter2" not in str(info.value)
+
+
+async def test_a_url_with_accepted_parameters_works(redis: RedisServer) -> None:
+    url = f"redis://127.0.0.1:{redis.port}?db=3&health_check_interval=5&socket_keepalive=true&socket_read_size=65536"
+    store = store_from_url(url, prefix="accepted:")
+    try:
+        await store.ping()
+        await store.set("s1", "k", "v", expires_at=time.time() + 60)
+        assert await store.get("s1", "k") == "v"
+    finally:
+        await store.aclose()
+    client = aioredis.Redis(port=redis.port, db=3, decode_responses=True)
+    try:
+        assert [key async for key in client.scan_iter("accepted:*")]  # ?db=3 reached redis-py
+    finally:
+        await client.aclose()
+
+
+_VALUES = {
+    "db": "1",
+    "health_check_interval": "5",
+    "socket_keepalive": "true",
+    "socket_read_size": "65536",
+    "password": "pw",
+    "ssl_cert_reqs": "none",
+    "ssl_ca_certs": "/etc/ssl/ca.pem",
+    "ssl_ca_data": "pem",
+    "ssl_certfile": "/etc/ssl/client.pem",
+    "ssl_keyfile": "/etc/ssl/client.key",
+    "ssl_ciphers": "ECDHE+AESGCM",
+    "ssl_check_hostname": "false",
+    "ssl_min_version": "771",
+    "ssl_include_verify_flags": "VERIFY_X509_STRICT",
+    "ssl_exclude_verify_flags": "VERIFY_X509_STRICT",
+}
+
+
+@pytest.mark.parametrize("scheme", ["redis", "rediss", "unix"])
+async def test_every_accepted_parameter_is_one_redis_py_builds_a_connection_with(scheme: str) -> None:
+    """Each name the store accepts, with a valid value, gives a connection redis-py can build (no TypeError)."""
+    from mcp_sessions.stores._redis_client import url_parameters
+
+    accepted = url_parameters(scheme)
+    assert "db" in accepted
+    base = "unix:///run/redis.sock" if scheme == "unix" else f"{scheme}://h"
+    for name in sorted(accepted):
+        store = RedisStore(f"{base}?{name}={_VALUES[name]}")
+        assert isinstance(store._redis, aioredis.Redis)
+        pool = store._redis.connection_pool
+        pool.connection_class(**pool.connection_kwargs)  # what the first command would do
+        await store.aclose()
 
 
 def test_cluster_and_sentinel_urls_part_by_part() -> None:

@@ -165,12 +165,14 @@ SHORT = "short-secret-never-echoed"
         (OLD, "entry 1 is not kid:secret"),
         (f"a:{OLD},{SHORT}", "entry 2 is not kid:secret"),
         ("a:", "entry 1 is not kid:secret"),
-        (f"k:{SHORT}", r"entry 1 \(kid 'k'\): the session secret must be at least 32 bytes"),
-        (f"k:{OLD},k:{NEW}", "two keys share the kid 'k'"),
+        (f"k:{SHORT}", r"MCP_SESSIONS_KEYS: entry 1: the session secret must be at least 32 bytes"),
+        (f"k:{OLD},k:{NEW}", "entries 1 and 2 have the same kid"),
         (f"k\x01:{OLD}", "kid that is not 1 to 64 visible ASCII characters"),
         ("x" * 65 + f":{OLD}", "kid that is not 1 to 64 visible ASCII characters"),
         ("@", "'@' must be followed by the path"),
-        ("@/nonexistent/keys", "cannot read the key file /nonexistent/keys"),
+        ("@/nonexistent/keys", "cannot read the key file named after '@' \\(No such file or directory\\)"),
+        (f"@{SHORT}", "cannot read the key file named after '@'"),
+        (f"@k2026:{SHORT}", "entry 1: the session secret must be at least 32 bytes"),
         ('{"keys": [', r"is not valid JSON \(line 1, column 11\)"),
         ('{"keys": []}', "a JWKS is an object"),
         ("[1]", "key 1 is not a JSON object"),
@@ -214,8 +216,8 @@ def test_mismatched_private_and_public_parts_are_refused() -> None:
 @pytest.mark.parametrize(
     ("signer", "message"),
     [
-        ("missing", r"the signer 'missing' is not a key that can sign here \(keys that can sign: 'old', 'new'\)"),
-        ("pub", "the signer 'pub' is not a key that can sign"),
+        ("missing", "the signer 'missing' is none of the 2 keys that can sign here"),
+        ("pub", "the signer 'pub' is none of the 2 keys that can sign here"),
     ],
 )
 def test_the_signer_must_be_a_signing_key(signer: str, message: str) -> None:
@@ -225,15 +227,47 @@ def test_the_signer_must_be_a_signing_key(signer: str, message: str) -> None:
         KeySet.from_config(text, signer=signer)
 
 
-def test_errors_name_the_file(tmp_path: Path) -> None:
+def test_the_signer_error_names_no_kid_a_comma_may_have_cut_from_a_secret() -> None:
+    secret = f"{OLD},split:{NEW}"  # one secret with a comma reads as two pairs: 'split' is a piece of it
+    with pytest.raises(ValueError, match="none of the 2 keys") as info:
+        KeySet.from_config(f"k1:{secret}", signer="k2")
+    assert "split" not in str(info.value)
+
+
+def test_errors_say_the_key_file_without_its_path(tmp_path: Path) -> None:
+    """The path after '@' is never quoted: the operator knows it, and a mistyped value may be a secret."""
     path = tmp_path / "keys.txt"
     path.write_text(f"{OLD}\n")
-    with pytest.raises(ValueError, match=rf"MCP_SESSIONS_KEYS \(file {path}\): entry 1 is not kid:secret") as info:
+    with pytest.raises(ValueError, match=r"MCP_SESSIONS_KEYS \(its key file\): entry 1 is not kid:secret") as info:
         KeySet.from_config(f"@{path}")
     assert OLD not in str(info.value)
+    assert str(tmp_path) not in str(info.value)
     path.write_bytes(b"\xff\xfe")
-    with pytest.raises(ValueError, match="is not UTF-8 text"):
+    with pytest.raises(ValueError, match="is not UTF-8 text") as info:
         KeySet.from_config(f"@{path}")
+    assert str(tmp_path) not in str(info.value)
+
+
+def test_an_at_sign_with_a_colon_is_a_kid_secret_pair() -> None:
+    """'@k2026:<secret>' is a kid:secret pair by the grammar: a value with ':' never names a file."""
+    keys = KeySet.from_config(f"@k2026:{OLD},new:{NEW}")
+    assert [k.kid for k in keys.keys] == ["@k2026", "new"]
+    assert crosses(keys, KeySet([SessionKey.from_secret(OLD, kid="@k2026")]))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f"k1:{OLD},frag:{SHORT}", r"entry 2: the session secret must be at least 32 bytes"),
+        (f"k1:{OLD},frag\x01:{OLD}", "entry 2 has a kid that is not"),
+        (f"k1:{OLD},frag:{OLD}x,frag:{NEW}y", "entries 2 and 3 have the same kid"),
+    ],
+)
+def test_a_secret_split_at_a_comma_is_never_quoted(text: str, message: str) -> None:
+    """After a comma inside a secret, the next piece reads as an entry: its "kid" is part of the secret."""
+    with pytest.raises(ValueError, match=message) as info:
+        KeySet.from_config(text)
+    assert "frag" not in str(info.value)
 
 
 # -- from_env ----------------------------------------------------------------------------------------
@@ -266,15 +300,22 @@ def test_from_env_keys_from_a_file(tmp_path: Path) -> None:
         ({"MCP_SESSIONS_KEYS": f"k:{OLD}", "MCP_SESSIONS_SECRET": SECRET}, "are both set: set only one"),
         ({"MCP_SESSIONS_SIGNER": "k", "MCP_SESSIONS_SECRET": SECRET}, "MCP_SESSIONS_KEYS, which is not set"),
         ({"MCP_SESSIONS_SIGNER": "k"}, "MCP_SESSIONS_KEYS, which is not set"),
-        ({"MCP_SESSIONS_KEYS": f"k:{OLD}", "MCP_SESSIONS_SIGNER": "nope"}, "the signer 'nope' is not a key"),
+        ({"MCP_SESSIONS_KEYS": f"k:{OLD}", "MCP_SESSIONS_SIGNER": "nope"}, "the signer 'nope' is none of the"),
         ({"MCP_SESSIONS_KEYS": OLD}, "MCP_SESSIONS_KEYS: entry 1 is not kid:secret"),
+        ({"MCP_SESSIONS_KEYS": f"@{OLD}"}, "MCP_SESSIONS_KEYS: cannot read the key file named after '@'"),
+        ({"MCP_SESSIONS_KEYS": f"@k2026:{SHORT}"}, "MCP_SESSIONS_KEYS: entry 1: the session secret must be"),
     ],
 )
 def test_from_env_key_errors(env: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message) as info:
         MCPSessionMiddleware.from_env(app, environ=env)
-    assert OLD not in str(info.value)
-    assert SECRET not in str(info.value)
+    for secret in (OLD, SECRET, SHORT):
+        assert secret not in str(info.value)
+
+
+def test_from_env_a_kid_may_start_with_an_at_sign() -> None:
+    env = {"MCP_SESSIONS_KEYS": f"@k2026:{OLD}", "MCP_SESSIONS_SIGNER": "@k2026"}
+    assert signer_of(MCPSessionMiddleware.from_env(app, environ=env).keys).kid == "@k2026"
 
 
 def test_explicit_keys_or_secret_override_the_variables() -> None:

@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import secrets
+import shlex
 from collections.abc import Mapping
 from typing import Final, TextIO
 
@@ -47,6 +48,18 @@ def generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | Non
     return jwk, secret
 
 
+def _reads_back(kid: str) -> bool:
+    """Whether ``kid:<secret>`` reads back, with the parser the middleware uses, as one key of this kid.
+
+    A ',' or ':' would split the kid, a leading '#' make the line a comment, spaces be stripped.
+    """
+    try:
+        [key] = keys_from_config(f"{kid}:{secrets.token_urlsafe(32)}", "--kid")
+    except ValueError:
+        return False
+    return key.kid == kid
+
+
 def public_jwk(jwk: Mapping[str, str]) -> dict[str, str]:
     """The JWK without its private members (``d``, ``k``): what verifiers get."""
     return {k: v for k, v in jwk.items() if k not in ("d", "k")}
@@ -76,8 +89,8 @@ def run_keygen(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     algorithm = _ALIASES.get(args.alg.lower())
     if algorithm is None:
         raise UsageError(f"unknown --alg {args.alg!r}: choose one of {', '.join(ALGORITHMS)}")
-    if args.kid is not None and not (0 < len(args.kid) <= 64 and args.kid.isprintable() and ":" not in args.kid):
-        raise UsageError("--kid must be 1 to 64 printable characters without ':'")
+    if args.kid is not None and not _reads_back(args.kid):
+        raise UsageError("--kid must be 1 to 64 visible ASCII characters, without ',' or ':', not starting with '#'")
     if args.public_out and algorithm == "HS256":
         raise UsageError("--public-out needs a key pair (--alg ES256 or EdDSA): an HS256 secret has no public part")
     jwk, secret = generate(algorithm, args.kid)
@@ -86,7 +99,7 @@ def run_keygen(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     elif secret is not None and args.kid is None:
         text = f"MCP_SESSIONS_SECRET={secret}\n"
     elif secret is not None:
-        text = f"MCP_SESSIONS_KEYS={jwk['kid']}:{secret}\n"
+        text = f"MCP_SESSIONS_KEYS={shlex.quote(jwk['kid'] + ':' + secret)}\n"  # quoted if the kid needs it
     else:
         # Single quotes: a shell (and most .env readers) keep the JSON as one value.
         text = "MCP_SESSIONS_KEYS='" + json.dumps({"keys": [jwk]}, separators=(",", ":")) + "'\n"

@@ -12,11 +12,12 @@ is reported here, naming the extra to install.
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 try:
     import redis.asyncio as aioredis
     from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.exceptions import ResponseError
@@ -32,10 +33,26 @@ from ._redis_topologies import (
     parse_topology,
     sentinel_client,
 )
+from ._urls import _query
 
-__all__ = ["check_client_options", "check_url", "client_from_url", "describe_failure", "reply_text"]
+__all__ = ["check_client_options", "check_url", "client_from_url", "describe_failure", "reply_text", "url_parameters"]
 
 _INVALID_URL = "the Redis URL is not valid: use redis://[user:password@]host[:port][/db], rediss://… or unix://…"
+# redis-py lets a URL's query override the options it is given: these the store sets itself
+# (deadlines, the pool's bound and wait, RESP2, no retries, the reply shapes its scripts read).
+_SET_BY_THE_STORE = frozenset(
+    {
+        "socket_timeout",
+        "socket_connect_timeout",
+        "timeout",
+        "max_connections",
+        "protocol",
+        "retry_on_timeout",
+        "legacy_responses",
+    }
+)
+# TLS settings redis-py hands to a rediss:// connection as text (its typed URL arguments hold the rest).
+_TLS_TEXT = frozenset({"ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_certfile", "ssl_keyfile", "ssl_ciphers"})
 
 
 def check_client_options(*, timeout: float, connect_timeout: float, max_connections: int) -> None:
@@ -48,7 +65,8 @@ def check_client_options(*, timeout: float, connect_timeout: float, max_connecti
 
 
 def check_url(url: str) -> None:
-    """Refuse what redis-py would misread or silently accept: a bad port, a database that is not a number.
+    """Refuse what redis-py would misread, silently accept or fail on at the first command: a bad port, a
+    database that is not a number, a query parameter it does not take (see :func:`url_parameters`).
 
     The messages name the part at fault and never repeat the URL (it may hold a password).
     """
@@ -70,9 +88,34 @@ def check_url(url: str) -> None:
         database = parts.path.lstrip("/")
         if database and not (database.isascii() and database.isdigit()):
             raise ValueError(f"the database number in the {parts.scheme}:// URL path must be a non-negative integer")
-    for value in parse_qs(parts.query, keep_blank_values=True).get("db", []):
-        if not (value.isascii() and value.isdigit()):
-            raise ValueError("the db parameter of the Redis URL must be a non-negative integer")
+    query = _query(url, url_parameters(parts.scheme))
+    db = query.get("db", "0")
+    if not (db.isascii() and db.isdigit()):
+        raise ValueError("the db parameter of the Redis URL must be a non-negative integer")
+    if query.get("ssl_cert_reqs", "required") not in ("none", "optional", "required"):
+        raise ValueError("the Redis URL parameter 'ssl_cert_reqs' must be none, optional or required")
+    for name, value in query.items():
+        try:
+            URL_QUERY_ARGUMENT_PARSERS.get(name, str)(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"the value of the Redis URL parameter {name!r} is not one redis-py reads") from None
+
+
+def url_parameters(scheme: str) -> frozenset[str]:
+    """The query parameters a ``redis://``, ``rediss://`` or ``unix://`` URL may hold.
+
+    redis-py's typed URL arguments, less those the store sets itself; the TLS ones (and the TLS
+    files and settings it takes as text) for ``rediss://`` only; for ``unix://``, no keepalive and
+    the ``password`` redis-py's own example puts in the query. Any other name redis-py would pass to
+    the connection, to fail with ``TypeError`` at the first command.
+    """
+    typed = set(URL_QUERY_ARGUMENT_PARSERS) - _SET_BY_THE_STORE
+    if scheme == "rediss":
+        return frozenset(typed | _TLS_TEXT)
+    plain = {name for name in typed if not name.startswith("ssl_")}
+    if scheme == "unix":
+        return frozenset(plain - {"socket_keepalive"} | {"password"})
+    return frozenset(plain)
 
 
 def client_from_url(

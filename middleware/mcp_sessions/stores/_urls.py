@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, Unpack
 from urllib.parse import parse_qs, urlsplit
@@ -52,6 +52,7 @@ class _RedisOptions(TypedDict, total=False):
 
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
+_PARAMETER = re.compile(r"[a-z][a-z0-9_]{0,39}")
 _factories: dict[str, StoreFactory] = {}
 
 
@@ -91,16 +92,25 @@ def _known() -> str:
     return ", ".join(f"{scheme}://" for scheme in _factories)
 
 
-def _query(url: str, allowed: set[str]) -> dict[str, str]:
-    """The URL's query parameters, each given once, all among ``allowed``."""
+def _query(url: str, allowed: Collection[str]) -> dict[str, str]:
+    """The URL's query parameters, each given once, all among ``allowed``; a message never repeats a value."""
     try:
         query = parse_qs(urlsplit(url).query, keep_blank_values=True, strict_parsing=False)
     except ValueError:
         raise ValueError("the store URL's query is not valid") from None
-    unknown = sorted(set(query) - allowed)
+    unknown = sorted(set(query) - set(allowed))
     if unknown:
         accepted = ", ".join(sorted(allowed)) or "none"
-        raise ValueError(f"unknown store URL parameter {unknown[0]!r} (accepted: {accepted})")
+        # A name that is not a plain word may be a piece of a password that holds an unescaped '&'.
+        if not _PARAMETER.fullmatch(unknown[0]):
+            raise ValueError(
+                f"a store URL parameter has a name that is not a plain word (accepted: {accepted}); "
+                "percent-encode '&', '?' and '#' in a password"
+            )
+        raise ValueError(
+            f"unknown store URL parameter {unknown[0]!r} (accepted: {accepted}): "
+            "pass the store's own options as keyword arguments"
+        )
     for name, values in query.items():
         if len(values) != 1:
             raise ValueError(f"store URL parameter {name!r} is given more than once")

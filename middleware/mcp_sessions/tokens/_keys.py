@@ -3,7 +3,9 @@
 A :class:`SessionKey` is an HS256 secret, or an ES256 (P-256) or EdDSA
 (Ed25519) key, signing or verify-only. ``MCP_SESSIONS_KEYS``-style text (a
 JWKS, ``kid:secret`` pairs, or ``@/path`` to a file holding either) becomes a
-list of them; its errors name their source and never quote key material.
+list of them; its errors name their source and the entry at fault, and never
+quote a secret, a key file's path or a pair's kid (after a comma inside a secret,
+the rest reads as a kid).
 """
 
 from __future__ import annotations
@@ -123,22 +125,17 @@ _PAIR_KID: Final = re.compile(r"[!-~]{1,64}")
 
 
 def keys_from_config(text: str, source: str) -> list[SessionKey]:
-    """Parse ``MCP_SESSIONS_KEYS``-style text; :class:`ValueError` never quotes key material."""
+    """Parse ``MCP_SESSIONS_KEYS``-style text; a :class:`ValueError` says where, never quoting key material.
+
+    ``@path`` names a key file only when it holds no ``:``; with one, as in ``@k2026:<secret>``, it is
+    ``kid:secret`` pairs whose first kid starts with ``@``.
+    """
     stripped = text.strip()
     if not stripped:
         raise ValueError(f"{source} is empty: give a JWKS, kid:secret pairs, or @/path/to/a/file holding either")
-    if stripped.startswith("@"):
-        path = stripped[1:].strip()
-        if not path:
-            raise ValueError(f"{source}: '@' must be followed by the path of a key file")
-        try:
-            content = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ValueError(f"{source}: cannot read the key file {path}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"{source}: the key file {path} is not UTF-8 text") from None
-        source = f"{source} (file {path})"
-        stripped = content.strip()
+    if stripped.startswith("@") and ":" not in stripped:
+        stripped = _read_key_file(stripped[1:].strip(), source)
+        source = f"{source} (its key file)"
         if not stripped:
             raise ValueError(f"{source} is empty: give a JWKS or kid:secret pairs")
     if stripped[0] in "{[":
@@ -146,8 +143,29 @@ def keys_from_config(text: str, source: str) -> list[SessionKey]:
     return _keys_from_pairs(stripped, source)
 
 
+def _read_key_file(path: str, source: str) -> str:
+    """The key file's text, stripped; the messages leave out the path (a mistyped value may be a secret)."""
+    if not path:
+        raise ValueError(f"{source}: '@' must be followed by the path of a key file")
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ValueError(
+            f"{source}: cannot read the key file named after '@' ({exc.strerror or type(exc).__name__}): "
+            "check the path, and that the service may read it"
+        ) from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{source}: the key file named after '@' is not UTF-8 text") from None
+
+
 def _keys_from_pairs(text: str, source: str) -> list[SessionKey]:
+    """HS256 keys from ``kid:secret`` entries; a message names an entry by its position, never by its kid.
+
+    A secret that holds a comma is split there, and the piece after it reads as an entry whose
+    "kid" is part of the secret.
+    """
     keys = []
+    numbers: dict[str, int] = {}
     entries = [entry.strip() for line in text.splitlines() for entry in line.split(",")]
     for number, entry in enumerate((e for e in entries if e and not e.startswith("#")), start=1):
         kid, colon, secret = entry.partition(":")
@@ -160,9 +178,13 @@ def _keys_from_pairs(text: str, source: str) -> list[SessionKey]:
         if kid and not _PAIR_KID.fullmatch(kid):
             raise ValueError(f"{source}: entry {number} has a kid that is not 1 to 64 visible ASCII characters")
         try:
-            keys.append(SessionKey.from_secret(secret, kid=kid or None))
+            key = SessionKey.from_secret(secret, kid=kid or None)
         except ValueError as exc:
-            raise ValueError(f"{source}: entry {number}{f' (kid {kid!r})' if kid else ''}: {exc}") from None
+            raise ValueError(f"{source}: entry {number}: {exc}") from None
+        if key.kid in numbers:
+            raise ValueError(f"{source}: entries {numbers[key.kid]} and {number} have the same kid: give each its own")
+        numbers[key.kid] = number
+        keys.append(key)
     if not keys:
         raise ValueError(f"{source} holds no key: give kid:secret pairs or a JWKS")
     return keys

@@ -189,10 +189,8 @@ class KeySet:
         """
         keys = keys_from_config(text, source)
         if signer is not None and not any(key.kid == signer and key.can_sign for key in keys):
-            signing = ", ".join(repr(key.kid) for key in keys if key.can_sign) or "none"
-            raise ValueError(
-                f"{source}: the signer {signer!r} is not a key that can sign here (keys that can sign: {signing})"
-            )
+            signing = sum(key.can_sign for key in keys)  # counted, not named: a kid may be half a comma-split secret
+            raise ValueError(f"{source}: the signer {signer!r} is none of the {signing} keys that can sign here")
         try:
             return cls(keys, signer=signer, issuer=issuer, audience=audience, **kwargs)
         except ValueError as exc:
