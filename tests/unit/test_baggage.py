@@ -12,7 +12,7 @@ from conftest import SECRET
 from mcp_sessions import KeySet, MemoryStore
 from mcp_sessions.session._principal import authenticated_user
 from mcp_sessions.session._service import SessionService
-from mcp_sessions.sources._baggage import MAX_BAGGAGE_BYTES, MAX_BAGGAGE_MEMBERS, baggage_member
+from mcp_sessions.sources._baggage import MAX_BAGGAGE_BYTES, MAX_BAGGAGE_MEMBERS, MAX_MEMBER_BYTES, baggage_member
 from mcp_sessions.sources.host import BUILT_IN_HOSTS, HostConversationSource, HostKey
 from mcp_sessions.tokens._digest import IdDigests
 
@@ -67,6 +67,7 @@ def test_the_first_member_of_a_key_is_read_decoded(baggage: str, key: str, value
         f"{MEMBER}=conv\\1",
         f"{MEMBER}=conv-1," + "k=" + "v" * MAX_BAGGAGE_BYTES,  # oversized
         f"{MEMBER}=conv-1" + ",k=v" * MAX_BAGGAGE_MEMBERS,  # 181 members
+        f"{MEMBER}=conv-1,k=" + "v" * (MAX_MEMBER_BYTES - 1),  # a member of MAX_MEMBER_BYTES + 1
     ],
 )
 def test_malformed_or_oversized_baggage_is_ignored_whole(baggage: str) -> None:
@@ -76,7 +77,8 @@ def test_malformed_or_oversized_baggage_is_ignored_whole(baggage: str) -> None:
 def test_the_limits_themselves_are_kept() -> None:
     members = f"{MEMBER}=conv-1" + ",k=v" * (MAX_BAGGAGE_MEMBERS - 1)
     assert baggage_member(members) == "conv-1"
-    padded = f"{MEMBER}=conv-1,k=" + "v" * (MAX_BAGGAGE_BYTES - len(MEMBER) - 10)
+    longest = ",k=" + "v" * (MAX_MEMBER_BYTES - 2)  # a comma, and a member of MAX_MEMBER_BYTES
+    padded = f"{MEMBER}=conv-1{longest},k=" + "v" * (MAX_BAGGAGE_BYTES - len(MEMBER) - 10 - len(longest))
     assert len(padded) == MAX_BAGGAGE_BYTES and baggage_member(padded) == "conv-1"
 
 

@@ -9,8 +9,8 @@ input and output, and what MLflow's OTLP ingestion turns into ``mlflow.spanInput
 Each value is the compact JSON of the arguments (or result), at most :data:`MAX_CONTENT_BYTES`
 of UTF-8; a longer one is cut and ends with :data:`TRUNCATED` (and is then ``text/plain``).
 Before that, in every string of it (object keys too), every run of token characters
-(``A-Z a-z 0-9 _ - .``) that holds a compact JWS (a session or state token: ``eyJ…`` with a
-dot), a handle (``handles/_format.py``: ``<prefix>_<35 base64url characters>``) or one of the
+(``A-Z a-z 0-9 _ - .``) of 37 or more that holds ``eyJ`` (a compact JWS: session and state
+tokens), a handle (``handles/_format.py``: ``<prefix>_<35 base64url characters>``) or one of the
 call's own tokens becomes :data:`REDACTED`, the whole run: no part of a bearer value is recorded.
 """
 
@@ -48,10 +48,9 @@ _RUN_CHARS: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456
 # The shortest handle: a one-letter prefix, "_", 35 payload characters (handles/_format.py).
 _SHORTEST: Final = 37
 _RUN: Final = re.compile(r"[A-Za-z0-9_.\-]{37,}")
-_SECRET: Final = re.compile(
-    r"eyJ[A-Za-z0-9_-]*\."  # a compact JWS's header, as every JSON header encodes ('{"')
-    r"|[a-z][a-z0-9]{0,3}_[A-Za-z0-9_-]{34}[AEIMQUYcgkosw048]"  # a handle's prefix and payload
-)
+# A handle's prefix and payload. A compact JWS is found by its "eyJ" ('{"' encoded) with a substring test: a pattern
+# that scans on from each eyJ rescans the rest of the run, quadratic in it (tests/unit/test_linear_parsers.py).
+_SECRET: Final = re.compile(r"[a-z][a-z0-9]{0,3}_[A-Za-z0-9_-]{34}[AEIMQUYcgkosw048]")
 
 
 def bounded_content(value: object, known: Collection[str] = ()) -> tuple[str, bool]:
@@ -92,7 +91,7 @@ def _redacted_text(text: str, known: Collection[str]) -> str:
 
 
 def _redacted_run(run: str, known: Collection[str]) -> str:
-    if _SECRET.search(run) is not None or any(token in run for token in known):
+    if "eyJ" in run or _SECRET.search(run) is not None or any(token in run for token in known):
         return REDACTED
     return run
 

@@ -2,8 +2,13 @@
 
 As the OpenTelemetry HTTP conventions bound ``http.request.method``: a method,
 tool, prompt or protocol version outside the known set becomes ``_OTHER``, and
-the span alone keeps the original (cut short, tokens redacted) under
-``mcp_sessions.*_original``.
+the span alone keeps the original under ``mcp_sessions.*_original``.
+
+Every client-chosen string a span keeps (those originals, ``jsonrpc.request.id``,
+``mcp.resource.uri``, a status or exception message) goes through :func:`_redacted`:
+at most :data:`MAX_RECORDED_CHARS` characters, cut outside a run of base64url
+characters, and each run that holds ``eyJ`` (a compact JWS: session and state
+tokens) or has :data:`OPAQUE_CHARS` characters or more becomes ``[redacted]``.
 """
 
 from __future__ import annotations
@@ -15,17 +20,21 @@ from typing import Final
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.util.types import AttributeValue
 
+from ._content import REDACTED, TRUNCATED
+
 __all__ = ["MAX_LEARNED_NAMES", "OTHER", "Vocabulary"]
 
 # The OpenTelemetry conventions' value for a client-chosen name outside the known set.
 OTHER: Final = "_OTHER"
 # How many tool (and prompt) names the server lists are learned before the rest count as _OTHER.
 MAX_LEARNED_NAMES: Final = 1000
-_ORIGINAL_LIMIT: Final = 256
-# A compact JWS (session ids and state tokens are), or what is left of one: never recorded.
-_JWS_LIKE: Final = re.compile(r"eyJ[A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]*)*")
-_LONG_BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]{40,}")
-_REDACTED: Final = "[redacted]"
+MAX_RECORDED_CHARS: Final = 256
+"""The most characters of a client-chosen string a span keeps, the truncation marker included."""
+OPAQUE_CHARS: Final = 32
+"""The shortest run of base64url characters redacted whatever it holds: the MCP SDK's transport session id
+(``uuid4().hex``) has 32, a handle 37 or more, a token's signature 43 or more."""
+_BASE64URL: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+_RUN: Final = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class Vocabulary:
@@ -69,11 +78,16 @@ class _RejectionCounter:
         self._counter.add(amount, attributes)
 
 
-def _original(value: str) -> str:
-    """A client-chosen value kept on a span: bounded in length, and never anything shaped like a token."""
-    return _JWS_LIKE.sub(_REDACTED, value[:_ORIGINAL_LIMIT])
-
-
 def _redacted(text: str) -> str:
-    """An error message for a span's status: tokens, and any long base64url run, replaced."""
-    return _LONG_BASE64URL.sub(_REDACTED, _JWS_LIKE.sub(_REDACTED, text))
+    """A client-chosen string as a span keeps it: bounded, and with nothing shaped like a bearer value."""
+    if len(text) < OPAQUE_CHARS and "eyJ" not in text:
+        return text  # no run in it can be redacted
+    if len(text) > MAX_RECORDED_CHARS:
+        # A run cut short may be the start of a bearer value: the cut drops it whole.
+        text = text[: MAX_RECORDED_CHARS - len(TRUNCATED)].rstrip(_BASE64URL) + TRUNCATED
+    return _RUN.sub(_redacted_run, text)
+
+
+def _redacted_run(run: re.Match[str]) -> str:
+    value = run[0]
+    return REDACTED if len(value) >= OPAQUE_CHARS or "eyJ" in value else value

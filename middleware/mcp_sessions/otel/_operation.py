@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
@@ -13,7 +14,7 @@ from opentelemetry.util.types import AttributeValue
 
 from ..wire.protocol import KNOWN_VERSIONS
 from ._content import record_arguments, record_result
-from ._names import OTHER, _original, _redacted
+from ._names import OTHER, _redacted
 from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, traceparent_of
 
 if TYPE_CHECKING:
@@ -212,7 +213,11 @@ class Operation:
         if self.error_type is None:
             self.error_type = type(exc).__qualname__
         if self.span.is_recording():
-            self.span.record_exception(exc)
+            # The message may quote the request (a URI, an argument): redacted; the frames only, without messages.
+            stacktrace = "".join(traceback.format_tb(exc.__traceback__))
+            self.span.record_exception(
+                exc, {"exception.message": _redacted(str(exc)), "exception.stacktrace": stacktrace}
+            )
 
     def end(self) -> None:
         if self._ended:
@@ -228,7 +233,7 @@ class Operation:
                 attributes = self._metric_attributes(target)
             if span.is_recording():
                 if target == OTHER:
-                    span.set_attribute("mcp_sessions.target_original", _original(self.target))
+                    span.set_attribute("mcp_sessions.target_original", _redacted(self.target))
                 elif learned:
                     span.update_name(f"{self.method_name} {target}")
                     name = "gen_ai.tool.name" if self.method == "tools/call" else "gen_ai.prompt.name"

@@ -36,7 +36,7 @@ from opentelemetry.util.types import AttributeValue
 
 from .._version import __version__
 from ..wire.protocol import KNOWN_METHODS
-from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _original, _RejectionCounter
+from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _RejectionCounter
 from ._names import _redacted as _redacted
 from ._operation import CONVERSATION_TURN_ATTRIBUTE, SERVER_KIND, SESSION_SOURCE_ATTRIBUTE, Operation
 from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, TRACEPARENT_CLAIM, extract, span_context_from_traceparent
@@ -266,16 +266,16 @@ class Telemetry:
         """The attributes the span starts with: the metrics', then what the message, connection and session say."""
         attributes = dict(op.metric_attributes)
         if op.method_name == OTHER:
-            attributes["mcp_sessions.method_original"] = _original(op.method)
+            attributes["mcp_sessions.method_original"] = _redacted(op.method)
         if op.version_name == OTHER and op.protocol_version is not None:
-            attributes["mcp_sessions.protocol_version_original"] = _original(op.protocol_version)
+            attributes["mcp_sessions.protocol_version_original"] = _redacted(op.protocol_version)
         request_id = message.get("id")
         if request_id is not None and type(request_id) in (str, int, float):
-            attributes["jsonrpc.request.id"] = str(request_id)
+            attributes["jsonrpc.request.id"] = _redacted(str(request_id))
         if params is not None and op.method in ("resources/read", "resources/subscribe", "resources/unsubscribe"):
             uri = params.get("uri")
             if type(uri) is str:
-                attributes["mcp.resource.uri"] = uri
+                attributes["mcp.resource.uri"] = _redacted(uri)
         attributes["network.protocol.version"] = scope.get("http_version", "1.1")
         client = scope.get("client")
         if client:
