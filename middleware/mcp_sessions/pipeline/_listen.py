@@ -14,6 +14,11 @@ check of the store finds it ended: every ``idle_ttl / 2`` seconds (every 60 s
 without ``idle_ttl``) the stream touches the session as a request does, so an
 open stream counts as use and keeps the session from idling out, and a deletion
 whose order was lost (a Redis outage) still ends the stream at the next check.
+The checks do not depend on the watch: a replica at the bus's ``max_sessions``
+refuses the watch, made when the request arrives, and the SDK's ``subscribe()``
+then refuses the listen, unless another session's stream ended in between; such
+a stream is served, and ended by the checks (at its expiry, and at the first
+check after a deletion).
 A stream without a session only waits, at its start, until its events can arrive.
 """
 
@@ -69,7 +74,8 @@ class ListenStream:
         self._bus, self._sessions, self._session, self._request_id = bus, sessions, session, request_id
         self._receive, self._send = receive, send
         self._ended = anyio.Event()
-        # The bus's limit of sessions listening here reached: no watch; its subscribe() refuses the listen.
+        # Before the SDK's subscribe(), so that the session's channel is joined by the acknowledgement; None
+        # at the bus's limit of sessions listening here (see the module's docstring).
         self._unwatch = None if session is None else bus.watch(session.id, self._ended.set)
         self._lock = anyio.Lock()
         self._ready = self._body_read = self._started = self._done = False
@@ -96,7 +102,7 @@ class ListenStream:
     async def receive(self) -> Message:
         if self._done:
             return _DISCONNECT
-        if not self._body_read or self._unwatch is None:
+        if not self._body_read or self._session is None:
             self._body_read = True  # the body, replayed at once; then what the transport waits on
             return await self._receive()
         message: Message | None = None

@@ -17,8 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Final, TypeVar, TypeVarTuple
+from typing import TypeVar, TypeVarTuple
 
+from ..wire import ThrottledWarning
 from ._base import SessionStoreUnavailable
 from ._sqlite_schema import SQLValue, delete_expired, open_connection, rows
 
@@ -28,8 +29,6 @@ _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
 
 logger = logging.getLogger("mcp_sessions.sqlite")
-
-_LOG_INTERVAL: Final = 10.0
 
 
 class SQLiteWriter:
@@ -46,7 +45,7 @@ class SQLiteWriter:
         self.cleanup_batch = cleanup_batch
         self.cleanup_interval = cleanup_interval
         self._next_cleanup = 0.0
-        self._last_logged = -_LOG_INTERVAL
+        self._unavailable_warning = ThrottledWarning(logger)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mcp-sessions-sqlite")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -120,10 +119,7 @@ class SQLiteWriter:
             raise self._unavailable(exc) from None
 
     def _unavailable(self, exc: sqlite3.Error) -> SessionStoreUnavailable:
-        now = time.monotonic()
-        if now - self._last_logged >= _LOG_INTERVAL:
-            self._last_logged = now
-            logger.warning("sqlite store unavailable (%s): %s", self.path, exc)
+        self._unavailable_warning.warn("sqlite store unavailable (%s): %s", self.path, exc)
         return SessionStoreUnavailable(f"sqlite failed: {type(exc).__name__}")
 
     async def aclose(self) -> None:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from ..wire import ThrottledWarning
 from . import _redis_scripts as scripts
 from ._base import (
     SessionRecord,
@@ -42,7 +43,6 @@ logger = logging.getLogger("mcp_sessions.redis")
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 _ERROR_TEXT_LIMIT: Final = 300
-_LOG_INTERVAL: Final = 10.0
 
 
 class RedisStore(SessionStore):
@@ -108,7 +108,7 @@ class RedisStore(SessionStore):
         self.expiry_margin = float(expiry_margin)
         self.max_update_attempts = max_update_attempts
         self._owns_client = client is None
-        self._last_logged = -_LOG_INTERVAL
+        self._unavailable_warning = ThrottledWarning(logger)
         if client is None:
             assert url is not None
             client = client_from_url(
@@ -154,12 +154,7 @@ class RedisStore(SessionStore):
             raise self._unavailable(describe_failure(exc), f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_LIMIT]) from None
 
     def _unavailable(self, reason: str, detail: str) -> SessionStoreUnavailable:
-        now = time.monotonic()
-        if now - self._last_logged >= _LOG_INTERVAL:
-            self._last_logged = now
-            logger.warning(
-                "redis store unavailable: %s (next such message in %.0f s at the earliest)", detail, _LOG_INTERVAL
-            )
+        self._unavailable_warning.warn("redis store unavailable: %s", detail)
         return SessionStoreUnavailable(reason)
 
     async def ping(self) -> None:

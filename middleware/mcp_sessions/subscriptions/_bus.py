@@ -93,9 +93,10 @@ class SessionSubscriptionBus:
         (Redis pub/sub, across replicas), ``redis+sentinel://`` and ``rediss+sentinel://`` (the same, on
         the master the Sentinels name, followed after a failover), ``redis+cluster://`` and
         ``rediss+cluster://`` (sharded pub/sub: a session's events go only to the node that owns its
-        slot). ``options``: this class's keywords, and the Redis client's ``timeout``,
-        ``connect_timeout`` and ``max_connections``. A bad URL raises ``ValueError``; the message never
-        repeats a password."""
+        slot). ``options``: this class's keywords, the Redis client's ``timeout``, ``connect_timeout``
+        and ``max_connections``, and ``health_check_interval`` (10 s: a subscription connection that
+        brought nothing for that long is sent a ``PING``, and dropped and opened again when nothing comes
+        back within as long again). A bad URL raises ``ValueError``; the message never repeats a password."""
         from ._urls import backend_from_url
 
         limits = {

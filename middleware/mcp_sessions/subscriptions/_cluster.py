@@ -8,9 +8,10 @@ listening to that session there, and no further. The global channel is one chann
 the node of its slot.
 
 A replica holds one pub/sub connection per node that owns one of its joined channels (at
-most one per master), each a :class:`~._link.Link` whose reader blocks on its own socket: no
-polling, no node starving another. The slot map is the cluster client's, read when the first
-channel is joined. When a node's connection fails, or a node says a channel's slot is no
+most one per master), each a :class:`~._link.Link` whose reader waits on its own socket (and
+checks it with a ``PING`` when it stays quiet): no polling, no node starving another. The slot
+map is the cluster client's, read when the first channel is joined. When a node's connection
+fails (a silent one included), or a node says a channel's slot is no
 longer its own (``MOVED`` to an ``SSUBSCRIBE``, or the ``SUNSUBSCRIBE`` it sends by itself
 when the slot moves), the map is read again and each channel moved to its owner's
 connection; a failed connection is opened again with the Redis backend's backoff, and events
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import ConnectionError, MovedError, SlotNotCoveredError, TimeoutError
 
 from ._backend import Backend
-from ._link import Link, LinkedBackend, stopped
+from ._link import HEALTH_CHECK_INTERVAL, Link, LinkedBackend, stopped
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -44,9 +45,20 @@ class ClusterBackend(LinkedBackend, Backend):
     __slots__ = ("_client", "_closed", "_links", "_mapped", "_owner", "_remap", "_task")
 
     def __init__(
-        self, client: RedisCluster, *, ready_timeout: float = 5.0, min_backoff: float = 0.05, max_backoff: float = 5.0
+        self,
+        client: RedisCluster,
+        *,
+        ready_timeout: float = 5.0,
+        min_backoff: float = 0.05,
+        max_backoff: float = 5.0,
+        health_check_interval: float = HEALTH_CHECK_INTERVAL,
     ) -> None:
-        super().__init__(ready_timeout=ready_timeout, min_backoff=min_backoff, max_backoff=max_backoff)
+        super().__init__(
+            ready_timeout=ready_timeout,
+            min_backoff=min_backoff,
+            max_backoff=max_backoff,
+            health_check_interval=health_check_interval,
+        )
         self._client = client
         self._links: dict[str, Link] = {}  # by node name (host:port)
         self._owner: dict[str, str] = {}  # channel -> the name of the node whose link subscribes it
@@ -135,22 +147,27 @@ class ClusterBackend(LinkedBackend, Backend):
     async def _run(self) -> None:
         """Read the slot map whenever asked to (a failure, a moved slot), and place every channel by it."""
         backoff = self._min_backoff
+        failing = False  # said once: every attempt of a long outage fails the same way
         while not self._closed:
             await self._remap.wait()
             self._remap.clear()
             try:
                 await self._read_map()
             except Exception as exc:
-                logger.warning(
-                    "the subscription bus could not read the Redis Cluster's slot map (%s); again in %.2f s",
-                    type(exc).__name__,
-                    backoff,
-                )
+                if not failing:
+                    logger.warning(
+                        "the subscription bus could not read the Redis Cluster's slot map (%s); reading it again, "
+                        "with a backoff from %.2f s to %.2f s",
+                        type(exc).__name__,
+                        self._min_backoff,
+                        self._max_backoff,
+                    )
+                failing = True
                 self._remap.set()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._max_backoff)
                 continue
-            backoff = self._min_backoff
+            backoff, failing = self._min_backoff, False
             for channel in list(self._joined):
                 self._place(channel)
 

@@ -6,11 +6,17 @@ sharded channels), reads the messages and hands each to the bus. Joining or leav
 a second task of the same connection, which sends the subscriptions for the difference;
 the reader sees the confirmations, and the backend's ``ready`` waits for them.
 
-When the server goes away (a restart, a failover, a network cut that closes the socket)
-the connection is dropped and opened again after a backoff from ``min_backoff`` doubling
-to ``max_backoff`` seconds, every joined channel subscribed again; streams stay open.
-Messages published meanwhile are lost: pub/sub keeps nothing, and a listen stream has no
-replay (clients refetch).
+A connection can also go silent: no FIN, no RST, the bytes just stop (a NAT's or a load
+balancer's idle timeout, a lost host), and no read ever fails. So the reader sends a ``PING``
+when the connection brought nothing for ``health_check_interval`` seconds, and drops the
+connection when nothing comes back within as long again: a silent connection is noticed
+within twice the interval.
+
+When the server goes away (a restart, a failover, a network cut, a silent connection) the
+connection is dropped and opened again after a backoff from ``min_backoff`` doubling to
+``max_backoff`` seconds, every joined channel subscribed again; streams stay open. The loss
+is logged once (a warning), and the return once (an info line). Messages published meanwhile
+are lost: pub/sub keeps nothing, and a listen stream has no replay (clients refetch).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -28,9 +34,11 @@ if TYPE_CHECKING:
 
     from ._backend import Receive
 
-__all__ = ["Link", "LinkedBackend", "SlotMoved", "stopped"]
+__all__ = ["HEALTH_CHECK_INTERVAL", "Link", "LinkedBackend", "SilentConnection", "SlotMoved", "stopped"]
 
 logger = logging.getLogger("mcp_sessions")
+
+HEALTH_CHECK_INTERVAL: Final = 10.0
 
 
 async def stopped(task: asyncio.Task[None] | None) -> None:
@@ -46,15 +54,32 @@ class SlotMoved(Exception):
     """A Cluster node unsubscribed a sharded channel by itself: its slot is now another node's."""
 
 
+class SilentConnection(Exception):
+    """Nothing came back on the connection, not even the reply to a ``PING``: it is dropped and opened again."""
+
+
 class LinkedBackend:
-    """What a backend over :class:`Link` objects shares: the bus's ``receive``, the backoff, ``ready``."""
+    """What a backend over :class:`Link` objects shares: the bus's ``receive``, backoff, health check, ``ready``."""
 
-    __slots__ = ("_joined", "_max_backoff", "_min_backoff", "_progress", "_ready_timeout", "_receive")
+    __slots__ = (
+        "_health_check_interval",
+        "_joined",
+        "_max_backoff",
+        "_min_backoff",
+        "_progress",
+        "_ready_timeout",
+        "_receive",
+    )
 
-    def __init__(self, *, ready_timeout: float, min_backoff: float, max_backoff: float) -> None:
+    def __init__(
+        self, *, ready_timeout: float, min_backoff: float, max_backoff: float, health_check_interval: float
+    ) -> None:
         if not 0 < min_backoff <= max_backoff <= 60:
             raise ValueError("the bus's backoff is 0 < min_backoff <= max_backoff <= 60 seconds")
+        if not 0 < health_check_interval <= 300:
+            raise ValueError("health_check_interval must be a number of seconds above 0 and at most 300")
         self._ready_timeout = ready_timeout
+        self._health_check_interval = health_check_interval
         self._min_backoff, self._max_backoff = min_backoff, max_backoff
         self._joined: set[str] = set()
         self._progress = asyncio.Event()  # set, and replaced, whenever a subscription is confirmed
@@ -91,6 +116,7 @@ class Link:
         "_client",
         "_closed",
         "_leaving",
+        "_lost",
         "_on_failure",
         "_sharded",
         "_task",
@@ -116,6 +142,7 @@ class Link:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._lost = False  # the connection failed, and no channel has been confirmed since: said once
 
     def join(self, channel: str) -> None:
         self.joined.add(channel)
@@ -141,13 +168,16 @@ class Link:
             try:
                 await self._connection()
             except Exception as exc:  # whatever ended the connection, it is opened again
-                logger.warning(
-                    "the subscription bus lost its connection to %s (%s); subscribing again in %.2f s, "
-                    "events published meanwhile are lost",
-                    self._what,
-                    type(exc).__name__,
-                    backoff,
-                )
+                if not self._lost:  # once an outage: every attempt of a long one fails the same way
+                    self._lost = True
+                    logger.warning(
+                        "the subscription bus lost its connection to %s (%s); subscribing again, with a backoff "
+                        "from %.2f s to %.2f s; events published meanwhile are lost",
+                        self._what,
+                        type(exc).__name__,
+                        backend._min_backoff,
+                        backend._max_backoff,
+                    )
                 self._on_failure()
             backoff = backend._min_backoff if self.confirmed else min(backoff * 2, backend._max_backoff)
             self.confirmed.clear()
@@ -201,15 +231,25 @@ class Link:
             await (pubsub.ssubscribe if subscribe else pubsub.sunsubscribe)(channel)
 
     async def _read(self, pubsub: PubSub) -> None:
+        interval = self._backend._health_check_interval
+        pinged = False
         while True:
-            message = await pubsub.get_message(timeout=None)
-            if message is None:
+            message = await pubsub.get_message(timeout=interval)
+            if message is None:  # nothing for a whole interval: the connection may be silent
+                if pinged:
+                    raise SilentConnection(f"no reply to a PING within {interval} s")
+                await pubsub.ping()  # its reply (a "pong" message) is read as any other
+                pinged = True
                 continue
+            pinged = False
             kind, channel = message["type"], message["channel"]
             if kind in ("message", "smessage"):
                 self._backend._deliver(channel, message["data"])
             elif kind in ("subscribe", "ssubscribe"):
                 self.confirmed.add(channel)
+                if self._lost:
+                    self._lost = False
+                    logger.info("the subscription bus is subscribed again on %s", self._what)
                 self._backend._progressed()
             elif kind in ("unsubscribe", "sunsubscribe"):
                 if self._leaving[channel] < 1:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._backend import Backend
-from ._link import Link, LinkedBackend
+from ._link import HEALTH_CHECK_INTERVAL, Link, LinkedBackend
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -27,9 +27,20 @@ class RedisBackend(LinkedBackend, Backend):
     __slots__ = ("_client", "_link")
 
     def __init__(
-        self, client: aioredis.Redis, *, ready_timeout: float = 5.0, min_backoff: float = 0.05, max_backoff: float = 5.0
+        self,
+        client: aioredis.Redis,
+        *,
+        ready_timeout: float = 5.0,
+        min_backoff: float = 0.05,
+        max_backoff: float = 5.0,
+        health_check_interval: float = HEALTH_CHECK_INTERVAL,
     ) -> None:
-        super().__init__(ready_timeout=ready_timeout, min_backoff=min_backoff, max_backoff=max_backoff)
+        super().__init__(
+            ready_timeout=ready_timeout,
+            min_backoff=min_backoff,
+            max_backoff=max_backoff,
+            health_check_interval=health_check_interval,
+        )
         self._client = client
         self._link = Link(self, client, sharded=False, what="Redis", on_failure=lambda: None)
         self._joined = self._link.joined

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 __all__ = ["backend_from_url"]
 
 _REDIS_DEFAULTS: Final = {"timeout": 2.0, "connect_timeout": 2.0, "max_connections": 8}
+_HEALTH_CHECK: Final = "health_check_interval"  # the bus's own option: the rest are the client's
 _REDIS_SCHEMES: Final = (
     "redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster://"
 )
@@ -37,17 +38,20 @@ def redis_backend(url: str, **options: object) -> Backend:
 
     from ..stores import redis_client
     from ._cluster import ClusterBackend
+    from ._link import HEALTH_CHECK_INTERVAL
     from ._redis import RedisBackend
 
-    unknown = sorted(set(options) - set(_REDIS_DEFAULTS))
+    unknown = sorted(set(options) - {*_REDIS_DEFAULTS, _HEALTH_CHECK})
     if unknown:
-        raise TypeError(f"unknown option {unknown[0]!r} of a Redis bus (accepted: {', '.join(_REDIS_DEFAULTS)})")
+        accepted = ", ".join([*_REDIS_DEFAULTS, _HEALTH_CHECK])
+        raise TypeError(f"unknown option {unknown[0]!r} of a Redis bus (accepted: {accepted})")
+    interval = options.pop(_HEALTH_CHECK, HEALTH_CHECK_INTERVAL)
     settings = {**_REDIS_DEFAULTS, **options}
     client = redis_client(url, **settings)  # type: ignore[arg-type]
     ready_timeout = float(settings["timeout"]) * 2  # type: ignore[arg-type]
     if isinstance(client, RedisCluster):
-        return ClusterBackend(client, ready_timeout=ready_timeout)
-    return RedisBackend(client, ready_timeout=ready_timeout)
+        return ClusterBackend(client, ready_timeout=ready_timeout, health_check_interval=interval)  # type: ignore[arg-type]
+    return RedisBackend(client, ready_timeout=ready_timeout, health_check_interval=interval)  # type: ignore[arg-type]
 
 
 def _refused(url: str, **options: object) -> Backend:

@@ -1,10 +1,12 @@
 """Pure: JSON-RPC frames, SSE, what every wire shares, and the refusal vocabulary.
 
-Imports nothing that speaks ASGI, and nothing else of the package.
+Imports nothing that speaks ASGI, and nothing else of the package. ``ThrottledWarning`` is how a
+refusal, and a store, say that their backend is down without a line for each request.
 """
 
 from . import jsonrpc, protocol, sse
 from ._dates import iso
 from ._refusal import Refusal, batch_refused, store_unavailable
+from ._throttle import ThrottledWarning
 
-__all__ = ["Refusal", "batch_refused", "iso", "jsonrpc", "protocol", "sse", "store_unavailable"]
+__all__ = ["Refusal", "ThrottledWarning", "batch_refused", "iso", "jsonrpc", "protocol", "sse", "store_unavailable"]

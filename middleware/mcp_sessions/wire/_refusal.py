@@ -8,11 +8,13 @@ from __future__ import annotations
 import logging
 
 from . import jsonrpc
+from ._throttle import ThrottledWarning
 from .protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE
 
 __all__ = ["Refusal", "batch_refused", "store_unavailable"]
 
 logger = logging.getLogger("mcp_sessions")
+unavailable_warning = ThrottledWarning(logger)  # one outage refuses every request: said once an interval
 
 
 class Refusal(Exception):
@@ -49,7 +51,7 @@ class Refusal(Exception):
 
 def store_unavailable(exc: Exception) -> Refusal:
     """The retryable refusal for a store that cannot answer now (never "not found")."""
-    logger.warning("session store unavailable: %s", exc)
+    unavailable_warning.warn("session store unavailable: %s", exc)
     return Refusal(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later", reason="store_unavailable")
 
 

@@ -1,0 +1,140 @@
+"""A subscription connection that goes silent, through a real redis-server behind a forwarder of the test's own.
+
+Silent: no FIN, no RST, the bytes just stop (a NAT's or a load balancer's idle timeout, a lost
+host), so no read fails and TCP keepalive notices nothing for hours. The bus sends a ``PING`` on
+a connection that brought nothing for ``health_check_interval`` seconds and drops it when nothing
+comes back within as long again: noticed within twice the interval, opened again, every channel
+subscribed again, said once in the logs (a warning when lost, an info line when back). The same
+on a Cluster, each node's connection on its own; a Sentinel-named master's connection is the one
+Redis backend's, tested here on one server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+
+import pytest
+from mcp.shared.subscriptions import ResourceUpdated
+
+from _forwarder import Forwarder
+from _redis import RedisServer, redis_server
+from _redis_topologies import READY_TIMEOUT, ClusterServers, client, redis_cluster, wait_until
+from mcp_sessions.subscriptions import SessionSubscriptionBus
+from subscriptions.test_bus import Stream, opened, until
+from subscriptions.test_topologies import channel, one_per_node
+
+pytestmark = pytest.mark.anyio
+
+INTERVAL = 0.2
+NOTICED = 2 * INTERVAL + 2.0  # the documented bound, plus the backoff and a busy machine's slack
+EVENT = ResourceUpdated(uri="note://after")
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    with redis_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterServers]:
+    with redis_cluster() as servers:
+        yield servers
+
+
+async def delivered_again(streams: list[Stream], publish: Callable[[], Awaitable[None]], since: float) -> None:
+    """Publish :data:`EVENT` again and again until every stream has it, within :data:`NOTICED` of ``since``."""
+    while not all(EVENT in stream.events for stream in streams):
+        assert time.monotonic() - since < NOTICED, f"no event within {NOTICED} s of the silence"
+        await publish()
+        await asyncio.sleep(0.05)
+    print(f"delivered again {time.monotonic() - since:.2f} s after the connection went silent")
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if "subscription bus" in r.getMessage()]
+
+
+async def test_a_silent_connection_is_noticed_and_every_stream_gets_events_again(
+    redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    prefix = f"bus-{uuid.uuid4().hex[:8]}:"
+    async with Forwarder(redis.port) as forwarder:
+        listening = SessionSubscriptionBus.from_url(
+            forwarder.url, prefix=prefix, timeout=1.0, health_check_interval=INTERVAL
+        )
+        publishing = SessionSubscriptionBus.from_url(redis.url, prefix=prefix)
+        try:
+            open_before = Stream(listening, "s1")
+            await opened(listening, "s1")
+            await publishing.publish_to_session("s1", ResourceUpdated(uri="note://before"))
+            await until(lambda: bool(open_before.events), "the event before the silence")
+
+            caplog.set_level(logging.INFO, logger="mcp_sessions")
+            forwarder.silence()
+            silenced = time.monotonic()
+            opened_meanwhile = Stream(listening, "s2")  # its listen is acknowledged: its events must arrive too
+
+            async def publish() -> None:
+                await publishing.publish_to_session("s1", EVENT)
+                await publishing.publish_to_session("s2", EVENT)
+
+            await delivered_again([open_before, opened_meanwhile], publish, silenced)
+        finally:
+            await listening.aclose()
+            await publishing.aclose()
+    assert [level for level, _ in said(caplog)] == ["WARNING", "INFO"], said(caplog)
+    assert "(SilentConnection)" in said(caplog)[0][1]
+
+
+def announce(cluster: ClusterServers, ports: list[int]) -> None:
+    """Each node tells clients to reach it on ``ports[i]`` (0: its own port), and every node's map says so."""
+    for node, port in zip(cluster.nodes, ports, strict=True):
+        with client(node.port) as c:
+            c.config_set("cluster-announce-port", port)
+    expected = {port or node.port for node, port in zip(cluster.nodes, ports, strict=True)}
+
+    def known() -> bool:
+        for node in cluster.nodes:
+            with client(node.port) as c:
+                if {int(entry[2][1]) for entry in c.execute_command("CLUSTER", "SLOTS")} != expected:
+                    return False
+        return True
+
+    wait_until(known, READY_TIMEOUT, "every node's map to name the announced ports")
+
+
+async def test_on_a_cluster_a_silent_node_connection_is_noticed_and_subscribed_again(
+    cluster: ClusterServers, caplog: pytest.LogCaptureFixture
+) -> None:
+    prefix = f"bus-{uuid.uuid4().hex[:8]}:"
+    everywhere = cluster.nodes.index(cluster.node_for(prefix + "events"))
+    quiet = (everywhere + 1) % 3  # not the global channel's node: one connection goes silent, not two
+    sid = one_per_node(cluster, prefix)[quiet]
+    async with contextlib.AsyncExitStack() as stack:
+        forwarders = [await stack.enter_async_context(Forwarder(node.port)) for node in cluster.nodes]
+        announce(cluster, [forwarder.port for forwarder in forwarders])
+        stack.callback(announce, cluster, [0] * len(cluster.nodes))
+        listening = SessionSubscriptionBus.from_url(
+            cluster.url, prefix=prefix, timeout=1.0, health_check_interval=INTERVAL
+        )
+        stack.push_async_callback(listening.aclose)
+        stream = Stream(listening, sid)
+        await opened(listening, sid)
+
+        caplog.set_level(logging.INFO, logger="mcp_sessions")
+        forwarders[quiet].silence()
+        silenced = time.monotonic()
+        # Created now, its connections are new ones, which the forwarders pass on.
+        publishing = SessionSubscriptionBus.from_url(cluster.url, prefix=prefix, timeout=1.0)
+        stack.push_async_callback(publishing.aclose)
+        await delivered_again([stream], lambda: publishing.publish_to_session(sid, EVENT), silenced)
+        with client(cluster.nodes[quiet].port) as node:
+            assert channel(prefix, sid) in node.pubsub_shardchannels(prefix + "*")
+    assert [level for level, _ in said(caplog)] == ["WARNING", "INFO"], said(caplog)
+    assert f"node 127.0.0.1:{forwarders[quiet].port} (SilentConnection)" in said(caplog)[0][1]
