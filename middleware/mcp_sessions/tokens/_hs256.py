@@ -23,7 +23,6 @@ from ._jws import InvalidToken
 from ._keys import SessionKey
 
 __all__ = [
-    "HMACSHA256",
     "minted_headers",
     "plain_registered_claims",
     "plain_session_claims",
@@ -41,29 +40,8 @@ _PADDING: Final = {0: b"", 2: b"==", 3: b"="}
 _CANONICAL_LAST: Final = {0: None, 2: frozenset("AQgw"), 3: frozenset("AEIMQUYcgkosw048")}
 
 
-class HMACSHA256:
-    """HMAC-SHA256 (RFC 2104) under one key, its padded key blocks hashed once, not on every token."""
-
-    __slots__ = ("inner", "outer")
-
-    def __init__(self, key: bytes) -> None:
-        if len(key) > 64:
-            key = hashlib.sha256(key).digest()
-        block = key.ljust(64, b"\0")
-        self.inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in block))
-        self.outer = hashlib.sha256(bytes(byte ^ 0x5C for byte in block))
-
-    def digest(self, message: bytes) -> bytes:
-        """The MAC of ``message``."""
-        inner = self.inner.copy()
-        inner.update(message)
-        outer = self.outer.copy()
-        outer.update(inner.digest())
-        return outer.digest()
-
-
-def minted_headers(pyjwt: jwt.PyJWT, keys: Iterable[SessionKey], typ: str) -> dict[str, HMACSHA256]:
-    """The header segment each HS256 key writes for ``typ``, exactly as minted, and the key's MAC."""
+def minted_headers(pyjwt: jwt.PyJWT, keys: Iterable[SessionKey], typ: str) -> dict[str, hmac.HMAC]:
+    """The header segment each HS256 key writes for ``typ``, exactly as minted, and the key's MAC, keyed once."""
     headers = {}
     for key in keys:
         secret = key.verifying_key
@@ -73,11 +51,11 @@ def minted_headers(pyjwt: jwt.PyJWT, keys: Iterable[SessionKey], typ: str) -> di
             token = pyjwt.encode({}, secret, algorithm="HS256", headers={"kid": key.kid, "typ": typ})
         except jwt.InvalidKeyError:
             continue  # a secret PyJWT refuses (it looks like a PEM or SSH key): the reference path judges
-        headers[token.partition(".")[0]] = HMACSHA256(secret)
+        headers[token.partition(".")[0]] = hmac.new(secret, digestmod=hashlib.sha256)
     return headers
 
 
-def verified_payload(token: str, headers: Mapping[str, HMACSHA256]) -> dict[str, object] | None:
+def verified_payload(token: str, headers: Mapping[str, hmac.HMAC]) -> dict[str, object] | None:
     """The payload of an HS256 token whose header is exactly one of ``headers``, or ``None``.
 
     ``None`` leaves the token to PyJWT (the reference), which decides it and
@@ -93,7 +71,9 @@ def verified_payload(token: str, headers: Mapping[str, HMACSHA256]) -> dict[str,
     payload_segment, dot, signature = rest.partition(".")
     if not dot:
         return None
-    expected = mac.digest(token[: len(token) - len(signature) - 1].encode())
+    signed = mac.copy()
+    signed.update(token[: len(token) - len(signature) - 1].encode())
+    expected = signed.digest()
     payload = strict_base64url(payload_segment)
     if payload is None:
         return None
