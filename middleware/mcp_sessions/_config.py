@@ -17,7 +17,7 @@ from opentelemetry.trace import TracerProvider
 
 from ._env import settings_from_env
 from ._policy import RequirePolicy, Requires, compile_policy
-from .guard import SDK_FRAMES_AT_TRANSPORT, Guard, ServerGuard
+from .guard import Guard, ServerGuard
 from .otel import TraceMode
 from .profiles import ErrorCodes, WireProfile, profiles_from_names, with_error_codes
 from .session import PrincipalHook, RateLimit, authenticated_user
@@ -151,11 +151,7 @@ class SessionsConfig:
     def at_endpoint(self, guard: Guard | ServerGuard) -> SessionsConfig:
         """This configuration for the session work placed at an MCP endpoint, in front of its transport app."""
         config = copy.copy(self)
-        if isinstance(self.guard, Guard):  # the guard given, run where the SDK's parser is fewer frames down
-            config.guard = copy.copy(self.guard)
-            config.guard.sdk_frames = SDK_FRAMES_AT_TRANSPORT
-        else:
-            config.guard = guard
+        config.guard = self.guard if isinstance(self.guard, Guard) else guard  # the guard given, else the server's
         config.placement = False
         config.owns_store = False  # the outer middleware sees the lifespan and closes the store
         return config

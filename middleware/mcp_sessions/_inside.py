@@ -42,10 +42,8 @@ class Endpoint:
 
     def place(self, inner: ASGIApp) -> None:
         """Put ``inner`` (which calls the transport app) where the transport app was."""
-        for holder in self.holders:
+        for holder in self.holders:  # a route's, a mount's or a middleware's public .app: what a request reaches
             holder.app = inner  # type: ignore[attr-defined]  # every holder was found through its .app
-            if getattr(holder, "_base_app", None) is self.transport:  # a Mount keeps both
-                holder._base_app = inner  # type: ignore[attr-defined]
 
 
 def route_path(scope: Scope) -> str:

@@ -42,7 +42,7 @@ from .pipeline import (
     run_app,
     start_operations,
 )
-from .plan import Plan, Planner
+from .plan import Plan, Planner, era_of
 from .session import HeaderSession, SessionNotFound, SessionService
 from .sources import DataLayerSource, SourceContext, build_chain, data_off_explainer
 from .sources.host import HostConversationSource
@@ -50,7 +50,7 @@ from .sources.transport import TransportSource, is_transport_session_id
 from .stores import SessionStoreUnavailable
 from .tokens import IdDigests
 from .wire import Refusal
-from .wire.protocol import MCP_SESSION_ID_HEADER, Era
+from .wire.protocol import ERA_HANDSHAKE, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
@@ -119,6 +119,7 @@ class MCPSessionMiddleware:
         self._paths = config.paths
         self._guard: Guard | ServerGuard = Guard() if config.guard is None else config.guard
         self._inner_paths = self._place(app) if config.placement else None
+        self._handshake_only = not self._guard.modern_versions  # an mcp 1.x server: the 2025 wire alone
         self._max_body = config.max_body_size
         self._handles = config.handles
         self._telemetry = Telemetry(
@@ -205,7 +206,8 @@ class MCPSessionMiddleware:
     # -- the steps ------------------------------------------------------------------
 
     def _json_rpc_headers(self, scope: Scope) -> dict[bytes, bytes] | None:
-        """The headers of a POST of JSON to the MCP path, what the pipeline reads; ``None`` for anything else."""
+        """The headers of a POST of JSON to the MCP path, on a wire the server speaks, what the pipeline reads;
+        ``None`` for anything else."""
         if scope["method"] != "POST":
             return None
         headers = headers_of(scope)
@@ -214,6 +216,8 @@ class MCPSessionMiddleware:
             content_type.startswith(_JSON_CONTENT_TYPE) or content_type.lower().startswith(_JSON_CONTENT_TYPE)
         ):
             return None
+        if self._handshake_only and era_of(headers.get(MCP_PROTOCOL_VERSION_HEADER)) is not ERA_HANDSHAKE:
+            return None  # a wire the server does not speak: no session there, the server's own answer
         paths = self._paths
         return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None
 

@@ -27,6 +27,8 @@ from starlette.types import ASGIApp, Scope
 from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, LegacyClient, legacy_request, modern_headers, modern_request
 from conftest import SECRET, serve
 from mcp_sessions import Guard, MCPSessionMiddleware, MemoryStore
+from mcp_sessions.guard import MAX_NESTING
+from mcp_sessions.guard._parsers import nesting_of
 
 Era = Literal["modern", "legacy"]
 Mode = Literal["json", "sse"]
@@ -301,11 +303,11 @@ def test_a_session_error_is_refused_as_the_sdk_would_refuse_the_request(
 #
 # The middleware reads every body json.loads(bytes) reads (so that nothing the server reads passes as "not
 # JSON"); the SDK's parsers read less: pydantic-core on the 2025 path, json.loads on 2026-07-28, called deeper
-# in the stack than the middleware's, where Python's recursion limit leaves room for less nesting. Each body
-# goes, byte for byte, as tools/list to the SDK behind the middleware (forwarded untouched: its own answer)
-# and as the session method, to the same middleware. The reference is the server behind the middleware, as the
-# 2026-07-28 nesting limit is one frame lower there than with the SDK served bare (the middleware's __call__
-# is on the stack); for every other body the bare server is asked too, and answers the same. "method" is
+# in the stack, where Python's recursion limit leaves room for a nesting no copy could predict: past its own
+# documented limit (MAX_NESTING, pydantic-core's on the 2025 path) the guard answers as the SDK does when a body
+# is too deep for it. Each body goes, byte for byte, as tools/list to the SDK behind the middleware (forwarded
+# untouched: its own answer) and as the session method, to the same middleware; for every body but the nested
+# ones the bare server is asked too, and answers the same. "method" is
 # written last, so a parser's message (a line and a column) is the same for both methods.
 
 BOM = b"\xef\xbb\xbf"
@@ -348,7 +350,6 @@ class Limited:
 
     url: str
     transport_session: str | None
-    limits: dict[Era, int] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -390,14 +391,27 @@ def nesting_limit(http: httpx.Client, url: str, era: Era, session: str | None) -
     return high
 
 
+def nesting_limits(http: httpx.Client, url: str, era: Era, session: str | None) -> tuple[int, httpx.Response]:
+    """The shallowest body the guard refuses as too deep, and the SDK's answer to one too deep for it.
+
+    On 2025 the two limits are one, pydantic-core's, which the guard calls; on 2026-07-28 the SDK's json.loads
+    reads deeper than the guard's documented limit, and the guard answers past it as the SDK does past its own.
+    """
+    sdk_limit = nesting_limit(http, url, era, session)
+    too_deep = the_sdks_answer(http, url, era, None, nest, sdk_limit, session)
+    if era == "legacy":
+        assert sdk_limit == LEGACY_NESTING_LIMIT
+        return sdk_limit, too_deep
+    assert sdk_limit > MAX_NESTING + 1
+    return MAX_NESTING + 1, too_deep
+
+
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_sessions_create_is_refused_where_the_sdks_parser_refuses_the_body(
     http: httpx.Client, deployment: Deployment, limited: Limited, era: Era
 ) -> None:
     session = limited.transport_session
-    limit = limited.limits.setdefault(era, nesting_limit(http, limited.url, era, session))
-    if era == "legacy":
-        assert limit == LEGACY_NESTING_LIMIT
+    limit, too_deep = nesting_limits(http, limited.url, era, session)
     refused = 0
     for name, raw in RAW_BODIES.items():
         theirs = the_sdks_answer(http, limited.url, era, None, raw, limit, session)
@@ -410,12 +424,12 @@ def test_sessions_create_is_refused_where_the_sdks_parser_refuses_the_body(
         ours = send(http, limited.url, [*headers, this_caller], body, session if era == "legacy" else None)
         headers, well_formed = envelope("modern", "sessions/create", None)
         again = http.post(limited.url, json=well_formed, headers=[*headers, this_caller])
-        if accepted(theirs):
+        if accepted(theirs) and nesting_of(body) <= MAX_NESTING:
             assert ours.status_code == 200 and "sessionId" in ours.json()["result"]["session"], (name, ours.text)
             assert again.status_code == 429, name  # the caller's one create is spent: the check sees a create
             continue
         refused += 1
-        assert_same_refusal(theirs, ours)
+        assert_same_refusal(too_deep if accepted(theirs) else theirs, ours)
         assert b"sessionId" not in ours.content, name
         assert again.status_code == 200, f"{name}: a refused sessions/create spent the caller's one create"
     assert refused == (11 if era == "legacy" else 2)  # 2026-07-28 reads every encoding json.loads reads
@@ -427,7 +441,7 @@ def test_sessions_delete_is_refused_where_the_sdks_parser_refuses_the_body(
 ) -> None:
     url = deployment.wrapped_url
     session = deployment.transport_sessions[url]
-    limit = nesting_limit(http, url, era, session)
+    limit, too_deep = nesting_limits(http, url, era, session)
     for name, raw in RAW_BODIES.items():
         created = http.post(
             url, json=(body := envelope("modern", "sessions/create", None)[1]), headers=modern_headers(body)
@@ -436,10 +450,10 @@ def test_sessions_delete_is_refused_where_the_sdks_parser_refuses_the_body(
         theirs = the_sdks_answer(http, url, era, meta, raw, limit, session)
         headers, content = written(era, "sessions/delete", meta, raw, limit)
         ours = send(http, url, headers, content, session if era == "legacy" else None)
-        if accepted(theirs):
+        if accepted(theirs) and nesting_of(content) <= MAX_NESTING:
             assert ours.status_code == 200 and "error" not in ours.json(), (name, ours.text)
             continue
-        assert_same_refusal(theirs, ours)
+        assert_same_refusal(too_deep if accepted(theirs) else theirs, ours)
         # Refused: the session is still there, and a well-formed delete ends it.
         headers, body = envelope("modern", "sessions/delete", meta)
         assert "error" not in http.post(url, json=body, headers=dict(headers)).json(), name

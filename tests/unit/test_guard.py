@@ -23,7 +23,9 @@ from starlette.types import Message
 
 from conftest import SECRET
 from mcp_sessions import Guard, MCPSessionMiddleware, Rejection
+from mcp_sessions.guard import MAX_NESTING
 from mcp_sessions.guard._checks import _accepts, _decode_header_value
+from mcp_sessions.guard._parsers import _STRING_OR_BRACKET, nesting_of
 from mcp_sessions.wire import jsonrpc
 from mcp_sessions.wire.protocol import HANDSHAKE_VERSIONS, KNOWN_METHODS, MODERN_VERSIONS
 
@@ -197,36 +199,57 @@ def test_the_2025_parser_refuses_what_the_sdks_refuses_with_its_bytes(name: str)
 
 
 @pytest.mark.parametrize("name", bodies(create()))
-def test_the_2026_parser_reads_every_body_json_loads_reads(name: str) -> None:
+def test_the_2026_parser_reads_every_body_json_loads_reads_within_its_nesting_limit(name: str) -> None:
     body = bodies(create(params={"_meta": ENVELOPE}))[name]
     message = json.loads(body)  # what the 2026-07-28 entry runs
-    assert Guard().check(modern_headers("sessions/create"), message, body=body) is None
+    refusal = Guard().check(modern_headers("sessions/create"), message, body=body)
+    assert (refusal is None) is (nesting_of(body) <= MAX_NESTING), name
 
 
-def deepest_read_here(message: dict[str, Any]) -> int:
-    """The deepest body ``json.loads`` reads when called from this frame (it shares the recursion limit)."""
-    low, high = 2, 100_000
-    while high - low > 1:
-        middle = (low + high) // 2
-        try:
-            json.loads(nested(middle, message))
-        except RecursionError:
-            high = middle
-        else:
-            low = middle
-    return low
-
-
-def test_the_2026_parser_refuses_nesting_the_sdk_reaches_deeper_in_the_stack() -> None:
-    """json.loads runs several frames below the app's entry in the SDK: a body this frame reads, it refuses."""
+def test_the_2026_parser_refuses_nesting_past_a_limit_stricter_than_the_sdks() -> None:
+    """json.loads's nesting limit depends on the stack and the release: the guard's own is lower than any."""
     message = create(params={"_meta": ENVELOPE})
     headers = modern_headers("sessions/create")
-    deepest = deepest_read_here(message)
-    refusal = Guard().check(headers, message, body=nested(deepest, message))
+    too_deep = nested(MAX_NESTING + 1, message)
+    json.loads(too_deep)  # the SDK reads it
+    refusal = Guard().check(headers, message, body=too_deep)
     assert answer(refusal) == modern_sdk_parse_error()
     assert refusal is not None and (refusal.code, refusal.reason) == (PARSE_ERROR, "parse_error")
-    assert Guard().check(headers, message, body=nested(deepest - 20, message)) is None
-    assert Guard().check(headers, message, body=nested(190, message)) is None  # too shallow to parse twice
+    assert Guard().check(headers, message, body=nested(MAX_NESTING, message)) is None
+    for encoding in ("utf-8-sig", "utf-16", "utf-32-be"):  # read in every encoding json.loads reads
+        text = nested(MAX_NESTING + 1, message).decode()
+        assert Guard().check(headers, message, body=text.encode(encoding)) is not None
+
+
+def depth(value: object) -> int:
+    """How deep arrays and objects nest in a parsed value: the reference for :func:`nesting_of`."""
+    if isinstance(value, list):
+        return 1 + max(map(depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(depth, value.values()), default=0)
+    return 0
+
+
+bracketed_values = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='[]{}"\\ab\u00e9\n'),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(alphabet='[]{}"\\a', max_size=3), inner, max_size=3)
+    ),
+    max_leaves=20,
+)
+
+
+@given(bracketed_values, st.sampled_from(["utf-8", "utf-8-sig", "utf-16-le", "utf-32"]), st.booleans())
+def test_nesting_is_counted_as_json_loads_reads_it(value: object, encoding: str, ascii_only: bool) -> None:
+    body = json.dumps(value, ensure_ascii=ascii_only).encode(encoding)
+    assert nesting_of(body) == depth(json.loads(body))
+
+
+def test_nesting_is_counted_in_one_pass_over_a_body_that_would_make_a_pattern_rescan() -> None:
+    """Strings full of brackets and escapes, and brackets in runs: each is one match, each byte read once."""
+    for body in (json.dumps(["[" * 50_000, '\\"' * 50_000]).encode(), b"[" * 100_000 + b"]" * 100_000):
+        matches = sum(1 for _ in _STRING_OR_BRACKET.finditer(body.decode()))
+        assert matches <= body.count(b"[") + body.count(b"]") + 2 * body.count(b'"')
 
 
 def test_the_parser_comes_after_the_headers_and_before_the_envelope() -> None:

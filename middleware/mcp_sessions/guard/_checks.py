@@ -26,7 +26,7 @@ from ..wire.protocol import (
     MCP_PROTOCOL_VERSION_HEADER,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from ._parsers import SDK_FRAMES_BEHIND_APP, legacy_parse_refusal, modern_parse_refusal
+from ._parsers import legacy_parse_refusal, modern_parse_refusal
 from ._rejection import Rejection, _empty, _legacy_error, _modern_error
 
 __all__ = ["check_legacy", "check_modern"]
@@ -116,13 +116,12 @@ def check_modern(
     *,
     json_response: bool,
     modern_versions: tuple[str, ...],
-    sdk_frames: int = SDK_FRAMES_BEHIND_APP,
 ) -> Rejection | None:
     """The 2026-07-28 POST's checks after Host and Origin: ``Accept``, the parser, the envelope, routing
     headers, version."""
     if not has_json or (not json_response and not has_sse):
         return _MODERN_NOT_ACCEPTABLE
-    if body is not None and (refusal := modern_parse_refusal(body, sdk_frames)) is not None:
+    if body is not None and (refusal := modern_parse_refusal(body)) is not None:
         return refusal
     if not isinstance(message, dict) or not _is_notification(message):
         return _MODERN_INVALID_BODY

@@ -28,7 +28,6 @@ from typing import Final, Protocol
 from ..wire.protocol import HANDSHAKE_VERSIONS, MCP_PROTOCOL_VERSION_HEADER, MODERN_VERSIONS
 from ._checks import _ROUTING_HEADERS, _accepts, check_legacy, check_modern
 from ._checks import _decode_header_value as _decode_header_value
-from ._parsers import SDK_FRAMES_BEHIND_APP
 from ._rejection import Rejection, _plain
 
 __all__ = ["LOCALHOST_HOSTS", "LOCALHOST_ORIGINS", "Guard", "Rejection", "TransportSecurity"]
@@ -63,10 +62,11 @@ class Guard:
     protection on with the localhost allow-lists, and any other host turns it
     off. ``allowed_hosts`` and ``allowed_origins`` turn it on with those
     lists instead (``"example.com:*"`` allows any port). ``modern_versions``
-    are the 2026-07-28-style versions the server serves.
+    are the 2026-07-28-style versions the server serves; none (an ``mcp`` 1.x
+    server) leaves every request off the 2025 wire to the server.
     """
 
-    __slots__ = ("_allowed_hosts", "_allowed_origins", "_json_response", "_modern_versions", "_protect", "sdk_frames")
+    __slots__ = ("_allowed_hosts", "_allowed_origins", "_json_response", "_modern_versions", "_protect")
 
     def __init_subclass__(cls) -> None:
         super().__init_subclass__()
@@ -116,14 +116,16 @@ class Guard:
         self._allowed_origins = _AllowList(origins)
         self._json_response = json_response
         self._modern_versions = tuple(modern_versions)
-        self.sdk_frames = SDK_FRAMES_BEHIND_APP
-        """The frames from the middleware down to the SDK's 2026-07-28 parser (CPython 3.11 counts nesting
-        against the stack): in front of a whole ``streamable_http_app()`` unless placed at its transport."""
 
     @property
     def dns_rebinding_protection(self) -> bool:
         """Whether ``Host`` and ``Origin`` are checked."""
         return self._protect
+
+    @property
+    def modern_versions(self) -> tuple[str, ...]:
+        """The 2026-07-28-style versions the server serves (none: it speaks the 2025 wire only)."""
+        return self._modern_versions
 
     def check(
         self, headers: Iterable[tuple[bytes, bytes]], message: object, *, body: bytes | None = None
@@ -142,9 +144,10 @@ class Guard:
         ``body``, the raw bytes ``message`` was parsed from, adds the SDK's JSON
         parser (-32700, before the envelope is read): on the 2025 path
         pydantic-core's, which refuses a byte-order mark, UTF-16 and UTF-32, lone
-        surrogates and nesting over 201; on 2026-07-28 ``json.loads``, which
-        refuses nesting deeper than Python's recursion limit allows where the
-        SDK calls it (see ``_parsers.py``). A subclass that overrides ``check``
+        surrogates and nesting over 201; on 2026-07-28 ``json.loads``, whose
+        nesting limit depends on the stack and the Python release, so a body
+        nested deeper than :data:`MAX_NESTING` (512) is refused instead, a
+        limit stricter than the SDK's (see ``_parsers.py``). A subclass that overrides ``check``
         must take ``body`` too: the middleware always passes it.
         """
         first: dict[bytes, bytes] = {}
@@ -176,7 +179,6 @@ class Guard:
             body,
             json_response=self._json_response,
             modern_versions=self._modern_versions,
-            sdk_frames=self.sdk_frames,
         )
 
 
