@@ -3,6 +3,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# An mcp 1.x server's environment (tests/e2e/test_mcp1_server.py): mcp<2 cannot share a venv with the tests' mcp 2.
+VENV_MCP1 ?= $(VENV)-mcp1
 
 .PHONY: demo test system-deps lint docs dist bench clean
 
@@ -16,6 +18,12 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/pip
 	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint --group docs --group viewers
+	touch $@
+
+$(VENV_MCP1)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_MCP1)
+	$(VENV_MCP1)/bin/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(VENV_MCP1)/bin/pip install --quiet -e . --group mcp1
 	touch $@
 
 $(VENV)/.docs-installed: pyproject.toml | $(BIN)/pip
@@ -42,10 +50,10 @@ LINT = $(BIN)/ruff check middleware tests examples benchmarks scripts \
 DOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test:
-	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed system-deps
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed $(VENV_MCP1)/.installed system-deps
 	@echo "ruff, mypy and the docs build run beside the tests; their output follows the tests'"
 	@($(LINT) && $(DOCS)) > $(VENV)/checks.log 2>&1 & checks=$$!; \
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS); tests=$$?; \
+	MCP1_PYTHON=$(abspath $(VENV_MCP1))/bin/python $(BIN)/python -m pytest -n $(PYTEST_WORKERS); tests=$$?; \
 	wait $$checks; checked=$$?; \
 	echo "--- lint and docs"; cat $(VENV)/checks.log; \
 	[ $$checked -eq 0 ] || echo "lint and docs: failed"; \
@@ -70,4 +78,4 @@ lint: $(VENV)/.test-installed
 	$(LINT)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist
+	rm -rf $(VENV) $(VENV_MCP1) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist

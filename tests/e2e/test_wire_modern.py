@@ -170,13 +170,14 @@ def test_create_carrying_session_metadata_is_invalid(client: ModernClient, sessi
     assert "session" not in json.dumps(error.get("data") or {})
 
 
-def test_create_with_null_session_metadata_is_invalid(client: ModernClient) -> None:
+def test_create_with_null_session_metadata_creates_a_session(client: ModernClient) -> None:
     body = modern_request("sessions/create", id=5)
-    body["params"]["_meta"][SESSION_KEY] = None  # the key's presence alone is refused (wire.md)
+    body["params"]["_meta"][SESSION_KEY] = None  # null counts as absent, as on every request (wire.md)
 
     response = client.post(body)
 
-    assert_error(response, answer(response), 400, INVALID_REQUEST)
+    assert response.status_code == 200
+    assert jwt_claims(answer(response)["result"]["session"]["sessionId"])["sid"]
 
 
 def test_create_with_a_wrong_mcp_method_header_is_a_header_mismatch(client: ModernClient) -> None:

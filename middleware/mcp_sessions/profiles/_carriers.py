@@ -104,10 +104,10 @@ class SessionCarrier:
         return session
 
     def present(self, message: Mapping[str, object]) -> bool:
-        """Whether a message carries this wire's session key at all (even ``null`` or malformed)."""
+        """Whether a message carries this wire's session key at all (even malformed)."""
         params = message.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
-        return isinstance(meta, dict) and self.meta_key in meta
+        return isinstance(meta, dict) and meta.get(self.meta_key) is not None
 
     def opens(self, message: Mapping[str, object], method: str) -> bool:
         """Whether the message opens a session and then runs in it: never, on this carrier."""

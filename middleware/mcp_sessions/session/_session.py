@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -224,12 +225,27 @@ def get_session(connection: HTTPConnection | None = None) -> Session | None:
     """The session of the current request, or ``None`` if it has none.
 
     Without an argument it reads the context variable that the middleware sets
-    for the request (works in ``MCPServer`` and fastmcp tools); given a
+    for the request (works in ``MCPServer``, fastmcp and mcp 1.x ``FastMCP`` tools); given a
     Starlette ``Request`` it reads the request's scope. In an ordinary route it
     is the session the ``Mcp-Session-Id`` header names, if the caller the app's
     own authentication signed in (or no one, for an unbound session) owns it.
     """
     session: Session | None = current_session.get() if connection is None else connection.scope.get(SCOPE_KEY)
+    if session is None and connection is None:
+        session = _session_of_sdk_request()
     if session is None and (named := header_session.get()) is not None:
         return named.claim(None if connection is None else connection.scope)
     return session
+
+
+def _session_of_sdk_request() -> Session | None:
+    """The session in the scope of the request an ``mcp`` 1.x server is handling, read from its public
+    ``request_ctx``: a stateful 1.x server runs its tools in the transport session's own task, which never
+    sees the context variables of the request that carried the call."""
+    sdk = sys.modules.get("mcp.server.lowlevel.server")  # loaded where an SDK server runs; never imported here
+    # mcp 2 has none: its tools run in the request's context (the module's dict read, not a failing getattr).
+    request_ctx = None if sdk is None else vars(sdk).get("request_ctx")
+    if request_ctx is None:
+        return None
+    scope = getattr(getattr(request_ctx.get(None), "request", None), "scope", None)
+    return scope.get(SCOPE_KEY) if isinstance(scope, dict) else None

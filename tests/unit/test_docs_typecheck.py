@@ -1,0 +1,28 @@
+"""The server files the docs give readers to copy type-check as written (mypy --strict)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from _docs import one_with, python_snippets
+
+SERVER_FILES = {
+    "readme_server.py": ("README.md", "# server.py"),
+    "deployment_server.py": ("docs/deployment.md", 'MCPServer("counter")'),
+    "configuration_guard.py": ("docs/configuration.md", "guard=Guard("),
+}
+
+
+def test_the_server_files_in_the_docs_type_check(tmp_path: Path) -> None:
+    for name, (page, text) in SERVER_FILES.items():
+        (tmp_path / name).write_text(one_with(python_snippets(page), text), encoding="utf-8")
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", *sorted(SERVER_FILES)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
