@@ -9,9 +9,11 @@ import ssl
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 from examples.demo import serve_in_thread
 
+from _redis import RedisServer, redis_server
 from mcp_sessions import KeySet, SessionKey
 
 if TYPE_CHECKING:
@@ -51,6 +53,20 @@ def signer_of(keys: KeySet) -> SessionKey:
     """The key ``keys`` signs with: ``KeySet.signer`` is ``None`` only for a verify-only set, and these have one."""
     assert keys.signer is not None, "a verify-only KeySet has no signer"
     return keys.signer
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    """A plain HTTP client for the test's servers on 127.0.0.1."""
+    with httpx.Client(timeout=10) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def redis() -> Iterator[RedisServer]:
+    """One real redis-server for the module (skipped without redis-server, failed under CI)."""
+    with redis_server() as server:
+        yield server
 
 
 @pytest.fixture

@@ -34,12 +34,6 @@ def url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield base
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 def inspector_metadata(out: str) -> dict[str, object]:
     """The value the printed ``--metadata`` argument gives, read as a shell and the Inspector read it."""
     [line] = [line for line in out.splitlines() if line.strip().startswith("--metadata ")]

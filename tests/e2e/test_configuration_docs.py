@@ -17,7 +17,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ from _mcp import (
     session_meta,
     tool_text,
 )
-from _redis import RedisServer, redis_server
+from _redis import RedisServer
 from conftest import SECRET, serve
 from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, SessionsConfig, get_session
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SQLiteStore, _urls, store_from_url
@@ -126,13 +126,6 @@ def created_at_host(client: ModernClient) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     session: dict[str, Any] = message["result"]["session"]
     return session
-
-
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    """One real redis-server for the module (skipped without redis-server, failed under CI)."""
-    with redis_server() as server:
-        yield server
 
 
 # -- configuration.md ---------------------------------------------------------------------------------

@@ -68,12 +68,6 @@ def servers(span_log: SpanLog) -> Iterator[dict[tuple[str, bool], str]]:
         yield {("json", True): json_on, ("sse", True): sse_on, ("json", False): json_off, ("sse", False): sse_off}
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 def calls(client: ModernClient, span_log: SpanLog) -> dict[str, dict[str, Any]]:
     """A session's calls whose arguments and results name its tokens (none in any span): the span attributes by id."""
     span_log.clear()

@@ -75,12 +75,6 @@ def base_url(request: pytest.FixtureRequest, servers: dict[str, str]) -> str:
     return servers[request.param]
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 def bumped(message: dict[str, Any]) -> dict[str, Any]:
     result = message["result"]
     assert result["isError"] is False, message

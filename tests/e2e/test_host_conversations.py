@@ -116,12 +116,6 @@ def quickstarts(span_log: SpanLog) -> Iterator[Quickstarts]:
         yield Quickstarts(stack)
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 def connect(era: Era, http: httpx.Client, url: str, spans: SpanLog) -> RawClient:
     if era == "modern":
         return ModernClient(http, url)

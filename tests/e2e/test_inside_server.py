@@ -123,12 +123,6 @@ def authed() -> Iterator[str]:
         yield url + "/mcp"
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 def create(http: httpx.Client, url: str, era: str, headers: dict[str, str] | None = None) -> str:
     response = post(http, url, era, body_of(era, "sessions/create"), headers)
     assert response.status_code == 200, response.text

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from _mcp import MCP_PATH, aiter_messages, answer, modern_headers, modern_request, session_meta, tool_text
-from _redis import RedisServer, redis_server
+from _redis import RedisServer
 from e2e._replicas import Replica, json_and_sse, replicas
 from e2e.test_replicas import base_environ
 
@@ -30,12 +30,6 @@ APP = "examples.notifications:app"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 NOTE = "note://plan"
 WAIT = 5.0
-
-
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    with redis_server() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -42,12 +42,6 @@ def alt2(request: pytest.FixtureRequest) -> Iterator[tuple[str, RecordingApp]]:
     yield from served("sep1364-alt2", mode=mode, stateless=state == "stateless")
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 def never_saw_session_ids(recording: RecordingApp) -> None:
     for body in recording.seen:
         for message in body if isinstance(body, list) else [body]:

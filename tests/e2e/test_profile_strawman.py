@@ -44,12 +44,6 @@ def url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield base
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 def call(http: httpx.Client, url: str, method: str, params: dict[str, Any] | None = None, **headers: str) -> Any:
     body = modern_request(method, params)
     return answer(http.post(url + "/mcp", json=body, headers=modern_headers(body, **headers)))

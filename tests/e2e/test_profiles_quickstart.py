@@ -36,12 +36,6 @@ def url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield base
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 def test_discover_advertises_every_wire_that_has_a_capability(url: str, http: httpx.Client) -> None:
     _, message = ModernClient(http, url).request("server/discover")
     capabilities = message["result"]["capabilities"]

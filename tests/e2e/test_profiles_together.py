@@ -42,12 +42,6 @@ def urls(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, RecordingAp
         yield every_url, draft_url, recording
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 def test_sessionless_requests_are_answered_as_with_the_draft_alone(
     urls: tuple[str, str, RecordingApp], http: httpx.Client
 ) -> None:

@@ -33,7 +33,7 @@ from _mcp import (
     session_meta,
     tool_text,
 )
-from _redis import RedisServer, redis_server
+from _redis import RedisServer
 from e2e._replicas import (
     STORE_UNAVAILABLE,
     Replica,
@@ -62,23 +62,11 @@ def base_environ(redis: RedisServer, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    with redis_server() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def pair(redis: RedisServer) -> Iterator[list[Replica]]:
     """Replicas A (JSON responses) and B (SSE responses), same keys, same Redis, same prefix."""
     environ = base_environ(redis)
     with json_and_sse(environ) as started:
         yield started
-
-
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
 
 
 # -- one session, every replica ---------------------------------------------------------------------------

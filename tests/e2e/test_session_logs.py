@@ -82,12 +82,6 @@ def records() -> Iterator[Records]:
         access.setLevel(levels[1])
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 def named(record: logging.LogRecord) -> tuple[str, str]:
     """What the filter set on ``record``: (session_id, session_source)."""
     return record.__dict__["session_id"], record.__dict__["session_source"]

@@ -56,12 +56,6 @@ def outcome(response: httpx.Response, message: dict[str, Any]) -> int | None:
     return int(tool_text(message))
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 # -- Cluster -----------------------------------------------------------------------------------------------
 
 

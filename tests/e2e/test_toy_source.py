@@ -10,8 +10,6 @@ span is named by it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from mcp.server.mcpserver import MCPServer
@@ -81,12 +79,6 @@ def who(base: str, http: httpx.Client, era: str, conversation: str | None) -> st
     else:
         _, message = client.call_tool("who", X_Toy_Conversation=conversation)
     return tool_text(message)
-
-
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
 
 
 @pytest.mark.parametrize(("json_response", "era"), SHAPES)

