@@ -42,7 +42,7 @@ from .pipeline import (
     run_app,
     start_operations,
 )
-from .plan import Plan, Planner, era_of
+from .plan import Plan, Planner
 from .session import HeaderSession, SessionNotFound, SessionService
 from .sources import DataLayerSource, SourceContext, build_chain, data_off_explainer
 from .sources.host import HostConversationSource
@@ -50,7 +50,7 @@ from .sources.transport import TransportSource, is_transport_session_id
 from .stores import SessionStoreUnavailable
 from .tokens import IdDigests
 from .wire import Refusal
-from .wire.protocol import ERA_HANDSHAKE, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from .wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
@@ -216,7 +216,7 @@ class MCPSessionMiddleware:
             content_type.startswith(_JSON_CONTENT_TYPE) or content_type.lower().startswith(_JSON_CONTENT_TYPE)
         ):
             return None
-        if self._handshake_only and era_of(headers.get(MCP_PROTOCOL_VERSION_HEADER)) is not ERA_HANDSHAKE:
+        if self._handshake_only and Era.of(headers.get(MCP_PROTOCOL_VERSION_HEADER)) is not Era.HANDSHAKE:
             return None  # a wire the server does not speak: no session there, the server's own answer
         paths = self._paths
         return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None

@@ -79,7 +79,7 @@ MINTED_AT = [NOW, NOW + 0.75]  # a fractional clock: iat and exp are whole secon
 
 def on_path(path: str, token: str, verifier: KeySet) -> bool:
     """Whether ``verifier`` will judge ``token`` by ``path`` (so that each case tests what its id says)."""
-    cached = verifier.cached_session_claims(token) is not None
+    cached = verifier._session_cache.get(token) is not None
     direct = verified_payload(token, verifier._session_headers) is not None
     return {
         "cached-by-minting": cached,
@@ -118,16 +118,16 @@ def test_refused_from_exp_plus_leeway_on(path: str, leeway: float, minted_at: fl
 
 @pytest.mark.parametrize("leeway", LEEWAYS)
 def test_the_cached_claims_carry_no_verdict_and_exp_plus_leeway_is_still_the_boundary(leeway: float) -> None:
-    """Pinned: ``cached_session_claims`` answers without the clock; the cached path checks it at the same instant.
+    """Pinned: the claims cache answers without the clock; the cached path checks it at the same instant.
 
     A refusal at the boundary leaves the claims cached, and the last instant before it is still accepted.
     """
     keys = KeySet.from_secret(SECRET, leeway=leeway)
     token, claims = keys.mint_session_token(ttl=TTL, now=NOW)
-    assert keys.cached_session_claims(token) == claims
+    assert keys._session_cache.get(token) == claims
     with pytest.raises(InvalidToken, match="expired"):
         keys.verify_session_token(token, now=claims.expires_at + leeway)
-    assert keys.cached_session_claims(token) == claims
+    assert keys._session_cache.get(token) == claims
     assert keys.verify_session_token(token, now=before(claims.expires_at + leeway)) == claims
 
 

@@ -25,7 +25,7 @@ import inspect
 from collections.abc import Collection, Iterable, Sequence
 from typing import Final, Protocol
 
-from ..wire.protocol import HANDSHAKE_VERSIONS, MCP_PROTOCOL_VERSION_HEADER, MODERN_VERSIONS
+from ..wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MODERN_VERSIONS, Era
 from ._checks import _ROUTING_HEADERS, _accepts, check_legacy, check_modern
 from ._checks import _decode_header_value as _decode_header_value
 from ._rejection import Rejection, _plain
@@ -166,12 +166,11 @@ class Guard:
                 return _INVALID_ORIGIN
         has_json, has_sse = _accepts(first.get(b"accept", b"").decode("latin-1"))
         raw_version = first.get(MCP_PROTOCOL_VERSION_HEADER)
-        version = None if raw_version is None else raw_version.decode("latin-1")
-        if version is None or version in HANDSHAKE_VERSIONS:
+        if raw_version is None or Era.of(raw_version) is Era.HANDSHAKE:
             return check_legacy(first, has_json, has_sse, message, body, json_response=self._json_response)
         return check_modern(
             first,
-            version,
+            raw_version.decode("latin-1"),
             repeated_routing,
             has_json,
             has_sse,

@@ -20,7 +20,7 @@ from ..session import (
     header_session,
 )
 from ..wire.jsonrpc import hashable_id
-from ..wire.protocol import ERA_HANDSHAKE, Era
+from ..wire.protocol import Era
 from ._echo import EchoOnly, Target, advertising_tables
 from ._listen import LISTEN, ListenStream
 from ._request import continue_trace, strip_session_members
@@ -74,7 +74,7 @@ class Forwarder:
     def targets(self, plan: Plan) -> dict[object, Target]:
         """What to do with the response to each request of ``plan``: echo, advertise, observe (by request id)."""
         targets: dict[object, Target] = {}
-        advertising = self._advertising if plan.era is ERA_HANDSHAKE else self._per_request
+        advertising = self._advertising if plan.era is Era.HANDSHAKE else self._per_request
         for call in plan.calls:
             if call.method is None or not call.is_request:
                 continue
@@ -103,7 +103,7 @@ class Forwarder:
             strip_session_members(plan, replay)
         given, listen = send, None
         receive: Receive = replay
-        if self._transport is not None and plan.era is ERA_HANDSHAKE and plan.calls[0].method == "initialize":
+        if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
             send = self._transport.watch_initialize(send)
         echo_only = None
         if plan.batch:
@@ -124,7 +124,7 @@ class Forwarder:
             if (
                 session is not None
                 and (mapped := self._mapped) is not None
-                and plan.era is ERA_HANDSHAKE
+                and plan.era is Era.HANDSHAKE
                 and call.profile.header_every_era
             ):
                 opening = call.method in call.profile.carrier.opening_methods
@@ -148,7 +148,7 @@ class Forwarder:
         if session is None or not session.token or not call.is_request:
             return None
         echo = call.profile.echo
-        if not isinstance(echo, Echo) or (self._advertising if era is ERA_HANDSHAKE else self._per_request).get(
+        if not isinstance(echo, Echo) or (self._advertising if era is Era.HANDSHAKE else self._per_request).get(
             call.method  # type: ignore[arg-type]  # a call with a session has a method
         ):
             return None
@@ -165,8 +165,6 @@ class Exchange:
     every operation, however the app ended (:meth:`failed` first, with what it raised).
     """
 
-    # Every attribute is set in __init__, none is a class default: a class default read through an
-    # instance is a generic attribute lookup on each read, where a slot is one load.
     __slots__ = (
         "_ambient",
         "_baggage",

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from starlette.types import Scope
 
 from ..handles import record_handles
-from ..wire.protocol import ERA_PER_REQUEST
+from ..wire.protocol import Era
 
 if TYPE_CHECKING:
     from ..otel import Operation, Telemetry
@@ -51,7 +51,7 @@ def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operat
         message=call.message,
         method=call.method or "",
         protocol_version=plan.protocol_version,
-        modern=plan.era is ERA_PER_REQUEST,
+        modern=plan.era is Era.PER_REQUEST,
         session_id=session_id,
         session_claims=None if session is None else session.claims,
         start_ns=plan.start_ns,

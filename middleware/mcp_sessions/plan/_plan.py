@@ -7,14 +7,11 @@ element. Nothing in a plan is decided about sessions yet.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ..wire import jsonrpc
 from ..wire.jsonrpc import UNMARKED
 from ..wire.protocol import (
-    ERA_HANDSHAKE,
-    ERA_PER_REQUEST,
-    HANDSHAKE_VERSIONS,
     MCP_PROTOCOL_VERSION_HEADER,
     MCP_SESSION_ID_HEADER,
     Era,
@@ -28,22 +25,12 @@ if TYPE_CHECKING:
     from ..wire import Refusal
     from ._conversation import Conversation
 
-__all__ = ["Call", "Plan", "Planner", "era_of"]
-
-# Era.of as one dict lookup: a handshake version is the handshake era, anything else per-request.
-_ERA_OF: Final = {version.encode(): ERA_HANDSHAKE for version in HANDSHAKE_VERSIONS}
-
-
-def era_of(protocol_version: bytes | None) -> Era:
-    """The era of a request with this ``Mcp-Protocol-Version`` header (``None``: absent); see :meth:`Era.of`."""
-    return ERA_HANDSHAKE if protocol_version is None else _ERA_OF.get(protocol_version, ERA_PER_REQUEST)
+__all__ = ["Call", "Plan", "Planner"]
 
 
 class Call:
     """One element of a request: a JSON-RPC call (``method`` set) or anything else in a batch."""
 
-    # Every attribute is set in __init__, none is a class default: a class default read through an
-    # instance is a generic attribute lookup on each read, where a slot is one load.
     __slots__ = (
         "answer",
         "conversation",
@@ -91,8 +78,6 @@ class Call:
 class Plan:
     """What one HTTP request carries, parsed and classified."""
 
-    # Every attribute is set in __init__, none is a class default: a class default read through an
-    # instance is a generic attribute lookup on each read, where a slot is one load.
     __slots__ = (
         "answered",
         "batch",
@@ -114,8 +99,7 @@ class Plan:
         self.batch = batch
         self.headers = headers
         self.header_session_id = headers.get(MCP_SESSION_ID_HEADER)
-        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        self.era = ERA_HANDSHAKE if version is None else _ERA_OF.get(version, ERA_PER_REQUEST)  # era_of(), inline
+        self.era = Era.of(headers.get(MCP_PROTOCOL_VERSION_HEADER))
         local = calls[0].local
         self.local = None if batch or local is None else calls[0]
         """The call of a local method, when the request is one (local methods never come in batches)."""

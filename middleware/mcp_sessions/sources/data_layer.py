@@ -9,7 +9,7 @@ from starlette.types import Scope
 from ..profiles import InvalidSessionMeta, SessionRef, WireProfile
 from ..session import Session, SessionNotFound, SessionService
 from ..wire import Refusal
-from ..wire.protocol import ERA_PER_REQUEST, INVALID_REQUEST
+from ..wire.protocol import INVALID_REQUEST, Era
 from ._base import MAX_SESSIONS_PER_REQUEST, Trust
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class DataLayerSource:
             return None
         token, state, mint = ref  # one unpacking: a field read is a descriptor call
         if mint:
-            if plan.era is ERA_PER_REQUEST:
+            if plan.era is Era.PER_REQUEST:
                 # An opening method (SEP-1364 alt. 2's initialize) is a handshake: the 2026-07-28 server
                 # refuses it (-32601), so no session is opened and no create-limit slot is spent for it.
                 return None
@@ -63,7 +63,7 @@ class DataLayerSource:
             return await self._sessions.resolve(scope, minted.token, None)
         header = plan.header_session_id
         if (
-            (plan.era is ERA_PER_REQUEST or profile.header_every_era)
+            (plan.era is Era.PER_REQUEST or profile.header_every_era)
             and header is not None
             and header != token.encode("utf-8", "surrogatepass")
         ):

@@ -24,7 +24,7 @@ from starlette.types import Message, Scope, Send
 
 from ..session import Session, SessionService
 from ..tokens import IdDigests
-from ..wire.protocol import ERA_HANDSHAKE, MCP_SESSION_ID_HEADER
+from ..wire.protocol import MCP_SESSION_ID_HEADER, Era
 from ._base import Trust
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class TransportSource:
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
         """The adopted session of a minted transport session id; ``None`` for anything else."""
         raw = plan.header_session_id
-        if raw is None or plan.era is not ERA_HANDSHAKE or not is_transport_session_id(raw):
+        if raw is None or plan.era is not Era.HANDSHAKE or not is_transport_session_id(raw):
             return None
         digest = self._digests.transport(raw)
         if digest not in self._minted:

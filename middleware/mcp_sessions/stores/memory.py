@@ -11,7 +11,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any
 
 from ._base import (
     SessionRecord,
@@ -27,8 +27,6 @@ from ._base import (
 __all__ = ["MemoryStore", "SessionStoreFull"]
 
 logger = logging.getLogger("mcp_sessions")
-# A module constant: reading an Enum member through its class costs a descriptor call on CPython 3.11.
-_ACTIVE: Final = SessionStatus.ACTIVE
 
 # Expired entries removed on each insertion, so that memory follows the live set before the cap is reached.
 _EVICT_PER_INSERT = 2
@@ -184,7 +182,7 @@ class MemoryStore(SessionStore):
         if entry is not None and entry.revoked:
             return SessionStatus.REVOKED
         if idle_ttl is None:
-            return _ACTIVE  # no idle clock to check or move
+            return SessionStatus.ACTIVE  # no idle clock to check or move
         last_seen = entry.last_seen if entry is not None else None
         if last_seen is None:
             last_seen = now if issued_at is None else issued_at
@@ -195,7 +193,7 @@ class MemoryStore(SessionStore):
         if entry is None:
             entry = self._insert(session_id, expires_at, now)
         entry.last_seen = max(now, last_seen)
-        return _ACTIVE
+        return SessionStatus.ACTIVE
 
     async def revoke(self, session_id: str, *, expires_at: float) -> bool:
         """Leave a tombstone until ``expires_at`` and drop the data; ``False`` if already revoked."""

@@ -141,8 +141,6 @@ class KeySet:
         self.leeway = leeway
         self._jwt = jwt.PyJWT()
         self._session_cache: _BoundedCache[SessionClaims] = _BoundedCache(_SESSION_CACHE_SIZE)
-        self.cached_session_claims = self._session_cache.get
-        """The claims of a session id this set verified (still to check against the clock), else ``None``."""
         self._state_cache: _BoundedCache[tuple[str, str]] = _BoundedCache(_STATE_CACHE_SIZE)
         self._session_headers = minted_headers(self._jwt, self._keys.values(), SESSION_TOKEN_TYPE)
         self._state_headers = minted_headers(self._jwt, self._keys.values(), STATE_TOKEN_TYPE)
