@@ -40,7 +40,20 @@ async def test_a_stream_that_found_its_slot_only_at_subscribe_ends_with_its_sess
     sessions = SessionService(keys=KEYS, store=MemoryStore(), ttl=3600, idle_ttl=None, principal=None, bus=bus)
     now = time.time()
     expires_at = int(now) + (2 if end == "expired" else 3600)  # 1 to 2 s from now
-    session = Session("token", "s1", int(now), expires_at, {}, KEYS, sessions.store, None, None, now, None, bus=bus)
+    session = Session(
+        token="token",
+        session_id="s1",
+        issued_at=int(now),
+        expires_at=expires_at,
+        claims={},
+        keys=KEYS,
+        store=sessions.store,
+        state_token=None,
+        state_json=None,
+        now=now,
+        idle_ttl=None,
+        bus=bus,
+    )
     requests = [BODY]
     sent: list[Message] = []
 

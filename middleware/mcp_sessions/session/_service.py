@@ -189,20 +189,19 @@ class SessionService:
             raise self.refused(exc.reason, sid) from None
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
-        return Session(  # positional: the call on every session request
-            token,
-            sid,
-            claims.issued_at,
-            claims.expires_at,
-            claims.extra,
-            keys,
-            self.store,
-            state_token,
-            state_json,
-            now,
-            self.idle_ttl,
-            "data-layer",
-            self.bus,
+        return Session(
+            token=token,
+            session_id=sid,
+            issued_at=claims.issued_at,
+            expires_at=claims.expires_at,
+            claims=claims.extra,
+            keys=keys,
+            store=self.store,
+            state_token=state_token,
+            state_json=state_json,
+            now=now,
+            idle_ttl=self.idle_ttl,
+            bus=self.bus,
         )
 
     async def _check_bindings(

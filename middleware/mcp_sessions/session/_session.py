@@ -112,6 +112,7 @@ class Session:
 
     def __init__(
         self,
+        *,
         token: str,
         session_id: str,
         issued_at: int,
