@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Final
 
 import anyio
-import pytest
 
-from _redis import redis_server
+from _redis import missing, redis_server
 from mcp_sessions import MemoryStore, SessionStore, SessionStoreUnavailable
 from mcp_sessions.stores import RedisStore, SQLiteStore
 
@@ -75,7 +74,7 @@ def read_only_sqlite(path: Path) -> Iterator[SQLiteStore]:
         yield SQLiteStore(path, timeout=LOCK_WAIT)
         return
     if shutil.which("chattr") is None:
-        pytest.skip("running as root without chattr: nothing here makes a file read-only for root")
+        missing("running as root without chattr: nothing here makes a file read-only for root")
     subprocess.run(["chattr", "+i", str(path)], check=True)
     try:
         yield SQLiteStore(path, timeout=LOCK_WAIT)

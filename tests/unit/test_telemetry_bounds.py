@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.metrics import _internal as metrics_api
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
+from opentelemetry.util._once import Once
 
 from _otel import collect, global_tracing, points
 from mcp_sessions import KeySet
@@ -163,10 +165,30 @@ def test_known_tools_are_named_from_the_start(
 
 
 @pytest.fixture
-def no_global_sdk() -> None:
-    """The API's own stand-ins as the global providers (a global SDK provider cannot be unset publicly)."""
-    if not isinstance(trace.get_tracer_provider(), ProxyTracerProvider):
-        pytest.skip("an earlier test in this process left a global TracerProvider set")
+def no_global_sdk() -> Iterator[None]:
+    """The API's own stand-ins as the global providers, whatever an earlier test in this process set.
+
+    A global provider cannot be unset publicly: it is set aside and put back as opentelemetry-test-utils'
+    ``reset_trace_globals`` does, never skipped (a skip would hide the test under some orders).
+    """
+    saved = (
+        trace._TRACER_PROVIDER,
+        trace._TRACER_PROVIDER_SET_ONCE,
+        metrics_api._METER_PROVIDER,
+        metrics_api._METER_PROVIDER_SET_ONCE,
+    )
+    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = None, Once()
+    metrics_api._METER_PROVIDER, metrics_api._METER_PROVIDER_SET_ONCE = None, Once()
+    try:
+        assert isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
+        yield
+    finally:
+        (
+            trace._TRACER_PROVIDER,
+            trace._TRACER_PROVIDER_SET_ONCE,
+            metrics_api._METER_PROVIDER,
+            metrics_api._METER_PROVIDER_SET_ONCE,
+        ) = saved
 
 
 Ask = Callable[[Telemetry], tuple[bool, list[str]]]

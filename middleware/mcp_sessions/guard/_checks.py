@@ -26,7 +26,7 @@ from ..wire.protocol import (
     MCP_PROTOCOL_VERSION_HEADER,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from ._parsers import legacy_parse_refusal, modern_parse_refusal
+from ._parsers import legacy_parse_rejection, modern_parse_rejection
 from ._rejection import Rejection, _empty, _legacy_error, _modern_error
 
 __all__ = ["check_legacy", "check_modern"]
@@ -96,8 +96,8 @@ def check_legacy(
     content_type = first.get(b"content-type", b"").decode("latin-1")
     if not any(part.strip() == "application/json" for part in content_type.split(";")[0].split(",")):
         return _LEGACY_UNSUPPORTED_MEDIA_TYPE
-    if body is not None and (refusal := legacy_parse_refusal(body)) is not None:
-        return refusal
+    if body is not None and (rejection := legacy_parse_rejection(body)) is not None:
+        return rejection
     if not isinstance(message, dict) or not _is_notification(message):
         return _LEGACY_NOT_A_MESSAGE
     if "id" in message and not _is_request_id(message["id"]):
@@ -121,8 +121,8 @@ def check_modern(
     headers, version."""
     if not has_json or (not json_response and not has_sse):
         return _MODERN_NOT_ACCEPTABLE
-    if body is not None and (refusal := modern_parse_refusal(body)) is not None:
-        return refusal
+    if body is not None and (rejection := modern_parse_rejection(body)) is not None:
+        return rejection
     if not isinstance(message, dict) or not _is_notification(message):
         return _MODERN_INVALID_BODY
     if "id" not in message:

@@ -27,7 +27,7 @@ from ..wire import jsonrpc
 from ..wire.protocol import PARSE_ERROR
 from ._rejection import Rejection, _legacy_error, _modern_error
 
-__all__ = ["MAX_NESTING", "legacy_parse_refusal", "modern_parse_refusal", "nesting_of"]
+__all__ = ["MAX_NESTING", "legacy_parse_rejection", "modern_parse_rejection", "nesting_of"]
 
 MAX_NESTING: Final = 512
 """The deepest 2026-07-28 body (arrays and objects inside each other) the middleware answers itself."""
@@ -36,7 +36,7 @@ _MODERN_PARSE_ERROR: Final = _modern_error(None, PARSE_ERROR, "Parse error", "pa
 _STRING_OR_BRACKET: Final = re.compile(r'"(?:[^"\\]++|\\.)*+"|[\[\]{}]')
 
 
-def legacy_parse_refusal(body: bytes) -> Rejection | None:
+def legacy_parse_rejection(body: bytes) -> Rejection | None:
     """The 2025-era transport's answer to a body pydantic-core's ``from_json`` refuses, else ``None``.
 
     ``None`` too where pydantic-core is not installed: the wrapped server is then not the SDK.
@@ -51,7 +51,7 @@ def legacy_parse_refusal(body: bytes) -> Rejection | None:
     return None
 
 
-def modern_parse_refusal(body: bytes) -> Rejection | None:
+def modern_parse_rejection(body: bytes) -> Rejection | None:
     """The 2026-07-28 ``Parse error`` for a body nested deeper than :data:`MAX_NESTING`, else ``None``."""
     if body.count(b"[") + body.count(b"{") <= MAX_NESTING:
         return None

@@ -186,7 +186,7 @@ class SessionService:
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:
-            raise self.refused(exc.reason, sid) from None
+            raise self.not_found(exc.reason, sid) from None
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
         return Session(
@@ -220,7 +220,7 @@ class SessionService:
             raise InvalidToken("minted at another endpoint")
 
     @staticmethod
-    def refused(reason: str, session_id: str | None) -> SessionNotFound:
+    def not_found(reason: str, session_id: str | None) -> SessionNotFound:
         """Why a session id names no live session (``reason`` as the check said it), logged at debug level."""
         logger.debug("session rejected: %s (sid=%s)", reason, session_id)
         return SessionNotFound(rejection_reason(reason), session_id)
