@@ -14,6 +14,7 @@ has run and its transport's checks are next. Anything else keeps the outer form.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -21,6 +22,8 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Scope
 
 __all__ = ["Endpoint", "EndpointPaths", "find_endpoints", "is_transport", "place_at_endpoints", "route_path"]
+
+logger = logging.getLogger("mcp_sessions")
 
 _MAX_DEPTH = 64  # an app graph deeper than this is not one a person wrote
 
@@ -85,7 +88,11 @@ def place_at_endpoints(
         return None
     for endpoint in endpoints:
         endpoint.place(make(endpoint.transport))
-    return EndpointPaths(path for endpoint in endpoints for path in endpoint.paths)
+    paths = sorted({path for endpoint in endpoints for path in endpoint.paths})
+    # What was found, said once: an endpoint the search cannot see (behind an ASGI app that is not
+    # Starlette's) is missing from this line, and its requests are an ordinary route's.
+    logger.info("mcp-sessions: the session work runs at the MCP endpoints %s", ", ".join(paths))
+    return EndpointPaths(paths)
 
 
 def find_endpoints(app: object, *, placed: Callable[[object], bool]) -> list[Endpoint]:

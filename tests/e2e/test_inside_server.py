@@ -9,6 +9,7 @@ Real ``MCPServer`` apps, the SDK's own bearer auth, real uvicorn, raw HTTP.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -411,7 +412,9 @@ def test_a_templated_mount_binds_the_concrete_path_and_the_header_attaches_nothi
         assert json.loads(at_home["result"]["content"][0]["text"]) == ["t2 secret"]
 
 
-def test_a_server_behind_a_host_route_gets_the_session_work_beside_another_endpoint(http: httpx.Client) -> None:
+def test_a_server_behind_a_host_route_gets_the_session_work_beside_another_endpoint(
+    http: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
     hosted, other = notes_server(), notes_server()
 
     @asynccontextmanager
@@ -423,7 +426,10 @@ def test_a_server_behind_a_host_route_gets_the_session_work_beside_another_endpo
         Mount("/other", other.streamable_http_app(stateless_http=True, json_response=True)),
         Host("127.0.0.1", hosted.streamable_http_app(stateless_http=True, json_response=True)),
     ]
-    with serve(MCPSessionMiddleware(Starlette(routes=routes, lifespan=lifespan), secret=SECRET)) as url:
+    with caplog.at_level(logging.INFO, logger="mcp_sessions"):
+        app = MCPSessionMiddleware(Starlette(routes=routes, lifespan=lifespan), secret=SECRET)
+    assert "the session work runs at the MCP endpoints /mcp, /other/mcp" in caplog.text  # what it found, said
+    with serve(app) as url:
         session = create(http, url + "/mcp", MODERN)
         post(http, url + "/mcp", MODERN, tool(MODERN, "hosted", session))
         mine = message_of(post(http, url + "/mcp", MODERN, tool(MODERN, "", session)))
