@@ -17,6 +17,7 @@ from opentelemetry.trace import TracerProvider
 
 from ._env import settings_from_env
 from ._policy import RequirePolicy, Requires, compile_policy
+from .asgi import DEFAULT_MAX_BODY_SIZE
 from .guard import Guard, ServerGuard
 from .otel import TraceMode
 from .profiles import ErrorCodes, WireProfile, profiles_from_names, with_error_codes
@@ -42,7 +43,6 @@ __all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_TTL", "SessionsConfig", "SessionsOp
 
 DEFAULT_TTL: Final = 24 * 3600
 MAX_TTL: Final = 10 * 365 * 24 * 3600
-DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 
 
 class SessionsOptions(TypedDict, total=False):

@@ -8,27 +8,33 @@ the tool runs; :func:`check_call` is that check as a function. See
 ``docs/handles.md``.
 """
 
-from ._answer import answer_elements as answer_elements
-from ._answer import send_answers as send_answers
-from ._budget import DEFAULT_MAX_HANDLES_PER_CALLER, HandleBudget
 from ._check import (
     ATTRIBUTE_ID,
     ATTRIBUTE_KIND,
+    HandleContext,
     ToolErrorResult,
     check_call,
+    current_handle_context,
     handle_candidates,
+    handle_context,
     record_handles,
     tool_error_result,
 )
-from ._context import HandleContext, current_handle_context, handle_context
-from ._errors import HandleError, HandleErrorReason, HandleLimitExceeded
-from ._format import MAX_HANDLE_CHARS, MAX_PREFIX_CHARS
-from ._handle import Handle
-from ._kind import HandleKind
+from ._check import check_request as check_request
+from ._check import is_tools_call as is_tools_call
+from ._format import CURRENT, MAX_HANDLE_CHARS, MAX_PREFIX_CHARS, HandleKind
+from ._handle import (
+    DEFAULT_MAX_HANDLES_PER_CALLER,
+    Handle,
+    HandleBudget,
+    HandleError,
+    HandleErrorReason,
+    HandleLimitExceeded,
+)
 from ._middleware import HandleMiddleware
-from ._registry import CURRENT, Handles
-from ._request import check_request as check_request
-from ._request import is_tools_call as is_tools_call
+from ._middleware import answer_elements as answer_elements
+from ._middleware import send_answers as send_answers
+from ._registry import Handles
 
 # The request-level check the session middleware's pipeline shares with HandleMiddleware is re-exported
 # above for the pipeline, and is no part of the public API (``__all__``).

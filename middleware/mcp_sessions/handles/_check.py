@@ -1,30 +1,45 @@
-"""The pre-call check: every handle a ``tools/call`` carries is verified before the tool runs.
+"""The check before a tool runs: every handle a ``tools/call`` carries, verified, and what one request knows.
 
-A handle is recognised by its prefix, so the scan is cheap: a string is looked
-at only if it starts with a registered ``<prefix>_``. A handle that fails
-becomes the call's answer, an ``isError`` tool result that tells the model
-what happened and what to do; the tool never runs.
+A handle that fails becomes the call's answer, an ``isError`` tool result that
+tells the model what happened and what to do; the tool never runs. What the
+check verified goes into the request's :class:`HandleContext`, which typed
+parameters read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable, Iterator
-from typing import Final
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
 
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry import trace
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode, Tracer
 
-from ._errors import HandleError
-from ._handle import Handle
+from ..stores import SessionStoreUnavailable
+from ..wire import Refusal, store_unavailable
+from ._format import REQUEST, HandleKind
+from ._handle import Handle, HandleError, refusal
 from ._registry import Handles
 
+if TYPE_CHECKING:
+    from ..session import RateLimit
+
 __all__ = [
-    "ATTRIBUTE_ERROR",
     "ATTRIBUTE_ID",
     "ATTRIBUTE_KIND",
+    "CallCheck",
+    "HandleContext",
+    "RequestCheck",
     "ToolErrorResult",
     "check_call",
+    "check_request",
+    "current_handle_context",
     "handle_candidates",
+    "handle_context",
+    "is_tools_call",
     "record_handles",
     "tool_error_result",
 ]
@@ -34,17 +49,89 @@ ToolErrorResult = dict[str, object]
 
 ATTRIBUTE_KIND: Final = "mcp_sessions.handle.kind"
 ATTRIBUTE_ID: Final = "mcp_sessions.handle.id"
-ATTRIBUTE_ERROR: Final = "mcp_sessions.handle.error"
+_ATTRIBUTE_ERROR: Final = "mcp_sessions.handle.error"
+_SPAN_NAME: Final = "mcp_sessions.handles.check"
 _MAX_DEPTH: Final = 8
 # What a handle mistyped by a character or two still looks like: the base64url alphabet, near the length.
 _HANDLE_LIKE: Final = re.compile(r"[A-Za-z0-9_-]{20,60}")
 
 
+class HandleContext:
+    """The handle view of one request, set by :class:`HandleMiddleware` (or the session middleware).
+
+    ``handles`` checks the request's handles; ``principal_digest`` (``None``: anonymous) is what new
+    handles are bound to; ``verified`` maps each handle the request carried to its :class:`Handle`, for
+    typed parameters; ``caller`` is whom the request's mints count against (``None``: nobody), and
+    ``create_limit`` the session middleware's, which mints spend too.
+    """
+
+    __slots__ = ("caller", "create_limit", "handles", "principal_digest", "verified")
+
+    def __init__(
+        self,
+        handles: Handles,
+        principal_digest: str | None,
+        verified: dict[str, Handle] | None = None,
+        *,
+        caller: str | None = None,
+        create_limit: RateLimit | None = None,
+    ) -> None:
+        self.handles = handles
+        self.principal_digest = principal_digest
+        self.verified: dict[str, Handle] = {} if verified is None else verified
+        self.caller = caller
+        self.create_limit = create_limit
+
+    def __repr__(self) -> str:
+        return f"<HandleContext principal={'bound' if self.principal_digest else 'none'} handles={len(self.verified)}>"
+
+    def typed_argument(self, value: str, kind: HandleKind) -> Handle:
+        """The verified handle a tool parameter typed ``kind`` takes for ``value``, or pydantic's error saying why not.
+
+        Only a handle this request's check verified is taken: a typed
+        parameter is validated synchronously and cannot reach the store.
+        """
+        from pydantic_core import PydanticCustomError  # only pydantic calls this
+
+        handle = self.verified.get(value)
+        if handle is not None:
+            if handle.kind == kind.name:
+                return handle
+            wrong = refusal("wrong_kind", kind, other=self.handles.kinds[handle.kind])
+            raise PydanticCustomError("handle_wrong_kind", wrong.message)
+        try:
+            self.handles.authenticate(value, self.principal_digest, expected=kind)
+        except HandleError as exc:
+            raise PydanticCustomError(f"handle_{exc.reason}", exc.message) from None
+        # Authentic, but never checked against the store for this request: refuse rather than skip
+        # revocation. HandleMiddleware (or the session middleware) checks every tools/call first.
+        raise PydanticCustomError(
+            "handle_unchecked",
+            "this {kind} handle was not checked for this request; the server's operator must install "
+            "HandleMiddleware inside the session middleware",
+            {"kind": kind.name},
+        )
+
+
+def current_handle_context() -> HandleContext | None:
+    """The handle context of the current request, or ``None`` outside one."""
+    context = REQUEST.get()
+    return context if isinstance(context, HandleContext) else None
+
+
+@contextlib.contextmanager
+def handle_context(context: HandleContext) -> Iterator[HandleContext]:
+    """Make ``context`` the current request's handle context for the block (what a middleware wraps the app in)."""
+    token = REQUEST.set(context)
+    try:
+        yield context
+    finally:
+        REQUEST.reset(token)
+
+
 def handle_candidates(handles: Handles, arguments: object) -> Iterator[tuple[str, str]]:
     """``(argument path, value)`` for each string in ``arguments`` that looks like a registered kind's handle."""
     prefixes = handles.prefixes
-    if not prefixes:
-        return
     stack: list[tuple[str, object, int]] = [("", arguments, 0)]
     while stack:
         path, value, depth = stack.pop()
@@ -63,12 +150,10 @@ def record_handles(span: Span, verified: Iterable[Handle], errors: list[HandleEr
     verified = list(verified)
     if not span.is_recording() or not (verified or errors):
         return
-    kinds = [handle.kind for handle in verified] + [error.kind for error in errors]
-    ids = [handle.id for handle in verified] + [error.handle_id or "" for error in errors]
-    span.set_attribute(ATTRIBUTE_KIND, kinds)
-    span.set_attribute(ATTRIBUTE_ID, ids)
+    span.set_attribute(ATTRIBUTE_KIND, [handle.kind for handle in verified] + [error.kind for error in errors])
+    span.set_attribute(ATTRIBUTE_ID, [handle.id for handle in verified] + [error.handle_id or "" for error in errors])
     if errors:
-        span.set_attribute(ATTRIBUTE_ERROR, errors[0].reason)
+        span.set_attribute(_ATTRIBUTE_ERROR, errors[0].reason)
         span.set_status(Status(StatusCode.ERROR, errors[0].reason))
 
 
@@ -87,32 +172,117 @@ async def check_call(
 ) -> ToolErrorResult | None:
     """Verify every handle in a ``tools/call``'s ``arguments``; the error result to answer, or ``None``.
 
-    ``principal_digest`` is the request's principal digest (as the session
-    middleware computes it; ``None`` when anonymous). Each verified handle is
-    put in ``verified`` (token -> :class:`Handle`) for the tool's typed
-    parameters; a refusal's :class:`HandleError` is appended to ``errors``.
-    Store failures raise :class:`~mcp_sessions.SessionStoreUnavailable`: answer
-    those with the retryable error, never with a tool result.
+    Each verified handle goes into ``verified`` (token to :class:`Handle`), a
+    refusal into ``errors``. A store that cannot answer raises
+    :class:`~mcp_sessions.SessionStoreUnavailable`: answer that with the
+    retryable error, never with a tool result.
     """
     arguments = tools_call_params.get("arguments") if isinstance(tools_call_params, dict) else None
     if not isinstance(arguments, dict):
         return None  # no arguments object: nothing named, and the server refuses the call itself
     found = list(handle_candidates(handles, arguments))
-    if not found:
-        return None
     if len(found) > handles.max_handles_per_call:
         return tool_error_result(
             f"this call carries {len(found)} handles; a call may carry at most {handles.max_handles_per_call}"
         )
+    verified = {} if verified is None else verified
     for path, value in sorted(found):
-        if verified is not None and value in verified:
+        if value in verified:
             continue
         try:
-            handle = await handles.verify_digest(value, principal_digest)
+            verified[value] = await handles.verify_digest(value, principal_digest)
         except HandleError as exc:
             if errors is not None:
                 errors.append(exc)
             return tool_error_result(f"argument {path!r}: {exc.message}")
-        if verified is not None:
-            verified[value] = handle
     return None
+
+
+def is_tools_call(message: object) -> TypeGuard[dict[str, Any]]:
+    """Whether ``message`` is a ``tools/call`` request: what runs a tool (a notification runs none)."""
+    return (
+        isinstance(message, dict)
+        and message.get("jsonrpc") == "2.0"
+        and message.get("method") == "tools/call"
+        and "id" in message
+    )
+
+
+@dataclass(slots=True)
+class CallCheck:
+    """What the check found in one ``tools/call``: the handles it verified, the refusals, and its answer."""
+
+    answer: ToolErrorResult | None = None
+    """The ``isError`` result to answer instead of running the tool; ``None``: the tool runs."""
+    checked: list[Handle] = field(default_factory=list)
+    """The handles this call verified first (not those the request had verified already)."""
+    errors: list[HandleError] = field(default_factory=list)
+    """The refusal of the handle that failed, if one did."""
+
+
+@dataclass(slots=True)
+class RequestCheck:
+    """What the check found in one request, by element index (a single message is element 0)."""
+
+    calls: dict[int, CallCheck] = field(default_factory=dict)
+    """Each ``tools/call`` request that carries something handle-shaped."""
+    retryable: Refusal | None = None
+    """The retryable refusal that stopped the check (-32010 or -32011)."""
+    retryable_at: int | None = None
+    """The element it refuses."""
+
+
+async def check_request(
+    handles: Handles, messages: Sequence[object], context: HandleContext, *, tracer: Tracer | None = None
+) -> RequestCheck:
+    """Check the handles of every ``tools/call`` request in ``messages`` (``None``: an element not to check).
+
+    Verified handles go into ``context.verified`` (a handle met twice is
+    verified once). A store that cannot answer, or a ``create`` tool called by a
+    caller who may mint no handle now, stops the check with that retryable
+    refusal. With ``tracer``, each call that carries handles gets a span, and it
+    and the current span get the handles' kinds and stable ids.
+    """
+    check = RequestCheck()
+    for index, message in enumerate(messages):
+        if not is_tools_call(message) or not isinstance(params := message.get("params"), dict):
+            continue
+        name, arguments = params.get("name"), params.get("arguments")
+        if type(name) is str and name in handles.creators and (over := handles.budget.refusal(context, time.time())):
+            check.retryable, check.retryable_at = over, index  # the tool would only fail to mint
+            break
+        if not isinstance(arguments, dict) or next(handle_candidates(handles, arguments), None) is None:
+            continue  # no handle: no span, nothing to check
+        found = await _check_call(handles, params, context, tracer)
+        if isinstance(found, Refusal):
+            check.retryable, check.retryable_at = found, index
+            break
+        check.calls[index] = found
+    return check
+
+
+async def _check_call(
+    handles: Handles, params: object, context: HandleContext, tracer: Tracer | None
+) -> CallCheck | Refusal:
+    """One call's check, in its span when traced; the store's refusal when it could not answer."""
+    call = CallCheck()
+    before = len(context.verified)
+    parent = trace.get_current_span()
+    spanned: contextlib.AbstractContextManager[Span] = (
+        contextlib.nullcontext(INVALID_SPAN)
+        if tracer is None
+        else tracer.start_as_current_span(_SPAN_NAME, kind=SpanKind.INTERNAL)
+    )
+    with spanned as span:
+        try:
+            call.answer = await check_call(
+                handles, params, context.principal_digest, verified=context.verified, errors=call.errors
+            )
+        except SessionStoreUnavailable as exc:
+            span.set_status(Status(StatusCode.ERROR, "store unavailable"))
+            return store_unavailable(exc)
+        call.checked = list(context.verified.values())[before:]  # check_call only adds, in order
+        record_handles(span, call.checked, call.errors)
+        if tracer is not None:
+            record_handles(parent, call.checked, call.errors)
+    return call

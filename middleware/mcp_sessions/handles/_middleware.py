@@ -1,52 +1,41 @@
-"""HandleMiddleware: verify the handles of each ``tools/call`` before the tool runs.
+"""HandleMiddleware, and how a request the handle check refused is answered (the pipeline's answers too).
 
 For a server without the session middleware: it reads the body (bounded,
 replayed once) and parses it as the session middleware does, runs the one
-handle check (:func:`check_request`, :func:`check_call` for each call), answers
-a refused request itself (:func:`answer_elements`: the tool never runs), and
-otherwise calls the app inside a :class:`HandleContext` (the principal for
-minting, the verified handles for typed parameters). Spans record each
-handle's kind and stable id, never the handle.
+handle check (:func:`check_request`), answers a refused request itself, and
+otherwise calls the app inside a :class:`HandleContext`.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
-import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._inside import place_at_endpoints, route_path
-from ..asgi import TOO_LARGE, Replay, read_body, send_json
-from ..session import caller_of
-from ..wire import jsonrpc
-from ..wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, Era
-from ._answer import answer_elements, send_answers
-from ._context import HandleContext, handle_context
+from ..asgi import DEFAULT_MAX_BODY_SIZE, TOO_LARGE, Replay, read_body, send_json, send_result
+from ..session import PrincipalHook, authenticated_user, caller_of, principal_digest
+from ..wire import Refusal, batch_refused, jsonrpc
+from ..wire.protocol import (
+    INVALID_REQUEST,
+    MCP_PROTOCOL_VERSION_HEADER,
+    SESSION_STORE_UNAVAILABLE,
+    TOO_MANY_SESSIONS,
+    Era,
+)
+from ._check import HandleContext, ToolErrorResult, check_request, handle_context
 from ._registry import Handles
-from ._request import RequestCheck, check_request
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
 
-__all__ = ["HandleMiddleware"]
+__all__ = ["Answer", "HandleMiddleware", "answer_elements", "send_answers"]
 
-logger = logging.getLogger("mcp_sessions.handles")
-
-PrincipalHook = Callable[[Scope], "str | Awaitable[str | None] | None"]
-DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
-_TRACER_NAME: Final = "mcp_sessions.handles"
-
-
-def _default_principal(scope: Scope) -> str | None:
-    from ..session import authenticated_user
-
-    return authenticated_user(scope)
+BATCH_REFUSED: Final = "batch refused: another element's handle is invalid"
 
 
 class HandleMiddleware:
@@ -58,6 +47,7 @@ class HandleMiddleware:
     Wrap the app with it (or list it as Starlette middleware): its check runs at each MCP
     endpoint inside the app, after the server's own authentication; with the session
     middleware too, the later-built (outer) one runs first there, as in the list.
+    Spans record each handle's kind and stable id, never the handle.
     """
 
     def __init__(
@@ -65,7 +55,7 @@ class HandleMiddleware:
         app: ASGIApp,
         *,
         handles: Handles,
-        principal: PrincipalHook | None = _default_principal,
+        principal: PrincipalHook | None = authenticated_user,
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         retry_after: int = 1,
         tracer_provider: TracerProvider | None = None,
@@ -79,7 +69,7 @@ class HandleMiddleware:
         self._principal = principal
         self.max_body_size = max_body_size
         self._retry_after = str(retry_after).encode()
-        self._tracer = trace.get_tracer(_TRACER_NAME, tracer_provider=tracer_provider)
+        self._tracer = trace.get_tracer("mcp_sessions.handles", tracer_provider=tracer_provider)
         # At each MCP endpoint inside the app, where the server's auth has run (see _inside.py).
         self._placed = False
         self._inner_paths = place_at_endpoints(app, self._at, placed=lambda x: isinstance(x, HandleMiddleware))
@@ -95,8 +85,7 @@ class HandleMiddleware:
         """Placed at an MCP endpoint: the transport's session manager (a middleware placed later goes in front)."""
         if not self._placed:
             raise AttributeError("session_manager")
-        transport: object = self.app
-        return getattr(transport, "session_manager", None)
+        return getattr(self.app, "session_manager", None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self._inner_paths is not None and route_path(scope) in self._inner_paths):
@@ -104,10 +93,9 @@ class HandleMiddleware:
             return
         reply: ASGISendCallable = send  # type: ignore[assignment]  # our own answers, checked as typed events
         try:
-            digest = await self._principal_digest(scope)
-        except Exception:
-            logger.exception("the principal hook failed")
-            return await send_json(reply, 500, jsonrpc.error(None, INTERNAL_ERROR, "Internal error"), b"")
+            digest = await principal_digest(self._principal, scope, self.handles.keys.audience)
+        except Refusal as failed:  # the principal hook failed: a server bug, logged
+            return await send_json(reply, 500, failed.frame(None), b"")
         context = HandleContext(self.handles, digest, caller=caller_of(scope, digest))
         headers = dict(reversed(list(scope["headers"])))
         content_type = headers.get(b"content-type", b"").lower()
@@ -118,7 +106,7 @@ class HandleMiddleware:
         typed_receive: ASGIReceiveCallable = receive  # type: ignore[assignment]  # an annotation, not a call
         body = await read_body(typed_receive, declared_length=headers.get(b"content-length"), limit=self.max_body_size)
         if body is None:
-            return None  # the client is gone: nothing to answer
+            return  # the client is gone: nothing to answer
         if body is TOO_LARGE:
             limit = f"Request body too large (limit {self.max_body_size} bytes)"
             return await send_json(reply, 413, jsonrpc.error(None, INVALID_REQUEST, limit), self._retry_after)
@@ -127,26 +115,76 @@ class HandleMiddleware:
         batch = type(parsed) is list
         messages: list[Any] = parsed if batch else [parsed]
         check = await check_request(self.handles, messages, context, tracer=self._tracer)
-        if check.refused:
-            return await self._answer(reply, headers, messages, batch, check)
+        refused = {index: call.answer for index, call in check.calls.items() if call.answer is not None}
+        if refused or check.retryable is not None:
+            version = headers.get(MCP_PROTOCOL_VERSION_HEADER)  # the SDK's era: present and not 2025-era, even empty
+            era = Era.of(None if version is None else version.decode("latin-1"))
+            answers = answer_elements(messages, refused, era=era, batch=batch, retryable=check.retryable)
+            accept = headers.get(b"accept", b"")
+            return await send_answers(reply, answers, batch=batch, accept=accept, retry_after=self._retry_after)
         with handle_context(context):
             await self.app(scope, Replay(body, receive), send)
-        return None
 
-    async def _principal_digest(self, scope: Scope) -> str | None:
-        if self._principal is None:
-            return None
-        principal = self._principal(scope)
-        if inspect.isawaitable(principal):
-            principal = await principal
-        return None if principal is None else self.handles.principal_digest(principal)
 
-    async def _answer(
-        self, send: ASGISendCallable, headers: dict[bytes, bytes], messages: list[Any], batch: bool, check: RequestCheck
-    ) -> None:
-        """Answer a refused request; the era is the SDK's (a header present but not a 2025-era version, even empty)."""
-        version = headers.get(MCP_PROTOCOL_VERSION_HEADER)
-        era = Era.of(None if version is None else version.decode("latin-1"))
-        answers = answer_elements(messages, check.answers, era=era, batch=batch, retryable=check.retryable)
-        accept = headers.get(b"accept", b"")
-        await send_answers(send, answers, batch=batch, accept=accept, retry_after=self._retry_after)
+class Answer(NamedTuple):
+    """How one element of a refused request is answered."""
+
+    frame: dict[str, Any] | None
+    """Its JSON-RPC response; ``None`` for a notification, which is never answered."""
+    refusal: Refusal | None
+    """Why it is refused, when it is not given its own ``isError`` result."""
+
+
+def answer_elements(
+    messages: Sequence[object],
+    answers: Mapping[int, ToolErrorResult],
+    *,
+    era: Era,
+    batch: bool,
+    retryable: Refusal | None = None,
+) -> list[Answer]:
+    """The answer of each element of ``messages`` (one message when not ``batch``), in order.
+
+    ``answers`` are the ``isError`` results of the refused calls, by element
+    index (with ``resultType: "complete"`` on the 2026-07-28 path); the other
+    elements of a batch are refused as a whole (-32600), as for an invalid
+    session. ``retryable`` (the store could not answer, -32010, or the caller
+    may mint no handle now, -32011) goes to every element instead.
+    Notifications are never answered.
+    """
+    others = retryable or batch_refused(BATCH_REFUSED)
+    elements: list[Answer] = []
+    for index, message in enumerate(messages):
+        # One message's id is repeated as sent; a batch element's only when JSON-RPC allows it.
+        request_id = message.get("id") if not batch and isinstance(message, dict) else jsonrpc.request_id_of(message)
+        answer = answers.get(index) if retryable is None else None
+        if answer is not None:
+            result = dict(answer)
+            if era is Era.PER_REQUEST:
+                result["resultType"] = "complete"
+            elements.append(Answer(jsonrpc.result(request_id, result), None))
+            continue
+        # Requests are answered, and so is anything that is no call at all; notifications are not.
+        answered = (isinstance(message, dict) and "id" in message) or not jsonrpc.is_request_or_notification(message)
+        elements.append(Answer(others.frame(request_id) if answered else None, others))
+    return elements
+
+
+async def send_answers(
+    send: ASGISendCallable, answers: Sequence[Answer], *, batch: bool, accept: bytes, retry_after: bytes = b""
+) -> None:
+    """Send ``answers`` (from :func:`answer_elements`): a batch as an array, one message as itself.
+
+    A refusal by an unavailable store is a 503 with ``Retry-After``, one over
+    the caller's handle budget a 429 with its own ``Retry-After``; anything
+    else goes out as a result, as JSON or as one SSE event to a client that
+    accepts only a stream.
+    """
+    frames = [answer.frame for answer in answers if answer.frame is not None]
+    payload: object = frames if batch else frames[0]
+    for refusal in {answer.refusal for answer in answers if answer.refusal is not None}:
+        if refusal.code == SESSION_STORE_UNAVAILABLE:
+            return await send_json(send, 503, payload, retry_after)
+        if refusal.code == TOO_MANY_SESSIONS:
+            return await send_json(send, 429, payload, str(refusal.retry_after or 1).encode())
+    await send_result(send, payload, accept=accept)

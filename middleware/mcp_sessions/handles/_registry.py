@@ -1,55 +1,39 @@
-"""The handle registry: its configuration, its kinds, and the handles it mints, verifies and revokes.
-
-The work is done elsewhere: the kind table (:mod:`._table`), minting
-(:mod:`._mint`), verifying (:mod:`._verify`), the store's records
-(:mod:`._records`). :class:`Handles` is what applications hold.
-"""
+"""Handles, the registry: its kinds and keys, and the handles it mints, verifies and revokes."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Mapping
-from typing import Final
 
 from ..session import digest_of
 from ..stores import SessionStore
 from ..tokens import KeySet
 from . import _format as fmt
-from ._budget import DEFAULT_MAX_HANDLES_PER_CALLER, HandleBudget
-from ._context import current_handle_context
-from ._errors import HandleError
-from ._handle import Handle
-from ._keys import derive_mac_keys
-from ._kind import DEFAULT_TTL, HandleKind
-from ._mint import mint_handle
-from ._records import DATA_PREFIX, kept_until
-from ._table import KindTable
-from ._verify import authenticate, verify_handle
+from ._format import CURRENT, DEFAULT_TTL, REQUEST, HandleKind, _Current, check_ttl
+from ._handle import (
+    DEFAULT_MAX_HANDLES_PER_CALLER,
+    Handle,
+    HandleBudget,
+    HandleError,
+    create_records,
+    minted_for,
+    refusal,
+    use,
+)
 
-__all__ = ["CURRENT", "Handle", "HandleKind", "Handles"]
-
-
-class _Current:
-    def __repr__(self) -> str:
-        return "CURRENT"
-
-
-CURRENT: Final = _Current()
-"""Take the principal from the current request's handle context (the default)."""
+__all__ = ["Handles"]
 
 
 class Handles:
     """Mints and verifies handles with the middleware's key set and store.
 
-    The MAC key of each key in ``keys`` that holds secret material (an HS256
-    secret, or an ES256 / EdDSA private key) is derived from it; the key set's
-    signer mints, every such key verifies, so rotation works as for sessions.
-    ``store`` keeps revocations, idle clocks and handle data, keyed by the
-    handle's stable id (``h:<id>``, ``hm:<id>``), never by the handle.
-    ``session_idle_ttl`` is the session middleware's ``idle_ttl``: a handle tied
-    to a session then ends when the session idles out. ``max_handles_per_caller``
-    bounds the live handles one caller (a principal, else a client address) may
-    mint, in this process (``None``: no maximum); see :class:`HandleBudget`.
+    Each key of ``keys`` that holds secret material (an HS256 secret, an ES256
+    or EdDSA private key) yields a handle MAC key: the signer mints, every such
+    key verifies, so rotation works as for sessions. ``store`` keeps
+    revocations, idle clocks and handle data, by stable id. ``session_idle_ttl``
+    is the session middleware's ``idle_ttl``, so that an idle session ends its
+    handles; ``max_handles_per_caller`` is the :class:`HandleBudget`.
     """
 
     def __init__(
@@ -73,22 +57,26 @@ class Handles:
         self.session_idle_ttl = session_idle_ttl
         self.max_handles_per_call = max_handles_per_call
         self.budget = HandleBudget(max_handles_per_caller)
-        mac_keys = derive_mac_keys(keys)
-        if not mac_keys:
+        self._mac_keys = fmt.mac_keys(keys)
+        if not self._mac_keys:
             raise ValueError(
                 "no key of the KeySet holds secret material to derive a handle MAC key from: "
                 "add a secret or a private key"
             )
         signer = keys.signer
-        self._signer_kid = signer.kid if signer is not None and signer.kid in mac_keys else None
-        self._table = KindTable(mac_keys, keys.audience)
+        self._signer = signer.kid if signer is not None and signer.kid in self._mac_keys else None
+        self._kinds: dict[str, HandleKind] = {}
+        self._by_prefix: dict[str, HandleKind] = {}
+        self._macs: dict[str, fmt.KindMacs] = {}  # by kind name
+        self.prefixes: tuple[str, ...] = ()
+        """``"bsk_"`` for each kind: how a handle is recognised."""
+        self.creators: frozenset[str] = frozenset()
+        """Each kind's ``create`` tool: refused up front for a caller who may mint no handle now."""
         for kind in kinds:
             self.register(kind)
 
     def __repr__(self) -> str:
-        return f"Handles(kinds={sorted(self._table.by_name)!r})"
-
-    # -- kinds ------------------------------------------------------------------------
+        return f"Handles(kinds={sorted(self._kinds)!r})"
 
     def kind(
         self,
@@ -100,51 +88,40 @@ class Handles:
         create: str | None = None,
         description: str | None = None,
     ) -> HandleKind:
-        """Declare a :class:`HandleKind` and register it (see :meth:`register`)."""
+        """Declare a :class:`HandleKind` and register it."""
         return self.register(
             HandleKind(name, prefix=prefix, ttl=ttl, idle_ttl=idle_ttl, create=create, description=description)
         )
 
     def register(self, kind: HandleKind) -> HandleKind:
-        """Make this registry mint and verify handles of ``kind``; names and prefixes must be unique."""
-        return self._table.register(kind)
+        """Mint and verify handles of ``kind`` here; names and prefixes are unique, the same kind again is a no-op."""
+        if not isinstance(kind, HandleKind):
+            raise TypeError("register takes a HandleKind")
+        if self._kinds.get(kind.name) is kind:
+            return kind
+        if kind.name in self._kinds:
+            raise ValueError(f"the handle kind {kind.name!r} is already registered")
+        if (owner := self._by_prefix.get(kind.prefix)) is not None:
+            raise ValueError(f"the prefix {kind.prefix!r} already belongs to the kind {owner.name!r}")
+        self._kinds[kind.name] = self._by_prefix[kind.prefix] = kind
+        self._macs[kind.name] = fmt.kind_macs(self._mac_keys, self.keys.audience, kind.name)
+        self.prefixes = (*self.prefixes, f"{kind.prefix}_")
+        self.creators = self.creators | {kind.create}
+        return kind
 
     @property
     def kinds(self) -> Mapping[str, HandleKind]:
-        """The registered kinds, by name."""
-        return self._table.by_name
-
-    @property
-    def creators(self) -> frozenset[str]:
-        """The tools that create a handle (each kind's ``create``): refused up front for a caller at its maximum."""
-        return self._table.creators
-
-    @property
-    def prefixes(self) -> tuple[str, ...]:
-        """``"bsk_"`` for each kind: how a handle is recognised."""
-        return self._table.prefixes
+        """The registered kinds, by name (a copy)."""
+        return dict(self._kinds)
 
     def kind_of(self, value: str) -> HandleKind | None:
-        """The registered kind whose prefix ``value`` starts with (``bsk_…``), if any: a cheap first look."""
-        return self._table.of(value)
-
-    # -- principals --------------------------------------------------------------------
+        """The registered kind whose prefix ``value`` starts with (``bsk_…``), if any."""
+        prefix, sep, _ = value.partition("_")
+        return self._by_prefix.get(prefix) if sep else None
 
     def principal_digest(self, principal: str) -> str:
         """The pseudonymous digest of a principal, as the session middleware computes it."""
         return digest_of(str(principal), self.keys.audience)
-
-    def _digest_of(self, principal: str | _Current | None) -> str | None:
-        if principal is CURRENT:
-            context = current_handle_context()
-            return None if context is None else context.principal_digest
-        if principal is None:
-            return None
-        if not isinstance(principal, str) or not principal:
-            raise TypeError("principal must be a non-empty string, None, or CURRENT")
-        return self.principal_digest(principal)
-
-    # -- minting, verifying, revoking ----------------------------------------------------
 
     async def mint(
         self,
@@ -159,35 +136,35 @@ class Handles:
     ) -> str:
         """A new handle of ``kind``: the string to give the model.
 
-        ``ttl`` overrides the kind's lifetime. ``data`` seeds ``handle.data``.
-        ``principal`` (a principal's name, ``None`` for none, by default the
-        current request's) binds the handle: another principal's requests are
-        refused. ``session_id`` ties it to a session: when the session ends,
-        so does the handle (``session_expires_at``, the session's expiry, also
-        caps the handle's). One store write, two with a binding or a tie.
-
-        In a request, the handle counts against the request's caller:
-        :class:`HandleLimitExceeded` when it holds ``max_handles_per_caller``
-        live handles, or is over the session middleware's create limit.
+        ``ttl`` overrides the kind's; ``data`` seeds ``handle.data``; ``principal``
+        (by default the current request's) binds the handle to a principal;
+        ``session_id`` ties it to a session, whose end (and ``session_expires_at``)
+        ends it too. In a request it counts against the caller, and raises
+        :class:`HandleLimitExceeded` when the caller may mint no more now.
         """
-        spec = self._table.lookup(kind)
-        current = time.time() if now is None else now
-        context = current_handle_context()
-        self.budget.spend(context, current)
-        token, kept = await mint_handle(
-            self,
-            self._table,
-            self._signer_kid,
-            spec,
-            ttl=ttl,
-            data=data,
-            principal_digest=self._digest_of(principal),
-            session_id=session_id,
-            session_expires_at=session_expires_at,
-            now=current,
-        )
-        self.budget.count_handle(context, kept)
-        return token
+        spec = self._registered(kind)
+        now = time.time() if now is None else now
+        request = REQUEST.get()
+        self.budget.spend(request, now)
+        digest = self._digest_of(principal)
+        if self._signer is None:
+            raise ValueError("the KeySet's signer holds no secret material: this Handles registry can only verify")
+        lifetime = spec.ttl if ttl is None else ttl
+        check_ttl("ttl", lifetime)
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):
+            raise TypeError("session_id must be a session's stable id (session.id)")
+        session_ends = math.inf if session_id is None or session_expires_at is None else session_expires_at
+        expires_at = math.ceil(min(now + lifetime, session_ends))
+        if expires_at <= now:
+            raise ValueError("the handle would be born expired (its session ends now)")
+        flags = (fmt.SESSION_FLAG if session_id is not None else 0) | (fmt.PRINCIPAL_FLAG if digest else 0)
+        hint, base = self._macs[spec.name][self._signer]
+        signed = fmt.pack(flags=flags, hint=hint, expires_at=expires_at)
+        kept_until = expires_at + self.keys.leeway
+        meta = {"p": digest, "s": session_id, "se": session_expires_at or expires_at} if flags else None
+        await create_records(self.store, fmt.stable_id(signed), kept_until, now=now, meta=meta, data=data or {})
+        self.budget.count_handle(request, kept_until)
+        return fmt.encode(spec.prefix, signed, fmt.mac(base, signed, digest))
 
     def authenticate(
         self,
@@ -197,16 +174,23 @@ class Handles:
         expected: HandleKind | None = None,
         now: float | None = None,
     ) -> tuple[HandleKind, fmt.Payload, str]:
-        """Shape, kind, MAC and expiry of a handle, with no I/O: its kind, fields and stable id.
+        """Shape, kind, MAC and expiry, with no I/O: the handle's kind, fields and stable id, or :class:`HandleError`.
 
-        Raises :class:`HandleError`; a MAC that fails for a principal-bound
-        handle is reported ``forged`` here (only the store can tell
-        ``other_principal``, see :meth:`verify_digest`).
+        A genuine handle bound to another principal is ``forged`` here: only
+        the store can tell ``other_principal`` (:meth:`verify_digest`).
         """
-        current = time.time() if now is None else now
-        return authenticate(
-            self._table, value, principal_digest, expected=expected, now=current, leeway=self.keys.leeway
-        )
+        spec, payload = self._parse(value)
+        if spec is None:
+            raise refusal("malformed", expected)
+        if expected is not None and spec is not expected:
+            raise refusal("wrong_kind", expected, other=spec)
+        if payload is None:
+            raise refusal("malformed", spec)
+        if not fmt.authentic(self._macs[spec.name], payload, principal_digest):
+            raise refusal("forged", spec)
+        if payload.expires_at + self.keys.leeway <= (time.time() if now is None else now):
+            raise refusal("expired", spec, payload.handle_id, at=payload.expires_at)
+        return spec, payload, payload.handle_id
 
     async def verify(
         self,
@@ -218,12 +202,12 @@ class Handles:
     ) -> Handle:
         """The verified :class:`Handle` for ``value``, or :class:`HandleError`.
 
-        Checks shape, kind (``kind``, if given), MAC, principal (by default the
-        current request's), expiry, then revocation and idle expiry in the
-        store, and the tied session's tombstone. Store failures raise
+        Shape, kind (if given), MAC, principal (by default the current
+        request's) and expiry; then, in the store, revocation, idle expiry and
+        the tied session. A store that cannot answer raises
         :class:`~mcp_sessions.SessionStoreUnavailable`.
         """
-        expected = None if kind is None else self._table.lookup(kind)
+        expected = None if kind is None else self._registered(kind)
         return await self.verify_digest(value, self._digest_of(principal), expected=expected, now=now)
 
     async def verify_digest(
@@ -235,13 +219,19 @@ class Handles:
         now: float | None = None,
     ) -> Handle:
         """:meth:`verify` with the principal given as its digest (what the session middleware holds)."""
-        return await verify_handle(self, self._table, value, principal_digest, expected=expected, now=now)
+        now = time.time() if now is None else now
+        try:
+            spec, payload, _ = self.authenticate(value, principal_digest, expected=expected, now=now)
+        except HandleError as exc:
+            if exc.reason == "forged" and (owned := await self._owned_by_another(value)) is not None:
+                raise owned from None
+            raise
+        return await use(self.store, str(value), spec, payload, self.keys.leeway, self.session_idle_ttl, now)
 
     async def revoke(self, handle: Handle | str, *, principal: str | _Current | None = CURRENT) -> bool:
-        """End a handle on every replica sharing the store, and drop its data.
+        """End a handle on every replica sharing the store, and drop its data; ``False`` if it had already ended.
 
-        Takes a verified :class:`Handle`, or a handle string (verified first,
-        for ``principal``). ``False`` when it had already ended.
+        A handle string is verified first, for ``principal``.
         """
         if not isinstance(handle, Handle):
             try:
@@ -250,5 +240,42 @@ class Handles:
                 if exc.reason in ("revoked", "expired"):
                     return False
                 raise
-        expires_at = kept_until(handle.expires_at_timestamp, self.keys.leeway)
-        return await self.store.revoke(DATA_PREFIX + handle.id, expires_at=expires_at)
+        return await handle.revoke()
+
+    def _registered(self, kind: HandleKind | str) -> HandleKind:
+        if isinstance(kind, HandleKind):
+            if self._kinds.get(kind.name) is not kind:
+                raise ValueError(f"the kind {kind.name!r} is not registered here: call handles.register(kind) first")
+            return kind
+        found = self._kinds.get(kind)
+        if found is None:
+            raise KeyError(f"no handle kind {kind!r} is registered: call handles.kind({kind!r}, prefix=...) first")
+        return found
+
+    def _digest_of(self, principal: str | _Current | None) -> str | None:
+        if principal is CURRENT:
+            request = REQUEST.get()
+            return None if request is None else request.principal_digest
+        if principal is None:
+            return None
+        if not isinstance(principal, str) or not principal:
+            raise TypeError("principal must be a non-empty string, None, or CURRENT")
+        return self.principal_digest(principal)
+
+    def _parse(self, value: object) -> tuple[HandleKind | None, fmt.Payload | None]:
+        """The kind a handle string names and its decoded payload, before any check."""
+        spec = self.kind_of(value) if type(value) is str else None
+        return spec, None if spec is None else fmt.decode(str(value)[len(spec.prefix) + 1 :])
+
+    async def _owned_by_another(self, value: object) -> HandleError | None:
+        """``other_principal`` for a genuine principal-bound handle whose MAC failed only for this principal.
+
+        One store read, on this failure path only: the digest it was minted for.
+        """
+        spec, payload = self._parse(value)
+        if spec is None or payload is None or not payload.principal_bound:
+            return None
+        owner = (await minted_for(self.store, payload.handle_id)).get("p")
+        if isinstance(owner, str) and fmt.authentic(self._macs[spec.name], payload, owner):
+            return refusal("other_principal", spec, payload.handle_id)
+        return None
