@@ -6,6 +6,7 @@
     mcp-sessions inspect -  < token.txt          decode (no verification)
     MCP_SESSIONS_SECRET=... mcp-sessions inspect -   decode, verify, and say why it is or is not valid
     mcp-sessions create http://127.0.0.1:8000/mcp   open a session; print its id and how to pass it
+    mcp-sessions conformance http://127.0.0.1:8000/mcp   check each session wire the server implements
 
 Private key material goes only to standard output or to a new file with mode
 0600. ``inspect`` never prints the token it is given, only its header and
@@ -21,6 +22,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from .._conformance import add_conformance_parser, run_conformance
 from ._create import run_create
 from ._exit import EXIT_USAGE, UsageError
 from ._inspect import run_inspect
@@ -35,7 +37,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Keys and tokens for mcp-sessions (data-layer sessions for MCP servers).",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_key_commands(commands)
+    add_conformance_parser(commands)
+    return parser
 
+
+def _add_key_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``keygen``, ``inspect`` and ``create``: keys, tokens, and a session for a client that cannot open one."""
     keygen = commands.add_parser(
         "keygen",
         help="generate a signing key (HS256 secret, or an ES256 or Ed25519 key pair)",
@@ -88,7 +96,6 @@ def _parser() -> argparse.ArgumentParser:
         "--header", action="append", default=[], metavar="'NAME: VALUE'", help="add a header (e.g. Authorization)"
     )
     create.add_argument("--json", action="store_true", help="print the session as JSON")
-    return parser
 
 
 def main(
@@ -107,6 +114,8 @@ def main(
             return run_keygen(args, stdout, stderr)
         if args.command == "create":
             return run_create(args, stdout, stderr)
+        if args.command == "conformance":
+            return run_conformance(args, stdout, stderr, os.environ if environ is None else environ)
         return run_inspect(args, stdin, stdout, os.environ if environ is None else environ)
     except UsageError as exc:
         print(f"mcp-sessions {args.command}: {exc}", file=stderr)

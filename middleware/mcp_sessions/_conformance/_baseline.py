@@ -1,0 +1,148 @@
+"""The official suite's expected-failures baseline: the same file, the same verdict, the same report.
+
+A ``server:`` list of ``<scenario>`` (the whole scenario may fail) or
+``<scenario>:<check-id>`` (only that check may fail). A failure that is not
+listed fails the run, and so does a listed entry that now passes (a stale
+baseline); WARNING counts as failing here, as it does in the official suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from ._model import ConformanceCheck
+from ._report import Palette
+from ._yaml import MAX_YAML_BYTES, YamlError, loads
+
+__all__ = ["BaselineResult", "Entry", "evaluate", "load_expected_failures", "print_baseline"]
+
+_SEVERITY = {"FAILURE": 3, "WARNING": 2, "SUCCESS": 1}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of a baseline list: a scenario, and the one check that may fail in it, if any."""
+
+    scenario: str
+    check: str | None = None
+
+    def __str__(self) -> str:
+        return self.scenario if self.check is None else f"{self.scenario}:{self.check}"
+
+
+@dataclass
+class BaselineResult:
+    """The verdict: 0 when only expected failures occurred, 1 on a regression or a stale entry."""
+
+    unexpected: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    expected: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """The exit status the official runner gives this verdict."""
+        return 1 if self.unexpected or self.stale else 0
+
+
+def _entry(value: object, number: int) -> Entry:
+    written = f"'server' entry {number}"
+    if isinstance(value, dict):
+        pairs = list(value.items())
+        if len(pairs) == 1 and isinstance(pairs[0][1], str) and pairs[0][1]:
+            key, rest = pairs[0]
+            why = f"Did you write '- {key}: {rest}'? Remove the space after the colon: '- {key}:{rest}'"
+        else:
+            why = "A per-check entry takes no space after the colon."
+        raise ValueError(f"{written} is not '<scenario>' or '<scenario>:<check-id>'. {why}")
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{written} is not '<scenario>' or '<scenario>:<check-id>'. This one is empty.")
+    scenario, colon, check = value.partition(":")
+    if colon and not (scenario and check):
+        raise ValueError(f"{written} ({value!r}): both sides of the colon are required.")
+    return Entry(scenario, check or None)
+
+
+def load_expected_failures(path: Path) -> list[Entry]:
+    """The ``server`` entries of an expected-failures file, checked as the official suite checks them."""
+    if path.stat().st_size > MAX_YAML_BYTES:
+        raise ValueError(f"{path}: over {MAX_YAML_BYTES} bytes")
+    try:
+        document = loads(path.read_text(encoding="utf-8"))
+    except YamlError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if document is None:
+        return []
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: expected an object with 'server' and/or 'client' keys")
+    listed = document.get("server")
+    if listed is None:
+        return []
+    if not isinstance(listed, list):
+        raise ValueError(f"{path}: 'server' must be an array of scenario names")
+    entries = [_entry(value, number) for number, value in enumerate(listed, 1)]
+    wholesale = {entry.scenario for entry in entries if entry.check is None}
+    for entry in entries:
+        if entry.check is not None and entry.scenario in wholesale:
+            raise ValueError(
+                f"'{entry.scenario}' expects the whole scenario to fail, so '{entry}' is redundant. "
+                "Remove one or the other."
+            )
+    return entries
+
+
+def _collapsed(checks: Sequence[ConformanceCheck]) -> dict[str, str]:
+    """Each check id's verdict, the most severe of its occurrences (INFO left out)."""
+    verdicts: dict[str, str] = {}
+    for check in checks:
+        if check["status"] == "INFO":
+            continue
+        seen = verdicts.get(check["id"])
+        if seen is None or _SEVERITY.get(check["status"], 0) >= _SEVERITY.get(seen, 0):
+            verdicts[check["id"]] = check["status"]
+    return verdicts
+
+
+def evaluate(results: Sequence[tuple[str, Sequence[ConformanceCheck]]], entries: Sequence[Entry]) -> BaselineResult:
+    """The official ``evaluateBaseline``: whole-scenario entries, then per-check ones."""
+    verdict = BaselineResult()
+    wholesale = {entry.scenario for entry in entries if entry.check is None}
+    for scenario, checks in results:
+        failing = any(check["status"] in ("FAILURE", "WARNING") for check in checks)
+        if scenario in wholesale:
+            (verdict.expected if failing else verdict.stale).append(scenario)
+            continue
+        allowed = list(dict.fromkeys(e.check for e in entries if e.scenario == scenario and e.check is not None))
+        if not allowed:
+            if failing:
+                verdict.unexpected.append(scenario)
+            continue
+        collapsed = _collapsed(checks)
+        for check, status in collapsed.items():
+            if status in ("FAILURE", "WARNING"):
+                (verdict.expected if check in allowed else verdict.unexpected).append(f"{scenario}:{check}")
+        verdict.stale.extend(f"{scenario}:{check}" for check in allowed if collapsed.get(check) == "SUCCESS")
+    return verdict
+
+
+def print_baseline(verdict: BaselineResult, out: TextIO, palette: Palette) -> None:
+    """The official ``printBaselineResults``."""
+    sections = (
+        (verdict.expected, palette.yellow, "Expected failures (in baseline):", "~"),
+        (verdict.stale, palette.red, "Stale baseline entries (now passing - remove from baseline):", "✓"),
+        (verdict.unexpected, palette.red, "Unexpected failures (not in baseline):", "✗"),
+    )
+    for entries, colour, title, mark in sections:
+        if entries:
+            out.write(f"\n{colour}{title}{palette.reset}\n" + "".join(f"  {mark} {entry}\n" for entry in entries))
+    if verdict.exit_code == 0:
+        out.write(f"\n{palette.green}Baseline check passed: all failures are expected.{palette.reset}\n")
+        return
+    if verdict.stale:
+        message = "Baseline is stale: update your expected-failures file to remove passing entries."
+        out.write(f"\n{palette.red}{message}{palette.reset}\n")
+    if verdict.unexpected:
+        message = "Unexpected failures detected: these are not in your expected-failures baseline."
+        out.write(f"\n{palette.red}{message}{palette.reset}\n")

@@ -1,0 +1,223 @@
+"""Checks as the official MCP conformance suite writes them, and the requirements they come from.
+
+Each wire's requirements are one traceability file (``traceability/<scenario>.yaml``,
+in the shape of the official suite's ``src/seps/sep-NNNN.yaml``): a row is a
+normative sentence, quoted, with the check that tests it (its id, its level and
+the section it sits in) or the reason it cannot be checked from outside. A
+check's status follows the sentence's keyword, as the official suite rules:
+MUST → ``FAILURE``, SHOULD → ``WARNING``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Final, Literal, NotRequired, TypedDict
+
+from ._yaml import YamlValue, loads
+
+__all__ = [
+    "ERAS",
+    "LEGACY",
+    "MODERN",
+    "Bail",
+    "ConformanceCheck",
+    "Excluded",
+    "Recorder",
+    "Requirement",
+    "SpecReference",
+    "Status",
+    "Traceability",
+    "load_traceability",
+    "now",
+]
+
+MODERN: Final = "2026-07-28"
+"""The stateless era: every request carries its envelope in ``params._meta``."""
+LEGACY: Final = "2025-11-25"
+"""The handshake era: ``initialize`` first, ``Mcp-Session-Id`` is the server's transport session."""
+ERAS: Final = (LEGACY, MODERN)
+
+Status = Literal["SUCCESS", "FAILURE", "WARNING", "SKIPPED", "INFO"]
+Level = Literal["MUST", "SHOULD"]
+_STATUS_OF: Final[Mapping[Level, Status]] = {"MUST": "FAILURE", "SHOULD": "WARNING"}
+_PACKAGE: Final = __name__.rpartition(".")[0]
+_CHECK_ID: Final = re.compile(r"sessions-[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
+class SpecReference(TypedDict):
+    """Where a requirement is written (the official ``SpecReference``)."""
+
+    id: str
+    url: NotRequired[str]
+
+
+class ConformanceCheck(TypedDict):
+    """One check's outcome, field for field the official suite's ``ConformanceCheck``."""
+
+    id: str
+    name: str
+    description: str
+    status: Status
+    timestamp: str
+    specReferences: NotRequired[list[SpecReference]]
+    details: NotRequired[dict[str, object]]
+    errorMessage: NotRequired[str]
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A normative sentence and the check that tests it."""
+
+    check: str
+    level: Level
+    text: str
+    section: str
+    era: str | None
+    """The only era the check applies to, or ``None`` for both."""
+
+
+@dataclass(frozen=True)
+class Excluded:
+    """A normative sentence no check tests, and why it cannot be checked from outside."""
+
+    text: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Traceability:
+    """One wire's traceability file: every requirement, checked or excluded."""
+
+    wire: str
+    scenario: str
+    spec: str
+    spec_url: str | None
+    """Where the spec is published, when it is (this project's own pages are in the repository)."""
+    requirements: tuple[Requirement, ...]
+    excluded: tuple[Excluded, ...]
+
+    def requirement(self, check: str) -> Requirement:
+        """The requirement ``check`` tests (a check without one is a programming error)."""
+        for requirement in self.requirements:
+            if requirement.check == check:
+                return requirement
+        raise KeyError(f"{check} has no row in traceability/{self.scenario}.yaml")
+
+
+def now() -> str:
+    """The time as JavaScript's ``Date.toISOString`` writes it, as the official suite stamps checks."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _text(row: Mapping[str, YamlValue], key: str, where: str) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{where}: {key!r} must be a non-empty string")
+    return value
+
+
+def _rows(document: YamlValue, where: str) -> Iterator[Mapping[str, YamlValue]]:
+    rows = document.get("requirements") if isinstance(document, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise ValueError(f"{where}: 'requirements' must be a list of rows")
+    for row in rows:
+        assert isinstance(row, dict)
+        yield row
+
+
+def load_traceability(scenario: str) -> Traceability:
+    """The traceability file of ``scenario``, read from the package and checked."""
+    where = f"traceability/{scenario}.yaml"
+    document = loads(resources.files(_PACKAGE).joinpath(where).read_text(encoding="utf-8"))
+    if not isinstance(document, dict):
+        raise ValueError(f"{where}: expected a mapping")
+    requirements, excluded = [], []
+    for row in _rows(document, where):
+        text = _text(row, "text", where)
+        if "excluded" in row:
+            excluded.append(Excluded(text, _text(row, "excluded", where)))
+            continue
+        check, level, era = _text(row, "check", where), row.get("level"), row.get("era")
+        if not _CHECK_ID.fullmatch(check) or level not in ("MUST", "SHOULD") or era not in (None, *ERAS):
+            raise ValueError(f"{where}: {check}: a check id, level MUST or SHOULD, and an era if any")
+        keyword: Level = "MUST" if level == "MUST" else "SHOULD"
+        requirements.append(Requirement(check, keyword, text, _text(row, "section", where), era))
+    return Traceability(
+        wire=_text(document, "wire", where),
+        scenario=_text(document, "scenario", where),
+        spec=_text(document, "spec", where),
+        spec_url=_text(document, "spec_url", where) if "spec_url" in document else None,
+        requirements=tuple(requirements),
+        excluded=tuple(excluded),
+    )
+
+
+class Bail(Exception):
+    """A gate failed: nothing after it can be exercised, so the scenario ends (its own check says why)."""
+
+
+def _name(check: str) -> str:
+    return "".join(part.capitalize() for part in check.split("-"))
+
+
+class Recorder:
+    """Collects one scenario's checks at one era, each stamped from its requirement."""
+
+    def __init__(self, traceability: Traceability, era: str) -> None:
+        self.traceability = traceability
+        self.era = era
+        self.checks: list[ConformanceCheck] = []
+
+    def applies(self, check: str) -> bool:
+        """Whether ``check`` applies at this run's era (the runner drops it otherwise, as the official one does)."""
+        era = self.traceability.requirement(check).era
+        return era is None or era == self.era
+
+    def record(self, check: str, problem: str | None, details: Mapping[str, object] | None = None) -> bool:
+        """``SUCCESS`` when ``problem`` is ``None``, else the requirement's level; whether it passed."""
+        requirement = self.traceability.requirement(check)
+        self._emit(requirement, "SUCCESS" if problem is None else _STATUS_OF[requirement.level], problem, details)
+        return problem is None
+
+    def gate(self, check: str, problem: str | None, details: Mapping[str, object] | None = None) -> None:
+        """Record ``check``; when it failed, end the scenario: the checks after it need what it checks."""
+        if not self.record(check, problem, details):
+            raise Bail(check)
+
+    def skip(self, check: str, reason: str) -> None:
+        """Not applicable here: an optional feature the server did not take up (never a missing prerequisite)."""
+        self._emit(self.traceability.requirement(check), "SKIPPED", None, {"reason": reason})
+
+    def untestable(self, check: str, reason: str) -> None:
+        """A missing prerequisite: failed at the requirement's level, saying so (the official ``untestableCheck``)."""
+        requirement = self.traceability.requirement(check)
+        details = {"untestable": True, "reason": reason}
+        self._emit(requirement, _STATUS_OF[requirement.level], f"Not testable: {reason}", details)
+
+    def _reference(self, requirement: Requirement) -> SpecReference:
+        reference: SpecReference = {"id": f"{self.traceability.spec} §{requirement.section}"}
+        if self.traceability.spec_url is not None:
+            reference["url"] = self.traceability.spec_url
+        return reference
+
+    def _emit(
+        self, requirement: Requirement, status: Status, problem: str | None, details: Mapping[str, object] | None
+    ) -> None:
+        if requirement.era is not None and requirement.era != self.era:
+            return
+        check: ConformanceCheck = {
+            "id": requirement.check,
+            "name": _name(requirement.check),
+            "description": requirement.text,
+            "status": status,
+            "timestamp": now(),
+            "specReferences": [self._reference(requirement)],
+            "details": {"level": requirement.level, "specVersion": self.era, **(details or {})},
+        }
+        if problem is not None:
+            check["errorMessage"] = problem
+        self.checks.append(check)

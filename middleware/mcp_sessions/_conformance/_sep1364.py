@@ -1,0 +1,162 @@
+"""The scenarios ``sessions-sep1364-alt1`` and ``sessions-sep1364-alt2``: SEP-1364's two alternatives.
+
+Both put a top-level ``sessionId`` on requests and responses and have
+``Mcp-Session-Id`` mirror it; alternative 1 opens a session with
+``session/create`` beside ``initialize``, alternative 2 with ``initialize``
+itself (so it exists only in the handshake era). Fixture tool: ``count``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._exchange import Exchange, member, tool_names, tool_text
+from ._model import LEGACY, MODERN, Recorder
+from ._peer import CLIENT_INFO, Peer
+
+__all__ = ["run_alt1", "run_alt2"]
+
+MEMBER = "sessionId"
+MISMATCH = -32020
+UNKNOWN_ID = "sess-conformance-unknown"
+_OPEN = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": CLIENT_INFO}
+
+
+@dataclass(frozen=True)
+class Session:
+    """An open session of either alternative: its id, and the client (connection) it was opened on."""
+
+    peer: Peer
+    token: str
+
+    def call(self, method: str, params: dict[str, object] | None = None, *, header: str | None = None) -> Exchange:
+        """A request in the session: the top-level ``sessionId``, mirrored in ``Mcp-Session-Id``."""
+        return self.peer.call(method, params, top={MEMBER: self.token}, session_header=header or self.token)
+
+    def count(self) -> str | None:
+        """The fixture's counter of this session, one higher; ``None`` when the call did not succeed."""
+        return tool_text(self.call("tools/call", {"name": "count", "arguments": {}}))
+
+
+def _is_empty_result(exchange: Exchange) -> bool:
+    """An answer that is the SEP's ``Result {}`` (``resultType`` and ``_meta`` aside)."""
+    return exchange.result is not None and not set(exchange.result) - {"resultType", "_meta"}
+
+
+def _check_session_use(rec: Recorder, wire: str, first: Session, second: Session | None) -> None:
+    """What both alternatives share: the id comes back, is the context, and the header mirrors it."""
+    listed = first.call("tools/list")
+    echoed = member(listed.answer, MEMBER)
+    mirrored = listed.headers.get("mcp-session-id", first.token)
+    problem = None if echoed == first.token else f"the response's top-level sessionId is {echoed!r}"
+    rec.record(f"sessions-{wire}-response-session-id", problem, listed.summary())
+    if "count" not in tool_names(listed):
+        rec.untestable(f"sessions-{wire}-session-is-context", "the server has no count tool")
+    else:
+        counts = [first.count(), first.count(), *([second.count()] if second else [])]
+        expected = ["1", "2", "1"][: len(counts)]
+        problem = None if counts == expected else f"count answered {counts}, expected {expected}"
+        rec.record(f"sessions-{wire}-session-is-context", problem, {"counts": counts})
+    other = first.call("tools/list", header="sess-conformance-mismatch")
+    if other.error_code != MISMATCH:
+        problem = f"a request whose Mcp-Session-Id differs from its sessionId: {other.summary()}"
+    else:
+        problem = None if mirrored == first.token else f"the response's Mcp-Session-Id is {mirrored!r}"
+    rec.record(f"sessions-{wire}-header-mirrors", problem, other.summary())
+
+
+def _create(peer: Peer, params: dict[str, object], top: str | None = None) -> tuple[Exchange, str | None]:
+    created = peer.call("session/create", params, top={MEMBER: top}, session_header=top if top else None)
+    token = member(created.result, MEMBER)
+    return created, token if isinstance(token, str) and token else None
+
+
+def _second_client(peer: Peer) -> Peer:
+    """Another client for a second session: on the 2025 era its own transport session, as a new client has."""
+    if peer.era == MODERN:
+        return peer
+    fresh = peer.fresh()
+    fresh.handshake()
+    return fresh
+
+
+def run_alt1(peer: Peer, rec: Recorder) -> None:
+    """Every check of SEP-1364 alternative 1."""
+    if peer.era == LEGACY:
+        peer.handshake()
+    required = member(peer.server_capabilities(), "sessions", "required")
+    problem = None if isinstance(required, bool) else f"capabilities.sessions.required is {required!r}"
+    rec.record("sessions-sep1364-alt1-capability", problem)
+    created, token = _create(peer, {"capabilities": {}})
+    rec.gate("sessions-sep1364-alt1-create", None if token else "no result.sessionId", created.summary())
+    assert token is not None
+    other_peer = _second_client(peer)
+    _, other = _create(other_peer, {"capabilities": {}})
+    first, second = Session(peer, token), Session(other_peer, other) if other else None
+    _check_session_use(rec, "sep1364-alt1", first, second)
+    sessionless = peer.call("tools/list", top={MEMBER: None})
+    served = sessionless.result is not None
+    problem = None
+    if served and required is True:
+        problem = "sessions.required is true, yet a request with a null sessionId was served"
+    elif not served and required is not True:
+        problem = "sessions are not required, yet a request with a null sessionId was refused"
+    rec.record("sessions-sep1364-alt1-required-matches-capability", problem, sessionless.summary())
+    refreshed, same = _create(peer, {MEMBER: token, "capabilities": {}}, token)
+    problem = None if same == token else f"refreshing named another session: {refreshed.summary()}"
+    rec.record("sessions-sep1364-alt1-refresh", problem)
+    invalid, _ = _create(peer, {MEMBER: UNKNOWN_ID, "capabilities": {}})
+    problem = None if invalid.result is None else "session/create with an invalid sessionId was not an error"
+    rec.record("sessions-sep1364-alt1-refresh-invalid", problem, invalid.summary())
+    _check_end(rec, "sep1364-alt1", second, "session/delete")
+
+
+def _check_end(rec: Recorder, wire: str, session: Session | None, method: str) -> None:
+    """Ending a session: the SEP's empty result, and the session is gone."""
+    ended, gone = f"sessions-{wire}-{method.rpartition('/')[2]}", f"sessions-{wire}-ended-session"
+    if session is None:
+        rec.untestable(ended, "a second session could not be opened to end")
+        rec.untestable(gone, "a second session could not be opened to end")
+        return
+    answer = session.call(method, {MEMBER: session.token})
+    rec.record(ended, None if _is_empty_result(answer) else f"not an empty result: {answer.summary()}")
+    after = session.call("tools/list")
+    problem = None if after.result is None else f"a request in the ended session was served: {after.summary()}"
+    rec.record(gone, problem)
+
+
+def _open(peer: Peer, token: str | None) -> Exchange:
+    """Alternative 2's ``initialize`` with a top-level ``sessionId`` (``None``: a new session)."""
+    body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": _OPEN, MEMBER: token}
+    return peer.post(body, {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}, 0)
+
+
+def _opened(peer: Peer) -> Session | None:
+    """A new session of alternative 2 on a client of its own, ``notifications/initialized`` sent."""
+    fresh = peer.fresh()
+    opened = _open(fresh, None)
+    token = member(opened.answer, MEMBER)
+    if not isinstance(token, str) or not token or opened.result is None:
+        return None
+    fresh.notify("notifications/initialized", top={MEMBER: token}, session_header=token)
+    return Session(fresh, token)
+
+
+def run_alt2(peer: Peer, rec: Recorder) -> None:
+    """Every check of SEP-1364 alternative 2 (the handshake era only)."""
+    first = _opened(peer)
+    rec.gate("sessions-sep1364-alt2-open", None if first else "initialize with a null sessionId opened no session")
+    assert first is not None
+    second = _opened(peer)
+    _check_session_use(rec, "sep1364-alt2", first, second)
+    resumed = member(_open(first.peer, first.token).answer, MEMBER)
+    problem = None if resumed == first.token else f"initialize with a valid sessionId answered {resumed!r}"
+    rec.record("sessions-sep1364-alt2-resume", problem)
+    invalid = _open(peer.fresh(), UNKNOWN_ID)
+    problem = None if invalid.result is None else "initialize with an invalid sessionId was not an error"
+    rec.record("sessions-sep1364-alt2-invalid", problem, invalid.summary())
+    _check_end(rec, "sep1364-alt2", second, "terminate")
+    if second is not None:
+        again = member(_open(second.peer, second.token).answer, "result")
+        problem = None if again is None else "initialize with a terminated sessionId was not an error"
+        rec.record("sessions-sep1364-alt2-ended-session", problem)

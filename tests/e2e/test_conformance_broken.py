@@ -1,0 +1,91 @@
+"""Issue 40's bar for checks that can fail: each broken rule fails exactly its checks, and every check has one.
+
+Each fault (tests/e2e/_faults.py) is the quickstart behind ``MCPSessionMiddleware``
+with one rule of one wire broken by a small ASGI middleware in front of it
+(tests/e2e/_broken.py). ``mcp-sessions conformance`` against it must fail
+exactly the checks the fault names; the same server unbroken fails none; and
+the faults together break every check the pack has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+from examples.quickstart import SESSION_TOOLS, build_app, build_server
+from starlette.types import ASGIApp
+
+from conftest import SECRET
+from e2e._broken import Fault, TakesBatches, broken_servers, place_unbatcher
+from e2e._faults import FAULTS
+from e2e._pack import run_pack
+from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions._conformance._model import load_traceability
+from mcp_sessions._conformance._runner import SCENARIOS
+
+
+def quickstart(profiles: str, **options: Any) -> ASGIApp:
+    environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_PROFILES": profiles}
+    return build_app(json_response=False, stateless=False, environ=environ, **options)
+
+
+def takes_batches() -> ASGIApp:
+    """The quickstart's server (JSON, stateless) taking batches: the servers the draft's batch rules are about."""
+    app = build_server().streamable_http_app(streamable_http_path="/mcp", json_response=True, stateless_http=True)
+    assert place_unbatcher(app)
+    return MCPSessionMiddleware.from_env(
+        app,
+        environ={"MCP_SESSIONS_SECRET": SECRET},
+        guard=TakesBatches(json_response=True),
+        require_session_tools=SESSION_TOOLS,
+    )
+
+
+BASES: dict[str, Callable[[], ASGIApp]] = {
+    "draft": lambda: quickstart("draft"),
+    "strawman": lambda: quickstart("strawman"),
+    "sep1364-alt1": lambda: quickstart("sep1364-alt1"),
+    "sep1364-alt2": lambda: quickstart("sep1364-alt2"),
+    "hosts-data": lambda: quickstart("draft", conversation_data="anonymous"),
+    "batches": takes_batches,
+}
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, str]]:
+    """Each base app, unbroken at ``/mcp`` and with each of its faults at ``/<fault>/mcp``: one uvicorn a base."""
+    with ExitStack() as stack:
+        urls = {}
+        for base, make in BASES.items():
+            faults = {f.name: f for f in FAULTS if f.base == base}
+            assert len(faults) == sum(f.base == base for f in FAULTS), f"two faults of {base} share a name"
+            urls[base] = stack.enter_context(broken_servers(make(), faults))
+        yield urls
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f"{f.wire}-{f.name}")
+def test_a_broken_rule_fails_exactly_its_checks(servers: dict[str, str], fault: Fault) -> None:
+    run = run_pack(f"{servers[fault.base]}/{fault.name}/mcp", "--wire", fault.wire, "--spec-version", fault.era)
+
+    assert run.failing() == fault.breaks, run.out
+    must = any(c["status"] == "FAILURE" for checks in run.checks.values() for c in checks)
+    assert run.code == (1 if must else 0)
+
+
+@pytest.mark.parametrize(("base", "wire", "era"), sorted({(f.base, f.wire, f.era) for f in FAULTS}))
+def test_each_server_unbroken_passes_every_check(servers: dict[str, str], base: str, wire: str, era: str) -> None:
+    run = run_pack(f"{servers[base]}/mcp", "--wire", wire, "--spec-version", era)
+
+    assert (run.code, run.failing()) == (0, set()), run.out
+    if base == "batches":  # a server that takes batches: the batch checks run, and pass
+        statuses = run.statuses()
+        assert statuses["sessions-draft-batch-session-method"] == {"SUCCESS"}
+        assert statuses["sessions-draft-batch-bad-session"] == {"SUCCESS"}
+
+
+def test_every_check_of_the_pack_fails_against_some_fault() -> None:
+    every = {r.check for scenario in SCENARIOS for r in load_traceability(scenario.name).requirements}
+
+    assert set().union(*(fault.breaks for fault in FAULTS)) == every

@@ -1,0 +1,240 @@
+"""Issue 40's bar: ``mcp-sessions conformance`` against the quickstart passes every check, each wire, both eras.
+
+The quickstart runs on real uvicorn in each profile (and with host conversation
+data on, and with every wire at once); the pack runs in process, as a user's
+CI runs it, and once as a real subprocess. The same runs show that every row of
+the traceability files names a check the pack emits, that ``checks.json`` has
+the official suite's shape, that the console prints its lines, and they make
+the results table of docs/conformance.md:
+
+    MCP_SESSIONS_UPDATE_CONFORMANCE=1 python -m pytest -n 0 tests/e2e/test_conformance_quickstart.py
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from examples.quickstart import build_app
+
+from conftest import SECRET, serve
+from e2e._pack import LEGACY, MODERN, PackRun, run_pack
+from mcp_sessions._conformance._model import load_traceability
+from mcp_sessions._conformance._runner import SCENARIOS
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
+UPDATE_VARIABLE = "MCP_SESSIONS_UPDATE_CONFORMANCE"
+ALL = "draft,strawman,sep1364-alt1,sep1364-alt2"
+
+
+@dataclass(frozen=True)
+class Server:
+    """A quickstart configuration, as the docs' table names it."""
+
+    title: str
+    profiles: str
+    json: bool = False
+    stateless: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+SERVERS = {
+    "draft": Server("`MCP_SESSIONS_PROFILES=draft`, SSE, stateful", "draft"),
+    "draft-json": Server("`MCP_SESSIONS_PROFILES=draft`, JSON, stateless", "draft", json=True, stateless=True),
+    "strawman": Server("`MCP_SESSIONS_PROFILES=strawman`, SSE, stateful", "strawman"),
+    "sep1364-alt1": Server("`MCP_SESSIONS_PROFILES=sep1364-alt1`, SSE, stateful", "sep1364-alt1"),
+    "sep1364-alt2": Server("`MCP_SESSIONS_PROFILES=sep1364-alt2`, SSE, stateful", "sep1364-alt2"),
+    "hosts-data": Server(
+        "`MCP_SESSIONS_CONVERSATION_DATA=anonymous`, SSE, stateful", "draft", options={"conversation_data": "anonymous"}
+    ),
+    "all": Server(f"`MCP_SESSIONS_PROFILES={ALL}`, SSE, stateful", ALL),
+}
+# The one failure of the quickstart with every wire at once: in the 2025 era a client's capabilities live in its
+# initialize, so a strawman client outside a session gets the first wire's "required" (docs/profiles.md).
+ALL_WIRES_2025_BASELINE = "server:\n  - sessions-strawman:sessions-strawman-session-required\n"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row of the results table: a server, the wire checked (``None``: every wire), an era, a baseline."""
+
+    server: str
+    wire: str | None
+    era: str
+    baseline: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.server}-{self.wire or 'every-wire'}-{self.era}"
+
+
+PAIRS = [
+    ("draft", "draft"),
+    ("draft-json", "draft"),
+    ("strawman", "strawman"),
+    ("sep1364-alt1", "sep1364-alt1"),
+    ("draft", "hosts"),
+    ("hosts-data", "hosts"),
+]
+RUNS = [
+    *(Run(server, wire, era) for server, wire in PAIRS for era in (MODERN, LEGACY)),
+    Run("sep1364-alt2", "sep1364-alt2", LEGACY),
+    Run("all", None, MODERN),
+    Run("all", None, LEGACY, ALL_WIRES_2025_BASELINE),
+]
+
+
+@pytest.fixture(scope="module")
+def urls() -> Iterator[dict[str, str]]:
+    """Each quickstart configuration on its own uvicorn, for the whole module."""
+    with ExitStack() as stack:
+        found = {}
+        for key, server in SERVERS.items():
+            environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_PROFILES": server.profiles}
+            app = build_app(json_response=server.json, stateless=server.stateless, environ=environ, **server.options)
+            found[key] = stack.enter_context(serve(app)) + "/mcp"
+        yield found
+
+
+@pytest.fixture(scope="module")
+def runs(urls: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, PackRun]:
+    """Every run of ``RUNS``, once for the module."""
+    done = {}
+    for run in RUNS:
+        args = [*(["--wire", run.wire] if run.wire else []), "--spec-version", run.era]
+        if run.baseline is not None:
+            baseline = tmp_path_factory.mktemp("baseline") / "conformance-baseline.yml"
+            baseline.write_text(run.baseline, encoding="utf-8")
+            args += ["--expected-failures", str(baseline)]
+        done[run.id] = run_pack(urls[run.server], *args)
+    return done
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[run.id for run in RUNS])
+def test_the_quickstart_passes_every_check(runs: dict[str, PackRun], run: Run) -> None:
+    result = runs[run.id]
+
+    assert result.code == 0, result.out
+    expected = {"sessions-strawman-session-required"} if run.baseline else set()
+    assert result.failing() == expected, result.out
+    if run.baseline:
+        assert "Baseline check passed: all failures are expected." in result.out
+
+
+def test_without_its_baseline_the_every_wire_2025_run_fails(urls: dict[str, str]) -> None:
+    result = run_pack(urls["all"], "--wire", "strawman", "--spec-version", LEGACY)
+
+    assert result.code == 1
+    assert result.failing() == {"sessions-strawman-session-required"}
+
+
+def test_every_traceability_row_names_a_check_the_pack_emits(runs: dict[str, PackRun]) -> None:
+    rows = {r.check for scenario in SCENARIOS for r in load_traceability(scenario.name).requirements}
+    emitted = {check["id"] for run in runs.values() for checks in run.checks.values() for check in checks}
+
+    assert rows - emitted == set(), "rows naming a check the pack never emits"
+    assert emitted - rows == set(), "checks the pack emits with no row"
+
+
+def test_checks_json_has_the_official_check_shape(runs: dict[str, PackRun]) -> None:
+    """The official suite's ``ConformanceCheck`` (src/types.ts), field by field, and its ``toISOString`` stamps."""
+    required = {"id": str, "name": str, "description": str, "status": str, "timestamp": str}
+    optional = {
+        "specReferences": list,
+        "source": dict,
+        "details": dict,
+        "metadata": dict,
+        "errorMessage": str,
+        "logs": list,
+    }
+    stamp = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
+    checks = [check for run in runs.values() for checks in run.checks.values() for check in checks]
+    assert checks
+    for check in checks:
+        assert set(check) <= set(required) | set(optional), check
+        assert all(isinstance(check[key], kind) for key, kind in required.items()), check
+        assert all(isinstance(check[key], kind) for key, kind in optional.items() if key in check), check
+        assert check["status"] in {"SUCCESS", "FAILURE", "WARNING", "SKIPPED", "INFO"}
+        assert stamp.fullmatch(check["timestamp"]), check["timestamp"]
+        for reference in check.get("specReferences", []):
+            assert set(reference) <= {"id", "url"} and isinstance(reference["id"], str), reference
+        assert check["name"] == "".join(part.capitalize() for part in check["id"].split("-"))
+        assert ("errorMessage" in check) == (check["status"] in ("FAILURE", "WARNING")), check
+
+
+def test_the_console_prints_the_official_lines(runs: dict[str, PackRun]) -> None:
+    result = runs[Run("all", None, MODERN).id]
+    lines = result.out.splitlines()
+    for scenario, checks in result.checks.items():
+        width_id = max(len(check["id"]) for check in checks)
+        width_status = max(len(check["status"]) for check in checks)
+        for check in checks:
+            line = f"{check['timestamp']} [{check['id'].ljust(width_id)}] {check['status'].ljust(width_status)} "
+            assert line + check["description"] in lines
+        passed = sum(check["status"] == "SUCCESS" for check in checks)
+        denominator = sum(check["status"] in ("SUCCESS", "FAILURE") for check in checks)
+        assert f"Passed: {passed}/{denominator}, 0 failed, 0 warnings" in lines
+        assert f"✓ {scenario}: {passed} passed, 0 failed" in lines
+    total = sum(check["status"] == "SUCCESS" for checks in result.checks.values() for check in checks)
+    assert lines[-1] == f"Total: {total} passed, 0 failed"
+    assert "SKIPPED: scenario 'sessions-sep1364-alt2' is not applicable at spec version 2026-07-28" in result.out
+
+
+def test_a_real_subprocess_run(urls: dict[str, str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    argv = [sys.executable, "-m", "mcp_sessions.cli", "conformance", urls["draft"], "--wire", "draft"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, check=False)
+
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout
+    assert done.stdout.splitlines()[-1] == "Total: 32 passed, 0 failed"
+    assert "\x1b[" not in done.stdout  # not a terminal: no colours
+
+
+# -- docs/conformance.md -----------------------------------------------------------------------------------
+
+
+def _row(run: Run, scenario: str, checks: list[dict[str, Any]]) -> str:
+    count = {status: sum(c["status"] == status for c in checks) for status in ("SUCCESS", "FAILURE", "WARNING")}
+    skipped = sum(c["status"] == "SKIPPED" for c in checks)
+    failed = sorted({c["id"] for c in checks if c["status"] == "FAILURE"})
+    failures = f"{len(failed)}: " + ", ".join(f"`{f}` (baselined)" for f in failed) if failed else "0"
+    passed = f"{count['SUCCESS']}/{count['SUCCESS'] + count['FAILURE']}"
+    server = SERVERS[run.server].title
+    return f"| {server} | `{scenario}` | {run.era} | {passed} | {failures} | {count['WARNING']} | {skipped} |"
+
+
+def render_results(runs: dict[str, PackRun]) -> str:
+    """The results table: every run of this module, a row per scenario."""
+    lines = [
+        "| quickstart | scenario | spec version | passed | failed | warnings | skipped |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    order = [scenario.name for scenario in SCENARIOS]
+    for run in RUNS:
+        checks = runs[run.id].checks
+        lines += [_row(run, name, checks[name]) for name in order if name in checks]
+    return "\n".join(lines) + "\n"
+
+
+def test_docs_results_table_is_generated_from_this_run(runs: dict[str, PackRun]) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    begin, end = "<!-- begin results -->\n", "<!-- end results -->"
+    head, _, rest = text.partition(begin)
+    committed, _, tail = rest.partition(end)
+    rendered = render_results(runs)
+    if os.environ.get(UPDATE_VARIABLE) == "1":
+        DOC.write_text(head + begin + rendered + end + tail, encoding="utf-8")
+        committed = rendered
+    diff = "".join(difflib.unified_diff(committed.splitlines(True), rendered.splitlines(True), "committed", "run"))
+    assert committed == rendered, (
+        f"docs/conformance.md's results are stale: regenerate with {UPDATE_VARIABLE}=1\n{diff}"
+    )

@@ -1,0 +1,54 @@
+"""How the pack reads an answer: every framing, any chunking, stopping at the answer, in linear time."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from mcp_sessions._conformance._exchange import Reading
+
+ANSWER = {"jsonrpc": "2.0", "id": 7, "result": {"ok": True}}
+NOTE = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}
+
+
+def read(body: bytes, *, sse: bool, size: int) -> tuple[bool, list[dict[str, object]]]:
+    reading = Reading(sse, 7)
+    done = any(reading.feed(body[i : i + size]) for i in range(0, len(body), size))
+    return done, reading.finish()
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+@pytest.mark.parametrize("size", [1, 3, 4096])
+def test_an_event_stream_in_any_chunks_and_line_ends(end: str, size: int) -> None:
+    events = [": ping", f"event: message{end}data: {json.dumps(NOTE)}", f"data: {json.dumps(ANSWER)}"]
+    body = "".join(event + end + end for event in events).encode()
+
+    assert read(body, sse=True, size=size) == (True, [NOTE, ANSWER])
+
+
+def test_reading_stops_at_the_answer_and_keeps_nothing_that_is_not_a_message() -> None:
+    body = (f"data: [1, {json.dumps(ANSWER)}]\n\ndata: not json\n\n" + ": ping\n\n" * 1000).encode()
+    reading = Reading(True, 7)
+
+    assert reading.feed(body[:40]) is False
+    assert reading.feed(body[40:]) is True
+    assert reading.finish() == [ANSWER]
+
+
+def test_json_is_read_whole() -> None:
+    assert read(json.dumps([NOTE, ANSWER, 3]).encode(), sse=False, size=5) == (False, [NOTE, ANSWER])
+    assert read(b"", sse=False, size=5) == (False, [])
+    assert read(b"[" * 100_000, sse=False, size=100_000) == (False, [])
+
+
+def test_linear_in_what_arrives() -> None:
+    """One event of a megabyte in 16-byte chunks: each byte is searched a bounded number of times."""
+    body = ("data: " + json.dumps({**ANSWER, "result": {"text": "x" * (1 << 20)}}) + "\n\n").encode()
+    started = time.perf_counter()
+
+    done, messages = read(body, sse=True, size=16)
+
+    assert done and messages[0]["id"] == 7
+    assert time.perf_counter() - started < 5
