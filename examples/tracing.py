@@ -7,8 +7,9 @@
                                                 run the conversations against a server that is already running
 
 Spans go to --otlp-endpoint (default http://127.0.0.1:6006/v1/traces: a local Arize Phoenix). Serving needs
-MCP_SESSIONS_SECRET (or MCP_SESSIONS_DEV=1); --conversation without --url signs with a throwaway key.
-Install with the extras `demo` and `tracing`; docs/observability.md shows the result in Phoenix.
+MCP_SESSIONS_SECRET (or MCP_SESSIONS_DEV=1); --conversation without --url signs with a throwaway key. Both
+modes read the other MCP_SESSIONS_* variables: MCP_SESSIONS_CAPTURE_CONTENT=1 records each call's input and
+output. Install with the extras `demo` and `tracing`; docs/observability.md shows the result in Phoenix.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
@@ -52,6 +54,8 @@ from examples.quickstart import SESSION_TOOLS, build_server
 DEFAULT_ENDPOINT = "http://127.0.0.1:6006/v1/traces"
 SERVICE_NAME = "mcp-sessions-quickstart"
 CLIENT_SERVICE_NAME = "mcp-sessions-demo-agent"
+# The variables that choose the signing key: --conversation without --url signs with a throwaway key instead.
+_KEY_VARIABLES = frozenset({"MCP_SESSIONS_SECRET", "MCP_SESSIONS_KEYS", "MCP_SESSIONS_SIGNER", "MCP_SESSIONS_DEV"})
 
 
 # -- OpenTelemetry set-up --------------------------------------------------------------------------
@@ -344,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
                 if args.url:
                     url = args.url
                 else:
-                    environ = {"MCP_SESSIONS_SECRET": secrets.token_urlsafe(32)}
+                    # The environment's options (MCP_SESSIONS_CAPTURE_CONTENT, …), with a throwaway key of its own.
+                    environ = {k: v for k, v in os.environ.items() if k not in _KEY_VARIABLES}
+                    environ["MCP_SESSIONS_SECRET"] = secrets.token_urlsafe(32)
                     app = build_app(
                         tracer_provider=provider, meter_provider=meters, environ=environ, trace_mode=args.trace_mode
                     )

@@ -19,7 +19,7 @@ from ._env import settings_from_env
 from ._policy import RequirePolicy, Requires, compile_policy
 from .asgi import DEFAULT_MAX_BODY_SIZE
 from .guard import Guard, ServerGuard
-from .otel import TraceMode
+from .otel import TraceMode, TraceUserMode
 from .profiles import ErrorCodes, WireProfile, profiles_from_names, with_error_codes
 from .session import PrincipalHook, RateLimit, authenticated_user
 from .sources import DEFAULT_SOURCES, SessionSource, SourceFactory, check_chain
@@ -75,6 +75,7 @@ class SessionsOptions(TypedDict, total=False):
     sources: Iterable[SessionSource | SourceFactory] | None
     max_conversations_per_caller: int | None
     capture_content: bool
+    trace_user: TraceUserMode | None
     error_codes: ErrorCodes
     subscriptions: SessionSubscriptionBus | None
 
@@ -117,12 +118,13 @@ class SessionsConfig:
         sources: Iterable[SessionSource | SourceFactory] | None = None,
         max_conversations_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
         capture_content: bool = False,
+        trace_user: TraceUserMode | None = None,
         error_codes: ErrorCodes = "seeds",
         subscriptions: SessionSubscriptionBus | None = None,
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         self.ttl, self.idle_ttl = _check_limits(ttl, idle_ttl, max_body_size, retry_after)
-        _check_choices(trace_mode, conversation_data, adopt_transport_sessions, guard, capture_content)
+        _check_choices(trace_mode, conversation_data, adopt_transport_sessions, guard, capture_content, trace_user)
         self.subscriptions = _check_bus(subscriptions)  # listen streams of a session: subscriptions/_bus.py
         self.store: SessionStore = MemoryStore() if store is None else store
         # A store passed in is the caller's to close; one from_env builds, the app's lifespan closes at shutdown.
@@ -138,15 +140,14 @@ class SessionsConfig:
         self.require_all = require_session is True
         self.conversation_data: ConversationData = conversation_data
         self.host_keys: tuple[HostKey, ...] = (*host_keys_from_config(conversation_keys), *BUILT_IN_HOSTS)
-        self.adopt_transport_sessions = adopt_transport_sessions
-        self.handles = handles
+        self.adopt_transport_sessions, self.handles = adopt_transport_sessions, handles
         self.guard: Guard | ServerGuard | None = guard  # None: the server's own (ServerGuard), where it is found
         self.binds_endpoint = self.keys.audience == DEFAULT_AUDIENCE  # unless the deployment names an audience
         self.placement = True  # look for the MCP endpoints inside the app (not again once placed there)
         self.create_limit = None if create_limit is None else RateLimit(*create_limit)  # per caller: _limits.py
         self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)  # see sources/_chain.py
         self.max_conversations_per_caller = _per_caller(max_conversations_per_caller, "max_conversations_per_caller")
-        self.capture_content = capture_content  # tools/call arguments and results on spans: otel/_content.py
+        self.capture_content, self.trace_user = capture_content, trace_user  # spans: otel/_content.py, _viewers.py
 
     def at_endpoint(self, guard: Guard | ServerGuard) -> SessionsConfig:
         """This configuration for the session work placed at an MCP endpoint, in front of its transport app."""
@@ -173,7 +174,8 @@ class SessionsConfig:
         session wires to speak (default ``draft``).
         ``MCP_SESSIONS_CONVERSATION_DATA`` (``off``, ``principal``, ``anonymous``),
         ``MCP_SESSIONS_CONVERSATION_KEYS`` (``meta:KEY,header:NAME``) and
-        ``MCP_SESSIONS_ADOPT_TRANSPORT`` (``1``), ``MCP_SESSIONS_CAPTURE_CONTENT`` (``1``) and
+        ``MCP_SESSIONS_ADOPT_TRANSPORT`` (``1``), ``MCP_SESSIONS_CAPTURE_CONTENT`` (``1``),
+        ``MCP_SESSIONS_TRACE_USER`` (``digest``, ``name``) and
         ``MCP_SESSIONS_ERROR_CODES`` (``seeds``, ``spec-safe``) set the options of the same names.
         """
         env = os.environ if environ is None else environ
@@ -211,7 +213,12 @@ def _check_bus(bus: SessionSubscriptionBus | None) -> SessionSubscriptionBus | N
 
 
 def _check_choices(
-    trace_mode: str, conversation_data: str, adopt_transport_sessions: bool, guard: Guard | None, capture_content: bool
+    trace_mode: str,
+    conversation_data: str,
+    adopt_transport_sessions: bool,
+    guard: Guard | None,
+    capture_content: bool,
+    trace_user: str | None,
 ) -> None:
     """Refuse a mode outside its choices, and an option of the wrong kind (a typo type checkers may not see)."""
     if trace_mode not in ("link", "session"):
@@ -223,6 +230,8 @@ def _check_choices(
     for name, flag in (("adopt_transport_sessions", adopt_transport_sessions), ("capture_content", capture_content)):
         if type(flag) is not bool:
             raise TypeError(f"{name} is True or False")
+    if trace_user not in (None, "digest", "name"):
+        raise ValueError(f'trace_user must be "digest", "name" or None, got {trace_user!r}')
     if guard is not None and not isinstance(guard, Guard):
         raise TypeError("guard takes a mcp_sessions.Guard, built with the options of the wrapped server")
 

@@ -68,6 +68,10 @@ def settings_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[s
         settings["adopt_transport_sessions"] = adopt
     if (capture := _flag(env, "MCP_SESSIONS_CAPTURE_CONTENT")) is not None:
         settings["capture_content"] = capture
+    if (user := env.get("MCP_SESSIONS_TRACE_USER", "").strip().lower()) and "trace_user" not in options:
+        if user not in ("digest", "name", "off"):
+            raise ValueError(f"MCP_SESSIONS_TRACE_USER must be digest, name or off, got {user!r}")
+        settings["trace_user"] = None if user == "off" else user
     if "store" not in options and (store := _store_from_env(env)) is not None:
         settings["store"] = store
     return settings

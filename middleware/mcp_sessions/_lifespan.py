@@ -1,9 +1,11 @@
-"""The lifespan, passed through: the store checked at startup, and closed at shutdown when the middleware built it."""
+"""The lifespan, passed through: the store checked at startup; at shutdown, the telemetry flushed and the store
+closed when the middleware built it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from starlette.types import Message, Send
 
@@ -14,17 +16,27 @@ __all__ = ["watch_lifespan"]
 logger = logging.getLogger("mcp_sessions")
 
 
-def watch_lifespan(send: Send, store: SessionStore, *, owns_store: bool) -> Send:
-    """The lifespan's ``send``: every message passes on untouched, after what it calls for."""
+def watch_lifespan(
+    send: Send, store: SessionStore, *, owns_store: bool, flush: Callable[[], None] | None = None
+) -> Send:
+    """The lifespan's ``send``: every message passes on untouched, after what it calls for.
+
+    ``flush`` (the telemetry's) runs when the app's shutdown is over, before the server hears of it: uvicorn
+    then ends the process by re-raising the SIGTERM it caught, and no exit handler (the OpenTelemetry SDK's
+    flush) runs after that. It blocks, so it runs in a thread; it never raises.
+    """
 
     async def lifespan_send(message: Message) -> None:
         if message["type"] == "lifespan.startup.complete":
             await _check(store)
-        elif message["type"] == "lifespan.shutdown.complete" and owns_store:
-            try:
-                await store.aclose()
-            except Exception:
-                logger.exception("could not close the session store")
+        elif message["type"] in ("lifespan.shutdown.complete", "lifespan.shutdown.failed"):
+            if owns_store and message["type"] == "lifespan.shutdown.complete":
+                try:
+                    await store.aclose()
+                except Exception:
+                    logger.exception("could not close the session store")
+            if flush is not None:
+                await asyncio.to_thread(flush)
         await send(message)
 
     return lifespan_send

@@ -128,6 +128,9 @@ class MCPSessionMiddleware:
             trace_mode=config.trace_mode,
             known_methods={method for profile in config.profiles for method in profile.methods},
             transport_digest=digests.transport,
+            trace_user=config.trace_user,
+            principal=config.principal,
+            user_digest=digests.user,
         )
 
     @classmethod
@@ -165,7 +168,7 @@ class MCPSessionMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self._inner_paths is not None and route_path(scope) in self._inner_paths):
             if scope["type"] == "lifespan":
-                send = watch_lifespan(send, self.store, owns_store=self.config.owns_store)
+                send = watch_lifespan(send, self.store, owns_store=self.config.owns_store, flush=self._telemetry.flush)
             return await self.app(scope, receive, send)
         headers = self._json_rpc_headers(scope)
         if headers is None:  # not a JSON POST to the MCP path: the app's, untouched
@@ -187,7 +190,7 @@ class MCPSessionMiddleware:
         if self._handles is not None:
             await check_handles(self._handles, self._sessions, scope, plan)
         if plan.traced:
-            start_operations(self._telemetry, scope, plan, capture=self.config.capture_content)
+            await start_operations(self._telemetry, scope, plan, capture=self.config.capture_content)
         if plan.refused or plan.local is not None or plan.answered:
             return await self._answer(scope, send, plan, body)
         exchange = self._forwarder.prepare(scope, replay, send, plan)

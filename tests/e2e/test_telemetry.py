@@ -255,6 +255,17 @@ def user_child(spans: list[ReadableSpan], sdk: ReadableSpan) -> ReadableSpan:
 # -- span names, kinds and attributes ---------------------------------------------------------
 
 
+def new_trace(name: str, kind: str) -> dict[str, Any]:
+    """What the middleware's span adds when it starts a trace: the trace's name and kind, for each viewer."""
+    return {
+        "mcp_sessions.call.kind": kind,
+        "mlflow.traceTag.mlflow.traceName": name,
+        "mlflow.traceTag.mcp_sessions.call.kind": kind,
+        "langfuse.trace.name": name,
+        "langfuse.trace.tags": (kind,),
+    }
+
+
 @pytest.mark.parametrize("mode", ["json", "sse"])
 def test_modern_spans_have_the_conventions_names_and_attributes(
     servers: dict[str, str], http: httpx.Client, spans: SpanLog, mode: str
@@ -279,12 +290,14 @@ def test_modern_spans_have_the_conventions_names_and_attributes(
     expected = {
         "server/discover": {
             **common,
+            **new_trace("server/discover", "housekeeping"),
             "client.port": client_port(discover),
             "mcp.method.name": "server/discover",
             "jsonrpc.request.id": "d-1",
         },
         "sessions/create": {
             **common,
+            **new_trace("sessions/create", "session"),
             "client.port": client_port(created),
             "mcp.method.name": "sessions/create",
             "jsonrpc.request.id": "c-1",
@@ -294,6 +307,7 @@ def test_modern_spans_have_the_conventions_names_and_attributes(
         },
         "tools/call count": {
             **common,
+            **new_trace("tools/call count", "turn"),
             "client.port": client_port(counted),
             "mcp.method.name": "tools/call",
             "jsonrpc.request.id": "7",

@@ -1,109 +1,29 @@
 """examples/tracing.py exports, over real OTLP/HTTP, spans that a viewer can group by session.
 
-The viewer is a tiny OTLP/HTTP receiver on 127.0.0.1 (a Starlette app) that decodes what the
+The viewer is a tiny OTLP/HTTP receiver on 127.0.0.1 (``tests/_otlp.py``) that decodes what the
 exporter POSTs to /v1/traces: no Phoenix, no network beyond loopback.
 """
 
 from __future__ import annotations
 
-import gzip
 import io
 import os
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from examples import tracing
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
+from _otlp import STATUS_ERROR, Exported, Receiver
 from conftest import SECRET, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 # A whole compact JWS (a session or state token): three base64url segments.
 WHOLE_TOKEN = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
-STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
-
-
-@dataclass
-class Exported:
-    """One span as it arrived at the receiver."""
-
-    service: str
-    scope: str
-    name: str
-    trace_id: str
-    span_id: str
-    parent_id: str
-    attributes: dict[str, Any]
-    status: int
-
-
-def _value(value: AnyValue) -> Any:
-    kind = value.WhichOneof("value")
-    return None if kind is None else getattr(value, kind)
-
-
-class Receiver:
-    """Counts the OTLP/HTTP POSTs to /v1/traces and keeps their spans."""
-
-    def __init__(self) -> None:
-        self.posts = 0
-        self.spans: list[Exported] = []
-        self._lock = threading.Lock()
-        self.app = Starlette(routes=[Route("/v1/traces", self._traces, methods=["POST"])])
-
-    async def _traces(self, request: Request) -> Response:
-        body = await request.body()
-        if request.headers.get("content-encoding") == "gzip":
-            body = gzip.decompress(body)
-        export = ExportTraceServiceRequest()
-        export.ParseFromString(body)
-        spans = []
-        for resource_spans in export.resource_spans:
-            resource = {kv.key: _value(kv.value) for kv in resource_spans.resource.attributes}
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    spans.append(
-                        Exported(
-                            service=resource.get("service.name", ""),
-                            scope=scope_spans.scope.name,
-                            name=span.name,
-                            trace_id=span.trace_id.hex(),
-                            span_id=span.span_id.hex(),
-                            parent_id=span.parent_span_id.hex(),
-                            attributes={kv.key: _value(kv.value) for kv in span.attributes},
-                            status=span.status.code,
-                        )
-                    )
-        with self._lock:
-            self.posts += 1
-            self.spans.extend(spans)
-        return Response(ExportTraceServiceResponse().SerializeToString(), media_type="application/x-protobuf")
-
-    def by_id(self) -> dict[str, Exported]:
-        return {span.span_id: span for span in self.spans}
-
-    def ancestors(self, span: Exported) -> list[Exported]:
-        spans, chain = self.by_id(), []
-        while span.parent_id in spans:
-            span = spans[span.parent_id]
-            chain.append(span)
-        return chain
 
 
 @pytest.fixture
@@ -183,10 +103,14 @@ def test_the_example_exports_spans_grouped_by_session(receiver: tuple[Receiver, 
     assert {"mcp.server.operation.duration", "mcp_sessions.sessions.created", "mcp.server.session.duration"} <= recorded
 
 
-def test_the_command_in_the_docs(receiver: tuple[Receiver, str]) -> None:
-    """`python examples/tracing.py --conversation`: with the global provider set, the SDK's span nests too."""
+@pytest.mark.parametrize("capture", [False, True], ids=["capture-off", "capture-on"])
+def test_the_command_in_the_docs(receiver: tuple[Receiver, str], capture: bool) -> None:
+    """`python examples/tracing.py --conversation`: with the global provider set, the SDK's span nests too; with
+    ``MCP_SESSIONS_CAPTURE_CONTENT=1`` in its environment, its spans hold each call's input and output."""
     received, endpoint = receiver
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "MCP_SESSIONS_"))}
+    if capture:
+        env["MCP_SESSIONS_CAPTURE_CONTENT"] = "1"
     done = subprocess.run(
         [sys.executable, "examples/tracing.py", "--conversation", "--otlp-endpoint", endpoint],
         cwd=ROOT,
@@ -210,3 +134,17 @@ def test_the_command_in_the_docs(receiver: tuple[Receiver, str]) -> None:
         assert all(a.trace_id == span.trace_id for a in received.ancestors(span))
     sdk = [s for s in received.spans if s.scope == "mcp-python-sdk"]
     assert sdk and all("session.id" in s.attributes for s in sdk)  # from SessionSpanProcessor
+    server = [s for s in received.spans if s.scope == "mcp_sessions"]
+    captured = {(s.name, s.attributes.get("input.value"), s.attributes.get("output.value")) for s in server}
+    if not capture:
+        assert {(inputs, output) for _, inputs, output in captured} == {(None, None)}
+        return
+    # What a person reads: the label a session was created with, each tool's arguments and its answer as text.
+    assert {
+        ("tools/call add_note", '{"text":"buy milk"}', "1"),
+        ("tools/call set_mode", '{"mode":"focus"}', "focus"),
+    } <= captured
+    creates = {(inputs, output) for name, inputs, output in captured if name == "sessions/create"}
+    sid = re.compile(r"session [A-Za-z0-9_-]{24} created")
+    assert {label for label, _ in creates} == {"conversation A", "conversation B"}
+    assert all(sid.fullmatch(str(output)) for _, output in creates)

@@ -30,23 +30,33 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
 
 from _mcp import MCP_PATH, SESSION_KEY, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
 from _viewers import (
+    SCREENSHOTS,
     Viewer,
     beyond_loopback,
     mlflow_experiment,
     mlflow_root,
+    mlflow_search,
     mlflow_sessions,
     mlflow_span_attributes,
     mlflow_traces,
+    phoenix_session_rows,
     phoenix_sessions,
     phoenix_spans,
+    phoenix_trace_names,
+    picture_conversations,
     poll,
     start_viewers,
 )
 from conftest import SECRET, serve
+from mcp_sessions import SessionsConfig
 from mcp_sessions.telemetry import SessionSpanProcessor
+from mcp_sessions.tokens import IdDigests
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
@@ -200,22 +210,117 @@ def test_captured_content_shows_as_input_and_output_and_no_bearer_value(traced: 
     in_phoenix = poll(lambda: phoenix_spans(traced.phoenix, traced.project), lambda s: len(calls(s)) == 2, "Phoenix")
     first, second = (span["attributes"] for span in calls(in_phoenix))
     assert json.loads(first["input.value"]) == {"mode": "terse"}
-    assert json.loads(first["output.value"])["structuredContent"] == {"result": "terse"}
+    assert (first["output.value"], first["output.mime_type"]) == ("terse", "text/plain")  # the answer, as text
     assert json.loads(second["input.value"]) == {"mode": "my token is [redacted] and my state [redacted]"}
 
     in_mlflow = mlflow_traces(traced.mlflow, traced.experiment_id)
     set_modes = [trace for trace in in_mlflow if mlflow_root(trace)["name"] == "tools/call set_mode"]
     [shown] = [trace for trace in set_modes if "terse" in trace["info"]["request_preview"]]
     assert json.loads(shown["info"]["request_preview"]) == {"mode": "terse"}  # the trace's Input column
-    assert json.loads(shown["info"]["response_preview"])["structuredContent"] == {"result": "terse"}  # Output
+    assert json.loads(shown["info"]["response_preview"]) == "terse"  # the trace's Output column
     attributes = mlflow_span_attributes(mlflow_root(shown))
     assert attributes["mlflow.spanInputs"] == {"mode": "terse"}
-    assert attributes["mlflow.spanOutputs"]["structuredContent"] == {"result": "terse"}
+    assert attributes["mlflow.spanOutputs"] == "terse"
 
     stored = json.dumps([in_phoenix, in_mlflow])
     for bearer in (token, state):
         for part in (bearer, *bearer.split(".")):
             assert part not in stored, f"a bearer value in what a viewer stores: {part!r}"
+
+
+class HeaderUser(AuthenticationBackend):
+    """The server's own authentication, as simple as it gets: whoever the X-User header names."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        user = conn.headers.get("x-user")
+        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
+
+
+# Two users' conversations: each user, the label of their session.
+LABELS = {"alice@example.com": "a trip to Lisbon", "bob@example.com": "a birthday cake"}
+# What each trace of one conversation is named by every viewer, in order.
+CONVERSATION = [
+    "sessions/create",
+    "tools/list",
+    "tools/call count",
+    "tools/call count",
+    "tools/call set_mode",
+    "sessions/delete",
+]
+
+
+def test_a_conversation_reads_like_a_conversation(traced: Traced) -> None:
+    """What a person debugging a conversation sees in each viewer, with content capture and the user's digest on.
+
+    Phoenix's Sessions tab: one row per conversation, its user the digest of who the server authenticated, its
+    first input the label the session was created with, its last output how it ended. Each trace named by what
+    it did, in Phoenix (its root span's name) and in MLflow (its "Trace name" column, empty without the
+    ``mlflow.traceTag.mlflow.traceName`` the middleware sets). Each call's answer as text: the tool's words,
+    not the MCP envelope. And the housekeeping (the discovery before any session, the listing inside one)
+    left out by a filter on ``mcp_sessions.call.kind`` in each viewer's own filter language.
+    """
+    app = AuthenticationMiddleware(quickstart(traced, capture_content=True, trace_user="digest"), backend=HeaderUser())
+    tokens = {}
+    with serve(app) as base:
+        for user, label in LABELS.items():
+            with httpx.Client(timeout=10, headers={"x-user": user}) as http:
+                client = ModernClient(http, base)
+                client.request("server/discover", id="discover")  # housekeeping: before any session
+                token = tokens[user] = client.create_session({"label": label})["sessionId"]
+                meta = session_meta(token)
+                client.request("tools/list", session=meta, id="list")
+                answers = [tool_text(client.call_tool("count", session=meta, id=f"count-{n}")[1]) for n in (1, 2)]
+                assert answers == ["1", "2"]
+                client.call_tool("set_mode", {"mode": "terse"}, session=meta, id="mode")
+                client.request("sessions/delete", session=meta, id="delete")
+    sids = {user: jwt_claims(token)["sid"] for user, token in tokens.items()}
+    traced.expect({sid: len(CONVERSATION) for sid in sids.values()})
+    digests = IdDigests(SessionsConfig.from_env(environ=ENVIRON).keys)
+    users = {sid: digests.user(user) for user, sid in sids.items()}  # a SimpleUser's principal: its username
+
+    rows = phoenix_session_rows(traced.phoenix, traced.project)
+    for user, sid in sids.items():
+        assert rows[sid] == {
+            "traces": len(CONVERSATION),
+            "user": users[sid],
+            "first input": LABELS[user],
+            "last output": f"session {sid} ended",
+        }
+    assert phoenix_trace_names(traced.phoenix, traced.project) == sorted(["server/discover", *CONVERSATION] * 2)
+    outputs = {
+        (span["name"], span["attributes"].get("output.value"))
+        for span in phoenix_spans(traced.phoenix, traced.project)
+        if span["attributes"].get("mcp_sessions.call.kind") == "turn"
+    }
+    assert outputs == {("tools/call count", "1"), ("tools/call count", "2"), ("tools/call set_mode", "terse")}
+    turns = phoenix_trace_names(traced.phoenix, traced.project, "mcp_sessions.call.kind != 'housekeeping'")
+    assert turns == sorted([name for name in CONVERSATION if name != "tools/list"] * 2)
+
+    infos = mlflow_search(traced.mlflow, traced.experiment_id)
+    named = sorted(info["tags"]["mlflow.traceName"] for info in infos)
+    assert named == sorted(["server/discover", *CONVERSATION] * 2)  # every trace named, none "-"
+    for info in infos:  # MLflow's user column
+        metadata = info["trace_metadata"]
+        if (session := metadata.get("mlflow.trace.session")) is None:  # a discovery, before any session
+            assert metadata["mlflow.trace.user"] in users.values()
+        else:
+            assert metadata["mlflow.trace.user"] == users[session]
+    counts = [info for info in infos if info["tags"]["mlflow.traceName"] == "tools/call count"]
+    assert sorted(json.loads(info["response_preview"]) for info in counts) == ["1", "1", "2", "2"]  # Output column
+    creates = [info for info in infos if info["tags"]["mlflow.traceName"] == "sessions/create"]
+    assert sorted(json.loads(info["request_preview"]) for info in creates) == sorted(LABELS.values())  # Input
+    kept = mlflow_search(traced.mlflow, traced.experiment_id, "tag.`mcp_sessions.call.kind` != 'housekeeping'")
+    assert sorted(info["tags"]["mlflow.traceName"] for info in kept) == turns
+
+    stored = json.dumps(
+        [phoenix_spans(traced.phoenix, traced.project), mlflow_traces(traced.mlflow, traced.experiment_id)]
+    )
+    for user, token in tokens.items():
+        assert user not in stored  # the digest only, never the name
+        for part in (token, *token.split(".")):
+            assert part not in stored, f"a bearer value in what a viewer stores: {part!r}"
+    if SCREENSHOTS:  # VIEWERS_SCREENSHOTS=docs/images: the pictures of docs/observability.md
+        picture_conversations(traced.phoenix, traced.mlflow, traced.project, traced.experiment_id, Path(SCREENSHOTS))
 
 
 # Runs the docs' snippet as a program would (it sets the global TracerProvider), then two calls in a session.

@@ -6,6 +6,7 @@ The SDK-side helpers (span processors) are in the public :mod:`mcp_sessions.tele
 from ._operation import Operation
 from ._propagation import SESSION_BAGGAGE_KEY, TRACEPARENT_CLAIM, attach_session, detach_session
 from ._telemetry import Telemetry, TraceMode
+from ._viewers import TraceUserMode
 
 __all__ = [
     "SESSION_BAGGAGE_KEY",
@@ -13,6 +14,7 @@ __all__ = [
     "Operation",
     "Telemetry",
     "TraceMode",
+    "TraceUserMode",
     "attach_session",
     "detach_session",
 ]

@@ -13,9 +13,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from ..wire.protocol import KNOWN_VERSIONS
-from ._content import record_arguments, record_result
+from ._content import record_arguments, record_input_text, record_output_text, record_result
 from ._names import OTHER, _redacted
 from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, traceparent_of
+from ._viewers import trace_names
 
 if TYPE_CHECKING:
     from ._telemetry import Telemetry
@@ -35,6 +36,7 @@ class Operation:
     __slots__ = (
         "_captured",
         "_ended",
+        "_local_outcome",
         "_named_target",
         "_t0",
         "_token",
@@ -44,6 +46,7 @@ class Operation:
         "method_name",
         "metric_attributes",
         "protocol_version",
+        "root",
         "session_id",
         "span",
         "status_code",
@@ -80,6 +83,9 @@ class Operation:
         self.error_message: str | None = None
         self._token: object | None = None
         self._captured: tuple[str, ...] | None = None
+        self._local_outcome: str | None = None
+        self.root = False
+        """Whether the span is the root of its trace: it then names the trace for the viewers (``_viewers``)."""
         self._ended = False
         self._t0 = time.perf_counter()
 
@@ -137,6 +143,21 @@ class Operation:
         self._captured = known
         if self.span.is_recording():
             record_arguments(self.span, arguments, known)
+
+    def capture_local(self, label: str | None, outcome: str | None) -> None:
+        """A session method's label as its input and, once it succeeded, ``session <id> <outcome>`` as its output.
+
+        A session's first input in a viewer is then the label its client gave it, not nothing.
+        """
+        self._captured = ()
+        self._local_outcome = outcome
+        if label is not None and self.span.is_recording():
+            record_input_text(self.span, label)
+
+    def set_user(self, user_id: str) -> None:
+        """The ``user.id`` of the call: who the server authenticated (``trace_user``), as a digest or a name."""
+        if self.span.is_recording():
+            self.span.set_attribute("user.id", user_id)
 
     def observe_result(self, result: Mapping[str, object]) -> None:
         """The server's result for this message: a tool error, or names it proves the server has."""
@@ -235,9 +256,12 @@ class Operation:
                 if target == OTHER:
                     span.set_attribute("mcp_sessions.target_original", _redacted(self.target))
                 elif learned:
-                    span.update_name(f"{self.method_name} {target}")
-                    name = "gen_ai.tool.name" if self.method == "tools/call" else "gen_ai.prompt.name"
-                    span.set_attribute(name, target)
+                    span.update_name(name := f"{self.method_name} {target}")
+                    if self.root:
+                        span.set_attributes(trace_names(name))
+                    span.set_attribute(
+                        "gen_ai.tool.name" if self.method == "tools/call" else "gen_ai.prompt.name", target
+                    )
         if self.error_type is not None:
             errors = {"error.type": self.error_type}
             if self.status_code is not None:
@@ -246,5 +270,7 @@ class Operation:
             if span.is_recording():
                 span.set_attributes(errors)
                 span.set_status(StatusCode.ERROR, self.error_message)
+        elif self._local_outcome is not None and self.session_id is not None and span.is_recording():
+            record_output_text(span, f"session {self.session_id} {self._local_outcome}")
         span.end()
         self.telemetry.operation_duration.record(duration, attributes)

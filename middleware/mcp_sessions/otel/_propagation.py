@@ -7,11 +7,12 @@ session id).
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Final
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import SpanContext, TraceFlags
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 __all__ = [
     "SESSION_BAGGAGE_KEY",
@@ -20,6 +21,7 @@ __all__ = [
     "attach_session",
     "detach_session",
     "extract",
+    "parent_and_links",
     "span_context_from_traceparent",
     "traceparent_of",
 ]
@@ -28,6 +30,9 @@ SESSION_BAGGAGE_KEY: Final = "session.id"
 """The OpenTelemetry baggage key that holds the session's stable id while one of its requests runs."""
 TRACEPARENT_CLAIM: Final = "tp"
 TRACE_KEYS: Final = ("traceparent", "tracestate", "baggage")
+# The attributes of the links a SERVER span may have: to the session's creation, to the context _meta named.
+_CREATED: Final = {"mcp_sessions.link": "session.created"}
+_META: Final = {"mcp_sessions.link": "mcp.meta"}
 
 
 def traceparent_of(span_context: SpanContext) -> str:
@@ -75,3 +80,38 @@ def attach_session(session_id: str) -> object:
 def detach_session(token: object) -> None:
     """Undo :func:`attach_session`."""
     context.detach(token)  # type: ignore[arg-type]
+
+
+def parent_and_links(
+    params: Mapping[str, object] | None,
+    headers: Mapping[bytes, bytes],
+    session_claims: Mapping[str, object] | None,
+    *,
+    linked_only: bool,
+) -> tuple[Context | None, list[Link] | None]:
+    """A SERVER span's parent (the headers win on HTTP, else ``params._meta``) and links (its creation, ``_meta``).
+
+    ``linked_only`` (``trace_mode="link"``): the session's creation is a link, never the parent.
+    """
+    header_parent = None
+    if b"traceparent" in headers:
+        header_parent = extract({k: headers[k.encode()].decode("latin-1") for k in TRACE_KEYS if k.encode() in headers})
+    meta = params.get("_meta") if params is not None else None
+    meta_parent = None
+    if isinstance(meta, dict) and "traceparent" in meta:
+        meta_parent = extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
+    parent = header_parent or meta_parent
+    creation = None
+    if session_claims is not None:
+        creation = span_context_from_traceparent(session_claims.get(TRACEPARENT_CLAIM))
+        if parent is None and creation is not None and not linked_only:
+            # The parent already says it: no link as well (and with no parent, no transport context to link).
+            return trace.set_span_in_context(NonRecordingSpan(creation)), None
+    links = None
+    if creation is not None:
+        links = [Link(creation, _CREATED)]
+    if meta_parent is not None and header_parent is not None:
+        # The headers chose the parent: _meta's context, which the client's MCP layer sent, is kept as a link.
+        meta_span = trace.get_current_span(meta_parent).get_span_context()
+        links = [*(links or ()), Link(meta_span, _META)]
+    return parent, links

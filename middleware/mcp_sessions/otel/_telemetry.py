@@ -1,19 +1,16 @@
 """Spans, links, baggage and metrics, on ``opentelemetry-api`` only: the instruments.
 
-Follows the MCP semantic conventions (GenAI conventions repository,
-``docs/gen-ai/mcp.md``): one SERVER span per JSON-RPC message, named
-``{mcp.method.name} {target}``, parented to the W3C context in the HTTP headers (which win on HTTP:
-"transport-native trace context"), else in ``params._meta`` (SEP-414), else the ambient context.
-The session (data-layer, adopted transport session, or the host's
-conversation id verbatim) goes in ``session.id`` and ``gen_ai.conversation.id``,
-its source in ``mcp_sessions.session.source``; ``mcp.session.id`` carries only
-a 2025-era transport session, as its keyed digest. Nothing here ever sees a
-session token or a raw transport session id: only stable ids.
+Follows the MCP semantic conventions (GenAI conventions repository, ``docs/gen-ai/mcp.md``): one SERVER
+span per JSON-RPC message, named ``{mcp.method.name} {target}``, parented to the W3C context in the HTTP
+headers (which win on HTTP: "transport-native trace context"), else in ``params._meta`` (SEP-414), else
+the ambient context. The session (data-layer, adopted transport session, or the host's conversation id
+verbatim) goes in ``session.id`` and ``gen_ai.conversation.id``, its source in
+``mcp_sessions.session.source``; ``mcp.session.id`` carries only a 2025-era transport session, as its
+keyed digest. Nothing here ever sees a session token or a raw transport session id: only stable ids.
 
-Every value a client chooses is bounded first (``_names``); one message's
-span, outcome and metrics are an :class:`Operation` (``_operation``); the
-trace context and baggage helpers are in ``_propagation``. This module
-re-exports them for the modules and tests that import them from here.
+Every value a client chooses is bounded first (``_names``); one message's span, outcome and metrics are
+an :class:`Operation` (``_operation``); what viewers read of a whole trace is in ``_viewers``; trace
+context and baggage, in ``_propagation``; the providers' checks and flush, in ``_providers``.
 """
 
 from __future__ import annotations
@@ -23,15 +20,14 @@ import hashlib
 import hmac
 import math
 import secrets
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from time import monotonic
 from typing import Any, Final, Literal
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
-from opentelemetry.trace import Link, NonRecordingSpan, TracerProvider
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
 from opentelemetry.util.types import AttributeValue
 
 from .._version import __version__
@@ -39,10 +35,12 @@ from ..wire.protocol import KNOWN_METHODS
 from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _RejectionCounter
 from ._names import _redacted as _redacted
 from ._operation import CONVERSATION_TURN_ATTRIBUTE, SERVER_KIND, SESSION_SOURCE_ATTRIBUTE, Operation
-from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, TRACEPARENT_CLAIM, extract, span_context_from_traceparent
+from ._propagation import SESSION_BAGGAGE_KEY, parent_and_links
 from ._propagation import attach_session as attach_session
 from ._propagation import detach_session as detach_session
 from ._propagation import traceparent_of as traceparent_of
+from ._providers import flush_providers, records
+from ._viewers import CALL_KIND_ATTRIBUTE, TURN, TraceUser, TraceUserMode, call_kinds, root_attributes
 
 __all__ = ["OTHER", "SESSION_BAGGAGE_KEY", "Operation", "Telemetry", "TraceMode", "Vocabulary"]
 
@@ -53,9 +51,6 @@ DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60,
 TRANSPORT_SESSION_PREFIX: Final = "ts-"
 # While no SDK records, how often (at most) enabled() asks the API's public getters again: they cost microseconds.
 RECHECK_SECONDS: Final = 1.0
-# The attributes of the links a SERVER span may have: to the session's creation, to the context _meta named.
-_CREATED: Final = {"mcp_sessions.link": "session.created"}
-_META: Final = {"mcp_sessions.link": "mcp.meta"}
 
 
 class Telemetry:
@@ -72,11 +67,17 @@ class Telemetry:
         max_learned_names: int = MAX_LEARNED_NAMES,
         known_methods: Collection[str] = (),
         transport_digest: Callable[[bytes], str] | None = None,
+        trace_user: TraceUserMode | None = None,
+        principal: Callable[[MutableMapping[str, Any]], object] | None = None,
+        user_digest: Callable[[str], str] | None = None,
     ) -> None:
         _check_options(trace_mode, known_tools, known_prompts, max_learned_names)
         self.trace_mode = trace_mode
         # MCP's own methods and the enabled wires' session methods; any other name is "_OTHER".
         self.methods = KNOWN_METHODS | frozenset(known_methods)
+        self.kinds = call_kinds(known_methods)  # what each method is to a conversation (_viewers)
+        # Who made each traced call, from the principal hook: only when the operator asks (trace_user).
+        self.users = None if trace_user is None or principal is None else TraceUser(trace_user, principal, user_digest)
         # Tool and prompt names: the ones given, and those the server lists (or answers) through the middleware.
         self.tools = Vocabulary(known_tools, max_learned_names)
         self.prompts = Vocabulary(known_prompts, max_learned_names)
@@ -84,10 +85,11 @@ class Telemetry:
         self._transport_key = secrets.token_bytes(32)
         self._transport_digest = transport_digest
         # The signals whose provider is the global one, looked up while nothing records (see enabled()).
+        self._tracer_provider, self._meter_provider = tracer_provider, meter_provider
         self._global_tracer = tracer_provider is None
         self._global_meter = meter_provider is None
-        self._enabled = (tracer_provider is not None and _records(tracer_provider)) or (
-            meter_provider is not None and _records(meter_provider)
+        self._enabled = (tracer_provider is not None and records(tracer_provider)) or (
+            meter_provider is not None and records(meter_provider)
         )
         # When enabled() next asks the global providers: at the first call, never when both are explicit.
         self._next_check = math.inf if tracer_provider is not None and meter_provider is not None else -math.inf
@@ -173,11 +175,15 @@ class Telemetry:
     def _check_globals(self) -> bool:
         """Ask the API's getters for the global providers (which read the environment while none is set)."""
         self._next_check = monotonic() + RECHECK_SECONDS
-        enabled = (self._global_tracer and _records(trace.get_tracer_provider())) or (
-            self._global_meter and _records(otel_metrics.get_meter_provider())
+        enabled = (self._global_tracer and records(trace.get_tracer_provider())) or (
+            self._global_meter and records(otel_metrics.get_meter_provider())
         )
         self._enabled = enabled
         return enabled
+
+    def flush(self) -> None:
+        """Export the spans and metrics the providers still hold: the lifespan calls it when the server stops."""
+        flush_providers(self._tracer_provider, self._meter_provider)
 
     def start(
         self,
@@ -199,7 +205,7 @@ class Telemetry:
         params = message.get("params")
         if not isinstance(params, dict):
             params = None
-        parent, links = self._parent_and_links(params, headers, session_claims)
+        parent, links = parent_and_links(params, headers, session_claims, linked_only=self.trace_mode == "link")
         target = None
         if params is not None and method in ("tools/call", "prompts/get"):
             name = params.get("name")
@@ -211,6 +217,10 @@ class Telemetry:
             attributes["user.id"] = user_id
         if turn_id is not None:
             attributes[CONVERSATION_TURN_ATTRIBUTE] = turn_id
+        kind = attributes[CALL_KIND_ATTRIBUTE] = self.kinds.get(op.method_name, TURN)
+        if parent is None and not trace.get_current_span().get_span_context().is_valid:
+            op.root = True  # a new trace: this span names it for the viewers
+            attributes.update(root_attributes(op.span_name(), kind))
         op.span = self.tracer.start_span(
             op.span_name(),
             context=parent,
@@ -220,38 +230,6 @@ class Telemetry:
             start_time=start_ns,
         )
         return op
-
-    def _parent_and_links(
-        self,
-        params: Mapping[str, object] | None,
-        headers: Mapping[bytes, bytes],
-        session_claims: Mapping[str, object] | None,
-    ) -> tuple[Context | None, list[Link] | None]:
-        """The span's parent (the headers win on HTTP, else ``params._meta``) and links (its creation, ``_meta``)."""
-        header_parent = None
-        if b"traceparent" in headers:
-            header_parent = extract(
-                {k: headers[k.encode()].decode("latin-1") for k in TRACE_KEYS if k.encode() in headers}
-            )
-        meta = params.get("_meta") if params is not None else None
-        meta_parent = None
-        if isinstance(meta, dict) and "traceparent" in meta:
-            meta_parent = extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
-        parent = header_parent or meta_parent
-        creation = None
-        if session_claims is not None:
-            creation = span_context_from_traceparent(session_claims.get(TRACEPARENT_CLAIM))
-            if parent is None and creation is not None and self.trace_mode == "session":
-                # The parent already says it: no link as well (and with no parent, no transport context to link).
-                return trace.set_span_in_context(NonRecordingSpan(creation)), None
-        links = None
-        if creation is not None:
-            links = [Link(creation, _CREATED)]
-        if meta_parent is not None and header_parent is not None:
-            # The headers chose the parent: _meta's context, which the client's MCP layer sent, is kept as a link.
-            meta_span = trace.get_current_span(meta_parent).get_span_context()
-            links = [*(links or ()), Link(meta_span, _META)]
-        return parent, links
 
     def _span_attributes(
         self,
@@ -304,17 +282,3 @@ def _check_options(
         raise TypeError("known_tools and known_prompts take collections of names, not one string")
     if type(max_learned_names) is not int or max_learned_names < 0:
         raise ValueError("max_learned_names must be a whole number, 0 or more")
-
-
-# The API's stand-ins before (or without) an SDK: nothing they make records.
-_STAND_INS: Final = (trace.ProxyTracerProvider, trace.NoOpTracerProvider, NoOpMeterProvider)
-# The API's own package for metrics, where its (unexported) proxy MeterProvider is defined.
-_METRICS_API: Final = "opentelemetry.metrics"
-
-
-def _records(provider: TracerProvider | MeterProvider) -> bool:
-    """Whether ``provider`` is an SDK's (or any real implementation's), not one of the API's stand-ins."""
-    if isinstance(provider, _STAND_INS):
-        return False
-    module = type(provider).__module__
-    return module != _METRICS_API and not module.startswith(_METRICS_API + ".")

@@ -16,21 +16,44 @@ if TYPE_CHECKING:
 __all__ = ["start_operations"]
 
 
-def start_operations(telemetry: Telemetry, scope: Scope, plan: Plan, *, capture: bool = False) -> None:
+async def start_operations(telemetry: Telemetry, scope: Scope, plan: Plan, *, capture: bool = False) -> None:
     """A SERVER span per JSON-RPC call of ``plan`` (only when an OpenTelemetry SDK records).
 
     With ``capture`` (the ``capture_content`` option), each ``tools/call``'s span records its arguments,
-    and its result once the response is read (``otel/_content.py``).
+    and its result once the response is read (``otel/_content.py``); a session method's, its label and
+    outcome. With ``trace_user``, a recording span gets ``user.id`` from the principal, asked once.
     """
     if not telemetry.enabled():
         return
+    user: str | None = None
+    asked = False
     for call in plan.calls:
         if call.method is not None:
             call.operation = operation = _start(telemetry, scope, plan, call)
-            if capture and call.method == "tools/call" and isinstance(params := call.params, dict):
-                session = call.session
-                known = () if session is None else tuple(t for t in (session.token, session.state_token) if t)
-                operation.capture(params.get("arguments"), known)
+            if telemetry.users is not None and operation.recording:
+                if not asked:
+                    user, asked = await telemetry.users.user_id(scope), True
+                if user is not None:
+                    operation.set_user(user)
+            if capture:
+                _capture(call, operation)
+
+
+def _capture(call: Call, operation: Operation) -> None:
+    """What ``call`` gave: a tool's arguments (its result comes later), or a session method's label and outcome."""
+    params = call.params
+    if call.method == "tools/call":
+        if isinstance(params, dict):
+            session = call.session
+            known = () if session is None else tuple(t for t in (session.token, session.state_token) if t)
+            operation.capture(params.get("arguments"), known)
+    elif call.local is not None:
+        profile = call.profile
+        if call.method == profile.create_method:
+            label = params.get("label") if isinstance(params, dict) else None
+            operation.capture_local(label if type(label) is str else None, "created")
+        elif profile.client is not None and call.method == profile.client.delete_method:
+            operation.capture_local(None, "ended")
 
 
 def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operation:

@@ -25,7 +25,7 @@ _LABEL: Final = b"mcp-sessions id digest\x00"
 
 
 class IdDigests:
-    """Digests of transport session ids and host conversation ids, under one derived key."""
+    """Digests of transport session ids, host conversation ids and principals (``user.id``), under one key."""
 
     __slots__ = ("_key",)
 
@@ -47,6 +47,10 @@ class IdDigests:
     def transport(self, transport_session_id: bytes) -> str:
         """The stable id of a 2025-era transport session: ``ts-`` and 24 characters."""
         return "ts-" + self._digest(b"transport", transport_session_id)
+
+    def user(self, principal: str) -> str:
+        """The stable id of an authenticated principal, as a span's ``user.id`` records it: ``u-`` and 24 characters."""
+        return "u-" + self._digest(b"user", principal.encode("utf-8", "surrogatepass"))
 
     def conversation(self, source: str, conversation_id: str, principal: str | None) -> str:
         """The stable id of a host conversation (with ``principal``, of that user's conversation)."""

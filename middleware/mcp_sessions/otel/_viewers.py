@@ -1,0 +1,143 @@
+"""What trace viewers read of a whole trace from its root span: its name, what kind of call it was, who made it.
+
+Each viewer names and tags a trace from attributes of its own, on the trace's root span:
+
+- Arize Phoenix names a trace after its root span (the span's own name: nothing to add).
+- MLflow 3.17's OTLP ingestion (``SqlAlchemyStore._log_spans_once``) turns each ``mlflow.traceTag.<key>``
+  attribute of the root span into the trace tag ``<key>``, and names the trace only from the tag
+  ``mlflow.traceName``: without it, its "Trace name" column shows ``-``.
+- Langfuse names a trace from ``langfuse.trace.name`` and tags it from ``langfuse.trace.tags``
+  (its OpenTelemetry property mapping).
+
+The middleware's span carries these only when it is the root of its trace: a client's span, or an
+outer instrumentation's, names the trace it started. Every span of the middleware says what kind of
+call it is (:data:`CALL_KIND_ATTRIBUTE`), so a viewer can leave out the housekeeping: a client's
+handshake, discovery and listings, which often carry no session.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import inspect
+import secrets
+from collections.abc import Callable, Iterable, MutableMapping
+from typing import Any, Final, Literal
+
+from opentelemetry.util.types import AttributeValue
+
+from ._names import _redacted
+
+__all__ = [
+    "CALL_KIND_ATTRIBUTE",
+    "HOUSEKEEPING",
+    "HOUSEKEEPING_METHODS",
+    "LANGFUSE_TRACE_NAME",
+    "LANGFUSE_TRACE_TAGS",
+    "MLFLOW_TRACE_NAME",
+    "SESSION",
+    "TURN",
+    "USER_PREFIX",
+    "TraceUser",
+    "TraceUserMode",
+    "call_kinds",
+    "root_attributes",
+    "trace_names",
+]
+
+CALL_KIND_ATTRIBUTE: Final = "mcp_sessions.call.kind"
+TURN: Final = "turn"
+"""A call that does the conversation's work: ``tools/call``, ``prompts/get``, ``resources/read``, any other method."""
+SESSION: Final = "session"
+"""A session method of an enabled wire: ``sessions/create``, ``sessions/delete``."""
+HOUSEKEEPING: Final = "housekeeping"
+"""What a client does around the conversation: the handshake, discovery, listings, pings, notifications."""
+HOUSEKEEPING_METHODS: Final = frozenset(
+    {
+        "initialize",
+        "logging/setLevel",
+        "notifications/cancelled",
+        "notifications/initialized",
+        "notifications/progress",
+        "notifications/roots/list_changed",
+        "ping",
+        "prompts/list",
+        "resources/list",
+        "resources/subscribe",
+        "resources/templates/list",
+        "resources/unsubscribe",
+        "server/discover",
+        "subscriptions/listen",
+        "tools/list",
+    }
+)
+MLFLOW_TRACE_NAME: Final = "mlflow.traceTag.mlflow.traceName"
+MLFLOW_CALL_KIND: Final = "mlflow.traceTag." + CALL_KIND_ATTRIBUTE
+LANGFUSE_TRACE_NAME: Final = "langfuse.trace.name"
+LANGFUSE_TRACE_TAGS: Final = "langfuse.trace.tags"
+USER_PREFIX: Final = "u-"
+"""How a user digest starts: ``u-`` and 24 base64url characters (144 bits of HMAC-SHA256)."""
+
+TraceUserMode = Literal["digest", "name"]
+
+
+def call_kinds(session_methods: Iterable[str]) -> dict[str, str]:
+    """The kind of each method that is not a turn (every other method, ``_OTHER`` included, is a turn)."""
+    kinds = dict.fromkeys(HOUSEKEEPING_METHODS, HOUSEKEEPING)
+    kinds.update(dict.fromkeys(session_methods, SESSION))
+    return kinds
+
+
+def trace_names(name: str) -> dict[str, AttributeValue]:
+    """The root span's attributes that name its trace in MLflow and Langfuse (Phoenix reads the span's name)."""
+    return {MLFLOW_TRACE_NAME: name, LANGFUSE_TRACE_NAME: name}
+
+
+def root_attributes(name: str, kind: str) -> dict[str, AttributeValue]:
+    """Everything a root span of the middleware adds for the viewers: the trace's name, and its kind as a tag."""
+    return {**trace_names(name), MLFLOW_CALL_KIND: kind, LANGFUSE_TRACE_TAGS: (kind,)}
+
+
+class TraceUser:
+    """``user.id`` from the principal the server authenticated (the ``trace_user`` option): a digest, or the name.
+
+    ``principal`` is the middleware's principal hook (what binds a session to its creator), asked once
+    per traced request. ``digest`` keys the digest (every replica that shares the signing keys computes
+    the same one); without it, a random key of this process does. A name is redacted and bounded as
+    every client-chosen string on a span is (``_names._redacted``): a principal may be a token.
+    """
+
+    __slots__ = ("_digest", "_principal", "mode")
+
+    def __init__(
+        self,
+        mode: TraceUserMode,
+        principal: Callable[[MutableMapping[str, Any]], object],
+        digest: Callable[[str], str] | None,
+    ) -> None:
+        if mode not in ("digest", "name"):
+            raise ValueError('trace_user must be "digest", "name" or None')
+        self.mode = mode
+        self._principal = principal
+        self._digest = _process_digest(secrets.token_bytes(32)) if digest is None else digest
+
+    async def user_id(self, scope: MutableMapping[str, Any]) -> str | None:
+        """The user of the request ``scope`` is, as ``user.id`` records it; ``None`` when it has no principal."""
+        try:
+            principal = self._principal(scope)
+            if inspect.isawaitable(principal):
+                principal = await principal
+        except Exception:  # the session work answers a failing hook; telemetry only goes without a user
+            return None
+        if principal is None:
+            return None
+        return self._digest(str(principal)) if self.mode == "digest" else _redacted(str(principal))
+
+
+def _process_digest(key: bytes) -> Callable[[str], str]:
+    def digest(principal: str) -> str:
+        mac = hmac.new(key, principal.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()[:18]
+        return USER_PREFIX + base64.urlsafe_b64encode(mac).decode()
+
+    return digest
