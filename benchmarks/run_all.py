@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from _harness import ROOT, load_average
+from bench_gateway import gateway_verdict
+from bench_gateway import section as gateway_section
 
 LANE_REVISION = "a94083e"  # the last commit with the express lane (_express.py), before the one pipeline
 # name -> (script, timeout in seconds, its arguments); each writes NAME.json
@@ -32,6 +34,7 @@ BENCHMARKS: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "versions": ("bench_versions.py", 300, ("--base", LANE_REVISION)),
     "versions_trivial": ("bench_versions.py", 300, ("--base", LANE_REVISION, "--trivial")),
     "scale_out": ("bench_scale_out.py", 900, ()),
+    "gateway": ("bench_gateway.py", 600, ()),
 }
 # The comparisons with the lane need its revision in the repository, which a shallow clone lacks:
 # when they cannot run, the page says so and why, and the rest of the run stands.
@@ -90,6 +93,8 @@ def load(directory: Path) -> Results:
         path = directory / f"{name}.json"
         if name in VERSIONS and not path.exists():  # kept by a run from before the comparison was on the page
             results[name] = not_run(name, f"{path.name} is not among the results rendered")
+        elif name == "gateway" and not path.exists():  # kept by a run from before the gateway was measured
+            results[name] = {"benchmark": "gateway", "available": False, "reason": f"no {path.name} in these results"}
         else:
             results[name] = load_one(path)
     return results
@@ -232,6 +237,9 @@ def verdicts(results: Results) -> list[list[str]]:
     # 2c. against the express lane: a session-bearing tools/call adds at most 1.2x what the lane added at
     # a94083e, both measured in one process; the sessionless ratio for information
     out.append(lane_verdict(results))
+
+    # 2d. the gateway with a session adds at most 1.5x what a bare httpx streaming proxy adds (p50)
+    out.append(gateway_verdict(results["gateway"]))
 
     # 3. with the OpenTelemetry SDK, cheaper per request than opentelemetry-instrumentation-asgi
     pairs = [
@@ -845,6 +853,7 @@ this code's added cost on a session-bearing `tools/call` at most
 
 {lane_table(results)}
 
+{gateway_section(results["gateway"])}
 ## Reading the numbers
 
 - **The control.** "pass-through control" wraps the app in an ASGI layer that

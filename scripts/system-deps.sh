@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the test suite runs for real: redis-server and node (Debian/Ubuntu packages), and
-# the MCP Inspector CLI (from the npm registry, into .cache/inspector, pinned).
+# the MCP Inspector CLI and the gateway tests' node packages (from the npm registry, into .cache/, pinned).
 # `make test` calls it; it does nothing when everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 INSPECTOR_VERSION="2.12.0"
+# The gateway's tests: server-everything and the TypeScript SDK's client (under the system node), and the
+# conformance suite, which needs Node 22: the node@22 package brings one, in its own prefix.
+EVERYTHING_VERSION="2026.8.31"
+TS_SDK_VERSION="1.32.2"
+NODE22_VERSION="22.23.3"
+CONFORMANCE_VERSION="0.1.16"
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
@@ -23,4 +29,16 @@ fi
 inspector=".cache/inspector/node_modules/@modelcontextprotocol/inspector"
 if ! grep -q "\"version\": \"$INSPECTOR_VERSION\"" "$inspector/package.json" 2>/dev/null; then
     npm install --no-audit --no-fund --silent --prefix .cache/inspector "@modelcontextprotocol/inspector@$INSPECTOR_VERSION"
+fi
+everything=".cache/everything/node_modules/@modelcontextprotocol"
+if ! grep -q "\"version\": \"$EVERYTHING_VERSION\"" "$everything/server-everything/package.json" 2>/dev/null \
+    || ! grep -q "\"version\": \"$TS_SDK_VERSION\"" "$everything/sdk/package.json" 2>/dev/null; then
+    npm install --no-audit --no-fund --silent --prefix .cache/everything \
+        "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION" "@modelcontextprotocol/sdk@$TS_SDK_VERSION"
+fi
+conformance=".cache/conformance/node_modules"
+if ! grep -q "\"version\": \"$CONFORMANCE_VERSION\"" "$conformance/@modelcontextprotocol/conformance/package.json" 2>/dev/null \
+    || ! grep -q "\"version\": \"$NODE22_VERSION\"" "$conformance/node/package.json" 2>/dev/null; then
+    npm install --no-audit --no-fund --silent --prefix .cache/conformance \
+        "node@$NODE22_VERSION" "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
 fi

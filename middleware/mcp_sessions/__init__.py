@@ -1,6 +1,7 @@
 """Opt-in data-layer sessions for any Streamable HTTP MCP server, as one ASGI middleware."""
 
 from ._config import SessionsConfig
+from ._gateway import gateway_app
 from ._middleware import MCPSessionMiddleware
 from ._version import __version__ as __version__
 from .guard import Guard, Rejection
@@ -41,5 +42,6 @@ __all__ = [
     "StateTooLarge",
     "WireProfile",
     "authenticated_user",
+    "gateway_app",
     "get_session",
 ]

@@ -233,7 +233,7 @@ class MCPSessionMiddleware:
             return False  # a session method as a request: answered once its session is resolved
         has_local = local is not None or any(call.local is not None for call in plan.calls)
         if (has_local or plan.era is Era.PER_REQUEST) and (
-            rejection := self._guard.check(scope["headers"], body_of(plan), body=body)
+            rejection := await self._guard.verdict(scope, body_of(plan), body=body)
         ) is not None:  # 2026-07-28 has no batches; a 2025-era server may take one: it decides when it answers
             await rejection.send(send)
             return True
@@ -247,7 +247,7 @@ class MCPSessionMiddleware:
 
     async def _answer(self, scope: Scope, send: Send, plan: Plan, body: bytes) -> None:
         """What the middleware answers itself: the server's own refusal first, then ours, or a local result."""
-        if (rejection := self._guard.check(scope["headers"], body_of(plan), body=body)) is not None:
+        if (rejection := await self._guard.verdict(scope, body_of(plan), body=body)) is not None:
             return await reject(plan, rejection, send)  # what the wrapped server would answer, not ours
         reply = _typed(send)
         if plan.refused:

@@ -6,6 +6,7 @@
     mcp-sessions inspect -  < token.txt          decode (no verification)
     MCP_SESSIONS_SECRET=... mcp-sessions inspect -   decode, verify, and say why it is or is not valid
     mcp-sessions create http://127.0.0.1:8000/mcp   open a session; print its id and how to pass it
+    mcp-sessions gateway --upstream http://127.0.0.1:3001/mcp   sessions in front of any MCP server
     mcp-sessions conformance http://127.0.0.1:8000/mcp   check each session wire the server implements
 
 Private key material goes only to standard output or to a new file with mode
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from .._conformance import add_conformance_parser, run_conformance
+from .._gateway import add_gateway_parser, run_gateway
 from ._create import run_create
 from ._exit import EXIT_USAGE, UsageError
 from ._inspect import run_inspect
@@ -39,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_key_commands(commands)
     add_conformance_parser(commands)
+    add_gateway_parser(commands)
     return parser
 
 
@@ -114,6 +117,8 @@ def main(
             return run_keygen(args, stdout, stderr)
         if args.command == "create":
             return run_create(args, stdout, stderr)
+        if args.command == "gateway":
+            return run_gateway(args, stderr, os.environ if environ is None else environ)
         if args.command == "conformance":
             return run_conformance(args, stdout, stderr, os.environ if environ is None else environ)
         return run_inspect(args, stdin, stdout, os.environ if environ is None else environ)

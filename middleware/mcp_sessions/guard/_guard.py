@@ -25,6 +25,8 @@ import inspect
 from collections.abc import Collection, Iterable, Sequence
 from typing import Final, Protocol
 
+from starlette.types import Scope
+
 from ..wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MODERN_VERSIONS, Era
 from ._checks import _ROUTING_HEADERS, _accepts, check_legacy, check_modern
 from ._checks import _decode_header_value as _decode_header_value
@@ -126,6 +128,13 @@ class Guard:
     def modern_versions(self) -> tuple[str, ...]:
         """The 2026-07-28-style versions the server serves (none: it speaks the 2025 wire only)."""
         return self._modern_versions
+
+    async def verdict(self, scope: Scope, message: object, *, body: bytes) -> Rejection | None:
+        """The server's answer if it would refuse this request, else ``None``: what the middleware asks.
+
+        :meth:`check` on the request's headers; a gateway's guard asks its upstream server instead.
+        """
+        return self.check(scope["headers"], message, body=body)
 
     def check(
         self, headers: Iterable[tuple[bytes, bytes]], message: object, *, body: bytes | None = None

@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
+from starlette.types import Scope
+
 from ..wire.protocol import HANDSHAKE_VERSIONS
 from ._guard import Guard, TransportSecurity
 from ._rejection import Rejection, _plain
@@ -81,6 +83,10 @@ class ServerGuard:
             self._limit = limit if type(limit) is int else None
             self._manager = manager
         return self._guard
+
+    async def verdict(self, scope: Scope, message: object, *, body: bytes) -> Rejection | None:
+        """:meth:`Guard.verdict`: :meth:`check` on the request's headers."""
+        return self.check(scope["headers"], message, body=body)
 
     def check(
         self, headers: Iterable[tuple[bytes, bytes]], message: object, *, body: bytes | None = None

@@ -1,0 +1,75 @@
+"""The gateway's ASGI app: the session pipeline, unchanged, in front of the streaming proxy to the upstream."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Sequence
+from typing import Final
+
+from .._config import SessionsConfig
+from .._middleware import MCPSessionMiddleware
+from ..session import authenticated_user
+from ._conversations import RoutedConversations
+from ._headers import HostCheck
+from ._proxy import UpstreamProxy
+from ._replicas import Replicas
+from ._verdict import UpstreamGuard, credential_principal
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_FIRST_BYTE_TIMEOUT", "DEFAULT_KEEPALIVE", "gateway_app"]
+
+DEFAULT_KEEPALIVE: Final = 15.0
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+DEFAULT_FIRST_BYTE_TIMEOUT: Final = 300.0
+DEFAULT_FAILURE_COOLDOWN: Final = 10.0
+
+
+def gateway_app(
+    upstreams: Sequence[str],
+    *,
+    config: SessionsConfig | None = None,
+    allowed_hosts: Collection[str] | None = None,
+    allowed_origins: Collection[str] | None = None,
+    keepalive: float | None = DEFAULT_KEEPALIVE,
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT,
+    failure_cooldown: float = DEFAULT_FAILURE_COOLDOWN,
+) -> MCPSessionMiddleware:
+    """Sessions for an MCP server anywhere on the network: the ASGI app ``mcp-sessions gateway`` serves.
+
+    ``upstreams`` are the URLs of the server's MCP endpoint, one per replica (all on the same path,
+    which the gateway serves too; every other path is forwarded as well). ``config`` is the session
+    configuration (default :meth:`SessionsConfig.from_env`, the ``MCP_SESSIONS_*`` variables); its
+    ``principal`` hook, left at the default, becomes the digest of the ``Authorization`` credential
+    the upstream accepted. ``allowed_hosts`` and ``allowed_origins`` are the gateway's own
+    DNS-rebinding allow-lists (default: localhost names; empty: no check), as the ``mcp`` SDK's.
+    ``keepalive`` is the idle time after which an event stream gets an SSE comment (``None``: never);
+    ``connect_timeout`` and ``first_byte_timeout`` bound the connect and the wait for the response's
+    headers; a replica that cannot be connected to is out of service for ``failure_cooldown`` seconds.
+    Serve it with lifespan on: it closes the pooled connections at shutdown.
+    """
+    for name, value in (
+        ("connect_timeout", connect_timeout),
+        ("first_byte_timeout", first_byte_timeout),
+        ("keepalive", 1.0 if keepalive is None else keepalive),
+    ):
+        if not value > 0:
+            raise ValueError(f"{name} must be a positive number of seconds")
+    config = SessionsConfig.from_env() if config is None else config
+    replicas = Replicas(upstreams, cooldown=failure_cooldown)
+    proxy = UpstreamProxy(
+        replicas,
+        host_check=HostCheck(allowed_hosts, allowed_origins),
+        keepalive=keepalive,
+        connect_timeout=connect_timeout,
+        first_byte_timeout=first_byte_timeout,
+        retry_after=config.retry_after,
+    )
+    at_gateway = copy.copy(config)
+    at_gateway.guard = UpstreamGuard(proxy)
+    at_gateway.placement = False  # the proxy is the transport: no endpoint to look for inside it
+    at_gateway.sources = (*config.sources, RoutedConversations)
+    if config.principal is authenticated_user:  # nothing signs a user in in front of the proxy
+        at_gateway.principal = credential_principal
+    if config.paths is None:
+        at_gateway.paths = frozenset({replicas.path})
+    return MCPSessionMiddleware(proxy, config=at_gateway)

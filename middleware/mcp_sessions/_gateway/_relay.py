@@ -1,0 +1,100 @@
+"""The response body, relayed: each chunk sent as it comes; an event stream also watched and kept alive.
+
+An event stream (a GET stream, ``subscriptions/listen``, a long tool call) can stay open for
+hours, so two things watch it. The client: when it disconnects, the upstream request is cancelled
+(its connection closed), so the upstream's stream ends too. The clock: proxies and load balancers
+cut a connection that carried nothing for a while (often 60 s), so after ``keepalive`` seconds of
+silence the gateway sends an SSE comment, ``: keep-alive``, which every SSE parser ignores, but
+only between two events (a comment inside an event would split it). The upstream is read by a
+task of its own, one chunk ahead at most, so that waiting for the next chunk can time out without
+cutting a read in half.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Final
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+from starlette.types import Receive, Send
+
+__all__ = ["KEEPALIVE", "relay", "relay_events"]
+
+KEEPALIVE: Final = b": keep-alive\n\n"
+_LINE_ENDS: Final = (b"\n", b"\r")
+Errors = type[Exception] | tuple[type[Exception], ...]
+
+
+async def relay(chunks: AsyncIterator[bytes], send: Send) -> None:
+    """Send every chunk as the body, each as it comes, then end it."""
+    async for chunk in chunks:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def relay_events(
+    chunks: AsyncIterator[bytes], receive: Receive, send: Send, keepalive: float | None, errors: Errors
+) -> None:
+    """:func:`relay` for an event stream: ended when the client disconnects, kept alive when quiet.
+
+    A read that fails (``errors``) is raised once what came before it is sent: the response has
+    started, so the client sees the stream cut, never an error answer.
+    """
+    failed: list[Exception] = []
+    gone: list[bool] = []
+    ahead, arrived = anyio.create_memory_object_stream[bytes](0)
+    tail = b"\n\n"  # the stream's last bytes: its start counts as between two events
+    async with anyio.create_task_group() as group, arrived:
+        group.start_soon(_read, chunks, ahead, failed, errors)
+        group.start_soon(_watch, receive, group.cancel_scope, gone)
+        while True:
+            chunk: bytes | None = None
+            with anyio.move_on_after(keepalive if keepalive is not None else float("inf")):
+                try:
+                    chunk = await arrived.receive()
+                except anyio.EndOfStream:
+                    break
+            if chunk is not None:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                tail = (tail + chunk)[-4:]
+            elif _between_events(tail):
+                await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+        group.cancel_scope.cancel()  # the watcher: the stream is over
+    if failed:
+        raise failed[0]
+    if not gone:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _read(
+    chunks: AsyncIterator[bytes], ahead: MemoryObjectSendStream[bytes], failed: list[Exception], errors: Errors
+) -> None:
+    async with ahead:
+        try:
+            async for chunk in chunks:
+                await ahead.send(chunk)
+        except errors as exc:  # kept for the relay to raise: a task group would wrap it in an ExceptionGroup
+            failed.append(exc)
+
+
+async def _watch(receive: Receive, scope: anyio.CancelScope, gone: list[bool]) -> None:
+    """Cancel the relay when the client disconnects (after the request's body, ``receive`` says nothing else)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.append(True)
+    scope.cancel()
+
+
+def _between_events(tail: bytes) -> bool:
+    """Whether a stream that ends with ``tail`` ends between two events: two line ends in a row.
+
+    A CR LF is one line end; a CR at the very end may be the first half of one, and is still a line end.
+    """
+    if tail.endswith(b"\r\n"):
+        rest = tail[:-2]
+    elif tail.endswith(_LINE_ENDS):
+        rest = tail[:-1]
+    else:
+        return False
+    return rest.endswith(_LINE_ENDS)

@@ -1,0 +1,192 @@
+"""What the gateway tests run for real: server-everything (node), the TypeScript SDK client, the conformance suite,
+``mcp-sessions gateway`` as a command, and an ``MCPServer`` upstream that says what it saw of each request.
+
+The node packages come from ``scripts/system-deps.sh`` (pinned, in ``.cache/``). Without them the tests that
+need them skip, and under CI (``CI`` set) they fail: ``_redis.missing``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import httpx
+from mcp.server.mcpserver import Context, MCPServer
+from starlette.types import Message, Receive, Scope, Send
+
+from _redis import end_process, free_port, missing
+from mcp_sessions import get_session
+
+MAIN = Path(__file__).resolve().parents[2]
+CACHE = MAIN / ".cache"
+EVERYTHING = CACHE / "everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+TS_SDK = CACHE / "everything/node_modules/@modelcontextprotocol/sdk/dist/esm"
+NODE22 = CACHE / "conformance/node_modules/.bin/node"
+CONFORMANCE = CACHE / "conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+START_TIMEOUT = 30.0
+JSON_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+SECRET = "gateway-test-secret-gateway-test-secret-0123"
+
+
+def installed(path: Path, what: str) -> Path:
+    """``path``, which ``scripts/system-deps.sh`` installs; skips the test without it (fails it under CI)."""
+    if not path.exists():
+        missing(f"{what} is not installed ({path.relative_to(MAIN)}): run scripts/system-deps.sh")
+    return path
+
+
+def node() -> str:
+    binary = shutil.which("node")
+    if binary is None:
+        missing("node is not installed: run scripts/system-deps.sh")
+        raise AssertionError("unreachable")
+    return binary
+
+
+class Process:
+    """A server process on a free loopback port, its output in a file; stopped (killed if it must be) by ``stop``."""
+
+    def __init__(self, name: str, command: Sequence[str], environ: Mapping[str, str], port: int) -> None:
+        self.name, self.port = name, port
+        self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
+        inherited = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
+        self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
+            list(command), cwd=MAIN, env={**inherited, **environ}, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if self.process.poll() is not None:
+                output = self.output()
+                self.stop()
+                raise RuntimeError(f"{name} exited at start:\n{output}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{name} did not listen within {START_TIMEOUT} s")
+            time.sleep(0.02)
+
+    def output(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None:
+            end_process(process)
+        self._log.close()
+
+
+@contextlib.contextmanager
+def everything_server() -> Iterator[str]:
+    """``@modelcontextprotocol/server-everything`` (streamable HTTP, 2025-11-25) on a free port: its MCP URL."""
+    script = installed(EVERYTHING, "@modelcontextprotocol/server-everything")
+    port = free_port()
+    server = Process("server-everything", [node(), str(script), "streamableHttp"], {"PORT": str(port)}, port)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def gateway_command(
+    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
+) -> Iterator[str]:
+    """``mcp-sessions gateway --upstream …`` as its own process: the gateway's MCP URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "mcp_sessions.cli", "gateway", "--port", str(port), "--log-level", "warning"]
+    command += [item for url in upstreams for item in ("--upstream", url)]
+    environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
+    gateway = Process("mcp-sessions gateway", [*command, *arguments], environ, port)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        gateway.stop()
+
+
+def upstream_server(name: str, **options: Any) -> MCPServer:
+    """An ``MCPServer`` whose tools say what the upstream saw: which replica, which headers."""
+    server = MCPServer(name, **options)
+
+    @server.tool()
+    async def seen(ctx: Context) -> str:
+        """This replica's name, and the request's headers as the upstream got them."""
+        request = ctx.request_context.request
+        headers = {} if request is None else dict(request.headers)
+        return json.dumps({"replica": name, "headers": headers, "session": get_session() is not None})
+
+    @server.tool()
+    async def echo(message: str) -> str:
+        """The message."""
+        return message
+
+    @server.tool()
+    async def slow(seconds: float, ctx: Context) -> str:
+        """A progress notification at once, then the answer after ``seconds``."""
+        await ctx.report_progress(1, 2)
+        await anyio.sleep(seconds)
+        return "done"
+
+    return server
+
+
+class Disconnects:
+    """An ASGI wrapper that counts the ``http.disconnect`` messages its app receives (a client that went away)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.count = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def watched() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.count += 1
+            return message
+
+        await self.app(scope, watched if scope["type"] == "http" else receive, send)
+
+
+def messages_of(response: httpx.Response) -> list[dict[str, Any]]:
+    """Every JSON-RPC message of an answer, JSON or SSE (the empty priming events skipped)."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        return [
+            json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()
+        ]
+    parsed = response.json()
+    return parsed if isinstance(parsed, list) else [parsed]
+
+
+def result_of(response: httpx.Response, request_id: object) -> dict[str, Any]:
+    """The message that answers ``request_id``."""
+    return next(m for m in messages_of(response) if m.get("id") == request_id)
+
+
+def legacy_initialize(http: httpx.Client, url: str, headers: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A 2025-11-25 handshake; the headers every later request of it sends (its transport session's among them)."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    response = http.post(url, json=body, headers={**JSON_SSE, **(headers or {})})
+    assert response.status_code == 200, response.text
+    later = {**JSON_SSE, **(headers or {}), "MCP-Protocol-Version": "2025-11-25"}
+    if (session_id := response.headers.get("mcp-session-id")) is not None:
+        later["Mcp-Session-Id"] = session_id
+    initialized = http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=later)
+    assert initialized.status_code == 202, initialized.text
+    return later

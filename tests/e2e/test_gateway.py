@@ -1,0 +1,190 @@
+"""``mcp-sessions gateway`` in front of a server in another language: ``@modelcontextprotocol/server-everything``.
+
+The TypeScript reference server (streamable HTTP, 2025-11-25 only, a transport session per client)
+runs from npm under node; the gateway runs as the command a user types, configured by
+``MCP_SESSIONS_*``; the clients are raw HTTP, the TypeScript SDK's own client (node) and the ``mcp``
+SDK's client with this project's session transport. Nothing is imitated: every answer that is not
+a session's comes from server-everything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from e2e._gateway import (
+    JSON_SSE,
+    MAIN,
+    TS_SDK,
+    everything_server,
+    gateway_command,
+    installed,
+    legacy_initialize,
+    node,
+    result_of,
+)
+from mcp_sessions.client import SessionTransport
+
+SESSION_META = "io.modelcontextprotocol/session"
+MODERN = "2026-07-28"
+KEEPALIVE = 0.3
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[str]:
+    with everything_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: str) -> Iterator[str]:
+    with gateway_command([upstream], "--keepalive", str(KEEPALIVE)) as url:
+        yield url
+
+
+def create(http: httpx.Client, url: str, headers: dict[str, str]) -> str:
+    response = http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}, headers=headers)
+    assert response.status_code == 200, response.text
+    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
+    return token
+
+
+def echo(message: str, session: str | None, request_id: int = 2) -> dict[str, Any]:
+    params: dict[str, Any] = {"name": "echo", "arguments": {"message": message}}
+    if session is not None:
+        params["_meta"] = {SESSION_META: {"sessionId": session}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+def test_a_stock_2025_client_gets_sessions_in_front_of_server_everything(gateway: str, http: httpx.Client) -> None:
+    headers = legacy_initialize(http, gateway)
+    assert headers["Mcp-Session-Id"].count("~") == 1  # the replica's tag, then server-everything's own id
+    token = create(http, gateway, headers)
+
+    answered = http.post(gateway, json=echo("hi", token), headers=headers)
+    result = result_of(answered, 2)["result"]
+    assert result["content"][0]["text"] == "Echo: hi"  # server-everything's own answer
+    assert result["_meta"][SESSION_META]["sessionId"] == token  # the echo, spliced into its SSE event
+
+    forged = http.post(gateway, json=echo("hi", token[:-4] + "AAAA", 3), headers=headers)
+    assert result_of(forged, 3)["error"]["code"] == -32043
+    without = result_of(http.post(gateway, json=echo("plain", None, 4), headers=headers), 4)
+    assert without["result"]["content"][0]["text"] == "Echo: plain"
+    assert SESSION_META not in without["result"].get("_meta", {})
+
+
+def test_the_initialize_result_advertises_sessions(gateway: str, http: httpx.Client) -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    capabilities = result_of(http.post(gateway, json=body, headers=JSON_SSE), 0)["result"]["capabilities"]
+    assert capabilities["sessions"] == {} and capabilities["experimental"]["sessions"] == {}
+    assert capabilities["tools"] == {"listChanged": True}  # server-everything's own, kept
+
+
+def test_no_session_is_handed_out_on_an_era_the_upstream_does_not_speak(gateway: str, http: httpx.Client) -> None:
+    """server-everything speaks 2025-11-25 only: a 2026-07-28 sessions/create gets its refusal, not a session."""
+    headers = legacy_initialize(http, gateway)
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create", "params": {"_meta": meta}}
+    modern = {**headers, "MCP-Protocol-Version": MODERN, "Mcp-Method": "sessions/create"}
+    refused = http.post(gateway, json=body, headers=modern)
+    listed = http.post(gateway, json={**body, "method": "tools/list"}, headers={**modern, "Mcp-Method": "tools/list"})
+    assert refused.status_code == listed.status_code == 400
+    assert refused.json() == listed.json()  # server-everything's own words, for its own method as for ours
+    assert "Unsupported protocol version: 2026-07-28" in refused.json()["error"]["message"]
+
+
+def test_session_methods_are_refused_as_the_upstream_refuses_its_own_methods(gateway: str, http: httpx.Client) -> None:
+    """Without a transport session server-everything refuses every method but initialize: sessions/create too."""
+    create_body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}
+    refused = http.post(gateway, json=create_body, headers={**JSON_SSE, "MCP-Protocol-Version": "2025-11-25"})
+    own = http.post(gateway, json={**create_body, "method": "tools/list"}, headers=JSON_SSE)
+    assert refused.status_code == own.status_code == 400
+    assert refused.json()["error"] == own.json()["error"]
+
+
+def test_a_foreign_host_is_refused_for_every_request_alike(gateway: str, http: httpx.Client) -> None:
+    headers = legacy_initialize(http, gateway)
+    foreign = {**headers, "Host": "evil.example:80"}
+    for body in ({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}, echo("x", None)):
+        refused = http.post(gateway, json=body, headers=foreign)
+        assert (refused.status_code, refused.text) == (421, "Invalid Host header")
+    assert http.get(gateway, headers={**foreign, "Accept": "text/event-stream"}).status_code == 421
+
+
+def test_a_transport_session_goes_only_to_the_replica_that_issued_it(gateway: str, http: httpx.Client) -> None:
+    headers = legacy_initialize(http, gateway)
+    tagged = headers["Mcp-Session-Id"]
+    issued = tagged.partition("~")[2]
+    for unknown in (issued, "0123abcd~" + issued):  # server-everything's bare id; an id of no replica here
+        lost = http.post(gateway, json=echo("x", None), headers={**headers, "Mcp-Session-Id": unknown})
+        assert lost.status_code == 404
+        assert lost.json()["error"]["message"] == "Session not found"
+    ended = http.delete(gateway, headers=headers)
+    assert ended.status_code == 200
+    after = http.post(gateway, json=echo("x", None), headers=headers)
+    assert after.status_code == 400  # server-everything's own answer for a session it ended, as it sent it
+    assert "No valid session ID" in after.text
+
+
+def test_an_idle_event_stream_gets_keepalive_comments(gateway: str, http: httpx.Client) -> None:
+    headers = legacy_initialize(http, gateway)
+    received = b""
+    deadline = time.monotonic() + 10
+    with http.stream("GET", gateway, headers={**headers, "Accept": "text/event-stream"}) as stream:
+        assert stream.status_code == 200
+        for chunk in stream.iter_raw():
+            received += chunk
+            if received.count(b": keep-alive\n\n") >= 2 or time.monotonic() > deadline:
+                break
+    assert received.count(b": keep-alive\n\n") >= 2, received
+
+
+def test_the_typescript_sdk_client_gets_a_session(gateway: str) -> None:
+    """The recipe of docs/gateway.md, run as written, beside the SDK it imports (node resolves it from there)."""
+    sdk = installed(TS_SDK, "@modelcontextprotocol/sdk")
+    [recipe] = re.findall(r"```js\n(.*?)```", (MAIN / "docs" / "gateway.md").read_text(encoding="utf-8"), re.S)
+    script = sdk.parents[4] / f"gateway-recipe-{uuid.uuid4().hex}.mjs"  # in .cache/everything, beside node_modules
+    script.write_text(recipe, encoding="utf-8")
+    try:
+        done = subprocess.run([node(), str(script), gateway], capture_output=True, text=True, timeout=30, check=False)
+    finally:
+        script.unlink()
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["tools"] > 0 and seen["text"] == "Echo: hello"
+    assert seen["transport"].count("~") == 1
+    assert seen["echo"] == seen["session"]
+
+
+def test_the_mcp_sdk_client_with_the_session_transport(gateway: str) -> None:
+    async def run() -> tuple[str, str | None]:
+        shim = SessionTransport(delete_on_close=True)
+        async with (
+            httpx2.AsyncClient(transport=shim) as http,
+            Client(streamable_http_client(gateway, http_client=http), mode="legacy") as client,
+        ):
+            result = await client.call_tool("echo", {"message": "through"})
+            text = result.content[0].text  # type: ignore[union-attr]
+            return text, shim.session.id
+
+    import anyio
+
+    text, session_id = anyio.run(run)
+    assert text == "Echo: through"
+    assert session_id  # created by the transport at the gateway, echoed by it on server-everything's result

@@ -1,0 +1,55 @@
+"""The official MCP conformance suite through the gateway gives what it gives against the upstream directly.
+
+``@modelcontextprotocol/conformance`` (pinned by scripts/system-deps.sh, run with the Node 22 the
+``node@22`` package brings) checks ``server-everything`` once directly and once through
+``mcp-sessions gateway``, on every server scenario of the 2025 era, the one server-everything
+speaks. Scenario by scenario, check by check, the outcomes are the same, but one: the gateway
+refuses a foreign ``Host`` itself (the upstream never sees the client's), so the DNS-rebinding
+check that server-everything fails passes through the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from e2e._gateway import CONFORMANCE, NODE22, everything_server, gateway_command, installed
+
+SPEC_VERSION = "2025-11-25"  # cumulative: every server scenario of the 2025 era
+# What the gateway changes: it checks Host itself, as the mcp SDK's DNS-rebinding protection does.
+GATEWAY_OWN = {("dns-rebinding-protection", "localhost-host-rebinding-rejected"): ("FAILURE", "SUCCESS")}
+
+Outcomes = dict[tuple[str, str], list[str]]
+
+
+def run_suite(url: str, out: Path) -> Outcomes:
+    """Every check of every server scenario, by (scenario, check id): its statuses, in order."""
+    node, suite = installed(NODE22, "Node 22 (the node@22 package)"), installed(CONFORMANCE, "the conformance suite")
+    done = subprocess.run(
+        [str(node), str(suite), "server", "--url", url, "--spec-version", SPEC_VERSION, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    outcomes: Outcomes = {}
+    for checks in sorted(out.glob("*/checks.json")):
+        scenario = re.sub(r"^server-|-\d{4}-\d\d-\d\dT[\d-]+Z$", "", checks.parent.name)
+        for check in json.loads(checks.read_text()):
+            outcomes.setdefault((scenario, check["id"]), []).append(check["status"])
+    assert outcomes, done.stdout + done.stderr
+    return outcomes
+
+
+def test_the_suite_through_the_gateway_gives_what_it_gives_directly(tmp_path: Path) -> None:
+    with everything_server() as upstream:
+        direct = run_suite(upstream, tmp_path / "direct")
+        with gateway_command([upstream]) as gateway:
+            through = run_suite(gateway, tmp_path / "gateway")
+    assert direct.keys() == through.keys()
+    differing = {key: (direct[key], through[key]) for key in direct if direct[key] != through[key]}
+    assert differing == {key: ([before], [after]) for key, (before, after) in GATEWAY_OWN.items()}
+    passed = sum(statuses.count("SUCCESS") for statuses in through.values())
+    assert passed >= 13, through  # what server-everything passes directly: its handshake, tools, resources…

@@ -1,0 +1,160 @@
+"""Affinity: three upstream replicas behind two gateways that never talk to each other.
+
+Every request of a conversation (a data-layer session, a host's conversation id, a 2025-era
+transport session) reaches the same replica, whichever gateway it goes through; a replica that
+fails is taken out, its data-layer conversations move, and its transport sessions answer 404, as
+the spec says of a transport session the server lost. Real uvicorn servers on 127.0.0.1: the
+replicas are stateful ``MCPServer`` apps whose ``seen`` tool names the replica that answered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from _mcp import LEGACY, MODERN, legacy_request, modern_headers, modern_request
+from conftest import serve
+from e2e._gateway import JSON_SSE, SECRET, result_of, upstream_server
+from mcp_sessions import MemoryStore, SessionsConfig, gateway_app
+
+SESSION_META = "io.modelcontextprotocol/session"
+REPLICAS = ("r0", "r1", "r2")
+
+
+class Deployment:
+    """Three replicas, two gateways in front of all three (the same secret and store, nothing else shared)."""
+
+    def __init__(self) -> None:
+        self.stacks = {name: contextlib.ExitStack() for name in REPLICAS}
+        self.upstreams = {
+            name: stack.enter_context(serve(upstream_server(name).streamable_http_app())) + "/mcp"
+            for name, stack in self.stacks.items()
+        }
+        self.gateways: list[str] = []
+        self._stack = contextlib.ExitStack()
+        store = MemoryStore()
+        for _ in range(2):
+            app = gateway_app(list(self.upstreams.values()), config=SessionsConfig(secret=SECRET, store=store))
+            self.gateways.append(self._stack.enter_context(serve(app)) + "/mcp")
+
+    def stop(self, name: str) -> None:
+        self.stacks[name].close()
+
+    def close(self) -> None:
+        self._stack.close()
+        for stack in self.stacks.values():
+            stack.close()
+
+
+@contextlib.contextmanager
+def deployment() -> Iterator[Deployment]:
+    deployed = Deployment()
+    try:
+        yield deployed
+    finally:
+        deployed.close()
+
+
+@pytest.fixture(scope="module")
+def deployed() -> Iterator[Deployment]:
+    with deployment() as running:
+        yield running
+
+
+def create(http: httpx.Client, url: str) -> str:
+    body = modern_request("sessions/create", id=1)
+    response = http.post(url, json=body, headers=modern_headers(body))
+    assert response.status_code == 200, response.text
+    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
+    return token
+
+
+def replica_of(http: httpx.Client, url: str, *, token: str | None = None, meta: dict[str, Any] | None = None) -> str:
+    """The replica that answered a 2026-07-28 ``seen`` call in a session, or a host's conversation."""
+    meta = {**(meta or {}), **({} if token is None else {SESSION_META: {"sessionId": token}})}
+    body = modern_request("tools/call", {"name": "seen", "arguments": {}}, id=2, meta=meta)
+    response = http.post(url, json=body, headers=modern_headers(body))
+    assert response.status_code == 200, response.text
+    name: str = json.loads(result_of(response, 2)["result"]["content"][0]["text"])["replica"]
+    return name
+
+
+def handshake(http: httpx.Client, url: str) -> dict[str, str]:
+    params = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    response = http.post(url, json=legacy_request("initialize", params, id=0), headers=JSON_SSE)
+    assert response.status_code == 200, response.text
+    return {**JSON_SSE, "MCP-Protocol-Version": LEGACY, "Mcp-Session-Id": response.headers["mcp-session-id"]}
+
+
+def legacy_replica_of(http: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
+    body = legacy_request("tools/call", {"name": "seen", "arguments": {}}, id=3)
+    return http.post(url, json=body, headers=headers)
+
+
+def test_a_session_reaches_one_replica_through_either_gateway(deployed: Deployment, http: httpx.Client) -> None:
+    a, b = deployed.gateways
+    for _ in range(3):
+        token = create(http, a)
+        assert len({replica_of(http, gateway, token=token) for gateway in (a, b, a, b)}) == 1
+
+
+def test_a_hosts_conversation_reaches_one_replica_through_either_gateway(
+    deployed: Deployment, http: httpx.Client
+) -> None:
+    a, b = deployed.gateways
+    for conversation in ("conv-1", "conv-2", "conv-3"):
+        meta = {"vscode.conversationId": conversation}
+        assert len({replica_of(http, gateway, meta=meta) for gateway in (a, b, a, b)}) == 1
+
+
+def test_conversations_spread_over_the_replicas(deployed: Deployment, http: httpx.Client) -> None:
+    a, b = deployed.gateways
+    chosen = []
+    for number in range(24):
+        meta = {"vscode.conversationId": f"spread-{number}"}
+        here, there = replica_of(http, a, meta=meta), replica_of(http, b, meta=meta)
+        assert here == there
+        chosen.append(here)
+    assert set(chosen) == set(REPLICAS)  # rendezvous hashing: 24 conversations all on one replica would be 3^-23
+
+
+def test_a_transport_session_stays_with_the_replica_that_issued_it(deployed: Deployment, http: httpx.Client) -> None:
+    a, b = deployed.gateways
+    for _ in range(3):
+        headers = handshake(http, a)  # a new transport session: the least loaded replica
+        answers = [legacy_replica_of(http, gateway, headers) for gateway in (b, a, b)]
+        assert {answer.status_code for answer in answers} == {200}
+        assert len({json.loads(result_of(r, 3)["result"]["content"][0]["text"])["replica"] for r in answers}) == 1
+
+
+def test_a_replica_that_fails_is_taken_out_and_its_conversations_told_so(http: httpx.Client) -> None:
+    with deployment() as running:
+        a, b = running.gateways
+        token = next(t for t in (create(http, a) for _ in range(40)) if replica_of(http, a, token=t) == "r0")
+        transport = next(
+            h for h in (handshake(http, a) for _ in range(40)) if _replica(legacy_replica_of(http, a, h)) == "r0"
+        )
+        running.stop("r0")
+        moved = {replica_of(http, gateway, token=token) for gateway in (a, b, a)}
+        assert len(moved) == 1 and moved != {"r0"}  # the data-layer session carries on, on one other replica
+        for gateway in (a, b):
+            lost = legacy_replica_of(http, gateway, transport)
+            assert lost.status_code == 404 and lost.json()["error"]["message"] == "Session not found"
+        assert _replica(legacy_replica_of(http, b, handshake(http, b))) in ("r1", "r2")  # a new one, elsewhere
+        for number in range(6):  # no request fails: a replica that cannot be connected to is skipped
+            assert replica_of(http, a, meta={"vscode.conversationId": f"after-{number}"}) in ("r1", "r2")
+
+
+def _replica(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    name: str = json.loads(result_of(response, 3)["result"]["content"][0]["text"])["replica"]
+    return name
+
+
+def test_the_modern_era_is_what_these_tests_speak() -> None:
+    assert MODERN == "2026-07-28"

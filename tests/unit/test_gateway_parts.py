@@ -1,0 +1,193 @@
+"""The gateway's pure parts: which replica, which headers, where a keep-alive may go, which hosts."""
+
+from __future__ import annotations
+
+import random
+import string
+
+import pytest
+
+from mcp_sessions._gateway._headers import HostCheck, client_headers, upstream_headers
+from mcp_sessions._gateway._relay import _between_events
+from mcp_sessions._gateway._replicas import Replicas
+
+URLS = ["http://10.0.0.1:3001/mcp", "http://10.0.0.2:3001/mcp", "http://10.0.0.3:3001/mcp"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_every_gateway_orders_a_conversations_replicas_alike_whatever_the_order_of_its_urls() -> None:
+    one, other = Replicas(URLS, cooldown=10), Replicas(list(reversed(URLS)), cooldown=10)
+    for number in range(50):
+        key = f"conversation-{number}"
+        assert [r.url for r in one.for_conversation(key)] == [r.url for r in other.for_conversation(key)]
+
+
+def test_a_replica_out_of_service_moves_only_its_own_conversations() -> None:
+    clock = Clock()
+    replicas = Replicas(URLS, cooldown=10, clock=clock)
+    keys = [f"k{number}" for number in range(60)]
+    before = {key: replicas.for_conversation(key)[0].url for key in keys}
+    assert set(before.values()) == set(URLS)
+    down = replicas.all[0]
+    replicas.failed(down)
+    after = {key: replicas.for_conversation(key)[0].url for key in keys}
+    assert all(after[key] == before[key] for key in keys if before[key] != down.url)
+    assert all(after[key] != down.url for key in keys)
+    assert replicas.for_conversation("k0")[-1] is down  # still tried, last: it may be back
+    clock.now += 11  # the cooldown is over: its conversations come back
+    assert {key: replicas.for_conversation(key)[0].url for key in keys} == before
+
+
+def test_a_transport_session_id_names_its_issuer_and_nothing_else_does() -> None:
+    replicas = Replicas(URLS, cooldown=10)
+    second = replicas.all[1]
+    tagged = second.prefix + b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab"
+    assert replicas.issuer(tagged) == (second, b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab")
+    for unknown in (b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab", b"ffffffff~x", second.prefix, second.prefix + b"x" * 300):
+        assert replicas.issuer(unknown) is None
+    assert b"." not in second.prefix and len(second.prefix) == 9
+
+
+@pytest.mark.parametrize(
+    ("urls", "message"),
+    [
+        ([], "one upstream URL"),
+        (["ftp://h/mcp"], "http:// or https://"),
+        (["http://a/mcp", "http://b/other"], "same MCP endpoint path"),
+        (["http://a/mcp?x=1"], "without a query"),
+        (["http://user:secret@a/mcp"], "carries no credentials"),
+    ],
+)
+def test_replica_urls_are_checked_at_start(urls: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Replicas(urls, cooldown=10)
+
+
+def test_the_least_loaded_replica_comes_first() -> None:
+    replicas = Replicas(URLS, cooldown=10)
+    replicas.all[0].in_flight, replicas.all[1].in_flight, replicas.all[2].in_flight = 3, 0, 5
+    assert replicas.least_loaded()[0] is replicas.all[1]
+
+
+def test_hop_by_hop_headers_and_those_connection_names_stay_behind() -> None:
+    raw = [
+        (b"host", b"gateway.example"),
+        (b"connection", b"keep-alive, X-Hop"),
+        (b"x-hop", b"1"),
+        (b"te", b"trailers"),
+        (b"transfer-encoding", b"chunked"),
+        (b"content-length", b"12"),
+        (b"authorization", b"Bearer t"),
+        (b"mcp-method", b"tools/call"),
+        (b"baggage", b"tenant=acme, gen_ai.conversation.id=spoofed"),
+        (b"x-forwarded-for", b"203.0.113.7"),
+    ]
+    headers = upstream_headers(
+        raw, client="10.1.1.1", scheme="https", transport_id=None, conversation="sid%1", trace={}
+    )
+    assert dict(headers) == {
+        b"authorization": b"Bearer t",
+        b"mcp-method": b"tools/call",
+        b"baggage": b"tenant=acme,gen_ai.conversation.id=sid%251",
+        b"x-forwarded-for": b"203.0.113.7, 10.1.1.1",
+        b"x-forwarded-proto": b"https",
+        b"x-forwarded-host": b"gateway.example",
+    }
+
+
+def test_the_replicas_own_transport_session_id_and_the_gateways_span_replace_the_clients() -> None:
+    raw = [(b"mcp-session-id", b"tag~id"), (b"traceparent", b"00-client"), (b"accept", b"*/*")]
+    headers = upstream_headers(
+        raw, client=None, scheme="http", transport_id=b"id", conversation=None, trace={"traceparent": "00-gateway"}
+    )
+    assert headers == [
+        (b"accept", b"*/*"),
+        (b"mcp-session-id", b"id"),
+        (b"traceparent", b"00-gateway"),
+        (b"x-forwarded-proto", b"http"),
+    ]
+
+
+def test_the_response_loses_its_hop_by_hop_headers_and_its_transport_session_gets_the_tag() -> None:
+    raw = [
+        (b"Content-Type", b"text/event-stream"),
+        (b"Connection", b"keep-alive, X-Upstream-Hop"),
+        (b"X-Upstream-Hop", b"1"),
+        (b"Transfer-Encoding", b"chunked"),
+        (b"Mcp-Session-Id", b"abc"),
+        (b"WWW-Authenticate", b"Bearer realm=x"),
+    ]
+    assert client_headers(raw, b"0123abcd~") == [
+        (b"content-type", b"text/event-stream"),
+        (b"mcp-session-id", b"0123abcd~abc"),
+        (b"www-authenticate", b"Bearer realm=x"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tail", "between"),
+    [
+        (b"\n\n", True),
+        (b"\r\n\r\n", True),
+        (b"\r\r", True),
+        (b"\n\r\n", True),
+        (b"x\r\n", False),
+        (b"data", False),
+        (b"a\n", False),
+        (b"\n\r", True),
+    ],
+)
+def test_a_keepalive_goes_only_between_two_events(tail: bytes, between: bool) -> None:
+    assert _between_events(tail) is between
+
+
+def test_a_keepalive_never_splits_an_event_however_the_stream_is_cut() -> None:
+    """Fed to an SSE parser, a stream with keep-alives wherever allowed gives the same events as without."""
+    rng = random.Random(7)
+    events = [f"data: {''.join(rng.choices(string.ascii_letters, k=5))}" for _ in range(20)]
+    stream = "".join(event + rng.choice(["\n\n", "\r\n\r\n", "\ndata: more\n\n"]) for event in events).encode()
+    for _ in range(50):
+        cuts = sorted(rng.sample(range(1, len(stream)), 15))
+        out, tail, start = b"", b"\n\n", 0
+        for cut in [*cuts, len(stream)]:
+            if _between_events(tail):
+                out += b": keep-alive\n\n"
+            chunk = stream[start:cut]
+            out += chunk
+            tail, start = (tail + chunk)[-4:], cut
+        assert _data_of(out) == _data_of(stream)
+
+
+def _data_of(stream: bytes) -> list[str]:
+    """The data of each dispatched event, by the WHATWG rules (CR LF, LF or CR end a line)."""
+    text = stream.decode().replace("\r\n", "\n").replace("\r", "\n")
+    found: list[str] = []
+    data: list[str] = []
+    for line in text.split("\n"):
+        if not line:
+            if data:
+                found.append("\n".join(data))
+            data = []
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+    return found
+
+
+def test_the_gateways_door_is_the_sdks_rule() -> None:
+    local = HostCheck(None, None)
+    assert local.check([(b"host", b"127.0.0.1:8000")]) is None
+    refused = local.check([(b"host", b"evil.example")])
+    assert refused is not None and (refused.status, refused.body) == (421, b"Invalid Host header")
+    origin = local.check([(b"host", b"localhost:1"), (b"origin", b"http://evil.example")])
+    assert origin is not None and origin.status == 403
+    assert HostCheck([], []).check([(b"host", b"anything")]) is None
+    assert HostCheck(["mcp.example.com"], []).check([(b"host", b"mcp.example.com")]) is None
+    with pytest.raises(TypeError):
+        HostCheck("mcp.example.com", None)
