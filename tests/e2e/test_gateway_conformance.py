@@ -1,11 +1,11 @@
 """The official MCP conformance suite through the gateway gives what it gives against the upstream directly.
 
 ``@modelcontextprotocol/conformance`` (pinned by scripts/system-deps.sh, run with the Node 22 the
-``node@22`` package brings) checks ``server-everything`` once directly and once through
-``mcp-sessions gateway``, on every server scenario of the 2025 era, the one server-everything
-speaks. Scenario by scenario, check by check, the outcomes are the same, but one: the gateway
-refuses a foreign ``Host`` itself (the upstream never sees the client's), so the DNS-rebinding
-check that server-everything fails passes through the gateway.
+``node@22`` package brings) checks each upstream once directly and once through the gateway:
+``server-everything`` (node) on every server scenario of the 2025 era, the one it speaks, and an
+``MCPServer`` on both eras. Scenario by scenario, check by check, the outcomes are the same, but
+one: the gateway refuses a foreign ``Host`` itself (the upstream never sees the client's), so the
+DNS-rebinding check that server-everything fails passes through the gateway.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ import re
 import subprocess
 from pathlib import Path
 
-from e2e._gateway import CONFORMANCE, NODE22, everything_server, gateway_command, installed
+import pytest
+
+from conftest import serve
+from e2e._gateway import CONFORMANCE, NODE22, SECRET, everything_server, gateway_command, installed, upstream_server
+from mcp_sessions import SessionsConfig, gateway_app
 
 SPEC_VERSION = "2025-11-25"  # cumulative: every server scenario of the 2025 era
 # What the gateway changes: it checks Host itself, as the mcp SDK's DNS-rebinding protection does.
@@ -24,11 +28,11 @@ GATEWAY_OWN = {("dns-rebinding-protection", "localhost-host-rebinding-rejected")
 Outcomes = dict[tuple[str, str], list[str]]
 
 
-def run_suite(url: str, out: Path) -> Outcomes:
+def run_suite(url: str, out: Path, spec_version: str = SPEC_VERSION) -> Outcomes:
     """Every check of every server scenario, by (scenario, check id): its statuses, in order."""
     node, suite = installed(NODE22, "Node 22 (the node@22 package)"), installed(CONFORMANCE, "the conformance suite")
     done = subprocess.run(
-        [str(node), str(suite), "server", "--url", url, "--spec-version", SPEC_VERSION, "-o", str(out)],
+        [str(node), str(suite), "server", "--url", url, "--spec-version", spec_version, "-o", str(out)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -53,3 +57,16 @@ def test_the_suite_through_the_gateway_gives_what_it_gives_directly(tmp_path: Pa
     assert differing == {key: ([before], [after]) for key, (before, after) in GATEWAY_OWN.items()}
     passed = sum(statuses.count("SUCCESS") for statuses in through.values())
     assert passed >= 13, through  # what server-everything passes directly: its handshake, tools, resources…
+
+
+@pytest.mark.parametrize("spec_version", ["2025-11-25", "2026-07-28"])
+def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly(
+    tmp_path: Path, spec_version: str
+) -> None:
+    app = upstream_server("plain").streamable_http_app(stateless_http=True)
+    with serve(app) as upstream:
+        direct = run_suite(upstream + "/mcp", tmp_path / "direct", spec_version)
+        with serve(gateway_app([upstream + "/mcp"], config=SessionsConfig(secret=SECRET))) as gateway:
+            through = run_suite(gateway + "/mcp", tmp_path / "gateway", spec_version)
+    assert through == direct
+    assert sum(statuses.count("SUCCESS") for statuses in through.values()) >= 28, through  # handshake, tools…
