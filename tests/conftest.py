@@ -107,6 +107,9 @@ SLOW_FILES = [
     "stores/test_sqlite.py",
     "e2e/test_telemetry.py",
     "e2e/test_client_transport.py",
+    "e2e/test_gateway_benchmark.py",
+    "e2e/test_conformance_broken.py",
+    "e2e/test_gateway_replicas.py",
 ]
 
 
