@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mcp_sessions.pipeline._echo import CHANGED, Target, advertise, annotate
+from mcp_sessions.pipeline._echo import Target, advertise, annotate
 from mcp_sessions.plan._plan import Planner
 from mcp_sessions.profiles import (
     DRAFT,
@@ -89,13 +89,13 @@ def test_only_the_draft_precomputes_nothing_extra() -> None:
 def test_top_level_echo_and_null_revocation() -> None:
     target = Target(SEP1364_ALT1, None, advertised=(), capability={}, era=Era.PER_REQUEST, operation=None, revoked=True)
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "result": {}}
-    assert annotate(target, message) is CHANGED and message["sessionId"] is None
+    assert annotate(target, message) is True and message["sessionId"] is None
     strawman = Target(STRAWMAN, None, advertised=(), capability={}, era=Era.PER_REQUEST, operation=None, revoked=True)
     message = {"jsonrpc": "2.0", "id": 1, "result": {"_meta": {"other": 1}}}
-    assert annotate(strawman, message) is CHANGED
+    assert annotate(strawman, message) is True
     assert message["result"]["_meta"] == {"other": 1, "mcp/session": None}
     echoed: dict[str, Any] = {"id": 1, "result": {}}
-    assert TopLevelEcho("sessionId").attach(echoed, echoed["result"], "tok", None, "2026-01-01T00:00:00Z") is None
+    TopLevelEcho("sessionId").attach(echoed, echoed["result"], "tok", None, "2026-01-01T00:00:00Z")
     assert echoed == {"id": 1, "result": {}, "sessionId": "tok"}
 
 

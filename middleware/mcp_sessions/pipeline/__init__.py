@@ -1,7 +1,6 @@
 """The pipeline's steps after planning: resolve, refuse, answer locally, forward, rewrite the response."""
 
 from ._answer import LocalAnswers
-from ._echo import Target, advertising_tables
 from ._forward import Exchange, Forwarder, run_app
 from ._handles import answer_refused_handles, check_handles
 from ._operations import start_operations
@@ -24,9 +23,7 @@ __all__ = [
     "LocalAnswers",
     "Refuser",
     "Resolver",
-    "Target",
     "TransportSessions",
-    "advertising_tables",
     "answer_refused_handles",
     "body_of",
     "check_handles",

@@ -9,7 +9,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..handles import handle_context
 from ..otel import attach_session, detach_session
-from ..profiles import Echo
 from ..session import (
     SCOPE_KEY,
     STATE_ATTRIBUTE,
@@ -21,7 +20,7 @@ from ..session import (
 )
 from ..wire.jsonrpc import hashable_id
 from ..wire.protocol import Era
-from ._echo import EchoOnly, Target, advertising_tables
+from ._echo import Target, advertising_tables
 from ._listen import LISTEN, ListenStream
 from ._request import continue_trace, strip_session_members
 from ._response import ResponseRewriter
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
     from ..asgi import Replay
     from ..handles import HandleContext
     from ..otel import Operation, Telemetry
-    from ..plan import Call, Plan
+    from ..plan import Plan
     from ..profiles import WireProfile
     from ..session import SessionService
     from ..sources.transport import TransportSource
@@ -61,8 +60,8 @@ class Forwarder:
         mapped: TransportSessions | None,
         sessions: SessionService,
     ) -> None:
-        tables = advertising_tables(profiles)  # by era: each is looked up by identity, an Enum hashes in Python
-        self._advertising, self._per_request = tables[Era.HANDSHAKE.value], tables[Era.PER_REQUEST.value]
+        tables = advertising_tables(profiles)
+        self._advertising, self._per_request = tables[Era.HANDSHAKE], tables[Era.PER_REQUEST]
         self._capability = capability
         self._strips = strips
         self._transport = transport
@@ -105,9 +104,8 @@ class Forwarder:
         receive: Receive = replay
         if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
             send = self._transport.watch_initialize(send)
-        echo_only = None
+        targets = self.targets(plan)
         if plan.batch:
-            targets = self.targets(plan)
             operations: Sequence[Operation] = [call.operation for call in plan.calls if call.operation is not None]
             sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
             session = next(iter(sessions.values())) if len(sessions) == 1 else None
@@ -132,28 +130,13 @@ class Forwarder:
             if self._bus is not None and call.method == LISTEN:  # the one check on every request with a bus
                 listen = ListenStream(self._bus, self._sessions, session, call.request_id, replay, send)
                 receive, send = listen.receive, listen.send
-            echo_only = self._echo_only(call, plan.era)
-            targets = {} if echo_only is not None else self.targets(plan)
-        if not (targets or echo_only is not None or attaches or operations or plan.handles or header_session.get()):
+        if not (targets or attaches or operations or plan.handles or header_session.get()):
             return None if send is given else Exchange(scope, receive, send, None, None, [], listen=listen)
         if len(operations) == 1 and not plan.batch and operations[0].traced:
             continue_trace(plan.calls[0].message, replay, operations[0])
         typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
-        rewriter = ResponseRewriter(typed_send, targets, echo_only) if targets or echo_only is not None else None
+        rewriter = ResponseRewriter(typed_send, targets) if targets else None
         return Exchange(scope, receive, send, session, rewriter, operations, plan.handles, None, conversation, listen)
-
-    def _echo_only(self, call: Call, era: Era) -> EchoOnly | None:
-        """The usual response's change, when the echo of a data-layer session is all the answer gains."""
-        session = call.session
-        if session is None or not session.token or not call.is_request:
-            return None
-        echo = call.profile.echo
-        if not isinstance(echo, Echo) or (self._advertising if era is Era.HANDSHAKE else self._per_request).get(
-            call.method  # type: ignore[arg-type]  # a call with a session has a method
-        ):
-            return None
-        # tuple.__new__: a NamedTuple's own __new__ is a Python function, one more call on every session request
-        return tuple.__new__(EchoOnly, (hashable_id(call.request_id), session, echo, call.profile, era, call.operation))
 
 
 class Exchange:
