@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -92,10 +92,9 @@ class Process:
 def everything_server() -> Iterator[str]:
     """``@modelcontextprotocol/server-everything`` (streamable HTTP, 2025-11-25) on a free port: its MCP URL."""
     script = installed(EVERYTHING, "@modelcontextprotocol/server-everything")
-    port = free_port()
-    server = Process("server-everything", [node(), str(script), "streamableHttp"], {"PORT": str(port)}, port)
+    server = started("server-everything", lambda port: ([node(), str(script), "streamableHttp"], {"PORT": str(port)}))
     try:
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{server.port}/mcp"
     finally:
         server.stop()
 
@@ -105,15 +104,28 @@ def gateway_command(
     upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
 ) -> Iterator[str]:
     """``mcp-sessions gateway --upstream …`` as its own process: the gateway's MCP URL."""
-    port = free_port()
-    command = [sys.executable, "-m", "mcp_sessions.cli", "gateway", "--port", str(port), "--log-level", "warning"]
-    command += [item for url in upstreams for item in ("--upstream", url)]
     environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
-    gateway = Process("mcp-sessions gateway", [*command, *arguments], environ, port)
+
+    def command(port: int) -> tuple[list[str], Mapping[str, str]]:
+        line = [sys.executable, "-m", "mcp_sessions.cli", "gateway", "--port", str(port), "--log-level", "warning"]
+        return [*line, *(item for url in upstreams for item in ("--upstream", url)), *arguments], environ
+
+    gateway = started("mcp-sessions gateway", command)
     try:
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{gateway.port}/mcp"
     finally:
         gateway.stop()
+
+
+def started(name: str, command: Callable[[int], tuple[list[str], Mapping[str, str]]], tries: int = 3) -> Process:
+    """``command`` for a free port, started; again on another port if the first was taken meanwhile (by
+    another test worker: a free port is free only until someone binds it)."""
+    for _ in range(tries - 1):
+        port = free_port()
+        with contextlib.suppress(RuntimeError):
+            return Process(name, *command(port), port)
+    port = free_port()
+    return Process(name, *command(port), port)
 
 
 def upstream_server(name: str, **options: Any) -> MCPServer:
