@@ -67,9 +67,6 @@ class EndpointPaths:
         self._exact = frozenset(p for p in paths if "{" not in p)
         self._templates = tuple(compile_path(p)[0] for p in sorted(paths - self._exact))
 
-    def __bool__(self) -> bool:
-        return bool(self._exact or self._templates)
-
     def __contains__(self, path: str) -> bool:
         return path in self._exact or any(template.match(path) for template in self._templates)
 
