@@ -1,8 +1,19 @@
-"""A Starlette user with an identity of any type (or none) and a display name of the user's own choosing."""
+"""Who signs in, in the tests: a Starlette user with an identity of any type (or none) and a display name of
+the user's own choosing, and two users of the ``mcp`` SDK's bearer auth."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from pydantic import AnyHttpUrl
 from starlette.authentication import BaseUser
+
+TOKENS = {
+    "alice-token": AccessToken(token="alice-token", client_id="app", scopes=["mcp"], subject="alice"),
+    "bob-token": AccessToken(token="bob-token", client_id="app", scopes=["mcp"], subject="bob"),
+}
 
 
 class User(BaseUser):
@@ -24,3 +35,23 @@ class User(BaseUser):
         if self._identity is NotImplemented:
             raise NotImplementedError
         return self._identity  # type: ignore[return-value]  # any type, as a database key is
+
+
+class StaticVerifier:
+    """The SDK's ``TokenVerifier``: two users, each with a fixed bearer (``alice-token``, ``bob-token``)."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return TOKENS.get(token)
+
+
+def bearer_auth() -> dict[str, Any]:
+    """``MCPServer`` options for the SDK's own bearer auth, with the two users of :class:`StaticVerifier`."""
+    return {
+        "token_verifier": StaticVerifier(),
+        "auth": AuthSettings(
+            issuer_url=AnyHttpUrl("https://auth.example"),
+            resource_server_url=AnyHttpUrl("http://127.0.0.1/mcp"),
+            required_scopes=["mcp"],
+            validate_token_resource=False,
+        ),
+    }

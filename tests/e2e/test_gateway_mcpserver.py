@@ -18,33 +18,20 @@ import httpx2
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server.auth.provider import AccessToken
-from mcp.server.auth.settings import AuthSettings
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic import AnyHttpUrl
 
 from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
 from _redis import free_port
+from _users import bearer_auth
 from conftest import serve
 from e2e._gateway import JSON_SSE, SECRET, Disconnects, messages_of, result_of, upstream_server
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions.client import SessionTransport
 
 SESSION_META = "io.modelcontextprotocol/session"
-TOKENS = {
-    "alice-token": AccessToken(token="alice-token", client_id="app", scopes=["mcp"], subject="alice"),
-    "bob-token": AccessToken(token="bob-token", client_id="app", scopes=["mcp"], subject="bob"),
-}
 KEEPALIVE = 0.3
-
-
-class StaticVerifier:
-    """The SDK's ``TokenVerifier``: two users, each with a fixed bearer."""
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        return TOKENS.get(token)
 
 
 def gateway(upstream: str, **options: Any) -> Any:
@@ -76,13 +63,7 @@ def authed() -> Iterator[tuple[str, str]]:
     """An MCPServer behind the SDK's own bearer auth (JSON, stateless): the gateway's URL and the upstream's."""
     server = upstream_server(
         "authed",
-        token_verifier=StaticVerifier(),
-        auth=AuthSettings(
-            issuer_url=AnyHttpUrl("https://auth.example"),
-            resource_server_url=AnyHttpUrl("http://127.0.0.1/mcp"),
-            required_scopes=["mcp"],
-            validate_token_resource=False,
-        ),
+        **bearer_auth(),
     )
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     with serve(app) as upstream, serve(gateway(upstream + "/mcp")) as url:

@@ -18,10 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from mcp.server.auth.provider import AccessToken
-from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
-from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, BaseUser, SimpleUser
 from starlette.middleware import Middleware
@@ -31,23 +28,12 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Host, Mount, Route, Router
 
 from _mcp import LEGACY, MODERN, SESSION_NOT_FOUND, jwt_claims, legacy_request, modern_headers, modern_request
-from _users import User
+from _users import User, bearer_auth
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
 
 SESSION_META = "io.modelcontextprotocol/session"
 JSON_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-TOKENS = {
-    "alice-token": AccessToken(token="alice-token", client_id="app", scopes=["mcp"], subject="alice"),
-    "bob-token": AccessToken(token="bob-token", client_id="app", scopes=["mcp"], subject="bob"),
-}
-
-
-class StaticVerifier:
-    """The SDK's ``TokenVerifier``: two users, each with a fixed bearer."""
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        return TOKENS.get(token)
 
 
 def notes_server(**options: Any) -> MCPServer:
@@ -102,15 +88,7 @@ def bearer(user: str | None) -> dict[str, str]:
 
 def sdk_auth_server() -> MCPServer:
     """The notes server behind the SDK's own bearer auth: the two users of :class:`StaticVerifier`."""
-    return notes_server(
-        token_verifier=StaticVerifier(),
-        auth=AuthSettings(
-            issuer_url=AnyHttpUrl("https://auth.example"),
-            resource_server_url=AnyHttpUrl("http://127.0.0.1/mcp"),
-            required_scopes=["mcp"],
-            validate_token_resource=False,
-        ),
-    )
+    return notes_server(**bearer_auth())
 
 
 # -- the SDK's own bearer auth -----------------------------------------------------------------------
