@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 from mcp_sessions.stores import MemoryStore, SessionStore
-from mcp_sessions.stores.sqlite import SQLiteStore
+from mcp_sessions.stores._sqlite import SQLiteStore
 
 SESSIONS = 100
 IDLE_TTL = 1800.0
@@ -123,7 +123,7 @@ async def run(redis_url: str | None, requests: int, rounds: int) -> dict[str, di
         finally:
             await sqlite.aclose()
     if redis_url is not None:
-        from mcp_sessions.stores.redis import RedisStore
+        from mcp_sessions.stores._redis import RedisStore
 
         redis = RedisStore(redis_url, prefix=f"bench-{time.time_ns()}:")
         try:

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 
-from mcp_sessions.stores.redis import RedisStore
+from mcp_sessions.stores._redis import RedisStore
 
 TTL = 24 * 3600
 

@@ -2,16 +2,15 @@
 
 from ._config import SessionsConfig
 from ._gateway import gateway_app
+from ._guard import Guard, Rejection
 from ._middleware import MCPSessionMiddleware
+from ._session import SCOPE_KEY, Session, SessionData, SessionLogFilter, authenticated_user, get_session
+from ._tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
 from ._version import __version__ as __version__
-from .guard import Guard, Rejection
-from .profiles import DRAFT, WireProfile
-from .profiles.draft import SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED
-from .session import SCOPE_KEY, Session, SessionData, SessionLogFilter, authenticated_user, get_session
+from ._wire import Refusal
+from ._wire.protocol import HEADER_MISMATCH, SESSION_STORE_UNAVAILABLE, TOO_MANY_SESSIONS
+from .profiles import DRAFT, SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, WireProfile
 from .stores import MemoryStore, SessionStatus, SessionStore, SessionStoreFull, SessionStoreUnavailable
-from .tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
-from .wire import Refusal
-from .wire.protocol import HEADER_MISMATCH, SESSION_STORE_UNAVAILABLE, TOO_MANY_SESSIONS
 
 __all__ = [
     "DRAFT",

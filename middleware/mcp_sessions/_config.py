@@ -15,24 +15,27 @@ from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack, cast
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
+from ._asgi import DEFAULT_MAX_BODY_SIZE
 from ._env import settings_from_env
+from ._guard import Guard, ServerGuard
+from ._otel import TraceMode, TraceUserMode
 from ._policy import RequirePolicy, Requires, compile_policy
-from .asgi import DEFAULT_MAX_BODY_SIZE
-from .guard import Guard, ServerGuard
-from .otel import TraceMode, TraceUserMode
+from ._session import PrincipalHook, RateLimit, authenticated_user
+from ._tokens import DEFAULT_AUDIENCE, DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 from .profiles import ErrorCodes, WireProfile, profiles_from_names, with_error_codes
-from .session import PrincipalHook, RateLimit, authenticated_user
-from .sources import DEFAULT_SOURCES, SessionSource, SourceFactory, check_chain
-from .sources.host import (
+from .sources import (
     BUILT_IN_HOSTS,
     CONVERSATION_DATA_MODES,
     DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
+    DEFAULT_SOURCES,
     ConversationData,
     HostKey,
+    SessionSource,
+    SourceFactory,
+    check_chain,
     host_keys_from_config,
 )
 from .stores import MemoryStore, SessionStore
-from .tokens import DEFAULT_AUDIENCE, DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
 
 if TYPE_CHECKING:
     from .handles import Handles

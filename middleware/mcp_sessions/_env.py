@@ -7,12 +7,12 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from .guard import Guard
+from ._guard import Guard
+from ._session import parse_limit
+from ._tokens import KeySet
 from .profiles import ERROR_CODE_SETS, profiles_from_names
-from .session import parse_limit
-from .sources.host import CONVERSATION_DATA_MODES, host_keys_from_config
+from .sources import CONVERSATION_DATA_MODES, host_keys_from_config
 from .stores import REDIS_SCHEMES, SessionStore, store_from_url
-from .tokens import KeySet
 
 __all__ = ["settings_from_env"]
 

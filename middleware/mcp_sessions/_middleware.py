@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Final, Unpack
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ._asgi import Replay, read_body, send_accepted
 from ._config import SessionsConfig, SessionsOptions
+from ._guard import Guard, ServerGuard
 from ._inside import EndpointPaths, is_transport, place_at_endpoints
 from ._lifespan import watch_lifespan
-from ._policy import never
-from .asgi import Replay, read_body, send_accepted
-from .guard import Guard, ServerGuard
-from .otel import Telemetry
-from .pipeline import (
+from ._otel import Telemetry
+from ._pipeline import (
     Exchange,
     Forwarder,
     LocalAnswers,
@@ -42,15 +41,22 @@ from .pipeline import (
     run_app,
     start_operations,
 )
-from .plan import Plan, Planner
-from .session import HeaderSession, SessionNotFound, SessionService
-from .sources import DataLayerSource, SourceContext, build_chain, data_off_explainer
-from .sources.host import HostConversationSource
-from .sources.transport import TransportSource, is_transport_session_id
+from ._plan import Plan, Planner
+from ._policy import never
+from ._session import HeaderSession, SessionNotFound, SessionService
+from ._tokens import IdDigests
+from ._wire import Refusal
+from ._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from .sources import (
+    DataLayerSource,
+    HostConversationSource,
+    SourceContext,
+    TransportSource,
+    build_chain,
+    data_off_explainer,
+    is_transport_session_id,
+)
 from .stores import SessionStoreUnavailable
-from .tokens import IdDigests
-from .wire import Refusal
-from .wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
@@ -214,10 +220,7 @@ class MCPSessionMiddleware:
         if scope["method"] != "POST":
             return None
         headers = headers_of(scope)
-        content_type = headers.get(b"content-type")
-        if content_type is None or not (  # as sent, the usual; then any case, as media types allow
-            content_type.startswith(_JSON_CONTENT_TYPE) or content_type.lower().startswith(_JSON_CONTENT_TYPE)
-        ):
+        if not headers.get(b"content-type", b"").lower().startswith(_JSON_CONTENT_TYPE):  # media types: any case
             return None
         if self._handshake_only and Era.of(headers.get(MCP_PROTOCOL_VERSION_HEADER)) is not Era.HANDSHAKE:
             return None  # a wire the server does not speak: no session there, the server's own answer
@@ -257,12 +260,8 @@ class MCPSessionMiddleware:
         return await answer_refused_handles(plan, self._forwarder.targets(plan), reply)
 
     async def _pass_through(self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]) -> None:
-        """Forward a request that is not JSON-RPC untouched.
-
-        Ordinary routes get the session named by a JWT-shaped ``Mcp-Session-Id``
-        header (a 2025-era transport session id is a bare uuid and never is).
-        An invalid one is simply not attached: the route decides what that means.
-        """
+        """Forward a request that is not JSON-RPC untouched, with the session a JWT-shaped ``Mcp-Session-Id``
+        names if it is valid (a 2025 transport session id is a bare uuid): the route decides what none means."""
         header_session_id = headers.get(MCP_SESSION_ID_HEADER)
         if header_session_id is None:
             return await self.app(scope, receive, send)

@@ -12,7 +12,7 @@ from opentelemetry import baggage
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from .otel import SESSION_BAGGAGE_KEY
+from ._otel import SESSION_BAGGAGE_KEY
 
 __all__ = ["SESSION_BAGGAGE_KEY", "SentrySessionSpanProcessor", "SessionSpanProcessor"]
 

@@ -13,7 +13,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from asgi.test_fuzz import FUZZ, bodies_json, encoded, pair_messages
-from mcp_sessions.wire import jsonrpc
+from mcp_sessions._wire import jsonrpc
 
 
 def ordered(value: Any) -> Any:

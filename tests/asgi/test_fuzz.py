@@ -34,9 +34,9 @@ from mcp_sessions import (
     SessionKey,
     get_session,
 )
+from mcp_sessions._session import digest_of
+from mcp_sessions._wire import jsonrpc
 from mcp_sessions.profiles import DRAFT, InvalidSessionMeta, SessionCarrier
-from mcp_sessions.session import digest_of
-from mcp_sessions.wire import jsonrpc
 
 KEY = "io.modelcontextprotocol/session"
 MODERN = "2026-07-28"

@@ -12,8 +12,8 @@ from starlette.types import Message
 
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionsConfig, SessionStatus
+from mcp_sessions._session import Quota
 from mcp_sessions.handles import Handles
-from mcp_sessions.session import Quota
 from mcp_sessions.stores import RedisStore
 
 from .test_middleware import Downstream, Receiver, Sender, dumps, http_scope, request

@@ -18,9 +18,9 @@ from starlette.types import Message
 
 from conftest import SECRET
 from mcp_sessions import KeySet, MemoryStore
-from mcp_sessions.pipeline import _listen
-from mcp_sessions.pipeline._listen import ListenStream, final_frame
-from mcp_sessions.session import Session, SessionService, current_session
+from mcp_sessions._pipeline import _listen
+from mcp_sessions._pipeline._listen import ListenStream, final_frame
+from mcp_sessions._session import Session, SessionService, current_session
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 pytestmark = pytest.mark.anyio

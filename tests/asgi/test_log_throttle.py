@@ -18,9 +18,9 @@ from examples.quickstart import build_app
 from _mcp import answer, modern_headers, modern_request
 from _redis import free_port
 from conftest import SECRET
+from mcp_sessions._wire import ThrottledWarning
+from mcp_sessions._wire import _refusal as refusal
 from mcp_sessions.stores import RedisStore
-from mcp_sessions.wire import ThrottledWarning
-from mcp_sessions.wire import _refusal as refusal
 
 pytestmark = pytest.mark.anyio
 

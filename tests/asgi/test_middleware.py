@@ -15,7 +15,7 @@ from starlette.requests import Request
 
 from conftest import SECRET
 from mcp_sessions import SCOPE_KEY, Guard, MCPSessionMiddleware, MemoryStore, Rejection, Session, get_session
-from mcp_sessions.session import HeaderSession, header_session
+from mcp_sessions._session import HeaderSession, header_session
 
 pytestmark = pytest.mark.anyio
 

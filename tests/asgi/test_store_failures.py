@@ -29,7 +29,7 @@ from _failing_stores import HOUR, failing_stores, filled_memory
 from asgi.test_fuzz import FUZZ
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionStore, SessionStoreUnavailable, get_session
-from mcp_sessions.session import digest_of
+from mcp_sessions._session import digest_of
 
 from .test_middleware import (
     Receiver,

@@ -107,7 +107,7 @@ def gateway_command(
     environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
-        line = [sys.executable, "-m", "mcp_sessions.cli", "gateway", "--port", str(port), "--log-level", "warning"]
+        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "warning"]
         return [*line, *(item for url in upstreams for item in ("--upstream", url)), *arguments], environ
 
     gateway = started("mcp-sessions gateway", command)

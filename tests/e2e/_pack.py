@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcp_sessions.cli import main
+from mcp_sessions._cli import main
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"

@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 from _backends import STORES, Backend, closing_store, open_backend
 from conftest import SECRET, serve
 from mcp_sessions import Guard, KeySet, MCPSessionMiddleware, Rejection, SessionStatus, SessionStore
-from mcp_sessions.tokens import SessionClaims
+from mcp_sessions._tokens import SessionClaims
 
 SESSION_KEY = "io.modelcontextprotocol/session"
 MOST = 8  # the documented bound: distinct sessions one request may name

@@ -18,7 +18,7 @@ import pytest
 from starlette.responses import PlainTextResponse
 
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey
-from mcp_sessions.cli import main
+from mcp_sessions._cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "a-test-secret-that-is-long-enough-0123456789"
@@ -286,14 +286,14 @@ def test_a_key_set_of_public_keys_only_can_verify(tmp_path: Path) -> None:
 
 def test_the_console_script_is_declared() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["mcp-sessions"] == "mcp_sessions.cli:main"
+    assert project["scripts"]["mcp-sessions"] == "mcp_sessions._cli:main"
 
 
 def test_it_runs_as_a_module() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "mcp_sessions.cli", "keygen", "--alg", "EdDSA"], capture_output=True, text=True
+        [sys.executable, "-m", "mcp_sessions", "keygen", "--alg", "EdDSA"], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith('MCP_SESSIONS_KEYS=\'{"keys":[{"kty":"OKP"')
-    helped = subprocess.run([sys.executable, "-m", "mcp_sessions.cli", "--help"], capture_output=True, text=True)
+    helped = subprocess.run([sys.executable, "-m", "mcp_sessions", "--help"], capture_output=True, text=True)
     assert "keygen" in helped.stdout and "inspect" in helped.stdout

@@ -17,7 +17,7 @@ from examples.quickstart import build_app, build_server
 
 from _mcp import MCP_PATH, SESSION_KEY, SESSION_NOT_FOUND, LegacyClient, ModernClient, jwt_claims, tool_text
 from conftest import SECRET, serve
-from mcp_sessions.cli import main
+from mcp_sessions._cli import main
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 

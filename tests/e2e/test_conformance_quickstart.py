@@ -191,7 +191,7 @@ def test_the_console_prints_the_official_lines(runs: dict[str, PackRun]) -> None
 
 def test_a_real_subprocess_run(urls: dict[str, str]) -> None:
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    argv = [sys.executable, "-m", "mcp_sessions.cli", "conformance", urls["draft"], "--wire", "draft"]
+    argv = [sys.executable, "-m", "mcp_sessions", "conformance", urls["draft"], "--wire", "draft"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, check=False)
 
     assert (done.returncode, done.stderr) == (0, ""), done.stdout

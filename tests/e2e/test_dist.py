@@ -66,7 +66,7 @@ def test_the_built_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> No
     for expected in (
         "mcp_sessions/__init__.py",
         "mcp_sessions/py.typed",
-        "mcp_sessions/stores/redis.py",
+        "mcp_sessions/stores/_redis.py",
         "mcp_sessions/client/_httpx2.py",
         "mcp_sessions/telemetry.py",
         f"mcp_sessions-{VERSION}.dist-info/licenses/LICENSE",
@@ -75,7 +75,7 @@ def test_the_built_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> No
     assert not [name for name in in_wheel if name.startswith(("tests/", "examples/", "docs/", "middleware/"))]
     assert f"Version: {VERSION}\n" in metadata
     assert "Provides-Extra: redis\n" in metadata
-    assert "mcp-sessions = mcp_sessions.cli:main" in entry_points
+    assert "mcp-sessions = mcp_sessions._cli:main" in entry_points
 
     # A venv without pip of its own (seeding one costs seconds): this pip installs into it and checks it.
     venv = tmp_path / "venv"

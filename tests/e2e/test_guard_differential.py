@@ -27,8 +27,8 @@ from starlette.types import ASGIApp, Scope
 from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, LegacyClient, legacy_request, modern_headers, modern_request
 from conftest import SECRET, serve
 from mcp_sessions import Guard, MCPSessionMiddleware, MemoryStore
-from mcp_sessions.guard import MAX_NESTING
-from mcp_sessions.guard._parsers import nesting_of
+from mcp_sessions._guard import MAX_NESTING
+from mcp_sessions._guard._parsers import nesting_of
 
 Era = Literal["modern", "legacy"]
 Mode = Literal["json", "sse"]

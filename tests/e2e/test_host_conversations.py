@@ -50,7 +50,7 @@ from _otel import (
 )
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware
-from mcp_sessions.tokens._digest import IdDigests
+from mcp_sessions._tokens._digest import IdDigests
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 SOURCE = "mcp_sessions.session.source"

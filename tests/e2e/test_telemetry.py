@@ -78,7 +78,7 @@ from _otel import (
 )
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, __version__, get_session
-from mcp_sessions.tokens._tokens import KeySet
+from mcp_sessions._tokens._tokens import KeySet
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
@@ -1087,7 +1087,7 @@ from opentelemetry import trace
 from mcp.shared import _otel as sdk_otel
 from examples.quickstart import build_server
 from mcp_sessions import MCPSessionMiddleware
-from mcp_sessions.otel._telemetry import Telemetry
+from mcp_sessions._otel._telemetry import Telemetry
 from _mcp import MCP_PATH, ModernClient, RecordingApp, session_meta, tool_text
 from conftest import SECRET, serve
 

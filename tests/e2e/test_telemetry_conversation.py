@@ -30,7 +30,7 @@ from _mcp import ModernClient, jwt_claims, session_meta, tool_text
 from _otel import MIDDLEWARE_SCOPE, attrs, by_request_id, of_scope, traceparent
 from conftest import SECRET, serve
 from mcp_sessions import SessionsConfig
-from mcp_sessions.tokens import IdDigests
+from mcp_sessions._tokens import IdDigests
 
 NAMES = ("mlflow.traceTag.mlflow.traceName", "langfuse.trace.name")
 TAGS = ("mlflow.traceTag.mcp_sessions.call.kind", "langfuse.trace.tags")

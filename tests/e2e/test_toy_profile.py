@@ -16,8 +16,8 @@ from examples.quickstart import build_app
 from _mcp import ModernClient, answer, modern_headers, modern_request, tool_text
 from conftest import SECRET, serve
 from mcp_sessions import Refusal
+from mcp_sessions._wire import iso
 from mcp_sessions.profiles import Capability, Echo, LocalCall, LocalMethod, SessionCarrier, WireProfile
-from mcp_sessions.wire import iso
 
 TOY_KEY = "example.com/toy-session"
 

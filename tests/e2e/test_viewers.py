@@ -55,8 +55,8 @@ from _viewers import (
 )
 from conftest import SECRET, serve
 from mcp_sessions import SessionsConfig
+from mcp_sessions._tokens import IdDigests
 from mcp_sessions.telemetry import SessionSpanProcessor
-from mcp_sessions.tokens import IdDigests
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}

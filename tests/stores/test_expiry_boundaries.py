@@ -29,7 +29,7 @@ import pytest
 
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionStore, SQLiteStore
 from mcp_sessions.stores import _sqlite_schema as schema
-from mcp_sessions.stores.memory import SessionStoreFull
+from mcp_sessions.stores._memory import SessionStoreFull
 
 from .conftest import Backend, unique_prefix
 

@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import PromptsListChanged, ResourceUpdated, ServerEvent, ToolsListChanged
 
 from _redis import RedisServer, redis_server
-from mcp_sessions.session import Session, current_session
+from mcp_sessions._session import Session, current_session
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 pytestmark = pytest.mark.anyio

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from mcp_sessions._wire import jsonrpc
 from mcp_sessions.client._outgoing import Era, OutgoingPost, stamp
-from mcp_sessions.wire import jsonrpc
 
 KEY = "io.modelcontextprotocol/session"
 HEADERS = [("content-type", "application/json"), ("content-length", "999"), ("mcp-session-id", "stale")]

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_sessions import KeySet, SessionsConfig
+from mcp_sessions._otel._content import _SECRET, MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_content
 from mcp_sessions.handles import _format as fmt
-from mcp_sessions.otel._content import _SECRET, MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_content
 
 KEYS = KeySet.from_secret("a-secret-that-is-long-enough-for-hs256-0123456789")
 SESSION_TOKEN, _ = KEYS.mint_session_token(ttl=60)

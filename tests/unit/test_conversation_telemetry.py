@@ -21,12 +21,12 @@ from starlette.types import Message, Scope
 
 from mcp_sessions import KeySet, SessionsConfig
 from mcp_sessions._lifespan import watch_lifespan
-from mcp_sessions.otel import _providers
-from mcp_sessions.otel._content import MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_text, readable_result
-from mcp_sessions.otel._viewers import HOUSEKEEPING_METHODS, TraceUser, call_kinds
+from mcp_sessions._otel import _providers
+from mcp_sessions._otel._content import MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_text, readable_result
+from mcp_sessions._otel._viewers import HOUSEKEEPING_METHODS, TraceUser, call_kinds
+from mcp_sessions._tokens import IdDigests
+from mcp_sessions._wire.protocol import KNOWN_METHODS
 from mcp_sessions.stores import MemoryStore
-from mcp_sessions.tokens import IdDigests
-from mcp_sessions.wire.protocol import KNOWN_METHODS
 
 KEYS = KeySet.from_secret("a-secret-that-is-long-enough-for-hs256-0123456789")
 TOKEN, _ = KEYS.mint_session_token(ttl=60)
@@ -191,7 +191,7 @@ def test_a_captured_label_is_text_and_a_result_json_only_when_it_is_no_text() ->
     """The mime types the viewers read: text for a label and a tool's words, JSON for structured content."""
     from opentelemetry.sdk.trace import TracerProvider
 
-    from mcp_sessions.otel._content import record_input_text, record_result
+    from mcp_sessions._otel._content import record_input_text, record_result
 
     span = TracerProvider().get_tracer("test").start_span("s")
     record_input_text(span, "a trip to Lisbon")

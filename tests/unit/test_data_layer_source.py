@@ -9,11 +9,11 @@ import pytest
 
 from conftest import SECRET
 from mcp_sessions import KeySet, MemoryStore
-from mcp_sessions.plan._plan import Planner
+from mcp_sessions._plan._plan import Planner
+from mcp_sessions._session._service import SessionService
+from mcp_sessions._wire._refusal import Refusal
 from mcp_sessions.profiles import DRAFT, SessionCarrier
-from mcp_sessions.session._service import SessionService
 from mcp_sessions.sources import DataLayerSource, Trust
-from mcp_sessions.wire._refusal import Refusal
 
 pytestmark = pytest.mark.anyio
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_sessions.pipeline._echo import Target, rewritten, splice_point
-from mcp_sessions.pipeline._response import ResponseRewriter
+from mcp_sessions._pipeline._echo import Target, rewritten, splice_point
+from mcp_sessions._pipeline._response import ResponseRewriter
+from mcp_sessions._wire.protocol import Era
 from mcp_sessions.profiles import DRAFT, STRAWMAN, Echo
-from mcp_sessions.wire.protocol import Era
 
 KEY = "io.modelcontextprotocol/session"
 ECHO = {"sessionId": "aaa.bbb.ccc", "expiresAt": "2027-01-15T08:00:00Z"}

@@ -23,11 +23,11 @@ from starlette.types import Message
 
 from conftest import SECRET
 from mcp_sessions import Guard, MCPSessionMiddleware, Rejection
-from mcp_sessions.guard import MAX_NESTING
-from mcp_sessions.guard._checks import _accepts, _decode_header_value
-from mcp_sessions.guard._parsers import _STRING_OR_BRACKET, nesting_of
-from mcp_sessions.wire import jsonrpc
-from mcp_sessions.wire.protocol import HANDSHAKE_VERSIONS, KNOWN_METHODS, MODERN_VERSIONS
+from mcp_sessions._guard import MAX_NESTING
+from mcp_sessions._guard._checks import _accepts, _decode_header_value
+from mcp_sessions._guard._parsers import _STRING_OR_BRACKET, nesting_of
+from mcp_sessions._wire import jsonrpc
+from mcp_sessions._wire.protocol import HANDSHAKE_VERSIONS, KNOWN_METHODS, MODERN_VERSIONS
 
 ACCEPT_BOTH = b"application/json, text/event-stream"
 LEGACY_HEADERS = [(b"host", b"127.0.0.1:8000"), (b"accept", ACCEPT_BOTH), (b"content-type", b"application/json")]

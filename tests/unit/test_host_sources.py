@@ -10,17 +10,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from conftest import SECRET
 from mcp_sessions import KeySet, MemoryStore, SessionKey, SessionsConfig
-from mcp_sessions.session._principal import authenticated_user
-from mcp_sessions.session._service import SessionService
-from mcp_sessions.sources.host import (
+from mcp_sessions._session._principal import authenticated_user
+from mcp_sessions._session._service import SessionService
+from mcp_sessions._tokens._digest import IdDigests
+from mcp_sessions.sources._host import (
     BUILT_IN_HOSTS,
     HostConversationSource,
     HostKey,
     conversation_id,
     host_keys_from_config,
 )
-from mcp_sessions.sources.transport import TransportSource, is_transport_session_id
-from mcp_sessions.tokens._digest import IdDigests
+from mcp_sessions.sources._transport import TransportSource, is_transport_session_id
 
 KEYS = KeySet.from_secret(SECRET)
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from mcp_sessions._wire import jsonrpc
+from mcp_sessions._wire.protocol import Era, http_status, is_modern
 from mcp_sessions.profiles import DRAFT, InvalidSessionMeta, SessionRef
-from mcp_sessions.wire import jsonrpc
-from mcp_sessions.wire.protocol import Era, http_status, is_modern
 
 KEY = "io.modelcontextprotocol/session"
 

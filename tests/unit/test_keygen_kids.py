@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mcp_sessions import MCPSessionMiddleware
-from mcp_sessions.cli import main
+from mcp_sessions._cli import main
 
 
 async def app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover - never called

@@ -26,9 +26,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_sessions import KeySet
+from mcp_sessions._otel import _content, _names
+from mcp_sessions._otel._content import MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_content
 from mcp_sessions.handles import _format as fmt
-from mcp_sessions.otel import _content, _names
-from mcp_sessions.otel._content import MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_content
 from mcp_sessions.sources import _baggage
 from mcp_sessions.sources._baggage import MAX_BAGGAGE_BYTES, MAX_BAGGAGE_MEMBERS, baggage_member
 

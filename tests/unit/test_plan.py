@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from mcp_sessions.plan._plan import Planner
+from mcp_sessions._plan._plan import Planner
+from mcp_sessions._wire.protocol import Era
 from mcp_sessions.profiles import DRAFT, Capability, Echo, LocalMethod, SessionCarrier, WireProfile
-from mcp_sessions.wire.protocol import Era
 
 JSON = {b"content-type": b"application/json"}
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from mcp_sessions.pipeline._echo import Target, advertise, annotate
-from mcp_sessions.plan._plan import Planner
+from mcp_sessions._pipeline._echo import Target, advertise, annotate
+from mcp_sessions._plan._plan import Planner
+from mcp_sessions._wire.protocol import Era
 from mcp_sessions.profiles import (
     DRAFT,
     PROFILES,
@@ -20,7 +21,6 @@ from mcp_sessions.profiles import (
     TopLevelCarrier,
     TopLevelEcho,
 )
-from mcp_sessions.wire.protocol import Era
 
 JSON = {b"content-type": b"application/json"}
 ALL = (DRAFT, STRAWMAN, SEP1364_ALT1, SEP1364_ALT2)

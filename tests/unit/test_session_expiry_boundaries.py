@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from mcp_sessions import KeySet, MemoryStore
-from mcp_sessions.session import _service
-from mcp_sessions.session._service import Minted, SessionNotFound, SessionService
+from mcp_sessions._session import _service
+from mcp_sessions._session._service import Minted, SessionNotFound, SessionService
 from mcp_sessions.stores import SessionStore, SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -49,7 +49,7 @@ def after(instant: float) -> float:
 
 
 class Clock:
-    """Stands in for the ``time`` module in ``mcp_sessions.session._service``."""
+    """Stands in for the ``time`` module in ``mcp_sessions._session._service``."""
 
     def __init__(self, now: float) -> None:
         self.now = now

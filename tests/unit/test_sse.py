@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcp_sessions.wire.sse import SSERewriter
+from mcp_sessions._wire.sse import SSERewriter
 
 # Every event of the representative stream, as (bytes in, bytes out) for the
 # transform below, which rewrites the JSON-RPC response with id 7 only.
@@ -351,7 +351,7 @@ def test_openings_skip_only_what_the_transform_would_leave(parts: list[bytes], c
 
 def test_a_notification_event_is_passed_on_by_its_first_bytes_and_a_response_after_it_is_still_found() -> None:
     """The response rewriter's openings: a compact notification, alone in its chunk, is never parsed."""
-    from mcp_sessions.pipeline._response import _NOTIFICATION_EVENTS
+    from mcp_sessions._pipeline._response import _NOTIFICATION_EVENTS
 
     seen: list[str] = []
 

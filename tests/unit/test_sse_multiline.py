@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from starlette.types import Message
 
 from asgi.test_fuzz import FUZZ
-from mcp_sessions.pipeline._echo import Target
-from mcp_sessions.pipeline._response import ResponseRewriter
+from mcp_sessions._pipeline._echo import Target
+from mcp_sessions._pipeline._response import ResponseRewriter
+from mcp_sessions._wire.protocol import Era
 from mcp_sessions.profiles import DRAFT
-from mcp_sessions.wire.protocol import Era
 
 from .test_echo_splice import ECHO, KEY, FakeSession
 

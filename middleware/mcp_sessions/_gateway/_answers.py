@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Final
 
-from ..guard import Rejection
+from .._guard import Rejection
 
 __all__ = ["UPSTREAM_UNAVAILABLE", "lost_session", "request_id_of", "too_large", "upstream_failed"]
 

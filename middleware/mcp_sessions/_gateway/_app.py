@@ -8,7 +8,7 @@ from typing import Final
 
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
-from ..session import authenticated_user
+from .._session import authenticated_user
 from ._conversations import RoutedConversations
 from ._headers import HostCheck
 from ._proxy import UpstreamProxy

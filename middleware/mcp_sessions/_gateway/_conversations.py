@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING
 
 from starlette.types import Scope
 
-from ..sources import SourceContext, Trust
-from ..sources.host import HostConversationSource
+from ..sources import HostConversationSource, SourceContext, Trust
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from .._session import Session
     from ..sources import Call, Plan
 
 __all__ = ["RoutedConversations"]

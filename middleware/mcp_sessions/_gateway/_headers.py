@@ -16,8 +16,8 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Final
 from urllib.parse import quote
 
-from ..guard import Rejection
-from ..wire.protocol import MCP_SESSION_ID_HEADER
+from .._guard import Rejection
+from .._wire.protocol import MCP_SESSION_ID_HEADER
 
 __all__ = ["CONVERSATION_BAGGAGE_KEY", "HostCheck", "client_headers", "upstream_headers"]
 

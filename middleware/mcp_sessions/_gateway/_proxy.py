@@ -21,10 +21,10 @@ import anyio
 from opentelemetry import propagate, trace
 from starlette.types import Message, Receive, Scope, Send
 
-from ..guard import Rejection
-from ..session import SCOPE_KEY, Session, current_conversation
-from ..sources.transport import is_transport_session_id
-from ..wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from .._guard import Rejection
+from .._session import SCOPE_KEY, Session, current_conversation
+from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from ..sources import is_transport_session_id
 from ._answers import lost_session, request_id_of, upstream_failed
 from ._headers import HostCheck, client_headers, upstream_headers
 from ._relay import relay, relay_events

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Final
 
 from starlette.types import Scope
 
-from ..guard import Guard, Rejection
-from ..wire import jsonrpc
-from ..wire.protocol import INVALID_PARAMS, MCP_METHOD_HEADER, METHOD_NOT_FOUND
-from ..wire.sse import SSERewriter
+from .._guard import Guard, Rejection
+from .._wire import jsonrpc
+from .._wire.protocol import INVALID_PARAMS, MCP_METHOD_HEADER, METHOD_NOT_FOUND
+from .._wire.sse import SSERewriter
 from ._answers import too_large
 
 if TYPE_CHECKING:

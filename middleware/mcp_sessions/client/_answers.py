@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Protocol
 
-from ..wire import jsonrpc
-from ..wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SESSION_STORE_UNAVAILABLE
-from ..wire.sse import SSERewriter
+from .._wire import jsonrpc
+from .._wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SESSION_STORE_UNAVAILABLE
+from .._wire.sse import SSERewriter
 from ._session import SessionError
 
 if TYPE_CHECKING:

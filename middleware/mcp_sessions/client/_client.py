@@ -14,9 +14,9 @@ from typing import Final, Generic
 
 import anyio
 
+from .._wire import jsonrpc
+from .._wire.protocol import METHOD_NOT_FOUND, MODERN_VERSION
 from ..profiles import DRAFT, WireProfile
-from ..wire import jsonrpc
-from ..wire.protocol import METHOD_NOT_FOUND, MODERN_VERSION
 from ._adapter import HttpAdapter, RequestT, ResponseT
 from ._answers import Failure
 from ._endpoint import Endpoint

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from .._wire import jsonrpc
 from ..profiles import SessionCarrier
-from ..wire import jsonrpc
 from ._answers import decodable_encodings
 from ._outgoing import Era, Headers, OutgoingPost
 

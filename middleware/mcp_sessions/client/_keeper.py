@@ -13,8 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import cast
 
+from .._wire import jsonrpc
 from ..profiles import DRAFT, ClientSide, Echo, WireProfile, not_found_codes, required_codes
-from ..wire import jsonrpc
 from ._outgoing import Attempt, OutgoingPost
 from ._session import SessionHandle
 

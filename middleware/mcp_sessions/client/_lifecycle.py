@@ -9,8 +9,8 @@ from typing import Generic
 
 import anyio
 
-from ..wire import jsonrpc
-from ..wire.protocol import INTERNAL_ERROR
+from .._wire import jsonrpc
+from .._wire.protocol import INTERNAL_ERROR
 from ._adapter import HttpAdapter, RequestT, ResponseLike, ResponseT
 from ._answers import Failure, Inflater, failure_of, json_messages, read_all, retry_after, sse_messages
 from ._endpoint import Endpoint

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, cast
 
+from .._wire import jsonrpc
+from .._wire.protocol import Era
 from ..profiles import DRAFT, SessionCarrier, WireProfile
-from ..wire import jsonrpc
-from ..wire.protocol import Era
 from ._answers import decodable_encodings
 
 __all__ = ["SETUP_METHODS", "Attempt", "Era", "Headers", "OutgoingPost", "has_session_key", "own_session_id", "stamp"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
-from ..wire import jsonrpc
-from ..wire.sse import SSERewriter
+from .._wire import jsonrpc
+from .._wire.sse import SSERewriter
 from ._answers import Inflater, first_event_has_data
 
 __all__ = ["Relay", "StreamObserver"]

@@ -13,8 +13,8 @@ from typing import Generic, Literal
 
 import anyio
 
-from ..wire import jsonrpc
-from ..wire.protocol import SESSION_STORE_UNAVAILABLE
+from .._wire import jsonrpc
+from .._wire.protocol import SESSION_STORE_UNAVAILABLE
 from ._adapter import HttpAdapter, RequestT, ResponseT
 from ._answers import Inflater, json_messages, read_all, retry_after
 from ._keeper import SessionKeeper

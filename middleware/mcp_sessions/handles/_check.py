@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, Final, TypeGuard
 from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode, Tracer
 
+from .._wire import Refusal, store_unavailable
 from ..stores import SessionStoreUnavailable
-from ..wire import Refusal, store_unavailable
 from ._format import REQUEST, HandleKind
 from ._handle import Handle, HandleError, refusal
 from ._registry import Handles
 
 if TYPE_CHECKING:
-    from ..session import RateLimit
+    from .._session import RateLimit
 
 __all__ = [
     "ATTRIBUTE_ID",

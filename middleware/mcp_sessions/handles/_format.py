@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from ..tokens import KeySet, SessionKey
+from .._tokens import KeySet, SessionKey
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
     from pydantic.json_schema import JsonSchemaValue
     from pydantic_core import CoreSchema
 
-    from ..session import RateLimit
+    from .._session import RateLimit
 
 VERSION: Final = 1
 PAYLOAD_BYTES: Final = 26

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from ..session import Quota, SessionData
+from .._session import Quota, SessionData
+from .._wire import Refusal, iso
+from .._wire.protocol import TOO_MANY_SESSIONS
 from ..stores import SessionStatus, SessionStore
-from ..wire import Refusal, iso
-from ..wire.protocol import TOO_MANY_SESSIONS
 from ._format import HandleKind, Payload, RequestHandles
 
 if TYPE_CHECKING:

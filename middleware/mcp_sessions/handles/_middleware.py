@@ -16,11 +16,11 @@ from opentelemetry import trace
 from opentelemetry.trace import TracerProvider
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .._asgi import DEFAULT_MAX_BODY_SIZE, TOO_LARGE, Replay, read_body, send_json, send_result
 from .._inside import place_at_endpoints, route_path
-from ..asgi import DEFAULT_MAX_BODY_SIZE, TOO_LARGE, Replay, read_body, send_json, send_result
-from ..session import PrincipalHook, authenticated_user, caller_of, principal_digest
-from ..wire import Refusal, batch_refused, jsonrpc
-from ..wire.protocol import (
+from .._session import PrincipalHook, authenticated_user, caller_of, principal_digest
+from .._wire import Refusal, batch_refused, jsonrpc
+from .._wire.protocol import (
     INVALID_REQUEST,
     MCP_PROTOCOL_VERSION_HEADER,
     SESSION_STORE_UNAVAILABLE,

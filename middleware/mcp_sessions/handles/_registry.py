@@ -6,9 +6,9 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 
-from ..session import digest_of
+from .._session import digest_of
+from .._tokens import KeySet
 from ..stores import SessionStore
-from ..tokens import KeySet
 from . import _format as fmt
 from ._format import CURRENT, DEFAULT_TTL, REQUEST, HandleKind, _Current, check_ttl
 from ._handle import (

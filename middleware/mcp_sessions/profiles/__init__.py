@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
+from .._wire import iso
 from ._base import Capability, ClientSide, LocalMethod, WireProfile
 from ._carriers import Carrier, InvalidSessionMeta, SessionCarrier, SessionRef, TopLevelCarrier
 from ._codes import (
@@ -21,12 +22,12 @@ from ._codes import (
     spec_allows,
     with_error_codes,
 )
+from ._draft import DRAFT, SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED
 from ._echoes import Echo, EchoShape, TopLevelEcho
 from ._local import LocalCall
-from .draft import DRAFT
-from .sep1364_alt1 import SEP1364_ALT1
-from .sep1364_alt2 import SEP1364_ALT2
-from .strawman import STRAWMAN
+from ._sep1364_alt1 import SEP1364_ALT1
+from ._sep1364_alt2 import SEP1364_ALT2
+from ._strawman import STRAWMAN
 
 __all__ = [
     "DRAFT",
@@ -34,6 +35,9 @@ __all__ = [
     "PROFILES",
     "SEP1364_ALT1",
     "SEP1364_ALT2",
+    "SESSION_META_KEY",
+    "SESSION_NOT_FOUND",
+    "SESSION_REQUIRED",
     "SPEC_DEFINED_CODES",
     "SPEC_SAFE_NOT_FOUND",
     "SPEC_SAFE_REQUIRED",
@@ -52,6 +56,7 @@ __all__ = [
     "TopLevelCarrier",
     "TopLevelEcho",
     "WireProfile",
+    "iso",
     "not_found_codes",
     "profiles_from_names",
     "required_codes",

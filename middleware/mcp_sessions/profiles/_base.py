@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from ..wire.protocol import Era
+from .._wire.protocol import Era
 from ._carriers import Carrier, InvalidSessionMeta, SessionCarrier, SessionRef, TopLevelCarrier
 from ._echoes import Echo, EchoShape, TopLevelEcho
 

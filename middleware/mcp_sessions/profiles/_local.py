@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 from starlette.types import Scope
 
-from ..session import Minted, SessionService
-from ..wire import Refusal
-from ..wire.protocol import INVALID_PARAMS, Era
+from .._session import Minted, SessionService
+from .._wire import Refusal
+from .._wire.protocol import INVALID_PARAMS, Era
 
 if TYPE_CHECKING:
-    from ..otel import Operation
-    from ..session import Session
+    from .._otel import Operation
+    from .._session import Session
     from . import WireProfile
 
 __all__ = ["LocalCall"]

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeAlias, runtim
 from starlette.types import Scope
 
 if TYPE_CHECKING:
-    from ..plan import Call, Plan
-    from ..session import Session, SessionService
-    from ..tokens import IdDigests
-    from .host import ConversationData, HostKey
+    from .._plan import Call, Plan
+    from .._session import Session, SessionService
+    from .._tokens import IdDigests
+    from ._host import ConversationData, HostKey
 
 __all__ = [
     "DEFAULT_MAX_CONVERSATIONS_PER_CALLER",
@@ -61,7 +61,7 @@ class SourceContext(NamedTuple):
     """What a middleware gives each source factory of its chain (``sources=``) when it is built."""
 
     sessions: SessionService
-    """Mints, resolves and adopts sessions: :meth:`~mcp_sessions.session.SessionService.adopt` gives a session
+    """Mints, resolves and adopts sessions: :meth:`~mcp_sessions._session.SessionService.adopt` gives a session
     with data in the store to an id a source found."""
     digests: IdDigests
     """Keyed digests, so that an id a client sent is never stored or logged as sent."""

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from typing import Final, TypeGuard
 
 from ._base import SessionSource, SourceContext, SourceFactory
-from .data_layer import DataLayerSource
-from .host import HostConversationSource
-from .transport import TransportSource
+from ._data_layer import DataLayerSource
+from ._host import HostConversationSource
+from ._transport import TransportSource
 
 __all__ = ["DEFAULT_SOURCES", "build_chain", "check_chain"]
 

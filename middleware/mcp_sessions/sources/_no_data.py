@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from .host import HostConversationSource
+from ._host import HostConversationSource
 
 if TYPE_CHECKING:
-    from ..plan import Call, Plan
+    from .._plan import Call, Plan
 
 __all__ = ["DATA_OFF", "data_off_explainer"]
 

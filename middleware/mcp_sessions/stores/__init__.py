@@ -9,15 +9,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._base import InvalidCursor, SessionRecord, SessionStatus, SessionStore, SessionStoreUnavailable
+from ._memory import MemoryStore, SessionStoreFull
 from ._urls import REDIS_SCHEMES, StoreFactory, register_store, store_from_url
-from .memory import MemoryStore, SessionStoreFull
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
     from redis.asyncio.cluster import RedisCluster
 
-    from .redis import RedisStore
-    from .sqlite import SQLiteStore
+    from ._redis import RedisStore
+    from ._sqlite import SQLiteStore
 
 __all__ = [
     "REDIS_SCHEMES",
@@ -51,11 +51,11 @@ def redis_client(
 
 def __getattr__(name: str) -> type[SessionStore]:
     if name == "RedisStore":
-        from .redis import RedisStore
+        from ._redis import RedisStore
 
         return RedisStore
     if name == "SQLiteStore":
-        from .sqlite import SQLiteStore
+        from ._sqlite import SQLiteStore
 
         return SQLiteStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar, TypeVarTuple
 
-from ..wire import ThrottledWarning
+from .._wire import ThrottledWarning
 from ._base import SessionStoreUnavailable
 from ._sqlite_schema import SQLValue, delete_expired, open_connection, rows
 

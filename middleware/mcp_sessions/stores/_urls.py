@@ -125,7 +125,7 @@ def _integer(text: str, what: str) -> int:
 
 def memory_store(url: str, **options: Unpack[_MemoryOptions]) -> SessionStore:
     """``memory://`` with an optional ``?max_sessions=N``."""
-    from .memory import MemoryStore
+    from ._memory import MemoryStore
 
     parts = urlsplit(url)
     if parts.netloc or parts.path not in ("", "/") or parts.fragment:
@@ -138,7 +138,7 @@ def memory_store(url: str, **options: Unpack[_MemoryOptions]) -> SessionStore:
 
 def sqlite_store(url: str, **options: Unpack[_SQLiteOptions]) -> SessionStore:
     """``sqlite:///absolute/path.db`` or ``sqlite://relative/path.db`` (relative to the working directory)."""
-    from .sqlite import SQLiteStore
+    from ._sqlite import SQLiteStore
 
     parts = urlsplit(url)
     if parts.query or parts.fragment:
@@ -153,7 +153,7 @@ def sqlite_store(url: str, **options: Unpack[_SQLiteOptions]) -> SessionStore:
 
 def redis_store(url: str, **options: Unpack[_RedisOptions]) -> SessionStore:
     """One of :data:`REDIS_SCHEMES`: ``RedisStore`` checks the URL part by part."""
-    from .redis import RedisStore
+    from ._redis import RedisStore
 
     return RedisStore(url, **options)
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ServerEvent
 
-from ..session import current_session
+from .._session import current_session
 from ._backend import Backend
 from ._codec import END, decode, encode
 from ._memory import MemoryBackend

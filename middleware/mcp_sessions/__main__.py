@@ -1,0 +1,7 @@
+"""``python -m mcp_sessions``: the ``mcp-sessions`` command."""
+
+import sys
+
+from ._cli import main
+
+sys.exit(main())

@@ -1,0 +1,251 @@
+"""Forwarding to the app: the session attached, the trace continued, the responses rewritten, operations ended."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .._otel import attach_session, detach_session
+from .._session import (
+    SCOPE_KEY,
+    STATE_ATTRIBUTE,
+    HeaderSession,
+    Session,
+    current_conversation,
+    current_session,
+    header_session,
+)
+from .._wire.jsonrpc import hashable_id
+from .._wire.protocol import Era
+from ..handles import handle_context
+from ._echo import Target, advertising_tables
+from ._listen import LISTEN, ListenStream
+from ._request import continue_trace, strip_session_members
+from ._response import ResponseRewriter
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+    from contextvars import Token
+
+    from asgiref.typing import ASGISendCallable
+
+    from .._asgi import Replay
+    from .._otel import Operation, Telemetry
+    from .._plan import Plan
+    from .._session import SessionService
+    from ..handles import HandleContext
+    from ..profiles import WireProfile
+    from ..sources import TransportSource
+    from ._transport import TransportSessions
+
+__all__ = ["Exchange", "Forwarder", "run_app"]
+
+Capabilities = Mapping[str, Mapping[str, object]]
+
+
+class Forwarder:
+    """The forward step of one middleware: what the app is called with, for a plan nothing refused."""
+
+    __slots__ = ("_advertising", "_bus", "_capability", "_mapped", "_per_request", "_sessions", "_strips", "_transport")
+
+    def __init__(
+        self,
+        profiles: Sequence[WireProfile],
+        *,
+        capability: Capabilities,
+        strips: bool,
+        transport: TransportSource | None,
+        mapped: TransportSessions | None,
+        sessions: SessionService,
+    ) -> None:
+        tables = advertising_tables(profiles)
+        self._advertising, self._per_request = tables[Era.HANDSHAKE], tables[Era.PER_REQUEST]
+        self._capability = capability
+        self._strips = strips
+        self._transport = transport
+        self._mapped = mapped
+        self._sessions = sessions
+        # With a bus (subscriptions=), a session's listen streams end with it: _listen.py.
+        self._bus = sessions.bus
+
+    def targets(self, plan: Plan) -> dict[object, Target]:
+        """What to do with the response to each request of ``plan``: echo, advertise, observe (by request id)."""
+        targets: dict[object, Target] = {}
+        advertising = self._advertising if plan.era is Era.HANDSHAKE else self._per_request
+        for call in plan.calls:
+            if call.method is None or not call.is_request:
+                continue
+            advertised = advertising.get(call.method, ())
+            session = call.session
+            if session is not None or advertised or call.operation is not None or call.revoked is not None:
+                targets[hashable_id(call.request_id)] = Target(
+                    call.profile,
+                    session if session is not None and session.token else None,  # echoed(): data-layer sessions
+                    advertised,
+                    self._capability,
+                    plan.era,
+                    call.operation,
+                    call.revoked is not None,
+                )
+        return targets
+
+    def prepare(self, scope: Scope, replay: Replay, send: Send, plan: Plan) -> Exchange | None:
+        """What the app is called with for ``plan``: ``None`` when nothing is added, observed or attached.
+
+        The caller calls the app itself and then :meth:`Exchange.finish`: no coroutine of the
+        pipeline stays on the stack while the app runs, where every suspension of the app would
+        pass through it.
+        """
+        if self._strips:
+            strip_session_members(plan, replay)
+        given, listen = send, None
+        receive: Receive = replay
+        if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
+            send = self._transport.watch_initialize(send)
+        targets = self.targets(plan)
+        if plan.batch:
+            operations: Sequence[Operation] = [call.operation for call in plan.calls if call.operation is not None]
+            sessions = {call.session.id: call.session for call in plan.calls if call.session is not None}
+            session = next(iter(sessions.values())) if len(sessions) == 1 else None
+            named = {(c.conversation.id, c.conversation.source) for c in plan.calls if c.conversation is not None}
+            conversation = next(iter(named)) if len(named) == 1 else None
+            attaches = bool(sessions) or conversation is not None
+        else:  # one message, the usual request
+            call = plan.calls[0]
+            session = call.session
+            host = call.conversation  # what the logs name, as the spans do (a host's request may have no Session)
+            conversation = None if host is None else (host.id, host.source)
+            attaches = session is not None or conversation is not None
+            operations = () if call.operation is None else (call.operation,)
+            if (
+                session is not None
+                and (mapped := self._mapped) is not None
+                and plan.era is Era.HANDSHAKE
+                and call.profile.header_every_era
+            ):
+                opening = call.method in call.profile.carrier.opening_methods
+                scope, send = mapped.bind(scope, send, session, opening=opening)
+            if self._bus is not None and call.method == LISTEN:  # the one check on every request with a bus
+                listen = ListenStream(self._bus, self._sessions, session, call.request_id, replay, send)
+                receive, send = listen.receive, listen.send
+        if not (targets or attaches or operations or plan.handles or header_session.get()):
+            return None if send is given else Exchange(scope, receive, send, None, None, [], listen=listen)
+        if len(operations) == 1 and not plan.batch and operations[0].traced:
+            continue_trace(plan.calls[0].message, replay, operations[0])
+        typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
+        rewriter = ResponseRewriter(typed_send, targets) if targets else None
+        return Exchange(scope, receive, send, session, rewriter, operations, plan.handles, None, conversation, listen)
+
+
+class Exchange:
+    """One call of the app: what it is called with, and what is undone once it is done.
+
+    Built with the session attached (the scope, ``request.state``, :func:`get_session`'s context
+    variable), the call's span current or the session in baggage, the handle view current, and the
+    responses going through a :class:`ResponseRewriter`. :meth:`finish` undoes all of it and ends
+    every operation, however the app ended (:meth:`failed` first, with what it raised).
+    """
+
+    __slots__ = (
+        "_ambient",
+        "_baggage",
+        "_conversation",
+        "_handles",
+        "_listen",
+        "_named",
+        "_operations",
+        "_rewriter",
+        "_token",
+        "receive",
+        "scope",
+        "send",
+    )
+
+    def __init__(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        session: Session | None,
+        rewriter: ResponseRewriter | None,
+        operations: Sequence[Operation],
+        handles: HandleContext | None = None,
+        telemetry: Telemetry | None = None,
+        conversation: tuple[str, str] | None = None,
+        listen: ListenStream | None = None,
+        named: HeaderSession | None = None,
+    ) -> None:
+        self.scope, self.receive = scope, receive
+        self._listen = listen
+        self._rewriter = rewriter
+        self.send: Send = send if rewriter is None else rewriter.send
+        if session is not None:  # where the app reads it: the scope, request.state, get_session()
+            scope[SCOPE_KEY] = session
+            state = scope.get("state")
+            if state is None:
+                state = scope["state"] = {}
+            state[STATE_ATTRIBUTE] = session
+        self._token = current_session.set(session)
+        # An ordinary route's header session for get_session(); none at an MCP endpoint, whatever an outer set.
+        self._named = None if named is None and header_session.get() is None else header_session.set(named)
+        self._conversation: Token[tuple[str, str] | None] | None = (
+            None if conversation is None else current_conversation.set(conversation)
+        )
+        self._operations = operations
+        self._ambient: Operation | None = None
+        """The one operation of a one-message request, current while the app runs."""
+        self._baggage: object = None
+        if len(operations) == 1:
+            self._ambient = ambient = operations[0]
+            ambient.attach()
+        elif named is not None and telemetry is not None and telemetry.enabled():
+            self._baggage = attach_session(named.session.id)  # an ordinary route: its spans carry the session too
+        self._handles: AbstractContextManager[HandleContext] | None = None
+        if handles is not None:  # typed handle parameters read the verified handles there
+            self._handles = context = handle_context(handles)
+            context.__enter__()
+
+    @property
+    def unanswered(self) -> bool:
+        """Whether the app has started no response yet (``False`` when this exchange cannot tell)."""
+        return self._rewriter is not None and self._rewriter.status == 0
+
+    def failed(self, error: BaseException) -> None:
+        """The app raised ``error``: every operation records it."""
+        for operation in self._operations:
+            operation.exception(error)
+
+    def finish(self) -> None:
+        """Undo what was attached, in reverse order, and end every operation."""
+        if self._listen is not None:
+            self._listen.close()
+        if self._handles is not None:
+            self._handles.__exit__(None, None, None)
+        if self._ambient is not None:
+            self._ambient.detach()
+        if self._baggage is not None:
+            detach_session(self._baggage)
+        if self._conversation is not None:
+            current_conversation.reset(self._conversation)
+        current_session.reset(self._token)
+        if self._named is not None:
+            header_session.reset(self._named)
+        operations = self._operations
+        if self._rewriter is not None and self._rewriter.status >= 400:
+            for operation in operations:
+                operation.http_error(self._rewriter.status)
+        for operation in operations:
+            operation.end()
+
+
+async def run_app(app: ASGIApp, exchange: Exchange) -> None:
+    """Call ``app`` as ``exchange`` says, and finish it however the app ends."""
+    try:
+        await app(exchange.scope, exchange.receive, exchange.send)
+    except BaseException as exc:
+        exchange.failed(exc)
+        raise
+    finally:
+        exchange.finish()

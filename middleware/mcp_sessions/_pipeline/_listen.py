@@ -1,0 +1,152 @@
+"""A ``subscriptions/listen`` response of a session, ended when the session ends.
+
+The SDK's ``ListenHandler`` cannot end one stream (its ``close()`` ends them
+all), so the middleware, which sees the request and its response, ends it: it
+sends the listen request's own result as the last frame (the spec's graceful
+closure, the subscription id in ``_meta``), ends the response, and tells the
+transport the client has gone (``http.disconnect``), which cancels the handler
+and with it the stream's subscription. The mcp SDK's transport watches
+``receive`` for exactly that while a stream is open.
+
+A session's stream ends when the session is deleted on any replica (the bus's
+order on the session's channel), at the token's absolute expiry, and when a
+check of the store finds it ended: every ``idle_ttl / 2`` seconds (every 60 s
+without ``idle_ttl``) the stream touches the session as a request does, so an
+open stream counts as use and keeps the session from idling out, and a deletion
+whose order was lost (a Redis outage) still ends the stream at the next check.
+The checks do not depend on the watch: a replica at the bus's ``max_sessions``
+refuses the watch, made when the request arrives, and the SDK's ``subscribe()``
+then refuses the listen, unless another session's stream ended in between; such
+a stream is served, and ended by the checks (at its expiry, and at the first
+check after a deletion).
+A stream without a session only waits, at its start, until its events can arrive.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Final
+
+import anyio
+from starlette.types import Message, Receive, Send
+
+if TYPE_CHECKING:
+    from .._session import Session, SessionBus, SessionService
+
+__all__ = ["LISTEN", "ListenStream"]
+
+LISTEN: Final = "subscriptions/listen"
+SUBSCRIPTION_ID_META_KEY: Final = "io.modelcontextprotocol/subscriptionId"
+RECHECK_WITHOUT_IDLE_TTL: Final = 60.0
+_DISCONNECT: Final[Message] = {"type": "http.disconnect"}
+_SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")]
+
+
+class ListenStream:
+    """The ``receive`` and ``send`` of one listen request: see the module's docstring."""
+
+    __slots__ = (
+        "_body_read",
+        "_bus",
+        "_done",
+        "_ended",
+        "_lock",
+        "_ready",
+        "_receive",
+        "_request_id",
+        "_send",
+        "_session",
+        "_sessions",
+        "_started",
+        "_unwatch",
+    )
+
+    def __init__(
+        self,
+        bus: SessionBus,
+        sessions: SessionService,
+        session: Session | None,
+        request_id: object,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        self._bus, self._sessions, self._session, self._request_id = bus, sessions, session, request_id
+        self._receive, self._send = receive, send
+        self._ended = anyio.Event()
+        # Before the SDK's subscribe(), so that the session's channel is joined by the acknowledgement; None
+        # at the bus's limit of sessions listening here (see the module's docstring).
+        self._unwatch = None if session is None else bus.watch(session.id, self._ended.set)
+        self._lock = anyio.Lock()
+        self._ready = self._body_read = self._started = self._done = False
+
+    def close(self) -> None:
+        """The request is over: stop watching the session."""
+        if (unwatch := self._unwatch) is not None:
+            self._unwatch = None
+            unwatch()
+
+    async def send(self, message: Message) -> None:
+        if not self._ready and message["type"] == "http.response.start":
+            self._ready = True  # the acknowledgement follows: events published from now on must arrive
+            await self._bus.ready(None if self._session is None else self._session.id)
+        async with self._lock:
+            if self._done:  # ended here: the app's last frames go nowhere
+                return
+            if message["type"] == "http.response.start":
+                self._started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                self._done = True
+            await self._send(message)
+
+    async def receive(self) -> Message:
+        if self._done:
+            return _DISCONNECT
+        if not self._body_read or self._session is None:
+            self._body_read = True  # the body, replayed at once; then what the transport waits on
+            return await self._receive()
+        message: Message | None = None
+        async with anyio.create_task_group() as group:
+
+            async def client() -> None:
+                nonlocal message
+                message = await self._receive()
+                group.cancel_scope.cancel()
+
+            group.start_soon(client)
+            await self._until_session_ends()
+            group.cancel_scope.cancel()
+        if message is not None:
+            return message
+        await self._end()
+        return _DISCONNECT
+
+    async def _until_session_ends(self) -> None:
+        session = self._session
+        assert session is not None
+        idle_ttl = self._sessions.idle_ttl
+        every = RECHECK_WITHOUT_IDLE_TTL if idle_ttl is None else idle_ttl / 2
+        while True:
+            now = time.time()
+            with anyio.move_on_after(min(session.token_expires_at, now + every) - now):
+                await self._ended.wait()
+                return  # deleted, on this replica or another
+            if time.time() >= session.token_expires_at or not await self._sessions.still_active(session):
+                return
+
+    async def _end(self) -> None:
+        """The last frame, the listen request's result, then the end of the response."""
+        async with self._lock:
+            if self._done:
+                return
+            self._done = True
+            if not self._started:
+                await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            await self._send({"type": "http.response.body", "body": final_frame(self._request_id), "more_body": False})
+
+
+def final_frame(request_id: object) -> bytes:
+    """The listen request's ``SubscriptionsListenResult`` as one SSE event: the graceful end of the stream."""
+    result = {"_meta": {SUBSCRIPTION_ID_META_KEY: request_id}, "resultType": "complete"}
+    data = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":"))
+    return f"event: message\r\ndata: {data}\r\n\r\n".encode()

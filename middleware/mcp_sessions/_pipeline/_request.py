@@ -1,0 +1,90 @@
+"""Pure helpers of the pipeline that read or rewrite one request: headers, path, body, trace context."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from starlette.types import Scope
+
+from .._inside import route_path
+from .._wire import Refusal, jsonrpc
+from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, MCP_METHOD_HEADER, MCP_SESSION_ID_HEADER, Era
+
+if TYPE_CHECKING:
+    from .._asgi import Replay
+    from .._otel import Operation
+    from .._plan import Call, Plan
+    from .._session import Session
+
+__all__ = [
+    "body_of",
+    "check_local_call",
+    "continue_trace",
+    "echoed",
+    "headers_of",
+    "route_path",
+    "strip_session_members",
+]
+
+_CONFLICTING_HEADER: Final = b"\x00conflicting"
+
+
+def headers_of(scope: Scope) -> dict[bytes, bytes]:
+    """The request headers; the first of a repeated header wins, as in Starlette."""
+    raw_headers = scope["headers"]
+    if type(raw_headers) is not list and not isinstance(raw_headers, tuple):  # ASGI allows any iterable
+        raw_headers = list(raw_headers)
+    headers = dict(raw_headers)
+    if len(headers) == len(raw_headers):
+        return headers  # no name repeated: the usual request
+    headers = dict(reversed(raw_headers))
+    if len({v for n, v in raw_headers if n == MCP_SESSION_ID_HEADER}) > 1:
+        # Two different Mcp-Session-Id headers: a proxy may route on one and we
+        # would check the other, so the pair matches no session.
+        headers[MCP_SESSION_ID_HEADER] = _CONFLICTING_HEADER
+    return headers
+
+
+def echoed(session: Session | None) -> Session | None:
+    """The session a result echoes: only a data-layer one, as the others have no token to send back."""
+    return session if session is not None and session.token else None
+
+
+def check_local_call(call: Call, plan: Plan) -> None:
+    header_method = plan.headers.get(MCP_METHOD_HEADER)
+    assert call.method is not None
+    if plan.era is Era.PER_REQUEST and header_method is not None and header_method != call.method.encode():
+        raise Refusal(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
+    params = call.params
+    if params is not None and not isinstance(params, dict):
+        raise Refusal(INVALID_PARAMS, "params must be an object")
+
+
+def strip_session_members(plan: Plan, replay: Replay) -> None:
+    """Remove the session members JSON-RPC does not know (SEP-1364's top-level ``sessionId``) before the app."""
+    stripped = False
+    for call in plan.calls:
+        if call.method is not None and call.profile.carrier.strip(call.message):
+            stripped = True
+    if stripped:
+        replay.rewrite(jsonrpc.dumps([call.message for call in plan.calls] if plan.batch else plan.calls[0].message))
+
+
+def continue_trace(message: dict[str, object], replay: Replay, operation: Operation) -> None:
+    """Forward a ``_meta`` trace context that names this span, so the server's span nests under it.
+
+    The SDK parents its span to ``_meta.traceparent`` when present (SEP-414)
+    and to the ambient context otherwise: only the first case needs the body
+    rewritten.
+    """
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict) or "traceparent" not in meta:
+        return
+    operation.inject(meta)
+    replay.rewrite(jsonrpc.dumps(message))
+
+
+def body_of(plan: Plan) -> Any:
+    """The parsed body, as the guard reads it: one message, or the batch."""
+    return [call.message for call in plan.calls] if plan.batch else plan.calls[0].message

@@ -1,0 +1,252 @@
+"""The session as application code sees it, and the one accessor that finds it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+if TYPE_CHECKING:
+    from starlette.requests import HTTPConnection
+
+    from .._tokens import KeySet
+    from ..stores import SessionStore
+
+__all__ = ["SCOPE_KEY", "HeaderSession", "Session", "SessionBus", "SessionData", "get_session", "header_session"]
+
+SCOPE_KEY: Final = "mcp_sessions.session"
+"""The ASGI ``scope`` key that holds the request's verified :class:`Session` (absent without one)."""
+STATE_ATTRIBUTE: Final = "mcp_session"
+
+current_session: ContextVar[Session | None] = ContextVar("mcp_sessions.session", default=None)
+header_session: ContextVar[HeaderSession | None] = ContextVar("mcp_sessions.header_session", default=None)
+"""The session an ordinary route's ``Mcp-Session-Id`` header names, until the route asks whose it is."""
+# A host's conversation as telemetry names it, (id verbatim, source): set only for a host's request, which may have
+# no Session (conversation data off) or one keyed by a digest; the logs then name what the spans name.
+current_conversation: ContextVar[tuple[str, str] | None] = ContextVar("mcp_sessions.conversation", default=None)
+_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+_NO_BUS: Final = (
+    "no subscription bus is known: pass the SessionSubscriptionBus given to MCPServer(subscriptions=bus) "
+    "to the middleware too, MCPSessionMiddleware(app, subscriptions=bus)"
+)
+
+
+class SessionBus(Protocol):
+    """What the sessions and their listen streams need of :class:`mcp_sessions.subscriptions.SessionSubscriptionBus`."""
+
+    async def publish_to_session(self, session_id: str, event: Any) -> None: ...
+    async def end_session(self, session_id: str) -> None: ...
+    def watch(self, session_id: str, on_end: Callable[[], None]) -> Callable[[], None] | None: ...
+    async def ready(self, session_id: str | None = None) -> None: ...
+
+
+class SessionData:
+    """Server-side data of one session, in the configured store.
+
+    Values are JSON-serializable. ``incr`` and ``update`` are atomic, so
+    concurrent requests of one session can count safely.
+    """
+
+    __slots__ = ("_expires_at", "_session_id", "_store")
+
+    def __init__(self, store: SessionStore, session_id: str, expires_at: float) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._expires_at = expires_at
+
+    async def get(self, key: str, default: Any = None) -> Any:
+        """The value stored under ``key``, or ``default`` if there is none."""
+        return await self._store.get(self._session_id, key, default)
+
+    async def set(self, key: str, value: Any) -> None:
+        """Store a copy of ``value`` (JSON-serializable) under ``key``, until the session ends."""
+        await self._store.set(self._session_id, key, value, expires_at=self._expires_at)
+
+    async def delete(self, key: str) -> None:
+        """Remove ``key``; nothing happens if it is not there."""
+        await self._store.delete(self._session_id, key)
+
+    async def incr(self, key: str, amount: int = 1) -> int:
+        """Atomically add ``amount`` to an integer value (missing counts as 0) and return the sum."""
+        return await self._store.incr(self._session_id, key, amount, expires_at=self._expires_at)
+
+    async def update(self, key: str, fn: Callable[[Any], Any], default: Any = None) -> Any:
+        """Atomically replace the value with ``fn(old)`` (``fn(default)`` if missing) and return the new value."""
+        return await self._store.update(self._session_id, key, fn, expires_at=self._expires_at, default=default)
+
+    async def items(self) -> dict[str, Any]:
+        """Every key of this session's data with its value."""
+        return await self._store.items(self._session_id)
+
+
+class Session:
+    """One data-layer session, resolved and verified for the current request.
+
+    ``id`` is the stable session id (the token's ``sid`` claim): key your data,
+    logs and metrics by it. ``token`` is the wire ``sessionId``, a bearer
+    credential: never log it. ``state`` is the client-held state, read-only;
+    assign a new mapping to change it, and the response's echo carries it.
+    """
+
+    __slots__ = (
+        "_bus",
+        "_data",
+        "_keys",
+        "_state_json",
+        "_state_view",
+        "_store",
+        "claims",
+        "expires_at_timestamp",
+        "id",
+        "issued_at",
+        "last_seen",
+        "source",
+        "state_token",
+        "token",
+        "token_expires_at",
+    )
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        session_id: str,
+        issued_at: int,
+        expires_at: int,
+        claims: Mapping[str, Any],
+        keys: KeySet,
+        store: SessionStore,
+        state_token: str | None,
+        state_json: str | None,
+        now: float,
+        idle_ttl: float | None,
+        source: str = "data-layer",
+        bus: SessionBus | None = None,
+    ) -> None:
+        self.token = token
+        """The wire ``sessionId`` (a JWT): a bearer credential, never log it."""
+        self.id = session_id
+        """The stable session id (the token's ``sid`` claim): not a secret, key data, logs and metrics by it."""
+        self.issued_at = issued_at
+        """When the session was created (the token's ``iat``), in Unix seconds."""
+        self.token_expires_at = expires_at
+        """The token's absolute expiry (its ``exp``), in Unix seconds; the idle timeout may end it sooner."""
+        self.claims = claims
+        """The token's claims other than ``iss``, ``aud``, ``sid``, ``iat`` and ``exp``."""
+        self.last_seen = now
+        """When the middleware verified this request, in Unix seconds: the idle timeout counts from it."""
+        self.expires_at_timestamp = expires_at if idle_ttl is None else min(expires_at, now + idle_ttl)
+        """:attr:`expires_at` in Unix seconds."""
+        self.source = source
+        """Where the session came from: ``data-layer`` (a token this server minted), ``transport`` (an
+        adopted 2025-era transport session) or a host's conversation (``openai``, ``vscode``, ``goose``,
+        ``opencode``, ``meta:KEY``, ``header:NAME``). Only a data-layer session has a token and state."""
+        self._store = store
+        self._data: SessionData | None = None
+        self._keys = keys
+        self.state_token = state_token
+        """The signed state that goes out in the echo (``None`` when there is none); set by :attr:`state`."""
+        self._state_json = state_json
+        self._state_view: Mapping[str, Any] | None = None
+        self._bus = bus
+
+    def __repr__(self) -> str:
+        return f"<Session id={self.id!r} expires_at={self.expires_at.isoformat()}>"
+
+    @property
+    def data(self) -> SessionData:
+        """The session's server-side data, in the configured store."""
+        if self._data is None:
+            # Kept while the token is accepted (exp + leeway), as the session's other records are.
+            self._data = SessionData(self._store, self.id, self.token_expires_at + self._keys.leeway)
+        return self._data
+
+    @property
+    def expires_at(self) -> datetime:
+        """When the session ends if unused: the token's expiry, or sooner by the idle timeout."""
+        return datetime.fromtimestamp(self.expires_at_timestamp, UTC)
+
+    @property
+    def state(self) -> Mapping[str, Any]:
+        """The client-held state, as the client sent it (read-only)."""
+        if self._state_view is None:
+            self._state_view = _EMPTY if self._state_json is None else MappingProxyType(json.loads(self._state_json))
+        return self._state_view
+
+    @state.setter
+    def state(self, value: Mapping[str, Any]) -> None:
+        if not isinstance(value, Mapping):
+            raise TypeError("session state must be a mapping (a JSON object)")
+        if not self.token:
+            raise TypeError(f"a {self.source} session has no client-held state: it needs a data-layer session")
+        plain = dict(value)
+        # Signed now, so an oversized or unserializable state fails in the code that set it.
+        self.state_token = self._keys.sign_state(self.id, plain)
+        self._state_json = None
+        self._state_view = MappingProxyType(plain)
+
+    async def notify_resource_updated(self, uri: str) -> None:
+        """Tell this session's listen streams, on every replica, that the resource at ``uri`` changed.
+
+        Only streams opened within this session (a ``subscriptions/listen`` request that named it) that
+        subscribed to ``uri`` get it; a global stream or another session's never does. Fire and forget:
+        a bus that cannot publish (Redis down) logs and drops the event. ``RuntimeError`` when the
+        middleware was given no ``subscriptions=`` bus.
+        """
+        if self._bus is None:
+            raise RuntimeError(_NO_BUS)
+        from mcp.shared.subscriptions import ResourceUpdated  # the bus needs the mcp SDK; the session does not
+
+        await self._bus.publish_to_session(self.id, ResourceUpdated(uri=uri))
+
+
+class HeaderSession:
+    """A verified session named by an ordinary route's ``Mcp-Session-Id`` header, not yet the caller's.
+
+    The middleware may run before the app's authentication (the outer middleware of a Starlette
+    list, or around an ``MCPServer`` app whose auth is inside it), so whose session it is, is
+    asked when the route reads it, from the scope the route sees.
+    """
+
+    __slots__ = ("_owns", "_scope", "session")
+
+    def __init__(self, session: Session, scope: Mapping[str, Any], owns: Callable[[Session, Any], bool]) -> None:
+        self.session, self._scope, self._owns = session, scope, owns
+
+    def claim(self, scope: Mapping[str, Any] | None) -> Session | None:
+        """The session, if it belongs to the caller ``scope`` (else the request's) names."""
+        return self.session if self._owns(self.session, self._scope if scope is None else scope) else None
+
+
+def get_session(connection: HTTPConnection | None = None) -> Session | None:
+    """The session of the current request, or ``None`` if it has none.
+
+    Without an argument it reads the context variable that the middleware sets
+    for the request (works in ``MCPServer``, fastmcp and mcp 1.x ``FastMCP`` tools); given a
+    Starlette ``Request`` it reads the request's scope. In an ordinary route it
+    is the session the ``Mcp-Session-Id`` header names, if the caller the app's
+    own authentication signed in (or no one, for an unbound session) owns it.
+    """
+    session: Session | None = current_session.get() if connection is None else connection.scope.get(SCOPE_KEY)
+    if session is None and connection is None:
+        session = _session_of_sdk_request()
+    if session is None and (named := header_session.get()) is not None:
+        return named.claim(None if connection is None else connection.scope)
+    return session
+
+
+def _session_of_sdk_request() -> Session | None:
+    """The session in the scope of the request an ``mcp`` 1.x server is handling, read from its public
+    ``request_ctx``: a stateful 1.x server runs its tools in the transport session's own task, which never
+    sees the context variables of the request that carried the call."""
+    sdk = sys.modules.get("mcp.server.lowlevel.server")  # loaded where an SDK server runs; never imported here
+    # mcp 2 has none: its tools run in the request's context (the module's dict read, not a failing getattr).
+    request_ctx = None if sdk is None else vars(sdk).get("request_ctx")
+    if request_ctx is None:
+        return None
+    scope = getattr(getattr(request_ctx.get(None), "request", None), "scope", None)
+    return scope.get(SCOPE_KEY) if isinstance(scope, dict) else None

@@ -1,0 +1,116 @@
+"""The wire profile "draft-2026-03": the data-layer sessions draft (transports-wg PR #20).
+
+``sessions/create`` and ``sessions/delete``; a request names its session in
+``params._meta["io.modelcontextprotocol/session"]`` as ``{"sessionId", "state"?}``
+and results echo ``{"sessionId", "state"?, "expiresAt"}`` there. The key uses the
+``io.modelcontextprotocol/`` prefix that MCP reserves for the specification, because
+the draft was written to become part of it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from .._wire import Refusal, iso
+from .._wire.protocol import HEADER_MISMATCH, INVALID_REQUEST
+from ._base import Capability, ClientSide, Echo, LocalMethod, SessionCarrier, WireProfile
+
+if TYPE_CHECKING:
+    from ._local import LocalCall
+
+__all__ = [
+    "DRAFT",
+    "METHOD_CREATE",
+    "METHOD_DELETE",
+    "SESSIONS_EXTENSION_ID",
+    "SESSION_META_KEY",
+    "SESSION_METHODS",
+    "SESSION_NOT_FOUND",
+    "SESSION_REQUIRED",
+]
+
+SESSION_META_KEY: Final = "io.modelcontextprotocol/session"
+"""The ``params._meta`` key whose value names a request's session: ``{"sessionId": ..., "state": ...}``."""
+METHOD_CREATE: Final = "sessions/create"
+METHOD_DELETE: Final = "sessions/delete"
+SESSION_METHODS: Final = frozenset({METHOD_CREATE, METHOD_DELETE})
+SESSIONS_EXTENSION_ID: Final = "io.modelcontextprotocol/sessions"
+SESSION_NOT_FOUND: Final = -32043
+"""Error code: the session is unknown, invalid, expired or deleted; permanent, so the client opens a new one."""
+SESSION_REQUIRED: Final = -32044
+"""Error code: the request has no session and the policy requires one."""
+MAX_LABEL_LENGTH: Final = 256
+
+
+async def create(call: LocalCall) -> dict[str, object]:
+    """``sessions/create``: a new session; session metadata on the request is an error."""
+    if call.profile.carrier.present(call.message):
+        raise Refusal(INVALID_REQUEST, f"{call.profile.create_method} must not carry session metadata")
+    call.string_param("label", max_length=MAX_LABEL_LENGTH)
+    minted = await call.mint()
+    return {"session": {"sessionId": minted.token, "expiresAt": iso(int(minted.expires_at))}}
+
+
+async def delete(call: LocalCall) -> dict[str, object]:
+    """``sessions/delete``: end the session the request names; deleting it twice is "not found"."""
+    session = call.session
+    assert session is not None  # needs_session: the pipeline resolved it
+    await call.end(session, session.token)
+    return {}
+
+
+def _create_params(label: str | None) -> dict[str, object]:
+    return {} if label is None else {"label": label}
+
+
+def _created(result: dict[str, object]) -> tuple[str, dict[str, object]] | None:
+    session = result.get("session")
+    token = session.get("sessionId") if isinstance(session, dict) else None
+    return (token, session) if isinstance(session, dict) and isinstance(token, str) and token else None
+
+
+def _delete_params(token: str) -> dict[str, object]:
+    return {"_meta": {SESSION_META_KEY: {"sessionId": token}}}
+
+
+def _advertised(capabilities: dict[str, object]) -> bool:
+    extensions, experimental = capabilities.get("extensions"), capabilities.get("experimental")
+    return (
+        "sessions" in capabilities
+        or (isinstance(extensions, dict) and SESSIONS_EXTENSION_ID in extensions)
+        or (isinstance(experimental, dict) and "sessions" in experimental)
+    )
+
+
+DRAFT: Final = WireProfile(
+    name="draft",
+    carrier=SessionCarrier(meta_key=SESSION_META_KEY, id_member="sessionId", state_member="state"),
+    echo=Echo(meta_key=SESSION_META_KEY, id_member="sessionId", state_member="state", expiry_member="expiresAt"),
+    capability=Capability(
+        per_request=(("sessions",), ("extensions", SESSIONS_EXTENSION_ID)),
+        handshake=(("sessions",), ("experimental", "sessions")),
+    ),
+    methods={
+        METHOD_CREATE: LocalMethod(needs_session=False, answer=create),
+        METHOD_DELETE: LocalMethod(needs_session=True, answer=delete),
+    },
+    # What a client needs before it can hold a session: a policy that requires
+    # sessions "for everything" still lets these through.
+    sessionless=frozenset({"initialize", "notifications/initialized", "server/discover", "ping", METHOD_CREATE}),
+    not_found=SESSION_NOT_FOUND,
+    required=SESSION_REQUIRED,
+    header_mismatch=HEADER_MISMATCH,
+    required_data={"create": METHOD_CREATE},
+    required_hint=f'call {METHOD_CREATE} and send its sessionId in params._meta["{SESSION_META_KEY}"]',
+    not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",
+    create_method=METHOD_CREATE,
+    client=ClientSide(
+        create_params=_create_params,
+        created=_created,
+        delete_method=METHOD_DELETE,
+        delete_params=_delete_params,
+        deleted=lambda result: True,  # a delete of a session that is gone is -32043, not a result
+        advertised=_advertised,
+    ),
+)
+"""The data-layer sessions draft (``sessions/create``, ``io.modelcontextprotocol/session``): the default wire."""

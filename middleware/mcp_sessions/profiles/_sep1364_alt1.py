@@ -1,0 +1,118 @@
+"""The wire profile "sep1364-alt1": SEP-1364's first alternative, ``session/create`` beside ``initialize``.
+
+A top-level ``sessionId`` on requests, notifications and responses (not in
+``params``: JSON-RPC knows no such member, so the middleware removes it before
+the server sees the message and adds it to the response). ``session/create``
+with the client's capabilities opens or refreshes a session, ``session/delete``
+ends one. Capability ``sessions: {"required": bool}``; ``Mcp-Session-Id``
+mirrors the ``sessionId`` in every era.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from .._session import SessionNotFound
+from .._wire import Refusal
+from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS
+from ._base import Capability, LocalMethod, TopLevelCarrier, TopLevelEcho, WireProfile
+
+if TYPE_CHECKING:
+    from .._session import Session
+    from ._local import LocalCall
+
+__all__ = ["SEP1364_ALT1", "SESSION_ID_MEMBER"]
+
+SESSION_ID_MEMBER: Final = "sessionId"
+"""The top-level member that names a message's session."""
+METHOD_CREATE: Final = "session/create"
+METHOD_DELETE: Final = "session/delete"
+SESSION_NOT_FOUND: Final = -32043
+SESSION_REQUIRED: Final = -32044
+
+
+def _of_this_wire(message: dict[str, object]) -> bool:
+    """A shared method name in this wire's shape: a top-level ``sessionId``, or one (or capabilities) in params."""
+    if SESSION_ID_MEMBER in message:
+        return True
+    params = message.get("params")
+    return isinstance(params, dict) and (SESSION_ID_MEMBER in params or "capabilities" in params)
+
+
+def named_id(call: LocalCall) -> str | None:
+    """The session a lifecycle call names: ``params.sessionId``, else the top-level ``sessionId``."""
+    token = call.params.get(SESSION_ID_MEMBER, call.message.get(SESSION_ID_MEMBER))
+    if token is not None and type(token) is not str:
+        raise Refusal(INVALID_PARAMS, f"{SESSION_ID_MEMBER} must be a string")
+    return token
+
+
+async def live_session(call: LocalCall, token: str) -> Session:
+    """The live session ``token`` names for this caller; the wire's "not found" error otherwise."""
+    try:
+        return await call.sessions.resolve(call.scope, token, None)
+    except SessionNotFound as exc:
+        profile = call.profile
+        raise Refusal(
+            profile.not_found,
+            profile.not_found_text,
+            profile.not_found_data(token),
+            reason=exc.reason,
+            session_id=exc.session_id,
+        ) from None
+
+
+async def create(call: LocalCall) -> dict[str, object]:
+    """``session/create``: a new session, or, for a valid ``params.sessionId``, that one refreshed."""
+    capabilities = call.params.get("capabilities")
+    if capabilities is not None and not isinstance(capabilities, dict):
+        raise Refusal(INVALID_PARAMS, "capabilities must be an object")
+    requested = call.params.get(SESSION_ID_MEMBER)
+    if requested is not None:
+        if type(requested) is not str:
+            raise Refusal(INVALID_PARAMS, f"{SESSION_ID_MEMBER} must be a string")
+        token = (await live_session(call, requested)).token
+    else:
+        token = (await call.mint()).token
+    call.envelope[SESSION_ID_MEMBER] = token
+    return {SESSION_ID_MEMBER: token}
+
+
+async def end_named(call: LocalCall, action: str) -> dict[str, object]:
+    """End the session ``params.sessionId`` names; an unknown or already ended one is "not found"."""
+    token = named_id(call)
+    if token is None:
+        raise Refusal(INVALID_PARAMS, f"params.{SESSION_ID_MEMBER} names the session to {action}")
+    await call.end(await live_session(call, token), token)
+    return {}
+
+
+async def delete(call: LocalCall) -> dict[str, object]:
+    """``session/delete``: end the named session; an unknown or already ended one is "not found"."""
+    return await end_named(call, "delete")
+
+
+def _capability(required: bool) -> dict[str, object]:
+    return {"required": required}
+
+
+SEP1364_ALT1: Final = WireProfile(
+    name="sep1364-alt1",
+    carrier=TopLevelCarrier(member=SESSION_ID_MEMBER),
+    echo=TopLevelEcho(member=SESSION_ID_MEMBER),
+    capability=Capability(per_request=(("sessions",),), handshake=(("sessions",),), settings=_capability, merge=True),
+    methods={
+        METHOD_CREATE: LocalMethod(needs_session=False, answer=create, applies=_of_this_wire),
+        METHOD_DELETE: LocalMethod(needs_session=False, answer=delete, applies=_of_this_wire),
+    },
+    sessionless=frozenset({"initialize", "notifications/initialized", "server/discover", "ping", METHOD_CREATE}),
+    not_found=SESSION_NOT_FOUND,
+    required=SESSION_REQUIRED,
+    header_mismatch=HEADER_MISMATCH,
+    required_data={"create": METHOD_CREATE},
+    required_hint=f'call {METHOD_CREATE} and send its sessionId as the top-level "{SESSION_ID_MEMBER}" of each request',
+    not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",
+    create_method=METHOD_CREATE,
+    header_every_era=True,
+)
+"""SEP-1364 alternative 1 (top-level ``sessionId``, ``session/create``, ``session/delete``)."""

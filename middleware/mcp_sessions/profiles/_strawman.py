@@ -1,0 +1,253 @@
+"""The wire profile "strawman": the transports working group's first session shapes.
+
+From transports-wg PR #20's first commits (the api-shapes file and the group's
+Python reference server and client; fast-agent 0.5.0-0.5.3 spoke it too):
+``session/create``, ``session/resume``, ``session/list`` and ``session/delete``;
+a request names its session in ``params._meta["mcp/session"]`` as ``{"id"}``
+and results echo ``{"id", "expiry"}`` there. A session that is gone makes the
+request sessionless, and its result carries ``"mcp/session": null``: the
+strawman's revocation signal. The capability is
+``experimental.session = {"version": 1, "features": [...]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
+
+from .._session import PRINCIPAL_CLAIM, SessionNotFound
+from .._wire import Refusal, iso, store_unavailable
+from .._wire.protocol import CLIENT_CAPABILITIES_META_KEY, HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND
+from ..stores import InvalidCursor, SessionStoreUnavailable
+from ._base import Capability, ClientSide, Echo, LocalMethod, SessionCarrier, WireProfile
+
+if TYPE_CHECKING:
+    from .._session import Session
+    from ._local import LocalCall
+
+__all__ = ["COOKIE_KEY", "SESSION_REQUIRED", "STRAWMAN"]
+
+COOKIE_KEY: Final = "mcp/session"
+"""The ``_meta`` key of the session cookie, in requests (``{"id"}``) and results (``{"id", "expiry"}``)."""
+METHOD_CREATE: Final = "session/create"
+METHOD_RESUME: Final = "session/resume"
+METHOD_LIST: Final = "session/list"
+METHOD_DELETE: Final = "session/delete"
+FEATURES: Final = ("create", "resume", "list", "delete")
+SESSION_REQUIRED: Final = -32002
+"""The strawman's "session required" code (retired by MCP 2026-07-28: ``error_codes="spec-safe"`` moves it)."""
+SESSION_NOT_FOUND: Final = -32043
+"""``session/resume`` of a session that is gone (the strawman names no code; the draft's is used)."""
+MAX_LABEL_LENGTH: Final = 256
+MAX_DATA_ENTRIES: Final = 32
+MAX_DATA_VALUE_LENGTH: Final = 1024
+PAGE_SIZE: Final = 100
+
+
+def _is_create(message: dict[str, object]) -> bool:
+    """``session/create`` in this wire's shape: no params, or only ``hints`` (and the ``_meta`` envelope)."""
+    params = message.get("params")
+    return params is None or (isinstance(params, dict) and params.keys() <= {"hints", "_meta"})
+
+
+def _has_id(message: dict[str, object]) -> bool:
+    """``session/resume`` and ``session/delete`` in this wire's shape: ``params.id``."""
+    params = message.get("params")
+    return isinstance(params, dict) and "id" in params
+
+
+def _declared(message: dict[str, object]) -> bool:
+    """Whether a 2026-07-28 request's client declared ``experimental.session`` in its capabilities."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+    experimental = capabilities.get("experimental") if isinstance(capabilities, dict) else None
+    return isinstance(experimental, dict) and experimental.get("session") is not None
+
+
+def _hints(call: LocalCall) -> dict[str, str]:
+    """The session's data from ``hints``: ``data`` (strings only), with ``label`` joining it as ``label``."""
+    hints = call.params.get("hints")
+    if hints is None:
+        return {}
+    if not isinstance(hints, dict):
+        raise Refusal(INVALID_PARAMS, "hints must be an object")
+    label = hints.get("label")
+    if label is not None and (type(label) is not str or len(label) > MAX_LABEL_LENGTH):
+        raise Refusal(INVALID_PARAMS, f"hints.label must be a string of at most {MAX_LABEL_LENGTH} characters")
+    data = hints.get("data")
+    if data is None:
+        data = {}
+    if (
+        not isinstance(data, dict)
+        or len(data) > MAX_DATA_ENTRIES
+        or not all(type(v) is str and len(v) <= MAX_DATA_VALUE_LENGTH for v in data.values())
+    ):
+        raise Refusal(
+            INVALID_PARAMS,
+            f"hints.data must be an object of at most {MAX_DATA_ENTRIES} strings"
+            f" of at most {MAX_DATA_VALUE_LENGTH} characters",
+        )
+    chosen = dict(data)
+    if label is not None:
+        chosen.setdefault("label", label)
+    return chosen
+
+
+def _session_object(token: str, expiry: str, data: Mapping[str, object] | None) -> dict[str, object]:
+    """The result of create and resume: the session in the body, and the cookie in ``_meta``."""
+    result: dict[str, object] = {"id": token, "expiry": expiry}
+    if data:
+        result["data"] = data
+    result["_meta"] = {COOKIE_KEY: {"id": token, "expiry": expiry}}
+    return result
+
+
+def _id_param(call: LocalCall) -> str:
+    token = call.params.get("id")
+    if type(token) is not str:
+        raise Refusal(INVALID_PARAMS, "params.id must be the session's id, a string")
+    return token
+
+
+async def _named(call: LocalCall) -> Session | None:
+    """The live session ``params.id`` names for this caller, ``None`` when it is gone or never was."""
+    try:
+        return await call.sessions.resolve(call.scope, _id_param(call), None)
+    except SessionNotFound:
+        return None
+
+
+async def create(call: LocalCall) -> dict[str, object]:
+    """``session/create``: a new session; its data (from ``hints``) is kept for ``session/list``."""
+    data = _hints(call)
+    minted = await call.mint()
+    expiry = iso(int(minted.expires_at))
+    principal = minted.claims.extra.get(PRINCIPAL_CLAIM)
+    if principal is not None:
+        # A record holds strings: the wire id to list, and the data as JSON text.
+        record = {"id": minted.token, "data": json.dumps(data, separators=(",", ":"))}
+        try:
+            await call.sessions.store.record(
+                minted.claims.session_id,
+                principal=principal,
+                expires_at=minted.claims.expires_at,
+                now=time.time(),
+                data=record,
+            )
+        except NotImplementedError:
+            pass  # a store that cannot list: session/list says so
+        except SessionStoreUnavailable as exc:  # full, unreachable, read-only: retryable, never a 500
+            raise store_unavailable(exc) from None
+    return _session_object(minted.token, expiry, data)
+
+
+async def resume(call: LocalCall) -> dict[str, object]:
+    """``session/resume``: the same shape as create, for a live session (its idle clock restarts)."""
+    session = await _named(call)
+    if session is None:
+        profile = call.profile
+        raise Refusal(
+            profile.not_found, profile.not_found_text, profile.not_found_data(call.params.get("id")), reason="gone"
+        )
+    return _session_object(session.token, iso(int(session.expires_at_timestamp)), None)
+
+
+async def list_sessions(call: LocalCall) -> dict[str, object]:
+    """``session/list``: the caller's own live sessions, by authenticated principal; none without one."""
+    cursor = call.params.get("cursor")
+    if cursor is not None and type(cursor) is not str:
+        raise Refusal(INVALID_PARAMS, "cursor must be a string")
+    principal = await call.sessions.principal_of(call.scope)
+    if principal is None:
+        return {"sessions": []}
+    try:
+        records, next_cursor = await call.sessions.store.list_sessions(
+            principal, now=time.time(), cursor=cursor, limit=PAGE_SIZE
+        )
+    except NotImplementedError:
+        raise Refusal(METHOD_NOT_FOUND, "listing not supported by this store") from None
+    except InvalidCursor:
+        raise Refusal(INVALID_PARAMS, "cursor is not one this server returned: start again without it") from None
+    except SessionStoreUnavailable as exc:
+        raise store_unavailable(exc) from None
+    sessions = []
+    for record in records:
+        recorded = record.data or {}
+        if "id" not in recorded:
+            continue  # recorded by another wire: it has no strawman id to list
+        entry: dict[str, object] = {"id": recorded["id"], "expiry": iso(int(record.expires_at))}
+        data = json.loads(recorded.get("data") or "{}")
+        if data:
+            entry["data"] = data
+        sessions.append(entry)
+    result: dict[str, object] = {"sessions": sessions}
+    if next_cursor is not None:
+        result["nextCursor"] = next_cursor
+    return result
+
+
+async def delete(call: LocalCall) -> dict[str, object]:
+    """``session/delete``: end the named session; ``deleted`` says whether it was live."""
+    session = await _named(call)
+    deleted = session is not None and await call.revoke(session)
+    return {"deleted": deleted, "_meta": {COOKIE_KEY: None}}
+
+
+def _capability(required: bool) -> dict[str, object]:
+    return {"version": 1, "features": list(FEATURES)}
+
+
+def _client_create_params(label: str | None) -> dict[str, object]:
+    return {"hints": {}} if label is None else {"hints": {"label": label}}
+
+
+def _created(result: dict[str, object]) -> tuple[str, dict[str, object]] | None:
+    meta = result.get("_meta")
+    cookie = meta.get(COOKIE_KEY) if isinstance(meta, dict) else None
+    token = cookie.get("id") if isinstance(cookie, dict) else None
+    return (token, cookie) if isinstance(cookie, dict) and isinstance(token, str) and token else None
+
+
+def _advertised(capabilities: dict[str, object]) -> bool:
+    experimental = capabilities.get("experimental")
+    return isinstance(experimental, dict) and isinstance(experimental.get("session"), dict)
+
+
+STRAWMAN: Final = WireProfile(
+    name="strawman",
+    carrier=SessionCarrier(meta_key=COOKIE_KEY, id_member="id"),
+    echo=Echo(meta_key=COOKIE_KEY, id_member="id", expiry_member="expiry"),
+    capability=Capability(
+        per_request=(("experimental", "session"),), handshake=(("experimental", "session"),), settings=_capability
+    ),
+    methods={
+        METHOD_CREATE: LocalMethod(needs_session=False, answer=create, applies=_is_create),
+        METHOD_RESUME: LocalMethod(needs_session=False, answer=resume, applies=_has_id),
+        METHOD_LIST: LocalMethod(needs_session=False, answer=list_sessions),
+        METHOD_DELETE: LocalMethod(needs_session=False, answer=delete, applies=_has_id),
+    },
+    sessionless=frozenset(
+        {"initialize", "notifications/initialized", "server/discover", "ping", METHOD_CREATE, METHOD_RESUME}
+    ),
+    not_found=SESSION_NOT_FOUND,
+    required=SESSION_REQUIRED,
+    header_mismatch=HEADER_MISMATCH,
+    required_message="Session required. Call session/create first.",
+    required_hint=f'send its id in params._meta["{COOKIE_KEY}"]',
+    not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",
+    create_method=METHOD_CREATE,
+    unknown_is_no_session=True,
+    declared=_declared,
+    client=ClientSide(
+        create_params=_client_create_params,
+        created=_created,
+        delete_method=METHOD_DELETE,
+        delete_params=lambda token: {"id": token},
+        deleted=lambda result: result.get("deleted") is True,
+        advertised=_advertised,
+    ),
+)
+"""The strawman (``session/*``, ``_meta["mcp/session"]``, revocation by ``null``)."""

@@ -1,0 +1,119 @@
+"""The data-layer session a call's wire names: a server-minted token, verified."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from starlette.types import Scope
+
+from .._session import Session, SessionNotFound, SessionService
+from .._wire import Refusal
+from .._wire.protocol import INVALID_REQUEST, Era
+from ..profiles import InvalidSessionMeta, SessionRef, WireProfile
+from ._base import MAX_SESSIONS_PER_REQUEST, Trust
+
+if TYPE_CHECKING:
+    from .._plan import Call, Plan
+    from ._base import SourceContext
+
+__all__ = ["DataLayerSource", "refusal_of"]
+
+_TOO_MANY_SESSIONS: Final = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
+
+
+class DataLayerSource:
+    """The session named where the call's wire carries it (for the draft, ``params._meta``)."""
+
+    name = "data-layer"
+    trust = Trust.VERIFIED
+
+    __slots__ = ("_sessions",)
+
+    def __init__(self, sessions: SessionService) -> None:
+        self._sessions = sessions
+
+    @classmethod
+    def from_context(cls, context: SourceContext) -> DataLayerSource:
+        """The source in a middleware's chain (see ``sources=``)."""
+        return cls(context.sessions)
+
+    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        if plan.unmarked:
+            return None  # no wire's session member in the body: nothing to read
+        profile = call.profile
+        try:
+            ref = profile.carrier.read(call.message)
+        except InvalidSessionMeta as exc:
+            raise Refusal(INVALID_REQUEST, str(exc), reason="invalid_metadata") from None
+        if ref is None:
+            return None
+        token, state, mint = ref  # one unpacking: a field read is a descriptor call
+        if mint:
+            if plan.era is Era.PER_REQUEST:
+                # An opening method (SEP-1364 alt. 2's initialize) is a handshake: the 2026-07-28 server
+                # refuses it (-32601), so no session is opened and no create-limit slot is spent for it.
+                return None
+            if plan.batch:  # each new session counts as one more the batch names
+                named = plan.named = plan.named or {}
+                if len(named) >= MAX_SESSIONS_PER_REQUEST:
+                    raise Refusal(INVALID_REQUEST, _TOO_MANY_SESSIONS, reason="too_many_sessions")
+                named[("mint", str(len(named)))] = None
+            minted = await self._sessions.mint(scope, None)
+            call.minted = True
+            return await self._sessions.resolve(scope, minted.token, None)
+        header = plan.header_session_id
+        if (
+            (plan.era is Era.PER_REQUEST or profile.header_every_era)
+            and header is not None
+            and header != token.encode("utf-8", "surrogatepass")
+        ):
+            raise Refusal(
+                profile.header_mismatch,
+                "Mcp-Session-Id header does not match the session in _meta",
+                reason="header_mismatch",
+            )
+        if plan.batch:
+            return await self._in_batch(scope, call, plan, ref)
+        try:
+            return await self._sessions.resolve(scope, token, state)
+        except SessionNotFound as exc:
+            if profile.unknown_is_no_session:
+                call.revoked = exc.reason
+                return None
+            raise refusal_of(profile, token, exc) from None
+
+    async def _in_batch(self, scope: Scope, call: Call, plan: Plan, ref: SessionRef) -> Session | None:
+        """A batch element's session: each distinct one resolved once, at most ``MAX_SESSIONS_PER_REQUEST``."""
+        named = plan.named
+        if named is None:
+            named = plan.named = {}
+        key = (self.name, ref.token, ref.state or "")
+        found = named.get(key)
+        if found is None:
+            if len(named) >= MAX_SESSIONS_PER_REQUEST:
+                raise Refusal(INVALID_REQUEST, _TOO_MANY_SESSIONS, reason="too_many_sessions")
+            try:
+                found = await self._sessions.resolve(scope, ref.token, ref.state)
+            except (SessionNotFound, Refusal) as exc:
+                found = exc
+            named[key] = found
+        if isinstance(found, SessionNotFound):
+            if call.profile.unknown_is_no_session:
+                call.revoked = found.reason
+                return None
+            raise refusal_of(call.profile, ref.token, found)
+        if isinstance(found, Refusal):
+            raise found
+        assert isinstance(found, Session)
+        return found
+
+
+def refusal_of(profile: WireProfile, token: str, refused: SessionNotFound) -> Refusal:
+    """What a wire answers for a session id that names no live session of the caller."""
+    return Refusal(
+        profile.not_found,
+        profile.not_found_text,
+        profile.not_found_data(token),
+        reason=refused.reason,
+        session_id=refused.session_id,
+    )

@@ -1,0 +1,129 @@
+"""2025-era transport sessions, adopted: a session per ``Mcp-Session-Id`` the server minted.
+
+A stateful 2025-era server (the handshake path) mints a transport session id
+in the ``Mcp-Session-Id`` header of its ``initialize`` response, and every
+later request of that connection repeats it. A stock client never calls
+``sessions/create``, but it already has this: adopted, it becomes the
+session's key, with data in the store until the transport session ends
+(``DELETE`` with the header, or ``idle_ttl``).
+
+Trust: an id is adopted only if this middleware saw the server send it in an
+``initialize`` response, so a client cannot pick one (a server that runs
+stateless sends none, and nothing is adopted). The SDK keeps a transport
+session in the one process that minted it, and so does this record: both need
+a client to come back to the same replica. The raw id is a bearer value: it is
+held, compared and recorded only as its keyed digest.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Final
+
+from starlette.types import Message, Scope, Send
+
+from .._session import Session, SessionService
+from .._tokens import IdDigests
+from .._wire.protocol import MCP_SESSION_ID_HEADER, Era
+from ._base import Trust
+
+if TYPE_CHECKING:
+    from .._plan import Call, Plan
+    from ._base import SourceContext
+
+__all__ = ["DEFAULT_MAX_TRANSPORT_SESSIONS", "TransportSource", "is_transport_session_id"]
+
+DEFAULT_MAX_TRANSPORT_SESSIONS: Final = 100_000
+
+
+def is_transport_session_id(value: bytes) -> bool:
+    """Whether an ``Mcp-Session-Id`` value can be a transport session (a data-layer token is a JWT)."""
+    return 0 < len(value) <= 256 and value.count(b".") != 2
+
+
+class TransportSource:
+    """The adopted transport session a handshake-era request's ``Mcp-Session-Id`` names.
+
+    Remembers the digests of the ids the server minted, at most
+    ``max_sessions`` (the least recently used is forgotten first: its requests
+    then have no session, as before adoption).
+    """
+
+    name = "transport"
+    trust = Trust.VERIFIED
+
+    __slots__ = ("_digests", "_max", "_minted", "_sessions")
+
+    def __init__(
+        self, sessions: SessionService, digests: IdDigests, *, max_sessions: int = DEFAULT_MAX_TRANSPORT_SESSIONS
+    ) -> None:
+        if max_sessions < 1:
+            raise ValueError("max_sessions must be at least 1")
+        self._sessions = sessions
+        self._digests = digests
+        self._max = max_sessions
+        self._minted: OrderedDict[str, None] = OrderedDict()
+
+    @classmethod
+    def from_context(cls, context: SourceContext) -> TransportSource | None:
+        """The source in a middleware's chain (see ``sources=``), with ``adopt_transport_sessions`` only."""
+        return cls(context.sessions, context.digests) if context.adopt_transport_sessions else None
+
+    def __len__(self) -> int:
+        return len(self._minted)
+
+    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        """The adopted session of a minted transport session id; ``None`` for anything else."""
+        raw = plan.header_session_id
+        if raw is None or plan.era is not Era.HANDSHAKE or not is_transport_session_id(raw):
+            return None
+        digest = self._digests.transport(raw)
+        if digest not in self._minted:
+            return None
+        self._minted.move_to_end(digest)
+        if not plan.batch:
+            return await self._sessions.adopt(scope, digest, self.name)
+        named = plan.named = plan.named or {}  # a batch's elements share the header: its session, touched once
+        key = (self.name, digest)
+        if key not in named:
+            named[key] = await self._sessions.adopt(scope, digest, self.name)
+        found = named[key]
+        assert found is None or isinstance(found, Session)
+        return found
+
+    def minted(self, raw: bytes) -> None:
+        """Record an id the server sent in an ``initialize`` response."""
+        if not is_transport_session_id(raw):
+            return
+        digest = self._digests.transport(raw)
+        self._minted[digest] = None
+        self._minted.move_to_end(digest)
+        while len(self._minted) > self._max:
+            self._minted.popitem(last=False)
+
+    def watch_initialize(self, send: Send) -> Send:
+        """``send``, recording the transport session id of a successful ``initialize`` response."""
+
+        async def watching_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and message.get("status") == 200:
+                for name, value in message.get("headers", ()):
+                    if name.lower() == MCP_SESSION_ID_HEADER:
+                        self.minted(value)
+                        break
+            await send(message)
+
+        return watching_send
+
+    def watch_delete(self, raw: bytes, send: Send) -> Send:
+        """``send``, ending the adopted session when the server accepts a ``DELETE`` of its transport session."""
+        digest = self._digests.transport(raw) if is_transport_session_id(raw) else None
+        if digest is None or digest not in self._minted:
+            return send
+
+        async def watching_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and 200 <= message.get("status", 500) < 300:
+                self._minted.pop(digest, None)
+                await self._sessions.end(digest)
+            await send(message)
+
+        return watching_send

@@ -1,0 +1,304 @@
+"""A store shared by many replicas: Redis, through ``redis.asyncio`` (the ``redis`` extra).
+
+Every check, and every write that must not follow a revocation, is one Lua
+script (``EVALSHA``, loaded again by redis-py after ``NOSCRIPT``), so each is
+atomic and costs one round trip. The scripts and the keys they run on are in
+``_redis_scripts``; the client built from a URL, in ``_redis_client``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from .._wire import ThrottledWarning
+from . import _redis_scripts as scripts
+from ._base import (
+    SessionRecord,
+    SessionStatus,
+    SessionStore,
+    SessionStoreUnavailable,
+    check_page_size,
+    decode_cursor,
+    encode_cursor,
+)
+from ._memory import _encode
+from ._redis_client import check_client_options, client_from_url, describe_failure, reply_text
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+    from redis.asyncio.cluster import RedisCluster
+
+__all__ = ["RedisStore"]
+
+_T = TypeVar("_T")
+
+logger = logging.getLogger("mcp_sessions.redis")
+
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
+_ERROR_TEXT_LIMIT: Final = 300
+
+
+class RedisStore(SessionStore):
+    """Revocations, idle expiry and ``session.data`` in Redis, shared by every replica.
+
+    Give a URL (``redis://``, ``rediss://`` or ``unix://`` for one node,
+    ``redis+cluster://`` for a Redis Cluster, ``redis+sentinel://`` for the
+    master a set of Sentinels names, ``rediss+…`` for TLS; the store then owns
+    the client and its bounded connections, and :meth:`aclose` closes them)
+    or a ready ``redis.asyncio.Redis`` or ``RedisCluster`` client (custom TLS,
+    …; the caller owns it). A session's keys share one Cluster slot, so each
+    script runs on one node.
+
+    Failure never waits long and never passes for a verdict: each call takes
+    at most ``timeout`` seconds, pool wait, connect and reply included, and
+    any failure of the client raises :class:`SessionStoreUnavailable`, which the
+    middleware answers with the retryable error (HTTP 503), never -32043.
+    Commands are not retried inside the store (a retried increment could
+    count twice): the client retries the request. A Redis restart costs
+    nothing once Redis answers again: the store's pool speaks RESP2, which
+    keeps redis-py's check that replaces a pooled connection the server
+    closed before any command is sent on it. A ``client=`` you build yourself
+    should do the same (``protocol=2``) while redis-py 8 skips that check under
+    RESP3 (redis/redis-py#4252); otherwise each of its pooled connections
+    fails one command after a restart.
+
+    The last-seen time is written at most once per ``touch_interval`` seconds
+    (or a tenth of ``idle_ttl`` if that is shorter) per session; a session
+    therefore ends between ``idle_ttl`` and ``idle_ttl`` + that interval after
+    its last use, never earlier. Keys outlive the session's absolute expiry by
+    ``expiry_margin`` seconds, so that a replica whose clock runs behind
+    still finds the revocation (keep it above the worst clock skew between
+    replicas plus the ``KeySet``'s ``leeway``).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: aioredis.Redis | RedisCluster | None = None,
+        prefix: str = "mcp-sessions:",
+        timeout: float = 0.5,
+        connect_timeout: float = 0.25,
+        max_connections: int = 50,
+        touch_interval: float = 10.0,
+        expiry_margin: float = 300.0,
+        max_update_attempts: int = 32,
+    ) -> None:
+        if (url is None) == (client is None):
+            raise ValueError("RedisStore needs exactly one of url= (redis://host:port/db) or client= (redis.asyncio)")
+        check_client_options(timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)
+        if not 0 <= touch_interval <= 3600:
+            raise ValueError("touch_interval must be a number of seconds from 0 to 3600")
+        if not 0 <= expiry_margin <= 86400:
+            raise ValueError("expiry_margin must be a number of seconds from 0 to 86400")
+        if type(max_update_attempts) is not int or max_update_attempts < 1:
+            raise ValueError("max_update_attempts must be a positive integer")
+        if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
+            raise ValueError("prefix must be a string without braces (the session id is the key's hash tag)")
+        self.prefix = prefix
+        self.timeout = float(timeout)
+        self.touch_interval = float(touch_interval)
+        self.expiry_margin = float(expiry_margin)
+        self.max_update_attempts = max_update_attempts
+        self._owns_client = client is None
+        self._unavailable_warning = ThrottledWarning(logger)
+        if client is None:
+            assert url is not None
+            client = client_from_url(
+                url, timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections
+            )
+        self._redis: aioredis.Redis | RedisCluster = client
+        self._touch = client.register_script(scripts.TOUCH)
+        self._revoke = client.register_script(scripts.REVOKE)
+        self._set = client.register_script(scripts.SET)
+        self._incr = client.register_script(scripts.INCR)
+        self._compare_and_set = client.register_script(scripts.COMPARE_AND_SET)
+        self._record = client.register_script(scripts.RECORD)
+        self._index = client.register_script(scripts.INDEX)
+
+    def __repr__(self) -> str:
+        return f"RedisStore(prefix={self.prefix!r}, timeout={self.timeout})"
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _keys(self, session_id: str) -> list[str]:
+        """The session's status, data and listing keys, in one Cluster slot."""
+        return scripts.session_keys(self.prefix, session_id)
+
+    def _index_key(self, principal: str) -> str:
+        return scripts.index_key(self.prefix, principal)
+
+    def _ttl_ms(self, expires_at: float, now: float) -> int:
+        return max(1, int((expires_at - now + self.expiry_margin) * 1000))
+
+    async def _run(self, operation: Awaitable[_T]) -> _T:
+        """Await one Redis operation within the deadline; every failure becomes SessionStoreUnavailable.
+
+        The exception's message is safe to show a client (a tool's error may carry it): no host,
+        no key. The full error goes to the ``mcp_sessions.redis`` log, at most every few seconds.
+        """
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await operation
+        except TimeoutError:
+            reason = f"redis did not answer within {self.timeout} s"
+            raise self._unavailable(reason, reason) from None
+        except Exception as exc:  # RedisError, OSError, and more (RuntimeError from a closed event loop)
+            raise self._unavailable(describe_failure(exc), f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_LIMIT]) from None
+
+    def _unavailable(self, reason: str, detail: str) -> SessionStoreUnavailable:
+        self._unavailable_warning.warn("redis store unavailable: %s", detail)
+        return SessionStoreUnavailable(reason)
+
+    async def ping(self) -> None:
+        """Raise :class:`SessionStoreUnavailable` unless Redis answers now (for readiness probes)."""
+        await self._run(self._redis.ping())
+
+    async def aclose(self) -> None:
+        """Close the pool the store built from its URL; a ``client=`` is left to its owner."""
+        if self._owns_client:
+            await self._redis.aclose()
+
+    # -- sessions --------------------------------------------------------------
+
+    async def touch(
+        self,
+        session_id: str,
+        *,
+        expires_at: float,
+        now: float,
+        idle_ttl: float | None,
+        issued_at: float | None = None,
+    ) -> SessionStatus:
+        """One command: a ``GET`` without idle timeout (nothing written), else one script."""
+        keys = self._keys(session_id)
+        if idle_ttl is None:
+            status = await self._run(self._redis.get(keys[0]))
+            revoked = status is not None and reply_text(status) == scripts.REVOKED
+            return SessionStatus.REVOKED if revoked else SessionStatus.ACTIVE
+        interval = min(self.touch_interval, idle_ttl / 10)
+        start = now if issued_at is None else issued_at
+        args: list[str | int] = [repr(float(now)), repr(float(idle_ttl)), repr(interval)]
+        outcome = await self._run(self._touch(keys, [*args, self._ttl_ms(expires_at, now), repr(float(start))]))
+        if outcome == 0:
+            return SessionStatus.ACTIVE
+        return SessionStatus.IDLE_EXPIRED if outcome == 2 else SessionStatus.REVOKED
+
+    async def revoke(self, session_id: str, *, expires_at: float) -> bool:
+        """One script: the tombstone (until ``expires_at`` + ``expiry_margin``), data and listing dropped."""
+        outcome = await self._run(self._revoke(self._keys(session_id), [self._ttl_ms(expires_at, time.time())]))
+        return bool(outcome == 1)
+
+    # -- data ------------------------------------------------------------------
+
+    async def get(self, session_id: str, key: str, default: object = None) -> Any:
+        """The value stored under ``key``, or ``default``: one ``HGET``."""
+        raw = await self._run(self._redis.hget(self._keys(session_id)[1], key))
+        return default if raw is None else json.loads(raw)
+
+    async def set(self, session_id: str, key: str, value: object, *, expires_at: float) -> None:
+        """Store a copy of ``value`` (one script); a no-op once the session is revoked."""
+        encoded = _encode(value)
+        ttl = self._ttl_ms(expires_at, time.time())
+        await self._run(self._set(self._keys(session_id)[:2], [key, encoded, ttl]))
+
+    async def delete(self, session_id: str, key: str) -> None:
+        """Remove ``key`` if present: one ``HDEL``."""
+        await self._run(self._redis.hdel(self._keys(session_id)[1], key))
+
+    async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
+        """Add ``amount`` in one script (``HINCRBY``, exact within 64 bits); never sent twice."""
+        if type(amount) is not int:
+            raise TypeError("incr takes an integer amount")
+        if not _INT64_MIN <= amount <= _INT64_MAX:
+            raise OverflowError("RedisStore counts in 64-bit integers")
+        ttl = self._ttl_ms(expires_at, time.time())
+        outcome = reply_text(await self._run(self._incr(self._keys(session_id)[:2], [key, amount, ttl])))
+        if outcome == "R":
+            return amount  # a request that outlives its session's deletion counts into the void
+        if outcome == "N":
+            raise TypeError(f"session data {key!r} is not an integer")
+        if outcome == "O":
+            raise OverflowError(f"session data {key!r} would leave the 64-bit range RedisStore counts in")
+        return int(outcome)
+
+    async def update(
+        self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
+    ) -> object:
+        """Read, apply ``fn``, compare-and-set; again after a short random back-off if another write got in."""
+        keys = self._keys(session_id)[:2]
+        for attempt in range(self.max_update_attempts):
+            raw = await self._run(self._redis.hget(keys[1], key))
+            new = fn(default if raw is None else json.loads(raw))
+            encoded = _encode(new)
+            ttl = self._ttl_ms(expires_at, time.time())
+            read = ["0", ""] if raw is None else ["1", raw]
+            outcome = await self._run(self._compare_and_set(keys, [key, *read, encoded, ttl]))
+            if outcome != 0:  # stored, or revoked (the write goes nowhere)
+                return new
+            # Another request changed the value between our read and our write: back off, read again.
+            await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))  # noqa: S311 - jitter
+        raise SessionStoreUnavailable(
+            f"session data {key!r} changed under {self.max_update_attempts} attempts to update it"
+        )
+
+    async def items(self, session_id: str) -> dict[str, Any]:
+        """Every key and value of the session's data: one ``HGETALL``."""
+        raw = await self._run(self._redis.hgetall(self._keys(session_id)[1]))
+        return {reply_text(key): json.loads(value) for key, value in raw.items()}
+
+    # -- listing ---------------------------------------------------------------
+
+    async def record(
+        self,
+        session_id: str,
+        *,
+        principal: str,
+        expires_at: float,
+        now: float,
+        data: Mapping[str, str] | None = None,
+    ) -> None:
+        """Two commands: the session's listing hash (unless revoked), then the principal's index."""
+        keys = self._keys(session_id)
+        ttl = self._ttl_ms(expires_at, now)
+        label = "" if data is None else json.dumps(dict(data), separators=(",", ":"), ensure_ascii=False)
+        recorded = await self._run(self._record([keys[0], keys[2]], [repr(float(expires_at)), label, ttl]))
+        if recorded:
+            await self._run(self._index([self._index_key(principal)], [session_id, ttl]))
+
+    async def list_sessions(
+        self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
+    ) -> tuple[list[SessionRecord], str | None]:
+        """Two round trips a page: the ids from the principal's index, then their listing hashes (pipelined)."""
+        check_page_size(limit)
+        index = self._index_key(principal)
+        start = "-" if cursor is None else "(" + decode_cursor(cursor)
+        members = await self._run(self._redis.zrange(index, start, "+", bylex=True, offset=0, num=limit))
+        ids = [reply_text(member) for member in members if isinstance(member, str | bytes)]
+        if not ids:
+            return [], None
+        pipe = self._redis.pipeline(transaction=False)
+        for session_id in ids:
+            pipe.hgetall(self._keys(session_id)[2])
+        listings = await self._run(pipe.execute())
+        page: list[SessionRecord] = []
+        gone: list[str] = []
+        for session_id, listing in zip(ids, listings, strict=True):
+            fields = {reply_text(k): reply_text(v) for k, v in listing.items()}
+            if "e" not in fields:  # revoked, or past its expiry and margin
+                gone.append(session_id)
+                continue
+            expires_at = float(fields["e"])
+            if expires_at > now:
+                label = json.loads(fields["l"]) if "l" in fields else None
+                page.append(SessionRecord(session_id, expires_at, label))
+        if gone:
+            await self._run(self._redis.zrem(index, *gone))
+        return page, encode_cursor(ids[-1]) if len(ids) == limit else None
