@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Final, Unpack
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -56,7 +57,6 @@ from .sources import (
     data_off_explainer,
     is_transport_session_id,
 )
-from .stores import SessionStoreUnavailable
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
@@ -202,15 +202,7 @@ class MCPSessionMiddleware:
         exchange = self._forwarder.prepare(scope, replay, send, plan)
         if exchange is None:  # nothing to add, observe or attach
             return await self.app(scope, replay, send)
-        try:  # the app called here: no step of the pipeline on the stack while it runs
-            await self.app(exchange.scope, exchange.receive, exchange.send)
-        except BaseException as exc:
-            if not (isinstance(exc, SessionStoreUnavailable) and exchange.unanswered):
-                exchange.failed(exc)
-                raise
-            await self._refuser.store_failed(plan, exc, _typed(send))  # a tool's session.data write: retryable
-        finally:
-            exchange.finish()
+        await run_app(self.app, exchange, partial(self._refuser.store_failed, plan, send=_typed(send)))
 
     # -- the steps ------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -20,6 +20,7 @@ from .._session import (
 from .._wire.jsonrpc import hashable_id
 from .._wire.protocol import Era
 from ..handles import handle_context
+from ..stores import SessionStoreUnavailable
 from ._echo import Target, advertising_tables
 from ._listen import LISTEN, ListenStream
 from ._request import continue_trace, strip_session_members
@@ -240,12 +241,17 @@ class Exchange:
             operation.end()
 
 
-async def run_app(app: ASGIApp, exchange: Exchange) -> None:
-    """Call ``app`` as ``exchange`` says, and finish it however the app ends."""
+async def run_app(
+    app: ASGIApp, exchange: Exchange, store_failed: Callable[[Exception], Awaitable[None]] | None = None
+) -> None:
+    """Call ``app`` as ``exchange`` says, and finish it however the app ends. A store failure the app lets out
+    before it answers (a tool's ``session.data`` write) goes to ``store_failed``, when given, instead of up."""
     try:
         await app(exchange.scope, exchange.receive, exchange.send)
     except BaseException as exc:
-        exchange.failed(exc)
-        raise
+        if store_failed is None or not isinstance(exc, SessionStoreUnavailable) or not exchange.unanswered:
+            exchange.failed(exc)
+            raise
+        await store_failed(exc)
     finally:
         exchange.finish()
