@@ -1,6 +1,6 @@
 """The pipeline's steps after planning: resolve, refuse, answer locally, forward, rewrite the response."""
 
-from ._answer import LocalAnswers
+from ._local_methods import LocalAnswers
 from ._forward import Exchange, Forwarder, run_app
 from ._handles import answer_refused_handles, check_handles
 from ._operations import start_operations
