@@ -2,7 +2,7 @@
 
 The rules pinned (``stores/_base.py``):
 
-- idle: a session ends when idle for *longer* than ``idle_ttl`` (``idle_expired``): used at ``t``,
+- idle: a session ends when idle for *longer* than ``idle_ttl`` (``touch_verdict``): used at ``t``,
   it is alive at ``t + idle_ttl`` and idle-expired one float later. Without a record the clock
   starts at ``issued_at``. A store that writes the clock at most once per touch interval adds
   that interval to ``idle_ttl`` (never earlier), and moves the clock once a full interval has passed;
@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
-from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionStore, SQLiteStore
-from mcp_sessions.stores import _sqlite_schema as schema
-from mcp_sessions.stores._memory import SessionStoreFull
+from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionStore, SessionStoreFull, SQLiteStore
+from mcp_sessions.stores import _sqlite as sqlite_store
+from mcp_sessions.stores._sqlite_writer import delete_expired, open_connection
 
 from .conftest import Backend, unique_prefix
 
@@ -206,37 +205,13 @@ async def test_the_memory_store_evicts_a_record_from_expires_at_on_not_before() 
     assert len(store) == 1
 
 
-class _Clock:
-    """A stand-in for the ``time`` module: ``time()`` reads ``now``."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def time(self) -> float:
-        return self.now
-
-
-@contextlib.contextmanager
-def _database(path: Path) -> Iterator[sqlite3.Connection]:
-    connection = schema.open_connection(path, timeout=1)
-    try:
-        yield connection
-    finally:
-        connection.close()
-
-
-def test_the_sqlite_clean_up_deletes_a_row_from_expires_at_on_not_before(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_sqlite_clean_up_deletes_a_row_from_expires_at_on_not_before(tmp_path: Path) -> None:
     """Pinned: ``delete_expired`` deletes rows whose ``expires_at <= now`` (the reads' ``expires_at > now``)."""
     expires_at = NOW + 600
-    clock = _Clock(before(expires_at))
-    monkeypatch.setattr(schema, "time", clock)
-    with _database(tmp_path / "sessions.db") as connection:
-        schema.insert_session(connection, "s1", expires_at, NOW)
-        schema.delete_expired(connection, 10)
-        assert schema.read_row(connection, "s1", clock.now) is not None
-        clock.now = expires_at
-        assert schema.read_row(connection, "s1", clock.now) is None
-        schema.delete_expired(connection, 10)
+    with contextlib.closing(open_connection(tmp_path / "sessions.db", timeout=1)) as connection:
+        connection.execute(sqlite_store.INSERT, ("s1", expires_at, NOW))
+        delete_expired(connection, 10, before(expires_at))
+        assert connection.execute(sqlite_store.ROW, ("s1", before(expires_at))).fetchall() != []
+        assert connection.execute(sqlite_store.ROW, ("s1", expires_at)).fetchall() == []
+        delete_expired(connection, 10, expires_at)
         assert connection.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0

@@ -245,7 +245,7 @@ async def test_every_accepted_parameter_is_one_redis_py_builds_a_connection_with
 
 
 def test_cluster_and_sentinel_urls_part_by_part() -> None:
-    from mcp_sessions.stores._redis_topologies import Topology, parse_topology
+    from mcp_sessions.stores._redis_client import Topology, parse_topology
 
     cluster = parse_topology("rediss+cluster://u%40x:p%3Aw@a:7000,[::1]:7001,c")
     assert cluster == Topology("rediss+cluster", (("a", 7000), ("::1", 7001), ("c", 6379)), "u@x", "p:w")

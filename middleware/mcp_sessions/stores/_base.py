@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import enum
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -41,15 +42,6 @@ class SessionRecord:
     """When the session ends at the latest (Unix seconds)."""
     data: dict[str, str] | None = None
     """What :meth:`SessionStore.record` was given, or ``None``."""
-
-
-def idle_expired(last_seen: float, now: float, idle_ttl: float | None, slack: float = 0.0) -> bool:
-    """The one idle rule every store applies: idle for longer than ``idle_ttl`` (plus a store's ``slack``).
-
-    A session used exactly ``idle_ttl`` seconds after its last use is still alive: a session ends
-    at its promised ``expiresAt`` or later, never earlier.
-    """
-    return idle_ttl is not None and now - last_seen > idle_ttl + slack
 
 
 class SessionStore(ABC):
@@ -142,13 +134,7 @@ class SessionStore(ABC):
         """Raise :class:`SessionStoreUnavailable` unless the backend answers now (for readiness probes)."""
 
     async def record(
-        self,
-        session_id: str,
-        *,
-        principal: str,
-        expires_at: float,
-        now: float,
-        data: Mapping[str, str] | None = None,
+        self, session_id: str, *, principal: str, expires_at: float, now: float, data: Mapping[str, str] | None = None
     ) -> None:
         """Record a session under its principal so that :meth:`list_sessions` finds it."""
         raise NotImplementedError(f"{type(self).__name__} cannot list sessions")
@@ -170,10 +156,20 @@ class SessionStore(ABC):
 MAX_PAGE_SIZE = 1000
 
 
-def check_page_size(limit: int) -> None:
-    """Refuse a listing page size outside 1 to :data:`MAX_PAGE_SIZE`."""
+class InvalidCursor(ValueError):
+    """A listing cursor this store never returned (a client's malformed ``cursor``)."""
+
+
+def start_after(cursor: str | None, limit: int) -> str:
+    """The session id a listing page starts after (``""`` for the first page), once the page size is checked."""
     if type(limit) is not int or not 1 <= limit <= MAX_PAGE_SIZE:
         raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE_SIZE}")
+    if cursor is None:
+        return ""
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidCursor("cursor is not one this store returned") from None
 
 
 def encode_cursor(session_id: str) -> str:
@@ -181,13 +177,42 @@ def encode_cursor(session_id: str) -> str:
     return base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
 
 
-class InvalidCursor(ValueError):
-    """A listing cursor this store never returned (a client's malformed ``cursor``)."""
+def touch_verdict(
+    found: tuple[bool, float | None] | None, start: float, now: float, idle_ttl: float | None, interval: float
+) -> tuple[SessionStatus, bool]:
+    """What a touch finds, from the session's record (revoked, last seen) or ``None``, and whether to write it.
+
+    The one idle rule: a session ends when idle for longer than ``idle_ttl`` plus the ``interval`` a store
+    writes its idle clock at (so used exactly ``idle_ttl`` seconds after its last use, it is still alive).
+    Without a last use the clock starts at ``start``. A record is written when an idle-expired session
+    has one, or when a full ``interval`` has passed since the clock last moved.
+    """
+    if found is not None and found[0]:
+        return SessionStatus.REVOKED, False
+    seen = start if found is None or found[1] is None else found[1]
+    if idle_ttl is not None and now - seen > idle_ttl + interval:
+        return SessionStatus.IDLE_EXPIRED, found is not None
+    return SessionStatus.ACTIVE, idle_ttl is not None and now > seen and now - seen >= interval
 
 
-def decode_cursor(cursor: str) -> str:
-    """The session id inside a cursor from :func:`encode_cursor`; :class:`InvalidCursor` for anything else."""
-    try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidCursor("cursor is not one this store returned") from None
+def encode_value(value: object) -> str:
+    """A data value as the JSON text every store keeps (``TypeError`` or ``ValueError`` if it is not JSON)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def encode_label(data: Mapping[str, str] | None) -> str | None:
+    """A listing label as JSON text, ``None`` for none."""
+    return None if data is None else json.dumps(dict(data), separators=(",", ":"), ensure_ascii=False)
+
+
+def adding(key: str, amount: int) -> Callable[[Any], int]:
+    """The ``update`` that ``incr(key, amount)`` is, for a store that counts by reading and writing back."""
+    if type(amount) is not int:
+        raise TypeError("incr takes an integer amount")
+
+    def add(current: Any) -> int:
+        if type(current) is not int:
+            raise TypeError(f"session data {key!r} is not an integer")
+        return current + amount
+
+    return add

@@ -11,20 +11,24 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from ._base import (
     SessionRecord,
     SessionStatus,
     SessionStore,
     SessionStoreUnavailable,
-    check_page_size,
-    decode_cursor,
+    adding,
     encode_cursor,
-    idle_expired,
+    encode_value,
+    start_after,
+    touch_verdict,
 )
 
 __all__ = ["MemoryStore", "SessionStoreFull"]
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger("mcp_sessions")
 
@@ -37,36 +41,28 @@ class SessionStoreFull(SessionStoreUnavailable):
     """The store holds ``max_sessions`` live sessions; new ones wait until some end."""
 
 
+@dataclass(slots=True, eq=False)
 class _Entry:
-    __slots__ = ("data", "expires_at", "label", "last_seen", "principal", "revoked", "session_id")
-
-    def __init__(self, session_id: str, expires_at: float) -> None:
-        self.session_id = session_id
-        self.expires_at = expires_at
-        self.last_seen: float | None = None  # None: not seen since the token was issued
-        self.revoked = False
-        self.data: dict[str, str] = {}
-        self.principal: str | None = None
-        self.label: dict[str, str] | None = None
+    session_id: str
+    expires_at: float
+    last_seen: float | None = None  # None: not seen since the token was issued
+    revoked: bool = False
+    data: dict[str, str] = field(default_factory=dict)
+    principal: str | None = None
+    label: dict[str, str] | None = None
 
 
-def _encode(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def _in_a_worker_process() -> bool:
-    """Whether this process is (or will fork) one of several workers of a server.
+def _warn_in_a_worker_process() -> None:
+    """Warn once per process when it serves as one of several workers.
 
     ``uvicorn --workers N`` (and ``--reload``) start workers with ``multiprocessing``; gunicorn forks
     them from its arbiter, which sets ``SERVER_SOFTWARE=gunicorn/<version>`` for every process.
     """
-    return multiprocessing.parent_process() is not None or os.environ.get("SERVER_SOFTWARE", "").startswith("gunicorn/")
-
-
-def _warn_in_a_worker_process() -> None:
-    """Warn once per process when it serves as one of several workers."""
     global _worker_warning_given
-    if _worker_warning_given or not _in_a_worker_process():
+    in_a_worker = multiprocessing.parent_process() is not None or os.environ.get("SERVER_SOFTWARE", "").startswith(
+        "gunicorn/"
+    )
+    if _worker_warning_given or not in_a_worker:
         return
     _worker_warning_given = True
     logger.warning(
@@ -112,8 +108,6 @@ class MemoryStore(SessionStore):
     def __repr__(self) -> str:
         return f"MemoryStore(max_sessions={self.max_sessions})"
 
-    # -- records ---------------------------------------------------------------
-
     def _evict_expired(self, now: float, budget: int) -> None:
         """Drop up to ``budget`` records whose expiry has passed, soonest first."""
         heap = self._by_expiry
@@ -121,20 +115,16 @@ class MemoryStore(SessionStore):
             _, _, entry = heapq.heappop(heap)
             self._examined += 1
             if self._entries.get(entry.session_id) is entry and entry.expires_at <= now:
-                self._drop(entry)
+                del self._entries[entry.session_id]
+                self._unlist(entry)
                 budget -= 1
-
-    def _drop(self, entry: _Entry) -> None:
-        del self._entries[entry.session_id]
-        self._unlist(entry)
 
     def _unlist(self, entry: _Entry) -> None:
         if entry.principal is not None:
-            listed = self._by_principal.get(entry.principal)
-            if listed is not None:
-                listed.discard(entry.session_id)
-                if not listed:
-                    del self._by_principal[entry.principal]
+            listed = self._by_principal[entry.principal]
+            listed.discard(entry.session_id)
+            if not listed:
+                del self._by_principal[entry.principal]
             entry.principal = None
 
     def _current(self, session_id: str, now: float) -> _Entry | None:
@@ -155,6 +145,13 @@ class MemoryStore(SessionStore):
         heapq.heappush(self._by_expiry, (expires_at, next(self._order), entry))
         return entry
 
+    def _live(self, session_id: str, expires_at: float, now: float) -> _Entry | None:
+        """The session's record, made if missing; ``None`` once it is revoked (a write then goes nowhere)."""
+        entry = self._current(session_id, now)
+        if entry is None:
+            return self._insert(session_id, expires_at, now)
+        return None if entry.revoked else entry
+
     def _end(self, entry: _Entry, expires_at: float) -> None:
         entry.revoked = True
         entry.data.clear()
@@ -163,8 +160,6 @@ class MemoryStore(SessionStore):
         if expires_at > entry.expires_at:  # the tombstone lives as long as the token
             entry.expires_at = expires_at
             heapq.heappush(self._by_expiry, (expires_at, next(self._order), entry))
-
-    # -- sessions --------------------------------------------------------------
 
     async def touch(
         self,
@@ -175,28 +170,19 @@ class MemoryStore(SessionStore):
         idle_ttl: float | None,
         issued_at: float | None = None,
     ) -> SessionStatus:
-        """Check a session and move its idle clock (see :meth:`SessionStore.touch`)."""
-        entry = self._entries.get(session_id)  # _current(), inlined: this runs on every request in a session
-        if entry is not None and entry.expires_at <= now:
-            entry = None
-        if entry is not None and entry.revoked:
-            return SessionStatus.REVOKED
-        if idle_ttl is None:
-            return SessionStatus.ACTIVE  # no idle clock to check or move
-        last_seen = entry.last_seen if entry is not None else None
-        if last_seen is None:
-            last_seen = now if issued_at is None else issued_at
-        if idle_expired(last_seen, now, idle_ttl):
-            if entry is not None:
-                self._end(entry, expires_at)
-            return SessionStatus.IDLE_EXPIRED
-        if entry is None:
-            entry = self._insert(session_id, expires_at, now)
-        entry.last_seen = max(now, last_seen)
-        return SessionStatus.ACTIVE
+        entry = self._current(session_id, now)
+        start = now if issued_at is None else issued_at
+        found = None if entry is None else (entry.revoked, entry.last_seen)
+        status, _ = touch_verdict(found, start, now, idle_ttl, 0.0)
+        if status is SessionStatus.IDLE_EXPIRED and entry is not None:
+            self._end(entry, expires_at)
+        elif status is SessionStatus.ACTIVE and idle_ttl is not None:
+            if entry is None:
+                entry = self._insert(session_id, expires_at, now)
+            entry.last_seen = max(now, start if entry.last_seen is None else entry.last_seen)
+        return status
 
     async def revoke(self, session_id: str, *, expires_at: float) -> bool:
-        """Leave a tombstone until ``expires_at`` and drop the data; ``False`` if already revoked."""
         now = time.time()
         entry = self._current(session_id, now)
         if entry is None:
@@ -207,80 +193,47 @@ class MemoryStore(SessionStore):
         self._end(entry, expires_at)
         return True
 
-    # -- data ------------------------------------------------------------------
-
-    def _writable(self, session_id: str, expires_at: float) -> _Entry:
-        now = time.time()
-        entry = self._current(session_id, now)
-        if entry is None:
-            entry = self._insert(session_id, expires_at, now)
-        elif entry.revoked:
-            return _Entry(session_id, expires_at)  # a request that outlives its session writes into the void
-        return entry
-
     async def get(self, session_id: str, key: str, default: object = None) -> Any:
-        """The value stored under ``key``, or ``default``."""
         entry = self._entries.get(session_id)
         if entry is None or key not in entry.data:
             return default
         return json.loads(entry.data[key])
 
     async def set(self, session_id: str, key: str, value: object, *, expires_at: float) -> None:
-        """Store a copy of ``value``; a no-op once the session is revoked."""
-        encoded = _encode(value)
-        self._writable(session_id, expires_at).data[key] = encoded
+        encoded = encode_value(value)
+        entry = self._live(session_id, expires_at, time.time())
+        if entry is not None:
+            entry.data[key] = encoded
 
     async def delete(self, session_id: str, key: str) -> None:
-        """Remove ``key`` if present."""
         entry = self._entries.get(session_id)
         if entry is not None:
             entry.data.pop(key, None)
 
     async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
-        """Add ``amount`` to an integer value (missing counts as 0); atomic on the event loop."""
-        if type(amount) is not int:
-            raise TypeError("incr takes an integer amount")
-        entry = self._writable(session_id, expires_at)
-        raw = entry.data.get(key)
-        current = 0 if raw is None else json.loads(raw)
-        if type(current) is not int:
-            raise TypeError(f"session data {key!r} is not an integer")
-        entry.data[key] = str(current + amount)
-        return current + amount
+        return await self.update(session_id, key, adding(key, amount), expires_at=expires_at, default=0)
 
     async def update(
-        self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
-    ) -> object:
+        self, session_id: str, key: str, fn: Callable[[Any], _T], *, expires_at: float, default: object = None
+    ) -> _T:
         """Replace a value with ``fn(old)``; atomic on the event loop (``fn`` must not await)."""
-        entry = self._writable(session_id, expires_at)
-        raw = entry.data.get(key)
+        entry = self._live(session_id, expires_at, time.time())
+        raw = None if entry is None else entry.data.get(key)
         new = fn(default if raw is None else json.loads(raw))
-        entry.data[key] = _encode(new)
+        encoded = encode_value(new)
+        if entry is not None:
+            entry.data[key] = encoded
         return new
 
     async def items(self, session_id: str) -> dict[str, Any]:
-        """Every key and value of the session's data (a copy)."""
         entry = self._entries.get(session_id)
-        if entry is None:
-            return {}
-        return {key: json.loads(raw) for key, raw in entry.data.items()}
-
-    # -- listing ---------------------------------------------------------------
+        return {} if entry is None else {key: json.loads(raw) for key, raw in entry.data.items()}
 
     async def record(
-        self,
-        session_id: str,
-        *,
-        principal: str,
-        expires_at: float,
-        now: float,
-        data: Mapping[str, str] | None = None,
+        self, session_id: str, *, principal: str, expires_at: float, now: float, data: Mapping[str, str] | None = None
     ) -> None:
-        """List the session under ``principal`` (a no-op once it is revoked)."""
-        entry = self._current(session_id, now)
+        entry = self._live(session_id, expires_at, now)
         if entry is None:
-            entry = self._insert(session_id, expires_at, now)
-        elif entry.revoked:
             return
         self._unlist(entry)
         entry.principal = principal
@@ -291,17 +244,16 @@ class MemoryStore(SessionStore):
         self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
     ) -> tuple[list[SessionRecord], str | None]:
         """The principal's live sessions by session id, ``limit`` at a time (sorts that principal's ids)."""
-        check_page_size(limit)
         ids = sorted(self._by_principal.get(principal, ()))
-        start = 0 if cursor is None else bisect.bisect_right(ids, decode_cursor(cursor))
+        after = start_after(cursor, limit)
+        start = 0 if cursor is None else bisect.bisect_right(ids, after)
         page: list[SessionRecord] = []
-        position = start
         for position in range(start, len(ids)):
             entry = self._current(ids[position], now)
             if entry is not None and not entry.revoked:
                 label = None if entry.label is None else dict(entry.label)
                 page.append(SessionRecord(entry.session_id, entry.expires_at, label))
                 if len(page) == limit:
-                    break
-        more = position + 1 < len(ids) and len(page) == limit
-        return page, encode_cursor(page[-1].session_id) if more else None
+                    more = position + 1 < len(ids)
+                    return page, encode_cursor(page[-1].session_id) if more else None
+        return page, None

@@ -1,9 +1,6 @@
 """A store shared by many replicas: Redis, through ``redis.asyncio`` (the ``redis`` extra).
 
-Every check, and every write that must not follow a revocation, is one Lua
-script (``EVALSHA``, loaded again by redis-py after ``NOSCRIPT``), so each is
-atomic and costs one round trip. The scripts and the keys they run on are in
-``_redis_scripts``; the client built from a URL, in ``_redis_client``.
+Each call is one command or one atomic Lua script (``_redis_scripts``); the client is built in ``_redis_client``.
 """
 
 from __future__ import annotations
@@ -23,12 +20,12 @@ from ._base import (
     SessionStatus,
     SessionStore,
     SessionStoreUnavailable,
-    check_page_size,
-    decode_cursor,
     encode_cursor,
+    encode_label,
+    encode_value,
+    start_after,
 )
-from ._memory import _encode
-from ._redis_client import check_client_options, client_from_url, describe_failure, reply_text
+from ._redis_client import ResponseError, check_client_options, client_from_url, reply_text
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -40,8 +37,6 @@ _T = TypeVar("_T")
 
 logger = logging.getLogger("mcp_sessions.redis")
 
-_INT64_MIN: Final = -(2**63)
-_INT64_MAX: Final = 2**63 - 1
 _ERROR_TEXT_LIMIT: Final = 300
 
 
@@ -126,14 +121,8 @@ class RedisStore(SessionStore):
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.prefix!r}, timeout={self.timeout})"
 
-    # -- plumbing --------------------------------------------------------------
-
     def _keys(self, session_id: str) -> list[str]:
-        """The session's status, data and listing keys, in one Cluster slot."""
         return scripts.session_keys(self.prefix, session_id)
-
-    def _index_key(self, principal: str) -> str:
-        return scripts.index_key(self.prefix, principal)
 
     def _ttl_ms(self, expires_at: float, now: float) -> int:
         return max(1, int((expires_at - now + self.expiry_margin) * 1000))
@@ -141,32 +130,31 @@ class RedisStore(SessionStore):
     async def _run(self, operation: Awaitable[_T]) -> _T:
         """Await one Redis operation within the deadline; every failure becomes SessionStoreUnavailable.
 
-        The exception's message is safe to show a client (a tool's error may carry it): no host,
-        no key. The full error goes to the ``mcp_sessions.redis`` log, at most every few seconds.
+        The exception's message is safe to show a client (a tool's error may carry it): the exception's
+        type and a Redis error code, no host, no key. The full error goes to the ``mcp_sessions.redis``
+        log, at most every few seconds.
         """
         try:
             async with asyncio.timeout(self.timeout):
                 return await operation
         except TimeoutError:
-            reason = f"redis did not answer within {self.timeout} s"
-            raise self._unavailable(reason, reason) from None
+            reason = detail = f"redis did not answer within {self.timeout} s"
         except Exception as exc:  # RedisError, OSError, and more (RuntimeError from a closed event loop)
-            raise self._unavailable(describe_failure(exc), f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_LIMIT]) from None
-
-    def _unavailable(self, reason: str, detail: str) -> SessionStoreUnavailable:
+            reason, detail = f"redis failed: {type(exc).__name__}", f"{type(exc).__name__}: {exc}"[:_ERROR_TEXT_LIMIT]
+            # A Redis error reply starts with its code (WRONGTYPE, OOM, NOAUTH, READONLY, LOADING, …).
+            code = str(exc).split(" ", 1)[0]
+            if isinstance(exc, ResponseError) and code.isalpha() and code.isupper():
+                reason += f" {code}"
         self._unavailable_warning.warn("redis store unavailable: %s", detail)
-        return SessionStoreUnavailable(reason)
+        raise SessionStoreUnavailable(reason)
 
     async def ping(self) -> None:
-        """Raise :class:`SessionStoreUnavailable` unless Redis answers now (for readiness probes)."""
         await self._run(self._redis.ping())
 
     async def aclose(self) -> None:
         """Close the pool the store built from its URL; a ``client=`` is left to its owner."""
         if self._owns_client:
             await self._redis.aclose()
-
-    # -- sessions --------------------------------------------------------------
 
     async def touch(
         self,
@@ -183,10 +171,10 @@ class RedisStore(SessionStore):
             status = await self._run(self._redis.get(keys[0]))
             revoked = status is not None and reply_text(status) == scripts.REVOKED
             return SessionStatus.REVOKED if revoked else SessionStatus.ACTIVE
-        interval = min(self.touch_interval, idle_ttl / 10)
         start = now if issued_at is None else issued_at
-        args: list[str | int] = [repr(float(now)), repr(float(idle_ttl)), repr(interval)]
-        outcome = await self._run(self._touch(keys, [*args, self._ttl_ms(expires_at, now), repr(float(start))]))
+        idle: list[str | int] = [repr(float(now)), repr(float(idle_ttl)), repr(min(self.touch_interval, idle_ttl / 10))]
+        args = [*idle, self._ttl_ms(expires_at, now), repr(float(start))]
+        outcome = await self._run(self._touch(keys, args))
         if outcome == 0:
             return SessionStatus.ACTIVE
         return SessionStatus.IDLE_EXPIRED if outcome == 2 else SessionStatus.REVOKED
@@ -196,28 +184,23 @@ class RedisStore(SessionStore):
         outcome = await self._run(self._revoke(self._keys(session_id), [self._ttl_ms(expires_at, time.time())]))
         return bool(outcome == 1)
 
-    # -- data ------------------------------------------------------------------
-
     async def get(self, session_id: str, key: str, default: object = None) -> Any:
-        """The value stored under ``key``, or ``default``: one ``HGET``."""
         raw = await self._run(self._redis.hget(self._keys(session_id)[1], key))
         return default if raw is None else json.loads(raw)
 
     async def set(self, session_id: str, key: str, value: object, *, expires_at: float) -> None:
-        """Store a copy of ``value`` (one script); a no-op once the session is revoked."""
-        encoded = _encode(value)
+        encoded = encode_value(value)
         ttl = self._ttl_ms(expires_at, time.time())
         await self._run(self._set(self._keys(session_id)[:2], [key, encoded, ttl]))
 
     async def delete(self, session_id: str, key: str) -> None:
-        """Remove ``key`` if present: one ``HDEL``."""
         await self._run(self._redis.hdel(self._keys(session_id)[1], key))
 
     async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
         """Add ``amount`` in one script (``HINCRBY``, exact within 64 bits); never sent twice."""
         if type(amount) is not int:
             raise TypeError("incr takes an integer amount")
-        if not _INT64_MIN <= amount <= _INT64_MAX:
+        if not -(2**63) <= amount < 2**63:
             raise OverflowError("RedisStore counts in 64-bit integers")
         ttl = self._ttl_ms(expires_at, time.time())
         outcome = reply_text(await self._run(self._incr(self._keys(session_id)[:2], [key, amount, ttl])))
@@ -237,7 +220,7 @@ class RedisStore(SessionStore):
         for attempt in range(self.max_update_attempts):
             raw = await self._run(self._redis.hget(keys[1], key))
             new = fn(default if raw is None else json.loads(raw))
-            encoded = _encode(new)
+            encoded = encode_value(new)
             ttl = self._ttl_ms(expires_at, time.time())
             read = ["0", ""] if raw is None else ["1", raw]
             outcome = await self._run(self._compare_and_set(keys, [key, *read, encoded, ttl]))
@@ -250,36 +233,27 @@ class RedisStore(SessionStore):
         )
 
     async def items(self, session_id: str) -> dict[str, Any]:
-        """Every key and value of the session's data: one ``HGETALL``."""
         raw = await self._run(self._redis.hgetall(self._keys(session_id)[1]))
         return {reply_text(key): json.loads(value) for key, value in raw.items()}
 
-    # -- listing ---------------------------------------------------------------
-
     async def record(
-        self,
-        session_id: str,
-        *,
-        principal: str,
-        expires_at: float,
-        now: float,
-        data: Mapping[str, str] | None = None,
+        self, session_id: str, *, principal: str, expires_at: float, now: float, data: Mapping[str, str] | None = None
     ) -> None:
         """Two commands: the session's listing hash (unless revoked), then the principal's index."""
         keys = self._keys(session_id)
         ttl = self._ttl_ms(expires_at, now)
-        label = "" if data is None else json.dumps(dict(data), separators=(",", ":"), ensure_ascii=False)
+        label = encode_label(data) or ""
         recorded = await self._run(self._record([keys[0], keys[2]], [repr(float(expires_at)), label, ttl]))
         if recorded:
-            await self._run(self._index([self._index_key(principal)], [session_id, ttl]))
+            await self._run(self._index([scripts.index_key(self.prefix, principal)], [session_id, ttl]))
 
     async def list_sessions(
         self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
     ) -> tuple[list[SessionRecord], str | None]:
         """Two round trips a page: the ids from the principal's index, then their listing hashes (pipelined)."""
-        check_page_size(limit)
-        index = self._index_key(principal)
-        start = "-" if cursor is None else "(" + decode_cursor(cursor)
+        after = start_after(cursor, limit)
+        index = scripts.index_key(self.prefix, principal)
+        start = "-" if cursor is None else "(" + after
         members = await self._run(self._redis.zrange(index, start, "+", bylex=True, offset=0, num=limit))
         ids = [reply_text(member) for member in members if isinstance(member, str | bytes)]
         if not ids:

@@ -1,24 +1,33 @@
-"""The Redis client ``RedisStore`` builds from a URL, and what it says when Redis fails.
+"""The Redis client ``RedisStore`` builds from a URL: one node, a Cluster, or the master Sentinels name.
 
-A Cluster or a Sentinel-watched master (``redis+cluster://``, ``redis+sentinel://``) is built by
-``_redis_topologies`` with the same deadlines, protocol and no retries.
+- ``redis://``, ``rediss://`` (TLS), ``unix://``: one node, over a pool that waits for a free connection.
+- ``redis+cluster://[user:password@]host:port[,host:port…]``: the client starts from the listed nodes,
+  reads the slot map, follows ``MOVED`` and ``ASK`` (a redirected command was not run, so following it
+  runs it once), and reads the map again after a node fails.
+- ``redis+sentinel://[user:password@]host:port[,host:port…]/service_name[/db]``: the Sentinels are asked
+  for the master whenever a connection opens, so after a failover the next connection goes to the new
+  master. The user and password are the master's; Sentinels that require their own take
+  ``?sentinel_username=`` and ``?sentinel_password=``. ``rediss+…`` is TLS to master and Sentinels alike.
 
-The URL is checked part by part before redis-py reads it, and no message repeats it
-(it may hold a password). The pool is bounded, speaks RESP2 and never retries a
-command: each call takes at most ``timeout`` seconds, pool wait, connect and reply
-included. This is the one module of the store that imports ``redis``, so its absence
-is reported here, naming the extra to install.
+The port defaults to 6379 for a Cluster node and 26379 for a Sentinel. Every client speaks RESP2, never
+retries a command (a retried ``EVALSHA`` whose reply was lost could count an increment twice) and takes
+at most ``timeout`` seconds a call, pool wait, connect and reply included. The URL is checked part by part
+before redis-py reads it, and no message repeats it (it may hold a password). This is the one module of
+the store that imports ``redis``, so its absence is reported here, naming the extra to install.
 """
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 try:
     import redis.asyncio as aioredis
-    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
     from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS
     from redis.asyncio.retry import Retry
+    from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
     from redis.backoff import NoBackoff
     from redis.exceptions import ResponseError
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without redis
@@ -26,33 +35,27 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         "RedisStore needs the redis package: pip install 'redis>=5.2' (the redis extra of mcp-sessions)"
     ) from exc
 
-from ._redis_topologies import (
-    CLUSTER_SCHEMES,
-    SENTINEL_SCHEMES,
-    cluster_client,
-    parse_topology,
-    sentinel_client,
-)
 from ._urls import _query
 
-__all__ = ["check_client_options", "check_url", "client_from_url", "describe_failure", "reply_text", "url_parameters"]
+__all__ = [
+    "ResponseError",
+    "Topology",
+    "check_client_options",
+    "client_from_url",
+    "parse_topology",
+    "reply_text",
+    "url_parameters",
+]
 
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 _INVALID_URL = "the Redis URL is not valid: use redis://[user:password@]host[:port][/db], rediss://… or unix://…"
 # redis-py lets a URL's query override the options it is given: these the store sets itself
 # (deadlines, the pool's bound and wait, RESP2, no retries, the reply shapes its scripts read).
-_SET_BY_THE_STORE = frozenset(
-    {
-        "socket_timeout",
-        "socket_connect_timeout",
-        "timeout",
-        "max_connections",
-        "protocol",
-        "retry_on_timeout",
-        "legacy_responses",
-    }
-)
+_SET_BY_THE_STORE = {"socket_timeout", "socket_connect_timeout", "timeout", "max_connections", "protocol"}
+_SET_BY_THE_STORE |= {"retry_on_timeout", "legacy_responses"}
 # TLS settings redis-py hands to a rediss:// connection as text (its typed URL arguments hold the rest).
-_TLS_TEXT = frozenset({"ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_certfile", "ssl_keyfile", "ssl_ciphers"})
+_TLS_TEXT = {"ssl_cert_reqs", "ssl_ca_certs", "ssl_ca_data", "ssl_certfile", "ssl_keyfile", "ssl_ciphers"}
 
 
 def check_client_options(*, timeout: float, connect_timeout: float, max_connections: int) -> None:
@@ -64,15 +67,28 @@ def check_client_options(*, timeout: float, connect_timeout: float, max_connecti
         raise ValueError("max_connections must be a positive integer")
 
 
-def check_url(url: str) -> None:
-    """Refuse what redis-py would misread, silently accept or fail on at the first command: a bad port, a
-    database that is not a number, a query parameter it does not take (see :func:`url_parameters`).
+def url_parameters(scheme: str) -> frozenset[str]:
+    """The query parameters a ``redis://``, ``rediss://`` or ``unix://`` URL may hold.
 
-    The messages name the part at fault and never repeat the URL (it may hold a password).
+    redis-py's typed URL arguments, less those the store sets itself; the TLS ones (and the TLS
+    files and settings it takes as text) for ``rediss://`` only; for ``unix://``, no keepalive and
+    the ``password`` redis-py's own example puts in the query. Any other name redis-py would pass to
+    the connection, to fail with ``TypeError`` at the first command.
     """
+    typed = set(URL_QUERY_ARGUMENT_PARSERS) - _SET_BY_THE_STORE
+    if scheme == "rediss":
+        return frozenset(typed | _TLS_TEXT)
+    plain = {name for name in typed if not name.startswith("ssl_")}
+    if scheme == "unix":
+        return frozenset(plain - {"socket_keepalive"} | {"password"})
+    return frozenset(plain)
+
+
+def check_url(url: str) -> None:
+    """Refuse in a ``redis://``, ``rediss://`` or ``unix://`` URL what redis-py would misread, silently accept
+    or fail on at the first command: a bad port, a database that is not a number, a query parameter it does
+    not take (see :func:`url_parameters`)."""
     parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        raise ValueError(_INVALID_URL)
     if parts.fragment:
         raise ValueError("a Redis URL has no #fragment")
     if parts.scheme == "unix":
@@ -101,52 +117,121 @@ def check_url(url: str) -> None:
             raise ValueError(f"the value of the Redis URL parameter {name!r} is not one redis-py reads") from None
 
 
-def url_parameters(scheme: str) -> frozenset[str]:
-    """The query parameters a ``redis://``, ``rediss://`` or ``unix://`` URL may hold.
+@dataclass(frozen=True)
+class Topology:
+    """What a ``redis+cluster://`` or ``redis+sentinel://`` URL names; the passwords are left out of its repr."""
 
-    redis-py's typed URL arguments, less those the store sets itself; the TLS ones (and the TLS
-    files and settings it takes as text) for ``rediss://`` only; for ``unix://``, no keepalive and
-    the ``password`` redis-py's own example puts in the query. Any other name redis-py would pass to
-    the connection, to fail with ``TypeError`` at the first command.
-    """
-    typed = set(URL_QUERY_ARGUMENT_PARSERS) - _SET_BY_THE_STORE
-    if scheme == "rediss":
-        return frozenset(typed | _TLS_TEXT)
-    plain = {name for name in typed if not name.startswith("ssl_")}
-    if scheme == "unix":
-        return frozenset(plain - {"socket_keepalive"} | {"password"})
-    return frozenset(plain)
+    scheme: str
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    service: str = ""
+    db: int = 0
+    sentinel_username: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme.startswith("rediss+")
+
+
+def parse_topology(url: str) -> Topology:
+    """A Cluster or Sentinel URL, part by part; a ``ValueError`` names the part at fault, never its value."""
+    parts = urlsplit(url)
+    scheme = parts.scheme
+    if parts.fragment:
+        raise ValueError(f"a {scheme}:// URL has no #fragment")
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    username, _, password = userinfo.partition(":")
+    sentinel = scheme in SENTINEL_SCHEMES
+    nodes = _nodes(
+        scheme, hosts, kind="Sentinel" if sentinel else "Cluster node", default_port=26379 if sentinel else 6379
+    )
+    user, secret = unquote(username) or None, unquote(password) or None
+    if not sentinel:
+        _query(url, set())
+        if parts.path not in ("", "/", "/0"):
+            raise ValueError(f"a Redis Cluster has only database 0: the {scheme}:// URL takes no path but /0")
+        return Topology(scheme, nodes, user, secret)
+    query = _query(url, {"sentinel_username", "sentinel_password"})
+    service, _, database = parts.path.removeprefix("/").partition("/")
+    if not service:
+        raise ValueError(f"the {scheme}:// URL needs the master's service name: {scheme}://host:port/service_name")
+    if database and not (database.isascii() and database.isdigit()):
+        raise ValueError(f"the database number after the service name in the {scheme}:// URL must be an integer")
+    return Topology(
+        scheme,
+        nodes,
+        user,
+        secret,
+        service=unquote(service),
+        db=int(database or 0),
+        sentinel_username=query.get("sentinel_username") or None,
+        sentinel_password=query.get("sentinel_password") or None,
+    )
+
+
+def _nodes(scheme: str, hosts: str, *, kind: str, default_port: int) -> tuple[tuple[str, int], ...]:
+    """``host[:port]`` pairs, comma-separated (an IPv6 address in brackets)."""
+    if not hosts:
+        raise ValueError(f"the {scheme}:// URL needs at least one {kind}: {scheme}://host:port[,host:port…]")
+    nodes: list[tuple[str, int]] = []
+    for position, item in enumerate(hosts.split(","), start=1):
+        node = urlsplit("//" + item)
+        if not node.hostname:
+            raise ValueError(f"{kind} {position} in the {scheme}:// URL has no host")
+        try:
+            port = node.port
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise ValueError(f"the port of {kind} {position} in the {scheme}:// URL must be an integer from 1 to 65535")
+        nodes.append((node.hostname, port or default_port))
+    return tuple(nodes)
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """Sentinel's master pool that waits for a free connection (``timeout``) as ``redis://``'s pool does,
+    and closes its Sentinel clients with itself (the store owns them both)."""
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            await self.sentinel_manager.aclose()
 
 
 def client_from_url(
     url: str, *, timeout: float, connect_timeout: float, max_connections: int
 ) -> aioredis.Redis | RedisCluster:
-    """A client over a bounded pool of its own, after :func:`check_url`: RESP2, no retries, text replies.
+    """A client over a bounded pool of its own, after the URL is checked: RESP2, no retries, text replies.
 
-    ``redis+cluster://`` and ``redis+sentinel://`` URLs (and their TLS forms) give a ``RedisCluster``
-    or a client of the master the Sentinels name (see ``_redis_topologies``).
+    A ``RedisCluster`` for ``redis+cluster://``, a client of the master the Sentinels name for
+    ``redis+sentinel://``, a ``Redis`` otherwise.
     """
+    options: dict[str, Any] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": min(connect_timeout, timeout),
+        "retry": Retry(NoBackoff(), 0),
+        # RESP2: with RESP3 (redis-py 8's default) the pool skips its check for connections
+        # the server closed, so the first command after a Redis restart failed
+        # (redis/redis-py#4252). RESP2 keeps the check: a dead pooled connection is
+        # replaced before a command is sent on it, and no command is ever sent twice.
+        "protocol": 2,
+        "decode_responses": True,
+        "client_name": "mcp-sessions",
+    }
     scheme = url.partition("://")[0].lower()
-    if scheme in CLUSTER_SCHEMES + SENTINEL_SCHEMES:
-        topology = parse_topology(url)
-        build = cluster_client if scheme in CLUSTER_SCHEMES else sentinel_client
-        return build(topology, timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)
+    if scheme in CLUSTER_SCHEMES:
+        return _cluster_client(parse_topology(url), max_connections, options)
+    if scheme in SENTINEL_SCHEMES:
+        return _sentinel_client(parse_topology(url), max_connections, timeout, options)
+    if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(_INVALID_URL)
     check_url(url)
     try:
         pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=timeout,
-            socket_timeout=timeout,
-            socket_connect_timeout=min(connect_timeout, timeout),
-            retry=Retry(NoBackoff(), 0),
-            # RESP2: with RESP3 (redis-py 8's default) the pool skips its check for connections
-            # the server closed, so the first command after a Redis restart failed
-            # (redis/redis-py#4252). RESP2 keeps the check: a dead pooled connection is
-            # replaced before a command is sent on it, and no command is ever sent twice.
-            protocol=2,
-            decode_responses=True,
-            client_name="mcp-sessions",
+            url, max_connections=max_connections, timeout=timeout, **options
         )
     except ValueError:
         # redis-py's message may quote the URL, and a URL can hold a password.
@@ -154,14 +239,47 @@ def client_from_url(
     return aioredis.Redis.from_pool(pool)
 
 
-def describe_failure(exc: Exception) -> str:
-    """What failed, safe to show a client: the exception's type and a Redis error code, never a host or key."""
-    reason = f"redis failed: {type(exc).__name__}"
-    # A Redis error reply starts with its code (WRONGTYPE, OOM, NOAUTH, READONLY, LOADING, …).
-    code = str(exc).split(" ", 1)[0]
-    if isinstance(exc, ResponseError) and code.isalpha() and code.isupper():
-        reason += f" {code}"
-    return reason
+def _cluster_client(topology: Topology, max_connections: int, options: dict[str, Any]) -> RedisCluster:
+    """A ``RedisCluster`` over the URL's startup nodes, at most ``max_connections`` to each node.
+
+    Past that bound a command fails at once (redis-py's cluster pool does not wait), which the store
+    reports as unavailable, like a pool wait that runs out.
+    """
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in topology.nodes],
+        username=topology.username,
+        password=topology.password,
+        ssl=topology.tls,
+        max_connections=max_connections,
+        # A MOVED reply patches that slot's owner. Left at its default (5), redis-py would close every
+        # connection of the client at each fifth MOVED, failing the commands other requests have in
+        # flight: a fresh client's first concurrent commands, sent before the slot map is read, did so.
+        reinitialize_steps=0,
+        **options,
+    )
+
+
+def _sentinel_client(
+    topology: Topology, max_connections: int, timeout: float, options: dict[str, Any]
+) -> aioredis.Redis:
+    """A client of the master Sentinel names, asked again each time a connection opens."""
+    sentinel_options = {key: options[key] for key in ("socket_timeout", "socket_connect_timeout", "retry")}
+    sentinel_options.update(
+        username=topology.sentinel_username, password=topology.sentinel_password, ssl=topology.tls, protocol=2
+    )
+    sentinel = Sentinel(list(topology.nodes), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
+    client: aioredis.Redis = sentinel.master_for(
+        topology.service,
+        connection_pool_class=_BlockingSentinelPool,
+        username=topology.username,
+        password=topology.password,
+        db=topology.db,
+        ssl=topology.tls,
+        max_connections=max_connections,
+        timeout=timeout,
+        **options,
+    )
+    return client
 
 
 def reply_text(value: str | bytes) -> str:

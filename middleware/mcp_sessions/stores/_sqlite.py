@@ -1,21 +1,8 @@
-"""A store for one machine with several worker processes: one SQLite file in WAL mode.
+"""A store for one machine with several worker processes: one SQLite file in WAL mode, standard library only.
 
-Standard library only (``sqlite3``). Every worker process (``uvicorn --workers N``,
-gunicorn) opens the same file: sessions, data and revocations are shared, and they
-survive a restart. Writes that must see the current value (``incr``, ``update``, the
-idle clock, revocation) run in a ``BEGIN IMMEDIATE`` transaction, so they are atomic
-across processes; readers never wait for writers (WAL).
-
-Reads run in the event loop; writes run on one thread of the store's own. Measured
-(``benchmarks/bench_stores.py``): an indexed read costs about 5 µs, the hop to a thread
-50 to 100 µs on a busy machine, so the hot path (a touch without idle timeout is one
-read) stays in the loop. In WAL mode a reader never waits for a writer. A write may
-wait up to ``timeout`` seconds for another process's lock, so writes never run in the
-loop: it serves other requests meanwhile. Each thread has its own connection, so a
-read never sees another call's unfinished transaction.
-
-This module says what each store call means; the tables and statements are in
-:mod:`._sqlite_schema`, the thread and connections in :mod:`._sqlite_writer`.
+Every process opens the same file, so sessions, data and revocations are shared and survive a restart.
+This module says what each store call means; the file, its tables and the writing thread are in
+:mod:`._sqlite_writer`.
 """
 
 from __future__ import annotations
@@ -27,37 +14,57 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from ._base import (
     SessionRecord,
     SessionStatus,
     SessionStore,
-    check_page_size,
-    decode_cursor,
+    adding,
     encode_cursor,
-    idle_expired,
+    encode_label,
+    encode_value,
+    start_after,
+    touch_verdict,
 )
-from ._memory import _encode
-from ._sqlite_schema import (
-    DELETE_VALUE,
-    Row,
-    end_session,
-    insert_session,
-    read_items,
-    read_page,
-    read_row,
-    read_value,
-    set_label,
-    set_last_seen,
-    store_value,
-    wider_than_private,
-)
-from ._sqlite_writer import SQLiteWriter
+from ._sqlite_writer import SQLiteWriter, wider_than_private
+
+__all__ = ["SQLiteStore"]
+
+_T = TypeVar("_T")
 
 logger = logging.getLogger("mcp_sessions")
 
-__all__ = ["SQLiteStore"]
+ROW: Final = "SELECT revoked, last_seen FROM sessions WHERE sid = ? AND expires_at > ?"
+# REPLACE drops an expired row first, and the trigger its data.
+INSERT: Final = "INSERT OR REPLACE INTO sessions (sid, expires_at, last_seen) VALUES (?, ?, ?)"
+END: Final = (
+    "INSERT INTO sessions (sid, expires_at, revoked) VALUES (?, ?, 1) ON CONFLICT (sid) DO UPDATE SET "
+    "revoked = 1, expires_at = max(expires_at, excluded.expires_at), principal = NULL, label = NULL"
+)
+SEEN: Final = "UPDATE sessions SET last_seen = ? WHERE sid = ?"
+LIST: Final = "UPDATE sessions SET principal = ?, label = ? WHERE sid = ?"
+PAGE: Final = (
+    "SELECT sid, expires_at, label FROM sessions WHERE principal = ? AND sid > ? AND revoked = 0 "
+    "AND expires_at > ? ORDER BY sid LIMIT ?"
+)
+VALUE: Final = "SELECT value FROM data WHERE sid = ? AND key = ?"
+ITEMS: Final = "SELECT key, value FROM data WHERE sid = ?"
+STORE: Final = (
+    "INSERT INTO data (sid, key, value) VALUES (?, ?, ?) ON CONFLICT (sid, key) DO UPDATE SET value = excluded.value"
+)
+DELETE: Final = "DELETE FROM data WHERE sid = ? AND key = ?"
+
+
+def _found(rows: list[Any]) -> tuple[bool, float | None] | None:
+    """A live session's row as :func:`touch_verdict` reads it: revoked, last seen (``None`` until it moves)."""
+    return (bool(rows[0][0]), rows[0][1]) if rows else None
+
+
+def _end(connection: sqlite3.Connection, session_id: str, expires_at: float) -> None:
+    """Mark the session revoked until at least ``expires_at``, unlisted, its data dropped."""
+    connection.execute(END, (session_id, expires_at))
+    connection.execute("DELETE FROM data WHERE sid = ?", (session_id,))
 
 
 class SQLiteStore(SessionStore):
@@ -113,14 +120,20 @@ class SQLiteStore(SessionStore):
         return f"SQLiteStore({str(self.path)!r}, timeout={self.timeout})"
 
     async def ping(self) -> None:
-        """Raise :class:`SessionStoreUnavailable` unless the database answers a trivial query now."""
         self._writer.read_here("SELECT 1", ())
 
     async def aclose(self) -> None:
-        """Close the connection and stop the store's thread."""
         await self._writer.aclose()
 
-    # -- sessions --------------------------------------------------------------
+    async def _write(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        return await self._writer.run(self._writer.write, work)
+
+    def _live(self, connection: sqlite3.Connection, session_id: str, expires_at: float, now: float) -> bool:
+        """Make sure the session has a row; ``False`` if it is revoked (a write then goes nowhere)."""
+        found = _found(self._writer.read(ROW, (session_id, now)))
+        if found is None:
+            connection.execute(INSERT, (session_id, expires_at, None))
+        return found is None or not found[0]
 
     async def touch(
         self,
@@ -134,153 +147,91 @@ class SQLiteStore(SessionStore):
         """One indexed read; a write transaction only when the idle clock must move or just ran out."""
         start = now if issued_at is None else issued_at
         interval = 0.0 if idle_ttl is None else min(self.touch_interval, idle_ttl / 10)
-
-        def verdict(row: Row | None) -> tuple[SessionStatus, bool]:
-            """The status, and whether the row must be written."""
-            if row is not None and row.revoked:
-                return SessionStatus.REVOKED, False
-            seen = start if row is None or row.last_seen is None else row.last_seen
-            if idle_expired(seen, now, idle_ttl, interval):
-                return SessionStatus.IDLE_EXPIRED, row is not None
-            moves = idle_ttl is not None and now > seen and now - seen >= interval
-            return SessionStatus.ACTIVE, moves
-
-        status, must_write = verdict(self._writer.query_here(read_row, session_id, now))
+        found = _found(self._writer.read_here(ROW, (session_id, now)))
+        status, must_write = touch_verdict(found, start, now, idle_ttl, interval)
         if not must_write:
             return status
 
         def write(connection: sqlite3.Connection) -> SessionStatus:
-            row = read_row(connection, session_id, now)
-            status, must_write = verdict(row)
-            if not must_write:
-                return status
-            if status is SessionStatus.IDLE_EXPIRED:
-                end_session(connection, session_id, expires_at)
-            elif row is None:
-                insert_session(connection, session_id, expires_at, now)
-            else:
-                set_last_seen(connection, session_id, now)
+            found = _found(self._writer.read(ROW, (session_id, now)))
+            status, must_write = touch_verdict(found, start, now, idle_ttl, interval)
+            if must_write and status is SessionStatus.IDLE_EXPIRED:
+                _end(connection, session_id, expires_at)
+            elif must_write and found is None:
+                connection.execute(INSERT, (session_id, expires_at, now))
+            elif must_write:
+                connection.execute(SEEN, (now, session_id))
             return status
 
-        return await self._writer.run(self._writer.write, write)
+        return await self._write(write)
 
     async def revoke(self, session_id: str, *, expires_at: float) -> bool:
-        """Leave a tombstone until ``expires_at`` and drop the data; ``False`` if already revoked."""
 
         def revoke(connection: sqlite3.Connection) -> bool:
-            now = time.time()
-            row = read_row(connection, session_id, now)
-            if row is not None and row.revoked:
-                return False
-            if row is None:
-                insert_session(connection, session_id, expires_at, None)  # replaces an expired row
-            end_session(connection, session_id, expires_at)
-            return True
+            live = self._live(connection, session_id, expires_at, time.time())  # replaces an expired row
+            if live:
+                _end(connection, session_id, expires_at)
+            return live
 
-        return await self._writer.run(self._writer.write, revoke)
-
-    # -- data ------------------------------------------------------------------
-
-    @staticmethod
-    def _writable(connection: sqlite3.Connection, session_id: str, expires_at: float) -> bool:
-        """Make sure the session has a row; ``False`` if it is revoked (the write goes nowhere)."""
-        row = read_row(connection, session_id, time.time())
-        if row is None:
-            insert_session(connection, session_id, expires_at, None)
-            return True
-        return not row.revoked
+        return await self._write(revoke)
 
     async def get(self, session_id: str, key: str, default: object = None) -> Any:
-        """The value stored under ``key``, or ``default``."""
-        raw = self._writer.query_here(read_value, session_id, key)
-        return default if raw is None else json.loads(raw)
+        rows = self._writer.read_here(VALUE, (session_id, key))
+        return json.loads(rows[0][0]) if rows else default
 
     async def set(self, session_id: str, key: str, value: object, *, expires_at: float) -> None:
-        """Store a copy of ``value``; a no-op once the session is revoked."""
-        encoded = _encode(value)
+        encoded = encode_value(value)
 
         def store(connection: sqlite3.Connection) -> None:
-            if self._writable(connection, session_id, expires_at):
-                store_value(connection, session_id, key, encoded)
+            if self._live(connection, session_id, expires_at, time.time()):
+                connection.execute(STORE, (session_id, key, encoded))
 
-        await self._writer.run(self._writer.write, store)
+        await self._write(store)
 
     async def delete(self, session_id: str, key: str) -> None:
-        """Remove ``key`` if present."""
-        await self._writer.run(self._writer.read, DELETE_VALUE, (session_id, key))  # a write
+        await self._writer.run(self._writer.read, DELETE, (session_id, key))  # a write, in autocommit
 
     async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
-        """Add ``amount`` to an integer value (missing counts as 0), atomically across processes."""
-        if type(amount) is not int:
-            raise TypeError("incr takes an integer amount")
-
-        def count(connection: sqlite3.Connection) -> int:
-            writable = self._writable(connection, session_id, expires_at)
-            raw = read_value(connection, session_id, key) if writable else None
-            current = 0 if raw is None else json.loads(raw)
-            if type(current) is not int:
-                raise TypeError(f"session data {key!r} is not an integer")
-            if writable:
-                store_value(connection, session_id, key, str(current + amount))
-            return int(current + amount)
-
-        return await self._writer.run(self._writer.write, count)
+        return await self.update(session_id, key, adding(key, amount), expires_at=expires_at, default=0)
 
     async def update(
-        self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
-    ) -> object:
+        self, session_id: str, key: str, fn: Callable[[Any], _T], *, expires_at: float, default: object = None
+    ) -> _T:
         """Replace a value with ``fn(old)`` under the write lock, atomically across processes.
 
         ``fn`` runs on the store's thread while the lock is held: keep it short and pure.
         """
 
-        def replace(connection: sqlite3.Connection) -> object:
-            writable = self._writable(connection, session_id, expires_at)
-            raw = read_value(connection, session_id, key) if writable else None
-            new = fn(default if raw is None else json.loads(raw))
-            encoded = _encode(new)
-            if writable:
-                store_value(connection, session_id, key, encoded)
+        def replace(connection: sqlite3.Connection) -> _T:
+            live = self._live(connection, session_id, expires_at, time.time())
+            rows = self._writer.read(VALUE, (session_id, key)) if live else []
+            new = fn(json.loads(rows[0][0]) if rows else default)
+            encoded = encode_value(new)
+            if live:
+                connection.execute(STORE, (session_id, key, encoded))
             return new
 
-        return await self._writer.run(self._writer.write, replace)
+        return await self._write(replace)
 
     async def items(self, session_id: str) -> dict[str, Any]:
-        """Every key and value of the session's data (a copy)."""
-        rows = self._writer.query_here(read_items, session_id)
-        return {key: json.loads(value) for key, value in rows}
-
-    # -- listing ---------------------------------------------------------------
+        return {key: json.loads(value) for key, value in self._writer.read_here(ITEMS, (session_id,))}
 
     async def record(
-        self,
-        session_id: str,
-        *,
-        principal: str,
-        expires_at: float,
-        now: float,
-        data: Mapping[str, str] | None = None,
+        self, session_id: str, *, principal: str, expires_at: float, now: float, data: Mapping[str, str] | None = None
     ) -> None:
-        """List the session under ``principal`` (a no-op once it is revoked)."""
-        label = None if data is None else json.dumps(dict(data), separators=(",", ":"), ensure_ascii=False)
+        label = encode_label(data)
 
         def record(connection: sqlite3.Connection) -> None:
-            row = read_row(connection, session_id, now)
-            if row is None:
-                insert_session(connection, session_id, expires_at, None)
-            elif row.revoked:
-                return
-            set_label(connection, session_id, principal, label)
+            if self._live(connection, session_id, expires_at, now):
+                connection.execute(LIST, (principal, label, session_id))
 
-        await self._writer.run(self._writer.write, record)
+        await self._write(record)
 
     async def list_sessions(
         self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
     ) -> tuple[list[SessionRecord], str | None]:
         """The principal's live sessions by session id: one indexed query a page."""
-        check_page_size(limit)
-        after = "" if cursor is None else decode_cursor(cursor)
-        rows = self._writer.query_here(read_page, principal, after, now, limit + 1)
+        rows = self._writer.read_here(PAGE, (principal, start_after(cursor, limit), now, limit + 1))
         page = [
             SessionRecord(sid, expires, None if label is None else json.loads(label)) for sid, expires, label in rows
         ]

@@ -1,34 +1,110 @@
-"""The SQLite store's own thread, which runs every write, and each thread's connection.
+"""The SQLite store's file: its tables, its mode, each thread's connection, and the thread that runs writes.
 
-Reads run on the calling thread (the event loop's): in WAL mode a reader never waits for
-a writer, and an indexed read costs less than the hop to a thread. A write may wait up to
-the busy timeout for another process's lock, so writes run on one thread of the store's
-own while the loop serves other requests. Each thread has its own connection, so a read
-never sees another call's unfinished transaction.
+Reads run on the calling thread (the event loop's): in WAL mode a reader never waits for a writer,
+and an indexed read (about 5 µs) costs less than the hop to a thread (50 to 100 µs on a busy
+machine; ``benchmarks/bench_stores.py``). A write may wait up to the busy timeout for another
+process's lock, so writes run on one thread of the store's own while the loop serves other
+requests. Each thread has its own connection, so a read never sees another call's unfinished
+transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar, TypeVarTuple
+from typing import Any, Final, TypeVar, TypeVarTuple
 
 from .._wire import ThrottledWarning
 from ._base import SessionStoreUnavailable
-from ._sqlite_schema import SQLValue, delete_expired, open_connection, rows
 
-__all__ = ["SQLiteWriter"]
+__all__ = ["SQLiteWriter", "delete_expired", "open_connection", "wider_than_private"]
 
 _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
 
 logger = logging.getLogger("mcp_sessions.sqlite")
+
+SCHEMA_VERSION: Final = 1
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS sessions (
+    sid TEXT PRIMARY KEY,
+    expires_at REAL NOT NULL,
+    last_seen REAL,
+    revoked INTEGER NOT NULL DEFAULT 0,
+    principal TEXT,
+    label TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions (expires_at);
+CREATE INDEX IF NOT EXISTS sessions_by_principal ON sessions (principal, sid) WHERE principal IS NOT NULL;
+CREATE TABLE IF NOT EXISTS data (
+    sid TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (sid, key)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS sessions_drop_data AFTER DELETE ON sessions
+BEGIN
+    DELETE FROM data WHERE sid = old.sid;
+END;
+"""
+
+FILE_MODE: Final = 0o600
+"""The mode a new database file is created with, whatever the umask: it holds session data, principal
+digests and listing labels. SQLite gives the ``-wal`` and ``-shm`` files the database file's mode."""
+
+
+def wider_than_private(path: Path) -> list[str]:
+    """The database's files (the file, ``-wal``, ``-shm``, ``-journal``) that others may read or write."""
+    found = []
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        companion = path.with_name(path.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            mode = stat.S_IMODE(companion.stat().st_mode)
+            if mode & 0o077:
+                found.append(f"{companion} ({mode:o})")
+    return found
+
+
+def open_connection(path: Path, timeout: float) -> sqlite3.Connection:
+    """A connection in WAL mode with ``timeout`` as its busy timeout, the file and its tables created if missing.
+
+    A new file is created with :data:`FILE_MODE` (a umask only takes bits away); an existing one is left as
+    it is (:func:`wider_than_private` reports one that others may read).
+    """
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE))
+    # Used by one thread only; check_same_thread=False lets aclose() close it from another.
+    connection = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, never corrupt
+    if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+        # One script, one transaction: processes starting together create the tables once.
+        try:
+            connection.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            connection.close()
+            raise
+    return connection
+
+
+def delete_expired(connection: sqlite3.Connection, batch: int, now: float) -> None:
+    """Delete at most ``batch`` sessions expired at ``now``, the earliest first (the trigger drops their data)."""
+    connection.execute(
+        "DELETE FROM sessions WHERE sid IN "
+        "(SELECT sid FROM sessions WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)",
+        (now, batch),
+    )
 
 
 class SQLiteWriter:
@@ -37,6 +113,7 @@ class SQLiteWriter:
     Opens the file (creating its tables) on construction; a file that cannot be opened
     raises :class:`ValueError`. Every write runs in one ``BEGIN IMMEDIATE`` transaction,
     together with a bounded clean-up of expired rows at most once per ``cleanup_interval``.
+    SQLite failures become :class:`SessionStoreUnavailable`, with a throttled warning.
     """
 
     def __init__(self, path: Path, *, timeout: float, cleanup_batch: int, cleanup_interval: float) -> None:
@@ -81,7 +158,7 @@ class SQLiteWriter:
             now = time.monotonic()
             if now >= self._next_cleanup:
                 self._next_cleanup = now + self.cleanup_interval
-                delete_expired(connection, self.cleanup_batch)
+                delete_expired(connection, self.cleanup_batch, time.time())
             connection.execute("COMMIT")
         except BaseException:
             if connection.in_transaction:
@@ -89,12 +166,12 @@ class SQLiteWriter:
             raise
         return result
 
-    def read(self, sql: str, parameters: Sequence[SQLValue]) -> list[tuple[SQLValue, ...]]:
+    def read(self, sql: str, parameters: Sequence[object]) -> list[Any]:
         """Every row ``sql`` returns, on the calling thread's connection (outside a transaction: autocommit)."""
-        return rows(self.connection(), sql, parameters)
+        return self.connection().execute(sql, parameters).fetchall()
 
     async def run(self, call: Callable[[*_Ts], _T], *args: *_Ts) -> _T:
-        """Run ``call`` on the store's thread; SQLite failures become :class:`SessionStoreUnavailable`."""
+        """Run ``call`` on the store's thread."""
         if self._closed:
             raise SessionStoreUnavailable("the sqlite store is closed")
         try:
@@ -102,19 +179,12 @@ class SQLiteWriter:
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from None
 
-    def read_here(self, sql: str, parameters: Sequence[SQLValue]) -> list[tuple[SQLValue, ...]]:
+    def read_here(self, sql: str, parameters: Sequence[object]) -> list[Any]:
         """One read on the calling thread (the event loop's): WAL readers never wait for writers."""
-        return self.query_here(rows, sql, parameters)
-
-    def query_here(self, query: Callable[[sqlite3.Connection, *_Ts], _T], *args: *_Ts) -> _T:
-        """``query(connection, *args)`` on the calling thread's connection, as :meth:`read_here` reads.
-
-        ``query`` is one of the schema's typed reads (``read_row``, ``read_value``, …).
-        """
         if self._closed:
             raise SessionStoreUnavailable("the sqlite store is closed")
         try:
-            return query(self.connection(), *args)
+            return self.read(sql, parameters)
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from None
 

@@ -5,14 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ._base import SessionStore
-
-if TYPE_CHECKING:
-    import redis.asyncio as aioredis
-    from redis.asyncio.cluster import RedisCluster
 
 __all__ = ["REDIS_SCHEMES", "StoreFactory", "register_store", "store_from_url"]
 
@@ -21,34 +17,6 @@ REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "
 
 StoreFactory = Callable[..., SessionStore]
 """Builds a store from its URL and keyword options: ``factory(url, **options)``."""
-
-
-class _MemoryOptions(TypedDict, total=False):
-    """The keyword arguments of :class:`~mcp_sessions.stores.MemoryStore`."""
-
-    max_sessions: int
-
-
-class _SQLiteOptions(TypedDict, total=False):
-    """The keyword arguments of :class:`~mcp_sessions.stores.SQLiteStore` after its path."""
-
-    timeout: float
-    touch_interval: float
-    cleanup_batch: int
-    cleanup_interval: float
-
-
-class _RedisOptions(TypedDict, total=False):
-    """The keyword arguments of :class:`~mcp_sessions.stores.RedisStore` after its URL."""
-
-    client: aioredis.Redis | RedisCluster | None
-    prefix: str
-    timeout: float
-    connect_timeout: float
-    max_connections: int
-    touch_interval: float
-    expiry_margin: float
-    max_update_attempts: int
 
 
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
@@ -123,7 +91,7 @@ def _integer(text: str, what: str) -> int:
     return int(text)
 
 
-def memory_store(url: str, **options: Unpack[_MemoryOptions]) -> SessionStore:
+def memory_store(url: str, **options: Any) -> SessionStore:
     """``memory://`` with an optional ``?max_sessions=N``."""
     from ._memory import MemoryStore
 
@@ -136,7 +104,7 @@ def memory_store(url: str, **options: Unpack[_MemoryOptions]) -> SessionStore:
     return MemoryStore(**options)
 
 
-def sqlite_store(url: str, **options: Unpack[_SQLiteOptions]) -> SessionStore:
+def sqlite_store(url: str, **options: Any) -> SessionStore:
     """``sqlite:///absolute/path.db`` or ``sqlite://relative/path.db`` (relative to the working directory)."""
     from ._sqlite import SQLiteStore
 
@@ -151,7 +119,7 @@ def sqlite_store(url: str, **options: Unpack[_SQLiteOptions]) -> SessionStore:
     return SQLiteStore(Path(path), **options)
 
 
-def redis_store(url: str, **options: Unpack[_RedisOptions]) -> SessionStore:
+def redis_store(url: str, **options: Any) -> SessionStore:
     """One of :data:`REDIS_SCHEMES`: ``RedisStore`` checks the URL part by part."""
     from ._redis import RedisStore
 
