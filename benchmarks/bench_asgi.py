@@ -134,7 +134,7 @@ SDK_SCOPE = "mcp-python-sdk"
 MIDDLEWARE_SCOPE = "mcp_sessions"
 ASGI_SCOPE = "opentelemetry.instrumentation.asgi"
 SDK_FLOOR_SCOPE = "sdk-floor"
-# The attributes of the middleware's duration metric (_operation.Operation._metric_attributes).
+# The attributes of the middleware's duration metric (_otel/_span.py, Operation._metric_attributes).
 METRIC_KEYS = (
     "mcp.method.name",
     "network.transport",

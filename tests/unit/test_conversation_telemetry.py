@@ -21,7 +21,7 @@ from starlette.types import Message, Scope
 
 from mcp_sessions import KeySet, SessionsConfig
 from mcp_sessions._lifespan import watch_lifespan
-from mcp_sessions._otel import _providers
+from mcp_sessions._otel import _telemetry
 from mcp_sessions._otel._content import MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_text, readable_result
 from mcp_sessions._otel._viewers import HOUSEKEEPING_METHODS, TraceUser, call_kinds
 from mcp_sessions._tokens import IdDigests
@@ -161,13 +161,13 @@ def test_the_providers_are_flushed_each_once_and_a_failure_is_only_logged(
     meter = Provider(log, "meter", answer=RuntimeError("the collector is down"))
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: tracer)  # the global one, given too
     monkeypatch.setattr(metrics, "get_meter_provider", lambda: NoTimeout(log))
-    _providers.flush_providers(tracer, meter)  # type: ignore[arg-type]
+    _telemetry.flush_providers(tracer, meter)  # type: ignore[arg-type]
     assert log == ["tracer 10000", "meter 10000", "no timeout"]
     assert "did not export everything" in caplog.text and "the collector is down" in caplog.text
 
 
 def test_the_api_stand_ins_are_left_alone() -> None:
-    _providers.flush_providers(None, None)  # the API's proxies have no force_flush: nothing to do, nothing raised
+    _telemetry.flush_providers(None, None)  # the API's proxies have no force_flush: nothing to do, nothing raised
 
 
 @pytest.mark.parametrize("ending", ["lifespan.shutdown.complete", "lifespan.shutdown.failed"])
@@ -191,10 +191,10 @@ def test_a_captured_label_is_text_and_a_result_json_only_when_it_is_no_text() ->
     """The mime types the viewers read: text for a label and a tool's words, JSON for structured content."""
     from opentelemetry.sdk.trace import TracerProvider
 
-    from mcp_sessions._otel._content import record_input_text, record_result
+    from mcp_sessions._otel._content import record_result, record_text
 
     span = TracerProvider().get_tracer("test").start_span("s")
-    record_input_text(span, "a trip to Lisbon")
+    record_text(span, "input", "a trip to Lisbon")
     record_result(span, {"content": [{"type": "image"}], "structuredContent": {"cats": 1}}, ())
     attributes = dict(span.attributes or {})  # type: ignore[attr-defined]  # an SDK span
     assert (attributes["input.value"], attributes["input.mime_type"]) == ("a trip to Lisbon", "text/plain")

@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from _otel import attrs, span_strings
 from mcp_sessions import KeySet
+from mcp_sessions._otel import Operation, Telemetry
 from mcp_sessions._otel._names import _redacted
-from mcp_sessions._otel._telemetry import Operation, Telemetry
 from mcp_sessions.handles import _format as fmt
 
 KEYS = KeySet.from_secret("a-secret-that-is-long-enough-for-hs256-0123456789")

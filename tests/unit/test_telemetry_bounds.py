@@ -20,8 +20,8 @@ from opentelemetry.util._once import Once
 
 from _otel import collect, global_tracing, points
 from mcp_sessions import KeySet
-from mcp_sessions._otel import _telemetry
-from mcp_sessions._otel._telemetry import OTHER, Operation, Telemetry, Vocabulary, _redacted
+from mcp_sessions._otel import Operation, Telemetry, _telemetry
+from mcp_sessions._otel._names import OTHER, Vocabulary, _redacted
 
 TOKEN, _ = KeySet.from_secret("a-secret-that-is-long-enough-for-hs256-0123456789").mint_session_token(ttl=60)
 

@@ -3,8 +3,8 @@
 The SDK-side helpers (span processors) are in the public :mod:`mcp_sessions.telemetry`.
 """
 
-from ._operation import Operation
 from ._propagation import SESSION_BAGGAGE_KEY, TRACEPARENT_CLAIM, attach_session, detach_session
+from ._span import Operation
 from ._telemetry import Telemetry, TraceMode
 from ._viewers import TraceUserMode
 

@@ -9,20 +9,25 @@ Every client-chosen string a span keeps (those originals, ``jsonrpc.request.id``
 at most :data:`MAX_RECORDED_CHARS` characters, cut outside a run of base64url
 characters, and each run that holds ``eyJ`` (a compact JWS: session and state
 tokens) or has :data:`OPAQUE_CHARS` characters or more becomes ``[redacted]``.
+A bearer value recorded as an id is a keyed digest (:func:`process_digest`).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import re
-from collections.abc import Iterable, Mapping
+import secrets
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.util.types import AttributeValue
 
-from ._content import REDACTED, TRUNCATED
+from ._content import REDACTED, TRUNCATED, redacted
 
-__all__ = ["MAX_LEARNED_NAMES", "OTHER", "Vocabulary"]
+__all__ = ["MAX_LEARNED_NAMES", "OTHER", "Vocabulary", "process_digest"]
 
 # The OpenTelemetry conventions' value for a client-chosen name outside the known set.
 OTHER: Final = "_OTHER"
@@ -82,12 +87,21 @@ def _redacted(text: str) -> str:
     """A client-chosen string as a span keeps it: bounded, and with nothing shaped like a bearer value."""
     if len(text) < OPAQUE_CHARS and "eyJ" not in text:
         return text  # no run in it can be redacted
-    if len(text) > MAX_RECORDED_CHARS:
-        # A run cut short may be the start of a bearer value: the cut drops it whole.
-        text = text[: MAX_RECORDED_CHARS - len(TRUNCATED)].rstrip(_BASE64URL) + TRUNCATED
-    return _RUN.sub(_redacted_run, text)
+    return redacted(text, MAX_RECORDED_CHARS, MAX_RECORDED_CHARS - len(TRUNCATED), _BASE64URL, _RUN, _redacted_run)
 
 
 def _redacted_run(run: re.Match[str]) -> str:
     value = run[0]
     return REDACTED if len(value) >= OPAQUE_CHARS or "eyJ" in value else value
+
+
+def process_digest(prefix: str) -> Callable[[str | bytes], str]:
+    """A keyed digest under a random key of this process: ``prefix`` and 24 base64url characters (144 bits of
+    HMAC-SHA256), the format of the key set's own digests (``_tokens/_digest.py``), for when none is given."""
+    key = secrets.token_bytes(32)
+
+    def digest(value: str | bytes) -> str:
+        data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+        return prefix + base64.urlsafe_b64encode(hmac.new(key, data, hashlib.sha256).digest()[:18]).decode()
+
+    return digest

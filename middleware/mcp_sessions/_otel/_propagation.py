@@ -12,7 +12,8 @@ from typing import Final
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = [
     "SESSION_BAGGAGE_KEY",
@@ -20,10 +21,7 @@ __all__ = [
     "TRACE_KEYS",
     "attach_session",
     "detach_session",
-    "extract",
     "parent_and_links",
-    "span_context_from_traceparent",
-    "traceparent_of",
 ]
 
 SESSION_BAGGAGE_KEY: Final = "session.id"
@@ -33,33 +31,17 @@ TRACE_KEYS: Final = ("traceparent", "tracestate", "baggage")
 # The attributes of the links a SERVER span may have: to the session's creation, to the context _meta named.
 _CREATED: Final = {"mcp_sessions.link": "session.created"}
 _META: Final = {"mcp_sessions.link": "mcp.meta"}
-
-
-def traceparent_of(span_context: SpanContext) -> str:
-    return f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{span_context.trace_flags:02x}"
-
-
-def span_context_from_traceparent(value: object) -> SpanContext | None:
-    """A remote SpanContext from our own ``tp`` claim (version 00 only)."""
-    if type(value) is not str or len(value) != 55:
-        return None
-    return _span_context(value)
+_W3C: Final = TraceContextTextMapPropagator()
 
 
 @functools.lru_cache(maxsize=1024)
-def _span_context(value: str) -> SpanContext | None:
-    """Parsed once per creation span: every request of a session links to the same one."""
-    try:
-        version, trace_id, span_id, flags = value.split("-")
-        if version != "00":
-            return None
-        sc = SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
-    except ValueError:
-        return None
-    return sc if sc.is_valid else None
+def _span_context(traceparent: str) -> SpanContext | None:
+    """The remote SpanContext our own ``tp`` claim names, parsed once per creation span."""
+    span_context = trace.get_current_span(_W3C.extract({"traceparent": traceparent})).get_span_context()
+    return span_context if span_context.is_valid else None
 
 
-def extract(carrier: dict[str, str]) -> Context | None:
+def _extract(carrier: dict[str, str]) -> Context | None:
     """The remote parent a request names; its baggage never names the session (only the middleware does)."""
     try:
         ctx = propagate.extract(carrier)
@@ -95,21 +77,20 @@ def parent_and_links(
     """
     header_parent = None
     if b"traceparent" in headers:
-        header_parent = extract({k: headers[k.encode()].decode("latin-1") for k in TRACE_KEYS if k.encode() in headers})
+        header_parent = _extract(
+            {k: headers[k.encode()].decode("latin-1") for k in TRACE_KEYS if k.encode() in headers}
+        )
     meta = params.get("_meta") if params is not None else None
     meta_parent = None
     if isinstance(meta, dict) and "traceparent" in meta:
-        meta_parent = extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
+        meta_parent = _extract({k: meta[k] for k in TRACE_KEYS if type(meta.get(k)) is str})
     parent = header_parent or meta_parent
-    creation = None
-    if session_claims is not None:
-        creation = span_context_from_traceparent(session_claims.get(TRACEPARENT_CLAIM))
-        if parent is None and creation is not None and not linked_only:
-            # The parent already says it: no link as well (and with no parent, no transport context to link).
-            return trace.set_span_in_context(NonRecordingSpan(creation)), None
-    links = None
-    if creation is not None:
-        links = [Link(creation, _CREATED)]
+    claim = None if session_claims is None else session_claims.get(TRACEPARENT_CLAIM)
+    creation = _span_context(claim) if type(claim) is str else None
+    if parent is None and creation is not None and not linked_only:
+        # The parent already says it: no link as well (and with no parent, no transport context to link).
+        return trace.set_span_in_context(NonRecordingSpan(creation)), None
+    links = None if creation is None else [Link(creation, _CREATED)]
     if meta_parent is not None and header_parent is not None:
         # The headers chose the parent: _meta's context, which the client's MCP layer sent, is kept as a link.
         meta_span = trace.get_current_span(meta_parent).get_span_context()

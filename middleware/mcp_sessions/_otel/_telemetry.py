@@ -8,49 +8,47 @@ verbatim) goes in ``session.id`` and ``gen_ai.conversation.id``, its source in
 ``mcp_sessions.session.source``; ``mcp.session.id`` carries only a 2025-era transport session, as its
 keyed digest. Nothing here ever sees a session token or a raw transport session id: only stable ids.
 
-Every value a client chooses is bounded first (``_names``); one message's span, outcome and metrics are
-an :class:`Operation` (``_operation``); what viewers read of a whole trace is in ``_viewers``; trace
-context and baggage, in ``_propagation``; the providers' checks and flush, in ``_providers``.
+Providers are judged through the API only: an SDK's is told apart from the API's stand-ins by its class,
+and flushed at shutdown by its ``force_flush`` method, found by name (the API declares none).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
+import logging
 import math
-import secrets
 from collections.abc import Callable, Collection, Mapping, MutableMapping
 from time import monotonic
 from typing import Any, Final, Literal
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
-from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import TracerProvider
+from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
+from opentelemetry.trace import SpanKind, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
 from .._version import __version__
 from .._wire.protocol import KNOWN_METHODS
-from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _RejectionCounter
-from ._names import _redacted as _redacted
-from ._operation import CONVERSATION_TURN_ATTRIBUTE, SERVER_KIND, SESSION_SOURCE_ATTRIBUTE, Operation
-from ._propagation import SESSION_BAGGAGE_KEY, parent_and_links
-from ._propagation import attach_session as attach_session
-from ._propagation import detach_session as detach_session
-from ._propagation import traceparent_of as traceparent_of
-from ._providers import flush_providers, records
+from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _redacted, _RejectionCounter, process_digest
+from ._propagation import parent_and_links
+from ._span import SESSION_SOURCE_ATTRIBUTE, Operation
 from ._viewers import CALL_KIND_ATTRIBUTE, TURN, TraceUser, TraceUserMode, call_kinds, root_attributes
 
-__all__ = ["OTHER", "SESSION_BAGGAGE_KEY", "Operation", "Telemetry", "TraceMode", "Vocabulary"]
+__all__ = ["FLUSH_MILLIS", "Telemetry", "TraceMode", "flush_providers", "records"]
+
+logger = logging.getLogger("mcp_sessions")
 
 TraceMode = Literal["link", "session"]
 
 # The conventions' bucket advice for both MCP duration histograms.
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
-TRANSPORT_SESSION_PREFIX: Final = "ts-"
 # While no SDK records, how often (at most) enabled() asks the API's public getters again: they cost microseconds.
 RECHECK_SECONDS: Final = 1.0
+FLUSH_MILLIS: Final = 10_000
+"""How long each provider may take to export what it holds when the server stops (the SDK's default for metrics)."""
+# The API's stand-ins before (or without) an SDK: nothing they make records.
+_STAND_INS: Final = (trace.ProxyTracerProvider, trace.NoOpTracerProvider, NoOpMeterProvider)
+# The API's own package for metrics, where its (unexported) proxy MeterProvider is defined.
+_METRICS_API: Final = "opentelemetry.metrics"
 
 
 class Telemetry:
@@ -71,7 +69,12 @@ class Telemetry:
         principal: Callable[[MutableMapping[str, Any]], object] | None = None,
         user_digest: Callable[[str], str] | None = None,
     ) -> None:
-        _check_options(trace_mode, known_tools, known_prompts, max_learned_names)
+        if trace_mode not in ("link", "session"):
+            raise ValueError('trace_mode must be "link" or "session"')
+        if isinstance(known_tools, str) or isinstance(known_prompts, str):
+            raise TypeError("known_tools and known_prompts take collections of names, not one string")
+        if type(max_learned_names) is not int or max_learned_names < 0:
+            raise ValueError("max_learned_names must be a whole number, 0 or more")
         self.trace_mode = trace_mode
         # MCP's own methods and the enabled wires' session methods; any other name is "_OTHER".
         self.methods = KNOWN_METHODS | frozenset(known_methods)
@@ -81,11 +84,11 @@ class Telemetry:
         # Tool and prompt names: the ones given, and those the server lists (or answers) through the middleware.
         self.tools = Vocabulary(known_tools, max_learned_names)
         self.prompts = Vocabulary(known_prompts, max_learned_names)
-        # Per process: digests of one transport session agree for as long as the session (held in memory) lives.
-        self._transport_key = secrets.token_bytes(32)
-        self._transport_digest = transport_digest
-        # The signals whose provider is the global one, looked up while nothing records (see enabled()).
+        # What mcp.session.id records of a 2025-era Mcp-Session-Id, a bearer value: a keyed digest, never the
+        # value. Without the key set's, one under a key of this process (it agrees while the session lives).
+        self.transport_session_digest = transport_digest or process_digest("ts-")
         self._tracer_provider, self._meter_provider = tracer_provider, meter_provider
+        # The signals whose provider is the global one, looked up while nothing records (see enabled()).
         self._global_tracer = tracer_provider is None
         self._global_meter = meter_provider is None
         self._enabled = (tracer_provider is not None and records(tracer_provider)) or (
@@ -116,70 +119,32 @@ class Telemetry:
         self.sessions_deleted = meter.create_counter(
             "mcp_sessions.sessions.deleted", unit="{session}", description="Data-layer sessions deleted."
         )
-        self.sessions_rejected = _RejectionCounter(
-            meter.create_counter(
-                "mcp_sessions.sessions.rejected",
-                unit="{request}",
-                description="Requests refused for their session, by reason.",
-            ),
-            self.methods,
+        rejected = meter.create_counter(
+            "mcp_sessions.sessions.rejected",
+            unit="{request}",
+            description="Requests refused for their session, by reason.",
         )
-
-    def transport_session_digest(self, transport_session: bytes) -> str:
-        """What ``mcp.session.id`` records of a 2025-era ``Mcp-Session-Id``: a keyed digest, never the value.
-
-        The header is a bearer value (the SDK's transport session, or a session
-        token a client put there): HMAC-SHA256 under a random per-process key,
-        base64url, cut to 24 characters (144 bits), prefixed ``ts-``: the format of
-        the middleware's own digest, which is keyed by the key set instead, so that
-        every replica agrees.
-        """
-        digest = hmac.new(self._transport_key, transport_session, hashlib.sha256).digest()
-        return TRANSPORT_SESSION_PREFIX + base64.urlsafe_b64encode(digest)[:24].decode()
+        self.sessions_rejected = _RejectionCounter(rejected, self.methods)
 
     def enabled(self) -> bool:
         """Whether an OpenTelemetry SDK is there to record: without one, the middleware skips telemetry.
 
-        On the hot path of every request, so it reads public API only, and rarely:
-
-        - Each signal's provider is the one given (``tracer_provider=``,
-          ``meter_provider=``), else the global one (``trace.get_tracer_provider()``,
-          ``metrics.get_meter_provider()``). A provider records unless it is one
-          of the API's stand-ins: :class:`~opentelemetry.trace.ProxyTracerProvider`,
-          :class:`~opentelemetry.trace.NoOpTracerProvider`,
-          :class:`~opentelemetry.metrics.NoOpMeterProvider`, or the API's proxy
-          meter provider (which it does not export: any provider whose class is
-          defined in the ``opentelemetry.metrics`` package).
-        - Given providers are judged at construction: if one records, this is
-          true for good; if both are given and neither records, false for good,
-          and the globals are never read.
-        - Otherwise the first call asks the global getters, and while nothing
-          records they are asked again at most once per :data:`RECHECK_SECONDS`
-          (1 s, monotonic clock); calls in between answer false at the cost of a
-          clock read. Once a global SDK provider is seen, true for good (the API
-          sets a global provider once per process; it has no public way to unset
-          it).
-
-        So an SDK installed before the first request (at import, or in the app's
-        lifespan startup) is recorded from the first request on; one installed
-        after requests have started is recorded from the first request at least
-        1 s after the previous look, within about a second: the requests in
-        between are neither traced nor counted.
+        Each signal's provider is the one given, else the global one; it records unless it is one of the API's
+        stand-ins (:func:`records`). A given provider is judged at construction: if one records, true for good;
+        if both are given and neither records, false for good. Otherwise the global getters are asked at the
+        first call, then at most once per :data:`RECHECK_SECONDS` (monotonic clock) while nothing records, and
+        a global SDK provider once seen is true for good (the API sets one once per process). So an SDK set up
+        before the first request is recorded from it on; one set up later, within about a second.
         """
         if self._enabled:
             return True
         if monotonic() < self._next_check:
             return False
-        return self._check_globals()
-
-    def _check_globals(self) -> bool:
-        """Ask the API's getters for the global providers (which read the environment while none is set)."""
         self._next_check = monotonic() + RECHECK_SECONDS
-        enabled = (self._global_tracer and records(trace.get_tracer_provider())) or (
+        self._enabled = (self._global_tracer and records(trace.get_tracer_provider())) or (
             self._global_meter and records(otel_metrics.get_meter_provider())
         )
-        self._enabled = enabled
-        return enabled
+        return self._enabled
 
     def flush(self) -> None:
         """Export the spans and metrics the providers still hold: the lifespan calls it when the server stops."""
@@ -210,24 +175,20 @@ class Telemetry:
         if params is not None and method in ("tools/call", "prompts/get"):
             name = params.get("name")
             target = name if type(name) is str else None
-        op = Operation(self, trace.INVALID_SPAN, method, target, protocol_version, session_id)
+        op = Operation(self, method, target, protocol_version, session_id)
         # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
         attributes = self._span_attributes(op, scope, headers, message, params, modern, session_source)
         if user_id is not None:
             attributes["user.id"] = user_id
         if turn_id is not None:
-            attributes[CONVERSATION_TURN_ATTRIBUTE] = turn_id
+            attributes["mcp_sessions.conversation.turn_id"] = turn_id  # the host's turn (Codex's turn_id)
         kind = attributes[CALL_KIND_ATTRIBUTE] = self.kinds.get(op.method_name, TURN)
+        name = op.span_name()
         if parent is None and not trace.get_current_span().get_span_context().is_valid:
             op.root = True  # a new trace: this span names it for the viewers
-            attributes.update(root_attributes(op.span_name(), kind))
+            attributes.update(root_attributes(name, kind))
         op.span = self.tracer.start_span(
-            op.span_name(),
-            context=parent,
-            kind=SERVER_KIND,
-            attributes=attributes,
-            links=links,
-            start_time=start_ns,
+            name, context=parent, kind=SpanKind.SERVER, attributes=attributes, links=links, start_time=start_ns
         )
         return op
 
@@ -259,26 +220,48 @@ class Telemetry:
         if client:
             attributes["client.address"] = client[0]
             attributes["client.port"] = client[1]
-        if (session_id := op.session_id) is not None:
-            attributes["session.id"] = session_id
-            attributes["gen_ai.conversation.id"] = session_id
+        if op.session_id is not None:
+            attributes["session.id"] = attributes["gen_ai.conversation.id"] = op.session_id
             if session_source is not None:
                 attributes[SESSION_SOURCE_ATTRIBUTE] = session_source
         transport_session = None if modern else headers.get(b"mcp-session-id")
         if transport_session is not None:
-            # The 2025-era transport session, a bearer value (or whatever a client put there): only a digest.
-            digest = self._transport_digest or self.transport_session_digest
-            attributes["mcp.session.id"] = digest(transport_session)
+            attributes["mcp.session.id"] = self.transport_session_digest(transport_session)
         return attributes
 
 
-def _check_options(
-    trace_mode: str, known_tools: Collection[str], known_prompts: Collection[str], max_learned_names: int
-) -> None:
-    """Refuse, at construction, the options no request could use."""
-    if trace_mode not in ("link", "session"):
-        raise ValueError('trace_mode must be "link" or "session"')
-    if isinstance(known_tools, str) or isinstance(known_prompts, str):
-        raise TypeError("known_tools and known_prompts take collections of names, not one string")
-    if type(max_learned_names) is not int or max_learned_names < 0:
-        raise ValueError("max_learned_names must be a whole number, 0 or more")
+def records(provider: TracerProvider | MeterProvider) -> bool:
+    """Whether ``provider`` is an SDK's (or any real implementation's), not one of the API's stand-ins."""
+    if isinstance(provider, _STAND_INS):
+        return False
+    module = type(provider).__module__
+    return module != _METRICS_API and not module.startswith(_METRICS_API + ".")
+
+
+def flush_providers(tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None) -> None:
+    """Export what the given providers and the global ones still hold (blocking; bounded by :data:`FLUSH_MILLIS`).
+
+    For the end of the app's lifespan: uvicorn re-raises the SIGTERM it caught once its graceful shutdown is
+    done, so the process ends by the signal and the SDK's own exit flush (an ``atexit`` handler) never runs.
+    The global providers are flushed too: the MCP SDK's own span, and most libraries', come from them. A
+    failure is logged, never raised: the server is stopping either way.
+    """
+    providers: list[object] = []
+    for provider in (tracer_provider, trace.get_tracer_provider(), meter_provider, otel_metrics.get_meter_provider()):
+        if provider is None or any(provider is seen for seen in providers):
+            continue
+        providers.append(provider)
+        force_flush = getattr(provider, "force_flush", None)
+        if not callable(force_flush):
+            continue
+        name = type(provider).__qualname__
+        try:
+            try:
+                flushed = force_flush(FLUSH_MILLIS)
+            except TypeError:  # a provider whose force_flush takes no timeout
+                flushed = force_flush()
+        except Exception:
+            logger.exception("could not flush the telemetry of %s at shutdown", name)
+            continue
+        if flushed is False:
+            logger.warning("%s did not export everything within %d ms at shutdown", name, FLUSH_MILLIS)

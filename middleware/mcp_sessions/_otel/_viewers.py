@@ -1,49 +1,31 @@
 """What trace viewers read of a whole trace from its root span: its name, what kind of call it was, who made it.
 
-Each viewer names and tags a trace from attributes of its own, on the trace's root span:
-
-- Arize Phoenix names a trace after its root span (the span's own name: nothing to add).
-- MLflow 3.17's OTLP ingestion (``SqlAlchemyStore._log_spans_once``) turns each ``mlflow.traceTag.<key>``
-  attribute of the root span into the trace tag ``<key>``, and names the trace only from the tag
-  ``mlflow.traceName``: without it, its "Trace name" column shows ``-``.
-- Langfuse names a trace from ``langfuse.trace.name`` and tags it from ``langfuse.trace.tags``
-  (its OpenTelemetry property mapping).
-
-The middleware's span carries these only when it is the root of its trace: a client's span, or an
-outer instrumentation's, names the trace it started. Every span of the middleware says what kind of
-call it is (:data:`CALL_KIND_ATTRIBUTE`), so a viewer can leave out the housekeeping: a client's
-handshake, discovery and listings, which often carry no session.
+Phoenix names a trace after its root span. MLflow 3.17's OTLP ingestion turns each ``mlflow.traceTag.<key>``
+attribute of the root span into the trace tag ``<key>`` and names the trace only from ``mlflow.traceName``
+(else its "Trace name" column shows ``-``). Langfuse names and tags a trace from ``langfuse.trace.name``
+and ``langfuse.trace.tags``. The middleware's span carries these only when it is the root of its trace; every
+span of it says what kind of call it is (:data:`CALL_KIND_ATTRIBUTE`), so a viewer can leave out the
+housekeeping: a client's handshake, discovery and listings, which often carry no session.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import inspect
-import secrets
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, Final, Literal
 
 from opentelemetry.util.types import AttributeValue
 
-from ._names import _redacted
+from ._names import _redacted, process_digest
 
 __all__ = [
     "CALL_KIND_ATTRIBUTE",
-    "HOUSEKEEPING",
     "HOUSEKEEPING_METHODS",
-    "LANGFUSE_TRACE_NAME",
-    "LANGFUSE_TRACE_TAGS",
-    "MLFLOW_TRACE_NAME",
-    "SESSION",
     "TURN",
-    "USER_PREFIX",
     "TraceUser",
     "TraceUserMode",
     "call_kinds",
     "root_attributes",
-    "trace_names",
 ]
 
 CALL_KIND_ATTRIBUTE: Final = "mcp_sessions.call.kind"
@@ -76,8 +58,6 @@ MLFLOW_TRACE_NAME: Final = "mlflow.traceTag.mlflow.traceName"
 MLFLOW_CALL_KIND: Final = "mlflow.traceTag." + CALL_KIND_ATTRIBUTE
 LANGFUSE_TRACE_NAME: Final = "langfuse.trace.name"
 LANGFUSE_TRACE_TAGS: Final = "langfuse.trace.tags"
-USER_PREFIX: Final = "u-"
-"""How a user digest starts: ``u-`` and 24 base64url characters (144 bits of HMAC-SHA256)."""
 
 TraceUserMode = Literal["digest", "name"]
 
@@ -120,7 +100,7 @@ class TraceUser:
             raise ValueError('trace_user must be "digest", "name" or None')
         self.mode = mode
         self._principal = principal
-        self._digest = _process_digest(secrets.token_bytes(32)) if digest is None else digest
+        self._digest = process_digest("u-") if digest is None else digest
 
     async def user_id(self, scope: MutableMapping[str, Any]) -> str | None:
         """The user of the request ``scope`` is, as ``user.id`` records it; ``None`` when it has no principal."""
@@ -133,11 +113,3 @@ class TraceUser:
         if principal is None:
             return None
         return self._digest(str(principal)) if self.mode == "digest" else _redacted(str(principal))
-
-
-def _process_digest(key: bytes) -> Callable[[str], str]:
-    def digest(principal: str) -> str:
-        mac = hmac.new(key, principal.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()[:18]
-        return USER_PREFIX + base64.urlsafe_b64encode(mac).decode()
-
-    return digest

@@ -6,9 +6,8 @@ session (``await get_session().notify_resource_updated(uri)``) and ends a
 session's streams when it is deleted or expires. See ``docs/deployment.md``.
 """
 
-from ._backend import Backend
+from ._backend import Backend, MemoryBackend
 from ._bus import SessionSubscriptionBus
-from ._memory import MemoryBackend
-from ._redis import RedisBackend
+from ._link import RedisBackend
 
 __all__ = ["Backend", "MemoryBackend", "RedisBackend", "SessionSubscriptionBus"]

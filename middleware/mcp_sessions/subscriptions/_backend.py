@@ -1,11 +1,16 @@
-"""The backend seam: where the bus's messages travel (in process, Redis pub/sub, and later Cluster or Sentinel)."""
+"""The backend seam: where the bus's messages travel (this process, Redis pub/sub, a Redis Cluster's sharded pub/sub).
+
+The in-process :class:`MemoryBackend` is here; the Redis ones are in ``_link`` and ``_cluster``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["Backend", "Receive"]
+import anyio.lowlevel
+
+__all__ = ["Backend", "MemoryBackend", "Receive"]
 
 Receive = Callable[[str, bytes | str], None]
 """What a backend calls for each message arriving on a joined channel: ``receive(channel, message)``."""
@@ -16,8 +21,8 @@ class Backend(Protocol):
 
     The bus joins a channel when the first stream that needs it opens on this replica, and leaves
     it when the last one ends; ``join`` and ``leave`` are synchronous (the SDK subscribes
-    synchronously) and take effect in the background. A new topology (Redis Cluster's sharded
-    pub/sub, Sentinel) is one class with these six methods, and one scheme in ``_urls.py``.
+    synchronously) and take effect in the background. A new topology is one class with these six
+    methods, and one scheme in ``_urls.py``.
     """
 
     def bind(self, receive: Receive) -> None:
@@ -43,3 +48,32 @@ class Backend(Protocol):
     async def aclose(self) -> None:
         """Release the connection; nothing arrives afterwards."""
         ...
+
+
+class MemoryBackend(Backend):
+    """One process, no network: what ``memory://`` builds (the SDK's in-memory bus, with sessions)."""
+
+    def __init__(self) -> None:
+        self._joined: set[str] = set()
+        self._receive: Receive | None = None
+
+    def bind(self, receive: Receive) -> None:
+        self._receive = receive
+
+    def join(self, channel: str) -> None:
+        self._joined.add(channel)
+
+    def leave(self, channel: str) -> None:
+        self._joined.discard(channel)
+
+    async def ready(self, channel: str) -> None:
+        """Joined is subscribed: nothing to wait for."""
+
+    async def publish(self, channel: str, message: bytes) -> None:
+        """Deliver at once, then let the streams drain (as the SDK's ``InMemorySubscriptionBus`` does)."""
+        if channel in self._joined and self._receive is not None:
+            self._receive(channel, message)
+        await anyio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self._joined.clear()

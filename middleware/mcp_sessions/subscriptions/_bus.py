@@ -12,21 +12,30 @@ streams:
 - a session's channel carries what ``session.notify_resource_updated`` publishes,
   and the order to end the session's streams (it was deleted). A replica is
   subscribed to it only while a stream of that session is open there.
+
+A message is a few bytes of JSON naming the event's kind and, for a resource, its URI; never a
+session token (a session's channel names it by its stable id). What cannot be read is dropped, as a
+listen stream drops what it cannot deliver: events are level triggers.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import ServerEvent
+from mcp.shared.subscriptions import (
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
 
 from .._session import current_session
-from ._backend import Backend
-from ._codec import END, decode, encode
-from ._memory import MemoryBackend
+from ._backend import Backend, MemoryBackend
 
 if TYPE_CHECKING:
     from typing import Self
@@ -40,6 +49,16 @@ INTERNAL_ERROR: Final = -32603  # what the SDK answers at its own limit of liste
 DEFAULT_MAX_STREAMS_PER_SESSION: Final = 8
 DEFAULT_MAX_SESSIONS: Final = 10_000
 _MAX_SESSION_ID: Final = 256
+MAX_MESSAGE_BYTES: Final = 16 * 1024
+"""The largest message published or read: a resource URI longer than about 16 KB is refused."""
+END: Final = b'{"end":"session"}'
+"""The order, on a session's channel, to end that session's listen streams (it was deleted)."""
+_KINDS: Final[dict[str, ServerEvent]] = {
+    "tools": ToolsListChanged(),
+    "prompts": PromptsListChanged(),
+    "resources": ResourcesListChanged(),
+}
+_NAMES: Final = {type(event): name for name, event in _KINDS.items()}
 
 
 class _Session:
@@ -107,8 +126,6 @@ class SessionSubscriptionBus:
     def __repr__(self) -> str:
         return f"SessionSubscriptionBus({type(self._backend).__name__}, sessions={len(self._sessions)})"
 
-    # -- publishing ---------------------------------------------------------------------
-
     async def publish(self, event: ServerEvent) -> None:
         """Deliver ``event`` to every listen stream on every replica (the SDK's ``ctx.notify_*``)."""
         await self._send(self._everywhere, encode(event))
@@ -127,8 +144,6 @@ class SessionSubscriptionBus:
             await self._backend.publish(channel, message)
         except Exception as exc:
             logger.warning("a listen event could not be published (%s): dropped", type(exc).__name__)
-
-    # -- streams ------------------------------------------------------------------------
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Register ``listener``: the current request's session's stream if it has one, else a global one."""
@@ -213,8 +228,6 @@ class SessionSubscriptionBus:
             raise ValueError("a session id is a non-empty string of at most 256 characters, without braces")
         return self._session_prefix + session_id + "}"
 
-    # -- delivering ---------------------------------------------------------------------
-
     def _receive(self, channel: str, message: bytes | str) -> None:
         """One message from the backend, delivered to this replica's streams it is for."""
         item = decode(message)
@@ -232,7 +245,10 @@ class SessionSubscriptionBus:
             return
         if isinstance(item, bytes):  # END: the session was deleted
             for on_end in list(entry.watchers.values()):
-                _isolated(on_end)
+                try:
+                    on_end()
+                except Exception:
+                    logger.exception("ending a listen stream raised; continuing")
         else:
             _deliver(entry.listeners.values(), item)
 
@@ -245,8 +261,35 @@ def _deliver(listeners: Iterable[Listener], event: ServerEvent) -> None:
             logger.exception("a subscription listener raised; continuing")
 
 
-def _isolated(on_end: Callable[[], None]) -> None:
+def encode(event: ServerEvent) -> bytes:
+    """``event`` as a message; ``ValueError`` for a resource URI too long to send."""
+    if isinstance(event, ResourceUpdated):
+        if not isinstance(event.uri, str):
+            raise TypeError("a ResourceUpdated event's uri is a string")
+        data = json.dumps({"resource": event.uri}, separators=(",", ":")).encode()
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise ValueError(f"the resource URI is too long to publish (the message is at most {MAX_MESSAGE_BYTES} B)")
+        return data
+    name = _NAMES.get(type(event))
+    if name is None:
+        raise TypeError(f"not a ServerEvent: {type(event).__name__}")
+    return b'{"event":"' + name.encode() + b'"}'
+
+
+def decode(data: bytes | str) -> ServerEvent | bytes | None:
+    """The event a message carries, :data:`END`, or ``None`` for a message this version cannot read."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        return None
+    raw = data.encode() if isinstance(data, str) else data
+    if raw == END:
+        return END
     try:
-        on_end()
-    except Exception:
-        logger.exception("ending a listen stream raised; continuing")
+        message = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or len(message) != 1:
+        return None
+    if isinstance(uri := message.get("resource"), str):
+        return ResourceUpdated(uri=uri)
+    name = message.get("event")
+    return _KINDS.get(name) if isinstance(name, str) else None

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import ConnectionError, MovedError, SlotNotCoveredError, TimeoutError
 
 from ._backend import Backend
-from ._link import HEALTH_CHECK_INTERVAL, Link, LinkedBackend, stopped
+from ._link import Link, LinkedBackend, stopped
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -42,23 +42,8 @@ logger = logging.getLogger("mcp_sessions")
 class ClusterBackend(LinkedBackend, Backend):
     """Sharded channels of a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``): see the module."""
 
-    __slots__ = ("_client", "_closed", "_links", "_mapped", "_owner", "_remap", "_task")
-
-    def __init__(
-        self,
-        client: RedisCluster,
-        *,
-        ready_timeout: float = 5.0,
-        min_backoff: float = 0.05,
-        max_backoff: float = 5.0,
-        health_check_interval: float = HEALTH_CHECK_INTERVAL,
-    ) -> None:
-        super().__init__(
-            ready_timeout=ready_timeout,
-            min_backoff=min_backoff,
-            max_backoff=max_backoff,
-            health_check_interval=health_check_interval,
-        )
+    def __init__(self, client: RedisCluster, **options: float) -> None:
+        super().__init__(**options)
         self._client = client
         self._links: dict[str, Link] = {}  # by node name (host:port)
         self._owner: dict[str, str] = {}  # channel -> the name of the node whose link subscribes it

@@ -1,4 +1,4 @@
-"""One pub/sub connection to one Redis server, kept subscribed: what the Redis and Redis Cluster backends share.
+"""Pub/sub connections to Redis, kept subscribed: :class:`Link`, and the backend of one Redis over one link.
 
 A :class:`Link` opens its connection in a background task when its first channel is
 joined, subscribes the joined channels (``SUBSCRIBE``, or ``SSUBSCRIBE`` for a Cluster's
@@ -17,6 +17,10 @@ connection is dropped and opened again after a backoff from ``min_backoff`` doub
 ``max_backoff`` seconds, every joined channel subscribed again; streams stay open. The loss
 is logged once (a warning), and the return once (an info line). Messages published meanwhile
 are lost: pub/sub keeps nothing, and a listen stream has no replay (clients refetch).
+
+A master behind Sentinels (``redis+sentinel://``) needs nothing more: the Sentinel client's pool
+asks the Sentinels for the master each time a connection opens, so after a failover the
+connection that replaces the one the old master dropped is the new master's.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
+from ._backend import Backend
+
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
     from redis.asyncio.client import PubSub
 
     from ._backend import Receive
 
-__all__ = ["HEALTH_CHECK_INTERVAL", "Link", "LinkedBackend", "SilentConnection", "SlotMoved", "stopped"]
+__all__ = ["HEALTH_CHECK_INTERVAL", "Link", "LinkedBackend", "RedisBackend", "stopped"]
 
 logger = logging.getLogger("mcp_sessions")
 
@@ -61,18 +67,13 @@ class SilentConnection(Exception):
 class LinkedBackend:
     """What a backend over :class:`Link` objects shares: the bus's ``receive``, backoff, health check, ``ready``."""
 
-    __slots__ = (
-        "_health_check_interval",
-        "_joined",
-        "_max_backoff",
-        "_min_backoff",
-        "_progress",
-        "_ready_timeout",
-        "_receive",
-    )
-
     def __init__(
-        self, *, ready_timeout: float, min_backoff: float, max_backoff: float, health_check_interval: float
+        self,
+        *,
+        ready_timeout: float = 5.0,
+        min_backoff: float = 0.05,
+        max_backoff: float = 5.0,
+        health_check_interval: float = HEALTH_CHECK_INTERVAL,
     ) -> None:
         if not 0 < min_backoff <= max_backoff <= 60:
             raise ValueError("the bus's backoff is 0 < min_backoff <= max_backoff <= 60 seconds")
@@ -107,23 +108,47 @@ class LinkedBackend:
         self._progress = asyncio.Event()
 
 
+class RedisBackend(LinkedBackend, Backend):
+    """Channels of one Redis (``redis://``, ``rediss://``, ``unix://``, ``redis+sentinel://``), over one pub/sub
+    connection per replica whatever the number of listen streams: see the module."""
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        ready_timeout: float = 5.0,
+        min_backoff: float = 0.05,
+        max_backoff: float = 5.0,
+        health_check_interval: float = HEALTH_CHECK_INTERVAL,
+    ) -> None:
+        super().__init__(
+            ready_timeout=ready_timeout,
+            min_backoff=min_backoff,
+            max_backoff=max_backoff,
+            health_check_interval=health_check_interval,
+        )
+        self._client = client
+        self._link = Link(self, client, sharded=False, what="Redis", on_failure=lambda: None)
+        self._joined = self._link.joined
+
+    def join(self, channel: str) -> None:
+        self._link.join(channel)
+
+    def leave(self, channel: str) -> None:
+        self._link.leave(channel)
+
+    async def publish(self, channel: str, message: bytes) -> None:
+        await self._client.publish(channel, message)
+
+    async def aclose(self) -> None:
+        await self._link.aclose()  # and the client
+
+    def _confirmed(self, channel: str) -> bool:
+        return channel in self._link.confirmed
+
+
 class Link:
     """One pub/sub connection to ``client``'s server, subscribed to :attr:`joined`: see the module's docstring."""
-
-    __slots__ = (
-        "_backend",
-        "_changed",
-        "_client",
-        "_closed",
-        "_leaving",
-        "_lost",
-        "_on_failure",
-        "_sharded",
-        "_task",
-        "_what",
-        "confirmed",
-        "joined",
-    )
 
     def __init__(
         self,

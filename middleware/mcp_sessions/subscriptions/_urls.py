@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
-from ._memory import MemoryBackend
+from ._backend import MemoryBackend
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -15,6 +14,7 @@ __all__ = ["backend_from_url"]
 
 _REDIS_DEFAULTS: Final = {"timeout": 2.0, "connect_timeout": 2.0, "max_connections": 8}
 _HEALTH_CHECK: Final = "health_check_interval"  # the bus's own option: the rest are the client's
+_REDIS: Final = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster")
 _REDIS_SCHEMES: Final = (
     "redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster://"
 )
@@ -24,22 +24,32 @@ _NOT_ACROSS_PROCESSES: Final = (
 )
 
 
-def memory_backend(url: str, **options: object) -> Backend:
-    parts = urlsplit(url)
-    if parts.netloc or parts.path not in ("", "/") or parts.query or parts.fragment or options:
-        raise ValueError("the memory:// bus takes no host, path, query or option: memory://")
-    return MemoryBackend()
+def backend_from_url(url: str, **options: object) -> Backend:
+    """The backend ``url`` names; ``ValueError`` for a URL of no known scheme (the URL is never repeated)."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(f"a bus URL looks like scheme://…: memory://, {_REDIS_SCHEMES}")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "memory":
+        parts = urlsplit(url)
+        if parts.netloc or parts.path not in ("", "/") or parts.query or parts.fragment or options:
+            raise ValueError("the memory:// bus takes no host, path, query or option: memory://")
+        return MemoryBackend()
+    if scheme == "sqlite":
+        raise ValueError(_NOT_ACROSS_PROCESSES)
+    if scheme not in _REDIS:
+        shown = scheme if scheme.isascii() and scheme.replace("+", "").isalnum() and len(scheme) <= 20 else "?"
+        raise ValueError(f"unknown bus URL scheme {shown!r}: use memory://, {_REDIS_SCHEMES}")
+    return _redis_backend(url, **options)
 
 
-def redis_backend(url: str, **options: object) -> Backend:
+def _redis_backend(url: str, **options: object) -> Backend:
     """Redis, through the store's own client from the URL (checked part by part, the password never shown):
     one server or a master behind Sentinels (:class:`RedisBackend`), or a Cluster (:class:`ClusterBackend`)."""
     from redis.asyncio.cluster import RedisCluster
 
     from ..stores import redis_client
     from ._cluster import ClusterBackend
-    from ._link import HEALTH_CHECK_INTERVAL
-    from ._redis import RedisBackend
+    from ._link import HEALTH_CHECK_INTERVAL, RedisBackend
 
     unknown = sorted(set(options) - {*_REDIS_DEFAULTS, _HEALTH_CHECK})
     if unknown:
@@ -49,35 +59,5 @@ def redis_backend(url: str, **options: object) -> Backend:
     settings = {**_REDIS_DEFAULTS, **options}
     client = redis_client(url, **settings)  # type: ignore[arg-type]
     ready_timeout = float(settings["timeout"]) * 2  # type: ignore[arg-type]
-    if isinstance(client, RedisCluster):
-        return ClusterBackend(client, ready_timeout=ready_timeout, health_check_interval=interval)  # type: ignore[arg-type]
-    return RedisBackend(client, ready_timeout=ready_timeout, health_check_interval=interval)  # type: ignore[arg-type]
-
-
-def _refused(url: str, **options: object) -> Backend:
-    raise ValueError(_NOT_ACROSS_PROCESSES)
-
-
-BACKENDS: Final[dict[str, Callable[..., Backend]]] = {
-    "memory": memory_backend,
-    "redis": redis_backend,
-    "rediss": redis_backend,
-    "unix": redis_backend,
-    "redis+sentinel": redis_backend,
-    "rediss+sentinel": redis_backend,
-    "redis+cluster": redis_backend,
-    "rediss+cluster": redis_backend,
-    "sqlite": _refused,
-}
-
-
-def backend_from_url(url: str, **options: object) -> Backend:
-    """The backend ``url`` names; ``ValueError`` for a URL of no known scheme (the URL is never repeated)."""
-    if not isinstance(url, str) or "://" not in url:
-        raise ValueError(f"a bus URL looks like scheme://…: memory://, {_REDIS_SCHEMES}")
-    scheme = url.split("://", 1)[0].lower()
-    factory = BACKENDS.get(scheme)
-    if factory is None:
-        shown = scheme if scheme.isascii() and scheme.replace("+", "").isalnum() and len(scheme) <= 20 else "?"
-        raise ValueError(f"unknown bus URL scheme {shown!r}: use memory://, {_REDIS_SCHEMES}")
-    return factory(url, **options)
+    backend = ClusterBackend if isinstance(client, RedisCluster) else RedisBackend
+    return backend(client, ready_timeout=ready_timeout, health_check_interval=interval)  # type: ignore[arg-type]

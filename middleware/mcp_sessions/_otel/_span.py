@@ -1,4 +1,4 @@
-"""Operation: one JSON-RPC message being handled, its span, its outcome and its metrics."""
+"""Operation: one JSON-RPC call being handled, its SERVER span, its outcome and its metrics."""
 
 from __future__ import annotations
 
@@ -9,29 +9,25 @@ from typing import TYPE_CHECKING, Final
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from .._wire.protocol import KNOWN_VERSIONS
-from ._content import record_arguments, record_input_text, record_output_text, record_result
+from ._content import record_arguments, record_result, record_text
 from ._names import OTHER, _redacted
-from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS, traceparent_of
+from ._propagation import SESSION_BAGGAGE_KEY, TRACE_KEYS
 from ._viewers import trace_names
 
 if TYPE_CHECKING:
     from ._telemetry import Telemetry
 
-__all__ = ["CONVERSATION_TURN_ATTRIBUTE", "SERVER_KIND", "SESSION_SOURCE_ATTRIBUTE", "Operation"]
+__all__ = ["SESSION_SOURCE_ATTRIBUTE", "Operation"]
 
 SESSION_SOURCE_ATTRIBUTE: Final = "mcp_sessions.session.source"
-CONVERSATION_TURN_ATTRIBUTE: Final = "mcp_sessions.conversation.turn_id"
-"""The turn of its conversation a call belongs to, when the host names one (Codex's ``turn_id``)."""
-# Read once: on CPython 3.11 an Enum member read through its class is a descriptor call, on every span.
-SERVER_KIND: Final = SpanKind.SERVER
 
 
 class Operation:
-    """One JSON-RPC message being handled: its span, its outcome, its metrics."""
+    """One JSON-RPC call being handled: its SERVER span, its outcome, its metrics."""
 
     __slots__ = (
         "_captured",
@@ -58,21 +54,20 @@ class Operation:
     def __init__(
         self,
         telemetry: Telemetry,
-        span: trace.Span,
         method: str,
         target: str | None,
         protocol_version: str | None,
         session_id: str | None,
     ) -> None:
         self.telemetry = telemetry
-        self.span = span
+        self.span: trace.Span = trace.INVALID_SPAN  # Telemetry.start starts the real one
         self.method = method
         self.target = target
         self.protocol_version = protocol_version
         self.session_id = session_id
         # The bounded values, for names and metrics; the raw ones stay on the span only.
         self.method_name = method if method in telemetry.methods else OTHER
-        self.version_name = None if protocol_version is None else protocol_version
+        self.version_name = protocol_version
         if protocol_version is not None and protocol_version not in KNOWN_VERSIONS:
             self.version_name = OTHER
         self._named_target = self.target_name()
@@ -110,29 +105,21 @@ class Operation:
         target = self._named_target
         return self.method_name if target is None or target == OTHER else f"{self.method_name} {target}"
 
-    def _metric_attributes(self, target: str | None) -> dict[str, AttributeValue]:
-        """The duration metric's attributes, with ``target`` as :meth:`target_name` bounds it."""
-        attributes: dict[str, AttributeValue] = {
-            "mcp.method.name": self.method_name,
-            "network.transport": "tcp",
-            "network.protocol.name": "http",
-        }
-        if self.version_name is not None:
-            attributes["mcp.protocol.version"] = self.version_name
-        if target is not None:
-            if self.method == "tools/call":
-                attributes["gen_ai.tool.name"] = target
-            else:
-                attributes["gen_ai.prompt.name"] = target
-        if self.method == "tools/call":
-            attributes["gen_ai.operation.name"] = "execute_tool"
-        return attributes
-
     def session_attributes(self) -> dict[str, AttributeValue]:
         """Attributes of the session metrics (never the session id: unbounded cardinality)."""
         attributes: dict[str, AttributeValue] = {"network.transport": "tcp", "network.protocol.name": "http"}
         if self.version_name is not None:
             attributes["mcp.protocol.version"] = self.version_name
+        return attributes
+
+    def _metric_attributes(self, target: str | None) -> dict[str, AttributeValue]:
+        """The duration metric's attributes, with ``target`` as :meth:`target_name` bounds it."""
+        attributes = self.session_attributes()
+        attributes["mcp.method.name"] = self.method_name
+        if target is not None:
+            attributes[_target_attribute(self.method)] = target
+        if self.method == "tools/call":
+            attributes["gen_ai.operation.name"] = "execute_tool"
         return attributes
 
     def capture(self, arguments: object, known: tuple[str, ...]) -> None:
@@ -152,7 +139,7 @@ class Operation:
         self._captured = ()
         self._local_outcome = outcome
         if label is not None and self.span.is_recording():
-            record_input_text(self.span, label)
+            record_text(self.span, "input", label)
 
     def set_user(self, user_id: str) -> None:
         """The ``user.id`` of the call: who the server authenticated (``trace_user``), as a digest or a name."""
@@ -164,9 +151,8 @@ class Operation:
         if self._captured is not None and self.span.is_recording():
             record_result(self.span, result, self._captured)
         if result.get("isError") is True:
-            self.tool_error()
-            return
-        if self.method == "tools/list":
+            self.error_type = self.error_type or "tool_error"
+        elif self.method == "tools/list":
             self.telemetry.tools.learn_listed(result.get("tools"))
         elif self.method == "prompts/list":
             self.telemetry.prompts.learn_listed(result.get("prompts"))
@@ -184,8 +170,8 @@ class Operation:
 
     def traceparent(self) -> str | None:
         """This span's context as a traceparent, for the token's creation claim."""
-        span_context = self.span.get_span_context()
-        return traceparent_of(span_context) if span_context.is_valid else None
+        ids = self.span.get_span_context()
+        return f"00-{ids.trace_id:032x}-{ids.span_id:016x}-{ids.trace_flags:02x}" if ids.is_valid else None
 
     def context(self) -> Context:
         """The context the application runs in: this span, and the session in baggage."""
@@ -215,13 +201,8 @@ class Operation:
             self.error_type = self.status_code = str(code)
             self.error_message = _redacted(message)
 
-    def tool_error(self) -> None:
-        if self.error_type is None:
-            self.error_type = "tool_error"
-
     def http_error(self, status: int) -> None:
-        if self.error_type is None:
-            self.error_type = str(status)
+        self.error_type = self.error_type or str(status)
 
     def refused(self, status: int, code: int | None, message: str | None) -> None:
         """The wrapped server's own checks refused the message (a JSON-RPC error, or an HTTP status)."""
@@ -231,8 +212,7 @@ class Operation:
             self.http_error(status)
 
     def exception(self, exc: BaseException) -> None:
-        if self.error_type is None:
-            self.error_type = type(exc).__qualname__
+        self.error_type = self.error_type or type(exc).__qualname__
         if self.span.is_recording():
             # The message may quote the request (a URI, an argument): redacted; the frames only, without messages.
             stacktrace = "".join(traceback.format_tb(exc.__traceback__))
@@ -241,6 +221,7 @@ class Operation:
             )
 
     def end(self) -> None:
+        """End the span with the outcome, and record the duration (once: a second call does nothing)."""
         if self._ended:
             return
         self._ended = True
@@ -259,9 +240,7 @@ class Operation:
                     span.update_name(name := f"{self.method_name} {target}")
                     if self.root:
                         span.set_attributes(trace_names(name))
-                    span.set_attribute(
-                        "gen_ai.tool.name" if self.method == "tools/call" else "gen_ai.prompt.name", target
-                    )
+                    span.set_attribute(_target_attribute(self.method), target)
         if self.error_type is not None:
             errors = {"error.type": self.error_type}
             if self.status_code is not None:
@@ -271,6 +250,10 @@ class Operation:
                 span.set_attributes(errors)
                 span.set_status(StatusCode.ERROR, self.error_message)
         elif self._local_outcome is not None and self.session_id is not None and span.is_recording():
-            record_output_text(span, f"session {self.session_id} {self._local_outcome}")
+            record_text(span, "output", f"session {self.session_id} {self._local_outcome}")
         span.end()
         self.telemetry.operation_duration.record(duration, attributes)
+
+
+def _target_attribute(method: str) -> str:
+    return "gen_ai.tool.name" if method == "tools/call" else "gen_ai.prompt.name"
