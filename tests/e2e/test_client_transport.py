@@ -50,7 +50,7 @@ from _mcp import (
 from conftest import SECRET, serve
 from mcp_sessions import MemoryStore, SessionStoreUnavailable
 from mcp_sessions.client import HttpxSessionTransport, RetryPolicy, SessionError, SessionHandle, SessionTransport
-from mcp_sessions.client._answers import retry_after as _retry_after
+from mcp_sessions.client._incoming import retry_after as _retry_after
 from mcp_sessions.profiles import SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED
 
 pytestmark = pytest.mark.anyio

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 
 from mcp_sessions._wire import jsonrpc
@@ -15,7 +16,8 @@ HEADERS = [("content-type", "application/json"), ("content-length", "999"), ("mc
 
 
 def post(body: bytes, version: str | None = "2026-07-28") -> OutgoingPost:
-    parsed = OutgoingPost.parse("http://mcp.test/mcp", list(HEADERS), {}, body, version)
+    headers = HEADERS if version is None else [*HEADERS, ("mcp-protocol-version", version)]
+    parsed = OutgoingPost.parse(httpx.Request("POST", "http://mcp.test/mcp", headers=headers), body)
     assert parsed is not None
     return parsed
 
@@ -40,12 +42,12 @@ def test_the_era_comes_from_the_request_header(version: str | None, era: Era) ->
     ids=["empty", "not-json", "no-jsonrpc", "a-response", "empty-batch", "no-messages"],
 )
 def test_bodies_that_are_not_json_rpc_requests_are_not_parsed(body: bytes) -> None:
-    assert OutgoingPost.parse("http://mcp.test/mcp", [], {}, body, None) is None
+    assert OutgoingPost.parse(httpx.Request("POST", "http://mcp.test/mcp"), body) is None
 
 
 def test_a_lone_surrogate_is_stamped_as_its_escape() -> None:
     body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\ud800"}}'
-    attempt = stamp(post(body), "tok", {"sessionId": "tok"})
+    attempt = stamp(post(body), "tok")
 
     assert b"\\ud800" in attempt.body
     sent = json.loads(attempt.body)
@@ -56,7 +58,7 @@ def test_a_lone_surrogate_is_stamped_as_its_escape() -> None:
 
 def test_nothing_to_stamp_sends_the_callers_bytes() -> None:
     body = b'{ "jsonrpc" : "2.0", "id": 1, "method": "initialize", "params": {} }'
-    attempt = stamp(post(body), "tok", {"sessionId": "tok"})
+    attempt = stamp(post(body), "tok")
 
     assert attempt.body == body
     assert attempt.token is None and attempt.stamped_ids == []
@@ -71,7 +73,7 @@ def test_the_attempt_records_which_session_each_request_named(version: str, head
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"_meta": {KEY: {"sessionId": "own"}}}},
         {"jsonrpc": "2.0", "method": "notifications/progress"},
     ]
-    attempt = stamp(post(json.dumps(batch).encode(), version), "tok", {"sessionId": "tok"})
+    attempt = stamp(post(json.dumps(batch).encode(), version), "tok")
 
     assert attempt.stamped_ids == [1]
     assert attempt.named(1, "tok") and attempt.named(2, "own")

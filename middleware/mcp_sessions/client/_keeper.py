@@ -16,7 +16,7 @@ from typing import cast
 from .._wire import jsonrpc
 from ..profiles import DRAFT, ClientSide, Echo, WireProfile, not_found_codes, required_codes
 from ._outgoing import Attempt, OutgoingPost
-from ._session import SessionHandle
+from ._session import SessionHandle, parse_time
 
 __all__ = ["ChangeHook", "SessionKeeper"]
 
@@ -55,42 +55,55 @@ class SessionKeeper:
         message = cast("dict[str, object]", message)  # is_response checked that it is an object
         request_id = message["id"]
         token = self.session.token
+        named_held = attempt.named(request_id, token)
         result = message.get("result")
-        if isinstance(result, dict):
-            self._take_echo(message, named_held=attempt.named(request_id, token))
-            method = post.method_of(request_id)
-            if method in ("server/discover", "initialize"):
-                self._observe_capability(result)
-            elif method == self.wire.delete_method and token is not None and attempt.named(request_id, token):
-                self.drop(token, "it was deleted")
-        elif jsonrpc.error_code(message) in self.gone_codes and token is not None and attempt.named(request_id, token):
-            self.drop(token, f"the server answered {jsonrpc.error_code(message)} (session gone)")
+        if not isinstance(result, dict):
+            code = jsonrpc.error_code(message)
+            if code in self.gone_codes and named_held:
+                self.drop(token, f"the server answered {code} (session gone)")
+            return
+        self._take_echo(result, named_held=named_held)
+        method = post.method_of(request_id)
+        if method in ("server/discover", "initialize"):
+            self._observe_capability(result)
+        elif method == self.wire.delete_method and named_held:
+            self.drop(token, "it was deleted")
 
-    def _take_echo(self, message: dict[str, object], *, named_held: bool) -> None:
-        if self.profile.unknown_is_no_session and named_held and _revoked(message, self._echo.meta_key):
-            assert self.session.token is not None
+    def _take_echo(self, result: dict[str, object], *, named_held: bool) -> None:
+        meta = result.get("_meta")
+        if not isinstance(meta, dict) or self._echo.meta_key not in meta:
+            return
+        echo = meta[self._echo.meta_key]
+        if echo is None and named_held and self.profile.unknown_is_no_session:
             self.drop(self.session.token, "the server revoked it (a null session in the result)")
+        elif not isinstance(echo, dict):
             return
-        echo = jsonrpc.echoed_session(message, self._echo.meta_key)
-        if echo is None:
-            return
-        if self.session.token is None or echo.get(self._echo.id_member) != self.session.token:
+        elif self.session.token is None or echo.get(self._echo.id_member) != self.session.token:
             logger.debug("ignored a session echo: it names a session this client does not hold")
         elif not named_held:
             logger.debug("ignored a session echo: it answers a request that did not carry the held session")
         else:
-            self._changed |= self.session._take_echo(self.as_handle_echo(echo))
+            self._update(echo)
 
-    def as_handle_echo(self, echo: Mapping[str, object]) -> dict[str, object]:
-        """An echo in the wire's member names, as the handle reads it (``state``, ``expiresAt``)."""
-        if self._echo.id_member == "sessionId" and self._echo.expiry_member == "expiresAt":
-            return dict(echo)  # the draft's names are the handle's
-        named: dict[str, object] = {}
-        if self._echo.state_member is not None and self._echo.state_member in echo:
-            named["state"] = echo[self._echo.state_member]
-        if self._echo.expiry_member in echo:
-            named["expiresAt"] = echo[self._echo.expiry_member]
-        return named
+    def _update(self, echo: Mapping[str, object]) -> None:
+        """Take the state and expiry of an echo of the held session (in the wire's member names).
+
+        An absent state leaves the held state alone; an explicit ``null`` clears it.
+        """
+        session, state_member = self.session, self._echo.state_member
+        if state_member is not None and state_member in echo:
+            state = echo[state_member]
+            if (state is None or isinstance(state, str)) and state != session.state:
+                session.state = state
+                self._changed = True
+        expires = echo.get(self._echo.expiry_member)
+        try:
+            parsed = parse_time(expires) if isinstance(expires, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed != session.expires_at:
+            session.expires_at = parsed
+            self._changed = True
 
     def _observe_capability(self, result: dict[str, object]) -> None:
         capabilities = result.get("capabilities")
@@ -107,14 +120,13 @@ class SessionKeeper:
         """Hold the session ``sessions/create`` just returned, forgetting any other."""
         self.session.clear()
         self.session.token = token
-        echo = self.as_handle_echo(created)
-        self.session._take_echo(echo)
+        self._update(created)
         self._changed = True
-        logger.info("created session %s (expires %s)", self.session.id, echo.get("expiresAt"))
+        logger.info("created session %s (expires %s)", self.session.id, created.get(self._echo.expiry_member))
 
-    def drop(self, token: str, reason: str) -> None:
+    def drop(self, token: str | None, reason: str) -> None:
         """Forget the held session, if it is still ``token`` (another request may have replaced it)."""
-        if self.session.token != token:
+        if token is None or self.session.token != token:
             return
         logger.info("dropping session %s: %s", self.session.id, reason)
         self.session.clear()
@@ -122,7 +134,7 @@ class SessionKeeper:
 
     def drop_if_expired(self) -> None:
         """Forget a held session that has expired by this client's clock: it is never sent."""
-        if self.session.token is not None and self.session.expired():
+        if self.session.expired():
             self.drop(self.session.token, "it expired by this client's clock")
 
     def mark_unsupported(self) -> None:
@@ -144,10 +156,3 @@ class SessionKeeper:
                 await outcome
         except Exception:
             logger.exception("the on_change hook failed")
-
-
-def _revoked(message: dict[str, object], meta_key: str) -> bool:
-    """Whether a successful result says the session is gone: ``null`` in its place."""
-    result = message.get("result")
-    meta = result.get("_meta") if isinstance(result, dict) else None
-    return isinstance(meta, dict) and meta_key in meta and meta[meta_key] is None

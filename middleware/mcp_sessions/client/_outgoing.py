@@ -1,22 +1,25 @@
-"""The caller's JSON-RPC POST, and one attempt at sending it with the held session stamped in.
+"""What the client sends: the caller's JSON-RPC POST with the held session stamped in, and its own requests.
 
 Pure: no I/O and no HTTP library. :class:`OutgoingPost` is the request as the
 caller sent it (kept whole, because a retry sends it again); :func:`stamp`
 builds the body and headers of one attempt and records which session each
 request named, so that an answer can be matched to the session it concerns.
+:class:`Endpoint` is where and how the client sends its own ``sessions/create``
+and ``sessions/delete``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final, cast
+from typing import Final, Protocol, cast
 
 from .._wire import jsonrpc
 from .._wire.protocol import Era
 from ..profiles import DRAFT, SessionCarrier, WireProfile
-from ._answers import decodable_encodings
+from ._incoming import HeadersLike, decodable_encodings
 
-__all__ = ["SETUP_METHODS", "Attempt", "Era", "Headers", "OutgoingPost", "has_session_key", "own_session_id", "stamp"]
+__all__ = ["SETUP_METHODS", "Attempt", "Endpoint", "Era", "Headers", "OutgoingPost", "RequestLike", "stamp"]
 
 Headers = list[tuple[str, str]]
 
@@ -25,6 +28,26 @@ Headers = list[tuple[str, str]]
 SETUP_METHODS: Final = frozenset({"initialize", "notifications/initialized", "server/discover"})
 # Stamped when a session is held, but never the reason to create one (with the wire's own methods).
 _NO_CREATE_METHODS: Final = SETUP_METHODS | {"ping"}
+# Headers that frame one body, and those that describe one message: a request the client builds sets its own.
+_FRAMING: Final = frozenset({"content-length", "transfer-encoding"})
+_PER_MESSAGE: Final = _FRAMING | {"mcp-method", "mcp-name"}
+_SESSION_HEADER: Final = frozenset({"mcp-session-id"})
+_ENVELOPE_PREFIX: Final = "io.modelcontextprotocol/"
+_OWN_REQUEST_TIMEOUT: Final = 30.0
+
+
+class RequestLike(Protocol):
+    """What the client reads of a request (``httpx.Request`` and ``httpx2.Request`` alike)."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def url(self) -> object: ...  # the library's URL: passed back to it, never read here
+    @property
+    def headers(self) -> HeadersLike: ...
+    @property
+    def extensions(self) -> Mapping[str, object]: ...
+    async def aread(self) -> bytes: ...
 
 
 @dataclass(slots=True)
@@ -41,15 +64,7 @@ class OutgoingPost:
     profile: WireProfile = DRAFT
 
     @classmethod
-    def parse(
-        cls,
-        url: object,
-        headers: Headers,
-        extensions: dict[str, object],
-        body: bytes,
-        protocol_version: str | None,
-        profile: WireProfile = DRAFT,
-    ) -> OutgoingPost | None:
+    def parse(cls, request: RequestLike, body: bytes, profile: WireProfile = DRAFT) -> OutgoingPost | None:
         """The POST, or ``None`` when its body is not JSON-RPC (an OAuth registration, a response to the server).
 
         The era comes from this request's own ``Mcp-Protocol-Version``, as the SDK server decides it.
@@ -58,7 +73,16 @@ class OutgoingPost:
         messages = jsonrpc.requests_and_notifications(parsed)
         if messages is None:
             return None
-        return cls(url, headers, extensions, body, parsed, messages, Era.of(protocol_version), profile)
+        headers, extensions = request.headers.multi_items(), dict(request.extensions)
+        era = Era.of(request.headers.get("mcp-protocol-version"))
+        return cls(request.url, headers, extensions, body, parsed, messages, era, profile)
+
+    @property
+    def carrier(self) -> SessionCarrier:
+        """Where the wire carries the session: the client speaks only the wires that carry it in ``_meta``."""
+        carrier = self.profile.carrier
+        assert isinstance(carrier, SessionCarrier)  # the transport accepts only such wires
+        return carrier
 
     @property
     def request_ids(self) -> list[object]:
@@ -83,19 +107,15 @@ class OutgoingPost:
             "id" in m
             and m["method"] not in _NO_CREATE_METHODS
             and m["method"] not in own
-            and not has_session_key(m, self.profile)
+            and not _has_session_key(m, self.carrier)
             for m in self.messages
         )
 
     @property
-    def has_session_method(self) -> bool:
-        """Whether the caller sent one of the wire's session methods (``sessions/create``, ...) itself."""
-        return any(m["method"] in self.profile.methods for m in self.messages)
-
-    @property
-    def names_own_session(self) -> bool:
-        """Whether the caller put session metadata (even ``null``) on any message itself."""
-        return any(has_session_key(m, self.profile) for m in self.messages)
+    def handles_own_session(self) -> bool:
+        """Whether the caller handles sessions itself: a session method of the wire, or session metadata (even
+        ``null``) on a message."""
+        return any(m["method"] in self.profile.methods or _has_session_key(m, self.carrier) for m in self.messages)
 
     @property
     def batch(self) -> bool:
@@ -118,55 +138,56 @@ class Attempt:
         return token is not None and (request_id, token) in self.sessions_named
 
 
-def stamp(post: OutgoingPost, token: str | None, session_meta: dict[str, str] | None) -> Attempt:
-    """The attempt that sends ``post`` with the held session (``token``, ``session_meta``) where it belongs."""
-    attempt = Attempt(b"", [])
+def stamp(post: OutgoingPost, token: str | None, state: str | None = None) -> Attempt:
+    """The attempt that sends ``post`` with the held session (``token``, ``state``) where it belongs."""
+    attempt = Attempt(post.body, [])
     header_token: str | None = None
+    carrier = post.carrier
     elements = post.parsed if isinstance(post.parsed, list) else [post.parsed]  # post.batch, spelled out for mypy
     sent: list[object] = []
     for item in elements:
         if not jsonrpc.is_request_or_notification(item):
             sent.append(item)
             continue
-        element = cast("dict[str, object]", item)  # is_request_or_notification checked that it is an object
-        own = own_session_id(element, post.profile)
+        message = cast("dict[str, object]", item)  # is_request_or_notification checked that it is an object
+        own = _own_session_id(message, carrier)
         if own is not None:
             header_token = header_token or own
-            if "id" in element:
-                attempt.sessions_named.append((element["id"], own))
-        if token is None or session_meta is None or not _stampable(element, post.profile):
-            sent.append(element)
+            if "id" in message:
+                attempt.sessions_named.append((message["id"], own))
+        if token is None or not _stampable(message, post):
+            sent.append(message)
             continue
-        sent.append(_with_session(element, session_meta, post.profile))
+        sent.append(_with_session(message, carrier, token, state))
         attempt.token = token
         header_token = header_token or token
-        if "id" in element:
-            attempt.stamped_ids.append(element["id"])
-            attempt.sessions_named.append((element["id"], token))
-    if attempt.token is None:
-        attempt.body = post.body  # nothing stamped: the caller's bytes, exactly
-    else:
+        if "id" in message:
+            attempt.stamped_ids.append(message["id"])
+            attempt.sessions_named.append((message["id"], token))
+    if attempt.token is not None:  # else nothing was stamped: the caller's bytes, exactly
         attempt.body = jsonrpc.dumps(sent if post.batch else sent[0])
-    attempt.headers = _headers(post, header_token, len(attempt.body))
+    # 2026-07-28: the header mirrors the session; 2025-era: it is the server's own, left untouched.
+    replaced = _SESSION_HEADER if post.era is Era.PER_REQUEST and header_token is not None else frozenset()
+    attempt.headers = _framed(_forwarded(post.headers, _FRAMING | replaced), post.era, header_token, len(attempt.body))
     return attempt
 
 
-def _stampable(message: dict[str, object], profile: WireProfile) -> bool:
+def _stampable(message: dict[str, object], post: OutgoingPost) -> bool:
     params = message.get("params")
     return (
         message["method"] not in SETUP_METHODS
-        and message["method"] != profile.create_method
-        and not has_session_key(message, profile)
+        and message["method"] != post.profile.create_method
+        and not _has_session_key(message, post.carrier)
         and (params is None or isinstance(params, dict))
     )
 
 
-def _with_session(message: dict[str, object], session_meta: dict[str, str], profile: WireProfile) -> dict[str, object]:
-    carrier = profile.carrier
-    assert isinstance(carrier, SessionCarrier)  # the shim speaks the wires that carry the session in _meta
-    value = {carrier.id_member: session_meta["sessionId"]}
-    if carrier.state_member is not None and "state" in session_meta:
-        value[carrier.state_member] = session_meta["state"]
+def _with_session(
+    message: dict[str, object], carrier: SessionCarrier, token: str, state: str | None
+) -> dict[str, object]:
+    value = {carrier.id_member: token}
+    if carrier.state_member is not None and state is not None:
+        value[carrier.state_member] = state
     params = message.get("params")
     params = dict(params) if isinstance(params, dict) else {}  # None or an object (_stampable checked)
     meta = params.get("_meta")
@@ -174,34 +195,94 @@ def _with_session(message: dict[str, object], session_meta: dict[str, str], prof
     return {**message, "params": params}
 
 
-def _headers(post: OutgoingPost, header_token: str | None, length: int) -> Headers:
-    headers: Headers = []
-    for key, value in post.headers:
-        lower = key.lower()
-        if lower in ("content-length", "transfer-encoding"):
-            continue
-        if lower == "mcp-session-id" and post.era.session_header and header_token is not None:
-            continue  # 2026-07-28: the header mirrors the session; 2025-era: the server's own, untouched
-        headers.append((key, decodable_encodings(value) if lower == "accept-encoding" else value))
-    if post.era.session_header and header_token is not None:
-        headers.append(("mcp-session-id", header_token))
-    headers.append(("content-length", str(length)))
-    return headers
-
-
-def has_session_key(message: dict[str, object], profile: WireProfile = DRAFT) -> bool:
+def _has_session_key(message: dict[str, object], carrier: SessionCarrier) -> bool:
     """Whether the caller put session metadata (even ``null``) on the message itself."""
     meta = jsonrpc.params_meta(message)
-    carrier = profile.carrier
-    return meta is not None and isinstance(carrier, SessionCarrier) and carrier.meta_key in meta
+    return meta is not None and carrier.meta_key in meta
 
 
-def own_session_id(message: dict[str, object], profile: WireProfile = DRAFT) -> str | None:
+def _own_session_id(message: dict[str, object], carrier: SessionCarrier) -> str | None:
     """The session id the caller put on the message itself, if it is a string."""
-    carrier = profile.carrier
-    if not isinstance(carrier, SessionCarrier):
-        return None
     meta = jsonrpc.params_meta(message)
     session = meta.get(carrier.meta_key) if meta is not None else None
     value = session.get(carrier.id_member) if isinstance(session, dict) else None
     return value if isinstance(value, str) else None
+
+
+def _forwarded(headers: Headers, drop: frozenset[str]) -> Headers:
+    """``headers`` without the names in ``drop``, ``Accept-Encoding`` cut to what the client can read back."""
+    return [
+        (key, decodable_encodings(value) if key.lower() == "accept-encoding" else value)
+        for key, value in headers
+        if key.lower() not in drop
+    ]
+
+
+def _framed(headers: Headers, era: Era, session_id: str | None, length: int) -> Headers:
+    """``headers`` with ``Mcp-Session-Id`` (2026-07-28 only, when there is a session) and ``Content-Length``."""
+    if era is Era.PER_REQUEST and session_id is not None:
+        headers.append(("mcp-session-id", session_id))
+    headers.append(("content-length", str(length)))
+    return headers
+
+
+@dataclass(slots=True)
+class Endpoint:
+    """An MCP endpoint with the era, headers, ``_meta`` envelope and timeout of the client's own requests."""
+
+    url: object  # a str, or the HTTP library's URL of the caller's request
+    headers: Headers  # never Mcp-Session-Id on 2026-07-28: each request sets its own
+    era: Era
+    envelope: dict[str, object]
+    extensions: dict[str, object]
+
+    @classmethod
+    def learn(cls, post: OutgoingPost) -> Endpoint:
+        """The endpoint of a caller's POST: its URL, headers (auth included), envelope and timeout."""
+        drop = _PER_MESSAGE | _SESSION_HEADER if post.era is Era.PER_REQUEST else _PER_MESSAGE
+        envelope: dict[str, object] = {}
+        for message in post.messages:
+            meta = jsonrpc.params_meta(message)
+            if meta:
+                session_key = post.carrier.meta_key
+                envelope = {k: v for k, v in meta.items() if k.startswith(_ENVELOPE_PREFIX) and k != session_key}
+                break
+        extensions = {k: v for k, v in post.extensions.items() if k == "timeout"}
+        return cls(post.url, _forwarded(post.headers, drop), post.era, envelope, extensions)
+
+    @classmethod
+    def explicit(cls, url: str, protocol_version: str, headers: Mapping[str, str] | None) -> Endpoint:
+        """An endpoint the caller named, with the headers a client of ``protocol_version`` sends."""
+        era = Era.of(protocol_version)
+        base = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": protocol_version,
+        }
+        base.update({k.lower(): v for k, v in (headers or {}).items()})
+        envelope: dict[str, object] = {}
+        if era is Era.PER_REQUEST:
+            base.pop("mcp-session-id", None)
+            envelope = {
+                _ENVELOPE_PREFIX + "protocolVersion": protocol_version,
+                _ENVELOPE_PREFIX + "clientCapabilities": {},
+            }
+        seconds = dict.fromkeys(("connect", "read", "write", "pool"), _OWN_REQUEST_TIMEOUT)
+        return cls(url, list(base.items()), era, envelope, {"timeout": seconds})
+
+    def request(
+        self, request_id: str, method: str, params: dict[str, object], token: str | None
+    ) -> tuple[bytes, Headers]:
+        """The body and headers of one of the client's own requests.
+
+        On 2026-07-28 the endpoint's envelope joins what the wire put in ``_meta``,
+        and ``Mcp-Method`` and ``Mcp-Session-Id`` (when there is a session) are set.
+        """
+        headers = list(self.headers)
+        if self.era is Era.PER_REQUEST:
+            meta = params.get("_meta")
+            rest = {k: v for k, v in params.items() if k != "_meta"}
+            params = {"_meta": {**self.envelope, **(meta if isinstance(meta, dict) else {})}, **rest}
+            headers.append(("mcp-method", method))
+        body = jsonrpc.dumps(jsonrpc.request(request_id, method, params or None))
+        return body, _framed(headers, self.era, token, len(body))

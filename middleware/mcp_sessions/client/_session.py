@@ -10,6 +10,7 @@ import base64
 import binascii
 import json
 import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,7 +46,7 @@ class SessionHandle:
     The repr shows the stable id (``sid`` claim), never the token.
     """
 
-    __slots__ = ("_claims", "_claims_of", "expires_at", "label", "state", "token")
+    __slots__ = ("expires_at", "label", "state", "token")
 
     def __init__(
         self,
@@ -65,12 +66,10 @@ class SessionHandle:
         """The ``sessionId`` the server minted (a bearer secret), or ``None`` before there is a session."""
         self.state = state
         """The opaque client-held state from the last echo, sent back with each request."""
-        self.expires_at = _parse_time(expires_at) if isinstance(expires_at, str) else _utc(expires_at)
+        self.expires_at = parse_time(expires_at) if isinstance(expires_at, str) else _utc(expires_at)
         """The last ``expiresAt`` the server announced, as an aware UTC datetime (``None`` if unknown)."""
         self.label = label
         """A short text sent with ``sessions/create``."""
-        self._claims: dict[str, object] | None = None
-        self._claims_of: str | None = None
 
     # -- inspecting -------------------------------------------------------------
 
@@ -81,12 +80,7 @@ class SessionHandle:
         Only the server can verify a session id; these claims are for display,
         logs and routing hints, never for a security decision.
         """
-        if self.token is None:
-            return None
-        if self._claims_of != self.token:
-            self._claims = _unverified_claims(self.token)
-            self._claims_of = self.token
-        return self._claims
+        return None if self.token is None else _unverified_claims(self.token)
 
     @property
     def id(self) -> str | None:
@@ -128,16 +122,9 @@ class SessionHandle:
 
         It contains the token: keep it where you keep credentials.
         """
-        data: dict[str, str] = {}
-        if self.token is not None:
-            data["sessionId"] = self.token
-        if self.state is not None:
-            data["state"] = self.state
-        if self.expires_at is not None:
-            data["expiresAt"] = _format_time(self.expires_at)
-        if self.label is not None:
-            data["label"] = self.label
-        return data
+        expires = None if self.expires_at is None else _format_time(self.expires_at)
+        saved = {"sessionId": self.token, "state": self.state, "expiresAt": expires, "label": self.label}
+        return {name: value for name, value in saved.items() if value is not None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> SessionHandle:
@@ -153,30 +140,6 @@ class SessionHandle:
         expires = _format_time(self.expires_at) if self.expires_at is not None else None
         state = "<set>" if self.state is not None else None
         return f"SessionHandle(id={self.id!r}, expires_at={expires!r}, state={state}, label={self.label!r})"
-
-    # -- updates from the wire (used by the transports) -------------------------
-
-    def _take_echo(self, echo: Mapping[str, object]) -> bool:
-        """Take ``state`` and ``expiresAt`` from an echo of this session; whether anything changed.
-
-        An absent ``state`` leaves the held state alone; an explicit ``null`` clears it.
-        """
-        changed = False
-        if "state" in echo:
-            state = echo["state"]
-            if (state is None or isinstance(state, str)) and state != self.state:
-                self.state = state
-                changed = True
-        expires = echo.get("expiresAt")
-        if isinstance(expires, str):
-            try:
-                parsed = _parse_time(expires)
-            except ValueError:
-                parsed = None
-            if parsed is not None and parsed != self.expires_at:
-                self.expires_at = parsed
-                changed = True
-        return changed
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +181,16 @@ class RetryPolicy:
         base = min(self.max_backoff, self.backoff * 2.0**retry)
         return random.uniform(base / 2, base) if self.jitter else base  # noqa: S311 - jitter, not security
 
+    def _next_delay(self, retries: int, started: float, retry_after: float | None) -> float | None:
+        """The wait before retry number ``retries``, or ``None`` when the policy allows no more.
+
+        ``started`` is the ``time.monotonic()`` of the first try: no retry may end past the deadline.
+        """
+        if retries >= self.attempts:
+            return None
+        delay = self.delay(retries, retry_after)
+        return delay if time.monotonic() - started + delay <= self.deadline else None
+
 
 def _unverified_claims(token: str) -> dict[str, object] | None:
     parts = token.split(".")
@@ -247,7 +220,7 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _parse_time(text: str) -> datetime:
+def parse_time(text: str) -> datetime:
     """An RFC 3339 timestamp as an aware UTC datetime; :class:`ValueError` otherwise."""
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None:

@@ -1,43 +1,64 @@
-"""Reading what a server answered: decoded bodies, JSON-RPC messages, failures and ``Retry-After``.
+"""What the client reads of a server's answers: decoded bodies, JSON-RPC messages, failures and ``Retry-After``.
 
-Pure except for :func:`read_all`. Bodies are decoded for observing only: the
-caller always gets the bytes as they came.
+Bodies are decoded for observing only: the caller always gets the bytes as they came.
 """
 
 from __future__ import annotations
 
 import email.utils
 import logging
-import re
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 from .._wire import jsonrpc
 from .._wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SESSION_STORE_UNAVAILABLE
 from .._wire.sse import SSERewriter
 from ._session import SessionError
 
-if TYPE_CHECKING:
-    from ._adapter import ResponseLike
-
 __all__ = [
     "Failure",
+    "HeadersLike",
     "Inflater",
+    "ResponseLike",
+    "ResponseT",
+    "body_messages",
     "decodable_encodings",
     "failure_of",
-    "first_event_has_data",
-    "json_messages",
     "read_all",
     "retry_after",
-    "sse_messages",
 ]
 
 logger = logging.getLogger("mcp_sessions.client")
 
 _DECODABLE: Final = frozenset({"gzip", "x-gzip", "deflate", "identity"})
-_EOL: Final = re.compile(rb"\r\n|\r|\n")
+
+
+class HeadersLike(Protocol):
+    """What the client reads of a request's or a response's headers."""
+
+    def get(self, key: str, /) -> str | None: ...
+    def multi_items(self) -> list[tuple[str, str]]: ...
+
+
+class ResponseLike(Protocol):
+    """What the client reads of a response (``httpx.Response`` and ``httpx2.Response`` alike)."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> HeadersLike: ...
+    # Both libraries type a response's stream as sync or async; a transport's responses (the only ones
+    # read here) always carry an async one. A protocol for the async stream would not match the union.
+    @property
+    def stream(self) -> Any: ...
+    @property
+    def extensions(self) -> Mapping[str, object]: ...
+
+
+ResponseT = TypeVar("ResponseT", bound=ResponseLike)
 
 
 def decodable_encodings(value: str) -> str:
@@ -47,8 +68,6 @@ def decodable_encodings(value: str) -> str:
 
 
 class _Decompressor(Protocol):
-    """What :class:`Inflater` uses of a ``zlib.decompressobj()``."""
-
     def decompress(self, data: bytes, /) -> bytes: ...
 
 
@@ -56,14 +75,12 @@ class Inflater:
     """Decodes a ``Content-Encoding`` chunk by chunk; an encoding it cannot read yields nothing."""
 
     def __init__(self, encoding: str | None) -> None:
-        name = str(encoding or "identity").strip().lower()
-        self._deflate = name == "deflate"
-        self._decoder: _Decompressor | None = None
+        name = (encoding or "identity").strip().lower()
+        self._raw_deflate_next = name == "deflate"  # some servers send deflate without the zlib wrapper
         self._readable = name in _DECODABLE
-        if name in ("gzip", "x-gzip"):
-            self._decoder = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        elif self._deflate:
-            self._decoder = zlib.decompressobj()
+        self._decoder: _Decompressor | None = None
+        if name in ("gzip", "x-gzip", "deflate"):
+            self._decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, by the header
         elif not self._readable:
             logger.debug("cannot read a %r response: the session echo is not observed", name)
 
@@ -73,11 +90,10 @@ class Inflater:
         if self._decoder is None:
             return chunk
         try:
-            return bytes(self._decoder.decompress(chunk))
+            return self._decoder.decompress(chunk)
         except zlib.error:
-            if self._deflate:
-                # Some servers send raw deflate without the zlib wrapper.
-                self._deflate = False
+            if self._raw_deflate_next:
+                self._raw_deflate_next = False
                 self._decoder = zlib.decompressobj(-zlib.MAX_WBITS)
                 return self(chunk)
             self._readable = False
@@ -92,42 +108,30 @@ async def read_all(response: ResponseLike) -> bytes:
         await response.stream.aclose()
 
 
-def json_messages(body: bytes) -> list[object]:
-    """The messages of a JSON body: one, a batch, or none when it is not JSON."""
-    parsed = jsonrpc.loads(body) if body else None
-    if isinstance(parsed, list):
-        return parsed
-    return [parsed] if isinstance(parsed, dict) else []
-
-
-def sse_messages(body: bytes) -> list[object]:
-    """The JSON messages of a complete ``text/event-stream`` body, in order."""
+def body_messages(response: ResponseLike, raw: bytes) -> list[object]:
+    """The JSON messages of a whole body, by its type: a JSON message or batch, or the events of an SSE stream."""
+    content_type = str(response.headers.get("content-type") or "").lower()
+    body = Inflater(response.headers.get("content-encoding"))(raw)
+    if content_type.startswith("application/json"):
+        parsed = jsonrpc.loads(body) if body else None
+        if isinstance(parsed, list):
+            return parsed
+        return [parsed] if isinstance(parsed, dict) else []
     found: list[object] = []
+    if content_type.startswith("text/event-stream"):
 
-    def collect(data: str) -> None:
-        parsed = jsonrpc.loads(data.encode())
-        if parsed is not None:
-            found.append(parsed)
+        def collect(data: str) -> None:
+            parsed = jsonrpc.loads(data.encode())
+            if parsed is not None:
+                found.append(parsed)
 
-    SSERewriter(collect, once=False).feed(body)
+        SSERewriter(collect, once=False).feed(body)
     return found
-
-
-def first_event_has_data(output: bytes) -> bool:
-    """Whether the first event in ``output`` (complete events, as the rewriter emits them) has a data field."""
-    for line in _EOL.split(output):
-        if not line:
-            return False  # the blank line that ends the first event
-        if line.partition(b":")[0] == b"data":
-            return True
-    return False
 
 
 def retry_after(value: str | None) -> float | None:
     """``Retry-After`` in seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3)."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    text = value.strip()
+    text = value.strip() if isinstance(value, str) else ""
     if text.isdigit():
         return float(text)
     try:
@@ -159,18 +163,17 @@ class Failure:
         return self.code == SESSION_STORE_UNAVAILABLE or self.status == 503
 
 
-def failure_of(reply: dict[str, object] | None, status: int, retry_after_header: str | None) -> Failure:
+def failure_of(reply: dict[str, object] | None, response: ResponseLike) -> Failure:
     """The failure an answer means: its JSON-RPC error, or one the HTTP status implies."""
+    status, wait = response.status_code, response.headers.get("retry-after")
     error = reply.get("error") if reply is not None else None
     code = jsonrpc.error_code(reply)
     if isinstance(error, dict) and code is not None:
         message = error.get("message")
-        text = message if isinstance(message, str) else ""
-        return Failure(code, text, error.get("data"), status, retry_after_header)
+        return Failure(code, message if isinstance(message, str) else "", error.get("data"), status, wait)
     if status == 404:
-        return Failure(METHOD_NOT_FOUND, "Method not found (HTTP 404)", None, status, retry_after_header)
+        return Failure(METHOD_NOT_FOUND, "Method not found (HTTP 404)", None, status, wait)
     if status == 503:
-        return Failure(SESSION_STORE_UNAVAILABLE, "Service unavailable (HTTP 503)", None, status, retry_after_header)
+        return Failure(SESSION_STORE_UNAVAILABLE, "Service unavailable (HTTP 503)", None, status, wait)
     code = INVALID_REQUEST if 400 <= status < 500 else INTERNAL_ERROR
-    http_status = status if status >= 400 else 500
-    return Failure(code, f"no JSON-RPC answer (HTTP {status})", None, http_status, retry_after_header)
+    return Failure(code, f"no JSON-RPC answer (HTTP {status})", None, status if status >= 400 else 500, wait)
