@@ -66,10 +66,10 @@ async def test_a_handle_verifies_until_expires_at_plus_leeway_and_is_expired_fro
     """Pinned: ``expires_at = ceil(now + ttl)``; ``expires_at + leeway - epsilon`` verifies, the instant does not."""
     handles = registry(leeway)
     token = await handles.mint(BASKET, principal=None, now=minted_at)
-    _, payload, _ = handles.authenticate(token, None, now=minted_at)
+    _, payload = handles.authenticate(token, None, now=minted_at)
     assert payload.expires_at == math.ceil(minted_at + BASKET.ttl)
     end = payload.expires_at + leeway
-    assert handles.authenticate(token, None, now=before(end))[2] == payload.handle_id
+    assert handles.authenticate(token, None, now=before(end))[1].handle_id == payload.handle_id
     with pytest.raises(HandleError) as refused:
         handles.authenticate(token, None, now=end)
     assert refused.value.reason == "expired"

@@ -48,7 +48,9 @@ ToolErrorResult = dict[str, object]
 """A ``CallToolResult`` with ``isError: true``, as JSON (the ``result`` of the JSON-RPC response)."""
 
 ATTRIBUTE_KIND: Final = "mcp_sessions.handle.kind"
+"""The span attribute listing the kinds of a call's handles."""
 ATTRIBUTE_ID: Final = "mcp_sessions.handle.id"
+"""The span attribute listing the stable ids of a call's handles (never the handles)."""
 _ATTRIBUTE_ERROR: Final = "mcp_sessions.handle.error"
 _SPAN_NAME: Final = "mcp_sessions.handles.check"
 _MAX_DEPTH: Final = 8
@@ -57,13 +59,7 @@ _HANDLE_LIKE: Final = re.compile(r"[A-Za-z0-9_-]{20,60}")
 
 
 class HandleContext:
-    """The handle view of one request, set by :class:`HandleMiddleware` (or the session middleware).
-
-    ``handles`` checks the request's handles; ``principal_digest`` (``None``: anonymous) is what new
-    handles are bound to; ``verified`` maps each handle the request carried to its :class:`Handle`, for
-    typed parameters; ``caller`` is whom the request's mints count against (``None``: nobody), and
-    ``create_limit`` the session middleware's, which mints spend too.
-    """
+    """The handle view of one request, set by :class:`HandleMiddleware` (or the session middleware)."""
 
     __slots__ = ("caller", "create_limit", "handles", "principal_digest", "verified")
 
@@ -77,10 +73,15 @@ class HandleContext:
         create_limit: RateLimit | None = None,
     ) -> None:
         self.handles = handles
+        """The registry that checks the request's handles."""
         self.principal_digest = principal_digest
+        """What new handles are bound to (``None``: the request is anonymous)."""
         self.verified: dict[str, Handle] = {} if verified is None else verified
+        """Each handle the request carried, verified, for typed parameters."""
         self.caller = caller
+        """Whom the request's mints count against (``None``: nobody)."""
         self.create_limit = create_limit
+        """The session middleware's create limit, which mints spend too."""
 
     def __repr__(self) -> str:
         return f"<HandleContext principal={'bound' if self.principal_digest else 'none'} handles={len(self.verified)}>"
@@ -243,7 +244,7 @@ async def check_request(
     refusal. With ``tracer``, each call that carries handles gets a span, and it
     and the current span get the handles' kinds and stable ids.
     """
-    check = RequestCheck()
+    check, parent = RequestCheck(), trace.get_current_span()
     for index, message in enumerate(messages):
         if not is_tools_call(message) or not isinstance(params := message.get("params"), dict):
             continue
@@ -253,36 +254,24 @@ async def check_request(
             break
         if not isinstance(arguments, dict) or next(handle_candidates(handles, arguments), None) is None:
             continue  # no handle: no span, nothing to check
-        found = await _check_call(handles, params, context, tracer)
-        if isinstance(found, Refusal):
-            check.retryable, check.retryable_at = found, index
-            break
-        check.calls[index] = found
+        call, before = CallCheck(), len(context.verified)
+        spanned: contextlib.AbstractContextManager[Span] = (
+            contextlib.nullcontext(INVALID_SPAN)
+            if tracer is None
+            else tracer.start_as_current_span(_SPAN_NAME, kind=SpanKind.INTERNAL)
+        )
+        with spanned as span:
+            try:
+                call.answer = await check_call(
+                    handles, params, context.principal_digest, verified=context.verified, errors=call.errors
+                )
+            except SessionStoreUnavailable as exc:
+                span.set_status(Status(StatusCode.ERROR, "store unavailable"))
+                check.retryable, check.retryable_at = store_unavailable(exc), index
+                break
+            call.checked = list(context.verified.values())[before:]  # check_call only adds, in order
+            record_handles(span, call.checked, call.errors)
+            if tracer is not None:
+                record_handles(parent, call.checked, call.errors)
+        check.calls[index] = call
     return check
-
-
-async def _check_call(
-    handles: Handles, params: object, context: HandleContext, tracer: Tracer | None
-) -> CallCheck | Refusal:
-    """One call's check, in its span when traced; the store's refusal when it could not answer."""
-    call = CallCheck()
-    before = len(context.verified)
-    parent = trace.get_current_span()
-    spanned: contextlib.AbstractContextManager[Span] = (
-        contextlib.nullcontext(INVALID_SPAN)
-        if tracer is None
-        else tracer.start_as_current_span(_SPAN_NAME, kind=SpanKind.INTERNAL)
-    )
-    with spanned as span:
-        try:
-            call.answer = await check_call(
-                handles, params, context.principal_digest, verified=context.verified, errors=call.errors
-            )
-        except SessionStoreUnavailable as exc:
-            span.set_status(Status(StatusCode.ERROR, "store unavailable"))
-            return store_unavailable(exc)
-        call.checked = list(context.verified.values())[before:]  # check_call only adds, in order
-        record_handles(span, call.checked, call.errors)
-        if tracer is not None:
-            record_handles(parent, call.checked, call.errors)
-    return call

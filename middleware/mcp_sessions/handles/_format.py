@@ -35,7 +35,9 @@ PAYLOAD_CHARS: Final = 35
 RANDOM_BYTES: Final = 10
 MAC_BYTES: Final = 11
 MAX_PREFIX_CHARS: Final = 4
+"""The longest prefix a kind may have."""
 MAX_HANDLE_CHARS: Final = MAX_PREFIX_CHARS + 1 + PAYLOAD_CHARS
+"""The longest handle string: the longest prefix, ``_`` and the payload."""
 SESSION_FLAG: Final = 0x20
 PRINCIPAL_FLAG: Final = 0x10
 HINT_MASK: Final = 0x0F
@@ -177,8 +179,6 @@ class HandleKind:
 
     Register it with :meth:`Handles.register`. As a tool parameter's metadata, ``Annotated[Handle, basket]``,
     it shows the model a string of its ``pattern`` and gives the tool the verified :class:`Handle`.
-    ``prefix`` is 1 to 4 characters of ``[a-z][a-z0-9]*``; ``ttl`` is the default lifetime, ``idle_ttl`` ends
-    a handle unused that long, and ``create`` (``create_<name>``) is the tool refusals tell the model to call.
     """
 
     __slots__ = ("create", "description", "idle_ttl", "length", "name", "pattern", "prefix", "ttl")
@@ -204,16 +204,24 @@ class HandleKind:
         if idle_ttl is not None:
             check_ttl("idle_ttl", idle_ttl)
         self.name = name
+        """The kind's name, unique in its registry."""
         self.prefix = prefix
+        """What every handle of the kind starts with, before ``_``: 1 to 4 characters of ``[a-z][a-z0-9]*``."""
         self.ttl = float(ttl)
+        """The default lifetime of a handle, in seconds."""
         self.idle_ttl = None if idle_ttl is None else float(idle_ttl)
+        """Seconds unused after which a handle ends (``None``: never for being idle)."""
         self.create = create or f"create_{name}"
+        """The tool that creates a handle of the kind, which refusals tell the model to call."""
         self.description = description or (
             f"A {name} handle ({prefix}_…) as {self.create} returned it; pass it exactly as returned, "
             f"or call {self.create} for a new one."
         )
+        """What the JSON Schema of a typed parameter tells the model."""
         self.pattern = pattern(prefix)
+        """The JSON Schema ``pattern`` every handle of the kind matches."""
         self.length = len(prefix) + 1 + PAYLOAD_CHARS
+        """The length of every handle of the kind."""
 
     def __repr__(self) -> str:
         return f"HandleKind({self.name!r}, prefix={self.prefix!r})"

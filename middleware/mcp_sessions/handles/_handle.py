@@ -44,8 +44,22 @@ DATA_PREFIX: Final = "h:"
 META_PREFIX: Final = "hm:"
 META_KEY: Final = "m"
 DEFAULT_MAX_HANDLES_PER_CALLER: Final = 1_000
+"""How many live handles one caller may hold at once unless ``max_handles_per_caller`` says otherwise."""
 
 HandleErrorReason = Literal["malformed", "forged", "wrong_kind", "expired", "revoked", "other_principal"]
+"""Why a handle was refused: the ``reason`` of a :class:`HandleError`."""
+
+# What the model reads for each reason: what happened and what to do, naming at most the handle's prefix.
+_REFUSALS: Final[dict[str, str]] = {
+    "malformed": "{what} is incomplete or mistyped (a {name} handle is exactly {length} characters starting "
+    "{prefix}_); pass it exactly as {create} returned it, or {again}",
+    "forged": "{what} was never issued or was mistyped; pass it exactly as {create} returned it, or {again}",
+    "wrong_kind": "this argument takes a {name} handle ({shown}), not {other}; pass the {name} handle {create} "
+    "returned, or {again}",
+    "expired": "{what} expired {when}; {again}",
+    "revoked": "{what} has ended ({ended}) and cannot be used again; {again}",
+    "other_principal": "{what} belongs to another user and cannot be used here; call {create} for your own",
+}
 
 
 class Handle:
@@ -116,29 +130,19 @@ def refusal(
     if kind is None:
         text = "this value is not a handle any tool here issued; pass a handle exactly as it was returned"
         return HandleError(reason, text, kind="handle")
-    what, again = f"{kind.name} handle {kind.shown}", f"call {kind.create} for a new one"
-    if reason == "malformed":
-        text = (
-            f"{what} is incomplete or mistyped (a {kind.name} handle is exactly {kind.length} characters "
-            f"starting {kind.prefix}_); pass it exactly as {kind.create} returned it, or {again}"
-        )
-    elif reason == "forged":
-        text = f"{what} was never issued or was mistyped; pass it exactly as {kind.create} returned it, or {again}"
-    elif reason == "wrong_kind":
-        assert other is not None  # every wrong_kind refusal names the kind the handle is of
-        article = "an" if other.name[0].lower() in "aeiou" else "a"
-        text = (
-            f"this argument takes a {kind.name} handle ({kind.shown}), not {article} {other.name} handle "
-            f"({other.shown}); pass the {kind.name} handle {kind.create} returned, or {again}"
-        )
-    elif reason == "expired":
-        when = f"after {idle:g} seconds unused" if idle is not None else f"at {iso(at)}"
-        text = f"{what} expired {when}; {again}"
-    elif reason == "revoked":
-        ended = "its session ended" if session else "it was closed or revoked"
-        text = f"{what} has ended ({ended}) and cannot be used again; {again}"
-    else:
-        text = f"{what} belongs to another user and cannot be used here; call {kind.create} for your own"
+    article = "an" if other is not None and other.name[0].lower() in "aeiou" else "a"
+    text = _REFUSALS[reason].format(
+        what=f"{kind.name} handle {kind.shown}",
+        again=f"call {kind.create} for a new one",
+        name=kind.name,
+        length=kind.length,
+        prefix=kind.prefix,
+        create=kind.create,
+        shown=kind.shown,
+        other=None if other is None else f"{article} {other.name} handle ({other.shown})",
+        when=f"after {idle:g} seconds unused" if idle is not None else f"at {iso(at)}",
+        ended="its session ended" if session else "it was closed or revoked",
+    )
     return HandleError(reason, text, kind=kind.name, handle_id=handle_id)
 
 
@@ -245,30 +249,29 @@ class HandleBudget:
         """The maximum of live handles per caller, or ``None``."""
         return None if self._quota is None else self._quota.count
 
-    def wait(self, context: RequestHandles | None, now: float) -> tuple[float, str] | None:
-        """``None`` when the context's caller may mint now; else the seconds until it may, and why not."""
+    def wait(self, context: RequestHandles | None, now: float) -> tuple[int, str] | None:
+        """``None`` when the context's caller may mint now; else the whole seconds (1 or more) until it may, and why."""
         if context is None or context.caller is None:
             return None
         quota, limit = self._quota, context.create_limit
         if quota is not None and (wait := quota.wait(context.caller, now)) > 0:
-            return wait, f"this caller already holds {quota.count} live handles, its maximum"
+            return max(1, math.ceil(wait)), f"this caller already holds {quota.count} live handles, its maximum"
         if limit is not None and (wait := limit.wait(context.caller)) > 0:
-            return wait, "this caller created handles faster than the create limit allows"
+            return max(1, math.ceil(wait)), "this caller created handles faster than the create limit allows"
         return None
 
     def refusal(self, context: RequestHandles | None, now: float) -> Refusal | None:
         """A call of a kind's ``create`` tool, refused before it runs when its caller could mint nothing (-32011)."""
         if (over := self.wait(context, now)) is None:
             return None
-        wait, why = over
+        retry, why = over
         message = f"Too many handles created: {why}; retry later"
-        return Refusal(TOO_MANY_SESSIONS, message, reason="handle_limit", retry_after=max(1, math.ceil(wait)))
+        return Refusal(TOO_MANY_SESSIONS, message, reason="handle_limit", retry_after=retry)
 
     def spend(self, context: RequestHandles | None, now: float) -> None:
         """Before a mint: :class:`HandleLimitExceeded` when the caller may not mint; a create-limit slot spent."""
         if (over := self.wait(context, now)) is not None:
-            wait, why = over
-            retry = max(1, math.ceil(wait))
+            retry, why = over
             raise HandleLimitExceeded(f"no handle was created: {why}; retry in {retry} s", retry_after=retry)
         if context is not None and context.caller is not None and context.create_limit is not None:
             context.create_limit.take(context.caller)

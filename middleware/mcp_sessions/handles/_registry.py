@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .._session import digest_of
 from .._tokens import KeySet
 from ..stores import SessionStore
 from . import _format as fmt
-from ._format import CURRENT, DEFAULT_TTL, REQUEST, HandleKind, _Current, check_ttl
+from ._format import CURRENT, REQUEST, HandleKind, _Current, check_ttl
 from ._handle import (
     DEFAULT_MAX_HANDLES_PER_CALLER,
     Handle,
@@ -78,20 +79,9 @@ class Handles:
     def __repr__(self) -> str:
         return f"Handles(kinds={sorted(self._kinds)!r})"
 
-    def kind(
-        self,
-        name: str,
-        *,
-        prefix: str,
-        ttl: float = DEFAULT_TTL,
-        idle_ttl: float | None = None,
-        create: str | None = None,
-        description: str | None = None,
-    ) -> HandleKind:
-        """Declare a :class:`HandleKind` and register it."""
-        return self.register(
-            HandleKind(name, prefix=prefix, ttl=ttl, idle_ttl=idle_ttl, create=create, description=description)
-        )
+    def kind(self, name: str, *, prefix: str, **options: Any) -> HandleKind:
+        """Declare a :class:`HandleKind` (``ttl``, ``idle_ttl``, ``create``, ``description`` as there), registered."""
+        return self.register(HandleKind(name, prefix=prefix, **options))
 
     def register(self, kind: HandleKind) -> HandleKind:
         """Mint and verify handles of ``kind`` here; names and prefixes are unique, the same kind again is a no-op."""
@@ -173,24 +163,18 @@ class Handles:
         *,
         expected: HandleKind | None = None,
         now: float | None = None,
-    ) -> tuple[HandleKind, fmt.Payload, str]:
-        """Shape, kind, MAC and expiry, with no I/O: the handle's kind, fields and stable id, or :class:`HandleError`.
+    ) -> tuple[HandleKind, fmt.Payload]:
+        """Shape, kind, MAC and expiry, with no I/O: the handle's kind and fields, or :class:`HandleError`.
 
         A genuine handle bound to another principal is ``forged`` here: only
         the store can tell ``other_principal`` (:meth:`verify_digest`).
         """
-        spec, payload = self._parse(value)
-        if spec is None:
-            raise refusal("malformed", expected)
-        if expected is not None and spec is not expected:
-            raise refusal("wrong_kind", expected, other=spec)
-        if payload is None:
-            raise refusal("malformed", spec)
+        spec, payload = self._parse(value, expected)
         if not fmt.authentic(self._macs[spec.name], payload, principal_digest):
             raise refusal("forged", spec)
         if payload.expires_at + self.keys.leeway <= (time.time() if now is None else now):
             raise refusal("expired", spec, payload.handle_id, at=payload.expires_at)
-        return spec, payload, payload.handle_id
+        return spec, payload
 
     async def verify(
         self,
@@ -221,10 +205,13 @@ class Handles:
         """:meth:`verify` with the principal given as its digest (what the session middleware holds)."""
         now = time.time() if now is None else now
         try:
-            spec, payload, _ = self.authenticate(value, principal_digest, expected=expected, now=now)
+            spec, payload = self.authenticate(value, principal_digest, expected=expected, now=now)
         except HandleError as exc:
-            if exc.reason == "forged" and (owned := await self._owned_by_another(value)) is not None:
-                raise owned from None
+            if exc.reason == "forged":  # bound to another principal? One store read, on this path only
+                spec, payload = self._parse(value, expected)
+                owner = (await minted_for(self.store, payload.handle_id)).get("p") if payload.principal_bound else None
+                if isinstance(owner, str) and fmt.authentic(self._macs[spec.name], payload, owner):
+                    raise refusal("other_principal", spec, payload.handle_id) from None
             raise
         return await use(self.store, str(value), spec, payload, self.keys.leeway, self.session_idle_ttl, now)
 
@@ -262,20 +249,14 @@ class Handles:
             raise TypeError("principal must be a non-empty string, None, or CURRENT")
         return self.principal_digest(principal)
 
-    def _parse(self, value: object) -> tuple[HandleKind | None, fmt.Payload | None]:
-        """The kind a handle string names and its decoded payload, before any check."""
+    def _parse(self, value: object, expected: HandleKind | None) -> tuple[HandleKind, fmt.Payload]:
+        """The kind a handle string names and its decoded payload; ``malformed`` or ``wrong_kind`` if it has none."""
         spec = self.kind_of(value) if type(value) is str else None
-        return spec, None if spec is None else fmt.decode(str(value)[len(spec.prefix) + 1 :])
-
-    async def _owned_by_another(self, value: object) -> HandleError | None:
-        """``other_principal`` for a genuine principal-bound handle whose MAC failed only for this principal.
-
-        One store read, on this failure path only: the digest it was minted for.
-        """
-        spec, payload = self._parse(value)
-        if spec is None or payload is None or not payload.principal_bound:
-            return None
-        owner = (await minted_for(self.store, payload.handle_id)).get("p")
-        if isinstance(owner, str) and fmt.authentic(self._macs[spec.name], payload, owner):
-            return refusal("other_principal", spec, payload.handle_id)
-        return None
+        if spec is None:
+            raise refusal("malformed", expected)
+        if expected is not None and spec is not expected:
+            raise refusal("wrong_kind", expected, other=spec)
+        payload = fmt.decode(str(value)[len(spec.prefix) + 1 :])
+        if payload is None:
+            raise refusal("malformed", spec)
+        return spec, payload

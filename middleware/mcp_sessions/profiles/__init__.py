@@ -23,7 +23,7 @@ from ._codes import (
     with_error_codes,
 )
 from ._draft import DRAFT, SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED
-from ._echoes import Echo, EchoShape, TopLevelEcho
+from ._echo_shapes import Echo, EchoShape, TopLevelEcho
 from ._local import LocalCall
 from ._sep1364_alt1 import SEP1364_ALT1
 from ._sep1364_alt2 import SEP1364_ALT2
@@ -65,6 +65,7 @@ __all__ = [
 ]
 
 PROFILES: Final[dict[str, WireProfile]] = {p.name: p for p in (DRAFT, STRAWMAN, SEP1364_ALT1, SEP1364_ALT2)}
+"""Every wire this package speaks, by the name ``profiles=`` knows it by, in the default order."""
 
 
 def profiles_from_names(names: str | Iterable[str | WireProfile]) -> Sequence[WireProfile]:

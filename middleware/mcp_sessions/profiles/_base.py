@@ -1,14 +1,10 @@
 """What a session wire decides, as data: :class:`WireProfile` and its parts.
 
 A profile names its methods and what each does, where a request carries its
-session, what the echo looks like and where it goes, where the capability is
-advertised in each era, and its error codes. The pipeline asks the enabled
-profiles, in order, which one a message speaks, and never names a literal of
-its own.
-
-The carriers (where a request names its session) are in ``_carriers.py``, the
-echoes (what its result carries back) in ``_echoes.py``; both are re-exported
-here.
+session (``_carriers.py``), what the echo looks like and where it goes
+(``_echo_shapes.py``), where the capability is advertised in each era, and its
+error codes. The pipeline asks the enabled profiles, in order, which one a
+message speaks, and never names a literal of its own.
 """
 
 from __future__ import annotations
@@ -17,41 +13,30 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from .._wire.protocol import Era
-from ._carriers import Carrier, InvalidSessionMeta, SessionCarrier, SessionRef, TopLevelCarrier
-from ._echoes import Echo, EchoShape, TopLevelEcho
+from .._wire import Refusal
+from .._wire.protocol import HEADER_MISMATCH, Era
+from ._carriers import Carrier
+from ._echo_shapes import EchoShape
 
 if TYPE_CHECKING:
     from ._local import LocalCall
 
-__all__ = [
-    "Capability",
-    "Carrier",
-    "ClientSide",
-    "Echo",
-    "EchoShape",
-    "InvalidSessionMeta",
-    "LocalMethod",
-    "SessionCarrier",
-    "SessionRef",
-    "TopLevelCarrier",
-    "TopLevelEcho",
-    "WireProfile",
-]
+__all__ = ["SESSIONLESS", "Capability", "ClientSide", "LocalMethod", "WireProfile", "session_object"]
 
+SESSIONLESS: Final = frozenset({"initialize", "notifications/initialized", "server/discover", "ping"})
+"""What a client calls before it can hold a session: a policy that requires sessions everywhere lets these through."""
+_MAX_ECHOED_ID: Final = 256
 LocalAnswer = Callable[["LocalCall"], Awaitable[dict[str, object]]]
 
 
 @dataclass(frozen=True, slots=True)
 class Capability:
-    """Where the server's support is advertised: paths under ``capabilities`` of a result.
-
-    ``per_request`` places go into the ``server/discover`` result (2026-07-28),
-    ``handshake`` places into the ``initialize`` result (2025 and earlier).
-    """
+    """Where the server's support is advertised: paths under ``capabilities`` of a result, in each era."""
 
     per_request: tuple[tuple[str, ...], ...]
+    """The places in a ``server/discover`` result (2026-07-28)."""
     handshake: tuple[tuple[str, ...], ...]
+    """The places in an ``initialize`` result (2025 and earlier)."""
     settings: Callable[[bool], dict[str, object]] | None = None
     """The value from "the policy requires a session everywhere"; by default ``{}`` or ``{"required": true}``."""
     merge: bool = False
@@ -73,29 +58,25 @@ class LocalMethod:
     """A method the middleware answers itself: never forwarded to the app."""
 
     needs_session: bool
+    """Whether the call must name a live session, which the pipeline resolves first."""
     answer: LocalAnswer
+    """The function that answers a call: the result object, or :class:`Refusal`."""
     applies: Callable[[dict[str, object]], bool] | None = None
     """When two wires share a method name: whether a message is of this wire's shape (default: always)."""
 
 
 @dataclass(frozen=True, slots=True)
 class ClientSide:
-    """What the client shim needs of a wire beyond its carrier and echo: its own create and delete.
-
-    ``created`` reads a create result: the token and the echo (in the wire's
-    member names), ``None`` when the result has no session. ``delete_params``
-    names the session to delete (the pipeline adds the ``_meta`` envelope);
-    ``deleted`` reads whether a delete result ended a live session.
-    """
+    """What the client shim needs of a wire beyond its carrier and echo: its own create and delete."""
 
     create_params: Callable[[str | None], dict[str, object]]
     """The params of the create request, from the handle's label."""
     created: Callable[[dict[str, object]], tuple[str, dict[str, object]] | None]
-    """The token and echo of a create result, ``None`` when it has none."""
+    """The token and echo (in the wire's member names) of a create result, ``None`` when it has none."""
     delete_method: str
     """The method that ends a session."""
     delete_params: Callable[[str], dict[str, object]]
-    """The params of the delete request for a session token."""
+    """The params of the delete request for a session token (the pipeline adds the ``_meta`` envelope)."""
     deleted: Callable[[dict[str, object]], bool]
     """Whether a delete result ended a live session."""
     advertised: Callable[[dict[str, object]], bool]
@@ -104,13 +85,7 @@ class ClientSide:
 
 @dataclass(frozen=True, slots=True)
 class WireProfile:
-    """Everything one session wire decides. The draft is :data:`mcp_sessions.profiles.DRAFT`.
-
-    ``methods`` are answered by the middleware; ``sessionless`` methods never
-    need a session, whatever the policy. ``not_found``, ``required`` and
-    ``header_mismatch`` are the wire's error codes; ``required_data`` is the
-    hint that goes with the "required" error.
-    """
+    """Everything one session wire decides. The draft is :data:`mcp_sessions.profiles.DRAFT`."""
 
     name: str
     """The name ``profiles=`` and ``MCP_SESSIONS_PROFILES`` know it by."""
@@ -128,7 +103,7 @@ class WireProfile:
     """The error code for a session id that names no live session of the caller."""
     required: int
     """The error code for a request without a session where the policy requires one."""
-    header_mismatch: int
+    header_mismatch: int = HEADER_MISMATCH
     """The error code for an ``Mcp-Session-Id`` header that differs from the session in the body."""
     required_message: str = "Session required"
     """The message of the "required" error, as the wire's draft words it (:meth:`required_text` adds the hint)."""
@@ -185,8 +160,17 @@ class WireProfile:
         """The "not found" error's data: what the client sent, cut to 256 characters."""
         return {self.carrier.id_member: token[:_MAX_ECHOED_ID] if isinstance(token, str) else None}
 
+    def not_found_refusal(self, token: Any, reason: str, session_id: str | None = None) -> Refusal:
+        """The "not found" error for the session id ``token``: gone (``reason``), or never this caller's."""
+        return Refusal(
+            self.not_found, self.not_found_text, self.not_found_data(token), reason=reason, session_id=session_id
+        )
 
-_MAX_ECHOED_ID: Final = 256
+
+def session_object(value: object, id_member: str) -> tuple[str, dict[str, object]] | None:
+    """``(id, value)`` when ``value`` is an object naming a session by a non-empty string ``id_member``."""
+    token = value.get(id_member) if isinstance(value, dict) else None
+    return (token, value) if isinstance(value, dict) and isinstance(token, str) and token else None
 
 
 def _message(words: str, why: str | None, hint: str | None) -> str:

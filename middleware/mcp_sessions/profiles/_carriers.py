@@ -14,6 +14,8 @@ from typing import Any, ClassVar, Final, NamedTuple, Protocol
 
 __all__ = ["Carrier", "InvalidSessionMeta", "SessionCarrier", "SessionRef", "TopLevelCarrier"]
 
+_ABSENT: Final = object()
+
 
 class InvalidSessionMeta(Exception):
     """Session metadata present but of the wrong shape (answered with -32600)."""
@@ -23,14 +25,25 @@ class SessionRef(NamedTuple):
     """What a request says of its session: the wire id and, where the wire has one, the state."""
 
     token: str
+    """The session's id on the wire (a token)."""
     state: str | None
+    """The state the request carries with it, where the wire has one."""
     mint: bool = False
     """The message asks for a new session and then runs in it (SEP-1364 alt. 2: ``initialize`` with a null id)."""
 
 
+def _member(obj: object, name: str) -> object:
+    """``obj[name]`` when ``obj`` is an object, else ``None``; refused when the object repeated that name."""
+    if type(obj) is not dict:  # the parser's plain objects repeated no name; only its recording subclass may have
+        if not isinstance(obj, dict):
+            return None
+        _check_unique(obj, name)
+    return obj.get(name)
+
+
 def _check_unique(obj: Mapping[str, object], *names: str) -> None:
     if type(obj) is dict:
-        return  # the parser's plain objects repeated no name; only its recording subclass may have
+        return
     repeated = getattr(obj, "repeated", None)
     if repeated is not None and not repeated.isdisjoint(names):
         raise InvalidSessionMeta("session metadata must not repeat a member name")
@@ -41,10 +54,13 @@ class SessionCarrier:
     """Where a request carries its session: ``params._meta[meta_key]``, an object."""
 
     meta_key: str
+    """The ``params._meta`` key whose value names the session."""
     id_member: str
+    """The member of that object that names the session (in errors' data too)."""
     state_member: str | None = None
+    """The member that carries the session's state, where the wire has one."""
     strips: ClassVar[bool] = False
-    """Whether the member is removed from the request before the app sees it."""
+    """Whether the member is removed from the request before the app sees it: never, ``_meta`` is the app's."""
     opening_methods: ClassVar[frozenset[str]] = frozenset()
     """Methods on which the message opens a session: none, on this carrier."""
 
@@ -65,43 +81,20 @@ class SessionCarrier:
         ``null`` counts as absent. Anything else that is not an object with a
         string id (and, where the wire has state, a string state) is invalid.
         """
-        # type(x) is dict: the parser's plain objects; only its recording subclass may repeat a name.
-        if type(message) is not dict:
-            _check_unique(message, "params")
-        params = message.get("params")
-        meta = params.get("_meta") if type(params) is dict else None
-        session = meta.get(self.meta_key) if type(meta) is dict else None
-        if type(session) is not dict:  # the usual request is plain all the way down; anything else:
-            session = self._checked_session(params)
-            if session is None:
-                return None
+        session = _member(_member(_member(message, "params"), "_meta"), self.meta_key)
+        if session is None:
+            return None
+        if not isinstance(session, dict):
+            raise InvalidSessionMeta("session metadata must be an object")
+        if type(session) is not dict:
+            _check_unique(session, *self.path_names[3:])
         token = session.get(self.id_member)
         if type(token) is not str:
             raise InvalidSessionMeta(f"session metadata needs a string {self.id_member}")
         state = None if self.state_member is None else session.get(self.state_member)
         if state is not None and type(state) is not str:
             raise InvalidSessionMeta("session state must be a string")
-        return tuple.__new__(SessionRef, (token, state, False))
-
-    def _checked_session(self, params: object) -> Mapping[str, object] | None:
-        """The session object on a path with a recording object, or absent (``None``), or malformed."""
-        if not isinstance(params, dict):
-            return None
-        if type(params) is not dict:
-            _check_unique(params, "_meta")
-        meta = params.get("_meta")
-        if not isinstance(meta, dict):
-            return None
-        if type(meta) is not dict:
-            _check_unique(meta, self.meta_key)
-        session = meta.get(self.meta_key)
-        if session is None:
-            return None
-        if not isinstance(session, dict):
-            raise InvalidSessionMeta("session metadata must be an object")
-        if type(session) is not dict:
-            _check_unique(session, self.id_member, *(() if self.state_member is None else (self.state_member,)))
-        return session
+        return SessionRef(token, state)
 
     def present(self, message: Mapping[str, object]) -> bool:
         """Whether a message carries this wire's session key at all (even malformed)."""
@@ -118,9 +111,6 @@ class SessionCarrier:
         return False
 
 
-_ABSENT: Final = object()
-
-
 @dataclass(frozen=True, slots=True)
 class TopLevelCarrier:
     """Where a request carries its session: a top-level string ``member`` of the message (SEP-1364).
@@ -135,7 +125,9 @@ class TopLevelCarrier:
     opening_methods: frozenset[str] = frozenset()
     """Methods on which a ``null`` id asks for a new session."""
     state_member: ClassVar[None] = None
+    """This carrier has no state member."""
     strips: ClassVar[bool] = True
+    """The member is removed from the request before the app sees it."""
 
     @property
     def marker(self) -> str:
@@ -162,7 +154,7 @@ class TopLevelCarrier:
             return None
         if type(token) is not str:
             raise InvalidSessionMeta(f"{self.member} must be a string or null")
-        return tuple.__new__(SessionRef, (token, None, False))
+        return SessionRef(token, None)
 
     def present(self, message: Mapping[str, object]) -> bool:
         """Whether a message has the member at all (even ``null``): it speaks this wire."""

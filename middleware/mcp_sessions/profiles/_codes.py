@@ -33,7 +33,9 @@ __all__ = [
 ]
 
 ErrorCodes = Literal["seeds", "spec-safe"]
+"""The error code sets ``error_codes=`` takes."""
 ERROR_CODE_SETS: Final[tuple[ErrorCodes, ...]] = ("seeds", "spec-safe")
+"""Each set ``error_codes=`` takes: the seeds' own codes (the default), or those MCP 2026-07-28 allows."""
 
 SPEC_SAFE_NOT_FOUND: Final = -32012
 """Error code under ``error_codes="spec-safe"``: the session names no live session of the caller."""

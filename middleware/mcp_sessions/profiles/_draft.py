@@ -12,28 +12,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from .._wire import Refusal, iso
-from .._wire.protocol import HEADER_MISMATCH, INVALID_REQUEST
-from ._base import Capability, ClientSide, Echo, LocalMethod, SessionCarrier, WireProfile
+from .._wire.protocol import INVALID_REQUEST
+from ._base import SESSIONLESS, Capability, ClientSide, LocalMethod, WireProfile, session_object
+from ._carriers import SessionCarrier
+from ._echo_shapes import Echo
 
 if TYPE_CHECKING:
     from ._local import LocalCall
 
-__all__ = [
-    "DRAFT",
-    "METHOD_CREATE",
-    "METHOD_DELETE",
-    "SESSIONS_EXTENSION_ID",
-    "SESSION_META_KEY",
-    "SESSION_METHODS",
-    "SESSION_NOT_FOUND",
-    "SESSION_REQUIRED",
-]
+__all__ = ["DRAFT", "SESSION_META_KEY", "SESSION_NOT_FOUND", "SESSION_REQUIRED"]
 
 SESSION_META_KEY: Final = "io.modelcontextprotocol/session"
 """The ``params._meta`` key whose value names a request's session: ``{"sessionId": ..., "state": ...}``."""
 METHOD_CREATE: Final = "sessions/create"
 METHOD_DELETE: Final = "sessions/delete"
-SESSION_METHODS: Final = frozenset({METHOD_CREATE, METHOD_DELETE})
 SESSIONS_EXTENSION_ID: Final = "io.modelcontextprotocol/sessions"
 SESSION_NOT_FOUND: Final = -32043
 """Error code: the session is unknown, invalid, expired or deleted; permanent, so the client opens a new one."""
@@ -64,9 +56,7 @@ def _create_params(label: str | None) -> dict[str, object]:
 
 
 def _created(result: dict[str, object]) -> tuple[str, dict[str, object]] | None:
-    session = result.get("session")
-    token = session.get("sessionId") if isinstance(session, dict) else None
-    return (token, session) if isinstance(session, dict) and isinstance(token, str) and token else None
+    return session_object(result.get("session"), "sessionId")
 
 
 def _delete_params(token: str) -> dict[str, object]:
@@ -94,12 +84,9 @@ DRAFT: Final = WireProfile(
         METHOD_CREATE: LocalMethod(needs_session=False, answer=create),
         METHOD_DELETE: LocalMethod(needs_session=True, answer=delete),
     },
-    # What a client needs before it can hold a session: a policy that requires
-    # sessions "for everything" still lets these through.
-    sessionless=frozenset({"initialize", "notifications/initialized", "server/discover", "ping", METHOD_CREATE}),
+    sessionless=SESSIONLESS | {METHOD_CREATE},
     not_found=SESSION_NOT_FOUND,
     required=SESSION_REQUIRED,
-    header_mismatch=HEADER_MISMATCH,
     required_data={"create": METHOD_CREATE},
     required_hint=f'call {METHOD_CREATE} and send its sessionId in params._meta["{SESSION_META_KEY}"]',
     not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",

@@ -22,19 +22,22 @@ __all__ = ["LocalCall"]
 
 @dataclass(slots=True)
 class LocalCall:
-    """One call of a local method, as its answer function sees it.
-
-    ``session`` is the verified session the call names, for methods that need
-    one. Answer functions return the result object, or raise :class:`Refusal`.
-    """
+    """One call of a local method, as its answer function sees it; the answer returns a result or raises a Refusal."""
 
     scope: Scope
+    """The request's ASGI scope."""
     message: dict[str, object]
+    """The JSON-RPC request."""
     profile: WireProfile
+    """The wire the call speaks."""
     era: Era
+    """The protocol era of the request."""
     sessions: SessionService
+    """The middleware's sessions: mint, resolve, revoke."""
     session: Session | None
+    """The verified session the call names, for methods that need one."""
     operation: Operation | None
+    """The call's telemetry, when it is traced."""
     envelope: dict[str, object] = field(default_factory=dict)
     """Members the answer adds beside ``result`` (SEP-1364's top-level ``sessionId``)."""
     minted: Minted | None = None
@@ -64,14 +67,7 @@ class LocalCall:
     async def end(self, session: Session, token: str) -> None:
         """End ``session`` everywhere; the wire's "not found" error if it had already ended."""
         if not await self.revoke(session):
-            profile = self.profile
-            raise Refusal(
-                profile.not_found,
-                profile.not_found_text,
-                profile.not_found_data(token),
-                reason="revoked",
-                session_id=session.id,
-            )
+            raise self.profile.not_found_refusal(token, "revoked", session.id)
 
     async def revoke(self, session: Session) -> bool:
         """End ``session`` everywhere, counted in telemetry; ``False`` if it had already ended."""

@@ -14,21 +14,22 @@ from typing import TYPE_CHECKING, Final
 
 from .._session import SessionNotFound
 from .._wire import Refusal
-from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS
-from ._base import Capability, LocalMethod, TopLevelCarrier, TopLevelEcho, WireProfile
+from .._wire.protocol import INVALID_PARAMS
+from ._base import SESSIONLESS, Capability, LocalMethod, WireProfile
+from ._carriers import TopLevelCarrier
+from ._draft import SESSION_NOT_FOUND, SESSION_REQUIRED
+from ._echo_shapes import TopLevelEcho
 
 if TYPE_CHECKING:
     from .._session import Session
     from ._local import LocalCall
 
-__all__ = ["SEP1364_ALT1", "SESSION_ID_MEMBER"]
+__all__ = ["SEP1364_ALT1", "SESSION_ID_MEMBER", "end_named"]
 
 SESSION_ID_MEMBER: Final = "sessionId"
 """The top-level member that names a message's session."""
 METHOD_CREATE: Final = "session/create"
 METHOD_DELETE: Final = "session/delete"
-SESSION_NOT_FOUND: Final = -32043
-SESSION_REQUIRED: Final = -32044
 
 
 def _of_this_wire(message: dict[str, object]) -> bool:
@@ -39,12 +40,11 @@ def _of_this_wire(message: dict[str, object]) -> bool:
     return isinstance(params, dict) and (SESSION_ID_MEMBER in params or "capabilities" in params)
 
 
-def named_id(call: LocalCall) -> str | None:
-    """The session a lifecycle call names: ``params.sessionId``, else the top-level ``sessionId``."""
-    token = call.params.get(SESSION_ID_MEMBER, call.message.get(SESSION_ID_MEMBER))
-    if token is not None and type(token) is not str:
+def _session_id(value: object) -> str | None:
+    """A ``sessionId`` the client sent: a string, or ``None`` for none; -32602 when it is anything else."""
+    if value is not None and type(value) is not str:
         raise Refusal(INVALID_PARAMS, f"{SESSION_ID_MEMBER} must be a string")
-    return token
+    return value
 
 
 async def live_session(call: LocalCall, token: str) -> Session:
@@ -52,14 +52,7 @@ async def live_session(call: LocalCall, token: str) -> Session:
     try:
         return await call.sessions.resolve(call.scope, token, None)
     except SessionNotFound as exc:
-        profile = call.profile
-        raise Refusal(
-            profile.not_found,
-            profile.not_found_text,
-            profile.not_found_data(token),
-            reason=exc.reason,
-            session_id=exc.session_id,
-        ) from None
+        raise call.profile.not_found_refusal(token, exc.reason, exc.session_id) from None
 
 
 async def create(call: LocalCall) -> dict[str, object]:
@@ -67,20 +60,15 @@ async def create(call: LocalCall) -> dict[str, object]:
     capabilities = call.params.get("capabilities")
     if capabilities is not None and not isinstance(capabilities, dict):
         raise Refusal(INVALID_PARAMS, "capabilities must be an object")
-    requested = call.params.get(SESSION_ID_MEMBER)
-    if requested is not None:
-        if type(requested) is not str:
-            raise Refusal(INVALID_PARAMS, f"{SESSION_ID_MEMBER} must be a string")
-        token = (await live_session(call, requested)).token
-    else:
-        token = (await call.mint()).token
+    requested = _session_id(call.params.get(SESSION_ID_MEMBER))
+    token = (await call.mint()).token if requested is None else (await live_session(call, requested)).token
     call.envelope[SESSION_ID_MEMBER] = token
     return {SESSION_ID_MEMBER: token}
 
 
 async def end_named(call: LocalCall, action: str) -> dict[str, object]:
-    """End the session ``params.sessionId`` names; an unknown or already ended one is "not found"."""
-    token = named_id(call)
+    """End the session ``params.sessionId`` (else the top-level ``sessionId``) names; an unknown one is "not found"."""
+    token = _session_id(call.params.get(SESSION_ID_MEMBER, call.message.get(SESSION_ID_MEMBER)))
     if token is None:
         raise Refusal(INVALID_PARAMS, f"params.{SESSION_ID_MEMBER} names the session to {action}")
     await call.end(await live_session(call, token), token)
@@ -105,10 +93,9 @@ SEP1364_ALT1: Final = WireProfile(
         METHOD_CREATE: LocalMethod(needs_session=False, answer=create, applies=_of_this_wire),
         METHOD_DELETE: LocalMethod(needs_session=False, answer=delete, applies=_of_this_wire),
     },
-    sessionless=frozenset({"initialize", "notifications/initialized", "server/discover", "ping", METHOD_CREATE}),
+    sessionless=SESSIONLESS | {METHOD_CREATE},
     not_found=SESSION_NOT_FOUND,
     required=SESSION_REQUIRED,
-    header_mismatch=HEADER_MISMATCH,
     required_data={"create": METHOD_CREATE},
     required_hint=f'call {METHOD_CREATE} and send its sessionId as the top-level "{SESSION_ID_MEMBER}" of each request',
     not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from .._wire.protocol import HEADER_MISMATCH
-from ._base import Capability, LocalMethod, TopLevelCarrier, TopLevelEcho, WireProfile
+from ._base import SESSIONLESS, Capability, LocalMethod, WireProfile
+from ._carriers import TopLevelCarrier
+from ._draft import SESSION_NOT_FOUND, SESSION_REQUIRED
+from ._echo_shapes import TopLevelEcho
 from ._sep1364_alt1 import SESSION_ID_MEMBER, end_named
 
 if TYPE_CHECKING:
@@ -25,8 +27,6 @@ __all__ = ["SEP1364_ALT2"]
 
 METHOD_OPEN: Final = "initialize"
 METHOD_TERMINATE: Final = "terminate"
-SESSION_NOT_FOUND: Final = -32043
-SESSION_REQUIRED: Final = -32044
 
 
 async def terminate(call: LocalCall) -> dict[str, object]:
@@ -43,10 +43,9 @@ SEP1364_ALT2: Final = WireProfile(
     advertised_per_request=frozenset(),
     advertised_handshake=frozenset(),
     methods={METHOD_TERMINATE: LocalMethod(needs_session=False, answer=terminate)},
-    sessionless=frozenset({METHOD_OPEN, "notifications/initialized", "server/discover", "ping", METHOD_TERMINATE}),
+    sessionless=SESSIONLESS | {METHOD_OPEN, METHOD_TERMINATE},
     not_found=SESSION_NOT_FOUND,
     required=SESSION_REQUIRED,
-    header_mismatch=HEADER_MISMATCH,
     required_data={"open": METHOD_OPEN},
     required_hint=(
         f'call {METHOD_OPEN} with "{SESSION_ID_MEMBER}": null and send the sessionId it returns'

@@ -19,9 +19,12 @@ from typing import TYPE_CHECKING, Final
 
 from .._session import PRINCIPAL_CLAIM, SessionNotFound
 from .._wire import Refusal, iso, store_unavailable
-from .._wire.protocol import CLIENT_CAPABILITIES_META_KEY, HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND
+from .._wire.protocol import CLIENT_CAPABILITIES_META_KEY, INVALID_PARAMS, METHOD_NOT_FOUND
 from ..stores import InvalidCursor, SessionStoreUnavailable
-from ._base import Capability, ClientSide, Echo, LocalMethod, SessionCarrier, WireProfile
+from ._base import SESSIONLESS, Capability, ClientSide, LocalMethod, WireProfile, session_object
+from ._carriers import SessionCarrier
+from ._draft import SESSION_NOT_FOUND
+from ._echo_shapes import Echo
 
 if TYPE_CHECKING:
     from .._session import Session
@@ -37,9 +40,10 @@ METHOD_LIST: Final = "session/list"
 METHOD_DELETE: Final = "session/delete"
 FEATURES: Final = ("create", "resume", "list", "delete")
 SESSION_REQUIRED: Final = -32002
-"""The strawman's "session required" code (retired by MCP 2026-07-28: ``error_codes="spec-safe"`` moves it)."""
-SESSION_NOT_FOUND: Final = -32043
-"""``session/resume`` of a session that is gone (the strawman names no code; the draft's is used)."""
+"""The strawman's "session required" code (retired by MCP 2026-07-28: ``error_codes="spec-safe"`` moves it).
+
+It names no "not found" code: ``session/resume`` of a session that is gone gets the draft's.
+"""
 MAX_LABEL_LENGTH: Final = 256
 MAX_DATA_ENTRIES: Final = 32
 MAX_DATA_VALUE_LENGTH: Final = 1024
@@ -148,10 +152,7 @@ async def resume(call: LocalCall) -> dict[str, object]:
     """``session/resume``: the same shape as create, for a live session (its idle clock restarts)."""
     session = await _named(call)
     if session is None:
-        profile = call.profile
-        raise Refusal(
-            profile.not_found, profile.not_found_text, profile.not_found_data(call.params.get("id")), reason="gone"
-        )
+        raise call.profile.not_found_refusal(call.params.get("id"), "gone")
     return _session_object(session.token, iso(int(session.expires_at_timestamp)), None)
 
 
@@ -206,9 +207,7 @@ def _client_create_params(label: str | None) -> dict[str, object]:
 
 def _created(result: dict[str, object]) -> tuple[str, dict[str, object]] | None:
     meta = result.get("_meta")
-    cookie = meta.get(COOKIE_KEY) if isinstance(meta, dict) else None
-    token = cookie.get("id") if isinstance(cookie, dict) else None
-    return (token, cookie) if isinstance(cookie, dict) and isinstance(token, str) and token else None
+    return session_object(meta.get(COOKIE_KEY) if isinstance(meta, dict) else None, "id")
 
 
 def _advertised(capabilities: dict[str, object]) -> bool:
@@ -229,12 +228,9 @@ STRAWMAN: Final = WireProfile(
         METHOD_LIST: LocalMethod(needs_session=False, answer=list_sessions),
         METHOD_DELETE: LocalMethod(needs_session=False, answer=delete, applies=_has_id),
     },
-    sessionless=frozenset(
-        {"initialize", "notifications/initialized", "server/discover", "ping", METHOD_CREATE, METHOD_RESUME}
-    ),
+    sessionless=SESSIONLESS | {METHOD_CREATE, METHOD_RESUME},
     not_found=SESSION_NOT_FOUND,
     required=SESSION_REQUIRED,
-    header_mismatch=HEADER_MISMATCH,
     required_message="Session required. Call session/create first.",
     required_hint=f'send its id in params._meta["{COOKIE_KEY}"]',
     not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",

@@ -1,5 +1,5 @@
-"""What a result to a request in a session carries back: :class:`Echo` (in ``result._meta``)
-and :class:`TopLevelEcho` (a top-level member beside ``result``).
+"""The echo shapes a wire declares, what a result to a request in a session carries back:
+:class:`Echo` (in ``result._meta``) and :class:`TopLevelEcho` (a top-level member beside ``result``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,13 @@ class Echo:
     """What a result to a request in a session carries back, in ``result._meta[meta_key]``."""
 
     meta_key: str
+    """The ``result._meta`` key the echo goes under."""
     id_member: str
+    """The member that names the session."""
     expiry_member: str
+    """The member that says when the session expires (RFC 3339)."""
     state_member: str | None = None
+    """The member that carries the session's state, where the wire has one."""
 
     def attach(
         self, message: dict[str, object], result: dict[str, object], token: str, state: str | None, expires: str
@@ -66,6 +70,7 @@ class TopLevelEcho:
 
 
 EchoShape = Echo | TopLevelEcho
+"""The echo a wire declares: in ``result._meta``, or beside ``result``."""
 
 
 def _meta_of(result: dict[str, object]) -> dict[str, object]:
