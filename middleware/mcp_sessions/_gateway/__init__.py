@@ -1,22 +1,12 @@
 """The gateway: the session pipeline in front of a streaming reverse proxy to an MCP server anywhere.
 
-``gateway_app`` builds the ASGI app, ``mcp-sessions gateway`` serves it (``_cli``). The proxy
-(``_proxy``, ``_relay``, ``_headers``) forwards every request to the upstream replica that holds
-its conversation (``_replicas``); the upstream decides every answer the pipeline gives itself
-(``_verdict``). httpx and uvicorn, which only the gateway needs, are imported when it is built.
-See ``docs/gateway.md``.
+``gateway_app`` builds the ASGI app, ``mcp-sessions gateway`` serves it (``_cli``). The proxy (``_proxy``,
+``_relay``, ``_headers``) forwards every request to the upstream replica that holds its conversation
+(``_replicas``); the upstream decides every answer the pipeline gives itself (``_verdict``). httpx and
+uvicorn, which only the gateway needs, are imported when it is built. See ``docs/gateway.md``.
 """
 
-from ._answers import UPSTREAM_UNAVAILABLE
 from ._app import gateway_app
 from ._cli import add_gateway_parser, run_gateway
-from ._verdict import PROBE_METHOD, credential_principal
 
-__all__ = [
-    "PROBE_METHOD",
-    "UPSTREAM_UNAVAILABLE",
-    "add_gateway_parser",
-    "credential_principal",
-    "gateway_app",
-    "run_gateway",
-]
+__all__ = ["add_gateway_parser", "gateway_app", "run_gateway"]

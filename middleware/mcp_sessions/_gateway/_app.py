@@ -4,18 +4,31 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Collection, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+from starlette.types import Scope
 
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._session import authenticated_user
-from ._conversations import RoutedConversations
+from ..sources import HostConversationSource, SourceContext, Trust
 from ._headers import HostCheck
 from ._proxy import UpstreamProxy
 from ._replicas import Replicas
 from ._verdict import UpstreamGuard, credential_principal
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT", "DEFAULT_FIRST_BYTE_TIMEOUT", "DEFAULT_KEEPALIVE", "gateway_app"]
+if TYPE_CHECKING:
+    from .._session import Session
+    from ..sources import Call, Plan
+
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_FAILURE_COOLDOWN",
+    "DEFAULT_FIRST_BYTE_TIMEOUT",
+    "DEFAULT_KEEPALIVE",
+    "RoutedConversations",
+    "gateway_app",
+]
 
 DEFAULT_KEEPALIVE: Final = 15.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
@@ -73,3 +86,27 @@ def gateway_app(
     if config.paths is None:
         at_gateway.paths = frozenset({replicas.path})
     return MCPSessionMiddleware(proxy, config=at_gateway)
+
+
+class RoutedConversations:
+    """The gateway's last session source: names a host's conversation for a call no other source named.
+
+    In a server's own process a host's conversation id matters only to telemetry and to conversation
+    data, so without either the host source does not look for it. In front of replicas it also says
+    where the conversation's requests go and what the upstream sees in baggage. Never data.
+    """
+
+    name = "gateway"
+    trust = Trust.ASSERTED
+
+    __slots__ = ("_host",)
+
+    def __init__(self, context: SourceContext) -> None:
+        self._host = HostConversationSource.from_context(context)  # its find(), by the configured host keys
+
+    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        """Name the call's host conversation (``call.conversation``) if nothing has; never a session."""
+        if call.conversation is None:
+            params = call.params
+            call.conversation = self._host.find(plan.headers, params.get("_meta") if type(params) is dict else None)
+        return None

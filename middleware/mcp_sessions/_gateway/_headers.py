@@ -1,13 +1,12 @@
 """The headers a hop changes: what the upstream is sent, what the client gets back, and the gateway's own door.
 
-RFC 9110 §7.6.1: a proxy drops the hop-by-hop headers, and every header the ``Connection``
-header names, and forwards every other header as it came (``Authorization``, ``Mcp-Session-Id``,
-``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name``, ``Last-Event-ID``, ``traceparent``…). The
-upstream gets its own ``Host`` (the client's goes in ``X-Forwarded-Host``), the client's address
-is added to ``X-Forwarded-For``, and the conversation's stable id goes in W3C baggage as
-``gen_ai.conversation.id``. The upstream never sees the client's ``Host``, so the gateway checks
-``Host`` and ``Origin`` itself, with the allow-lists and the rule of the ``mcp`` SDK's
-DNS-rebinding protection.
+RFC 9110 §7.6.1: a proxy drops the hop-by-hop headers, and every header the ``Connection`` header names, and
+forwards every other header as it came (``Authorization``, ``Mcp-Session-Id``, ``MCP-Protocol-Version``,
+``Mcp-Method``, ``Mcp-Name``, ``Last-Event-ID``, ``traceparent``…). The upstream gets its own ``Host`` (the
+client's goes in ``X-Forwarded-Host``), the client's address is added to ``X-Forwarded-For``, and the
+conversation's stable id goes in W3C baggage as ``gen_ai.conversation.id``. The upstream never sees the
+client's ``Host``, so the gateway checks ``Host`` and ``Origin`` itself, with the allow-lists and the rule of
+the ``mcp`` SDK's DNS-rebinding protection.
 """
 
 from __future__ import annotations
@@ -19,32 +18,26 @@ from urllib.parse import quote
 from .._guard import Rejection
 from .._wire.protocol import MCP_SESSION_ID_HEADER
 
-__all__ = ["CONVERSATION_BAGGAGE_KEY", "HostCheck", "client_headers", "upstream_headers"]
+__all__ = ["HostCheck", "client_headers", "header", "upstream_headers"]
 
 Headers = list[tuple[bytes, bytes]]
 
-CONVERSATION_BAGGAGE_KEY: Final = "gen_ai.conversation.id"
 LOCALHOST_HOSTS: Final = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 LOCALHOST_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 HOP_BY_HOP: Final = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-    }
+    b"connection keep-alive proxy-connection proxy-authenticate proxy-authorization te trailer transfer-encoding "
+    b"upgrade".split()
 )
 # Written again for the upstream: its own Host, the body's length, 100-continue (httpx sends the body at once).
 _REWRITTEN: Final = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
-_BAGGAGE: Final = b"baggage"
-_CONVERSATION_MEMBER: Final = CONVERSATION_BAGGAGE_KEY.encode()
+_CONVERSATION_MEMBER: Final = b"gen_ai.conversation.id"
 # A baggage value's octets (W3C baggage): anything else, and "%", percent-encoded.
 _BAGGAGE_SAFE: Final = "!#$&'()*+-./:<=>?@[]^_`{|}~"
+
+
+def header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    """The first value of header ``name`` (lower case, as ASGI gives names), or ``None``."""
+    return next((value for key, value in headers if key == name), None)
 
 
 def _listed(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:
@@ -72,35 +65,35 @@ def upstream_headers(
     """
     raw = list(raw)
     dropped = _REWRITTEN | _listed(raw) | {name.encode() for name in trace}
+    if transport_id is not None:
+        dropped |= {MCP_SESSION_ID_HEADER}
     headers: Headers = []
     baggage: list[bytes] = []
-    forwarded_for = host = None
-    has_proto = has_host = False
+    forwarded_for: list[bytes] = []
+    host = None
     for name, value in raw:
-        if name in dropped:
-            if name == b"host":
-                host = value
-        elif name == _BAGGAGE:
+        if name == b"host":
+            host = value
+        elif name in dropped:
+            continue
+        elif name == b"baggage":
             baggage.append(value)
         elif name == b"x-forwarded-for":
-            forwarded_for = value if forwarded_for is None else forwarded_for + b", " + value
-        elif name == MCP_SESSION_ID_HEADER and transport_id is not None:
-            continue
+            forwarded_for.append(value)
         else:
-            has_proto = has_proto or name == b"x-forwarded-proto"
-            has_host = has_host or name == b"x-forwarded-host"
             headers.append((name, value))
     if transport_id is not None:
         headers.append((MCP_SESSION_ID_HEADER, transport_id))
     headers.extend((name.encode(), value.encode("latin-1")) for name, value in trace.items())
     if conversation is not None or baggage:
-        headers.append((_BAGGAGE, _with_conversation(b",".join(baggage), conversation)))
+        headers.append((b"baggage", _with_conversation(b",".join(baggage), conversation)))
     if client is not None:
-        address = client.encode("latin-1")
-        headers.append((b"x-forwarded-for", address if forwarded_for is None else forwarded_for + b", " + address))
-    if not has_proto:
+        forwarded_for.append(client.encode("latin-1"))
+    if forwarded_for:
+        headers.append((b"x-forwarded-for", b", ".join(forwarded_for)))
+    if header(headers, b"x-forwarded-proto") is None:
         headers.append((b"x-forwarded-proto", scheme.encode("latin-1")))
-    if not has_host and host is not None:
+    if header(headers, b"x-forwarded-host") is None and host is not None:
         headers.append((b"x-forwarded-host", host))
     return headers
 
@@ -121,14 +114,9 @@ def client_headers(raw: Iterable[tuple[bytes, bytes]], prefix: bytes) -> Headers
     """
     raw = [(name.lower(), value) for name, value in raw]
     dropped = HOP_BY_HOP | _listed(raw)
-    headers: Headers = []
-    for name, value in raw:
-        if name in dropped:
-            continue
-        if name == MCP_SESSION_ID_HEADER:
-            value = prefix + value
-        headers.append((name, value))
-    return headers
+    return [
+        (name, prefix + value if name == MCP_SESSION_ID_HEADER else value) for name, value in raw if name not in dropped
+    ]
 
 
 class HostCheck:
@@ -142,23 +130,17 @@ class HostCheck:
     __slots__ = ("_hosts", "_origins")
 
     def __init__(self, allowed_hosts: Collection[str] | None, allowed_origins: Collection[str] | None) -> None:
-        for given in (allowed_hosts, allowed_origins):
-            if isinstance(given, str):
-                raise TypeError("allowed_hosts and allowed_origins take collections of strings, not one string")
+        if isinstance(allowed_hosts, str) or isinstance(allowed_origins, str):
+            raise TypeError("allowed_hosts and allowed_origins take collections of strings, not one string")
         self._hosts = _AllowList(LOCALHOST_HOSTS if allowed_hosts is None else allowed_hosts)
         self._origins = _AllowList(LOCALHOST_ORIGINS if allowed_origins is None else allowed_origins)
 
     def check(self, headers: Iterable[tuple[bytes, bytes]]) -> Rejection | None:
         """The gateway's refusal of a request from a host or an origin it does not serve, else ``None``."""
-        host = origin = None
-        for name, value in headers:
-            if name == b"host" and host is None:
-                host = value.decode("latin-1")
-            elif name == b"origin" and origin is None:
-                origin = value.decode("latin-1")
-        if self._hosts and (host is None or not self._hosts.allows(host)):
+        host, origin = header(headers, b"host"), header(headers, b"origin")
+        if self._hosts and (host is None or not self._hosts.allows(host.decode("latin-1"))):
             return _plain(421, "Invalid Host header", "invalid_host")
-        if self._origins and origin is not None and not self._origins.allows(origin):
+        if self._origins and origin is not None and not self._origins.allows(origin.decode("latin-1")):
             return _plain(403, "Invalid Origin header", "invalid_origin")
         return None
 
@@ -169,9 +151,8 @@ class _AllowList:
     __slots__ = ("_exact", "_prefixes")
 
     def __init__(self, values: Iterable[str]) -> None:
-        values = list(values)
         self._exact = frozenset(values)
-        self._prefixes = tuple(value[:-1] for value in values if value.endswith(":*"))
+        self._prefixes = tuple(value[:-1] for value in self._exact if value.endswith(":*"))
 
     def __bool__(self) -> bool:
         return bool(self._exact)

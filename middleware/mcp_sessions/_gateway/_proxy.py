@@ -1,17 +1,19 @@
-"""The streaming reverse proxy: every request to the upstream replica that holds its conversation, bytes as they come.
+"""The streaming reverse proxy: every request to the upstream replica that holds its conversation, bytes as they
+come.
 
-One pooled httpx client for the app's lifetime. The request body goes as it arrives (a body the
-session pipeline read whole goes in one piece, and may be sent again to another replica when the
-first could not be connected to); the response goes back chunk by chunk, each ``send`` awaited
-before the next read (the backpressure). The connect and the wait for the response's first byte
-are bounded; an event stream is not, and gets an SSE comment when it has been idle, and a client
-that disconnects from one closes the upstream's (``_relay``). An upstream that cannot answer gets
-a JSON-RPC error with 502, 503 or 504 and ``Retry-After``, never a hang.
+One pooled httpx client for the app's lifetime. The request body goes as it arrives (a body the session
+pipeline read whole goes in one piece, and may be sent again to another replica when the first could not be
+connected to); the response goes back chunk by chunk, each ``send`` awaited before the next read (the
+backpressure). The connect and the wait for the response's first byte are bounded; an event stream is not, and
+gets an SSE comment when it has been idle, and a client that disconnects from one closes the upstream's
+(``_relay``). An upstream that cannot answer gets a JSON-RPC error with 502, 503 or 504 and ``Retry-After``,
+never a hang.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -25,8 +27,7 @@ from .._guard import Rejection
 from .._session import SCOPE_KEY, Session, current_conversation
 from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 from ..sources import is_transport_session_id
-from ._answers import lost_session, request_id_of, upstream_failed
-from ._headers import HostCheck, client_headers, upstream_headers
+from ._headers import HostCheck, client_headers, header, upstream_headers
 from ._relay import relay, relay_events
 
 if TYPE_CHECKING:
@@ -34,16 +35,20 @@ if TYPE_CHECKING:
 
     from ._replicas import Replica, Replicas
 
-__all__ = ["UpstreamAnswer", "UpstreamProxy"]
+__all__ = ["UPSTREAM_UNAVAILABLE", "UpstreamAnswer", "UpstreamProxy", "echoable_id", "upstream_failed"]
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-_NO_TRACE: Final[dict[str, str]] = {}
+UPSTREAM_UNAVAILABLE: Final = -32014
+"""Error code: no upstream replica answered (HTTP 502, 503 or 504, with ``Retry-After``); temporary."""
+_MAX_ID_BODY: Final = 64 * 1024
+_JSON: Final = (b"content-type", b"application/json")
+_LOST_SESSION: Final = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
 Body = bytes | AsyncIterator[bytes]
 
 
 class UpstreamAnswer(NamedTuple):
-    """The upstream's answer to a request the gateway asks itself: its status, headers for the client, its body."""
+    """The upstream's answer: its status, its headers for the client, and its body as it comes."""
 
     status: int
     headers: list[tuple[bytes, bytes]]
@@ -95,64 +100,61 @@ class UpstreamProxy:
         )
         self._connect_errors = (httpx.ConnectError, httpx.ConnectTimeout)
 
-    async def aclose(self) -> None:
-        """Close the pooled connections (the lifespan's shutdown does)."""
-        await self._client.aclose()
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            return await self._lifespan(receive, send)
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+            await self._client.aclose()  # the pooled connections
+            return await send({"type": "lifespan.shutdown.complete"})
         if scope["type"] != "http":  # MCP has no WebSocket transport: refused before it is accepted
             return await send({"type": "websocket.close", "code": 1008})
         first = await receive()
         if first["type"] != "http.request":
             return None  # the client is gone
-        content: Body = first.get("body", b"")
-        if first.get("more_body", False):
-            content = _streamed(first, receive)
-        async with self.opened(scope, scope["headers"], content) as opened:
-            if isinstance(opened, Rejection):
-                return await opened.send(send)
-            response, replica = opened
-            start = {"type": "http.response.start", "status": response.status_code}
-            await send({**start, "headers": client_headers(response.headers.raw, replica.prefix)})
-            if response.headers.get("content-type", "").startswith("text/event-stream"):
-                return await relay_events(response.aiter_raw(), receive, send, self._keepalive, self._httpx.HTTPError)
-            await relay(response.aiter_raw(), send)
-
-    @asynccontextmanager
-    async def asking(
-        self, scope: Scope, headers: Iterable[tuple[bytes, bytes]], body: bytes
-    ) -> AsyncIterator[UpstreamAnswer | Rejection]:
-        """The upstream's answer to a request the gateway sends itself (its question for the session pipeline)."""
-        async with self.opened(scope, headers, body) as opened:
-            if isinstance(opened, Rejection):
-                yield opened
-            else:
-                response, replica = opened
-                yield UpstreamAnswer(
-                    response.status_code, client_headers(response.headers.raw, replica.prefix), response.aiter_raw()
-                )
+        content: Body = _streamed(first, receive) if first.get("more_body", False) else first.get("body", b"")
+        async with self.opened(scope, scope["headers"], content) as answer:
+            if isinstance(answer, Rejection):
+                return await answer.send(send)
+            await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+            if (header(answer.headers, b"content-type") or b"").startswith(b"text/event-stream"):
+                return await relay_events(answer.chunks, receive, send, self._keepalive, self._httpx.HTTPError)
+            await relay(answer.chunks, send)
 
     @asynccontextmanager
     async def opened(
         self, scope: Scope, headers: Iterable[tuple[bytes, bytes]], content: Body
-    ) -> AsyncIterator[tuple[httpx.Response, Replica] | Rejection]:
-        """The upstream's response, its headers read, from the first replica that takes the request; or the
-        gateway's answer when none can (the host refused, the transport session lost, the upstream down).
+    ) -> AsyncIterator[UpstreamAnswer | Rejection]:
+        """The upstream's answer, its headers read, from the first replica that takes the request; or the
+        gateway's own answer when none can (the host refused, the transport session lost, the upstream down)."""
+        opened = await self._open(scope, list(headers), content)
+        if isinstance(opened, Rejection):
+            yield opened
+            return
+        response, replica = opened
+        try:
+            yield UpstreamAnswer(
+                response.status_code, client_headers(response.headers.raw, replica.prefix), response.aiter_raw()
+            )
+        finally:
+            replica.in_flight -= 1
+            with anyio.CancelScope(shield=True):  # closing the upstream stream, even when a disconnect cancels
+                await response.aclose()
+
+    async def _open(
+        self, scope: Scope, headers: list[tuple[bytes, bytes]], content: Body
+    ) -> tuple[httpx.Response, Replica] | Rejection:
+        """The request sent to each replica it may go to in turn, until one answers.
 
         A body read whole is sent again to the next replica when one cannot be connected to (nothing was
         sent); a streamed one is not.
         """
-        headers = list(headers)
         if (refused := self._host_check.check(headers)) is not None:
-            yield refused
-            return
+            return refused
         conversation = _conversation(scope)
         candidates, transport_id = self._route(headers, conversation)
         if not candidates:
-            yield lost_session()
-            return
+            return _lost_session()
         client = scope.get("client")
         upstream = upstream_headers(
             headers,
@@ -162,38 +164,15 @@ class UpstreamProxy:
             conversation=conversation,
             trace=_trace_headers(),
         )
-        if isinstance(content, AsyncIterator) and (length := _header(headers, b"content-length")) is not None:
+        if isinstance(content, AsyncIterator) and (length := header(headers, b"content-length")) is not None:
             upstream.append((b"content-length", length))
-        target = scope.get("raw_path") or scope["path"].encode()
+        target = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         if query := scope.get("query_string"):
-            target += b"?" + query
-        opened = await self._send(scope["method"], target, upstream, content, candidates, transport_id is not None)
-        if isinstance(opened, Rejection):
-            yield opened
-            return
-        response, replica = opened
-        try:
-            yield opened
-        finally:
-            replica.in_flight -= 1
-            with anyio.CancelScope(shield=True):  # closing the upstream stream, even when a disconnect cancels
-                await response.aclose()
-
-    async def _send(
-        self,
-        method: str,
-        target: bytes,
-        headers: list[tuple[bytes, bytes]],
-        content: Body,
-        candidates: list[Replica],
-        pinned: bool,
-    ) -> tuple[httpx.Response, Replica] | Rejection:
-        """Send to each candidate in turn until one answers; the gateway's own answer when none does."""
-        httpx = self._httpx
+            target += "?" + query.decode("latin-1")
         status, reason = 503, "No upstream replica could be reached"
         for replica in candidates:
             request = self._client.build_request(
-                method, replica.origin + target.decode("latin-1"), headers=headers, content=content
+                scope["method"], replica.origin + target, headers=upstream, content=content
             )
             replica.in_flight += 1
             try:
@@ -208,7 +187,7 @@ class UpstreamProxy:
             except TimeoutError:
                 replica.in_flight -= 1
                 status, reason = 504, "The upstream did not answer in time"
-            except httpx.HTTPError as exc:
+            except self._httpx.HTTPError as exc:
                 replica.in_flight -= 1
                 logger.warning("mcp-sessions gateway: upstream %s failed: %s", replica.url, type(exc).__name__)
                 status, reason = 502, "The upstream failed before answering"
@@ -216,9 +195,9 @@ class UpstreamProxy:
                 self._replicas.reached(replica)
                 return response, replica
             break
-        if pinned and status == 503:
-            return lost_session()  # a 2025-era transport session lives in its replica's memory alone
-        return upstream_failed(status, reason, self._retry_after, request_id_of(content))
+        if transport_id is not None and status == 503:
+            return _lost_session()  # a 2025-era transport session lives in its replica's memory alone
+        return upstream_failed(status, reason, self._retry_after, _request_id(content))
 
     def _route(
         self, headers: list[tuple[bytes, bytes]], conversation: str | None
@@ -228,31 +207,48 @@ class UpstreamProxy:
         A transport session goes to the replica that issued it, and only there: no replica for an id the
         gateway did not give out.
         """
-        session_id = _header(headers, MCP_SESSION_ID_HEADER)
+        session_id = header(headers, MCP_SESSION_ID_HEADER)
         if session_id is not None and is_transport_session_id(session_id):  # not a session token (a JWT)
             found = self._replicas.issuer(session_id)
             if found is not None:
                 return [found[0]], found[1]
             # One the gateway did not give out: lost on a 2025-era request; on 2026-07-28 the header only
             # mirrors the data-layer session, which the pipeline has judged.
-            if Era.of(_header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.HANDSHAKE:
+            if Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.HANDSHAKE:
                 return [], None
         if conversation is None:
             return self._replicas.least_loaded(), None
         return self._replicas.for_conversation(conversation), None
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.aclose()
-                return await send({"type": "lifespan.shutdown.complete"})
+
+def upstream_failed(status: int, message: str, retry_after: bytes, request_id: str | int | None) -> Rejection:
+    """The gateway's JSON-RPC error for an upstream that did not answer: retryable, with ``Retry-After``."""
+    error = {"code": UPSTREAM_UNAVAILABLE, "message": message}
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}, separators=(",", ":")).encode()
+    headers = (_JSON, (b"content-length", str(len(body)).encode()), (b"retry-after", retry_after))
+    return Rejection(status, headers, body, "upstream_unavailable", UPSTREAM_UNAVAILABLE, message)
 
 
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    return next((value for key, value in headers if key == name), None)
+def _lost_session() -> Rejection:
+    """The ``mcp`` SDK's answer for a transport session it does not hold (404): the client opens a new one."""
+    headers = (_JSON, (b"content-length", str(len(_LOST_SESSION)).encode()))
+    return Rejection(404, headers, _LOST_SESSION, "transport_session_lost", -32600, "Session not found")
+
+
+def echoable_id(request_id: object) -> str | int | None:
+    """``request_id`` if an error the gateway writes can repeat it (a string or an integer), else ``None``."""
+    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+
+
+def _request_id(body: Body) -> str | int | None:
+    """The id of a one-message JSON-RPC body read whole (and small), for the error that answers it."""
+    if not isinstance(body, bytes) or not body or len(body) > _MAX_ID_BODY:
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return echoable_id(message.get("id")) if isinstance(message, dict) else None
 
 
 def _conversation(scope: Scope) -> str | None:
@@ -266,11 +262,10 @@ def _conversation(scope: Scope) -> str | None:
 
 def _trace_headers() -> dict[str, str]:
     """The trace context of the gateway's span for the upstream, when one records; else the client's goes as it came."""
-    if not trace.get_current_span().get_span_context().is_valid:
-        return _NO_TRACE
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
-    carrier.pop("baggage", None)  # the client's baggage goes on, with the conversation's id in it
+    if trace.get_current_span().get_span_context().is_valid:
+        propagate.inject(carrier)
+        carrier.pop("baggage", None)  # the client's baggage goes on, with the conversation's id in it
     return carrier
 
 

@@ -1,13 +1,10 @@
 """The response body, relayed: each chunk sent as it comes; an event stream also watched and kept alive.
 
-An event stream (a GET stream, ``subscriptions/listen``, a long tool call) can stay open for
-hours, so two things watch it. The client: when it disconnects, the upstream request is cancelled
-(its connection closed), so the upstream's stream ends too. The clock: proxies and load balancers
-cut a connection that carried nothing for a while (often 60 s), so after ``keepalive`` seconds of
-silence the gateway sends an SSE comment, ``: keep-alive``, which every SSE parser ignores, but
-only between two events (a comment inside an event would split it). The upstream is read by a
-task of its own, one chunk ahead at most, so that waiting for the next chunk can time out without
-cutting a read in half.
+An event stream can stay open for hours. When the client disconnects, the upstream request is cancelled, so
+the upstream's stream ends too. Proxies cut a connection that carried nothing for a while (often 60 s), so
+after ``keepalive`` seconds of silence the gateway sends an SSE comment, ``: keep-alive``, but only between
+two events (a comment inside an event would split it). The upstream is read by a task of its own, one chunk
+ahead, so that waiting can time out without cutting a read in half.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """The replicas of the one upstream server: which one a request goes to, and which are out for a while.
 
-A conversation (a data-layer session, a host's conversation id) goes to the replica that
-rendezvous hashing (highest random weight) names for its stable id among the replicas in
-service: every gateway given the same replica URLs computes the same order, so several gateways
-agree without talking to each other, and a replica that leaves moves only its own conversations.
-A 2025-era transport session lives in the process that minted it, so the gateway gives the
-client the upstream's id prefixed with the tag of the replica that issued it (a digest of that
-replica's URL, the same in every gateway), and forwards the id only there. Anything else, a
-request of no conversation or a new transport session, goes to the replica with the fewest
-requests in flight.
+A conversation (a data-layer session, a host's conversation id) goes to the replica that rendezvous hashing
+(highest random weight) names for its stable id among the replicas in service: every gateway given the same
+replica URLs computes the same order, so several gateways agree without talking to each other, and a replica
+that leaves moves only its own conversations. A 2025-era transport session lives in the process that minted
+it, so the gateway gives the client the upstream's id prefixed with the tag of the replica that issued it (a
+digest of that replica's URL, the same in every gateway), and forwards the id only there. Anything else, a
+request of no conversation or a new transport session, goes to the replica with the fewest requests in flight.
 """
 
 from __future__ import annotations

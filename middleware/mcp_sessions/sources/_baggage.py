@@ -1,16 +1,14 @@
 """W3C Baggage, read for one member: the conversation a host or gateway puts in ``gen_ai.conversation.id``.
 
-The format is the W3C Baggage Recommendation (https://www.w3.org/TR/baggage/):
-comma-separated ``key=value`` members, each optionally followed by
-``;``-separated properties, optional whitespace around every delimiter,
-values percent-encoded. Baggage longer than 8192 bytes, with more than 180
-members or a member longer than 4096 bytes (OpenTelemetry's propagator's
-limits), or not following the grammar is ignored as a whole: it names no
-conversation, and it is never an error (the client merely asserted it).
+The format is the W3C Baggage Recommendation (https://www.w3.org/TR/baggage/): comma-separated ``key=value``
+members, each optionally followed by ``;``-separated properties, optional whitespace around every delimiter,
+values percent-encoded. Baggage longer than 8192 bytes, with more than 180 members or a member longer than
+4096 bytes (OpenTelemetry's propagator's limits), or not following the grammar is ignored as a whole: it names
+no conversation, and it is never an error (the client merely asserted it).
 
-Read with ``split``, ``partition`` and ``strip``, each one pass over its part,
-so in time linear in the baggage whatever it holds (a regular expression with
-optional whitespace on both sides of an empty value backtracks quadratically).
+Read with ``split``, ``partition`` and ``strip``, each one pass over its part, so in time linear in the
+baggage whatever it holds (a regular expression with optional whitespace on both sides of an empty value
+backtracks quadratically).
 """
 
 from __future__ import annotations

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeAlias, runtime_checkable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 from starlette.types import Scope
+
+from .._wire import Refusal
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
@@ -21,7 +23,10 @@ __all__ = [
     "SourceContext",
     "SourceFactory",
     "Trust",
+    "once_per_request",
 ]
+
+T = TypeVar("T")
 
 DEFAULT_MAX_CONVERSATIONS_PER_CALLER: Final = 1_000
 """Host conversations with data one caller (a principal, else a client address) may have at once, per process."""
@@ -34,27 +39,26 @@ for a host's conversation, gets no data."""
 class Trust(enum.Enum):
     """How far a source's id is trusted, which decides what its session may do."""
 
-    #: Minted by a server and verified here: data, state and tracing.
     VERIFIED = "verified"
-    #: Only asserted by the client: tracing only, unless the operator opts into data.
+    """Minted by a server and verified here: data, state and tracing."""
     ASSERTED = "asserted"
+    """Only asserted by the client: tracing only, unless the operator opts into data."""
 
 
 @runtime_checkable
 class SessionSource(Protocol):
-    """Finds the session a call belongs to.
-
-    ``session_for`` returns ``None`` ("not mine": the next source is asked),
-    a :class:`~mcp_sessions.Session`, or raises :class:`~mcp_sessions.Refusal` (the call is then
-    answered with it and never reaches the app).
-    A source that recognises the call but gives it no data sets
-    ``call.conversation`` (tracing only) and returns ``None``.
-    """
+    """Finds the session a call belongs to; the middleware asks each source of its chain in turn."""
 
     name: str
     trust: Trust
 
-    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None: ...
+    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        """``None`` for "not mine" (the next source is asked), the call's session, or raise a
+        :class:`~mcp_sessions.Refusal` (the call is answered with it and never reaches the app).
+
+        A source that recognises the call but gives it no data sets ``call.conversation`` (tracing only)
+        and returns ``None``.
+        """
 
 
 class SourceContext(NamedTuple):
@@ -66,11 +70,31 @@ class SourceContext(NamedTuple):
     digests: IdDigests
     """Keyed digests, so that an id a client sent is never stored or logged as sent."""
     host_keys: tuple[HostKey, ...]
+    """Where hosts put their conversation ids, in the order they are tried (``conversation_keys``)."""
     conversation_data: ConversationData
+    """Whether a host's conversation gets data, and keyed by what (``conversation_data``)."""
     adopt_transport_sessions: bool
+    """Whether a 2025 transport session the server minted becomes a session (``adopt_transport_sessions``)."""
     max_conversations_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER
     """Host conversations with data one caller may have at once (``None``: no maximum)."""
 
 
 SourceFactory: TypeAlias = "Callable[[SourceContext], SessionSource | None]"
 """Builds a source for one middleware, or ``None`` when its configuration leaves the source out."""
+
+
+async def once_per_request(plan: Plan, key: tuple[str, ...], find: Callable[[], Awaitable[T]]) -> T | None:
+    """In a batch: ``find()`` for the first element that names ``key``, its outcome reused for the others (a refusal
+    raised again); ``None`` once the request names :data:`MAX_SESSIONS_PER_REQUEST` other sessions."""
+    named = plan.named = plan.named or {}
+    if key not in named:
+        if len(named) >= MAX_SESSIONS_PER_REQUEST:
+            return None
+        try:
+            named[key] = await find()
+        except Refusal as refusal:
+            named[key] = refusal
+            raise
+    if isinstance(found := named[key], Refusal):
+        raise found
+    return cast("T", found)

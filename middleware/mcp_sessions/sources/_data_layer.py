@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from starlette.types import Scope
@@ -9,14 +10,14 @@ from starlette.types import Scope
 from .._session import Session, SessionNotFound, SessionService
 from .._wire import Refusal
 from .._wire.protocol import INVALID_REQUEST, Era
-from ..profiles import InvalidSessionMeta, SessionRef, WireProfile
-from ._base import MAX_SESSIONS_PER_REQUEST, Trust
+from ..profiles import InvalidSessionMeta
+from ._base import MAX_SESSIONS_PER_REQUEST, Trust, once_per_request
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
     from ._base import SourceContext
 
-__all__ = ["DataLayerSource", "refusal_of"]
+__all__ = ["DataLayerSource"]
 
 _TOO_MANY_SESSIONS: Final = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
 
@@ -25,7 +26,9 @@ class DataLayerSource:
     """The session named where the call's wire carries it (for the draft, ``params._meta``)."""
 
     name = "data-layer"
+    """The source's name, in telemetry."""
     trust = Trust.VERIFIED
+    """A server-minted token, verified here."""
 
     __slots__ = ("_sessions",)
 
@@ -38,6 +41,7 @@ class DataLayerSource:
         return cls(context.sessions)
 
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        """The verified session the call's wire names (a new one for an opening method); ``None`` if none."""
         if plan.unmarked:
             return None  # no wire's session member in the body: nothing to read
         profile = call.profile
@@ -47,7 +51,7 @@ class DataLayerSource:
             raise Refusal(INVALID_REQUEST, str(exc), reason="invalid_metadata") from None
         if ref is None:
             return None
-        token, state, mint = ref  # one unpacking: a field read is a descriptor call
+        token, state, mint = ref
         if mint:
             if plan.era is Era.PER_REQUEST:
                 # An opening method (SEP-1364 alt. 2's initialize) is a handshake: the 2026-07-28 server
@@ -73,47 +77,27 @@ class DataLayerSource:
                 reason="header_mismatch",
             )
         if plan.batch:
-            return await self._in_batch(scope, call, plan, ref)
+            find = partial(self._resolve, scope, token, state)
+            found = await once_per_request(plan, (self.name, token, state or ""), find)
+            if found is None:
+                raise Refusal(INVALID_REQUEST, _TOO_MANY_SESSIONS, reason="too_many_sessions")
+        else:
+            found = await self._resolve(scope, token, state)
+        if isinstance(found, Session):
+            return found
+        if profile.unknown_is_no_session:
+            call.revoked = found.reason
+            return None
+        raise Refusal(
+            profile.not_found,
+            profile.not_found_text,
+            profile.not_found_data(token),
+            reason=found.reason,
+            session_id=found.session_id,
+        )
+
+    async def _resolve(self, scope: Scope, token: str, state: str | None) -> Session | SessionNotFound:
         try:
             return await self._sessions.resolve(scope, token, state)
         except SessionNotFound as exc:
-            if profile.unknown_is_no_session:
-                call.revoked = exc.reason
-                return None
-            raise refusal_of(profile, token, exc) from None
-
-    async def _in_batch(self, scope: Scope, call: Call, plan: Plan, ref: SessionRef) -> Session | None:
-        """A batch element's session: each distinct one resolved once, at most ``MAX_SESSIONS_PER_REQUEST``."""
-        named = plan.named
-        if named is None:
-            named = plan.named = {}
-        key = (self.name, ref.token, ref.state or "")
-        found = named.get(key)
-        if found is None:
-            if len(named) >= MAX_SESSIONS_PER_REQUEST:
-                raise Refusal(INVALID_REQUEST, _TOO_MANY_SESSIONS, reason="too_many_sessions")
-            try:
-                found = await self._sessions.resolve(scope, ref.token, ref.state)
-            except (SessionNotFound, Refusal) as exc:
-                found = exc
-            named[key] = found
-        if isinstance(found, SessionNotFound):
-            if call.profile.unknown_is_no_session:
-                call.revoked = found.reason
-                return None
-            raise refusal_of(call.profile, ref.token, found)
-        if isinstance(found, Refusal):
-            raise found
-        assert isinstance(found, Session)
-        return found
-
-
-def refusal_of(profile: WireProfile, token: str, refused: SessionNotFound) -> Refusal:
-    """What a wire answers for a session id that names no live session of the caller."""
-    return Refusal(
-        profile.not_found,
-        profile.not_found_text,
-        profile.not_found_data(token),
-        reason=refused.reason,
-        session_id=refused.session_id,
-    )
+            return exc

@@ -1,24 +1,20 @@
 """2025-era transport sessions, adopted: a session per ``Mcp-Session-Id`` the server minted.
 
-A stateful 2025-era server (the handshake path) mints a transport session id
-in the ``Mcp-Session-Id`` header of its ``initialize`` response, and every
-later request of that connection repeats it. A stock client never calls
-``sessions/create``, but it already has this: adopted, it becomes the
-session's key, with data in the store until the transport session ends
-(``DELETE`` with the header, or ``idle_ttl``).
+A stateful 2025-era server (the handshake path) mints a transport session id in the ``Mcp-Session-Id`` header
+of its ``initialize`` response, and every later request of that connection repeats it. A stock client never
+calls ``sessions/create``, but it already has this: adopted, it becomes the session's key, with data in the
+store until the transport session ends (``DELETE`` with the header, or ``idle_ttl``).
 
-Trust: an id is adopted only if this middleware saw the server send it in an
-``initialize`` response, so a client cannot pick one (a server that runs
-stateless sends none, and nothing is adopted). The SDK keeps a transport
-session in the one process that minted it, and so does this record: both need
-a client to come back to the same replica. The raw id is a bearer value: it is
-held, compared and recorded only as its keyed digest.
+Trust: an id is adopted only if this middleware saw the server send it in an ``initialize`` response, so a
+client cannot pick one (a server that runs stateless sends none, and nothing is adopted). The SDK keeps a
+transport session in the one process that minted it, and so does this record: both need a client to come back
+to the same replica. The raw id is a bearer value: it is held, compared and recorded only as its keyed digest.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from starlette.types import Message, Scope, Send
 
@@ -44,13 +40,14 @@ def is_transport_session_id(value: bytes) -> bool:
 class TransportSource:
     """The adopted transport session a handshake-era request's ``Mcp-Session-Id`` names.
 
-    Remembers the digests of the ids the server minted, at most
-    ``max_sessions`` (the least recently used is forgotten first: its requests
-    then have no session, as before adoption).
+    Remembers the digests of the ids the server minted, at most ``max_sessions`` (the least recently used is
+    forgotten first: its requests then have no session, as before adoption).
     """
 
     name = "transport"
+    """The source's name, in telemetry."""
     trust = Trust.VERIFIED
+    """Only an id this middleware saw the server mint is adopted."""
 
     __slots__ = ("_digests", "_max", "_minted", "_sessions")
 
@@ -87,9 +84,7 @@ class TransportSource:
         key = (self.name, digest)
         if key not in named:
             named[key] = await self._sessions.adopt(scope, digest, self.name)
-        found = named[key]
-        assert found is None or isinstance(found, Session)
-        return found
+        return cast("Session | None", named[key])
 
     def minted(self, raw: bytes) -> None:
         """Record an id the server sent in an ``initialize`` response."""
