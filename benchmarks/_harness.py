@@ -216,7 +216,7 @@ class SessionFloor:
 LOCAL_HOSTS = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 LOCAL_ORIGINS = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 # The protocol versions whose Mcp-Session-Id is the server's transport session, not the data-layer session.
-HANDSHAKE_VERSIONS = frozenset({b"2024-11-05", b"2025-03-26", b"2025-06-18", b"2025-11-25"})
+LEGACY_VERSIONS = frozenset({b"2024-11-05", b"2025-03-26", b"2025-06-18", b"2025-11-25"})
 MAX_BODY_SIZE = 4 * 1024 * 1024
 # The member names on the path to the session (params, _meta, the session member, its id and state): a body
 # that spells one twice could name one session to this parser and another to a parser that keeps the first.
@@ -417,7 +417,7 @@ class CheckedSessionFloor:
                 header is not None
                 and header != token.encode()
                 and version is not None
-                and version not in HANDSHAKE_VERSIONS
+                and version not in LEGACY_VERSIONS
             ):
                 await _answer(send, HEADER_MISMATCH)
                 return

@@ -214,7 +214,7 @@ class MCPSessionMiddleware:
         headers = headers_of(scope)
         if not headers.get(b"content-type", b"").lower().startswith(_JSON_CONTENT_TYPE):  # media types: any case
             return None
-        if self._handshake_only and Era.of(headers.get(MCP_PROTOCOL_VERSION_HEADER)) is not Era.HANDSHAKE:
+        if self._handshake_only and Era.of(headers.get(MCP_PROTOCOL_VERSION_HEADER)) is not Era.LEGACY:
             return None  # a wire the server does not speak: no session there, the server's own answer
         paths = self._paths
         return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None
@@ -227,7 +227,7 @@ class MCPSessionMiddleware:
         if not plan.batch and (local is None or local.is_request):
             return False  # a session method as a request: answered once its session is resolved
         has_local = local is not None or any(call.local is not None for call in plan.calls)
-        if (has_local or plan.era is Era.PER_REQUEST) and (
+        if (has_local or plan.era is Era.MODERN) and (
             rejection := await self._guard.verdict(scope, body_of(plan), body=body)
         ) is not None:  # 2026-07-28 has no batches; a 2025-era server may take one: it decides when it answers
             await rejection.send(send)

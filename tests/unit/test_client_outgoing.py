@@ -25,15 +25,15 @@ def post(body: bytes, version: str | None = "2026-07-28") -> OutgoingPost:
 @pytest.mark.parametrize(
     ("version", "era"),
     [
-        (None, Era.HANDSHAKE),
-        ("2024-11-05", Era.HANDSHAKE),
-        ("2025-11-25", Era.HANDSHAKE),
-        ("2026-07-28", Era.PER_REQUEST),
+        (None, Era.LEGACY),
+        ("2024-11-05", Era.LEGACY),
+        ("2025-11-25", Era.LEGACY),
+        ("2026-07-28", Era.MODERN),
     ],
 )
 def test_the_era_comes_from_the_request_header(version: str | None, era: Era) -> None:
     assert Era.of(version) is era
-    assert era.session_header is (era is Era.PER_REQUEST)
+    assert era.session_header is (era is Era.MODERN)
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ async def _never_sent(message: Any) -> None:
 
 
 def target(operation: object = None) -> Target:
-    return Target(DRAFT, FakeSession(), (), {}, Era.PER_REQUEST, operation)  # type: ignore[arg-type]
+    return Target(DRAFT, FakeSession(), (), {}, Era.MODERN, operation)  # type: ignore[arg-type]
 
 
 def rewrite(body: bytes) -> bytes:

@@ -27,7 +27,7 @@ from mcp_sessions._guard import MAX_NESTING
 from mcp_sessions._guard._checks import _accepts, _decode_header_value
 from mcp_sessions._guard._parsers import _STRING_OR_BRACKET, nesting_of
 from mcp_sessions._wire import jsonrpc
-from mcp_sessions._wire.protocol import HANDSHAKE_VERSIONS, KNOWN_METHODS, MODERN_VERSIONS
+from mcp_sessions._wire.protocol import KNOWN_METHODS, LEGACY_VERSIONS, MODERN_VERSIONS
 
 ACCEPT_BOTH = b"application/json, text/event-stream"
 LEGACY_HEADERS = [(b"host", b"127.0.0.1:8000"), (b"accept", ACCEPT_BOTH), (b"content-type", b"application/json")]
@@ -54,7 +54,7 @@ def create(**changes: Any) -> dict[str, Any]:
 
 
 def test_versions_and_methods_are_the_sdks() -> None:
-    assert frozenset(HANDSHAKE_PROTOCOL_VERSIONS) == HANDSHAKE_VERSIONS
+    assert frozenset(HANDSHAKE_PROTOCOL_VERSIONS) == LEGACY_VERSIONS
     assert tuple(MODERN_PROTOCOL_VERSIONS) == MODERN_VERSIONS
     client_sent = sdk_methods.SPEC_CLIENT_METHODS | sdk_methods.SPEC_CLIENT_NOTIFICATION_METHODS
     assert client_sent == KNOWN_METHODS  # the wires' session methods are added per middleware

@@ -152,7 +152,7 @@ def test_is_modern(version: str | None, expected: bool) -> None:
      (-32601, False, 200), (-32600, False, 200), (-32020, False, 200), (-32043, False, 200), (-32010, False, 503)],
 )  # fmt: skip
 def test_http_status(code: int, modern: bool, expected: int) -> None:
-    assert http_status(code, Era.PER_REQUEST if modern else Era.HANDSHAKE) == expected
+    assert http_status(code, Era.MODERN if modern else Era.LEGACY) == expected
 
 
 def test_capability() -> None:

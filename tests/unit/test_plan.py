@@ -64,9 +64,9 @@ def test_a_single_message_and_a_one_element_batch_plan_alike() -> None:
 
 
 def test_the_era_comes_from_the_header_alone() -> None:
-    assert plan(request("tools/list")).era is Era.HANDSHAKE
-    assert plan(request("tools/list"), headers={**JSON, b"mcp-protocol-version": b"2025-11-25"}).era is Era.HANDSHAKE
-    assert plan(request("tools/list"), headers={**JSON, b"mcp-protocol-version": b"2026-07-28"}).era is Era.PER_REQUEST
+    assert plan(request("tools/list")).era is Era.LEGACY
+    assert plan(request("tools/list"), headers={**JSON, b"mcp-protocol-version": b"2025-11-25"}).era is Era.LEGACY
+    assert plan(request("tools/list"), headers={**JSON, b"mcp-protocol-version": b"2026-07-28"}).era is Era.MODERN
 
 
 def test_local_methods_and_batches() -> None:

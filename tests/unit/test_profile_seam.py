@@ -87,10 +87,10 @@ def test_only_the_draft_precomputes_nothing_extra() -> None:
 
 
 def test_top_level_echo_and_null_revocation() -> None:
-    target = Target(SEP1364_ALT1, None, advertised=(), capability={}, era=Era.PER_REQUEST, operation=None, revoked=True)
+    target = Target(SEP1364_ALT1, None, advertised=(), capability={}, era=Era.MODERN, operation=None, revoked=True)
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "result": {}}
     assert annotate(target, message) is True and message["sessionId"] is None
-    strawman = Target(STRAWMAN, None, advertised=(), capability={}, era=Era.PER_REQUEST, operation=None, revoked=True)
+    strawman = Target(STRAWMAN, None, advertised=(), capability={}, era=Era.MODERN, operation=None, revoked=True)
     message = {"jsonrpc": "2.0", "id": 1, "result": {"_meta": {"other": 1}}}
     assert annotate(strawman, message) is True
     assert message["result"]["_meta"] == {"other": 1, "mcp/session": None}
@@ -103,7 +103,7 @@ def test_capabilities_merge_where_a_wire_asks() -> None:
     result: dict[str, Any] = {"capabilities": {}}
     values = {p.name: p.capability.value(required=True) for p in ALL}
     for profile in ALL:
-        advertise(result, profile, Era.HANDSHAKE, value=values[profile.name])
+        advertise(result, profile, Era.LEGACY, value=values[profile.name])
     assert result["capabilities"]["sessions"] == {"required": True}
     assert result["capabilities"]["experimental"] == {
         "sessions": {"required": True},

@@ -43,7 +43,7 @@ def rewritten(chunks: list[bytes]) -> bytes:
     async def send(message: Message) -> None:
         sent.append(message)
 
-    target = Target(DRAFT, FakeSession(), advertised=(), capability={}, era=Era.PER_REQUEST, operation=None)  # type: ignore[arg-type]
+    target = Target(DRAFT, FakeSession(), advertised=(), capability={}, era=Era.MODERN, operation=None)  # type: ignore[arg-type]
     rewriter = ResponseRewriter(send, {5: target})  # type: ignore[arg-type]
 
     async def stream() -> None:

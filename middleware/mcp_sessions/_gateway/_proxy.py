@@ -214,7 +214,7 @@ class UpstreamProxy:
                 return [found[0]], found[1]
             # One the gateway did not give out: lost on a 2025-era request; on 2026-07-28 the header only
             # mirrors the data-layer session, which the pipeline has judged.
-            if Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.HANDSHAKE:
+            if Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY:
                 return [], None
         if conversation is None:
             return self._replicas.least_loaded(), None

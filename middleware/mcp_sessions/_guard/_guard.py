@@ -175,7 +175,7 @@ class Guard:
                 return _INVALID_ORIGIN
         has_json, has_sse = _accepts(first.get(b"accept", b"").decode("latin-1"))
         raw_version = first.get(MCP_PROTOCOL_VERSION_HEADER)
-        if raw_version is None or Era.of(raw_version) is Era.HANDSHAKE:
+        if raw_version is None or Era.of(raw_version) is Era.LEGACY:
             return check_legacy(first, has_json, has_sse, message, body, json_response=self._json_response)
         return check_modern(
             first,

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from starlette.types import Scope
 
-from .._wire.protocol import HANDSHAKE_VERSIONS
+from .._wire.protocol import LEGACY_VERSIONS
 from ._guard import Guard, TransportSecurity
 from ._rejection import Rejection, _plain
 
@@ -44,7 +44,7 @@ def served_modern_versions() -> tuple[str, ...]:
             versions = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError):
             continue
-        return tuple(version for version in versions if version not in HANDSHAKE_VERSIONS)
+        return tuple(version for version in versions if version not in LEGACY_VERSIONS)
     return ()
 
 

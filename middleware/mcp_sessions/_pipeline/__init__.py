@@ -1,8 +1,8 @@
 """The pipeline's steps after planning: resolve, refuse, answer locally, forward, rewrite the response."""
 
-from ._local_methods import LocalAnswers
 from ._forward import Exchange, Forwarder, run_app
 from ._handles import answer_refused_handles, check_handles
+from ._local_methods import LocalAnswers
 from ._operations import start_operations
 from ._refusals import Refuser, reject
 from ._request import (

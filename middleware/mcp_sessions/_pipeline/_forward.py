@@ -62,7 +62,7 @@ class Forwarder:
         sessions: SessionService,
     ) -> None:
         tables = advertising_tables(profiles)
-        self._advertising, self._per_request = tables[Era.HANDSHAKE], tables[Era.PER_REQUEST]
+        self._advertising, self._per_request = tables[Era.LEGACY], tables[Era.MODERN]
         self._capability = capability
         self._strips = strips
         self._transport = transport
@@ -74,7 +74,7 @@ class Forwarder:
     def targets(self, plan: Plan) -> dict[object, Target]:
         """What to do with the response to each request of ``plan``: echo, advertise, observe (by request id)."""
         targets: dict[object, Target] = {}
-        advertising = self._advertising if plan.era is Era.HANDSHAKE else self._per_request
+        advertising = self._advertising if plan.era is Era.LEGACY else self._per_request
         for call in plan.calls:
             if call.method is None or not call.is_request:
                 continue
@@ -103,7 +103,7 @@ class Forwarder:
             strip_session_members(plan, replay)
         given, listen = send, None
         receive: Receive = replay
-        if self._transport is not None and plan.era is Era.HANDSHAKE and plan.calls[0].method == "initialize":
+        if self._transport is not None and plan.era is Era.LEGACY and plan.calls[0].method == "initialize":
             send = self._transport.watch_initialize(send)
         targets = self.targets(plan)
         if plan.batch:
@@ -123,7 +123,7 @@ class Forwarder:
             if (
                 session is not None
                 and (mapped := self._mapped) is not None
-                and plan.era is Era.HANDSHAKE
+                and plan.era is Era.LEGACY
                 and call.profile.header_every_era
             ):
                 opening = call.method in call.profile.carrier.opening_methods

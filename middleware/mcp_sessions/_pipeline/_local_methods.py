@@ -52,7 +52,7 @@ class LocalAnswers:
             call.refusal = refusal
             plan.refused = True
             return await self._refuser.refuse(plan, send)
-        if plan.era is Era.PER_REQUEST:
+        if plan.era is Era.MODERN:
             result["resultType"] = "complete"
         frame = jsonrpc.result(call.request_id, result)
         if local.envelope:
@@ -60,7 +60,7 @@ class LocalAnswers:
         if (
             self._mapped is not None
             and local.minted is not None
-            and plan.era is Era.HANDSHAKE
+            and plan.era is Era.LEGACY
             and call.profile.header_every_era
             and plan.header_session_id is not None
             and plan.header_session_id.count(b".") != 2  # a transport session id, not a session token

@@ -74,7 +74,7 @@ def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operat
         message=call.message,
         method=call.method or "",
         protocol_version=plan.protocol_version,
-        modern=plan.era is Era.PER_REQUEST,
+        modern=plan.era is Era.MODERN,
         session_id=session_id,
         session_claims=None if session is None else session.claims,
         start_ns=plan.start_ns,

@@ -110,4 +110,4 @@ def _count(call: Call, refusal: Refusal) -> None:
 
 def _batch_refused_status(era: Era) -> int:
     """A batch answered here is one error response: 400 on the 2026-07-28 path, as -32600 is."""
-    return 400 if era is Era.PER_REQUEST else 200
+    return 400 if era is Era.MODERN else 200

@@ -53,7 +53,7 @@ def echoed(session: Session | None) -> Session | None:
 def check_local_call(call: Call, plan: Plan) -> None:
     header_method = plan.headers.get(MCP_METHOD_HEADER)
     assert call.method is not None
-    if plan.era is Era.PER_REQUEST and header_method is not None and header_method != call.method.encode():
+    if plan.era is Era.MODERN and header_method is not None and header_method != call.method.encode():
         raise Refusal(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
     params = call.params
     if params is not None and not isinstance(params, dict):

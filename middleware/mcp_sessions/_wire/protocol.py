@@ -26,13 +26,13 @@ SESSION_STORE_UNAVAILABLE: Final = -32010
 TOO_MANY_SESSIONS: Final = -32011
 """Error code: the caller created or deleted sessions faster than ``create_limit`` allows; HTTP 429."""
 
-HANDSHAKE_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
+LEGACY_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 MODERN_VERSION: Final = "2026-07-28"
 # The per-request-envelope versions the mcp SDK serves, in its order (its -32022 answer lists them).
 MODERN_VERSIONS: Final = (MODERN_VERSION,)
-KNOWN_VERSIONS: Final = HANDSHAKE_VERSIONS | frozenset(MODERN_VERSIONS)
+KNOWN_VERSIONS: Final = LEGACY_VERSIONS | frozenset(MODERN_VERSIONS)
 # The handshake versions as an ASGI header carries them, and as text.
-_HANDSHAKE_HEADERS: Final = HANDSHAKE_VERSIONS | {version.encode() for version in HANDSHAKE_VERSIONS}
+_LEGACY_HEADERS: Final = LEGACY_VERSIONS | {version.encode() for version in LEGACY_VERSIONS}
 
 # Every method a client sends in either era (the mcp SDK's client requests and notifications):
 # telemetry files any other name, and any session method of a wire not enabled, under "_OTHER".
@@ -69,7 +69,7 @@ MCP_PROTOCOL_VERSION_HEADER: Final = b"mcp-protocol-version"
 MCP_METHOD_HEADER: Final = b"mcp-method"
 
 # The 2026-07-28 transport table: JSON-RPC code -> HTTP status. Anything else is 200.
-_PER_REQUEST_HTTP_STATUS: Final = {
+_MODERN_HTTP_STATUS: Final = {
     METHOD_NOT_FOUND: 404,
     PARSE_ERROR: 400,
     INVALID_REQUEST: 400,
@@ -83,31 +83,30 @@ class Era(enum.Enum):
     """The wire a request speaks, chosen by its ``Mcp-Protocol-Version`` as the SDK server chooses."""
 
     # No version, or 2024-11-05 … 2025-11-25: the initialize handshake; Mcp-Session-Id is the server's own.
-    HANDSHAKE = "2025"
+    LEGACY = "2025"
     # 2026-07-28 and later: every request carries its version and envelope; no transport session.
-    PER_REQUEST = "2026-07-28"
+    MODERN = "2026-07-28"
 
     @classmethod
     def of(cls, protocol_version: str | bytes | None) -> Era:
         """The era of a request with this ``Mcp-Protocol-Version`` (``None``: the header is absent).
 
-        The header alone chooses: absent or a handshake-era version is the
-        handshake path, anything else the per-request one. The value as text, or
-        as the ASGI header's bytes.
+        The header alone chooses: absent or a 2025 version is :attr:`LEGACY`, anything else
+        :attr:`MODERN`. The value as text, or as the ASGI header's bytes.
         """
-        if protocol_version is None or protocol_version in _HANDSHAKE_HEADERS:
-            return cls.HANDSHAKE
-        return cls.PER_REQUEST
+        if protocol_version is None or protocol_version in _LEGACY_HEADERS:
+            return cls.LEGACY
+        return cls.MODERN
 
     @property
     def session_header(self) -> bool:
         """Whether ``Mcp-Session-Id`` names the data-layer session (else it is the server's transport session)."""
-        return self is Era.PER_REQUEST
+        return self is Era.MODERN
 
 
 def is_modern(protocol_version: str | None) -> bool:
-    """Whether a request takes the 2026-07-28 path (:meth:`Era.of` is ``PER_REQUEST``)."""
-    return Era.of(protocol_version) is Era.PER_REQUEST
+    """Whether a request takes the 2026-07-28 path (:meth:`Era.of` is ``MODERN``)."""
+    return Era.of(protocol_version) is Era.MODERN
 
 
 def http_status(code: int, era: Era) -> int:
@@ -116,6 +115,6 @@ def http_status(code: int, era: Era) -> int:
         return 503
     if code == TOO_MANY_SESSIONS:
         return 429
-    if era is Era.HANDSHAKE:
+    if era is Era.LEGACY:
         return 200
-    return _PER_REQUEST_HTTP_STATUS.get(code, 200)
+    return _MODERN_HTTP_STATUS.get(code, 200)

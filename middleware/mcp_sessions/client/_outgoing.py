@@ -167,7 +167,7 @@ def stamp(post: OutgoingPost, token: str | None, state: str | None = None) -> At
     if attempt.token is not None:  # else nothing was stamped: the caller's bytes, exactly
         attempt.body = jsonrpc.dumps(sent if post.batch else sent[0])
     # 2026-07-28: the header mirrors the session; 2025-era: it is the server's own, left untouched.
-    replaced = _SESSION_HEADER if post.era is Era.PER_REQUEST and header_token is not None else frozenset()
+    replaced = _SESSION_HEADER if post.era is Era.MODERN and header_token is not None else frozenset()
     attempt.headers = _framed(_forwarded(post.headers, _FRAMING | replaced), post.era, header_token, len(attempt.body))
     return attempt
 
@@ -220,7 +220,7 @@ def _forwarded(headers: Headers, drop: frozenset[str]) -> Headers:
 
 def _framed(headers: Headers, era: Era, session_id: str | None, length: int) -> Headers:
     """``headers`` with ``Mcp-Session-Id`` (2026-07-28 only, when there is a session) and ``Content-Length``."""
-    if era is Era.PER_REQUEST and session_id is not None:
+    if era is Era.MODERN and session_id is not None:
         headers.append(("mcp-session-id", session_id))
     headers.append(("content-length", str(length)))
     return headers
@@ -239,7 +239,7 @@ class Endpoint:
     @classmethod
     def learn(cls, post: OutgoingPost) -> Endpoint:
         """The endpoint of a caller's POST: its URL, headers (auth included), envelope and timeout."""
-        drop = _PER_MESSAGE | _SESSION_HEADER if post.era is Era.PER_REQUEST else _PER_MESSAGE
+        drop = _PER_MESSAGE | _SESSION_HEADER if post.era is Era.MODERN else _PER_MESSAGE
         envelope: dict[str, object] = {}
         for message in post.messages:
             meta = jsonrpc.params_meta(message)
@@ -261,7 +261,7 @@ class Endpoint:
         }
         base.update({k.lower(): v for k, v in (headers or {}).items()})
         envelope: dict[str, object] = {}
-        if era is Era.PER_REQUEST:
+        if era is Era.MODERN:
             base.pop("mcp-session-id", None)
             envelope = {
                 _ENVELOPE_PREFIX + "protocolVersion": protocol_version,
@@ -279,7 +279,7 @@ class Endpoint:
         and ``Mcp-Method`` and ``Mcp-Session-Id`` (when there is a session) are set.
         """
         headers = list(self.headers)
-        if self.era is Era.PER_REQUEST:
+        if self.era is Era.MODERN:
             meta = params.get("_meta")
             rest = {k: v for k, v in params.items() if k != "_meta"}
             params = {"_meta": {**self.envelope, **(meta if isinstance(meta, dict) else {})}, **rest}

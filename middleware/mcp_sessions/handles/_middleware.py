@@ -160,7 +160,7 @@ def answer_elements(
         answer = answers.get(index) if retryable is None else None
         if answer is not None:
             result = dict(answer)
-            if era is Era.PER_REQUEST:
+            if era is Era.MODERN:
                 result["resultType"] = "complete"
             elements.append(Answer(jsonrpc.result(request_id, result), None))
             continue

@@ -44,7 +44,7 @@ class Capability:
 
     def places(self, era: Era) -> tuple[tuple[str, ...], ...]:
         """The paths under ``capabilities`` where the capability goes in ``era``."""
-        return self.per_request if era is Era.PER_REQUEST else self.handshake
+        return self.per_request if era is Era.MODERN else self.handshake
 
     def value(self, *, required: bool) -> dict[str, object]:
         """The capability's value, from whether the policy requires a session for everything."""
@@ -145,7 +145,7 @@ class WireProfile:
 
     def advertises(self, method: str, era: Era) -> bool:
         """Whether the result of ``method`` is where this wire advertises its capability, in ``era``."""
-        return method in (self.advertised_per_request if era is Era.PER_REQUEST else self.advertised_handshake)
+        return method in (self.advertised_per_request if era is Era.MODERN else self.advertised_handshake)
 
     def required_text(self, why: str | None = None) -> str:
         """The "required" error's message: the draft's words, then why there is no session, then what to do."""

@@ -53,7 +53,7 @@ class DataLayerSource:
             return None
         token, state, mint = ref
         if mint:
-            if plan.era is Era.PER_REQUEST:
+            if plan.era is Era.MODERN:
                 # An opening method (SEP-1364 alt. 2's initialize) is a handshake: the 2026-07-28 server
                 # refuses it (-32601), so no session is opened and no create-limit slot is spent for it.
                 return None
@@ -67,7 +67,7 @@ class DataLayerSource:
             return await self._sessions.resolve(scope, minted.token, None)
         header = plan.header_session_id
         if (
-            (plan.era is Era.PER_REQUEST or profile.header_every_era)
+            (plan.era is Era.MODERN or profile.header_every_era)
             and header is not None
             and header != token.encode("utf-8", "surrogatepass")
         ):

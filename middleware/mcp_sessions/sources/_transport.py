@@ -72,7 +72,7 @@ class TransportSource:
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
         """The adopted session of a minted transport session id; ``None`` for anything else."""
         raw = plan.header_session_id
-        if raw is None or plan.era is not Era.HANDSHAKE or not is_transport_session_id(raw):
+        if raw is None or plan.era is not Era.LEGACY or not is_transport_session_id(raw):
             return None
         digest = self._digests.transport(raw)
         if digest not in self._minted:
