@@ -22,8 +22,8 @@ from e2e._broken import Fault, TakesBatches, broken_servers, place_unbatcher
 from e2e._faults import FAULTS
 from e2e._pack import run_pack
 from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions._conformance._cli import SCENARIOS
 from mcp_sessions._conformance._model import load_traceability
-from mcp_sessions._conformance._runner import SCENARIOS
 
 
 def quickstart(profiles: str, **options: Any) -> ASGIApp:

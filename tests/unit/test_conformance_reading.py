@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mcp_sessions._conformance._exchange import Reading
+from mcp_sessions._conformance._peer import Reading
 
 ANSWER = {"jsonrpc": "2.0", "id": 7, "result": {"ok": True}}
 NOTE = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mcp_sessions._cli import main
+from mcp_sessions._conformance._cli import SCENARIOS
 from mcp_sessions._conformance._model import load_traceability
-from mcp_sessions._conformance._runner import SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = ROOT / "middleware" / "mcp_sessions" / "_conformance" / "traceability"

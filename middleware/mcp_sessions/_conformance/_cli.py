@@ -1,24 +1,90 @@
-"""``mcp-sessions conformance URL``: the command, its options, and the run from first scenario to exit status."""
+"""``mcp-sessions conformance URL``: the scenarios (one a wire), the command, and the run to its exit status."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ._baseline import evaluate, load_expected_failures, print_baseline
-from ._model import ERAS, ConformanceCheck
-from ._peer import TIMEOUT
-from ._report import Palette, print_checks, print_summary, write_checks
-from ._runner import SCENARIOS, Scenario, applicable, run_scenario
+from ._draft import run_draft
+from ._hosts import run_hosts
+from ._model import ERAS, LEGACY, Bail, ConformanceCheck, Recorder, load_traceability, now
+from ._peer import TIMEOUT, Peer, ProbeError, Unusable
+from ._report import (
+    Palette,
+    evaluate,
+    load_expected_failures,
+    print_baseline,
+    print_checks,
+    print_summary,
+    write_checks,
+)
+from ._sep1364 import run_alt1, run_alt2
+from ._strawman import run_strawman
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["add_conformance_parser", "run_conformance"]
+__all__ = ["SCENARIOS", "Scenario", "add_conformance_parser", "run_conformance", "run_scenario"]
 
 EXIT_USAGE = 2
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A session wire as the official suite sees a feature: one scenario, many checks."""
+
+    wire: str
+    name: str
+    eras: tuple[str, ...]
+    """The eras the wire exists in, oldest first: the newest is the default."""
+    run: Callable[[Peer, Recorder], None]
+    capabilities: Mapping[str, object] = field(default_factory=dict)
+    """What the pack declares as the client (the strawman's reference client declares its wire)."""
+    handshake: bool = True
+    """Whether a 2025-era run starts with ``initialize`` (SEP-1364 alternative 2 opens its sessions with it)."""
+
+    def era_at(self, era: str | None) -> str | None:
+        """The era this runs at (the newest it exists in, unless one is asked for); ``None`` if not at ``era``."""
+        if era is None:
+            return self.eras[-1]
+        return era if era in self.eras else None
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("draft", "sessions-draft", ERAS, run_draft),
+    Scenario("strawman", "sessions-strawman", ERAS, run_strawman, {"experimental": {"session": {"version": 1}}}),
+    Scenario("sep1364-alt1", "sessions-sep1364-alt1", ERAS, run_alt1),
+    Scenario("sep1364-alt2", "sessions-sep1364-alt2", (LEGACY,), run_alt2, handshake=False),
+    Scenario("hosts", "sessions-hosts", ERAS, run_hosts),
+)
+
+
+def run_scenario(
+    scenario: Scenario, http: httpx.Client, url: str, era: str, headers: Mapping[str, str]
+) -> list[ConformanceCheck]:
+    """The checks of ``scenario`` against ``url`` at ``era``; a run that could not go on ends in a failed check."""
+    recorder = Recorder(load_traceability(scenario.name), era)
+    try:
+        peer = Peer(http, url, era, headers, scenario.capabilities)
+        if scenario.handshake and era == LEGACY:
+            peer.handshake()
+        scenario.run(peer, recorder)
+    except Bail:
+        pass  # the gate's own check says why
+    except (ProbeError, Unusable) as exc:
+        failed: ConformanceCheck = {
+            "id": scenario.name,
+            "name": scenario.name,
+            "description": "Failed to run scenario",
+            "status": "FAILURE",
+            "timestamp": now(),
+            "errorMessage": str(exc),
+        }
+        recorder.checks.append(failed)
+    return recorder.checks
 
 
 def add_conformance_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,26 +129,21 @@ def _headers(texts: Sequence[str]) -> dict[str, str]:
     return headers
 
 
-def _selected(args: argparse.Namespace, out: TextIO) -> list[tuple[Scenario, str]]:
-    chosen = []
+def _run(
+    http: httpx.Client, args: argparse.Namespace, headers: Mapping[str, str], out: TextIO, palette: Palette
+) -> list[tuple[str, list[ConformanceCheck]]]:
+    selected = []
     for scenario in SCENARIOS:
+        era = scenario.era_at(args.spec_version)
         if args.wire and scenario.wire not in args.wire:
             continue
-        era = applicable(scenario, args.spec_version)
         if era is None:
             out.write(
                 f"SKIPPED: scenario '{scenario.name}' is not applicable at spec version {args.spec_version} "
                 f"(it exists in {', '.join(scenario.eras)}).\n"
             )
             continue
-        chosen.append((scenario, era))
-    return chosen
-
-
-def _run(
-    http: httpx.Client, args: argparse.Namespace, headers: Mapping[str, str], out: TextIO, palette: Palette
-) -> list[tuple[str, list[ConformanceCheck]]]:
-    selected = _selected(args, out)
+        selected.append((scenario, era))
     out.write(f"Running session wires ({len(selected)} scenarios) against {args.url}\n\n")
     results = []
     for scenario, era in selected:
@@ -112,7 +173,7 @@ def run_conformance(args: argparse.Namespace, stdout: TextIO, stderr: TextIO, en
     palette = Palette.for_stream(stdout, environ)
     with httpx.Client(timeout=TIMEOUT, follow_redirects=True) as http:
         results = _run(http, args, headers, stdout, palette)
-    _, failed = print_summary(results, stdout)
+    failed = print_summary(results, stdout)
     if baseline is None:
         return 1 if failed else 0
     verdict = evaluate(results, baseline)

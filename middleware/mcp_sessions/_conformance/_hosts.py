@@ -13,10 +13,9 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ._draft_context import KEY
-from ._exchange import Exchange, member, tool_names, tool_text
-from ._model import LEGACY, MODERN, Recorder
-from ._peer import Peer, Unusable
+from ._draft_session import KEY
+from ._model import MODERN, Recorder
+from ._peer import Exchange, Peer, Unusable, member, tool_names, tool_text
 
 __all__ = ["run_hosts"]
 
@@ -165,8 +164,6 @@ _DATA_CHECKS = (
 
 def run_hosts(peer: Peer, rec: Recorder) -> None:
     """Every check of the host conversation ids."""
-    if peer.era == LEGACY:
-        peer.handshake()
     hosts = Hosts(peer, rec)
     tools = tool_names(peer.call("tools/list"))
     if not {"whoami", "count"} <= tools:

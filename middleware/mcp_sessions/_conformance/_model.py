@@ -11,7 +11,7 @@ MUST → ``FAILURE``, SHOULD → ``WARNING``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -28,8 +28,6 @@ __all__ = [
     "Excluded",
     "Recorder",
     "Requirement",
-    "SpecReference",
-    "Status",
     "Traceability",
     "load_traceability",
     "now",
@@ -120,23 +118,18 @@ def _text(row: Mapping[str, YamlValue], key: str, where: str) -> str:
     return value
 
 
-def _rows(document: YamlValue, where: str) -> Iterator[Mapping[str, YamlValue]]:
-    rows = document.get("requirements") if isinstance(document, dict) else None
-    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise ValueError(f"{where}: 'requirements' must be a list of rows")
-    for row in rows:
-        assert isinstance(row, dict)
-        yield row
-
-
 def load_traceability(scenario: str) -> Traceability:
     """The traceability file of ``scenario``, read from the package and checked."""
     where = f"traceability/{scenario}.yaml"
     document = loads(resources.files(_PACKAGE).joinpath(where).read_text(encoding="utf-8"))
     if not isinstance(document, dict):
         raise ValueError(f"{where}: expected a mapping")
+    rows = document.get("requirements")
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise ValueError(f"{where}: 'requirements' must be a list of rows")
     requirements, excluded = [], []
-    for row in _rows(document, where):
+    for row in rows:
+        assert isinstance(row, dict)
         text = _text(row, "text", where)
         if "excluded" in row:
             excluded.append(Excluded(text, _text(row, "excluded", where)))
@@ -160,10 +153,6 @@ class Bail(Exception):
     """A gate failed: nothing after it can be exercised, so the scenario ends (its own check says why)."""
 
 
-def _name(check: str) -> str:
-    return "".join(part.capitalize() for part in check.split("-"))
-
-
 class Recorder:
     """Collects one scenario's checks at one era, each stamped from its requirement."""
 
@@ -179,8 +168,7 @@ class Recorder:
 
     def record(self, check: str, problem: str | None, details: Mapping[str, object] | None = None) -> bool:
         """``SUCCESS`` when ``problem`` is ``None``, else the requirement's level; whether it passed."""
-        requirement = self.traceability.requirement(check)
-        self._emit(requirement, "SUCCESS" if problem is None else _STATUS_OF[requirement.level], problem, details)
+        self._emit(check, "SUCCESS" if problem is None else None, problem, details or {})
         return problem is None
 
     def gate(self, check: str, problem: str | None, details: Mapping[str, object] | None = None) -> None:
@@ -188,36 +176,37 @@ class Recorder:
         if not self.record(check, problem, details):
             raise Bail(check)
 
+    def record_counts(self, check: str, counts: list[str | None]) -> None:
+        """The fixture's ``count`` twice in one session, then once in another: it must answer 1, 2, 1."""
+        expected = ["1", "2", "1"][: len(counts)]
+        problem = None if counts == expected else f"count answered {counts}, expected {expected}"
+        self.record(check, problem, {"counts": counts})
+
     def skip(self, check: str, reason: str) -> None:
         """Not applicable here: an optional feature the server did not take up (never a missing prerequisite)."""
-        self._emit(self.traceability.requirement(check), "SKIPPED", None, {"reason": reason})
+        self._emit(check, "SKIPPED", None, {"reason": reason})
 
     def untestable(self, check: str, reason: str) -> None:
         """A missing prerequisite: failed at the requirement's level, saying so (the official ``untestableCheck``)."""
-        requirement = self.traceability.requirement(check)
-        details = {"untestable": True, "reason": reason}
-        self._emit(requirement, _STATUS_OF[requirement.level], f"Not testable: {reason}", details)
+        self._emit(check, None, f"Not testable: {reason}", {"untestable": True, "reason": reason})
 
-    def _reference(self, requirement: Requirement) -> SpecReference:
+    def _emit(self, check: str, status: Status | None, problem: str | None, details: Mapping[str, object]) -> None:
+        """Add ``check`` (at the requirement's level when ``status`` is ``None``) if it applies at this era."""
+        requirement = self.traceability.requirement(check)
+        if requirement.era not in (None, self.era):
+            return
         reference: SpecReference = {"id": f"{self.traceability.spec} §{requirement.section}"}
         if self.traceability.spec_url is not None:
             reference["url"] = self.traceability.spec_url
-        return reference
-
-    def _emit(
-        self, requirement: Requirement, status: Status, problem: str | None, details: Mapping[str, object] | None
-    ) -> None:
-        if requirement.era is not None and requirement.era != self.era:
-            return
-        check: ConformanceCheck = {
-            "id": requirement.check,
-            "name": _name(requirement.check),
+        emitted: ConformanceCheck = {
+            "id": check,
+            "name": "".join(part.capitalize() for part in check.split("-")),
             "description": requirement.text,
-            "status": status,
+            "status": status or _STATUS_OF[requirement.level],
             "timestamp": now(),
-            "specReferences": [self._reference(requirement)],
-            "details": {"level": requirement.level, "specVersion": self.era, **(details or {})},
+            "specReferences": [reference],
+            "details": {"level": requirement.level, "specVersion": self.era, **details},
         }
         if problem is not None:
-            check["errorMessage"] = problem
-        self.checks.append(check)
+            emitted["errorMessage"] = problem
+        self.checks.append(emitted)

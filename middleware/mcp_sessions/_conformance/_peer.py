@@ -1,37 +1,64 @@
-"""The pack's side of the wire: MCP requests of either era over HTTP, as the drafts' clients send them.
+"""The pack's side of the wire: MCP requests of either era over HTTP, and their answers, never trusted.
 
-Black-box and independent of the middleware's code: built from the drafts. Each
+Black-box and independent of the middleware's code: built from the drafts. An
 answer is read bounded in bytes (``MAX_BODY``) and time (``TIMEOUT`` between
-reads, ``DEADLINE`` in all), and parsed as ``_exchange`` says.
+reads, ``DEADLINE`` in all). JSON is read whole; an event stream event by event
+as it arrives, and only until the answer to the request has come: a server that
+keeps its stream open after it, or sends comments forever, costs one event, not
+the stream. What is not a JSON-RPC object is left out.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from .._version import __version__
-from ._exchange import MAX_BODY, Exchange, Message, Reading, member
 from ._model import MODERN
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["CLIENT_INFO", "DEADLINE", "TIMEOUT", "Peer", "ProbeError", "Unusable"]
+__all__ = [
+    "ACCEPT",
+    "CLIENT_INFO",
+    "MISMATCH",
+    "TIMEOUT",
+    "UNKNOWN_ID",
+    "Exchange",
+    "Peer",
+    "ProbeError",
+    "Reading",
+    "Unusable",
+    "member",
+    "tool_names",
+    "tool_text",
+]
 
 TIMEOUT: Final = 10.0
 """Seconds to wait for a connection, or between two reads of an answer."""
 DEADLINE: Final = 60.0
 """Seconds one answer may take in all (a stream of comments that never answers ends here)."""
+MAX_BODY: Final = 1 << 20
+"""The most bytes read of one answer: a session wire's answers are a few kilobytes."""
 PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
 CLIENT_INFO: Final = {"name": "mcp-sessions-conformance", "version": __version__}
+UNKNOWN_ID: Final = "sess-conformance-unknown"
+"""A session id no server minted."""
+MISMATCH: Final = -32020
+"""The error of an ``Mcp-Session-Id`` that differs from the session the request names."""
 _NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-_ACCEPT: Final = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+ACCEPT: Final = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+_EVENT_END: Final = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+_LINE: Final = re.compile(r"\r\n|\n|\r")
+
+Message = dict[str, object]
 
 
 class ProbeError(Exception):
@@ -40,6 +67,120 @@ class ProbeError(Exception):
 
 class Unusable(Exception):
     """A prerequisite the pack needs from the server is missing (a fixture tool, a result to build on)."""
+
+
+def member(value: object, *path: str) -> object:
+    """``value[path[0]][path[1]]…``, or ``None`` where a step is missing or not an object."""
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _objects(text: str | bytes) -> list[Message]:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    return [item for item in (value if isinstance(value, list) else [value]) if isinstance(item, dict)]
+
+
+def _is_answer(message: Message, request_id: object) -> bool:
+    return "method" not in message and "id" in message and message["id"] == request_id
+
+
+class Reading:
+    """The body of one answer as it arrives; :meth:`feed` says when the request's answer is complete."""
+
+    def __init__(self, sse: bool, request_id: object) -> None:
+        self.sse, self.request_id = sse, request_id
+        self.body = bytearray()
+        self.messages: list[Message] = []
+        self._event_start = self._searched = 0
+
+    def feed(self, chunk: bytes) -> bool:
+        """Add ``chunk``; whether the answer to the request has arrived (the rest need not be read)."""
+        self.body += chunk
+        if not self.sse:
+            return False
+        # Search only what no earlier search saw (less the 3 bytes an end marker may straddle): linear.
+        while match := _EVENT_END.search(self.body, max(self._event_start, self._searched - 3)):
+            before = len(self.messages)
+            self._event(self.body[self._event_start : match.start()])
+            self._event_start = self._searched = match.end()
+            if any(_is_answer(message, self.request_id) for message in self.messages[before:]):
+                return True
+        self._searched = len(self.body)
+        return False
+
+    def finish(self) -> list[Message]:
+        """Every message read, in order, once the body has ended (or the answer came)."""
+        if self.sse:
+            self._event(self.body[self._event_start :])
+        elif self.body:
+            self.messages = _objects(bytes(self.body))
+        return self.messages
+
+    def _event(self, event: bytes | bytearray) -> None:
+        lines = _LINE.split(event.decode("utf-8", "replace"))
+        data = [line[5:].removeprefix(" ") for line in lines if line.startswith("data:")]
+        if data:
+            self.messages += _objects("\n".join(data))
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One POST and its answer: status, headers (lower-case names, first value) and the JSON-RPC messages."""
+
+    status: int
+    headers: Mapping[str, str]
+    messages: tuple[Message, ...]
+    sse: bool
+    request_id: object
+
+    @property
+    def answer(self) -> Message | None:
+        """The response to the request (a message with its id and no method)."""
+        return next((message for message in self.messages if _is_answer(message, self.request_id)), None)
+
+    @property
+    def notifications(self) -> tuple[Message, ...]:
+        """The messages the server sent before its answer (notifications, requests)."""
+        return tuple(message for message in self.messages if "method" in message)
+
+    @property
+    def result(self) -> Message | None:
+        """The answer's ``result`` when it is an object."""
+        result = member(self.answer, "result")
+        return result if isinstance(result, dict) else None
+
+    @property
+    def error_code(self) -> object:
+        """The answer's ``error.code`` (``None`` when it is not an error)."""
+        return member(self.answer, "error", "code")
+
+    def summary(self) -> dict[str, object]:
+        """What a check's ``details`` keep of the exchange: the status and the answer, cut short."""
+        answer = json.dumps(self.answer, separators=(",", ":"))
+        return {"status": self.status, "answer": answer if len(answer) <= 600 else answer[:600] + "…"}
+
+
+def tool_names(exchange: Exchange) -> frozenset[str]:
+    """The names of the tools a ``tools/list`` answer lists."""
+    tools = member(exchange.result, "tools")
+    names = (member(tool, "name") for tool in tools) if isinstance(tools, list) else ()
+    return frozenset(name for name in names if isinstance(name, str))
+
+
+def tool_text(exchange: Exchange) -> str | None:
+    """The text of a successful tool result with a single text content, else ``None``."""
+    result = exchange.result
+    content = member(result, "content")
+    if result is None or result.get("isError") is True or not isinstance(content, list) or len(content) != 1:
+        return None
+    text = member(content[0], "text")
+    return text if isinstance(text, str) else None
 
 
 @dataclass
@@ -100,7 +241,7 @@ class Peer:
 
         On the 2025 era, without one, the server's own transport session goes there.
         """
-        headers = {**_ACCEPT, "Mcp-Protocol-Version": self.era}
+        headers = {**ACCEPT, "Mcp-Protocol-Version": self.era}
         method = body.get("method")
         if self.era == MODERN and isinstance(method, str):
             headers["Mcp-Method"] = method
@@ -133,16 +274,14 @@ class Peer:
             body["params"] = {"_meta": {PROTOCOL_VERSION_KEY: MODERN, CLIENT_CAPABILITIES_KEY: {}}}
         return self.post(body, self.headers(body, session_header)).status
 
-    def handshake(self, *, top: Mapping[str, object] | None = None) -> Exchange:
-        """2025 era: ``initialize`` (with ``top`` members) and ``notifications/initialized``; keeps the transport."""
+    def handshake(self) -> None:
+        """2025 era: ``initialize`` and ``notifications/initialized``; keeps the server's transport session."""
         params = {"protocolVersion": self.era, "capabilities": dict(self.capabilities), "clientInfo": CLIENT_INFO}
-        body = {"jsonrpc": "2.0", "id": next(self._ids), "method": "initialize", "params": params, **(top or {})}
-        opened = self.post(body, _ACCEPT, body["id"])
+        body = self.message("initialize", params)
+        opened = self.post(body, ACCEPT, body["id"])
         self.transport_id = opened.headers.get("mcp-session-id")
         self.initialize_result = opened.result
-        note_top = {key: member(opened.answer, key) for key in (top or {})}
-        self.notify("notifications/initialized", top=note_top)
-        return opened
+        self.notify("notifications/initialized")
 
     def server_capabilities(self) -> Mapping[str, object]:
         """What the server advertises: ``server/discover`` (2026) or the ``initialize`` result (2025)."""

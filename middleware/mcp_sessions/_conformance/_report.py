@@ -1,23 +1,43 @@
-"""What a run prints and writes, line for line as the official suite's ``server`` command does.
+"""What a run prints and writes, and how a baseline judges it, line for line as the official suite's ``server`` command.
 
 Per scenario its checks (``timestamp [id] STATUS description``, columns
 aligned), then ``Passed: P/D, F failed, W warnings`` and the failed checks;
 at the end a summary and ``Total: N passed, N failed``. ``checks.json`` goes
 to ``DIR/server-<scenario>-<timestamp>/``, as ``-o DIR`` writes it there.
 Colours only on a terminal, and never with ``NO_COLOR`` set.
+
+The expected-failures baseline is the official file: a ``server:`` list of
+``<scenario>`` (the whole scenario may fail) or ``<scenario>:<check-id>`` (only
+that check may fail). A failure that is not listed fails the run, and so does a
+listed entry that now passes (a stale baseline); WARNING counts as failing here,
+as it does in the official suite.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from ._model import ConformanceCheck, now
+from ._yaml import MAX_YAML_BYTES, YamlError, loads
 
-__all__ = ["Palette", "print_checks", "print_summary", "write_checks"]
+__all__ = [
+    "BaselineResult",
+    "Entry",
+    "Palette",
+    "evaluate",
+    "load_expected_failures",
+    "print_baseline",
+    "print_checks",
+    "print_summary",
+    "write_checks",
+]
+
+_SEVERITY = {"FAILURE": 3, "WARNING": 2, "SUCCESS": 1}
 
 
 @dataclass(frozen=True)
@@ -44,8 +64,8 @@ class Palette:
         return colours.get(status, self.reset)
 
 
-def print_checks(checks: Sequence[ConformanceCheck], out: TextIO, palette: Palette) -> tuple[int, int]:
-    """One scenario's checks and its ``Passed:`` line (``printServerResults``); its failures and warnings."""
+def print_checks(checks: Sequence[ConformanceCheck], out: TextIO, palette: Palette) -> None:
+    """One scenario's checks, its ``Passed:`` line and its failures (``printServerResults``)."""
     width_id = max((len(check["id"]) for check in checks), default=0)
     width_status = max((len(check["status"]) for check in checks), default=0)
     lines = [
@@ -54,32 +74,29 @@ def print_checks(checks: Sequence[ConformanceCheck], out: TextIO, palette: Palet
         for check in checks
     ]
     out.write("Checks:\n" + "\n".join(lines) + "\n")
-    counts = {status: sum(check["status"] == status for check in checks) for status in ("SUCCESS", "FAILURE")}
-    warnings = sum(check["status"] == "WARNING" for check in checks)
-    denominator = counts["SUCCESS"] + counts["FAILURE"]
-    out.write("\nTest Results:\n")
-    out.write(f"Passed: {counts['SUCCESS']}/{denominator}, {counts['FAILURE']} failed, {warnings} warnings\n")
-    failed = [check for check in checks if check["status"] == "FAILURE"]
+    tally = Counter(check["status"] for check in checks)
+    passed, failed = tally["SUCCESS"], tally["FAILURE"]
+    out.write(f"\nTest Results:\nPassed: {passed}/{passed + failed}, {failed} failed, {tally['WARNING']} warnings\n")
     if failed:
         out.write("\n=== Failed Checks ===\n")
-        for check in failed:
+    for check in checks:
+        if check["status"] == "FAILURE":
             out.write(f"\n  - {check['name']}: {check['description']}\n")
             if "errorMessage" in check:
                 out.write(f"    Error: {check['errorMessage']}\n")
-    return counts["FAILURE"], warnings
 
 
-def print_summary(results: Sequence[tuple[str, Sequence[ConformanceCheck]]], out: TextIO) -> tuple[int, int]:
-    """The closing summary (``printServerSummary``): one line a scenario, then the totals."""
+def print_summary(results: Sequence[tuple[str, Sequence[ConformanceCheck]]], out: TextIO) -> int:
+    """The closing summary (``printServerSummary``): one line a scenario, then the totals; the failures in all."""
     out.write("\n\n=== SUMMARY ===\n")
-    total_passed = total_failed = 0
+    total = Counter[str]()
     for scenario, checks in results:
-        passed = sum(check["status"] == "SUCCESS" for check in checks)
-        failed = sum(check["status"] == "FAILURE" for check in checks)
-        total_passed, total_failed = total_passed + passed, total_failed + failed
-        out.write(f"{'✓' if failed == 0 else '✗'} {scenario}: {passed} passed, {failed} failed\n")
-    out.write(f"\nTotal: {total_passed} passed, {total_failed} failed\n")
-    return total_passed, total_failed
+        tally = Counter(check["status"] for check in checks)
+        total += tally
+        mark = "✓" if tally["FAILURE"] == 0 else "✗"
+        out.write(f"{mark} {scenario}: {tally['SUCCESS']} passed, {tally['FAILURE']} failed\n")
+    out.write(f"\nTotal: {total['SUCCESS']} passed, {total['FAILURE']} failed\n")
+    return total["FAILURE"]
 
 
 def write_checks(directory: Path, scenario: str, checks: Sequence[ConformanceCheck]) -> Path:
@@ -89,3 +106,129 @@ def write_checks(directory: Path, scenario: str, checks: Sequence[ConformanceChe
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "checks.json").write_text(json.dumps(list(checks), indent=2, ensure_ascii=False), encoding="utf-8")
     return folder
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One line of a baseline list: a scenario, and the one check that may fail in it, if any."""
+
+    scenario: str
+    check: str | None = None
+
+    def __str__(self) -> str:
+        return self.scenario if self.check is None else f"{self.scenario}:{self.check}"
+
+
+@dataclass
+class BaselineResult:
+    """The verdict: 0 when only expected failures occurred, 1 on a regression or a stale entry."""
+
+    unexpected: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+    expected: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """The exit status the official runner gives this verdict."""
+        return 1 if self.unexpected or self.stale else 0
+
+
+def _entry(value: object, number: int) -> Entry:
+    written = f"'server' entry {number}"
+    if isinstance(value, dict):
+        pairs = list(value.items())
+        if len(pairs) == 1 and isinstance(pairs[0][1], str) and pairs[0][1]:
+            key, rest = pairs[0]
+            why = f"Did you write '- {key}: {rest}'? Remove the space after the colon: '- {key}:{rest}'"
+        else:
+            why = "A per-check entry takes no space after the colon."
+        raise ValueError(f"{written} is not '<scenario>' or '<scenario>:<check-id>'. {why}")
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{written} is not '<scenario>' or '<scenario>:<check-id>'. This one is empty.")
+    scenario, colon, check = value.partition(":")
+    if colon and not (scenario and check):
+        raise ValueError(f"{written} ({value!r}): both sides of the colon are required.")
+    return Entry(scenario, check or None)
+
+
+def load_expected_failures(path: Path) -> list[Entry]:
+    """The ``server`` entries of an expected-failures file, checked as the official suite checks them."""
+    if path.stat().st_size > MAX_YAML_BYTES:
+        raise ValueError(f"{path}: over {MAX_YAML_BYTES} bytes")
+    try:
+        document = loads(path.read_text(encoding="utf-8"))
+    except YamlError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if document is None:
+        return []
+    if not isinstance(document, dict):
+        raise ValueError(f"{path}: expected an object with 'server' and/or 'client' keys")
+    listed = document.get("server")
+    if listed is None:
+        return []
+    if not isinstance(listed, list):
+        raise ValueError(f"{path}: 'server' must be an array of scenario names")
+    entries = [_entry(value, number) for number, value in enumerate(listed, 1)]
+    wholesale = {entry.scenario for entry in entries if entry.check is None}
+    for entry in entries:
+        if entry.check is not None and entry.scenario in wholesale:
+            raise ValueError(
+                f"'{entry.scenario}' expects the whole scenario to fail, so '{entry}' is redundant. "
+                "Remove one or the other."
+            )
+    return entries
+
+
+def _collapsed(checks: Sequence[ConformanceCheck]) -> dict[str, str]:
+    """Each check id's verdict, the most severe of its occurrences (INFO left out)."""
+    verdicts: dict[str, str] = {}
+    for check in checks:
+        if check["status"] == "INFO":
+            continue
+        seen = verdicts.get(check["id"])
+        if seen is None or _SEVERITY.get(check["status"], 0) >= _SEVERITY.get(seen, 0):
+            verdicts[check["id"]] = check["status"]
+    return verdicts
+
+
+def evaluate(results: Sequence[tuple[str, Sequence[ConformanceCheck]]], entries: Sequence[Entry]) -> BaselineResult:
+    """The official ``evaluateBaseline``: whole-scenario entries, then per-check ones."""
+    verdict = BaselineResult()
+    wholesale = {entry.scenario for entry in entries if entry.check is None}
+    for scenario, checks in results:
+        failing = any(check["status"] in ("FAILURE", "WARNING") for check in checks)
+        if scenario in wholesale:
+            (verdict.expected if failing else verdict.stale).append(scenario)
+            continue
+        allowed = list(dict.fromkeys(e.check for e in entries if e.scenario == scenario and e.check is not None))
+        if not allowed:
+            if failing:
+                verdict.unexpected.append(scenario)
+            continue
+        collapsed = _collapsed(checks)
+        for check, status in collapsed.items():
+            if status in ("FAILURE", "WARNING"):
+                (verdict.expected if check in allowed else verdict.unexpected).append(f"{scenario}:{check}")
+        verdict.stale.extend(f"{scenario}:{check}" for check in allowed if collapsed.get(check) == "SUCCESS")
+    return verdict
+
+
+def print_baseline(verdict: BaselineResult, out: TextIO, palette: Palette) -> None:
+    """The official ``printBaselineResults``."""
+    sections = (
+        (verdict.expected, palette.yellow, "Expected failures (in baseline):", "~"),
+        (verdict.stale, palette.red, "Stale baseline entries (now passing - remove from baseline):", "✓"),
+        (verdict.unexpected, palette.red, "Unexpected failures (not in baseline):", "✗"),
+    )
+    for entries, colour, title, mark in sections:
+        if entries:
+            out.write(f"\n{colour}{title}{palette.reset}\n" + "".join(f"  {mark} {entry}\n" for entry in entries))
+    if verdict.exit_code == 0:
+        out.write(f"\n{palette.green}Baseline check passed: all failures are expected.{palette.reset}\n")
+        return
+    if verdict.stale:
+        message = "Baseline is stale: update your expected-failures file to remove passing entries."
+        out.write(f"\n{palette.red}{message}{palette.reset}\n")
+    if verdict.unexpected:
+        message = "Unexpected failures detected: these are not in your expected-failures baseline."
+        out.write(f"\n{palette.red}{message}{palette.reset}\n")

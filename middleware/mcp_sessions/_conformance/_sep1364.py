@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._exchange import Exchange, member, tool_names, tool_text
 from ._model import LEGACY, MODERN, Recorder
-from ._peer import CLIENT_INFO, Peer
+from ._peer import ACCEPT, CLIENT_INFO, MISMATCH, UNKNOWN_ID, Exchange, Peer, member, tool_names, tool_text
 
 __all__ = ["run_alt1", "run_alt2"]
 
 MEMBER = "sessionId"
-MISMATCH = -32020
-UNKNOWN_ID = "sess-conformance-unknown"
 _OPEN = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": CLIENT_INFO}
 
 
@@ -54,9 +51,7 @@ def _check_session_use(rec: Recorder, wire: str, first: Session, second: Session
         rec.untestable(f"sessions-{wire}-session-is-context", "the server has no count tool")
     else:
         counts = [first.count(), first.count(), *([second.count()] if second else [])]
-        expected = ["1", "2", "1"][: len(counts)]
-        problem = None if counts == expected else f"count answered {counts}, expected {expected}"
-        rec.record(f"sessions-{wire}-session-is-context", problem, {"counts": counts})
+        rec.record_counts(f"sessions-{wire}-session-is-context", counts)
     other = first.call("tools/list", header="sess-conformance-mismatch")
     if other.error_code != MISMATCH:
         problem = f"a request whose Mcp-Session-Id differs from its sessionId: {other.summary()}"
@@ -82,8 +77,6 @@ def _second_client(peer: Peer) -> Peer:
 
 def run_alt1(peer: Peer, rec: Recorder) -> None:
     """Every check of SEP-1364 alternative 1."""
-    if peer.era == LEGACY:
-        peer.handshake()
     required = member(peer.server_capabilities(), "sessions", "required")
     problem = None if isinstance(required, bool) else f"capabilities.sessions.required is {required!r}"
     rec.record("sessions-sep1364-alt1-capability", problem)
@@ -128,7 +121,7 @@ def _check_end(rec: Recorder, wire: str, session: Session | None, method: str) -
 def _open(peer: Peer, token: str | None) -> Exchange:
     """Alternative 2's ``initialize`` with a top-level ``sessionId`` (``None``: a new session)."""
     body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": _OPEN, MEMBER: token}
-    return peer.post(body, {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}, 0)
+    return peer.post(body, ACCEPT, 0)
 
 
 def _opened(peer: Peer) -> Session | None:

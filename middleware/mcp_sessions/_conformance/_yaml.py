@@ -14,6 +14,7 @@ size and depth.
 from __future__ import annotations
 
 import json
+import re
 from typing import NamedTuple
 
 __all__ = ["MAX_YAML_BYTES", "YamlError", "loads"]
@@ -21,6 +22,8 @@ __all__ = ["MAX_YAML_BYTES", "YamlError", "loads"]
 MAX_YAML_BYTES = 1 << 20
 """The largest file read: a baseline or traceability file is a few kilobytes."""
 _MAX_DEPTH = 16
+# Possessive (``*+``): a quote that cannot close is unterminated, never closed earlier by backtracking.
+_QUOTED = re.compile(r"'(?:[^']|'')*+'|\"(?:[^\"\\]|\\.)*+\"")
 
 YamlValue = str | None | list["YamlValue"] | dict[str, "YamlValue"]
 
@@ -146,34 +149,16 @@ def _scalar(text: str, number: int) -> YamlValue:
 
 def _quoted(text: str, number: int) -> tuple[str, str]:
     """A quoted string at the start of ``text``, and what follows it."""
-    quote = text[0]
-    index = 1
-    while True:
-        index = text.find(quote, index)
-        if index < 0:
-            raise YamlError(f"line {number}: unterminated {quote} string")
-        if quote == "'" and text.startswith("''", index):
-            index += 2
-            continue
-        if quote == '"' and _escaped(text, index):
-            index += 1
-            continue
-        break
-    body = text[1:index]
-    if quote == "'":
-        return body.replace("''", "'"), text[index + 1 :]
+    match = _QUOTED.match(text)
+    if match is None:
+        raise YamlError(f"line {number}: unterminated {text[0]} string")
+    body, after = match.group()[1:-1], text[match.end() :]
+    if text[0] == "'":
+        return body.replace("''", "'"), after
     try:
-        return str(json.loads(f'"{body}"')), text[index + 1 :]
+        return str(json.loads(f'"{body}"')), after
     except ValueError:
         raise YamlError(f"line {number}: an escape in this string is outside the subset") from None
-
-
-def _escaped(text: str, index: int) -> bool:
-    """Whether the character at ``index`` follows an odd number of backslashes."""
-    start = index
-    while start > 0 and text[start - 1] == "\\":
-        start -= 1
-    return (index - start) % 2 == 1
 
 
 def _flow(text: str, number: int) -> list[YamlValue]:

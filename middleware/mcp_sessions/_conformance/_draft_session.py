@@ -1,33 +1,111 @@
-"""The draft wire's checks of advertising, creating and using a session, and of the echo."""
+"""The draft wire's run (its client, codes and findings) and its checks of advertising, creating and using a session."""
 
 from __future__ import annotations
 
-from ._draft_context import EXTENSION, KEY, REQUIRED, Draft, echo_of, is_rfc3339_utc
-from ._exchange import Exchange, member, tool_text
-from ._model import LEGACY, MODERN
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+from ._model import LEGACY, MODERN, Recorder
+from ._peer import Exchange, Peer, member, tool_text
 
 __all__ = [
+    "KEY",
+    "NOT_FOUND",
+    "Draft",
     "check_capability",
     "check_context",
     "check_create",
     "check_echo",
-    "check_echo_cases",
     "check_ids",
     "check_legacy_header",
     "check_required",
     "check_sessionless",
+    "echo_of",
+    "is_rfc3339_utc",
 ]
+
+KEY: Final = "io.modelcontextprotocol/session"
+EXTENSION: Final = "io.modelcontextprotocol/sessions"
+NOT_FOUND: Final = -32043
+REQUIRED: Final = -32044
+_RFC3339: Final = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]00:00)")
+
+
+def echo_of(exchange: Exchange) -> object:
+    """The session metadata a result carries, ``None`` when there is none."""
+    return member(exchange.result, "_meta", KEY)
+
+
+def is_rfc3339_utc(value: object) -> bool:
+    """Whether ``value`` is an RFC 3339 timestamp in UTC (``Z`` or a zero offset) naming a real instant."""
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        return False
+    try:
+        datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
+class Draft:
+    """One run of the draft wire: the client, the recorder, and what the checks found on the way."""
+
+    peer: Peer
+    rec: Recorder
+    tools: frozenset[str] = frozenset()
+    errors: list[tuple[int, object]] = field(default_factory=list)
+    """``(HTTP status, error code)`` of each session error the run provoked."""
+    not_found: list[tuple[str, object]] = field(default_factory=list)
+    """``(the sessionId sent, error.data)`` of each ``-32043`` answer."""
+    echoes: int = 0
+
+    def use(
+        self,
+        method: str,
+        params: Mapping[str, object] | None = None,
+        *,
+        session: str,
+        state: str | None = None,
+        header: str | None = None,
+        meta: Mapping[str, object] | None = None,
+    ) -> Exchange:
+        """A request in a session: its metadata in ``params._meta`` and, on 2026-07-28, the ``Mcp-Session-Id``."""
+        value = {"sessionId": session, **({"state": state} if state is not None else {})}
+        if self.peer.era == MODERN and header is None:
+            header = session
+        return self.peer.call(method, params, meta={**(meta or {}), KEY: value}, session_header=header)
+
+    def tool(
+        self, name: str, arguments: Mapping[str, object] | None = None, *, session: str, state: str | None = None
+    ) -> Exchange:
+        """``tools/call`` of ``name`` in a session."""
+        return self.use("tools/call", {"name": name, "arguments": dict(arguments or {})}, session=session, state=state)
+
+    def error(self, exchange: Exchange, expected: int, sent: str | None = None) -> str | None:
+        """Note a session error the run provoked (``sent``: the sessionId it named); the problem if not ``expected``."""
+        code = exchange.error_code
+        self.errors.append((exchange.status, code))
+        if code == NOT_FOUND and sent is not None:
+            self.not_found.append((sent, member(exchange.answer, "error", "data")))
+        return None if code == expected else f"expected error {expected}, got {exchange.summary()}"
+
+    def create(self) -> tuple[Exchange, str | None]:
+        """``sessions/create`` as the draft's vector sends it (2026-07-28: with the envelope); its id, if any."""
+        exchange = self.peer.call("sessions/create")
+        token = member(exchange.result, "session", "sessionId")
+        return exchange, token if isinstance(token, str) and token else None
 
 
 def check_capability(draft: Draft) -> None:
     """The capability, where each era's clients look for it."""
     capabilities = draft.peer.server_capabilities()
     sessions = capabilities.get("sessions")
-    draft.rec.record(
-        "sessions-draft-capability",
-        None if isinstance(sessions, dict) else f"capabilities.sessions is {sessions!r}, not an object",
-        {"sessions": sessions},
-    )
+    problem = None if isinstance(sessions, dict) else f"capabilities.sessions is {sessions!r}, not an object"
+    draft.rec.record("sessions-draft-capability", problem, {"sessions": sessions})
     if draft.peer.era == MODERN:
         extension = member(capabilities, "extensions", EXTENSION)
         problem = None if isinstance(extension, dict) else f'capabilities.extensions["{EXTENSION}"] is {extension!r}'
@@ -41,17 +119,12 @@ def check_capability(draft: Draft) -> None:
 def check_create(draft: Draft) -> str:
     """``sessions/create`` as the draft's vector sends it: the gate of everything after it."""
     exchange, token = draft.create()
-    draft.rec.gate(
-        "sessions-draft-create",
-        None if token else "no result.session.sessionId (a non-empty string) in the answer",
-        exchange.summary(),
-    )
+    problem = None if token else "no result.session.sessionId (a non-empty string) in the answer"
+    draft.rec.gate("sessions-draft-create", problem, exchange.summary())
     assert token is not None
-    draft.rec.record(
-        "sessions-draft-expires-at",
-        None if is_rfc3339_utc(member(exchange.result, "session", "expiresAt")) else "expiresAt is not RFC 3339 UTC",
-        {"expiresAt": member(exchange.result, "session", "expiresAt")},
-    )
+    expires = member(exchange.result, "session", "expiresAt")
+    problem = None if is_rfc3339_utc(expires) else "expiresAt is not RFC 3339 UTC"
+    draft.rec.record("sessions-draft-expires-at", problem, {"expiresAt": expires})
     return token
 
 
@@ -85,7 +158,7 @@ def check_legacy_header(draft: Draft, session: str) -> Exchange:
     return listed
 
 
-def check_echo_cases(draft: Draft, exchange: Exchange, session: str, case: str) -> None:
+def _check_echo_on(draft: Draft, exchange: Exchange, session: str, case: str) -> None:
     """The echo on one successful result: present, and naming the very session the request named."""
     details = {"case": case, "sse": exchange.sse, **exchange.summary()}
     if exchange.result is None:
@@ -97,19 +170,14 @@ def check_echo_cases(draft: Draft, exchange: Exchange, session: str, case: str) 
         return
     draft.rec.record("sessions-draft-echo", None, details)
     draft.echoes += 1
-    rotated = echo.get("sessionId") != session
-    draft.rec.record(
-        "sessions-draft-echo-same-session-id",
-        f"{case}: the echo names another sessionId than the request" if rotated else None,
-        {"case": case},
-    )
+    rotated = f"{case}: the echo names another sessionId than the request" if echo.get("sessionId") != session else None
+    draft.rec.record("sessions-draft-echo-same-session-id", rotated, {"case": case})
 
 
 def check_echo(draft: Draft, listed: Exchange, sessionless: Exchange, session: str) -> None:
     """The echo, on a JSON answer and on a streamed one, merged into the server's own ``_meta``."""
-    check_echo_cases(draft, listed, session, "tools/list")
-    own = member(sessionless.result, "_meta")
-    theirs = member(listed.result, "_meta")
+    _check_echo_on(draft, listed, session, "tools/list")
+    own, theirs = member(sessionless.result, "_meta"), member(listed.result, "_meta")
     if not isinstance(own, dict) or not own:
         draft.rec.skip("sessions-draft-echo-merges-meta", "the server puts nothing of its own in result._meta")
     else:
@@ -119,10 +187,9 @@ def check_echo(draft: Draft, listed: Exchange, sessionless: Exchange, session: s
     if "countdown" not in draft.tools:
         draft.rec.untestable("sessions-draft-no-echo-in-notifications", "the server has no countdown tool")
     else:
-        streamed = draft.use(
-            "tools/call", {"name": "countdown", "arguments": {"n": 1}}, session=session, meta={"progressToken": "p"}
-        )
-        check_echo_cases(draft, streamed, session, "countdown")
+        countdown = {"name": "countdown", "arguments": {"n": 1}}
+        streamed = draft.use("tools/call", countdown, session=session, meta={"progressToken": "p"})
+        _check_echo_on(draft, streamed, session, "countdown")
         if not streamed.notifications:
             reason = "the server sent no notification before its answer (a JSON answer)"
             draft.rec.skip("sessions-draft-no-echo-in-notifications", reason)
@@ -139,13 +206,9 @@ def check_context(draft: Draft, first: str, second: str | None) -> None:
     if "count" not in draft.tools:
         draft.rec.untestable("sessions-draft-session-is-context", "the server has no count tool")
         return
-    counts = [tool_text(draft.tool("count", session=first)) for _ in range(2)]
-    expected = ["1", "2"]
-    if second is not None and second != first:
-        counts.append(tool_text(draft.tool("count", session=second)))
-        expected.append("1")
-    problem = None if counts == expected else f"count answered {counts}, expected {expected}"
-    draft.rec.record("sessions-draft-session-is-context", problem, {"counts": counts})
+    sessions = [first, first, *([second] if second is not None and second != first else [])]
+    counts = [tool_text(draft.tool("count", session=session)) for session in sessions]
+    draft.rec.record_counts("sessions-draft-session-is-context", counts)
 
 
 def check_sessionless(draft: Draft) -> Exchange:
