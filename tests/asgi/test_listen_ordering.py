@@ -41,18 +41,7 @@ async def test_a_stream_that_found_its_slot_only_at_subscribe_ends_with_its_sess
     now = time.time()
     expires_at = int(now) + (2 if end == "expired" else 3600)  # 1 to 2 s from now
     session = Session(
-        token="token",
-        session_id="s1",
-        issued_at=int(now),
-        expires_at=expires_at,
-        claims={},
-        keys=KEYS,
-        store=sessions.store,
-        state_token=None,
-        state_json=None,
-        now=now,
-        idle_ttl=None,
-        bus=bus,
+        sessions, token="token", session_id="s1", issued_at=int(now), token_expires_at=expires_at, now=now
     )
     requests = [BODY]
     sent: list[Message] = []

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mcp_sessions._wire import jsonrpc
-from mcp_sessions._wire.protocol import Era, http_status, is_modern
+from mcp_sessions._wire.protocol import Era, http_status
 from mcp_sessions.profiles import DRAFT, InvalidSessionMeta, SessionRef
 
 KEY = "io.modelcontextprotocol/session"
@@ -116,16 +116,6 @@ def test_error_and_result_frames() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"),
-    [("abc", "abc"), ("x" * 256, "x" * 256), ("x" * 257, "x" * 256), ("y" * 10_000, "y" * 256), (1, None),
-     (None, None), (["x"], None)],
-    ids=["short", "256", "257", "10k", "int", "null", "list"],
-)  # fmt: skip
-def test_echoed_session_id_is_bounded(value: Any, expected: Any) -> None:
-    assert jsonrpc.echoed_session_id(value) == expected
-
-
-@pytest.mark.parametrize(
     ("element", "expected"),
     [({"id": 1}, 1), ({"id": "a"}, "a"), ({"id": 1.5}, 1.5), ({"id": None}, None), ({}, None),
      ({"id": True}, None), ({"id": [1]}, None), ({"id": {"a": 1}}, None), ("not an object", None), (7, None)],
@@ -141,8 +131,8 @@ def test_request_id_of(element: Any, expected: Any) -> None:
     [(None, False), ("2024-11-05", False), ("2025-03-26", False), ("2025-06-18", False), ("2025-11-25", False),
      ("2026-07-28", True), ("2099-01-01", True), ("garbage", True)],
 )  # fmt: skip
-def test_is_modern(version: str | None, expected: bool) -> None:
-    assert is_modern(version) is expected
+def test_era_of(version: str | None, expected: bool) -> None:
+    assert (Era.of(version) is Era.MODERN) is expected
 
 
 @pytest.mark.parametrize(

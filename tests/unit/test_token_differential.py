@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mcp_sessions import InvalidToken, KeySet, SessionKey
+from mcp_sessions._tokens._jws import verified_payload
 
 NOW = 1_900_000_000
 SECRET_A = b"differential-secret-a-0123456789abcdef"
@@ -92,12 +93,12 @@ def judge_session(token: str) -> tuple[str, Any]:
     # The direct path on its own: a payload PyJWT agrees with, None, or InvalidToken; nothing else.
     keys = make_keys(direct=True)
     try:
-        payload = keys._verify_hs256(token, keys._session_headers)
+        payload = verified_payload(token, keys._session_headers)
     except InvalidToken:
         assert reference[0] == "rejected"
     else:
-        if payload is not None and keys._plain_session_claims(payload):
-            assert payload == make_keys(direct=False)._verify(token, SESSION_TYP, audience=keys.audience)
+        if payload is not None and keys._plain_claims(payload, session=True):
+            assert payload == make_keys(direct=False)._payload(token, SESSION_TYP)
     return direct
 
 
@@ -302,11 +303,11 @@ def test_the_direct_path_reads_minted_tokens() -> None:
     """The generators above reach the direct path: a minted token is accepted there, not by PyJWT."""
     keys = make_keys(direct=True)
     token, claims = make_keys(direct=True).mint_session_token(ttl=60, now=NOW)
-    payload = keys._verify_hs256(token, keys._session_headers)
+    payload = verified_payload(token, keys._session_headers)
     assert payload is not None and payload["sid"] == claims.session_id
     assert keys.verify_session_token(token, now=NOW) == claims
     state = keys.sign_state(claims.session_id, {"k": [1, 2]})
-    assert keys._verify_hs256(state, keys._state_headers) == {"sid": claims.session_id, "st": {"k": [1, 2]}}
+    assert verified_payload(state, keys._state_headers) == {"sid": claims.session_id, "st": {"k": [1, 2]}}
 
 
 @pytest.mark.parametrize(
@@ -359,7 +360,7 @@ def test_what_the_direct_path_decides_itself(mutate: Any, direct: str | None) ->
     keys = make_keys(direct=True)
     token = mutate(*keys.mint_session_token(ttl=60, now=NOW)[0].split("."))
     try:
-        payload = keys._verify_hs256(token, keys._session_headers)
+        payload = verified_payload(token, keys._session_headers)
     except InvalidToken as exc:
         assert exc.reason == direct
     else:

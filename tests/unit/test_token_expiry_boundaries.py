@@ -22,7 +22,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
 from mcp_sessions import InvalidToken, KeySet, SessionClaims, SessionKey
-from mcp_sessions._tokens._hs256 import verified_payload
+from mcp_sessions._tokens._jws import verified_payload
 
 SECRET = "expiry-boundary-secret-that-is-long-enough-for-hs256"
 NOW = 1_800_000_000

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any, Final
 
 from .._wire import Refusal, jsonrpc
 from .._wire.protocol import Era, http_status
 
 if TYPE_CHECKING:
-    from asgiref.typing import ASGISendCallable, HTTPResponseBodyEvent, HTTPResponseStartEvent
+    from asgiref.typing import ASGISendCallable
 
-__all__ = [
-    "send_accepted",
-    "send_json",
-    "send_refusal",
-    "send_result",
-    "send_status",
-]
-
-logger = logging.getLogger("mcp_sessions")
+__all__ = ["send_accepted", "send_json", "send_refusal", "send_result", "send_status"]
 
 _JSON_HEADERS: Final = [(b"content-type", b"application/json")]
 
@@ -34,15 +25,8 @@ async def send_json(send: ASGISendCallable, status: int, payload: Any, retry_aft
 
 
 async def _send_response(send: ASGISendCallable, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    start: HTTPResponseStartEvent = {
-        "type": "http.response.start",
-        "status": status,
-        "headers": headers,
-        "trailers": False,
-    }
-    await send(start)
-    end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
-    await send(end)
+    await send({"type": "http.response.start", "status": status, "headers": headers, "trailers": False})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 async def send_result(send: ASGISendCallable, payload: Any, *, accept: bytes) -> None:

@@ -111,6 +111,7 @@ def main(
 ) -> int:
     """Run the command line; returns the exit status."""
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
+    environ = os.environ if environ is None else environ
     args = _parser().parse_args(argv)
     try:
         if args.command == "keygen":
@@ -118,10 +119,10 @@ def main(
         if args.command == "create":
             return run_create(args, stdout, stderr)
         if args.command == "gateway":
-            return run_gateway(args, stderr, os.environ if environ is None else environ)
+            return run_gateway(args, stderr, environ)
         if args.command == "conformance":
-            return run_conformance(args, stdout, stderr, os.environ if environ is None else environ)
-        return run_inspect(args, stdin, stdout, os.environ if environ is None else environ)
+            return run_conformance(args, stdout, stderr, environ)
+        return run_inspect(args, stdin, stdout, environ)
     except UsageError as exc:
         print(f"mcp-sessions {args.command}: {exc}", file=stderr)
         return EXIT_USAGE

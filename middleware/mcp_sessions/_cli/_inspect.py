@@ -11,9 +11,10 @@ import binascii
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import Final, TextIO
 
 from .._tokens import SESSION_TOKEN_TYPE, STATE_TOKEN_TYPE, InvalidToken, KeySet, SessionKey, keys_from_config
+from .._wire import iso
 from ._exit import EXIT_INVALID, EXIT_OK, UsageError
 
 __all__ = ["build_verifier", "decode_unverified", "explain", "run_inspect"]
@@ -37,13 +38,6 @@ def decode_unverified(token: str) -> tuple[dict[str, object], dict[str, object]]
     return header, claims
 
 
-def _iso(timestamp: int) -> str | None:
-    try:
-        return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except (OverflowError, OSError, ValueError):
-        return None
-
-
 def _span(seconds: float) -> str:
     """A duration in the two largest units that matter: "2 d 3 h", "5 h 12 min", "40 s"."""
     days, rest = divmod(abs(int(seconds)), 86400)
@@ -55,66 +49,78 @@ def _span(seconds: float) -> str:
 
 
 def _when(timestamp: object, now: float) -> str:
-    if type(timestamp) is not int or (iso := _iso(timestamp)) is None:
+    if type(timestamp) is not int:
+        return "not a whole number of seconds"
+    try:
+        when = iso(timestamp)
+    except (OverflowError, OSError, ValueError):
         return "not a whole number of seconds"
     delta = timestamp - now
-    return f"{iso}, {'in ' + _span(delta) if delta > 0 else _span(delta) + ' ago'}"
+    return f"{when}, {'in ' + _span(delta) if delta > 0 else _span(delta) + ' ago'}"
 
 
 def build_verifier(
     *, secret: str | None, keys_text: str | None, issuer: str, audience: str, leeway: float
 ) -> KeySet | None:
     """The keys to verify with, or ``None`` when none were given (public keys only is fine)."""
-    keys: list[SessionKey] = []
     try:
-        if secret:
-            keys.append(SessionKey.from_secret(secret))
+        keys = [SessionKey.from_secret(secret)] if secret else []
         if keys_text:
-            keys.extend(keys_from_config(keys_text, "the keys (--keys or MCP_SESSIONS_KEYS)"))
+            keys += keys_from_config(keys_text, "the keys (--keys or MCP_SESSIONS_KEYS)")
+        return KeySet(keys, issuer=issuer, audience=audience, leeway=leeway) if keys else None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if not keys:
-        return None
-    try:
-        return KeySet(keys, issuer=issuer, audience=audience, leeway=leeway)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+
+
+# Why a token failed, by the reason verification gives; the fields are explain()'s.
+_WHY: Final = {
+    "expired": "it expired at {exp} (exp, plus a leeway of {leeway:g} s)",
+    "not yet valid": "iat or nbf is in the future ({iat}): check both clocks",
+    "unknown key id": "its kid {kid!r} is none of the keys given ({known})",
+    "algorithm not allowed for this key": (
+        "its header says alg {alg!r}, but key {kid!r} is pinned to {pinned}: a key verifies one algorithm"
+    ),
+    "wrong token type": "its typ is {typ!r}, not {session_typ!r} (a session id) or {state_typ!r} (state)",
+    "bad signature": (
+        "the signature does not match key {kid!r}: the token was signed with another key that has the "
+        "same kid, or it was edited after signing"
+    ),
+    "wrong audience": "its aud {aud!r} is not {audience!r} (--audience, MCP_SESSIONS_AUDIENCE)",
+    "wrong issuer": "its iss {iss!r} is not {issuer!r} (--issuer, MCP_SESSIONS_ISSUER)",
+    "oversized": "it is longer than {max_token_length} characters, the most a server reads",
+    "missing claim": "the claim {claim!r} is required (iss, aud, sid, iat, exp)",
+    "malformed sid claim": "its sid is not 16 to 128 base64url characters",
+    "state belongs to another session": "the state is bound to another session's sid",
+}
 
 
 def explain(reason: str, header: Mapping[str, object], claims: Mapping[str, object], keys: KeySet, now: float) -> str:
     """Why a token failed, in words that name what to check (never the token itself)."""
-    kid, alg, typ = header.get("kid"), header.get("alg"), header.get("typ")
+    claim = reason.removeprefix("missing claim ")
+    template = _WHY.get("missing claim" if claim != reason else reason)
+    if template is None:
+        return reason
+    kid = header.get("kid")
     known = {key.kid: key for key in keys.keys}
-    if reason == "expired":
-        return f"it expired at {_when(claims.get('exp'), now)} (exp, plus a leeway of {keys.leeway:g} s)"
-    if reason == "not yet valid":
-        return f"iat or nbf is in the future ({_when(claims.get('iat'), now)}): check both clocks"
-    if reason == "unknown key id":
-        return f"its kid {kid!r} is none of the keys given ({', '.join(map(repr, known)) or 'none'})"
-    if reason == "algorithm not allowed for this key":
-        key = known.get(kid) if isinstance(kid, str) else None
-        pinned = key.algorithm if key is not None else "?"
-        return f"its header says alg {alg!r}, but key {kid!r} is pinned to {pinned}: a key verifies one algorithm"
-    if reason == "wrong token type":
-        return f"its typ is {typ!r}, not {SESSION_TOKEN_TYPE!r} (a session id) or {STATE_TOKEN_TYPE!r} (state)"
-    if reason == "bad signature":
-        return (
-            f"the signature does not match key {kid!r}: the token was signed with another key that has the "
-            "same kid, or it was edited after signing"
-        )
-    if reason == "wrong audience":
-        return f"its aud {claims.get('aud')!r} is not {keys.audience!r} (--audience, MCP_SESSIONS_AUDIENCE)"
-    if reason == "wrong issuer":
-        return f"its iss {claims.get('iss')!r} is not {keys.issuer!r} (--issuer, MCP_SESSIONS_ISSUER)"
-    if reason == "oversized":
-        return f"it is longer than {keys.max_token_length} characters, the most a server reads"
-    if reason.startswith("missing claim"):
-        return f"the claim {reason.removeprefix('missing claim ')!r} is required (iss, aud, sid, iat, exp)"
-    if reason == "malformed sid claim":
-        return "its sid is not 16 to 128 base64url characters"
-    if reason == "state belongs to another session":
-        return "the state is bound to another session's sid"
-    return reason
+    key = known.get(kid) if isinstance(kid, str) else None
+    return template.format(
+        exp=_when(claims.get("exp"), now),
+        iat=_when(claims.get("iat"), now),
+        kid=kid,
+        alg=header.get("alg"),
+        typ=header.get("typ"),
+        session_typ=SESSION_TOKEN_TYPE,
+        state_typ=STATE_TOKEN_TYPE,
+        known=", ".join(map(repr, known)) or "none",
+        pinned=key.algorithm if key is not None else "?",
+        aud=claims.get("aud"),
+        iss=claims.get("iss"),
+        claim=claim,
+        leeway=keys.leeway,
+        audience=keys.audience,
+        issuer=keys.issuer,
+        max_token_length=keys.max_token_length,
+    )
 
 
 def _read_token(value: str | None, stdin: TextIO) -> str:
@@ -146,9 +152,7 @@ def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, environ
         leeway=args.leeway,
     )
     kind = {SESSION_TOKEN_TYPE: "session id", STATE_TOKEN_TYPE: "session state"}.get(str(header.get("typ")), "unknown")
-    valid: bool | None = None
-    reason: str | None = None
-    detail: str | None = None
+    report: dict[str, object] = dict(kind=kind, header=header, claims=claims, valid=None, reason=None, why=None)
     if keys is not None:
         try:
             if header.get("typ") == STATE_TOKEN_TYPE:
@@ -156,29 +160,24 @@ def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, environ
                 keys.verify_state(sid if isinstance(sid, str) else "", token)
             else:
                 keys.verify_session_token(token, now=now)
-            valid = True
+            report["valid"] = True
         except InvalidToken as exc:
-            valid, reason = False, exc.reason
-            detail = explain(exc.reason, header, claims, keys, now)
+            report.update(valid=False, reason=exc.reason, why=explain(exc.reason, header, claims, keys, now))
     if args.json:
-        report = {"kind": kind, "header": header, "claims": claims, "valid": valid, "reason": reason, "why": detail}
         stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
     else:
-        stdout.write(_render(kind, header, claims, valid, reason, detail, keys, now))
-    return EXIT_INVALID if valid is False else EXIT_OK
+        stdout.write(_render(report, header, claims, keys, now))
+    return EXIT_INVALID if report["valid"] is False else EXIT_OK
 
 
 def _render(
-    kind: str,
+    report: Mapping[str, object],
     header: Mapping[str, object],
     claims: Mapping[str, object],
-    valid: bool | None,
-    reason: str | None,
-    detail: str | None,
     keys: KeySet | None,
     now: float,
 ) -> str:
-    lines = [f"kind: {kind}", "header:"]
+    lines = [f"kind: {report['kind']}", "header:"]
     lines += [f"  {name}: {json.dumps(value)}" for name, value in header.items()]
     lines.append("claims (not verified unless stated below):")
     for name, value in claims.items():
@@ -186,21 +185,22 @@ def _render(
         if name in ("iat", "exp", "nbf"):
             shown += f"  ({_when(value, now)})"
         lines.append(f"  {name}: {shown}")
-    if valid is None:
+    if keys is None:
         lines.append(
             "verification: not checked (give keys with --secret or --keys, or set MCP_SESSIONS_SECRET or "
             "MCP_SESSIONS_KEYS)"
         )
-    elif valid:
-        assert keys is not None
+    elif report["valid"] and report["kind"] == "session state":
+        lines.append(
+            f"verification: VALID: state signed by key {header.get('kid')!r}, bound to sid {claims.get('sid')!r}"
+        )
+    elif report["valid"]:
         lines.append(
             f"verification: VALID: signed by key {header.get('kid')!r}, issuer {keys.issuer!r}, "
             f"audience {keys.audience!r}, not expired (a deletion or idle expiry is recorded in the server's "
             "store, which this check cannot see)"
-            if kind != "session state"
-            else f"verification: VALID: state signed by key {header.get('kid')!r}, bound to sid {claims.get('sid')!r}"
         )
     else:
-        lines.append(f"verification: INVALID ({reason}): {detail}")
+        lines.append(f"verification: INVALID ({report['reason']}): {report['why']}")
         lines.append("a server answers such a session with -32043 (session not found)")
     return "\n".join(lines) + "\n"

@@ -95,9 +95,7 @@ class Quota:
 
     def add(self, caller: str, expires_at: float) -> None:
         """Count a record of ``caller``'s until ``expires_at`` (after :meth:`wait` said there was room)."""
-        expiries = self._callers.get(caller)
-        if expiries is None:
-            expiries = self._callers[caller] = []
+        expiries = self._callers.setdefault(caller, [])
         heapq.heappush(expiries, expires_at)
         self._callers.move_to_end(caller)
         self._records += 1

@@ -50,20 +50,12 @@ class SessionNotFound(Exception):
 
 
 class Minted(NamedTuple):
-    """A new session: its wire id, its claims and when it ends if unused."""
+    """A new session: its wire id, its claims (``claims.expires_at``: the token's expiry) and when the session ends
+    if unused (``expires_at``: :attr:`Session.expires_at`, the token's expiry or sooner by the idle timeout)."""
 
     token: str
     claims: SessionClaims
     expires_at: float
-
-
-def rejection_reason(reason: str) -> str:
-    """A low-cardinality reason for the rejection counter."""
-    if reason in ("expired", "revoked", "idle_expired"):
-        return reason
-    if reason.startswith("state:"):
-        return "invalid_state"
-    return "invalid_token"
 
 
 class SessionService:
@@ -149,10 +141,11 @@ class SessionService:
         # Nothing is stored: the token says when it was issued (iat, a whole second), and the idle clock
         # starts there; so does the promised expiry, which counted from `now` fell up to 1 s too late.
         token, claims = self.keys.mint_session_token(ttl=self.ttl, now=now, extra_claims=extra)
-        idle_ends = None if self.idle_ttl is None else claims.issued_at + self.idle_ttl
-        expires = claims.expires_at if idle_ends is None else min(claims.expires_at, idle_ends)
+        session_ends = (
+            claims.expires_at if self.idle_ttl is None else min(claims.expires_at, claims.issued_at + self.idle_ttl)
+        )
         logger.debug("session created (sid=%s)", claims.session_id)
-        return Minted(token, claims, expires)
+        return Minted(token, claims, session_ends)
 
     async def resolve(
         self, scope: Scope, token: str, state_token: str | None, *, endpoint: bool = True, owner_later: bool = False
@@ -190,18 +183,15 @@ class SessionService:
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
         return Session(
+            self,
             token=token,
             session_id=sid,
             issued_at=claims.issued_at,
-            expires_at=claims.expires_at,
+            token_expires_at=claims.expires_at,
             claims=claims.extra,
-            keys=keys,
-            store=self.store,
             state_token=state_token,
             state_json=state_json,
             now=now,
-            idle_ttl=self.idle_ttl,
-            bus=self.bus,
         )
 
     async def _check_bindings(
@@ -223,7 +213,9 @@ class SessionService:
     def not_found(reason: str, session_id: str | None) -> SessionNotFound:
         """Why a session id names no live session (``reason`` as the check said it), logged at debug level."""
         logger.debug("session rejected: %s (sid=%s)", reason, session_id)
-        return SessionNotFound(rejection_reason(reason), session_id)
+        if reason not in ("expired", "revoked", "idle_expired"):  # the rejection counter's few reasons
+            reason = "invalid_state" if reason.startswith("state:") else "invalid_token"
+        return SessionNotFound(reason, session_id)
 
     async def adopt(self, scope: Scope, session_id: str, source: str) -> Session | None:
         """A session without a token (a transport session, a host conversation), keyed by ``session_id``.
@@ -232,28 +224,16 @@ class SessionService:
         ``idle_ttl`` (or :meth:`end`); ``None`` once it has ended.
         """
         now = time.time()
-        expires_at = int(now + self.ttl)
+        kept_until = int(now + self.ttl)  # no token: the store keeps its records as long as one would live
         try:
-            status = await self.store.touch(session_id, expires_at=expires_at, now=now, idle_ttl=self.idle_ttl)
+            status = await self.store.touch(session_id, expires_at=kept_until, now=now, idle_ttl=self.idle_ttl)
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
         if status is not SessionStatus.ACTIVE:
             logger.debug("%s session ended: %s (sid=%s)", source, status.value, session_id)
             return None
         return Session(
-            token="",
-            session_id=session_id,
-            issued_at=int(now),
-            expires_at=expires_at,
-            claims={},
-            keys=self.keys,
-            store=self.store,
-            state_token=None,
-            state_json=None,
-            now=now,
-            idle_ttl=self.idle_ttl,
-            source=source,
-            bus=self.bus,
+            self, session_id=session_id, issued_at=int(now), token_expires_at=kept_until, now=now, source=source
         )
 
     async def end(self, session_id: str) -> bool:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 if TYPE_CHECKING:
     from starlette.requests import HTTPConnection
 
-    from .._tokens import KeySet
     from ..stores import SessionStore
+    from ._service import SessionService
 
 __all__ = ["SCOPE_KEY", "HeaderSession", "Session", "SessionBus", "SessionData", "get_session", "header_session"]
 
@@ -51,12 +51,12 @@ class SessionData:
     concurrent requests of one session can count safely.
     """
 
-    __slots__ = ("_expires_at", "_session_id", "_store")
+    __slots__ = ("_kept_until", "_session_id", "_store")
 
-    def __init__(self, store: SessionStore, session_id: str, expires_at: float) -> None:
+    def __init__(self, store: SessionStore, session_id: str, kept_until: float) -> None:
         self._store = store
         self._session_id = session_id
-        self._expires_at = expires_at
+        self._kept_until = kept_until  # when the store forgets what is written (the session's records' expiry)
 
     async def get(self, key: str, default: Any = None) -> Any:
         """The value stored under ``key``, or ``default`` if there is none."""
@@ -64,7 +64,7 @@ class SessionData:
 
     async def set(self, key: str, value: Any) -> None:
         """Store a copy of ``value`` (JSON-serializable) under ``key``, until the session ends."""
-        await self._store.set(self._session_id, key, value, expires_at=self._expires_at)
+        await self._store.set(self._session_id, key, value, expires_at=self._kept_until)
 
     async def delete(self, key: str) -> None:
         """Remove ``key``; nothing happens if it is not there."""
@@ -72,11 +72,11 @@ class SessionData:
 
     async def incr(self, key: str, amount: int = 1) -> int:
         """Atomically add ``amount`` to an integer value (missing counts as 0) and return the sum."""
-        return await self._store.incr(self._session_id, key, amount, expires_at=self._expires_at)
+        return await self._store.incr(self._session_id, key, amount, expires_at=self._kept_until)
 
     async def update(self, key: str, fn: Callable[[Any], Any], default: Any = None) -> Any:
         """Atomically replace the value with ``fn(old)`` (``fn(default)`` if missing) and return the new value."""
-        return await self._store.update(self._session_id, key, fn, expires_at=self._expires_at, default=default)
+        return await self._store.update(self._session_id, key, fn, expires_at=self._kept_until, default=default)
 
     async def items(self) -> dict[str, Any]:
         """Every key of this session's data with its value."""
@@ -93,12 +93,10 @@ class Session:
     """
 
     __slots__ = (
-        "_bus",
         "_data",
-        "_keys",
+        "_service",
         "_state_json",
         "_state_view",
-        "_store",
         "claims",
         "expires_at_timestamp",
         "id",
@@ -112,20 +110,17 @@ class Session:
 
     def __init__(
         self,
+        service: SessionService,
         *,
-        token: str,
         session_id: str,
         issued_at: int,
-        expires_at: int,
-        claims: Mapping[str, Any],
-        keys: KeySet,
-        store: SessionStore,
-        state_token: str | None,
-        state_json: str | None,
+        token_expires_at: int,
         now: float,
-        idle_ttl: float | None,
+        token: str = "",
+        claims: Mapping[str, Any] = _EMPTY,
+        state_token: str | None = None,
+        state_json: str | None = None,
         source: str = "data-layer",
-        bus: SessionBus | None = None,
     ) -> None:
         self.token = token
         """The wire ``sessionId`` (a JWT): a bearer credential, never log it."""
@@ -133,26 +128,25 @@ class Session:
         """The stable session id (the token's ``sid`` claim): not a secret, key data, logs and metrics by it."""
         self.issued_at = issued_at
         """When the session was created (the token's ``iat``), in Unix seconds."""
-        self.token_expires_at = expires_at
+        self.token_expires_at = token_expires_at
         """The token's absolute expiry (its ``exp``), in Unix seconds; the idle timeout may end it sooner."""
         self.claims = claims
         """The token's claims other than ``iss``, ``aud``, ``sid``, ``iat`` and ``exp``."""
         self.last_seen = now
         """When the middleware verified this request, in Unix seconds: the idle timeout counts from it."""
-        self.expires_at_timestamp = expires_at if idle_ttl is None else min(expires_at, now + idle_ttl)
+        idle_ttl = service.idle_ttl
+        self.expires_at_timestamp = token_expires_at if idle_ttl is None else min(token_expires_at, now + idle_ttl)
         """:attr:`expires_at` in Unix seconds."""
         self.source = source
         """Where the session came from: ``data-layer`` (a token this server minted), ``transport`` (an
         adopted 2025-era transport session) or a host's conversation (``openai``, ``vscode``, ``goose``,
         ``opencode``, ``meta:KEY``, ``header:NAME``). Only a data-layer session has a token and state."""
-        self._store = store
+        self._service = service
         self._data: SessionData | None = None
-        self._keys = keys
         self.state_token = state_token
         """The signed state that goes out in the echo (``None`` when there is none); set by :attr:`state`."""
         self._state_json = state_json
         self._state_view: Mapping[str, Any] | None = None
-        self._bus = bus
 
     def __repr__(self) -> str:
         return f"<Session id={self.id!r} expires_at={self.expires_at.isoformat()}>"
@@ -162,7 +156,7 @@ class Session:
         """The session's server-side data, in the configured store."""
         if self._data is None:
             # Kept while the token is accepted (exp + leeway), as the session's other records are.
-            self._data = SessionData(self._store, self.id, self.token_expires_at + self._keys.leeway)
+            self._data = SessionData(self._service.store, self.id, self.token_expires_at + self._service.keys.leeway)
         return self._data
 
     @property
@@ -185,7 +179,7 @@ class Session:
             raise TypeError(f"a {self.source} session has no client-held state: it needs a data-layer session")
         plain = dict(value)
         # Signed now, so an oversized or unserializable state fails in the code that set it.
-        self.state_token = self._keys.sign_state(self.id, plain)
+        self.state_token = self._service.keys.sign_state(self.id, plain)
         self._state_json = None
         self._state_view = MappingProxyType(plain)
 
@@ -197,11 +191,12 @@ class Session:
         a bus that cannot publish (Redis down) logs and drops the event. ``RuntimeError`` when the
         middleware was given no ``subscriptions=`` bus.
         """
-        if self._bus is None:
+        bus = self._service.bus
+        if bus is None:
             raise RuntimeError(_NO_BUS)
         from mcp.shared.subscriptions import ResourceUpdated  # the bus needs the mcp SDK; the session does not
 
-        await self._bus.publish_to_session(self.id, ResourceUpdated(uri=uri))
+        await bus.publish_to_session(self.id, ResourceUpdated(uri=uri))
 
 
 class HeaderSession:

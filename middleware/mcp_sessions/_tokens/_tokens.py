@@ -19,8 +19,7 @@ from typing import Any, Final, TypedDict, TypeVar, Unpack
 
 import jwt
 
-from ._hs256 import minted_headers, plain_registered_claims, plain_session_claims, verified_payload
-from ._jws import REQUIRED_CLAIMS, InvalidToken, verified_by_pyjwt
+from ._jws import REQUIRED_CLAIMS, InvalidToken, minted_headers, verified_by_pyjwt, verified_payload
 from ._keys import SessionKey, keys_from_config
 
 __all__ = [
@@ -82,20 +81,15 @@ class _BoundedCache(dict[str, _V]):
         self[key] = value
 
 
-class KeySetLimits(TypedDict, total=False):
-    """The keyword arguments of :class:`KeySet` that :meth:`KeySet.from_config` passes on."""
-
-    max_token_length: int
-    max_state_size: int
-    leeway: float
-
-
-class KeySetOptions(KeySetLimits, total=False):
-    """The keyword arguments of :class:`KeySet` that :meth:`KeySet.from_secret` passes on."""
+class KeySetOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`KeySet` that its two factories pass on."""
 
     signer: str | None
     issuer: str
     audience: str
+    max_token_length: int
+    max_state_size: int
+    leeway: float
 
 
 class KeySet:
@@ -156,16 +150,7 @@ class KeySet:
         return cls([SessionKey.from_secret(secret)], **kwargs)
 
     @classmethod
-    def from_config(
-        cls,
-        text: str,
-        *,
-        signer: str | None = None,
-        issuer: str = "mcp-sessions",
-        audience: str = DEFAULT_AUDIENCE,
-        source: str = "MCP_SESSIONS_KEYS",
-        **kwargs: Unpack[KeySetLimits],
-    ) -> KeySet:
+    def from_config(cls, text: str, *, source: str = "MCP_SESSIONS_KEYS", **kwargs: Unpack[KeySetOptions]) -> KeySet:
         """A key set from configuration text, as in ``MCP_SESSIONS_KEYS``.
 
         ``text`` is one of:
@@ -186,15 +171,14 @@ class KeySet:
         material. Other keyword arguments go to the constructor.
         """
         keys = keys_from_config(text, source)
+        signer = kwargs.get("signer")
         if signer is not None and not any(key.kid == signer and key.can_sign for key in keys):
             signing = sum(key.can_sign for key in keys)  # counted, not named: a kid may be half a comma-split secret
             raise ValueError(f"{source}: the signer {signer!r} is none of the {signing} keys that can sign here")
         try:
-            return cls(keys, signer=signer, issuer=issuer, audience=audience, **kwargs)
+            return cls(keys, **kwargs)
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}") from None
-
-    # -- session ids ---------------------------------------------------------
 
     def mint_session_token(
         self, *, ttl: float, now: float | None = None, extra_claims: Mapping[str, object] | None = None
@@ -222,16 +206,14 @@ class KeySet:
     def verify_session_token(self, token: str, *, now: float | None = None) -> SessionClaims:
         """The claims of a valid session id; :class:`InvalidToken` for anything else."""
         current = time.time() if now is None else now
-        cached: SessionClaims | None = self._session_cache.get(token)
+        cached = self._session_cache.get(token)
         if cached is not None:
             if cached.expires_at + self.leeway <= current:
                 raise InvalidToken("expired")
             return cached
         if len(token) > self.max_token_length:
             raise InvalidToken("oversized")
-        payload = self._verify_hs256(token, self._session_headers)
-        if payload is None or not self._plain_session_claims(payload):
-            payload = self._verify(token, SESSION_TOKEN_TYPE, audience=self.audience)
+        payload = self._payload(token, SESSION_TOKEN_TYPE)
         sid, iat, exp, nbf = payload["sid"], payload["iat"], payload["exp"], payload.get("nbf", 0)
         if not isinstance(sid, str) or not _SESSION_ID_SHAPE.fullmatch(sid):
             raise InvalidToken("malformed sid claim")
@@ -250,8 +232,6 @@ class KeySet:
         claims = SessionClaims(session_id=sid, issued_at=iat, expires_at=exp, extra=extra)
         self._session_cache.put(token, claims)
         return claims
-
-    # -- client-held state ---------------------------------------------------
 
     def sign_state(self, session_id: str, state: Mapping[str, object]) -> str:
         """A state token bound to ``session_id``; :class:`StateTooLarge` past the limit."""
@@ -274,9 +254,7 @@ class KeySet:
         if cached is None:
             if len(token) > self.max_state_size:
                 raise InvalidToken("state over the size limit")
-            payload = self._verify_hs256(token, self._state_headers)
-            if payload is None or not plain_registered_claims(payload):
-                payload = self._verify(token, STATE_TOKEN_TYPE, audience=None)
+            payload = self._payload(token, STATE_TOKEN_TYPE)
             owner, state = payload.get("sid"), payload.get("st")
             if not isinstance(owner, str) or not isinstance(state, dict):
                 raise InvalidToken("malformed state claims")
@@ -284,10 +262,7 @@ class KeySet:
             self._state_cache.put(token, cached)
         if cached[0] != session_id:
             raise InvalidToken("state belongs to another session")
-        state_json: str = cached[1]
-        return state_json
-
-    # -- JWS -----------------------------------------------------------------
+        return cached[1]
 
     def _sign(self, payload: dict[str, object], typ: str) -> str:
         key = self.signer
@@ -295,15 +270,31 @@ class KeySet:
             raise ValueError("this KeySet is verify-only: no key in it can sign (add a secret or a private key)")
         return self._jwt.encode(payload, key.signing_key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": typ})
 
-    # The direct HS256 check: a payload, None (the token is left to _verify), or InvalidToken for a wrong MAC.
-    _verify_hs256 = staticmethod(verified_payload)
-
-    def _plain_session_claims(self, payload: Mapping[str, object]) -> bool:
-        """Whether PyJWT's claim checks pass by plain comparison; otherwise the reference path judges."""
-        return plain_session_claims(payload, issuer=self.issuer, audience=self.audience)
-
-    def _verify(self, token: str, typ: str, *, audience: str | None) -> dict[str, object]:
-        """Check shape, header and signature through PyJWT; the caller has bounded the length."""
+    def _payload(self, token: str, typ: str) -> dict[str, object]:
+        """The verified payload of a token whose length is bounded: the direct HS256 check, else PyJWT's."""
+        session = typ == SESSION_TOKEN_TYPE
+        payload = verified_payload(token, self._session_headers if session else self._state_headers)
+        if payload is not None and self._plain_claims(payload, session=session):
+            return payload
         return verified_by_pyjwt(
-            self._jwt, self._keys, token, typ, audience=audience, issuer=self.issuer, leeway=self.leeway
+            self._jwt,
+            self._keys,
+            token,
+            typ,
+            audience=self.audience if session else None,
+            issuer=self.issuer,
+            leeway=self.leeway,
+        )
+
+    def _plain_claims(self, payload: Mapping[str, object], *, session: bool) -> bool:
+        """Whether PyJWT's claim checks pass by plain comparison: ``sub`` and ``jti`` absent or strings, and
+        for a session id ``iss`` and ``aud`` ours and every required claim present. Otherwise PyJWT judges."""
+        if not isinstance(payload.get("sub", ""), str) or not isinstance(payload.get("jti", ""), str):
+            return False
+        if not session:
+            return True
+        return (
+            payload.get("iss") == self.issuer
+            and payload.get("aud") == self.audience
+            and all(payload.get(claim) is not None for claim in ("sid", "iat", "exp"))
         )

@@ -5,8 +5,8 @@ refusal, and a store, say that their backend is down without a line for each req
 """
 
 from . import jsonrpc, protocol, sse
-from ._dates import iso
 from ._refusal import Refusal, batch_refused, store_unavailable
 from ._throttle import ThrottledWarning
+from .protocol import iso
 
 __all__ = ["Refusal", "ThrottledWarning", "batch_refused", "iso", "jsonrpc", "protocol", "sse", "store_unavailable"]

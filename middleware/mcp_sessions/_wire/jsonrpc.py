@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from .protocol import INVALID_REQUEST
 
-_MAX_ECHOED_ID: Final = 256
 # Built once: json.dumps with arguments builds a new encoder on every call.
 _decode = json.JSONDecoder().decode
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -29,9 +29,8 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, object]:
     members = dict(pairs)
     if len(members) == len(pairs):  # no name repeated: the plain object, built once
         return members
-    seen: set[str] = set()
-    repeated = {name for name, _ in pairs if name in seen or seen.add(name)}  # type: ignore[func-returns-value]
-    return _Repeated(pairs, repeated)
+    counts = Counter(name for name, _ in pairs)
+    return _Repeated(pairs, {name for name, count in counts.items() if count > 1})
 
 
 _decode_checked = json.JSONDecoder(object_pairs_hook=_object).decode
@@ -106,10 +105,6 @@ class Watch:
             return MARKED  # the usual body: the path's names in order, each once (no set to build)
         return REPEATED if len(found) != len(set(found)) else MARKED
 
-    def needs_check(self, body: bytes) -> bool:
-        """Whether ``body`` must be parsed with the hook that records repeated names."""
-        return self.scan(body) == REPEATED
-
 
 def loads(body: bytes, *, watch: Watch | None = None, scan: int | None = None) -> Any:
     """The parsed body, or ``None`` when it is not JSON (the app answers those).
@@ -135,7 +130,7 @@ def loads(body: bytes, *, watch: Watch | None = None, scan: int | None = None) -
             return _decode(text)
         if encoding != "utf-8":
             body = text.encode("utf-8", "surrogatepass")  # the repeated-name scan reads this text
-        return _decode_checked(text) if watch.needs_check(body) else _decode(text)
+        return _decode_checked(text) if watch.scan(body) == REPEATED else _decode(text)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
 
@@ -207,11 +202,6 @@ def error_code(message: object) -> int | None:
 
 def invalid_request(request_id: object, message: str) -> dict[str, object]:
     return error(request_id, INVALID_REQUEST, message)
-
-
-def echoed_session_id(value: object) -> Any:
-    """What an error's ``data.sessionId`` repeats of what the client sent, bounded."""
-    return value[:_MAX_ECHOED_ID] if isinstance(value, str) else None
 
 
 def request_id_of(element: object) -> Any:

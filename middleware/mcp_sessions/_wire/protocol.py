@@ -1,4 +1,4 @@
-"""What every wire shares: JSON-RPC and MCP error codes, eras, headers, the HTTP status table.
+"""What every wire shares: JSON-RPC and MCP error codes, eras, headers, the HTTP status table, times.
 
 Nothing here belongs to one session wire; each wire's names and codes live in
 its module under :mod:`mcp_sessions.profiles`.
@@ -7,6 +7,8 @@ its module under :mod:`mcp_sessions.profiles`.
 from __future__ import annotations
 
 import enum
+import functools
+from datetime import UTC, datetime
 from typing import Final
 
 # JSON-RPC error codes.
@@ -104,11 +106,6 @@ class Era(enum.Enum):
         return self is Era.MODERN
 
 
-def is_modern(protocol_version: str | None) -> bool:
-    """Whether a request takes the 2026-07-28 path (:meth:`Era.of` is ``MODERN``)."""
-    return Era.of(protocol_version) is Era.MODERN
-
-
 def http_status(code: int, era: Era) -> int:
     """The HTTP status for an error response the middleware answers itself."""
     if code == SESSION_STORE_UNAVAILABLE:
@@ -118,3 +115,9 @@ def http_status(code: int, era: Era) -> int:
     if era is Era.LEGACY:
         return 200
     return _MODERN_HTTP_STATUS.get(code, 200)
+
+
+@functools.lru_cache(maxsize=64)
+def iso(timestamp: int) -> str:
+    """A time as the wires write it, RFC 3339 UTC; cached, as most echoes of a process repeat a few expiry times."""
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -125,53 +125,35 @@ class SSERewriter:
 
     def _finish_event(self, start: int, blank_start: int, end: int) -> bytes:
         buf = self._buf
-        if self._needles and all(buf.find(needle, start, blank_start) == -1 for needle in self._needles):
-            return bytes(buf[start:end])  # e.g. a progress notification: a few byte scans, no decoding
         raw = bytes(buf[start:end])
-        body = self._buf[start:blank_start]
-        data_lines: list[bytes] = []
-        has_data = False
-        for line in _EOL.split(bytes(body))[:-1]:
-            if line.startswith(b"data"):
-                field, _sep, value = line.partition(b":")
-                if field != b"data":
-                    continue
-                if value.startswith(b" "):
-                    value = value[1:]
-                data_lines.append(value)
-                has_data = True
-        if not has_data:
-            return raw
+        if self._needles and all(buf.find(needle, start, blank_start) == -1 for needle in self._needles):
+            return raw  # e.g. a progress notification: a few byte scans, no decoding
+        body = raw[: blank_start - start]
+        lines = _EOL.split(body)[:-1]
+        data_lines = []
+        for line in lines:
+            field, _, value = line.partition(b":")
+            if field == b"data":
+                data_lines.append(value[1:] if value.startswith(b" ") else value)
         try:
             data = b"\n".join(data_lines).decode()
         except UnicodeDecodeError:
             return raw
-        new_data = self._transform(data)
+        new_data = self._transform(data) if data_lines else None
         if new_data is None:
             return raw
         if self._once:
             self._done = True
-        return _reencode(body, new_data, raw[blank_start - start :])
-
-
-def _reencode(body: bytearray, data: str, blank: bytes) -> bytes:
-    """The event with its data lines replaced by the new data, other fields kept.
-
-    The new data is written as one ``data:`` line per line it has: data spliced into the bytes of an
-    event that came in several ``data:`` lines keeps their line breaks, and every line of an event's
-    data needs its own field name (a bare line would be a field of its own, and the data cut there).
-    """
-    match = _EOL.search(body)
-    eol = match.group() if match else b"\n"
-    out = bytearray()
-    wrote_data = False
-    for line in _EOL.split(bytes(body))[:-1]:
-        field = line.partition(b":")[0]
-        if field == b"data":
-            if not wrote_data:
-                for data_line in _EOL.split(data.encode()):
-                    out += b"data: " + data_line + eol
+        # The data lines replaced by one "data:" line per line of the new data (data spliced into an event
+        # that came in several keeps their line breaks; a bare line would be a field of its own), the
+        # other fields kept, each line ended as the event's first one is.
+        eol = match.group() if (match := _EOL.search(body)) else b"\n"
+        out = bytearray()
+        wrote_data = False
+        for line in lines:
+            if line.partition(b":")[0] != b"data":
+                out += line + eol
+            elif not wrote_data:
+                out += b"".join(b"data: " + data_line + eol for data_line in _EOL.split(new_data.encode()))
                 wrote_data = True
-        else:
-            out += line + eol
-    return bytes(out + blank)
+        return bytes(out + raw[blank_start - start :])
