@@ -27,6 +27,7 @@ from opentelemetry.util._once import Once
 from starlette.types import Receive, Scope, Send
 
 from _mcp import RecordingApp
+from mcp_sessions._otel import Operation, Telemetry
 from mcp_sessions.telemetry import SessionSpanProcessor
 
 MIDDLEWARE_SCOPE = "mcp_sessions"
@@ -252,3 +253,25 @@ class ExchangeRecorder(RecordingApp):
             for headers, body in zip(self.headers, self.seen, strict=True)
             if isinstance(body, dict) and body.get("method") == method
         ]
+
+
+def start_operation(
+    telemetry: Telemetry,
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    request_id: object = 1,
+    version: str = "2026-07-28",
+) -> Operation:
+    """One call's operation, started as the pipeline starts it for a request with no session."""
+    return telemetry.start(
+        scope={},
+        headers={},
+        message={"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}},
+        method=method,
+        protocol_version=version,
+        modern=True,
+        session_id=None,
+        session_claims=None,
+        start_ns=0,
+    )

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from _otel import attrs, span_strings
+from _otel import attrs, span_strings, start_operation
 from mcp_sessions import KeySet
 from mcp_sessions._otel import Operation, Telemetry
 from mcp_sessions._otel._names import _redacted
@@ -53,17 +53,7 @@ def telemetry(exporter: InMemorySpanExporter) -> Iterator[Telemetry]:
 
 
 def start(telemetry: Telemetry, method: str, params: dict[str, Any], request_id: object, version: str) -> Operation:
-    return telemetry.start(
-        scope={},
-        headers={},
-        message={"jsonrpc": "2.0", "id": request_id, "method": method, "params": params},
-        method=method,
-        protocol_version=version,
-        modern=True,
-        session_id=None,
-        session_claims=None,
-        start_ns=0,
-    )
+    return start_operation(telemetry, method, params, request_id=request_id, version=version)
 
 
 def only_span(exporter: InMemorySpanExporter) -> ReadableSpan:

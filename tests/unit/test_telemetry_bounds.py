@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
 from opentelemetry.util._once import Once
 
-from _otel import collect, global_tracing, points
+from _otel import collect, global_tracing, points, start_operation
 from mcp_sessions import KeySet
 from mcp_sessions._otel import Operation, Telemetry, _telemetry
 from mcp_sessions._otel._names import OTHER, Vocabulary, _redacted
@@ -37,18 +37,7 @@ def recorded() -> Iterator[tuple[Telemetry, InMemorySpanExporter, InMemoryMetric
 
 
 def start(telemetry: Telemetry, method: str, *, name: str | None = None, version: str = "2026-07-28") -> Operation:
-    params: dict[str, Any] = {} if name is None else {"name": name}
-    return telemetry.start(
-        scope={},
-        headers={},
-        message={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
-        method=method,
-        protocol_version=version,
-        modern=True,
-        session_id=None,
-        session_claims=None,
-        start_ns=0,
-    )
+    return start_operation(telemetry, method, None if name is None else {"name": name}, version=version)
 
 
 def test_a_vocabulary_learns_up_to_its_cap_and_keeps_what_it_learned() -> None:
