@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from functools import partial
 from typing import TYPE_CHECKING, Final, Unpack
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -39,7 +38,6 @@ from ._pipeline import (
     headers_of,
     reject,
     route_path,
-    run_app,
     start_operations,
 )
 from ._plan import Plan, Planner
@@ -202,7 +200,10 @@ class MCPSessionMiddleware:
         exchange = self._forwarder.prepare(scope, replay, send, plan)
         if exchange is None:  # nothing to add, observe or attach
             return await self.app(scope, replay, send)
-        await run_app(self.app, exchange, partial(self._refuser.store_failed, plan, send=_typed(send)))
+        with exchange:
+            await self.app(exchange.scope, exchange.receive, exchange.send)
+        if exchange.store_failure is not None:  # a tool's session.data write: refused, retryable
+            await self._refuser.store_failed(plan, exchange.store_failure, _typed(send))
 
     # -- the steps ------------------------------------------------------------------
 
@@ -273,8 +274,8 @@ class MCPSessionMiddleware:
                 pass
             else:
                 named = HeaderSession(session, scope, sessions.owns)  # whose it is, asked once the app's auth ran
-                exchange = Exchange(scope, receive, send, None, None, [], telemetry=self._telemetry, named=named)
-                return await run_app(self.app, exchange)
+                with Exchange(scope, receive, send, None, None, [], telemetry=self._telemetry, named=named) as exchange:
+                    return await self.app(exchange.scope, exchange.receive, exchange.send)
         await self.app(scope, receive, send)
 
 

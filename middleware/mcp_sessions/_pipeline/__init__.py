@@ -1,6 +1,6 @@
 """The pipeline's steps after planning: resolve, refuse, answer locally, forward, rewrite the response."""
 
-from ._forward import Exchange, Forwarder, run_app
+from ._forward import Exchange, Forwarder
 from ._handles import answer_refused_handles, check_handles
 from ._local_methods import LocalAnswers
 from ._operations import start_operations
@@ -33,7 +33,6 @@ __all__ = [
     "headers_of",
     "reject",
     "route_path",
-    "run_app",
     "start_operations",
     "strip_session_members",
 ]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from .._otel import attach_session, detach_session
 from .._session import (
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ..sources import TransportSource
     from ._transport import TransportSessions
 
-__all__ = ["Exchange", "Forwarder", "run_app"]
+__all__ = ["Exchange", "Forwarder"]
 
 Capabilities = Mapping[str, Mapping[str, object]]
 
@@ -145,8 +145,9 @@ class Exchange:
 
     Built with the session attached (the scope, ``request.state``, :func:`get_session`'s context
     variable), the call's span current or the session in baggage, the handle view current, and the
-    responses going through a :class:`ResponseRewriter`. :meth:`finish` undoes all of it and ends
-    every operation, however the app ended (:meth:`failed` first, with what it raised).
+    responses going through a :class:`ResponseRewriter`. Used as ``with exchange: await app(...)``: the app
+    runs in the caller's own frame, with no coroutine of the pipeline between it and the event loop, and
+    leaving the block undoes all of it and ends every operation, however the app ended.
     """
 
     __slots__ = (
@@ -157,11 +158,13 @@ class Exchange:
         "_listen",
         "_named",
         "_operations",
+        "_refuses",
         "_rewriter",
         "_token",
         "receive",
         "scope",
         "send",
+        "store_failure",
     )
 
     def __init__(
@@ -179,6 +182,9 @@ class Exchange:
         named: HeaderSession | None = None,
     ) -> None:
         self.scope, self.receive = scope, receive
+        self._refuses = named is None  # a request the pipeline planned, which it can still refuse
+        self.store_failure: SessionStoreUnavailable | None = None
+        """A store failure the app let out before it answered (a tool's ``session.data`` write): to be refused."""
         self._listen = listen
         self._rewriter = rewriter
         self.send: Send = send if rewriter is None else rewriter.send
@@ -218,8 +224,23 @@ class Exchange:
         for operation in self._operations:
             operation.exception(error)
 
-    def finish(self) -> None:
-        """Undo what was attached, in reverse order, and end every operation."""
+    def __enter__(self) -> Exchange:
+        return self
+
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> bool:
+        """Record what the app raised and :meth:`finish`; keep a store failure of a planned request that is still
+        unanswered in :attr:`store_failure` instead of raising it (its refusal ends the operations)."""
+        if self._refuses and isinstance(error, SessionStoreUnavailable) and self.unanswered:
+            self.store_failure = error
+            self.finish(end=False)
+            return True
+        if error is not None:
+            self.failed(error)
+        self.finish()
+        return False
+
+    def finish(self, *, end: bool = True) -> None:
+        """Undo what was attached, in reverse order, and end every operation (unless ``end`` is false)."""
         if self._listen is not None:
             self._listen.close()
         if self._handles is not None:
@@ -233,25 +254,9 @@ class Exchange:
         current_session.reset(self._token)
         if self._named is not None:
             header_session.reset(self._named)
-        operations = self._operations
+        operations = self._operations if end else ()
         if self._rewriter is not None and self._rewriter.status >= 400:
             for operation in operations:
                 operation.http_error(self._rewriter.status)
         for operation in operations:
             operation.end()
-
-
-async def run_app(
-    app: ASGIApp, exchange: Exchange, store_failed: Callable[[Exception], Awaitable[None]] | None = None
-) -> None:
-    """Call ``app`` as ``exchange`` says, and finish it however the app ends. A store failure the app lets out
-    before it answers (a tool's ``session.data`` write) goes to ``store_failed``, when given, instead of up."""
-    try:
-        await app(exchange.scope, exchange.receive, exchange.send)
-    except BaseException as exc:
-        if store_failed is None or not isinstance(exc, SessionStoreUnavailable) or not exchange.unanswered:
-            exchange.failed(exc)
-            raise
-        await store_failed(exc)
-    finally:
-        exchange.finish()
