@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeAlias, TypeVa
 
 from starlette.types import Scope
 
+from .._session import SessionNotFound
 from .._wire import Refusal
 
 if TYPE_CHECKING:
@@ -85,16 +86,17 @@ SourceFactory: TypeAlias = "Callable[[SourceContext], SessionSource | None]"
 
 async def once_per_request(plan: Plan, key: tuple[str, ...], find: Callable[[], Awaitable[T]]) -> T | None:
     """In a batch: ``find()`` for the first element that names ``key``, its outcome reused for the others (a refusal
-    raised again); ``None`` once the request names :data:`MAX_SESSIONS_PER_REQUEST` other sessions."""
+    or a session not found raised again); ``None`` once the request names :data:`MAX_SESSIONS_PER_REQUEST` other
+    sessions."""
     named = plan.named = plan.named or {}
     if key not in named:
         if len(named) >= MAX_SESSIONS_PER_REQUEST:
             return None
         try:
             named[key] = await find()
-        except Refusal as refusal:
-            named[key] = refusal
+        except (Refusal, SessionNotFound) as refused:
+            named[key] = refused
             raise
-    if isinstance(found := named[key], Refusal):
+    if isinstance(found := named[key], Refusal | SessionNotFound):
         raise found
     return cast("T", found)

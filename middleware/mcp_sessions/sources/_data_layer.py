@@ -76,28 +76,16 @@ class DataLayerSource:
                 "Mcp-Session-Id header does not match the session in _meta",
                 reason="header_mismatch",
             )
-        if plan.batch:
-            find = partial(self._resolve, scope, token, state)
-            found = await once_per_request(plan, (self.name, token, state or ""), find)
-            if found is None:
-                raise Refusal(INVALID_REQUEST, _TOO_MANY_SESSIONS, reason="too_many_sessions")
-        else:
-            found = await self._resolve(scope, token, state)
-        if isinstance(found, Session):
-            return found
-        if profile.unknown_is_no_session:
-            call.revoked = found.reason
-            return None
-        raise Refusal(
-            profile.not_found,
-            profile.not_found_text,
-            profile.not_found_data(token),
-            reason=found.reason,
-            session_id=found.session_id,
-        )
-
-    async def _resolve(self, scope: Scope, token: str, state: str | None) -> Session | SessionNotFound:
         try:
-            return await self._sessions.resolve(scope, token, state)
+            if not plan.batch:
+                return await self._sessions.resolve(scope, token, state)
+            find = partial(self._sessions.resolve, scope, token, state)
+            found = await once_per_request(plan, (self.name, token, state or ""), find)
         except SessionNotFound as exc:
-            return exc
+            if profile.unknown_is_no_session:
+                call.revoked = exc.reason
+                return None
+            raise profile.not_found_refusal(token, exc.reason, exc.session_id) from None
+        if found is None:
+            raise Refusal(INVALID_REQUEST, _TOO_MANY_SESSIONS, reason="too_many_sessions")
+        return found

@@ -189,10 +189,12 @@ def touch_verdict(
     """
     if found is not None and found[0]:
         return SessionStatus.REVOKED, False
+    if idle_ttl is None:
+        return SessionStatus.ACTIVE, False
     seen = start if found is None or found[1] is None else found[1]
-    if idle_ttl is not None and now - seen > idle_ttl + interval:
+    if now - seen > idle_ttl + interval:
         return SessionStatus.IDLE_EXPIRED, found is not None
-    return SessionStatus.ACTIVE, idle_ttl is not None and now > seen and now - seen >= interval
+    return SessionStatus.ACTIVE, now > seen and now - seen >= interval
 
 
 def encode_value(value: object) -> str:
