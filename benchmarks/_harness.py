@@ -475,17 +475,40 @@ TRIVIAL_RESULT = json.dumps(
     {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "hello"}], "isError": False}},
     separators=(",", ":"),
 ).encode()
-_TRIVIAL_HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(TRIVIAL_RESULT)).encode())]
+# Any other method (the middleware's probe among them) is one the benchmarks' servers do not know.
+METHOD_NOT_FOUND = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32601,"message":"Method not found"}}'
+_TRIVIAL_ANSWERS = {
+    answer_body: [(b"content-type", b"application/json"), (b"content-length", str(len(answer_body)).encode())]
+    for answer_body in (TRIVIAL_RESULT, METHOD_NOT_FOUND)
+}
+
+
+async def read_whole(receive: Receive) -> bytes:
+    """The request's body, read to its end."""
+    body = b""
+    while True:
+        message = await receive()
+        body += bytes(message.get("body", b""))
+        if not message.get("more_body", False):
+            return body
+
+
+async def send_not_found(send: Send) -> None:
+    """Answer "method not found", as a server that does not know the method does."""
+    await send({"type": "http.response.start", "status": 200, "headers": _TRIVIAL_ANSWERS[METHOD_NOT_FOUND]})
+    await send({"type": "http.response.body", "body": METHOD_NOT_FOUND, "more_body": False})
 
 
 async def trivial_app(scope: Scope, receive: Receive, send: Send) -> None:
-    """The least an MCP server can do: read the body, read the session, answer a fixed ``tools/call`` result."""
+    """The least an MCP server can do: read the body, read the session, answer a fixed ``tools/call`` result
+    (and "method not found" to any other method)."""
     if scope["type"] != "http":
         return
-    while (await receive()).get("more_body", False):
-        pass
+    body = await read_whole(receive)
     read_session(scope)
-    await send({"type": "http.response.start", "status": 200, "headers": _TRIVIAL_HEADERS})
+    if b'"tools/call"' not in body:
+        return await send_not_found(send)
+    await send({"type": "http.response.start", "status": 200, "headers": _TRIVIAL_ANSWERS[TRIVIAL_RESULT]})
     await send({"type": "http.response.body", "body": TRIVIAL_RESULT, "more_body": False})
 
 

@@ -7,10 +7,9 @@ the 2025 era (where a server may take a batch, so the middleware resolves
 it). The control is the same batch, byte for byte the same size, with a
 ``_meta`` member of the same length that names no session. Both go through
 the same ``MCPSessionMiddleware`` around the bare ``MCPServer`` (which
-refuses a batch after parsing it), around the trivial app (which answers at
-once; the middleware answers for the SDK's checks, which refuse a batch),
-and around the trivial app as a server that takes batches (no checks of its
-own: the middleware answers its own refusal, an error per element). Reports
+refuses a batch after parsing it: the middleware asks it first, and sends its
+refusal) and around the trivial app, a server that takes batches (no checks of
+its own: the middleware answers its own refusal, an error per element). Reports
 the CPU time of each call (the event loop is busy for all of it: nothing
 awaits I/O), median of ``--runs``, and the ratio.
 
@@ -35,7 +34,7 @@ from typing import Any
 
 from _harness import SECRET, build_mcp_app, call, median, request, run_lifespan, trivial_app
 
-from mcp_sessions import Guard, KeySet, MCPSessionMiddleware, MemoryStore, Rejection
+from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore
 from mcp_sessions.stores import SessionStatus
 
 SESSION_KEY = "io.modelcontextprotocol/session"
@@ -64,13 +63,6 @@ def batches(keys: KeySet, elements: int) -> tuple[list[dict[str, Any]], list[dic
         filler = "x" * len(json.dumps({"sessionId": token}))
         without.append(element(index, {"io.example/not-a-session-member": filler[: len(filler) - 2]}))
     return with_tokens, without
-
-
-class TakesBatches(Guard):
-    """A wrapped server that checks nothing itself, and so takes a batch: the middleware answers the refusal."""
-
-    def check(self, headers: Any, message: Any, *, body: bytes | None = None) -> Rejection | None:
-        return None
 
 
 class CountingStore(MemoryStore):
@@ -111,13 +103,8 @@ async def measure(elements: int, runs: int) -> dict[str, Any]:
     mcp_app = build_mcp_app()
     stop = await run_lifespan(mcp_app)
     try:
-        servers = (
-            ("MCPServer", mcp_app, None),
-            ("trivial", trivial_app, None),
-            ("trivial, takes batches", trivial_app, TakesBatches()),
-        )
-        for name, app, guard in servers:
-            middleware = MCPSessionMiddleware(app, keys=keys, store=MemoryStore(), guard=guard)
+        for name, app in (("MCPServer", mcp_app), ("trivial, takes batches", trivial_app)):
+            middleware = MCPSessionMiddleware(app, keys=keys, store=MemoryStore())
             await call(middleware, scope_plain, body_plain)  # warm up
             plain, plain_status = await timed(middleware, scope_plain, body_plain, runs)
             tokens, tokens_status = await timed(middleware, scope_tokens, body_tokens, runs)

@@ -54,7 +54,9 @@ from _harness import (
     machine,
     median,
     print_table,
+    read_whole,
     request,
+    send_not_found,
     session_body,
     session_headers,
     write_json,
@@ -92,8 +94,8 @@ class StreamingApp:
         self.produced = 0  # events handed to send so far, read by the consumer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        while (await receive()).get("more_body", False):
-            pass
+        if b'"tools/call"' not in await read_whole(receive):  # the middleware's probe, say
+            return await send_not_found(send)
         self.produced = 0
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         for _ in range(self.events):

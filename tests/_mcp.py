@@ -17,6 +17,7 @@ from mcp_types import RequestParamsMeta
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions._verdict import PROBE_METHOD
 
 MODERN: Final = "2026-07-28"
 LEGACY: Final = "2025-11-25"
@@ -299,7 +300,8 @@ class LegacyClient:
 
 
 class RecordingApp:
-    """Records the POST bodies reaching the MCP server (raw, and parsed in ``seen``).
+    """Records the POST bodies reaching the MCP server (raw, and parsed in ``seen``); the middleware's
+    probes (``mcp-sessions/probe``: whether the server takes a request it answers itself) in ``probes``.
 
     The session middleware runs at the MCP endpoint inside an app, in front of
     its transport: so around an app the recorder taps the transport itself
@@ -312,6 +314,7 @@ class RecordingApp:
         self.app = app
         self.raw: list[bytes] = []
         self.seen: list[Any] = []
+        self.probes: list[Any] = []
         # Around the session middleware itself: what clients send, at this door. Around an app (before or
         # after the middleware wraps it): what reaches the MCP server, at its transport.
         self._tapped = not isinstance(app, MCPSessionMiddleware) and _tap_transport(app, self)
@@ -319,12 +322,18 @@ class RecordingApp:
     def clear(self) -> None:
         self.raw.clear()
         self.seen.clear()
+        self.probes.clear()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._tapped:
             await self.app(scope, receive, send)
         else:
             await self.record(self.app, scope, receive, send)
+
+    def keep(self, scope: Scope, body: bytes, message: Any) -> None:
+        """Record one POST that reached the server (not a probe)."""
+        self.raw.append(body)
+        self.seen.append(message)
 
     async def record(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -336,17 +345,13 @@ class RecordingApp:
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 break
-        self.raw.append(body)
-        self.seen.append(json.loads(body))
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
+        message = json.loads(body)
+        first = message[0] if isinstance(message, list) and message else message
+        if isinstance(first, dict) and first.get("method") == PROBE_METHOD:
+            self.probes.append(message)  # the middleware asking whether the server takes a request
+        else:
+            self.keep(scope, body, message)
+        replay = replaying({"type": "http.request", "body": body, "more_body": False}, receive)
         await app(scope, replay, send)
 
 
@@ -380,3 +385,64 @@ def _tap_transport(node: Any, recording: RecordingApp, depth: int = 0) -> bool:
         node.app = _Tap(inner, recording)
         return True
     return _tap_transport(inner, recording, depth + 1)
+
+
+class AnswersProbes:
+    """A fake server's part that the middleware asks about (``mcp-sessions/probe``): it knows no such method.
+
+    So it takes every request the middleware answers itself, as a real server with no checks to fail would.
+    ``batches=False`` refuses a batch as the ``mcp`` SDK does (400, -32600). Any other request reaches
+    ``app`` as it came: the first body chunk is handed back before the rest is read.
+    """
+
+    def __init__(self, app: ASGIApp, *, batches: bool = True) -> None:
+        self.app = app
+        self.batches = batches
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        json_post = scope["type"] == "http" and scope["method"] == "POST" and _is_json(scope)
+        if not json_post:
+            return await self.app(scope, receive, send)
+        first = await receive()
+        try:
+            message = json.loads(first.get("body", b"")) if not first.get("more_body", False) else None
+        except ValueError:
+            message = None
+        probe = message[0] if isinstance(message, list) and message else message
+        if isinstance(probe, dict) and probe.get("method") == PROBE_METHOD:
+            if isinstance(message, list) and not self.batches:
+                error: Any = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Batches are refused"}}
+                return await _send_json(send, 400, error)
+            error = {
+                "jsonrpc": "2.0",
+                "id": probe.get("id"),
+                "error": {"code": METHOD_NOT_FOUND, "message": "Method not found"},
+            }
+            return await _send_json(send, 200, [error] if isinstance(message, list) else error)
+        await self.app(scope, replaying(first, receive), send)
+
+
+def replaying(first: Any, receive: Receive) -> Receive:
+    """A ``receive`` that hands ``first`` back once, then reads on from ``receive``."""
+    handed = False
+
+    async def replay() -> Any:
+        nonlocal handed
+        if handed:
+            return await receive()
+        handed = True
+        return first
+
+    return replay
+
+
+def _is_json(scope: Scope) -> bool:
+    content_type = next((value for name, value in scope["headers"] if name == b"content-type"), b"")
+    return content_type.lower().startswith(b"application/json")
+
+
+async def _send_json(send: Send, status: int, payload: Any) -> None:
+    body = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import ProxyTracer, SpanContext
 from opentelemetry.util._once import Once
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope
 
 from _mcp import RecordingApp
 from mcp_sessions._otel import Operation, Telemetry
@@ -241,10 +241,9 @@ class ExchangeRecorder(RecordingApp):
         super().__init__(app)
         self.headers: list[dict[str, str]] = []
 
-    async def record(self, app: Any, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            self.headers.append({name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]})
-        await super().record(app, scope, receive, send)
+    def keep(self, scope: Scope, body: bytes, message: Any) -> None:
+        super().keep(scope, body, message)
+        self.headers.append({name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]})
 
     def find(self, method: str) -> list[tuple[dict[str, str], Any]]:
         """(headers, body) of every recorded single-message POST of ``method``."""

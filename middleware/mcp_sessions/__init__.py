@@ -2,7 +2,6 @@
 
 from ._config import SessionsConfig
 from ._gateway import gateway_app
-from ._guard import Guard, Rejection
 from ._middleware import MCPSessionMiddleware
 from ._session import SCOPE_KEY, Session, SessionData, SessionLogFilter, authenticated_user, get_session
 from ._tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
@@ -21,13 +20,11 @@ __all__ = [
     "SESSION_REQUIRED",
     "SESSION_STORE_UNAVAILABLE",
     "TOO_MANY_SESSIONS",
-    "Guard",
     "InvalidToken",
     "KeySet",
     "MCPSessionMiddleware",
     "MemoryStore",
     "Refusal",
-    "Rejection",
     "Session",
     "SessionClaims",
     "SessionData",

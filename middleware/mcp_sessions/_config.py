@@ -17,7 +17,6 @@ from opentelemetry.trace import TracerProvider
 
 from ._asgi import DEFAULT_MAX_BODY_SIZE
 from ._env import settings_from_env
-from ._guard import Guard, ServerGuard
 from ._otel import TraceMode, TraceUserMode
 from ._policy import RequirePolicy, Requires, compile_policy
 from ._session import PrincipalHook, RateLimit, authenticated_user
@@ -73,7 +72,6 @@ class SessionsOptions(TypedDict, total=False):
     conversation_keys: str | Iterable[str]
     adopt_transport_sessions: bool
     handles: Handles | None
-    guard: Guard | None
     create_limit: tuple[int, float] | None
     sources: Iterable[SessionSource | SourceFactory] | None
     max_conversations_per_caller: int | None
@@ -116,7 +114,6 @@ class SessionsConfig:
         conversation_keys: str | Iterable[str] = (),
         adopt_transport_sessions: bool = False,
         handles: Handles | None = None,
-        guard: Guard | None = None,
         create_limit: tuple[int, float] | None = None,
         sources: Iterable[SessionSource | SourceFactory] | None = None,
         max_conversations_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
@@ -127,7 +124,7 @@ class SessionsConfig:
     ) -> None:
         self.keys = _key_set(secret, keys, issuer=issuer, audience=audience, max_state_size=max_state_size)
         self.ttl, self.idle_ttl = _check_limits(ttl, idle_ttl, max_body_size, retry_after)
-        _check_choices(trace_mode, conversation_data, adopt_transport_sessions, guard, capture_content, trace_user)
+        _check_choices(trace_mode, conversation_data, adopt_transport_sessions, capture_content, trace_user)
         self.subscriptions = _check_bus(subscriptions)  # listen streams of a session: subscriptions/_bus.py
         self.store: SessionStore = MemoryStore() if store is None else store
         # A store passed in is the caller's to close; one from_env builds, the app's lifespan closes at shutdown.
@@ -144,7 +141,6 @@ class SessionsConfig:
         self.conversation_data: ConversationData = conversation_data
         self.host_keys: tuple[HostKey, ...] = (*host_keys_from_config(conversation_keys), *BUILT_IN_HOSTS)
         self.adopt_transport_sessions, self.handles = adopt_transport_sessions, handles
-        self.guard: Guard | ServerGuard | None = guard  # None: the server's own (ServerGuard), where it is found
         self.binds_endpoint = self.keys.audience == DEFAULT_AUDIENCE  # unless the deployment names an audience
         self.placement = True  # look for the MCP endpoints inside the app (not again once placed there)
         self.create_limit = None if create_limit is None else RateLimit(*create_limit)  # per caller: _limits.py
@@ -152,10 +148,9 @@ class SessionsConfig:
         self.max_conversations_per_caller = _per_caller(max_conversations_per_caller, "max_conversations_per_caller")
         self.capture_content, self.trace_user = capture_content, trace_user  # spans: otel/_content.py, _viewers.py
 
-    def at_endpoint(self, guard: Guard | ServerGuard) -> SessionsConfig:
+    def at_endpoint(self) -> SessionsConfig:
         """This configuration for the session work placed at an MCP endpoint, in front of its transport app."""
         config = copy.copy(self)
-        config.guard = self.guard if isinstance(self.guard, Guard) else guard  # the guard given, else the server's
         config.placement = False
         config.owns_store = False  # the outer middleware sees the lifespan and closes the store
         return config
@@ -219,7 +214,6 @@ def _check_choices(
     trace_mode: str,
     conversation_data: str,
     adopt_transport_sessions: bool,
-    guard: Guard | None,
     capture_content: bool,
     trace_user: str | None,
 ) -> None:
@@ -235,8 +229,6 @@ def _check_choices(
             raise TypeError(f"{name} is True or False")
     if trace_user not in (None, "digest", "name"):
         raise ValueError(f'trace_user must be "digest", "name" or None, got {trace_user!r}')
-    if guard is not None and not isinstance(guard, Guard):
-        raise TypeError("guard takes a mcp_sessions.Guard, built with the options of the wrapped server")
 
 
 def _per_caller(value: int | None, name: str) -> int | None:

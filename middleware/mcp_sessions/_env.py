@@ -7,7 +7,6 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from ._guard import Guard
 from ._session import parse_limit
 from ._tokens import KeySet
 from .profiles import ERROR_CODE_SETS, profiles_from_names
@@ -47,8 +46,6 @@ def settings_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[s
     name = "MCP_SESSIONS_MAX_CONVERSATIONS_PER_CALLER"
     if "max_conversations_per_caller" not in options and (most := env.get(name, "").strip().lower()):
         settings["max_conversations_per_caller"] = _per_caller(most, name)
-    if "guard" not in options and (guard := _guard_from_env(env)) is not None:
-        settings["guard"] = guard
     mode = env.get("MCP_SESSIONS_CONVERSATION_DATA", "").strip().lower()
     if mode and "conversation_data" not in options:
         if mode not in CONVERSATION_DATA_MODES:
@@ -140,15 +137,6 @@ def _keys_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[str,
         secret = secrets.token_urlsafe(32)
         logger.warning("MCP_SESSIONS_DEV is set: signing sessions with a random key; they end with this process")
     return {"secret": secret}
-
-
-def _guard_from_env(env: Mapping[str, str]) -> Guard | None:
-    """``MCP_SESSIONS_ALLOWED_HOSTS`` and ``_ORIGINS``: the wrapped server's DNS-rebinding allow-lists."""
-    hosts = [h.strip() for h in env.get("MCP_SESSIONS_ALLOWED_HOSTS", "").split(",") if h.strip()]
-    origins = [o.strip() for o in env.get("MCP_SESSIONS_ALLOWED_ORIGINS", "").split(",") if o.strip()]
-    if not hosts and not origins:
-        return None
-    return Guard(allowed_hosts=hosts, allowed_origins=origins)
 
 
 def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:

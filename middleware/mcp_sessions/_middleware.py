@@ -21,7 +21,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._asgi import Replay, read_body, send_accepted
 from ._config import SessionsConfig, SessionsOptions
-from ._guard import Guard, ServerGuard
 from ._inside import EndpointPaths, is_transport, place_at_endpoints
 from ._lifespan import watch_lifespan
 from ._otel import Telemetry
@@ -44,8 +43,9 @@ from ._plan import Plan, Planner
 from ._policy import never
 from ._session import HeaderSession, SessionNotFound, SessionService
 from ._tokens import IdDigests
+from ._verdict import Rejection, ask_server
 from ._wire import Refusal
-from ._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from ._wire.protocol import MCP_SESSION_ID_HEADER, Era
 from .sources import (
     DataLayerSource,
     HostConversationSource,
@@ -121,9 +121,7 @@ class MCPSessionMiddleware:
         self._refuser = Refuser(retry_after)
         self._local = LocalAnswers(sessions, self._refuser, retry_after=retry_after, mapped=mapped)
         self._paths = config.paths
-        self._guard: Guard | ServerGuard = Guard() if config.guard is None else config.guard
         self._inner_paths = self._place(app) if config.placement else None
-        self._handshake_only = not self._guard.modern_versions  # an mcp 1.x server: the 2025 wire alone
         self._max_body = config.max_body_size
         self._handles = config.handles
         self._telemetry = Telemetry(
@@ -147,16 +145,14 @@ class MCPSessionMiddleware:
     def _place(self, app: ASGIApp) -> EndpointPaths | None:
         """Put the session work at each MCP endpoint inside ``app`` (see ``_inside.py``); their paths."""
         if is_transport(app):  # wrapped around the transport app itself: already where it should be
-            if self.config.guard is None:
-                self._guard = ServerGuard(app)
             return None
         paths = place_at_endpoints(
             app,
-            lambda transport: MCPSessionMiddleware(transport, config=self.config.at_endpoint(ServerGuard(transport))),
+            lambda transport: MCPSessionMiddleware(transport, config=self.config.at_endpoint()),
             placed=lambda found: isinstance(found, MCPSessionMiddleware),
         )
         if paths is None:
-            _say_outer_form(app, self.config)
+            _say_outer_form(app)
             return None
         self._paths = frozenset()  # what reaches this outer middleware is an ordinary route's
         return paths
@@ -215,8 +211,6 @@ class MCPSessionMiddleware:
         headers = headers_of(scope)
         if not headers.get(b"content-type", b"").lower().startswith(_JSON_CONTENT_TYPE):  # media types: any case
             return None
-        if self._handshake_only and Era.of(headers.get(MCP_PROTOCOL_VERSION_HEADER)) is not Era.LEGACY:
-            return None  # a wire the server does not speak: no session there, the server's own answer
         paths = self._paths
         return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None
 
@@ -229,7 +223,7 @@ class MCPSessionMiddleware:
             return False  # a session method as a request: answered once its session is resolved
         has_local = local is not None or any(call.local is not None for call in plan.calls)
         if (has_local or plan.era is Era.MODERN) and (
-            rejection := await self._guard.verdict(scope, body_of(plan), body=body)
+            rejection := await self._server_refusal(scope, plan, body)
         ) is not None:  # 2026-07-28 has no batches; a 2025-era server may take one: it decides when it answers
             await rejection.send(send)
             return True
@@ -243,7 +237,7 @@ class MCPSessionMiddleware:
 
     async def _answer(self, scope: Scope, send: Send, plan: Plan, body: bytes) -> None:
         """What the middleware answers itself: the server's own refusal first, then ours, or a local result."""
-        if (rejection := await self._guard.verdict(scope, body_of(plan), body=body)) is not None:
+        if (rejection := await self._server_refusal(scope, plan, body)) is not None:
             return await reject(plan, rejection, send)  # what the wrapped server would answer, not ours
         reply = _typed(send)
         if plan.refused:
@@ -251,6 +245,12 @@ class MCPSessionMiddleware:
         if (local := plan.local) is not None:
             return await self._local.answer(scope, plan, local, reply)
         return await answer_refused_handles(plan, self._forwarder.targets(plan), reply)
+
+    async def _server_refusal(self, scope: Scope, plan: Plan, body: bytes) -> Rejection | None:
+        """The app's own answer if it refuses a request the middleware would answer itself (``_verdict.py``)."""
+        if plan.era is Era.LEGACY and plan.calls[0].method == "initialize":
+            return None  # it opens a 2025 transport session: no probe stands for it, so a refused one is not asked
+        return await ask_server(self.app, self._forwarder.scope_for(scope, plan), body_of(plan), body)
 
     async def _pass_through(self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]) -> None:
         """Forward a request that is not JSON-RPC untouched, with the session a JWT-shaped ``Mcp-Session-Id``
@@ -293,16 +293,13 @@ def _service(config: SessionsConfig) -> SessionService:
     )
 
 
-def _say_outer_form(app: ASGIApp, config: SessionsConfig) -> None:
+def _say_outer_form(app: ASGIApp) -> None:
     """Say, once at startup, what the middleware cannot read of a server it found no MCP endpoint in."""
     logger.warning(
         "mcp-sessions: found no MCP endpoint inside %s, so the session methods are answered in front of the "
-        "whole app: its authentication is not seen (sessions are bound to the principal= hook's answer) and "
-        "its allowed hosts are not read (%s)",
+        "whole app: the app still judges each request first, but the user its authentication signs in is not "
+        "seen (sessions are bound to the principal= hook's answer)",
         type(app).__qualname__,
-        "the guard= option is used"
-        if config.guard is not None
-        else "localhost only: set MCP_SESSIONS_ALLOWED_HOSTS and MCP_SESSIONS_ALLOWED_ORIGINS, or guard=",
     )
 
 

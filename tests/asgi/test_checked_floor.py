@@ -41,6 +41,7 @@ from _harness import (  # the benchmarks run as scripts: their directory is not 
     trivial_app,
 )
 
+from _mcp import AnswersProbes
 from mcp_sessions import MCPSessionMiddleware
 
 pytestmark = pytest.mark.anyio
@@ -99,7 +100,7 @@ def scope_for(raw: bytes, headers: list[tuple[bytes, bytes]]) -> Scope:
 @pytest.fixture
 async def apps() -> tuple[Any, Reached, Any, Reached, str]:
     through_middleware, through_floor = Reached(), Reached()
-    middleware = MCPSessionMiddleware(through_middleware, secret=SECRET)
+    middleware = MCPSessionMiddleware(AnswersProbes(through_middleware), secret=SECRET)  # probes are not counted
     token = await create_session(middleware)
     floor = CheckedSessionFloor(through_floor, {token: token_claims(token)})
     return middleware, through_middleware, floor, through_floor, token

@@ -19,18 +19,16 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from pydantic_core import from_json
 from starlette.authentication import SimpleUser
 from starlette.types import Message, Receive, Scope
 
+from _mcp import AnswersProbes
 from conftest import SECRET, signer_of
 from mcp_sessions import (
-    Guard,
     InvalidToken,
     KeySet,
     MCPSessionMiddleware,
     MemoryStore,
-    Rejection,
     SessionKey,
     get_session,
 )
@@ -72,17 +70,6 @@ TOKENS = [*VALID, REVOKED, BOUND, ALICE, EXPIRED, FOREIGN, "a.b.c", "sess-abc123
 # What a real client sends with every POST: the wrapped server (and so the guard) refuses one without them.
 CLIENT_HEADERS = [(b"host", b"127.0.0.1:8000"), (b"accept", b"application/json, text/event-stream")]
 ENVELOPE = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
-
-
-class NoServerChecks(Guard):
-    """A server that checks nothing itself, so that the middleware's own rules decide every answer.
-
-    The server's own checks, which come first, have their own tests: tests/unit/test_guard.py and
-    tests/e2e/test_guard_differential.py.
-    """
-
-    def check(self, headers: Any, message: Any, *, body: bytes | None = None) -> Rejection | None:
-        return None
 
 
 def usable(token: Any, state: Any = None, user: str | None = None) -> bool:
@@ -172,15 +159,6 @@ def parse_like_the_sdk(body: bytes) -> Any:
 
 
 NOT_JSON: Any = object()
-
-
-def reads_like_the_2025_sdk(body: bytes) -> bool:
-    """Whether the 2025-era SDK transport's parser, pydantic-core's ``from_json``, reads ``body``."""
-    try:
-        from_json(body)
-    except ValueError:
-        return False
-    return True
 
 
 # -- (a) the JSON-RPC reader ----------------------------------------------------------------------
@@ -313,7 +291,7 @@ def test_the_middleware_decides_as_the_rules_say(case: tuple[Pairs, str], modern
     headers = [(b"content-type", b"application/json")]
     if modern:
         headers.append((b"mcp-protocol-version", MODERN.encode()))
-    middleware = MCPSessionMiddleware(Downstream(), keys=KEYS, store=store(), guard=NoServerChecks())
+    middleware = MCPSessionMiddleware(AnswersProbes(Downstream()), keys=KEYS, store=store())
     outcome = run(middleware, text.encode("utf-8", "surrogatepass"), headers)
     if expected == "invalid":
         assert (outcome.status, outcome.code, outcome.forwarded) == (400 if modern else 200, -32600, False)
@@ -552,7 +530,9 @@ def run(
         sent.append(message)
 
     anyio.run(middleware, scope, receive, send)
-    downstream = middleware.app
+    probes = middleware.app
+    assert isinstance(probes, AnswersProbes)
+    downstream = probes.app
     assert isinstance(downstream, Downstream)
     return Outcome(downstream, sent)
 
@@ -605,7 +585,7 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
     body, headers, chunks, method = request
     downstream = Downstream(result)
     middleware = MCPSessionMiddleware(
-        downstream,
+        AnswersProbes(downstream),
         keys=KEYS,
         store=store(max_sessions),
         require_session=require_session,
@@ -655,9 +635,8 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
 def test_every_answer_of_the_middleware_repeats_the_request_id(request_id: Any, case: str, modern: bool) -> None:
     """Whatever the id (lone surrogates included: JSON escapes them), the middleware's own answer carries it back.
 
-    Except where the 2025-era SDK's parser (pydantic-core) refuses the body, a lone surrogate: then its -32700.
-
-    An id that is not a string or an integer is the server's to refuse: the middleware answers as it would.
+    Behind a server that takes every request: what the ``mcp`` SDK refuses first (a lone surrogate its parser
+    reads, an id that is not a string or an integer) is its answer, tested against it in test_guard_differential.
     """
     method = "sessions/create" if case == "create" else "tools/call"
     params: dict[str, Any] = {"name": "count", "arguments": {}, "_meta": dict(ENVELOPE) if modern else {}}
@@ -672,23 +651,11 @@ def test_every_answer_of_the_middleware_repeats_the_request_id(request_id: Any, 
     if case == "invalid-meta":
         params["_meta"][KEY] = request_id
     body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
-    middleware = MCPSessionMiddleware(Downstream(), keys=KEYS, require_session_tools={"count"})
+    middleware = MCPSessionMiddleware(AnswersProbes(Downstream()), keys=KEYS, require_session_tools={"count"})
     outcome = run(middleware, body, headers)
     if case == "invalid-meta" and (request_id is None or isinstance(request_id, dict)):
         return  # null is no session, and an object can be valid metadata: other tests cover both
     assert not outcome.forwarded
-    if not modern and not reads_like_the_2025_sdk(body):  # a lone surrogate: its parser refuses the body first
-        assert outcome.status == 400 and json.loads(outcome.body) == {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {"code": -32700, "message": json.loads(outcome.body)["error"]["message"]},
-        }
-        return
-    if type(request_id) not in (str, int):  # the SDK's answer: not a request (2025: a notification)
-        not_a_request = b'{"jsonrpc":"2.0","error":{"code":-32600,"message":"Body must be a single JSON-RPC request or '
-        expected = (400, not_a_request + b'notification object"},"id":null}') if modern else (202, b"")
-        assert (outcome.status, outcome.body) == expected
-        return
     assert json.loads(outcome.body)["id"] == json.loads(body)["id"]  # "\ud800\udc00" on the wire is one character
 
 
@@ -699,7 +666,9 @@ def test_a_lone_surrogate_in_a_result_still_gets_its_echo(indent: int | None) ->
         {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"_meta": {KEY: {"sessionId": VALID[0]}}}}
     ).encode()
     downstream = Downstream({"text": "\ud800"}, indent=indent)
-    outcome = run(MCPSessionMiddleware(downstream, keys=KEYS), body, [(b"content-type", b"application/json")])
+    outcome = run(
+        MCPSessionMiddleware(AnswersProbes(downstream), keys=KEYS), body, [(b"content-type", b"application/json")]
+    )
     answer = json.loads(outcome.body)
     assert answer["result"]["text"] == "\ud800"
     assert answer["result"]["_meta"][KEY]["sessionId"] == VALID[0]

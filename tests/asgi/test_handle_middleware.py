@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from _mcp import AnswersProbes
 from _redis import free_port
 from conftest import SECRET
-from mcp_sessions import Guard, KeySet, MCPSessionMiddleware, MemoryStore, Rejection
+from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore
 from mcp_sessions.handles import HandleContext, HandleKind, HandleMiddleware, Handles, current_handle_context
 from mcp_sessions.stores import RedisStore
 
@@ -224,19 +225,12 @@ async def test_lifespan_and_other_scopes_pass_through(handles: Handles) -> None:
 # -- the same check in the session middleware ------------------------------------------------------------------
 
 
-class NoServerChecks(Guard):
-    """A wrapped server that checks nothing itself: the session middleware's own answer shows, batches too."""
-
-    def check(self, headers: Any, message: Any, *, body: bytes | None = None) -> Rejection | None:
-        return None
-
-
 def both(handles: Handles) -> list[tuple[Downstream, HandleMiddleware | MCPSessionMiddleware]]:
     """The two middlewares that run the handle check, each in front of its own app."""
     alone, behind = Downstream(), Downstream()
     return [
         (alone, HandleMiddleware(alone, handles=handles)),
-        (behind, MCPSessionMiddleware(behind, secret=SECRET, handles=handles, guard=NoServerChecks())),
+        (behind, MCPSessionMiddleware(AnswersProbes(behind), secret=SECRET, handles=handles)),
     ]
 
 

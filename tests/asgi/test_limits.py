@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from starlette.types import Message
 
+from _mcp import AnswersProbes
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionsConfig, SessionStatus
 from mcp_sessions._session import Quota
@@ -38,7 +39,7 @@ async def post(mw: MCPSessionMiddleware, body: bytes, scope: dict[str, Any] | No
 async def test_a_flood_of_anonymous_creates_leaves_the_store_and_legitimate_sessions_alone() -> None:
     store = MemoryStore(max_sessions=100)  # a small cap: a store entry per create would fill it at once
     app = Downstream()
-    mw = MCPSessionMiddleware(app, secret=SECRET, store=store)
+    mw = MCPSessionMiddleware(AnswersProbes(app), secret=SECRET, store=store)
     for _ in range(1_000):  # ten times the cap: a create that stored anything would have filled it
         sender = await post(mw, CREATE)
         assert sender.status == 200
@@ -50,7 +51,7 @@ async def test_a_flood_of_anonymous_creates_leaves_the_store_and_legitimate_sess
 
 
 async def test_the_create_limit_refuses_a_caller_over_it_and_only_that_caller() -> None:
-    mw = MCPSessionMiddleware(Downstream(), secret=SECRET, create_limit=(5, 60))
+    mw = MCPSessionMiddleware(AnswersProbes(Downstream()), secret=SECRET, create_limit=(5, 60))
     for _ in range(5):
         assert (await post(mw, CREATE, from_address("10.1.1.1"))).status == 200
     refused = await post(mw, CREATE, from_address("10.1.1.1"))
@@ -61,7 +62,7 @@ async def test_the_create_limit_refuses_a_caller_over_it_and_only_that_caller() 
 
 
 async def test_deletes_count_against_the_same_limit() -> None:
-    mw = MCPSessionMiddleware(Downstream(), secret=SECRET, create_limit=(2, 60))
+    mw = MCPSessionMiddleware(AnswersProbes(Downstream()), secret=SECRET, create_limit=(2, 60))
     token = (await post(mw, CREATE)).json()["result"]["session"]["sessionId"]
     delete = {"jsonrpc": "2.0", "id": 2, "method": "sessions/delete"}
     delete["params"] = {"_meta": {"io.modelcontextprotocol/session": {"sessionId": token}}}
@@ -108,7 +109,7 @@ async def test_an_unreachable_store_is_reported_at_startup(caplog: pytest.LogCap
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     store = RedisStore(f"redis://:hunter2@127.0.0.1:{port}/0", timeout=0.5)
-    mw = MCPSessionMiddleware(app_with_lifespan, secret=SECRET, store=store)
+    mw = MCPSessionMiddleware(AnswersProbes(app_with_lifespan), secret=SECRET, store=store)
     with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
         sent = await lifespan(mw)
     await store.aclose()
@@ -118,7 +119,7 @@ async def test_an_unreachable_store_is_reported_at_startup(caplog: pytest.LogCap
 
 
 async def test_a_reachable_store_says_nothing_at_startup(caplog: pytest.LogCaptureFixture) -> None:
-    mw = MCPSessionMiddleware(app_with_lifespan, secret=SECRET)
+    mw = MCPSessionMiddleware(AnswersProbes(app_with_lifespan), secret=SECRET)
     with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
         assert await lifespan(mw) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
     assert not [r for r in caplog.records if "startup" in r.getMessage()]
@@ -168,7 +169,9 @@ class TouchCounting(MemoryStore):
 
 async def test_a_batch_of_made_up_conversations_stores_at_most_eight() -> None:
     store = TouchCounting()
-    mw = MCPSessionMiddleware(Downstream(), secret=SECRET, store=store, idle_ttl=3600, conversation_data="anonymous")
+    mw = MCPSessionMiddleware(
+        AnswersProbes(Downstream()), secret=SECRET, store=store, idle_ttl=3600, conversation_data="anonymous"
+    )
     batch = [
         {
             "jsonrpc": "2.0",

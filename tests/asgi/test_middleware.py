@@ -13,8 +13,9 @@ import anyio
 import pytest
 from starlette.requests import Request
 
+from _mcp import AnswersProbes
 from conftest import SECRET
-from mcp_sessions import SCOPE_KEY, Guard, MCPSessionMiddleware, MemoryStore, Rejection, Session, get_session
+from mcp_sessions import SCOPE_KEY, MCPSessionMiddleware, MemoryStore, Session, get_session
 from mcp_sessions._session import HeaderSession, header_session
 
 pytestmark = pytest.mark.anyio
@@ -166,19 +167,14 @@ def with_envelope(message: Message) -> Message:
     return {**message, "params": params}
 
 
-class ServerThatTakesBatches(Guard):
-    """The guard of a server that, unlike the mcp SDK, accepts batches: the middleware's own batch rules apply."""
-
-    def check(self, headers: Any, message: Any, *, body: bytes | None = None) -> Rejection | None:
-        return None if isinstance(message, list) else super().check(headers, message, body=body)
-
-
 def dumps(payload: Any) -> bytes:
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
-def middleware(app: Any, **options: Any) -> MCPSessionMiddleware:
-    return MCPSessionMiddleware(app, secret=SECRET, **options)
+def middleware(app: Any, *, batches: bool = False, **options: Any) -> MCPSessionMiddleware:
+    """The middleware around ``app``, a fake server that takes what the middleware asks it about, and takes a
+    batch only with ``batches`` (the mcp SDK refuses them: then the middleware's own batch rules never apply)."""
+    return MCPSessionMiddleware(AnswersProbes(app, batches=batches), secret=SECRET, **options)
 
 
 async def call(mw: MCPSessionMiddleware, body: bytes | list[bytes], scope: dict[str, Any] | None = None) -> Sender:
@@ -477,7 +473,7 @@ async def test_sessions_delete_then_every_use_is_not_found() -> None:
 
 async def test_batch_with_a_session_method_is_answered_with_invalid_request_per_element() -> None:
     downstream = Downstream()
-    mw = middleware(downstream, guard=ServerThatTakesBatches())
+    mw = middleware(downstream, batches=True)
     token = await create_session(mw)
     batch = [
         {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"},
@@ -497,7 +493,7 @@ async def test_batch_with_a_session_method_is_answered_with_invalid_request_per_
 
 async def test_batch_with_one_invalid_session_is_answered_whole() -> None:
     downstream = Downstream()
-    mw = middleware(downstream, guard=ServerThatTakesBatches())
+    mw = middleware(downstream, batches=True)
     token = await create_session(mw)
     batch = [
         request(1, token),

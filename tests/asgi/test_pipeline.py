@@ -13,6 +13,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+from _mcp import AnswersProbes
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionKey
 
@@ -20,7 +21,6 @@ from .test_middleware import (
     JSON,
     REQUIRED,
     Downstream,
-    ServerThatTakesBatches,
     call,
     dumps,
     http_scope,
@@ -57,7 +57,7 @@ async def test_the_capability_is_added_alike_to_a_message_and_a_one_element_batc
     app = Downstream(json_response([result] if batch else result))
     body = dumps([message(method)] if batch else message(method))
     # A server that takes batches (the mcp SDK refuses them on 2026-07-28, before any session work).
-    sender = await call(middleware(app, guard=ServerThatTakesBatches()), body, http_scope(headers=headers))
+    sender = await call(middleware(app, batches=True), body, http_scope(headers=headers))
     assert app.calls == 1
     assert ("sessions" in capabilities_of(sender.json())) is advertised
 
@@ -69,7 +69,7 @@ async def test_a_refusal_is_counted_with_the_same_attributes_alone_or_in_a_batch
         Downstream(),
         meter_provider=MeterProvider(metric_readers=[reader]),
         require_session=True,
-        guard=ServerThatTakesBatches(),  # the mcp SDK refuses batches before any session rule applies
+        batches=True,  # the mcp SDK refuses batches before any session rule applies
     )
     body = dumps([message("tools/list")] if batch else message("tools/list"))
     sender = await call(mw, body)
@@ -153,7 +153,9 @@ async def test_a_batch_the_2026_server_refuses_costs_no_session_work() -> None:
     app = Downstream(json_response({}))
     CountingKeys.verified = 0
     sender = await call(
-        MCPSessionMiddleware(app, keys=keys, store=store), dumps(batch), http_scope(headers=PER_REQUEST)
+        MCPSessionMiddleware(AnswersProbes(app, batches=False), keys=keys, store=store),
+        dumps(batch),
+        http_scope(headers=PER_REQUEST),
     )
     assert sender.status == 400 and sender.json()["error"]["code"] == -32600  # the SDK's own answer
     assert (app.calls, CountingKeys.verified, store.touches) == (0, 0, 0)

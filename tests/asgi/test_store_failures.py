@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from starlette.authentication import SimpleUser
 
 from _failing_stores import HOUR, failing_stores, filled_memory
+from _mcp import AnswersProbes
 from asgi.test_fuzz import FUZZ
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionStore, SessionStoreUnavailable, get_session
@@ -34,7 +35,6 @@ from mcp_sessions._session import digest_of
 from .test_middleware import (
     Receiver,
     Sender,
-    ServerThatTakesBatches,
     dumps,
     http_scope,
     json_response,
@@ -232,7 +232,9 @@ async def tools(scope: Any, receive: Any, send: Any) -> None:
 
 
 def ask(store: SessionStore, case: Case, user: str | None, idle_ttl: float | None) -> Sender:
-    middleware = MCPSessionMiddleware(tools, keys=KEYS, store=store, profiles=case.wire, idle_ttl=idle_ttl)
+    middleware = MCPSessionMiddleware(
+        AnswersProbes(tools), keys=KEYS, store=store, profiles=case.wire, idle_ttl=idle_ttl
+    )
     message = with_envelope(case.message) if case.modern else case.message
     scope = http_scope(headers=modern_headers(message) if case.modern else None)
     if user is not None:  # as Starlette's AuthenticationMiddleware leaves it
@@ -287,7 +289,7 @@ def test_a_batch_whose_tool_fails_to_write_gets_the_retryable_error_for_each_req
 
     async def ask_batch() -> Sender:
         store = await filled_memory()
-        middleware = MCPSessionMiddleware(tools, keys=KEYS, store=store, guard=ServerThatTakesBatches())
+        middleware = MCPSessionMiddleware(AnswersProbes(tools), keys=KEYS, store=store)
         sender = Sender()
         session = token(None)
         batch = [remember(1, session), remember(2, session)]
@@ -310,7 +312,7 @@ def test_a_store_failure_after_the_app_started_its_response_is_the_apps_to_end()
         await session.data.set("note", NOTE)
 
     async def ask_late() -> Sender:
-        middleware = MCPSessionMiddleware(answers_then_writes, keys=KEYS, store=await filled_memory())
+        middleware = MCPSessionMiddleware(AnswersProbes(answers_then_writes), keys=KEYS, store=await filled_memory())
         sender = Sender()
         with pytest.raises(SessionStoreUnavailable):
             await middleware(http_scope(), Receiver(dumps(remember(1, token(None)))), sender)

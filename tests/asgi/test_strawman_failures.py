@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.types import Scope
 
+from _mcp import AnswersProbes
 from asgi.test_fuzz import FUZZ
 from conftest import SECRET
 from mcp_sessions import MCPSessionMiddleware, MemoryStore
@@ -42,7 +43,9 @@ class UnreachableStore(MemoryStore):
 
 
 def middleware(store: MemoryStore) -> MCPSessionMiddleware:
-    return MCPSessionMiddleware(Downstream(), secret=SECRET, store=store, profiles="strawman", principal=as_alice)
+    return MCPSessionMiddleware(
+        AnswersProbes(Downstream()), secret=SECRET, store=store, profiles="strawman", principal=as_alice
+    )
 
 
 async def post(mw: MCPSessionMiddleware, method: str, params: dict[str, Any] | None = None) -> Sender:

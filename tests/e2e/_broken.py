@@ -19,7 +19,6 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from conftest import serve
-from mcp_sessions import Guard, Rejection
 
 KEY = "io.modelcontextprotocol/session"
 COOKIE = "mcp/session"
@@ -236,13 +235,6 @@ def broken_servers(app: ASGIApp, faults: Mapping[str, Fault]) -> Iterator[str]:
     """Serve :class:`Faults`; yields the base URL (``/mcp`` works, ``/<fault>/mcp`` is broken)."""
     with serve(Faults(app, faults)) as url:
         yield url
-
-
-class TakesBatches(Guard):
-    """The server's own checks, except that a batch gets through (the SDK refuses every batch)."""
-
-    def check(self, headers: Any, message: Any, *, body: bytes | None = None) -> Rejection | None:
-        return None if isinstance(message, list) else super().check(headers, message, body=body)
 
 
 class Unbatcher:

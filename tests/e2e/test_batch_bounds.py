@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from starlette.types import Receive, Scope, Send
 
 from _backends import STORES, Backend, closing_store, open_backend
+from _mcp import AnswersProbes
 from conftest import SECRET, serve
-from mcp_sessions import Guard, KeySet, MCPSessionMiddleware, Rejection, SessionStatus, SessionStore
+from mcp_sessions import KeySet, MCPSessionMiddleware, SessionStatus, SessionStore
 from mcp_sessions._tokens import SessionClaims
 
 SESSION_KEY = "io.modelcontextprotocol/session"
@@ -85,13 +86,6 @@ class CountingStore(SessionStore):
         await self.inner.aclose()
 
 
-class TakesBatches(Guard):
-    """A wrapped server with no checks of its own that the middleware repeats: it takes a batch."""
-
-    def check(self, headers: Any, message: Any, *, body: bytes | None = None) -> Rejection | None:
-        return None
-
-
 class BatchApp:
     """A server that takes batches: an empty result for every request element, in order."""
 
@@ -137,7 +131,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 def _serve(backend: Backend) -> Iterator[Server]:
     keys, store, app = CountingKeys.from_secret(SECRET), CountingStore(backend.open()), BatchApp()
     assert isinstance(keys, CountingKeys)
-    middleware = MCPSessionMiddleware(app, keys=keys, store=store, idle_ttl=3600, guard=TakesBatches())
+    middleware = MCPSessionMiddleware(AnswersProbes(app), keys=keys, store=store, idle_ttl=3600)
     with serve(closing_store(middleware, store)) as url:
         yield Server(url + "/mcp", keys, store, app)
 

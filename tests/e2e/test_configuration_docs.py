@@ -30,7 +30,9 @@ from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from _backends import closing_store as closing
@@ -73,7 +75,7 @@ def run(snippet: str, namespace: dict[str, Any] | None = None, *, page: str = "d
 
 OPTIONS = one_with(CONFIGURATION, "adopt_transport_sessions=False,")
 FROM_ENV_CONFIG = one_with(CONFIGURATION, "SessionsConfig.from_env(")
-GUARD = one_with(CONFIGURATION, "guard=Guard(")
+GUARD = one_with(CONFIGURATION, "MCPSessionMiddleware.from_env(dispatch)")
 ROTATION = one_with(CONFIGURATION, "SessionKey.from_secret(old_secret)")
 ES256 = one_with(CONFIGURATION, "SessionKey.from_private_key(")
 SQLITE = one_with(CONFIGURATION, "SQLiteStore(")
@@ -202,11 +204,20 @@ def test_a_bad_option_fails_at_construction_saying_what_to_change(
         run(swapped(OPTIONS, *edit), {"KeySet": KeySet})
 
 
+async def knows_no_method(request: Request) -> JSONResponse:
+    """A server that knows no method: "method not found" to everything."""
+    message = await request.json()
+    return JSONResponse({"jsonrpc": "2.0", "id": message.get("id"), "error": {"code": -32601, "message": "no"}})
+
+
 def test_the_checked_config_object_answers_at_its_path_and_raises_where_built() -> None:
     app = run(FROM_ENV_CONFIG, page="docs/configuration.md")["app"]
     assert isinstance(app, Starlette)
     with serve(app) as base, httpx.Client(timeout=10) as http:
-        session = ModernClient(http, base).create_session()  # the middleware answers it: the app has no routes
+        refused = ModernClient(http, base).post(modern_request("sessions/create"))
+        assert refused.status_code == 404  # no server at /mcp: the app's own answer, which the middleware asks for
+        app.router.routes.append(Route("/mcp", knows_no_method, methods=["POST"]))  # a server, of no methods
+        session = ModernClient(http, base).create_session()  # the middleware answers it once the server takes it
         assert jwt_claims(session["sessionId"])["iss"] == "mcp-sessions"
         elsewhere = ModernClient(http, base, path="/elsewhere").post({"jsonrpc": "2.0", "id": 1, "method": "x"})
         assert elsewhere.status_code == 404  # path="/mcp": other paths pass through, unread
@@ -217,7 +228,7 @@ def test_the_checked_config_object_answers_at_its_path_and_raises_where_built() 
         run(swapped(FROM_ENV_CONFIG, '{"MCP_SESSIONS_DEV": "1"}', '{"MCP_SESSIONS_DEV": "1", "MCP_SESSIONS_TTL": "0"}'))
 
 
-def test_the_guard_refuses_what_the_server_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_behind_a_dispatcher_the_server_refuses_sessions_create_as_tools_list(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)  # from_env reads it, as the page's table says
     app = run(GUARD, page="docs/configuration.md")["app"]
     with serve(app) as base, httpx.Client(timeout=10) as http:

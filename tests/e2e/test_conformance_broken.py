@@ -18,7 +18,7 @@ from examples.quickstart import SESSION_TOOLS, build_app, build_server
 from starlette.types import ASGIApp
 
 from conftest import SECRET
-from e2e._broken import Fault, TakesBatches, broken_servers, place_unbatcher
+from e2e._broken import Fault, broken_servers, place_unbatcher
 from e2e._faults import FAULTS
 from e2e._pack import run_pack
 from mcp_sessions import MCPSessionMiddleware
@@ -38,7 +38,6 @@ def takes_batches() -> ASGIApp:
     return MCPSessionMiddleware.from_env(
         app,
         environ={"MCP_SESSIONS_SECRET": SECRET},
-        guard=TakesBatches(json_response=True),
         require_session_tools=SESSION_TOOLS,
     )
 

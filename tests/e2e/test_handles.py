@@ -29,7 +29,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
 from starlette.routing import Mount
 
-from _mcp import ModernClient, legacy_request, modern_headers, modern_request
+from _mcp import LegacyClient, ModernClient, legacy_request, modern_headers, modern_request
 from conftest import SECRET, serve
 from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore
 from mcp_sessions.handles import ATTRIBUTE_ID, ATTRIBUTE_KIND, Handle, HandleKind, HandleMiddleware, Handles
@@ -151,16 +151,20 @@ def test_a_refusal_is_answered_by_the_middleware_as_json_in_both_eras(url: str) 
         response, message = modern.call_tool("add_item", {"basket": bad, "item": "x"})
         assert (response.status_code, response.headers["content-type"]) == (200, "application/json")
         assert message["result"]["isError"] is True and message["result"]["resultType"] == "complete"
+        legacy = LegacyClient(http, base)
+        legacy.initialize()
         body = legacy_request("tools/call", {"name": "checkout", "arguments": {"basket": bad}}, id="x-1")
-        headers = {"Content-Type": "application/json", "MCP-Protocol-Version": "2025-11-25"}
-        response = http.post(url, json=body, headers={**headers, "Accept": "application/json, text/event-stream"})
+        response = legacy.post(body)
         assert response.headers["content-type"] == "application/json"
         message = response.json()
         assert message["id"] == "x-1" and message["result"]["isError"] is True
         assert "resultType" not in message["result"]
         # A client that accepts only a stream is refused as the SDK refuses it (406), before any answer of ours.
-        response = http.post(url, json=body, headers={**headers, "Accept": "text/event-stream"})
+        response = legacy.post(body, Accept="text/event-stream")
         assert response.status_code == 406
+        # In a transport session the server does not hold: the server's own refusal (404), not the isError result.
+        response = http.post(url, json=body, headers={**legacy.headers(), "Mcp-Session-Id": "not-a-session"})
+        assert response.status_code == 404
 
 
 def sdk_behind(middleware: str) -> Any:

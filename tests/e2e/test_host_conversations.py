@@ -19,12 +19,11 @@ from typing import Any, Literal
 
 import httpx
 import pytest
-from examples.quickstart import build_app
+from examples.quickstart import build_app, build_server
 from mcp import Client
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
@@ -477,7 +476,9 @@ def test_an_ordinary_route_reading_the_session_has_its_spans_tagged(span_log: Sp
         with tracer.start_as_current_span("load profile"):
             return PlainTextResponse("ok")
 
-    app = MCPSessionMiddleware(Starlette(routes=[Route("/profile", profile)]), secret=SECRET)
+    server = build_server().streamable_http_app(streamable_http_path="/mcp")
+    server.router.routes.append(Route("/profile", profile))  # an ordinary route beside the MCP endpoint
+    app = MCPSessionMiddleware(server, secret=SECRET)
     with serve(app) as url:
         token = ModernClient(http, url).create_session()["sessionId"]
         span_log.clear()

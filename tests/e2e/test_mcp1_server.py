@@ -27,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 from _mcp import MCP_PATH, LegacyClient, modern_headers, modern_request, session_meta, tool_text
 from _redis import end_process, missing
 from conftest import SECRET
-from mcp_sessions import Guard, MCPSessionMiddleware
+from mcp_sessions import MCPSessionMiddleware
 
 MAIN = Path(__file__).resolve().parents[2]
 SERVER = Path(__file__).with_name("_mcp1_server.py")
@@ -99,11 +99,11 @@ def test_a_2026_sessions_create_gets_the_servers_own_answer(mcp1_url: str) -> No
 
 
 @pytest.mark.anyio
-async def test_a_guard_that_serves_no_2026_version_leaves_those_requests_to_the_server() -> None:
+async def test_a_server_that_refuses_a_2026_request_gives_its_own_answer_to_sessions_create() -> None:
     async def server(scope: Scope, receive: Receive, send: Send) -> None:
         await PlainTextResponse("the server's own answer", status_code=400)(scope, receive, send)
 
-    middleware = MCPSessionMiddleware(server, secret=SECRET, guard=Guard(modern_versions=()))
+    middleware = MCPSessionMiddleware(server, secret=SECRET)  # asks the server first, which refuses
     body = modern_request("sessions/create")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=middleware), base_url="http://127.0.0.1") as http:
         response = await http.post(MCP_PATH, json=body, headers=modern_headers(body))

@@ -32,7 +32,7 @@ from _otel import (
     wait_metric_count,
 )
 from conftest import SECRET, serve
-from mcp_sessions import Guard, MCPSessionMiddleware
+from mcp_sessions import MCPSessionMiddleware
 
 TRANSPORT_DIGEST = re.compile(r"ts-[A-Za-z0-9_-]{24}")
 
@@ -55,7 +55,6 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
         secret=SECRET,
         require_session_tools=SESSION_TOOLS,
         meter_provider=MeterProvider(metric_readers=[reader]),
-        guard=Guard(json_response=json_response),
     )
     caplog.set_level(logging.DEBUG)
     span_log.clear()

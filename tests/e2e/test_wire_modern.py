@@ -30,6 +30,7 @@ from _mcp import (
     SESSION_NOT_FOUND,
     SESSION_REQUIRED,
     SESSIONS_EXTENSION,
+    LegacyClient,
     ModernClient,
     RecordingApp,
     aiter_messages,
@@ -111,8 +112,12 @@ def test_create_returns_a_jwt_session_id_and_its_expiry(client: ModernClient) ->
 def test_the_spec_vector_needs_the_2026_envelope_as_every_2026_request_does(client: ModernClient) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}
     refused = client.post(body)
-    # Without a version header (the 2025-era path) the draft's vector works verbatim.
-    created = client.http.post(client.url, json=body, headers={"Accept": "application/json, text/event-stream"})
+    # On the 2025-era path, in the transport session the handshake opened, the draft's vector works verbatim.
+    legacy = LegacyClient(client.http, client.url.removesuffix(MCP_PATH))
+    legacy.initialize()
+    created = client.http.post(client.url, json=body, headers=legacy.headers())
+    # Outside one, the stateful server refuses it as it refuses any request there (400), and so does the middleware.
+    outside = client.http.post(client.url, json=body, headers={"Accept": "application/json, text/event-stream"})
 
     # The SDK refuses any 2026-07-28 request without its envelope: so does the middleware, in the SDK's words.
     assert refused.status_code == 400
@@ -129,6 +134,8 @@ def test_the_spec_vector_needs_the_2026_envelope_as_every_2026_request_does(clie
     message = answer(created)
     assert message["id"] == 1
     assert set(message["result"]["session"]) == {"sessionId", "expiresAt"}
+    assert outside.status_code == 400
+    assert "result" not in outside.text
 
 
 def test_each_create_mints_a_distinct_session(client: ModernClient) -> None:

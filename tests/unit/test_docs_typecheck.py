@@ -11,7 +11,7 @@ from _docs import one_with, python_snippets
 SERVER_FILES = {
     "readme_server.py": ("README.md", "# server.py"),
     "deployment_server.py": ("docs/deployment.md", 'MCPServer("counter")'),
-    "configuration_guard.py": ("docs/configuration.md", "guard=Guard("),
+    "configuration_guard.py": ("docs/configuration.md", "MCPSessionMiddleware.from_env(dispatch)"),
 }
 
 

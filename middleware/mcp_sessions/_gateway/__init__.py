@@ -2,7 +2,8 @@
 
 ``gateway_app`` builds the ASGI app, ``mcp-sessions gateway`` serves it (``_cli``). The proxy (``_proxy``,
 ``_relay``, ``_headers``) forwards every request to the upstream replica that holds its conversation
-(``_replicas``); the upstream decides every answer the pipeline gives itself (``_verdict``). httpx and
+(``_replicas``); the upstream decides every answer the pipeline gives itself,
+as the middleware asks the app it wraps (``mcp_sessions._verdict``). httpx and
 uvicorn, which only the gateway needs, are imported when it is built. See ``docs/gateway.md``.
 """
 

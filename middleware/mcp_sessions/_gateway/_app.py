@@ -12,10 +12,9 @@ from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._session import authenticated_user
 from ..sources import HostConversationSource, SourceContext, Trust
-from ._headers import HostCheck
+from ._headers import HostCheck, header
 from ._proxy import UpstreamProxy
 from ._replicas import Replicas
-from ._verdict import UpstreamGuard, credential_principal
 
 if TYPE_CHECKING:
     from .._session import Session
@@ -27,6 +26,7 @@ __all__ = [
     "DEFAULT_FIRST_BYTE_TIMEOUT",
     "DEFAULT_KEEPALIVE",
     "RoutedConversations",
+    "credential_principal",
     "gateway_app",
 ]
 
@@ -78,7 +78,6 @@ def gateway_app(
         retry_after=config.retry_after,
     )
     at_gateway = copy.copy(config)
-    at_gateway.guard = UpstreamGuard(proxy)
     at_gateway.placement = False  # the proxy is the transport: no endpoint to look for inside it
     at_gateway.sources = (*config.sources, RoutedConversations)
     if config.principal is authenticated_user:  # nothing signs a user in in front of the proxy
@@ -86,6 +85,20 @@ def gateway_app(
     if config.paths is None:
         at_gateway.paths = frozenset({replicas.path})
     return MCPSessionMiddleware(proxy, config=at_gateway)
+
+
+def credential_principal(scope: Scope) -> str | None:
+    """The gateway's default principal hook: the ``Authorization`` credential (its scheme, any case, and value).
+
+    The upstream checks it on every request (the gateway answers nothing the upstream has not
+    accepted: the middleware asks the app it wraps, the proxy), and only its keyed digest is kept,
+    in the session's token.
+    """
+    value = header(scope["headers"], b"authorization")
+    if value is None:
+        return None
+    scheme, _, credential = value.decode("latin-1").strip().partition(" ")
+    return f"{scheme.lower()} {credential.strip()}"
 
 
 class RoutedConversations:

@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Final
 from urllib.parse import quote
 
-from .._guard import Rejection
+from .._verdict import Rejection
 from .._wire.protocol import MCP_SESSION_ID_HEADER
 
 __all__ = ["HostCheck", "client_headers", "header", "upstream_headers"]

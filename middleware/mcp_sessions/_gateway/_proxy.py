@@ -23,8 +23,9 @@ import anyio
 from opentelemetry import propagate, trace
 from starlette.types import Message, Receive, Scope, Send
 
-from .._guard import Rejection
 from .._session import SCOPE_KEY, Session, current_conversation
+from .._verdict import Rejection
+from .._wire import jsonrpc
 from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 from ..sources import is_transport_session_id
 from ._headers import HostCheck, client_headers, header, upstream_headers
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
     from ._replicas import Replica, Replicas
 
-__all__ = ["UPSTREAM_UNAVAILABLE", "UpstreamAnswer", "UpstreamProxy", "echoable_id", "upstream_failed"]
+__all__ = ["UPSTREAM_UNAVAILABLE", "UpstreamAnswer", "UpstreamProxy", "upstream_failed"]
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -235,11 +236,6 @@ def _lost_session() -> Rejection:
     return Rejection(404, headers, _LOST_SESSION, "transport_session_lost", -32600, "Session not found")
 
 
-def echoable_id(request_id: object) -> str | int | None:
-    """``request_id`` if an error the gateway writes can repeat it (a string or an integer), else ``None``."""
-    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
-
-
 def _request_id(body: Body) -> str | int | None:
     """The id of a one-message JSON-RPC body read whole (and small), for the error that answers it."""
     if not isinstance(body, bytes) or not body or len(body) > _MAX_ID_BODY:
@@ -248,7 +244,7 @@ def _request_id(body: Body) -> str | int | None:
         message = json.loads(body)
     except (ValueError, RecursionError):
         return None
-    return echoable_id(message.get("id")) if isinstance(message, dict) else None
+    return jsonrpc.echoable_id(message.get("id")) if isinstance(message, dict) else None
 
 
 def _conversation(scope: Scope) -> str | None:

@@ -17,6 +17,8 @@ from .._session import (
     current_session,
     header_session,
 )
+from .._tokens import InvalidToken
+from .._wire import Refusal
 from .._wire.jsonrpc import hashable_id
 from .._wire.protocol import Era
 from ..handles import handle_context
@@ -91,6 +93,32 @@ class Forwarder:
                     call.revoked is not None,
                 )
         return targets
+
+    def scope_for(self, scope: Scope, plan: Plan) -> Scope:
+        """The scope the app would be called with for ``plan``'s first message: on the 2025 wire of a profile
+        that carries the session in ``Mcp-Session-Id``, the server's own transport session there instead, that
+        of the session the header or the message names (none it could be forwarded in: no header)."""
+        call = plan.calls[0]
+        if self._mapped is None or plan.era is not Era.LEGACY or not call.profile.header_every_era:
+            return scope
+        if call.session is not None:  # as the request would be forwarded
+            return self._mapped.scope_for(scope, call.session.id)
+        header = plan.header_session_id
+        try:  # the token the header holds, else the one the message carries
+            if header is not None and header.count(b".") == 2:
+                token: str | None = header.decode("latin-1")
+            else:
+                ref = call.profile.carrier.read(call.message) if isinstance(call.message, dict) else None
+                token = None if ref is None else ref.token
+        except Refusal:
+            token = None
+        if token is None:  # no session named: the header, if any, is the server's own transport session
+            return scope
+        try:
+            session_id: str | None = self._sessions.keys.verify_session_token(token).session_id
+        except InvalidToken:  # no session it could be forwarded in
+            session_id = None
+        return self._mapped.scope_for(scope, session_id)
 
     def prepare(self, scope: Scope, replay: Replay, send: Send, plan: Plan) -> Exchange | None:
         """What the app is called with for ``plan``: ``None`` when nothing is added, observed or attached.

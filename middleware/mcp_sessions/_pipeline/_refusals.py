@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable
     from starlette.types import Send
 
-    from .._guard import Rejection
     from .._otel import Operation
     from .._plan import Call, Plan
+    from .._verdict import Rejection
 
 __all__ = ["Refuser", "end_with"]
 

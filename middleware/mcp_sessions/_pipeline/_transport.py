@@ -48,10 +48,6 @@ class TransportSessions:
         An ``opening`` request (an ``initialize``) goes without a header, so the
         server opens a new transport session, which the session then adopts.
         """
-        transport_id = None if opening else self._by_session.get(session.id)
-        headers = [(n, v) for n, v in scope["headers"] if n.lower() != MCP_SESSION_ID_HEADER]
-        if transport_id is not None:
-            headers.append((MCP_SESSION_ID_HEADER, transport_id))
         token = session.token.encode()
 
         async def send_as_session(message: Message) -> None:
@@ -65,4 +61,12 @@ class TransportSessions:
                 message = {**message, "headers": shown}
             await send(message)
 
-        return {**scope, "headers": headers}, send_as_session
+        return self.scope_for(scope, None if opening else session.id), send_as_session
+
+    def scope_for(self, scope: Scope, session_id: str | None) -> Scope:
+        """``scope`` with the server's own transport session id in ``Mcp-Session-Id`` (none if not known)."""
+        transport_id = None if session_id is None else self._by_session.get(session_id)
+        headers = [(n, v) for n, v in scope["headers"] if n.lower() != MCP_SESSION_ID_HEADER]
+        if transport_id is not None:
+            headers.append((MCP_SESSION_ID_HEADER, transport_id))
+        return {**scope, "headers": headers}

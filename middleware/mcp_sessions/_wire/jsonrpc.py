@@ -213,6 +213,11 @@ def request_id_of(element: object) -> Any:
     return None
 
 
+def echoable_id(request_id: object) -> str | int | None:
+    """``request_id`` if an answer can repeat it (a string or an integer, as the ``mcp`` SDK reads ids), else None."""
+    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+
+
 def hashable_id(request_id: object) -> Any:
     """A request id as a dict key (JSON-RPC ids are strings or numbers; anything else by its repr)."""
     return request_id if type(request_id) in (str, int, float) or request_id is None else repr(request_id)

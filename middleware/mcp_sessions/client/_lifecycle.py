@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 
 import anyio
 
@@ -19,8 +20,8 @@ __all__ = ["Post", "SessionLifecycle"]
 
 logger = logging.getLogger("mcp_sessions.client")
 
-Post = Callable[[object, Headers, bytes, Mapping[str, object]], Awaitable[ResponseLike]]
-"""Send a POST (url, headers, body, extensions) through the wrapped transport."""
+Post = Callable[[object, Headers, bytes, Mapping[str, object], str], Awaitable[ResponseLike]]
+"""Send a request (url, headers, body, extensions, HTTP method) through the wrapped transport."""
 
 
 class SessionLifecycle:
@@ -35,7 +36,9 @@ class SessionLifecycle:
     async def create(self, endpoint: Endpoint) -> Failure | None:
         """Create a session and hold it; the server's refusal, if it refused (``-32601``: it has no sessions)."""
         method = self._keeper.profile.create_method or ""
-        reply = await self._call(endpoint, method, self._keeper.wire.create_params(self._keeper.session.label), None)
+        async with self._in_transport_session(endpoint) as endpoint:
+            params = self._keeper.wire.create_params(self._keeper.session.label)
+            reply = await self._call(endpoint, method, params, None)
         if isinstance(reply, Failure):
             if reply.code == METHOD_NOT_FOUND:
                 self._keeper.mark_unsupported()
@@ -55,7 +58,8 @@ class SessionLifecycle:
         if token is None:
             return False
         wire = self._keeper.wire
-        reply = await self._call(endpoint, wire.delete_method, wire.delete_params(token), token)
+        async with self._in_transport_session(endpoint) as endpoint:
+            reply = await self._call(endpoint, wire.delete_method, wire.delete_params(token), token)
         if isinstance(reply, Failure) and reply.code not in self._keeper.gone_codes:
             raise reply.error()
         if isinstance(reply, Failure) or not wire.deleted(reply):
@@ -63,6 +67,31 @@ class SessionLifecycle:
             return False
         self._keeper.drop(token, "it was deleted")
         return True
+
+    @asynccontextmanager
+    async def _in_transport_session(self, endpoint: Endpoint) -> AsyncIterator[Endpoint]:
+        """``endpoint`` in a transport session of its own on the 2025 wire, where a stateful server takes no
+        request outside one: opened with the handshake when the caller named none, ended (DELETE) after."""
+        if not endpoint.needs_handshake:
+            yield endpoint
+            return
+        body, headers = endpoint.request(
+            f"mcp-sessions-{next(self._ids)}", "initialize", endpoint.initialize_params(), None
+        )
+        response = await self._post(endpoint.url, headers, body, endpoint.extensions, "POST")
+        await read_all(response)
+        transport_id = response.headers.get("mcp-session-id")
+        if transport_id is None:  # a stateless server: every request stands alone
+            yield endpoint
+            return
+        opened = endpoint.in_transport_session(str(transport_id))
+        body, headers = opened.notification("notifications/initialized")
+        await read_all(await self._post(endpoint.url, headers, body, endpoint.extensions, "POST"))
+        try:
+            yield opened
+        finally:
+            with anyio.CancelScope(shield=True):
+                await read_all(await self._post(endpoint.url, opened.headers, b"", endpoint.extensions, "DELETE"))
 
     async def _call(
         self, endpoint: Endpoint, method: str, params: dict[str, object], token: str | None
@@ -73,7 +102,7 @@ class SessionLifecycle:
         started = time.monotonic()
         retries = 0
         while True:
-            response = await self._post(endpoint.url, headers, body, endpoint.extensions)
+            response = await self._post(endpoint.url, headers, body, endpoint.extensions, "POST")
             messages = body_messages(response, await read_all(response))
             reply = next((m for m in messages if isinstance(m, dict) and m.get("id") == request_id), None)
             result = reply.get("result") if reply is not None else None

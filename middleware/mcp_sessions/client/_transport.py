@@ -102,6 +102,8 @@ class SessionTransportBase(Generic[InnerT, RequestT, ResponseT]):
 
     async def handle_async_request(self, request: RequestT) -> ResponseT:
         """Send one request through the wrapped transport, with the session where it belongs."""
+        if request.method == "DELETE" and self._delete_on_close and self.session.token is not None:
+            await self._delete_before_close()  # a 2025 transport session ends: the server takes the delete in it
         content_type = request.headers.get("content-type")
         if request.method != "POST" or not (content_type or "").lower().startswith("application/json"):
             return await self._inner.handle_async_request(request)
@@ -125,7 +127,7 @@ class SessionTransportBase(Generic[InnerT, RequestT, ResponseT]):
             if isinstance(token, Failure):
                 return self._refusal(post, token)
             attempt = stamp(post, token, self.session.state)
-            response = await self._post(post.url, attempt.headers, attempt.body, post.extensions)
+            response = await self._post(post.url, attempt.headers, attempt.body, post.extensions, "POST")
             verdict = await read_answer(self._library, response, post, attempt, self._keeper)
             reason = self._retry_reason(post, attempt, verdict)
             delay = self._retry._next_delay(retries, started, verdict.retry_after) if reason == "unavailable" else None
@@ -187,9 +189,11 @@ class SessionTransportBase(Generic[InnerT, RequestT, ResponseT]):
         )
         return refusal
 
-    async def _post(self, url: object, headers: Headers, body: bytes, extensions: Mapping[str, object]) -> ResponseT:
-        """Send a POST with exactly these headers and body through the wrapped transport."""
-        request = self._library.Request("POST", url, headers=headers, content=body, extensions=dict(extensions))
+    async def _post(
+        self, url: object, headers: Headers, body: bytes, extensions: Mapping[str, object], method: str
+    ) -> ResponseT:
+        """Send a POST (or ``method``) with exactly these headers and body through the wrapped transport."""
+        request = self._library.Request(method, url, headers=headers, content=body, extensions=dict(extensions))
         return await self._inner.handle_async_request(request)
 
     # -- the explicit API -------------------------------------------------------------------
@@ -206,7 +210,9 @@ class SessionTransportBase(Generic[InnerT, RequestT, ResponseT]):
         ``url`` is the MCP endpoint; without it, the endpoint of the last request
         this transport sent. ``protocol_version`` picks the era of the request
         (default ``2026-07-28``) and ``headers`` are added to it (for example
-        ``Authorization``: this request does not pass through the client's auth).
+        ``Authorization``: this request does not pass through the client's auth). On the 2025 wire
+        with no ``Mcp-Session-Id`` among them, a transport session of its own is opened first
+        (``initialize``) and ended after.
         Raises :class:`SessionError` if the server refuses (``-32601``: the
         server has no sessions).
         """

@@ -1,0 +1,214 @@
+"""The server decides: before the middleware answers a request itself, it asks the app it wraps whether it takes it.
+
+The middleware answers some requests without forwarding them (``sessions/create``, a ``-32043``…). Each of
+them is first put to the wrapped app in the same process, so that the server's own checks judge it: its
+allowed hosts and origins, its ``Accept`` and content-type rules, its body limit, its protocol versions, its
+transport session, its auth where the app holds it. It goes as a probe: the request's own headers, id and
+params, with a method no server has, ``mcp-sessions/probe``, so that the probe has no effect. A server that
+answers "method not found" has accepted everything before its dispatch, and only then does the middleware
+answer. Any other answer (a 421 for a host it does not serve, a 406, a 400 for a protocol version it does
+not speak, a 404 for a transport session it lost) is the client's answer, as the server sent it.
+
+The probe carries no trace context (``traceparent``, ``tracestate`` and ``baggage`` are left out of its
+``_meta``) and runs under an unsampled parent, so a parent-based sampler (OpenTelemetry's default) records
+none of the server's spans for it: traces show the request the middleware answered, not the question.
+
+A gateway asks the same way: the app it wraps is the proxy, so the question goes to the upstream server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Final
+
+import anyio
+from opentelemetry import trace
+from starlette.types import ASGIApp, Message, Scope, Send
+
+from ._wire.protocol import INVALID_PARAMS, MCP_METHOD_HEADER, METHOD_NOT_FOUND, PARSE_ERROR
+from ._wire.sse import SSERewriter
+
+__all__ = ["MAX_NESTING", "PROBE_METHOD", "Rejection", "ask_server"]
+
+PROBE_METHOD: Final = "mcp-sessions/probe"
+_PROBE_ID: Final = "mcp-sessions-probe"
+_MAX_ANSWER: Final = 256 * 1024
+_LEFT_OUT: Final = frozenset({b"mcp-name", b"content-length", b"traceparent", b"tracestate", b"baggage"})
+_MEMBERS: Final = frozenset({"jsonrpc", "id", "params"})
+_TRACE_KEYS: Final = frozenset({"traceparent", "tracestate", "baggage"})
+# A valid parent that is not sampled: under it, a parent-based sampler records nothing.
+_UNSAMPLED: Final = trace.NonRecordingSpan(
+    trace.SpanContext(trace_id=1, span_id=1, is_remote=False, trace_flags=trace.TraceFlags(0))
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """The answer the wrapped server gave instead of the middleware's.
+
+    ``status``, ``headers`` and ``body`` are the server's bytes; ``code`` and
+    ``message`` are the JSON-RPC error in the body, if it has one, and
+    ``reason`` a low-cardinality name for logs and telemetry.
+    """
+
+    status: int
+    headers: tuple[tuple[bytes, bytes], ...]
+    body: bytes
+    reason: str
+    code: int | None = None
+    message: str | None = None
+
+    async def send(self, send: Send) -> None:
+        """Send this answer as a complete HTTP response."""
+        await send({"type": "http.response.start", "status": self.status, "headers": list(self.headers)})
+        await send({"type": "http.response.body", "body": self.body, "more_body": False})
+
+
+MAX_NESTING: Final = 512
+"""The deepest body (arrays and objects inside each other) the middleware answers itself."""
+_TOO_DEEP_BODY: Final = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: nested too deep"}}'
+_TOO_DEEP: Final = Rejection(
+    400,
+    ((b"content-type", b"application/json"), (b"content-length", str(len(_TOO_DEEP_BODY)).encode())),
+    _TOO_DEEP_BODY,
+    "too_deep",
+    PARSE_ERROR,
+    "Parse error: nested too deep",
+)
+
+
+async def ask_server(app: ASGIApp, scope: Scope, message: object, body: bytes) -> Rejection | None:
+    """``None`` when ``app`` takes the request up to its dispatch, else its answer (see the module).
+
+    ``message`` is the request's parsed body, one message or a batch (then the probe is a batch of one, in
+    place of the first message), and ``body`` its bytes, whose encoding the probe keeps (a byte-order mark,
+    UTF-16 or UTF-32 are the server's parser's to refuse). A body nested deeper than :data:`MAX_NESTING` is
+    refused without asking (-32700, HTTP 400): no MCP message comes near it, and how deep a server's parser
+    reads depends on its stack.
+    """
+    if _nesting(message) > MAX_NESTING:
+        return _TOO_DEEP
+    first = message[0] if isinstance(message, list) and message else message
+    first = first if isinstance(first, dict) else {}
+    # The first message's JSON-RPC members as sent (any other, such as a wire's session member, is the
+    # middleware's to strip before forwarding), with the probe's method.
+    probe: dict[str, object] = {"id": _PROBE_ID, **{k: v for k, v in first.items() if k in _MEMBERS}}
+    probe["method"] = PROBE_METHOD
+    probe_id = probe["id"]
+    params = probe.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if isinstance(params, dict) and isinstance(meta, dict) and not _TRACE_KEYS.isdisjoint(meta):
+        probe["params"] = {**params, "_meta": {k: v for k, v in meta.items() if k not in _TRACE_KEYS}}
+    # ASCII: a lone surrogate the client sent reaches the server's parser as an escape of it
+    text = json.dumps([probe] if isinstance(message, list) else probe, separators=(",", ":"))
+    body = text.encode(json.detect_encoding(body))
+    method = first.get("method")  # an Mcp-Method that names another method is the server's to refuse
+    named = method.encode("utf-8", "surrogatepass") if isinstance(method, str) else None
+    headers = [
+        (name, PROBE_METHOD.encode() if name == MCP_METHOD_HEADER and value == named else value)
+        for name, value in scope["headers"]
+        if name not in _LEFT_OUT
+    ]
+    headers.append((b"content-length", str(len(body)).encode()))
+    answer = _Answer(probe_id)
+    with trace.use_span(_UNSAMPLED):
+        await answer.read(app, {**scope, "headers": headers}, body)
+    return answer.verdict()
+
+
+def _nesting(message: object) -> int:
+    """How deep arrays and objects nest in ``message``, without recursion."""
+    deepest, level = 0, [(message, 1)]
+    while level:
+        value, depth = level.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            level.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+class _Answer:
+    """The app's answer to the probe, read until the probe's own response arrives or the response ends."""
+
+    __slots__ = ("_answered", "_events", "_found", "_probe_id", "_received", "_scope", "headers", "status")
+
+    def __init__(self, probe_id: object) -> None:
+        self._probe_id = probe_id
+        self._found: list[object] = []
+        self._received = bytearray()
+        self._events: SSERewriter | None = None
+        self._scope = anyio.CancelScope()
+        self._answered = anyio.Event()
+        self.status = 500
+        self.headers: list[tuple[bytes, bytes]] = []
+
+    async def read(self, app: ASGIApp, scope: Scope, body: bytes) -> None:
+        sent = False
+
+        async def receive() -> Message:  # the body, then a disconnect once the answer is in, as a client does
+            nonlocal sent
+            if sent:
+                await self._answered.wait()
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        with self._scope:
+            await app(scope, receive, self._send)
+
+    async def _send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status, self.headers = message["status"], list(message.get("headers", ()))
+            if (_header(self.headers, b"content-type") or b"").startswith(b"text/event-stream"):
+                self._events = SSERewriter(self._collect, once=False)
+            return
+        chunk = message.get("body", b"")
+        self._received += chunk
+        if self._events is not None:
+            self._events.feed(chunk)
+        if self._found or len(self._received) > _MAX_ANSWER:
+            self._scope.cancel()  # answered: an event stream the app keeps open is not waited for
+        elif not message.get("more_body", False):
+            self._answered.set()
+
+    def _collect(self, data: str) -> None:  # keeps the event that answers the probe
+        if isinstance(message := _parsed(data), dict) and message.get("id") == self._probe_id:
+            self._found.append(message)
+
+    def verdict(self) -> Rejection | None:
+        found = self._found
+        if self._events is None:
+            parsed = _parsed(self._received) if self._received else None
+            found = parsed if isinstance(parsed, list) else [parsed]
+        errors = [m for m in found if isinstance(m, dict) and isinstance(m.get("error"), dict)]
+        # the probe's own error; else the one a refusal of the whole body has (``id: null``)
+        error = next(
+            (m["error"] for m in errors if m.get("id") == self._probe_id), errors[0]["error"] if errors else None
+        )
+        code = error.get("code") if isinstance(error, dict) else None
+        if code == METHOD_NOT_FOUND or (code == INVALID_PARAMS and self.status == 200):
+            return None  # dispatched: the mcp SDK 1.x answers an unknown method -32602, in a 200 of the 2025 wire
+        headers = [(n, v) for n, v in self.headers if n != b"content-length"]
+        headers.append((b"content-length", str(len(self._received)).encode()))
+        message = error.get("message") if isinstance(error, dict) else None
+        return Rejection(
+            self.status,
+            tuple(headers),
+            bytes(self._received),
+            "server_refused",
+            code if type(code) is int else None,
+            message if isinstance(message, str) else None,
+        )
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    return next((value for key, value in headers if key.lower() == name), None)
+
+
+def _parsed(data: str | bytes | bytearray) -> object:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
