@@ -76,12 +76,18 @@ def place_at_endpoints(
 ) -> EndpointPaths | None:
     """Put ``make(transport)`` in front of each MCP transport inside ``app``; the paths routed to them.
 
-    ``None`` when ``app`` has no endpoint to be found: the caller keeps the outer form. What
+    ``None`` when ``app`` has no endpoint to be found: the caller keeps the outer form, and a warning says so. What
     ``make`` returns should look like a transport (a ``session_manager``), so that a middleware
     placed later goes in front of it, as the later-built middleware of a Starlette list is the outer one.
     """
     endpoints = find_endpoints(app, placed=placed)
-    if not endpoints:
+    if not endpoints:  # said once, at startup: what the middleware cannot read of such a server
+        logger.warning(
+            "mcp-sessions: found no MCP endpoint inside %s, so the session methods are answered in front of the "
+            "whole app: the app still judges each request first, but the user its authentication signs in is "
+            "not seen (sessions are bound to the principal= hook's answer)",
+            type(app).__qualname__,
+        )
         return None
     for endpoint in endpoints:
         endpoint.place(make(endpoint.transport))

@@ -12,7 +12,6 @@ HTTP, and ASGI 3 (HTTP connection scope).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final, Unpack
@@ -61,7 +60,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MCPSessionMiddleware"]
 
-logger = logging.getLogger("mcp_sessions")
 
 _JSON_CONTENT_TYPE: Final = b"application/json"
 
@@ -152,7 +150,6 @@ class MCPSessionMiddleware:
             placed=lambda found: isinstance(found, MCPSessionMiddleware),
         )
         if paths is None:
-            _say_outer_form(app)
             return None
         self._paths = frozenset()  # what reaches this outer middleware is an ordinary route's
         return paths
@@ -290,16 +287,6 @@ def _service(config: SessionsConfig) -> SessionService:
         principal=config.principal,
         binds_endpoint=config.binds_endpoint,
         bus=config.subscriptions,
-    )
-
-
-def _say_outer_form(app: ASGIApp) -> None:
-    """Say, once at startup, what the middleware cannot read of a server it found no MCP endpoint in."""
-    logger.warning(
-        "mcp-sessions: found no MCP endpoint inside %s, so the session methods are answered in front of the "
-        "whole app: the app still judges each request first, but the user its authentication signs in is not "
-        "seen (sessions are bound to the principal= hook's answer)",
-        type(app).__qualname__,
     )
 
 

@@ -517,3 +517,24 @@ def test_a_custom_route_behind_the_sdks_bearer_auth_sees_the_users_bound_session
         seen = http.get(url + "/status", headers={"Mcp-Session-Id": alices, **bearer("alice")})
         assert seen.text == jwt_claims(alices)["sid"]
         assert http.get(url + "/status", headers={"Mcp-Session-Id": alices, **bearer("bob")}).text == "none"
+
+
+def test_a_server_behind_an_app_that_is_not_starlettes_is_asked_through_it_and_the_outer_form_is_said(
+    http: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No endpoint can be found inside a dispatcher of one's own: the outer form, said once; the server behind
+    it still judges every request the middleware answers itself (its loopback Host check, here)."""
+    server = notes_server()
+    transport = server.streamable_http_app(stateless_http=True, json_response=True)
+
+    async def dispatch(scope: Any, receive: Any, send: Any) -> None:
+        await transport(scope, receive, send)
+
+    with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
+        app = MCPSessionMiddleware(dispatch, secret=SECRET, path="/mcp")
+    assert "found no MCP endpoint inside function, so the session methods are answered in front" in caplog.text
+    with serve(app) as url:  # the lifespan goes through the dispatcher to the server's app
+        body = modern_request("sessions/create")
+        foreign = http.post(url + "/mcp", json=body, headers={**modern_headers(body), "Host": "evil.example"})
+        assert (foreign.status_code, foreign.text) == (421, "Invalid Host header")
+        assert "sessionId" in message_of(post(http, url + "/mcp", MODERN, body))["result"]["session"]

@@ -20,7 +20,6 @@ INTERNAL_ERROR: Final = -32603
 # MCP 2026-07-28: a header that disagrees with the body.
 HEADER_MISMATCH: Final = -32020
 """Error code: the ``Mcp-Session-Id`` or ``Mcp-Method`` header differs from the body (2026-07-28 only)."""
-UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 """Error code: the 2026-07-28 protocol version the request names is not one the server serves."""
 # Retryable, in the implementation range: -32000 and -32001 are the SDK's.
 SESSION_STORE_UNAVAILABLE: Final = -32010
