@@ -13,13 +13,8 @@ from mcp_sessions import KeySet, MemoryStore, SessionKey, SessionsConfig
 from mcp_sessions._session._principal import authenticated_user
 from mcp_sessions._session._service import SessionService
 from mcp_sessions._tokens._digest import IdDigests
-from mcp_sessions.sources._host import (
-    BUILT_IN_HOSTS,
-    HostConversationSource,
-    HostKey,
-    conversation_id,
-    host_keys_from_config,
-)
+from mcp_sessions.sources import BUILT_IN_HOSTS, HostConversationSource, HostKey, host_keys_from_config
+from mcp_sessions.sources._host_keys import conversation_id
 from mcp_sessions.sources._transport import TransportSource, is_transport_session_id
 
 KEYS = KeySet.from_secret(SECRET)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final, NamedTuple
 
@@ -114,7 +114,7 @@ class UpstreamProxy:
         if first["type"] != "http.request":
             return None  # the client is gone
         content: Body = _streamed(first, receive) if first.get("more_body", False) else first.get("body", b"")
-        async with self.opened(scope, scope["headers"], content) as answer:
+        async with self._opened(scope, content) as answer:
             if isinstance(answer, Rejection):
                 return await answer.send(send)
             await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
@@ -123,12 +123,10 @@ class UpstreamProxy:
             await relay(answer.chunks, send)
 
     @asynccontextmanager
-    async def opened(
-        self, scope: Scope, headers: Iterable[tuple[bytes, bytes]], content: Body
-    ) -> AsyncIterator[UpstreamAnswer | Rejection]:
+    async def _opened(self, scope: Scope, content: Body) -> AsyncIterator[UpstreamAnswer | Rejection]:
         """The upstream's answer, its headers read, from the first replica that takes the request; or the
         gateway's own answer when none can (the host refused, the transport session lost, the upstream down)."""
-        opened = await self._open(scope, list(headers), content)
+        opened = await self._open(scope, content)
         if isinstance(opened, Rejection):
             yield opened
             return
@@ -142,14 +140,13 @@ class UpstreamProxy:
             with anyio.CancelScope(shield=True):  # closing the upstream stream, even when a disconnect cancels
                 await response.aclose()
 
-    async def _open(
-        self, scope: Scope, headers: list[tuple[bytes, bytes]], content: Body
-    ) -> tuple[httpx.Response, Replica] | Rejection:
+    async def _open(self, scope: Scope, content: Body) -> tuple[httpx.Response, Replica] | Rejection:
         """The request sent to each replica it may go to in turn, until one answers.
 
         A body read whole is sent again to the next replica when one cannot be connected to (nothing was
         sent); a streamed one is not.
         """
+        headers: list[tuple[bytes, bytes]] = scope["headers"]
         if (refused := self._host_check.check(headers)) is not None:
             return refused
         conversation = _conversation(scope)
@@ -167,9 +164,7 @@ class UpstreamProxy:
         )
         if isinstance(content, AsyncIterator) and (length := header(headers, b"content-length")) is not None:
             upstream.append((b"content-length", length))
-        target = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-        if query := scope.get("query_string"):
-            target += "?" + query.decode("latin-1")
+        target = _target(scope)
         status, reason = 503, "No upstream replica could be reached"
         for replica in candidates:
             request = self._client.build_request(
@@ -228,6 +223,13 @@ def upstream_failed(status: int, message: str, retry_after: bytes, request_id: s
     body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}, separators=(",", ":")).encode()
     headers = (_JSON, (b"content-length", str(len(body)).encode()), (b"retry-after", retry_after))
     return Rejection(status, headers, body, "upstream_unavailable", UPSTREAM_UNAVAILABLE, message)
+
+
+def _target(scope: Scope) -> str:
+    """The request's target as the client sent it: its raw path and query."""
+    target: str = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    query = scope.get("query_string")
+    return f"{target}?{query.decode('latin-1')}" if query else target
 
 
 def _lost_session() -> Rejection:

@@ -10,7 +10,9 @@ from contextlib import asynccontextmanager
 
 import anyio
 
-from .._wire.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND
+from .._version import __version__
+from .._wire import jsonrpc
+from .._wire.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, Era
 from ._incoming import Failure, ResponseLike, body_messages, failure_of, read_all, retry_after
 from ._keeper import SessionKeeper
 from ._outgoing import Endpoint, Headers
@@ -72,21 +74,24 @@ class SessionLifecycle:
     async def _in_transport_session(self, endpoint: Endpoint) -> AsyncIterator[Endpoint]:
         """``endpoint`` in a transport session of its own on the 2025 wire, where a stateful server takes no
         request outside one: opened with the handshake when the caller named none, ended (DELETE) after."""
-        if not endpoint.needs_handshake:
+        headers = dict(endpoint.headers)
+        if endpoint.era is not Era.LEGACY or "mcp-session-id" in headers:
             yield endpoint
             return
-        body, headers = endpoint.request(
-            f"mcp-sessions-{next(self._ids)}", "initialize", endpoint.initialize_params(), None
-        )
-        response = await self._post(endpoint.url, headers, body, endpoint.extensions, "POST")
+        client = {"name": "mcp-sessions", "version": __version__}
+        params: dict[str, object] = {"protocolVersion": headers.get("mcp-protocol-version"), "capabilities": {}}
+        params["clientInfo"] = client
+        body, framed = endpoint.request(f"mcp-sessions-{next(self._ids)}", "initialize", params, None)
+        response = await self._post(endpoint.url, framed, body, endpoint.extensions, "POST")
         await read_all(response)
         transport_id = response.headers.get("mcp-session-id")
         if transport_id is None:  # a stateless server: every request stands alone
             yield endpoint
             return
         opened = endpoint.in_transport_session(str(transport_id))
-        body, headers = opened.notification("notifications/initialized")
-        await read_all(await self._post(endpoint.url, headers, body, endpoint.extensions, "POST"))
+        body = jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        framed = [*opened.headers, ("content-length", str(len(body)))]
+        await read_all(await self._post(endpoint.url, framed, body, endpoint.extensions, "POST"))
         try:
             yield opened
         finally:

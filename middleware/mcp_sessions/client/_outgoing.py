@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, Protocol, cast
 
-from .._version import __version__
 from .._wire import jsonrpc
 from .._wire.protocol import Era
 from ..profiles import DRAFT, SessionCarrier, WireProfile
@@ -271,28 +270,9 @@ class Endpoint:
         seconds = dict.fromkeys(("connect", "read", "write", "pool"), _OWN_REQUEST_TIMEOUT)
         return cls(url, list(base.items()), era, envelope, {"timeout": seconds})
 
-    @property
-    def needs_handshake(self) -> bool:
-        """On the 2025 wire with no transport session named: a stateful server needs one opened first."""
-        return self.era is Era.LEGACY and not any(name == "mcp-session-id" for name, _ in self.headers)
-
-    def initialize_params(self) -> dict[str, object]:
-        """The ``initialize`` params of the client's own handshake, at the endpoint's protocol version."""
-        version = next((value for name, value in self.headers if name == "mcp-protocol-version"), None)
-        return {
-            "protocolVersion": version,
-            "capabilities": {},
-            "clientInfo": {"name": "mcp-sessions", "version": __version__},
-        }
-
     def in_transport_session(self, transport_id: str) -> Endpoint:
         """This endpoint in the server's transport session ``transport_id``."""
         return replace(self, headers=[*self.headers, ("mcp-session-id", transport_id)])
-
-    def notification(self, method: str) -> tuple[bytes, Headers]:
-        """The body and headers of a notification of the client's own (no params)."""
-        body = jsonrpc.dumps({"jsonrpc": "2.0", "method": method})
-        return body, _framed(list(self.headers), self.era, None, len(body))
 
     def request(
         self, request_id: str, method: str, params: dict[str, object], token: str | None

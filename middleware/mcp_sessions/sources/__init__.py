@@ -18,15 +18,8 @@ from ._base import (
 )
 from ._chain import DEFAULT_SOURCES, build_chain, check_chain
 from ._data_layer import DataLayerSource
-from ._host import (
-    BUILT_IN_HOSTS,
-    CONVERSATION_DATA_MODES,
-    ConversationData,
-    HostConversationSource,
-    HostKey,
-    data_off_explainer,
-    host_keys_from_config,
-)
+from ._host import CONVERSATION_DATA_MODES, ConversationData, HostConversationSource, data_off_explainer
+from ._host_keys import BUILT_IN_HOSTS, HostKey, host_keys_from_config
 from ._transport import TransportSource, is_transport_session_id
 
 __all__ = [

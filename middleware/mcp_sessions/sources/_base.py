@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from .._plan import Call, Plan
     from .._session import Session, SessionService
     from .._tokens import IdDigests
-    from ._host import ConversationData, HostKey
+    from ._host import ConversationData
+    from ._host_keys import HostKey
 
 __all__ = [
     "DEFAULT_MAX_CONVERSATIONS_PER_CALLER",

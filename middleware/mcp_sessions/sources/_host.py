@@ -9,12 +9,11 @@ name the conversation in telemetry only; ``conversation_data`` opts into per-con
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Final, Literal
 
 from starlette.types import Scope
 
@@ -23,6 +22,7 @@ from .._session import Quota, SessionService, caller_of
 from .._tokens import IdDigests
 from ._baggage import baggage_member
 from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, MAX_SESSIONS_PER_REQUEST, Trust, once_per_request
+from ._host_keys import TURN_KEYS, USER_KEYS, HostKey, conversation_id, member_of
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
@@ -30,14 +30,10 @@ if TYPE_CHECKING:
     from ._base import SourceContext
 
 __all__ = [
-    "BUILT_IN_HOSTS",
     "CONVERSATION_DATA_MODES",
     "ConversationData",
     "HostConversationSource",
-    "HostKey",
-    "conversation_id",
     "data_off_explainer",
-    "host_keys_from_config",
 ]
 
 ConversationData = Literal["off", "principal", "anonymous"]
@@ -46,83 +42,13 @@ ConversationData = Literal["off", "principal", "anonymous"]
 CONVERSATION_DATA_MODES: Final = ("off", "principal", "anonymous")
 """The values ``conversation_data`` takes."""
 
-MAX_CONVERSATION_ID_LENGTH: Final = 256
 _MAX_KNOWN: Final = 100_000  # conversations remembered as started (so counted once); the oldest forgotten first
-# Printable ASCII without space, quotes, backslash, comma and semicolon: safe in an attribute,
-# a log line and a baggage value; anything else is not a conversation id and is ignored.
-_CONVERSATION_ID: Final = re.compile(rf"[!#-+\--:<-\[\]-~]{{1,{MAX_CONVERSATION_ID_LENGTH}}}")
-_HEADER_NAME: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAGGAGE_SOURCE: Final = "baggage"  # the source name of a conversation found in baggage
 _DATA_OFF: Final = (
     "conversation data is off, so the host's conversation id ({source}) names this conversation in traces only; "
     'to keep data per conversation set conversation_data="anonymous" or "principal" '
     "(MCP_SESSIONS_CONVERSATION_DATA)"
 )
-
-
-class HostKey(NamedTuple):
-    """Where one host puts its conversation id: a ``_meta`` key or an HTTP header, and the source's name."""
-
-    name: str
-    """The source's name in telemetry (``openai``, ``meta:acme/chat``…)."""
-    place: Literal["meta", "header"]
-    """Whether the id is in ``params._meta`` or in a header."""
-    key: str
-    """The ``_meta`` key, or the header's name in lower case."""
-    member: str | None = None
-    """With a member, the id is that member of the object at ``_meta[key]`` (Codex's turn metadata)."""
-
-
-BUILT_IN_HOSTS: Final = (
-    HostKey("openai", "meta", "openai/session"),
-    HostKey("vscode", "meta", "vscode.conversationId"),
-    HostKey("goose", "header", "agent-session-id"),
-    HostKey("goose", "meta", "agent-session-id"),
-    HostKey("opencode", "meta", "sessionID"),
-    HostKey("codex", "meta", "x-codex-turn-metadata", "thread_id"),
-    HostKey("codex", "meta", "x-codex-turn-metadata", "session_id"),  # a root thread's, shared by its sub-agents
-    HostKey("codex", "meta", "threadId"),
-)
-"""The hosts recognised without configuration, in the order they are tried."""
-
-# What some hosts send beside the conversation (a _meta key, and a member of the object there): the user
-# (ChatGPT's anonymized user, telemetry's user.id) and the turn of the conversation (a span attribute).
-_USER_KEYS: Final = {"openai": ("openai/subject", None)}
-_TURN_KEYS: Final = {"codex": ("x-codex-turn-metadata", "turn_id")}
-
-
-def host_keys_from_config(config: str | Iterable[str], *, source: str = "conversation_keys") -> tuple[HostKey, ...]:
-    """User-defined host keys from ``meta:KEY`` and ``header:NAME`` entries (a list, or one comma-separated text)."""
-    keys: list[HostKey] = []
-    for entry in config.split(",") if isinstance(config, str) else list(config):
-        if not isinstance(entry, str):
-            raise TypeError(f"{source}: each entry is a 'meta:KEY' or 'header:NAME' string, got {entry!r}")
-        if not (text := entry.strip()):
-            continue
-        place, _, key = text.partition(":")
-        place, key = place.strip().lower(), key.strip()
-        if place == "meta" and key:
-            keys.append(HostKey(f"meta:{key}", "meta", key))
-        elif place == "header" and _HEADER_NAME.fullmatch(key):
-            keys.append(HostKey(f"header:{key.lower()}", "header", key.lower()))
-        else:
-            raise ValueError(
-                f"{source}: {text!r} is not 'meta:KEY' or 'header:NAME' (e.g. meta:acme/chat,header:x-chat)"
-            )
-    return tuple(keys)
-
-
-def conversation_id(value: object) -> str | None:
-    """``value`` if it can be a conversation id (a bounded string of safe characters), else ``None``."""
-    return value if type(value) is str and _CONVERSATION_ID.fullmatch(value) else None
-
-
-def _member(meta: dict[str, object], key: str, member: str | None) -> object:
-    """``meta[key]``, or with ``member`` that member of the object there (``None`` if absent)."""
-    value = meta.get(key)
-    if member is None or value is None:
-        return value
-    return value.get(member) if isinstance(value, dict) else None
 
 
 def _meta_of(call: Call) -> object:
@@ -199,7 +125,7 @@ class HostConversationSource:
             for rank, key, member, name in self._meta:
                 if best is not None and rank > best[0]:
                     break
-                if (found := conversation_id(_member(named, key, member))) is not None:
+                if (found := conversation_id(member_of(named, key, member))) is not None:
                     best = (rank, found, name)
                     break
         if best is None:
@@ -207,12 +133,12 @@ class HostConversationSource:
         _, found, name = best
         if named is None:
             return Conversation(found, name)
-        user, turn = _USER_KEYS.get(name), _TURN_KEYS.get(name)
+        user, turn = USER_KEYS.get(name), TURN_KEYS.get(name)
         return Conversation(
             found,
             name,
-            user=None if user is None else conversation_id(_member(named, *user)),
-            turn=None if turn is None else conversation_id(_member(named, *turn)),
+            user=None if user is None else conversation_id(member_of(named, *user)),
+            turn=None if turn is None else conversation_id(member_of(named, *turn)),
         )
 
     @staticmethod
