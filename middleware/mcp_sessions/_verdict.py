@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import anyio
+import anyio.lowlevel
 from opentelemetry import trace
 from starlette.types import ASGIApp, Message, Scope, Send
 
@@ -170,6 +171,7 @@ class _Answer:
             self._events.feed(chunk)
         if self._found or len(self._received) > _MAX_ANSWER:
             self._scope.cancel()  # answered: an event stream the app keeps open is not waited for
+            await anyio.lowlevel.checkpoint()  # delivered here, in the app's send, should it never wait itself
         elif not message.get("more_body", False):
             self._answered.set()
 
