@@ -193,13 +193,7 @@ class SessionFloor:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
+        body = await read_whole(receive)
         parsed = json.loads(body)
         meta = parsed.get("params", {}).get("_meta", {}).get(SESSION_META_KEY)
         token = meta["sessionId"] if meta else None
@@ -485,12 +479,12 @@ _TRIVIAL_ANSWERS = {
 
 async def read_whole(receive: Receive) -> bytes:
     """The request's body, read to its end."""
-    body = b""
+    chunks: list[bytes] = []
     while True:
         message = await receive()
-        body += bytes(message.get("body", b""))
+        chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
-            return body
+            return b"".join(chunks)
 
 
 async def send_not_found(send: Send) -> None:

@@ -27,6 +27,7 @@ import anyio.lowlevel
 from opentelemetry import trace
 from starlette.types import ASGIApp, Message, Scope, Send
 
+from ._asgi import header
 from ._wire.protocol import INVALID_PARAMS, MCP_METHOD_HEADER, METHOD_NOT_FOUND, PARSE_ERROR
 from ._wire.sse import SSERewriter
 
@@ -160,9 +161,10 @@ class _Answer:
             await app(scope, receive, self._send)
 
     async def _send(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status, self.headers = message["status"], list(message.get("headers", ()))
-            if (_header(self.headers, b"content-type") or b"").startswith(b"text/event-stream"):
+        if message["type"] == "http.response.start":  # names lower-cased, should the app send them otherwise
+            self.status = message["status"]
+            self.headers = [(bytes(name).lower(), value) for name, value in message.get("headers", ())]
+            if (header(self.headers, b"content-type") or b"").startswith(b"text/event-stream"):
                 self._events = SSERewriter(self._collect, once=False)
             return
         chunk = message.get("body", b"")
@@ -203,10 +205,6 @@ class _Answer:
             code if type(code) is int else None,
             message if isinstance(message, str) else None,
         )
-
-
-def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    return next((value for key, value in headers if key.lower() == name), None)
 
 
 def _parsed(data: str | bytes | bytearray) -> object:

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Final
 
 from starlette.types import Scope
 
+from .._asgi import header
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._session import authenticated_user
 from ..sources import HostConversationSource, SourceContext, Trust
-from ._headers import HostCheck, header
+from ._headers import HostCheck
 from ._proxy import UpstreamProxy
 from ._replicas import Replicas
 

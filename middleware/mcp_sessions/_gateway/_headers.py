@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Final
 from urllib.parse import quote
 
+from .._asgi import header
 from .._verdict import Rejection
 from .._wire.protocol import MCP_SESSION_ID_HEADER
 
@@ -33,11 +34,6 @@ _REWRITTEN: Final = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 _CONVERSATION_MEMBER: Final = b"gen_ai.conversation.id"
 # A baggage value's octets (W3C baggage): anything else, and "%", percent-encoded.
 _BAGGAGE_SAFE: Final = "!#$&'()*+-./:<=>?@[]^_`{|}~"
-
-
-def header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
-    """The first value of header ``name`` (lower case, as ASGI gives names), or ``None``."""
-    return next((value for key, value in headers if key == name), None)
 
 
 def _listed(headers: Iterable[tuple[bytes, bytes]]) -> frozenset[bytes]:

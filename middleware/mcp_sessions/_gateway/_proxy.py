@@ -23,12 +23,13 @@ import anyio
 from opentelemetry import propagate, trace
 from starlette.types import Message, Receive, Scope, Send
 
+from .._asgi import header
 from .._session import SCOPE_KEY, Session, current_conversation
 from .._verdict import Rejection
 from .._wire import jsonrpc
 from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 from ..sources import is_transport_session_id
-from ._headers import HostCheck, client_headers, header, upstream_headers
+from ._headers import HostCheck, client_headers, upstream_headers
 from ._relay import relay, relay_events
 
 if TYPE_CHECKING:
