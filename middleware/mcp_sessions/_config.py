@@ -40,8 +40,6 @@ if TYPE_CHECKING:
     from .handles import Handles
     from .subscriptions import SessionSubscriptionBus
 
-__all__ = ["DEFAULT_MAX_BODY_SIZE", "DEFAULT_TTL", "SessionsConfig", "SessionsOptions"]
-
 
 DEFAULT_TTL: Final = 24 * 3600
 MAX_TTL: Final = 10 * 365 * 24 * 3600

@@ -13,8 +13,6 @@ from .profiles import ERROR_CODE_SETS, profiles_from_names
 from .sources import CONVERSATION_DATA_MODES, host_keys_from_config
 from .stores import REDIS_SCHEMES, SessionStore, store_from_url
 
-__all__ = ["settings_from_env"]
-
 logger = logging.getLogger("mcp_sessions")
 
 

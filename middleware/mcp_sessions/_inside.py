@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Scope
 
-__all__ = ["Endpoint", "EndpointPaths", "find_endpoints", "is_transport", "place_at_endpoints", "route_path"]
-
 logger = logging.getLogger("mcp_sessions")
 
 _MAX_DEPTH = 64  # an app graph deeper than this is not one a person wrote

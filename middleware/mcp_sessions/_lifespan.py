@@ -11,8 +11,6 @@ from starlette.types import Message, Send
 
 from .stores import SessionStore
 
-__all__ = ["watch_lifespan"]
-
 logger = logging.getLogger("mcp_sessions")
 
 

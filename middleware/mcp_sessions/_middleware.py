@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ._asgi import Replay, read_body, send_accepted
 from ._config import SessionsConfig, SessionsOptions
-from ._inside import EndpointPaths, is_transport, place_at_endpoints
+from ._inside import EndpointPaths, is_transport, place_at_endpoints, route_path
 from ._lifespan import watch_lifespan
 from ._otel import Telemetry
 from ._pipeline import (
@@ -35,7 +35,6 @@ from ._pipeline import (
     check_handles,
     headers_of,
     reject,
-    route_path,
     start_operations,
 )
 from ._plan import Plan, Planner
@@ -57,8 +56,6 @@ from .sources import (
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
-
-__all__ = ["MCPSessionMiddleware"]
 
 
 _JSON_CONTENT_TYPE: Final = b"application/json"

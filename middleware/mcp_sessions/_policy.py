@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
-__all__ = ["RequirePolicy", "compile_policy"]
-
 RequirePolicy = bool | Collection[str] | Callable[[str, Any], bool]
 Requires = Callable[[str, Any], bool]
 

@@ -31,8 +31,6 @@ from ._asgi import header
 from ._wire.protocol import INVALID_PARAMS, MCP_METHOD_HEADER, METHOD_NOT_FOUND, PARSE_ERROR
 from ._wire.sse import SSERewriter
 
-__all__ = ["MAX_NESTING", "PROBE_METHOD", "Rejection", "ask_server"]
-
 PROBE_METHOD: Final = "mcp-sessions/probe"
 _PROBE_ID: Final = "mcp-sessions-probe"
 _MAX_ANSWER: Final = 256 * 1024

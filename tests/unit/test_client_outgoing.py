@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from mcp_sessions._wire import jsonrpc
-from mcp_sessions.client._outgoing import Era, OutgoingPost, stamp
+from mcp_sessions._wire.protocol import Era
+from mcp_sessions.client._outgoing import OutgoingPost, stamp
 
 KEY = "io.modelcontextprotocol/session"
 HEADERS = [("content-type", "application/json"), ("content-length", "999"), ("mcp-session-id", "stale")]

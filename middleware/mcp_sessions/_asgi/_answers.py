@@ -10,8 +10,6 @@ from .._wire.protocol import Era, http_status
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable
 
-__all__ = ["send_accepted", "send_json", "send_refusal", "send_result", "send_status"]
-
 _JSON_HEADERS: Final = [(b"content-type", b"application/json")]
 
 

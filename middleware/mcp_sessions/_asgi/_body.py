@@ -9,8 +9,6 @@ from starlette.types import Message, Receive
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable
 
-__all__ = ["DEFAULT_MAX_BODY_SIZE", "TOO_LARGE", "Replay", "read_body"]
-
 DEFAULT_MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 """The largest body either middleware reads by default (``max_body_size``)."""
 TOO_LARGE: Final = object()

@@ -13,8 +13,6 @@ from ._exit import EXIT_INVALID, EXIT_OK, UsageError
 if TYPE_CHECKING:
     from ..client import SessionHandle
 
-__all__ = ["INSPECTOR_META_KEY", "LEGACY_VERSION", "run_create"]
-
 INSPECTOR_META_KEY: Final = "io.modelcontextprotocol/session"
 LEGACY_VERSION: Final = "2025-11-25"
 

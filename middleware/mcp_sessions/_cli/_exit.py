@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "UsageError"]
-
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 

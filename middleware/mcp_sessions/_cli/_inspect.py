@@ -17,8 +17,6 @@ from .._tokens import SESSION_TOKEN_TYPE, STATE_TOKEN_TYPE, InvalidToken, KeySet
 from .._wire import iso
 from ._exit import EXIT_INVALID, EXIT_OK, UsageError
 
-__all__ = ["build_verifier", "decode_unverified", "explain", "run_inspect"]
-
 
 def _segment(part: str) -> object:
     return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))

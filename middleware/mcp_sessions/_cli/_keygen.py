@@ -17,8 +17,6 @@ from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 from .._tokens import keys_from_config
 from ._exit import EXIT_OK, UsageError
 
-__all__ = ["ALGORITHMS", "generate", "public_jwk", "run_keygen"]
-
 ALGORITHMS: Final = ("HS256", "ES256", "EdDSA")
 _ALIASES: Final = {"hs256": "HS256", "es256": "ES256", "eddsa": "EdDSA", "ed25519": "EdDSA"}
 _KID_PREFIX: Final = {"HS256": "hs", "ES256": "es", "EdDSA": "ed"}

@@ -27,8 +27,6 @@ from ._strawman import run_strawman
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["SCENARIOS", "Scenario", "add_conformance_parser", "run_conformance", "run_scenario"]
-
 EXIT_USAGE = 2
 
 

@@ -29,8 +29,6 @@ from ._draft_session import (
 from ._model import MODERN, Recorder
 from ._peer import MISMATCH, UNKNOWN_ID, Peer, member, tool_names, tool_text
 
-__all__ = ["run_draft"]
-
 INVALID_REQUEST: Final = -32600
 LONG_UNKNOWN_ID: Final = "sess-conformance-" + "x" * 283
 """An unknown id of 300 characters: ``-32043`` sends back its first 256."""

@@ -11,22 +11,6 @@ from typing import Final
 from ._model import LEGACY, MODERN, Recorder
 from ._peer import Exchange, Peer, member, tool_text
 
-__all__ = [
-    "KEY",
-    "NOT_FOUND",
-    "Draft",
-    "check_capability",
-    "check_context",
-    "check_create",
-    "check_echo",
-    "check_ids",
-    "check_legacy_header",
-    "check_required",
-    "check_sessionless",
-    "echo_of",
-    "is_rfc3339_utc",
-]
-
 KEY: Final = "io.modelcontextprotocol/session"
 EXTENSION: Final = "io.modelcontextprotocol/sessions"
 NOT_FOUND: Final = -32043

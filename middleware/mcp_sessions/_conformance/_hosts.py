@@ -17,8 +17,6 @@ from ._draft_session import KEY
 from ._model import MODERN, Recorder
 from ._peer import Exchange, Peer, Unusable, member, tool_names, tool_text
 
-__all__ = ["run_hosts"]
-
 Form = Callable[[str], tuple[dict[str, object], dict[str, str]]]
 """How a host names a conversation: the ``_meta`` members and HTTP headers of a request, from its id."""
 

@@ -19,20 +19,6 @@ from typing import Final, Literal, NotRequired, TypedDict
 
 from ._yaml import YamlValue, loads
 
-__all__ = [
-    "ERAS",
-    "LEGACY",
-    "MODERN",
-    "Bail",
-    "ConformanceCheck",
-    "Excluded",
-    "Recorder",
-    "Requirement",
-    "Traceability",
-    "load_traceability",
-    "now",
-]
-
 MODERN: Final = "2026-07-28"
 """The stateless era: every request carries its envelope in ``params._meta``."""
 LEGACY: Final = "2025-11-25"

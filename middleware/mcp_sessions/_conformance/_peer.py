@@ -24,22 +24,6 @@ from ._model import MODERN
 if TYPE_CHECKING:
     import httpx
 
-__all__ = [
-    "ACCEPT",
-    "CLIENT_INFO",
-    "MISMATCH",
-    "TIMEOUT",
-    "UNKNOWN_ID",
-    "Exchange",
-    "Peer",
-    "ProbeError",
-    "Reading",
-    "Unusable",
-    "member",
-    "tool_names",
-    "tool_text",
-]
-
 TIMEOUT: Final = 10.0
 """Seconds to wait for a connection, or between two reads of an answer."""
 DEADLINE: Final = 60.0

@@ -25,18 +25,6 @@ from typing import TextIO
 from ._model import ConformanceCheck, now
 from ._yaml import MAX_YAML_BYTES, YamlError, loads
 
-__all__ = [
-    "BaselineResult",
-    "Entry",
-    "Palette",
-    "evaluate",
-    "load_expected_failures",
-    "print_baseline",
-    "print_checks",
-    "print_summary",
-    "write_checks",
-]
-
 _SEVERITY = {"FAILURE": 3, "WARNING": 2, "SUCCESS": 1}
 
 

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from ._model import LEGACY, MODERN, Recorder
 from ._peer import ACCEPT, CLIENT_INFO, MISMATCH, UNKNOWN_ID, Exchange, Peer, member, tool_names, tool_text
 
-__all__ = ["run_alt1", "run_alt2"]
-
 MEMBER = "sessionId"
 _OPEN = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": CLIENT_INFO}
 

@@ -12,8 +12,6 @@ from ._draft_session import is_rfc3339_utc
 from ._model import Bail, Recorder
 from ._peer import UNKNOWN_ID, Exchange, Peer, member, tool_names, tool_text
 
-__all__ = ["run_strawman"]
-
 COOKIE = "mcp/session"
 REQUIRED = -32002
 REQUIRED_MESSAGE = "Session required. Call session/create first."

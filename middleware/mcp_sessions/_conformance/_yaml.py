@@ -17,8 +17,6 @@ import json
 import re
 from typing import NamedTuple
 
-__all__ = ["MAX_YAML_BYTES", "YamlError", "loads"]
-
 MAX_YAML_BYTES = 1 << 20
 """The largest file read: a baseline or traceability file is a few kilobytes."""
 _MAX_DEPTH = 16

@@ -21,16 +21,6 @@ if TYPE_CHECKING:
     from .._session import Session
     from ..sources import Call, Plan
 
-__all__ = [
-    "DEFAULT_CONNECT_TIMEOUT",
-    "DEFAULT_FAILURE_COOLDOWN",
-    "DEFAULT_FIRST_BYTE_TIMEOUT",
-    "DEFAULT_KEEPALIVE",
-    "RoutedConversations",
-    "credential_principal",
-    "gateway_app",
-]
-
 DEFAULT_KEEPALIVE: Final = 15.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_FIRST_BYTE_TIMEOUT: Final = 300.0

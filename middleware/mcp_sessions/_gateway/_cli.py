@@ -17,8 +17,6 @@ from ._app import (
     gateway_app,
 )
 
-__all__ = ["add_gateway_parser", "run_gateway"]
-
 logger = logging.getLogger("mcp_sessions.gateway")
 
 EXIT_USAGE = 2

@@ -19,8 +19,6 @@ from .._asgi import header
 from .._verdict import Rejection
 from .._wire.protocol import MCP_SESSION_ID_HEADER
 
-__all__ = ["HostCheck", "client_headers", "header", "upstream_headers"]
-
 Headers = list[tuple[bytes, bytes]]
 
 LOCALHOST_HOSTS: Final = ("127.0.0.1:*", "localhost:*", "[::1]:*")

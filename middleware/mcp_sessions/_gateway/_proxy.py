@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 
     from ._replicas import Replica, Replicas
 
-__all__ = ["UPSTREAM_UNAVAILABLE", "UpstreamAnswer", "UpstreamProxy", "upstream_failed"]
-
 logger = logging.getLogger("mcp_sessions.gateway")
 
 UPSTREAM_UNAVAILABLE: Final = -32014

@@ -16,8 +16,6 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from starlette.types import Receive, Send
 
-__all__ = ["KEEPALIVE", "relay", "relay_events"]
-
 KEEPALIVE: Final = b": keep-alive\n\n"
 _LINE_ENDS: Final = (b"\n", b"\r")
 Errors = type[Exception] | tuple[type[Exception], ...]

@@ -19,8 +19,6 @@ from collections.abc import Callable, Sequence
 from typing import Final
 from urllib.parse import urlsplit
 
-__all__ = ["Replica", "Replicas"]
-
 logger = logging.getLogger("mcp_sessions.gateway")
 
 TAG_LENGTH: Final = 8

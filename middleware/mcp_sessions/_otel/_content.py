@@ -21,8 +21,6 @@ from typing import Final, Literal
 
 from opentelemetry.trace import Span
 
-__all__ = ["REDACTED", "TRUNCATED", "record_arguments", "record_result", "record_text", "redacted"]
-
 MAX_CONTENT_BYTES: Final = 4096
 """The most UTF-8 bytes each captured value takes, the truncation marker included."""
 REDACTED: Final = "[redacted]"

@@ -27,8 +27,6 @@ from opentelemetry.util.types import AttributeValue
 
 from ._content import REDACTED, TRUNCATED, redacted
 
-__all__ = ["MAX_LEARNED_NAMES", "OTHER", "Vocabulary", "process_digest"]
-
 # The OpenTelemetry conventions' value for a client-chosen name outside the known set.
 OTHER: Final = "_OTHER"
 # How many tool (and prompt) names the server lists are learned before the rest count as _OTHER.

@@ -15,15 +15,6 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-__all__ = [
-    "SESSION_BAGGAGE_KEY",
-    "TRACEPARENT_CLAIM",
-    "TRACE_KEYS",
-    "attach_session",
-    "detach_session",
-    "parent_and_links",
-]
-
 SESSION_BAGGAGE_KEY: Final = "session.id"
 """The OpenTelemetry baggage key that holds the session's stable id while one of its requests runs."""
 TRACEPARENT_CLAIM: Final = "tp"

@@ -21,8 +21,6 @@ from ._viewers import trace_names
 if TYPE_CHECKING:
     from ._telemetry import Telemetry
 
-__all__ = ["SESSION_SOURCE_ATTRIBUTE", "Operation"]
-
 SESSION_SOURCE_ATTRIBUTE: Final = "mcp_sessions.session.source"
 
 

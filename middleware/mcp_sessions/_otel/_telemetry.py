@@ -33,8 +33,6 @@ from ._propagation import parent_and_links
 from ._span import SESSION_SOURCE_ATTRIBUTE, Operation
 from ._viewers import CALL_KIND_ATTRIBUTE, TURN, TraceUser, TraceUserMode, call_kinds, root_attributes
 
-__all__ = ["FLUSH_MILLIS", "Telemetry", "TraceMode", "flush_providers", "records"]
-
 logger = logging.getLogger("mcp_sessions")
 
 TraceMode = Literal["link", "session"]

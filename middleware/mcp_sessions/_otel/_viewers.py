@@ -18,16 +18,6 @@ from opentelemetry.util.types import AttributeValue
 
 from ._names import _redacted, process_digest
 
-__all__ = [
-    "CALL_KIND_ATTRIBUTE",
-    "HOUSEKEEPING_METHODS",
-    "TURN",
-    "TraceUser",
-    "TraceUserMode",
-    "call_kinds",
-    "root_attributes",
-]
-
 CALL_KIND_ATTRIBUTE: Final = "mcp_sessions.call.kind"
 TURN: Final = "turn"
 """A call that does the conversation's work: ``tools/call``, ``prompts/get``, ``resources/read``, any other method."""

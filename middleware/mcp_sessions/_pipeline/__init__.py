@@ -11,7 +11,6 @@ from ._request import (
     continue_trace,
     echoed,
     headers_of,
-    route_path,
     strip_session_members,
 )
 from ._resolve import Resolver
@@ -32,7 +31,6 @@ __all__ = [
     "echoed",
     "headers_of",
     "reject",
-    "route_path",
     "start_operations",
     "strip_session_members",
 ]

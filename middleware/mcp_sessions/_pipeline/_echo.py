@@ -18,8 +18,6 @@ if TYPE_CHECKING:
     from .._session import Session
     from ..profiles import WireProfile
 
-__all__ = ["Target", "advertise", "advertising_tables", "annotate", "rewritten", "splice_point"]
-
 
 @dataclass(slots=True)
 class Target:

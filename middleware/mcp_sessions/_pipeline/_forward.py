@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from ..sources import TransportSource
     from ._transport import TransportSessions
 
-__all__ = ["Exchange", "Forwarder"]
-
 Capabilities = Mapping[str, Mapping[str, object]]
 
 

@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from .._plan import Plan
     from .._session import SessionService
 
-__all__ = ["answer_refused_handles", "check_handles"]
-
 
 async def check_handles(handles: Handles, sessions: SessionService, scope: Scope, plan: Plan) -> None:
     """Set the request's handle view on ``plan``, and on each refused call its ``isError`` answer.

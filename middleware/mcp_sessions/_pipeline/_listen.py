@@ -34,8 +34,6 @@ from starlette.types import Message, Receive, Send
 if TYPE_CHECKING:
     from .._session import Session, SessionBus, SessionService
 
-__all__ = ["LISTEN", "ListenStream"]
-
 LISTEN: Final = "subscriptions/listen"
 SUBSCRIPTION_ID_META_KEY: Final = "io.modelcontextprotocol/subscriptionId"
 RECHECK_WITHOUT_IDLE_TTL: Final = 60.0

@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from ._refusals import Refuser
     from ._transport import TransportSessions
 
-__all__ = ["LocalAnswers"]
-
 
 class LocalAnswers:
     """Runs a local method's answer function and sends what it returns."""

@@ -13,8 +13,6 @@ if TYPE_CHECKING:
     from .._otel import Operation, Telemetry
     from .._plan import Call, Plan
 
-__all__ = ["start_operations"]
-
 
 async def start_operations(telemetry: Telemetry, scope: Scope, plan: Plan, *, capture: bool = False) -> None:
     """A SERVER span per JSON-RPC call of ``plan`` (only when an OpenTelemetry SDK records).

@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from .._plan import Call, Plan
     from .._verdict import Rejection
 
-__all__ = ["Refuser", "end_with"]
-
 
 class Refuser:
     """The refusals of one middleware instance (they share its ``Retry-After``)."""

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from starlette.types import Scope
 
-from .._inside import route_path
 from .._wire import Refusal, jsonrpc
 from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, MCP_METHOD_HEADER, MCP_SESSION_ID_HEADER, Era
 
@@ -15,16 +14,6 @@ if TYPE_CHECKING:
     from .._otel import Operation
     from .._plan import Call, Plan
     from .._session import Session
-
-__all__ = [
-    "body_of",
-    "check_local_call",
-    "continue_trace",
-    "echoed",
-    "headers_of",
-    "route_path",
-    "strip_session_members",
-]
 
 _CONFLICTING_HEADER: Final = b"\x00conflicting"
 

@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     from .._session import Session
     from ..sources import SessionSource
 
-__all__ = ["Explain", "Resolver"]
-
 Explain = Callable[["Call", "Plan"], "str | None"]
 """Why a call that needs a session has none, where a source can say (a host's id with data off)."""
 

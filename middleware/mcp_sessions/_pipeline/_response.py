@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable, ASGISendEvent, HTTPResponseBodyEvent, HTTPResponseStartEvent
 
 
-__all__ = ["ResponseRewriter"]
-
 logger = logging.getLogger("mcp_sessions")
 
 _JSON: Final = b"application/json"

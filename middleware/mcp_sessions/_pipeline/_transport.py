@@ -21,8 +21,6 @@ from starlette.types import Message, Scope, Send
 from .._session import Session
 from .._wire.protocol import MCP_SESSION_ID_HEADER
 
-__all__ = ["TransportSessions"]
-
 _MAX_BINDINGS: Final = 100_000
 
 

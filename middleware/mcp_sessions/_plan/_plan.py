@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from ..handles import Handle, HandleContext, HandleError
     from ..profiles import LocalMethod, WireProfile
 
-__all__ = ["Call", "Conversation", "Plan", "Planner"]
-
 
 @dataclass(slots=True, eq=False)
 class Conversation:

@@ -18,8 +18,6 @@ from typing import Final
 
 from starlette.types import Scope
 
-__all__ = ["Quota", "RateLimit", "caller_of", "parse_limit"]
-
 MAX_TRACKED: Final = 100_000  # callers remembered at once; the least recently seen is forgotten first
 MAX_TRACKED_RECORDS: Final = 1_000_000  # a quota's records remembered at once, all callers together
 

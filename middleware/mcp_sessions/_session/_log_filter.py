@@ -7,8 +7,6 @@ from typing import Final
 
 from ._session import current_conversation, current_session
 
-__all__ = ["SessionLogFilter"]
-
 OUTSIDE: Final = "-"
 
 

@@ -16,16 +16,6 @@ from starlette.types import Scope
 from .._wire import Refusal
 from .._wire.protocol import INTERNAL_ERROR
 
-__all__ = [
-    "ENDPOINT_CLAIM",
-    "PRINCIPAL_CLAIM",
-    "PrincipalHook",
-    "authenticated_user",
-    "call_hook",
-    "digest_of",
-    "principal_digest",
-]
-
 logger = logging.getLogger("mcp_sessions")
 
 PrincipalHook = Callable[[Scope], "str | Awaitable[str | None] | None"]

@@ -35,8 +35,6 @@ from ._session import Session, SessionBus
 if TYPE_CHECKING:
     from .._otel import Operation
 
-__all__ = ["Minted", "SessionNotFound", "SessionService"]
-
 logger = logging.getLogger("mcp_sessions")
 
 

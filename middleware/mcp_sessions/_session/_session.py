@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     from ..stores import SessionStore
     from ._service import SessionService
 
-__all__ = ["SCOPE_KEY", "HeaderSession", "Session", "SessionBus", "SessionData", "get_session", "header_session"]
-
 SCOPE_KEY: Final = "mcp_sessions.session"
 """The ASGI ``scope`` key that holds the request's verified :class:`Session` (absent without one)."""
 STATE_ATTRIBUTE: Final = "mcp_session"

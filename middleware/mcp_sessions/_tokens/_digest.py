@@ -19,8 +19,6 @@ from cryptography.hazmat.primitives import serialization
 
 from ._tokens import KeySet
 
-__all__ = ["IdDigests"]
-
 _LABEL: Final = b"mcp-sessions id digest\x00"
 
 

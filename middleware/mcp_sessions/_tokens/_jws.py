@@ -22,8 +22,6 @@ import jwt
 
 from ._keys import SessionKey
 
-__all__ = ["REQUIRED_CLAIMS", "InvalidToken", "minted_headers", "verified_by_pyjwt", "verified_payload"]
-
 REQUIRED_CLAIMS: Final = ["iss", "aud", "sid", "iat", "exp"]
 _SHAPE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 _JSON: Final = json.JSONDecoder()

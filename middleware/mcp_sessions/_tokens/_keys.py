@@ -27,8 +27,6 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_public_key,
 )
 
-__all__ = ["MIN_SECRET_BYTES", "PrivateKey", "PublicKey", "SessionKey"]
-
 MIN_SECRET_BYTES: Final = 32
 
 PrivateKey: TypeAlias = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey

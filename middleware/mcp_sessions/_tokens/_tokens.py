@@ -22,14 +22,6 @@ import jwt
 from ._jws import REQUIRED_CLAIMS, InvalidToken, minted_headers, verified_by_pyjwt, verified_payload
 from ._keys import SessionKey, keys_from_config
 
-__all__ = [
-    "InvalidToken",
-    "KeySet",
-    "SessionClaims",
-    "SessionKey",
-    "StateTooLarge",
-]
-
 SESSION_TOKEN_TYPE: Final = "mcp-session+jwt"  # noqa: S105 - a JOSE typ, not a secret
 STATE_TOKEN_TYPE: Final = "mcp-session-state+jwt"  # noqa: S105
 DEFAULT_MAX_TOKEN_LENGTH: Final = 2048

@@ -11,8 +11,6 @@ from . import jsonrpc
 from ._throttle import ThrottledWarning
 from .protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE
 
-__all__ = ["Refusal", "batch_refused", "store_unavailable"]
-
 logger = logging.getLogger("mcp_sessions")
 unavailable_warning = ThrottledWarning(logger)  # one outage refuses every request: said once an interval
 

@@ -7,8 +7,6 @@ import math
 import time
 from typing import Final
 
-__all__ = ["WARNING_INTERVAL", "ThrottledWarning"]
-
 WARNING_INTERVAL: Final = 10.0
 
 

@@ -12,8 +12,6 @@ import re
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["SSERewriter"]
-
 _EOL: Final = re.compile(rb"\r\n|\r|\n")
 
 Transform = Callable[[str], "str | None"]

@@ -9,8 +9,6 @@ import httpx
 
 from ._transport import SessionTransportBase
 
-__all__ = ["HttpxSessionTransport"]
-
 
 class HttpxSessionTransport(
     SessionTransportBase[httpx.AsyncBaseTransport, httpx.Request, httpx.Response], httpx.AsyncBaseTransport

@@ -9,8 +9,6 @@ import httpx2
 
 from ._transport import SessionTransportBase
 
-__all__ = ["SessionTransport"]
-
 
 class SessionTransport(
     SessionTransportBase[httpx2.AsyncBaseTransport, httpx2.Request, httpx2.Response], httpx2.AsyncBaseTransport

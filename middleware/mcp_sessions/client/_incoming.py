@@ -18,19 +18,6 @@ from .._wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, 
 from .._wire.sse import SSERewriter
 from ._session import SessionError
 
-__all__ = [
-    "Failure",
-    "HeadersLike",
-    "Inflater",
-    "ResponseLike",
-    "ResponseT",
-    "body_messages",
-    "decodable_encodings",
-    "failure_of",
-    "read_all",
-    "retry_after",
-]
-
 logger = logging.getLogger("mcp_sessions.client")
 
 _DECODABLE: Final = frozenset({"gzip", "x-gzip", "deflate", "identity"})

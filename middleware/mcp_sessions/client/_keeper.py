@@ -18,8 +18,6 @@ from ..profiles import DRAFT, ClientSide, Echo, WireProfile, not_found_codes, re
 from ._outgoing import Attempt, OutgoingPost
 from ._session import SessionHandle, parse_time
 
-__all__ = ["ChangeHook", "SessionKeeper"]
-
 logger = logging.getLogger("mcp_sessions.client")
 
 ChangeHook = Callable[[SessionHandle], "Awaitable[None] | None"]

@@ -18,8 +18,6 @@ from ._keeper import SessionKeeper
 from ._outgoing import Endpoint, Headers
 from ._session import RetryPolicy
 
-__all__ = ["Post", "SessionLifecycle"]
-
 logger = logging.getLogger("mcp_sessions.client")
 
 Post = Callable[[object, Headers, bytes, Mapping[str, object], str], Awaitable[ResponseLike]]

@@ -19,8 +19,6 @@ from .._wire.protocol import Era
 from ..profiles import DRAFT, SessionCarrier, WireProfile
 from ._incoming import HeadersLike, decodable_encodings
 
-__all__ = ["SETUP_METHODS", "Attempt", "Endpoint", "Era", "Headers", "OutgoingPost", "RequestLike", "stamp"]
-
 Headers = list[tuple[str, str]]
 
 # Connection set-up: never stamped, never the reason to create a session. A

@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-__all__ = ["RetryPolicy", "SessionError", "SessionHandle"]
-
 
 class SessionError(Exception):
     """A session operation the server refused, or a server without sessions.

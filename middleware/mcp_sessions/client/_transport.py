@@ -28,8 +28,6 @@ from ._outgoing import Attempt, Endpoint, Headers, OutgoingPost, RequestLike, st
 from ._session import RetryPolicy, SessionHandle
 from ._verdict import Verdict, read_answer
 
-__all__ = ["InnerTransport", "SessionTransportBase"]
-
 logger = logging.getLogger("mcp_sessions.client")
 
 

@@ -24,8 +24,6 @@ from ._incoming import Inflater, ResponseT, body_messages, read_all, retry_after
 from ._keeper import SessionKeeper
 from ._outgoing import Attempt, OutgoingPost
 
-__all__ = ["Verdict", "read_answer"]
-
 logger = logging.getLogger("mcp_sessions.client")
 
 _EOL: Final = re.compile(rb"\r\n|\r|\n")

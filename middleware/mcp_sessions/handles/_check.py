@@ -27,23 +27,6 @@ from ._registry import Handles
 if TYPE_CHECKING:
     from .._session import RateLimit
 
-__all__ = [
-    "ATTRIBUTE_ID",
-    "ATTRIBUTE_KIND",
-    "CallCheck",
-    "HandleContext",
-    "RequestCheck",
-    "ToolErrorResult",
-    "check_call",
-    "check_request",
-    "current_handle_context",
-    "handle_candidates",
-    "handle_context",
-    "is_tools_call",
-    "record_handles",
-    "tool_error_result",
-]
-
 ToolErrorResult = dict[str, object]
 """A ``CallToolResult`` with ``isError: true``, as JSON (the ``result`` of the JSON-RPC response)."""
 

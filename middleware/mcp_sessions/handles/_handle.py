@@ -27,19 +27,6 @@ else:  # the mcp SDK (and fastmcp, built on it) answers a tool's MCPError as a J
     except ImportError:  # pragma: no cover - without the SDK, a plain exception
         _ToolCallError = Exception
 
-__all__ = [
-    "DEFAULT_MAX_HANDLES_PER_CALLER",
-    "Handle",
-    "HandleBudget",
-    "HandleError",
-    "HandleErrorReason",
-    "HandleLimitExceeded",
-    "create_records",
-    "minted_for",
-    "refusal",
-    "use",
-]
-
 DATA_PREFIX: Final = "h:"
 META_PREFIX: Final = "hm:"
 META_KEY: Final = "m"

@@ -33,8 +33,6 @@ from ._registry import Handles
 if TYPE_CHECKING:
     from asgiref.typing import ASGIReceiveCallable, ASGISendCallable
 
-__all__ = ["Answer", "HandleMiddleware", "answer_elements", "send_answers"]
-
 BATCH_REFUSED: Final = "batch refused: another element's handle is invalid"
 
 

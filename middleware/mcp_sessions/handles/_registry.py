@@ -23,8 +23,6 @@ from ._handle import (
     use,
 )
 
-__all__ = ["Handles"]
-
 
 class Handles:
     """Mints and verifies handles with the middleware's key set and store.

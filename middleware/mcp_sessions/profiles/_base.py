@@ -21,8 +21,6 @@ from ._echo_shapes import EchoShape
 if TYPE_CHECKING:
     from ._local import LocalCall
 
-__all__ = ["SESSIONLESS", "Capability", "ClientSide", "LocalMethod", "WireProfile", "session_object"]
-
 SESSIONLESS: Final = frozenset({"initialize", "notifications/initialized", "server/discover", "ping"})
 """What a client calls before it can hold a session: a policy that requires sessions everywhere lets these through."""
 _MAX_ECHOED_ID: Final = 256

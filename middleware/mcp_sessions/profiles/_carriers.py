@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, NamedTuple, Protocol
 
-__all__ = ["Carrier", "InvalidSessionMeta", "SessionCarrier", "SessionRef", "TopLevelCarrier"]
-
 _ABSENT: Final = object()
 
 

@@ -20,18 +20,6 @@ from typing import Final, Literal
 
 from ._base import WireProfile
 
-__all__ = [
-    "ERROR_CODE_SETS",
-    "SPEC_DEFINED_CODES",
-    "SPEC_SAFE_NOT_FOUND",
-    "SPEC_SAFE_REQUIRED",
-    "ErrorCodes",
-    "not_found_codes",
-    "required_codes",
-    "spec_allows",
-    "with_error_codes",
-]
-
 ErrorCodes = Literal["seeds", "spec-safe"]
 """The error code sets ``error_codes=`` takes."""
 ERROR_CODE_SETS: Final[tuple[ErrorCodes, ...]] = ("seeds", "spec-safe")

@@ -20,8 +20,6 @@ from ._echo_shapes import Echo
 if TYPE_CHECKING:
     from ._local import LocalCall
 
-__all__ = ["DRAFT", "SESSION_META_KEY", "SESSION_NOT_FOUND", "SESSION_REQUIRED"]
-
 SESSION_META_KEY: Final = "io.modelcontextprotocol/session"
 """The ``params._meta`` key whose value names a request's session: ``{"sessionId": ..., "state": ...}``."""
 METHOD_CREATE: Final = "sessions/create"

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Echo", "EchoShape", "TopLevelEcho"]
-
 
 @dataclass(frozen=True, slots=True)
 class Echo:

@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     from .._session import Session
     from . import WireProfile
 
-__all__ = ["LocalCall"]
-
 
 @dataclass(slots=True)
 class LocalCall:

@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from .._session import Session
     from ._local import LocalCall
 
-__all__ = ["SEP1364_ALT1", "SESSION_ID_MEMBER", "end_named"]
-
 SESSION_ID_MEMBER: Final = "sessionId"
 """The top-level member that names a message's session."""
 METHOD_CREATE: Final = "session/create"

@@ -23,8 +23,6 @@ from ._sep1364_alt1 import SESSION_ID_MEMBER, end_named
 if TYPE_CHECKING:
     from ._local import LocalCall
 
-__all__ = ["SEP1364_ALT2"]
-
 METHOD_OPEN: Final = "initialize"
 METHOD_TERMINATE: Final = "terminate"
 

@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from .._session import Session
     from ._local import LocalCall
 
-__all__ = ["COOKIE_KEY", "SESSION_REQUIRED", "STRAWMAN"]
-
 COOKIE_KEY: Final = "mcp/session"
 """The ``_meta`` key of the session cookie, in requests (``{"id"}``) and results (``{"id", "expiry"}``)."""
 METHOD_CREATE: Final = "session/create"

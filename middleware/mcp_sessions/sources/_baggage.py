@@ -16,8 +16,6 @@ from __future__ import annotations
 from typing import Final
 from urllib.parse import unquote
 
-__all__ = ["CONVERSATION_MEMBER", "MAX_BAGGAGE_BYTES", "MAX_BAGGAGE_MEMBERS", "MAX_MEMBER_BYTES", "baggage_member"]
-
 CONVERSATION_MEMBER: Final = "gen_ai.conversation.id"
 """The baggage member that names a conversation (the OpenTelemetry GenAI conventions' attribute)."""
 MAX_BAGGAGE_BYTES: Final = 8192

@@ -18,16 +18,6 @@ if TYPE_CHECKING:
     from ._host import ConversationData
     from ._host_keys import HostKey
 
-__all__ = [
-    "DEFAULT_MAX_CONVERSATIONS_PER_CALLER",
-    "MAX_SESSIONS_PER_REQUEST",
-    "SessionSource",
-    "SourceContext",
-    "SourceFactory",
-    "Trust",
-    "once_per_request",
-]
-
 T = TypeVar("T")
 
 DEFAULT_MAX_CONVERSATIONS_PER_CALLER: Final = 1_000

@@ -10,8 +10,6 @@ from ._data_layer import DataLayerSource
 from ._host import HostConversationSource
 from ._transport import TransportSource
 
-__all__ = ["DEFAULT_SOURCES", "build_chain", "check_chain"]
-
 DEFAULT_SOURCES: Final[tuple[SourceFactory, ...]] = (
     DataLayerSource.from_context,
     HostConversationSource.from_context,

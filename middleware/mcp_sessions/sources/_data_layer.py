@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     from .._plan import Call, Plan
     from ._base import SourceContext
 
-__all__ = ["DataLayerSource"]
-
 _TOO_MANY_SESSIONS: Final = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
 
 

@@ -29,13 +29,6 @@ if TYPE_CHECKING:
     from .._session import Session
     from ._base import SourceContext
 
-__all__ = [
-    "CONVERSATION_DATA_MODES",
-    "ConversationData",
-    "HostConversationSource",
-    "data_off_explainer",
-]
-
 ConversationData = Literal["off", "principal", "anonymous"]
 """Whether a host's conversation gets data: ``off`` (tracing only), or keyed by the ``principal``'s conversation
 (unauthenticated requests get none), or ``anonymous`` (by the host's id alone)."""

@@ -6,17 +6,6 @@ import re
 from collections.abc import Iterable
 from typing import Final, Literal, NamedTuple
 
-__all__ = [
-    "BUILT_IN_HOSTS",
-    "MAX_CONVERSATION_ID_LENGTH",
-    "TURN_KEYS",
-    "USER_KEYS",
-    "HostKey",
-    "conversation_id",
-    "host_keys_from_config",
-    "member_of",
-]
-
 MAX_CONVERSATION_ID_LENGTH: Final = 256
 # Printable ASCII without space, quotes, backslash, comma and semicolon: safe in an attribute,
 # a log line and a baggage value; anything else is not a conversation id and is ignored.

@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from .._plan import Call, Plan
     from ._base import SourceContext
 
-__all__ = ["DEFAULT_MAX_TRANSPORT_SESSIONS", "TransportSource", "is_transport_session_id"]
-
 DEFAULT_MAX_TRANSPORT_SESSIONS: Final = 100_000
 
 

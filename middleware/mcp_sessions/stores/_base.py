@@ -10,8 +10,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["InvalidCursor", "SessionRecord", "SessionStatus", "SessionStore", "SessionStoreUnavailable"]
-
 
 class SessionStatus(enum.Enum):
     """What :meth:`SessionStore.touch` found: the session may be used, or why not."""

@@ -26,8 +26,6 @@ from ._base import (
     touch_verdict,
 )
 
-__all__ = ["MemoryStore", "SessionStoreFull"]
-
 _T = TypeVar("_T")
 
 logger = logging.getLogger("mcp_sessions")

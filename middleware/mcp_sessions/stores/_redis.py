@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
     from redis.asyncio.cluster import RedisCluster
 
-__all__ = ["RedisStore"]
-
 _T = TypeVar("_T")
 
 logger = logging.getLogger("mcp_sessions.redis")

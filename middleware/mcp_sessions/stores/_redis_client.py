@@ -29,23 +29,13 @@ try:
     from redis.asyncio.retry import Retry
     from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
     from redis.backoff import NoBackoff
-    from redis.exceptions import ResponseError
+    from redis.exceptions import ResponseError as ResponseError
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without redis
     raise ImportError(
         "RedisStore needs the redis package: pip install 'redis>=5.2' (the redis extra of mcp-sessions)"
     ) from exc
 
 from ._urls import _query
-
-__all__ = [
-    "ResponseError",
-    "Topology",
-    "check_client_options",
-    "client_from_url",
-    "parse_topology",
-    "reply_text",
-    "url_parameters",
-]
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")

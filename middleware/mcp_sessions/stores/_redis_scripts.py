@@ -29,19 +29,6 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-__all__ = [
-    "COMPARE_AND_SET",
-    "INCR",
-    "INDEX",
-    "RECORD",
-    "REVOKE",
-    "REVOKED",
-    "SET",
-    "TOUCH",
-    "index_key",
-    "session_keys",
-]
-
 REVOKED: Final = "r"
 
 

@@ -29,8 +29,6 @@ from ._base import (
 )
 from ._sqlite_writer import SQLiteWriter, wider_than_private
 
-__all__ = ["SQLiteStore"]
-
 _T = TypeVar("_T")
 
 logger = logging.getLogger("mcp_sessions")

@@ -26,8 +26,6 @@ from typing import Any, Final, TypeVar, TypeVarTuple
 from .._wire import ThrottledWarning
 from ._base import SessionStoreUnavailable
 
-__all__ = ["SQLiteWriter", "delete_expired", "open_connection", "wider_than_private"]
-
 _T = TypeVar("_T")
 _Ts = TypeVarTuple("_Ts")
 

@@ -10,8 +10,6 @@ from urllib.parse import parse_qs, urlsplit
 
 from ._base import SessionStore
 
-__all__ = ["REDIS_SCHEMES", "StoreFactory", "register_store", "store_from_url"]
-
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel")
 """The schemes of :class:`~mcp_sessions.stores.RedisStore`: one node, a Cluster, a master behind Sentinels."""
 

@@ -10,8 +10,6 @@ from typing import Protocol
 
 import anyio.lowlevel
 
-__all__ = ["Backend", "MemoryBackend", "Receive"]
-
 Receive = Callable[[str, bytes | str], None]
 """What a backend calls for each message arriving on a joined channel: ``receive(channel, message)``."""
 

@@ -40,8 +40,6 @@ from ._backend import Backend, MemoryBackend
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["SessionSubscriptionBus"]
-
 logger = logging.getLogger("mcp_sessions")
 
 Listener = Callable[[ServerEvent], None]

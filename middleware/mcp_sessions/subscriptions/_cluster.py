@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
     from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-__all__ = ["ClusterBackend"]
-
 logger = logging.getLogger("mcp_sessions")
 
 

@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
     from ._backend import Receive
 
-__all__ = ["HEALTH_CHECK_INTERVAL", "Link", "LinkedBackend", "RedisBackend", "stopped"]
-
 logger = logging.getLogger("mcp_sessions")
 
 HEALTH_CHECK_INTERVAL: Final = 10.0

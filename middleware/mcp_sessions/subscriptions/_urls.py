@@ -10,8 +10,6 @@ from ._backend import MemoryBackend
 if TYPE_CHECKING:
     from ._backend import Backend
 
-__all__ = ["backend_from_url"]
-
 _REDIS_DEFAULTS: Final = {"timeout": 2.0, "connect_timeout": 2.0, "max_connections": 8}
 _HEALTH_CHECK: Final = "health_check_interval"  # the bus's own option: the rest are the client's
 _REDIS: Final = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster")
