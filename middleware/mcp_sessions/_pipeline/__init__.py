@@ -9,7 +9,6 @@ from ._request import (
     body_of,
     check_local_call,
     continue_trace,
-    echoed,
     headers_of,
     strip_session_members,
 )
@@ -28,7 +27,6 @@ __all__ = [
     "check_handles",
     "check_local_call",
     "continue_trace",
-    "echoed",
     "headers_of",
     "reject",
     "start_operations",

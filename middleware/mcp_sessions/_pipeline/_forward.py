@@ -83,7 +83,9 @@ class Forwarder:
             if session is not None or advertised or call.operation is not None or call.revoked is not None:
                 targets[hashable_id(call.request_id)] = Target(
                     call.profile,
-                    session if session is not None and session.token else None,  # echoed(): data-layer sessions
+                    session
+                    if session is not None and session.token
+                    else None,  # data-layer sessions: the others have no token to echo
                     advertised,
                     self._capability,
                     plan.era,

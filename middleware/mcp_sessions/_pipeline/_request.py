@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from .._asgi import Replay
     from .._otel import Operation
     from .._plan import Call, Plan
-    from .._session import Session
 
 _CONFLICTING_HEADER: Final = b"\x00conflicting"
 
@@ -34,11 +33,6 @@ def headers_of(scope: Scope) -> dict[bytes, bytes]:
     return headers
 
 
-def echoed(session: Session | None) -> Session | None:
-    """The session a result echoes: only a data-layer one, as the others have no token to send back."""
-    return session if session is not None and session.token else None
-
-
 def check_local_call(call: Call, plan: Plan) -> None:
     header_method = plan.headers.get(MCP_METHOD_HEADER)
     assert call.method is not None
@@ -56,7 +50,7 @@ def strip_session_members(plan: Plan, replay: Replay) -> None:
         if call.method is not None and call.profile.carrier.strip(call.message):
             stripped = True
     if stripped:
-        replay.rewrite(jsonrpc.dumps([call.message for call in plan.calls] if plan.batch else plan.calls[0].message))
+        replay.rewrite(jsonrpc.dumps(body_of(plan)))
 
 
 def continue_trace(message: dict[str, object], replay: Replay, operation: Operation) -> None:
