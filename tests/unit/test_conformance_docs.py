@@ -9,7 +9,7 @@ import difflib
 import os
 from pathlib import Path
 
-from mcp_sessions._conformance._cli import SCENARIOS
+from mcp_sessions._conformance import SCENARIOS
 from mcp_sessions._conformance._model import load_traceability
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mcp_sessions._cli import main
-from mcp_sessions._conformance._cli import SCENARIOS
+from mcp_sessions._conformance import SCENARIOS
 from mcp_sessions._conformance._model import load_traceability
 
 ROOT = Path(__file__).resolve().parents[2]

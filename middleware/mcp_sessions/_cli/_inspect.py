@@ -57,19 +57,6 @@ def _when(timestamp: object, now: float) -> str:
     return f"{when}, {'in ' + _span(delta) if delta > 0 else _span(delta) + ' ago'}"
 
 
-def build_verifier(
-    *, secret: str | None, keys_text: str | None, issuer: str, audience: str, leeway: float
-) -> KeySet | None:
-    """The keys to verify with, or ``None`` when none were given (public keys only is fine)."""
-    try:
-        keys = [SessionKey.from_secret(secret)] if secret else []
-        if keys_text:
-            keys += keys_from_config(keys_text, "the keys (--keys or MCP_SESSIONS_KEYS)")
-        return KeySet(keys, issuer=issuer, audience=audience, leeway=leeway) if keys else None
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
 # Why a token failed, by the reason verification gives; the fields are explain()'s.
 _WHY: Final = {
     "expired": "it expired at {exp} (exp, plus a leeway of {leeway:g} s)",
@@ -121,18 +108,11 @@ def explain(reason: str, header: Mapping[str, object], claims: Mapping[str, obje
     )
 
 
-def _read_token(value: str | None, stdin: TextIO) -> str:
-    if value is None or value == "-":
-        value = stdin.read()
-    token = value.strip()
-    if not token:
-        raise UsageError("no token given: pass it as an argument, or on standard input with '-'")
-    return token
-
-
 def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, environ: Mapping[str, str]) -> int:
     """Run ``inspect``: decode the token, verify it if keys are given, report; returns the exit status."""
-    token = _read_token(args.token, stdin)
+    token = (stdin.read() if args.token in (None, "-") else args.token).strip()
+    if not token:
+        raise UsageError("no token given: pass it as an argument, or on standard input with '-'")
     now = datetime.now(UTC).timestamp()
     try:
         header, claims = decode_unverified(token)
@@ -142,13 +122,17 @@ def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, environ
         else:
             stdout.write(f"not a token this tool can read: {exc}\n")
         return EXIT_INVALID
-    keys = build_verifier(
-        secret=args.secret if args.secret is not None else environ.get("MCP_SESSIONS_SECRET") or None,
-        keys_text=args.keys if args.keys is not None else environ.get("MCP_SESSIONS_KEYS") or None,
-        issuer=args.issuer or environ.get("MCP_SESSIONS_ISSUER") or "mcp-sessions",
-        audience=args.audience or environ.get("MCP_SESSIONS_AUDIENCE") or "mcp-sessions",
-        leeway=args.leeway,
-    )
+    secret = args.secret if args.secret is not None else environ.get("MCP_SESSIONS_SECRET") or None
+    keys_text = args.keys if args.keys is not None else environ.get("MCP_SESSIONS_KEYS") or None
+    issuer = args.issuer or environ.get("MCP_SESSIONS_ISSUER") or "mcp-sessions"
+    audience = args.audience or environ.get("MCP_SESSIONS_AUDIENCE") or "mcp-sessions"
+    try:  # the keys to verify with, if any were given (public keys only is fine)
+        given = [SessionKey.from_secret(secret)] if secret else []
+        if keys_text:
+            given += keys_from_config(keys_text, "the keys (--keys or MCP_SESSIONS_KEYS)")
+        keys = KeySet(given, issuer=issuer, audience=audience, leeway=args.leeway) if given else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     kind = {SESSION_TOKEN_TYPE: "session id", STATE_TOKEN_TYPE: "session state"}.get(str(header.get("typ")), "unknown")
     report: dict[str, object] = dict(kind=kind, header=header, claims=claims, valid=None, reason=None, why=None)
     if keys is not None:

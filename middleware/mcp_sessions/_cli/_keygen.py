@@ -8,7 +8,6 @@ import json
 import os
 import secrets
 import shlex
-from collections.abc import Mapping
 from typing import Final, TextIO
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
@@ -22,10 +21,6 @@ _ALIASES: Final = {"hs256": "HS256", "es256": "ES256", "eddsa": "EdDSA", "ed2551
 _KID_PREFIX: Final = {"HS256": "hs", "ES256": "es", "EdDSA": "ed"}
 
 
-def _b64url(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
 def generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | None]:
     """A new private JWK (with ``kid``, ``alg``, ``use``) and, for HS256, the secret itself."""
     if kid is None:
@@ -33,7 +28,7 @@ def generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | Non
     secret: str | None = None
     if algorithm == "HS256":
         secret = secrets.token_urlsafe(32)  # 43 characters: 256 bits, well over the 32-byte minimum
-        jwk: dict[str, str] = {"kty": "oct", "k": _b64url(secret.encode())}
+        jwk: dict[str, str] = {"kty": "oct", "k": base64.urlsafe_b64encode(secret.encode()).rstrip(b"=").decode()}
     elif algorithm == "ES256":
         jwk = ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()), as_dict=True)
     else:
@@ -58,11 +53,6 @@ def _reads_back(kid: str) -> bool:
     return key.kid == kid
 
 
-def public_jwk(jwk: Mapping[str, str]) -> dict[str, str]:
-    """The JWK without its private members (``d``, ``k``): what verifiers get."""
-    return {k: v for k, v in jwk.items() if k not in ("d", "k")}
-
-
 def _write_private(path: str, text: str, *, force: bool) -> None:
     """Write ``text`` to a new file readable by its owner only (0600)."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
@@ -72,14 +62,9 @@ def _write_private(path: str, text: str, *, force: bool) -> None:
         raise UsageError(f"{path} exists: choose another file, or pass --force to overwrite it") from None
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
+    with open(fd, "w", encoding="utf-8") as file:
         os.fchmod(fd, 0o600)  # an existing file (with --force) keeps its old mode otherwise
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            fd = -1
-            file.write(text)
-    finally:
-        if fd != -1:
-            os.close(fd)
+        file.write(text)
 
 
 def run_keygen(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
@@ -102,7 +87,8 @@ def run_keygen(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         # Single quotes: a shell (and most .env readers) keep the JSON as one value.
         text = "MCP_SESSIONS_KEYS='" + json.dumps({"keys": [jwk]}, separators=(",", ":")) + "'\n"
     if args.public_out:
-        public = json.dumps({"keys": [public_jwk(jwk)]}, indent=2) + "\n"
+        public_jwk = {k: v for k, v in jwk.items() if k not in ("d", "k")}  # what verifiers get
+        public = json.dumps({"keys": [public_jwk]}, indent=2) + "\n"
         try:
             with open(args.public_out, "w" if args.force else "x", encoding="utf-8") as file:
                 file.write(public)

@@ -7,6 +7,175 @@ expected-failures baseline). Each wire's requirements, and the reason for each
 one no client can check, are in ``traceability/<scenario>.yaml``.
 """
 
-from ._cli import add_conformance_parser, run_conformance
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from ._draft import run_draft
+from ._hosts import run_hosts
+from ._model import ERAS, LEGACY, Bail, ConformanceCheck, Recorder, load_traceability, now
+from ._peer import TIMEOUT, Peer, ProbeError, Unusable
+from ._report import (
+    Palette,
+    evaluate,
+    load_expected_failures,
+    print_baseline,
+    print_checks,
+    print_summary,
+    write_checks,
+)
+from ._sep1364 import run_alt1, run_alt2
+from ._strawman import run_strawman
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["add_conformance_parser", "run_conformance"]
+
+EXIT_USAGE = 2
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A session wire as the official suite sees a feature: one scenario, many checks."""
+
+    wire: str
+    name: str
+    eras: tuple[str, ...]
+    """The eras the wire exists in, oldest first: the newest is the default."""
+    run: Callable[[Peer, Recorder], None]
+    capabilities: Mapping[str, object] = field(default_factory=dict)
+    """What the pack declares as the client (the strawman's reference client declares its wire)."""
+    handshake: bool = True
+    """Whether a 2025-era run starts with ``initialize`` (SEP-1364 alternative 2 opens its sessions with it)."""
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("draft", "sessions-draft", ERAS, run_draft),
+    Scenario("strawman", "sessions-strawman", ERAS, run_strawman, {"experimental": {"session": {"version": 1}}}),
+    Scenario("sep1364-alt1", "sessions-sep1364-alt1", ERAS, run_alt1),
+    Scenario("sep1364-alt2", "sessions-sep1364-alt2", (LEGACY,), run_alt2, handshake=False),
+    Scenario("hosts", "sessions-hosts", ERAS, run_hosts),
+)
+
+
+def run_scenario(
+    scenario: Scenario, http: httpx.Client, url: str, era: str, headers: Mapping[str, str]
+) -> list[ConformanceCheck]:
+    """The checks of ``scenario`` against ``url`` at ``era``; a run that could not go on ends in a failed check."""
+    recorder = Recorder(load_traceability(scenario.name), era)
+    try:
+        peer = Peer(http, url, era, headers, scenario.capabilities)
+        if scenario.handshake and era == LEGACY:
+            peer.handshake()
+        scenario.run(peer, recorder)
+    except Bail:
+        pass  # the gate's own check says why
+    except (ProbeError, Unusable) as exc:
+        failed: ConformanceCheck = {
+            "id": scenario.name,
+            "name": scenario.name,
+            "description": "Failed to run scenario",
+            "status": "FAILURE",
+            "timestamp": now(),
+            "errorMessage": str(exc),
+        }
+        recorder.checks.append(failed)
+    return recorder.checks
+
+
+def add_conformance_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``conformance`` command to the ``mcp-sessions`` command line."""
+    parser = commands.add_parser(
+        "conformance",
+        help="check how well a server implements each session wire (the official conformance suite's format)",
+        description=(
+            "Run the session wires' conformance checks against the MCP endpoint URL: one line per check, "
+            "a 'Passed:' line per scenario, the totals. Exit status: 0 when nothing failed (or only what "
+            "--expected-failures lists), 1 otherwise, 2 on a usage error. See docs/conformance.md."
+        ),
+    )
+    parser.add_argument("url", help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
+    parser.add_argument(
+        "--wire",
+        action="append",
+        choices=[scenario.wire for scenario in SCENARIOS],
+        help="a wire to check (repeat for several; default: every wire)",
+    )
+    parser.add_argument(
+        "--spec-version",
+        choices=ERAS,
+        help="the era to speak (default: each wire's newest: 2026-07-28, or 2025-11-25 for sep1364-alt2)",
+    )
+    parser.add_argument("--expected-failures", metavar="FILE", help="the official suite's YAML baseline of failures")
+    parser.add_argument(
+        "--json", "-o", "--output-dir", metavar="DIR", help="write each scenario's checks.json under DIR"
+    )
+    parser.add_argument(
+        "--header", action="append", default=[], metavar="'NAME: VALUE'", help="add a header (e.g. Authorization)"
+    )
+
+
+def _headers(texts: Sequence[str]) -> dict[str, str]:
+    headers = {}
+    for text in texts:
+        name, colon, value = text.partition(":")
+        if not colon or not name.strip():
+            raise ValueError(f"--header takes 'Name: value', got {text!r}")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+def _run(
+    http: httpx.Client, args: argparse.Namespace, headers: Mapping[str, str], out: TextIO, palette: Palette
+) -> list[tuple[str, list[ConformanceCheck]]]:
+    selected = []
+    for scenario in SCENARIOS:
+        if args.wire and scenario.wire not in args.wire:
+            continue
+        if args.spec_version not in (None, *scenario.eras):
+            out.write(
+                f"SKIPPED: scenario '{scenario.name}' is not applicable at spec version {args.spec_version} "
+                f"(it exists in {', '.join(scenario.eras)}).\n"
+            )
+            continue
+        selected.append((scenario, args.spec_version or scenario.eras[-1]))
+    out.write(f"Running session wires ({len(selected)} scenarios) against {args.url}\n\n")
+    results = []
+    for scenario, era in selected:
+        out.write(f"\n=== Running scenario: {scenario.name} ===\n")
+        out.write(f"Running client scenario '{scenario.name}' against server: {args.url} (spec version {era})\n")
+        checks = run_scenario(scenario, http, args.url, era, headers)
+        if args.json:
+            out.write(f"Results saved to {write_checks(Path(args.json), scenario.name, checks)}\n")
+        print_checks(checks, out, palette)
+        results.append((scenario.name, checks))
+    return results
+
+
+def run_conformance(args: argparse.Namespace, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+    """Run ``conformance``; returns the exit status."""
+    try:
+        import httpx
+    except ImportError:
+        print("mcp-sessions conformance needs httpx: pip install 'mcp-sessions[conformance]'", file=stderr)
+        return EXIT_USAGE
+    try:
+        headers = _headers(args.header)
+        baseline = None if args.expected_failures is None else load_expected_failures(Path(args.expected_failures))
+    except (ValueError, OSError) as exc:
+        print(f"mcp-sessions conformance: {exc}", file=stderr)
+        return EXIT_USAGE
+    palette = Palette.for_stream(stdout, environ)
+    with httpx.Client(timeout=TIMEOUT, follow_redirects=True) as http:
+        results = _run(http, args, headers, stdout, palette)
+    failed = print_summary(results, stdout)
+    if baseline is None:
+        return 1 if failed else 0
+    verdict = evaluate(results, baseline)
+    print_baseline(verdict, stdout, palette)
+    return verdict.exit_code

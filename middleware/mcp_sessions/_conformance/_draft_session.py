@@ -85,19 +85,17 @@ class Draft:
 
 
 def check_capability(draft: Draft) -> None:
-    """The capability, where each era's clients look for it."""
+    """The capability, where each era's clients look for it (the recorder keeps the checks of the run's era)."""
     capabilities = draft.peer.server_capabilities()
     sessions = capabilities.get("sessions")
     problem = None if isinstance(sessions, dict) else f"capabilities.sessions is {sessions!r}, not an object"
     draft.rec.record("sessions-draft-capability", problem, {"sessions": sessions})
-    if draft.peer.era == MODERN:
-        extension = member(capabilities, "extensions", EXTENSION)
-        problem = None if isinstance(extension, dict) else f'capabilities.extensions["{EXTENSION}"] is {extension!r}'
-        draft.rec.record("sessions-draft-capability-extension", problem, {"extension": extension})
-    else:
-        experimental = member(capabilities, "experimental", "sessions")
-        problem = None if isinstance(experimental, dict) else f"capabilities.experimental.sessions is {experimental!r}"
-        draft.rec.record("sessions-draft-capability-experimental", problem, {"experimental": experimental})
+    extension = member(capabilities, "extensions", EXTENSION)
+    problem = None if isinstance(extension, dict) else f'capabilities.extensions["{EXTENSION}"] is {extension!r}'
+    draft.rec.record("sessions-draft-capability-extension", problem, {"extension": extension})
+    experimental = member(capabilities, "experimental", "sessions")
+    problem = None if isinstance(experimental, dict) else f"capabilities.experimental.sessions is {experimental!r}"
+    draft.rec.record("sessions-draft-capability-experimental", problem, {"experimental": experimental})
 
 
 def check_create(draft: Draft) -> str:

@@ -1,11 +1,5 @@
 """What a run prints and writes, and how a baseline judges it, line for line as the official suite's ``server`` command.
 
-Per scenario its checks (``timestamp [id] STATUS description``, columns
-aligned), then ``Passed: P/D, F failed, W warnings`` and the failed checks;
-at the end a summary and ``Total: N passed, N failed``. ``checks.json`` goes
-to ``DIR/server-<scenario>-<timestamp>/``, as ``-o DIR`` writes it there.
-Colours only on a terminal, and never with ``NO_COLOR`` set.
-
 The expected-failures baseline is the official file: a ``server:`` list of
 ``<scenario>`` (the whole scenario may fail) or ``<scenario>:<check-id>`` (only
 that check may fail). A failure that is not listed fails the run, and so does a
