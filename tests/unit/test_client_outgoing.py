@@ -90,9 +90,6 @@ def test_json_rpc_frames_the_client_shares() -> None:
     ]
     assert jsonrpc.requests_and_notifications({"jsonrpc": "1.0", "method": "a"}) is None
     assert jsonrpc.is_response({"id": None, "result": {}}) and not jsonrpc.is_response({"id": 1, "method": "m"})
-    echo = {"sessionId": "s", "state": None}
-    assert jsonrpc.echoed_session({"id": 1, "result": {"_meta": {KEY: echo}}}, KEY) == echo
-    assert jsonrpc.echoed_session({"id": 1, "result": {"_meta": {KEY: "s"}}}, KEY) is None
     assert jsonrpc.error_code({"error": {"code": -32043}}) == -32043
     assert jsonrpc.error_code({"error": {"code": True}}) is None and jsonrpc.error_code(None) is None
     assert jsonrpc.params_meta({"params": {"_meta": []}}) is None

@@ -185,14 +185,6 @@ def params_meta(message: dict[str, object]) -> dict[str, object] | None:
     return meta if isinstance(meta, dict) else None
 
 
-def echoed_session(message: dict[str, object], meta_key: str) -> dict[str, object] | None:
-    """The session echo of a successful response (``result._meta[meta_key]``) when it is an object."""
-    value = message.get("result")
-    meta = value.get("_meta") if isinstance(value, dict) else None
-    echo = meta.get(meta_key) if isinstance(meta, dict) else None
-    return echo if isinstance(echo, dict) else None
-
-
 def error_code(message: object) -> int | None:
     """The code of an error response, or ``None`` when ``message`` is not one."""
     err = message.get("error") if isinstance(message, dict) else None
