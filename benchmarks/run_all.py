@@ -26,6 +26,7 @@ from bench_gateway import gateway_verdict
 from bench_gateway import section as gateway_section
 
 LANE_REVISION = "a94083e"  # the last commit with the express lane (_express.py), before the one pipeline
+ASK_REVISION = "505fdc3"  # before the rewrite that asks the server instead of rebuilding it (issue 37)
 # name -> (script, timeout in seconds, its arguments); each writes NAME.json
 BENCHMARKS: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "asgi": ("bench_asgi.py", 600, ()),
@@ -33,12 +34,14 @@ BENCHMARKS: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "sse": ("bench_sse.py", 600, ()),
     "versions": ("bench_versions.py", 300, ("--base", LANE_REVISION)),
     "versions_trivial": ("bench_versions.py", 300, ("--base", LANE_REVISION, "--trivial")),
+    "versions_ask": ("bench_versions.py", 300, ("--base", ASK_REVISION)),
     "scale_out": ("bench_scale_out.py", 900, ()),
     "gateway": ("bench_gateway.py", 600, ()),
 }
 # The comparisons with the lane need its revision in the repository, which a shallow clone lacks:
 # when they cannot run, the page says so and why, and the rest of the run stands.
-VERSIONS = {"versions": "MCPServer", "versions_trivial": "trivial app"}
+LANE_VERSIONS = {"versions": "MCPServer", "versions_trivial": "trivial app"}
+VERSIONS = {**LANE_VERSIONS, "versions_ask": "MCPServer"}
 SESSION_BUDGET = 0.05  # at most 5% on a session-bearing tools/call
 TRIVIAL_BUDGET_US = 40.0  # at most 40 µs CPU per request on a trivial app
 FIRST_REQUEST_BUDGET_US = 15.0  # a session's first request on a replica, over a cached one (HS256)
@@ -47,6 +50,7 @@ CHECKED_MULTIPLE = 1.3  # a session-bearing tools/call adds at most this multipl
 OTEL_SHARE = 0.45  # with the SDK, at most this share of what opentelemetry-instrumentation-asgi adds
 SSE_RATE = 0.5  # a long SSE response at no less than this share of the bare app's rate
 LANE_MULTIPLE = 1.2  # a session-bearing tools/call adds at most this multiple of what the lane added
+ASK_MULTIPLE = 1.15  # ... and at most this multiple of what it added at ASK_REVISION, on the MCPServer
 CONSTANT_MEMORY_KIB = 64.0  # "constant": the peak grows by less than this from the smallest stream to the largest
 
 Results = dict[str, dict[str, Any]]
@@ -238,6 +242,10 @@ def verdicts(results: Results) -> list[list[str]]:
     # a94083e, both measured in one process; the sessionless ratio for information
     out.append(lane_verdict(results))
 
+    # 2c'. against the code before it asked the server (issue 37): at most 1.15x what 505fdc3 added, and no
+    # more than Starlette's cookie SessionMiddleware adds in the same run, each tool reading its session
+    out.append(ask_verdict(results))
+
     # 2d. the gateway with a session adds at most 1.5x what a bare httpx streaming proxy adds (p50)
     out.append(gateway_verdict(results["gateway"]))
 
@@ -365,7 +373,7 @@ def verdicts(results: Results) -> list[list[str]]:
 def not_run_notes(results: Results) -> dict[str, list[str]]:
     """Why the comparison with the lane could not run, and on which apps (one reason, usually, for both)."""
     notes: dict[str, list[str]] = {}
-    for name, app in VERSIONS.items():
+    for name, app in LANE_VERSIONS.items():
         if not available(results[name]):
             notes.setdefault(results[name]["reason"], []).append(app)
     return notes
@@ -374,11 +382,11 @@ def not_run_notes(results: Results) -> dict[str, list[str]]:
 def lane_verdict(results: Results) -> list[str]:
     target = f"A session-bearing `tools/call` adds ≤ {LANE_MULTIPLE:g}x what the express lane ({LANE_REVISION}) added"
     missing = not_run_notes(results)
-    if len(missing) == 1 and len(next(iter(missing.values()))) == len(VERSIONS):
+    if len(missing) == 1 and len(next(iter(missing.values()))) == len(LANE_VERSIONS):
         (reason,) = missing
         return [target, f"the comparison could not run: {reason}", "not judged: the comparison could not run"]
     parts, over, unjudged = [], [], []
-    for name, app in VERSIONS.items():
+    for name, app in LANE_VERSIONS.items():
         result = results[name]
         if not available(result):
             parts.append(f"{app}: the comparison could not run: {result['reason']}")
@@ -403,13 +411,49 @@ def lane_verdict(results: Results) -> list[str]:
             unjudged.append(f"{app} (no ratio)")
         elif ratio > LANE_MULTIPLE:
             over.append(f"{app} ({ratio:.2f}x)")
-    if len(unjudged) == len(VERSIONS):
+    if len(unjudged) == len(LANE_VERSIONS):
         verdict = "not judged: " + ", ".join(unjudged)
     else:
         verdict = "met" if not over else "**not met** on " + ", ".join(over)
         if unjudged:
             verdict += "; not judged on " + ", ".join(unjudged)
     return [target, "; ".join(parts), verdict]
+
+
+def ask_verdict(results: Results) -> list[str]:
+    target = (
+        f"A session-bearing `tools/call` on the `MCPServer` adds ≤ {ASK_MULTIPLE:g}x what it added at {ASK_REVISION}, "
+        "and no more than Starlette's cookie `SessionMiddleware`"
+    )
+    asgi = rows_by_name(results["asgi"])
+    ours, cookie = asgi["middleware, with session"], asgi["starlette cookie session"]
+    parts = [
+        "direct ASGI, each tool reading its session: "
+        f"this middleware {ours['added_us']:+.1f} ± {ours['ci_us']:.1f} µs, "
+        f"the cookie session {cookie['added_us']:+.1f} ± {cookie['ci_us']:.1f} µs"
+    ]
+    over = ours["added_us"] - cookie["added_us"]
+    if over <= 0:
+        verdicts = [f"cookie: met, {-over:.1f} µs below"]
+    else:
+        noise = " (within both 95% intervals)" if over <= ours["ci_us"] + cookie["ci_us"] else ""
+        verdicts = [f"cookie: **not met**, {over:.1f} µs over{noise}"]
+    result = results["versions_ask"]
+    if not available(result):
+        parts.append(f"against {ASK_REVISION}: the comparison could not run: {result['reason']}")
+        verdicts.append(f"{ASK_REVISION}: not judged")
+    else:
+        session, ratio = result["added_us"]["session"], result["ratios"]["session"]
+        each = [f"{r:.2f}" for r in result.get("process_ratios", ()) if r is not None]
+        text = f"`bench_versions.py --base {ASK_REVISION}`: {session['this']:+.1f} µs against {session['base']:+.1f} µs"
+        if ratio is None:
+            parts.append(text + f" (no ratio: {ASK_REVISION} added nothing measurable)")
+            verdicts.append(f"{ASK_REVISION}: not judged (no ratio)")
+        else:
+            parts.append(text + f" ({ratio:.2f}x" + (f"; {', '.join(each)} in its processes)" if each else ")"))
+            met = ratio <= ASK_MULTIPLE
+            verdicts.append(f"{ASK_REVISION}: " + ("met" if met else f"**not met** ({ratio:.2f}x)"))
+    return [target, "; ".join(parts), "; ".join(verdicts)]
 
 
 def lane_table(results: Results) -> str:
@@ -429,7 +473,7 @@ def lane_table(results: Results) -> str:
         for reason, apps in not_run_notes(results).items()
     ]
     rows = []
-    for name, app in VERSIONS.items():
+    for name, app in LANE_VERSIONS.items():
         result = results[name]
         if not available(result):
             continue
@@ -899,6 +943,12 @@ this code's added cost on a session-bearing `tools/call` at most
   differ by more than that: see "Where the time goes"). It needs
   {LANE_REVISION} in the repository; in a shallow clone the page says the
   comparison could not run.
+- **Issue 37's target**: after the rewrite that asks the server instead of
+  rebuilding it, a session-bearing `tools/call` on the `MCPServer` adds at
+  most {ASK_MULTIPLE:g}x what it added at {ASK_REVISION} (`bench_versions.py`,
+  side by side, as for the lane), and no more than Starlette's cookie
+  `SessionMiddleware` adds in the same `bench_asgi.py` run, each tool reading
+  its session.
 - **Cache state.** The same code costs more when other code ran in between
   and evicted it from the CPU caches: compare "trivial + middleware, session"
   in its own table with its "among MCPServer calls" row, and with the

@@ -286,6 +286,12 @@ def test_bench_versions_says_when_the_revision_is_missing(results: tuple[Path, d
     ]
     assert verdict.endswith("| not judged: the comparison could not run |")
     assert "> **Not measured** (the MCPServer and the trivial app): the comparison could not run" in text
+    # Issue 37's target: the cookie half is judged from bench_asgi.py alone; the 505fdc3 half says it did not run.
+    (asked,) = [
+        line for line in text.splitlines() if line.startswith("| A session-bearing `tools/call` on the `MCPServer`")
+    ]
+    assert "the cookie session" in asked and "against 505fdc3: the comparison could not run" in asked
+    assert asked.rstrip(" |").endswith("505fdc3: not judged") and "| cookie: " in asked
 
 
 def test_bench_versions_shares_of_otel_asgi(tmp_path: Path) -> None:
