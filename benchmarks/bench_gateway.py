@@ -375,7 +375,7 @@ def write_section(page: Path, text: str) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    load_before = load_average()
+    load_before, clock = load_average(), time.monotonic()
     server_cpus, client_cpus = pick_cpus()
     if client_cpus is not None:
         os.sched_setaffinity(0, client_cpus)
@@ -387,6 +387,7 @@ async def main(args: argparse.Namespace) -> None:
         "benchmark": "gateway",
         "smoke": args.smoke,
         "rounds": rounds,
+        "seconds": round(time.monotonic() - clock, 1),
         "load_before": load_before,
         "load_after": load_average(),
         "machine": machine(),

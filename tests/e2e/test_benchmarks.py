@@ -347,7 +347,7 @@ def test_run_all_renders_the_page(results: tuple[Path, dict[str, str]], tmp_path
     for n in QUICK_SESSION_COUNTS:
         assert f"| {n:,} |" in text
     verdicts = [line for line in text.split("## Verdict")[1].split("##")[0].splitlines() if line.startswith("| ")]
-    assert len(verdicts) == 2 + 10  # header, alignment, one row per target
+    assert len(verdicts) == 2 + 11  # header, alignment, one row per target
     assert any("bare httpx streaming proxy" in line or "gateway" in line for line in verdicts[2:])
     (lane_verdict,) = [line for line in verdicts if f"what the express lane ({LANE}) added" in line]
     section = text.split(lane)[1].split("\n## ")[0]

@@ -49,6 +49,7 @@ def test_the_gateway_benchmark_runs_and_writes_its_section(tmp_path: Path) -> No
     numbers = json.loads((tmp_path / "g.json").read_text())
     assert [row["name"] for row in numbers["rows"]] == SETUPS
     assert all(row["requests"] == numbers["rounds"] > 0 and row["p50_us"] > 0 for row in numbers["rows"])
+    assert {"seconds", "load_before", "load_after"} <= set(numbers)  # what run_all.py's machine table reads
     text = page.read_text()
     assert text.count("\n## The gateway\n") == 1
     for setup in SETUPS:
