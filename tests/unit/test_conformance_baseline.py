@@ -52,7 +52,9 @@ def test_reads_whole_scenarios_and_single_checks(tmp_path: Path) -> None:
         ("server:\n  -\n", "empty"),
         ("server: everything\n", "must be an array"),
         ("- a\n", "expected an object"),
-        ("server: {a: b}\n", "outside"),
+        ("server: {a: b}\n", "must be an array"),
+        ("server:\n  - 42\n", "Quote it"),
+        ("server: [a\n", r"baseline\.yml: while parsing a flow sequence"),
     ],
 )
 def test_refuses_what_the_official_suite_refuses(tmp_path: Path, text: str, message: str) -> None:

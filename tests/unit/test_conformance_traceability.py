@@ -52,15 +52,6 @@ def test_the_hosts_quotes_are_verbatim_in_the_page_they_quote() -> None:
         assert text in page, text
 
 
-def test_the_files_read_the_same_in_pyyaml() -> None:
-    yaml = pytest.importorskip("yaml")
-    from mcp_sessions._conformance._yaml import loads
-
-    for path in FOLDER.glob("*.yaml"):
-        text = path.read_text(encoding="utf-8")
-        assert loads(text) == yaml.safe_load(text), path.name
-
-
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

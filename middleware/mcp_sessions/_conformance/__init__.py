@@ -161,8 +161,9 @@ def run_conformance(args: argparse.Namespace, stdout: TextIO, stderr: TextIO, en
     """Run ``conformance``; returns the exit status."""
     try:
         import httpx
+        import yaml  # noqa: F401 - read_yaml's, checked before anything runs
     except ImportError:
-        print("mcp-sessions conformance needs httpx: pip install 'mcp-sessions[conformance]'", file=stderr)
+        print("mcp-sessions conformance needs httpx and PyYAML: pip install 'mcp-sessions[conformance]'", file=stderr)
         return EXIT_USAGE
     try:
         headers = _headers(args.header)

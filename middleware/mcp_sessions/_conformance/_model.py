@@ -15,9 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Final, Literal, NotRequired, TypedDict
-
-from ._yaml import YamlValue, loads
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 MODERN: Final = "2026-07-28"
 """The stateless era: every request carries its envelope in ``params._meta``."""
@@ -97,7 +95,17 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _text(row: Mapping[str, YamlValue], key: str, where: str) -> str:
+def read_yaml(text: str, where: str) -> Any:
+    """One YAML document, read by PyYAML's safe loader (plain data only); ``ValueError`` naming ``where``."""
+    import yaml  # the conformance extra's: the other commands run without it
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _text(row: Mapping[str, Any], key: str, where: str) -> str:
     value = row.get(key)
     if not isinstance(value, str) or not value:
         raise ValueError(f"{where}: {key!r} must be a non-empty string")
@@ -107,7 +115,7 @@ def _text(row: Mapping[str, YamlValue], key: str, where: str) -> str:
 def load_traceability(scenario: str) -> Traceability:
     """The traceability file of ``scenario``, read from the package and checked."""
     where = f"traceability/{scenario}.yaml"
-    document = loads(resources.files(_PACKAGE).joinpath(where).read_text(encoding="utf-8"))
+    document = read_yaml(resources.files(_PACKAGE).joinpath(where).read_text(encoding="utf-8"), where)
     if not isinstance(document, dict):
         raise ValueError(f"{where}: expected a mapping")
     rows = document.get("requirements")
