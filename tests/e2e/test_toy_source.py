@@ -22,7 +22,7 @@ from starlette.types import Scope
 from _mcp import LegacyClient, ModernClient, tool_text
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, Session, get_session
-from mcp_sessions.sources import DEFAULT_SOURCES, Call, Plan, SourceContext, Trust
+from mcp_sessions.sources import DEFAULT_SOURCES, Call, Plan, SourceContext
 
 HEADER = b"x-toy-conversation"
 
@@ -31,7 +31,6 @@ class ToySource:
     """A session named by the ``X-Toy-Conversation`` header: the client's word, kept by its digest."""
 
     name = "toy"
-    trust = Trust.ASSERTED
 
     def __init__(self, context: SourceContext) -> None:
         self._sessions = context.sessions

@@ -13,7 +13,7 @@ from mcp_sessions._plan._plan import Planner
 from mcp_sessions._session._service import SessionService
 from mcp_sessions._wire._refusal import Refusal
 from mcp_sessions.profiles import DRAFT, SessionCarrier
-from mcp_sessions.sources import DataLayerSource, Trust
+from mcp_sessions.sources import DataLayerSource
 
 pytestmark = pytest.mark.anyio
 
@@ -35,10 +35,6 @@ async def resolve(service: SessionService, meta: Any, headers: dict[bytes, bytes
     assert plan is not None
     (call,) = plan.calls
     return await DataLayerSource(service).session_for(SCOPE, call, plan)
-
-
-async def test_it_is_a_verified_source(service: SessionService) -> None:
-    assert DataLayerSource(service).trust is Trust.VERIFIED
 
 
 async def test_no_metadata_is_not_mine(service: SessionService) -> None:

@@ -12,7 +12,7 @@ from .._asgi import header
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._session import authenticated_user
-from ..sources import HostConversationSource, SourceContext, Trust
+from ..sources import HostConversationSource, SourceContext
 from ._headers import HostCheck
 from ._proxy import UpstreamProxy
 from ._replicas import Replicas
@@ -101,7 +101,6 @@ class RoutedConversations:
     """
 
     name = "gateway"
-    trust = Trust.ASSERTED
 
     __slots__ = ("_host",)
 

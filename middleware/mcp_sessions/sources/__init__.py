@@ -14,7 +14,6 @@ from ._base import (
     SessionSource,
     SourceContext,
     SourceFactory,
-    Trust,
 )
 from ._chain import DEFAULT_SOURCES, build_chain, check_chain
 from ._data_layer import DataLayerSource
@@ -39,7 +38,6 @@ __all__ = [
     "SourceContext",
     "SourceFactory",
     "TransportSource",
-    "Trust",
     "build_chain",
     "check_chain",
     "data_off_explainer",

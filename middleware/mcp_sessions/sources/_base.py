@@ -1,8 +1,7 @@
-"""The seam: what a session source is, and how far its id is trusted."""
+"""The seam: what a session source is, and what the middleware gives one."""
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
@@ -28,21 +27,17 @@ verified and touched once, however many elements name it. A batch element naming
 for a host's conversation, gets no data."""
 
 
-class Trust(enum.Enum):
-    """How far a source's id is trusted, which decides what its session may do."""
-
-    VERIFIED = "verified"
-    """Minted by a server and verified here: data, state and tracing."""
-    ASSERTED = "asserted"
-    """Only asserted by the client: tracing only, unless the operator opts into data."""
-
-
 @runtime_checkable
 class SessionSource(Protocol):
-    """Finds the session a call belongs to; the middleware asks each source of its chain in turn."""
+    """Finds the session a call belongs to; the middleware asks each source of its chain in turn.
+
+    What a call gets is the source's to decide: a session with data (:meth:`SessionService.adopt`) for an id
+    the server minted or the operator chose to trust, or, for an id only the client asserts, a
+    ``call.conversation`` (tracing only) and ``None``.
+    """
 
     name: str
-    trust: Trust
+    """The source's name: where its sessions came from, in telemetry."""
 
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
         """``None`` for "not mine" (the next source is asked), the call's session, or raise a

@@ -30,7 +30,7 @@ def check_chain(entries: Iterable[SessionSource | SourceFactory]) -> tuple[Sessi
     for entry in chain:
         if _is_factory(entry) and not callable(entry):
             raise TypeError(
-                "sources= takes session sources (objects with name, trust and session_for) and factories that "
+                "sources= takes session sources (objects with name and session_for) and factories that "
                 f"build one from a SourceContext (a class, or a function such as DataLayerSource.from_context), "
                 f"not {entry!r}"
             )

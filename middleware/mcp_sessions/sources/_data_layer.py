@@ -11,7 +11,7 @@ from .._session import Session, SessionNotFound, SessionService
 from .._wire import Refusal
 from .._wire.protocol import INVALID_REQUEST, Era
 from ..profiles import InvalidSessionMeta
-from ._base import MAX_SESSIONS_PER_REQUEST, Trust, once_per_request
+from ._base import MAX_SESSIONS_PER_REQUEST, once_per_request
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
@@ -25,8 +25,6 @@ class DataLayerSource:
 
     name = "data-layer"
     """The source's name, in telemetry."""
-    trust = Trust.VERIFIED
-    """A server-minted token, verified here."""
 
     __slots__ = ("_sessions",)
 

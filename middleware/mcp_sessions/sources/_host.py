@@ -21,7 +21,7 @@ from .._plan import Conversation
 from .._session import Quota, SessionService, caller_of
 from .._tokens import IdDigests
 from ._baggage import baggage_member
-from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, MAX_SESSIONS_PER_REQUEST, Trust, once_per_request
+from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, MAX_SESSIONS_PER_REQUEST, once_per_request
 from ._host_keys import TURN_KEYS, USER_KEYS, HostKey, conversation_id, member_of
 
 if TYPE_CHECKING:
@@ -60,8 +60,6 @@ class HostConversationSource:
 
     name = "host"
     """The source's name, in telemetry (a conversation's own source is the host's name)."""
-    trust = Trust.ASSERTED
-    """The client asserts a host's id: nothing verifies it."""
 
     __slots__ = ("_data", "_digests", "_headers", "_known", "_meta", "_meta_keys", "_quota", "_sessions")
 

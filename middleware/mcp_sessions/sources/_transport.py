@@ -21,7 +21,6 @@ from starlette.types import Message, Scope, Send
 from .._session import Session, SessionService
 from .._tokens import IdDigests
 from .._wire.protocol import MCP_SESSION_ID_HEADER, Era
-from ._base import Trust
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
@@ -44,8 +43,6 @@ class TransportSource:
 
     name = "transport"
     """The source's name, in telemetry."""
-    trust = Trust.VERIFIED
-    """Only an id this middleware saw the server mint is adopted."""
 
     __slots__ = ("_digests", "_max", "_minted", "_sessions")
 
