@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
+from ..stores import REDIS_SCHEMES
 from ._backend import MemoryBackend
 
 if TYPE_CHECKING:
@@ -12,10 +13,7 @@ if TYPE_CHECKING:
 
 _REDIS_DEFAULTS: Final = {"timeout": 2.0, "connect_timeout": 2.0, "max_connections": 8}
 _HEALTH_CHECK: Final = "health_check_interval"  # the bus's own option: the rest are the client's
-_REDIS: Final = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster")
-_REDIS_SCHEMES: Final = (
-    "redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster://"
-)
+_REDIS_SCHEMES: Final = ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES)
 _NOT_ACROSS_PROCESSES: Final = (
     "a sqlite:// store cannot carry listen events between processes: use memory:// for one process, or "
     f"{_REDIS_SCHEMES} (the Redis the store may share) for several replicas"
@@ -34,7 +32,7 @@ def backend_from_url(url: str, **options: object) -> Backend:
         return MemoryBackend()
     if scheme == "sqlite":
         raise ValueError(_NOT_ACROSS_PROCESSES)
-    if scheme not in _REDIS:
+    if scheme not in REDIS_SCHEMES:
         shown = scheme if scheme.isascii() and scheme.replace("+", "").isalnum() and len(scheme) <= 20 else "?"
         raise ValueError(f"unknown bus URL scheme {shown!r}: use memory://, {_REDIS_SCHEMES}")
     return _redis_backend(url, **options)
