@@ -175,12 +175,6 @@ def servers(span_log: SpanLog) -> Iterator[dict[str, str]]:
         yield {"json": json_url, "sse": sse_url, "session": session_url}
 
 
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
-
-
 MeteredApp = Callable[..., tuple[str, InMemoryMetricReader]]
 
 

@@ -12,7 +12,6 @@ shows the same spans in real Phoenix and MLflow servers.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -64,12 +63,6 @@ class Traced:
 
     def span(self, request_id: str) -> dict[str, Any]:
         return attrs(by_request_id(self.spans(), MIDDLEWARE_SCOPE, request_id))
-
-
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
 
 
 def conversation(client: ModernClient) -> str:
