@@ -32,8 +32,6 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from jwt.algorithms import ECAlgorithm
-from mcp.server.auth.provider import AccessToken, TokenVerifier
-from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
@@ -44,6 +42,7 @@ from starlette.routing import Mount
 from starlette.types import Scope
 
 from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
+from _users import StaticVerifier, bearer_auth
 from conftest import SECRET, serve, signer_of
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey, get_session
 
@@ -886,16 +885,9 @@ def test_claims_are_readable_without_any_key(urls: dict[str, str], canary: Canar
 # -- the mcp SDK's own bearer auth, with a principal= hook of ones own: the session work runs inside it ------
 
 
-class StaticVerifier(TokenVerifier):
-    """Two bearer tokens, two users: stands in for introspection or JWT access-token checks."""
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        users = {"alice-token": "alice", "bob-token": "bob"}
-        return AccessToken(token=token, client_id="c", scopes=[], subject=users[token]) if token in users else None
-
-
 def test_a_principal_hook_binds_sessions_inside_the_sdk_bearer_auth() -> None:
-    verifier = StaticVerifier()
+    auth = bearer_auth()
+    verifier: StaticVerifier = auth["token_verifier"]
 
     async def bearer_principal(scope: Scope) -> str | None:
         for name, value in scope["headers"]:
@@ -905,12 +897,7 @@ def test_a_principal_hook_binds_sessions_inside_the_sdk_bearer_auth() -> None:
                     return access.subject or access.client_id
         return None
 
-    settings = AuthSettings(
-        issuer_url="https://auth.example",  # type: ignore[arg-type]
-        resource_server_url="http://127.0.0.1/mcp",  # type: ignore[arg-type]
-        validate_token_resource=False,
-    )
-    server = MCPServer("sdk-auth", token_verifier=verifier, auth=settings)
+    server = MCPServer("sdk-auth", **auth)
     ran: list[str] = []
 
     @server.tool()
