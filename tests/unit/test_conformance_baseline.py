@@ -55,6 +55,10 @@ def test_reads_whole_scenarios_and_single_checks(tmp_path: Path) -> None:
         ("server: {a: b}\n", "must be an array"),
         ("server:\n  - 42\n", "Quote it"),
         ("server: [a\n", r"baseline\.yml: while parsing a flow sequence"),
+        ("server:\n  - a\nserver:\n  - b\n", r"'server' appears twice\n  in .*, line 3"),
+        ("? [a]\n: b\n", "found unhashable key"),
+        ("server: " + "[" * 100_000, "nested too deeply"),
+        ("server: !!python/object:os.system ls\n", "could not determine a constructor"),
     ],
 )
 def test_refuses_what_the_official_suite_refuses(tmp_path: Path, text: str, message: str) -> None:

@@ -96,13 +96,27 @@ def now() -> str:
 
 
 def read_yaml(text: str, where: str) -> Any:
-    """One YAML document, read by PyYAML's safe loader (plain data only); ``ValueError`` naming ``where``."""
+    """One YAML document, read by PyYAML's safe loader (plain data only); ``ValueError`` naming ``where``.
+
+    A key given twice in one mapping is an error, as in the official suite's YAML library (PyYAML keeps the last).
+    """
     import yaml  # the conformance extra's: the other commands run without it
 
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen = set()
+            for key in (key for key, _ in node.value if isinstance(key, yaml.ScalarNode)):
+                if key.value in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"{key.value!r} appears twice", key.start_mark)
+                seen.add(key.value)
+            return super().construct_mapping(node, deep)
+
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, UniqueKeys)  # noqa: S506 - a SafeLoader: plain data only
     except yaml.YAMLError as exc:
         raise ValueError(f"{where}: {exc}") from None
+    except RecursionError:  # PyYAML reads nested collections recursively
+        raise ValueError(f"{where}: nested too deeply") from None
 
 
 def _text(row: Mapping[str, Any], key: str, where: str) -> str:
