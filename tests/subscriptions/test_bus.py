@@ -51,9 +51,11 @@ async def replicas(
 
 
 @contextlib.contextmanager
-def in_session(session_id: str | None) -> Iterator[None]:
-    """What the middleware does for a request that names a session: the context variable set."""
-    token = current_session.set(None if session_id is None else cast(Session, SimpleNamespace(id=session_id)))
+def in_session(session_id: str | None, bus: SessionSubscriptionBus) -> Iterator[None]:
+    """What the middleware does for a request that names a session: the context variable set (a session of a
+    middleware given ``bus``)."""
+    session = SimpleNamespace(id=session_id, _service=SimpleNamespace(bus=bus))
+    token = current_session.set(None if session_id is None else cast(Session, session))
     try:
         yield
     finally:
@@ -65,7 +67,7 @@ class Stream:
 
     def __init__(self, bus: SessionSubscriptionBus, session_id: str | None) -> None:
         self.events: list[ServerEvent] = []
-        with in_session(session_id):
+        with in_session(session_id, bus):
             self.unsubscribe = bus.subscribe(self.events.append)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import httpx
 import pytest
 from mcp.server.mcpserver import MCPServer
@@ -9,6 +11,7 @@ from mcp.server.mcpserver import MCPServer
 from _mcp import ModernClient, session_meta, tool_text
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, SessionsConfig, get_session
+from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 
 def test_a_bus_is_checked_at_construction() -> None:
@@ -38,3 +41,25 @@ def test_notify_without_a_bus_says_what_to_do() -> None:
         "no subscription bus is known: pass the SessionSubscriptionBus given to MCPServer(subscriptions=bus) "
         "to the middleware too, MCPSessionMiddleware(app, subscriptions=bus)"
     )
+
+
+# The SDK's ListenHandler opens a memory stream pair before it subscribes, and leaves it unclosed when
+# subscribe() refuses (as at the bus's per-session limit): collected below, within this test.
+@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_bus_given_to_the_server_only_refuses_a_sessions_stream_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Given once, to MCPServer: a session's listen would open on a stream nothing ends or publishes to."""
+    bus = SessionSubscriptionBus()
+    mcp = MCPServer("bus-to-the-server-only", subscriptions=bus)
+    app = MCPSessionMiddleware(mcp.streamable_http_app(json_response=True), secret=SECRET)
+    listen = {"notifications": {"resourceSubscriptions": ["note://x"]}}
+    with serve(app) as url, httpx.Client(timeout=10) as http, caplog.at_level("WARNING", "mcp_sessions"):
+        client = ModernClient(http, url)
+        _, refused = client.request("subscriptions/listen", listen, session=session_meta(client.create_session()))
+    assert refused["error"] == {
+        "code": -32603,
+        "message": "Listen streams in a session are not served here: see the server's log",
+    }
+    assert "pass the same object to both, MCPServer(subscriptions=bus) and MCPSessionMiddleware" in caplog.text
+    gc.collect()

@@ -35,6 +35,7 @@ from mcp.shared.subscriptions import (
 )
 
 from .._session import current_session
+from .._wire import ThrottledWarning
 from ._backend import Backend, MemoryBackend
 
 if TYPE_CHECKING:
@@ -57,6 +58,12 @@ _KINDS: Final[dict[str, ServerEvent]] = {
     "resources": ResourcesListChanged(),
 }
 _NAMES: Final = {type(event): name for name, event in _KINDS.items()}
+_NOT_GIVEN: Final = (
+    "a listen stream in a session was refused: the server's SessionSubscriptionBus is not the middleware's, "
+    "which could then neither publish to the session's streams nor end them with it; pass the same object to "
+    "both, MCPServer(subscriptions=bus) and MCPSessionMiddleware(app, subscriptions=bus)"
+)
+_not_given = ThrottledWarning(logger)
 
 
 class _Session:
@@ -144,9 +151,16 @@ class SessionSubscriptionBus:
             logger.warning("a listen event could not be published (%s): dropped", type(exc).__name__)
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Register ``listener``: the current request's session's stream if it has one, else a global one."""
-        self._join_everywhere()
+        """Register ``listener``: the current request's session's stream if it has one, else a global one.
+
+        A session's stream is refused (-32603) when the middleware that verified the session was not given
+        this bus: its events and its end would never reach the stream.
+        """
         session = current_session.get()
+        if session is not None and session._service.bus is not self:
+            _not_given.warn(_NOT_GIVEN)
+            raise MCPError(INTERNAL_ERROR, "Listen streams in a session are not served here: see the server's log")
+        self._join_everywhere()
         token = object()
         if session is None:
             self._global[token] = listener
