@@ -8,7 +8,7 @@ import httpx
 import pytest
 from mcp.server.mcpserver import MCPServer
 
-from _mcp import ModernClient, session_meta, tool_text
+from _mcp import MCP_PATH, ModernClient, modern_headers, modern_request, session_meta, tool_text
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, SessionsConfig, get_session
 from mcp_sessions.subscriptions import SessionSubscriptionBus
@@ -63,3 +63,21 @@ def test_a_bus_given_to_the_server_only_refuses_a_sessions_stream_and_says_why(
     }
     assert "pass the same object to both, MCPServer(subscriptions=bus) and MCPSessionMiddleware" in caplog.text
     gc.collect()
+
+
+@pytest.mark.parametrize("to_the_server", [False, True])
+def test_a_bus_given_to_the_middleware_only_is_named_in_the_log(
+    caplog: pytest.LogCaptureFixture, to_the_server: bool
+) -> None:
+    """Given once, to the middleware: the server streams from its own bus, which a session's events never reach."""
+    bus = SessionSubscriptionBus()
+    mcp = MCPServer("listen", subscriptions=bus if to_the_server else None)
+    app = MCPSessionMiddleware(mcp.streamable_http_app(), secret=SECRET, subscriptions=bus)
+    with serve(app) as url, httpx.Client(timeout=10) as http, caplog.at_level("WARNING", "mcp_sessions"):
+        session = ModernClient(http, url).create_session()
+        body = modern_request("subscriptions/listen", {"notifications": {}}, session=session_meta(session))
+        with http.stream("POST", url + MCP_PATH, json=body, headers=modern_headers(body)) as stream:
+            first = next(line for line in stream.iter_lines() if line.startswith("data:"))
+    assert "notifications/subscriptions/acknowledged" in first  # the stream opened, as the server decided
+    named = "build the server with the same bus, MCPServer(subscriptions=bus)" in caplog.text
+    assert named is not to_the_server

@@ -25,11 +25,14 @@ A stream without a session only waits, at its start, until its events can arrive
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import TYPE_CHECKING, Final
 
 import anyio
 from starlette.types import Message, Receive, Send
+
+from .._wire import ThrottledWarning
 
 if TYPE_CHECKING:
     from .._session import Session, SessionBus, SessionService
@@ -39,12 +42,20 @@ SUBSCRIPTION_ID_META_KEY: Final = "io.modelcontextprotocol/subscriptionId"
 RECHECK_WITHOUT_IDLE_TTL: Final = 60.0
 _DISCONNECT: Final[Message] = {"type": "http.disconnect"}
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")]
+# The SDK's first frame, sent once it has subscribed the stream to its bus.
+_ACKNOWLEDGED: Final = b'"notifications/subscriptions/acknowledged"'
+_OTHER_BUS: Final = (
+    "a listen stream in a session was subscribed to a bus other than the middleware's SessionSubscriptionBus: "
+    "it gets none of its session's events; build the server with the same bus, MCPServer(subscriptions=bus)"
+)
+_other_bus = ThrottledWarning(logging.getLogger("mcp_sessions"))
 
 
 class ListenStream:
     """The ``receive`` and ``send`` of one listen request: see the module's docstring."""
 
     __slots__ = (
+        "_acknowledged",
         "_body_read",
         "_bus",
         "_done",
@@ -76,7 +87,7 @@ class ListenStream:
         # at the bus's limit of sessions listening here (see the module's docstring).
         self._unwatch = None if session is None else bus.watch(session.id, self._ended.set)
         self._lock = anyio.Lock()
-        self._ready = self._body_read = self._started = self._done = False
+        self._ready = self._body_read = self._started = self._done = self._acknowledged = False
 
     def close(self) -> None:
         """The request is over: stop watching the session."""
@@ -93,8 +104,12 @@ class ListenStream:
                 return
             if message["type"] == "http.response.start":
                 self._started = True
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                self._done = True
+            elif message["type"] == "http.response.body":
+                if not self._acknowledged and _ACKNOWLEDGED in message.get("body", b""):
+                    self._acknowledged = True  # the SDK subscribed the stream: to this bus, for a session's?
+                    if self._session is not None and not self._bus.serves(self._session.id):
+                        _other_bus.warn(_OTHER_BUS)
+                self._done = not message.get("more_body", False)
             await self._send(message)
 
     async def receive(self) -> Message:

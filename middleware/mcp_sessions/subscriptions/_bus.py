@@ -189,6 +189,11 @@ class SessionSubscriptionBus:
         entry.watchers[token] = on_end
         return lambda: self._drop(entry, entry.watchers, token)
 
+    def serves(self, session_id: str) -> bool:
+        """Whether a listen stream of session ``session_id`` is subscribed here, on this replica."""
+        entry = self._sessions.get(self._channel(session_id))
+        return entry is not None and bool(entry.listeners)
+
     async def ready(self, session_id: str | None = None) -> None:
         """Wait until events for this replica's streams (of ``session_id``, if given) can arrive."""
         await self._backend.ready(self._everywhere)
