@@ -16,7 +16,7 @@ import httpx
 import pytest
 from examples.quickstart import build_app
 
-from _mcp import INVALID_REQUEST, LEGACY, SESSION_NOT_FOUND, RecordingApp, answer, tool_text
+from _mcp import INVALID_REQUEST, LEGACY, MCP_PATH, SESSION_NOT_FOUND, RecordingApp, answer, legacy_request, tool_text
 from conftest import SECRET, serve
 from e2e._wires import Sep1364Client
 
@@ -83,7 +83,7 @@ def test_alt1_capability_says_required_when_the_policy_does(http: httpx.Client) 
         assert client.request("tools/list")["error"]["code"] == -32044
 
 
-def test_alt2_table(alt2: tuple[str, RecordingApp], http: httpx.Client) -> None:
+def test_alt2_table(alt2: tuple[str, RecordingApp], http: httpx.Client, request: pytest.FixtureRequest) -> None:
     url, recording = alt2
     ordinary = Sep1364Client(http, url, era=LEGACY)
     assert "sessionId" not in ordinary.initialize(session=...)  # no member: an ordinary initialize
@@ -97,6 +97,16 @@ def test_alt2_table(alt2: tuple[str, RecordingApp], http: httpx.Client) -> None:
     assert tool_text(client.call_tool("count")) == "2"
     forged = session_id[:-4] + ("AAAA" if not session_id.endswith("AAAA") else "BBBB")
     assert client.initialize(session=forged)["error"]["code"] == SESSION_NOT_FOUND  # invalid → error
+    # A call in a session that is gone (forged, expired): a stateful server has no transport session for it and
+    # answers 404, the 2025 wire's "initialize again"; the middleware answers on a stateless one.
+    body = {**legacy_request("tools/call", {"name": "count", "arguments": {}}), "sessionId": forged}
+    gone = http.post(
+        url + MCP_PATH, json=body, headers={**BASE, "MCP-Protocol-Version": LEGACY, "Mcp-Session-Id": forged}
+    )
+    if request.node.callspec.params["alt2"].endswith("stateful"):
+        assert gone.status_code == 404, gone.text
+    else:
+        assert answer(gone)["error"]["code"] == SESSION_NOT_FOUND
     assert client.request("terminate", {"sessionId": session_id}) == {"jsonrpc": "2.0", "id": 1, "result": {}}
     assert client.call_tool("count")["error"]["code"] == SESSION_NOT_FOUND
     never_saw_session_ids(recording)

@@ -97,7 +97,7 @@ class Forwarder:
     def scope_for(self, scope: Scope, plan: Plan) -> Scope:
         """The scope the app would be called with for ``plan``'s first message: on the 2025 wire of a profile
         that carries the session in ``Mcp-Session-Id``, the server's own transport session there instead, that
-        of the session the header or the message names (none it could be forwarded in: no header)."""
+        of the session the header or the message names (see ``_transport.py`` for one bound to none)."""
         call = plan.calls[0]
         if self._mapped is None or plan.era is not Era.LEGACY or not call.profile.header_every_era:
             return scope
@@ -116,7 +116,7 @@ class Forwarder:
             return scope
         try:
             session_id: str | None = self._sessions.keys.verify_session_token(token).session_id
-        except InvalidToken:  # no session it could be forwarded in
+        except InvalidToken:  # a session bound to no transport session here
             session_id = None
         return self._mapped.scope_for(scope, session_id)
 

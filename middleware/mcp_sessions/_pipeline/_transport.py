@@ -4,8 +4,11 @@ SEP-1364 has ``Mcp-Session-Id`` mirror the session in every era, but a
 stateful 2025-era server owns that header: it names the server's transport
 session. The middleware keeps the transport session inside the data-layer
 session: the server still sees its own header on every request of the session,
-and the client only ever sees the session's id. A stateless server never sets
-the header, so nothing is mapped and the header is dropped before it.
+and the client only ever sees the session's id. A session bound to no transport
+session here (its token no longer verifies, or this process never saw one) goes
+with an id the server cannot know: a stateful server answers 404, which on the
+2025 wire tells the client to initialize again, and a stateless one never reads
+the header (it sets none, so nothing is ever bound for it).
 
 Transport sessions live in the server's process, so an in-process map is
 where the binding belongs; it is bounded, oldest first out.
@@ -22,6 +25,8 @@ from .._session import Session
 from .._wire.protocol import MCP_SESSION_ID_HEADER
 
 _MAX_BINDINGS: Final = 100_000
+_UNBOUND: Final = b"mcp-sessions-unbound"
+"""The transport session id a session bound to none goes with: no server minted it."""
 
 
 class TransportSessions:
@@ -59,12 +64,13 @@ class TransportSessions:
                 message = {**message, "headers": shown}
             await send(message)
 
-        return self.scope_for(scope, None if opening else session.id), send_as_session
+        return self.scope_for(scope, session.id, opening=opening), send_as_session
 
-    def scope_for(self, scope: Scope, session_id: str | None) -> Scope:
-        """``scope`` with the server's own transport session id in ``Mcp-Session-Id`` (none if not known)."""
-        transport_id = None if session_id is None else self._by_session.get(session_id)
+    def scope_for(self, scope: Scope, session_id: str | None, *, opening: bool = False) -> Scope:
+        """``scope`` with the server's own transport session id in ``Mcp-Session-Id``: none for an ``opening``
+        request; :data:`_UNBOUND` for a session bound to none (``None``: one whose token did not verify)."""
         headers = [(n, v) for n, v in scope["headers"] if n.lower() != MCP_SESSION_ID_HEADER]
-        if transport_id is not None:
-            headers.append((MCP_SESSION_ID_HEADER, transport_id))
+        if not opening:
+            transport_id = None if session_id is None else self._by_session.get(session_id)
+            headers.append((MCP_SESSION_ID_HEADER, _UNBOUND if transport_id is None else transport_id))
         return {**scope, "headers": headers}
