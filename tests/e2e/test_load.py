@@ -151,7 +151,12 @@ async def conversation(
 ) -> None:
     """One session: create, ``calls`` tool calls, delete, then one refused call. Every answer is checked."""
 
+    doing = "sessions/create"  # what the error names, should one come
+
     async def post(body: dict[str, Any]) -> httpx.Response:
+        nonlocal doing
+        params = body.get("params") or {}
+        doing = f"{body['method']} {params.get('name', '')} (id {body['id']})"
         async with gate:
             response = await http.post(server.url, json=body, headers=modern_headers(body))
         tally.requests += 1
@@ -201,7 +206,7 @@ async def conversation(
         refused = answer(await post(modern_request("tools/call", {"name": "whoami"}, session=session, id="after")))
         assert refused["error"]["code"] == -32043, refused
     except Exception as exc:  # collected, so that one failure does not hide the others
-        tally.errors.append(f"session {number} on the {server.mode} server: {exc!r}"[:500])
+        tally.errors.append(f"session {number} on the {server.mode} server, at {doing}: {exc!r}"[:500])
 
 
 async def workload(servers: list[Server], sessions: int, calls: int, concurrency: int = CONCURRENCY) -> Tally:
