@@ -147,6 +147,16 @@ def move_slot(cluster: ClusterServers, slot: int, target: int) -> None:
             c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
 
 
+async def published_until_heard(bus: SessionSubscriptionBus, sid: str, stream: Stream, uri: str, what: str) -> float:
+    """Publish ``uri``'s update to session ``sid`` until ``stream`` has it, at most :data:`RECOVERY` s; how long."""
+    event, started = ResourceUpdated(uri=uri), time.monotonic()
+    while event not in stream.events:
+        assert time.monotonic() - started < RECOVERY, f"nothing delivered {RECOVERY} s {what}"
+        await bus.publish_to_session(sid, event)
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
 async def test_a_moved_slot_moves_the_subscription_and_the_publish_follows_moved(
     pair: tuple[SessionSubscriptionBus, SessionSubscriptionBus],
     cluster: ClusterServers,
@@ -163,12 +173,8 @@ async def test_a_moved_slot_moves_the_subscription_and_the_publish_follows_moved
     await until(lambda: bool(stream.events), "the event before the move")
     move_slot(cluster, slot, 1)
     try:
-        deadline = time.monotonic() + RECOVERY
         with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
-            while ResourceUpdated(uri="note://after") not in stream.events:
-                assert time.monotonic() < deadline, f"nothing delivered {RECOVERY} s after the slot moved"
-                await a.publish_to_session(sid, ResourceUpdated(uri="note://after"))
-                await asyncio.sleep(0.05)
+            await published_until_heard(a, sid, stream, "note://after", "after the slot moved")
         assert "could not be published" not in caplog.text  # a's MOVED was followed, not dropped
         assert "(SlotMoved)" in caplog.text  # b's link heard the old owner let the channel go
         with client(cluster.nodes[1].port) as owner:
@@ -176,11 +182,7 @@ async def test_a_moved_slot_moves_the_subscription_and_the_publish_follows_moved
     finally:
         move_slot(cluster, slot, 0)
     # Given back, it is heard from its first owner again (and the tests after this one start from a settled map).
-    deadline = time.monotonic() + RECOVERY
-    while ResourceUpdated(uri="note://home") not in stream.events:
-        assert time.monotonic() < deadline, f"nothing delivered {RECOVERY} s after the slot came back"
-        await a.publish_to_session(sid, ResourceUpdated(uri="note://home"))
-        await asyncio.sleep(0.05)
+    await published_until_heard(a, sid, stream, "note://home", "after the slot came back")
 
 
 async def test_a_killed_node_costs_only_its_sessions_and_they_flow_again_after_its_restart(
@@ -223,13 +225,8 @@ async def test_a_killed_node_costs_only_its_sessions_and_they_flow_again_after_i
     finally:
         cluster.nodes[lost].start()  # the same port and node identity (nodes.conf)
     cluster.wait_ok()
-    back = streams[sids[lost]]
-    deadline = time.monotonic() + RECOVERY
-    while ResourceUpdated(uri="note://back") not in back.events:
-        assert time.monotonic() < deadline, f"the restarted node's session got nothing within {RECOVERY} s"
-        await a.publish_to_session(sids[lost], ResourceUpdated(uri="note://back"))
-        await asyncio.sleep(0.1)
-    print(f"the restarted node delivered again {RECOVERY - (deadline - time.monotonic()):.1f} s after it was up")
+    took = await published_until_heard(a, sids[lost], streams[sids[lost]], "note://back", "to the restarted node")
+    print(f"the restarted node delivered again {took:.1f} s after it was up")
 
 
 # -- Sentinel ------------------------------------------------------------------------------------------------
@@ -257,12 +254,8 @@ async def test_after_a_sentinel_failover_the_same_buses_deliver_again(sentinels:
         old = sentinels.master_port()
         sentinels.master.kill()
         await asyncio.to_thread(sentinels.wait_for_failover, old)
-        start = time.monotonic()
-        while ResourceUpdated(uri="note://after") not in mine.events:
-            assert time.monotonic() - start < RECOVERY, f"nothing delivered {RECOVERY} s after the failover"
-            await a.publish_to_session("s1", ResourceUpdated(uri="note://after"))
-            await asyncio.sleep(0.1)
-        print(f"delivered again {time.monotonic() - start:.1f} s after the Sentinels promoted the replica")
+        took = await published_until_heard(a, "s1", mine, "note://after", "after the failover")
+        print(f"delivered again {took:.1f} s after the Sentinels promoted the replica")
         await a.publish(ToolsListChanged())
         await until(lambda: all(ToolsListChanged() in s.events for s in (mine, other, everyone)), "a global event")
         assert ResourceUpdated(uri="note://after") not in other.events
