@@ -42,7 +42,7 @@ SUBSCRIPTION_ID_META_KEY: Final = "io.modelcontextprotocol/subscriptionId"
 RECHECK_WITHOUT_IDLE_TTL: Final = 60.0
 _DISCONNECT: Final[Message] = {"type": "http.disconnect"}
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")]
-# The SDK's first frame, sent once it has subscribed the stream to its bus.
+# What the SDK's first frame says once it has subscribed the stream to its bus.
 _ACKNOWLEDGED: Final = b'"notifications/subscriptions/acknowledged"'
 _OTHER_BUS: Final = (
     "a listen stream in a session was subscribed to a bus other than the middleware's SessionSubscriptionBus: "
@@ -55,9 +55,9 @@ class ListenStream:
     """The ``receive`` and ``send`` of one listen request: see the module's docstring."""
 
     __slots__ = (
-        "_acknowledged",
         "_body_read",
         "_bus",
+        "_bus_checked",
         "_done",
         "_ended",
         "_lock",
@@ -87,7 +87,7 @@ class ListenStream:
         # at the bus's limit of sessions listening here (see the module's docstring).
         self._unwatch = None if session is None else bus.watch(session.id, self._ended.set)
         self._lock = anyio.Lock()
-        self._ready = self._body_read = self._started = self._done = self._acknowledged = False
+        self._ready = self._body_read = self._started = self._done = self._bus_checked = False
 
     def close(self) -> None:
         """The request is over: stop watching the session."""
@@ -105,9 +105,14 @@ class ListenStream:
             if message["type"] == "http.response.start":
                 self._started = True
             elif message["type"] == "http.response.body":
-                if not self._acknowledged and _ACKNOWLEDGED in message.get("body", b""):
-                    self._acknowledged = True  # the SDK subscribed the stream: to this bus, for a session's?
-                    if self._session is not None and not self._bus.serves(self._session.id):
+                if not self._bus_checked:  # the first frame: the SDK acknowledges once it has subscribed
+                    self._bus_checked = True
+                    session = self._session
+                    if (
+                        session is not None
+                        and _ACKNOWLEDGED in message.get("body", b"")
+                        and not self._bus.serves(session.id)
+                    ):
                         _other_bus.warn(_OTHER_BUS)
                 self._done = not message.get("more_body", False)
             await self._send(message)
