@@ -1,17 +1,39 @@
-"""The backend seam: where the bus's messages travel (this process, Redis pub/sub, a Redis Cluster's sharded pub/sub).
+"""The backend seam: where the bus's messages travel (this process, Redis pub/sub, a Redis Cluster's sharded pub/sub),
+and what a message is.
 
 The in-process :class:`MemoryBackend` is here; the Redis ones are in ``_link`` and ``_cluster``.
+A message is a few bytes of JSON naming the event's kind and, for a resource, its URI; never a
+session token (a session's channel names it by its stable id).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
 import anyio.lowlevel
+from mcp.shared.subscriptions import (
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
 
 Receive = Callable[[str, bytes | str], None]
 """What a backend calls for each message arriving on a joined channel: ``receive(channel, message)``."""
+
+MAX_MESSAGE_BYTES: Final = 16 * 1024
+"""The largest message published or read: a resource URI longer than about 16 KB is refused."""
+END: Final = b'{"end":"session"}'
+"""The order, on a session's channel, to end that session's listen streams (it was deleted)."""
+_KINDS: Final[dict[str, ServerEvent]] = {
+    "tools": ToolsListChanged(),
+    "prompts": PromptsListChanged(),
+    "resources": ResourcesListChanged(),
+}
+_NAMES: Final = {type(event): name for name, event in _KINDS.items()}
 
 
 class Backend(Protocol):
@@ -75,3 +97,37 @@ class MemoryBackend(Backend):
 
     async def aclose(self) -> None:
         self._joined.clear()
+
+
+def encode(event: ServerEvent) -> bytes:
+    """``event`` as a message; ``ValueError`` for a resource URI too long to send."""
+    if isinstance(event, ResourceUpdated):
+        if not isinstance(event.uri, str):
+            raise TypeError("a ResourceUpdated event's uri is a string")
+        data = json.dumps({"resource": event.uri}, separators=(",", ":")).encode()
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise ValueError(f"the resource URI is too long to publish (the message is at most {MAX_MESSAGE_BYTES} B)")
+        return data
+    name = _NAMES.get(type(event))
+    if name is None:
+        raise TypeError(f"not a ServerEvent: {type(event).__name__}")
+    return b'{"event":"' + name.encode() + b'"}'
+
+
+def decode(data: bytes | str) -> ServerEvent | bytes | None:
+    """The event a message carries, :data:`END`, or ``None`` for a message this version cannot read."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        return None
+    raw = data.encode() if isinstance(data, str) else data
+    if raw == END:
+        return END
+    try:
+        message = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or len(message) != 1:
+        return None
+    if isinstance(uri := message.get("resource"), str):
+        return ResourceUpdated(uri=uri)
+    name = message.get("event")
+    return _KINDS.get(name) if isinstance(name, str) else None

@@ -13,30 +13,22 @@ streams:
   and the order to end the session's streams (it was deleted). A replica is
   subscribed to it only while a stream of that session is open there.
 
-A message is a few bytes of JSON naming the event's kind and, for a resource, its URI; never a
-session token (a session's channel names it by its stable id). What cannot be read is dropped, as a
-listen stream drops what it cannot deliver: events are level triggers.
+A message (``_backend``'s ``encode``) never names a session token. What cannot be read is dropped,
+as a listen stream drops what it cannot deliver: events are level triggers.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import (
-    PromptsListChanged,
-    ResourcesListChanged,
-    ResourceUpdated,
-    ServerEvent,
-    ToolsListChanged,
-)
+from mcp.shared.subscriptions import ServerEvent
 
 from .._session import current_session
 from .._wire import ThrottledWarning
-from ._backend import Backend, MemoryBackend
+from ._backend import END, Backend, MemoryBackend, decode, encode
 
 if TYPE_CHECKING:
     from typing import Self
@@ -48,16 +40,6 @@ INTERNAL_ERROR: Final = -32603  # what the SDK answers at its own limit of liste
 DEFAULT_MAX_STREAMS_PER_SESSION: Final = 8
 DEFAULT_MAX_SESSIONS: Final = 10_000
 _MAX_SESSION_ID: Final = 256
-MAX_MESSAGE_BYTES: Final = 16 * 1024
-"""The largest message published or read: a resource URI longer than about 16 KB is refused."""
-END: Final = b'{"end":"session"}'
-"""The order, on a session's channel, to end that session's listen streams (it was deleted)."""
-_KINDS: Final[dict[str, ServerEvent]] = {
-    "tools": ToolsListChanged(),
-    "prompts": PromptsListChanged(),
-    "resources": ResourcesListChanged(),
-}
-_NAMES: Final = {type(event): name for name, event in _KINDS.items()}
 _NOT_GIVEN: Final = (
     "a listen stream in a session was refused: the server's SessionSubscriptionBus is not the middleware's, "
     "which could then neither publish to the session's streams nor end them with it; pass the same object to "
@@ -276,37 +258,3 @@ def _deliver(listeners: Iterable[Listener], event: ServerEvent) -> None:
             listener(event)
         except Exception:  # one listener raising must not starve the others (as in the SDK's in-memory bus)
             logger.exception("a subscription listener raised; continuing")
-
-
-def encode(event: ServerEvent) -> bytes:
-    """``event`` as a message; ``ValueError`` for a resource URI too long to send."""
-    if isinstance(event, ResourceUpdated):
-        if not isinstance(event.uri, str):
-            raise TypeError("a ResourceUpdated event's uri is a string")
-        data = json.dumps({"resource": event.uri}, separators=(",", ":")).encode()
-        if len(data) > MAX_MESSAGE_BYTES:
-            raise ValueError(f"the resource URI is too long to publish (the message is at most {MAX_MESSAGE_BYTES} B)")
-        return data
-    name = _NAMES.get(type(event))
-    if name is None:
-        raise TypeError(f"not a ServerEvent: {type(event).__name__}")
-    return b'{"event":"' + name.encode() + b'"}'
-
-
-def decode(data: bytes | str) -> ServerEvent | bytes | None:
-    """The event a message carries, :data:`END`, or ``None`` for a message this version cannot read."""
-    if len(data) > MAX_MESSAGE_BYTES:
-        return None
-    raw = data.encode() if isinstance(data, str) else data
-    if raw == END:
-        return END
-    try:
-        message = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(message, dict) or len(message) != 1:
-        return None
-    if isinstance(uri := message.get("resource"), str):
-        return ResourceUpdated(uri=uri)
-    name = message.get("event")
-    return _KINDS.get(name) if isinstance(name, str) else None
