@@ -157,32 +157,45 @@ async def published_until_heard(bus: SessionSubscriptionBus, sid: str, stream: S
     return time.monotonic() - started
 
 
-async def test_a_moved_slot_moves_the_subscription_and_the_publish_follows_moved(
+async def test_a_moved_slot_moves_its_subscription_alone_and_the_publish_follows_moved(
     pair: tuple[SessionSubscriptionBus, SessionSubscriptionBus],
     cluster: ClusterServers,
     prefix: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The owner unsubscribes the channel itself (Redis 7) when its slot moves; the slot is given back after."""
+    """The owner unsubscribes the channel itself (Redis 7) when its slot moves; the slot is given back after.
+
+    Only that channel moves: the old owner's connection stays up, with the other session of its node."""
     a, b = pair
     sid = one_per_node(cluster, prefix)[0]
     slot = key_slot(channel(prefix, sid).encode())
-    stream = Stream(b, sid)
-    await opened(b, sid)
+    neighbour = next(  # another session on the same node, in another slot
+        other
+        for other in (f"sid-{i}" for i in itertools.count())
+        if cluster.node_for(channel(prefix, other)) == cluster.nodes[0]
+        and key_slot(channel(prefix, other).encode()) != slot
+    )
+    stream, beside = Stream(b, sid), Stream(b, neighbour)
+    await opened(b, sid, neighbour)
     await a.publish_to_session(sid, ResourceUpdated(uri="note://before"))  # a reads the map now
     await until(lambda: bool(stream.events), "the event before the move")
     move_slot(cluster, slot, 1)
     try:
         with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
             await published_until_heard(a, sid, stream, "note://after", "after the slot moved")
+            await a.publish_to_session(neighbour, ResourceUpdated(uri="note://beside"))
+            await until(lambda: ResourceUpdated(uri="note://beside") in beside.events, "the neighbour's event")
         assert "could not be published" not in caplog.text  # a's MOVED was followed, not dropped
-        assert "(SlotMoved)" in caplog.text  # b's link heard the old owner let the channel go
-        with client(cluster.nodes[1].port) as owner:
+        assert "lost its connection" not in caplog.text  # b's link to the old owner stayed up
+        with client(cluster.nodes[1].port) as owner, client(cluster.nodes[0].port) as first:
             assert channel(prefix, sid) in owner.pubsub_shardchannels(prefix + "*")
+            assert channel(prefix, sid) not in first.pubsub_shardchannels(prefix + "*")
+            assert channel(prefix, neighbour) in first.pubsub_shardchannels(prefix + "*")
     finally:
         move_slot(cluster, slot, 0)
     # Given back, it is heard from its first owner again (and the tests after this one start from a settled map).
     await published_until_heard(a, sid, stream, "note://home", "after the slot came back")
+    assert "lost its connection" not in caplog.text
 
 
 async def test_a_killed_node_costs_only_its_sessions_and_they_flow_again_after_its_restart(

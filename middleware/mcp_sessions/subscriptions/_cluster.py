@@ -10,18 +10,20 @@ the node of its slot.
 A replica holds one pub/sub connection per node that owns one of its joined channels (at
 most one per master), each a :class:`~._link.Link` whose reader waits on its own socket (and
 checks it with a ``PING`` when it stays quiet): no polling, no node starving another. The slot
-map is the cluster client's, read when the first channel is joined. When a node's connection
-fails (a silent one included), or a node says a channel's slot is no
-longer its own (``MOVED`` to an ``SSUBSCRIBE``, or the ``SUNSUBSCRIBE`` it sends by itself
-when the slot moves), the map is read again and each channel moved to its owner's
-connection; a failed connection is opened again with the Redis backend's backoff, and events
-published meanwhile are lost. A node that is down costs only the channels of its slots: the
-other nodes' connections stay subscribed.
+map is the cluster client's, read when the first channel is joined. When a slot moves, its
+node sends a ``SUNSUBSCRIBE`` for each of the slot's channels by itself: the map is read
+again and those channels are subscribed on their new owner's connection, while the old
+owner's connection keeps its other channels. When a node's connection fails (a silent one
+included, or a ``MOVED`` answer to an ``SSUBSCRIBE`` sent by a map that was already out of
+date), the map is read again and each channel placed by it; the connection is opened again
+with the Redis backend's backoff, and events published meanwhile are lost. A node that is
+down costs only the channels of its slots: the other nodes' connections stay subscribed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import TYPE_CHECKING
 
@@ -108,9 +110,22 @@ class ClusterBackend(LinkedBackend, Backend):
         link = self._links.get(node.name)
         if link is None:
             what = f"Redis Cluster node {node.name}"
-            link = Link(self, _node_client(node), sharded=True, what=what, on_failure=self._remap_soon)
+            link = Link(
+                self,
+                _node_client(node),
+                sharded=True,
+                what=what,
+                on_failure=self._remap_soon,
+                on_let_go=functools.partial(self._let_go, node.name),
+            )
             self._links[node.name] = link
         link.join(channel)
+
+    def _let_go(self, name: str, channel: str) -> None:
+        """Node ``name`` let ``channel`` go (its slot moved): the channel is placed again by a map read again."""
+        if self._owner.get(channel) == name:
+            del self._owner[channel]
+        self._remap_soon()
 
     async def _node(self, channel: str) -> ClusterNode:
         if not self._mapped:

@@ -54,10 +54,6 @@ async def stopped(task: asyncio.Task[None] | None) -> None:
         task.exception()  # retrieved: an error is not reported again at exit
 
 
-class SlotMoved(Exception):
-    """A Cluster node unsubscribed a sharded channel by itself: its slot is now another node's."""
-
-
 class SilentConnection(Exception):
     """Nothing came back on the connection, not even the reply to a ``PING``: it is dropped and opened again."""
 
@@ -126,7 +122,8 @@ class RedisBackend(LinkedBackend, Backend):
             health_check_interval=health_check_interval,
         )
         self._client = client
-        self._link = Link(self, client, sharded=False, what="Redis", on_failure=lambda: None)
+        # A plain Redis never lets a channel go by itself; if one did, it is subscribed again.
+        self._link = Link(self, client, sharded=False, what="Redis", on_failure=lambda: None, on_let_go=self.join)
         self._joined = self._link.joined
 
     def join(self, channel: str) -> None:
@@ -156,10 +153,12 @@ class Link:
         sharded: bool,
         what: str,
         on_failure: Callable[[], None],
+        on_let_go: Callable[[str], None],
     ) -> None:
         self._backend, self._client, self._sharded, self._what = backend, client, sharded, what
-        self._on_failure = on_failure
+        self._on_failure, self._on_let_go = on_failure, on_let_go
         self.joined: set[str] = set()
+        self._subscribed: set[str] = set()  # sent to the current connection
         self.confirmed: set[str] = set()  # subscribed on the current connection, as Redis confirmed
         self._leaving: Counter[str] = Counter()  # unsubscribed by us, the confirmations not read yet
         self._changed = asyncio.Event()
@@ -215,11 +214,11 @@ class Link:
         tasks: list[asyncio.Task[None]] = []
         self._leaving.clear()
         try:
-            subscribed = set(self.joined)
+            self._subscribed = set(self.joined)
             self._changed.clear()
-            await self._send(pubsub, subscribed, subscribe=True)
+            await self._send(pubsub, self._subscribed, subscribe=True)
             loop = asyncio.get_running_loop()
-            tasks = [loop.create_task(self._read(pubsub)), loop.create_task(self._follow(pubsub, subscribed))]
+            tasks = [loop.create_task(self._read(pubsub)), loop.create_task(self._follow(pubsub))]
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()  # the failure that ended the connection
@@ -231,20 +230,19 @@ class Link:
             with contextlib.suppress(Exception):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    async def _follow(self, pubsub: PubSub, subscribed: set[str]) -> None:
+    async def _follow(self, pubsub: PubSub) -> None:
         """Subscribe and unsubscribe what was joined or left since the last time."""
         while True:
             await self._changed.wait()
             self._changed.clear()
-            joined = set(self.joined)
+            joined, subscribed = set(self.joined), self._subscribed
+            self._subscribed = joined
             if added := joined - subscribed:
                 await self._send(pubsub, added, subscribe=True)
             if removed := subscribed - joined:
                 self.confirmed.difference_update(removed)
                 self._leaving.update(removed)  # Counter.update counts
                 await self._send(pubsub, removed, subscribe=False)
-            subscribed.clear()
-            subscribed.update(joined)
 
     async def _send(self, pubsub: PubSub, channels: Iterable[str], *, subscribe: bool) -> None:
         if not self._sharded:
@@ -275,8 +273,11 @@ class Link:
                     logger.info("the subscription bus is subscribed again on %s", self._what)
                 self._backend._progressed()
             elif kind in ("unsubscribe", "sunsubscribe"):
-                if self._leaving[channel] < 1:
-                    raise SlotMoved("a Redis Cluster node unsubscribed a shard channel by itself")
+                if self._leaving[channel] < 1:  # let go by the server itself: a Cluster slot moved
+                    for held in (self.joined, self._subscribed, self.confirmed):
+                        held.discard(channel)
+                    self._on_let_go(channel)  # placed again; the connection's other channels stay as they are
+                    continue
                 self._leaving[channel] -= 1
                 if not self._leaving[channel]:
                     del self._leaving[channel]
