@@ -1,8 +1,9 @@
-"""An mcp 1.x server wrapped by the middleware, run by tests/e2e/test_mcp1_server.py in .venv-mcp1.
+"""An mcp 1.x server wrapped by the middleware, run by tests/e2e/test_mcp1_server.py in an mcp 1.x venv.
 
-``python _mcp1_server.py SECRET`` serves ``FastMCP`` (mcp 1.x's name, default stateful mode) with
-one ``count`` tool on 127.0.0.1, on a port the OS picks, and prints that port on one line. Imports
-only what that environment has: mcp<2, uvicorn and this checkout's mcp_sessions.
+``python _mcp1_server.py SECRET KIND`` serves one ``count`` tool on 127.0.0.1, on a port the OS picks,
+and prints that port on one line. ``KIND``: ``sdk`` (mcp 1.x's own ``FastMCP``, stateful),
+``fastmcp`` (fastmcp's ``FastMCP``, stateful) or ``fastmcp-stateless``. Imports only what those
+environments have: mcp<2, fastmcp (2.x or 3.x), uvicorn and this checkout's mcp_sessions.
 """
 
 from __future__ import annotations
@@ -22,16 +23,21 @@ async def count() -> int:
     return -1 if session is None else await session.data.incr("n")
 
 
-def main(secret: str) -> None:
-    # mcp 1.x's FastMCP: imported by name, as mypy reads the tests against mcp 2, which has none.
-    server = importlib.import_module("mcp.server.fastmcp").FastMCP("mcp1")
-    server.add_tool(count)
-    app = MCPSessionMiddleware(server.streamable_http_app(), secret=secret)
+def main(secret: str, kind: str) -> None:
+    # Imported by name: mypy reads the tests against mcp 2, which has neither.
+    if kind == "sdk":
+        server = importlib.import_module("mcp.server.fastmcp").FastMCP("mcp1")
+        server.add_tool(count)
+        app = server.streamable_http_app()
+    else:
+        server = importlib.import_module("fastmcp").FastMCP("mcp1")
+        server.tool(count)
+        app = server.http_app(stateless_http=kind == "fastmcp-stateless")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    uvicorn.Server(uvicorn.Config(MCPSessionMiddleware(app, secret=secret), log_level="warning")).run(sockets=[sock])
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

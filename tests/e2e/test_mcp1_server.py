@@ -1,10 +1,12 @@
-"""An mcp 1.x server behind the middleware: servers on PyPI that still pin ``mcp<2`` (issue 37).
+"""mcp 1.x servers behind the middleware: servers on PyPI that still pin ``mcp<2`` (issue 37).
 
-mcp 1.x speaks the 2025 wire only. The server runs in its own environment, ``.venv-mcp1``
-(``make test`` builds it; ``MCP1_PYTHON`` names its python), as a subprocess:
-``_mcp1_server.py``, a stateful ``FastMCP`` with a ``count`` tool, served by uvicorn. On the
-2025 wire its tool sees the session as an mcp 2 tool does; a 2026-07-28 ``sessions/create``
-gets no session, but the server's own answer to a 2026-07-28 request.
+mcp 1.x speaks the 2025 wire only. Each server runs as a subprocess in an mcp 1.x environment of
+its own (``make test`` builds them; ``MCP1_VENVS`` names them): the newest mcp 1.x with fastmcp
+3.x, and the oldest the docs name, mcp 1.26 with fastmcp 2.14. In each, ``_mcp1_server.py``
+serves a ``count`` tool three ways: mcp 1.x's own ``FastMCP`` (stateful), fastmcp's (stateful)
+and fastmcp's stateless one. On the 2025 wire its tool sees the session as an mcp 2 tool does; a
+2026-07-28 ``sessions/create`` gets no session, but the server's own answer to a 2026-07-28
+request.
 """
 
 from __future__ import annotations
@@ -32,19 +34,26 @@ from mcp_sessions import MCPSessionMiddleware
 MAIN = Path(__file__).resolve().parents[2]
 SERVER = Path(__file__).with_name("_mcp1_server.py")
 START_TIMEOUT = 30.0
+VENVS = os.environ.get("MCP1_VENVS", f"{MAIN}/.venv-mcp1-newest {MAIN}/.venv-mcp1-floor").split()
+KINDS = ["sdk", "fastmcp", "fastmcp-stateless"]
 
 
-@pytest.fixture(scope="module")
-def mcp1_url() -> Iterator[str]:
-    """The base URL of the mcp 1.x server, killed when the module's tests end."""
-    python = Path(os.environ.get("MCP1_PYTHON", MAIN / ".venv-mcp1" / "bin" / "python"))
+@pytest.fixture(
+    scope="module",
+    params=[(venv, kind) for venv in VENVS for kind in KINDS],
+    ids=lambda param: f"{Path(param[0]).name.removeprefix('.venv-')}-{param[1]}",
+)
+def mcp1(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """One mcp 1.x server's base URL and kind, killed when its tests end."""
+    venv, kind = request.param
+    python = Path(venv) / "bin" / "python"
     if not python.exists():
-        missing(f"{python} is missing: `make .venv-mcp1/.installed` builds the mcp 1.x environment")
+        missing(f"{python} is missing: `make {venv}/.installed` builds that mcp 1.x environment")
     with tempfile.TemporaryFile() as log:  # a file, not a pipe: nobody reads stderr while the server runs
-        process = subprocess.Popen([python, SERVER, SECRET], cwd=MAIN, stdout=subprocess.PIPE, stderr=log)
+        process = subprocess.Popen([python, SERVER, SECRET, kind], cwd=MAIN, stdout=subprocess.PIPE, stderr=log)
         try:
             port = _listening_port(process, log)
-            yield f"http://127.0.0.1:{port}"
+            yield f"http://127.0.0.1:{port}", kind
         finally:
             end_process(process)
             assert process.stdout is not None
@@ -74,21 +83,24 @@ def _listening_port(process: subprocess.Popen[bytes], log: IO[bytes]) -> int:
     )
 
 
-def test_a_tool_counts_in_its_session_on_the_2025_wire(mcp1_url: str) -> None:
+def test_a_tool_counts_in_its_session_on_the_2025_wire(mcp1: tuple[str, str]) -> None:
+    url, kind = mcp1
     with httpx.Client(timeout=10) as http:
-        client = LegacyClient(http, mcp1_url)
+        client = LegacyClient(http, url)
         client.initialize()
-        assert client.transport_session_id is not None  # stateful: the server's own transport session
+        stateful = kind != "fastmcp-stateless"
+        assert (client.transport_session_id is not None) == stateful  # the server's own transport session
         session = session_meta(client.create_session())
         counts = [tool_text(client.call_tool("count", session=session)[1]) for _ in range(2)]
     assert counts == ["1", "2"]
 
 
-def test_a_2026_sessions_create_gets_the_servers_own_answer(mcp1_url: str) -> None:
+def test_a_2026_sessions_create_gets_the_servers_own_answer(mcp1: tuple[str, str]) -> None:
+    url = mcp1[0]
     listing, creating = modern_request("tools/list"), modern_request("sessions/create")
     with httpx.Client(timeout=10) as http:
-        listed = http.post(mcp1_url + MCP_PATH, json=listing, headers=modern_headers(listing))
-        created = http.post(mcp1_url + MCP_PATH, json=creating, headers=modern_headers(creating))
+        listed = http.post(url + MCP_PATH, json=listing, headers=modern_headers(listing))
+        created = http.post(url + MCP_PATH, json=creating, headers=modern_headers(creating))
     assert listed.status_code >= 400, listed.text  # mcp 1.x serves no 2026-07-28 request
     assert (created.status_code, created.headers["content-type"], created.content) == (
         listed.status_code,
