@@ -3,8 +3,8 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# The mcp 1.x servers' environments (tests/e2e/test_mcp1_server.py): mcp<2 cannot share a venv with the tests' mcp 2.
-MCP1_VENVS := $(VENV)-mcp1-newest $(VENV)-mcp1-floor
+# The environments of servers on older mcp SDKs (tests/e2e/test_server_versions.py): one mcp per venv.
+SERVER_VENVS := $(VENV)-mcp2-floor $(VENV)-mcp1-newest $(VENV)-mcp1-floor
 
 .PHONY: demo test system-deps lint docs dist bench clean
 
@@ -20,10 +20,10 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/pip
 	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint --group docs --group viewers
 	touch $@
 
-$(VENV)-mcp1-%/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)-mcp1-$*
-	$(VENV)-mcp1-$*/bin/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(VENV)-mcp1-$*/bin/pip install --quiet -e . --group mcp1-$*
+$(VENV)-mcp%/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)-mcp$*
+	$(VENV)-mcp$*/bin/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(VENV)-mcp$*/bin/pip install --quiet -e . --group mcp$*
 	touch $@
 
 $(VENV)/.docs-installed: pyproject.toml | $(BIN)/pip
@@ -50,10 +50,10 @@ LINT = $(BIN)/ruff check middleware tests examples benchmarks scripts \
 DOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test:
-	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed $(MCP1_VENVS:%=%/.installed) system-deps
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed $(SERVER_VENVS:%=%/.installed) system-deps
 	@echo "ruff, mypy and the docs build run beside the tests; their output follows the tests'"
 	@($(LINT) && $(DOCS)) > $(VENV)/checks.log 2>&1 & checks=$$!; \
-	MCP1_VENVS="$(abspath $(MCP1_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS); tests=$$?; \
+	MCP_SERVER_VENVS="$(abspath $(SERVER_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS); tests=$$?; \
 	wait $$checks; checked=$$?; \
 	echo "--- lint and docs"; cat $(VENV)/checks.log; \
 	[ $$checked -eq 0 ] || echo "lint and docs: failed"; \
@@ -78,4 +78,4 @@ lint: $(VENV)/.test-installed
 	$(LINT)
 
 clean:
-	rm -rf $(VENV) $(MCP1_VENVS) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist
+	rm -rf $(VENV) $(SERVER_VENVS) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist

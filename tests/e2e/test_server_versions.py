@@ -1,12 +1,13 @@
-"""mcp 1.x servers behind the middleware: servers on PyPI that still pin ``mcp<2`` (issue 37).
+"""Servers on older mcp SDKs behind the middleware (issue 37): the tests' own servers run mcp 2.3.
 
-mcp 1.x speaks the 2025 wire only. Each server runs as a subprocess in an mcp 1.x environment of
-its own (``make test`` builds them; ``MCP1_VENVS`` names them): the newest mcp 1.x with fastmcp
-3.x, and the oldest the docs name, mcp 1.26 with fastmcp 2.14. In each, ``_mcp1_server.py``
-serves a ``count`` tool three ways: mcp 1.x's own ``FastMCP`` (stateful), fastmcp's (stateful)
-and fastmcp's stateless one. On the 2025 wire its tool sees the session as an mcp 2 tool does; a
-2026-07-28 ``sessions/create`` gets no session, but the server's own answer to a 2026-07-28
-request.
+Each server runs as a subprocess in an environment of its own (``make test`` builds them;
+``MCP_SERVER_VENVS`` names them): the oldest mcp 2 (2.0.0), and the servers on PyPI that still
+pin ``mcp<2``: the newest mcp 1.x with fastmcp 3.x, and the oldest the docs name, mcp 1.26 with
+fastmcp 2.14. ``_versioned_server.py`` serves a ``count`` tool on the SDK's own server (stateful)
+and, on mcp 1.x, on fastmcp's (stateful and stateless). On the 2025 wire its tool sees the session
+as on mcp 2.3. On the 2026-07-28 wire, mcp 2 servers count in a session too, while mcp 1.x, which
+speaks the 2025 wire only, gets no session: a ``sessions/create`` gets the server's own answer to a
+2026-07-28 request.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -26,34 +28,46 @@ import pytest
 from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
-from _mcp import MCP_PATH, LegacyClient, modern_headers, modern_request, session_meta, tool_text
+from _mcp import MCP_PATH, LegacyClient, ModernClient, modern_headers, modern_request, session_meta, tool_text
 from _redis import end_process, missing
 from conftest import SECRET
 from mcp_sessions import MCPSessionMiddleware
 
 MAIN = Path(__file__).resolve().parents[2]
-SERVER = Path(__file__).with_name("_mcp1_server.py")
 START_TIMEOUT = 30.0
-VENVS = os.environ.get("MCP1_VENVS", f"{MAIN}/.venv-mcp1-newest {MAIN}/.venv-mcp1-floor").split()
-KINDS = ["sdk", "fastmcp", "fastmcp-stateless"]
+SERVER = Path(__file__).with_name("_versioned_server.py")
+VENVS = os.environ.get(
+    "MCP_SERVER_VENVS", " ".join(f"{MAIN}/.venv-mcp{name}" for name in ("2-floor", "1-newest", "1-floor"))
+).split()
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    kind: str
+    mcp1: bool  # speaks the 2025 wire only
 
 
 @pytest.fixture(
     scope="module",
-    params=[(venv, kind) for venv in VENVS for kind in KINDS],
+    params=[
+        (venv, kind)
+        for venv in VENVS
+        for kind in (["sdk", "fastmcp", "fastmcp-stateless"] if "mcp1" in Path(venv).name else ["sdk"])
+    ],
     ids=lambda param: f"{Path(param[0]).name.removeprefix('.venv-')}-{param[1]}",
 )
-def mcp1(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
-    """One mcp 1.x server's base URL and kind, killed when its tests end."""
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """One server on an older mcp, killed when its tests end."""
     venv, kind = request.param
     python = Path(venv) / "bin" / "python"
     if not python.exists():
-        missing(f"{python} is missing: `make {venv}/.installed` builds that mcp 1.x environment")
+        missing(f"{python} is missing: `make {venv}/.installed` builds that environment")
     with tempfile.TemporaryFile() as log:  # a file, not a pipe: nobody reads stderr while the server runs
         process = subprocess.Popen([python, SERVER, SECRET, kind], cwd=MAIN, stdout=subprocess.PIPE, stderr=log)
         try:
             port = _listening_port(process, log)
-            yield f"http://127.0.0.1:{port}", kind
+            yield Server(f"http://127.0.0.1:{port}", kind, mcp1="mcp1" in Path(venv).name)
         finally:
             end_process(process)
             assert process.stdout is not None
@@ -78,25 +92,31 @@ def _listening_port(process: subprocess.Popen[bytes], log: IO[bytes]) -> int:
             return port
     log.seek(0)
     output = log.read().decode(errors="replace")[-4000:]
-    raise RuntimeError(
-        f"the mcp 1.x server (exit code {process.poll()}) did not listen within {START_TIMEOUT} s:\n{output}"
-    )
+    raise RuntimeError(f"the server (exit code {process.poll()}) did not listen within {START_TIMEOUT} s:\n{output}")
 
 
-def test_a_tool_counts_in_its_session_on_the_2025_wire(mcp1: tuple[str, str]) -> None:
-    url, kind = mcp1
+def test_a_tool_counts_in_its_session_on_the_2025_wire(server: Server) -> None:
     with httpx.Client(timeout=10) as http:
-        client = LegacyClient(http, url)
+        client = LegacyClient(http, server.url)
         client.initialize()
-        stateful = kind != "fastmcp-stateless"
+        stateful = server.kind != "fastmcp-stateless"
         assert (client.transport_session_id is not None) == stateful  # the server's own transport session
         session = session_meta(client.create_session())
         counts = [tool_text(client.call_tool("count", session=session)[1]) for _ in range(2)]
     assert counts == ["1", "2"]
 
 
-def test_a_2026_sessions_create_gets_the_servers_own_answer(mcp1: tuple[str, str]) -> None:
-    url = mcp1[0]
+def test_on_the_2026_wire_mcp2_counts_in_a_session_and_mcp1_gives_its_own_answer(
+    server: Server,
+) -> None:
+    url = server.url
+    if not server.mcp1:
+        with httpx.Client(timeout=10) as http:
+            client = ModernClient(http, url)
+            session = session_meta(client.create_session())
+            counts = [tool_text(client.call_tool("count", session=session)[1]) for _ in range(2)]
+        assert counts == ["1", "2"]
+        return
     listing, creating = modern_request("tools/list"), modern_request("sessions/create")
     with httpx.Client(timeout=10) as http:
         listed = http.post(url + MCP_PATH, json=listing, headers=modern_headers(listing))
