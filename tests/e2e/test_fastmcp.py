@@ -1,4 +1,4 @@
-"""fastmcp 4.1 behind the middleware: a tool reads our session, and a per-session counter survives requests.
+"""fastmcp 4.2 behind the middleware: a tool reads our session, and a per-session counter survives requests.
 
 fastmcp's own ``ctx.set_state`` is keyed by the transport session, which is new
 on every 2026-07-28 request, so a counter built on it stays at 1; the same

@@ -653,7 +653,7 @@ SESSIONLESS_STEPS = [
 
 
 def render(cells: dict[tuple[str, str], Cell], wire_cells: dict[tuple[str, str], Cell]) -> str:
-    # Only what the test dependencies pin (mcp>=2.3,<2.4 and fastmcp==4.1.2): a fresh clone that resolves a
+    # Only what the test dependencies pin (mcp>=2.3,<2.4 and fastmcp==4.2.3): a fresh clone that resolves a
     # newer uvicorn or Python renders the same page.
     mcp_minor = ".".join(version("mcp").split(".")[:2])
     out = [
@@ -682,7 +682,7 @@ def render(cells: dict[tuple[str, str], Cell], wire_cells: dict[tuple[str, str],
         "- `mcp` SDK: `Client(streamable_http_client(url, http_client=httpx2.AsyncClient("
         "transport=SessionTransport())), mode=...)`.",
         "- fastmcp: `Client(StreamableHttpTransport(url, httpx_client_factory=lambda **kw: httpx2.AsyncClient("
-        "transport=SessionTransport(session=handle), **kw)), mode=...)`. fastmcp 4.1 builds its HTTP client "
+        "transport=SessionTransport(session=handle), **kw)), mode=...)`. fastmcp 4.2 builds its HTTP client "
         "through that factory, so its client needs no other change (one `SessionHandle` per conversation keeps the "
         "session across the connections fastmcp opens).",
         "",
