@@ -1,13 +1,13 @@
 """Servers on older mcp SDKs behind the middleware (issue 37): the tests' own servers run mcp 2.3.
 
 Each server runs as a subprocess in an environment of its own (``make test`` builds them;
-``MCP_SERVER_VENVS`` names them): the oldest mcp 2 (2.0.0), and the servers on PyPI that still
-pin ``mcp<2``: the newest mcp 1.x with fastmcp 3.x, and the oldest the docs name, mcp 1.26 with
-fastmcp 2.14. ``_versioned_server.py`` serves a ``count`` tool on the SDK's own server (stateful)
-and, on mcp 1.x, on fastmcp's (stateful and stateless). On the 2025 wire its tool sees the session
-as on mcp 2.3. On the 2026-07-28 wire, mcp 2 servers count in a session too, while mcp 1.x, which
-speaks the 2025 wire only, gets no session: a ``sessions/create`` gets the server's own answer to a
-2026-07-28 request.
+``MCP_SERVER_VENVS`` names them): the oldest mcp 2 (2.0.0), and the servers on PyPI that still pin
+``mcp<2``: the newest mcp 1.x with fastmcp 3.x, and the oldest the docs name, mcp 1.26 with fastmcp
+2.14 on Starlette 0.40 (this package's own floor). ``_versioned_server.py`` serves a ``count`` tool
+on the SDK's own server (stateful) and, on mcp 1.x, on fastmcp's (stateful and stateless). On the
+2025 wire its tool sees the session as on mcp 2.3. On the 2026-07-28 wire, mcp 2 servers count in a
+session too, while mcp 1.x, which speaks the 2025 wire only, gets no session: a ``sessions/create``
+gets the server's own answer to a 2026-07-28 request.
 """
 
 from __future__ import annotations
