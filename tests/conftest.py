@@ -101,6 +101,7 @@ SLOW_FILES = [
     "e2e/test_listen_replicas.py",
     "asgi/test_store_failures.py",
     "e2e/test_interop.py",
+    "e2e/test_server_versions.py",
     "e2e/test_dist.py",
     "stores/test_memory.py",
     "unit/test_token_differential.py",
