@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -75,7 +76,7 @@ def count_in_a_process(path: str, rounds: int, worker: int) -> None:
 
 def test_incr_and_update_are_atomic_across_processes(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    SQLiteStore(path)  # creates the tables; processes starting together would each try
+    asyncio.run(SQLiteStore(path).aclose())  # creates the tables; processes starting together would each try
     context = multiprocessing.get_context("spawn")
     processes = [context.Process(target=count_in_a_process, args=(str(path), 40, w)) for w in range(3)]
     for process in processes:
@@ -182,8 +183,20 @@ def test_bad_construction(tmp_path: Path, options: dict[str, Any], message: str)
 def test_a_file_that_is_not_a_database_is_refused_at_construction(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     path.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(ValueError, match=r"cannot open the SQLite store at .*s\.db: file is not a database"):
+    with pytest.raises(ValueError, match=r"cannot open the SQLite store at .*s\.db: file is not a database") as refused:
         SQLiteStore(path)
+    # Closed at once, not when the refusal's traceback (which still holds the connection) is collected.
+    assert refused.value.__context__ is not None
+    assert str(path) not in open_files()
+
+
+def open_files() -> set[str]:
+    """The paths this process holds open (the links in ``/proc/self/fd``)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return found
 
 
 async def test_a_closed_store_is_unavailable(tmp_path: Path) -> None:

@@ -82,17 +82,15 @@ def open_connection(path: Path, timeout: float) -> sqlite3.Connection:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE))
     # Used by one thread only; check_same_thread=False lets aclose() close it from another.
     connection = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-    connection.execute("PRAGMA journal_mode = WAL")
-    connection.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, never corrupt
-    if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-        # One script, one transaction: processes starting together create the tables once.
-        try:
+    try:
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute("PRAGMA synchronous = NORMAL")  # WAL: durable at checkpoints, never corrupt
+        if connection.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            # One script, one transaction: processes starting together create the tables once.
             connection.executescript(f"BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
-        except BaseException:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-            connection.close()
-            raise
+    except BaseException:
+        connection.close()  # a file that is not a database, say; closing rolls back what was begun
+        raise
     return connection
 
 
