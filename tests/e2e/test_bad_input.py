@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
@@ -472,7 +473,8 @@ def test_content_length_over_the_limit_is_answered_before_the_body_is_sent(base_
                 break
             received += chunk
     head, _, body = received.partition(b"\r\n\r\n")
-    assert head.split(b"\r\n")[0] == b"HTTP/1.1 413 Request Entity Too Large"
+    # uvicorn writes the phrase Python names: "Request Entity Too Large" before 3.13, "Content Too Large" since.
+    assert head.split(b"\r\n")[0] == f"HTTP/1.1 413 {HTTPStatus(413).phrase}".encode()
     assert json.loads(body) == {
         "jsonrpc": "2.0",
         "id": None,
