@@ -159,7 +159,7 @@ def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:
     except ImportError:
         raise RuntimeError(
             f"{variable} names a Redis store but the redis package is not installed: "
-            "pip install 'redis>=5.2' (the redis extra of mcp-sessions)"
+            "pip install 'redis>=8.1' (the redis extra of mcp-sessions)"
         ) from None
     except ValueError as exc:
         raise ValueError(f"{variable}: {exc}") from None

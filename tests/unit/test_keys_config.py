@@ -397,7 +397,7 @@ from mcp_sessions import MCPSessionMiddleware, stores
 try:
     stores.RedisStore
 except ImportError as exc:
-    assert "pip install 'redis>=5.2'" in str(exc), exc
+    assert "pip install 'redis>=8.1'" in str(exc), exc
 else:
     raise AssertionError("RedisStore imported without redis")
 env = {{"MCP_SESSIONS_SECRET": {SECRET!r}, "MCP_SESSIONS_REDIS_URL": "redis://127.0.0.1:1/0"}}

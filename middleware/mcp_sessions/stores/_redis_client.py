@@ -32,7 +32,7 @@ try:
     from redis.exceptions import ResponseError as ResponseError
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without redis
     raise ImportError(
-        "RedisStore needs the redis package: pip install 'redis>=5.2' (the redis extra of mcp-sessions)"
+        "RedisStore needs the redis package: pip install 'redis>=8.1' (the redis extra of mcp-sessions)"
     ) from exc
 
 from ._urls import _query
