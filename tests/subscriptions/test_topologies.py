@@ -210,7 +210,7 @@ async def test_a_killed_node_costs_only_its_sessions_and_they_flow_again_after_i
     await opened(b, *sids)
     await opened(a)
     # Every stream hears its session's event and the marker first: the earlier test's slot moves have settled
-    # (a link that heard MOVED while they spread is subscribed again, past its backoff).
+    # (a channel subscribed by a map read while they spread has met MOVED and been placed again).
     ready = ResourceUpdated(uri="note://ready")
     deadline = time.monotonic() + RECOVERY
     while not all(ready in s.events and MARKER in s.events for s in streams.values()):
