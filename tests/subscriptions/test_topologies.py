@@ -198,6 +198,43 @@ async def test_a_moved_slot_moves_its_subscription_alone_and_the_publish_follows
     assert "lost its connection" not in caplog.text
 
 
+async def test_a_stream_opened_by_a_stale_slot_map_moves_alone(
+    pair: tuple[SessionSubscriptionBus, SessionSubscriptionBus],
+    cluster: ClusterServers,
+    prefix: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A slot moves while the bus holds none of its channels, so no node tells it: its map is out of date.
+
+    The next stream there is subscribed on the old owner, which answers ``MOVED``; only that channel moves,
+    and the old owner's connection stays up, with the other session of its node."""
+    a, b = pair
+    neighbour, *_ = one_per_node(cluster, prefix)
+    beside = Stream(b, neighbour)
+    await opened(b, neighbour)  # b has read the map and holds a connection to node 0
+    late = next(  # a session of node 0 in another slot, opened once that slot has moved
+        other
+        for other in (f"late-{i}" for i in itertools.count())
+        if cluster.node_for(channel(prefix, other)) == cluster.nodes[0]
+        and key_slot(channel(prefix, other).encode()) != key_slot(channel(prefix, neighbour).encode())
+    )
+    slot = key_slot(channel(prefix, late).encode())
+    move_slot(cluster, slot, 1)
+    try:
+        with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
+            stream = Stream(b, late)
+            await opened(b, late)
+            await published_until_heard(a, late, stream, "note://late", "to a stream opened after its slot moved")
+            await a.publish_to_session(neighbour, ResourceUpdated(uri="note://beside"))
+            await until(lambda: ResourceUpdated(uri="note://beside") in beside.events, "the neighbour's event")
+        assert "lost its connection" not in caplog.text  # b's link to the old owner stayed up
+        with client(cluster.nodes[1].port) as owner:
+            assert channel(prefix, late) in owner.pubsub_shardchannels(prefix + "*")
+    finally:
+        move_slot(cluster, slot, 0)
+    await published_until_heard(a, late, stream, "note://home", "after the slot came back")
+
+
 async def test_a_killed_node_costs_only_its_sessions_and_they_flow_again_after_its_restart(
     pair: tuple[SessionSubscriptionBus, SessionSubscriptionBus], cluster: ClusterServers, prefix: str
 ) -> None:

@@ -13,11 +13,13 @@ checks it with a ``PING`` when it stays quiet): no polling, no node starving ano
 map is the cluster client's, read when the first channel is joined. When a slot moves, its
 node sends a ``SUNSUBSCRIBE`` for each of the slot's channels by itself: the map is read
 again and those channels are subscribed on their new owner's connection, while the old
-owner's connection keeps its other channels. When a node's connection fails (a silent one
-included, or a ``MOVED`` answer to an ``SSUBSCRIBE`` sent by a map that was already out of
-date), the map is read again and each channel placed by it; the connection is opened again
-with the Redis backend's backoff, and events published meanwhile are lost. A node that is
-down costs only the channels of its slots: the other nodes' connections stay subscribed.
+owner's connection keeps its other channels. So is a channel whose ``SSUBSCRIBE`` was sent by
+a map already out of date (a slot that moved while no channel of it was joined here), which
+the old owner answers with ``MOVED``. The map is read at most once per ``min_backoff``. When
+a node's connection fails (a silent one included), the map is read again and each channel
+placed by it; the connection is opened again with the Redis backend's backoff, and events
+published meanwhile are lost. A node that is down costs only the channels of its slots: the
+other nodes' connections stay subscribed.
 """
 
 from __future__ import annotations
@@ -168,6 +170,9 @@ class ClusterBackend(LinkedBackend, Backend):
             backoff, failing = self._min_backoff, False
             for channel in list(self._joined):
                 self._place(channel)
+            # Read again at most this often: while a moved slot's news spreads, a map from a node that has not
+            # heard it places the channel on its old owner, whose MOVED would otherwise ask for a read at once.
+            await asyncio.sleep(self._min_backoff)
 
 
 def _node_client(node: ClusterNode) -> aioredis.Redis:

@@ -252,10 +252,17 @@ class Link:
             await (pubsub.ssubscribe if subscribe else pubsub.sunsubscribe)(channel)
 
     async def _read(self, pubsub: PubSub) -> None:
+        from redis.crc import key_slot  # the redis extra's: the module loads without it
+        from redis.exceptions import MovedError
+
         interval = self._backend._health_check_interval
         pinged = False
         while True:
-            message = await pubsub.get_message(timeout=interval)
+            try:
+                message = await pubsub.get_message(timeout=interval)
+            except MovedError as exc:  # an SSUBSCRIBE sent by a slot map already out of date: not subscribed
+                self._let_go([c for c in self._subscribed - self.confirmed if key_slot(c.encode()) == exc.slot_id])
+                continue
             if message is None:  # nothing for a whole interval: the connection may be silent
                 if pinged:
                     raise SilentConnection(f"no reply to a PING within {interval} s")
@@ -274,10 +281,16 @@ class Link:
                 self._backend._progressed()
             elif kind in ("unsubscribe", "sunsubscribe"):
                 if self._leaving[channel] < 1:  # let go by the server itself: a Cluster slot moved
-                    for held in (self.joined, self._subscribed, self.confirmed):
-                        held.discard(channel)
-                    self._on_let_go(channel)  # placed again; the connection's other channels stay as they are
+                    self._let_go([channel])
                     continue
                 self._leaving[channel] -= 1
                 if not self._leaving[channel]:
                     del self._leaving[channel]
+
+    def _let_go(self, channels: list[str]) -> None:
+        """The server holds ``channels`` no more (a Cluster slot moved): forgotten here, placed again by the backend;
+        the connection's other channels stay as they are."""
+        for channel in channels:
+            for held in (self.joined, self._subscribed, self.confirmed):
+                held.discard(channel)
+            self._on_let_go(channel)
