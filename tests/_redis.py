@@ -126,6 +126,8 @@ class RedisServer:
                 "",
                 "--appendonly",
                 "no",
+                "--repl-diskless-sync-delay",  # a replica syncs at once, not 5 s later
+                "0",
                 "--dir",
                 str(self.directory),
                 "--enable-debug-command",

@@ -4,6 +4,9 @@ Context managers, not only fixtures, so that a benchmark can start them too:
 
     with redis_cluster() as cluster:      # cluster.url == "redis+cluster://127.0.0.1:p1,…"
         ...
+    with redis_cluster(replicas=1) as cluster:  # a replica behind each master
+        cluster.nodes[0].kill()
+        cluster.wait_for_promotion(0)
     with sentinel_group() as group:       # group.url == "redis+sentinel://127.0.0.1:s1,…/mymaster/0"
         group.master.kill()
         group.wait_for_failover()
@@ -73,10 +76,13 @@ def info(port: int, section: str) -> dict[str, object]:
 
 @dataclass
 class ClusterServers:
-    """A running Redis Cluster: three masters, slots split evenly, no replicas."""
+    """A running Redis Cluster: masters with the slots split evenly, and each one's replicas, if any."""
 
     nodes: list[RedisServer]
+    """The masters, as the cluster was created."""
     ranges: list[tuple[int, int]]
+    replicas: list[list[RedisServer]]
+    """Each master's replicas, in the masters' order."""
 
     @property
     def url(self) -> str:
@@ -89,27 +95,62 @@ class ClusterServers:
 
     def wait_ok(self) -> None:
         """Every node reports ``cluster_state:ok`` and knows every other one."""
-        for node in self.nodes:
+        everyone = [*self.nodes, *(node for replicas in self.replicas for node in replicas)]
+        for node in everyone:
 
             def ready(port: int = node.port) -> bool:
                 with client(port) as c:
                     state = c.cluster("INFO")
-                return state["cluster_state"] == "ok" and int(state["cluster_known_nodes"]) == len(self.nodes)
+                return state["cluster_state"] == "ok" and int(state["cluster_known_nodes"]) == len(everyone)
 
             wait_until(ready, READY_TIMEOUT, f"cluster_state:ok on node {node.port}")
 
+    def promoted(self, index: int) -> RedisServer | None:
+        """The replica of master ``index`` (killed) that every other master sees serving its slots; ``None`` yet."""
+        try:
+            for replica in self.replicas[index]:
+                if info(replica.port, "replication")["role"] == "master" and all(
+                    _serves(node.port, replica.port) for i, node in enumerate(self.nodes) if i != index
+                ):
+                    return replica
+        except (redis.RedisError, OSError):
+            pass
+        return None
+
+    def wait_for_promotion(self, index: int) -> RedisServer:
+        """Wait until :meth:`promoted`; that replica."""
+        wait_until(lambda: self.promoted(index) is not None, FAILOVER_TIMEOUT, f"a replica of master {index}")
+        replica = self.promoted(index)
+        assert replica is not None
+        return replica
+
+
+def _serves(port: int, master: int) -> bool:
+    """Whether the node on ``port`` has its cluster ``ok`` and sees the node on ``master`` as a master with slots."""
+    with client(port) as c:
+        if c.cluster("INFO")["cluster_state"] != "ok":
+            return False
+        nodes = c.execute_command("CLUSTER", "NODES")
+    for line in nodes.splitlines():  # id, address, flags, master id, ping, pong, epoch, link state, slots...
+        fields = line.split()
+        if fields[1].startswith(f"127.0.0.1:{master}@"):
+            return "master" in fields[2].split(",") and len(fields) > 8
+    return False
+
 
 @contextlib.contextmanager
-def redis_cluster(masters: int = 3, binary: str | None = None) -> Iterator[ClusterServers]:
-    """A Redis Cluster of ``masters`` nodes on loopback, stopped and removed when the block ends.
+def redis_cluster(masters: int = 3, binary: str | None = None, replicas: int = 0) -> Iterator[ClusterServers]:
+    """A Redis Cluster of ``masters`` nodes on loopback, each with ``replicas`` replicas, stopped and removed
+    when the block ends.
 
     Each node's cluster bus port is chosen free (a port plus 10,000 can pass 65,535). A node down
     does not stop the others (``cluster-require-full-coverage no``): only its slots are unavailable
-    until it returns. ``cluster-node-timeout`` is 1 s, so a lost node is seen as failed quickly.
+    until it returns, or until one of its replicas is promoted. ``cluster-node-timeout`` is 1 s, so a
+    lost node is seen as failed quickly. The block begins once every replica is in sync with its master.
     """
     binary = binary or redis_server_binary()
     with tempfile.TemporaryDirectory(prefix="mcp-sessions-cluster-") as directory:
-        nodes: list[RedisServer] = []
+        started: list[RedisServer] = []
         try:
 
             def cluster_node() -> RedisServer:
@@ -123,8 +164,9 @@ def redis_cluster(masters: int = 3, binary: str | None = None) -> Iterator[Clust
                 ]  # fmt: skip
                 return node
 
-            for _ in range(masters):
-                nodes.append(start_fresh(cluster_node))
+            for _ in range(masters * (1 + replicas)):
+                started.append(start_fresh(cluster_node))
+            nodes, spares = started[:masters], started[masters:]
             size = SLOTS // masters
             ranges = [(i * size, SLOTS - 1 if i == masters - 1 else (i + 1) * size - 1) for i in range(masters)]
             for epoch, (node, (low, high)) in enumerate(zip(nodes, ranges, strict=True), start=1):
@@ -132,14 +174,25 @@ def redis_cluster(masters: int = 3, binary: str | None = None) -> Iterator[Clust
                     c.execute_command("CLUSTER", "ADDSLOTSRANGE", low, high)
                     c.execute_command("CLUSTER", "SET-CONFIG-EPOCH", epoch)
             with client(nodes[0].port) as first:
-                for node in nodes[1:]:
+                for node in [*nodes[1:], *spares]:
                     bus = node.arguments[node.arguments.index("--cluster-port") + 1]
                     first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus)
-            cluster = ClusterServers(nodes, ranges)
+            cluster = ClusterServers(nodes, ranges, [spares[i::masters] for i in range(masters)])
             cluster.wait_ok()
+            for master, replicas_of in zip(nodes, cluster.replicas, strict=True):
+                with client(master.port) as c:
+                    master_id = c.execute_command("CLUSTER", "MYID")
+                for replica in replicas_of:
+                    with client(replica.port) as c:
+                        c.execute_command("CLUSTER", "REPLICATE", master_id)
+
+                    def synced(port: int = replica.port) -> bool:
+                        return info(port, "replication")["master_link_status"] == "up"
+
+                    wait_until(synced, READY_TIMEOUT, f"replica {replica.port} to sync with its master")
             yield cluster
         finally:
-            for node in nodes:
+            for node in started:
                 node.stop()
 
 

@@ -3,24 +3,26 @@
 
 On the Cluster: one session on every replica, exact counts under concurrency, a delete seen
 by the other replica at once; a master killed and restarted costs its own sessions the
-retryable -32010 (HTTP 503, Retry-After) while it is down, and nothing else. Under Sentinel:
-the master is killed amid session requests; each answer is a success or exactly the retryable
--32010 until the Sentinels promote the replica, and every request succeeds after it, with the
-data the replica had, without restarting anything.
+retryable -32010 (HTTP 503, Retry-After) while it is down, and nothing else. Under Sentinel, and
+on a Cluster with a replica behind each master: the session's master is killed amid its requests;
+each answer is a success or exactly the retryable -32010 until the replica is promoted (by the
+Sentinels, or by the Cluster itself), and every request succeeds after it, with the data the
+replica had, without restarting anything.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from _mcp import ModernClient, jwt_claims, session_meta, tool_text
-from _redis_topologies import ClusterServers, SentinelGroup, client, redis_cluster, sentinel_group
+from _redis import RedisServer
+from _redis_topologies import ClusterServers, client, redis_cluster, sentinel_group
 from e2e._replicas import (
     STORE_UNAVAILABLE,
     Replica,
@@ -152,20 +154,32 @@ def test_a_sentinel_failover_answers_only_retryable_errors_then_succeeds(http: h
     with sentinel_group() as group:
         common = environ(group.url, f"sentinel-{uuid.uuid4().hex[:6]}:")
         with json_and_sse(common) as pair:
-            failover(http, group, pair)
+            a, b = clients(http, pair)
+            old = group.master.port
+            failover(a, b, a.create_session(), group.master, lambda: group.failed_over(old))
 
 
-def failover(http: httpx.Client, group: SentinelGroup, pair: list[Replica]) -> None:
-    a, b = clients(http, pair)
-    session = a.create_session()
+@pytest.mark.timeout(180)
+def test_a_cluster_failover_answers_only_retryable_errors_then_succeeds(http: httpx.Client) -> None:
+    """The session's master is killed; its replica, promoted by the Cluster itself, serves the session."""
+    with redis_cluster(replicas=1) as replicated, json_and_sse(environ(replicated.url, PREFIX)) as pair:
+        a, b = clients(http, pair)
+        session = a.create_session()
+        lost = node_of(replicated, session)
+        failover(a, b, session, replicated.nodes[lost], lambda: replicated.promoted(lost) is not None)
+
+
+def failover(
+    a: ModernClient, b: ModernClient, session: dict[str, Any], master: RedisServer, failed_over: Callable[[], bool]
+) -> None:
+    """Kill ``master``, the session's, amid its requests, until ``failed_over()``: retryable errors, then successes."""
     before = [count((a, b)[i % 2], session) for i in range(6)]
     assert before == [1, 2, 3, 4, 5, 6]
-    old = group.master_port()
-    with client(old) as master:
-        assert master.execute_command("WAIT", 1, 5000) == 1  # the replica has every write so far
-    group.master.kill()
+    with client(master.port) as node:
+        assert node.execute_command("WAIT", 1, 5000) == 1  # the replica has every write so far
+    master.kill()
 
-    # The window: requests alternate between the replicas until the Sentinels have promoted the replica.
+    # The window: requests alternate between the app replicas until the Redis replica is promoted.
     successes, unavailable = 0, 0
     for i in range(WINDOW_LIMIT):
         answered = outcome(*(a, b)[i % 2].call_tool("count", session=session_meta(session)))
@@ -173,7 +187,7 @@ def failover(http: httpx.Client, group: SentinelGroup, pair: list[Replica]) -> N
             unavailable += 1
         else:
             successes += 1
-        if group.failed_over(old):
+        if failed_over():
             break
         time.sleep(0.05)
     else:

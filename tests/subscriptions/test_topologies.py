@@ -4,9 +4,9 @@ master, replica and three Sentinels.
 On the Cluster each bus holds one connection per node that owns one of its channels, ``SSUBSCRIBE``s
 there, and publishes with ``SPUBLISH``: a session's event travels to the node of the session's slot
 only. Sessions are picked on each of the three nodes. A killed node costs only its own sessions'
-events, which flow again once it is back. Under Sentinel, a failover costs the events published
-during it, and the same buses deliver again afterwards. Absence is proven after a positive control,
-as in ``test_bus.py``.
+events, which flow again once it is back, or once its replica is promoted in its place. Under
+Sentinel, a failover costs the events published during it, and the same buses deliver again
+afterwards. Absence is proven after a positive control, as in ``test_bus.py``.
 """
 
 from __future__ import annotations
@@ -277,6 +277,51 @@ async def test_a_killed_node_costs_only_its_sessions_and_they_flow_again_after_i
     cluster.wait_ok()
     took = await published_until_heard(a, sids[lost], streams[sids[lost]], "note://back", "to the restarted node")
     print(f"the restarted node delivered again {took:.1f} s after it was up")
+
+
+@pytest.fixture(scope="module")
+def replicated() -> Iterator[ClusterServers]:
+    """A Cluster whose masters each have a replica: a killed master's replica is promoted in its place."""
+    with redis_cluster(replicas=1) as servers:
+        yield servers
+
+
+@pytest.mark.timeout(120)
+async def test_after_a_cluster_failover_the_same_buses_deliver_from_the_promoted_replica(
+    replicated: ClusterServers, prefix: str
+) -> None:
+    a = SessionSubscriptionBus.from_url(replicated.url, prefix=prefix, timeout=1.0)
+    b = SessionSubscriptionBus.from_url(replicated.url, prefix=prefix, timeout=1.0)
+    try:
+        lost = (replicated.nodes.index(replicated.node_for(prefix + "events")) + 1) % 3  # the marker keeps flowing
+        sids = one_per_node(replicated, prefix)
+        streams = {sid: Stream(b, sid) for sid in sids}
+        await opened(b, *sids)
+        await opened(a)
+        for sid in sids:
+            await a.publish_to_session(sid, ResourceUpdated(uri="note://before"))
+        await a.publish(MARKER)
+        before = ResourceUpdated(uri="note://before")
+        await until(lambda: all(before in s.events and MARKER in s.events for s in streams.values()), "the marker")
+        assert all(len(s.events) == 2 for s in streams.values())  # the other sessions' events are not theirs
+
+        replicated.nodes[lost].kill()  # its replica takes its slots over
+        promoted = await asyncio.to_thread(replicated.wait_for_promotion, lost)
+        took = await published_until_heard(a, sids[lost], streams[sids[lost]], "note://after", "after the failover")
+        print(f"delivered again {took:.1f} s after the Cluster promoted the replica")
+        for sid in sids:  # every session's events, on the promoted replica and the masters that stayed
+            await a.publish_to_session(sid, ResourceUpdated(uri="note://again"))
+        await until(lambda: all(ResourceUpdated(uri="note://again") in s.events for s in streams.values()), "again")
+        with client(promoted.port) as node:  # the lost session's channel is subscribed there now, by b alone
+            assert node.execute_command("PUBSUB", "SHARDNUMSUB", channel(prefix, sids[lost])) == [
+                channel(prefix, sids[lost]),
+                1,
+            ]
+        others = [stream for sid, stream in streams.items() if sid != sids[lost]]
+        assert all(ResourceUpdated(uri="note://after") not in stream.events for stream in others)
+    finally:
+        await a.aclose()
+        await b.aclose()
 
 
 # -- Sentinel ------------------------------------------------------------------------------------------------
