@@ -4,21 +4,24 @@ example builds from the same URL carries the events with sharded pub/sub.
 
 A session-scoped update made on A reaches that session's listen stream on B and no other stream
 (another session's, on another node, and a global one), proven after a global marker published from
-B; the session's channel is ``SSUBSCRIBE``d on the node that holds the session's keys.
+B; the session's channel is ``SSUBSCRIBE``d on the node that holds the session's keys. On a Cluster
+with a replica behind each master, a session's open stream outlives its master: once the replica is
+promoted, the session's next update reaches the same stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from _mcp import jwt_claims
+from _mcp import MCP_PATH, jwt_claims, modern_headers, modern_request, session_meta
 from _redis_topologies import ClusterServers, client, redis_cluster
 from e2e._replicas import Replica, json_and_sse
-from e2e.test_listen_replicas import APP, NOTE
+from e2e.test_listen_replicas import APP, NOTE, WAIT
 from e2e.test_listen_replicas import client as listening
 from e2e.test_topologies import environ
 
@@ -71,3 +74,33 @@ def test_a_session_update_on_a_reaches_its_stream_on_b_through_its_slots_node_on
             assert all(s.events == ["notifications/tools/list_changed"] for s in others), [s.events for s in others]
 
     asyncio.run(scenario())
+
+
+@pytest.mark.timeout(120)
+def test_a_sessions_open_stream_outlives_its_master_and_hears_the_next_update_from_its_replica() -> None:
+    with redis_cluster(replicas=1) as replicated, json_and_sse(environ(replicated.url, PREFIX), APP) as pair:
+        a, b = (replica.url for replica in pair)
+
+        async def scenario() -> None:
+            async with listening() as c:
+                mine = await c.create(a)
+                stream = await c.listen(b, "mine-b", mine)
+                sid = jwt_claims(str(mine["sessionId"]))["sid"]
+                lost = replicated.nodes.index(replicated.node_for(f"{PREFIX}session:{{{sid}}}"))
+                replicated.nodes[lost].kill()
+                await asyncio.to_thread(replicated.wait_for_promotion, lost)
+                # Each edit on A succeeds, or gets the retryable 503 while the app replicas find the new master;
+                # its event is dropped while B's bus reconnects. The stream stays open all along.
+                updated, started = f"notifications/resources/updated {NOTE}", time.monotonic()
+                edit = {"name": "edit_note", "arguments": {"name": "plan", "text": "v2"}}
+                body = modern_request("tools/call", edit, session=session_meta(mine))
+                while updated not in stream.events:
+                    assert not stream.ended.is_set(), stream.messages
+                    assert time.monotonic() - started < 3 * WAIT, f"no update within {3 * WAIT} s: {stream.events}"
+                    response = await c.http.post(a + MCP_PATH, json=body, headers=modern_headers(body))
+                    assert response.status_code in (200, 503), response.text
+                    await asyncio.sleep(0.1)
+                assert not stream.ended.is_set() and stream.status == 200
+                print(f"the stream heard an update {time.monotonic() - started:.1f} s after the promotion")
+
+        asyncio.run(scenario())
