@@ -106,11 +106,15 @@ class ClusterServers:
             wait_until(ready, READY_TIMEOUT, f"cluster_state:ok on node {node.port}")
 
     def promoted(self, index: int) -> RedisServer | None:
-        """The replica of master ``index`` (killed) that every other master sees serving its slots; ``None`` yet."""
+        """The replica of master ``index`` (killed) that every other node sees serving its slots; ``None`` yet.
+
+        Every node, replicas too: a client reads the slot map again from whichever node answers it first."""
+        others = [node for i, node in enumerate(self.nodes) if i != index]
+        others += [replica for replicas in self.replicas for replica in replicas]
         try:
             for replica in self.replicas[index]:
                 if info(replica.port, "replication")["role"] == "master" and all(
-                    _serves(node.port, replica.port) for i, node in enumerate(self.nodes) if i != index
+                    _serves(node.port, replica.port) for node in others
                 ):
                     return replica
         except (redis.RedisError, OSError):
