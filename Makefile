@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # The environments of servers on older mcp SDKs (tests/e2e/test_server_versions.py): one mcp per venv.
-SERVER_VENVS := $(VENV)-mcp2-floor $(VENV)-mcp1-newest $(VENV)-mcp1-floor
+SERVER_VENVS := $(VENV)-mcp2-floor $(VENV)-mcp1-newest $(VENV)-mcp1-fastmcp2 $(VENV)-mcp1-floor
 
 .PHONY: demo test system-deps lint docs dist bench clean
 

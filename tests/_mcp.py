@@ -265,6 +265,7 @@ class LegacyClient:
         self.transport_session_id = response.headers.get("mcp-session-id")
         result: dict[str, Any] = answer(response)["result"]
         self.initialize_result = result
+        self.version = result["protocolVersion"]  # as a client does: an older server answers an older one
         initialized = self.http.post(
             self.url, json=legacy_request("notifications/initialized", id=None), headers=self.headers()
         )

@@ -2,13 +2,15 @@
 
 Each server runs as a subprocess in an environment of its own (``make test`` builds them;
 ``MCP_SERVER_VENVS`` names them): the oldest mcp 2 (2.0.0), and the servers on PyPI that still pin
-``mcp<2``: the newest mcp 1.x with fastmcp 3.x, and the oldest the docs name, mcp 1.26 with fastmcp
-2.14 on Starlette 0.40 (this package's own floor). ``_versioned_server.py`` serves a ``count`` tool
-on the SDK's own server (stateful) and, on mcp 1.x, on fastmcp's (stateful and stateless). On the
-2025 wire its tool sees the session as on mcp 2.3. On the 2026-07-28 wire, mcp 2 servers count in a
-session too, while mcp 1.x, which speaks the 2025 wire only, gets no session: a ``sessions/create``
-gets the server's own answer to a 2026-07-28 request.
-"""
+``mcp<2``: the newest mcp 1.x with fastmcp 3.x, mcp 1.26 with fastmcp 2.14 (the last 2.x), and the
+oldest that works, mcp 1.9.4 with fastmcp 2.9 on Starlette 0.40 (this package's own floor).
+``_versioned_server.py`` serves a ``count`` tool on the SDK's own server (stateful) and, on mcp 1.x,
+on fastmcp's (stateful and stateless). On the 2025 wire, at the version the server answers
+``initialize`` with, its tool sees the session as on mcp 2.3. On the 2026-07-28 wire a session is
+handed out exactly where the server serves that wire: mcp 2 counts in it, and so does mcp 1.9's
+stateless transport, which checks no protocol version; every other mcp 1.x server refuses it, and a
+``sessions/create`` gets the server's own answer. The clients follow redirects, as the SDK's do:
+up to mcp 1.11, ``/mcp`` redirects to ``/mcp/``."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ MAIN = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0
 SERVER = Path(__file__).with_name("_versioned_server.py")
 VENVS = os.environ.get(
-    "MCP_SERVER_VENVS", " ".join(f"{MAIN}/.venv-mcp{name}" for name in ("2-floor", "1-newest", "1-floor"))
+    "MCP_SERVER_VENVS", " ".join(f"{MAIN}/.venv-mcp{name}" for name in ("2-floor", "1-newest", "1-fastmcp2", "1-floor"))
 ).split()
 
 
@@ -96,7 +98,7 @@ def _listening_port(process: subprocess.Popen[bytes], log: IO[bytes]) -> int:
 
 
 def test_a_tool_counts_in_its_session_on_the_2025_wire(server: Server) -> None:
-    with httpx.Client(timeout=10) as http:
+    with httpx.Client(timeout=10, follow_redirects=True) as http:
         client = LegacyClient(http, server.url)
         client.initialize()
         stateful = server.kind != "fastmcp-stateless"
@@ -106,22 +108,24 @@ def test_a_tool_counts_in_its_session_on_the_2025_wire(server: Server) -> None:
     assert counts == ["1", "2"]
 
 
-def test_on_the_2026_wire_mcp2_counts_in_a_session_and_mcp1_gives_its_own_answer(
+def test_on_the_2026_wire_a_session_is_handed_out_where_the_server_serves_that_wire_and_counts(
     server: Server,
 ) -> None:
-    url = server.url
-    if not server.mcp1:
-        with httpx.Client(timeout=10) as http:
-            client = ModernClient(http, url)
+    """mcp 2 serves the 2026-07-28 wire. mcp 1.x refuses it, but for the stateless transport of mcp 1.9, which
+    checks no protocol version and serves a 2026-07-28 request as a 2025 one: whichever the server does, a
+    ``sessions/create`` gets the same, a session where the server serves the request (and it counts there), the
+    server's own refusal where it refuses it."""
+    listing, creating = modern_request("tools/list"), modern_request("sessions/create")
+    with httpx.Client(timeout=10, follow_redirects=True) as http:
+        listed = http.post(server.url + MCP_PATH, json=listing, headers=modern_headers(listing))
+        if listed.status_code == 200:
+            client = ModernClient(http, server.url)
             session = session_meta(client.create_session())
             counts = [tool_text(client.call_tool("count", session=session)[1]) for _ in range(2)]
-        assert counts == ["1", "2"]
-        return
-    listing, creating = modern_request("tools/list"), modern_request("sessions/create")
-    with httpx.Client(timeout=10) as http:
-        listed = http.post(url + MCP_PATH, json=listing, headers=modern_headers(listing))
-        created = http.post(url + MCP_PATH, json=creating, headers=modern_headers(creating))
-    assert listed.status_code >= 400, listed.text  # mcp 1.x serves no 2026-07-28 request
+            assert counts == ["1", "2"]
+            return
+        assert server.mcp1, listed.text  # mcp 2 serves the 2026-07-28 wire
+        created = http.post(server.url + MCP_PATH, json=creating, headers=modern_headers(creating))
     assert (created.status_code, created.headers["content-type"], created.content) == (
         listed.status_code,
         listed.headers["content-type"],
