@@ -3,8 +3,8 @@
 ``python _versioned_server.py SECRET KIND`` serves one ``count`` tool on 127.0.0.1, on a port the OS
 picks, and prints that port on one line. ``KIND``: ``sdk`` (the SDK's own server, stateful:
 ``MCPServer`` on mcp 2, ``FastMCP`` on mcp 1.x), ``fastmcp`` (fastmcp's ``FastMCP``, stateful) or
-``fastmcp-stateless``. Imports only what those environments have: mcp, fastmcp where installed,
-uvicorn and this checkout's mcp_sessions.
+``fastmcp-stateless``. Imports only what those environments have: mcp, fastmcp, uvicorn and this
+checkout's mcp_sessions.
 """
 
 from __future__ import annotations

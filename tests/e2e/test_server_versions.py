@@ -1,16 +1,16 @@
 """Servers on older mcp SDKs behind the middleware (issue 37): the tests' own servers run mcp 2.3.
 
 Each server runs as a subprocess in an environment of its own (``make test`` builds them;
-``MCP_SERVER_VENVS`` names them): the oldest mcp 2 (2.0.0), and the servers on PyPI that still pin
-``mcp<2``: the newest mcp 1.x with fastmcp 3.x, mcp 1.26 with fastmcp 2.14 (the last 2.x), and the
-oldest that works, mcp 1.9.4 with fastmcp 2.9 on Starlette 0.40 (this package's own floor).
-``_versioned_server.py`` serves a ``count`` tool on the SDK's own server (stateful) and, on mcp 1.x,
-on fastmcp's (stateful and stateless). On the 2025 wire, at the version the server answers
-``initialize`` with, its tool sees the session as on mcp 2.3. On the 2026-07-28 wire a session is
-handed out exactly where the server serves that wire: mcp 2 counts in it, and so does mcp 1.9's
-stateless transport, which checks no protocol version; every other mcp 1.x server refuses it, and a
-``sessions/create`` gets the server's own answer. The clients follow redirects, as the SDK's do:
-up to mcp 1.11, ``/mcp`` redirects to ``/mcp/``."""
+``MCP_SERVER_VENVS`` names them): the oldest mcp 2 (2.0.0) with the oldest fastmcp 4 (4.0.0), and
+the servers on PyPI that still pin ``mcp<2``: the newest mcp 1.x with fastmcp 3.x, mcp 1.26 with
+fastmcp 2.14 (the last 2.x), and the oldest that works, mcp 1.9.4 with fastmcp 2.9 on Starlette 0.40
+(this package's own floor). ``_versioned_server.py`` serves a ``count`` tool on the SDK's own server
+(stateful) and on fastmcp's (stateful and stateless). On the 2025 wire, at the version the server
+answers ``initialize`` with, its tool sees the session as on mcp 2.3. On the 2026-07-28 wire a
+session is handed out exactly where the server serves that wire: mcp 2 servers count in it, and so
+does mcp 1.9's stateless transport, which checks no protocol version; every other mcp 1.x server
+refuses it, and a ``sessions/create`` gets the server's own answer. The clients follow redirects, as
+the SDK's do: up to mcp 1.11, ``/mcp`` redirects to ``/mcp/``."""
 
 from __future__ import annotations
 
@@ -52,11 +52,7 @@ class Server:
 
 @pytest.fixture(
     scope="module",
-    params=[
-        (venv, kind)
-        for venv in VENVS
-        for kind in (["sdk", "fastmcp", "fastmcp-stateless"] if "mcp1" in Path(venv).name else ["sdk"])
-    ],
+    params=[(venv, kind) for venv in VENVS for kind in ["sdk", "fastmcp", "fastmcp-stateless"]],
     ids=lambda param: f"{Path(param[0]).name.removeprefix('.venv-')}-{param[1]}",
 )
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
