@@ -1,5 +1,6 @@
 """Replicas of the quickstart: each ``python -m uvicorn examples.quickstart:app`` in its own process,
-configured only by environment, on a free loopback port (tests/e2e/test_replicas.py, test_topologies.py).
+configured only by environment, on a free loopback port (tests/e2e/test_replicas.py, test_topologies.py);
+or served by another ASGI server's command line (tests/e2e/test_asgi_servers.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,11 +36,23 @@ START_TIMEOUT = 60.0
 STORE_UNAVAILABLE = -32010
 
 
-class Replica:
-    """``python -m uvicorn examples.quickstart:app`` (or ``app``) in its own process, configured only by environment."""
+Command = Callable[[str, int], Sequence[str]]
+"""An ASGI server's command line serving an app (``module:name``) on a loopback port."""
 
-    def __init__(self, name: str, environ: Mapping[str, str], app: str = "examples.quickstart:app") -> None:
+
+def uvicorn(app: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+
+
+class Replica:
+    """``python -m uvicorn examples.quickstart:app`` (or ``app``, or another ``command``) in its own process,
+    configured only by environment."""
+
+    def __init__(
+        self, name: str, environ: Mapping[str, str], app: str = "examples.quickstart:app", command: Command = uvicorn
+    ) -> None:
         self.app = app
+        self.command = command
         self.name = name
         self.port = free_port()
         self.environ = dict(environ)
@@ -64,18 +77,7 @@ class Replica:
         # A file, not a pipe: nobody reads the output while the test runs, and a full pipe blocks the server.
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                self.app,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
+            self.command(self.app, self.port),
             cwd=MAIN,
             env=env,
             stdout=self._log,
