@@ -309,6 +309,22 @@ def test_other_paths_are_forwarded_too(authed: tuple[str, str], http: httpx.Clie
     assert through.json() == direct.json()
 
 
+def test_an_upstream_redirect_brings_the_client_back_through_the_gateway(http: httpx.Client) -> None:
+    """An upstream whose endpoint is ``/mcp/`` (as mcp 1.x's was, up to 1.11) redirects ``/mcp`` there, on its own
+    origin; the client gets the redirect as a path on the gateway's, follows it, and its session works there."""
+    app = upstream_server("slash").streamable_http_app(streamable_http_path="/mcp/", json_response=True)
+    with serve(app) as upstream, serve(gateway(upstream + "/mcp/")) as url:
+        direct = http.post(upstream + "/mcp", json=request(MODERN, "sessions/create"))
+        assert (direct.status_code, direct.headers["location"]) == (307, upstream + "/mcp/")
+        redirected = post(http, url + "/mcp", MODERN, request(MODERN, "sessions/create"))
+        assert (redirected.status_code, redirected.headers["location"]) == (307, "/mcp/")
+        with httpx.Client(timeout=10, follow_redirects=True) as following:
+            token = create(following, url + "/mcp", MODERN)
+            upstream_saw, echo = seen(following, url + "/mcp", MODERN, token)
+    assert echo["sessionId"] == token
+    assert upstream_saw["headers"]["baggage"] == f"gen_ai.conversation.id={jwt_claims(token)['sid']}"
+
+
 class BodyRecorder:
     """An upstream that records when each piece of a request body arrives, and answers ``ok``."""
 

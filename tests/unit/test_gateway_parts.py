@@ -124,11 +124,28 @@ def test_the_response_loses_its_hop_by_hop_headers_and_its_transport_session_get
         (b"Mcp-Session-Id", b"abc"),
         (b"WWW-Authenticate", b"Bearer realm=x"),
     ]
-    assert client_headers(raw, b"0123abcd~") == [
+    assert client_headers(raw, b"0123abcd~", "http://10.0.0.1:3001") == [
         (b"content-type", b"text/event-stream"),
         (b"mcp-session-id", b"0123abcd~abc"),
         (b"www-authenticate", b"Bearer realm=x"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("location", "sent"),
+    [
+        (b"http://10.0.0.1:3001/mcp/", b"/mcp/"),  # the upstream's own origin: a path on the gateway's
+        (b"HTTP://10.0.0.1:3001/mcp/?a=1", b"/mcp/?a=1"),  # scheme and host in any case
+        (b"http://10.0.0.1:3001", b"/"),
+        (b"http://10.0.0.1:30011/mcp/", b"http://10.0.0.1:30011/mcp/"),  # another port, the same digits first
+        (b"http://10.0.0.1:3001.example/", b"http://10.0.0.1:3001.example/"),
+        (b"https://login.example/authorize", b"https://login.example/authorize"),  # elsewhere: as it came
+        (b"/mcp/", b"/mcp/"),
+    ],
+)
+def test_a_location_on_the_upstreams_origin_becomes_a_path_on_the_gateways(location: bytes, sent: bytes) -> None:
+    raw = [(b"Location", location), (b"Content-Length", b"0")]
+    assert client_headers(raw, b"0123abcd~", "http://10.0.0.1:3001") == [(b"location", sent), (b"content-length", b"0")]
 
 
 @pytest.mark.parametrize(

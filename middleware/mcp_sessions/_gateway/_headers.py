@@ -6,7 +6,9 @@ forwards every other header as it came (``Authorization``, ``Mcp-Session-Id``, `
 client's goes in ``X-Forwarded-Host``), the client's address is added to ``X-Forwarded-For``, and the
 conversation's stable id goes in W3C baggage as ``gen_ai.conversation.id``. The upstream never sees the
 client's ``Host``, so the gateway checks ``Host`` and ``Origin`` itself, with the allow-lists and the rule of
-the ``mcp`` SDK's DNS-rebinding protection.
+the ``mcp`` SDK's DNS-rebinding protection. A ``Location`` on the upstream's own origin (a redirect the
+upstream built from the ``Host`` it got, ``/mcp`` to ``/mcp/`` say) comes back as a path on the gateway's,
+as nginx's ``proxy_redirect default`` has it: the client follows it through the gateway, never around it.
 """
 
 from __future__ import annotations
@@ -101,16 +103,32 @@ def _with_conversation(baggage: bytes, conversation: str | None) -> bytes:
     return b",".join([*kept, member])
 
 
-def client_headers(raw: Iterable[tuple[bytes, bytes]], prefix: bytes) -> Headers:
+def client_headers(raw: Iterable[tuple[bytes, bytes]], prefix: bytes, origin: str) -> Headers:
     """The upstream's end-to-end response headers for the client, names lower-cased as ASGI sends them.
 
-    An ``Mcp-Session-Id`` (a transport session the replica issued) gets ``prefix``, its replica's tag.
+    An ``Mcp-Session-Id`` (a transport session the replica issued) gets ``prefix``, its replica's tag; a
+    ``Location`` on ``origin``, the replica's, becomes its path (see the module).
     """
     raw = [(name.lower(), value) for name, value in raw]
     dropped = HOP_BY_HOP | _listed(raw)
-    return [
-        (name, prefix + value if name == MCP_SESSION_ID_HEADER else value) for name, value in raw if name not in dropped
-    ]
+    own = origin.lower().encode("latin-1")
+    headers: Headers = []
+    for name, value in raw:
+        if name == MCP_SESSION_ID_HEADER:
+            value = prefix + value
+        elif name == b"location":
+            value = _on_gateway(value, own)
+        if name not in dropped:
+            headers.append((name, value))
+    return headers
+
+
+def _on_gateway(location: bytes, origin: bytes) -> bytes:
+    """``location`` as a path when it is on ``origin`` (lower-cased), else as it is."""
+    rest = location[len(origin) :]
+    if location[: len(origin)].lower() == origin and rest[:1] in (b"", b"/"):
+        return rest or b"/"
+    return location
 
 
 class HostCheck:

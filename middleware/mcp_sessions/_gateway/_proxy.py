@@ -132,7 +132,9 @@ class UpstreamProxy:
         response, replica = opened
         try:
             yield UpstreamAnswer(
-                response.status_code, client_headers(response.headers.raw, replica.prefix), response.aiter_raw()
+                response.status_code,
+                client_headers(response.headers.raw, replica.prefix, replica.origin),
+                response.aiter_raw(),
             )
         finally:
             replica.in_flight -= 1
