@@ -18,7 +18,10 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from mcp import types
+from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, BaseUser, SimpleUser
 from starlette.middleware import Middleware
@@ -27,7 +30,19 @@ from starlette.requests import HTTPConnection, Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Host, Mount, Route, Router
 
-from _mcp import LEGACY, MODERN, SESSION_NOT_FOUND, jwt_claims, legacy_request, modern_headers, modern_request
+from _mcp import (
+    LEGACY,
+    MODERN,
+    SESSION_NOT_FOUND,
+    LegacyClient,
+    ModernClient,
+    jwt_claims,
+    legacy_request,
+    modern_headers,
+    modern_request,
+    session_meta,
+    tool_text,
+)
 from _users import User, bearer_auth
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
@@ -538,3 +553,49 @@ def test_a_server_behind_an_app_that_is_not_starlettes_is_asked_through_it_and_t
         foreign = http.post(url + "/mcp", json=body, headers={**modern_headers(body), "Host": "evil.example"})
         assert (foreign.status_code, foreign.text) == (421, "Invalid Host header")
         assert "sessionId" in message_of(post(http, url + "/mcp", MODERN, body))["result"]["session"]
+
+
+def lowlevel_app(*, stateless: bool) -> Starlette:
+    """The ``mcp`` SDK's low-level ``Server`` behind its own ``StreamableHTTPSessionManager``, mounted by a
+    function, as the SDK's low-level examples serve one: its ``count`` tool counts in the session it reads."""
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool(name="count", input_schema={"type": "object"})])
+
+    async def call_tool(ctx: Any, params: Any) -> types.CallToolResult:
+        session = get_session()
+        counted = -1 if session is None else await session.data.incr("n")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=str(counted))])
+
+    manager = StreamableHTTPSessionManager(
+        app=Server("low", on_list_tools=list_tools, on_call_tool=call_tool), stateless=stateless, json_response=True
+    )
+
+    async def handle(scope: Any, receive: Any, send: Any) -> None:
+        await manager.handle_request(scope, receive, send)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    return Starlette(routes=[Mount("/mcp", app=handle)], lifespan=lifespan)
+
+
+@pytest.mark.parametrize("stateless", [False, True], ids=["stateful", "stateless"])
+def test_a_lowlevel_server_behind_its_own_session_manager_counts_in_a_session_on_both_wires(
+    caplog: pytest.LogCaptureFixture, stateless: bool
+) -> None:
+    """A handler mounted by a function is no endpoint the middleware can find: the outer form, said once, and the
+    tool's ``get_session()`` sees the session on both wires. The clients follow ``/mcp`` to ``/mcp/``, where
+    ``Mount`` serves it, as the SDK's client does."""
+    with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
+        app = MCPSessionMiddleware(lowlevel_app(stateless=stateless), secret=SECRET)
+    assert "found no MCP endpoint inside Starlette, so the session methods are answered in front" in caplog.text
+    with serve(app) as url, httpx.Client(timeout=10, follow_redirects=True) as http:
+        modern = ModernClient(http, url)
+        legacy = LegacyClient(http, url)
+        legacy.initialize()
+        for client in (modern, legacy):
+            session = session_meta(client.create_session())
+            assert [tool_text(client.call_tool("count", session=session)[1]) for _ in range(2)] == ["1", "2"]
