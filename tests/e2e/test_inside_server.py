@@ -8,6 +8,7 @@ Real ``MCPServer`` apps, the SDK's own bearer auth, real uvicorn, raw HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -599,3 +600,41 @@ def test_a_lowlevel_server_behind_its_own_session_manager_counts_in_a_session_on
         for client in (modern, legacy):
             session = session_meta(client.create_session())
             assert [tool_text(client.call_tool("count", session=session)[1]) for _ in range(2)] == ["1", "2"]
+
+
+def test_the_http_sse_transport_of_2024_gets_no_session_and_its_answers_as_bare() -> None:
+    """The transport before Streamable HTTP (``sse_app()``: ``GET /sse``, ``POST /messages/``) answers every
+    POST 202 and sends the answers on the stream, so the server's answer to the probe is the one the client
+    gets for ``sessions/create``: "method not found". No session is handed out; tools answer as bare."""
+    server = notes_server()
+    app = MCPSessionMiddleware(server.sse_app(), secret=SECRET)
+
+    async def scenario(url: str) -> None:
+        async with httpx.AsyncClient(timeout=10) as http, http.stream("GET", url + "/sse") as stream:
+            lines = stream.aiter_lines()
+            endpoint = url + await _next_data(lines)
+
+            async def answer(body: dict[str, Any]) -> Any:
+                posted = await http.post(endpoint, json=body)
+                assert posted.status_code == 202, posted.text
+                return json.loads(await _next_data(lines))
+
+            hello = {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}
+            assert "result" in await answer(legacy_request("initialize", hello, id=0))
+            initialized = await http.post(endpoint, json=legacy_request("notifications/initialized", id=None))
+            assert initialized.status_code == 202
+            created = await answer(legacy_request("sessions/create", id=1))
+            assert (created["id"], created["error"]["code"]) == (1, -32601), created
+            called = await answer(legacy_request("tools/call", {"name": "note", "arguments": {}}, id=2))
+            assert called["result"]["content"][0]["text"] == "none"
+
+    with serve(app) as url:
+        asyncio.run(asyncio.wait_for(scenario(url), 20))
+
+
+async def _next_data(lines: AsyncIterator[str]) -> str:
+    """The next SSE event's data."""
+    async for line in lines:
+        if line.startswith("data:"):
+            return line[5:].strip()
+    raise AssertionError("the stream ended")
