@@ -154,9 +154,6 @@ class HandleLimitExceeded(_ToolCallError):
         """What happened and when to retry, for the model."""
         return self._text
 
-    def __str__(self) -> str:
-        return self._text
-
 
 async def create_records(
     store: SessionStore,

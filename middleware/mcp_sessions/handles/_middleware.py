@@ -68,7 +68,6 @@ class HandleMiddleware:
         self.max_body_size = max_body_size
         self._retry_after = str(retry_after).encode()
         self._tracer = trace.get_tracer("mcp_sessions.handles", tracer_provider=tracer_provider)
-        # At each MCP endpoint inside the app, where the server's auth has run (see _inside.py).
         self._placed = False
         self._inner_paths = place_at_endpoints(app, self._at, placed=lambda x: isinstance(x, HandleMiddleware))
 
