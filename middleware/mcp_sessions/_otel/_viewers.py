@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 from opentelemetry.util.types import AttributeValue
 
+from .._wire.protocol import KNOWN_METHODS
 from ._names import _redacted, process_digest
 
 CALL_KIND_ATTRIBUTE: Final = "mcp_sessions.call.kind"
@@ -25,29 +26,8 @@ SESSION: Final = "session"
 """A session method of an enabled wire: ``sessions/create``, ``sessions/delete``."""
 HOUSEKEEPING: Final = "housekeeping"
 """What a client does around the conversation: the handshake, discovery, listings, pings, notifications."""
-HOUSEKEEPING_METHODS: Final = frozenset(
-    {
-        "initialize",
-        "logging/setLevel",
-        "notifications/cancelled",
-        "notifications/initialized",
-        "notifications/progress",
-        "notifications/roots/list_changed",
-        "ping",
-        "prompts/list",
-        "resources/list",
-        "resources/subscribe",
-        "resources/templates/list",
-        "resources/unsubscribe",
-        "server/discover",
-        "subscriptions/listen",
-        "tools/list",
-    }
-)
-MLFLOW_TRACE_NAME: Final = "mlflow.traceTag.mlflow.traceName"
-MLFLOW_CALL_KIND: Final = "mlflow.traceTag." + CALL_KIND_ATTRIBUTE
-LANGFUSE_TRACE_NAME: Final = "langfuse.trace.name"
-LANGFUSE_TRACE_TAGS: Final = "langfuse.trace.tags"
+HOUSEKEEPING_METHODS: Final = KNOWN_METHODS - {"completion/complete", "prompts/get", "resources/read", "tools/call"}
+"""Every method a client sends but the turns: :data:`HOUSEKEEPING` calls."""
 
 TraceUserMode = Literal["digest", "name"]
 
@@ -61,12 +41,12 @@ def call_kinds(session_methods: Iterable[str]) -> dict[str, str]:
 
 def trace_names(name: str) -> dict[str, AttributeValue]:
     """The root span's attributes that name its trace in MLflow and Langfuse (Phoenix reads the span's name)."""
-    return {MLFLOW_TRACE_NAME: name, LANGFUSE_TRACE_NAME: name}
+    return {"mlflow.traceTag.mlflow.traceName": name, "langfuse.trace.name": name}
 
 
 def root_attributes(name: str, kind: str) -> dict[str, AttributeValue]:
     """Everything a root span of the middleware adds for the viewers: the trace's name, and its kind as a tag."""
-    return {**trace_names(name), MLFLOW_CALL_KIND: kind, LANGFUSE_TRACE_TAGS: (kind,)}
+    return {**trace_names(name), "mlflow.traceTag." + CALL_KIND_ATTRIBUTE: kind, "langfuse.trace.tags": (kind,)}
 
 
 class TraceUser:
