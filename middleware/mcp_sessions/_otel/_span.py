@@ -159,11 +159,11 @@ class Operation:
         elif self.method == "prompts/get":
             self.telemetry.prompts.learn(self.target)
 
-    def set_session(self, session_id: str, source: str = "data-layer") -> None:
+    def set_session(self, session_id: str) -> None:
         self.session_id = session_id
         if self.span.is_recording():
             self.span.set_attributes(
-                {"session.id": session_id, "gen_ai.conversation.id": session_id, SESSION_SOURCE_ATTRIBUTE: source}
+                {"session.id": session_id, "gen_ai.conversation.id": session_id, SESSION_SOURCE_ATTRIBUTE: "data-layer"}
             )
 
     def traceparent(self) -> str | None:
