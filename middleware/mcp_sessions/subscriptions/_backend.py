@@ -47,27 +47,21 @@ class Backend(Protocol):
 
     def bind(self, receive: Receive) -> None:
         """Hand each message arriving on a joined channel to ``receive`` (called once, by the bus)."""
-        ...
 
     def join(self, channel: str) -> None:
         """Start receiving ``channel``'s messages (soon: :meth:`ready` waits for it)."""
-        ...
 
     def leave(self, channel: str) -> None:
         """Stop receiving ``channel``'s messages."""
-        ...
 
     async def ready(self, channel: str) -> None:
         """Return once a joined ``channel``'s messages arrive, or after a bounded wait."""
-        ...
 
     async def publish(self, channel: str, message: bytes) -> None:
         """Send ``message`` to every replica that joined ``channel``; raise if it cannot be sent."""
-        ...
 
     async def aclose(self) -> None:
         """Release the connection; nothing arrives afterwards."""
-        ...
 
 
 class MemoryBackend(Backend):

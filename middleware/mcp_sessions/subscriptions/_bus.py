@@ -28,6 +28,7 @@ from mcp.shared.subscriptions import ServerEvent
 
 from .._session import current_session
 from .._wire import ThrottledWarning
+from .._wire.protocol import INTERNAL_ERROR
 from ._backend import END, Backend, MemoryBackend, decode, encode
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("mcp_sessions")
 
 Listener = Callable[[ServerEvent], None]
-INTERNAL_ERROR: Final = -32603  # what the SDK answers at its own limit of listen streams
 DEFAULT_MAX_STREAMS_PER_SESSION: Final = 8
 DEFAULT_MAX_SESSIONS: Final = 10_000
 _MAX_SESSION_ID: Final = 256
