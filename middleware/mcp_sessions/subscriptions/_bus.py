@@ -147,8 +147,12 @@ class SessionSubscriptionBus:
         if session is None:
             self._global[token] = listener
             return lambda: self._global.pop(token, None) and None
-        entry = self._open(session.id, refuse=True)
-        assert entry is not None
+        entry = self._open(session.id)
+        if entry is None:
+            raise MCPError(
+                INTERNAL_ERROR,
+                f"Too many sessions are listening on this server (at most {self.max_sessions}): retry later",
+            )
         if len(entry.listeners) >= self.max_streams_per_session:
             self._close(entry)
             raise MCPError(
@@ -164,7 +168,7 @@ class SessionSubscriptionBus:
 
         ``None`` when this replica has as many sessions listening as it may (the listen is then refused)."""
         self._join_everywhere()
-        entry = self._open(session_id, refuse=False)
+        entry = self._open(session_id)
         if entry is None:
             return None
         token = object()
@@ -191,20 +195,13 @@ class SessionSubscriptionBus:
             self._backend.join(self._everywhere)
             self._joined = True
 
-    def _open(self, session_id: str, *, refuse: bool) -> _Session | None:
+    def _open(self, session_id: str) -> _Session | None:
+        """The session's entry, its channel joined when it is new; ``None`` when ``max_sessions`` are open here."""
         channel = self._channel(session_id)
         entry = self._sessions.get(channel)
-        if entry is not None:
-            return entry
-        if len(self._sessions) >= self.max_sessions:
-            if not refuse:
-                return None
-            raise MCPError(
-                INTERNAL_ERROR,
-                f"Too many sessions are listening on this server (at most {self.max_sessions}): retry later",
-            )
-        entry = self._sessions[channel] = _Session(session_id)
-        self._backend.join(channel)
+        if entry is None and len(self._sessions) < self.max_sessions:
+            entry = self._sessions[channel] = _Session(session_id)
+            self._backend.join(channel)
         return entry
 
     def _drop(
