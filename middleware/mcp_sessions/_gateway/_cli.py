@@ -52,19 +52,18 @@ def add_gateway_parser(commands: Any) -> None:  # argparse's subparsers action h
     gateway.add_argument(
         "--allowed-origin", action="append", metavar="ORIGIN", help="an Origin the gateway serves, as --allowed-host"
     )
-    gateway.add_argument(
-        "--keepalive", type=float, default=DEFAULT_KEEPALIVE, metavar="SECONDS",
-        help=f"an SSE comment on an event stream idle this long; 0: never (default {DEFAULT_KEEPALIVE:.0f})",
-    )  # fmt: skip
-    gateway.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT, metavar="SECONDS")
-    gateway.add_argument(
-        "--first-byte-timeout", type=float, default=DEFAULT_FIRST_BYTE_TIMEOUT, metavar="SECONDS",
-        help="the longest wait for a response's headers (default 300)",
-    )  # fmt: skip
-    gateway.add_argument(
-        "--failure-cooldown", type=float, default=DEFAULT_FAILURE_COOLDOWN, metavar="SECONDS",
-        help="how long a replica that cannot be connected to is out of service (default 10)",
-    )  # fmt: skip
+    for flag, default, text in (
+        ("--keepalive", DEFAULT_KEEPALIVE, "an SSE comment on an event stream idle this long; 0: never"),
+        ("--connect-timeout", DEFAULT_CONNECT_TIMEOUT, None),
+        ("--first-byte-timeout", DEFAULT_FIRST_BYTE_TIMEOUT, "the longest wait for a response's headers"),
+        (
+            "--failure-cooldown",
+            DEFAULT_FAILURE_COOLDOWN,
+            "how long a replica that cannot be connected to is out of service",
+        ),
+    ):
+        help_text = None if text is None else f"{text} (default {default:g})"
+        gateway.add_argument(flag, type=float, default=default, metavar="SECONDS", help=help_text)
     gateway.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 

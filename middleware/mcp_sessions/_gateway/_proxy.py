@@ -16,8 +16,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final
 
 import anyio
 from opentelemetry import propagate, trace
@@ -43,31 +42,23 @@ UPSTREAM_UNAVAILABLE: Final = -32014
 """Error code: no upstream replica answered (HTTP 502, 503 or 504, with ``Retry-After``); temporary."""
 _MAX_ID_BODY: Final = 64 * 1024
 _JSON: Final = (b"content-type", b"application/json")
-_LOST_SESSION: Final = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
+_LOST_SESSION_BODY: Final = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
+# The ``mcp`` SDK's answer for a transport session it does not hold (404): the client opens a new one.
+_LOST_SESSION: Final = Rejection(
+    404,
+    (_JSON, (b"content-length", str(len(_LOST_SESSION_BODY)).encode())),
+    _LOST_SESSION_BODY,
+    "transport_session_lost",
+    -32600,
+    "Session not found",
+)
 Body = bytes | AsyncIterator[bytes]
-
-
-class UpstreamAnswer(NamedTuple):
-    """The upstream's answer: its status, its headers for the client, and its body as it comes."""
-
-    status: int
-    headers: list[tuple[bytes, bytes]]
-    chunks: AsyncIterator[bytes]
 
 
 class UpstreamProxy:
     """The ASGI app the gateway's session pipeline forwards to: a streaming proxy to the upstream replicas."""
 
-    __slots__ = (
-        "_client",
-        "_connect_errors",
-        "_first_byte",
-        "_host_check",
-        "_httpx",
-        "_keepalive",
-        "_replicas",
-        "_retry_after",
-    )
+    __slots__ = ("_client", "_first_byte", "_host_check", "_httpx", "_keepalive", "_replicas", "_retry_after")
 
     def __init__(
         self,
@@ -98,7 +89,6 @@ class UpstreamProxy:
             trust_env=False,
             follow_redirects=False,
         )
-        self._connect_errors = (httpx.ConnectError, httpx.ConnectTimeout)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -113,47 +103,30 @@ class UpstreamProxy:
         if first["type"] != "http.request":
             return None  # the client is gone
         content: Body = _streamed(first, receive) if first.get("more_body", False) else first.get("body", b"")
-        async with self._opened(scope, content) as answer:
-            if isinstance(answer, Rejection):
-                return await answer.send(send)
-            await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
-            if (header(answer.headers, b"content-type") or b"").startswith(b"text/event-stream"):
-                return await relay_events(answer.chunks, receive, send, self._keepalive, self._httpx.HTTPError)
-            await relay(answer.chunks, send)
-
-    @asynccontextmanager
-    async def _opened(self, scope: Scope, content: Body) -> AsyncIterator[UpstreamAnswer | Rejection]:
-        """The upstream's answer, its headers read, from the first replica that takes the request; or the
-        gateway's own answer when none can (the host refused, the transport session lost, the upstream down)."""
         opened = await self._open(scope, content)
-        if isinstance(opened, Rejection):
-            yield opened
-            return
+        if isinstance(opened, Rejection):  # the host refused, the transport session lost, the upstream down
+            return await opened.send(send)
         response, replica = opened
         try:
-            yield UpstreamAnswer(
-                response.status_code,
-                client_headers(response.headers.raw, replica.prefix, replica.origin),
-                response.aiter_raw(),
-            )
+            headers = client_headers(response.headers.raw, replica.prefix, replica.origin)
+            await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+            if (header(headers, b"content-type") or b"").startswith(b"text/event-stream"):
+                return await relay_events(response.aiter_raw(), receive, send, self._keepalive, self._httpx.HTTPError)
+            await relay(response.aiter_raw(), send)
         finally:
             replica.in_flight -= 1
             with anyio.CancelScope(shield=True):  # closing the upstream stream, even when a disconnect cancels
                 await response.aclose()
 
     async def _open(self, scope: Scope, content: Body) -> tuple[httpx.Response, Replica] | Rejection:
-        """The request sent to each replica it may go to in turn, until one answers.
-
-        A body read whole is sent again to the next replica when one cannot be connected to (nothing was
-        sent); a streamed one is not.
-        """
+        """The request sent to each replica it may go to in turn, until one answers (see the module)."""
         headers: list[tuple[bytes, bytes]] = scope["headers"]
         if (refused := self._host_check.check(headers)) is not None:
             return refused
         conversation = _conversation(scope)
         candidates, transport_id = self._route(headers, conversation)
         if not candidates:
-            return _lost_session()
+            return _LOST_SESSION
         client = scope.get("client")
         upstream = upstream_headers(
             headers,
@@ -175,25 +148,23 @@ class UpstreamProxy:
             try:
                 async with asyncio.timeout(self._first_byte):
                     response = await self._client.send(request, stream=True)
-            except self._connect_errors:
-                replica.in_flight -= 1
+            except (self._httpx.ConnectError, self._httpx.ConnectTimeout):
                 self._replicas.failed(replica)
-                if isinstance(content, bytes):
-                    continue  # nothing was sent: the next replica gets the request
-                status, reason = 502, "The upstream replica could not be reached"
+                if not isinstance(content, bytes):  # a body read whole, never sent, goes to the next replica
+                    status, reason = 502, "The upstream replica could not be reached"
             except TimeoutError:
-                replica.in_flight -= 1
                 status, reason = 504, "The upstream did not answer in time"
             except self._httpx.HTTPError as exc:
-                replica.in_flight -= 1
                 logger.warning("mcp-sessions gateway: upstream %s failed: %s", replica.url, type(exc).__name__)
                 status, reason = 502, "The upstream failed before answering"
             else:
                 self._replicas.reached(replica)
                 return response, replica
-            break
+            replica.in_flight -= 1
+            if status != 503:  # still 503: the next replica gets the request
+                break
         if transport_id is not None and status == 503:
-            return _lost_session()  # a 2025-era transport session lives in its replica's memory alone
+            return _LOST_SESSION  # a 2025-era transport session lives in its replica's memory alone
         return upstream_failed(status, reason, self._retry_after, _request_id(content))
 
     def _route(
@@ -231,12 +202,6 @@ def _target(scope: Scope) -> str:
     target: str = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
     query = scope.get("query_string")
     return f"{target}?{query.decode('latin-1')}" if query else target
-
-
-def _lost_session() -> Rejection:
-    """The ``mcp`` SDK's answer for a transport session it does not hold (404): the client opens a new one."""
-    headers = (_JSON, (b"content-length", str(len(_LOST_SESSION)).encode()))
-    return Rejection(404, headers, _LOST_SESSION, "transport_session_lost", -32600, "Session not found")
 
 
 def _request_id(body: Body) -> str | int | None:
