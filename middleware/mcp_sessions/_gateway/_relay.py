@@ -45,7 +45,7 @@ async def relay_events(
         group.start_soon(_watch, receive, group.cancel_scope, gone)
         while True:
             chunk: bytes | None = None
-            with anyio.move_on_after(keepalive if keepalive is not None else float("inf")):
+            with anyio.move_on_after(keepalive):
                 try:
                     chunk = await arrived.receive()
                 except anyio.EndOfStream:
