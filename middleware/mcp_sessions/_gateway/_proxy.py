@@ -1,13 +1,11 @@
-"""The streaming reverse proxy: every request to the upstream replica that holds its conversation, bytes as they
-come.
+"""The streaming reverse proxy: every request to the upstream replica that holds its conversation, bytes as they come.
 
 One pooled httpx client for the app's lifetime. The request body goes as it arrives (a body the session
 pipeline read whole goes in one piece, and may be sent again to another replica when the first could not be
 connected to); the response goes back chunk by chunk, each ``send`` awaited before the next read (the
-backpressure). The connect and the wait for the response's first byte are bounded; an event stream is not, and
-gets an SSE comment when it has been idle, and a client that disconnects from one closes the upstream's
-(``_relay``). An upstream that cannot answer gets a JSON-RPC error with 502, 503 or 504 and ``Retry-After``,
-never a hang.
+backpressure). The connect and the wait for the response's first byte are bounded; an event stream is not
+(``_relay`` keeps it alive and closes it with the client). An upstream that cannot answer gets a JSON-RPC
+error with 502, 503 or 504 and ``Retry-After``, never a hang.
 """
 
 from __future__ import annotations
