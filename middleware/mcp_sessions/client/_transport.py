@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import ClassVar, Generic, Literal, Protocol, TypeVar
 
 import anyio
 
@@ -43,17 +43,14 @@ class InnerTransport(Protocol[RequestT_contra, ResponseT_co]):
     async def aclose(self) -> None: ...
 
 
-InnerT = TypeVar("InnerT", bound=InnerTransport[Any, Any])
-
-
-class SessionTransportBase(Generic[InnerT, RequestT, ResponseT]):
+class SessionTransportBase(Generic[RequestT, ResponseT]):
     """Create, use, delete and inspect the session a transport holds; see :class:`SessionTransport`."""
 
     _library: ClassVar[ModuleType]
 
     def __init__(
         self,
-        transport: InnerT | None = None,
+        transport: InnerTransport[RequestT, ResponseT] | None = None,
         *,
         session: SessionHandle | None = None,
         auto_create: bool = True,
@@ -179,12 +176,10 @@ class SessionTransportBase(Generic[InnerT, RequestT, ResponseT]):
         """Answer the caller's POST with the error that creating its session met, under its own request ids."""
         answers = [jsonrpc.error(rid, failure.code, failure.message, failure.data) for rid in post.request_ids]
         body = jsonrpc.dumps(answers if post.batch else answers[0])
-        headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+        headers = [("content-type", "application/json")]
         if failure.retry_after is not None:
             headers.append(("retry-after", failure.retry_after))
-        refusal: ResponseT = self._library.Response(
-            failure.status, headers=headers, stream=self._library.ByteStream(body)
-        )
+        refusal: ResponseT = self._library.Response(failure.status, headers=headers, content=body)
         return refusal
 
     async def _post(
