@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 import anyio
 
@@ -76,9 +77,8 @@ class SessionLifecycle:
         if endpoint.era is not Era.LEGACY or "mcp-session-id" in headers:
             yield endpoint
             return
-        client = {"name": "mcp-sessions", "version": __version__}
         params: dict[str, object] = {"protocolVersion": headers.get("mcp-protocol-version"), "capabilities": {}}
-        params["clientInfo"] = client
+        params["clientInfo"] = {"name": "mcp-sessions", "version": __version__}
         body, framed = endpoint.request(f"mcp-sessions-{next(self._ids)}", "initialize", params, None)
         response = await self._post(endpoint.url, framed, body, endpoint.extensions, "POST")
         await read_all(response)
@@ -86,7 +86,7 @@ class SessionLifecycle:
         if transport_id is None:  # a stateless server: every request stands alone
             yield endpoint
             return
-        opened = endpoint.in_transport_session(str(transport_id))
+        opened = replace(endpoint, headers=[*endpoint.headers, ("mcp-session-id", transport_id)])
         body = jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
         framed = [*opened.headers, ("content-length", str(len(body)))]
         await read_all(await self._post(endpoint.url, framed, body, endpoint.extensions, "POST"))

@@ -11,7 +11,7 @@ and ``sessions/delete``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Final, Protocol, cast
 
 from .._wire import jsonrpc
@@ -238,13 +238,8 @@ class Endpoint:
     def learn(cls, post: OutgoingPost) -> Endpoint:
         """The endpoint of a caller's POST: its URL, headers (auth included), envelope and timeout."""
         drop = _PER_MESSAGE | _SESSION_HEADER if post.era is Era.MODERN else _PER_MESSAGE
-        envelope: dict[str, object] = {}
-        for message in post.messages:
-            meta = jsonrpc.params_meta(message)
-            if meta:
-                session_key = post.carrier.meta_key
-                envelope = {k: v for k, v in meta.items() if k.startswith(_ENVELOPE_PREFIX) and k != session_key}
-                break
+        meta = next(filter(None, map(jsonrpc.params_meta, post.messages)), {})  # the first non-empty params._meta
+        envelope = {k: v for k, v in meta.items() if k.startswith(_ENVELOPE_PREFIX) and k != post.carrier.meta_key}
         extensions = {k: v for k, v in post.extensions.items() if k == "timeout"}
         return cls(post.url, _forwarded(post.headers, drop), post.era, envelope, extensions)
 
@@ -267,10 +262,6 @@ class Endpoint:
             }
         seconds = dict.fromkeys(("connect", "read", "write", "pool"), _OWN_REQUEST_TIMEOUT)
         return cls(url, list(base.items()), era, envelope, {"timeout": seconds})
-
-    def in_transport_session(self, transport_id: str) -> Endpoint:
-        """This endpoint in the server's transport session ``transport_id``."""
-        return replace(self, headers=[*self.headers, ("mcp-session-id", transport_id)])
 
     def request(
         self, request_id: str, method: str, params: dict[str, object], token: str | None
