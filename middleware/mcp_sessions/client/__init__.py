@@ -9,6 +9,7 @@ use, so a user of one never needs the other. See ``docs/client.md``.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from ._session import RetryPolicy, SessionError, SessionHandle
@@ -36,8 +37,6 @@ def __getattr__(name: str) -> type:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module_name, package, what = _LAZY[name]
     try:
-        import importlib
-
         module = importlib.import_module(module_name, __name__)
     except ModuleNotFoundError as exc:
         if exc.name != package:

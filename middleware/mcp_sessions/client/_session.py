@@ -83,8 +83,7 @@ class SessionHandle:
     @property
     def id(self) -> str | None:
         """The session's stable id (the ``sid`` claim, unverified): safe to log, unlike the token."""
-        claims = self.claims
-        sid = claims.get("sid") if claims is not None else None
+        sid = (self.claims or {}).get("sid")
         return sid if isinstance(sid, str) else None
 
     def expired(self, now: datetime | None = None) -> bool:
@@ -227,5 +226,4 @@ def parse_time(text: str) -> datetime:
 
 
 def _format_time(value: datetime) -> str:
-    value = value.astimezone(UTC)
-    return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if value.microsecond else "%Y-%m-%dT%H:%M:%SZ")
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")  # microseconds only when there are some
