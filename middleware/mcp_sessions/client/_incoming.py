@@ -100,7 +100,7 @@ def body_messages(response: ResponseLike, raw: bytes) -> list[object]:
     content_type = str(response.headers.get("content-type") or "").lower()
     body = Inflater(response.headers.get("content-encoding"))(raw)
     if content_type.startswith("application/json"):
-        parsed = jsonrpc.loads(body) if body else None
+        parsed = jsonrpc.loads(body)
         if isinstance(parsed, list):
             return parsed
         return [parsed] if isinstance(parsed, dict) else []

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import cast
 
 from .._wire import jsonrpc
-from ..profiles import DRAFT, ClientSide, Echo, WireProfile, not_found_codes, required_codes
+from ..profiles import ClientSide, Echo, WireProfile, not_found_codes, required_codes
 from ._outgoing import Attempt, OutgoingPost
 from ._session import SessionHandle, parse_time
 
@@ -26,7 +26,7 @@ ChangeHook = Callable[[SessionHandle], "Awaitable[None] | None"]
 class SessionKeeper:
     """Holds one :class:`SessionHandle` and what the server said about sessions."""
 
-    def __init__(self, session: SessionHandle, on_change: ChangeHook | None, profile: WireProfile = DRAFT) -> None:
+    def __init__(self, session: SessionHandle, on_change: ChangeHook | None, profile: WireProfile) -> None:
         if profile.client is None or not isinstance(profile.echo, Echo):
             raise ValueError(f"the client does not speak the session wire {profile.name!r}")
         self.session = session

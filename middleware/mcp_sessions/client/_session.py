@@ -35,13 +35,9 @@ class SessionError(Exception):
 class SessionHandle:
     """One conversation's data-layer session, as the client holds it.
 
-    ``token`` is the ``sessionId`` the server minted (a bearer secret: store it
-    like a password), ``state`` the opaque client-held state from the last echo,
-    ``expires_at`` the last ``expiresAt`` the server announced, ``label`` a short
-    text sent with ``sessions/create``. An empty handle (no token) means "no
-    session yet". :meth:`to_dict` and :meth:`from_dict` persist it as JSON.
-
-    The repr shows the stable id (``sid`` claim), never the token.
+    An empty handle (no token) means "no session yet". :meth:`to_dict` and
+    :meth:`from_dict` persist it as JSON. The repr shows the stable id (``sid``
+    claim), never the token.
     """
 
     __slots__ = ("expires_at", "label", "state", "token")
@@ -61,7 +57,7 @@ class SessionHandle:
         if label is not None and not isinstance(label, str):
             raise TypeError("label must be a string or None")
         self.token = token
-        """The ``sessionId`` the server minted (a bearer secret), or ``None`` before there is a session."""
+        """The ``sessionId`` the server minted (a bearer secret: store it like a password), ``None`` if none yet."""
         self.state = state
         """The opaque client-held state from the last echo, sent back with each request."""
         self.expires_at = parse_time(expires_at) if isinstance(expires_at, str) else _utc(expires_at)
