@@ -1,19 +1,11 @@
 """The Redis client ``RedisStore`` builds from a URL: one node, a Cluster, or the master Sentinels name.
 
-- ``redis://``, ``rediss://`` (TLS), ``unix://``: one node, over a pool that waits for a free connection.
-- ``redis+cluster://[user:password@]host:port[,host:port…]``: the client starts from the listed nodes,
-  reads the slot map, follows ``MOVED`` and ``ASK`` (a redirected command was not run, so following it
-  runs it once), and reads the map again after a node fails.
-- ``redis+sentinel://[user:password@]host:port[,host:port…]/service_name[/db]``: the Sentinels are asked
-  for the master whenever a connection opens, so after a failover the next connection goes to the new
-  master. The user and password are the master's; Sentinels that require their own take
-  ``?sentinel_username=`` and ``?sentinel_password=``. ``rediss+…`` is TLS to master and Sentinels alike.
-
-The port defaults to 6379 for a Cluster node and 26379 for a Sentinel. Every client speaks RESP2, never
-retries a command (a retried ``EVALSHA`` whose reply was lost could count an increment twice) and takes
-at most ``timeout`` seconds a call, pool wait, connect and reply included. The URL is checked part by part
-before redis-py reads it, and no message repeats it (it may hold a password). This is the one module of
-the store that imports ``redis``, so its absence is reported here, naming the extra to install.
+A Cluster client follows ``MOVED`` and ``ASK`` (a redirected command was not run, so following it runs it
+once); a Sentinel client asks the Sentinels for the master whenever a connection opens, so after a failover
+the next connection goes to the new master. No client retries a command: a retried ``EVALSHA`` whose reply
+was lost could count an increment twice. The URL is checked part by part before redis-py reads it, and no
+message repeats it (it may hold a password). This is the one module of the store that imports ``redis``,
+so its absence is reported here, naming the extra to install.
 """
 
 from __future__ import annotations
@@ -35,7 +27,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         "RedisStore needs the redis package: pip install 'redis>=8.1' (the redis extra of mcp-sessions)"
     ) from exc
 
-from ._urls import _query
+from ._urls import _integer, _query
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
@@ -91,13 +83,10 @@ def check_url(url: str) -> None:
             parts.port  # noqa: B018 - urllib checks the port when it is read
         except ValueError:
             raise ValueError(f"the port in the {parts.scheme}:// URL must be an integer from 0 to 65535") from None
-        database = parts.path.lstrip("/")
-        if database and not (database.isascii() and database.isdigit()):
-            raise ValueError(f"the database number in the {parts.scheme}:// URL path must be a non-negative integer")
+        if database := parts.path.lstrip("/"):
+            _integer(database, f"the database number in the {parts.scheme}:// URL path")
     query = _query(url, url_parameters(parts.scheme))
-    db = query.get("db", "0")
-    if not (db.isascii() and db.isdigit()):
-        raise ValueError("the db parameter of the Redis URL must be a non-negative integer")
+    _integer(query.get("db", "0"), "the db parameter of the Redis URL")
     if query.get("ssl_cert_reqs", "required") not in ("none", "optional", "required"):
         raise ValueError("the Redis URL parameter 'ssl_cert_reqs' must be none, optional or required")
     for name, value in query.items():
@@ -203,10 +192,7 @@ def client_from_url(
         "socket_timeout": timeout,
         "socket_connect_timeout": min(connect_timeout, timeout),
         "retry": Retry(NoBackoff(), 0),
-        # RESP2: with RESP3 (redis-py 8's default) the pool skips its check for connections
-        # the server closed, so the first command after a Redis restart failed
-        # (redis/redis-py#4252). RESP2 keeps the check: a dead pooled connection is
-        # replaced before a command is sent on it, and no command is ever sent twice.
+        # RESP2 keeps the pool's check for connections a restarted server closed (see RedisStore).
         "protocol": 2,
         "decode_responses": True,
         "client_name": "mcp-sessions",

@@ -84,6 +84,7 @@ def _query(url: str, allowed: Collection[str]) -> dict[str, str]:
 
 
 def _integer(text: str, what: str) -> int:
+    """``text`` as a non-negative integer; else a ``ValueError`` that says ``what`` must be one."""
     if not text.isascii() or not text.isdigit():
         raise ValueError(f"{what} must be a non-negative integer")
     return int(text)
