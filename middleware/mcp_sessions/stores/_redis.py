@@ -220,8 +220,7 @@ class RedisStore(SessionStore):
             new = fn(default if raw is None else json.loads(raw))
             encoded = encode_value(new)
             ttl = self._ttl_ms(expires_at, time.time())
-            read = ["0", ""] if raw is None else ["1", raw]
-            outcome = await self._run(self._compare_and_set(keys, [key, *read, encoded, ttl]))
+            outcome = await self._run(self._compare_and_set(keys, [key, raw or "", encoded, ttl]))
             if outcome != 0:  # stored, or revoked (the write goes nowhere)
                 return new
             # Another request changed the value between our read and our write: back off, read again.

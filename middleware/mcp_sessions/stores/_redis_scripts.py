@@ -97,18 +97,13 @@ redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return redis.call('HGET', KEYS[2], ARGV[1])
 """
 
-# KEYS: status, data. ARGV: field, '1' if a value was read ('0' if none), the value read, new value, ttl in ms.
+# KEYS: status, data. ARGV: field, the value read ('' if none: JSON text is never empty), new value, ttl in ms.
 # Compare-and-set on one field. Returns 1 stored, 0 lost a race (read again), 2 revoked.
 COMPARE_AND_SET: Final = """
 if redis.call('GET', KEYS[1]) == 'r' then return 2 end
-local current = redis.call('HGET', KEYS[2], ARGV[1])
-if ARGV[2] == '0' then
-  if current then return 0 end
-elseif current ~= ARGV[3] then
-  return 0
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
+if (redis.call('HGET', KEYS[2], ARGV[1]) or '') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return 1
 """
 
@@ -117,11 +112,8 @@ return 1
 RECORD: Final = """
 if redis.call('GET', KEYS[1]) == 'r' then return 0 end
 redis.call('DEL', KEYS[2])
-if ARGV[2] == '' then
-  redis.call('HSET', KEYS[2], 'e', ARGV[1])
-else
-  redis.call('HSET', KEYS[2], 'e', ARGV[1], 'l', ARGV[2])
-end
+redis.call('HSET', KEYS[2], 'e', ARGV[1])
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[2], 'l', ARGV[2]) end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1
 """
