@@ -45,18 +45,14 @@ def index_key(prefix: str, principal: str) -> str:
 
 
 # KEYS: status, data, listing. ARGV: now, idle_ttl, touch interval, ttl in ms, issued_at.
-# Returns 0 active, 1 revoked, 2 idle-expired (and revokes). Without a status key the idle clock
-# started at issued_at: nothing is written while that is within the touch interval.
+# Returns 0 active, 1 revoked (a status that is not a time: 'r'), 2 idle-expired (and revokes). Without a
+# status key the idle clock started at issued_at: nothing is written while that is within the touch interval.
 TOUCH: Final = """
 local v = redis.call('GET', KEYS[1])
-if v == 'r' then return 1 end
+local seen = tonumber(v or ARGV[5])
+if not seen then return 1 end
 local now = tonumber(ARGV[1])
 local interval = tonumber(ARGV[3])
-local seen = tonumber(ARGV[5])
-if v then
-  seen = tonumber(v)
-  if not seen then return 1 end
-end
 if now - seen > tonumber(ARGV[2]) + interval then
   if v or redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
     redis.call('SET', KEYS[1], 'r', 'PX', ARGV[4])
