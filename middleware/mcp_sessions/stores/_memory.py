@@ -184,7 +184,6 @@ class MemoryStore(SessionStore):
         now = time.time()
         entry = self._current(session_id, now)
         if entry is None:
-            # Always recorded, even past the cap: forgetting a revocation is never an option.
             entry = self._insert(session_id, expires_at, now, past_the_cap=True)
         elif entry.revoked:
             return False

@@ -113,8 +113,6 @@ def sqlite_store(url: str, **options: Any) -> SessionStore:
     path = parts.netloc + parts.path
     if not path or path.endswith("/"):
         raise ValueError("a sqlite:// URL needs a file path: sqlite:///absolute/path.db or sqlite://relative.db")
-    if parts.netloc and parts.path == "" and parts.netloc.startswith("/"):
-        raise ValueError("the path in the sqlite:// URL is not valid")
     return SQLiteStore(Path(path), **options)
 
 
