@@ -183,11 +183,7 @@ class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionP
 def client_from_url(
     url: str, *, timeout: float, connect_timeout: float, max_connections: int
 ) -> aioredis.Redis | RedisCluster:
-    """A client over a bounded pool of its own, after the URL is checked: RESP2, no retries, text replies.
-
-    A ``RedisCluster`` for ``redis+cluster://``, a client of the master the Sentinels name for
-    ``redis+sentinel://``, a ``Redis`` otherwise.
-    """
+    """A client over a bounded pool of its own, after the URL is checked: RESP2, no retries, text replies."""
     options: dict[str, Any] = {
         "socket_timeout": timeout,
         "socket_connect_timeout": min(connect_timeout, timeout),
