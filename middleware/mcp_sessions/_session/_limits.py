@@ -45,27 +45,25 @@ class RateLimit:
         self._rate = count / self.seconds
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
-    def take(self, caller: str, now: float | None = None) -> float:
+    def take(self, caller: str) -> float:
         """Spend one operation of ``caller``'s; 0 if allowed, else the seconds until one is free."""
-        now = time.monotonic() if now is None else now
-        tokens, last = self._buckets.pop(caller, (float(self.count), now))
-        tokens = min(float(self.count), tokens + (now - last) * self._rate)
-        wait = 0.0
-        if tokens >= 1:
-            tokens -= 1
-        else:
-            wait = (1 - tokens) / self._rate
-        self._buckets[caller] = (tokens, now)
+        now = time.monotonic()
+        tokens = self._refilled(caller, now)
+        allowed = tokens >= 1
+        self._buckets[caller] = (tokens - 1 if allowed else tokens, now)
+        self._buckets.move_to_end(caller)
         if len(self._buckets) > MAX_TRACKED:
             self._buckets.popitem(last=False)
-        return wait
+        return 0.0 if allowed else (1 - tokens) / self._rate
 
-    def wait(self, caller: str, now: float | None = None) -> float:
+    def wait(self, caller: str) -> float:
         """What :meth:`take` would answer, spending nothing: 0 if ``caller`` has an operation left."""
-        now = time.monotonic() if now is None else now
-        tokens, last = self._buckets.get(caller, (float(self.count), now))
-        tokens = min(float(self.count), tokens + (now - last) * self._rate)
+        tokens = self._refilled(caller, time.monotonic())
         return 0.0 if tokens >= 1 else (1 - tokens) / self._rate
+
+    def _refilled(self, caller: str, now: float) -> float:
+        tokens, last = self._buckets.get(caller, (float(self.count), now))
+        return min(float(self.count), tokens + (now - last) * self._rate)
 
 
 class Quota:
@@ -88,7 +86,10 @@ class Quota:
 
     def wait(self, caller: str, now: float) -> float:
         """0 if ``caller`` may add a record now, else the seconds until its oldest one ends."""
-        expiries = self._live(caller, now)
+        expiries = self._callers.get(caller)
+        while expiries and expiries[0] <= now:  # the ended records are dropped
+            heapq.heappop(expiries)
+            self._records -= 1
         return 0.0 if expiries is None or len(expiries) < self.count else expiries[0] - now
 
     def add(self, caller: str, expires_at: float) -> None:
@@ -99,14 +100,6 @@ class Quota:
         self._records += 1
         while self._records > MAX_TRACKED_RECORDS or len(self._callers) > MAX_TRACKED:
             self._records -= len(self._callers.popitem(last=False)[1])
-
-    def _live(self, caller: str, now: float) -> list[float] | None:
-        """``caller``'s records that have not ended, the ended ones dropped."""
-        expiries = self._callers.get(caller)
-        while expiries and expiries[0] <= now:
-            heapq.heappop(expiries)
-            self._records -= 1
-        return expiries
 
 
 def parse_limit(text: str, *, source: str) -> RateLimit:
