@@ -78,15 +78,8 @@ def _say_unbound(user_class: type) -> None:
         )
 
 
-def call_hook(hook: PrincipalHook, scope: Scope) -> str | Awaitable[str | None] | None:
-    """Call the principal hook; a hook that fails is a server bug: -32603, and nothing is forwarded."""
-    try:
-        return hook(scope)
-    except Exception:
-        raise _hook_failed() from None
-
-
-def _hook_failed() -> Refusal:
+def hook_failed() -> Refusal:
+    """Log that the principal hook failed, a server bug, and refuse the request: -32603, nothing forwarded."""
     logger.exception("the principal hook failed")
     return Refusal(INTERNAL_ERROR, "Internal error", reason="principal_hook_failed")
 
@@ -100,12 +93,12 @@ async def principal_digest(hook: PrincipalHook | None, scope: Scope, audience: s
     """
     if hook is None:
         return None
-    principal = call_hook(hook, scope)
-    if inspect.isawaitable(principal):
-        try:
+    try:
+        principal = hook(scope)
+        if inspect.isawaitable(principal):
             principal = await principal
-        except Exception:
-            raise _hook_failed() from None
+    except Exception:
+        raise hook_failed() from None
     return None if principal is None else digest_of(str(principal), audience)
 
 

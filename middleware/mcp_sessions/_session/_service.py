@@ -26,8 +26,8 @@ from ._principal import (
     PRINCIPAL_CLAIM,
     PrincipalHook,
     authenticated_user,
-    call_hook,
     digest_of,
+    hook_failed,
     principal_digest,
 )
 from ._session import Session, SessionBus
@@ -110,8 +110,9 @@ class SessionService:
         expected = None
         if self.principal is not None and not self._anonymous(scope):
             try:
-                principal = call_hook(self.principal, scope)
-            except Refusal:
+                principal = self.principal(scope)
+            except Exception:
+                hook_failed()
                 return False
             if inspect.isawaitable(principal):  # a synchronous function that returned one: not awaited here
                 if inspect.iscoroutine(principal):
@@ -177,7 +178,11 @@ class SessionService:
             if status is not SessionStatus.ACTIVE:
                 raise InvalidToken(status.value)
         except InvalidToken as exc:
-            raise self.not_found(exc.reason, sid) from None
+            logger.debug("session rejected: %s (sid=%s)", exc.reason, sid)
+            reason = exc.reason
+            if reason not in ("expired", "revoked", "idle_expired"):  # the rejection counter's few reasons
+                reason = "invalid_state" if reason.startswith("state:") else "invalid_token"
+            raise SessionNotFound(reason, sid) from None
         except SessionStoreUnavailable as exc:
             raise store_unavailable(exc) from None
         return Session(
@@ -207,14 +212,6 @@ class SessionService:
         if endpoint and (minted_at := extra.get(ENDPOINT_CLAIM)) is not None and minted_at != scope["path"]:
             raise InvalidToken("minted at another endpoint")
 
-    @staticmethod
-    def not_found(reason: str, session_id: str | None) -> SessionNotFound:
-        """Why a session id names no live session (``reason`` as the check said it), logged at debug level."""
-        logger.debug("session rejected: %s (sid=%s)", reason, session_id)
-        if reason not in ("expired", "revoked", "idle_expired"):  # the rejection counter's few reasons
-            reason = "invalid_state" if reason.startswith("state:") else "invalid_token"
-        return SessionNotFound(reason, session_id)
-
     async def adopt(self, scope: Scope, session_id: str, source: str) -> Session | None:
         """A session without a token (a transport session, a host conversation), keyed by ``session_id``.
 
@@ -241,14 +238,13 @@ class SessionService:
         except SessionStoreUnavailable as exc:
             logger.warning("could not drop an ended transport session's data: %s", exc)
             return False
-        await self.end_streams(session_id)
+        if self.bus is not None:
+            await self.bus.end_session(session_id)
         return ended
 
     def _limited(self, scope: Scope, principal: str | None) -> None:
         """Refuse (429) a caller over the create limit: by principal, else by client address."""
-        if self.limit is None:
-            return
-        if (wait := self.limit.take(caller_of(scope, principal))) > 0:
+        if self.limit is not None and (wait := self.limit.take(caller_of(scope, principal))) > 0:
             raise Refusal(
                 TOO_MANY_SESSIONS,
                 "Too many sessions created or deleted, retry later",
@@ -258,7 +254,7 @@ class SessionService:
 
     async def revoke(self, session: Session, scope: Scope | None = None) -> bool:
         """End ``session`` on every replica; ``False`` if it had already ended."""
-        if self.limit is not None and scope is not None:
+        if scope is not None:
             self._limited(scope, session.claims.get(PRINCIPAL_CLAIM))
         try:
             revoked = await self.store.revoke(session.id, expires_at=session.token_expires_at + self.keys.leeway)
@@ -266,13 +262,9 @@ class SessionService:
             raise store_unavailable(exc) from None
         if revoked:
             logger.debug("session deleted (sid=%s)", session.id)
-            await self.end_streams(session.id)
+            if self.bus is not None:  # a publish that fails is logged and dropped
+                await self.bus.end_session(session.id)
         return revoked
-
-    async def end_streams(self, session_id: str) -> None:
-        """End the session's listen streams on every replica (a bus publish: logged and dropped if it fails)."""
-        if self.bus is not None:
-            await self.bus.end_session(session_id)
 
     async def still_active(self, session: Session) -> bool:
         """Whether ``session`` may still be used, touching it as a request does (``True`` if the store fails)."""
