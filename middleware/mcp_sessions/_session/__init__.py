@@ -2,7 +2,7 @@
 
 from ._limits import Quota, RateLimit, caller_of, parse_limit
 from ._log_filter import SessionLogFilter
-from ._principal import ENDPOINT_CLAIM, PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, digest_of, principal_digest
+from ._principal import PRINCIPAL_CLAIM, PrincipalHook, authenticated_user, digest_of, principal_digest
 from ._service import Minted, SessionNotFound, SessionService
 from ._session import (
     SCOPE_KEY,
@@ -18,7 +18,6 @@ from ._session import (
 )
 
 __all__ = [
-    "ENDPOINT_CLAIM",
     "PRINCIPAL_CLAIM",
     "SCOPE_KEY",
     "STATE_ATTRIBUTE",

@@ -34,13 +34,9 @@ class SessionLogFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Set the two attributes on ``record``; always keep it."""
-        conversation = current_conversation.get()
-        if conversation is not None:
-            record.session_id, record.session_source = conversation
-            return True
-        session = current_session.get()
-        if session is None:
-            record.session_id = record.session_source = self.default
-        else:
-            record.session_id, record.session_source = session.id, session.source
+        named = current_conversation.get()
+        if named is None:
+            session = current_session.get()
+            named = (self.default, self.default) if session is None else (session.id, session.source)
+        record.session_id, record.session_source = named
         return True
