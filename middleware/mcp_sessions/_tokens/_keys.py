@@ -88,24 +88,20 @@ class SessionKey:
     @classmethod
     def from_private_key(cls, key: str | bytes | PrivateKey, *, kid: str) -> SessionKey:
         """An ES256 (P-256) or EdDSA (Ed25519) key from a key object or PEM text."""
-        loaded = (
-            load_pem_private_key(key.encode() if isinstance(key, str) else key, password=None)
-            if isinstance(key, str | bytes)
-            else key
-        )
-        algorithm = _asymmetric_algorithm(loaded)
-        private = cast(PrivateKey, loaded)  # a private key (PEM or the parameter), P-256 or Ed25519 (checked above)
-        return cls(kid=kid, algorithm=algorithm, signing_key=private, verifying_key=private.public_key())
+        if isinstance(key, str | bytes):
+            key = cast(PrivateKey, load_pem_private_key(_pem(key), password=None))  # its type is checked next
+        return cls(kid=kid, algorithm=_asymmetric_algorithm(key), signing_key=key, verifying_key=key.public_key())
 
     @classmethod
     def from_public_key(cls, key: str | bytes | PublicKey, *, kid: str) -> SessionKey:
         """A verify-only ES256 or EdDSA key (another replica signs)."""
-        loaded = (
-            load_pem_public_key(key.encode() if isinstance(key, str) else key) if isinstance(key, str | bytes) else key
-        )
-        algorithm = _asymmetric_algorithm(loaded)
-        public = cast(PublicKey, loaded)  # a public key (PEM or the parameter), P-256 or Ed25519 (checked above)
-        return cls(kid=kid, algorithm=algorithm, signing_key=None, verifying_key=public)
+        if isinstance(key, str | bytes):
+            key = cast(PublicKey, load_pem_public_key(_pem(key)))  # its type is checked next
+        return cls(kid=kid, algorithm=_asymmetric_algorithm(key), signing_key=None, verifying_key=key)
+
+
+def _pem(key: str | bytes) -> bytes:
+    return key.encode() if isinstance(key, str) else key
 
 
 def _asymmetric_algorithm(key: object) -> str:
