@@ -66,7 +66,6 @@ class Draft:
     def tool(
         self, name: str, arguments: Mapping[str, object] | None = None, *, session: str, state: str | None = None
     ) -> Exchange:
-        """``tools/call`` of ``name`` in a session."""
         return self.use("tools/call", {"name": name, "arguments": dict(arguments or {})}, session=session, state=state)
 
     def error(self, exchange: Exchange, expected: int, sent: str | None = None) -> str | None:

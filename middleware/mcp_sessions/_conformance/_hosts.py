@@ -52,7 +52,6 @@ class Hosts:
     prefix: str = field(default_factory=lambda: "conformance-" + secrets.token_hex(6))
 
     def id(self, name: str) -> str:
-        """A conversation id of this run."""
         return f"{self.prefix}-{name}"
 
     def call(self, tool: str, meta: Mapping[str, object], headers: Mapping[str, str] | None = None) -> Exchange:

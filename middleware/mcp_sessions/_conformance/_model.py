@@ -30,13 +30,6 @@ _PACKAGE: Final = __name__.rpartition(".")[0]
 _CHECK_ID: Final = re.compile(r"sessions-[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
-class SpecReference(TypedDict):
-    """Where a requirement is written (the official ``SpecReference``)."""
-
-    id: str
-    url: NotRequired[str]
-
-
 class ConformanceCheck(TypedDict):
     """One check's outcome, field for field the official suite's ``ConformanceCheck``."""
 
@@ -45,7 +38,7 @@ class ConformanceCheck(TypedDict):
     description: str
     status: Status
     timestamp: str
-    specReferences: NotRequired[list[SpecReference]]
+    specReferences: NotRequired[list[dict[str, str]]]
     details: NotRequired[dict[str, object]]
     errorMessage: NotRequired[str]
 
@@ -174,14 +167,14 @@ class Recorder:
         era = self.traceability.requirement(check).era
         return era is None or era == self.era
 
-    def record(self, check: str, problem: str | None, details: Mapping[str, object] | None = None) -> bool:
-        """``SUCCESS`` when ``problem`` is ``None``, else the requirement's level; whether it passed."""
+    def record(self, check: str, problem: str | None, details: Mapping[str, object] | None = None) -> None:
+        """``SUCCESS`` when ``problem`` is ``None``, else the requirement's level."""
         self._emit(check, "SUCCESS" if problem is None else None, problem, details or {})
-        return problem is None
 
     def gate(self, check: str, problem: str | None, details: Mapping[str, object] | None = None) -> None:
         """Record ``check``; when it failed, end the scenario: the checks after it need what it checks."""
-        if not self.record(check, problem, details):
+        self.record(check, problem, details)
+        if problem is not None:
             raise Bail(check)
 
     def record_counts(self, check: str, counts: list[str | None]) -> None:
@@ -203,7 +196,7 @@ class Recorder:
         requirement = self.traceability.requirement(check)
         if requirement.era not in (None, self.era):
             return
-        reference: SpecReference = {"id": f"{self.traceability.spec} §{requirement.section}"}
+        reference = {"id": f"{self.traceability.spec} §{requirement.section}"}
         if self.traceability.spec_url is not None:
             reference["url"] = self.traceability.spec_url
         emitted: ConformanceCheck = {

@@ -251,12 +251,10 @@ class Peer:
         body = {**self.message(method, params, meta=meta), **(top or {})}
         return self.post(body, {**self.headers(body, session_header), **(headers or {})}, body["id"])
 
-    def notify(self, method: str, *, top: Mapping[str, object] | None = None, session_header: str | None = None) -> int:
-        """Send a notification; the HTTP status of its answer."""
-        body: Message = {"jsonrpc": "2.0", "method": method, **(top or {})}
-        if self.era == MODERN:
-            body["params"] = {"_meta": {PROTOCOL_VERSION_KEY: MODERN, CLIENT_CAPABILITIES_KEY: {}}}
-        return self.post(body, self.headers(body, session_header)).status
+    def initialized(self, *, top: Mapping[str, object] | None = None, session_header: str | None = None) -> None:
+        """2025 era: ``notifications/initialized`` (no envelope: the pack sends no notification on 2026-07-28)."""
+        body: Message = {"jsonrpc": "2.0", "method": "notifications/initialized", **(top or {})}
+        self.post(body, self.headers(body, session_header))
 
     def handshake(self) -> None:
         """2025 era: ``initialize`` and ``notifications/initialized``; keeps the server's transport session."""
@@ -265,7 +263,7 @@ class Peer:
         opened = self.post(body, ACCEPT, body["id"])
         self.transport_id = opened.headers.get("mcp-session-id")
         self.initialize_result = opened.result
-        self.notify("notifications/initialized")
+        self.initialized()
 
     def server_capabilities(self) -> Mapping[str, object]:
         """What the server advertises: ``server/discover`` (2026) or the ``initialize`` result (2025)."""

@@ -118,21 +118,20 @@ class BaselineResult:
 
 def _entry(value: object, number: int) -> Entry:
     written = f"'server' entry {number}"
-    if isinstance(value, dict):
-        pairs = list(value.items())
-        if len(pairs) == 1 and isinstance(pairs[0][1], str) and pairs[0][1]:
-            key, rest = pairs[0]
-            why = f"Did you write '- {key}: {rest}'? Remove the space after the colon: '- {key}:{rest}'"
-        else:
-            why = "A per-check entry takes no space after the colon."
-        raise ValueError(f"{written} is not '<scenario>' or '<scenario>:<check-id>'. {why}")
-    if not isinstance(value, str) or not value:
+    if isinstance(value, str) and value:
+        scenario, colon, check = value.partition(":")
+        if colon and not (scenario and check):
+            raise ValueError(f"{written} ({value!r}): both sides of the colon are required.")
+        return Entry(scenario, check or None)
+    pairs = list(value.items()) if isinstance(value, dict) else []
+    if len(pairs) == 1 and isinstance(pairs[0][1], str) and pairs[0][1]:
+        key, rest = pairs[0]
+        why = f"Did you write '- {key}: {rest}'? Remove the space after the colon: '- {key}:{rest}'"
+    elif isinstance(value, dict):
+        why = "A per-check entry takes no space after the colon."
+    else:
         why = "This one is empty." if value is None or value == "" else "Quote it: YAML read it as something else."
-        raise ValueError(f"{written} is not '<scenario>' or '<scenario>:<check-id>'. {why}")
-    scenario, colon, check = value.partition(":")
-    if colon and not (scenario and check):
-        raise ValueError(f"{written} ({value!r}): both sides of the colon are required.")
-    return Entry(scenario, check or None)
+    raise ValueError(f"{written} is not '<scenario>' or '<scenario>:<check-id>'. {why}")
 
 
 def load_expected_failures(path: Path) -> list[Entry]:

@@ -106,8 +106,8 @@ def _check_end(rec: Recorder, wire: str, session: Session | None, method: str) -
     """Ending a session: the SEP's empty result, and the session is gone."""
     ended, gone = f"sessions-{wire}-{method.rpartition('/')[2]}", f"sessions-{wire}-ended-session"
     if session is None:
-        rec.untestable(ended, "a second session could not be opened to end")
-        rec.untestable(gone, "a second session could not be opened to end")
+        for check in (ended, gone):
+            rec.untestable(check, "a second session could not be opened to end")
         return
     answer = session.call(method, {MEMBER: session.token})
     rec.record(ended, None if _is_empty_result(answer) else f"not an empty result: {answer.summary()}")
@@ -129,7 +129,7 @@ def _opened(peer: Peer) -> Session | None:
     token = member(opened.answer, MEMBER)
     if not isinstance(token, str) or not token or opened.result is None:
         return None
-    fresh.notify("notifications/initialized", top={MEMBER: token}, session_header=token)
+    fresh.initialized(top={MEMBER: token}, session_header=token)
     return Session(fresh, token)
 
 
