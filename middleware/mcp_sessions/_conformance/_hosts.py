@@ -52,7 +52,8 @@ class Hosts:
     prefix: str = field(default_factory=lambda: "conformance-" + secrets.token_hex(6))
 
     def id(self, name: str) -> str:
-        return f"{self.prefix}-{name}"
+        """A conversation id of this run; a space in ``name`` becomes a dash, as a usable id has none."""
+        return f"{self.prefix}-{name.replace(' ', '-')}"
 
     def call(self, tool: str, meta: Mapping[str, object], headers: Mapping[str, str] | None = None) -> Exchange:
         """``tools/call`` of a fixture tool with ``meta`` in ``_meta``, as a host sends it."""
@@ -79,7 +80,7 @@ def _check_never_an_error(hosts: Hosts) -> None:
 def _check_never_echoed(hosts: Hosts) -> None:
     echoing = []
     for host, form in HOSTS.items():
-        meta, headers = form(hosts.id(f"echo-{host.replace(' ', '-')}"))
+        meta, headers = form(hosts.id(f"echo-{host}"))
         answer = hosts.call("whoami", meta, headers)
         meta_seen = member(answer.result, "_meta")
         said = isinstance(meta_seen, dict) and (KEY in meta_seen or "mcp/session" in meta_seen)
@@ -115,7 +116,7 @@ def _check_with_data(hosts: Hosts) -> None:
     hosts.rec.skip("sessions-hosts-tracing-only", "the server keeps data per host conversation (conversation_data)")
     wrong = []
     for host, form in HOSTS.items():
-        meta, headers = form(hosts.id(f"data-{host.replace(' ', '-')}"))
+        meta, headers = form(hosts.id(f"data-{host}"))
         seen = [hosts.whoami(meta, headers), hosts.whoami(meta, headers)]
         counts = [tool_text(hosts.call("count", meta, headers)) for _ in range(2)]
         if seen[0] in (None, "none") or seen[0] != seen[1] or counts != ["1", "2"]:

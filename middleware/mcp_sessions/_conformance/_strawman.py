@@ -49,15 +49,15 @@ def _create(peer: Peer, rec: Recorder) -> str:
     return token
 
 
-def _lifecycle(peer: Peer, rec: Recorder, features: object, token: str) -> None:
+def _lifecycle(peer: Peer, rec: Recorder, features: list[object], token: str) -> None:
     """``session/resume`` and ``session/list``, each where the server lists the feature."""
-    if not isinstance(features, list) or "resume" not in features:
+    if "resume" not in features:
         rec.skip("sessions-strawman-resume", "the server does not list the resume feature")
     else:
         resumed = peer.call("session/resume", {"id": token})
         problem = None if member(resumed.result, "id") == token else "result.id is not the resumed session"
         rec.record("sessions-strawman-resume", problem or _cookie_problem(resumed.result, token), resumed.summary())
-    if not isinstance(features, list) or "list" not in features:
+    if "list" not in features:
         rec.skip("sessions-strawman-list", "the server does not list the list feature")
         return
     listed = peer.call("session/list", {})
@@ -92,8 +92,8 @@ def _using(peer: Peer, rec: Recorder, tools: frozenset[str], token: str, other: 
     rec.record("sessions-strawman-unknown-is-no-session", problem, stranger.summary())
 
 
-def _delete(peer: Peer, rec: Recorder, features: object, token: str) -> None:
-    if not isinstance(features, list) or "delete" not in features:
+def _delete(peer: Peer, rec: Recorder, features: list[object], token: str) -> None:
+    if "delete" not in features:
         rec.skip("sessions-strawman-delete", "the server does not list the delete feature")
         rec.skip("sessions-strawman-revoked", "the server does not list the delete feature")
         return
@@ -108,12 +108,12 @@ def run_strawman(peer: Peer, rec: Recorder) -> None:
     """Every check of the strawman."""
     capability = member(peer.server_capabilities(), "experimental", "session")
     features = member(capability, "features")
-    listed = features if isinstance(features, list) else [None]
-    shaped = member(capability, "version") == 1 and all(isinstance(feature, str) for feature in listed)
+    offered = features if isinstance(features, list) else [None]  # not a list: not shaped, and nothing offered
+    shaped = member(capability, "version") == 1 and all(isinstance(feature, str) for feature in offered)
     rec.record("sessions-strawman-capability", None if shaped else f"experimental.session is {capability!r}")
     token = _create(peer, rec)
     other = member(peer.call("session/create", {"hints": {}}).result, "id")
     tools = tool_names(_in(peer, "tools/list", None, token))
-    _lifecycle(peer, rec, features, token)
+    _lifecycle(peer, rec, offered, token)
     _using(peer, rec, tools, token, other if isinstance(other, str) else None)
-    _delete(peer, rec, features, token)
+    _delete(peer, rec, offered, token)
