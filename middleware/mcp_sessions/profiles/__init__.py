@@ -25,8 +25,7 @@ from ._codes import (
 from ._draft import DRAFT, SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED
 from ._echo_shapes import Echo, EchoShape, TopLevelEcho
 from ._local import LocalCall
-from ._sep1364_alt1 import SEP1364_ALT1
-from ._sep1364_alt2 import SEP1364_ALT2
+from ._sep1364 import SEP1364_ALT1, SEP1364_ALT2
 from ._strawman import STRAWMAN
 
 __all__ = [

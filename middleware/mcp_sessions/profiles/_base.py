@@ -11,20 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .._wire import Refusal
 from .._wire.protocol import HEADER_MISMATCH, Era
 from ._carriers import Carrier
 from ._echo_shapes import EchoShape
-
-if TYPE_CHECKING:
-    from ._local import LocalCall
+from ._local import LocalCall
 
 SESSIONLESS: Final = frozenset({"initialize", "notifications/initialized", "server/discover", "ping"})
 """What a client calls before it can hold a session: a policy that requires sessions everywhere lets these through."""
 _MAX_ECHOED_ID: Final = 256
-LocalAnswer = Callable[["LocalCall"], Awaitable[dict[str, object]]]
+LocalAnswer = Callable[[LocalCall], Awaitable[dict[str, object]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +167,11 @@ def session_object(value: object, id_member: str) -> tuple[str, dict[str, object
     """``(id, value)`` when ``value`` is an object naming a session by a non-empty string ``id_member``."""
     token = value.get(id_member) if isinstance(value, dict) else None
     return (token, value) if isinstance(value, dict) and isinstance(token, str) and token else None
+
+
+def ended_hint(opens: str) -> str:
+    """The "not found" hint of a wire whose sessions ``opens`` (a method, or how to call one) opens."""
+    return f"the session ended or is not this caller's; call {opens} for a new one"
 
 
 def _message(words: str, why: str | None, hint: str | None) -> str:

@@ -9,16 +9,14 @@ the draft was written to become part of it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from .._wire import Refusal, iso
 from .._wire.protocol import INVALID_REQUEST
-from ._base import SESSIONLESS, Capability, ClientSide, LocalMethod, WireProfile, session_object
+from ._base import SESSIONLESS, Capability, ClientSide, LocalMethod, WireProfile, ended_hint, session_object
 from ._carriers import SessionCarrier
 from ._echo_shapes import Echo
-
-if TYPE_CHECKING:
-    from ._local import LocalCall
+from ._local import LocalCall
 
 SESSION_META_KEY: Final = "io.modelcontextprotocol/session"
 """The ``params._meta`` key whose value names a request's session: ``{"sessionId": ..., "state": ...}``."""
@@ -87,7 +85,7 @@ DRAFT: Final = WireProfile(
     required=SESSION_REQUIRED,
     required_data={"create": METHOD_CREATE},
     required_hint=f'call {METHOD_CREATE} and send its sessionId in params._meta["{SESSION_META_KEY}"]',
-    not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",
+    not_found_hint=ended_hint(METHOD_CREATE),
     create_method=METHOD_CREATE,
     client=ClientSide(
         create_params=_create_params,

@@ -15,20 +15,17 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from .._session import PRINCIPAL_CLAIM, SessionNotFound
+from .._session import PRINCIPAL_CLAIM, Session, SessionNotFound
 from .._wire import Refusal, iso, store_unavailable
 from .._wire.protocol import CLIENT_CAPABILITIES_META_KEY, INVALID_PARAMS, METHOD_NOT_FOUND
 from ..stores import InvalidCursor, SessionStoreUnavailable
-from ._base import SESSIONLESS, Capability, ClientSide, LocalMethod, WireProfile, session_object
+from ._base import SESSIONLESS, Capability, ClientSide, LocalMethod, WireProfile, ended_hint, session_object
 from ._carriers import SessionCarrier
 from ._draft import SESSION_NOT_FOUND
 from ._echo_shapes import Echo
-
-if TYPE_CHECKING:
-    from .._session import Session
-    from ._local import LocalCall
+from ._local import LocalCall
 
 COOKIE_KEY: Final = "mcp/session"
 """The ``_meta`` key of the session cookie, in requests (``{"id"}``) and results (``{"id", "expiry"}``)."""
@@ -98,26 +95,26 @@ def _hints(call: LocalCall) -> dict[str, str]:
     return chosen
 
 
+def _entry(token: str, expiry: str, data: Mapping[str, object] | None) -> dict[str, object]:
+    """A session as create, resume and list show it: ``{"id", "expiry", "data"?}``."""
+    entry: dict[str, object] = {"id": token, "expiry": expiry}
+    if data:
+        entry["data"] = data
+    return entry
+
+
 def _session_object(token: str, expiry: str, data: Mapping[str, object] | None) -> dict[str, object]:
     """The result of create and resume: the session in the body, and the cookie in ``_meta``."""
-    result: dict[str, object] = {"id": token, "expiry": expiry}
-    if data:
-        result["data"] = data
-    result["_meta"] = {COOKIE_KEY: {"id": token, "expiry": expiry}}
-    return result
-
-
-def _id_param(call: LocalCall) -> str:
-    token = call.params.get("id")
-    if type(token) is not str:
-        raise Refusal(INVALID_PARAMS, "params.id must be the session's id, a string")
-    return token
+    return {**_entry(token, expiry, data), "_meta": {COOKIE_KEY: {"id": token, "expiry": expiry}}}
 
 
 async def _named(call: LocalCall) -> Session | None:
     """The live session ``params.id`` names for this caller, ``None`` when it is gone or never was."""
+    token = call.params.get("id")
+    if type(token) is not str:
+        raise Refusal(INVALID_PARAMS, "params.id must be the session's id, a string")
     try:
-        return await call.sessions.resolve(call.scope, _id_param(call), None)
+        return await call.sessions.resolve(call.scope, token, None)
     except SessionNotFound:
         return None
 
@@ -175,13 +172,9 @@ async def list_sessions(call: LocalCall) -> dict[str, object]:
     sessions = []
     for record in records:
         recorded = record.data or {}
-        if "id" not in recorded:
-            continue  # recorded by another wire: it has no strawman id to list
-        entry: dict[str, object] = {"id": recorded["id"], "expiry": iso(int(record.expires_at))}
-        data = json.loads(recorded.get("data") or "{}")
-        if data:
-            entry["data"] = data
-        sessions.append(entry)
+        if "id" in recorded:  # else recorded by another wire: it has no strawman id to list
+            data = json.loads(recorded.get("data") or "{}")
+            sessions.append(_entry(recorded["id"], iso(int(record.expires_at)), data))
     result: dict[str, object] = {"sessions": sessions}
     if next_cursor is not None:
         result["nextCursor"] = next_cursor
@@ -231,7 +224,7 @@ STRAWMAN: Final = WireProfile(
     required=SESSION_REQUIRED,
     required_message="Session required. Call session/create first.",
     required_hint=f'send its id in params._meta["{COOKIE_KEY}"]',
-    not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",
+    not_found_hint=ended_hint(METHOD_CREATE),
     create_method=METHOD_CREATE,
     unknown_is_no_session=True,
     declared=_declared,

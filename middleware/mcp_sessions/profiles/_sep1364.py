@@ -1,33 +1,42 @@
-"""The wire profile "sep1364-alt1": SEP-1364's first alternative, ``session/create`` beside ``initialize``.
+"""The wire profiles of SEP-1364 "Elevating MCP Sessions": alternatives 1 and 2.
 
-A top-level ``sessionId`` on requests, notifications and responses (not in
-``params``: JSON-RPC knows no such member, so the middleware removes it before
-the server sees the message and adds it to the response). ``session/create``
-with the client's capabilities opens or refreshes a session, ``session/delete``
-ends one. Capability ``sessions: {"required": bool}``; ``Mcp-Session-Id``
-mirrors the ``sessionId`` in every era.
+Both put a top-level ``sessionId`` on requests, notifications and responses
+(not in ``params``: JSON-RPC knows no such member, so the middleware removes it
+before the server sees the message and adds it to the response), and
+``Mcp-Session-Id`` mirrors it in every era.
+
+"sep1364-alt1": ``session/create`` with the client's capabilities opens or
+refreshes a session, ``session/delete`` ends one; capability
+``sessions: {"required": bool}``.
+
+"sep1364-alt2": ``initialize`` may be called many times and carries the
+``sessionId`` (the SEP's table): ``null`` opens a new session, a valid id
+resumes it, an invalid one is an error; an ``initialize`` without the member is
+an ordinary one and is left alone. ``terminate`` ends the session. On a
+stateful 2025-era server the middleware maps the id to the server's own
+transport session (see ``docs/profiles.md``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from functools import partial
+from typing import Final
 
-from .._session import SessionNotFound
+from .._session import Session, SessionNotFound
 from .._wire import Refusal
 from .._wire.protocol import INVALID_PARAMS
-from ._base import SESSIONLESS, Capability, LocalMethod, WireProfile
+from ._base import SESSIONLESS, Capability, LocalMethod, WireProfile, ended_hint
 from ._carriers import TopLevelCarrier
 from ._draft import SESSION_NOT_FOUND, SESSION_REQUIRED
 from ._echo_shapes import TopLevelEcho
-
-if TYPE_CHECKING:
-    from .._session import Session
-    from ._local import LocalCall
+from ._local import LocalCall
 
 SESSION_ID_MEMBER: Final = "sessionId"
 """The top-level member that names a message's session."""
 METHOD_CREATE: Final = "session/create"
 METHOD_DELETE: Final = "session/delete"
+METHOD_OPEN: Final = "initialize"
+METHOD_TERMINATE: Final = "terminate"
 
 
 def _of_this_wire(message: dict[str, object]) -> bool:
@@ -65,17 +74,13 @@ async def create(call: LocalCall) -> dict[str, object]:
 
 
 async def end_named(call: LocalCall, action: str) -> dict[str, object]:
-    """End the session ``params.sessionId`` (else the top-level ``sessionId``) names; an unknown one is "not found"."""
+    """``session/delete`` and ``terminate``: end the session ``params.sessionId`` (else the top-level
+    ``sessionId``) names; an unknown or already ended one is "not found"."""
     token = _session_id(call.params.get(SESSION_ID_MEMBER, call.message.get(SESSION_ID_MEMBER)))
     if token is None:
         raise Refusal(INVALID_PARAMS, f"params.{SESSION_ID_MEMBER} names the session to {action}")
     await call.end(await live_session(call, token), token)
     return {}
-
-
-async def delete(call: LocalCall) -> dict[str, object]:
-    """``session/delete``: end the named session; an unknown or already ended one is "not found"."""
-    return await end_named(call, "delete")
 
 
 def _capability(required: bool) -> dict[str, object]:
@@ -89,15 +94,40 @@ SEP1364_ALT1: Final = WireProfile(
     capability=Capability(per_request=(("sessions",),), handshake=(("sessions",),), settings=_capability, merge=True),
     methods={
         METHOD_CREATE: LocalMethod(needs_session=False, answer=create, applies=_of_this_wire),
-        METHOD_DELETE: LocalMethod(needs_session=False, answer=delete, applies=_of_this_wire),
+        METHOD_DELETE: LocalMethod(
+            needs_session=False, answer=partial(end_named, action="delete"), applies=_of_this_wire
+        ),
     },
     sessionless=SESSIONLESS | {METHOD_CREATE},
     not_found=SESSION_NOT_FOUND,
     required=SESSION_REQUIRED,
     required_data={"create": METHOD_CREATE},
     required_hint=f'call {METHOD_CREATE} and send its sessionId as the top-level "{SESSION_ID_MEMBER}" of each request',
-    not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",
+    not_found_hint=ended_hint(METHOD_CREATE),
     create_method=METHOD_CREATE,
     header_every_era=True,
 )
 """SEP-1364 alternative 1 (top-level ``sessionId``, ``session/create``, ``session/delete``)."""
+
+SEP1364_ALT2: Final = WireProfile(
+    name="sep1364-alt2",
+    carrier=TopLevelCarrier(member=SESSION_ID_MEMBER, opening_methods=frozenset({METHOD_OPEN})),
+    echo=TopLevelEcho(member=SESSION_ID_MEMBER),
+    # The SEP gives this alternative no capability: initialize with a null sessionId is the probe.
+    capability=Capability(per_request=(), handshake=()),
+    advertised_per_request=frozenset(),
+    advertised_handshake=frozenset(),
+    methods={METHOD_TERMINATE: LocalMethod(needs_session=False, answer=partial(end_named, action="terminate"))},
+    sessionless=SESSIONLESS | {METHOD_OPEN, METHOD_TERMINATE},
+    not_found=SESSION_NOT_FOUND,
+    required=SESSION_REQUIRED,
+    required_data={"open": METHOD_OPEN},
+    required_hint=(
+        f'call {METHOD_OPEN} with "{SESSION_ID_MEMBER}": null and send the sessionId it returns'
+        f' as the top-level "{SESSION_ID_MEMBER}" of each request'
+    ),
+    not_found_hint=ended_hint(f"{METHOD_OPEN} with a null sessionId"),
+    create_method=METHOD_OPEN,
+    header_every_era=True,
+)
+"""SEP-1364 alternative 2 (``initialize`` with a top-level ``sessionId``, ``terminate``)."""
