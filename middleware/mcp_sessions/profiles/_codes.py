@@ -1,15 +1,9 @@
 """Which error codes the wires answer with: the seeds' own (the default), or codes MCP 2026-07-28 allows.
 
-MCP 2026-07-28 splits the JSON-RPC server-error range: -32000..-32019 is
-implementation-defined, -32020..-32099 is the specification's ("implementations
-MUST NOT emit any code from this sub-range that is not defined by this
-specification"), and -32002 and -32042 are retired, never to be reused. The
-seeds' -32043 and -32044 fall in the reserved band and the strawman's -32002
-is retired. ``error_codes="spec-safe"`` moves a wire's "not found" and
-"required" codes to -32012 and -32013: the implementation band, beside the
-project's own -32010 (store unavailable) and -32011 (too many sessions), where
-JSON-RPC clients already expect server errors; -32000 and -32001 stay the
-SDK's. A code the specification defines (-32020 header mismatch) stays.
+MCP 2026-07-28 reserves -32020..-32099 to the codes it defines and retires -32002 and -32042, where the
+seeds' -32043, -32044 and the strawman's -32002 fall. ``error_codes="spec-safe"`` moves a wire's "not found"
+and "required" codes to -32012 and -32013, in the band left to implementations; "Error codes" in
+``docs/profiles.md`` says why these two.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""The wire profiles of SEP-1364 "Elevating MCP Sessions": alternatives 1 and 2.
+"""The wire profiles of SEP-1364 "Elevating MCP Sessions", alternatives 1 and 2 (``docs/profiles.md``).
 
-Both put a top-level ``sessionId`` on requests, notifications and responses
-(not in ``params``: JSON-RPC knows no such member, so the middleware removes it
-before the server sees the message and adds it to the response), and
-``Mcp-Session-Id`` mirrors it in every era.
-
-"sep1364-alt1": ``session/create`` with the client's capabilities opens or
-refreshes a session, ``session/delete`` ends one; capability
-``sessions: {"required": bool}``.
-
-"sep1364-alt2": ``initialize`` may be called many times and carries the
-``sessionId`` (the SEP's table): ``null`` opens a new session, a valid id
-resumes it, an invalid one is an error; an ``initialize`` without the member is
-an ordinary one and is left alone. ``terminate`` ends the session. On a
-stateful 2025-era server the middleware maps the id to the server's own
-transport session (see ``docs/profiles.md``).
+Both name the session by a top-level ``sessionId`` on requests, notifications and responses (JSON-RPC knows
+no such member, so it is removed before the server sees the message) that ``Mcp-Session-Id`` mirrors in every
+era. Alternative 1 opens, refreshes and ends sessions with ``session/create`` and ``session/delete``;
+alternative 2 with ``initialize`` carrying the member (``null`` opens one, an id resumes it; without the
+member it is an ordinary ``initialize``) and ``terminate``.
 """
 
 from __future__ import annotations
