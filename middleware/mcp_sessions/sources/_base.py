@@ -25,6 +25,7 @@ MAX_SESSIONS_PER_REQUEST: Final = 8
 """The distinct sessions one request may name (a batch's elements; a session and its state count as one): each is
 verified and touched once, however many elements name it. A batch element naming one more is refused (-32600), or,
 for a host's conversation, gets no data."""
+TOO_MANY_SESSIONS: Final = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
 
 
 @runtime_checkable

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from starlette.types import Scope
 
@@ -11,13 +11,11 @@ from .._session import Session, SessionNotFound, SessionService
 from .._wire import Refusal
 from .._wire.protocol import INVALID_REQUEST, Era
 from ..profiles import InvalidSessionMeta
-from ._base import MAX_SESSIONS_PER_REQUEST, once_per_request
+from ._base import MAX_SESSIONS_PER_REQUEST, TOO_MANY_SESSIONS, once_per_request
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
     from ._base import SourceContext
-
-_TOO_MANY_SESSIONS: Final = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
 
 
 class DataLayerSource:
@@ -56,7 +54,7 @@ class DataLayerSource:
             if plan.batch:  # each new session counts as one more the batch names
                 named = plan.named = plan.named or {}
                 if len(named) >= MAX_SESSIONS_PER_REQUEST:
-                    raise Refusal(INVALID_REQUEST, _TOO_MANY_SESSIONS, reason="too_many_sessions")
+                    raise Refusal(INVALID_REQUEST, TOO_MANY_SESSIONS, reason="too_many_sessions")
                 named[("mint", str(len(named)))] = None
             minted = await self._sessions.mint(scope, None)
             call.minted = True
@@ -83,5 +81,5 @@ class DataLayerSource:
                 return None
             raise profile.not_found_refusal(token, exc.reason, exc.session_id) from None
         if found is None:
-            raise Refusal(INVALID_REQUEST, _TOO_MANY_SESSIONS, reason="too_many_sessions")
+            raise Refusal(INVALID_REQUEST, TOO_MANY_SESSIONS, reason="too_many_sessions")
         return found

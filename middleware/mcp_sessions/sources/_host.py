@@ -21,7 +21,7 @@ from .._plan import Conversation
 from .._session import Quota, SessionService, caller_of
 from .._tokens import IdDigests
 from ._baggage import baggage_member
-from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, MAX_SESSIONS_PER_REQUEST, once_per_request
+from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, TOO_MANY_SESSIONS, once_per_request
 from ._host_keys import TURN_KEYS, USER_KEYS, HostKey, conversation_id, member_of
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ CONVERSATION_DATA_MODES: Final = ("off", "principal", "anonymous")
 """The values ``conversation_data`` takes."""
 
 _MAX_KNOWN: Final = 100_000  # conversations remembered as started (so counted once); the oldest forgotten first
-_BAGGAGE_SOURCE: Final = "baggage"  # the source name of a conversation found in baggage
 _DATA_OFF: Final = (
     "conversation data is off, so the host's conversation id ({source}) names this conversation in traces only; "
     'to keep data per conversation set conversation_data="anonymous" or "principal" '
@@ -142,7 +141,7 @@ class HostConversationSource:
         raw = headers.get(b"baggage")
         for text in (None if raw is None else raw.decode("latin-1"), None if meta is None else meta.get("baggage")):
             if type(text) is str and (found := conversation_id(baggage_member(text))) is not None:
-                return Conversation(found, _BAGGAGE_SOURCE)
+                return Conversation(found, "baggage")
         return None
 
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
@@ -168,7 +167,7 @@ class HostConversationSource:
             find = partial(self._with_data, scope, conversation.source, session_id, principal)
             found = await once_per_request(plan, (self.name, session_id), find)
             if found is None:
-                conversation.no_data = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
+                conversation.no_data = TOO_MANY_SESSIONS
                 return None
         else:
             found = await self._with_data(scope, conversation.source, session_id, principal)
