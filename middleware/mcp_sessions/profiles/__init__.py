@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final
 
 from .._wire import iso
-from ._base import Capability, ClientSide, LocalMethod, WireProfile
+from ._base import Capability, ClientSide, LocalCall, LocalMethod, WireProfile
 from ._carriers import Carrier, InvalidSessionMeta, SessionCarrier, SessionRef, TopLevelCarrier
 from ._codes import (
     ERROR_CODE_SETS,
@@ -24,7 +24,6 @@ from ._codes import (
 )
 from ._draft import DRAFT, SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED
 from ._echo_shapes import Echo, EchoShape, TopLevelEcho
-from ._local import LocalCall
 from ._sep1364 import SEP1364_ALT1, SEP1364_ALT2
 from ._strawman import STRAWMAN
 

@@ -13,10 +13,9 @@ from typing import Final
 
 from .._wire import Refusal, iso
 from .._wire.protocol import INVALID_REQUEST
-from ._base import SESSIONLESS, Capability, ClientSide, LocalMethod, WireProfile, ended_hint, session_object
+from ._base import SESSIONLESS, Capability, ClientSide, LocalCall, LocalMethod, WireProfile, ended_hint, session_object
 from ._carriers import SessionCarrier
 from ._echo_shapes import Echo
-from ._local import LocalCall
 
 SESSION_META_KEY: Final = "io.modelcontextprotocol/session"
 """The ``params._meta`` key whose value names a request's session: ``{"sessionId": ..., "state": ...}``."""

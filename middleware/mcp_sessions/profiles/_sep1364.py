@@ -15,11 +15,10 @@ from typing import Final
 from .._session import Session, SessionNotFound
 from .._wire import Refusal
 from .._wire.protocol import INVALID_PARAMS
-from ._base import SESSIONLESS, Capability, LocalMethod, WireProfile, ended_hint
+from ._base import SESSIONLESS, Capability, LocalCall, LocalMethod, WireProfile, ended_hint
 from ._carriers import TopLevelCarrier
 from ._draft import SESSION_NOT_FOUND, SESSION_REQUIRED
 from ._echo_shapes import TopLevelEcho
-from ._local import LocalCall
 
 SESSION_ID_MEMBER: Final = "sessionId"
 """The top-level member that names a message's session."""

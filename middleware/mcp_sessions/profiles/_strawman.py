@@ -21,11 +21,10 @@ from .._session import PRINCIPAL_CLAIM, Session, SessionNotFound
 from .._wire import Refusal, iso, store_unavailable
 from .._wire.protocol import CLIENT_CAPABILITIES_META_KEY, INVALID_PARAMS, METHOD_NOT_FOUND
 from ..stores import InvalidCursor, SessionStoreUnavailable
-from ._base import SESSIONLESS, Capability, ClientSide, LocalMethod, WireProfile, ended_hint, session_object
+from ._base import SESSIONLESS, Capability, ClientSide, LocalCall, LocalMethod, WireProfile, ended_hint, session_object
 from ._carriers import SessionCarrier
 from ._draft import SESSION_NOT_FOUND
 from ._echo_shapes import Echo
-from ._local import LocalCall
 
 COOKIE_KEY: Final = "mcp/session"
 """The ``_meta`` key of the session cookie, in requests (``{"id"}``) and results (``{"id", "expiry"}``)."""
