@@ -242,28 +242,24 @@ class Exchange:
             self._handles = context = handle_context(handles)
             context.__enter__()
 
-    @property
-    def unanswered(self) -> bool:
-        """Whether the app has started no response yet (``False`` when this exchange cannot tell)."""
-        return self._rewriter is not None and self._rewriter.status == 0
-
-    def failed(self, error: BaseException) -> None:
-        """The app raised ``error``: every operation records it."""
-        for operation in self._operations:
-            operation.exception(error)
-
     def __enter__(self) -> Exchange:
         return self
 
     def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> bool:
         """Record what the app raised and :meth:`finish`; keep a store failure of a planned request that is still
         unanswered in :attr:`store_failure` instead of raising it (its refusal ends the operations)."""
-        if self._refuses and isinstance(error, SessionStoreUnavailable) and self.unanswered:
+        if (
+            self._refuses
+            and isinstance(error, SessionStoreUnavailable)
+            and self._rewriter is not None  # else this exchange cannot tell whether the app has answered
+            and self._rewriter.status == 0
+        ):
             self.store_failure = error
             self.finish(end=False)
             return True
         if error is not None:
-            self.failed(error)
+            for operation in self._operations:
+                operation.exception(error)
         self.finish()
         return False
 
