@@ -2,7 +2,7 @@
 
 from collections.abc import Iterable
 
-from ._answers import send_accepted, send_json, send_refusal, send_result, send_status
+from ._answers import send_accepted, send_json, send_result, send_status
 from ._body import DEFAULT_MAX_BODY_SIZE, TOO_LARGE, Replay, read_body
 
 __all__ = [
@@ -13,7 +13,6 @@ __all__ = [
     "read_body",
     "send_accepted",
     "send_json",
-    "send_refusal",
     "send_result",
     "send_status",
 ]

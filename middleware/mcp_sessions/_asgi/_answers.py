@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from .._wire import Refusal, jsonrpc
-from .._wire.protocol import Era, http_status
+from .._wire import jsonrpc
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable
@@ -39,14 +38,6 @@ async def send_result(send: ASGISendCallable, payload: Any, *, accept: bytes) ->
         (b"content-length", str(len(body)).encode()),
     ]
     await _send_response(send, 200, headers, body)
-
-
-async def send_refusal(
-    send: ASGISendCallable, request_id: Any, refusal: Refusal, *, era: Era, retry_after: bytes
-) -> None:
-    if refusal.retry_after is not None:
-        retry_after = str(refusal.retry_after).encode()
-    await send_json(send, http_status(refusal.code, era), refusal.frame(request_id), retry_after)
 
 
 async def send_status(send: ASGISendCallable, status: int, retry_after: bytes) -> None:

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._asgi import send_accepted, send_json, send_refusal, send_status
+from .._asgi import send_accepted, send_json, send_status
 from .._wire import Refusal, batch_refused, jsonrpc, store_unavailable
-from .._wire.protocol import SESSION_STORE_UNAVAILABLE, Era
+from .._wire.protocol import SESSION_STORE_UNAVAILABLE, Era, http_status
 
 if TYPE_CHECKING:
     from asgiref.typing import ASGISendCallable
     from starlette.types import Send
 
     from .._otel import Operation
-    from .._plan import Call, Plan
+    from .._plan import Plan
     from .._verdict import Rejection
 
 
@@ -31,19 +31,25 @@ class Refuser:
 
     async def refuse(self, plan: Plan, send: ASGISendCallable) -> None:
         """Answer a request with a refused call: one error, or for a batch an error per element."""
-        calls = [call for call in plan.calls if call.method is not None]
-        unavailable = any(c.refusal is not None and c.refusal.code == SESSION_STORE_UNAVAILABLE for c in calls)
-        for call in calls:
-            if call.refusal is not None:
-                _count(call, call.refusal)
+        unavailable = False
+        for call in plan.calls:
+            if call.method is not None and (refusal := call.refusal) is not None:
+                unavailable = unavailable or refusal.code == SESSION_STORE_UNAVAILABLE
+                if call.operation is not None:
+                    attributes = {"mcp_sessions.reason": refusal.reason, "mcp.method.name": call.method}
+                    call.operation.telemetry.sessions_rejected.add(1, attributes)
         if not plan.batch:
             call = plan.calls[0]
-            assert call.refusal is not None
-            end_with(call.operation, call.refusal)
+            refusal = call.refusal
+            assert refusal is not None
+            end_with(call.operation, refusal)
             if not call.is_request:
                 # Notifications get no JSON-RPC answer; they simply never reach the app.
                 return await send_status(send, 503 if unavailable else 202, self._retry_after)
-            return await send_refusal(send, call.request_id, call.refusal, era=plan.era, retry_after=self._retry_after)
+            retry_after = self._retry_after if refusal.retry_after is None else str(refusal.retry_after).encode()
+            return await send_json(
+                send, http_status(refusal.code, plan.era), refusal.frame(call.request_id), retry_after
+            )
         errors = []
         others = batch_refused()  # one for every element without a refusal of its own
         if unavailable:
@@ -97,13 +103,6 @@ def end_with(operation: Operation | None, refusal: Refusal) -> None:
     if operation is not None:
         operation.fail(refusal.code, refusal.message)
         operation.end()
-
-
-def _count(call: Call, refusal: Refusal) -> None:
-    if call.operation is not None:
-        call.operation.telemetry.sessions_rejected.add(
-            1, {"mcp_sessions.reason": refusal.reason, "mcp.method.name": call.method}
-        )
 
 
 def _batch_refused_status(era: Era) -> int:
