@@ -5,13 +5,7 @@ from ._handles import answer_refused_handles, check_handles
 from ._local_methods import LocalAnswers
 from ._operations import start_operations
 from ._refusals import Refuser, reject
-from ._request import (
-    body_of,
-    check_local_call,
-    continue_trace,
-    headers_of,
-    strip_session_members,
-)
+from ._request import body_of, headers_of
 from ._resolve import Resolver
 from ._transport import TransportSessions
 
@@ -25,10 +19,7 @@ __all__ = [
     "answer_refused_handles",
     "body_of",
     "check_handles",
-    "check_local_call",
-    "continue_trace",
     "headers_of",
     "reject",
     "start_operations",
-    "strip_session_members",
 ]

@@ -1,4 +1,4 @@
-"""Pure helpers of the pipeline that read or rewrite one request: headers, path, body, trace context."""
+"""Pure helpers of the pipeline that read or rewrite one request: headers, body, trace context."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from starlette.types import Scope
 
-from .._wire import Refusal, jsonrpc
-from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, MCP_METHOD_HEADER, MCP_SESSION_ID_HEADER, Era
+from .._wire import jsonrpc
+from .._wire.protocol import MCP_SESSION_ID_HEADER
 
 if TYPE_CHECKING:
     from .._asgi import Replay
     from .._otel import Operation
-    from .._plan import Call, Plan
+    from .._plan import Plan
 
 _CONFLICTING_HEADER: Final = b"\x00conflicting"
 
@@ -31,16 +31,6 @@ def headers_of(scope: Scope) -> dict[bytes, bytes]:
         # would check the other, so the pair matches no session.
         headers[MCP_SESSION_ID_HEADER] = _CONFLICTING_HEADER
     return headers
-
-
-def check_local_call(call: Call, plan: Plan) -> None:
-    header_method = plan.headers.get(MCP_METHOD_HEADER)
-    assert call.method is not None
-    if plan.era is Era.MODERN and header_method is not None and header_method != call.method.encode():
-        raise Refusal(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
-    params = call.params
-    if params is not None and not isinstance(params, dict):
-        raise Refusal(INVALID_PARAMS, "params must be an object")
 
 
 def strip_session_members(plan: Plan, replay: Replay) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from starlette.types import Scope
 
 from .._wire import Refusal
-from ._request import check_local_call
+from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, MCP_METHOD_HEADER, Era
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
@@ -64,8 +64,13 @@ class Resolver:
 
     async def _local_session(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
         """The session a wire's own method acts on: a data-layer one only, never a host's or a transport's."""
-        assert call.local is not None
-        check_local_call(call, plan)
+        assert call.local is not None and call.method is not None
+        header_method = plan.headers.get(MCP_METHOD_HEADER)
+        if plan.era is Era.MODERN and header_method is not None and header_method != call.method.encode():
+            raise Refusal(HEADER_MISMATCH, "Mcp-Method header does not match the request method")
+        params = call.params
+        if params is not None and not isinstance(params, dict):
+            raise Refusal(INVALID_PARAMS, "params must be an object")
         if not call.local.needs_session:
             return None
         session = await self._data_layer.session_for(scope, call, plan)
