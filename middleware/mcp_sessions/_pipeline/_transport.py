@@ -32,17 +32,16 @@ _UNBOUND: Final = b"mcp-sessions-unbound"
 class TransportSessions:
     """The server's transport session id behind each data-layer session, by its stable id."""
 
-    __slots__ = ("_by_session", "_limit")
+    __slots__ = ("_by_session",)
 
-    def __init__(self, limit: int = _MAX_BINDINGS) -> None:
+    def __init__(self) -> None:
         self._by_session: OrderedDict[str, bytes] = OrderedDict()
-        self._limit = limit
 
     def adopt(self, session_id: str, transport_id: bytes) -> None:
         """Bind a session to the server's transport session (the one its creating request came in)."""
         self._by_session[session_id] = transport_id
         self._by_session.move_to_end(session_id)
-        while len(self._by_session) > self._limit:
+        while len(self._by_session) > _MAX_BINDINGS:
             self._by_session.popitem(last=False)
 
     def bind(self, scope: Scope, send: Send, session: Session, *, opening: bool) -> tuple[Scope, Send]:
