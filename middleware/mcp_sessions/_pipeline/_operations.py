@@ -55,17 +55,9 @@ def _capture(call: Call, operation: Operation) -> None:
 
 
 def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operation:
-    session = call.session
+    session, conversation = call.session, call.conversation
     # Telemetry names the conversation the first source found: a host's id verbatim, else the session.
-    conversation = call.conversation
-    session_id: str | None
-    source: str | None
-    if conversation is not None:
-        session_id, source = conversation.id, conversation.source
-    elif session is not None:
-        session_id, source = session.id, session.source
-    else:
-        session_id = source = None
+    named = session if conversation is None else conversation
     operation = telemetry.start(
         scope=scope,
         headers=plan.headers,
@@ -73,10 +65,10 @@ def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operat
         method=call.method or "",
         protocol_version=plan.protocol_version,
         modern=plan.era is Era.MODERN,
-        session_id=session_id,
+        session_id=None if named is None else named.id,
         session_claims=None if session is None else session.claims,
         start_ns=plan.start_ns,
-        session_source=source,
+        session_source=None if named is None else named.source,
         user_id=None if conversation is None else conversation.user,
         turn_id=None if conversation is None else conversation.turn,
     )
