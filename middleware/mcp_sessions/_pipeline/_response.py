@@ -1,9 +1,4 @@
-"""The response rewriter: chosen at ``http.response.start``, JSON buffered, SSE event by event.
-
-``application/json`` bodies are one message: buffered, rewritten, sent with a
-new ``Content-Length``. ``text/event-stream`` is rewritten as it flows, never
-held back. Anything else, and anything encoded, passes through untouched.
-"""
+"""The response rewriter: chosen at ``http.response.start``, JSON buffered, SSE event by event."""
 
 from __future__ import annotations
 
@@ -49,14 +44,10 @@ class ResponseRewriter:
         self._send = send
         self.targets = targets
         """What each response gains, by request id."""
-        self._start: HTTPResponseStartEvent | None = None
-        """A JSON response's start, held for its body."""
-        self._headers: list[tuple[bytes, bytes]] = []
-        """The held start's headers, but ``Content-Length``."""
+        self._start: HTTPResponseStartEvent | None = None  # a JSON response's, held for its body
+        self._headers: list[tuple[bytes, bytes]] = []  # the start's, but Content-Length
         self._parts: list[bytes] = []
-        """A JSON body that comes in parts."""
         self._sse: SSERewriter | None = None
-        """An event stream's rewriter."""
         self.status = 0
         """The response's status, once it has started."""
 
