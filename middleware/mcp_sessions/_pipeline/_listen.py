@@ -1,25 +1,14 @@
-"""A ``subscriptions/listen`` response of a session, ended when the session ends.
+"""A ``subscriptions/listen`` response of a session, ended when the session ends (``docs/deployment.md``).
 
-The SDK's ``ListenHandler`` cannot end one stream (its ``close()`` ends them
-all), so the middleware, which sees the request and its response, ends it: it
-sends the listen request's own result as the last frame (the spec's graceful
-closure, the subscription id in ``_meta``), ends the response, and tells the
-transport the client has gone (``http.disconnect``), which cancels the handler
-and with it the stream's subscription. The mcp SDK's transport watches
-``receive`` for exactly that while a stream is open.
+The SDK's ``ListenHandler`` cannot end one stream (its ``close()`` ends them all), so the middleware sends the
+listen request's own result as the last frame (the spec's graceful closure), ends the response, and tells the
+transport the client has gone (``http.disconnect``), which cancels the handler and its subscription.
 
-A session's stream ends when the session is deleted on any replica (the bus's
-order on the session's channel), at the token's absolute expiry, and when a
-check of the store finds it ended: every ``idle_ttl / 2`` seconds (every 60 s
-without ``idle_ttl``) the stream touches the session as a request does, so an
-open stream counts as use and keeps the session from idling out, and a deletion
-whose order was lost (a Redis outage) still ends the stream at the next check.
-The checks do not depend on the watch: a replica at the bus's ``max_sessions``
-refuses the watch, made when the request arrives, and the SDK's ``subscribe()``
-then refuses the listen, unless another session's stream ended in between; such
-a stream is served, and ended by the checks (at its expiry, and at the first
-check after a deletion).
-A stream without a session only waits, at its start, until its events can arrive.
+The stream ends when the bus orders it (the session deleted on any replica), at the token's absolute expiry,
+or when a touch every ``idle_ttl / 2`` seconds (60 without ``idle_ttl``) finds the session ended. The touches
+do not depend on the watch, which a replica at the bus's ``max_sessions`` refuses (the SDK then refuses the
+listen, unless another session's stream ended in between). A stream without a session only waits, at its
+start, until its events can arrive.
 """
 
 from __future__ import annotations
