@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from ..sources import TransportSource
     from ._transport import TransportSessions
 
-Capabilities = Mapping[str, Mapping[str, object]]
-
 
 class Forwarder:
     """The forward step of one middleware: what the app is called with, for a plan nothing refused."""
@@ -55,7 +53,7 @@ class Forwarder:
         self,
         profiles: Sequence[WireProfile],
         *,
-        capability: Capabilities,
+        capability: Mapping[str, Mapping[str, object]],
         strips: bool,
         transport: TransportSource | None,
         mapped: TransportSessions | None,
