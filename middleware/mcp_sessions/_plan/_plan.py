@@ -134,8 +134,7 @@ class Plan:
         """The ``Mcp-Session-Id`` header as sent, if any."""
         self.era = Era.of(headers.get(MCP_PROTOCOL_VERSION_HEADER))
         """The protocol era, which the ``Mcp-Protocol-Version`` header alone decides."""
-        local = calls[0].local
-        self.local = None if batch or local is None else calls[0]
+        self.local = None if batch or calls[0].local is None else calls[0]
         """The call of a local method, when the request is one (local methods never come in batches)."""
         self.start_ns = start_ns
         """When the request arrived (``time.time_ns()``), for its telemetry."""
