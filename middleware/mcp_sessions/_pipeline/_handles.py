@@ -38,7 +38,7 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
         calls = [call for call in plan.calls if call.refusal is None and is_tools_call(call.message)]
         for call in calls:
             call.refusal = refusal
-        plan.refused = plan.refused or bool(calls)
+        plan.refused = bool(calls)
         return
     caller = caller_of(scope, digest)
     context = plan.handles = HandleContext(handles, digest, caller=caller, create_limit=sessions.limit)
