@@ -40,19 +40,16 @@ def _decode_utf8(body: bytes) -> Any:
     return _decode(body.decode())
 
 
-sdk_loads: Callable[[bytes], Any] | None
-try:  # the parser the mcp SDK's 2025-era transport reads requests with (pydantic-core's jiter)
-    from pydantic_core import from_json as sdk_loads
-except ImportError:  # pragma: no cover - pydantic-core comes with the mcp SDK and FastAPI
-    sdk_loads = None
-"""pydantic-core's ``from_json``, what the ``mcp`` SDK's 2025-era transport parses a POST with; ``None``
-where pydantic-core is not installed (and so neither is the SDK)."""
-
-fast_loads: Callable[[bytes], Any] = _decode_utf8 if sdk_loads is None else sdk_loads
+fast_loads: Callable[[bytes], Any]
 """Parse UTF-8 JSON bytes to plain objects, as fast as this process can; ``ValueError`` for anything it
 will not read (not JSON, and for pydantic-core a lone surrogate escape too: callers then use :func:`loads`).
-pydantic-core's ``from_json`` (what the ``mcp`` SDK parses requests with) where it is installed, else the
-standard library. What it reads, it reads as :func:`loads` does: the differential tests say so."""
+pydantic-core's ``from_json`` (what the ``mcp`` SDK's 2025-era transport parses a POST with) where it is
+installed, else the standard library. What it reads, it reads as :func:`loads` does: the differential tests
+say so."""
+try:
+    from pydantic_core import from_json as fast_loads
+except ImportError:  # pragma: no cover - pydantic-core comes with the mcp SDK and FastAPI
+    fast_loads = _decode_utf8
 
 
 # What Watch.scan says of a request body.
@@ -95,7 +92,7 @@ class Watch:
         quoted names found cannot overlap: the one scan sees every occurrence the
         text has, the markers among them.
         """
-        if 92 in body:  # a backslash (an int's membership is one memchr; a bytes' costs four times that)
+        if 92 in body:  # a backslash
             return REPEATED
         found = self._names.findall(body)
         marker = self.marker

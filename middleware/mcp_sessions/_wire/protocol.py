@@ -20,7 +20,6 @@ INTERNAL_ERROR: Final = -32603
 # MCP 2026-07-28: a header that disagrees with the body.
 HEADER_MISMATCH: Final = -32020
 """Error code: the ``Mcp-Session-Id`` or ``Mcp-Method`` header differs from the body (2026-07-28 only)."""
-"""Error code: the 2026-07-28 protocol version the request names is not one the server serves."""
 # Retryable, in the implementation range: -32000 and -32001 are the SDK's.
 SESSION_STORE_UNAVAILABLE: Final = -32010
 """Error code: the store could not answer; temporary, answered with HTTP 503 and ``Retry-After``."""
@@ -29,9 +28,7 @@ TOO_MANY_SESSIONS: Final = -32011
 
 LEGACY_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 MODERN_VERSION: Final = "2026-07-28"
-# The per-request-envelope versions the mcp SDK serves, in its order (its -32022 answer lists them).
-MODERN_VERSIONS: Final = (MODERN_VERSION,)
-KNOWN_VERSIONS: Final = LEGACY_VERSIONS | frozenset(MODERN_VERSIONS)
+KNOWN_VERSIONS: Final = LEGACY_VERSIONS | {MODERN_VERSION}
 # The handshake versions as an ASGI header carries them, and as text.
 _LEGACY_HEADERS: Final = LEGACY_VERSIONS | {version.encode() for version in LEGACY_VERSIONS}
 
@@ -76,7 +73,6 @@ _MODERN_HTTP_STATUS: Final = {
     INVALID_REQUEST: 400,
     INVALID_PARAMS: 400,
     HEADER_MISMATCH: 400,
-    SESSION_STORE_UNAVAILABLE: 503,
 }
 
 

@@ -75,7 +75,7 @@ class SSERewriter:
                         return chunk
                     break
             if self._needles:
-                for needle in self._needles:  # a loop, not any(): this runs once per chunk of a long stream
+                for needle in self._needles:
                     if needle in chunk:
                         break
                 else:
