@@ -15,6 +15,8 @@ from .stores import REDIS_SCHEMES, SessionStore, store_from_url
 
 logger = logging.getLogger("mcp_sessions")
 
+_NAMES = (("MCP_SESSIONS_ISSUER", "issuer"), ("MCP_SESSIONS_AUDIENCE", "audience"))
+
 
 def settings_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[str, Any]:
     """The options the ``MCP_SESSIONS_*`` variables give, for those ``options`` does not set.
@@ -23,16 +25,15 @@ def settings_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[s
     options (issuer, audience, state size) to the key set built here.
     """
     settings: dict[str, Any] = {}
+    names = {key: value for name, key in _NAMES if (value := env.get(name, "").strip())}  # issuer, audience
     if "keys" not in options and "secret" not in options:
-        settings.update(_keys_from_env(env, options))
+        settings.update(_keys_from_env(env, options, names))
     if (ttl := _seconds(env, "MCP_SESSIONS_TTL")) is not None:
         settings["ttl"] = ttl
     if (idle_ttl := _seconds(env, "MCP_SESSIONS_IDLE_TTL")) is not None:
         settings["idle_ttl"] = idle_ttl
     if "keys" not in options and "keys" not in settings:  # a KeySet carries its own issuer and audience
-        for name, key in (("MCP_SESSIONS_ISSUER", "issuer"), ("MCP_SESSIONS_AUDIENCE", "audience")):
-            if value := env.get(name, "").strip():
-                settings[key] = value
+        settings.update(names)
     if "profiles" not in options and (profiles := env.get("MCP_SESSIONS_PROFILES", "").strip()):
         try:
             settings["profiles"] = profiles_from_names(profiles)
@@ -105,7 +106,7 @@ def _flag(env: Mapping[str, str], name: str) -> bool | None:
     raise ValueError(f"{name} must be 1 or 0 (true/false, yes/no, on/off), got {raw!r}")
 
 
-def _keys_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[str, Any]:
+def _keys_from_env(env: Mapping[str, str], options: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     key_config = env.get("MCP_SESSIONS_KEYS", "").strip()
     signer = env.get("MCP_SESSIONS_SIGNER", "").strip() or None
     if key_config or signer:
@@ -117,12 +118,8 @@ def _keys_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[str,
                 "(to rotate away from a secret, list it in MCP_SESSIONS_KEYS as ':<secret>')"
             )
         # A KeySet carries issuer, audience and the state limit: options and variables go there.
-        key_options = {
-            name: value for name in ("issuer", "audience", "max_state_size") if (value := options.pop(name, None))
-        }
-        for name, key in (("MCP_SESSIONS_ISSUER", "issuer"), ("MCP_SESSIONS_AUDIENCE", "audience")):
-            if key not in key_options and (value := env.get(name, "").strip()):
-                key_options[key] = value
+        given = {name: value for name in ("issuer", "audience", "max_state_size") if (value := options.pop(name, None))}
+        key_options = {**names, **given}  # an option wins over its variable
         return {"keys": KeySet.from_config(key_config, signer=signer, source="MCP_SESSIONS_KEYS", **key_options)}
     secret = env.get("MCP_SESSIONS_SECRET", "")
     if not secret:

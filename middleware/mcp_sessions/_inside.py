@@ -41,11 +41,6 @@ class Endpoint:
     paths: list[str] = field(default_factory=list)
     """Every path inside the app routed to it (mount prefixes and the route's path)."""
 
-    def place(self, inner: ASGIApp) -> None:
-        """Put ``inner`` (which calls the transport app) where the transport app was."""
-        for holder in self.holders:  # a route's, a mount's or a middleware's public .app: what a request reaches
-            holder.app = inner  # type: ignore[attr-defined]  # every holder was found through its .app
-
 
 def route_path(scope: Scope) -> str:
     """The path as Starlette routes it: without the ``root_path`` a proxy prefix or a ``Mount`` adds."""
@@ -77,9 +72,12 @@ def place_at_endpoints(
     ``None`` when ``app`` has no endpoint to be found: the caller keeps the outer form, and a warning says so. What
     ``make`` returns should look like a transport (a ``session_manager``), so that a middleware
     placed later goes in front of it, as the later-built middleware of a Starlette list is the outer one.
+    ``placed`` says whether an app is already the session work of another middleware: finding one is an
+    error, as two would then answer every session method.
     """
-    endpoints = find_endpoints(app, placed=placed)
-    if not endpoints:  # said once, at startup: what the middleware cannot read of such a server
+    found: dict[int, Endpoint] = {}  # one per transport app (several paths may route to one)
+    _walk(app, "", found, set(), placed, 0)
+    if not found:  # said once, at startup: what the middleware cannot read of such a server
         logger.warning(
             "mcp-sessions: found no MCP endpoint inside %s, so the session methods are answered in front of the "
             "whole app: the app still judges each request first, but the user its authentication signs in is "
@@ -87,24 +85,15 @@ def place_at_endpoints(
             type(app).__qualname__,
         )
         return None
-    for endpoint in endpoints:
-        endpoint.place(make(endpoint.transport))
-    paths = sorted({path for endpoint in endpoints for path in endpoint.paths})
+    for endpoint in found.values():
+        inner = make(endpoint.transport)
+        for holder in endpoint.holders:  # a route's, a mount's or a middleware's public .app: what a request reaches
+            holder.app = inner  # type: ignore[attr-defined]  # every holder was found through its .app
+    paths = sorted({path for endpoint in found.values() for path in endpoint.paths})
     # What was found, said once: an endpoint the search cannot see (behind an ASGI app that is not
     # Starlette's) is missing from this line, and its requests are an ordinary route's.
     logger.info("mcp-sessions: the session work runs at the MCP endpoints %s", ", ".join(paths))
     return EndpointPaths(paths)
-
-
-def find_endpoints(app: object, *, placed: Callable[[object], bool]) -> list[Endpoint]:
-    """The MCP endpoints reachable from ``app``, one per transport app (several paths may route to one).
-
-    ``placed`` says whether an app is already the session work of another
-    middleware: finding one is an error, as two would then answer every session method.
-    """
-    found: dict[int, Endpoint] = {}
-    _walk(app, "", found, set(), placed, 0)
-    return list(found.values())
 
 
 def _walk(

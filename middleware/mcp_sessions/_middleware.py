@@ -116,7 +116,8 @@ class MCPSessionMiddleware:
         self._refuser = Refuser(retry_after)
         self._local = LocalAnswers(sessions, self._refuser, retry_after=retry_after, mapped=mapped)
         self._paths = config.paths
-        self._inner_paths = self._place(app) if config.placement else None
+        # Wrapped around the transport app itself, it is already where it should be.
+        self._inner_paths = self._place(app) if config.placement and not is_transport(app) else None
         self._max_body = config.max_body_size
         self._handles = config.handles
         self._telemetry = Telemetry(
@@ -139,16 +140,13 @@ class MCPSessionMiddleware:
 
     def _place(self, app: ASGIApp) -> EndpointPaths | None:
         """Put the session work at each MCP endpoint inside ``app`` (see ``_inside.py``); their paths."""
-        if is_transport(app):  # wrapped around the transport app itself: already where it should be
-            return None
         paths = place_at_endpoints(
             app,
             lambda transport: MCPSessionMiddleware(transport, config=self.config.at_endpoint()),
             placed=lambda found: isinstance(found, MCPSessionMiddleware),
         )
-        if paths is None:
-            return None
-        self._paths = frozenset()  # what reaches this outer middleware is an ordinary route's
+        if paths is not None:
+            self._paths = frozenset()  # what reaches this outer middleware is an ordinary route's
         return paths
 
     @property
@@ -156,8 +154,7 @@ class MCPSessionMiddleware:
         """Placed at an MCP endpoint: the transport's session manager (a middleware placed later goes in front)."""
         if self.config.placement:
             raise AttributeError("session_manager")
-        transport: object = self.app  # a transport app, or what another middleware placed in front of it
-        return getattr(transport, "session_manager", None)
+        return getattr(self.app, "session_manager", None)  # the transport's, or what was placed in front of it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self._inner_paths is not None and route_path(scope) in self._inner_paths):
