@@ -99,16 +99,14 @@ def place_at_endpoints(
 def _walk(
     node: object, prefix: str, found: dict[int, Endpoint], seen: set[int], placed: Callable[[object], bool], depth: int
 ) -> None:
-    if id(node) in seen or depth > _MAX_DEPTH:
+    if id(node) in seen or depth > _MAX_DEPTH or hasattr(node, "path"):  # a route is _route's to read
         return
     seen.add(id(node))
     routes = getattr(node, "routes", None)
-    if isinstance(routes, list) and not hasattr(node, "path"):  # a Starlette or FastAPI app, a Router
+    if isinstance(routes, list):  # a Starlette or FastAPI app, a Router
         for route in routes:
             _route(route, prefix, found, seen, placed, depth + 1)
-        return
-    inner = getattr(node, "app", None)
-    if inner is not None and not hasattr(node, "path"):  # a middleware around the app
+    elif (inner := getattr(node, "app", None)) is not None:  # a middleware around the app
         _walk(inner, prefix, found, seen, placed, depth + 1)
 
 

@@ -14,9 +14,7 @@ from .stores import SessionStore
 logger = logging.getLogger("mcp_sessions")
 
 
-def watch_lifespan(
-    send: Send, store: SessionStore, *, owns_store: bool, flush: Callable[[], None] | None = None
-) -> Send:
+def watch_lifespan(send: Send, store: SessionStore, *, owns_store: bool, flush: Callable[[], None]) -> Send:
     """The lifespan's ``send``: every message passes on untouched, after what it calls for.
 
     ``flush`` (the telemetry's) runs when the app's shutdown is over, before the server hears of it: uvicorn
@@ -33,8 +31,7 @@ def watch_lifespan(
                     await store.aclose()
                 except Exception:
                     logger.exception("could not close the session store")
-            if flush is not None:
-                await asyncio.to_thread(flush)
+            await asyncio.to_thread(flush)
         await send(message)
 
     return lifespan_send

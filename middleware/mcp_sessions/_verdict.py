@@ -182,19 +182,19 @@ class _Answer:
     def verdict(self) -> Rejection | None:
         found = self._found
         if self._events is None:
-            parsed = _parsed(self._received) if self._received else None
+            parsed = _parsed(self._received)
             found = parsed if isinstance(parsed, list) else [parsed]
         errors = [m for m in found if isinstance(m, dict) and isinstance(m.get("error"), dict)]
         # the probe's own error; else the one a refusal of the whole body has (``id: null``)
-        error = next(
-            (m["error"] for m in errors if m.get("id") == self._probe_id), errors[0]["error"] if errors else None
+        error: dict[str, object] = next(
+            (m["error"] for m in errors if m.get("id") == self._probe_id), errors[0]["error"] if errors else {}
         )
-        code = error.get("code") if isinstance(error, dict) else None
+        code = error.get("code")
         if code == METHOD_NOT_FOUND or (code == INVALID_PARAMS and self.status == 200):
             return None  # dispatched: the mcp SDK 1.x answers an unknown method -32602, in a 200 of the 2025 wire
         headers = [(n, v) for n, v in self.headers if n != b"content-length"]
         headers.append((b"content-length", str(len(self._received)).encode()))
-        message = error.get("message") if isinstance(error, dict) else None
+        message = error.get("message")
         return Rejection(
             self.status,
             tuple(headers),
