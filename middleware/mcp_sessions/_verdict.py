@@ -95,7 +95,6 @@ async def ask_server(app: ASGIApp, scope: Scope, message: object, body: bytes) -
     # middleware's to strip before forwarding), with the probe's method.
     probe: dict[str, object] = {"id": _PROBE_ID, **{k: v for k, v in first.items() if k in _MEMBERS}}
     probe["method"] = PROBE_METHOD
-    probe_id = probe["id"]
     params = probe.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
     if isinstance(params, dict) and isinstance(meta, dict) and not _TRACE_KEYS.isdisjoint(meta):
@@ -111,7 +110,7 @@ async def ask_server(app: ASGIApp, scope: Scope, message: object, body: bytes) -
         if name not in _LEFT_OUT
     ]
     headers.append((b"content-length", str(len(body)).encode()))
-    answer = _Answer(probe_id)
+    answer = _Answer(probe["id"])
     with trace.use_span(_UNSAMPLED):
         await answer.read(app, {**scope, "headers": headers}, body)
     return answer.verdict()

@@ -20,9 +20,9 @@ class ThrottledWarning:
 
     __slots__ = ("_last", "_not_logged", "interval", "logger")
 
-    def __init__(self, logger: logging.Logger, *, interval: float = WARNING_INTERVAL) -> None:
+    def __init__(self, logger: logging.Logger) -> None:
         self.logger = logger
-        self.interval = interval
+        self.interval = WARNING_INTERVAL
         self._last = -math.inf
         self._not_logged = 0
 

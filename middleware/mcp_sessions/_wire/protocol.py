@@ -66,8 +66,11 @@ MCP_SESSION_ID_HEADER: Final = b"mcp-session-id"
 MCP_PROTOCOL_VERSION_HEADER: Final = b"mcp-protocol-version"
 MCP_METHOD_HEADER: Final = b"mcp-method"
 
-# The 2026-07-28 transport table: JSON-RPC code -> HTTP status. Anything else is 200.
+# JSON-RPC code -> HTTP status of an error the middleware answers itself, in every era (anything else is 200),
+# and in the 2026-07-28 transport table.
+_HTTP_STATUS: Final = {SESSION_STORE_UNAVAILABLE: 503, TOO_MANY_SESSIONS: 429}
 _MODERN_HTTP_STATUS: Final = {
+    **_HTTP_STATUS,
     METHOD_NOT_FOUND: 404,
     PARSE_ERROR: 400,
     INVALID_REQUEST: 400,
@@ -103,13 +106,7 @@ class Era(enum.Enum):
 
 def http_status(code: int, era: Era) -> int:
     """The HTTP status for an error response the middleware answers itself."""
-    if code == SESSION_STORE_UNAVAILABLE:
-        return 503
-    if code == TOO_MANY_SESSIONS:
-        return 429
-    if era is Era.LEGACY:
-        return 200
-    return _MODERN_HTTP_STATUS.get(code, 200)
+    return (_HTTP_STATUS if era is Era.LEGACY else _MODERN_HTTP_STATUS).get(code, 200)
 
 
 @functools.lru_cache(maxsize=64)
