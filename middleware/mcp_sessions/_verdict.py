@@ -34,9 +34,9 @@ from ._wire.sse import SSERewriter
 PROBE_METHOD: Final = "mcp-sessions/probe"
 _PROBE_ID: Final = "mcp-sessions-probe"
 _MAX_ANSWER: Final = 256 * 1024
-_LEFT_OUT: Final = frozenset({b"mcp-name", b"content-length", b"traceparent", b"tracestate", b"baggage"})
 _MEMBERS: Final = frozenset({"jsonrpc", "id", "params"})
 _TRACE_KEYS: Final = frozenset({"traceparent", "tracestate", "baggage"})
+_LEFT_OUT: Final = frozenset({b"mcp-name", b"content-length", *(key.encode() for key in _TRACE_KEYS)})
 # A valid parent that is not sampled: under it, a parent-based sampler records nothing.
 _UNSAMPLED: Final = trace.NonRecordingSpan(
     trace.SpanContext(trace_id=1, span_id=1, is_remote=False, trace_flags=trace.TraceFlags(0))
