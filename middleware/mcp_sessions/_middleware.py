@@ -116,8 +116,7 @@ class MCPSessionMiddleware:
         self._refuser = Refuser(retry_after)
         self._local = LocalAnswers(sessions, self._refuser, retry_after=retry_after, mapped=mapped)
         self._paths = config.paths
-        # Wrapped around the transport app itself, it is already where it should be.
-        self._inner_paths = self._place(app) if config.placement and not is_transport(app) else None
+        self._inner_paths = self._place(app) if config.placement else None
         self._max_body = config.max_body_size
         self._handles = config.handles
         self._telemetry = Telemetry(
@@ -140,6 +139,8 @@ class MCPSessionMiddleware:
 
     def _place(self, app: ASGIApp) -> EndpointPaths | None:
         """Put the session work at each MCP endpoint inside ``app`` (see ``_inside.py``); their paths."""
+        if is_transport(app):  # wrapped around the transport app itself: already where it should be
+            return None
         paths = place_at_endpoints(
             app,
             lambda transport: MCPSessionMiddleware(transport, config=self.config.at_endpoint()),
