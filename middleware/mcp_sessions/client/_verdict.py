@@ -100,7 +100,6 @@ class Relay:
         self._after_chunk = after_chunk
         self._observing = True
         self._first_complete = False
-        self._first_data: object = None
         self.first: object = None
 
     async def hold_first_event(self) -> None:
@@ -146,19 +145,19 @@ class Relay:
             output = self._rewriter.feed(self._inflate(chunk))
             if output and not self._first_complete:
                 self._first_complete = True
-                if _first_event_has_data(output):
-                    self.first = self._first_data
+                if not _first_event_has_data(output):
+                    self.first = None  # the message of a later event in the same chunk
         except Exception:  # an observer bug must never break the caller's stream
             logger.exception("could not read the session echo from an SSE answer")
             self._observing = False
 
     def _on_event(self, data: str) -> None:
         message = jsonrpc.loads(data.encode())
-        if not self._first_complete and self._first_data is None:
-            self._first_data = message
         if message is None:
             return
         self._on_message(message)
+        if not self._first_complete and self.first is None:
+            self.first = message
         if jsonrpc.is_response(message):
             self._pending.discard(jsonrpc.hashable_id(message["id"]))
             self._observing = bool(self._pending)
