@@ -77,8 +77,9 @@ class Relay:
 
     Observing hands each event's message to ``on_message`` and stops once every
     request in ``request_ids`` has its answer: the rest of the stream is not the
-    client's to read. ``first`` is the message of the very first event, if that
-    event had data (the one a retry may replace). ``after_chunk`` runs after each
+    client's to read. ``first``, when the very first event had data, is the first
+    message held with it (a priming event's empty data is none): the one a retry may
+    replace, as nothing held has reached the caller. ``after_chunk`` runs after each
     observed chunk: it reports session changes before the caller sees the next bytes.
     """
 
