@@ -141,7 +141,8 @@ def test_bench_asgi_smoke(results: tuple[Path, dict[str, str]]) -> None:
     assert numbers["processes"] == 2
     assert all(len(row["process_added_us"]) == len(row["process_checked_multiples"]) == 2 for row in numbers["rows"])
     checked = next(row for row in numbers["rows"] if row["name"] == "checked floor")
-    assert checked["process_checked_multiples"] == [1.0, 1.0]
+    # The floor against itself: exactly 1.0, or None where a process measured no added cost for it.
+    assert all(multiple in (None, 1.0) for multiple in checked["process_checked_multiples"])
 
 
 def test_bench_asgi_compares_with_the_floor_in_each_table(results: tuple[Path, dict[str, str]]) -> None:
