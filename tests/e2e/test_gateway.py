@@ -69,7 +69,7 @@ def echo(message: str, session: str | None, request_id: int = 2) -> dict[str, An
 
 def test_a_stock_2025_client_gets_sessions_in_front_of_server_everything(gateway: str, http: httpx.Client) -> None:
     headers = legacy_initialize(http, gateway)
-    assert headers["Mcp-Session-Id"].count("~") == 1  # the replica's tag, then server-everything's own id
+    assert headers["Mcp-Session-Id"].count("~") == 2  # the replica's tag, server-everything's own id, the MAC
     token = create(http, gateway, headers)
 
     answered = http.post(gateway, json=echo("hi", token), headers=headers)
@@ -130,8 +130,8 @@ def test_a_foreign_host_is_refused_for_every_request_alike(gateway: str, http: h
 def test_a_transport_session_goes_only_to_the_replica_that_issued_it(gateway: str, http: httpx.Client) -> None:
     headers = legacy_initialize(http, gateway)
     tagged = headers["Mcp-Session-Id"]
-    issued = tagged.partition("~")[2]
-    for unknown in (issued, "0123abcd~" + issued):  # server-everything's bare id; an id of no replica here
+    tag, issued, _ = tagged.split("~")
+    for unknown in (issued, f"{tag}~{issued}", "0123abcd~" + issued):  # its bare id; unsigned; of no replica here
         lost = http.post(gateway, json=echo("x", None), headers={**headers, "Mcp-Session-Id": unknown})
         assert lost.status_code == 404
         assert lost.json()["error"]["message"] == "Session not found"
@@ -168,7 +168,7 @@ def test_the_typescript_sdk_client_gets_a_session(gateway: str) -> None:
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert seen["tools"] > 0 and seen["text"] == "Echo: hello"
-    assert seen["transport"].count("~") == 1
+    assert seen["transport"].count("~") == 2
     assert seen["echo"] == seen["session"]
 
 

@@ -10,8 +10,15 @@ import pytest
 from mcp_sessions._gateway._headers import HostCheck, client_headers, upstream_headers
 from mcp_sessions._gateway._relay import _between_events
 from mcp_sessions._gateway._replicas import Replicas
+from mcp_sessions._tokens import KeySet
 
 URLS = ["http://10.0.0.1:3001/mcp", "http://10.0.0.2:3001/mcp", "http://10.0.0.3:3001/mcp"]
+KEYS = KeySet.from_secret("gateway-parts-secret-gateway-parts-secret-0123")
+
+
+def tagged(upstream_id: bytes) -> bytes:
+    """A stand-in for the replica's signing: its tag in front (the signing is tests/unit/test_gateway_ids.py's)."""
+    return b"0123abcd~" + upstream_id
 
 
 class Clock:
@@ -23,7 +30,7 @@ class Clock:
 
 
 def test_every_gateway_orders_a_conversations_replicas_alike_whatever_the_order_of_its_urls() -> None:
-    one, other = Replicas(URLS, cooldown=10), Replicas(list(reversed(URLS)), cooldown=10)
+    one, other = Replicas(URLS, keys=KEYS, cooldown=10), Replicas(list(reversed(URLS)), keys=KEYS, cooldown=10)
     for number in range(50):
         key = f"conversation-{number}"
         assert [r.url for r in one.for_conversation(key)] == [r.url for r in other.for_conversation(key)]
@@ -31,7 +38,7 @@ def test_every_gateway_orders_a_conversations_replicas_alike_whatever_the_order_
 
 def test_a_replica_out_of_service_moves_only_its_own_conversations() -> None:
     clock = Clock()
-    replicas = Replicas(URLS, cooldown=10, clock=clock)
+    replicas = Replicas(URLS, keys=KEYS, cooldown=10, clock=clock)
     keys = [f"k{number}" for number in range(60)]
     before = {key: replicas.for_conversation(key)[0].url for key in keys}
     assert set(before.values()) == set(URLS)
@@ -46,13 +53,15 @@ def test_a_replica_out_of_service_moves_only_its_own_conversations() -> None:
 
 
 def test_a_transport_session_id_names_its_issuer_and_nothing_else_does() -> None:
-    replicas = Replicas(URLS, cooldown=10)
+    replicas = Replicas(URLS, keys=KEYS, cooldown=10)
     second = replicas.all[1]
-    tagged = second.prefix + b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab"
-    assert replicas.issuer(tagged) == (second, b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab")
-    for unknown in (b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab", b"ffffffff~x", second.prefix, second.prefix + b"x" * 300):
+    issued = replicas.issued(second, b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab")
+    assert issued is not None and issued.startswith(second.tag + b"~7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab~")
+    assert replicas.issuer(issued) == (second, b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab")
+    unsigned = second.tag + b"~7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab"  # the tagged id of before: no longer enough
+    for unknown in (b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab", b"ffffffff~x", second.tag + b"~", unsigned):
         assert replicas.issuer(unknown) is None
-    assert b"." not in second.prefix and len(second.prefix) == 9
+    assert len(second.tag) == 8
 
 
 @pytest.mark.parametrize(
@@ -67,11 +76,11 @@ def test_a_transport_session_id_names_its_issuer_and_nothing_else_does() -> None
 )
 def test_replica_urls_are_checked_at_start(urls: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Replicas(urls, cooldown=10)
+        Replicas(urls, keys=KEYS, cooldown=10)
 
 
 def test_the_least_loaded_replica_comes_first() -> None:
-    replicas = Replicas(URLS, cooldown=10)
+    replicas = Replicas(URLS, keys=KEYS, cooldown=10)
     replicas.all[0].in_flight, replicas.all[1].in_flight, replicas.all[2].in_flight = 3, 0, 5
     assert replicas.least_loaded()[0] is replicas.all[1]
 
@@ -124,9 +133,13 @@ def test_the_response_loses_its_hop_by_hop_headers_and_its_transport_session_get
         (b"Mcp-Session-Id", b"abc"),
         (b"WWW-Authenticate", b"Bearer realm=x"),
     ]
-    assert client_headers(raw, b"0123abcd~", "http://10.0.0.1:3001") == [
+    assert client_headers(raw, tagged, "http://10.0.0.1:3001") == [
         (b"content-type", b"text/event-stream"),
         (b"mcp-session-id", b"0123abcd~abc"),
+        (b"www-authenticate", b"Bearer realm=x"),
+    ]
+    assert client_headers(raw, lambda upstream_id: None, "http://10.0.0.1:3001") == [  # an id it cannot carry
+        (b"content-type", b"text/event-stream"),
         (b"www-authenticate", b"Bearer realm=x"),
     ]
 
@@ -145,7 +158,7 @@ def test_the_response_loses_its_hop_by_hop_headers_and_its_transport_session_get
 )
 def test_a_location_on_the_upstreams_origin_becomes_a_path_on_the_gateways(location: bytes, sent: bytes) -> None:
     raw = [(b"Location", location), (b"Content-Length", b"0")]
-    assert client_headers(raw, b"0123abcd~", "http://10.0.0.1:3001") == [(b"location", sent), (b"content-length", b"0")]
+    assert client_headers(raw, tagged, "http://10.0.0.1:3001") == [(b"location", sent), (b"content-length", b"0")]
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,7 @@ def gateway_app(
         if not value > 0:
             raise ValueError(f"{name} must be a positive number of seconds")
     config = SessionsConfig.from_env() if config is None else config
-    replicas = Replicas(upstreams, cooldown=failure_cooldown)
+    replicas = Replicas(upstreams, keys=config.keys, cooldown=failure_cooldown)
     proxy = UpstreamProxy(
         replicas,
         host_check=HostCheck(allowed_hosts, allowed_origins),

@@ -13,7 +13,7 @@ as nginx's ``proxy_redirect default`` has it: the client follows it through the 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Final
 from urllib.parse import quote
 
@@ -103,11 +103,12 @@ def _with_conversation(baggage: bytes, conversation: str | None) -> bytes:
     return b",".join([*kept, member])
 
 
-def client_headers(raw: Iterable[tuple[bytes, bytes]], prefix: bytes, origin: str) -> Headers:
+def client_headers(raw: Iterable[tuple[bytes, bytes]], issued: Callable[[bytes], bytes | None], origin: str) -> Headers:
     """The upstream's end-to-end response headers for the client, names lower-cased as ASGI sends them.
 
-    An ``Mcp-Session-Id`` (a transport session the replica issued) gets ``prefix``, its replica's tag; a
-    ``Location`` on ``origin``, the replica's, becomes its path (see the module).
+    An ``Mcp-Session-Id`` (a transport session the replica issued) becomes ``issued(id)``, the id the
+    gateway gives the client (its replica's tag, signed), or goes when that is ``None``; a ``Location``
+    on ``origin``, the replica's, becomes its path (see the module).
     """
     raw = [(name.lower(), value) for name, value in raw]
     dropped = HOP_BY_HOP | _listed(raw)
@@ -115,7 +116,9 @@ def client_headers(raw: Iterable[tuple[bytes, bytes]], prefix: bytes, origin: st
     headers: Headers = []
     for name, value in raw:
         if name == MCP_SESSION_ID_HEADER:
-            value = prefix + value
+            if (signed := issued(value)) is None:
+                continue
+            value = signed
         elif name == b"location":
             value = _on_gateway(value, own)
         if name not in dropped:

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -25,7 +26,6 @@ from .._session import SCOPE_KEY, Session, current_conversation
 from .._verdict import Rejection
 from .._wire import jsonrpc
 from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
-from ..sources import is_transport_session_id
 from ._headers import HostCheck, client_headers, upstream_headers
 from ._relay import relay, relay_events
 
@@ -106,7 +106,7 @@ class UpstreamProxy:
             return await opened.send(send)
         response, replica = opened
         try:
-            headers = client_headers(response.headers.raw, replica.prefix, replica.origin)
+            headers = client_headers(response.headers.raw, partial(self._replicas.issued, replica), replica.origin)
             await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
             if (header(headers, b"content-type") or b"").startswith(b"text/event-stream"):
                 return await relay_events(response.aiter_raw(), receive, send, self._keepalive, self._httpx.HTTPError)
@@ -171,10 +171,11 @@ class UpstreamProxy:
         """The replicas to try, best first, and the upstream's own id of a 2025-era transport session.
 
         A transport session goes to the replica that issued it, and only there: no replica for an id the
-        gateway did not give out.
+        gateway did not give out (signed), nor for one too long to be one. A request that opens a transport
+        session (no id yet) and names a conversation goes to the conversation's replica, as its other requests.
         """
         session_id = header(headers, MCP_SESSION_ID_HEADER)
-        if session_id is not None and is_transport_session_id(session_id):  # not a session token (a JWT)
+        if session_id is not None and session_id.count(b".") != 2:  # not a session token (a JWT)
             found = self._replicas.issuer(session_id)
             if found is not None:
                 return [found[0]], found[1]

@@ -5,8 +5,10 @@ A conversation (a data-layer session, a host's conversation id) goes to the repl
 replica URLs computes the same order, so several gateways agree without talking to each other, and a replica
 that leaves moves only its own conversations. A 2025-era transport session lives in the process that minted
 it, so the gateway gives the client the upstream's id prefixed with the tag of the replica that issued it (a
-digest of that replica's URL, the same in every gateway), and forwards the id only there. Anything else, a
-request of no conversation or a new transport session, goes to the replica with the fewest requests in flight.
+digest of that replica's URL, the same in every gateway) and signed (``_transport_ids``), and forwards the
+id only there; an id the gateway did not sign names no replica. Anything else, a request of no conversation
+or a new transport session, goes to the replica with the fewest requests in flight; a new transport session
+opened by a request that names a conversation goes to the conversation's replica (``_proxy._route``).
 """
 
 from __future__ import annotations
@@ -16,22 +18,21 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-logger = logging.getLogger("mcp_sessions.gateway")
+from ._transport_ids import MAX_UPSTREAM_ID, TAG_LENGTH, TransportIds
 
-TAG_LENGTH: Final = 8
-# The tag and the upstream's id: visible ASCII, as the spec requires of a session id, never two dots (a JWT's shape).
-_SEPARATOR: Final = b"~"
-_TAGGED_LENGTH: Final = TAG_LENGTH + len(_SEPARATOR)
-MAX_TRANSPORT_ID: Final = 256
+if TYPE_CHECKING:
+    from .._tokens import KeySet
+
+logger = logging.getLogger("mcp_sessions.gateway")
 
 
 class Replica:
     """One upstream replica: where it is, its tag, how many requests it serves now, until when it is out."""
 
-    __slots__ = ("down_until", "in_flight", "origin", "path", "prefix", "seed", "tag", "url")
+    __slots__ = ("down_until", "in_flight", "origin", "path", "seed", "tag", "url")
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
@@ -47,8 +48,7 @@ class Replica:
         self.url = self.origin + self.path
         digest = hashlib.sha256(self.url.encode()).digest()
         self.tag = digest.hex()[:TAG_LENGTH].encode()
-        self.prefix = self.tag + _SEPARATOR
-        """What the transport session ids this replica issues are prefixed with, for the client."""
+        """What the transport session ids this replica issues start with, for the client."""
         self.seed = digest[:16]
         self.in_flight = 0
         self.down_until = 0.0
@@ -60,9 +60,11 @@ class Replica:
 class Replicas:
     """The replicas of one server, as every gateway in front of them sees them (see the module's docstring)."""
 
-    __slots__ = ("_by_tag", "_clock", "_cooldown", "all")
+    __slots__ = ("_by_tag", "_clock", "_cooldown", "_ids", "all")
 
-    def __init__(self, urls: Sequence[str], *, cooldown: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, urls: Sequence[str], *, keys: KeySet, cooldown: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if isinstance(urls, str) or not urls:
             raise ValueError("give the gateway one upstream URL or more (a list: --upstream URL, repeated)")
         self.all = tuple(Replica(url) for url in dict.fromkeys(urls))
@@ -75,6 +77,7 @@ class Replicas:
             raise ValueError("the failure cooldown is a number of seconds, 0 or more")
         self._cooldown = cooldown
         self._clock = clock
+        self._ids = TransportIds(keys)
 
     @property
     def path(self) -> str:
@@ -100,12 +103,30 @@ class Replicas:
         now = self._clock()
         return [r for r in ranked if r.down_until <= now] + [r for r in ranked if r.down_until > now]
 
-    def issuer(self, tagged: bytes) -> tuple[Replica, bytes] | None:
-        """The replica that issued a transport session id the gateway gave a client, and the id it issued."""
-        if not _TAGGED_LENGTH < len(tagged) <= MAX_TRANSPORT_ID or tagged[TAG_LENGTH:_TAGGED_LENGTH] != _SEPARATOR:
+    def issued(self, replica: Replica, upstream_id: bytes) -> bytes | None:
+        """The id the client gets for a transport session ``replica`` issued; ``None`` for one too long to carry."""
+        issued = self._ids.sign(replica.tag, upstream_id)
+        if issued is None:  # the client gets no id: the upstream's next answer says it has no session
+            logger.warning(
+                "mcp-sessions gateway: upstream %s issued a transport session id the gateway cannot carry "
+                "(%d bytes: empty, or longer than %d characters as it is); the client does not get it",
+                replica.url,
+                len(upstream_id),
+                MAX_UPSTREAM_ID,
+            )
+        return issued
+
+    def issuer(self, client_id: bytes) -> tuple[Replica, bytes] | None:
+        """The replica that issued a transport session id the gateway gave a client, and the id it issued.
+
+        ``None`` for an id the gateway did not sign (forged, altered, cut, too long) or of a replica it no
+        longer has: such an id is never forwarded.
+        """
+        verified = self._ids.verify(client_id)
+        if verified is None:
             return None
-        replica = self._by_tag.get(tagged[:TAG_LENGTH])
-        return None if replica is None else (replica, tagged[_TAGGED_LENGTH:])
+        replica = self._by_tag.get(verified[0])
+        return None if replica is None else (replica, verified[1])
 
     def failed(self, replica: Replica) -> None:
         """``replica`` could not be reached: out of service for the cooldown (its conversations go elsewhere)."""

@@ -1,6 +1,6 @@
 """Pure: signing keys, session and state tokens (mint, verify: RFC 8725), and keyed digests of ids."""
 
-from ._digest import IdDigests
+from ._digest import IdDigests, derived_key
 from ._jws import InvalidToken
 from ._keys import SessionKey, keys_from_config
 from ._tokens import (
@@ -24,5 +24,6 @@ __all__ = [
     "SessionClaims",
     "SessionKey",
     "StateTooLarge",
+    "derived_key",
     "keys_from_config",
 ]

@@ -17,9 +17,26 @@ from typing import Final
 
 from cryptography.hazmat.primitives import serialization
 
+from ._keys import SessionKey
 from ._tokens import KeySet
 
 _LABEL: Final = b"mcp-sessions id digest\x00"
+
+
+def derived_key(key: SessionKey, label: bytes) -> bytes:
+    """A key for ``label``'s use alone: the HMAC-SHA256 of ``label`` under ``key``'s secret material.
+
+    ``key`` must hold that material (an HS256 secret, or a private key, as its PKCS#8 DER): a verify-only
+    key has none. Every process given the same key derives the same key for the same label.
+    """
+    material = key.signing_key
+    if material is None:
+        raise ValueError("a derived key needs a key that can sign")
+    if not isinstance(material, bytes):
+        material = material.private_bytes(
+            serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    return hmac.new(material, label, hashlib.sha256).digest()
 
 
 class IdDigests:
@@ -31,12 +48,7 @@ class IdDigests:
         signer = keys.signer
         if signer is None or signer.signing_key is None:  # a KeySet's signer always holds its signing key
             raise ValueError("id digests need a KeySet that can sign")
-        material = signer.signing_key
-        if not isinstance(material, bytes):
-            material = material.private_bytes(
-                serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        self._key = hmac.new(material, _LABEL + keys.audience.encode(), hashlib.sha256).digest()
+        self._key = derived_key(signer, _LABEL + keys.audience.encode())
 
     def _digest(self, *parts: bytes) -> str:
         mac = hmac.new(self._key, b"\x00".join(parts), hashlib.sha256).digest()[:18]
