@@ -1,4 +1,5 @@
-"""A tiny OTLP/HTTP trace receiver on 127.0.0.1 (a Starlette app): what an exporter POSTs to /v1/traces, decoded.
+"""A tiny OTLP/HTTP trace receiver on 127.0.0.1 (a Starlette app): what an exporter POSTs to /v1/traces, decoded
+(and to /v1/metrics, counted).
 
 No viewer, no network beyond loopback: the tests serve it with :func:`conftest.serve` and read its spans.
 """
@@ -7,9 +8,10 @@ from __future__ import annotations
 
 import gzip
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -21,6 +23,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 STATUS_ERROR = 2  # opentelemetry.proto.trace.v1.Status.STATUS_CODE_ERROR
+KIND_SERVER = 2  # opentelemetry.proto.trace.v1.Span.SPAN_KIND_SERVER
+KIND_CLIENT = 3  # opentelemetry.proto.trace.v1.Span.SPAN_KIND_CLIENT
 
 
 @dataclass
@@ -35,6 +39,9 @@ class Exported:
     parent_id: str
     attributes: dict[str, Any]
     status: int
+    kind: int = 0
+    resource: dict[str, Any] = field(default_factory=dict)
+    """The attributes of the resource that exported it (``service.name`` among them)."""
 
 
 def _value(value: AnyValue) -> Any:
@@ -51,7 +58,20 @@ class Receiver:
         self.posts = 0
         self.spans: list[Exported] = []
         self._lock = threading.Lock()
-        self.app = Starlette(routes=[Route("/v1/traces", self._traces, methods=["POST"])])
+        self.metric_posts = 0
+        self.app = Starlette(
+            routes=[
+                Route("/v1/traces", self._traces, methods=["POST"]),
+                Route("/v1/metrics", self._metrics, methods=["POST"]),
+            ]
+        )
+
+    async def _metrics(self, request: Request) -> Response:
+        """Metrics are taken and counted, not decoded: an exporter of both signals gets no error."""
+        await request.body()
+        with self._lock:
+            self.metric_posts += 1
+        return Response(ExportMetricsServiceResponse().SerializeToString(), media_type="application/x-protobuf")
 
     async def _traces(self, request: Request) -> Response:
         body = await request.body()
@@ -74,6 +94,8 @@ class Receiver:
                             parent_id=span.parent_span_id.hex(),
                             attributes={kv.key: _value(kv.value) for kv in span.attributes},
                             status=span.status.code,
+                            kind=span.kind,
+                            resource=resource,
                         )
                     )
         with self._lock:
