@@ -6,9 +6,9 @@ replica URLs computes the same order, so several gateways agree without talking 
 that leaves moves only its own conversations. A 2025-era transport session lives in the process that minted
 it, so the gateway gives the client the upstream's id prefixed with the tag of the replica that issued it (a
 digest of that replica's URL, the same in every gateway) and signed (``_transport_ids``), and forwards the
-id only there; an id the gateway did not sign names no replica. Anything else, a request of no conversation
-or a new transport session, goes to the replica with the fewest requests in flight; a new transport session
-opened by a request that names a conversation goes to the conversation's replica (``_proxy._route``).
+id only there; an id the gateway did not sign names no replica. A request that opens a transport session
+goes as any request without one: to its conversation's replica when it names a conversation, else, as
+anything of no conversation, to the replica with the fewest requests in flight (``_proxy._route``).
 """
 
 from __future__ import annotations
