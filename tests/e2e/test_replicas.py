@@ -284,5 +284,7 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
                 if kid(token) == "old":
                     refused(ModernClient(http, replica.url), {"sessionId": token}, tool="whoami")
                 else:
-                    assert tool_text(ModernClient(http, replica.url).call_tool("whoami", session={"sessionId": token})[1])
+                    assert tool_text(
+                        ModernClient(http, replica.url).call_tool("whoami", session={"sessionId": token})[1]
+                    )
         assert {kid(token) for token in before} == {"old", "new"}
