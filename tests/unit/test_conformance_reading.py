@@ -19,11 +19,15 @@ def read(body: bytes, *, sse: bool, size: int) -> tuple[bool, list[dict[str, obj
     return done, reading.finish()
 
 
-@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+# A line's end, then the blank line's: every pair the SSE grammar allows, mixed ones too (issue 50, finding 22).
+LINE_ENDS = [("\n", "\n"), ("\r\n", "\r\n"), ("\r", "\r"), ("\n", "\r\n"), ("\n", "\r"), ("\r\n", "\r")]
+
+
+@pytest.mark.parametrize(("end", "blank"), LINE_ENDS, ids=lambda end: repr(end))
 @pytest.mark.parametrize("size", [1, 3, 4096])
-def test_an_event_stream_in_any_chunks_and_line_ends(end: str, size: int) -> None:
+def test_an_event_stream_in_any_chunks_and_line_ends(end: str, blank: str, size: int) -> None:
     events = [": ping", f"event: message{end}data: {json.dumps(NOTE)}", f"data: {json.dumps(ANSWER)}"]
-    body = "".join(event + end + end for event in events).encode()
+    body = "".join(event + end + blank for event in events).encode()
 
     assert read(body, sse=True, size=size) == (True, [NOTE, ANSWER])
 

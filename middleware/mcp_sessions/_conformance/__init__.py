@@ -13,12 +13,14 @@ import argparse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
+from .._wire.answers import printable
 from ._draft import run_draft
 from ._hosts import run_hosts
+from ._link import DEADLINE, Link
 from ._model import ERAS, LEGACY, Bail, ConformanceCheck, Recorder, load_traceability, now
-from ._peer import TIMEOUT, Peer, ProbeError, Unusable
+from ._peer import Peer, ProbeError, Unusable
 from ._report import (
     Palette,
     evaluate,
@@ -30,9 +32,6 @@ from ._report import (
 )
 from ._sep1364 import run_alt1, run_alt2
 from ._strawman import run_strawman
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["add_conformance_parser", "run_conformance"]
 
@@ -64,25 +63,28 @@ SCENARIOS: tuple[Scenario, ...] = (
 
 
 def run_scenario(
-    scenario: Scenario, http: httpx.Client, url: str, era: str, headers: Mapping[str, str]
+    scenario: Scenario, link: Link, url: str, era: str, headers: Mapping[str, str]
 ) -> list[ConformanceCheck]:
     """The checks of ``scenario`` against ``url`` at ``era``; a run that could not go on ends in a failed check."""
     recorder = Recorder(load_traceability(scenario.name), era)
+    peer = Peer(link, url, era, headers, scenario.capabilities)
     try:
-        peer = Peer(http, url, era, headers, scenario.capabilities)
         if scenario.handshake and era == LEGACY:
             peer.handshake()
         scenario.run(peer, recorder)
     except Bail:
         pass  # the gate's own check says why
     except (ProbeError, Unusable) as exc:
+        why = str(exc)
+        if isinstance(exc, Unusable) and peer.last is not None:
+            why += f" (the last answer: {peer.last.explained(era)})"
         failed: ConformanceCheck = {
             "id": scenario.name,
             "name": scenario.name,
             "description": "Failed to run scenario",
             "status": "FAILURE",
             "timestamp": now(),
-            "errorMessage": str(exc),
+            "errorMessage": why,
         }
         recorder.checks.append(failed)
     return recorder.checks
@@ -118,6 +120,24 @@ def add_conformance_parser(commands: argparse._SubParsersAction[argparse.Argumen
     parser.add_argument(
         "--header", action="append", default=[], metavar="'NAME: VALUE'", help="add a header (e.g. Authorization)"
     )
+    parser.add_argument(
+        "--request-timeout",
+        type=_seconds,
+        default=DEADLINE,
+        metavar="SECONDS",
+        help=f"the most one request may take, from connect to its answer's last byte (default {DEADLINE:g})",
+    )
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (argparse's ``type``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"a positive number of seconds, not {text!r}")
+    return value
 
 
 def _headers(texts: Sequence[str]) -> dict[str, str]:
@@ -131,7 +151,7 @@ def _headers(texts: Sequence[str]) -> dict[str, str]:
 
 
 def _run(
-    http: httpx.Client, args: argparse.Namespace, headers: Mapping[str, str], out: TextIO, palette: Palette
+    link: Link, args: argparse.Namespace, headers: Mapping[str, str], out: TextIO, palette: Palette
 ) -> list[tuple[str, list[ConformanceCheck]]]:
     selected = []
     for scenario in SCENARIOS:
@@ -144,12 +164,13 @@ def _run(
             )
             continue
         selected.append((scenario, args.spec_version or scenario.eras[-1]))
-    out.write(f"Running session wires ({len(selected)} scenarios) against {args.url}\n\n")
+    url = printable(args.url)
+    out.write(f"Running session wires ({len(selected)} scenarios) against {url}\n\n")
     results = []
     for scenario, era in selected:
         out.write(f"\n=== Running scenario: {scenario.name} ===\n")
-        out.write(f"Running client scenario '{scenario.name}' against server: {args.url} (spec version {era})\n")
-        checks = run_scenario(scenario, http, args.url, era, headers)
+        out.write(f"Running client scenario '{scenario.name}' against server: {url} (spec version {era})\n")
+        checks = run_scenario(scenario, link, args.url, era, headers)
         if args.json:
             out.write(f"Results saved to {write_checks(Path(args.json), scenario.name, checks)}\n")
         print_checks(checks, out, palette)
@@ -160,7 +181,7 @@ def _run(
 def run_conformance(args: argparse.Namespace, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Run ``conformance``; returns the exit status."""
     try:
-        import httpx
+        import httpx  # noqa: F401 - the Link's, checked before anything runs
         import yaml  # noqa: F401 - read_yaml's, checked before anything runs
     except ImportError:
         print("mcp-sessions conformance needs httpx and PyYAML: pip install 'mcp-sessions[conformance]'", file=stderr)
@@ -172,8 +193,8 @@ def run_conformance(args: argparse.Namespace, stdout: TextIO, stderr: TextIO, en
         print(f"mcp-sessions conformance: {exc}", file=stderr)
         return EXIT_USAGE
     palette = Palette.for_stream(stdout, environ)
-    with httpx.Client(timeout=TIMEOUT, follow_redirects=True) as http:
-        results = _run(http, args, headers, stdout, palette)
+    with Link(args.request_timeout) as link:
+        results = _run(link, args, headers, stdout, palette)
     failed = print_summary(results, stdout)
     if baseline is None:
         return 1 if failed else 0

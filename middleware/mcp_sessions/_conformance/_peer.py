@@ -1,35 +1,24 @@
-"""The pack's side of the wire: MCP requests of either era over HTTP, and their answers, never trusted.
+"""The pack's side of the wire: MCP requests of either era, and their answers, never trusted.
 
-Black-box and independent of the middleware's code: built from the drafts. An
-answer is read bounded in bytes (``MAX_BODY``) and time (``TIMEOUT`` between
-reads, ``DEADLINE`` in all). JSON is read whole; an event stream event by event
-as it arrives, and only until the answer to the request has come: a server that
-keeps its stream open after it, or sends comments forever, costs one event, not
-the stream. What is not a JSON-RPC object is left out.
+Black-box and independent of the middleware's code: built from the drafts. The HTTP, and the bounds
+on each answer, are :class:`~._link.Link`'s.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from .._version import __version__
-from ._model import MODERN
+from .._wire.answers import excerpt, handshake_only
+from ._link import Link, Message, ProbeError, Reading, is_answer
+from ._model import LEGACY, MODERN
 
-if TYPE_CHECKING:
-    import httpx
+__all__ = ["Exchange", "Peer", "ProbeError", "Reading", "Unusable"]
 
-TIMEOUT: Final = 10.0
-"""Seconds to wait for a connection, or between two reads of an answer."""
-DEADLINE: Final = 60.0
-"""Seconds one answer may take in all (a stream of comments that never answers ends here)."""
-MAX_BODY: Final = 1 << 20
-"""The most bytes read of one answer: a session wire's answers are a few kilobytes."""
 PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
 CLIENT_INFO: Final = {"name": "mcp-sessions-conformance", "version": __version__}
@@ -39,14 +28,6 @@ MISMATCH: Final = -32020
 """The error of an ``Mcp-Session-Id`` that differs from the session the request names."""
 _NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 ACCEPT: Final = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-_EVENT_END: Final = re.compile(rb"\r\n\r\n|\n\n|\r\r")
-_LINE: Final = re.compile(r"\r\n|\n|\r")
-
-Message = dict[str, object]
-
-
-class ProbeError(Exception):
-    """The server could not be asked at all (refused, timed out, an answer over the bound)."""
 
 
 class Unusable(Exception):
@@ -62,57 +43,6 @@ def member(value: object, *path: str) -> object:
     return value
 
 
-def _objects(text: str | bytes) -> list[Message]:
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return []
-    return [item for item in (value if isinstance(value, list) else [value]) if isinstance(item, dict)]
-
-
-def _is_answer(message: Message, request_id: object) -> bool:
-    return "method" not in message and "id" in message and message["id"] == request_id
-
-
-class Reading:
-    """The body of one answer as it arrives; :meth:`feed` says when the request's answer is complete."""
-
-    def __init__(self, sse: bool, request_id: object) -> None:
-        self.sse, self.request_id = sse, request_id
-        self.body = bytearray()
-        self.messages: list[Message] = []
-        self._event_start = self._searched = 0
-
-    def feed(self, chunk: bytes) -> bool:
-        """Add ``chunk``; whether the answer to the request has arrived (the rest need not be read)."""
-        self.body += chunk
-        if not self.sse:
-            return False
-        # Search only what no earlier search saw (less the 3 bytes an end marker may straddle): linear.
-        while match := _EVENT_END.search(self.body, max(self._event_start, self._searched - 3)):
-            before = len(self.messages)
-            self._event(self.body[self._event_start : match.start()])
-            self._event_start = self._searched = match.end()
-            if any(_is_answer(message, self.request_id) for message in self.messages[before:]):
-                return True
-        self._searched = len(self.body)
-        return False
-
-    def finish(self) -> list[Message]:
-        """Every message read, in order, once the body has ended (or the answer came)."""
-        if self.sse:
-            self._event(self.body[self._event_start :])
-        elif self.body:
-            self.messages = _objects(bytes(self.body))
-        return self.messages
-
-    def _event(self, event: bytes | bytearray) -> None:
-        lines = _LINE.split(event.decode("utf-8", "replace"))
-        data = [line[5:].removeprefix(" ") for line in lines if line.startswith("data:")]
-        if data:
-            self.messages += _objects("\n".join(data))
-
-
 @dataclass(frozen=True)
 class Exchange:
     """One POST and its answer: status, headers (lower-case names, first value) and the JSON-RPC messages."""
@@ -122,11 +52,13 @@ class Exchange:
     messages: tuple[Message, ...]
     sse: bool
     request_id: object
+    head: bytes = b""
+    """The first bytes of the body, to show in an error message."""
 
     @property
     def answer(self) -> Message | None:
         """The response to the request (a message with its id and no method)."""
-        return next((message for message in self.messages if _is_answer(message, self.request_id)), None)
+        return next((message for message in self.messages if is_answer(message, self.request_id)), None)
 
     @property
     def notifications(self) -> tuple[Message, ...]:
@@ -148,6 +80,14 @@ class Exchange:
         """What a check's ``details`` keep of the exchange: the status and the answer, cut short."""
         answer = json.dumps(self.answer, separators=(",", ":"))
         return {"status": self.status, "answer": answer if len(answer) <= 600 else answer[:600] + "…"}
+
+    def explained(self, era: str) -> str:
+        """The status and the start of the body, for a person; at 2026-07-28, a hint when the server refused
+        the request as a server that speaks only 2025-11-25 does."""
+        said = f"HTTP {self.status}: {excerpt(self.head)}" if self.head else f"HTTP {self.status}, no body"
+        if era == MODERN and handshake_only(self.status, self.head.decode("utf-8", "replace")):
+            said += f". The server seems to speak only {LEGACY}: run the pack with --spec-version {LEGACY}"
+        return said
 
 
 def tool_names(exchange: Exchange) -> frozenset[str]:
@@ -171,7 +111,7 @@ def tool_text(exchange: Exchange) -> str | None:
 class Peer:
     """A client of one era at one MCP endpoint; on the 2025 era it keeps the server's transport session."""
 
-    http: httpx.Client
+    link: Link
     url: str
     era: str
     extra_headers: Mapping[str, str] = field(default_factory=dict)
@@ -179,31 +119,20 @@ class Peer:
     """The client's capabilities, declared in the envelope (2026) or in ``initialize`` (2025)."""
     transport_id: str | None = None
     initialize_result: Message | None = None
+    last: Exchange | None = None
+    """The last answer the server gave this client (what an :class:`Unusable` is about)."""
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def fresh(self) -> Peer:
         """Another client of the same server: no transport session, nothing shared."""
-        return Peer(self.http, self.url, self.era, self.extra_headers, self.capabilities)
+        return Peer(self.link, self.url, self.era, self.extra_headers, self.capabilities)
 
     def post(self, body: object, headers: Mapping[str, str], request_id: object = None) -> Exchange:
-        """POST ``body`` as JSON and read its answer, bounded in bytes and time."""
-        import httpx
-
+        """POST ``body`` as JSON and read its answer, bounded in bytes and time (:class:`ProbeError` if none)."""
         raw = json.dumps(body, separators=(",", ":")).encode()
-        deadline = time.monotonic() + DEADLINE
-        try:
-            with self.http.stream("POST", self.url, content=raw, headers={**headers, **self.extra_headers}) as reply:
-                media = reply.headers.get("content-type", "").split(";")[0].strip().lower()
-                reading = Reading(media == "text/event-stream", request_id)
-                for chunk in reply.iter_bytes():
-                    if reading.feed(chunk):
-                        break
-                    if len(reading.body) > MAX_BODY or time.monotonic() > deadline:
-                        raise ProbeError(f"no answer within {MAX_BODY} bytes and {DEADLINE:.0f} s")
-        except httpx.HTTPError as exc:
-            raise ProbeError(f"{type(exc).__name__}: {exc}") from None
-        headers_seen = {name.lower(): value for name, value in reversed(reply.headers.multi_items())}
-        return Exchange(reply.status_code, headers_seen, tuple(reading.finish()), reading.sse, request_id)
+        got = self.link.post(self.url, raw, {**headers, **self.extra_headers}, request_id)
+        self.last = Exchange(got.status, got.headers, got.messages, got.sse, request_id, got.head)
+        return self.last
 
     def message(
         self, method: str, params: Mapping[str, object] | None = None, *, meta: Mapping[str, object] | None = None

@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from .._wire.answers import json_printable, printable
 from ._model import ConformanceCheck, now, read_yaml
 
 _SEVERITY = {"FAILURE": 3, "WARNING": 2, "SUCCESS": 1}
 MAX_BASELINE_BYTES = 1 << 20
 """The largest expected-failures file read: one is a few kilobytes."""
+MAX_SHOWN = 2000
+"""The most characters of one error message printed (``checks.json`` keeps it whole)."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,16 @@ class Palette:
 
 
 def print_checks(checks: Sequence[ConformanceCheck], out: TextIO, palette: Palette) -> None:
-    """One scenario's checks, its ``Passed:`` line and its failures (``printServerResults``)."""
+    """One scenario's checks, its ``Passed:`` line and its failures (``printServerResults``).
+
+    Every text is :func:`printable`: an error message quotes what the server sent.
+    """
     width_id = max((len(check["id"]) for check in checks), default=0)
     width_status = max((len(check["status"]) for check in checks), default=0)
     lines = [
         f"{palette.gray}{check['timestamp']}{palette.reset} [{check['id'].ljust(width_id)}] "
-        f"{palette.status(check['status'])}{check['status'].ljust(width_status)}{palette.reset} {check['description']}"
+        f"{palette.status(check['status'])}{check['status'].ljust(width_status)}{palette.reset} "
+        f"{printable(check['description'])}"
         for check in checks
     ]
     out.write("Checks:\n" + "\n".join(lines) + "\n")
@@ -64,9 +71,11 @@ def print_checks(checks: Sequence[ConformanceCheck], out: TextIO, palette: Palet
         out.write("\n=== Failed Checks ===\n")
     for check in checks:
         if check["status"] == "FAILURE":
-            out.write(f"\n  - {check['name']}: {check['description']}\n")
+            out.write(f"\n  - {printable(check['name'])}: {printable(check['description'])}\n")
             if "errorMessage" in check:
-                out.write(f"    Error: {check['errorMessage']}\n")
+                message = check["errorMessage"]
+                cut = "…" if len(message) > MAX_SHOWN else ""
+                out.write(f"    Error: {printable(message[:MAX_SHOWN])}{cut}\n")
 
 
 def print_summary(results: Sequence[tuple[str, Sequence[ConformanceCheck]]], out: TextIO) -> int:
@@ -83,11 +92,16 @@ def print_summary(results: Sequence[tuple[str, Sequence[ConformanceCheck]]], out
 
 
 def write_checks(directory: Path, scenario: str, checks: Sequence[ConformanceCheck]) -> Path:
-    """``checks.json`` of one scenario, as ``JSON.stringify(checks, null, 2)`` writes it; its folder."""
+    """``checks.json`` of one scenario, as ``JSON.stringify(checks, null, 2)`` writes it; its folder.
+
+    The server's text is kept as sent; what JSON would leave raw of it and a terminal would act on
+    (DEL, C1 controls, bidirectional overrides, lone surrogates) is written as ``\\uXXXX``: the same JSON.
+    """
     stamp = now().replace(":", "-").replace(".", "-")
     folder = directory / f"server-{scenario}-{stamp}"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "checks.json").write_text(json.dumps(list(checks), indent=2, ensure_ascii=False), encoding="utf-8")
+    text = json_printable(json.dumps(list(checks), indent=2, ensure_ascii=False))
+    (folder / "checks.json").write_text(text, encoding="utf-8")
     return folder
 
 
@@ -202,7 +216,7 @@ def print_baseline(verdict: BaselineResult, out: TextIO, palette: Palette) -> No
     )
     for entries, colour, title, mark in sections:
         if entries:
-            out.write(f"\n{colour}{title}{palette.reset}\n" + "".join(f"  {mark} {entry}\n" for entry in entries))
+            out.write(f"\n{colour}{title}{palette.reset}\n" + "".join(f"  {mark} {printable(e)}\n" for e in entries))
     if verdict.exit_code == 0:
         out.write(f"\n{palette.green}Baseline check passed: all failures are expected.{palette.reset}\n")
         return
