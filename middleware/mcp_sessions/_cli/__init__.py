@@ -18,23 +18,17 @@ out of your shell history.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
-import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
 from .._conformance import add_conformance_parser, run_conformance
 from .._gateway import add_gateway_parser, run_gateway
-from ..profiles import SESSION_META_KEY
-from ._exit import EXIT_INVALID, EXIT_OK, EXIT_USAGE, UsageError
+from ._create import add_create_parser, run_create
+from ._exit import EXIT_USAGE, UsageError
 from ._inspect import run_inspect
 from ._keygen import run_keygen
-
-if TYPE_CHECKING:
-    from ..client import SessionHandle
 
 __all__ = ["main"]
 
@@ -46,13 +40,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_key_commands(commands)
+    add_create_parser(commands)
     add_conformance_parser(commands)
     add_gateway_parser(commands)
     return parser
 
 
 def _add_key_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``keygen``, ``inspect`` and ``create``: keys, tokens, and a session for a client that cannot open one."""
+    """``keygen`` and ``inspect``: keys and tokens."""
     keygen = commands.add_parser(
         "keygen",
         help="generate a signing key (HS256 secret, or an ES256 or Ed25519 key pair)",
@@ -88,24 +83,6 @@ def _add_key_commands(commands: argparse._SubParsersAction[argparse.ArgumentPars
     inspect.add_argument("--leeway", type=float, default=0.0, help="seconds of clock skew to allow (default 0)")
     inspect.add_argument("--json", action="store_true", help="print a JSON report")
 
-    create = commands.add_parser(
-        "create",
-        help="open a session on a server and print how to pass it (for clients that can only add metadata)",
-        description=(
-            "Send sessions/create to the MCP endpoint URL and print the new session: its stable id, its "
-            "sessionId (a bearer secret) and the exact argument that passes it through tools that can only "
-            "add request metadata, such as the MCP Inspector CLI's --metadata. Exit status: 0 created, "
-            "1 refused or unreachable, 2 usage error."
-        ),
-    )
-    create.add_argument("url", help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
-    create.add_argument("--protocol-version", default="2026-07-28", help="the era of the request (default 2026-07-28)")
-    create.add_argument("--legacy", action="store_true", help="send it as a 2025-11-25 request")
-    create.add_argument(
-        "--header", action="append", default=[], metavar="'NAME: VALUE'", help="add a header (e.g. Authorization)"
-    )
-    create.add_argument("--json", action="store_true", help="print the session as JSON")
-
 
 def main(
     argv: Sequence[str] | None = None,
@@ -132,63 +109,3 @@ def main(
     except UsageError as exc:
         print(f"mcp-sessions {args.command}: {exc}", file=stderr)
         return EXIT_USAGE
-
-
-def _header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise UsageError(f"--header takes 'Name: value', got {text!r}")
-    return name.strip(), value.strip()
-
-
-def run_create(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
-    """Run ``create``: open a session and print how to pass it; returns the exit status."""
-    try:
-        from ..client import HttpxSessionTransport, SessionError
-    except ImportError as exc:
-        raise UsageError(f"{exc} (create sends its request with httpx)") from None
-    headers = dict(_header(h) for h in args.header)
-    version = "2025-11-25" if args.legacy else args.protocol_version
-
-    async def create() -> SessionHandle:
-        shim = HttpxSessionTransport(auto_create=False)
-        try:
-            return await shim.create(args.url, protocol_version=version, headers=headers)
-        finally:
-            await shim.aclose()
-
-    try:
-        session = asyncio.run(create())
-    except SessionError as exc:
-        print(f"mcp-sessions create: the server refused sessions/create: {exc}", file=stderr)
-        return EXIT_INVALID
-    except OSError as exc:
-        print(f"mcp-sessions create: could not reach {args.url}: {exc}", file=stderr)
-        return EXIT_INVALID
-    except Exception as exc:  # httpx's errors, without importing httpx here
-        print(f"mcp-sessions create: no session from {args.url}: {type(exc).__name__}: {exc}", file=stderr)
-        return EXIT_INVALID
-    token = session.token
-    meta = json.dumps({"sessionId": token}, separators=(",", ":"))
-    expires = session.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ") if session.expires_at else None
-    if args.json:
-        report = {
-            "sessionId": token,
-            "id": session.id,
-            "expiresAt": expires,
-            "meta": {SESSION_META_KEY: {"sessionId": token}},
-        }
-        stdout.write(json.dumps(report, indent=2) + "\n")
-        return EXIT_OK
-    stdout.write(
-        f"session: {session.id}  (the stable id: safe to log)\n"
-        f"expires: {expires}\n"
-        f"sessionId: {token}\n"
-        "  (a bearer secret: whoever holds it uses the session)\n"
-        "\n"
-        "Send it in each request's params._meta, for example with the MCP Inspector CLI:\n"
-        f"  --metadata {shlex.quote(f'{SESSION_META_KEY}={meta}')}\n"
-        "or any client's request metadata:\n"
-        f"  {json.dumps({SESSION_META_KEY: {'sessionId': token}})}\n"
-    )
-    return EXIT_OK

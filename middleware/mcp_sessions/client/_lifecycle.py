@@ -108,6 +108,7 @@ class SessionLifecycle:
             response = await self._post(endpoint.url, headers, body, endpoint.extensions, "POST")
             messages = body_messages(response, await read_all(response))
             reply = next((m for m in messages if isinstance(m, dict) and m.get("id") == request_id), None)
+            reply = reply if reply is not None else _lone_error(messages)
             result = reply.get("result") if reply is not None else None
             if isinstance(result, dict) and response.status_code < 300:
                 return result
@@ -119,3 +120,11 @@ class SessionLifecycle:
             logger.info("%s: server busy, retry %d in %.2f s", method, retries + 1, delay)
             await anyio.sleep(delay)
             retries += 1
+
+
+def _lone_error(messages: list[object]) -> dict[str, object] | None:
+    """The answer's one message when it is an error under another id: the server's refusal of the one request
+    sent. A server that could not read the request's id answers with ``null`` (JSON-RPC 2.0 §5); mcp 1.x
+    answers a request outside its transport session with ``"server-error"`` ("Bad Request: Missing session ID")."""
+    [message] = messages if len(messages) == 1 else [None]
+    return message if isinstance(message, dict) and "error" in message and "method" not in message else None

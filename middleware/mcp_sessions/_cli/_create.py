@@ -1,0 +1,211 @@
+"""``mcp-sessions create URL``: open a session for a client that can only add request metadata.
+
+The command sends ``sessions/create`` through the client's session transport, over an HTTP
+transport of its own that treats the server as a stranger: no redirect is followed (the
+transport level follows none: a 3xx is the server's answer), no content coding is asked for or
+read (``Accept-Encoding: identity``; a coded answer is refused unread), each answer is read whole
+up to ``MAX_ANSWER`` bytes within one deadline from connect to its last byte, and every string
+of the server's that the command prints is :func:`printable`. A refusal says the server's own
+status and the start of its answer, and suggests ``--legacy`` when the server refused the
+2026-07-28 request as a server that speaks only 2025-11-25 does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, TextIO
+
+from .._wire.answers import EXCERPT_CHARS, excerpt, handshake_only, printable
+from .._wire.protocol import LEGACY_VERSIONS
+from ..profiles import SESSION_META_KEY
+from ._exit import EXIT_INVALID, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ..client import SessionHandle
+
+DEADLINE: Final = 60.0
+"""Seconds one request may take in all, from connect to its answer's last byte (``--request-timeout``)."""
+MAX_ANSWER: Final = 1 << 20
+"""The most bytes read of one answer: a ``sessions/create`` result is a few hundred."""
+LEGACY: Final = "2025-11-25"
+
+
+def add_create_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``create`` command to the ``mcp-sessions`` command line."""
+    create = commands.add_parser(
+        "create",
+        help="open a session on a server and print how to pass it (for clients that can only add metadata)",
+        description=(
+            "Send sessions/create to the MCP endpoint URL and print the new session: its stable id, its "
+            "sessionId (a bearer secret) and the exact argument that passes it through tools that can only "
+            "add request metadata, such as the MCP Inspector CLI's --metadata. Exit status: 0 created, "
+            "1 refused or unreachable, 2 usage error."
+        ),
+    )
+    create.add_argument("url", help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
+    create.add_argument("--protocol-version", default="2026-07-28", help="the era of the request (default 2026-07-28)")
+    create.add_argument("--legacy", action="store_true", help=f"send it as a {LEGACY} request")
+    create.add_argument(
+        "--header", action="append", default=[], metavar="'NAME: VALUE'", help="add a header (e.g. Authorization)"
+    )
+    create.add_argument("--json", action="store_true", help="print the session as JSON")
+    create.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEADLINE,
+        metavar="SECONDS",
+        help=f"the most one request may take, from connect to its answer's last byte (default {DEADLINE:g})",
+    )
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One answer of the server's: to which JSON-RPC method, its status, where it redirects to, the body's start."""
+
+    method: object
+    status: int
+    location: str | None
+    head: bytes
+
+
+def _guarded(deadline: float) -> tuple[httpx.AsyncBaseTransport, list[Seen]]:
+    """An HTTP transport that reads each answer whole within the bounds, and the list of what it saw."""
+    import anyio
+    import httpx
+
+    seen: list[Seen] = []
+
+    class Guarded(httpx.AsyncHTTPTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            request.headers["Accept-Encoding"] = "identity"
+            try:
+                with anyio.fail_after(deadline):
+                    response = await super().handle_async_request(request)
+                    try:
+                        body = await _bounded(response, request)
+                    finally:
+                        await response.aclose()
+            except TimeoutError:
+                raise httpx.ReadTimeout(f"no whole answer within {deadline:g} s", request=request) from None
+            seen.append(
+                Seen(
+                    _method(request), response.status_code, response.headers.get("location"), body[: 4 * EXCERPT_CHARS]
+                )
+            )
+            return httpx.Response(response.status_code, headers=response.headers, content=body)
+
+    return Guarded(), seen
+
+
+async def _bounded(response: httpx.Response, request: httpx.Request) -> bytes:
+    """The body of ``response``, unless it is coded or over ``MAX_ANSWER`` bytes (``httpx.DecodingError``)."""
+    import httpx
+
+    coding = response.headers.get("content-encoding", "").strip().lower()
+    if coding not in ("", "identity"):
+        raise httpx.DecodingError(f"HTTP {response.status_code}, an answer coded '{coding}'", request=request)
+    body = bytearray()
+    async for chunk in response.aiter_raw():
+        body += chunk
+        if len(body) > MAX_ANSWER:
+            raise httpx.DecodingError(
+                f"HTTP {response.status_code}, an answer over {MAX_ANSWER} bytes", request=request
+            )
+    return bytes(body)
+
+
+def _method(request: httpx.Request) -> object:
+    """The JSON-RPC method of one of the command's own requests (``None`` for a DELETE)."""
+    try:
+        return json.loads(request.content).get("method")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _explained(seen: list[Seen], version: str) -> str:
+    """The answer to ``sessions/create`` (else the last one) for a person: status, body's start, redirect; and
+    whether to try ``--legacy``."""
+    if not seen:
+        return ""
+    last = next((answer for answer in reversed(seen) if answer.method == "sessions/create"), seen[-1])
+    said = f"  the server answered HTTP {last.status}: {excerpt(last.head) if last.head else '(no body)'}\n"
+    if last.location is not None and 300 <= last.status < 400:
+        said += f"  a redirect to {excerpt(last.location)}: create follows none (is that the server's URL?)\n"
+    if version not in LEGACY_VERSIONS and handshake_only(last.status, last.head.decode("utf-8", "replace")):
+        said += f"  The server seems to speak only {LEGACY}: try again with --legacy.\n"
+    return said
+
+
+def run_create(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """Run ``create``: open a session and print how to pass it; returns the exit status."""
+    try:
+        from ..client import HttpxSessionTransport, SessionError
+    except ImportError as exc:
+        raise UsageError(f"{exc} (create sends its request with httpx)") from None
+    headers = dict(_header(h) for h in args.header)
+    version = LEGACY if args.legacy else args.protocol_version
+    if not 0 < args.request_timeout < float("inf"):
+        raise UsageError(f"--request-timeout takes a positive number of seconds, not {args.request_timeout}")
+    inner, seen = _guarded(args.request_timeout)
+
+    async def create() -> SessionHandle:
+        shim = HttpxSessionTransport(inner, auto_create=False)
+        try:
+            return await shim.create(args.url, protocol_version=version, headers=headers)
+        finally:
+            await shim.aclose()
+
+    url = printable(args.url)
+    try:
+        session = asyncio.run(create())
+    except SessionError as exc:
+        said = f"the server refused sessions/create: {excerpt(str(exc))}"
+    except OSError as exc:
+        said = f"could not reach {url}: {excerpt(str(exc))}"
+    except Exception as exc:  # httpx's errors, without importing httpx here
+        said = f"no session from {url}: {type(exc).__name__}: {excerpt(str(exc))}"
+    else:
+        _print_session(session, args.json, stdout)
+        return EXIT_OK
+    stderr.write(f"mcp-sessions create: {said}\n{_explained(seen, version)}")
+    return EXIT_INVALID
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise UsageError(f"--header takes 'Name: value', got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _print_session(session: SessionHandle, as_json: bool, stdout: TextIO) -> None:
+    """The session and how to pass it; the server's strings :func:`printable` (JSON escapes them itself)."""
+    token = session.token
+    meta = json.dumps({"sessionId": token}, separators=(",", ":"))
+    expires = session.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ") if session.expires_at else None
+    if as_json:
+        report = {
+            "sessionId": token,
+            "id": session.id,
+            "expiresAt": expires,
+            "meta": {SESSION_META_KEY: {"sessionId": token}},
+        }
+        stdout.write(json.dumps(report, indent=2) + "\n")
+        return
+    stdout.write(
+        f"session: {printable(str(session.id))}  (the stable id: safe to log)\n"
+        f"expires: {expires}\n"
+        f"sessionId: {printable(str(token))}\n"
+        "  (a bearer secret: whoever holds it uses the session)\n"
+        "\n"
+        "Send it in each request's params._meta, for example with the MCP Inspector CLI:\n"
+        f"  --metadata {shlex.quote(f'{SESSION_META_KEY}={meta}')}\n"
+        "or any client's request metadata:\n"
+        f"  {json.dumps({SESSION_META_KEY: {'sessionId': token}})}\n"
+    )

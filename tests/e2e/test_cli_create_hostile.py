@@ -1,0 +1,121 @@
+"""``mcp-sessions create`` against hostile servers and servers of 2025-11-25 only (issue 50).
+
+Real servers on loopback: server-everything (the TypeScript SDK, 2025-11-25 only), and raw asyncio
+servers (tests/e2e/_hostile.py) that redirect to another origin, answer with a gzip bomb, drip their
+headers, or put control characters in what the command prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import sys
+
+import pytest
+
+from e2e._gateway import everything_server
+from e2e._hostile import EVIL, Request, drip, forbidden, gzip_bomb, measured, raw_server, response
+from mcp_sessions._cli import main
+
+CREDENTIAL = "credential-only-the-first-origin-may-see"
+RSS_BOUND_KIB = 400 << 10
+"""A generous bound on the command's peak memory: it was 1.1 GB decoding the bomb, and is about 80 MB."""
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err, environ={})
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_a_server_of_2025_only_gets_its_own_answer_shown_and_legacy_suggested() -> None:
+    with everything_server() as url:
+        modern = run("create", url)
+        legacy = run("create", url, "--legacy")
+
+    code, out, err = modern
+    assert (code, out) == (1, "")
+    assert err.startswith("mcp-sessions create: the server refused sessions/create: Bad Request"), err
+    assert "the server answered HTTP 400: {" in err
+    assert "try again with --legacy" in err
+    code, out, err = legacy  # the 2025 wire: the server answers, and has no sessions
+    assert (code, out) == (1, "")
+    assert "Method not found (-32601)" in err
+    assert "--legacy" not in err
+
+
+@pytest.mark.parametrize("status", [302, 307, 308])
+def test_a_redirect_to_another_origin_takes_nothing_there(status: int) -> None:
+    async def elsewhere_answers(request: Request, writer: asyncio.StreamWriter) -> None:
+        writer.write(response(200, b"{}", {"Content-Type": "application/json"}))
+
+    with raw_server(elsewhere_answers) as elsewhere:
+
+        async def redirect(request: Request, writer: asyncio.StreamWriter) -> None:
+            writer.write(response(status, b"", {"Location": f"{elsewhere.url}/mcp"}))
+
+        with raw_server(redirect) as server:
+            code, out, err = run("create", f"{server.url}/mcp", "--header", f"Authorization: Bearer {CREDENTIAL}")
+
+    assert elsewhere.received == []
+    assert (code, out) == (1, "")
+    assert f"the server answered HTTP {status}" in err
+    assert f"a redirect to {elsewhere.url}/mcp: create follows none" in err
+
+
+def _token(claims: dict[str, object]) -> str:
+    def part(value: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'HS256'})}.{part(claims)}.c2lnbmF0dXJl"
+
+
+@pytest.mark.parametrize("refuse", [True, False], ids=["refused", "created"])
+def test_no_control_character_the_server_sent_reaches_the_terminal(refuse: bool) -> None:
+    async def evil(request: Request, writer: asyncio.StreamWriter) -> None:
+        message = request.message
+        if refuse:
+            error = {"code": -32600, "message": EVIL}
+            body = {"jsonrpc": "2.0", "id": "server-error", "error": error}
+            writer.write(
+                response(400, json.dumps(body, ensure_ascii=False).encode(), {"Content-Type": "application/json"})
+            )
+            return
+        session = {"sessionId": _token({"sid": EVIL, "exp": 4102444800})}
+        body = {"jsonrpc": "2.0", "id": message["id"], "result": {"session": session}}
+        writer.write(response(200, json.dumps(body).encode(), {"Content-Type": "application/json"}))
+
+    with raw_server(evil) as server:
+        code, out, err = run("create", f"{server.url}/mcp")
+
+    assert code == (1 if refuse else 0), err
+    assert forbidden(out) == forbidden(err) == []
+    assert "\\x1b]0;pwned\\x07" in (err if refuse else out)  # shown escaped: a reader sees what the server sent
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_decoded() -> None:
+    """512 MiB of spaces gzipped once (half a megabyte): the command asks for no coding and refuses a coded answer."""
+    bomb = gzip_bomb(512 << 20, layers=1)
+
+    async def explode(request: Request, writer: asyncio.StreamWriter) -> None:
+        writer.write(response(200, bomb, {"Content-Type": "application/json", "Content-Encoding": "gzip"}))
+
+    with raw_server(explode) as server:
+        code, printed, peak_kib = measured([sys.executable, "-m", "mcp_sessions", "create", f"{server.url}/mcp"])
+
+    assert code == 1, printed
+    assert "an answer coded 'gzip'" in printed, printed
+    assert peak_kib < RSS_BOUND_KIB, f"peak RSS {peak_kib} KiB"
+
+
+def test_headers_dripped_a_byte_at_a_time_end_at_the_deadline() -> None:
+    async def dripping(request: Request, writer: asyncio.StreamWriter) -> None:
+        await drip(writer, b"HTTP/1.1 200 OK\r\nX-Slow: " + b"z" * 600, 0.2)
+
+    with raw_server(dripping) as server:
+        code, out, err = run("create", f"{server.url}/mcp", "--request-timeout", "1")
+
+    assert (code, out) == (1, "")
+    assert "no whole answer within 1 s" in err, err
