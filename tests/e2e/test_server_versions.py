@@ -14,6 +14,7 @@ the SDK's do: up to mcp 1.11, ``/mcp`` redirects to ``/mcp/``."""
 
 from __future__ import annotations
 
+import io
 import os
 import select
 import socket
@@ -34,6 +35,7 @@ from _mcp import MCP_PATH, LegacyClient, ModernClient, modern_headers, modern_re
 from _redis import end_process, missing
 from conftest import SECRET
 from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions._cli import main
 
 MAIN = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30.0
@@ -128,6 +130,31 @@ def test_on_the_2026_wire_a_session_is_handed_out_where_the_server_serves_that_w
         listed.content,
     )
     assert b"sessionId" not in created.content
+
+
+def test_mcp_sessions_create_names_a_server_that_refuses_2026_and_legacy_opens_a_session_there(server: Server) -> None:
+    """Issue 50: where the server refuses the 2026-07-28 request, ``create`` shows its answer, and suggests --legacy
+    (which works) where that answer is a 2025-only server's (mcp 1.x: HTTP 400 "Bad Request: Missing session ID"
+    or an unsupported protocol version). It follows no redirect: up to mcp 1.11 ``/mcp`` redirects to ``/mcp/``,
+    which it names, and which works."""
+    url = server.url + MCP_PATH
+    code, said = _create(url, "--legacy")
+    if code != 0 and "a redirect to" in said:
+        assert f"the server answered HTTP 307: (no body)\n  a redirect to {url}/: create follows none" in said, said
+        url += "/"
+        code, said = _create(url, "--legacy")
+    assert code == 0, said
+    code, said = _create(url)
+    if code != 0:  # mcp 1.9's stateful transport fails the request: HTTP 500, which says nothing of eras
+        assert server.mcp1, said
+        assert "the server answered HTTP " in said, said
+        assert ("try again with --legacy" in said) == ("the server answered HTTP 400: {" in said), said
+
+
+def _create(url: str, *args: str) -> tuple[int, str]:
+    """``mcp-sessions create URL ARGS``: its exit status and what it said on standard error."""
+    out, err = io.StringIO(), io.StringIO()
+    return main(["create", url, *args], stdout=out, stderr=err, environ={}), err.getvalue()
 
 
 @pytest.mark.anyio
