@@ -77,9 +77,16 @@ class Exchange:
         return member(self.answer, "error", "code")
 
     def summary(self) -> dict[str, object]:
-        """What a check's ``details`` keep of the exchange: the status and the answer, cut short."""
+        """What a check's ``details`` keep of the exchange: the status and the answer, cut short; without an
+        answer, the start of the body (what the server said instead)."""
         answer = json.dumps(self.answer, separators=(",", ":"))
-        return {"status": self.status, "answer": answer if len(answer) <= 600 else answer[:600] + "…"}
+        kept: dict[str, object] = {
+            "status": self.status,
+            "answer": answer if len(answer) <= 600 else answer[:600] + "…",
+        }
+        if self.answer is None and self.head:
+            kept["body"] = excerpt(self.head)
+        return kept
 
     def explained(self, era: str) -> str:
         """The status and the start of the body, for a person; at 2026-07-28, a hint when the server refused
