@@ -141,6 +141,7 @@ class SessionsConfig:
         self.adopt_transport_sessions, self.handles = adopt_transport_sessions, handles
         self.binds_endpoint = self.keys.audience == DEFAULT_AUDIENCE  # unless the deployment names an audience
         self.placement = True  # look for the MCP endpoints inside the app (not again once placed there)
+        self.hides_sessions = False  # the gateway's: the app (its upstream) never sees a wire's session member
         self.create_limit = None if create_limit is None else RateLimit(*create_limit)  # per caller: _limits.py
         self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)  # see sources/_chain.py
         self.max_conversations_per_caller = _per_caller(max_conversations_per_caller, "max_conversations_per_caller")

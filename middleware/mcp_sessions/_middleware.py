@@ -111,7 +111,9 @@ class MCPSessionMiddleware:
             transport=self._transport,
             mapped=mapped,
             sessions=sessions,
+            hides=config.hides_sessions,
         )
+
         retry_after = str(config.retry_after).encode()
         self._refuser = Refuser(retry_after)
         self._local = LocalAnswers(sessions, self._refuser, retry_after=retry_after, mapped=mapped)
@@ -242,7 +244,8 @@ class MCPSessionMiddleware:
         """The app's own answer if it refuses a request the middleware would answer itself (``_verdict.py``)."""
         if plan.era is Era.LEGACY and plan.calls[0].method == "initialize":
             return None  # it opens a 2025 transport session: no probe stands for it, so a refused one is not asked
-        return await ask_server(self.app, self._forwarder.scope_for(scope, plan), body_of(plan), body)
+        forwarder = self._forwarder
+        return await ask_server(self.app, forwarder.scope_for(scope, plan), body_of(plan), body, forwarder.hidden)
 
     async def _pass_through(self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]) -> None:
         """Forward a request that is not JSON-RPC untouched, with the session a JWT-shaped ``Mcp-Session-Id``

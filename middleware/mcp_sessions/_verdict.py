@@ -14,6 +14,9 @@ The probe carries no trace context (``traceparent``, ``tracestate`` and ``baggag
 none of the server's spans for it: traces show the request the middleware answered, not the question.
 
 A gateway asks the same way: the app it wraps is the proxy, so the question goes to the upstream server.
+Its upstream never sees a session (the gateway answers for sessions): the probe's params are then the
+request's ``_meta`` alone, without any wire's session member, so that no token, state or id in params
+(``sessions/delete``'s, ``session/resume``'s) reaches it.
 """
 
 from __future__ import annotations
@@ -78,14 +81,17 @@ _TOO_DEEP: Final = Rejection(
 )
 
 
-async def ask_server(app: ASGIApp, scope: Scope, message: object, body: bytes) -> Rejection | None:
+async def ask_server(
+    app: ASGIApp, scope: Scope, message: object, body: bytes, hidden: frozenset[str] | None = None
+) -> Rejection | None:
     """``None`` when ``app`` takes the request up to its dispatch, else its answer (see the module).
 
     ``message`` is the request's parsed body, one message or a batch (then the probe is a batch of one, in
     place of the first message), and ``body`` its bytes, whose encoding the probe keeps (a byte-order mark,
     UTF-16 or UTF-32 are the server's parser's to refuse). A body nested deeper than :data:`MAX_NESTING` is
     refused without asking (-32700, HTTP 400): no MCP message comes near it, and how deep a server's parser
-    reads depends on its stack.
+    reads depends on its stack. ``hidden`` (a gateway's): the ``_meta`` keys of the session wires; the probe's
+    params are then the request's ``_meta`` alone, without them.
     """
     if _nesting(message) > MAX_NESTING:
         return _TOO_DEEP
@@ -95,10 +101,8 @@ async def ask_server(app: ASGIApp, scope: Scope, message: object, body: bytes) -
     # middleware's to strip before forwarding), with the probe's method.
     probe: dict[str, object] = {"id": _PROBE_ID, **{k: v for k, v in first.items() if k in _MEMBERS}}
     probe["method"] = PROBE_METHOD
-    params = probe.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    if isinstance(params, dict) and isinstance(meta, dict) and not _TRACE_KEYS.isdisjoint(meta):
-        probe["params"] = {**params, "_meta": {k: v for k, v in meta.items() if k not in _TRACE_KEYS}}
+    if isinstance(params := probe.get("params"), dict):
+        probe["params"] = _probe_params(params, hidden)
     # ASCII: a lone surrogate the client sent reaches the server's parser as an escape of it
     text = json.dumps([probe] if isinstance(message, list) else probe, separators=(",", ":"))
     body = text.encode(json.detect_encoding(body))
@@ -114,6 +118,17 @@ async def ask_server(app: ASGIApp, scope: Scope, message: object, body: bytes) -
     with trace.use_span(_UNSAMPLED):
         await answer.read(app, {**scope, "headers": headers}, body)
     return answer.verdict()
+
+
+def _probe_params(params: dict[str, object], hidden: frozenset[str] | None) -> dict[str, object]:
+    """The request's params for the probe: without trace context in ``_meta``; with ``hidden``, ``_meta`` alone,
+    without those keys either."""
+    left_out = _TRACE_KEYS if hidden is None else _TRACE_KEYS | hidden
+    kept = dict(params) if hidden is None else {key: value for key, value in params.items() if key == "_meta"}
+    meta = kept.get("_meta")
+    if isinstance(meta, dict) and not left_out.isdisjoint(meta):
+        kept["_meta"] = {key: value for key, value in meta.items() if key not in left_out}
+    return kept
 
 
 def _nesting(message: object) -> int:

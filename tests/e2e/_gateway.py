@@ -104,6 +104,16 @@ def gateway_command(
     upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
 ) -> Iterator[str]:
     """``mcp-sessions gateway --upstream …`` as its own process: the gateway's MCP URL."""
+    with gateway_process(upstreams, *arguments, environ=environ) as gateway:
+        yield f"http://127.0.0.1:{gateway.port}/mcp"
+
+
+@contextlib.contextmanager
+def gateway_process(
+    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
+) -> Iterator[Process]:
+    """:func:`gateway_command`'s process itself, its port and its output (``--log-level`` in ``arguments``
+    overrides the default ``warning``)."""
     environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
@@ -112,7 +122,7 @@ def gateway_command(
 
     gateway = started("mcp-sessions gateway", command)
     try:
-        yield f"http://127.0.0.1:{gateway.port}/mcp"
+        yield gateway
     finally:
         gateway.stop()
 

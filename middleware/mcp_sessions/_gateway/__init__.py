@@ -1,7 +1,9 @@
 """The gateway: the session pipeline in front of a streaming reverse proxy to an MCP server anywhere.
 
-``gateway_app`` builds the ASGI app, ``mcp-sessions gateway`` serves it (``_cli``). The proxy (``_proxy``,
-``_relay``, ``_headers``) forwards every request to the upstream replica that holds its conversation
+``gateway_app`` builds the ASGI app, ``mcp-sessions gateway`` serves it (``_cli``). Its front door (``_front``)
+refuses what may not be forwarded (a target that is not a path, ambiguous framing) and decides whose forwarded
+headers count; the proxy (``_proxy``, ``_relay``, ``_headers``) forwards every request to the upstream replica
+that holds its conversation
 (``_replicas``); the upstream decides every answer the pipeline gives itself,
 as the middleware asks the app it wraps (``mcp_sessions._verdict``). httpx and
 uvicorn, which only the gateway needs, are imported when it is built. See ``docs/gateway.md``.

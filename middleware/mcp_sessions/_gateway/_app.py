@@ -11,8 +11,9 @@ from starlette.types import Scope
 from .._asgi import header
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
-from .._session import authenticated_user
+from .._session import RateLimit, authenticated_user
 from ..sources import HostConversationSource, SourceContext
+from ._front import GatewayFront, RoutedPaths, trusted_proxies
 from ._headers import HostCheck
 from ._proxy import UpstreamProxy
 from ._replicas import Replicas
@@ -37,15 +38,20 @@ def gateway_app(
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT,
     failure_cooldown: float = DEFAULT_FAILURE_COOLDOWN,
-) -> MCPSessionMiddleware:
+    forwarded_allow_ips: str | Collection[str] | None = None,
+) -> GatewayFront:
     """Sessions for an MCP server anywhere on the network: the ASGI app ``mcp-sessions gateway`` serves.
 
     ``upstreams`` are the URLs of the server's MCP endpoint, one per replica (all on the same path,
     which the gateway serves too; every other path is forwarded as well). ``config`` is the session
     configuration (default :meth:`SessionsConfig.from_env`, the ``MCP_SESSIONS_*`` variables); its
     ``principal`` hook, left at the default, becomes the digest of the ``Authorization`` credential
-    the upstream accepted. ``allowed_hosts`` and ``allowed_origins`` are the gateway's own
+    the upstream accepted, and its create limit counts per client address as well as per principal.
+    ``allowed_hosts`` and ``allowed_origins`` are the gateway's own
     DNS-rebinding allow-lists (default: localhost names; empty: no check), as the ``mcp`` SDK's.
+    ``forwarded_allow_ips`` are the proxies in front whose ``X-Forwarded-*`` and ``Forwarded`` headers
+    the gateway believes and passes on (uvicorn's option: IP addresses and networks, comma-separated in
+    a string, ``"*"`` for all; default: none, every client's own are dropped).
     ``keepalive`` is the idle time after which an event stream gets an SSE comment (``None``: never);
     ``connect_timeout`` and ``first_byte_timeout`` bound the connect and the wait for the response's
     headers; a replica that cannot be connected to is out of service for ``failure_cooldown`` seconds.
@@ -58,6 +64,7 @@ def gateway_app(
     ):
         if not value > 0:
             raise ValueError(f"{name} must be a positive number of seconds")
+    trusted = trusted_proxies(forwarded_allow_ips)
     config = SessionsConfig.from_env() if config is None else config
     replicas = Replicas(upstreams, keys=config.keys, cooldown=failure_cooldown)
     proxy = UpstreamProxy(
@@ -70,12 +77,15 @@ def gateway_app(
     )
     at_gateway = copy.copy(config)
     at_gateway.placement = False  # the proxy is the transport: no endpoint to look for inside it
+    at_gateway.hides_sessions = True  # the upstream never gets a session member: the gateway answers for them
     at_gateway.sources = (*config.sources, RoutedConversations)
     if config.principal is authenticated_user:  # nothing signs a user in in front of the proxy
         at_gateway.principal = credential_principal
-    if config.paths is None:
-        at_gateway.paths = frozenset({replicas.path})
-    return MCPSessionMiddleware(proxy, config=at_gateway)
+    if (limit := config.create_limit) is not None:  # a made-up credential is a principal the upstream may accept
+        at_gateway.create_limit = RateLimit(limit.count, limit.seconds, per_address=True)
+    at_gateway.paths = RoutedPaths((replicas.path,) if config.paths is None else config.paths)  # as upstreams route
+    sessions = MCPSessionMiddleware(proxy, config=at_gateway)
+    return GatewayFront(sessions, trusted=trusted)
 
 
 def credential_principal(scope: Scope) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import ipaddress
 import logging
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from ._app import (
     DEFAULT_KEEPALIVE,
     gateway_app,
 )
+from ._front import QueryDropped
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -51,6 +53,12 @@ def add_gateway_parser(commands: Any) -> None:  # argparse's subparsers action h
     )
     gateway.add_argument(
         "--allowed-origin", action="append", metavar="ORIGIN", help="an Origin the gateway serves, as --allowed-host"
+    )
+    gateway.add_argument(
+        "--forwarded-allow-ips",
+        metavar="IPS",
+        help="the proxies in front whose X-Forwarded-* and Forwarded headers count (comma-separated IP addresses "
+        "and networks, '*' for all), as uvicorn's option. Default: FORWARDED_ALLOW_IPS, else none",
     )
     for flag, default, text in (
         ("--keepalive", DEFAULT_KEEPALIVE, "an SSE comment on an event stream idle this long; 0: never"),
@@ -88,6 +96,9 @@ def run_gateway(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, 
             connect_timeout=args.connect_timeout,
             first_byte_timeout=args.first_byte_timeout,
             failure_cooldown=args.failure_cooldown,
+            forwarded_allow_ips=environ.get("FORWARDED_ALLOW_IPS")
+            if args.forwarded_allow_ips is None
+            else args.forwarded_allow_ips,
         )
     except ModuleNotFoundError as exc:
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
@@ -98,19 +109,30 @@ def run_gateway(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per forwarded request, its query string in it
     logger.info("mcp-sessions gateway: %s on http://%s:%d", ", ".join(args.upstream), args.host, args.port)
-    # The upstream's own Date and Server go to the client, as any proxy's do; the peer is the client the
-    # gateway adds to X-Forwarded-For (a proxy in front of it has added its own client already).
+    # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
+    # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
+    # parser the gateway's request checks are tested with, whatever else is installed.
     uvicorn.run(
         app,
         host=args.host,
         port=args.port,
         log_level=args.log_level,
+        log_config=_log_config(uvicorn.config.LOGGING_CONFIG),
         lifespan="on",
+        http="h11",
         server_header=False,
         date_header=False,
         proxy_headers=False,
     )
     return 0
+
+
+def _log_config(uvicorns: dict[str, Any]) -> dict[str, Any]:
+    """uvicorn's logging configuration, its access log without query strings (OAuth codes travel there)."""
+    config = copy.deepcopy(uvicorns)
+    config.setdefault("filters", {})["query_dropped"] = {"()": QueryDropped}
+    config["loggers"]["uvicorn.access"]["filters"] = ["query_dropped"]
+    return config
 
 
 def _listed(given: list[str] | None, variable: str | None) -> list[str] | None:

@@ -1,10 +1,14 @@
 """The headers a hop changes: what the upstream is sent, what the client gets back, and the gateway's own door.
 
 RFC 9110 §7.6.1: a proxy drops the hop-by-hop headers, and every header the ``Connection`` header names, and
-forwards every other header as it came (``Authorization``, ``Mcp-Session-Id``, ``MCP-Protocol-Version``,
-``Mcp-Method``, ``Mcp-Name``, ``Last-Event-ID``, ``traceparent``…). The upstream gets its own ``Host`` (the
-client's goes in ``X-Forwarded-Host``), the client's address is added to ``X-Forwarded-For``, and the
-conversation's stable id goes in W3C baggage as ``gen_ai.conversation.id``. The upstream never sees the
+forwards every other header as it came (``Authorization``, ``MCP-Protocol-Version``, ``Mcp-Method``,
+``Mcp-Name``, ``Last-Event-ID``, ``traceparent``…). ``Mcp-Session-Id`` reaches the upstream only as the id
+it issued itself (a transport session the gateway tagged): a session token, or any id the gateway did not
+give out, never does. The upstream gets its own ``Host``; the gateway sets ``X-Forwarded-For`` (the peer's
+address), ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` (the client's ``Host``), and the client's own
+``X-Forwarded-*``, ``Forwarded`` and ``X-Real-IP`` go on only from a proxy the operator trusts (the peer's
+address then ends its ``X-Forwarded-For``). The conversation's stable id goes in W3C baggage as
+``gen_ai.conversation.id``. The upstream never sees the
 client's ``Host``, so the gateway checks ``Host`` and ``Origin`` itself, with the allow-lists and the rule of
 the ``mcp`` SDK's DNS-rebinding protection. A ``Location`` on the upstream's own origin (a redirect the
 upstream built from the ``Host`` it got, ``/mcp`` to ``/mcp/`` say) comes back as a path on the gateway's,
@@ -31,6 +35,9 @@ HOP_BY_HOP: Final = frozenset(
 )
 # Written again for the upstream: its own Host, the body's length, 100-continue (httpx sends the body at once).
 _REWRITTEN: Final = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+# A client's own say in who it is and how it came: from a proxy the operator trusts alone.
+_FORWARDING: Final = frozenset({b"forwarded", b"x-real-ip"})
+_FORWARDING_PREFIX: Final = b"x-forwarded-"
 _CONVERSATION_MEMBER: Final = b"gen_ai.conversation.id"
 # A baggage value's octets (W3C baggage): anything else, and "%", percent-encoded.
 _BAGGAGE_SAFE: Final = "!#$&'()*+-./:<=>?@[]^_`{|}~"
@@ -53,16 +60,16 @@ def upstream_headers(
     transport_id: bytes | None,
     conversation: str | None,
     trace: Mapping[str, str],
+    trusted: bool = False,
 ) -> Headers:
     """The request's end-to-end headers for the upstream, with the changes the module's docstring lists.
 
-    ``transport_id`` replaces ``Mcp-Session-Id`` (the id the replica issued); ``trace`` replaces
-    the client's trace headers (the gateway's span, when one records).
+    ``client`` is the peer's address, ``trusted`` whether it is a proxy the operator trusts;
+    ``transport_id`` is the one ``Mcp-Session-Id`` the upstream gets (the id the replica issued);
+    ``trace`` replaces the client's trace headers (the gateway's span, when one records).
     """
     raw = list(raw)
-    dropped = _REWRITTEN | _listed(raw) | {name.encode() for name in trace}
-    if transport_id is not None:
-        dropped |= {MCP_SESSION_ID_HEADER}
+    dropped = _REWRITTEN | _listed(raw) | {name.encode() for name in trace} | {MCP_SESSION_ID_HEADER}
     headers: Headers = []
     baggage: list[bytes] = []
     forwarded_for: list[bytes] = []
@@ -70,7 +77,7 @@ def upstream_headers(
     for name, value in raw:
         if name == b"host":
             host = value
-        elif name in dropped:
+        elif name in dropped or (not trusted and (name in _FORWARDING or name.startswith(_FORWARDING_PREFIX))):
             continue
         elif name == b"baggage":
             baggage.append(value)

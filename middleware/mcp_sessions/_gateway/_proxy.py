@@ -26,6 +26,7 @@ from .._session import SCOPE_KEY, Session, current_conversation
 from .._verdict import Rejection
 from .._wire import jsonrpc
 from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from ._front import PEER, Peer, raw_path_of
 from ._headers import HostCheck, client_headers, upstream_headers
 from ._relay import relay, relay_events
 
@@ -56,7 +57,16 @@ Body = bytes | AsyncIterator[bytes]
 class UpstreamProxy:
     """The ASGI app the gateway's session pipeline forwards to: a streaming proxy to the upstream replicas."""
 
-    __slots__ = ("_client", "_first_byte", "_host_check", "_httpx", "_keepalive", "_replicas", "_retry_after")
+    __slots__ = (
+        "_client",
+        "_first_byte",
+        "_host_check",
+        "_httpx",
+        "_keepalive",
+        "_origins",
+        "_replicas",
+        "_retry_after",
+    )
 
     def __init__(
         self,
@@ -76,6 +86,8 @@ class UpstreamProxy:
             raise ImportError("the gateway needs httpx: pip install 'mcp-sessions[gateway]'") from exc
         self._httpx = httpx
         self._replicas = replicas
+        # Each replica's scheme, host and port, parsed once: a request's URL is one of them and its own path.
+        self._origins = {replica.origin: httpx.URL(replica.origin) for replica in replicas.all}
         self._host_check = host_check
         self._keepalive = keepalive
         self._first_byte = first_byte_timeout
@@ -125,23 +137,25 @@ class UpstreamProxy:
         candidates, transport_id = self._route(headers, conversation)
         if not candidates:
             return _LOST_SESSION
-        client = scope.get("client")
+        peer = _peer(scope)
         upstream = upstream_headers(
             headers,
-            client=None if client is None else str(client[0]),
+            client=peer.address,
+            trusted=peer.trusted,
             scheme=scope.get("scheme", "http"),
             transport_id=transport_id,
             conversation=conversation,
             trace=_trace_headers(),
         )
+        # A body still arriving goes framed as it came: its Content-Length (the front refused one beside a
+        # Transfer-Encoding), else chunked. A body read whole goes with its own length.
         if isinstance(content, AsyncIterator) and (length := header(headers, b"content-length")) is not None:
             upstream.append((b"content-length", length))
         target = _target(scope)
         status, reason = 503, "No upstream replica could be reached"
         for replica in candidates:
-            request = self._client.build_request(
-                scope["method"], replica.origin + target, headers=upstream, content=content
-            )
+            url = self._httpx.URL(self._origins[replica.origin], raw_path=target)
+            request = self._client.build_request(scope["method"], url, headers=upstream, content=content)
             replica.in_flight += 1
             try:
                 async with asyncio.timeout(self._first_byte):
@@ -196,11 +210,20 @@ def upstream_failed(status: int, message: str, retry_after: bytes, request_id: s
     return Rejection(status, headers, body, "upstream_unavailable", UPSTREAM_UNAVAILABLE, message)
 
 
-def _target(scope: Scope) -> str:
-    """The request's target as the client sent it: its raw path and query."""
-    target: str = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-    query = scope.get("query_string")
-    return f"{target}?{query.decode('latin-1')}" if query else target
+def _target(scope: Scope) -> bytes:
+    """The request's path and query as the client sent them (the front let only an origin-form target in)."""
+    query: bytes = scope.get("query_string", b"")
+    path = raw_path_of(scope)
+    return path + b"?" + query if query else path
+
+
+def _peer(scope: Scope) -> Peer:
+    """The connection's peer, as the front recorded it (a proxy called without the front: the client, untrusted)."""
+    peer: Peer | None = scope.get(PEER)
+    if peer is not None:
+        return peer
+    client = scope.get("client")
+    return Peer(None if client is None else str(client[0]), False)
 
 
 def _request_id(body: Body) -> str | int | None:
@@ -224,9 +247,10 @@ def _conversation(scope: Scope) -> str | None:
 
 
 def _trace_headers() -> dict[str, str]:
-    """The trace context of the gateway's span for the upstream, when one records; else the client's goes as it came."""
+    """The trace context of the gateway's span for the upstream, when one records; else the client's goes as it
+    came (a probe, under an unsampled parent that records nothing, has none: ``_verdict`` leaves the client's out)."""
     carrier: dict[str, str] = {}
-    if trace.get_current_span().get_span_context().is_valid:
+    if trace.get_current_span().is_recording():
         propagate.inject(carrier)
         carrier.pop("baggage", None)  # the client's baggage goes on, with the conversation's id in it
     return carrier

@@ -22,6 +22,7 @@ from .._wire import Refusal
 from .._wire.jsonrpc import hashable_id
 from .._wire.protocol import Era
 from ..handles import handle_context
+from ..profiles import SessionCarrier
 from ..stores import SessionStoreUnavailable
 from ._echo import Target, advertising_tables
 from ._listen import LISTEN, ListenStream
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from .._plan import Plan
     from .._session import SessionService
     from ..handles import HandleContext
-    from ..profiles import WireProfile
+    from ..profiles import Carrier, WireProfile
     from ..sources import TransportSource
     from ._transport import TransportSessions
 
@@ -47,7 +48,18 @@ if TYPE_CHECKING:
 class Forwarder:
     """The forward step of one middleware: what the app is called with, for a plan nothing refused."""
 
-    __slots__ = ("_advertising", "_bus", "_capability", "_mapped", "_per_request", "_sessions", "_strips", "_transport")
+    __slots__ = (
+        "_advertising",
+        "_bus",
+        "_capability",
+        "_every_wire",
+        "_mapped",
+        "_per_request",
+        "_sessions",
+        "_strips",
+        "_transport",
+        "hidden",
+    )
 
     def __init__(
         self,
@@ -58,11 +70,18 @@ class Forwarder:
         transport: TransportSource | None,
         mapped: TransportSessions | None,
         sessions: SessionService,
+        hides: bool = False,
     ) -> None:
+        """``strips``: a wire removes its session member before the app; ``hides`` (a gateway's): every wire's is
+        removed from every message, ``_meta`` included."""
         tables = advertising_tables(profiles)
         self._advertising, self._per_request = tables[Era.LEGACY], tables[Era.MODERN]
         self._capability = capability
-        self._strips = strips
+        self._every_wire: tuple[Carrier, ...] = tuple(p.carrier for p in profiles) if hides else ()
+        keys = (c.meta_key for c in self._every_wire if isinstance(c, SessionCarrier))
+        self.hidden = frozenset(keys) if hides else None
+        """The ``_meta`` keys a probe leaves out (``ask_server``): a gateway's, every wire's session member's."""
+        self._strips = strips or hides
         self._transport = transport
         self._mapped = mapped
         self._sessions = sessions
@@ -126,7 +145,7 @@ class Forwarder:
         pass through it.
         """
         if self._strips:
-            strip_session_members(plan, replay)
+            strip_session_members(plan, replay, self._every_wire)
         given, listen = send, None
         receive: Receive = replay
         if self._transport is not None and plan.era is Era.LEGACY and plan.calls[0].method == "initialize":

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from starlette.types import Scope
 
 from .._wire import jsonrpc
 from .._wire.protocol import MCP_SESSION_ID_HEADER
+from ..profiles import Carrier, SessionCarrier
 
 if TYPE_CHECKING:
     from .._asgi import Replay
@@ -33,14 +35,32 @@ def headers_of(scope: Scope) -> dict[bytes, bytes]:
     return headers
 
 
-def strip_session_members(plan: Plan, replay: Replay) -> None:
-    """Remove the session members JSON-RPC does not know (SEP-1364's top-level ``sessionId``) before the app."""
+def strip_session_members(plan: Plan, replay: Replay, every_wire: Sequence[Carrier] = ()) -> None:
+    """Remove the session members JSON-RPC does not know (SEP-1364's top-level ``sessionId``) before the app;
+    with ``every_wire`` (a gateway's), every wire's session member of every message, in ``_meta`` too."""
     stripped = False
     for call in plan.calls:
         if call.method is not None and call.profile.carrier.strip(call.message):
             stripped = True
+        if call.method is not None and every_wire:
+            stripped = _strip_every_wire(call.message, every_wire) or stripped
     if stripped:
         replay.rewrite(jsonrpc.dumps(body_of(plan)))
+
+
+def _strip_every_wire(message: dict[str, Any], carriers: Sequence[Carrier]) -> bool:
+    """Remove each carrier's session from ``message`` (a ``_meta`` key, or what its ``strip`` removes)."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    stripped = False
+    for carrier in carriers:
+        if isinstance(carrier, SessionCarrier):
+            if isinstance(meta, dict) and carrier.meta_key in meta:
+                del meta[carrier.meta_key]
+                stripped = True
+        elif carrier.strip(message):
+            stripped = True
+    return stripped
 
 
 def continue_trace(message: dict[str, object], replay: Replay, operation: Operation) -> None:

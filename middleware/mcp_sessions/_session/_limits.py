@@ -6,7 +6,10 @@ expires. ``create_limit=(count, seconds)`` (a :class:`RateLimit`) bounds both.
 What a caller can make the store keep without a token of its own (a host
 conversation's data, a handle) is bounded by a :class:`Quota`: so many live
 records at once. A caller is its authenticated principal, or its client
-address when there is none (:func:`caller_of`).
+address when there is none (:func:`caller_of`); a rate limit ``per_address``
+(the gateway's, whose principal is a credential only the upstream checks)
+counts the client address as well, so that made-up credentials do not
+multiply one address's budget.
 """
 
 from __future__ import annotations
@@ -24,18 +27,23 @@ MAX_TRACKED_RECORDS: Final = 1_000_000  # a quota's records remembered at once, 
 
 def caller_of(scope: Scope, principal: str | None) -> str:
     """Whom a limit counts: the principal (its digest) when there is one, else the client address."""
-    if principal is not None:
-        return principal
+    return principal if principal is not None else _address(scope)
+
+
+def _address(scope: Scope) -> str:
     client = scope.get("client")
     return f"address:{client[0] if client else ''}"
 
 
 class RateLimit:
-    """A token bucket per caller: ``count`` operations, refilled over ``seconds``."""
+    """A token bucket per caller: ``count`` operations, refilled over ``seconds``.
 
-    __slots__ = ("_buckets", "_rate", "count", "seconds")
+    ``per_address``: :meth:`take_for` spends from the client address's bucket too, and only when both have one.
+    """
 
-    def __init__(self, count: int, seconds: float) -> None:
+    __slots__ = ("_buckets", "_rate", "count", "per_address", "seconds")
+
+    def __init__(self, count: int, seconds: float, *, per_address: bool = False) -> None:
         if type(count) is not int or count < 1:
             raise ValueError("the create limit's count must be a whole number, 1 or more")
         if not 0 < seconds <= 86_400:
@@ -43,18 +51,25 @@ class RateLimit:
         self.count = count
         self.seconds = float(seconds)
         self._rate = count / self.seconds
+        self.per_address = per_address
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
-    def take(self, caller: str) -> float:
-        """Spend one operation of ``caller``'s; 0 if allowed, else the seconds until one is free."""
+    def take_for(self, scope: Scope, principal: str | None) -> float:
+        """:meth:`take` for the request's caller (:func:`caller_of`) and, ``per_address``, its client address."""
+        caller = caller_of(scope, principal)
+        return self.take(caller, _address(scope)) if self.per_address else self.take(caller)
+
+    def take(self, *callers: str) -> float:
+        """Spend one operation of each caller's, if each has one; 0 if so, else the seconds until each has one."""
         now = time.monotonic()
-        tokens = self._refilled(caller, now)
-        allowed = tokens >= 1
-        self._buckets[caller] = (tokens - 1 if allowed else tokens, now)
-        self._buckets.move_to_end(caller)
-        if len(self._buckets) > MAX_TRACKED:
+        tokens = {caller: self._refilled(caller, now) for caller in callers}
+        allowed = all(left >= 1 for left in tokens.values())
+        for caller, left in tokens.items():
+            self._buckets[caller] = (left - 1 if allowed else left, now)
+            self._buckets.move_to_end(caller)
+        while len(self._buckets) > MAX_TRACKED:
             self._buckets.popitem(last=False)
-        return 0.0 if allowed else (1 - tokens) / self._rate
+        return 0.0 if allowed else max((1 - left) / self._rate for left in tokens.values() if left < 1)
 
     def wait(self, caller: str) -> float:
         """What :meth:`take` would answer, spending nothing: 0 if ``caller`` has an operation left."""

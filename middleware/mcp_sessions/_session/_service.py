@@ -20,7 +20,7 @@ from .._tokens import InvalidToken, KeySet, SessionClaims
 from .._wire import Refusal, store_unavailable
 from .._wire.protocol import TOO_MANY_SESSIONS
 from ..stores import SessionStatus, SessionStore, SessionStoreUnavailable
-from ._limits import RateLimit, caller_of
+from ._limits import RateLimit
 from ._principal import (
     ENDPOINT_CLAIM,
     PRINCIPAL_CLAIM,
@@ -243,8 +243,9 @@ class SessionService:
         return ended
 
     def _limited(self, scope: Scope, principal: str | None) -> None:
-        """Refuse (429) a caller over the create limit: by principal, else by client address."""
-        if self.limit is not None and (wait := self.limit.take(caller_of(scope, principal))) > 0:
+        """Refuse (429) a caller over the create limit: by principal, else by client address (and by both,
+        where the limit counts ``per_address``)."""
+        if self.limit is not None and (wait := self.limit.take_for(scope, principal)) > 0:
             raise Refusal(
                 TOO_MANY_SESSIONS,
                 "Too many sessions created or deleted, retry later",

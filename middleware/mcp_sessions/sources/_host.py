@@ -191,7 +191,7 @@ class HostConversationSource:
                     f"this caller already has {quota.count} conversations with data, its maximum; "
                     f"retry in {math.ceil(wait)} s"
                 )
-            if sessions.limit is not None and (wait := sessions.limit.take(caller)) > 0:
+            if sessions.limit is not None and (wait := sessions.limit.take_for(scope, principal)) > 0:
                 return None, (
                     "this caller started new conversations faster than the create limit allows; "
                     f"retry in {math.ceil(wait)} s"

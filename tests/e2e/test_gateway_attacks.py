@@ -1,0 +1,480 @@
+"""Attacks on the gateway's request side (issue 50), through a real ``mcp-sessions gateway`` process.
+
+The upstream is an ``MCPServer`` wrapped in a :class:`Recorder` that keeps every request it received: its
+method, target, headers and body. What the upstream saw is the proof: no token the gateway minted, no
+request the gateway should have refused, no header the client forged. Malformed request lines and framing
+that httpx would refuse to send go over raw sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from starlette.types import Message, Receive, Scope, Send
+
+from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
+from conftest import serve
+from e2e._gateway import (
+    JSON_SSE,
+    SECRET,
+    Process,
+    everything_server,
+    gateway_process,
+    legacy_initialize,
+    messages_of,
+    result_of,
+    upstream_server,
+)
+from mcp_sessions import SessionsConfig
+
+SESSION_META = "io.modelcontextprotocol/session"
+STRAWMAN_META = "mcp/session"
+FAKE_PARENT = "00000000000000000000000000000001"
+CLIENT_PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@dataclass
+class Seen:
+    """One request as the upstream received it."""
+
+    method: str
+    target: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        return next((v.decode("latin-1") for k, v in self.headers if k == name.encode()), None)
+
+    def methods(self) -> list[str]:
+        """The JSON-RPC methods of the body, if it is JSON-RPC."""
+        try:
+            parsed = json.loads(self.body)
+        except ValueError:
+            return []
+        messages = parsed if isinstance(parsed, list) else [parsed]
+        return [m["method"] for m in messages if isinstance(m, dict) and isinstance(m.get("method"), str)]
+
+    def blob(self) -> bytes:
+        """Everything the upstream got of this request, in one piece to search."""
+        return b"\n".join([self.target, *(name + b": " + value for name, value in self.headers), self.body])
+
+
+class Recorder:
+    """An upstream that keeps every request it gets, read whole, then lets ``app`` answer it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.seen: list[Seen] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False) and message["type"] == "http.request"
+        query = scope.get("query_string", b"")
+        target = scope.get("raw_path", b"") + (b"?" + query if query else b"")
+        self.seen.append(Seen(scope["method"], target, list(scope["headers"]), body))
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    def since(self, count: int) -> list[Seen]:
+        return self.seen[count:]
+
+
+@pytest.fixture(scope="module")
+def recorder() -> Recorder:
+    server = upstream_server("recorded")
+    return Recorder(server.streamable_http_app(stateless_http=True, json_response=True))
+
+
+@pytest.fixture(scope="module")
+def upstream(recorder: Recorder) -> Iterator[str]:
+    with serve(recorder) as url:
+        yield url + "/mcp"
+
+
+@pytest.fixture(scope="module")
+def sink() -> Iterator[tuple[Recorder, int]]:
+    """Another server on the loopback, where a forged target would send the gateway: what reached it, its port."""
+
+    async def admin(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            return await send({"type": "lifespan.shutdown.complete"})
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
+        await send({"type": "http.response.body", "body": b"admin"})
+
+    recorded = Recorder(admin)
+    with serve(recorded) as url:
+        yield recorded, httpx.URL(url).port or 0
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: str) -> Iterator[Process]:
+    """The gateway as deployed: every session wire on, its access log on, no proxy trusted."""
+    environ = {"MCP_SESSIONS_PROFILES": "draft,strawman,sep1364-alt1"}
+    with gateway_process([upstream], "--log-level", "info", environ=environ) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def trusting(upstream: str) -> Iterator[Process]:
+    """A gateway that trusts the loopback as its proxy (``--forwarded-allow-ips``)."""
+    with gateway_process([upstream], "--forwarded-allow-ips", "127.0.0.1") as process:
+        yield process
+
+
+def url_of(process: Process, path: str = "/mcp") -> str:
+    return f"http://127.0.0.1:{process.port}{path}"
+
+
+def exchange(port: int, head: str, body: bytes = b"") -> tuple[int, bytes]:
+    """A raw HTTP/1.1 exchange: ``head`` (its lines, without the blank line), then ``body``; the status and
+    everything that came back before the server closed the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(head.replace("\n", "\r\n").encode("latin-1") + b"\r\n\r\n" + body)
+        received = b""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    return int(received.split(b" ", 2)[1]), received
+
+
+def post(http: httpx.Client, url: str, era: str, body: Any, **headers: str) -> httpx.Response:
+    sent = modern_headers(body) if era == MODERN else {**JSON_SSE, "MCP-Protocol-Version": LEGACY}
+    return http.post(url, json=body, headers={**sent, **headers})
+
+
+def request(era: str, method: str, params: dict[str, Any] | None = None, *, id: Any = 1, **meta: Any) -> Any:
+    build = modern_request if era == MODERN else legacy_request
+    return build(method, params, id=id, meta=meta or None)
+
+
+def create(http: httpx.Client, url: str, era: str, **headers: str) -> httpx.Response:
+    return post(http, url, era, request(era, "sessions/create"), **headers)
+
+
+def token_of(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
+    return token
+
+
+def seen_call(era: str, id: int = 2, meta: dict[str, Any] | None = None) -> Any:
+    return request(era, "tools/call", {"name": "seen", "arguments": {}}, id=id, **(meta or {}))
+
+
+# -- 1. request targets ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_line", "status"),
+    [
+        ("GET @127.0.0.1:{sink}/admin", 400),  # the upstream's address as userinfo: an SSRF
+        ("GET @127.0.0.1:{sink}/mcp", 400),
+        ("POST http://127.0.0.1:{sink}/mcp", 400),  # the absolute form
+        ("GET http://127.0.0.1:{sink}/admin", 400),
+        ("CONNECT 127.0.0.1:{sink}", 400),  # the authority form
+        ("GET *", 400),
+        ("POST *", 400),
+        ("OPTIONS *", 200),  # the answer a server gives it
+        ("OPTIONS *?x=1", 400),
+        ("GET 0/x", 400),
+        ("GET :{sink}/x", 400),
+        ("GET mcp", 400),
+        ("GET /mcp#fragment", 400),
+        ("GET /mcp?a=\x01", 400),
+    ],
+)
+def test_only_origin_form_targets_are_forwarded(
+    gateway: Process, recorder: Recorder, sink: tuple[Recorder, int], request_line: str, status: int
+) -> None:
+    reached, sink_port = sink
+    before, sunk = len(recorder.seen), len(reached.seen)
+    line = request_line.format(sink=sink_port)
+    got, answer = exchange(gateway.port, f"{line} HTTP/1.1\nHost: 127.0.0.1:{gateway.port}\nConnection: close")
+    assert got == status, answer
+    assert recorder.since(before) == [] and reached.since(sunk) == []  # nothing was forwarded anywhere
+
+
+def test_the_upstream_url_is_the_configured_origin_and_the_clients_path(gateway: Process, recorder: Recorder) -> None:
+    before = len(recorder.seen)
+    got, answer = exchange(
+        gateway.port, f"GET /a/b%20c;p=1/?q=%2e%2e/x&r=@h:1 HTTP/1.1\nHost: 127.0.0.1:{gateway.port}\nConnection: close"
+    )
+    assert got == 404, answer  # the upstream's own answer
+    [seen] = recorder.since(before)
+    assert seen.target == b"/a/b%20c;p=1/?q=%2e%2e/x&r=@h:1"
+
+
+# -- 2. paths two parsers read apart ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "forwarded"),
+    [
+        ("/x/../mcp", False),
+        ("/./mcp", False),
+        ("/x/%2e%2e/mcp", False),
+        ("/x/.%2E/mcp", False),
+        ("/x/%2E/../mcp", False),
+        ("/mcp/.", False),
+        ("//mcp", False),
+        ("/x//../mcp", False),
+        ("/x\\..\\mcp", False),
+        ("/x%2f..%2fmcp", False),
+        ("/x%5c..%5cmcp", False),
+        ("/mcp%00", False),
+        ("/m%zzcp", False),
+        ("/mcp", True),  # the endpoint: the session pipeline refuses the forged session itself
+        ("/MCP", True),  # what a lenient upstream routes to its endpoint: the pipeline judges it too
+        ("/mcp/", True),
+        ("/Mcp;jsessionid=1", True),
+    ],
+)
+def test_a_forged_session_never_reaches_a_tool_by_another_spelling_of_the_path(
+    gateway: Process, recorder: Recorder, path: str, forwarded: bool
+) -> None:
+    """The session pipeline judges every request the upstream could take for its endpoint's; a path that two
+    parsers could read as two paths is refused before either reads it."""
+    before = len(recorder.seen)
+    body = json.dumps(seen_call(MODERN, meta={SESSION_META: {"sessionId": "a.forged.token"}}))
+    head = "\n".join(
+        [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{gateway.port}", "Connection: close"]
+        + [f"{name}: {value}" for name, value in modern_headers(json.loads(body)).items()]
+        + [f"Content-Length: {len(body)}"]
+    )
+    status, answer = exchange(gateway.port, head, body.encode())
+    saw = recorder.since(before)
+    assert all("tools/call" not in seen.methods() for seen in saw), answer  # the tool never ran
+    if not forwarded:
+        assert (status, saw) == (400, []), answer
+    else:
+        assert [seen.methods() for seen in saw] == [["mcp-sessions/probe"]]  # asked first, then judged
+        assert status != 500 and b'"content"' not in answer
+
+
+def test_a_lenient_upstream_gets_no_request_the_pipeline_did_not_judge(http: httpx.Client) -> None:
+    """server-everything's Express serves its endpoint in any case and with a trailing slash: a forged session
+    there gets the gateway's -32043, as at the endpoint's own path, and the tool never runs."""
+    with everything_server() as upstream, gateway_process([upstream]) as gateway:
+        for path in ("/mcp", "/MCP", "/mcp/"):
+            url = url_of(gateway, path)
+            later = legacy_initialize(http, url)
+            forged = {SESSION_META: {"sessionId": "a.forged.token"}}
+            body = legacy_request("tools/call", {"name": "echo", "arguments": {"message": "ran"}}, id=5, meta=forged)
+            answer = messages_of(http.post(url, json=body, headers=later))
+            assert answer[0]["error"]["code"] == -32043, (path, answer)
+
+
+# -- 3. framing -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("framing", "body"),
+    [
+        ("Content-Length: 5\nTransfer-Encoding: chunked", b"2a\r\n" + b"x" * 42 + b"\r\n0\r\n\r\n"),
+        ("Transfer-Encoding: chunked\nContent-Length: 5", b"5\r\nhello\r\n0\r\n\r\n"),
+        ("Content-Length: 5\nContent-Length: 6", b"hello!"),
+        ("Content-Length: 5, 6", b"hello!"),
+        ("Content-Length: +5", b"hello"),
+        ("Transfer-Encoding: gzip, chunked", b"0\r\n\r\n"),
+        ("Transfer-Encoding: chunked\nTransfer-Encoding: chunked", b"0\r\n\r\n"),
+        ("Host: evil.example\nContent-Length: 5", b"hello"),  # a second Host
+    ],
+)
+def test_ambiguous_framing_is_refused_before_anything_is_forwarded(
+    gateway: Process, recorder: Recorder, framing: str, body: bytes
+) -> None:
+    before = len(recorder.seen)
+    for path in ("/mcp", "/upload"):  # the session pipeline's path, and one streamed through
+        head = f"POST {path} HTTP/1.1\nHost: 127.0.0.1:{gateway.port}\nContent-Type: application/json\n{framing}"
+        status, answer = exchange(gateway.port, head + "\nConnection: close", body)
+        assert status in (400, 501), answer  # 501: h11's own answer to a coding it does not know
+    assert recorder.since(before) == []
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_body_reaches_the_upstream_framed_as_it_was_sent(gateway: Process, recorder: Recorder, chunked: bool) -> None:
+    payload = b'{"upload": "' + b"y" * 3000 + b'"}'
+    framed = b"%x\r\n%s\r\n0\r\n\r\n" % (len(payload), payload) if chunked else payload
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(payload)}"
+    before = len(recorder.seen)
+    head = f"POST /upload HTTP/1.1\nHost: 127.0.0.1:{gateway.port}\nContent-Type: text/plain\n{framing}"
+    status, _ = exchange(gateway.port, head + "\nConnection: close", framed)
+    [seen] = recorder.since(before)
+    assert status == 404 and seen.body == payload  # the body the client sent, whole, and nothing after it
+    length, coding = seen.header("content-length"), seen.header("transfer-encoding")
+    assert (length, coding) in ((str(len(payload)), None), (None, "chunked"))
+
+
+# -- 5. forwarded headers --------------------------------------------------------------------
+
+FORGED = {
+    "X-Forwarded-For": "203.0.113.7",
+    "X-Forwarded-Proto": "https",
+    "X-Forwarded-Host": "attacker.example",
+    "X-Forwarded-Prefix": "/evil",
+    "Forwarded": "for=203.0.113.7;host=attacker.example;proto=https",
+    "X-Real-IP": "203.0.113.7",
+}
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_forwarded_headers_reach_the_upstream_only_from_a_trusted_proxy(
+    recorder: Recorder, http: httpx.Client, request: pytest.FixtureRequest, trusted: bool
+) -> None:
+    process: Process = request.getfixturevalue("trusting" if trusted else "gateway")
+    before = len(recorder.seen)
+    http.get(url_of(process, "/health"), headers=FORGED)
+    [seen] = recorder.since(before)
+    got = {name: seen.header(name.lower()) for name in FORGED}
+    if trusted:  # what the proxy in front said, its own address last in X-Forwarded-For
+        assert got == {**FORGED, "X-Forwarded-For": "203.0.113.7, 127.0.0.1"}
+    else:  # the gateway's own: the peer, the scheme and the Host it was connected on
+        assert got == {
+            "X-Forwarded-For": "127.0.0.1",
+            "X-Forwarded-Proto": "http",
+            "X-Forwarded-Host": f"127.0.0.1:{process.port}",
+            "X-Forwarded-Prefix": None,
+            "Forwarded": None,
+            "X-Real-IP": None,
+        }
+
+
+# -- 9. the access log -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["/oauth/callback?code=SECRET-CODE-9f2&state=s", "/messages/?session_id=SECRET-SSE"])
+def test_the_access_log_has_no_query_string(gateway: Process, http: httpx.Client, target: str) -> None:
+    http.get(url_of(gateway, target))
+    path = target.partition("?")[0]
+    deadline = time.monotonic() + 5
+    while f'"GET {path} HTTP/1.1" 404' not in gateway.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    output = gateway.output()
+    assert f'"GET {path} HTTP/1.1" 404' in output  # the line is there, without its query
+    assert "SECRET" not in output
+
+
+# -- 10. the create limit --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("varies", "trusted", "created"),
+    [
+        ("credential", False, 3),  # made-up credentials: one address, one budget
+        ("forwarded-for", False, 3),  # a forged X-Forwarded-For names no other client
+        ("forwarded-for", True, 8),  # a trusted proxy's clients are told apart by the address it forwards
+        ("credential", True, 3),
+    ],
+)
+def test_made_up_credentials_do_not_multiply_one_addresses_create_budget(
+    upstream: str, http: httpx.Client, varies: str, trusted: bool, created: int
+) -> None:
+    arguments = ("--forwarded-allow-ips", "127.0.0.1") if trusted else ()
+    with gateway_process([upstream], *arguments, environ={"MCP_SESSIONS_CREATE_LIMIT": "3/600"}) as process:
+        statuses = []
+        for number in range(8):
+            varied = {"Authorization": f"Bearer made-up-{number}"} if varies == "credential" else {}
+            if varies == "forwarded-for":
+                varied["X-Forwarded-For"] = f"198.51.100.{number}"
+            statuses.append(create(http, url_of(process), MODERN, **varied).status_code)
+    assert statuses.count(200) == created and statuses.count(429) == 8 - created, statuses
+
+
+# -- 12. no secret of the gateway's reaches the upstream ---------------------------------------
+
+
+def _strawman_session(http: httpx.Client, url: str, era: str, **headers: str) -> str:
+    response = post(http, url, era, request(era, "session/create", id=7), **headers)
+    assert response.status_code == 200, response.text
+    cookie: str = result_of(response, 7)["result"]["id"]
+    return cookie
+
+
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+def test_no_token_the_gateway_minted_reaches_the_upstream(
+    gateway: Process, recorder: Recorder, http: httpx.Client, era: str
+) -> None:
+    """Every way a client sends the gateway's tokens back (``_meta`` of each wire, the session methods' params,
+    ``Mcp-Session-Id``), forwarded or probed: the upstream gets none of their bytes, only the stable id."""
+    url, before = url_of(gateway), len(recorder.seen)
+    token = token_of(create(http, url, era))
+    sid = jwt_claims(token)["sid"]
+    state = SessionsConfig(secret=SECRET).keys.sign_state(sid, {"step": 1})
+    session = {"sessionId": token, "state": state}
+    header = {"Mcp-Session-Id": token} if era == MODERN else {}
+    called = post(http, url, era, seen_call(era, meta={SESSION_META: session}), **header)
+    assert result_of(called, 2)["result"]["_meta"][SESSION_META]["sessionId"] == token
+    cookie = _strawman_session(http, url, era)
+    secrets = [token, state, cookie]
+    post(http, url, era, seen_call(era, id=3, meta={STRAWMAN_META: {"id": cookie}}))
+    resumed = post(http, url, era, request(era, "session/resume", {"id": cookie}, id=8))  # its params: the probe's
+    assert result_of(resumed, 8)["result"]["id"] == cookie
+    if era == MODERN:  # SEP-1364: a top-level sessionId, and session/delete's params
+        opened = post(http, url, era, {**request(era, "session/create", {"capabilities": {}}, id=9), "sessionId": None})
+        alternative = result_of(opened, 9)["result"]["sessionId"]
+        secrets.append(alternative)
+        post(http, url, era, {**seen_call(era, id=10), "sessionId": alternative}, **{"Mcp-Session-Id": alternative})
+        post(http, url, era, request(era, "session/delete", {"sessionId": alternative}, id=11))
+    for method in ("GET", "DELETE"):  # ordinary requests with the header: passed through, without it
+        headers = {**JSON_SSE, "MCP-Protocol-Version": era, "Mcp-Session-Id": token}
+        with http.stream(method, url, headers=headers) as response:  # a GET may open an event stream: left at once
+            assert response.status_code != 500
+    deleted = post(http, url, era, request(era, "sessions/delete", id=12, **{SESSION_META: session}))
+    assert deleted.status_code == 200, deleted.text
+    gone = post(http, url, era, seen_call(era, id=13, meta={SESSION_META: session}), **header)  # -32043, probed first
+    assert messages_of(gone)[0]["error"]["code"] == -32043
+    saw = recorder.since(before)
+    methods = [method for seen in saw for method in seen.methods()]
+    assert methods.count("tools/call") >= 2 and methods.count("mcp-sessions/probe") >= 4  # what the proof covers
+    assert {seen.method for seen in saw} >= {"GET", "DELETE", "POST"}
+    for secret in secrets:
+        assert not [seen.blob() for seen in saw if secret.encode() in seen.blob()]
+    assert any(seen.header("baggage") == f"gen_ai.conversation.id={sid}" for seen in saw)  # the stable id goes
+
+
+# -- 13. the probe's trace context -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("client_trace", [None, CLIENT_PARENT])
+def test_a_probe_carries_no_trace_context_and_a_request_the_clients_own(
+    gateway: Process, recorder: Recorder, http: httpx.Client, client_trace: str | None
+) -> None:
+    url, before = url_of(gateway), len(recorder.seen)
+    traced = {} if client_trace is None else {"traceparent": client_trace}
+    token = token_of(create(http, url, MODERN, **traced))  # answered by the gateway, after a probe
+    post(http, url, MODERN, seen_call(MODERN, meta={SESSION_META: {"sessionId": token}}), **traced)  # forwarded
+    probe, call = recorder.since(before)
+    assert probe.methods() == ["mcp-sessions/probe"] and call.methods() == ["tools/call"]
+    assert probe.header("traceparent") is None and probe.header("tracestate") is None
+    if client_trace is not None:  # the client's trace: as it came (the gateway records no span here), or continued
+        assert (call.header("traceparent") or "").split("-")[1] == client_trace.split("-")[1]
+    assert all(FAKE_PARENT.encode() not in seen.blob() for seen in (probe, call))
