@@ -10,8 +10,9 @@ answer. Any other answer (a 421 for a host it does not serve, a 406, a 400 for a
 not speak, a 404 for a transport session it lost) is the client's answer, as the server sent it.
 
 The probe carries no trace context (``traceparent``, ``tracestate`` and ``baggage`` are left out of its
-``_meta``) and runs under an unsampled parent, so a parent-based sampler (OpenTelemetry's default) records
-none of the server's spans for it: traces show the request the middleware answered, not the question.
+``_meta``) and runs under an unsampled parent with instrumentation suppressed, so a parent-based sampler
+(OpenTelemetry's default) records none of the server's spans for it, and no instrumented HTTP client sends a
+trace context on with it: traces show the request the middleware answered, not the question.
 
 A gateway asks the same way: the app it wraps is the proxy, so the question goes to the upstream server.
 Its upstream never sees a session (the gateway answers for sessions): the probe's params are then the
@@ -27,7 +28,8 @@ from typing import Final
 
 import anyio
 import anyio.lowlevel
-from opentelemetry import trace
+from opentelemetry import context, trace
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from starlette.types import ASGIApp, Message, Scope, Send
 
 from ._asgi import header
@@ -40,9 +42,17 @@ _MAX_ANSWER: Final = 256 * 1024
 _MEMBERS: Final = frozenset({"jsonrpc", "id", "params"})
 _TRACE_KEYS: Final = frozenset({"traceparent", "tracestate", "baggage"})
 _LEFT_OUT: Final = frozenset({b"mcp-name", b"content-length", *(key.encode() for key in _TRACE_KEYS)})
-# A valid parent that is not sampled: under it, a parent-based sampler records nothing.
-_UNSAMPLED: Final = trace.NonRecordingSpan(
-    trace.SpanContext(trace_id=1, span_id=1, is_remote=False, trace_flags=trace.TraceFlags(0))
+# A valid parent that is not sampled: under it, a parent-based sampler records nothing. Instrumentations
+# (httpx's, in a gateway) are suppressed as well, by the key OpenTelemetry's own exporters set around their
+# requests: none makes a span of the probe, nor sends this made-up parent on as a traceparent.
+_PROBE_CONTEXT: Final = context.set_value(
+    _SUPPRESS_INSTRUMENTATION_KEY,
+    True,
+    trace.set_span_in_context(
+        trace.NonRecordingSpan(
+            trace.SpanContext(trace_id=1, span_id=1, is_remote=False, trace_flags=trace.TraceFlags(0))
+        )
+    ),
 )
 
 
@@ -115,8 +125,11 @@ async def ask_server(
     ]
     headers.append((b"content-length", str(len(body)).encode()))
     answer = _Answer(probe["id"])
-    with trace.use_span(_UNSAMPLED):
+    attached = context.attach(_PROBE_CONTEXT)
+    try:
         await answer.read(app, {**scope, "headers": headers}, body)
+    finally:
+        context.detach(attached)
     return answer.verdict()
 
 

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -212,3 +213,63 @@ def legacy_initialize(http: httpx.Client, url: str, headers: Mapping[str, str] |
     initialized = http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=later)
     assert initialized.status_code == 202, initialized.text
     return later
+
+
+@dataclass
+class Seen:
+    """One request as the upstream received it."""
+
+    method: str
+    target: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        return next((v.decode("latin-1") for k, v in self.headers if k == name.encode()), None)
+
+    def methods(self) -> list[str]:
+        """The JSON-RPC methods of the body, if it is JSON-RPC."""
+        try:
+            parsed = json.loads(self.body)
+        except ValueError:
+            return []
+        messages = parsed if isinstance(parsed, list) else [parsed]
+        return [m["method"] for m in messages if isinstance(m, dict) and isinstance(m.get("method"), str)]
+
+    def blob(self) -> bytes:
+        """Everything the upstream got of this request, in one piece to search."""
+        return b"\n".join([self.target, *(name + b": " + value for name, value in self.headers), self.body])
+
+
+class Recorder:
+    """An upstream that keeps every request it gets, read whole, then lets ``app`` answer it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.seen: list[Seen] = []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False) and message["type"] == "http.request"
+        query = scope.get("query_string", b"")
+        target = scope.get("raw_path", b"") + (b"?" + query if query else b"")
+        self.seen.append(Seen(scope["method"], target, list(scope["headers"]), body))
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    def since(self, count: int) -> list[Seen]:
+        return self.seen[count:]

@@ -25,7 +25,7 @@ import pytest
 from _mcp import jwt_claims, modern_headers, modern_request
 from _otlp import KIND_CLIENT, KIND_SERVER, Exported, Receiver
 from conftest import serve
-from e2e._gateway import MAIN, SECRET, legacy_initialize, result_of, started, upstream_server
+from e2e._gateway import MAIN, SECRET, Recorder, legacy_initialize, result_of, started, upstream_server
 
 SERVICE = "gateway-under-test"
 SESSION_META = "io.modelcontextprotocol/session"
@@ -100,9 +100,10 @@ def secrets_in(spans: list[Exported], secrets: list[str]) -> list[tuple[str, str
 @pytest.mark.parametrize("disabled", ["", "httpx"], ids=["httpx-instrumented", "httpx-instrumentation-disabled"])
 def test_opentelemetry_instrument_exports_the_gateways_spans(http: httpx.Client, disabled: str) -> None:
     receiver = Receiver()
+    recorder = Recorder(upstream_server("upstream").streamable_http_app())
     with (
         serve(receiver.app) as collector,
-        serve(upstream_server("upstream").streamable_http_app()) as upstream,
+        serve(recorder) as upstream,
         instrumented_gateway(upstream + "/mcp", collector, disabled) as gateway,
     ):
         url = f"http://127.0.0.1:{gateway.port}/mcp"
@@ -141,3 +142,6 @@ def test_opentelemetry_instrument_exports_the_gateways_spans(http: httpx.Client,
         assert sorted(parents[span.parent_id] for span in others) == FORWARDED
     secrets = [token, *transport.split("~"), transport] + ([state] if state else [])
     assert secrets_in(spans, secrets) == []
+    # The probe before sessions/create reaches the upstream with no trace context, instrumented or not.
+    [probe] = [seen for seen in recorder.seen if seen.methods() == ["mcp-sessions/probe"]]
+    assert probe.header("traceparent") is None and probe.header("tracestate") is None
