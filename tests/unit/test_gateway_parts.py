@@ -191,11 +191,30 @@ def test_the_response_loses_its_hop_by_hop_headers_and_its_transport_session_get
         (b"http://10.0.0.1:3001.example/", b"http://10.0.0.1:3001.example/"),
         (b"https://login.example/authorize", b"https://login.example/authorize"),  # elsewhere: as it came
         (b"/mcp/", b"/mcp/"),
+        # A path a browser reads as another host stays the upstream's absolute URL (tabs are removed first).
+        (b"http://10.0.0.1:3001//evil.example/x", b"http://10.0.0.1:3001//evil.example/x"),
+        (b"http://10.0.0.1:3001/\\evil.example/x", b"http://10.0.0.1:3001/\\evil.example/x"),
+        (b"http://10.0.0.1:3001/\t/evil.example/x", b"http://10.0.0.1:3001/\t/evil.example/x"),
+        (b"http://10.0.0.1:3001/%2F%2Fevil.example/x", b"/%2F%2Fevil.example/x"),  # a path: browsers decode none
+        (b"http://user@10.0.0.1:3001/x", b"http://user@10.0.0.1:3001/x"),  # credentials: not the origin's URL
+        (b"http://10.0.0.1:99999/x", b"http://10.0.0.1:99999/x"),  # a port that is no port
     ],
 )
-def test_a_location_on_the_upstreams_origin_becomes_a_path_on_the_gateways(location: bytes, sent: bytes) -> None:
-    raw = [(b"Location", location), (b"Content-Length", b"0")]
-    assert client_headers(raw, tagged, "http://10.0.0.1:3001") == [(b"location", sent), (b"content-length", b"0")]
+@pytest.mark.parametrize("name", [b"Location", b"Content-Location"])
+def test_a_location_on_the_upstreams_origin_becomes_a_path_on_the_gateways(
+    name: bytes, location: bytes, sent: bytes
+) -> None:
+    raw = [(name, location), (b"Content-Length", b"0")]
+    assert client_headers(raw, tagged, "http://10.0.0.1:3001") == [
+        (name.lower(), sent),
+        (b"content-length", b"0"),
+    ]
+
+
+def test_a_default_port_is_the_schemes() -> None:
+    assert client_headers([(b"location", b"https://up.example:443/a")], tagged, "https://up.example") == [
+        (b"location", b"/a")
+    ]
 
 
 @pytest.mark.parametrize(

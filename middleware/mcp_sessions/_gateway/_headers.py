@@ -10,16 +10,21 @@ address), ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` (the client's ``Host``)
 address then ends its ``X-Forwarded-For``). The conversation's stable id goes in W3C baggage as
 ``gen_ai.conversation.id``. The upstream never sees the
 client's ``Host``, so the gateway checks ``Host`` and ``Origin`` itself, with the allow-lists and the rule of
-the ``mcp`` SDK's DNS-rebinding protection. A ``Location`` on the upstream's own origin (a redirect the
-upstream built from the ``Host`` it got, ``/mcp`` to ``/mcp/`` say) comes back as a path on the gateway's,
-as nginx's ``proxy_redirect default`` has it: the client follows it through the gateway, never around it.
+the ``mcp`` SDK's DNS-rebinding protection. A ``Location`` or ``Content-Location`` on the upstream's own
+origin (a redirect the upstream built from the ``Host`` it got, ``/mcp`` to ``/mcp/`` say) comes back as a
+path on the gateway's, as nginx's ``proxy_redirect default`` has it: the client follows it through the
+gateway, never around it. The origin is compared parsed (scheme, host and port, a default port as the
+scheme's), never as a prefix of bytes; a URL with credentials in it is not rewritten. Nor is one whose path
+would read as another host (``//evil.example/x``, ``/\\evil.example/x``: a browser takes both, and any tab in
+them, for a URL of that host): it goes as the upstream sent it, an absolute URL on the upstream's host, as
+Envoy passes every ``Location`` and nginx one it does not rewrite. Every other URL is the upstream's own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Final
-from urllib.parse import quote
+from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
 from .._asgi import header
 from .._verdict import Rejection
@@ -38,6 +43,8 @@ _REWRITTEN: Final = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 # A client's own say in who it is and how it came: from a proxy the operator trusts alone.
 _FORWARDING: Final = frozenset({b"forwarded", b"x-real-ip"})
 _FORWARDING_PREFIX: Final = b"x-forwarded-"
+_URL_HEADERS: Final = frozenset({b"location", b"content-location"})
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _CONVERSATION_MEMBER: Final = b"gen_ai.conversation.id"
 # A baggage value's octets (W3C baggage): anything else, and "%", percent-encoded.
 _BAGGAGE_SAFE: Final = "!#$&'()*+-./:<=>?@[]^_`{|}~"
@@ -115,30 +122,41 @@ def client_headers(raw: Iterable[tuple[bytes, bytes]], issued: Callable[[bytes],
 
     An ``Mcp-Session-Id`` (a transport session the replica issued) becomes ``issued(id)``, the id the
     gateway gives the client (its replica's tag, signed), or goes when that is ``None``; a ``Location``
-    on ``origin``, the replica's, becomes its path (see the module).
+    or ``Content-Location`` on ``origin``, the replica's, becomes its path (see the module).
     """
     raw = [(name.lower(), value) for name, value in raw]
     dropped = HOP_BY_HOP | _listed(raw)
-    own = origin.lower().encode("latin-1")
     headers: Headers = []
     for name, value in raw:
         if name == MCP_SESSION_ID_HEADER:
             if (signed := issued(value)) is None:
                 continue
             value = signed
-        elif name == b"location":
-            value = _on_gateway(value, own)
+        elif name in _URL_HEADERS:
+            value = _on_gateway(value, urlsplit(origin))
         if name not in dropped:
             headers.append((name, value))
     return headers
 
 
-def _on_gateway(location: bytes, origin: bytes) -> bytes:
-    """``location`` as a path when it is on ``origin`` (lower-cased), else as it is."""
-    rest = location[len(origin) :]
-    if location[: len(origin)].lower() == origin and rest[:1] in (b"", b"/"):
-        return rest or b"/"
-    return location
+def _on_gateway(value: bytes, origin: SplitResult) -> bytes:
+    """``value``, a URL, as its path when it is on ``origin`` and that path reads as a path; else as it is."""
+    try:
+        url = urlsplit(value.decode("latin-1"))  # tabs and line breaks removed, as a browser removes them
+        same = (url.scheme, url.hostname, _port(url)) == (origin.scheme, origin.hostname, _port(origin))
+    except ValueError:  # a port that is no number
+        return value
+    if not same or url.username is not None or url.password is not None:
+        return value
+    path = urlunsplit(("", "", url.path or "/", url.query, url.fragment))
+    if path[1:2] in ("/", "\\"):  # "//host", "/\\host": another host to a browser
+        return value
+    return path.encode("latin-1")
+
+
+def _port(url: SplitResult) -> int | None:
+    """The URL's port, its scheme's default when it names none."""
+    return url.port or _DEFAULT_PORTS.get(url.scheme)
 
 
 class HostCheck:
