@@ -7,7 +7,7 @@ import copy
 import ipaddress
 import logging
 from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 from .._config import SessionsConfig
 from ._app import (
@@ -20,6 +20,10 @@ from ._app import (
 from ._front import QueryDropped
 
 logger = logging.getLogger("mcp_sessions.gateway")
+
+DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
+"""On SIGTERM, uvicorn waits for every open response: an event stream never ends by itself, so after this
+long the gateway cancels what still runs (each upstream request closed) and stops."""
 
 EXIT_USAGE = 2
 
@@ -69,6 +73,7 @@ def add_gateway_parser(commands: Any) -> None:  # argparse's subparsers action h
             DEFAULT_FAILURE_COOLDOWN,
             "how long a replica that cannot be connected to is out of service",
         ),
+        ("--shutdown-timeout", DEFAULT_SHUTDOWN_TIMEOUT, "on SIGTERM, how long answers still streaming may go on"),
     ):
         help_text = None if text is None else f"{text} (default {default:g})"
         gateway.add_argument(flag, type=float, default=default, metavar="SECONDS", help=help_text)
@@ -123,6 +128,7 @@ def run_gateway(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, 
         server_header=False,
         date_header=False,
         proxy_headers=False,
+        timeout_graceful_shutdown=args.shutdown_timeout,
     )
     return 0
 

@@ -4,8 +4,9 @@ One pooled httpx client for the app's lifetime. The request body goes as it arri
 pipeline read whole goes in one piece, and may be sent again to another replica when the first could not be
 connected to); the response goes back chunk by chunk, each ``send`` awaited before the next read (the
 backpressure). The connect and the wait for the response's first byte are bounded; an event stream is not
-(``_relay`` keeps it alive and closes it with the client). An upstream that cannot answer gets a JSON-RPC
-error with 502, 503 or 504 and ``Retry-After``, never a hang.
+(``_relay`` keeps it alive). Whatever the answer, a client that disconnects once its body is sent ends it: the
+upstream request is cancelled and its connection closed (``_relay.while_connected``). An upstream that cannot
+answer gets a JSON-RPC error with 502, 503 or 504 and ``Retry-After``, never a hang.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from .._asgi import header
 from .._session import SCOPE_KEY, Session, current_conversation
 from .._verdict import Rejection
 from .._wire import jsonrpc
-from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, UPSTREAM_UNAVAILABLE, Era
 from ._front import PEER, Peer, raw_path_of
 from ._headers import HostCheck, client_headers, upstream_headers
-from ._relay import relay, relay_events
+from ._relay import relay, relay_events, while_connected
 
 if TYPE_CHECKING:
     import httpx
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-UPSTREAM_UNAVAILABLE: Final = -32014
-"""Error code: no upstream replica answered (HTTP 502, 503 or 504, with ``Retry-After``); temporary."""
 _MAX_ID_BODY: Final = 64 * 1024
 _JSON: Final = (b"content-type", b"application/json")
 _LOST_SESSION_BODY: Final = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
@@ -112,7 +111,13 @@ class UpstreamProxy:
         first = await receive()
         if first["type"] != "http.request":
             return None  # the client is gone
-        content: Body = _streamed(first, receive) if first.get("more_body", False) else first.get("body", b"")
+        if first.get("more_body", False):  # a body still arriving: the client is watched once the upstream has it
+            return await self._forward(scope, _streamed(first, receive), send, receive)
+        await while_connected(receive, self._forward(scope, first.get("body", b""), send))
+
+    async def _forward(self, scope: Scope, content: Body, send: Send, receive: Receive | None = None) -> None:
+        """The request to the upstream, and its answer relayed; with ``receive``, the relay alone ends with the
+        client (else the caller's :func:`while_connected` watches the whole exchange)."""
         opened = await self._open(scope, content)
         if isinstance(opened, Rejection):  # the host refused, the transport session lost, the upstream down
             return await opened.send(send)
@@ -121,8 +126,10 @@ class UpstreamProxy:
             headers = client_headers(response.headers.raw, partial(self._replicas.issued, replica), replica.origin)
             await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
             if (header(headers, b"content-type") or b"").startswith(b"text/event-stream"):
-                return await relay_events(response.aiter_raw(), receive, send, self._keepalive, self._httpx.HTTPError)
-            await relay(response.aiter_raw(), send)
+                relaying = relay_events(response.aiter_raw(), send, self._keepalive, self._httpx.HTTPError)
+            else:
+                relaying = relay(response.aiter_raw(), send)
+            await (relaying if receive is None else while_connected(receive, relaying))
         finally:
             replica.in_flight -= 1
             with anyio.CancelScope(shield=True):  # closing the upstream stream, even when a disconnect cancels
@@ -169,6 +176,9 @@ class UpstreamProxy:
             except self._httpx.HTTPError as exc:
                 logger.warning("mcp-sessions gateway: upstream %s failed: %s", replica.url, type(exc).__name__)
                 status, reason = 502, "The upstream failed before answering"
+            except BaseException:  # cancelled: the client left while the answer's headers were awaited
+                replica.in_flight -= 1
+                raise
             else:
                 self._replicas.reached(replica)
                 return response, replica

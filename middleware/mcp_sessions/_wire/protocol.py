@@ -25,6 +25,9 @@ SESSION_STORE_UNAVAILABLE: Final = -32010
 """Error code: the store could not answer; temporary, answered with HTTP 503 and ``Retry-After``."""
 TOO_MANY_SESSIONS: Final = -32011
 """Error code: the caller created or deleted sessions faster than ``create_limit`` allows; HTTP 429."""
+UPSTREAM_UNAVAILABLE: Final = -32014
+"""Error code: the server did not answer (a gateway's upstream, or the verdict a probe waited for); temporary,
+with HTTP 502, 503 or 504 and ``Retry-After``."""
 
 LEGACY_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
 MODERN_VERSION: Final = "2026-07-28"
