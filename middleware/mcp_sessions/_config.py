@@ -18,9 +18,11 @@ from opentelemetry.trace import TracerProvider
 from ._asgi import DEFAULT_MAX_BODY_SIZE
 from ._env import settings_from_env
 from ._otel import TraceMode, TraceUserMode
+from ._pipeline import DEFAULT_MAX_RESPONSE_SIZE
 from ._policy import RequirePolicy, Requires, compile_policy
 from ._session import PrincipalHook, RateLimit, authenticated_user
 from ._tokens import DEFAULT_AUDIENCE, DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
+from ._verdict import DEFAULT_PROBE_TIMEOUT
 from .profiles import ErrorCodes, WireProfile, profiles_from_names, with_error_codes
 from .sources import (
     BUILT_IN_HOSTS,
@@ -59,6 +61,8 @@ class SessionsOptions(TypedDict, total=False):
     require_session_tools: Collection[str]
     path: str | Collection[str] | None
     max_body_size: int
+    max_response_size: int
+    probe_timeout: float
     max_state_size: int | None
     retry_after: int
     tracer_provider: TracerProvider | None
@@ -101,6 +105,8 @@ class SessionsConfig:
         require_session_tools: Collection[str] = (),
         path: str | Collection[str] | None = None,
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        max_response_size: int = DEFAULT_MAX_RESPONSE_SIZE,
+        probe_timeout: float = DEFAULT_PROBE_TIMEOUT,
         max_state_size: int | None = None,
         retry_after: int = 1,
         tracer_provider: TracerProvider | None = None,
@@ -125,10 +131,10 @@ class SessionsConfig:
         _check_choices(trace_mode, conversation_data, adopt_transport_sessions, capture_content, trace_user)
         self.subscriptions = _check_bus(subscriptions)  # listen streams of a session: subscriptions/_bus.py
         self.store: SessionStore = MemoryStore() if store is None else store
-        # A store passed in is the caller's to close; one from_env builds, the app's lifespan closes at shutdown.
-        self.owns_store = False
+        self.owns_store = False  # a store passed in is the caller's to close; one from_env builds, the lifespan's
         self.paths = frozenset([path] if isinstance(path, str) else path) if path is not None else None
         self.max_body_size, self.retry_after = max_body_size, retry_after
+        self.max_response_size, self.probe_timeout = _check_bounds(max_response_size, probe_timeout)  # _verdict.py
         self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
         self.trace_mode: TraceMode = trace_mode
         self.principal = principal
@@ -146,6 +152,10 @@ class SessionsConfig:
         self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)  # see sources/_chain.py
         self.max_conversations_per_caller = _per_caller(max_conversations_per_caller, "max_conversations_per_caller")
         self.capture_content, self.trace_user = capture_content, trace_user  # spans: otel/_content.py, _viewers.py
+
+    probe_ends_with_client = False
+    """Whether a client that disconnects ends the probe (``_verdict.py``): the gateway's, where the probe holds
+    an upstream connection. In a server's own process the probe's deadline bounds it."""
 
     def at_endpoint(self) -> SessionsConfig:
         """This configuration for the session work placed at an MCP endpoint, in front of its transport app."""
@@ -197,6 +207,15 @@ def _check_limits(
     if type(retry_after) is not int or retry_after < 0:
         raise ValueError("retry_after must be a whole number of seconds, 0 or more")
     return float(ttl), None if idle_ttl is None else float(idle_ttl)
+
+
+def _check_bounds(max_response_size: int, probe_timeout: float) -> tuple[int, float]:
+    """Refuse a response bound that is not a whole number of bytes, or a probe deadline that is not positive."""
+    if type(max_response_size) is not int or max_response_size < 1:
+        raise ValueError(f"max_response_size must be a whole number of bytes, 1 or more; got {max_response_size!r}")
+    if not (isinstance(probe_timeout, int | float) and probe_timeout > 0):
+        raise ValueError(f"probe_timeout must be a positive number of seconds, got {probe_timeout!r}")
+    return max_response_size, float(probe_timeout)
 
 
 def _check_bus(bus: SessionSubscriptionBus | None) -> SessionSubscriptionBus | None:

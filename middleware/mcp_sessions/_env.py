@@ -32,6 +32,10 @@ def settings_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[s
         settings["ttl"] = ttl
     if (idle_ttl := _seconds(env, "MCP_SESSIONS_IDLE_TTL")) is not None:
         settings["idle_ttl"] = idle_ttl
+    if (probe_timeout := _seconds(env, "MCP_SESSIONS_PROBE_TIMEOUT")) is not None:
+        settings["probe_timeout"] = probe_timeout
+    if (size := env.get("MCP_SESSIONS_MAX_RESPONSE_SIZE", "").strip()) and "max_response_size" not in options:
+        settings["max_response_size"] = _whole(size, "MCP_SESSIONS_MAX_RESPONSE_SIZE")
     if "keys" not in options and "keys" not in settings:  # a KeySet carries its own issuer and audience
         settings.update(names)
     if "profiles" not in options and (profiles := env.get("MCP_SESSIONS_PROFILES", "").strip()):
@@ -92,6 +96,13 @@ def _per_caller(raw: str, name: str) -> int | None:
         return None
     if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
         raise ValueError(f"{name} must be a whole number, 1 or more, or none; got {raw!r}")
+    return int(raw)
+
+
+def _whole(raw: str, name: str) -> int:
+    """A size from the environment: a whole number, 1 or more."""
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        raise ValueError(f"{name} must be a whole number of bytes, 1 or more; got {raw!r}")
     return int(raw)
 
 

@@ -112,6 +112,7 @@ class MCPSessionMiddleware:
             mapped=mapped,
             sessions=sessions,
             hides=config.hides_sessions,
+            max_response_size=config.max_response_size,
         )
 
         retry_after = str(config.retry_after).encode()
@@ -177,7 +178,9 @@ class MCPSessionMiddleware:
         plan = self._planner.plan(body, headers, start_ns)
         if plan is None:  # not JSON-RPC: the app answers it
             return await self._pass_through(scope, replay, send, headers)
-        if (plan.batch or plan.local is not None) and await self._answered_before_sessions(scope, plan, body, send):
+        if (plan.batch or plan.local is not None) and await self._answered_before_sessions(
+            scope, plan, body, receive, send
+        ):
             return None
         plan.traced = traced
         await self._resolver.resolve(scope, plan)
@@ -186,7 +189,7 @@ class MCPSessionMiddleware:
         if plan.traced:
             await start_operations(self._telemetry, scope, plan, capture=self.config.capture_content)
         if plan.refused or plan.local is not None or plan.answered:
-            return await self._answer(scope, send, plan, body)
+            return await self._answer(scope, receive, send, plan, body)
         exchange = self._forwarder.prepare(scope, replay, send, plan)
         if exchange is None:  # nothing to add, observe or attach
             return await self.app(scope, replay, send)
@@ -208,7 +211,9 @@ class MCPSessionMiddleware:
         paths = self._paths
         return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None
 
-    async def _answered_before_sessions(self, scope: Scope, plan: Plan, body: bytes, send: Send) -> bool:
+    async def _answered_before_sessions(
+        self, scope: Scope, plan: Plan, body: bytes, receive: Receive, send: Send
+    ) -> bool:
         """Answer, before any session work, what needs none: the server's own refusal of a batch (the
         2026-07-28 server refuses every batch: no token is verified, no store touched for it), a batch with
         a session method (-32600 each), a session method as a notification (202, no effect)."""
@@ -217,7 +222,7 @@ class MCPSessionMiddleware:
             return False  # a session method as a request: answered once its session is resolved
         has_local = local is not None or any(call.local is not None for call in plan.calls)
         if (has_local or plan.era is Era.MODERN) and (
-            rejection := await self._server_refusal(scope, plan, body)
+            rejection := await self._server_refusal(scope, plan, body, receive)
         ) is not None:  # 2026-07-28 has no batches; a 2025-era server may take one: it decides when it answers
             await rejection.send(send)
             return True
@@ -229,9 +234,9 @@ class MCPSessionMiddleware:
             return True
         return False  # a batch the server may take: each call's session is resolved
 
-    async def _answer(self, scope: Scope, send: Send, plan: Plan, body: bytes) -> None:
+    async def _answer(self, scope: Scope, receive: Receive, send: Send, plan: Plan, body: bytes) -> None:
         """What the middleware answers itself: the server's own refusal first, then ours, or a local result."""
-        if (rejection := await self._server_refusal(scope, plan, body)) is not None:
+        if (rejection := await self._server_refusal(scope, plan, body, receive)) is not None:
             return await reject(plan, rejection, send)  # what the wrapped server would answer, not ours
         reply = _typed(send)
         if plan.refused:
@@ -240,12 +245,22 @@ class MCPSessionMiddleware:
             return await self._local.answer(scope, plan, local, reply)
         return await answer_refused_handles(plan, self._forwarder.targets(plan), reply)
 
-    async def _server_refusal(self, scope: Scope, plan: Plan, body: bytes) -> Rejection | None:
-        """The app's own answer if it refuses a request the middleware would answer itself (``_verdict.py``)."""
+    async def _server_refusal(self, scope: Scope, plan: Plan, body: bytes, receive: Receive) -> Rejection | None:
+        """The app's own answer if it refuses a request the middleware would answer itself (``_verdict.py``);
+        ``receive`` is the client's, its body read: the probe ends when the client leaves."""
         if plan.era is Era.LEGACY and plan.calls[0].method == "initialize":
             return None  # it opens a 2025 transport session: no probe stands for it, so a refused one is not asked
-        forwarder = self._forwarder
-        return await ask_server(self.app, forwarder.scope_for(scope, plan), body_of(plan), body, forwarder.hidden)
+        config, forwarder = self.config, self._forwarder
+        return await ask_server(
+            self.app,
+            forwarder.scope_for(scope, plan),
+            body_of(plan),
+            body,
+            hidden=forwarder.hidden,
+            client=receive if config.probe_ends_with_client else None,
+            seconds=config.probe_timeout,
+            retry_after=str(config.retry_after).encode(),
+        )
 
     async def _pass_through(self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]) -> None:
         """Forward a request that is not JSON-RPC untouched, with the session a JWT-shaped ``Mcp-Session-Id``

@@ -18,6 +18,13 @@ A gateway asks the same way: the app it wraps is the proxy, so the question goes
 Its upstream never sees a session (the gateway answers for sessions): the probe's params are then the
 request's ``_meta`` alone, without any wire's session member, so that no token, state or id in params
 (``sessions/delete``'s, ``session/resume``'s) reaches it.
+
+The probe is bounded: its answer is read up to 256 KiB, for ``probe_timeout`` seconds at most (then the
+client gets ``-32014`` with HTTP 504 and ``Retry-After``, as from a gateway whose upstream did not answer in
+time: nothing the server did not accept is answered), and, given the client's ``receive`` (the gateway's
+way, where a probe holds an upstream connection), while its client is there: a client that disconnects ends
+it, and nothing is answered. Either way the app's call is cancelled and nothing of the probe stays behind: no
+task, and in a gateway no upstream connection.
 """
 
 from __future__ import annotations
@@ -30,12 +37,24 @@ import anyio
 import anyio.lowlevel
 from opentelemetry import context, trace
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
-from starlette.types import ASGIApp, Message, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._asgi import header
-from ._wire.protocol import INVALID_PARAMS, MCP_METHOD_HEADER, METHOD_NOT_FOUND, PARSE_ERROR
+from ._wire import jsonrpc
+from ._wire.protocol import (
+    INVALID_PARAMS,
+    MCP_METHOD_HEADER,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    UPSTREAM_UNAVAILABLE,
+)
 from ._wire.sse import SSERewriter
 
+DEFAULT_PROBE_TIMEOUT: Final = 30.0
+"""How long the middleware waits for the server's verdict by default (``probe_timeout``): a server answers
+an unknown method at its dispatch, at once; this leaves room for a slow auth check, not for a hang."""
+CLIENT_CLOSED: Final = 499
+"""The status (nginx's) of an answer to a client that left while the server was asked: never sent."""
 PROBE_METHOD: Final = "mcp-sessions/probe"
 _PROBE_ID: Final = "mcp-sessions-probe"
 _MAX_ANSWER: Final = 256 * 1024
@@ -73,7 +92,9 @@ class Rejection:
     message: str | None = None
 
     async def send(self, send: Send) -> None:
-        """Send this answer as a complete HTTP response."""
+        """Send this answer as a complete HTTP response (none to a client that is gone)."""
+        if self.status == CLIENT_CLOSED:
+            return
         await send({"type": "http.response.start", "status": self.status, "headers": list(self.headers)})
         await send({"type": "http.response.body", "body": self.body, "more_body": False})
 
@@ -89,12 +110,24 @@ _TOO_DEEP: Final = Rejection(
     PARSE_ERROR,
     "Parse error: nested too deep",
 )
+_CLIENT_GONE: Final = Rejection(CLIENT_CLOSED, (), b"", "client_gone")
 
 
 async def ask_server(
-    app: ASGIApp, scope: Scope, message: object, body: bytes, hidden: frozenset[str] | None = None
+    app: ASGIApp,
+    scope: Scope,
+    message: object,
+    body: bytes,
+    *,
+    hidden: frozenset[str] | None = None,
+    client: Receive | None = None,
+    seconds: float = DEFAULT_PROBE_TIMEOUT,
+    retry_after: bytes = b"1",
 ) -> Rejection | None:
     """``None`` when ``app`` takes the request up to its dispatch, else its answer (see the module).
+
+    ``client`` is the request's own ``receive``, its body read: a disconnect there ends the probe. Past
+    ``seconds`` the answer is a 504 (``Retry-After``: ``retry_after``).
 
     ``message`` is the request's parsed body, one message or a batch (then the probe is a batch of one, in
     place of the first message), and ``body`` its bytes, whose encoding the probe keeps (a byte-order mark,
@@ -127,10 +160,27 @@ async def ask_server(
     answer = _Answer(probe["id"])
     attached = context.attach(_PROBE_CONTEXT)
     try:
-        await answer.read(app, {**scope, "headers": headers}, body)
+        await answer.read(app, {**scope, "headers": headers}, body, client, seconds)
     finally:
         context.detach(attached)
+    if answer.gone:
+        return _CLIENT_GONE
+    if answer.late:
+        return _too_late(first.get("id"), retry_after)
     return answer.verdict()
+
+
+def _too_late(request_id: object, retry_after: bytes) -> Rejection:
+    """The answer for a server that did not give its verdict within the probe's deadline: retryable."""
+    message = "The server did not answer in time"
+    error = {"code": UPSTREAM_UNAVAILABLE, "message": message}
+    body = jsonrpc.dumps({"jsonrpc": "2.0", "id": jsonrpc.echoable_id(request_id), "error": error})
+    headers = (
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", retry_after),
+    )
+    return Rejection(504, headers, body, "probe_timeout", UPSTREAM_UNAVAILABLE, message)
 
 
 def _probe_params(params: dict[str, object], hidden: frozenset[str] | None) -> dict[str, object]:
@@ -159,7 +209,18 @@ def _nesting(message: object) -> int:
 class _Answer:
     """The app's answer to the probe, read until the probe's own response arrives or the response ends."""
 
-    __slots__ = ("_answered", "_events", "_found", "_probe_id", "_received", "_scope", "headers", "status")
+    __slots__ = (
+        "_answered",
+        "_events",
+        "_found",
+        "_probe_id",
+        "_received",
+        "_scope",
+        "gone",
+        "headers",
+        "late",
+        "status",
+    )
 
     def __init__(self, probe_id: object) -> None:
         self._probe_id = probe_id
@@ -170,9 +231,15 @@ class _Answer:
         self._answered = anyio.Event()
         self.status = 500
         self.headers: list[tuple[bytes, bytes]] = []
+        self.gone = False
+        """The client disconnected before the answer was in."""
+        self.late = False
+        """The deadline passed before the answer was in."""
 
-    async def read(self, app: ASGIApp, scope: Scope, body: bytes) -> None:
+    async def read(self, app: ASGIApp, scope: Scope, body: bytes, client: Receive | None, seconds: float) -> None:
+        """Call ``app`` with the probe until its answer is in, the client leaves or ``seconds`` pass."""
         sent = False
+        failed: list[Exception] = []
 
         async def receive() -> Message:  # the body, then a disconnect once the answer is in, as a client does
             nonlocal sent
@@ -182,8 +249,26 @@ class _Answer:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
 
-        with self._scope:
-            await app(scope, receive, self._send)
+        with anyio.move_on_after(seconds) as deadline:
+            async with anyio.create_task_group() as group:
+                if client is not None:
+                    group.start_soon(self._watch, client)
+                try:
+                    with self._scope:
+                        await app(scope, receive, self._send)
+                except Exception as exc:  # raised as it came, not in the task group's ExceptionGroup
+                    failed.append(exc)
+                group.cancel_scope.cancel()  # the watcher: the answer is in
+        if failed:
+            raise failed[0]
+        self.late = deadline.cancelled_caught and not (self._found or self._answered.is_set())
+
+    async def _watch(self, client: Receive) -> None:
+        """End the probe when the client disconnects (its body read, ``receive`` says nothing else)."""
+        while (await client())["type"] != "http.disconnect":
+            pass
+        self.gone = True
+        self._scope.cancel()
 
     async def _send(self, message: Message) -> None:
         if message["type"] == "http.response.start":  # names lower-cased, should the app send them otherwise

@@ -7,9 +7,11 @@ from ._operations import start_operations
 from ._refusals import Refuser, reject
 from ._request import body_of, headers_of
 from ._resolve import Resolver
+from ._response import DEFAULT_MAX_RESPONSE_SIZE
 from ._transport import TransportSessions
 
 __all__ = [
+    "DEFAULT_MAX_RESPONSE_SIZE",
     "Exchange",
     "Forwarder",
     "LocalAnswers",

@@ -54,6 +54,7 @@ class Forwarder:
         "_capability",
         "_every_wire",
         "_mapped",
+        "_max_response",
         "_per_request",
         "_sessions",
         "_strips",
@@ -71,10 +72,12 @@ class Forwarder:
         mapped: TransportSessions | None,
         sessions: SessionService,
         hides: bool = False,
+        max_response_size: int,
     ) -> None:
         """``strips``: a wire removes its session member before the app; ``hides`` (a gateway's): every wire's is
         removed from every message, ``_meta`` included."""
         tables = advertising_tables(profiles)
+        self._max_response = max_response_size
         self._advertising, self._per_request = tables[Era.LEGACY], tables[Era.MODERN]
         self._capability = capability
         self._every_wire: tuple[Carrier, ...] = tuple(p.carrier for p in profiles) if hides else ()
@@ -181,7 +184,10 @@ class Forwarder:
         if len(operations) == 1 and not plan.batch and operations[0].traced:
             continue_trace(plan.calls[0].message, replay, operations[0])
         typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
-        rewriter = ResponseRewriter(typed_send, targets) if targets else None
+        rewriter = None
+        if targets:
+            answers = None if plan.batch else plan.calls[0].request_id
+            rewriter = ResponseRewriter(typed_send, targets, limit=self._max_response, request_id=answers)
         return Exchange(scope, receive, send, session, rewriter, operations, plan.handles, None, conversation, listen)
 
 
@@ -264,7 +270,11 @@ class Exchange:
 
     def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> bool:
         """Record what the app raised and :meth:`finish`; keep a store failure of a planned request that is still
-        unanswered in :attr:`store_failure` instead of raising it (its refusal ends the operations)."""
+        unanswered in :attr:`store_failure` instead of raising it (its refusal ends the operations). What the app
+        raised once its answer was refused as too large is its reaction to that (``_response.py``): not raised."""
+        if self._rewriter is not None and self._rewriter.refused:
+            self.finish()
+            return True
         if (
             self._refuses
             and isinstance(error, SessionStoreUnavailable)

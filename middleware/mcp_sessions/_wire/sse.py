@@ -3,7 +3,8 @@
 Events are found by the WHATWG grammar (lines end in CRLF, LF or CR; a blank
 line ends an event). Every event the caller does not rewrite leaves byte for
 byte as it arrived; only the bytes of an unfinished event wait for the next
-chunk.
+chunk, and only up to ``max_event`` of them: past it the rewriter holds nothing
+more and says so (:attr:`SSERewriter.overflowed`), for its caller to end the stream.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class SSERewriter:
     ``openings``, so is a chunk that is one event beginning with one of them
     and whose data is one line, checked by its first bytes and its line ends
     only. The caller promises that ``transform`` would leave such events alone.
+    An unfinished event longer than ``max_event`` bytes is dropped, and :attr:`overflowed`
+    set: the stream cannot go on, as what follows is the rest of an event never sent.
     """
 
     __slots__ = (
@@ -36,10 +39,12 @@ class SSERewriter:
         "_done",
         "_event_start",
         "_line_start",
+        "_max_event",
         "_needles",
         "_once",
         "_openings",
         "_transform",
+        "overflowed",
     )
 
     def __init__(
@@ -49,8 +54,11 @@ class SSERewriter:
         once: bool = True,
         needles: tuple[bytes, ...] = (),
         openings: tuple[bytes, ...] = (),
+        max_event: int | None = None,
     ) -> None:
         self._transform = transform
+        self._max_event = max_event
+        self.overflowed = False
         self._once = once
         self._needles = needles
         self._openings = openings
@@ -63,6 +71,8 @@ class SSERewriter:
     def feed(self, chunk: bytes) -> bytes:
         if self._done:
             return chunk
+        if self.overflowed:
+            return b""  # the rest of an event that was never sent
         if self._buf or self._cr_pending:
             pass  # an event is under way: this chunk continues it
         # A chunk that ends on a blank line (and with LF: no CRLF split across chunks) holds whole events only.
@@ -112,6 +122,9 @@ class SSERewriter:
             del buf[:emitted]
             self._event_start -= emitted
             self._line_start = max(self._line_start - emitted, 0)
+        if self._max_event is not None and len(buf) > self._max_event:  # counted as it arrives
+            self.overflowed = True
+            self.flush()
         return bytes(out)
 
     def flush(self) -> bytes:
