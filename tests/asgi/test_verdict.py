@@ -171,3 +171,62 @@ async def test_a_body_nested_past_the_limit_is_refused_without_asking() -> None:
     assert app.probe is None
     at_the_limit = {**TOOLS_CALL, "params": {"x": deep[0]}}  # MAX_NESTING deep
     assert await ask_server(app, scope(), at_the_limit, b"{}") is None
+
+
+class Unanswered:
+    """An app that opens an event stream and never answers the probe; says whether its call ended."""
+
+    def __init__(self) -> None:
+        self.ended = anyio.Event()
+        self.asked = anyio.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await receive()
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+            )
+            await send({"type": "http.response.body", "body": b": waiting\n\n", "more_body": True})
+            self.asked.set()
+            await anyio.sleep_forever()
+        finally:
+            self.ended.set()
+
+
+async def test_a_probe_never_answered_ends_at_its_deadline_retryable() -> None:
+    app = Unanswered()
+    with anyio.fail_after(5):
+        rejection = await ask_server(app, scope(), TOOLS_CALL, b"{}", seconds=0.2, retry_after=b"3")
+    assert rejection is not None and (rejection.status, rejection.code) == (504, -32014)
+    assert json.loads(rejection.body)["id"] == 7 and dict(rejection.headers)[b"retry-after"] == b"3"
+    assert app.ended.is_set()  # the app's call is over: nothing of the probe is left running
+
+
+async def test_a_client_that_leaves_ends_the_probe_and_nothing_is_answered() -> None:
+    app = Unanswered()
+    left = anyio.Event()
+
+    async def client() -> Message:
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    results: list[Any] = []
+
+    async def ask() -> None:
+        results.append(await ask_server(app, scope(), TOOLS_CALL, b"{}", client=client))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as asking:
+            asking.start_soon(ask)
+            await app.asked.wait()
+            left.set()
+    rejection = results[0]
+    assert rejection is not None and (rejection.status, rejection.reason) == (499, "client_gone")
+    assert app.ended.is_set()
+    sent: list[Message] = []
+
+    async def record(message: Message) -> None:
+        sent.append(message)
+
+    await rejection.send(record)
+    assert sent == []  # nobody to answer
