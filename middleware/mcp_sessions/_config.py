@@ -91,6 +91,10 @@ class SessionsConfig:
     for every option.
     """
 
+    fronts_upstream = False
+    """The gateway's (``_gateway/_app.py``): the app is an upstream across the network, which never sees a
+    wire's session member, and whose probe a client that disconnects ends (it holds a connection there)."""
+
     def __init__(
         self,
         *,
@@ -147,15 +151,10 @@ class SessionsConfig:
         self.adopt_transport_sessions, self.handles = adopt_transport_sessions, handles
         self.binds_endpoint = self.keys.audience == DEFAULT_AUDIENCE  # unless the deployment names an audience
         self.placement = True  # look for the MCP endpoints inside the app (not again once placed there)
-        self.hides_sessions = False  # the gateway's: the app (its upstream) never sees a wire's session member
         self.create_limit = None if create_limit is None else RateLimit(*create_limit)  # per caller: _limits.py
         self.sources = DEFAULT_SOURCES if sources is None else check_chain(sources)  # see sources/_chain.py
         self.max_conversations_per_caller = _per_caller(max_conversations_per_caller, "max_conversations_per_caller")
         self.capture_content, self.trace_user = capture_content, trace_user  # spans: otel/_content.py, _viewers.py
-
-    probe_ends_with_client = False
-    """Whether a client that disconnects ends the probe (``_verdict.py``): the gateway's, where the probe holds
-    an upstream connection. In a server's own process the probe's deadline bounds it."""
 
     def at_endpoint(self) -> SessionsConfig:
         """This configuration for the session work placed at an MCP endpoint, in front of its transport app."""

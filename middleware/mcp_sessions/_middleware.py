@@ -111,7 +111,7 @@ class MCPSessionMiddleware:
             transport=self._transport,
             mapped=mapped,
             sessions=sessions,
-            hides=config.hides_sessions,
+            hides=config.fronts_upstream,
             max_response_size=config.max_response_size,
         )
 
@@ -257,7 +257,7 @@ class MCPSessionMiddleware:
             body_of(plan),
             body,
             hidden=forwarder.hidden,
-            client=receive if config.probe_ends_with_client else None,
+            client=receive if config.fronts_upstream else None,
             seconds=config.probe_timeout,
             retry_after=str(config.retry_after).encode(),
         )

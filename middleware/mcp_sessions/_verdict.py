@@ -166,21 +166,16 @@ async def ask_server(
     if answer.gone:
         return _CLIENT_GONE
     if answer.late:
-        return _too_late(first.get("id"), retry_after)
+        return unavailable(504, "The server did not answer in time", retry_after, first.get("id"), "probe_timeout")
     return answer.verdict()
 
 
-def _too_late(request_id: object, retry_after: bytes) -> Rejection:
-    """The answer for a server that did not give its verdict within the probe's deadline: retryable."""
-    message = "The server did not answer in time"
+def unavailable(status: int, message: str, retry_after: bytes, request_id: object, reason: str) -> Rejection:
+    """``-32014``, retryable, with ``Retry-After``: a server (a gateway's upstream) that did not answer in time."""
     error = {"code": UPSTREAM_UNAVAILABLE, "message": message}
     body = jsonrpc.dumps({"jsonrpc": "2.0", "id": jsonrpc.echoable_id(request_id), "error": error})
-    headers = (
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"retry-after", retry_after),
-    )
-    return Rejection(504, headers, body, "probe_timeout", UPSTREAM_UNAVAILABLE, message)
+    headers = ((b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()))
+    return Rejection(status, (*headers, (b"retry-after", retry_after)), body, reason, UPSTREAM_UNAVAILABLE, message)
 
 
 def _probe_params(params: dict[str, object], hidden: frozenset[str] | None) -> dict[str, object]:

@@ -77,8 +77,7 @@ def gateway_app(
     )
     at_gateway = copy.copy(config)
     at_gateway.placement = False  # the proxy is the transport: no endpoint to look for inside it
-    at_gateway.hides_sessions = True  # the upstream never gets a session member: the gateway answers for them
-    at_gateway.probe_ends_with_client = True  # a probe holds an upstream connection: none for a client gone
+    at_gateway.fronts_upstream = True  # no session member reaches the upstream; a probe ends with its client
     at_gateway.sources = (*config.sources, RoutedConversations)
     if config.principal is authenticated_user:  # nothing signs a user in in front of the proxy
         at_gateway.principal = credential_principal

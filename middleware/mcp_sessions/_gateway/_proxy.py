@@ -24,9 +24,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .._asgi import header
 from .._session import SCOPE_KEY, Session, current_conversation
-from .._verdict import Rejection
+from .._verdict import Rejection, unavailable
 from .._wire import jsonrpc
-from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, UPSTREAM_UNAVAILABLE, Era
+from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 from ._front import PEER, Peer, raw_path_of
 from ._headers import HostCheck, client_headers, upstream_headers
 from ._relay import relay, relay_events, while_connected
@@ -187,7 +187,7 @@ class UpstreamProxy:
                 break
         if transport_id is not None and status == 503:
             return _LOST_SESSION  # a 2025-era transport session lives in its replica's memory alone
-        return upstream_failed(status, reason, self._retry_after, _request_id(content))
+        return unavailable(status, reason, self._retry_after, _request_id(content), "upstream_unavailable")
 
     def _route(
         self, headers: list[tuple[bytes, bytes]], conversation: str | None
@@ -210,14 +210,6 @@ class UpstreamProxy:
         if conversation is None:
             return self._replicas.least_loaded(), None
         return self._replicas.for_conversation(conversation), None
-
-
-def upstream_failed(status: int, message: str, retry_after: bytes, request_id: str | int | None) -> Rejection:
-    """The gateway's JSON-RPC error for an upstream that did not answer: retryable, with ``Retry-After``."""
-    error = {"code": UPSTREAM_UNAVAILABLE, "message": message}
-    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}, separators=(",", ":")).encode()
-    headers = (_JSON, (b"content-length", str(len(body)).encode()), (b"retry-after", retry_after))
-    return Rejection(status, headers, body, "upstream_unavailable", UPSTREAM_UNAVAILABLE, message)
 
 
 def _target(scope: Scope) -> bytes:
