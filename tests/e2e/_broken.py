@@ -112,6 +112,8 @@ class Fault:
     wire: str
     era: str
     breaks: frozenset[str]
+    conventions: bool = False
+    """Whether the rule is this project's own: the pack checks it only with ``--conventions``."""
     request: RequestHook | None = None
     response: ResponseHook | None = None
     status: StatusHook | None = None

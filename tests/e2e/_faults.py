@@ -255,9 +255,25 @@ def initialize_answers_without_id(message: dict[str, Any], call: Call, memory: M
         message.pop("sessionId", None)
 
 
-def fault(name: str, wire: str, *breaks: str, era: str = MODERN, base: str | None = None, **hooks: Any) -> Fault:
-    """A fault of ``wire`` that breaks the checks ``sessions-<wire>-<break>``, on ``base`` (the wire's quickstart)."""
-    return Fault(name, base or wire, wire, era, frozenset(f"sessions-{wire}-{b}" for b in breaks), **hooks)
+def fault(
+    name: str,
+    wire: str,
+    *breaks: str,
+    era: str = MODERN,
+    base: str | None = None,
+    conventions: bool = False,
+    **hooks: Any,
+) -> Fault:
+    """A fault of ``wire`` that breaks the checks ``sessions-<wire>-<break>``, on ``base`` (the wire's quickstart);
+    ``conventions``: a rule of this project's own, which the pack checks only with ``--conventions``."""
+    checks = frozenset(f"sessions-{wire}-{b}" for b in breaks)
+    return Fault(name, base or wire, wire, era, checks, conventions or wire == "hosts", **hooks)
+
+
+def not_found_data_whole(message: dict[str, Any], call: Call, memory: Memory, sse: bool) -> None:
+    """``data.sessionId`` is the whole id the client sent, however long (the middleware cuts it to 256)."""
+    if member(message, "error", "code") == -32043 and isinstance(call.session_id, str):
+        message["error"]["data"] = {"sessionId": call.session_id}
 
 
 def _counting(call: Call) -> bool:
@@ -268,12 +284,19 @@ _ONE = {"content": [{"type": "text", "text": "1"}], "isError": False}
 D, S, A1, A2, H = "draft", "strawman", "sep1364-alt1", "sep1364-alt2", "hosts"
 DRAFT_FAULTS = [
     fault("no-capability", D, "capability", response=on_capabilities(lambda c: c.pop("sessions"))),
-    fault("no-extension", D, "capability-extension", response=on_capabilities(lambda c: c["extensions"].clear())),
+    fault(
+        "no-extension",
+        D,
+        "capability-extension",
+        conventions=True,
+        response=on_capabilities(lambda c: c["extensions"].clear()),
+    ),
     fault(
         "no-experimental",
         D,
         "capability-experimental",
         era=LEGACY,
+        conventions=True,
         response=on_capabilities(lambda c: c["experimental"].pop("sessions")),
     ),
     fault(
@@ -293,42 +316,68 @@ DRAFT_FAULTS = [
         "expires-at",
         response=on_result("sessions/create", lambda r: r["session"].update(expiresAt="tomorrow")),
     ),
-    fault("transport-header-compared", D, "legacy-header-ignored", era=LEGACY, request=transport_header_compared),
+    fault(
+        "expiry-not-utc",
+        D,
+        "expires-at-utc",
+        conventions=True,
+        response=on_result("sessions/create", lambda r: r["session"].update(expiresAt="2026-03-01T02:00:00+02:00")),
+    ),
+    fault(
+        "transport-header-compared",
+        D,
+        "legacy-header-ignored",
+        era=LEGACY,
+        request=transport_header_compared,
+        conventions=True,
+    ),
     fault("count-ignores-session", D, "session-is-context", request=edited(_counting, drop_draft_session)),
-    fault("no-echo-in-sse", D, "echo", response=on_echo(lambda echo, result: result["_meta"].pop(KEY), sse_only=True)),
+    fault(
+        "no-echo-in-sse",
+        D,
+        "echo",
+        conventions=True,
+        response=on_echo(lambda echo, result: result["_meta"].pop(KEY), sse_only=True),
+    ),
     fault("echo-rotated", D, "echo-same-session-id", response=on_echo(lambda echo, _: echo.update(sessionId="x"))),
     fault(
         "echo-replaces-meta",
         D,
         "echo-merges-meta",
         response=on_echo(lambda echo, result: result.update(_meta={KEY: echo})),
+        conventions=True,
     ),
-    fault("echo-in-notifications", D, "no-echo-in-notifications", response=echo_in_notifications),
+    fault("echo-in-notifications", D, "no-echo-in-notifications", response=echo_in_notifications, conventions=True),
     fault(
         "echo-without-session",
         D,
         "sessionless",
         response=echo_added_where(lambda call: call.method == "tools/list" and KEY not in call.meta),
+        conventions=True,
     ),
     fault(
         "runs-without-session",
         D,
         "session-required",
         request=answered_instead(lambda call, memory: _counting(call) and KEY not in call.meta, result=_ONE),
+        conventions=True,
     ),
     fault("unknown-is-sessionless", D, "session-not-found", request=unknown_is_sessionless),
     fault("not-found-without-data", D, "not-found-data", response=not_found_without_data),
+    fault("not-found-data-whole", D, "not-found-data-cut", conventions=True, response=not_found_data_whole),
     fault(
         "malformed-ignored",
         D,
         "malformed-metadata",
         request=edited(lambda call: KEY in call.meta and not isinstance(call.session_id, str), drop_draft_session),
+        conventions=True,
     ),
     fault(
         "create-takes-a-session",
         D,
         "create-with-session",
         request=edited(lambda call: call.method == "sessions/create", drop_draft_session),
+        conventions=True,
     ),
     fault(
         "create-refuses-unknown-params",
@@ -338,16 +387,18 @@ DRAFT_FAULTS = [
             lambda call, memory: "conformanceProbe" in (member(call.message, "params") or {}),
             error=(-32602, "unknown param"),
         ),
+        conventions=True,
     ),
     fault(
         "header-not-compared",
         D,
         "header-mismatch",
         request=edited(lambda call: True, lambda call: call.headers.pop("mcp-session-id", None)),
+        conventions=True,
     ),
-    fault("no-state-in-echo", D, "state", response=on_echo(lambda echo, _: echo.pop("state", None))),
-    fault("state-unverified", D, "state-protected", request=unseen_state_dropped),
-    fault("echo-on-errors", D, "no-echo-on-errors", response=echo_on_errors),
+    fault("no-state-in-echo", D, "state", response=on_echo(lambda echo, _: echo.pop("state", None)), conventions=True),
+    fault("state-unverified", D, "state-protected", request=unseen_state_dropped, conventions=True),
+    fault("echo-on-errors", D, "no-echo-on-errors", response=echo_on_errors, conventions=True),
     fault("delete-errs", D, "delete", response=error_after("sessions/delete")),
     fault("deletions-forgotten", D, "deleted-session", request=in_place_of("sessions/delete", {})),
     fault(
@@ -358,7 +409,7 @@ DRAFT_FAULTS = [
             lambda call, memory: call.method == "sessions/delete" and call.session_id not in memory.minted, result={}
         ),
     ),
-    fault("not-found-in-404", D, "error-http-status", status=not_found_in_404),
+    fault("not-found-in-404", D, "error-http-status", status=not_found_in_404, conventions=True),
     fault(
         "batch-session-methods-run",
         D,
@@ -366,16 +417,52 @@ DRAFT_FAULTS = [
         era=LEGACY,
         base="batches",
         request=batch_session_methods_run,
+        conventions=True,
     ),
-    fault("batch-bad-sessions-run", D, "batch-bad-session", era=LEGACY, base="batches", request=batch_bad_sessions_run),
+    fault(
+        "batch-bad-sessions-run",
+        D,
+        "batch-bad-session",
+        era=LEGACY,
+        base="batches",
+        request=batch_bad_sessions_run,
+        conventions=True,
+    ),
 ]
 OTHER_FAULTS = [
     fault("no-capability", S, "capability", response=on_capabilities(lambda c: c["experimental"].pop("session"))),
     fault("create-without-cookie", S, "create", response=on_result("session/create", lambda r: r.pop("_meta"))),
-    fault("label-dropped", S, "label-in-data", response=on_result("session/create", lambda r: r.pop("data"))),
+    fault(
+        "capability-version-2",
+        S,
+        "capability-version",
+        conventions=True,
+        response=on_capabilities(lambda c: c["experimental"]["session"].update(version=2)),
+    ),
+    fault(
+        "expiry-not-rfc3339",
+        S,
+        "expiry",
+        conventions=True,
+        response=on_result("session/create", lambda r: r.update(expiry="tomorrow")),
+    ),
+    fault(
+        "label-dropped",
+        S,
+        "label-in-data",
+        conventions=True,
+        response=on_result("session/create", lambda r: r.pop("data")),
+    ),
     fault("resume-renames", S, "resume", response=on_result("session/resume", lambda r: r.update(id="sess-other"))),
     fault("list-misshapen", S, "list", response=on_result("session/list", lambda r: r.update(sessions={}))),
-    fault("delete-keeps-cookie", S, "delete", response=on_result("session/delete", lambda r: r.pop("_meta"))),
+    fault("delete-errs", S, "delete", response=error_after("session/delete")),
+    fault(
+        "delete-keeps-cookie",
+        S,
+        "delete-null-cookie",
+        conventions=True,
+        response=on_result("session/delete", lambda r: r.pop("_meta")),
+    ),
     fault(
         "count-ignores-cookie",
         S,
@@ -392,12 +479,14 @@ OTHER_FAULTS = [
         "deletions-forgotten",
         S,
         "revoked",
+        conventions=True,
         request=in_place_of("session/delete", {"deleted": True, "_meta": {COOKIE: None}}),
     ),
     fault(
         "unknown-refused",
         S,
         "unknown-is-no-session",
+        conventions=True,
         request=answered_instead(
             lambda call, memory: member(call.meta, COOKIE, "id") not in (None, *memory.minted),
             error=(-32043, "Session not found"),
@@ -407,6 +496,7 @@ OTHER_FAULTS = [
         "required-as-draft",
         S,
         "session-required",
+        conventions=True,
         response=lambda m, call, memory, sse: (
             m["error"].update(code=-32044) if member(m, "error", "code") == -32002 else None
         ),

@@ -9,6 +9,7 @@ the faults together break every check the pack has.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -66,16 +67,23 @@ def servers() -> Iterator[dict[str, str]]:
 
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f"{f.wire}-{f.name}")
 def test_a_broken_rule_fails_exactly_its_checks(servers: dict[str, str], fault: Fault) -> None:
-    run = run_pack(f"{servers[fault.base]}/{fault.name}/mcp", "--wire", fault.wire, "--spec-version", fault.era)
+    conventions = ["--conventions"] if fault.conventions else []
+    run = run_pack(
+        f"{servers[fault.base]}/{fault.name}/mcp", "--wire", fault.wire, "--spec-version", fault.era, *conventions
+    )
 
     assert run.failing() == fault.breaks, run.out
     must = any(c["status"] == "FAILURE" for checks in run.checks.values() for c in checks)
     assert run.code == (1 if must else 0)
 
 
-@pytest.mark.parametrize(("base", "wire", "era"), sorted({(f.base, f.wire, f.era) for f in FAULTS}))
-def test_each_server_unbroken_passes_every_check(servers: dict[str, str], base: str, wire: str, era: str) -> None:
-    run = run_pack(f"{servers[base]}/mcp", "--wire", wire, "--spec-version", era)
+@pytest.mark.parametrize(
+    ("base", "wire", "era", "conventions"), sorted({(f.base, f.wire, f.era, f.conventions) for f in FAULTS})
+)
+def test_each_server_unbroken_passes_every_check(
+    servers: dict[str, str], base: str, wire: str, era: str, conventions: bool
+) -> None:
+    run = run_pack(f"{servers[base]}/mcp", "--wire", wire, "--spec-version", era, *(["--conventions"] * conventions))
 
     assert (run.code, run.failing()) == (0, set()), run.out
     if base == "batches":  # a server that takes batches: the batch checks run, and pass
@@ -88,3 +96,38 @@ def test_every_check_of_the_pack_fails_against_some_fault() -> None:
     every = {r.check for scenario in SCENARIOS for r in load_traceability(scenario.name).requirements}
 
     assert set().union(*(fault.breaks for fault in FAULTS)) == every
+
+
+def test_a_fault_is_caught_in_the_default_run_exactly_where_its_checks_quote_the_wire_s_text() -> None:
+    """A convention's fault runs with --conventions; a fault of the text's own checks runs without it."""
+    conventions = {
+        r.check for scenario in SCENARIOS for r in load_traceability(scenario.name).requirements if r.convention
+    }
+    for fault in FAULTS:
+        if fault.name in CAUGHT_BY_THE_FIXTURE_S_CONTRACT:
+            assert fault.conventions and not fault.breaks & conventions, fault.name
+            continue
+        assert fault.conventions == bool(fault.breaks & conventions), fault.name
+
+
+# A text's own check that only --conventions can fail here, as it needs the quickstart's tools' contract. Which tool
+# needs a session only the server knows: the default run sees count served without one, and SKIPS. And only
+# countdown is sure to stream its answer (the SDK answers JSON when a tool sends no notification).
+CAUGHT_BY_THE_FIXTURE_S_CONTRACT = {"runs-without-session", "no-echo-in-sse"}
+
+
+def test_without_the_fixture_s_contract_a_tool_served_without_a_session_is_skipped(servers: dict[str, str]) -> None:
+    run = run_pack(f"{servers['draft']}/runs-without-session/mcp", "--wire", "draft")
+
+    assert (run.code, run.failing()) == (0, set()), run.out
+    assert run.statuses()["sessions-draft-session-required"] == {"SKIPPED"}
+    assert "the tool 'count' was served without a session: it requires none" in json.dumps(run.checks)
+
+
+def test_a_failure_on_the_console_shows_what_the_server_answered(servers: dict[str, str]) -> None:
+    """Issue 51: the console's failure says what the server answered (bounded and escaped), as checks.json does."""
+    run = run_pack(f"{servers['draft']}/unknown-is-sessionless/mcp", "--wire", "draft")
+
+    assert run.failing() == {"sessions-draft-session-not-found"}
+    shown = [line for line in run.out.splitlines() if line.startswith("    Server answered: HTTP 200: ")]
+    assert shown and all('{"jsonrpc":"2.0"' in line and len(line) < 300 for line in shown), run.out

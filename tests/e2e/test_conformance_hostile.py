@@ -86,15 +86,23 @@ def test_a_redirect_to_another_origin_takes_neither_credentials_nor_bodies_there
     assert f"HTTP {status}, a redirect to {elsewhere.url}/mcp" in run.out
 
 
+@pytest.mark.parametrize(
+    "wire", [["--wire", "draft"], ["--wire", "hosts", "--conventions"], []], ids=["draft", "hosts", "advertised"]
+)
 @pytest.mark.parametrize("era", ["2026-07-28", LEGACY])
-def test_no_control_character_the_server_sent_reaches_the_terminal(era: str) -> None:
+def test_no_control_character_the_server_sent_reaches_the_terminal(era: str, wire: list[str]) -> None:
     with raw_server(evil) as server:
-        code, out, files = run_raw(f"{server.url}/mcp", "--spec-version", era)
+        code, out, files = run_raw(f"{server.url}/mcp", "--spec-version", era, *wire)
 
+    assert forbidden(out) == []
+    if not wire and era == LEGACY:  # it advertises no session wire: nothing is checked, and nothing fails
+        assert (code, files) == (0, []), out
+        return
     assert code == 1
     assert "Error:" in out
-    assert forbidden(out) == []
-    assert "\\x1b]0;pwned\\x07" in out, out  # shown escaped, so a reader sees what the server sent
+    # shown escaped, so a reader sees what the server sent: decoded by a check (the hosts' whoami), or as the JSON
+    # text of its answer (which JSON escapes itself)
+    assert ("\\x1b]0;pwned\\x07" if "hosts" in wire else "\\u001b]0;pwned\\u0007") in out, out
     for text in files:
         assert forbidden(text.replace("\n", "")) == []
         json.loads(text)  # the same JSON, the server's text in it as sent

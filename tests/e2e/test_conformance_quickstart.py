@@ -58,23 +58,30 @@ SERVERS = {
     ),
     "all": Server(f"`MCP_SESSIONS_PROFILES={ALL}`, SSE, stateful", ALL),
 }
-# The one failure of the quickstart with every wire at once: in the 2025 era a client's capabilities live in its
-# initialize, so a strawman client outside a session gets the first wire's "required" (docs/profiles.md).
+# The one failure of the quickstart with every wire at once, a convention's: in the 2025 era a client's capabilities
+# live in its initialize, so a strawman client outside a session gets the first wire's "required" (docs/profiles.md).
 ALL_WIRES_2025_BASELINE = "server:\n  - sessions-strawman:sessions-strawman-session-required\n"
 
 
 @dataclass(frozen=True)
 class Run:
-    """One row of the results table: a server, the wire checked (``None``: every wire), an era, a baseline."""
+    """One row of the results table: a server, the wire checked (``None``: every wire it advertises), an era, whether
+    with this project's conventions (``--conventions``), a baseline."""
 
     server: str
     wire: str | None
     era: str
+    conventions: bool = False
     baseline: str | None = None
 
     @property
     def id(self) -> str:
-        return f"{self.server}-{self.wire or 'every-wire'}-{self.era}"
+        return f"{self.server}-{self.wire or 'every-wire'}-{self.era}{'-conventions' * self.conventions}"
+
+    @property
+    def args(self) -> list[str]:
+        wire = ["--wire", self.wire] if self.wire else []
+        return [*wire, "--spec-version", self.era, *(["--conventions"] if self.conventions else [])]
 
 
 PAIRS = [
@@ -82,14 +89,16 @@ PAIRS = [
     ("draft-json", "draft"),
     ("strawman", "strawman"),
     ("sep1364-alt1", "sep1364-alt1"),
-    ("draft", "hosts"),
-    ("hosts-data", "hosts"),
 ]
+HOSTS = [("draft", "hosts"), ("hosts-data", "hosts")]  # this project's own wire: with --conventions only
 RUNS = [
     *(Run(server, wire, era) for server, wire in PAIRS for era in (MODERN, LEGACY)),
+    *(Run(server, wire, era, True) for server, wire in PAIRS + HOSTS for era in (MODERN, LEGACY)),
     Run("sep1364-alt2", "sep1364-alt2", LEGACY),
     Run("all", None, MODERN),
-    Run("all", None, LEGACY, ALL_WIRES_2025_BASELINE),
+    Run("all", None, LEGACY),
+    Run("all", None, MODERN, True),
+    Run("all", None, LEGACY, True, ALL_WIRES_2025_BASELINE),
 ]
 
 
@@ -110,7 +119,7 @@ def runs(urls: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict
     """Every run of ``RUNS``, once for the module."""
     done = {}
     for run in RUNS:
-        args = [*(["--wire", run.wire] if run.wire else []), "--spec-version", run.era]
+        args = run.args
         if run.baseline is not None:
             baseline = tmp_path_factory.mktemp("baseline") / "conformance-baseline.yml"
             baseline.write_text(run.baseline, encoding="utf-8")
@@ -131,10 +140,35 @@ def test_the_quickstart_passes_every_check(runs: dict[str, PackRun], run: Run) -
 
 
 def test_without_its_baseline_the_every_wire_2025_run_fails(urls: dict[str, str]) -> None:
-    result = run_pack(urls["all"], "--wire", "strawman", "--spec-version", LEGACY)
+    result = run_pack(urls["all"], "--wire", "strawman", "--spec-version", LEGACY, "--conventions")
 
     assert result.code == 1
     assert result.failing() == {"sessions-strawman-session-required"}
+
+
+def test_a_run_without_wire_checks_the_wires_the_server_advertises(
+    runs: dict[str, PackRun], urls: dict[str, str]
+) -> None:
+    three = {"sessions-draft", "sessions-strawman", "sessions-sep1364-alt1"}
+    assert set(runs[Run("all", None, MODERN).id].checks) == three
+    assert set(runs[Run("all", None, LEGACY).id].checks) == three | {"sessions-sep1364-alt2"}
+    assert set(runs[Run("all", None, MODERN, True).id].checks) == three | {"sessions-hosts"}
+
+    alone = run_pack(urls["strawman"])  # each wire at its newest era: the strawman's alone is advertised
+
+    assert (alone.code, set(alone.checks)) == (0, {"sessions-strawman"}), alone.out
+    assert (
+        "SKIPPED: scenario 'sessions-draft': the server does not advertise it at 2026-07-28 (no capabilities.sessions);"
+        " --wire draft checks it anyway." in alone.out
+    )
+    assert "SKIPPED: scenario 'sessions-sep1364-alt2': the server does not advertise it at 2025-11-25" in alone.out
+
+
+def test_an_explicit_wire_the_server_lacks_still_fails(urls: dict[str, str]) -> None:
+    result = run_pack(urls["strawman"], "--wire", "draft")
+
+    assert result.code == 1
+    assert result.failing() == {"sessions-draft-capability", "sessions-draft-create"}, result.out
 
 
 def test_every_traceability_row_names_a_check_the_pack_emits(runs: dict[str, PackRun]) -> None:
@@ -195,7 +229,7 @@ def test_a_real_subprocess_run(urls: dict[str, str]) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, check=False)
 
     assert (done.returncode, done.stderr) == (0, ""), done.stdout
-    assert done.stdout.splitlines()[-1] == "Total: 32 passed, 0 failed"
+    assert done.stdout.splitlines()[-1] == "Total: 19 passed, 0 failed"
     assert "\x1b[" not in done.stdout  # not a terminal: no colours
 
 
@@ -208,15 +242,17 @@ def _row(run: Run, scenario: str, checks: list[dict[str, Any]]) -> str:
     failed = sorted({c["id"] for c in checks if c["status"] == "FAILURE"})
     failures = f"{len(failed)}: " + ", ".join(f"`{f}` (baselined)" for f in failed) if failed else "0"
     passed = f"{count['SUCCESS']}/{count['SUCCESS'] + count['FAILURE']}"
-    server = SERVERS[run.server].title
-    return f"| {server} | `{scenario}` | {run.era} | {passed} | {failures} | {count['WARNING']} | {skipped} |"
+    server, options = SERVERS[run.server].title, "`--conventions`" if run.conventions else "default"
+    return (
+        f"| {server} | `{scenario}` | {run.era} | {options} | {passed} | {failures} | {count['WARNING']} | {skipped} |"
+    )
 
 
 def render_results(runs: dict[str, PackRun]) -> str:
     """The results table: every run of this module, a row per scenario."""
     lines = [
-        "| quickstart | scenario | spec version | passed | failed | warnings | skipped |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| quickstart | scenario | spec version | run | passed | failed | warnings | skipped |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     order = [scenario.name for scenario in SCENARIOS]
     for run in RUNS:

@@ -33,9 +33,15 @@ def render_checks() -> str:
         traceability = load_traceability(scenario.name)
         source = f"[{traceability.spec}]({traceability.spec_url})" if traceability.spec_url else traceability.spec
         eras = " and ".join(scenario.eras)
-        out += [f"### `{scenario.name}`", "", f"`--wire {scenario.wire}`: {source}, in {eras}.", ""]
-        out += ["| check | level | era | requirement |", "| --- | --- | --- | --- |"]
-        out += [f"| `{r.check}` | {r.level} | {r.era or 'both'} | {cell(r.text)} |" for r in traceability.requirements]
+        out += [f"### `{scenario.name}`", "", f"`--wire {scenario.wire}`: {source}, in {eras}."]
+        if any(r.convention for r in traceability.requirements):
+            out += ["", f"`--conventions` rows quote {traceability.conventions}."]
+        out += ["", "| check | level | era | run | needs | requirement |", "| --- | --- | --- | --- | --- | --- |"]
+        out += [
+            f"| `{r.check}` | {r.level} | {r.era or 'both'} | {'`--conventions`' if r.convention else 'default'} "
+            f"| {cell(r.needs or '')} | {cell(r.text)} |"
+            for r in traceability.requirements
+        ]
         if traceability.excluded:
             out += ["", "Not checked from outside:", "", "| requirement | why |", "| --- | --- |"]
             out += [f"| {cell(e.text)} | {cell(e.reason)} |" for e in traceability.excluded]

@@ -1,10 +1,12 @@
 """The conformance pack: ``mcp-sessions conformance URL`` checks a server's session wires from outside.
 
 Black-box and client-side: it speaks each wire over HTTP as the drafts' clients
-do, and reports every normative sentence of the wire as a check, in the official
-MCP conformance suite's shapes (console lines, ``checks.json``, the
+do, and reports every normative sentence of the wire's own text as a check, in
+the official MCP conformance suite's shapes (console lines, ``checks.json``, the
 expected-failures baseline). Each wire's requirements, and the reason for each
-one no client can check, are in ``traceability/<scenario>.yaml``.
+one no client can check, are in ``traceability/<scenario>.yaml``. This
+project's own conventions are checked only when asked (``--conventions``); a run
+without ``--wire`` checks the wires the server advertises.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from .._wire.answers import printable
 from ._draft import run_draft
 from ._hosts import run_hosts
 from ._link import DEADLINE, Link
-from ._model import ERAS, LEGACY, Bail, ConformanceCheck, Recorder, load_traceability, now
+from ._model import ERAS, LEGACY, Bail, ConformanceCheck, Recorder, Settings, load_traceability, now
 from ._peer import Peer, ProbeError, Unusable
 from ._report import (
     Palette,
@@ -30,6 +32,7 @@ from ._report import (
     print_summary,
     write_checks,
 )
+from ._select import Discovery
 from ._sep1364 import run_alt1, run_alt2
 from ._strawman import run_strawman
 
@@ -51,6 +54,8 @@ class Scenario:
     """What the pack declares as the client (the strawman's reference client declares its wire)."""
     handshake: bool = True
     """Whether a 2025-era run starts with ``initialize`` (SEP-1364 alternative 2 opens its sessions with it)."""
+    convention: bool = False
+    """Whether the whole wire is this project's own: it runs only with ``--conventions``."""
 
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -58,15 +63,27 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("strawman", "sessions-strawman", ERAS, run_strawman, {"experimental": {"session": {"version": 1}}}),
     Scenario("sep1364-alt1", "sessions-sep1364-alt1", ERAS, run_alt1),
     Scenario("sep1364-alt2", "sessions-sep1364-alt2", (LEGACY,), run_alt2, handshake=False),
-    Scenario("hosts", "sessions-hosts", ERAS, run_hosts),
+    Scenario("hosts", "sessions-hosts", ERAS, run_hosts, convention=True),
 )
 
 
+def failed_to_run(name: str, why: str) -> ConformanceCheck:
+    """The one check of a scenario that could not run, as the official runner reports it."""
+    return {
+        "id": name,
+        "name": name,
+        "description": "Failed to run scenario",
+        "status": "FAILURE",
+        "timestamp": now(),
+        "errorMessage": why,
+    }
+
+
 def run_scenario(
-    scenario: Scenario, link: Link, url: str, era: str, headers: Mapping[str, str]
+    scenario: Scenario, link: Link, url: str, era: str, headers: Mapping[str, str], settings: Settings | None = None
 ) -> list[ConformanceCheck]:
     """The checks of ``scenario`` against ``url`` at ``era``; a run that could not go on ends in a failed check."""
-    recorder = Recorder(load_traceability(scenario.name), era)
+    recorder = Recorder(load_traceability(scenario.name), era, settings)
     peer = Peer(link, url, era, headers, scenario.capabilities)
     try:
         if scenario.handshake and era == LEGACY:
@@ -78,15 +95,7 @@ def run_scenario(
         why = str(exc)
         if isinstance(exc, Unusable) and peer.last is not None:
             why += f" (the last answer: {peer.last.explained(era)})"
-        failed: ConformanceCheck = {
-            "id": scenario.name,
-            "name": scenario.name,
-            "description": "Failed to run scenario",
-            "status": "FAILURE",
-            "timestamp": now(),
-            "errorMessage": why,
-        }
-        recorder.checks.append(failed)
+        recorder.checks.append(failed_to_run(scenario.name, why))
     return recorder.checks
 
 
@@ -106,8 +115,9 @@ def add_conformance_parser(commands: argparse._SubParsersAction[argparse.Argumen
         "--wire",
         action="append",
         choices=[scenario.wire for scenario in SCENARIOS],
-        help="a wire to check (repeat for several; default: every wire)",
+        help="a wire to check (repeat for several; default: every wire the server advertises)",
     )
+    _add_judging_options(parser)
     parser.add_argument(
         "--spec-version",
         choices=ERAS,
@@ -126,6 +136,38 @@ def add_conformance_parser(commands: argparse._SubParsersAction[argparse.Argumen
         default=DEADLINE,
         metavar="SECONDS",
         help=f"the most one request may take, from connect to its answer's last byte (default {DEADLINE:g})",
+    )
+
+
+def _add_judging_options(parser: argparse.ArgumentParser) -> None:
+    """The options that decide what is judged: the conventions, the tool to call, the codes accepted."""
+    parser.add_argument(
+        "--conventions",
+        action="store_true",
+        help=(
+            "also check mcp-sessions' own conventions, which are this project's and not the drafts' (batches, "
+            "experimental.sessions, exact codes the drafts leave open, signed state, host conversation ids, the "
+            "quickstart's fixture tools)"
+        ),
+    )
+    parser.add_argument(
+        "--tool", metavar="NAME", help="the tool to call where a check needs one (default: one tools/list offers)"
+    )
+    parser.add_argument(
+        "--not-found-code",
+        type=int,
+        action="append",
+        default=[],
+        metavar="CODE",
+        help="accept CODE too for 'session not found' (a server's documented alternative; repeat for several)",
+    )
+    parser.add_argument(
+        "--required-code",
+        type=int,
+        action="append",
+        default=[],
+        metavar="CODE",
+        help="accept CODE too for 'session required' (a server's documented alternative; repeat for several)",
     )
 
 
@@ -150,12 +192,17 @@ def _headers(texts: Sequence[str]) -> dict[str, str]:
     return headers
 
 
-def _run(
-    link: Link, args: argparse.Namespace, headers: Mapping[str, str], out: TextIO, palette: Palette
-) -> list[tuple[str, list[ConformanceCheck]]]:
+def _selected(args: argparse.Namespace, out: TextIO) -> list[tuple[Scenario, str]]:
+    """The scenarios ``--wire``, ``--spec-version`` and ``--conventions`` ask for, each with its era."""
     selected = []
     for scenario in SCENARIOS:
         if args.wire and scenario.wire not in args.wire:
+            continue
+        if scenario.convention and not args.conventions:
+            if args.wire:
+                out.write(
+                    f"SKIPPED: scenario '{scenario.name}' checks this project's conventions: add --conventions.\n"
+                )
             continue
         if args.spec_version not in (None, *scenario.eras):
             out.write(
@@ -164,13 +211,55 @@ def _run(
             )
             continue
         selected.append((scenario, args.spec_version or scenario.eras[-1]))
+    return selected
+
+
+def _advertised(
+    link: Link, args: argparse.Namespace, headers: Mapping[str, str], out: TextIO, selected: list[tuple[Scenario, str]]
+) -> tuple[list[tuple[Scenario, str]], list[tuple[str, list[ConformanceCheck]]]]:
+    """Without ``--wire``: the selected scenarios whose wire the server advertises. An era whose capabilities
+    cannot be read is one failure (with the hint of a server that speaks only 2025-11-25), unless only SEP-1364
+    alternative 2, which has no capability, was to run there."""
+    if args.wire:
+        return selected, []
+    found: dict[str, Discovery] = {}
+    kept: list[tuple[Scenario, str]] = []
+    failures: list[tuple[str, list[ConformanceCheck]]] = []
+    for scenario, era in selected:
+        discovery = found.setdefault(era, Discovery(link, args.url, era, headers))
+        if discovery.error is not None and scenario.wire != "sep1364-alt2":
+            if not any(name == f"sessions-discover-{era}" for name, _ in failures):
+                failures.append((f"sessions-discover-{era}", [failed_to_run("sessions-discover", discovery.error)]))
+            continue
+        lacking = discovery.error or discovery.advertises(scenario.wire)
+        if lacking is None:
+            kept.append((scenario, era))
+        else:
+            out.write(
+                f"SKIPPED: scenario '{scenario.name}': the server does not advertise it at {era} ({lacking}); "
+                f"--wire {scenario.wire} checks it anyway.\n"
+            )
+    return kept, failures
+
+
+def _run(
+    link: Link, args: argparse.Namespace, headers: Mapping[str, str], out: TextIO, palette: Palette
+) -> list[tuple[str, list[ConformanceCheck]]]:
+    settings = Settings(args.conventions, args.tool, tuple(args.not_found_code), tuple(args.required_code))
+    selected, results = _advertised(link, args, headers, out, _selected(args, out))
     url = printable(args.url)
+    for name, checks in results:
+        out.write(f"\n=== Reading what the server advertises: {name} ===\n")
+        if args.json:
+            out.write(f"Results saved to {write_checks(Path(args.json), name, checks)}\n")
+        print_checks(checks, out, palette)
+    if not selected and not results and not args.wire:
+        out.write("The server advertises none of the session wires: nothing to check (--wire WIRE checks one).\n")
     out.write(f"Running session wires ({len(selected)} scenarios) against {url}\n\n")
-    results = []
     for scenario, era in selected:
         out.write(f"\n=== Running scenario: {scenario.name} ===\n")
         out.write(f"Running client scenario '{scenario.name}' against server: {url} (spec version {era})\n")
-        checks = run_scenario(scenario, link, args.url, era, headers)
+        checks = run_scenario(scenario, link, args.url, era, headers, settings)
         if args.json:
             out.write(f"Results saved to {write_checks(Path(args.json), scenario.name, checks)}\n")
         print_checks(checks, out, palette)

@@ -1,4 +1,9 @@
-"""The draft wire's run (its client, codes and findings) and its checks of advertising, creating and using a session."""
+"""The draft wire's run (its client, codes and findings) and its checks of advertising, creating and using a session.
+
+A request "in a session" is sent on the probe: ``tools/list``, or a call of the fixture tool when the
+server checks sessions only where they are used (``tools/list`` in an unknown session was served); each
+check's details say which.
+"""
 
 from __future__ import annotations
 
@@ -8,19 +13,34 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from ._model import LEGACY, MODERN, Recorder
-from ._peer import Exchange, Peer, member, tool_text
+from ._fixture import COUNTER, NO_TOOL, Code, call_params, not_found_code, record_counts, required_code
+from ._model import MODERN, Recorder
+from ._peer import UNKNOWN_ID, Exchange, Peer, member, tool_text
 
 KEY: Final = "io.modelcontextprotocol/session"
 EXTENSION: Final = "io.modelcontextprotocol/sessions"
 NOT_FOUND: Final = -32043
+NOT_FOUND_SENTENCE: Final = "Unknown sessions MUST result in a `-32043 SESSION_NOT_FOUND` Error. (PR #20)"
 REQUIRED: Final = -32044
+REQUIRED_SENTENCE: Final = 'the draft\'s test vector: {"error":{"code":-32044,"message":"Session required"}}'
 _RFC3339: Final = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]00:00)")
+_ISO8601: Final = re.compile(r"\d{4}-\d{2}-\d{2}([Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:?\d{2})?)?")
 
 
 def echo_of(exchange: Exchange) -> object:
     """The session metadata a result carries, ``None`` when there is none."""
     return member(exchange.result, "_meta", KEY)
+
+
+def is_iso8601(value: object) -> bool:
+    """Whether ``value`` is an ISO 8601 date or date-time (extended format) naming a real day and time."""
+    if not isinstance(value, str) or not _ISO8601.fullmatch(value):
+        return False
+    try:
+        datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
 
 
 def is_rfc3339_utc(value: object) -> bool:
@@ -41,11 +61,33 @@ class Draft:
     peer: Peer
     rec: Recorder
     tools: frozenset[str] = frozenset()
+    tool: str | None = None
+    """The tool the checks call (``--tool``, or one ``tools/list`` offers that takes no arguments)."""
+    probe: tuple[str, dict[str, object] | None] = ("tools/list", None)
+    """The request sent "in a session": ``tools/list``, or the tool's call where only tools check sessions."""
+    validated: bool = True
+    """Whether the probe in an unknown session was refused (the server checks sessions there)."""
     errors: list[tuple[int, object]] = field(default_factory=list)
     """``(HTTP status, error code)`` of each session error the run provoked."""
     not_found: list[tuple[str, object]] = field(default_factory=list)
     """``(the sessionId sent, error.data)`` of each ``-32043`` answer."""
     echoes: int = 0
+
+    def __post_init__(self) -> None:
+        settings = self.rec.settings
+        self.not_found_code: Code = not_found_code(NOT_FOUND, NOT_FOUND_SENTENCE, settings)
+        self.required_code: Code = required_code(REQUIRED, REQUIRED_SENTENCE, settings)
+
+    @property
+    def probe_name(self) -> str:
+        """The probe as a check's details name it."""
+        method, params = self.probe
+        return method if params is None else f"{method} {params.get('name')}"
+
+    def in_session(self, session: str, *, state: str | None = None, header: str | None = None) -> Exchange:
+        """The probe in ``session``."""
+        method, params = self.probe
+        return self.use(method, params, session=session, state=state, header=header)
 
     def use(
         self,
@@ -63,17 +105,20 @@ class Draft:
             header = session
         return self.peer.call(method, params, meta={**(meta or {}), KEY: value}, session_header=header)
 
-    def tool(
+    def tool_call(
         self, name: str, arguments: Mapping[str, object] | None = None, *, session: str, state: str | None = None
     ) -> Exchange:
+        """``tools/call`` of ``name`` in ``session``."""
         return self.use("tools/call", {"name": name, "arguments": dict(arguments or {})}, session=session, state=state)
 
-    def error(self, exchange: Exchange, expected: int, sent: str | None = None) -> str | None:
+    def error(self, exchange: Exchange, expected: int | Code, sent: str | None = None) -> str | None:
         """Note a session error the run provoked (``sent``: the sessionId it named); the problem if not ``expected``."""
         code = exchange.error_code
         self.errors.append((exchange.status, code))
-        if code == NOT_FOUND and sent is not None:
+        if self.not_found_code.matches(code) and sent is not None:
             self.not_found.append((sent, member(exchange.answer, "error", "data")))
+        if isinstance(expected, Code):
+            return expected.problem(exchange)
         return None if code == expected else f"expected error {expected}, got {exchange.summary()}"
 
     def create(self) -> tuple[Exchange, str | None]:
@@ -104,8 +149,14 @@ def check_create(draft: Draft) -> str:
     draft.rec.gate("sessions-draft-create", problem, exchange.summary())
     assert token is not None
     expires = member(exchange.result, "session", "expiresAt")
-    problem = None if is_rfc3339_utc(expires) else "expiresAt is not RFC 3339 UTC"
-    draft.rec.record("sessions-draft-expires-at", problem, {"expiresAt": expires})
+    if expires is None:
+        draft.rec.skip("sessions-draft-expires-at", "the session has no expiresAt (optional)")
+    else:
+        problem = None if is_iso8601(expires) else "expiresAt is not an ISO 8601 timestamp"
+        draft.rec.record("sessions-draft-expires-at", problem, {"expiresAt": expires})
+    if draft.rec.applies("sessions-draft-expires-at-utc"):
+        problem = None if is_rfc3339_utc(expires) else "expiresAt is not an RFC 3339 UTC timestamp"
+        draft.rec.record("sessions-draft-expires-at-utc", problem, {"expiresAt": expires})
     return token
 
 
@@ -125,11 +176,11 @@ def check_ids(draft: Draft, first: str, second: str | None) -> None:
 def check_legacy_header(draft: Draft, session: str) -> Exchange:
     """2025 era: the server's transport session in ``Mcp-Session-Id`` does not stop a request in a session.
 
-    The gate of the rest of the era on a stateful server: every request there carries that header.
-    Its ``tools/list`` is the one the run reads the fixture tools from.
+    The gate of the rest of the era on a stateful server, with ``--conventions``: every request there carries
+    that header. Its ``tools/list`` is the one the run reads the tools from.
     """
     listed = draft.use("tools/list", session=session)
-    if draft.peer.era != LEGACY:
+    if not draft.rec.applies("sessions-draft-legacy-header-ignored"):
         return listed
     if draft.peer.transport_id is None:
         draft.rec.skip("sessions-draft-legacy-header-ignored", "the server keeps no transport session (stateless)")
@@ -139,11 +190,24 @@ def check_legacy_header(draft: Draft, session: str) -> Exchange:
     return listed
 
 
+def find_probe(draft: Draft) -> None:
+    """Where the server checks sessions: ``tools/list`` in an unknown session is refused, or only the tool's call.
+
+    The probe stays ``tools/list`` when that was refused, or when no tool can be called to see.
+    """
+    if draft.use("tools/list", session=UNKNOWN_ID).answer_is_error:
+        return
+    if draft.tool is not None and draft.use("tools/call", call_params(draft.tool), session=UNKNOWN_ID).answer_is_error:
+        draft.probe = ("tools/call", call_params(draft.tool))
+        return
+    draft.validated = False
+
+
 def _check_echo_on(draft: Draft, exchange: Exchange, session: str, case: str) -> None:
     """The echo on one successful result: present, and naming the very session the request named."""
     details = {"case": case, "sse": exchange.sse, **exchange.summary()}
     if exchange.result is None:
-        draft.rec.untestable("sessions-draft-echo", f"{case}: no successful result to look for the echo in")
+        draft.rec.skip("sessions-draft-echo", f"{case}: no successful result to look for the echo in", details)
         return
     echo = echo_of(exchange)
     if not isinstance(echo, dict):
@@ -155,9 +219,18 @@ def _check_echo_on(draft: Draft, exchange: Exchange, session: str, case: str) ->
     draft.rec.record("sessions-draft-echo-same-session-id", rotated, {"case": case})
 
 
-def check_echo(draft: Draft, listed: Exchange, sessionless: Exchange, session: str) -> None:
-    """The echo, on a JSON answer and on a streamed one, merged into the server's own ``_meta``."""
-    _check_echo_on(draft, listed, session, "tools/list")
+def check_echo(draft: Draft, listed: Exchange, sessionless: Exchange | None, session: str) -> None:
+    """The echo, on the probe and on the tool's call (often a streamed answer); with ``--conventions``, merged
+    into the server's own ``_meta``, and never in notifications."""
+    on_list = draft.probe_name == "tools/list"
+    _check_echo_on(draft, listed if on_list else draft.in_session(session), session, draft.probe_name)
+    if draft.tool is not None and on_list:
+        called = draft.use("tools/call", call_params(draft.tool), session=session, meta={"progressToken": "p"})
+        _check_echo_on(draft, called, session, f"tools/call {draft.tool}")
+    if draft.echoes == 0:
+        draft.rec.skip("sessions-draft-echo-same-session-id", "no result carried an echo to compare")
+    if not draft.rec.applies("sessions-draft-echo-merges-meta") or sessionless is None:
+        return
     own, theirs = member(sessionless.result, "_meta"), member(listed.result, "_meta")
     if not isinstance(own, dict) or not own:
         draft.rec.skip("sessions-draft-echo-merges-meta", "the server puts nothing of its own in result._meta")
@@ -165,35 +238,42 @@ def check_echo(draft: Draft, listed: Exchange, sessionless: Exchange, session: s
         lost = sorted(set(own) - set(theirs if isinstance(theirs, dict) else ()))
         problem = f"the echo replaced the server's result._meta: {', '.join(lost)} lost" if lost else None
         draft.rec.record("sessions-draft-echo-merges-meta", problem, {"server": sorted(own)})
+    check_notifications(draft, session)
+
+
+def check_notifications(draft: Draft, session: str) -> None:
+    """With ``--conventions``: ``countdown`` (the quickstart's) streams progress; no notification names the session."""
     if "countdown" not in draft.tools:
-        draft.rec.untestable("sessions-draft-no-echo-in-notifications", "the server has no countdown tool")
-    else:
-        countdown = {"name": "countdown", "arguments": {"n": 1}}
-        streamed = draft.use("tools/call", countdown, session=session, meta={"progressToken": "p"})
-        _check_echo_on(draft, streamed, session, "countdown")
-        if not streamed.notifications:
-            reason = "the server sent no notification before its answer (a JSON answer)"
-            draft.rec.skip("sessions-draft-no-echo-in-notifications", reason)
-        else:
-            carrying = [n.get("method") for n in streamed.notifications if member(n, "params", "_meta", KEY)]
-            problem = f"notifications carry session metadata: {carrying}" if carrying else None
-            draft.rec.record("sessions-draft-no-echo-in-notifications", problem, {"notifications": carrying})
-    if draft.echoes == 0:
-        draft.rec.untestable("sessions-draft-echo-same-session-id", "no result carried an echo to compare")
+        draft.rec.skip("sessions-draft-no-echo-in-notifications", "the server has no countdown tool (the quickstart's)")
+        return
+    countdown = {"name": "countdown", "arguments": {"n": 1}}
+    streamed = draft.use("tools/call", countdown, session=session, meta={"progressToken": "p"})
+    _check_echo_on(draft, streamed, session, "tools/call countdown (streamed)")
+    if not streamed.notifications:
+        reason = "the server sent no notification before its answer (a JSON answer)"
+        draft.rec.skip("sessions-draft-no-echo-in-notifications", reason)
+        return
+    carrying = [n.get("method") for n in streamed.notifications if member(n, "params", "_meta", KEY)]
+    problem = f"notifications carry session metadata: {carrying}" if carrying else None
+    draft.rec.record("sessions-draft-no-echo-in-notifications", problem, {"notifications": carrying})
 
 
 def check_context(draft: Draft, first: str, second: str | None) -> None:
-    """The session is the request's context: its counter goes on, another session's starts over."""
-    if "count" not in draft.tools:
-        draft.rec.untestable("sessions-draft-session-is-context", "the server has no count tool")
+    """The session is the request's context: the quickstart's counter goes on, another session's starts over."""
+    if COUNTER not in draft.tools:
+        reason = f"the server has no '{COUNTER}' tool (the quickstart's counter), the one tool whose answer shows it"
+        draft.rec.skip("sessions-draft-session-is-context", reason)
         return
     sessions = [first, first, *([second] if second is not None and second != first else [])]
-    counts = [tool_text(draft.tool("count", session=session)) for session in sessions]
-    draft.rec.record_counts("sessions-draft-session-is-context", counts)
+    counts = [tool_text(draft.tool_call(COUNTER, session=session)) for session in sessions]
+    record_counts(draft.rec, "sessions-draft-session-is-context", counts)
 
 
-def check_sessionless(draft: Draft) -> Exchange:
-    """A request without session metadata is served as it would be without sessions, and says nothing of one."""
+def check_sessionless(draft: Draft) -> Exchange | None:
+    """With ``--conventions``: a request without session metadata is served as without sessions, and says nothing
+    of one."""
+    if not draft.rec.applies("sessions-draft-sessionless"):
+        return None
     plain = draft.peer.call("tools/list")
     if plain.result is None:
         problem: str | None = f"a request without session metadata was refused: {plain.summary()}"
@@ -203,10 +283,24 @@ def check_sessionless(draft: Draft) -> Exchange:
     return plain
 
 
-def check_required(draft: Draft) -> None:
-    """An operation that needs a session, without one, answers SESSION_REQUIRED."""
-    if "count" not in draft.tools:
-        draft.rec.untestable("sessions-draft-session-required", "the server has no count tool (needing a session)")
+def check_required(draft: Draft, session: str) -> None:
+    """A tool that needs a session, called without one, answers SESSION_REQUIRED.
+
+    Which tool needs one only the server knows: the tool is refused without a session and served in one.
+    With ``--conventions``, the quickstart's ``count`` is known to need one.
+    """
+    check = "sessions-draft-session-required"
+    tool = COUNTER if draft.rec.conventions and COUNTER in draft.tools else draft.tool
+    if tool is None:
+        draft.rec.skip(check, NO_TOOL)
         return
-    refused = draft.peer.call("tools/call", {"name": "count", "arguments": {}})
-    draft.rec.record("sessions-draft-session-required", draft.error(refused, REQUIRED), refused.summary())
+    refused = draft.peer.call("tools/call", call_params(tool))
+    details = {"tool": tool, **draft.required_code.details(), **refused.summary()}
+    if tool != COUNTER or not draft.rec.conventions:
+        if not refused.answer_is_error:
+            draft.rec.skip(check, f"the tool '{tool}' was served without a session: it requires none", details)
+            return
+        if not draft.use("tools/call", call_params(tool), session=session).result:
+            draft.rec.skip(check, f"the tool '{tool}' is refused in a session too: not for want of one", details)
+            return
+    draft.rec.record(check, draft.error(refused, draft.required_code), details)

@@ -5,7 +5,9 @@ in the shape of the official suite's ``src/seps/sep-NNNN.yaml``): a row is a
 normative sentence, quoted, with the check that tests it (its id, its level and
 the section it sits in) or the reason it cannot be checked from outside. A
 check's status follows the sentence's keyword, as the official suite rules:
-MUST → ``FAILURE``, SHOULD → ``WARNING``.
+MUST → ``FAILURE``, SHOULD → ``WARNING``. A row marked ``convention`` quotes this
+project's own reading (docs/wire.md, docs/clients.md), not the wire's text: its
+check runs only when asked (``--conventions``), never in the default run.
 """
 
 from __future__ import annotations
@@ -53,6 +55,23 @@ class Requirement:
     section: str
     era: str | None
     """The only era the check applies to, or ``None`` for both."""
+    convention: bool = False
+    """This project's own rule, quoted from its docs: checked only with ``--conventions``."""
+    needs: str | None = None
+    """What the check needs of the server beyond the wire (a tool), for the docs' table."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a run was told: the opt-in conventions, the tool to call, the alternative error codes accepted."""
+
+    conventions: bool = False
+    tool: str | None = None
+    """``--tool``: the tool the checks that need one call (else one is found in ``tools/list``)."""
+    not_found: tuple[int, ...] = ()
+    """``--not-found-code``: codes accepted besides the wire's own "session not found" code."""
+    required: tuple[int, ...] = ()
+    """``--required-code``: codes accepted besides the wire's own "session required" code."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +91,8 @@ class Traceability:
     spec: str
     spec_url: str | None
     """Where the spec is published, when it is (this project's own pages are in the repository)."""
+    conventions: str
+    """The document the ``convention`` rows quote (this project's own)."""
     requirements: tuple[Requirement, ...]
     excluded: tuple[Excluded, ...]
 
@@ -136,15 +157,19 @@ def load_traceability(scenario: str) -> Traceability:
             excluded.append(Excluded(text, _text(row, "excluded", where)))
             continue
         check, level, era = _text(row, "check", where), row.get("level"), row.get("era")
-        if not _CHECK_ID.fullmatch(check) or level not in ("MUST", "SHOULD") or era not in (None, *ERAS):
-            raise ValueError(f"{where}: {check}: a check id, level MUST or SHOULD, and an era if any")
+        convention, needs = row.get("convention", False), row.get("needs")
+        well_formed = level in ("MUST", "SHOULD") and era in (None, *ERAS) and isinstance(convention, bool)
+        if not _CHECK_ID.fullmatch(check) or not well_formed or not isinstance(needs, str | None):
+            raise ValueError(f"{where}: {check}: a check id, level MUST or SHOULD, an era, convention and needs")
         keyword: Level = "MUST" if level == "MUST" else "SHOULD"
-        requirements.append(Requirement(check, keyword, text, _text(row, "section", where), era))
+        section = _text(row, "section", where)
+        requirements.append(Requirement(check, keyword, text, section, era, convention, needs))
     return Traceability(
         wire=_text(document, "wire", where),
         scenario=_text(document, "scenario", where),
         spec=_text(document, "spec", where),
         spec_url=_text(document, "spec_url", where) if "spec_url" in document else None,
+        conventions=_text(document, "conventions", where),
         requirements=tuple(requirements),
         excluded=tuple(excluded),
     )
@@ -157,15 +182,21 @@ class Bail(Exception):
 class Recorder:
     """Collects one scenario's checks at one era, each stamped from its requirement."""
 
-    def __init__(self, traceability: Traceability, era: str) -> None:
+    def __init__(self, traceability: Traceability, era: str, settings: Settings | None = None) -> None:
         self.traceability = traceability
         self.era = era
+        self.settings = settings or Settings()
         self.checks: list[ConformanceCheck] = []
 
+    @property
+    def conventions(self) -> bool:
+        """Whether this run checks this project's conventions too (``--conventions``)."""
+        return self.settings.conventions
+
     def applies(self, check: str) -> bool:
-        """Whether ``check`` applies at this run's era (the runner drops it otherwise, as the official one does)."""
-        era = self.traceability.requirement(check).era
-        return era is None or era == self.era
+        """Whether ``check`` runs here: its era, and the opt-in for a convention (the runner drops it otherwise)."""
+        requirement = self.traceability.requirement(check)
+        return requirement.era in (None, self.era) and (self.settings.conventions or not requirement.convention)
 
     def record(self, check: str, problem: str | None, details: Mapping[str, object] | None = None) -> None:
         """``SUCCESS`` when ``problem`` is ``None``, else the requirement's level."""
@@ -177,28 +208,26 @@ class Recorder:
         if problem is not None:
             raise Bail(check)
 
-    def record_counts(self, check: str, counts: list[str | None]) -> None:
-        """The fixture's ``count`` twice in one session, then once in another: it must answer 1, 2, 1."""
-        expected = ["1", "2", "1"][: len(counts)]
-        problem = None if counts == expected else f"count answered {counts}, expected {expected}"
-        self.record(check, problem, {"counts": counts})
-
-    def skip(self, check: str, reason: str) -> None:
-        """Not applicable here: an optional feature the server did not take up (never a missing prerequisite)."""
-        self._emit(check, "SKIPPED", None, {"reason": reason})
+    def skip(self, check: str, reason: str, details: Mapping[str, object] | None = None) -> None:
+        """Not checked here: an optional feature the server did not take up, or a fixture it does not have."""
+        self._emit(check, "SKIPPED", None, {"reason": reason, **(details or {})})
 
     def untestable(self, check: str, reason: str) -> None:
-        """A missing prerequisite: failed at the requirement's level, saying so (the official ``untestableCheck``)."""
+        """A prerequisite the run itself should have made is missing (an earlier step failed): failed at the
+        requirement's level, saying so (the official ``untestableCheck``). A fixture the server lacks is a skip."""
         self._emit(check, None, f"Not testable: {reason}", {"untestable": True, "reason": reason})
 
     def _emit(self, check: str, status: Status | None, problem: str | None, details: Mapping[str, object]) -> None:
         """Add ``check`` (at the requirement's level when ``status`` is ``None``) if it applies at this era."""
-        requirement = self.traceability.requirement(check)
-        if requirement.era not in (None, self.era):
+        if not self.applies(check):
             return
-        reference = {"id": f"{self.traceability.spec} §{requirement.section}"}
-        if self.traceability.spec_url is not None:
-            reference["url"] = self.traceability.spec_url
+        requirement = self.traceability.requirement(check)
+        if requirement.convention:
+            reference = {"id": f"{self.traceability.conventions} §{requirement.section}"}
+        else:
+            reference = {"id": f"{self.traceability.spec} §{requirement.section}"}
+            if self.traceability.spec_url is not None:
+                reference["url"] = self.traceability.spec_url
         emitted: ConformanceCheck = {
             "id": check,
             "name": "".join(part.capitalize() for part in check.split("-")),
@@ -206,7 +235,12 @@ class Recorder:
             "status": status or _STATUS_OF[requirement.level],
             "timestamp": now(),
             "specReferences": [reference],
-            "details": {"level": requirement.level, "specVersion": self.era, **details},
+            "details": {
+                "level": requirement.level,
+                "specVersion": self.era,
+                **({"convention": True} if requirement.convention else {}),
+                **details,
+            },
         }
         if problem is not None:
             emitted["errorMessage"] = problem

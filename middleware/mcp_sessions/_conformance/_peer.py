@@ -72,6 +72,11 @@ class Exchange:
         return result if isinstance(result, dict) else None
 
     @property
+    def answer_is_error(self) -> bool:
+        """Whether the answer is a JSON-RPC error (or the server gave none: a refusal all the same)."""
+        return self.result is None
+
+    @property
     def error_code(self) -> object:
         """The answer's ``error.code`` (``None`` when it is not an error)."""
         return member(self.answer, "error", "code")

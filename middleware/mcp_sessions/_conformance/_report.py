@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .._wire.answers import json_printable, printable
+from .._wire.answers import excerpt, json_printable, printable
 from ._model import ConformanceCheck, now, read_yaml
 
 _SEVERITY = {"FAILURE": 3, "WARNING": 2, "SUCCESS": 1}
@@ -76,6 +76,19 @@ def print_checks(checks: Sequence[ConformanceCheck], out: TextIO, palette: Palet
                 message = check["errorMessage"]
                 cut = "…" if len(message) > MAX_SHOWN else ""
                 out.write(f"    Error: {printable(message[:MAX_SHOWN])}{cut}\n")
+            if (answered := server_answer(check)) is not None:
+                out.write(f"    Server answered: {answered}\n")
+
+
+def server_answer(check: ConformanceCheck) -> str | None:
+    """What the server answered, as a check's details keep it, for a person: its HTTP status and the start of the
+    answer (or of the body, when it gave no JSON-RPC answer), on one line, bounded and escaped (:func:`excerpt`)."""
+    details = check.get("details", {})
+    answer, body, status = details.get("answer"), details.get("body"), details.get("status")
+    text = answer if isinstance(answer, str) and answer != "null" else body if isinstance(body, str) else None
+    if text is None:
+        return None
+    return f"HTTP {status}: {excerpt(text)}" if isinstance(status, int) else excerpt(text)
 
 
 def print_summary(results: Sequence[tuple[str, Sequence[ConformanceCheck]]], out: TextIO) -> int:

@@ -3,15 +3,19 @@
 Both put a top-level ``sessionId`` on requests and responses and have
 ``Mcp-Session-Id`` mirror it; alternative 1 opens a session with
 ``session/create`` beside ``initialize``, alternative 2 with ``initialize``
-itself (so it exists only in the handshake era). Fixture tool: ``count``.
+itself (so it exists only in the handshake era). Fixture tool: ``count`` (the
+quickstart's counter), for a session's context; without it that check is SKIPPED.
+The SEP names no code for a request whose ``Mcp-Session-Id`` does not mirror its
+``sessionId``: any error refuses it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._fixture import COUNTER, record_counts
 from ._model import LEGACY, MODERN, Recorder
-from ._peer import ACCEPT, CLIENT_INFO, MISMATCH, UNKNOWN_ID, Exchange, Peer, member, tool_names, tool_text
+from ._peer import ACCEPT, CLIENT_INFO, UNKNOWN_ID, Exchange, Peer, member, tool_names, tool_text
 
 MEMBER = "sessionId"
 _OPEN = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": CLIENT_INFO}
@@ -30,7 +34,7 @@ class Session:
 
     def count(self) -> str | None:
         """The fixture's counter of this session, one higher; ``None`` when the call did not succeed."""
-        return tool_text(self.call("tools/call", {"name": "count", "arguments": {}}))
+        return tool_text(self.call("tools/call", {"name": COUNTER, "arguments": {}}))
 
 
 def _is_empty_result(exchange: Exchange) -> bool:
@@ -45,13 +49,14 @@ def _check_session_use(rec: Recorder, wire: str, first: Session, second: Session
     mirrored = listed.headers.get("mcp-session-id", first.token)
     problem = None if echoed == first.token else f"the response's top-level sessionId is {echoed!r}"
     rec.record(f"sessions-{wire}-response-session-id", problem, listed.summary())
-    if "count" not in tool_names(listed):
-        rec.untestable(f"sessions-{wire}-session-is-context", "the server has no count tool")
+    if COUNTER not in tool_names(listed):
+        reason = f"the server has no '{COUNTER}' tool (the quickstart's counter), the one tool whose answer shows it"
+        rec.skip(f"sessions-{wire}-session-is-context", reason)
     else:
         counts = [first.count(), first.count(), *([second.count()] if second else [])]
-        rec.record_counts(f"sessions-{wire}-session-is-context", counts)
+        record_counts(rec, f"sessions-{wire}-session-is-context", counts)
     other = first.call("tools/list", header="sess-conformance-mismatch")
-    if other.error_code != MISMATCH:
+    if other.result is not None:
         problem = f"a request whose Mcp-Session-Id differs from its sessionId: {other.summary()}"
     else:
         problem = None if mirrored == first.token else f"the response's Mcp-Session-Id is {mirrored!r}"

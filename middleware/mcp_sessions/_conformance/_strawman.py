@@ -3,12 +3,18 @@
 The pack speaks as the group's reference client: it declares
 ``experimental.session`` in its capabilities, names its session as
 ``{"id"}`` under ``mcp/session`` and reads the cookie back from each result.
-Fixture tools: ``count`` (needs a session) and ``whoami``.
+The default run checks what PR #20 itself says of these shapes; the reference
+server's details (version 1, RFC 3339 expiries, the label in ``data.label``,
+the null cookie on delete and after it, ``-32002``) are this project's reading,
+checked with ``--conventions``. Fixture tools: ``count`` (the session's
+counter), and with ``--conventions`` ``whoami``; a check whose tool is missing
+is SKIPPED.
 """
 
 from __future__ import annotations
 
 from ._draft_session import is_rfc3339_utc
+from ._fixture import COUNTER, record_counts, required_code
 from ._model import Bail, Recorder
 from ._peer import UNKNOWN_ID, Exchange, Peer, member, tool_names, tool_text
 
@@ -19,11 +25,20 @@ LABEL = "conformance-workspace"
 
 
 def _cookie_problem(result: object, token: str) -> str | None:
-    """Why ``result`` does not carry the cookie ``{"id": token, "expiry": <RFC 3339>}``, if it does not."""
+    """Why ``result`` does not carry the cookie ``{"id": token, …}``, if it does not."""
     cookie = member(result, "_meta", COOKIE)
-    if not isinstance(cookie, dict) or cookie.get("id") != token or not is_rfc3339_utc(cookie.get("expiry")):
-        return f'result._meta["{COOKIE}"] is {cookie!r}, not {{"id": <the session>, "expiry": <RFC 3339>}}'
+    if not isinstance(cookie, dict) or cookie.get("id") != token:
+        return f'result._meta["{COOKIE}"] is {cookie!r}, not {{"id": <the session>, …}}'
     return None
+
+
+def _check_expiry(rec: Recorder, created: Exchange) -> None:
+    """With ``--conventions``: the expiry of a new session, in its result and its cookie, is RFC 3339."""
+    if not rec.applies("sessions-strawman-expiry"):
+        return
+    expiries = [member(created.result, "expiry"), member(created.result, "_meta", COOKIE, "expiry")]
+    problem = None if all(map(is_rfc3339_utc, expiries)) else f"expiry and the cookie's are {expiries}"
+    rec.record("sessions-strawman-expiry", problem, {"expiries": expiries})
 
 
 def _null_cookie(result: object) -> bool:
@@ -42,8 +57,8 @@ def _create(peer: Peer, rec: Recorder) -> str:
     if not isinstance(token, str) or not token:
         rec.record("sessions-strawman-create", "no result.id (a non-empty string)", created.summary())
         raise Bail("sessions-strawman-create")
-    problem = None if is_rfc3339_utc(member(result, "expiry")) else "result.expiry is not RFC 3339"
-    rec.record("sessions-strawman-create", problem or _cookie_problem(result, token), created.summary())
+    rec.record("sessions-strawman-create", _cookie_problem(result, token), created.summary())
+    _check_expiry(rec, created)
     label = member(result, "data", "label")
     rec.record("sessions-strawman-label-in-data", None if label == LABEL else f"result.data.label is {label!r}")
     return token
@@ -62,30 +77,35 @@ def _lifecycle(peer: Peer, rec: Recorder, features: list[object], token: str) ->
         return
     listed = peer.call("session/list", {})
     sessions, cursor = member(listed.result, "sessions"), member(listed.result, "nextCursor")
-    entries_ok = isinstance(sessions, list) and all(
-        isinstance(member(entry, "id"), str) and is_rfc3339_utc(member(entry, "expiry")) for entry in sessions
-    )
+    entries_ok = isinstance(sessions, list) and all(isinstance(member(entry, "id"), str) for entry in sessions)
     shaped = entries_ok and (cursor is None or isinstance(cursor, str))
-    problem = None if shaped else "not {sessions: [{id, expiry, data?}], nextCursor?}"
+    problem = None if shaped else "not {sessions: [{id, …}], nextCursor?}"
     rec.record("sessions-strawman-list", problem, listed.summary())
 
 
 def _using(peer: Peer, rec: Recorder, tools: frozenset[str], token: str, other: str | None) -> None:
-    if "count" not in tools:
-        rec.untestable("sessions-strawman-session-is-context", "the server has no count tool")
-        rec.untestable("sessions-strawman-session-required", "the server has no count tool (needing a session)")
+    if COUNTER not in tools:
+        reason = f"the server has no '{COUNTER}' tool (the quickstart's counter), the one tool whose answer shows it"
+        rec.skip("sessions-strawman-session-is-context", reason)
     else:
         named = [token, token, *([other] if other else [])]
-        counts = [tool_text(_in(peer, "tools/call", {"name": "count", "arguments": {}}, t)) for t in named]
-        rec.record_counts("sessions-strawman-session-is-context", counts)
-        refused = peer.call("tools/call", {"name": "count", "arguments": {}})
-        message = member(refused.answer, "error", "message")
-        right = refused.error_code == REQUIRED and isinstance(message, str) and message.startswith(REQUIRED_MESSAGE)
-        rec.record("sessions-strawman-session-required", None if right else "not -32002 'Session required. …'")
+        counts = [tool_text(_in(peer, "tools/call", {"name": COUNTER, "arguments": {}}, t)) for t in named]
+        record_counts(rec, "sessions-strawman-session-is-context", counts)
     listed = _in(peer, "tools/list", None, token)
     rec.record("sessions-strawman-echo", _cookie_problem(listed.result, token), listed.summary())
+    if not rec.conventions:
+        return
+    if COUNTER not in tools:
+        rec.skip("sessions-strawman-session-required", f"the server has no '{COUNTER}' tool (the quickstart's)")
+    else:
+        refused = peer.call("tools/call", {"name": COUNTER, "arguments": {}})
+        message = member(refused.answer, "error", "message")
+        code = required_code(REQUIRED, f"'{REQUIRED_MESSAGE}' (the reference server)", rec.settings)
+        right = code.matches(refused.error_code) and isinstance(message, str) and message.startswith(REQUIRED_MESSAGE)
+        problem = None if right else f"not {REQUIRED} '{REQUIRED_MESSAGE[:16]} …': {refused.summary()}"
+        rec.record("sessions-strawman-session-required", problem, code.details())
     if "whoami" not in tools:
-        rec.untestable("sessions-strawman-unknown-is-no-session", "the server has no whoami tool")
+        rec.skip("sessions-strawman-unknown-is-no-session", "the server has no whoami tool (the quickstart's)")
         return
     stranger = _in(peer, "tools/call", {"name": "whoami", "arguments": {}}, UNKNOWN_ID)
     problem = None if tool_text(stranger) == "none" else "a request naming an unknown id was not served sessionless"
@@ -93,24 +113,30 @@ def _using(peer: Peer, rec: Recorder, tools: frozenset[str], token: str, other: 
 
 
 def _delete(peer: Peer, rec: Recorder, features: list[object], token: str) -> None:
+    checks = ("sessions-strawman-delete", "sessions-strawman-delete-null-cookie", "sessions-strawman-revoked")
     if "delete" not in features:
-        rec.skip("sessions-strawman-delete", "the server does not list the delete feature")
-        rec.skip("sessions-strawman-revoked", "the server does not list the delete feature")
+        for check in checks:
+            rec.skip(check, "the server does not list the delete feature")
         return
     deleted = peer.call("session/delete", {"id": token})
+    rec.record(checks[0], None if deleted.result is not None else "session/delete failed", deleted.summary())
     right = member(deleted.result, "deleted") is True and _null_cookie(deleted.result)
-    rec.record("sessions-strawman-delete", None if right else 'not {"deleted": true, "_meta": {"mcp/session": null}}')
-    revoked = _null_cookie(_in(peer, "tools/list", None, token).result)
-    rec.record("sessions-strawman-revoked", None if revoked else "a result in the deleted session: no null cookie")
+    rec.record(checks[1], None if right else 'not {"deleted": true, "_meta": {"mcp/session": null}}')
+    if rec.applies(checks[2]):
+        revoked = _null_cookie(_in(peer, "tools/list", None, token).result)
+        rec.record(checks[2], None if revoked else "a result in the deleted session: no null cookie")
 
 
 def run_strawman(peer: Peer, rec: Recorder) -> None:
     """Every check of the strawman."""
     capability = member(peer.server_capabilities(), "experimental", "session")
     features = member(capability, "features")
-    offered = features if isinstance(features, list) else [None]  # not a list: not shaped, and nothing offered
-    shaped = member(capability, "version") == 1 and all(isinstance(feature, str) for feature in offered)
+    offered = features if isinstance(features, list) else []
+    listed = features is None or (isinstance(features, list) and all(isinstance(name, str) for name in features))
+    shaped = isinstance(capability, dict) and listed
     rec.record("sessions-strawman-capability", None if shaped else f"experimental.session is {capability!r}")
+    version = member(capability, "version")
+    rec.record("sessions-strawman-capability-version", None if version == 1 else f"version is {version!r}, not 1")
     token = _create(peer, rec)
     other = member(peer.call("session/create", {"hints": {}}).result, "id")
     tools = tool_names(_in(peer, "tools/list", None, token))
