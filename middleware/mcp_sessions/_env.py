@@ -62,7 +62,7 @@ def settings_from_env(env: Mapping[str, str], options: dict[str, Any]) -> dict[s
     codes = env.get("MCP_SESSIONS_ERROR_CODES", "").strip().lower()
     if codes and "error_codes" not in options:
         if codes not in ERROR_CODE_SETS:
-            raise ValueError(f"MCP_SESSIONS_ERROR_CODES must be seeds or spec-safe, got {codes!r}")
+            raise ValueError(f"MCP_SESSIONS_ERROR_CODES must be one of {', '.join(ERROR_CODE_SETS)}, got {codes!r}")
         settings["error_codes"] = codes
     if (adopt := _flag(env, "MCP_SESSIONS_ADOPT_TRANSPORT")) is not None:
         settings["adopt_transport_sessions"] = adopt

@@ -1,4 +1,4 @@
-"""``error_codes``: the seeds' codes by default, codes MCP 2026-07-28 allows on request, a client that reads both."""
+"""``error_codes``: the seeds' codes by default, codes MCP 2026-07-28 allows on request, a client that reads each."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from conftest import SECRET
 from mcp_sessions import SessionsConfig
 from mcp_sessions.client import SessionHandle
 from mcp_sessions.client._keeper import SessionKeeper
-from mcp_sessions.profiles import PROFILES, SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED, spec_allows, with_error_codes
+from mcp_sessions.profiles import (
+    PROFILES,
+    SPEC_SAFE_NOT_FOUND,
+    SPEC_SAFE_REQUIRED,
+    outside_reserved,
+    spec_allows,
+    with_error_codes,
+)
 
 SEEDS = {  # wire: (not found, required, header mismatch), as the seeds define them
     "draft": (-32043, -32044, -32020),
@@ -55,6 +62,18 @@ def test_the_seeds_codes_by_default_and_spec_safe_on_request() -> None:
     assert all(spec_allows(c) for wire in spec_safe.values() for c in wire)
 
 
+def test_the_application_codes_lie_outside_the_json_rpc_reserved_range() -> None:
+    """Issue 51: MCP 2026-07-28 says new codes "SHOULD be allocated outside the JSON-RPC reserved range (-32768 to
+    -32000)" and that new implementations SHOULD NOT use -32000..-32019 at all: spec-safe's -32012 and -32013 do."""
+    every = ",".join(PROFILES)
+    application = codes(SessionsConfig(secret=SECRET, profiles=every, error_codes="application"))
+    assert application == {name: (-31043, -31044, -32020) for name in PROFILES}
+    assert all(outside_reserved(c) for wire in application.values() for c in wire[:2])
+    assert not outside_reserved(SPEC_SAFE_NOT_FOUND) and not outside_reserved(SPEC_SAFE_REQUIRED)
+    environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_ERROR_CODES": "application"}
+    assert codes(SessionsConfig.from_env(environ=environ))["draft"] == (-31043, -31044, -32020)
+
+
 def test_the_variable_sets_the_option_and_the_keyword_wins() -> None:
     environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_ERROR_CODES": "Spec-Safe"}
     assert codes(SessionsConfig.from_env(environ=environ))["draft"] == (-32012, -32013, -32020)
@@ -62,16 +81,17 @@ def test_the_variable_sets_the_option_and_the_keyword_wins() -> None:
 
 
 def test_an_unknown_code_set_fails_at_construction_naming_the_choices() -> None:
-    with pytest.raises(ValueError, match='error_codes must be "seeds" or "spec-safe"'):
+    with pytest.raises(ValueError, match="error_codes must be one of seeds, spec-safe, application"):
         SessionsConfig(secret=SECRET, error_codes="strict")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="MCP_SESSIONS_ERROR_CODES must be seeds or spec-safe"):
+    with pytest.raises(ValueError, match="MCP_SESSIONS_ERROR_CODES must be one of seeds, spec-safe, application"):
         SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_ERROR_CODES": "strict"})
 
 
 @pytest.mark.parametrize("wire", [name for name, profile in PROFILES.items() if profile.client is not None])
-def test_the_client_reads_both_code_sets(wire: str) -> None:
+def test_the_client_reads_every_code_set(wire: str) -> None:
     seeds = PROFILES[wire]
     [spec_safe] = with_error_codes([seeds], "spec-safe")
+    [application] = with_error_codes([seeds], "application")
     keeper = SessionKeeper(SessionHandle(), None, seeds)
-    assert {seeds.not_found, spec_safe.not_found} <= keeper.gone_codes
-    assert {seeds.required, spec_safe.required} <= keeper.required_codes
+    assert {seeds.not_found, spec_safe.not_found, application.not_found} <= keeper.gone_codes
+    assert {seeds.required, spec_safe.required, application.required} <= keeper.required_codes

@@ -12,12 +12,15 @@ from .._wire import iso
 from ._base import Capability, ClientSide, LocalCall, LocalMethod, WireProfile
 from ._carriers import Carrier, InvalidSessionMeta, SessionCarrier, SessionRef, TopLevelCarrier
 from ._codes import (
+    APPLICATION_NOT_FOUND,
+    APPLICATION_REQUIRED,
     ERROR_CODE_SETS,
     SPEC_DEFINED_CODES,
     SPEC_SAFE_NOT_FOUND,
     SPEC_SAFE_REQUIRED,
     ErrorCodes,
     not_found_codes,
+    outside_reserved,
     required_codes,
     spec_allows,
     with_error_codes,
@@ -28,6 +31,8 @@ from ._sep1364 import SEP1364_ALT1, SEP1364_ALT2
 from ._strawman import STRAWMAN
 
 __all__ = [
+    "APPLICATION_NOT_FOUND",
+    "APPLICATION_REQUIRED",
     "DRAFT",
     "ERROR_CODE_SETS",
     "PROFILES",
@@ -56,6 +61,7 @@ __all__ = [
     "WireProfile",
     "iso",
     "not_found_codes",
+    "outside_reserved",
     "profiles_from_names",
     "required_codes",
     "spec_allows",
