@@ -6,6 +6,10 @@
 ``MCPServer`` on both eras. Scenario by scenario, check by check, the outcomes are the same, but
 one: the gateway refuses a foreign ``Host`` itself (the upstream never sees the client's), so the
 DNS-rebinding check that server-everything fails passes through the gateway.
+
+And ``mcp-sessions conformance`` through the gateway (issue 51): its default run passes in each era
+the upstream speaks, though no upstream has the quickstart's tools; against server-everything, which
+speaks only 2025-11-25, the 2026-07-28 run fails saying to run the pack with that era.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pytest
 
 from conftest import serve
 from e2e._gateway import CONFORMANCE, NODE22, SECRET, everything_server, gateway_command, installed, upstream_server
+from e2e._pack import LEGACY, MODERN, run_pack
 from mcp_sessions import SessionsConfig, gateway_app
 
 SPEC_VERSION = "2025-11-25"  # cumulative: every server scenario of the 2025 era
@@ -70,3 +75,30 @@ def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly(
             through = run_suite(gateway + "/mcp", tmp_path / "gateway", spec_version)
     assert through == direct
     assert sum(statuses.count("SUCCESS") for statuses in through.values()) >= 28, through  # handshake, tools…
+
+
+def test_the_pack_through_the_gateway_passes_in_front_of_server_everything() -> None:
+    with everything_server() as upstream, gateway_command([upstream]) as gateway:
+        legacy = run_pack(gateway, "--spec-version", LEGACY)
+        modern = run_pack(gateway)
+
+    assert (legacy.code, legacy.failing()) == (0, set()), legacy.out
+    assert set(legacy.checks) == {"sessions-draft"}  # the wire the gateway advertises
+    statuses = legacy.statuses()
+    assert statuses["sessions-draft-session-is-context"] == {"SKIPPED"}  # server-everything has no counter
+    assert statuses["sessions-draft-echo"] == {"SUCCESS"}
+    assert modern.code == 1
+    assert f"The server seems to speak only {LEGACY}: run the pack with --spec-version {LEGACY}" in modern.out
+
+
+@pytest.mark.parametrize("spec_version", [LEGACY, MODERN])
+def test_the_pack_through_the_gateway_passes_in_front_of_an_mcpserver(spec_version: str) -> None:
+    app = upstream_server("plain").streamable_http_app(stateless_http=True)
+    with (
+        serve(app) as upstream,
+        serve(gateway_app([upstream + "/mcp"], config=SessionsConfig(secret=SECRET))) as gateway,
+    ):
+        run = run_pack(gateway + "/mcp", "--spec-version", spec_version)
+
+    assert (run.code, run.failing()) == (0, set()), run.out
+    assert set(run.checks) == {"sessions-draft"}

@@ -15,16 +15,9 @@ the SDK's do: up to mcp 1.11, ``/mcp`` redirects to ``/mcp/``."""
 from __future__ import annotations
 
 import io
-import os
-import select
-import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import httpx
 import pytest
@@ -32,17 +25,10 @@ from starlette.responses import PlainTextResponse
 from starlette.types import Receive, Scope, Send
 
 from _mcp import MCP_PATH, LegacyClient, ModernClient, modern_headers, modern_request, session_meta, tool_text
-from _redis import end_process, missing
 from conftest import SECRET
+from e2e._versioned import VENVS, versioned_server
 from mcp_sessions import MCPSessionMiddleware
 from mcp_sessions._cli import main
-
-MAIN = Path(__file__).resolve().parents[2]
-START_TIMEOUT = 30.0
-SERVER = Path(__file__).with_name("_versioned_server.py")
-VENVS = os.environ.get(
-    "MCP_SERVER_VENVS", " ".join(f"{MAIN}/.venv-mcp{name}" for name in ("2-floor", "1-newest", "1-fastmcp2", "1-floor"))
-).split()
 
 
 @dataclass(frozen=True)
@@ -60,39 +46,8 @@ class Server:
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """One server on an older mcp, killed when its tests end."""
     venv, kind = request.param
-    python = Path(venv) / "bin" / "python"
-    if not python.exists():
-        missing(f"{python} is missing: `make {venv}/.installed` builds that environment")
-    with tempfile.TemporaryFile() as log:  # a file, not a pipe: nobody reads stderr while the server runs
-        process = subprocess.Popen([python, SERVER, SECRET, kind], cwd=MAIN, stdout=subprocess.PIPE, stderr=log)
-        try:
-            port = _listening_port(process, log)
-            yield Server(f"http://127.0.0.1:{port}", kind, mcp1="mcp1" in Path(venv).name)
-        finally:
-            end_process(process)
-            assert process.stdout is not None
-            process.stdout.close()
-
-
-def _listening_port(process: subprocess.Popen[bytes], log: IO[bytes]) -> int:
-    """The port the server printed, once it accepts connections (after its lifespan started)."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + START_TIMEOUT
-    port: int | None = None
-    while time.monotonic() < deadline and process.poll() is None:
-        if port is None:
-            if select.select([process.stdout], [], [], 0.1)[0] and (line := process.stdout.readline()):
-                port = int(line)
-            continue
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        except OSError:
-            time.sleep(0.02)
-        else:
-            return port
-    log.seek(0)
-    output = log.read().decode(errors="replace")[-4000:]
-    raise RuntimeError(f"the server (exit code {process.poll()}) did not listen within {START_TIMEOUT} s:\n{output}")
+    with versioned_server(venv, SECRET, kind) as url:
+        yield Server(url, kind, mcp1="mcp1" in Path(venv).name)
 
 
 def test_a_tool_counts_in_its_session_on_the_2025_wire(server: Server) -> None:

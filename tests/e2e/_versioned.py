@@ -1,0 +1,62 @@
+"""Servers on older mcp SDKs, each in an environment of its own (``make test`` builds them; ``MCP_SERVER_VENVS``
+names them), started as subprocesses: ``_versioned_server.py`` behind the middleware, one ``count`` tool."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+from _redis import end_process, missing
+
+MAIN = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 30.0
+SERVER = Path(__file__).with_name("_versioned_server.py")
+VENVS = os.environ.get(
+    "MCP_SERVER_VENVS", " ".join(f"{MAIN}/.venv-mcp{name}" for name in ("2-floor", "1-newest", "1-fastmcp2", "1-floor"))
+).split()
+
+
+@contextmanager
+def versioned_server(venv: str, secret: str, kind: str) -> Iterator[str]:
+    """``_versioned_server.py`` in ``venv`` (``kind``: ``sdk``, ``fastmcp``, ``fastmcp-stateless``): its base URL,
+    the server killed when the block ends."""
+    python = Path(venv) / "bin" / "python"
+    if not python.exists():
+        missing(f"{python} is missing: `make {venv}/.installed` builds that environment")
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: nobody reads stderr while the server runs
+        process = subprocess.Popen([python, SERVER, secret, kind], cwd=MAIN, stdout=subprocess.PIPE, stderr=log)
+        try:
+            yield f"http://127.0.0.1:{_listening_port(process, log)}"
+        finally:
+            end_process(process)
+            assert process.stdout is not None
+            process.stdout.close()
+
+
+def _listening_port(process: subprocess.Popen[bytes], log: IO[bytes]) -> int:
+    """The port the server printed, once it accepts connections (after its lifespan started)."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + START_TIMEOUT
+    port: int | None = None
+    while time.monotonic() < deadline and process.poll() is None:
+        if port is None:
+            if select.select([process.stdout], [], [], 0.1)[0] and (line := process.stdout.readline()):
+                port = int(line)
+            continue
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        except OSError:
+            time.sleep(0.02)
+        else:
+            return port
+    log.seek(0)
+    output = log.read().decode(errors="replace")[-4000:]
+    raise RuntimeError(f"the server (exit code {process.poll()}) did not listen within {START_TIMEOUT} s:\n{output}")
