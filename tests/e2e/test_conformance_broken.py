@@ -126,8 +126,10 @@ def test_without_the_fixture_s_contract_a_tool_served_without_a_session_is_skipp
 
 def test_a_failure_on_the_console_shows_what_the_server_answered(servers: dict[str, str]) -> None:
     """Issue 51: the console's failure says what the server answered (bounded and escaped), as checks.json does."""
-    run = run_pack(f"{servers['draft']}/unknown-is-sessionless/mcp", "--wire", "draft")
+    run = run_pack(f"{servers['strawman']}/delete-errs/mcp", "--wire", "strawman")
 
-    assert run.failing() == {"sessions-draft-session-not-found"}
+    assert run.failing() == {"sessions-strawman-delete"}
+    assert "    Error: session/delete failed\n" in run.out
     shown = [line for line in run.out.splitlines() if line.startswith("    Server answered: HTTP 200: ")]
-    assert shown and all('{"jsonrpc":"2.0"' in line and len(line) < 300 for line in shown), run.out
+    assert len(shown) == 1 and '"error":{"code":-32603,"message":"broken"}' in shown[0], run.out
+    assert len(shown[0]) < 300

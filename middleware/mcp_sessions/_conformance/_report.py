@@ -76,7 +76,8 @@ def print_checks(checks: Sequence[ConformanceCheck], out: TextIO, palette: Palet
                 message = check["errorMessage"]
                 cut = "…" if len(message) > MAX_SHOWN else ""
                 out.write(f"    Error: {printable(message[:MAX_SHOWN])}{cut}\n")
-            if (answered := server_answer(check)) is not None:
+            answered = server_answer(check)
+            if answered is not None and answered.partition(": ")[2][:80] not in check.get("errorMessage", ""):
                 out.write(f"    Server answered: {answered}\n")
 
 
