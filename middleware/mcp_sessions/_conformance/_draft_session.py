@@ -300,7 +300,7 @@ def check_required(draft: Draft, session: str) -> None:
         if not refused.answer_is_error:
             draft.rec.skip(check, f"the tool '{tool}' was served without a session: it requires none", details)
             return
-        if not draft.use("tools/call", call_params(tool), session=session).result:
+        if draft.use("tools/call", call_params(tool), session=session).result is None:
             draft.rec.skip(check, f"the tool '{tool}' is refused in a session too: not for want of one", details)
             return
     draft.rec.record(check, draft.error(refused, draft.required_code), details)
