@@ -34,18 +34,16 @@ def echo_of(exchange: Exchange) -> object:
 
 def is_iso8601(value: object) -> bool:
     """Whether ``value`` is an ISO 8601 date or date-time (extended format) naming a real day and time."""
-    if not isinstance(value, str) or not _ISO8601.fullmatch(value):
-        return False
-    try:
-        datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return True
+    return _names_a_real_time(value, _ISO8601)
 
 
 def is_rfc3339_utc(value: object) -> bool:
     """Whether ``value`` is an RFC 3339 timestamp in UTC (``Z`` or a zero offset) naming a real instant."""
-    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+    return _names_a_real_time(value, _RFC3339)
+
+
+def _names_a_real_time(value: object, form: re.Pattern[str]) -> bool:
+    if not isinstance(value, str) or not form.fullmatch(value):
         return False
     try:
         datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
