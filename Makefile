@@ -5,6 +5,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The environments of servers on older mcp SDKs (tests/e2e/test_server_versions.py): one mcp per venv.
 SERVER_VENVS := $(VENV)-mcp2-floor $(VENV)-mcp1-newest $(VENV)-mcp1-fastmcp2 $(VENV)-mcp1-floor
+# Other people's servers that the conformance pack is run against (tests/e2e/test_conformance_thirdparty.py,
+# docs/interop.md), each in an environment of its own, without this checkout: pyproject's groups of their names.
+THIRDPARTY_VENVS := $(VENV)-fast-agent $(VENV)-ag2
+# fast-agent 0.5.3 needs Python 3.13.5: its venv holds what its example server imports (the group), and its sdist,
+# whose examples/ the test runs, is downloaded beside it, unbuilt and uninstalled.
+FAST_AGENT := fast-agent-mcp==0.5.3
 
 .PHONY: demo test system-deps lint docs dist bench clean
 
@@ -24,6 +30,17 @@ $(VENV)-mcp%/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)-mcp$*
 	$(VENV)-mcp$*/bin/python -m pip install --quiet --upgrade "pip>=25.1"
 	$(VENV)-mcp$*/bin/pip install --quiet -e . --group mcp$*
+	touch $@
+
+$(THIRDPARTY_VENVS:%=%/.installed): $(VENV)-%/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)-$*
+	$(VENV)-$*/bin/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(VENV)-$*/bin/pip install --quiet --group $*
+	touch $@
+
+$(VENV)-fast-agent/sdist/.downloaded: | $(VENV)-fast-agent/.installed
+	$(VENV)-fast-agent/bin/pip download --quiet --no-deps --no-binary :all: --ignore-requires-python \
+		--dest $(VENV)-fast-agent/sdist "$(FAST_AGENT)"
 	touch $@
 
 $(VENV)/.docs-installed: pyproject.toml | $(BIN)/pip
@@ -50,10 +67,11 @@ LINT = $(BIN)/ruff check middleware tests examples benchmarks scripts \
 DOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test:
-	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed $(SERVER_VENVS:%=%/.installed) system-deps
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed $(SERVER_VENVS:%=%/.installed) \
+		$(THIRDPARTY_VENVS:%=%/.installed) $(VENV)-fast-agent/sdist/.downloaded system-deps
 	@echo "ruff, mypy and the docs build run beside the tests; their output follows the tests'"
 	@($(LINT) && $(DOCS)) > $(VENV)/checks.log 2>&1 & checks=$$!; \
-	MCP_SERVER_VENVS="$(abspath $(SERVER_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS); tests=$$?; \
+	MCP_SERVER_VENVS="$(abspath $(SERVER_VENVS))" THIRDPARTY_SERVER_VENVS="$(abspath $(THIRDPARTY_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS); tests=$$?; \
 	wait $$checks; checked=$$?; \
 	echo "--- lint and docs"; cat $(VENV)/checks.log; \
 	[ $$checked -eq 0 ] || echo "lint and docs: failed"; \
@@ -78,4 +96,4 @@ lint: $(VENV)/.test-installed
 	$(LINT)
 
 clean:
-	rm -rf $(VENV) $(SERVER_VENVS) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist
+	rm -rf $(VENV) $(SERVER_VENVS) $(THIRDPARTY_VENVS) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist

@@ -1,0 +1,78 @@
+"""Issue 51: the pack's default run against other people's servers, installed from the package index, each in an
+environment of its own and run as a real process on loopback, through the ``mcp-sessions conformance`` command.
+
+Each server's outcome is written down check by check, here and in docs/interop.md: a FAILURE only where the
+server departs from a sentence quoted there, or, marked so in the server's baseline
+(``tests/e2e/thirdparty/``), where the pack is wrong. The mcp 1.x server that refuses every batch is
+``test_conformance_strangers.py``'s.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from _redis import missing
+from e2e._thirdparty import conformance, thirdparty_server, venv_of
+
+LEGACY = "2025-11-25"
+HERE = Path(__file__).parent
+FAST_AGENT_EXAMPLE = "fast_agent_mcp-0.5.3/examples/experimental/mcp_sessions/session_server.py"
+FAST_AGENT_BASELINE = HERE / "thirdparty" / "fast-agent-0.5.3.yml"
+FAST_AGENT_OUTCOME = {
+    "sessions-strawman-capability": "SUCCESS",
+    "sessions-strawman-create": "SUCCESS",
+    "sessions-strawman-resume": "SKIPPED",  # it lists create, list and delete: no resume
+    "sessions-strawman-list": "SUCCESS",
+    "sessions-strawman-session-is-context": "SKIPPED",  # no count tool
+    "sessions-strawman-echo": "FAILURE",  # the pack's defect (its baseline says why)
+    "sessions-strawman-delete": "SUCCESS",
+}
+
+
+def baseline_entries(path: Path) -> set[str]:
+    """The check ids a baseline lists (``scenario:check``)."""
+    return {entry.split(":", 1)[1] for entry in yaml.safe_load(path.read_text(encoding="utf-8"))["server"]}
+
+
+@pytest.fixture
+def fast_agent_example(tmp_path: Path) -> Path:
+    """session_server.py, copied at run time out of the fast-agent sdist the Makefile downloaded beside its venv."""
+    sdist = venv_of("fast-agent") / "sdist" / "fast_agent_mcp-0.5.3.tar.gz"
+    if not sdist.exists():
+        missing(f"{sdist} is missing: `make {sdist.parents[1]}/sdist/.downloaded` downloads it")
+    with tarfile.open(sdist) as archive, archive.extractfile(FAST_AGENT_EXAMPLE) as example:  # type: ignore[union-attr]
+        copy = tmp_path / "session_server.py"
+        with copy.open("wb") as out:
+            shutil.copyfileobj(example, out)
+    return copy
+
+
+def test_fast_agent_s_strawman_server_fails_only_the_check_the_pack_has_wrong(fast_agent_example: Path) -> None:
+    """fast-agent 0.5.3's example speaks the strawman (experimental.session, session/*) on mcp 1.26: 2025-11-25 only."""
+    launcher = str(HERE / "_fast_agent_server.py")
+    with thirdparty_server(venv_of("fast-agent"), launcher, str(fast_agent_example)) as base:
+        url = base + "/mcp"
+        plain = conformance(url, "--spec-version", LEGACY)
+        baselined = conformance(url, "--spec-version", LEGACY, "--expected-failures", str(FAST_AGENT_BASELINE))
+
+    assert plain.statuses() == FAST_AGENT_OUTCOME, plain.out
+    failing = {check for check, status in plain.statuses().items() if status in ("FAILURE", "WARNING")}
+    assert (plain.code, failing) == (1, baseline_entries(FAST_AGENT_BASELINE)), plain.out
+    assert baselined.code == 0, baselined.out
+
+
+@pytest.mark.parametrize("era", [[], ["--spec-version", LEGACY]], ids=["2026-07-28", LEGACY])
+def test_ag2_s_mcp_server_advertises_no_session_wire_and_nothing_fails(era: list[str]) -> None:
+    """ag2 1.2.1 continues a conversation by a handle of its own (``_meta["ai.ag2/conversation"]``), in no wire."""
+    with thirdparty_server(venv_of("ag2"), str(HERE / "_ag2_server.py")) as base:
+        run = conformance(base + "/mcp/", *era)  # /mcp answers 307 to /mcp/, which the pack does not follow
+
+    assert (run.code, run.checks) == (0, []), run.out
+    assert "The server advertises none of the session wires: nothing to check" in run.out
+    for scenario in ("sessions-draft", "sessions-strawman", "sessions-sep1364-alt1", "sessions-sep1364-alt2"):
+        assert f"SKIPPED: scenario '{scenario}': the server does not advertise it" in run.out
