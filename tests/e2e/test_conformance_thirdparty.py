@@ -1,14 +1,15 @@
 """Issue 51: the pack's default run against other people's servers, installed from the package index, each in an
 environment of its own and run as a real process on loopback, through the ``mcp-sessions conformance`` command.
 
-Each server's outcome is written down check by check, here and in docs/interop.md: a FAILURE only where the
-server departs from a sentence quoted there, or, marked so in the server's baseline
-(``tests/e2e/thirdparty/``), where the pack is wrong. The mcp 1.x server that refuses every batch is
+Each server's outcome is written down check by check, here and in docs/interop.md (the last test holds the two
+together): a FAILURE only where the server departs from a sentence quoted there, or, marked so in the server's
+baseline (``tests/e2e/thirdparty/``), where the pack is wrong. The mcp 1.x server that refuses every batch is
 ``test_conformance_strangers.py``'s.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import tarfile
 from pathlib import Path
@@ -22,7 +23,11 @@ from e2e._thirdparty import conformance, thirdparty_server, venv_of
 LEGACY = "2025-11-25"
 HERE = Path(__file__).parent
 FAST_AGENT_EXAMPLE = "fast_agent_mcp-0.5.3/examples/experimental/mcp_sessions/session_server.py"
-FAST_AGENT_BASELINE = HERE / "thirdparty" / "fast-agent-0.5.3.yml"
+FAST_AGENT_BASELINE = HERE / "thirdparty" / "fast-agent-0.5.3-2025-11-25.yml"
+FAST_AGENT_MODERN_BASELINE = HERE / "thirdparty" / "fast-agent-0.5.3-2026-07-28.yml"
+DOC = HERE.parents[1] / "docs" / "interop.md"
+BY_HAND_HEADING = "## Other people's servers: the conformance pack's default run"
+OUTCOME_ROW = re.compile(r"^\| `(?P<check>sessions-[\w-]+)` \| (?P<status>[A-Z]+) \|")
 FAST_AGENT_OUTCOME = {
     "sessions-strawman-capability": "SUCCESS",
     "sessions-strawman-create": "SUCCESS",
@@ -34,9 +39,21 @@ FAST_AGENT_OUTCOME = {
 }
 
 
+def outcome_tables(server: str) -> list[dict[str, str]]:
+    """Each table of docs/interop.md's section on ``server`` (written by hand): check id to status."""
+    section = DOC.read_text(encoding="utf-8").split(BY_HAND_HEADING, 1)[1].split(f"### {server}", 1)[1]
+    tables: list[dict[str, str]] = [{}]
+    for line in section.split("\n### ", 1)[0].splitlines():
+        if row := OUTCOME_ROW.match(line):
+            tables[-1][row["check"]] = row["status"]
+        elif tables[-1]:
+            tables.append({})
+    return [table for table in tables if table]
+
+
 def baseline_entries(path: Path) -> set[str]:
-    """The check ids a baseline lists (``scenario:check``)."""
-    return {entry.split(":", 1)[1] for entry in yaml.safe_load(path.read_text(encoding="utf-8"))["server"]}
+    """The entries of a baseline: ``scenario:check``, or a whole ``scenario``."""
+    return set(yaml.safe_load(path.read_text(encoding="utf-8"))["server"])
 
 
 @pytest.fixture
@@ -61,8 +78,24 @@ def test_fast_agent_s_strawman_server_fails_only_the_check_the_pack_has_wrong(fa
         baselined = conformance(url, "--spec-version", LEGACY, "--expected-failures", str(FAST_AGENT_BASELINE))
 
     assert plain.statuses() == FAST_AGENT_OUTCOME, plain.out
-    failing = {check for check, status in plain.statuses().items() if status in ("FAILURE", "WARNING")}
+    failing = {f"sessions-strawman:{check}" for check, status in plain.statuses().items() if status == "FAILURE"}
     assert (plain.code, failing) == (1, baseline_entries(FAST_AGENT_BASELINE)), plain.out
+    assert baselined.code == 0, baselined.out
+
+
+def test_fast_agent_s_server_without_options_fails_only_the_discovery_the_pack_has_wrong(
+    fast_agent_example: Path,
+) -> None:
+    """With no option the strawman runs at 2026-07-28, which mcp 1.26 does not speak: the pack stops at discovery."""
+    launcher = str(HERE / "_fast_agent_server.py")
+    with thirdparty_server(venv_of("fast-agent"), launcher, str(fast_agent_example)) as base:
+        plain = conformance(base + "/mcp")
+        baselined = conformance(base + "/mcp", "--expected-failures", str(FAST_AGENT_MODERN_BASELINE))
+
+    assert (plain.code, plain.statuses()) == (1, {"sessions-discover": "FAILURE"}), plain.out
+    assert "Bad Request: Missing session ID" in plain.checks[0]["errorMessage"]
+    assert "The server seems to speak only 2025-11-25" in plain.checks[0]["errorMessage"]
+    assert baseline_entries(FAST_AGENT_MODERN_BASELINE) == {"sessions-discover-2026-07-28"}
     assert baselined.code == 0, baselined.out
 
 
@@ -76,3 +109,8 @@ def test_ag2_s_mcp_server_advertises_no_session_wire_and_nothing_fails(era: list
     assert "The server advertises none of the session wires: nothing to check" in run.out
     for scenario in ("sessions-draft", "sessions-strawman", "sessions-sep1364-alt1", "sessions-sep1364-alt2"):
         assert f"SKIPPED: scenario '{scenario}': the server does not advertise it" in run.out
+
+
+def test_docs_interop_md_writes_down_each_outcome_these_tests_assert() -> None:
+    assert outcome_tables("fast-agent 0.5.3") == [FAST_AGENT_OUTCOME, {"sessions-discover": "FAILURE"}]
+    assert outcome_tables("ag2 1.2.1") == []  # no check runs
