@@ -13,10 +13,13 @@ import re
 import shutil
 import tarfile
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import yaml
 
+from _mcp import MODERN, modern_request
 from _redis import missing
 from e2e._thirdparty import conformance, thirdparty_server, venv_of
 
@@ -109,6 +112,32 @@ def test_ag2_s_mcp_server_advertises_no_session_wire_and_nothing_fails(era: list
     assert "The server advertises none of the session wires: nothing to check" in run.out
     for scenario in ("sessions-draft", "sessions-strawman", "sessions-sep1364-alt1", "sessions-sep1364-alt2"):
         assert f"SKIPPED: scenario '{scenario}': the server does not advertise it" in run.out
+
+
+def test_ag2_s_conversation_handles_are_a_tool_s_and_work_on_2026_07_28() -> None:
+    """What docs/interop.md says of ag2's handles, which no wire of the pack's has: minted, returned, continued."""
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Mcp-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "ask",  # 2026-07-28's routing headers, which mcp 2.3 checks against the body
+    }
+    with thirdparty_server(venv_of("ag2"), str(HERE / "_ag2_server.py")) as base, httpx.Client() as http:
+
+        def ask(**arguments: str) -> dict[str, Any]:
+            body = modern_request("tools/call", {"name": "ask", "arguments": {"message": "Hi.", **arguments}})
+            answer = http.post(base + "/mcp/", json=body, headers=headers)
+            assert answer.status_code == 200, answer.text
+            result: dict[str, Any] = answer.json()["result"]
+            return result
+
+        first, other = ask(), ask()
+        handle = first["_meta"]["ai.ag2/conversation"]
+        continued = ask(conversation=handle)
+
+    assert other["_meta"]["ai.ag2/conversation"] != handle  # a call naming none starts a new conversation
+    assert continued["_meta"]["ai.ag2/conversation"] == handle
+    assert any(handle in block["text"] for block in first["content"])  # in a text block too
 
 
 def test_docs_interop_md_writes_down_each_outcome_these_tests_assert() -> None:
