@@ -474,6 +474,7 @@ OTHER_FAULTS = [
         S,
         "echo",
         response=on_result("tools/list", lambda r: r["_meta"].pop(COOKIE) if member(r, "_meta", COOKIE) else None),
+        conventions=True,
     ),
     fault(
         "deletions-forgotten",

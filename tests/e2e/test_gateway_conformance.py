@@ -80,14 +80,17 @@ def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly(
 def test_the_pack_through_the_gateway_passes_in_front_of_server_everything() -> None:
     with everything_server() as upstream, gateway_command([upstream]) as gateway:
         legacy = run_pack(gateway, "--spec-version", LEGACY)
-        modern = run_pack(gateway)
+        default = run_pack(gateway)  # no era asked for: judged at the one the server speaks
+        modern = run_pack(gateway, "--spec-version", MODERN)
 
     assert (legacy.code, legacy.failing()) == (0, set()), legacy.out
     assert set(legacy.checks) == {"sessions-draft"}  # the wire the gateway advertises
     statuses = legacy.statuses()
     assert statuses["sessions-draft-session-is-context"] == {"SKIPPED"}  # server-everything has no counter
     assert statuses["sessions-draft-echo"] == {"SUCCESS"}
-    assert modern.code == 1
+    assert (default.code, default.failing(), set(default.checks)) == (0, set(), {"sessions-draft"}), default.out
+    assert f"The server speaks only {LEGACY} (it refused {MODERN} as such a server does): checked there." in default.out
+    assert modern.code == 1  # an era asked for and refused: a failure, with the hint
     assert f"The server seems to speak only {LEGACY}: run the pack with --spec-version {LEGACY}" in modern.out
 
 

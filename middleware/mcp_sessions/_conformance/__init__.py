@@ -217,16 +217,27 @@ def _selected(args: argparse.Namespace, out: TextIO) -> list[tuple[Scenario, str
 def _advertised(
     link: Link, args: argparse.Namespace, headers: Mapping[str, str], out: TextIO, selected: list[tuple[Scenario, str]]
 ) -> tuple[list[tuple[Scenario, str]], list[tuple[str, list[ConformanceCheck]]]]:
-    """Without ``--wire``: the selected scenarios whose wire the server advertises. An era whose capabilities
-    cannot be read is one failure (with the hint of a server that speaks only 2025-11-25), unless only SEP-1364
-    alternative 2, which has no capability, was to run there."""
+    """Without ``--wire``: the selected scenarios whose wire the server advertises. Without ``--spec-version``,
+    a server that refuses 2026-07-28 as one that speaks only 2025-11-25 does is checked at 2025-11-25. An era
+    whose capabilities cannot be read is one failure (with that hint when it was asked for), unless only
+    SEP-1364 alternative 2, which has no capability, was to run there."""
     if args.wire:
         return selected, []
     found: dict[str, Discovery] = {}
     kept: list[tuple[Scenario, str]] = []
     failures: list[tuple[str, list[ConformanceCheck]]] = []
+
+    def discovered(era: str) -> Discovery:  # read once an era
+        if era not in found:
+            found[era] = Discovery(link, args.url, era, headers)
+        return found[era]
+
     for scenario, era in selected:
-        discovery = found.setdefault(era, Discovery(link, args.url, era, headers))
+        discovery = discovered(era)
+        if discovery.legacy_only and args.spec_version is None and LEGACY in scenario.eras:
+            if LEGACY not in found:  # no era was asked for: the server's wires are judged at the one it speaks
+                out.write(f"The server speaks only {LEGACY} (it refused {era} as such a server does): checked there.\n")
+            era, discovery = LEGACY, discovered(LEGACY)
         if discovery.error is not None and scenario.wire != "sep1364-alt2":
             if not any(name == f"sessions-discover-{era}" for name, _ in failures):
                 failures.append((f"sessions-discover-{era}", [failed_to_run("sessions-discover", discovery.error)]))

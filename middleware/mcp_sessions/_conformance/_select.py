@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from .._wire.answers import handshake_only
 from ._link import Link
 from ._model import LEGACY
 from ._peer import ACCEPT, CLIENT_INFO, Peer, ProbeError, Unusable, member
@@ -29,12 +30,16 @@ class Discovery:
         self.peer = Peer(link, url, era, headers)
         self.capabilities: Mapping[str, object] | None = None
         self.error: str | None = None
+        self.legacy_only = False
+        """Whether the server refused the era as one that speaks only 2025-11-25 does."""
         try:
             self.capabilities = self.peer.server_capabilities()
         except (ProbeError, Unusable) as exc:
             self.error = str(exc)
-            if isinstance(exc, Unusable) and self.peer.last is not None:
-                self.error += f" (the last answer: {self.peer.last.explained(era)})"
+            last = self.peer.last
+            if isinstance(exc, Unusable) and last is not None:
+                self.error += f" (the last answer: {last.explained(era)})"
+                self.legacy_only = era != LEGACY and handshake_only(last.status, last.head.decode("utf-8", "replace"))
 
     def _answers(self, method: str, params: Mapping[str, object]) -> bool:
         """Whether the server knows ``method`` (it does not answer "method not found")."""

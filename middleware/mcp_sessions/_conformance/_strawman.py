@@ -91,10 +91,10 @@ def _using(peer: Peer, rec: Recorder, tools: frozenset[str], token: str, other: 
         named = [token, token, *([other] if other else [])]
         counts = [tool_text(_in(peer, "tools/call", {"name": COUNTER, "arguments": {}}, t)) for t in named]
         record_counts(rec, "sessions-strawman-session-is-context", counts)
-    listed = _in(peer, "tools/list", None, token)
-    rec.record("sessions-strawman-echo", _cookie_problem(listed.result, token), listed.summary())
     if not rec.conventions:
         return
+    listed = _in(peer, "tools/list", None, token)
+    rec.record("sessions-strawman-echo", _cookie_problem(listed.result, token), listed.summary())
     if COUNTER not in tools:
         rec.skip("sessions-strawman-session-required", f"the server has no '{COUNTER}' tool (the quickstart's)")
     else:
