@@ -22,8 +22,10 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
 	$(BIN)/pip install --quiet -e ".[demo]"
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet -e ".[demo]" --group test --group lint --group docs --group viewers
+# The conformance pack (conformance/, a distribution of its own) installs beside the middleware: the tests
+# run it as `mcp-sessions conformance` and as `mcp-sessions-conformance`.
+$(VENV)/.test-installed: pyproject.toml conformance/pyproject.toml | $(BIN)/pip
+	$(BIN)/pip install --quiet -e ".[demo]" -e ./conformance --group test --group lint --group docs --group viewers
 	touch $@
 
 $(VENV)-mcp%/.installed: pyproject.toml
@@ -62,8 +64,8 @@ demo: $(VENV)/.demo-installed
 # in one process.
 PYTEST_WORKERS ?= auto
 
-LINT = $(BIN)/ruff check middleware tests examples benchmarks scripts \
-	&& $(BIN)/ruff format --check middleware tests examples benchmarks scripts && $(BIN)/mypy
+LINT = $(BIN)/ruff check middleware conformance tests examples benchmarks scripts \
+	&& $(BIN)/ruff format --check middleware conformance tests examples benchmarks scripts && $(BIN)/mypy
 DOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test:

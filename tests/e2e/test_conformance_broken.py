@@ -23,8 +23,8 @@ from e2e._broken import Fault, broken_servers, place_unbatcher
 from e2e._faults import FAULTS
 from e2e._pack import run_pack
 from mcp_sessions import MCPSessionMiddleware
-from mcp_sessions._conformance import SCENARIOS
-from mcp_sessions._conformance._model import load_traceability
+from mcp_sessions_conformance import SCENARIOS
+from mcp_sessions_conformance._model import load_traceability
 
 
 def quickstart(profiles: str, **options: Any) -> ASGIApp:

@@ -28,8 +28,8 @@ from examples.quickstart import build_app
 
 from conftest import SECRET, serve
 from e2e._pack import LEGACY, MODERN, PackRun, run_pack
-from mcp_sessions._conformance import SCENARIOS
-from mcp_sessions._conformance._model import load_traceability
+from mcp_sessions_conformance import SCENARIOS
+from mcp_sessions_conformance._model import load_traceability
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
 UPDATE_VARIABLE = "MCP_SESSIONS_UPDATE_CONFORMANCE"

@@ -1,22 +1,31 @@
-"""What a command shows of a server's answer: escaped, cut short, and read for a 2025-only refusal."""
+"""What a command shows of a server's answer: escaped, cut short, and read for a 2025-only refusal.
+
+Two copies are held to the same cases: ``mcp-sessions create``'s and the conformance pack's, a
+distribution of its own that imports nothing of mcp_sessions.
+"""
 
 from __future__ import annotations
 
 import json
 import unicodedata
+from types import ModuleType
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_sessions._wire.answers import EXCERPT_CHARS, excerpt, handshake_only, json_printable, printable
+from mcp_sessions._wire import answers as middleware_answers
+from mcp_sessions_conformance import _answers as pack_answers
+from mcp_sessions_conformance._answers import json_printable
 
 ACTING = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+COPIES = pytest.mark.parametrize("answers", [middleware_answers, pack_answers], ids=["mcp_sessions", "pack"])
 
 
+@COPIES
 @given(st.text())
-def test_nothing_a_terminal_acts_on_is_left(text: str) -> None:
-    shown = printable(text)
+def test_nothing_a_terminal_acts_on_is_left(answers: ModuleType, text: str) -> None:
+    shown = answers.printable(text)
 
     assert not [char for char in shown if unicodedata.category(char) in ACTING]
     assert shown == text or any(unicodedata.category(char) in ACTING for char in text)
@@ -33,8 +42,9 @@ def test_nothing_a_terminal_acts_on_is_left(text: str) -> None:
         ("plain, é, 日本, 🙂", "plain, é, 日本, 🙂"),
     ],
 )
-def test_printable_writes_what_it_escapes_as_python_does(text: str, shown: str) -> None:
-    assert printable(text) == shown
+@COPIES
+def test_printable_writes_what_it_escapes_as_python_does(answers: ModuleType, text: str, shown: str) -> None:
+    assert answers.printable(text) == shown
 
 
 @given(
@@ -49,11 +59,12 @@ def test_json_printable_is_the_same_json_and_shows_nothing_acting(value: object)
     assert not [char for char in text if char not in "\n" and unicodedata.category(char) in ACTING]
 
 
-def test_an_excerpt_is_one_bounded_line() -> None:
-    assert excerpt(b'{"error":\n  {"message": "x"}}') == '{"error": {"message": "x"}}'
-    long = excerpt(b"y" * 100_000)
-    assert long == "y" * EXCERPT_CHARS + "…"
-    assert excerpt(b"\xff\xfe\x1b[2J") == "\ufffd\ufffd\\x1b[2J"
+@COPIES
+def test_an_excerpt_is_one_bounded_line(answers: ModuleType) -> None:
+    assert answers.excerpt(b'{"error":\n  {"message": "x"}}') == '{"error": {"message": "x"}}'
+    long = answers.excerpt(b"y" * 100_000)
+    assert long == "y" * answers.EXCERPT_CHARS + "…"
+    assert answers.excerpt(b"\xff\xfe\x1b[2J") == "\ufffd\ufffd\\x1b[2J"
 
 
 @pytest.mark.parametrize(
@@ -76,5 +87,6 @@ def test_an_excerpt_is_one_bounded_line() -> None:
         (404, "Not Found: Invalid or expired session ID", False),
     ],
 )
-def test_a_2025_only_refusal_is_told_from_others(status: int, body: str, refusal: bool) -> None:
-    assert handshake_only(status, body) is refusal
+@COPIES
+def test_a_2025_only_refusal_is_told_from_others(answers: ModuleType, status: int, body: str, refusal: bool) -> None:
+    assert answers.handshake_only(status, body) is refusal

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from mcp_sessions._conformance._model import ConformanceCheck
-from mcp_sessions._conformance._report import Entry, Palette, evaluate, load_expected_failures, print_baseline
+from mcp_sessions_conformance._model import ConformanceCheck
+from mcp_sessions_conformance._report import Entry, Palette, evaluate, load_expected_failures, print_baseline
 
 
 def checks(**statuses: str) -> list[ConformanceCheck]:

@@ -9,8 +9,8 @@ import difflib
 import os
 from pathlib import Path
 
-from mcp_sessions._conformance import SCENARIOS
-from mcp_sessions._conformance._model import load_traceability
+from mcp_sessions_conformance import SCENARIOS
+from mcp_sessions_conformance._model import load_traceability
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "conformance.md"

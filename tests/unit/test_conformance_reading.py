@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from mcp_sessions._conformance._peer import Reading
+from mcp_sessions_conformance._events import EventReader
+from mcp_sessions_conformance._peer import Reading
 
 ANSWER = {"jsonrpc": "2.0", "id": 7, "result": {"ok": True}}
 NOTE = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}
@@ -56,3 +57,24 @@ def test_linear_in_what_arrives() -> None:
 
     assert done and messages[0]["id"] == 7
     assert time.perf_counter() - started < 5
+
+
+@pytest.mark.parametrize(
+    ("chunks", "events"),
+    [
+        # A CRLF split across chunks ends one line, not two: no blank line, no event yet.
+        ([b"data: 1\r", b"\ndata: 2\r", b"\n\r", b"\n"], ["1\n2"]),
+        # A CR then a CR is a line's end and a blank line, whichever chunks they come in.
+        ([b"data: 1\r", b"\r"], ["1"]),
+        # An empty chunk between the halves of a CRLF changes nothing.
+        ([b"data: 1\r", b"", b"\n", b"\r\n"], ["1"]),
+        # A data line with no colon is an empty line of data; one leading space is dropped, no more.
+        ([b"data\ndata:  x\n\n"], ["\n x"]),
+        # Comments, other fields and an event with no data give nothing; undecodable data is left out.
+        ([b": hi\nevent: e\nid: 1\n\n", b"data: \xff\n\n", b"data: ok\n\n"], ["ok"]),
+    ],
+)
+def test_the_event_reader_follows_the_whatwg_grammar(chunks: list[bytes], events: list[str]) -> None:
+    reader = EventReader()
+
+    assert [data for chunk in chunks for data in reader.feed(chunk)] == events

@@ -15,11 +15,11 @@ import pytest
 
 from _redis import missing
 from mcp_sessions._cli import main
-from mcp_sessions._conformance import SCENARIOS
-from mcp_sessions._conformance._model import load_traceability
+from mcp_sessions_conformance import SCENARIOS
+from mcp_sessions_conformance._model import load_traceability
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDER = ROOT / "middleware" / "mcp_sessions" / "_conformance" / "traceability"
+FOLDER = ROOT / "conformance" / "mcp_sessions_conformance" / "traceability"
 
 
 def test_one_file_a_wire_and_no_other() -> None:

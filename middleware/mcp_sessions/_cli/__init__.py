@@ -23,8 +23,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from .._conformance import add_conformance_parser, run_conformance
 from .._gateway import add_gateway_parser, run_gateway
+from ._conformance import add_conformance_parser, run_conformance
 from ._create import add_create_parser, run_create
 from ._exit import EXIT_USAGE, UsageError
 from ._inspect import run_inspect
@@ -95,6 +95,9 @@ def main(
     """Run the command line; returns the exit status."""
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     environ = os.environ if environ is None else environ
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["conformance"]:  # the pack's arguments, read by the pack
+        return run_conformance(argv[1:], stdout, stderr, environ)
     args = _parser().parse_args(argv)
     try:
         if args.command == "keygen":
@@ -103,8 +106,6 @@ def main(
             return run_create(args, stdout, stderr)
         if args.command == "gateway":
             return run_gateway(args, stderr, environ)
-        if args.command == "conformance":
-            return run_conformance(args, stdout, stderr, environ)
         return run_inspect(args, stdin, stdout, environ)
     except UsageError as exc:
         print(f"mcp-sessions {args.command}: {exc}", file=stderr)

@@ -5,6 +5,10 @@ only through :func:`printable`: a control character in it could otherwise set th
 (``ESC ] 0;… BEL``), clear the screen (``ESC [2J``), start a sequence with the one-character CSI
 (U+009B) or reorder what follows (U+202E). :func:`excerpt` is the bounded, one-line start of a
 body; :func:`handshake_only` reads the refusal a 2025-11-25 server gives a 2026-07-28 request.
+
+The conformance pack has the same functions (``mcp_sessions_conformance/_answers.py``): it is a
+distribution of its own that imports nothing of this package, and these few lines are the price
+(tests/unit/test_answers.py holds both copies to the same cases).
 """
 
 from __future__ import annotations
@@ -40,21 +44,6 @@ def excerpt(body: bytes | str, limit: int = EXCERPT_CHARS) -> str:
     if len(text) > limit:
         text, cut = text[:limit], True
     return printable(text) + ("…" if cut else "")
-
-
-def json_printable(dumped: str) -> str:
-    """JSON text (as ``json.dumps`` writes it) with every character :func:`printable` escapes, and that JSON
-    leaves as it is (DEL, C1, format characters, separators, lone surrogates), as a ``\\uXXXX`` escape:
-    the same JSON value, and a file a terminal can show. JSON escapes C0 controls itself, so every C0
-    character left in ``dumped`` is its own white space, kept."""
-
-    def escaped(char: str) -> str:
-        if char < " " or not _unsafe(char):
-            return char
-        units = char.encode("utf-16-be", "surrogatepass")
-        return "".join(f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2))
-
-    return "".join(escaped(char) for char in dumped)
 
 
 def handshake_only(status: int, text: str) -> bool:

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from .._version import __version__
-from .._wire.answers import excerpt, handshake_only
+from ._answers import excerpt, handshake_only
 from ._link import Link, Message, ProbeError, Reading, is_answer
 from ._model import LEGACY, MODERN
+from ._version import __version__
 
 __all__ = ["Exchange", "Peer", "ProbeError", "Reading", "Unusable"]
 

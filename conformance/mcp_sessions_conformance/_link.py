@@ -1,8 +1,8 @@
 """The pack's HTTP: a careful client of a stranger, each answer bounded in bytes and time, never trusted.
 
-Black-box and independent of the middleware's code, but for the event-stream grammar: the events
-of an answer are found by ``_wire.sse`` (the WHATWG grammar, lines ended by CRLF, LF or CR), as the
-middleware finds them. A redirect is what the server answered: the pack follows none, so neither
+Black-box, and a distribution of its own that imports nothing of the middleware's: the events of an
+answer are found by :class:`~._events.EventReader` (the WHATWG grammar, lines ended by CRLF, LF or CR).
+A redirect is what the server answered: the pack follows none, so neither
 its ``--header`` credentials nor its requests' bodies (their session ids) go anywhere but to the
 URL it was given. It asks for no content coding (``Accept-Encoding: identity``) and reads none: a
 coded answer is refused unread, since gzip inflates a thousandfold a layer and httpx decodes a whole
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
-from .._wire.answers import EXCERPT_CHARS
-from .._wire.sse import SSERewriter
+from ._answers import EXCERPT_CHARS
+from ._events import EventReader
 
 if TYPE_CHECKING:
     import httpx
@@ -73,7 +73,7 @@ class Reading:
         """The first bytes of the body (``HEAD_BYTES`` at most)."""
         self.messages: list[Message] = []
         self._json = bytearray()
-        self._events = SSERewriter(self._event, once=False) if sse else None
+        self._events = EventReader() if sse else None
         self._answered = False
 
     def feed(self, chunk: bytes) -> bool:
@@ -83,13 +83,15 @@ class Reading:
         if self._events is None:
             self._json += chunk
             return False
-        self._events.feed(chunk)
+        for data in self._events.feed(chunk):
+            self._event(data)
         return self._answered
 
     def finish(self) -> list[Message]:
         """Every message read, in order, once the body has ended (or the answer came)."""
         if self._events is not None and not self._answered:
-            self._events.feed(b"\n\n")  # an event the stream left unfinished is read too
+            for data in self._events.feed(b"\n\n"):  # an event the stream left unfinished is read too
+                self._event(data)
         elif self._json:
             self.messages = _objects(bytes(self._json))
         return self.messages

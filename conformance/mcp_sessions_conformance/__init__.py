@@ -1,4 +1,4 @@
-"""The conformance pack: ``mcp-sessions conformance URL`` checks a server's session wires from outside.
+"""The conformance pack: ``mcp-sessions-conformance URL`` checks a server's session wires from outside.
 
 Black-box and client-side: it speaks each wire over HTTP as the drafts' clients
 do, and reports every normative sentence of the wire's own text as a check, in
@@ -7,17 +7,22 @@ expected-failures baseline). Each wire's requirements, and the reason for each
 one no client can check, are in ``traceability/<scenario>.yaml``. This
 project's own conventions are checked only when asked (``--conventions``); a run
 without ``--wire`` checks the wires the server advertises.
+
+A distribution of its own (``mcp-sessions-conformance``, needing httpx and PyYAML only) that imports
+nothing of ``mcp_sessions``: ``mcp-sessions conformance`` runs :func:`main` when it is installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .._wire.answers import printable
+from ._answers import printable
 from ._draft import run_draft
 from ._hosts import run_hosts
 from ._link import DEADLINE, Link
@@ -35,8 +40,9 @@ from ._report import (
 from ._select import Discovery
 from ._sep1364 import run_alt1, run_alt2
 from ._strawman import run_strawman
+from ._version import __version__
 
-__all__ = ["add_conformance_parser", "run_conformance"]
+__all__ = ["__version__", "main"]
 
 EXIT_USAGE = 2
 
@@ -99,11 +105,10 @@ def run_scenario(
     return recorder.checks
 
 
-def add_conformance_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``conformance`` command to the ``mcp-sessions`` command line."""
-    parser = commands.add_parser(
-        "conformance",
-        help="check how well a server implements each session wire (the official conformance suite's format)",
+def _parser(prog: str) -> argparse.ArgumentParser:
+    """The command line, named ``prog`` (``mcp-sessions conformance`` when that command runs it)."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
         description=(
             "Run the session wires' conformance checks against the MCP endpoint URL: one line per check, "
             "a 'Passed:' line per scenario, the totals. Exit status: 0 when nothing failed (or only what "
@@ -137,6 +142,8 @@ def add_conformance_parser(commands: argparse._SubParsersAction[argparse.Argumen
         metavar="SECONDS",
         help=f"the most one request may take, from connect to its answer's last byte (default {DEADLINE:g})",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
 
 
 def _add_judging_options(parser: argparse.ArgumentParser) -> None:
@@ -278,19 +285,26 @@ def _run(
     return results
 
 
-def run_conformance(args: argparse.Namespace, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
-    """Run ``conformance``; returns the exit status."""
-    try:
-        import httpx  # noqa: F401 - the Link's, checked before anything runs
-        import yaml  # noqa: F401 - read_yaml's, checked before anything runs
-    except ImportError:
-        print("mcp-sessions conformance needs httpx and PyYAML: pip install 'mcp-sessions[conformance]'", file=stderr)
-        return EXIT_USAGE
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+    environ: Mapping[str, str] | None = None,
+    prog: str = "mcp-sessions-conformance",
+) -> int:
+    """Run the pack's command line on ``argv`` (default: the process's arguments); returns the exit status.
+
+    A usage error argparse finds exits (status 2) as any command line does; ``prog`` names the command
+    in its messages."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    environ = os.environ if environ is None else environ
+    args = _parser(prog).parse_args(argv)
     try:
         headers = _headers(args.header)
         baseline = None if args.expected_failures is None else load_expected_failures(Path(args.expected_failures))
     except (ValueError, OSError) as exc:
-        print(f"mcp-sessions conformance: {exc}", file=stderr)
+        print(f"{prog}: {exc}", file=stderr)
         return EXIT_USAGE
     palette = Palette.for_stream(stdout, environ)
     with Link(args.request_timeout) as link:

@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, Final, Literal, NotRequired, TypedDict
 
+import yaml
+
 MODERN: Final = "2026-07-28"
 """The stateless era: every request carries its envelope in ``params._meta``."""
 LEGACY: Final = "2025-11-25"
@@ -114,7 +116,6 @@ def read_yaml(text: str, where: str) -> Any:
 
     A key given twice in one mapping is an error, as in the official suite's YAML library (PyYAML keeps the last).
     """
-    import yaml  # the conformance extra's: the other commands run without it
 
     class UniqueKeys(yaml.SafeLoader):
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

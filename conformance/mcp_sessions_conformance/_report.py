@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .._wire.answers import excerpt, json_printable, printable
+from ._answers import excerpt, json_printable, printable
 from ._model import ConformanceCheck, now, read_yaml
 
 _SEVERITY = {"FAILURE": 3, "WARNING": 2, "SUCCESS": 1}
