@@ -3,6 +3,8 @@
 A part is a subpackage or a loose top-level module. Parts import one another
 only one way (no cycle, ``TYPE_CHECKING`` imports included), never another
 part's private names, and every module and function stays small enough to read.
+The conformance pack (``conformance/``, a distribution of its own) keeps the same
+sizes and imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "middleware" / "mcp_sessions"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "middleware" / "mcp_sessions"
+PACK = ROOT / "conformance" / "mcp_sessions_conformance"
 NAME = "mcp_sessions"
 MAX_MODULE_LINES = 320
 MAX_FUNCTION_LINES = 60
@@ -22,9 +26,9 @@ MAX_LOOSE_MODULES = 15
 MAX_ANY_SHARE = 0.05
 
 
-def modules() -> Iterator[tuple[str, Path, ast.Module]]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        relative = path.relative_to(PACKAGE.parent).with_suffix("")
+def modules(package: Path = PACKAGE) -> Iterator[tuple[str, Path, ast.Module]]:
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package.parent).with_suffix("")
         parts = list(relative.parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -94,9 +98,10 @@ def test_no_part_imports_another_parts_private_names() -> None:
     assert offenders == []
 
 
-def test_modules_and_functions_stay_small() -> None:
+@pytest.mark.parametrize("package", [PACKAGE, PACK], ids=lambda package: package.name)
+def test_modules_and_functions_stay_small(package: Path) -> None:
     too_long = []
-    for module, _, tree in modules():
+    for module, _, tree in modules(package):
         lines = max((getattr(node, "end_lineno", 0) or 0 for node in ast.walk(tree)), default=0)
         if lines > MAX_MODULE_LINES:
             too_long.append(f"{module}: {lines} lines")
@@ -106,6 +111,19 @@ def test_modules_and_functions_stay_small() -> None:
                 if length > MAX_FUNCTION_LINES:
                     too_long.append(f"{module}.{node.name}: {length} lines")
     assert too_long == []
+
+
+def test_the_pack_imports_nothing_of_the_package() -> None:
+    """Not at the top of a module, not inside a function, not for type checking: the pack installs without it."""
+    found = []
+    for module, _, tree in modules(PACK):
+        for node in ast.walk(tree):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            found += [f"{module}: {name}" for name in names if name == NAME or name.startswith(NAME + ".")]
+    assert list(modules(PACK))
+    assert found == []
 
 
 def test_the_middleware_call_reads_as_the_pipeline() -> None:
