@@ -103,6 +103,7 @@ SLOW_FILES = [
     "e2e/test_interop.py",
     "e2e/test_server_versions.py",
     "e2e/test_dist.py",
+    "e2e/test_conformance_dist.py",
     "stores/test_memory.py",
     "unit/test_token_differential.py",
     "stores/test_sqlite.py",

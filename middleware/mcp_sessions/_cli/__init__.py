@@ -12,7 +12,9 @@
 Private key material goes only to standard output or to a new file with mode
 0600. ``inspect`` never prints the token it is given, only its header and
 claims; pass ``-`` (or nothing) to read it from standard input and keep it
-out of your shell history.
+out of your shell history. ``conformance`` is the conformance pack's own command line
+(the ``mcp-sessions-conformance`` distribution, ``pip install ./conformance`` from a clone),
+run with every argument after it.
 """
 
 from __future__ import annotations
