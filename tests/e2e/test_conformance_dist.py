@@ -55,9 +55,11 @@ def test_pip_install_conformance_brings_httpx_and_pyyaml_only_and_runs(tmp_path:
     assert "mcp-sessions-conformance" in installed
     assert "mcp-sessions" not in installed
     assert not [name for name in installed if name.startswith(FORBIDDEN)], sorted(installed)
-    probe = "from importlib.metadata import requires; print(requires('mcp-sessions-conformance'))"
-    requires = run(python, "-c", probe, cwd=tmp_path)
-    assert sorted(ast.literal_eval(requires.stdout)) == ["httpx>=0.28", "pyyaml>=6"]
+    probe = "from importlib.metadata import metadata; m = metadata('mcp-sessions-conformance')\n"
+    probe += "print([m.get_all('Requires-Dist'), m.get_all('License-File')])"
+    requires, licenses = ast.literal_eval(run(python, "-c", probe, cwd=tmp_path).stdout)
+    assert sorted(requires) == ["httpx>=0.28", "pyyaml>=6"]
+    assert licenses == ["LICENSE"]
 
     usage = run(bin_dir / "mcp-sessions-conformance", "--help", cwd=tmp_path).stdout
     assert usage.startswith("usage: mcp-sessions-conformance")
