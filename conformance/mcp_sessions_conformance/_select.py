@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from .._wire.answers import handshake_only
+from ._answers import handshake_only
 from ._link import Link
 from ._model import LEGACY
 from ._peer import ACCEPT, CLIENT_INFO, Peer, ProbeError, Unusable, member
