@@ -4,7 +4,7 @@ Written from "Data-Layer Sessions for MCP" (transports-wg PR #20) and its test v
 this project's code: an ``MCPServer`` with two tools, behind a small ASGI layer that answers
 ``sessions/create`` and ``sessions/delete``, declares the ``sessions`` capability, checks the session a
 request names in ``params._meta["io.modelcontextprotocol/session"]`` and echoes it on successful results.
-Sessions live in a dict. The SDK app runs stateless with JSON responses, so every answer is one JSON body.
+Sessions live in a dict. The SDK app answers JSON, not event streams, so every answer is one JSON body.
 """
 
 from __future__ import annotations
@@ -165,9 +165,10 @@ async def _answer(send: Send, request_id: object, **outcome: object) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def build_app() -> ASGIApp:
-    """The server, at ``/mcp``: a fresh dict of sessions each time."""
+def build_app(*, stateless: bool = True) -> ASGIApp:
+    """The server, at ``/mcp``: a fresh dict of sessions each time (``stateless=False``: the SDK's 2025-era
+    transport sessions too, which have nothing to do with these)."""
     sessions: dict[str, dict[str, Any]] = {}
     server = build_server(sessions)
-    app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True, stateless_http=True)
+    app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True, stateless_http=stateless)
     return DraftSessions(app, sessions)

@@ -2,7 +2,8 @@
 
 The server is ``_independent_draft.py``: the draft's data-layer sessions written from the draft's text on
 the real ``mcp`` SDK, importing nothing of this project. The pack's own command runs against it in a
-process of its own, with no ``--wire``, no ``--conventions`` and no baseline, at each era.
+process of its own, with no ``--wire``, no ``--conventions`` and no baseline, at each era, the SDK app
+stateless and with its own transport sessions.
 """
 
 from __future__ import annotations
@@ -68,14 +69,18 @@ def test_the_import_check_sees_a_forbidden_import() -> None:
 
 
 @pytest.fixture(scope="module")
-def independent() -> Iterator[str]:
-    with serve(_independent_draft.build_app()) as url:
-        yield url + MCP_PATH
+def independent() -> Iterator[dict[str, str]]:
+    stateless, stateful = _independent_draft.build_app(), _independent_draft.build_app(stateless=False)
+    with serve(stateless) as plain, serve(stateful) as transport_sessions:
+        yield {"stateless": plain + MCP_PATH, "stateful": transport_sessions + MCP_PATH}
 
 
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
-def test_the_default_run_passes_an_independent_draft_server(independent: str, era: str, tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "mcp_sessions_conformance", independent, "--spec-version", era]
+@pytest.mark.parametrize("kind", ["stateless", "stateful"])
+def test_the_default_run_passes_an_independent_draft_server(
+    independent: dict[str, str], kind: str, era: str, tmp_path: Path
+) -> None:
+    command = [sys.executable, "-m", "mcp_sessions_conformance", independent[kind], "--spec-version", era]
     run = subprocess.run([*command, "--json", str(tmp_path)], capture_output=True, text=True, timeout=300)
 
     assert run.returncode == 0, run.stdout + run.stderr
