@@ -32,6 +32,7 @@ def _session_of(message: dict[str, Any]) -> object:
 
 
 def build_server(sessions: dict[str, dict[str, Any]]) -> MCPServer:
+    """Two ordinary tools: ``count``, which needs a session, and ``ping``, which does not."""
     server = MCPServer("independent-draft")
 
     @server.tool()
