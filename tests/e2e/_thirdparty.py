@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _redis import end_process, missing
-from e2e._versioned import _listening_port
+from _redis import missing
+from e2e._versioned import printed_port_server
 
 MAIN = Path(__file__).resolve().parents[2]
 VENVS = os.environ.get("THIRDPARTY_SERVER_VENVS", f"{MAIN}/.venv-fast-agent {MAIN}/.venv-ag2").split()
@@ -35,14 +35,8 @@ def venv_of(name: str) -> Path:
 def thirdparty_server(venv: Path, *argv: str) -> Iterator[str]:
     """``venv``'s python running ``argv`` (a launcher that prints its port on one line): the base URL, the server
     ended when the block ends."""
-    with tempfile.TemporaryFile() as log:  # a file, not a pipe: nobody reads stderr while the server runs
-        process = subprocess.Popen([venv / "bin" / "python", *argv], stdout=subprocess.PIPE, stderr=log)
-        try:
-            yield f"http://127.0.0.1:{_listening_port(process, log)}"
-        finally:
-            end_process(process)
-            assert process.stdout is not None
-            process.stdout.close()
+    with printed_port_server([venv / "bin" / "python", *argv]) as url:
+        yield url
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,16 @@ def versioned_server(venv: str, secret: str, kind: str) -> Iterator[str]:
     python = Path(venv) / "bin" / "python"
     if not python.exists():
         missing(f"{python} is missing: `make {venv}/.installed` builds that environment")
+    with printed_port_server([python, SERVER, secret, kind]) as url:
+        yield url
+
+
+@contextmanager
+def printed_port_server(command: list[str | Path]) -> Iterator[str]:
+    """``command`` (a server that prints its port on one line once it listens) run from the checkout: its base URL,
+    the server ended when the block ends."""
     with tempfile.TemporaryFile() as log:  # a file, not a pipe: nobody reads stderr while the server runs
-        process = subprocess.Popen([python, SERVER, secret, kind], cwd=MAIN, stdout=subprocess.PIPE, stderr=log)
+        process = subprocess.Popen(command, cwd=MAIN, stdout=subprocess.PIPE, stderr=log)
         try:
             yield f"http://127.0.0.1:{_listening_port(process, log)}"
         finally:
