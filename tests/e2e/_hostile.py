@@ -12,12 +12,9 @@ import asyncio
 import contextlib
 import gzip
 import json
-import os
 import re
 import subprocess
-import tempfile
 import threading
-import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -142,19 +139,12 @@ async def drip(writer: asyncio.StreamWriter, data: bytes, pause: float) -> None:
         await asyncio.sleep(pause)
 
 
-def measured(command: Sequence[str], timeout: float = 120.0) -> tuple[int, str, int]:
-    """``command`` run to its end (killed at ``timeout``): its exit status, what it printed (both streams), and
-    its peak resident memory in KiB, as the kernel counted it for that process alone."""
-    with tempfile.TemporaryFile() as output:
-        process = subprocess.Popen(list(command), stdout=output, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
-            if pid:
-                process.returncode = os.waitstatus_to_exitcode(status)
-                break
-            if time.monotonic() > deadline:
-                process.kill()
-            time.sleep(0.05)
-        output.seek(0)
-        return process.returncode, output.read().decode(errors="replace"), usage.ru_maxrss
+def ran(command: Sequence[str], timeout: float = 120.0) -> tuple[int, str]:
+    """``command`` run to its end: its exit status and what it printed (both streams)."""
+    done = subprocess.run(list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, check=False)
+    return done.returncode, done.stdout.decode(errors="replace")
+
+
+def asked_for_no_coding(request: Request) -> bool:
+    """Whether ``request`` said it takes no content coding (``Accept-Encoding: identity``)."""
+    return re.search(rb"(?im)^accept-encoding:[ \t]*identity[ \t]*\r?$", request.head) is not None
