@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ._answers import excerpt, handshake_only
-from ._link import Link, Message, ProbeError, Reading, is_answer
+from ._link import Answer, Link, Message, ProbeError, Reading, is_answer
 from ._model import LEGACY, MODERN
 from ._version import __version__
 
@@ -44,16 +44,10 @@ def member(value: object, *path: str) -> object:
 
 
 @dataclass(frozen=True)
-class Exchange:
-    """One POST and its answer: status, headers (lower-case names, first value) and the JSON-RPC messages."""
+class Exchange(Answer):
+    """One POST and its :class:`Answer`, with the id of the request it answers."""
 
-    status: int
-    headers: Mapping[str, str]
-    messages: tuple[Message, ...]
-    sse: bool
-    request_id: object
-    head: bytes = b""
-    """The first bytes of the body, to show in an error message."""
+    request_id: object = None
 
     @property
     def answer(self) -> Message | None:
@@ -143,7 +137,7 @@ class Peer:
         """POST ``body`` as JSON and read its answer, bounded in bytes and time (:class:`ProbeError` if none)."""
         raw = json.dumps(body, separators=(",", ":")).encode()
         got = self.link.post(self.url, raw, {**headers, **self.extra_headers}, request_id)
-        self.last = Exchange(got.status, got.headers, got.messages, got.sse, request_id, got.head)
+        self.last = Exchange(got.status, got.headers, got.messages, got.sse, got.head, request_id)
         return self.last
 
     def message(
