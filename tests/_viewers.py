@@ -27,6 +27,7 @@ import httpx
 
 START_SECONDS = 240.0  # Phoenix migrates a new database at start: slow on a loaded 2-core machine
 INGEST_SECONDS = 30.0
+PORT_RETRIES = 3  # starts on new ports when a free port was taken before a viewer bound it
 BIN = Path(sys.executable).parent
 # MLflow's web UI cannot run beside Phoenix (docs/observability.md): for pictures of it, an mlflow of its own.
 MLFLOW = Path(os.environ.get("VIEWERS_MLFLOW") or BIN / "mlflow")
@@ -61,6 +62,10 @@ class Viewer:
             return httpx.get(self.url + self.health, timeout=2).status_code == 200
         except httpx.TransportError:
             return False
+
+    def port_taken(self) -> bool:
+        """It exited because its port was bound by another process between :func:`free_port` and its start."""
+        return self.process.poll() is not None and "address already in use" in self.tail().lower()
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -172,16 +177,25 @@ def start_mlflow(workdir: Path) -> Viewer:
 @contextlib.contextmanager
 def start_viewers(workdir: Path) -> Iterator[tuple[Viewer, Viewer]]:
     """Phoenix and MLflow, started together; both are stopped when the block ends, whatever happened."""
+    starters = (start_phoenix, start_mlflow)
     started: list[Viewer] = []
+    retries = PORT_RETRIES
     try:
-        started.append(start_phoenix(workdir))
-        started.append(start_mlflow(workdir))
+        for start in starters:
+            started.append(start(workdir))
         deadline = time.monotonic() + START_SECONDS
-        waiting = list(started)
+        waiting = list(range(len(started)))
         while waiting:
-            waiting = [viewer for viewer in waiting if not viewer.ready()]
+            for index in list(waiting):
+                viewer = started[index]
+                if viewer.port_taken() and retries:
+                    # The free port was taken by another test's server before the viewer bound it: new ports.
+                    retries -= 1
+                    started[index] = starters[index](workdir)
+                elif viewer.ready():
+                    waiting.remove(index)
             if waiting and time.monotonic() > deadline:
-                logs = "\n".join(f"--- {viewer.name}\n{viewer.tail()}" for viewer in waiting)
+                logs = "\n".join(f"--- {started[i].name}\n{started[i].tail()}" for i in waiting)
                 raise AssertionError(f"not ready after {START_SECONDS:.0f} s:\n{logs}")
             time.sleep(0.5)
         phoenix, mlflow = started
