@@ -8,6 +8,9 @@ SERVER_VENVS := $(VENV)-mcp2-floor $(VENV)-mcp1-newest $(VENV)-mcp1-fastmcp2 $(V
 # Other people's servers that the conformance pack is run against (tests/e2e/test_conformance_thirdparty.py,
 # docs/interop.md), each in an environment of its own, without this checkout: pyproject's groups of their names.
 THIRDPARTY_VENVS := $(VENV)-fast-agent $(VENV)-ag2
+# Stdio servers from the package index behind `mcp-sessions gateway --stdio` (tests/e2e/test_gateway_stdio.py),
+# each in an environment of its own (they pin their own mcp): pyproject's group mcp-server-time.
+STDIO_VENVS := $(VENV)-server-time
 # fast-agent 0.5.3 needs Python 3.13.5: its venv holds what its example server imports (the group), and its sdist,
 # whose examples/ the test runs, is downloaded beside it, unbuilt and uninstalled.
 FAST_AGENT := fast-agent-mcp==0.5.3
@@ -40,6 +43,12 @@ $(THIRDPARTY_VENVS:%=%/.installed): $(VENV)-%/.installed: pyproject.toml
 	$(VENV)-$*/bin/pip install --quiet --group $*
 	touch $@
 
+$(VENV)-server-time/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)-server-time
+	$(VENV)-server-time/bin/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(VENV)-server-time/bin/pip install --quiet --group mcp-server-time
+	touch $@
+
 $(VENV)-fast-agent/sdist/.downloaded: | $(VENV)-fast-agent/.installed
 	$(VENV)-fast-agent/bin/pip download --quiet --no-deps --no-binary :all: --ignore-requires-python \
 		--dest $(VENV)-fast-agent/sdist "$(FAST_AGENT)"
@@ -65,15 +74,17 @@ demo: $(VENV)/.demo-installed
 PYTEST_WORKERS ?= auto
 
 LINT = $(BIN)/ruff check middleware conformance tests examples benchmarks scripts \
-	&& $(BIN)/ruff format --check middleware conformance tests examples benchmarks scripts && $(BIN)/mypy
+	&& $(BIN)/ruff format --check middleware conformance tests examples benchmarks scripts && $(BIN)/mypy \
+	&& $(BIN)/python scripts/count_lines.py
 DOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed $(SERVER_VENVS:%=%/.installed) \
-		$(THIRDPARTY_VENVS:%=%/.installed) $(VENV)-fast-agent/sdist/.downloaded system-deps
+		$(THIRDPARTY_VENVS:%=%/.installed) $(STDIO_VENVS:%=%/.installed) $(VENV)-fast-agent/sdist/.downloaded system-deps
 	@echo "ruff, mypy and the docs build run beside the tests; their output follows the tests'"
 	@($(LINT) && $(DOCS)) > $(VENV)/checks.log 2>&1 & checks=$$!; \
-	MCP_SERVER_VENVS="$(abspath $(SERVER_VENVS))" THIRDPARTY_SERVER_VENVS="$(abspath $(THIRDPARTY_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS); tests=$$?; \
+	MCP_SERVER_VENVS="$(abspath $(SERVER_VENVS))" THIRDPARTY_SERVER_VENVS="$(abspath $(THIRDPARTY_VENVS))" \
+	STDIO_SERVER_VENVS="$(abspath $(STDIO_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS); tests=$$?; \
 	wait $$checks; checked=$$?; \
 	echo "--- lint and docs"; cat $(VENV)/checks.log; \
 	[ $$checked -eq 0 ] || echo "lint and docs: failed"; \
@@ -98,4 +109,4 @@ lint: $(VENV)/.test-installed
 	$(LINT)
 
 clean:
-	rm -rf $(VENV) $(SERVER_VENVS) $(THIRDPARTY_VENVS) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist
+	rm -rf $(VENV) $(SERVER_VENVS) $(THIRDPARTY_VENVS) $(STDIO_VENVS) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist

@@ -25,8 +25,9 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount
 
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionsConfig, SessionStore
+from mcp_sessions import KeySet, MCPSessionMiddleware, SessionsConfig
 from mcp_sessions.handles import Handle, HandleKind, Handles
+from mcp_sessions.stores import MemoryStore, SessionStore
 
 app: Starlette  # built on first access, see __getattr__
 

@@ -30,13 +30,13 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from examples.demo import serve_quickstart
-from mcp_sessions.client import SessionHandle, SessionTransport
+from mcp_sessions.client import HeldSession, SessionTransport
 
 
 @contextlib.asynccontextmanager
 async def conversation(url: str, label: str, *, legacy: bool) -> AsyncIterator[tuple[Client, SessionTransport]]:
     """An SDK Client whose requests all belong to one data-layer session, deleted at the end."""
-    shim = SessionTransport(session=SessionHandle(label=label), delete_on_close=True)
+    shim = SessionTransport(session=HeldSession(label=label), delete_on_close=True)
     async with (
         httpx2.AsyncClient(transport=shim) as http,
         Client(streamable_http_client(url, http_client=http), mode="legacy" if legacy else "auto") as client,

@@ -37,7 +37,7 @@ if __package__ in (None, ""):
 
 from examples.client import quiet_logs
 from examples.demo import serve_quickstart
-from mcp_sessions.client import SessionHandle, SessionTransport
+from mcp_sessions.client import HeldSession, SessionTransport
 
 
 class SessionFile:
@@ -53,12 +53,12 @@ class SessionFile:
             return {}
         return saved
 
-    def load(self, conversation: str) -> SessionHandle:
+    def load(self, conversation: str) -> HeldSession:
         """The saved session of ``conversation``, or an empty handle labelled with its name."""
         saved = self.all().get(conversation)
-        return SessionHandle.from_dict(saved) if saved else SessionHandle(label=conversation)
+        return HeldSession.from_dict(saved) if saved else HeldSession(label=conversation)
 
-    def save(self, conversation: str, session: SessionHandle) -> None:
+    def save(self, conversation: str, session: HeldSession) -> None:
         everything = self.all()
         everything[conversation] = session.to_dict()
         self.write(everything)
@@ -111,7 +111,7 @@ async def end(url: str, store: SessionFile, conversation: str) -> bool:
 
 
 def describe(conversation: str, saved: dict[str, str]) -> str:
-    session = SessionHandle.from_dict(saved)
+    session = HeldSession.from_dict(saved)
     if session.token is None:
         return f"{conversation}: no session"
     status = "expired" if session.expired() else "active"

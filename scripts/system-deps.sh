@@ -11,6 +11,8 @@ EVERYTHING_VERSION="2026.8.31"
 TS_SDK_VERSION="1.32.2"
 NODE22_VERSION="22.23.3"
 CONFORMANCE_VERSION="0.2.0-alpha.12"
+# benchmarks/bench_stdio.py compares `mcp-sessions gateway --stdio` with supergateway --stateful.
+SUPERGATEWAY_VERSION="4.0.0"
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
@@ -41,4 +43,8 @@ if ! grep -q "\"version\": \"$CONFORMANCE_VERSION\"" "$conformance/@modelcontext
     || ! grep -q "\"version\": \"$NODE22_VERSION\"" "$conformance/node/package.json" 2>/dev/null; then
     npm install --no-audit --no-fund --silent --prefix .cache/conformance \
         "node@$NODE22_VERSION" "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
+fi
+supergateway=".cache/supergateway/node_modules/supergateway/package.json"
+if ! grep -q "\"version\": \"$SUPERGATEWAY_VERSION\"" "$supergateway" 2>/dev/null; then
+    npm install --no-audit --no-fund --silent --prefix .cache/supergateway "supergateway@$SUPERGATEWAY_VERSION"
 fi

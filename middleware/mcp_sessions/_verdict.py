@@ -75,7 +75,7 @@ _PROBE_CONTEXT: Final = context.set_value(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Rejection:
     """The answer the wrapped server gave instead of the middleware's.
 
@@ -183,8 +183,8 @@ def _probe_params(params: dict[str, object], hidden: frozenset[str] | None) -> d
     without those keys either."""
     left_out = _TRACE_KEYS if hidden is None else _TRACE_KEYS | hidden
     kept = dict(params) if hidden is None else {key: value for key, value in params.items() if key == "_meta"}
-    meta = kept.get("_meta")
-    if isinstance(meta, dict) and not left_out.isdisjoint(meta):
+    meta = jsonrpc.meta(kept)
+    if meta is not None:
         kept["_meta"] = {key: value for key, value in meta.items() if key not in left_out}
     return kept
 
@@ -203,19 +203,6 @@ def _nesting(message: object) -> int:
 
 class _Answer:
     """The app's answer to the probe, read until the probe's own response arrives or the response ends."""
-
-    __slots__ = (
-        "_answered",
-        "_events",
-        "_found",
-        "_probe_id",
-        "_received",
-        "_scope",
-        "gone",
-        "headers",
-        "late",
-        "status",
-    )
 
     def __init__(self, probe_id: object) -> None:
         self._probe_id = probe_id
@@ -270,7 +257,7 @@ class _Answer:
             self.status = message["status"]
             self.headers = [(bytes(name).lower(), value) for name, value in message.get("headers", ())]
             if (header(self.headers, b"content-type") or b"").startswith(b"text/event-stream"):
-                self._events = SSERewriter(self._collect, once=False)
+                self._events = SSERewriter(self._collect)
             return
         chunk = message.get("body", b"")
         self._received += chunk

@@ -10,7 +10,7 @@ from typing import Final
 
 from opentelemetry import baggage
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import Span, SpanProcessor
 
 from ._otel import SESSION_BAGGAGE_KEY
 
@@ -29,6 +29,8 @@ class SessionSpanProcessor(SpanProcessor):
     processor::
 
         provider.add_span_processor(SessionSpanProcessor())
+
+    It holds and buffers nothing: ``on_end``, ``shutdown`` and ``force_flush`` are the SDK's own no-ops.
     """
 
     def __init__(self, *, attributes: tuple[str, ...] = ("session.id",)) -> None:
@@ -40,16 +42,6 @@ class SessionSpanProcessor(SpanProcessor):
         if isinstance(session_id, str) and session_id:
             for name in self._attributes:
                 span.set_attribute(name, session_id)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        """Do nothing: the attributes were set when the span started."""
-
-    def shutdown(self) -> None:
-        """Do nothing: the processor holds no resources."""
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Return ``True`` at once: the processor buffers nothing."""
-        return True
 
 
 class SentrySessionSpanProcessor(SessionSpanProcessor):

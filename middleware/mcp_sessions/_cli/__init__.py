@@ -1,4 +1,4 @@
-"""``mcp-sessions``: generate signing keys, inspect session tokens, open a session for a client that cannot.
+"""``mcp-sessions``: keys, tokens, a session on a server, the gateway in front of one, the conformance pack.
 
     mcp-sessions keygen                          HS256: MCP_SESSIONS_SECRET=...
     mcp-sessions keygen --alg ES256 --kid k1     a P-256 key pair: MCP_SESSIONS_KEYS='{"keys":[...]}'
@@ -14,76 +14,90 @@ Private key material goes only to standard output or to a new file with mode
 claims; pass ``-`` (or nothing) to read it from standard input and keep it
 out of your shell history. ``conformance`` is the conformance pack's own command line
 (the ``mcp-sessions-conformance`` distribution, ``pip install ./conformance`` from a clone),
-run with every argument after it.
+run with every argument after it. ``keygen`` is here; each other command's module is imported when that
+command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import importlib
+import json
 import os
+import secrets
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TextIO
+from types import ModuleType
+from typing import Final, TextIO
 
-from .._gateway import add_gateway_parser, run_gateway
-from ._conformance import add_conformance_parser, run_conformance
-from ._create import add_create_parser, run_create
-from ._exit import EXIT_USAGE, UsageError
-from ._inspect import run_inspect
-from ._keygen import run_keygen
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+from jwt.algorithms import ECAlgorithm, OKPAlgorithm
+
+from .._tokens import keys_from_config
 
 __all__ = ["main"]
 
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
-def _parser() -> argparse.ArgumentParser:
+
+class UsageError(Exception):
+    """A problem with the command line or its inputs: reported on stderr with exit status 2."""
+
+
+COMMANDS: Final = {
+    "keygen": "generate a signing key (HS256 secret, or an ES256 or Ed25519 key pair)",
+    "inspect": "decode a session token and, given keys, say whether and why it is valid",
+    "create": "open a session on a server and print how to pass it (for clients that can only add metadata)",
+    "gateway": "serve sessions in front of any MCP server (any language), forwarding to it over HTTP",
+    "conformance": ("check how well a server implements each session wire (needs the pack: pip install ./conformance)"),
+}
+"""Every command and what it does, as ``mcp-sessions --help`` lists them."""
+ALGORITHMS: Final = ("HS256", "ES256", "EdDSA")
+_ALIASES: Final = {"hs256": "HS256", "es256": "ES256", "eddsa": "EdDSA", "ed25519": "EdDSA"}
+_KID_PREFIX: Final = {"HS256": "hs", "ES256": "es", "EdDSA": "ed"}
+KEYGEN: Final = (
+    "Generate a signing key. Default: an HS256 secret as MCP_SESSIONS_SECRET=... With --kid, "
+    "kid:secret for MCP_SESSIONS_KEYS. ES256 and EdDSA: a private JWKS in MCP_SESSIONS_KEYS. "
+    "Private material goes to standard output, or to --out (a new file, mode 0600)."
+)
+
+INSTALL: Final = (
+    "mcp-sessions conformance runs the conformance pack, which is not installed. It is the distribution "
+    "mcp-sessions-conformance, not on the package index: from a clone of the mcp-sessions repository, "
+    "pip install ./conformance (see docs/conformance.md)."
+)
+
+
+def _parser(command: str | None) -> argparse.ArgumentParser:
+    """The command line, with the arguments of ``command`` only: the others are listed, not imported."""
     parser = argparse.ArgumentParser(
         prog="mcp-sessions",
-        description="Keys and tokens for mcp-sessions (data-layer sessions for MCP servers).",
+        description=(
+            "mcp-sessions (data-layer sessions for MCP servers): signing keys, session tokens, a session "
+            "on a server, the gateway in front of any server, and the conformance pack."
+        ),
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_key_commands(commands)
-    add_create_parser(commands)
-    add_conformance_parser(commands)
-    add_gateway_parser(commands)
+    for name, text in COMMANDS.items():
+        if name != command or name == "conformance":  # the pack reads its own arguments
+            commands.add_parser(name, help=text, add_help=False)
+        elif name == "keygen":
+            _add_keygen_arguments(commands.add_parser(name, help=text, description=KEYGEN))
+        elif name == "gateway":
+            from .._gateway import add_gateway_parser
+
+            add_gateway_parser(commands)
+        else:
+            module = _module(name)
+            module.add_arguments(commands.add_parser(name, help=text, description=module.DESCRIPTION))
     return parser
 
 
-def _add_key_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``keygen`` and ``inspect``: keys and tokens."""
-    keygen = commands.add_parser(
-        "keygen",
-        help="generate a signing key (HS256 secret, or an ES256 or Ed25519 key pair)",
-        description=(
-            "Generate a signing key. Default: an HS256 secret as MCP_SESSIONS_SECRET=... With --kid, "
-            "kid:secret for MCP_SESSIONS_KEYS. ES256 and EdDSA: a private JWKS in MCP_SESSIONS_KEYS. "
-            "Private material goes to standard output, or to --out (a new file, mode 0600)."
-        ),
-    )
-    keygen.add_argument("--alg", default="HS256", help="HS256 (default), ES256, or EdDSA (Ed25519)")
-    keygen.add_argument("--kid", help="the key id (default: generated); needed to rotate keys later")
-    keygen.add_argument(
-        "--format", choices=("env", "jwks"), default="env", help="an environment line (default) or a JWKS document"
-    )
-    keygen.add_argument("--out", metavar="FILE", help="write the private key here (mode 0600) instead of stdout")
-    keygen.add_argument("--public-out", metavar="FILE", help="also write the public JWKS here (ES256, EdDSA)")
-    keygen.add_argument("--force", action="store_true", help="overwrite existing files")
-
-    inspect = commands.add_parser(
-        "inspect",
-        help="decode a session token and, given keys, say whether and why it is valid",
-        description=(
-            "Decode a session id (or state token) without verification, and verify it when keys are given "
-            "(--secret, --keys, or MCP_SESSIONS_SECRET / MCP_SESSIONS_KEYS). The token itself is never printed. "
-            "Exit status: 0 decoded (and valid, if checked), 1 invalid, 2 usage error."
-        ),
-    )
-    inspect.add_argument("token", nargs="?", help="the token, or '-' (the default) to read it from standard input")
-    inspect.add_argument("--secret", help="the HS256 secret (prefer MCP_SESSIONS_SECRET: arguments show in ps)")
-    inspect.add_argument("--keys", help="a JWKS, kid:secret pairs, or @FILE, as in MCP_SESSIONS_KEYS")
-    inspect.add_argument("--issuer", help="expected iss (default MCP_SESSIONS_ISSUER or 'mcp-sessions')")
-    inspect.add_argument("--audience", help="expected aud (default MCP_SESSIONS_AUDIENCE or 'mcp-sessions')")
-    inspect.add_argument("--leeway", type=float, default=0.0, help="seconds of clock skew to allow (default 0)")
-    inspect.add_argument("--json", action="store_true", help="print a JSON report")
+def _module(name: str) -> ModuleType:
+    """The module of the command ``name``, imported now: its ``add_arguments``, ``DESCRIPTION`` and ``run``."""
+    return importlib.import_module(f"._{name}", __name__)
 
 
 def main(
@@ -99,16 +113,128 @@ def main(
     environ = os.environ if environ is None else environ
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["conformance"]:  # the pack's arguments, read by the pack
-        return run_conformance(argv[1:], stdout, stderr, environ)
-    args = _parser().parse_args(argv)
+        return _run_conformance(argv[1:], stdout, stderr, environ)
+    args = _parser(argv[0] if argv else None).parse_args(argv)
     try:
         if args.command == "keygen":
-            return run_keygen(args, stdout, stderr)
-        if args.command == "create":
-            return run_create(args, stdout, stderr)
+            return _keygen(args, stdout, stderr)
         if args.command == "gateway":
+            from .._gateway import run_gateway
+
             return run_gateway(args, stderr, environ)
-        return run_inspect(args, stdin, stdout, environ)
+        status: int = _module(args.command).run(args, stdin, stdout, stderr, environ)
+        return status
     except UsageError as exc:
         print(f"mcp-sessions {args.command}: {exc}", file=stderr)
         return EXIT_USAGE
+
+
+def _run_conformance(argv: Sequence[str], stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+    """Run the conformance pack's command line on ``argv`` (the arguments after ``conformance``).
+
+    The pack is ``mcp-sessions-conformance``, a distribution of its own (``conformance/`` in the repository)
+    that imports nothing of this package; it gets every argument after ``conformance``, so both commands
+    take the same arguments, run the same checks and end with the same statuses.
+    """
+    try:
+        from mcp_sessions_conformance import main as pack_main
+    except ModuleNotFoundError as exc:
+        if exc.name != "mcp_sessions_conformance":
+            raise  # installed, but broken: its own error says what is missing
+        print(INSTALL, file=stderr)
+        return EXIT_USAGE
+    return pack_main(argv, stdout=stdout, stderr=stderr, environ=environ, prog="mcp-sessions conformance")
+
+
+def _add_keygen_arguments(keygen: argparse.ArgumentParser) -> None:
+    """The options of ``keygen``."""
+    keygen.add_argument("--alg", default="HS256", help="HS256 (default), ES256, or EdDSA (Ed25519)")
+    keygen.add_argument("--kid", help="the key id (default: generated); needed to rotate keys later")
+    keygen.add_argument(
+        "--format", choices=("env", "jwks"), default="env", help="an environment line (default) or a JWKS document"
+    )
+    keygen.add_argument("--out", metavar="FILE", help="write the private key here (mode 0600) instead of stdout")
+    keygen.add_argument("--public-out", metavar="FILE", help="also write the public JWKS here (ES256, EdDSA)")
+    keygen.add_argument("--force", action="store_true", help="overwrite existing files")
+
+
+def _generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | None]:
+    """A new private JWK (with ``kid``, ``alg``, ``use``) and, for HS256, the secret itself."""
+    if kid is None:
+        kid = f"{_KID_PREFIX[algorithm]}-{secrets.token_hex(4)}"
+    secret: str | None = None
+    if algorithm == "HS256":
+        secret = secrets.token_urlsafe(32)  # 43 characters: 256 bits, well over the 32-byte minimum
+        jwk: dict[str, str] = {"kty": "oct", "k": base64.urlsafe_b64encode(secret.encode()).rstrip(b"=").decode()}
+    elif algorithm == "ES256":
+        jwk = ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()), as_dict=True)
+    else:
+        jwk = OKPAlgorithm.to_jwk(ed25519.Ed25519PrivateKey.generate(), as_dict=True)
+    jwk = {"kty": jwk["kty"], "kid": kid, "alg": algorithm, "use": "sig"} | {k: v for k, v in jwk.items() if k != "kty"}
+    # Read the key back with the parser the middleware uses: what this prints is what a server accepts.
+    [parsed] = keys_from_config(json.dumps({"keys": [jwk]}), "the generated key")
+    if parsed.kid != kid or parsed.algorithm != algorithm or not parsed.can_sign:
+        raise RuntimeError("the generated key does not read back as a signing key")  # pragma: no cover
+    return jwk, secret
+
+
+def _reads_back(kid: str) -> bool:
+    """Whether ``kid:<secret>`` reads back, with the parser the middleware uses, as one key of this kid.
+
+    A ',' or ':' would split the kid, a leading '#' make the line a comment, spaces be stripped.
+    """
+    try:
+        [key] = keys_from_config(f"{kid}:{secrets.token_urlsafe(32)}", "--kid")
+    except ValueError:
+        return False
+    return key.kid == kid
+
+
+def _write_private(path: str, text: str, *, force: bool) -> None:
+    """Write ``text`` to a new file readable by its owner only (0600)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        raise UsageError(f"{path} exists: choose another file, or pass --force to overwrite it") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    with open(fd, "w", encoding="utf-8") as file:
+        os.fchmod(fd, 0o600)  # an existing file (with --force) keeps its old mode otherwise
+        file.write(text)
+
+
+def _keygen(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+    """Run ``keygen``: print or write the new key; returns the exit status."""
+    algorithm = _ALIASES.get(args.alg.lower())
+    if algorithm is None:
+        raise UsageError(f"unknown --alg {args.alg!r}: choose one of {', '.join(ALGORITHMS)}")
+    if args.kid is not None and not _reads_back(args.kid):
+        raise UsageError("--kid must be 1 to 64 visible ASCII characters, without ',' or ':', not starting with '#'")
+    if args.public_out and algorithm == "HS256":
+        raise UsageError("--public-out needs a key pair (--alg ES256 or EdDSA): an HS256 secret has no public part")
+    jwk, secret = _generate(algorithm, args.kid)
+    if args.format == "jwks":
+        text = json.dumps({"keys": [jwk]}, indent=2) + "\n"
+    elif secret is not None and args.kid is None:
+        text = f"MCP_SESSIONS_SECRET={secret}\n"
+    elif secret is not None:
+        text = f"MCP_SESSIONS_KEYS={shlex.quote(jwk['kid'] + ':' + secret)}\n"  # quoted if the kid needs it
+    else:
+        # Single quotes: a shell (and most .env readers) keep the JSON as one value.
+        text = "MCP_SESSIONS_KEYS='" + json.dumps({"keys": [jwk]}, separators=(",", ":")) + "'\n"
+    if args.public_out:
+        public_jwk = {k: v for k, v in jwk.items() if k not in ("d", "k")}  # what verifiers get
+        public = json.dumps({"keys": [public_jwk]}, indent=2) + "\n"
+        try:
+            with open(args.public_out, "w" if args.force else "x", encoding="utf-8") as file:
+                file.write(public)
+        except FileExistsError:
+            raise UsageError(f"{args.public_out} exists: choose another file, or pass --force") from None
+        print(f"wrote the public key (kid {jwk['kid']!r}) to {args.public_out}", file=stderr)
+    if args.out:
+        _write_private(args.out, text, force=args.force)
+        print(f"wrote the private key (kid {jwk['kid']!r}, {algorithm}) to {args.out} (mode 0600)", file=stderr)
+    else:
+        stdout.write(text)
+    return EXIT_OK

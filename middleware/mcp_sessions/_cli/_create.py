@@ -8,6 +8,17 @@ up to ``MAX_ANSWER`` bytes within one deadline from connect to its last byte, an
 of the server's that the command prints is :func:`printable`. A refusal says the server's own
 status and the start of its answer, and suggests ``--legacy`` when the server refused the
 2026-07-28 request as a server that speaks only 2025-11-25 does.
+
+**What it shows of a stranger's answer**: its text escaped and cut short, and what it means.
+Every string a server chose (an error message, a tool's text, a header, a body) reaches a terminal
+only through :func:`printable`: a control character in it could otherwise set the window title
+(``ESC ] 0;… BEL``), clear the screen (``ESC [2J``), start a sequence with the one-character CSI
+(U+009B) or reorder what follows (U+202E). :func:`excerpt` is the bounded, one-line start of a
+body; :func:`handshake_only` reads the refusal a 2025-11-25 server gives a 2026-07-28 request.
+
+The conformance pack has the same functions (``mcp_sessions_conformance/_answers.py``): it is a
+distribution of its own that imports nothing of this package, and these few lines are the price
+(``tests/unit/test_answers.py`` holds both copies to the same cases).
 """
 
 from __future__ import annotations
@@ -15,39 +26,63 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TextIO
 
-from .._wire.answers import EXCERPT_CHARS, excerpt, handshake_only, printable
 from .._wire.protocol import LEGACY_VERSIONS
+from .._wire.text import printable
 from ..profiles import SESSION_META_KEY
-from ._exit import EXIT_INVALID, EXIT_OK, UsageError
+from . import EXIT_INVALID, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     import httpx
 
-    from ..client import SessionHandle
+    from ..client import HeldSession
 
 DEADLINE: Final = 60.0
 """Seconds one request may take in all, from connect to its answer's last byte (``--request-timeout``)."""
 MAX_ANSWER: Final = 1 << 20
 """The most bytes read of one answer: a ``sessions/create`` result is a few hundred."""
 LEGACY: Final = "2025-11-25"
+EXCERPT_CHARS: Final = 240
+"""The most characters of an answer's body a command shows (then ``…``)."""
+_HANDSHAKE_REFUSAL: Final = re.compile(r"session[ _-]?id|not initiali[sz]ed|protocol[ _-]?version", re.IGNORECASE)
 
 
-def add_create_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``create`` command to the ``mcp-sessions`` command line."""
-    create = commands.add_parser(
-        "create",
-        help="open a session on a server and print how to pass it (for clients that can only add metadata)",
-        description=(
-            "Send sessions/create to the MCP endpoint URL and print the new session: its stable id, its "
-            "sessionId (a bearer secret) and the exact argument that passes it through tools that can only "
-            "add request metadata, such as the MCP Inspector CLI's --metadata. Exit status: 0 created, "
-            "1 refused or unreachable, 2 usage error."
-        ),
-    )
+DESCRIPTION: Final = (
+    "Send sessions/create to the MCP endpoint URL and print the new session: its stable id, its "
+    "sessionId (a bearer secret) and the exact argument that passes it through tools that can only "
+    "add request metadata, such as the MCP Inspector CLI's --metadata. Exit status: 0 created, "
+    "1 refused or unreachable, 2 usage error."
+)
+
+
+def excerpt(body: bytes | str, limit: int = EXCERPT_CHARS) -> str:
+    """The start of ``body`` on one line: UTF-8 read leniently, runs of white space as one space, at most
+    ``limit`` characters (then ``…``), :func:`printable`. Reads at most ``4 * limit`` bytes of it."""
+    text = body[: 4 * limit].decode("utf-8", "replace") if isinstance(body, bytes) else body[: 4 * limit]
+    cut = len(body) > 4 * limit
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text, cut = text[:limit], True
+    return printable(text) + ("…" if cut else "")
+
+
+def handshake_only(status: int, text: str) -> bool:
+    """Whether ``status`` and ``text`` (its body), the answer to a 2026-07-28 request, are how a server that
+    speaks only 2025-11-25 refuses it: HTTP 400 saying that a transport session is missing or that the
+    protocol version is not one it takes. mcp 1.x (stateful): "Bad Request: Missing session ID"; mcp 1.x
+    (stateless) and the TypeScript SDK: "Bad Request: Unsupported protocol version: 2026-07-28";
+    the TypeScript SDK (server-everything): "Bad Request: Server not initialized" or "No valid session ID
+    provided". mcp 2.x serves 2026-07-28 itself."""
+    return status == 400 and _HANDSHAKE_REFUSAL.search(text[: 4 * EXCERPT_CHARS]) is not None
+
+
+def add_arguments(create: argparse.ArgumentParser) -> None:
+    """The arguments of ``create``."""
     create.add_argument("url", help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
     create.add_argument("--protocol-version", default="2026-07-28", help="the era of the request (default 2026-07-28)")
     create.add_argument("--legacy", action="store_true", help=f"send it as a {LEGACY} request")
@@ -142,7 +177,7 @@ def _explained(seen: list[Seen], version: str) -> str:
     return said
 
 
-def run_create(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
+def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Run ``create``: open a session and print how to pass it; returns the exit status."""
     try:
         from ..client import HttpxSessionTransport, SessionError
@@ -154,7 +189,7 @@ def run_create(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         raise UsageError(f"--request-timeout takes a positive number of seconds, not {args.request_timeout}")
     inner, seen = _guarded(args.request_timeout)
 
-    async def create() -> SessionHandle:
+    async def create() -> HeldSession:
         shim = HttpxSessionTransport(inner, auto_create=False)
         try:
             return await shim.create(args.url, protocol_version=version, headers=headers)
@@ -184,7 +219,7 @@ def _header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
-def _print_session(session: SessionHandle, as_json: bool, stdout: TextIO) -> None:
+def _print_session(session: HeldSession, as_json: bool, stdout: TextIO) -> None:
     """The session and how to pass it; the server's strings :func:`printable` (JSON escapes them itself)."""
     token = session.token
     meta = json.dumps({"sessionId": token}, separators=(",", ":"))

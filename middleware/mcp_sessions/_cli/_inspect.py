@@ -6,34 +6,39 @@ The token itself is never printed, only its header and claims.
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Final, TextIO
 
-from .._tokens import SESSION_TOKEN_TYPE, STATE_TOKEN_TYPE, InvalidToken, KeySet, SessionKey, keys_from_config
+from .._tokens import (
+    SESSION_TOKEN_TYPE,
+    STATE_TOKEN_TYPE,
+    InvalidToken,
+    KeySet,
+    SessionKey,
+    decode_unverified,
+    keys_from_config,
+)
 from .._wire import iso
-from ._exit import EXIT_INVALID, EXIT_OK, UsageError
+from . import EXIT_INVALID, EXIT_OK, UsageError
+
+DESCRIPTION: Final = (
+    "Decode a session id (or state token) without verification, and verify it when keys are given "
+    "(--secret, --keys, or MCP_SESSIONS_SECRET / MCP_SESSIONS_KEYS). The token itself is never printed. "
+    "Exit status: 0 decoded (and valid, if checked), 1 invalid, 2 usage error."
+)
 
 
-def _segment(part: str) -> object:
-    return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
-
-
-def decode_unverified(token: str) -> tuple[dict[str, object], dict[str, object]]:
-    """The header and claims of a compact JWS, decoded WITHOUT verification."""
-    parts = token.split(".")
-    if len(parts) != 3 or not all(parts):
-        raise ValueError(f"not a compact JWS: expected 3 dot-separated parts, found {len(parts)}")
-    try:
-        header, claims = _segment(parts[0]), _segment(parts[1])
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise ValueError("not a compact JWS: the header or the claims are not base64url-encoded JSON") from None
-    if not isinstance(header, dict) or not isinstance(claims, dict):
-        raise ValueError("not a compact JWS: the header and the claims must be JSON objects")
-    return header, claims
+def add_arguments(inspect: argparse.ArgumentParser) -> None:
+    """The arguments of ``inspect``."""
+    inspect.add_argument("token", nargs="?", help="the token, or '-' (the default) to read it from standard input")
+    inspect.add_argument("--secret", help="the HS256 secret (prefer MCP_SESSIONS_SECRET: arguments show in ps)")
+    inspect.add_argument("--keys", help="a JWKS, kid:secret pairs, or @FILE, as in MCP_SESSIONS_KEYS")
+    inspect.add_argument("--issuer", help="expected iss (default MCP_SESSIONS_ISSUER or 'mcp-sessions')")
+    inspect.add_argument("--audience", help="expected aud (default MCP_SESSIONS_AUDIENCE or 'mcp-sessions')")
+    inspect.add_argument("--leeway", type=float, default=0.0, help="seconds of clock skew to allow (default 0)")
+    inspect.add_argument("--json", action="store_true", help="print a JSON report")
 
 
 def _span(seconds: float) -> str:
@@ -108,7 +113,7 @@ def explain(reason: str, header: Mapping[str, object], claims: Mapping[str, obje
     )
 
 
-def run_inspect(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, environ: Mapping[str, str]) -> int:
+def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Run ``inspect``: decode the token, verify it if keys are given, report; returns the exit status."""
     token = (stdin.read() if args.token in (None, "-") else args.token).strip()
     if not token:

@@ -6,16 +6,15 @@ import copy
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Final
 
+from starlette.datastructures import Headers
 from starlette.types import Scope
 
-from .._asgi import header
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._session import RateLimit, authenticated_user
+from .._wire import jsonrpc
 from ..sources import HostConversationSource, SourceContext
-from ._front import GatewayFront, RoutedPaths, trusted_proxies
-from ._headers import HostCheck
-from ._proxy import UpstreamProxy
+from ._front import GatewayFront, HostCheck, RoutedPaths, trusted_proxies
 from ._replicas import Replicas
 
 if TYPE_CHECKING:
@@ -64,6 +63,8 @@ def gateway_app(
     ):
         if not value > 0:
             raise ValueError(f"{name} must be a positive number of seconds")
+    from ._proxy import UpstreamProxy  # httpx: the gateway's extra, imported when a gateway is built
+
     trusted = trusted_proxies(forwarded_allow_ips)
     config = SessionsConfig.from_env() if config is None else config
     replicas = Replicas(upstreams, keys=config.keys, cooldown=failure_cooldown)
@@ -95,10 +96,10 @@ def credential_principal(scope: Scope) -> str | None:
     accepted: the middleware asks the app it wraps, the proxy), and only its keyed digest is kept,
     in the session's token.
     """
-    value = header(scope["headers"], b"authorization")
+    value = Headers(scope=scope).get("authorization")
     if value is None:
         return None
-    scheme, _, credential = value.decode("latin-1").strip().partition(" ")
+    scheme, _, credential = value.strip().partition(" ")
     return f"{scheme.lower()} {credential.strip()}"
 
 
@@ -112,8 +113,6 @@ class RoutedConversations:
 
     name = "gateway"
 
-    __slots__ = ("_host",)
-
     def __init__(self, context: SourceContext) -> None:
         self._host = HostConversationSource.from_context(context)  # its find(), by the configured host keys
 
@@ -121,5 +120,5 @@ class RoutedConversations:
         """Name the call's host conversation (``call.conversation``) if nothing has; never a session."""
         if call.conversation is None:
             params = call.params
-            call.conversation = self._host.find(plan.headers, params.get("_meta") if type(params) is dict else None)
+            call.conversation = self._host.find(plan.headers, jsonrpc.meta(params))
         return None

@@ -6,6 +6,7 @@ import argparse
 import copy
 import ipaddress
 import logging
+import shlex
 from collections.abc import Mapping
 from typing import Any, Final, TextIO
 
@@ -25,6 +26,10 @@ DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
 """On SIGTERM, uvicorn waits for every open response: an event stream never ends by itself, so after this
 long the gateway cancels what still runs (each upstream request closed) and stops."""
 
+STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
+"""With --stdio: then every child gets its stdin closed, SIGTERM and SIGKILL (``_stdio_child.stop_group``): all
+gone within 10 s of the gateway's SIGTERM."""
+
 EXIT_USAGE = 2
 
 
@@ -39,12 +44,35 @@ def add_gateway_parser(commands: Any) -> None:  # argparse's subparsers action h
             "configured by the MCP_SESSIONS_* variables, as for the middleware."
         ),
     )
+    upstream = gateway.add_mutually_exclusive_group(required=True)
+    upstream.add_argument(
+        "--upstream", action="append", metavar="URL", help="the server's MCP endpoint; repeat per replica"
+    )
+    upstream.add_argument(
+        "--stdio",
+        metavar="COMMAND",
+        help="a stdio server's command and arguments, split as a shell would and run without one: a process "
+        "per conversation (pip install 'mcp-sessions[stdio]')",
+    )
     gateway.add_argument(
-        "--upstream",
-        action="append",
-        required=True,
-        metavar="URL",
-        help="the server's MCP endpoint; repeat per replica",
+        "--processes",
+        choices=("per-conversation", "shared"),
+        default="per-conversation",
+        help="with --stdio: a process per conversation (default), or one shared by every client",
+    )
+    gateway.add_argument(
+        "--process-idle",
+        type=float,
+        metavar="SECONDS",
+        help="with --stdio: how long a conversation's process lives without a request (default: "
+        "MCP_SESSIONS_IDLE_TTL, else 600)",
+    )
+    gateway.add_argument(
+        "--max-processes",
+        type=int,
+        default=16,
+        metavar="N",
+        help="with --stdio: how many conversations' processes may run at once (default 16)",
     )
     gateway.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     gateway.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000)")
@@ -73,10 +101,16 @@ def add_gateway_parser(commands: Any) -> None:  # argparse's subparsers action h
             DEFAULT_FAILURE_COOLDOWN,
             "how long a replica that cannot be connected to is out of service",
         ),
-        ("--shutdown-timeout", DEFAULT_SHUTDOWN_TIMEOUT, "on SIGTERM, how long answers still streaming may go on"),
     ):
         help_text = None if text is None else f"{text} (default {default:g})"
         gateway.add_argument(flag, type=float, default=default, metavar="SECONDS", help=help_text)
+    gateway.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"on SIGTERM, how long answers still streaming may go on (default {DEFAULT_SHUTDOWN_TIMEOUT:g}; "
+        f"{STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes then have 5 s to end)",
+    )
     gateway.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 
@@ -92,28 +126,48 @@ def run_gateway(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, 
             hosts = origins = None if _loopback(args.host) else []
         else:
             hosts, origins = hosts or [], origins or []
-        app = gateway_app(
-            args.upstream,
-            config=config,
-            allowed_hosts=hosts,
-            allowed_origins=origins,
-            keepalive=args.keepalive or None,
-            connect_timeout=args.connect_timeout,
-            first_byte_timeout=args.first_byte_timeout,
-            failure_cooldown=args.failure_cooldown,
-            forwarded_allow_ips=environ.get("FORWARDED_ALLOW_IPS")
-            if args.forwarded_allow_ips is None
-            else args.forwarded_allow_ips,
-        )
+        forwarded = environ.get("FORWARDED_ALLOW_IPS") if args.forwarded_allow_ips is None else args.forwarded_allow_ips
+        if args.stdio is not None:
+            from ._stdio import stdio_gateway_app
+
+            app: Any = stdio_gateway_app(
+                shlex.split(args.stdio),
+                config=config,
+                processes=args.processes,
+                process_idle=args.process_idle,
+                max_processes=args.max_processes,
+                allowed_hosts=hosts,
+                allowed_origins=origins,
+                forwarded_allow_ips=forwarded,
+                environ=environ,
+            )
+        else:
+            app = gateway_app(
+                args.upstream,
+                config=config,
+                allowed_hosts=hosts,
+                allowed_origins=origins,
+                keepalive=args.keepalive or None,
+                connect_timeout=args.connect_timeout,
+                first_byte_timeout=args.first_byte_timeout,
+                failure_cooldown=args.failure_cooldown,
+                forwarded_allow_ips=forwarded,
+            )
     except ModuleNotFoundError as exc:
-        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
+        extra = "stdio" if args.stdio is not None else "gateway"
+        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[{extra}]'", file=stderr)
         return EXIT_USAGE
     except (ImportError, ValueError, TypeError, RuntimeError) as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per forwarded request, its query string in it
-    logger.info("mcp-sessions gateway: %s on http://%s:%d", ", ".join(args.upstream), args.host, args.port)
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # with --stdio: the SDK's lines name transport session ids
+    shutdown_timeout = args.shutdown_timeout
+    if shutdown_timeout is None:
+        shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
+    served = f"stdio {args.stdio}" if args.stdio is not None else ", ".join(args.upstream)
+    logger.info("mcp-sessions gateway: %s on http://%s:%d", served, args.host, args.port)
     # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
     # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
     # parser the gateway's request checks are tested with, whatever else is installed.
@@ -128,7 +182,7 @@ def run_gateway(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, 
         server_header=False,
         date_header=False,
         proxy_headers=False,
-        timeout_graceful_shutdown=args.shutdown_timeout,
+        timeout_graceful_shutdown=shutdown_timeout,
     )
     return 0
 

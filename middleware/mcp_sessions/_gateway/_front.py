@@ -23,6 +23,10 @@ connection closed.
 trusts (``forwarded_allow_ips``, uvicorn's option of that name); from it, uvicorn's own
 ``ProxyHeadersMiddleware`` also takes the client's address and scheme, which the create limit and the
 logs then see.
+
+**Host and Origin.** The upstream gets its own ``Host``, never the client's, so the gateway checks ``Host``
+and ``Origin`` itself (:class:`HostCheck`), with the allow-lists and the rule of the ``mcp`` SDK's DNS-rebinding
+protection.
 """
 
 from __future__ import annotations
@@ -34,12 +38,15 @@ from collections.abc import Collection, Iterable
 from typing import Final, NamedTuple
 from urllib.parse import quote, unquote_to_bytes
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._verdict import Rejection
 
 PEER: Final = "mcp_sessions.gateway.peer"
 """The scope key of the connection's :class:`Peer`, set by :class:`GatewayFront`."""
+LOCALHOST_HOSTS: Final = ("127.0.0.1:*", "localhost:*", "[::1]:*")
+LOCALHOST_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
 _OUTSIDE_TARGET: Final = re.compile(rb"[^\x21-\x7e]|#")  # a space, a control, a non-ASCII byte, a fragment
 _ESCAPES: Final = re.compile(rb"(?:[^%]|%[0-9A-Fa-f]{2})*")
 _ENCODED_REFUSED: Final = re.compile(rb"[\x00-\x1f\x7f/\\]")  # decoded: a control, a slash, a backslash
@@ -58,8 +65,6 @@ class RoutedPaths(frozenset[str]):
     """MCP endpoint paths, matched as the most lenient server routes them: in any case, each segment's
     ``;`` parameters and a trailing slash ignored (see the module). ``in`` takes a request's decoded path."""
 
-    __slots__ = ()
-
     def __new__(cls, paths: Iterable[str]) -> RoutedPaths:
         return super().__new__(cls, (_routed(path) for path in paths))
 
@@ -75,8 +80,6 @@ def _routed(path: str) -> str:
 class GatewayFront:
     """The gateway's outermost app: refuses what it may not forward (see the module), records the peer, and
     lets a trusted proxy name the client; then the session middleware, ``app``."""
-
-    __slots__ = ("_inner", "_trusted", "app")
 
     def __init__(self, app: ASGIApp, *, trusted: list[str]) -> None:
         """``trusted``: the proxies whose forwarded headers count, as :func:`trusted_proxies` returns them."""
@@ -127,7 +130,7 @@ def raw_path_of(scope: Scope) -> bytes:
 
 def refusal(scope: Scope) -> Rejection | None:
     """The gateway's answer to a request it must not forward (see the module), else ``None``."""
-    why = _framing(scope["headers"])
+    why = _framing(Headers(scope=scope))
     if why is not None:
         return _bad_request(why)
     raw, query = raw_path_of(scope), scope.get("query_string", b"")
@@ -149,38 +152,28 @@ def _path_problem(raw: bytes) -> str | None:
         return "the path has a character no path has"
     if b"//" in raw:
         return "the path has an empty segment (//)"
-    if b"%" not in raw and b"." not in raw:
-        return None  # the usual path: nothing to decode, no dot segment
     if not _ESCAPES.fullmatch(raw):
         return "the path has a malformed percent-escape"
     for segment in raw.split(b"/"):
-        decoded = unquote_to_bytes(segment) if b"%" in segment else segment
+        decoded = unquote_to_bytes(segment)
         if decoded in _DOT_SEGMENTS:
             return "the path has a dot segment (. or ..), encoded or not"
-        if decoded is not segment and _ENCODED_REFUSED.search(decoded):
+        if _ENCODED_REFUSED.search(decoded):  # the raw path has none of these: an escape made it
             return "the path has an encoded slash, backslash or control character"
     return None
 
 
-def _framing(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+def _framing(headers: Headers) -> str | None:
     """Why a request's body framing (RFC 9112 §6.3) or its ``Host`` (§3.2) is ambiguous, or ``None``."""
-    lengths: set[bytes] = set()
-    codings: list[bytes] = []
-    hosts = 0
-    for name, value in headers:
-        if name == b"content-length":
-            lengths.add(value.strip())
-        elif name == b"transfer-encoding":
-            codings.append(value.strip().lower())
-        elif name == b"host":
-            hosts += 1
-    if hosts > 1:
+    lengths = {value.strip() for value in headers.getlist("content-length")}
+    codings = [value.strip().lower() for value in headers.getlist("transfer-encoding")]
+    if len(headers.getlist("host")) > 1:
         return "more than one Host"
     if lengths and codings:
         return "Content-Length and Transfer-Encoding together"
-    if len(codings) > 1 or codings[:1] not in ([], [b"chunked"]):
+    if codings not in ([], ["chunked"]):
         return "a Transfer-Encoding other than chunked"
-    if len(lengths) > 1 or any(not length.isdigit() for length in lengths):
+    if len(lengths) > 1 or not all(length.isascii() and length.isdigit() for length in lengths):
         return "Content-Length must be one number"
     return None
 
@@ -194,6 +187,42 @@ def _bad_request(why: str) -> Rejection:
         (b"connection", b"close"),
     )
     return Rejection(400, headers, body, "bad_request")
+
+
+class HostCheck:
+    """The gateway's own DNS-rebinding protection: ``Host`` and ``Origin`` against allow-lists.
+
+    As the ``mcp`` SDK checks them: a ``Host`` must be on its list (``"example.com:*"`` allows any
+    port), an ``Origin``, when there is one, on its. ``None`` is the SDK's default for a server on a
+    loopback address (localhost names only); an empty list checks nothing.
+    """
+
+    def __init__(self, allowed_hosts: Collection[str] | None, allowed_origins: Collection[str] | None) -> None:
+        if isinstance(allowed_hosts, str) or isinstance(allowed_origins, str):
+            raise TypeError("allowed_hosts and allowed_origins take collections of strings, not one string")
+        self._hosts = frozenset(LOCALHOST_HOSTS if allowed_hosts is None else allowed_hosts)
+        self._origins = frozenset(LOCALHOST_ORIGINS if allowed_origins is None else allowed_origins)
+
+    def check(self, headers: Iterable[tuple[bytes, bytes]]) -> Rejection | None:
+        """The gateway's refusal of a request from a host or an origin it does not serve, else ``None``."""
+        request = Headers(raw=list(headers))
+        host, origin = request.get("host"), request.get("origin")
+        if self._hosts and (host is None or not _allowed(host, self._hosts)):
+            return _plain(421, "Invalid Host header", "invalid_host")
+        if self._origins and origin is not None and not _allowed(origin, self._origins):
+            return _plain(403, "Invalid Origin header", "invalid_origin")
+        return None
+
+
+def _allowed(value: str, allowed: frozenset[str]) -> bool:
+    """Whether ``value`` is on the list: as it is, or as ``base:`` and anything, for a ``base:*`` on it."""
+    return value in allowed or any(entry.endswith(":*") and value.startswith(entry[:-1]) for entry in allowed)
+
+
+def _plain(status: int, text: str, reason: str) -> Rejection:
+    """A plain-text answer, as the SDK's transport security sends its refusals."""
+    body = text.encode()
+    return Rejection(status, ((b"content-length", str(len(body)).encode()),), body, reason)
 
 
 class QueryDropped(logging.Filter):

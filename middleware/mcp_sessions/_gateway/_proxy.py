@@ -3,10 +3,32 @@
 One pooled httpx client for the app's lifetime. The request body goes as it arrives (a body the session
 pipeline read whole goes in one piece, and may be sent again to another replica when the first could not be
 connected to); the response goes back chunk by chunk, each ``send`` awaited before the next read (the
-backpressure). The connect and the wait for the response's first byte are bounded; an event stream is not
-(``_relay`` keeps it alive). Whatever the answer, a client that disconnects once its body is sent ends it: the
-upstream request is cancelled and its connection closed (``_relay.while_connected``). An upstream that cannot
-answer gets a JSON-RPC error with 502, 503 or 504 and ``Retry-After``, never a hang.
+backpressure). The connect and the wait for the response's first byte are bounded; an event stream is not.
+Whatever the answer, a client that disconnects once its body is sent ends it: the upstream request is
+cancelled and its connection closed (:func:`while_connected`), so the upstream sees the client go. An
+upstream that cannot answer gets a JSON-RPC error with 502, 503 or 504 and ``Retry-After``, never a hang.
+
+**Event streams** can stay open for hours. Proxies cut a connection that carried nothing for a while (often
+60 s), so after ``keepalive`` seconds of silence the gateway sends an SSE comment, ``: keep-alive``, but only
+between two events (a comment inside an event would split it). The upstream is read by a task of its own,
+one chunk ahead, so that waiting can time out without cutting a read in half.
+
+**Headers** (RFC 9110 §7.6.1): a proxy drops the hop-by-hop headers, and every header the ``Connection``
+header names, and forwards every other header as it came (``Authorization``, ``MCP-Protocol-Version``,
+``Mcp-Method``, ``Mcp-Name``, ``Last-Event-ID``, ``traceparent``…). ``Mcp-Session-Id`` reaches the upstream
+only as the id it issued itself (a transport session the gateway tagged): a session token, or any id the
+gateway did not give out, never does. The upstream gets its own ``Host``; the gateway sets
+``X-Forwarded-For`` (the peer's address), ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` (the client's
+``Host``), and the client's own ``X-Forwarded-*``, ``Forwarded`` and ``X-Real-IP`` go on only from a proxy
+the operator trusts (the peer's address then ends its ``X-Forwarded-For``). The conversation's stable id goes
+in W3C baggage as ``gen_ai.conversation.id``. A ``Location`` or ``Content-Location`` on the upstream's own
+origin (a redirect the upstream built from the ``Host`` it got, ``/mcp`` to ``/mcp/`` say) comes back as a
+path on the gateway's, as nginx's ``proxy_redirect default`` has it: the client follows it through the
+gateway, never around it. The origin is compared parsed (scheme, host and port, a default port as the
+scheme's), never as a prefix of bytes; a URL with credentials in it is not rewritten. Nor is one whose path
+would read as another host (``//evil.example/x``, ``/\\evil.example/x``: a browser takes both, and any tab in
+them, for a URL of that host): it goes as the upstream sent it, an absolute URL on the upstream's host, as
+Envoy passes every ``Location`` and nginx one it does not rewrite. Every other URL is the upstream's own.
 """
 
 from __future__ import annotations
@@ -14,37 +36,56 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import Final
+from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from opentelemetry import propagate, trace
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import Message, Receive, Scope, Send
 
-from .._asgi import header
 from .._session import SCOPE_KEY, Session, current_conversation
+from .._tokens import is_session_token
 from .._verdict import Rejection, unavailable
 from .._wire import jsonrpc
 from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
-from ._front import PEER, Peer, raw_path_of
-from ._headers import HostCheck, client_headers, upstream_headers
-from ._relay import relay, relay_events, while_connected
+from ._front import PEER, HostCheck, Peer, raw_path_of
+from ._replicas import Replica, Replicas
 
-if TYPE_CHECKING:
+try:
     import httpx
-
-    from ._replicas import Replica, Replicas
+except ModuleNotFoundError as exc:
+    if exc.name != "httpx":
+        raise
+    raise ImportError("the gateway needs httpx: pip install 'mcp-sessions[gateway]'") from exc
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
+KEEPALIVE: Final = b": keep-alive\n\n"
+HOP_BY_HOP: Final = frozenset(
+    b"connection keep-alive proxy-connection proxy-authenticate proxy-authorization te trailer transfer-encoding "
+    b"upgrade".split()
+)
+# Written again for the upstream: its own Host, the body's length, 100-continue (httpx sends the body at once).
+_REWRITTEN: Final = HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+# A client's own say in who it is and how it came: from a proxy the operator trusts alone.
+_FORWARDING: Final = frozenset({b"forwarded", b"x-real-ip"})
+_FORWARDING_PREFIX: Final = b"x-forwarded-"
+_URL_HEADERS: Final = frozenset({b"location", b"content-location"})
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_CONVERSATION_MEMBER: Final = "gen_ai.conversation.id"
+# A baggage value's octets (W3C baggage): anything else, and "%", percent-encoded.
+_BAGGAGE_SAFE: Final = "!#$&'()*+-./:<=>?@[]^_`{|}~"
+_LINE_ENDS: Final = (b"\n", b"\r")
 _MAX_ID_BODY: Final = 64 * 1024
-_JSON: Final = (b"content-type", b"application/json")
 _LOST_SESSION_BODY: Final = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
 # The ``mcp`` SDK's answer for a transport session it does not hold (404): the client opens a new one.
 _LOST_SESSION: Final = Rejection(
     404,
-    (_JSON, (b"content-length", str(len(_LOST_SESSION_BODY)).encode())),
+    ((b"content-type", b"application/json"), (b"content-length", str(len(_LOST_SESSION_BODY)).encode())),
     _LOST_SESSION_BODY,
     "transport_session_lost",
     -32600,
@@ -56,17 +97,6 @@ Body = bytes | AsyncIterator[bytes]
 class UpstreamProxy:
     """The ASGI app the gateway's session pipeline forwards to: a streaming proxy to the upstream replicas."""
 
-    __slots__ = (
-        "_client",
-        "_first_byte",
-        "_host_check",
-        "_httpx",
-        "_keepalive",
-        "_origins",
-        "_replicas",
-        "_retry_after",
-    )
-
     def __init__(
         self,
         replicas: Replicas,
@@ -77,16 +107,7 @@ class UpstreamProxy:
         first_byte_timeout: float,
         retry_after: int,
     ) -> None:
-        try:
-            import httpx
-        except ModuleNotFoundError as exc:
-            if exc.name != "httpx":
-                raise
-            raise ImportError("the gateway needs httpx: pip install 'mcp-sessions[gateway]'") from exc
-        self._httpx = httpx
         self._replicas = replicas
-        # Each replica's scheme, host and port, parsed once: a request's URL is one of them and its own path.
-        self._origins = {replica.origin: httpx.URL(replica.origin) for replica in replicas.all}
         self._host_check = host_check
         self._keepalive = keepalive
         self._first_byte = first_byte_timeout
@@ -125,8 +146,8 @@ class UpstreamProxy:
         try:
             headers = client_headers(response.headers.raw, partial(self._replicas.issued, replica), replica.origin)
             await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-            if (header(headers, b"content-type") or b"").startswith(b"text/event-stream"):
-                relaying = relay_events(response.aiter_raw(), send, self._keepalive, self._httpx.HTTPError)
+            if response.headers.get("content-type", "").startswith("text/event-stream"):
+                relaying = relay_events(response.aiter_raw(), send, self._keepalive)
             else:
                 relaying = relay(response.aiter_raw(), send)
             await (relaying if receive is None else while_connected(receive, relaying))
@@ -137,18 +158,16 @@ class UpstreamProxy:
 
     async def _open(self, scope: Scope, content: Body) -> tuple[httpx.Response, Replica] | Rejection:
         """The request sent to each replica it may go to in turn, until one answers (see the module)."""
-        headers: list[tuple[bytes, bytes]] = scope["headers"]
-        if (refused := self._host_check.check(headers)) is not None:
+        if (refused := self._host_check.check(scope["headers"])) is not None:
             return refused
+        request = Headers(scope=scope)
         conversation = _conversation(scope)
-        candidates, transport_id = self._route(headers, conversation)
+        candidates, transport_id = self._route(request, conversation)
         if not candidates:
             return _LOST_SESSION
-        peer = _peer(scope)
-        upstream = upstream_headers(
-            headers,
-            client=peer.address,
-            trusted=peer.trusted,
+        headers = upstream_headers(
+            scope["headers"],
+            peer=_peer(scope),
             scheme=scope.get("scheme", "http"),
             transport_id=transport_id,
             conversation=conversation,
@@ -156,24 +175,25 @@ class UpstreamProxy:
         )
         # A body still arriving goes framed as it came: its Content-Length (the front refused one beside a
         # Transfer-Encoding), else chunked. A body read whole goes with its own length.
-        if isinstance(content, AsyncIterator) and (length := header(headers, b"content-length")) is not None:
-            upstream.append((b"content-length", length))
-        target = _target(scope)
+        if isinstance(content, AsyncIterator) and "content-length" in request:
+            headers.append((b"content-length", request["content-length"].encode("latin-1")))
+        query: bytes = scope.get("query_string", b"")
+        target = raw_path_of(scope) + (b"?" + query if query else b"")  # the front let only an origin form in
         status, reason = 503, "No upstream replica could be reached"
         for replica in candidates:
-            url = self._httpx.URL(self._origins[replica.origin], raw_path=target)
-            request = self._client.build_request(scope["method"], url, headers=upstream, content=content)
+            url = httpx.URL(replica.origin, raw_path=target)
+            upstream = self._client.build_request(scope["method"], url, headers=headers, content=content)
             replica.in_flight += 1
             try:
                 async with asyncio.timeout(self._first_byte):
-                    response = await self._client.send(request, stream=True)
-            except (self._httpx.ConnectError, self._httpx.ConnectTimeout):
+                    response = await self._client.send(upstream, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout):
                 self._replicas.failed(replica)
                 if not isinstance(content, bytes):  # a body read whole, never sent, goes to the next replica
                     status, reason = 502, "The upstream replica could not be reached"
             except TimeoutError:
                 status, reason = 504, "The upstream did not answer in time"
-            except self._httpx.HTTPError as exc:
+            except httpx.HTTPError as exc:
                 logger.warning("mcp-sessions gateway: upstream %s failed: %s", replica.url, type(exc).__name__)
                 status, reason = 502, "The upstream failed before answering"
             except BaseException:  # cancelled: the client left while the answer's headers were awaited
@@ -189,34 +209,218 @@ class UpstreamProxy:
             return _LOST_SESSION  # a 2025-era transport session lives in its replica's memory alone
         return unavailable(status, reason, self._retry_after, _request_id(content), "upstream_unavailable")
 
-    def _route(
-        self, headers: list[tuple[bytes, bytes]], conversation: str | None
-    ) -> tuple[list[Replica], bytes | None]:
+    def _route(self, request: Headers, conversation: str | None) -> tuple[list[Replica], bytes | None]:
         """The replicas to try, best first, and the upstream's own id of a 2025-era transport session.
 
         A transport session goes to the replica that issued it, and only there: no replica for an id the
         gateway did not give out (signed), nor for one too long to be one. A request that opens a transport
         session (no id yet) and names a conversation goes to the conversation's replica, as its other requests.
         """
-        session_id = header(headers, MCP_SESSION_ID_HEADER)
-        if session_id is not None and session_id.count(b".") != 2:  # not a session token (a JWT)
-            found = self._replicas.issuer(session_id)
+        session_id = request.get(MCP_SESSION_ID_HEADER.decode())
+        if session_id is not None and not is_session_token(raw := session_id.encode("latin-1")):
+            found = self._replicas.issuer(raw)
             if found is not None:
                 return [found[0]], found[1]
             # One the gateway did not give out: lost on a 2025-era request; on 2026-07-28 the header only
             # mirrors the data-layer session, which the pipeline has judged.
-            if Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is Era.LEGACY:
+            if Era.of(request.get(MCP_PROTOCOL_VERSION_HEADER.decode())) is Era.LEGACY:
                 return [], None
         if conversation is None:
             return self._replicas.least_loaded(), None
         return self._replicas.for_conversation(conversation), None
 
 
-def _target(scope: Scope) -> bytes:
-    """The request's path and query as the client sent them (the front let only an origin-form target in)."""
-    query: bytes = scope.get("query_string", b"")
-    path = raw_path_of(scope)
-    return path + b"?" + query if query else path
+def upstream_headers(
+    raw: Iterable[tuple[bytes, bytes]],
+    *,
+    peer: Peer,
+    scheme: str,
+    transport_id: bytes | None,
+    conversation: str | None,
+    trace: Mapping[str, str],
+) -> list[tuple[bytes, bytes]]:
+    """The request's end-to-end headers for the upstream, with the changes the module's docstring lists.
+
+    ``peer`` is the connection's peer; ``transport_id`` is the one ``Mcp-Session-Id`` the upstream gets (the
+    id the replica issued); ``trace`` replaces the client's trace headers (the gateway's span, when one records).
+    """
+    request = Headers(raw=list(raw))
+    dropped = _REWRITTEN | _connection_listed(request) | {name.encode() for name in trace} | {MCP_SESSION_ID_HEADER}
+    dropped |= {b"baggage", b"x-forwarded-for"}  # written again below
+    headers = MutableHeaders(
+        raw=[
+            (name, value)
+            for name, value in request.raw
+            if name not in dropped
+            and (peer.trusted or not (name in _FORWARDING or name.startswith(_FORWARDING_PREFIX)))
+        ]
+    )
+    if transport_id is not None:
+        headers.append(MCP_SESSION_ID_HEADER.decode(), transport_id.decode("latin-1"))
+    for name, value in trace.items():
+        headers.append(name, value)
+    baggage = request.getlist("baggage")
+    if conversation is not None or baggage:
+        headers.append("baggage", _with_conversation(",".join(baggage), conversation))
+    forwarded_for = request.getlist("x-forwarded-for") if peer.trusted else []
+    if peer.address is not None:
+        forwarded_for.append(peer.address)
+    if forwarded_for:
+        headers.append("x-forwarded-for", ", ".join(forwarded_for))
+    headers.setdefault("x-forwarded-proto", scheme)
+    if "host" in request:
+        headers.setdefault("x-forwarded-host", request["host"])
+    return headers.raw
+
+
+def _with_conversation(baggage: str, conversation: str | None) -> str:
+    """The client's baggage, its own ``gen_ai.conversation.id`` replaced by the conversation's stable id."""
+    if conversation is None:
+        return baggage
+    member = f"{_CONVERSATION_MEMBER}={quote(conversation, safe=_BAGGAGE_SAFE)}"
+    kept = [m for m in baggage.split(",") if m.strip() and m.partition("=")[0].strip() != _CONVERSATION_MEMBER]
+    return ",".join([*kept, member])
+
+
+def client_headers(
+    raw: Iterable[tuple[bytes, bytes]], issued: Callable[[bytes], bytes | None], origin: str
+) -> list[tuple[bytes, bytes]]:
+    """The upstream's end-to-end response headers for the client, names lower-cased as ASGI sends them.
+
+    An ``Mcp-Session-Id`` (a transport session the replica issued) becomes ``issued(id)``, the id the
+    gateway gives the client (its replica's tag, signed), or goes when that is ``None``; a ``Location``
+    or ``Content-Location`` on ``origin``, the replica's, becomes its path (see the module).
+    """
+    response = Headers(raw=[(name.lower(), value) for name, value in raw])
+    dropped = HOP_BY_HOP | _connection_listed(response)
+    headers = []
+    for name, value in response.raw:
+        if name == MCP_SESSION_ID_HEADER:
+            if (signed := issued(value)) is None:
+                continue
+            value = signed
+        elif name in _URL_HEADERS:
+            value = _on_gateway(value, urlsplit(origin))
+        if name not in dropped:
+            headers.append((name, value))
+    return headers
+
+
+def _connection_listed(headers: Headers) -> frozenset[bytes]:
+    """The header names the ``Connection`` header lists: hop-by-hop too."""
+    listed = (token.strip().lower() for value in headers.getlist("connection") for token in value.split(","))
+    return frozenset(name.encode("latin-1") for name in listed)
+
+
+def _on_gateway(value: bytes, origin: SplitResult) -> bytes:
+    """``value``, a URL, as its path when it is on ``origin`` and that path reads as a path; else as it is."""
+    try:
+        url = urlsplit(value.decode("latin-1"))  # tabs and line breaks removed, as a browser removes them
+        same = (url.scheme, url.hostname, _port(url)) == (origin.scheme, origin.hostname, _port(origin))
+    except ValueError:  # a port that is no number
+        return value
+    if not same or url.username is not None or url.password is not None:
+        return value
+    path = urlunsplit(("", "", url.path or "/", url.query, url.fragment))
+    if path[1:2] in ("/", "\\"):  # "//host", "/\\host": another host to a browser
+        return value
+    return path.encode("latin-1")
+
+
+def _port(url: SplitResult) -> int | None:
+    """The URL's port, its scheme's default when it names none."""
+    return url.port or _DEFAULT_PORTS.get(url.scheme)
+
+
+async def while_connected(receive: Receive, work: Awaitable[None]) -> None:
+    """Await ``work`` until it is done or the client disconnects, which cancels it; what it raises, raised.
+
+    ``receive`` has given the request's body: all it has left to say is ``http.disconnect``.
+    """
+    failed: list[Exception] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(_watch, receive, group.cancel_scope)
+        try:
+            await work
+        except Exception as exc:  # raised as it came, not in the task group's ExceptionGroup
+            failed.append(exc)
+        group.cancel_scope.cancel()  # the watcher: the answer is over
+    if failed:
+        raise failed[0]
+
+
+async def _watch(receive: Receive, scope: anyio.CancelScope) -> None:
+    """Cancel the work when the client disconnects (after the request's body, ``receive`` says nothing else)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+async def relay(chunks: AsyncIterator[bytes], send: Send) -> None:
+    """Send every chunk as the body, each as it comes, then end it."""
+    async for chunk in chunks:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def relay_events(chunks: AsyncIterator[bytes], send: Send, keepalive: float | None) -> None:
+    """:func:`relay` for an event stream: kept alive when quiet (see the module).
+
+    A read that fails is raised once what came before it is sent: the response has started, so the client
+    sees the stream cut, never an error answer. So is a ``send`` that fails.
+    """
+    failed: list[Exception] = []
+    ahead, arrived = anyio.create_memory_object_stream[bytes](0)
+    async with anyio.create_task_group() as group, arrived:
+        group.start_soon(_read, chunks, ahead, failed)
+        try:
+            await _send_events(arrived, send, keepalive)
+        except Exception as exc:  # raised as it came, not in the task group's ExceptionGroup
+            failed.append(exc)
+            group.cancel_scope.cancel()  # the reader
+    if failed:
+        raise failed[0]
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _send_events(arrived: MemoryObjectReceiveStream[bytes], send: Send, keepalive: float | None) -> None:
+    """Send each chunk the reader hands on, and a keep-alive after ``keepalive`` seconds of silence between events."""
+    tail = b"\n\n"  # the stream's last bytes: its start counts as between two events
+    while True:
+        chunk: bytes | None = None
+        with anyio.move_on_after(keepalive):
+            try:
+                chunk = await arrived.receive()
+            except anyio.EndOfStream:
+                return
+        if chunk is not None:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            tail = (tail + chunk)[-4:]
+        elif between_events(tail):
+            await send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})
+
+
+async def _read(chunks: AsyncIterator[bytes], ahead: MemoryObjectSendStream[bytes], failed: list[Exception]) -> None:
+    async with ahead:
+        try:
+            async for chunk in chunks:
+                await ahead.send(chunk)
+        except httpx.HTTPError as exc:  # kept for the relay to raise: a task group would wrap it in an ExceptionGroup
+            failed.append(exc)
+
+
+def between_events(tail: bytes) -> bool:
+    """Whether a stream that ends with ``tail`` ends between two events: two line ends in a row.
+
+    A CR LF is one line end; a CR at the very end may be the first half of one, and is still a line end.
+    """
+    if tail.endswith(b"\r\n"):
+        rest = tail[:-2]
+    elif tail.endswith(_LINE_ENDS):
+        rest = tail[:-1]
+    else:
+        return False
+    return rest.endswith(_LINE_ENDS)
 
 
 def _peer(scope: Scope) -> Peer:

@@ -5,34 +5,99 @@ A conversation (a data-layer session, a host's conversation id) goes to the repl
 replica URLs computes the same order, so several gateways agree without talking to each other, and a replica
 that leaves moves only its own conversations. A 2025-era transport session lives in the process that minted
 it, so the gateway gives the client the upstream's id prefixed with the tag of the replica that issued it (a
-digest of that replica's URL, the same in every gateway) and signed (``_transport_ids``), and forwards the
+digest of that replica's URL, the same in every gateway) and signed (:class:`TransportIds`), and forwards the
 id only there; an id the gateway did not sign names no replica. A request that opens a transport session
 goes as any request without one: to its conversation's replica when it names a conversation, else, as
 anything of no conversation, to the replica with the fewest requests in flight (``_proxy._route``).
+
+**Transport session ids** (:class:`TransportIds`): the upstream's id with the issuing replica's tag in front,
+and a MAC behind: ``TAG~ID~MAC``. The MAC is HMAC-SHA256 over
+everything before it, cut to 16 bytes (22 base64url characters), under a key derived from the deployment's
+session keys (its ``KeySet``, with its audience): every gateway given the same keys signs and accepts the
+same ids, and nothing else can make one. An upstream id that is not visible ASCII, or holds a dot, travels
+base64url-encoded, ``TAG!B64~MAC``: the gateway's ids are visible ASCII, never hold a dot (a session
+token's JWT shape has two), and are at most 256 characters (the bound the session pipeline and the spec's
+examples use), so an upstream id of at most 224 characters (168 bytes encoded) fits.
+
+An id is signed by the key set's signer and accepted under any of its keys that can sign (a rotation adds
+the new key everywhere first). Checking is constant-time (``hmac.compare_digest``) and bounded in length
+before any MAC is computed; an id that does not verify names no replica, as one the gateway never gave out.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import hmac
 import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Final
 from urllib.parse import urlsplit
 
-from ._transport_ids import MAX_UPSTREAM_ID, TAG_LENGTH, TransportIds
-
-if TYPE_CHECKING:
-    from .._tokens import KeySet
+from .._tokens import KeySet, derived_key
 
 logger = logging.getLogger("mcp_sessions.gateway")
+
+TAG_LENGTH: Final = 8
+MAX_ID: Final = 256
+"""The longest id the gateway gives a client or accepts from one."""
+_PLAIN: Final = b"~"  # after the tag: the upstream's id as it is
+_ENCODED: Final = b"!"  # after the tag: the upstream's id base64url-encoded
+_MAC_SEPARATOR: Final = b"~"
+_MAC_BYTES: Final = 16
+_MAC_LENGTH: Final = 22  # base64url of 16 bytes, unpadded
+_OVERHEAD: Final = TAG_LENGTH + 1 + 1 + _MAC_LENGTH
+MAX_UPSTREAM_ID: Final = MAX_ID - _OVERHEAD
+"""The longest upstream id the gateway can carry as it is (224): an encoded one must fit in as many characters."""
+_LABEL: Final = b"mcp-sessions gateway transport session id\x00"
+
+
+class TransportIds:
+    """Signs the transport session ids replicas issue, for clients, and checks those clients send back."""
+
+    def __init__(self, keys: KeySet) -> None:
+        label = _LABEL + keys.audience.encode()
+        if keys.signer is None:
+            raise ValueError("the gateway signs transport session ids: give it a key that can sign")
+        self._signing = derived_key(keys.signer, label)
+        others = (derived_key(key, label) for key in keys.keys if key.can_sign and key is not keys.signer)
+        self._checking = (self._signing, *others)
+
+    def sign(self, tag: bytes, upstream_id: bytes) -> bytes | None:
+        """The id a client gets for ``upstream_id``, issued by the replica tagged ``tag``; ``None`` if too long."""
+        if b"." not in upstream_id and all(0x21 <= octet <= 0x7E for octet in upstream_id):
+            signed = tag + _PLAIN + upstream_id
+        else:
+            signed = tag + _ENCODED + base64.urlsafe_b64encode(upstream_id).rstrip(b"=")
+        if not upstream_id or len(signed) > MAX_ID - len(_MAC_SEPARATOR) - _MAC_LENGTH:
+            return None
+        return signed + _MAC_SEPARATOR + _mac(self._signing, signed)
+
+    def verify(self, client_id: bytes) -> tuple[bytes, bytes] | None:
+        """The tag of the replica that issued ``client_id`` and the upstream's own id, if the gateway signed it."""
+        if not _OVERHEAD < len(client_id) <= MAX_ID or client_id[-_MAC_LENGTH - 1 : -_MAC_LENGTH] != _MAC_SEPARATOR:
+            return None
+        signed, mac = client_id[: -_MAC_LENGTH - 1], client_id[-_MAC_LENGTH:]
+        if not any(hmac.compare_digest(_mac(key, signed), mac) for key in self._checking):
+            return None
+        tag, form, upstream_id = signed[:TAG_LENGTH], signed[TAG_LENGTH : TAG_LENGTH + 1], signed[TAG_LENGTH + 1 :]
+        if form == _PLAIN:
+            return tag, upstream_id
+        try:  # the gateway encoded it: decodes, as any id it signed
+            return tag, base64.urlsafe_b64decode(upstream_id + b"=" * (-len(upstream_id) % 4))
+        except (binascii.Error, ValueError):
+            return None
+
+
+def _mac(key: bytes, signed: bytes) -> bytes:
+    return base64.urlsafe_b64encode(hmac.new(key, signed, hashlib.sha256).digest()[:_MAC_BYTES]).rstrip(b"=")
 
 
 class Replica:
     """One upstream replica: where it is, its tag, how many requests it serves now, until when it is out."""
-
-    __slots__ = ("down_until", "in_flight", "origin", "path", "seed", "tag", "url")
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
@@ -59,8 +124,6 @@ class Replica:
 
 class Replicas:
     """The replicas of one server, as every gateway in front of them sees them (see the module's docstring)."""
-
-    __slots__ = ("_by_tag", "_clock", "_cooldown", "_ids", "all")
 
     def __init__(
         self, urls: Sequence[str], *, keys: KeySet, cooldown: float, clock: Callable[[], float] = time.monotonic

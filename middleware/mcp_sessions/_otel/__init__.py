@@ -3,18 +3,11 @@
 The SDK-side helpers (span processors) are in the public :mod:`mcp_sessions.telemetry`.
 """
 
-from ._propagation import SESSION_BAGGAGE_KEY, TRACEPARENT_CLAIM, attach_session, detach_session
-from ._span import Operation
-from ._telemetry import Telemetry, TraceMode
-from ._viewers import TraceUserMode
-
-__all__ = [
-    "SESSION_BAGGAGE_KEY",
-    "TRACEPARENT_CLAIM",
-    "Operation",
-    "Telemetry",
-    "TraceMode",
-    "TraceUserMode",
-    "attach_session",
-    "detach_session",
-]
+from ._span import SESSION_BAGGAGE_KEY as SESSION_BAGGAGE_KEY
+from ._span import TRACEPARENT_CLAIM as TRACEPARENT_CLAIM
+from ._span import Operation as Operation
+from ._span import attach_session as attach_session
+from ._span import detach_session as detach_session
+from ._telemetry import Telemetry as Telemetry
+from ._telemetry import TraceMode as TraceMode
+from ._telemetry import TraceUserMode as TraceUserMode

@@ -14,10 +14,9 @@ and flushed at shutdown by its ``force_flush`` method, found by name (the API de
 
 from __future__ import annotations
 
+import inspect
 import logging
-import math
-from collections.abc import Callable, Collection, Mapping, MutableMapping
-from time import monotonic
+from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping
 from typing import Any, Final, Literal
 
 from opentelemetry import metrics as otel_metrics
@@ -28,25 +27,103 @@ from opentelemetry.util.types import AttributeValue
 
 from .._version import __version__
 from .._wire.protocol import KNOWN_METHODS
-from ._names import MAX_LEARNED_NAMES, OTHER, Vocabulary, _redacted, _RejectionCounter, process_digest
-from ._propagation import parent_and_links
-from ._span import SESSION_SOURCE_ATTRIBUTE, Operation
-from ._viewers import CALL_KIND_ATTRIBUTE, TURN, TraceUser, TraceUserMode, call_kinds, root_attributes
+from ._span import (
+    CALL_KIND_ATTRIBUTE,
+    OTHER,
+    SESSION_SOURCE_ATTRIBUTE,
+    TURN,
+    Operation,
+    call_kinds,
+    parent_and_links,
+    process_digest,
+    redacted_string,
+    root_attributes,
+)
 
 logger = logging.getLogger("mcp_sessions")
 
 TraceMode = Literal["link", "session"]
+TraceUserMode = Literal["digest", "name"]
 
 # The conventions' bucket advice for both MCP duration histograms.
 DURATION_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
-# While no SDK records, how often (at most) enabled() asks the API's public getters again: they cost microseconds.
-RECHECK_SECONDS: Final = 1.0
 FLUSH_MILLIS: Final = 10_000
 """How long each provider may take to export what it holds when the server stops (the SDK's default for metrics)."""
 # The API's stand-ins before (or without) an SDK: nothing they make records.
 _STAND_INS: Final = (trace.ProxyTracerProvider, trace.NoOpTracerProvider, NoOpMeterProvider)
 # The API's own package for metrics, where its (unexported) proxy MeterProvider is defined.
 _METRICS_API: Final = "opentelemetry.metrics"
+# How many tool (and prompt) names the server lists are learned before the rest count as _OTHER.
+MAX_LEARNED_NAMES: Final = 1000
+
+
+class Vocabulary:
+    """The values a metric attribute may take: the known ones, then up to ``cap`` learned ones; else ``_OTHER``."""
+
+    def __init__(self, known: Iterable[str] = (), cap: int = MAX_LEARNED_NAMES) -> None:
+        self._names = {name for name in known if type(name) is str}
+        self._cap = len(self._names) + cap
+
+    def learn(self, name: object) -> None:
+        """Add ``name`` if it is a string and there is room (it stays once learned)."""
+        if type(name) is str and len(self._names) < self._cap:
+            self._names.add(name)
+
+    def learn_listed(self, items: object) -> None:
+        """Learn the ``name`` of every object in a list result (``tools``, ``prompts``)."""
+        if type(items) is list:
+            for item in items:
+                if isinstance(item, dict):
+                    self.learn(item.get("name"))
+
+    def bounded(self, name: str) -> str:
+        return name if name in self._names else OTHER
+
+
+class _RejectionCounter:
+    """The rejection counter, with its method attribute bounded like every metric's."""
+
+    def __init__(self, counter: otel_metrics.Counter, methods: frozenset[str]) -> None:
+        self._counter = counter
+        self._methods = methods
+
+    def add(self, amount: int, attributes: Mapping[str, AttributeValue]) -> None:
+        method = attributes.get("mcp.method.name")
+        if method is not None and method not in self._methods:
+            attributes = {**attributes, "mcp.method.name": OTHER}
+        self._counter.add(amount, attributes)
+
+
+class TraceUser:
+    """``user.id`` from the principal the server authenticated (the ``trace_user`` option): a digest, or the name.
+
+    ``principal`` is the middleware's principal hook (what binds a session to its creator), asked once
+    per traced request. ``digest`` keys the digest (every replica that shares the signing keys computes
+    the same one); without it, a random key of this process does. A name is redacted and bounded as
+    every client-chosen string on a span is (:func:`redacted_string`): a principal may be a token.
+    """
+
+    def __init__(
+        self,
+        mode: TraceUserMode,
+        principal: Callable[[MutableMapping[str, Any]], object],
+        digest: Callable[[str], str] | None,
+    ) -> None:
+        self.mode = mode
+        self._principal = principal
+        self._digest = process_digest("u-") if digest is None else digest
+
+    async def user_id(self, scope: MutableMapping[str, Any]) -> str | None:
+        """The user of the request ``scope`` is, as ``user.id`` records it; ``None`` when it has no principal."""
+        try:
+            principal = self._principal(scope)
+            if inspect.isawaitable(principal):
+                principal = await principal
+        except Exception:  # the session work answers a failing hook; telemetry only goes without a user
+            return None
+        if principal is None:
+            return None
+        return self._digest(str(principal)) if self.mode == "digest" else redacted_string(str(principal))
 
 
 class Telemetry:
@@ -58,42 +135,26 @@ class Telemetry:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         trace_mode: TraceMode = "link",
-        known_tools: Collection[str] = (),
-        known_prompts: Collection[str] = (),
-        max_learned_names: int = MAX_LEARNED_NAMES,
         known_methods: Collection[str] = (),
         transport_digest: Callable[[bytes], str] | None = None,
         trace_user: TraceUserMode | None = None,
         principal: Callable[[MutableMapping[str, Any]], object] | None = None,
         user_digest: Callable[[str], str] | None = None,
     ) -> None:
-        if trace_mode not in ("link", "session"):
-            raise ValueError('trace_mode must be "link" or "session"')
-        if isinstance(known_tools, str) or isinstance(known_prompts, str):
-            raise TypeError("known_tools and known_prompts take collections of names, not one string")
-        if type(max_learned_names) is not int or max_learned_names < 0:
-            raise ValueError("max_learned_names must be a whole number, 0 or more")
         self.trace_mode = trace_mode
         # MCP's own methods and the enabled wires' session methods; any other name is "_OTHER".
         self.methods = KNOWN_METHODS | frozenset(known_methods)
-        self.kinds = call_kinds(known_methods)  # what each method is to a conversation (_viewers)
+        self.kinds = call_kinds(known_methods)  # what each method is to a conversation (_span)
         # Who made each traced call, from the principal hook: only when the operator asks (trace_user).
         self.users = None if trace_user is None or principal is None else TraceUser(trace_user, principal, user_digest)
-        # Tool and prompt names: the ones given, and those the server lists (or answers) through the middleware.
-        self.tools = Vocabulary(known_tools, max_learned_names)
-        self.prompts = Vocabulary(known_prompts, max_learned_names)
+        # Tool and prompt names: those the server lists (or answers) through the middleware.
+        self.tools = Vocabulary()
+        self.prompts = Vocabulary()
         # What mcp.session.id records of a 2025-era Mcp-Session-Id, a bearer value: a keyed digest, never the
         # value. Without the key set's, one under a key of this process (it agrees while the session lives).
         self.transport_session_digest = transport_digest or process_digest("ts-")
         self._tracer_provider, self._meter_provider = tracer_provider, meter_provider
-        # The signals whose provider is the global one, looked up while nothing records (see enabled()).
-        self._global_tracer = tracer_provider is None
-        self._global_meter = meter_provider is None
-        self._enabled = (tracer_provider is not None and records(tracer_provider)) or (
-            meter_provider is not None and records(meter_provider)
-        )
-        # When enabled() next asks the global providers: at the first call, never when both are explicit.
-        self._next_check = math.inf if tracer_provider is not None and meter_provider is not None else -math.inf
+        self._enabled = False
         self.tracer = trace.get_tracer("mcp_sessions", __version__, tracer_provider)
         self._create_instruments(otel_metrics.get_meter("mcp_sessions", __version__, meter_provider))
 
@@ -128,20 +189,13 @@ class Telemetry:
         """Whether an OpenTelemetry SDK is there to record: without one, the middleware skips telemetry.
 
         Each signal's provider is the one given, else the global one; it records unless it is one of the API's
-        stand-ins (:func:`records`). A given provider is judged at construction: if one records, true for good;
-        if both are given and neither records, false for good. Otherwise the global getters are asked at the
-        first call, then at most once per :data:`RECHECK_SECONDS` (monotonic clock) while nothing records, and
-        a global SDK provider once seen is true for good (the API sets one once per process). So an SDK set up
-        before the first request is recorded from it on; one set up later, within about a second.
+        stand-ins (:func:`records`). Once one records, true for good (the API sets a global provider once per
+        process); until then each call asks again, so an SDK set up after the middleware is recorded from then on.
         """
-        if self._enabled:
-            return True
-        if monotonic() < self._next_check:
-            return False
-        self._next_check = monotonic() + RECHECK_SECONDS
-        self._enabled = (self._global_tracer and records(trace.get_tracer_provider())) or (
-            self._global_meter and records(otel_metrics.get_meter_provider())
-        )
+        if not self._enabled:
+            self._enabled = records(self._tracer_provider or trace.get_tracer_provider()) or records(
+                self._meter_provider or otel_metrics.get_meter_provider()
+            )
         return self._enabled
 
     def flush(self) -> None:
@@ -203,16 +257,16 @@ class Telemetry:
         """The attributes the span starts with: the metrics', then what the message, connection and session say."""
         attributes = dict(op.metric_attributes)
         if op.method_name == OTHER:
-            attributes["mcp_sessions.method_original"] = _redacted(op.method)
+            attributes["mcp_sessions.method_original"] = redacted_string(op.method)
         if op.version_name == OTHER and op.protocol_version is not None:
-            attributes["mcp_sessions.protocol_version_original"] = _redacted(op.protocol_version)
+            attributes["mcp_sessions.protocol_version_original"] = redacted_string(op.protocol_version)
         request_id = message.get("id")
         if request_id is not None and type(request_id) in (str, int, float):
-            attributes["jsonrpc.request.id"] = _redacted(str(request_id))
+            attributes["jsonrpc.request.id"] = redacted_string(str(request_id))
         if params is not None and op.method in ("resources/read", "resources/subscribe", "resources/unsubscribe"):
             uri = params.get("uri")
             if type(uri) is str:
-                attributes["mcp.resource.uri"] = _redacted(uri)
+                attributes["mcp.resource.uri"] = redacted_string(uri)
         attributes["network.protocol.version"] = scope.get("http_version", "1.1")
         client = scope.get("client")
         if client:

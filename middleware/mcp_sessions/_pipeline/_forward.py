@@ -1,81 +1,80 @@
-"""Forwarding to the app: the session attached, the trace continued, the responses rewritten, operations ended."""
+"""Forwarding to the app: the session attached, the trace continued, the responses rewritten, operations ended;
+a request that is not JSON-RPC, passed through with the session its header names; and a session's
+``subscriptions/listen`` response, ended when the session ends (``docs/deployment.md``).
+
+The SDK's ``ListenHandler`` cannot end one stream (its ``close()`` ends them all), so the middleware sends the
+listen request's own result as the last frame (the spec's graceful closure), ends the response, and tells the
+transport the client has gone (``http.disconnect``), which cancels the handler and its subscription.
+
+The stream ends when the bus orders it (the session deleted on any replica), at the token's absolute expiry,
+or when a touch every ``idle_ttl / 2`` seconds (60 without ``idle_ttl``) finds the session ended. The touches
+do not depend on the watch, which a replica at the bus's ``max_sessions`` refuses (the SDK then refuses the
+listen, unless another session's stream ended in between). A stream without a session only waits, at its
+start, until its events can arrive.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
-from starlette.types import Receive, Scope, Send
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._otel import attach_session, detach_session
+from .._plan import body_of
 from .._session import (
     SCOPE_KEY,
     STATE_ATTRIBUTE,
     HeaderSession,
     Session,
+    SessionNotFound,
     current_conversation,
     current_session,
     header_session,
 )
-from .._tokens import InvalidToken
-from .._wire import Refusal
+from .._tokens import is_session_token
+from .._wire import Refusal, ThrottledWarning, jsonrpc
 from .._wire.jsonrpc import hashable_id
-from .._wire.protocol import Era
+from .._wire.protocol import MCP_SESSION_ID_HEADER, Era
 from ..handles import handle_context
 from ..profiles import SessionCarrier
 from ..stores import SessionStoreUnavailable
-from ._echo import Target, advertising_tables
-from ._listen import LISTEN, ListenStream
-from ._request import continue_trace, strip_session_members
-from ._response import ResponseRewriter
+from ._response import ResponseRewriter, Target, advertising_tables
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from contextvars import Token
 
-    from asgiref.typing import ASGISendCallable
-
     from .._asgi import Replay
     from .._otel import Operation, Telemetry
     from .._plan import Plan
-    from .._session import SessionService
+    from .._session import SessionBus, SessionService
     from ..handles import HandleContext
     from ..profiles import Carrier, WireProfile
     from ..sources import TransportSource
-    from ._transport import TransportSessions
 
 
 class Forwarder:
     """The forward step of one middleware: what the app is called with, for a plan nothing refused."""
-
-    __slots__ = (
-        "_advertising",
-        "_bus",
-        "_capability",
-        "_every_wire",
-        "_mapped",
-        "_max_response",
-        "_per_request",
-        "_sessions",
-        "_strips",
-        "_transport",
-        "hidden",
-    )
 
     def __init__(
         self,
         profiles: Sequence[WireProfile],
         *,
         capability: Mapping[str, Mapping[str, object]],
-        strips: bool,
         transport: TransportSource | None,
-        mapped: TransportSessions | None,
         sessions: SessionService,
+        telemetry: Telemetry,
+        at_endpoint: bool,
         hides: bool = False,
         max_response_size: int,
     ) -> None:
-        """``strips``: a wire removes its session member before the app; ``hides`` (a gateway's): every wire's is
-        removed from every message, ``_meta`` included."""
+        """``hides`` (a gateway's): every wire's session member is removed from every message, ``_meta`` included,
+        where otherwise only what a wire's carrier strips is."""
         tables = advertising_tables(profiles)
         self._max_response = max_response_size
         self._advertising, self._per_request = tables[Era.LEGACY], tables[Era.MODERN]
@@ -84,11 +83,11 @@ class Forwarder:
         keys = (c.meta_key for c in self._every_wire if isinstance(c, SessionCarrier))
         self.hidden = frozenset(keys) if hides else None
         """The ``_meta`` keys a probe leaves out (``ask_server``): a gateway's, every wire's session member's."""
-        self._strips = strips or hides
         self._transport = transport
-        self._mapped = mapped
+        self._telemetry = telemetry
+        self._at_endpoint = at_endpoint
         self._sessions = sessions
-        # With a bus (subscriptions=), a session's listen streams end with it: _listen.py.
+        # With a bus (subscriptions=), a session's listen streams end with it: ListenStream.
         self._bus = sessions.bus
 
     def targets(self, plan: Plan) -> dict[object, Target]:
@@ -114,32 +113,6 @@ class Forwarder:
                 )
         return targets
 
-    def scope_for(self, scope: Scope, plan: Plan) -> Scope:
-        """The scope the app would be called with for ``plan``'s first message: on the 2025 wire of a profile
-        that carries the session in ``Mcp-Session-Id``, the server's own transport session there instead, that
-        of the session the header or the message names (see ``_transport.py`` for one bound to none)."""
-        call = plan.calls[0]
-        if self._mapped is None or plan.era is not Era.LEGACY or not call.profile.header_every_era:
-            return scope
-        if call.session is not None:  # as the request would be forwarded
-            return self._mapped.scope_for(scope, call.session.id)
-        header = plan.header_session_id
-        try:  # the token the header holds, else the one the message carries
-            if header is not None and header.count(b".") == 2:
-                token: str | None = header.decode("latin-1")
-            else:
-                ref = call.profile.carrier.read(call.message) if isinstance(call.message, dict) else None
-                token = None if ref is None else ref.token
-        except Refusal:
-            token = None
-        if token is None:  # no session named: the header, if any, is the server's own transport session
-            return scope
-        try:
-            session_id: str | None = self._sessions.keys.verify_session_token(token).session_id
-        except InvalidToken:  # a session bound to no transport session here
-            session_id = None
-        return self._mapped.scope_for(scope, session_id)
-
     def prepare(self, scope: Scope, replay: Replay, send: Send, plan: Plan) -> Exchange | None:
         """What the app is called with for ``plan``: ``None`` when nothing is added, observed or attached.
 
@@ -147,8 +120,7 @@ class Forwarder:
         pipeline stays on the stack while the app runs, where every suspension of the app would
         pass through it.
         """
-        if self._strips:
-            strip_session_members(plan, replay, self._every_wire)
+        strip_session_members(plan, replay, self._every_wire)
         given, listen = send, None
         receive: Receive = replay
         if self._transport is not None and plan.era is Era.LEGACY and plan.calls[0].method == "initialize":
@@ -168,14 +140,8 @@ class Forwarder:
             conversation = None if host is None else (host.id, host.source)
             attaches = session is not None or conversation is not None
             operations = () if call.operation is None else (call.operation,)
-            if (
-                session is not None
-                and (mapped := self._mapped) is not None
-                and plan.era is Era.LEGACY
-                and call.profile.header_every_era
-            ):
-                opening = call.method in call.profile.carrier.opening_methods
-                scope, send = mapped.bind(scope, send, session, opening=opening)
+            if session is not None:
+                scope, send = call.profile.to_server(scope, send, session, era=plan.era, method=call.method or "")
             if self._bus is not None and call.method == LISTEN:  # the one check on every request with a bus
                 listen = ListenStream(self._bus, self._sessions, session, call.request_id, replay, send)
                 receive, send = listen.receive, listen.send
@@ -183,12 +149,36 @@ class Forwarder:
             return None if send is given else Exchange(scope, receive, send, None, None, [], listen=listen)
         if len(operations) == 1 and not plan.batch and operations[0].traced:
             continue_trace(plan.calls[0].message, replay, operations[0])
-        typed_send: ASGISendCallable = send  # type: ignore[assignment]  # an annotation, not a call
         rewriter = None
         if targets:
             answers = None if plan.batch else plan.calls[0].request_id
-            rewriter = ResponseRewriter(typed_send, targets, limit=self._max_response, request_id=answers)
+            rewriter = ResponseRewriter(send, targets, limit=self._max_response, request_id=answers)
         return Exchange(scope, receive, send, session, rewriter, operations, plan.handles, None, conversation, listen)
+
+    async def pass_through(
+        self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]
+    ) -> None:
+        """Forward a request that is not JSON-RPC untouched, with the session a JWT-shaped ``Mcp-Session-Id``
+        names if it is valid (a 2025 transport session id is a bare uuid): the route decides what none means."""
+        header_session_id = headers.get(MCP_SESSION_ID_HEADER)
+        if header_session_id is None:
+            return await app(scope, receive, send)
+        if self._transport is not None and scope["method"] == "DELETE":  # the server's own transport session's
+            send = self._transport.watch_delete(header_session_id, send)
+        if is_session_token(header_session_id):
+            sessions = self._sessions
+            try:  # the MCP endpoint's own GET and DELETE are bound to it; an ordinary route reads any endpoint's
+                session = await sessions.resolve(
+                    scope, header_session_id.decode("latin-1"), None, endpoint=self._at_endpoint, owner_later=True
+                )
+            except (SessionNotFound, Refusal):
+                pass
+            else:
+                named = HeaderSession(session, scope, sessions.owns)  # whose it is, asked once the app's auth ran
+                exchange = Exchange(scope, receive, send, None, None, [], telemetry=self._telemetry, named=named)
+                with exchange:
+                    return await app(exchange.scope, exchange.receive, exchange.send)
+        await app(scope, receive, send)
 
 
 class Exchange:
@@ -200,23 +190,6 @@ class Exchange:
     runs in the caller's own frame, with no coroutine of the pipeline between it and the event loop, and
     leaving the block undoes all of it and ends every operation, however the app ended.
     """
-
-    __slots__ = (
-        "_ambient",
-        "_baggage",
-        "_conversation",
-        "_handles",
-        "_listen",
-        "_named",
-        "_operations",
-        "_refuses",
-        "_rewriter",
-        "_token",
-        "receive",
-        "scope",
-        "send",
-        "store_failure",
-    )
 
     def __init__(
         self,
@@ -311,3 +284,182 @@ class Exchange:
                 operation.http_error(self._rewriter.status)
         for operation in operations:
             operation.end()
+
+
+def strip_session_members(plan: Plan, replay: Replay, every_wire: Sequence[Carrier] = ()) -> None:
+    """Remove the session members a wire's carrier strips (JSON-RPC does not know them) before the app;
+    with ``every_wire`` (a gateway's), every wire's session member of every message, in ``_meta`` too."""
+    stripped = False
+    for call in plan.calls:
+        if call.method is not None and call.profile.carrier.strip(call.message):
+            stripped = True
+        if call.method is not None and every_wire:
+            stripped = _strip_every_wire(call.message, every_wire) or stripped
+    if stripped:
+        replay.rewrite(jsonrpc.dumps(body_of(plan)))
+
+
+def _strip_every_wire(message: dict[str, Any], carriers: Sequence[Carrier]) -> bool:
+    """Remove each carrier's session from ``message`` (a ``_meta`` key, or what its ``strip`` removes)."""
+    meta = jsonrpc.meta(message.get("params"))
+    stripped = False
+    for carrier in carriers:
+        if isinstance(carrier, SessionCarrier):
+            if meta is not None and carrier.meta_key in meta:
+                del meta[carrier.meta_key]
+                stripped = True
+        elif carrier.strip(message):
+            stripped = True
+    return stripped
+
+
+def continue_trace(message: dict[str, object], replay: Replay, operation: Operation) -> None:
+    """Forward a ``_meta`` trace context that names this span, so the server's span nests under it.
+
+    The SDK parents its span to ``_meta.traceparent`` when present (SEP-414)
+    and to the ambient context otherwise: only the first case needs the body
+    rewritten.
+    """
+    meta = jsonrpc.meta(message.get("params"))
+    if meta is None or "traceparent" not in meta:
+        return
+    operation.inject(meta)
+    replay.rewrite(jsonrpc.dumps(message))
+
+
+if TYPE_CHECKING:
+    from .._session import Session, SessionBus, SessionService
+
+# -- a session's subscriptions/listen stream
+
+LISTEN: Final = "subscriptions/listen"
+SUBSCRIPTION_ID_META_KEY: Final = "io.modelcontextprotocol/subscriptionId"
+RECHECK_WITHOUT_IDLE_TTL: Final = 60.0
+_DISCONNECT: Final[Message] = {"type": "http.disconnect"}
+_SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform")]
+# What the SDK's first frame says once it has subscribed the stream to its bus.
+_ACKNOWLEDGED: Final = b'"notifications/subscriptions/acknowledged"'
+_OTHER_BUS: Final = (
+    "a listen stream in a session was subscribed to a bus other than the middleware's SessionSubscriptionBus: "
+    "it gets none of its session's events; build the server with the same bus, MCPServer(subscriptions=bus)"
+)
+_other_bus = ThrottledWarning(logging.getLogger("mcp_sessions"))
+
+
+class ListenStream:
+    """The ``receive`` and ``send`` of one listen request: see the module's docstring."""
+
+    __slots__ = (
+        "_body_read",
+        "_bus",
+        "_bus_checked",
+        "_done",
+        "_ended",
+        "_lock",
+        "_ready",
+        "_receive",
+        "_request_id",
+        "_send",
+        "_session",
+        "_sessions",
+        "_started",
+        "_unwatch",
+    )
+
+    def __init__(
+        self,
+        bus: SessionBus,
+        sessions: SessionService,
+        session: Session | None,
+        request_id: object,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        self._bus, self._sessions, self._session, self._request_id = bus, sessions, session, request_id
+        self._receive, self._send = receive, send
+        self._ended = anyio.Event()
+        # Before the SDK's subscribe(), so that the session's channel is joined by the acknowledgement; None
+        # at the bus's limit of sessions listening here (see the module's docstring).
+        self._unwatch = None if session is None else bus.watch(session.id, self._ended.set)
+        self._lock = anyio.Lock()
+        self._ready = self._body_read = self._started = self._done = self._bus_checked = False
+
+    def close(self) -> None:
+        """The request is over: stop watching the session."""
+        if (unwatch := self._unwatch) is not None:
+            self._unwatch = None
+            unwatch()
+
+    async def send(self, message: Message) -> None:
+        if not self._ready and message["type"] == "http.response.start":
+            self._ready = True  # the acknowledgement follows: events published from now on must arrive
+            await self._bus.ready(None if self._session is None else self._session.id)
+        async with self._lock:
+            if self._done:  # ended here: the app's last frames go nowhere
+                return
+            if message["type"] == "http.response.start":
+                self._started = True
+            elif message["type"] == "http.response.body":
+                if not self._bus_checked:  # the first frame: the SDK acknowledges once it has subscribed
+                    self._bus_checked = True
+                    session = self._session
+                    if (
+                        session is not None
+                        and _ACKNOWLEDGED in message.get("body", b"")
+                        and not self._bus.serves(session.id)
+                    ):
+                        _other_bus.warn(_OTHER_BUS)
+                self._done = not message.get("more_body", False)
+            await self._send(message)
+
+    async def receive(self) -> Message:
+        if self._done:
+            return _DISCONNECT
+        if not self._body_read or self._session is None:
+            self._body_read = True  # the body, replayed at once; then what the transport waits on
+            return await self._receive()
+        message: Message | None = None
+        async with anyio.create_task_group() as group:
+
+            async def client() -> None:
+                nonlocal message
+                message = await self._receive()
+                group.cancel_scope.cancel()
+
+            group.start_soon(client)
+            await self._until_session_ends()
+            group.cancel_scope.cancel()
+        if message is not None:
+            return message
+        await self._end()
+        return _DISCONNECT
+
+    async def _until_session_ends(self) -> None:
+        session = self._session
+        assert session is not None
+        idle_ttl = self._sessions.idle_ttl
+        every = RECHECK_WITHOUT_IDLE_TTL if idle_ttl is None else idle_ttl / 2
+        while True:
+            now = time.time()
+            with anyio.move_on_after(min(session.token_expires_at, now + every) - now):
+                await self._ended.wait()
+                return  # deleted, on this replica or another
+            if time.time() >= session.token_expires_at or not await self._sessions.still_active(session):
+                return
+
+    async def _end(self) -> None:
+        """The last frame, the listen request's result, then the end of the response."""
+        async with self._lock:
+            if self._done:
+                return
+            self._done = True
+            if not self._started:
+                await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            await self._send({"type": "http.response.body", "body": final_frame(self._request_id), "more_body": False})
+
+
+def final_frame(request_id: object) -> bytes:
+    """The listen request's ``SubscriptionsListenResult`` as one SSE event: the graceful end of the stream."""
+    result = {"_meta": {SUBSCRIPTION_ID_META_KEY: request_id}, "resultType": "complete"}
+    data = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":"))
+    return f"event: message\r\ndata: {data}\r\n\r\n".encode()

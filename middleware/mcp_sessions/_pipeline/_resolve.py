@@ -1,19 +1,22 @@
-"""The resolve step: each call's session, or its refusal, through the session sources in order."""
+"""The steps before an answer: each call's session (or its refusal) through the session sources in order, the
+handles a ``tools/call`` carries, and each call's span."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import Scope
 
+from .._session import caller_of
 from .._wire import Refusal
 from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, MCP_METHOD_HEADER, Era
+from ..handles import HandleContext, Handles, check_request, is_tools_call, record_handles
 
 if TYPE_CHECKING:
+    from .._otel import Operation, Telemetry
     from .._plan import Call, Plan
-    from .._policy import Requires
-    from .._session import Session
+    from .._session import Session, SessionService
     from ..sources import SessionSource
 
 Explain = Callable[["Call", "Plan"], "str | None"]
@@ -23,14 +26,12 @@ Explain = Callable[["Call", "Plan"], "str | None"]
 class Resolver:
     """The source chain of one middleware, and the policy that says when a call needs a session."""
 
-    __slots__ = ("_data_layer", "_explain", "_requires", "_sources")
-
     def __init__(
         self,
         sources: Sequence[SessionSource],
         *,
         data_layer: SessionSource,
-        requires: Requires | None,
+        requires: Callable[[str, Any], bool],
         explain: Explain | None = None,
     ):
         self._sources = tuple(sources)
@@ -54,7 +55,7 @@ class Resolver:
                     if session is not None:
                         break
                 call.session = session
-                if session is None and requires is not None and call.is_request and requires(call.method, call.params):
+                if session is None and call.is_request and requires(call.method, call.params):
                     raise self._required(call, plan)
             except Refusal as refusal:
                 call.refusal = refusal
@@ -86,3 +87,104 @@ class Resolver:
         if why is None and self._explain is not None and plan is not None:
             why = self._explain(call, plan)
         return Refusal(profile.required, profile.required_text(why), profile.required_data, reason="required")
+
+
+async def check_handles(handles: Handles, sessions: SessionService, scope: Scope, plan: Plan) -> None:
+    """Set the request's handle view on ``plan``, and on each refused call its ``isError`` answer.
+
+    A store that cannot answer refuses the call with the retryable error,
+    never with a tool result the model would act on.
+    """
+    if plan.refused:
+        return  # answered with its refusal: no handle is checked, no store touched for it
+    try:
+        digest = await sessions.principal_of(scope)
+    except Refusal as refusal:  # the principal hook failed: a server bug, -32603
+        calls = [call for call in plan.calls if call.refusal is None and is_tools_call(call.message)]
+        for call in calls:
+            call.refusal = refusal
+        plan.refused = bool(calls)
+        return
+    caller = caller_of(scope, digest)
+    context = plan.handles = HandleContext(handles, digest, caller=caller, create_limit=sessions.limit)
+    # A call the session step refused already is not checked: it is answered with that refusal.
+    check = await check_request(handles, [c.message if c.refusal is None else None for c in plan.calls], context)
+    for index, found in check.calls.items():
+        call = plan.calls[index]
+        call.answer = found.answer
+        if found.checked or found.errors:
+            call.handles = (found.checked, found.errors)
+        plan.answered = plan.answered or found.answer is not None
+    if check.retryable is not None and check.retryable_at is not None:
+        plan.calls[check.retryable_at].refusal = check.retryable
+        plan.refused = True
+
+
+async def start_operations(telemetry: Telemetry, scope: Scope, plan: Plan, *, capture: bool = False) -> None:
+    """A SERVER span per JSON-RPC call of ``plan`` (only when an OpenTelemetry SDK records).
+
+    With ``capture`` (the ``capture_content`` option), each ``tools/call``'s span records its arguments,
+    and its result once the response is read (``_otel/_span.py``); a session method's, its label and
+    outcome. With ``trace_user``, a recording span gets ``user.id`` from the principal, asked once.
+    """
+    if not telemetry.enabled():
+        return
+    user: str | None = None
+    asked = False
+    for call in plan.calls:
+        if call.method is not None:
+            call.operation = operation = _start(telemetry, scope, plan, call)
+            if telemetry.users is not None and operation.recording:
+                if not asked:
+                    user, asked = await telemetry.users.user_id(scope), True
+                if user is not None:
+                    operation.set_user(user)
+            if capture:
+                _capture(call, operation)
+
+
+def _capture(call: Call, operation: Operation) -> None:
+    """What ``call`` gave: a tool's arguments (its result comes later), or a session method's label and outcome."""
+    params = call.params
+    if call.method == "tools/call":
+        if isinstance(params, dict):
+            session = call.session
+            known = () if session is None else tuple(t for t in (session.token, session.state_token) if t)
+            operation.capture(params.get("arguments"), known)
+    elif call.local is not None:
+        profile = call.profile
+        if call.method == profile.create_method:
+            label = params.get("label") if isinstance(params, dict) else None
+            operation.capture_local(label if type(label) is str else None, "created")
+        elif profile.client is not None and call.method == profile.client.delete_method:
+            operation.capture_local(None, "ended")
+
+
+def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operation:
+    session, conversation = call.session, call.conversation
+    # Telemetry names the conversation the first source found: a host's id verbatim, else the session.
+    named = session if conversation is None else conversation
+    operation = telemetry.start(
+        scope=scope,
+        headers=plan.headers,
+        message=call.message,
+        method=call.method or "",
+        protocol_version=plan.protocol_version,
+        modern=plan.era is Era.MODERN,
+        session_id=None if named is None else named.id,
+        session_claims=None if session is None else session.claims,
+        start_ns=plan.start_ns,
+        session_source=None if named is None else named.source,
+        user_id=None if conversation is None else conversation.user,
+        turn_id=None if conversation is None else conversation.turn,
+    )
+    if call.refusal is not None and call.refusal.session_id is not None:
+        operation.set_session(call.refusal.session_id)
+    if call.minted:
+        operation.telemetry.sessions_created.add(1, operation.session_attributes())
+    if call.revoked is not None:
+        attributes = {"mcp_sessions.reason": call.revoked, "mcp.method.name": call.method or ""}
+        operation.telemetry.sessions_rejected.add(1, attributes)
+    if call.handles is not None:
+        record_handles(operation.span, *call.handles)
+    return operation

@@ -1,4 +1,5 @@
-"""The response rewriter: chosen at ``http.response.start``, JSON buffered, SSE event by event.
+"""The response rewriter: chosen at ``http.response.start``, JSON buffered, SSE event by event; and what a
+response to a request in a session gains (the echo, the capability), and where (:func:`annotate`, pure).
 
 What it holds is bounded (``max_response_size``): a JSON body is counted as it arrives, and so is an event
 still arriving. Past the bound the client gets a JSON-RPC error (``-32603``) for the request the response
@@ -10,32 +11,24 @@ stops: the gateway's proxy then closes the upstream connection.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from starlette.types import Message
+from starlette.types import Message, Send
 
-from .._wire import jsonrpc
+from .._wire import iso, jsonrpc
 from .._wire.jsonrpc import hashable_id
-from .._wire.protocol import INTERNAL_ERROR
+from .._wire.protocol import INTERNAL_ERROR, Era
 from .._wire.sse import SSERewriter
-from ._echo import Target, annotate, rewritten
+from ..profiles import ADVERTISING_METHODS
 
 if TYPE_CHECKING:
-    from asgiref.typing import ASGISendCallable, ASGISendEvent, HTTPResponseBodyEvent, HTTPResponseStartEvent
-
+    from .._otel import Operation
+    from .._session import Session
+    from ..profiles import WireProfile
 
 logger = logging.getLogger("mcp_sessions")
-
-_JSON: Final = b"application/json"
-_SSE: Final = b"text/event-stream"
-# How a notification event starts, as the SDK and any compact serializer write it: a message with a
-# "method" member is a request or a notification, never a response to rewrite.
-_NOTIFICATION_DATA: Final = b'data: {"jsonrpc":"2.0","method":'
-_NOTIFICATION_EVENTS: Final = (
-    b"event: message\r\n" + _NOTIFICATION_DATA,  # the SDK's, first
-    b"event: message\n" + _NOTIFICATION_DATA,
-    _NOTIFICATION_DATA,
-)
 
 
 DEFAULT_MAX_RESPONSE_SIZE: Final = 8 * 1024 * 1024
@@ -59,23 +52,9 @@ class ResponseRewriter:
     the answer is refused (see the module); ``request_id`` is the id its error carries (``None``: a batch).
     """
 
-    __slots__ = (
-        "_headers",
-        "_held",
-        "_limit",
-        "_parts",
-        "_request_id",
-        "_send",
-        "_sse",
-        "_start",
-        "refused",
-        "status",
-        "targets",
-    )
-
     def __init__(
         self,
-        send: ASGISendCallable,
+        send: Send,
         targets: dict[Any, Target],
         *,
         limit: int = DEFAULT_MAX_RESPONSE_SIZE,
@@ -86,10 +65,8 @@ class ResponseRewriter:
         """What each response gains, by request id."""
         self._limit = limit
         self._request_id = jsonrpc.echoable_id(request_id)
-        self._held = 0
-        self._start: HTTPResponseStartEvent | None = None  # a JSON response's, held for its body
-        self._headers: list[tuple[bytes, bytes]] = []  # the start's, but Content-Length
-        self._parts: list[bytes] = []
+        self._start: Message | None = None  # a JSON response's, held for its body
+        self._body = bytearray()
         self._sse: SSERewriter | None = None
         self.status = 0
         """The response's status, once it has started (502 once refused as too large)."""
@@ -97,75 +74,64 @@ class ResponseRewriter:
         """Whether the answer was refused as too large (what the app raises after is its reaction to that)."""
 
     async def send(self, message: Message) -> None:
-        """The ``send`` the app gets: response events are read as the typed ASGI events they are."""
-        event: ASGISendEvent = message  # type: ignore[assignment]  # an annotation, not a call
+        """The ``send`` the app gets."""
         if self.refused:
             raise ResponseTooLarge(f"the response passed max_response_size ({self._limit} bytes)")
-        if event["type"] == "http.response.body":
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            headers = {bytes(name).lower(): value for name, value in message.get("headers", ())}
+            content_type = bytes(headers.get(b"content-type", b"")).lower()
+            if b"content-encoding" in headers:
+                pass  # an encoded body: passed on untouched
+            elif content_type.startswith(b"application/json"):
+                self._start = message
+                return  # held until its body is complete
+            elif content_type.startswith(b"text/event-stream"):
+                self._sse = SSERewriter(self._rewrite_event, max_event=self._limit)
+                message = {**message, "headers": _without_length(message["headers"])}
+        elif message["type"] == "http.response.body":
             if (sse := self._sse) is not None:
-                body, more = event.get("body", b""), event.get("more_body", False)
-                chunk = sse.feed(body)
+                chunk = sse.feed(message.get("body", b""))
                 if sse.overflowed:
                     return await self._refuse(chunk + b"event: message\ndata: " + self._error() + b"\n\n")
+                more = message.get("more_body", False)
                 if not more:
                     chunk += sse.flush()
-                if chunk is not body:  # else the app's own message goes on
-                    event = {"type": "http.response.body", "body": chunk, "more_body": more}
-                return await self._send(event)
-            if (start := self._start) is not None:
-                self._held += len(event.get("body", b""))  # counted as it arrives, before it is held
-                if self._held > self._limit:
+                message = {"type": "http.response.body", "body": chunk, "more_body": more}
+            elif (start := self._start) is not None:
+                self._body += message.get("body", b"")  # counted as it arrives
+                if len(self._body) > self._limit:
                     return await self._refuse(None)
-                if (whole := self._whole_body(event)) is not None:  # the body is complete: both go out
-                    self._start = None  # anything after the last body passes untouched
-                    self._headers.append((b"content-length", str(len(whole)).encode()))
-                    await self._send({**start, "headers": self._headers})
-                    await self._send({"type": "http.response.body", "body": whole, "more_body": False})
-                return None
-        elif event["type"] == "http.response.start":
-            event = self._begin(event)
-            if self._start is not None:
-                return None  # a JSON response: its start is held until its body is complete
-        await self._send(event)  # trailers, pushes, disconnects, an unrewritten body: untouched
-
-    def _begin(self, start: HTTPResponseStartEvent) -> HTTPResponseStartEvent:
-        """Decide from the start's headers, in one pass; the start to send now (held for a JSON body)."""
-        self.status = start["status"]
-        kept = self._headers
-        content_type = b""
-        for name, value in start.get("headers", ()):
-            lowered = name.lower()
-            if lowered == b"content-length":
-                continue
-            if lowered == b"content-type":
-                content_type = bytes(value).lower()
-            elif lowered == b"content-encoding":
-                return start  # an encoded body: passed on untouched
-            kept.append((name, value))
-        if content_type.startswith(_JSON):
-            self._start = start
-        elif content_type.startswith(_SSE):
-            # Only an event with an "id" member (or an escape that could spell one) can answer a request,
-            # and never one whose message has a "method" (as servers write notifications: jsonrpc, then method).
-            self._sse = SSERewriter(
-                self._rewrite_event,
-                once=len(self.targets) <= 1,
-                needles=(b'"id"', b"\\"),
-                openings=_NOTIFICATION_EVENTS,
-                max_event=self._limit,
-            )
-            return {**start, "headers": kept}
-        return start
+                if message.get("more_body", False):
+                    return
+                self._start = None  # anything after the last body passes untouched
+                body = bytes(self._body)
+                body = self._rewritten(body) or body
+                length = (b"content-length", str(len(body)).encode())
+                await self._send({**start, "headers": [*_without_length(start.get("headers", ())), length]})
+                message = {"type": "http.response.body", "body": body, "more_body": False}
+        await self._send(message)  # trailers, pushes, disconnects, an unrewritten body: untouched
 
     def _rewrite_event(self, data: str) -> str | None:
+        new = self._rewritten(data.encode())
+        return None if new is None else new.decode()
+
+    def _rewritten(self, body: bytes) -> bytes | None:
+        """A response body (one message or a batch) with what each answer gains; ``None`` when unchanged."""
         try:
-            raw = data.encode()
-            parsed = jsonrpc.loads(raw)
-            if isinstance(parsed, dict) and (new := self._rewrite_message(raw, parsed)) is not None:
-                return new.decode()
-        except Exception:
-            logger.exception("could not add session metadata to an event")
-        return None
+            parsed = jsonrpc.loads(body, answer=True)
+            changed = False
+            for message in parsed if isinstance(parsed, list) else [parsed]:
+                if isinstance(message, dict) and (target := self._target_of(message)) is not None:
+                    changed = annotate(target, message) or changed
+            return jsonrpc.dumps(parsed) if changed else None
+        except Exception:  # never let a rewriting bug break a response
+            logger.exception("could not add session metadata to a response")
+            return None
+
+    def _target_of(self, message: dict[str, object]) -> Target | None:
+        """What ``message`` gains: ``None`` for notifications, server requests and other requests' answers."""
+        return None if "method" in message else self.targets.get(hashable_id(message.get("id")))
 
     def _error(self) -> bytes:
         """The JSON-RPC error that stands for an answer too large to hold."""
@@ -175,50 +141,99 @@ class ResponseRewriter:
     async def _refuse(self, last: bytes | None) -> None:
         """End the response with the error (``last``: an event stream's last bytes; else a 502 of its own), then
         stop the app."""
-        self.refused, self._parts = True, []
+        self.refused = True
+        self._body = bytearray()
         logger.warning("a response passed max_response_size (%d bytes): refused", self._limit)
         if last is None:
             self.status = 502
             body = self._error()
-            headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
             await self._send({"type": "http.response.start", "status": 502, "headers": headers, "trailers": False})
         else:
             body = last
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
         raise ResponseTooLarge(f"the response passed max_response_size ({self._limit} bytes)")
 
-    def _whole_body(self, event: HTTPResponseBodyEvent) -> bytes | None:
-        """The JSON body rewritten once complete; ``None`` while parts of it are still coming."""
-        body = event.get("body", b"")
-        more = event.get("more_body", False)
-        if more or self._parts:
-            self._parts.append(body)
-            if more:
-                return None
-            body = b"".join(self._parts)
-        try:
-            new = self._rewrite_body(body, jsonrpc.loads(body))
-        except Exception:  # never let a rewriting bug break a response
-            logger.exception("could not add session metadata to a response")
-            new = None
-        return body if new is None else new
 
-    def _rewrite_body(self, raw: bytes, parsed: Any) -> bytes | None:
-        """The new bytes of a response body (one message or a batch), or ``None`` when unchanged."""
-        if isinstance(parsed, dict):
-            return self._rewrite_message(raw, parsed)
-        if isinstance(parsed, list):
-            changed = False
-            for element in parsed:
-                if isinstance(element, dict) and (target := self._target_of(element)) is not None:
-                    changed = annotate(target, element) or changed
-            return jsonrpc.dumps(parsed) if changed else None
-        return None
+def _without_length(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """``headers`` but ``Content-Length``, in whatever case the app wrote its name."""
+    return [(name, value) for name, value in headers if bytes(name).lower() != b"content-length"]
 
-    def _rewrite_message(self, raw: bytes, message: dict[str, object]) -> bytes | None:
-        target = self._target_of(message)
-        return None if target is None else rewritten(target, raw, message)
 
-    def _target_of(self, message: dict[str, object]) -> Target | None:
-        """What ``message`` gains: ``None`` for notifications, server requests and other requests' answers."""
-        return None if "method" in message else self.targets.get(hashable_id(message.get("id")))
+if TYPE_CHECKING:
+    from .._otel import Operation
+    from .._session import Session
+    from ..profiles import WireProfile
+
+
+@dataclass
+class Target:
+    """What to do with the response to one request id."""
+
+    profile: WireProfile
+    session: Session | None
+    """The data-layer session whose echo the result carries."""
+    advertised: tuple[WireProfile, ...]
+    """The wires whose capability the result advertises."""
+    capability: Mapping[str, Mapping[str, object]]
+    """Each wire's capability value, by wire name."""
+    era: Era
+    operation: Operation | None
+    revoked: bool = False
+    """The request named a session that is gone, on a wire whose result then says so."""
+
+
+def advertising_tables(profiles: Sequence[WireProfile]) -> dict[Era, dict[str, tuple[WireProfile, ...]]]:
+    """Era -> method -> the wires whose capability that method's result advertises."""
+    return {
+        era: {
+            method: advertised
+            for method in ADVERTISING_METHODS
+            if (advertised := tuple(p for p in profiles if p.advertises(method, era)))
+        }
+        for era in Era
+    }
+
+
+def annotate(target: Target, message: dict[str, object]) -> bool:
+    """Observe a response to ``target``'s request, add the echo and the capability to it; whether it changed."""
+    result = message.get("result")
+    operation = target.operation
+    if not isinstance(result, dict):
+        error = message.get("error")
+        if operation is not None and isinstance(error, dict) and type(error.get("code")) is int:
+            operation.fail(error["code"], str(error.get("message", "")))
+        return False
+    if operation is not None:
+        operation.observe_result(result)  # a tool error, or tool and prompt names the server has
+    changed = False
+    session = target.session
+    if session is not None:
+        expires = iso(int(session.expires_at_timestamp))
+        target.profile.echo.attach(message, result, session.token, session.state_token, expires)
+        changed = True
+    elif target.revoked:
+        target.profile.echo.revoke(message, result)
+        changed = True
+    for profile in target.advertised:
+        changed = advertise(result, profile, target.era, value=target.capability[profile.name]) or changed
+    return changed
+
+
+def advertise(result: dict[str, object], profile: WireProfile, era: Era, *, value: Mapping[str, object]) -> bool:
+    """Merge the capability into a ``server/discover`` or ``initialize`` result; whether it changed."""
+    capabilities = result.get("capabilities")
+    if not isinstance(capabilities, dict):
+        return False
+    for path in profile.capability.places(era):
+        node = capabilities
+        for name in path[:-1]:
+            child = node.get(name)
+            if not isinstance(child, dict):
+                child = node[name] = {}
+            node = child
+        existing = node.setdefault(path[-1], dict(value))
+        if profile.capability.merge and isinstance(existing, dict):
+            for name, setting in value.items():
+                existing.setdefault(name, setting)
+    return True

@@ -1,41 +1,147 @@
-"""Minting, verifying and revoking data-layer sessions: what every wire shares.
+"""Minting, verifying and revoking data-layer sessions: what every wire shares; who is calling; and the
+bounds on what a caller may make the middleware do.
 
 Wires differ in names and shapes only; a session is the same JWT, checked the
-same way, whichever wire names it.
+same way, whichever wire names it. A session is bound to its creator's
+principal (the principal hook's answer) as a pseudonymous digest.
+
+The bounds, per caller, in this process:
+Creating a session stores nothing, so a flood of ``sessions/create`` costs
+CPU only; deleting one writes a revocation entry that lives until the token
+expires. ``create_limit=(count, seconds)`` (a :class:`RateLimit`) bounds both.
+What a caller can make the store keep without a token of its own (a host
+conversation's data, a handle) is bounded by a :class:`Quota`: so many live
+records at once. A caller is its authenticated principal, or its client
+address when there is none (:func:`caller_of`); a rate limit ``per_address``
+(the gateway's, whose principal is a credential only the upstream checks)
+counts the client address as well, so that made-up credentials do not
+multiply one address's budget.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import heapq
 import inspect
+import json
 import logging
 import math
 import time
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from starlette.authentication import SimpleUser
 from starlette.types import Scope
 
+from .._bounded import BoundedDict
 from .._otel import TRACEPARENT_CLAIM
 from .._tokens import InvalidToken, KeySet, SessionClaims
 from .._wire import Refusal, store_unavailable
-from .._wire.protocol import TOO_MANY_SESSIONS
+from .._wire.protocol import INTERNAL_ERROR, RATE_LIMITED
 from ..stores import SessionStatus, SessionStore, SessionStoreUnavailable
-from ._limits import RateLimit
-from ._principal import (
-    ENDPOINT_CLAIM,
-    PRINCIPAL_CLAIM,
-    PrincipalHook,
-    authenticated_user,
-    digest_of,
-    hook_failed,
-    principal_digest,
-)
 from ._session import Session, SessionBus
 
 if TYPE_CHECKING:
     from .._otel import Operation
 
 logger = logging.getLogger("mcp_sessions")
+
+MAX_TRACKED: Final = 100_000  # callers remembered at once; the least recently seen is forgotten first
+MAX_TRACKED_RECORDS: Final = 1_000_000  # a quota's records remembered at once, all callers together
+
+PrincipalHook = Callable[[Scope], "str | Awaitable[str | None] | None"]
+CreateHook = Callable[[SessionClaims], Awaitable[None]]
+"""Awaited as a session is minted, before anything is handed out; it may raise :class:`Refusal` to refuse it."""
+PRINCIPAL_CLAIM: Final = "pbh"
+ENDPOINT_CLAIM: Final = "mep"
+"""The MCP endpoint a session was minted at (the request's path), when sessions are bound to one."""
+
+
+def authenticated_user(scope: Scope) -> str | None:
+    """The default principal hook: the authenticated user the server's own auth set on the scope.
+
+    The session work runs inside the server's authentication (see
+    ``_asgi.py``), where Starlette's ``AuthenticationMiddleware`` has set
+    ``scope["user"]``. For the ``mcp`` SDK's bearer auth the principal is the
+    access token's (client id, issuer, subject), as the SDK's own
+    ``principal_components`` names it (a subject is unique only per issuer);
+    for any other authenticated Starlette user, its ``identity`` (a string as
+    it is, any other type with its type: ``1`` and ``"1"`` are two principals),
+    or a ``SimpleUser``'s ``username``. Never a ``display_name``, which users often choose: a user
+    without an identity gets no binding, and the log says so once per user class.
+    """
+    user = scope.get("user")
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    access_token = getattr(user, "access_token", None)
+    client_id = getattr(access_token, "client_id", None)
+    if isinstance(client_id, str):
+        claims = getattr(access_token, "claims", None)
+        issuer = claims.get("iss") if isinstance(claims, dict) else None
+        subject = getattr(access_token, "subject", None)
+        return json.dumps(["mcp", client_id, None if issuer is None else str(issuer), subject])
+    identity = _identity(user)
+    if identity is None or identity == "":
+        _say_unbound(type(user))
+        return None
+    if isinstance(identity, str):
+        return identity
+    return json.dumps(["user", type(identity).__qualname__, str(identity)])  # typed: user 1 is not user "1"
+
+
+def _identity(user: object) -> object:
+    if isinstance(user, SimpleUser):  # its username is the one its auth backend signed in
+        return user.username
+    try:  # Starlette's BaseUser raises NotImplementedError for what a user class leaves out
+        return getattr(user, "identity", None)
+    except NotImplementedError:
+        return None
+
+
+_UNBOUND: set[type] = set()
+
+
+def _say_unbound(user_class: type) -> None:
+    if user_class not in _UNBOUND:
+        _UNBOUND.add(user_class)
+        logger.warning(
+            "mcp-sessions: authenticated users of type %s have no identity, so their sessions are bound to no "
+            "principal: give the class an identity property (a stable id, not a display name)",
+            f"{user_class.__module__}.{user_class.__qualname__}",
+        )
+
+
+def hook_failed() -> Refusal:
+    """Log that the principal hook failed, a server bug, and refuse the request: -32603, nothing forwarded."""
+    logger.exception("the principal hook failed")
+    return Refusal(INTERNAL_ERROR, "Internal error", reason="principal_hook_failed")
+
+
+async def principal_digest(hook: PrincipalHook | None, scope: Scope, audience: str) -> str | None:
+    """A pseudonymous digest of the authenticated principal, or None when there is none.
+
+    Bound into the token at creation; a later request by another principal
+    (or by none) is refused as "not found". A failing hook is a server bug:
+    the request gets -32603 and nothing is forwarded.
+    """
+    if hook is None:
+        return None
+    try:
+        principal = hook(scope)
+        if inspect.isawaitable(principal):
+            principal = await principal
+    except Exception:
+        raise hook_failed() from None
+    return None if principal is None else digest_of(str(principal), audience)
+
+
+def digest_of(principal: str, audience: str) -> str:
+    """The pseudonymous digest of ``principal`` for ``audience``: what tokens and handles are bound to."""
+    digest = hashlib.sha256(
+        b"mcp-sessions principal\x00%s\x00%s" % (audience.encode(), principal.encode("utf-8", "surrogatepass"))
+    )
+    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 
 class SessionNotFound(Exception):
@@ -59,19 +165,6 @@ class Minted(NamedTuple):
 class SessionService:
     """The session machinery one middleware instance shares across its wires."""
 
-    __slots__ = (
-        "_reads_user",
-        "_sync_principal",
-        "binds_endpoint",
-        "bus",
-        "idle_ttl",
-        "keys",
-        "limit",
-        "principal",
-        "store",
-        "ttl",
-    )
-
     def __init__(
         self,
         *,
@@ -81,6 +174,7 @@ class SessionService:
         idle_ttl: float | None,
         principal: PrincipalHook | None,
         limit: RateLimit | None = None,
+        on_create: CreateHook | None = None,
         binds_endpoint: bool = False,
         bus: SessionBus | None = None,
     ) -> None:
@@ -93,22 +187,18 @@ class SessionService:
         self.ttl = ttl
         self.idle_ttl = idle_ttl
         self.principal = principal
-        self._reads_user = principal is authenticated_user  # the default hook: no user on the scope, no principal
         self._sync_principal = not (  # an instance whose __call__ is async is an async hook too
             inspect.iscoroutinefunction(principal) or inspect.iscoroutinefunction(type(principal).__call__)
         )
         self.limit = limit
-
-    def _anonymous(self, scope: Scope) -> bool:
-        """Whether the default hook would find no user at all: the app has no auth (or it has not run)."""
-        return self._reads_user and scope.get("user") is None
+        self.on_create = on_create
 
     def owns(self, session: Session, scope: Scope) -> bool:
         """Whether ``session`` (resolved with ``owner_later``) is the caller's, as ``scope`` says now."""
         if not self._sync_principal:
             return True  # an async hook was asked when the session was resolved
         expected = None
-        if self.principal is not None and not self._anonymous(scope):
+        if self.principal is not None:
             try:
                 principal = self.principal(scope)
             except Exception:
@@ -143,6 +233,14 @@ class SessionService:
         session_ends = (
             claims.expires_at if self.idle_ttl is None else min(claims.expires_at, claims.issued_at + self.idle_ttl)
         )
+        if self.on_create is not None:
+            try:
+                await self.on_create(claims)
+            except Refusal:
+                raise
+            except Exception:
+                logger.exception("the on_create hook failed")
+                raise Refusal(INTERNAL_ERROR, "Internal error", reason="create_hook_failed") from None
         logger.debug("session created (sid=%s)", claims.session_id)
         return Minted(token, claims, session_ends)
 
@@ -203,10 +301,7 @@ class SessionService:
         """Refuse a session bound to another caller or endpoint (see :meth:`resolve`)."""
         # Bound both ways: another principal's session, and an anonymous one presented by a principal
         # (fixation: its anonymous creator would read what the principal writes), are unknown here.
-        # The default hook reads scope["user"]: without one (no auth on the app) the caller is anonymous.
-        if not (owner_later and self._sync_principal) and extra.get(PRINCIPAL_CLAIM) != (
-            None if self._anonymous(scope) else await self.principal_of(scope)
-        ):
+        if not (owner_later and self._sync_principal) and extra.get(PRINCIPAL_CLAIM) != await self.principal_of(scope):
             raise InvalidToken("bound to another principal")
         # Minted at another MCP endpoint; one minted by the key's holder with no endpoint is valid anywhere.
         if endpoint and (minted_at := extra.get(ENDPOINT_CLAIM)) is not None and minted_at != scope["path"]:
@@ -247,7 +342,7 @@ class SessionService:
         where the limit counts ``per_address``)."""
         if self.limit is not None and (wait := self.limit.take_for(scope, principal)) > 0:
             raise Refusal(
-                TOO_MANY_SESSIONS,
+                RATE_LIMITED,
                 "Too many sessions created or deleted, retry later",
                 reason="rate_limited",
                 retry_after=max(1, math.ceil(wait)),
@@ -280,3 +375,87 @@ class SessionService:
         except SessionStoreUnavailable:
             return True  # a store outage ends no stream: the next check asks again
         return status is SessionStatus.ACTIVE
+
+
+def caller_of(scope: Scope, principal: str | None) -> str:
+    """Whom a limit counts: the principal (its digest) when there is one, else the client address."""
+    return principal if principal is not None else _address(scope)
+
+
+def _address(scope: Scope) -> str:
+    client = scope.get("client")
+    return f"address:{client[0] if client else ''}"
+
+
+class RateLimit:
+    """A token bucket per caller: ``count`` operations, refilled over ``seconds``.
+
+    ``per_address``: :meth:`take_for` spends from the client address's bucket too, and only when both have one.
+    """
+
+    def __init__(self, count: int, seconds: float, *, per_address: bool = False) -> None:
+        self.count = count
+        self.seconds = float(seconds)
+        self._rate = count / self.seconds
+        self.per_address = per_address
+        self._buckets: BoundedDict[str, tuple[float, float]] = BoundedDict(MAX_TRACKED)
+
+    def take_for(self, scope: Scope, principal: str | None) -> float:
+        """:meth:`take` for the request's caller (:func:`caller_of`) and, ``per_address``, its client address."""
+        caller = caller_of(scope, principal)
+        return self.take(caller, _address(scope)) if self.per_address else self.take(caller)
+
+    def take(self, *callers: str) -> float:
+        """Spend one operation of each caller's, if each has one; 0 if so, else the seconds until each has one."""
+        now = time.monotonic()
+        tokens = {caller: self._refilled(caller, now) for caller in callers}
+        allowed = all(left >= 1 for left in tokens.values())
+        for caller, left in tokens.items():
+            self._buckets[caller] = (left - 1 if allowed else left, now)
+        return 0.0 if allowed else max((1 - left) / self._rate for left in tokens.values() if left < 1)
+
+    def wait(self, caller: str) -> float:
+        """What :meth:`take` would answer, spending nothing: 0 if ``caller`` has an operation left."""
+        tokens = self._refilled(caller, time.monotonic())
+        return 0.0 if tokens >= 1 else (1 - tokens) / self._rate
+
+    def _refilled(self, caller: str, now: float) -> float:
+        tokens, last = self._buckets.get(caller, (float(self.count), now))
+        return min(float(self.count), tokens + (now - last) * self._rate)
+
+
+class Quota(BoundedDict[str, list[float]]):
+    """At most ``count`` live records per caller, each counted until the time it expires.
+
+    A quota, not a rate: a caller at its maximum gets a slot back when its
+    oldest record ends. It counts in this process, for at most
+    :data:`MAX_TRACKED` callers and :data:`MAX_TRACKED_RECORDS` records (the
+    least recently seen caller is forgotten first). Times are Unix seconds.
+    Each caller maps to a heap of its records' expiries.
+    """
+
+    def __init__(self, count: int) -> None:
+        super().__init__(MAX_TRACKED)
+        self.count = count
+        self.records = 0
+
+    def wait(self, caller: str, now: float) -> float:
+        """0 if ``caller`` may add a record now, else the seconds until its oldest one ends."""
+        expiries = self.get(caller)
+        while expiries and expiries[0] <= now:  # the ended records are dropped
+            heapq.heappop(expiries)
+            self.records -= 1
+        return 0.0 if expiries is None or len(expiries) < self.count else expiries[0] - now
+
+    def add(self, caller: str, expires_at: float) -> None:
+        """Count a record of ``caller``'s until ``expires_at`` (after :meth:`wait` said there was room)."""
+        expiries = self.get(caller, [])
+        heapq.heappush(expiries, expires_at)
+        self.records += 1
+        self[caller] = expiries
+        while self.records > MAX_TRACKED_RECORDS:
+            self.evicted(*self.popitem(last=False))
+
+    def evicted(self, key: str, value: list[float]) -> None:
+        """A caller forgotten for room: its records are no longer counted."""
+        self.records -= len(value)

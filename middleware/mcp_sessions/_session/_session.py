@@ -1,8 +1,9 @@
-"""The session as application code sees it, and the one accessor that finds it."""
+"""The session as application code sees it, the one accessor that finds it, and the log filter that names it."""
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 SCOPE_KEY: Final = "mcp_sessions.session"
 """The ASGI ``scope`` key that holds the request's verified :class:`Session` (absent without one)."""
 STATE_ATTRIBUTE: Final = "mcp_session"
+OUTSIDE: Final = "-"
 
 current_session: ContextVar[Session | None] = ContextVar("mcp_sessions.session", default=None)
 header_session: ContextVar[HeaderSession | None] = ContextVar("mcp_sessions.header_session", default=None)
@@ -49,8 +51,6 @@ class SessionData:
     Values are JSON-serializable. ``incr`` and ``update`` are atomic, so
     concurrent requests of one session can count safely.
     """
-
-    __slots__ = ("_kept_until", "_session_id", "_store")
 
     def __init__(self, store: SessionStore, session_id: str, kept_until: float) -> None:
         self._store = store
@@ -90,22 +90,6 @@ class Session:
     credential: never log it. ``state`` is the client-held state, read-only;
     assign a new mapping to change it, and the response's echo carries it.
     """
-
-    __slots__ = (
-        "_data",
-        "_service",
-        "_state_json",
-        "_state_view",
-        "claims",
-        "expires_at_timestamp",
-        "id",
-        "issued_at",
-        "last_seen",
-        "source",
-        "state_token",
-        "token",
-        "token_expires_at",
-    )
 
     def __init__(
         self,
@@ -206,8 +190,6 @@ class HeaderSession:
     asked when the route reads it, from the scope the route sees.
     """
 
-    __slots__ = ("_owns", "_scope", "session")
-
     def __init__(self, session: Session, scope: Mapping[str, Any], owns: Callable[[Session, Any], bool]) -> None:
         self.session, self._scope, self._owns = session, scope, owns
 
@@ -244,3 +226,35 @@ def _session_of_sdk_request() -> Session | None:
         return None
     scope = getattr(getattr(request_ctx.get(None), "request", None), "scope", None)
     return scope.get(SCOPE_KEY) if isinstance(scope, dict) else None
+
+
+class SessionLogFilter(logging.Filter):
+    """Adds ``record.session_id`` and ``record.session_source`` to every record it sees.
+
+    While the middleware handles a request that belongs to a conversation, they
+    are what the request's spans carry in ``session.id`` and
+    ``mcp_sessions.session.source``: the session's stable id (never its token)
+    and ``data-layer``; an adopted transport session's digest and
+    ``transport``; a host's conversation id and the host's source name
+    (``openai``, ``vscode``, …), with or without conversation data. Anywhere
+    else, both are ``default`` (``"-"``). It reads the context variables the
+    middleware sets, so it names the request whose code logged: the tool's, the
+    SDK's or the middleware's. It never drops a record.
+
+    Attach it to the handlers (``"filters": ["session"]`` in a
+    :func:`logging.config.dictConfig`) so that every logger's records get it,
+    and format with ``%(session_id)s`` and ``%(session_source)s``.
+    """
+
+    def __init__(self, name: str = "", *, default: str = OUTSIDE) -> None:
+        super().__init__(name)
+        self.default = default
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Set the two attributes on ``record``; always keep it."""
+        named = current_conversation.get()
+        if named is None:
+            session = current_session.get()
+            named = (self.default, self.default) if session is None else (session.id, session.source)
+        record.session_id, record.session_source = named
+        return True

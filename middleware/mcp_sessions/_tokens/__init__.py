@@ -1,29 +1,17 @@
 """Pure: signing keys, session and state tokens (mint, verify: RFC 8725), and keyed digests of ids."""
 
-from ._digest import IdDigests, derived_key
-from ._jws import InvalidToken
-from ._keys import SessionKey, keys_from_config
-from ._tokens import (
-    DEFAULT_AUDIENCE,
-    DEFAULT_MAX_STATE_SIZE,
-    SESSION_TOKEN_TYPE,
-    STATE_TOKEN_TYPE,
-    KeySet,
-    SessionClaims,
-    StateTooLarge,
-)
-
-__all__ = [
-    "DEFAULT_AUDIENCE",
-    "DEFAULT_MAX_STATE_SIZE",
-    "SESSION_TOKEN_TYPE",
-    "STATE_TOKEN_TYPE",
-    "IdDigests",
-    "InvalidToken",
-    "KeySet",
-    "SessionClaims",
-    "SessionKey",
-    "StateTooLarge",
-    "derived_key",
-    "keys_from_config",
-]
+from ._keys import IdDigests as IdDigests
+from ._keys import SessionKey as SessionKey
+from ._keys import derived_key as derived_key
+from ._keys import keyed_digest as keyed_digest
+from ._keys import keys_from_config as keys_from_config
+from ._tokens import DEFAULT_AUDIENCE as DEFAULT_AUDIENCE
+from ._tokens import DEFAULT_MAX_STATE_SIZE as DEFAULT_MAX_STATE_SIZE
+from ._tokens import SESSION_TOKEN_TYPE as SESSION_TOKEN_TYPE
+from ._tokens import STATE_TOKEN_TYPE as STATE_TOKEN_TYPE
+from ._tokens import InvalidToken as InvalidToken
+from ._tokens import KeySet as KeySet
+from ._tokens import SessionClaims as SessionClaims
+from ._tokens import StateTooLarge as StateTooLarge
+from ._tokens import decode_unverified as decode_unverified
+from ._tokens import is_session_token as is_session_token

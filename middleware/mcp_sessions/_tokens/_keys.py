@@ -1,33 +1,39 @@
-"""Signing keys: one key pinned to one algorithm, and keys read from configuration.
+"""Signing keys: one key pinned to one algorithm, keys read from configuration, and keys derived from them.
 
 A :class:`SessionKey` is an HS256 secret, or an ES256 (P-256) or EdDSA
 (Ed25519) key, signing or verify-only. ``MCP_SESSIONS_KEYS``-style text (a
-JWKS, ``kid:secret`` pairs, or ``@/path`` to a file holding either) becomes a
-list of them; its errors name their source and the entry at fault, and never
-quote a secret, a key file's path or a pair's kid (after a comma inside a secret,
-the rest reads as a kid).
+JWKS, read by PyJWT's ``PyJWK``, ``kid:secret`` pairs, or ``@/path`` to a file
+holding either) becomes a list of them; its errors name their source and the
+entry at fault, and never quote a secret, a key file's path or a pair's kid
+(after a comma inside a secret, the rest reads as a kid). :class:`IdDigests`
+are keyed digests of ids that must never be recorded raw.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
+import hmac
 import json
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, TypeAlias, cast
+from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
-    PublicFormat,
+    NoEncryption,
+    PrivateFormat,
     load_pem_private_key,
     load_pem_public_key,
 )
+from jwt import PyJWK, PyJWTError
+
+if TYPE_CHECKING:
+    from ._tokens import KeySet
 
 MIN_SECRET_BYTES: Final = 32
+_DIGEST_LABEL: Final = b"mcp-sessions id digest\x00"
 
 PrivateKey: TypeAlias = ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
 """The asymmetric keys that sign: P-256 (ES256) or Ed25519 (EdDSA)."""
@@ -42,8 +48,6 @@ class SessionKey:
     (ES256 or EdDSA, signs and verifies) or :meth:`from_public_key`
     (verifies only).
     """
-
-    __slots__ = ("algorithm", "kid", "signing_key", "verifying_key")
 
     def __init__(
         self, *, kid: str, algorithm: str, signing_key: bytes | PrivateKey | None, verifying_key: bytes | PublicKey
@@ -114,7 +118,6 @@ def _asymmetric_algorithm(key: object) -> str:
     raise TypeError(f"unsupported key type {type(key).__name__}: use a P-256 or Ed25519 key")
 
 
-_BASE64URL: Final = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 _PAIR_KID: Final = re.compile(r"[!-~]{1,64}")
 
 
@@ -201,6 +204,15 @@ def _keys_from_jwks(text: str, source: str) -> list[SessionKey]:
     return [_key_from_jwk(jwk, f"{source}: key {number}", source) for number, jwk in enumerate(jwks, start=1)]
 
 
+# The algorithm of each key type, and what its members must be, in words: a JWK PyJWT cannot read is
+# refused with these, never with PyJWT's own message (which may quote the key).
+_JWK_TYPES: Final = {
+    "oct": ("HS256", "'k' is not valid base64url (the secret, at least 32 bytes)"),
+    "EC": ("ES256", "not a valid P-256 key: crv 'P-256', x and y (base64url, 32 bytes each) on the curve, d matching"),
+    "OKP": ("EdDSA", "not a valid Ed25519 key: crv 'Ed25519', x (base64url, 32 bytes), d matching it"),
+}
+
+
 def _key_from_jwk(jwk: object, where: str, source: str) -> SessionKey:
     if not isinstance(jwk, dict):
         raise ValueError(f"{where} is not a JSON object")
@@ -211,57 +223,77 @@ def _key_from_jwk(jwk: object, where: str, source: str) -> SessionKey:
     if jwk.get("use", "sig") != "sig":
         raise ValueError(f"{where}: 'use' must be 'sig'")
     kty = jwk.get("kty")
-    expected = {"oct": "HS256", "EC": "ES256", "OKP": "EdDSA"}.get(kty) if isinstance(kty, str) else None
-    if expected is None:
+    if not isinstance(kty, str) or kty not in _JWK_TYPES:
         raise ValueError(
             f"{where}: unsupported kty {kty!r}: use 'oct' (HS256), 'EC' with crv P-256 (ES256) "
             "or 'OKP' with crv Ed25519 (EdDSA)"
         )
-    if jwk.get("alg", expected) != expected:
-        raise ValueError(f"{where}: a {kty!r} key here is {expected}, not {jwk.get('alg')!r}")
-    if kty == "oct":
-        try:
-            return SessionKey.from_secret(_b64url(jwk, "k", where), kid=kid)
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
-    has_private = "d" in jwk
-    if kty == "EC":
-        if jwk.get("crv") != "P-256":
-            raise ValueError(f"{where}: an 'EC' key must have crv 'P-256' (ES256)")
-        x, y = _b64url(jwk, "x", where, size=32), _b64url(jwk, "y", where, size=32)
-        try:
-            public = ec.EllipticCurvePublicNumbers(int.from_bytes(x), int.from_bytes(y), ec.SECP256R1())
-            if has_private:
-                d = _b64url(jwk, "d", where, size=32)
-                private = ec.EllipticCurvePrivateNumbers(int.from_bytes(d), public).private_key()
-                return SessionKey.from_private_key(private, kid=kid)
-            return SessionKey.from_public_key(public.public_key(), kid=kid)
-        except ValueError:
-            raise ValueError(
-                f"{where}: not a valid P-256 key (x and y must be on the curve, d must match them)"
-            ) from None
-    if jwk.get("crv") != "Ed25519":
-        raise ValueError(f"{where}: an 'OKP' key must have crv 'Ed25519' (EdDSA)")
-    x = _b64url(jwk, "x", where, size=32)
-    if has_private:
-        private_key = ed25519.Ed25519PrivateKey.from_private_bytes(_b64url(jwk, "d", where, size=32))
-        if private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw) != x:
-            raise ValueError(f"{where}: 'x' is not the public key of 'd'")
-        return SessionKey.from_private_key(private_key, kid=kid)
+    algorithm, members = _JWK_TYPES[kty]
+    if jwk.get("alg", algorithm) != algorithm:
+        raise ValueError(f"{where}: a {kty!r} key here is {algorithm}, not {jwk.get('alg')!r}")
     try:
-        return SessionKey.from_public_key(ed25519.Ed25519PublicKey.from_public_bytes(x), kid=kid)
-    except ValueError:
-        raise ValueError(f"{where}: 'x' is not a valid Ed25519 public key") from None
+        key = PyJWK(jwk, algorithm).key
+    except (PyJWTError, LookupError, TypeError, ValueError):
+        raise ValueError(f"{where}: {members}") from None
+    try:
+        if isinstance(key, bytes):
+            return SessionKey.from_secret(key, kid=kid)
+        if isinstance(key, ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey):
+            return SessionKey.from_private_key(key, kid=kid)
+        return SessionKey.from_public_key(key, kid=kid)
+    except (TypeError, ValueError) as exc:  # a secret too short, a key on another curve
+        raise ValueError(f"{where}: {exc}") from None
 
 
-def _b64url(jwk: Mapping[str, object], member: str, where: str, *, size: int | None = None) -> bytes:
-    value = jwk.get(member)
-    if not isinstance(value, str) or not value or not _BASE64URL.fullmatch(value):
-        raise ValueError(f"{where}: '{member}' must be a base64url string")
-    try:
-        raw = base64.urlsafe_b64decode(value.rstrip("=") + "=" * (-len(value.rstrip("=")) % 4))
-    except (binascii.Error, ValueError):
-        raise ValueError(f"{where}: '{member}' is not valid base64url") from None
-    if size is not None and len(raw) != size:
-        raise ValueError(f"{where}: '{member}' must decode to {size} bytes")
-    return raw
+def derived_key(key: SessionKey, label: bytes) -> bytes:
+    """A key for ``label``'s use alone: the HMAC-SHA256 of ``label`` under ``key``'s secret material.
+
+    ``key`` must hold that material (an HS256 secret, or a private key, as its PKCS#8 DER): a verify-only
+    key has none. Every process given the same key derives the same key for the same label.
+    """
+    material = key.signing_key
+    if material is None:
+        raise ValueError("a derived key needs a key that can sign")
+    if not isinstance(material, bytes):
+        material = material.private_bytes(Encoding.DER, PrivateFormat.PKCS8, NoEncryption())
+    return hmac.new(material, label, hashlib.sha256).digest()
+
+
+def keyed_digest(key: bytes, data: bytes) -> str:
+    """The HMAC-SHA256 of ``data`` under ``key``, its first 144 bits as 24 base64url characters."""
+    return base64.urlsafe_b64encode(hmac.new(key, data, hashlib.sha256).digest()[:18]).decode()
+
+
+class IdDigests:
+    """Digests of transport session ids, host conversation ids and principals (``user.id``), under one key.
+
+    A 2025-era transport session id is a bearer value (whoever holds it speaks in that session); a host's
+    conversation id is not, but a store key made of it would let anyone reading the store find the
+    conversation. Both are replaced by an HMAC-SHA256 under a key derived from the signing key of the
+    :class:`~mcp_sessions.KeySet`, so every replica sharing the keys computes the same digest, and nobody
+    without them can compute or reverse one.
+    """
+
+    def __init__(self, keys: KeySet) -> None:
+        signer = keys.signer
+        if signer is None or signer.signing_key is None:  # a KeySet's signer always holds its signing key
+            raise ValueError("id digests need a KeySet that can sign")
+        self._key = derived_key(signer, _DIGEST_LABEL + keys.audience.encode())
+
+    def _digest(self, *parts: bytes) -> str:
+        return keyed_digest(self._key, b"\x00".join(parts))
+
+    def transport(self, transport_session_id: bytes) -> str:
+        """The stable id of a 2025-era transport session: ``ts-`` and 24 characters."""
+        return "ts-" + self._digest(b"transport", transport_session_id)
+
+    def user(self, principal: str) -> str:
+        """The stable id of an authenticated principal, as a span's ``user.id`` records it: ``u-`` and 24 characters."""
+        return "u-" + self._digest(b"user", principal.encode("utf-8", "surrogatepass"))
+
+    def conversation(self, source: str, conversation_id: str, principal: str | None) -> str:
+        """The stable id of a host conversation (with ``principal``, of that user's conversation)."""
+        parts = [b"conversation", source.encode(), conversation_id.encode()]
+        if principal is not None:
+            parts.append(principal.encode())
+        return "cv-" + self._digest(*parts)

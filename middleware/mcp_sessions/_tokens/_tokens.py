@@ -2,9 +2,12 @@
 
 A session id is a JWT (RFC 7519) with the header ``typ`` of
 ``mcp-session+jwt``; the client-held state is a second JWS bound to the
-session's stable id. Verification follows RFC 8725: one algorithm per key,
-chosen by the key and never by the token, a required ``typ``, and shape and
-size checks before anything is decoded.
+session's stable id. Verification follows RFC 8725: the size and the shape are
+checked before anything is decoded, the header's ``kid`` picks the key, the key
+pins the one algorithm, ``typ`` is required, and PyJWT checks the signature,
+``iss``, ``aud`` and the required claims. The time claims are checked here,
+against the caller's ``now``, by the same rule for a token verified now and one
+verified earlier (a replica verifies a session once and keeps its claims).
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypedDict, TypeVar, Unpack
+from typing import Any, Final, TypedDict, Unpack
 
 import jwt
+from jwt.types import Options
 
-from ._jws import REQUIRED_CLAIMS, InvalidToken, minted_headers, verified_by_pyjwt, verified_payload
+from .._bounded import BoundedDict
 from ._keys import SessionKey, keys_from_config
 
 SESSION_TOKEN_TYPE: Final = "mcp-session+jwt"  # noqa: S105 - a JOSE typ, not a secret
@@ -29,14 +33,33 @@ DEFAULT_MAX_STATE_SIZE: Final = 4096
 DEFAULT_AUDIENCE: Final = "mcp-sessions"
 """The audience of a deployment that names none: its sessions are then bound to the endpoint they were minted at."""
 MAX_CLOCK_SKEW: Final = 60  # seconds a verifying replica's clock may run behind the minting one's
+MAX_UNVERIFIED_LENGTH: Final = 65_536  # the longest token read without verification (by a client or the CLI)
 _SESSION_ID_BYTES: Final = 18  # 144 random bits, 24 URL-safe characters
 _SESSION_CACHE_SIZE: Final = 100_000  # verified session ids kept; about 0.6 KB each (docs/performance.md)
 _STATE_CACHE_SIZE: Final = 10_000
 
+_REQUIRED_CLAIMS: Final = ("iss", "aud", "sid", "iat", "exp")
+_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 _SESSION_ID_SHAPE: Final = re.compile(r"[A-Za-z0-9_-]{16,128}")
-_REGISTERED_CLAIMS: Final = frozenset(REQUIRED_CLAIMS)
+# What PyJWT checks of a session id; the time claims are checked by KeySet.verify_session_token.
+_SESSION_OPTIONS: Final[Options] = {
+    "require": list(_REQUIRED_CLAIMS),
+    "verify_exp": False,
+    "verify_iat": False,
+    "verify_nbf": False,
+}
+_STATE_OPTIONS: Final[Options] = {**_SESSION_OPTIONS, "require": [], "verify_aud": False, "verify_iss": False}
 
-_V = TypeVar("_V")
+
+class InvalidToken(Exception):
+    """A session or state token failed verification.
+
+    ``reason`` says why, in words safe to log: it never contains the token.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class StateTooLarge(ValueError):
@@ -57,20 +80,27 @@ class SessionClaims:
     """Every other claim, beyond ``iss``, ``aud``, ``sid``, ``iat`` and ``exp``."""
 
 
-class _BoundedCache(dict[str, _V]):
-    """A dict that forgets its oldest entries past a size (insertion order)."""
+def is_session_token(session_id: bytes) -> bool:
+    """Whether an ``Mcp-Session-Id`` value is shaped as a session token (a JWT: three dot-separated parts),
+    not as a server's own transport session id."""
+    return session_id.count(b".") == 2
 
-    __slots__ = ("maxsize",)
 
-    def __init__(self, maxsize: int) -> None:
-        super().__init__()
-        self.maxsize = maxsize
+def decode_unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The header and the claims of a compact JWS, decoded WITHOUT verification: for display, never for trust.
 
-    def put(self, key: str, value: _V) -> None:
-        if len(self) >= self.maxsize:
-            for old in list(self)[: self.maxsize // 10 or 1]:
-                del self[old]
-        self[key] = value
+    Anything else is a :class:`ValueError` whose message never quotes the token.
+    """
+    if len(token) > MAX_UNVERIFIED_LENGTH:
+        raise ValueError(f"not a compact JWS: longer than {MAX_UNVERIFIED_LENGTH} characters")
+    parts = token.count(".") + 1
+    if parts != 3:
+        raise ValueError(f"not a compact JWS: expected 3 dot-separated parts, found {parts}")
+    try:
+        decoded = jwt.decode_complete(token, options={"verify_signature": False})
+    except Exception:  # PyJWT raises more than DecodeError on hostile input
+        raise ValueError("not a compact JWS: the header or the claims are not base64url-encoded JSON objects") from None
+    return decoded["header"], decoded["payload"]
 
 
 class KeySetOptions(TypedDict, total=False):
@@ -125,11 +155,8 @@ class KeySet:
         self.max_token_length = max_token_length
         self.max_state_size = max_state_size
         self.leeway = leeway
-        self._jwt = jwt.PyJWT()
-        self._session_cache: _BoundedCache[SessionClaims] = _BoundedCache(_SESSION_CACHE_SIZE)
-        self._state_cache: _BoundedCache[tuple[str, str]] = _BoundedCache(_STATE_CACHE_SIZE)
-        self._session_headers = minted_headers(self._jwt, self._keys.values(), SESSION_TOKEN_TYPE)
-        self._state_headers = minted_headers(self._jwt, self._keys.values(), STATE_TOKEN_TYPE)
+        self._session_cache: BoundedDict[str, SessionClaims] = BoundedDict(_SESSION_CACHE_SIZE)
+        self._state_cache: BoundedDict[str, tuple[str, str]] = BoundedDict(_STATE_CACHE_SIZE)
 
     @property
     def keys(self) -> tuple[SessionKey, ...]:
@@ -192,37 +219,37 @@ class KeySet:
             "exp": claims.expires_at,
         }
         token = self._sign(payload, SESSION_TOKEN_TYPE)
-        self._session_cache.put(token, claims)
+        self._session_cache[token] = claims
         return token, claims
 
     def verify_session_token(self, token: str, *, now: float | None = None) -> SessionClaims:
         """The claims of a valid session id; :class:`InvalidToken` for anything else."""
         current = time.time() if now is None else now
-        cached = self._session_cache.get(token)
-        if cached is not None:
-            if cached.expires_at + self.leeway <= current:
-                raise InvalidToken("expired")
-            return cached
+        claims = self._session_cache.get(token)
+        if claims is None:
+            claims = self._verified_session(token, current)
+        if claims.expires_at + self.leeway <= current:
+            raise InvalidToken("expired")
+        return claims
+
+    def _verified_session(self, token: str, current: float) -> SessionClaims:
+        """The claims of a session id not verified here before, kept once they verify (expired or not)."""
         if len(token) > self.max_token_length:
             raise InvalidToken("oversized")
-        payload = self._payload(token, SESSION_TOKEN_TYPE)
+        payload = self._decode(token, SESSION_TOKEN_TYPE)
         sid, iat, exp, nbf = payload["sid"], payload["iat"], payload["exp"], payload.get("nbf", 0)
         if not isinstance(sid, str) or not _SESSION_ID_SHAPE.fullmatch(sid):
             raise InvalidToken("malformed sid claim")
-        # Checked here, against `current`, rather than by PyJWT against its own clock,
-        # so that both paths (cached or not) answer the same for the same `now`.
         if type(iat) is not int or type(exp) is not int or type(nbf) is not int:
             raise InvalidToken("iat, exp and nbf must be integers")
-        if exp + self.leeway <= current:
-            raise InvalidToken("expired")
         # iat and nbf only refuse tokens from the future. Replicas' clocks disagree a little, and a
         # session minted on one that runs ahead is often used at once on one that runs behind.
-        skew = self.leeway if self.leeway > MAX_CLOCK_SKEW else MAX_CLOCK_SKEW
+        skew = max(self.leeway, MAX_CLOCK_SKEW)
         if iat > current + skew or nbf > current + skew:
             raise InvalidToken("not yet valid")
-        extra = {k: v for k, v in payload.items() if k not in _REGISTERED_CLAIMS}
+        extra = {k: v for k, v in payload.items() if k not in _REQUIRED_CLAIMS}
         claims = SessionClaims(session_id=sid, issued_at=iat, expires_at=exp, extra=extra)
-        self._session_cache.put(token, claims)
+        self._session_cache[token] = claims
         return claims
 
     def sign_state(self, session_id: str, state: Mapping[str, object]) -> str:
@@ -237,7 +264,7 @@ class KeySet:
                 f"the encoded session state is {len(token)} bytes, over the limit of "
                 f"{self.max_state_size}: keep large or growing values in session.data (server-side)"
             )
-        self._state_cache.put(token, (session_id, state_json))
+        self._state_cache[token] = (session_id, state_json)
         return token
 
     def verify_state(self, session_id: str, token: str) -> str:
@@ -246,12 +273,12 @@ class KeySet:
         if cached is None:
             if len(token) > self.max_state_size:
                 raise InvalidToken("state over the size limit")
-            payload = self._payload(token, STATE_TOKEN_TYPE)
+            payload = self._decode(token, STATE_TOKEN_TYPE)
             owner, state = payload.get("sid"), payload.get("st")
             if not isinstance(owner, str) or not isinstance(state, dict):
                 raise InvalidToken("malformed state claims")
             cached = (owner, json.dumps(state, separators=(",", ":"), ensure_ascii=False))
-            self._state_cache.put(token, cached)
+            self._state_cache[token] = cached
         if cached[0] != session_id:
             raise InvalidToken("state belongs to another session")
         return cached[1]
@@ -260,33 +287,44 @@ class KeySet:
         key = self.signer
         if key is None or key.signing_key is None:  # a signer always holds its signing key
             raise ValueError("this KeySet is verify-only: no key in it can sign (add a secret or a private key)")
-        return self._jwt.encode(payload, key.signing_key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": typ})
+        return jwt.encode(payload, key.signing_key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": typ})
 
-    def _payload(self, token: str, typ: str) -> dict[str, object]:
-        """The verified payload of a token whose length is bounded: the direct HS256 check, else PyJWT's."""
+    def _decode(self, token: str, typ: str) -> dict[str, Any]:
+        """The payload of a token of type ``typ`` whose length is bounded, verified by the key its header names."""
+        if not _SHAPE.fullmatch(token):
+            raise InvalidToken("not a compact JWS")
+        try:  # the header segment alone: the rest is decoded once, by jwt.decode
+            header = jwt.get_unverified_header(token.partition(".")[0] + "..")
+        except Exception:
+            raise InvalidToken("unreadable header") from None
+        kid = header.get("kid")
+        key = self._keys.get(kid) if isinstance(kid, str) else None
+        if key is None:
+            raise InvalidToken("unknown key id")
+        if header.get("alg") != key.algorithm:
+            raise InvalidToken("algorithm not allowed for this key")
+        if header.get("typ") != typ:
+            raise InvalidToken("wrong token type")
         session = typ == SESSION_TOKEN_TYPE
-        payload = verified_payload(token, self._session_headers if session else self._state_headers)
-        if payload is not None and self._plain_claims(payload, session=session):
-            return payload
-        return verified_by_pyjwt(
-            self._jwt,
-            self._keys,
-            token,
-            typ,
-            audience=self.audience if session else None,
-            issuer=self.issuer,
-            leeway=self.leeway,
-        )
-
-    def _plain_claims(self, payload: Mapping[str, object], *, session: bool) -> bool:
-        """Whether PyJWT's claim checks pass by plain comparison: ``sub`` and ``jti`` absent or strings, and
-        for a session id ``iss`` and ``aud`` ours and every required claim present. Otherwise PyJWT judges."""
-        if not isinstance(payload.get("sub", ""), str) or not isinstance(payload.get("jti", ""), str):
-            return False
-        if not session:
-            return True
-        return (
-            payload.get("iss") == self.issuer
-            and payload.get("aud") == self.audience
-            and all(payload.get(claim) is not None for claim in ("sid", "iat", "exp"))
-        )
+        try:
+            payload: dict[str, Any] = jwt.decode(
+                token,
+                key.verifying_key,
+                algorithms=[key.algorithm],
+                audience=self.audience if session else None,
+                issuer=self.issuer if session else None,
+                options=_SESSION_OPTIONS if session else _STATE_OPTIONS,
+            )
+        except jwt.InvalidSignatureError:
+            raise InvalidToken("bad signature") from None
+        except jwt.InvalidAudienceError:
+            raise InvalidToken("wrong audience") from None
+        except jwt.InvalidIssuerError:
+            raise InvalidToken("wrong issuer") from None
+        except jwt.MissingRequiredClaimError as exc:
+            raise InvalidToken(f"missing claim {exc.claim}") from None
+        except Exception:
+            # PyJWT raises more than InvalidTokenError (binascii, ValueError, TypeError
+            # on hostile claims): every failure is a rejected token, never a 500.
+            raise InvalidToken("invalid token") from None
+        return payload

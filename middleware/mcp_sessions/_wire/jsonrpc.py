@@ -1,24 +1,28 @@
-"""JSON-RPC 2.0 frames, shared by the middleware and the client: parse, dump, build results and errors."""
+"""JSON-RPC 2.0 frames, shared by the middleware and the client: parse, dump, build results and errors, and
+the refusal, the one way any part of the package says "no" to a call.
+
+Pure: building a refusal sends nothing; the pipeline answers it (``_asgi``'s senders).
+"""
 
 from __future__ import annotations
 
 import json
-import re
+import logging
+import math
+import time
 from collections import Counter
-from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from .protocol import INVALID_REQUEST
+from .protocol import INVALID_REQUEST, SESSION_STORE_UNAVAILABLE
 
-# Built once: json.dumps with arguments builds a new encoder on every call.
-_decode = json.JSONDecoder().decode
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+logger = logging.getLogger("mcp_sessions")
+WARNING_INTERVAL: Final = 10.0
+
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 class _Repeated(dict[str, object]):
     """A JSON object that repeated member names (``repeated``); the last value of each is kept."""
-
-    __slots__ = ("repeated",)
 
     def __init__(self, pairs: list[tuple[str, Any]], repeated: set[str]) -> None:
         super().__init__(pairs)
@@ -27,114 +31,36 @@ class _Repeated(dict[str, object]):
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, object]:
     members = dict(pairs)
-    if len(members) == len(pairs):  # no name repeated: the plain object, built once
+    if len(members) == len(pairs):
         return members
     counts = Counter(name for name, _ in pairs)
     return _Repeated(pairs, {name for name, count in counts.items() if count > 1})
 
 
-_decode_checked = json.JSONDecoder(object_pairs_hook=_object).decode
+_decoder = json.JSONDecoder(object_pairs_hook=_object)
+_answer_decoder = json.JSONDecoder()
 
 
-def _decode_utf8(body: bytes) -> Any:
-    return _decode(body.decode())
-
-
-fast_loads: Callable[[bytes], Any]
-"""Parse UTF-8 JSON bytes to plain objects, as fast as this process can; ``ValueError`` for anything it
-will not read (not JSON, and for pydantic-core a lone surrogate escape too: callers then use :func:`loads`).
-pydantic-core's ``from_json`` (what the ``mcp`` SDK's 2025-era transport parses a POST with) where it is
-installed, else the standard library. What it reads, it reads as :func:`loads` does: the differential tests
-say so."""
-try:
-    from pydantic_core import from_json as fast_loads
-except ImportError:  # pragma: no cover - pydantic-core comes with the mcp SDK and FastAPI
-    fast_loads = _decode_utf8
-
-
-# What Watch.scan says of a request body.
-UNMARKED: Final = 0
-"""No backslash and no wire's session member: the body names no session (in UTF-8)."""
-MARKED: Final = 1
-"""A wire's session member is spelled, and no name on the paths is repeated: the plain parser reads it."""
-REPEATED: Final = 2
-"""A backslash (an escape could spell any name), or a name on the paths seen twice: parsed with the hook."""
-
-
-class Watch:
-    """The member names on the paths to the session metadata of the enabled wires.
-
-    A request that could repeat one of them could mean one session to this
-    parser and another to the server's: such a body (an escape anywhere, or a
-    name seen twice) is parsed with a hook that records repeated names.
-    """
-
-    __slots__ = ("_markers", "_names", "_usual", "marker")  # _names: one pattern that finds every name on the paths
-
-    def __init__(self, markers: Iterable[str], names: Iterable[str]) -> None:
-        markers = list(dict.fromkeys(markers))
-        names = list(dict.fromkeys(names))
-        self._markers = tuple(b'"%s"' % m.encode() for m in markers)
-        self.marker = self._markers[0] if len(self._markers) == 1 else None
-        """With one wire, its session member's name as a body spells it (escapes aside): a body
-        without it names no session. ``None`` with several wires."""
-        quoted = [b'"%s"' % name.encode() for name in dict.fromkeys([*markers, *names])]
-        self._names = re.compile(b"|".join(re.escape(name) for name in quoted))
-        usual = [b'"%s"' % name.encode() for name in names]
-        self._usual = usual if self.marker is not None else None
-        """With one wire, the names on its path in order, each once: a body that spells a prefix of them
-        repeats none."""
-
-    def scan(self, body: bytes) -> int:
-        """:data:`UNMARKED`, :data:`MARKED` or :data:`REPEATED`, in one pass over ``body``.
-
-        Without a backslash, every quote in a JSON text delimits a string, so the
-        quoted names found cannot overlap: the one scan sees every occurrence the
-        text has, the markers among them.
-        """
-        if 92 in body:  # a backslash
-            return REPEATED
-        found = self._names.findall(body)
-        marker = self.marker
-        if not (marker in found if marker is not None else any(m in found for m in self._markers)):
-            return UNMARKED
-        if (usual := self._usual) is not None and found == usual[: len(found)]:
-            return MARKED  # the usual body: the path's names in order, each once (no set to build)
-        return REPEATED if len(found) != len(set(found)) else MARKED
-
-
-def loads(body: bytes, *, watch: Watch | None = None, scan: int | None = None) -> Any:
+def loads(body: bytes, *, answer: bool = False) -> Any:
     """The parsed body, or ``None`` when it is not JSON (the app answers those).
 
-    With ``watch`` (requests), a body that could repeat a name on the path to
-    the session metadata keeps a record of repeated names, so that reading the
-    session refuses it; ``scan`` is ``watch.scan(body)`` when the caller has it
-    already. Responses come from the application and are parsed plainly.
+    In a request, an object that repeats a member name is parsed as a dict that records the names it
+    repeated (``repeated``), so that reading a session from a path through it can refuse it: this parser
+    and the server's could otherwise read two sessions from one body. An ``answer`` (what the server
+    sent back) names no session to check, so the parser builds its objects without that record. Decoded
+    as ``json.loads(bytes)`` decodes (a BOM, UTF-16 and UTF-32, lone surrogates), so that no body the
+    server would read as JSON-RPC passes here as "not JSON".
     """
-    # The usual body, a UTF-8 object with nothing to check, goes to the fast parser, which reads it as
-    # the standard one does; anything else, and anything the fast parser refuses, to the standard one.
-    if body[:1] == b"{" and (watch is None or (watch.scan(body) if scan is None else scan) != REPEATED):
-        try:
-            return fast_loads(body)
-        except (ValueError, RecursionError):  # the standard library's, where pydantic-core is not installed
-            pass
     try:
-        # Decoded as json.loads(bytes) decodes (a BOM, UTF-16 and UTF-32, lone surrogates), so
-        # that no body the server would read as JSON-RPC passes here as "not JSON".
-        encoding = json.detect_encoding(body)
-        text = body.decode(encoding, "surrogatepass")
-        if watch is None:
-            return _decode(text)
-        if encoding != "utf-8":
-            body = text.encode("utf-8", "surrogatepass")  # the repeated-name scan reads this text
-        return _decode_checked(text) if watch.scan(body) == REPEATED else _decode(text)
+        decoder = _answer_decoder if answer else _decoder
+        return decoder.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
 
 
 def dumps(message: object) -> bytes:
-    # A lone surrogate (legal in JSON text as an escape) goes back out as its escape.
-    return _encode(message).encode("utf-8", "backslashreplace")
+    """``message`` as compact UTF-8 JSON; a lone surrogate (legal in JSON text as an escape) goes out as its escape."""
+    return _encoder.encode(message).encode("utf-8", "backslashreplace")
 
 
 def error(request_id: object, code: int, message: str, data: object = None) -> dict[str, object]:
@@ -175,11 +101,11 @@ def is_response(element: object) -> bool:
     return isinstance(element, dict) and "id" in element and "method" not in element
 
 
-def params_meta(message: dict[str, object]) -> dict[str, object] | None:
-    """A message's ``params._meta`` when it is an object, read leniently (no shape is refused)."""
-    params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
-    return meta if isinstance(meta, dict) else None
+def meta(value: object) -> dict[str, object] | None:
+    """``value._meta`` (of a message's ``params`` or ``result``) when both are objects, read leniently (no shape
+    is refused); else ``None``."""
+    found = value.get("_meta") if isinstance(value, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 def error_code(message: object) -> int | None:
@@ -210,3 +136,77 @@ def echoable_id(request_id: object) -> str | int | None:
 def hashable_id(request_id: object) -> Any:
     """A request id as a dict key (JSON-RPC ids are strings or numbers; anything else by its repr)."""
     return request_id if type(request_id) in (str, int, float) or request_id is None else repr(request_id)
+
+
+class ThrottledWarning:
+    """One condition's warning, logged at most once every ``interval`` seconds, with a count of the ones not logged.
+
+    Logging writes synchronously: a warning for each request refused during an outage would add a
+    write to every one of them, and bury the first line under hundreds that say the same. Each line
+    says how many occurrences were not logged since the one before.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self.interval = WARNING_INTERVAL
+        self._last = -math.inf
+        self._not_logged = 0
+
+    def warn(self, message: str, *args: object) -> None:
+        """Log ``message % args`` as a warning, or only count it when one was logged less than ``interval`` ago."""
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            self._not_logged += 1
+            return
+        not_logged, self._not_logged, self._last = self._not_logged, 0, now
+        self.logger.warning(
+            message + " (%d more not logged since the last such message; the next in %.0f s at the earliest)",
+            *args,
+            not_logged,
+            self.interval,
+        )
+
+
+unavailable_warning = ThrottledWarning(logger)  # one outage refuses every request: said once an interval
+
+
+class Refusal(Exception):
+    """A JSON-RPC error the middleware answers itself instead of forwarding.
+
+    ``reason`` is a low-cardinality word for the rejection metric;
+    ``session_id`` is the stable id when a token verified but its session was
+    refused (deleted, idle, bad state, another principal), so that telemetry
+    files the refusal under it.
+    """
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        data: object = None,
+        *,
+        reason: str = "invalid_request",
+        session_id: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+        self.reason = reason
+        self.session_id = session_id
+        self.retry_after = retry_after  # seconds, for a refusal that says when to try again (429)
+
+    def frame(self, request_id: object) -> dict[str, object]:
+        """The JSON-RPC error response to ``request_id``."""
+        return error(request_id, self.code, self.message, self.data)
+
+
+def store_unavailable(exc: Exception) -> Refusal:
+    """The retryable refusal for a store that cannot answer now (never "not found")."""
+    unavailable_warning.warn("session store unavailable: %s", exc)
+    return Refusal(SESSION_STORE_UNAVAILABLE, "Session store unavailable, retry later", reason="store_unavailable")
+
+
+def batch_refused(reason: str = "batch refused: another element's session is invalid") -> Refusal:
+    return Refusal(INVALID_REQUEST, reason)

@@ -23,8 +23,9 @@ HEADER_MISMATCH: Final = -32020
 # Retryable, in the implementation range: -32000 and -32001 are the SDK's.
 SESSION_STORE_UNAVAILABLE: Final = -32010
 """Error code: the store could not answer; temporary, answered with HTTP 503 and ``Retry-After``."""
-TOO_MANY_SESSIONS: Final = -32011
-"""Error code: the caller created or deleted sessions faster than ``create_limit`` allows; HTTP 429."""
+RATE_LIMITED: Final = -32011
+"""Error code: rate limited, a limit that time lifts (``create_limit``, a handle budget, a gateway's processes);
+temporary, answered with HTTP 429 and a ``retryAfter``."""
 UPSTREAM_UNAVAILABLE: Final = -32014
 """Error code: the server did not answer (a gateway's upstream, or the verdict a probe waited for); temporary,
 with HTTP 502, 503 or 504 and ``Retry-After``."""
@@ -71,7 +72,7 @@ MCP_METHOD_HEADER: Final = b"mcp-method"
 
 # JSON-RPC code -> HTTP status of an error the middleware answers itself, in every era (anything else is 200),
 # and in the 2026-07-28 transport table.
-_HTTP_STATUS: Final = {SESSION_STORE_UNAVAILABLE: 503, TOO_MANY_SESSIONS: 429}
+_HTTP_STATUS: Final = {SESSION_STORE_UNAVAILABLE: 503, RATE_LIMITED: 429}
 _MODERN_HTTP_STATUS: Final = {
     **_HTTP_STATUS,
     METHOD_NOT_FOUND: 404,
@@ -100,11 +101,6 @@ class Era(enum.Enum):
         if protocol_version is None or protocol_version in _LEGACY_HEADERS:
             return cls.LEGACY
         return cls.MODERN
-
-    @property
-    def session_header(self) -> bool:
-        """Whether ``Mcp-Session-Id`` names the data-layer session (else it is the server's transport session)."""
-        return self is Era.MODERN
 
 
 def http_status(code: int, era: Era) -> int:

@@ -2,7 +2,7 @@
 
 ``SessionTransport`` (httpx2, which the ``mcp`` SDK client uses) and
 ``HttpxSessionTransport`` (httpx) wrap a client's HTTP transport so that every
-request carries a session; ``SessionHandle`` is the session a client holds.
+request carries a session; ``HeldSession`` is the session a client holds.
 Neither HTTP library is a dependency: each transport imports its own on first
 use, so a user of one never needs the other. See ``docs/client.md``.
 """
@@ -12,17 +12,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from ._session import RetryPolicy, SessionError, SessionHandle
+from ._messages import SessionError
+from ._session import HeldSession, RetryPolicy
 
 if TYPE_CHECKING:
     from ._httpx import HttpxSessionTransport
     from ._httpx2 import SessionTransport
 
 __all__ = [
+    "HeldSession",
     "HttpxSessionTransport",
     "RetryPolicy",
     "SessionError",
-    "SessionHandle",
     "SessionTransport",
 ]
 

@@ -27,7 +27,7 @@ class SessionTransport(SessionTransportBase[httpx2.Request, httpx2.Response], ht
     connection pool).
 
     ``session`` is the held session (default: none yet); pass
-    ``SessionHandle.from_dict(saved)`` to resume one. ``auto_create`` creates a
+    ``HeldSession.from_dict(saved)`` to resume one. ``auto_create`` creates a
     session on the first request that belongs to a conversation, and again after
     the server answers ``-32044``. ``recreate`` also creates a new session and
     retries once when the server answers ``-32043`` (the session is gone): off

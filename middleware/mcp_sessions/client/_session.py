@@ -1,46 +1,63 @@
-"""What a client holds of one data-layer session, how it retries, and how it fails.
+"""The session a client holds, how it retries, how it is kept current, created and deleted.
 
-No HTTP here: :class:`SessionHandle` is plain data that a transport stamps into
-requests and keeps current from the server's echo, and that a host persists.
+:class:`HeldSession` is plain data that a transport stamps into requests and
+that a host persists. :class:`SessionKeeper` keeps it current from the server's
+answers. A server cannot move the client to another session: only two things
+set the held token, a ``sessions/create`` this client sent
+(:meth:`SessionKeeper.adopt`) and the caller, through the handle. An echo counts
+only when it names the held session and answers a request that carried it.
+:class:`SessionLifecycle` sends the client's own ``sessions/create`` and
+``sessions/delete``; :meth:`RetryPolicy.run` retries every request.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
+import inspect
+import itertools
+import logging
 import random
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, cast
+
+import anyio
+
+from .._tokens import decode_unverified
+from .._version import __version__
+from .._wire import jsonrpc
+from .._wire.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, Era
+from ..profiles import ClientSide, Echo, WireProfile, required_codes
+from ._messages import (
+    MAX_OWN_ANSWER,
+    AnswerTooLarge,
+    Endpoint,
+    Failure,
+    Headers,
+    ResponseLike,
+    ResponseT,
+    Verdict,
+    body_messages,
+    failure_of,
+    read_all,
+    retry_after,
+)
+
+if TYPE_CHECKING:
+    from ._messages import Attempt, OutgoingPost
+
+logger = logging.getLogger("mcp_sessions.client")
 
 
-class SessionError(Exception):
-    """A session operation the server refused, or a server without sessions.
-
-    ``code`` is the JSON-RPC error code (``-32601`` when the server does not know
-    ``sessions/create``), ``message`` the server's message and ``data`` its
-    ``data``. The string form never contains ``data``: for ``-32043`` it repeats
-    the session id, a bearer secret.
-    """
-
-    def __init__(self, code: int, message: str, data: object = None) -> None:
-        super().__init__(f"{message} ({code})")
-        self.code = code
-        self.message = message
-        self.data = data
-
-
-class SessionHandle:
+class HeldSession:
     """One conversation's data-layer session, as the client holds it.
 
     An empty handle (no token) means "no session yet". :meth:`to_dict` and
     :meth:`from_dict` persist it as JSON. The repr shows the stable id (``sid``
     claim), never the token.
     """
-
-    __slots__ = ("expires_at", "label", "state", "token")
 
     def __init__(
         self,
@@ -74,7 +91,10 @@ class SessionHandle:
         Only the server can verify a session id; these claims are for display,
         logs and routing hints, never for a security decision.
         """
-        return None if self.token is None else _unverified_claims(self.token)
+        try:
+            return None if self.token is None else decode_unverified(self.token)[1]
+        except ValueError:
+            return None
 
     @property
     def id(self) -> str | None:
@@ -120,7 +140,7 @@ class SessionHandle:
         return {name: value for name, value in saved.items() if value is not None}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, object]) -> SessionHandle:
+    def from_dict(cls, data: Mapping[str, object]) -> HeldSession:
         """A handle from :meth:`to_dict`'s output, or from a ``sessions/create`` result's ``session``."""
         if not isinstance(data, Mapping):
             raise TypeError("a saved session is a JSON object")
@@ -129,13 +149,13 @@ class SessionHandle:
 
     def __repr__(self) -> str:
         if self.token is None:
-            return f"SessionHandle(None, label={self.label!r})"
+            return f"HeldSession(None, label={self.label!r})"
         expires = _format_time(self.expires_at) if self.expires_at is not None else None
         state = "<set>" if self.state is not None else None
-        return f"SessionHandle(id={self.id!r}, expires_at={expires!r}, state={state}, label={self.label!r})"
+        return f"HeldSession(id={self.id!r}, expires_at={expires!r}, state={state}, label={self.label!r})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RetryPolicy:
     """How a transport retries a request the server could not serve now.
 
@@ -174,27 +194,23 @@ class RetryPolicy:
         base = min(self.max_backoff, self.backoff * 2.0**retry)
         return random.uniform(base / 2, base) if self.jitter else base  # noqa: S311 - jitter, not security
 
-    def _next_delay(self, retries: int, started: float, retry_after: float | None) -> float | None:
-        """The wait before retry number ``retries``, or ``None`` when the policy allows no more.
+    async def run(self, attempt: Callable[[], Awaitable[Verdict[ResponseT]]], what: str) -> Verdict[ResponseT]:
+        """Call ``attempt`` until its answer is not busy, or the policy allows no more retries: the last answer.
 
-        ``started`` is the ``time.monotonic()`` of the first try: no retry may end past the deadline.
+        The one retry loop of the client, for the caller's requests and its own alike.
         """
-        if retries >= self.attempts:
-            return None
-        delay = self.delay(retries, retry_after)
-        return delay if time.monotonic() - started + delay <= self.deadline else None
-
-
-def _unverified_claims(token: str) -> dict[str, object] | None:
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    payload = parts[1]
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (binascii.Error, ValueError):
-        return None
-    return claims if isinstance(claims, dict) else None
+        started, retries = time.monotonic(), 0
+        while True:
+            verdict = await attempt()
+            if not verdict.busy or retries >= self.attempts:
+                return verdict
+            delay = self.delay(retries, verdict.wait)
+            if time.monotonic() - started + delay > self.deadline:
+                return verdict
+            await verdict.discard()
+            logger.info("%s: server unavailable (-32010 or HTTP 503), retry %d in %.2f s", what, retries + 1, delay)
+            await anyio.sleep(delay)
+            retries += 1
 
 
 def _text(data: Mapping[str, object], name: str) -> str | None:
@@ -223,3 +239,245 @@ def parse_time(text: str) -> datetime:
 
 def _format_time(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")  # microseconds only when there are some
+
+
+ChangeHook = Callable[[HeldSession], "Awaitable[None] | None"]
+
+
+class SessionKeeper:
+    """Holds one :class:`HeldSession` and what the server said about sessions."""
+
+    def __init__(self, session: HeldSession, on_change: ChangeHook | None, profile: WireProfile) -> None:
+        if profile.client is None or not isinstance(profile.echo, Echo):
+            raise ValueError(f"the client does not speak the session wire {profile.name!r}")
+        self.session = session
+        self.on_change = on_change
+        self.profile = profile
+        self.wire: ClientSide = profile.client
+        self._echo: Echo = profile.echo
+        # The server may answer with the seeds' codes or the spec-safe ones (error_codes=): both are read.
+        self.required_codes = required_codes(profile)
+        # Codes that say "the session this request carried is gone".
+        self.gone_codes = profile.gone_codes()
+        # None: the server has not said; False: it has no sessions (capability or -32601).
+        self.supported: bool | None = None
+        self._changed = False
+
+    # -- what the server answered ---------------------------------------------------
+
+    def observe(self, post: OutgoingPost, attempt: Attempt, message: object) -> None:
+        """Learn from one answer to ``post``: the echo, the capability, a session the server no longer knows."""
+        if not jsonrpc.is_response(message):
+            return
+        message = cast("dict[str, object]", message)  # is_response checked that it is an object
+        request_id = message["id"]
+        token = self.session.token
+        named_held = attempt.named(request_id, token)
+        result = message.get("result")
+        if not isinstance(result, dict):
+            code = jsonrpc.error_code(message)
+            if code in self.gone_codes and named_held:
+                self.drop(token, f"the server answered {code} (session gone)")
+            return
+        self._take_echo(result, named_held=named_held)
+        method = post.method_of(request_id)
+        if method in ("server/discover", "initialize"):
+            self._observe_capability(result)
+        elif method == self.wire.delete_method and named_held:
+            self.drop(token, "it was deleted")
+
+    def _take_echo(self, result: dict[str, object], *, named_held: bool) -> None:
+        meta = jsonrpc.meta(result)
+        if meta is None or self._echo.meta_key not in meta:
+            return
+        echo = meta[self._echo.meta_key]
+        if named_held and self.profile.echo_ends(echo):
+            self.drop(self.session.token, "the server revoked it (a null session in the result)")
+        elif not isinstance(echo, dict):
+            return
+        elif self.session.token is None or echo.get(self._echo.id_member) != self.session.token:
+            logger.debug("ignored a session echo: it names a session this client does not hold")
+        elif not named_held:
+            logger.debug("ignored a session echo: it answers a request that did not carry the held session")
+        else:
+            self._update(echo)
+
+    def _update(self, echo: Mapping[str, object]) -> None:
+        """Take the state and expiry of an echo of the held session (in the wire's member names).
+
+        An absent state leaves the held state alone; an explicit ``null`` clears it.
+        """
+        session, state_member = self.session, self._echo.state_member
+        if state_member is not None and state_member in echo:
+            state = echo[state_member]
+            if (state is None or isinstance(state, str)) and state != session.state:
+                session.state = state
+                self._changed = True
+        expires = echo.get(self._echo.expiry_member)
+        try:
+            parsed = parse_time(expires) if isinstance(expires, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed != session.expires_at:
+            session.expires_at = parsed
+            self._changed = True
+
+    def _observe_capability(self, result: dict[str, object]) -> None:
+        capabilities = result.get("capabilities")
+        if not isinstance(capabilities, dict):
+            return
+        supported = self.wire.advertised(capabilities)
+        if self.supported is not supported:
+            logger.debug("the server %s sessions", "advertises" if supported else "does not advertise")
+        self.supported = supported
+
+    # -- changes ------------------------------------------------------------------------
+
+    def adopt(self, token: str, created: Mapping[str, object]) -> None:
+        """Hold the session ``sessions/create`` just returned, forgetting any other."""
+        self.session.clear()
+        self.session.token = token
+        self._update(created)
+        self._changed = True
+        logger.info("created session %s (expires %s)", self.session.id, created.get(self._echo.expiry_member))
+
+    def drop(self, token: str | None, reason: str) -> None:
+        """Forget the held session, if it is still ``token`` (another request may have replaced it)."""
+        if token is None or self.session.token != token:
+            return
+        logger.info("dropping session %s: %s", self.session.id, reason)
+        self.session.clear()
+        self._changed = True
+
+    def drop_if_expired(self) -> None:
+        """Forget a held session that has expired by this client's clock: it is never sent."""
+        if self.session.expired():
+            self.drop(self.session.token, "it expired by this client's clock")
+
+    def mark_unsupported(self) -> None:
+        """Remember that the server has no sessions (-32601 to sessions/create); warn once."""
+        if self.supported is not False:
+            logger.warning("the server does not support data-layer sessions: requests go out without one")
+        self.supported = False
+
+    async def report_changes(self) -> None:
+        """Run the ``on_change`` hook if the session changed; a failing hook is logged, never raised."""
+        if not self._changed:
+            return
+        self._changed = False
+        if self.on_change is None:
+            return
+        try:
+            outcome = self.on_change(self.session)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception:
+            logger.exception("the on_change hook failed")
+
+
+Post = Callable[[object, Headers, bytes, Mapping[str, object], str], Awaitable[ResponseLike]]
+"""Send a request (url, headers, body, extensions, HTTP method) through the wrapped transport."""
+
+
+class SessionLifecycle:
+    """Creates and deletes the held session with requests of the client's own, sent with ``post``."""
+
+    def __init__(self, post: Post, keeper: SessionKeeper, retry: RetryPolicy) -> None:
+        self._post = post
+        self._keeper = keeper
+        self._retry = retry
+        self._ids = itertools.count(1)
+
+    async def create(self, endpoint: Endpoint) -> Failure | None:
+        """Create a session and hold it; the server's refusal, if it refused (``-32601``: it has no sessions)."""
+        method = self._keeper.profile.create_method or ""
+        async with self._in_transport_session(endpoint) as endpoint:
+            params = self._keeper.wire.create_params(self._keeper.session.label)
+            reply = await self._call(endpoint, method, params, None)
+        if isinstance(reply, Failure):
+            if reply.code == METHOD_NOT_FOUND:
+                self._keeper.mark_unsupported()
+            return reply
+        created = self._keeper.wire.created(reply)
+        if created is None:
+            return Failure(INTERNAL_ERROR, f"the {method} result has no session")
+        self._keeper.adopt(*created)
+        return None
+
+    async def delete(self, endpoint: Endpoint) -> bool:
+        """Delete the held session and forget it: ``False`` if there was none or the server no longer knew it.
+
+        Other refusals raise :class:`SessionError`.
+        """
+        token = self._keeper.session.token
+        if token is None:
+            return False
+        wire = self._keeper.wire
+        async with self._in_transport_session(endpoint) as endpoint:
+            reply = await self._call(endpoint, wire.delete_method, wire.delete_params(token), token)
+        if isinstance(reply, Failure) and reply.code not in self._keeper.gone_codes:
+            raise reply.error()
+        if isinstance(reply, Failure) or not wire.deleted(reply):
+            self._keeper.drop(token, "the server no longer knows it")
+            return False
+        self._keeper.drop(token, "it was deleted")
+        return True
+
+    @asynccontextmanager
+    async def _in_transport_session(self, endpoint: Endpoint) -> AsyncIterator[Endpoint]:
+        """``endpoint`` in a transport session of its own on the 2025 wire, where a stateful server takes no
+        request outside one: opened with the handshake when the caller named none, ended (DELETE) after."""
+        headers = dict(endpoint.headers)
+        if endpoint.era is not Era.LEGACY or "mcp-session-id" in headers:
+            yield endpoint
+            return
+        params: dict[str, object] = {"protocolVersion": headers.get("mcp-protocol-version"), "capabilities": {}}
+        params["clientInfo"] = {"name": "mcp-sessions", "version": __version__}
+        body, framed = endpoint.request(f"mcp-sessions-{next(self._ids)}", "initialize", params, None)
+        response = await self._post(endpoint.url, framed, body, endpoint.extensions, "POST")
+        await read_all(response, MAX_OWN_ANSWER)
+        transport_id = response.headers.get("mcp-session-id")
+        if transport_id is None:  # a stateless server: every request stands alone
+            yield endpoint
+            return
+        opened = replace(endpoint, headers=[*endpoint.headers, ("mcp-session-id", transport_id)])
+        body = jsonrpc.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        framed = [*opened.headers, ("content-length", str(len(body)))]
+        await read_all(await self._post(endpoint.url, framed, body, endpoint.extensions, "POST"), MAX_OWN_ANSWER)
+        try:
+            yield opened
+        finally:
+            with anyio.CancelScope(shield=True):
+                delete = await self._post(endpoint.url, opened.headers, b"", endpoint.extensions, "DELETE")
+                await read_all(delete, MAX_OWN_ANSWER)
+
+    async def _call(
+        self, endpoint: Endpoint, method: str, params: dict[str, object], token: str | None
+    ) -> dict[str, object] | Failure:
+        """Send one request, retried by the policy; its result or its failure."""
+        request_id = f"mcp-sessions-{next(self._ids)}"
+        body, headers = endpoint.request(request_id, method, params, token)
+
+        async def attempt() -> Verdict[ResponseLike]:
+            response = await self._post(endpoint.url, headers, body, endpoint.extensions, "POST")
+            messages = body_messages(response, await read_all(response, MAX_OWN_ANSWER))
+            return Verdict.of(response, messages, retry_after(response.headers.get("retry-after")))
+
+        try:
+            verdict = await self._retry.run(attempt, method)
+        except AnswerTooLarge as exc:
+            return Failure(exc.code, f"{method}: {exc.message}")
+        reply = next((m for m in verdict.deciding if isinstance(m, dict) and m.get("id") == request_id), None)
+        reply = reply if reply is not None else _lone_error(verdict.deciding)
+        result = reply.get("result") if reply is not None else None
+        if isinstance(result, dict) and verdict.response.status_code < 300:
+            return result
+        return failure_of(reply, verdict.response)
+
+
+def _lone_error(messages: list[object]) -> dict[str, object] | None:
+    """The answer's one message when it is an error under another id: the server's refusal of the one request
+    sent. A server that could not read the request's id answers with ``null`` (JSON-RPC 2.0 §5); mcp 1.x
+    answers a request outside its transport session with ``"server-error"`` ("Bad Request: Missing session ID")."""
+    [message] = messages if len(messages) == 1 else [None]
+    return message if isinstance(message, dict) and "error" in message and "method" not in message else None

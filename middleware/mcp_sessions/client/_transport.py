@@ -6,29 +6,50 @@ and retries by the policy described in ``docs/client.md``. ``SessionTransport``
 (httpx2) and ``HttpxSessionTransport`` (httpx) name their library module in
 ``_library`` and inherit its ``AsyncBaseTransport``: the two libraries differ
 in module name only.
+
+A JSON answer is read whole (the caller reads it whole anyway). An SSE answer is
+held only until its first event is complete: if that event is a retryable
+error, nothing has reached the caller yet; otherwise the stream is relayed
+chunk by chunk (:class:`Relay`), observed as it passes and never changed.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-import time
-from collections.abc import Mapping
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from types import ModuleType
-from typing import ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 import anyio
 
 from .._wire import jsonrpc
-from .._wire.protocol import METHOD_NOT_FOUND, MODERN_VERSION, SESSION_STORE_UNAVAILABLE
+from .._wire.protocol import METHOD_NOT_FOUND, MODERN_VERSION
+from .._wire.sse import SSERewriter
 from ..profiles import PROFILES, WireProfile
-from ._incoming import Failure, ResponseLike, ResponseT
-from ._keeper import ChangeHook, SessionKeeper
-from ._lifecycle import SessionLifecycle
-from ._outgoing import Attempt, Endpoint, Headers, OutgoingPost, RequestLike, stamp
-from ._session import RetryPolicy, SessionHandle
-from ._verdict import Verdict, read_answer
+from ._messages import (
+    MAX_DECODED,
+    AnswerTooLarge,
+    Attempt,
+    Endpoint,
+    Failure,
+    Headers,
+    Inflater,
+    OutgoingPost,
+    RequestLike,
+    ResponseLike,
+    ResponseT,
+    Verdict,
+    body_messages,
+    retry_after,
+    stamp,
+)
+from ._session import ChangeHook, HeldSession, RetryPolicy, SessionKeeper, SessionLifecycle
 
 logger = logging.getLogger("mcp_sessions.client")
+
+_EOL: Final = re.compile(rb"\r\n|\r|\n")
 
 
 RequestT = TypeVar("RequestT", bound=RequestLike)
@@ -52,7 +73,7 @@ class SessionTransportBase(Generic[RequestT, ResponseT]):
         self,
         transport: InnerTransport[RequestT, ResponseT] | None = None,
         *,
-        session: SessionHandle | None = None,
+        session: HeldSession | None = None,
         auto_create: bool = True,
         recreate: bool = False,
         delete_on_close: bool = False,
@@ -62,13 +83,13 @@ class SessionTransportBase(Generic[RequestT, ResponseT]):
         close_transport: bool = True,
         profile: str | WireProfile = "draft",
     ) -> None:
-        if session is not None and not isinstance(session, SessionHandle):
-            raise TypeError("session must be a SessionHandle (SessionHandle.from_dict(saved) resumes a saved one)")
+        if session is not None and not isinstance(session, HeldSession):
+            raise TypeError("session must be a HeldSession (HeldSession.from_dict(saved) resumes a saved one)")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError("retry must be a RetryPolicy")
         if close_timeout < 0:
             raise ValueError("close_timeout must be 0 seconds or more")
-        self._keeper = SessionKeeper(SessionHandle() if session is None else session, on_change, _profile(profile))
+        self._keeper = SessionKeeper(HeldSession() if session is None else session, on_change, _profile(profile))
         self._retry = RetryPolicy() if retry is None else retry
         self._lifecycle = SessionLifecycle(self._post, self._keeper, self._retry)
         self._inner: InnerTransport[RequestT, ResponseT] = (
@@ -84,7 +105,7 @@ class SessionTransportBase(Generic[RequestT, ResponseT]):
         self._closed = False
 
     @property
-    def session(self) -> SessionHandle:
+    def session(self) -> HeldSession:
         """The held session: inspect it (``id``, ``expires_at``, ``state``) or persist it (``to_dict()``)."""
         return self._keeper.session
 
@@ -113,50 +134,44 @@ class SessionTransportBase(Generic[RequestT, ResponseT]):
             await self._keeper.report_changes()
 
     async def _exchange(self, post: OutgoingPost) -> ResponseT:
-        """Send ``post`` until its answer is one to deliver: retries by the policy, a new session at most once."""
-        started = time.monotonic()
-        retries = 0
-        session_retried = False
-        while True:
-            token = await self._token_for(post, force_create=session_retried)
-            if isinstance(token, Failure):
-                return self._refusal(post, token)
-            attempt = stamp(post, token, self.session.state)
-            response = await self._post(post.url, attempt.headers, attempt.body, post.extensions, "POST")
-            verdict = await read_answer(self._library, response, post, attempt, self._keeper)
-            reason = self._retry_reason(post, attempt, verdict)
-            delay = self._retry._next_delay(retries, started, verdict.retry_after) if reason == "unavailable" else None
-            if delay is not None:
-                await verdict.discard()
-                logger.info("server unavailable (-32010 or HTTP 503): retry %d in %.2f s", retries + 1, delay)
-                await anyio.sleep(delay)
-                retries += 1
-            elif reason in ("not_found", "required") and not session_retried:
-                await verdict.discard()
-                logger.info("retrying once with a new session after %s", reason.replace("_", " "))
-                session_retried = True
-            else:
-                return verdict.response
+        """Send ``post`` until its answer is one to deliver: retried by the policy, a new session at most once."""
+        renewed = False
 
-    def _retry_reason(
-        self, post: OutgoingPost, attempt: Attempt, verdict: Verdict[ResponseT]
-    ) -> Literal["unavailable", "not_found", "required"] | None:
-        """Why to send ``post`` again rather than deliver this answer, if the policy says to."""
+        async def attempt() -> Verdict[ResponseT]:
+            nonlocal renewed
+            verdict, renew = await self._try(post, force_create=renewed)
+            if renew is not None and not renewed:
+                await verdict.discard()
+                logger.info("retrying once with a new session after %s", renew)
+                renewed = True
+                verdict, _ = await self._try(post, force_create=True)
+            return verdict
+
+        return (await self._retry.run(attempt, "POST")).response
+
+    async def _try(self, post: OutgoingPost, *, force_create: bool) -> tuple[Verdict[ResponseT], str | None]:
+        """One try at ``post``: its verdict, and why to try once more with a new session, if the policy says to."""
+        token = await self._token_for(post, force_create=force_create)
+        if isinstance(token, Failure):
+            return Verdict(self._refusal(post, token), []), None
+        attempt = stamp(post, token, self.session.state)
+        response = await self._post(post.url, attempt.headers, attempt.body, post.extensions, "POST")
+        verdict = await read_answer(self._library, response, post, attempt, self._keeper)
+        if verdict.busy:
+            return verdict, None
         errors = [m for m in verdict.deciding if isinstance(m, dict) and isinstance(m.get("error"), dict)]
-        codes = {jsonrpc.error_code(e) for e in errors}
-        if verdict.response.status_code == 503 or SESSION_STORE_UNAVAILABLE in codes:
-            return "unavailable"
         gone = self._keeper.gone_codes
         if self._recreate and any(jsonrpc.error_code(e) in gone and e.get("id") in attempt.stamped_ids for e in errors):
-            return "not_found"
+            return verdict, "not found"
+        codes = {jsonrpc.error_code(e) for e in errors}
         if (
             not self._keeper.required_codes.isdisjoint(codes)
             and self._auto_create
             and attempt.token is None
             and not post.handles_own_session
         ):
-            return "required"
-        return None
+            return verdict, "required"
+        return verdict, None
 
     async def _token_for(self, post: OutgoingPost, *, force_create: bool) -> str | Failure | None:
         """The token to stamp, creating a session first if this request calls for one; a refused create's failure."""
@@ -197,7 +212,7 @@ class SessionTransportBase(Generic[RequestT, ResponseT]):
         *,
         protocol_version: str | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> SessionHandle:
+    ) -> HeldSession:
         """Create a session now, replacing any held one (which is forgotten, not deleted).
 
         ``url`` is the MCP endpoint; without it, the endpoint of the last request
@@ -285,6 +300,177 @@ class SessionTransportBase(Generic[RequestT, ResponseT]):
         if self._endpoint is None:
             raise ValueError("no MCP endpoint is known yet: pass url= (the server's MCP endpoint)")
         return self._endpoint
+
+
+async def read_answer(
+    library: ModuleType, response: ResponseT, post: OutgoingPost, attempt: Attempt, keeper: SessionKeeper
+) -> Verdict[ResponseT]:
+    """Read ``response`` to one attempt at ``post`` as far as deciding needs; the keeper learns from each message.
+
+    A JSON answer (or a 503) is read whole, up to :data:`MAX_DECODED` bytes: a longer one goes to the caller
+    as it comes, unobserved.
+    """
+    content_type = str(response.headers.get("content-type") or "").lower()
+    sse = content_type.startswith("text/event-stream") and response.status_code < 300
+    is_json = content_type.startswith("application/json")
+    if not (sse or is_json or response.status_code == 503):
+        return Verdict(response, [])
+    observe = functools.partial(keeper.observe, post, attempt)
+    inflate = Inflater(response.headers.get("content-encoding"))
+    relay = _relay_type(library)(response.stream, inflate, post.request_ids, observe, keeper.report_changes, sse=sse)
+    if sse:
+        await relay.hold_first_event()
+        return Verdict.of(_rebuilt(library, response, relay), [] if relay.first is None else [relay.first])
+    raw = await relay.read_whole(MAX_DECODED)
+    if raw is None:
+        logger.warning("an answer over %d bytes: its session echo is not read", MAX_DECODED)
+        return Verdict.of(_rebuilt(library, response, relay), [])
+    try:
+        messages = body_messages(response, raw) if is_json else []
+    except AnswerTooLarge as exc:
+        logger.warning("%s: its session echo is not read", exc.message)
+        messages = []
+    for message in messages:
+        observe(message)
+    wait = retry_after(response.headers.get("retry-after"))
+    return Verdict.of(_rebuilt(library, response, library.ByteStream(raw)), messages, wait)
+
+
+def _rebuilt(library: ModuleType, response: ResponseT, stream: object) -> ResponseT:
+    """``response`` (status, headers, extensions) with its body coming from ``stream``."""
+    rebuilt: ResponseT = library.Response(
+        response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
+    )
+    return rebuilt
+
+
+class Relay:
+    """The body of an answer: what was held of it, then the rest as it arrives, an SSE answer observed on the way.
+
+    Observing hands each event's message to ``on_message`` and stops once every
+    request in ``request_ids`` has its answer: the rest of the stream is not the
+    client's to read. ``first``, when the very first event had data, is the first
+    message held with it (a priming event's empty data is none): the one a retry may
+    replace, as nothing held has reached the caller. ``after_chunk`` runs after each
+    observed chunk: it reports session changes before the caller sees the next bytes.
+    """
+
+    def __init__(
+        self,
+        stream: Any,  # the server's, an AsyncByteStream of the library
+        inflate: Inflater,
+        request_ids: Iterable[object],
+        on_message: Callable[[object], None],
+        after_chunk: Callable[[], Awaitable[None]],
+        *,
+        sse: bool = True,
+    ) -> None:
+        self._stream = stream
+        self._chunks: AsyncIterator[bytes] = stream.__aiter__()
+        self._held: list[bytes] = []
+        self._inflate = inflate
+        self._rewriter = SSERewriter(self._on_event, max_event=MAX_DECODED)
+        self._pending = {jsonrpc.hashable_id(request_id) for request_id in request_ids}
+        self._on_message = on_message
+        self._after_chunk = after_chunk
+        self._observing = sse
+        self._first_complete = False
+        self.first: object = None
+
+    async def hold_first_event(self) -> None:
+        """Read and hold chunks until the first event is complete or the stream ends."""
+        await self._hold(lambda size: self._first_complete)
+
+    async def read_whole(self, limit: int) -> bytes | None:
+        """The whole body, its stream closed; ``None`` past ``limit`` bytes (what was held then goes first)."""
+        if await self._hold(lambda size: size > limit):
+            return None
+        await self.aclose()
+        return b"".join(self._held)
+
+    async def _hold(self, enough: Callable[[int], bool]) -> bool:
+        """Read and hold chunks until ``enough(bytes held)``; ``False`` if the stream ended first."""
+        size = 0
+        try:
+            while not enough(size):
+                try:
+                    chunk = await self._chunks.__anext__()
+                except StopAsyncIteration:
+                    return False
+                self._held.append(chunk)
+                size += len(chunk)
+                self._observe(chunk)
+            return True
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+            raise
+
+    def __aiter__(self) -> Relay:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._held:
+            return self._held.pop(0)
+        chunk = await self._chunks.__anext__()
+        self._observe(chunk)
+        await self._after_chunk()
+        return chunk
+
+    async def aclose(self) -> None:
+        """Close the server's stream (the caller stopped reading, read to the end, or a retry replaces it)."""
+        try:
+            aclose = getattr(self._chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            await self._stream.aclose()
+
+    def _observe(self, chunk: bytes) -> None:
+        """Parse one chunk as it passes; a failure to parse stops observing, never the stream."""
+        if not self._observing:
+            return
+        try:
+            output = self._rewriter.feed(self._inflate(chunk))
+            if self._rewriter.overflowed:
+                raise AnswerTooLarge(f"an SSE event over {MAX_DECODED} bytes")
+            if output and not self._first_complete:
+                self._first_complete = True
+                if not _first_event_has_data(output):
+                    self.first = None  # the message of a later event in the same chunk
+        except AnswerTooLarge as exc:
+            logger.warning("%s: its session echo is not read", exc.message)
+            self._observing = False
+        except Exception:  # an observer bug must never break the caller's stream
+            logger.exception("could not read the session echo from an SSE answer")
+            self._observing = False
+
+    def _on_event(self, data: str) -> None:
+        message = jsonrpc.loads(data.encode())
+        if message is None:
+            return
+        self._on_message(message)
+        if not self._first_complete and self.first is None:
+            self.first = message
+        if jsonrpc.is_response(message):
+            self._pending.discard(jsonrpc.hashable_id(message["id"]))
+            self._observing = bool(self._pending)
+
+
+def _first_event_has_data(output: bytes) -> bool:
+    """Whether the first event in ``output`` (complete events, as the rewriter emits them) has a data field."""
+    for line in _EOL.split(output):
+        if not line:
+            return False  # the blank line that ends the first event
+        if line.partition(b":")[0] == b"data":
+            return True
+    return False
+
+
+@functools.cache
+def _relay_type(library: ModuleType) -> type[Relay]:
+    # The library checks isinstance(stream, AsyncByteStream) before reading or closing a body.
+    return type("Relay", (Relay, library.AsyncByteStream), {"__module__": __name__})
 
 
 def _profile(profile: str | WireProfile) -> WireProfile:

@@ -8,44 +8,26 @@ the tool runs; :func:`check_call` is that check as a function. See
 ``docs/handles.md``.
 """
 
-from ._check import (
-    ATTRIBUTE_ID,
-    ATTRIBUTE_KIND,
+from ._format import MAX_HANDLE_CHARS, HandleKind
+from ._middleware import (
     HandleContext,
+    HandleMiddleware,
     ToolErrorResult,
     check_call,
     current_handle_context,
-    handle_candidates,
     handle_context,
-    record_handles,
     tool_error_result,
 )
-from ._check import check_request as check_request
-from ._check import is_tools_call as is_tools_call
-from ._format import CURRENT, MAX_HANDLE_CHARS, MAX_PREFIX_CHARS, HandleKind
-from ._handle import (
-    DEFAULT_MAX_HANDLES_PER_CALLER,
-    Handle,
-    HandleBudget,
-    HandleError,
-    HandleErrorReason,
-    HandleLimitExceeded,
-)
-from ._middleware import HandleMiddleware
 from ._middleware import answer_elements as answer_elements
+from ._middleware import check_request as check_request
+from ._middleware import is_tools_call as is_tools_call
+from ._middleware import record_handles as record_handles
 from ._middleware import send_answers as send_answers
-from ._registry import Handles
+from ._registry import Handle, HandleBudget, HandleError, HandleErrorReason, HandleLimitExceeded, Handles
 
-# The request-level check the session middleware's pipeline shares with HandleMiddleware is re-exported
-# above for the pipeline, and is no part of the public API (``__all__``).
-
+# The public API is __all__; each ``name as name`` import above is for the package's other parts only.
 __all__ = [
-    "ATTRIBUTE_ID",
-    "ATTRIBUTE_KIND",
-    "CURRENT",
-    "DEFAULT_MAX_HANDLES_PER_CALLER",
     "MAX_HANDLE_CHARS",
-    "MAX_PREFIX_CHARS",
     "Handle",
     "HandleBudget",
     "HandleContext",
@@ -58,8 +40,6 @@ __all__ = [
     "ToolErrorResult",
     "check_call",
     "current_handle_context",
-    "handle_candidates",
     "handle_context",
-    "record_handles",
     "tool_error_result",
 ]

@@ -181,8 +181,6 @@ class HandleKind:
     it shows the model a string of its ``pattern`` and gives the tool the verified :class:`Handle`.
     """
 
-    __slots__ = ("create", "description", "idle_ttl", "length", "name", "pattern", "prefix", "ttl")
-
     def __init__(
         self,
         name: str,

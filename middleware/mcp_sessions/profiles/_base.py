@@ -1,37 +1,57 @@
-"""What a session wire decides, as data: :class:`WireProfile` and its parts.
+"""The wire interface, :class:`WireProfile`, its parts, the error code sets, and the default wire, the draft.
 
 A profile names its methods and what each does, where a request carries its
-session (``_carriers.py``), what the echo looks like and where it goes
-(``_echo_shapes.py``), where the capability is advertised in each era, and its
+session and what the echo looks like and where it goes (``_carriers.py``), where the capability is
+advertised in each era, and its
 error codes. The pipeline asks the enabled profiles, in order, which one a
-message speaks, and never names a literal of its own. A method the middleware
-answers itself gets a :class:`LocalCall`.
+message speaks (:meth:`WireProfile.claim`), and never names a literal of its
+own. A wire that does more than the draft (the strawman, SEP-1364) is a
+subclass that overrides the methods below; a method the middleware answers
+itself gets a :class:`LocalCall`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from starlette.types import Scope
+from starlette.types import Scope, Send
 
-from .._session import Minted, Session, SessionService
-from .._wire import Refusal
-from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, Era
-from ._carriers import Carrier
-from ._echo_shapes import EchoShape
+from .._session import Minted, Session, SessionNotFound, SessionService
+from .._wire import Refusal, iso
+from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, Era
+from ._carriers import Carrier, Echo, EchoShape, SessionCarrier
 
 if TYPE_CHECKING:
     from .._otel import Operation
 
 SESSIONLESS: Final = frozenset({"initialize", "notifications/initialized", "server/discover", "ping"})
 """What a client calls before it can hold a session: a policy that requires sessions everywhere lets these through."""
+ADVERTISING_METHODS: Final = frozenset({"server/discover", "initialize"})
+"""The methods whose result may advertise a wire's capability (:meth:`WireProfile.advertises`)."""
 _MAX_ECHOED_ID: Final = 256
 
 
-@dataclass(slots=True)
+class Claim(IntEnum):
+    """How surely a message speaks a wire (:meth:`WireProfile.claim`), surest first."""
+
+    OPENS = 0
+    """It opens a session of the wire."""
+    CALLS = 1
+    """It calls one of the wire's methods, in the wire's shape."""
+    NAMES = 2
+    """It names a session where the wire carries one."""
+    SHARES_NAME = 3
+    """It calls a method of the wire's name in no wire's shape: the wire answers it (-32602)."""
+    DECLARED = 4
+    """Its client declared the wire."""
+
+
+@dataclass
 class LocalCall:
     """One call of a local method, as its answer function sees it; the answer returns a result or raises a Refusal."""
 
@@ -49,6 +69,8 @@ class LocalCall:
     """The verified session the call names, for methods that need one."""
     operation: Operation | None
     """The call's telemetry, when it is traced."""
+    header: bytes | None = None
+    """The ``Mcp-Session-Id`` header as sent, if any."""
     envelope: dict[str, object] = field(default_factory=dict)
     """Members the answer adds beside ``result`` (SEP-1364's top-level ``sessionId``)."""
     minted: Minted | None = None
@@ -93,7 +115,7 @@ class LocalCall:
 LocalAnswer = Callable[[LocalCall], Awaitable[dict[str, object]]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Capability:
     """Where the server's support is advertised: paths under ``capabilities`` of a result, in each era."""
 
@@ -117,7 +139,7 @@ class Capability:
         return {"required": True} if required else {}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class LocalMethod:
     """A method the middleware answers itself: never forwarded to the app."""
 
@@ -125,11 +147,9 @@ class LocalMethod:
     """Whether the call must name a live session, which the pipeline resolves first."""
     answer: LocalAnswer
     """The function that answers a call: the result object, or :class:`Refusal`."""
-    applies: Callable[[dict[str, object]], bool] | None = None
-    """When two wires share a method name: whether a message is of this wire's shape (default: always)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ClientSide:
     """What the client shim needs of a wire beyond its carrier and echo: its own create and delete."""
 
@@ -147,9 +167,13 @@ class ClientSide:
     """Whether a server's ``capabilities`` advertise this wire."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class WireProfile:
-    """Everything one session wire decides. The draft is :data:`mcp_sessions.profiles.DRAFT`."""
+    """Everything one session wire decides. The draft is :data:`mcp_sessions.profiles.DRAFT`.
+
+    The fields are what every wire states; the methods are what the pipeline asks of a wire, with the
+    draft's answers. A wire that answers otherwise subclasses this and overrides them.
+    """
 
     name: str
     """The name ``profiles=`` and ``MCP_SESSIONS_PROFILES`` know it by."""
@@ -169,10 +193,6 @@ class WireProfile:
     """The error code for a request without a session where the policy requires one."""
     header_mismatch: int = HEADER_MISMATCH
     """The error code for an ``Mcp-Session-Id`` header that differs from the session in the body."""
-    required_message: str = "Session required"
-    """The message of the "required" error, as the wire's draft words it (:meth:`required_text` adds the hint)."""
-    not_found_message: str = "Session not found"
-    """The message of the "not found" error, as the wire's draft words it (:attr:`not_found_text` adds the hint)."""
     required_hint: str | None = None
     """What a client does about the "required" error, added to its message: clients show the message, not ``data``."""
     not_found_hint: str | None = None
@@ -181,54 +201,94 @@ class WireProfile:
     """The hint that goes with the "required" error (for the draft, the create method)."""
     create_method: str | None = None
     """The method that opens a session, named in errors."""
-    advertised_per_request: frozenset[str] = frozenset({"server/discover"})
-    """Methods whose 2026-07-28 result advertises the capability."""
-    advertised_handshake: frozenset[str] = frozenset({"server/discover", "initialize"})
-    """Methods whose 2025-era result advertises the capability."""
-    unknown_is_no_session: bool = False
-    """A session id that names no live session makes the request sessionless, and its result says so
-    (a ``null`` echo: the strawman's revocation signal), instead of the "not found" error."""
-    declared: Callable[[dict[str, object]], bool] | None = None
-    """Whether a message without any wire's session comes from a client that declared this wire
-    (its capabilities); then the "required" error is this wire's."""
-    header_every_era: bool = False
-    """``Mcp-Session-Id`` mirrors this wire's session in every era, not only on 2026-07-28 requests."""
     client: ClientSide | None = None
     """What the client shim needs to speak this wire (``None``: the shim does not speak it)."""
 
-    def speaks(self, message: dict[str, object], method: str) -> bool:
-        """Whether a message is of this wire: one of its methods, or its session key is there."""
-        return self.local_for(message, method) is not None or self.carrier.present(message)
+    # -- which wire a message speaks ------------------------------------------------
 
-    def local_for(self, message: dict[str, object], method: str) -> LocalMethod | None:
-        """The local method a message calls on this wire, if it calls one in this wire's shape."""
+    def claim(self, message: dict[str, object], method: str) -> tuple[Claim, LocalMethod | None] | None:
+        """How surely ``message`` speaks this wire (a :class:`Claim`) and the local method it calls; ``None``
+        when it does not. The pipeline takes the surest claim, the first wire's on a tie."""
         local = self.methods.get(method)
-        if local is None or local.applies is None or local.applies(message):
-            return local
-        return None
+        if local is not None and self.in_shape(message, method):
+            return Claim.CALLS, local
+        if self.carrier.present(message):
+            return Claim.NAMES, None
+        return None if local is None else (Claim.SHARES_NAME, local)
+
+    def in_shape(self, message: dict[str, object], method: str) -> bool:
+        """Whether a call of one of this wire's methods has this wire's shape (where another wire has a method of
+        the same name): always, by default."""
+        return True
+
+    # -- the session a message names ------------------------------------------------
+
+    def header_names_session(self, era: Era) -> bool:
+        """Whether ``Mcp-Session-Id`` names this wire's session in ``era``, so that it must match the message's:
+        on 2026-07-28 requests, where the 2025 era's header is the server's transport session."""
+        return era is Era.MODERN
+
+    def unknown_session(self, token: str, gone: SessionNotFound) -> Refusal | None:
+        """What a request whose ``token`` names no live session of the caller gets: the "not found" error.
+
+        ``None`` makes the request sessionless, and its result says the session is gone (the echo's ``revoke``).
+        """
+        return self.not_found_refusal(token, gone.reason, gone.session_id)
+
+    # -- what the server sees -------------------------------------------------------
+
+    def to_server(self, scope: Scope, send: Send, session: Session, *, era: Era, method: str) -> tuple[Scope, Send]:
+        """The scope and ``send`` the app is called with for a request in ``session``: as they are."""
+        return scope, send
+
+    def probe_scope(
+        self,
+        scope: Scope,
+        *,
+        era: Era,
+        session: Session | None,
+        header: bytes | None,
+        message: object,
+        sessions: SessionService,
+    ) -> Scope:
+        """The scope the server's own guard is asked with (``_verdict.py``) for a message of this wire that the
+        middleware answers itself; ``session`` is the one it names if that one is live: ``scope`` as it is."""
+        return scope
 
     def advertises(self, method: str, era: Era) -> bool:
         """Whether the result of ``method`` is where this wire advertises its capability, in ``era``."""
-        return method in (self.advertised_per_request if era is Era.MODERN else self.advertised_handshake)
+        if not self.capability.places(era):
+            return False
+        return method == "server/discover" or (era is Era.LEGACY and method == "initialize")
+
+    # -- errors ---------------------------------------------------------------------
 
     def required_text(self, why: str | None = None) -> str:
         """The "required" error's message: the draft's words, then why there is no session, then what to do."""
-        return _message(self.required_message, why, self.required_hint)
+        return _message("Session required", why, self.required_hint)
 
     @property
     def not_found_text(self) -> str:
         """The "not found" error's message: the draft's words, then what to do."""
-        return _message(self.not_found_message, None, self.not_found_hint)
-
-    def not_found_data(self, token: Any) -> dict[str, object]:
-        """The "not found" error's data: what the client sent, cut to 256 characters."""
-        return {self.carrier.id_member: token[:_MAX_ECHOED_ID] if isinstance(token, str) else None}
+        return _message("Session not found", None, self.not_found_hint)
 
     def not_found_refusal(self, token: Any, reason: str, session_id: str | None = None) -> Refusal:
-        """The "not found" error for the session id ``token``: gone (``reason``), or never this caller's."""
-        return Refusal(
-            self.not_found, self.not_found_text, self.not_found_data(token), reason=reason, session_id=session_id
-        )
+        """The "not found" error for the session id ``token``: gone (``reason``), or never this caller's. Its data
+        is what the client sent, cut to 256 characters."""
+        data = {self.carrier.id_member: token[:_MAX_ECHOED_ID] if isinstance(token, str) else None}
+        return Refusal(self.not_found, self.not_found_text, data, reason=reason, session_id=session_id)
+
+    # -- what a client reads --------------------------------------------------------
+
+    def gone_codes(self) -> frozenset[int]:
+        """The error codes that tell a client the session its request carried is gone, whichever set the server
+        answers with (``error_codes=``)."""
+        return not_found_codes(self)
+
+    def echo_ends(self, echo: object) -> bool:
+        """Whether an echo (the value under the echo's key in a result) says the session the request carried is
+        gone: never, on the draft."""
+        return False
 
 
 def session_object(value: object, id_member: str) -> tuple[str, dict[str, object]] | None:
@@ -245,6 +305,167 @@ def ended_hint(opens: str) -> str:
 def _message(words: str, why: str | None, hint: str | None) -> str:
     """A draft's fixed words, kept as its first characters (its conformance), and the rest after them."""
     parts = [part for part in (why, hint) if part]
-    if words.endswith("."):  # sentences already: each part is one more
-        return " ".join([words, *(f"{part[0].upper()}{part[1:]}." for part in parts)])
     return f"{words}: {'; or '.join(parts)}" if parts else words
+
+
+# -- the error code sets -------------------------------------------------------------
+#
+# MCP 2026-07-28 reserves -32020..-32099 to the codes it defines and retires -32002 and -32042, where the
+# seeds' -32043, -32044 and the strawman's -32002 fall. Of -32000..-32019 it says "new implementations SHOULD
+# NOT use codes from this sub-range at all", and of new codes that they "SHOULD be allocated outside the
+# JSON-RPC reserved range (-32768 to -32000)". error_codes="application" follows those sentences: a wire's
+# "not found" and "required" move to -31043 and -31044, outside the reserved range. error_codes="spec-safe"
+# keeps only the MUST NOT: they move to -32012 and -32013. "Error codes" in docs/profiles.md has the table.
+
+ErrorCodes = Literal["seeds", "spec-safe", "application"]
+"""The error code sets ``error_codes=`` takes."""
+ERROR_CODE_SETS: Final[tuple[ErrorCodes, ...]] = ("seeds", "spec-safe", "application")
+"""Each set ``error_codes=`` takes: the seeds' own codes (the default), codes MCP 2026-07-28 does not forbid,
+or codes outside the JSON-RPC reserved range, as 2026-07-28 asks of new codes."""
+
+SPEC_SAFE_NOT_FOUND: Final = -32012
+"""Error code under ``error_codes="spec-safe"``: the session names no live session of the caller."""
+SPEC_SAFE_REQUIRED: Final = -32013
+"""Error code under ``error_codes="spec-safe"``: the request has no session and the policy requires one."""
+APPLICATION_NOT_FOUND: Final = -31043
+"""Error code under ``error_codes="application"``: the session names no live session of the caller."""
+APPLICATION_REQUIRED: Final = -31044
+"""Error code under ``error_codes="application"``: the request has no session and the policy requires one."""
+_MOVED: Final[dict[str, tuple[int, int]]] = {
+    "spec-safe": (SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED),
+    "application": (APPLICATION_NOT_FOUND, APPLICATION_REQUIRED),
+}
+"""Where each set other than the seeds' moves the "not found" and "required" codes the specification forbids."""
+SPEC_DEFINED_CODES: Final = frozenset({-32020, -32021, -32022})
+"""The codes of the reserved band that MCP 2026-07-28 defines: header mismatch, missing client
+capability, unsupported protocol version."""
+_RETIRED: Final = frozenset({-32002, -32042})
+
+
+def spec_allows(code: int) -> bool:
+    """Whether MCP 2026-07-28 lets an implementation answer ``code``: not reserved to it, not retired."""
+    if code in _RETIRED:
+        return False
+    return not -32099 <= code <= -32020 or code in SPEC_DEFINED_CODES
+
+
+def outside_reserved(code: int) -> bool:
+    """Whether ``code`` lies outside the JSON-RPC reserved range (-32768..-32000), where MCP 2026-07-28 says new
+    codes SHOULD be allocated."""
+    return not -32768 <= code <= -32000
+
+
+def with_error_codes(profiles: Iterable[WireProfile], codes: ErrorCodes) -> tuple[WireProfile, ...]:
+    """The wires answering with ``codes``: as they are (``seeds``), or with every code the spec forbids moved."""
+    if codes not in ERROR_CODE_SETS:
+        raise ValueError(f"error_codes must be one of {', '.join(ERROR_CODE_SETS)}, got {codes!r}")
+    if codes == "seeds":
+        return tuple(profiles)
+    not_found, required = _MOVED[codes]
+    keeps = spec_allows if codes == "spec-safe" else outside_reserved
+    return tuple(
+        dataclasses.replace(
+            profile,
+            not_found=profile.not_found if keeps(profile.not_found) else not_found,
+            required=profile.required if keeps(profile.required) else required,
+        )
+        for profile in profiles
+    )
+
+
+def not_found_codes(profile: WireProfile) -> frozenset[int]:
+    """The codes a client of ``profile`` reads as "not found", whichever set the server answers with."""
+    return frozenset({profile.not_found, SPEC_SAFE_NOT_FOUND, APPLICATION_NOT_FOUND})
+
+
+def required_codes(profile: WireProfile) -> frozenset[int]:
+    """The codes a client of ``profile`` reads as "required", whichever set the server answers with."""
+    return frozenset({profile.required, SPEC_SAFE_REQUIRED, APPLICATION_REQUIRED})
+
+
+# -- the default wire: the data-layer sessions draft ------------------------------------
+#
+# The wire profile "draft-2026-03" (transports-wg PR #20): sessions/create and sessions/delete; a request names
+# its session in params._meta["io.modelcontextprotocol/session"] as {"sessionId", "state"?} and results echo
+# {"sessionId", "state"?, "expiresAt"} there. The key uses the io.modelcontextprotocol/ prefix that MCP
+# reserves for the specification, because the draft was written to become part of it.
+
+SESSION_META_KEY: Final = "io.modelcontextprotocol/session"
+"""The ``params._meta`` key whose value names a request's session: ``{"sessionId": ..., "state": ...}``."""
+METHOD_CREATE: Final = "sessions/create"
+METHOD_DELETE: Final = "sessions/delete"
+SESSIONS_EXTENSION_ID: Final = "io.modelcontextprotocol/sessions"
+SESSION_NOT_FOUND: Final = -32043
+"""Error code: the session is unknown, invalid, expired or deleted; permanent, so the client opens a new one."""
+SESSION_REQUIRED: Final = -32044
+"""Error code: the request has no session and the policy requires one."""
+MAX_LABEL_LENGTH: Final = 256
+
+
+async def create(call: LocalCall) -> dict[str, object]:
+    """``sessions/create``: a new session; session metadata on the request is an error."""
+    if call.profile.carrier.present(call.message):
+        raise Refusal(INVALID_REQUEST, f"{call.profile.create_method} must not carry session metadata")
+    call.string_param("label", max_length=MAX_LABEL_LENGTH)
+    minted = await call.mint()
+    return {"session": {"sessionId": minted.token, "expiresAt": iso(int(minted.expires_at))}}
+
+
+async def delete(call: LocalCall) -> dict[str, object]:
+    """``sessions/delete``: end the session the request names; deleting it twice is "not found"."""
+    session = call.session
+    assert session is not None  # needs_session: the pipeline resolved it
+    await call.end(session, session.token)
+    return {}
+
+
+def _create_params(label: str | None) -> dict[str, object]:
+    return {} if label is None else {"label": label}
+
+
+def _created(result: dict[str, object]) -> tuple[str, dict[str, object]] | None:
+    return session_object(result.get("session"), "sessionId")
+
+
+def _delete_params(token: str) -> dict[str, object]:
+    return {"_meta": {SESSION_META_KEY: {"sessionId": token}}}
+
+
+def _advertised(capabilities: dict[str, object]) -> bool:
+    extensions, experimental = capabilities.get("extensions"), capabilities.get("experimental")
+    return (
+        "sessions" in capabilities
+        or (isinstance(extensions, dict) and SESSIONS_EXTENSION_ID in extensions)
+        or (isinstance(experimental, dict) and "sessions" in experimental)
+    )
+
+
+DRAFT: Final = WireProfile(
+    name="draft",
+    carrier=SessionCarrier(meta_key=SESSION_META_KEY, id_member="sessionId", state_member="state"),
+    echo=Echo(meta_key=SESSION_META_KEY, id_member="sessionId", state_member="state", expiry_member="expiresAt"),
+    capability=Capability(
+        per_request=(("sessions",), ("extensions", SESSIONS_EXTENSION_ID)),
+        handshake=(("sessions",), ("experimental", "sessions")),
+    ),
+    methods={
+        METHOD_CREATE: LocalMethod(needs_session=False, answer=create),
+        METHOD_DELETE: LocalMethod(needs_session=True, answer=delete),
+    },
+    sessionless=SESSIONLESS | {METHOD_CREATE},
+    not_found=SESSION_NOT_FOUND,
+    required=SESSION_REQUIRED,
+    required_data={"create": METHOD_CREATE},
+    required_hint=f'call {METHOD_CREATE} and send its sessionId in params._meta["{SESSION_META_KEY}"]',
+    not_found_hint=ended_hint(METHOD_CREATE),
+    create_method=METHOD_CREATE,
+    client=ClientSide(
+        create_params=_create_params,
+        created=_created,
+        delete_method=METHOD_DELETE,
+        delete_params=_delete_params,
+        deleted=lambda result: True,  # a delete of a session that is gone is -32043, not a result
+        advertised=_advertised,
+    ),
+)
+"""The data-layer sessions draft (``sessions/create``, ``io.modelcontextprotocol/session``): the default wire."""

@@ -1,6 +1,7 @@
-"""Where a request carries its session: the :class:`Carrier` protocol, its two built-in shapes
-:class:`SessionCarrier` (in ``params._meta``) and :class:`TopLevelCarrier` (a top-level member),
-and what a carrier reads, a :class:`SessionRef`.
+"""A wire's shapes. Where a request carries its session: the :class:`Carrier` protocol, its two built-in
+shapes :class:`SessionCarrier` (in ``params._meta``) and :class:`TopLevelCarrier` (a top-level member), and
+what a carrier reads, a :class:`SessionRef`. What a result to a request in a session carries back: the echo
+shapes :class:`Echo` (in ``result._meta``) and :class:`TopLevelEcho` (a top-level member beside ``result``).
 
 Reading refuses session metadata of the wrong shape, or on a path whose
 member names a request repeats, with :class:`InvalidSessionMeta`.
@@ -11,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, NamedTuple, Protocol
+
+from .._wire import jsonrpc
 
 _ABSENT: Final = object()
 
@@ -47,7 +50,7 @@ def _check_unique(obj: Mapping[str, object], *names: str) -> None:
         raise InvalidSessionMeta("session metadata must not repeat a member name")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SessionCarrier:
     """Where a request carries its session: ``params._meta[meta_key]``, an object."""
 
@@ -57,15 +60,6 @@ class SessionCarrier:
     """The member of that object that names the session (in errors' data too)."""
     state_member: str | None = None
     """The member that carries the session's state, where the wire has one."""
-    strips: ClassVar[bool] = False
-    """Whether the member is removed from the request before the app sees it: never, ``_meta`` is the app's."""
-    opening_methods: ClassVar[frozenset[str]] = frozenset()
-    """Methods on which the message opens a session: none, on this carrier."""
-
-    @property
-    def marker(self) -> str:
-        """A member name whose presence in a body means this wire's session may be there."""
-        return self.meta_key
 
     @property
     def path_names(self) -> tuple[str, ...]:
@@ -96,20 +90,15 @@ class SessionCarrier:
 
     def present(self, message: Mapping[str, object]) -> bool:
         """Whether a message carries this wire's session key at all (even malformed)."""
-        params = message.get("params")
-        meta = params.get("_meta") if isinstance(params, dict) else None
+        meta = jsonrpc.meta(message.get("params"))
         return isinstance(meta, dict) and meta.get(self.meta_key) is not None
-
-    def opens(self, message: Mapping[str, object], method: str) -> bool:
-        """Whether the message opens a session and then runs in it: never, on this carrier."""
-        return False
 
     def strip(self, message: dict[str, Any]) -> bool:
         """Remove the session from a message before the app sees it: never, ``_meta`` is the app's to read."""
         return False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TopLevelCarrier:
     """Where a request carries its session: a top-level string ``member`` of the message (SEP-1364).
 
@@ -124,23 +113,11 @@ class TopLevelCarrier:
     """Methods on which a ``null`` id asks for a new session."""
     state_member: ClassVar[None] = None
     """This carrier has no state member."""
-    strips: ClassVar[bool] = True
-    """The member is removed from the request before the app sees it."""
-
-    @property
-    def marker(self) -> str:
-        """A member name whose presence in a body means this wire's session may be there."""
-        return self.member
 
     @property
     def id_member(self) -> str:
         """The member that names the session (in errors' data too)."""
         return self.member
-
-    @property
-    def path_names(self) -> tuple[str, ...]:
-        """The member names on the path to the session, which a request must not repeat."""
-        return (self.member,)
 
     def read(self, message: Mapping[str, object]) -> SessionRef | None:
         """The session a message names, ``None`` when it names none; a non-string id is invalid."""
@@ -158,10 +135,6 @@ class TopLevelCarrier:
         """Whether a message has the member at all (even ``null``): it speaks this wire."""
         return self.member in message
 
-    def opens(self, message: Mapping[str, object], method: str) -> bool:
-        """Whether the message is an opening method that carries the member (even ``null``)."""
-        return method in self.opening_methods and self.member in message
-
     def strip(self, message: dict[str, Any]) -> bool:
         """Remove the member before the app sees the message; whether it was there."""
         return message.pop(self.member, _ABSENT) is not _ABSENT
@@ -170,35 +143,14 @@ class TopLevelCarrier:
 class Carrier(Protocol):
     """Where a wire's requests name their session: what a wire of a new shape implements.
 
-    The planner reads ``marker``, ``path_names``, ``opening_methods`` and
-    ``strips`` once; a request is read with :meth:`read` (the data-layer
-    source), :meth:`present` and :meth:`opens` (which wire a message speaks),
-    and :meth:`strip` (before the app sees it, where ``strips``).
+    A request is read with :meth:`read` (the data-layer source),
+    :meth:`present` (which wire a message speaks), and :meth:`strip` (before
+    the app sees it).
     """
-
-    @property
-    def marker(self) -> str:
-        """A member name whose absence from a body (spelled without escapes) means no session is named."""
-        ...
 
     @property
     def id_member(self) -> str:
         """The member that names the session (repeated in errors' data)."""
-        ...
-
-    @property
-    def path_names(self) -> tuple[str, ...]:
-        """The member names on the path to the session, which a request must not repeat."""
-        ...
-
-    @property
-    def opening_methods(self) -> frozenset[str]:
-        """Methods on which a message opens a session and then runs in it."""
-        ...
-
-    @property
-    def strips(self) -> bool:
-        """Whether the member is removed from the request before the app sees it."""
         ...
 
     def read(self, message: Mapping[str, object]) -> SessionRef | None:
@@ -209,10 +161,68 @@ class Carrier(Protocol):
         """Whether a message carries this wire's session member at all (even malformed)."""
         ...
 
-    def opens(self, message: Mapping[str, object], method: str) -> bool:
-        """Whether the message opens a session and then runs in it."""
-        ...
-
     def strip(self, message: dict[str, Any]) -> bool:
         """Remove the session from a message before the app sees it; whether it was there."""
         ...
+
+
+@dataclass(frozen=True)
+class Echo:
+    """What a result to a request in a session carries back, in ``result._meta[meta_key]``."""
+
+    meta_key: str
+    """The ``result._meta`` key the echo goes under."""
+    id_member: str
+    """The member that names the session."""
+    expiry_member: str
+    """The member that says when the session expires (RFC 3339)."""
+    state_member: str | None = None
+    """The member that carries the session's state, where the wire has one."""
+
+    def attach(
+        self, message: dict[str, object], result: dict[str, object], token: str, state: str | None, expires: str
+    ) -> None:
+        """Put the echo into ``result._meta``."""
+        _meta_of(result)[self.meta_key] = self.build(token, state, expires)
+
+    def revoke(self, message: dict[str, object], result: dict[str, object]) -> None:
+        """Say "this session is gone": ``null`` in its place (the strawman's revocation signal)."""
+        _meta_of(result)[self.meta_key] = None
+
+    def build(self, token: str, state: str | None, expires: str) -> dict[str, str]:
+        """The echo as an object."""
+        echo = {self.id_member: token}
+        if state is not None and self.state_member is not None:
+            echo[self.state_member] = state
+        echo[self.expiry_member] = expires
+        return echo
+
+
+@dataclass(frozen=True)
+class TopLevelEcho:
+    """The echo as a top-level string ``member`` of the response, beside ``result`` (SEP-1364)."""
+
+    member: str
+    """The top-level member of the response that carries the session id."""
+
+    def attach(
+        self, message: dict[str, object], result: dict[str, object], token: str, state: str | None, expires: str
+    ) -> None:
+        """Put the session id beside ``result``."""
+        message[self.member] = token
+
+    def revoke(self, message: dict[str, object], result: dict[str, object]) -> None:
+        """Say "this session is gone": a ``null`` id."""
+        message[self.member] = None
+
+
+EchoShape = Echo | TopLevelEcho
+"""The echo a wire declares: in ``result._meta``, or beside ``result``."""
+
+
+def _meta_of(result: dict[str, object]) -> dict[str, object]:
+    """``result._meta``, a new object in its place when it is not one."""
+    meta = jsonrpc.meta(result)
+    if meta is None:
+        meta = result["_meta"] = {}
+    return meta

@@ -18,13 +18,24 @@ from collections.abc import Mapping
 from typing import Final
 
 from .._session import PRINCIPAL_CLAIM, Session, SessionNotFound
-from .._wire import Refusal, iso, store_unavailable
+from .._wire import Refusal, iso, jsonrpc, store_unavailable
 from .._wire.protocol import CLIENT_CAPABILITIES_META_KEY, INVALID_PARAMS, METHOD_NOT_FOUND
 from ..stores import InvalidCursor, SessionStoreUnavailable
-from ._base import SESSIONLESS, Capability, ClientSide, LocalCall, LocalMethod, WireProfile, ended_hint, session_object
-from ._carriers import SessionCarrier
-from ._draft import SESSION_NOT_FOUND
-from ._echo_shapes import Echo
+from ._base import (
+    SESSION_NOT_FOUND,
+    SESSIONLESS,
+    Capability,
+    Claim,
+    ClientSide,
+    LocalCall,
+    LocalMethod,
+    WireProfile,
+    ended_hint,
+    not_found_codes,
+    required_codes,
+    session_object,
+)
+from ._carriers import Echo, SessionCarrier
 
 COOKIE_KEY: Final = "mcp/session"
 """The ``_meta`` key of the session cookie, in requests (``{"id"}``) and results (``{"id", "expiry"}``)."""
@@ -42,6 +53,7 @@ MAX_LABEL_LENGTH: Final = 256
 MAX_DATA_ENTRIES: Final = 32
 MAX_DATA_VALUE_LENGTH: Final = 1024
 PAGE_SIZE: Final = 100
+_REQUIRED: Final = "Session required. Call session/create first."
 
 
 def _is_create(message: dict[str, object]) -> bool:
@@ -58,8 +70,7 @@ def _has_id(message: dict[str, object]) -> bool:
 
 def _declared(message: dict[str, object]) -> bool:
     """Whether a 2026-07-28 request's client declared ``experimental.session`` in its capabilities."""
-    params = message.get("params")
-    meta = params.get("_meta") if isinstance(params, dict) else None
+    meta = jsonrpc.meta(message.get("params"))
     capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
     experimental = capabilities.get("experimental") if isinstance(capabilities, dict) else None
     return isinstance(experimental, dict) and experimental.get("session") is not None
@@ -196,7 +207,7 @@ def _client_create_params(label: str | None) -> dict[str, object]:
 
 
 def _created(result: dict[str, object]) -> tuple[str, dict[str, object]] | None:
-    meta = result.get("_meta")
+    meta = jsonrpc.meta(result)
     return session_object(meta.get(COOKIE_KEY) if isinstance(meta, dict) else None, "id")
 
 
@@ -205,7 +216,41 @@ def _advertised(capabilities: dict[str, object]) -> bool:
     return isinstance(experimental, dict) and isinstance(experimental.get("session"), dict)
 
 
-STRAWMAN: Final = WireProfile(
+class Strawman(WireProfile):
+    """The strawman's differences from the draft: its methods' shapes, the "required" error of a client that
+    declared it, and a session that is gone making the request sessionless, which its result says."""
+
+    def claim(self, message: dict[str, object], method: str) -> tuple[Claim, LocalMethod | None] | None:
+        """The draft's claims, and a message of a client that declared ``experimental.session``."""
+        claim = super().claim(message, method)
+        return (Claim.DECLARED, None) if claim is None and _declared(message) else claim
+
+    def in_shape(self, message: dict[str, object], method: str) -> bool:
+        """``session/create`` without params or with ``hints``; ``session/resume`` and ``session/delete`` with
+        ``params.id`` (SEP-1364 has methods of the same names)."""
+        if method == METHOD_CREATE:
+            return _is_create(message)
+        return _has_id(message) if method in (METHOD_RESUME, METHOD_DELETE) else True
+
+    def unknown_session(self, token: str, gone: SessionNotFound) -> Refusal | None:
+        """None: the request goes on without a session, and its result carries ``"mcp/session": null``."""
+        return None
+
+    def required_text(self, why: str | None = None) -> str:
+        """The strawman's sentence, then why there is no session and what to do, each a sentence."""
+        parts = [part for part in (why, self.required_hint) if part]
+        return " ".join([_REQUIRED, *(f"{part[0].upper()}{part[1:]}." for part in parts)])
+
+    def gone_codes(self) -> frozenset[int]:
+        """A "required" error to a request that carried a session says it is gone too."""
+        return not_found_codes(self) | required_codes(self)
+
+    def echo_ends(self, echo: object) -> bool:
+        """A ``null`` echo: the server revoked the session."""
+        return echo is None
+
+
+STRAWMAN: Final = Strawman(
     name="strawman",
     carrier=SessionCarrier(meta_key=COOKIE_KEY, id_member="id"),
     echo=Echo(meta_key=COOKIE_KEY, id_member="id", expiry_member="expiry"),
@@ -213,20 +258,17 @@ STRAWMAN: Final = WireProfile(
         per_request=(("experimental", "session"),), handshake=(("experimental", "session"),), settings=_capability
     ),
     methods={
-        METHOD_CREATE: LocalMethod(needs_session=False, answer=create, applies=_is_create),
-        METHOD_RESUME: LocalMethod(needs_session=False, answer=resume, applies=_has_id),
+        METHOD_CREATE: LocalMethod(needs_session=False, answer=create),
+        METHOD_RESUME: LocalMethod(needs_session=False, answer=resume),
         METHOD_LIST: LocalMethod(needs_session=False, answer=list_sessions),
-        METHOD_DELETE: LocalMethod(needs_session=False, answer=delete, applies=_has_id),
+        METHOD_DELETE: LocalMethod(needs_session=False, answer=delete),
     },
     sessionless=SESSIONLESS | {METHOD_CREATE, METHOD_RESUME},
     not_found=SESSION_NOT_FOUND,
     required=SESSION_REQUIRED,
-    required_message="Session required. Call session/create first.",
     required_hint=f'send its id in params._meta["{COOKIE_KEY}"]',
     not_found_hint=ended_hint(METHOD_CREATE),
     create_method=METHOD_CREATE,
-    unknown_is_no_session=True,
-    declared=_declared,
     client=ClientSide(
         create_params=_client_create_params,
         created=_created,

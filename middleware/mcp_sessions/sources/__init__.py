@@ -7,40 +7,46 @@ add a source, write a class that follows :class:`SessionSource` and give the mid
 ``sources=[*DEFAULT_SOURCES, MySource()]``.
 """
 
-from .._plan import Call, Conversation, Plan
-from ._base import (
-    DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
-    MAX_SESSIONS_PER_REQUEST,
-    SessionSource,
-    SourceContext,
-    SourceFactory,
-)
-from ._chain import DEFAULT_SOURCES, build_chain, check_chain
-from ._data_layer import DataLayerSource
-from ._host import CONVERSATION_DATA_MODES, ConversationData, HostConversationSource, data_off_explainer
-from ._host_keys import BUILT_IN_HOSTS, HostKey, host_keys_from_config
-from ._transport import TransportSource, is_transport_session_id
+from typing import Final
 
+from .._plan import Call, Conversation, Plan
+from .._session import SessionService
+from .._tokens import IdDigests
+from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER as DEFAULT_MAX_CONVERSATIONS_PER_CALLER
+from ._base import SessionSource, SourceContext, SourceFactory
+from ._base import build_chain as build_chain
+from ._base import check_chain as check_chain
+from ._host import BUILT_IN_HOSTS, ConversationData, HostConversationSource, HostKey
+from ._host import CONVERSATION_DATA_MODES as CONVERSATION_DATA_MODES
+from ._host import data_off_explainer as data_off_explainer
+from ._host import host_keys_from_config as host_keys_from_config
+from ._named import DataLayerSource, TransportSource
+
+DEFAULT_SOURCES: Final[tuple[SourceFactory, ...]] = (
+    DataLayerSource.from_context,
+    HostConversationSource.from_context,
+    TransportSource.from_context,
+)
+"""The built-in chain: a data-layer session always wins; then a host's conversation; then, with
+``adopt_transport_sessions``, the 2025 transport session."""
+
+# What a source is given (SourceContext: SessionService, IdDigests, HostKey, ConversationData) and asked
+# about (Call, Plan, Conversation) is public with it.
+# The public API is __all__; each ``name as name`` import above is for the package's other parts only.
 __all__ = [
     "BUILT_IN_HOSTS",
-    "CONVERSATION_DATA_MODES",
-    "DEFAULT_MAX_CONVERSATIONS_PER_CALLER",
     "DEFAULT_SOURCES",
-    "MAX_SESSIONS_PER_REQUEST",
     "Call",
     "Conversation",
     "ConversationData",
     "DataLayerSource",
     "HostConversationSource",
     "HostKey",
+    "IdDigests",
     "Plan",
+    "SessionService",
     "SessionSource",
     "SourceContext",
     "SourceFactory",
     "TransportSource",
-    "build_chain",
-    "check_chain",
-    "data_off_explainer",
-    "host_keys_from_config",
-    "is_transport_session_id",
 ]

@@ -1,9 +1,9 @@
-"""The seam: what a session source is, and what the middleware gives one."""
+"""The seam: what a session source is, what the middleware gives one, and the chain of sources it asks."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeAlias, TypeGuard, TypeVar, cast, runtime_checkable
 
 from starlette.types import Scope
 
@@ -14,8 +14,7 @@ if TYPE_CHECKING:
     from .._plan import Call, Plan
     from .._session import Session, SessionService
     from .._tokens import IdDigests
-    from ._host import ConversationData
-    from ._host_keys import HostKey
+    from ._host import ConversationData, HostKey
 
 T = TypeVar("T")
 
@@ -25,7 +24,7 @@ MAX_SESSIONS_PER_REQUEST: Final = 8
 """The distinct sessions one request may name (a batch's elements; a session and its state count as one): each is
 verified and touched once, however many elements name it. A batch element naming one more is refused (-32600), or,
 for a host's conversation, gets no data."""
-TOO_MANY_SESSIONS: Final = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
+TOO_MANY_SESSIONS_MESSAGE: Final = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
 
 
 @runtime_checkable
@@ -53,7 +52,7 @@ class SourceContext(NamedTuple):
     """What a middleware gives each source factory of its chain (``sources=``) when it is built."""
 
     sessions: SessionService
-    """Mints, resolves and adopts sessions: :meth:`~mcp_sessions._session.SessionService.adopt` gives a session
+    """Mints, resolves and adopts sessions: :meth:`~mcp_sessions.sources.SessionService.adopt` gives a session
     with data in the store to an id a source found."""
     digests: IdDigests
     """Keyed digests, so that an id a client sent is never stored or logged as sent."""
@@ -72,9 +71,9 @@ SourceFactory: TypeAlias = "Callable[[SourceContext], SessionSource | None]"
 
 
 async def once_per_request(plan: Plan, key: tuple[str, ...], find: Callable[[], Awaitable[T]]) -> T | None:
-    """In a batch: ``find()`` for the first element that names ``key``, its outcome reused for the others (a refusal
-    or a session not found raised again); ``None`` once the request names :data:`MAX_SESSIONS_PER_REQUEST` other
-    sessions."""
+    """``find()`` for the first message of the request that names ``key``, its outcome reused for a batch's others
+    (a refusal or a session not found raised again); ``None`` once the request names
+    :data:`MAX_SESSIONS_PER_REQUEST` other sessions."""
     named = plan.named = plan.named or {}
     if key not in named:
         if len(named) >= MAX_SESSIONS_PER_REQUEST:
@@ -87,3 +86,33 @@ async def once_per_request(plan: Plan, key: tuple[str, ...], find: Callable[[], 
     if isinstance(found := named[key], Refusal | SessionNotFound):
         raise found
     return cast("T", found)
+
+
+def _is_factory(entry: SessionSource | SourceFactory) -> TypeGuard[SourceFactory]:
+    """A class (whose instances are sources) or a function: called with the middleware's context."""
+    return isinstance(entry, type) or not isinstance(entry, SessionSource)
+
+
+def check_chain(entries: Iterable[SessionSource | SourceFactory]) -> tuple[SessionSource | SourceFactory, ...]:
+    """``entries`` as a chain; ``TypeError`` naming an entry that is neither a source nor a factory."""
+    chain = tuple(entries)
+    for entry in chain:
+        if _is_factory(entry) and not callable(entry):
+            raise TypeError(
+                "sources= takes session sources (objects with name and session_for) and factories that "
+                f"build one from a SourceContext (a class, or a function such as DataLayerSource.from_context), "
+                f"not {entry!r}"
+            )
+    return chain
+
+
+def build_chain(entries: Iterable[SessionSource | SourceFactory], context: SourceContext) -> tuple[SessionSource, ...]:
+    """The sources of one middleware, in order: each object as it is, each factory's source (if any)."""
+    chain: list[SessionSource] = []
+    for entry in entries:
+        if _is_factory(entry):
+            if (source := entry(context)) is not None:
+                chain.append(source)
+        elif isinstance(entry, SessionSource):
+            chain.append(entry)
+    return tuple(chain)

@@ -4,30 +4,171 @@ Each host puts its id in a ``_meta`` key or a header (:data:`BUILT_IN_HOSTS`, th
 failing all of those, the ``gen_ai.conversation.id`` member of W3C baggage (the ``baggage`` header, else
 ``_meta["baggage"]``) names it. The client asserts these ids and nothing verifies them, so by default they
 name the conversation in telemetry only; ``conversation_data`` opts into per-conversation data.
+
+Baggage is read for one member, as the W3C Baggage Recommendation (https://www.w3.org/TR/baggage/) writes it:
+comma-separated ``key=value`` members, each optionally followed by ``;``-separated properties, optional
+whitespace around every delimiter, values percent-encoded. Baggage longer than 8192 bytes, with more than 180
+members or a member longer than 4096 bytes (OpenTelemetry's propagator's limits), or not following the grammar
+is ignored as a whole: it names no conversation, and it is never an error (the client merely asserted it). It
+is read with ``split``, ``partition`` and ``strip``, each one pass over its part, so in time linear in the
+baggage whatever it holds (a regular expression with optional whitespace on both sides of an empty value
+backtracks quadratically).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
+from urllib.parse import unquote
 
 from starlette.types import Scope
 
+from .._bounded import BoundedDict
 from .._plan import Conversation
 from .._session import Quota, SessionService, caller_of
 from .._tokens import IdDigests
-from ._baggage import baggage_member
-from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, TOO_MANY_SESSIONS, once_per_request
-from ._host_keys import TURN_KEYS, USER_KEYS, HostKey, conversation_id, member_of
+from .._wire import jsonrpc
+from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, TOO_MANY_SESSIONS_MESSAGE, once_per_request
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
     from .._session import Session
     from ._base import SourceContext
+
+MAX_CONVERSATION_ID_LENGTH: Final = 256
+# Printable ASCII without space, quotes, backslash, comma and semicolon: safe in an attribute,
+# a log line and a baggage value; anything else is not a conversation id and is ignored.
+_CONVERSATION_ID: Final = re.compile(rf"[!#-+\--:<-\[\]-~]{{1,{MAX_CONVERSATION_ID_LENGTH}}}")
+_HEADER_NAME: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+class HostKey(NamedTuple):
+    """Where one host puts its conversation id: a ``_meta`` key or an HTTP header, and the source's name."""
+
+    name: str
+    """The source's name in telemetry (``openai``, ``meta:acme/chat``…)."""
+    place: Literal["meta", "header"]
+    """Whether the id is in ``params._meta`` or in a header."""
+    key: str
+    """The ``_meta`` key, or the header's name in lower case."""
+    member: str | None = None
+    """With a member, the id is that member of the object at ``_meta[key]`` (Codex's turn metadata)."""
+
+
+BUILT_IN_HOSTS: Final = (
+    HostKey("openai", "meta", "openai/session"),
+    HostKey("vscode", "meta", "vscode.conversationId"),
+    HostKey("goose", "header", "agent-session-id"),
+    HostKey("goose", "meta", "agent-session-id"),
+    HostKey("opencode", "meta", "sessionID"),
+    HostKey("codex", "meta", "x-codex-turn-metadata", "thread_id"),
+    HostKey("codex", "meta", "x-codex-turn-metadata", "session_id"),  # a root thread's, shared by its sub-agents
+    HostKey("codex", "meta", "threadId"),
+)
+"""The hosts recognised without configuration, in the order they are tried."""
+
+# What some hosts send beside the conversation (a _meta key, and a member of the object there): the user
+# (ChatGPT's anonymized user, telemetry's user.id) and the turn of the conversation (a span attribute).
+USER_KEYS: Final = {"openai": ("openai/subject", None)}
+TURN_KEYS: Final = {"codex": ("x-codex-turn-metadata", "turn_id")}
+
+
+def host_keys_from_config(config: str | Iterable[str]) -> tuple[HostKey, ...]:
+    """User-defined host keys from ``meta:KEY`` and ``header:NAME`` entries (a list, or one comma-separated text)."""
+    keys: list[HostKey] = []
+    for entry in config.split(",") if isinstance(config, str) else list(config):
+        if not isinstance(entry, str):
+            raise TypeError(f"conversation_keys: each entry is a 'meta:KEY' or 'header:NAME' string, got {entry!r}")
+        if not (text := entry.strip()):
+            continue
+        place, _, key = text.partition(":")
+        place, key = place.strip().lower(), key.strip()
+        if place == "meta" and key:
+            keys.append(HostKey(f"meta:{key}", "meta", key))
+        elif place == "header" and _HEADER_NAME.fullmatch(key):
+            keys.append(HostKey(f"header:{key.lower()}", "header", key.lower()))
+        else:
+            raise ValueError(
+                f"conversation_keys: {text!r} is not 'meta:KEY' or 'header:NAME' (e.g. meta:acme/chat,header:x-chat)"
+            )
+    return tuple(keys)
+
+
+def conversation_id(value: object) -> str | None:
+    """``value`` if it can be a conversation id (a bounded string of safe characters), else ``None``."""
+    return value if type(value) is str and _CONVERSATION_ID.fullmatch(value) else None
+
+
+def member_of(meta: dict[str, object], key: str, member: str | None) -> object:
+    """``meta[key]``, or with ``member`` that member of the object there (``None`` if absent)."""
+    value = meta.get(key)
+    if member is None or value is None:
+        return value
+    return value.get(member) if isinstance(value, dict) else None
+
+
+CONVERSATION_MEMBER: Final = "gen_ai.conversation.id"
+"""The baggage member that names a conversation (the OpenTelemetry GenAI conventions' attribute)."""
+MAX_BAGGAGE_BYTES: Final = 8192
+MAX_BAGGAGE_MEMBERS: Final = 180
+MAX_MEMBER_BYTES: Final = 4096
+
+_OWS: Final = " \t"
+_KEY_CHARS: Final = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+# baggage-octet: printable ASCII but space, '"', ',', ';' and '\'
+_VALUE_CHARS: Final = frozenset(map(chr, range(0x21, 0x7F))) - frozenset('",;\\')
+
+
+def baggage_member(baggage: str, key: str = CONVERSATION_MEMBER) -> str | None:
+    """The decoded value of ``baggage``'s first member named ``key``, or ``None``.
+
+    ``None`` too when the baggage is oversized or malformed anywhere (not only in
+    that member), so a value is read only from baggage a conforming propagator
+    would have kept whole.
+    """
+    if key not in baggage or len(baggage) > MAX_BAGGAGE_BYTES or not baggage.isascii():
+        return None
+    members = baggage.split(",")
+    if len(members) > MAX_BAGGAGE_MEMBERS:
+        return None
+    found: str | None = None
+    for member in members:
+        parsed = _member(member)
+        if parsed is None:
+            return None
+        if found is None and parsed[0] == key:
+            found = parsed[1]
+    # Invalid UTF-8 in a percent-encoded value becomes U+FFFD, as the Recommendation says.
+    return None if found is None else unquote(found, errors="replace")
+
+
+def _member(member: str) -> tuple[str, str] | None:
+    """A list-member's key and raw value, or ``None`` if it breaks the grammar (its properties are checked only).
+
+    ``OWS key OWS "=" OWS value OWS *( ";" OWS key OWS [ "=" OWS value OWS ] )``: a key has no ``=`` and
+    no value has a ``;``, so the first ``=`` ends the key and every ``;`` starts a property.
+    """
+    if len(member) > MAX_MEMBER_BYTES:
+        return None
+    name, equals, rest = member.partition("=")
+    value, *properties = rest.split(";")
+    name, value = name.strip(_OWS), value.strip(_OWS)
+    if not equals or not _is_key(name) or not _VALUE_CHARS.issuperset(value):
+        return None
+    for prop in properties:
+        prop_name, _, prop_value = prop.partition("=")  # a key alone has an empty value
+        if not _is_key(prop_name.strip(_OWS)) or not _VALUE_CHARS.issuperset(prop_value.strip(_OWS)):
+            return None
+    return name, value
+
+
+def _is_key(text: str) -> bool:
+    return bool(text) and _KEY_CHARS.issuperset(text)
+
 
 ConversationData = Literal["off", "principal", "anonymous"]
 """Whether a host's conversation gets data: ``off`` (tracing only), or keyed by the ``principal``'s conversation
@@ -44,8 +185,7 @@ _DATA_OFF: Final = (
 
 
 def _meta_of(call: Call) -> object:
-    params = call.message.get("params")  # a call with a method is a dict
-    return params.get("_meta") if type(params) is dict else None
+    return jsonrpc.meta(call.message.get("params"))
 
 
 class HostConversationSource:
@@ -60,8 +200,6 @@ class HostConversationSource:
     name = "host"
     """The source's name, in telemetry (a conversation's own source is the host's name)."""
 
-    __slots__ = ("_data", "_digests", "_headers", "_known", "_meta", "_meta_keys", "_quota", "_sessions")
-
     def __init__(
         self,
         keys: Iterable[HostKey],
@@ -71,20 +209,12 @@ class HostConversationSource:
         data: ConversationData = "off",
         max_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
     ) -> None:
-        if data not in CONVERSATION_DATA_MODES:
-            raise ValueError(f"conversation_data must be one of {', '.join(CONVERSATION_DATA_MODES)}, got {data!r}")
-        ranked = list(enumerate(dict.fromkeys(keys)))
-        self._meta = tuple((rank, key.key, key.member, key.name) for rank, key in ranked if key.place == "meta")
-        # "baggage" too: a request with none of them costs one disjointness test.
-        self._meta_keys = frozenset((*(key for _, key, _, _ in self._meta), "baggage"))
-        self._headers = tuple(
-            (rank, key.key.encode("latin-1"), key.name) for rank, key in ranked if key.place == "header"
-        )
+        self._keys = tuple(dict.fromkeys(keys))
         self._sessions = sessions
         self._digests = digests
         self._data = data
         self._quota = None if max_per_caller is None else Quota(max_per_caller)
-        self._known: OrderedDict[str, float] = OrderedDict()  # started conversations: when each one's record ends
+        self._known: BoundedDict[str, float] = BoundedDict(_MAX_KNOWN)  # started conversations: when each ends
 
     @classmethod
     def from_context(cls, context: SourceContext) -> HostConversationSource:
@@ -104,42 +234,32 @@ class HostConversationSource:
 
     def find(self, headers: Mapping[bytes, bytes], meta: object) -> Conversation | None:
         """The conversation the first matching host key names, else the one in baggage, or ``None``."""
-        best: tuple[int, str, str] | None = None
-        for rank, header, name in self._headers:
-            raw = headers.get(header)
-            if raw is not None and (found := conversation_id(raw.decode("latin-1"))) is not None:
-                best = (rank, found, name)
-                break
-        named = meta if isinstance(meta, dict) and not self._meta_keys.isdisjoint(meta) else None
-        if named is not None:
-            for rank, key, member, name in self._meta:
-                if best is not None and rank > best[0]:
-                    break
-                if (found := conversation_id(member_of(named, key, member))) is not None:
-                    best = (rank, found, name)
-                    break
-        if best is None:
-            return self._in_baggage(headers, named)
-        _, found, name = best
-        if named is None:
-            return Conversation(found, name)
-        user, turn = USER_KEYS.get(name), TURN_KEYS.get(name)
-        return Conversation(
-            found,
-            name,
-            user=None if user is None else conversation_id(member_of(named, *user)),
-            turn=None if turn is None else conversation_id(member_of(named, *turn)),
-        )
+        named = meta if isinstance(meta, dict) else {}
+        for key in self._keys:
+            if key.place == "header":
+                raw = headers.get(key.key.encode("latin-1"))
+                found = None if raw is None else conversation_id(raw.decode("latin-1"))
+            else:
+                found = conversation_id(member_of(named, key.key, key.member))
+            if found is not None:
+                user, turn = USER_KEYS.get(key.name), TURN_KEYS.get(key.name)
+                return Conversation(
+                    found,
+                    key.name,
+                    user=None if user is None else conversation_id(member_of(named, *user)),
+                    turn=None if turn is None else conversation_id(member_of(named, *turn)),
+                )
+        return self._in_baggage(headers, named)
 
     @staticmethod
-    def _in_baggage(headers: Mapping[bytes, bytes], meta: dict[str, object] | None) -> Conversation | None:
+    def _in_baggage(headers: Mapping[bytes, bytes], meta: dict[str, object]) -> Conversation | None:
         """The conversation baggage names: the header's (as on HTTP trace context wins), else ``_meta``'s.
 
         Only ``gen_ai.conversation.id`` is read: a ``session.id`` member is what this
         middleware tells the application, never what a client tells the middleware.
         """
         raw = headers.get(b"baggage")
-        for text in (None if raw is None else raw.decode("latin-1"), None if meta is None else meta.get("baggage")):
+        for text in (None if raw is None else raw.decode("latin-1"), meta.get("baggage")):
             if type(text) is str and (found := conversation_id(baggage_member(text))) is not None:
                 return Conversation(found, "baggage")
         return None
@@ -163,14 +283,11 @@ class HostConversationSource:
                 )
                 return None
         session_id = self._digests.conversation(conversation.source, conversation.id, principal)
-        if plan.batch:
-            find = partial(self._with_data, scope, conversation.source, session_id, principal)
-            found = await once_per_request(plan, (self.name, session_id), find)
-            if found is None:
-                conversation.no_data = TOO_MANY_SESSIONS
-                return None
-        else:
-            found = await self._with_data(scope, conversation.source, session_id, principal)
+        find = partial(self._with_data, scope, conversation.source, session_id, principal)
+        found = await once_per_request(plan, (self.name, session_id), find)
+        if found is None:
+            conversation.no_data = TOO_MANY_SESSIONS_MESSAGE
+            return None
         adopted, conversation.no_data = found
         return adopted
 
@@ -201,9 +318,6 @@ class HostConversationSource:
             if quota is not None:
                 quota.add(caller, ends)
             self._known[session_id] = ends
-            self._known.move_to_end(session_id)
-            if len(self._known) > _MAX_KNOWN:
-                self._known.popitem(last=False)
         return await sessions.adopt(scope, session_id, source), None
 
 

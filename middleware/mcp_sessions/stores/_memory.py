@@ -39,7 +39,7 @@ class SessionStoreFull(SessionStoreUnavailable):
     """The store holds ``max_sessions`` live sessions; new ones wait until some end."""
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(eq=False)
 class _Entry:
     session_id: str
     expires_at: float

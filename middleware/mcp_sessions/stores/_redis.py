@@ -1,11 +1,34 @@
-"""A store shared by many replicas: Redis, through ``redis.asyncio`` (the ``redis`` extra).
+"""A store shared by many replicas: Redis, through ``redis.asyncio`` (the ``redis`` extra): :class:`RedisStore`,
+the keys it keeps and the Lua scripts it runs (its client is built in ``_redis_client``).
 
-Each call is one command or one atomic Lua script (``_redis_scripts``); the client is built in ``_redis_client``.
+Up to three keys per session, all named with the ``{sid}`` hash tag so that a
+Redis Cluster keeps them in one slot and every script below runs on one node:
+
+- ``<prefix>{<sid>}:s``, a string: the last-seen time (Unix seconds, as the
+  replicas' clocks read it) while the session lives, ``r`` once it is revoked
+  (``sessions/delete`` or idle expiry). Its TTL is the session's remaining
+  lifetime plus ``expiry_margin``, so a revocation outlives the token.
+- ``<prefix>{<sid>}:d``, a hash: ``session.data``, one JSON-encoded field per key,
+  with the same TTL, refreshed on each write. Revocation deletes it.
+- ``<prefix>{<sid>}:l``, a hash, only for sessions recorded for listing: the
+  expiry (``e``) and the JSON label (``l``). Revocation deletes it.
+
+and, per principal with recorded sessions, ``<prefix>p:{<hash of the principal>}``,
+a sorted set of session ids (every score 0, so ordered by id), cleaned lazily as
+it is listed and expiring with its longest-lived session.
+
+Creation writes nothing. The status key appears when the idle clock must move
+(a touch with an idle timeout, at most once per touch interval) or at revocation.
+
+Every check, and every write that must not follow a revocation, is one Lua
+script (``EVALSHA``, loaded again by redis-py after ``NOSCRIPT``), so each is
+atomic and costs one round trip.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import random
@@ -14,7 +37,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from .._wire import ThrottledWarning
-from . import _redis_scripts as scripts
 from ._base import (
     SessionRecord,
     SessionStatus,
@@ -32,6 +54,88 @@ if TYPE_CHECKING:
     from redis.asyncio.cluster import RedisCluster
 
 _T = TypeVar("_T")
+
+
+REVOKED: Final = "r"
+
+
+# KEYS: status, data, listing. ARGV: now, idle_ttl, touch interval, ttl in ms, issued_at.
+# Returns 0 active, 1 revoked (a status that is not a time: 'r'), 2 idle-expired (and revokes). Without a
+# status key the idle clock started at issued_at: nothing is written while that is within the touch interval.
+TOUCH: Final = """
+local v = redis.call('GET', KEYS[1])
+local seen = tonumber(v or ARGV[5])
+if not seen then return 1 end
+local now = tonumber(ARGV[1])
+local interval = tonumber(ARGV[3])
+if now - seen > tonumber(ARGV[2]) + interval then
+  if v or redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
+    redis.call('SET', KEYS[1], 'r', 'PX', ARGV[4])
+    redis.call('DEL', KEYS[2], KEYS[3])
+  end
+  return 2
+end
+if now <= seen or now - seen < interval then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+return 0
+"""
+
+# KEYS: status, data, listing. ARGV: ttl in ms. Returns 1 if this call revoked it, 0 if it already was.
+REVOKE: Final = """
+redis.call('DEL', KEYS[2], KEYS[3])
+if redis.call('GET', KEYS[1]) == 'r' then return 0 end
+redis.call('SET', KEYS[1], 'r', 'PX', ARGV[1])
+return 1
+"""
+
+# KEYS: status, data. ARGV: field, JSON value, ttl in ms. A revoked session's data goes nowhere.
+SET: Final = """
+if redis.call('GET', KEYS[1]) == 'r' then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS: status, data. ARGV: field, amount, ttl in ms.
+# Returns the new value as text, or 'R' (revoked), 'N' (not an integer), 'O' (outside 64 bits).
+INCR: Final = """
+if redis.call('GET', KEYS[1]) == 'r' then return 'R' end
+local raw = redis.call('HGET', KEYS[2], ARGV[1])
+if raw and not string.match(raw, '^%-?%d+$') then return 'N' end
+local done = redis.pcall('HINCRBY', KEYS[2], ARGV[1], ARGV[2])
+if type(done) == 'table' and done.err then return 'O' end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return redis.call('HGET', KEYS[2], ARGV[1])
+"""
+
+# KEYS: status, data. ARGV: field, the value read ('' if none: JSON text is never empty), new value, ttl in ms.
+# Compare-and-set on one field. Returns 1 stored, 0 lost a race (read again), 2 revoked.
+COMPARE_AND_SET: Final = """
+if redis.call('GET', KEYS[1]) == 'r' then return 2 end
+if (redis.call('HGET', KEYS[2], ARGV[1]) or '') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
+
+
+# KEYS: status, listing. ARGV: expires_at, JSON label ('' for none), ttl in ms. Returns 0 if revoked.
+RECORD: Final = """
+if redis.call('GET', KEYS[1]) == 'r' then return 0 end
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'e', ARGV[1])
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[2], 'l', ARGV[2]) end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+# KEYS: the principal's index (a sorted set, every score 0, ordered by session id). ARGV: session id, ttl in ms.
+# The index lives as long as its longest-lived session.
+INDEX: Final = """
+redis.call('ZADD', KEYS[1], 0, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
+"""
 
 logger = logging.getLogger("mcp_sessions.redis")
 
@@ -86,7 +190,6 @@ class RedisStore(SessionStore):
     ) -> None:
         if (url is None) == (client is None):
             raise ValueError("RedisStore needs exactly one of url= (redis://host:port/db) or client= (redis.asyncio)")
-        check_client_options(timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)
         if not 0 <= touch_interval <= 3600:
             raise ValueError("touch_interval must be a number of seconds from 0 to 3600")
         if not 0 <= expiry_margin <= 86400:
@@ -107,20 +210,29 @@ class RedisStore(SessionStore):
             client = client_from_url(
                 url, timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections
             )
+        else:
+            check_client_options(timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)
         self._redis: aioredis.Redis | RedisCluster = client
-        self._touch = client.register_script(scripts.TOUCH)
-        self._revoke = client.register_script(scripts.REVOKE)
-        self._set = client.register_script(scripts.SET)
-        self._incr = client.register_script(scripts.INCR)
-        self._compare_and_set = client.register_script(scripts.COMPARE_AND_SET)
-        self._record = client.register_script(scripts.RECORD)
-        self._index = client.register_script(scripts.INDEX)
+        self._touch = client.register_script(TOUCH)
+        self._revoke = client.register_script(REVOKE)
+        self._set = client.register_script(SET)
+        self._incr = client.register_script(INCR)
+        self._compare_and_set = client.register_script(COMPARE_AND_SET)
+        self._record = client.register_script(RECORD)
+        self._index = client.register_script(INDEX)
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.prefix!r}, timeout={self.timeout})"
 
     def _keys(self, session_id: str) -> list[str]:
-        return scripts.session_keys(self.prefix, session_id)
+        """The session's status, data and listing keys, in one Cluster slot."""
+        tagged = f"{self.prefix}{{{session_id}}}"
+        return [tagged + ":s", tagged + ":d", tagged + ":l"]
+
+    def _index_key(self, principal: str) -> str:
+        """The principal's index of recorded sessions, named by a hash of the principal."""
+        digest = hashlib.sha256(principal.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        return f"{self.prefix}p:{{{digest}}}"
 
     def _ttl_ms(self, expires_at: float, now: float) -> int:
         return max(1, int((expires_at - now + self.expiry_margin) * 1000))
@@ -167,7 +279,7 @@ class RedisStore(SessionStore):
         keys = self._keys(session_id)
         if idle_ttl is None:
             status = await self._run(self._redis.get(keys[0]))
-            revoked = status is not None and reply_text(status) == scripts.REVOKED
+            revoked = status is not None and reply_text(status) == REVOKED
             return SessionStatus.REVOKED if revoked else SessionStatus.ACTIVE
         start = now if issued_at is None else issued_at
         idle: list[str | int] = [repr(float(now)), repr(float(idle_ttl)), repr(min(self.touch_interval, idle_ttl / 10))]
@@ -242,14 +354,14 @@ class RedisStore(SessionStore):
         label = encode_label(data) or ""
         recorded = await self._run(self._record([keys[0], keys[2]], [repr(float(expires_at)), label, ttl]))
         if recorded:
-            await self._run(self._index([scripts.index_key(self.prefix, principal)], [session_id, ttl]))
+            await self._run(self._index([self._index_key(principal)], [session_id, ttl]))
 
     async def list_sessions(
         self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
     ) -> tuple[list[SessionRecord], str | None]:
         """Two round trips a page: the ids from the principal's index, then their listing hashes (pipelined)."""
         after = start_after(cursor, limit)
-        index = scripts.index_key(self.prefix, principal)
+        index = self._index_key(principal)
         start = "-" if cursor is None else "(" + after
         members = await self._run(self._redis.zrange(index, start, "+", bylex=True, offset=0, num=limit))
         ids = [reply_text(member) for member in members if isinstance(member, str | bytes)]

@@ -1,11 +1,12 @@
-"""The Redis client ``RedisStore`` builds from a URL: one node, a Cluster, or the master Sentinels name.
+"""The Redis client built from a store URL, for ``RedisStore`` and the subscription bus: one node, a Cluster,
+or the master Sentinels name.
 
 A Cluster client follows ``MOVED`` and ``ASK`` (a redirected command was not run, so following it runs it
 once); a Sentinel client asks the Sentinels for the master whenever a connection opens, so after a failover
 the next connection goes to the new master. No client retries a command: a retried ``EVALSHA`` whose reply
 was lost could count an increment twice. The URL is checked part by part before redis-py reads it, and no
-message repeats it (it may hold a password). This is the one module of the store that imports ``redis``,
-so its absence is reported here, naming the extra to install.
+message repeats it (it may hold a password). Without ``redis`` installed, importing this module names
+the extra to install.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         "RedisStore needs the redis package: pip install 'redis>=8.1' (the redis extra of mcp-sessions)"
     ) from exc
 
-from ._urls import _integer, _query
+from ._base import url_integer, url_query
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
@@ -84,9 +85,9 @@ def check_url(url: str) -> None:
         except ValueError:
             raise ValueError(f"the port in the {parts.scheme}:// URL must be an integer from 0 to 65535") from None
         if database := parts.path.lstrip("/"):
-            _integer(database, f"the database number in the {parts.scheme}:// URL path")
-    query = _query(url, url_parameters(parts.scheme))
-    _integer(query.get("db", "0"), "the db parameter of the Redis URL")
+            url_integer(database, f"the database number in the {parts.scheme}:// URL path")
+    query = url_query(url, url_parameters(parts.scheme))
+    url_integer(query.get("db", "0"), "the db parameter of the Redis URL")
     if query.get("ssl_cert_reqs", "required") not in ("none", "optional", "required"):
         raise ValueError("the Redis URL parameter 'ssl_cert_reqs' must be none, optional or required")
     for name, value in query.items():
@@ -128,11 +129,11 @@ def parse_topology(url: str) -> Topology:
     )
     user, secret = unquote(username) or None, unquote(password) or None
     if not sentinel:
-        _query(url, set())
+        url_query(url, set())
         if parts.path not in ("", "/", "/0"):
             raise ValueError(f"a Redis Cluster has only database 0: the {scheme}:// URL takes no path but /0")
         return Topology(scheme, nodes, user, secret)
-    query = _query(url, {"sentinel_username", "sentinel_password"})
+    query = url_query(url, {"sentinel_username", "sentinel_password"})
     service, _, database = parts.path.removeprefix("/").partition("/")
     if not service:
         raise ValueError(f"the {scheme}:// URL needs the master's service name: {scheme}://host:port/service_name")
@@ -183,7 +184,9 @@ class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionP
 def client_from_url(
     url: str, *, timeout: float, connect_timeout: float, max_connections: int
 ) -> aioredis.Redis | RedisCluster:
-    """A client over a bounded pool of its own, after the URL is checked: RESP2, no retries, text replies."""
+    """A client over a bounded pool of its own, after the URL and options are checked: RESP2, no retries, text
+    replies. ``RedisStore`` builds its client so, and so does the subscription bus."""
+    check_client_options(timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)
     options: dict[str, Any] = {
         "socket_timeout": timeout,
         "socket_connect_timeout": min(connect_timeout, timeout),

@@ -13,26 +13,150 @@ streams:
   and the order to end the session's streams (it was deleted). A replica is
   subscribed to it only while a stream of that session is open there.
 
-A message (``_backend``'s ``encode``) never names a session token. What cannot be read is dropped,
-as a listen stream drops what it cannot deliver: events are level triggers.
+A message (:func:`encode`) is a few bytes of JSON naming the event's kind and, for a resource, its
+URI; never a session token (a session's channel names it by its stable id). What cannot be read is
+dropped, as a listen stream drops what it cannot deliver: events are level triggers.
+
+Where the messages travel is a :class:`Backend`: :class:`MemoryBackend` (this process) here, the
+Redis ones (one Redis or a Sentinel-named master, and a Redis Cluster's sharded pub/sub) in ``_redis``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
+from urllib.parse import urlsplit
 
+import anyio.lowlevel
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import ServerEvent
+from mcp.shared.subscriptions import (
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
 
 from .._session import current_session
 from .._wire import ThrottledWarning
 from .._wire.protocol import INTERNAL_ERROR
-from ._backend import END, Backend, MemoryBackend, decode, encode
+from ..stores import REDIS_SCHEMES
 
 if TYPE_CHECKING:
     from typing import Self
+
+Receive = Callable[[str, bytes | str], None]
+"""What a backend calls for each message arriving on a joined channel: ``receive(channel, message)``."""
+
+MAX_MESSAGE_BYTES: Final = 16 * 1024
+"""The largest message published or read: a resource URI longer than about 16 KB is refused."""
+END: Final = b'{"end":"session"}'
+"""The order, on a session's channel, to end that session's listen streams (it was deleted)."""
+_KINDS: Final[dict[str, ServerEvent]] = {
+    "tools": ToolsListChanged(),
+    "prompts": PromptsListChanged(),
+    "resources": ResourcesListChanged(),
+}
+_NAMES: Final = {type(event): name for name, event in _KINDS.items()}
+_REDIS_SCHEMES: Final = ", ".join(f"{scheme}://" for scheme in REDIS_SCHEMES)
+_NOT_ACROSS_PROCESSES: Final = (
+    "a sqlite:// store cannot carry listen events between processes: use memory:// for one process, or "
+    f"{_REDIS_SCHEMES} (the Redis the store may share) for several replicas"
+)
+
+
+class Backend(Protocol):
+    """Channels joined and left by name, messages published to them and handed to the bus's ``receive``.
+
+    The bus joins a channel when the first stream that needs it opens on this replica, and leaves
+    it when the last one ends; ``join`` and ``leave`` are synchronous (the SDK subscribes
+    synchronously) and take effect in the background. A new topology is one class with these six
+    methods, and one scheme in :func:`backend_from_url`.
+    """
+
+    def bind(self, receive: Receive) -> None:
+        """Hand each message arriving on a joined channel to ``receive`` (called once, by the bus)."""
+
+    def join(self, channel: str) -> None:
+        """Start receiving ``channel``'s messages (soon: :meth:`ready` waits for it)."""
+
+    def leave(self, channel: str) -> None:
+        """Stop receiving ``channel``'s messages."""
+
+    async def ready(self, channel: str) -> None:
+        """Return once a joined ``channel``'s messages arrive, or after a bounded wait."""
+
+    async def publish(self, channel: str, message: bytes) -> None:
+        """Send ``message`` to every replica that joined ``channel``; raise if it cannot be sent."""
+
+    async def aclose(self) -> None:
+        """Release the connection; nothing arrives afterwards."""
+
+
+class MemoryBackend(Backend):
+    """One process, no network: what ``memory://`` builds (the SDK's in-memory bus, with sessions)."""
+
+    def __init__(self) -> None:
+        self._joined: set[str] = set()
+        self._receive: Receive | None = None
+
+    def bind(self, receive: Receive) -> None:
+        self._receive = receive
+
+    def join(self, channel: str) -> None:
+        self._joined.add(channel)
+
+    def leave(self, channel: str) -> None:
+        self._joined.discard(channel)
+
+    async def ready(self, channel: str) -> None:
+        """Joined is subscribed: nothing to wait for."""
+
+    async def publish(self, channel: str, message: bytes) -> None:
+        """Deliver at once, then let the streams drain (as the SDK's ``InMemorySubscriptionBus`` does)."""
+        if channel in self._joined and self._receive is not None:
+            self._receive(channel, message)
+        await anyio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self._joined.clear()
+
+
+def encode(event: ServerEvent) -> bytes:
+    """``event`` as a message; ``ValueError`` for a resource URI too long to send."""
+    if isinstance(event, ResourceUpdated):
+        if not isinstance(event.uri, str):
+            raise TypeError("a ResourceUpdated event's uri is a string")
+        data = json.dumps({"resource": event.uri}, separators=(",", ":")).encode()
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise ValueError(f"the resource URI is too long to publish (the message is at most {MAX_MESSAGE_BYTES} B)")
+        return data
+    name = _NAMES.get(type(event))
+    if name is None:
+        raise TypeError(f"not a ServerEvent: {type(event).__name__}")
+    return b'{"event":"' + name.encode() + b'"}'
+
+
+def decode(data: bytes | str) -> ServerEvent | bytes | None:
+    """The event a message carries, :data:`END`, or ``None`` for a message this version cannot read."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        return None
+    raw = data.encode() if isinstance(data, str) else data
+    if raw == END:
+        return END
+    try:
+        message = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or len(message) != 1:
+        return None
+    if isinstance(uri := message.get("resource"), str):
+        return ResourceUpdated(uri=uri)
+    name = message.get("event")
+    return _KINDS.get(name) if isinstance(name, str) else None
+
 
 logger = logging.getLogger("mcp_sessions")
 
@@ -50,8 +174,6 @@ _not_given = ThrottledWarning(logger)
 
 class _Session:
     """What this replica has open for one session: its SDK listeners and the middleware's watchers."""
-
-    __slots__ = ("id", "listeners", "watchers")
 
     def __init__(self, session_id: str) -> None:
         self.id = session_id
@@ -103,8 +225,6 @@ class SessionSubscriptionBus:
         and ``max_connections``, and ``health_check_interval`` (10 s: a subscription connection that
         brought nothing for that long is sent a ``PING``, and dropped and opened again when nothing comes
         back within as long again). A bad URL raises ``ValueError``; the message never repeats a password."""
-        from ._urls import backend_from_url
-
         limits = {
             name: options.pop(name) for name in ("prefix", "max_streams_per_session", "max_sessions") if name in options
         }
@@ -255,3 +375,23 @@ def _deliver(listeners: Iterable[Listener], event: ServerEvent) -> None:
             listener(event)
         except Exception:  # one listener raising must not starve the others (as in the SDK's in-memory bus)
             logger.exception("a subscription listener raised; continuing")
+
+
+def backend_from_url(url: str, **options: object) -> Backend:
+    """The backend ``url`` names; ``ValueError`` for a URL of no known scheme (the URL is never repeated)."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ValueError(f"a bus URL looks like scheme://…: memory://, {_REDIS_SCHEMES}")
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "memory":
+        parts = urlsplit(url)
+        if parts.netloc or parts.path not in ("", "/") or parts.query or parts.fragment or options:
+            raise ValueError("the memory:// bus takes no host, path, query or option: memory://")
+        return MemoryBackend()
+    if scheme == "sqlite":
+        raise ValueError(_NOT_ACROSS_PROCESSES)
+    if scheme not in REDIS_SCHEMES:
+        shown = scheme if scheme.isascii() and scheme.replace("+", "").isalnum() and len(scheme) <= 20 else "?"
+        raise ValueError(f"unknown bus URL scheme {shown!r}: use memory://, {_REDIS_SCHEMES}")
+    from ._redis import redis_backend
+
+    return redis_backend(url, **options)

@@ -1,4 +1,9 @@
-"""2025-era transport sessions, adopted: a session per ``Mcp-Session-Id`` the server minted.
+"""The sessions a request's wire names: a data-layer token (:class:`DataLayerSource`), and a 2025-era
+transport session the server minted (:class:`TransportSource`).
+
+**Data layer.** The data-layer session a call's wire names: a server-minted token, verified.
+
+**Transport sessions.** Adopted: a session per ``Mcp-Session-Id`` the server minted.
 
 A stateful 2025-era server (the handshake path) mints a transport session id in the ``Mcp-Session-Id`` header
 of its ``initialize`` response, and every later request of that connection repeats it. A stock client never
@@ -13,14 +18,18 @@ to the same replica. The raw id is a bearer value: it is held, compared and reco
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from functools import partial
 from typing import TYPE_CHECKING, Final, cast
 
 from starlette.types import Message, Scope, Send
 
-from .._session import Session, SessionService
-from .._tokens import IdDigests
-from .._wire.protocol import MCP_SESSION_ID_HEADER, Era
+from .._bounded import BoundedDict
+from .._session import Session, SessionNotFound, SessionService
+from .._tokens import IdDigests, is_session_token
+from .._wire import Refusal
+from .._wire.protocol import INVALID_REQUEST, MCP_SESSION_ID_HEADER, Era
+from ..profiles import InvalidSessionMeta
+from ._base import MAX_SESSIONS_PER_REQUEST, TOO_MANY_SESSIONS_MESSAGE, once_per_request
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
@@ -29,9 +38,71 @@ if TYPE_CHECKING:
 DEFAULT_MAX_TRANSPORT_SESSIONS: Final = 100_000
 
 
+class DataLayerSource:
+    """The session named where the call's wire carries it (for the draft, ``params._meta``)."""
+
+    name = "data-layer"
+    """The source's name, in telemetry."""
+
+    def __init__(self, sessions: SessionService) -> None:
+        self._sessions = sessions
+
+    @classmethod
+    def from_context(cls, context: SourceContext) -> DataLayerSource:
+        """The source in a middleware's chain (see ``sources=``)."""
+        return cls(context.sessions)
+
+    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+        """The verified session the call's wire names (a new one for an opening method); ``None`` if none."""
+        profile = call.profile
+        try:
+            ref = profile.carrier.read(call.message)
+        except InvalidSessionMeta as exc:
+            raise Refusal(INVALID_REQUEST, str(exc), reason="invalid_metadata") from None
+        if ref is None:
+            return None
+        token, state, mint = ref
+        if mint:
+            if plan.era is Era.MODERN:
+                # An opening method (SEP-1364 alt. 2's initialize) is a handshake: the 2026-07-28 server
+                # refuses it (-32601), so no session is opened and no create-limit slot is spent for it.
+                return None
+            if plan.batch:  # each new session counts as one more the batch names
+                named = plan.named = plan.named or {}
+                if len(named) >= MAX_SESSIONS_PER_REQUEST:
+                    raise Refusal(INVALID_REQUEST, TOO_MANY_SESSIONS_MESSAGE, reason="too_many_sessions")
+                named[("mint", str(len(named)))] = None
+            minted = await self._sessions.mint(scope, None)
+            call.minted = True
+            return await self._sessions.resolve(scope, minted.token, None)
+        header = plan.header_session_id
+        if (
+            profile.header_names_session(plan.era)
+            and header is not None
+            and header != token.encode("utf-8", "surrogatepass")
+        ):
+            raise Refusal(
+                profile.header_mismatch,
+                "Mcp-Session-Id header does not match the session in _meta",
+                reason="header_mismatch",
+            )
+        find = partial(self._sessions.resolve, scope, token, state)
+        try:
+            found = await once_per_request(plan, (self.name, token, state or ""), find)
+        except SessionNotFound as exc:
+            refusal = profile.unknown_session(token, exc)
+            if refusal is None:  # the wire makes the request sessionless, and its result says so
+                call.revoked = exc.reason
+                return None
+            raise refusal from None
+        if found is None:
+            raise Refusal(INVALID_REQUEST, TOO_MANY_SESSIONS_MESSAGE, reason="too_many_sessions")
+        return found
+
+
 def is_transport_session_id(value: bytes) -> bool:
     """Whether an ``Mcp-Session-Id`` value can be a transport session (a data-layer token is a JWT)."""
-    return 0 < len(value) <= 256 and value.count(b".") != 2
+    return 0 < len(value) <= 256 and not is_session_token(value)
 
 
 class TransportSource:
@@ -44,17 +115,12 @@ class TransportSource:
     name = "transport"
     """The source's name, in telemetry."""
 
-    __slots__ = ("_digests", "_max", "_minted", "_sessions")
-
     def __init__(
         self, sessions: SessionService, digests: IdDigests, *, max_sessions: int = DEFAULT_MAX_TRANSPORT_SESSIONS
     ) -> None:
-        if max_sessions < 1:
-            raise ValueError("max_sessions must be at least 1")
         self._sessions = sessions
         self._digests = digests
-        self._max = max_sessions
-        self._minted: OrderedDict[str, None] = OrderedDict()
+        self._minted: BoundedDict[str, None] = BoundedDict(max_sessions)
 
     @classmethod
     def from_context(cls, context: SourceContext) -> TransportSource | None:
@@ -72,7 +138,7 @@ class TransportSource:
         digest = self._digests.transport(raw)
         if digest not in self._minted:
             return None
-        self._minted.move_to_end(digest)
+        self._minted.touch(digest)
         if not plan.batch:
             return await self._sessions.adopt(scope, digest, self.name)
         named = plan.named = plan.named or {}  # a batch's elements share the header: its session, touched once
@@ -85,11 +151,7 @@ class TransportSource:
         """Record an id the server sent in an ``initialize`` response."""
         if not is_transport_session_id(raw):
             return
-        digest = self._digests.transport(raw)
-        self._minted[digest] = None
-        self._minted.move_to_end(digest)
-        while len(self._minted) > self._max:
-            self._minted.popitem(last=False)
+        self._minted[self._digests.transport(raw)] = None
 
     def watch_initialize(self, send: Send) -> Send:
         """``send``, recording the transport session id of a successful ``initialize`` response."""

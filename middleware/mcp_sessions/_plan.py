@@ -1,4 +1,5 @@
-"""Parse once and classify: which messages a request holds, their era and the wire each speaks.
+"""Read and plan: the headers the pipeline reads, then parse once and classify: which messages a request holds,
+their era and the wire each speaks.
 
 A single message and a batch are the same here: a plan of calls, one per element. Nothing in a plan is decided
 about sessions yet.
@@ -10,19 +11,21 @@ from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._wire import jsonrpc
-from .._wire.jsonrpc import UNMARKED
-from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from starlette.types import Scope
+
+from ._asgi import EndpointPaths, headers_of, route_path
+from ._wire import jsonrpc
+from ._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 
 if TYPE_CHECKING:
-    from .._otel import Operation
-    from .._session import Session
-    from .._wire import Refusal
-    from ..handles import Handle, HandleContext, HandleError
-    from ..profiles import LocalMethod, WireProfile
+    from ._otel import Operation
+    from ._session import Session
+    from ._wire import Refusal
+    from .handles import Handle, HandleContext, HandleError
+    from .profiles import LocalMethod, WireProfile
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(eq=False)
 class Conversation:
     """Who a call belongs to, as telemetry names it: an id and the source that found it.
 
@@ -51,23 +54,6 @@ class Conversation:
 class Call:
     """One element of a request: a JSON-RPC call (``method`` set) or anything else in a batch."""
 
-    __slots__ = (
-        "answer",
-        "conversation",
-        "handles",
-        "is_request",
-        "local",
-        "message",
-        "method",
-        "minted",
-        "operation",
-        "profile",
-        "refusal",
-        "request_id",
-        "revoked",
-        "session",
-    )
-
     def __init__(self, message: Any, method: str | None, profile: WireProfile, local: LocalMethod | None) -> None:
         self.message = message
         """The element as parsed (a JSON-RPC call is a dict)."""
@@ -90,7 +76,7 @@ class Call:
         self.revoked: str | None = None
         """Why the session it named is gone, on a wire that treats that as "no session" and says so."""
         self.minted = False
-        """Its session was opened by this very message (SEP-1364 alt. 2's initialize)."""
+        """Its session was opened by this very message (a wire's opening method)."""
         self.conversation: Conversation | None = None
         """Who it belongs to in telemetry, when a source named a conversation without giving it a session."""
         self.answer: dict[str, object] | None = None
@@ -106,22 +92,6 @@ class Call:
 
 class Plan:
     """What one HTTP request carries, parsed and classified."""
-
-    __slots__ = (
-        "answered",
-        "batch",
-        "calls",
-        "era",
-        "handles",
-        "header_session_id",
-        "headers",
-        "local",
-        "named",
-        "refused",
-        "start_ns",
-        "traced",
-        "unmarked",
-    )
 
     def __init__(self, calls: list[Call], batch: bool, headers: dict[bytes, bytes], start_ns: int) -> None:
         self.calls = calls
@@ -146,9 +116,6 @@ class Plan:
         """Some call has an answer decided before the tool (a refused handle)."""
         self.traced = False
         """Whether an OpenTelemetry SDK records this request (set before its sessions are resolved)."""
-        self.unmarked = False
-        """Whether the body cannot name a session on any enabled wire: UTF-8 without the wire's marker, and no
-        escape that could spell one. A source that reads a wire's carrier has nothing to read then."""
         self.named: dict[tuple[str, ...], object] | None = None
         """In a batch: what each session its elements name resolved to (by a source's key: its name and the
         session's reference), so that a session many elements name costs one check and one store round trip."""
@@ -163,37 +130,19 @@ class Plan:
 class Planner:
     """Built once per middleware from the enabled wires."""
 
-    __slots__ = ("_declarers", "_default", "_guarded", "_methods", "_openers", "_profiles", "_watch", "strips")
-
     def __init__(self, profiles: Sequence[WireProfile]) -> None:
         self._profiles = tuple(profiles)
         self._default = profiles[0]
-        self._watch = jsonrpc.Watch(
-            (p.carrier.marker for p in profiles), (n for p in profiles for n in p.carrier.path_names)
-        )
-        # Wires with more than the draft's needs; each is empty when only the draft is on.
-        self._openers = tuple(p for p in profiles if p.carrier.opening_methods)
-        self._declarers = tuple(p for p in profiles if p.declared is not None)
-        self._guarded = frozenset(m for p in profiles for m, local in p.methods.items() if local.applies is not None)
-        self.strips = any(p.carrier.strips for p in profiles)
-        """Whether some enabled wire's session member must be removed before the app sees a request."""
-        # One wire that needs nothing but its method table (the draft alone): one lookup, nothing to choose.
-        simple = not (self._openers or self._declarers or self._guarded or self.strips)
-        self._methods = profiles[0].methods if len(profiles) == 1 and simple else None
 
     def plan(self, body: bytes, headers: dict[bytes, bytes], start_ns: int) -> Plan | None:
         """The plan of a JSON-RPC request; ``None`` for anything else (the app answers it)."""
-        scan = self._watch.scan(body)  # whether a session member is spelled, and whether a name repeats
-        parsed = jsonrpc.loads(body, watch=self._watch, scan=scan)
+        parsed = jsonrpc.loads(body)
         if isinstance(parsed, dict):
             call = self.call(parsed)
             if call.method is None:
                 return None  # not a call: the app answers it
             call.request_id = parsed.get("id")  # repeated as sent
-            plan = Plan([call], False, headers, start_ns)
-            # One wire's marker, not spelled in UTF-8, nor escaped (UTF-16 and UTF-32 have NULs).
-            plan.unmarked = scan == UNMARKED and self._watch.marker is not None and 0 not in body
-            return plan
+            return Plan([call], False, headers, start_ns)
         if type(parsed) is not list or not parsed:
             return None
         calls = [self.call(element) for element in parsed]
@@ -204,29 +153,30 @@ class Planner:
         return Plan(calls, True, headers, start_ns)
 
     def call(self, message: Any) -> Call:
-        """Classify one message: the wire it speaks (else the first), and its local method if any."""
+        """Classify one message: the wire whose claim on it is surest (the first on a tie; else the first wire),
+        and the local method it calls, if any (``WireProfile.claim``)."""
         method = message.get("method") if isinstance(message, dict) and message.get("jsonrpc") == "2.0" else None
         if type(method) is not str:
             return Call(message, None, self._default, None)
-        if self._methods is not None:
-            return Call(message, method, self._default, self._methods.get(method))
-        for profile in self._openers:
-            if profile.carrier.opens(message, method):
-                return Call(message, method, profile, profile.local_for(message, method))
-        # A wire's own method wins over another wire's session member (alt. 2's terminate carries alt. 1's).
+        chosen, surest, local = self._default, None, None
         for profile in self._profiles:
-            if (local := profile.local_for(message, method)) is not None:
-                return Call(message, method, profile, local)
-        for profile in self._profiles:
-            if profile.carrier.present(message):
-                return Call(message, method, profile, None)
-        if method in self._guarded:
-            # A shared method name in no enabled wire's shape: the first wire that has it answers (-32602).
-            for profile in self._profiles:
-                if (local := profile.methods.get(method)) is not None:
-                    return Call(message, method, profile, local)
-        for profile in self._declarers:
-            assert profile.declared is not None
-            if profile.declared(message):
-                return Call(message, method, profile, None)
-        return Call(message, method, self._default, None)
+            claim = profile.claim(message, method)
+            if claim is not None and (surest is None or claim[0] < surest):
+                chosen, (surest, local) = profile, claim
+        return Call(message, method, chosen, local)
+
+
+def json_rpc_headers(scope: Scope, paths: EndpointPaths | frozenset[str] | None) -> dict[bytes, bytes] | None:
+    """The headers of a POST of JSON to the MCP path (``paths``; ``None``: any), what the pipeline reads; ``None``
+    for anything else (the app's, untouched)."""
+    if scope["method"] != "POST":
+        return None
+    headers = headers_of(scope)
+    if not headers.get(b"content-type", b"").lower().startswith(b"application/json"):  # media types: any case
+        return None
+    return headers if paths is None or scope["path"] in paths or route_path(scope) in paths else None
+
+
+def body_of(plan: Plan) -> Any:
+    """The parsed body, as the guard reads it: one message, or the batch."""
+    return [call.message for call in plan.calls] if plan.batch else plan.calls[0].message
