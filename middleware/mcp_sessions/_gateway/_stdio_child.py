@@ -1,0 +1,216 @@
+"""One stdio MCP server process and the MCP client link to it: spawned, read with a bound, and stopped whole.
+
+The child runs in a process group of its own (``start_new_session``), so that stopping it stops what it
+started too: its stdin is closed, then the group gets SIGTERM, then SIGKILL. Its stdout is read a JSON-RPC
+message per line, each line bounded (``max_line``, the gateway's ``max_response_size``): a longer line
+ends the child, never a buffer without end. Its stderr goes to the gateway's log, a line at a time,
+prefixed with the conversation's stable id and with control characters escaped; never to a client. The
+``mcp`` SDK's ``JSONRPCDispatcher`` does the JSON-RPC: ids, answers, progress, cancellation, and an error
+for every request still waiting when the child's stdout ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from anyio.streams.buffered import BufferedByteReceiveStream
+from mcp.shared.dispatcher import OnNotify, OnRequest
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+from mcp.shared.message import SessionMessage
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+
+from .._version import __version__
+from .._wire.text import printable
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+STDIN_GRACE: Final = 1.0
+"""How long a child may take to exit by itself once its stdin is closed (the MCP stdio shutdown)."""
+TERM_GRACE: Final = 2.0
+"""How long a child's process group has between SIGTERM and SIGKILL."""
+START_TIMEOUT: Final = 30.0
+"""How long a child may take to answer ``initialize``."""
+_POLL: Final = 0.05
+
+
+class Child:
+    """A stdio server process, started by :meth:`run` in a task group, and its ``initialize`` answer."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        label: str,
+        environ: Mapping[str, str],
+        max_line: int,
+        on_request: OnRequest,
+        on_notify: OnNotify,
+    ) -> None:
+        self.command, self.label, self.environ, self.max_line = list(command), label, environ, max_line
+        self.on_request, self.on_notify = on_request, on_notify
+        self.ready = anyio.Event()  # initialized, or failed (then ``failure`` says why)
+        self.done = anyio.Event()  # asked to stop, or its stdout ended
+        self.failure: str | None = None
+        self.initialized: types.InitializeResult | None = None
+        self.pid: int | None = None
+        self.exit_code: int | None = None
+        self.link: JSONRPCDispatcher[Any] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.ready.is_set() and self.failure is None and not self.done.is_set()
+
+    def stop(self) -> None:
+        """Ask the child to end (its :meth:`run` stops the process group)."""
+        self.done.set()
+
+    async def run(self) -> None:
+        """Start the process, initialize it, serve it until :meth:`stop` or its end, then stop its group."""
+        try:
+            process = await anyio.open_process(self.command, env=dict(self.environ), start_new_session=True)
+        except OSError as exc:
+            self.failure = f"the server command could not be started: {exc.strerror or exc}"
+            self.ready.set()
+            self.done.set()
+            return
+        self.pid = process.pid
+        to_link, from_child = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        to_child, from_link = anyio.create_memory_object_stream[SessionMessage](0)
+        self.link = link = JSONRPCDispatcher(from_child, to_child)
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(self._read_stdout, process, to_link)
+                tasks.start_soon(self._write_stdin, process, from_link, to_link)
+                tasks.start_soon(self._log_stderr, process)
+                await tasks.start(link.run, self.on_request, self.on_notify)
+                await self._initialize(link)
+                await self.done.wait()
+                tasks.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                self.exit_code = await stop_group(process)
+            self.done.set()
+            self.ready.set()
+            logger.info("%s: server process %d ended (exit code %s)", self.label, process.pid, self.exit_code)
+
+    async def _initialize(self, link: JSONRPCDispatcher[Any]) -> None:
+        params = {
+            "protocolVersion": LATEST_HANDSHAKE_VERSION,
+            "capabilities": {"sampling": {}, "elicitation": {}, "roots": {"listChanged": False}},
+            "clientInfo": {"name": "mcp-sessions-gateway", "version": __version__},
+        }
+        try:
+            with anyio.fail_after(START_TIMEOUT):
+                answer = await link.send_raw_request("initialize", params, {"cancel_on_abandon": False})
+            self.initialized = types.InitializeResult.model_validate(answer, by_name=False)
+        except TimeoutError:
+            self.failure = f"the server did not answer initialize within {START_TIMEOUT:g} s"
+        except Exception as exc:  # an error answer, a closed stdout, an answer that is no InitializeResult
+            self.failure = f"the server failed to initialize: {printable(str(exc))[:200]}"
+        if self.failure is None:
+            await link.notify("notifications/initialized", None)
+        else:
+            self.done.set()
+        self.ready.set()
+
+    async def _read_stdout(
+        self, process: anyio.abc.Process, to_link: anyio.abc.ObjectSendStream[SessionMessage | Exception]
+    ) -> None:
+        """Each line of stdout, bounded, to the link; a line that is no JSON-RPC message is logged and skipped."""
+        assert process.stdout is not None
+        lines = BufferedByteReceiveStream(process.stdout)
+        async with to_link:
+            while True:
+                try:
+                    line = await lines.receive_until(b"\n", self.max_line)
+                except anyio.DelimiterNotFound:
+                    logger.error(
+                        "%s: a stdout line longer than %d bytes; the server is stopped", self.label, self.max_line
+                    )
+                    break
+                except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                except ValueError:
+                    logger.warning(
+                        "%s: stdout: not a JSON-RPC message: %s",
+                        self.label,
+                        printable(line[:200].decode(errors="replace")),
+                    )
+                    continue
+                await to_link.send(SessionMessage(message))
+        self.done.set()  # in-flight requests get their error from the link at once
+
+    async def _write_stdin(
+        self,
+        process: anyio.abc.Process,
+        from_link: anyio.abc.ObjectReceiveStream[SessionMessage],
+        to_link: anyio.abc.ObjectSendStream[SessionMessage | Exception],
+    ) -> None:
+        assert process.stdin is not None
+        async with from_link:
+            try:
+                async for message in from_link:
+                    line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await process.stdin.send(line.encode() + b"\n")
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                await to_link.aclose()  # the child stopped reading: the link ends, its waiters answered
+                self.done.set()
+
+    async def _log_stderr(self, process: anyio.abc.Process) -> None:
+        assert process.stderr is not None
+        lines = BufferedByteReceiveStream(process.stderr)
+        while True:
+            try:
+                line = await lines.receive_until(b"\n", self.max_line)
+            except anyio.DelimiterNotFound:
+                line = await lines.receive(self.max_line) + b" [cut]"
+            except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return
+            logger.info("%s: %s", self.label, printable(line.rstrip(b"\r").decode(errors="replace")))
+
+
+async def stop_group(process: anyio.abc.Process) -> int | None:
+    """Stop a child and its process group: stdin closed, then SIGTERM, then SIGKILL; its exit code."""
+    if process.stdin is not None:
+        await process.stdin.aclose()
+    await _exited(lambda: process.returncode is not None, STDIN_GRACE)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)  # the group outlives its leader while a process of the child's is in it
+        except ProcessLookupError:
+            break
+        if await _exited(lambda: _group_gone(process), TERM_GRACE):
+            break
+    with anyio.move_on_after(TERM_GRACE):  # a process that left the group may hold the pipes open
+        await process.aclose()
+    return process.returncode
+
+
+def _group_gone(process: anyio.abc.Process) -> bool:
+    if process.returncode is None:
+        return False
+    try:
+        os.killpg(process.pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def _exited(condition: Callable[[], bool], seconds: float) -> bool:
+    """Whether ``condition`` holds within ``seconds`` (a process's end is polled: asyncio reaps it in time)."""
+    with anyio.move_on_after(seconds):
+        while not condition():  # noqa: ASYNC110 - no event says a process group is empty
+            await anyio.sleep(_POLL)
+        return True
+    return False

@@ -1,0 +1,534 @@
+"""``mcp-sessions gateway --stdio``: a stdio server behind the session pipeline, a process per conversation.
+
+The gateway's app (``stdio_gateway_app``) on a real uvicorn in a thread, or the command as its own process where
+signals matter; the server is the tests' own (``_stdio_server.py``, a real ``MCPServer`` over stdio), reached by
+the ``mcp`` SDK's client in both eras and by raw HTTP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from _mcp import (
+    LEGACY,
+    MCP_PATH,
+    MODERN,
+    SESSION_NOT_FOUND,
+    DeleteSessionRequest,
+    DeleteSessionResult,
+    create_session,
+    jwt_claims,
+    modern_headers,
+    modern_request,
+    sdk_session_meta,
+    session_meta,
+)
+from _redis import missing
+from conftest import SECRET, serve
+from e2e._gateway import EVERYTHING, MAIN, TS_SDK, installed, node, result_of, started
+from e2e._listen import client as listening
+from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway import stdio_gateway_app
+
+pytestmark = pytest.mark.anyio
+
+SERVER = [sys.executable, "-m", "e2e._stdio_server"]
+ENVIRON = {"PATH": os.environ["PATH"], "PYTHONPATH": str(MAIN / "tests"), "MCP_SESSIONS_SECRET": SECRET}
+GONE_WITHIN = 10.0
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def gateway(**options: Any) -> Iterator[str]:
+    """The stdio gateway in front of the tests' server: its MCP URL."""
+    config = SessionsConfig(secret=SECRET)
+    with serve(stdio_gateway_app(SERVER, config=config, environ=ENVIRON, **options)) as url:
+        yield url + "/mcp"
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with gateway(max_processes=64) as url:  # the module's tests leave their conversations open: room for all
+        yield url
+
+
+@pytest.fixture(params=["auto", "legacy"])
+def mode(request: pytest.FixtureRequest) -> str:
+    mode: str = request.param
+    return mode
+
+
+@pytest.fixture
+def logged() -> Iterator[list[str]]:
+    """The gateway's log lines while the test runs."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler, logger = Collect(), logging.getLogger("mcp_sessions.gateway")
+    logger.addHandler(handler)
+    level, disabled = logger.level, logger.disabled
+    logger.setLevel(logging.INFO)
+    logger.disabled = False  # a uvicorn started by another test may have disabled the loggers it did not configure
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.disabled = disabled
+
+
+async def whoami(client: Client, session: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta = None if session is None else sdk_session_meta(session)
+    result = await client.call_tool("whoami", {}, meta=meta)
+    found: dict[str, Any] = json.loads(text_of(result))
+    return found
+
+
+async def count(client: Client, session: dict[str, Any]) -> int:
+    return int(text_of(await client.call_tool("count", {}, meta=sdk_session_meta(session))))
+
+
+def text_of(result: types.CallToolResult) -> str:
+    assert not result.is_error, result
+    [content] = result.content
+    assert isinstance(content, types.TextContent)
+    return content.text
+
+
+def gone(pid: int) -> bool:
+    """Whether no process has ``pid`` (a zombie no one reaps counts as gone: it runs nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+async def wait_for(condition: Callable[[], bool], seconds: float = GONE_WITHIN) -> None:
+    with anyio.fail_after(seconds):
+        while not condition():  # noqa: ASYNC110 - a process's end is observed, not signalled
+            await anyio.sleep(0.05)
+
+
+# -- a process per conversation -------------------------------------------------------------------
+
+
+async def test_each_conversation_has_its_own_process(url: str, mode: str) -> None:
+    async with Client(url, mode=mode) as client:
+        assert client.protocol_version == (MODERN if mode == "auto" else LEGACY)
+        assert client.server_info is not None and client.server_info.name == "stdio-test-server"
+        assert client.server_capabilities is not None and client.server_capabilities.tools is not None
+        first, second = await create_session(client), await create_session(client)
+        counts = [await count(client, first), await count(client, first), await count(client, second)]
+        mine, theirs, again = await whoami(client, first), await whoami(client, second), await whoami(client, first)
+        shared, shared_again = await whoami(client), await whoami(client)
+
+    assert counts == [1, 2, 1]  # each process counts its own conversation's calls
+    assert mine["pid"] != theirs["pid"] and mine["pid"] == again["pid"]
+    assert shared["pid"] == shared_again["pid"] not in (mine["pid"], theirs["pid"])
+    assert mine["session"] == jwt_claims(first["sessionId"])["sid"] != first["sessionId"]  # the stable id
+    assert shared["session"] is None
+    assert mine["leaked"] == shared["leaked"] == []  # the gateway had MCP_SESSIONS_SECRET; no child sees it
+
+
+async def test_the_same_request_id_in_two_conversations_gets_two_answers(url: str) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        sessions = []
+        for _ in range(2):
+            body = modern_request("sessions/create")
+            sessions.append(
+                result_of(await http.post(url, json=body, headers=modern_headers(body)), 1)["result"]["session"]
+            )
+        bodies = [
+            modern_request("tools/call", {"name": "whoami", "arguments": {}}, id=7, session=session_meta(session))
+            for session in sessions
+        ]
+        answers: list[dict[str, Any]] = [{}, {}]
+
+        async def call(index: int) -> None:
+            answers[index] = result_of(
+                await http.post(url, json=bodies[index], headers=modern_headers(bodies[index])), 7
+            )
+
+        async with anyio.create_task_group() as tasks:
+            for index in range(2):
+                tasks.start_soon(call, index)
+
+    seen = [json.loads(answer["result"]["content"][0]["text"])["session"] for answer in answers]
+    assert seen == [jwt_claims(session["sessionId"])["sid"] for session in sessions]
+
+
+async def test_a_create_beyond_max_processes_is_refused_and_starts_nothing(mode: str) -> None:
+    with gateway(max_processes=1) as url:
+        async with Client(url, mode=mode) as client:
+            before = own_children()
+            first = await create_session(client)
+            started = own_children() - before
+            assert len(started) == 1  # the first conversation's process, started at its create
+            with pytest.raises(MCPError) as refused:
+                await create_session(client)
+            assert own_children() - before == started  # the refused create started nothing
+            assert await whoami(client) is not None  # the shared process is no conversation's: not counted
+            await delete(client, first)
+            second = await answered(lambda: create_session(client))  # once the deleted one's process ended
+            assert await count(client, second) == 1
+
+    assert refused.value.code == -32011
+    assert "at most 1 " in refused.value.message and "--max-processes" in refused.value.message
+
+
+def own_children() -> set[int]:
+    """The pids of this process's children (the gateways' servers: uvicorn runs in a thread of the tests)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                found.add(int(stat.parent.name))
+    return found
+
+
+async def delete(client: Client, session: dict[str, Any]) -> None:
+    request = DeleteSessionRequest(params=types.RequestParams(_meta=sdk_session_meta(session)))
+    await client.session.send_request(request, DeleteSessionResult)
+
+
+async def answered(call: Callable[[], Awaitable[T]]) -> T:
+    """``call``'s answer once it gives one rather than an error (bounded)."""
+    with anyio.fail_after(GONE_WITHIN):
+        while True:
+            with contextlib.suppress(MCPError):
+                return await call()
+            await anyio.sleep(0.05)
+
+
+# -- lifetimes ------------------------------------------------------------------------------------
+
+
+async def test_delete_ends_the_conversations_process(url: str, mode: str) -> None:
+    async with Client(url, mode=mode) as client:
+        session = await create_session(client)
+        pid = (await whoami(client, session))["pid"]
+        await delete(client, session)
+        await wait_for(lambda: gone(pid))
+
+
+async def test_an_idle_conversations_process_ends_and_its_session_too() -> None:
+    with gateway(process_idle=0.5) as url:
+        async with Client(url, mode="legacy") as client:
+            session = await create_session(client)
+            pid = (await whoami(client, session))["pid"]
+            await wait_for(lambda: gone(pid))
+            with pytest.raises(MCPError) as later:
+                await whoami(client, session)
+
+    assert later.value.code == SESSION_NOT_FOUND  # its state is gone: the client starts a new conversation
+
+
+async def test_a_crash_answers_at_once_and_touches_no_other_conversation(
+    url: str, mode: str, logged: list[str]
+) -> None:
+    async with Client(url, mode=mode) as client:
+        crashing, other = await create_session(client), await create_session(client)
+        await count(client, other)
+        with pytest.raises(MCPError) as in_flight:
+            await client.call_tool("crash", {}, meta=sdk_session_meta(crashing))
+        with pytest.raises(MCPError) as later:
+            await wait_for_error(client, crashing)
+        assert await count(client, other) == 2
+
+    assert "exited" in in_flight.value.message
+    assert later.value.code == SESSION_NOT_FOUND  # its state is gone: the client starts a new conversation
+    sid = jwt_claims(crashing["sessionId"])["sid"]
+    assert any(line.startswith(f"session {sid}: server process") and "ended" in line for line in logged), logged
+
+
+async def wait_for_error(client: Client, session: dict[str, Any]) -> None:
+    """Call ``whoami`` in ``session`` until it fails with "Session not found"; until the crashed process is
+    stopped and its session revoked, the error says that the process exited."""
+    with anyio.fail_after(GONE_WITHIN):
+        while True:
+            try:
+                await whoami(client, session)
+            except MCPError as exc:
+                if exc.code == SESSION_NOT_FOUND:
+                    raise
+                assert "has exited" in exc.message
+            await anyio.sleep(0.05)
+
+
+async def test_stderr_goes_to_the_log_prefixed_with_the_stable_id(url: str, logged: list[str]) -> None:
+    async with Client(url, mode="legacy") as client:
+        session = await create_session(client)
+        await client.call_tool("complain", {"line": "disk \x1b[31mfull"}, meta=sdk_session_meta(session))
+        sid = jwt_claims(session["sessionId"])["sid"]
+        await wait_for(lambda: f"session {sid}: disk \\x1b[31mfull" in logged)
+    assert not any(session["sessionId"] in line for line in logged)
+
+
+# -- what MCP carries -----------------------------------------------------------------------------
+
+
+async def test_progress_arrives_under_the_clients_own_token(url: str, mode: str) -> None:
+    reported: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reported.append((progress, total, message))
+
+    async with Client(url, mode=mode) as client:
+        session = await create_session(client)
+        result = await client.call_tool(
+            "progress", {"steps": 2}, progress_callback=on_progress, meta=sdk_session_meta(session)
+        )
+
+    assert text_of(result) == "done"
+    assert reported == [(1, 2, "step 1"), (2, 2, "step 2")]
+
+
+async def test_sampling_and_elicitation_reach_the_client_and_return_to_the_same_process(url: str, mode: str) -> None:
+    """A 2025 client is asked on the stream of its request; a 2026-07-28 client in an ``input_required`` result,
+    and its retry brings the answer to the same process, whose call goes on."""
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        [message] = params.messages
+        assert isinstance(message.content, types.TextContent)
+        text = f"sampled {message.content.text}"
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=text), model="m")
+
+    async def elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert isinstance(params, types.ElicitRequestFormParams)
+        return types.ElicitResult(action="accept", content={"answer": f"yes to {params.message}"})
+
+    async with Client(url, mode=mode, sampling_callback=sampling, elicitation_callback=elicitation) as client:
+        session = await create_session(client)
+        sampled = await client.call_tool("sample", {"prompt": "hi"}, meta=sdk_session_meta(session))
+        elicited = await client.call_tool("elicit", {"question": "ok?"}, meta=sdk_session_meta(session))
+        assert await count(client, session) == 1  # the same process answered all three
+
+    assert text_of(sampled) == "sampled hi"
+    assert text_of(elicited) == "accept: yes to ok?"
+
+
+async def test_roots_list_reaches_the_client_in_both_eras(url: str, mode: str) -> None:
+    async def list_roots(context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult.model_validate({"roots": [{"uri": "file:///work/a"}, {"uri": "file:///work/b"}]})
+
+    async with Client(url, mode=mode, list_roots_callback=list_roots) as client:
+        session = await create_session(client)
+        listed = await client.call_tool("roots", {}, meta=sdk_session_meta(session))
+
+    assert text_of(listed) == "file:///work/a file:///work/b"
+
+
+async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_stream_only(url: str) -> None:
+    """Two 2025 clients, each with its conversation: what one conversation's process announces after its request
+    was answered reaches the GET stream of that client, and not the other's."""
+    heard: dict[str, list[str]] = {"a": [], "b": []}
+
+    def client(name: str) -> Client:
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                heard[name].append("tools changed")
+
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            heard[name].append(str(params.data))
+
+        return Client(url, mode="legacy", message_handler=on_message, logging_callback=on_log)
+
+    async with client("a") as first, client("b") as second:
+        mine, theirs = await create_session(first), await create_session(second)
+        pid = (await whoami(first, mine))["pid"]
+        await whoami(second, theirs)
+        assert text_of(await first.call_tool("announce", {}, meta=sdk_session_meta(mine))) == "soon"
+        await wait_for(lambda: len(heard["a"]) == 2)
+        await whoami(second, theirs)  # anything sent its way would have come before this answer
+
+    assert heard == {"a": ["tools changed", f"announced by {pid}"], "b": []}
+
+
+async def test_a_notification_tied_to_no_request_reaches_that_conversations_listen_stream_only(url: str) -> None:
+    """Two 2026-07-28 conversations, each with a ``subscriptions/listen`` stream, and one without a session: what a
+    conversation's process announces after its request was answered reaches that conversation's stream only."""
+    base = url.removesuffix(MCP_PATH)
+    changed = "notifications/tools/list_changed"
+    async with listening() as c:
+        mine, theirs = await c.create(base), await c.create(base)
+        streams = [await c.listen(base, "mine", mine), await c.listen(base, "theirs", theirs)]
+        streams.append(await c.listen(base, "nobody's"))
+        assert await c.tool(base, "announce", {}, mine) == "soon"
+        await streams[0].wait(changed)
+        assert await c.tool(base, "announce", {}, theirs) == "soon"
+        await streams[1].wait(changed)  # after anything of the first conversation's its stream would have got
+        assert streams[0].events == streams[1].events == [changed]
+        assert streams[2].events == []
+        assert all(not stream.ended.is_set() for stream in streams)
+
+
+async def test_an_endless_stdout_line_stops_the_process_with_a_clear_error(mode: str, logged: list[str]) -> None:
+    """A hostile server's stdout line without end: read up to the bound (the gateway's ``max_response_size``),
+    then the process is stopped, its request answered with an error; other conversations go on."""
+    config = SessionsConfig(secret=SECRET, max_response_size=65_536)
+    with serve(stdio_gateway_app(SERVER, config=config, environ=ENVIRON)) as base:
+        async with Client(base + "/mcp", mode=mode) as client:
+            hostile, other = await create_session(client), await create_session(client)
+            pid = (await whoami(client, hostile))["pid"]
+            with pytest.raises(MCPError) as stopped:
+                await client.call_tool("endless", {}, meta=sdk_session_meta(hostile))
+            await wait_for(lambda: gone(pid))
+            assert await count(client, other) == 1
+
+    assert stopped.value.code == -32603 and "exited" in stopped.value.message
+    assert any("a stdout line longer than 65536 bytes; the server is stopped" in line for line in logged), logged
+
+
+# -- servers from the package indexes ---------------------------------------------------------------
+
+
+def server_time() -> list[str]:
+    """mcp-server-time from PyPI, in its own environment (``make test`` builds it; ``STDIO_SERVER_VENVS`` names it):
+    a missing one skips, or fails under CI."""
+    venvs = os.environ.get("STDIO_SERVER_VENVS", str(MAIN / ".venv-server-time")).split()
+    venv = next((Path(v) for v in venvs if Path(v).name.endswith("-server-time")), MAIN / ".venv-server-time")
+    command = venv / "bin" / "mcp-server-time"
+    if not command.exists():
+        missing(f"{command} is missing: `make {venv}/.installed` builds that environment")
+    return [str(command), "--local-timezone", "UTC"]
+
+
+def server_everything() -> list[str]:
+    return [node(), str(installed(EVERYTHING, "@modelcontextprotocol/server-everything")), "stdio"]
+
+
+async def test_mcp_server_time_from_pypi_in_both_eras(mode: str) -> None:
+    config = SessionsConfig(secret=SECRET)
+    with serve(stdio_gateway_app(server_time(), config=config, environ=ENVIRON)) as base:
+        async with Client(base + "/mcp", mode=mode) as client:
+            assert client.server_info is not None and client.server_info.name == "mcp-time"
+            session = await create_session(client)
+            tools = await client.list_tools(meta=sdk_session_meta(session))
+            now = await client.call_tool(
+                "get_current_time", {"timezone": "Europe/Paris"}, meta=sdk_session_meta(session)
+            )
+
+    assert {tool.name for tool in tools.tools} == {"get_current_time", "convert_time"}
+    assert json.loads(text_of(now))["timezone"] == "Europe/Paris"
+
+
+async def test_server_everything_stdio_in_both_eras(mode: str) -> None:
+    config = SessionsConfig(secret=SECRET)
+    with serve(stdio_gateway_app(server_everything(), config=config, environ=ENVIRON)) as base:
+        async with Client(base + "/mcp", mode=mode) as client:
+            assert client.server_info is not None and "everything" in client.server_info.name
+            first, second = await create_session(client), await create_session(client)
+            tools = await client.list_tools(meta=sdk_session_meta(first))
+            echoed = [
+                await client.call_tool("echo", {"message": f"to {name}"}, meta=sdk_session_meta(session))
+                for name, session in (("first", first), ("second", second))
+            ]
+
+    assert "echo" in {tool.name for tool in tools.tools}
+    assert [text_of(result) for result in echoed] == ["Echo: to first", "Echo: to second"]
+
+
+def test_the_typescript_sdk_client_round_trip() -> None:
+    """docs/gateway.md's TypeScript SDK recipe, run as written, through ``--stdio`` server-everything: a session
+    created, used, echoed and deleted (the TS SDK 1.x client speaks 2025-11-25)."""
+    sdk = installed(TS_SDK, "@modelcontextprotocol/sdk")
+    [recipe] = re.findall(r"```js\n(.*?)```", (MAIN / "docs" / "gateway.md").read_text(encoding="utf-8"), re.S)
+    script = sdk.parents[4] / f"stdio-recipe-{uuid.uuid4().hex}.mjs"  # in .cache/everything, beside node_modules
+    script.write_text(recipe, encoding="utf-8")
+    config = SessionsConfig(secret=SECRET)
+    try:
+        with serve(stdio_gateway_app(server_everything(), config=config, environ=ENVIRON)) as base:
+            done = subprocess.run(
+                [node(), str(script), base + "/mcp"], capture_output=True, text=True, timeout=60, check=False
+            )
+    finally:
+        script.unlink()
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["tools"] > 0 and seen["text"] == "Echo: hello"
+    assert seen["echo"] == seen["session"] and seen["transport"]
+
+
+def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> None:
+    """``benchmarks/bench_stdio.py --quick``: it runs both gateways side by side and reports each one's numbers
+    (what they are is the benchmark's to say, not the test's)."""
+    installed(MAIN / ".cache/supergateway/node_modules/supergateway/dist/index.js", "supergateway")
+    node()
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(MAIN / "benchmarks" / "bench_stdio.py"), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert [part["title"] for part in report["sections"]] == ["stdio servers"] and len(report["verdicts"]) == 1
+    ways = report["ways"]
+    assert set(ways) == {"stdio directly", "mcp-sessions gateway --stdio", "supergateway 4.0.0 --stateful"}
+    for name in ("mcp-sessions gateway --stdio", "supergateway 4.0.0 --stateful"):
+        assert {"p50_ms", "p99_ms", "added_p50_ms", "added_p99_ms", "rss_kib_per_conversation"} <= set(ways[name])
+    assert "mcp-sessions gateway --stdio" in done.stdout
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def test_sigterm_ends_every_process_even_one_that_ignores_it() -> None:
+    """The gateway as its own process, its server ignoring SIGTERM and its stdin's end: all gone within 10 s."""
+
+    def command(port: int) -> tuple[list[str], dict[str, str]]:
+        server = f"{sys.executable} -m e2e._stdio_server --stubborn"
+        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--stdio", server]
+        return line, {"MCP_SESSIONS_SECRET": SECRET, "PYTHONPATH": str(MAIN / "tests")}
+
+    process = started("mcp-sessions gateway --stdio", command)
+    try:
+        url = f"http://127.0.0.1:{process.port}/mcp"
+        pids = anyio.run(_pids_of_a_conversation, url)
+        assert process.process is not None
+        process.process.send_signal(signal.SIGTERM)
+        process.process.wait(timeout=GONE_WITHIN)
+        deadline = time.monotonic() + 1.0  # the kernel has already ended them; their reaping may lag
+        while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [pid for pid in pids if not gone(pid)] == [], process.output()
+        assert "session " in process.output()
+    finally:
+        process.stop()
+
+
+async def _pids_of_a_conversation(url: str) -> list[int]:
+    """The pids of a conversation's process, of a process it started, and of the shared process."""
+    async with Client(url, mode="legacy") as client:
+        session = await create_session(client)
+        own = (await whoami(client, session))["pid"]
+        started = int(text_of(await client.call_tool("spawn", {}, meta=sdk_session_meta(session))))
+        shared = (await whoami(client))["pid"]
+        await client.call_tool("complain", {"line": "stderr line"}, meta=sdk_session_meta(session))
+    return [own, started, shared]
