@@ -17,8 +17,7 @@ import redis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from _redis import redis_server
-from mcp_sessions import MemoryStore, SessionStore
-from mcp_sessions.stores import RedisStore, SQLiteStore
+from mcp_sessions.stores import MemoryStore, RedisStore, SessionStore, SQLiteStore
 
 STORES = ["memory", "sqlite", "redis"]
 _addresses = itertools.count(1 << 16)  # 127.1.0.0 and up: never 127.0.0.1, where the other tests call from

@@ -23,8 +23,7 @@ from typing import Final
 import anyio
 
 from _redis import missing, redis_server
-from mcp_sessions import MemoryStore, SessionStore, SessionStoreUnavailable
-from mcp_sessions.stores import RedisStore, SQLiteStore
+from mcp_sessions.stores import MemoryStore, RedisStore, SessionStore, SessionStoreUnavailable, SQLiteStore
 
 HOUR: Final = 3600.0
 LOCK_WAIT: Final = 0.05
@@ -46,14 +45,12 @@ async def filled_sqlite(path: Path) -> SQLiteStore:
     fit in a page that has room.
     """
     store = SQLiteStore(path, timeout=LOCK_WAIT)
-    writer = store._writer  # the connection every write of the store goes through, on the store's thread
 
-    def cap() -> None:
-        connection = writer.connection()
+    def cap(connection: sqlite3.Connection) -> None:
         pages = connection.execute("PRAGMA page_count").fetchone()[0]
         connection.execute(f"PRAGMA max_page_count = {pages}")
 
-    await writer.run(cap)
+    await store._writes.run(cap)  # the connection every write of the store goes through, on its thread
     with contextlib.suppress(SessionStoreUnavailable):
         for _ in range(1000):
             await store.set(uuid.uuid4().hex, "pad", "p" * 500, expires_at=time.time() + HOUR)

@@ -10,9 +10,11 @@ import base64
 import json
 import re
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final, Literal, Protocol, cast
 
 import httpx
+import mcp_types as types
+from mcp import Client
 from mcp_types import RequestParamsMeta
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -22,6 +24,8 @@ from mcp_sessions._verdict import PROBE_METHOD
 MODERN: Final = "2026-07-28"
 LEGACY: Final = "2025-11-25"
 MCP_PATH: Final = "/mcp"
+LOCAL: Final = "http://127.0.0.1:8000"
+"""Where a test addresses an app it runs in process: a host the SDK's DNS-rebinding protection accepts."""
 
 SESSION_KEY: Final = "io.modelcontextprotocol/session"
 SESSIONS_EXTENSION: Final = "io.modelcontextprotocol/sessions"
@@ -199,11 +203,17 @@ def tool_text(message: Mapping[str, Any]) -> str:
 # -- clients ----------------------------------------------------------------------
 
 
-class ModernClient:
-    """Sends 2026-07-28 requests to one MCP endpoint over a real HTTP connection."""
+class Poster(Protocol):
+    """What the clients below send with: an ``httpx.Client``, or Starlette's ``TestClient`` (in process)."""
 
-    def __init__(self, http: httpx.Client, base_url: str, path: str = MCP_PATH) -> None:
-        self.http = http
+    def post(self, url: str, *, json: Any, headers: Mapping[str, str]) -> Any: ...  # an httpx or httpx2 Response
+
+
+class ModernClient:
+    """Sends 2026-07-28 requests to one MCP endpoint: over a real connection, or in process through a TestClient."""
+
+    def __init__(self, http: Poster, base_url: str, path: str = MCP_PATH) -> None:
+        self.http = cast("httpx.Client", http)  # a TestClient posts alike, answering with httpx2's Response
         self.url = base_url + path
 
     def post(self, body: Any, headers: Mapping[str, str] | None = None) -> httpx.Response:
@@ -240,8 +250,8 @@ class ModernClient:
 class LegacyClient:
     """Speaks the 2025-11-25 handshake wire; keeps the transport's ``mcp-session-id`` in stateful mode."""
 
-    def __init__(self, http: httpx.Client, base_url: str, path: str = MCP_PATH, version: str = LEGACY) -> None:
-        self.http = http
+    def __init__(self, http: Poster, base_url: str, path: str = MCP_PATH, version: str = LEGACY) -> None:
+        self.http = cast("httpx.Client", http)  # a TestClient posts alike, answering with httpx2's Response
         self.url = base_url + path
         self.version = version
         self.transport_session_id: str | None = None
@@ -447,3 +457,36 @@ async def _send_json(send: Send, status: int, payload: Any) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+# -- the session methods through the mcp SDK's own client ------------------------------------------------
+
+
+class CreateSessionRequest(types.Request[types.RequestParams | None, Literal["sessions/create"]]):
+    method: Literal["sessions/create"] = "sessions/create"
+    params: types.RequestParams | None = None
+
+
+class DeleteSessionRequest(types.Request[types.RequestParams, Literal["sessions/delete"]]):
+    method: Literal["sessions/delete"] = "sessions/delete"
+    params: types.RequestParams
+
+
+class CreateSessionResult(types.Result):
+    session: dict[str, Any]
+
+
+class DeleteSessionResult(types.Result):
+    pass
+
+
+async def create_session(client: Client) -> dict[str, Any]:
+    result = await client.session.send_request(CreateSessionRequest(), CreateSessionResult)
+    return result.session
+
+
+def sdk_session_meta(session: dict[str, Any], state: str | None = None) -> RequestParamsMeta:
+    value = {"sessionId": session["sessionId"]}
+    if state is not None:
+        value["state"] = state
+    return sdk_meta({SESSION_KEY: value})

@@ -26,7 +26,7 @@ from opentelemetry.trace import ProxyTracer, SpanContext
 from opentelemetry.util._once import Once
 from starlette.types import Scope
 
-from _mcp import RecordingApp
+from _mcp import LegacyClient, ModernClient, RecordingApp
 from mcp_sessions._otel import Operation, Telemetry
 from mcp_sessions.telemetry import SessionSpanProcessor
 
@@ -126,6 +126,22 @@ def by_request_id(spans: Iterable[ReadableSpan], scope: str, request_id: str) ->
     found = [span for span in of_scope(spans, scope) if attrs(span).get("jsonrpc.request.id") == request_id]
     assert len(found) == 1, f"expected one {scope} span for request {request_id}, got {describe(found)}"
     return found[0]
+
+
+def sdk_child(spans: Iterable[ReadableSpan], parent: ReadableSpan) -> ReadableSpan:
+    [child] = [span for span in of_scope(spans, SDK_SCOPE) if parent_of(span) == self_of(parent)]
+    return child
+
+
+def connect(era: str, http: Any, url: str, spans: SpanLog) -> ModernClient | LegacyClient:
+    """A raw client of ``era``; a legacy one has done its handshake, whose spans are then cleared."""
+    if era == "modern":
+        return ModernClient(http, url)
+    client = LegacyClient(http, url)
+    client.initialize()
+    spans.wait_middleware(2)  # initialize, notifications/initialized
+    spans.clear()
+    return client
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:

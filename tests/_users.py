@@ -8,7 +8,8 @@ from typing import Any
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from pydantic import AnyHttpUrl
-from starlette.authentication import BaseUser
+from starlette.authentication import AuthCredentials, AuthenticationBackend, BaseUser, SimpleUser
+from starlette.requests import HTTPConnection
 
 TOKENS = {
     "alice-token": AccessToken(token="alice-token", client_id="app", scopes=["mcp"], subject="alice"),
@@ -55,3 +56,11 @@ def bearer_auth() -> dict[str, Any]:
             validate_token_resource=False,
         ),
     }
+
+
+class HeaderUser(AuthenticationBackend):
+    """A server's own sign-in, as simple as it gets: whoever the ``X-User`` header names, else anonymous."""
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
+        user = conn.headers.get("x-user")
+        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))

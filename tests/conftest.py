@@ -6,12 +6,14 @@ import contextlib
 import functools
 import os
 import ssl
-from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Generator, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
+import anyio
 import httpx
 import pytest
 from examples.demo import serve_in_thread
+from starlette.testclient import TestClient
 
 from _redis import RedisServer, redis_server
 from mcp_sessions import KeySet, SessionKey
@@ -83,6 +85,56 @@ def serve(app: Any, *, timeout: float = 10.0, root_path: str = "") -> Iterator[s
     """
     with serve_in_thread(app, timeout=timeout, path="", root_path=root_path) as url:
         yield url
+
+
+@contextlib.contextmanager
+def in_process(app: Any, **options: Any) -> Iterator[httpx.Client]:
+    """``app`` called in process, with no socket: Starlette's ``TestClient``, as Starlette tests its middleware.
+
+    The app's lifespan runs around the block (the MCP SDK app needs it); the client's base URL is
+    ``http://127.0.0.1:8000`` (a loopback host, which the SDK's DNS-rebinding protection accepts), so tests send to
+    paths: ``http.post("/mcp", ...)``. As with httpx, redirects are not followed unless asked; an exception the app
+    raises reaches the test instead of becoming a 500 unless ``raise_server_exceptions=False``.
+    """
+    options = {"base_url": "http://127.0.0.1:8000", "follow_redirects": False, **options}
+    with TestClient(app, **options) as client:
+        # Starlette builds it on httpx2 when installed (as here): httpx's fork, the same API under another name.
+        yield cast(httpx.Client, client)
+
+
+@contextlib.asynccontextmanager
+async def asgi_client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
+    """``app`` in process through ``httpx.ASGITransport``, for async tests: ``in_process``'s counterpart.
+
+    The app's lifespan runs around the block as a server runs it (ASGITransport does not); the base URL is
+    ``http://127.0.0.1:8000``. ASGITransport hands over a response when the app has finished it: a stream that
+    must be read while it is open needs a real server (``serve``).
+    """
+    inbox: list[dict[str, Any]] = [{"type": "lifespan.startup"}]
+    done = {"startup": anyio.Event(), "shutdown": anyio.Event()}
+    stop = anyio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if inbox:
+            return inbox.pop()
+        await stop.wait()
+        return {"type": "lifespan.shutdown"}
+
+    async def send(message: dict[str, Any]) -> None:
+        phase, _, outcome = message["type"].removeprefix("lifespan.").partition(".")
+        assert outcome == "complete", message
+        done[phase].set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(app, {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
+        with anyio.fail_after(10):
+            await done["startup"].wait()
+        transport = httpx.ASGITransport(app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000", timeout=10) as client:
+            yield client
+        stop.set()
+        with anyio.fail_after(10):
+            await done["shutdown"].wait()
 
 
 # The files that take longest (seconds each, on a loaded 2-core machine), longest first. Under pytest-xdist

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from mcp_sessions.profiles import PROFILES
 
-from .test_middleware import JSON, Downstream, call, dumps, http_scope, middleware
+from ._direct import JSON, Downstream, call, dumps, http_scope, middleware
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,9 @@ import pytest
 from _mcp import AnswersProbes
 from _redis import free_port
 from conftest import SECRET
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore
+from mcp_sessions import KeySet, MCPSessionMiddleware
 from mcp_sessions.handles import HandleContext, HandleKind, HandleMiddleware, Handles, current_handle_context
-from mcp_sessions.stores import RedisStore
+from mcp_sessions.stores import MemoryStore, RedisStore
 
 pytestmark = pytest.mark.anyio
 

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from starlette.types import Message
 
-from _mcp import AnswersProbes
+from _mcp import AnswersProbes, jwt_claims
 from conftest import SECRET
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionsConfig, SessionStatus
+from mcp_sessions import KeySet, MCPSessionMiddleware, Refusal, SessionClaims
 from mcp_sessions._session import Quota
 from mcp_sessions.handles import Handles
-from mcp_sessions.stores import RedisStore
+from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus
 
-from .test_middleware import Downstream, Receiver, Sender, dumps, http_scope, request
+from ._direct import Downstream, Receiver, Sender, dumps, http_scope, request
 
 pytestmark = pytest.mark.anyio
 
@@ -71,12 +71,26 @@ async def test_deletes_count_against_the_same_limit() -> None:
     assert other["error"]["code"] == -32011  # two operations spent: the create and the delete
 
 
-def test_the_create_limit_from_the_environment() -> None:
-    config = SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_CREATE_LIMIT": "100/60"})
-    assert config.create_limit is not None and (config.create_limit.count, config.create_limit.seconds) == (100, 60)
-    for bad in ("100", "x/60", "0/60", "10/0"):
-        with pytest.raises(ValueError, match="MCP_SESSIONS_CREATE_LIMIT must look like COUNT/SECONDS"):
-            SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_CREATE_LIMIT": bad})
+async def test_the_on_create_hook_sees_each_new_session_and_may_refuse_it() -> None:
+    created: list[SessionClaims] = []
+
+    async def on_create(claims: SessionClaims) -> None:
+        if len(created) == 1:
+            raise Refusal(-32011, "Only one session here", retry_after=5)
+        if len(created) == 2:
+            raise RuntimeError("a bug of the hook")
+        created.append(claims)
+
+    mw = MCPSessionMiddleware(AnswersProbes(Downstream()), secret=SECRET, on_create=on_create)
+    token = (await post(mw, CREATE)).json()["result"]["session"]["sessionId"]
+    refused = await post(mw, CREATE)
+    created.append(created[0])
+    failed = await post(mw, CREATE)
+
+    assert jwt_claims(token)["sid"] == created[0].session_id  # asked before the session was handed out
+    assert refused.status == 429 and refused.header(b"retry-after") == b"5"
+    assert refused.json()["error"] == {"code": -32011, "message": "Only one session here"}
+    assert failed.json()["error"] == {"code": -32603, "message": "Internal error"}  # a hook that fails: refused
 
 
 async def lifespan(mw: MCPSessionMiddleware) -> list[str]:
@@ -128,22 +142,7 @@ async def test_a_reachable_store_says_nothing_at_startup(caplog: pytest.LogCaptu
 # -- what one caller can make the store keep (issue 22) -------------------------------------------------
 
 
-def test_the_conversation_maximum_from_the_environment_and_its_checks() -> None:
-    name = "MCP_SESSIONS_MAX_CONVERSATIONS_PER_CALLER"
-    assert SessionsConfig(secret=SECRET).max_conversations_per_caller == 1000
-    assert (
-        SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, name: "25"}).max_conversations_per_caller == 25
-    )
-    assert (
-        SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, name: "none"}).max_conversations_per_caller
-        is None
-    )
-    for bad in ("0", "-3", "1.5", "many"):
-        with pytest.raises(ValueError, match=name):
-            SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, name: bad})
-    for value in (0, -1, 2.5, True, "10"):
-        with pytest.raises(ValueError, match="max_conversations_per_caller"):
-            SessionsConfig(secret=SECRET, max_conversations_per_caller=value)  # type: ignore[arg-type]
+def test_the_handles_maximum_is_checked() -> None:
     for value in (0, 1.5, False):
         with pytest.raises(ValueError, match="max_handles_per_caller"):
             Handles(KeySet.from_secret(SECRET), MemoryStore(), max_handles_per_caller=value)  # type: ignore[arg-type]

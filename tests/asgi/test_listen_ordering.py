@@ -17,10 +17,11 @@ import pytest
 from starlette.types import Message
 
 from conftest import SECRET
-from mcp_sessions import KeySet, MemoryStore
-from mcp_sessions._pipeline import _listen
-from mcp_sessions._pipeline._listen import ListenStream, final_frame
+from mcp_sessions import KeySet
+from mcp_sessions._pipeline import _forward
+from mcp_sessions._pipeline._forward import ListenStream, final_frame
 from mcp_sessions._session import Session, SessionService, current_session
+from mcp_sessions.stores import MemoryStore
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +36,7 @@ BODY: Message = {"type": "http.request", "body": b"{}", "more_body": False}
 async def test_a_stream_that_found_its_slot_only_at_subscribe_ends_with_its_session(
     end: Literal["deleted", "expired"], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_listen, "RECHECK_WITHOUT_IDLE_TTL", CHECK_EVERY)  # no idle_ttl: no idle expiry either
+    monkeypatch.setattr(_forward, "RECHECK_WITHOUT_IDLE_TTL", CHECK_EVERY)  # no idle_ttl: no idle expiry either
     bus = SessionSubscriptionBus(max_sessions=1)
     sessions = SessionService(keys=KEYS, store=MemoryStore(), ttl=3600, idle_ttl=None, principal=None, bus=bus)
     now = time.time()

@@ -8,6 +8,7 @@ logged once an interval (``WARNING_INTERVAL``), and the next line says how many 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -21,12 +22,12 @@ from _mcp import answer, modern_headers, modern_request
 from _redis import free_port
 from conftest import SECRET
 from mcp_sessions._wire import ThrottledWarning
-from mcp_sessions._wire import _refusal as refusal
+from mcp_sessions._wire import jsonrpc as refusal
 from mcp_sessions.stores import RedisStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from _harness import run_lifespan  # the benchmarks run as scripts: their directory is not a package
+from _harness import lifespan  # the benchmarks run as scripts: their directory is not a package
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +47,8 @@ async def test_five_hundred_refused_requests_log_one_line_per_condition_then_a_c
     monkeypatch.setattr(refusal, "unavailable_warning", warning)
     store = RedisStore(url=f"redis://127.0.0.1:{free_port()}/0", timeout=1.0)
     app = build_app(json_response=True, stateless=True, environ={"MCP_SESSIONS_SECRET": SECRET}, store=store)
-    stop = await run_lifespan(app)  # the server runs: before answering, the middleware asks it (mcp_sessions._verdict)
+    running = contextlib.AsyncExitStack()
+    await running.enter_async_context(lifespan(app))  # the server runs: the middleware asks it before answering
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://127.0.0.1:8000") as http:
             created = answer(await post(http, "sessions/create", {}))  # creating a session stores nothing
@@ -75,5 +77,5 @@ async def test_five_hundred_refused_requests_log_one_line_per_condition_then_a_c
             [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("session store unavailable")]
             assert f"({REQUESTS - 1} more not logged since the last such message" in line
     finally:
-        await stop()
+        await running.aclose()
         await store.aclose()

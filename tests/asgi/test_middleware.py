@@ -4,211 +4,38 @@ from __future__ import annotations
 
 import copy
 import gzip
-import json
-from collections.abc import MutableMapping
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import pytest
 from starlette.requests import Request
 
-from _mcp import AnswersProbes
-from conftest import SECRET
-from mcp_sessions import SCOPE_KEY, MCPSessionMiddleware, MemoryStore, Session, get_session
+from mcp_sessions import SCOPE_KEY, Session, get_session
 from mcp_sessions._session import HeaderSession, header_session
+from mcp_sessions.stores import MemoryStore
+
+from ._direct import (
+    JSON,
+    KEY,
+    NOT_FOUND,
+    Downstream,
+    Message,
+    Receiver,
+    Sender,
+    call,
+    create_session,
+    dumps,
+    echo_for,
+    http_scope,
+    iso,
+    json_response,
+    middleware,
+    modern_headers,
+    request,
+    with_envelope,
+)
 
 pytestmark = pytest.mark.anyio
-
-KEY = "io.modelcontextprotocol/session"
-# What every real client sends: the server (and so the guard) refuses a POST without them.
-JSON = [
-    (b"content-type", b"application/json"),
-    (b"host", b"127.0.0.1:8000"),
-    (b"accept", b"application/json, text/event-stream"),
-]
-Message = MutableMapping[str, Any]
-
-# The draft's words (seed 002's example), then what to do: clients show the message, not the data.
-NOT_FOUND = "Session not found: the session ended or is not this caller's; call sessions/create for a new one"
-REQUIRED = f'Session required: call sessions/create and send its sessionId in params._meta["{KEY}"]'
-
-
-# -- recording helpers -----------------------------------------------------------
-
-
-class Receiver:
-    """The server side of ``receive``: the body in the given chunks, then ``http.disconnect``."""
-
-    def __init__(self, *chunks: bytes) -> None:
-        self.pending: list[Message] = [
-            {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1} for i, chunk in enumerate(chunks)
-        ]
-        self.calls = 0
-
-    async def __call__(self) -> Message:
-        self.calls += 1
-        if self.pending:
-            return self.pending.pop(0)
-        return {"type": "http.disconnect"}
-
-
-class Sender:
-    """A recording ``send``."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-
-    async def __call__(self, message: Message) -> None:
-        self.messages.append(message)
-
-    @property
-    def starts(self) -> list[Message]:
-        return [m for m in self.messages if m["type"] == "http.response.start"]
-
-    @property
-    def status(self) -> int:
-        (start,) = self.starts
-        return int(start["status"])
-
-    @property
-    def headers(self) -> list[tuple[bytes, bytes]]:
-        (start,) = self.starts
-        return list(start["headers"])
-
-    def header(self, name: bytes) -> bytes | None:
-        values = [v for n, v in self.headers if n.lower() == name]
-        assert len(values) <= 1, f"{name!r} appears {len(values)} times"
-        return values[0] if values else None
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.messages if m["type"] == "http.response.body")
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def json_response(payload: Any, *, status: int = 200) -> list[Message]:
-    body = json.dumps(payload, separators=(",", ":")).encode()
-    headers = [*JSON, (b"content-length", str(len(body)).encode())]
-    return [
-        {"type": "http.response.start", "status": status, "headers": headers},
-        {"type": "http.response.body", "body": body, "more_body": False},
-    ]
-
-
-class Downstream:
-    """A tiny app that records what reaches it, reads its request to the end, and replays a response."""
-
-    def __init__(self, response: list[Message] | None = None) -> None:
-        self.response = response if response is not None else json_response({"jsonrpc": "2.0", "id": 1, "result": {}})
-        self.calls = 0
-        self.scope: Any = None
-        self.receive: Any = None
-        self.received: list[Message] = []
-        # (scope[SCOPE_KEY], scope["state"]["mcp_session"], get_session()) while the app ran.
-        self.seen: tuple[Any, Any, Any] = ("never called",) * 3
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        self.calls += 1
-        self.scope, self.receive = scope, receive
-        while True:
-            message = await receive()
-            self.received.append(message)
-            if message["type"] != "http.request":
-                break
-            if len(self.received) > 1000:
-                raise AssertionError("receive() never handed over to the real receive (no http.disconnect)")
-        self.seen = (scope.get(SCOPE_KEY), scope.get("state", {}).get("mcp_session"), get_session())
-        for message in self.response:
-            await send(message)
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(m.get("body", b"") for m in self.received if m["type"] == "http.request")
-
-
-def http_scope(
-    method: str = "POST", path: str = "/mcp", headers: list[tuple[bytes, bytes]] | None = None
-) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.4"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": JSON if headers is None else headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-    }
-
-
-def modern_headers(message: Message) -> list[tuple[bytes, bytes]]:
-    """The headers of a 2026-07-28 POST of ``message``: version, Mcp-Method and, for tools/call, Mcp-Name."""
-    headers = [*JSON, (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", message["method"].encode())]
-    if message["method"] == "tools/call":
-        headers.append((b"mcp-name", message["params"]["name"].encode()))
-    return headers
-
-
-def with_envelope(message: Message) -> Message:
-    """``message`` with the 2026-07-28 envelope in ``params._meta``, which every 2026 request carries."""
-    params = dict(message.get("params") or {})
-    params["_meta"] = {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        **params.get("_meta", {}),
-    }
-    return {**message, "params": params}
-
-
-def dumps(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":")).encode()
-
-
-def middleware(app: Any, *, batches: bool = False, **options: Any) -> MCPSessionMiddleware:
-    """The middleware around ``app``, a fake server that takes what the middleware asks it about, and takes a
-    batch only with ``batches`` (the mcp SDK refuses them: then the middleware's own batch rules never apply)."""
-    return MCPSessionMiddleware(AnswersProbes(app, batches=batches), secret=SECRET, **options)
-
-
-async def call(mw: MCPSessionMiddleware, body: bytes | list[bytes], scope: dict[str, Any] | None = None) -> Sender:
-    sender = Sender()
-    chunks = [body] if isinstance(body, bytes) else body
-    await mw(http_scope() if scope is None else scope, Receiver(*chunks), sender)
-    return sender
-
-
-async def create_session(mw: MCPSessionMiddleware) -> str:
-    sender = await call(mw, dumps({"jsonrpc": "2.0", "id": 0, "method": "sessions/create"}))
-    token: str = sender.json()["result"]["session"]["sessionId"]
-    return token
-
-
-def request(request_id: Any, token: str | None = None, *, method: str = "tools/call", **session: Any) -> Message:
-    params: dict[str, Any] = {"name": "t", "arguments": {}}
-    if token is not None:
-        params["_meta"] = {KEY: {"sessionId": token, **session}}
-    message: Message = {"jsonrpc": "2.0", "method": method, "params": params}
-    if request_id is not ...:
-        message["id"] = request_id
-    return message
-
-
-def iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(int(timestamp), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def echo_for(mw: MCPSessionMiddleware, token: str) -> dict[str, Any]:
-    return {"sessionId": token, "expiresAt": iso(mw.keys.verify_session_token(token).expires_at)}
-
-
-# -- non-http scopes and pass-through ----------------------------------------------
 
 
 async def test_lifespan_passes_through_untouched() -> None:
@@ -739,33 +566,33 @@ async def test_responses_that_are_not_our_result_are_byte_identical(payload: Any
     assert sender.header(b"content-length") == str(len(dumps(payload))).encode()
 
 
-async def test_gzip_encoded_response_passes_through_unmodified() -> None:
-    body = gzip.compress(dumps({"jsonrpc": "2.0", "id": 1, "result": {}}))
-    response: list[Message] = [
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-encoding", b"gzip"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        },
-        {"type": "http.response.body", "body": body, "more_body": False},
-    ]
-    mw = middleware(Downstream())
-    token = await create_session(mw)
-    mw.app = Downstream(response)
-    sender = await call(mw, dumps(request(1, token)))
-    assert sender.messages == response
+GZIP_BODY = gzip.compress(dumps({"jsonrpc": "2.0", "id": 1, "result": {}}))
 
 
-async def test_other_content_types_pass_through_unmodified() -> None:
-    response: list[Message] = [
-        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]},
-        {"type": "http.response.body", "body": b'{"jsonrpc":"2.0","id":1,"result":{}}', "more_body": False},
-        {"type": "http.response.trailers", "headers": [], "more_trailers": False},
-    ]
+@pytest.mark.parametrize(
+    "response",
+    [
+        [
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-encoding", b"gzip"),
+                    (b"content-length", str(len(GZIP_BODY)).encode()),
+                ],
+            },
+            {"type": "http.response.body", "body": GZIP_BODY, "more_body": False},
+        ],
+        [
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]},
+            {"type": "http.response.body", "body": b'{"jsonrpc":"2.0","id":1,"result":{}}', "more_body": False},
+            {"type": "http.response.trailers", "headers": [], "more_trailers": False},
+        ],
+    ],
+    ids=["gzip-encoded", "another-content-type"],
+)
+async def test_responses_we_cannot_read_pass_through_unmodified(response: list[Message]) -> None:
     mw = middleware(Downstream())
     token = await create_session(mw)
     mw.app = Downstream(response)
@@ -789,12 +616,6 @@ async def test_session_is_in_scope_state_and_context_during_the_call_only() -> N
     assert (in_scope.id, in_scope.token, in_scope.token_expires_at) == (claims.session_id, token, claims.expires_at)
     assert get_session(Request(scope)) is in_scope
     assert get_session() is None
-
-
-async def test_sessionless_request_sees_no_session() -> None:
-    downstream = Downstream()
-    await call(middleware(downstream), dumps(request(1)))
-    assert downstream.seen == (None, None, None)
 
 
 async def test_header_session_on_non_post_requests_is_read_by_get_session_alone() -> None:

@@ -15,9 +15,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from _mcp import AnswersProbes
 from conftest import SECRET
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionKey
+from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey
+from mcp_sessions.stores import MemoryStore
 
-from .test_middleware import (
+from ._direct import (
     JSON,
     REQUIRED,
     Downstream,

@@ -27,12 +27,13 @@ from starlette.authentication import SimpleUser
 
 from _failing_stores import HOUR, failing_stores, filled_memory
 from _mcp import AnswersProbes
-from asgi.test_fuzz import FUZZ
+from asgi._fuzz import FUZZ
 from conftest import SECRET
-from mcp_sessions import KeySet, MCPSessionMiddleware, SessionStore, SessionStoreUnavailable, get_session
+from mcp_sessions import KeySet, MCPSessionMiddleware, get_session
 from mcp_sessions._session import digest_of
+from mcp_sessions.stores import SessionStore, SessionStoreUnavailable
 
-from .test_middleware import (
+from ._direct import (
     Receiver,
     Sender,
     dumps,

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from starlette.types import Scope
 
 from _mcp import AnswersProbes
-from asgi.test_fuzz import FUZZ
+from asgi._fuzz import FUZZ
 from conftest import SECRET
-from mcp_sessions import MCPSessionMiddleware, MemoryStore
-from mcp_sessions.stores import SessionStoreUnavailable
+from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions.stores import MemoryStore, SessionStoreUnavailable
 
-from .test_middleware import Downstream, Receiver, Sender, dumps, http_scope
+from ._direct import Downstream, Receiver, Sender, dumps, http_scope
 
 pytestmark = pytest.mark.anyio
 

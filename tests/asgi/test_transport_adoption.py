@@ -13,7 +13,7 @@ import pytest
 
 from mcp_sessions import MCPSessionMiddleware
 
-from .test_middleware import JSON, Downstream, call, dumps, http_scope, json_response, middleware
+from ._direct import JSON, Downstream, call, dumps, http_scope, json_response, middleware
 
 pytestmark = pytest.mark.anyio
 

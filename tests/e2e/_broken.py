@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from _mcp import replaying
 from conftest import serve
 
 KEY = "io.modelcontextprotocol/session"
@@ -153,7 +154,7 @@ class Breaker:
         try:
             call = Call(json.loads(raw), headers)
         except ValueError:
-            await self.app(scope, _replay(raw, receive), send)
+            await self.app(scope, replaying({"type": "http.request", "body": raw, "more_body": False}, receive), send)
             return
         reply = self.fault.request(call, self.memory) if self.fault.request else None
         if reply is not None:
@@ -256,7 +257,9 @@ class Unbatcher:
         raw = await _body(receive)
         batch = json.loads(raw)
         if not isinstance(batch, list):
-            await self.transport(scope, _replay(raw, receive), send)
+            await self.transport(
+                scope, replaying({"type": "http.request", "body": raw, "more_body": False}, receive), send
+            )
             return
         answers = []
         for element in batch:
@@ -267,20 +270,6 @@ class Unbatcher:
             if answer:
                 answers.append(json.loads(answer))
         await _send(send, 200, [(b"content-type", b"application/json")], json.dumps(answers).encode())
-
-
-def _replay(raw: bytes, receive: Receive) -> Receive:
-    """``receive`` with the body read already given back once, first."""
-    replayed = False
-
-    async def again() -> Message:
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        return {"type": "http.request", "body": raw, "more_body": False}
-
-    return again
 
 
 def place_unbatcher(node: Any, depth: int = 0) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -23,9 +24,12 @@ from typing import IO, Any
 
 import anyio
 import httpx
+import httpx2
 from mcp.server.mcpserver import Context, MCPServer
+from starlette.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
 
+from _mcp import replaying
 from _redis import end_process, free_port, missing
 from mcp_sessions import get_session
 
@@ -182,7 +186,7 @@ class Disconnects:
         await self.app(scope, watched if scope["type"] == "http" else receive, send)
 
 
-def messages_of(response: httpx.Response) -> list[dict[str, Any]]:
+def messages_of(response: httpx.Response | httpx2.Response) -> list[dict[str, Any]]:
     """Every JSON-RPC message of an answer, JSON or SSE (the empty priming events skipped)."""
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         return [
@@ -192,12 +196,14 @@ def messages_of(response: httpx.Response) -> list[dict[str, Any]]:
     return parsed if isinstance(parsed, list) else [parsed]
 
 
-def result_of(response: httpx.Response, request_id: object) -> dict[str, Any]:
+def result_of(response: httpx.Response | httpx2.Response, request_id: object) -> dict[str, Any]:
     """The message that answers ``request_id``."""
     return next(m for m in messages_of(response) if m.get("id") == request_id)
 
 
-def legacy_initialize(http: httpx.Client, url: str, headers: Mapping[str, str] | None = None) -> dict[str, str]:
+def legacy_initialize(
+    http: httpx.Client | TestClient, url: str, headers: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """A 2025-11-25 handshake; the headers every later request of it sends (its transport session's among them)."""
     body = {
         "jsonrpc": "2.0",
@@ -260,16 +266,30 @@ class Recorder:
         query = scope.get("query_string", b"")
         target = scope.get("raw_path", b"") + (b"?" + query if query else b"")
         self.seen.append(Seen(scope["method"], target, list(scope["headers"]), body))
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying({"type": "http.request", "body": body, "more_body": False}, receive), send)
 
     def since(self, count: int) -> list[Seen]:
         return self.seen[count:]
+
+
+SPEC_VERSION = "2025-11-25"  # cumulative: every server scenario of the 2025 era
+Outcomes = dict[tuple[str, str], list[str]]
+
+
+def run_suite(url: str, out: Path, spec_version: str = SPEC_VERSION) -> Outcomes:
+    """Every check of every server scenario, by (scenario, check id): its statuses, in order."""
+    node, suite = installed(NODE22, "Node 22 (the node@22 package)"), installed(CONFORMANCE, "the conformance suite")
+    done = subprocess.run(
+        [str(node), str(suite), "server", "--url", url, "--spec-version", spec_version, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    outcomes: Outcomes = {}
+    for checks in sorted(out.glob("*/checks.json")):
+        scenario = re.sub(r"^server-|-\d{4}-\d\d-\d\dT[\d-]+Z$", "", checks.parent.name)
+        for check in json.loads(checks.read_text()):
+            outcomes.setdefault((scenario, check["id"]), []).append(check["status"])
+    assert outcomes, done.stdout + done.stderr
+    return outcomes

@@ -17,6 +17,8 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from _mcp import replaying
+
 SESSION_KEY = "io.modelcontextprotocol/session"
 SESSION_NOT_FOUND = -32043  # the draft's SESSION_NOT_FOUND
 SESSION_REQUIRED = -32044  # the draft's test vector: {"error":{"code":-32044,"message":"Session required"}}
@@ -73,7 +75,7 @@ class DraftSessions:
         except ValueError:
             message = None
         if not isinstance(message, dict) or "id" not in message:  # batches and notifications: the SDK's
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replaying({"type": "http.request", "body": body, "more_body": False}, receive), send)
             return
         method, session = message.get("method"), _session_of(message)
         if method == "sessions/create":
@@ -124,7 +126,7 @@ class DraftSessions:
             else:
                 await send(message)
 
-        await self.app(scope, _replay(body, receive), keep)
+        await self.app(scope, replaying({"type": "http.request", "body": body, "more_body": False}, receive), keep)
         out = b"".join(chunks)
         try:
             answer = json.loads(out)
@@ -142,20 +144,6 @@ class DraftSessions:
         headers.append((b"content-length", str(len(out)).encode()))
         await send({**start, "headers": headers})
         await send({"type": "http.response.body", "body": out})
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """``receive`` that gives ``body`` once, then the real messages (a disconnect still arrives)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay
 
 
 async def _answer(send: Send, request_id: object, **outcome: object) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -29,7 +30,8 @@ from _mcp import (
     session_meta,
     tool_text,
 )
-from _redis import end_process, free_port
+from _redis import RedisServer, end_process, free_port
+from conftest import SECRET
 
 MAIN = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
@@ -195,3 +197,27 @@ def a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: list[Replica
     refused(b, session, tool="whoami")
     _, again = a.request("sessions/delete", session=session_meta(session))
     assert again["error"]["code"] == SESSION_NOT_FOUND
+
+
+OLD = "old-rotation-secret-0123456789-0123456789"
+NEW = "new-rotation-secret-9876543210-9876543210"
+
+
+def base_environ(redis: RedisServer, **extra: str) -> dict[str, str]:
+    return {
+        "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}",
+        "MCP_SESSIONS_REDIS_URL": redis.url,
+        "MCP_SESSIONS_REDIS_PREFIX": f"replicas-{uuid.uuid4().hex[:6]}:",
+        "MCP_SESSIONS_REDIS_TIMEOUT": "2.0",  # a loaded two-core machine can hold a reply back past 0.3 s
+        **extra,
+    }
+
+
+def environ(url: str, prefix: str, **extra: str) -> dict[str, str]:
+    return {
+        "MCP_SESSIONS_KEYS": f"k1:{SECRET}",
+        "MCP_SESSIONS_STORE": url,
+        "MCP_SESSIONS_REDIS_PREFIX": prefix,
+        "MCP_SESSIONS_REDIS_TIMEOUT": "2.0",  # a loaded two-core machine can hold a reply back past 0.3 s
+        **extra,
+    }

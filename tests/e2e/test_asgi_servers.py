@@ -18,8 +18,8 @@ import pytest
 
 from _mcp import LegacyClient, session_meta, tool_text
 from conftest import SECRET
+from e2e._listen import NOTE, WAIT, client, graceful_end
 from e2e._replicas import Command, Replica
-from e2e.test_listen_replicas import NOTE, WAIT, client, graceful_end
 
 FACTORY = "examples.notifications:build_app"
 SERVERS: dict[str, Command] = {

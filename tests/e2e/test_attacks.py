@@ -1,4 +1,4 @@
-"""The attack table, end to end: one hostile input a row, through real uvicorn and the real ``MCPServer``.
+"""The attack table, end to end: one hostile input a row, to the real ``MCPServer``, in process.
 
 Three deployments serve the same recording tools: ``hs`` (``secret=``, the
 default), ``es`` (an ES256 ``KeySet``) and ``auth`` (Starlette's
@@ -34,16 +34,14 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from jwt.algorithms import ECAlgorithm
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
-from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.requests import HTTPConnection
 from starlette.routing import Mount
 from starlette.types import Scope
 
 from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
-from _users import StaticVerifier, bearer_auth
-from conftest import SECRET, serve, signer_of
+from _users import HeaderUser, StaticVerifier, bearer_auth
+from conftest import SECRET, in_process, signer_of
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey, get_session
 
 KEY = "io.modelcontextprotocol/session"
@@ -107,14 +105,6 @@ def build_server() -> MCPServer:
     return mcp
 
 
-class HeaderUser(AuthenticationBackend):
-    """Authenticates whoever the X-User header names: enough to exercise the binding."""
-
-    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
-        user = conn.headers.get("x-user")
-        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
-
-
 def build_app(deployment: str, json_response: bool) -> Any:
     server = build_server()
     mcp_app = server.streamable_http_app(streamable_http_path="/mcp", json_response=json_response, stateless_http=True)
@@ -141,10 +131,10 @@ def build_app(deployment: str, json_response: bool) -> Any:
 
 
 @pytest.fixture(scope="module", params=["json", "sse"])
-def urls(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+def servers(request: pytest.FixtureRequest) -> Iterator[dict[str, httpx.Client]]:
     with ExitStack() as stack:
         yield {
-            name: stack.enter_context(serve(build_app(name, json_response=request.param == "json")))
+            name: stack.enter_context(in_process(build_app(name, json_response=request.param == "json")))
             for name in ("hs", "es", "auth")
         }
 
@@ -321,13 +311,12 @@ def envelope(session_members: str, *, tool: str = "record", arguments: str = "{}
 class Context:
     """What a row needs to build its request: live sessions of the servers under test."""
 
-    http: httpx.Client
-    urls: dict[str, str]
+    servers: dict[str, httpx.Client]
     canary: Canary
     tokens: list[str] = field(default_factory=list)
 
     def post(self, request: Request) -> httpx.Response:
-        return self.http.post(self.urls[request.deployment] + "/mcp", content=request.body, headers=request.headers)
+        return self.servers[request.deployment].post("/mcp", content=request.body, headers=request.headers)
 
     def token(self, token: str) -> str:
         """Remember a token the row uses, so that the log check looks for it."""
@@ -339,7 +328,7 @@ class Context:
         headers = modern_headers(message)
         if user is not None:
             headers["X-User"] = user
-        response = self.http.post(self.urls[deployment] + "/mcp", json=message, headers=headers)
+        response = self.servers[deployment].post("/mcp", json=message, headers=headers)
         assert response.status_code == 200, response.text
         return {"sessionId": self.token(response.json()["result"]["session"]["sessionId"])}
 
@@ -352,7 +341,7 @@ class Context:
 
     def deleted(self, session: dict[str, Any]) -> dict[str, Any]:
         message = modern_request("sessions/delete", session=session)
-        response = self.http.post(self.urls["hs"] + "/mcp", json=message, headers=modern_headers(message))
+        response = self.servers["hs"].post("/mcp", json=message, headers=modern_headers(message))
         assert response.json()["result"] == {"resultType": "complete"}, response.text
         return session
 
@@ -787,13 +776,12 @@ ROWS: list[Row] = [
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
-def test_attack(urls: dict[str, str], canary: Canary, caplog: pytest.LogCaptureFixture, row: Row) -> None:
+def test_attack(servers: dict[str, httpx.Client], canary: Canary, caplog: pytest.LogCaptureFixture, row: Row) -> None:
     caplog.set_level(logging.DEBUG, logger="mcp_sessions")
-    with httpx.Client(timeout=30) as http:
-        ctx = Context(http, urls, canary)
-        request = row.build(ctx)
-        before = runs()
-        response = ctx.post(request)
+    ctx = Context(servers, canary)
+    request = row.build(ctx)
+    before = runs()
+    response = ctx.post(request)
     assert response.status_code != 500, response.text[:300]
     assert response.status_code == row.status, response.text[:300]
     answer = reply(response)
@@ -836,48 +824,44 @@ def test_every_row_is_refused_unless_it_says_otherwise() -> None:
 # -- accepted on purpose: what the design allows ---------------------------------------------
 
 
-def test_an_older_state_of_the_same_session_is_accepted(urls: dict[str, str], canary: Canary) -> None:
+def test_an_older_state_of_the_same_session_is_accepted(servers: dict[str, httpx.Client], canary: Canary) -> None:
     """Last-write-wins: state is signed and bound to the session, not versioned, so an older one still verifies."""
-    with httpx.Client(timeout=30) as http:
-        ctx = Context(http, urls, canary)
-        first = ctx.set_mode(ctx.session(), "reader")
-        second = ctx.set_mode(first, "admin")
-        assert second["state"] != first["state"]
-        for session, mode in [(second, "admin"), (first, "reader"), (second, "admin")]:
-            answer = reply(ctx.post(call(session, tool="get_mode")))
-            assert answer["result"]["content"][0]["text"] == mode
-            assert answer["result"]["_meta"][KEY]["state"] == session["state"]  # the echo repeats what was sent
+    ctx = Context(servers, canary)
+    first = ctx.set_mode(ctx.session(), "reader")
+    second = ctx.set_mode(first, "admin")
+    assert second["state"] != first["state"]
+    for session, mode in [(second, "admin"), (first, "reader"), (second, "admin")]:
+        answer = reply(ctx.post(call(session, tool="get_mode")))
+        assert answer["result"]["content"][0]["text"] == mode
+        assert answer["result"]["_meta"][KEY]["state"] == session["state"]  # the echo repeats what was sent
 
 
 def test_a_malleated_es256_id_is_the_same_session_and_deleting_either_ends_both(
-    urls: dict[str, str], canary: Canary
+    servers: dict[str, httpx.Client], canary: Canary
 ) -> None:
-    with httpx.Client(timeout=30) as http:
-        ctx = Context(http, urls, canary)
-        session = ctx.session("es")
-        twin = {"sessionId": malleated(session["sessionId"])}
-        assert twin != session
-        sids = [reply(ctx.post(call(s, deployment="es")))["result"]["content"][0]["text"] for s in (session, twin)]
-        assert sids[0] == sids[1] == jwt_claims(session["sessionId"])["sid"]
-        message = modern_request("sessions/delete", session=twin)
-        http.post(urls["es"] + "/mcp", json=message, headers=modern_headers(message)).raise_for_status()
-        for s in (session, twin):
-            assert code_of(reply(ctx.post(call(s, deployment="es")))) == -32043
+    ctx = Context(servers, canary)
+    session = ctx.session("es")
+    twin = {"sessionId": malleated(session["sessionId"])}
+    assert twin != session
+    sids = [reply(ctx.post(call(s, deployment="es")))["result"]["content"][0]["text"] for s in (session, twin)]
+    assert sids[0] == sids[1] == jwt_claims(session["sessionId"])["sid"]
+    message = modern_request("sessions/delete", session=twin)
+    servers["es"].post("/mcp", json=message, headers=modern_headers(message)).raise_for_status()
+    for s in (session, twin):
+        assert code_of(reply(ctx.post(call(s, deployment="es")))) == -32043
 
 
-def test_pbh_is_an_unkeyed_digest_anyone_can_recompute(urls: dict[str, str], canary: Canary) -> None:
+def test_pbh_is_an_unkeyed_digest_anyone_can_recompute(servers: dict[str, httpx.Client], canary: Canary) -> None:
     """Signed, not secret: whoever holds the token can test a guess of the principal offline."""
-    with httpx.Client(timeout=30) as http:
-        ctx = Context(http, urls, canary)
-        first, second = ctx.session("auth", user="alice"), ctx.session("auth", user="alice")
+    ctx = Context(servers, canary)
+    first, second = ctx.session("auth", user="alice"), ctx.session("auth", user="alice")
     assert jwt_claims(first["sessionId"])["pbh"] == principal_hash("alice")
     assert jwt_claims(second["sessionId"])["pbh"] == jwt_claims(first["sessionId"])["pbh"]  # linkable
     assert principal_hash("alice", audience="another-deployment") != principal_hash("alice")
 
 
-def test_claims_are_readable_without_any_key(urls: dict[str, str], canary: Canary) -> None:
-    with httpx.Client(timeout=30) as http:
-        token = Context(http, urls, canary).session()["sessionId"]
+def test_claims_are_readable_without_any_key(servers: dict[str, httpx.Client], canary: Canary) -> None:
+    token = Context(servers, canary).session()["sessionId"]
     assert set(jwt_claims(token)) == {"iss", "aud", "sid", "iat", "exp", "mep"}  # mep: the endpoint it was minted at
     assert parts(token)[0] == {"alg": "HS256", "kid": HS_KID, "typ": SESSION_TYP}
 
@@ -907,13 +891,13 @@ def test_a_principal_hook_binds_sessions_inside_the_sdk_bearer_auth() -> None:
         return "none" if session is None else session.id
 
     app = MCPSessionMiddleware(server.streamable_http_app(), secret=SECRET, principal=bearer_principal)
-    with serve(app) as url, httpx.Client(timeout=30) as http:
+    with in_process(app) as http:
 
         def post(body: dict[str, Any], bearer: str | None) -> httpx.Response:
             headers = modern_headers(body)
             if bearer is not None:
                 headers["Authorization"] = f"Bearer {bearer}"
-            return http.post(url + "/mcp", json=body, headers=headers)
+            return http.post("/mcp", json=body, headers=headers)
 
         created = post(modern_request("sessions/create"), "alice-token").json()["result"]["session"]
         assert jwt_claims(created["sessionId"])["pbh"] == principal_hash("alice")

@@ -1,4 +1,4 @@
-"""A table of bad requests through real uvicorn and the quickstart app: exact status, code, and whether a tool ran.
+"""A table of bad requests to the quickstart app, in process: exact status, code, and whether a tool ran.
 
 Each row is one raw HTTP request (headers and body). The quickstart's ``build_app``
 serves an ``MCPServer`` that gets two recording tools (``record``, and
@@ -8,11 +8,9 @@ can assert that a refused request never reached a tool. No row may ever be a 500
 
 from __future__ import annotations
 
-import base64
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -25,8 +23,9 @@ from examples import quickstart
 from mcp.server.mcpserver import MCPServer
 
 from _mcp import NOT_FOUND_MESSAGE
-from conftest import SECRET, serve
-from mcp_sessions import KeySet, SessionStatus, SessionStore, SessionStoreUnavailable, get_session
+from conftest import SECRET, in_process, serve
+from mcp_sessions import KeySet, get_session
+from mcp_sessions.stores import SessionStore, SessionStoreUnavailable
 
 KEY = "io.modelcontextprotocol/session"
 MODERN = "2026-07-28"
@@ -82,9 +81,9 @@ def build_app(json_response: bool, **options: Any) -> Any:
 
 
 @pytest.fixture(scope="module", params=["sse", "json"])
-def base_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    with serve(build_app(json_response=request.param == "json")) as url:
-        yield url
+def server(request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
+    with in_process(build_app(json_response=request.param == "json")) as http:
+        yield http
 
 
 class UnavailableStore(SessionStore):
@@ -93,47 +92,18 @@ class UnavailableStore(SessionStore):
     def __init__(self) -> None:
         self.calls = 0
 
-    def _fail(self) -> NoReturn:
+    async def _fail(self, *args: Any, **kwargs: Any) -> NoReturn:
         self.calls += 1
         raise SessionStoreUnavailable("backend unreachable")
 
-    async def create(self, session_id: str, *, expires_at: float, now: float) -> None:
-        self._fail()
-
-    async def touch(
-        self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None, issued_at: float | None = None
-    ) -> SessionStatus:
-        self._fail()
-
-    async def revoke(self, session_id: str, *, expires_at: float) -> bool:
-        self._fail()
-
-    async def get(self, session_id: str, key: str, default: Any = None) -> Any:
-        self._fail()
-
-    async def set(self, session_id: str, key: str, value: Any, *, expires_at: float) -> None:
-        self._fail()
-
-    async def delete(self, session_id: str, key: str) -> None:
-        self._fail()
-
-    async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
-        self._fail()
-
-    async def update(
-        self, session_id: str, key: str, fn: Callable[[Any], Any], *, expires_at: float, default: Any = None
-    ) -> Any:
-        self._fail()
-
-    async def items(self, session_id: str) -> dict[str, Any]:
-        self._fail()
+    create = touch = revoke = get = set = delete = incr = update = items = _fail
 
 
 @pytest.fixture(scope="module", params=["sse", "json"])
-def unavailable(request: pytest.FixtureRequest) -> Iterator[tuple[str, UnavailableStore]]:
+def unavailable(request: pytest.FixtureRequest) -> Iterator[tuple[httpx.Client, UnavailableStore]]:
     store = UnavailableStore()
-    with serve(build_app(json_response=request.param == "json", store=store, retry_after=7)) as url:
-        yield url, store
+    with in_process(build_app(json_response=request.param == "json", store=store, retry_after=7)) as http:
+        yield http, store
 
 
 # -- raw requests ------------------------------------------------------------------
@@ -193,17 +163,6 @@ def legacy(message: dict[str, Any] | list[Any] | bytes, **headers: str) -> Raw:
     sent["mcp-protocol-version"] = LEGACY
     sent.update({name.replace("_", "-"): value for name, value in headers.items()})
     return Raw(sent, message if isinstance(message, bytes) else json.dumps(message).encode())
-
-
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def edit_payload(token: str, **changes: Any) -> str:
-    head, payload, sig = token.split(".")
-    body = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    body.update(changes)
-    return f"{head}.{b64(json.dumps(body).encode())}.{sig}"
 
 
 @dataclass
@@ -298,38 +257,8 @@ def _forged(ctx: Context) -> str:
     return KeySet.from_secret(OTHER_SECRET).mint_session_token(ttl=600)[0]
 
 
-def _expired(ctx: Context) -> str:
-    return ctx.keys.mint_session_token(ttl=60, now=time.time() - 3600)[0]
-
-
-def _other_audience(ctx: Context) -> str:
-    return KeySet.from_secret(SECRET, audience="another-service").mint_session_token(ttl=600)[0]
-
-
-def _state_token_as_id(ctx: Context) -> str:
-    return str(ctx.session_with_state()["state"])
-
-
-def _sid_edited(ctx: Context) -> str:
-    return edit_payload(ctx.session()["sessionId"], sid="AAAAAAAAAAAAAAAAAAAAAAAA")
-
-
-def _exp_extended(ctx: Context) -> str:
-    return edit_payload(ctx.session()["sessionId"], exp=int(time.time()) + 10**8)
-
-
 def bad_id(make: Callable[[Context], str]) -> Callable[[Context], Raw]:
     return lambda ctx: call({"sessionId": make(ctx)})
-
-
-def _state_from_other_session(ctx: Context) -> Raw:
-    other = ctx.session_with_state()
-    return call({"sessionId": ctx.session()["sessionId"], "state": other["state"]})
-
-
-def _edited_state(ctx: Context) -> Raw:
-    session = ctx.session_with_state()
-    return call({**session, "state": edit_payload(session["state"], st={"mode": "admin"})})
 
 
 def _batch_with_session_method(ctx: Context) -> Raw:
@@ -363,21 +292,13 @@ ROWS: list[Row] = [
     ("ok-header-without-meta-is-ignored", lambda c: call(session_header=c.session()["sessionId"]), 200, None, 1),
     # A sessionId that is not a live session of this server.
     ("forged-sessionId", bad_id(_forged), 200, -32043, 0),
-    ("expired-sessionId", bad_id(_expired), 200, -32043, 0),
     ("garbage-sessionId", bad_id(lambda c: "sess-abc123"), 200, -32043, 0),
     ("jws-shaped-garbage-sessionId", bad_id(lambda c: "a.b.c"), 200, -32043, 0),
     ("empty-sessionId", bad_id(lambda c: ""), 200, -32043, 0),
     ("oversized-sessionId", bad_id(lambda c: "eyJ" + "A" * 10_000 + ".e30.AAAA"), 200, -32043, 0),
     ("control-chars-sessionId", bad_id(lambda c: "\x00\x1b[31m\n"), 200, -32043, 0),
-    ("other-audience-sessionId", bad_id(_other_audience), 200, -32043, 0),
-    ("state-token-as-sessionId", bad_id(_state_token_as_id), 200, -32043, 0),
-    ("sid-edited-sessionId", bad_id(_sid_edited), 200, -32043, 0),
-    ("exp-extended-sessionId", bad_id(_exp_extended), 200, -32043, 0),
-    ("deleted-sessionId", lambda c: call(c.deleted_session()), 200, -32043, 0),
     ("legacy-forged-sessionId", lambda c: old_call({"sessionId": _forged(c)}), 200, -32043, 0),
     # State that is not this session's.
-    ("state-from-other-session", _state_from_other_session, 200, -32043, 0),
-    ("edited-state", _edited_state, 200, -32043, 0),
     ("garbage-state", lambda c: call({**c.session(), "state": "eyJrIjoidiJ9"}), 200, -32043, 0),
     ("empty-state", lambda c: call({**c.session(), "state": ""}), 200, -32043, 0),
     # A session the operation requires is missing.
@@ -386,12 +307,9 @@ ROWS: list[Row] = [
     ("legacy-missing-session-required-tool", lambda c: old_call(name="record_required"), 200, -32044, 0),
     ("delete-without-session", lambda c: delete(), 200, -32044, 0),
     # Mcp-Session-Id: compared on 2026-07-28 only.
-    ("header-mismatch-modern", lambda c: call(c.session(), session_header=c.session()["sessionId"]), 400, -32020, 0),
     ("header-garbage-modern", lambda c: call(c.session(), session_header="x"), 400, -32020, 0),
     ("header-differs-legacy-ignored", lambda c: old_call(c.session(), mcp_session_id="transport-1"), 200, None, 1),
     # Session metadata of the wrong shape.
-    ("meta-is-a-string", lambda c: call("token"), 400, -32600, 0),
-    ("meta-is-a-list", lambda c: call([c.session()["sessionId"]]), 400, -32600, 0),
     ("sessionId-is-an-int", lambda c: call({"sessionId": 12345}), 400, -32600, 0),
     ("sessionId-is-null", lambda c: call({"sessionId": None}), 400, -32600, 0),
     ("sessionId-missing", lambda c: call({"state": "s"}), 400, -32600, 0),
@@ -425,21 +343,19 @@ ROWS: list[Row] = [
 
 
 @pytest.mark.parametrize(("build", "status", "code", "runs"), [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])
-def test_bad_input(base_url: str, build: Callable[[Context], Raw], status: int, code: Any, runs: int) -> None:
-    with httpx.Client(timeout=10) as client:
-        ctx = Context(client, base_url)
-        raw = build(ctx)
-        before = len(recorded_runs())
-        response = ctx.post(raw)
-        assert response.status_code == status, response.text[:500]
-        assert codes(reply(response)) == code, response.text[:500]
-        assert len(recorded_runs()) - before == runs
+def test_bad_input(server: httpx.Client, build: Callable[[Context], Raw], status: int, code: Any, runs: int) -> None:
+    ctx = Context(server, "")
+    raw = build(ctx)
+    before = len(recorded_runs())
+    response = ctx.post(raw)
+    assert response.status_code == status, response.text[:500]
+    assert codes(reply(response)) == code, response.text[:500]
+    assert len(recorded_runs()) - before == runs
 
 
-def test_session_not_found_repeats_what_was_sent_cut_to_256(base_url: str) -> None:
+def test_session_not_found_repeats_what_was_sent_cut_to_256(server: httpx.Client) -> None:
     sent = "eyJ" + "A" * 10_000 + ".e30.AAAA"
-    with httpx.Client(timeout=10) as client:
-        response = Context(client, base_url).post(call({"sessionId": sent}, request_id=42))
+    response = Context(server, "").post(call({"sessionId": sent}, request_id=42))
     assert response.json() == {
         "jsonrpc": "2.0",
         "id": 42,
@@ -447,21 +363,23 @@ def test_session_not_found_repeats_what_was_sent_cut_to_256(base_url: str) -> No
     }
 
 
-def test_the_tool_sees_the_session_it_was_called_with(base_url: str) -> None:
-    with httpx.Client(timeout=10) as client:
-        ctx = Context(client, base_url)
-        session = ctx.session()
-        before = len(recorded_runs())
-        response = ctx.post(call(session))
+def test_the_tool_sees_the_session_it_was_called_with(server: httpx.Client) -> None:
+    ctx = Context(server, "")
+    session = ctx.session()
+    before = len(recorded_runs())
+    response = ctx.post(call(session))
     assert response.status_code == 200
     sid = KeySet.from_secret(SECRET).verify_session_token(session["sessionId"]).session_id
     assert recorded_runs()[before:] == [("record", sid)]
 
 
-def test_content_length_over_the_limit_is_answered_before_the_body_is_sent(base_url: str) -> None:
+@pytest.mark.parametrize("mode", ["sse", "json"])
+def test_content_length_over_the_limit_is_answered_before_the_body_is_sent(mode: str) -> None:
     """A raw socket declares 5 MB and sends none of it: the 413 comes back anyway."""
-    url = urlsplit(base_url)
-    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+    with (
+        serve(build_app(json_response=mode == "json")) as base_url,
+        socket.create_connection((urlsplit(base_url).hostname, urlsplit(base_url).port), timeout=10) as sock,
+    ):
         sock.sendall(
             b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Accept: application/json, text/event-stream\r\nContent-Length: 5242880\r\n\r\n"
@@ -512,14 +430,17 @@ STORE_ROWS: list[Row] = [
     ("build", "status", "code", "runs"), [row[1:] for row in STORE_ROWS], ids=[row[0] for row in STORE_ROWS]
 )
 def test_store_unavailable(
-    unavailable: tuple[str, UnavailableStore], build: Callable[[Context], Raw], status: int, code: Any, runs: int
+    unavailable: tuple[httpx.Client, UnavailableStore],
+    build: Callable[[Context], Raw],
+    status: int,
+    code: Any,
+    runs: int,
 ) -> None:
-    url, store = unavailable
-    with httpx.Client(timeout=10) as client:
-        ctx = Context(client, url)
-        raw = build(ctx)
-        before_runs, before_calls = len(recorded_runs()), store.calls
-        response = ctx.post(raw)
+    http, store = unavailable
+    ctx = Context(http, "")
+    raw = build(ctx)
+    before_runs, before_calls = len(recorded_runs()), store.calls
+    response = ctx.post(raw)
     assert response.status_code == status, response.text[:500]
     assert codes(reply(response)) == code, response.text[:500]
     assert len(recorded_runs()) - before_runs == runs
@@ -532,12 +453,13 @@ def test_store_unavailable(
         assert store.calls == before_calls
 
 
-def test_a_batch_gets_the_servers_refusal_whatever_the_store(unavailable: tuple[str, UnavailableStore]) -> None:
-    url, _ = unavailable
-    with httpx.Client(timeout=10) as client:
-        ctx = Context(client, url)
-        before = len(recorded_runs())
-        response = ctx.post(_legacy_batch(ctx))
+def test_a_batch_gets_the_servers_refusal_whatever_the_store(
+    unavailable: tuple[httpx.Client, UnavailableStore],
+) -> None:
+    http, _ = unavailable
+    ctx = Context(http, "")
+    before = len(recorded_runs())
+    response = ctx.post(_legacy_batch(ctx))
     # mcp 2.3 refuses every batch: its refusal, not a retryable -32010, since a retry cannot succeed.
     assert response.status_code == 400
     assert codes(reply(response)) == -32602
@@ -545,10 +467,9 @@ def test_a_batch_gets_the_servers_refusal_whatever_the_store(unavailable: tuple[
     assert len(recorded_runs()) == before
 
 
-def test_store_unavailable_answer_is_retryable_and_exact(unavailable: tuple[str, UnavailableStore]) -> None:
-    url, _ = unavailable
-    with httpx.Client(timeout=10) as client:
-        response = Context(client, url).post(call(_valid(), request_id=9))
+def test_store_unavailable_answer_is_retryable_and_exact(unavailable: tuple[httpx.Client, UnavailableStore]) -> None:
+    http, _ = unavailable
+    response = Context(http, "").post(call(_valid(), request_id=9))
     assert response.status_code == 503
     assert response.json() == {
         "jsonrpc": "2.0",

@@ -1,6 +1,6 @@
 """A 2025-era batch costs one check and one store round trip per distinct session it names, at most eight.
 
-Through a real server (uvicorn on 127.0.0.1) whose app takes batches (a 2025-03-26
+Called in process (Starlette's TestClient), around an app that takes batches (a 2025-03-26
 server may; the mcp SDK's refuses them) on memory, SQLite and Redis. A property test
 (hypothesis, derandomized, bounded) sends batches whose elements name valid and
 forged session tokens, repeated at will, and counts, per request, the tokens the key
@@ -25,9 +25,10 @@ from starlette.types import Receive, Scope, Send
 
 from _backends import STORES, Backend, closing_store, open_backend
 from _mcp import AnswersProbes
-from conftest import SECRET, serve
-from mcp_sessions import KeySet, MCPSessionMiddleware, SessionStatus, SessionStore
+from conftest import SECRET, in_process
+from mcp_sessions import KeySet, MCPSessionMiddleware
 from mcp_sessions._tokens import SessionClaims
+from mcp_sessions.stores import SessionStatus, SessionStore
 
 SESSION_KEY = "io.modelcontextprotocol/session"
 MOST = 8  # the documented bound: distinct sessions one request may name
@@ -112,8 +113,8 @@ class BatchApp:
 
 
 class Server:
-    def __init__(self, url: str, keys: CountingKeys, store: CountingStore, app: BatchApp) -> None:
-        self.url, self.keys, self.store, self.app = url, keys, store, app
+    def __init__(self, http: httpx.Client, keys: CountingKeys, store: CountingStore, app: BatchApp) -> None:
+        self.http, self.keys, self.store, self.app = http, keys, store, app
         self.valid = [keys.mint_session_token(ttl=3600)[0] for _ in range(MOST + 2)]
         # This deployment's tokens with a random signature: each verified in full, each refused.
         self.forged = [
@@ -132,8 +133,8 @@ def _serve(backend: Backend) -> Iterator[Server]:
     keys, store, app = CountingKeys.from_secret(SECRET), CountingStore(backend.open()), BatchApp()
     assert isinstance(keys, CountingKeys)
     middleware = MCPSessionMiddleware(AnswersProbes(app), keys=keys, store=store, idle_ttl=3600)
-    with serve(closing_store(middleware, store)) as url:
-        yield Server(url + "/mcp", keys, store, app)
+    with in_process(closing_store(middleware, store)) as http:
+        yield Server(http, keys, store, app)
 
 
 # Each element names a valid session, a forged one (each from a pool of ten, so repeats are common), or none.
@@ -160,7 +161,7 @@ def test_a_batch_checks_each_distinct_session_once_and_at_most_eight(
     refused = len(distinct) > MOST or any(token in server.forged for token in distinct)
     verified, touches, calls = server.keys.verified, server.store.touches, server.app.calls
 
-    response = httpx.post(server.url, content=json.dumps(batch), headers=HEADERS, timeout=10)
+    response = server.http.post("/mcp", content=json.dumps(batch), headers=HEADERS)
 
     assert response.status_code == 200, response.text
     assert server.keys.verified - verified <= min(len(distinct), MOST)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shlex
 import stat
 import subprocess
@@ -129,8 +130,6 @@ def test_keygen_never_overwrites_unless_forced_and_then_tightens_the_mode(tmp_pa
     [
         (["--alg", "RS256"], "unknown --alg"),
         (["--public-out", "x.jwks"], "no public part"),
-        (["--kid", "a:b"], "--kid"),
-        (["--kid", ""], "--kid"),
     ],
 )
 def test_keygen_usage_errors(argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -295,5 +294,23 @@ def test_it_runs_as_a_module() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith('MCP_SESSIONS_KEYS=\'{"keys":[{"kty":"OKP"')
+
+
+def test_the_help_and_the_docs_name_every_command() -> None:
     helped = subprocess.run([sys.executable, "-m", "mcp_sessions", "--help"], capture_output=True, text=True)
-    assert "keygen" in helped.stdout and "inspect" in helped.stdout
+    assert helped.returncode == 0, helped.stderr
+    listed = helped.stdout.split("COMMAND\n", 1)[1]
+    named = set(re.findall(r"^    (\w+)", listed, re.MULTILINE))
+    assert named == {"keygen", "inspect", "create", "gateway", "conformance"}
+    assert "Keys and tokens" not in helped.stdout
+    section = (ROOT / "docs" / "client.md").read_text().split("## The `mcp-sessions` command", 1)[1]
+    assert all(f"`{command}`" in section.split("\n\n**")[0] for command in named)
+
+
+def test_a_command_is_imported_only_when_it_runs() -> None:
+    code = (
+        "import sys; from mcp_sessions._cli import main; main(['inspect', 'x.y.z']); "
+        "print(sorted(m for m in sys.modules if m.startswith('mcp_sessions._cli.')))"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert ran.stdout.splitlines()[-1] == "['mcp_sessions._cli._inspect']", ran.stderr

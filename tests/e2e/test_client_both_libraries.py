@@ -1,13 +1,13 @@
 """One adapter, two HTTP libraries: httpx and httpx2 behave the same through the session transport.
 
-A hand-written JSON-RPC client on each library talks to the real quickstart
-over uvicorn, in JSON and in SSE response mode; the SSE answer is read as a
-stream, so the relayed body is the library's own stream type.
+A hand-written JSON-RPC client on each library talks to the real quickstart,
+called in process through each library's ``ASGITransport``, in JSON and in SSE
+response mode; the SSE answer is read as a stream, so the relayed body is the
+library's own stream type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -16,8 +16,9 @@ import httpx2
 import pytest
 from examples.quickstart import build_app
 
+from _lifespan import running
 from _mcp import MCP_PATH, SESSION_KEY, aiter_messages, modern_headers, modern_request
-from conftest import SECRET, serve
+from conftest import SECRET
 from mcp_sessions.client import HttpxSessionTransport, SessionTransport
 
 pytestmark = pytest.mark.anyio
@@ -25,14 +26,7 @@ pytestmark = pytest.mark.anyio
 LIBRARIES = {"httpx": (httpx, HttpxSessionTransport), "httpx2": (httpx2, SessionTransport)}
 
 
-@pytest.fixture(scope="module")
-def urls() -> Iterator[dict[str, str]]:
-    environ = {"MCP_SESSIONS_SECRET": SECRET}
-    with (
-        serve(build_app(json_response=True, environ=environ)) as json_base,
-        serve(build_app(json_response=False, environ=environ)) as sse_base,
-    ):
-        yield {"json": json_base + MCP_PATH, "sse": sse_base + MCP_PATH}
+URL = "http://127.0.0.1:8000" + MCP_PATH
 
 
 async def call(http: Any, library: ModuleType, url: str, tool: str, **arguments: Any) -> tuple[list[Any], Any]:
@@ -49,11 +43,12 @@ async def call(http: Any, library: ModuleType, url: str, tool: str, **arguments:
 
 @pytest.mark.parametrize("mode", ["json", "sse"])
 @pytest.mark.parametrize("name", list(LIBRARIES))
-async def test_each_library_holds_a_session(urls: dict[str, str], name: str, mode: str) -> None:
+async def test_each_library_holds_a_session(name: str, mode: str) -> None:
     library, transport_type = LIBRARIES[name]
-    shim = transport_type()
-    url = urls[mode]
-    async with library.AsyncClient(transport=shim) as http:
+    app = build_app(json_response=mode == "json", environ={"MCP_SESSIONS_SECRET": SECRET})
+    shim = transport_type(library.ASGITransport(app))
+    url = URL
+    async with running(app), library.AsyncClient(transport=shim) as http:
         counts = [(await call(http, library, url, "count"))[0][-1] for _ in range(2)]
         await call(http, library, url, "set_mode", mode=name)
         messages, stream = await call(http, library, url, "countdown", n=2)

@@ -44,7 +44,7 @@ from _mcp import (
     tool_text,
 )
 from conftest import SECRET, serve
-from mcp_sessions.client import HttpxSessionTransport, SessionHandle, SessionTransport
+from mcp_sessions.client import HeldSession, HttpxSessionTransport, SessionTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -95,8 +95,8 @@ def counted(result: Any) -> Any:
 
 
 def handle_shape(comment: str) -> re.Pattern[str]:
-    """The ``SessionHandle(...)`` of a comment as a pattern: a quoted value containing ``…`` stands for any value."""
-    [shown] = re.findall(r"SessionHandle\([^)]*\)", comment)
+    """The ``HeldSession(...)`` of a comment as a pattern: a quoted value containing ``…`` stands for any value."""
+    [shown] = re.findall(r"HeldSession\([^)]*\)", comment)
     return re.compile(re.escape(re.sub(r"'[^']*…'", "\0", shown)).replace("\0", "'[^']+'"))
 
 
@@ -225,7 +225,7 @@ async def test_fastmcp_client_shares_one_session_across_its_connections(url: str
     assert seen == [1, 2, 3, "terse"]
     token = one_session_created_first(wire, tools=5)
     session = namespace["session"]
-    assert isinstance(session, SessionHandle)
+    assert isinstance(session, HeldSession)
     assert session.token == token and session.state is not None  # the handle passed in holds the session
 
 
@@ -276,14 +276,14 @@ async def test_the_host_snippet_keeps_a_conversation_across_restarts(url: str, w
     conversation = "trip to Lisbon"
     saved_files: dict[str, Any] = {}
 
-    def save(conversation: str, session: SessionHandle) -> None:  # the page's `save`, with the "..." written
+    def save(conversation: str, session: HeldSession) -> None:  # the page's `save`, with the "..." written
         saved_files[conversation] = json.loads(json.dumps(session.to_dict()))
 
     async def host_run(saved: Any) -> list[int]:
         """One host process: the snippet builds the transport, then the conversation counts twice."""
         namespace, _ = await run(
             snippet,
-            SessionHandle=SessionHandle,
+            HeldSession=HeldSession,
             SessionTransport=SessionTransport,
             saved=saved,
             conversation=conversation,
@@ -299,7 +299,7 @@ async def test_the_host_snippet_keeps_a_conversation_across_restarts(url: str, w
     assert await host_run(first) == [3, 4]  # after a restart, the saved session goes on
     assert saved_files[conversation]["sessionId"] == first["sessionId"]
 
-    gone = SessionTransport(session=SessionHandle(first["sessionId"]))
+    gone = SessionTransport(session=HeldSession(first["sessionId"]))
     assert await gone.delete(url) is True
     await gone.aclose()
     assert await host_run(saved_files[conversation]) == [1, 2]  # recreate=True: replaced inside the same call

@@ -1,6 +1,6 @@
 """Which echoes the client shim takes: a server cannot move it to another session; ``null`` state revokes.
 
-The server here is a small real ASGI app on uvicorn (127.0.0.1) that answers
+The server here is a small real ASGI app, called in process (``httpx2.ASGITransport``), that answers
 like an MCP server with sessions, except for the tools named below, which echo
 a session the client does not hold, or echo the held one where it does not
 belong (an answer to a request that never carried it, a stray id). The shim
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -22,8 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from _mcp import MCP_PATH, SESSION_KEY, SESSION_NOT_FOUND, modern_headers, modern_request
-from conftest import serve
-from mcp_sessions.client import SessionHandle, SessionTransport
+from mcp_sessions.client import HeldSession, SessionTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -94,11 +92,14 @@ class HostileServer:
         return JSONResponse(result(rid, honest))
 
 
-@pytest.fixture(scope="module")
-def hostile() -> Iterator[tuple[HostileServer, str]]:
-    server = HostileServer()
-    with serve(server.app) as base:
-        yield server, base + MCP_PATH
+@pytest.fixture
+def hostile() -> tuple[HostileServer, str]:
+    return HostileServer(), "http://mcp.test" + MCP_PATH
+
+
+def shim_to(server: HostileServer, **options: Any) -> SessionTransport:
+    """The session transport, calling ``server`` in process."""
+    return SessionTransport(httpx2.ASGITransport(server.app), **options)
 
 
 async def call(http: httpx2.AsyncClient, url: str, tool: str, **meta: Any) -> dict[str, Any]:
@@ -118,7 +119,7 @@ async def test_the_shim_keeps_its_own_session(
 ) -> None:
     server, url = hostile
     caplog.set_level(logging.DEBUG, "mcp_sessions.client")
-    shim = SessionTransport()
+    shim = shim_to(server)
     async with httpx2.AsyncClient(transport=shim) as http:
         await call(http, url, "honest")  # creates the session; the echo sets the state
         held = shim.session.to_dict()
@@ -139,8 +140,8 @@ async def test_the_shim_keeps_its_own_session(
 
 
 async def test_a_resumed_session_is_not_replaced_by_an_echo(hostile: tuple[HostileServer, str]) -> None:
-    _, url = hostile
-    shim = SessionTransport(session=SessionHandle(MINE, state="saved"))
+    server, url = hostile
+    shim = shim_to(server, session=HeldSession(MINE, state="saved"))
     async with httpx2.AsyncClient(transport=shim) as http:
         await call(http, url, "move")
         await call(http, url, "move_sse")
@@ -153,7 +154,7 @@ async def test_a_null_state_revokes_the_held_state_and_an_absent_one_keeps_it(
 ) -> None:
     server, url = hostile
     changes: list[dict[str, str]] = []
-    shim = SessionTransport(on_change=lambda session: changes.append(session.to_dict()))
+    shim = shim_to(server, on_change=lambda session: changes.append(session.to_dict()))
     async with httpx2.AsyncClient(transport=shim) as http:
         await call(http, url, "honest")
         state = shim.session.state

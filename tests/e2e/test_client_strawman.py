@@ -1,4 +1,4 @@
-"""The client shim speaking the strawman (``profile="strawman"``): the real ``mcp`` SDK client, unchanged.
+"""The client shim speaking the strawman (``profile="strawman"``): the real ``mcp`` SDK client, unchanged, in process.
 
 It behaves as the working group's reference client: ``session/create``, the
 cookie from ``_meta["mcp/session"]`` of every result, ``{"id"}`` sent back,
@@ -7,7 +7,6 @@ and a ``null`` cookie (revocation) drops the session.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -16,23 +15,24 @@ from examples.quickstart import build_app
 from mcp import Client as SDKClient
 from mcp.client.streamable_http import streamable_http_client
 
-from conftest import SECRET, serve
+from _lifespan import running
+from _mcp import LOCAL, MCP_PATH
+from conftest import SECRET
 from mcp_sessions.client import SessionTransport
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_PROFILES": "draft,strawman"}
 
 
-@pytest.fixture(scope="module", params=["json", "sse"])
-def url(request: pytest.FixtureRequest) -> Iterator[str]:
-    with serve(build_app(json_response=request.param == "json", stateless=True, environ=ENVIRON)) as base:
-        yield base + "/mcp"
+@pytest.fixture(params=["json", "sse"])
+def app(request: pytest.FixtureRequest) -> Any:
+    return build_app(json_response=request.param == "json", stateless=True, environ=ENVIRON)
 
 
 class Recording(httpx2.AsyncBaseTransport):
-    """Records the bodies of the POSTs the shim sends."""
+    """Records the bodies of the POSTs the shim sends to ``app``."""
 
-    def __init__(self) -> None:
-        self.inner = httpx2.AsyncHTTPTransport()
+    def __init__(self, app: Any) -> None:
+        self.inner = httpx2.ASGITransport(app)
         self.bodies: list[bytes] = []
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -52,10 +52,11 @@ async def count(client: Any) -> int:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_the_sdk_client_runs_a_strawman_session(url: str, mode: str) -> None:
-    recording = Recording()
+async def test_the_sdk_client_runs_a_strawman_session(app: Any, mode: str) -> None:
+    recording, url = Recording(app), LOCAL + MCP_PATH
     shim = SessionTransport(recording, profile="strawman")
     async with (
+        running(app),
         httpx2.AsyncClient(transport=shim) as http,
         SDKClient(streamable_http_client(url, http_client=http), mode=mode) as client,
     ):
@@ -67,7 +68,7 @@ async def test_the_sdk_client_runs_a_strawman_session(url: str, mode: str) -> No
         assert any(b'"mcp/session":{"id":"' + token.encode() + b'"}' in body for body in recording.bodies)
 
         # Revoked elsewhere: the next result carries a null cookie, and the shim drops the session.
-        async with httpx2.AsyncClient(timeout=10) as other:
+        async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app)) as other:
             body = {"jsonrpc": "2.0", "id": 9, "method": "session/delete", "params": {"id": token}}
             headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
             assert b'"deleted":true' in (await other.post(url, json=body, headers=headers)).content

@@ -1,4 +1,4 @@
-"""docs/clients.md: its example runs as printed, and counts per host conversation over real HTTP."""
+"""docs/clients.md: its example runs as printed, and counts per host conversation (in process)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from starlette.testclient import TestClient
 
 from _docs import python_snippets
-from _mcp import ModernClient, tool_text
-from conftest import SECRET, serve
+from _mcp import LOCAL, ModernClient, tool_text
+from conftest import SECRET
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
 
@@ -22,8 +22,8 @@ def test_the_per_conversation_example_counts_per_conversation(monkeypatch: pytes
     namespace: dict[str, Any] = {}
     exec(compile(code, str(DOC), "exec"), namespace)
 
-    with serve(namespace["app"]) as url, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, url)
+    with TestClient(namespace["app"], base_url=LOCAL) as http:
+        client = ModernClient(http, LOCAL)
         counts = [
             tool_text(client.call_tool("count", meta={"vscode.conversationId": conversation})[1])
             for conversation in ("chat-1", "chat-1", "chat-2")

@@ -5,14 +5,11 @@ data on, and with every wire at once); the pack runs in process, as a user's
 CI runs it, and once as a real subprocess. The same runs show that every row of
 the traceability files names a check the pack emits, that ``checks.json`` has
 the official suite's shape, that the console prints its lines, and they make
-the results table of docs/conformance.md:
-
-    MCP_SESSIONS_UPDATE_CONFORMANCE=1 python -m pytest -n 0 tests/e2e/test_conformance_quickstart.py
+the results table of docs/conformance.md (``python scripts/update_docs.py`` regenerates it).
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import subprocess
@@ -26,13 +23,13 @@ from typing import Any
 import pytest
 from examples.quickstart import build_app
 
+from _docs import assert_generated
 from conftest import SECRET, serve
 from e2e._pack import LEGACY, MODERN, PackRun, run_pack
 from mcp_sessions_conformance import SCENARIOS
 from mcp_sessions_conformance._model import load_traceability
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conformance.md"
-UPDATE_VARIABLE = "MCP_SESSIONS_UPDATE_CONFORMANCE"
 ALL = "draft,strawman,sep1364-alt1,sep1364-alt2"
 
 
@@ -262,15 +259,4 @@ def render_results(runs: dict[str, PackRun]) -> str:
 
 
 def test_docs_results_table_is_generated_from_this_run(runs: dict[str, PackRun]) -> None:
-    text = DOC.read_text(encoding="utf-8")
-    begin, end = "<!-- begin results -->\n", "<!-- end results -->"
-    head, _, rest = text.partition(begin)
-    committed, _, tail = rest.partition(end)
-    rendered = render_results(runs)
-    if os.environ.get(UPDATE_VARIABLE) == "1":
-        DOC.write_text(head + begin + rendered + end + tail, encoding="utf-8")
-        committed = rendered
-    diff = "".join(difflib.unified_diff(committed.splitlines(True), rendered.splitlines(True), "committed", "run"))
-    assert committed == rendered, (
-        f"docs/conformance.md's results are stale: regenerate with {UPDATE_VARIABLE}=1\n{diff}"
-    )
+    assert_generated(DOC, render_results(runs), "<!-- begin results -->\n", "<!-- end results -->")

@@ -87,7 +87,7 @@ def test_the_built_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> No
     probe = """
 import mcp_sessions
 from mcp_sessions import MCPSessionMiddleware, KeySet, get_session
-from mcp_sessions.client import SessionHandle
+from mcp_sessions.client import HeldSession
 print(mcp_sessions.__version__)
 print(mcp_sessions.__file__)
 try:

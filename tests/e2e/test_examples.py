@@ -18,7 +18,7 @@ from mcp import types as mcp_types
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict
 
-from conftest import SECRET, serve
+from conftest import SECRET, in_process, serve
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 SESSION_KEY = "io.modelcontextprotocol/session"
@@ -124,7 +124,7 @@ def test_demo_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) 
 
 @pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
 def test_ordinary_route_sees_the_session_created_over_mcp(module: types.ModuleType) -> None:
-    with serve(module.build_app(environ=ENVIRON)) as base, httpx.Client(base_url=base, timeout=10) as client:
+    with in_process(module.build_app(environ=ENVIRON)) as client:
         token = create_session(client)
         sid = call_tool(client, "whoami", token)
         assert call_tool(client, "count", token) == 1
@@ -147,7 +147,7 @@ def test_ordinary_route_sees_the_session_created_over_mcp(module: types.ModuleTy
 
 @pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
 def test_mcp_endpoint_is_at_slash_mcp_without_a_redirect(module: types.ModuleType) -> None:
-    with serve(module.build_app(environ=ENVIRON)) as base, httpx.Client(base_url=base, timeout=10) as client:
+    with in_process(module.build_app(environ=ENVIRON)) as client:
         discover = rpc(client, "server/discover")  # rpc() asserts HTTP 200: no 307 to /mcp/
         assert discover["result"]["capabilities"]["sessions"] == {}
         assert call_tool(client, "count")["code"] == -32044
@@ -183,7 +183,7 @@ async def test_starlette_example_with_the_sdk_client(mode: Literal["auto", "lega
 
 
 def test_fastmcp_counter_survives_across_requests() -> None:
-    with serve(fastmcp_app.build_app(environ=ENVIRON)) as base, httpx.Client(base_url=base, timeout=10) as client:
+    with in_process(fastmcp_app.build_app(environ=ENVIRON)) as client:
         discover = rpc(client, "server/discover")
         assert discover["result"]["capabilities"]["sessions"] == {}
         token = create_session(client)
@@ -204,7 +204,7 @@ def test_a_missing_secret_fails_at_startup_not_on_the_first_request(module: type
 def test_the_path_matches_under_a_proxy_root_path() -> None:
     """``uvicorn --root-path /api``: the path still matches as Starlette routes it, without the prefix."""
     app = starlette_app.build_app(environ={"MCP_SESSIONS_SECRET": SECRET})
-    with serve(app, root_path="/api") as url, httpx.Client(base_url=url, timeout=10) as client:
+    with in_process(app, root_path="/api") as client:
         assert call_tool(client, "count")["code"] == -32044  # the middleware saw it: no session, no count
         token = create_session(client)
         assert call_tool(client, "count", token) == 1
@@ -222,7 +222,7 @@ def test_the_path_matches_in_a_mounted_sub_app() -> None:
             yield
 
     outer = Starlette(routes=[Mount("/tenant", app=inner)], lifespan=lifespan)
-    with serve(outer) as url, httpx.Client(base_url=url + "/tenant", timeout=10) as client:
+    with in_process(outer, base_url="http://127.0.0.1:8000/tenant") as client:
         assert call_tool(client, "count")["code"] == -32044
         token = create_session(client)
         assert call_tool(client, "count", token) == 1

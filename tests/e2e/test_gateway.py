@@ -96,9 +96,18 @@ def test_the_initialize_result_advertises_sessions(gateway: str, http: httpx.Cli
     assert capabilities["tools"] == {"listChanged": True}  # server-everything's own, kept
 
 
-def test_no_session_is_handed_out_on_an_era_the_upstream_does_not_speak(gateway: str, http: httpx.Client) -> None:
+@pytest.mark.parametrize(
+    ("in_transport_session", "message"),
+    [
+        (False, "Bad Request: Server not initialized"),  # a 2026-07-28 client sends no initialize (docs/gateway.md)
+        (True, "Bad Request: Unsupported protocol version: 2026-07-28"),
+    ],
+)
+def test_no_session_is_handed_out_on_an_era_the_upstream_does_not_speak(
+    gateway: str, http: httpx.Client, in_transport_session: bool, message: str
+) -> None:
     """server-everything speaks 2025-11-25 only: a 2026-07-28 sessions/create gets its refusal, not a session."""
-    headers = legacy_initialize(http, gateway)
+    headers = legacy_initialize(http, gateway) if in_transport_session else JSON_SSE
     meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
     body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create", "params": {"_meta": meta}}
     modern = {**headers, "MCP-Protocol-Version": MODERN, "Mcp-Method": "sessions/create"}
@@ -106,7 +115,8 @@ def test_no_session_is_handed_out_on_an_era_the_upstream_does_not_speak(gateway:
     listed = http.post(gateway, json={**body, "method": "tools/list"}, headers={**modern, "Mcp-Method": "tools/list"})
     assert refused.status_code == listed.status_code == 400
     assert refused.json() == listed.json()  # server-everything's own words, for its own method as for ours
-    assert "Unsupported protocol version: 2026-07-28" in refused.json()["error"]["message"]
+    assert refused.json()["error"]["code"] == -32000 and refused.json()["error"]["message"].startswith(message)
+    assert message in " ".join((MAIN / "docs/gateway.md").read_text(encoding="utf-8").split())
 
 
 def test_session_methods_are_refused_as_the_upstream_refuses_its_own_methods(gateway: str, http: httpx.Client) -> None:

@@ -25,7 +25,8 @@ from starlette.types import Receive, Scope, Send
 from _mcp import LEGACY, legacy_request, modern_headers, modern_request
 from conftest import serve
 from e2e._gateway import JSON_SSE, SECRET, result_of, upstream_server
-from mcp_sessions import MemoryStore, SessionsConfig, gateway_app
+from mcp_sessions import SessionsConfig, gateway_app
+from mcp_sessions.stores import MemoryStore
 
 OTHER_SECRET = "another-deployment-secret-another-deployment-0"
 SESSION_META = "io.modelcontextprotocol/session"

@@ -1,4 +1,6 @@
-"""Attacks on the gateway's request side (issue 50), through a real ``mcp-sessions gateway`` process.
+"""Attacks on the gateway's request side (issue 50), through a real ``mcp-sessions gateway`` process (its
+access log and its HTTP parser are what some tests attack) or, where only the app is, ``gateway_app`` in
+process behind Starlette's ``TestClient`` (:func:`in_process`).
 
 The upstream is an ``MCPServer`` wrapped in a :class:`Recorder` that keeps every request it received: its
 method, target, headers and body. What the upstream saw is the proof: no token the gateway minted, no
@@ -15,7 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
+from starlette.testclient import TestClient
 from starlette.types import Receive, Scope, Send
 
 from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
@@ -32,12 +36,14 @@ from e2e._gateway import (
     result_of,
     upstream_server,
 )
-from mcp_sessions import SessionsConfig
+from mcp_sessions import SessionsConfig, gateway_app
 
 SESSION_META = "io.modelcontextprotocol/session"
 STRAWMAN_META = "mcp/session"
 FAKE_PARENT = "00000000000000000000000000000001"
 CLIENT_PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+IN_PROCESS = "http://127.0.0.1:8000"
+Response = httpx.Response | httpx2.Response  # Starlette's TestClient is built on httpx2
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +83,19 @@ def gateway(upstream: str) -> Iterator[Process]:
         yield process
 
 
+def in_process(upstream: str, **options: Any) -> TestClient:
+    """``gateway_app`` in front of ``upstream``, called in process from 127.0.0.1 (its lifespan runs in the
+    ``with`` block); ``options``: ``gateway_app``'s, ``config`` a dict of ``SessionsConfig``'s."""
+    config = SessionsConfig(secret=SECRET, **options.pop("config", {}))
+    app = gateway_app([upstream], config=config, **options)
+    return TestClient(app, base_url=IN_PROCESS, client=("127.0.0.1", 50000), follow_redirects=False)
+
+
 @pytest.fixture(scope="module")
-def trusting(upstream: str) -> Iterator[Process]:
-    """A gateway that trusts the loopback as its proxy (``--forwarded-allow-ips``)."""
-    with gateway_process([upstream], "--forwarded-allow-ips", "127.0.0.1") as process:
-        yield process
+def trusting(upstream: str) -> Iterator[TestClient]:
+    """A gateway that trusts the loopback as its proxy (``forwarded_allow_ips``)."""
+    with in_process(upstream, forwarded_allow_ips="127.0.0.1") as client:
+        yield client
 
 
 def url_of(process: Process, path: str = "/mcp") -> str:
@@ -106,7 +120,7 @@ def exchange(port: int, head: str, body: bytes = b"") -> tuple[int, bytes]:
     return int(received.split(b" ", 2)[1]), received
 
 
-def post(http: httpx.Client, url: str, era: str, body: Any, **headers: str) -> httpx.Response:
+def post(http: httpx.Client | TestClient, url: str, era: str, body: Any, **headers: str) -> Response:
     sent = modern_headers(body) if era == MODERN else {**JSON_SSE, "MCP-Protocol-Version": LEGACY}
     return http.post(url, json=body, headers={**sent, **headers})
 
@@ -116,11 +130,11 @@ def request(era: str, method: str, params: dict[str, Any] | None = None, *, id: 
     return build(method, params, id=id, meta=meta or None)
 
 
-def create(http: httpx.Client, url: str, era: str, **headers: str) -> httpx.Response:
+def create(http: httpx.Client | TestClient, url: str, era: str, **headers: str) -> Response:
     return post(http, url, era, request(era, "sessions/create"), **headers)
 
 
-def token_of(response: httpx.Response) -> str:
+def token_of(response: Response) -> str:
     assert response.status_code == 200, response.text
     token: str = result_of(response, 1)["result"]["session"]["sessionId"]
     return token
@@ -220,16 +234,16 @@ def test_a_forged_session_never_reaches_a_tool_by_another_spelling_of_the_path(
         assert status != 500 and b'"content"' not in answer
 
 
-def test_a_lenient_upstream_gets_no_request_the_pipeline_did_not_judge(http: httpx.Client) -> None:
+def test_a_lenient_upstream_gets_no_request_the_pipeline_did_not_judge() -> None:
     """server-everything's Express serves its endpoint in any case and with a trailing slash: a forged session
     there gets the gateway's -32043, as at the endpoint's own path, and the tool never runs."""
-    with everything_server() as upstream, gateway_process([upstream]) as gateway:
+    with everything_server() as upstream, in_process(upstream) as client:
         for path in ("/mcp", "/MCP", "/mcp/"):
-            url = url_of(gateway, path)
-            later = legacy_initialize(http, url)
+            url = IN_PROCESS + path
+            later = legacy_initialize(client, url)
             forged = {SESSION_META: {"sessionId": "a.forged.token"}}
             body = legacy_request("tools/call", {"name": "echo", "arguments": {"message": "ran"}}, id=5, meta=forged)
-            answer = messages_of(http.post(url, json=body, headers=later))
+            answer = messages_of(client.post(url, json=body, headers=later))
             assert answer[0]["error"]["code"] == -32043, (path, answer)
 
 
@@ -290,9 +304,12 @@ FORGED = {
 def test_forwarded_headers_reach_the_upstream_only_from_a_trusted_proxy(
     recorder: Recorder, http: httpx.Client, request: pytest.FixtureRequest, trusted: bool
 ) -> None:
-    process: Process = request.getfixturevalue("trusting" if trusted else "gateway")
+    if trusted:
+        client, base = request.getfixturevalue("trusting"), IN_PROCESS
+    else:
+        client, base = http, url_of(request.getfixturevalue("gateway"), "")
     before = len(recorder.seen)
-    http.get(url_of(process, "/health"), headers=FORGED)
+    client.get(base + "/health", headers=FORGED)
     [seen] = recorder.since(before)
     got = {name: seen.header(name.lower()) for name in FORGED}
     if trusted:  # what the proxy in front said, its own address last in X-Forwarded-For
@@ -301,7 +318,7 @@ def test_forwarded_headers_reach_the_upstream_only_from_a_trusted_proxy(
         assert got == {
             "X-Forwarded-For": "127.0.0.1",
             "X-Forwarded-Proto": "http",
-            "X-Forwarded-Host": f"127.0.0.1:{process.port}",
+            "X-Forwarded-Host": httpx.URL(base).netloc.decode(),
             "X-Forwarded-Prefix": None,
             "Forwarded": None,
             "X-Real-IP": None,
@@ -336,16 +353,16 @@ def test_the_access_log_has_no_query_string(gateway: Process, http: httpx.Client
     ],
 )
 def test_made_up_credentials_do_not_multiply_one_addresses_create_budget(
-    upstream: str, http: httpx.Client, varies: str, trusted: bool, created: int
+    upstream: str, varies: str, trusted: bool, created: int
 ) -> None:
-    arguments = ("--forwarded-allow-ips", "127.0.0.1") if trusted else ()
-    with gateway_process([upstream], *arguments, environ={"MCP_SESSIONS_CREATE_LIMIT": "3/600"}) as process:
+    trusting = "127.0.0.1" if trusted else None
+    with in_process(upstream, config={"create_limit": (3, 600)}, forwarded_allow_ips=trusting) as client:
         statuses = []
         for number in range(8):
             varied = {"Authorization": f"Bearer made-up-{number}"} if varies == "credential" else {}
             if varies == "forwarded-for":
                 varied["X-Forwarded-For"] = f"198.51.100.{number}"
-            statuses.append(create(http, url_of(process), MODERN, **varied).status_code)
+            statuses.append(create(client, IN_PROCESS + "/mcp", MODERN, **varied).status_code)
     assert statuses.count(200) == created and statuses.count(429) == 8 - created, statuses
 
 

@@ -14,42 +14,17 @@ speaks only 2025-11-25, the 2026-07-28 run fails saying to run the pack with tha
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from conftest import serve
-from e2e._gateway import CONFORMANCE, NODE22, SECRET, everything_server, gateway_command, installed, upstream_server
+from e2e._gateway import SECRET, everything_server, gateway_command, run_suite, upstream_server
 from e2e._pack import LEGACY, MODERN, run_pack
 from mcp_sessions import SessionsConfig, gateway_app
 
-SPEC_VERSION = "2025-11-25"  # cumulative: every server scenario of the 2025 era
 # What the gateway changes: it checks Host itself, as the mcp SDK's DNS-rebinding protection does.
 GATEWAY_OWN = {("dns-rebinding-protection", "localhost-host-rebinding-rejected"): ("FAILURE", "SUCCESS")}
-
-Outcomes = dict[tuple[str, str], list[str]]
-
-
-def run_suite(url: str, out: Path, spec_version: str = SPEC_VERSION) -> Outcomes:
-    """Every check of every server scenario, by (scenario, check id): its statuses, in order."""
-    node, suite = installed(NODE22, "Node 22 (the node@22 package)"), installed(CONFORMANCE, "the conformance suite")
-    done = subprocess.run(
-        [str(node), str(suite), "server", "--url", url, "--spec-version", spec_version, "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    outcomes: Outcomes = {}
-    for checks in sorted(out.glob("*/checks.json")):
-        scenario = re.sub(r"^server-|-\d{4}-\d\d-\d\dT[\d-]+Z$", "", checks.parent.name)
-        for check in json.loads(checks.read_text()):
-            outcomes.setdefault((scenario, check["id"]), []).append(check["status"])
-    assert outcomes, done.stdout + done.stderr
-    return outcomes
 
 
 def test_the_suite_through_the_gateway_gives_what_it_gives_directly(tmp_path: Path) -> None:

@@ -222,37 +222,33 @@ def test_hop_by_hop_headers_stop_at_the_gateway_and_end_to_end_ones_go_on(plain:
 
 
 def test_an_upstream_that_is_down_answers_at_once_and_says_when_to_retry(http: httpx.Client) -> None:
-    with serve(gateway(f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=1.0)) as base:
-        started = time.monotonic()
+    """A refused connection is answered at once: the client's own timeout (10 s) is far below the connect's."""
+    with serve(gateway(f"http://127.0.0.1:{free_port()}/mcp", connect_timeout=60.0)) as base:
         response = post(http, base + "/mcp", MODERN, request(MODERN, "tools/list", id=9))
-        waited = time.monotonic() - started
-    assert waited < 1.5
     assert response.status_code == 503 and response.headers["retry-after"] == "1"
     assert response.json()["error"]["code"] == -32014 and response.json()["id"] == 9
 
 
 def test_an_upstream_that_does_not_answer_in_time_gets_504(http: httpx.Client) -> None:
+    """The answer would come after 1.5 s, a 200: the 504 is the gateway's, after its first-byte timeout."""
     server = upstream_server("slow").streamable_http_app(stateless_http=True, json_response=True)
     with serve(server) as upstream, serve(gateway(upstream + "/mcp", first_byte_timeout=0.5)) as base:
         body = request(MODERN, "tools/call", {"name": "slow", "arguments": {"seconds": 1.5}}, id=5)
-        started = time.monotonic()
         response = post(http, base + "/mcp", MODERN, body)
-        waited = time.monotonic() - started
-    assert response.status_code == 504 and waited < 1.4
+    assert response.status_code == 504
     assert response.json()["error"]["code"] == -32014 and "retry-after" in response.headers
 
 
 def test_events_are_relayed_as_they_come(plain: str, http: httpx.Client) -> None:
+    """The tool answers after 60 s, its progress at once: the progress arrives within the client's 10 s."""
     headers = {"Mcp-Session-Id": _handshake(http, plain)}
-    body = request(LEGACY, "tools/call", {"name": "slow", "arguments": {"seconds": 1.0}}, id=6, progressToken="p")
-    arrivals = []
+    body = request(LEGACY, "tools/call", {"name": "slow", "arguments": {"seconds": 60}}, id=6, progressToken="p")
     sent = {**JSON_SSE, "MCP-Protocol-Version": LEGACY, **headers}
     with http.stream("POST", plain, json=body, headers=sent) as stream:
-        for line in stream.iter_lines():
-            if line.startswith("data:") and line[5:].strip():
-                arrivals.append((time.monotonic(), json.loads(line[5:])))
-    assert [m.get("method") for _, m in arrivals] == ["notifications/progress", None]
-    assert arrivals[1][0] - arrivals[0][0] > 0.7  # the progress came at once, not with the answer
+        first = next(
+            json.loads(line[5:]) for line in stream.iter_lines() if line.startswith("data:") and line[5:].strip()
+        )
+    assert first["method"] == "notifications/progress"  # and the client leaves: the upstream's call is cancelled
 
 
 @pytest.mark.parametrize("stream_kind", ["subscriptions/listen", "GET"])
@@ -329,7 +325,7 @@ class BodyRecorder:
     """An upstream that records when each piece of a request body arrives, and answers ``ok``."""
 
     def __init__(self) -> None:
-        self.arrivals: list[tuple[float, bytes]] = []
+        self.arrivals: list[bytes] = []
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -339,7 +335,7 @@ class BodyRecorder:
             return
         while True:
             message = await receive()
-            self.arrivals.append((time.monotonic(), message.get("body", b"")))
+            self.arrivals.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
@@ -348,19 +344,21 @@ class BodyRecorder:
 
 def test_a_request_body_streams_through_as_it_comes(http: httpx.Client) -> None:
     recorder = BodyRecorder()
+    first_alone: list[bool] = []
 
     def body() -> Iterator[bytes]:
         yield b"first piece "
-        time.sleep(0.6)
+        deadline = time.monotonic() + 10  # the second piece is written once the upstream has the first
+        while b"first piece " not in b"".join(recorder.arrivals) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first_alone.append(b"".join(recorder.arrivals) == b"first piece ")
         yield b"second piece"
 
     with serve(recorder) as upstream, serve(gateway(upstream + "/mcp")) as base:
-        sent = time.monotonic()
         response = http.post(base + "/upload", content=body(), headers={"Content-Type": "application/octet-stream"})
     assert response.status_code == 200 and response.text == "ok"
-    pieces = [(at, piece) for at, piece in recorder.arrivals if piece]
-    assert b"".join(piece for _, piece in pieces) == b"first piece second piece"
-    assert pieces[0][0] - sent < 0.5  # the first piece reached the upstream before the second was written
+    assert first_alone == [True]  # the first piece reached the upstream before the second was written
+    assert b"".join(recorder.arrivals) == b"first piece second piece"
 
 
 def test_every_wire_and_source_works_through_the_gateway(upstream: str, http: httpx.Client) -> None:

@@ -20,7 +20,8 @@ import pytest
 from _mcp import LEGACY, MODERN, legacy_request, modern_headers, modern_request
 from conftest import serve
 from e2e._gateway import JSON_SSE, SECRET, result_of, upstream_server
-from mcp_sessions import MemoryStore, SessionsConfig, gateway_app
+from mcp_sessions import SessionsConfig, gateway_app
+from mcp_sessions.stores import MemoryStore
 
 SESSION_META = "io.modelcontextprotocol/session"
 REPLICAS = ("r0", "r1", "r2")

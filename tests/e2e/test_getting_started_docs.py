@@ -37,7 +37,7 @@ from _mcp import (
     session_meta,
     tool_text,
 )
-from conftest import SECRET, serve
+from conftest import SECRET, in_process, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,8 +102,8 @@ def test_the_counter_server_counts_per_session_and_requires_one(
     page: str, secret: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     app = run(monkeypatch, page, snippet_with(page, COUNTER))["app"]
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(app) as http:
+        client = ModernClient(http, "")
         _, refused = client.call_tool("count")
         first, second = client.create_session(), client.create_session()
         assert [counts(client, "count", s) for s in (first, first, second)] == ["1", "2", "1"]
@@ -120,8 +120,8 @@ def test_the_first_server_answers_the_curl_walkthrough(secret: None, monkeypatch
     text = (ROOT / page).read_text(encoding="utf-8")
     capabilities = json.loads(re.findall(r"```json\n(.*?)```", text, re.S)[0])
     app = run(monkeypatch, page, snippet_with(page, "# server.py"))["app"]
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(app) as http:
+        client = ModernClient(http, "")
         assert client.request("server/discover")[1]["result"]["capabilities"] == capabilities
         session = client.create_session()
         assert jwt_claims(session["sessionId"]).keys() == {"iss", "aud", "sid", "iat", "exp", "mep"}
@@ -252,8 +252,8 @@ def test_the_state_and_data_fragment(secret: None) -> None:
         assert session is not None
         return str(session.state.get("mode"))
 
-    with serve(MCPSessionMiddleware.from_env(mcp.streamable_http_app())) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(MCPSessionMiddleware.from_env(mcp.streamable_http_app())) as http:
+        client = ModernClient(http, "")
         session = client.create_session()
         _, first = client.call_tool("shop", {"item": "apple"}, session=session_meta(session))
         state = first["result"]["_meta"][SESSION_KEY]["state"]  # the response echoes the new signed state
@@ -266,8 +266,8 @@ def test_the_state_and_data_fragment(secret: None) -> None:
 
 def test_the_mcpserver_tools_on_both_wires(secret: None, monkeypatch: pytest.MonkeyPatch) -> None:
     app = run(monkeypatch, APP_CODE, snippet_with(APP_CODE, "async def add_to_cart("))["app"]
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        modern, legacy = ModernClient(http, base), LegacyClient(http, base)
+    with in_process(app) as http:
+        modern, legacy = ModernClient(http, ""), LegacyClient(http, "")
         _, refused = modern.call_tool("add_to_cart", {"item": "apple"})
         session = modern.create_session()
         carts = [
@@ -285,8 +285,8 @@ def test_the_mcpserver_tools_on_both_wires(secret: None, monkeypatch: pytest.Mon
 
 
 def fastmcp_counts(app: Any) -> tuple[list[str], dict[str, Any]]:
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(app) as http:
+        client = ModernClient(http, "")
         _, without = client.call_tool("count")
         first, second = client.create_session(), client.create_session()
         return [counts(client, "count", s) for s in (first, first, second)], without
@@ -318,12 +318,12 @@ def reader_mcp() -> dict[str, Any]:
 
 def mounted_app_reads_the_session(app: Any) -> None:
     """POST /mcp is the MCP endpoint, and GET /session reads the session the ``Mcp-Session-Id`` header names."""
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(app) as http:
+        client = ModernClient(http, "")
         session = client.create_session()
         assert [counts(client, "count", session) for _ in range(2)] == ["1", "2"]
-        named = http.get(base + "/session", headers={"Mcp-Session-Id": session["sessionId"]})
-        anonymous = http.get(base + "/session")
+        named = http.get("/session", headers={"Mcp-Session-Id": session["sessionId"]})
+        anonymous = http.get("/session")
     assert named.json() == {"session": jwt_claims(session["sessionId"])["sid"], "count": 2}
     assert anonymous.json() == {"session": None}
 
@@ -372,10 +372,10 @@ def test_mounting_at_mcp_with_the_sdk_route_at_slash_redirects(secret: None, mon
             'streamable_http_path="/mcp"': 'streamable_http_path="/"',
         }
     )
-    with serve(run(monkeypatch, APP_CODE, snippet, reader_mcp())["app"]) as base, httpx.Client(timeout=10) as http:
-        response = ModernClient(http, base).post(modern_request("tools/list"))
+    with in_process(run(monkeypatch, APP_CODE, snippet, reader_mcp())["app"]) as http:
+        response = ModernClient(http, "").post(modern_request("tools/list"))
     assert response.status_code == 307
-    assert response.headers["location"] == base + "/mcp/"
+    assert response.headers["location"] == str(http.base_url.join("/mcp/"))
 
 
 class ExceptionLog:
@@ -396,8 +396,8 @@ class ExceptionLog:
 def test_without_the_lifespan_every_mcp_request_fails(secret: None, monkeypatch: pytest.MonkeyPatch) -> None:
     snippet = edited_starlette({"    lifespan=lifespan,\n": ""})
     app = ExceptionLog(run(monkeypatch, APP_CODE, snippet, reader_mcp())["app"])
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        response = ModernClient(http, base).post(modern_request("tools/list"))
+    with in_process(app, raise_server_exceptions=False) as http:
+        response = ModernClient(http, "").post(modern_request("tools/list"))
     assert response.status_code == 500
     assert [str(exc) for exc in app.raised] == ["Task group is not initialized. Make sure to use run()."]
 

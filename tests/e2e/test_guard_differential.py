@@ -1,6 +1,6 @@
 """The middleware asks the wrapped SDK server first, and so refuses as it does: one table of requests, sent to both.
 
-Each case goes, through real uvicorn on 127.0.0.1, to the bare ``mcp`` SDK
+Each case goes, in process (Starlette's TestClient), to the bare ``mcp`` SDK
 server with an ordinary method (``tools/list``) and to the same server wrapped in
 the middleware with a session method (``sessions/create``, ``sessions/delete``)
 in the same envelope. Where the SDK refuses the request, the middleware must
@@ -25,9 +25,10 @@ from mcp.server.mcpserver import MCPServer
 from starlette.types import ASGIApp, Scope
 
 from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, LegacyClient, legacy_request, modern_headers, modern_request
-from conftest import SECRET, serve
-from mcp_sessions import MCPSessionMiddleware, MemoryStore
+from conftest import SECRET, in_process
+from mcp_sessions import MCPSessionMiddleware
 from mcp_sessions._verdict import MAX_NESTING
+from mcp_sessions.stores import MemoryStore
 
 Era = Literal["modern", "legacy"]
 Mode = Literal["json", "sse"]
@@ -64,10 +65,10 @@ class Deployment:
     """The bare SDK server and the same server behind the middleware, in one mode."""
 
     mode: Mode
-    bare_url: str
-    wrapped_url: str
+    bare: httpx.Client
+    wrapped: httpx.Client
     store: MemoryStore
-    transport_sessions: dict[str, str | None] = field(default_factory=dict)
+    transport_sessions: dict[str, str | None] = field(default_factory=dict)  # "bare" and "wrapped"
 
 
 @pytest.fixture(scope="module", params=["json", "sse"])
@@ -75,19 +76,13 @@ def deployment(request: pytest.FixtureRequest) -> Iterator[Deployment]:
     mode: Mode = request.param
     store = MemoryStore()
     wrapped = MCPSessionMiddleware(sdk_app(mode), secret=SECRET, store=store)
-    with serve(sdk_app(mode)) as bare_url, serve(wrapped) as wrapped_url, httpx.Client(timeout=10) as http:
-        found = Deployment(mode, bare_url + MCP_PATH, wrapped_url + MCP_PATH, store)
-        for url in (found.bare_url, found.wrapped_url):
-            client = LegacyClient(http, url[: -len(MCP_PATH)])
+    with in_process(sdk_app(mode)) as bare, in_process(wrapped) as wrapped_http:
+        found = Deployment(mode, bare, wrapped_http, store)
+        for name, http in (("bare", bare), ("wrapped", wrapped_http)):
+            client = LegacyClient(http, "")
             client.initialize()  # the stateful transport's session id (None when stateless)
-            found.transport_sessions[url] = client.transport_session_id
+            found.transport_sessions[name] = client.transport_session_id
         yield found
-
-
-@pytest.fixture(scope="module")
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10) as client:
-        yield client
 
 
 # -- building the two requests ------------------------------------------------------------------------
@@ -193,25 +188,25 @@ def same_method(body: Body, method: str) -> Body:
 
 
 def exchange(
-    http: httpx.Client, deployment: Deployment, era: Era, case: Case, method: str, meta: dict[str, Any] | None
+    deployment: Deployment, era: Era, case: Case, method: str, meta: dict[str, Any] | None
 ) -> tuple[httpx.Response, httpx.Response]:
     """The bare server's answer to ``tools/list``, and the middleware's to ``method``, in the case's envelope."""
     headers, body = envelope(era, method, meta)
     sent_headers, sent_body = case.headers(headers), case.body(body)
     ordinary_headers = [(n, "tools/list" if n == "Mcp-Method" and v == method else v) for n, v in sent_headers]
     bare = send(
-        http,
-        deployment.bare_url,
+        deployment.bare,
+        MCP_PATH,
         ordinary_headers,
         same_method(sent_body, "tools/list"),
-        deployment.transport_sessions[deployment.bare_url] if era == "legacy" else None,
+        deployment.transport_sessions["bare"] if era == "legacy" else None,
     )
     ours = send(
-        http,
-        deployment.wrapped_url,
+        deployment.wrapped,
+        MCP_PATH,
         sent_headers,
         sent_body,
-        deployment.transport_sessions[deployment.wrapped_url] if era == "legacy" else None,
+        deployment.transport_sessions["wrapped"] if era == "legacy" else None,
     )
     return bare, ours
 
@@ -245,13 +240,11 @@ def cases_of(era: Era) -> list[Case]:
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
-def test_sessions_create_is_answered_only_where_the_sdk_would_answer(
-    http: httpx.Client, deployment: Deployment, era: Era
-) -> None:
+def test_sessions_create_is_answered_only_where_the_sdk_would_answer(deployment: Deployment, era: Era) -> None:
     refused = 0
     for case in cases_of(era):
         stored = len(deployment.store)
-        bare, ours = exchange(http, deployment, era, case, "sessions/create", None)
+        bare, ours = exchange(deployment, era, case, "sessions/create", None)
         if accepted(bare):
             assert ours.status_code == 200, (case.name, ours.text)
             assert "sessionId" in ours.json()["result"]["session"], case.name
@@ -265,17 +258,15 @@ def test_sessions_create_is_answered_only_where_the_sdk_would_answer(
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
-def test_sessions_delete_is_answered_only_where_the_sdk_would_answer(
-    http: httpx.Client, deployment: Deployment, era: Era
-) -> None:
+def test_sessions_delete_is_answered_only_where_the_sdk_would_answer(deployment: Deployment, era: Era) -> None:
     for case in cases_of(era):
-        created = http.post(
-            deployment.wrapped_url,
+        created = deployment.wrapped.post(
+            MCP_PATH,
             json=(body := envelope("modern", "sessions/create", None)[1]),
             headers=modern_headers(body),
         )
         session = {SESSION_KEY: {"sessionId": created.json()["result"]["session"]["sessionId"]}}
-        bare, ours = exchange(http, deployment, era, case, "sessions/delete", session)
+        bare, ours = exchange(deployment, era, case, "sessions/delete", session)
         if accepted(bare):
             assert ours.status_code == 200, (case.name, ours.text)
             assert "error" not in ours.json(), case.name
@@ -283,22 +274,20 @@ def test_sessions_delete_is_answered_only_where_the_sdk_would_answer(
         assert_same_refusal(bare, ours)
         # Refused: the session is still there, and a well-formed delete ends it.
         headers, body = envelope("modern", "sessions/delete", session)
-        assert "error" not in http.post(deployment.wrapped_url, json=body, headers=dict(headers)).json(), case.name
+        assert "error" not in deployment.wrapped.post(MCP_PATH, json=body, headers=dict(headers)).json(), case.name
 
 
-def test_a_session_error_is_refused_as_the_sdk_would_refuse_the_request(
-    http: httpx.Client, deployment: Deployment
-) -> None:
+def test_a_session_error_is_refused_as_the_sdk_would_refuse_the_request(deployment: Deployment) -> None:
     """The middleware's own errors (-32043 here) also come after the server's checks."""
     forged = {SESSION_KEY: {"sessionId": "forged.session.token"}}
     headers, body = envelope("modern", "tools/call", forged)
     body["params"].update(name="echo", arguments={"text": "x"})
     headers = replace_header(headers, "Mcp-Name", "echo")
-    ours = http.post(deployment.wrapped_url, json=body, headers=replace_header(headers, "Host", "evil.example"))
-    bare = http.post(deployment.bare_url, json=body, headers=replace_header(headers, "Host", "evil.example"))
+    ours = deployment.wrapped.post(MCP_PATH, json=body, headers=replace_header(headers, "Host", "evil.example"))
+    bare = deployment.bare.post(MCP_PATH, json=body, headers=replace_header(headers, "Host", "evil.example"))
     assert_same_refusal(bare, ours)
     assert ours.status_code == 421
-    good = http.post(deployment.wrapped_url, json=body, headers=headers)
+    good = deployment.wrapped.post(MCP_PATH, json=body, headers=headers)
     assert good.json()["error"]["code"] == -32043  # with a proper Host, the middleware's own answer
 
 
@@ -351,17 +340,17 @@ def caller(scope: Scope) -> str | None:
 class Limited:
     """The SDK behind a middleware that creates at most one session per caller, ever."""
 
-    url: str
+    http: httpx.Client
     transport_session: str | None
 
 
 @pytest.fixture(scope="module")
 def limited(deployment: Deployment) -> Iterator[Limited]:
     app = MCPSessionMiddleware(sdk_app(deployment.mode), secret=SECRET, create_limit=(1, 86_400), principal=caller)
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = LegacyClient(http, base)
+    with in_process(app) as http:
+        client = LegacyClient(http, "")
         client.initialize()
-        yield Limited(base + MCP_PATH, client.transport_session_id)
+        yield Limited(http, client.transport_session_id)
 
 
 def written(era: Era, method: str, meta: dict[str, Any] | None, raw: RawBody, limit: int) -> tuple[Headers, bytes]:
@@ -410,22 +399,22 @@ def too_deep(name: str, ours: httpx.Response) -> bool:
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_sessions_create_is_refused_where_the_sdks_parser_refuses_the_body(
-    http: httpx.Client, deployment: Deployment, limited: Limited, era: Era
+    deployment: Deployment, limited: Limited, era: Era
 ) -> None:
     session = limited.transport_session
-    limit = nesting_limits(http, limited.url, era, session)
+    limit = nesting_limits(limited.http, MCP_PATH, era, session)
     refused = 0
     for name, raw in RAW_BODIES.items():
-        theirs = the_sdks_answer(http, limited.url, era, None, raw, limit, session)
+        theirs = the_sdks_answer(limited.http, MCP_PATH, era, None, raw, limit, session)
         if not name.startswith("nested"):
-            bare_session = deployment.transport_sessions[deployment.bare_url]
-            bare = the_sdks_answer(http, deployment.bare_url, era, None, raw, limit, bare_session)
+            bare_session = deployment.transport_sessions["bare"]
+            bare = the_sdks_answer(deployment.bare, MCP_PATH, era, None, raw, limit, bare_session)
             assert (bare.status_code, bare.content) == (theirs.status_code, theirs.content), name
         headers, body = written(era, "sessions/create", None, raw, limit)
         this_caller = (CALLER_HEADER, f"{deployment.mode}-{era}-{name}")
-        ours = send(http, limited.url, [*headers, this_caller], body, session if era == "legacy" else None)
+        ours = send(limited.http, MCP_PATH, [*headers, this_caller], body, session if era == "legacy" else None)
         headers, well_formed = envelope("modern", "sessions/create", None)
-        again = http.post(limited.url, json=well_formed, headers=[*headers, this_caller])
+        again = limited.http.post(MCP_PATH, json=well_formed, headers=[*headers, this_caller])
         if accepted(theirs) and not too_deep(name, ours):
             assert ours.status_code == 200 and "sessionId" in ours.json()["result"]["session"], (name, ours.text)
             assert again.status_code == 429, name  # the caller's one create is spent: the check sees a create
@@ -439,11 +428,9 @@ def test_sessions_create_is_refused_where_the_sdks_parser_refuses_the_body(
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
-def test_sessions_delete_is_refused_where_the_sdks_parser_refuses_the_body(
-    http: httpx.Client, deployment: Deployment, era: Era
-) -> None:
-    url = deployment.wrapped_url
-    session = deployment.transport_sessions[url]
+def test_sessions_delete_is_refused_where_the_sdks_parser_refuses_the_body(deployment: Deployment, era: Era) -> None:
+    http, url = deployment.wrapped, MCP_PATH
+    session = deployment.transport_sessions["wrapped"]
     limit = nesting_limits(http, url, era, session)
     for name, raw in RAW_BODIES.items():
         created = http.post(

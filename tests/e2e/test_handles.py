@@ -1,6 +1,6 @@
 """Handles through real servers and the real SDK client, in JSON and SSE response modes.
 
-The basket example (examples/basket.py) behind uvicorn on 127.0.0.1: the
+The basket example (examples/basket.py), in process (no socket is what these test): the
 basket cycle, independence, every refused handle answered as a tool error
 that names the problem (the tool never runs, the basket is untouched),
 principal binding with Starlette's authentication, telemetry, and fastmcp.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, cast
 
@@ -23,24 +23,26 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
-from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.requests import HTTPConnection
 from starlette.routing import Mount
+from starlette.testclient import TestClient
 
-from _mcp import LegacyClient, ModernClient, legacy_request, modern_headers, modern_request
-from conftest import SECRET, serve
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore
-from mcp_sessions.handles import ATTRIBUTE_ID, ATTRIBUTE_KIND, Handle, HandleKind, HandleMiddleware, Handles
+from _lifespan import running, sdk_client
+from _mcp import LOCAL, LegacyClient, ModernClient, legacy_request, modern_headers, modern_request
+from _users import HeaderUser
+from conftest import SECRET
+from mcp_sessions import KeySet, MCPSessionMiddleware
+from mcp_sessions.handles import Handle, HandleKind, HandleMiddleware, Handles
+from mcp_sessions.handles._middleware import ATTRIBUTE_ID, ATTRIBUTE_KIND
+from mcp_sessions.stores import MemoryStore
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 
 
-@pytest.fixture(scope="module", params=["json", "sse"])
-def url(request: pytest.FixtureRequest) -> Iterator[str]:
-    with serve(build_app(json_response=request.param == "json", environ=ENVIRON)) as base:
-        yield base + "/mcp"
+@pytest.fixture(params=["json", "sse"])
+def app(request: pytest.FixtureRequest) -> Any:
+    return build_app(json_response=request.param == "json", environ=ENVIRON)
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, str]:
@@ -71,8 +73,8 @@ def offline_handles() -> Handles:
 
 
 @pytest.mark.anyio
-async def test_the_basket_cycle_works_without_any_session(url: str) -> None:
-    async with Client(url) as client:
+async def test_the_basket_cycle_works_without_any_session(app: Any) -> None:
+    async with sdk_client(app) as client:
         basket = await ok(client, "create_basket")
         assert re.fullmatch(BASKET.pattern, basket) and len(basket) == 39  # the text is the handle, nothing else
         assert [await ok(client, "add_item", basket=basket, item=item) for item in ("tea", "milk", "jam")] == [
@@ -85,8 +87,8 @@ async def test_the_basket_cycle_works_without_any_session(url: str) -> None:
 
 
 @pytest.mark.anyio
-async def test_two_baskets_are_independent(url: str) -> None:
-    async with Client(url) as client:
+async def test_two_baskets_are_independent(app: Any) -> None:
+    async with sdk_client(app) as client:
         first, second = await ok(client, "create_basket"), await ok(client, "create_basket")
         assert first != second
         await ok(client, "add_item", basket=first, item="a")
@@ -98,8 +100,8 @@ async def test_two_baskets_are_independent(url: str) -> None:
 
 
 @pytest.mark.anyio
-async def test_the_input_schema_shows_the_handle_pattern_and_a_description(url: str) -> None:
-    async with Client(url) as client:
+async def test_the_input_schema_shows_the_handle_pattern_and_a_description(app: Any) -> None:
+    async with sdk_client(app) as client:
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
     for name in ("add_item", "checkout"):
         schema = tools[name].input_schema["properties"]["basket"]
@@ -117,9 +119,9 @@ def one_changed(handle: str, position: int) -> str:
 
 
 @pytest.mark.anyio
-async def test_every_refused_handle_is_a_tool_error_naming_the_problem(url: str) -> None:
+async def test_every_refused_handle_is_a_tool_error_naming_the_problem(app: Any) -> None:
     offline = offline_handles()
-    async with Client(url) as client:
+    async with sdk_client(app) as client:
         basket = await ok(client, "create_basket")
         assert await ok(client, "add_item", basket=basket, item="kept") == "1"
         checked_out = await ok(client, "create_basket")
@@ -143,15 +145,14 @@ async def test_every_refused_handle_is_a_tool_error_naming_the_problem(url: str)
         assert await ok(client, "checkout", basket=basket) == "kept,next"
 
 
-def test_a_refusal_is_answered_by_the_middleware_as_json_in_both_eras(url: str) -> None:
-    base = url.removesuffix("/mcp")
+def test_a_refusal_is_answered_by_the_middleware_as_json_in_both_eras(app: Any) -> None:
     bad = "bsk_" + "Q" * 34 + "A"
-    with httpx.Client(timeout=10) as http:
-        modern = ModernClient(http, base)
+    with TestClient(app, base_url=LOCAL) as http:
+        modern = ModernClient(http, LOCAL)
         response, message = modern.call_tool("add_item", {"basket": bad, "item": "x"})
         assert (response.status_code, response.headers["content-type"]) == (200, "application/json")
         assert message["result"]["isError"] is True and message["result"]["resultType"] == "complete"
-        legacy = LegacyClient(http, base)
+        legacy = LegacyClient(http, LOCAL)
         legacy.initialize()
         body = legacy_request("tools/call", {"name": "checkout", "arguments": {"basket": bad}}, id="x-1")
         response = legacy.post(body)
@@ -163,8 +164,8 @@ def test_a_refusal_is_answered_by_the_middleware_as_json_in_both_eras(url: str) 
         response = legacy.post(body, Accept="text/event-stream")
         assert response.status_code == 406
         # In a transport session the server does not hold: the server's own refusal (404), not the isError result.
-        response = http.post(url, json=body, headers={**legacy.headers(), "Mcp-Session-Id": "not-a-session"})
-        assert response.status_code == 404
+        outside = http.post(legacy.url, json=body, headers={**legacy.headers(), "Mcp-Session-Id": "not-a-session"})
+        assert outside.status_code == 404
 
 
 def sdk_behind(middleware: str) -> Any:
@@ -178,8 +179,9 @@ def sdk_behind(middleware: str) -> Any:
     return HandleMiddleware(sdk, handles=handles) if middleware == "handles" else sdk
 
 
+@pytest.mark.anyio
 @pytest.mark.parametrize("version", [None, ""], ids=["absent", "empty"])
-def test_the_protocol_version_header_picks_the_sdks_path_through_either_middleware(version: str | None) -> None:
+async def test_the_protocol_version_header_picks_the_sdks_path_through_either_middleware(version: str | None) -> None:
     """An absent ``Mcp-Protocol-Version`` is the SDK's 2025 path; an empty one, like any non-2025 value, its 2026 one.
 
     On the 2026-07-28 path the SDK answers an empty header with -32020 (it does not match the envelope), a
@@ -194,8 +196,9 @@ def test_the_protocol_version_header_picks_the_sdks_path_through_either_middlewa
         headers["Mcp-Protocol-Version"] = version
     answers: dict[str, tuple[int, dict[str, Any]]] = {}
     for middleware in ("none", "sessions", "handles"):
-        with serve(sdk_behind(middleware)) as base, httpx.Client(timeout=10) as http:
-            response = http.post(base + "/mcp", json=body, headers=headers)
+        app = sdk_behind(middleware)  # in process: what is tested is the answer, not the socket
+        async with running(app), httpx.AsyncClient(transport=httpx.ASGITransport(app)) as http:
+            response = await http.post("http://127.0.0.1:8000/mcp", json=body, headers=headers)
             answers[middleware] = response.status_code, response.json()
     if version is None:  # the 2025 path: the tool's typed parameter refuses it, as the middlewares do first
         for status, message in answers.values():
@@ -209,14 +212,6 @@ def test_the_protocol_version_header_picks_the_sdks_path_through_either_middlewa
 
 
 # -- principals ---------------------------------------------------------------------------------------------------
-
-
-class HeaderUser(AuthenticationBackend):
-    """Authenticates whoever the X-User header names."""
-
-    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
-        user = conn.headers.get("x-user")
-        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
 
 
 def authenticated_app(exporter: InMemorySpanExporter) -> Starlette:
@@ -250,8 +245,8 @@ def text_of(message: dict[str, Any]) -> tuple[bool, str]:
 
 def test_a_handle_used_by_another_principal_is_refused() -> None:
     exporter = InMemorySpanExporter()
-    with serve(authenticated_app(exporter)) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with TestClient(authenticated_app(exporter), base_url=LOCAL) as http:
+        client = ModernClient(http, LOCAL)
         basket = text_of(client.call_tool("create_basket", x_user="alice")[1])[1]
         assert text_of(client.call_tool("add_item", {"basket": basket, "item": "a"}, x_user="alice")[1]) == (False, "1")
         for intruder in ({"x_user": "bob"}, {}):
@@ -322,16 +317,15 @@ def fastmcp_app(handles: Handles, **http_options: Any) -> HandleMiddleware:
 @pytest.mark.anyio
 async def test_fastmcp_tools_take_typed_handles(options: dict[str, Any]) -> None:
     handles = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[CART])
-    with serve(fastmcp_app(handles, **options)) as base:
-        async with Client(base + "/mcp") as client:
-            schema = {t.name: t for t in (await client.list_tools()).tools}["put"].input_schema
-            assert schema["properties"]["cart"]["pattern"] == CART.pattern
-            cart = await ok(client, "create_cart")
-            assert await ok(client, "put", cart=cart, item="a") == "1 Handle cart"
-            assert await ok(client, "put", cart=cart, item="b") == "2 Handle cart"
-            assert len(await ok(client, "peek", cart=cart)) == 16
-            assert "never issued" in await refused(client, "put", cart=one_changed(cart, 10), item="c")
-            # Not handle-shaped, so the pre-call scan leaves it to the typed parameter, which refuses it too.
-            text = await refused(client, "put", cart="crt_ with spaces", item="c")
-            assert "incomplete or mistyped" in text and "with spaces" not in text
-            assert await ok(client, "put", cart=cart, item="c") == "3 Handle cart"
+    async with sdk_client(fastmcp_app(handles, **options)) as client:
+        schema = {t.name: t for t in (await client.list_tools()).tools}["put"].input_schema
+        assert schema["properties"]["cart"]["pattern"] == CART.pattern
+        cart = await ok(client, "create_cart")
+        assert await ok(client, "put", cart=cart, item="a") == "1 Handle cart"
+        assert await ok(client, "put", cart=cart, item="b") == "2 Handle cart"
+        assert len(await ok(client, "peek", cart=cart)) == 16
+        assert "never issued" in await refused(client, "put", cart=one_changed(cart, 10), item="c")
+        # Not handle-shaped, so the pre-call scan leaves it to the typed parameter, which refuses it too.
+        text = await refused(client, "put", cart="crt_ with spaces", item="c")
+        assert "incomplete or mistyped" in text and "with spaces" not in text
+        assert await ok(client, "put", cart=cart, item="c") == "3 Handle cart"

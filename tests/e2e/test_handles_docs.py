@@ -1,4 +1,4 @@
-"""Every Python snippet of docs/handles.md runs: complete apps are served and used, fragments are checked."""
+"""Every Python snippet of docs/handles.md runs: complete apps are used in process, fragments are checked."""
 
 from __future__ import annotations
 
@@ -7,16 +7,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from mcp import Client
 from mcp_types import CallToolResult, TextContent
+from starlette.testclient import TestClient
 
 from _docs import exec_snippet, one_with, python_snippets
-from _mcp import ModernClient, session_meta, tool_text
-from conftest import SECRET, serve
-from mcp_sessions import KeySet, MemoryStore
+from _lifespan import sdk_client
+from _mcp import LOCAL, ModernClient, session_meta, tool_text
+from conftest import SECRET
+from mcp_sessions import KeySet
 from mcp_sessions.handles import HandleKind, Handles
+from mcp_sessions.stores import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[2]
 SNIPPETS = python_snippets("docs/handles.md")
@@ -50,8 +51,8 @@ def test_every_snippet_is_accounted_for() -> None:
 
 def test_the_session_version(monkeypatch: pytest.MonkeyPatch) -> None:
     app = load(by_server_name("basket-with-a-session"), monkeypatch)["app"]
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with TestClient(app, base_url=LOCAL) as http:
+        client = ModernClient(http, LOCAL)
         session = session_meta(client.create_session())
         counts = [tool_text(client.call_tool("add_item", {"item": i}, session=session)[1]) for i in ("a", "b")]
         assert counts == ["1", "2"]
@@ -62,20 +63,19 @@ def test_the_session_version(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.anyio
 async def test_the_handles_version(monkeypatch: pytest.MonkeyPatch) -> None:
     app = load(by_server_name("basket-with-handles"), monkeypatch)["app"]
-    with serve(app) as base:
-        async with Client(base + "/mcp") as client:
-            basket = first_text(await client.call_tool("create_basket", {}))
-            for item in ("a", "b"):
-                await client.call_tool("add_item", {"basket": basket, "item": item})
-            assert first_text(await client.call_tool("checkout", {"basket": basket})) == "a,b"
-            refused = await client.call_tool("add_item", {"basket": basket, "item": "c"})
-            assert refused.is_error and "has ended" in first_text(refused)
+    async with sdk_client(app) as client:
+        basket = first_text(await client.call_tool("create_basket", {}))
+        for item in ("a", "b"):
+            await client.call_tool("add_item", {"basket": basket, "item": item})
+        assert first_text(await client.call_tool("checkout", {"basket": basket})) == "a,b"
+        refused = await client.call_tool("add_item", {"basket": basket, "item": "c"})
+        assert refused.is_error and "has ended" in first_text(refused)
 
 
 def test_both_a_handle_tied_to_a_session_ends_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
     app = load(by_server_name("baskets-in-a-session"), monkeypatch)["app"]
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with TestClient(app, base_url=LOCAL) as http:
+        client = ModernClient(http, LOCAL)
         session = session_meta(client.create_session())
         tied = tool_text(client.call_tool("create_basket", session=session)[1])
         free = tool_text(client.call_tool("create_basket")[1])

@@ -3,7 +3,7 @@
 Each app here is wrapped the way users wrap one, ``MCPSessionMiddleware(app, secret=...)``,
 with no other option: the middleware finds the MCP endpoint inside the app and
 does its session work there, inside the server's authentication and routing.
-Real ``MCPServer`` apps, the SDK's own bearer auth, real uvicorn, raw HTTP.
+Real ``MCPServer`` apps and the SDK's own bearer auth, called in process with raw HTTP requests.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from _mcp import (
     session_meta,
     tool_text,
 )
-from _users import User, bearer_auth
-from conftest import SECRET, serve
+from _users import HeaderUser, User, bearer_auth
+from conftest import SECRET, in_process, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
 
 SESSION_META = "io.modelcontextprotocol/session"
@@ -111,11 +111,11 @@ def sdk_auth_server() -> MCPServer:
 
 
 @pytest.fixture(scope="module")
-def authed() -> Iterator[str]:
+def authed() -> Iterator[httpx.Client]:
     server = sdk_auth_server()
     app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True, json_response=True), secret=SECRET)
-    with serve(app) as url:
-        yield url + "/mcp"
+    with in_process(app) as http:
+        yield http
 
 
 def create(http: httpx.Client, url: str, era: str, headers: dict[str, str] | None = None) -> str:
@@ -128,77 +128,75 @@ def create(http: httpx.Client, url: str, era: str, headers: dict[str, str] | Non
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
 @pytest.mark.parametrize("credentials", [None, "Bearer nobody-token", "Basic YWxpY2U6eA=="])
 def test_the_servers_auth_refuses_every_session_method_as_it_refuses_a_tool(
-    authed: str, http: httpx.Client, era: str, credentials: str | None
+    authed: httpx.Client, era: str, credentials: str | None
 ) -> None:
-    alices = create(http, authed, era, bearer("alice"))
+    alices = create(authed, "/mcp", era, bearer("alice"))
     headers = {} if credentials is None else {"Authorization": credentials}
-    refused = post(http, authed, era, tool(era, "x", None), headers)
+    refused = post(authed, "/mcp", era, tool(era, "x", None), headers)
     assert refused.status_code == 401
     for body in [body_of(era, "sessions/create"), delete(era, alices)]:
-        response = post(http, authed, era, body, headers)
+        response = post(authed, "/mcp", era, body, headers)
         assert (response.status_code, response.content) == (refused.status_code, refused.content), body
         assert response.headers.get("www-authenticate") == refused.headers.get("www-authenticate")
     # The unauthenticated delete ended nothing: alice's session is still hers.
-    kept = post(http, authed, era, tool(era, "still here", alices), bearer("alice"))
-    assert json.loads(message_of(kept)["result"]["content"][0]["text"]) == ["still here"]
+    kept = post(authed, "/mcp", era, tool(era, "still here", alices), bearer("alice"))
+    assert json.loads(tool_text(message_of(kept))) == ["still here"]
 
 
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
-def test_a_session_belongs_to_the_principal_the_server_authenticated(authed: str, http: httpx.Client, era: str) -> None:
-    alices = create(http, authed, era, bearer("alice"))
+def test_a_session_belongs_to_the_principal_the_server_authenticated(authed: httpx.Client, era: str) -> None:
+    alices = create(authed, "/mcp", era, bearer("alice"))
     assert "pbh" in jwt_claims(alices)  # bound with no principal= hook written
-    post(http, authed, era, tool(era, "alice's secret", alices), bearer("alice"))
-    stolen = message_of(post(http, authed, era, tool(era, "", alices), bearer("bob")))
-    unknown = message_of(post(http, authed, era, tool(era, "", alices[:-4] + "AAAA"), bearer("bob")))
+    post(authed, "/mcp", era, tool(era, "alice's secret", alices), bearer("alice"))
+    stolen = message_of(post(authed, "/mcp", era, tool(era, "", alices), bearer("bob")))
+    unknown = message_of(post(authed, "/mcp", era, tool(era, "", alices[:-4] + "AAAA"), bearer("bob")))
     assert stolen["error"]["code"] == SESSION_NOT_FOUND
     assert stolen["error"]["message"] == unknown["error"]["message"]  # the same answer as for an unknown session
-    deleted = message_of(post(http, authed, era, delete(era, alices), bearer("bob")))
+    deleted = message_of(post(authed, "/mcp", era, delete(era, alices), bearer("bob")))
     assert deleted["error"]["code"] == SESSION_NOT_FOUND
-    mine = message_of(post(http, authed, era, tool(era, "", alices), bearer("alice")))
-    assert json.loads(mine["result"]["content"][0]["text"]) == ["alice's secret"]
+    mine = message_of(post(authed, "/mcp", era, tool(era, "", alices), bearer("alice")))
+    assert json.loads(tool_text(mine)) == ["alice's secret"]
 
 
 # -- allowed hosts: the server's own ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
-def test_a_public_host_server_gets_sessions_with_no_option(http: httpx.Client, era: str) -> None:
+def test_a_public_host_server_gets_sessions_with_no_option(era: str) -> None:
     server = notes_server()
     app = MCPSessionMiddleware(server.streamable_http_app(host="0.0.0.0", stateless_http=True), secret=SECRET)
-    with serve(app) as url:
+    with in_process(app) as http:
         public = {"Host": "mcp.example.com", "Origin": "https://chat.example"}
-        session = create(http, url + "/mcp", era, public)
-        answered = post(http, url + "/mcp", era, tool(era, "hi", session), public)
-        assert json.loads(message_of(answered)["result"]["content"][0]["text"]) == ["hi"]
+        session = create(http, "/mcp", era, public)
+        answered = post(http, "/mcp", era, tool(era, "hi", session), public)
+        assert json.loads(tool_text(message_of(answered))) == ["hi"]
 
 
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
-def test_a_loopback_server_refuses_a_foreign_host_for_session_methods_as_for_tools(
-    http: httpx.Client, era: str
-) -> None:
+def test_a_loopback_server_refuses_a_foreign_host_for_session_methods_as_for_tools(era: str) -> None:
     server = notes_server()
     app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True), secret=SECRET)
-    with serve(app) as url:
+    with in_process(app) as http:
         for headers in [{"Host": "evil.example"}, {"Origin": "http://evil.example"}]:
-            refused = post(http, url + "/mcp", era, tool(era, "x", None), headers)
+            refused = post(http, "/mcp", era, tool(era, "x", None), headers)
             assert refused.status_code in (421, 403)
-            created = post(http, url + "/mcp", era, body_of(era, "sessions/create"), headers)
+            created = post(http, "/mcp", era, body_of(era, "sessions/create"), headers)
             assert (created.status_code, created.content) == (refused.status_code, refused.content)
 
 
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
-def test_the_servers_body_limit_refuses_session_methods_as_it_refuses_a_tool(http: httpx.Client, era: str) -> None:
+def test_the_servers_body_limit_refuses_session_methods_as_it_refuses_a_tool(era: str) -> None:
     server = notes_server()
     app = MCPSessionMiddleware(
         server.streamable_http_app(stateless_http=True, max_request_body_size=2048), secret=SECRET
     )
-    with serve(app) as url:
+    with in_process(app) as http:
         padding = {"padding": "x" * 4096}
-        refused = post(http, url + "/mcp", era, body_of(era, "tools/call", {"name": "note", **padding}))
-        created = post(http, url + "/mcp", era, body_of(era, "sessions/create", padding))
+        refused = post(http, "/mcp", era, body_of(era, "tools/call", {"name": "note", **padding}))
+        created = post(http, "/mcp", era, body_of(era, "sessions/create", padding))
         assert refused.status_code == 413
         assert (created.status_code, created.content) == (refused.status_code, refused.content)
-        assert create(http, url + "/mcp", era)  # a body within the server's limit still gets a session
+        assert create(http, "/mcp", era)  # a body within the server's limit still gets a session
 
 
 # -- endpoints ---------------------------------------------------------------------------------------------
@@ -222,16 +220,16 @@ def two_servers(*, one_middleware: bool) -> Starlette:
 
 
 @pytest.mark.parametrize("one_middleware", [True, False], ids=["one-middleware", "one-each"])
-def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(http: httpx.Client, one_middleware: bool) -> None:
-    with serve(two_servers(one_middleware=one_middleware)) as url:
-        session = create(http, url + "/a/mcp", MODERN)
-        at_a = message_of(post(http, url + "/a/mcp", MODERN, tool(MODERN, "a", session)))
-        assert json.loads(at_a["result"]["content"][0]["text"]) == ["a"]
-        at_b = message_of(post(http, url + "/b/mcp", MODERN, tool(MODERN, "b", session)))
+def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(one_middleware: bool) -> None:
+    with in_process(two_servers(one_middleware=one_middleware)) as http:
+        session = create(http, "/a/mcp", MODERN)
+        at_a = message_of(post(http, "/a/mcp", MODERN, tool(MODERN, "a", session)))
+        assert json.loads(tool_text(at_a)) == ["a"]
+        at_b = message_of(post(http, "/b/mcp", MODERN, tool(MODERN, "b", session)))
         assert at_b["error"]["code"] == SESSION_NOT_FOUND
-        gone = message_of(post(http, url + "/b/mcp", MODERN, delete(MODERN, session)))
+        gone = message_of(post(http, "/b/mcp", MODERN, delete(MODERN, session)))
         assert gone["error"]["code"] == SESSION_NOT_FOUND
-        assert "result" in message_of(post(http, url + "/a/mcp", MODERN, tool(MODERN, "", session)))
+        assert "result" in message_of(post(http, "/a/mcp", MODERN, tool(MODERN, "", session)))
 
 
 def test_the_same_app_cannot_get_two_session_middlewares() -> None:
@@ -244,16 +242,8 @@ def test_the_same_app_cannot_get_two_session_middlewares() -> None:
 # -- fixation: a session minted without a principal is never a principal's ------------------------------
 
 
-class HeaderUser(AuthenticationBackend):
-    """Optional sign-in: whoever X-User names, else anonymous."""
-
-    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
-        user = conn.headers.get("x-user")
-        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
-
-
 @pytest.fixture(scope="module")
-def optional_auth() -> Iterator[str]:
+def optional_auth() -> Iterator[httpx.Client]:
     server = notes_server()
     inner = Starlette(
         routes=[Mount("/", server.streamable_http_app(stateless_http=True, json_response=True))],
@@ -261,50 +251,56 @@ def optional_auth() -> Iterator[str]:
         lifespan=lambda app: server.session_manager.run(),
     )
     profiles = "draft,strawman,sep1364-alt1,sep1364-alt2"
-    with serve(MCPSessionMiddleware(inner, secret=SECRET, profiles=profiles)) as url:
-        yield url + "/mcp"
+    with in_process(MCPSessionMiddleware(inner, secret=SECRET, profiles=profiles)) as http:
+        yield http
 
 
 ALICE = {"X-User": "alice"}
 
 
-def test_fixation_draft(optional_auth: str, http: httpx.Client) -> None:
-    anonymous = create(http, optional_auth, MODERN)
-    used = message_of(post(http, optional_auth, MODERN, tool(MODERN, "alice writes", anonymous), ALICE))
+def test_fixation_draft(optional_auth: httpx.Client) -> None:
+    anonymous = create(optional_auth, "/mcp", MODERN)
+    used = message_of(post(optional_auth, "/mcp", MODERN, tool(MODERN, "alice writes", anonymous), ALICE))
     assert used["error"]["code"] == SESSION_NOT_FOUND
     # Nothing was written for the anonymous creator to read.
-    assert message_of(post(http, optional_auth, MODERN, tool(MODERN, "", anonymous)))["result"]["content"][0][
+    assert message_of(post(optional_auth, "/mcp", MODERN, tool(MODERN, "", anonymous)))["result"]["content"][0][
         "text"
     ] == json.dumps([])
 
 
-def test_fixation_strawman_resume(optional_auth: str, http: httpx.Client) -> None:
-    created = message_of(post(http, optional_auth, MODERN, body_of(MODERN, "session/create")))["result"]
+def test_fixation_strawman_resume(optional_auth: httpx.Client) -> None:
+    created = message_of(post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/create")))["result"]
     resumed = message_of(
-        post(http, optional_auth, MODERN, body_of(MODERN, "session/resume", {"id": created["id"]}), ALICE)
+        post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/resume", {"id": created["id"]}), ALICE)
     )
     assert resumed["error"]["code"] == SESSION_NOT_FOUND
-    mine = message_of(post(http, optional_auth, MODERN, body_of(MODERN, "session/resume", {"id": created["id"]})))
+    mine = message_of(post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/resume", {"id": created["id"]})))
     assert "result" in mine  # its anonymous creator still resumes it
 
 
-def test_fixation_sep1364_alt1(optional_auth: str, http: httpx.Client) -> None:
+def test_fixation_sep1364_alt1(optional_auth: httpx.Client) -> None:
     created = message_of(
-        post(http, optional_auth, LEGACY, body_of(LEGACY, "session/create", {"capabilities": {}}) | {"sessionId": None})
+        post(
+            optional_auth, "/mcp", LEGACY, body_of(LEGACY, "session/create", {"capabilities": {}}) | {"sessionId": None}
+        )
     )
     session = created["sessionId"]
-    listed = post(http, optional_auth, LEGACY, body_of(LEGACY, "tools/list") | {"sessionId": session}, ALICE)
-    unknown = post(http, optional_auth, LEGACY, body_of(LEGACY, "tools/list") | {"sessionId": str(uuid.uuid4())}, ALICE)
+    listed = post(optional_auth, "/mcp", LEGACY, body_of(LEGACY, "tools/list") | {"sessionId": session}, ALICE)
+    unknown = post(
+        optional_auth, "/mcp", LEGACY, body_of(LEGACY, "tools/list") | {"sessionId": str(uuid.uuid4())}, ALICE
+    )
     assert message_of(listed)["error"]["code"] == SESSION_NOT_FOUND
     assert message_of(listed)["error"]["message"] == message_of(unknown)["error"]["message"]
 
 
-def test_fixation_sep1364_alt2_initialize(optional_auth: str, http: httpx.Client) -> None:
+def test_fixation_sep1364_alt2_initialize(optional_auth: httpx.Client) -> None:
     params = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
-    opened = message_of(post(http, optional_auth, LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": None}))
+    opened = message_of(
+        post(optional_auth, "/mcp", LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": None})
+    )
     session = opened["sessionId"]
     resumed = message_of(
-        post(http, optional_auth, LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": session}, ALICE)
+        post(optional_auth, "/mcp", LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": session}, ALICE)
     )
     assert resumed["error"]["code"] == SESSION_NOT_FOUND
 
@@ -313,12 +309,12 @@ def test_fixation_sep1364_alt2_initialize(optional_auth: str, http: httpx.Client
 
 
 @pytest.fixture(scope="module")
-def authed_every_wire() -> Iterator[str]:
+def authed_every_wire() -> Iterator[httpx.Client]:
     server = sdk_auth_server()
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     profiles = "draft,strawman,sep1364-alt1,sep1364-alt2"
-    with serve(MCPSessionMiddleware(app, secret=SECRET, profiles=profiles)) as url:
-        yield url + "/mcp"
+    with in_process(MCPSessionMiddleware(app, secret=SECRET, profiles=profiles)) as http:
+        yield http
 
 
 INIT = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
@@ -338,10 +334,10 @@ EVERY_WIRES_METHODS = {
 
 
 @pytest.mark.parametrize("name", list(EVERY_WIRES_METHODS))
-def test_every_wires_session_methods_get_the_servers_401(authed_every_wire: str, http: httpx.Client, name: str) -> None:
+def test_every_wires_session_methods_get_the_servers_401(authed_every_wire: httpx.Client, name: str) -> None:
     era, body = EVERY_WIRES_METHODS[name]
-    refused = post(http, authed_every_wire, era, tool(era, "x", None))
-    response = post(http, authed_every_wire, era, body)
+    refused = post(authed_every_wire, "/mcp", era, tool(era, "x", None))
+    response = post(authed_every_wire, "/mcp", era, body)
     assert refused.status_code == 401
     assert (response.status_code, response.content) == (refused.status_code, refused.content)
     assert response.headers["www-authenticate"] == refused.headers["www-authenticate"]
@@ -363,14 +359,14 @@ class BearerOrAnonymous(AuthenticationBackend):
         return AuthCredentials(["authenticated"]), SimpleUser(user)
 
 
-def test_fastapi_with_its_own_auth_decides_for_the_session_methods(http: httpx.Client) -> None:
+def test_fastapi_with_its_own_auth_decides_for_the_session_methods() -> None:
     server = notes_server()
     api = FastAPI(lifespan=lambda app: server.session_manager.run())
     api.mount("/", server.streamable_http_app(stateless_http=True, json_response=True))
     api.add_middleware(MCPSessionMiddleware, secret=SECRET)
     api.add_middleware(AuthenticationMiddleware, backend=BearerOrAnonymous())
-    with serve(api) as url:
-        endpoint = url + "/mcp"
+    with in_process(api) as http:
+        endpoint = "/mcp"
         forged = {"Authorization": "Bearer mallory-token"}
         refused = post(http, endpoint, MODERN, tool(MODERN, "x", None), forged)
         created = post(http, endpoint, MODERN, body_of(MODERN, "sessions/create"), forged)
@@ -382,7 +378,7 @@ def test_fastapi_with_its_own_auth_decides_for_the_session_methods(http: httpx.C
         stolen = message_of(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("bob")))
         assert stolen["error"]["code"] == SESSION_NOT_FOUND
         mine = message_of(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("alice")))
-        assert json.loads(mine["result"]["content"][0]["text"]) == ["hers"]
+        assert json.loads(tool_text(mine)) == ["hers"]
 
 
 # -- every routing Starlette offers, and no session across endpoints (issue 36, items 1-2) ----------------
@@ -392,22 +388,22 @@ def tenant_app(server: MCPServer, routes: list[Any]) -> Starlette:
     return Starlette(routes=routes, lifespan=lambda app: server.session_manager.run())
 
 
-def test_a_templated_mount_binds_the_concrete_path_and_the_header_attaches_nothing(http: httpx.Client) -> None:
+def test_a_templated_mount_binds_the_concrete_path_and_the_header_attaches_nothing() -> None:
     server = notes_server()
     app = tenant_app(server, [Mount("/{tenant}", server.streamable_http_app(stateless_http=True, json_response=True))])
-    with serve(MCPSessionMiddleware(app, secret=SECRET)) as url:
-        t2 = create(http, url + "/t2/mcp", MODERN)
-        post(http, url + "/t2/mcp", MODERN, tool(MODERN, "t2 secret", t2))
-        by_header = message_of(post(http, url + "/t1/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": t2}))
-        assert by_header["result"]["content"][0]["text"] == "none"
-        by_meta = message_of(post(http, url + "/t1/mcp", MODERN, tool(MODERN, "", t2)))
+    with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
+        t2 = create(http, "/t2/mcp", MODERN)
+        post(http, "/t2/mcp", MODERN, tool(MODERN, "t2 secret", t2))
+        by_header = message_of(post(http, "/t1/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": t2}))
+        assert tool_text(by_header) == "none"
+        by_meta = message_of(post(http, "/t1/mcp", MODERN, tool(MODERN, "", t2)))
         assert by_meta["error"]["code"] == SESSION_NOT_FOUND
-        at_home = message_of(post(http, url + "/t2/mcp", MODERN, tool(MODERN, "", t2)))
-        assert json.loads(at_home["result"]["content"][0]["text"]) == ["t2 secret"]
+        at_home = message_of(post(http, "/t2/mcp", MODERN, tool(MODERN, "", t2)))
+        assert json.loads(tool_text(at_home)) == ["t2 secret"]
 
 
 def test_a_server_behind_a_host_route_gets_the_session_work_beside_another_endpoint(
-    http: httpx.Client, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     hosted, other = notes_server(), notes_server()
 
@@ -423,31 +419,31 @@ def test_a_server_behind_a_host_route_gets_the_session_work_beside_another_endpo
     with caplog.at_level(logging.INFO, logger="mcp_sessions"):
         app = MCPSessionMiddleware(Starlette(routes=routes, lifespan=lifespan), secret=SECRET)
     assert "the session work runs at the MCP endpoints /mcp, /other/mcp" in caplog.text  # what it found, said
-    with serve(app) as url:
-        session = create(http, url + "/mcp", MODERN)
-        post(http, url + "/mcp", MODERN, tool(MODERN, "hosted", session))
-        mine = message_of(post(http, url + "/mcp", MODERN, tool(MODERN, "", session)))
-        assert json.loads(mine["result"]["content"][0]["text"]) == ["hosted"]
-        elsewhere = message_of(post(http, url + "/other/mcp", MODERN, tool(MODERN, "", session)))
+    with in_process(app) as http:
+        session = create(http, "/mcp", MODERN)
+        post(http, "/mcp", MODERN, tool(MODERN, "hosted", session))
+        mine = message_of(post(http, "/mcp", MODERN, tool(MODERN, "", session)))
+        assert json.loads(tool_text(mine)) == ["hosted"]
+        elsewhere = message_of(post(http, "/other/mcp", MODERN, tool(MODERN, "", session)))
         assert elsewhere["error"]["code"] == SESSION_NOT_FOUND
-        by_header = post(http, url + "/other/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": session})
-        assert message_of(by_header)["result"]["content"][0]["text"] == "none"
+        by_header = post(http, "/other/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": session})
+        assert tool_text(message_of(by_header)) == "none"
 
 
-def test_routers_inside_routers_and_two_routes_to_one_transport(http: httpx.Client) -> None:
+def test_routers_inside_routers_and_two_routes_to_one_transport() -> None:
     server = notes_server()
     transport = server.streamable_http_app(stateless_http=True, json_response=True)
     inner = Router(routes=[Mount("/v1", routes=[Mount("/deep", transport)])])
     app = tenant_app(server, [Mount("/api", inner), Mount("/alias", transport)])
-    with serve(MCPSessionMiddleware(app, secret=SECRET)) as url:
-        for endpoint in (url + "/api/v1/deep/mcp", url + "/alias/mcp"):
+    with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
+        for endpoint in ("/api/v1/deep/mcp", "/alias/mcp"):
             session = create(http, endpoint, MODERN)
             post(http, endpoint, MODERN, tool(MODERN, "here", session))
-            assert json.loads(
-                message_of(post(http, endpoint, MODERN, tool(MODERN, "", session)))["result"]["content"][0]["text"]
-            ) == ["here"]
+            assert json.loads(tool_text(message_of(post(http, endpoint, MODERN, tool(MODERN, "", session))))) == [
+                "here"
+            ]
         crossed = message_of(
-            post(http, url + "/alias/mcp", MODERN, tool(MODERN, "", create(http, url + "/api/v1/deep/mcp", MODERN)))
+            post(http, "/alias/mcp", MODERN, tool(MODERN, "", create(http, "/api/v1/deep/mcp", MODERN)))
         )
         assert crossed["error"]["code"] == SESSION_NOT_FOUND
 
@@ -463,21 +459,21 @@ class NumberedUsers(AuthenticationBackend):
         return None if not number else (AuthCredentials(["authenticated"]), User(int(number), name))
 
 
-def test_two_users_who_share_a_display_name_never_share_a_session(http: httpx.Client) -> None:
+def test_two_users_who_share_a_display_name_never_share_a_session() -> None:
     server = notes_server()
     app = Starlette(
         routes=[Mount("/", server.streamable_http_app(stateless_http=True, json_response=True))],
         middleware=[Middleware(AuthenticationMiddleware, backend=NumberedUsers())],
         lifespan=lambda app: server.session_manager.run(),
     )
-    with serve(MCPSessionMiddleware(app, secret=SECRET)) as url:
-        endpoint = url + "/mcp"
+    with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
+        endpoint = "/mcp"
         victims = create(http, endpoint, MODERN, {"X-User": "7 Alice"})
         post(http, endpoint, MODERN, tool(MODERN, "hers", victims), {"X-User": "7 Alice"})
         stolen = message_of(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "8 Alice"}))
         assert stolen["error"]["code"] == SESSION_NOT_FOUND
         mine = message_of(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "7 Someone else"}))
-        assert json.loads(mine["result"]["content"][0]["text"]) == ["hers"]
+        assert json.loads(tool_text(mine)) == ["hers"]
 
 
 # -- ordinary routes read a session once the app's auth has run (issue 36, item 4) -------------------------
@@ -493,9 +489,7 @@ async def status(request: Request) -> PlainTextResponse:
 
 
 @pytest.mark.parametrize("sessions_first", [True, False], ids=["sessions-outer", "auth-outer"])
-def test_an_ordinary_route_gets_the_signed_in_users_session_and_never_an_anonymous_one(
-    http: httpx.Client, sessions_first: bool
-) -> None:
+def test_an_ordinary_route_gets_the_signed_in_users_session_and_never_an_anonymous_one(sessions_first: bool) -> None:
     server = notes_server()
     middleware = [
         Middleware(MCPSessionMiddleware, secret=SECRET),
@@ -509,34 +503,30 @@ def test_an_ordinary_route_gets_the_signed_in_users_session_and_never_an_anonymo
         middleware=middleware if sessions_first else middleware[::-1],
         lifespan=lambda app: server.session_manager.run(),
     )
-    with serve(app) as url:
-        attackers = create(http, url + "/mcp", MODERN)
-        fixed = http.get(url + "/status", headers={"Mcp-Session-Id": attackers, **ALICE})
+    with in_process(app) as http:
+        attackers = create(http, "/mcp", MODERN)
+        fixed = http.get("/status", headers={"Mcp-Session-Id": attackers, **ALICE})
         assert fixed.text == "none"
-        assert (
-            message_of(post(http, url + "/mcp", MODERN, tool(MODERN, "", attackers)))["result"]["content"][0]["text"]
-            == "[]"
-        )
-        alices = create(http, url + "/mcp", MODERN, ALICE)
-        assert http.get(url + "/status", headers={"Mcp-Session-Id": alices, **ALICE}).text == jwt_claims(alices)["sid"]
-        assert http.get(url + "/status", headers={"Mcp-Session-Id": alices}).text == "none"
-        assert http.get(url + "/status", headers={"Mcp-Session-Id": attackers}).text == jwt_claims(attackers)["sid"]
+        assert tool_text(message_of(post(http, "/mcp", MODERN, tool(MODERN, "", attackers)))) == "[]"
+        alices = create(http, "/mcp", MODERN, ALICE)
+        assert http.get("/status", headers={"Mcp-Session-Id": alices, **ALICE}).text == jwt_claims(alices)["sid"]
+        assert http.get("/status", headers={"Mcp-Session-Id": alices}).text == "none"
+        assert http.get("/status", headers={"Mcp-Session-Id": attackers}).text == jwt_claims(attackers)["sid"]
 
 
-def test_a_custom_route_behind_the_sdks_bearer_auth_sees_the_users_bound_session(http: httpx.Client) -> None:
+def test_a_custom_route_behind_the_sdks_bearer_auth_sees_the_users_bound_session() -> None:
     server = sdk_auth_server()
     server.custom_route("/status", methods=["GET"])(status)
-    with serve(
-        MCPSessionMiddleware(server.streamable_http_app(stateless_http=True, json_response=True), secret=SECRET)
-    ) as url:
-        alices = create(http, url + "/mcp", MODERN, bearer("alice"))
-        seen = http.get(url + "/status", headers={"Mcp-Session-Id": alices, **bearer("alice")})
+    app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True, json_response=True), secret=SECRET)
+    with in_process(app) as http:
+        alices = create(http, "/mcp", MODERN, bearer("alice"))
+        seen = http.get("/status", headers={"Mcp-Session-Id": alices, **bearer("alice")})
         assert seen.text == jwt_claims(alices)["sid"]
-        assert http.get(url + "/status", headers={"Mcp-Session-Id": alices, **bearer("bob")}).text == "none"
+        assert http.get("/status", headers={"Mcp-Session-Id": alices, **bearer("bob")}).text == "none"
 
 
 def test_a_server_behind_an_app_that_is_not_starlettes_is_asked_through_it_and_the_outer_form_is_said(
-    http: httpx.Client, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """No endpoint can be found inside a dispatcher of one's own: the outer form, said once; the server behind
     it still judges every request the middleware answers itself (its loopback Host check, here)."""
@@ -549,11 +539,11 @@ def test_a_server_behind_an_app_that_is_not_starlettes_is_asked_through_it_and_t
     with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
         app = MCPSessionMiddleware(dispatch, secret=SECRET, path="/mcp")
     assert "found no MCP endpoint inside function, so the session methods are answered in front" in caplog.text
-    with serve(app) as url:  # the lifespan goes through the dispatcher to the server's app
+    with in_process(app) as http:  # the lifespan goes through the dispatcher to the server's app
         body = modern_request("sessions/create")
-        foreign = http.post(url + "/mcp", json=body, headers={**modern_headers(body), "Host": "evil.example"})
+        foreign = http.post("/mcp", json=body, headers={**modern_headers(body), "Host": "evil.example"})
         assert (foreign.status_code, foreign.text) == (421, "Invalid Host header")
-        assert "sessionId" in message_of(post(http, url + "/mcp", MODERN, body))["result"]["session"]
+        assert "sessionId" in message_of(post(http, "/mcp", MODERN, body))["result"]["session"]
 
 
 def lowlevel_app(*, stateless: bool) -> Starlette:
@@ -593,9 +583,9 @@ def test_a_lowlevel_server_behind_its_own_session_manager_counts_in_a_session_on
     with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
         app = MCPSessionMiddleware(lowlevel_app(stateless=stateless), secret=SECRET)
     assert "found no MCP endpoint inside Starlette, so the session methods are answered in front" in caplog.text
-    with serve(app) as url, httpx.Client(timeout=10, follow_redirects=True) as http:
-        modern = ModernClient(http, url)
-        legacy = LegacyClient(http, url)
+    with in_process(app, follow_redirects=True) as http:
+        modern = ModernClient(http, "")
+        legacy = LegacyClient(http, "")
         legacy.initialize()
         for client in (modern, legacy):
             session = session_meta(client.create_session())
@@ -626,9 +616,9 @@ def test_the_http_sse_transport_of_2024_gets_no_session_and_its_answers_as_bare(
             created = await answer(legacy_request("sessions/create", id=1))
             assert (created["id"], created["error"]["code"]) == (1, -32601), created
             called = await answer(legacy_request("tools/call", {"name": "note", "arguments": {}}, id=2))
-            assert called["result"]["content"][0]["text"] == "none"
+            assert tool_text(called) == "none"
 
-    with serve(app) as url:
+    with serve(app) as url:  # a GET stream open while POSTs answer on it: a real server
         asyncio.run(asyncio.wait_for(scenario(url), 20))
 
 

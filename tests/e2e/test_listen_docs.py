@@ -15,7 +15,7 @@ import pytest
 
 from _docs import one_with, python_snippets
 from conftest import SECRET, serve
-from e2e.test_listen_replicas import NOTE, client, graceful_end
+from e2e._listen import NOTE, client, graceful_end
 
 PAGE = "docs/deployment.md"
 

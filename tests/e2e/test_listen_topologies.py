@@ -20,10 +20,9 @@ import pytest
 
 from _mcp import MCP_PATH, jwt_claims, modern_headers, modern_request, session_meta
 from _redis_topologies import ClusterServers, client, redis_cluster
-from e2e._replicas import Replica, json_and_sse
-from e2e.test_listen_replicas import APP, NOTE, WAIT
-from e2e.test_listen_replicas import client as listening
-from e2e.test_topologies import environ
+from e2e._listen import APP, NOTE, WAIT
+from e2e._listen import client as listening
+from e2e._replicas import Replica, environ, json_and_sse
 
 PREFIX = f"listen-cluster-{uuid.uuid4().hex[:6]}:"
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from _docs import exec_snippet, one_with, python_snippets
 from _mcp import ModernClient, jwt_claims, session_meta
 from _otel import MIDDLEWARE_SCOPE, SDK_SCOPE, SpanLog, attrs, global_tracing, of_scope, one
-from conftest import SECRET, serve
+from conftest import SECRET, in_process, serve
 from mcp_sessions import MCPSessionMiddleware
 from mcp_sessions.telemetry import SentrySessionSpanProcessor, SessionSpanProcessor
 
@@ -62,8 +62,8 @@ def fastapi_spans(snippet: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[R
     with global_tracing() as exporter:
         log = SpanLog(exporter)
         app = run(snippet)["app"]
-        with serve(app) as base, httpx.Client(timeout=10) as http:
-            client = ModernClient(http, base)
+        with in_process(app) as http:
+            client = ModernClient(http, "")
             client.create_session()
             response, answer = client.request("tools/list")
             assert response.status_code == 200 and "tools" in answer["result"], answer
@@ -96,8 +96,8 @@ def test_sentry_processor_tags_the_sdk_span_not_the_middleware_span() -> None:
         provider.add_span_processor(SentrySessionSpanProcessor())
         log = SpanLog(exporter)
         app = build_app(json_response=True, environ={"MCP_SESSIONS_SECRET": SECRET})
-        with serve(app) as base, httpx.Client(timeout=10) as http:
-            client = ModernClient(http, base)
+        with in_process(app) as http:
+            client = ModernClient(http, "")
             session = client.create_session()
             _, answer = client.call_tool("count", session=session_meta(session))
             assert "result" in answer, answer

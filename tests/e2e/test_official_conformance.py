@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SECRET, serve
-from e2e._gateway import upstream_server
-from e2e.test_gateway_conformance import run_suite
+from e2e._gateway import run_suite, upstream_server
 from mcp_sessions import MCPSessionMiddleware
 
 

@@ -10,24 +10,15 @@ import httpx
 import pytest
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
-from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.requests import HTTPConnection
 from starlette.routing import Mount
 from starlette.types import Scope
 
 from _mcp import SESSION_NOT_FOUND, ModernClient, jwt_claims, session_meta, tool_text
+from _users import HeaderUser
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
-
-
-class HeaderUser(AuthenticationBackend):
-    """Authenticates whoever the X-User header names (enough to exercise the binding)."""
-
-    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
-        user = conn.headers.get("x-user")
-        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
 
 
 def build(calls: list[str], **options: Any) -> Starlette:

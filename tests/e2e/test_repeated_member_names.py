@@ -2,7 +2,7 @@
 
 Two parsers may keep different copies of a repeated name (RFC 8259 leaves it
 open), so a request that names its session twice is refused rather than
-guessed at. Through real uvicorn and the real MCPServer.
+guessed at. Through the real MCPServer, in process.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from _mcp import (
     modern_headers,
     tool_text,
 )
-from conftest import SECRET, serve
+from conftest import SECRET, in_process
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[ModernClient]:
-    with serve(build_app(environ={"MCP_SESSIONS_SECRET": SECRET})) as url, httpx.Client() as http:
-        yield ModernClient(http, url)
+    with in_process(build_app(environ={"MCP_SESSIONS_SECRET": SECRET})) as http:
+        yield ModernClient(http, "")
 
 
 def raw_call(client: ModernClient, body: str, headers: dict[str, str] | None = None) -> httpx.Response:

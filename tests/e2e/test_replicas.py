@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -35,9 +34,12 @@ from _mcp import (
 )
 from _redis import RedisServer
 from e2e._replicas import (
+    NEW,
+    OLD,
     STORE_UNAVAILABLE,
     Replica,
     a_delete_on_b_is_refused_on_a_at_once,
+    base_environ,
     clients,
     count,
     counts_exactly_under_concurrency,
@@ -46,19 +48,6 @@ from e2e._replicas import (
     replicas,
 )
 from mcp_sessions import KeySet
-
-OLD = "old-rotation-secret-0123456789-0123456789"
-NEW = "new-rotation-secret-9876543210-9876543210"
-
-
-def base_environ(redis: RedisServer, **extra: str) -> dict[str, str]:
-    return {
-        "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}",
-        "MCP_SESSIONS_REDIS_URL": redis.url,
-        "MCP_SESSIONS_REDIS_PREFIX": f"replicas-{uuid.uuid4().hex[:6]}:",
-        "MCP_SESSIONS_REDIS_TIMEOUT": "2.0",  # a loaded two-core machine can hold a reply back past 0.3 s
-        **extra,
-    }
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The real mcp 2.3 client through the middleware, over real HTTP, in both eras.
+"""The real mcp 2.3 client through the middleware, in process (its HTTP through httpx2.ASGITransport), in both eras.
 
 Without sessions the middleware must be invisible; with sessions, a client that
 knows nothing of them but can send a custom request and ``meta=`` gets the whole
@@ -7,15 +7,15 @@ feature.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import mcp_types as types
 import pytest
 from examples.quickstart import build_app, build_server
-from mcp import Client
+from mcp.client.client import ConnectMode
 from mcp.shared.exceptions import MCPError
 
+from _lifespan import sdk_client
 from _mcp import (
     INVALID_REQUEST,
     LEGACY,
@@ -26,10 +26,16 @@ from _mcp import (
     SESSION_NOT_FOUND,
     SESSION_REQUIRED,
     SESSIONS_EXTENSION,
+    CreateSessionRequest,
+    CreateSessionResult,
+    DeleteSessionRequest,
+    DeleteSessionResult,
+    create_session,
     jwt_claims,
     sdk_meta,
+    sdk_session_meta,
 )
-from conftest import SECRET, serve
+from conftest import SECRET
 
 pytestmark = pytest.mark.anyio
 
@@ -38,64 +44,23 @@ QUICKSTART_TOOLS = ["count", "whoami", "set_mode", "get_mode", "countdown"]
 QUICKSTART_INFO = {"name": "quickstart", "version": ""}
 
 
-class CreateSessionRequest(types.Request[types.RequestParams | None, Literal["sessions/create"]]):
-    method: Literal["sessions/create"] = "sessions/create"
-    params: types.RequestParams | None = None
-
-
-class DeleteSessionRequest(types.Request[types.RequestParams, Literal["sessions/delete"]]):
-    method: Literal["sessions/delete"] = "sessions/delete"
-    params: types.RequestParams
-
-
-class CreateSessionResult(types.Result):
-    session: dict[str, Any]
-
-
-class DeleteSessionResult(types.Result):
-    pass
-
-
-@pytest.fixture(scope="module")
-def servers() -> Iterator[dict[str, str]]:
-    """The quickstart (stateful legacy path) in both response modes, and the same server bare."""
-    bare_app = build_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=True)
-    with (
-        serve(build_app(json_response=True, environ=ENVIRON)) as json_url,
-        serve(build_app(json_response=False, environ=ENVIRON)) as sse_url,
-        serve(bare_app) as bare_url,
-    ):
-        yield {"json": json_url + MCP_PATH, "sse": sse_url + MCP_PATH, "bare": bare_url + MCP_PATH}
-
-
 @pytest.fixture(params=["json", "sse"])
-def url(request: pytest.FixtureRequest, servers: dict[str, str]) -> str:
-    return servers[request.param]
+def app(request: pytest.FixtureRequest) -> Any:
+    """The quickstart (stateful legacy path) in either response mode."""
+    return build_app(json_response=request.param == "json", environ=ENVIRON)
 
 
 @pytest.fixture(params=["auto", "legacy"])
-def mode(request: pytest.FixtureRequest) -> str:
-    mode: str = request.param
+def mode(request: pytest.FixtureRequest) -> ConnectMode:
+    mode: ConnectMode = request.param
     return mode
-
-
-async def create_session(client: Client) -> dict[str, Any]:
-    result = await client.session.send_request(CreateSessionRequest(), CreateSessionResult)
-    return result.session
-
-
-def session_meta(session: dict[str, Any], state: str | None = None) -> types.RequestParamsMeta:
-    value = {"sessionId": session["sessionId"]}
-    if state is not None:
-        value["state"] = state
-    return sdk_meta({SESSION_KEY: value})
 
 
 # -- without sessions: invisible ------------------------------------------------------------
 
 
-async def test_connects_in_the_expected_era(url: str, mode: str) -> None:
-    async with Client(url, mode=mode) as client:
+async def test_connects_in_the_expected_era(app: Any, mode: ConnectMode) -> None:
+    async with sdk_client(app, mode) as client:
         assert client.protocol_version == (MODERN if mode == "auto" else LEGACY)
         assert client.server_info is not None
         assert client.server_info.name == "quickstart"
@@ -107,10 +72,9 @@ async def test_connects_in_the_expected_era(url: str, mode: str) -> None:
         assert capabilities.tools is not None
 
 
-async def test_listing_and_sessionless_tools_match_the_bare_server(
-    servers: dict[str, str], url: str, mode: str
-) -> None:
-    async with Client(servers["bare"], mode=mode) as bare, Client(url, mode=mode) as wrapped:
+async def test_listing_and_sessionless_tools_match_the_bare_server(app: Any, mode: ConnectMode) -> None:
+    bare_app = build_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=True)
+    async with sdk_client(bare_app, mode) as bare, sdk_client(app, mode) as wrapped:
         bare_tools = await bare.list_tools()
         wrapped_tools = await wrapped.list_tools()
         bare_whoami = await bare.call_tool("whoami", {})
@@ -126,8 +90,8 @@ async def test_listing_and_sessionless_tools_match_the_bare_server(
     assert wrapped_whoami.meta == ({SERVER_INFO_KEY: QUICKSTART_INFO} if mode == "auto" else None)
 
 
-async def test_required_tool_without_session_raises_session_required(url: str, mode: str) -> None:
-    async with Client(url, mode=mode) as client:
+async def test_required_tool_without_session_raises_session_required(app: Any, mode: ConnectMode) -> None:
+    async with sdk_client(app, mode) as client:
         with pytest.raises(MCPError) as raised:
             await client.call_tool("count", {})
 
@@ -138,16 +102,16 @@ async def test_required_tool_without_session_raises_session_required(url: str, m
 # -- with sessions ----------------------------------------------------------------------------
 
 
-async def test_create_and_count_with_the_echo(url: str, mode: str) -> None:
-    async with Client(url, mode=mode) as client:
+async def test_create_and_count_with_the_echo(app: Any, mode: ConnectMode) -> None:
+    async with sdk_client(app, mode) as client:
         session = await create_session(client)
         other = await create_session(client)
         results = [
-            await client.call_tool("count", {}, meta=session_meta(session)),
-            await client.call_tool("count", {}, meta=session_meta(session)),
-            await client.call_tool("count", {}, meta=session_meta(other)),
+            await client.call_tool("count", {}, meta=sdk_session_meta(session)),
+            await client.call_tool("count", {}, meta=sdk_session_meta(session)),
+            await client.call_tool("count", {}, meta=sdk_session_meta(other)),
         ]
-        whoami = await client.call_tool("whoami", {}, meta=session_meta(session))
+        whoami = await client.call_tool("whoami", {}, meta=sdk_session_meta(session))
 
     assert [r.structured_content for r in results] == [{"result": 1}, {"result": 2}, {"result": 1}]
     echo = {"sessionId": session["sessionId"], "expiresAt": session["expiresAt"]}
@@ -158,30 +122,30 @@ async def test_create_and_count_with_the_echo(url: str, mode: str) -> None:
     assert whoami.structured_content == {"result": jwt_claims(session["sessionId"])["sid"]}
 
 
-async def test_state_round_trip(url: str, mode: str) -> None:
-    async with Client(url, mode=mode) as client:
+async def test_state_round_trip(app: Any, mode: ConnectMode) -> None:
+    async with sdk_client(app, mode) as client:
         session = await create_session(client)
-        set_mode = await client.call_tool("set_mode", {"mode": "terse"}, meta=session_meta(session))
+        set_mode = await client.call_tool("set_mode", {"mode": "terse"}, meta=sdk_session_meta(session))
         assert set_mode.meta is not None
         state = set_mode.meta[SESSION_KEY]["state"]
-        get_mode = await client.call_tool("get_mode", {}, meta=session_meta(session, state))
-        without_state = await client.call_tool("get_mode", {}, meta=session_meta(session))
+        get_mode = await client.call_tool("get_mode", {}, meta=sdk_session_meta(session, state))
+        without_state = await client.call_tool("get_mode", {}, meta=sdk_session_meta(session))
 
     assert get_mode.structured_content == {"result": "terse"}
     assert without_state.structured_content == {"result": "unset"}
 
 
-async def test_progress_callback_and_echo_together(servers: dict[str, str], mode: str) -> None:
+async def test_progress_callback_and_echo_together(mode: ConnectMode) -> None:
     reported: list[tuple[float, float | None, str | None]] = []
 
     # The parameter names are the SDK's (ProgressFnT): a callback may be called with them as keywords.
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         reported.append((progress, total, message))
 
-    async with Client(servers["sse"], mode=mode) as client:
+    async with sdk_client(build_app(json_response=False, environ=ENVIRON), mode) as client:
         session = await create_session(client)
         result = await client.call_tool(
-            "countdown", {"n": 2}, progress_callback=on_progress, meta=session_meta(session)
+            "countdown", {"n": 2}, progress_callback=on_progress, meta=sdk_session_meta(session)
         )
 
     assert reported == [(1, 2, "1 to go"), (2, 2, "0 to go")]
@@ -190,18 +154,18 @@ async def test_progress_callback_and_echo_together(servers: dict[str, str], mode
     assert result.meta[SESSION_KEY]["sessionId"] == session["sessionId"]
 
 
-async def test_delete_then_the_session_is_gone(url: str, mode: str) -> None:
-    async with Client(url, mode=mode) as client:
+async def test_delete_then_the_session_is_gone(app: Any, mode: ConnectMode) -> None:
+    async with sdk_client(app, mode) as client:
         session = await create_session(client)
-        await client.call_tool("count", {}, meta=session_meta(session))
+        await client.call_tool("count", {}, meta=sdk_session_meta(session))
         deleted = await client.session.send_request(
-            DeleteSessionRequest(params=types.RequestParams(_meta=session_meta(session))), DeleteSessionResult
+            DeleteSessionRequest(params=types.RequestParams(_meta=sdk_session_meta(session))), DeleteSessionResult
         )
         with pytest.raises(MCPError) as after_delete:
-            await client.call_tool("count", {}, meta=session_meta(session))
+            await client.call_tool("count", {}, meta=sdk_session_meta(session))
         with pytest.raises(MCPError) as deleted_twice:
             await client.session.send_request(
-                DeleteSessionRequest(params=types.RequestParams(_meta=session_meta(session))), DeleteSessionResult
+                DeleteSessionRequest(params=types.RequestParams(_meta=sdk_session_meta(session))), DeleteSessionResult
             )
 
     assert deleted.meta is None
@@ -210,8 +174,8 @@ async def test_delete_then_the_session_is_gone(url: str, mode: str) -> None:
     assert deleted_twice.value.code == SESSION_NOT_FOUND
 
 
-async def test_unknown_session_raises_session_not_found(url: str, mode: str) -> None:
-    async with Client(url, mode=mode) as client:
+async def test_unknown_session_raises_session_not_found(app: Any, mode: ConnectMode) -> None:
+    async with sdk_client(app, mode) as client:
         with pytest.raises(MCPError) as raised:
             await client.call_tool("whoami", {}, meta=sdk_meta({SESSION_KEY: {"sessionId": "sess-invalid"}}))
 
@@ -219,12 +183,12 @@ async def test_unknown_session_raises_session_not_found(url: str, mode: str) -> 
     assert raised.value.data == {"sessionId": "sess-invalid"}
 
 
-async def test_create_with_session_metadata_raises_invalid_request(url: str, mode: str) -> None:
-    async with Client(url, mode=mode) as client:
+async def test_create_with_session_metadata_raises_invalid_request(app: Any, mode: ConnectMode) -> None:
+    async with sdk_client(app, mode) as client:
         session = await create_session(client)
         with pytest.raises(MCPError) as raised:
             await client.session.send_request(
-                CreateSessionRequest(params=types.RequestParams(_meta=session_meta(session))), CreateSessionResult
+                CreateSessionRequest(params=types.RequestParams(_meta=sdk_session_meta(session))), CreateSessionResult
             )
 
     assert raised.value.code == INVALID_REQUEST

@@ -131,12 +131,6 @@ def test_a_hosts_conversation_is_named_as_its_spans_name_it(
     assert named(tool_record(records, "vscode")) == ("chat-17", "vscode")
 
 
-def test_outside_a_request_records_carry_a_dash(records: Records) -> None:
-    logging.getLogger(TOOL_LOGGER).info("note: outside")
-    record = tool_record(records, "outside")
-    assert named(record) == ("-", "-")
-
-
 def test_the_dash_is_an_option() -> None:
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", None, None)
     assert SessionLogFilter(default="").filter(record) is True

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from examples.basket import build_app
 
 from _mcp import LegacyClient, ModernClient, session_meta, tool_text
 from _otel import MIDDLEWARE_SCOPE, SpanLog, attrs, global_tracing, of_scope, span_strings
-from conftest import SECRET, serve
+from conftest import SECRET, in_process
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 MIB = 1024 * 1024
@@ -32,8 +31,8 @@ def span_log() -> Iterator[SpanLog]:
 
 @pytest.fixture
 def clients() -> Iterator[tuple[ModernClient, LegacyClient]]:
-    with serve(build_app(json_response=True, environ=ENVIRON)) as base, httpx.Client(timeout=30) as http:
-        yield ModernClient(http, base), LegacyClient(http, base)
+    with in_process(build_app(json_response=True, environ=ENVIRON)) as http:
+        yield ModernClient(http, ""), LegacyClient(http, "")
 
 
 def test_bearer_values_in_a_uri_or_an_id_never_reach_a_span(

@@ -1,10 +1,11 @@
-"""``error_codes="spec-safe"`` through uvicorn and the real SDK server: no wire answers a code MCP 2026-07-28
+"""``error_codes="spec-safe"`` through the real SDK server: no wire answers a code MCP 2026-07-28
 reserves for itself (-32020..-32099 beyond the ones it defines) or retired (-32002), and the project's client
 still recovers from a session that is gone."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
@@ -16,27 +17,24 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from _mcp import MCP_PATH, answer, modern_headers, modern_request, session_meta
-from conftest import SECRET, serve
+from conftest import SECRET, in_process, serve
 from e2e._wires import COOKIE, Sep1364Client, StrawmanClient
-from mcp_sessions.client import SessionHandle, SessionTransport
-from mcp_sessions.profiles import PROFILES, SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED, spec_allows
+from mcp_sessions.client import HeldSession, SessionTransport
+from mcp_sessions.profiles import PROFILES
+from mcp_sessions.profiles._base import SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED, spec_allows
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_ERROR_CODES": "spec-safe"}
 HEADER_MISMATCH = -32020  # defined by MCP 2026-07-28: kept
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[dict[str, str]]:
+def servers() -> Iterator[dict[str, httpx.Client]]:
     """One server per wire, that wire listed first (so a request without a session gets its "required")."""
-    urls = {}
-    with (
-        serve(build_app(json_response=True, environ=ENVIRON, profiles=_first("draft"))) as draft,
-        serve(build_app(json_response=True, environ=ENVIRON, profiles=_first("strawman"))) as strawman,
-        serve(build_app(json_response=True, environ=ENVIRON, profiles=_first("sep1364-alt1"))) as alt1,
-        serve(build_app(json_response=True, environ=ENVIRON, profiles=_first("sep1364-alt2"))) as alt2,
-    ):
-        urls.update({"draft": draft, "strawman": strawman, "sep1364-alt1": alt1, "sep1364-alt2": alt2})
-        yield urls
+    with ExitStack() as stack:
+        yield {
+            name: stack.enter_context(in_process(build_app(json_response=True, environ=ENVIRON, profiles=_first(name))))
+            for name in ("draft", "strawman", "sep1364-alt1", "sep1364-alt2")
+        }
 
 
 def _first(name: str) -> str:
@@ -88,14 +86,13 @@ def sep1364_errors(http: httpx.Client, base: str, *, alt: int) -> list[int]:
     return [*(code(a) for a in answers), code(answer(mismatch))]
 
 
-def test_no_wire_answers_a_code_the_spec_reserves_or_retired(servers: dict[str, str]) -> None:
-    with httpx.Client(timeout=10) as http:
-        answered = {
-            "draft": draft_errors(http, servers["draft"]),
-            "strawman": strawman_errors(http, servers["strawman"]),
-            "sep1364-alt1": sep1364_errors(http, servers["sep1364-alt1"], alt=1),
-            "sep1364-alt2": sep1364_errors(http, servers["sep1364-alt2"], alt=2),
-        }
+def test_no_wire_answers_a_code_the_spec_reserves_or_retired(servers: dict[str, httpx.Client]) -> None:
+    answered = {
+        "draft": draft_errors(servers["draft"], ""),
+        "strawman": strawman_errors(servers["strawman"], ""),
+        "sep1364-alt1": sep1364_errors(servers["sep1364-alt1"], "", alt=1),
+        "sep1364-alt2": sep1364_errors(servers["sep1364-alt2"], "", alt=2),
+    }
 
     required, gone = SPEC_SAFE_REQUIRED, SPEC_SAFE_NOT_FOUND
     assert answered == {
@@ -114,15 +111,20 @@ async def count(client: Client) -> Any:
 
 
 async def delete_behind_its_back(url: str, token: str) -> None:
-    other = SessionTransport(session=SessionHandle(token))
+    other = SessionTransport(session=HeldSession(token))
     assert await other.delete(url) is True
     await other.aclose()
 
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("recreate", [True, False])
-async def test_the_client_shim_understands_the_spec_safe_not_found(servers: dict[str, str], recreate: bool) -> None:
-    url = servers["draft"] + MCP_PATH
+async def test_the_client_shim_understands_the_spec_safe_not_found(recreate: bool) -> None:
+    """Our client transport, over a real connection (what it is made for)."""
+    with serve(build_app(json_response=True, environ=ENVIRON, profiles=_first("draft"))) as base:
+        await shim_understands_the_spec_safe_not_found(base + MCP_PATH, recreate)
+
+
+async def shim_understands_the_spec_safe_not_found(url: str, recreate: bool) -> None:
     shim = SessionTransport(recreate=recreate)
     async with httpx2.AsyncClient(transport=shim) as http, Client(streamable_http_client(url, http_client=http)) as c:
         assert await count(c) == 1

@@ -27,8 +27,7 @@ from _mcp import INVALID_PARAMS, LEGACY, answer, legacy_request, modern_headers,
 from _redis import redis_server
 from conftest import SECRET, serve
 from e2e._wires import Sep1364Client
-from mcp_sessions import SessionStore
-from mcp_sessions.stores import RedisStore
+from mcp_sessions.stores import RedisStore, SessionStore
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_PROFILES": "draft,strawman,sep1364-alt1,sep1364-alt2"}
 ALICE = {"X-User": "alice"}

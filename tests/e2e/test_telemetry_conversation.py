@@ -20,13 +20,12 @@ from examples.quickstart import build_app
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.requests import HTTPConnection
 from starlette.types import Scope
 
 from _mcp import ModernClient, jwt_claims, session_meta, tool_text
 from _otel import MIDDLEWARE_SCOPE, attrs, by_request_id, of_scope, traceparent
+from _users import HeaderUser
 from conftest import SECRET, serve
 from mcp_sessions import SessionsConfig
 from mcp_sessions._tokens import IdDigests
@@ -35,14 +34,6 @@ NAMES = ("mlflow.traceTag.mlflow.traceName", "langfuse.trace.name")
 TAGS = ("mlflow.traceTag.mcp_sessions.call.kind", "langfuse.trace.tags")
 USER = re.compile(r"u-[A-Za-z0-9_-]{24}")
 HANDLE = "bsk_" + "Q" * 34 + "E"  # the shape of a handle (handles/_format.py): a bearer value
-
-
-class HeaderUser(AuthenticationBackend):
-    """The server's authentication: whoever the X-User header names."""
-
-    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
-        user = conn.headers.get("x-user")
-        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
 
 
 class Traced:

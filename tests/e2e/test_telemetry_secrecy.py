@@ -14,7 +14,6 @@ import logging
 import re
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from examples.quickstart import SESSION_TOOLS, build_server
 from opentelemetry.sdk.metrics import MeterProvider
@@ -31,7 +30,7 @@ from _otel import (
     span_strings,
     wait_metric_count,
 )
-from conftest import SECRET, serve
+from conftest import SECRET, in_process
 from mcp_sessions import MCPSessionMiddleware
 
 TRANSPORT_DIGEST = re.compile(r"ts-[A-Za-z0-9_-]{24}")
@@ -58,8 +57,8 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
     )
     caplog.set_level(logging.DEBUG)
     span_log.clear()
-    with serve(app) as url, httpx.Client(timeout=10) as http:
-        legacy, modern = LegacyClient(http, url), ModernClient(http, url)
+    with in_process(app) as http:
+        legacy, modern = LegacyClient(http, ""), ModernClient(http, "")
         legacy.initialize()
         transport_id = legacy.transport_session_id
         token = legacy.create_session()["sessionId"]

@@ -30,21 +30,11 @@ from e2e._replicas import (
     clients,
     count,
     counts_exactly_under_concurrency,
+    environ,
     json_and_sse,
 )
 
-SECRET = "topologies-secret-0123456789-0123456789"
 WINDOW_LIMIT = 400  # requests during a failover, at most (about 20 s at the pace below)
-
-
-def environ(url: str, prefix: str, **extra: str) -> dict[str, str]:
-    return {
-        "MCP_SESSIONS_KEYS": f"k1:{SECRET}",
-        "MCP_SESSIONS_STORE": url,
-        "MCP_SESSIONS_REDIS_PREFIX": prefix,
-        "MCP_SESSIONS_REDIS_TIMEOUT": "2.0",  # a loaded two-core machine can hold a reply back past 0.3 s
-        **extra,
-    }
 
 
 def outcome(response: httpx.Response, message: dict[str, Any]) -> int | None:

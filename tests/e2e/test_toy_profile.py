@@ -17,7 +17,9 @@ from _mcp import ModernClient, answer, modern_headers, modern_request, tool_text
 from conftest import SECRET, serve
 from mcp_sessions import Refusal
 from mcp_sessions._wire import iso
-from mcp_sessions.profiles import Capability, Echo, LocalCall, LocalMethod, SessionCarrier, WireProfile
+from mcp_sessions.profiles import WireProfile
+from mcp_sessions.profiles._base import Capability, LocalCall, LocalMethod
+from mcp_sessions.profiles._carriers import Echo, SessionCarrier
 
 TOY_KEY = "example.com/toy-session"
 
@@ -30,7 +32,7 @@ async def toy_open(call: LocalCall) -> dict[str, Any]:
 async def toy_close(call: LocalCall) -> dict[str, Any]:
     assert call.session is not None
     if not await call.revoke(call.session):
-        raise Refusal(call.profile.not_found, call.profile.not_found_message)
+        raise Refusal(call.profile.not_found, call.profile.not_found_text)
     return {"closed": True}
 
 
@@ -47,7 +49,6 @@ TOY = WireProfile(
     not_found=-32090,
     required=-32091,
     header_mismatch=-32020,
-    required_message="Toy session required",
     required_data={"open": "toy/open"},
     create_method="toy/open",
 )

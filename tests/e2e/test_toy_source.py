@@ -2,7 +2,7 @@
 
 The toy source names a session by a custom header (``X-Toy-Conversation``). It
 is one class and one entry in ``sources=``; nothing else of the package changes.
-Through a real uvicorn server it must give the tool its session (``get_session()``)
+Called in process (no socket changes what it reads), it must give the tool its session (``get_session()``)
 on the usual JSON request, on an SSE response, on the 2025 handshake wire and on
 the 2026-07-28 wire, and with an OpenTelemetry SDK recording, where the call's
 span is named by it.
@@ -20,7 +20,7 @@ from opentelemetry.trace import SpanKind
 from starlette.types import Scope
 
 from _mcp import LegacyClient, ModernClient, tool_text
-from conftest import SECRET, serve
+from conftest import SECRET, in_process
 from mcp_sessions import MCPSessionMiddleware, Session, get_session
 from mcp_sessions.sources import DEFAULT_SOURCES, Call, Plan, SourceContext
 
@@ -71,8 +71,8 @@ SHAPES = [
 ]
 
 
-def who(base: str, http: httpx.Client, era: str, conversation: str | None) -> str:
-    client = LegacyClient(http, base) if era == "2025" else ModernClient(http, base)
+def who(http: httpx.Client, era: str, conversation: str | None) -> str:
+    client = LegacyClient(http, "") if era == "2025" else ModernClient(http, "")
     if conversation is None:
         _, message = client.call_tool("who")
     else:
@@ -81,25 +81,21 @@ def who(base: str, http: httpx.Client, era: str, conversation: str | None) -> st
 
 
 @pytest.mark.parametrize(("json_response", "era"), SHAPES)
-def test_the_toy_source_names_the_session_on_every_request_shape(
-    http: httpx.Client, json_response: bool, era: str
-) -> None:
-    with serve(build(json_response=json_response, stateless=True)) as base:
-        assert who(base, http, era, "a") == "toy:1"
-        assert who(base, http, era, "a") == "toy:2"  # the same conversation: its data kept
-        assert who(base, http, era, "b") == "toy:1"  # another one: its own
-        assert who(base, http, era, None) == "none"  # no header: no source claims the call
+def test_the_toy_source_names_the_session_on_every_request_shape(json_response: bool, era: str) -> None:
+    with in_process(build(json_response=json_response, stateless=True)) as http:
+        assert who(http, era, "a") == "toy:1"
+        assert who(http, era, "a") == "toy:2"  # the same conversation: its data kept
+        assert who(http, era, "b") == "toy:1"  # another one: its own
+        assert who(http, era, None) == "none"  # no header: no source claims the call
 
 
 @pytest.mark.parametrize(("json_response", "era"), SHAPES)
-def test_with_an_sdk_recording_the_span_is_named_by_the_toy_session(
-    http: httpx.Client, json_response: bool, era: str
-) -> None:
+def test_with_an_sdk_recording_the_span_is_named_by_the_toy_session(json_response: bool, era: str) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with serve(build(json_response=json_response, stateless=True, tracer_provider=provider)) as base:
-        assert who(base, http, era, "traced") == "toy:1"
+    with in_process(build(json_response=json_response, stateless=True, tracer_provider=provider)) as http:
+        assert who(http, era, "traced") == "toy:1"
     [span] = [s for s in exporter.get_finished_spans() if s.name == "tools/call who" and s.kind is SpanKind.SERVER]
     attributes = dict(span.attributes or {})
     assert attributes["mcp_sessions.session.source"] == "toy"

@@ -17,7 +17,7 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,11 +30,11 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.requests import HTTPConnection
 
+from _hosts import HOSTS
 from _mcp import MCP_PATH, SESSION_KEY, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
+from _users import HeaderUser
 from _viewers import (
     SCREENSHOTS,
     Viewer,
@@ -53,7 +53,7 @@ from _viewers import (
     poll,
     start_viewers,
 )
-from conftest import SECRET, serve
+from conftest import SECRET, in_process, serve
 from mcp_sessions import SessionsConfig
 from mcp_sessions._tokens import IdDigests
 from mcp_sessions.telemetry import SessionSpanProcessor
@@ -120,8 +120,8 @@ def quickstart(traced: Traced, **options: Any) -> Any:
 
 def test_data_layer_client(traced: Traced) -> None:
     """The draft's client: sessions/create, then the session in every call's _meta."""
-    with serve(quickstart(traced)) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(quickstart(traced)) as http:
+        client = ModernClient(http, "")
         tokens = [client.create_session(), client.create_session()]
         for _ in range(CALLS):
             for token in tokens:  # the two conversations interleave
@@ -131,31 +131,20 @@ def test_data_layer_client(traced: Traced) -> None:
     traced.expect({sid: CALLS + 1 for sid in sids})  # sessions/create is in the session too
 
 
-def codex_turn(thread: str) -> dict[str, str]:
-    """Codex's turn metadata: every thread of one root shares ``session_id``; each call is a turn of its own."""
-    return {"session_id": "codex-root", "thread_id": thread, "turn_id": f"turn-{uuid.uuid4()}"}
+# The hosts whose conversations the viewers are shown (how each names one: tests/_hosts.py).
+VIEWED_HOSTS = ["chatgpt", "vscode", "codex-turn", "codex-thread-id", "baggage-header"]
 
 
-# How each host names a conversation on a call: the _meta entries and the HTTP headers it sends.
-HOSTS: dict[str, Callable[[str], tuple[dict[str, Any], dict[str, str]]]] = {
-    "chatgpt": lambda c: ({"openai/session": c, "openai/subject": "user-anon-1"}, {}),
-    "vscode": lambda c: ({"vscode.conversationId": c, "vscode.requestId": "r-1"}, {}),
-    "codex-turn": lambda c: ({"x-codex-turn-metadata": codex_turn(c)}, {}),
-    "codex-thread-id": lambda c: ({"threadId": c}, {}),
-    "baggage-header": lambda c: ({}, {"baggage": f"user.id=u-1, gen_ai.conversation.id={c};p"}),
-}
-
-
-@pytest.mark.parametrize("host", list(HOSTS))
+@pytest.mark.parametrize("host", VIEWED_HOSTS)
 def test_host_shaped_client(traced: Traced, host: str) -> None:
     """One 2025-era connection carrying two of the host's conversations (threads), each named by the host."""
     conversations = [f"{host}-conversation-{uuid.uuid4()}", f"{host}-conversation-{uuid.uuid4()}"]
-    with serve(quickstart(traced)) as base, httpx.Client(timeout=10) as http:
-        client = LegacyClient(http, base)
+    with in_process(quickstart(traced)) as http:
+        client = LegacyClient(http, "")
         client.initialize()
         for _ in range(CALLS):
             for conversation in conversations:
-                meta, headers = HOSTS[host](conversation)
+                meta, headers = HOSTS[host][1](conversation)
                 _, answer = client.call_tool("whoami", None, meta=meta, **headers)
                 assert tool_text(answer) == "none", answer  # tracing only: no data by default
     traced.expect({conversation: CALLS for conversation in conversations})
@@ -194,8 +183,8 @@ async def test_stock_2025_client_with_adopted_transport_sessions(traced: Traced)
 def test_captured_content_shows_as_input_and_output_and_no_bearer_value(traced: Traced) -> None:
     """With capture_content, each viewer shows a call's arguments and result as its input and output; nothing
     either viewer stores holds a session or state token, even where the client put them in the arguments."""
-    with serve(quickstart(traced, capture_content=True)) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(quickstart(traced, capture_content=True)) as http:
+        client = ModernClient(http, "")
         token = client.create_session()["sessionId"]
         _, terse = client.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token))
         state = terse["result"]["_meta"][SESSION_KEY]["state"]
@@ -226,14 +215,6 @@ def test_captured_content_shows_as_input_and_output_and_no_bearer_value(traced: 
     for bearer in (token, state):
         for part in (bearer, *bearer.split(".")):
             assert part not in stored, f"a bearer value in what a viewer stores: {part!r}"
-
-
-class HeaderUser(AuthenticationBackend):
-    """The server's own authentication, as simple as it gets: whoever the X-User header names."""
-
-    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
-        user = conn.headers.get("x-user")
-        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
 
 
 # Two users' conversations: each user, the label of their session.

@@ -1,11 +1,18 @@
-"""The 2026-07-28 wire, end to end: real uvicorn, the real mcp 2.3 MCPServer, real HTTP."""
+"""Both wires end to end, on the real mcp 2.3 MCPServer in process (and one real server for a stream).
+
+The 2026-07-28 wire in both response modes; the 2025-11-25 (handshake) wire stateful and stateless, JSON and
+SSE. In the handshake era the middleware answers every error in HTTP 200, as the SDK does, and
+``Mcp-Session-Id`` is the SDK's own transport session: never compared with the data-layer session in ``_meta``.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +26,7 @@ from _mcp import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
     INVALID_REQUEST,
+    LEGACY,
     MCP_PATH,
     METHOD_NOT_FOUND,
     MODERN,
@@ -36,6 +44,7 @@ from _mcp import (
     aiter_messages,
     answer,
     jwt_claims,
+    legacy_request,
     messages,
     modern_headers,
     modern_request,
@@ -43,33 +52,63 @@ from _mcp import (
     tool_text,
     with_claims,
 )
-from conftest import SECRET, serve
+from conftest import SECRET, asgi_client, in_process, serve
 from mcp_sessions import KeySet, MCPSessionMiddleware
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 QUICKSTART_INFO = {"name": "quickstart", "version": ""}
+LEGACY_MODES = ["stateful-json", "stateful-sse", "stateless-json", "stateless-sse"]
+Client = ModernClient | LegacyClient
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[dict[str, str]]:
-    """The quickstart in both response modes, one uvicorn each for the whole module."""
+def servers() -> Iterator[dict[str, httpx.Client]]:
+    """The quickstart in every mode of both wires, in process, for the whole module."""
     with (
-        serve(build_app(json_response=True, environ=ENVIRON)) as json_url,
-        serve(build_app(json_response=False, environ=ENVIRON)) as sse_url,
+        in_process(build_app(json_response=True, environ=ENVIRON)) as json_http,
+        in_process(build_app(json_response=False, environ=ENVIRON)) as sse_http,
+        in_process(build_app(json_response=True, stateless=False, environ=ENVIRON)) as stateful_json,
+        in_process(build_app(json_response=False, stateless=False, environ=ENVIRON)) as stateful_sse,
+        in_process(build_app(json_response=True, stateless=True, environ=ENVIRON)) as stateless_json,
+        in_process(build_app(json_response=False, stateless=True, environ=ENVIRON)) as stateless_sse,
     ):
-        yield {"json": json_url, "sse": sse_url}
+        yield {
+            "json": json_http,
+            "sse": sse_http,
+            "stateful-json": stateful_json,
+            "stateful-sse": stateful_sse,
+            "stateless-json": stateless_json,
+            "stateless-sse": stateless_sse,
+        }
 
 
 @pytest.fixture(params=["json", "sse"])
-def client(request: pytest.FixtureRequest, servers: dict[str, str]) -> Iterator[ModernClient]:
-    with httpx.Client(timeout=10) as http:
-        yield ModernClient(http, servers[request.param])
+def client(request: pytest.FixtureRequest, servers: dict[str, httpx.Client]) -> ModernClient:
+    return ModernClient(servers[request.param], "")
 
 
-@pytest.fixture
-def sse_client(servers: dict[str, str]) -> Iterator[ModernClient]:
-    with httpx.Client(timeout=10) as http:
-        yield ModernClient(http, servers["sse"])
+def connected(servers: dict[str, httpx.Client], mode: str) -> Client:
+    """A 2026 client for ``json``/``sse``, else a 2025 client that has done the handshake."""
+    if mode in ("json", "sse"):
+        return ModernClient(servers[mode], "")
+    legacy = LegacyClient(servers[mode], "")
+    legacy.initialize()
+    return legacy
+
+
+@pytest.fixture(params=["json", "sse", *LEGACY_MODES])
+def any_client(request: pytest.FixtureRequest, servers: dict[str, httpx.Client]) -> Client:
+    return connected(servers, request.param)
+
+
+@pytest.fixture(params=["sse", "stateful-sse"])
+def sse_client(request: pytest.FixtureRequest, servers: dict[str, httpx.Client]) -> Client:
+    return connected(servers, request.param)
+
+
+def invalid_status(client: Client) -> int:
+    """The HTTP status of an invalid request: 400 on the 2026 wire, 200 in the handshake era."""
+    return 400 if isinstance(client, ModernClient) else 200
 
 
 def echo_of(message: dict[str, Any]) -> dict[str, Any]:
@@ -88,13 +127,16 @@ def assert_error(response: httpx.Response, message: dict[str, Any], status: int,
 # -- sessions/create -------------------------------------------------------------
 
 
-def test_create_returns_a_jwt_session_id_and_its_expiry(client: ModernClient) -> None:
+def test_create_returns_a_jwt_session_id_and_its_expiry(any_client: Client) -> None:
     before = int(time.time())
-    response, message = client.request("sessions/create", id=41)
+    response, message = any_client.request("sessions/create", id=41)
     after = int(time.time())
 
     assert response.status_code == 200
-    assert response.headers["content-type"].startswith("application/json")
+    if isinstance(any_client, ModernClient):
+        assert response.headers["content-type"].startswith("application/json")
+    else:
+        assert set(message["result"]) == {"session"}
     assert message["jsonrpc"] == "2.0"
     assert message["id"] == 41
     session = message["result"]["session"]
@@ -166,25 +208,23 @@ def test_create_rejects_an_overlong_label(client: ModernClient) -> None:
         pytest.param("not-an-object", id="garbage"),
     ],
 )
-def test_create_carrying_session_metadata_is_invalid(client: ModernClient, session: Any) -> None:
+def test_create_carrying_session_metadata_is_invalid(any_client: Client, session: Any) -> None:
     if session == "valid":
-        session = session_meta(client.create_session())
+        session = session_meta(any_client.create_session())
 
-    response, message = client.request("sessions/create", session=session, id=5)
+    response, message = any_client.request("sessions/create", session=session, id=5)
 
-    error = assert_error(response, message, 400, INVALID_REQUEST)
+    error = assert_error(response, message, invalid_status(any_client), INVALID_REQUEST)
     assert message["id"] == 5
     assert "session" not in json.dumps(error.get("data") or {})
 
 
-def test_create_with_null_session_metadata_creates_a_session(client: ModernClient) -> None:
-    body = modern_request("sessions/create", id=5)
-    body["params"]["_meta"][SESSION_KEY] = None  # null counts as absent, as on every request (wire.md)
-
-    response = client.post(body)
+def test_create_with_null_session_metadata_creates_a_session(any_client: Client) -> None:
+    # null counts as absent, as on every request (wire.md)
+    response, message = any_client.request("sessions/create", meta={SESSION_KEY: None})
 
     assert response.status_code == 200
-    assert jwt_claims(answer(response)["result"]["session"]["sessionId"])["sid"]
+    assert jwt_claims(message["result"]["session"]["sessionId"])["sid"]
 
 
 def test_create_with_a_wrong_mcp_method_header_is_a_header_mismatch(client: ModernClient) -> None:
@@ -225,16 +265,17 @@ def test_echo_finds_its_response_whatever_the_id(client: ModernClient, request_i
         assert int(response.headers["content-length"]) == len(response.content)
 
 
-def test_sessionless_result_has_no_echo(client: ModernClient) -> None:
-    response, message = client.call_tool("whoami")
+def test_sessionless_result_has_no_echo(any_client: Client) -> None:
+    response, message = any_client.call_tool("whoami")
 
     assert response.status_code == 200
     assert tool_text(message) == "none"
-    assert message["result"]["_meta"] == {SERVER_INFO_KEY: QUICKSTART_INFO}
+    modern = isinstance(any_client, ModernClient)
+    assert message["result"].get("_meta") == ({SERVER_INFO_KEY: QUICKSTART_INFO} if modern else None)
 
 
-def test_required_tool_without_session_is_session_required_in_http_200(client: ModernClient) -> None:
-    response, message = client.call_tool("count", id=4)
+def test_required_tool_without_session_is_session_required_in_http_200(any_client: Client) -> None:
+    response, message = any_client.call_tool("count", id=4)
 
     error = assert_error(response, message, 200, SESSION_REQUIRED)
     assert message["id"] == 4
@@ -251,8 +292,8 @@ def test_required_tool_without_session_is_session_required_in_http_200(client: M
         pytest.param("x" * 300, id="overlong"),
     ],
 )
-def test_unknown_session_id_is_session_not_found_with_the_id_sent(client: ModernClient, session_id: str) -> None:
-    response, message = client.call_tool("whoami", session={"sessionId": session_id}, id=3)
+def test_unknown_session_id_is_session_not_found_with_the_id_sent(any_client: Client, session_id: str) -> None:
+    response, message = any_client.call_tool("whoami", session={"sessionId": session_id}, id=3)
 
     error = assert_error(response, message, 200, SESSION_NOT_FOUND)
     assert message["id"] == 3
@@ -276,36 +317,39 @@ def forged_tokens(genuine: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("kind", ["other-key", "wrong-audience", "expired", "edited-sid", "edited-exp", "no-signature"])
-def test_forged_or_expired_session_id_is_session_not_found(client: ModernClient, kind: str) -> None:
-    genuine = client.create_session()["sessionId"]
+def test_forged_or_expired_session_id_is_session_not_found(any_client: Client, kind: str) -> None:
+    genuine = any_client.create_session()["sessionId"]
     token = forged_tokens(genuine)[kind]
 
-    response, message = client.call_tool("whoami", session={"sessionId": token})
+    response, message = any_client.call_tool("whoami", session={"sessionId": token})
 
     error = assert_error(response, message, 200, SESSION_NOT_FOUND)
     assert error["data"] == {"sessionId": token[:256]}
 
 
-def test_count_increments_per_session_and_sessions_are_independent(client: ModernClient) -> None:
-    first, second = client.create_session(), client.create_session()
+def test_count_increments_per_session_and_sessions_are_independent(any_client: Client) -> None:
+    first, second = any_client.create_session(), any_client.create_session()
 
     def count(session: dict[str, Any]) -> int:
-        return int(tool_text(client.call_tool("count", session=session_meta(session))[1]))
+        response, message = any_client.call_tool("count", session=session_meta(session))
+        assert response.status_code == 200
+        assert echo_of(message) == {"sessionId": session["sessionId"], "expiresAt": session["expiresAt"]}
+        return int(tool_text(message))
 
     assert [count(first), count(first), count(second), count(first), count(second)] == [1, 2, 1, 3, 2]
 
 
 @pytest.mark.anyio
-async def test_concurrent_requests_of_one_session_all_count(servers: dict[str, str]) -> None:
-    async with httpx.AsyncClient(timeout=10) as http:
+async def test_concurrent_requests_of_one_session_all_count() -> None:
+    async with asgi_client(build_app(json_response=True, environ=ENVIRON)) as http:
         create = modern_request("sessions/create")
-        created = await http.post(servers["json"] + MCP_PATH, json=create, headers=modern_headers(create))
+        created = await http.post(MCP_PATH, json=create, headers=modern_headers(create))
         session = session_meta(answer(created)["result"]["session"])
         seen: list[int] = []
 
         async def count(request_id: int) -> None:
             body = modern_request("tools/call", {"name": "count", "arguments": {}}, id=request_id, session=session)
-            response = await http.post(servers["json"] + MCP_PATH, json=body, headers=modern_headers(body))
+            response = await http.post(MCP_PATH, json=body, headers=modern_headers(body))
             seen.append(int(tool_text(answer(response))))
 
         with anyio.fail_after(20):
@@ -318,9 +362,9 @@ async def test_concurrent_requests_of_one_session_all_count(servers: dict[str, s
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["json", "sse"])
-async def test_concurrent_requests_of_two_sessions_never_see_each_other(servers: dict[str, str], mode: str) -> None:
-    url = servers[mode] + MCP_PATH
-    async with httpx.AsyncClient(timeout=10) as http:
+async def test_concurrent_requests_of_two_sessions_never_see_each_other(mode: str) -> None:
+    url = MCP_PATH
+    async with asgi_client(build_app(json_response=mode == "json", environ=ENVIRON)) as http:
         tokens = []
         for _ in range(2):
             create = modern_request("sessions/create")
@@ -347,15 +391,6 @@ async def test_concurrent_requests_of_two_sessions_never_see_each_other(servers:
     assert mismatches == []
 
 
-def test_whoami_returns_the_sid_claim(client: ModernClient) -> None:
-    session = client.create_session()
-
-    _, message = client.call_tool("whoami", session=session_meta(session))
-
-    assert tool_text(message) == jwt_claims(session["sessionId"])["sid"]
-    assert echo_of(message)["sessionId"] == session["sessionId"]
-
-
 def test_session_null_in_meta_counts_as_no_session(client: ModernClient) -> None:
     body = modern_request("tools/call", {"name": "whoami", "arguments": {}})
     body["params"]["_meta"][SESSION_KEY] = None
@@ -366,57 +401,58 @@ def test_session_null_in_meta_counts_as_no_session(client: ModernClient) -> None
     assert tool_text(answer(response)) == "none"
 
 
-def test_unknown_meta_keys_beside_the_session_still_reach_the_server(client: ModernClient) -> None:
-    session = client.create_session()
+def test_unknown_meta_keys_beside_the_session_still_reach_the_server(any_client: Client) -> None:
+    session = any_client.create_session()
 
-    _, message = client.call_tool("whoami", session=session_meta(session), meta={"example.com/trace": "abc"})
+    _, message = any_client.call_tool("whoami", session=session_meta(session), meta={"example.com/trace": "abc"})
 
     assert tool_text(message) == jwt_claims(session["sessionId"])["sid"]
+    assert echo_of(message)["sessionId"] == session["sessionId"]
 
 
 # -- client-held state ---------------------------------------------------------------
 
 
-def test_state_round_trips_through_the_client(client: ModernClient) -> None:
-    session = client.create_session()
+def test_state_round_trips_through_the_client(any_client: Client) -> None:
+    session = any_client.create_session()
 
-    _, unset = client.call_tool("get_mode", session=session_meta(session))
+    _, unset = any_client.call_tool("get_mode", session=session_meta(session))
     assert tool_text(unset) == "unset"
     assert "state" not in echo_of(unset)
 
-    _, dark = client.call_tool("set_mode", {"mode": "dark"}, session=session_meta(session))
+    _, dark = any_client.call_tool("set_mode", {"mode": "dark"}, session=session_meta(session))
     assert tool_text(dark) == "dark"
     dark_state = echo_of(dark)["state"]
     assert isinstance(dark_state, str)
     assert echo_of(dark)["sessionId"] == session["sessionId"]
 
-    _, read = client.call_tool("get_mode", session=session_meta(session, state=dark_state))
+    _, read = any_client.call_tool("get_mode", session=session_meta(session, state=dark_state))
     assert tool_text(read) == "dark"
     assert echo_of(read)["state"] == dark_state
 
-    _, light = client.call_tool("set_mode", {"mode": "light"}, session=session_meta(session, state=dark_state))
+    _, light = any_client.call_tool("set_mode", {"mode": "light"}, session=session_meta(session, state=dark_state))
     light_state = echo_of(light)["state"]
     assert light_state != dark_state
-    assert tool_text(client.call_tool("get_mode", session=session_meta(session, state=light_state))[1]) == "light"
+    assert tool_text(any_client.call_tool("get_mode", session=session_meta(session, state=light_state))[1]) == "light"
     # Client-held and last-write-wins: an older state the client chooses to send is what the server sees.
-    assert tool_text(client.call_tool("get_mode", session=session_meta(session, state=dark_state))[1]) == "dark"
+    assert tool_text(any_client.call_tool("get_mode", session=session_meta(session, state=dark_state))[1]) == "dark"
 
 
-def test_state_from_another_session_is_session_not_found(client: ModernClient) -> None:
-    mine, theirs = client.create_session(), client.create_session()
-    _, set_theirs = client.call_tool("set_mode", {"mode": "admin"}, session=session_meta(theirs))
+def test_state_from_another_session_is_session_not_found(any_client: Client) -> None:
+    mine, theirs = any_client.create_session(), any_client.create_session()
+    _, set_theirs = any_client.call_tool("set_mode", {"mode": "admin"}, session=session_meta(theirs))
     their_state = echo_of(set_theirs)["state"]
 
-    response, message = client.call_tool("get_mode", session=session_meta(mine, state=their_state))
+    response, message = any_client.call_tool("get_mode", session=session_meta(mine, state=their_state))
 
     error = assert_error(response, message, 200, SESSION_NOT_FOUND)
     assert error["data"] == {"sessionId": mine["sessionId"][:256]}
 
 
 @pytest.mark.parametrize("edit", ["payload", "garbage", "unsigned"])
-def test_edited_state_is_session_not_found(client: ModernClient, edit: str) -> None:
-    session = client.create_session()
-    _, set_mode = client.call_tool("set_mode", {"mode": "user"}, session=session_meta(session))
+def test_edited_state_is_session_not_found(any_client: Client, edit: str) -> None:
+    session = any_client.create_session()
+    _, set_mode = any_client.call_tool("set_mode", {"mode": "user"}, session=session_meta(session))
     state = echo_of(set_mode)["state"]
     edited = {
         "payload": with_claims(state, st={"mode": "admin"}),
@@ -424,7 +460,7 @@ def test_edited_state_is_session_not_found(client: ModernClient, edit: str) -> N
         "unsigned": state.rsplit(".", 1)[0] + ".",
     }[edit]
 
-    response, message = client.call_tool("get_mode", session=session_meta(session, state=edited))
+    response, message = any_client.call_tool("get_mode", session=session_meta(session, state=edited))
 
     assert_error(response, message, 200, SESSION_NOT_FOUND)
 
@@ -440,40 +476,40 @@ def test_state_that_is_not_a_string_is_invalid_request(client: ModernClient) -> 
 # -- sessions/delete -------------------------------------------------------------------
 
 
-def test_delete_ends_the_session_everywhere(client: ModernClient) -> None:
-    session, other = client.create_session(), client.create_session()
-    _, set_mode = client.call_tool("set_mode", {"mode": "dark"}, session=session_meta(session))
+def test_delete_ends_the_session_everywhere(any_client: Client) -> None:
+    session, other = any_client.create_session(), any_client.create_session()
+    _, set_mode = any_client.call_tool("set_mode", {"mode": "dark"}, session=session_meta(session))
     state = echo_of(set_mode)["state"]
-    assert tool_text(client.call_tool("count", session=session_meta(other))[1]) == "1"
+    assert tool_text(any_client.call_tool("count", session=session_meta(other))[1]) == "1"
 
-    response, message = client.request("sessions/delete", session=session_meta(session), id=9)
+    response, message = any_client.request("sessions/delete", session=session_meta(session), id=9)
 
     assert response.status_code == 200
     assert message["id"] == 9
     assert {key: value for key, value in message["result"].items() if key != "resultType"} == {}
     uses = [
-        client.call_tool("count", session=session_meta(session)),
-        client.call_tool("whoami", session=session_meta(session)),
-        client.call_tool("get_mode", session=session_meta(session, state=state)),
-        client.request("tools/list", session=session_meta(session)),
-        client.request("sessions/delete", session=session_meta(session)),
+        any_client.call_tool("count", session=session_meta(session)),
+        any_client.call_tool("whoami", session=session_meta(session)),
+        any_client.call_tool("get_mode", session=session_meta(session, state=state)),
+        any_client.request("tools/list", session=session_meta(session)),
+        any_client.request("sessions/delete", session=session_meta(session)),
     ]
     for use_response, use_message in uses:
         error = assert_error(use_response, use_message, 200, SESSION_NOT_FOUND)
         assert error["data"] == {"sessionId": session["sessionId"][:256]}
     # Another session is untouched.
-    assert tool_text(client.call_tool("count", session=session_meta(other))[1]) == "2"
+    assert tool_text(any_client.call_tool("count", session=session_meta(other))[1]) == "2"
 
 
-def test_delete_without_session_is_session_required(client: ModernClient) -> None:
-    response, message = client.request("sessions/delete", id=6)
+def test_delete_without_session_is_session_required(any_client: Client) -> None:
+    response, message = any_client.request("sessions/delete", id=6)
 
     assert_error(response, message, 200, SESSION_REQUIRED)
     assert message["id"] == 6
 
 
-def test_delete_of_an_unknown_session_is_session_not_found(client: ModernClient) -> None:
-    response, message = client.request("sessions/delete", session={"sessionId": "sess-invalid"})
+def test_delete_of_an_unknown_session_is_session_not_found(any_client: Client) -> None:
+    response, message = any_client.request("sessions/delete", session={"sessionId": "sess-invalid"})
 
     error = assert_error(response, message, 200, SESSION_NOT_FOUND)
     assert error["data"] == {"sessionId": "sess-invalid"}
@@ -544,12 +580,12 @@ def test_mcp_session_id_header_alone_does_not_make_a_session(client: ModernClien
     ],
 )
 @pytest.mark.parametrize("method", ["tools/call", "sessions/delete"])
-def test_malformed_session_metadata_is_invalid_request(client: ModernClient, session: Any, method: str) -> None:
+def test_malformed_session_metadata_is_invalid_request(any_client: Client, session: Any, method: str) -> None:
     params = {"name": "whoami", "arguments": {}} if method == "tools/call" else None
 
-    response, message = client.request(method, params, session=session, id=11)
+    response, message = any_client.request(method, params, session=session, id=11)
 
-    assert_error(response, message, 400, INVALID_REQUEST)
+    assert_error(response, message, invalid_status(any_client), INVALID_REQUEST)
     assert message["id"] == 11
 
 
@@ -572,8 +608,8 @@ def test_discover_advertises_sessions_and_keeps_the_servers_capabilities(client:
 
 
 def test_discover_advertises_required_when_every_operation_needs_a_session() -> None:
-    with serve(build_app(json_response=True, environ=ENVIRON, require_session=True)) as url, httpx.Client() as http:
-        client = ModernClient(http, url)
+    with in_process(build_app(json_response=True, environ=ENVIRON, require_session=True)) as http:
+        client = ModernClient(http, "")
         _, discover = client.request("server/discover")
         whoami_response, whoami = client.call_tool("whoami")
 
@@ -628,10 +664,10 @@ def test_middleware_errors_carry_no_session_metadata(client: ModernClient, case:
 
 
 @pytest.fixture(scope="module")
-def recorded() -> Iterator[tuple[str, RecordingApp]]:
+def recorded() -> Iterator[tuple[httpx.Client, RecordingApp]]:
     inner = RecordingApp(build_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=True))
-    with serve(MCPSessionMiddleware(inner, secret=SECRET, require_session_tools={"count"})) as url:
-        yield url, inner
+    with in_process(MCPSessionMiddleware(inner, secret=SECRET, require_session_tools={"count"})) as http:
+        yield http, inner
 
 
 @pytest.mark.parametrize(
@@ -644,46 +680,45 @@ def recorded() -> Iterator[tuple[str, RecordingApp]]:
 )
 @pytest.mark.parametrize("method", ["tools/call", "notifications/cancelled", "sessions/create", "sessions/delete"])
 def test_notifications_with_an_invalid_session_are_accepted_and_dropped(
-    recorded: tuple[str, RecordingApp], session: Any, method: str
+    recorded: tuple[httpx.Client, RecordingApp], session: Any, method: str
 ) -> None:
-    url, inner = recorded
-    with httpx.Client(timeout=10) as http:
-        client = ModernClient(http, url)
-        extra = {}
-        if session == "mismatched-header":
-            session = session_meta(client.create_session())
-            extra["Mcp-Session-Id"] = "something-else"
-        body = modern_request(method, {"name": "count", "arguments": {}, "requestId": 1}, id=None, session=session)
-        inner.clear()
+    http, inner = recorded
+    client = ModernClient(http, "")
+    extra = {}
+    if session == "mismatched-header":
+        session = session_meta(client.create_session())
+        extra["Mcp-Session-Id"] = "something-else"
+    body = modern_request(method, {"name": "count", "arguments": {}, "requestId": 1}, id=None, session=session)
+    inner.clear()
 
-        response = client.post(body, {**modern_headers(body), **extra})
+    response = client.post(body, {**modern_headers(body), **extra})
 
     assert response.status_code == 202
     assert response.content == b""
     assert inner.seen == []
 
 
-def test_notification_with_a_valid_session_is_forwarded(recorded: tuple[str, RecordingApp]) -> None:
-    url, inner = recorded
-    with httpx.Client(timeout=10) as http:
-        client = ModernClient(http, url)
-        session = session_meta(client.create_session())
-        body = modern_request("notifications/cancelled", {"requestId": 1}, id=None, session=session)
-        inner.clear()
+def test_notification_with_a_valid_session_is_forwarded(recorded: tuple[httpx.Client, RecordingApp]) -> None:
+    http, inner = recorded
+    client = ModernClient(http, "")
+    session = session_meta(client.create_session())
+    body = modern_request("notifications/cancelled", {"requestId": 1}, id=None, session=session)
+    inner.clear()
 
-        response = client.post(body)
+    response = client.post(body)
 
     assert response.status_code == 202
     assert inner.seen == [body]
 
 
-def test_sessionless_requests_reach_the_server_byte_for_byte_unchanged(recorded: tuple[str, RecordingApp]) -> None:
-    url, inner = recorded
+def test_sessionless_requests_reach_the_server_byte_for_byte_unchanged(
+    recorded: tuple[httpx.Client, RecordingApp],
+) -> None:
+    http, inner = recorded
     body = modern_request("tools/call", {"name": "whoami", "arguments": {}}, meta={"example.com/x": [1, 2]})
     raw = json.dumps(body, indent=1).encode() + b"\n"
-    with httpx.Client(timeout=10) as http:
-        inner.clear()
-        response = http.post(url + MCP_PATH, content=raw, headers=modern_headers(body))
+    inner.clear()
+    response = http.post(MCP_PATH, content=raw, headers=modern_headers(body))
 
     assert response.status_code == 200
     assert tool_text(answer(response)) == "none"
@@ -693,18 +728,12 @@ def test_sessionless_requests_reach_the_server_byte_for_byte_unchanged(recorded:
 # -- SSE ------------------------------------------------------------------------------------------
 
 
-def test_progress_notifications_come_first_and_never_carry_the_session(sse_client: ModernClient) -> None:
+def test_progress_notifications_come_first_and_never_carry_the_session(sse_client: Client) -> None:
     session = sse_client.create_session()
     token = session["sessionId"]
-    body = modern_request(
-        "tools/call",
-        {"name": "countdown", "arguments": {"n": 2}},
-        id=12,
-        session=session_meta(session),
-        meta={"progressToken": "p-12"},
+    response, _ = sse_client.call_tool(
+        "countdown", {"n": 2}, id=12, session=session_meta(session), meta={"progressToken": "p-12"}
     )
-
-    response = sse_client.post(body)
 
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
@@ -719,10 +748,7 @@ def test_progress_notifications_come_first_and_never_carry_the_session(sse_clien
     final = received[-1]
     assert final["id"] == 12
     assert tool_text(final) == "done"
-    assert final["result"]["_meta"] == {
-        SERVER_INFO_KEY: QUICKSTART_INFO,
-        SESSION_KEY: {"sessionId": token, "expiresAt": session["expiresAt"]},
-    }
+    assert echo_of(final) == {"sessionId": token, "expiresAt": session["expiresAt"]}
 
 
 # -- streaming: the middleware must never hold back an event ---------------------------------------
@@ -791,3 +817,187 @@ async def test_progress_event_reaches_the_client_while_the_tool_still_waits(era:
     assert final["id"] == 7
     assert tool_text(final) == "released"
     assert final["result"]["_meta"][SESSION_KEY]["sessionId"] == session["sessionId"]
+
+
+# -- the handshake era only: initialize, and Mcp-Session-Id is the transport's, never compared ----------
+
+
+@pytest.mark.parametrize("mode", LEGACY_MODES)
+def test_initialize_advertises_sessions_and_keeps_the_servers_capabilities(
+    mode: str, servers: dict[str, httpx.Client]
+) -> None:
+    client = LegacyClient(servers[mode], "")
+    result = client.initialize()
+
+    assert result["protocolVersion"] == LEGACY
+    assert result["serverInfo"] == QUICKSTART_INFO
+    capabilities = result["capabilities"]
+    assert capabilities["sessions"] == {}
+    assert capabilities["experimental"] == {"sessions": {}}
+    assert "extensions" not in capabilities
+    assert capabilities["tools"] == {"listChanged": False}
+    assert capabilities["prompts"] == {"listChanged": False}
+    assert capabilities["resources"] == {"listChanged": False, "subscribe": False}
+
+
+@pytest.mark.parametrize(
+    ("mode", "content_type", "has_transport_session"),
+    [
+        ("stateful-json", "application/json", True),
+        ("stateful-sse", "text/event-stream", True),
+        ("stateless-json", "application/json", False),
+        ("stateless-sse", "text/event-stream", False),
+    ],
+)
+def test_initialize_is_rewritten_in_the_servers_own_framing(
+    servers: dict[str, httpx.Client], mode: str, content_type: str, has_transport_session: bool
+) -> None:
+    body = legacy_request(
+        "initialize", {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}
+    )
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    http = servers[mode]
+    response = http.post(MCP_PATH, json=body, headers=headers)
+
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith(content_type)
+    assert ("mcp-session-id" in response.headers) is has_transport_session
+    if content_type == "application/json":
+        assert int(response.headers["content-length"]) == len(response.content)
+    [message] = messages(response)
+    assert message["result"]["capabilities"]["experimental"] == {"sessions": {}}
+
+
+def test_initialize_with_an_older_version_also_advertises(servers: dict[str, httpx.Client]) -> None:
+    client = LegacyClient(servers["stateless-json"], "", version="2025-03-26")
+    result = client.initialize()
+
+    assert result["protocolVersion"] == "2025-03-26"
+    assert result["capabilities"]["sessions"] == {}
+    assert result["capabilities"]["experimental"] == {"sessions": {}}
+
+
+@pytest.mark.parametrize("mode", LEGACY_MODES)
+def test_transport_session_header_is_never_compared_with_the_data_layer_session(
+    servers: dict[str, httpx.Client], mode: str
+) -> None:
+    client = LegacyClient(servers[mode], "")
+    client.initialize()
+    mine, theirs = client.create_session(), client.create_session()
+    stateful = mode.startswith("stateful")
+    # Stateful, the header carries the SDK's transport session; stateless, another session's id there changes nothing.
+    header = {} if stateful else {"Mcp_Session_Id": theirs["sessionId"]}
+    response, message = client.call_tool("whoami", session=session_meta(mine), **header)
+
+    if stateful:
+        assert client.transport_session_id is not None
+        assert re.fullmatch(r"[0-9a-f]{32}", client.transport_session_id)
+    assert response.status_code == 200
+    assert tool_text(message) == jwt_claims(mine["sessionId"])["sid"]
+    assert echo_of(message)["sessionId"] == mine["sessionId"]
+
+
+@pytest.mark.parametrize("version", [None, "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"])
+def test_every_handshake_version_header_takes_the_legacy_rules(
+    servers: dict[str, httpx.Client], version: str | None
+) -> None:
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if version is not None:
+        headers["MCP-Protocol-Version"] = version
+    http, url = servers["stateless-json"], MCP_PATH
+    created = answer(http.post(url, json=legacy_request("sessions/create"), headers=headers))
+    session = session_meta(created["result"]["session"])
+    ok = http.post(
+        url, json=legacy_request("tools/call", {"name": "count", "arguments": {}}, session=session), headers=headers
+    )
+    mismatch = http.post(
+        url,
+        json=legacy_request("tools/call", {"name": "count", "arguments": {}}, session=session),
+        headers={**headers, "Mcp-Session-Id": "not-the-session"},
+    )
+    bad = http.post(
+        url,
+        json=legacy_request("tools/call", {"name": "count", "arguments": {}}, session={"sessionId": 7}),
+        headers=headers,
+    )
+
+    assert "resultType" not in created["result"]
+    assert tool_text(answer(ok)) == "1"
+    assert mismatch.status_code == 200
+    assert tool_text(answer(mismatch)) == "2"
+    assert_error(bad, answer(bad), 200, INVALID_REQUEST)
+
+
+@pytest.mark.parametrize("mode", ["stateful-json", "stateful-sse"])
+def test_parallel_requests_of_two_sessions_in_one_transport_session_stay_apart(
+    servers: dict[str, httpx.Client], mode: str
+) -> None:
+    client = LegacyClient(servers[mode], "")
+    client.initialize()
+    tokens = [client.create_session()["sessionId"] for _ in range(2)]
+    headers = client.headers()
+
+    def whoami(request_id: int) -> tuple[str, str] | None:
+        token = tokens[request_id % 2]
+        body = legacy_request(
+            "tools/call", {"name": "whoami", "arguments": {}}, id=request_id, session={"sessionId": token}
+        )
+        message = answer(client.http.post(client.url, json=body, headers=headers))
+        if tool_text(message) != jwt_claims(token)["sid"] or echo_of(message)["sessionId"] != token:
+            return token, tool_text(message)
+        return None
+
+    # Twenty requests at once: the app runs them concurrently on its event loop, one thread each sending.
+    with ThreadPoolExecutor(20) as pool:
+        mismatches = [found for found in pool.map(whoami, range(20), timeout=20) if found is not None]
+
+    assert mismatches == []
+
+
+@pytest.mark.parametrize("mode", ["stateful-json", "stateful-sse"])
+def test_a_session_on_initialize_never_sticks_to_the_transport_session(
+    servers: dict[str, httpx.Client], mode: str
+) -> None:
+    session = LegacyClient(servers["stateless-json"], "").create_session()
+    client = LegacyClient(servers[mode], "")
+    body = legacy_request(
+        "initialize",
+        {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}},
+        id=0,
+        session=session_meta(session),
+    )
+    response = client.http.post(client.url, json=body, headers=client.headers())
+    initialized = answer(response)
+    client.transport_session_id = response.headers["mcp-session-id"]
+    assert client.post(legacy_request("notifications/initialized", id=None)).status_code == 202
+    _, later = client.call_tool("whoami")
+
+    assert initialized["result"]["capabilities"]["experimental"] == {"sessions": {}}
+    assert echo_of(initialized)["sessionId"] == session["sessionId"]
+    assert tool_text(later) == "none"
+    assert "_meta" not in later["result"]
+
+
+@pytest.fixture(scope="module")
+def legacy_recorded() -> Iterator[tuple[httpx.Client, RecordingApp]]:
+    app = build_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=True, stateless_http=True)
+    inner = RecordingApp(app)
+    with in_process(MCPSessionMiddleware(inner, secret=SECRET)) as http:
+        yield http, inner
+
+
+@pytest.mark.parametrize(
+    "session", [pytest.param({"sessionId": "sess-invalid"}, id="unknown"), pytest.param([], id="malformed")]
+)
+@pytest.mark.parametrize("method", ["notifications/progress", "tools/call", "sessions/delete"])
+def test_handshake_era_notifications_with_an_invalid_session_are_dropped(
+    legacy_recorded: tuple[httpx.Client, RecordingApp], session: Any, method: str
+) -> None:
+    http, inner = legacy_recorded
+    body = legacy_request(method, {"progressToken": 1, "progress": 1, "name": "whoami"}, id=None, session=session)
+    inner.clear()
+    response = LegacyClient(http, "").post(body)
+
+    assert response.status_code == 202
+    assert response.content == b""
+    assert inner.seen == []

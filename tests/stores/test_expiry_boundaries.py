@@ -28,7 +28,7 @@ import pytest
 
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionStore, SessionStoreFull, SQLiteStore
 from mcp_sessions.stores import _sqlite as sqlite_store
-from mcp_sessions.stores._sqlite_writer import delete_expired, open_connection
+from mcp_sessions.stores._sqlite import delete_expired, open_connection
 
 from .conftest import Backend, unique_prefix
 

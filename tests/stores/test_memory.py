@@ -5,11 +5,9 @@ The contract it shares with every store is in test_contract.py.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import multiprocessing
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -20,9 +18,10 @@ import pytest
 
 from _redis import free_port
 from conftest import SECRET
-from mcp_sessions import MemoryStore, SessionStatus, SessionStoreFull, SessionStoreUnavailable
+from mcp_sessions.stores import MemoryStore, SessionStatus, SessionStoreFull, SessionStoreUnavailable
 
 from ._workers import ROOT, START_TIMEOUT, workers
+from .conftest import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -66,9 +65,17 @@ async def test_expired_records_make_room_soonest_first() -> None:
     await store.set("long", "k", 1, expires_at=now + 3600)
     with pytest.raises(SessionStoreFull):
         await store.set("new", "k", 1, expires_at=now + 3600)
-    await asyncio.sleep(0.35)
-    await store.set("new", "k", 1, expires_at=now + 3600)
-    await store.set("newer", "k", 1, expires_at=now + 3600)
+
+    for session_id in ("new", "newer"):  # each takes the place of an expired record, once it has expired
+
+        async def room(session_id: str = session_id) -> bool:
+            try:
+                await store.set(session_id, "k", 1, expires_at=now + 3600)
+            except SessionStoreFull:
+                return False
+            return True
+
+        await eventually(room, f"room for {session_id!r} made by an expired record")
     assert len(store) == 3
     assert await store.get("long", "k") == 1
     assert await store.get("short-1", "k") is None
@@ -121,9 +128,8 @@ async def full_store(size: int) -> MemoryStore:
     return store
 
 
-@pytest.mark.parametrize("size", [1_000, 100_000])
-async def test_a_refused_write_at_the_cap_looks_at_no_record(size: int) -> None:
-    store = await full_store(size)
+async def test_a_refused_write_at_the_cap_looks_at_no_record() -> None:
+    store = await full_store(1_000)
     before = store._examined
     for i in range(100):
         with pytest.raises(SessionStoreFull):
@@ -143,24 +149,6 @@ async def test_eviction_visits_each_expired_record_once() -> None:
         await store.set(f"new{i}", "k", 1, expires_at=now + 3600)
     assert len(store) == 10_000
     assert store._examined - before <= 5_000  # each expired record is looked at once, in total
-
-
-async def test_a_refused_write_costs_the_same_at_100k_as_at_1k() -> None:
-    """The cost ratio of a refused write, 100k records against 1k: a scan would make it about 100."""
-
-    async def cost(size: int) -> float:
-        store = await full_store(size)
-        samples = []
-        for round_ in range(7):
-            started = time.perf_counter()
-            for i in range(200):
-                with pytest.raises(SessionStoreFull):
-                    await store.touch(f"new{round_}-{i}", expires_at=EXP, now=NOW, idle_ttl=60)
-            samples.append(time.perf_counter() - started)
-        return statistics.median(samples)
-
-    small, large = await cost(1_000), await cost(100_000)
-    assert large / small < 10
 
 
 # -- the warning in worker processes --------------------------------------------------------------------

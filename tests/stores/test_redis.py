@@ -19,10 +19,9 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from _redis import RedisServer, free_port, redis_server
-from mcp_sessions import SessionStatus, SessionStoreUnavailable
-from mcp_sessions.stores import RedisStore, SessionRecord
+from mcp_sessions.stores import RedisStore, SessionRecord, SessionStatus, SessionStoreUnavailable
 
-from .conftest import unique_prefix
+from .conftest import eventually, unique_prefix
 
 pytestmark = pytest.mark.anyio
 
@@ -99,16 +98,13 @@ async def test_nothing_outlives_the_session(redis: RedisServer, raw: aioredis.Re
         await store.record("short", principal="alice", expires_at=now + 0.3, now=now)
         await store.revoke("revoked", expires_at=now + 0.3)
         assert len(await raw.keys(store.prefix + "*")) == 5
-        await asyncio.sleep(0.5)  # TTL expiry, not a timing assertion
-        assert await raw.keys(store.prefix + "*") == []
+
+        async def nothing_left() -> bool:
+            return await raw.keys(store.prefix + "*") == []
+
+        await eventually(nothing_left, "every key expired with the session")
     finally:
         await store.aclose()
-
-
-async def test_a_touch_without_idle_timeout_writes_nothing(redis_store: RedisStore, raw: aioredis.Redis) -> None:
-    for offset in (0, 100, 1000):
-        assert await redis_store.touch("s1", expires_at=EXP, now=NOW + offset, idle_ttl=None) is ACTIVE
-    assert await raw.keys(redis_store.prefix + "*") == []
 
 
 async def test_last_seen_is_written_at_most_once_per_interval(redis: RedisServer, raw: aioredis.Redis) -> None:
@@ -126,20 +122,6 @@ async def test_last_seen_is_written_at_most_once_per_interval(redis: RedisServer
         # A replica whose clock is behind never moves last-seen back.
         assert await store.touch("s1", expires_at=EXP, now=NOW - 100, idle_ttl=600, issued_at=NOW) is ACTIVE
         assert await raw.get(status) == repr(NOW + 10)
-    finally:
-        await store.aclose()
-
-
-async def test_a_throttled_session_ends_idle_late_never_early(redis: RedisServer) -> None:
-    # idle_ttl 60: the interval is min(10, 60 / 10) = 6 s; a session ends 60 to 66 s after its last use.
-    store = RedisStore(redis.url, prefix=unique_prefix(), touch_interval=10)
-    try:
-        assert await store.touch("s1", expires_at=EXP, now=NOW + 5, idle_ttl=60, issued_at=NOW) is ACTIVE  # no write
-        # The last use was at +5: at +64 the session has been idle 59 s and must live.
-        assert await store.touch("s1", expires_at=EXP, now=NOW + 64, idle_ttl=60, issued_at=NOW) is ACTIVE  # written
-        assert await store.touch("s1", expires_at=EXP, now=NOW + 64 + 66, idle_ttl=60, issued_at=NOW) is ACTIVE
-        assert await store.touch("s2", expires_at=EXP, now=NOW + 66, idle_ttl=60, issued_at=NOW) is ACTIVE
-        assert await store.touch("s3", expires_at=EXP, now=NOW + 66.5, idle_ttl=60, issued_at=NOW) is IDLE_EXPIRED
     finally:
         await store.aclose()
 

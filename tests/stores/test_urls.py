@@ -15,7 +15,7 @@ from mcp_sessions.stores import (
     RedisStore,
     SessionStore,
     SQLiteStore,
-    _urls,
+    _base,
     register_store,
     store_from_url,
 )
@@ -185,11 +185,11 @@ def test_bad_query_parameters_are_refused_at_construction(url: str, message: str
 
 
 def test_the_subscription_bus_client_refuses_them_too() -> None:
-    """``redis_client`` (the subscription bus's) checks the URL as the store does."""
-    from mcp_sessions.stores import redis_client
+    """``client_from_url`` (the subscription bus's) checks the URL as the store does."""
+    from mcp_sessions.stores._redis_client import client_from_url
 
     with pytest.raises(ValueError, match="unknown store URL parameter 'prefix'") as info:
-        redis_client("redis://:hunter2@h/0?prefix=app1:", timeout=1.0, connect_timeout=1.0, max_connections=2)
+        client_from_url("redis://:hunter2@h/0?prefix=app1:", timeout=1.0, connect_timeout=1.0, max_connections=2)
     assert "hunter2" not in str(info.value)
 
 
@@ -300,7 +300,7 @@ async def test_cluster_and_sentinel_clients_are_bounded_and_never_retry() -> Non
 
 
 def test_a_registered_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_urls, "_factories", dict(_urls._factories))
+    monkeypatch.setattr(_base, "_factories", dict(_base._factories))
     made: list[tuple[str, dict[str, Any]]] = []
 
     def factory(url: str, **options: Any) -> SessionStore:

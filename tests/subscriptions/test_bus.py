@@ -8,27 +8,21 @@ positive control: a marker published after the event must arrive first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from types import SimpleNamespace
-from typing import cast
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import PromptsListChanged, ResourceUpdated, ServerEvent, ToolsListChanged
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from _redis import RedisServer, redis_server
-from mcp_sessions._session import Session, current_session
 from mcp_sessions.subscriptions import SessionSubscriptionBus
+from subscriptions._streams import MARKER, WAIT, Stream, opened, until
 
 pytestmark = pytest.mark.anyio
-
-MARKER = PromptsListChanged()  # the positive control: published last, on the global channel
-WAIT = 3.0
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -48,40 +42,6 @@ async def replicas(
     yield a, b
     await a.aclose()
     await b.aclose()
-
-
-@contextlib.contextmanager
-def in_session(session_id: str | None, bus: SessionSubscriptionBus) -> Iterator[None]:
-    """What the middleware does for a request that names a session: the context variable set (a session of a
-    middleware given ``bus``)."""
-    session = SimpleNamespace(id=session_id, _service=SimpleNamespace(bus=bus))
-    token = current_session.set(None if session_id is None else cast(Session, session))
-    try:
-        yield
-    finally:
-        current_session.reset(token)
-
-
-class Stream:
-    """One listen stream's listener, as ListenHandler registers it, subscribed within ``session_id``."""
-
-    def __init__(self, bus: SessionSubscriptionBus, session_id: str | None) -> None:
-        self.events: list[ServerEvent] = []
-        with in_session(session_id, bus):
-            self.unsubscribe = bus.subscribe(self.events.append)
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT} s: {what}"
-        await asyncio.sleep(0.01)
-
-
-async def opened(bus: SessionSubscriptionBus, *session_ids: str) -> None:
-    """Wait until events for these sessions' streams can arrive (what the middleware waits for before the ack)."""
-    for session_id in session_ids or (None,):
-        await bus.ready(session_id)
 
 
 async def test_a_global_event_reaches_every_stream_on_every_replica(
@@ -173,14 +133,17 @@ async def test_one_pubsub_connection_per_replica_and_channels_follow_streams(red
     finally:
         await bus.aclose()
         await probe.aclose()
-    assert not [c for c in await _clients(redis) if c.get("name") == "mcp-sessions"], "aclose leaves no connection"
+    await _no_bus_connection_left(redis)
 
 
-async def _clients(redis: RedisServer) -> list[dict[str, str]]:
+async def _no_bus_connection_left(redis: RedisServer) -> None:
+    """Wait until the server holds no connection of a bus (it sees a closed one go a moment later)."""
     probe = aioredis.Redis.from_url(redis.url, decode_responses=True)
     try:
-        await asyncio.sleep(0.05)
-        return await probe.client_list()
+        deadline = time.monotonic() + WAIT
+        while [c for c in await probe.client_list() if c.get("name") == "mcp-sessions"]:
+            assert time.monotonic() < deadline, "aclose left a connection"
+            await asyncio.sleep(0.02)
     finally:
         await probe.aclose()
 

@@ -25,8 +25,7 @@ from _forwarder import Forwarder
 from _redis import RedisServer
 from _redis_topologies import READY_TIMEOUT, ClusterServers, client, redis_cluster, wait_until
 from mcp_sessions.subscriptions import SessionSubscriptionBus
-from subscriptions.test_bus import Stream, opened, until
-from subscriptions.test_topologies import channel, one_per_node
+from subscriptions._streams import Stream, channel, one_per_node, opened, until
 
 pytestmark = pytest.mark.anyio
 

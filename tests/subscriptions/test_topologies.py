@@ -25,7 +25,7 @@ from redis.crc import key_slot
 
 from _redis_topologies import ClusterServers, SentinelGroup, client, redis_cluster, sentinel_group
 from mcp_sessions.subscriptions import SessionSubscriptionBus
-from subscriptions.test_bus import MARKER, Stream, opened, until
+from subscriptions._streams import MARKER, Stream, channel, one_per_node, opened, until
 
 pytestmark = pytest.mark.anyio
 
@@ -51,21 +51,6 @@ async def pair(cluster: ClusterServers, prefix: str) -> AsyncIterator[tuple[Sess
     yield a, b
     await a.aclose()
     await b.aclose()
-
-
-def channel(prefix: str, session_id: str) -> str:
-    return f"{prefix}session:{{{session_id}}}"
-
-
-def one_per_node(cluster: ClusterServers, prefix: str, avoid: int | None = None) -> list[str]:
-    """A session id whose channel (and keys) is on each node in turn, the nodes' order."""
-    found: dict[int, str] = {}
-    for i in itertools.count():
-        sid = f"sid-{i}"
-        found.setdefault(cluster.nodes.index(cluster.node_for(channel(prefix, sid))), sid)
-        if len(found) == len(cluster.nodes):
-            return [found[index] for index in range(len(cluster.nodes))]
-    raise AssertionError("unreachable")
 
 
 def node(cluster: ClusterServers, index: int) -> aioredis.Redis:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_sessions._wire import answers as middleware_answers
+from mcp_sessions._cli import _create as middleware_answers
 from mcp_sessions_conformance import _answers as pack_answers
 from mcp_sessions_conformance._answers import json_printable
 

@@ -9,12 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import SECRET
-from mcp_sessions import KeySet, MemoryStore
-from mcp_sessions._session._principal import authenticated_user
+from mcp_sessions import KeySet
+from mcp_sessions._session import authenticated_user
 from mcp_sessions._session._service import SessionService
-from mcp_sessions._tokens._digest import IdDigests
+from mcp_sessions._tokens import IdDigests
 from mcp_sessions.sources import BUILT_IN_HOSTS, HostConversationSource, HostKey
-from mcp_sessions.sources._baggage import MAX_BAGGAGE_BYTES, MAX_BAGGAGE_MEMBERS, MAX_MEMBER_BYTES, baggage_member
+from mcp_sessions.sources._host import MAX_BAGGAGE_BYTES, MAX_BAGGAGE_MEMBERS, MAX_MEMBER_BYTES, baggage_member
+from mcp_sessions.stores import MemoryStore
 
 KEYS = KeySet.from_secret(SECRET)
 MEMBER = "gen_ai.conversation.id"

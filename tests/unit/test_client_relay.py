@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import AsyncIterator
 
 import pytest
 
-from mcp_sessions.client._incoming import Inflater
-from mcp_sessions.client._verdict import Relay
+from mcp_sessions.client._messages import MAX_DECODED, AnswerTooLarge, Inflater
+from mcp_sessions.client._transport import Relay
 
 pytestmark = pytest.mark.anyio
 
@@ -56,3 +57,21 @@ async def test_first_is_the_first_message_held_with_a_first_event_that_has_data(
     chunks: tuple[bytes, ...], decides: bool
 ) -> None:
     assert await first_of(*chunks) == (json.loads(ANSWER) if decides else None)
+
+
+def test_a_chunk_that_decodes_past_the_bound_is_refused() -> None:
+    bomb = gzip.compress(bytes(MAX_DECODED + 1))
+    with pytest.raises(AnswerTooLarge, match="decodes to over"):
+        Inflater("gzip")(bomb)
+    assert Inflater("gzip")(gzip.compress(b"{}")) == b"{}"
+
+
+async def test_a_whole_body_past_the_bound_goes_on_unread() -> None:
+    async def after_chunk() -> None:
+        pass
+
+    relay = Relay(Chunks(b"a" * 3, b"b" * 3, b"c"), Inflater(None), [1], lambda message: None, after_chunk, sse=False)
+    assert await relay.read_whole(4) is None
+    assert b"".join([chunk async for chunk in relay]) == b"aaabbbc"
+    whole = Relay(Chunks(b"a" * 3, b"b"), Inflater(None), [1], lambda message: None, after_chunk, sse=False)
+    assert await whole.read_whole(4) == b"aaab"

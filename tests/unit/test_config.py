@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from conftest import SECRET, signer_of
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore, SessionKey
+from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey, SessionsConfig
+from mcp_sessions.sources import BUILT_IN_HOSTS, HostKey
+from mcp_sessions.stores import MemoryStore
 
 TEN_YEARS = 10 * 365 * 24 * 3600
 ON_THE_KEYSET = "with keys=, set issuer, audience and max_state_size on the KeySet"
@@ -29,6 +32,13 @@ def test_defaults() -> None:
     assert (mw.keys.issuer, mw.keys.audience) == ("mcp-sessions", "mcp-sessions")
     assert signer_of(mw.keys).algorithm == "HS256"
     assert signer_of(mw.keys).kid == SessionKey.from_secret(SECRET).kid
+
+
+def test_the_defaults_trace_hosts_and_capture_nothing() -> None:
+    config = SessionsConfig(secret=SECRET)
+    assert (config.conversation_data, config.adopt_transport_sessions) == ("off", False)
+    assert config.host_keys == BUILT_IN_HOSTS
+    assert (config.capture_content, config.trace_user, config.max_conversations_per_caller) == (False, None, 1000)
 
 
 def test_options_are_applied() -> None:
@@ -80,15 +90,32 @@ def test_ttl_of_exactly_ten_years_is_accepted() -> None:
         ({"secret": SECRET, "idle_ttl": 0}, ValueError, "idle_ttl must be a positive number of seconds"),
         ({"secret": SECRET, "idle_ttl": -5}, ValueError, "idle_ttl must be a positive number of seconds"),
         ({"secret": SECRET, "idle_ttl": float("nan")}, ValueError, "idle_ttl must be a positive number"),
-        ({"secret": SECRET, "idle_ttl": float("inf")}, ValueError, r"idle_ttl .*\(at most 315360000\)"),
+        ({"secret": SECRET, "idle_ttl": float("inf")}, ValueError, r"idle_ttl .* at most 315360000 \(ten years\)"),
         ({"secret": SECRET, "max_body_size": 0}, ValueError, "max_body_size must be positive"),
         ({"secret": SECRET, "require_session": "tools/call"}, TypeError, "collection of method names, not one string"),
         ({"secret": SECRET, "require_session_tools": "count"}, TypeError, "collection of tool names, not one string"),
+        ({"secret": SECRET, "retry_after": 1.5}, ValueError, "retry_after must be a whole number of seconds"),
+        ({"secret": SECRET, "max_response_size": 0}, ValueError, "max_response_size must be a whole number of bytes"),
+        ({"secret": SECRET, "probe_timeout": 0}, ValueError, "probe_timeout must be a positive number of seconds"),
+        ({"secret": SECRET, "create_limit": (0, 60)}, ValueError, r"create_limit must be \(count, seconds\)"),
+        ({"secret": SECRET, "create_limit": (5, 86_401)}, ValueError, r"create_limit must be \(count, seconds\)"),
+        ({"secret": SECRET, "max_conversations_per_caller": True}, ValueError, "max_conversations_per_caller must"),
+        ({"secret": SECRET, "max_conversations_per_caller": 0}, ValueError, "max_conversations_per_caller must"),
+        ({"secret": SECRET, "trace_mode": "x"}, ValueError, 'trace_mode must be "link" or "session"'),
+        ({"secret": SECRET, "trace_user": "email"}, ValueError, 'trace_user must be "digest", "name" or None'),
+        ({"secret": SECRET, "conversation_data": "all"}, ValueError, "conversation_data must be one of off, principal"),
+        ({"secret": SECRET, "conversation_keys": "x"}, ValueError, "conversation_keys: 'x' is not"),
+        ({"secret": SECRET, "adopt_transport_sessions": "yes"}, TypeError, "adopt_transport_sessions is True or"),
+        ({"secret": SECRET, "capture_content": 1}, TypeError, "capture_content is True or False"),
+        ({"secret": SECRET, "profiles": "bogus"}, ValueError, "unknown session wire profile 'bogus'"),
     ],
     ids=["nothing", "both", "short-secret", "short-bytes-secret", "keys-and-issuer", "keys-and-audience",
          "keys-and-max-state-size", "ttl-zero", "ttl-negative", "ttl-nan", "ttl-infinite", "ttl-past-year-9999",
          "ttl-over-ten-years", "idle-ttl-zero", "idle-ttl-negative", "idle-ttl-nan", "idle-ttl-infinite",
-         "max-body-zero", "require-session-string", "require-session-tools-string"],
+         "max-body-zero", "require-session-string", "require-session-tools-string", "retry-after-fraction",
+         "max-response-zero", "probe-timeout-zero", "create-limit-zero", "create-limit-over-a-day",
+         "conversations-bool", "conversations-zero", "trace-mode", "trace-user", "conversation-data",
+         "conversation-keys", "adopt-not-bool", "capture-not-bool", "unknown-profile"],
 )  # fmt: skip
 def test_bad_configuration_fails_at_construction(options: dict[str, Any], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
@@ -162,6 +189,31 @@ def test_from_env_reads_every_variable() -> None:
     assert KeySet.from_secret(SECRET, issuer="https://mcp.example", audience="tenant-a").verify_session_token(token)
 
 
+@pytest.mark.parametrize(
+    ("name", "raw", "read", "expected"),
+    [
+        ("MCP_SESSIONS_PROBE_TIMEOUT", "10", lambda c: c.probe_timeout, 10.0),
+        ("MCP_SESSIONS_MAX_RESPONSE_SIZE", " 16777216 ", lambda c: c.max_response_size, 16777216),
+        ("MCP_SESSIONS_CREATE_LIMIT", "100/60", lambda c: (c.create_limit.count, c.create_limit.seconds), (100, 60.0)),
+        ("MCP_SESSIONS_MAX_CONVERSATIONS_PER_CALLER", "25", lambda c: c.max_conversations_per_caller, 25),
+        ("MCP_SESSIONS_MAX_CONVERSATIONS_PER_CALLER", "None", lambda c: c.max_conversations_per_caller, None),
+        ("MCP_SESSIONS_CONVERSATION_DATA", "Anonymous", lambda c: c.conversation_data, "anonymous"),
+        ("MCP_SESSIONS_CONVERSATION_KEYS", "header:x-chat,meta:acme/chat", lambda c: c.host_keys[:2],
+         (HostKey("header:x-chat", "header", "x-chat"), HostKey("meta:acme/chat", "meta", "acme/chat"))),
+        ("MCP_SESSIONS_ADOPT_TRANSPORT", "1", lambda c: c.adopt_transport_sessions, True),
+        ("MCP_SESSIONS_ADOPT_TRANSPORT", "Off", lambda c: c.adopt_transport_sessions, False),
+        ("MCP_SESSIONS_CAPTURE_CONTENT", "yes", lambda c: c.capture_content, True),
+        ("MCP_SESSIONS_TRACE_USER", "Name", lambda c: c.trace_user, "name"),
+        ("MCP_SESSIONS_TRACE_USER", "off", lambda c: c.trace_user, None),
+        ("MCP_SESSIONS_PROFILES", "draft,strawman", lambda c: [p.name for p in c.profiles], ["draft", "strawman"]),
+    ],
+)  # fmt: skip
+def test_from_env_each_variable_sets_its_option(
+    name: str, raw: str, read: Callable[[SessionsConfig], object], expected: object
+) -> None:
+    assert read(SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, name: raw})) == expected
+
+
 def test_from_env_blank_values_mean_unset() -> None:
     mw = MCPSessionMiddleware.from_env(
         app,
@@ -185,28 +237,54 @@ def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -
     assert mw.config.ttl == 77.0
 
 
+POSITIVE = "must be a positive number of seconds"
+WHOLE_OR_NONE = "must be a whole number, 1 or more, or None for no maximum"
+FLAG = "must be 1 or 0 (true/false, yes/no, on/off), got 'maybe'"
+
+
 @pytest.mark.parametrize(
     ("name", "raw", "message"),
     [
-        ("MCP_SESSIONS_TTL", "one day", "MCP_SESSIONS_TTL must be a number of seconds, got 'one day'"),
-        ("MCP_SESSIONS_TTL", "1d", "MCP_SESSIONS_TTL must be a number of seconds, got '1d'"),
-        ("MCP_SESSIONS_TTL", "0", "MCP_SESSIONS_TTL must be positive, got '0'"),
-        ("MCP_SESSIONS_TTL", "-60", "MCP_SESSIONS_TTL must be positive, got '-60'"),
-        ("MCP_SESSIONS_TTL", "nan", "MCP_SESSIONS_TTL must be positive, got 'nan'"),
-        ("MCP_SESSIONS_IDLE_TTL", "ten", "MCP_SESSIONS_IDLE_TTL must be a number of seconds, got 'ten'"),
-        ("MCP_SESSIONS_IDLE_TTL", "-1", "MCP_SESSIONS_IDLE_TTL must be positive, got '-1'"),
+        ("MCP_SESSIONS_TTL", "one day", " must be a number of seconds, got 'one day'"),
+        ("MCP_SESSIONS_TTL", "1d", " must be a number of seconds, got '1d'"),
+        ("MCP_SESSIONS_TTL", "0", f" {POSITIVE}"),
+        ("MCP_SESSIONS_TTL", "-60", f" {POSITIVE}"),
+        ("MCP_SESSIONS_TTL", "nan", f" {POSITIVE}"),
+        ("MCP_SESSIONS_TTL", "inf", f" {POSITIVE}, at most 315360000 (ten years)"),
+        ("MCP_SESSIONS_TTL", "1e12", f" {POSITIVE}, at most 315360000 (ten years)"),
+        ("MCP_SESSIONS_IDLE_TTL", "ten", " must be a number of seconds, got 'ten'"),
+        ("MCP_SESSIONS_IDLE_TTL", "-1", f" {POSITIVE}"),
+        ("MCP_SESSIONS_PROBE_TIMEOUT", "0", f" {POSITIVE}"),
+        ("MCP_SESSIONS_MAX_RESPONSE_SIZE", "0", " must be a whole number of bytes, 1"),
+        ("MCP_SESSIONS_MAX_RESPONSE_SIZE", "1.5", " must be a whole number of bytes, got"),
+        ("MCP_SESSIONS_CREATE_LIMIT", "100", " must be COUNT/SECONDS (for example 100/60)"),
+        ("MCP_SESSIONS_CREATE_LIMIT", "x/60", " must be COUNT/SECONDS (for example 100/60)"),
+        ("MCP_SESSIONS_CREATE_LIMIT", "0/60", " must be (count, seconds)"),
+        ("MCP_SESSIONS_CREATE_LIMIT", "10/0", " must be (count, seconds)"),
+        ("MCP_SESSIONS_MAX_CONVERSATIONS_PER_CALLER", "0", f" {WHOLE_OR_NONE}"),
+        ("MCP_SESSIONS_MAX_CONVERSATIONS_PER_CALLER", "-3", f" {WHOLE_OR_NONE}"),
+        ("MCP_SESSIONS_MAX_CONVERSATIONS_PER_CALLER", "1.5", " must be a whole"),
+        ("MCP_SESSIONS_MAX_CONVERSATIONS_PER_CALLER", "many", " must be a whole"),
+        ("MCP_SESSIONS_CONVERSATION_DATA", "everyone", " must be one of off, principal, anonymous"),
+        ("MCP_SESSIONS_CONVERSATION_KEYS", "cookie:x", ": 'cookie:x' is not 'meta:KEY'"),
+        ("MCP_SESSIONS_ADOPT_TRANSPORT", "maybe", f" {FLAG}"),
+        ("MCP_SESSIONS_CAPTURE_CONTENT", "maybe", f" {FLAG}"),
+        ("MCP_SESSIONS_TRACE_USER", "yes", ' must be "digest", "name" or None (off)'),
+        ("MCP_SESSIONS_PROFILES", "bogus", ": unknown session wire profile 'bogus'"),
+        ("MCP_SESSIONS_ERROR_CODES", "strict", " must be one of seeds, spec-safe, application"),
     ],
-)
-def test_from_env_bad_number_names_the_variable(name: str, raw: str, message: str) -> None:
+)  # fmt: skip
+def test_from_env_a_bad_value_names_the_variable(name: str, raw: str, message: str) -> None:
     with pytest.raises(ValueError) as info:
-        MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_SECRET": SECRET, name: raw})
-    assert message in str(info.value)
+        SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET, name: raw})
+    assert str(info.value).startswith(name + message)
 
 
-@pytest.mark.parametrize("raw", ["inf", "1e12"])
-def test_from_env_ttl_too_large_fails_at_construction(raw: str) -> None:
-    with pytest.raises(ValueError, match=TTL_LIMIT):
-        MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_TTL": raw})
+def test_from_env_a_keyword_is_never_blamed_on_a_variable() -> None:
+    environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_TTL": "soon"}
+    assert SessionsConfig.from_env(environ=environ, ttl=60).ttl == 60.0  # the keyword wins: the variable is not read
+    with pytest.raises(ValueError, match=r"^ttl must be"):
+        SessionsConfig.from_env(environ={"MCP_SESSIONS_SECRET": SECRET}, ttl=0)
 
 
 def test_from_env_issuer_and_audience_are_not_forced_onto_given_keys() -> None:

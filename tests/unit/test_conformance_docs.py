@@ -1,20 +1,18 @@
 """docs/conformance.md lists every check as the traceability files state it, and the site and README link it.
 
-MCP_SESSIONS_UPDATE_CONFORMANCE=1 python -m pytest -n 0 tests/unit/test_conformance_docs.py
+``python scripts/update_docs.py`` regenerates the list.
 """
 
 from __future__ import annotations
 
-import difflib
-import os
 from pathlib import Path
 
+from _docs import assert_generated
 from mcp_sessions_conformance import SCENARIOS
 from mcp_sessions_conformance._model import load_traceability
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "conformance.md"
-UPDATE_VARIABLE = "MCP_SESSIONS_UPDATE_CONFORMANCE"
 BEGIN, END = "<!-- begin checks -->\n", "<!-- end checks -->"
 
 
@@ -50,15 +48,7 @@ def render_checks() -> str:
 
 
 def test_docs_list_every_check_as_the_traceability_files_do() -> None:
-    text = DOC.read_text(encoding="utf-8")
-    head, _, rest = text.partition(BEGIN)
-    committed, _, tail = rest.partition(END)
-    rendered = render_checks()
-    if os.environ.get(UPDATE_VARIABLE) == "1":
-        DOC.write_text(head + BEGIN + rendered + END + tail, encoding="utf-8")
-        committed = rendered
-    diff = "".join(difflib.unified_diff(committed.splitlines(True), rendered.splitlines(True), "committed", "files"))
-    assert committed == rendered, f"docs/conformance.md's checks are stale: regenerate with {UPDATE_VARIABLE}=1\n{diff}"
+    assert_generated(DOC, render_checks(), BEGIN, END)
 
 
 def test_the_site_and_the_readme_link_the_page() -> None:

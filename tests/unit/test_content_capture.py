@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcp_sessions import KeySet, SessionsConfig
-from mcp_sessions._otel._content import _SECRET, MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_content
+from mcp_sessions import KeySet
+from mcp_sessions._otel._span import _SECRET, MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_content
 from mcp_sessions.handles import _format as fmt
 
 KEYS = KeySet.from_secret("a-secret-that-is-long-enough-for-hs256-0123456789")
@@ -109,15 +109,3 @@ def test_the_calls_own_tokens_are_redacted_whatever_their_shape() -> None:
     assert bounded_content(
         {"x": "an-opaque-session-value-of-forty-chars-xyz"}, ["an-opaque-session-value-of-forty-chars-xyz"]
     )[0] == (f'{{"x":"{REDACTED}"}}')
-
-
-def test_capture_content_is_off_by_default_and_a_bool() -> None:
-    assert SessionsConfig(keys=KEYS).capture_content is False
-    assert SessionsConfig(keys=KEYS, capture_content=True).capture_content is True
-    assert SessionsConfig.from_env(
-        environ={"MCP_SESSIONS_DEV": "1", "MCP_SESSIONS_CAPTURE_CONTENT": "1"}
-    ).capture_content
-    with pytest.raises(TypeError, match="capture_content is True or False"):
-        SessionsConfig(keys=KEYS, capture_content="yes")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="MCP_SESSIONS_CAPTURE_CONTENT"):
-        SessionsConfig.from_env(environ={"MCP_SESSIONS_DEV": "1", "MCP_SESSIONS_CAPTURE_CONTENT": "maybe"})

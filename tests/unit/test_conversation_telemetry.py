@@ -9,6 +9,7 @@ is over, before the server hears of it.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -19,11 +20,19 @@ from hypothesis import strategies as st
 from opentelemetry import metrics, trace
 from starlette.types import Message, Scope
 
-from mcp_sessions import KeySet, SessionsConfig
-from mcp_sessions._lifespan import watch_lifespan
+from mcp_sessions import KeySet
+from mcp_sessions._middleware import watch_lifespan
 from mcp_sessions._otel import _telemetry
-from mcp_sessions._otel._content import MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_text, readable_result
-from mcp_sessions._otel._viewers import HOUSEKEEPING_METHODS, TraceUser, call_kinds
+from mcp_sessions._otel._span import (
+    HOUSEKEEPING_METHODS,
+    MAX_CONTENT_BYTES,
+    REDACTED,
+    TRUNCATED,
+    bounded_text,
+    call_kinds,
+    readable_result,
+)
+from mcp_sessions._otel._telemetry import TraceUser
 from mcp_sessions._tokens import IdDigests
 from mcp_sessions._wire.protocol import KNOWN_METHODS
 from mcp_sessions.stores import MemoryStore
@@ -116,20 +125,6 @@ def test_a_user_digest_is_keyed_and_stable_and_a_name_is_redacted() -> None:
         return "bob"
 
     assert user_of("name", later) == "bob"
-    with pytest.raises(ValueError, match="trace_user"):
-        TraceUser("email", later, None)  # type: ignore[arg-type]
-
-
-def test_trace_user_is_an_option_and_a_variable() -> None:
-    assert SessionsConfig(keys=KEYS).trace_user is None
-    assert SessionsConfig(keys=KEYS, trace_user="digest").trace_user == "digest"
-    dev = {"MCP_SESSIONS_DEV": "1"}
-    assert SessionsConfig.from_env(environ={**dev, "MCP_SESSIONS_TRACE_USER": "Name"}).trace_user == "name"
-    assert SessionsConfig.from_env(environ={**dev, "MCP_SESSIONS_TRACE_USER": "off"}).trace_user is None
-    with pytest.raises(ValueError, match='trace_user must be "digest", "name" or None'):
-        SessionsConfig(keys=KEYS, trace_user="email")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="MCP_SESSIONS_TRACE_USER"):
-        SessionsConfig.from_env(environ={**dev, "MCP_SESSIONS_TRACE_USER": "yes"})
 
 
 class Provider:
@@ -166,8 +161,12 @@ def test_the_providers_are_flushed_each_once_and_a_failure_is_only_logged(
     assert "did not export everything" in caplog.text and "the collector is down" in caplog.text
 
 
-def test_the_api_stand_ins_are_left_alone() -> None:
-    _telemetry.flush_providers(None, None)  # the API's proxies have no force_flush: nothing to do, nothing raised
+def test_the_api_stand_ins_are_left_alone(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    monkeypatch.setattr(metrics, "get_meter_provider", metrics.NoOpMeterProvider)
+    with caplog.at_level(logging.DEBUG, logger="mcp_sessions"):
+        _telemetry.flush_providers(None, None)  # they have no force_flush: nothing to do, nothing raised
+    assert caplog.records == []
 
 
 @pytest.mark.parametrize("ending", ["lifespan.shutdown.complete", "lifespan.shutdown.failed"])
@@ -191,7 +190,7 @@ def test_a_captured_label_is_text_and_a_result_json_only_when_it_is_no_text() ->
     """The mime types the viewers read: text for a label and a tool's words, JSON for structured content."""
     from opentelemetry.sdk.trace import TracerProvider
 
-    from mcp_sessions._otel._content import record_result, record_text
+    from mcp_sessions._otel._span import record_result, record_text
 
     span = TracerProvider().get_tracer("test").start_span("s")
     record_text(span, "input", "a trip to Lisbon")

@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 
 from conftest import SECRET
-from mcp_sessions import KeySet, MemoryStore
-from mcp_sessions._plan._plan import Planner
+from mcp_sessions import KeySet
+from mcp_sessions._plan import Planner
 from mcp_sessions._session._service import SessionService
-from mcp_sessions._wire._refusal import Refusal
-from mcp_sessions.profiles import DRAFT, SessionCarrier
+from mcp_sessions._wire import Refusal
+from mcp_sessions.profiles import DRAFT
+from mcp_sessions.profiles._carriers import SessionCarrier
 from mcp_sessions.sources import DataLayerSource
+from mcp_sessions.stores import MemoryStore
 
 pytestmark = pytest.mark.anyio
 

@@ -6,10 +6,10 @@ import pytest
 
 from conftest import SECRET
 from mcp_sessions import SessionsConfig
-from mcp_sessions.client import SessionHandle
-from mcp_sessions.client._keeper import SessionKeeper
-from mcp_sessions.profiles import (
-    PROFILES,
+from mcp_sessions.client import HeldSession
+from mcp_sessions.client._session import SessionKeeper
+from mcp_sessions.profiles import PROFILES
+from mcp_sessions.profiles._base import (
     SPEC_SAFE_NOT_FOUND,
     SPEC_SAFE_REQUIRED,
     outside_reserved,
@@ -92,6 +92,6 @@ def test_the_client_reads_every_code_set(wire: str) -> None:
     seeds = PROFILES[wire]
     [spec_safe] = with_error_codes([seeds], "spec-safe")
     [application] = with_error_codes([seeds], "application")
-    keeper = SessionKeeper(SessionHandle(), None, seeds)
+    keeper = SessionKeeper(HeldSession(), None, seeds)
     assert {seeds.not_found, spec_safe.not_found, application.not_found} <= keeper.gone_codes
     assert {seeds.required, spec_safe.required, application.required} <= keeper.required_codes

@@ -9,9 +9,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from mcp_sessions._gateway._front import QueryDropped, RoutedPaths, refusal, trusted_proxies
-from mcp_sessions._gateway._headers import HostCheck, client_headers, upstream_headers
-from mcp_sessions._gateway._relay import _between_events
+from mcp_sessions._gateway._front import HostCheck, Peer, QueryDropped, RoutedPaths, refusal, trusted_proxies
+from mcp_sessions._gateway._proxy import between_events, client_headers, upstream_headers
 from mcp_sessions._gateway._replicas import Replicas
 from mcp_sessions._session import RateLimit
 from mcp_sessions._tokens import KeySet
@@ -102,7 +101,7 @@ def test_hop_by_hop_headers_and_those_connection_names_stay_behind() -> None:
         (b"baggage", b"tenant=acme, gen_ai.conversation.id=spoofed"),
     ]
     headers = upstream_headers(
-        raw, client="10.1.1.1", scheme="https", transport_id=None, conversation="sid%1", trace={}
+        raw, peer=Peer("10.1.1.1", False), scheme="https", transport_id=None, conversation="sid%1", trace={}
     )
     assert dict(headers) == {
         b"authorization": b"Bearer t",
@@ -128,7 +127,7 @@ def test_a_clients_forwarded_headers_go_on_only_from_a_trusted_proxy(trusted: bo
     ]
     headers = dict(
         upstream_headers(
-            raw, client="10.1.1.1", scheme="http", transport_id=None, conversation=None, trace={}, trusted=trusted
+            raw, peer=Peer("10.1.1.1", trusted), scheme="http", transport_id=None, conversation=None, trace={}
         )
     )
     if trusted:  # as the proxy set them, the peer (the proxy) last in X-Forwarded-For
@@ -151,7 +150,12 @@ def test_a_clients_forwarded_headers_go_on_only_from_a_trusted_proxy(trusted: bo
 def test_the_replicas_own_transport_session_id_and_the_gateways_span_replace_the_clients() -> None:
     raw = [(b"mcp-session-id", b"tag~id"), (b"traceparent", b"00-client"), (b"accept", b"*/*")]
     headers = upstream_headers(
-        raw, client=None, scheme="http", transport_id=b"id", conversation=None, trace={"traceparent": "00-gateway"}
+        raw,
+        peer=Peer(None, False),
+        scheme="http",
+        transport_id=b"id",
+        conversation=None,
+        trace={"traceparent": "00-gateway"},
     )
     assert headers == [
         (b"accept", b"*/*"),
@@ -231,7 +235,7 @@ def test_a_default_port_is_the_schemes() -> None:
     ],
 )
 def test_a_keepalive_goes_only_between_two_events(tail: bytes, between: bool) -> None:
-    assert _between_events(tail) is between
+    assert between_events(tail) is between
 
 
 def test_a_keepalive_never_splits_an_event_however_the_stream_is_cut() -> None:
@@ -243,7 +247,7 @@ def test_a_keepalive_never_splits_an_event_however_the_stream_is_cut() -> None:
         cuts = sorted(rng.sample(range(1, len(stream)), 15))
         out, tail, start = b"", b"\n\n", 0
         for cut in [*cuts, len(stream)]:
-            if _between_events(tail):
+            if between_events(tail):
                 out += b": keep-alive\n\n"
             chunk = stream[start:cut]
             out += chunk

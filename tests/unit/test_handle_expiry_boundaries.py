@@ -21,8 +21,9 @@ from collections.abc import Callable
 
 import pytest
 
-from mcp_sessions import KeySet, MemoryStore
+from mcp_sessions import KeySet
 from mcp_sessions.handles import HandleError, HandleKind, Handles
+from mcp_sessions.stores import MemoryStore
 
 pytestmark = pytest.mark.anyio
 

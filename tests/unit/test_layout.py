@@ -2,7 +2,8 @@
 
 A part is a subpackage or a loose top-level module. Parts import one another
 only one way (no cycle, ``TYPE_CHECKING`` imports included), never another
-part's private names, and every module and function stays small enough to read.
+part's private names, and no module or function grows past what one reads whole: a guard, not a size to
+cut the code to.
 The conformance pack (``conformance/``, a distribution of its own) keeps the same
 sizes and imports nothing of the package.
 """
@@ -19,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "middleware" / "mcp_sessions"
 PACK = ROOT / "conformance" / "mcp_sessions_conformance"
 NAME = "mcp_sessions"
-MAX_MODULE_LINES = 320
-MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 600  # a guard (issue 52): modules are cut by design, not by this number
+MAX_FUNCTION_LINES = 80
+MAX_FILES = 70
 MAX_CALL_LINES = 40
 MAX_LOOSE_MODULES = 15
 MAX_ANY_SHARE = 0.05
@@ -60,6 +62,11 @@ def imported(module: str, path: Path, tree: ast.Module) -> Iterator[tuple[str, s
 def test_at_most_fifteen_loose_modules() -> None:
     loose = [path.name for path in PACKAGE.glob("*.py")]
     assert len(loose) <= MAX_LOOSE_MODULES, sorted(loose)
+
+
+def test_at_most_seventy_files() -> None:
+    files = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py"))
+    assert len(files) <= MAX_FILES, f"{len(files)} files: {files}"
 
 
 def test_no_import_cycle_between_parts() -> None:
@@ -149,3 +156,19 @@ def test_few_annotations_are_any() -> None:
             annotations += len(found)
             any_count += sum("Any" in ast.unparse(annotation) for annotation in found)
     assert any_count / annotations < MAX_ANY_SHARE, f"{any_count} of {annotations} annotations use Any"
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in helper modules (``tests/**/_*.py``) and conftest files, never in a test module."""
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] if node.module else [alias.name for alias in node.names]
+            else:
+                continue
+            if any(name.rsplit(".", 1)[-1].startswith("test_") for name in names):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []

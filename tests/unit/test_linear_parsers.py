@@ -26,11 +26,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_sessions import KeySet
-from mcp_sessions._otel import _content, _names
-from mcp_sessions._otel._content import MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_content
+from mcp_sessions._otel import _span as _redact
+from mcp_sessions._otel._span import MAX_CONTENT_BYTES, REDACTED, TRUNCATED, bounded_content
 from mcp_sessions.handles import _format as fmt
-from mcp_sessions.sources import _baggage
-from mcp_sessions.sources._baggage import MAX_BAGGAGE_BYTES, MAX_BAGGAGE_MEMBERS, baggage_member
+from mcp_sessions.sources import _host
+from mcp_sessions.sources._host import MAX_BAGGAGE_BYTES, MAX_BAGGAGE_MEMBERS, baggage_member
 
 # The parser re.compile itself uses (typeshed does not describe it).
 _PARSER: Any = importlib.import_module("re._parser")
@@ -88,7 +88,7 @@ def test_the_shape_check_accepts_flat_patterns(pattern: str) -> None:
     assert linear(re.compile(pattern))
 
 
-@pytest.mark.parametrize("module", [_baggage, _content, _names], ids=lambda module: module.__name__)
+@pytest.mark.parametrize("module", [_host, _redact], ids=lambda module: module.__name__)
 def test_every_pattern_that_reads_client_strings_is_linear(module: types.ModuleType) -> None:
     patterns = [value for value in vars(module).values() if isinstance(value, re.Pattern)]
     assert [pattern.pattern for pattern in patterns if not linear(pattern)] == []
@@ -194,7 +194,7 @@ contents = st.lists(content_pieces, max_size=30).map("".join)
 @settings(max_examples=500, deadline=None)
 @given(contents)
 def test_captured_content_is_redacted_as_the_reference_scan_says(text: str) -> None:
-    assert _content._redacted_text(text, ()) == reference_content(text)
+    assert _redact._redacted_text(text, ()) == reference_content(text)
 
 
 def test_the_content_attack_is_redacted_whole() -> None:
@@ -220,4 +220,4 @@ def reference_span_value(text: str) -> str:
 @settings(max_examples=500, deadline=None)
 @given(st.lists(content_pieces, max_size=30).map("".join))
 def test_a_span_value_is_redacted_as_the_reference_scan_says(text: str) -> None:
-    assert _names._redacted(text) == reference_span_value(text)
+    assert _redact.redacted_string(text) == reference_span_value(text)

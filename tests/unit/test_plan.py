@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
-from mcp_sessions._plan._plan import Planner
+from mcp_sessions._plan import Planner
 from mcp_sessions._wire.protocol import Era
-from mcp_sessions.profiles import DRAFT, Capability, Echo, LocalMethod, SessionCarrier, WireProfile
+from mcp_sessions.profiles import DRAFT, WireProfile
+from mcp_sessions.profiles._base import Capability, LocalMethod
+from mcp_sessions.profiles._carriers import Echo, SessionCarrier
 
 JSON = {b"content-type": b"application/json"}
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mcp_sessions._policy import compile_policy
+from mcp_sessions._config import compile_policy
 from mcp_sessions.profiles import DRAFT
 
 EXEMPT = DRAFT.sessionless

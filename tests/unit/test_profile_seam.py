@@ -1,26 +1,24 @@
-"""The seam's parts the other wires need: top-level carrier and echo, shared method names, openers, declarers."""
+"""The seam's parts the other wires need: top-level carrier and echo, shared method names, openers, declarers;
+and the pipeline knowing wires only through it."""
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mcp_sessions._pipeline._echo import Target, advertise, annotate
-from mcp_sessions._plan._plan import Planner
+import mcp_sessions
+from mcp_sessions._pipeline._response import Target, advertise, annotate
+from mcp_sessions._plan import Planner
+from mcp_sessions._session import SessionNotFound
 from mcp_sessions._wire.protocol import Era
-from mcp_sessions.profiles import (
-    DRAFT,
-    PROFILES,
-    SEP1364_ALT1,
-    SEP1364_ALT2,
-    STRAWMAN,
-    InvalidSessionMeta,
-    TopLevelCarrier,
-    TopLevelEcho,
-)
+from mcp_sessions.profiles import DRAFT, PROFILES, SEP1364_ALT1, SEP1364_ALT2, SESSION_META_KEY, STRAWMAN
+from mcp_sessions.profiles._base import Claim
+from mcp_sessions.profiles._carriers import InvalidSessionMeta, TopLevelCarrier, TopLevelEcho
 
 JSON = {b"content-type": b"application/json"}
 ALL = (DRAFT, STRAWMAN, SEP1364_ALT1, SEP1364_ALT2)
@@ -45,7 +43,6 @@ def test_top_level_carrier_reads_strips_and_opens() -> None:
     message = {"method": "x", "sessionId": None}
     assert carrier.strip(message) is True and message == {"method": "x"}
     assert carrier.strip(message) is False
-    assert carrier.opens({"sessionId": None}, "initialize") and not carrier.opens({}, "initialize")
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(ALL)), ids=lambda o: ",".join(p.name for p in o))
@@ -79,11 +76,67 @@ def test_a_client_that_declared_the_strawman_gets_its_required_error() -> None:
     assert profile_of(message, (DRAFT,)) == ("draft", False)
 
 
-def test_only_the_draft_precomputes_nothing_extra() -> None:
-    planner = Planner((DRAFT,))
-    assert planner.strips is False
-    assert (planner._openers, planner._declarers, planner._guarded) == ((), (), frozenset())
-    assert Planner(ALL).strips is True
+def test_a_shared_method_name_in_no_wires_shape_goes_to_the_first_wire_that_has_it() -> None:
+    """Answered there with that wire's -32602, before a client's declaration is read."""
+    message = {"jsonrpc": "2.0", "id": 1, "method": "session/delete", "params": {}}
+    assert profile_of(message) == ("strawman", True)
+    assert profile_of(message, (SEP1364_ALT1, STRAWMAN)) == ("sep1364-alt1", True)
+
+
+def test_what_the_pipeline_asks_of_a_wire_the_draft_answers_as_the_base_does() -> None:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    assert DRAFT.claim(message, "tools/list") is None
+    assert DRAFT.claim({**message, "params": {"_meta": {SESSION_META_KEY: {}}}}, "tools/list") == (
+        Claim.NAMES,
+        None,
+    )
+    assert DRAFT.claim(message, "sessions/create") == (Claim.CALLS, DRAFT.methods["sessions/create"])
+    assert [DRAFT.header_names_session(era) for era in Era] == [era is Era.MODERN for era in Era]
+    assert STRAWMAN.header_names_session(Era.LEGACY) is False and SEP1364_ALT2.header_names_session(Era.LEGACY)
+    gone = SessionNotFound("revoked", None)
+    assert DRAFT.unknown_session("tok", gone) is not None and STRAWMAN.unknown_session("tok", gone) is None
+    assert DRAFT.gone_codes() < STRAWMAN.gone_codes()
+    assert not DRAFT.echo_ends(None) and STRAWMAN.echo_ends(None) and not STRAWMAN.echo_ends({})
+    assert [p.advertises("initialize", Era.LEGACY) for p in ALL] == [True, True, True, False]
+
+
+PIPELINE = Path(mcp_sessions.__file__).parent
+SEAM_FILES = [PIPELINE / "_middleware.py", PIPELINE / "_plan.py", *sorted((PIPELINE / "_pipeline").glob("*.py"))]
+WIRE_NAMES = ("strawman", "sep1364", "header_every_era", "opening_methods", "declared", "unknown_is_no_session")
+
+
+def names_in(tree: ast.AST) -> set[str]:
+    """Every name the code spells: variables, attributes, imports, functions, classes, arguments, keywords."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.alias):
+            found.update((node.name, node.asname or ""))
+        elif isinstance(node, ast.ImportFrom):
+            found.add(node.module or "")
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.add(node.name)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+        elif isinstance(node, ast.keyword):
+            found.add(node.arg or "")
+    return found
+
+
+@pytest.mark.parametrize("path", SEAM_FILES, ids=lambda path: path.name)
+def test_the_pipeline_knows_one_wire_interface(path: Path) -> None:
+    """No branch, field or name of a wire other than the interface's in the middleware or the pipeline."""
+    names = names_in(ast.parse(path.read_text(encoding="utf-8")))
+    assert names  # the file was read
+    assert [n for n in names if any(wire in n.lower() for wire in WIRE_NAMES)] == []
+
+
+def test_the_seam_check_finds_a_wire_name() -> None:
+    tree = ast.parse("from .profiles import SEP1364_ALT1\nif call.profile.header_every_era:\n    declared = 1\n")
+    assert {"SEP1364_ALT1", "header_every_era", "declared"} <= names_in(tree)
 
 
 def test_top_level_echo_and_null_revocation() -> None:

@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from mcp_sessions import KeySet, MemoryStore
+from mcp_sessions import KeySet
 from mcp_sessions._session import _service
 from mcp_sessions._session._service import Minted, SessionNotFound, SessionService
-from mcp_sessions.stores import SessionStore, SQLiteStore
+from mcp_sessions.stores import MemoryStore, SessionStore, SQLiteStore
 
 pytestmark = pytest.mark.anyio
 

@@ -56,31 +56,31 @@ def test_sentry_processor_puts_the_session_in_mcp_session_id(exporter: InMemoryS
         assert attributes["session.id"] == SESSION_ID, name
 
 
-def test_sentry_processor_keeps_an_mcp_session_id_the_span_started_with(exporter: InMemorySpanExporter) -> None:
-    provider = provider_with(SentrySessionSpanProcessor(), exporter=exporter)
-    tracer = provider.get_tracer("test")
-    with tracer.start_as_current_span(
-        "tools/call count", context=in_session(SESSION_ID), attributes={"mcp.session.id": "transport-digest"}
-    ):
-        pass
-    assert dict(finished(exporter)["tools/call count"].attributes or {})["mcp.session.id"] == "transport-digest"
-
-
-@pytest.mark.parametrize("session_id", [None, ""])
-def test_sentry_processor_leaves_spans_outside_a_session_alone(
-    exporter: InMemorySpanExporter, session_id: str | None
+@pytest.mark.parametrize(
+    ("processors", "session_id", "started_with", "expected"),
+    [
+        pytest.param(
+            (SentrySessionSpanProcessor,),
+            SESSION_ID,
+            {"mcp.session.id": "transport-digest"},
+            {"mcp.session.id": "transport-digest"},
+            id="sentry-keeps-what-the-span-started-with",
+        ),
+        pytest.param((SentrySessionSpanProcessor,), None, {}, {}, id="sentry-outside-a-session"),
+        pytest.param((SentrySessionSpanProcessor,), "", {}, {}, id="sentry-empty-session"),
+        # The registry reserves mcp.session.id for 2025-era transport sessions: only the opt-in processor sets it.
+        pytest.param((SessionSpanProcessor,), SESSION_ID, {}, {"session.id": SESSION_ID}, id="default-processor"),
+    ],
+)
+def test_what_each_processor_sets_on_a_span(
+    exporter: InMemorySpanExporter,
+    processors: tuple[type, ...],
+    session_id: str | None,
+    started_with: dict[str, str],
+    expected: dict[str, str],
 ) -> None:
-    provider = provider_with(SentrySessionSpanProcessor(), exporter=exporter)
-    with provider.get_tracer("test").start_as_current_span("GET /health", context=in_session(session_id)):
-        pass
-    assert "mcp.session.id" not in dict(finished(exporter)["GET /health"].attributes or {})
-
-
-def test_the_default_processor_does_not_touch_mcp_session_id(exporter: InMemorySpanExporter) -> None:
-    """The registry reserves mcp.session.id for 2025-era transport sessions: only the opt-in processor sets it."""
-    provider = provider_with(SessionSpanProcessor(), exporter=exporter)
-    span = provider.get_tracer("test").start_span("tools/call count", context=in_session(SESSION_ID))
-    span.end()
-    attributes = dict(finished(exporter)["tools/call count"].attributes or {})
-    assert attributes == {"session.id": SESSION_ID}
+    provider = provider_with(*(processor() for processor in processors), exporter=exporter)
+    tracer = provider.get_tracer("test")
+    tracer.start_span("tools/call count", context=in_session(session_id), attributes=started_with).end()
+    assert dict(finished(exporter)["tools/call count"].attributes or {}) == expected
     assert trace.get_current_span() is trace.INVALID_SPAN

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from _otel import attrs, span_strings, start_operation
 from mcp_sessions import KeySet
 from mcp_sessions._otel import Operation, Telemetry
-from mcp_sessions._otel._names import _redacted
+from mcp_sessions._otel._span import redacted_string
 from mcp_sessions.handles import _format as fmt
 
 KEYS = KeySet.from_secret("a-secret-that-is-long-enough-for-hs256-0123456789")
@@ -111,10 +111,15 @@ def test_a_huge_request_id_or_uri_is_bounded(
 
 
 @pytest.mark.parametrize(
-    "kept", ["1", "req-42", "note://notes/today", "file:///home/me/project/src/main.py", "Unknown resource: a/b"]
+    ("value", "expected"),
+    [
+        *((kept, kept) for kept in ["1", "req-42", "note://notes/today", "file:///home/me/project/src/main.py"]),
+        *((kept, kept) for kept in ["Unknown resource: a/b", "tools/call"]),
+        ("a signature: " + "A" * 43, "a signature: [redacted]"),
+    ],
 )
-def test_ordinary_values_are_kept_as_sent(kept: str) -> None:
-    assert _redacted(kept) == kept
+def test_ordinary_values_are_kept_as_sent_and_a_bearer_run_replaced(value: str, expected: str) -> None:
+    assert redacted_string(value) == expected
 
 
 bearers = st.one_of(
@@ -134,7 +139,7 @@ fillers = st.text(alphabet=st.sampled_from("ab_-.Z9 /:?=&#%\"'é"), max_size=300
 @given(st.lists(st.tuples(fillers, bearers), max_size=4), fillers)
 def test_no_part_of_a_bearer_survives_wherever_it_sits(pieces: list[tuple[str, str]], tail: str) -> None:
     text = "".join(filler + bearer for filler, bearer in pieces) + tail
-    redacted = _redacted(text)
+    redacted = redacted_string(text)
     assert len(redacted) <= BOUND
     for _, bearer in pieces:
         for part in parts(bearer):

@@ -28,7 +28,6 @@ EVENTS: list[tuple[bytes, bytes]] = [
     (b'data:{"jsonrpc":"2.0","id":8,"result":{}}\n\n',) * 2,
     (RESPONSE_IN, RESPONSE_OUT),
     (b": after\n\n",) * 2,
-    (b'data: {"jsonrpc":"2.0","id":7,"result":{}}\n\n',) * 2,  # not rewritten: once=True
 ]  # fmt: skip
 STREAM = b"".join(raw for raw, _ in EVENTS)
 EXPECTED = b"".join(out for _, out in EVENTS)
@@ -49,8 +48,8 @@ def identity(data: str) -> None:
     return None
 
 
-def run(chunks: list[bytes], transform: Callable[[str], str | None] = echo_id_7, *, once: bool = True) -> bytes:
-    rewriter = SSERewriter(transform, once=once)
+def run(chunks: list[bytes], transform: Callable[[str], str | None] = echo_id_7) -> bytes:
+    rewriter = SSERewriter(transform)
     return b"".join(rewriter.feed(chunk) for chunk in chunks) + rewriter.flush()
 
 
@@ -105,7 +104,6 @@ def test_byte_by_byte() -> None:
 
 def test_unrewritten_events_are_byte_identical() -> None:
     assert run([STREAM], identity) == STREAM
-    assert run([STREAM], identity, once=False) == STREAM
 
 
 @pytest.mark.parametrize(
@@ -178,28 +176,9 @@ def test_the_rewritten_event_leaves_with_the_feed_that_completes_it() -> None:
     assert rewriter.feed(b"\n") == b"\n"
 
 
-def test_once_passes_the_rest_through_untouched() -> None:
-    calls: list[str] = []
-
-    def transform(data: str) -> str | None:
-        calls.append(data)
-        return echo_id_7(data)
-
-    rewriter = SSERewriter(transform, once=True)
-    first = b'data: {"id":7,"result":{}}\n\n'
-    rest = b'data: {"id":7,"result":{}}\n\ndata: half an ev'
-    assert rewriter.feed(first + rest) == b'data: {"id":7,"result":{"_meta":{"echo":true}}}\n\n' + rest
-    assert rewriter.feed(b"ent\r") == b"ent\r"
-    assert rewriter.flush() == b""
-    assert calls == ['{"id":7,"result":{}}']
-
-
-def test_once_false_rewrites_every_matching_event() -> None:
+def test_every_matching_event_is_rewritten() -> None:
     twice = b'data: {"id":7,"result":{}}\n\ndata: {"id":7,"result":{}}\n\n'
-    assert run([twice], once=False) == b'data: {"id":7,"result":{"_meta":{"echo":true}}}\n\n' * 2
-    assert run([twice], once=True) == (
-        b'data: {"id":7,"result":{"_meta":{"echo":true}}}\n\ndata: {"id":7,"result":{}}\n\n'
-    )
+    assert run([twice]) == b'data: {"id":7,"result":{"_meta":{"echo":true}}}\n\n' * 2
 
 
 def test_transform_sees_joined_data_and_only_events_with_data() -> None:
@@ -226,7 +205,6 @@ def test_identity_transform_is_byte_identical_for_any_bytes_and_splits(data: byt
     points = sorted({min(c, len(data)) for c in cuts})
     chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
     assert run(chunks, identity) == data
-    assert run(chunks, identity, once=False) == data
 
 
 _SSE_ALPHABET = st.sampled_from([b"\r", b"\n", b"\r\n", b"data:", b"data: ", b"a", b":", b" ", b"id: 7", b"\xff"])
@@ -236,9 +214,8 @@ _SSE_ALPHABET = st.sampled_from([b"\r", b"\n", b"\r\n", b"data:", b"data: ", b"a
 @given(
     parts=st.lists(_SSE_ALPHABET, max_size=60),
     cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
-    once=st.booleans(),
 )
-def test_splitting_never_changes_the_output(parts: list[bytes], cuts: list[int], once: bool) -> None:
+def test_splitting_never_changes_the_output(parts: list[bytes], cuts: list[int]) -> None:
     """Any split gives what one chunk gives, with a transform that rewrites events containing 'a'."""
     data = b"".join(parts)
 
@@ -247,126 +224,4 @@ def test_splitting_never_changes_the_output(parts: list[bytes], cuts: list[int],
 
     points = sorted({min(c, len(data)) for c in cuts})
     chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
-    assert run(chunks, transform, once=once) == run([data], transform, once=once)
-
-
-def run_with(
-    chunks: list[bytes],
-    transform: Callable[[str], str | None],
-    *,
-    once: bool,
-    needles: tuple[bytes, ...] = (),
-    openings: tuple[bytes, ...] = (),
-) -> bytes:
-    rewriter = SSERewriter(transform, once=once, needles=needles, openings=openings)
-    return b"".join(rewriter.feed(chunk) for chunk in chunks) + rewriter.flush()
-
-
-_NEEDLE_ALPHABET = st.sampled_from([b"\r", b"\n", b"\r\n", b"\n\n", b"data:", b"data: ", b"b", b"x", b":", b"id: 7"])
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    parts=st.lists(_NEEDLE_ALPHABET, max_size=60),
-    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
-    once=st.booleans(),
-)
-def test_needles_skip_only_what_the_transform_would_leave(parts: list[bytes], cuts: list[int], once: bool) -> None:
-    """Passing events without a needle through unparsed gives exactly what parsing them gives."""
-    data = b"".join(parts)
-
-    def transform(text: str) -> str | None:
-        return f"R{len(text)}" if "x" in text else None  # so an event without the byte "x" stays as it is
-
-    points = sorted({min(c, len(data)) for c in cuts})
-    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
-    assert run_with(chunks, transform, once=once, needles=(b"x",)) == run([data], transform, once=once)
-
-
-def test_a_chunk_of_whole_events_without_a_needle_is_passed_on_as_the_same_object() -> None:
-    rewriter = SSERewriter(echo_id_7, needles=(b'"id"', b"\\"))
-    progress = b'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\n\n'
-    assert rewriter.feed(progress) is progress
-    half = progress[:20]
-    assert rewriter.feed(half) == b""  # an unfinished event waits, as ever
-    assert rewriter.feed(progress[20:]) == progress
-    assert rewriter.feed(RESPONSE_IN) == RESPONSE_OUT  # the response is still found and rewritten
-
-
-_OPENING_ALPHABET = st.sampled_from(
-    [
-        b"\r",
-        b"\n",
-        b"\r\n",
-        b"\n\n",
-        b"\r\r",
-        b"\n\r",
-        b"\r\n\r\n",
-        b"data: O",
-        b"event: m\r\ndata: O",
-        b"data: x",
-        b"x",
-    ]
-)
-
-
-def _transform_unless_opening(text: str) -> str | None:
-    # The promise the openings make: an event whose data starts with "O" stays as it is.
-    return f"R{len(text)}" if "x" in text and not text.startswith("O") else None
-
-
-@pytest.mark.parametrize(
-    "chunk",
-    [
-        b"data: O\r\rdata: x\n\n",
-        b"data: O\n\ndata: x\n\n",
-        b"data: O\r\n\r\ndata: x\r\n\r\n",
-        b"event: m\r\ndata: O\r\n\r\ndata: x\r\n\r\n",
-        b"data: O\n\rdata: x\n\n",
-        b"data: O\ndata: x\n\n",
-    ],
-)
-def test_a_chunk_with_a_second_event_after_an_opening_is_read(chunk: bytes) -> None:
-    openings = (b"event: m\r\ndata: O", b"data: O")
-    expected = run([chunk], _transform_unless_opening)
-    assert run_with([chunk], _transform_unless_opening, once=True, openings=openings) == expected
-
-
-@settings(max_examples=500, deadline=None)
-@given(
-    parts=st.lists(_OPENING_ALPHABET, max_size=30),
-    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8),
-    once=st.booleans(),
-)
-def test_openings_skip_only_what_the_transform_would_leave(parts: list[bytes], cuts: list[int], once: bool) -> None:
-    """A chunk that is one event starting with an opening passes unparsed: exactly what parsing it gives."""
-    data = b"".join(parts)
-
-    points = sorted({min(c, len(data)) for c in cuts})
-    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
-    openings = (b"event: m\r\ndata: O", b"data: O")
-    expected = run([data], _transform_unless_opening, once=once)
-    assert run_with(chunks, _transform_unless_opening, once=once, openings=openings) == expected
-
-
-def test_a_notification_event_is_passed_on_by_its_first_bytes_and_a_response_after_it_is_still_found() -> None:
-    """The response rewriter's openings: a compact notification, alone in its chunk, is never parsed."""
-    from mcp_sessions._pipeline._response import _NOTIFICATION_EVENTS
-
-    seen: list[str] = []
-
-    def recording(data: str) -> str | None:
-        seen.append(data)
-        return echo_id_7(data)
-
-    rewriter = SSERewriter(recording, openings=_NOTIFICATION_EVENTS)
-    progress = b'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{}}\r\n\r\n'
-    assert rewriter.feed(progress) is progress
-    assert seen == []
-    # Two events in one chunk: the second may be the response, so the chunk is read.
-    response = b'data: {"jsonrpc":"2.0","id":7,"result":{}}\n\n'
-    assert (
-        rewriter.feed(progress + response)
-        == progress + b'data: {"jsonrpc":"2.0","id":7,"result":{"_meta":{"echo":true}}}\n\n'
-    )
-    assert len(seen) == 2
+    assert run(chunks, transform) == run([data], transform)

@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import NoOpMeterProvider
-from opentelemetry.metrics import _internal as metrics_api
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
-from opentelemetry.util._once import Once
 
-from _otel import collect, global_tracing, points, start_operation
+from _otel import collect, points, start_operation
 from mcp_sessions import KeySet
-from mcp_sessions._otel import Operation, Telemetry, _telemetry
-from mcp_sessions._otel._names import OTHER, Vocabulary, _redacted
+from mcp_sessions._otel import Operation, Telemetry
+from mcp_sessions._otel._span import OTHER
+from mcp_sessions._otel._telemetry import Vocabulary
 
 TOKEN, _ = KeySet.from_secret("a-secret-that-is-long-enough-for-hs256-0123456789").mint_session_token(ttl=60)
 
@@ -55,17 +53,6 @@ def test_the_transport_session_digest_is_keyed_per_instance() -> None:
     assert digest == first.transport_session_digest(TOKEN.encode())
     assert digest != second.transport_session_digest(TOKEN.encode())
     assert digest != first.transport_session_digest(b"another")
-
-
-@pytest.mark.parametrize("around", ["{}", "Validation error: input_value={{'sessionId': '{}'}}", "x{}x"])
-def test_tokens_never_reach_a_status_or_an_original(around: str) -> None:
-    text = around.format(TOKEN)
-    cleaned = _redacted(text)
-    assert TOKEN.split(".")[1] not in cleaned and TOKEN.rsplit(".", 1)[1] not in cleaned
-    assert "[redacted]" in cleaned
-    assert _redacted("a signature: " + "A" * 43) == "a signature: [redacted]"
-    assert _redacted("tools/call") == "tools/call"
-    assert len(_redacted("x/" * 10_000)) == 256
 
 
 def test_unknown_names_are_other_on_metrics_and_span_names_and_kept_on_the_span(
@@ -129,116 +116,55 @@ def test_the_rejection_counter_bounds_its_method(
     }
 
 
-@pytest.mark.parametrize(
-    ("options", "error"),
-    [({"known_tools": "count"}, TypeError), ({"max_learned_names": -1}, ValueError), ({"trace_mode": "x"}, ValueError)],
-)
-def test_bad_options_fail_at_construction(options: dict[str, Any], error: type[Exception]) -> None:
-    with pytest.raises(error):
-        Telemetry(**options)
+class Globals:
+    """The API's global getters, answering :attr:`tracer` and :attr:`meter` (the API's stand-ins until a test
+    sets an SDK's), spied on: :meth:`ask` says which of them ``enabled()`` asked."""
 
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.tracer: object = ProxyTracerProvider()
+        self.meter: object = NoOpMeterProvider()
+        self.asked: list[str] = []
+        monkeypatch.setattr(trace, "get_tracer_provider", lambda: self.answer("get_tracer_provider", self.tracer))
+        monkeypatch.setattr(metrics, "get_meter_provider", lambda: self.answer("get_meter_provider", self.meter))
 
-def test_known_tools_are_named_from_the_start(
-    recorded: tuple[Telemetry, InMemorySpanExporter, InMemoryMetricReader],
-) -> None:
-    _, exporter, _ = recorded
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry = Telemetry(tracer_provider=provider, known_tools=["count"], max_learned_names=0)
-    start(telemetry, "tools/call", name="count").end()
-    unknown = start(telemetry, "tools/call", name="other")
-    unknown.observe_result({"content": []})  # no room to learn it
-    unknown.end()
-    provider.shutdown()
-    assert [span.name for span in exporter.get_finished_spans()] == ["tools/call count", "tools/call"]
+    def answer(self, getter: str, provider: object) -> object:
+        self.asked.append(getter)
+        return provider
+
+    def ask(self, telemetry: Telemetry) -> tuple[bool, list[str]]:
+        self.asked = []
+        return telemetry.enabled(), self.asked
 
 
 @pytest.fixture
-def no_global_sdk() -> Iterator[None]:
-    """The API's own stand-ins as the global providers, whatever an earlier test in this process set.
-
-    A global provider cannot be unset publicly: it is set aside and put back as opentelemetry-test-utils'
-    ``reset_trace_globals`` does, never skipped (a skip would hide the test under some orders).
-    """
-    saved = (
-        trace._TRACER_PROVIDER,
-        trace._TRACER_PROVIDER_SET_ONCE,
-        metrics_api._METER_PROVIDER,
-        metrics_api._METER_PROVIDER_SET_ONCE,
-    )
-    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = None, Once()
-    metrics_api._METER_PROVIDER, metrics_api._METER_PROVIDER_SET_ONCE = None, Once()
-    try:
-        assert isinstance(trace.get_tracer_provider(), ProxyTracerProvider)
-        yield
-    finally:
-        (
-            trace._TRACER_PROVIDER,
-            trace._TRACER_PROVIDER_SET_ONCE,
-            metrics_api._METER_PROVIDER,
-            metrics_api._METER_PROVIDER_SET_ONCE,
-        ) = saved
-
-
-Ask = Callable[[Telemetry], tuple[bool, list[str]]]
-
-
-@pytest.fixture
-def ask(monkeypatch: pytest.MonkeyPatch) -> Ask:
-    """``enabled()``'s answer, and which of the API's global getters it called (spied on) to give it."""
-    called: list[str] = []
-
-    def spy(name: str, original: Callable[[], object]) -> Callable[[], object]:
-        def getter() -> object:
-            called.append(name)
-            return original()
-
-        return getter
-
-    monkeypatch.setattr(trace, "get_tracer_provider", spy("get_tracer_provider", trace.get_tracer_provider))
-    monkeypatch.setattr(metrics, "get_meter_provider", spy("get_meter_provider", metrics.get_meter_provider))
-
-    def enabled(telemetry: Telemetry) -> tuple[bool, list[str]]:
-        called.clear()
-        return telemetry.enabled(), list(called)
-
-    return enabled
+def providers(monkeypatch: pytest.MonkeyPatch) -> Globals:
+    return Globals(monkeypatch)
 
 
 TRACER, METER = ["get_tracer_provider"], ["get_meter_provider"]
 
 
-@pytest.mark.usefixtures("no_global_sdk")
-def test_an_sdk_set_after_requests_without_one_is_recorded_within_a_second(
-    monkeypatch: pytest.MonkeyPatch, ask: Ask
-) -> None:
-    """enabled() asks the global getters at the first call, then once per RECHECK_SECONDS until an SDK records."""
-    now = [100.0]
-    monkeypatch.setattr(_telemetry, "monotonic", lambda: now[0])
+def test_an_sdk_set_after_requests_without_one_is_recorded_from_then_on(providers: Globals) -> None:
+    """enabled() asks the global getters while nothing records, and never again once something does."""
     telemetry = Telemetry()
-    assert ask(telemetry) == (False, TRACER + METER)  # the first call asks
-    now[0] += _telemetry.RECHECK_SECONDS / 2
-    assert ask(telemetry) == (False, [])  # within the interval: the clock only
-    with global_tracing():  # an SDK set the public way, after requests started
-        assert ask(telemetry) == (False, [])  # not seen before the interval is over
-        now[0] += _telemetry.RECHECK_SECONDS / 2
-        assert ask(telemetry) == (True, TRACER)
-        now[0] += 3600
-        assert ask(telemetry) == (True, [])  # once recording, never asked again
-        assert ask(Telemetry()) == (True, TRACER)  # an instance built after the SDK: from its first call
-    assert ask(telemetry) == (True, [])  # once recording, always recording
+    assert providers.ask(telemetry) == (False, TRACER + METER)
+    assert providers.ask(telemetry) == (False, TRACER + METER)  # asked again: an SDK may come later
+    providers.tracer = TracerProvider()  # an SDK, set after requests started
+    assert providers.ask(telemetry) == (True, TRACER)
+    assert providers.ask(telemetry) == (True, [])  # once recording, never asked again
+    assert providers.ask(Telemetry()) == (True, TRACER)  # an instance built after the SDK: from its first call
 
 
-@pytest.mark.usefixtures("no_global_sdk")
-def test_given_providers_decide_at_construction(ask: Ask) -> None:
-    assert ask(Telemetry(tracer_provider=TracerProvider())) == (True, [])
-    assert ask(Telemetry(meter_provider=MeterProvider())) == (True, [])
+def test_given_providers_are_asked_before_the_globals(providers: Globals) -> None:
+    assert providers.ask(Telemetry(tracer_provider=TracerProvider())) == (True, [])
+    assert providers.ask(Telemetry(meter_provider=MeterProvider())) == (True, TRACER)
     # The API's stand-ins, given explicitly (the proxies are what the getters answer without an SDK).
     quiet = [
         Telemetry(tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider()),
-        Telemetry(tracer_provider=trace.get_tracer_provider(), meter_provider=metrics.get_meter_provider()),
+        Telemetry(tracer_provider=ProxyTracerProvider(), meter_provider=NoOpMeterProvider()),
     ]
-    with global_tracing():
-        assert [ask(telemetry) for telemetry in quiet] == [(False, [])] * 2  # the global SDK is not theirs
+    providers.tracer = TracerProvider()
+    assert [providers.ask(telemetry) for telemetry in quiet] == [(False, [])] * 2  # the global SDK is not theirs
     # Only the signal it was given no provider for comes from the globals.
-    assert ask(Telemetry(tracer_provider=NoOpTracerProvider())) == (False, METER)
+    providers.tracer = ProxyTracerProvider()
+    assert providers.ask(Telemetry(tracer_provider=NoOpTracerProvider())) == (False, METER)
