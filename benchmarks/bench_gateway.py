@@ -19,51 +19,45 @@ A proxy's CPU per request is its process's own (``/proc/<pid>/task/*/schedstat``
 work being in another process.
 
     python benchmarks/bench_gateway.py                   # full run
-    python benchmarks/bench_gateway.py --smoke           # a few rounds: CI checks it runs
-    python benchmarks/bench_gateway.py --json out.json   # also write the numbers
-    python benchmarks/bench_gateway.py --write docs/performance.md   # put its section on the page
-    python benchmarks/bench_gateway.py --from out.json --write docs/performance.md   # from kept results
+    python benchmarks/bench_gateway.py --quick           # a few rounds: the tests check it runs
+    python benchmarks/bench_gateway.py --json out.json   # also write the results for run_all.py
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import functools
 import json
 import os
 import random
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 from _harness import (
-    CREATE_HEADERS,
-    NAME_HEADERS,
     SECRET,
     PassThrough,
+    Servers,
     build_mcp_app,
-    create_body,
-    http_headers,
+    call_headers,
+    client_headers,
+    cpu_seconds,
+    finish,
     load_average,
-    machine,
-    plain_body,
-    print_table,
-    session_body,
-    session_headers,
-    session_token,
-    write_json,
+    new_session,
+    pick_cpus,
+    section,
+    serve,
+    servers,
+    tools_call,
+    until_ready,
+    verdict,
 )
-from bench_uvicorn import SAME_LAYOUT, cpu_seconds, pick_cpus
 from starlette.types import Receive, Scope, Send
 
-# name -> (what the process serves, whether it forwards to the proxies' upstream, whether requests carry a session)
+# name -> (what its process serves, whether it forwards to the proxies' upstream, whether requests carry a session)
 SETUPS: dict[str, tuple[str, bool, bool]] = {
     "upstream directly": ("upstream", False, False),
     "pass-through control": ("pass-through", False, False),
@@ -73,9 +67,7 @@ SETUPS: dict[str, tuple[str, bool, bool]] = {
     "gateway, with session": ("gateway", True, True),
 }
 BASE = "upstream directly"
-STARTUP_SECONDS = 60.0
 GATEWAY_MULTIPLE = 1.5  # the gateway with a session adds at most this multiple of what the bare proxy adds (p50)
-SECTION = "## The gateway"
 
 
 class BareProxy:
@@ -111,145 +103,59 @@ class BareProxy:
             await response.aclose()
 
 
-def serve(kind: str, upstream: str) -> None:
-    """The server process: bind an ephemeral port, print it, serve until killed."""
-    import uvicorn
-
-    app: Any
+def app_of(kind: str, upstream: str) -> Any:
     if kind == "upstream":
-        app = build_mcp_app()
-    elif kind == "pass-through":
-        app = PassThrough(build_mcp_app())
-    elif kind == "bare-proxy":
-        app = BareProxy(upstream)
-    elif kind == "create-proxy":
+        return build_mcp_app()
+    if kind == "pass-through":
+        return PassThrough(build_mcp_app())
+    if kind == "bare-proxy":
+        return BareProxy(upstream)
+    if kind == "create-proxy":
         from fastmcp.server import create_proxy
 
-        app = create_proxy(upstream).http_app(path="/mcp")
-    else:
-        from mcp_sessions import SessionsConfig, gateway_app
+        return create_proxy(upstream).http_app(path="/mcp")
+    from mcp_sessions import SessionsConfig, gateway_app
 
-        app = gateway_app([upstream], config=SessionsConfig(secret=SECRET))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY: see bench_uvicorn
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1024)
-    print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=3600)
-    uvicorn.Server(config).run(sockets=[sock])
+    return gateway_app([upstream], config=SessionsConfig(secret=SECRET))
 
 
-@dataclass
-class Setup:
-    name: str
-    process: subprocess.Popen[str]
-    url: str = ""
-    body: bytes = b""
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    latencies: list[float] = field(default_factory=list)
-    cpu: float = 0.0
-
-
-def start(kind: str, upstream: str, cpus: set[int] | None) -> subprocess.Popen[str]:
-    environ = dict(os.environ, PYTHONHASHSEED="0")
-    command = [*SAME_LAYOUT, sys.executable, __file__, "--serve", kind, "--upstream", upstream]
-    process = subprocess.Popen(command, env=environ, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    if cpus is not None:
-        os.sched_setaffinity(process.pid, cpus)
-    return process
-
-
-def port_of(process: subprocess.Popen[str], name: str) -> int:
-    assert process.stdout is not None
-    line = process.stdout.readline()  # the port, once the socket listens
-    if not line.strip().isdigit():
-        raise RuntimeError(f"{name}: the server did not start")
-    return int(line)
-
-
-@contextlib.contextmanager
-def started(cpus: set[int] | None) -> Iterator[dict[str, Setup]]:
-    """Each setup's server, and the upstream the proxies share."""
-    processes: list[subprocess.Popen[str]] = []
+async def measure(started: Servers, rounds: int, warmup: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Each setup's latencies (seconds), one request at a time, the setups in a new shuffled order each
+    round; and each setup's process CPU seconds per request."""
+    clients = {name: httpx.AsyncClient(timeout=60) for name in SETUPS}
+    latencies: dict[str, list[float]] = {name: [] for name in SETUPS}
     try:
-        behind = start("upstream", "", cpus)
-        processes.append(behind)
-        upstream = f"http://127.0.0.1:{port_of(behind, 'the proxies upstream')}/mcp"
-        setups = {}
-        for name, (kind, forwards, _) in SETUPS.items():
-            processes.append(start(kind, upstream if forwards else "", cpus))
-            setups[name] = Setup(name, processes[-1])
-        for setup in setups.values():
-            setup.url = f"http://127.0.0.1:{port_of(setup.process, setup.name)}/mcp"
-        yield setups
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        requests = {}
+        for name, (_, _, with_session) in SETUPS.items():
+            url = started[name][1]
+            await until_ready(clients[name], url)
+            token = await new_session(clients[name], url) if with_session else None
+            body = tools_call(token)
+            raw = json.dumps(body).encode()
+            requests[name] = (url, raw, client_headers(raw, call_headers(token)))
 
+        async def one(name: str) -> float:
+            url, raw, headers = requests[name]
+            began = time.perf_counter()
+            response = await clients[name].post(url, content=raw, headers=headers)
+            elapsed = time.perf_counter() - began
+            assert response.status_code == 200 and b'"isError":false' in response.content, (name, response.content)
+            return elapsed
 
-def client_headers(body: bytes, extra: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [(name, value) for name, value in http_headers(body, extra) if name not in (b"host", b"content-length")]
-
-
-async def prepare(setup: Setup, client: httpx.AsyncClient, with_session: bool) -> None:
-    """Wait until the setup answers; then its request (a session created through the gateway, where it has one)."""
-    raw = json.dumps(plain_body()).encode()
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while True:
-        try:
-            ready = await client.post(setup.url, content=raw, headers=client_headers(raw, NAME_HEADERS))
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
-            continue
-        assert ready.status_code == 200, (setup.name, ready.content)
-        break
-    setup.body, setup.headers = raw, client_headers(raw, NAME_HEADERS)
-    if with_session:
-        create = json.dumps(create_body()).encode()
-        response = await client.post(setup.url, content=create, headers=client_headers(create, CREATE_HEADERS))
-        token = session_token(response.status_code, response.content)
-        setup.body = json.dumps(session_body(token)).encode()
-        setup.headers = client_headers(setup.body, session_headers(token))
-
-
-async def one(setup: Setup, client: httpx.AsyncClient) -> float:
-    started_at = time.perf_counter()
-    response = await client.post(setup.url, content=setup.body, headers=setup.headers)
-    elapsed = time.perf_counter() - started_at
-    assert response.status_code == 200 and b'"isError":false' in response.content, (setup.name, response.content)
-    return elapsed
-
-
-async def measure(setups: dict[str, Setup], rounds: int, warmup: int, max_seconds: float) -> int:
-    clients = {name: httpx.AsyncClient(timeout=60) for name in setups}
-    try:
-        for name, setup in setups.items():
-            await prepare(setup, clients[name], SETUPS[name][2])
-        order = list(setups)
         for _ in range(warmup):
-            for name in order:
-                await one(setups[name], clients[name])
-        before = {name: cpu_seconds(setup.process.pid) for name, setup in setups.items()}
-        deadline, done = time.monotonic() + max_seconds, 0
-        while done < rounds and time.monotonic() < deadline:
+            for name in SETUPS:
+                await one(name)
+        before = {name: cpu_seconds(started[name][0].pid) for name in SETUPS}
+        order = list(SETUPS)
+        for _ in range(rounds):
             random.shuffle(order)
             for name in order:
-                setups[name].latencies.append(await one(setups[name], clients[name]))
-            done += 1
-        for name, setup in setups.items():
-            setup.cpu = cpu_seconds(setup.process.pid) - before[name]
-        return done
+                latencies[name].append(await one(name))
+        cpu = {name: (cpu_seconds(started[name][0].pid) - before[name]) / rounds for name in SETUPS}
     finally:
         for client in clients.values():
             await client.aclose()
+    return latencies, cpu
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -257,166 +163,84 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def summarize(setups: dict[str, Setup]) -> list[dict[str, Any]]:
-    base = setups[BASE]
-    base_p50, base_p99 = percentile(base.latencies, 0.5), percentile(base.latencies, 0.99)
-    rows = []
-    for name, setup in setups.items():
-        p50, p99 = percentile(setup.latencies, 0.5), percentile(setup.latencies, 0.99)
-        rows.append(
-            {
-                "name": name,
-                "requests": len(setup.latencies),
-                "p50_us": p50 * 1e6,
-                "p99_us": p99 * 1e6,
-                "added_p50_us": (p50 - base_p50) * 1e6,
-                "added_p99_us": (p99 - base_p99) * 1e6,
-                "p50_ratio": p50 / base_p50,
-                "cpu_us": setup.cpu / len(setup.latencies) * 1e6 if setup.latencies else 0.0,
-            }
-        )
+def summarize(latencies: dict[str, list[float]], cpu: dict[str, float]) -> dict[str, dict[str, Any]]:
+    base_p50, base_p99 = percentile(latencies[BASE], 0.5), percentile(latencies[BASE], 0.99)
+    rows = {}
+    for name, values in latencies.items():
+        p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
+        rows[name] = {
+            "name": name,
+            "p50_us": p50 * 1e6,
+            "p99_us": p99 * 1e6,
+            "added_p50_us": (p50 - base_p50) * 1e6,
+            "added_p99_us": (p99 - base_p99) * 1e6,
+            "p50_ratio": p50 / base_p50,
+            "cpu_us": cpu[name] * 1e6,
+        }
     return rows
 
 
-def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    by_name = {row["name"]: row for row in rows}
-    gateway, bare = by_name["gateway, with session"]["added_p50_us"], by_name["bare httpx proxy"]["added_p50_us"]
-    multiple = gateway / bare if bare > 0 else None
-    return {
-        "multiple": multiple,
-        "target": GATEWAY_MULTIPLE,
-        "met": multiple is not None and multiple <= GATEWAY_MULTIPLE,
-    }
-
-
-def report(rows: list[dict[str, Any]]) -> None:
-    header = ("setup", "requests", "p50 µs", "p99 µs", "added p50 µs", "added p99 µs", "p50 ratio", "proxy CPU µs/req")
-    table = [
-        (
-            row["name"],
-            str(row["requests"]),
-            f"{row['p50_us']:.0f}",
-            f"{row['p99_us']:.0f}",
-            f"{row['added_p50_us']:+.0f}",
-            f"{row['added_p99_us']:+.0f}",
-            f"{row['p50_ratio']:.2f}",
-            f"{row['cpu_us']:.0f}",
-        )
-        for row in rows
-    ]
-    print_table(header, table, (False, True, True, True, True, True, True, True))
-
-
-def gateway_verdict(result: dict[str, Any]) -> list[str]:
-    """The performance page's verdict row: the gateway with a session against the bare proxy (p50)."""
-    target = f"The gateway with a session adds ≤ {GATEWAY_MULTIPLE:g}x what a bare httpx proxy adds (p50)"
-    if not result.get("available", True):
-        return [target, "not measured in this run", "not judged"]
-    rows = {row["name"]: row for row in result["rows"]}
+def gateway_verdict(rows: dict[str, dict[str, Any]]) -> dict[str, str]:
     gateway, bare = rows["gateway, with session"], rows["bare httpx proxy"]
-    measured = (
-        f"gateway with a session {gateway['added_p50_us']:+.0f} µs (p99 {gateway['added_p99_us']:+.0f}), bare "
-        f"httpx proxy {bare['added_p50_us']:+.0f} µs (p99 {bare['added_p99_us']:+.0f}), fastmcp create_proxy "
+    multiple = gateway["added_p50_us"] / bare["added_p50_us"] if bare["added_p50_us"] > 0 else None
+    return verdict(
+        f"The gateway with a session adds ≤ {GATEWAY_MULTIPLE:g}x what a bare httpx proxy adds (p50)",
+        f"gateway with a session {gateway['added_p50_us']:+.0f} µs (p99 {gateway['added_p99_us']:+.0f}), bare httpx "
+        f"proxy {bare['added_p50_us']:+.0f} µs (p99 {bare['added_p99_us']:+.0f}), fastmcp create_proxy "
         f"{rows['fastmcp create_proxy']['added_p50_us']:+.0f} µs, over the upstream's own p50 of "
-        f"{rows[BASE]['p50_us']:.0f} µs"
+        f"{rows[BASE]['p50_us']:.0f} µs",
+        None if multiple is None else multiple <= GATEWAY_MULTIPLE,
+        "the bare proxy added nothing measurable" if multiple is None else f"{multiple:.2f}x",
     )
-    judged = result["verdict"]
-    if judged["multiple"] is None:
-        return [target, measured, "not judged: the bare proxy added nothing measurable"]
-    met = "met" if judged["met"] else "**not met**"
-    return [target, measured, f"{met}: {judged['multiple']:.2f}x"]
 
 
-def section(result: dict[str, Any]) -> str:
-    """The performance page's section for this benchmark's results (``--write``, and ``run_all.py``)."""
-    if not result.get("available", True):
-        return f"{SECTION}\n\nNot measured in this run (`python benchmarks/bench_gateway.py --write PAGE`).\n"
-    lines = [
-        SECTION,
-        "",
-        "What `mcp-sessions gateway` adds to a 2026-07-28 `tools/call`, against the upstream directly, a bare",
-        "httpx streaming proxy and fastmcp's `create_proxy`, measured in one run by",
-        "`python benchmarks/bench_gateway.py`: each setup its own uvicorn process, one request at a time, the",
-        'setups alternated request by request, the proxies forwarding to an `MCPServer` of their own. "Added"',
-        "is a setup's latency less the upstream's at the same percentile; \"CPU\" is the proxy process's own",
-        "(for the upstreams, their whole request).",
-        "",
-        "| setup | p50 µs | p99 µs | added p50 µs | added p99 µs | p50 ratio | CPU µs/request |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for row in result["rows"]:
-        lines.append(
-            f"| {row['name']} | {row['p50_us']:.0f} | {row['p99_us']:.0f} | {row['added_p50_us']:+.0f} | "
-            f"{row['added_p99_us']:+.0f} | {row['p50_ratio']:.2f} | {row['cpu_us']:.0f} |"
-        )
-    target, _, judged = gateway_verdict(result)
-    machine_ = result["machine"]
-    lines += [
-        "",
-        f"{target}: {judged}. {result['rounds']} rounds on {machine_['cpu']}, {machine_['date']}; load "
-        f"{' / '.join(str(v) for v in result['load_before'])} before, "
-        f"{' / '.join(str(v) for v in result['load_after'])} after.",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def write_section(page: Path, text: str) -> None:
-    """Replace the page's section (or put it before "## Reading the numbers")."""
-    content = page.read_text(encoding="utf-8")
-    if f"\n{SECTION}\n" in content:
-        start = content.index(f"\n{SECTION}\n") + 1
-        end = content.find("\n## ", start + len(SECTION))
-        content = content[:start] + text + (content[end + 1 :] if end >= 0 else "")
-    else:
-        anchor = content.index("\n## Reading the numbers\n") + 1
-        content = content[:anchor] + text + "\n" + content[anchor:]
-    page.write_text(content, encoding="utf-8")
-
-
-async def main(args: argparse.Namespace) -> None:
-    load_before, clock = load_average(), time.monotonic()
+def main(args: argparse.Namespace) -> None:
+    began = time.monotonic(), load_average()
     server_cpus, client_cpus = pick_cpus()
     if client_cpus is not None:
         os.sched_setaffinity(0, client_cpus)
-    with started(server_cpus) as setups:
-        rounds = await measure(setups, args.rounds, args.warmup, args.max_seconds)
-    rows = summarize(setups)
-    report(rows)
-    result = {
-        "benchmark": "gateway",
-        "smoke": args.smoke,
-        "rounds": rounds,
-        "seconds": round(time.monotonic() - clock, 1),
-        "load_before": load_before,
-        "load_after": load_average(),
-        "machine": machine(),
-        "rows": rows,
-        "verdict": verdict(rows),
-    }
-    print(f"gateway with a session, added p50: {result['verdict']}")
-    write_json(args.json, result)
-    if args.write:
-        write_section(Path(args.write), section(result))
+    with servers({"upstream": [__file__, "--serve", "upstream"]}, server_cpus) as behind:
+        upstream = behind["upstream"][1]
+        commands = {name: [__file__, "--serve", kind, "--upstream", upstream] for name, (kind, _, _) in SETUPS.items()}
+        with servers(commands, server_cpus) as started:
+            latencies, cpu = asyncio.run(measure(started, args.rounds, args.warmup))
+    rows = summarize(latencies, cpu)
+    how = (
+        "What `mcp-sessions gateway` adds to a 2026-07-28 `tools/call`, against the upstream directly, a bare httpx "
+        "streaming proxy and fastmcp's `create_proxy`, measured by `bench_gateway.py`: each setup its own uvicorn "
+        f"process, one request at a time, the setups alternated request by request for {args.rounds} rounds, the "
+        "proxies forwarding to an `MCPServer` of their own. \"Added\" is a setup's latency less the upstream's at "
+        'the same percentile; "CPU" is the proxy process\'s own (for the upstreams, their whole request).'
+    )
+    header = ["setup", "p50 µs", "p99 µs", "added p50 µs", "added p99 µs", "p50 ratio", "CPU µs/request"]
+    table = [
+        [
+            r["name"],
+            f"{r['p50_us']:.0f}",
+            f"{r['p99_us']:.0f}",
+            f"{r['added_p50_us']:+.0f}",
+            f"{r['added_p99_us']:+.0f}",
+            f"{r['p50_ratio']:.2f}",
+            f"{r['cpu_us']:.0f}",
+        ]
+        for r in rows.values()
+    ]
+    sections = [section("The gateway", how, header, table)]
+    finish("gateway", args.json, args.quick, began, sections, [gateway_verdict(rows)], rows=list(rows.values()))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=400, help="measured requests per setup")
     parser.add_argument("--warmup", type=int, default=30, help="unmeasured rounds first")
-    parser.add_argument("--max-seconds", type=float, default=300.0, help="stop measuring after this long")
-    parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true", help="a few rounds only")
+    parser.add_argument("--quick", "--smoke", action="store_true", help="a few rounds only")
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
-    parser.add_argument("--write", metavar="PAGE", help="put the section on this page (docs/performance.md)")
-    parser.add_argument("--from", dest="source", metavar="JSON", help="with --write: render kept results; run nothing")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--upstream", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve, args.upstream)
-    elif args.source and args.write:
-        write_section(Path(args.write), section(json.loads(Path(args.source).read_text())))
+        serve(functools.partial(app_of, args.serve, args.upstream))
     else:
-        if args.smoke:
-            args.rounds, args.warmup, args.max_seconds = 5, 2, 60.0
-        asyncio.run(main(args))
+        if args.quick:
+            args.rounds, args.warmup = 5, 2
+        main(args)

@@ -13,60 +13,52 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import random
-import time
+import functools
 
-from _harness import NAME_HEADERS, SECRET, call, create_session, median, request, trivial_app
+from _harness import (
+    SECRET,
+    call,
+    compared,
+    create_session,
+    interleaved,
+    request,
+    session_request,
+    tools_call,
+    trivial_app,
+)
 
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore
+from mcp_sessions import KeySet, MCPSessionMiddleware
 from mcp_sessions.handles import HandleKind, Handles
+from mcp_sessions.stores import MemoryStore
 
 BASKET = HandleKind("basket", prefix="bsk")
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
 
 
-def tools_call(arguments: dict[str, object], session: str | None = None) -> dict[str, object]:
-    meta: dict[str, object] = dict(META)
-    if session is not None:
-        meta["io.modelcontextprotocol/session"] = {"sessionId": session}
-    params = {"name": "echo", "arguments": arguments, "_meta": meta}
-    return {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
-
-
-async def measure(requests: int) -> dict[str, float]:
+async def measure(requests: int) -> dict[str, dict[str, float]]:
     keys, store = KeySet.from_secret(SECRET), MemoryStore()
     handles = Handles(keys, store, kinds=[BASKET])
     app = MCPSessionMiddleware(trivial_app, keys=keys, store=store, handles=handles)
-    token = await create_session(app)
-    handle = await handles.mint(BASKET)
-    headers = [*NAME_HEADERS, (b"mcp-session-id", token.encode())]
+    with_handle = tools_call()
+    with_handle["params"]["arguments"]["basket"] = await handles.mint(BASKET)
     cases = {
-        "plain": request(tools_call({"text": "hello"}), NAME_HEADERS),
-        "session": request(tools_call({"text": "hello"}, token), headers),
-        "handle": request(tools_call({"text": "hello", "basket": handle}), NAME_HEADERS),
+        "plain": session_request(),
+        "session": session_request(await create_session(app)),
+        "handle": request(with_handle, [(b"mcp-method", b"tools/call"), (b"mcp-name", b"echo")]),
     }
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    order = list(cases) * requests
-    random.shuffle(order)
-    for name in list(cases) * 50:
-        await call(app, *cases[name])
-    for name in order:
-        started = time.process_time_ns()
-        status, body = await call(app, *cases[name])
-        samples[name].append((time.process_time_ns() - started) / 1000)
+    for name, case in cases.items():
+        status, body = await call(app, *case)
         assert status == 200 and b'"isError":false' in body, (name, body[:200])
-    return {name: median(values) for name, values in samples.items()}
+    samples = await interleaved({name: functools.partial(call, app, *case) for name, case in cases.items()}, requests)
+    return {name: compared(samples, name, "plain") for name in cases}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--smoke", action="store_true", help="a few requests: check that it runs")
+    parser.add_argument("--smoke", "--quick", action="store_true", help="a few requests: check that it runs")
     args = parser.parse_args()
-    medians = asyncio.run(measure(30 if args.smoke else args.requests))
-    session, handle = medians["session"] - medians["plain"], medians["handle"] - medians["plain"]
-    print(json.dumps({k: round(v, 1) for k, v in medians.items()}))
+    rows = asyncio.run(measure(30 if args.smoke else args.requests))
+    session, handle = rows["session"]["added_us"], rows["handle"]["added_us"]
     print(f"a session adds {session:.1f} µs, a handle adds {handle:.1f} µs: handle/session {handle / session:.2f}")
 
 

@@ -29,13 +29,14 @@ import gc
 import json
 import logging
 import secrets
+import statistics
 import time
 from typing import Any
 
-from _harness import SECRET, build_mcp_app, call, median, request, run_lifespan, trivial_app
+from _harness import SECRET, build_mcp_app, call, lifespan, request, trivial_app
 
-from mcp_sessions import KeySet, MCPSessionMiddleware, MemoryStore
-from mcp_sessions.stores import SessionStatus
+from mcp_sessions import KeySet, MCPSessionMiddleware
+from mcp_sessions.stores import MemoryStore, SessionStatus
 
 SESSION_KEY = "io.modelcontextprotocol/session"
 LEGACY_VERSION = b"2025-11-25"
@@ -90,7 +91,7 @@ async def timed(app: Any, scope: dict[str, Any], body: bytes, runs: int) -> tupl
         started = time.process_time()  # this process's CPU: what the loop spent, whatever else the machine runs
         status, _ = await call(app, scope, body)
         samples.append(time.process_time() - started)
-    return median(samples), status
+    return statistics.median(samples), status
 
 
 async def measure(elements: int, runs: int) -> dict[str, Any]:
@@ -100,9 +101,7 @@ async def measure(elements: int, runs: int) -> dict[str, Any]:
     scope_plain, body_plain = legacy_request(without)
     assert abs(len(body_tokens) - len(body_plain)) < elements, (len(body_tokens), len(body_plain))
     results: dict[str, Any] = {"elements": elements, "bytes": len(body_tokens)}
-    mcp_app = build_mcp_app()
-    stop = await run_lifespan(mcp_app)
-    try:
+    async with lifespan(build_mcp_app()) as mcp_app:
         for name, app in (("MCPServer", mcp_app), ("trivial, takes batches", trivial_app)):
             middleware = MCPSessionMiddleware(app, keys=keys, store=MemoryStore())
             await call(middleware, scope_plain, body_plain)  # warm up
@@ -114,8 +113,6 @@ async def measure(elements: int, runs: int) -> dict[str, Any]:
                 "ratio": round(tokens / plain, 2),
                 "statuses": [plain_status, tokens_status],
             }
-    finally:
-        await stop()
     store = CountingStore()
     middleware = MCPSessionMiddleware(trivial_app, keys=keys, store=store, idle_ttl=3600)
     token = keys.mint_session_token(ttl=3600)[0]

@@ -22,7 +22,7 @@ replicas, the Redis nodes and the client share the CPU, so the figures are a
 floor of what the middleware sustains, not a capacity plan.
 
     python benchmarks/bench_scale_out.py                  # full run (about a minute)
-    python benchmarks/bench_scale_out.py --smoke          # a few conversations: CI checks it runs
+    python benchmarks/bench_scale_out.py --quick          # a few conversations: the tests check it runs
     python benchmarks/bench_scale_out.py --json out.json  # also the numbers, for run_all.py
 """
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
@@ -44,8 +43,9 @@ import redis
 
 MAIN = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(MAIN / "tests"))  # the real Redis topologies the tests start
+sys.path.insert(0, str(MAIN))  # ... whose helpers import the examples
 
-from _harness import load_average  # noqa: E402 - after the path above
+from _harness import finish, load_average, section, verdict  # noqa: E402 - after the path above
 
 from _mcp import modern_headers, modern_request, session_meta  # noqa: E402
 from _redis import redis_server  # noqa: E402
@@ -213,18 +213,49 @@ async def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def report(rows: list[dict[str, Any]]) -> None:
-    print(f"{'setup':40} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'lost':>5} {'errors':>7} {'B/live':>8} {'B/del':>7}")
-    for row in rows:
-        live = f"{row['live_bytes']:.0f}" if "live_bytes" in row else "-"
-        dead = f"{row['tombstone_bytes']:.0f}" if "tombstone_bytes" in row else "-"
-        print(
-            f"{row['setup']:40} {row['requests_per_second']:8.0f} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f}"
-            f" {row['lost_increments']:5d} {sum(row['errors'].values()):7d} {live:>8} {dead:>7}"
-        )
-    for row in rows:
-        for what, times in row["errors"].items():
-            print(f"  {row['setup']}: {times} x {what}")
+def scale_out_report(
+    rows: list[dict[str, Any]], args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    how = (
+        "`bench_scale_out.py`: real uvicorn processes serving `examples/quickstart.py` (JSON responses), configured "
+        "only by environment as a deployment is: one replica on the memory store (the base), three replicas sharing "
+        "one Redis (`redis://`), and three sharing a three-node Redis Cluster (`redis+cluster://`). A load generator "
+        f"on the same machine runs {args.conversations} conversations per setup, {args.concurrency} at a time, each "
+        f"`sessions/create`, {args.calls} `tools/call count` (an increment of `session.data`) and `sessions/delete`, "
+        "every request sent to the next replica in turn; p50 and p99 are per request, as the client sees them. "
+        '"lost increments" counts the conversations whose counts were not exactly 1, 2, …; "errors" every answer '
+        "that was not a result. The Redis memory is `MEMORY USAGE` of the keys, summed over the nodes, per session "
+        f"({args.memory_sessions} live sessions with a counter, then the same deleted: a deleted session keeps a "
+        "tombstone until its token would have expired). Replicas, Redis and the client share this machine's cores: "
+        "the figures are a floor, not a capacity plan."
+    )
+    header = ["setup", "conversations", "requests", "requests/s", "p50 ms", "p99 ms", "lost increments", "errors"]
+    header += ["Redis bytes per live session", "per deleted session"]
+    table = [
+        [
+            row["setup"],
+            row["conversations"],
+            row["requests"],
+            f"{row['requests_per_second']:.0f}",
+            f"{row['p50_ms']:.1f}",
+            f"{row['p99_ms']:.1f}",
+            row["lost_increments"],
+            sum(row["errors"].values()),
+            f"{row['live_bytes']:.0f}" if "live_bytes" in row else "n/a",
+            f"{row['tombstone_bytes']:.0f}" if "tombstone_bytes" in row else "n/a",
+        ]
+        for row in rows
+    ]
+    lost, errors = sum(row["lost_increments"] for row in rows), sum(sum(row["errors"].values()) for row in rows)
+    judged = verdict(
+        f"Scale out: {REPLICAS} replicas sharing a Redis or a Redis Cluster lose no increment, answer every request",
+        "; ".join(
+            f"{row['setup']}: {row['requests_per_second']:.0f} requests/s, p99 {row['p99_ms']:.1f} ms" for row in rows
+        ),
+        lost == 0 and errors == 0,
+        f"{lost} conversations lost an increment, {errors} errors",
+    )
+    return [section("Scale out", how, header, table)], [judged]
 
 
 def main() -> None:
@@ -234,27 +265,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=8, help="tools/call count per conversation")
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of load per setup at most")
     parser.add_argument("--memory-sessions", type=int, default=500, help="live sessions for the memory figure")
-    parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true", help="a few conversations only")
-    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--quick", "--smoke", action="store_true", help="a few conversations only")
+    parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     args = parser.parse_args()
-    if args.smoke:
+    if args.quick:
         args.conversations, args.concurrency, args.calls, args.memory_sessions = 12, 4, 3, 20
-    started, before = time.monotonic(), load_average()
+    began = time.monotonic(), load_average()
     rows = asyncio.run(measure(args))
-    report(rows)
-    if args.json is not None:
-        numbers = {
-            "benchmark": "scale_out",
-            "smoke": args.smoke,
-            "rows": rows,
-            "args": {key: value for key, value in vars(args).items() if key != "json"},
-            "seconds": time.monotonic() - started,
-            "load_before": before,
-            "load_after": load_average(),
-        }
-        args.json.write_text(json.dumps(numbers, indent=2) + "\n")
-    if any(row["lost_increments"] or row["errors"] for row in rows):
-        sys.exit(1)
+    sections, verdicts = scale_out_report(rows, args)
+    finish("scale_out", args.json, args.quick, began, sections, verdicts, rows=rows)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ Constant memory shows as the same peak at every size; a middleware that
 buffered would peak at the stream's size.
 
     python benchmarks/bench_sse.py                 # 10 MB and 100 MB
-    python benchmarks/bench_sse.py --smoke         # a few MB: CI checks it runs
+    python benchmarks/bench_sse.py --quick         # a few MB: the tests check it runs
     python benchmarks/bench_sse.py --json out.json # also write the numbers for run_all.py
 """
 
@@ -38,30 +38,27 @@ import asyncio
 import gc
 import json
 import random
+import statistics
 import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 from _harness import (
+    METHOD_NOT_FOUND,
     SECRET,
     SESSION_META_KEY,
-    App,
     Request,
-    SessionFloor,
     create_session,
+    finish,
     load_average,
-    machine,
-    median,
-    print_table,
     read_whole,
-    request,
-    send_not_found,
-    session_body,
-    session_headers,
-    write_json,
+    section,
+    send_json,
+    session_request,
+    verdict,
 )
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mcp_sessions import MCPSessionMiddleware
 
@@ -95,7 +92,7 @@ class StreamingApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if b'"tools/call"' not in await read_whole(receive):  # the middleware's probe, say
-            return await send_not_found(send)
+            return await send_json(send, METHOD_NOT_FOUND)
         self.produced = 0
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         for _ in range(self.events):
@@ -139,7 +136,7 @@ class Consumer:
             self.last = body
 
 
-async def stream(target: App, downstream: StreamingApp, req: Request, *, stop_at_first: bool = False) -> Consumer:
+async def stream(target: ASGIApp, downstream: StreamingApp, req: Request, *, stop_at_first: bool = False) -> Consumer:
     scope, body = req
     consumer = Consumer(downstream, stop_at_first=stop_at_first)
     sent = False
@@ -178,7 +175,7 @@ def reset_peak_rss() -> bool:
     return True
 
 
-async def long_stream(name: str, target: App, downstream: StreamingApp, req: Request) -> dict[str, Any]:
+async def long_stream(name: str, target: ASGIApp, downstream: StreamingApp, req: Request) -> dict[str, Any]:
     gc.collect()
     reset = reset_peak_rss()
     rss_before = vm_kib("VmRSS")
@@ -207,7 +204,7 @@ async def long_stream(name: str, target: App, downstream: StreamingApp, req: Req
     }
 
 
-async def first_events(cases: dict[str, tuple[App, StreamingApp, Request]], rounds: int) -> dict[str, list[float]]:
+async def first_events(cases: dict[str, tuple[ASGIApp, StreamingApp, Request]], rounds: int) -> dict[str, list[float]]:
     """Time to first event in µs, the cases alternating in a shuffled order, each stream stopped there."""
     samples: dict[str, list[float]] = {name: [] for name in cases}
     order = list(cases) * rounds
@@ -219,48 +216,48 @@ async def first_events(cases: dict[str, tuple[App, StreamingApp, Request]], roun
     return samples
 
 
-def report(rows: list[dict[str, Any]]) -> None:
-    header = (
-        "stream",
-        "MB",
-        "events",
-        "first event µs",
-        "added µs",
-        "held back",
-        "traced peak KiB",
-        "peak RSS growth KiB",
-        "CPU s",
-        "MB/s",
-    )
-    table = [
-        (
-            row["name"],
-            f"{row['bytes'] / MB:.1f}",
-            str(row["events"]),
-            f"{row['ttfe_us']:.1f}",
-            f"{row['ttfe_added_us']:.1f}",
-            str(row["held_back"]),
-            f"{row['traced_peak_kib']:.1f}",
-            "n/a" if row["rss_growth_kib"] is None else str(row["rss_growth_kib"]),
-            f"{row['cpu_seconds']:.2f}",
-            f"{row['mb_per_second']:.0f}",
-        )
-        for row in rows
+CONSTANT_KIB = 64.0  # constant memory: the traced peak grows by less than this from the smallest stream to the largest
+RATE_SHARE = 0.5  # a long SSE response at no less than this share of the bare app's rate
+
+
+def sse_verdicts(rows: list[dict[str, Any]]) -> list[dict[str, str]]:
+    ours = [row for row in rows if row["name"] != "bare app"]
+    bare = {row["size_mb"]: row for row in rows if row["name"] == "bare app"}
+    growth = ours[-1]["traced_peak_kib"] - ours[0]["traced_peak_kib"]
+    held = max(row["held_back"] for row in ours)
+    shares = {row["size_mb"]: row["mb_per_second"] / bare[row["size_mb"]]["mb_per_second"] for row in ours}
+    largest = f"{ours[-1]['size_mb']:g} MB"
+    return [
+        verdict(
+            f"A {largest} SSE response through the middleware: constant memory, no event held back",
+            "; ".join(
+                f"{row['size_mb']:g} MB: traced peak {row['traced_peak_kib']:.1f} KiB, first event "
+                f"{row['ttfe_added_us']:+.1f} µs, events held back {row['held_back']}"
+                for row in ours
+            ),
+            growth < CONSTANT_KIB and held == 0,
+            f"the peak grew {growth:+.1f} KiB from the smallest stream to the largest; {held} events held back",
+        ),
+        verdict(
+            f"A long SSE response at ≥ {RATE_SHARE:g}x the bare app's rate",
+            "; ".join(
+                f"{row['size_mb']:g} MB: {row['mb_per_second']:.0f} MB/s against "
+                f"{bare[row['size_mb']]['mb_per_second']:.0f}"
+                for row in ours
+            ),
+            min(shares.values()) >= RATE_SHARE,
+            ", ".join(f"x{share:.2f} at {size:g} MB" for size, share in shares.items()),
+        ),
     ]
-    print_table(header, table, (False, True, True, True, True, True, True, True, True, True))
 
 
-async def main(sizes: list[float], ttfe_rounds: int, rate_rounds: int, json_out: str | None, smoke: bool) -> None:
-    load_before = load_average()
-    started = time.monotonic()
+async def measured_rows(sizes: list[float], ttfe_rounds: int, rate_rounds: int) -> list[dict[str, Any]]:
     downstream = StreamingApp(2)
     middleware = MCPSessionMiddleware(downstream, secret=SECRET)
-    token = await create_session(middleware)
-    req = request(session_body(token), session_headers(token))
-    cases: dict[str, tuple[App, StreamingApp, Request]] = {
+    req = session_request(await create_session(middleware))
+    cases: dict[str, tuple[ASGIApp, StreamingApp, Request]] = {
         "bare app": (downstream, downstream, req),
         "middleware, with session": (middleware, downstream, req),
-        "session floor": (SessionFloor(downstream, {token: object()}), downstream, req),
     }
     await first_events(cases, 20)  # warm up
     rows = []
@@ -276,46 +273,61 @@ async def main(sizes: list[float], ttfe_rounds: int, rate_rounds: int, json_out:
                 started_cpu = time.process_time()
                 await stream(target, app, case_request)
                 cpu[name].append(time.process_time() - started_cpu)
-        random.shuffle(names)
         for name in names:
             target, app, case_request = cases[name]
             row = await long_stream(name, target, app, case_request)
-            seconds = median(cpu[name])
+            seconds = statistics.median(cpu[name])
             row |= {"cpu_seconds": seconds, "mb_per_second": row["bytes"] / MB / seconds if seconds else 0.0}
-            added = median(ttfe[name]) - median(ttfe["bare app"])
-            rows.append({"size_mb": size, **row, "ttfe_us": median(ttfe[name]), "ttfe_added_us": added})
+            added = statistics.median(ttfe[name]) - statistics.median(ttfe["bare app"])
+            rows.append({"size_mb": size, **row, "ttfe_us": statistics.median(ttfe[name]), "ttfe_added_us": added})
     rows.sort(key=lambda row: (row["size_mb"], row["name"]))
-    report(rows)
-    write_json(
-        json_out,
-        {
-            "benchmark": "sse",
-            "smoke": smoke,
-            "sizes_mb": sizes,
-            "event_bytes": len(PROGRESS),
-            "ttfe_rounds": ttfe_rounds,
-            "rate_rounds": rate_rounds,
-            "seconds": round(time.monotonic() - started, 1),
-            "load_before": load_before,
-            "load_after": load_average(),
-            "machine": machine(),
-            "rows": rows,
-        },
+    return rows
+
+
+def main(args: argparse.Namespace) -> None:
+    began = time.monotonic(), load_average()
+    rows = asyncio.run(measured_rows(args.sizes, args.ttfe_rounds, args.rate_rounds))
+    how = (
+        "`bench_sse.py`: a downstream ASGI app answers one session-bearing `tools/call` with a `text/event-stream` "
+        f"of progress notifications ({len(PROGRESS)} bytes each, one ASGI message per event) ending with the "
+        "response, which the middleware rewrites to add the session echo, so that it scans the whole stream; called "
+        'directly with a `send` that counts and drops what it receives. "first event µs" is the median time from '
+        f"calling the app to the first event reaching `send` over {args.ttfe_rounds} streams per app, each stopped "
+        'there; "held back" the most events the app had sent that had not yet reached the client; "traced peak" '
+        'the `tracemalloc` peak over what was allocated before the stream; "peak RSS growth" that of `VmHWM`; '
+        f"CPU s and MB/s the median of {args.rate_rounds} whole streams per app, the apps taking turns."
     )
+    header = ["app", "stream MB", "events", "first event µs", "added µs", "held back", "traced peak KiB"]
+    header += ["peak RSS growth KiB", "CPU s", "MB/s"]
+    table = [
+        [
+            row["name"],
+            f"{row['bytes'] / MB:.1f}",
+            row["events"],
+            f"{row['ttfe_us']:.1f}",
+            f"{row['ttfe_added_us']:+.1f}",
+            row["held_back"],
+            f"{row['traced_peak_kib']:.1f}",
+            "n/a" if row["rss_growth_kib"] is None else row["rss_growth_kib"],
+            f"{row['cpu_seconds']:.2f}",
+            f"{row['mb_per_second']:.0f}",
+        ]
+        for row in rows
+    ]
+    sections = [section("A long SSE response", how, header, table)]
+    finish("sse", args.json, args.quick, began, sections, sse_verdicts(rows), rows=rows)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[10.0, 100.0], help="stream sizes in MB")
     parser.add_argument(
-        "--ttfe-rounds", type=int, default=500, help="streams per app and size, stopped at their first event"
+        "--ttfe-rounds", type=int, default=500, help="streams per app and size, stopped at the first event"
     )
-    parser.add_argument(
-        "--rate-rounds", type=int, default=7, help="whole streams per app and size for the rate (the median)"
-    )
-    parser.add_argument("--smoke", "--quick", dest="smoke", action="store_true", help="a few MB only")
+    parser.add_argument("--rate-rounds", type=int, default=7, help="whole streams per app and size for the rate")
+    parser.add_argument("--quick", "--smoke", action="store_true", help="a few MB only")
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     args = parser.parse_args()
-    if args.smoke:
+    if args.quick:
         args.sizes, args.ttfe_rounds, args.rate_rounds = [1.0, 3.0], 10, 2
-    asyncio.run(main(args.sizes, args.ttfe_rounds, args.rate_rounds, args.json, args.smoke))
+    main(args)

@@ -96,21 +96,6 @@ async def measure_store(store: SessionStore, requests: int, rounds: int) -> dict
     }
 
 
-async def sqlite_hop(store: SQLiteStore, requests: int, rounds: int) -> dict[str, float]:
-    """One trivial query in the event loop, and the same on the store's thread: what the hop costs."""
-
-    async def here(i: int) -> None:
-        store._writer.read_here("SELECT 1", ())
-
-    async def there(i: int) -> None:
-        await store._writer.run(store._writer.read, "SELECT 1", ())
-
-    return {
-        "SELECT 1 in the event loop": await per_request(here, requests, rounds),
-        "SELECT 1 on the store's thread": await per_request(there, requests, rounds),
-    }
-
-
 async def run(redis_url: str | None, requests: int, rounds: int) -> dict[str, dict[str, float]]:
     """Every store's row."""
     results: dict[str, dict[str, float]] = {}
@@ -119,7 +104,6 @@ async def run(redis_url: str | None, requests: int, rounds: int) -> dict[str, di
         sqlite = SQLiteStore(Path(directory) / "sessions.db")
         try:
             results["sqlite"] = await measure_store(sqlite, requests, rounds)
-            results["sqlite"].update(await sqlite_hop(sqlite, requests, rounds))
         finally:
             await sqlite.aclose()
     if redis_url is not None:
