@@ -113,10 +113,10 @@ class ResponseRewriter:
         await self._send(message)  # trailers, pushes, disconnects, an unrewritten body: untouched
 
     def _rewrite_event(self, data: str) -> str | None:
-        new = self._rewritten(data.encode())
+        new = self._rewritten(data)
         return None if new is None else new.decode()
 
-    def _rewritten(self, body: bytes) -> bytes | None:
+    def _rewritten(self, body: bytes | str) -> bytes | None:
         """A response body (one message or a batch) with what each answer gains; ``None`` when unchanged."""
         try:
             parsed = jsonrpc.loads(body, answer=True)

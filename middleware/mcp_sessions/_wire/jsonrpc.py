@@ -41,7 +41,7 @@ _decoder = json.JSONDecoder(object_pairs_hook=_object)
 _answer_decoder = json.JSONDecoder()
 
 
-def loads(body: bytes, *, answer: bool = False) -> Any:
+def loads(body: bytes | str, *, answer: bool = False) -> Any:
     """The parsed body, or ``None`` when it is not JSON (the app answers those).
 
     In a request, an object that repeats a member name is parsed as a dict that records the names it
@@ -49,11 +49,11 @@ def loads(body: bytes, *, answer: bool = False) -> Any:
     and the server's could otherwise read two sessions from one body. An ``answer`` (what the server
     sent back) names no session to check, so the parser builds its objects without that record. Decoded
     as ``json.loads(bytes)`` decodes (a BOM, UTF-16 and UTF-32, lone surrogates), so that no body the
-    server would read as JSON-RPC passes here as "not JSON".
+    server would read as JSON-RPC passes here as "not JSON". Text (an event's data) is parsed as it is.
     """
     try:
-        decoder = _answer_decoder if answer else _decoder
-        return decoder.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
+        text = body if isinstance(body, str) else body.decode(json.detect_encoding(body), "surrogatepass")
+        return (_answer_decoder if answer else _decoder).decode(text)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
 

@@ -1,6 +1,7 @@
 """An incremental ``text/event-stream`` rewriter that never holds back a complete event.
 
-Events are found by the WHATWG grammar (lines end in CRLF, LF or CR; a blank line ends an event). Each
+Lines are read as the WHATWG parser reads them (each ends in CRLF, LF or CR; a blank line ends an event),
+each byte looked at once: a line is taken when its end arrives, its ``data`` value kept for the event. Each
 complete event leaves with the chunk that completes it, byte for byte as it arrived unless its data is
 rewritten; only the bytes of an unfinished event wait for the next chunk, and only up to ``max_event`` of
 them: past it the rewriter holds nothing more and says so (:attr:`SSERewriter.overflowed`), for its caller
@@ -14,9 +15,7 @@ from collections.abc import Callable
 from typing import Final
 
 _EOL: Final = re.compile(rb"\r\n|\r|\n")
-# The line end of an event's last line, then the blank line (group 1) that ends the event. A CR is a line
-# end of its own only when no LF follows it (else the two are one CRLF).
-_EVENT_END: Final = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(\r\n|\r|\n)")
+_CR, _LF = 13, 10
 
 Transform = Callable[[str], "str | None"]
 
@@ -33,30 +32,55 @@ class SSERewriter:
     def __init__(self, transform: Transform, *, max_event: int | None = None) -> None:
         self._transform = transform
         self._max_event = max_event
-        self._buf = bytearray()
+        self._buf = bytearray()  # the unfinished event
+        self._line = 0  # where its unfinished line starts in _buf
+        self._scanned = 0  # how far that line has been searched for its end
+        self._data: list[bytes] = []  # the values of its data lines so far
+        self._after_cr = False  # the last byte seen was a CR that ended a line: an LF next belongs to it
         self.overflowed = False
 
     def feed(self, chunk: bytes) -> bytes:
         if self.overflowed:
             return b""  # the rest of an event that was never sent
+        out: list[bytes | bytearray] = []
         buf = self._buf
-        # The bytes held end no event, but an end may begin in their last two ("\r\n" + "\n"): the search
-        # starts there, so that each byte is scanned a bounded number of times.
-        search_from = max(len(buf) - 2, 0)
+        if self._after_cr and chunk:
+            self._after_cr = False
+            if chunk[0] == _LF:  # the LF of a CRLF split across chunks: it goes where its CR went
+                chunk = chunk[1:]
+                if buf:
+                    buf.append(_LF)
+                    self._line = self._scanned = len(buf)
+                else:
+                    out.append(b"\n")
         buf += chunk
-        out = []
-        start = 0
+        line, sent = self._line, 0
+        start = max(line, self._scanned)  # the unfinished line was searched up to here for its end
+        lf = buf.find(b"\n", start)
         while True:
-            if (blank := _EOL.match(buf, start)) is not None:
-                end = blank.end()  # a blank line where an event would start (or the LF of a CRLF split)
-                out.append(bytes(buf[start:end]))
-            elif (match := _EVENT_END.search(buf, max(search_from, start))) is not None:
-                end = match.end()
-                out.append(self._event(bytes(buf[start:end]), match.start(1) - start))
-            else:
+            if -1 < lf < start:
+                lf = buf.find(b"\n", start)
+            cr = buf.find(b"\r", start, len(buf) if lf == -1 else lf)  # a CR counts only before the next LF
+            end = lf if cr == -1 else cr
+            if end == -1:
                 break
-            start = end
-        del buf[:start]
+            after = end + 1
+            if buf[end] == _CR:
+                if after == len(buf):
+                    self._after_cr = True
+                elif buf[after] == _LF:
+                    after += 1
+            if end == line:  # a blank line: the event ends with it
+                out.append(self._event(buf[sent:after], end - sent))
+                self._data = []
+                sent = after
+            elif buf.startswith(b"data", line):
+                field, _, value = buf[line:end].partition(b":")
+                if field == b"data":
+                    self._data.append(bytes(value[1:] if value.startswith(b" ") else value))
+            line = start = after
+        del buf[:sent]
+        self._line, self._scanned = line - sent, len(buf)
         if self._max_event is not None and len(buf) > self._max_event:  # counted as it arrives
             self.overflowed = True
             buf.clear()
@@ -66,25 +90,25 @@ class SSERewriter:
         """Whatever is left at the end of the stream, unchanged."""
         rest = bytes(self._buf)
         self._buf.clear()
+        self._line = self._scanned = 0
+        self._data = []
+        self._after_cr = False
         return rest
 
-    def _event(self, raw: bytes, blank: int) -> bytes:
+    def _event(self, raw: bytearray, blank: int) -> bytes | bytearray:
         """One complete event, rewritten or as it came; ``raw[blank:]`` is the blank line that ends it."""
-        lines = _EOL.split(raw[:blank])[:-1]
-        data_lines = []
-        for line in lines:
-            field, _, value = line.partition(b":")
-            if field == b"data":
-                data_lines.append(value[1:] if value.startswith(b" ") else value)
+        if not self._data:
+            return raw
         try:
-            data = b"\n".join(data_lines).decode()
+            data = b"\n".join(self._data).decode()
         except UnicodeDecodeError:
             return raw
-        if not data_lines or (new_data := self._transform(data)) is None:
+        if (new_data := self._transform(data)) is None:
             return raw
         # The data lines replaced by one "data:" line per line of the new data (data spliced into an event
         # that came in several keeps their line breaks; a bare line would be a field of its own), the
         # other fields kept, each line ended as the event's first one is.
+        lines = _EOL.split(raw[:blank])[:-1]
         eol = _EOL.search(raw).group()  # type: ignore[union-attr]  # an event ends in line ends
         out = []
         wrote_data = False
