@@ -85,10 +85,6 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
             commands.add_parser(name, help=text, add_help=False)
         elif name == "keygen":
             _add_keygen_arguments(commands.add_parser(name, help=text, description=KEYGEN))
-        elif name == "gateway":
-            from .._gateway import add_gateway_parser
-
-            add_gateway_parser(commands)
         else:
             module = _module(name)
             module.add_arguments(commands.add_parser(name, help=text, description=module.DESCRIPTION))
@@ -97,7 +93,7 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
 
 def _module(name: str) -> ModuleType:
     """The module of the command ``name``, imported now: its ``add_arguments``, ``DESCRIPTION`` and ``run``."""
-    return importlib.import_module(f"._{name}", __name__)
+    return importlib.import_module(".._gateway" if name == "gateway" else f"._{name}", __name__)
 
 
 def main(
@@ -118,10 +114,6 @@ def main(
     try:
         if args.command == "keygen":
             return _keygen(args, stdout, stderr)
-        if args.command == "gateway":
-            from .._gateway import run_gateway
-
-            return run_gateway(args, stderr, environ)
         status: int = _module(args.command).run(args, stdin, stdout, stderr, environ)
         return status
     except UsageError as exc:

@@ -11,9 +11,9 @@ uvicorn, which only the gateway needs, are imported when it is built. See ``docs
 from typing import Any
 
 from ._app import gateway_app
-from ._cli import add_gateway_parser, run_gateway
+from ._cli import DESCRIPTION, add_arguments, run  # the ``mcp-sessions gateway`` command, as _cli's others
 
-__all__ = ["add_gateway_parser", "gateway_app", "run_gateway"]
+__all__ = ["DESCRIPTION", "add_arguments", "gateway_app", "run"]
 
 
 def __getattr__(name: str) -> Any:

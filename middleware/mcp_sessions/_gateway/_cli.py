@@ -32,18 +32,15 @@ gone within 10 s of the gateway's SIGTERM."""
 
 EXIT_USAGE = 2
 
+DESCRIPTION: Final = (
+    "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream server "
+    "(or to one of its replicas, the same one for every request of a conversation). Sessions are "
+    "configured by the MCP_SESSIONS_* variables, as for the middleware."
+)
 
-def add_gateway_parser(commands: Any) -> None:  # argparse's subparsers action has no public type
-    """The ``gateway`` command and its options."""
-    gateway = commands.add_parser(
-        "gateway",
-        help="serve sessions in front of any MCP server (any language), forwarding to it over HTTP",
-        description=(
-            "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream server "
-            "(or to one of its replicas, the same one for every request of a conversation). Sessions are "
-            "configured by the MCP_SESSIONS_* variables, as for the middleware."
-        ),
-    )
+
+def add_arguments(gateway: argparse.ArgumentParser) -> None:
+    """The options of ``gateway``."""
     upstream = gateway.add_mutually_exclusive_group(required=True)
     upstream.add_argument(
         "--upstream", action="append", metavar="URL", help="the server's MCP endpoint; repeat per replica"
@@ -114,7 +111,7 @@ def add_gateway_parser(commands: Any) -> None:  # argparse's subparsers action h
     gateway.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
 
 
-def run_gateway(args: argparse.Namespace, stderr: TextIO, environ: Mapping[str, str]) -> int:
+def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Build the gateway from ``args`` and the environment, and serve it until stopped."""
     try:
         import uvicorn
