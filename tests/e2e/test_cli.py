@@ -125,6 +125,19 @@ def test_keygen_never_overwrites_unless_forced_and_then_tightens_the_mode(tmp_pa
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
 
 
+def test_keygen_refuses_a_public_file_it_must_not_or_cannot_write(tmp_path: Path) -> None:
+    public = tmp_path / "verifier.jwks"
+    public.write_text("old")
+    argv = ["keygen", "--alg", "EdDSA", "--out", str(tmp_path / "signer.jwks")]
+
+    code, _, err = run(*argv, "--public-out", str(public))
+    assert code == 2 and "exists" in err and "--force" in err
+    assert public.read_text() == "old"
+
+    code, _, err = run(*argv, "--public-out", str(tmp_path / "missing" / "verifier.jwks"))
+    assert code == 2 and "cannot write" in err
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

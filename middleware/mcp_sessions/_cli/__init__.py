@@ -182,17 +182,18 @@ def _reads_back(kid: str) -> bool:
     return key.kid == kid
 
 
-def _write_private(path: str, text: str, *, force: bool) -> None:
-    """Write ``text`` to a new file readable by its owner only (0600)."""
+def _write(path: str, text: str, *, force: bool, private: bool) -> None:
+    """Write ``text`` to a new file (``force``: or over an existing one); ``private``: readable by its owner only."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if force else os.O_EXCL)
     try:
-        fd = os.open(path, flags, 0o600)
+        fd = os.open(path, flags, 0o600 if private else 0o666)
     except FileExistsError:
         raise UsageError(f"{path} exists: choose another file, or pass --force to overwrite it") from None
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
     with open(fd, "w", encoding="utf-8") as file:
-        os.fchmod(fd, 0o600)  # an existing file (with --force) keeps its old mode otherwise
+        if private:
+            os.fchmod(fd, 0o600)  # an existing file (with --force) keeps its old mode otherwise
         file.write(text)
 
 
@@ -218,14 +219,10 @@ def _keygen(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     if args.public_out:
         public_jwk = {k: v for k, v in jwk.items() if k not in ("d", "k")}  # what verifiers get
         public = json.dumps({"keys": [public_jwk]}, indent=2) + "\n"
-        try:
-            with open(args.public_out, "w" if args.force else "x", encoding="utf-8") as file:
-                file.write(public)
-        except FileExistsError:
-            raise UsageError(f"{args.public_out} exists: choose another file, or pass --force") from None
+        _write(args.public_out, public, force=args.force, private=False)
         print(f"wrote the public key (kid {jwk['kid']!r}) to {args.public_out}", file=stderr)
     if args.out:
-        _write_private(args.out, text, force=args.force)
+        _write(args.out, text, force=args.force, private=True)
         print(f"wrote the private key (kid {jwk['kid']!r}, {algorithm}) to {args.out} (mode 0600)", file=stderr)
     else:
         stdout.write(text)
