@@ -99,17 +99,19 @@ class Rejection:
         await send({"type": "http.response.body", "body": self.body, "more_body": False})
 
 
+def error_answer(
+    status: int, code: int, message: str, reason: str, request_id: object = None, *extra: tuple[bytes, bytes]
+) -> Rejection:
+    """A JSON-RPC error answered with HTTP ``status``, its id the request's if one can repeat it; ``extra``
+    headers after the body's own."""
+    body = jsonrpc.dumps(jsonrpc.error(jsonrpc.echoable_id(request_id), code, message))
+    headers = ((b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra)
+    return Rejection(status, headers, body, reason, code, message)
+
+
 MAX_NESTING: Final = 512
 """The deepest body (arrays and objects inside each other) the middleware answers itself."""
-_TOO_DEEP_BODY: Final = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: nested too deep"}}'
-_TOO_DEEP: Final = Rejection(
-    400,
-    ((b"content-type", b"application/json"), (b"content-length", str(len(_TOO_DEEP_BODY)).encode())),
-    _TOO_DEEP_BODY,
-    "too_deep",
-    PARSE_ERROR,
-    "Parse error: nested too deep",
-)
+_TOO_DEEP: Final = error_answer(400, PARSE_ERROR, "Parse error: nested too deep", "too_deep")
 _CLIENT_GONE: Final = Rejection(CLIENT_CLOSED, (), b"", "client_gone")
 
 
@@ -172,10 +174,7 @@ async def ask_server(
 
 def unavailable(status: int, message: str, retry_after: bytes, request_id: object, reason: str) -> Rejection:
     """``-32014``, retryable, with ``Retry-After``: a server (a gateway's upstream) that did not answer in time."""
-    error = {"code": UPSTREAM_UNAVAILABLE, "message": message}
-    body = jsonrpc.dumps({"jsonrpc": "2.0", "id": jsonrpc.echoable_id(request_id), "error": error})
-    headers = ((b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()))
-    return Rejection(status, (*headers, (b"retry-after", retry_after)), body, reason, UPSTREAM_UNAVAILABLE, message)
+    return error_answer(status, UPSTREAM_UNAVAILABLE, message, reason, request_id, (b"retry-after", retry_after))
 
 
 def _probe_params(params: dict[str, object], hidden: frozenset[str] | None) -> dict[str, object]:

@@ -49,9 +49,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .._session import SCOPE_KEY, Session, current_conversation
 from .._tokens import is_session_token
-from .._verdict import Rejection, unavailable
+from .._verdict import Rejection, error_answer, unavailable
 from .._wire import jsonrpc
-from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from .._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 from ._front import PEER, HostCheck, Peer, raw_path_of
 from ._replicas import Replica, Replicas
 
@@ -81,16 +81,8 @@ _CONVERSATION_MEMBER: Final = "gen_ai.conversation.id"
 _BAGGAGE_SAFE: Final = "!#$&'()*+-./:<=>?@[]^_`{|}~"
 _LINE_ENDS: Final = (b"\n", b"\r")
 _MAX_ID_BODY: Final = 64 * 1024
-_LOST_SESSION_BODY: Final = b'{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Session not found"}}'
 # The ``mcp`` SDK's answer for a transport session it does not hold (404): the client opens a new one.
-_LOST_SESSION: Final = Rejection(
-    404,
-    ((b"content-type", b"application/json"), (b"content-length", str(len(_LOST_SESSION_BODY)).encode())),
-    _LOST_SESSION_BODY,
-    "transport_session_lost",
-    -32600,
-    "Session not found",
-)
+_LOST_SESSION: Final = error_answer(404, INVALID_REQUEST, "Session not found", "transport_session_lost")
 Body = bytes | AsyncIterator[bytes]
 
 
