@@ -84,7 +84,7 @@ test:
 	@echo "ruff, mypy and the docs build run beside the tests; their output follows the tests'"
 	@($(LINT) && $(DOCS)) > $(VENV)/checks.log 2>&1 & checks=$$!; \
 	MCP_SERVER_VENVS="$(abspath $(SERVER_VENVS))" THIRDPARTY_SERVER_VENVS="$(abspath $(THIRDPARTY_VENVS))" \
-	STDIO_SERVER_VENVS="$(abspath $(STDIO_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS); tests=$$?; \
+	STDIO_SERVER_VENVS="$(abspath $(STDIO_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=15; tests=$$?; \
 	wait $$checks; checked=$$?; \
 	echo "--- lint and docs"; cat $(VENV)/checks.log; \
 	[ $$checked -eq 0 ] || echo "lint and docs: failed"; \

@@ -121,14 +121,12 @@ async def check_handles(handles: Handles, sessions: SessionService, scope: Scope
 
 
 async def start_operations(telemetry: Telemetry, scope: Scope, plan: Plan, *, capture: bool = False) -> None:
-    """A SERVER span per JSON-RPC call of ``plan`` (only when an OpenTelemetry SDK records).
+    """A SERVER span per JSON-RPC call of ``plan``, for a request an OpenTelemetry SDK records (``plan.traced``).
 
     With ``capture`` (the ``capture_content`` option), each ``tools/call``'s span records its arguments,
     and its result once the response is read (``_otel/_span.py``); a session method's, its label and
     outcome. With ``trace_user``, a recording span gets ``user.id`` from the principal, asked once.
     """
-    if not telemetry.enabled():
-        return
     user: str | None = None
     asked = False
     for call in plan.calls:
