@@ -20,7 +20,7 @@ from _redis import free_port
 from conftest import SECRET
 from mcp_sessions.stores import MemoryStore, SessionStatus, SessionStoreFull, SessionStoreUnavailable
 
-from ._workers import ROOT, START_TIMEOUT, workers
+from ._workers import ROOT, START_TIMEOUT
 from .conftest import eventually
 
 pytestmark = pytest.mark.anyio
@@ -181,14 +181,6 @@ def test_no_warning_in_the_main_process(caplog: pytest.LogCaptureFixture) -> Non
     with caplog.at_level("WARNING", logger="mcp_sessions"):
         MemoryStore()
     assert caplog.records == []
-
-
-def test_a_memory_store_in_uvicorn_workers_warns_in_each(tmp_path: Path) -> None:
-    with workers(2, {}) as server:
-        server.stop()
-        log = server.output()
-    assert log.count("MemoryStore in a worker process") == 2, log
-    assert "MCP_SESSIONS_STORE=sqlite:///" in log
 
 
 def test_a_memory_store_in_gunicorn_workers_warns_in_each(tmp_path: Path) -> None:
