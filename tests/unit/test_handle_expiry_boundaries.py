@@ -24,6 +24,7 @@ import pytest
 from mcp_sessions import KeySet
 from mcp_sessions.handles import HandleError, HandleKind, Handles
 from mcp_sessions.stores import MemoryStore
+from unit._instants import after, before
 
 pytestmark = pytest.mark.anyio
 
@@ -31,16 +32,6 @@ SECRET = "handle-expiry-boundary-secret-long-enough-0123456789"
 NOW = 1_900_000_000  # ahead of the wall clock, which the MemoryStore's revoke reads
 BASKET = HandleKind("basket", prefix="bsk", ttl=600)
 CART = HandleKind("cart", prefix="crt", ttl=3600, idle_ttl=60)
-
-
-def before(instant: float) -> float:
-    """The last float before ``instant``."""
-    return math.nextafter(instant, -math.inf)
-
-
-def after(instant: float) -> float:
-    """The first float after ``instant``."""
-    return math.nextafter(instant, math.inf)
 
 
 def registry(leeway: float = 0) -> Handles:

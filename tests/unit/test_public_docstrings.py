@@ -14,28 +14,16 @@ shares that docstring.
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import pkgutil
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import griffe
 import pytest
 
 import mcp_sessions
+from unit._public import PUBLIC_MODULES, public_classes, public_names
 
 SOURCE = Path(mcp_sessions.__file__).resolve().parents[1]
-# Public by name: no part of the dotted path starts with an underscore.
-PUBLIC_MODULES = (
-    "mcp_sessions",
-    *(
-        info.name
-        for info in pkgutil.walk_packages(mcp_sessions.__path__, prefix="mcp_sessions.", onerror=lambda _: None)
-        if not any(piece.startswith("_") for piece in info.name.split("."))
-    ),
-)
 
 
 @pytest.fixture(scope="module")
@@ -43,23 +31,6 @@ def package() -> griffe.Module:
     loaded = griffe.load("mcp_sessions", search_paths=[SOURCE])
     assert isinstance(loaded, griffe.Module)
     return loaded
-
-
-def public_names() -> list[str]:
-    """The dotted path of every name in a public module's ``__all__``."""
-    return [
-        f"{module_name}.{name}"
-        for module_name in PUBLIC_MODULES
-        for name in importlib.import_module(module_name).__all__
-    ]
-
-
-def public_classes() -> Iterator[type]:
-    for path in public_names():
-        module_name, _, name = path.rpartition(".")
-        value = getattr(importlib.import_module(module_name), name)
-        if inspect.isclass(value):
-            yield value
 
 
 def public_members() -> dict[str, list[str]]:

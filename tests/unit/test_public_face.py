@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import pkgutil
 import subprocess
 import sys
 import typing
@@ -14,15 +13,8 @@ import pytest
 
 import mcp_sessions
 from mcp_sessions.sources import SessionSource, SourceContext
+from unit._public import PUBLIC_MODULES, public_classes, public_names
 
-PUBLIC_MODULES = (
-    "mcp_sessions",
-    *(
-        info.name
-        for info in pkgutil.walk_packages(mcp_sessions.__path__, prefix="mcp_sessions.", onerror=lambda _: None)
-        if not any(piece.startswith("_") for piece in info.name.split("."))
-    ),
-)
 OPTIONAL = ["mcp", "mcp_types", "httpx", "httpx2", "uvicorn", "redis", "yaml", "pydantic", "pydantic_core"]
 # What a module that is about an optional part may load: the modules that part's own import loads.
 ABOUT = {"mcp_sessions.subscriptions": "mcp.shared.subscriptions"}
@@ -66,18 +58,6 @@ def test_a_public_module_loads_only_what_it_is_about(module_name: str) -> None:
     assert optional_loaded(f"import {module_name}") == allowed
 
 
-def public_names() -> dict[str, object]:
-    return {
-        name: getattr(importlib.import_module(module_name), name)
-        for module_name in PUBLIC_MODULES
-        for name in importlib.import_module(module_name).__all__
-    }
-
-
-def public_classes() -> set[object]:
-    return {value for value in public_names().values() if isinstance(value, type)}
-
-
 def package_classes(annotation: object) -> set[type]:
     """The classes of this package an annotation names, through unions and generics."""
     if isinstance(annotation, type):
@@ -94,7 +74,8 @@ def package_classes(annotation: object) -> set[type]:
 )
 def test_a_seam_is_typed_with_public_classes(seam: object) -> None:
     """What a user implements, or is given, names only public classes (a private one does not even resolve)."""
-    hints = typing.get_type_hints(seam, localns=public_names())
+    by_name = {path.rpartition(".")[2]: value for path, value in public_names().items()}
+    hints = typing.get_type_hints(seam, localns=by_name)
     named = {cls for annotation in hints.values() for cls in package_classes(annotation)}
     assert named, "the seam names no class of the package"
-    assert named <= public_classes(), f"private classes in a public seam: {named - public_classes()}"
+    assert named <= set(public_classes()), f"private classes in a public seam: {named - set(public_classes())}"

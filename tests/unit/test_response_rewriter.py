@@ -20,18 +20,11 @@ from starlette.types import Message
 from mcp_sessions._pipeline._response import ResponseRewriter, ResponseTooLarge, Target
 from mcp_sessions._wire.protocol import Era
 from mcp_sessions.profiles import DRAFT
+from unit._echo import ECHO, KEY, FakeSession
 
-KEY = "io.modelcontextprotocol/session"
-ECHO = {"sessionId": "aaa.bbb.ccc", "expiresAt": "2027-01-15T08:00:00Z"}
 LIMIT = 1000
 TOO_LARGE = {"code": -32603, "message": f"Response too large (limit {LIMIT} bytes)"}
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-
-
-class FakeSession:
-    token = "aaa.bbb.ccc"
-    state_token = None
-    expires_at_timestamp = 1_800_000_000
 
 
 class RecordingOperation:

@@ -18,7 +18,6 @@ the clock through its module's ``time``, which these tests replace.
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from mcp_sessions import KeySet
 from mcp_sessions._session import _service
 from mcp_sessions._session._service import Minted, SessionNotFound, SessionService
 from mcp_sessions.stores import MemoryStore, SessionStore, SQLiteStore
+from unit._instants import after, before
 
 pytestmark = pytest.mark.anyio
 
@@ -36,16 +36,6 @@ SECRET = "session-expiry-boundary-secret-long-enough-for-hs256"
 NOW = 1_900_000_000  # ahead of the wall clock: the stores' clock-driven clean-ups never meet these sessions
 TTL = 3600
 SCOPE: dict[str, Any] = {"type": "http", "headers": []}
-
-
-def before(instant: float) -> float:
-    """The last float before ``instant``."""
-    return math.nextafter(instant, -math.inf)
-
-
-def after(instant: float) -> float:
-    """The first float after ``instant``."""
-    return math.nextafter(instant, math.inf)
 
 
 class Clock:

@@ -10,23 +10,18 @@ new to the key set (PyJWT verifies it).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import pytest
 
 from mcp_sessions import InvalidToken, KeySet, SessionClaims, SessionKey
+from unit._instants import after, before
 
 SECRET = "expiry-boundary-secret-that-is-long-enough-for-hs256"
 NOW = 1_800_000_000
 TTL = 600
 
 Verifier = Callable[[], KeySet]
-
-
-def before(instant: float) -> float:
-    """The last float before ``instant``: as close to a boundary as a clock can get."""
-    return math.nextafter(instant, -math.inf)
 
 
 def minted(path: str, leeway: float, now: float) -> tuple[str, SessionClaims, Verifier]:
@@ -56,22 +51,17 @@ def on_path(path: str, token: str, verifier: KeySet) -> bool:
 @pytest.mark.parametrize("minted_at", MINTED_AT)
 @pytest.mark.parametrize("leeway", LEEWAYS)
 @pytest.mark.parametrize("path", PATHS)
-def test_valid_until_the_last_instant_before_exp_plus_leeway(path: str, leeway: float, minted_at: float) -> None:
-    """Pinned: ``now = exp + leeway - epsilon`` is accepted, with the very claims minted."""
+def test_valid_until_the_last_instant_before_exp_plus_leeway_and_refused_from_it_on(
+    path: str, leeway: float, minted_at: float
+) -> None:
+    """Pinned: ``now = exp + leeway - epsilon`` is accepted, with the very claims minted; ``now = exp + leeway``
+    exactly, and after, is refused as ``expired`` (RFC 7519: not on or after ``exp``)."""
     token, claims, verifier = minted(path, leeway, minted_at)
     assert claims.expires_at == NOW + TTL
     keys = verifier()
     assert on_path(path, token, keys)
     assert keys.verify_session_token(token, now=before(claims.expires_at + leeway)) == claims
-
-
-@pytest.mark.parametrize("minted_at", MINTED_AT)
-@pytest.mark.parametrize("leeway", LEEWAYS)
-@pytest.mark.parametrize("path", PATHS)
-def test_refused_from_exp_plus_leeway_on(path: str, leeway: float, minted_at: float) -> None:
-    """Pinned: ``now = exp + leeway`` exactly is refused as ``expired`` (RFC 7519: not on or after ``exp``)."""
-    token, claims, verifier = minted(path, leeway, minted_at)
-    for now in (claims.expires_at + leeway, math.nextafter(claims.expires_at + leeway, math.inf)):
+    for now in (claims.expires_at + leeway, after(claims.expires_at + leeway)):
         keys = verifier()
         assert on_path(path, token, keys)
         with pytest.raises(InvalidToken) as refused:
