@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from starlette.authentication import SimpleUser
-from starlette.types import Message, Receive, Scope
+from starlette.types import Message, Receive
 
 from _mcp import AnswersProbes
 from asgi._fuzz import (
@@ -57,6 +57,8 @@ from mcp_sessions._wire import jsonrpc
 from mcp_sessions.profiles import DRAFT
 from mcp_sessions.profiles._carriers import InvalidSessionMeta
 from mcp_sessions.stores import MemoryStore
+
+from ._direct import Receiver, Sender, http_scope
 
 
 @FUZZ
@@ -324,37 +326,16 @@ def run(
 ) -> Outcome:
     cuts = sorted({min(c, len(body)) for c in chunks or []})
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-    pending = [{"type": "http.request", "body": p, "more_body": i < len(pieces) - 1} for i, p in enumerate(pieces)]
-    sent: list[Message] = []
-    scope: Scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": "/mcp",
-        "raw_path": b"/mcp",
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-    }
+    scope = http_scope(method, headers=headers)
     if user is not None:  # as Starlette's AuthenticationMiddleware leaves it
         scope["user"] = SimpleUser(user)
-
-    async def receive() -> Message:
-        return pending.pop(0) if pending else {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    anyio.run(middleware, scope, receive, send)
+    sender = Sender()
+    anyio.run(middleware, scope, Receiver(*pieces), sender)
     probes = middleware.app
     assert isinstance(probes, AnswersProbes)
     downstream = probes.app
     assert isinstance(downstream, Downstream)
-    return Outcome(downstream, sent)
+    return Outcome(downstream, sender.messages)
 
 
 content_types = st.sampled_from(

@@ -17,7 +17,7 @@ from mcp_sessions._session import Quota
 from mcp_sessions.handles import Handles
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus
 
-from ._direct import Downstream, Receiver, Sender, dumps, http_scope, request
+from ._direct import Downstream, call, dumps, http_scope, request
 
 pytestmark = pytest.mark.anyio
 
@@ -30,22 +30,16 @@ def from_address(address: str) -> dict[str, Any]:
     return scope
 
 
-async def post(mw: MCPSessionMiddleware, body: bytes, scope: dict[str, Any] | None = None) -> Sender:
-    sender = Sender()
-    await mw(http_scope() if scope is None else scope, Receiver(body), sender)
-    return sender
-
-
 async def test_a_flood_of_anonymous_creates_leaves_the_store_and_legitimate_sessions_alone() -> None:
     store = MemoryStore(max_sessions=100)  # a small cap: a store entry per create would fill it at once
     app = Downstream()
     mw = MCPSessionMiddleware(AnswersProbes(app), secret=SECRET, store=store)
     for _ in range(1_000):  # ten times the cap: a create that stored anything would have filled it
-        sender = await post(mw, CREATE)
+        sender = await call(mw, CREATE)
         assert sender.status == 200
     assert len(store) == 0  # creating a session stores nothing
-    token = (await post(mw, CREATE)).json()["result"]["session"]["sessionId"]
-    used = await post(mw, dumps(request(1, token)))  # Downstream answers id 1
+    token = (await call(mw, CREATE)).json()["result"]["session"]["sessionId"]
+    used = await call(mw, dumps(request(1, token)))  # Downstream answers id 1
     assert used.status == 200 and app.calls == 1
     assert used.json()["result"]["_meta"]["io.modelcontextprotocol/session"]["sessionId"] == token
 
@@ -53,21 +47,21 @@ async def test_a_flood_of_anonymous_creates_leaves_the_store_and_legitimate_sess
 async def test_the_create_limit_refuses_a_caller_over_it_and_only_that_caller() -> None:
     mw = MCPSessionMiddleware(AnswersProbes(Downstream()), secret=SECRET, create_limit=(5, 60))
     for _ in range(5):
-        assert (await post(mw, CREATE, from_address("10.1.1.1"))).status == 200
-    refused = await post(mw, CREATE, from_address("10.1.1.1"))
+        assert (await call(mw, CREATE, from_address("10.1.1.1"))).status == 200
+    refused = await call(mw, CREATE, from_address("10.1.1.1"))
     assert refused.status == 429
     assert refused.json()["error"]["code"] == -32011
     assert refused.header(b"retry-after") == b"12"  # one create every 12 s refills the bucket
-    assert (await post(mw, CREATE, from_address("10.2.2.2"))).status == 200  # another caller is not touched
+    assert (await call(mw, CREATE, from_address("10.2.2.2"))).status == 200  # another caller is not touched
 
 
 async def test_deletes_count_against_the_same_limit() -> None:
     mw = MCPSessionMiddleware(AnswersProbes(Downstream()), secret=SECRET, create_limit=(2, 60))
-    token = (await post(mw, CREATE)).json()["result"]["session"]["sessionId"]
+    token = (await call(mw, CREATE)).json()["result"]["session"]["sessionId"]
     delete = {"jsonrpc": "2.0", "id": 2, "method": "sessions/delete"}
     delete["params"] = {"_meta": {"io.modelcontextprotocol/session": {"sessionId": token}}}
-    assert (await post(mw, dumps(delete))).status == 200
-    other = (await post(mw, CREATE)).json()
+    assert (await call(mw, dumps(delete))).status == 200
+    other = (await call(mw, CREATE)).json()
     assert other["error"]["code"] == -32011  # two operations spent: the create and the delete
 
 
@@ -82,10 +76,10 @@ async def test_the_on_create_hook_sees_each_new_session_and_may_refuse_it() -> N
         created.append(claims)
 
     mw = MCPSessionMiddleware(AnswersProbes(Downstream()), secret=SECRET, on_create=on_create)
-    token = (await post(mw, CREATE)).json()["result"]["session"]["sessionId"]
-    refused = await post(mw, CREATE)
+    token = (await call(mw, CREATE)).json()["result"]["session"]["sessionId"]
+    refused = await call(mw, CREATE)
     created.append(created[0])
-    failed = await post(mw, CREATE)
+    failed = await call(mw, CREATE)
 
     assert jwt_claims(token)["sid"] == created[0].session_id  # asked before the session was handed out
     assert refused.status == 429 and refused.header(b"retry-after") == b"5"
@@ -180,5 +174,5 @@ async def test_a_batch_of_made_up_conversations_stores_at_most_eight() -> None:
         }
         for i in range(200)
     ]
-    assert (await post(mw, dumps(batch))).status == 200  # forwarded: the ninth conversation on gets no data
+    assert (await call(mw, dumps(batch))).status == 200  # forwarded: the ninth conversation on gets no data
     assert store.touches == len(store) == 8  # one touch, one record, per distinct conversation named

@@ -14,6 +14,8 @@ from _otel import collect, points
 from conftest import SECRET
 from mcp_sessions import MCPSessionMiddleware
 
+from ._direct import call, dumps, http_scope
+
 HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -26,18 +28,7 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 async def post(middleware: MCPSessionMiddleware, message: dict[str, Any]) -> dict[str, Any]:
-    sent: list[Any] = []
-    received = [{"type": "http.request", "body": json.dumps(message).encode(), "more_body": False}]
-
-    async def receive() -> Any:
-        return received.pop() if received else {"type": "http.disconnect"}
-
-    async def send(event: Any) -> None:
-        sent.append(event)
-
-    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": HEADERS, "query_string": b""}
-    await middleware(scope, receive, send)
-    answer: dict[str, Any] = json.loads(b"".join(e.get("body", b"") for e in sent if e["type"] == "http.response.body"))
+    answer: dict[str, Any] = (await call(middleware, dumps(message), http_scope(headers=HEADERS))).json()
     return answer
 
 
