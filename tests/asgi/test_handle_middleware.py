@@ -15,6 +15,8 @@ from mcp_sessions import KeySet, MCPSessionMiddleware
 from mcp_sessions.handles import HandleContext, HandleKind, HandleMiddleware, Handles, current_handle_context
 from mcp_sessions.stores import MemoryStore, RedisStore
 
+from ._direct import Receiver, Sender, http_scope
+
 pytestmark = pytest.mark.anyio
 
 Message = MutableMapping[str, Any]
@@ -52,26 +54,12 @@ async def call(
     method: str = "POST",
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> tuple[int, dict[bytes, bytes], bytes]:
-    scope = {
-        "type": "http",
-        "method": method,
-        "path": "/mcp",
-        "headers": headers if headers is not None else [(b"content-type", b"application/json")],
-    }
+    sender = Sender()
     chunks = [body[:7], body[7:]] if len(body) > 7 else [body]
-    pending = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
-    sent: list[Message] = []
-
-    async def receive() -> Message:
-        return pending.pop(0) if pending else {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return start["status"], dict(start["headers"]), content
+    await app(
+        http_scope(method, headers=headers or [(b"content-type", b"application/json")]), Receiver(*chunks), sender
+    )
+    return sender.status, dict(sender.headers), sender.body
 
 
 def tools_call(arguments: dict[str, Any], request_id: Any = 1) -> dict[str, Any]:
@@ -167,18 +155,9 @@ async def test_an_oversized_body_is_refused_with_413(handles: Handles) -> None:
 
 async def test_a_client_gone_before_its_body_gets_no_answer_and_reaches_no_tool(handles: Handles) -> None:
     downstream = Downstream()
-    app = HandleMiddleware(downstream, handles=handles)
-    sent: list[Message] = []
-
-    async def receive() -> Message:
-        return {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [(b"content-type", b"application/json")]}
-    await app(scope, receive, send)
-    assert sent == [] and downstream.bodies == []
+    sender = Sender()
+    await HandleMiddleware(downstream, handles=handles)(http_scope(), Receiver(), sender)
+    assert sender.messages == [] and downstream.bodies == []
 
 
 async def test_an_unreachable_store_is_a_retryable_503_never_a_verdict() -> None:
