@@ -14,6 +14,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from _mcp import AnswersProbes
+from _otel import collect, points
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey
 from mcp_sessions.stores import MemoryStore
@@ -75,16 +76,7 @@ async def test_a_refusal_is_counted_with_the_same_attributes_alone_or_in_a_batch
     body = dumps([message("tools/list")] if batch else message("tools/list"))
     sender = await call(mw, body)
     assert sender.status == 200
-    data = reader.get_metrics_data()
-    assert data is not None
-    (metric,) = [
-        m
-        for rm in data.resource_metrics
-        for sm in rm.scope_metrics
-        for m in sm.metrics
-        if m.name == "mcp_sessions.sessions.rejected"
-    ]
-    (point,) = metric.data.data_points
+    (point,) = points(collect(reader).get("mcp_sessions.sessions.rejected"))
     assert dict(point.attributes or {}) == {"mcp_sessions.reason": "required", "mcp.method.name": "tools/list"}
 
 

@@ -56,26 +56,22 @@ async def test_a_minted_id_is_adopted_with_a_digest_for_an_id() -> None:
 
 
 @pytest.mark.parametrize(
-    ("minted_status", "sent", "headers"),
+    ("adopt", "minted_status", "sent", "headers"),
     [
-        (400, MINTED, HANDSHAKE),  # the initialize failed: nothing was minted
-        (200, b"0" * 32, HANDSHAKE),  # an id the server never sent
-        (200, MINTED, PER_REQUEST),  # 2026-07-28 has no transport session: the header is the data-layer token's
+        (True, 400, MINTED, HANDSHAKE),  # the initialize failed: nothing was minted
+        (True, 200, b"0" * 32, HANDSHAKE),  # an id the server never sent
+        (True, 200, MINTED, PER_REQUEST),  # 2026-07-28 has no transport session: the header is the data-layer token's
+        (False, 200, MINTED, HANDSHAKE),  # without the option
     ],
-    ids=["failed-initialize", "never-minted", "per-request-era"],
+    ids=["failed-initialize", "never-minted", "per-request-era", "option-off"],
 )
-async def test_what_is_never_adopted(minted_status: int, sent: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def test_what_is_never_adopted(
+    adopt: bool, minted_status: int, sent: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
     app = Downstream()
-    mw = middleware(app, adopt_transport_sessions=True)
+    mw = middleware(app, adopt_transport_sessions=adopt)
     await handshake(mw, app, status=minted_status)
     assert await session_seen(mw, app, [*headers, (b"mcp-session-id", sent)]) is None
-
-
-async def test_without_the_option_nothing_is_adopted() -> None:
-    app = Downstream()
-    mw = middleware(app)
-    await handshake(mw, app)
-    assert await session_seen(mw, app, [*HANDSHAKE, (b"mcp-session-id", MINTED)]) is None
 
 
 @pytest.mark.parametrize(("status", "kept"), [(200, False), (204, False), (404, True), (500, True)])
