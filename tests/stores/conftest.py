@@ -17,7 +17,11 @@ from redis.asyncio.cluster import RedisCluster
 
 from _redis import RedisServer, redis_server, valkey_server_binary
 from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
-from mcp_sessions.stores import MemoryStore, RedisStore, SessionStore, SQLiteStore
+from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionStore, SQLiteStore
+
+NOW = 1_900_000_000.0  # years ahead of the wall clock: no store's own clean-up meets the records the tests write
+EXP = NOW + 3600
+ACTIVE, REVOKED, IDLE_EXPIRED = SessionStatus.ACTIVE, SessionStatus.REVOKED, SessionStatus.IDLE_EXPIRED
 
 
 @pytest.fixture(scope="module")

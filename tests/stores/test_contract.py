@@ -15,13 +15,9 @@ import pytest
 
 from mcp_sessions.stores import SessionRecord, SessionStatus, SessionStore
 
-from .conftest import Backend, eventually
+from .conftest import ACTIVE, EXP, IDLE_EXPIRED, NOW, REVOKED, Backend, eventually
 
 pytestmark = pytest.mark.anyio
-
-NOW = 1_900_000_000.0
-EXP = NOW + 3600
-ACTIVE, REVOKED, IDLE_EXPIRED = SessionStatus.ACTIVE, SessionStatus.REVOKED, SessionStatus.IDLE_EXPIRED
 
 
 @pytest.fixture

@@ -30,12 +30,10 @@ from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionS
 from mcp_sessions.stores import _sqlite as sqlite_store
 from mcp_sessions.stores._sqlite import delete_expired, open_connection
 
-from .conftest import Backend, unique_prefix
+from .conftest import ACTIVE, IDLE_EXPIRED, NOW, REVOKED, Backend, unique_prefix
 
 pytestmark = pytest.mark.anyio
 
-NOW = 1_900_000_000.0
-ACTIVE, REVOKED, IDLE_EXPIRED = SessionStatus.ACTIVE, SessionStatus.REVOKED, SessionStatus.IDLE_EXPIRED
 IDLE_TTLS = [60, 90.25, 0.5]
 
 
@@ -49,6 +47,14 @@ def after(instant: float) -> float:
     return math.nextafter(instant, math.inf)
 
 
+# An idle boundary probed at the last float before it, at it, and at the first float after it.
+PROBES = pytest.mark.parametrize(
+    ("probe", "expected"),
+    [(before, ACTIVE), (lambda at: at, ACTIVE), (after, IDLE_EXPIRED)],
+    ids=["just-before", "at", "just-after"],
+)
+
+
 @pytest.fixture
 def store(backend: Backend) -> SessionStore:
     return backend.store
@@ -57,11 +63,7 @@ def store(backend: Backend) -> SessionStore:
 # -- idle: from the last use, and from issued_at without a record -------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("probe", "expected"),
-    [(before, ACTIVE), (lambda at: at, ACTIVE), (after, IDLE_EXPIRED)],
-    ids=["just-before", "at", "just-after"],
-)
+@PROBES
 @pytest.mark.parametrize("idle_ttl", IDLE_TTLS)
 async def test_idle_expiry_from_the_last_use(
     store: SessionStore, idle_ttl: float, probe: Callable[[float], float], expected: SessionStatus
@@ -73,11 +75,7 @@ async def test_idle_expiry_from_the_last_use(
     assert await store.touch("s1", now=probe(used + idle_ttl), **touch) is expected
 
 
-@pytest.mark.parametrize(
-    ("probe", "expected"),
-    [(before, ACTIVE), (lambda at: at, ACTIVE), (after, IDLE_EXPIRED)],
-    ids=["just-before", "at", "just-after"],
-)
+@PROBES
 @pytest.mark.parametrize("issued_at", [NOW, NOW + 0.75])
 @pytest.mark.parametrize("idle_ttl", IDLE_TTLS)
 async def test_idle_expiry_of_the_first_use_counts_from_issued_at(
@@ -156,11 +154,7 @@ async def slack_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIt
     await store.aclose()
 
 
-@pytest.mark.parametrize(
-    ("probe", "expected"),
-    [(before, ACTIVE), (lambda at: at, ACTIVE), (after, IDLE_EXPIRED)],
-    ids=["just-before", "at", "just-after"],
-)
+@PROBES
 async def test_the_touch_interval_is_slack_on_idle_expiry(
     slack_store: SessionStore, probe: Callable[[float], float], expected: SessionStatus
 ) -> None:

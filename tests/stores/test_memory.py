@@ -18,16 +18,12 @@ import pytest
 
 from _redis import free_port
 from conftest import SECRET
-from mcp_sessions.stores import MemoryStore, SessionStatus, SessionStoreFull, SessionStoreUnavailable
+from mcp_sessions.stores import MemoryStore, SessionStoreFull, SessionStoreUnavailable
 
 from ._workers import ROOT, START_TIMEOUT
-from .conftest import eventually
+from .conftest import ACTIVE, EXP, NOW, REVOKED, eventually
 
 pytestmark = pytest.mark.anyio
-
-NOW = 1_900_000_000.0
-EXP = NOW + 3600
-ACTIVE, REVOKED = SessionStatus.ACTIVE, SessionStatus.REVOKED
 
 
 async def fill(store: MemoryStore, count: int, *, expires_at: float = EXP, prefix: str = "s") -> None:

@@ -19,15 +19,11 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from _redis import RedisServer, free_port, redis_server
-from mcp_sessions.stores import RedisStore, SessionRecord, SessionStatus, SessionStoreUnavailable
+from mcp_sessions.stores import RedisStore, SessionRecord, SessionStoreUnavailable
 
-from .conftest import eventually, unique_prefix
+from .conftest import ACTIVE, EXP, NOW, eventually, unique_prefix
 
 pytestmark = pytest.mark.anyio
-
-NOW = 1_900_000_000.0
-EXP = NOW + 3600
-ACTIVE, REVOKED, IDLE_EXPIRED = SessionStatus.ACTIVE, SessionStatus.REVOKED, SessionStatus.IDLE_EXPIRED
 
 
 @pytest.fixture

@@ -22,11 +22,9 @@ from _mcp import SESSION_NOT_FOUND, ModernClient, session_meta, tool_text
 from mcp_sessions.stores import SessionStatus, SessionStoreUnavailable, SQLiteStore
 
 from ._workers import workers
+from .conftest import EXP, NOW
 
 pytestmark = pytest.mark.anyio
-
-NOW = 1_900_000_000.0
-EXP = NOW + 3600
 
 
 def rows(path: Path, query: str) -> list[Any]:
