@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -36,7 +35,7 @@ async def replicas(
         await bus.aclose()
         return
     server: RedisServer = request.getfixturevalue("redis")
-    prefix = f"bus-{uuid.uuid4().hex[:8]}:"
+    prefix: str = request.getfixturevalue("prefix")
     a = SessionSubscriptionBus.from_url(server.url, prefix=prefix)
     b = SessionSubscriptionBus.from_url(server.url, prefix=prefix)
     yield a, b
@@ -109,8 +108,7 @@ async def test_limits_refuse_before_the_stream_opens() -> None:
     Stream(bus, None)  # a global stream needs no session slot
 
 
-async def test_one_pubsub_connection_per_replica_and_channels_follow_streams(redis: RedisServer) -> None:
-    prefix = f"bus-{uuid.uuid4().hex[:8]}:"
+async def test_one_pubsub_connection_per_replica_and_channels_follow_streams(redis: RedisServer, prefix: str) -> None:
     bus = SessionSubscriptionBus.from_url(redis.url, prefix=prefix)
     probe = aioredis.Redis.from_url(redis.url, decode_responses=True)
     try:
@@ -148,8 +146,7 @@ async def _no_bus_connection_left(redis: RedisServer) -> None:
         await probe.aclose()
 
 
-async def test_messages_are_small_json_naming_the_session_by_id(redis: RedisServer) -> None:
-    prefix = f"bus-{uuid.uuid4().hex[:8]}:"
+async def test_messages_are_small_json_naming_the_session_by_id(redis: RedisServer, prefix: str) -> None:
     bus = SessionSubscriptionBus.from_url(redis.url, prefix=prefix)
     probe = aioredis.Redis.from_url(redis.url, decode_responses=True)
     pubsub = probe.pubsub()
@@ -177,10 +174,9 @@ async def test_messages_are_small_json_naming_the_session_by_id(redis: RedisServ
 
 
 async def test_streams_survive_a_redis_restart_and_a_publish_meanwhile_is_dropped(
-    caplog: pytest.LogCaptureFixture,
+    prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with redis_server() as server:
-        prefix = f"bus-{uuid.uuid4().hex[:8]}:"
         a = SessionSubscriptionBus.from_url(server.url, prefix=prefix, timeout=0.5)
         b = SessionSubscriptionBus.from_url(server.url, prefix=prefix, timeout=0.5)
         try:

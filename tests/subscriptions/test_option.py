@@ -1,4 +1,6 @@
-"""The middleware's ``subscriptions=`` option: checked at construction, and what a tool sees without it."""
+"""The middleware's ``subscriptions=`` option: checked at construction, and what a tool sees without it.
+
+In process where no socket matters; a listen stream, read while it stays open, through a real server."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 from mcp.server.mcpserver import MCPServer
 
 from _mcp import MCP_PATH, ModernClient, modern_headers, modern_request, session_meta, tool_text
-from conftest import SECRET, serve
+from conftest import SECRET, in_process, serve
 from mcp_sessions import MCPSessionMiddleware, SessionsConfig, get_session
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
@@ -33,8 +35,8 @@ def test_notify_without_a_bus_says_what_to_do() -> None:
         return "published"
 
     app = MCPSessionMiddleware(mcp.streamable_http_app(json_response=True), secret=SECRET)
-    with serve(app) as url, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, url)
+    with in_process(app) as http:
+        client = ModernClient(http, "")
         session = client.create_session()
         _, message = client.call_tool("notify", session=session_meta(session))
     assert tool_text(message) == (
@@ -54,8 +56,8 @@ def test_a_bus_given_to_the_server_only_refuses_a_sessions_stream_and_says_why(
     mcp = MCPServer("bus-to-the-server-only", subscriptions=bus)
     app = MCPSessionMiddleware(mcp.streamable_http_app(json_response=True), secret=SECRET)
     listen = {"notifications": {"resourceSubscriptions": ["note://x"]}}
-    with serve(app) as url, httpx.Client(timeout=10) as http, caplog.at_level("WARNING", "mcp_sessions"):
-        client = ModernClient(http, url)
+    with in_process(app) as http, caplog.at_level("WARNING", "mcp_sessions"):
+        client = ModernClient(http, "")
         _, refused = client.request("subscriptions/listen", listen, session=session_meta(client.create_session()))
     assert refused["error"] == {
         "code": -32603,

@@ -15,15 +15,14 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 from mcp.shared.subscriptions import ResourceUpdated
 
 from _forwarder import Forwarder
 from _redis import RedisServer
-from _redis_topologies import READY_TIMEOUT, ClusterServers, client, redis_cluster, wait_until
+from _redis_topologies import READY_TIMEOUT, ClusterServers, client, wait_until
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 from subscriptions._streams import Stream, channel, one_per_node, opened, until
 
@@ -32,12 +31,6 @@ pytestmark = pytest.mark.anyio
 INTERVAL = 0.2
 NOTICED = 2 * INTERVAL + 2.0  # the documented bound, plus the backoff and a busy machine's slack
 EVENT = ResourceUpdated(uri="note://after")
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterServers]:
-    with redis_cluster() as servers:
-        yield servers
 
 
 async def delivered_again(streams: list[Stream], publish: Callable[[], Awaitable[None]], since: float) -> None:
@@ -54,9 +47,8 @@ def said(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
 
 
 async def test_a_silent_connection_is_noticed_and_every_stream_gets_events_again(
-    redis: RedisServer, caplog: pytest.LogCaptureFixture
+    redis: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    prefix = f"bus-{uuid.uuid4().hex[:8]}:"
     async with Forwarder(redis.port) as forwarder:
         listening = SessionSubscriptionBus.from_url(
             forwarder.url, prefix=prefix, timeout=1.0, health_check_interval=INTERVAL
@@ -103,9 +95,8 @@ def announce(cluster: ClusterServers, ports: list[int]) -> None:
 
 
 async def test_on_a_cluster_a_silent_node_connection_is_noticed_and_subscribed_again(
-    cluster: ClusterServers, caplog: pytest.LogCaptureFixture
+    cluster: ClusterServers, prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    prefix = f"bus-{uuid.uuid4().hex[:8]}:"
     everywhere = cluster.nodes.index(cluster.node_for(prefix + "events"))
     quiet = (everywhere + 1) % 3  # not the global channel's node: one connection goes silent, not two
     sid = one_per_node(cluster, prefix)[quiet]

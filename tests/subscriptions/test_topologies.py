@@ -15,7 +15,6 @@ import asyncio
 import itertools
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -30,17 +29,6 @@ from subscriptions._streams import MARKER, Stream, channel, one_per_node, opened
 pytestmark = pytest.mark.anyio
 
 RECOVERY = 10.0  # seconds: a restarted node, or a promoted replica, delivers again within this
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterServers]:
-    with redis_cluster() as servers:
-        yield servers
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"bus-{uuid.uuid4().hex[:8]}:"
 
 
 @pytest.fixture
