@@ -115,10 +115,6 @@ def test_codex_names_its_thread_and_turn(meta: dict[str, Any], conversation: str
     assert (found.source, found.id, found.turn) == ("codex", conversation, turn)
 
 
-def test_codex_turn_metadata_without_an_id_names_nothing() -> None:
-    assert hosts().find({}, {"x-codex-turn-metadata": {"turn_id": "t-1"}}) is None
-
-
 @pytest.mark.parametrize(
     ("headers", "meta", "expected"),
     [
@@ -149,6 +145,7 @@ def test_baggage_names_a_conversation_after_every_host_key(
         ({b"baggage": f"{MEMBER}=conv-1,".encode()}, None),  # malformed: ignored whole
         ({}, {"baggage": [f"{MEMBER}=conv-1"]}),  # not a string
         ({b"baggage": b"x"}, None),
+        ({}, {"x-codex-turn-metadata": {"turn_id": "t-1"}}),  # Codex's turn metadata without an id
     ],
 )
 def test_baggage_without_a_usable_conversation_names_none(

@@ -64,24 +64,17 @@ def keyset(**kwargs: Any) -> KeySet:
 KID = signer_of(keyset()).kid
 
 
+def changed(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with each of ``changes`` set, or removed where its value is ``_DROP``."""
+    return {name: value for name, value in {**base, **changes}.items() if value is not _DROP}
+
+
 def header(**changes: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"alg": "HS256", "kid": KID, "typ": SESSION_TYP}
-    for name, value in changes.items():
-        if value is _DROP:
-            base.pop(name)
-        else:
-            base[name] = value
-    return base
+    return changed({"alg": "HS256", "kid": KID, "typ": SESSION_TYP}, changes)
 
 
 def claims(now: int, **changes: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {"iss": "mcp-sessions", "aud": "mcp-sessions", "sid": SID, "iat": now, "exp": now + 3600}
-    for name, value in changes.items():
-        if value is _DROP:
-            base.pop(name)
-        else:
-            base[name] = value
-    return base
+    return changed({"iss": "mcp-sessions", "aud": "mcp-sessions", "sid": SID, "iat": now, "exp": now + 3600}, changes)
 
 
 _DROP = object()
