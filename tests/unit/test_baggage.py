@@ -8,22 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import SECRET
-from mcp_sessions import KeySet
-from mcp_sessions._session import authenticated_user
-from mcp_sessions._session._service import SessionService
-from mcp_sessions._tokens import IdDigests
-from mcp_sessions.sources import BUILT_IN_HOSTS, HostConversationSource, HostKey
+from mcp_sessions.sources import HostKey
 from mcp_sessions.sources._host import MAX_BAGGAGE_BYTES, MAX_BAGGAGE_MEMBERS, MAX_MEMBER_BYTES, baggage_member
-from mcp_sessions.stores import MemoryStore
+from unit._conversations import hosts
 
-KEYS = KeySet.from_secret(SECRET)
 MEMBER = "gen_ai.conversation.id"
-
-
-def hosts(*extra: HostKey) -> HostConversationSource:
-    sessions = SessionService(keys=KEYS, store=MemoryStore(), ttl=60, idle_ttl=None, principal=authenticated_user)
-    return HostConversationSource((*extra, *BUILT_IN_HOSTS), sessions=sessions, digests=IdDigests(KEYS))
 
 
 @pytest.mark.parametrize(

@@ -9,20 +9,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from conftest import SECRET
 from mcp_sessions import KeySet, SessionKey
-from mcp_sessions._session import authenticated_user
 from mcp_sessions._session._service import SessionService
 from mcp_sessions._tokens import IdDigests
-from mcp_sessions.sources import BUILT_IN_HOSTS, HostConversationSource, HostKey
+from mcp_sessions.sources import HostKey
 from mcp_sessions.sources._host import conversation_id, host_keys_from_config
 from mcp_sessions.sources._named import TransportSource, is_transport_session_id
 from mcp_sessions.stores import MemoryStore
-
-KEYS = KeySet.from_secret(SECRET)
-
-
-def hosts(*extra: HostKey, data: Any = "off") -> HostConversationSource:
-    sessions = SessionService(keys=KEYS, store=MemoryStore(), ttl=60, idle_ttl=None, principal=authenticated_user)
-    return HostConversationSource((*extra, *BUILT_IN_HOSTS), sessions=sessions, digests=IdDigests(KEYS), data=data)
+from unit._conversations import KEYS, hosts
 
 
 @pytest.mark.parametrize(
