@@ -8,10 +8,7 @@ logged once an interval (``WARNING_INTERVAL``), and the next line says how many 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import sys
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,14 +17,10 @@ from examples.quickstart import build_app
 
 from _mcp import answer, modern_headers, modern_request
 from _redis import free_port
-from conftest import SECRET
+from conftest import SECRET, asgi_client
 from mcp_sessions._wire import ThrottledWarning
 from mcp_sessions._wire import jsonrpc as refusal
 from mcp_sessions.stores import RedisStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from _harness import lifespan  # the benchmarks run as scripts: their directory is not a package
 
 pytestmark = pytest.mark.anyio
 
@@ -47,10 +40,8 @@ async def test_five_hundred_refused_requests_log_one_line_per_condition_then_a_c
     monkeypatch.setattr(refusal, "unavailable_warning", warning)
     store = RedisStore(url=f"redis://127.0.0.1:{free_port()}/0", timeout=1.0)
     app = build_app(json_response=True, stateless=True, environ={"MCP_SESSIONS_SECRET": SECRET}, store=store)
-    running = contextlib.AsyncExitStack()
-    await running.enter_async_context(lifespan(app))  # the server runs: the middleware asks it before answering
     try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://127.0.0.1:8000") as http:
+        async with asgi_client(app) as http:  # the server runs: the middleware asks it before answering
             created = answer(await post(http, "sessions/create", {}))  # creating a session stores nothing
             session = {"io.modelcontextprotocol/session": {"sessionId": created["result"]["session"]["sessionId"]}}
             caplog.set_level(logging.WARNING, logger="mcp_sessions")
@@ -77,5 +68,4 @@ async def test_five_hundred_refused_requests_log_one_line_per_condition_then_a_c
             [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("session store unavailable")]
             assert f"({REQUESTS - 1} more not logged since the last such message" in line
     finally:
-        await running.aclose()
         await store.aclose()
