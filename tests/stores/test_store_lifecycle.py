@@ -1,6 +1,6 @@
 """A store the middleware built itself is closed when the app's lifespan shuts down; one passed in is not.
 
-Real redis-server, real uvicorn: the connections are counted on the server.
+A real redis-server, which counts the connections; the app in process, its lifespan run as a server runs it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from _mcp import ModernClient, session_meta, tool_text
 from _redis import RedisServer
-from conftest import SECRET, serve
+from conftest import SECRET, in_process
 from mcp_sessions.stores import RedisStore
 
 
@@ -20,18 +20,17 @@ def connected_clients(redis: RedisServer) -> int:
     return redis.command("CLIENT", "LIST").count(b"id=") - 1
 
 
-def use_a_session(url: str) -> None:
-    with httpx.Client() as http:
-        client = ModernClient(http, url)
-        session = client.create_session()
-        assert tool_text(client.call_tool("count", session=session_meta(session))[1]) == "1"
+def use_a_session(http: httpx.Client) -> None:
+    client = ModernClient(http, "")
+    session = client.create_session()
+    assert tool_text(client.call_tool("count", session=session_meta(session))[1]) == "1"
 
 
 def test_a_store_from_the_environment_is_closed_at_shutdown(redis: RedisServer) -> None:
     app = build_app(environ={"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_REDIS_URL": redis.url})
     assert isinstance(app.store, RedisStore)
-    with serve(app) as url:
-        use_a_session(url)
+    with in_process(app) as http:
+        use_a_session(http)
         assert connected_clients(redis) >= 1
     assert connected_clients(redis) == 0
 
@@ -52,7 +51,7 @@ def test_a_store_passed_in_stays_open_for_its_owner(redis: RedisServer) -> None:
 
         await app(scope, receive, send_closing if scope["type"] == "lifespan" else send)
 
-    with serve(owner) as url:
-        use_a_session(url)
+    with in_process(owner) as http:
+        use_a_session(http)
     assert seen_at_shutdown[0] >= 1  # the middleware left the owner's store open
     assert connected_clients(redis) == 0
