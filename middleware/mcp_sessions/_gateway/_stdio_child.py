@@ -81,13 +81,10 @@ class Child:
             self.done.set()
             return
         self.pid = process.pid
-        to_link, from_child = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        to_child, from_link = anyio.create_memory_object_stream[SessionMessage](0)
-        self.link = link = JSONRPCDispatcher(from_child, to_child)
+        pipe = Pipe(self, process)
+        self.link = link = JSONRPCDispatcher(pipe, pipe)
         try:
             async with anyio.create_task_group() as tasks:
-                tasks.start_soon(self._read_stdout, process, to_link)
-                tasks.start_soon(self._write_stdin, process, from_link, to_link)
                 tasks.start_soon(self._log_stderr, process)
                 await tasks.start(link.run, self.on_request, self.on_notify)
                 await self._initialize(link)
@@ -120,53 +117,6 @@ class Child:
             self.done.set()
         self.ready.set()
 
-    async def _read_stdout(
-        self, process: anyio.abc.Process, to_link: anyio.abc.ObjectSendStream[SessionMessage | Exception]
-    ) -> None:
-        """Each line of stdout, bounded, to the link; a line that is no JSON-RPC message is logged and skipped."""
-        assert process.stdout is not None
-        lines = BufferedByteReceiveStream(process.stdout)
-        async with to_link:
-            while True:
-                try:
-                    line = await lines.receive_until(b"\n", self.max_line)
-                except anyio.DelimiterNotFound:
-                    logger.error(
-                        "%s: a stdout line longer than %d bytes; the server is stopped", self.label, self.max_line
-                    )
-                    break
-                except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    break
-                if not line.strip():
-                    continue
-                try:
-                    message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                except ValueError:
-                    logger.warning(
-                        "%s: stdout: not a JSON-RPC message: %s",
-                        self.label,
-                        printable(line[:200].decode(errors="replace")),
-                    )
-                    continue
-                await to_link.send(SessionMessage(message))
-        self.done.set()  # in-flight requests get their error from the link at once
-
-    async def _write_stdin(
-        self,
-        process: anyio.abc.Process,
-        from_link: anyio.abc.ObjectReceiveStream[SessionMessage],
-        to_link: anyio.abc.ObjectSendStream[SessionMessage | Exception],
-    ) -> None:
-        assert process.stdin is not None
-        async with from_link:
-            try:
-                async for message in from_link:
-                    line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                    await process.stdin.send(line.encode() + b"\n")
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                await to_link.aclose()  # the child stopped reading: the link ends, its waiters answered
-                self.done.set()
-
     async def _log_stderr(self, process: anyio.abc.Process) -> None:
         assert process.stderr is not None
         lines = BufferedByteReceiveStream(process.stderr)
@@ -178,6 +128,66 @@ class Child:
             except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 return
             logger.info("%s: %s", self.label, printable(line.rstrip(b"\r").decode(errors="replace")))
+
+
+class Pipe:
+    """The child's stdin and stdout as its link's two streams: a message is written as a line where the link sends
+    it, and the next line is read where the link receives, with no task or buffer in between.
+
+    Each stdout line is bounded (``max_line``): a longer one ends the child. A line that is no JSON-RPC message is
+    logged and skipped. At the end of stdout, or when stdin no longer takes a line, the child is stopped, and the
+    link answers each request still waiting with an error at once.
+    """
+
+    def __init__(self, child: Child, process: anyio.abc.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.child, self.stdin, self.stdout = child, process.stdin, BufferedByteReceiveStream(process.stdout)
+
+    async def send(self, message: SessionMessage) -> None:
+        line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+        try:
+            await self.stdin.send(line.encode() + b"\n")
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            self.child.stop()  # the child stopped reading
+            raise anyio.BrokenResourceError from None
+
+    async def receive(self) -> SessionMessage:
+        label, max_line = self.child.label, self.child.max_line
+        while True:
+            try:
+                line = await self.stdout.receive_until(b"\n", max_line)
+            except anyio.DelimiterNotFound:
+                logger.error("%s: a stdout line longer than %d bytes; the server is stopped", label, max_line)
+                break
+            except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                break
+            if not line.strip():
+                continue
+            try:
+                return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+            except ValueError:
+                text = printable(line[:200].decode(errors="replace"))
+                logger.warning("%s: stdout: not a JSON-RPC message: %s", label, text)
+        self.child.stop()
+        raise anyio.EndOfStream
+
+    def __aiter__(self) -> Pipe:
+        return self
+
+    async def __anext__(self) -> SessionMessage:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        """Nothing to do: the pipes close with the process (:func:`stop_group`)."""
+
+    async def __aenter__(self) -> Pipe:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
 
 
 async def stop_group(process: anyio.abc.Process) -> int | None:
