@@ -16,6 +16,7 @@ added latency is each gateway's p50 (and p99) minus the direct stdio p50 (p99). 
 and the growth of the gateway process's own RSS (``VmRSS``, its children excluded) is divided by their number.
 
     python benchmarks/bench_stdio.py                  # full run
+    python benchmarks/bench_stdio.py --rounds 5000    # more rounds, for a surer p50
     python benchmarks/bench_stdio.py --quick          # a few rounds: the tests check it runs
     python benchmarks/bench_stdio.py --json out.json  # also write the numbers
 
@@ -281,11 +282,13 @@ TEXT = (
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=1000, help="measured requests to each way")
+    parser.add_argument("--conversations", type=int, default=16, help="conversations opened for the memory figure")
     parser.add_argument("--quick", action="store_true", help="a few rounds and conversations: it runs")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     began = (time.monotonic(), load_average())
-    rounds, conversations = (20, 2) if args.quick else (1000, 16)
+    rounds, conversations = (20, 2) if args.quick else (args.rounds, args.conversations)
     results = run(rounds, conversations)
     rows = []
     for name, entry in results["ways"].items():
