@@ -210,7 +210,8 @@ def run(rounds: int, conversations: int) -> dict[str, Any]:
     server.write_text(SERVER)
     command = [sys.executable, str(server)]
     ours_port, theirs_port = free_port(), free_port()
-    ours_argv = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(ours_port)]
+    # Neither gateway writes a log line per request: ours at warning (no access log), supergateway at none.
+    ours_argv = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(ours_port), "--log-level", "warning"]
     ours_argv += ["--max-processes", str(conversations + 1), "--stdio", " ".join(command)]
     theirs_argv = [node, str(SUPERGATEWAY), "--stdio", " ".join(command), "--outputTransport", "streamableHttp"]
     theirs_argv += ["--stateful", "--port", str(theirs_port), "--logLevel", "none"]
@@ -274,7 +275,8 @@ TEXT = (
     " one request at a time, the three alternated request by request in a new shuffled order each round. Then each"
     " gateway opens more conversations (ours: a session each; supergateway: a transport session each), each used"
     " once: KiB/conversation is the growth of the gateway process's own resident memory (`VmRSS`, its child"
-    " processes excluded) over their number. The gateway's path is longer than supergateway's: the session work,"
+    " processes excluded) over their number. Neither gateway writes a log line per request (ours `--log-level"
+    " warning`, supergateway `--logLevel none`). The gateway's path is longer than supergateway's: the session work,"
     " then the `mcp` SDK's own server (a 2025-11-25 transport session, answers as event streams) and an MCP client"
     " link to the process; supergateway relays JSON-RPC messages between the HTTP transport and the pipe."
 )
