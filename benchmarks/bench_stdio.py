@@ -275,7 +275,8 @@ TEXT = (
     " one request at a time, the three alternated request by request in a new shuffled order each round. Then each"
     " gateway opens more conversations (ours: a session each; supergateway: a transport session each), each used"
     " once: KiB/conversation is the growth of the gateway process's own resident memory (`VmRSS`, its child"
-    " processes excluded) over their number. Neither gateway writes a log line per request (ours `--log-level"
+    ' processes excluded) over their number ("shrank": the process gave back more than the conversations took,'
+    " as node's collector may). Neither gateway writes a log line per request (ours `--log-level"
     " warning`, supergateway `--logLevel none`). The gateway's path is longer than supergateway's: the session work,"
     " then the `mcp` SDK's own server (a 2025-11-25 transport session, answers as event streams) and an MCP client"
     " link to the process; supergateway relays JSON-RPC messages between the HTTP transport and the pipe."
@@ -302,7 +303,7 @@ def main() -> None:
                 f"{entry['p50_ms']:.1f}",
                 f"{entry['p99_ms']:.1f}",
                 *("-" if value is None else f"{value:+.1f}" for value in added),
-                "-" if memory is None else f"{memory:.0f}",
+                "-" if memory is None else f"{memory:.0f}" if memory >= 0 else "n/a (shrank)",
             ]
         )
     ours = results["ways"]["mcp-sessions gateway --stdio"]["added_p50_ms"]
