@@ -1,7 +1,8 @@
 """An incremental ``text/event-stream`` rewriter that never holds back a complete event.
 
 Lines are read as the WHATWG parser reads them (each ends in CRLF, LF or CR; a blank line ends an event),
-each byte looked at once: a line is taken when its end arrives, its ``data`` value kept for the event. Each
+each byte looked at a bounded number of times (line ends are found with ``bytes.find``, never searched for
+again): a line is taken when its end arrives, its ``data`` value kept for the event. Each
 complete event leaves with the chunk that completes it, byte for byte as it arrived unless its data is
 rewritten; only the bytes of an unfinished event wait for the next chunk, and only up to ``max_event`` of
 them: past it the rewriter holds nothing more and says so (:attr:`SSERewriter.overflowed`), for its caller
