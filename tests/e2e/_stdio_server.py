@@ -79,9 +79,11 @@ def complain(line: str) -> str:
 
 
 @server.tool()
-def spawn() -> int:
-    """Starts a process of its own (a long sleep, in this process's group); its pid."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"]).pid
+def spawn(holds_stdout: bool = False) -> int:
+    """Starts a process of its own (a long sleep, in this process's group); its pid. ``holds_stdout``: it inherits
+    the protocol's stdout, as a helper of a server that writes its stdout directly does."""
+    command = [sys.executable, "-c", "import time; time.sleep(300)"]
+    return subprocess.Popen(command, stdout=WIRE if holds_stdout else None).pid
 
 
 @server.tool()

@@ -47,7 +47,7 @@ from conftest import SECRET, serve
 from e2e._gateway import EVERYTHING, MAIN, TS_SDK, installed, node, result_of, started
 from e2e._listen import client as listening
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import stdio_gateway_app
+from mcp_sessions._gateway import _stdio, stdio_gateway_app
 
 pytestmark = pytest.mark.anyio
 
@@ -265,6 +265,18 @@ async def test_a_crash_answers_at_once_and_touches_no_other_conversation(
     assert any(line.startswith(f"session {sid}: server process") and "ended" in line for line in logged), logged
 
 
+async def test_a_crash_answers_at_once_while_a_process_it_started_holds_its_stdout(url: str) -> None:
+    async with Client(url, mode="legacy") as client:
+        session = await create_session(client)
+        result = await client.call_tool("spawn", {"holds_stdout": True}, meta=sdk_session_meta(session))
+        helper = int(text_of(result))
+        with anyio.fail_after(GONE_WITHIN), pytest.raises(MCPError) as in_flight:  # never a hang
+            await client.call_tool("crash", {}, meta=sdk_session_meta(session))
+
+    assert "exited" in in_flight.value.message
+    await wait_for(lambda: gone(helper))  # stopped with the process group of the process that started it
+
+
 async def wait_for_error(client: Client, session: dict[str, Any]) -> None:
     """Call ``whoami`` in ``session`` until it fails with "Session not found"; until the crashed process is
     stopped and its session revoked, the error says that the process exited."""
@@ -329,6 +341,41 @@ async def test_sampling_and_elicitation_reach_the_client_and_return_to_the_same_
 
     assert text_of(sampled) == "sampled hi"
     assert text_of(elicited) == "accept: yes to ok?"
+
+
+async def test_the_shared_process_asks_no_client(url: str, mode: str) -> None:
+    """Nothing tells which client's call made the shared process ask: no client is asked, and the process is told
+    so (another client must never see the question, nor answer it)."""
+    asked: list[types.CreateMessageRequestParams] = []
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(params)
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="x"), model="m")
+
+    async with Client(url, mode=mode, sampling_callback=sampling) as client:
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("sample", {"prompt": "private"})  # no session: the shared process
+
+    assert refused.value.message == "the shared server process cannot ask a client; a session's can"
+    assert asked == []
+
+
+async def test_a_retry_that_brings_input_too_late_is_answered_at_once(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2026-07-28 call that waited for the client's input longer than the gateway keeps it is abandoned; the
+    retry that comes after gets an error, never a hang."""
+    monkeypatch.setattr(_stdio, "ANSWER_WITHIN", 0.0)  # every wait for the client's input has run out at once
+
+    async def elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"answer": "yes"})
+
+    async with Client(url, mode="auto", elicitation_callback=elicitation) as client:
+        session = await create_session(client)
+        with anyio.fail_after(GONE_WITHIN), pytest.raises(MCPError) as late:
+            await client.call_tool("elicit", {"question": "ok?"}, meta=sdk_session_meta(session))
+
+    assert "abandoned" in late.value.message
 
 
 async def test_roots_list_reaches_the_client_in_both_eras(url: str, mode: str) -> None:

@@ -113,6 +113,8 @@ class Call:
                 self._put("result", await send())
             except MCPError as exc:
                 self._put("error", exc)
+        if self.scope.cancelled_caught:  # abandoned: a 2026-07-28 retry that comes after learns so, at once
+            self._put("error", MCPError(types.INVALID_REQUEST, "this request was abandoned: its input came too late"))
 
     async def ask(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """The client's answer to a request of the child's: a 2025 client is asked on the stream of its request;
@@ -215,12 +217,13 @@ class Conversation:
         parked = False
         try:
             result = await call.outcome()
-            if parked := result.get("resultType") == "input_required":
+            if result.get("resultType") == "input_required":
                 self.parked = {key: held for key, held in self.parked.items() if not held.scope.cancel_called}
                 if len(self.parked) >= MAX_PARKED:
                     raise MCPError(types.INVALID_REQUEST, f"at most {MAX_PARKED} requests may wait for input at once")
                 result["requestState"] = state = secrets.token_urlsafe(16)
                 self.parked[state] = call
+                parked = True
         except MCPError as exc:
             if self.child.done.is_set():  # ended under the request: say so, not the link's "Connection closed"
                 raise MCPError(
@@ -239,11 +242,15 @@ class Conversation:
     async def on_request(
         self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None
     ) -> dict[str, Any]:
-        """The child's request to the client: asked through the conversation's latest call in flight."""
+        """The child's request to the client: asked through the conversation's latest call in flight. The shared
+        child asks no one: nothing says which client's call caused its request, and another client must not see it
+        (nor answer for it)."""
         if method == "ping":
             return {}
         if method not in _CLIENT_RESULTS:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
+        if self.sid is None:
+            raise MCPError(types.INVALID_REQUEST, "the shared server process cannot ask a client; a session's can")
         if not self.calls:
             raise MCPError(types.INVALID_REQUEST, "no request of the client is in progress to carry this one")
         return await self.calls[-1].ask(method, params)

@@ -4,7 +4,8 @@ The child runs in a process group of its own (``start_new_session``), so that st
 started too: its stdin is closed, then the group gets SIGTERM, then SIGKILL. Its stdout is read a JSON-RPC
 message per line, each line bounded (``max_line``, the gateway's ``max_response_size``): a longer line
 ends the child, never a buffer without end. Its stderr goes to the gateway's log, a line at a time,
-prefixed with the conversation's stable id and with control characters escaped; never to a client. The
+prefixed with the conversation's stable id, with control characters escaped and at most ``MAX_LOG_LINE`` bytes of
+a line; never to a client. The process's exit ends the child, even while a process it started holds its stdout. The
 ``mcp`` SDK's ``JSONRPCDispatcher`` does the JSON-RPC: ids, answers, progress, cancellation, and an error
 for every request still waiting when the child's stdout ends.
 """
@@ -37,6 +38,10 @@ TERM_GRACE: Final = 2.0
 """How long a child's process group has between SIGTERM and SIGKILL."""
 START_TIMEOUT: Final = 30.0
 """How long a child may take to answer ``initialize``."""
+EXIT_DRAIN: Final = 0.5
+"""How long a child's stdout is still read once its process has exited: a process it started may hold it open."""
+MAX_LOG_LINE: Final = 4096
+"""The most of one stderr line that reaches the log (the rest of a longer line is dropped)."""
 _POLL: Final = 0.05
 
 
@@ -86,6 +91,7 @@ class Child:
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._log_stderr, process)
+                tasks.start_soon(self._watch_exit, process)
                 await tasks.start(link.run, self.on_request, self.on_notify)
                 await self._initialize(link)
                 await self.done.wait()
@@ -117,16 +123,32 @@ class Child:
             self.done.set()
         self.ready.set()
 
+    async def _watch_exit(self, process: anyio.abc.Process) -> None:
+        """The process's exit ends the child, its answers already written read first: a process it started may
+        hold its stdout open, and requests in flight must not wait for that one."""
+        await process.wait()
+        with anyio.move_on_after(EXIT_DRAIN):
+            await self.done.wait()  # its stdout's end
+        self.stop()
+
     async def _log_stderr(self, process: anyio.abc.Process) -> None:
         assert process.stderr is not None
         lines = BufferedByteReceiveStream(process.stderr)
+        cut = False  # the line being read was logged already, cut: the rest of it is dropped
         while True:
             try:
-                line = await lines.receive_until(b"\n", self.max_line)
+                line = await lines.receive_until(b"\n", MAX_LOG_LINE)
             except anyio.DelimiterNotFound:
-                line = await lines.receive(self.max_line) + b" [cut]"
+                line = await lines.receive(MAX_LOG_LINE)
+                if not cut:
+                    cut = True
+                    logger.info("%s: %s [cut]", self.label, printable(line.decode(errors="replace")))
+                continue
             except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 return
+            if cut:  # the end of a line that was cut
+                cut = False
+                continue
             logger.info("%s: %s", self.label, printable(line.rstrip(b"\r").decode(errors="replace")))
 
 
