@@ -295,8 +295,12 @@ async def test_stderr_goes_to_the_log_prefixed_with_the_stable_id(url: str, logg
     async with Client(url, mode="legacy") as client:
         session = await create_session(client)
         await client.call_tool("complain", {"line": "disk \x1b[31mfull"}, meta=sdk_session_meta(session))
+        await client.call_tool("complain", {"line": "y" * 10_000}, meta=sdk_session_meta(session))
+        await client.call_tool("complain", {"line": "after"}, meta=sdk_session_meta(session))
         sid = jwt_claims(session["sessionId"])["sid"]
-        await wait_for(lambda: f"session {sid}: disk \\x1b[31mfull" in logged)
+        await wait_for(lambda: f"session {sid}: after" in logged)
+    assert f"session {sid}: disk \\x1b[31mfull" in logged
+    assert f"session {sid}: {'y' * 4096} [cut]" in logged  # at most 4 KiB of a line; the rest of it dropped
     assert not any(session["sessionId"] in line for line in logged)
 
 

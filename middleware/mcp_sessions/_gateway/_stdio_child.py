@@ -134,22 +134,17 @@ class Child:
     async def _log_stderr(self, process: anyio.abc.Process) -> None:
         assert process.stderr is not None
         lines = BufferedByteReceiveStream(process.stderr)
-        cut = False  # the line being read was logged already, cut: the rest of it is dropped
         while True:
             try:
-                line = await lines.receive_until(b"\n", MAX_LOG_LINE)
+                line, whole = await lines.receive_until(b"\n", self.max_line), True
             except anyio.DelimiterNotFound:
-                line = await lines.receive(MAX_LOG_LINE)
-                if not cut:
-                    cut = True
-                    logger.info("%s: %s [cut]", self.label, printable(line.decode(errors="replace")))
-                continue
+                line, whole = await lines.receive(self.max_line), False  # a line without end: a piece at a time
             except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
                 return
-            if cut:  # the end of a line that was cut
-                cut = False
-                continue
-            logger.info("%s: %s", self.label, printable(line.rstrip(b"\r").decode(errors="replace")))
+            line = line.rstrip(b"\r")
+            if not whole or len(line) > MAX_LOG_LINE:
+                line = line[:MAX_LOG_LINE] + b" [cut]"
+            logger.info("%s: %s", self.label, printable(line.decode(errors="replace")))
 
 
 class Pipe:
