@@ -1,9 +1,10 @@
-"""The attack table, end to end: one hostile input a row, to the real ``MCPServer``, in process.
+"""The attack and bad-input table, end to end: one hostile input a row, to the real ``MCPServer``, in process.
 
-Three deployments serve the same recording tools: ``hs`` (``secret=``, the
-default), ``es`` (an ES256 ``KeySet``) and ``auth`` (Starlette's
+Four deployments serve the same recording tools: ``hs`` (``secret=``, the
+default), ``es`` (an ES256 ``KeySet``), ``auth`` (Starlette's
 ``AuthenticationMiddleware`` before the session middleware, so sessions are
-bound to the principal). Each row is one raw HTTP request and its exact
+bound to the principal) and ``down`` (``hs`` on a store whose backend is
+unreachable). Each row is one raw HTTP request and its exact
 outcome: HTTP status, JSON-RPC error code (``None`` for a result) and how many
 times a tool ran. Every row runs with JSON and with SSE responses, and every
 row checks that the answer is never a 500 and that no token ever reaches a log
@@ -24,7 +25,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from http import HTTPStatus
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import httpx
 import jwt
@@ -39,10 +42,11 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Mount
 from starlette.types import Scope
 
-from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
+from _mcp import LEGACY, MODERN, NOT_FOUND_MESSAGE, jwt_claims, legacy_request, modern_headers, modern_request
 from _users import HeaderUser, StaticVerifier, bearer_auth
-from conftest import SECRET, in_process, signer_of
+from conftest import SECRET, in_process, serve, signer_of
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey, get_session
+from mcp_sessions.stores import SessionStore, SessionStoreUnavailable
 
 KEY = "io.modelcontextprotocol/session"
 SESSION_TYP = "mcp-session+jwt"
@@ -105,12 +109,30 @@ def build_server() -> MCPServer:
     return mcp
 
 
+class UnavailableStore(SessionStore):
+    """A store whose backend is down: every call raises the interface's own retryable error."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def _fail(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self.calls += 1
+        raise SessionStoreUnavailable("backend unreachable")
+
+    create = touch = revoke = get = set = delete = incr = update = items = _fail
+
+
+DOWN = UnavailableStore()
+
+
 def build_app(deployment: str, json_response: bool) -> Any:
     server = build_server()
     mcp_app = server.streamable_http_app(streamable_http_path="/mcp", json_response=json_response, stateless_http=True)
     required = {"record_required"}
     if deployment == "hs":
         return MCPSessionMiddleware(mcp_app, secret=SECRET, require_session_tools=required)
+    if deployment == "down":
+        return MCPSessionMiddleware(mcp_app, secret=SECRET, require_session_tools=required, store=DOWN, retry_after=7)
     if deployment == "es":
         return MCPSessionMiddleware(mcp_app, keys=ES_KEYS, require_session_tools=required)
 
@@ -135,7 +157,7 @@ def servers(request: pytest.FixtureRequest) -> Iterator[dict[str, httpx.Client]]
     with ExitStack() as stack:
         yield {
             name: stack.enter_context(in_process(build_app(name, json_response=request.param == "json")))
-            for name in ("hs", "es", "auth")
+            for name in ("hs", "es", "auth", "down")
         }
 
 
@@ -267,35 +289,70 @@ class Request:
     deployment: str = "hs"
 
 
-def call(
+def rpc(
+    method: str,
+    params: dict[str, Any] | None = None,
     session: Any = None,
     *,
-    tool: str = "record",
-    arguments: dict[str, Any] | None = None,
+    era: str = "modern",
     deployment: str = "hs",
     user: str | None = None,
     request_id: Any = 1,
+    meta: dict[str, Any] | None = None,
     **extra_headers: str,
 ) -> Request:
-    """A 2026-07-28 ``tools/call``; ``session`` is the raw value of the session metadata (None: sessionless)."""
-    message = modern_request("tools/call", {"name": tool, "arguments": arguments or {}}, session=session, id=request_id)
+    """A request of either era; ``session`` is the raw value of the session metadata (None: sessionless)."""
+    if era == "legacy":
+        message = legacy_request(method, params, session=session, id=request_id, meta=meta)
+        return bare(json.dumps(message).encode(), deployment=deployment, **extra_headers)
+    message = modern_request(method, params, session=session, id=request_id, meta=meta)
     headers = modern_headers(message, **extra_headers)
     if user is not None:
         headers["X-User"] = user
     return Request(json.dumps(message).encode(), list(headers.items()), deployment)
 
 
-def legacy_call(session: Any = None, *, tool: str = "record") -> Request:
-    message = legacy_request("tools/call", {"name": tool, "arguments": {}}, session=session)
+def call(
+    session: Any = None, *, tool: str = "record", arguments: dict[str, Any] | None = None, **options: Any
+) -> Request:
+    """A ``tools/call`` (2026-07-28 unless ``era="legacy"``)."""
+    return rpc("tools/call", {"name": tool, "arguments": arguments or {}}, session, **options)
+
+
+def legacy_call(session: Any = None, **options: Any) -> Request:
+    return call(session, era="legacy", **options)
+
+
+def bare(body: bytes, *, version: str = LEGACY, deployment: str = "hs", **extra_headers: str) -> Request:
+    """A body given byte for byte with no Mcp-Method: a 2025-era request, or a batch of ``version``."""
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    headers["MCP-Protocol-Version"] = LEGACY
-    return Request(json.dumps(message).encode(), list(headers.items()))
+    headers["MCP-Protocol-Version"] = version
+    headers.update({name.replace("_", "-"): value for name, value in extra_headers.items()})
+    return Request(body, list(headers.items()), deployment)
 
 
-def raw_call(body: bytes, *, tool: str = "record", **extra_headers: str) -> Request:
-    """A 2026-07-28 ``tools/call`` whose body is given byte for byte."""
-    headers = modern_headers({"method": "tools/call", "params": {"name": tool}}, **extra_headers)
+def batch(*messages: dict[str, Any], version: str = LEGACY, deployment: str = "hs") -> Request:
+    return bare(json.dumps(list(messages)).encode(), version=version, deployment=deployment)
+
+
+def raw_call(body: bytes, *, method: str = "tools/call", tool: str = "record", **extra_headers: str) -> Request:
+    """A 2026-07-28 request (a ``tools/call`` unless ``method`` says otherwise) whose body is given byte for byte."""
+    headers = modern_headers({"method": method, "params": {"name": tool}}, **extra_headers)
     return Request(body, list(headers.items()))
+
+
+def mirrored(build: Callable[[Context], Request]) -> Callable[[Context], Request]:
+    """``build``'s request with its session id repeated in Mcp-Session-Id, as clients do where it can be a header."""
+
+    def build_mirrored(ctx: Context) -> Request:
+        request = build(ctx)
+        session = json.loads(request.body)["params"]["_meta"].get(KEY)
+        session_id = session.get("sessionId") if isinstance(session, dict) else None
+        if isinstance(session_id, str) and session_id and all(0x21 <= ord(c) <= 0x7E for c in session_id):
+            request.headers.append(("Mcp-Session-Id", session_id))
+        return request
+
+    return build_mirrored
 
 
 def envelope(session_members: str, *, tool: str = "record", arguments: str = "{}", request_id: str = "1") -> str:
@@ -614,6 +671,33 @@ def _lone_surrogate_request_id(ctx: Context) -> Request:
     return raw_call(envelope("", tool="record_required", request_id='"\\udfff"').encode(), tool="record_required")
 
 
+CREATE = legacy_request("sessions/create")
+CREATE_WITH_ARRAY_PARAMS = b'{"jsonrpc":"2.0","id":1,"method":"sessions/create","params":[1]}'
+
+
+def delete(session: Any, **options: Any) -> Request:
+    return rpc("sessions/delete", session=session, request_id=2, **options)
+
+
+def legacy_create(session: Any) -> Request:
+    return rpc("sessions/create", session=session, era="legacy")
+
+
+def _batch_with_delete(ctx: Context) -> Request:
+    deletion = legacy_request("sessions/delete", id="d", session=ctx.session())
+    return batch(legacy_request("tools/call", RECORD, id="t", session=ctx.session()), deletion)
+
+
+def _batch_with_invalid_session(ctx: Context) -> Request:
+    good = legacy_request("tools/call", RECORD, id=1, session=ctx.session())
+    bad = legacy_request("tools/call", RECORD, id=2, session={"sessionId": "sess-invalid"})
+    return batch(good, bad, legacy_request("tools/call", RECORD, id=3))
+
+
+def _modern_batch_with_create(ctx: Context) -> Request:
+    return batch(CREATE, legacy_request("tools/call", RECORD, id=2), version=MODERN)
+
+
 @dataclass(frozen=True)
 class Row:
     """One input and its exact outcome; ``reason`` is what the middleware logs for a -32043."""
@@ -648,6 +732,21 @@ NOW = int(time.time())
 PUBLIC_KEY_FORMS = ("pem", "der", "point", "jwk")
 WRONG_TYPES = [("an-array", ["a.b.c"]), ("a-number", 42), ("a-string", "a.b.c"), ("true", True), ("false", False)]
 BOM = b"\xef\xbb\xbf"
+OTHER_KEYS = KeySet.from_secret("another-deployment-secret-0123456789abcdef")
+RECORD = {"name": "record", "arguments": {}}
+FIVE_MB = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"record","pad":"%s"}}' % (b"x" * 5 * 1024**2)
+GARBAGE_IDS = [
+    ("garbage", "sess-abc123", SHAPE),
+    ("jws-shaped-garbage", "a.b.c", "unreadable header"),
+    ("empty", "", SHAPE),
+    ("oversized", "eyJ" + "A" * 10_000 + ".e30.AAAA", "oversized"),
+    ("control-chars", "\x00\x1b[31m\n", SHAPE),
+]
+
+
+def _other_secrets(ctx: Context) -> dict[str, Any]:
+    return ctx.forged(OTHER_KEYS.mint_session_token(ttl=600)[0])
+
 
 ROWS: list[Row] = [
     # Baselines: done right, the same requests run the tool.
@@ -772,6 +871,65 @@ ROWS: list[Row] = [
     not_found("lone-surrogate-sessionId", _lone_surrogate_session_id(), SHAPE),
     Row("lone-surrogate-request-id-required-tool", _lone_surrogate_request_id, 200, -32044, 0),
     Row("lone-surrogate-sessionId-with-header", _lone_surrogate_session_id("a.b.c"), 400, -32020, 0),
+    # Bad input from ordinary clients, which repeat a session id in Mcp-Session-Id where it can be a header value.
+    accepted("baseline-hs-mirrored", mirrored(lambda c: call(c.session()))),
+    accepted("baseline-legacy", lambda c: legacy_call(c.session())),
+    accepted("sessionless", lambda c: call()),
+    accepted("required-tool-with-session", mirrored(lambda c: call(c.session(), tool="record_required"))),
+    accepted("with-valid-state", mirrored(lambda c: call(c.set_mode(c.session(), "fast")))),
+    accepted("unknown-fields-in-session-metadata", mirrored(lambda c: call({**c.session(), "x": 1}))),
+    accepted("header-without-metadata-is-ignored", lambda c: call(mcp_session_id=c.session()["sessionId"])),
+    accepted("legacy-header-differs-is-ignored", lambda c: legacy_call(c.session(), mcp_session_id="transport-1")),
+    not_found("sessionId-of-another-secret", mirrored(lambda c: call(_other_secrets(c))), KID),
+    not_found("legacy-sessionId-of-another-secret", lambda c: legacy_call(_other_secrets(c)), KID),
+    *(
+        not_found(f"sessionId-{name}", mirrored((lambda v: lambda c: call({"sessionId": v}))(value)), reason)
+        for name, value, reason in GARBAGE_IDS
+    ),
+    not_found("state-garbage", mirrored(lambda c: call({**c.session(), "state": "eyJrIjoidiJ9"})), "state: " + SHAPE),
+    not_found("state-empty", mirrored(lambda c: call({**c.session(), "state": ""})), "state: " + SHAPE),
+    Row("required-tool-without-session", lambda c: call(tool="record_required"), 200, -32044, 0),
+    Row("required-tool-null-session", lambda c: call(tool="record_required", meta={KEY: None}), 200, -32044, 0),
+    Row("legacy-required-tool-without-session", lambda c: legacy_call(tool="record_required"), 200, -32044, 0),
+    Row("delete-without-session", lambda c: rpc("sessions/delete"), 200, -32044, 0),
+    Row("header-garbage", lambda c: call(c.session(), mcp_session_id="x"), 400, -32020, 0),
+    invalid("sessionId-is-a-number", lambda c: call({"sessionId": 12345})),
+    invalid("sessionId-is-null", lambda c: call({"sessionId": None})),
+    invalid("sessionId-missing", lambda c: call({"state": "s"})),
+    invalid("state-is-an-object", mirrored(lambda c: call({**c.session(), "state": {"mode": "x"}}))),
+    Row("legacy-session-metadata-is-a-string", lambda c: legacy_call("token"), 200, -32600, 0),
+    # sessions/create and sessions/delete misused.
+    invalid("create-with-session-metadata", mirrored(lambda c: rpc("sessions/create", session=c.session()))),
+    Row("create-with-null-session-metadata-creates", lambda c: rpc("sessions/create", meta={KEY: None}), 200, None, 0),
+    Row("legacy-create-with-session-metadata", lambda c: legacy_create({"sessionId": "x"}), 200, -32600, 0),
+    invalid("create-params-not-an-object", lambda c: raw_call(CREATE_WITH_ARRAY_PARAMS, method="sessions/create")),
+    Row("create-label-too-long", lambda c: rpc("sessions/create", {"label": "x" * 257}), 400, -32602, 0),
+    Row("create-label-not-a-string", lambda c: rpc("sessions/create", {"label": 7}), 400, -32602, 0),
+    Row("create-method-header-mismatch", lambda c: rpc("sessions/create", Mcp_Method="tools/list"), 400, -32020, 0),
+    not_found("delete-unknown-session", mirrored(lambda c: delete({"sessionId": "sess-unknown"})), SHAPE),
+    not_found("delete-of-another-secret", mirrored(lambda c: delete(_other_secrets(c))), KID),
+    not_found("delete-twice", mirrored(lambda c: delete(c.deleted(c.session()))), "revoked"),
+    # Batches: mcp 2.3 refuses every batch, so the middleware answers as the SDK does.
+    Row(
+        "batch-with-sessions-create",
+        lambda c: batch(CREATE, legacy_request("tools/call", RECORD, id=2)),
+        400,
+        -32602,
+        0,
+    ),
+    Row("batch-with-sessions-delete", _batch_with_delete, 400, -32602, 0),
+    Row("batch-with-an-invalid-session", _batch_with_invalid_session, 400, -32602, 0),
+    Row("modern-batch-with-sessions-create", _modern_batch_with_create, 400, -32600, 0),
+    # Notifications get no JSON-RPC answer.
+    Row(
+        "notification-invalid-session", mirrored(lambda c: call({"sessionId": "sess-x"}, request_id=None)), 202, None, 0
+    ),
+    Row("notification-sessions-create", lambda c: rpc("sessions/create", request_id=None), 202, None, 0),
+    # Bodies.
+    Row("body-5MB", lambda c: raw_call(FIVE_MB), 413, -32600, 0),
+    Row("legacy-body-5MB", lambda c: bare(FIVE_MB), 413, -32600, 0),
+    Row("invalid-json", lambda c: raw_call(b'{"jsonrpc":"2.0","id":1,"method":'), 400, -32700, 0),
+    Row("legacy-invalid-json", lambda c: bare(b'{"jsonrpc": "2.0", "id": 1, "method"'), 400, -32700, 0),
 ]
 
 
@@ -815,10 +973,137 @@ def test_every_row_is_refused_unless_it_says_otherwise() -> None:
         "ours-plus-jku-x5u-jwk-signed-with-our-key-is-ignored",
         "aud-list-with-ours-signed-with-our-key",
         "es-malleated-signature-is-the-same-session",
+        "baseline-hs-mirrored",
+        "baseline-legacy",
+        "sessionless",
+        "required-tool-with-session",
+        "with-valid-state",
+        "unknown-fields-in-session-metadata",
+        "header-without-metadata-is-ignored",
+        "legacy-header-differs-is-ignored",
+        "create-with-null-session-metadata-creates",
+        "notification-invalid-session",
+        "notification-sessions-create",
     }
     assert all(row.runs == 0 for row in ROWS if row.code is not None)
     assert all((row.reason is not None) == (row.code == -32043) for row in ROWS)
     assert len({row.id for row in ROWS}) == len(ROWS)
+
+
+def test_session_not_found_repeats_what_was_sent_cut_to_256(servers: dict[str, httpx.Client], canary: Canary) -> None:
+    sent = "eyJ" + "A" * 10_000 + ".e30.AAAA"
+    response = Context(servers, canary).post(call({"sessionId": sent}, request_id=42))
+    assert response.json() == {
+        "jsonrpc": "2.0",
+        "id": 42,
+        "error": {"code": -32043, "message": NOT_FOUND_MESSAGE, "data": {"sessionId": sent[:256]}},
+    }
+
+
+def test_the_tool_sees_the_session_it_was_called_with(servers: dict[str, httpx.Client], canary: Canary) -> None:
+    ctx = Context(servers, canary)
+    session = ctx.session()
+    before = runs()
+    ctx.post(call(session)).raise_for_status()
+    sid = HS_KEYS.verify_session_token(session["sessionId"]).session_id
+    assert RUNS[before:] == [("record", sid)]
+
+
+@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
+def test_content_length_over_the_limit_is_answered_before_the_body_is_sent(json_response: bool) -> None:
+    """A raw socket declares 5 MB and sends none of it: the 413 comes back anyway."""
+    with (
+        serve(build_app("hs", json_response)) as base_url,
+        socket.create_connection((urlsplit(base_url).hostname, urlsplit(base_url).port), timeout=10) as sock,
+    ):
+        sock.sendall(
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Accept: application/json, text/event-stream\r\nContent-Length: 5242880\r\n\r\n"
+        )
+        received = b""
+        while b"\r\n\r\n" not in received or not received.endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    # uvicorn writes the phrase Python names: "Request Entity Too Large" before 3.13, "Content Too Large" since.
+    assert head.split(b"\r\n")[0] == f"HTTP/1.1 413 {HTTPStatus(413).phrase}".encode()
+    assert json.loads(body) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "Request body too large (limit 4194304 bytes)"},
+    }
+
+
+# -- the store is unavailable ----------------------------------------------------------------
+
+
+def _genuine(ctx: Context) -> dict[str, Any]:
+    """A session of this deployment, minted with its secret: sessions/create stores nothing, so it cannot fail."""
+    return ctx.forged(HS_KEYS.mint_session_token(ttl=600)[0])
+
+
+def _batch_while_down(ctx: Context) -> Request:
+    element = legacy_request("tools/call", RECORD, id=1, session=_genuine(ctx))
+    return batch(element, legacy_request("tools/call", RECORD, id=2), deployment="down")
+
+
+STORE_ROWS = [
+    Row("tool-call-with-session", mirrored(lambda c: call(_genuine(c), deployment="down")), 503, -32010, 0),
+    Row("legacy-tool-call-with-session", lambda c: legacy_call(_genuine(c), deployment="down"), 503, -32010, 0),
+    Row("delete", mirrored(lambda c: delete(_genuine(c), deployment="down")), 503, -32010, 0),
+    Row("notification", mirrored(lambda c: call(_genuine(c), request_id=None, deployment="down")), 503, None, 0),
+    # Sessionless traffic never needs the store, and neither does creating a session (it stores nothing).
+    Row("create", lambda c: rpc("sessions/create", deployment="down"), 200, None, 0),
+    Row("legacy-create", lambda c: rpc("sessions/create", era="legacy", deployment="down"), 200, None, 0),
+    Row("sessionless-tool-call", lambda c: call(deployment="down"), 200, None, 1),
+    Row("legacy-sessionless-tool-call", lambda c: legacy_call(deployment="down"), 200, None, 1),
+    Row("required-tool-without-session", lambda c: call(tool="record_required", deployment="down"), 200, -32044, 0),
+]
+
+
+@pytest.mark.parametrize("row", STORE_ROWS, ids=[row.id for row in STORE_ROWS])
+def test_store_unavailable(
+    servers: dict[str, httpx.Client], canary: Canary, caplog: pytest.LogCaptureFixture, row: Row
+) -> None:
+    ctx = Context(servers, canary)
+    request = row.build(ctx)
+    before_runs, before_calls = runs(), DOWN.calls
+    response = ctx.post(request)
+    assert response.status_code == row.status, response.text[:300]
+    assert code_of(reply(response)) == row.code, response.text[:300]
+    assert runs() - before_runs == row.runs
+    if row.status == 503:
+        assert response.headers["retry-after"] == "7"
+        assert DOWN.calls - before_calls == 1
+        assert "-32043" not in response.text  # a temporary failure is never SESSION_NOT_FOUND
+    else:
+        assert "retry-after" not in response.headers
+        assert DOWN.calls == before_calls
+    assert_no_token_logged(caplog, ctx.tokens)
+
+
+def test_a_batch_gets_the_servers_refusal_whatever_the_store(servers: dict[str, httpx.Client], canary: Canary) -> None:
+    ctx = Context(servers, canary)
+    request = _batch_while_down(ctx)
+    before = runs()
+    response = ctx.post(request)
+    # mcp 2.3 refuses every batch: its refusal, not a retryable -32010, since a retry cannot succeed.
+    assert response.status_code == 400
+    assert code_of(reply(response)) == -32602
+    assert "retry-after" not in response.headers
+    assert runs() == before
+
+
+def test_store_unavailable_answer_is_retryable_and_exact(servers: dict[str, httpx.Client], canary: Canary) -> None:
+    response = Context(servers, canary).post(call(_genuine(Context(servers, canary)), request_id=9, deployment="down"))
+    assert response.status_code == 503
+    assert response.json() == {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "error": {"code": -32010, "message": "Session store unavailable, retry later"},
+    }
 
 
 # -- accepted on purpose: what the design allows ---------------------------------------------
