@@ -1,6 +1,7 @@
 """Replicas of the quickstart: each ``python -m uvicorn examples.quickstart:app`` in its own process,
 configured only by environment, on a free loopback port (tests/e2e/test_replicas.py, test_topologies.py);
-or served by another ASGI server's command line (tests/e2e/test_asgi_servers.py).
+or served by another ASGI server's command line (tests/e2e/test_asgi_servers.py); or, where the configuration
+changes and not the process, built from its environment and served on a real uvicorn in a thread.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+from examples.quickstart import build_app
 
 from _mcp import (
     MCP_PATH,
@@ -31,7 +33,7 @@ from _mcp import (
     tool_text,
 )
 from _redis import RedisServer, end_process, free_port
-from conftest import SECRET
+from conftest import SECRET, serve
 
 MAIN = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
@@ -130,6 +132,39 @@ def replicas(*environs: Mapping[str, str], app: str = "examples.quickstart:app")
             started.append(replica)
         for replica in started:
             replica.wait_ready()
+        yield started
+    finally:
+        for replica in started:
+            replica.stop()
+
+
+class ServedReplica:
+    """The quickstart built from ``environ`` alone (``build_app(environ=...)``, as the process reads its own), served
+    by a real uvicorn in a thread: restarting one builds a new app, with its own store client, on a new port."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._served = contextlib.ExitStack()
+        self.url = ""
+
+    def start(self, environ: Mapping[str, str]) -> None:
+        self.url = self._served.enter_context(serve(build_app(environ=environ)))
+
+    def stop(self) -> None:
+        self._served.close()
+
+    def restart(self, environ: Mapping[str, str]) -> None:
+        self.stop()
+        self.start(environ)
+
+
+@contextlib.contextmanager
+def served_replicas(*environs: Mapping[str, str]) -> Iterator[list[ServedReplica]]:
+    started: list[ServedReplica] = []
+    try:
+        for index, environ in enumerate(environs):
+            started.append(ServedReplica("ABC"[index]))
+            started[-1].start(environ)
         yield started
     finally:
         for replica in started:

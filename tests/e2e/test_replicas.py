@@ -3,8 +3,9 @@
 Through raw HTTP (2026-07-28) and the real SDK client: a session lives on every
 replica, counts exactly under concurrency, dies everywhere on delete; a Redis
 outage answers the retryable -32010 (HTTP 503, Retry-After), never -32043, and
-ends without restarting anything; a rolling key rotation rejects nothing that
-should live; idle expiry ends an unused session on both replicas.
+ends without restarting anything; a rolling key rotation (replicas rebuilt from
+their environment, in this process) rejects nothing that should live; idle
+expiry ends an unused session on both replicas.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from e2e._replicas import (
     OLD,
     STORE_UNAVAILABLE,
     Replica,
+    ServedReplica,
     a_delete_on_b_is_refused_on_a_at_once,
     base_environ,
     clients,
@@ -46,6 +48,7 @@ from e2e._replicas import (
     json_and_sse,
     refused,
     replicas,
+    served_replicas,
 )
 from mcp_sessions import KeySet
 
@@ -182,11 +185,11 @@ def test_idle_expiry_ends_an_unused_session_on_both_replicas(http: httpx.Client,
 # -- rolling key rotation ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(300)  # six rolling restarts of a replica
 def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Client, redis: RedisServer) -> None:
     """The runbook: the new key verifies everywhere, then signs everywhere, then the old one retires.
 
-    Replicas restart one at a time, so every step also runs with a mixed fleet.
+    Replicas restart one at a time, so every step also runs with a mixed fleet. What changes is each replica's
+    configuration, not its process: each is the quickstart built from its environment on a uvicorn in a thread.
     Every session carries client-held state signed on the other replica, and
     every check sends it, so state tokens cross the rotation too. Step 3 of the
     runbook waits out the longest lifetime before the old key retires; the test
@@ -216,7 +219,7 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
         decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
         return str(decoded["kid"])
 
-    def create(replica: Replica, signed_by: str, state_on: Replica) -> None:
+    def create(replica: ServedReplica, signed_by: str, state_on: ServedReplica) -> None:
         session = ModernClient(http, replica.url).create_session()
         assert kid(session["sessionId"]) == signed_by
         _, set_mode = ModernClient(http, state_on.url).call_tool(
@@ -224,7 +227,7 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
         )
         live[session["sessionId"]] = {"state": set_mode["result"]["_meta"][SESSION_KEY]["state"], "count": 0}
 
-    def every_live_session_works(fleet: list[Replica]) -> None:
+    def every_live_session_works(fleet: list[ServedReplica]) -> None:
         for token, held in live.items():
             for replica in fleet:
                 meta = session_meta(token, state=held["state"])
@@ -233,7 +236,7 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
                 held["count"] += 1
                 assert tool_text(message) == str(held["count"]), (replica.name, kid(token), message)
 
-    with replicas(step0(), step0()) as fleet:
+    with served_replicas(step0(), step0()) as fleet:
         a, b = fleet
         create(a, "old", state_on=b)
         every_live_session_works(fleet)
