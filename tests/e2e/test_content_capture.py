@@ -17,7 +17,7 @@ from examples.quickstart import SESSION_TOOLS, build_server
 from mcp.server.mcpserver import MCPServer
 
 from _mcp import MCP_PATH, SESSION_KEY, ModernClient, session_meta
-from _otel import MIDDLEWARE_SCOPE, SpanLog, attrs, by_request_id, global_tracing, span_strings
+from _otel import MIDDLEWARE_SCOPE, SpanLog, attrs, by_request_id, span_strings
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware
 
@@ -49,12 +49,6 @@ def app(*, json_response: bool, capture_content: bool) -> MCPSessionMiddleware:
     return MCPSessionMiddleware(
         inner, secret=SECRET, require_session_tools=SESSION_TOOLS, capture_content=capture_content
     )
-
-
-@pytest.fixture(scope="module")
-def span_log() -> Iterator[SpanLog]:
-    with global_tracing() as exporter:
-        yield SpanLog(exporter)
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,6 @@ from _otel import (
     SpanLog,
     attrs,
     connect,
-    global_tracing,
     of_scope,
     sdk_child,
     span_strings,
@@ -60,18 +59,6 @@ DIGEST = re.compile(r"(ts|cv)-[A-Za-z0-9_-]{24}")
 Mode = Literal["json", "sse"]
 Era = Literal["legacy", "modern"]
 RawClient = LegacyClient | ModernClient
-
-
-@pytest.fixture(scope="module")
-def span_log() -> Iterator[SpanLog]:
-    with global_tracing() as exporter:
-        yield SpanLog(exporter)
-
-
-@pytest.fixture
-def spans(span_log: SpanLog) -> SpanLog:
-    span_log.clear()
-    return span_log
 
 
 class Quickstarts:

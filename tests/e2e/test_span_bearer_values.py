@@ -15,18 +15,12 @@ import pytest
 from examples.basket import build_app
 
 from _mcp import LegacyClient, ModernClient, session_meta, tool_text
-from _otel import MIDDLEWARE_SCOPE, SpanLog, attrs, global_tracing, of_scope, span_strings
+from _otel import MIDDLEWARE_SCOPE, SpanLog, attrs, of_scope, span_strings
 from conftest import SECRET, in_process
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 MIB = 1024 * 1024
 BOUND = 256  # the most characters of a client-chosen string a span keeps (docs/observability.md)
-
-
-@pytest.fixture(scope="module")
-def span_log() -> Iterator[SpanLog]:
-    with global_tracing() as exporter:
-        yield SpanLog(exporter)
 
 
 @pytest.fixture

@@ -63,7 +63,6 @@ from _otel import (
     attrs,
     by_request_id,
     connect,
-    global_tracing,
     links_of,
     metric_attribute_values,
     named,
@@ -149,18 +148,6 @@ def traced_app(
         trace_mode=trace_mode,
         meter_provider=meter_provider,
     )
-
-
-@pytest.fixture(scope="module")
-def span_log() -> Iterator[SpanLog]:
-    with global_tracing() as exporter:
-        yield SpanLog(exporter)
-
-
-@pytest.fixture
-def spans(span_log: SpanLog) -> SpanLog:
-    span_log.clear()
-    return span_log
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
 
 import pytest
 from examples.quickstart import SESSION_TOOLS, build_server
@@ -24,7 +23,6 @@ from _otel import (
     MIDDLEWARE_SCOPE,
     SpanLog,
     attrs,
-    global_tracing,
     metric_attribute_values,
     of_scope,
     span_strings,
@@ -34,12 +32,6 @@ from conftest import SECRET, in_process
 from mcp_sessions import MCPSessionMiddleware
 
 TRANSPORT_DIGEST = re.compile(r"ts-[A-Za-z0-9_-]{24}")
-
-
-@pytest.fixture(scope="module")
-def span_log() -> Iterator[SpanLog]:
-    with global_tracing() as exporter:
-        yield SpanLog(exporter)
 
 
 @pytest.mark.parametrize("mode", ["json-stateless", "sse-stateful"])
