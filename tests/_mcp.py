@@ -177,8 +177,16 @@ async def aiter_messages(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, A
 
 def jwt_claims(token: str) -> dict[str, Any]:
     """The payload of a compact JWS, decoded WITHOUT verifying anything."""
-    payload = token.split(".")[1]
-    decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return _decoded(token.split(".")[1])
+
+
+def jwt_header(token: str) -> dict[str, Any]:
+    """The JOSE header of a compact JWS, decoded WITHOUT verifying anything."""
+    return _decoded(token.split(".")[0])
+
+
+def _decoded(segment: str) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
     return decoded
 
 

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import base64
 import contextlib
 import inspect
-import json
 import re
 import secrets
 import time
@@ -43,6 +41,7 @@ from _mcp import (
     LegacyClient,
     ModernClient,
     jwt_claims,
+    jwt_header,
     modern_headers,
     modern_request,
     session_meta,
@@ -114,13 +113,6 @@ def mcp_app_as_above() -> ASGIApp:
 def error_code(message: dict[str, Any]) -> int:
     code: int = message["error"]["code"]
     return code
-
-
-def token_header(token: str) -> dict[str, Any]:
-    """The JOSE header of a compact JWS, decoded without verifying anything."""
-    header = token.split(".")[0]
-    decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
-    return decoded
 
 
 def created_at_host(client: ModernClient) -> dict[str, Any]:
@@ -261,7 +253,7 @@ def test_rotation_step_two_verifies_the_old_key_and_signs_with_the_new() -> None
         response, listed = client.request("tools/list", session=session_meta(old_token))
         assert response.status_code == 200 and "result" in listed, listed  # the old key still verifies
         new_token = client.create_session()["sessionId"]
-    assert token_header(new_token)["kid"] == SessionKey.from_secret(NEW_SECRET).kid  # the new key signs
+    assert jwt_header(new_token)["kid"] == SessionKey.from_secret(NEW_SECRET).kid  # the new key signs
     assert {k: jwt_claims(new_token)[k] for k in ("iss", "aud")} == {"iss": "https://mcp.example.com", "aud": HOST}
     # Step 3, KeySet([new]): the new key's sessions live on, the old key's end.
     step_three = KeySet([SessionKey.from_secret(NEW_SECRET)], issuer="https://mcp.example.com", audience=HOST)
@@ -283,7 +275,7 @@ def test_an_asymmetric_key_signs_and_its_public_key_alone_verifies(kind: str, tm
     assert keys.signer is not None and keys.signer.algorithm == ("ES256" if kind == "P-256" else "EdDSA")
     with serve(MCPSessionMiddleware(mcp_app_as_above(), keys=keys)) as base, httpx.Client(timeout=10) as http:
         token = ModernClient(http, base).create_session()["sessionId"]
-    assert token_header(token)["kid"] == "es-2026-11" and jwt_claims(token)["aud"] == HOST
+    assert jwt_header(token)["kid"] == "es-2026-11" and jwt_claims(token)["aud"] == HOST
     public_pem = private.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )

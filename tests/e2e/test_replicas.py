@@ -10,11 +10,9 @@ expiry ends an unused session on both replicas.
 
 from __future__ import annotations
 
-import base64
-import json
 import time
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import mcp_types as types
@@ -27,8 +25,11 @@ from _mcp import (
     SESSION_KEY,
     SESSION_NOT_FOUND,
     SESSION_REQUIRED,
+    DeleteSessionRequest,
     ModernClient,
+    create_session,
     jwt_claims,
+    jwt_header,
     sdk_meta,
     session_meta,
     tool_text,
@@ -91,30 +92,16 @@ def test_a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: list[Re
 # -- the SDK client ---------------------------------------------------------------------------------------------
 
 
-class CreateSessionRequest(types.Request[types.RequestParams | None, Literal["sessions/create"]]):
-    method: Literal["sessions/create"] = "sessions/create"
-    params: types.RequestParams | None = None
-
-
-class CreateSessionResult(types.Result):
-    session: dict[str, Any]
-
-
-class DeleteSessionRequest(types.Request[types.RequestParams, Literal["sessions/delete"]]):
-    method: Literal["sessions/delete"] = "sessions/delete"
-    params: types.RequestParams
-
-
 @pytest.mark.anyio
 async def test_the_sdk_client_across_replicas(pair: list[Replica]) -> None:
     async with Client(pair[0].url + MCP_PATH) as on_a, Client(pair[1].url + MCP_PATH) as on_b:
-        created = await on_a.session.send_request(CreateSessionRequest(), CreateSessionResult)
-        meta = sdk_meta({SESSION_KEY: {"sessionId": created.session["sessionId"]}})
+        created = await create_session(on_a)
+        meta = sdk_meta({SESSION_KEY: {"sessionId": created["sessionId"]}})
         counts = []
         for client in (on_a, on_b, on_a, on_b):
             result = await client.call_tool("count", {}, meta=meta)
             assert result.meta is not None
-            assert result.meta[SESSION_KEY]["sessionId"] == created.session["sessionId"]
+            assert result.meta[SESSION_KEY]["sessionId"] == created["sessionId"]
             counts.append(result.structured_content)
         assert counts == [{"result": n} for n in (1, 2, 3, 4)]
         await on_b.session.send_request(DeleteSessionRequest(params=types.RequestParams(_meta=meta)), types.EmptyResult)
@@ -215,9 +202,7 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
     live: dict[str, dict[str, Any]] = {}  # sessionId -> {"state": ..., "count": ...}
 
     def kid(token: str) -> str:
-        header = token.split(".")[0]
-        decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))
-        return str(decoded["kid"])
+        return str(jwt_header(token)["kid"])
 
     def create(replica: ServedReplica, signed_by: str, state_on: ServedReplica) -> None:
         session = ModernClient(http, replica.url).create_session()

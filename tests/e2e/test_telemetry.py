@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-import mcp_types as types
 import pytest
 from examples.quickstart import SESSION_TOOLS, build_app, build_server
 from mcp import Client
@@ -47,6 +46,7 @@ from _mcp import (
     LegacyClient,
     ModernClient,
     answer,
+    create_session,
     jwt_claims,
     legacy_request,
     messages,
@@ -735,15 +735,6 @@ def test_every_span_inside_a_session_request_knows_the_session_and_a_client_cann
 # -- the real SDK client ------------------------------------------------------------------------
 
 
-class CreateSessionRequest(types.Request[types.RequestParams | None, Literal["sessions/create"]]):
-    method: Literal["sessions/create"] = "sessions/create"
-    params: types.RequestParams | None = None
-
-
-class CreateSessionResult(types.Result):
-    session: dict[str, Any]
-
-
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_sdk_client_trace_context_flows_through_the_middleware(span_log: SpanLog, mode: str) -> None:
@@ -752,8 +743,7 @@ async def test_sdk_client_trace_context_flows_through_the_middleware(span_log: S
     client_side = ExchangeRecorder(MCPSessionMiddleware(app_side, secret=SECRET))
     with serve(client_side) as url:
         async with Client(url + MCP_PATH, mode=mode) as client:
-            created = await client.session.send_request(CreateSessionRequest(), CreateSessionResult)
-            token = created.session["sessionId"]
+            token = (await create_session(client))["sessionId"]
             meta: Any = {SESSION_KEY: {"sessionId": token}}  # RequestParamsMeta allows extra keys
             result = await client.call_tool("lookup", {"q": "select 1"}, meta=meta)
         finished = span_log.wait(
