@@ -178,7 +178,7 @@ def json_and_sse(
     return replicas({**environ, "QUICKSTART_JSON": "1"}, environ, app=app)
 
 
-def clients(http: httpx.Client, pair: list[Replica]) -> tuple[ModernClient, ModernClient]:
+def clients(http: httpx.Client, pair: Sequence[Replica | ServedReplica]) -> tuple[ModernClient, ModernClient]:
     return ModernClient(http, pair[0].url), ModernClient(http, pair[1].url)
 
 

@@ -48,7 +48,6 @@ from e2e._replicas import (
     counts_exactly_under_concurrency,
     json_and_sse,
     refused,
-    replicas,
     served_replicas,
 )
 from mcp_sessions import KeySet
@@ -154,7 +153,7 @@ def test_redis_outage_is_retryable_and_ends_without_a_restart(
 
 def test_idle_expiry_ends_an_unused_session_on_both_replicas(http: httpx.Client, redis: RedisServer) -> None:
     environ = base_environ(redis, MCP_SESSIONS_IDLE_TTL="2", QUICKSTART_JSON="1")
-    with replicas(environ, environ) as started:
+    with served_replicas(environ, environ) as started:  # what expires is in Redis: the replicas may share a process
         a, b = clients(http, started)
         used, unused = a.create_session(), a.create_session()
         # Used every 0.4 s, alternately on each replica, for longer than the idle timeout: it lives.
