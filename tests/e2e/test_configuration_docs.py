@@ -3,7 +3,7 @@
 Each snippet is exec'd as printed; a fragment gets only the names its page says are the reader's own
 (``old_secret``, ``MyBackend``, ``MyTokenVerifier``...). Where a snippet names a file or a server of the
 reader's (a PEM under /run/secrets, a Redis at 10.0.0.5, a database under /tmp), the test swaps that one
-literal for a real one of its own and says so. Apps are served by a real uvicorn on 127.0.0.1.
+literal for a real one of its own and says so. Apps are called in process (Starlette's TestClient).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
@@ -48,7 +47,7 @@ from _mcp import (
     tool_text,
 )
 from _redis import RedisServer
-from conftest import SECRET, serve
+from conftest import SECRET, in_process
 from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, SessionsConfig, get_session
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SQLiteStore, _base, store_from_url
 
@@ -140,8 +139,8 @@ def test_the_options_block_shows_the_defaults_and_its_app_answers() -> None:
     shown = {str(kw.arg): eval(compile(ast.Expression(kw.value), "options", "eval"), namespace) for kw in call.keywords}
     del shown["secret"]  # the reader's own (the app above was built, so it is long enough)
     assert shown == {name: parameters[name].default for name in shown}
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(app) as http:
+        client = ModernClient(http, "")
         session = client.create_session()
         response, listed = client.request("tools/list", session=session_meta(session))
         assert response.status_code == 200 and listed["result"]["tools"] == [], listed
@@ -205,13 +204,13 @@ async def knows_no_method(request: Request) -> JSONResponse:
 def test_the_checked_config_object_answers_at_its_path_and_raises_where_built() -> None:
     app = run(FROM_ENV_CONFIG, page="docs/configuration.md")["app"]
     assert isinstance(app, Starlette)
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        refused = ModernClient(http, base).post(modern_request("sessions/create"))
+    with in_process(app) as http:
+        refused = ModernClient(http, "").post(modern_request("sessions/create"))
         assert refused.status_code == 404  # no server at /mcp: the app's own answer, which the middleware asks for
         app.router.routes.append(Route("/mcp", knows_no_method, methods=["POST"]))  # a server, of no methods
-        session = ModernClient(http, base).create_session()  # the middleware answers it once the server takes it
+        session = ModernClient(http, "").create_session()  # the middleware answers it once the server takes it
         assert jwt_claims(session["sessionId"])["iss"] == "mcp-sessions"
-        elsewhere = ModernClient(http, base, path="/elsewhere").post({"jsonrpc": "2.0", "id": 1, "method": "x"})
+        elsewhere = ModernClient(http, "", path="/elsewhere").post({"jsonrpc": "2.0", "id": 1, "method": "x"})
         assert elsewhere.status_code == 404  # path="/mcp": other paths pass through, unread
     # "raises here if misconfigured": at from_env, before any app exists.
     with pytest.raises(RuntimeError, match=re.escape("secrets.token_urlsafe(32)")):
@@ -223,8 +222,8 @@ def test_the_checked_config_object_answers_at_its_path_and_raises_where_built() 
 def test_behind_a_dispatcher_the_server_refuses_sessions_create_as_tools_list(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)  # from_env reads it, as the page's table says
     app = run(GUARD, page="docs/configuration.md")["app"]
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(app) as http:
+        client = ModernClient(http, "")
         response, created = client.request("sessions/create", host=HOST, origin="https://app.example.com")
         assert response.status_code == 200 and response.headers["content-type"] == "application/json"
         session = session_meta(created["result"]["session"])
@@ -248,8 +247,8 @@ def test_rotation_step_two_verifies_the_old_key_and_signs_with_the_new() -> None
     # A session minted in step 1, when only the old key signed.
     step_one = KeySet([SessionKey.from_secret(OLD_SECRET)], issuer="https://mcp.example.com", audience=HOST)
     old_token, _ = step_one.mint_session_token(ttl=600)
-    with serve(namespace["app"]) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(namespace["app"]) as http:
+        client = ModernClient(http, "")
         response, listed = client.request("tools/list", session=session_meta(old_token))
         assert response.status_code == 200 and "result" in listed, listed  # the old key still verifies
         new_token = client.create_session()["sessionId"]
@@ -273,8 +272,8 @@ def test_an_asymmetric_key_signs_and_its_public_key_alone_verifies(kind: str, tm
     )
     keys = run(swapped(ES256, '"/run/secrets/mcp-sessions-es256.pem"', repr(str(pem))))["keys"]
     assert keys.signer is not None and keys.signer.algorithm == ("ES256" if kind == "P-256" else "EdDSA")
-    with serve(MCPSessionMiddleware(mcp_app_as_above(), keys=keys)) as base, httpx.Client(timeout=10) as http:
-        token = ModernClient(http, base).create_session()["sessionId"]
+    with in_process(MCPSessionMiddleware(mcp_app_as_above(), keys=keys)) as http:
+        token = ModernClient(http, "").create_session()["sessionId"]
     assert jwt_header(token)["kid"] == "es-2026-11" and jwt_claims(token)["aud"] == HOST
     public_pem = private.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -334,8 +333,8 @@ def test_the_redis_store_as_printed_and_on_a_real_redis(redis: RedisServer) -> N
     # The same snippet with the reader's Redis URL swapped for a real redis-server.
     names["mcp_app"] = mcp_app_as_above()
     real = run(swapped(REDIS, '"redis://:password@10.0.0.5:6379/0"', repr(redis.url)), names)
-    with serve(closing(real["app"], real["store"])) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(closing(real["app"], real["store"])) as http:
+        client = ModernClient(http, "")
         session = session_meta(client.create_session())
         sid = jwt_claims(session["sessionId"])["sid"]
         assert "result" in client.request("tools/list", session=session)[1]
@@ -386,9 +385,9 @@ def test_the_walkthrough_server_counts_across_replicas(
     monkeypatch.setenv("MCP_SESSIONS_REDIS_URL", redis.url)
     monkeypatch.setenv("MCP_SESSIONS_IDLE_TTL", "1800")
     replicas = [run(SERVER_PY, page="docs/deployment.md")["app"] for _ in range(2)]
-    with contextlib.ExitStack() as stack, httpx.Client(timeout=10) as http:
-        bases = [stack.enter_context(serve(app)) for app in replicas]
-        a, b = (ModernClient(http, base) for base in bases)
+    with contextlib.ExitStack() as stack:
+        https = [stack.enter_context(in_process(app)) for app in replicas]
+        a, b = (ModernClient(http, "") for http in https)
         refused = a.post(modern_request("sessions/create"))
         assert (refused.status_code, refused.text) == (421, "Invalid Host header")  # only the host it names
         created = created_at_host(a)
@@ -400,7 +399,7 @@ def test_the_walkthrough_server_counts_across_replicas(
         assert counts == ["1", "2", "3"]  # whichever replica answers, the counter is the one in Redis
         assert redis.command("HGET", f"mcp-sessions:{{{claims['sid']}}}:d", "count") == b"$1\r\n3\r\n"
         # A 2025-era client, stateless: no initialize on this replica, the session travels in _meta.
-        legacy = LegacyClient(http, bases[1])
+        legacy = LegacyClient(https[1], "")
         assert tool_text(legacy.call_tool("count", session=session, host=HOST)[1]) == "4"
         assert error_code(b.call_tool("count", host=HOST)[1]) == SESSION_REQUIRED  # require_session_tools
         assert "result" in b.request("sessions/delete", session=session, host=HOST)[1]
@@ -442,8 +441,8 @@ def test_app_authentication_binds_sessions_in_either_order() -> None:
     reversed_order = swapped(AUTH_OUTSIDE, authentication + sessions, sessions + authentication)
     for snippet in (AUTH_OUTSIDE, reversed_order):
         app = run(snippet, readers_app(), page="docs/security.md")["app"]
-        with serve(app) as base, httpx.Client(timeout=10) as http:
-            client = ModernClient(http, base)
+        with in_process(app) as http:
+            client = ModernClient(http, "")
             _, created = client.request("sessions/create", x_user="alice")
             session = session_meta(created["result"]["session"])
             assert "pbh" in jwt_claims(session["sessionId"])
@@ -470,8 +469,8 @@ class MyTokenVerifier(TokenVerifier):
 def test_the_sdk_bearer_auth_binds_sessions_with_no_hook(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
     app = run(SDK_AUTH, {"MyTokenVerifier": MyTokenVerifier}, page="docs/security.md")["app"]
-    with serve(app) as base, httpx.Client(timeout=10) as http:
-        client = ModernClient(http, base)
+    with in_process(app) as http:
+        client = ModernClient(http, "")
         _, created = client.request("sessions/create", authorization="Bearer alice-token")
         session = session_meta(created["result"]["session"])
         assert "pbh" in jwt_claims(session["sessionId"])
