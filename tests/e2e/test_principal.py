@@ -1,4 +1,4 @@
-"""Sessions bound to the authenticated principal that created them (real Starlette auth, real uvicorn)."""
+"""Sessions bound to the authenticated principal that created them (real Starlette auth, in process)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 import pytest
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
@@ -17,7 +16,7 @@ from starlette.types import Scope
 
 from _mcp import SESSION_NOT_FOUND, ModernClient, jwt_claims, session_meta, tool_text
 from _users import HeaderUser
-from conftest import SECRET, serve
+from conftest import SECRET, in_process
 from mcp_sessions import MCPSessionMiddleware, get_session
 
 
@@ -55,8 +54,8 @@ def calls() -> list[str]:
 
 @pytest.fixture
 def client(calls: list[str]) -> Iterator[ModernClient]:
-    with serve(build(calls)) as url, httpx.Client() as http:
-        yield ModernClient(http, url)
+    with in_process(build(calls)) as http:
+        yield ModernClient(http, "")
 
 
 def whoami(client: ModernClient, session: dict[str, Any], user: str | None) -> dict[str, Any]:
@@ -101,8 +100,8 @@ def test_an_async_principal_hook_and_no_binding(calls: list[str]) -> None:
     async def tenant(scope: Scope) -> str | None:
         return dict(scope["headers"]).get(b"x-tenant", b"").decode() or None
 
-    with serve(build(calls, principal=tenant)) as url, httpx.Client() as http:
-        client = ModernClient(http, url)
+    with in_process(build(calls, principal=tenant)) as http:
+        client = ModernClient(http, "")
         _, created = client.request("sessions/create", x_tenant="t1")
         session = created["result"]["session"]
         sid = jwt_claims(session["sessionId"])["sid"]
@@ -110,8 +109,8 @@ def test_an_async_principal_hook_and_no_binding(calls: list[str]) -> None:
         refused = client.call_tool("whoami", session=session_meta(session), x_tenant="t2")[1]
         assert refused["error"]["code"] == SESSION_NOT_FOUND
 
-    with serve(build(calls, principal=None)) as url, httpx.Client() as http:
-        client = ModernClient(http, url)
+    with in_process(build(calls, principal=None)) as http:
+        client = ModernClient(http, "")
         _, created = client.request("sessions/create", x_user="alice")
         assert "pbh" not in jwt_claims(created["result"]["session"]["sessionId"])
 
@@ -120,8 +119,8 @@ def test_a_failing_principal_hook_is_an_internal_error_and_reaches_nothing(calls
     def broken(scope: Scope) -> str | None:
         raise RuntimeError("boom")
 
-    with serve(build(calls, principal=broken)) as url, httpx.Client() as http:
-        client = ModernClient(http, url)
+    with in_process(build(calls, principal=broken)) as http:
+        client = ModernClient(http, "")
         response, answer = client.request("sessions/create")
         assert response.status_code == 200
         assert answer["error"]["code"] == -32603
