@@ -1,6 +1,6 @@
 """A conversation as the viewers read it: named traces, kinds of calls, who made them, what went in and came out.
 
-Through a real MCPServer behind uvicorn, with the OpenTelemetry SDK's in-memory exporter and the provider
+Through a real MCPServer, in process, with the OpenTelemetry SDK's in-memory exporter and the provider
 given to the middleware. The attribute names are the ones each viewer documents: MLflow 3.17 names a trace
 from its root span's ``mlflow.traceTag.mlflow.traceName`` (any ``mlflow.traceTag.<key>`` becomes the trace
 tag ``<key>``); Langfuse's OpenTelemetry property mapping reads ``langfuse.trace.name``,
@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import httpx
 import pytest
 from examples.quickstart import build_app
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -26,7 +25,7 @@ from starlette.types import Scope
 from _mcp import ModernClient, jwt_claims, session_meta, tool_text
 from _otel import MIDDLEWARE_SCOPE, attrs, by_request_id, of_scope, traceparent
 from _users import HeaderUser
-from conftest import SECRET, serve
+from conftest import SECRET, in_process
 from mcp_sessions import SessionsConfig
 from mcp_sessions._tokens import IdDigests
 
@@ -69,10 +68,10 @@ def conversation(client: ModernClient) -> str:
     return token
 
 
-def test_each_trace_the_middleware_starts_is_named_and_tagged_for_every_viewer(http: httpx.Client) -> None:
+def test_each_trace_the_middleware_starts_is_named_and_tagged_for_every_viewer() -> None:
     traced = Traced()
-    with serve(traced.app) as base:
-        conversation(ModernClient(http, base))
+    with in_process(traced.app) as http:
+        conversation(ModernClient(http, ""))
     expected = {
         "discover": ("server/discover", "housekeeping"),
         "unlisted": ("tools/call count", "turn"),  # named by its answer: the trace's name follows
@@ -91,12 +90,12 @@ def test_each_trace_the_middleware_starts_is_named_and_tagged_for_every_viewer(h
 
 
 @pytest.mark.parametrize("carrier", ["header", "meta"])
-def test_a_trace_a_client_started_keeps_the_name_the_client_gave_it(http: httpx.Client, carrier: str) -> None:
+def test_a_trace_a_client_started_keeps_the_name_the_client_gave_it(carrier: str) -> None:
     """The client's span is the root: the middleware's span tells what kind of call it is, and names nothing."""
     traced = Traced()
     context = traceparent(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
-    with serve(traced.app) as base:
-        client = ModernClient(http, base)
+    with in_process(traced.app) as http:
+        client = ModernClient(http, "")
         if carrier == "header":
             client.request("tools/list", id="list", traceparent=context)
         else:
@@ -121,8 +120,8 @@ def test_the_user_of_every_call_is_who_the_server_authenticated_when_asked(
 ) -> None:
     traced = Traced(trace_user=trace_user)
     headers = {} if user is None else {"x-user": user}
-    with serve(traced.app) as base, httpx.Client(timeout=10, headers=headers) as http:
-        conversation(ModernClient(http, base))
+    with in_process(traced.app, headers=headers) as http:
+        conversation(ModernClient(http, ""))
     users = {attrs(span).get("user.id") for span in traced.spans()}
     if expected == "digest":
         assert user is not None
@@ -132,19 +131,19 @@ def test_the_user_of_every_call_is_who_the_server_authenticated_when_asked(
         assert users == {expected}
 
 
-def test_the_authenticated_user_wins_over_the_one_a_host_asserts(http: httpx.Client) -> None:
+def test_the_authenticated_user_wins_over_the_one_a_host_asserts() -> None:
     """ChatGPT's ``openai/subject`` is the client's word; the principal is the server's."""
     traced = Traced(trace_user="name")
     host = {"openai/session": "chatgpt-conversation-1", "openai/subject": "user-anon-1"}
-    with serve(traced.app) as base:
-        client = ModernClient(http, base)
+    with in_process(traced.app) as http:
+        client = ModernClient(http, "")
         client.call_tool("whoami", meta=host, id="asserted")
         client.call_tool("whoami", meta=host, id="authenticated", X_User="alice@example.com")
     assert traced.span("asserted")["user.id"] == "user-anon-1"
     assert traced.span("authenticated")["user.id"] == "alice@example.com"
 
 
-def test_a_failing_principal_hook_leaves_the_span_without_a_user(http: httpx.Client) -> None:
+def test_a_failing_principal_hook_leaves_the_span_without_a_user() -> None:
     """The principal hook fails when telemetry asks it (first): the session is created all the same, unnamed."""
     asked: list[str] = []
 
@@ -155,18 +154,18 @@ def test_a_failing_principal_hook_leaves_the_span_without_a_user(http: httpx.Cli
         return "alice"
 
     traced = Traced(trace_user="digest", principal=principal)
-    with serve(traced.app) as base:
-        token = ModernClient(http, base).create_session()["sessionId"]
+    with in_process(traced.app) as http:
+        token = ModernClient(http, "").create_session()["sessionId"]
     assert jwt_claims(token)["sid"]
     assert len(asked) == 2  # telemetry's look, then the session's binding
     [create] = traced.spans()
     assert "user.id" not in attrs(create)
 
 
-def test_with_capture_a_session_shows_its_label_first_and_how_it_ended_last(http: httpx.Client) -> None:
+def test_with_capture_a_session_shows_its_label_first_and_how_it_ended_last() -> None:
     traced = Traced(capture_content=True)
-    with serve(traced.app) as base:
-        client = ModernClient(http, base)
+    with in_process(traced.app) as http:
+        client = ModernClient(http, "")
         token = conversation(client)
         careless = client.create_session({"label": f"my basket is {HANDLE}"})["sessionId"]
     sid = jwt_claims(token)["sid"]
