@@ -1,6 +1,6 @@
 """Content capture, end to end: a tools/call span carries its arguments and result, redacted and bounded.
 
-Through a real MCPServer behind uvicorn, in JSON and SSE answers, with the OpenTelemetry SDK's
+Through a real MCPServer in process, in JSON and SSE answers, with the OpenTelemetry SDK's
 in-memory exporter: with ``capture_content=True`` the middleware's span has the GenAI attributes and
 the ones Phoenix and MLflow show as input and output; without it, none of them.
 """
@@ -18,7 +18,7 @@ from mcp.server.mcpserver import MCPServer
 
 from _mcp import MCP_PATH, SESSION_KEY, ModernClient, session_meta
 from _otel import MIDDLEWARE_SCOPE, SpanLog, attrs, by_request_id, span_strings
-from conftest import SECRET, serve
+from conftest import SECRET, in_process
 from mcp_sessions import MCPSessionMiddleware
 
 CAPTURED = (
@@ -52,12 +52,12 @@ def app(*, json_response: bool, capture_content: bool) -> MCPSessionMiddleware:
 
 
 @pytest.fixture(scope="module")
-def servers(span_log: SpanLog) -> Iterator[dict[tuple[str, bool], str]]:
+def servers(span_log: SpanLog) -> Iterator[dict[tuple[str, bool], httpx.Client]]:
     with (
-        serve(app(json_response=True, capture_content=True)) as json_on,
-        serve(app(json_response=False, capture_content=True)) as sse_on,
-        serve(app(json_response=True, capture_content=False)) as json_off,
-        serve(app(json_response=False, capture_content=False)) as sse_off,
+        in_process(app(json_response=True, capture_content=True)) as json_on,
+        in_process(app(json_response=False, capture_content=True)) as sse_on,
+        in_process(app(json_response=True, capture_content=False)) as json_off,
+        in_process(app(json_response=False, capture_content=False)) as sse_off,
     ):
         yield {("json", True): json_on, ("sse", True): sse_on, ("json", False): json_off, ("sse", False): sse_off}
 
@@ -87,9 +87,9 @@ def calls(client: ModernClient, span_log: SpanLog) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("mode", ["json", "sse"])
 def test_with_capture_a_tool_call_span_shows_its_arguments_and_result_redacted(
-    servers: dict[tuple[str, bool], str], http: httpx.Client, span_log: SpanLog, mode: str
+    servers: dict[tuple[str, bool], httpx.Client], span_log: SpanLog, mode: str
 ) -> None:
-    spans = calls(ModernClient(http, servers[mode, True]), span_log)
+    spans = calls(ModernClient(servers[mode, True], ""), span_log)
 
     repeated = spans["r"]
     assert json.loads(repeated["gen_ai.tool.call.arguments"]) == {
@@ -115,9 +115,9 @@ def test_with_capture_a_tool_call_span_shows_its_arguments_and_result_redacted(
 
 @pytest.mark.parametrize("mode", ["json", "sse"])
 def test_without_capture_no_span_has_content(
-    servers: dict[tuple[str, bool], str], http: httpx.Client, span_log: SpanLog, mode: str
+    servers: dict[tuple[str, bool], httpx.Client], span_log: SpanLog, mode: str
 ) -> None:
-    spans = calls(ModernClient(http, servers[mode, False]), span_log)
+    spans = calls(ModernClient(servers[mode, False], ""), span_log)
 
     for span in spans.values():
         assert not set(CAPTURED) & set(span)
