@@ -1,4 +1,4 @@
-"""The profile seam: a wire defined only here runs a whole session cycle through a real server.
+"""The profile seam: a wire defined only here runs a whole session cycle through the real quickstart, in process.
 
 The toy wire has its own method prefix and ``_meta`` key; nothing outside this
 file knows it. If this passes, a new wire is one module.
@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from examples.quickstart import build_app
 
 from _mcp import ModernClient, answer, modern_headers, modern_request, tool_text
-from conftest import SECRET, serve
+from conftest import SECRET, in_process
 from mcp_sessions import Refusal
 from mcp_sessions._wire import iso
 from mcp_sessions.profiles import WireProfile
@@ -57,8 +56,8 @@ TOY = WireProfile(
 @pytest.fixture(scope="module", params=["json", "sse"])
 def client(request: pytest.FixtureRequest) -> Iterator[ModernClient]:
     app = build_app(json_response=request.param == "json", environ={"MCP_SESSIONS_SECRET": SECRET}, profiles=[TOY])
-    with serve(app) as url, httpx.Client(timeout=10) as http:
-        yield ModernClient(http, url)
+    with in_process(app) as http:
+        yield ModernClient(http, "")
 
 
 def toy_call(client: ModernClient, method: str, params: dict[str, Any], ticket: str | None) -> dict[str, Any]:
