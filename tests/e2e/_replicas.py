@@ -178,6 +178,11 @@ def json_and_sse(
     return replicas({**environ, "QUICKSTART_JSON": "1"}, environ, app=app)
 
 
+def served_json_and_sse(environ: Mapping[str, str]) -> contextlib.AbstractContextManager[list[ServedReplica]]:
+    """:func:`json_and_sse` in this process: served replicas A (JSON responses) and B (SSE responses)."""
+    return served_replicas({**environ, "QUICKSTART_JSON": "1"}, environ)
+
+
 def clients(http: httpx.Client, pair: Sequence[Replica | ServedReplica]) -> tuple[ModernClient, ModernClient]:
     return ModernClient(http, pair[0].url), ModernClient(http, pair[1].url)
 
@@ -195,7 +200,7 @@ def refused(client: ModernClient, session: Mapping[str, Any], tool: str = "count
     return message
 
 
-def counts_exactly_under_concurrency(pair: list[Replica], calls: int) -> None:
+def counts_exactly_under_concurrency(pair: Sequence[Replica | ServedReplica], calls: int) -> None:
     """One session's counter, bumped by ``calls`` concurrent calls spread over both replicas: each value once."""
 
     async def scenario() -> tuple[int, list[int], int]:
@@ -220,7 +225,7 @@ def counts_exactly_under_concurrency(pair: list[Replica], calls: int) -> None:
     assert last == calls + 2
 
 
-def a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: list[Replica]) -> None:
+def a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: Sequence[Replica | ServedReplica]) -> None:
     """A session deleted on replica B is refused by A on the very next request, and cannot be deleted again."""
     a, b = clients(http, pair)
     session = a.create_session()

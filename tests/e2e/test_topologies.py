@@ -1,5 +1,6 @@
-"""Two real uvicorn replicas of the quickstart on Redis past one node: a real 3-master Cluster
-(``redis+cluster://``) and a real master, replica and three Sentinels (``redis+sentinel://``).
+"""Two replicas of the quickstart on Redis past one node: a real 3-master Cluster (``redis+cluster://``) and a
+real master, replica and three Sentinels (``redis+sentinel://``). What is tested is the store's topology, so each
+replica is the quickstart built from its environment on a real uvicorn in a thread of this process.
 
 On the Cluster: one session on every replica, exact counts under concurrency, a delete seen
 by the other replica at once; a master killed and restarted costs its own sessions the
@@ -25,13 +26,13 @@ from _redis import RedisServer
 from _redis_topologies import ClusterServers, client, redis_cluster, sentinel_group
 from e2e._replicas import (
     STORE_UNAVAILABLE,
-    Replica,
+    ServedReplica,
     a_delete_on_b_is_refused_on_a_at_once,
     clients,
     count,
     counts_exactly_under_concurrency,
     environ,
-    json_and_sse,
+    served_json_and_sse,
 )
 
 WINDOW_LIMIT = 400  # requests during a failover, at most (about 20 s at the pace below)
@@ -61,10 +62,10 @@ def cluster() -> Iterator[ClusterServers]:
 
 
 @pytest.fixture(scope="module")
-def pair(cluster: ClusterServers) -> Iterator[list[Replica]]:
+def pair(cluster: ClusterServers) -> Iterator[list[ServedReplica]]:
     """Replicas A (JSON responses) and B (SSE responses) on the one Cluster."""
     common = environ(cluster.url, PREFIX)
-    with json_and_sse(common) as started:
+    with served_json_and_sse(common) as started:
         yield started
 
 
@@ -86,7 +87,7 @@ def one_session_per_node(replica: ModernClient, cluster: ClusterServers) -> dict
 
 
 def test_a_session_lives_on_every_replica_and_its_keys_on_one_node(
-    http: httpx.Client, pair: list[Replica], cluster: ClusterServers
+    http: httpx.Client, pair: list[ServedReplica], cluster: ClusterServers
 ) -> None:
     a, b = clients(http, pair)
     for node, session in one_session_per_node(a, cluster).items():
@@ -97,16 +98,16 @@ def test_a_session_lives_on_every_replica_and_its_keys_on_one_node(
             assert owner.hget(f"{PREFIX}{{{sid}}}:d", "count") == "4"
 
 
-def test_concurrent_calls_across_both_replicas_count_exactly(pair: list[Replica]) -> None:
+def test_concurrent_calls_across_both_replicas_count_exactly(pair: list[ServedReplica]) -> None:
     counts_exactly_under_concurrency(pair, 50)
 
 
-def test_a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: list[Replica]) -> None:
+def test_a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: list[ServedReplica]) -> None:
     a_delete_on_b_is_refused_on_a_at_once(http, pair)
 
 
 def test_a_lost_node_costs_only_its_own_sessions_and_returns(
-    http: httpx.Client, pair: list[Replica], cluster: ClusterServers
+    http: httpx.Client, pair: list[ServedReplica], cluster: ClusterServers
 ) -> None:
     """Last in the module: the node comes back empty (no persistence), as after a crash without a disk."""
     a, b = clients(http, pair)
@@ -143,7 +144,7 @@ def test_a_lost_node_costs_only_its_own_sessions_and_returns(
 def test_a_sentinel_failover_answers_only_retryable_errors_then_succeeds(http: httpx.Client) -> None:
     with sentinel_group() as group:
         common = environ(group.url, f"sentinel-{uuid.uuid4().hex[:6]}:")
-        with json_and_sse(common) as pair:
+        with served_json_and_sse(common) as pair:
             a, b = clients(http, pair)
             old = group.master.port
             failover(a, b, a.create_session(), group.master, lambda: group.failed_over(old))
@@ -152,11 +153,13 @@ def test_a_sentinel_failover_answers_only_retryable_errors_then_succeeds(http: h
 @pytest.mark.timeout(180)
 def test_a_cluster_failover_answers_only_retryable_errors_then_succeeds(http: httpx.Client) -> None:
     """The session's master is killed; its replica, promoted by the Cluster itself, serves the session."""
-    with redis_cluster(replicas=1) as replicated, json_and_sse(environ(replicated.url, PREFIX)) as pair:
-        a, b = clients(http, pair)
-        session = a.create_session()
-        lost = node_of(replicated, session)
-        failover(a, b, session, replicated.nodes[lost], lambda: replicated.promoted(lost) is not None)
+    with redis_cluster(replicas=1) as replicated:
+        common = environ(replicated.url, PREFIX)
+        with served_json_and_sse(common) as pair:
+            a, b = clients(http, pair)
+            session = a.create_session()
+            lost = node_of(replicated, session)
+            failover(a, b, session, replicated.nodes[lost], lambda: replicated.promoted(lost) is not None)
 
 
 def failover(
@@ -184,7 +187,7 @@ def failover(
         raise AssertionError(f"no failover after {WINDOW_LIMIT} requests")
     assert unavailable >= 1  # the kill was seen: the first request after it cannot have succeeded
 
-    # After it: every request succeeds on both replicas (the same processes), and the counter kept what
+    # After it: every request succeeds on both replicas (the same apps), and the counter kept what
     # the replica had. An increment whose answer was -32010 may or may not have been applied (a reply lost
     # in flight), so the count lies between the successes alone and the successes plus those.
     after = [count((a, b)[i % 2], session) for i in range(6)]
