@@ -6,75 +6,17 @@ a checkout on one is refused at once on the other; A answers JSON, B SSE.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 from mcp import Client
 
-from _redis import RedisServer, free_port, redis_server
+from _mcp import MCP_PATH
+from _redis import RedisServer
 from conftest import SECRET
-
-ROOT = Path(__file__).resolve().parents[2]
-START_TIMEOUT = 60.0
-
-
-class Replica:
-    """``python -m uvicorn examples.basket:app`` in its own process, configured by its environment."""
-
-    def __init__(self, environ: dict[str, str]) -> None:
-        self.port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_SESSIONS_", "QUICKSTART_"))}
-        env.update(environ)
-        self.log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
-        command = [sys.executable, "-m", "uvicorn", "examples.basket:app", "--host", "127.0.0.1"]
-        self.process = subprocess.Popen(
-            [*command, "--port", str(self.port), "--log-level", "warning"],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if self.process.poll() is not None:
-                self.log.seek(0)
-                raise RuntimeError(f"replica exited at start:\n{self.log.read().decode(errors='replace')[-3000:]}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"replica did not listen within {START_TIMEOUT} s")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        self.log.close()
-
-
-@pytest.fixture(scope="module")
-def redis() -> Iterator[RedisServer]:
-    with redis_server() as server:
-        yield server
+from e2e._replicas import json_and_sse
 
 
 @pytest.fixture(scope="module")
@@ -84,14 +26,8 @@ def pair(redis: RedisServer) -> Iterator[tuple[str, str]]:
         "MCP_SESSIONS_REDIS_URL": redis.url,
         "MCP_SESSIONS_REDIS_PREFIX": f"handles-{uuid.uuid4().hex[:6]}:",
     }
-    started = [Replica({**common, "QUICKSTART_JSON": "1"}), Replica(common)]
-    try:
-        for replica in started:
-            replica.wait_ready()
-        yield started[0].url, started[1].url
-    finally:
-        for replica in started:
-            replica.stop()
+    with json_and_sse(common, app="examples.basket:app") as started:
+        yield started[0].url + MCP_PATH, started[1].url + MCP_PATH
 
 
 async def text(client: Client, tool: str, **arguments: Any) -> tuple[bool, str]:
