@@ -29,7 +29,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from starlette.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
 
-from _mcp import replaying
+from _mcp import modern_headers, modern_request, replaying
 from _redis import end_process, free_port, missing
 from mcp_sessions import get_session
 
@@ -202,15 +202,21 @@ def result_of(response: httpx.Response | httpx2.Response, request_id: object) ->
 
 
 def legacy_initialize(
-    http: httpx.Client | TestClient, url: str, headers: Mapping[str, str] | None = None
+    http: httpx.Client | TestClient,
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    meta: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """A 2025-11-25 handshake; the headers every later request of it sends (its transport session's among them)."""
-    body = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    """A 2025-11-25 handshake (``meta`` in its ``params._meta``); the headers every later request of it sends (its
+    transport session's among them)."""
+    params: dict[str, Any] = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
     }
+    if meta:
+        params["_meta"] = dict(meta)
+    body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
     response = http.post(url, json=body, headers={**JSON_SSE, **(headers or {})})
     assert response.status_code == 200, response.text
     later = {**JSON_SSE, **(headers or {}), "MCP-Protocol-Version": "2025-11-25"}
@@ -219,6 +225,24 @@ def legacy_initialize(
     initialized = http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=later)
     assert initialized.status_code == 202, initialized.text
     return later
+
+
+def created(http: httpx.Client, url: str) -> str:
+    """A new session's token, from a 2026-07-28 ``sessions/create``."""
+    body = modern_request("sessions/create", id=1)
+    response = http.post(url, json=body, headers=modern_headers(body))
+    assert response.status_code == 200, response.text
+    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
+    return token
+
+
+def replica_of(http: httpx.Client, url: str, meta: Mapping[str, Any] | None = None) -> str:
+    """The upstream replica that answers a 2026-07-28 ``seen`` call with ``meta`` (a session, a host's conversation)."""
+    body = modern_request("tools/call", {"name": "seen", "arguments": {}}, id=2, meta=meta)
+    response = http.post(url, json=body, headers=modern_headers(body))
+    assert response.status_code == 200, response.text
+    name: str = json.loads(result_of(response, 2)["result"]["content"][0]["text"])["replica"]
+    return name
 
 
 @dataclass

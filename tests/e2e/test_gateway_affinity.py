@@ -22,9 +22,9 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from _mcp import LEGACY, legacy_request, modern_headers, modern_request
+from _mcp import legacy_request
 from conftest import serve
-from e2e._gateway import JSON_SSE, SECRET, result_of, upstream_server
+from e2e._gateway import SECRET, created, legacy_initialize, replica_of, result_of, upstream_server
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions.stores import MemoryStore
 
@@ -73,23 +73,6 @@ def deployed() -> Iterator[Deployment]:
         yield Deployment(stack)
 
 
-def initialize(http: httpx.Client, url: str, meta: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """A 2025-11-25 handshake (``meta`` in its ``params._meta``); the headers of the transport session's requests."""
-    params: dict[str, Any] = {
-        "protocolVersion": LEGACY,
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    }
-    if meta:
-        params["_meta"] = dict(meta)
-    response = http.post(url, json=legacy_request("initialize", params, id=0), headers=JSON_SSE)
-    assert response.status_code == 200, response.text
-    headers = {**JSON_SSE, "MCP-Protocol-Version": LEGACY, "Mcp-Session-Id": response.headers["mcp-session-id"]}
-    initialized = http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
-    assert initialized.status_code == 202, initialized.text
-    return headers
-
-
 def seen(http: httpx.Client, url: str, headers: Mapping[str, str], meta: Mapping[str, Any] | None = None) -> Any:
     """What the replica that answered a 2025-era ``seen`` call saw: its name, the headers it got."""
     response = http.post(
@@ -97,23 +80,6 @@ def seen(http: httpx.Client, url: str, headers: Mapping[str, str], meta: Mapping
     )
     assert response.status_code == 200, response.text
     return json.loads(result_of(response, 3)["result"]["content"][0]["text"])
-
-
-def home_of(http: httpx.Client, url: str, meta: Mapping[str, Any]) -> str:
-    """The conversation's replica: the one that answers a 2026-07-28 call in it (routed by conversation alone)."""
-    body = modern_request("tools/call", {"name": "seen", "arguments": {}}, id=2, meta=meta)
-    response = http.post(url, json=body, headers=modern_headers(body))
-    assert response.status_code == 200, response.text
-    name: str = json.loads(result_of(response, 2)["result"]["content"][0]["text"])["replica"]
-    return name
-
-
-def create(http: httpx.Client, url: str) -> str:
-    body = modern_request("sessions/create", id=1)
-    response = http.post(url, json=body, headers=modern_headers(body))
-    assert response.status_code == 200, response.text
-    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
-    return token
 
 
 def assert_lost(deployed: Deployment, http: httpx.Client, url: str, headers: Mapping[str, str]) -> None:
@@ -139,7 +105,7 @@ def test_a_genuine_id_reaches_its_replica_through_either_gateway_with_the_replic
 ) -> None:
     a, b = deployed.gateways
     for _ in range(4):
-        headers = initialize(http, a)
+        headers = legacy_initialize(http, a)
         tag, upstream_id, mac = headers["Mcp-Session-Id"].split("~")
         assert len(mac) == 22 and "." not in headers["Mcp-Session-Id"]
         answers = [seen(http, gateway, headers) for gateway in (a, b, a, b)]
@@ -151,7 +117,7 @@ def test_a_forged_id_on_a_replicas_public_tag_is_lost_and_never_forwarded(
     deployed: Deployment, http: httpx.Client
 ) -> None:
     a, _ = deployed.gateways
-    headers = initialize(http, a)
+    headers = legacy_initialize(http, a)
     genuine_upstream_id = headers["Mcp-Session-Id"].split("~")[1]
     for name in REPLICAS:
         tag = deployed.tag(name)
@@ -162,7 +128,7 @@ def test_a_forged_id_on_a_replicas_public_tag_is_lost_and_never_forwarded(
 
 def test_an_altered_cut_or_extended_id_is_lost_and_never_forwarded(deployed: Deployment, http: httpx.Client) -> None:
     a, b = deployed.gateways
-    headers = initialize(http, a)
+    headers = legacy_initialize(http, a)
     genuine = headers["Mcp-Session-Id"]
     tag, upstream_id, mac = genuine.split("~")
     other_tag = next(deployed.tag(name) for name in REPLICAS if deployed.tag(name) != tag)
@@ -183,7 +149,7 @@ def test_an_altered_cut_or_extended_id_is_lost_and_never_forwarded(deployed: Dep
 
 def test_another_deployments_gateway_accepts_none_of_these_ids(deployed: Deployment, http: httpx.Client) -> None:
     a, _ = deployed.gateways
-    headers = initialize(http, a)
+    headers = legacy_initialize(http, a)
     assert_lost(deployed, http, deployed.other, headers)
     assert seen(http, a, headers)["replica"] in REPLICAS
 
@@ -193,7 +159,7 @@ def test_no_transport_session_id_reaches_the_gateways_logs(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     a, b = deployed.gateways
-    headers = initialize(http, a)
+    headers = legacy_initialize(http, a)
     seen(http, b, headers)
     assert_lost(deployed, http, a, with_id(headers, headers["Mcp-Session-Id"] + "A"))
     gateway_lines = [r.getMessage() for r in caplog.records if r.name.startswith(("mcp_sessions", "httpx"))]
@@ -204,7 +170,7 @@ def test_no_transport_session_id_reaches_the_gateways_logs(
 @pytest.mark.parametrize(
     "conversation",
     [
-        lambda http, url: {SESSION_META: {"sessionId": create(http, url)}},
+        lambda http, url: {SESSION_META: {"sessionId": created(http, url)}},
         lambda http, url: {"vscode.conversationId": "c-7"},
     ],
     ids=["data-layer-session", "host-conversation"],
@@ -214,9 +180,9 @@ def test_a_reconnect_that_names_its_conversation_opens_its_transport_session_on_
 ) -> None:
     a, b = deployed.gateways
     meta = conversation(http, a)
-    home = home_of(http, a, meta)
+    home = replica_of(http, a, meta)
     for gateway in (a, b, a, b, a, b):  # each: a new handshake, as a client that reconnects
-        headers = initialize(http, gateway, meta)
+        headers = legacy_initialize(http, gateway, meta=meta)
         assert seen(http, gateway, headers, meta)["replica"] == home
 
 
@@ -224,8 +190,8 @@ def test_a_transport_session_keeps_its_replica_whatever_conversation_its_request
     deployed: Deployment, http: httpx.Client
 ) -> None:
     a, _ = deployed.gateways
-    meta = {SESSION_META: {"sessionId": create(http, a)}}
-    home = home_of(http, a, meta)
+    meta = {SESSION_META: {"sessionId": created(http, a)}}
+    home = replica_of(http, a, meta)
     # A handshake that names no conversation goes to the least loaded replica: one of them is not home.
-    elsewhere = next(h for h in (initialize(http, a) for _ in range(40)) if seen(http, a, h)["replica"] != home)
+    elsewhere = next(h for h in (legacy_initialize(http, a) for _ in range(40)) if seen(http, a, h)["replica"] != home)
     assert {seen(http, a, elsewhere, meta)["replica"] for _ in range(3)} != {home}

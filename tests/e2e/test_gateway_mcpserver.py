@@ -26,7 +26,7 @@ from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, mod
 from _redis import free_port
 from _users import bearer_auth
 from conftest import serve
-from e2e._gateway import JSON_SSE, SECRET, Disconnects, messages_of, result_of, upstream_server
+from e2e._gateway import JSON_SSE, SECRET, Disconnects, legacy_initialize, messages_of, result_of, upstream_server
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions.client import SessionTransport
 
@@ -102,7 +102,7 @@ def seen(http: httpx.Client, url: str, era: str, token: str | None, **headers: s
 def test_each_era_gets_sessions_and_the_upstream_sees_the_conversation(
     plain: str, http: httpx.Client, era: str
 ) -> None:
-    headers = {} if era == MODERN else {"Mcp-Session-Id": _handshake(http, plain)}
+    headers = {} if era == MODERN else {"Mcp-Session-Id": legacy_initialize(http, plain)["Mcp-Session-Id"]}
     token = create(http, plain, era, **headers)
     upstream_saw, echo = seen(http, plain, era, token, **headers)
     assert echo["sessionId"] == token
@@ -112,17 +112,6 @@ def test_each_era_gets_sessions_and_the_upstream_sees_the_conversation(
     assert upstream_saw["headers"]["host"] != urlsplit_netloc(plain)  # the upstream's own Host
     assert upstream_saw["headers"]["x-forwarded-host"] == urlsplit_netloc(plain)
     assert upstream_saw["headers"]["x-forwarded-for"] == "127.0.0.1"
-
-
-def _handshake(http: httpx.Client, url: str) -> str:
-    body = legacy_request(
-        "initialize", {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}, id=0
-    )
-    response = post(http, url, LEGACY, body)
-    assert response.status_code == 200, response.text
-    session_id = response.headers["mcp-session-id"]
-    post(http, url, LEGACY, legacy_request("notifications/initialized", id=None), **{"Mcp-Session-Id": session_id})
-    return session_id
 
 
 def urlsplit_netloc(url: str) -> str:
@@ -241,7 +230,7 @@ def test_an_upstream_that_does_not_answer_in_time_gets_504(http: httpx.Client) -
 
 def test_events_are_relayed_as_they_come(plain: str, http: httpx.Client) -> None:
     """The tool answers after 60 s, its progress at once: the progress arrives within the client's 10 s."""
-    headers = {"Mcp-Session-Id": _handshake(http, plain)}
+    headers = {"Mcp-Session-Id": legacy_initialize(http, plain)["Mcp-Session-Id"]}
     body = request(LEGACY, "tools/call", {"name": "slow", "arguments": {"seconds": 60}}, id=6, progressToken="p")
     sent = {**JSON_SSE, "MCP-Protocol-Version": LEGACY, **headers}
     with http.stream("POST", plain, json=body, headers=sent) as stream:
@@ -258,7 +247,7 @@ def test_a_client_that_goes_away_closes_the_upstream_stream(
     if stream_kind == "GET":  # a 2025-era transport session's own stream
         headers = {**JSON_SSE, "Accept": "text/event-stream", "MCP-Protocol-Version": LEGACY}
         method, body = "GET", None
-        headers["Mcp-Session-Id"] = _handshake(http, plain)
+        headers["Mcp-Session-Id"] = legacy_initialize(http, plain)["Mcp-Session-Id"]
     else:
         body = modern_request("subscriptions/listen", {"notifications": {"toolsListChanged": True}}, id="listen-1")
         method, headers = "POST", modern_headers(body)
@@ -366,7 +355,7 @@ def test_every_wire_and_source_works_through_the_gateway(upstream: str, http: ht
     config = SessionsConfig(secret=SECRET, profiles=("draft", "strawman"), adopt_transport_sessions=True)
     with serve(gateway_app([upstream], config=config)) as base:
         url = base + "/mcp"
-        transport = _handshake(http, url)
+        transport = legacy_initialize(http, url)["Mcp-Session-Id"]
         created = post(http, url, LEGACY, legacy_request("session/create", id=1), **{"Mcp-Session-Id": transport})
         strawman = result_of(created, 1)["result"]["id"]
         body = legacy_request(

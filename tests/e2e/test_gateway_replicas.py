@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from _mcp import LEGACY, MODERN, legacy_request, modern_headers, modern_request
+from _mcp import MODERN, legacy_request
 from conftest import serve
-from e2e._gateway import JSON_SSE, SECRET, result_of, upstream_server
+from e2e._gateway import SECRET, created, legacy_initialize, replica_of, result_of, upstream_server
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions.stores import MemoryStore
 
@@ -67,29 +67,8 @@ def deployed() -> Iterator[Deployment]:
         yield running
 
 
-def create(http: httpx.Client, url: str) -> str:
-    body = modern_request("sessions/create", id=1)
-    response = http.post(url, json=body, headers=modern_headers(body))
-    assert response.status_code == 200, response.text
-    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
-    return token
-
-
-def replica_of(http: httpx.Client, url: str, *, token: str | None = None, meta: dict[str, Any] | None = None) -> str:
-    """The replica that answered a 2026-07-28 ``seen`` call in a session, or a host's conversation."""
-    meta = {**(meta or {}), **({} if token is None else {SESSION_META: {"sessionId": token}})}
-    body = modern_request("tools/call", {"name": "seen", "arguments": {}}, id=2, meta=meta)
-    response = http.post(url, json=body, headers=modern_headers(body))
-    assert response.status_code == 200, response.text
-    name: str = json.loads(result_of(response, 2)["result"]["content"][0]["text"])["replica"]
-    return name
-
-
-def handshake(http: httpx.Client, url: str) -> dict[str, str]:
-    params = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
-    response = http.post(url, json=legacy_request("initialize", params, id=0), headers=JSON_SSE)
-    assert response.status_code == 200, response.text
-    return {**JSON_SSE, "MCP-Protocol-Version": LEGACY, "Mcp-Session-Id": response.headers["mcp-session-id"]}
+def in_session(token: str) -> dict[str, Any]:
+    return {SESSION_META: {"sessionId": token}}
 
 
 def legacy_replica_of(http: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
@@ -100,8 +79,8 @@ def legacy_replica_of(http: httpx.Client, url: str, headers: dict[str, str]) -> 
 def test_a_session_reaches_one_replica_through_either_gateway(deployed: Deployment, http: httpx.Client) -> None:
     a, b = deployed.gateways
     for _ in range(3):
-        token = create(http, a)
-        assert len({replica_of(http, gateway, token=token) for gateway in (a, b, a, b)}) == 1
+        token = created(http, a)
+        assert len({replica_of(http, gateway, in_session(token)) for gateway in (a, b, a, b)}) == 1
 
 
 def test_a_hosts_conversation_reaches_one_replica_through_either_gateway(
@@ -110,7 +89,7 @@ def test_a_hosts_conversation_reaches_one_replica_through_either_gateway(
     a, b = deployed.gateways
     for conversation in ("conv-1", "conv-2", "conv-3"):
         meta = {"vscode.conversationId": conversation}
-        assert len({replica_of(http, gateway, meta=meta) for gateway in (a, b, a, b)}) == 1
+        assert len({replica_of(http, gateway, meta) for gateway in (a, b, a, b)}) == 1
 
 
 def test_conversations_spread_over_the_replicas(deployed: Deployment, http: httpx.Client) -> None:
@@ -120,7 +99,7 @@ def test_conversations_spread_over_the_replicas(deployed: Deployment, http: http
     # replica in 2 runs of 10,000, so they are drawn until each replica has one (60 miss one in 10^10 runs).
     for number in range(60):
         meta = {"vscode.conversationId": f"spread-{number}"}
-        here, there = replica_of(http, a, meta=meta), replica_of(http, b, meta=meta)
+        here, there = replica_of(http, a, meta), replica_of(http, b, meta)
         assert here == there
         chosen.add(here)
         if chosen == set(REPLICAS):
@@ -131,7 +110,7 @@ def test_conversations_spread_over_the_replicas(deployed: Deployment, http: http
 def test_a_transport_session_stays_with_the_replica_that_issued_it(deployed: Deployment, http: httpx.Client) -> None:
     a, b = deployed.gateways
     for _ in range(3):
-        headers = handshake(http, a)  # a new transport session: the least loaded replica
+        headers = legacy_initialize(http, a)  # a new transport session: the least loaded replica
         answers = [legacy_replica_of(http, gateway, headers) for gateway in (b, a, b)]
         assert {answer.status_code for answer in answers} == {200}
         assert len({json.loads(result_of(r, 3)["result"]["content"][0]["text"])["replica"] for r in answers}) == 1
@@ -140,19 +119,21 @@ def test_a_transport_session_stays_with_the_replica_that_issued_it(deployed: Dep
 def test_a_replica_that_fails_is_taken_out_and_its_conversations_told_so(http: httpx.Client) -> None:
     with deployment() as running:
         a, b = running.gateways
-        token = next(t for t in (create(http, a) for _ in range(40)) if replica_of(http, a, token=t) == "r0")
+        token = next(t for t in (created(http, a) for _ in range(40)) if replica_of(http, a, in_session(t)) == "r0")
         transport = next(
-            h for h in (handshake(http, a) for _ in range(40)) if _replica(legacy_replica_of(http, a, h)) == "r0"
+            h
+            for h in (legacy_initialize(http, a) for _ in range(40))
+            if _replica(legacy_replica_of(http, a, h)) == "r0"
         )
         running.stop("r0")
-        moved = {replica_of(http, gateway, token=token) for gateway in (a, b, a)}
+        moved = {replica_of(http, gateway, in_session(token)) for gateway in (a, b, a)}
         assert len(moved) == 1 and moved != {"r0"}  # the data-layer session carries on, on one other replica
         for gateway in (a, b):
             lost = legacy_replica_of(http, gateway, transport)
             assert lost.status_code == 404 and lost.json()["error"]["message"] == "Session not found"
-        assert _replica(legacy_replica_of(http, b, handshake(http, b))) in ("r1", "r2")  # a new one, elsewhere
+        assert _replica(legacy_replica_of(http, b, legacy_initialize(http, b))) in ("r1", "r2")  # a new one, elsewhere
         for number in range(6):  # no request fails: a replica that cannot be connected to is skipped
-            assert replica_of(http, a, meta={"vscode.conversationId": f"after-{number}"}) in ("r1", "r2")
+            assert replica_of(http, a, {"vscode.conversationId": f"after-{number}"}) in ("r1", "r2")
 
 
 def _replica(response: httpx.Response) -> str:
