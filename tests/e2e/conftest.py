@@ -7,6 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from _otel import SpanLog, global_tracing
+from _otlp import Receiver
+from conftest import serve
 
 
 @pytest.fixture(scope="module")
@@ -21,3 +23,11 @@ def spans(span_log: SpanLog) -> SpanLog:
     """``span_log``, emptied for the test."""
     span_log.clear()
     return span_log
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Receiver, str]]:
+    """An OTLP/HTTP receiver on a real uvicorn, for exporters in other processes: it and its traces URL."""
+    receiver = Receiver()
+    with serve(receiver.app) as base:
+        yield receiver, f"{base}/v1/traces"

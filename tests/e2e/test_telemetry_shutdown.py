@@ -25,7 +25,7 @@ import pytest
 from _mcp import ModernClient, jwt_claims, session_meta
 from _otlp import Receiver
 from _viewers import free_port
-from conftest import SECRET, serve
+from conftest import SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
 START_SECONDS = 30.0
@@ -43,13 +43,6 @@ SERVERS = {
     ],
     "examples/tracing.py": lambda port: [sys.executable, "examples/tracing.py", "--port", str(port)],
 }
-
-
-@pytest.fixture
-def receiver() -> Iterator[tuple[Receiver, str]]:
-    receiver = Receiver()
-    with serve(receiver.app) as base:
-        yield receiver, f"{base}/v1/traces"
 
 
 @contextlib.contextmanager

@@ -11,10 +11,8 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from examples import tracing
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -24,13 +22,6 @@ from conftest import SECRET, serve
 ROOT = Path(__file__).resolve().parents[2]
 # A whole compact JWS (a session or state token): three base64url segments.
 WHOLE_TOKEN = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
-
-
-@pytest.fixture
-def receiver() -> Iterator[tuple[Receiver, str]]:
-    receiver = Receiver()
-    with serve(receiver.app) as base:
-        yield receiver, f"{base}/v1/traces"
 
 
 def _assert_no_token(spans: list[Exported]) -> None:
