@@ -159,7 +159,7 @@ class UpstreamProxy:
             return _LOST_SESSION
         headers = upstream_headers(
             scope["headers"],
-            peer=_peer(scope),
+            peer=scope[PEER],  # the front records it on every request it lets in
             scheme=scope.get("scheme", "http"),
             transport_id=transport_id,
             conversation=conversation,
@@ -413,15 +413,6 @@ def between_events(tail: bytes) -> bool:
     else:
         return False
     return rest.endswith(_LINE_ENDS)
-
-
-def _peer(scope: Scope) -> Peer:
-    """The connection's peer, as the front recorded it (a proxy called without the front: the client, untrusted)."""
-    peer: Peer | None = scope.get(PEER)
-    if peer is not None:
-        return peer
-    client = scope.get("client")
-    return Peer(None if client is None else str(client[0]), False)
 
 
 def _request_id(body: Body) -> str | int | None:

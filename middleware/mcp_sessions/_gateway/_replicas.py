@@ -149,16 +149,12 @@ class Replicas:
 
     def for_conversation(self, key: str) -> list[Replica]:
         """The replicas to try for a conversation, best first: in service by rendezvous weight, then the others."""
-        if len(self.all) == 1:
-            return list(self.all)
         data = key.encode("utf-8", "surrogatepass")
         ranked = sorted(self.all, key=lambda r: hashlib.blake2b(data, digest_size=8, key=r.seed).digest(), reverse=True)
         return self._in_service_first(ranked)
 
     def least_loaded(self) -> list[Replica]:
         """The replicas to try for a request of no conversation: in service by requests in flight, then the others."""
-        if len(self.all) == 1:
-            return list(self.all)
         shuffled = random.sample(self.all, len(self.all))  # ties spread, not all on the first
         return self._in_service_first(sorted(shuffled, key=lambda replica: replica.in_flight))
 
