@@ -139,8 +139,6 @@ class TransportSource:
         if digest not in self._minted:
             return None
         self._minted.touch(digest)
-        if not plan.batch:
-            return await self._sessions.adopt(scope, digest, self.name)
         named = plan.named = plan.named or {}  # a batch's elements share the header: its session, touched once
         key = (self.name, digest)
         if key not in named:
