@@ -35,15 +35,14 @@ class SessionRef(NamedTuple):
 
 def _member(obj: object, name: str) -> object:
     """``obj[name]`` when ``obj`` is an object, else ``None``; refused when the object repeated that name."""
-    if type(obj) is not dict:  # the parser's plain objects repeated no name; only its recording subclass may have
-        if not isinstance(obj, dict):
-            return None
-        _check_unique(obj, name)
+    if not isinstance(obj, dict):
+        return None
+    _check_unique(obj, name)
     return obj.get(name)
 
 
 def _check_unique(obj: Mapping[str, object], *names: str) -> None:
-    if type(obj) is dict:
+    if type(obj) is dict:  # the parser's plain objects repeated no name; only its recording subclass may have
         return
     repeated = getattr(obj, "repeated", None)
     if repeated is not None and not repeated.isdisjoint(names):
@@ -78,8 +77,7 @@ class SessionCarrier:
             return None
         if not isinstance(session, dict):
             raise InvalidSessionMeta("session metadata must be an object")
-        if type(session) is not dict:
-            _check_unique(session, *self.path_names[3:])
+        _check_unique(session, *self.path_names[3:])
         token = session.get(self.id_member)
         if type(token) is not str:
             raise InvalidSessionMeta(f"session metadata needs a string {self.id_member}")
