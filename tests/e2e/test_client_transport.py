@@ -90,7 +90,7 @@ class Recorder(httpx2.AsyncBaseTransport):
 
 
 class FlakyStore(MemoryStore):
-    """A MemoryStore whose next ``fail`` calls to create or touch raise SessionStoreUnavailable."""
+    """A MemoryStore whose next ``fail`` calls to touch raise SessionStoreUnavailable."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -102,10 +102,6 @@ class FlakyStore(MemoryStore):
             self.fail -= 1
             self.failed += 1
             raise SessionStoreUnavailable("scripted outage")
-
-    async def create(self, session_id: str, *, expires_at: float, now: float) -> None:
-        self._maybe_fail()
-        await super().create(session_id, expires_at=expires_at, now=now)
 
     async def touch(
         self, session_id: str, *, expires_at: float, now: float, idle_ttl: float | None, issued_at: float | None = None

@@ -28,9 +28,8 @@ def store(backend: Backend) -> SessionStore:
 # -- creation stores nothing -------------------------------------------------------------------------
 
 
-async def test_creation_and_touches_without_idle_timeout_store_nothing(backend: Backend) -> None:
+async def test_touches_without_idle_timeout_store_nothing(backend: Backend) -> None:
     store = backend.store
-    await store.create("s1", expires_at=EXP, now=NOW)
     for offset in (0, 1, 3000):
         assert await store.touch("s1", expires_at=EXP, now=NOW + offset, idle_ttl=None, issued_at=NOW) is ACTIVE
     assert await backend.footprint() == 0

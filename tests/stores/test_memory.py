@@ -46,13 +46,6 @@ async def test_a_touch_that_needs_a_record_at_the_cap_raises_store_full() -> Non
     assert len(store) == 3
 
 
-async def test_creation_is_never_refused_at_the_cap() -> None:
-    store = MemoryStore(max_sessions=1)
-    await fill(store, 1)
-    await store.create("new", expires_at=EXP, now=NOW)
-    assert len(store) == 1
-
-
 async def test_expired_records_make_room_soonest_first() -> None:
     store = MemoryStore(max_sessions=3)
     now = time.time()

@@ -46,8 +46,6 @@ async def raw(redis: RedisServer) -> AsyncIterator[aioredis.Redis]:
 
 
 async def test_key_layout_hash_tags_and_ttls(redis_store: RedisStore, raw: aioredis.Redis) -> None:
-    await redis_store.create("sid-1", expires_at=EXP, now=NOW)
-    assert await raw.keys(redis_store.prefix + "*") == []  # creation writes nothing
     await redis_store.touch("sid-1", expires_at=EXP, now=NOW + 1, idle_ttl=60, issued_at=NOW)
     await redis_store.set("sid-1", "k", {"v": 1}, expires_at=EXP)
     await redis_store.record("sid-1", principal="alice", expires_at=EXP, now=NOW, data={"label": "L"})

@@ -199,7 +199,6 @@ def test_idle_expiry_ends_an_unused_handle() -> None:
 def test_a_handle_tied_to_a_session_ends_with_it(handles: Handles) -> None:
     store = handles.store
     now = time.time()
-    run(store.create("session-1", expires_at=now + 600, now=now))
     token = mint(handles, session_id="session-1", session_expires_at=now + 60)
     handle = run(handles.verify(token))
     assert handle.session_id == "session-1"

@@ -166,23 +166,6 @@ def raised_limit_exceeded() -> type[HandleLimitExceeded]:
     return type("HandleLimitExceeded", (HandleLimitExceeded, MCPError), {"__doc__": HandleLimitExceeded.__doc__})
 
 
-async def create_records(
-    store: SessionStore,
-    handle_id: str,
-    kept_until: float,
-    *,
-    now: float,
-    meta: Mapping[str, object] | None,
-    data: Mapping[str, object],
-) -> None:
-    """A new handle's records: its data record with the data it starts with, and what it was minted for."""
-    await store.create(DATA_PREFIX + handle_id, expires_at=kept_until, now=now)
-    if meta is not None:
-        await store.set(META_PREFIX + handle_id, META_KEY, meta, expires_at=kept_until)
-    for key, value in data.items():
-        await store.set(DATA_PREFIX + handle_id, key, value, expires_at=kept_until)
-
-
 async def minted_for(store: SessionStore, handle_id: str) -> dict[str, Any]:
     """What a bound or tied handle was minted for: ``p`` its principal's digest, ``s`` and ``se`` its session."""
     meta = await store.get(META_PREFIX + handle_id, META_KEY)
@@ -395,8 +378,12 @@ class Handles:
         hint, base = self._macs[spec.name][self._signer]
         signed = fmt.pack(flags=flags, hint=hint, expires_at=expires_at)
         kept_until = expires_at + self.keys.leeway
-        meta = {"p": digest, "s": session_id, "se": session_expires_at or expires_at} if flags else None
-        await create_records(self.store, fmt.stable_id(signed), kept_until, now=now, meta=meta, data=data or {})
+        handle_id = fmt.stable_id(signed)
+        if flags:  # what it was minted for, then the data it starts with
+            meta = {"p": digest, "s": session_id, "se": session_expires_at or expires_at}
+            await self.store.set(META_PREFIX + handle_id, META_KEY, meta, expires_at=kept_until)
+        for key, value in (data or {}).items():
+            await self.store.set(DATA_PREFIX + handle_id, key, value, expires_at=kept_until)
         self.budget.count_handle(request, kept_until)
         return fmt.encode(spec.prefix, signed, fmt.mac(base, signed, digest))
 

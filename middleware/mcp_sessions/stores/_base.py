@@ -68,14 +68,10 @@ class SessionStore(ABC):
     an error of the tool that runs in it).
 
     Required: :meth:`touch`, :meth:`revoke` and the data methods. Optional, with
-    defaults: :meth:`create` (does nothing), :meth:`ping` (does nothing),
-    :meth:`aclose` (does nothing), :meth:`record` and :meth:`list_sessions`
-    (raise :class:`NotImplementedError`: the middleware then answers that
-    listing is not supported by this store).
+    defaults: :meth:`ping` (does nothing), :meth:`aclose` (does nothing),
+    :meth:`record` and :meth:`list_sessions` (raise :class:`NotImplementedError`:
+    the middleware then answers that listing is not supported by this store).
     """
-
-    async def create(self, session_id: str, *, expires_at: float, now: float) -> None:  # noqa: B027 - optional
-        """Nothing, by default: a session needs no record until it is used (kept for older callers)."""
 
     @abstractmethod
     async def touch(
