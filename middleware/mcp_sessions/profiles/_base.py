@@ -283,7 +283,7 @@ class WireProfile:
     def gone_codes(self) -> frozenset[int]:
         """The error codes that tell a client the session its request carried is gone, whichever set the server
         answers with (``error_codes=``)."""
-        return not_found_codes(self)
+        return frozenset({self.not_found, SPEC_SAFE_NOT_FOUND, APPLICATION_NOT_FOUND})
 
     def echo_ends(self, echo: object) -> bool:
         """Whether an echo (the value under the echo's key in a result) says the session the request carried is
@@ -371,11 +371,6 @@ def with_error_codes(profiles: Iterable[WireProfile], codes: ErrorCodes) -> tupl
         )
         for profile in profiles
     )
-
-
-def not_found_codes(profile: WireProfile) -> frozenset[int]:
-    """The codes a client of ``profile`` reads as "not found", whichever set the server answers with."""
-    return frozenset({profile.not_found, SPEC_SAFE_NOT_FOUND, APPLICATION_NOT_FOUND})
 
 
 def required_codes(profile: WireProfile) -> frozenset[int]:

@@ -31,7 +31,6 @@ from ._base import (
     LocalMethod,
     WireProfile,
     ended_hint,
-    not_found_codes,
     required_codes,
     session_object,
 )
@@ -243,7 +242,7 @@ class Strawman(WireProfile):
 
     def gone_codes(self) -> frozenset[int]:
         """A "required" error to a request that carried a session says it is gone too."""
-        return not_found_codes(self) | required_codes(self)
+        return super().gone_codes() | required_codes(self)
 
     def echo_ends(self, echo: object) -> bool:
         """A ``null`` echo: the server revoked the session."""
