@@ -21,6 +21,7 @@ conversation, with a new process, as after any ended session.
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import math
 import os
@@ -98,8 +99,9 @@ class Call:
     """A client's request relayed to the child; ``ctx`` is the client's request that carries it now (on
     2026-07-28, each retry that brings the client's input takes over)."""
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
+    def __init__(self, ctx: ServerRequestContext[Any, Any], progress_token: object = None) -> None:
         self.ctx = ctx
+        self.progress_token = progress_token  # the client's, under which the child's progress reaches it
         self.in_rounds = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and ctx.method in INPUT_REQUIRED_METHODS
         self.events: deque[tuple[str, Any]] = deque()  # the child's requests, then its answer or error
         self.arrived = anyio.Event()
@@ -151,6 +153,24 @@ class Call:
             answered.set()
         self.waiting.clear()
 
+    async def _report(self, params: Mapping[str, Any]) -> None:
+        """A progress notification of the child's, to the client under its own token."""
+        progress, total, message = params.get("progress"), params.get("total"), params.get("message")
+        if not isinstance(progress, int | float) or isinstance(progress, bool):
+            return
+        total = total if isinstance(total, int | float) and not isinstance(total, bool) else None
+        message = message if isinstance(message, str) else None
+        try:
+            await self.ctx.session.send_progress_notification(
+                self.progress_token,  # type: ignore[arg-type]  # the client's token, as it sent it
+                float(progress),
+                total,
+                message,
+                self.ctx.request_id,  # type: ignore[arg-type]  # any request id
+            )
+        except Exception:  # the client's stream may be gone: the answer is still awaited
+            logger.debug("a progress notification could not be relayed", exc_info=True)
+
     def _put(self, kind: str, value: Any) -> None:
         self.events.append((kind, value))
         self.arrived.set()
@@ -161,6 +181,12 @@ class Call:
             await self.arrived.wait()
             self.arrived = anyio.Event()
         kind, value = self.events.popleft()
+        while kind == "progress":  # queued as the child sent it, before its answer: it reaches the client first
+            await self._report(value)
+            while not self.events:
+                await self.arrived.wait()
+                self.arrived = anyio.Event()
+            kind, value = self.events.popleft()
         if kind == "error":
             raise value
         if kind == "result":
@@ -182,6 +208,8 @@ class Conversation:
         self.bus = bus  # its 2026-07-28 listen streams
         self.tasks = tasks  # where its calls run: a 2026-07-28 call outlives the client's request
         self.calls: list[Call] = []  # in flight, oldest first
+        self.progressing: dict[str, Call] = {}  # calls whose client asked for progress, by the child's token
+        self._tokens = itertools.count(1)
         self.parked: dict[str, Call] = {}  # 2026-07-28 calls waiting for the client's input, by requestState
         self.latest: ServerRequestContext[Any, Any] | None = None
         self.last_request = time.monotonic()
@@ -202,16 +230,13 @@ class Conversation:
             call.ctx = ctx
             call.answer(responses if isinstance(responses, dict) else {})
         else:
-            call = Call(ctx)
-            options: dict[str, Any] = {}
-            if (token := given.get("progressToken")) is not None:
-
-                async def progress(value: float, total: float | None, message: str | None) -> None:
-                    await call.ctx.session.send_progress_notification(token, value, total, message, call.ctx.request_id)  # type: ignore[arg-type]  # any request id
-
-                options["on_progress"] = progress
+            call = Call(ctx, given.get("progressToken"))
+            if call.progress_token is not None:  # the child reports under a token of the link's
+                key = str(next(self._tokens))
+                params["_meta"] = {**params.get("_meta", {}), "progressToken": key}
+                self.progressing[key] = call
             assert self.child.link is not None
-            self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params, options))  # type: ignore[arg-type]  # CallOptions
+            self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params))
         self.calls.append(call)
         self.latest = ctx
         parked = False
@@ -235,6 +260,7 @@ class Conversation:
             self.last_request = time.monotonic()
             if not parked:
                 call.scope.cancel()  # answered, or the client went away: the child's call ends (and is cancelled)
+            self.progressing = {key: held for key, held in self.progressing.items() if not held.scope.cancel_called}
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # a 2025 child's result, complete as it is
             result.setdefault("resultType", "complete")
         return result
@@ -254,6 +280,16 @@ class Conversation:
         if not self.calls:
             raise MCPError(types.INVALID_REQUEST, "no request of the client is in progress to carry this one")
         return await self.calls[-1].ask(method, params)
+
+    def on_progress(self, method: str, params: Mapping[str, Any] | None) -> bool:
+        """The link's receive-order intercept: a progress notification joins its call's events as it arrives, so that
+        it reaches the client before the answer that follows it (``on_notify`` runs in a task of its own)."""
+        if method != "notifications/progress":
+            return False
+        token = params.get("progressToken") if isinstance(params, Mapping) else None
+        if isinstance(token, str) and (call := self.progressing.get(token)) is not None:
+            call._put("progress", params)
+        return True
 
     async def on_notify(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
         """A notification of the child's: a change (a list's, a resource's) to the conversation's 2026-07-28 listen
@@ -372,6 +408,7 @@ class Children:
             max_line=self.config.max_response_size,
             on_request=conversation.on_request,
             on_notify=conversation.on_notify,
+            on_progress=conversation.on_progress,
         )
         self._tasks.start_soon(self._serve, conversation)
         return conversation

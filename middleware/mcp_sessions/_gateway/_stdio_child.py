@@ -22,7 +22,7 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from anyio.streams.buffered import BufferedByteReceiveStream
-from mcp.shared.dispatcher import OnNotify, OnRequest
+from mcp.shared.dispatcher import OnNotify, OnNotifyIntercept, OnRequest
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
@@ -57,9 +57,10 @@ class Child:
         max_line: int,
         on_request: OnRequest,
         on_notify: OnNotify,
+        on_progress: OnNotifyIntercept,
     ) -> None:
         self.command, self.label, self.environ, self.max_line = list(command), label, environ, max_line
-        self.on_request, self.on_notify = on_request, on_notify
+        self.on_request, self.on_notify, self.on_progress = on_request, on_notify, on_progress
         self.ready = anyio.Event()  # initialized, or failed (then ``failure`` says why)
         self.done = anyio.Event()  # asked to stop, or its stdout ended
         self.failure: str | None = None
@@ -92,7 +93,7 @@ class Child:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._log_stderr, process)
                 tasks.start_soon(self._watch_exit, process)
-                await tasks.start(link.run, self.on_request, self.on_notify)
+                await tasks.start(link.run, self.on_request, self.on_notify, self.on_progress)
                 await self._initialize(link)
                 await self.done.wait()
                 tasks.cancel_scope.cancel()
