@@ -72,6 +72,8 @@ ANSWER_WITHIN: Final = 300.0
 """How long a child's request waits for a 2026-07-28 client's retry that answers it."""
 MAX_PARKED: Final = 16
 """How many of a conversation's 2026-07-28 calls may wait for the client's input at once."""
+MAX_QUEUED_PROGRESS: Final = 64
+"""How many of a call's progress notifications may wait for a slow client; more are dropped until it catches up."""
 _RELAYED: Final[dict[str, tuple[tuple[str, type[types.RequestParams]], ...]]] = {
     "tools": (("tools/list", types.PaginatedRequestParams), ("tools/call", types.CallToolRequestParams)),
     "resources": (
@@ -103,7 +105,8 @@ class Call:
         self.ctx = ctx
         self.progress_token = progress_token  # the client's, under which the child's progress reaches it
         self.in_rounds = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and ctx.method in INPUT_REQUIRED_METHODS
-        self.events: deque[tuple[str, Any]] = deque()  # the child's requests, then its answer or error
+        self.events: deque[tuple[str, Any]] = deque()  # the child's progress and requests, then its answer or error
+        self.queued_progress = 0
         self.arrived = anyio.Event()
         self.waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}  # the child's requests, by key
         self.scope = anyio.CancelScope()
@@ -182,6 +185,7 @@ class Call:
             self.arrived = anyio.Event()
         kind, value = self.events.popleft()
         while kind == "progress":  # queued as the child sent it, before its answer: it reaches the client first
+            self.queued_progress -= 1
             await self._report(value)
             while not self.events:
                 await self.arrived.wait()
@@ -287,7 +291,9 @@ class Conversation:
         if method != "notifications/progress":
             return False
         token = params.get("progressToken") if isinstance(params, Mapping) else None
-        if isinstance(token, str) and (call := self.progressing.get(token)) is not None:
+        call = self.progressing.get(token) if isinstance(token, str) else None
+        if call is not None and call.queued_progress < MAX_QUEUED_PROGRESS:
+            call.queued_progress += 1
             call._put("progress", params)
         return True
 
