@@ -109,6 +109,7 @@ class Call:
         self.queued_progress = 0
         self.arrived = anyio.Event()
         self.waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}  # the child's requests, by key
+        self.shown: set[str] = set()  # the keys of those the client has been asked (in an input_required result)
         self.scope = anyio.CancelScope()
 
     async def run(self, send: Callable[[], Awaitable[dict[str, Any]]]) -> None:
@@ -142,6 +143,7 @@ class Call:
         with anyio.move_on_after(ANSWER_WITHIN):
             await answered.wait()
         self.waiting.pop(key, None)
+        self.shown.discard(key)
         if not answered.is_set():  # the client did not come back: its call is abandoned
             self.scope.cancel()
         if not answer:
@@ -149,12 +151,13 @@ class Call:
         return answer[0]
 
     def answer(self, responses: Mapping[str, Any]) -> None:
-        """A 2026-07-28 client's answers to the child's requests; one it did not answer gets an error."""
-        for key, (answered, answer) in self.waiting.items():
+        """A 2026-07-28 client's answers to the child's requests it was asked; one it did not answer gets an error. A
+        request of the child's that came after the client was asked waits for the next round."""
+        for key in [key for key in self.waiting if key in self.shown]:
+            answered, answer = self.waiting.pop(key)
             if isinstance(response := responses.get(key), dict):
                 answer.append(response)
             answered.set()
-        self.waiting.clear()
 
     async def _report(self, params: Mapping[str, Any]) -> None:
         """A progress notification of the child's, to the client under its own token."""
@@ -199,6 +202,7 @@ class Call:
         while self.events and self.events[0][0] == "ask":  # more of the child's requests at once: in one result
             key, request = self.events.popleft()[1]
             asked[key] = request
+        self.shown.update(asked)
         return {"resultType": "input_required", "inputRequests": asked}
 
 
