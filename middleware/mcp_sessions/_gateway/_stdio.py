@@ -183,17 +183,15 @@ class Call:
 
     async def outcome(self) -> dict[str, Any]:
         """The child's answer; or, on 2026-07-28, the child's requests to the client as an ``input_required`` result."""
-        while not self.events:
-            await self.arrived.wait()
-            self.arrived = anyio.Event()
-        kind, value = self.events.popleft()
-        while kind == "progress":  # queued as the child sent it, before its answer: it reaches the client first
-            self.queued_progress -= 1
-            await self._report(value)
+        while True:
             while not self.events:
                 await self.arrived.wait()
                 self.arrived = anyio.Event()
             kind, value = self.events.popleft()
+            if kind != "progress":
+                break
+            self.queued_progress -= 1
+            await self._report(value)  # queued as the child sent it, before its answer: it reaches the client first
         if kind == "error":
             raise value
         if kind == "result":
