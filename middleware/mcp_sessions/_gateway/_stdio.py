@@ -238,6 +238,7 @@ class Conversation:
         else:
             call = Call(ctx, given.get("progressToken"))
             if call.progress_token is not None:  # the child reports under a token of the link's
+                self.progressing = {key: held for key, held in self.progressing.items() if not held.scope.cancel_called}
                 key = str(next(self._tokens))
                 params["_meta"] = {**params.get("_meta", {}), "progressToken": key}
                 self.progressing[key] = call
@@ -266,7 +267,6 @@ class Conversation:
             self.last_request = time.monotonic()
             if not parked:
                 call.scope.cancel()  # answered, or the client went away: the child's call ends (and is cancelled)
-            self.progressing = {key: held for key, held in self.progressing.items() if not held.scope.cancel_called}
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # a 2025 child's result, complete as it is
             result.setdefault("resultType", "complete")
         return result
