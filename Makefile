@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The environments of servers on older mcp SDKs (tests/e2e/test_server_versions.py): one mcp per venv.
 SERVER_VENVS := $(VENV)-mcp2-floor $(VENV)-mcp1-newest $(VENV)-mcp1-fastmcp2 $(VENV)-mcp1-floor
-# Other people's servers that the conformance pack is run against (tests/e2e/test_conformance_thirdparty.py,
+# Other people's servers that the conformance pack is run against (conformance/tests/test_conformance_thirdparty.py,
 # docs/interop.md), each in an environment of its own, without this checkout: pyproject's groups of their names.
 THIRDPARTY_VENVS := $(VENV)-fast-agent $(VENV)-ag2
 # Stdio servers from the package index behind `mcp-sessions gateway --stdio` (tests/e2e/test_gateway_stdio.py),

@@ -18,8 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = [
-    "tests/unit/test_conformance_docs.py",
-    "tests/e2e/test_conformance_quickstart.py",
+    "conformance/tests/test_conformance_docs.py",
+    "conformance/tests/test_conformance_quickstart.py",
     "tests/e2e/test_interop.py",
 ]
 

@@ -139,33 +139,34 @@ async def asgi_client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
 
 # The files that take longest (seconds each, on a loaded 2-core machine), longest first. Under pytest-xdist
 # (`make test`: --dist loadfile) a worker takes the next file whenever it runs dry: the long files must start
-# first, for the many short ones to fill in at the end. Everything else keeps its order.
+# first, for the many short ones to fill in at the end. Everything else keeps its order. The paths are from
+# the root: the conformance pack's tests (conformance/tests/) are ranked with the middleware's.
 SLOW_FILES = [
-    "e2e/test_benchmarks.py",
-    "e2e/test_gateway_stdio.py",
-    "e2e/test_load.py",
-    "e2e/test_topologies.py",
-    "e2e/test_viewers.py",
-    "stores/test_contract.py",
-    "e2e/test_server_versions.py",
-    "asgi/test_fuzz.py",
-    "e2e/test_replicas.py",
-    "subscriptions/test_topologies.py",
-    "stores/test_expiry_boundaries.py",
-    "e2e/test_listen_replicas.py",
-    "asgi/test_store_failures.py",
-    "e2e/test_interop.py",
-    "e2e/test_listen_topologies.py",
-    "e2e/test_conformance_broken.py",
-    "e2e/test_dist.py",
-    "e2e/test_conformance_dist.py",
-    "stores/test_memory.py",
-    "unit/test_token_differential.py",
-    "stores/test_sqlite.py",
-    "e2e/test_gateway_benchmark.py",
-    "e2e/test_telemetry.py",
-    "e2e/test_client_transport.py",
-    "e2e/test_gateway_replicas.py",
+    "tests/e2e/test_benchmarks.py",
+    "tests/e2e/test_gateway_stdio.py",
+    "tests/e2e/test_load.py",
+    "tests/e2e/test_topologies.py",
+    "tests/e2e/test_viewers.py",
+    "tests/stores/test_contract.py",
+    "tests/e2e/test_server_versions.py",
+    "tests/asgi/test_fuzz.py",
+    "tests/e2e/test_replicas.py",
+    "tests/subscriptions/test_topologies.py",
+    "tests/stores/test_expiry_boundaries.py",
+    "tests/e2e/test_listen_replicas.py",
+    "tests/asgi/test_store_failures.py",
+    "tests/e2e/test_interop.py",
+    "tests/e2e/test_listen_topologies.py",
+    "conformance/tests/test_conformance_broken.py",
+    "tests/e2e/test_dist.py",
+    "conformance/tests/test_conformance_dist.py",
+    "tests/stores/test_memory.py",
+    "tests/unit/test_token_differential.py",
+    "tests/stores/test_sqlite.py",
+    "tests/e2e/test_gateway_benchmark.py",
+    "tests/e2e/test_telemetry.py",
+    "tests/e2e/test_client_transport.py",
+    "tests/e2e/test_gateway_replicas.py",
 ]
 
 
@@ -183,10 +184,9 @@ def pytest_runtest_makereport(
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {path: index for index, path in enumerate(SLOW_FILES)}
-    root = config.rootpath / "tests"
 
     def slowness(item: pytest.Item) -> int:
-        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        path = item.path.relative_to(config.rootpath).as_posix() if item.path.is_relative_to(config.rootpath) else ""
         return rank.get(path, len(rank))
 
     items.sort(key=slowness)

@@ -49,7 +49,7 @@ OPTED_IN = {**ENVIRON, "MCP_SESSIONS_ADOPT_TRANSPORT": "1", "MCP_SESSIONS_CONVER
 DOC = Path(__file__).resolve().parents[2] / "docs" / "interop.md"
 # After it, the page is written by hand (the conformance pack against other people's servers, which
 # test_conformance_thirdparty.py checks): the matrix is compared, and regenerated, above it only.
-BY_HAND = "\n<!-- Written by hand from here on, checked by tests/e2e/test_conformance_thirdparty.py. -->\n"
+BY_HAND = "\n<!-- Written by hand from here on, checked by conformance/tests/test_conformance_thirdparty.py. -->\n"
 CELL_TIMEOUT = 60.0  # a hang guard for one cell, never an expectation about speed
 COUNTDOWN = 2
 ALL_PROGRESS = [(float(i + 1), float(COUNTDOWN), f"{COUNTDOWN - i - 1} to go") for i in range(COUNTDOWN)]

@@ -1,7 +1,7 @@
 """The traceability files: one a wire, every row well formed, every check once, the quotes where they claim to be.
 
 That every row names a check the pack really emits is shown by a run against the
-quickstart (tests/e2e/test_conformance_quickstart.py), as the official suite
+quickstart (conformance/tests/test_conformance_quickstart.py), as the official suite
 builds its traceability manifest from a run, not from a source scan.
 """
 

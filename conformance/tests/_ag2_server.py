@@ -1,6 +1,7 @@
-"""ag2 1.2.1's ``MCPServer``, as its guide serves an agent, run by tests/e2e/test_conformance_thirdparty.py in the
-ag2 venv (``make .venv-ag2/.installed``). ``python _ag2_server.py`` serves one agent on 127.0.0.1, on a port the
-OS picks, and prints that port on one line. The agent's model is ``ag2.testing.TestConfig``, ag2's scripted
+"""ag2 1.2.1's ``MCPServer``, as its guide serves an agent, run by
+conformance/tests/test_conformance_thirdparty.py in the ag2 venv
+(``make .venv-ag2/.installed``). ``python _ag2_server.py`` serves one agent on 127.0.0.1, on a port the OS picks,
+and prints that port on one line. The agent's model is ``ag2.testing.TestConfig``, ag2's scripted
 model: no provider, no key. Imports only what that environment has: ag2 and uvicorn.
 """
 

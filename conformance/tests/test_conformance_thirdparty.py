@@ -19,7 +19,7 @@ import pytest
 
 from _mcp import MODERN, modern_request
 from _redis import missing
-from e2e._thirdparty import conformance, thirdparty_server, venv_of
+from _thirdparty import conformance, thirdparty_server, venv_of
 
 LEGACY = "2025-11-25"
 HERE = Path(__file__).parent

@@ -1,8 +1,8 @@
 """Issue 40's bar for checks that can fail: each broken rule fails exactly its checks, and every check has one.
 
-Each fault (tests/e2e/_faults.py) is the quickstart behind ``MCPSessionMiddleware``
+Each fault (conformance/tests/_faults.py) is the quickstart behind ``MCPSessionMiddleware``
 with one rule of one wire broken by a small ASGI middleware in front of it
-(tests/e2e/_broken.py). ``mcp-sessions conformance`` against it must fail
+(conformance/tests/_broken.py). ``mcp-sessions conformance`` against it must fail
 exactly the checks the fault names; the same server unbroken fails none; and
 the faults together break every check the pack has.
 """
@@ -18,9 +18,9 @@ import pytest
 from examples.quickstart import SESSION_TOOLS, build_app, build_server
 from starlette.types import ASGIApp
 
+from _broken import Fault, broken_servers, place_unbatcher
+from _faults import FAULTS
 from conftest import SECRET
-from e2e._broken import Fault, broken_servers, place_unbatcher
-from e2e._faults import FAULTS
 from e2e._pack import run_pack
 from mcp_sessions import MCPSessionMiddleware
 from mcp_sessions_conformance import SCENARIOS

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from e2e._broken import COOKIE, KEY, Call, Fault, Memory, Reply, RequestHook, ResponseHook, member
+from _broken import COOKIE, KEY, Call, Fault, Memory, Reply, RequestHook, ResponseHook, member
 from e2e._pack import LEGACY, MODERN
 
 HOST_KEYS = ("openai/session", "vscode.conversationId", "agent-session-id", "sessionID", "threadId", "baggage")

@@ -1,5 +1,6 @@
-"""fast-agent 0.5.3's strawman sessions server, run as its README runs it, by tests/e2e/test_conformance_thirdparty.py
-in the fast-agent venv (``make .venv-fast-agent/.installed .venv-fast-agent/sdist/.downloaded``).
+"""fast-agent 0.5.3's strawman sessions server, run as its README runs it, by
+conformance/tests/test_conformance_thirdparty.py in the fast-agent
+venv (``make .venv-fast-agent/.installed .venv-fast-agent/sdist/.downloaded``).
 
 ``python _fast_agent_server.py EXAMPLE`` runs ``EXAMPLE`` (the sdist's
 ``examples/experimental/mcp_sessions/session_server.py``, copied out of it by the test) as

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+import _independent_draft
 from _mcp import MCP_PATH
 from conftest import serve
-from e2e import _independent_draft
 from e2e._pack import LEGACY, MODERN
 
 SERVER = Path(_independent_draft.__file__)
