@@ -132,6 +132,26 @@ def modern_headers(body: Mapping[str, Any], **extra: str) -> dict[str, str]:
     return headers
 
 
+def era_request(era: str, method: str, params: Mapping[str, Any] | None = None, *, id: Any = 1, **meta: Any) -> Any:
+    """A request of ``era``'s wire (``MODERN`` or ``LEGACY``), ``meta`` its ``_meta`` entries."""
+    build = modern_request if era == MODERN else legacy_request
+    return build(method, params, id=id, meta=meta or None)
+
+
+def era_post(http: Poster, url: str, era: str, body: Any, **headers: str) -> httpx.Response:
+    """POST ``body`` with the headers a client of ``era`` sends (a 2025 client: its version header only)."""
+    sent = modern_headers(body) if era == MODERN else {**_BASE_HEADERS, "MCP-Protocol-Version": LEGACY}
+    return cast("httpx.Client", http).post(url, json=body, headers={**sent, **headers})
+
+
+def era_session(http: Poster, url: str, era: str, **headers: str) -> str:
+    """A new session's token, from ``sessions/create`` on ``era``'s wire (the one session-creating helper)."""
+    response = era_post(http, url, era, era_request(era, "sessions/create"), **headers)
+    assert response.status_code == 200, response.text
+    token: str = answer(response)["result"]["session"]["sessionId"]
+    return token
+
+
 # -- reading responses ----------------------------------------------------------
 
 

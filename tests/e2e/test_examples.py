@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import types
 from typing import Any, Literal
@@ -18,46 +17,21 @@ from mcp import types as mcp_types
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict
 
+from _mcp import MODERN, SESSION_KEY, answer, era_session, modern_headers, modern_request, session_meta
 from conftest import SECRET, in_process, serve
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
-SESSION_KEY = "io.modelcontextprotocol/session"
-ENVELOPE = {
-    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 # A whole compact JWS: three non-empty base64url segments. A shortened token ("eyJhbGciOi...S04l8") is not one.
 WHOLE_TOKEN = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 
 def rpc(client: httpx.Client, method: str, params: dict[str, Any] | None = None, *, token: str | None = None) -> Any:
-    """One 2026-07-28 JSON-RPC request to /mcp; the response message (from JSON or the last SSE event)."""
-    params = dict(params or {})
-    meta: dict[str, Any] = dict(ENVELOPE)
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Mcp-Protocol-Version": "2026-07-28",
-        "Mcp-Method": method,
-    }
-    if method == "tools/call":
-        headers["Mcp-Name"] = params["name"]
-    if token is not None:
-        meta[SESSION_KEY] = {"sessionId": token}
-        headers["Mcp-Session-Id"] = token
-    params["_meta"] = meta
-    response = client.post(
-        "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers
-    )
+    """One 2026-07-28 JSON-RPC request to /mcp, naming the session ``token`` if given; the response message."""
+    body = modern_request(method, params, session=None if token is None else session_meta(token))
+    headers = modern_headers(body) if token is None else modern_headers(body, Mcp_Session_Id=token)
+    response = client.post("/mcp", json=body, headers=headers)
     assert response.status_code == 200, response.text
-    if response.headers["content-type"].startswith("text/event-stream"):
-        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
-        return json.loads(data[-1])
-    return response.json()
-
-
-def create_session(client: httpx.Client) -> str:
-    token: str = rpc(client, "sessions/create")["result"]["session"]["sessionId"]
-    return token
+    return answer(response)
 
 
 def call_tool(client: httpx.Client, name: str, token: str | None = None) -> Any:
@@ -125,7 +99,7 @@ def test_demo_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
 def test_ordinary_route_sees_the_session_created_over_mcp(module: types.ModuleType) -> None:
     with in_process(module.build_app(environ=ENVIRON)) as client:
-        token = create_session(client)
+        token = era_session(client, "/mcp", MODERN)
         sid = call_tool(client, "whoami", token)
         assert call_tool(client, "count", token) == 1
         assert call_tool(client, "count", token) == 2
@@ -138,7 +112,7 @@ def test_ordinary_route_sees_the_session_created_over_mcp(module: types.ModuleTy
         assert client.get("/session").json() == {"session": None}
         assert client.get("/session", headers={"Mcp-Session-Id": "not.a.session"}).json() == {"session": None}
 
-        other = create_session(client)
+        other = era_session(client, "/mcp", MODERN)
         assert client.get("/session", headers={"Mcp-Session-Id": other}).json()["count"] == 0
 
         rpc(client, "sessions/delete", token=token)
@@ -186,9 +160,9 @@ def test_fastmcp_counter_survives_across_requests() -> None:
     with in_process(fastmcp_app.build_app(environ=ENVIRON)) as client:
         discover = rpc(client, "server/discover")
         assert discover["result"]["capabilities"]["sessions"] == {}
-        token = create_session(client)
+        token = era_session(client, "/mcp", MODERN)
         assert [call_tool(client, "count", token) for _ in range(3)] == [1, 2, 3]
-        assert call_tool(client, "count", create_session(client)) == 1
+        assert call_tool(client, "count", era_session(client, "/mcp", MODERN)) == 1
         assert call_tool(client, "count", token) == 4
         assert call_tool(client, "count")["code"] == -32044
         assert call_tool(client, "whoami") == "none"
@@ -206,7 +180,7 @@ def test_the_path_matches_under_a_proxy_root_path() -> None:
     app = starlette_app.build_app(environ={"MCP_SESSIONS_SECRET": SECRET})
     with in_process(app, root_path="/api") as client:
         assert call_tool(client, "count")["code"] == -32044  # the middleware saw it: no session, no count
-        token = create_session(client)
+        token = era_session(client, "/mcp", MODERN)
         assert call_tool(client, "count", token) == 1
 
 
@@ -224,5 +198,5 @@ def test_the_path_matches_in_a_mounted_sub_app() -> None:
     outer = Starlette(routes=[Mount("/tenant", app=inner)], lifespan=lifespan)
     with in_process(outer, base_url="http://127.0.0.1:8000/tenant") as client:
         assert call_tool(client, "count")["code"] == -32044
-        token = create_session(client)
+        token = era_session(client, "/mcp", MODERN)
         assert call_tool(client, "count", token) == 1

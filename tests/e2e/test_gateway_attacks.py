@@ -22,7 +22,9 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.types import Receive, Scope, Send
 
-from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
+from _mcp import LEGACY, MODERN, era_session, jwt_claims, legacy_request, modern_headers
+from _mcp import era_post as post
+from _mcp import era_request as request
 from conftest import serve
 from e2e._gateway import (
     JSON_SSE,
@@ -118,26 +120,6 @@ def exchange(port: int, head: str, body: bytes = b"") -> tuple[int, bytes]:
                 break
             received += chunk
     return int(received.split(b" ", 2)[1]), received
-
-
-def post(http: httpx.Client | TestClient, url: str, era: str, body: Any, **headers: str) -> Response:
-    sent = modern_headers(body) if era == MODERN else {**JSON_SSE, "MCP-Protocol-Version": LEGACY}
-    return http.post(url, json=body, headers={**sent, **headers})
-
-
-def request(era: str, method: str, params: dict[str, Any] | None = None, *, id: Any = 1, **meta: Any) -> Any:
-    build = modern_request if era == MODERN else legacy_request
-    return build(method, params, id=id, meta=meta or None)
-
-
-def create(http: httpx.Client | TestClient, url: str, era: str, **headers: str) -> Response:
-    return post(http, url, era, request(era, "sessions/create"), **headers)
-
-
-def token_of(response: Response) -> str:
-    assert response.status_code == 200, response.text
-    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
-    return token
 
 
 def seen_call(era: str, id: int = 2, meta: dict[str, Any] | None = None) -> Any:
@@ -362,7 +344,9 @@ def test_made_up_credentials_do_not_multiply_one_addresses_create_budget(
             varied = {"Authorization": f"Bearer made-up-{number}"} if varies == "credential" else {}
             if varies == "forwarded-for":
                 varied["X-Forwarded-For"] = f"198.51.100.{number}"
-            statuses.append(create(client, IN_PROCESS + "/mcp", MODERN, **varied).status_code)
+            statuses.append(
+                post(client, IN_PROCESS + "/mcp", MODERN, request(MODERN, "sessions/create"), **varied).status_code
+            )
     assert statuses.count(200) == created and statuses.count(429) == 8 - created, statuses
 
 
@@ -383,7 +367,7 @@ def test_no_token_the_gateway_minted_reaches_the_upstream(
     """Every way a client sends the gateway's tokens back (``_meta`` of each wire, the session methods' params,
     ``Mcp-Session-Id``), forwarded or probed: the upstream gets none of their bytes, only the stable id."""
     url, before = url_of(gateway), len(recorder.seen)
-    token = token_of(create(http, url, era))
+    token = era_session(http, url, era)
     sid = jwt_claims(token)["sid"]
     state = SessionsConfig(secret=SECRET).keys.sign_state(sid, {"step": 1})
     session = {"sessionId": token, "state": state}
@@ -427,7 +411,7 @@ def test_a_probe_carries_no_trace_context_and_a_request_the_clients_own(
 ) -> None:
     url, before = url_of(gateway), len(recorder.seen)
     traced = {} if client_trace is None else {"traceparent": client_trace}
-    token = token_of(create(http, url, MODERN, **traced))  # answered by the gateway, after a probe
+    token = era_session(http, url, MODERN, **traced)  # answered by the gateway, after a probe
     post(http, url, MODERN, seen_call(MODERN, meta={SESSION_META: {"sessionId": token}}), **traced)  # forwarded
     probe, call = recorder.since(before)
     assert probe.methods() == ["mcp-sessions/probe"] and call.methods() == ["tools/call"]

@@ -23,6 +23,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
+from _mcp import era_post as post
+from _mcp import era_request as request
+from _mcp import era_session as create
 from _redis import free_port
 from _users import bearer_auth
 from conftest import serve
@@ -68,23 +71,6 @@ def authed() -> Iterator[tuple[str, str]]:
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     with serve(app) as upstream, serve(gateway(upstream + "/mcp")) as url:
         yield url + "/mcp", upstream + "/mcp"
-
-
-def request(era: str, method: str, params: dict[str, Any] | None = None, *, id: Any = 1, **meta: Any) -> Any:
-    build = modern_request if era == MODERN else legacy_request
-    return build(method, params, id=id, meta=meta or None)
-
-
-def post(http: httpx.Client, url: str, era: str, body: Any, **headers: str) -> httpx.Response:
-    sent = modern_headers(body) if era == MODERN else {**JSON_SSE, "MCP-Protocol-Version": LEGACY}
-    return http.post(url, json=body, headers={**sent, **headers})
-
-
-def create(http: httpx.Client, url: str, era: str, **headers: str) -> str:
-    response = post(http, url, era, request(era, "sessions/create"), **headers)
-    assert response.status_code == 200, response.text
-    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
-    return token
 
 
 def seen(http: httpx.Client, url: str, era: str, token: str | None, **headers: str) -> tuple[dict[str, Any], Any]:

@@ -37,6 +37,7 @@ from _mcp import (
     SESSION_NOT_FOUND,
     LegacyClient,
     ModernClient,
+    era_session,
     jwt_claims,
     legacy_request,
     modern_headers,
@@ -118,19 +119,12 @@ def authed() -> Iterator[httpx.Client]:
         yield http
 
 
-def create(http: httpx.Client, url: str, era: str, headers: dict[str, str] | None = None) -> str:
-    response = post(http, url, era, body_of(era, "sessions/create"), headers)
-    assert response.status_code == 200, response.text
-    token: str = message_of(response)["result"]["session"]["sessionId"]
-    return token
-
-
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
 @pytest.mark.parametrize("credentials", [None, "Bearer nobody-token", "Basic YWxpY2U6eA=="])
 def test_the_servers_auth_refuses_every_session_method_as_it_refuses_a_tool(
     authed: httpx.Client, era: str, credentials: str | None
 ) -> None:
-    alices = create(authed, "/mcp", era, bearer("alice"))
+    alices = era_session(authed, "/mcp", era, **bearer("alice"))
     headers = {} if credentials is None else {"Authorization": credentials}
     refused = post(authed, "/mcp", era, tool(era, "x", None), headers)
     assert refused.status_code == 401
@@ -145,7 +139,7 @@ def test_the_servers_auth_refuses_every_session_method_as_it_refuses_a_tool(
 
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
 def test_a_session_belongs_to_the_principal_the_server_authenticated(authed: httpx.Client, era: str) -> None:
-    alices = create(authed, "/mcp", era, bearer("alice"))
+    alices = era_session(authed, "/mcp", era, **bearer("alice"))
     assert "pbh" in jwt_claims(alices)  # bound with no principal= hook written
     post(authed, "/mcp", era, tool(era, "alice's secret", alices), bearer("alice"))
     stolen = message_of(post(authed, "/mcp", era, tool(era, "", alices), bearer("bob")))
@@ -167,7 +161,7 @@ def test_a_public_host_server_gets_sessions_with_no_option(era: str) -> None:
     app = MCPSessionMiddleware(server.streamable_http_app(host="0.0.0.0", stateless_http=True), secret=SECRET)
     with in_process(app) as http:
         public = {"Host": "mcp.example.com", "Origin": "https://chat.example"}
-        session = create(http, "/mcp", era, public)
+        session = era_session(http, "/mcp", era, **public)
         answered = post(http, "/mcp", era, tool(era, "hi", session), public)
         assert json.loads(tool_text(message_of(answered))) == ["hi"]
 
@@ -196,7 +190,7 @@ def test_the_servers_body_limit_refuses_session_methods_as_it_refuses_a_tool(era
         created = post(http, "/mcp", era, body_of(era, "sessions/create", padding))
         assert refused.status_code == 413
         assert (created.status_code, created.content) == (refused.status_code, refused.content)
-        assert create(http, "/mcp", era)  # a body within the server's limit still gets a session
+        assert era_session(http, "/mcp", era)  # a body within the server's limit still gets a session
 
 
 # -- endpoints ---------------------------------------------------------------------------------------------
@@ -222,7 +216,7 @@ def two_servers(*, one_middleware: bool) -> Starlette:
 @pytest.mark.parametrize("one_middleware", [True, False], ids=["one-middleware", "one-each"])
 def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(one_middleware: bool) -> None:
     with in_process(two_servers(one_middleware=one_middleware)) as http:
-        session = create(http, "/a/mcp", MODERN)
+        session = era_session(http, "/a/mcp", MODERN)
         at_a = message_of(post(http, "/a/mcp", MODERN, tool(MODERN, "a", session)))
         assert json.loads(tool_text(at_a)) == ["a"]
         at_b = message_of(post(http, "/b/mcp", MODERN, tool(MODERN, "b", session)))
@@ -259,7 +253,7 @@ ALICE = {"X-User": "alice"}
 
 
 def test_fixation_draft(optional_auth: httpx.Client) -> None:
-    anonymous = create(optional_auth, "/mcp", MODERN)
+    anonymous = era_session(optional_auth, "/mcp", MODERN)
     used = message_of(post(optional_auth, "/mcp", MODERN, tool(MODERN, "alice writes", anonymous), ALICE))
     assert used["error"]["code"] == SESSION_NOT_FOUND
     # Nothing was written for the anonymous creator to read.
@@ -372,7 +366,7 @@ def test_fastapi_with_its_own_auth_decides_for_the_session_methods() -> None:
         created = post(http, endpoint, MODERN, body_of(MODERN, "sessions/create"), forged)
         assert refused.status_code == 400
         assert (created.status_code, created.content) == (refused.status_code, refused.content)
-        alices = create(http, endpoint, MODERN, bearer("alice"))
+        alices = era_session(http, endpoint, MODERN, **bearer("alice"))
         assert "pbh" in jwt_claims(alices)
         post(http, endpoint, MODERN, tool(MODERN, "hers", alices), bearer("alice"))
         stolen = message_of(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("bob")))
@@ -392,7 +386,7 @@ def test_a_templated_mount_binds_the_concrete_path_and_the_header_attaches_nothi
     server = notes_server()
     app = tenant_app(server, [Mount("/{tenant}", server.streamable_http_app(stateless_http=True, json_response=True))])
     with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
-        t2 = create(http, "/t2/mcp", MODERN)
+        t2 = era_session(http, "/t2/mcp", MODERN)
         post(http, "/t2/mcp", MODERN, tool(MODERN, "t2 secret", t2))
         by_header = message_of(post(http, "/t1/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": t2}))
         assert tool_text(by_header) == "none"
@@ -420,7 +414,7 @@ def test_a_server_behind_a_host_route_gets_the_session_work_beside_another_endpo
         app = MCPSessionMiddleware(Starlette(routes=routes, lifespan=lifespan), secret=SECRET)
     assert "the session work runs at the MCP endpoints /mcp, /other/mcp" in caplog.text  # what it found, said
     with in_process(app) as http:
-        session = create(http, "/mcp", MODERN)
+        session = era_session(http, "/mcp", MODERN)
         post(http, "/mcp", MODERN, tool(MODERN, "hosted", session))
         mine = message_of(post(http, "/mcp", MODERN, tool(MODERN, "", session)))
         assert json.loads(tool_text(mine)) == ["hosted"]
@@ -437,13 +431,13 @@ def test_routers_inside_routers_and_two_routes_to_one_transport() -> None:
     app = tenant_app(server, [Mount("/api", inner), Mount("/alias", transport)])
     with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
         for endpoint in ("/api/v1/deep/mcp", "/alias/mcp"):
-            session = create(http, endpoint, MODERN)
+            session = era_session(http, endpoint, MODERN)
             post(http, endpoint, MODERN, tool(MODERN, "here", session))
             assert json.loads(tool_text(message_of(post(http, endpoint, MODERN, tool(MODERN, "", session))))) == [
                 "here"
             ]
         crossed = message_of(
-            post(http, "/alias/mcp", MODERN, tool(MODERN, "", create(http, "/api/v1/deep/mcp", MODERN)))
+            post(http, "/alias/mcp", MODERN, tool(MODERN, "", era_session(http, "/api/v1/deep/mcp", MODERN)))
         )
         assert crossed["error"]["code"] == SESSION_NOT_FOUND
 
@@ -468,7 +462,7 @@ def test_two_users_who_share_a_display_name_never_share_a_session() -> None:
     )
     with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
         endpoint = "/mcp"
-        victims = create(http, endpoint, MODERN, {"X-User": "7 Alice"})
+        victims = era_session(http, endpoint, MODERN, **{"X-User": "7 Alice"})
         post(http, endpoint, MODERN, tool(MODERN, "hers", victims), {"X-User": "7 Alice"})
         stolen = message_of(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "8 Alice"}))
         assert stolen["error"]["code"] == SESSION_NOT_FOUND
@@ -504,11 +498,11 @@ def test_an_ordinary_route_gets_the_signed_in_users_session_and_never_an_anonymo
         lifespan=lambda app: server.session_manager.run(),
     )
     with in_process(app) as http:
-        attackers = create(http, "/mcp", MODERN)
+        attackers = era_session(http, "/mcp", MODERN)
         fixed = http.get("/status", headers={"Mcp-Session-Id": attackers, **ALICE})
         assert fixed.text == "none"
         assert tool_text(message_of(post(http, "/mcp", MODERN, tool(MODERN, "", attackers)))) == "[]"
-        alices = create(http, "/mcp", MODERN, ALICE)
+        alices = era_session(http, "/mcp", MODERN, **ALICE)
         assert http.get("/status", headers={"Mcp-Session-Id": alices, **ALICE}).text == jwt_claims(alices)["sid"]
         assert http.get("/status", headers={"Mcp-Session-Id": alices}).text == "none"
         assert http.get("/status", headers={"Mcp-Session-Id": attackers}).text == jwt_claims(attackers)["sid"]
@@ -519,7 +513,7 @@ def test_a_custom_route_behind_the_sdks_bearer_auth_sees_the_users_bound_session
     server.custom_route("/status", methods=["GET"])(status)
     app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True, json_response=True), secret=SECRET)
     with in_process(app) as http:
-        alices = create(http, "/mcp", MODERN, bearer("alice"))
+        alices = era_session(http, "/mcp", MODERN, **bearer("alice"))
         seen = http.get("/status", headers={"Mcp-Session-Id": alices, **bearer("alice")})
         assert seen.text == jwt_claims(alices)["sid"]
         assert http.get("/status", headers={"Mcp-Session-Id": alices, **bearer("bob")}).text == "none"
