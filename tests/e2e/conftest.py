@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from examples.quickstart import build_app
 
 from _otel import SpanLog, global_tracing
 from _otlp import Receiver
-from conftest import serve
+from conftest import SECRET, serve
 
 
 @pytest.fixture(scope="module")
@@ -31,3 +32,10 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
     receiver = Receiver()
     with serve(receiver.app) as base:
         yield receiver, f"{base}/v1/traces"
+
+
+@pytest.fixture(scope="module", params=["json", "sse"])
+def url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The quickstart served for real, answering in JSON and in SSE: its base URL, for the module."""
+    with serve(build_app(json_response=request.param == "json", environ={"MCP_SESSIONS_SECRET": SECRET})) as base:
+        yield base

@@ -8,7 +8,6 @@ import os
 import shlex
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -26,12 +25,6 @@ def run(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), stdout=out, stderr=err, environ={})
     return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture(scope="module", params=["json", "sse"])
-def url(request: pytest.FixtureRequest) -> Iterator[str]:
-    with serve(build_app(json_response=request.param == "json", environ=ENVIRON)) as base:
-        yield base
 
 
 def inspector_metadata(out: str) -> dict[str, object]:
