@@ -7,18 +7,15 @@ data in a temporary directory, on a free port. Both take tens of seconds to star
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -312,11 +309,7 @@ def mlflow_experiment(mlflow: Viewer, name: str) -> str:
 
 def mlflow_sessions(mlflow: Viewer, experiment_id: str) -> dict[str | None, int]:
     """MLflow's traces of the experiment counted by their ``mlflow.trace.session`` metadata (None: no session)."""
-    location = {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": experiment_id}}
-    body: dict[str, Any] = {"locations": [location], "max_results": 500}
-    response = httpx.post(f"{mlflow.url}/api/3.0/mlflow/traces/search", json=body, timeout=10)
-    response.raise_for_status()
-    traces = response.json().get("traces", [])
+    traces = mlflow_search(mlflow, experiment_id)
     return dict(Counter(trace.get("trace_metadata", {}).get("mlflow.trace.session") for trace in traces))
 
 
@@ -333,12 +326,8 @@ def phoenix_spans(phoenix: Viewer, project: str) -> list[dict[str, Any]]:
 def mlflow_traces(mlflow: Viewer, experiment_id: str) -> list[dict[str, Any]]:
     """Every trace of the experiment as MLflow serves it: its info (with the request and response previews)
     from the trace search, and its spans from ``traces/get``."""
-    location = {"type": "MLFLOW_EXPERIMENT", "mlflow_experiment": {"experiment_id": experiment_id}}
-    body: dict[str, Any] = {"locations": [location], "max_results": 500}
-    response = httpx.post(f"{mlflow.url}/api/3.0/mlflow/traces/search", json=body, timeout=10)
-    response.raise_for_status()
     traces = []
-    for info in response.json().get("traces", []):
+    for info in mlflow_search(mlflow, experiment_id):
         got = httpx.get(f"{mlflow.url}/api/3.0/mlflow/traces/get", params={"trace_id": info["trace_id"]}, timeout=10)
         got.raise_for_status()
         traces.append({"info": info, **got.json()["trace"]})
@@ -366,123 +355,3 @@ def mlflow_root(trace: dict[str, Any]) -> dict[str, Any]:
     roots: list[dict[str, Any]] = [span for span in trace["spans"] if not span.get("parent_span_id")]
     [root] = roots
     return root
-
-
-# -- pictures of what each viewer shows (docs/observability.md) -----------------------------------
-
-SCREENSHOTS = os.environ.get("VIEWERS_SCREENSHOTS")
-"""A directory: the viewer tests that show a conversation save what each viewer's web UI shows of it there, as the
-pictures of docs/observability.md (headless Chromium; MLflow's UI needs an environment of its own: VIEWERS_MLFLOW)."""
-_SETTLE_SECONDS = 4.0
-# Dismissed before a picture is taken: first-visit tips and side panels that cover the table.
-_DISMISS = """
-for (const button of document.querySelectorAll('button')) {
-  const label = (button.innerText || button.getAttribute('aria-label') || '').trim();
-  if (label === 'Got it' || /^close/i.test(button.getAttribute('aria-label') || '')) button.click();
-}
-"""
-
-
-def screenshot(url: str, path: Path, *, actions: Sequence[str] = (), width: int = 1600, height: int = 900) -> list[Any]:
-    """Save what headless Chromium shows of ``url`` (a web UI on 127.0.0.1) in ``path``, tips dismissed.
-
-    Driven over the DevTools protocol (a websocket on a free port of 127.0.0.1), so that the page can be
-    clicked before the picture: each of ``actions`` is a JavaScript expression run once the page has
-    settled (a click that opens a row, a menu), in order; their values are returned.
-    """
-    from websockets.sync.client import connect
-
-    port = free_port()
-    argv = [
-        "chromium",
-        *("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run"),
-        *(f"--remote-debugging-port={port}", "--remote-debugging-address=127.0.0.1", f"--window-size={width},{height}"),
-        "about:blank",
-    ]
-    profile = tempfile.TemporaryDirectory(prefix="chromium-")  # a fresh profile: every tip shows, and is dismissed
-    argv.insert(-1, f"--user-data-dir={profile.name}")
-    browser = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        pages = poll(lambda: _pages(port), bool, "Chromium's DevTools", seconds=20)
-        with connect(pages[0]["webSocketDebuggerUrl"], max_size=None) as page:
-            calls = iter(range(1, 1000))
-
-            def call(method: str, **params: Any) -> dict[str, Any]:
-                number = next(calls)
-                page.send(json.dumps({"id": number, "method": method, "params": params}))
-                while True:
-                    message = json.loads(page.recv(timeout=30))
-                    if message.get("id") == number:
-                        result: dict[str, Any] = message.get("result", {})
-                        return result
-
-            call("Page.navigate", url=url)
-            for _ in range(3):  # the apps render late and show their tips later still
-                time.sleep(_SETTLE_SECONDS)
-                call("Runtime.evaluate", expression=_DISMISS)
-            values = []
-            for action in actions:
-                done = call("Runtime.evaluate", expression=action, returnByValue=True)
-                values.append(done.get("result", {}).get("value"))
-                time.sleep(_SETTLE_SECONDS / 2)
-            call("Runtime.evaluate", expression=_DISMISS)
-            time.sleep(1.0)
-            shot = call("Page.captureScreenshot", format="png")
-        path.write_bytes(base64.b64decode(shot["data"]))
-        return values
-    finally:
-        os.killpg(browser.pid, signal.SIGKILL)
-        browser.wait(timeout=10)
-        profile.cleanup()
-
-
-def _pages(port: int) -> list[dict[str, Any]]:
-    try:
-        listed = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=2).json()
-    except httpx.TransportError:
-        return []
-    return [target for target in listed if target.get("type") == "page"]
-
-
-# MLflow's traces grouped by session, with the columns a conversation reads by (its menus open on pointer events).
-_MLFLOW_OPEN_DISPLAY = """
-document.querySelector('[data-component-id="mlflow.traces-v4.display.trigger"]')
-  .dispatchEvent(new PointerEvent('pointerdown', {bubbles: true, button: 0, pointerType: 'mouse'}))
-"""
-_MLFLOW_OPEN_COLUMNS = """
-[...document.querySelectorAll('[role=menuitem]')].find(item => item.innerText.trim().startsWith('Columns')).click()
-"""
-_MLFLOW_PICK_COLUMNS = """
-for (const name of ['Trace name', 'User', 'Tokens', 'Tags', 'Duration']) {  // shown: the first two; hidden: the rest
-  [...document.querySelectorAll('[role=menuitemcheckbox]')].find(item => item.innerText.trim() === name)?.click();
-}
-"""
-_MLFLOW_EXPAND_FIRST_SESSION = """
-document.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape', bubbles: true}));
-document.body.dispatchEvent(new PointerEvent('pointerdown', {bubbles: true, button: 0, pointerType: 'mouse'}));
-document.querySelector('[data-component-id="web-shared.traces-table.session-toggle"]').click();
-"""
-
-
-def picture_conversations(phoenix: Viewer, mlflow: Viewer, project: str, experiment_id: str, directory: Path) -> None:
-    """The pictures of docs/observability.md: Phoenix's sessions and one session's turns, MLflow's traces by session."""
-    response = httpx.get(f"{phoenix.url}/v1/projects/{project}/sessions", timeout=10)
-    response.raise_for_status()
-    sessions = sorted(response.json()["data"], key=lambda session: session["id"])
-    project_id = sessions[0]["project_id"]
-    screenshot(
-        f"{phoenix.url}/projects/{project_id}/sessions", directory / "phoenix-sessions.png", width=1800, height=720
-    )
-    screenshot(
-        f"{phoenix.url}/projects/{project_id}/sessions/{sessions[0]['id']}",
-        directory / "phoenix-conversation-turns.png",
-        width=1800,
-        height=900,
-    )
-    screenshot(
-        f"{mlflow.url}/#/experiments/{experiment_id}/traces?groupBy=session",
-        directory / "mlflow-conversation.png",
-        actions=[_MLFLOW_OPEN_DISPLAY, _MLFLOW_OPEN_COLUMNS, _MLFLOW_PICK_COLUMNS, _MLFLOW_EXPAND_FIRST_SESSION],
-        width=1800,
-        height=640,
-    )

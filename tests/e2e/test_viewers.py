@@ -36,7 +36,6 @@ from _hosts import HOSTS
 from _mcp import MCP_PATH, SESSION_KEY, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
 from _users import HeaderUser
 from _viewers import (
-    SCREENSHOTS,
     Viewer,
     beyond_loopback,
     mlflow_experiment,
@@ -49,7 +48,6 @@ from _viewers import (
     phoenix_sessions,
     phoenix_spans,
     phoenix_trace_names,
-    picture_conversations,
     poll,
     start_viewers,
 )
@@ -60,6 +58,9 @@ from mcp_sessions.telemetry import SessionSpanProcessor
 
 ROOT = Path(__file__).resolve().parents[2]
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
+# A directory: the conversation test has scripts/viewer_pictures.py save there what each viewer's web UI shows of
+# its conversations, as the pictures of docs/observability.md.
+SCREENSHOTS = os.environ.get("VIEWERS_SCREENSHOTS")
 CALLS = 3  # tool calls per conversation
 
 
@@ -301,7 +302,10 @@ def test_a_conversation_reads_like_a_conversation(traced: Traced) -> None:
         for part in (token, *token.split(".")):
             assert part not in stored, f"a bearer value in what a viewer stores: {part!r}"
     if SCREENSHOTS:  # VIEWERS_SCREENSHOTS=docs/images: the pictures of docs/observability.md
-        picture_conversations(traced.phoenix, traced.mlflow, traced.project, traced.experiment_id, Path(SCREENSHOTS))
+        script = str(ROOT / "scripts" / "viewer_pictures.py")
+        urls = [traced.phoenix.url, traced.mlflow.url]
+        command = [sys.executable, script, *urls, traced.project, traced.experiment_id, SCREENSHOTS]
+        subprocess.run(command, check=True, timeout=300)
 
 
 # Runs the docs' snippet as a program would (it sets the global TracerProvider), then two calls in a session.
