@@ -7,12 +7,84 @@ import hashlib
 import json
 import os
 import re
+import sys
+import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 _PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+
+# Every ```python block of README.md and docs/*.md, by page: a text in that block and in no other of its page,
+# and the test module that runs it (tests/unit/test_docs_snippets.py runs those it names itself as written).
+GETTING_STARTED = "e2e/test_getting_started_docs.py"
+CONFIGURATION = "e2e/test_configuration_docs.py"
+CLIENT = "e2e/test_client_docs.py"
+HANDLES = "e2e/test_handles_docs.py"
+OBSERVABILITY = "e2e/test_observability_docs.py"
+AS_WRITTEN = "unit/test_docs_snippets.py"
+RUN_BY: dict[str, dict[str, str]] = {
+    "README.md": {"# server.py": GETTING_STARTED},
+    "docs/index.md": {'require_session_tools={"count"}': GETTING_STARTED},
+    "docs/getting-started.md": {
+        "# server.py": GETTING_STARTED,
+        "class CreateSession(": GETTING_STARTED,
+        "SessionTransport()": GETTING_STARTED,
+    },
+    "docs/application-code.md": {
+        '"mode": "focus"': GETTING_STARTED,
+        "async def add_to_cart(": GETTING_STARTED,
+        "from fastmcp import FastMCP": GETTING_STARTED,
+        "Route(": GETTING_STARTED,
+        "app = FastAPI(": GETTING_STARTED,
+    },
+    "docs/configuration.md": {
+        "adopt_transport_sessions=False,": CONFIGURATION,
+        "SessionsConfig.from_env(": CONFIGURATION,
+        "MCPSessionMiddleware.from_env(dispatch)": CONFIGURATION,
+        "SessionKey.from_secret(old_secret)": CONFIGURATION,
+        "SessionKey.from_private_key(": CONFIGURATION,
+        "SQLiteStore(": CONFIGURATION,
+        "register_store(": CONFIGURATION,
+        "RedisStore(": CONFIGURATION,
+    },
+    "docs/deployment.md": {
+        "store_from_url(": CONFIGURATION,
+        'MCPServer("counter")': CONFIGURATION,
+        "SessionSubscriptionBus.from_url(": "e2e/test_listen_docs.py",
+    },
+    "docs/security.md": {
+        "Middleware(AuthenticationMiddleware": CONFIGURATION,
+        "token_verifier=verifier": CONFIGURATION,
+    },
+    "docs/client.md": {
+        "# the only change": CLIENT,
+        "SessionTransport(delete_on_close=True)": CLIENT,
+        "httpx_client_factory=": CLIENT,
+        "HttpxSessionTransport()": CLIENT,
+        "await shim.create(": CLIENT,
+        "def save(": CLIENT,
+    },
+    "docs/clients.md": {"print(session.source)": "e2e/test_clients_docs.py"},
+    "docs/handles.md": {
+        'create="create_basket")': HANDLES,  # quoted from examples/basket.py: test_handles_docs checks each line
+        "call_with_handle_check": HANDLES,
+        'MCPServer("basket-with-a-session")': HANDLES,
+        'MCPServer("basket-with-handles")': HANDLES,
+        'MCPServer("baskets-in-a-session")': HANDLES,
+    },
+    "docs/observability.md": {
+        "OTLPSpanExporter(endpoint=": "e2e/test_viewers.py",
+        "app = FastAPI(": OBSERVABILITY,
+        "SentrySessionSpanProcessor()": OBSERVABILITY,
+        "attributes=(": OBSERVABILITY,
+        "mcp_sessions.SessionLogFilter": OBSERVABILITY,
+    },
+    "docs/profiles.md": {"MCPServer(": "unit/test_profiles_docs.py"},
+    "docs/gateway.md": {'"http://10.0.0.5:3001/mcp"': AS_WRITTEN, "def subject(": AS_WRITTEN},
+}
 
 
 def python_snippets(page: str) -> list[str]:
@@ -27,10 +99,13 @@ def one_with(snippets: Sequence[str], text: str) -> str:
 
 
 def exec_snippet(snippet: str, page: str, namespace: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run ``snippet`` as a module named ``docs_snippet``: ``namespace``, and what the snippet defines in it."""
-    namespace = {"__name__": "docs_snippet", **(namespace or {})}
-    exec(compile(snippet, page, "exec"), namespace)
-    return namespace
+    """Run ``snippet`` as the body of a module ``docs_snippet`` (in ``sys.modules``: pydantic's generic models look
+    their module up), with ``namespace`` in it first; what the module holds after."""
+    module = types.ModuleType("docs_snippet")
+    sys.modules[module.__name__] = module
+    module.__dict__.update(namespace or {})
+    exec(compile(snippet, page, "exec"), module.__dict__)
+    return module.__dict__
 
 
 OUT_VARIABLE = "MCP_SESSIONS_DOCS_OUT"

@@ -163,18 +163,6 @@ async def sdk_client(url: str, transport: httpx2.AsyncBaseTransport) -> AsyncIte
 # -- the tests ---------------------------------------------------------------------------------------------
 
 
-def test_every_snippet_is_accounted_for() -> None:
-    tested = [
-        "# the only change",
-        "SessionTransport(delete_on_close=True)",
-        "httpx_client_factory=",
-        "HttpxSessionTransport()",
-        "await shim.create(",
-        "def save(",
-    ]
-    assert sorted(SNIPPETS) == sorted(snippet_with(text) for text in tested)
-
-
 async def test_the_opening_snippet_counts_1_then_2_in_one_session(url: str, wire: RecordingApp) -> None:
     snippet = snippet_with("# the only change")
     namespace, shown = await run(snippet, url=url)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from _docs import python_snippets
+from _docs import exec_snippet, python_snippets
 from _mcp import LOCAL, ModernClient, tool_text
 from conftest import SECRET
 
@@ -19,8 +18,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "clients.md"
 def test_the_per_conversation_example_counts_per_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
     [code] = python_snippets("docs/clients.md")
     monkeypatch.setitem(os.environ, "MCP_SESSIONS_SECRET", SECRET)
-    namespace: dict[str, Any] = {}
-    exec(compile(code, str(DOC), "exec"), namespace)
+    namespace = exec_snippet(code, "docs/clients.md")
 
     with TestClient(namespace["app"], base_url=LOCAL) as http:
         client = ModernClient(http, LOCAL)

@@ -86,19 +86,6 @@ AUTH_OUTSIDE = one_with(SECURITY, "Middleware(AuthenticationMiddleware")
 SDK_AUTH = one_with(SECURITY, "token_verifier=verifier")
 
 
-def test_every_snippet_is_accounted_for() -> None:
-    tested = {
-        "configuration.md": (
-            CONFIGURATION,
-            [OPTIONS, FROM_ENV_CONFIG, GUARD, ROTATION, ES256, SQLITE, REGISTER, REDIS],
-        ),
-        "deployment.md": (DEPLOYMENT, [STORE_URLS, SERVER_PY, LISTEN]),
-        "security.md": (SECURITY, [AUTH_OUTSIDE, SDK_AUTH]),
-    }
-    for page, (found, covered) in tested.items():
-        assert sorted(found) == sorted(covered), page
-
-
 # -- helpers ------------------------------------------------------------------------------------------
 
 

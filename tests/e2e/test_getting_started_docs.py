@@ -9,7 +9,6 @@ import re
 import socket
 import subprocess
 import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from _docs import one_with, python_snippets
+from _docs import exec_snippet, one_with, python_snippets
 from _mcp import (
     REQUIRED_MESSAGE,
     SESSION_KEY,
@@ -51,15 +50,8 @@ def snippet_with(page: str, text: str) -> str:
     return one_with(SNIPPETS[page], text)
 
 
-def run(
-    monkeypatch: pytest.MonkeyPatch, page: str, snippet: str, namespace: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Exec ``snippet`` as the body of a module of its own (pydantic's generic models look their module up)."""
-    module = types.ModuleType("docs_snippet")
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    module.__dict__.update(namespace or {})
-    exec(compile(snippet, page, "exec"), module.__dict__)
-    return module.__dict__
+def run(page: str, snippet: str, namespace: dict[str, Any] | None = None) -> dict[str, Any]:
+    return exec_snippet(snippet, page, namespace)
 
 
 @pytest.fixture
@@ -73,23 +65,6 @@ def no_secret(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def test_every_snippet_is_accounted_for() -> None:
-    tested = {
-        "docs/getting-started.md": ["# server.py", "class CreateSession(", "SessionTransport()"],
-        "docs/application-code.md": [
-            '"mode": "focus"',
-            "async def add_to_cart(",
-            "from fastmcp import FastMCP",
-            "Route(",
-            "app = FastAPI(",
-        ],
-        "docs/index.md": [COUNTER],
-        "README.md": ["# server.py"],
-    }
-    for page, texts in tested.items():
-        assert sorted(SNIPPETS[page]) == sorted(snippet_with(page, text) for text in texts), page
-
-
 def counts(client: ModernClient | LegacyClient, tool: str, session: dict[str, Any]) -> str:
     return tool_text(client.call_tool(tool, session=session_meta(session))[1])
 
@@ -98,10 +73,8 @@ def counts(client: ModernClient | LegacyClient, tool: str, session: dict[str, An
 
 
 @pytest.mark.parametrize("page", ["docs/getting-started.md", "docs/index.md", "README.md"])
-def test_the_counter_server_counts_per_session_and_requires_one(
-    page: str, secret: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    app = run(monkeypatch, page, snippet_with(page, COUNTER))["app"]
+def test_the_counter_server_counts_per_session_and_requires_one(page: str, secret: None) -> None:
+    app = run(page, snippet_with(page, COUNTER))["app"]
     with in_process(app) as http:
         client = ModernClient(http, "")
         _, refused = client.call_tool("count")
@@ -114,12 +87,12 @@ def test_the_counter_server_counts_per_session_and_requires_one(
     }
 
 
-def test_the_first_server_answers_the_curl_walkthrough(secret: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_first_server_answers_the_curl_walkthrough(secret: None) -> None:
     """Steps 1 to 5 of docs/getting-started.md, each request as its curl command sends it, against ``server.py``."""
     page = "docs/getting-started.md"
     text = (ROOT / page).read_text(encoding="utf-8")
     capabilities = json.loads(re.findall(r"```json\n(.*?)```", text, re.S)[0])
-    app = run(monkeypatch, page, snippet_with(page, "# server.py"))["app"]
+    app = run(page, snippet_with(page, "# server.py"))["app"]
     with in_process(app) as http:
         client = ModernClient(http, "")
         assert client.request("server/discover")[1]["result"]["capabilities"] == capabilities
@@ -154,10 +127,10 @@ class HeaderLog:
 
 
 @pytest.fixture
-def counter_server(secret: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, RecordingApp, HeaderLog]]:
+def counter_server(secret: None) -> Iterator[tuple[str, RecordingApp, HeaderLog]]:
     """getting-started.md's ``server.py``, served, with what reaches it recorded; yields its MCP URL."""
     page = "docs/getting-started.md"
-    recorded = RecordingApp(run(monkeypatch, page, snippet_with(page, "# server.py"))["app"])
+    recorded = RecordingApp(run(page, snippet_with(page, "# server.py"))["app"])
     headers = HeaderLog(recorded)
     with serve(headers) as base:
         yield base + "/mcp", recorded, headers
@@ -183,7 +156,7 @@ def test_the_sdk_client_counts_twice_then_deletes_its_session(
         snippet = snippet.replace("Client(url)", 'Client(url, mode="legacy")')
     monkeypatch.setattr(sys, "argv", ["client.py", url])
     capsys.readouterr()
-    run(monkeypatch, page, snippet)
+    run(page, snippet)
     assert capsys.readouterr().out == "count: {'result': 1}\ncount: {'result': 2}\n"
     [token] = {call["params"]["_meta"][SESSION_KEY]["sessionId"] for call in count_calls(recorded)}
     assert any(body.get("method") == "sessions/delete" for body in recorded.seen)
@@ -210,7 +183,6 @@ def test_the_sdk_client_gets_mcp_error_without_a_session(
 
 def test_the_session_transport_client_counts_with_a_session_it_created(
     counter_server: tuple[str, RecordingApp, HeaderLog],
-    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The snippet hard-codes its URL: it runs with that URL replaced, textually, by the served one."""
@@ -219,7 +191,7 @@ def test_the_session_transport_client_counts_with_a_session_it_created(
     snippet = snippet_with(page, "SessionTransport()")
     assert snippet.count(DOCS_URL) == 1
     capsys.readouterr()
-    run(monkeypatch, page, snippet.replace(DOCS_URL, url))
+    run(page, snippet.replace(DOCS_URL, url))
     assert capsys.readouterr().out == "{'result': 1}\n"
     methods = [body.get("method") for body in recorded.seen]
     assert "sessions/create" in methods and methods.index("sessions/create") < methods.index("tools/call")
@@ -264,8 +236,8 @@ def test_the_state_and_data_fragment(secret: None) -> None:
     assert modes == ["None", "focus"]  # the state travels with the client
 
 
-def test_the_mcpserver_tools_on_both_wires(secret: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    app = run(monkeypatch, APP_CODE, snippet_with(APP_CODE, "async def add_to_cart("))["app"]
+def test_the_mcpserver_tools_on_both_wires(secret: None) -> None:
+    app = run(APP_CODE, snippet_with(APP_CODE, "async def add_to_cart("))["app"]
     with in_process(app) as http:
         modern, legacy = ModernClient(http, ""), LegacyClient(http, "")
         _, refused = modern.call_tool("add_to_cart", {"item": "apple"})
@@ -292,21 +264,21 @@ def fastmcp_counts(app: Any) -> tuple[list[str], dict[str, Any]]:
         return [counts(client, "count", s) for s in (first, first, second)], without
 
 
-def test_the_fastmcp_tool(secret: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    app = run(monkeypatch, APP_CODE, snippet_with(APP_CODE, "from fastmcp import FastMCP"))["app"]
+def test_the_fastmcp_tool(secret: None) -> None:
+    app = run(APP_CODE, snippet_with(APP_CODE, "from fastmcp import FastMCP"))["app"]
     numbers, refused = fastmcp_counts(app)
     assert numbers == ["1", "2", "1"]
     assert refused["error"]["code"] == SESSION_REQUIRED
 
 
-def test_the_fastmcp_tool_with_the_middleware_given_to_fastmcp(secret: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_fastmcp_tool_with_the_middleware_given_to_fastmcp(secret: None) -> None:
     """The prose's other way, ``mcp.http_app(path="/mcp", middleware=[...])``, in place of the snippet's last line."""
     text = (ROOT / APP_CODE).read_text(encoding="utf-8")
     [inline] = re.findall(r"`(mcp\.http_app\(path=\"/mcp\", middleware=.*?\)\])\)`", text, re.S)
     snippet = snippet_with(APP_CODE, "from fastmcp import FastMCP")
     [last] = [line for line in snippet.splitlines() if line.startswith("app = ")]
     imports = "from starlette.middleware import Middleware\nfrom mcp_sessions import SessionsConfig\n"
-    app = run(monkeypatch, APP_CODE, imports + snippet.replace(last, f"app = {inline})"))["app"]
+    app = run(APP_CODE, imports + snippet.replace(last, f"app = {inline})"))["app"]
     numbers, _ = fastmcp_counts(app)
     assert numbers == ["1", "2", "1"]
 
@@ -328,8 +300,8 @@ def mounted_app_reads_the_session(app: Any) -> None:
     assert anonymous.json() == {"session": None}
 
 
-def test_the_starlette_app(secret: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    mounted_app_reads_the_session(run(monkeypatch, APP_CODE, snippet_with(APP_CODE, "Route("), reader_mcp())["app"])
+def test_the_starlette_app(secret: None) -> None:
+    mounted_app_reads_the_session(run(APP_CODE, snippet_with(APP_CODE, "Route("), reader_mcp())["app"])
 
 
 def lifespan_from_the_starlette_snippet() -> str:
@@ -339,19 +311,17 @@ def lifespan_from_the_starlette_snippet() -> str:
     return "from contextlib import asynccontextmanager\n\n" + lifespan
 
 
-def test_the_fastapi_app(secret: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    namespace = run(monkeypatch, APP_CODE, lifespan_from_the_starlette_snippet(), reader_mcp())
-    app = run(monkeypatch, APP_CODE, snippet_with(APP_CODE, "app = FastAPI("), namespace)["app"]
+def test_the_fastapi_app(secret: None) -> None:
+    namespace = run(APP_CODE, lifespan_from_the_starlette_snippet(), reader_mcp())
+    app = run(APP_CODE, snippet_with(APP_CODE, "app = FastAPI("), namespace)["app"]
     mounted_app_reads_the_session(app)
 
 
 @pytest.mark.parametrize("text", ["Route(", "app = FastAPI("])
-def test_a_missing_secret_fails_where_the_config_is_built(
-    text: str, no_secret: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    namespace = run(monkeypatch, APP_CODE, lifespan_from_the_starlette_snippet(), reader_mcp())
+def test_a_missing_secret_fails_where_the_config_is_built(text: str, no_secret: None) -> None:
+    namespace = run(APP_CODE, lifespan_from_the_starlette_snippet(), reader_mcp())
     with pytest.raises(RuntimeError, match="MCP_SESSIONS_SECRET is not set"):
-        run(monkeypatch, APP_CODE, snippet_with(APP_CODE, text), namespace)
+        run(APP_CODE, snippet_with(APP_CODE, text), namespace)
 
 
 # The three pitfalls of "Four things to watch", each as the page describes it: an edit of the Starlette snippet.
@@ -365,14 +335,14 @@ def edited_starlette(edits: dict[str, str]) -> str:
     return snippet
 
 
-def test_mounting_at_mcp_with_the_sdk_route_at_slash_redirects(secret: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mounting_at_mcp_with_the_sdk_route_at_slash_redirects(secret: None) -> None:
     snippet = edited_starlette(
         {
             'Mount("/", app=mcp_app)': 'Mount("/mcp", app=mcp_app)',
             'streamable_http_path="/mcp"': 'streamable_http_path="/"',
         }
     )
-    with in_process(run(monkeypatch, APP_CODE, snippet, reader_mcp())["app"]) as http:
+    with in_process(run(APP_CODE, snippet, reader_mcp())["app"]) as http:
         response = ModernClient(http, "").post(modern_request("tools/list"))
     assert response.status_code == 307
     assert response.headers["location"] == str(http.base_url.join("/mcp/"))
@@ -393,9 +363,9 @@ class ExceptionLog:
             raise
 
 
-def test_without_the_lifespan_every_mcp_request_fails(secret: None, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_lifespan_every_mcp_request_fails(secret: None) -> None:
     snippet = edited_starlette({"    lifespan=lifespan,\n": ""})
-    app = ExceptionLog(run(monkeypatch, APP_CODE, snippet, reader_mcp())["app"])
+    app = ExceptionLog(run(APP_CODE, snippet, reader_mcp())["app"])
     with in_process(app, raise_server_exceptions=False) as http:
         response = ModernClient(http, "").post(modern_request("tools/list"))
     assert response.status_code == 500

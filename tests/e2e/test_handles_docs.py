@@ -39,14 +39,10 @@ def first_text(result: CallToolResult) -> str:
     return content.text
 
 
-def test_every_snippet_is_accounted_for() -> None:
-    complete = [s for s in SNIPPETS if "\napp = " in s]
-    assert len(complete) == 3
-    quoted = [s for s in SNIPPETS if "\napp = " not in s and "call_with_handle_check" not in s]
+def test_the_quoted_snippet_is_examples_basket_line_for_line() -> None:
     example = (ROOT / "examples" / "basket.py").read_text()
-    for snippet in quoted:  # the quick start quotes examples/basket.py
-        for line in filter(None, (line.strip() for line in snippet.splitlines())):
-            assert line in example, line
+    for line in filter(None, (line.strip() for line in one_with(SNIPPETS, 'create="create_basket")').splitlines())):
+        assert line in example, line
 
 
 def test_the_session_version(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,12 +8,10 @@ the session's stream gracefully. The two-replica version is tests/e2e/test_liste
 from __future__ import annotations
 
 import asyncio
-import sys
-import types
 
 import pytest
 
-from _docs import one_with, python_snippets
+from _docs import exec_snippet, one_with, python_snippets
 from conftest import SECRET, serve
 from e2e._listen import NOTE, client, graceful_end
 
@@ -24,9 +22,7 @@ def test_the_listen_example_scopes_events_to_the_session(monkeypatch: pytest.Mon
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
     monkeypatch.delenv("MCP_SESSIONS_REDIS_URL", raising=False)
     snippet = one_with(python_snippets(PAGE), "SessionSubscriptionBus.from_url(")
-    module = types.ModuleType("docs_snippet")  # pydantic's generic models look their module up
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    exec(compile(snippet, PAGE, "exec"), module.__dict__)
+    app = exec_snippet(snippet, PAGE)["app"]
 
     async def scenario(base: str) -> None:
         async with client() as c:
@@ -45,5 +41,5 @@ def test_the_listen_example_scopes_events_to_the_session(monkeypatch: pytest.Mon
             graceful_end(streams[0])
             assert not streams[1].ended.is_set() and not streams[2].ended.is_set()
 
-    with serve(module.app) as url:
+    with serve(app) as url:
         asyncio.run(scenario(url))
