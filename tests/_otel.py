@@ -37,6 +37,14 @@ WAIT_SECONDS = 10.0
 Spans = Sequence[ReadableSpan]
 
 
+def recording_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A TracerProvider of the test's own (the global one untouched), and the exporter that keeps each span it ends."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
 @contextlib.contextmanager
 def global_tracing() -> Iterator[InMemorySpanExporter]:
     """The process's SDK TracerProvider, with a SessionSpanProcessor and an in-memory exporter added.

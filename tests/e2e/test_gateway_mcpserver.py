@@ -18,14 +18,12 @@ import httpx2
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request
 from _mcp import era_post as post
 from _mcp import era_request as request
 from _mcp import era_session as create
+from _otel import recording_provider
 from _redis import free_port
 from _users import bearer_auth
 from conftest import serve
@@ -159,9 +157,7 @@ def test_the_mcp_sdk_client_with_the_session_transport_both_modes(plain: str) ->
 
 
 def test_the_upstream_sees_the_gateways_span_as_its_parent(upstream: str, http: httpx.Client) -> None:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider, exporter = recording_provider()
     with serve(gateway(upstream, tracer_provider=provider)) as base:
         url = base + "/mcp"
         token = create(http, url, MODERN)

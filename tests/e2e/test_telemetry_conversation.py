@@ -16,14 +16,12 @@ from typing import Any
 
 import pytest
 from examples.quickstart import build_app
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.types import Scope
 
 from _mcp import ModernClient, jwt_claims, session_meta, tool_text
-from _otel import MIDDLEWARE_SCOPE, attrs, by_request_id, of_scope, traceparent
+from _otel import MIDDLEWARE_SCOPE, attrs, by_request_id, of_scope, recording_provider, traceparent
 from _users import HeaderUser
 from conftest import SECRET, in_process
 from mcp_sessions import SessionsConfig
@@ -39,9 +37,7 @@ class Traced:
     """A quickstart server behind the middleware (and the server's own authentication), and the spans it made."""
 
     def __init__(self, **options: Any) -> None:
-        self.exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        provider, self.exporter = recording_provider()
         app = build_app(
             json_response=True, environ={"MCP_SESSIONS_SECRET": SECRET}, tracer_provider=provider, **options
         )

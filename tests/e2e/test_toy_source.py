@@ -14,12 +14,11 @@ import httpx
 import pytest
 from mcp.server.mcpserver import MCPServer
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from starlette.types import Scope
 
 from _mcp import LegacyClient, ModernClient, tool_text
+from _otel import recording_provider
 from conftest import SECRET, in_process
 from mcp_sessions import MCPSessionMiddleware, Session, get_session
 from mcp_sessions.sources import DEFAULT_SOURCES, Call, Plan, SourceContext
@@ -91,9 +90,7 @@ def test_the_toy_source_names_the_session_on_every_request_shape(json_response: 
 
 @pytest.mark.parametrize(("json_response", "era"), SHAPES)
 def test_with_an_sdk_recording_the_span_is_named_by_the_toy_session(json_response: bool, era: str) -> None:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider, exporter = recording_provider()
     with in_process(build(json_response=json_response, stateless=True, tracer_provider=provider)) as http:
         assert who(http, era, "traced") == "toy:1"
     [span] = [s for s in exporter.get_finished_spans() if s.name == "tools/call who" and s.kind is SpanKind.SERVER]

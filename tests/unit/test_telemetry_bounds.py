@@ -11,11 +11,10 @@ from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
 
-from _otel import collect, points, start_operation
+from _otel import collect, points, recording_provider, start_operation
 from mcp_sessions import KeySet
 from mcp_sessions._otel import Operation, Telemetry
 from mcp_sessions._otel._span import OTHER
@@ -26,9 +25,7 @@ TOKEN, _ = KeySet.from_secret("a-secret-that-is-long-enough-for-hs256-0123456789
 
 @pytest.fixture
 def recorded() -> Iterator[tuple[Telemetry, InMemorySpanExporter, InMemoryMetricReader]]:
-    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    (tracer_provider, exporter), reader = recording_provider(), InMemoryMetricReader()
     telemetry = Telemetry(tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader]))
     yield telemetry, exporter, reader
     tracer_provider.shutdown()
