@@ -37,6 +37,7 @@ from _mcp import (
     SESSION_NOT_FOUND,
     LegacyClient,
     ModernClient,
+    answer,
     era_session,
     jwt_claims,
     legacy_request,
@@ -80,14 +81,6 @@ def post(
 ) -> httpx.Response:
     sent = modern_headers(body) if era == MODERN else {**JSON_SSE, "MCP-Protocol-Version": LEGACY}
     return http.post(url, json=body, headers={**sent, **(headers or {})})
-
-
-def message_of(response: httpx.Response) -> dict[str, Any]:
-    text = response.text
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        text = next(line[5:] for line in text.splitlines() if line.startswith("data:") and line[5:].strip())
-    result: dict[str, Any] = json.loads(text)
-    return result
 
 
 def tool(era: str, text: str, session: str | None) -> dict[str, Any]:
@@ -134,7 +127,7 @@ def test_the_servers_auth_refuses_every_session_method_as_it_refuses_a_tool(
         assert response.headers.get("www-authenticate") == refused.headers.get("www-authenticate")
     # The unauthenticated delete ended nothing: alice's session is still hers.
     kept = post(authed, "/mcp", era, tool(era, "still here", alices), bearer("alice"))
-    assert json.loads(tool_text(message_of(kept))) == ["still here"]
+    assert json.loads(tool_text(answer(kept))) == ["still here"]
 
 
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
@@ -142,13 +135,13 @@ def test_a_session_belongs_to_the_principal_the_server_authenticated(authed: htt
     alices = era_session(authed, "/mcp", era, **bearer("alice"))
     assert "pbh" in jwt_claims(alices)  # bound with no principal= hook written
     post(authed, "/mcp", era, tool(era, "alice's secret", alices), bearer("alice"))
-    stolen = message_of(post(authed, "/mcp", era, tool(era, "", alices), bearer("bob")))
-    unknown = message_of(post(authed, "/mcp", era, tool(era, "", alices[:-4] + "AAAA"), bearer("bob")))
+    stolen = answer(post(authed, "/mcp", era, tool(era, "", alices), bearer("bob")))
+    unknown = answer(post(authed, "/mcp", era, tool(era, "", alices[:-4] + "AAAA"), bearer("bob")))
     assert stolen["error"]["code"] == SESSION_NOT_FOUND
     assert stolen["error"]["message"] == unknown["error"]["message"]  # the same answer as for an unknown session
-    deleted = message_of(post(authed, "/mcp", era, delete(era, alices), bearer("bob")))
+    deleted = answer(post(authed, "/mcp", era, delete(era, alices), bearer("bob")))
     assert deleted["error"]["code"] == SESSION_NOT_FOUND
-    mine = message_of(post(authed, "/mcp", era, tool(era, "", alices), bearer("alice")))
+    mine = answer(post(authed, "/mcp", era, tool(era, "", alices), bearer("alice")))
     assert json.loads(tool_text(mine)) == ["alice's secret"]
 
 
@@ -163,7 +156,7 @@ def test_a_public_host_server_gets_sessions_with_no_option(era: str) -> None:
         public = {"Host": "mcp.example.com", "Origin": "https://chat.example"}
         session = era_session(http, "/mcp", era, **public)
         answered = post(http, "/mcp", era, tool(era, "hi", session), public)
-        assert json.loads(tool_text(message_of(answered))) == ["hi"]
+        assert json.loads(tool_text(answer(answered))) == ["hi"]
 
 
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
@@ -217,13 +210,13 @@ def two_servers(*, one_middleware: bool) -> Starlette:
 def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(one_middleware: bool) -> None:
     with in_process(two_servers(one_middleware=one_middleware)) as http:
         session = era_session(http, "/a/mcp", MODERN)
-        at_a = message_of(post(http, "/a/mcp", MODERN, tool(MODERN, "a", session)))
+        at_a = answer(post(http, "/a/mcp", MODERN, tool(MODERN, "a", session)))
         assert json.loads(tool_text(at_a)) == ["a"]
-        at_b = message_of(post(http, "/b/mcp", MODERN, tool(MODERN, "b", session)))
+        at_b = answer(post(http, "/b/mcp", MODERN, tool(MODERN, "b", session)))
         assert at_b["error"]["code"] == SESSION_NOT_FOUND
-        gone = message_of(post(http, "/b/mcp", MODERN, delete(MODERN, session)))
+        gone = answer(post(http, "/b/mcp", MODERN, delete(MODERN, session)))
         assert gone["error"]["code"] == SESSION_NOT_FOUND
-        assert "result" in message_of(post(http, "/a/mcp", MODERN, tool(MODERN, "", session)))
+        assert "result" in answer(post(http, "/a/mcp", MODERN, tool(MODERN, "", session)))
 
 
 def test_the_same_app_cannot_get_two_session_middlewares() -> None:
@@ -254,26 +247,26 @@ ALICE = {"X-User": "alice"}
 
 def test_fixation_draft(optional_auth: httpx.Client) -> None:
     anonymous = era_session(optional_auth, "/mcp", MODERN)
-    used = message_of(post(optional_auth, "/mcp", MODERN, tool(MODERN, "alice writes", anonymous), ALICE))
+    used = answer(post(optional_auth, "/mcp", MODERN, tool(MODERN, "alice writes", anonymous), ALICE))
     assert used["error"]["code"] == SESSION_NOT_FOUND
     # Nothing was written for the anonymous creator to read.
-    assert message_of(post(optional_auth, "/mcp", MODERN, tool(MODERN, "", anonymous)))["result"]["content"][0][
+    assert answer(post(optional_auth, "/mcp", MODERN, tool(MODERN, "", anonymous)))["result"]["content"][0][
         "text"
     ] == json.dumps([])
 
 
 def test_fixation_strawman_resume(optional_auth: httpx.Client) -> None:
-    created = message_of(post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/create")))["result"]
-    resumed = message_of(
+    created = answer(post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/create")))["result"]
+    resumed = answer(
         post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/resume", {"id": created["id"]}), ALICE)
     )
     assert resumed["error"]["code"] == SESSION_NOT_FOUND
-    mine = message_of(post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/resume", {"id": created["id"]})))
+    mine = answer(post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/resume", {"id": created["id"]})))
     assert "result" in mine  # its anonymous creator still resumes it
 
 
 def test_fixation_sep1364_alt1(optional_auth: httpx.Client) -> None:
-    created = message_of(
+    created = answer(
         post(
             optional_auth, "/mcp", LEGACY, body_of(LEGACY, "session/create", {"capabilities": {}}) | {"sessionId": None}
         )
@@ -283,17 +276,15 @@ def test_fixation_sep1364_alt1(optional_auth: httpx.Client) -> None:
     unknown = post(
         optional_auth, "/mcp", LEGACY, body_of(LEGACY, "tools/list") | {"sessionId": str(uuid.uuid4())}, ALICE
     )
-    assert message_of(listed)["error"]["code"] == SESSION_NOT_FOUND
-    assert message_of(listed)["error"]["message"] == message_of(unknown)["error"]["message"]
+    assert answer(listed)["error"]["code"] == SESSION_NOT_FOUND
+    assert answer(listed)["error"]["message"] == answer(unknown)["error"]["message"]
 
 
 def test_fixation_sep1364_alt2_initialize(optional_auth: httpx.Client) -> None:
     params = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
-    opened = message_of(
-        post(optional_auth, "/mcp", LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": None})
-    )
+    opened = answer(post(optional_auth, "/mcp", LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": None}))
     session = opened["sessionId"]
-    resumed = message_of(
+    resumed = answer(
         post(optional_auth, "/mcp", LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": session}, ALICE)
     )
     assert resumed["error"]["code"] == SESSION_NOT_FOUND
@@ -369,9 +360,9 @@ def test_fastapi_with_its_own_auth_decides_for_the_session_methods() -> None:
         alices = era_session(http, endpoint, MODERN, **bearer("alice"))
         assert "pbh" in jwt_claims(alices)
         post(http, endpoint, MODERN, tool(MODERN, "hers", alices), bearer("alice"))
-        stolen = message_of(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("bob")))
+        stolen = answer(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("bob")))
         assert stolen["error"]["code"] == SESSION_NOT_FOUND
-        mine = message_of(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("alice")))
+        mine = answer(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("alice")))
         assert json.loads(tool_text(mine)) == ["hers"]
 
 
@@ -388,11 +379,11 @@ def test_a_templated_mount_binds_the_concrete_path_and_the_header_attaches_nothi
     with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
         t2 = era_session(http, "/t2/mcp", MODERN)
         post(http, "/t2/mcp", MODERN, tool(MODERN, "t2 secret", t2))
-        by_header = message_of(post(http, "/t1/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": t2}))
+        by_header = answer(post(http, "/t1/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": t2}))
         assert tool_text(by_header) == "none"
-        by_meta = message_of(post(http, "/t1/mcp", MODERN, tool(MODERN, "", t2)))
+        by_meta = answer(post(http, "/t1/mcp", MODERN, tool(MODERN, "", t2)))
         assert by_meta["error"]["code"] == SESSION_NOT_FOUND
-        at_home = message_of(post(http, "/t2/mcp", MODERN, tool(MODERN, "", t2)))
+        at_home = answer(post(http, "/t2/mcp", MODERN, tool(MODERN, "", t2)))
         assert json.loads(tool_text(at_home)) == ["t2 secret"]
 
 
@@ -416,12 +407,12 @@ def test_a_server_behind_a_host_route_gets_the_session_work_beside_another_endpo
     with in_process(app) as http:
         session = era_session(http, "/mcp", MODERN)
         post(http, "/mcp", MODERN, tool(MODERN, "hosted", session))
-        mine = message_of(post(http, "/mcp", MODERN, tool(MODERN, "", session)))
+        mine = answer(post(http, "/mcp", MODERN, tool(MODERN, "", session)))
         assert json.loads(tool_text(mine)) == ["hosted"]
-        elsewhere = message_of(post(http, "/other/mcp", MODERN, tool(MODERN, "", session)))
+        elsewhere = answer(post(http, "/other/mcp", MODERN, tool(MODERN, "", session)))
         assert elsewhere["error"]["code"] == SESSION_NOT_FOUND
         by_header = post(http, "/other/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": session})
-        assert tool_text(message_of(by_header)) == "none"
+        assert tool_text(answer(by_header)) == "none"
 
 
 def test_routers_inside_routers_and_two_routes_to_one_transport() -> None:
@@ -433,10 +424,8 @@ def test_routers_inside_routers_and_two_routes_to_one_transport() -> None:
         for endpoint in ("/api/v1/deep/mcp", "/alias/mcp"):
             session = era_session(http, endpoint, MODERN)
             post(http, endpoint, MODERN, tool(MODERN, "here", session))
-            assert json.loads(tool_text(message_of(post(http, endpoint, MODERN, tool(MODERN, "", session))))) == [
-                "here"
-            ]
-        crossed = message_of(
+            assert json.loads(tool_text(answer(post(http, endpoint, MODERN, tool(MODERN, "", session))))) == ["here"]
+        crossed = answer(
             post(http, "/alias/mcp", MODERN, tool(MODERN, "", era_session(http, "/api/v1/deep/mcp", MODERN)))
         )
         assert crossed["error"]["code"] == SESSION_NOT_FOUND
@@ -464,9 +453,9 @@ def test_two_users_who_share_a_display_name_never_share_a_session() -> None:
         endpoint = "/mcp"
         victims = era_session(http, endpoint, MODERN, **{"X-User": "7 Alice"})
         post(http, endpoint, MODERN, tool(MODERN, "hers", victims), {"X-User": "7 Alice"})
-        stolen = message_of(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "8 Alice"}))
+        stolen = answer(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "8 Alice"}))
         assert stolen["error"]["code"] == SESSION_NOT_FOUND
-        mine = message_of(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "7 Someone else"}))
+        mine = answer(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "7 Someone else"}))
         assert json.loads(tool_text(mine)) == ["hers"]
 
 
@@ -501,7 +490,7 @@ def test_an_ordinary_route_gets_the_signed_in_users_session_and_never_an_anonymo
         attackers = era_session(http, "/mcp", MODERN)
         fixed = http.get("/status", headers={"Mcp-Session-Id": attackers, **ALICE})
         assert fixed.text == "none"
-        assert tool_text(message_of(post(http, "/mcp", MODERN, tool(MODERN, "", attackers)))) == "[]"
+        assert tool_text(answer(post(http, "/mcp", MODERN, tool(MODERN, "", attackers)))) == "[]"
         alices = era_session(http, "/mcp", MODERN, **ALICE)
         assert http.get("/status", headers={"Mcp-Session-Id": alices, **ALICE}).text == jwt_claims(alices)["sid"]
         assert http.get("/status", headers={"Mcp-Session-Id": alices}).text == "none"
@@ -537,7 +526,7 @@ def test_a_server_behind_an_app_that_is_not_starlettes_is_asked_through_it_and_t
         body = modern_request("sessions/create")
         foreign = http.post("/mcp", json=body, headers={**modern_headers(body), "Host": "evil.example"})
         assert (foreign.status_code, foreign.text) == (421, "Invalid Host header")
-        assert "sessionId" in message_of(post(http, "/mcp", MODERN, body))["result"]["session"]
+        assert "sessionId" in answer(post(http, "/mcp", MODERN, body))["result"]["session"]
 
 
 def lowlevel_app(*, stateless: bool) -> Starlette:
