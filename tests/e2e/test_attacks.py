@@ -42,7 +42,16 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Mount
 from starlette.types import Scope
 
-from _mcp import LEGACY, MODERN, NOT_FOUND_MESSAGE, jwt_claims, legacy_request, modern_headers, modern_request
+from _mcp import (
+    LEGACY,
+    MODERN,
+    NOT_FOUND_MESSAGE,
+    era_session,
+    jwt_claims,
+    legacy_request,
+    modern_headers,
+    modern_request,
+)
 from _users import HeaderUser, StaticVerifier, bearer_auth
 from conftest import SECRET, in_process, serve, signer_of
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey, get_session
@@ -381,13 +390,8 @@ class Context:
         return token
 
     def session(self, deployment: str = "hs", *, user: str | None = None) -> dict[str, Any]:
-        message = modern_request("sessions/create")
-        headers = modern_headers(message)
-        if user is not None:
-            headers["X-User"] = user
-        response = self.servers[deployment].post("/mcp", json=message, headers=headers)
-        assert response.status_code == 200, response.text
-        return {"sessionId": self.token(response.json()["result"]["session"]["sessionId"])}
+        user_header = {} if user is None else {"X-User": user}
+        return {"sessionId": self.token(era_session(self.servers[deployment], "/mcp", MODERN, **user_header))}
 
     def set_mode(self, session: dict[str, Any], mode: str) -> dict[str, Any]:
         """The session with the state that ``set_mode(mode)`` gave back in the echo."""
