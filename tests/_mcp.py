@@ -267,9 +267,9 @@ class ModernClient:
     ) -> tuple[httpx.Response, dict[str, Any]]:
         return self.request("tools/call", {"name": name, "arguments": dict(arguments or {})}, session=session, **kwargs)
 
-    def create_session(self, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """A new session's create result (``sessionId``, ``expiresAt``)."""
-        response, message = self.request("sessions/create", params)
+    def create_session(self, params: Mapping[str, Any] | None = None, **headers: str) -> dict[str, Any]:
+        """A new session's create result (``sessionId``, ``expiresAt``), ``headers`` sent with the request."""
+        response, message = self.request("sessions/create", params, session=None, meta=None, id=1, **headers)
         assert response.status_code == 200, response.text
         session: dict[str, Any] = message["result"]["session"]
         return session

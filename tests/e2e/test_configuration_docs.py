@@ -101,13 +101,6 @@ def error_code(message: dict[str, Any]) -> int:
     return code
 
 
-def created_at_host(client: ModernClient) -> dict[str, Any]:
-    response, message = client.request("sessions/create", host=HOST)
-    assert response.status_code == 200, response.text
-    session: dict[str, Any] = message["result"]["session"]
-    return session
-
-
 # -- configuration.md ---------------------------------------------------------------------------------
 
 
@@ -377,7 +370,7 @@ def test_the_walkthrough_server_counts_across_replicas(
         a, b = (ModernClient(http, "") for http in https)
         refused = a.post(modern_request("sessions/create"))
         assert (refused.status_code, refused.text) == (421, "Invalid Host header")  # only the host it names
-        created = created_at_host(a)
+        created = a.create_session(host=HOST)
         claims = jwt_claims(created["sessionId"])
         expires = datetime.fromisoformat(created["expiresAt"].replace("Z", "+00:00")).timestamp()
         assert expires == claims["iat"] + 1800 < claims["exp"]  # MCP_SESSIONS_IDLE_TTL=1800 reached the app
@@ -430,16 +423,14 @@ def test_app_authentication_binds_sessions_in_either_order() -> None:
         app = run(snippet, readers_app(), page="docs/security.md")["app"]
         with in_process(app) as http:
             client = ModernClient(http, "")
-            _, created = client.request("sessions/create", x_user="alice")
-            session = session_meta(created["result"]["session"])
+            session = session_meta(client.create_session(x_user="alice"))
             assert "pbh" in jwt_claims(session["sessionId"])
             sid = jwt_claims(session["sessionId"])["sid"]
             assert tool_text(client.call_tool("whoami", session=session, x_user="alice")[1]) == sid
             assert error_code(client.call_tool("whoami", session=session, x_user="bob")[1]) == SESSION_NOT_FOUND
             assert error_code(client.call_tool("whoami", session=session)[1]) == SESSION_NOT_FOUND
             # "an unbound session is never usable once signed in"
-            _, anonymous = client.request("sessions/create")
-            unbound = session_meta(anonymous["result"]["session"])
+            unbound = session_meta(client.create_session())
             assert error_code(client.call_tool("whoami", session=unbound, x_user="alice")[1]) == SESSION_NOT_FOUND
 
 
@@ -458,8 +449,7 @@ def test_the_sdk_bearer_auth_binds_sessions_with_no_hook(monkeypatch: pytest.Mon
     app = run(SDK_AUTH, {"MyTokenVerifier": MyTokenVerifier}, page="docs/security.md")["app"]
     with in_process(app) as http:
         client = ModernClient(http, "")
-        _, created = client.request("sessions/create", authorization="Bearer alice-token")
-        session = session_meta(created["result"]["session"])
+        session = session_meta(client.create_session(authorization="Bearer alice-token"))
         assert "pbh" in jwt_claims(session["sessionId"])
         response, listed = client.request("tools/list", session=session, authorization="Bearer alice-token")
         assert response.status_code == 200 and "result" in listed, listed

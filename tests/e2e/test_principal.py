@@ -65,8 +65,7 @@ def whoami(client: ModernClient, session: dict[str, Any], user: str | None) -> d
 
 
 def test_the_creator_uses_the_session_and_nobody_else_does(client: ModernClient, calls: list[str]) -> None:
-    _, created = client.request("sessions/create", x_user="alice")
-    session = created["result"]["session"]
+    session = client.create_session(x_user="alice")
     assert "pbh" in jwt_claims(session["sessionId"])
     assert "alice" not in str(jwt_claims(session["sessionId"]))  # a digest, not the name
 
@@ -79,8 +78,7 @@ def test_the_creator_uses_the_session_and_nobody_else_does(client: ModernClient,
 
 
 def test_an_anonymous_session_is_not_bound_and_never_a_principals(client: ModernClient, calls: list[str]) -> None:
-    _, created = client.request("sessions/create")
-    session = created["result"]["session"]
+    session = client.create_session()
     assert "pbh" not in jwt_claims(session["sessionId"])
     assert tool_text(whoami(client, session, None)) == jwt_claims(session["sessionId"])["sid"]
     # Fixation: signed in, bob cannot adopt a session its anonymous creator could read.
@@ -88,8 +86,7 @@ def test_an_anonymous_session_is_not_bound_and_never_a_principals(client: Modern
 
 
 def test_a_delete_by_another_principal_is_refused(client: ModernClient) -> None:
-    _, created = client.request("sessions/create", x_user="alice")
-    session = created["result"]["session"]
+    session = client.create_session(x_user="alice")
     _, refused = client.request("sessions/delete", session=session_meta(session), x_user="bob")
     assert refused["error"]["code"] == SESSION_NOT_FOUND
     _, deleted = client.request("sessions/delete", session=session_meta(session), x_user="alice")
@@ -102,8 +99,7 @@ def test_an_async_principal_hook_and_no_binding(calls: list[str]) -> None:
 
     with in_process(build(calls, principal=tenant)) as http:
         client = ModernClient(http, "")
-        _, created = client.request("sessions/create", x_tenant="t1")
-        session = created["result"]["session"]
+        session = client.create_session(x_tenant="t1")
         sid = jwt_claims(session["sessionId"])["sid"]
         assert tool_text(client.call_tool("whoami", session=session_meta(session), x_tenant="t1")[1]) == sid
         refused = client.call_tool("whoami", session=session_meta(session), x_tenant="t2")[1]
@@ -111,8 +107,7 @@ def test_an_async_principal_hook_and_no_binding(calls: list[str]) -> None:
 
     with in_process(build(calls, principal=None)) as http:
         client = ModernClient(http, "")
-        _, created = client.request("sessions/create", x_user="alice")
-        assert "pbh" not in jwt_claims(created["result"]["session"]["sessionId"])
+        assert "pbh" not in jwt_claims(client.create_session(x_user="alice")["sessionId"])
 
 
 def test_a_failing_principal_hook_is_an_internal_error_and_reaches_nothing(calls: list[str]) -> None:
