@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from ._base import REDIS_SCHEMES as REDIS_SCHEMES  # internal, for the config and the subscription bus
 from ._base import (
-    InvalidCursor,
-    SessionRecord,
     SessionStatus,
     SessionStore,
     SessionStoreUnavailable,
@@ -29,11 +27,9 @@ if TYPE_CHECKING:
     redis_client_from_url = client_from_url  # internal, for the subscription bus: see __getattr__
 
 __all__ = [
-    "InvalidCursor",
     "MemoryStore",
     "RedisStore",
     "SQLiteStore",
-    "SessionRecord",
     "SessionStatus",
     "SessionStore",
     "SessionStoreFull",
