@@ -8,7 +8,7 @@ It answers ``initialize`` and ``tools/list`` as any server does; each ``tools/ca
 - ``rounds``: a result in the gateway's own 2026-07-28 members (``resultType: "input_required"``, ...);
 - ``forge``: a result whose ``_meta`` carries a session echo of its own making;
 - ``inject``: a notification whose method carries a newline and an ESC, then its answer;
-- ``slow``: its answer after ``seconds``, its text the request's id as it came.
+- ``slow``: "slow TAG started" on stderr, then its answer, ``tag``, after ``seconds``.
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
         send({"method": "evil\nCRITICAL:root:forged \x1b[31mred", "params": {}})
         result = text("injected")
     elif name == "slow":
-        print(f"slow {request_id!r} started", file=sys.stderr, flush=True)
+        print(f"slow {arguments['tag']} started", file=sys.stderr, flush=True)
         time.sleep(arguments["seconds"])
-        result = text(json.dumps(request_id))
+        result = text(arguments["tag"])
     else:
         send({"id": request_id, "error": {"code": -32602, "message": "unknown tool"}})
         return

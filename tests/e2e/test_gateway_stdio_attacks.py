@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from _mcp import modern_headers, modern_request, session_meta
-from e2e._gateway import MAIN, Process, created, gateway_process, result_of
+from e2e._gateway import MAIN, Process, created, gateway_process, legacy_initialize, messages_of, result_of
 from mcp_sessions.profiles import PROFILES, SessionCarrier
 
 pytestmark = pytest.mark.anyio
@@ -152,3 +152,29 @@ async def test_a_flood_of_notifications_to_a_client_that_reads_nothing_is_bounde
     assert received[-1]["id"] == 9 and received[-1]["result"]["content"][0]["text"] == "flooded"  # never dropped
     assert len(received) < 20_000
     assert hostile.output().count("notifications dropped") == 1
+
+
+async def test_ids_7_and_quoted_7_in_one_transport_session_neither_cross_nor_hang(hostile: Process, url: str) -> None:
+    """57.13: the ``mcp`` SDK's transport keys a transport session's requests in flight by ``str(id)``; the second
+    of ``7`` and ``"7"`` gets a JSON-RPC error while the first is in flight, and the first its own answer."""
+    with httpx.Client(timeout=WITHIN) as handshake:
+        headers = legacy_initialize(handshake, url)
+
+    def slow(request_id: int | str, tag: str, seconds: float) -> dict[str, Any]:
+        params = {"name": "slow", "arguments": {"tag": tag, "seconds": seconds}}
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+    answers: dict[str, list[dict[str, Any]]] = {}
+
+    async def post(http: httpx.AsyncClient, body: dict[str, Any]) -> None:
+        answers[body["params"]["arguments"]["tag"]] = messages_of(await http.post(url, json=body, headers=headers))
+
+    async with httpx.AsyncClient(timeout=WITHIN) as http, anyio.create_task_group() as tasks:
+        tasks.start_soon(post, http, slow(7, "first", 1.0))
+        await anyio.to_thread.run_sync(wait_for_output, hostile, "slow first started")
+        with anyio.fail_after(WITHIN / 2):  # never a hang
+            await post(http, slow("7", "second", 0.0))
+
+    [second], first = answers["second"], answers["first"]
+    assert second["id"] == "7" and second["error"]["code"] == -32600, second
+    assert [(m["id"], m["result"]["content"][0]["text"]) for m in first if "result" in m] == [(7, "first")]

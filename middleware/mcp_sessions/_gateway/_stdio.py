@@ -49,13 +49,14 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.subscriptions import event_from_wire
 from mcp_types.methods import CACHEABLE_METHODS, INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._asgi import header, send_json
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._session import SCOPE_KEY, Session
 from .._tokens import SessionClaims
-from .._wire import Refusal
+from .._wire import Refusal, jsonrpc
 from .._wire.protocol import RATE_LIMITED
 from .._wire.text import printable
 from ..stores import SessionStatus, SessionStoreUnavailable
@@ -563,7 +564,8 @@ def stdio_gateway_app(
     conversation (the default), or one ``"shared"`` by everyone. ``process_idle``: how long a conversation's
     child lives without a request (default: the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how
     many conversations' children may run at once. ``environ`` (default ``os.environ``) is what the children
-    get, without any ``MCP_SESSIONS_*`` variable, and with ``MCP_SESSION_ID``, the conversation's stable id.
+    get, without any ``MCP_SESSIONS_*`` variable, and with ``MCP_SESSION_ID``, the conversation's stable id (none
+    in the shared child).
     The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if not command:
@@ -593,7 +595,7 @@ def stdio_gateway_app(
     app = server.streamable_http_app(transport_security=security)
     config.on_create = children.created  # a conversation's child starts at its sessions/create
     config.fronts_upstream = True  # no wire's session member reaches a child, as none reaches an HTTP upstream
-    sessions = MCPSessionMiddleware(app, config=config)
+    sessions = MCPSessionMiddleware(_OneIdInFlight(app), config=config)
     checked = _HostChecked(sessions, HostCheck(allowed_hosts, allowed_origins))
     return GatewayFront(checked, trusted=trusted_proxies(forwarded_allow_ips))
 
@@ -608,6 +610,52 @@ class _HostChecked:
         if scope["type"] == "http" and (refused := self.check.check(scope["headers"])) is not None:
             return await refused.send(send)
         await self.app(scope, receive, send)
+
+
+class _OneIdInFlight:
+    """The ``mcp`` SDK's transport keys a 2025 transport session's requests in flight by ``str(id)``, so that ``7``
+    and ``"7"`` would share one stream and cross, or hang: a request whose id reads as one in flight in its
+    transport session gets a JSON-RPC error instead, until the first is answered. It sees the body the middleware
+    read whole, and parsed: a JSON POST's."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.in_flight: set[tuple[bytes, str]] = set()  # (transport session id, request id as the SDK keys it)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = header(scope["headers"], b"mcp-session-id") if scope["type"] == "http" else None
+        if transport is None or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        message = await receive()
+        whole = message["type"] == "http.request" and not message.get("more_body", False)
+        parsed = jsonrpc.loads(message.get("body", b"")) if whole else None
+        request = jsonrpc.is_request_or_notification(parsed)
+        request_id = jsonrpc.echoable_id(jsonrpc.request_id_of(parsed)) if request else None
+        key = (transport, str(request_id))
+        if request_id is not None and key in self.in_flight:
+            refusal = jsonrpc.invalid_request(request_id, "a request with this id is in progress in this session")
+            return await send_json(send, 200, refusal, b"")
+        if request_id is not None:
+            self.in_flight.add(key)
+        try:
+            await self.app(scope, _replayed(message, receive), send)
+        finally:
+            if request_id is not None:
+                self.in_flight.discard(key)
+
+
+def _replayed(first: Message, receive: Receive) -> Receive:
+    """``receive`` that gives ``first`` again, then what comes after it."""
+    given = False
+
+    async def again() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return first
+
+    return again
 
 
 def _childs(result: dict[str, Any]) -> dict[str, Any]:
