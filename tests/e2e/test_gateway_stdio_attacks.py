@@ -50,7 +50,7 @@ def call(
     return result_of(response, 5)
 
 
-# -- a hostile server (_hostile_stdio.py) ----------------------------------------------------------------------------
+# -- issue 57.5, 57.7-57.11, 57.13: what a hostile server (_hostile_stdio.py) writes, and ids that read alike ------
 
 
 WIRES = [name for name in ("draft", "strawman") if name in PROFILES]  # the strawman's wire is being retired
