@@ -207,7 +207,7 @@ class Call:
             abandoned = MCPError(types.INVALID_REQUEST, "this request was abandoned: its input came too late")
             raise self.result or abandoned from None
         asked = {event.key: event.request}
-        with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+        with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
             while True:  # more of the child's requests at once: in one result
                 match self._next.receive_nowait():
                     case Ask(key, request):
