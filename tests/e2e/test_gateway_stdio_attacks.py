@@ -53,7 +53,7 @@ def call(
 # -- issue 57.5, 57.7-57.11, 57.13: what a hostile server (_hostile_stdio.py) writes, and ids that read alike ------
 
 
-WIRES = [name for name in ("draft", "strawman") if name in PROFILES]  # the strawman's wire is being retired
+WIRES = list(PROFILES)  # every built-in wire (the draft alone since the strawman and SEP-1364 went)
 
 
 @pytest.fixture(scope="module")
