@@ -71,8 +71,9 @@ async def _answer(send: Send, refusal: tuple[Message, Message]) -> None:
 
 
 def _spliced(raw: bytes, request_id: object, member: bytes) -> bytes:
-    """``raw`` with ``member`` in its result's ``_meta``, if it answers ``request_id``; spliced as bytes where the
-    answer opens as the SDK writes one and spells no ``_meta``, else parsed and written again."""
+    """``raw`` with ``member`` in its result's ``_meta``, if it answers ``request_id``: spliced as bytes where the
+    answer opens as the SDK writes one and spells no ``_meta``, or ends in the ``_meta`` it merges into; else
+    parsed and written again."""
     if type(request_id) is int:
         opening = b'{"jsonrpc":"2.0","id":%d,"result":{' % request_id
         if raw.startswith(opening) and b'"_meta"' not in raw and b"\\" not in raw:
@@ -81,8 +82,12 @@ def _spliced(raw: bytes, request_id: object, member: bytes) -> bytes:
     message = json.loads(raw)
     if type(message) is not dict or message.get("id") != request_id or type(message.get("result")) is not dict:
         return raw
-    meta = message["result"].setdefault("_meta", {})
-    meta.update(json.loads(b"{%s}" % member))
+    result = message["result"]
+    meta = result.get("_meta")
+    # The mcp SDK's shape: the result ends the message, and a non-empty _meta ends the result.
+    if next(reversed(message)) == "result" and next(reversed(result)) == "_meta" and type(meta) is dict and meta:
+        return raw[:-3] + b"," + member + b"}}}" if raw.endswith(b"}}}") else raw
+    result["_meta"] = {**(meta if type(meta) is dict else {}), **json.loads(b"{%s}" % member)}
     return json.dumps(message, separators=(",", ":")).encode()
 
 
@@ -148,7 +153,9 @@ class CheckedFloor:
             ):
                 return await _answer(send, NOT_FOUND)
             expires = datetime.datetime.fromtimestamp(claims["exp"], datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            echo = json.dumps({SESSION_META_KEY: {"sessionId": token, "expiresAt": expires}})[1:-1].encode()
+            echo = json.dumps({SESSION_META_KEY: {"sessionId": token, "expiresAt": expires}}, separators=(",", ":"))[
+                1:-1
+            ].encode()
         context = FLOOR_SESSION.set(claims)
         try:
             await self.app(scope, _replay(bytes(body), receive), _echoing(send, parsed.get("id"), echo))
