@@ -251,7 +251,7 @@ class WireProfile:
         message: object,
         sessions: SessionService,
     ) -> Scope:
-        """The scope the server's own guard is asked with (``_verdict.py``) for a message of this wire that the
+        """The scope the server's own guard is asked with (``_pipeline/_probe.py``) for a message of this wire that the
         middleware answers itself; ``session`` is the one it names if that one is live: ``scope`` as it is."""
         return scope
 
