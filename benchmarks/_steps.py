@@ -15,6 +15,7 @@ import functools
 import importlib
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from _harness import SECRET, call, create_session, session_request, trivial_app
@@ -124,11 +125,12 @@ def _timer_cost(rounds: int) -> float:
     return spent["empty"] / rounds
 
 
-async def _added(app: Any, rounds: int, *counters: Counter[str]) -> float:
-    """The µs ``app`` adds to the trivial app per request, a cached session sent each time."""
+async def _added(app: Any, rounds: int, after: Callable[[], object], *counters: Counter[str]) -> float:
+    """The µs ``app`` adds to the trivial app per request, a cached session sent each time (``after`` each)."""
     request = session_request(await create_session(app))
     for _ in range(200):
         await call(app, *request)
+        after()
     for counter in counters:
         counter.clear()
     totals = []
@@ -136,17 +138,19 @@ async def _added(app: Any, rounds: int, *counters: Counter[str]) -> float:
         start = time.process_time_ns()
         for _ in range(rounds):
             await call(target, *request)
+            after()
         totals.append((time.process_time_ns() - start) / rounds / 1000)
     return totals[1] - totals[0]
 
 
 async def _profile(rounds: int, sdk: bool) -> tuple[float, dict[str, float]]:
     options: dict[str, Any] = {}
+    exporter = InMemorySpanExporter()  # emptied after each request, as bench_asgi.py does
     if sdk:
         tracer = TracerProvider()
-        tracer.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+        tracer.add_span_processor(SimpleSpanProcessor(exporter))
         options = {"tracer_provider": tracer, "meter_provider": MeterProvider([InMemoryMetricReader()])}
-    untimed = await _added(MCPSessionMiddleware(trivial_app, secret=SECRET, **options), rounds)
+    untimed = await _added(MCPSessionMiddleware(trivial_app, secret=SECRET, **options), rounds, exporter.clear)
     spent: Counter[str] = Counter()
     calls: Counter[str] = Counter()
     undo = []
@@ -158,7 +162,7 @@ async def _profile(rounds: int, sdk: bool) -> tuple[float, dict[str, float]]:
         undo.append((owner, name, owner.__dict__[name]))
         setattr(owner, name, _timed(owner.__dict__[name], label, spent, calls))
     try:
-        await _added(MCPSessionMiddleware(trivial_app, secret=SECRET, **options), rounds, spent, calls)
+        await _added(MCPSessionMiddleware(trivial_app, secret=SECRET, **options), rounds, exporter.clear, spent, calls)
     finally:
         for owner, name, original in undo:
             setattr(owner, name, original)
