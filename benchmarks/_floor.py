@@ -20,7 +20,6 @@ No store, no token signature (the cache has it), no telemetry, no error handling
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import hmac
 import json
@@ -33,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SESSION_META_KEY = "io.modelcontextprotocol/session"
 FLOOR_SESSION: ContextVar[Any] = ContextVar("floor_session", default=None)
+ECHO = b'"%s":{"sessionId":"%%s","expiresAt":"%%s"}' % SESSION_META_KEY.encode()
 LOCAL_HOSTS = (b"127.0.0.1:", b"localhost:", b"[::1]:")
 LOCAL_ORIGINS = (b"http://127.0.0.1:", b"http://localhost:", b"http://[::1]:")
 MAX_BODY_SIZE = 4 * 1024 * 1024
@@ -152,10 +152,8 @@ class CheckedFloor:
                 or claims["sid"] in self.revoked
             ):
                 return await _answer(send, NOT_FOUND)
-            expires = datetime.datetime.fromtimestamp(claims["exp"], datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            echo = json.dumps({SESSION_META_KEY: {"sessionId": token, "expiresAt": expires}}, separators=(",", ":"))[
-                1:-1
-            ].encode()
+            expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(claims["exp"]))
+            echo = ECHO % (token.encode(), expires.encode())  # a token verified above: base64url and dots
         context = FLOOR_SESSION.set(claims)
         try:
             await self.app(scope, _replay(bytes(body), receive), _echoing(send, parsed.get("id"), echo))
