@@ -38,7 +38,6 @@ from ._report import (
     write_checks,
 )
 from ._select import Discovery
-from ._sep1364 import run_alt1, run_alt2
 from ._strawman import run_strawman
 from ._version import __version__
 
@@ -58,8 +57,6 @@ class Scenario:
     run: Callable[[Peer, Recorder], None]
     capabilities: Mapping[str, object] = field(default_factory=dict)
     """What the pack declares as the client (the strawman's reference client declares its wire)."""
-    handshake: bool = True
-    """Whether a 2025-era run starts with ``initialize`` (SEP-1364 alternative 2 opens its sessions with it)."""
     convention: bool = False
     """Whether the whole wire is this project's own: it runs only with ``--conventions``."""
 
@@ -67,8 +64,6 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("draft", "sessions-draft", ERAS, run_draft),
     Scenario("strawman", "sessions-strawman", ERAS, run_strawman, {"experimental": {"session": {"version": 1}}}),
-    Scenario("sep1364-alt1", "sessions-sep1364-alt1", ERAS, run_alt1),
-    Scenario("sep1364-alt2", "sessions-sep1364-alt2", (LEGACY,), run_alt2, handshake=False),
     Scenario("hosts", "sessions-hosts", ERAS, run_hosts, convention=True),
 )
 
@@ -92,7 +87,7 @@ def run_scenario(
     recorder = Recorder(load_traceability(scenario.name), era, settings)
     peer = Peer(link, url, era, headers, scenario.capabilities)
     try:
-        if scenario.handshake and era == LEGACY:
+        if era == LEGACY:
             peer.handshake()
         scenario.run(peer, recorder)
     except Bail:
@@ -126,7 +121,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--spec-version",
         choices=ERAS,
-        help="the era to speak (default: each wire's newest: 2026-07-28, or 2025-11-25 for sep1364-alt2)",
+        help="the era to speak (default: each wire's newest, 2026-07-28)",
     )
     parser.add_argument("--expected-failures", metavar="FILE", help="the official suite's YAML baseline of failures")
     parser.add_argument(
@@ -226,8 +221,7 @@ def _advertised(
 ) -> tuple[list[tuple[Scenario, str]], list[tuple[str, list[ConformanceCheck]]]]:
     """Without ``--wire``: the selected scenarios whose wire the server advertises. Without ``--spec-version``,
     a server that refuses 2026-07-28 as one that speaks only 2025-11-25 does is checked at 2025-11-25. An era
-    whose capabilities cannot be read is one failure (with that hint when it was asked for), unless only
-    SEP-1364 alternative 2, which has no capability, was to run there."""
+    whose capabilities cannot be read is one failure (with that hint when it was asked for)."""
     if args.wire:
         return selected, []
     found: dict[str, Discovery] = {}
@@ -245,7 +239,7 @@ def _advertised(
             if LEGACY not in found:  # no era was asked for: the server's wires are judged at the one it speaks
                 out.write(f"The server speaks only {LEGACY} (it refused {era} as such a server does): checked there.\n")
             era, discovery = LEGACY, discovered(LEGACY)
-        if discovery.error is not None and scenario.wire != "sep1364-alt2":
+        if discovery.error is not None:
             if not any(name == f"sessions-discover-{era}" for name, _ in failures):
                 failures.append((f"sessions-discover-{era}", [failed_to_run("sessions-discover", discovery.error)]))
             continue

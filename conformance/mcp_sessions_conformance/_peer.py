@@ -129,10 +129,6 @@ class Peer:
     """The last answer the server gave this client (what an :class:`Unusable` is about)."""
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
-    def fresh(self) -> Peer:
-        """Another client of the same server: no transport session, nothing shared."""
-        return Peer(self.link, self.url, self.era, self.extra_headers, self.capabilities)
-
     def post(self, body: object, headers: Mapping[str, str], request_id: object = None) -> Exchange:
         """POST ``body`` as JSON and read its answer, bounded in bytes and time (:class:`ProbeError` if none)."""
         raw = json.dumps(body, separators=(",", ":")).encode()
@@ -178,18 +174,17 @@ class Peer:
         params: Mapping[str, object] | None = None,
         *,
         meta: Mapping[str, object] | None = None,
-        top: Mapping[str, object] | None = None,
         session_header: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Exchange:
-        """Send one request; ``top`` adds top-level members (SEP-1364's ``sessionId``), ``headers`` HTTP ones."""
-        body = {**self.message(method, params, meta=meta), **(top or {})}
+        """Send one request; ``headers`` adds HTTP ones."""
+        body = self.message(method, params, meta=meta)
         return self.post(body, {**self.headers(body, session_header), **(headers or {})}, body["id"])
 
-    def initialized(self, *, top: Mapping[str, object] | None = None, session_header: str | None = None) -> None:
+    def initialized(self) -> None:
         """2025 era: ``notifications/initialized`` (no envelope: the pack sends no notification on 2026-07-28)."""
-        body: Message = {"jsonrpc": "2.0", "method": "notifications/initialized", **(top or {})}
-        self.post(body, self.headers(body, session_header))
+        body: Message = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        self.post(body, self.headers(body))
 
     def handshake(self) -> None:
         """2025 era: ``initialize`` and ``notifications/initialized``; keeps the server's transport session."""

@@ -73,10 +73,6 @@ class Call:
         """The refusal it is answered with, instead of reaching the app."""
         self.operation: Operation | None = None
         """Its telemetry: the span and metrics of this call."""
-        self.revoked: str | None = None
-        """Why the session it named is gone, on a wire that treats that as "no session" and says so."""
-        self.minted = False
-        """Its session was opened by this very message (a wire's opening method)."""
         self.conversation: Conversation | None = None
         """Who it belongs to in telemetry, when a source named a conversation without giving it a session."""
         self.answer: dict[str, object] | None = None
@@ -153,17 +149,16 @@ class Planner:
         return Plan(calls, True, headers, start_ns)
 
     def call(self, message: Any) -> Call:
-        """Classify one message: the wire whose claim on it is surest (the first on a tie; else the first wire),
-        and the local method it calls, if any (``WireProfile.claim``)."""
+        """Classify one message: the first wire that has its method, else the first whose session key it carries,
+        else the first wire; and the local method it calls, if any."""
         method = message.get("method") if isinstance(message, dict) and message.get("jsonrpc") == "2.0" else None
         if type(method) is not str:
             return Call(message, None, self._default, None)
-        chosen, surest, local = self._default, None, None
         for profile in self._profiles:
-            claim = profile.claim(message, method)
-            if claim is not None and (surest is None or claim[0] < surest):
-                chosen, (surest, local) = profile, claim
-        return Call(message, method, chosen, local)
+            if (local := profile.methods.get(method)) is not None:
+                return Call(message, method, profile, local)
+        speaks = (p for p in self._profiles if p.carrier.present(message))
+        return Call(message, method, next(speaks, self._default), None)
 
 
 def json_rpc_headers(scope: Scope, paths: EndpointPaths | frozenset[str] | None) -> dict[bytes, bytes] | None:

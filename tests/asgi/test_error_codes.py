@@ -1,4 +1,4 @@
-"""Each wire's own session errors under both code sets (``error_codes=``), straight through the middleware;
+"""The draft's session errors under both code sets (``error_codes=``), straight through the middleware;
 and the "required" message of a request whose host named a conversation, with conversation data off."""
 
 from __future__ import annotations
@@ -25,21 +25,6 @@ WIRES: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[int, int]]] = {
             "method": "tools/call",
             "params": {**TOOL, "_meta": {"io.modelcontextprotocol/session": {"sessionId": "sess-invalid"}}},
         },
-        (-32043, -32044),
-    ),
-    "strawman": (
-        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL},
-        {"jsonrpc": "2.0", "id": 1, "method": "session/resume", "params": {"id": "sess-invalid"}},
-        (-32043, -32002),
-    ),
-    "sep1364-alt1": (
-        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL},
-        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL, "sessionId": "sess-invalid"},
-        (-32043, -32044),
-    ),
-    "sep1364-alt2": (
-        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL},
-        {"jsonrpc": "2.0", "id": 1, "method": "terminate", "sessionId": "sess-invalid"},
         (-32043, -32044),
     ),
 }

@@ -1,9 +1,9 @@
-"""Every wire's session methods, against every way a real store fails: the retryable -32010, or -32602, never 500.
+"""The session methods, against every way a real store fails: the retryable -32010, or -32602, never 500.
 
 The stores (tests/_failing_stores.py) are real and fail as deployments see them fail: a
 ``MemoryStore`` at its ``max_sessions``, a SQLite file that cannot grow, one that is
 read-only, one whose write lock another connection holds, a redis-server that stopped.
-Property: whatever the wire, the method, the era, the caller and its parameters, the
+Property: whatever the method, the era, the caller and its parameters, the
 answer is what the store's failure allows: the documented result where the call needs
 nothing the store cannot give, the retryable -32010 with HTTP 503 and ``Retry-After``
 where it needs more, -32602 for a malformed parameter whatever the store; never a 500,
@@ -13,7 +13,6 @@ is what failed. The same through a real server: tests/e2e/test_store_failures.py
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,21 +47,15 @@ NOTE: Final = "n" * 5000  # more than a SQLite page: a full file has no room for
 # What each store call needs of a store that fails in each way: "ok" it works, "down" it raises, "either" it
 # may (a full SQLite file keeps room in its pages for some small rows; an idle clock moves only once a second).
 NEEDS: Final = {
-    "memory-full": {"read": "ok", "idle-touch": "down", "revoke": "ok", "record": "down", "data": "down"},
-    "sqlite-full": {"read": "ok", "idle-touch": "either", "revoke": "either", "record": "either", "data": "down"},
-    "sqlite-read-only": {"read": "ok", "idle-touch": "either", "revoke": "down", "record": "down", "data": "down"},
-    "sqlite-locked": {"read": "ok", "idle-touch": "either", "revoke": "down", "record": "down", "data": "down"},
-    "redis-stopped": {"read": "down", "idle-touch": "down", "revoke": "down", "record": "down", "data": "down"},
+    "memory-full": {"read": "ok", "idle-touch": "down", "revoke": "ok", "data": "down"},
+    "sqlite-full": {"read": "ok", "idle-touch": "either", "revoke": "either", "data": "down"},
+    "sqlite-read-only": {"read": "ok", "idle-touch": "either", "revoke": "down", "data": "down"},
+    "sqlite-locked": {"read": "ok", "idle-touch": "either", "revoke": "down", "data": "down"},
+    "redis-stopped": {"read": "down", "idle-touch": "down", "revoke": "down", "data": "down"},
 }
 KINDS: Final = sorted(NEEDS)
-OPERATIONS: Final = {
-    "draft": ["create", "create-bad", "delete", "peek", "remember"],
-    "strawman": ["create", "create-bad", "resume", "id-bad", "list", "list-bad", "delete", "peek", "remember"],
-    "sep1364-alt1": ["create", "refresh", "create-bad", "delete", "delete-bad", "peek", "remember"],
-    "sep1364-alt2": ["open", "delete", "delete-bad", "peek", "remember"],
-}
-"""Each wire's calls, by name ("-bad": a malformed parameter; ``peek`` and ``remember``: tools in a session)."""
-CALLS: Final = [(wire, operation) for wire, operations in OPERATIONS.items() for operation in operations]
+OPERATIONS: Final = ["create", "create-bad", "delete", "peek", "remember"]
+"""The calls, by name ("-bad": a malformed parameter; ``peek`` and ``remember``: tools in a session)."""
 
 
 # -- the failing stores --------------------------------------------------------------------------
@@ -80,9 +73,8 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Sessi
 
 @dataclass
 class Case:
-    """One request to one wire: what it is, and what of the store answering it needs."""
+    """One request: what it is, and what of the store answering it needs."""
 
-    wire: str
     message: dict[str, Any]
     modern: bool = False
     needs: tuple[str, ...] = ()
@@ -97,11 +89,8 @@ TOOL_NEEDS: Final = {"peek": TOUCH, "remember": ("idle-touch", "data")}
 """``peek`` reads nothing of the store; ``remember`` writes ``session.data``."""
 
 
-def call(
-    wire: str, method: str, params: Any, *, needs: tuple[str, ...] = (), malformed: bool = False, **members: Any
-) -> Case:
-    """A case: ``members`` go beside ``params`` (SEP-1364's top-level ``sessionId``)."""
-    return Case(wire, {"method": method, "params": params, **members}, needs=needs, malformed=malformed)
+def call(method: str, params: Any, *, needs: tuple[str, ...] = (), malformed: bool = False) -> Case:
+    return Case({"method": method, "params": params}, needs=needs, malformed=malformed)
 
 
 def token(user: str | None) -> str:
@@ -113,93 +102,23 @@ def token(user: str | None) -> str:
 not_a_string: st.SearchStrategy[Any] = st.one_of(
     st.integers(), st.floats(allow_nan=False), st.booleans(), st.lists(st.text(), max_size=2), st.just({})
 )
-not_an_object: st.SearchStrategy[Any] = st.one_of(
-    st.integers(), st.text(max_size=4), st.lists(st.integers(), max_size=2)
-)
-bad_hints: st.SearchStrategy[Any] = not_an_object | st.fixed_dictionaries({"data": not_an_object | st.just({"n": 1})})
-VALID_CURSOR: Final = base64.urlsafe_b64encode(b"a-session-id").decode().rstrip("=")  # as stores write them
-bad_cursors = st.sampled_from(["_w", "x", "é", "a.b.c", "////"])
 
 
 @st.composite
-def draft_cases(draw: st.DrawFn, operation: str, user: str | None) -> Case:
+def cases(draw: st.DrawFn, operation: str, user: str | None) -> Case:
     named = {"_meta": {"io.modelcontextprotocol/session": {"sessionId": token(user)}}}
     match operation:
         case "create":
-            return call("draft", "sessions/create", {"label": draw(st.text(max_size=20))})
+            case = call("sessions/create", {"label": draw(st.text(max_size=20))})
         case "create-bad":
             label = draw(not_a_string | st.text(min_size=257, max_size=300))
-            return call("draft", "sessions/create", {"label": label}, malformed=True)
+            case = call("sessions/create", {"label": label}, malformed=True)
         case "delete":
-            return call("draft", "sessions/delete", named, needs=DELETE)
+            case = call("sessions/delete", named, needs=DELETE)
         case name:
-            return call("draft", "tools/call", {"name": name, "arguments": {}, **named}, needs=TOOL_NEEDS[name])
-
-
-@st.composite
-def strawman_cases(draw: st.DrawFn, operation: str, user: str | None) -> Case:
-    named = token(user)
-    match operation:
-        case "create":  # an authenticated caller's create records the session for session/list
-            hints = {"label": draw(st.text(max_size=20)), "data": {"title": "t"}}
-            return call("strawman", "session/create", {"hints": hints}, needs=("record",) if user else ())
-        case "create-bad":
-            return call("strawman", "session/create", {"hints": draw(bad_hints)}, malformed=True)
-        case "resume":
-            return call("strawman", "session/resume", {"id": named}, needs=TOUCH)
-        case "id-bad":
-            method = draw(st.sampled_from(["session/resume", "session/delete"]))
-            return call("strawman", method, {"id": draw(not_a_string)}, malformed=True)
-        case "list":  # an anonymous caller's list is empty, and reads nothing
-            cursor = draw(st.sampled_from([None, VALID_CURSOR]))
-            return call("strawman", "session/list", {"cursor": cursor}, needs=("read",) if user else ())
-        case "list-bad":  # a cursor the server never returned; an anonymous caller's list reads no cursor at all
-            cursor = draw(not_a_string | bad_cursors)
-            malformed = user is not None or not isinstance(cursor, str)
-            return call("strawman", "session/list", {"cursor": cursor}, malformed=malformed)
-        case "delete":
-            return call("strawman", "session/delete", {"id": named}, needs=DELETE)
-        case name:
-            params = {"name": name, "arguments": {}, "_meta": {"mcp/session": {"id": named}}}
-            return call("strawman", "tools/call", params, needs=TOOL_NEEDS[name])
-
-
-@st.composite
-def sep1364_cases(draw: st.DrawFn, operation: str, user: str | None, wire: str) -> Case:
-    named = token(user)
-    ends = "session/delete" if wire == "sep1364-alt1" else "terminate"
-    match operation:
-        case "create":
-            return call(wire, "session/create", {"capabilities": {}}, sessionId=None)
-        case "refresh":
-            return call(wire, "session/create", {"sessionId": named}, needs=TOUCH)
-        case "create-bad":
-            params = draw(
-                st.fixed_dictionaries({"capabilities": not_an_object})
-                | st.fixed_dictionaries({"capabilities": st.just({}), "sessionId": not_a_string})
-            )
-            return call(wire, "session/create", params, malformed=True)
-        case "open":  # null opens a session, a live one resumes it
-            params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "c", "version": "0"}}
-            return call(wire, "initialize", params, needs=TOUCH, sessionId=draw(st.sampled_from([None, named])))
-        case "delete":
-            return call(wire, ends, {"sessionId": named}, needs=DELETE)
-        case "delete-bad":
-            return call(wire, ends, {"sessionId": draw(not_a_string)}, malformed=True)
-        case name:
-            return call(wire, "tools/call", {"name": name, "arguments": {}}, needs=TOOL_NEEDS[name], sessionId=named)
-
-
-@st.composite
-def cases(draw: st.DrawFn, wire: str, operation: str, user: str | None) -> Case:
-    if wire == "draft":
-        case = draw(draft_cases(operation, user))
-    elif wire == "strawman":
-        case = draw(strawman_cases(operation, user))
-    else:
-        case = draw(sep1364_cases(operation, user, wire))
+            case = call("tools/call", {"name": name, "arguments": {}, **named}, needs=TOOL_NEEDS[name])
     case.message = {"jsonrpc": "2.0", "id": draw(st.integers(0, 99)), **case.message}
-    case.modern = wire in ("draft", "strawman") and draw(st.booleans())  # SEP-1364: the 2025 era, as the SEP
+    case.modern = draw(st.booleans())
     return case
 
 
@@ -233,9 +152,7 @@ async def tools(scope: Any, receive: Any, send: Any) -> None:
 
 
 def ask(store: SessionStore, case: Case, user: str | None, idle_ttl: float | None) -> Sender:
-    middleware = MCPSessionMiddleware(
-        AnswersProbes(tools), keys=KEYS, store=store, profiles=case.wire, idle_ttl=idle_ttl
-    )
+    middleware = MCPSessionMiddleware(AnswersProbes(tools), keys=KEYS, store=store, idle_ttl=idle_ttl)
     message = with_envelope(case.message) if case.modern else case.message
     scope = http_scope(headers=modern_headers(message) if case.modern else None)
     if user is not None:  # as Starlette's AuthenticationMiddleware leaves it
@@ -263,20 +180,19 @@ def check(sender: Sender, expectation: str, request_id: int) -> None:
 
 
 @pytest.mark.parametrize("user", [None, "alice"], ids=["anonymous", "signed-in"])
-@pytest.mark.parametrize(("wire", "operation"), CALLS, ids=[f"{wire}-{operation}" for wire, operation in CALLS])
+@pytest.mark.parametrize("operation", OPERATIONS)
 @pytest.mark.parametrize("kind", KINDS)
 @settings(FUZZ, max_examples=5)
 @given(data=st.data(), idle_ttl=st.sampled_from([None, HOUR]))
 def test_a_failing_store_gets_the_retryable_error_and_bad_params_invalid_params(
     stores: dict[str, SessionStore],
     kind: str,
-    wire: str,
     operation: str,
     user: str | None,
     data: st.DataObject,
     idle_ttl: float | None,
 ) -> None:
-    case = data.draw(cases(wire, operation, user))
+    case = data.draw(cases(operation, user))
     check(ask(stores[kind], case, user, idle_ttl), expected(case, kind, idle_ttl), case.message["id"])
 
 

@@ -1,4 +1,4 @@
-"""Servers that break one rule of a session wire, for the conformance pack to catch.
+"""Servers that break one rule of the draft or the host conversation ids, for the conformance pack to catch.
 
 A :class:`Breaker` is a small ASGI middleware in front of a working server (the
 quickstart behind ``MCPSessionMiddleware``): a :class:`Fault` rewrites what
@@ -22,7 +22,6 @@ from _mcp import replaying
 from conftest import serve
 
 KEY = "io.modelcontextprotocol/session"
-COOKIE = "mcp/session"
 
 
 def member(value: Any, *path: str) -> Any:
@@ -79,21 +78,14 @@ class Memory:
     """What the broken server has seen: the session ids it minted, the (sessionId, state) pairs it echoed."""
 
     minted: set[str] = field(default_factory=set)
-    ended: set[Any] = field(default_factory=set)
     echoed: set[tuple[Any, Any]] = field(default_factory=set)
     creates: list[dict[str, Any]] = field(default_factory=list)
 
     def observe(self, message: dict[str, Any], call: Call) -> None:
         result = message.get("result")
-        candidates = [member(result, "session", "sessionId"), member(result, "_meta", COOKIE, "id")]
-        if call.method == "session/create":
-            candidates.append(member(result, "sessionId"))
-        if call.method == "initialize":
-            candidates.append(message.get("sessionId"))
-        self.minted.update(c for c in candidates if isinstance(c, str))
-        if call.method in ("sessions/delete", "session/delete", "terminate") and result is not None:
-            params = call.message.get("params") or {}
-            self.ended.add(call.session_id or params.get("id") or params.get("sessionId"))
+        minted = member(result, "session", "sessionId")
+        if isinstance(minted, str):
+            self.minted.add(minted)
         echo = member(result, "_meta", KEY)
         if isinstance(echo, dict):
             self.echoed.add((echo.get("sessionId"), echo.get("state")))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from e2e._broken import COOKIE, KEY, Call, Fault, Memory, Reply, RequestHook, ResponseHook, member
+from e2e._broken import KEY, Call, Fault, Memory, Reply, RequestHook, ResponseHook, member
 from e2e._pack import LEGACY, MODERN
 
 HOST_KEYS = ("openai/session", "vscode.conversationId", "agent-session-id", "sessionID", "threadId", "baggage")
@@ -26,15 +26,6 @@ def drop_draft_session(call: Call) -> None:
     call.headers.pop("mcp-session-id", None)
 
 
-def drop_top_level_id(call: Call) -> None:
-    call.message.pop("sessionId", None)
-    call.headers.pop("mcp-session-id", None)
-
-
-def named_session(call: Call) -> Any:
-    return call.session_id or member(call.message, "params", "id") or member(call.message, "params", "sessionId")
-
-
 # -- hooks made to measure ----------------------------------------------------------------------------
 
 
@@ -42,7 +33,7 @@ def in_place_of(method: str, result: dict[str, Any]) -> RequestHook:
     """``method`` for a live session the server minted is answered with ``result``, and never done."""
 
     def hook(call: Call, memory: Memory) -> Reply | None:
-        if call.method == method and named_session(call) in memory.minted:
+        if call.method == method and call.session_id in memory.minted:
             return call.reply(result=result)
         return None
 
@@ -109,33 +100,6 @@ def edited(condition: Callable[[Call], bool], edit: Callable[[Call], object]) ->
     def hook(call: Call, memory: Memory) -> None:
         if condition(call):
             edit(call)
-
-    return hook
-
-
-def response_top_level_dropped(keep: str) -> ResponseHook:
-    def hook(message: dict[str, Any], call: Call, memory: Memory, sse: bool) -> None:
-        if call.method != keep:
-            message.pop("sessionId", None)
-
-    return hook
-
-
-def initialize_opens_new(condition: Callable[[Any, Memory], bool]) -> RequestHook:
-    def hook(call: Call, memory: Memory) -> None:
-        if call.method == "initialize" and "sessionId" in call.message and condition(call.message["sessionId"], memory):
-            call.message["sessionId"] = None
-
-    return hook
-
-
-def create_opens_new(condition: Callable[[Any, Memory], bool]) -> RequestHook:
-    def hook(call: Call, memory: Memory) -> None:
-        params = call.message.get("params") or {}
-        if call.method == "session/create" and condition(params.get("sessionId"), memory):
-            params.pop("sessionId", None)
-            call.message["sessionId"] = None
-            call.headers.pop("mcp-session-id", None)
 
     return hook
 
@@ -245,16 +209,6 @@ def long_ids_cut(call: Call, memory: Memory) -> None:
         call.meta["openai/session"] = call.meta["openai/session"][:256]
 
 
-def header_follows_member(call: Call, memory: Memory) -> None:
-    if isinstance(call.message.get("sessionId"), str):
-        call.headers["mcp-session-id"] = call.message["sessionId"]
-
-
-def initialize_answers_without_id(message: dict[str, Any], call: Call, memory: Memory, sse: bool) -> None:
-    if call.method == "initialize":
-        message.pop("sessionId", None)
-
-
 def fault(
     name: str,
     wire: str,
@@ -281,7 +235,7 @@ def _counting(call: Call) -> bool:
 
 
 _ONE = {"content": [{"type": "text", "text": "1"}], "isError": False}
-D, S, A1, A2, H = "draft", "strawman", "sep1364-alt1", "sep1364-alt2", "hosts"
+D, H = "draft", "hosts"
 DRAFT_FAULTS = [
     fault("no-capability", D, "capability", response=on_capabilities(lambda c: c.pop("sessions"))),
     fault(
@@ -430,128 +384,6 @@ DRAFT_FAULTS = [
     ),
 ]
 OTHER_FAULTS = [
-    fault("no-capability", S, "capability", response=on_capabilities(lambda c: c["experimental"].pop("session"))),
-    fault("create-without-cookie", S, "create", response=on_result("session/create", lambda r: r.pop("_meta"))),
-    fault(
-        "capability-version-2",
-        S,
-        "capability-version",
-        conventions=True,
-        response=on_capabilities(lambda c: c["experimental"]["session"].update(version=2)),
-    ),
-    fault(
-        "expiry-not-rfc3339",
-        S,
-        "expiry",
-        conventions=True,
-        response=on_result("session/create", lambda r: r.update(expiry="tomorrow")),
-    ),
-    fault(
-        "label-dropped",
-        S,
-        "label-in-data",
-        conventions=True,
-        response=on_result("session/create", lambda r: r.pop("data")),
-    ),
-    fault("resume-renames", S, "resume", response=on_result("session/resume", lambda r: r.update(id="sess-other"))),
-    fault("list-misshapen", S, "list", response=on_result("session/list", lambda r: r.update(sessions={}))),
-    fault("delete-errs", S, "delete", response=error_after("session/delete")),
-    fault(
-        "delete-keeps-cookie",
-        S,
-        "delete-null-cookie",
-        conventions=True,
-        response=on_result("session/delete", lambda r: r.pop("_meta")),
-    ),
-    fault(
-        "count-ignores-cookie",
-        S,
-        "session-is-context",
-        request=edited(_counting, lambda call: call.meta.pop(COOKIE, None)),
-    ),
-    fault(
-        "no-cookie-echo",
-        S,
-        "echo",
-        response=on_result("tools/list", lambda r: r["_meta"].pop(COOKIE) if member(r, "_meta", COOKIE) else None),
-        conventions=True,
-    ),
-    fault(
-        "deletions-forgotten",
-        S,
-        "revoked",
-        conventions=True,
-        request=in_place_of("session/delete", {"deleted": True, "_meta": {COOKIE: None}}),
-    ),
-    fault(
-        "unknown-refused",
-        S,
-        "unknown-is-no-session",
-        conventions=True,
-        request=answered_instead(
-            lambda call, memory: member(call.meta, COOKIE, "id") not in (None, *memory.minted),
-            error=(-32043, "Session not found"),
-        ),
-    ),
-    fault(
-        "required-as-draft",
-        S,
-        "session-required",
-        conventions=True,
-        response=lambda m, call, memory, sse: (
-            m["error"].update(code=-32044) if member(m, "error", "code") == -32002 else None
-        ),
-    ),
-    fault("no-capability", A1, "capability", response=on_capabilities(lambda c: c.update(sessions={}))),
-    fault(
-        "create-without-id",
-        A1,
-        "create",
-        response=on_result("session/create", lambda r: r.update(id=r.pop("sessionId"))),
-    ),
-    fault("responses-without-id", A1, "response-session-id", response=response_top_level_dropped("session/create")),
-    fault("count-ignores-id", A1, "session-is-context", request=edited(_counting, drop_top_level_id)),
-    fault("header-follows-id", A1, "header-mirrors", request=header_follows_member),
-    fault(
-        "null-id-refused",
-        A1,
-        "required-matches-capability",
-        request=answered_instead(
-            lambda call, memory: call.message.get("sessionId", "") is None and call.method != "session/create",
-            error=(-32044, "Session required"),
-        ),
-    ),
-    fault("refresh-opens", A1, "refresh", request=create_opens_new(lambda named, memory: named in memory.minted)),
-    fault(
-        "invalid-refresh-opens",
-        A1,
-        "refresh-invalid",
-        request=create_opens_new(lambda named, memory: named is not None and named not in memory.minted),
-    ),
-    fault("delete-errs", A1, "delete", response=error_after("session/delete")),
-    fault("deletions-forgotten", A1, "ended-session", request=in_place_of("session/delete", {})),
-    fault("open-without-id", A2, "open", era=LEGACY, response=initialize_answers_without_id),
-    fault(
-        "resume-opens",
-        A2,
-        "resume",
-        era=LEGACY,
-        request=initialize_opens_new(lambda named, memory: named in memory.minted and named not in memory.ended),
-    ),
-    fault(
-        "invalid-opens",
-        A2,
-        "invalid",
-        era=LEGACY,
-        request=initialize_opens_new(lambda named, memory: named is not None and named not in memory.minted),
-    ),
-    fault(
-        "responses-without-id", A2, "response-session-id", era=LEGACY, response=response_top_level_dropped("initialize")
-    ),
-    fault("count-ignores-id", A2, "session-is-context", era=LEGACY, request=edited(_counting, drop_top_level_id)),
-    fault("header-follows-id", A2, "header-mirrors", era=LEGACY, request=header_follows_member),
-    fault("terminate-errs", A2, "terminate", era=LEGACY, response=error_after("terminate")),
-    fault("terminations-forgotten", A2, "ended-session", era=LEGACY, request=in_place_of("terminate", {})),
     fault(
         "bad-id-refused",
         H,

@@ -83,7 +83,7 @@ def test_ag2_s_mcp_server_advertises_no_session_wire_and_nothing_fails(era: list
 
     assert (run.code, run.checks) == (0, []), run.out
     assert "The server advertises none of the session wires: nothing to check" in run.out
-    for scenario in ("sessions-draft", "sessions-strawman", "sessions-sep1364-alt1", "sessions-sep1364-alt2"):
+    for scenario in ("sessions-draft", "sessions-strawman"):
         assert f"SKIPPED: scenario '{scenario}': the server does not advertise it" in run.out
 
 

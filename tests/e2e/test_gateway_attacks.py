@@ -39,7 +39,6 @@ from e2e._gateway import (
 from mcp_sessions import SessionsConfig, gateway_app
 
 SESSION_META = "io.modelcontextprotocol/session"
-STRAWMAN_META = "mcp/session"
 FAKE_PARENT = "00000000000000000000000000000001"
 CLIENT_PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 IN_PROCESS = "http://127.0.0.1:8000"
@@ -77,9 +76,8 @@ def sink() -> Iterator[tuple[Recorder, int]]:
 
 @pytest.fixture(scope="module")
 def gateway(upstream: str) -> Iterator[Process]:
-    """The gateway as deployed: every session wire on, its access log on, no proxy trusted."""
-    environ = {"MCP_SESSIONS_PROFILES": "draft,strawman,sep1364-alt1"}
-    with gateway_process([upstream], "--log-level", "info", environ=environ) as process:
+    """The gateway as deployed: its access log on, no proxy trusted."""
+    with gateway_process([upstream], "--log-level", "info") as process:
         yield process
 
 
@@ -369,18 +367,11 @@ def test_made_up_credentials_do_not_multiply_one_addresses_create_budget(
 # -- 12. no secret of the gateway's reaches the upstream ---------------------------------------
 
 
-def _strawman_session(http: httpx.Client, url: str, era: str, **headers: str) -> str:
-    response = post(http, url, era, request(era, "session/create", id=7), **headers)
-    assert response.status_code == 200, response.text
-    cookie: str = result_of(response, 7)["result"]["id"]
-    return cookie
-
-
 @pytest.mark.parametrize("era", [MODERN, LEGACY])
 def test_no_token_the_gateway_minted_reaches_the_upstream(
     gateway: Process, recorder: Recorder, http: httpx.Client, era: str
 ) -> None:
-    """Every way a client sends the gateway's tokens back (``_meta`` of each wire, the session methods' params,
+    """Every way a client sends the gateway's tokens back (``_meta``, the session methods' params,
     ``Mcp-Session-Id``), forwarded or probed: the upstream gets none of their bytes, only the stable id."""
     url, before = url_of(gateway), len(recorder.seen)
     token = token_of(create(http, url, era))
@@ -390,17 +381,7 @@ def test_no_token_the_gateway_minted_reaches_the_upstream(
     header = {"Mcp-Session-Id": token} if era == MODERN else {}
     called = post(http, url, era, seen_call(era, meta={SESSION_META: session}), **header)
     assert result_of(called, 2)["result"]["_meta"][SESSION_META]["sessionId"] == token
-    cookie = _strawman_session(http, url, era)
-    secrets = [token, state, cookie]
-    post(http, url, era, seen_call(era, id=3, meta={STRAWMAN_META: {"id": cookie}}))
-    resumed = post(http, url, era, request(era, "session/resume", {"id": cookie}, id=8))  # its params: the probe's
-    assert result_of(resumed, 8)["result"]["id"] == cookie
-    if era == MODERN:  # SEP-1364: a top-level sessionId, and session/delete's params
-        opened = post(http, url, era, {**request(era, "session/create", {"capabilities": {}}, id=9), "sessionId": None})
-        alternative = result_of(opened, 9)["result"]["sessionId"]
-        secrets.append(alternative)
-        post(http, url, era, {**seen_call(era, id=10), "sessionId": alternative}, **{"Mcp-Session-Id": alternative})
-        post(http, url, era, request(era, "session/delete", {"sessionId": alternative}, id=11))
+    secrets = [token, state]
     for method in ("GET", "DELETE"):  # ordinary requests with the header: passed through, without it
         headers = {**JSON_SSE, "MCP-Protocol-Version": era, "Mcp-Session-Id": token}
         with http.stream(method, url, headers=headers) as response:  # a GET may open an event stream: left at once
@@ -411,7 +392,7 @@ def test_no_token_the_gateway_minted_reaches_the_upstream(
     assert messages_of(gone)[0]["error"]["code"] == -32043
     saw = recorder.since(before)
     methods = [method for seen in saw for method in seen.methods()]
-    assert methods.count("tools/call") >= 2 and methods.count("mcp-sessions/probe") >= 4  # what the proof covers
+    assert methods.count("tools/call") >= 1 and methods.count("mcp-sessions/probe") >= 3  # what the proof covers
     assert {seen.method for seen in saw} >= {"GET", "DELETE", "POST"}
     for secret in secrets:
         assert not [seen.blob() for seen in saw if secret.encode() in seen.blob()]

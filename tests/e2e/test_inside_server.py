@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -250,8 +249,7 @@ def optional_auth() -> Iterator[httpx.Client]:
         middleware=[Middleware(AuthenticationMiddleware, backend=HeaderUser())],
         lifespan=lambda app: server.session_manager.run(),
     )
-    profiles = "draft,strawman,sep1364-alt1,sep1364-alt2"
-    with in_process(MCPSessionMiddleware(inner, secret=SECRET, profiles=profiles)) as http:
+    with in_process(MCPSessionMiddleware(inner, secret=SECRET)) as http:
         yield http
 
 
@@ -268,76 +266,28 @@ def test_fixation_draft(optional_auth: httpx.Client) -> None:
     ] == json.dumps([])
 
 
-def test_fixation_strawman_resume(optional_auth: httpx.Client) -> None:
-    created = message_of(post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/create")))["result"]
-    resumed = message_of(
-        post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/resume", {"id": created["id"]}), ALICE)
-    )
-    assert resumed["error"]["code"] == SESSION_NOT_FOUND
-    mine = message_of(post(optional_auth, "/mcp", MODERN, body_of(MODERN, "session/resume", {"id": created["id"]})))
-    assert "result" in mine  # its anonymous creator still resumes it
-
-
-def test_fixation_sep1364_alt1(optional_auth: httpx.Client) -> None:
-    created = message_of(
-        post(
-            optional_auth, "/mcp", LEGACY, body_of(LEGACY, "session/create", {"capabilities": {}}) | {"sessionId": None}
-        )
-    )
-    session = created["sessionId"]
-    listed = post(optional_auth, "/mcp", LEGACY, body_of(LEGACY, "tools/list") | {"sessionId": session}, ALICE)
-    unknown = post(
-        optional_auth, "/mcp", LEGACY, body_of(LEGACY, "tools/list") | {"sessionId": str(uuid.uuid4())}, ALICE
-    )
-    assert message_of(listed)["error"]["code"] == SESSION_NOT_FOUND
-    assert message_of(listed)["error"]["message"] == message_of(unknown)["error"]["message"]
-
-
-def test_fixation_sep1364_alt2_initialize(optional_auth: httpx.Client) -> None:
-    params = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
-    opened = message_of(
-        post(optional_auth, "/mcp", LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": None})
-    )
-    session = opened["sessionId"]
-    resumed = message_of(
-        post(optional_auth, "/mcp", LEGACY, body_of(LEGACY, "initialize", params) | {"sessionId": session}, ALICE)
-    )
-    assert resumed["error"]["code"] == SESSION_NOT_FOUND
-
-
-# -- every wire's session methods behind the SDK's bearer auth -------------------------------------------
+# -- the session methods behind the SDK's bearer auth -------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def authed_every_wire() -> Iterator[httpx.Client]:
+def authed_session_methods() -> Iterator[httpx.Client]:
     server = sdk_auth_server()
     app = server.streamable_http_app(stateless_http=True, json_response=True)
-    profiles = "draft,strawman,sep1364-alt1,sep1364-alt2"
-    with in_process(MCPSessionMiddleware(app, secret=SECRET, profiles=profiles)) as http:
+    with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
         yield http
 
 
-INIT = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
-SOME_ID = str(uuid.uuid4())
-EVERY_WIRES_METHODS = {
+SESSION_METHODS = {
     "draft sessions/create": (MODERN, body_of(MODERN, "sessions/create")),
     "draft sessions/delete": (MODERN, body_of(MODERN, "sessions/delete", meta={SESSION_META: {"sessionId": "x"}})),
-    "strawman session/create": (MODERN, body_of(MODERN, "session/create")),
-    "strawman session/resume": (MODERN, body_of(MODERN, "session/resume", {"id": SOME_ID})),
-    "strawman session/list": (MODERN, body_of(MODERN, "session/list")),
-    "strawman session/delete": (MODERN, body_of(MODERN, "session/delete", {"id": SOME_ID})),
-    "alt1 session/create": (LEGACY, body_of(LEGACY, "session/create", {"capabilities": {}}) | {"sessionId": None}),
-    "alt1 session/delete": (LEGACY, body_of(LEGACY, "session/delete", {"sessionId": SOME_ID})),
-    "alt2 initialize": (LEGACY, body_of(LEGACY, "initialize", INIT) | {"sessionId": None}),
-    "alt2 terminate": (LEGACY, body_of(LEGACY, "terminate") | {"sessionId": SOME_ID}),
 }
 
 
-@pytest.mark.parametrize("name", list(EVERY_WIRES_METHODS))
-def test_every_wires_session_methods_get_the_servers_401(authed_every_wire: httpx.Client, name: str) -> None:
-    era, body = EVERY_WIRES_METHODS[name]
-    refused = post(authed_every_wire, "/mcp", era, tool(era, "x", None))
-    response = post(authed_every_wire, "/mcp", era, body)
+@pytest.mark.parametrize("name", list(SESSION_METHODS))
+def test_the_session_methods_get_the_servers_401(authed_session_methods: httpx.Client, name: str) -> None:
+    era, body = SESSION_METHODS[name]
+    refused = post(authed_session_methods, "/mcp", era, tool(era, "x", None))
+    response = post(authed_session_methods, "/mcp", era, body)
     assert refused.status_code == 401
     assert (response.status_code, response.content) == (refused.status_code, refused.content)
     assert response.headers["www-authenticate"] == refused.headers["www-authenticate"]

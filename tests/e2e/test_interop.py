@@ -22,7 +22,6 @@ from typing import Any, cast
 from uuid import uuid4
 
 import anyio
-import httpx
 import httpx2
 import pytest
 from examples import fastapi_app, fastmcp_app, starlette_app
@@ -37,9 +36,8 @@ from mcp.shared._httpx_utils import McpHttpClientFactory
 from mcp.shared.exceptions import MCPError
 
 from _docs import assert_generated
-from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, sdk_meta, tool_text
+from _mcp import MCP_PATH, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, sdk_meta
 from conftest import SECRET, serve
-from e2e._wires import STRAWMAN_REQUIRED, Sep1364Client, StrawmanClient
 from mcp_sessions import MCPSessionMiddleware, get_session
 from mcp_sessions.client import HeldSession, SessionTransport
 
@@ -488,149 +486,6 @@ def matrix() -> Iterator[dict[tuple[str, str], Cell]]:
         yield anyio.run(run_matrix, urls, opted)
 
 
-# -- every session wire: the quickstart with all four profiles ------------------------------------------------
-
-ALL_WIRES = {**ENVIRON, "MCP_SESSIONS_PROFILES": "draft,strawman,sep1364-alt1,sep1364-alt2"}
-
-
-def wire_server(state: str, mode: str) -> ServerKind:
-    """A column of the wire matrix: the quickstart, stateful or stateless, JSON or SSE (built with ``ALL_WIRES``)."""
-    return ServerKind(
-        f"wires-{state}-{mode}",
-        f"quickstart, `MCP_SESSIONS_PROFILES=draft,strawman,sep1364-alt1,sep1364-alt2`, {state}, {mode.upper()}",
-        lambda env: build_quickstart(json_response=mode == "json", stateless=state == "stateless", environ=env),
-        streams=mode == "sse",
-    )
-
-
-WIRE_SERVERS = [wire_server(state, mode) for state in ("stateful", "stateless") for mode in ("json", "sse")]
-
-
-@dataclass(frozen=True)
-class WireClient:
-    key: str
-    title: str
-    run: Callable[[Cell, str], None]
-
-
-def _shim_cycle(profile: str, mode: str, gone: str) -> Callable[[Cell, str], None]:
-    """The `mcp` SDK client through ``SessionTransport(profile=...)``: count, delete, refused or revoked."""
-
-    async def scenario(cell: Cell, url: str) -> None:
-        shim = SessionTransport(profile=profile)
-        async with (
-            httpx2.AsyncClient(transport=shim) as http,
-            SDKClient(streamable_http_client(url, http_client=http), mode=mode) as sdk,
-        ):
-
-            async def call(name: str, meta: Any = None) -> Any:
-                return (await sdk.call_tool(name, {}, meta=meta)).structured_content or {}
-
-            cell.check(
-                "create, count twice", [(await call("count"))["result"], (await call("count"))["result"]], [1, 2]
-            )
-            token = shim.session.token
-            cell.check("delete", "deleted" if await shim.delete() else "not deleted", "deleted")
-            stale = {SESSION_KEY: {"sessionId": token}} if profile == "draft" else {"mcp/session": {"id": token}}
-            cell.check("after delete", await refused_code(sdk.call_tool("count", {}, meta=sdk_meta(stale))), gone)
-
-    return lambda cell, url: anyio.run(scenario, cell, url)
-
-
-def _strawman_reference(cell: Cell, url: str) -> None:
-    with httpx.Client(timeout=10) as http:
-        client = StrawmanClient(http, url.removesuffix(MCP_PATH))
-        created = client.request("session/create", {"hints": {"label": "interop"}})["result"]
-        cell.check("create, count twice", [tool_text(client.call_tool("count")) for _ in range(2)], ["1", "2"])
-        resumed = client.request("session/resume", {"id": created["id"]})["result"]["id"] == created["id"]
-        cell.check("resume", "same id" if resumed else "another id", "same id")
-        cell.check("delete", str(client.request("session/delete", {"id": created["id"]})["result"]["deleted"]), "True")
-        client.cookie = {"id": created["id"]}
-        revoked = "cookie dropped" if (client.call_tool("whoami") and client.cookie is None) else "cookie kept"
-        cell.check("after delete", revoked, "cookie dropped")
-
-
-def _sep1364(alternative: int, era: str) -> Callable[[Cell, str], None]:
-    def scenario(cell: Cell, url: str) -> None:
-        with httpx.Client(timeout=10) as http:
-            client = Sep1364Client(http, url.removesuffix(MCP_PATH), era=era)
-            if alternative == 1:
-                if era == LEGACY:
-                    client.handshake()
-                created = client.request("session/create", {"capabilities": {}}, session=None)
-                client.session_id = created["result"]["sessionId"]
-            else:
-                client.initialize(session=None)
-            cell.check("create, count twice", [tool_text(client.call_tool("count")) for _ in range(2)], ["1", "2"])
-            session_id = client.session_id
-            if alternative == 1:
-                again = client.request("session/create", {"sessionId": session_id, "capabilities": {}})["result"]
-                cell.check("refresh", "same id" if again["sessionId"] == session_id else "another id", "same id")
-                ended = client.request("session/delete", {"sessionId": session_id})
-            else:
-                resumed = client.initialize(session=session_id).get("sessionId") == session_id
-                cell.check("resume", "same id" if resumed else "another id", "same id")
-                ended = client.request("terminate", {"sessionId": session_id})
-            cell.check("delete", "deleted" if isinstance(ended.get("result"), dict) else f"refused: {ended}", "deleted")
-            cell.check("after delete", str(client.call_tool("count")["error"]["code"]), str(SESSION_NOT_FOUND))
-
-    return scenario
-
-
-WIRE_CLIENTS = [
-    WireClient(
-        "draft-shim",
-        "`draft`: `mcp` SDK `Client` through `SessionTransport()`, 2026-07-28",
-        _shim_cycle("draft", "auto", str(SESSION_NOT_FOUND)),
-    ),
-    WireClient(
-        "strawman-shim",
-        '`strawman`: `mcp` SDK `Client` through `SessionTransport(profile="strawman")`, 2026-07-28',
-        _shim_cycle("strawman", "auto", str(STRAWMAN_REQUIRED)),
-    ),
-    WireClient(
-        "strawman-shim-legacy",
-        '`strawman`: `mcp` SDK `Client` through `SessionTransport(profile="strawman")`, 2025-11-25 handshake',
-        _shim_cycle("strawman", "legacy", str(STRAWMAN_REQUIRED)),
-    ),
-    WireClient(
-        "strawman-reference",
-        "`strawman`: a client that behaves as the group's reference client, 2026-07-28",
-        _strawman_reference,
-    ),
-    WireClient("alt1-modern", "`sep1364-alt1`: top-level `sessionId`, 2026-07-28", _sep1364(1, MODERN)),
-    WireClient("alt1-legacy", "`sep1364-alt1`: top-level `sessionId`, 2025-11-25 handshake", _sep1364(1, LEGACY)),
-    WireClient("alt2-legacy", "`sep1364-alt2`: `initialize` with `sessionId`, 2025-11-25", _sep1364(2, LEGACY)),
-]
-WIRE_STEPS = [
-    "create, count twice: the wire's own create, then `count` answers 1, then 2 (the counter survives)",
-    "resume or refresh, where the wire has one: the same session comes back",
-    "delete: the wire's own delete ends the session",
-    "after delete: the session is refused (`-32043`; on the strawman `-32002`, session required, since a gone "
-    'session counts as none) or revoked (the reference client drops its cookie on `"mcp/session": null`)',
-]
-
-
-def run_wire_cell(client: WireClient, server: ServerKind, url: str) -> Cell:
-    cell = Cell(ClientKind(client.key, client.title, "wire", "", True), server)
-    try:
-        client.run(cell, url)
-    except Exception as exc:
-        cell.steps.append(Step("error", f"{type(exc).__name__}: {exc}"[:200], False))
-    return cell
-
-
-@pytest.fixture(scope="module")
-def wire_matrix() -> Iterator[dict[tuple[str, str], Cell]]:
-    with ExitStack() as stack:
-        urls = {server.key: stack.enter_context(serve(server.build(ALL_WIRES))) + MCP_PATH for server in WIRE_SERVERS}
-        yield {
-            (client.key, server.key): run_wire_cell(client, server, urls[server.key])
-            for client in WIRE_CLIENTS
-            for server in WIRE_SERVERS
-        }
-
-
 # -- the document ------------------------------------------------------------------------------------------------
 
 
@@ -651,7 +506,7 @@ SESSIONLESS_STEPS = [
 ]
 
 
-def render(cells: dict[tuple[str, str], Cell], wire_cells: dict[tuple[str, str], Cell]) -> str:
+def render(cells: dict[tuple[str, str], Cell]) -> str:
     # Only what the test dependencies pin (mcp>=2.3,<2.4 and fastmcp==4.2.3): a fresh clone that resolves a
     # newer uvicorn or Python renders the same page.
     mcp_minor = ".".join(version("mcp").split(".")[:2])
@@ -707,17 +562,6 @@ def render(cells: dict[tuple[str, str], Cell], wire_cells: dict[tuple[str, str],
                 row.append(text)
             out.append(f"| {client.title} | " + " | ".join(row) + " |")
         out.append("")
-    out += ["## Every session wire", ""]
-    out += ["The quickstart with all four wire profiles enabled (see [profiles.md](profiles.md)), served:", ""]
-    out += [f"{n}. {server.title}" for n, server in enumerate(WIRE_SERVERS, start=1)]
-    out += ["", "Each cell runs, in order (steps a wire does not have are skipped):", ""]
-    out += [f"{n}. {step}" for n, step in enumerate(WIRE_STEPS, start=1)]
-    out += ["", "| wire and client | " + " | ".join(str(n) for n in range(1, len(WIRE_SERVERS) + 1)) + " |"]
-    out.append("| --- |" + " --- |" * len(WIRE_SERVERS))
-    for wire in WIRE_CLIENTS:
-        row = ["pass" if wire_cells[wire.key, server.key].ok else "**FAIL**" for server in WIRE_SERVERS]
-        out.append(f"| {wire.title} | " + " | ".join(row) + " |")
-    out.append("")
     out += [
         "## Without the shim, with the opt-ins: stock clients and host-shaped clients",
         "",
@@ -743,7 +587,7 @@ def render(cells: dict[tuple[str, str], Cell], wire_cells: dict[tuple[str, str],
     out.append("")
     out += ["## Notes", ""]
     out += [f"{n}. {note}" for note, n in notes.items()] or ["None."]
-    failing = [cell for cell in [*cells.values(), *wire_cells.values()] if not cell.ok]
+    failing = [cell for cell in cells.values() if not cell.ok]
     out += ["", "## Gaps", ""]
     if failing:
         for cell in failing:
@@ -771,14 +615,5 @@ def test_cell(matrix: dict[tuple[str, str], Cell], client: ClientKind | StockKin
     assert cell.ok, "\n".join(f"{s.name}: {s.observed} ({'ok' if s.ok else s.note})" for s in cell.steps)
 
 
-@pytest.mark.parametrize("server", WIRE_SERVERS, ids=[s.key for s in WIRE_SERVERS])
-@pytest.mark.parametrize("client", WIRE_CLIENTS, ids=[c.key for c in WIRE_CLIENTS])
-def test_wire_cell(wire_matrix: dict[tuple[str, str], Cell], client: WireClient, server: ServerKind) -> None:
-    cell = wire_matrix[client.key, server.key]
-    assert cell.ok, "\n".join(f"{s.name}: {s.observed} ({'ok' if s.ok else s.note})" for s in cell.steps)
-
-
-def test_docs_interop_md_is_generated_from_this_run(
-    matrix: dict[tuple[str, str], Cell], wire_matrix: dict[tuple[str, str], Cell]
-) -> None:
-    assert_generated(DOC, render(matrix, wire_matrix), "", BY_HAND)
+def test_docs_interop_md_is_generated_from_this_run(matrix: dict[tuple[str, str], Cell]) -> None:
+    assert_generated(DOC, render(matrix), "", BY_HAND)

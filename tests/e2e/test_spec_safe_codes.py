@@ -1,11 +1,10 @@
-"""``error_codes="spec-safe"`` through the real SDK server: no wire answers a code MCP 2026-07-28
+"""``error_codes="spec-safe"`` through the real SDK server: the draft answers no code MCP 2026-07-28
 reserves for itself (-32020..-32099 beyond the ones it defines) or retired (-32002), and the project's client
 still recovers from a session that is gone."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import httpx
@@ -18,9 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from _mcp import MCP_PATH, answer, modern_headers, modern_request, session_meta
 from conftest import SECRET, in_process, serve
-from e2e._wires import COOKIE, Sep1364Client, StrawmanClient
 from mcp_sessions.client import HeldSession, SessionTransport
-from mcp_sessions.profiles import PROFILES
 from mcp_sessions.profiles._base import SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED, spec_allows
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_ERROR_CODES": "spec-safe"}
@@ -28,17 +25,9 @@ HEADER_MISMATCH = -32020  # defined by MCP 2026-07-28: kept
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[dict[str, httpx.Client]]:
-    """One server per wire, that wire listed first (so a request without a session gets its "required")."""
-    with ExitStack() as stack:
-        yield {
-            name: stack.enter_context(in_process(build_app(json_response=True, environ=ENVIRON, profiles=_first(name))))
-            for name in ("draft", "strawman", "sep1364-alt1", "sep1364-alt2")
-        }
-
-
-def _first(name: str) -> str:
-    return ",".join([name, *(other for other in PROFILES if other != name)])
+def server() -> Iterator[httpx.Client]:
+    with in_process(build_app(json_response=True, environ=ENVIRON)) as http:
+        yield http
 
 
 def code(message: dict[str, Any]) -> int:
@@ -62,46 +51,10 @@ def draft_errors(http: httpx.Client, base: str) -> list[int]:
     ]
 
 
-def strawman_errors(http: httpx.Client, base: str) -> list[int]:
-    client = StrawmanClient(http, base)
-    required = client.call_tool("count")
-    gone = client.request("session/resume", {"id": "sess-invalid"})
-    created = client.request("session/create", {"hints": {}})["result"]
-    body = modern_request("tools/call", {"name": "count", "arguments": {}}, meta={COOKIE: {"id": created["id"]}})
-    mismatch = answer(http.post(base + MCP_PATH, json=body, headers=modern_headers(body, Mcp_Session_Id="other")))
-    return [code(required), code(gone), code(mismatch)]
+def test_the_draft_answers_no_code_the_spec_reserves_or_retired(server: httpx.Client) -> None:
+    every = draft_errors(server, "")
 
-
-def sep1364_errors(http: httpx.Client, base: str, *, alt: int) -> list[int]:
-    client = Sep1364Client(http, base)
-    answers = [client.call_tool("count"), client.request("tools/call", {"name": "count"}, session="sess-invalid")]
-    if alt == 1:
-        client.session_id = client.request("session/create", {"capabilities": {}}, session=None)["result"]["sessionId"]
-        answers.append(client.request("session/delete", session="sess-invalid"))
-    else:
-        answers.append(client.request("terminate", session="sess-invalid"))
-        client.session_id = client.initialize(session=None)["sessionId"]
-    body = {**modern_request("tools/call", {"name": "count", "arguments": {}}), "sessionId": client.session_id}
-    mismatch = http.post(base + MCP_PATH, json=body, headers=modern_headers(body, Mcp_Session_Id="other"))
-    return [*(code(a) for a in answers), code(answer(mismatch))]
-
-
-def test_no_wire_answers_a_code_the_spec_reserves_or_retired(servers: dict[str, httpx.Client]) -> None:
-    answered = {
-        "draft": draft_errors(servers["draft"], ""),
-        "strawman": strawman_errors(servers["strawman"], ""),
-        "sep1364-alt1": sep1364_errors(servers["sep1364-alt1"], "", alt=1),
-        "sep1364-alt2": sep1364_errors(servers["sep1364-alt2"], "", alt=2),
-    }
-
-    required, gone = SPEC_SAFE_REQUIRED, SPEC_SAFE_NOT_FOUND
-    assert answered == {
-        "draft": [required, gone, gone, HEADER_MISMATCH],
-        "strawman": [required, gone, HEADER_MISMATCH],
-        "sep1364-alt1": [required, gone, gone, HEADER_MISMATCH],
-        "sep1364-alt2": [required, gone, gone, HEADER_MISMATCH],
-    }
-    every = [c for codes in answered.values() for c in codes]
+    assert every == [SPEC_SAFE_REQUIRED, SPEC_SAFE_NOT_FOUND, SPEC_SAFE_NOT_FOUND, HEADER_MISMATCH]
     assert all(spec_allows(c) for c in every), every
     assert not any(-32099 <= c <= -32020 and c != HEADER_MISMATCH for c in every)
 
@@ -120,7 +73,7 @@ async def delete_behind_its_back(url: str, token: str) -> None:
 @pytest.mark.parametrize("recreate", [True, False])
 async def test_the_client_shim_understands_the_spec_safe_not_found(recreate: bool) -> None:
     """Our client transport, over a real connection (what it is made for)."""
-    with serve(build_app(json_response=True, environ=ENVIRON, profiles=_first("draft"))) as base:
+    with serve(build_app(json_response=True, environ=ENVIRON)) as base:
         await shim_understands_the_spec_safe_not_found(base + MCP_PATH, recreate)
 
 

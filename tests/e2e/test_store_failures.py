@@ -1,11 +1,11 @@
-"""A failing store, through a real server: uvicorn, the mcp SDK's MCPServer (the quickstart), every wire at once.
+"""A failing store, through a real server: uvicorn, the mcp SDK's MCPServer (the quickstart).
 
-A redis-server stops mid-test: each wire's session methods, and a tool call in a session,
+A redis-server stops mid-test: ``sessions/delete``, and a tool call in a session,
 get the retryable -32010 with HTTP 503 and ``Retry-After``; ``sessions/create``, which
 stores nothing, still opens sessions, and a malformed parameter is still -32602. A tool
 whose own ``session.data`` write fails (a full memory store, a read-only or locked SQLite
 file) gets what the SDK makes of any tool's exception, an ``isError`` result; never a
-500. The property over every wire, method and store is tests/asgi/test_store_failures.py.
+500. The property over every method and store is tests/asgi/test_store_failures.py.
 """
 
 from __future__ import annotations
@@ -23,15 +23,13 @@ from starlette.types import Scope
 
 from _backends import closing_store as closing
 from _failing_stores import filled_memory, locked_sqlite, read_only_sqlite
-from _mcp import INVALID_PARAMS, LEGACY, answer, legacy_request, modern_headers, modern_request, tool_text
+from _mcp import INVALID_PARAMS, answer, modern_headers, modern_request, tool_text
 from _redis import redis_server
 from conftest import SECRET, serve
-from e2e._wires import Sep1364Client
 from mcp_sessions.stores import RedisStore, SessionStore
 
-ENVIRON = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_PROFILES": "draft,strawman,sep1364-alt1,sep1364-alt2"}
+ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 ALICE = {"X-User": "alice"}
-OPEN = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "sep1364", "version": "0"}}
 
 
 def user_of(scope: Scope) -> str | None:
@@ -47,14 +45,9 @@ def served(store: SessionStore) -> Iterator[tuple[httpx.Client, str]]:
 
 
 def post_modern(http: httpx.Client, url: str, method: str, params: dict[str, Any], **meta: Any) -> httpx.Response:
-    """A 2026-07-28 request as alice, with ``meta`` in its ``_meta`` (a session, the strawman's cookie)."""
+    """A 2026-07-28 request as alice, with ``meta`` in its ``_meta`` (a session)."""
     body = modern_request(method, params, meta=meta)
     return http.post(url + "/mcp", json=body, headers=modern_headers(body, **ALICE))
-
-
-def post_sep1364(client: Sep1364Client, method: str, params: dict[str, Any], session: Any) -> httpx.Response:
-    """A 2025-era request of SEP-1364, its top-level ``sessionId`` beside ``params``."""
-    return client.post({**legacy_request(method, params), "sessionId": session})
 
 
 def opened(http: httpx.Client, url: str) -> dict[str, Any]:
@@ -74,48 +67,19 @@ def invalid_params(response: httpx.Response) -> None:
     assert answer(response)["error"]["code"] == INVALID_PARAMS
 
 
-def test_a_redis_that_stops_gets_the_retryable_error_on_every_wire() -> None:
+def test_a_redis_that_stops_gets_the_retryable_error() -> None:
     with redis_server() as redis, served(RedisStore(redis.url)) as (http, url):
         draft = {"io.modelcontextprotocol/session": opened(http, url)}
-        created = answer(post_modern(http, url, "session/create", {"hints": {"label": "l"}}))
-        strawman = {"mcp/session": {"id": created["result"]["id"]}}
-        alt1 = Sep1364Client(http, url, era=LEGACY)
-        alt1_id = answer(post_sep1364(alt1, "session/create", {"capabilities": {}}, None))["sessionId"]
-        alt2 = Sep1364Client(http, url, era=LEGACY)
-        alt2_id = answer(post_sep1364(alt2, "initialize", OPEN, None))["sessionId"]
         count: dict[str, Any] = {"name": "count", "arguments": {}}
-        for meta in (draft, strawman):  # each wire's session works while Redis answers
-            assert tool_text(answer(post_modern(http, url, "tools/call", count, **meta))) == "1"
-        for client, session in ((alt1, alt1_id), (alt2, alt2_id)):
-            assert tool_text(answer(post_sep1364(client, "tools/call", count, session))) == "1"
+        assert tool_text(answer(post_modern(http, url, "tools/call", count, **draft))) == "1"
 
         redis.stop()
-        for meta in (draft, strawman):
-            unavailable(post_modern(http, url, "tools/call", count, **meta))
+        unavailable(post_modern(http, url, "tools/call", count, **draft))
         unavailable(post_modern(http, url, "sessions/delete", {}, **draft))
-        for method, params in [
-            ("session/create", {"hints": {}}),  # alice's create is recorded for session/list
-            ("session/resume", {"id": strawman["mcp/session"]["id"]}),
-            ("session/list", {}),
-            ("session/delete", {"id": strawman["mcp/session"]["id"]}),
-        ]:
-            unavailable(post_modern(http, url, method, params))
-        for client, session in ((alt1, alt1_id), (alt2, alt2_id)):
-            unavailable(post_sep1364(client, "tools/call", count, session))
-        unavailable(post_sep1364(alt1, "session/create", {"sessionId": alt1_id}, None))
-        unavailable(post_sep1364(alt1, "session/delete", {"sessionId": alt1_id}, alt1_id))
-        unavailable(post_sep1364(alt2, "initialize", OPEN, alt2_id))
-        unavailable(post_sep1364(alt2, "initialize", OPEN, None))
-        unavailable(post_sep1364(alt2, "terminate", {"sessionId": alt2_id}, alt2_id))
 
         # What needs no store still works; a malformed parameter is the client's to fix, store or not.
         assert "session" in answer(post_modern(http, url, "sessions/create", {}))["result"]
-        assert "sessionId" in answer(post_sep1364(alt1, "session/create", {"capabilities": {}}, None))["result"]
         invalid_params(post_modern(http, url, "sessions/create", {"label": 5}))
-        invalid_params(post_modern(http, url, "session/list", {"cursor": "_w"}))
-        invalid_params(post_modern(http, url, "session/resume", {"id": 5}))
-        invalid_params(post_sep1364(alt1, "session/create", {"capabilities": 5}, None))
-        invalid_params(post_sep1364(alt2, "terminate", {"sessionId": 5}, None))
 
 
 @contextlib.contextmanager
@@ -141,7 +105,6 @@ def test_a_tool_whose_data_write_fails_gets_a_tool_error_and_session_methods_the
         result = answer(counted)["result"]
         # What the SDK makes of any exception out of a tool: its words stay in the server's log.
         assert result["isError"] is True and result["content"][0]["text"] == "Error executing tool count", result
-        unavailable(post_modern(http, url, "session/create", {"hints": {}}))  # alice's: recorded for session/list
         deleted = post_modern(http, url, "sessions/delete", {}, **meta)
         if kind == "memory-full":  # a deletion is recorded even past the cap: never forgotten
             assert deleted.status_code == 200 and answer(deleted)["result"] == {"resultType": "complete"}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mcp_sessions.stores import SessionRecord, SessionStatus, SessionStore
+from mcp_sessions.stores import SessionStatus, SessionStore
 
 from .conftest import ACTIVE, EXP, IDLE_EXPIRED, NOW, REVOKED, Backend, eventually
 
@@ -261,48 +261,6 @@ async def test_two_stores_on_one_backend_count_and_revoke_together(backend: Back
     assert await replicas[1].revoke("s1", expires_at=EXP) is True
     assert await replicas[0].touch("s1", expires_at=EXP, now=NOW, idle_ttl=None) is REVOKED
     assert await replicas[0].revoke("s1", expires_at=EXP) is False
-
-
-# -- listing -----------------------------------------------------------------------------------------
-
-
-async def test_listing_pages_through_a_principals_live_sessions(store: SessionStore) -> None:
-    for sid in ("a1", "a2", "a3", "a4", "a5"):
-        await store.record(sid, principal="alice", expires_at=EXP, now=NOW, data={"label": sid.upper()})
-    await store.record("b1", principal="bob", expires_at=EXP, now=NOW)
-    await store.record("short", principal="alice", expires_at=NOW + 10, now=NOW)
-    await store.revoke("a2", expires_at=EXP)
-
-    seen: list[SessionRecord] = []
-    cursor: str | None = None
-    for _ in range(10):
-        page, cursor = await store.list_sessions("alice", now=NOW + 20, cursor=cursor, limit=2)
-        assert len(page) <= 2
-        seen.extend(page)
-        if cursor is None:
-            break
-    assert [r.session_id for r in seen] == ["a1", "a3", "a4", "a5"]  # not revoked a2, not expired "short"
-    assert seen[0] == SessionRecord("a1", EXP, {"label": "A1"})
-    assert await store.list_sessions("bob", now=NOW) == ([SessionRecord("b1", EXP, None)], None)
-    assert await store.list_sessions("carol", now=NOW) == ([], None)
-
-
-async def test_listing_leaves_out_sessions_that_idle_expired(store: SessionStore) -> None:
-    await store.record("s1", principal="alice", expires_at=EXP, now=NOW)
-    assert await store.touch("s1", expires_at=EXP, now=NOW + 61, idle_ttl=60, issued_at=NOW) is IDLE_EXPIRED
-    assert await store.list_sessions("alice", now=NOW + 62) == ([], None)
-
-
-async def test_a_revoked_session_cannot_be_recorded_again(store: SessionStore) -> None:
-    await store.revoke("s1", expires_at=EXP)
-    await store.record("s1", principal="alice", expires_at=EXP, now=NOW)
-    assert await store.list_sessions("alice", now=NOW) == ([], None)
-
-
-@pytest.mark.parametrize("limit", [0, -1, 1001, 2.5])
-async def test_listing_refuses_a_bad_page_size(store: SessionStore, limit: Any) -> None:
-    with pytest.raises(ValueError, match="limit must be an integer from 1 to 1000"):
-        await store.list_sessions("alice", now=NOW, limit=limit)
 
 
 # -- the rest ----------------------------------------------------------------------------------------

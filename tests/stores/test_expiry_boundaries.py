@@ -10,7 +10,6 @@ The rules pinned (``stores/_base.py``):
   Memory and SQLite forget it from ``now == expires_at`` on, as the token itself is refused from
   ``exp`` on; Redis lets its keys expire by its own clock plus ``expiry_margin`` (the contract allows
   a margin), so it is not asked about ``now >= expires_at`` here;
-- listing: a recorded session is listed while ``now < expires_at``, by every store.
 
 Each boundary is checked at the last float before it (``math.nextafter``) and at it, so a ``<``
 turned into ``<=`` (or ``>`` into ``>=``) fails here. ``NOW`` is years ahead of the wall clock,
@@ -115,18 +114,6 @@ async def test_memory_and_sqlite_forget_a_record_at_expires_at(store: SessionSto
     touch = {"expires_at": expires_at, "idle_ttl": 100, "issued_at": expires_at - 120}
     assert await store.touch("used", now=expires_at - 50, **touch) is ACTIVE
     assert await store.touch("used", now=expires_at, **touch) is IDLE_EXPIRED  # 120 s from issued_at again
-
-
-# -- listing -------------------------------------------------------------------------------------------
-
-
-async def test_a_recorded_session_is_listed_until_the_last_instant_before_expires_at(store: SessionStore) -> None:
-    """Pinned: ``list_sessions(now=expires_at - epsilon)`` lists it, ``now=expires_at`` does not."""
-    expires_at = NOW + 600
-    await store.record("s1", principal="alice", expires_at=expires_at, now=NOW, data={"label": "one"})
-    listed, _ = await store.list_sessions("alice", now=before(expires_at))
-    assert [(record.session_id, record.expires_at) for record in listed] == [("s1", expires_at)]
-    assert await store.list_sessions("alice", now=expires_at) == ([], None)
 
 
 # -- a touch interval: the slack it adds, and when the clock moves -------------------------------------

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from _redis import RedisServer, free_port, redis_server
-from mcp_sessions.stores import RedisStore, SessionRecord, SessionStoreUnavailable
+from mcp_sessions.stores import RedisStore, SessionStoreUnavailable
 
 from .conftest import ACTIVE, EXP, NOW, eventually, unique_prefix
 
@@ -48,19 +48,14 @@ async def raw(redis: RedisServer) -> AsyncIterator[aioredis.Redis]:
 async def test_key_layout_hash_tags_and_ttls(redis_store: RedisStore, raw: aioredis.Redis) -> None:
     await redis_store.touch("sid-1", expires_at=EXP, now=NOW + 1, idle_ttl=60, issued_at=NOW)
     await redis_store.set("sid-1", "k", {"v": 1}, expires_at=EXP)
-    await redis_store.record("sid-1", principal="alice", expires_at=EXP, now=NOW, data={"label": "L"})
     tagged = f"{redis_store.prefix}{{sid-1}}"
-    status, data, listing = tagged + ":s", tagged + ":d", tagged + ":l"
-    index = next(k for k in await raw.keys(redis_store.prefix + "p:*"))
-    assert sorted(await raw.keys(redis_store.prefix + "*")) == sorted([status, data, listing, index])
-    assert len({key_slot(k.encode()) for k in (status, data, listing)}) == 1  # one Cluster slot a session
+    status, data = tagged + ":s", tagged + ":d"
+    assert sorted(await raw.keys(redis_store.prefix + "*")) == sorted([status, data])
+    assert len({key_slot(k.encode()) for k in (status, data)}) == 1  # one Cluster slot a session
     assert await raw.get(status) == repr(NOW + 1)
     assert await raw.hgetall(data) == {"k": '{"v":1}'}
-    assert await raw.hgetall(listing) == {"e": repr(EXP), "l": '{"label":"L"}'}
-    assert await raw.zrange(index, 0, -1) == ["sid-1"]
     # Keys live for the session's remaining lifetime plus the margin (data writes count from the real clock).
-    for key in (status, listing, index):
-        assert 3600_000 < await raw.pttl(key) <= (3600 + 300) * 1000
+    assert 3600_000 < await raw.pttl(status) <= (3600 + 300) * 1000
     assert await raw.pttl(data) > 3600_000
 
 
@@ -68,7 +63,6 @@ async def test_revocation_keeps_a_marker_for_the_remaining_lifetime_and_deletes_
     redis_store: RedisStore, raw: aioredis.Redis
 ) -> None:
     await redis_store.set("sid-2", "k", 1, expires_at=EXP)
-    await redis_store.record("sid-2", principal="alice", expires_at=EXP, now=NOW)
     assert await redis_store.revoke("sid-2", expires_at=EXP) is True
     keys = await raw.keys(redis_store.prefix + "{*")
     assert keys == [f"{redis_store.prefix}{{sid-2}}:s"]
@@ -78,9 +72,6 @@ async def test_revocation_keeps_a_marker_for_the_remaining_lifetime_and_deletes_
     await redis_store.incr("sid-2", "n", expires_at=EXP)
     await redis_store.update("sid-2", "u", lambda old: 1, expires_at=EXP)
     assert len(await raw.keys(redis_store.prefix + "{*")) == 1  # nothing written after the revocation
-    # The principal's index forgets the revoked session the next time it is listed.
-    assert await redis_store.list_sessions("alice", now=NOW) == ([], None)
-    assert await raw.keys(redis_store.prefix + "p:*") == []
 
 
 async def test_nothing_outlives_the_session(redis: RedisServer, raw: aioredis.Redis) -> None:
@@ -89,9 +80,8 @@ async def test_nothing_outlives_the_session(redis: RedisServer, raw: aioredis.Re
         now = time.time()
         await store.touch("short", expires_at=now + 0.3, now=now, idle_ttl=60, issued_at=now - 1)
         await store.set("short", "k", 1, expires_at=now + 0.3)
-        await store.record("short", principal="alice", expires_at=now + 0.3, now=now)
         await store.revoke("revoked", expires_at=now + 0.3)
-        assert len(await raw.keys(store.prefix + "*")) == 5
+        assert len(await raw.keys(store.prefix + "*")) == 3
 
         async def nothing_left() -> bool:
             return await raw.keys(store.prefix + "*") == []
@@ -192,8 +182,6 @@ def all_operations(store: RedisStore) -> dict[str, Any]:
         "update": lambda: store.update("s1", "k", lambda old: 1, expires_at=EXP),
         "items": lambda: store.items("s1"),
         "ping": store.ping,
-        "record": lambda: store.record("s1", principal="p", expires_at=EXP, now=NOW),
-        "list": lambda: store.list_sessions("p", now=NOW),
     }
 
 
@@ -208,8 +196,6 @@ OPERATIONS = [
     "update",
     "items",
     "ping",
-    "record",
-    "list",
 ]
 
 
@@ -276,8 +262,6 @@ async def test_a_user_supplied_client_works_without_decoding_and_stays_open(redi
     client = aioredis.Redis.from_url(redis.url)  # decode_responses=False: replies are bytes
     store = RedisStore(client=client, prefix=unique_prefix())
     assert await store.touch("s1", expires_at=EXP, now=NOW + 1, idle_ttl=60) is ACTIVE
-    await store.record("s1", principal="é", expires_at=EXP, now=NOW, data={"l": "é"})
-    assert await store.list_sessions("é", now=NOW) == ([SessionRecord("s1", EXP, {"l": "é"})], None)
     await store.set("s1", "é", {"v": [1]}, expires_at=EXP)
     assert await store.incr("s1", "n", 2, expires_at=EXP) == 2
     assert await store.update("s1", "é", lambda old: {"v": [*old["v"], 2]}, expires_at=EXP) == {"v": [1, 2]}

@@ -39,7 +39,6 @@ async def test_everything_survives_a_restart(tmp_path: Path) -> None:
     await first.set("s1", "cart", ["apple"], expires_at=EXP)
     await first.revoke("s2", expires_at=EXP)
     await first.touch("s3", expires_at=EXP, now=NOW + 30, idle_ttl=60, issued_at=NOW)
-    await first.record("s1", principal="alice", expires_at=EXP, now=NOW)
     await first.aclose()
     second = SQLiteStore(path, touch_interval=0)
     try:
@@ -48,7 +47,6 @@ async def test_everything_survives_a_restart(tmp_path: Path) -> None:
         assert (
             await second.touch("s3", expires_at=EXP, now=NOW + 89, idle_ttl=60, issued_at=NOW) is SessionStatus.ACTIVE
         )
-        assert [r.session_id for r in (await second.list_sessions("alice", now=NOW))[0]] == ["s1"]
     finally:
         await second.aclose()
 

@@ -319,6 +319,6 @@ def test_register_store_refuses_what_cannot_be_called() -> None:
 def test_exported() -> None:
     import mcp_sessions.stores as stores
 
-    for name in ("store_from_url", "register_store", "SQLiteStore", "SessionRecord"):
+    for name in ("store_from_url", "register_store", "SQLiteStore", "SessionStatus"):
         assert name in stores.__all__
         assert getattr(stores, name) is not None

@@ -109,6 +109,7 @@ def test_ttl_of_exactly_ten_years_is_accepted() -> None:
         ({"secret": SECRET, "adopt_transport_sessions": "yes"}, TypeError, "adopt_transport_sessions is True or"),
         ({"secret": SECRET, "capture_content": 1}, TypeError, "capture_content is True or False"),
         ({"secret": SECRET, "profiles": "bogus"}, ValueError, "unknown session wire profile 'bogus'"),
+        ({"secret": SECRET, "profiles": ["strawman"]}, ValueError, "the session wire profile 'strawman' was removed"),
         ({"secret": SECRET, "error_codes": "strict"}, ValueError, f"error_codes {CODE_SETS}"),
     ],
     ids=["nothing", "both", "short-secret", "short-bytes-secret", "keys-and-issuer", "keys-and-audience",
@@ -117,7 +118,8 @@ def test_ttl_of_exactly_ten_years_is_accepted() -> None:
          "max-body-zero", "require-session-string", "require-session-tools-string", "retry-after-fraction",
          "max-response-zero", "probe-timeout-zero", "create-limit-zero", "create-limit-over-a-day",
          "conversations-bool", "conversations-zero", "trace-mode", "trace-user", "conversation-data",
-         "conversation-keys", "adopt-not-bool", "capture-not-bool", "unknown-profile", "error-codes"],
+         "conversation-keys", "adopt-not-bool", "capture-not-bool", "unknown-profile", "retired-profile",
+         "error-codes"],
 )  # fmt: skip
 def test_bad_configuration_fails_at_construction(options: dict[str, Any], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
@@ -201,7 +203,7 @@ def test_from_env_reads_every_variable() -> None:
         ("MCP_SESSIONS_CAPTURE_CONTENT", "yes", lambda c: c.capture_content, True),
         ("MCP_SESSIONS_TRACE_USER", "Name", lambda c: c.trace_user, "name"),
         ("MCP_SESSIONS_TRACE_USER", "off", lambda c: c.trace_user, None),
-        ("MCP_SESSIONS_PROFILES", "draft,strawman", lambda c: [p.name for p in c.profiles], ["draft", "strawman"]),
+        ("MCP_SESSIONS_PROFILES", "draft", lambda c: [p.name for p in c.profiles], ["draft"]),
     ],
 )  # fmt: skip
 def test_from_env_each_variable_sets_its_option(
@@ -267,6 +269,7 @@ FLAG = "must be 1 or 0 (true/false, yes/no, on/off), got 'maybe'"
         ("MCP_SESSIONS_CAPTURE_CONTENT", "maybe", f" {FLAG}"),
         ("MCP_SESSIONS_TRACE_USER", "yes", ' must be "digest", "name" or None (off)'),
         ("MCP_SESSIONS_PROFILES", "bogus", ": unknown session wire profile 'bogus'"),
+        ("MCP_SESSIONS_PROFILES", "draft,sep1364-alt1", ": the session wire profile 'sep1364-alt1' was removed: no"),
         ("MCP_SESSIONS_ERROR_CODES", "strict", f" {CODE_SETS}"),
     ],
 )  # fmt: skip

@@ -50,8 +50,6 @@ SHARED = ROOT.parent / "shared"
 TEXTS = {
     "draft": ["seeds/004_5543cca64d2ef1c9.txt", "seeds/002_e39abaa8ab38ee42.txt", "spec/data-layer-sessions.md"],
     "strawman": ["seeds/002_e39abaa8ab38ee42.txt"],
-    "sep1364-alt1": ["seeds/000_5527420b435b55c9.txt"],
-    "sep1364-alt2": ["seeds/000_5527420b435b55c9.txt"],
 }
 
 

@@ -19,9 +19,6 @@ from mcp_sessions.profiles._base import (
 
 SEEDS = {  # wire: (not found, required, header mismatch), as the seeds define them
     "draft": (-32043, -32044, -32020),
-    "strawman": (-32043, -32002, -32020),
-    "sep1364-alt1": (-32043, -32044, -32020),
-    "sep1364-alt2": (-32043, -32044, -32020),
 }
 
 

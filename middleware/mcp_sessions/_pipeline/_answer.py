@@ -87,17 +87,9 @@ class Answers:
         call = plan.calls[0]
         if plan.era is Era.LEGACY and call.method == "initialize":
             return None  # it opens a 2025 transport session: no probe stands for it, so a refused one is not asked
-        probe_scope = call.profile.probe_scope(
-            scope,
-            era=plan.era,
-            session=call.session,
-            header=plan.header_session_id,
-            message=call.message,
-            sessions=self._sessions,
-        )
         return await ask_server(
             self._app,
-            probe_scope,
+            scope,
             body_of(plan),
             body,
             hidden=self._forwarder.hidden,
@@ -117,7 +109,6 @@ class Answers:
             sessions=self._sessions,
             session=call.session,
             operation=call.operation,
-            header=plan.header_session_id,
         )
         try:
             result = await call.local.answer(local)
@@ -127,10 +118,7 @@ class Answers:
             return await self.refuse(plan, send)
         if plan.era is Era.MODERN:
             result["resultType"] = "complete"
-        frame = jsonrpc.result(call.request_id, result)
-        if local.envelope:
-            frame.update(local.envelope)
-        await send_json(send, 200, frame, self._retry_after)
+        await send_json(send, 200, jsonrpc.result(call.request_id, result), self._retry_after)
         if call.operation is not None:
             call.operation.end()
 

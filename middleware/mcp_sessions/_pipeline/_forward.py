@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -41,7 +41,6 @@ from .._wire import Refusal, ThrottledWarning, jsonrpc
 from .._wire.jsonrpc import hashable_id
 from .._wire.protocol import MCP_SESSION_ID_HEADER, Era
 from ..handles import handle_context
-from ..profiles import SessionCarrier
 from ..stores import SessionStoreUnavailable
 from ._response import ResponseRewriter, Target, advertising_tables
 
@@ -54,7 +53,7 @@ if TYPE_CHECKING:
     from .._plan import Plan
     from .._session import SessionBus, SessionService
     from ..handles import HandleContext
-    from ..profiles import Carrier, WireProfile
+    from ..profiles import WireProfile
     from ..sources import TransportSource
 
 
@@ -73,15 +72,12 @@ class Forwarder:
         hides: bool = False,
         max_response_size: int,
     ) -> None:
-        """``hides`` (a gateway's): every wire's session member is removed from every message, ``_meta`` included,
-        where otherwise only what a wire's carrier strips is."""
+        """``hides`` (a gateway's): every wire's session member is removed from every message's ``_meta``."""
         tables = advertising_tables(profiles)
         self._max_response = max_response_size
         self._advertising, self._per_request = tables[Era.LEGACY], tables[Era.MODERN]
         self._capability = capability
-        self._every_wire: tuple[Carrier, ...] = tuple(p.carrier for p in profiles) if hides else ()
-        keys = (c.meta_key for c in self._every_wire if isinstance(c, SessionCarrier))
-        self.hidden = frozenset(keys) if hides else None
+        self.hidden = frozenset(p.carrier.meta_key for p in profiles) if hides else None
         """The ``_meta`` keys a probe leaves out (``ask_server``): a gateway's, every wire's session member's."""
         self._transport = transport
         self._telemetry = telemetry
@@ -99,7 +95,7 @@ class Forwarder:
                 continue
             advertised = advertising.get(call.method, ())
             session = call.session
-            if session is not None or advertised or call.operation is not None or call.revoked is not None:
+            if session is not None or advertised or call.operation is not None:
                 targets[hashable_id(call.request_id)] = Target(
                     call.profile,
                     session
@@ -109,7 +105,6 @@ class Forwarder:
                     self._capability,
                     plan.era,
                     call.operation,
-                    call.revoked is not None,
                 )
         return targets
 
@@ -120,7 +115,8 @@ class Forwarder:
         pipeline stays on the stack while the app runs, where every suspension of the app would
         pass through it.
         """
-        strip_session_members(plan, replay, self._every_wire)
+        if self.hidden is not None:
+            strip_session_members(plan, replay, self.hidden)
         given, listen = send, None
         receive: Receive = replay
         if self._transport is not None and plan.era is Era.LEGACY and plan.calls[0].method == "initialize":
@@ -140,8 +136,6 @@ class Forwarder:
             conversation = None if host is None else (host.id, host.source)
             attaches = session is not None or conversation is not None
             operations = () if call.operation is None else (call.operation,)
-            if session is not None:
-                scope, send = call.profile.to_server(scope, send, session, era=plan.era, method=call.method or "")
             if self._bus is not None and call.method == LISTEN:  # the one check on every request with a bus
                 listen = ListenStream(self._bus, self._sessions, session, call.request_id, replay, send)
                 receive, send = listen.receive, listen.send
@@ -286,31 +280,18 @@ class Exchange:
             operation.end()
 
 
-def strip_session_members(plan: Plan, replay: Replay, every_wire: Sequence[Carrier] = ()) -> None:
-    """Remove the session members a wire's carrier strips (JSON-RPC does not know them) before the app;
-    with ``every_wire`` (a gateway's), every wire's session member of every message, in ``_meta`` too."""
+def strip_session_members(plan: Plan, replay: Replay, keys: frozenset[str]) -> None:
+    """Remove every wire's session member (``keys``, in ``_meta``) from every message before the app (a
+    gateway's: the upstream never sees a session it did not mint)."""
     stripped = False
     for call in plan.calls:
-        if call.method is not None and call.profile.carrier.strip(call.message):
-            stripped = True
-        if call.method is not None and every_wire:
-            stripped = _strip_every_wire(call.message, every_wire) or stripped
+        meta = jsonrpc.meta(call.params) if call.method is not None else None
+        if meta is not None:
+            for key in keys & meta.keys():
+                del meta[key]
+                stripped = True
     if stripped:
         replay.rewrite(jsonrpc.dumps(body_of(plan)))
-
-
-def _strip_every_wire(message: dict[str, Any], carriers: Sequence[Carrier]) -> bool:
-    """Remove each carrier's session from ``message`` (a ``_meta`` key, or what its ``strip`` removes)."""
-    meta = jsonrpc.meta(message.get("params"))
-    stripped = False
-    for carrier in carriers:
-        if isinstance(carrier, SessionCarrier):
-            if meta is not None and carrier.meta_key in meta:
-                del meta[carrier.meta_key]
-                stripped = True
-        elif carrier.strip(message):
-            stripped = True
-    return stripped
 
 
 def continue_trace(message: dict[str, object], replay: Replay, operation: Operation) -> None:

@@ -178,11 +178,6 @@ def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operat
     )
     if call.refusal is not None and call.refusal.session_id is not None:
         operation.set_session(call.refusal.session_id)
-    if call.minted:
-        operation.telemetry.sessions_created.add(1, operation.session_attributes())
-    if call.revoked is not None:
-        attributes = {"mcp_sessions.reason": call.revoked, "mcp.method.name": call.method or ""}
-        operation.telemetry.sessions_rejected.add(1, attributes)
     if call.handles is not None:
         record_handles(operation.span, *call.handles)
     return operation

@@ -179,8 +179,6 @@ class Target:
     """Each wire's capability value, by wire name."""
     era: Era
     operation: Operation | None
-    revoked: bool = False
-    """The request named a session that is gone, on a wire whose result then says so."""
 
 
 def advertising_tables(profiles: Sequence[WireProfile]) -> dict[Era, dict[str, tuple[WireProfile, ...]]]:
@@ -210,10 +208,7 @@ def annotate(target: Target, message: dict[str, object]) -> bool:
     session = target.session
     if session is not None:
         expires = iso(int(session.expires_at_timestamp))
-        target.profile.echo.attach(message, result, session.token, session.state_token, expires)
-        changed = True
-    elif target.revoked:
-        target.profile.echo.revoke(message, result)
+        target.profile.echo.attach(result, session.token, session.state_token, expires)
         changed = True
     for profile in target.advertised:
         changed = advertise(result, profile, target.era, value=target.capability[profile.name]) or changed
@@ -232,8 +227,5 @@ def advertise(result: dict[str, object], profile: WireProfile, era: Era, *, valu
             if not isinstance(child, dict):
                 child = node[name] = {}
             node = child
-        existing = node.setdefault(path[-1], dict(value))
-        if profile.capability.merge and isinstance(existing, dict):
-            for name, setting in value.items():
-                existing.setdefault(name, setting)
+        node.setdefault(path[-1], dict(value))
     return True

@@ -63,9 +63,6 @@ KNOWN_METHODS: Final = frozenset(
     # The session methods of the enabled wires are added by the middleware (Telemetry(known_methods=...)).
 )
 
-CLIENT_CAPABILITIES_META_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
-"""Where a 2026-07-28 request carries its client's capabilities, in ``params._meta``."""
-
 MCP_SESSION_ID_HEADER: Final = b"mcp-session-id"
 MCP_PROTOCOL_VERSION_HEADER: Final = b"mcp-protocol-version"
 MCP_METHOD_HEADER: Final = b"mcp-method"

@@ -291,9 +291,7 @@ class SessionKeeper:
         if meta is None or self._echo.meta_key not in meta:
             return
         echo = meta[self._echo.meta_key]
-        if named_held and self.profile.echo_ends(echo):
-            self.drop(self.session.token, "the server revoked it (a null session in the result)")
-        elif not isinstance(echo, dict):
+        if not isinstance(echo, dict):
             return
         elif self.session.token is None or echo.get(self._echo.id_member) != self.session.token:
             logger.debug("ignored a session echo: it names a session this client does not hold")

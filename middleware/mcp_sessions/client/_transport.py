@@ -27,7 +27,7 @@ import anyio
 from .._wire import jsonrpc
 from .._wire.protocol import METHOD_NOT_FOUND, MODERN_VERSION
 from .._wire.sse import SSERewriter
-from ..profiles import PROFILES, WireProfile
+from ..profiles import PROFILES, WireProfile, profiles_from_names
 from ._messages import (
     MAX_DECODED,
     AnswerTooLarge,
@@ -474,9 +474,9 @@ def _relay_type(library: ModuleType) -> type[Relay]:
 
 
 def _profile(profile: str | WireProfile) -> WireProfile:
-    """The wire the shim speaks: ``"draft"`` (the default) or ``"strawman"``, or such a profile itself."""
-    chosen = profile if isinstance(profile, WireProfile) else PROFILES.get(profile)
-    if chosen is None or chosen.client is None:
+    """The wire the shim speaks: ``"draft"`` (the default), or a profile with a client side."""
+    chosen = profile if isinstance(profile, WireProfile) else profiles_from_names(profile)[0]
+    if chosen.client is None:
         speaks = ", ".join(name for name, p in PROFILES.items() if p.client is not None)
         raise ValueError(f"the session client speaks the wires {speaks}, not {profile!r}")
     return chosen

@@ -1,7 +1,6 @@
-"""Session wires, one module each; the pipeline asks them, in order, which one a message speaks.
+"""Session wires: the draft, the one built in (``_base.py``), and the names of the wires that went.
 
-To add a wire, add a module with one :class:`WireProfile` (a subclass where it answers the interface's
-methods otherwise than the draft) and register its name here.
+A wire of a program's own is a :class:`WireProfile` given in ``profiles=`` (``docs/profiles.md``).
 """
 
 from __future__ import annotations
@@ -17,12 +16,9 @@ from ._base import LocalCall as LocalCall
 from ._base import LocalMethod as LocalMethod
 from ._base import required_codes as required_codes
 from ._base import with_error_codes as with_error_codes
-from ._carriers import Carrier as Carrier
 from ._carriers import Echo as Echo
 from ._carriers import InvalidSessionMeta as InvalidSessionMeta
 from ._carriers import SessionCarrier as SessionCarrier
-from ._sep1364 import SEP1364_ALT1, SEP1364_ALT2
-from ._strawman import STRAWMAN
 
 # The public API is __all__; each ``name as name`` import above is for the package's other parts only.
 __all__ = [
@@ -30,27 +26,31 @@ __all__ = [
     "HEADER_MISMATCH",
     "PROFILES",
     "RATE_LIMITED",
-    "SEP1364_ALT1",
-    "SEP1364_ALT2",
     "SESSION_META_KEY",
     "SESSION_NOT_FOUND",
     "SESSION_REQUIRED",
     "SESSION_STORE_UNAVAILABLE",
-    "STRAWMAN",
     "ErrorCodes",
     "WireProfile",
 ]
 
-PROFILES: Final[dict[str, WireProfile]] = {p.name: p for p in (DRAFT, STRAWMAN, SEP1364_ALT1, SEP1364_ALT2)}
-"""Every wire this package speaks, by the name ``profiles=`` knows it by, in the default order."""
+PROFILES: Final[dict[str, WireProfile]] = {DRAFT.name: DRAFT}
+"""Every wire this package speaks, by the name ``profiles=`` knows it by."""
+RETIRED: Final = frozenset({"strawman", "sep1364-alt1", "sep1364-alt2"})
+"""The wires earlier versions spoke and this one does not (docs/profiles.md says why): named in the error."""
 
 
 def profiles_from_names(names: str | Iterable[str | WireProfile]) -> Sequence[WireProfile]:
-    """Profiles from names (``"draft,strawman"`` or a list) or instances, in order, without repeats."""
+    """Profiles from names (``"draft"`` or a list) or instances, in order, without repeats."""
     items = [n.strip() for n in names.split(",") if n.strip()] if isinstance(names, str) else list(names)
     chosen: list[WireProfile] = []
     for item in items:
         profile = item if isinstance(item, WireProfile) else PROFILES.get(item)
+        if profile is None and item in RETIRED:
+            raise ValueError(
+                f"the session wire profile {item!r} was removed: no client speaks it any more;"
+                " use 'draft' (docs/profiles.md says why)"
+            )
         if profile is None:
             raise ValueError(f"unknown session wire profile {item!r}: known are {', '.join(sorted(PROFILES))}")
         if any(p.name == profile.name for p in chosen):

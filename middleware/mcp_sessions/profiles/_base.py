@@ -1,13 +1,11 @@
 """The wire interface, :class:`WireProfile`, its parts, the error code sets, and the default wire, the draft.
 
 A profile names its methods and what each does, where a request carries its
-session and what the echo looks like and where it goes (``_carriers.py``), where the capability is
-advertised in each era, and its
-error codes. The pipeline asks the enabled profiles, in order, which one a
-message speaks (:meth:`WireProfile.claim`), and never names a literal of its
-own. A wire that does more than the draft (the strawman, SEP-1364) is a
-subclass that overrides the methods below; a method the middleware answers
-itself gets a :class:`LocalCall`.
+session and what the echo looks like (``_carriers.py``), where the capability is
+advertised in each era, and its error codes. The pipeline takes the first enabled
+profile that has a message's method, else the first whose session key the message
+carries (``_plan.py``), and never names a literal of its own; a method the
+middleware answers itself gets a :class:`LocalCall`.
 """
 
 from __future__ import annotations
@@ -15,16 +13,15 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from enum import IntEnum
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from starlette.types import Scope, Send
+from starlette.types import Scope
 
-from .._session import Minted, Session, SessionNotFound, SessionService
+from .._session import Minted, Session, SessionService
 from .._wire import Refusal, iso
 from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, Era
-from ._carriers import Carrier, Echo, EchoShape, SessionCarrier
+from ._carriers import Echo, SessionCarrier
 
 if TYPE_CHECKING:
     from .._otel import Operation
@@ -34,21 +31,6 @@ SESSIONLESS: Final = frozenset({"initialize", "notifications/initialized", "serv
 ADVERTISING_METHODS: Final = frozenset({"server/discover", "initialize"})
 """The methods whose result may advertise a wire's capability (:meth:`WireProfile.advertises`)."""
 _MAX_ECHOED_ID: Final = 256
-
-
-class Claim(IntEnum):
-    """How surely a message speaks a wire (:meth:`WireProfile.claim`), surest first."""
-
-    OPENS = 0
-    """It opens a session of the wire."""
-    CALLS = 1
-    """It calls one of the wire's methods, in the wire's shape."""
-    NAMES = 2
-    """It names a session where the wire carries one."""
-    SHARES_NAME = 3
-    """It calls a method of the wire's name in no wire's shape: the wire answers it (-32602)."""
-    DECLARED = 4
-    """Its client declared the wire."""
 
 
 @dataclass
@@ -69,10 +51,6 @@ class LocalCall:
     """The verified session the call names, for methods that need one."""
     operation: Operation | None
     """The call's telemetry, when it is traced."""
-    header: bytes | None = None
-    """The ``Mcp-Session-Id`` header as sent, if any."""
-    envelope: dict[str, object] = field(default_factory=dict)
-    """Members the answer adds beside ``result`` (SEP-1364's top-level ``sessionId``)."""
     minted: Minted | None = None
     """The session this call opened, if it opened one."""
 
@@ -123,10 +101,6 @@ class Capability:
     """The places in a ``server/discover`` result (2026-07-28)."""
     handshake: tuple[tuple[str, ...], ...]
     """The places in an ``initialize`` result (2025 and earlier)."""
-    settings: Callable[[bool], dict[str, object]] | None = None
-    """The value from "the policy requires a session everywhere"; by default ``{}`` or ``{"required": true}``."""
-    merge: bool = False
-    """Add this wire's members to an object another wire (or the server) already put at the same place."""
 
     def places(self, era: Era) -> tuple[tuple[str, ...], ...]:
         """The paths under ``capabilities`` where the capability goes in ``era``."""
@@ -134,8 +108,6 @@ class Capability:
 
     def value(self, *, required: bool) -> dict[str, object]:
         """The capability's value, from whether the policy requires a session for everything."""
-        if self.settings is not None:
-            return self.settings(required)
         return {"required": True} if required else {}
 
 
@@ -171,15 +143,14 @@ class ClientSide:
 class WireProfile:
     """Everything one session wire decides. The draft is :data:`mcp_sessions.profiles.DRAFT`.
 
-    The fields are what every wire states; the methods are what the pipeline asks of a wire, with the
-    draft's answers. A wire that answers otherwise subclasses this and overrides them.
+    The fields are what every wire states; the methods are what the pipeline and the client ask of a wire.
     """
 
     name: str
     """The name ``profiles=`` and ``MCP_SESSIONS_PROFILES`` know it by."""
-    carrier: Carrier
+    carrier: SessionCarrier
     """Where a request names its session."""
-    echo: EchoShape
+    echo: Echo
     """What a result to a request in a session carries back."""
     capability: Capability
     """Where the server advertises this wire, in each era."""
@@ -204,61 +175,10 @@ class WireProfile:
     client: ClientSide | None = None
     """What the client shim needs to speak this wire (``None``: the shim does not speak it)."""
 
-    # -- which wire a message speaks ------------------------------------------------
-
-    def claim(self, message: dict[str, object], method: str) -> tuple[Claim, LocalMethod | None] | None:
-        """How surely ``message`` speaks this wire (a :class:`Claim`) and the local method it calls; ``None``
-        when it does not. The pipeline takes the surest claim, the first wire's on a tie."""
-        local = self.methods.get(method)
-        if local is not None and self.in_shape(message, method):
-            return Claim.CALLS, local
-        if self.carrier.present(message):
-            return Claim.NAMES, None
-        return None if local is None else (Claim.SHARES_NAME, local)
-
-    def in_shape(self, message: dict[str, object], method: str) -> bool:
-        """Whether a call of one of this wire's methods has this wire's shape (where another wire has a method of
-        the same name): always, by default."""
-        return True
-
-    # -- the session a message names ------------------------------------------------
-
-    def header_names_session(self, era: Era) -> bool:
-        """Whether ``Mcp-Session-Id`` names this wire's session in ``era``, so that it must match the message's:
-        on 2026-07-28 requests, where the 2025 era's header is the server's transport session."""
-        return era is Era.MODERN
-
-    def unknown_session(self, token: str, gone: SessionNotFound) -> Refusal | None:
-        """What a request whose ``token`` names no live session of the caller gets: the "not found" error.
-
-        ``None`` makes the request sessionless, and its result says the session is gone (the echo's ``revoke``).
-        """
-        return self.not_found_refusal(token, gone.reason, gone.session_id)
-
-    # -- what the server sees -------------------------------------------------------
-
-    def to_server(self, scope: Scope, send: Send, session: Session, *, era: Era, method: str) -> tuple[Scope, Send]:
-        """The scope and ``send`` the app is called with for a request in ``session``: as they are."""
-        return scope, send
-
-    def probe_scope(
-        self,
-        scope: Scope,
-        *,
-        era: Era,
-        session: Session | None,
-        header: bytes | None,
-        message: object,
-        sessions: SessionService,
-    ) -> Scope:
-        """The scope the server's own guard is asked with (``_pipeline/_probe.py``) for a message of this wire that the
-        middleware answers itself; ``session`` is the one it names if that one is live: ``scope`` as it is."""
-        return scope
+    # -- what the server advertises -----------------------------------------------
 
     def advertises(self, method: str, era: Era) -> bool:
         """Whether the result of ``method`` is where this wire advertises its capability, in ``era``."""
-        if not self.capability.places(era):
-            return False
         return method == "server/discover" or (era is Era.LEGACY and method == "initialize")
 
     # -- errors ---------------------------------------------------------------------
@@ -285,22 +205,6 @@ class WireProfile:
         answers with (``error_codes=``)."""
         return frozenset({self.not_found, SPEC_SAFE_NOT_FOUND, APPLICATION_NOT_FOUND})
 
-    def echo_ends(self, echo: object) -> bool:
-        """Whether an echo (the value under the echo's key in a result) says the session the request carried is
-        gone: never, on the draft."""
-        return False
-
-
-def session_object(value: object, id_member: str) -> tuple[str, dict[str, object]] | None:
-    """``(id, value)`` when ``value`` is an object naming a session by a non-empty string ``id_member``."""
-    token = value.get(id_member) if isinstance(value, dict) else None
-    return (token, value) if isinstance(value, dict) and isinstance(token, str) and token else None
-
-
-def ended_hint(opens: str) -> str:
-    """The "not found" hint of a wire whose sessions ``opens`` (a method, or how to call one) opens."""
-    return f"the session ended or is not this caller's; call {opens} for a new one"
-
 
 def _message(words: str, why: str | None, hint: str | None) -> str:
     """A draft's fixed words, kept as its first characters (its conformance), and the rest after them."""
@@ -310,8 +214,8 @@ def _message(words: str, why: str | None, hint: str | None) -> str:
 
 # -- the error code sets -------------------------------------------------------------
 #
-# MCP 2026-07-28 reserves -32020..-32099 to the codes it defines and retires -32002 and -32042, where the
-# seeds' -32043, -32044 and the strawman's -32002 fall. Of -32000..-32019 it says "new implementations SHOULD
+# MCP 2026-07-28 reserves -32020..-32099 to the codes it defines and retires -32002 and -32042; the draft's
+# seeds, -32043 and -32044, fall in the reserved band. Of -32000..-32019 it says "new implementations SHOULD
 # NOT use codes from this sub-range at all", and of new codes that they "SHOULD be allocated outside the
 # JSON-RPC reserved range (-32768 to -32000)". error_codes="application" follows those sentences: a wire's
 # "not found" and "required" move to -31043 and -31044, outside the reserved range. error_codes="spec-safe"
@@ -419,7 +323,11 @@ def _create_params(label: str | None) -> dict[str, object]:
 
 
 def _created(result: dict[str, object]) -> tuple[str, dict[str, object]] | None:
-    return session_object(result.get("session"), "sessionId")
+    session = result.get("session")
+    if not isinstance(session, dict):
+        return None
+    token = session.get("sessionId")
+    return (token, session) if isinstance(token, str) and token else None
 
 
 def _delete_params(token: str) -> dict[str, object]:
@@ -452,7 +360,7 @@ DRAFT: Final = WireProfile(
     required=SESSION_REQUIRED,
     required_data={"create": METHOD_CREATE},
     required_hint=f'call {METHOD_CREATE} and send its sessionId in params._meta["{SESSION_META_KEY}"]',
-    not_found_hint=ended_hint(METHOD_CREATE),
+    not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",
     create_method=METHOD_CREATE,
     client=ClientSide(
         create_params=_create_params,

@@ -1,7 +1,6 @@
-"""A wire's shapes. Where a request carries its session: the :class:`Carrier` protocol, its two built-in
-shapes :class:`SessionCarrier` (in ``params._meta``) and :class:`TopLevelCarrier` (a top-level member), and
-what a carrier reads, a :class:`SessionRef`. What a result to a request in a session carries back: the echo
-shapes :class:`Echo` (in ``result._meta``) and :class:`TopLevelEcho` (a top-level member beside ``result``).
+"""A wire's shapes. Where a request carries its session, :class:`SessionCarrier` (in ``params._meta``), and
+what it reads, a :class:`SessionRef`. What a result to a request in a session carries back, :class:`Echo` (in
+``result._meta``).
 
 Reading refuses session metadata of the wrong shape, or on a path whose
 member names a request repeats, with :class:`InvalidSessionMeta`.
@@ -11,11 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final, NamedTuple, Protocol
+from typing import NamedTuple
 
 from .._wire import jsonrpc
-
-_ABSENT: Final = object()
 
 
 class InvalidSessionMeta(Exception):
@@ -29,8 +26,6 @@ class SessionRef(NamedTuple):
     """The session's id on the wire (a token)."""
     state: str | None
     """The state the request carries with it, where the wire has one."""
-    mint: bool = False
-    """The message asks for a new session and then runs in it (SEP-1364 alt. 2: ``initialize`` with a null id)."""
 
 
 def _member(obj: object, name: str) -> object:
@@ -91,78 +86,6 @@ class SessionCarrier:
         meta = jsonrpc.meta(message.get("params"))
         return isinstance(meta, dict) and meta.get(self.meta_key) is not None
 
-    def strip(self, message: dict[str, Any]) -> bool:
-        """Remove the session from a message before the app sees it: never, ``_meta`` is the app's to read."""
-        return False
-
-
-@dataclass(frozen=True)
-class TopLevelCarrier:
-    """Where a request carries its session: a top-level string ``member`` of the message (SEP-1364).
-
-    JSON-RPC knows no such member, so it is removed before the app sees the
-    message. ``null`` counts as absent, except on ``opening_methods``, where a
-    ``null`` id asks for a new session.
-    """
-
-    member: str
-    """The top-level member that names the session."""
-    opening_methods: frozenset[str] = frozenset()
-    """Methods on which a ``null`` id asks for a new session."""
-    state_member: ClassVar[None] = None
-    """This carrier has no state member."""
-
-    @property
-    def id_member(self) -> str:
-        """The member that names the session (in errors' data too)."""
-        return self.member
-
-    def read(self, message: Mapping[str, object]) -> SessionRef | None:
-        """The session a message names, ``None`` when it names none; a non-string id is invalid."""
-        _check_unique(message, self.member)
-        token = message.get(self.member, _ABSENT)
-        if token is None:
-            return SessionRef("", None, mint=True) if message.get("method") in self.opening_methods else None
-        if token is _ABSENT:
-            return None
-        if type(token) is not str:
-            raise InvalidSessionMeta(f"{self.member} must be a string or null")
-        return SessionRef(token, None)
-
-    def present(self, message: Mapping[str, object]) -> bool:
-        """Whether a message has the member at all (even ``null``): it speaks this wire."""
-        return self.member in message
-
-    def strip(self, message: dict[str, Any]) -> bool:
-        """Remove the member before the app sees the message; whether it was there."""
-        return message.pop(self.member, _ABSENT) is not _ABSENT
-
-
-class Carrier(Protocol):
-    """Where a wire's requests name their session: what a wire of a new shape implements.
-
-    A request is read with :meth:`read` (the data-layer source),
-    :meth:`present` (which wire a message speaks), and :meth:`strip` (before
-    the app sees it).
-    """
-
-    @property
-    def id_member(self) -> str:
-        """The member that names the session (repeated in errors' data)."""
-        ...
-
-    def read(self, message: Mapping[str, object]) -> SessionRef | None:
-        """The session a message names; ``None`` when none; :class:`InvalidSessionMeta` for a bad shape."""
-        ...
-
-    def present(self, message: Mapping[str, object]) -> bool:
-        """Whether a message carries this wire's session member at all (even malformed)."""
-        ...
-
-    def strip(self, message: dict[str, Any]) -> bool:
-        """Remove the session from a message before the app sees it; whether it was there."""
-        ...
-
 
 @dataclass(frozen=True)
 class Echo:
@@ -177,15 +100,9 @@ class Echo:
     state_member: str | None = None
     """The member that carries the session's state, where the wire has one."""
 
-    def attach(
-        self, message: dict[str, object], result: dict[str, object], token: str, state: str | None, expires: str
-    ) -> None:
+    def attach(self, result: dict[str, object], token: str, state: str | None, expires: str) -> None:
         """Put the echo into ``result._meta``."""
         _meta_of(result)[self.meta_key] = self.build(token, state, expires)
-
-    def revoke(self, message: dict[str, object], result: dict[str, object]) -> None:
-        """Say "this session is gone": ``null`` in its place (the strawman's revocation signal)."""
-        _meta_of(result)[self.meta_key] = None
 
     def build(self, token: str, state: str | None, expires: str) -> dict[str, str]:
         """The echo as an object."""
@@ -194,28 +111,6 @@ class Echo:
             echo[self.state_member] = state
         echo[self.expiry_member] = expires
         return echo
-
-
-@dataclass(frozen=True)
-class TopLevelEcho:
-    """The echo as a top-level string ``member`` of the response, beside ``result`` (SEP-1364)."""
-
-    member: str
-    """The top-level member of the response that carries the session id."""
-
-    def attach(
-        self, message: dict[str, object], result: dict[str, object], token: str, state: str | None, expires: str
-    ) -> None:
-        """Put the session id beside ``result``."""
-        message[self.member] = token
-
-    def revoke(self, message: dict[str, object], result: dict[str, object]) -> None:
-        """Say "this session is gone": a ``null`` id."""
-        message[self.member] = None
-
-
-EchoShape = Echo | TopLevelEcho
-"""The echo a wire declares: in ``result._meta``, or beside ``result``."""
 
 
 def _meta_of(result: dict[str, object]) -> dict[str, object]:

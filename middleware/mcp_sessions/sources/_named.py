@@ -29,7 +29,7 @@ from .._tokens import IdDigests, is_session_token
 from .._wire import Refusal
 from .._wire.protocol import INVALID_REQUEST, MCP_SESSION_ID_HEADER, Era
 from ..profiles import InvalidSessionMeta
-from ._base import MAX_SESSIONS_PER_REQUEST, TOO_MANY_SESSIONS_MESSAGE, once_per_request
+from ._base import TOO_MANY_SESSIONS_MESSAGE, once_per_request
 
 if TYPE_CHECKING:
     from .._plan import Call, Plan
@@ -53,7 +53,7 @@ class DataLayerSource:
         return cls(context.sessions)
 
     async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
-        """The verified session the call's wire names (a new one for an opening method); ``None`` if none."""
+        """The verified session the call's wire names; ``None`` if none."""
         profile = call.profile
         try:
             ref = profile.carrier.read(call.message)
@@ -61,26 +61,10 @@ class DataLayerSource:
             raise Refusal(INVALID_REQUEST, str(exc), reason="invalid_metadata") from None
         if ref is None:
             return None
-        token, state, mint = ref
-        if mint:
-            if plan.era is Era.MODERN:
-                # An opening method (SEP-1364 alt. 2's initialize) is a handshake: the 2026-07-28 server
-                # refuses it (-32601), so no session is opened and no create-limit slot is spent for it.
-                return None
-            if plan.batch:  # each new session counts as one more the batch names
-                named = plan.named = plan.named or {}
-                if len(named) >= MAX_SESSIONS_PER_REQUEST:
-                    raise Refusal(INVALID_REQUEST, TOO_MANY_SESSIONS_MESSAGE, reason="too_many_sessions")
-                named[("mint", str(len(named)))] = None
-            minted = await self._sessions.mint(scope, None)
-            call.minted = True
-            return await self._sessions.resolve(scope, minted.token, None)
+        token, state = ref
         header = plan.header_session_id
-        if (
-            profile.header_names_session(plan.era)
-            and header is not None
-            and header != token.encode("utf-8", "surrogatepass")
-        ):
+        # On 2026-07-28 the header names the session too; in the 2025 era it is the server's transport session.
+        if plan.era is Era.MODERN and header is not None and header != token.encode("utf-8", "surrogatepass"):
             raise Refusal(
                 profile.header_mismatch,
                 "Mcp-Session-Id header does not match the session in _meta",
@@ -90,11 +74,7 @@ class DataLayerSource:
         try:
             found = await once_per_request(plan, (self.name, token, state or ""), find)
         except SessionNotFound as exc:
-            refusal = profile.unknown_session(token, exc)
-            if refusal is None:  # the wire makes the request sessionless, and its result says so
-                call.revoked = exc.reason
-                return None
-            raise refusal from None
+            raise profile.not_found_refusal(token, exc.reason, exc.session_id) from None
         if found is None:
             raise Refusal(INVALID_REQUEST, TOO_MANY_SESSIONS_MESSAGE, reason="too_many_sessions")
         return found

@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ._base import (
-    InvalidCursor,
-    SessionRecord,
     SessionStatus,
     SessionStore,
     SessionStoreUnavailable,
@@ -31,11 +29,9 @@ if TYPE_CHECKING:
     redis_client_from_url = client_from_url  # internal, for the subscription bus: see __getattr__
 
 __all__ = [
-    "InvalidCursor",
     "MemoryStore",
     "RedisStore",
     "SQLiteStore",
-    "SessionRecord",
     "SessionStatus",
     "SessionStore",
     "SessionStoreFull",

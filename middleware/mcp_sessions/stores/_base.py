@@ -1,15 +1,13 @@
-"""The store interface (revocation, idle expiry, server-side session data and, optionally, listing),
+"""The store interface (revocation, idle expiry, server-side session data),
 and stores named by URL: ``store_from_url("sqlite:///var/lib/mcp/sessions.db")``, with a registry for more schemes."""
 
 from __future__ import annotations
 
-import base64
 import enum
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -29,22 +27,6 @@ class SessionStoreUnavailable(Exception):
     """The store cannot answer now; the client should retry (never -32043)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SessionRecord:
-    """One session of a principal, as :meth:`SessionStore.list_sessions` returns it.
-
-    ``data`` is the string mapping given to :meth:`SessionStore.record` (a label, a creation
-    time, …), not ``session.data``; ``None`` when none was given.
-    """
-
-    session_id: str
-    """The session's stable id (the token's ``sid``), never the token."""
-    expires_at: float
-    """When the session ends at the latest (Unix seconds)."""
-    data: dict[str, str] | None = None
-    """What :meth:`SessionStore.record` was given, or ``None``."""
-
-
 class SessionStore(ABC):
     """Where a deployment keeps what a stateless token cannot carry.
 
@@ -57,8 +39,7 @@ class SessionStore(ABC):
     **Creation stores nothing.** A session the store has no record of is live
     unless revoked: its idle clock starts at the token's ``iat`` (``issued_at``).
     A record appears when the idle clock must move (:meth:`touch` with an
-    ``idle_ttl``), when data is written, when the session is revoked, or when a
-    listing wire records it (:meth:`record`).
+    ``idle_ttl``), when data is written, or when the session is revoked.
 
     **Revocation is final.** :meth:`revoke` leaves a tombstone until the token's own
     expiry and drops the session's data. Data writes after it go nowhere: ``set``
@@ -67,9 +48,7 @@ class SessionStore(ABC):
     an error of the tool that runs in it).
 
     Required: :meth:`touch`, :meth:`revoke` and the data methods. Optional, with
-    defaults: :meth:`ping` (does nothing), :meth:`aclose` (does nothing),
-    :meth:`record` and :meth:`list_sessions` (raise :class:`NotImplementedError`:
-    the middleware then answers that listing is not supported by this store).
+    defaults: :meth:`ping` (does nothing), :meth:`aclose` (does nothing).
     """
 
     @abstractmethod
@@ -130,48 +109,8 @@ class SessionStore(ABC):
     async def ping(self) -> None:  # noqa: B027 - optional hook
         """Raise :class:`SessionStoreUnavailable` unless the backend answers now (for readiness probes)."""
 
-    async def record(
-        self, session_id: str, *, principal: str, expires_at: float, now: float, data: Mapping[str, str] | None = None
-    ) -> None:
-        """Record a session under its principal so that :meth:`list_sessions` finds it."""
-        raise NotImplementedError(f"{type(self).__name__} cannot list sessions")
-
-    async def list_sessions(
-        self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
-    ) -> tuple[list[SessionRecord], str | None]:
-        """One page of the principal's live recorded sessions, and the cursor of the next (``None`` at the end).
-
-        Revoked and expired sessions are left out. A page may hold fewer than ``limit``
-        records even when more follow: stop when the cursor is ``None``.
-        """
-        raise NotImplementedError(f"{type(self).__name__} cannot list sessions")
-
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the middleware never calls it, the application does."""
-
-
-MAX_PAGE_SIZE = 1000
-
-
-class InvalidCursor(ValueError):
-    """A listing cursor this store never returned (a client's malformed ``cursor``)."""
-
-
-def start_after(cursor: str | None, limit: int) -> str:
-    """The session id a listing page starts after (``""`` for the first page), once the page size is checked."""
-    if type(limit) is not int or not 1 <= limit <= MAX_PAGE_SIZE:
-        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE_SIZE}")
-    if cursor is None:
-        return ""
-    try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (ValueError, UnicodeDecodeError):
-        raise InvalidCursor("cursor is not one this store returned") from None
-
-
-def encode_cursor(session_id: str) -> str:
-    """An opaque listing cursor: the last session id of a page, in URL-safe base64."""
-    return base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
 
 
 def touch_verdict(
@@ -197,11 +136,6 @@ def touch_verdict(
 def encode_value(value: object) -> str:
     """A data value as the JSON text every store keeps (``TypeError`` or ``ValueError`` if it is not JSON)."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def encode_label(data: Mapping[str, str] | None) -> str | None:
-    """A listing label as JSON text, ``None`` for none."""
-    return None if data is None else json.dumps(dict(data), separators=(",", ":"), ensure_ascii=False)
 
 
 def adding(key: str, amount: int) -> Callable[[Any], int]:

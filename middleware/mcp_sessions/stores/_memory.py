@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 import json
@@ -10,19 +9,16 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ._base import (
-    SessionRecord,
     SessionStatus,
     SessionStore,
     SessionStoreUnavailable,
     adding,
-    encode_cursor,
     encode_value,
-    start_after,
     touch_verdict,
 )
 
@@ -46,8 +42,6 @@ class _Entry:
     last_seen: float | None = None  # None: not seen since the token was issued
     revoked: bool = False
     data: dict[str, str] = field(default_factory=dict)
-    principal: str | None = None
-    label: dict[str, str] | None = None
 
 
 def _warn_in_a_worker_process() -> None:
@@ -96,7 +90,6 @@ class MemoryStore(SessionStore):
         self._entries: dict[str, _Entry] = {}
         self._by_expiry: list[tuple[float, int, _Entry]] = []
         self._order = itertools.count()
-        self._by_principal: dict[str, set[str]] = {}
         self._examined = 0  # heap items looked at by eviction: the tests' proof of bounded work
         _warn_in_a_worker_process()
 
@@ -114,16 +107,7 @@ class MemoryStore(SessionStore):
             self._examined += 1
             if self._entries.get(entry.session_id) is entry and entry.expires_at <= now:
                 del self._entries[entry.session_id]
-                self._unlist(entry)
                 budget -= 1
-
-    def _unlist(self, entry: _Entry) -> None:
-        if entry.principal is not None:
-            listed = self._by_principal[entry.principal]
-            listed.discard(entry.session_id)
-            if not listed:
-                del self._by_principal[entry.principal]
-            entry.principal = None
 
     def _current(self, session_id: str, now: float) -> _Entry | None:
         entry = self._entries.get(session_id)
@@ -136,9 +120,6 @@ class MemoryStore(SessionStore):
             self._evict_expired(now, len(self._entries) - self.max_sessions + 1)
             if len(self._entries) >= self.max_sessions:
                 raise SessionStoreFull(f"the memory store holds its maximum of {self.max_sessions} sessions")
-        stale = self._entries.get(session_id)
-        if stale is not None:
-            self._unlist(stale)
         entry = self._entries[session_id] = _Entry(session_id, expires_at)
         heapq.heappush(self._by_expiry, (expires_at, next(self._order), entry))
         return entry
@@ -153,8 +134,6 @@ class MemoryStore(SessionStore):
     def _end(self, entry: _Entry, expires_at: float) -> None:
         entry.revoked = True
         entry.data.clear()
-        entry.label = None
-        self._unlist(entry)
         if expires_at > entry.expires_at:  # the tombstone lives as long as the token
             entry.expires_at = expires_at
             heapq.heappush(self._by_expiry, (expires_at, next(self._order), entry))
@@ -225,32 +204,3 @@ class MemoryStore(SessionStore):
     async def items(self, session_id: str) -> dict[str, Any]:
         entry = self._entries.get(session_id)
         return {} if entry is None else {key: json.loads(raw) for key, raw in entry.data.items()}
-
-    async def record(
-        self, session_id: str, *, principal: str, expires_at: float, now: float, data: Mapping[str, str] | None = None
-    ) -> None:
-        entry = self._live(session_id, expires_at, now)
-        if entry is None:
-            return
-        self._unlist(entry)
-        entry.principal = principal
-        entry.label = None if data is None else dict(data)
-        self._by_principal.setdefault(principal, set()).add(session_id)
-
-    async def list_sessions(
-        self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
-    ) -> tuple[list[SessionRecord], str | None]:
-        """The principal's live sessions by session id, ``limit`` at a time (sorts that principal's ids)."""
-        ids = sorted(self._by_principal.get(principal, ()))
-        after = start_after(cursor, limit)
-        start = 0 if cursor is None else bisect.bisect_right(ids, after)
-        page: list[SessionRecord] = []
-        for position in range(start, len(ids)):
-            entry = self._current(ids[position], now)
-            if entry is not None and not entry.revoked:
-                label = None if entry.label is None else dict(entry.label)
-                page.append(SessionRecord(entry.session_id, entry.expires_at, label))
-                if len(page) == limit:
-                    more = position + 1 < len(ids)
-                    return page, encode_cursor(page[-1].session_id) if more else None
-        return page, None

@@ -1,7 +1,7 @@
 """A store shared by many replicas: Redis, through ``redis.asyncio`` (the ``redis`` extra): :class:`RedisStore`,
 the keys it keeps and the Lua scripts it runs (its client is built in ``_redis_client``).
 
-Up to three keys per session, all named with the ``{sid}`` hash tag so that a
+Up to two keys per session, all named with the ``{sid}`` hash tag so that a
 Redis Cluster keeps them in one slot and every script below runs on one node:
 
 - ``<prefix>{<sid>}:s``, a string: the last-seen time (Unix seconds, as the
@@ -10,12 +10,6 @@ Redis Cluster keeps them in one slot and every script below runs on one node:
   lifetime plus ``expiry_margin``, so a revocation outlives the token.
 - ``<prefix>{<sid>}:d``, a hash: ``session.data``, one JSON-encoded field per key,
   with the same TTL, refreshed on each write. Revocation deletes it.
-- ``<prefix>{<sid>}:l``, a hash, only for sessions recorded for listing: the
-  expiry (``e``) and the JSON label (``l``). Revocation deletes it.
-
-and, per principal with recorded sessions, ``<prefix>p:{<hash of the principal>}``,
-a sorted set of session ids (every score 0, so ordered by id), cleaned lazily as
-it is listed and expiring with its longest-lived session.
 
 Creation writes nothing. The status key appears when the idle clock must move
 (a touch with an idle timeout, at most once per touch interval) or at revocation.
@@ -28,24 +22,19 @@ atomic and costs one round trip.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from .._wire import ThrottledWarning
 from ._base import (
-    SessionRecord,
     SessionStatus,
     SessionStore,
     SessionStoreUnavailable,
-    encode_cursor,
-    encode_label,
     encode_value,
-    start_after,
 )
 from ._redis_client import ResponseError, check_client_options, client_from_url, reply_text
 
@@ -59,7 +48,7 @@ _T = TypeVar("_T")
 REVOKED: Final = "r"
 
 
-# KEYS: status, data, listing. ARGV: now, idle_ttl, touch interval, ttl in ms, issued_at.
+# KEYS: status, data. ARGV: now, idle_ttl, touch interval, ttl in ms, issued_at.
 # Returns 0 active, 1 revoked (a status that is not a time: 'r'), 2 idle-expired (and revokes). Without a
 # status key the idle clock started at issued_at: nothing is written while that is within the touch interval.
 TOUCH: Final = """
@@ -69,9 +58,9 @@ if not seen then return 1 end
 local now = tonumber(ARGV[1])
 local interval = tonumber(ARGV[3])
 if now - seen > tonumber(ARGV[2]) + interval then
-  if v or redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
+  if v or redis.call('EXISTS', KEYS[2]) > 0 then
     redis.call('SET', KEYS[1], 'r', 'PX', ARGV[4])
-    redis.call('DEL', KEYS[2], KEYS[3])
+    redis.call('DEL', KEYS[2])
   end
   return 2
 end
@@ -80,9 +69,9 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
 return 0
 """
 
-# KEYS: status, data, listing. ARGV: ttl in ms. Returns 1 if this call revoked it, 0 if it already was.
+# KEYS: status, data. ARGV: ttl in ms. Returns 1 if this call revoked it, 0 if it already was.
 REVOKE: Final = """
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2])
 if redis.call('GET', KEYS[1]) == 'r' then return 0 end
 redis.call('SET', KEYS[1], 'r', 'PX', ARGV[1])
 return 1
@@ -118,24 +107,6 @@ redis.call('PEXPIRE', KEYS[2], ARGV[4])
 return 1
 """
 
-
-# KEYS: status, listing. ARGV: expires_at, JSON label ('' for none), ttl in ms. Returns 0 if revoked.
-RECORD: Final = """
-if redis.call('GET', KEYS[1]) == 'r' then return 0 end
-redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[2], 'e', ARGV[1])
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[2], 'l', ARGV[2]) end
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return 1
-"""
-
-# KEYS: the principal's index (a sorted set, every score 0, ordered by session id). ARGV: session id, ttl in ms.
-# The index lives as long as its longest-lived session.
-INDEX: Final = """
-redis.call('ZADD', KEYS[1], 0, ARGV[1])
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 1
-"""
 
 logger = logging.getLogger("mcp_sessions.redis")
 
@@ -218,21 +189,14 @@ class RedisStore(SessionStore):
         self._set = client.register_script(SET)
         self._incr = client.register_script(INCR)
         self._compare_and_set = client.register_script(COMPARE_AND_SET)
-        self._record = client.register_script(RECORD)
-        self._index = client.register_script(INDEX)
 
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.prefix!r}, timeout={self.timeout})"
 
     def _keys(self, session_id: str) -> list[str]:
-        """The session's status, data and listing keys, in one Cluster slot."""
+        """The session's status and data keys, in one Cluster slot."""
         tagged = f"{self.prefix}{{{session_id}}}"
-        return [tagged + ":s", tagged + ":d", tagged + ":l"]
-
-    def _index_key(self, principal: str) -> str:
-        """The principal's index of recorded sessions, named by a hash of the principal."""
-        digest = hashlib.sha256(principal.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        return f"{self.prefix}p:{{{digest}}}"
+        return [tagged + ":s", tagged + ":d"]
 
     def _ttl_ms(self, expires_at: float, now: float) -> int:
         return max(1, int((expires_at - now + self.expiry_margin) * 1000))
@@ -290,7 +254,7 @@ class RedisStore(SessionStore):
         return SessionStatus.IDLE_EXPIRED if outcome == 2 else SessionStatus.REVOKED
 
     async def revoke(self, session_id: str, *, expires_at: float) -> bool:
-        """One script: the tombstone (until ``expires_at`` + ``expiry_margin``), data and listing dropped."""
+        """One script: the tombstone (until ``expires_at`` + ``expiry_margin``), data dropped."""
         outcome = await self._run(self._revoke(self._keys(session_id), [self._ttl_ms(expires_at, time.time())]))
         return bool(outcome == 1)
 
@@ -301,7 +265,7 @@ class RedisStore(SessionStore):
     async def set(self, session_id: str, key: str, value: object, *, expires_at: float) -> None:
         encoded = encode_value(value)
         ttl = self._ttl_ms(expires_at, time.time())
-        await self._run(self._set(self._keys(session_id)[:2], [key, encoded, ttl]))
+        await self._run(self._set(self._keys(session_id), [key, encoded, ttl]))
 
     async def delete(self, session_id: str, key: str) -> None:
         await self._run(self._redis.hdel(self._keys(session_id)[1], key))
@@ -313,7 +277,7 @@ class RedisStore(SessionStore):
         if not -(2**63) <= amount < 2**63:
             raise OverflowError("RedisStore counts in 64-bit integers")
         ttl = self._ttl_ms(expires_at, time.time())
-        outcome = reply_text(await self._run(self._incr(self._keys(session_id)[:2], [key, amount, ttl])))
+        outcome = reply_text(await self._run(self._incr(self._keys(session_id), [key, amount, ttl])))
         if outcome == "R":
             return amount  # a request that outlives its session's deletion counts into the void
         if outcome == "N":
@@ -326,7 +290,7 @@ class RedisStore(SessionStore):
         self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
     ) -> object:
         """Read, apply ``fn``, compare-and-set; again after a short random back-off if another write got in."""
-        keys = self._keys(session_id)[:2]
+        keys = self._keys(session_id)
         for attempt in range(self.max_update_attempts):
             raw = await self._run(self._redis.hget(keys[1], key))
             new = fn(default if raw is None else json.loads(raw))
@@ -344,44 +308,3 @@ class RedisStore(SessionStore):
     async def items(self, session_id: str) -> dict[str, Any]:
         raw = await self._run(self._redis.hgetall(self._keys(session_id)[1]))
         return {reply_text(key): json.loads(value) for key, value in raw.items()}
-
-    async def record(
-        self, session_id: str, *, principal: str, expires_at: float, now: float, data: Mapping[str, str] | None = None
-    ) -> None:
-        """Two commands: the session's listing hash (unless revoked), then the principal's index."""
-        keys = self._keys(session_id)
-        ttl = self._ttl_ms(expires_at, now)
-        label = encode_label(data) or ""
-        recorded = await self._run(self._record([keys[0], keys[2]], [repr(float(expires_at)), label, ttl]))
-        if recorded:
-            await self._run(self._index([self._index_key(principal)], [session_id, ttl]))
-
-    async def list_sessions(
-        self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
-    ) -> tuple[list[SessionRecord], str | None]:
-        """Two round trips a page: the ids from the principal's index, then their listing hashes (pipelined)."""
-        after = start_after(cursor, limit)
-        index = self._index_key(principal)
-        start = "-" if cursor is None else "(" + after
-        members = await self._run(self._redis.zrange(index, start, "+", bylex=True, offset=0, num=limit))
-        ids = [reply_text(member) for member in members if isinstance(member, str | bytes)]
-        if not ids:
-            return [], None
-        pipe = self._redis.pipeline(transaction=False)
-        for session_id in ids:
-            pipe.hgetall(self._keys(session_id)[2])
-        listings = await self._run(pipe.execute())
-        page: list[SessionRecord] = []
-        gone: list[str] = []
-        for session_id, listing in zip(ids, listings, strict=True):
-            fields = {reply_text(k): reply_text(v) for k, v in listing.items()}
-            if "e" not in fields:  # revoked, or past its expiry and margin
-                gone.append(session_id)
-                continue
-            expires_at = float(fields["e"])
-            if expires_at > now:
-                label = json.loads(fields["l"]) if "l" in fields else None
-                page.append(SessionRecord(session_id, expires_at, label))
-        if gone:
-            await self._run(self._redis.zrem(index, *gone))
-        return page, encode_cursor(ids[-1]) if len(ids) == limit else None

@@ -16,22 +16,18 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from .._wire import ThrottledWarning
 from ._base import (
-    SessionRecord,
     SessionStatus,
     SessionStore,
     SessionStoreUnavailable,
     adding,
-    encode_cursor,
-    encode_label,
     encode_value,
-    start_after,
     touch_verdict,
 )
 
@@ -45,12 +41,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     sid TEXT PRIMARY KEY,
     expires_at REAL NOT NULL,
     last_seen REAL,
-    revoked INTEGER NOT NULL DEFAULT 0,
-    principal TEXT,
-    label TEXT
+    revoked INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions (expires_at);
-CREATE INDEX IF NOT EXISTS sessions_by_principal ON sessions (principal, sid) WHERE principal IS NOT NULL;
 CREATE TABLE IF NOT EXISTS data (
     sid TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -64,22 +57,17 @@ END;
 """
 
 FILE_MODE: Final = 0o600
-"""The mode a new database file is created with, whatever the umask: it holds session data, principal
-digests and listing labels. SQLite gives the ``-wal`` and ``-shm`` files the database file's mode."""
+"""The mode a new database file is created with, whatever the umask: it holds session data.
+SQLite gives the ``-wal`` and ``-shm`` files the database file's mode."""
 
 ROW: Final = "SELECT revoked, last_seen FROM sessions WHERE sid = ? AND expires_at > ?"
 # REPLACE drops an expired row first, and the trigger its data.
 INSERT: Final = "INSERT OR REPLACE INTO sessions (sid, expires_at, last_seen) VALUES (?, ?, ?)"
 END: Final = (
     "INSERT INTO sessions (sid, expires_at, revoked) VALUES (?, ?, 1) ON CONFLICT (sid) DO UPDATE SET "
-    "revoked = 1, expires_at = max(expires_at, excluded.expires_at), principal = NULL, label = NULL"
+    "revoked = 1, expires_at = max(expires_at, excluded.expires_at)"
 )
 SEEN: Final = "UPDATE sessions SET last_seen = ? WHERE sid = ?"
-LIST: Final = "UPDATE sessions SET principal = ?, label = ? WHERE sid = ?"
-PAGE: Final = (
-    "SELECT sid, expires_at, label FROM sessions WHERE principal = ? AND sid > ? AND revoked = 0 "
-    "AND expires_at > ? ORDER BY sid LIMIT ?"
-)
 VALUE: Final = "SELECT value FROM data WHERE sid = ? AND key = ?"
 ITEMS: Final = "SELECT key, value FROM data WHERE sid = ?"
 STORE: Final = (
@@ -208,7 +196,7 @@ class SQLiteStore(SessionStore):
             raise ValueError(f"the SQLite store's directory does not exist: {self.path.parent}")
         if exposed := wider_than_private(self.path):
             logger.warning(
-                "the SQLite store's files can be read by others (session data, principal digests): %s; chmod 600 them",
+                "the SQLite store's files can be read by others (session data): %s; chmod 600 them",
                 ", ".join(exposed),
             )
         self.timeout = float(timeout)
@@ -361,26 +349,3 @@ class SQLiteStore(SessionStore):
 
     async def items(self, session_id: str) -> dict[str, Any]:
         return {key: json.loads(value) for key, value in await self._read(ITEMS, (session_id,))}
-
-    async def record(
-        self, session_id: str, *, principal: str, expires_at: float, now: float, data: Mapping[str, str] | None = None
-    ) -> None:
-        label = encode_label(data)
-
-        def record(connection: sqlite3.Connection) -> None:
-            if _live(connection, session_id, expires_at, now):
-                connection.execute(LIST, (principal, label, session_id))
-
-        await self._write(record)
-
-    async def list_sessions(
-        self, principal: str, *, now: float, cursor: str | None = None, limit: int = 100
-    ) -> tuple[list[SessionRecord], str | None]:
-        """The principal's live sessions by session id: one indexed query a page."""
-        rows = await self._read(PAGE, (principal, start_after(cursor, limit), now, limit + 1))
-        page = [
-            SessionRecord(sid, expires, None if label is None else json.loads(label)) for sid, expires, label in rows
-        ]
-        if len(page) > limit:
-            return page[:limit], encode_cursor(page[limit - 1].session_id)
-        return page, None
