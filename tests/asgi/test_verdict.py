@@ -15,7 +15,7 @@ import pytest
 from opentelemetry import trace
 from starlette.types import Message, Receive, Scope, Send
 
-from mcp_sessions._pipeline import MAX_NESTING, PROBE_METHOD, ask_server
+from mcp_sessions._pipeline._probe import MAX_NESTING, PROBE_METHOD, ask_server
 
 pytestmark = pytest.mark.anyio
 

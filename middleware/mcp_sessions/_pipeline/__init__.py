@@ -3,29 +3,18 @@ the middleware's own), answer, forward, rewrite the response."""
 
 from ._answer import Answers
 from ._forward import Exchange, Forwarder
-from ._probe import (
-    DEFAULT_PROBE_TIMEOUT,
-    MAX_NESTING,
-    PROBE_METHOD,
-    Rejection,
-    ask_server,
-    error_answer,
-    unavailable,
-)
+from ._probe import DEFAULT_PROBE_TIMEOUT, Rejection, error_answer, unavailable
 from ._resolve import Resolver, check_handles, start_operations
 from ._response import DEFAULT_MAX_RESPONSE_SIZE
 
 __all__ = [
     "DEFAULT_MAX_RESPONSE_SIZE",
     "DEFAULT_PROBE_TIMEOUT",
-    "MAX_NESTING",
-    "PROBE_METHOD",
     "Answers",
     "Exchange",
     "Forwarder",
     "Rejection",
     "Resolver",
-    "ask_server",
     "check_handles",
     "error_answer",
     "start_operations",
