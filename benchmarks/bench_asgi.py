@@ -411,6 +411,7 @@ def main(args: argparse.Namespace) -> None:
     rows = {name: compared(samples, name, base) | {"group": group} for name, (base, group) in cases.items()}
     counts = QUICK_SESSION_COUNTS if args.quick else SESSION_COUNTS
     sections, verdicts = sections_and_verdicts(rows, counts, per_process * args.processes)
+    logging.disable(logging.WARNING)  # the middleware's note on the trivial app, as in the measuring processes
     sections.append(steps_section(200 if args.quick else 20_000))
     finish("asgi", args.json, args.quick, began, sections, verdicts, rows=list(rows.values()))
 
