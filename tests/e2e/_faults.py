@@ -437,3 +437,21 @@ OTHER_FAULTS = [
     fault("baggage-session-id-read", H, "baggage-member-only", base="hosts-data", request=baggage_session_id_read),
 ]
 FAULTS = DRAFT_FAULTS + OTHER_FAULTS
+
+# The strawman's rules that fast-agent 0.5.3's server, the one server left that speaks it, keeps in the default run
+# (tests/e2e/test_conformance_strawman.py): broken in front of it, on the 2025 wire it speaks.
+S = "strawman"
+STRAWMAN_FAULTS = [
+    fault(
+        "no-capability",
+        S,
+        "capability",
+        era=LEGACY,
+        response=on_capabilities(lambda c: c["experimental"].pop("session")),
+    ),
+    fault(
+        "create-without-cookie", S, "create", era=LEGACY, response=on_result("session/create", lambda r: r.pop("_meta"))
+    ),
+    fault("list-misshapen", S, "list", era=LEGACY, response=on_result("session/list", lambda r: r.update(sessions={}))),
+    fault("delete-errs", S, "delete", era=LEGACY, response=error_after("session/delete")),
+]

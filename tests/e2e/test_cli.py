@@ -327,3 +327,14 @@ def test_a_command_is_imported_only_when_it_runs() -> None:
     )
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert ran.stdout.splitlines()[-1] == "['mcp_sessions._cli._inspect']", ran.stderr
+
+
+@pytest.mark.parametrize("wire", ["strawman", "sep1364-alt1", "sep1364-alt2"])
+def test_the_gateway_refuses_to_start_with_a_removed_wire(wire: str) -> None:
+    stderr = io.StringIO()
+    environ = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_PROFILES": f"draft,{wire}"}
+    code = main(["gateway", "--upstream", "http://127.0.0.1:9/mcp"], stderr=stderr, environ=environ)
+
+    assert code == 2
+    assert f"the session wire profile '{wire}' was removed" in stderr.getvalue()
+    assert "docs/profiles.md" in stderr.getvalue()

@@ -12,7 +12,6 @@ import pytest
 import mcp_sessions
 from mcp_sessions._pipeline._response import advertise
 from mcp_sessions._wire.protocol import Era
-from mcp_sessions.client import SessionTransport
 from mcp_sessions.profiles import DRAFT, PROFILES, profiles_from_names
 
 PIPELINE = Path(mcp_sessions.__file__).parent
@@ -74,8 +73,3 @@ def test_the_draft_is_the_one_wire_registered() -> None:
 def test_a_retired_wire_is_refused_by_name(name: str) -> None:
     with pytest.raises(ValueError, match=f"the session wire profile '{name}' was removed: .*use 'draft'"):
         profiles_from_names(f"draft,{name}")
-
-
-def test_the_client_shim_refuses_a_retired_wire_by_name() -> None:
-    with pytest.raises(ValueError, match="the session wire profile 'strawman' was removed"):
-        SessionTransport(profile="strawman")

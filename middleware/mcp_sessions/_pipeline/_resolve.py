@@ -149,12 +149,11 @@ def _capture(call: Call, operation: Operation) -> None:
             session = call.session
             known = () if session is None else tuple(t for t in (session.token, session.state_token) if t)
             operation.capture(params.get("arguments"), known)
-    elif call.local is not None:
-        profile = call.profile
-        if call.method == profile.create_method:
+    elif call.local is not None:  # a wire's create, else its delete
+        if call.method == call.profile.create_method:
             label = params.get("label") if isinstance(params, dict) else None
             operation.capture_local(label if type(label) is str else None, "created")
-        elif profile.client is not None and call.method == profile.client.delete_method:
+        else:
             operation.capture_local(None, "ended")
 
 

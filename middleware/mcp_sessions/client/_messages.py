@@ -22,7 +22,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar, cast
 from .._wire import jsonrpc
 from .._wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SESSION_STORE_UNAVAILABLE, Era
 from .._wire.sse import SSERewriter
-from ..profiles import DRAFT, SessionCarrier, WireProfile
+from ..profiles import DRAFT, SessionCarrier
 
 logger = logging.getLogger("mcp_sessions.client")
 
@@ -227,6 +227,8 @@ class Verdict(Generic[ResponseT]):
 
 # Connection set-up: never stamped, never the reason to create a session. A
 # stale saved session must not be able to fail the handshake itself.
+CARRIER: Final = DRAFT.carrier
+"""Where a request carries its session on the draft, the wire the client speaks."""
 SETUP_METHODS: Final = frozenset({"initialize", "notifications/initialized", "server/discover"})
 # Stamped when a session is held, but never the reason to create one (with the wire's own methods).
 _NO_CREATE_METHODS: Final = SETUP_METHODS | {"ping"}
@@ -263,10 +265,9 @@ class OutgoingPost:
     parsed: object
     messages: list[dict[str, object]]
     era: Era
-    profile: WireProfile = DRAFT
 
     @classmethod
-    def parse(cls, request: RequestLike, body: bytes, profile: WireProfile = DRAFT) -> OutgoingPost | None:
+    def parse(cls, request: RequestLike, body: bytes) -> OutgoingPost | None:
         """The POST, or ``None`` when its body is not JSON-RPC (an OAuth registration, a response to the server).
 
         The era comes from this request's own ``Mcp-Protocol-Version``, as the SDK server decides it.
@@ -277,14 +278,7 @@ class OutgoingPost:
             return None
         headers, extensions = request.headers.multi_items(), dict(request.extensions)
         era = Era.of(request.headers.get("mcp-protocol-version"))
-        return cls(request.url, headers, extensions, body, parsed, messages, era, profile)
-
-    @property
-    def carrier(self) -> SessionCarrier:
-        """Where the wire carries the session: the client speaks only the wires that carry it in ``_meta``."""
-        carrier = self.profile.carrier
-        assert isinstance(carrier, SessionCarrier)  # the transport accepts only such wires
-        return carrier
+        return cls(request.url, headers, extensions, body, parsed, messages, era)
 
     @property
     def request_ids(self) -> list[object]:
@@ -304,12 +298,11 @@ class OutgoingPost:
     @property
     def triggers_create(self) -> bool:
         """Whether this POST is a reason to create a session: a request that is part of a conversation."""
-        own = self.profile.methods
         return any(
             "id" in m
             and m["method"] not in _NO_CREATE_METHODS
-            and m["method"] not in own
-            and not _has_session_key(m, self.carrier)
+            and m["method"] not in DRAFT.methods
+            and not _has_session_key(m, CARRIER)
             for m in self.messages
         )
 
@@ -317,7 +310,7 @@ class OutgoingPost:
     def handles_own_session(self) -> bool:
         """Whether the caller handles sessions itself: a session method of the wire, or session metadata (even
         ``null``) on a message."""
-        return any(m["method"] in self.profile.methods or _has_session_key(m, self.carrier) for m in self.messages)
+        return any(m["method"] in DRAFT.methods or _has_session_key(m, CARRIER) for m in self.messages)
 
     @property
     def batch(self) -> bool:
@@ -344,7 +337,7 @@ def stamp(post: OutgoingPost, token: str | None, state: str | None = None) -> At
     """The attempt that sends ``post`` with the held session (``token``, ``state``) where it belongs."""
     attempt = Attempt(post.body, [])
     header_token: str | None = None
-    carrier = post.carrier
+    carrier = CARRIER
     elements = post.parsed if isinstance(post.parsed, list) else [post.parsed]  # post.batch, spelled out for mypy
     sent: list[object] = []
     for item in elements:
@@ -378,8 +371,8 @@ def _stampable(message: dict[str, object], post: OutgoingPost) -> bool:
     params = message.get("params")
     return (
         message["method"] not in SETUP_METHODS
-        and message["method"] != post.profile.create_method
-        and not _has_session_key(message, post.carrier)
+        and message["method"] != DRAFT.create_method
+        and not _has_session_key(message, CARRIER)
         and (params is None or isinstance(params, dict))
     )
 
@@ -444,7 +437,7 @@ class Endpoint:
         meta = next(
             filter(None, (jsonrpc.meta(message.get("params")) for message in post.messages)), {}
         )  # the first non-empty params._meta
-        envelope = {k: v for k, v in meta.items() if k.startswith(_ENVELOPE_PREFIX) and k != post.carrier.meta_key}
+        envelope = {k: v for k, v in meta.items() if k.startswith(_ENVELOPE_PREFIX) and k != CARRIER.meta_key}
         extensions = {k: v for k, v in post.extensions.items() if k == "timeout"}
         return cls(post.url, _forwarded(post.headers, drop), post.era, envelope, extensions)
 

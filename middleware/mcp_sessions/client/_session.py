@@ -29,7 +29,8 @@ from .._tokens import decode_unverified
 from .._version import __version__
 from .._wire import jsonrpc
 from .._wire.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, Era
-from ..profiles import ClientSide, Echo, WireProfile, required_codes
+from ..profiles import DRAFT, SESSION_META_KEY, required_codes
+from ..profiles._base import METHOD_CREATE, METHOD_DELETE, SESSIONS_EXTENSION_ID
 from ._messages import (
     MAX_OWN_ANSWER,
     AnswerTooLarge,
@@ -247,18 +248,14 @@ ChangeHook = Callable[[HeldSession], "Awaitable[None] | None"]
 class SessionKeeper:
     """Holds one :class:`HeldSession` and what the server said about sessions."""
 
-    def __init__(self, session: HeldSession, on_change: ChangeHook | None, profile: WireProfile) -> None:
-        if profile.client is None or not isinstance(profile.echo, Echo):
-            raise ValueError(f"the client does not speak the session wire {profile.name!r}")
+    def __init__(self, session: HeldSession, on_change: ChangeHook | None) -> None:
         self.session = session
         self.on_change = on_change
-        self.profile = profile
-        self.wire: ClientSide = profile.client
-        self._echo: Echo = profile.echo
-        # The server may answer with the seeds' codes or the spec-safe ones (error_codes=): both are read.
-        self.required_codes = required_codes(profile)
+        self._echo = DRAFT.echo
+        # The server may answer with any of the code sets (error_codes=): each is read.
+        self.required_codes = required_codes(DRAFT)
         # Codes that say "the session this request carried is gone".
-        self.gone_codes = profile.gone_codes()
+        self.gone_codes = DRAFT.gone_codes()
         # None: the server has not said; False: it has no sessions (capability or -32601).
         self.supported: bool | None = None
         self._changed = False
@@ -283,7 +280,7 @@ class SessionKeeper:
         method = post.method_of(request_id)
         if method in ("server/discover", "initialize"):
             self._observe_capability(result)
-        elif method == self.wire.delete_method and named_held:
+        elif method == METHOD_DELETE and named_held:
             self.drop(token, "it was deleted")
 
     def _take_echo(self, result: dict[str, object], *, named_held: bool) -> None:
@@ -324,7 +321,12 @@ class SessionKeeper:
         capabilities = result.get("capabilities")
         if not isinstance(capabilities, dict):
             return
-        supported = self.wire.advertised(capabilities)
+        extensions, experimental = capabilities.get("extensions"), capabilities.get("experimental")
+        supported = (
+            "sessions" in capabilities
+            or (isinstance(extensions, dict) and SESSIONS_EXTENSION_ID in extensions)
+            or (isinstance(experimental, dict) and "sessions" in experimental)
+        )
         if self.supported is not supported:
             logger.debug("the server %s sessions", "advertises" if supported else "does not advertise")
         self.supported = supported
@@ -388,18 +390,18 @@ class SessionLifecycle:
 
     async def create(self, endpoint: Endpoint) -> Failure | None:
         """Create a session and hold it; the server's refusal, if it refused (``-32601``: it has no sessions)."""
-        method = self._keeper.profile.create_method or ""
+        label = self._keeper.session.label
         async with self._in_transport_session(endpoint) as endpoint:
-            params = self._keeper.wire.create_params(self._keeper.session.label)
-            reply = await self._call(endpoint, method, params, None)
+            reply = await self._call(endpoint, METHOD_CREATE, {} if label is None else {"label": label}, None)
         if isinstance(reply, Failure):
             if reply.code == METHOD_NOT_FOUND:
                 self._keeper.mark_unsupported()
             return reply
-        created = self._keeper.wire.created(reply)
-        if created is None:
-            return Failure(INTERNAL_ERROR, f"the {method} result has no session")
-        self._keeper.adopt(*created)
+        session = reply.get("session")
+        token = session.get("sessionId") if isinstance(session, dict) else None
+        if not isinstance(session, dict) or not isinstance(token, str) or not token:
+            return Failure(INTERNAL_ERROR, f"the {METHOD_CREATE} result has no session")
+        self._keeper.adopt(token, session)
         return None
 
     async def delete(self, endpoint: Endpoint) -> bool:
@@ -410,12 +412,12 @@ class SessionLifecycle:
         token = self._keeper.session.token
         if token is None:
             return False
-        wire = self._keeper.wire
+        params: dict[str, object] = {"_meta": {SESSION_META_KEY: {"sessionId": token}}}
         async with self._in_transport_session(endpoint) as endpoint:
-            reply = await self._call(endpoint, wire.delete_method, wire.delete_params(token), token)
+            reply = await self._call(endpoint, METHOD_DELETE, params, token)
         if isinstance(reply, Failure) and reply.code not in self._keeper.gone_codes:
             raise reply.error()
-        if isinstance(reply, Failure) or not wire.deleted(reply):
+        if isinstance(reply, Failure):  # a delete of a session that is gone is -32043, not a result
             self._keeper.drop(token, "the server no longer knows it")
             return False
         self._keeper.drop(token, "it was deleted")

@@ -27,7 +27,6 @@ import anyio
 from .._wire import jsonrpc
 from .._wire.protocol import METHOD_NOT_FOUND, MODERN_VERSION
 from .._wire.sse import SSERewriter
-from ..profiles import PROFILES, WireProfile, profiles_from_names
 from ._messages import (
     MAX_DECODED,
     AnswerTooLarge,
@@ -81,7 +80,6 @@ class SessionTransportBase(Generic[RequestT, ResponseT]):
         on_change: ChangeHook | None = None,
         close_timeout: float = 5.0,
         close_transport: bool = True,
-        profile: str | WireProfile = "draft",
     ) -> None:
         if session is not None and not isinstance(session, HeldSession):
             raise TypeError("session must be a HeldSession (HeldSession.from_dict(saved) resumes a saved one)")
@@ -89,7 +87,7 @@ class SessionTransportBase(Generic[RequestT, ResponseT]):
             raise TypeError("retry must be a RetryPolicy")
         if close_timeout < 0:
             raise ValueError("close_timeout must be 0 seconds or more")
-        self._keeper = SessionKeeper(HeldSession() if session is None else session, on_change, _profile(profile))
+        self._keeper = SessionKeeper(HeldSession() if session is None else session, on_change)
         self._retry = RetryPolicy() if retry is None else retry
         self._lifecycle = SessionLifecycle(self._post, self._keeper, self._retry)
         self._inner: InnerTransport[RequestT, ResponseT] = (
@@ -123,7 +121,7 @@ class SessionTransportBase(Generic[RequestT, ResponseT]):
         content_type = request.headers.get("content-type")
         if request.method != "POST" or not (content_type or "").lower().startswith("application/json"):
             return await self._inner.handle_async_request(request)
-        post = OutgoingPost.parse(request, await request.aread(), self._keeper.profile)
+        post = OutgoingPost.parse(request, await request.aread())
         if post is None:
             return await self._inner.handle_async_request(request)
         if not post.only_setup:
@@ -471,12 +469,3 @@ def _first_event_has_data(output: bytes) -> bool:
 def _relay_type(library: ModuleType) -> type[Relay]:
     # The library checks isinstance(stream, AsyncByteStream) before reading or closing a body.
     return type("Relay", (Relay, library.AsyncByteStream), {"__module__": __name__})
-
-
-def _profile(profile: str | WireProfile) -> WireProfile:
-    """The wire the shim speaks: ``"draft"`` (the default), or a profile with a client side."""
-    chosen = profile if isinstance(profile, WireProfile) else profiles_from_names(profile)[0]
-    if chosen.client is None:
-        speaks = ", ".join(name for name, p in PROFILES.items() if p.client is not None)
-        raise ValueError(f"the session client speaks the wires {speaks}, not {profile!r}")
-    return chosen

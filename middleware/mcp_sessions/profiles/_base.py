@@ -122,28 +122,10 @@ class LocalMethod:
 
 
 @dataclass(frozen=True)
-class ClientSide:
-    """What the client shim needs of a wire beyond its carrier and echo: its own create and delete."""
-
-    create_params: Callable[[str | None], dict[str, object]]
-    """The params of the create request, from the handle's label."""
-    created: Callable[[dict[str, object]], tuple[str, dict[str, object]] | None]
-    """The token and echo (in the wire's member names) of a create result, ``None`` when it has none."""
-    delete_method: str
-    """The method that ends a session."""
-    delete_params: Callable[[str], dict[str, object]]
-    """The params of the delete request for a session token (the pipeline adds the ``_meta`` envelope)."""
-    deleted: Callable[[dict[str, object]], bool]
-    """Whether a delete result ended a live session."""
-    advertised: Callable[[dict[str, object]], bool]
-    """Whether a server's ``capabilities`` advertise this wire."""
-
-
-@dataclass(frozen=True)
 class WireProfile:
     """Everything one session wire decides. The draft is :data:`mcp_sessions.profiles.DRAFT`.
 
-    The fields are what every wire states; the methods are what the pipeline and the client ask of a wire.
+    The fields are what every wire states; the methods are what the pipeline asks of a wire.
     """
 
     name: str
@@ -172,8 +154,6 @@ class WireProfile:
     """The hint that goes with the "required" error (for the draft, the create method)."""
     create_method: str | None = None
     """The method that opens a session, named in errors."""
-    client: ClientSide | None = None
-    """What the client shim needs to speak this wire (``None``: the shim does not speak it)."""
 
     # -- what the server advertises -----------------------------------------------
 
@@ -318,31 +298,6 @@ async def delete(call: LocalCall) -> dict[str, object]:
     return {}
 
 
-def _create_params(label: str | None) -> dict[str, object]:
-    return {} if label is None else {"label": label}
-
-
-def _created(result: dict[str, object]) -> tuple[str, dict[str, object]] | None:
-    session = result.get("session")
-    if not isinstance(session, dict):
-        return None
-    token = session.get("sessionId")
-    return (token, session) if isinstance(token, str) and token else None
-
-
-def _delete_params(token: str) -> dict[str, object]:
-    return {"_meta": {SESSION_META_KEY: {"sessionId": token}}}
-
-
-def _advertised(capabilities: dict[str, object]) -> bool:
-    extensions, experimental = capabilities.get("extensions"), capabilities.get("experimental")
-    return (
-        "sessions" in capabilities
-        or (isinstance(extensions, dict) and SESSIONS_EXTENSION_ID in extensions)
-        or (isinstance(experimental, dict) and "sessions" in experimental)
-    )
-
-
 DRAFT: Final = WireProfile(
     name="draft",
     carrier=SessionCarrier(meta_key=SESSION_META_KEY, id_member="sessionId", state_member="state"),
@@ -362,13 +317,5 @@ DRAFT: Final = WireProfile(
     required_hint=f'call {METHOD_CREATE} and send its sessionId in params._meta["{SESSION_META_KEY}"]',
     not_found_hint=f"the session ended or is not this caller's; call {METHOD_CREATE} for a new one",
     create_method=METHOD_CREATE,
-    client=ClientSide(
-        create_params=_create_params,
-        created=_created,
-        delete_method=METHOD_DELETE,
-        delete_params=_delete_params,
-        deleted=lambda result: True,  # a delete of a session that is gone is -32043, not a result
-        advertised=_advertised,
-    ),
 )
 """The data-layer sessions draft (``sessions/create``, ``io.modelcontextprotocol/session``): the default wire."""
