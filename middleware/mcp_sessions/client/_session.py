@@ -29,8 +29,14 @@ from .._tokens import decode_unverified
 from .._version import __version__
 from .._wire import jsonrpc
 from .._wire.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, Era
-from ..profiles import DRAFT, SESSION_META_KEY, required_codes
-from ..profiles._base import METHOD_CREATE, METHOD_DELETE, SESSIONS_EXTENSION_ID
+from ..profiles import (
+    DRAFT,
+    METHOD_CREATE,
+    METHOD_DELETE,
+    SESSION_META_KEY,
+    SESSIONS_EXTENSION_ID,
+    required_codes,
+)
 from ._messages import (
     MAX_OWN_ANSWER,
     AnswerTooLarge,

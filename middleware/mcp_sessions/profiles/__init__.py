@@ -11,6 +11,9 @@ from typing import Final
 from .._wire.protocol import HEADER_MISMATCH, RATE_LIMITED, SESSION_STORE_UNAVAILABLE
 from ._base import ADVERTISING_METHODS as ADVERTISING_METHODS
 from ._base import DRAFT, SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, ErrorCodes, WireProfile
+from ._base import METHOD_CREATE as METHOD_CREATE
+from ._base import METHOD_DELETE as METHOD_DELETE
+from ._base import SESSIONS_EXTENSION_ID as SESSIONS_EXTENSION_ID
 from ._base import LocalCall as LocalCall
 from ._base import LocalMethod as LocalMethod
 from ._base import required_codes as required_codes
