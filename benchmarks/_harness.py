@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _floor import FLOOR_SESSION
 from mcp.server.mcpserver import Context, MCPServer
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -68,11 +69,12 @@ class PassThrough:
 
 
 def read_session(scope: Scope) -> None:
-    """What a tool does with its session: Starlette's cookie session if there is one, else this library's."""
+    """What a tool does with its session: Starlette's cookie session if there is one, else this library's (else
+    the hand-written floor's)."""
     if "session" in scope:
         HTTPConnection(scope).session.get("conversation")
-    else:
-        get_session()
+    elif get_session() is None:
+        FLOOR_SESSION.get()
 
 
 def build_mcp_app() -> ASGIApp:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import jwt
+from _floor import CheckedFloor
 from _harness import (
     SECRET,
     PassThrough,
@@ -60,6 +61,7 @@ from _harness import (
     us,
     verdict,
 )
+from _steps import steps_section
 from itsdangerous import TimestampSigner
 from opentelemetry import trace
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
@@ -78,7 +80,9 @@ from mcp_sessions.telemetry import SessionSpanProcessor
 WARMUP = 20  # unmeasured calls of each case first
 SESSION_COUNTS = (100, 5_000, 20_000, 60_000, 100_000)
 QUICK_SESSION_COUNTS = (100, 1_000)
-COOKIE_MULTIPLE = 1.5  # a session-bearing tools/call adds at most this multiple of what the cookie session adds
+COOKIE_MULTIPLE = 2.0  # a session-bearing tools/call adds at most this multiple of what the cookie session adds
+FLOOR_MULTIPLE = 3.5  # the session path adds at most this multiple of what the hand-written floor adds
+OTEL_MULTIPLE = 0.6  # with the SDK recording, at most this multiple of what otel-asgi adds
 FIRST_REQUEST_MARGIN_US = 50.0  # a session's first request on a replica: at most jwt.decode plus this
 FLAT_RATIO = 1.2  # the session path among the most live sessions, against N = 100
 MCP, TRIVIAL, LIVE, MCP_SDK, TRIVIAL_SDK = (
@@ -103,6 +107,12 @@ def asgi(app: ASGIApp, requests: Request | list[Request], base: str, group: str,
     return Case(lambda: call(app, *following()), base, group, echoed)
 
 
+def floor(app: ASGIApp, token: str) -> CheckedFloor:
+    """The hand-written floor in front of ``app``, ``token`` already verified (its claims in its cache)."""
+    claims = jwt.decode(token, options={"verify_signature": False})
+    return CheckedFloor(app, {token: claims}, principal_key=SECRET.encode())
+
+
 def cookie_request() -> Request:
     """A request carrying a session cookie as Starlette's ``SessionMiddleware`` signs it."""
     payload = TimestampSigner(SECRET).sign(base64.b64encode(json.dumps({"conversation": "c-12345678"}).encode()))
@@ -113,10 +123,11 @@ def cookie_request() -> Request:
 
 async def cases_without_sdk(stack: contextlib.AsyncExitStack, rounds: int, counts: tuple[int, ...]) -> dict[str, Case]:
     bare = await stack.enter_async_context(lifespan(build_mcp_app()))
-    middleware = await stack.enter_async_context(lifespan(MCPSessionMiddleware(build_mcp_app(), secret=SECRET)))
-    cookies = SessionMiddleware(bare, secret_key=SECRET)
-    plain, with_session = session_request(), session_request(await create_session(middleware))
     keys, store = KeySet.from_secret(SECRET), MemoryStore()
+    middleware = await stack.enter_async_context(lifespan(MCPSessionMiddleware(build_mcp_app(), keys=keys)))
+    cookies = SessionMiddleware(bare, secret_key=SECRET)
+    server_token = await create_session(middleware)
+    plain, with_session = session_request(), session_request(server_token)
     trivial = MCPSessionMiddleware(trivial_app, keys=keys, store=store)
     token = await create_session(trivial)
     # Sessions minted by another replica (the same keys' material, the same store): this one has not
@@ -138,6 +149,9 @@ async def cases_without_sdk(stack: contextlib.AsyncExitStack, rounds: int, count
         # The bare server sent the session-bearing body it ignores: the SDK itself pays for the larger _meta.
         "bare, session body": asgi(bare, with_session, "bare MCPServer", MCP, False),
         "middleware, with session": asgi(middleware, with_session, "bare, session body", MCP, True),
+        "hand-written floor, with session": asgi(
+            floor(bare, server_token), with_session, "bare, session body", MCP, True
+        ),
         "Starlette cookie session": asgi(cookies, cookie_request(), "bare MCPServer", MCP, False),
         "trivial app": asgi(trivial_app, plain, "trivial app", TRIVIAL, False),
         "trivial pass-through": asgi(PassThrough(trivial_app), plain, "trivial app", TRIVIAL, False),
@@ -148,6 +162,9 @@ async def cases_without_sdk(stack: contextlib.AsyncExitStack, rounds: int, count
         ),
         "trivial + middleware, session new to this replica": asgi(
             trivial, [session_request(new) for new in fresh], "trivial app", TRIVIAL, True
+        ),
+        "trivial + hand-written floor, session": asgi(
+            floor(trivial_app, token), session_request(token), "trivial app", TRIVIAL, True
         ),
         "trivial + Starlette cookie session": asgi(
             SessionMiddleware(trivial_app, secret_key=SECRET), cookie_request(), "trivial app", TRIVIAL, False
@@ -295,8 +312,33 @@ def sections_and_verdicts(
             table(MCP_SDK) + table(TRIVIAL_SDK),
         ),
     ]
-    verdicts = [cookie_verdict(rows), first_request_verdict(rows), flat_verdict(counts, n_rows), otel_verdict(rows)]
+    verdicts = [
+        floor_verdict(rows),
+        cookie_verdict(rows),
+        first_request_verdict(rows),
+        flat_verdict(counts, n_rows),
+        otel_verdict(rows),
+    ]
     return sections, verdicts
+
+
+def floor_verdict(rows: dict[str, dict[str, Any]]) -> dict[str, str]:
+    pairs = {
+        MCP: (rows["middleware, with session"], rows["hand-written floor, with session"]),
+        TRIVIAL: (rows["trivial + middleware, session"], rows["trivial + hand-written floor, session"]),
+    }
+    multiples = {app: ours["added_us"] / floor["added_us"] for app, (ours, floor) in pairs.items()}
+    return verdict(
+        f"A session-bearing `tools/call` adds ≤ {FLOOR_MULTIPLE:g}x what the hand-written floor adds "
+        "(`benchmarks/_floor.py`: the same checks, no store, no telemetry)",
+        "; ".join(
+            f"{app}: this middleware {us(ours['added_us'], ours['ci_us'])}, the floor "
+            f"{us(floor['added_us'], floor['ci_us'])}"
+            for app, (ours, floor) in pairs.items()
+        ),
+        all(multiple <= FLOOR_MULTIPLE for multiple in multiples.values()),
+        ", ".join(f"{multiple:.2f}x on the {app}" for app, multiple in multiples.items()),
+    )
 
 
 def cookie_verdict(rows: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -349,12 +391,12 @@ def otel_verdict(rows: dict[str, dict[str, Any]]) -> dict[str, str]:
         ),
     }
     return verdict(
-        "With the OpenTelemetry SDK configured, the middleware with a session adds less than "
-        "`opentelemetry-instrumentation-asgi`",
+        f"With the OpenTelemetry SDK configured, the middleware with a session adds ≤ {OTEL_MULTIPLE:g}x what "
+        "`opentelemetry-instrumentation-asgi` adds",
         "; ".join(
             f"{app}: this middleware {us(ours)}, otel-asgi {us(theirs)}" for app, (ours, theirs) in pairs.items()
         ),
-        all(ours < theirs for ours, theirs in pairs.values()),
+        all(ours <= OTEL_MULTIPLE * theirs for ours, theirs in pairs.values()),
         ", ".join(
             f"{ours / theirs:.2f}x otel-asgi's on the {app}" for app, (ours, theirs) in pairs.items() if theirs > 0
         ),
@@ -369,6 +411,8 @@ def main(args: argparse.Namespace) -> None:
     rows = {name: compared(samples, name, base) | {"group": group} for name, (base, group) in cases.items()}
     counts = QUICK_SESSION_COUNTS if args.quick else SESSION_COUNTS
     sections, verdicts = sections_and_verdicts(rows, counts, per_process * args.processes)
+    logging.disable(logging.WARNING)  # the middleware's note on the trivial app, as in the measuring processes
+    sections.append(steps_section(200 if args.quick else 20_000))
     finish("asgi", args.json, args.quick, began, sections, verdicts, rows=list(rows.values()))
 
 

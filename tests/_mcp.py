@@ -19,7 +19,7 @@ from mcp_types import RequestParamsMeta
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mcp_sessions import MCPSessionMiddleware
-from mcp_sessions._verdict import PROBE_METHOD
+from mcp_sessions._pipeline._probe import PROBE_METHOD
 
 MODERN: Final = "2026-07-28"
 LEGACY: Final = "2025-11-25"

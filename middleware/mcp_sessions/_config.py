@@ -21,10 +21,9 @@ from opentelemetry.trace import TracerProvider
 
 from ._asgi import DEFAULT_MAX_BODY_SIZE
 from ._otel import TraceMode, TraceUserMode
-from ._pipeline import DEFAULT_MAX_RESPONSE_SIZE
+from ._pipeline import DEFAULT_MAX_RESPONSE_SIZE, DEFAULT_PROBE_TIMEOUT
 from ._session import CreateHook, PrincipalHook, RateLimit, authenticated_user
 from ._tokens import DEFAULT_AUDIENCE, DEFAULT_MAX_STATE_SIZE, KeySet, SessionKey
-from ._verdict import DEFAULT_PROBE_TIMEOUT
 from .profiles import ErrorCodes, WireProfile, profiles_from_names, with_error_codes
 from .sources import (
     BUILT_IN_HOSTS,
@@ -183,7 +182,7 @@ class SessionsConfig:
         self.owns_store = False  # a store passed in is the caller's to close; one from_env builds, the lifespan's
         self.paths = frozenset([path] if isinstance(path, str) else path) if path is not None else None
         self.max_body_size, self.retry_after = max_body_size, retry_after
-        self.max_response_size, self.probe_timeout = max_response_size, float(probe_timeout)  # _verdict.py
+        self.max_response_size, self.probe_timeout = max_response_size, float(probe_timeout)  # _pipeline/_probe.py
         self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
         self.trace_mode: TraceMode = trace_mode
         self.principal = principal

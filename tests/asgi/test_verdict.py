@@ -1,4 +1,4 @@
-"""The probe the middleware puts to the app it wraps before an answer of its own (``mcp_sessions._verdict``).
+"""The probe the middleware puts to the app it wraps before an answer of its own (``mcp_sessions._pipeline._probe``).
 
 What the app sees of it, and how its answer is read: through fake apps that record the probe or answer in
 ways a real server may (an event stream that stays open, an answer without end, mcp 1.x's ``-32602``).
@@ -15,7 +15,7 @@ import pytest
 from opentelemetry import trace
 from starlette.types import Message, Receive, Scope, Send
 
-from mcp_sessions._verdict import MAX_NESTING, PROBE_METHOD, ask_server
+from mcp_sessions._pipeline._probe import MAX_NESTING, PROBE_METHOD, ask_server
 
 pytestmark = pytest.mark.anyio
 

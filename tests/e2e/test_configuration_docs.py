@@ -48,8 +48,8 @@ from _mcp import (
 )
 from _redis import RedisServer
 from conftest import SECRET, in_process
-from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, SessionsConfig, get_session
-from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SQLiteStore, _base, store_from_url
+from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, SessionsConfig, get_session, stores
+from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SQLiteStore, store_from_url
 
 OLD_SECRET = "old-secret-for-the-rotation-snippet-0123456789"
 NEW_SECRET = "new-secret-for-the-rotation-snippet-0123456789"
@@ -294,7 +294,7 @@ def test_the_sqlite_store_is_one_file_every_worker_shares(tmp_path: Path, monkey
 
 
 def test_a_registered_scheme_names_your_store(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_base, "_factories", dict(_base._factories))  # the registration ends with the test
+    monkeypatch.setattr(stores, "_factories", dict(stores._factories))  # the registration ends with the test
     store = run(REGISTER, page="docs/configuration.md")["store"]
     assert isinstance(store, MemoryStore)
     with pytest.raises(ValueError, match="my-store://"):  # listed among the known schemes now

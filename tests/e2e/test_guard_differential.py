@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Scope
 from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_KEY, LegacyClient, legacy_request, modern_headers, modern_request
 from conftest import SECRET, in_process
 from mcp_sessions import MCPSessionMiddleware
-from mcp_sessions._verdict import MAX_NESTING
+from mcp_sessions._pipeline._probe import MAX_NESTING
 from mcp_sessions.stores import MemoryStore
 
 Era = Literal["modern", "legacy"]

@@ -10,12 +10,12 @@ import pytest
 import redis.asyncio as aioredis
 
 from _redis import RedisServer
+from mcp_sessions import stores
 from mcp_sessions.stores import (
     MemoryStore,
     RedisStore,
     SessionStore,
     SQLiteStore,
-    _base,
     register_store,
     store_from_url,
 )
@@ -290,7 +290,7 @@ async def test_cluster_and_sentinel_clients_are_bounded_and_never_retry() -> Non
 
 
 def test_a_registered_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_base, "_factories", dict(_base._factories))
+    monkeypatch.setattr(stores, "_factories", dict(stores._factories))
     made: list[tuple[str, dict[str, Any]]] = []
 
     def factory(url: str, **options: Any) -> SessionStore:

@@ -69,6 +69,24 @@ def test_at_most_seventy_files() -> None:
     assert len(files) <= MAX_FILES, f"{len(files)} files: {files}"
 
 
+def assert_acyclic(edges: dict[str, set[str]]) -> None:
+    """A depth-first search for a back edge, naming the cycle it finds."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for dependency in sorted(edges.get(node, ())):
+            if state.get(dependency) == 1:
+                pytest.fail("import cycle: " + " -> ".join([*trail[trail.index(dependency) :], dependency]))
+            if dependency not in state:
+                visit(dependency, [*trail, dependency])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+
+
 def test_no_import_cycle_between_parts() -> None:
     edges: dict[str, set[str]] = {}
     for module, path, tree in modules():
@@ -77,21 +95,20 @@ def test_no_import_cycle_between_parts() -> None:
             dependency = part_of(f"{target}.{name}" if target == NAME else target)
             if source not in ("__init__", dependency):
                 edges.setdefault(source, set()).add(dependency)
-    # A depth-first search for a back edge, naming the cycle it finds.
-    state: dict[str, int] = {}
+    assert_acyclic(edges)
 
-    def visit(part: str, trail: list[str]) -> None:
-        state[part] = 1
-        for dependency in sorted(edges.get(part, ())):
-            if state.get(dependency) == 1:
-                pytest.fail("import cycle: " + " -> ".join([*trail[trail.index(dependency) :], dependency]))
-            if dependency not in state:
-                visit(dependency, [*trail, dependency])
-        state[part] = 2
 
-    for part in sorted(edges):
-        if part not in state:
-            visit(part, [part])
+@pytest.mark.parametrize("part", ["stores", "subscriptions"])
+def test_no_import_cycle_inside_a_part(part: str) -> None:
+    """Its modules import one another one way, its ``__init__`` (where the registry is) last of all."""
+    names = {module for module, _, _ in modules()}
+    edges: dict[str, set[str]] = {}
+    for module, path, tree in modules():
+        for target, name in imported(module, path, tree):
+            dependency = f"{target}.{name}" if f"{target}.{name}" in names else target
+            if part_of(module) == part == part_of(dependency) and dependency != module:
+                edges.setdefault(module, set()).add(dependency)
+    assert_acyclic(edges)
 
 
 def test_no_part_imports_another_parts_private_names() -> None:

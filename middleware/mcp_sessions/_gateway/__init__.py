@@ -4,7 +4,7 @@
 refuses what may not be forwarded (a target that is not a path, ambiguous framing) and decides whose forwarded
 headers count; the proxy (``_proxy``) forwards every request to the upstream replica that holds its
 conversation (``_replicas``); the upstream decides every answer the pipeline gives itself,
-as the middleware asks the app it wraps (``mcp_sessions._verdict``). httpx and
+as the middleware asks the app it wraps (``mcp_sessions._pipeline._probe``). httpx and
 uvicorn, which only the gateway needs, are imported when it is built. See ``docs/gateway.md``.
 """
 

@@ -41,7 +41,7 @@ from urllib.parse import quote, unquote_to_bytes
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .._verdict import Rejection
+from .._pipeline import Rejection
 
 PEER: Final = "mcp_sessions.gateway.peer"
 """The scope key of the connection's :class:`Peer`, set by :class:`GatewayFront`."""

@@ -47,9 +47,9 @@ from opentelemetry import propagate, trace
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import Message, Receive, Scope, Send
 
+from .._pipeline import Rejection, error_answer, unavailable
 from .._session import SCOPE_KEY, Session, current_conversation
 from .._tokens import is_session_token
-from .._verdict import Rejection, error_answer, unavailable
 from .._wire import jsonrpc
 from .._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
 from ._front import PEER, HostCheck, Peer, raw_path_of
@@ -437,7 +437,7 @@ def _conversation(scope: Scope) -> str | None:
 
 def _trace_headers() -> dict[str, str]:
     """The trace context of the gateway's span for the upstream, when one records; else the client's goes as it
-    came (a probe, under an unsampled parent that records nothing, has none: ``_verdict`` leaves the client's out)."""
+    came (a probe, under an unsampled parent that records nothing, has none: ``_probe`` leaves the client's out)."""
     carrier: dict[str, str] = {}
     if trace.get_current_span().is_recording():
         propagate.inject(carrier)

@@ -51,8 +51,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, StatusCode, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
 from .._tokens import keyed_digest
@@ -240,12 +239,16 @@ TRACE_KEYS: Final = ("traceparent", "tracestate", "baggage")
 # The attributes of the links a SERVER span may have: to the session's creation, to the context _meta named.
 _CREATED: Final = {"mcp_sessions.link": "session.created"}
 _META: Final = {"mcp_sessions.link": "mcp.meta"}
-_W3C: Final = TraceContextTextMapPropagator()
+# Our own tp claim, as Operation.traceparent writes it: a W3C traceparent of version 00.
+_TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 def _span_context(traceparent: str) -> SpanContext | None:
-    """The remote SpanContext our own ``tp`` claim names."""
-    span_context = trace.get_current_span(_W3C.extract({"traceparent": traceparent})).get_span_context()
+    """The remote SpanContext our own ``tp`` claim names: read where it is, without a context of its own."""
+    if not _TRACEPARENT.fullmatch(traceparent):
+        return None
+    trace_id, span_id, flags = int(traceparent[3:35], 16), int(traceparent[36:52], 16), int(traceparent[53:], 16)
+    span_context = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
     return span_context if span_context.is_valid else None
 
 

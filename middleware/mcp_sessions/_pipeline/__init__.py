@@ -1,17 +1,22 @@
-"""The pipeline's steps after the plan (``_plan.py``), in request order: resolve, answer, forward, rewrite the
-response."""
+"""The pipeline's steps after the plan (``_plan.py``), in request order: resolve, probe (before an answer of
+the middleware's own), answer, forward, rewrite the response."""
 
 from ._answer import Answers
 from ._forward import Exchange, Forwarder
+from ._probe import DEFAULT_PROBE_TIMEOUT, Rejection, error_answer, unavailable
 from ._resolve import Resolver, check_handles, start_operations
 from ._response import DEFAULT_MAX_RESPONSE_SIZE
 
 __all__ = [
     "DEFAULT_MAX_RESPONSE_SIZE",
+    "DEFAULT_PROBE_TIMEOUT",
     "Answers",
     "Exchange",
     "Forwarder",
+    "Rejection",
     "Resolver",
     "check_handles",
+    "error_answer",
     "start_operations",
+    "unavailable",
 ]

@@ -13,19 +13,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._asgi import send_json, send_status
 from .._plan import body_of
-from .._verdict import ask_server
 from .._wire import Refusal, batch_refused, jsonrpc, store_unavailable
 from .._wire.jsonrpc import hashable_id
 from .._wire.protocol import SESSION_STORE_UNAVAILABLE, Era, http_status
 from ..handles import answer_elements, send_answers
 from ..profiles import LocalCall
+from ._probe import Rejection, ask_server
 from ._response import Target, annotate
 
 if TYPE_CHECKING:
     from .._otel import Operation
     from .._plan import Call, Plan
     from .._session import SessionService
-    from .._verdict import Rejection
     from ._forward import Forwarder
 
 
@@ -83,7 +82,7 @@ class Answers:
         return await answer_refused_handles(plan, self._forwarder.targets(plan), send)
 
     async def _server_refusal(self, scope: Scope, plan: Plan, body: bytes, receive: Receive) -> Rejection | None:
-        """The app's own answer if it refuses a request the middleware would answer itself (``_verdict.py``);
+        """The app's own answer if it refuses a request the middleware would answer itself (``_probe.py``);
         ``receive`` is the client's, its body read: the probe ends when the client leaves."""
         call = plan.calls[0]
         if plan.era is Era.LEGACY and call.method == "initialize":

@@ -6,7 +6,8 @@ session (``await get_session().notify_resource_updated(uri)``) and ends a
 session's streams when it is deleted or expires. See ``docs/deployment.md``.
 """
 
-from ._bus import Backend, MemoryBackend, SessionSubscriptionBus
+from ._backend import Backend, MemoryBackend
+from ._bus import SessionSubscriptionBus
 from ._redis import RedisBackend
 
 __all__ = ["Backend", "MemoryBackend", "RedisBackend", "SessionSubscriptionBus"]

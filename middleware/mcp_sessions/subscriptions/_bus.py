@@ -17,8 +17,9 @@ A message (:func:`encode`) is a few bytes of JSON naming the event's kind and, f
 URI; never a session token (a session's channel names it by its stable id). What cannot be read is
 dropped, as a listen stream drops what it cannot deliver: events are level triggers.
 
-Where the messages travel is a :class:`Backend`: :class:`MemoryBackend` (this process) here, the
-Redis ones (one Redis or a Sentinel-named master, and a Redis Cluster's sharded pub/sub) in ``_redis``.
+Where the messages travel is a :class:`Backend` (``_backend``): :class:`MemoryBackend` (this process), or
+the Redis ones (one Redis or a Sentinel-named master, and a Redis Cluster's sharded pub/sub) in ``_redis``,
+which :func:`backend_from_url` imports when a URL names them.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
-import anyio.lowlevel
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import (
     PromptsListChanged,
@@ -43,12 +43,10 @@ from .._session import current_session
 from .._wire import ThrottledWarning
 from .._wire.protocol import INTERNAL_ERROR
 from ..stores import REDIS_SCHEMES
+from ._backend import Backend, MemoryBackend
 
 if TYPE_CHECKING:
     from typing import Self
-
-Receive = Callable[[str, bytes | str], None]
-"""What a backend calls for each message arriving on a joined channel: ``receive(channel, message)``."""
 
 MAX_MESSAGE_BYTES: Final = 16 * 1024
 """The largest message published or read: a resource URI longer than about 16 KB is refused."""
@@ -65,63 +63,6 @@ _NOT_ACROSS_PROCESSES: Final = (
     "a sqlite:// store cannot carry listen events between processes: use memory:// for one process, or "
     f"{_REDIS_SCHEMES} (the Redis the store may share) for several replicas"
 )
-
-
-class Backend(Protocol):
-    """Channels joined and left by name, messages published to them and handed to the bus's ``receive``.
-
-    The bus joins a channel when the first stream that needs it opens on this replica, and leaves
-    it when the last one ends; ``join`` and ``leave`` are synchronous (the SDK subscribes
-    synchronously) and take effect in the background. A new topology is one class with these six
-    methods, and one scheme in :func:`backend_from_url`.
-    """
-
-    def bind(self, receive: Receive) -> None:
-        """Hand each message arriving on a joined channel to ``receive`` (called once, by the bus)."""
-
-    def join(self, channel: str) -> None:
-        """Start receiving ``channel``'s messages (soon: :meth:`ready` waits for it)."""
-
-    def leave(self, channel: str) -> None:
-        """Stop receiving ``channel``'s messages."""
-
-    async def ready(self, channel: str) -> None:
-        """Return once a joined ``channel``'s messages arrive, or after a bounded wait."""
-
-    async def publish(self, channel: str, message: bytes) -> None:
-        """Send ``message`` to every replica that joined ``channel``; raise if it cannot be sent."""
-
-    async def aclose(self) -> None:
-        """Release the connection; nothing arrives afterwards."""
-
-
-class MemoryBackend(Backend):
-    """One process, no network: what ``memory://`` builds (the SDK's in-memory bus, with sessions)."""
-
-    def __init__(self) -> None:
-        self._joined: set[str] = set()
-        self._receive: Receive | None = None
-
-    def bind(self, receive: Receive) -> None:
-        self._receive = receive
-
-    def join(self, channel: str) -> None:
-        self._joined.add(channel)
-
-    def leave(self, channel: str) -> None:
-        self._joined.discard(channel)
-
-    async def ready(self, channel: str) -> None:
-        """Joined is subscribed: nothing to wait for."""
-
-    async def publish(self, channel: str, message: bytes) -> None:
-        """Deliver at once, then let the streams drain (as the SDK's ``InMemorySubscriptionBus`` does)."""
-        if channel in self._joined and self._receive is not None:
-            self._receive(channel, message)
-        await anyio.lowlevel.checkpoint()
-
-    async def aclose(self) -> None:
-        self._joined.clear()
 
 
 def encode(event: ServerEvent) -> bytes:

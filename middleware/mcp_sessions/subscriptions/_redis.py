@@ -61,14 +61,14 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Final
 
-from ._bus import Backend
+from ._backend import Backend
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
     from redis.asyncio.client import PubSub
     from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-    from ._bus import Receive
+    from ._backend import Receive
 
 logger = logging.getLogger("mcp_sessions")
 

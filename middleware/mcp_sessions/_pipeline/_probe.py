@@ -1,4 +1,4 @@
-"""The server decides: before the middleware answers a request itself, it asks the app it wraps whether it takes it.
+"""The probe, the pipeline's stage before an answer of its own: it asks the app it wraps whether it takes the request.
 
 The middleware answers some requests without forwarding them (``sessions/create``, a ``-32043``…). Each of
 them is first put to the wrapped app in the same process, so that the server's own checks judge it: its
@@ -39,16 +39,16 @@ from opentelemetry import context, trace
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._asgi import header
-from ._wire import jsonrpc
-from ._wire.protocol import (
+from .._asgi import header
+from .._wire import jsonrpc
+from .._wire.protocol import (
     INVALID_PARAMS,
     MCP_METHOD_HEADER,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     UPSTREAM_UNAVAILABLE,
 )
-from ._wire.sse import SSERewriter
+from .._wire.sse import SSERewriter
 
 DEFAULT_PROBE_TIMEOUT: Final = 30.0
 """How long the middleware waits for the server's verdict by default (``probe_timeout``): a server answers
