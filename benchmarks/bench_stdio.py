@@ -4,15 +4,15 @@ Three ways to reach one stdio MCP server (``SERVER`` below: an ``MCPServer`` of 
 ``echo`` tool), measured side by side in one run:
 
 - ``stdio directly``: this process writes JSON-RPC lines to the server's stdin and reads its stdout: the base;
-- ``mcp-sessions gateway --stdio``: a conversation (``sessions/create``) with a process of its own, over a
-  2025-11-25 transport session;
+- ``mcp-sessions gateway --stdio``: a 2025-11-25 transport session with a process of its own (no data-layer
+  session, as a stock client);
 - ``supergateway --stateful``: a process per 2025-11-25 transport session (``--outputTransport
   streamableHttp``).
 
 One ``httpx`` client (keep-alive) sends ``tools/call`` requests one at a time, a request to each way per
 round, in a new shuffled order each round (a bounded loop), so that the machine's drift hits them alike. The
 added latency is each gateway's p50 (and p99) minus the direct stdio p50 (p99). Then each gateway opens
-``--conversations`` more conversations (ours: sessions; supergateway: transport sessions), each used once,
+``--conversations`` more conversations (transport sessions), each used once,
 and the growth of the gateway process's own RSS (``VmRSS``, its children excluded) is divided by their number.
 
     python benchmarks/bench_stdio.py                  # full run
@@ -212,7 +212,8 @@ def run(rounds: int, conversations: int) -> dict[str, Any]:
     ours_port, theirs_port = free_port(), free_port()
     # Neither gateway writes a log line per request: ours at warning (no access log), supergateway at none.
     ours_argv = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(ours_port), "--log-level", "warning"]
-    ours_argv += ["--max-processes", str(conversations + 1), "--stdio", " ".join(command)]
+    limit = str(conversations + 1)  # one caller opens them all
+    ours_argv += ["--max-processes", limit, "--max-processes-per-principal", limit, "--stdio", " ".join(command)]
     theirs_argv = [node, str(SUPERGATEWAY), "--stdio", " ".join(command), "--outputTransport", "streamableHttp"]
     theirs_argv += ["--stateful", "--port", str(theirs_port), "--logLevel", "none"]
     secret = {"MCP_SESSIONS_SECRET": SECRET}
@@ -225,7 +226,7 @@ def run(rounds: int, conversations: int) -> dict[str, Any]:
         direct = Direct(command)
         ways: dict[str, Any] = {
             "stdio directly": direct,
-            "mcp-sessions gateway --stdio": Conversation(http, ours_url, sessions=True),
+            "mcp-sessions gateway --stdio": Conversation(http, ours_url, sessions=False),
             f"supergateway {SUPERGATEWAY_VERSION} --stateful": Conversation(http, theirs_url, sessions=False),
         }
         for way in ways.values():  # warm up: imports, first calls
@@ -242,7 +243,7 @@ def run(rounds: int, conversations: int) -> dict[str, Any]:
         direct.close()
         memory = {}
         for name, pid, url, sessions in (
-            ("mcp-sessions gateway --stdio", ours.pid, ours_url, True),
+            ("mcp-sessions gateway --stdio", ours.pid, ours_url, False),
             (f"supergateway {SUPERGATEWAY_VERSION} --stateful", theirs.pid, theirs_url, False),
         ):
             before = rss_kib(pid)

@@ -71,6 +71,12 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --stdio: how many conversations' processes may run at once (default 16)",
     )
+    gateway.add_argument(
+        "--max-processes-per-principal",
+        type=int,
+        metavar="N",
+        help="with --stdio: how many of them one caller (its principal, else its client address) may have (default 4)",
+    )
     gateway.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     gateway.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000)")
     gateway.add_argument(
@@ -133,6 +139,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 processes=args.processes,
                 process_idle=args.process_idle,
                 max_processes=args.max_processes,
+                max_processes_per_principal=args.max_processes_per_principal,
                 allowed_hosts=hosts,
                 allowed_origins=origins,
                 forwarded_allow_ips=forwarded,

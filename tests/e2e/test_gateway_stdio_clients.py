@@ -1,0 +1,173 @@
+"""``mcp-sessions gateway --stdio`` and the clients that exist: every client's conversation gets a process of its own.
+
+A stock 2025 client (its transport session), a 2026-07-28 host naming its conversation (``vscode.conversationId``),
+the TypeScript SDK's client; each pair of clients of one kind never shares a process or what it keeps (a counter, a
+file per process); the limits per caller; an ended conversation refused, never moved to another process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+
+from _mcp import modern_headers, modern_request
+from conftest import SECRET, serve
+from e2e._gateway import TS_SDK, installed, legacy_initialize, node, result_of
+from e2e.test_gateway_stdio import ENVIRON, SERVER, text_of
+from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway import stdio_gateway_app
+
+pytestmark = pytest.mark.anyio
+
+TS_CLIENT = """
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+const [url, tag] = process.argv.slice(2);
+const client = new Client({ name: "ts", version: "1" });
+await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+const seen = [];
+for (let i = 0; i < 3; i++) {
+  const kept = await client.callTool({ name: "keep", arguments: { line: tag } });
+  const who = await client.callTool({ name: "whoami", arguments: {} });
+  seen.push({ kept: kept.content[0].text, who: JSON.parse(who.content[0].text) });
+}
+console.log(JSON.stringify(seen));
+await client.close();
+"""
+
+
+@contextlib.contextmanager
+def gateway(files: Path, **options: Any) -> Iterator[str]:
+    """The stdio gateway in front of the tests' server, its processes' files in ``files``; its MCP URL."""
+    app = stdio_gateway_app(
+        SERVER, config=SessionsConfig(secret=SECRET), environ={**ENVIRON, "STDIO_TEST_FILES": str(files)}, **options
+    )
+    with serve(app) as url:
+        yield url + "/mcp"
+
+
+def call(http: httpx.Client, url: str, tool: str, arguments: dict[str, Any], headers: dict[str, str]) -> Any:
+    """A raw ``tools/call``: its result, or its error."""
+    if "Mcp-Session-Id" in headers:  # a 2025 transport session's
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+        body["params"] = {"name": tool, "arguments": arguments}
+    else:
+        conversation = headers.get("x-conversation")
+        meta = {} if conversation is None else {"vscode.conversationId": conversation}
+        body = modern_request("tools/call", {"name": tool, "arguments": arguments}, meta=meta)
+        headers = {**modern_headers(body), **{k: v for k, v in headers.items() if k != "x-conversation"}}
+    answer = result_of(http.post(url, json=body, headers=headers), 1)
+    return answer.get("result", answer.get("error"))
+
+
+async def used_by(kind: str, url: str, tag: str) -> list[tuple[int, str]]:
+    """Three calls of one client of ``kind``: what each saw (the process's pid, and its file's lines)."""
+    if kind == "typescript":
+        sdk = installed(TS_SDK, "@modelcontextprotocol/sdk")
+        script = sdk.parents[4] / f"stdio-clients-{uuid.uuid4().hex}.mjs"  # beside node_modules
+        script.write_text(TS_CLIENT, encoding="utf-8")
+        try:
+            with anyio.fail_after(60):
+                done = await anyio.run_process([node(), str(script), url, tag], check=False)
+        finally:
+            script.unlink()
+        assert done.returncode == 0, done.stderr.decode()
+        return [(seen["who"]["pid"], seen["kept"]) for seen in json.loads(done.stdout)]
+    if kind == "2025 client":
+        async with Client(url, mode="legacy") as client:
+            return [
+                (json.loads(text_of(await client.call_tool("whoami", {})))["pid"], await keep(client, tag))
+                for _ in range(3)
+            ]
+    with httpx.Client(timeout=30) as http:  # a 2026-07-28 host naming its conversation
+        headers = {"x-conversation": f"chat-{tag}"}
+        return [
+            (
+                json.loads(call(http, url, "whoami", {}, headers)["content"][0]["text"])["pid"],
+                call(http, url, "keep", {"line": tag}, headers)["content"][0]["text"],
+            )
+            for _ in range(3)
+        ]
+
+
+def ping(http: httpx.Client, url: str, headers: dict[str, str]) -> int:
+    return http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers).status_code
+
+
+def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.05)
+
+
+async def keep(client: Client, tag: str) -> str:
+    return text_of(await client.call_tool("keep", {"line": tag}))
+
+
+@pytest.mark.parametrize("kind", ["2025 client", "typescript", "2026 host conversation"])
+async def test_two_clients_of_a_kind_never_share_a_process(kind: str, tmp_path: Path) -> None:
+    with gateway(tmp_path) as url:
+        first, second = await used_by(kind, url, "first"), await used_by(kind, url, "second")
+
+    for seen, tag in ((first, "first"), (second, "second")):
+        assert len({pid for pid, _ in seen}) == 1  # one client's calls all reach one process
+        assert seen[-1][1] == f"{tag}\n" * 3  # its file holds its own lines only
+    assert first[0][0] != second[0][0]
+
+
+def test_a_conversation_id_sent_by_another_caller_reaches_another_process(tmp_path: Path) -> None:
+    """A host's conversation id is a name, not a secret: bound to its caller (here the client address, which the
+    gateway takes from a trusted proxy), another caller naming it gets a process of its own."""
+    with gateway(tmp_path, forwarded_allow_ips="127.0.0.1") as url, httpx.Client(timeout=30) as http:
+        counts = [
+            call(http, url, "count", {}, {"x-conversation": "chat-1", "X-Forwarded-For": address})["content"][0]["text"]
+            for address in ("10.0.0.1", "10.0.0.2", "10.0.0.1")
+        ]
+    assert counts == ["1", "1", "2"]
+
+
+def test_a_caller_at_its_limit_is_refused_and_other_callers_are_not(tmp_path: Path) -> None:
+    """Two processes per caller: a third host conversation of one address is refused (naming the limit), while
+    another address starts one; a third 2025 transport session evicts that caller's idle ones first."""
+    with (
+        gateway(tmp_path, forwarded_allow_ips="127.0.0.1", max_processes_per_principal=2) as url,
+        httpx.Client(timeout=30) as http,
+    ):
+        a, b = {"X-Forwarded-For": "10.0.0.1"}, {"X-Forwarded-For": "10.0.0.2"}
+        for name in ("one", "two"):
+            assert "content" in call(http, url, "count", {}, {**a, "x-conversation": name})
+        refused = call(http, url, "count", {}, {**a, "x-conversation": "three"})
+        other = call(http, url, "count", {}, {**b, "x-conversation": "three"})
+        transports = [legacy_initialize(http, url, b) for _ in range(3)]  # b has one process: two are evicted
+        latest = call(http, url, "count", {}, transports[-1])
+        until(lambda: ping(http, url, transports[0]) == 404)  # ended a moment after the next one started
+
+    assert refused["code"] == -32011 and "--max-processes-per-principal" in refused["message"]
+    assert other["content"][0]["text"] == "1" and latest["content"][0]["text"] == "1"
+
+
+def test_a_crashed_conversation_is_refused_never_moved(tmp_path: Path) -> None:
+    """A host conversation whose process is gone gets an error naming its end; a 2025 transport session's ends (404),
+    and its client initializes a new one, with a new process."""
+    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
+        host = {"x-conversation": "chat-crash"}
+        call(http, url, "crash", {}, host)
+        later = call(http, url, "count", {}, host)
+        transport = legacy_initialize(http, url)
+        call(http, url, "crash", {}, transport)
+        until(lambda: ping(http, url, transport) == 404)
+        again = call(http, url, "count", {}, legacy_initialize(http, url))
+
+    assert later["code"] == -32603 and "conversation has ended (exited)" in later["message"]
+    assert again["content"][0]["text"] == "1"
