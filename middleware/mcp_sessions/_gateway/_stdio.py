@@ -21,6 +21,7 @@ ended host conversation's error), never another process.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import itertools
@@ -34,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapp
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from functools import partial
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal, NamedTuple, cast
 
 import anyio
 import anyio.abc
@@ -51,17 +52,17 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.subscriptions import event_from_wire
 from mcp_types.methods import CACHEABLE_METHODS, INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from starlette.datastructures import Headers, MutableHeaders
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._asgi import header, send_json
 from .._bounded import BoundedDict
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of, principal_digest
 from .._tokens import IdDigests, SessionClaims
-from .._wire import Refusal
+from .._wire import Refusal, jsonrpc
 from .._wire.protocol import MCP_SESSION_ID_HEADER, RATE_LIMITED
+from .._wire.text import printable
 from ..sources._named import is_transport_session_id
 from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
@@ -84,8 +85,11 @@ ANSWER_WITHIN: Final = 300.0
 """How long a child's request waits for a 2026-07-28 client's retry that answers it."""
 MAX_PARKED: Final = 16
 """How many of a conversation's 2026-07-28 calls may wait for the client's input at once."""
-MAX_QUEUED_PROGRESS: Final = 64
-"""How many of a call's progress notifications may wait for a slow client; more are dropped until it catches up."""
+MAX_ASKED: Final = 16
+"""How many of a call's requests of the child's may wait for the client at once."""
+MAX_QUEUED: Final = 64
+"""How many notifications may wait for a slow client, a call's (its progress too) or a conversation's tied to no call;
+more are dropped, and counted, until it catches up. A request of the child's or its answer is never dropped."""
 _RELAYED: Final[dict[str, tuple[tuple[str, type[types.RequestParams]], ...]]] = {
     "tools": (("tools/list", types.PaginatedRequestParams), ("tools/call", types.CallToolRequestParams)),
     "resources": (
@@ -107,57 +111,93 @@ _CLIENT_RESULTS: Final[dict[str, type[types.Result]]] = {
     "roots/list": types.ListRootsResult,
 }
 _MINTED_META: Final = "io.modelcontextprotocol/"  # the envelope and the session: the gateway's, not the child's
+_ROUNDS: Final = ("resultType", "inputRequests", "requestState")  # 2026-07-28's rounds: the gateway's, not the child's
+
+
+class Notice(NamedTuple):
+    """A notification of the child's for a call's client (its progress under the client's own token)."""
+
+    notification: types.ServerNotification
+
+
+class Ask(NamedTuple):
+    """A request of the child's for a 2026-07-28 client, and the key its answer comes back under."""
+
+    key: str
+    request: dict[str, Any]
 
 
 class Call:
     """A client's request relayed to the child; ``ctx`` is the client's request that carries it now (on
-    2026-07-28, each retry that brings the client's input takes over)."""
+    2026-07-28, each retry that brings the client's input takes over).
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any], progress_token: object = None) -> None:
-        self.ctx = ctx
+    What the child sends for the client comes in one stream, in the order the child sent it: its notifications
+    (at most ``MAX_QUEUED`` wait for a slow client; more are dropped and counted) and its requests to a 2026-07-28
+    client; the stream's end is its answer (``result``), never dropped.
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], label: str, progress_token: object = None) -> None:
+        self.ctx, self.label = ctx, label
         self.progress_token = progress_token  # the client's, under which the child's progress reaches it
         self.in_rounds = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and ctx.method in INPUT_REQUIRED_METHODS
-        self.events: deque[tuple[str, Any]] = deque()  # the child's progress and requests, then its answer or error
-        self.queued_progress = 0
-        self.arrived = anyio.Event()
+        self._events, self._next = anyio.create_memory_object_stream[Notice | Ask](MAX_QUEUED)
+        self.result: dict[str, Any] | MCPError | None = None  # the child's answer; none if the call was abandoned
+        self.dropped = 0
         self.waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}  # the child's requests, by key
         self.shown: set[str] = set()  # the keys of those the client has been asked (in an input_required result)
         self.scope = anyio.CancelScope()
 
     async def run(self, send: Callable[[], Awaitable[dict[str, Any]]]) -> None:
-        """The child's answer (or error), as the last event."""
-        with self.scope:
+        """The child's answer (or error), which ends the call's events."""
+        with self._events, self.scope:
             try:
-                self._put("result", await send())
+                self.result = _childs(await send())
             except MCPError as exc:
-                self._put("error", exc)
-        if self.scope.cancelled_caught:  # abandoned: a 2026-07-28 retry that comes after learns so, at once
-            self._put("error", MCPError(types.INVALID_REQUEST, "this request was abandoned: its input came too late"))
+                self.result = exc
+
+    def tell(self, notification: types.ServerNotification) -> None:
+        """A notification for the client; dropped, and counted, while ``MAX_QUEUED`` wait, or once the call is over."""
+        try:
+            self._events.send_nowait(Notice(notification))
+        except anyio.WouldBlock:
+            self.dropped += 1
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the call is over
+
+    def end(self) -> None:
+        """The call is over for its client: the child's call ends (and is cancelled), what it still sends is dropped."""
+        self.scope.cancel()
+        self._next.close()
+        if self.dropped:  # reported once a call, never a line per notification
+            logger.warning("%s: %d notifications dropped: the client did not take them", self.label, self.dropped)
+            self.dropped = 0
 
     async def ask(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """The client's answer to a request of the child's: a 2025 client is asked on the stream of its request;
         a 2026-07-28 client gets it in an ``input_required`` result, and answers in its retry."""
         request = {"method": method, "params": params}
-        if not self.in_rounds:
-            if self.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-                raise MCPError(
-                    types.INVALID_REQUEST, f"a 2026-07-28 client cannot be asked this during {self.ctx.method}"
-                )
-            metadata = ServerMessageMetadata(related_request_id=self.ctx.request_id)
-            typed = types.server_request_adapter.validate_python(request, by_name=False)
-            result = await self.ctx.session.send_request(typed, _CLIENT_RESULTS[method], metadata=metadata)
-            return result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        if len(self.waiting) >= MAX_PARKED:
-            raise MCPError(types.INVALID_REQUEST, f"at most {MAX_PARKED} requests may wait for the client at once")
+        if len(self.waiting) >= MAX_ASKED:
+            raise MCPError(types.INVALID_REQUEST, f"at most {MAX_ASKED} requests may wait for the client at once")
+        if not self.in_rounds and self.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            raise MCPError(types.INVALID_REQUEST, f"a 2026-07-28 client cannot be asked this during {self.ctx.method}")
         key, answered, answer = secrets.token_hex(4), anyio.Event(), list[dict[str, Any]]()
         self.waiting[key] = (answered, answer)
-        self._put("ask", (key, request))
-        with anyio.move_on_after(ANSWER_WITHIN):
-            await answered.wait()
-        self.waiting.pop(key, None)
-        self.shown.discard(key)
-        if not answered.is_set():  # the client did not come back: its call is abandoned
-            self.scope.cancel()
+        try:
+            if not self.in_rounds:
+                metadata = ServerMessageMetadata(related_request_id=self.ctx.request_id)
+                typed = types.server_request_adapter.validate_python(request, by_name=False)
+                result = await self.ctx.session.send_request(typed, _CLIENT_RESULTS[method], metadata=metadata)
+                return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            with anyio.move_on_after(ANSWER_WITHIN):
+                await self._events.send(Ask(key, request))
+                await answered.wait()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the call ended before its client could be asked
+        finally:
+            self.waiting.pop(key, None)
+            self.shown.discard(key)
+            if self.in_rounds and not answered.is_set():  # the client did not come back: its call is abandoned
+                self.end()
         if not answer:
             raise MCPError(types.INVALID_REQUEST, "the client gave no answer to this request")
         return answer[0]
@@ -171,49 +211,33 @@ class Call:
                 answer.append(response)
             answered.set()
 
-    async def _report(self, params: Mapping[str, Any]) -> None:
-        """A progress notification of the child's, to the client under its own token."""
-        progress, total, message = params.get("progress"), params.get("total"), params.get("message")
-        if not isinstance(progress, int | float) or isinstance(progress, bool):
-            return
-        total = total if isinstance(total, int | float) and not isinstance(total, bool) else None
-        message = message if isinstance(message, str) else None
-        try:
-            await self.ctx.session.send_progress_notification(
-                self.progress_token,  # type: ignore[arg-type]  # the client's token, as it sent it
-                float(progress),
-                total,
-                message,
-                self.ctx.request_id,  # type: ignore[arg-type]  # any request id
-            )
-        except Exception:  # the client's stream may be gone: the answer is still awaited
-            logger.debug("a progress notification could not be relayed", exc_info=True)
-
-    def _put(self, kind: str, value: Any) -> None:
-        self.events.append((kind, value))
-        self.arrived.set()
-
     async def outcome(self) -> dict[str, Any]:
-        """The child's answer; or, on 2026-07-28, the child's requests to the client as an ``input_required`` result."""
-        while True:
-            while not self.events:
-                await self.arrived.wait()
-                self.arrived = anyio.Event()
-            kind, value = self.events.popleft()
-            if kind != "progress":
-                break
-            self.queued_progress -= 1
-            await self._report(value)  # queued as the child sent it, before its answer: it reaches the client first
-        if kind == "error":
-            raise value
-        if kind == "result":
-            return value  # type: ignore[no-any-return]
-        asked = dict([value])
-        while self.events and self.events[0][0] == "ask":  # more of the child's requests at once: in one result
-            key, request = self.events.popleft()[1]
-            asked[key] = request
+        """The child's answer, its notifications sent to the client first; or, on 2026-07-28, the child's requests
+        to the client as an ``input_required`` result."""
+        try:
+            while isinstance(event := await self._next.receive(), Notice):
+                await self._notify(event.notification)
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            if isinstance(self.result, dict):
+                return self.result
+            abandoned = MCPError(types.INVALID_REQUEST, "this request was abandoned: its input came too late")
+            raise self.result or abandoned from None
+        asked = {event.key: event.request}
+        with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+            while True:  # more of the child's requests at once: in one result
+                match self._next.receive_nowait():
+                    case Ask(key, request):
+                        asked[key] = request
+                    case Notice(notification):
+                        await self._notify(notification)
         self.shown.update(asked)
         return {"resultType": "input_required", "inputRequests": asked}
+
+    async def _notify(self, notification: types.ServerNotification) -> None:
+        try:
+            await self.ctx.session.send_notification(notification, self.ctx.request_id)
+        except Exception:  # the client's stream may be gone: the answer is still awaited
+            logger.debug("a notification could not be relayed", exc_info=True)
 
 
 class Conversation:
@@ -229,6 +253,8 @@ class Conversation:
         self.progressing: dict[str, Call] = {}  # calls whose client asked for progress, by the child's token
         self._tokens = itertools.count(1)
         self.parked: dict[str, Call] = {}  # 2026-07-28 calls waiting for the client's input, by requestState
+        self.backlog: deque[Callable[[], Awaitable[None]]] = deque()  # notifications tied to no call, being sent
+        self.dropped = 0
         self.latest: ServerRequestContext[Any, Any] | None = None
         self.last_request = time.monotonic()
         self.caller = ""  # whom the per-caller limit counts it for
@@ -255,7 +281,7 @@ class Conversation:
             call.ctx = ctx
             call.answer(responses if isinstance(responses, dict) else {})
         else:
-            call = Call(ctx, given.get("progressToken"))
+            call = Call(ctx, self.child.label, given.get("progressToken"))
             if call.progress_token is not None:  # the child reports under a token of the link's
                 self.progressing = {key: held for key, held in self.progressing.items() if not held.scope.cancel_called}
                 key = str(next(self._tokens))
@@ -285,7 +311,7 @@ class Conversation:
             self.calls.remove(call)
             self.last_request = time.monotonic()
             if not parked:
-                call.scope.cancel()  # answered, or the client went away: the child's call ends (and is cancelled)
+                call.end()  # answered, or the client went away
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # a 2025 child's result, complete as it is
             result.setdefault("resultType", "complete")
         return result
@@ -306,42 +332,57 @@ class Conversation:
             raise MCPError(types.INVALID_REQUEST, "no request of the client is in progress to carry this one")
         return await self.calls[-1].ask(method, params)
 
-    def on_progress(self, method: str, params: Mapping[str, Any] | None) -> bool:
-        """The link's receive-order intercept: a progress notification joins its call's events as it arrives, so that
-        it reaches the client before the answer that follows it (``on_notify`` runs in a task of its own)."""
-        if method != "notifications/progress":
-            return False
-        token = params.get("progressToken") if isinstance(params, Mapping) else None
-        call = self.progressing.get(token) if isinstance(token, str) else None
-        if call is not None and call.queued_progress < MAX_QUEUED_PROGRESS:
-            call.queued_progress += 1
-            call._put("progress", params)
+    def on_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
+        """Every notification of the child's, as it arrives (the link's receive-order intercept; none is left to a
+        task of its own): a progress notification to its call's client, under the client's token; any other to the
+        latest call in flight, before the answer that follows it, else to the GET stream of the 2025 transport
+        session the conversation's latest request came through. A change (a list's, a resource's) goes to the
+        conversation's 2026-07-28 listen streams, and to no 2026-07-28 request. The shared child's reach no one:
+        they would go to whichever client spoke last."""
+        if method == "notifications/progress":
+            token = params.get("progressToken") if isinstance(params, Mapping) else None
+            if isinstance(token, str) and (call := self.progressing.get(token)) is not None:
+                progress = _notification(method, {**(params or {}), "progressToken": call.progress_token})
+                if progress is not None:
+                    call.tell(progress)
+            return True
+        if self.sid is None:
+            return True
+        if (event := event_from_wire(method, params)) is not None:
+            self._later(partial(self.bus.publish_to_session, self.sid, event))
+        target = self.calls[-1].ctx if self.calls else self.latest
+        if target is None or (event is not None and target.protocol_version in MODERN_PROTOCOL_VERSIONS):
+            return True
+        if (notification := _notification(method, params)) is None:
+            label, text = self.child.label, printable(method[:100])
+            logger.warning("%s: dropped a notification that is not MCP's (%s)", label, text)
+        elif self.calls:
+            self.calls[-1].tell(notification)
+        else:  # the standalone stream of the connection the conversation's latest request came through
+            self._later(partial(target.session.send_notification, notification))
         return True
 
-    async def on_notify(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
-        """A notification of the child's: a change (a list's, a resource's) to the conversation's 2026-07-28 listen
-        streams; and to a 2025 client, on the stream of a request in flight, else the conversation's GET stream.
-        The shared child's reach no one: they would go to whichever client spoke last."""
-        if self.sid is None or method == "notifications/progress":
-            return  # a request's progress went to the client under its own token (``relay``)
-        if (event := event_from_wire(method, params)) is not None:
-            await self.bus.publish_to_session(self.sid, event)
-        if self.latest is None:
+    def _later(self, send: Callable[[], Awaitable[None]]) -> None:
+        """``send`` after what waits before it, in one task at a time: at most ``MAX_QUEUED`` wait for a slow
+        client; more are dropped, and counted."""
+        if len(self.backlog) >= MAX_QUEUED:
+            self.dropped += 1
             return
-        target = self.calls[-1].ctx if self.calls else self.latest
-        if event is not None and target.protocol_version in MODERN_PROTOCOL_VERSIONS:
-            return  # on 2026-07-28, a change is announced on listen streams only
-        try:
-            notification = types.server_notification_adapter.validate_python(
-                {"method": method, "params": params}, by_name=False
-            )
-        except ValueError:
-            logger.warning("%s: dropped a notification that is not MCP's (%s)", self.child.label, method[:100])
-            return
-        if self.calls:
-            await target.session.send_notification(notification, target.request_id)
-        else:  # the standalone stream of the connection the conversation's latest request came through
-            await self.latest.session.send_notification(notification)
+        self.backlog.append(send)
+        if len(self.backlog) == 1:  # none was waiting, so none is being sent: a task sends them
+            self.tasks.start_soon(self._send_backlog)
+
+    async def _send_backlog(self) -> None:
+        while self.backlog:
+            try:
+                await self.backlog[0]()
+            except Exception:  # the client's stream may be gone
+                logger.debug("a notification could not be relayed", exc_info=True)
+            finally:
+                self.backlog.popleft()
+        if self.dropped:  # reported once it caught up, never a line per notification
+            logger.warning("%s: %d notifications dropped: the client did not take them", self.child.label, self.dropped)
+            self.dropped = 0
 
 
 class Children:
@@ -362,7 +403,8 @@ class Children:
     ) -> None:
         self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
         self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
-        self.environ = {key: value for key, value in environ.items() if not key.startswith("MCP_SESSIONS_")}
+        passed = (key for key in environ if not key.startswith("MCP_SESSIONS_") and key != "MCP_SESSION_ID")
+        self.environ = {key: environ[key] for key in passed}  # no key material; MCP_SESSION_ID is the gateway's to give
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.shared: Conversation | None = None
         self.conversations: dict[str, Conversation] = {}
@@ -402,10 +444,10 @@ class Children:
 
     def transport_key(self, scope: Scope) -> str | None:
         """The key of the transport session the request's ``Mcp-Session-Id`` names, if it has (or had) a process."""
-        raw = Headers(scope=scope).get(MCP_SESSION_ID_HEADER.decode())
-        if raw is None or not is_transport_session_id(raw.encode("latin-1")):
+        raw = header(scope.get("headers", ()), MCP_SESSION_ID_HEADER)
+        if raw is None or not is_transport_session_id(raw):
             return None
-        key = self.digests.transport(raw.encode("latin-1"))
+        key = self.digests.transport(raw)
         return key if key in self.conversations or key in self.ended else None
 
     async def conversation_for(self, scope: Scope) -> Conversation:
@@ -494,8 +536,8 @@ class Children:
             environ=self._environ(key),
             max_line=self.config.max_response_size,
             on_request=conversation.on_request,
-            on_notify=conversation.on_notify,
-            on_progress=conversation.on_progress,
+            on_notify=_unreached,
+            on_progress=conversation.on_notification,
         )
         self._tasks.start_soon(self._serve, conversation)
         return conversation
@@ -621,7 +663,8 @@ def stdio_gateway_app(
     lives without a request (default: the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how many
     conversations' children may run at once; ``max_processes_per_principal``: how many of them one caller (its
     principal, else its client address) may have. ``environ`` (default ``os.environ``) is what the children
-    get, without any ``MCP_SESSIONS_*`` variable, and with ``MCP_SESSION_ID``, the conversation's stable id.
+    get, without any ``MCP_SESSIONS_*`` variable, and with ``MCP_SESSION_ID``, the conversation's stable id (none
+    in the shared child).
     The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if not command:
@@ -657,7 +700,8 @@ def stdio_gateway_app(
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     app = server.streamable_http_app(transport_security=security, session_idle_timeout=idle)
     config.on_create = children.created  # a conversation's child starts at its sessions/create
-    sessions = MCPSessionMiddleware(_Opening(app, children), config=config)
+    config.fronts_upstream = True  # no wire's session member reaches a child, as none reaches an HTTP upstream
+    sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
     children.end_transport = partial(_end_transport, sessions)
     checked = _HostChecked(sessions, HostCheck(allowed_hosts, allowed_origins))
     return GatewayFront(checked, trusted=trusted_proxies(forwarded_allow_ips))
@@ -676,7 +720,7 @@ class _Opening:
         token = _request.set(scope)
         try:
             opens = self.children.processes == "per-conversation" and scope["method"] == "POST"
-            if opens and MCP_SESSION_ID_HEADER.decode() not in Headers(scope=scope):
+            if opens and header(scope["headers"], MCP_SESSION_ID_HEADER) is None:
                 send = await self._opening(scope, send)
             await self.app(scope, receive, send)
         finally:
@@ -688,20 +732,14 @@ class _Opening:
         async def opening(message: Message) -> None:
             if refused:
                 return  # the SDK's answer to a refused initialize
-            raw = MutableHeaders(raw=message.get("headers", [])).get(MCP_SESSION_ID_HEADER.decode())
+            raw = header(message.get("headers", ()), MCP_SESSION_ID_HEADER)
             if message["type"] == "http.response.start" and message["status"] == 200 and raw is not None:
-                key = self.children.digests.transport(raw.encode("latin-1"))
                 try:
-                    await self.children.open(key, caller, transport=raw.encode("latin-1"))
+                    await self.children.open(self.children.digests.transport(raw), caller, transport=raw)
                 except MCPError as exc:
-                    refused.append(raw.encode("latin-1"))
-                    error = {
-                        "jsonrpc": "2.0",
-                        "id": None,
-                        "error": {"code": exc.error.code, "message": exc.error.message},
-                    }
-                    await JSONResponse(error, 429, {"Retry-After": "1"})(scope, _nothing, send)
-                    await _end_transport(self.app, refused[0])
+                    refused.append(raw)
+                    await send_json(send, 429, jsonrpc.error(None, exc.error.code, exc.error.message), b"1")
+                    await _end_transport(self.app, raw)
                     return
             await send(message)
 
@@ -751,6 +789,74 @@ class _HostChecked:
         if scope["type"] == "http" and (refused := self.check.check(scope["headers"])) is not None:
             return await refused.send(send)
         await self.app(scope, receive, send)
+
+
+class _OneIdInFlight:
+    """The ``mcp`` SDK's transport keys a 2025 transport session's requests in flight by ``str(id)``, so that ``7``
+    and ``"7"`` would share one stream and cross, or hang: a request whose id reads as one in flight in its
+    transport session gets a JSON-RPC error instead, until the first is answered. It sees the body the middleware
+    read whole, and parsed: a JSON POST's."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.in_flight: set[tuple[bytes, str]] = set()  # (transport session id, request id as the SDK keys it)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = header(scope["headers"], b"mcp-session-id") if scope["type"] == "http" else None
+        if transport is None or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        message = await receive()
+        whole = message["type"] == "http.request" and not message.get("more_body", False)
+        parsed = jsonrpc.loads(message.get("body", b"")) if whole else None
+        request = jsonrpc.is_request_or_notification(parsed)
+        request_id = jsonrpc.echoable_id(jsonrpc.request_id_of(parsed)) if request else None
+        key = (transport, str(request_id))
+        if request_id is not None and key in self.in_flight:
+            refusal = jsonrpc.invalid_request(request_id, "a request with this id is in progress in this session")
+            return await send_json(send, 200, refusal, b"")
+        if request_id is not None:
+            self.in_flight.add(key)
+        try:
+            await self.app(scope, _replayed(message, receive), send)
+        finally:
+            if request_id is not None:
+                self.in_flight.discard(key)
+
+
+def _replayed(first: Message, receive: Receive) -> Receive:
+    """``receive`` that gives ``first`` again, then what comes after it."""
+    given = False
+
+    async def again() -> Message:
+        nonlocal given
+        if given:
+            return await receive()
+        given = True
+        return first
+
+    return again
+
+
+def _childs(result: dict[str, Any]) -> dict[str, Any]:
+    """A child's result without what only the gateway writes: 2026-07-28's round members (its rounds are the
+    gateway's; a 2025-11-25 child has none) and ``_meta``'s ``io.modelcontextprotocol/`` keys (the envelope, the
+    session's echo)."""
+    for member in _ROUNDS:
+        result.pop(member, None)
+    if isinstance(meta := result.get("_meta"), dict):
+        result["_meta"] = {key: value for key, value in meta.items() if _passed_on(key)}
+    return result
+
+
+def _notification(method: str, params: Mapping[str, Any] | None) -> types.ServerNotification | None:
+    try:
+        return types.server_notification_adapter.validate_python({"method": method, "params": params}, by_name=False)
+    except ValueError:
+        return None
+
+
+async def _unreached(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
+    """The link's ``on_notify``: ``Conversation.on_notification`` takes every notification first."""
 
 
 def _passed_on(key: str) -> bool:
