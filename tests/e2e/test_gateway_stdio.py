@@ -148,12 +148,12 @@ async def test_each_conversation_has_its_own_process(url: str, mode: str) -> Non
 
     assert counts == [1, 2, 1]  # each process counts its own conversation's calls
     assert mine["pid"] != theirs["pid"] and mine["pid"] == again["pid"]
-    assert shared["pid"] == shared_again["pid"] not in (mine["pid"], theirs["pid"])
+    assert shared["pid"] not in (mine["pid"], theirs["pid"]) and shared_again["pid"] not in (mine["pid"], theirs["pid"])
     assert mine["session"] == jwt_claims(first["sessionId"])["sid"] != first["sessionId"]  # the stable id
-    if mode == "auto":
-        assert shared["session"] is None
+    if mode == "auto":  # a 2026-07-28 request that names nothing gets a process of its own
+        assert shared["session"] is None and shared["pid"] != shared_again["pid"]
     else:  # outside its sessions, a 2025 client reaches its transport session's own process
-        assert shared["session"].startswith("ts-")
+        assert shared["session"].startswith("ts-") and shared["pid"] == shared_again["pid"]
     assert mine["leaked"] == shared["leaked"] == []  # the gateway had MCP_SESSIONS_SECRET; no child sees it
 
 
@@ -186,7 +186,7 @@ async def test_the_same_request_id_in_two_conversations_gets_two_answers(url: st
 
 async def test_a_create_beyond_max_processes_is_refused_and_starts_nothing(mode: str) -> None:
     limit = 1 if mode == "auto" else 2  # a 2025 client's transport session has a process of its own
-    with gateway(max_processes=limit) as url:
+    with gateway(max_processes=limit, sessionless="shared") as url:
         async with Client(url, mode=mode) as client:
             await whoami(client)
             before = own_children()
@@ -354,8 +354,9 @@ async def test_sampling_and_elicitation_reach_the_client_and_return_to_the_same_
 
 
 async def test_the_shared_process_asks_no_client(url: str, mode: str) -> None:
-    """Nothing tells which client's call made the shared process ask: no client is asked, and the process is told
-    so (another client must never see the question, nor answer it)."""
+    """Nothing tells which client's call made the shared process ask (``sessionless="shared"``): no client is asked,
+    and the process is told so (another client must never see the question, nor answer it). A client with no
+    session is asked by its own process: a 2025 client's transport session's, a 2026-07-28 request's own."""
     asked: list[types.CreateMessageRequestParams] = []
 
     async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
@@ -363,11 +364,14 @@ async def test_the_shared_process_asks_no_client(url: str, mode: str) -> None:
         return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="x"), model="m")
 
     async with Client(url, mode=mode, sampling_callback=sampling) as client:
-        if mode == "legacy":  # a 2025 client's transport session has its own process: the client is asked
-            assert text_of(await client.call_tool("sample", {"prompt": "mine"})) == "x"
-            return
-        with pytest.raises(MCPError) as refused:
-            await client.call_tool("sample", {"prompt": "private"})  # no session: the shared process
+        assert text_of(await client.call_tool("sample", {"prompt": "mine"})) == "x"
+    if mode == "legacy":
+        return
+    asked.clear()
+    with gateway(sessionless="shared") as shared:
+        async with Client(shared, mode=mode, sampling_callback=sampling) as client:
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("sample", {"prompt": "private"})  # no session: the shared process
 
     assert refused.value.message == "the shared server process cannot ask a client; a session's can"
     assert asked == []

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,12 +19,13 @@ from typing import Any
 
 import anyio
 import httpx
+import mcp_types as types
 import pytest
 from mcp import Client
 
 from _mcp import modern_headers, modern_request
 from conftest import SECRET, serve
-from e2e._gateway import TS_SDK, installed, legacy_initialize, node, result_of
+from e2e._gateway import TS_SDK, created, gateway_process, installed, legacy_initialize, node, result_of
 from e2e.test_gateway_stdio import ENVIRON, SERVER, text_of
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import stdio_gateway_app
@@ -171,3 +174,93 @@ def test_a_crashed_conversation_is_refused_never_moved(tmp_path: Path) -> None:
 
     assert later["code"] == -32603 and "conversation has ended (exited)" in later["message"]
     assert again["content"][0]["text"] == "1"
+
+
+def elicit(
+    http: httpx.Client, url: str, meta: dict[str, Any], state: str | None = None, key: str | None = None
+) -> dict[str, Any]:
+    """A raw 2026-07-28 ``tools/call`` of ``elicit``; with ``state``, the retry that answers ``key``."""
+    params: dict[str, Any] = {"name": "elicit", "arguments": {"question": "?"}}
+    if state is not None:
+        params |= {"requestState": state, "inputResponses": {key: {"action": "accept", "content": {"answer": "yes"}}}}
+    body = modern_request("tools/call", params, meta=meta)
+    answer: dict[str, Any] = result_of(http.post(url, json=body, headers=modern_headers(body)), 1)
+    found: dict[str, Any] = answer["result"] if "result" in answer else answer["error"]
+    return found
+
+
+def test_a_request_that_names_nothing_gets_a_process_no_other_request_used(tmp_path: Path) -> None:
+    """``sessionless="per-request"``: each such request its own process (taken from those started ahead); one that
+    asks its client is answered ``input_required``, and its retry reaches the same process, once, with the
+    gateway's own ``requestState``: a replayed, forged, or another conversation's state is refused."""
+    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
+        seen = [json.loads(call(http, url, "whoami", {}, {})["content"][0]["text"]) for _ in range(4)]
+        counts = [call(http, url, "count", {}, {})["content"][0]["text"] for _ in range(2)]
+        asked = elicit(http, url, {})
+        [key] = asked["inputRequests"]
+        host = elicit(http, url, {"vscode.conversationId": "chat-elicit"})
+        crossed = elicit(http, url, {"vscode.conversationId": "chat-elicit"}, asked["requestState"], key)
+        forged = elicit(http, url, {}, "forged-state", key)
+        other_way = elicit(http, url, {}, host["requestState"], key)
+        answered = elicit(http, url, {}, asked["requestState"], key)
+        replayed = elicit(http, url, {}, asked["requestState"], key)
+
+    assert len({found["pid"] for found in seen}) == 4 and {found["session"] for found in seen} == {None}
+    assert counts == ["1", "1"]
+    assert asked["resultType"] == "input_required" and host["resultType"] == "input_required"
+    for refused in (crossed, forged, other_way, replayed):
+        assert refused["code"] == -32602 and "requestState names no request waiting" in refused["message"]
+    assert answered["content"][0]["text"] == "accept: yes"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_elicitation_reaches_a_stock_client_with_no_session_in_both_eras(tmp_path: Path, mode: str) -> None:
+    async def elicitation(context: Any, params: Any) -> Any:
+        return types.ElicitResult(action="accept", content={"answer": "yes"})
+
+    with gateway(tmp_path) as url:
+        async with Client(url, mode=mode, elicitation_callback=elicitation) as client:
+            assert text_of(await client.call_tool("elicit", {"question": "?"})) == "accept: yes"
+
+
+def test_sigterm_ends_the_processes_of_every_kind_of_conversation(tmp_path: Path) -> None:
+    """The gateway as its own process: a 2025 transport session's, a host conversation's, a data-layer session's,
+    a request's own retained for its input, and those started ahead; none is left after its SIGTERM."""
+    path = os.pathsep.join(filter(None, [ENVIRON["PYTHONPATH"], os.environ.get("PYTHONPATH")]))
+    environ = {"PYTHONPATH": path, "STDIO_TEST_FILES": str(tmp_path)}
+    with (
+        gateway_process([], "--stdio", " ".join(SERVER), *LIMIT, environ=environ) as process,
+        httpx.Client(timeout=30) as http,
+    ):
+        assert process.process is not None
+        url = f"http://127.0.0.1:{process.port}/mcp"
+        call(http, url, "count", {}, legacy_initialize(http, url))
+        call(http, url, "count", {}, {"x-conversation": "chat-term"})
+        body = modern_request(
+            "tools/call", {"name": "count", "arguments": {}}, session={"sessionId": created(http, url)}
+        )
+        result_of(http.post(url, json=body, headers=modern_headers(body)), 1)
+        assert elicit(http, url, {})["resultType"] == "input_required"
+        pids = children_of(process.process.pid)
+        assert len(pids) >= 7  # the shared process, two ahead, and the four above
+        process.process.send_signal(signal.SIGTERM)
+        process.process.wait(timeout=15)
+        until(lambda: not any(Path(f"/proc/{pid}").exists() and not zombie(pid) for pid in pids))
+
+
+LIMIT = ("--max-processes-per-principal", "8")  # one address opens them all
+
+
+def children_of(parent: int) -> set[int]:
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == parent:
+                found.add(int(stat.parent.name))
+    return found
+
+
+def zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    return True

@@ -74,12 +74,15 @@ _request: ContextVar[Scope | None] = ContextVar("_request", default=None)  # the
 
 DEFAULT_PROCESS_IDLE: Final = 600.0
 DEFAULT_MAX_PROCESSES: Final = 16
+DEFAULT_WARM: Final = 2
+"""Children started ahead for requests that name no conversation."""
 DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 4
 """A caller's processes at once: a person runs a few conversations at a time, and one caller cannot take every
 slot of the default ``max_processes``."""
 MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
 _BOUND: Final = "hc-"  # the key of a host conversation bound to its caller
+_REQUEST: Final = "rq-"  # the key of a request's own child
 CHILD_EXITED: Final = -32603
 ANSWER_WITHIN: Final = 300.0
 """How long a child's request waits for a 2026-07-28 client's retry that answers it."""
@@ -260,6 +263,10 @@ class Conversation:
         self.caller = ""  # whom the per-caller limit counts it for
         self.transport: bytes | None = None  # its 2025 transport session's id, which ends with it
         self.why: str | None = None  # why the gateway ended it (idle, its session ended, shutdown): not a crash
+        self.rounds = 0  # a request's own child: how many times it was retained for its client's input
+        self.named = anyio.Event()  # it serves a conversation (a warm child waits for one; the shared child never)
+        if sid is not None:
+            self.named.set()
         self.child: Child
 
     def end(self, why: str) -> None:
@@ -398,10 +405,15 @@ class Children:
         idle: float,
         max_processes: int,
         per_caller: int,
+        sessionless: Literal["per-request", "shared"],
+        warm: int,
         environ: Mapping[str, str],
         bus: SessionSubscriptionBus,
     ) -> None:
         self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
+        self.per_request, self.warm_count = processes == "per-conversation" and sessionless == "per-request", warm
+        self.warm: deque[Conversation] = deque()  # started and initialized ahead, for requests that name nothing
+        self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
         self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
         passed = (key for key in environ if not key.startswith("MCP_SESSIONS_") and key != "MCP_SESSION_ID")
         self.environ = {key: environ[key] for key in passed}  # no key material; MCP_SESSION_ID is the gateway's to give
@@ -423,6 +435,7 @@ class Children:
                 except MCPError as exc:
                     raise RuntimeError(f"{' '.join(self.command)}: {exc.error.message}") from None
                 assert shared.child.initialized is not None
+                self._fill()
                 yield shared.child.initialized
             finally:
                 self._tasks = None
@@ -450,10 +463,11 @@ class Children:
         key = self.digests.transport(raw)
         return key if key in self.conversations or key in self.ended else None
 
-    async def conversation_for(self, scope: Scope) -> Conversation:
+    async def conversation_for(self, scope: Scope, state: object = None) -> Conversation:
         """The conversation a request names, the most specific name first: its data-layer session's (in a 2025
         transport session too: a client may open several), its 2025 transport session's, its host conversation's
-        (bound to its caller), else the shared one."""
+        (bound to its caller); else, with ``sessionless="per-request"``, a child of the request's own (the one that
+        asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one."""
         session: Session | None = scope.get(SCOPE_KEY)
         if self.processes == "shared":
             return await self.shared_conversation()
@@ -461,8 +475,14 @@ class Children:
             return await self.open(session.id, await self.caller(scope), expires_at=session.token_expires_at)
         if (key := self.transport_key(scope)) is not None:
             return await self.open(key, None)
-        if session is None:
+        if session is None and not self.per_request:
             return await self.shared_conversation()
+        if session is None:  # a request's own child; a retry that brings input reaches the one that asked
+            if state is None:
+                return await self.open(_REQUEST + secrets.token_hex(12), await self.caller(scope))
+            if not isinstance(state, str) or (retained := self.retained.pop(state, None)) is None:
+                raise MCPError(types.INVALID_PARAMS, "requestState names no request waiting for input here")
+            return retained
         caller = await self.caller(scope)
         return await self.open(_bound(session.id, caller), caller)  # a host's conversation: its name is no secret
 
@@ -490,8 +510,7 @@ class Children:
         if len(mine) >= self.per_caller and transport is not None and self._tasks is not None:  # idle ones make room
             idle = sorted((c for c in mine if c.transport is not None and not c.calls), key=lambda c: c.last_request)
             for conversation in idle[: len(mine) - self.per_caller + 1]:
-                conversation.why = "evicted"
-                self._tasks.start_soon(self.close, conversation, "evicted")
+                self._close_soon(conversation, "evicted")
                 live.remove(conversation)
                 mine.remove(conversation)
         if len(mine) >= self.per_caller:
@@ -506,9 +525,42 @@ class Children:
                 f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
                 "processes at once (--max-processes); end one (sessions/delete) or retry later",
             )
-        conversation = self.conversations[key] = self._start(key, caller, expires_at)
+        if key.startswith(_REQUEST) and self.warm:
+            conversation = self.warm.popleft()
+            conversation.sid, conversation.caller, conversation.child.label = key, caller, f"request {key}"
+            conversation.named.set()
+            self.conversations[key] = conversation
+        else:
+            conversation = self.conversations[key] = self._start(key, caller, expires_at)
+        self._fill()
         conversation.transport = transport
         return conversation if transport is not None else await self._ready(conversation)
+
+    def _fill(self) -> None:
+        """Start children ahead, up to ``warm`` of them, for requests that name no conversation."""
+        while self.per_request and self._tasks is not None and len(self.warm) < self.warm_count:
+            self.warm.append(self._start(None, "", math.inf, label="warm"))
+
+    def answered(self, conversation: Conversation) -> None:
+        """A request's own child, once its answer is sent: ended, or retained for the retry that brings the input it
+        asked for (until that retry, or ``ANSWER_WITHIN``)."""
+        if not conversation.parked:
+            return self._close_soon(conversation, "answered")
+        for state in conversation.parked:
+            self.retained[state] = conversation
+        conversation.rounds += 1
+        if self._tasks is not None:
+            self._tasks.start_soon(self._retain, conversation, conversation.rounds)
+
+    async def _retain(self, conversation: Conversation, rounds: int) -> None:
+        await anyio.sleep(ANSWER_WITHIN + 1)
+        if conversation.rounds == rounds and not conversation.calls:  # no retry came
+            self._close_soon(conversation, "its input came too late")
+
+    def _close_soon(self, conversation: Conversation, why: str) -> None:
+        conversation.why = conversation.why or why
+        if self._tasks is not None:
+            self._tasks.start_soon(self.close, conversation, why)
 
     def _gone(self, key: str | None, why: str | None = None) -> MCPError:
         why = why or self.ended.get(key or "", (0.0, "ended"))[1]
@@ -525,14 +577,14 @@ class Children:
         conversation.last_request = time.monotonic()
         return conversation
 
-    def _start(self, key: str | None, caller: str, expires_at: float) -> Conversation:
+    def _start(self, key: str | None, caller: str, expires_at: float, label: str = "shared") -> Conversation:
         if self._tasks is None:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
         conversation = Conversation(key, expires_at, self._tasks, self.bus)
         conversation.caller = caller
         conversation.child = Child(
             self.command,
-            label="shared" if key is None else f"session {key}",
+            label=label if key is None else f"session {key}",
             environ=self._environ(key),
             max_line=self.config.max_response_size,
             on_request=conversation.on_request,
@@ -551,23 +603,30 @@ class Children:
         ends the conversation, which then gets the error of its kind (a crash as any other end)."""
         child, key = conversation.child, conversation.sid
         unwatch = (
-            None if key is None or key.startswith(_BOUND) else self.bus.watch(key, partial(conversation.end, "ended"))
+            None
+            if key is None or key.startswith((_BOUND, _REQUEST))
+            else self.bus.watch(key, partial(conversation.end, "ended"))
         )
         try:
             async with anyio.create_task_group() as timers:
-                if key is not None:
-                    timers.start_soon(self._expire, conversation)
+                timers.start_soon(self._expire, conversation)
                 await child.run()
                 timers.cancel_scope.cancel()
         finally:
             if unwatch is not None:
                 unwatch()
+        if conversation in self.warm:
+            self.warm.remove(conversation)
+        for state in conversation.parked:
+            self.retained.pop(state, None)
+        key = conversation.sid
         if key is None or conversation.why == "shutdown":
             return
         if self.conversations.get(key) is conversation:
             del self.conversations[key]
         why = conversation.why or ("failed to start" if child.failure is not None else "exited")
-        self.ended[key] = (time.time() + self.config.ttl, why)
+        if not key.startswith(_REQUEST):
+            self.ended[key] = (time.time() + self.config.ttl, why)
         logger.info("%s: the conversation ended (%s)", child.label, why)
         if conversation.why is None and child.failure is None:
             await self._end_session(conversation)  # a crash ends its session as any other end
@@ -585,7 +644,7 @@ class Children:
         key = conversation.sid
         if conversation.transport is not None and self.end_transport is not None:
             await self.end_transport(conversation.transport)
-        elif key is not None and not key.startswith(_BOUND):
+        elif key is not None and not key.startswith((_BOUND, _REQUEST)):
             try:
                 await self.config.store.revoke(key, expires_at=conversation.expires_at)
             except SessionStoreUnavailable:
@@ -593,6 +652,7 @@ class Children:
 
     async def _expire(self, conversation: Conversation) -> None:
         """End a conversation's child once it has been idle for ``idle`` seconds, or its session has expired."""
+        await conversation.named.wait()  # a warm child idles from when it is taken
         await conversation.child.ready.wait()
         conversation.last_request = time.monotonic()  # idle from its start, however long the start took
         while True:
@@ -639,7 +699,12 @@ class StdioServer(Server[Any]):
 
     async def _relay(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         scope = {} if ctx.request is None else ctx.request.scope
-        return await (await self.children.conversation_for(scope)).relay(ctx)
+        conversation = await self.children.conversation_for(scope, (ctx.params or {}).get("requestState"))
+        try:
+            return await conversation.relay(ctx)
+        finally:
+            if conversation.sid is not None and conversation.sid.startswith(_REQUEST):
+                self.children.answered(conversation)
 
 
 def stdio_gateway_app(
@@ -650,6 +715,8 @@ def stdio_gateway_app(
     process_idle: float | None = None,
     max_processes: int = DEFAULT_MAX_PROCESSES,
     max_processes_per_principal: int | None = None,
+    sessionless: Literal["per-request", "shared"] = "per-request",
+    warm: int = DEFAULT_WARM,
     allowed_hosts: Collection[str] | None = None,
     allowed_origins: Collection[str] | None = None,
     forwarded_allow_ips: str | Collection[str] | None = None,
@@ -662,9 +729,11 @@ def stdio_gateway_app(
     ``"shared"`` by everyone. ``process_idle``: how long a conversation's child (and a 2025 transport session)
     lives without a request (default: the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how many
     conversations' children may run at once; ``max_processes_per_principal``: how many of them one caller (its
-    principal, else its client address) may have. ``environ`` (default ``os.environ``) is what the children
-    get, without any ``MCP_SESSIONS_*`` variable, and with ``MCP_SESSION_ID``, the conversation's stable id (none
-    in the shared child).
+    principal, else its client address) may have. ``sessionless``: a request that names no conversation gets a
+    child of its own (``"per-request"``, the default: one of ``warm`` started ahead, ended once it is answered,
+    or retained for the retry that brings the input it asked for), or the ``"shared"`` one. ``environ`` (default
+    ``os.environ``) is what the children get, without any ``MCP_SESSIONS_*`` variable, and with
+    ``MCP_SESSION_ID``, the conversation's stable id (none in the shared child, nor in a request's own).
     The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if not command:
@@ -675,6 +744,8 @@ def stdio_gateway_app(
         max_processes_per_principal = DEFAULT_MAX_PROCESSES_PER_CALLER
     if max_processes < 1 or max_processes_per_principal < 1:
         raise ValueError("max_processes and max_processes_per_principal must be at least 1")
+    if sessionless not in ("per-request", "shared") or warm < 0:
+        raise ValueError("sessionless is 'per-request' or 'shared', and warm is 0 or more")
     config = copy.copy(SessionsConfig.from_env() if config is None else config)
     if processes == "per-conversation":  # every client's conversation, however it names it, gets its process
         config.adopt_transport_sessions = True
@@ -692,6 +763,8 @@ def stdio_gateway_app(
         idle=idle,
         max_processes=max_processes,
         per_caller=max_processes_per_principal,
+        sessionless=sessionless,
+        warm=warm,
         environ=os.environ if environ is None else environ,
         bus=config.subscriptions,
     )
