@@ -402,8 +402,11 @@ async def test_roots_list_reaches_the_client_in_both_eras(url: str, mode: str) -
     async with Client(url, mode=mode, list_roots_callback=list_roots) as client:
         session = await create_session(client)
         listed = await client.call_tool("roots", {}, meta=sdk_session_meta(session))
+    async with Client(url, mode=mode) as client:  # it declares no roots: the gateway answers for it, none
+        unlisted = await client.call_tool("roots", {})
 
     assert text_of(listed) == "file:///work/a file:///work/b"
+    assert not unlisted.is_error and [content.text for content in unlisted.content] in ([], [""])  # type: ignore[union-attr]
 
 
 async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_stream_only(url: str) -> None:

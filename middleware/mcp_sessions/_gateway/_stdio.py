@@ -328,11 +328,15 @@ class Conversation:
     ) -> dict[str, Any]:
         """The child's request to the client: asked through the conversation's latest call in flight. The shared
         child asks no one: nothing says which client's call caused its request, and another client must not see it
-        (nor answer for it)."""
+        (nor answer for it). A ``roots/list`` no client can answer (none declared ``roots``, or no call is in
+        flight) is answered here: no roots."""
         if method == "ping":
             return {}
         if method not in _CLIENT_RESULTS:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
+        declared = self.calls[-1].ctx.session.client_capabilities if self.calls and self.sid is not None else None
+        if method == "roots/list" and (declared is None or declared.roots is None):
+            return {"roots": []}  # a process started ahead was told its client has roots: none, then
         if self.sid is None:
             raise MCPError(types.INVALID_REQUEST, "the shared server process cannot ask a client; a session's can")
         if not self.calls:
