@@ -5,6 +5,7 @@ It answers ``initialize`` and ``tools/list`` as any server does; each ``tools/ca
 
 - ``seen``: the ``_meta`` it was sent and its ``MCP_SESSION_ID``, as text;
 - ``flood``: ``count`` log notifications of 1 KiB, then "flooded" on stderr, then its answer;
+- ``flood_later``: its answer, then ``count`` log notifications of 1 KiB, then "flooded later" on stderr;
 - ``rounds``: a result in the gateway's own 2026-07-28 members (``resultType: "input_required"``, ...);
 - ``forge``: a result whose ``_meta`` carries a session echo of its own making;
 - ``inject``: a notification whose method carries a newline and an ESC, then its answer;
@@ -21,7 +22,7 @@ import time
 from typing import Any
 
 _write = threading.Lock()
-TOOLS = ("seen", "flood", "rounds", "forge", "inject", "slow")
+TOOLS = ("seen", "flood", "flood_later", "rounds", "forge", "inject", "slow")
 FORGED = {"sessionId": "forged-by-the-process", "expiresAt": "2099-01-01T00:00:00Z"}
 
 
@@ -35,16 +36,25 @@ def text(value: str, **extra: Any) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": value}], **extra}
 
 
+def flood(count: int) -> None:
+    for index in range(count):
+        send({"method": "notifications/message", "params": {"level": "info", "data": f"{index:08d}" + "x" * 1016}})
+
+
 def call(request_id: Any, params: dict[str, Any]) -> None:
     name, arguments = params.get("name"), params.get("arguments") or {}
     result: dict[str, Any]
     if name == "seen":
         result = text(json.dumps({"meta": params.get("_meta", {}), "session": os.environ.get("MCP_SESSION_ID")}))
     elif name == "flood":
-        for index in range(arguments["count"]):
-            send({"method": "notifications/message", "params": {"level": "info", "data": f"{index:08d}" + "x" * 1016}})
+        flood(arguments["count"])
         print("flooded", file=sys.stderr, flush=True)
         result = text("flooded")
+    elif name == "flood_later":
+        send({"id": request_id, "result": text("soon")})
+        flood(arguments["count"])
+        print("flooded later", file=sys.stderr, flush=True)
+        return
     elif name == "rounds":
         asked = {"q": {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {}}}}
         result = text("mine", resultType="input_required", inputRequests=asked, requestState="the-process's")

@@ -19,7 +19,7 @@ import pytest
 
 from _mcp import modern_headers, modern_request, session_meta
 from e2e._gateway import MAIN, Process, created, gateway_process, legacy_initialize, messages_of, result_of
-from mcp_sessions.profiles import PROFILES, SessionCarrier
+from mcp_sessions.profiles import PROFILES, SESSION_META_KEY, SessionCarrier
 
 pytestmark = pytest.mark.anyio
 
@@ -50,7 +50,7 @@ def call(
     return result_of(response, 5)
 
 
-# -- a hostile server (_hostile_stdio.py) ----------------------------------------------------------------------------
+# -- issue 57.5, 57.7-57.11, 57.13: what a hostile server (_hostile_stdio.py) writes, and ids that read alike ------
 
 
 WIRES = [name for name in ("draft", "strawman") if name in PROFILES]  # the strawman's wire is being retired
@@ -179,3 +179,27 @@ async def test_ids_7_and_quoted_7_in_one_transport_session_neither_cross_nor_han
     [second], first = answers["second"], answers["first"]
     assert second["id"] == "7" and second["error"]["code"] == -32600, second
     assert [(m["id"], m["result"]["content"][0]["text"]) for m in first if "result" in m] == [(7, "first")]
+
+
+async def test_a_flood_of_notifications_tied_to_no_request_is_bounded(hostile: Process, url: str) -> None:
+    """57.5: 20,000 log notifications of 1 KiB after the answer, for the GET stream of a 2025 client that reads
+    nothing of it: the gateway's memory stays bounded."""
+    assert hostile.process is not None
+    pid = hostile.process.pid
+    with httpx.Client(timeout=WITHIN) as handshake:
+        headers = legacy_initialize(handshake, url)
+    async with httpx.AsyncClient(timeout=WITHIN, headers=headers) as http:
+        create = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}
+        token = result_of(await http.post(url, json=create), 1)["result"]["session"]["sessionId"]
+        meta = {SESSION_META_KEY: {"sessionId": token}}
+        params = {"name": "flood_later", "arguments": {"count": 20_000}, "_meta": meta}
+        body = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+        async with http.stream("GET", url, headers={"Accept": "text/event-stream"}) as stream:
+            assert stream.status_code == 200
+            before = rss_kib(pid)
+            answer = result_of(await http.post(url, json=body), 2)
+            assert answer["result"]["content"][0]["text"] == "soon"
+            await anyio.to_thread.run_sync(wait_for_output, hostile, "flooded later")  # all written: none read
+            grown = rss_kib(pid) - before
+
+    assert grown < 64 * 1024, f"the gateway grew {grown // 1024} MiB"

@@ -117,12 +117,6 @@ _MINTED_META: Final = "io.modelcontextprotocol/"  # the envelope and the session
 _ROUNDS: Final = ("resultType", "inputRequests", "requestState")  # 2026-07-28's rounds: the gateway's, not the child's
 
 
-class Notice(NamedTuple):
-    """A notification of the child's for a call's client (its progress under the client's own token)."""
-
-    notification: types.ServerNotification
-
-
 class Ask(NamedTuple):
     """A request of the child's for a 2026-07-28 client, and the key its answer comes back under."""
 
@@ -135,15 +129,16 @@ class Call:
     2026-07-28, each retry that brings the client's input takes over).
 
     What the child sends for the client comes in one stream, in the order the child sent it: its notifications
-    (at most ``MAX_QUEUED`` wait for a slow client; more are dropped and counted) and its requests to a 2026-07-28
-    client; the stream's end is its answer (``result``), never dropped.
+    (its progress under the client's own token; at most ``MAX_QUEUED`` wait for a slow client, more are dropped and
+    counted) and its requests to a 2026-07-28 client (:class:`Ask`); the stream's end is its answer (``result``),
+    never dropped.
     """
 
     def __init__(self, ctx: ServerRequestContext[Any, Any], label: str, progress_token: object = None) -> None:
         self.ctx, self.label = ctx, label
         self.progress_token = progress_token  # the client's, under which the child's progress reaches it
         self.in_rounds = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and ctx.method in INPUT_REQUIRED_METHODS
-        self._events, self._next = anyio.create_memory_object_stream[Notice | Ask](MAX_QUEUED)
+        self._events, self._next = anyio.create_memory_object_stream[types.ServerNotification | Ask](MAX_QUEUED)
         self.result: dict[str, Any] | MCPError | None = None  # the child's answer; none if the call was abandoned
         self.dropped = 0
         self.waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}  # the child's requests, by key
@@ -161,7 +156,7 @@ class Call:
     def tell(self, notification: types.ServerNotification) -> None:
         """A notification for the client; dropped, and counted, while ``MAX_QUEUED`` wait, or once the call is over."""
         try:
-            self._events.send_nowait(Notice(notification))
+            self._events.send_nowait(notification)
         except anyio.WouldBlock:
             self.dropped += 1
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
@@ -170,10 +165,9 @@ class Call:
     def end(self) -> None:
         """The call is over for its client: the child's call ends (and is cancelled), what it still sends is dropped."""
         self.scope.cancel()
+        self._events.close()  # closed by run too, unless it never started
         self._next.close()
-        if self.dropped:  # reported once a call, never a line per notification
-            logger.warning("%s: %d notifications dropped: the client did not take them", self.label, self.dropped)
-            self.dropped = 0
+        self.dropped = _report_dropped(self.label, self.dropped)  # once a call
 
     async def ask(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """The client's answer to a request of the child's: a 2025 client is asked on the stream of its request;
@@ -218,20 +212,20 @@ class Call:
         """The child's answer, its notifications sent to the client first; or, on 2026-07-28, the child's requests
         to the client as an ``input_required`` result."""
         try:
-            while isinstance(event := await self._next.receive(), Notice):
-                await self._notify(event.notification)
+            while not isinstance(event := await self._next.receive(), Ask):
+                await self._notify(event)
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             if isinstance(self.result, dict):
                 return self.result
             abandoned = MCPError(types.INVALID_REQUEST, "this request was abandoned: its input came too late")
             raise self.result or abandoned from None
         asked = {event.key: event.request}
-        with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+        with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
             while True:  # more of the child's requests at once: in one result
                 match self._next.receive_nowait():
                     case Ask(key, request):
                         asked[key] = request
-                    case Notice(notification):
+                    case notification:
                         await self._notify(notification)
         self.shown.update(asked)
         return {"resultType": "input_required", "inputRequests": asked}
@@ -391,9 +385,7 @@ class Conversation:
                 logger.debug("a notification could not be relayed", exc_info=True)
             finally:
                 self.backlog.popleft()
-        if self.dropped:  # reported once it caught up, never a line per notification
-            logger.warning("%s: %d notifications dropped: the client did not take them", self.child.label, self.dropped)
-            self.dropped = 0
+        self.dropped = _report_dropped(self.child.label, self.dropped)  # once it caught up
 
 
 class Children:
@@ -923,6 +915,13 @@ def _childs(result: dict[str, Any]) -> dict[str, Any]:
     if isinstance(meta := result.get("_meta"), dict):
         result["_meta"] = {key: value for key, value in meta.items() if _passed_on(key)}
     return result
+
+
+def _report_dropped(label: str, count: int) -> int:
+    """Log that ``count`` notifications were dropped (one line for them all, never a line each); the count after."""
+    if count:
+        logger.warning("%s: %d notifications dropped: the client did not take them", label, count)
+    return 0
 
 
 def _notification(method: str, params: Mapping[str, Any] | None) -> types.ServerNotification | None:
