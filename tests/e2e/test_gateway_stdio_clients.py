@@ -25,13 +25,14 @@ from mcp import Client
 
 from _mcp import modern_headers, modern_request
 from conftest import SECRET, serve
-from e2e._gateway import TS_SDK, created, gateway_process, installed, legacy_initialize, node, result_of
+from e2e._gateway import JSON_SSE, TS_SDK, created, gateway_process, installed, legacy_initialize, node, result_of
 from e2e.test_gateway_stdio import ENVIRON, SERVER, text_of
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import stdio_gateway_app
 
 pytestmark = pytest.mark.anyio
 
+INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 TS_CLIENT = """
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -151,12 +152,16 @@ def test_a_caller_at_its_limit_is_refused_and_other_callers_are_not(tmp_path: Pa
         for name in ("one", "two"):
             assert "content" in call(http, url, "count", {}, {**a, "x-conversation": name})
         refused = call(http, url, "count", {}, {**a, "x-conversation": "three"})
+        initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INITIALIZE}
+        refused_initialize = http.post(url, json=initialize, headers={**JSON_SSE, **a})  # a has no idle one to end
         other = call(http, url, "count", {}, {**b, "x-conversation": "three"})
         transports = [legacy_initialize(http, url, b) for _ in range(3)]  # b has one process: two are evicted
         latest = call(http, url, "count", {}, transports[-1])
         until(lambda: ping(http, url, transports[0]) == 404)  # ended a moment after the next one started
 
     assert refused["code"] == -32011 and "--max-processes-per-principal" in refused["message"]
+    assert refused_initialize.status_code == 429 and refused_initialize.headers["retry-after"] == "1"
+    assert refused_initialize.json()["error"] == refused and "mcp-session-id" not in refused_initialize.headers
     assert other["content"][0]["text"] == "1" and latest["content"][0]["text"] == "1"
 
 
