@@ -557,9 +557,15 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
-    assert [part["title"] for part in report["sections"]] == ["stdio servers"] and len(report["verdicts"]) == 1
+    assert [part["title"] for part in report["sections"]] == ["stdio servers"] and len(report["verdicts"]) == 2
     ways = report["ways"]
-    assert set(ways) == {"stdio directly", "mcp-sessions gateway --stdio", "supergateway 4.0.0 --stateful"}
+    assert set(ways) == {
+        "stdio directly",
+        "mcp-sessions gateway --stdio",
+        "supergateway 4.0.0 --stateful",
+        "mcp-sessions gateway --stdio, 2026 request, --sessionless per-request",
+        "mcp-sessions gateway --stdio --sessionless shared, 2026 request",
+    }
     for name in ("mcp-sessions gateway --stdio", "supergateway 4.0.0 --stateful"):
         assert {"p50_ms", "p99_ms", "added_p50_ms", "added_p99_ms", "rss_kib_per_conversation"} <= set(ways[name])
     assert "mcp-sessions gateway --stdio" in done.stdout

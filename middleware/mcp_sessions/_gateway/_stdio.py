@@ -486,6 +486,26 @@ class Children:
         """Whom the per-caller limit counts, as the create limit does: the principal, else the client address."""
         return caller_of(scope, await principal_digest(self.config.principal, scope, self.config.keys.audience))
 
+    async def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
+        """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
+        ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
+        every ``tools/call`` (a request's own process too). None if it lists none in time."""
+        shared = await self.shared_conversation()
+        assert shared.child.link is not None
+        try:
+            with anyio.fail_after(ANSWER_WITHIN):
+                listed = await shared.child.link.send_raw_request("tools/list", {})
+        except (TimeoutError, MCPError):
+            return {}
+        tools = listed.get("tools")
+        return {
+            tool["name"]: tool["inputSchema"]
+            for tool in (tools if isinstance(tools, list) else [])
+            if isinstance(tool, dict)
+            and isinstance(tool.get("name"), str)
+            and isinstance(tool.get("inputSchema"), dict)
+        }
+
     async def shared_conversation(self) -> Conversation:
         if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
             self.shared = self._start(None, "shared", math.inf)  # it serves no conversation: a new one is as good
@@ -667,8 +687,10 @@ class StdioServer(Server[Any]):
             lifespan=self._running,
             on_subscriptions_listen=ListenHandler(children.bus),  # scoped to the request's session by the bus
             cache_hints=dict.fromkeys(cast("frozenset[CacheableMethod]", CACHEABLE_METHODS), CacheHint()),
+            get_tool_input_schema=lambda name: self.input_schemas.get(name),
         )
         self.children = children
+        self.input_schemas: dict[str, Mapping[str, Any]] = {}  # for the SDK's Mcp-Param check (see tool_schemas)
         self.child_capabilities = types.ServerCapabilities()
 
     @asynccontextmanager
@@ -678,6 +700,8 @@ class StdioServer(Server[Any]):
             self.name, self.version, self.title = info.name, info.version, info.title
             self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
             self.instructions, self.child_capabilities = answer.instructions, answer.capabilities
+            if answer.capabilities.tools is not None:
+                self.input_schemas = await self.children.tool_schemas()
             for capability, methods in _RELAYED.items():
                 if getattr(answer.capabilities, capability) is not None:
                     for method, params_type in methods:
