@@ -6,13 +6,15 @@ Where the HTTP gateway has its proxy, this one has an MCP server of the ``mcp`` 
 holds the request's conversation, as an MCP client (``_stdio_child``). The session middleware sits at its
 endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:data:`SCOPE_KEY`).
 
-The first child, started with the gateway, is the shared one (requests that name no conversation, or every
-request with ``processes="shared"``); clients' ``initialize`` and ``server/discover`` are answered from its own
-``initialize`` answer, and only the methods it advertises are relayed (any other is the SDK's "Method not
-found"). Every other child is a conversation's, in one table (:class:`Children`), whatever names it: a 2025
-transport session (the middleware adopts it; its child starts as its ``initialize`` is answered), a data-layer
-session (at its ``sessions/create``, the sessions' ``on_create``), a host's conversation id (at its first
-request, bound to its caller). They are bounded overall (``max_processes``) and per caller
+The first child, started with the gateway, is the shared one (requests that name no conversation with
+``sessionless="shared"``, or every request with ``processes="shared"``); clients' ``initialize`` and
+``server/discover`` are answered from its own ``initialize`` answer, and only the methods it advertises are
+relayed (any other is the SDK's "Method not found"). Every other child is a conversation's, in one table
+(:class:`Children`), whatever names it: a 2025 transport session (the middleware adopts it; its child starts as
+its ``initialize`` is answered), a data-layer session (at its ``sessions/create``, the sessions' ``on_create``),
+a host's conversation id (at its first request, bound to its caller), a 2026-07-28 request that names none
+(``sessionless="per-request"``: a child started ahead, ended once the request is answered, or kept for the retry
+that brings the input it asked for). They are bounded overall (``max_processes``) and per caller
 (``max_processes_per_principal``). A child ends with its session (its end published on the subscription bus,
 from any replica), after ``idle`` seconds without a request, or at shutdown; whatever ended it, its conversation
 is over: its later requests get the error of their kind ("Session not found", a transport session's 404, or an
