@@ -160,6 +160,7 @@ def test_a_caller_at_its_limit_is_refused_and_other_callers_are_not(tmp_path: Pa
         until(lambda: ping(http, url, transports[0]) == 404)  # ended a moment after the next one started
 
     assert refused["code"] == -32011 and "--max-processes-per-principal" in refused["message"]
+    assert refused["data"] == {"retryAfter": 1}
     assert refused_initialize.status_code == 429 and refused_initialize.headers["retry-after"] == "1"
     assert refused_initialize.json()["error"] == refused and "mcp-session-id" not in refused_initialize.headers
     assert other["content"][0]["text"] == "1" and latest["content"][0]["text"] == "1"

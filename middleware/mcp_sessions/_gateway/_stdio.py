@@ -83,6 +83,7 @@ DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 4
 slot of the default ``max_processes``."""
 MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
+RETRY_LATER: Final = {"retryAfter": 1}  # in a refusal answered in-band (HTTP 200): when to try again, in seconds
 _BOUND: Final = "hc-"  # the key of a host conversation bound to its caller
 _REQUEST: Final = "rq-"  # the key of a request's own child
 CHILD_EXITED: Final = -32603
@@ -536,12 +537,14 @@ class Children:
                 RATE_LIMITED,
                 f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
                 "conversations' processes at once (--max-processes-per-principal); end one or retry later",
+                RETRY_LATER,
             )
         if len(live) >= self.max_processes:
             raise MCPError(
                 RATE_LIMITED,
                 f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
                 "processes at once (--max-processes); end one (sessions/delete) or retry later",
+                RETRY_LATER,
             )
         if key.startswith(_REQUEST) and self.warm:
             conversation = self.warm.popleft()
@@ -833,7 +836,9 @@ class _Opening:
                     await self.children.open(self.children.digests.transport(raw), caller, transport=raw)
                 except MCPError as exc:
                     refused.append(raw)
-                    await send_json(send, 429, jsonrpc.error(None, exc.error.code, exc.error.message), b"1")
+                    await send_json(
+                        send, 429, jsonrpc.error(None, exc.error.code, exc.error.message, exc.error.data), b"1"
+                    )
                     await _end_transport(self.app, raw)
                     return
             await send(message)
