@@ -26,7 +26,7 @@ from mcp import Client
 from _mcp import modern_headers, modern_request
 from conftest import SECRET, serve
 from e2e._gateway import JSON_SSE, TS_SDK, created, gateway_process, installed, legacy_initialize, node, result_of
-from e2e.test_gateway_stdio import ENVIRON, SERVER, text_of
+from e2e.test_gateway_stdio import ENVIRON, SERVER, own_children, text_of
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import stdio_gateway_app
 
@@ -270,3 +270,14 @@ def zombie(pid: int) -> bool:
     with contextlib.suppress(OSError):
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
     return True
+
+
+def test_a_2026_call_with_arguments_takes_one_process(tmp_path: Path) -> None:
+    """The SDK checks a 2026-07-28 ``tools/call``'s ``Mcp-Param`` headers against the tools' schemas: the gateway
+    gives it the shared process's, so no ``tools/list`` takes a process of its own first."""
+    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
+        until(lambda: len(own_children()) == 3)  # the shared process and two started ahead
+        before = own_children()
+        assert call(http, url, "keep", {"line": "x"}, {})["content"][0]["text"] == "x\n"
+        until(lambda: len(now := own_children()) == 3 and now != before)
+        assert len(own_children() & before) == 2  # one of the two started ahead was taken
