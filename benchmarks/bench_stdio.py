@@ -4,15 +4,15 @@ Three ways to reach one stdio MCP server (``SERVER`` below: an ``MCPServer`` of 
 ``echo`` tool), measured side by side in one run:
 
 - ``stdio directly``: this process writes JSON-RPC lines to the server's stdin and reads its stdout: the base;
-- ``mcp-sessions gateway --stdio``: a conversation (``sessions/create``) with a process of its own, over a
-  2025-11-25 transport session;
+- ``mcp-sessions gateway --stdio``: a 2025-11-25 transport session with a process of its own (no data-layer
+  session, as a stock client);
 - ``supergateway --stateful``: a process per 2025-11-25 transport session (``--outputTransport
   streamableHttp``).
 
 One ``httpx`` client (keep-alive) sends ``tools/call`` requests one at a time, a request to each way per
 round, in a new shuffled order each round (a bounded loop), so that the machine's drift hits them alike. The
 added latency is each gateway's p50 (and p99) minus the direct stdio p50 (p99). Then each gateway opens
-``--conversations`` more conversations (ours: sessions; supergateway: transport sessions), each used once,
+``--conversations`` more conversations (transport sessions), each used once,
 and the growth of the gateway process's own RSS (``VmRSS``, its children excluded) is divided by their number.
 
     python benchmarks/bench_stdio.py                  # full run
@@ -51,6 +51,10 @@ SUPERGATEWAY_VERSION = "4.0.0"
 SECRET = "bench-stdio-secret-bench-stdio-secret-0123456"
 SESSION_KEY = "io.modelcontextprotocol/session"
 LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
+OURS = "mcp-sessions gateway --stdio"
+PER_REQUEST = f"{OURS}, 2026 request, --sessionless per-request"
+SHARED = f"{OURS} --sessionless shared, 2026 request"
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 START_TIMEOUT = 30.0
 SERVER = """
@@ -161,6 +165,21 @@ class Conversation:
         assert result["content"][0]["text"] == "hi", result
 
 
+class Modern:
+    """2026-07-28 ``tools/call`` requests at ``url`` that name no conversation (a stock 2026 client's)."""
+
+    def __init__(self, http: httpx.Client, url: str) -> None:
+        self.http, self.url = http, url
+        self.headers = {**HEADERS, "Mcp-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
+
+    def call(self) -> None:
+        meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+        params = {"name": "echo", "arguments": {"message": "hi"}, "_meta": meta}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+        result = result_of(self.http.post(self.url, json=body, headers=self.headers))
+        assert result["content"][0]["text"] == "hi", result
+
+
 class Direct:
     """The server over its own stdio, from this process: the base."""
 
@@ -201,7 +220,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run(rounds: int, conversations: int) -> dict[str, Any]:
+def run(rounds: int, conversations: int, every: float) -> dict[str, Any]:
     node = shutil.which("node")
     if node is None or not SUPERGATEWAY.exists():
         raise SystemExit(f"node and {SUPERGATEWAY.relative_to(ROOT)} are needed: run scripts/system-deps.sh")
@@ -209,40 +228,50 @@ def run(rounds: int, conversations: int) -> dict[str, Any]:
     server = work / "server.py"
     server.write_text(SERVER)
     command = [sys.executable, str(server)]
-    ours_port, theirs_port = free_port(), free_port()
+    ours_port, theirs_port, shared_port = free_port(), free_port(), free_port()
     # Neither gateway writes a log line per request: ours at warning (no access log), supergateway at none.
     ours_argv = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(ours_port), "--log-level", "warning"]
-    ours_argv += ["--max-processes", str(conversations + 1), "--stdio", " ".join(command)]
+    limit = str(conversations + 1)  # one caller opens them all
+    ours_argv += ["--max-processes", limit, "--max-processes-per-principal", limit, "--stdio", " ".join(command)]
+    shared_argv = [*ours_argv[:4], "--port", str(shared_port), *ours_argv[6:]]
+    shared_argv[-2:-2] = ["--sessionless", "shared"]
     theirs_argv = [node, str(SUPERGATEWAY), "--stdio", " ".join(command), "--outputTransport", "streamableHttp"]
     theirs_argv += ["--stateful", "--port", str(theirs_port), "--logLevel", "none"]
     secret = {"MCP_SESSIONS_SECRET": SECRET}
     with (
         process(ours_argv, ours_port, secret, work / "ours.log") as ours,
         process(theirs_argv, theirs_port, {}, work / "theirs.log") as theirs,
+        process(shared_argv, shared_port, secret, work / "shared.log"),
         httpx.Client(timeout=30) as http,
     ):
         ours_url, theirs_url = f"http://127.0.0.1:{ours_port}/mcp", f"http://127.0.0.1:{theirs_port}/mcp"
         direct = Direct(command)
         ways: dict[str, Any] = {
             "stdio directly": direct,
-            "mcp-sessions gateway --stdio": Conversation(http, ours_url, sessions=True),
+            OURS: Conversation(http, ours_url, sessions=False),
             f"supergateway {SUPERGATEWAY_VERSION} --stateful": Conversation(http, theirs_url, sessions=False),
+            PER_REQUEST: Modern(http, ours_url),
+            SHARED: Modern(http, f"http://127.0.0.1:{shared_port}/mcp"),
         }
         for way in ways.values():  # warm up: imports, first calls
             for _ in range(5):
                 way.call()
         timings: dict[str, list[float]] = {name: [] for name in ways}
+        last = 0.0  # a request's own process is taken from the warm pool: at most one each `every` seconds
         for _ in range(rounds):
             order = list(ways.items())
             random.shuffle(order)
             for name, way in order:
+                if name == PER_REQUEST and time.monotonic() - last < every:
+                    continue
+                last = time.monotonic() if name == PER_REQUEST else last
                 started = time.perf_counter()
                 way.call()
                 timings[name].append((time.perf_counter() - started) * 1000)
         direct.close()
         memory = {}
         for name, pid, url, sessions in (
-            ("mcp-sessions gateway --stdio", ours.pid, ours_url, True),
+            ("mcp-sessions gateway --stdio", ours.pid, ours_url, False),
             (f"supergateway {SUPERGATEWAY_VERSION} --stateful", theirs.pid, theirs_url, False),
         ):
             before = rss_kib(pid)
@@ -254,15 +283,17 @@ def run(rounds: int, conversations: int) -> dict[str, Any]:
     results: dict[str, Any] = {
         "rounds": rounds,
         "conversations": conversations,
+        "per_request_every_s": every,
         "machine": {"cpus": os.cpu_count(), "load": os.getloadavg(), "python": platform.python_version()},
         "ways": {},
     }
     for name, values in timings.items():
-        entry = {"p50_ms": statistics.median(values), "p99_ms": percentile(values, 0.99)}
+        entry: dict[str, float | None] = {"p50_ms": statistics.median(values), "p99_ms": percentile(values, 0.99)}
         if name != "stdio directly":
-            entry["added_p50_ms"] = entry["p50_ms"] - statistics.median(base)
-            entry["added_p99_ms"] = entry["p99_ms"] - percentile(base, 0.99)
-            entry["rss_kib_per_conversation"] = memory[name]
+            entry["added_p50_ms"] = statistics.median(values) - statistics.median(base)
+            entry["added_p99_ms"] = percentile(values, 0.99) - percentile(base, 0.99)
+            entry["rss_kib_per_conversation"] = memory.get(name)
+            entry["calls"] = len(values)
         results["ways"][name] = entry
     shutil.rmtree(work, ignore_errors=True)
     return results
@@ -280,6 +311,9 @@ TEXT = (
     " warning`, supergateway `--logLevel none`). The gateway's path is longer than supergateway's: the session work,"
     " then the `mcp` SDK's own server (a 2025-11-25 transport session, answers as event streams) and an MCP client"
     " link to the process; supergateway relays JSON-RPC messages between the HTTP transport and the pipe."
+    " Two more rows: a 2026-07-28 `tools/call` naming no conversation, to our gateway (a process of its own per"
+    " request, from `--warm 2` started ahead: at most one such request each `--every` seconds, since a process"
+    " start is the pool's ceiling) and to one with `--sessionless shared`."
 )
 
 
@@ -287,12 +321,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1000, help="measured requests to each way")
     parser.add_argument("--conversations", type=int, default=16, help="conversations opened for the memory figure")
+    parser.add_argument(
+        "--every", type=float, default=1.0, help="seconds between per-request calls: the warm pool's refill rate"
+    )
     parser.add_argument("--quick", action="store_true", help="a few rounds and conversations: it runs")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     began = (time.monotonic(), load_average())
     rounds, conversations = (20, 2) if args.quick else (args.rounds, args.conversations)
-    results = run(rounds, conversations)
+    results = run(rounds, conversations, 0.2 if args.quick else args.every)
     rows = []
     for name, entry in results["ways"].items():
         added = [entry.get(key) for key in ("added_p50_ms", "added_p99_ms")]
@@ -306,7 +343,8 @@ def main() -> None:
                 "-" if memory is None else f"{memory:.0f}" if memory >= 0 else "n/a (shrank)",
             ]
         )
-    ours = results["ways"]["mcp-sessions gateway --stdio"]["added_p50_ms"]
+    ours = results["ways"][OURS]["added_p50_ms"]
+    per_request, shared = (results["ways"][name]["added_p50_ms"] for name in (PER_REQUEST, SHARED))
     theirs = results["ways"][f"supergateway {SUPERGATEWAY_VERSION} --stateful"]["added_p50_ms"]
     text = f"{TEXT} {rounds} rounds, {conversations} conversations."
     header = ["way", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "KiB/conversation"]
@@ -323,7 +361,16 @@ def main() -> None:
                 f"the gateway +{ours:.1f} ms, supergateway +{theirs:.1f} ms over the server's own stdio",
                 ours <= theirs,
                 f"{ours / theirs:.2f}x supergateway's" if theirs > 0 else "supergateway added nothing",
-            )
+            ),
+            verdict(
+                "a 2026 request's own process (`--sessionless per-request`, from the warm pool, one request each"
+                f" {results['per_request_every_s']:g} s) adds at most 1.5x what the shared process adds (p50)",
+                f"per-request +{per_request:.1f} ms, shared +{shared:.1f} ms",
+                per_request <= 1.5 * shared,
+                f"{per_request / shared:.2f}x the shared process's"
+                if shared > 0
+                else "the shared process added nothing",
+            ),
         ],
         **results,
     )

@@ -1,9 +1,9 @@
 """A stdio MCP server of the tests' own, for ``mcp-sessions gateway --stdio``: ``python -m e2e._stdio_server``.
 
 Its tools say which process answers (its pid and ``MCP_SESSION_ID``, and which ``MCP_SESSIONS_*`` variables it
-got), count in memory, send progress, ask the client for sampling and elicitation, write to stderr, start a
-process of their own, send notifications tied to no request, ask for the client's roots, write an endless
-stdout line, and crash on demand. ``--stubborn``: it ignores SIGTERM and its stdin's end (only
+got), count in memory, keep a file per process, send progress, ask the client for sampling and elicitation, write
+to stderr, start a process of their own, send notifications tied to no request, ask for the client's roots, write
+an endless stdout line, and crash on demand. ``--stubborn``: it ignores SIGTERM and its stdin's end (only
 SIGKILL ends it), as a careless server may.
 """
 
@@ -36,6 +36,16 @@ def whoami() -> str:
     """This process: its pid, the MCP_SESSION_ID it was given, and the names of its MCP_SESSIONS_* variables."""
     leaked = sorted(key for key in os.environ if key.startswith("MCP_SESSIONS_"))
     return json.dumps({"pid": os.getpid(), "session": os.environ.get("MCP_SESSION_ID"), "leaked": leaked})
+
+
+@server.tool()
+def keep(line: str) -> str:
+    """Appends ``line`` to this process's own file (``<pid>.txt`` in ``STDIO_TEST_FILES``); the file's lines."""
+    path = os.path.join(os.environ["STDIO_TEST_FILES"], f"{os.getpid()}.txt")
+    with open(path, "a") as file:
+        file.write(line + "\n")
+    with open(path) as file:
+        return file.read()
 
 
 @server.tool()

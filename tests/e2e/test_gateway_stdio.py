@@ -61,6 +61,7 @@ T = TypeVar("T")
 def gateway(**options: Any) -> Iterator[str]:
     """The stdio gateway in front of the tests' server: its MCP URL."""
     config = SessionsConfig(secret=SECRET)
+    options.setdefault("max_processes_per_principal", 64)  # every test's client is 127.0.0.1
     with serve(stdio_gateway_app(SERVER, config=config, environ=ENVIRON, **options)) as url:
         yield url + "/mcp"
 
@@ -147,9 +148,12 @@ async def test_each_conversation_has_its_own_process(url: str, mode: str) -> Non
 
     assert counts == [1, 2, 1]  # each process counts its own conversation's calls
     assert mine["pid"] != theirs["pid"] and mine["pid"] == again["pid"]
-    assert shared["pid"] == shared_again["pid"] not in (mine["pid"], theirs["pid"])
+    assert shared["pid"] not in (mine["pid"], theirs["pid"]) and shared_again["pid"] not in (mine["pid"], theirs["pid"])
     assert mine["session"] == jwt_claims(first["sessionId"])["sid"] != first["sessionId"]  # the stable id
-    assert shared["session"] is None
+    if mode == "auto":  # a 2026-07-28 request that names nothing gets a process of its own
+        assert shared["session"] is None and shared["pid"] != shared_again["pid"]
+    else:  # outside its sessions, a 2025 client reaches its transport session's own process
+        assert shared["session"].startswith("ts-") and shared["pid"] == shared_again["pid"]
     assert mine["leaked"] == shared["leaked"] == []  # the gateway had MCP_SESSIONS_SECRET; no child sees it
 
 
@@ -181,8 +185,10 @@ async def test_the_same_request_id_in_two_conversations_gets_two_answers(url: st
 
 
 async def test_a_create_beyond_max_processes_is_refused_and_starts_nothing(mode: str) -> None:
-    with gateway(max_processes=1) as url:
+    limit = 1 if mode == "auto" else 2  # a 2025 client's transport session has a process of its own
+    with gateway(max_processes=limit, sessionless="shared") as url:
         async with Client(url, mode=mode) as client:
+            await whoami(client)
             before = own_children()
             first = await create_session(client)
             started = own_children() - before
@@ -196,7 +202,7 @@ async def test_a_create_beyond_max_processes_is_refused_and_starts_nothing(mode:
             assert await count(client, second) == 1
 
     assert refused.value.code == -32011
-    assert "at most 1 " in refused.value.message and "--max-processes" in refused.value.message
+    assert f"at most {limit} " in refused.value.message and "--max-processes" in refused.value.message
 
 
 def own_children() -> set[int]:
@@ -237,7 +243,7 @@ async def test_delete_ends_the_conversations_process(url: str, mode: str) -> Non
 
 async def test_an_idle_conversations_process_ends_and_its_session_too() -> None:
     with gateway(process_idle=0.5) as url:
-        async with Client(url, mode="legacy") as client:
+        async with Client(url) as client:  # a 2025 client's transport session would idle out with it (404)
             session = await create_session(client)
             pid = (await whoami(client, session))["pid"]
             await wait_for(lambda: gone(pid))
@@ -287,7 +293,7 @@ async def wait_for_error(client: Client, session: dict[str, Any]) -> None:
             except MCPError as exc:
                 if exc.code == SESSION_NOT_FOUND:
                     raise
-                assert "has exited" in exc.message
+                assert "has ended (exited)" in exc.message
             await anyio.sleep(0.05)
 
 
@@ -348,8 +354,9 @@ async def test_sampling_and_elicitation_reach_the_client_and_return_to_the_same_
 
 
 async def test_the_shared_process_asks_no_client(url: str, mode: str) -> None:
-    """Nothing tells which client's call made the shared process ask: no client is asked, and the process is told
-    so (another client must never see the question, nor answer it)."""
+    """Nothing tells which client's call made the shared process ask (``sessionless="shared"``): no client is asked,
+    and the process is told so (another client must never see the question, nor answer it). A client with no
+    session is asked by its own process: a 2025 client's transport session's, a 2026-07-28 request's own."""
     asked: list[types.CreateMessageRequestParams] = []
 
     async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
@@ -357,8 +364,14 @@ async def test_the_shared_process_asks_no_client(url: str, mode: str) -> None:
         return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="x"), model="m")
 
     async with Client(url, mode=mode, sampling_callback=sampling) as client:
-        with pytest.raises(MCPError) as refused:
-            await client.call_tool("sample", {"prompt": "private"})  # no session: the shared process
+        assert text_of(await client.call_tool("sample", {"prompt": "mine"})) == "x"
+    if mode == "legacy":
+        return
+    asked.clear()
+    with gateway(sessionless="shared") as shared:
+        async with Client(shared, mode=mode, sampling_callback=sampling) as client:
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("sample", {"prompt": "private"})  # no session: the shared process
 
     assert refused.value.message == "the shared server process cannot ask a client; a session's can"
     assert asked == []
@@ -389,8 +402,11 @@ async def test_roots_list_reaches_the_client_in_both_eras(url: str, mode: str) -
     async with Client(url, mode=mode, list_roots_callback=list_roots) as client:
         session = await create_session(client)
         listed = await client.call_tool("roots", {}, meta=sdk_session_meta(session))
+    async with Client(url, mode=mode) as client:  # it declares no roots: the gateway answers for it, none
+        unlisted = await client.call_tool("roots", {})
 
     assert text_of(listed) == "file:///work/a file:///work/b"
+    assert not unlisted.is_error and [content.text for content in unlisted.content] in ([], [""])  # type: ignore[union-attr]
 
 
 async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_stream_only(url: str) -> None:
@@ -541,9 +557,15 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
-    assert [part["title"] for part in report["sections"]] == ["stdio servers"] and len(report["verdicts"]) == 1
+    assert [part["title"] for part in report["sections"]] == ["stdio servers"] and len(report["verdicts"]) == 2
     ways = report["ways"]
-    assert set(ways) == {"stdio directly", "mcp-sessions gateway --stdio", "supergateway 4.0.0 --stateful"}
+    assert set(ways) == {
+        "stdio directly",
+        "mcp-sessions gateway --stdio",
+        "supergateway 4.0.0 --stateful",
+        "mcp-sessions gateway --stdio, 2026 request, --sessionless per-request",
+        "mcp-sessions gateway --stdio --sessionless shared, 2026 request",
+    }
     for name in ("mcp-sessions gateway --stdio", "supergateway 4.0.0 --stateful"):
         assert {"p50_ms", "p99_ms", "added_p50_ms", "added_p99_ms", "rss_kib_per_conversation"} <= set(ways[name])
     assert "mcp-sessions gateway --stdio" in done.stdout

@@ -61,7 +61,8 @@ def hostile() -> Iterator[Process]:
     """The gateway in front of ``_hostile_stdio``, every session wire on, an ``MCP_SESSION_ID`` of its own."""
     server = f"{sys.executable} -m e2e._hostile_stdio"
     environ = {**server_path(), "MCP_SESSIONS_PROFILES": ",".join(WIRES), "MCP_SESSION_ID": "the-gateways-own"}
-    with gateway_process([], "--stdio", server, "--log-level", "info", environ=environ) as process:
+    limits = ("--max-processes", "64", "--max-processes-per-principal", "64")  # the module's tests share it
+    with gateway_process([], "--stdio", server, *limits, "--log-level", "info", environ=environ) as process:
         yield process
 
 

@@ -71,6 +71,26 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --stdio: how many conversations' processes may run at once (default 16)",
     )
+    gateway.add_argument(
+        "--max-processes-per-principal",
+        type=int,
+        metavar="N",
+        help="with --stdio: how many of them one caller (its principal, else its client address) may have (default 4)",
+    )
+    gateway.add_argument(
+        "--sessionless",
+        choices=("per-request", "shared"),
+        default="per-request",
+        help="with --stdio: a 2026-07-28 request that names no conversation gets a process of its own (default), or "
+        "the shared one",
+    )
+    gateway.add_argument(
+        "--warm",
+        type=int,
+        default=2,
+        metavar="N",
+        help="with --stdio: processes started ahead for such requests (default 2)",
+    )
     gateway.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     gateway.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000)")
     gateway.add_argument(
@@ -133,6 +153,9 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 processes=args.processes,
                 process_idle=args.process_idle,
                 max_processes=args.max_processes,
+                max_processes_per_principal=args.max_processes_per_principal,
+                sessionless=args.sessionless,
+                warm=args.warm,
                 allowed_hosts=hosts,
                 allowed_origins=origins,
                 forwarded_allow_ips=forwarded,

@@ -6,22 +6,26 @@ Where the HTTP gateway has its proxy, this one has an MCP server of the ``mcp`` 
 holds the request's conversation, as an MCP client (``_stdio_child``). The session middleware sits at its
 endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:data:`SCOPE_KEY`).
 
-The first child, started with the gateway, is the shared one (requests without a session, or every
-request with ``processes="shared"``); clients' ``initialize`` and ``server/discover`` are answered from
-its own ``initialize`` answer, and only the methods it advertises are relayed (any other is the SDK's
-"Method not found"). A conversation's child starts at its ``sessions/create`` (the sessions' ``on_create``,
-which refuses the create beyond ``max_processes``; a session this gateway did not mint, such as an adopted
-one, gets its child at its first request). It ends when its session is deleted or expires (asked of the
-session store, so a delete at any replica counts), and at shutdown. A child idle for ``idle`` seconds ends
-with its session; a child that exits answers its requests in flight with an error at once, and its
-session is revoked: the conversation's later requests get "Session not found", and a client starts a new
-conversation, with a new process, as after any ended session.
+The first child, started with the gateway, is the shared one (requests that name no conversation with
+``sessionless="shared"``, or every request with ``processes="shared"``); clients' ``initialize`` and
+``server/discover`` are answered from its own ``initialize`` answer, and only the methods it advertises are
+relayed (any other is the SDK's "Method not found"). Every other child is a conversation's, in one table
+(:class:`Children`), whatever names it: a 2025 transport session (the middleware adopts it; its child starts as
+its ``initialize`` is answered), a data-layer session (at its ``sessions/create``, the sessions' ``on_create``),
+a host's conversation id (at its first request, bound to its caller), a 2026-07-28 request that names none
+(``sessionless="per-request"``: a child started ahead, ended once the request is answered, or kept for the retry
+that brings the input it asked for). They are bounded overall (``max_processes``) and per caller
+(``max_processes_per_principal``). A child ends with its session (its end published on the subscription bus,
+from any replica), after ``idle`` seconds without a request, or at shutdown; whatever ended it, its conversation
+is over: its later requests get the error of their kind ("Session not found", a transport session's 404, or an
+ended host conversation's error), never another process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import itertools
 import logging
 import math
@@ -31,6 +35,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from functools import partial
 from typing import Any, Final, Literal, NamedTuple, cast
 
@@ -52,24 +57,35 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._asgi import header, send_json
+from .._bounded import BoundedDict
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
-from .._session import SCOPE_KEY, Session
-from .._tokens import SessionClaims
+from .._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of, principal_digest
+from .._tokens import IdDigests, SessionClaims
 from .._wire import Refusal, jsonrpc
-from .._wire.protocol import RATE_LIMITED
+from .._wire.protocol import MCP_SESSION_ID_HEADER, RATE_LIMITED
 from .._wire.text import printable
-from ..stores import SessionStatus, SessionStoreUnavailable
+from ..sources._named import is_transport_session_id
+from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._stdio_child import Child
 
 logger = logging.getLogger("mcp_sessions.gateway")
+_request: ContextVar[Scope | None] = ContextVar("_request", default=None)  # the request a session is created in
 
 DEFAULT_PROCESS_IDLE: Final = 600.0
 DEFAULT_MAX_PROCESSES: Final = 16
-SWEEP_EVERY: Final = 1.0
-"""How often idle children, and children whose session ended, are looked for."""
+DEFAULT_WARM: Final = 2
+"""Children started ahead for requests that name no conversation."""
+DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 4
+"""A caller's processes at once: a person runs a few conversations at a time, and one caller cannot take every
+slot of the default ``max_processes``."""
+MAX_ENDED: Final = 100_000
+"""Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
+RETRY_LATER: Final = {"retryAfter": 1}  # in a refusal answered in-band (HTTP 200): when to try again, in seconds
+_BOUND: Final = "hc-"  # the key of a host conversation bound to its caller
+_REQUEST: Final = "rq-"  # the key of a request's own child
 CHILD_EXITED: Final = -32603
 ANSWER_WITHIN: Final = 300.0
 """How long a child's request waits for a 2026-07-28 client's retry that answers it."""
@@ -241,8 +257,19 @@ class Conversation:
         self.dropped = 0
         self.latest: ServerRequestContext[Any, Any] | None = None
         self.last_request = time.monotonic()
-        self.ended_by_gateway = False  # idle, its session ended, or shutdown: not a crash
+        self.caller = ""  # whom the per-caller limit counts it for
+        self.transport: bytes | None = None  # its 2025 transport session's id, which ends with it
+        self.why: str | None = None  # why the gateway ended it (idle, its session ended, shutdown): not a crash
+        self.rounds = 0  # a request's own child: how many times it was retained for its client's input
+        self.named = anyio.Event()  # it serves a conversation (a warm child waits for one; the shared child never)
+        if sid is not None:
+            self.named.set()
         self.child: Child
+
+    def end(self, why: str) -> None:
+        """End the conversation's child, for ``why``."""
+        self.why = self.why or why
+        self.child.stop()
 
     async def relay(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """The child's answer to a client's request; the client's own progress token gets the child's progress."""
@@ -298,11 +325,15 @@ class Conversation:
     ) -> dict[str, Any]:
         """The child's request to the client: asked through the conversation's latest call in flight. The shared
         child asks no one: nothing says which client's call caused its request, and another client must not see it
-        (nor answer for it)."""
+        (nor answer for it). A ``roots/list`` no client can answer (none declared ``roots``, or no call is in
+        flight) is answered here: no roots."""
         if method == "ping":
             return {}
         if method not in _CLIENT_RESULTS:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
+        declared = self.calls[-1].ctx.session.client_capabilities if self.calls and self.sid is not None else None
+        if method == "roots/list" and (declared is None or declared.roots is None):
+            return {"roots": []}  # a process started ahead was told its client has roots: none, then
         if self.sid is None:
             raise MCPError(types.INVALID_REQUEST, "the shared server process cannot ask a client; a session's can")
         if not self.calls:
@@ -361,7 +392,8 @@ class Conversation:
 
 
 class Children:
-    """The children: the shared one, one per conversation (at most ``max_processes``), and their lifetimes."""
+    """The children: the shared one, and one per conversation in one table (keyed by the conversation's stable
+    id), bounded overall (``max_processes``) and per caller (``per_caller``); and their lifetimes."""
 
     def __init__(
         self,
@@ -371,84 +403,210 @@ class Children:
         processes: Literal["per-conversation", "shared"],
         idle: float,
         max_processes: int,
+        per_caller: int,
+        sessionless: Literal["per-request", "shared"],
+        warm: int,
         environ: Mapping[str, str],
         bus: SessionSubscriptionBus,
     ) -> None:
         self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
-        self.idle, self.max_processes = idle, max_processes
+        self.per_request, self.warm_count = processes == "per-conversation" and sessionless == "per-request", warm
+        self.warm: deque[Conversation] = deque()  # started and initialized ahead, for requests that name nothing
+        self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
+        self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
         passed = (key for key in environ if not key.startswith("MCP_SESSIONS_") and key != "MCP_SESSION_ID")
         self.environ = {key: environ[key] for key in passed}  # no key material; MCP_SESSION_ID is the gateway's to give
+        self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.shared: Conversation | None = None
-        self.conversations: dict[str, Conversation] = {}  # by the session's stable id
+        self.conversations: dict[str, Conversation] = {}
+        self.ended: BoundedDict[str, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
+        self.end_transport: Callable[[bytes], Awaitable[None]] | None = None  # a DELETE through the sessions
         self._tasks: anyio.abc.TaskGroup | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[types.InitializeResult]:
-        """Start the shared child and the sweep; at the end, stop every child. Yields the shared child's answer."""
+        """Start the shared child; at the end, stop every child. Yields the shared child's answer."""
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
             try:
                 try:
-                    shared = await self.conversation_for(None)
+                    shared = await self.shared_conversation()
                 except MCPError as exc:
                     raise RuntimeError(f"{' '.join(self.command)}: {exc.error.message}") from None
                 assert shared.child.initialized is not None
-                tasks.start_soon(self._sweep)
+                self._fill()
                 yield shared.child.initialized
             finally:
                 self._tasks = None
                 for conversation in self.conversations.values():
-                    conversation.ended_by_gateway = True
+                    conversation.why = "shutdown"
                 tasks.cancel_scope.cancel()  # each child stops its process group, shielded (_stdio_child.stop_group)
 
     async def created(self, claims: SessionClaims) -> None:
         """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
-        handed out; beyond ``max_processes`` (or when the child fails to start), the create is refused."""
+        handed out; beyond the limits (or when the child fails to start), the create is refused."""
         if self.processes == "shared":
             return
+        caller = caller_of(_request.get() or {}, claims.extra.get(PRINCIPAL_CLAIM))
         try:
-            await self.conversation_for(claims.session_id, claims.expires_at)
+            await self.open(claims.session_id, caller, expires_at=claims.expires_at)
         except MCPError as exc:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
 
-    async def conversation_for(self, sid: str | None, expires_at: float = math.inf) -> Conversation:
-        """The conversation ``sid`` names (the shared one for none), its child started if it has none (yet, or
-        again after it was idle)."""
-        if sid is None or self.processes == "shared":
-            if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
-                self.shared = self._start(
-                    None, math.inf
-                )  # the shared child serves no conversation: a new one is as good
-            conversation = self.shared
-        elif (found := self.conversations.get(sid)) is not None:
-            conversation = found
+    def transport_key(self, scope: Scope) -> str | None:
+        """The key of the transport session the request's ``Mcp-Session-Id`` names, if it has (or had) a process."""
+        raw = header(scope.get("headers", ()), MCP_SESSION_ID_HEADER)
+        if raw is None or not is_transport_session_id(raw):
+            return None
+        key = self.digests.transport(raw)
+        return key if key in self.conversations or key in self.ended else None
+
+    async def conversation_for(self, scope: Scope, state: object = None) -> Conversation:
+        """The conversation a request names, the most specific name first: its data-layer session's (in a 2025
+        transport session too: a client may open several), its 2025 transport session's, its host conversation's
+        (bound to its caller); else, with ``sessionless="per-request"``, a child of the request's own (the one that
+        asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one."""
+        session: Session | None = scope.get(SCOPE_KEY)
+        if self.processes == "shared":
+            return await self.shared_conversation()
+        if session is not None and session.source == "data-layer":
+            return await self.open(session.id, await self.caller(scope), expires_at=session.token_expires_at)
+        if (key := self.transport_key(scope)) is not None:
+            return await self.open(key, None)
+        if session is None and not self.per_request:
+            return await self.shared_conversation()
+        if session is None:  # a request's own child; a retry that brings input reaches the one that asked
+            if state is None:
+                return await self.open(_REQUEST + secrets.token_hex(12), await self.caller(scope))
+            if not isinstance(state, str) or (retained := self.retained.pop(state, None)) is None:
+                raise MCPError(types.INVALID_PARAMS, "requestState names no request waiting for input here")
+            return retained
+        caller = await self.caller(scope)
+        return await self.open(_bound(session.id, caller), caller)  # a host's conversation: its name is no secret
+
+    async def caller(self, scope: Scope) -> str:
+        """Whom the per-caller limit counts, as the create limit does: the principal, else the client address."""
+        return caller_of(scope, await principal_digest(self.config.principal, scope, self.config.keys.audience))
+
+    async def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
+        """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
+        ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
+        every ``tools/call`` (a request's own process too). None if it lists none in time."""
+        shared = await self.shared_conversation()
+        assert shared.child.link is not None
+        try:
+            with anyio.fail_after(ANSWER_WITHIN):
+                listed = await shared.child.link.send_raw_request("tools/list", {})
+        except (TimeoutError, MCPError):
+            return {}
+        tools = listed.get("tools")
+        return {
+            tool["name"]: tool["inputSchema"]
+            for tool in (tools if isinstance(tools, list) else [])
+            if isinstance(tool, dict)
+            and isinstance(tool.get("name"), str)
+            and isinstance(tool.get("inputSchema"), dict)
+        }
+
+    async def shared_conversation(self) -> Conversation:
+        if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
+            self.shared = self._start(None, "shared", math.inf)  # it serves no conversation: a new one is as good
+        return await self._ready(self.shared)
+
+    async def open(
+        self, key: str, caller: str | None, *, expires_at: float = math.inf, transport: bytes | None = None
+    ) -> Conversation:
+        """The conversation ``key`` names, its child started if it has none yet (``caller`` is ``None`` where only
+        its own start may start it: a transport session's, at its ``initialize``); one whose child has ended is
+        refused with the error of its kind (:meth:`_gone`), never given a new child."""
+        if (found := self.conversations.get(key)) is not None:
+            return await self._ready(found)
+        if key in self.ended or caller is None:
+            raise self._gone(key)
+        live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
+        mine = [conversation for conversation in live if conversation.caller == caller]
+        if len(mine) >= self.per_caller and transport is not None and self._tasks is not None:  # idle ones make room
+            idle = sorted((c for c in mine if c.transport is not None and not c.calls), key=lambda c: c.last_request)
+            for conversation in idle[: len(mine) - self.per_caller + 1]:
+                self._close_soon(conversation, "evicted")
+                live.remove(conversation)
+                mine.remove(conversation)
+        if len(mine) >= self.per_caller:
+            raise MCPError(
+                RATE_LIMITED,
+                f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
+                "conversations' processes at once (--max-processes-per-principal); end one or retry later",
+                RETRY_LATER,
+            )
+        if len(live) >= self.max_processes:
+            raise MCPError(
+                RATE_LIMITED,
+                f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
+                "processes at once (--max-processes); end one (sessions/delete) or retry later",
+                RETRY_LATER,
+            )
+        if key.startswith(_REQUEST) and self.warm:
+            conversation = self.warm.popleft()
+            conversation.sid, conversation.caller, conversation.child.label = key, caller, f"request {key}"
+            conversation.named.set()
+            self.conversations[key] = conversation
         else:
-            live = sum(not conversation.child.done.is_set() for conversation in self.conversations.values())
-            if live >= self.max_processes:
-                raise MCPError(
-                    RATE_LIMITED,
-                    f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
-                    "processes at once (--max-processes); end one (sessions/delete) or retry later",
-                )
-            conversation = self.conversations[sid] = self._start(sid, expires_at)
+            conversation = self.conversations[key] = self._start(key, caller, expires_at)
+        self._fill()
+        conversation.transport = transport
+        return conversation if transport is not None else await self._ready(conversation)
+
+    def _fill(self) -> None:
+        """Start children ahead, up to ``warm`` of them, for requests that name no conversation."""
+        while self.per_request and self._tasks is not None and len(self.warm) < self.warm_count:
+            self.warm.append(self._start(None, "", math.inf, label="warm"))
+
+    def answered(self, conversation: Conversation) -> None:
+        """A request's own child, once its answer is sent: ended, or retained for the retry that brings the input it
+        asked for (until that retry, or ``ANSWER_WITHIN``)."""
+        if not conversation.parked:
+            return self._close_soon(conversation, "answered")
+        for state in conversation.parked:
+            self.retained[state] = conversation
+        conversation.rounds += 1
+        if self._tasks is not None:
+            self._tasks.start_soon(self._retain, conversation, conversation.rounds)
+
+    async def _retain(self, conversation: Conversation, rounds: int) -> None:
+        await anyio.sleep(ANSWER_WITHIN + 1)
+        if conversation.rounds == rounds and not conversation.calls:  # no retry came
+            self._close_soon(conversation, "its input came too late")
+
+    def _close_soon(self, conversation: Conversation, why: str) -> None:
+        conversation.why = conversation.why or why
+        if self._tasks is not None:
+            self._tasks.start_soon(self.close, conversation, why)
+
+    def _gone(self, key: str | None, why: str | None = None) -> MCPError:
+        why = why or self.ended.get(key or "", (0.0, "ended"))[1]
+        return MCPError(
+            CHILD_EXITED, f"the server process of this conversation has ended ({why}), with its state; start a new one"
+        )
+
+    async def _ready(self, conversation: Conversation) -> Conversation:
         await conversation.child.ready.wait()
         if conversation.child.failure is not None:
             raise MCPError(CHILD_EXITED, conversation.child.failure)
         if conversation.child.done.is_set():
-            raise MCPError(CHILD_EXITED, "the server process of this conversation has exited; start a new session")
+            raise self._gone(conversation.sid, conversation.why or "exited")
         conversation.last_request = time.monotonic()
         return conversation
 
-    def _start(self, sid: str | None, expires_at: float) -> Conversation:
+    def _start(self, key: str | None, caller: str, expires_at: float, label: str = "shared") -> Conversation:
         if self._tasks is None:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
-        conversation = Conversation(sid, expires_at, self._tasks, self.bus)
-        environ = self.environ if sid is None else {**self.environ, "MCP_SESSION_ID": sid}
+        conversation = Conversation(key, expires_at, self._tasks, self.bus)
+        conversation.caller = caller
         conversation.child = Child(
             self.command,
-            label="shared" if sid is None else f"session {sid}",
-            environ=environ,
+            label=label if key is None else f"session {key}",
+            environ=self._environ(key),
             max_line=self.config.max_response_size,
             on_request=conversation.on_request,
             on_notify=_unreached,
@@ -457,40 +615,72 @@ class Children:
         self._tasks.start_soon(self._serve, conversation)
         return conversation
 
-    async def _serve(self, conversation: Conversation) -> None:
-        """Run a child to its end; a conversation's child that ended by itself ends its session too."""
-        child = conversation.child
-        await child.run()
-        if conversation.sid is not None and child.failure is None and not conversation.ended_by_gateway:
-            try:
-                await self.config.store.revoke(conversation.sid, expires_at=conversation.expires_at)
-            except SessionStoreUnavailable:
-                logger.warning("%s: the session could not be ended in the store", child.label)
+    def _environ(self, key: str | None) -> dict[str, str]:
+        """A conversation's process environment: the gateway's, without its own settings, and its stable id."""
+        return dict(self.environ) if key is None else {**self.environ, "MCP_SESSION_ID": key}
 
-    async def _sweep(self) -> None:
-        """End the children that are idle or whose session ended; forget those that have ended."""
-        store = self.config.store
+    async def _serve(self, conversation: Conversation) -> None:
+        """Run a child to its end: its session's end (on any replica), its idle time or its expiry end it; its end
+        ends the conversation, which then gets the error of its kind (a crash as any other end)."""
+        child, key = conversation.child, conversation.sid
+        unwatch = (
+            None
+            if key is None or key.startswith((_BOUND, _REQUEST))
+            else self.bus.watch(key, partial(conversation.end, "ended"))
+        )
+        try:
+            async with anyio.create_task_group() as timers:
+                timers.start_soon(self._expire, conversation)
+                await child.run()
+                timers.cancel_scope.cancel()
+        finally:
+            if unwatch is not None:
+                unwatch()
+        if conversation in self.warm:
+            self.warm.remove(conversation)
+        for state in conversation.parked:
+            self.retained.pop(state, None)
+        key = conversation.sid
+        if key is None or conversation.why == "shutdown":
+            return
+        if self.conversations.get(key) is conversation:
+            del self.conversations[key]
+        why = conversation.why or ("failed to start" if child.failure is not None else "exited")
+        if not key.startswith(_REQUEST):
+            self.ended[key] = (time.time() + self.config.ttl, why)
+        logger.info("%s: the conversation ended (%s)", child.label, why)
+        if conversation.why is None and child.failure is None:
+            await self._end_session(conversation)  # a crash ends its session as any other end
+
+    async def close(self, conversation: Conversation, why: str) -> None:
+        """End a conversation for ``why``: its session first (so that its next request is refused as its kind's
+        are), then its child."""
+        conversation.why = conversation.why or why
+        await self._end_session(conversation)
+        conversation.end(why)
+
+    async def _end_session(self, conversation: Conversation) -> None:
+        """End the session a conversation's child served: its 2025 transport session (its client then gets 404 and
+        initializes again) or its data-layer session (then "Session not found"); a host's is refused here."""
+        key = conversation.sid
+        if conversation.transport is not None and self.end_transport is not None:
+            await self.end_transport(conversation.transport)
+        elif key is not None and not key.startswith((_BOUND, _REQUEST)):
+            try:
+                await self.config.store.revoke(key, expires_at=conversation.expires_at)
+            except SessionStoreUnavailable:
+                logger.warning("%s: the session could not be ended in the store", conversation.child.label)
+
+    async def _expire(self, conversation: Conversation) -> None:
+        """End a conversation's child once it has been idle for ``idle`` seconds, or its session has expired."""
+        await conversation.named.wait()  # a warm child idles from when it is taken
+        await conversation.child.ready.wait()
+        conversation.last_request = time.monotonic()  # idle from its start, however long the start took
         while True:
-            await anyio.sleep(SWEEP_EVERY)
-            now = time.monotonic()
-            for sid, conversation in list(self.conversations.items()):
-                child = conversation.child
-                if not child.ready.is_set():
-                    continue  # starting: its first request waits for it
-                if child.done.is_set():
-                    if child.ready.is_set() and now - conversation.last_request > self.idle:
-                        del self.conversations[sid]
-                    continue
-                try:
-                    if idle := not conversation.calls and now - conversation.last_request > self.idle:
-                        await store.revoke(sid, expires_at=conversation.expires_at)  # its state ends with it
-                    status = await store.touch(sid, expires_at=conversation.expires_at, now=time.time(), idle_ttl=None)
-                except SessionStoreUnavailable:
-                    continue
-                if idle or status is not SessionStatus.ACTIVE or time.time() >= conversation.expires_at:
-                    conversation.ended_by_gateway = True
-                    child.stop()
-                    del self.conversations[sid]
+            left = min(conversation.last_request + self.idle - time.monotonic(), conversation.expires_at - time.time())
+            if left <= 0 and (not conversation.calls or conversation.expires_at <= time.time()):
+                return await self.close(conversation, "idle" if conversation.expires_at > time.time() else "expired")
+            await anyio.sleep(left if left > 0 else self.idle)
 
 
 class StdioServer(Server[Any]):
@@ -502,8 +692,10 @@ class StdioServer(Server[Any]):
             lifespan=self._running,
             on_subscriptions_listen=ListenHandler(children.bus),  # scoped to the request's session by the bus
             cache_hints=dict.fromkeys(cast("frozenset[CacheableMethod]", CACHEABLE_METHODS), CacheHint()),
+            get_tool_input_schema=lambda name: self.input_schemas.get(name),
         )
         self.children = children
+        self.input_schemas: dict[str, Mapping[str, Any]] = {}  # for the SDK's Mcp-Param check (see tool_schemas)
         self.child_capabilities = types.ServerCapabilities()
 
     @asynccontextmanager
@@ -513,6 +705,8 @@ class StdioServer(Server[Any]):
             self.name, self.version, self.title = info.name, info.version, info.title
             self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
             self.instructions, self.child_capabilities = answer.instructions, answer.capabilities
+            if answer.capabilities.tools is not None:
+                self.input_schemas = await self.children.tool_schemas()
             for capability, methods in _RELAYED.items():
                 if getattr(answer.capabilities, capability) is not None:
                     for method, params_type in methods:
@@ -530,12 +724,12 @@ class StdioServer(Server[Any]):
 
     async def _relay(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         scope = {} if ctx.request is None else ctx.request.scope
-        session: Session | None = scope.get(SCOPE_KEY)
-        if session is None:
-            conversation = await self.children.conversation_for(None)
-        else:
-            conversation = await self.children.conversation_for(session.id, session.token_expires_at)
-        return await conversation.relay(ctx)
+        conversation = await self.children.conversation_for(scope, (ctx.params or {}).get("requestState"))
+        try:
+            return await conversation.relay(ctx)
+        finally:
+            if conversation.sid is not None and conversation.sid.startswith(_REQUEST):
+                self.children.answered(conversation)
 
 
 def stdio_gateway_app(
@@ -545,6 +739,9 @@ def stdio_gateway_app(
     processes: Literal["per-conversation", "shared"] = "per-conversation",
     process_idle: float | None = None,
     max_processes: int = DEFAULT_MAX_PROCESSES,
+    max_processes_per_principal: int | None = None,
+    sessionless: Literal["per-request", "shared"] = "per-request",
+    warm: int = DEFAULT_WARM,
     allowed_hosts: Collection[str] | None = None,
     allowed_origins: Collection[str] | None = None,
     forwarded_allow_ips: str | Collection[str] | None = None,
@@ -553,20 +750,32 @@ def stdio_gateway_app(
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
     ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
-    conversation (the default), or one ``"shared"`` by everyone. ``process_idle``: how long a conversation's
-    child lives without a request (default: the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how
-    many conversations' children may run at once. ``environ`` (default ``os.environ``) is what the children
-    get, without any ``MCP_SESSIONS_*`` variable, and with ``MCP_SESSION_ID``, the conversation's stable id (none
-    in the shared child).
+    conversation (the default: each 2025 transport session, data-layer session and host conversation), or one
+    ``"shared"`` by everyone. ``process_idle``: how long a conversation's child (and a 2025 transport session)
+    lives without a request (default: the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how many
+    conversations' children may run at once; ``max_processes_per_principal``: how many of them one caller (its
+    principal, else its client address) may have. ``sessionless``: a request that names no conversation gets a
+    child of its own (``"per-request"``, the default: one of ``warm`` started ahead, ended once it is answered,
+    or retained for the retry that brings the input it asked for), or the ``"shared"`` one. ``environ`` (default
+    ``os.environ``) is what the children get, without any ``MCP_SESSIONS_*`` variable, and with
+    ``MCP_SESSION_ID``, the conversation's stable id (none in the shared child, nor in a request's own).
     The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if not command:
         raise ValueError("--stdio needs a command")
     if processes not in ("per-conversation", "shared"):
         raise ValueError("processes is 'per-conversation' or 'shared'")
-    if max_processes < 1:
-        raise ValueError("max_processes must be at least 1")
+    if max_processes_per_principal is None:
+        max_processes_per_principal = DEFAULT_MAX_PROCESSES_PER_CALLER
+    if max_processes < 1 or max_processes_per_principal < 1:
+        raise ValueError("max_processes and max_processes_per_principal must be at least 1")
+    if sessionless not in ("per-request", "shared") or warm < 0:
+        raise ValueError("sessionless is 'per-request' or 'shared', and warm is 0 or more")
     config = copy.copy(SessionsConfig.from_env() if config is None else config)
+    if processes == "per-conversation":  # every client's conversation, however it names it, gets its process
+        config.adopt_transport_sessions = True
+        if config.conversation_data == "off":
+            config.conversation_data = "anonymous"  # bound to the caller here: see Children.conversation_for
     if config.subscriptions is None:  # a conversation's listen streams get its child's changes: the bus's
         config.subscriptions = SessionSubscriptionBus()
     idle = process_idle if process_idle is not None else config.idle_ttl or DEFAULT_PROCESS_IDLE
@@ -578,18 +787,96 @@ def stdio_gateway_app(
         processes=processes,
         idle=idle,
         max_processes=max_processes,
+        per_caller=max_processes_per_principal,
+        sessionless=sessionless,
+        warm=warm,
         environ=os.environ if environ is None else environ,
         bus=config.subscriptions,
     )
     server = StdioServer(children)
     # The gateway's own Host and Origin check (as in front of an HTTP upstream), in front of the sessions.
     security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    app = server.streamable_http_app(transport_security=security)
+    app = server.streamable_http_app(transport_security=security, session_idle_timeout=idle)
     config.on_create = children.created  # a conversation's child starts at its sessions/create
     config.fronts_upstream = True  # no wire's session member reaches a child, as none reaches an HTTP upstream
-    sessions = MCPSessionMiddleware(_OneIdInFlight(app), config=config)
+    sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
+    children.end_transport = partial(_end_transport, sessions)
     checked = _HostChecked(sessions, HostCheck(allowed_hosts, allowed_origins))
     return GatewayFront(checked, trusted=trusted_proxies(forwarded_allow_ips))
+
+
+class _Opening:
+    """Between the sessions and the SDK's app: each request's scope, for the sessions' ``on_create``; and a 2025
+    transport session's process, started as its ``initialize`` is answered (a caller at its limit gets 429)."""
+
+    def __init__(self, app: ASGIApp, children: Children) -> None:
+        self.app, self.children = app, children
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        token = _request.set(scope)
+        try:
+            opens = self.children.processes == "per-conversation" and scope["method"] == "POST"
+            if opens and header(scope["headers"], MCP_SESSION_ID_HEADER) is None:
+                send = await self._opening(scope, send)
+            await self.app(scope, receive, send)
+        finally:
+            _request.reset(token)
+
+    async def _opening(self, scope: Scope, send: Send) -> Send:
+        caller, refused = await self.children.caller(scope), list[bytes]()
+
+        async def opening(message: Message) -> None:
+            if refused:
+                return  # the SDK's answer to a refused initialize
+            raw = header(message.get("headers", ()), MCP_SESSION_ID_HEADER)
+            if message["type"] == "http.response.start" and message["status"] == 200 and raw is not None:
+                try:
+                    await self.children.open(self.children.digests.transport(raw), caller, transport=raw)
+                except MCPError as exc:
+                    refused.append(raw)
+                    await send_json(
+                        send, 429, jsonrpc.error(None, exc.error.code, exc.error.message, exc.error.data), b"1"
+                    )
+                    await _end_transport(self.app, raw)
+                    return
+            await send(message)
+
+        return opening
+
+
+async def _end_transport(app: ASGIApp, transport: bytes) -> None:
+    """End a 2025 transport session as its client would, with a ``DELETE`` (its later requests get 404)."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "DELETE",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(MCP_SESSION_ID_HEADER, transport)],
+        "client": None,
+        "server": None,
+        "state": {},
+    }
+
+    async def ignore(message: Message) -> None:
+        pass
+
+    await app(scope, _nothing, ignore)
+
+
+async def _nothing() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+def _bound(sid: str, caller: str) -> str:
+    """A host conversation's key: its id and its caller's digest, so that another caller naming it gets its own."""
+    return _BOUND + hashlib.sha256(f"{sid}\0{caller}".encode()).hexdigest()[:32]
 
 
 class _HostChecked:

@@ -1,0 +1,283 @@
+"""``mcp-sessions gateway --stdio`` and the clients that exist: every client's conversation gets a process of its own.
+
+A stock 2025 client (its transport session), a 2026-07-28 host naming its conversation (``vscode.conversationId``),
+the TypeScript SDK's client; each pair of clients of one kind never shares a process or what it keeps (a counter, a
+file per process); the limits per caller; an ended conversation refused, never moved to another process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import mcp_types as types
+import pytest
+from mcp import Client
+
+from _mcp import modern_headers, modern_request
+from conftest import SECRET, serve
+from e2e._gateway import JSON_SSE, TS_SDK, created, gateway_process, installed, legacy_initialize, node, result_of
+from e2e.test_gateway_stdio import ENVIRON, SERVER, own_children, text_of
+from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway import stdio_gateway_app
+
+pytestmark = pytest.mark.anyio
+
+INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+TS_CLIENT = """
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+const [url, tag] = process.argv.slice(2);
+const client = new Client({ name: "ts", version: "1" });
+await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+const seen = [];
+for (let i = 0; i < 3; i++) {
+  const kept = await client.callTool({ name: "keep", arguments: { line: tag } });
+  const who = await client.callTool({ name: "whoami", arguments: {} });
+  seen.push({ kept: kept.content[0].text, who: JSON.parse(who.content[0].text) });
+}
+console.log(JSON.stringify(seen));
+await client.close();
+"""
+
+
+@contextlib.contextmanager
+def gateway(files: Path, **options: Any) -> Iterator[str]:
+    """The stdio gateway in front of the tests' server, its processes' files in ``files``; its MCP URL."""
+    app = stdio_gateway_app(
+        SERVER, config=SessionsConfig(secret=SECRET), environ={**ENVIRON, "STDIO_TEST_FILES": str(files)}, **options
+    )
+    with serve(app) as url:
+        yield url + "/mcp"
+
+
+def call(http: httpx.Client, url: str, tool: str, arguments: dict[str, Any], headers: dict[str, str]) -> Any:
+    """A raw ``tools/call``: its result, or its error."""
+    if "Mcp-Session-Id" in headers:  # a 2025 transport session's
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+        body["params"] = {"name": tool, "arguments": arguments}
+    else:
+        conversation = headers.get("x-conversation")
+        meta = {} if conversation is None else {"vscode.conversationId": conversation}
+        body = modern_request("tools/call", {"name": tool, "arguments": arguments}, meta=meta)
+        headers = {**modern_headers(body), **{k: v for k, v in headers.items() if k != "x-conversation"}}
+    answer = result_of(http.post(url, json=body, headers=headers), 1)
+    return answer.get("result", answer.get("error"))
+
+
+async def used_by(kind: str, url: str, tag: str) -> list[tuple[int, str]]:
+    """Three calls of one client of ``kind``: what each saw (the process's pid, and its file's lines)."""
+    if kind == "typescript":
+        sdk = installed(TS_SDK, "@modelcontextprotocol/sdk")
+        script = sdk.parents[4] / f"stdio-clients-{uuid.uuid4().hex}.mjs"  # beside node_modules
+        script.write_text(TS_CLIENT, encoding="utf-8")
+        try:
+            with anyio.fail_after(60):
+                done = await anyio.run_process([node(), str(script), url, tag], check=False)
+        finally:
+            script.unlink()
+        assert done.returncode == 0, done.stderr.decode()
+        return [(seen["who"]["pid"], seen["kept"]) for seen in json.loads(done.stdout)]
+    if kind == "2025 client":
+        async with Client(url, mode="legacy") as client:
+            return [
+                (json.loads(text_of(await client.call_tool("whoami", {})))["pid"], await keep(client, tag))
+                for _ in range(3)
+            ]
+    with httpx.Client(timeout=30) as http:  # a 2026-07-28 host naming its conversation
+        headers = {"x-conversation": f"chat-{tag}"}
+        return [
+            (
+                json.loads(call(http, url, "whoami", {}, headers)["content"][0]["text"])["pid"],
+                call(http, url, "keep", {"line": tag}, headers)["content"][0]["text"],
+            )
+            for _ in range(3)
+        ]
+
+
+def ping(http: httpx.Client, url: str, headers: dict[str, str]) -> int:
+    return http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers).status_code
+
+
+def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.05)
+
+
+async def keep(client: Client, tag: str) -> str:
+    return text_of(await client.call_tool("keep", {"line": tag}))
+
+
+@pytest.mark.parametrize("kind", ["2025 client", "typescript", "2026 host conversation"])
+async def test_two_clients_of_a_kind_never_share_a_process(kind: str, tmp_path: Path) -> None:
+    with gateway(tmp_path) as url:
+        first, second = await used_by(kind, url, "first"), await used_by(kind, url, "second")
+
+    for seen, tag in ((first, "first"), (second, "second")):
+        assert len({pid for pid, _ in seen}) == 1  # one client's calls all reach one process
+        assert seen[-1][1] == f"{tag}\n" * 3  # its file holds its own lines only
+    assert first[0][0] != second[0][0]
+
+
+def test_a_conversation_id_sent_by_another_caller_reaches_another_process(tmp_path: Path) -> None:
+    """A host's conversation id is a name, not a secret: bound to its caller (here the client address, which the
+    gateway takes from a trusted proxy), another caller naming it gets a process of its own."""
+    with gateway(tmp_path, forwarded_allow_ips="127.0.0.1") as url, httpx.Client(timeout=30) as http:
+        counts = [
+            call(http, url, "count", {}, {"x-conversation": "chat-1", "X-Forwarded-For": address})["content"][0]["text"]
+            for address in ("10.0.0.1", "10.0.0.2", "10.0.0.1")
+        ]
+    assert counts == ["1", "1", "2"]
+
+
+def test_a_caller_at_its_limit_is_refused_and_other_callers_are_not(tmp_path: Path) -> None:
+    """Two processes per caller: a third host conversation of one address is refused (naming the limit), while
+    another address starts one; a third 2025 transport session evicts that caller's idle ones first."""
+    with (
+        gateway(tmp_path, forwarded_allow_ips="127.0.0.1", max_processes_per_principal=2) as url,
+        httpx.Client(timeout=30) as http,
+    ):
+        a, b = {"X-Forwarded-For": "10.0.0.1"}, {"X-Forwarded-For": "10.0.0.2"}
+        for name in ("one", "two"):
+            assert "content" in call(http, url, "count", {}, {**a, "x-conversation": name})
+        refused = call(http, url, "count", {}, {**a, "x-conversation": "three"})
+        initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INITIALIZE}
+        refused_initialize = http.post(url, json=initialize, headers={**JSON_SSE, **a})  # a has no idle one to end
+        other = call(http, url, "count", {}, {**b, "x-conversation": "three"})
+        transports = [legacy_initialize(http, url, b) for _ in range(3)]  # b has one process: two are evicted
+        latest = call(http, url, "count", {}, transports[-1])
+        until(lambda: ping(http, url, transports[0]) == 404)  # ended a moment after the next one started
+
+    assert refused["code"] == -32011 and "--max-processes-per-principal" in refused["message"]
+    assert refused["data"] == {"retryAfter": 1}
+    assert refused_initialize.status_code == 429 and refused_initialize.headers["retry-after"] == "1"
+    assert refused_initialize.json()["error"] == refused and "mcp-session-id" not in refused_initialize.headers
+    assert other["content"][0]["text"] == "1" and latest["content"][0]["text"] == "1"
+
+
+def test_a_crashed_conversation_is_refused_never_moved(tmp_path: Path) -> None:
+    """A host conversation whose process is gone gets an error naming its end; a 2025 transport session's ends (404),
+    and its client initializes a new one, with a new process."""
+    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
+        host = {"x-conversation": "chat-crash"}
+        call(http, url, "crash", {}, host)
+        later = call(http, url, "count", {}, host)
+        transport = legacy_initialize(http, url)
+        call(http, url, "crash", {}, transport)
+        until(lambda: ping(http, url, transport) == 404)
+        again = call(http, url, "count", {}, legacy_initialize(http, url))
+
+    assert later["code"] == -32603 and "conversation has ended (exited)" in later["message"]
+    assert again["content"][0]["text"] == "1"
+
+
+def elicit(
+    http: httpx.Client, url: str, meta: dict[str, Any], state: str | None = None, key: str | None = None
+) -> dict[str, Any]:
+    """A raw 2026-07-28 ``tools/call`` of ``elicit``; with ``state``, the retry that answers ``key``."""
+    params: dict[str, Any] = {"name": "elicit", "arguments": {"question": "?"}}
+    if state is not None:
+        params |= {"requestState": state, "inputResponses": {key: {"action": "accept", "content": {"answer": "yes"}}}}
+    body = modern_request("tools/call", params, meta=meta)
+    answer: dict[str, Any] = result_of(http.post(url, json=body, headers=modern_headers(body)), 1)
+    found: dict[str, Any] = answer["result"] if "result" in answer else answer["error"]
+    return found
+
+
+def test_a_request_that_names_nothing_gets_a_process_no_other_request_used(tmp_path: Path) -> None:
+    """``sessionless="per-request"``: each such request its own process (taken from those started ahead); one that
+    asks its client is answered ``input_required``, and its retry reaches the same process, once, with the
+    gateway's own ``requestState``: a replayed, forged, or another conversation's state is refused."""
+    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
+        seen = [json.loads(call(http, url, "whoami", {}, {})["content"][0]["text"]) for _ in range(4)]
+        counts = [call(http, url, "count", {}, {})["content"][0]["text"] for _ in range(2)]
+        asked = elicit(http, url, {})
+        [key] = asked["inputRequests"]
+        host = elicit(http, url, {"vscode.conversationId": "chat-elicit"})
+        crossed = elicit(http, url, {"vscode.conversationId": "chat-elicit"}, asked["requestState"], key)
+        forged = elicit(http, url, {}, "forged-state", key)
+        other_way = elicit(http, url, {}, host["requestState"], key)
+        answered = elicit(http, url, {}, asked["requestState"], key)
+        replayed = elicit(http, url, {}, asked["requestState"], key)
+
+    assert len({found["pid"] for found in seen}) == 4 and {found["session"] for found in seen} == {None}
+    assert counts == ["1", "1"]
+    assert asked["resultType"] == "input_required" and host["resultType"] == "input_required"
+    for refused in (crossed, forged, other_way, replayed):
+        assert refused["code"] == -32602 and "requestState names no request waiting" in refused["message"]
+    assert answered["content"][0]["text"] == "accept: yes"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_elicitation_reaches_a_stock_client_with_no_session_in_both_eras(tmp_path: Path, mode: str) -> None:
+    async def elicitation(context: Any, params: Any) -> Any:
+        return types.ElicitResult(action="accept", content={"answer": "yes"})
+
+    with gateway(tmp_path) as url:
+        async with Client(url, mode=mode, elicitation_callback=elicitation) as client:
+            assert text_of(await client.call_tool("elicit", {"question": "?"})) == "accept: yes"
+
+
+def test_sigterm_ends_the_processes_of_every_kind_of_conversation(tmp_path: Path) -> None:
+    """The gateway as its own process: a 2025 transport session's, a host conversation's, a data-layer session's,
+    a request's own retained for its input, and those started ahead; none is left after its SIGTERM."""
+    path = os.pathsep.join(filter(None, [ENVIRON["PYTHONPATH"], os.environ.get("PYTHONPATH")]))
+    environ = {"PYTHONPATH": path, "STDIO_TEST_FILES": str(tmp_path)}
+    with (
+        gateway_process([], "--stdio", " ".join(SERVER), *LIMIT, environ=environ) as process,
+        httpx.Client(timeout=30) as http,
+    ):
+        assert process.process is not None
+        url = f"http://127.0.0.1:{process.port}/mcp"
+        call(http, url, "count", {}, legacy_initialize(http, url))
+        call(http, url, "count", {}, {"x-conversation": "chat-term"})
+        body = modern_request(
+            "tools/call", {"name": "count", "arguments": {}}, session={"sessionId": created(http, url)}
+        )
+        result_of(http.post(url, json=body, headers=modern_headers(body)), 1)
+        assert elicit(http, url, {})["resultType"] == "input_required"
+        pids = children_of(process.process.pid)
+        assert len(pids) >= 7  # the shared process, two ahead, and the four above
+        process.process.send_signal(signal.SIGTERM)
+        process.process.wait(timeout=15)
+        until(lambda: not any(Path(f"/proc/{pid}").exists() and not zombie(pid) for pid in pids))
+
+
+LIMIT = ("--max-processes-per-principal", "8")  # one address opens them all
+
+
+def children_of(parent: int) -> set[int]:
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == parent:
+                found.add(int(stat.parent.name))
+    return found
+
+
+def zombie(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    return True
+
+
+def test_a_2026_call_with_arguments_takes_one_process(tmp_path: Path) -> None:
+    """The SDK checks a 2026-07-28 ``tools/call``'s ``Mcp-Param`` headers against the tools' schemas: the gateway
+    gives it the shared process's, so no ``tools/list`` takes a process of its own first."""
+    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
+        until(lambda: len(own_children()) == 3)  # the shared process and two started ahead
+        before = own_children()
+        assert call(http, url, "keep", {"line": "x"}, {})["content"][0]["text"] == "x\n"
+        until(lambda: len(now := own_children()) == 3 and now != before)
+        assert len(own_children() & before) == 2  # one of the two started ahead was taken
