@@ -59,7 +59,7 @@ from .._wire.protocol import RATE_LIMITED
 from ..stores import SessionStatus, SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
 from ._front import GatewayFront, HostCheck, trusted_proxies
-from ._stdio_child import Child
+from ._stdio_child import Child, ProcessOptions
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -338,8 +338,10 @@ class Children:
         max_processes: int,
         environ: Mapping[str, str],
         bus: SessionSubscriptionBus,
+        options: ProcessOptions | None = None,
     ) -> None:
         self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
+        self.options = options
         self.idle, self.max_processes = idle, max_processes
         self.environ = {key: value for key, value in environ.items() if not key.startswith("MCP_SESSIONS_")}
         self.shared: Conversation | None = None
@@ -417,6 +419,7 @@ class Children:
             on_request=conversation.on_request,
             on_notify=conversation.on_notify,
             on_progress=conversation.on_progress,
+            options=self.options,
         )
         self._tasks.start_soon(self._serve, conversation)
         return conversation
@@ -453,7 +456,7 @@ class Children:
                     continue
                 if idle or status is not SessionStatus.ACTIVE or time.time() >= conversation.expires_at:
                     conversation.ended_by_gateway = True
-                    child.stop()
+                    child.stop("idle" if idle else "its session ended")
                     del self.conversations[sid]
 
 
@@ -513,6 +516,7 @@ def stdio_gateway_app(
     allowed_origins: Collection[str] | None = None,
     forwarded_allow_ips: str | Collection[str] | None = None,
     environ: Mapping[str, str] | None = None,
+    process_options: ProcessOptions | None = None,
 ) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
@@ -521,6 +525,7 @@ def stdio_gateway_app(
     child lives without a request (default: the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how
     many conversations' children may run at once. ``environ`` (default ``os.environ``) is what the children
     get, without any ``MCP_SESSIONS_*`` variable, and with ``MCP_SESSION_ID``, the conversation's stable id.
+    ``process_options``: how each child runs and is contained (``mcp-sessions gateway``'s ``--process-*``).
     The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if not command:
@@ -543,6 +548,7 @@ def stdio_gateway_app(
         max_processes=max_processes,
         environ=os.environ if environ is None else environ,
         bus=config.subscriptions,
+        options=process_options,
     )
     server = StdioServer(children)
     # The gateway's own Host and Origin check (as in front of an HTTP upstream), in front of the sessions.
