@@ -93,6 +93,10 @@ def gateway(
     try:
         yield process
     finally:
+        if process.process is not None:  # the gateway's own shutdown, which ends its processes (SIGKILL would not)
+            process.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.process.wait(timeout=WITHIN)
         process.stop()
         while OPEN:
             OPEN.pop().close()
