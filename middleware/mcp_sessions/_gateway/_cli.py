@@ -116,7 +116,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     for flag, default, text in (
         ("--keepalive", DEFAULT_KEEPALIVE, "an SSE comment on an event stream idle this long; 0: never"),
-        ("--connect-timeout", DEFAULT_CONNECT_TIMEOUT, "the longest wait for a connection to the upstream"),
+        ("--connect-timeout", DEFAULT_CONNECT_TIMEOUT, "the longest wait for a connection to a replica"),
         ("--first-byte-timeout", DEFAULT_FIRST_BYTE_TIMEOUT, "the longest wait for a response's headers"),
         (
             "--failure-cooldown",
