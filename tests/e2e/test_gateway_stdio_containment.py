@@ -231,7 +231,7 @@ def rss(pid: int) -> int:
 
 def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash(server: str) -> None:
     """A process that reads no more of its stdin, and 16 requests of 2 MiB whose callers leave: one line is being
-    written, four wait (then dropped unwritten as their callers leave), the others get an error at once; the process
+    written, four wait (then dropped unwritten as their callers leave), the others get -32011 at once; the process
     is stopped as a crash once its line stays unread for 10 s. The gateway's RSS grows by less than 200 MiB (measured:
     +152; with a process that reads them all, +178: what 16 such requests cost the HTTP side at once; the old code
     held every line for the process: +259 for good)."""
@@ -243,15 +243,18 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
         until(lambda: "stalled" in process.output())
         before = rss(pid)
 
+        refused = []
+
         def abandoned() -> None:
             with contextlib.suppress(httpx.TimeoutException):  # in _meta: a call with arguments lists the tools first
-                client(process, 1.0).call_tool("big", {}, meta={"padding": "x" * (2 << 20)})
+                refused.append(client(process, 1.0).call_tool("big", {}, meta={"padding": "x" * (2 << 20)})[1])
 
         callers = [threading.Thread(target=abandoned) for _ in range(16)]
         for caller in callers:
             caller.start()
         for caller in callers:
             caller.join(WITHIN)
+        assert refused and {answer["error"]["code"] for answer in refused} == {-32011}, refused  # those past the 5
         until(lambda: "ended (crash: it left its stdin unread for 10 s" in process.output(), 20.0, process.output)
         grown = (rss(pid) - before) >> 10
         assert grown < 200, f"the gateway's RSS grew by {grown} MiB"

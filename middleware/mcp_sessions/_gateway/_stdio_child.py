@@ -29,11 +29,13 @@ import anyio.abc
 import mcp_types as types
 from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp.shared.dispatcher import OnNotify, OnNotifyIntercept, OnRequest
+from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from .._version import __version__
+from .._wire.protocol import RATE_LIMITED
 from .._wire.text import printable
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -270,7 +272,8 @@ class Pipe:
     it, and the next line is read where the link receives, with no task in between.
 
     One line at a time is written, whole, within ``WRITE_DEADLINE``, or the child is stopped as a crash; the messages
-    waiting for their turn (at most ``MAX_WAITING_WRITES``, more get an error at once) are their senders' own, so a
+    waiting for their turn (at most ``MAX_WAITING_WRITES``; a request beyond gets ``RATE_LIMITED`` at once) are their
+    senders' own, so a
     request whose caller left is dropped before it is written. Each stdout line is bounded (``max_line``): a longer
     one ends the child. A line that is no JSON-RPC message is logged and skipped. At the end of stdout, or when stdin
     no longer takes a line, the child is stopped, and the link answers each request still waiting with an error at
@@ -284,7 +287,9 @@ class Pipe:
 
     async def send(self, message: SessionMessage) -> None:
         if self.waiting >= MAX_WAITING_WRITES:
-            raise anyio.BrokenResourceError(f"{MAX_WAITING_WRITES} messages already wait for the server to read them")
+            if isinstance(message.message, types.JSONRPCRequest):  # the client's: a limit that time lifts
+                raise MCPError(RATE_LIMITED, "the server process is not reading its input; retry later")
+            raise anyio.BrokenResourceError  # the link drops it: a notification, an answer to the process
         self.waiting += 1
         try:
             await self.writing.acquire()  # cancelled here (its caller left): never written
