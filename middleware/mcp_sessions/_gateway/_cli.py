@@ -87,7 +87,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         "--process-cwd",
         metavar="TEMPLATE",
         help="with --stdio: a new working directory per process, '{id}' in it the conversation's stable id "
-        "('shared' for the shared process); removed when the process ends",
+        "('shared-' and a random part for the shared process); removed when the process ends",
     )
     gateway.add_argument(
         "--process-containment",

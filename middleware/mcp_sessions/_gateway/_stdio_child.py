@@ -16,10 +16,11 @@ import ctypes
 import logging
 import os
 import resource
+import secrets
 import shutil
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -57,7 +58,7 @@ MAX_WAITING_WRITES: Final = 4
 _POLL: Final = 0.05
 _PR_SET_DUMPABLE: Final = 4
 _PR_SET_CHILD_SUBREAPER: Final = 36
-_SPAWNING = anyio.Lock()  # one spawn at a time: the gateway stands in the new process's cgroup while it forks
+_SPAWNING = anyio.Lock()  # one spawn at a time, with a cgroup or a subreaper: the command's gateway, one event loop
 _OURS: set[int] = set()  # the processes the gateway started, running: its other children are orphans it adopted
 stderr_logger = logging.getLogger("mcp_sessions.gateway.stderr")
 
@@ -171,11 +172,12 @@ class Child:
         options, cgroup, cwd = self.options, None, None
         try:
             if options.cwd is not None:
-                cwd = _workdir(options.cwd, self.environ.get("MCP_SESSION_ID", "shared"), options.user, options.group)
+                conversation = self.environ.get("MCP_SESSION_ID") or f"shared-{secrets.token_hex(4)}"  # one at a time
+                cwd = _workdir(options.cwd, conversation, options.user, options.group)
             if options.cgroup is not None:
                 cgroup = options.cgroup / f"mcp-sessions-{os.getpid()}-{id(self):x}"
                 cgroup.mkdir()
-            async with _SPAWNING:
+            async with _SPAWNING if options.cgroup or options.subreaper else nullcontext():  # no lock across loops
                 with _standing_in(cgroup):
                     process = await anyio.open_process(
                         self.command,
@@ -187,8 +189,6 @@ class Child:
                         extra_groups=None if options.user is None else [],
                     )
                 _OURS.add(process.pid)
-            if options.memory is not None:
-                resource.prlimit(process.pid, resource.RLIMIT_AS, (options.memory, options.memory))
         except OSError as exc:
             self.failure = f"the server command could not be started: {exc.strerror or exc}"
             self.ready.set()
@@ -199,6 +199,9 @@ class Child:
         pipe = Pipe(self, process)
         self.link = link = JSONRPCDispatcher(pipe, pipe)
         try:
+            if options.memory is not None:  # as it starts: each mapping past the bound fails from then on
+                with suppress(ProcessLookupError):  # gone already: its end is noticed as any
+                    resource.prlimit(process.pid, resource.RLIMIT_AS, (options.memory, options.memory))
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._log_stderr, process)
                 tasks.start_soon(self._watch_exit, process)
