@@ -155,6 +155,9 @@ def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, c
         until(lambda: len(running(marker)) == 1)
         mcp.request("sessions/delete", session=session_meta(session))
         until(lambda: running(marker) == [])
+        until(
+            lambda: "server process" in process.output() and "ended (its session ended; exit code" in process.output()
+        )
         text(call(mcp, "daemon", mcp.create_session(), marker=marker))
         text(call(mcp, "daemon", None, marker=marker))  # the shared process's
         until(lambda: len(running(marker)) == 2)
