@@ -167,6 +167,23 @@ def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, c
         until(lambda: running(marker) == [], 2.0)  # their reaping may lag the gateway's end
 
 
+def test_the_processes_of_a_killed_gateway_end_when_the_next_one_starts(server: str) -> None:
+    """SIGKILL (the OOM killer's) gives the gateway no chance to end its processes: the next gateway to start in the
+    same cgroup ends them, daemons too, and removes their cgroups."""
+    marker = f"daemon-{uuid.uuid4().hex}"
+    with gateway(server) as process:
+        if "a cgroup each" not in process.output():
+            pytest.skip(f"the gateway may not create cgroups here: {process.output()[-300:]}")
+        text(call(client(process), "daemon", None, marker=marker))
+        until(lambda: len(running(marker)) == 1)
+        assert process.process is not None
+        process.process.kill()
+        process.process.wait(timeout=WITHIN)
+        assert len(running(marker)) == 1
+    with gateway(server):
+        until(lambda: running(marker) == [])
+
+
 def test_a_process_reads_neither_the_gateways_environment_nor_its_credentials(server: str) -> None:
     """The gateway and its process as one user without privilege (root without any capability, as any other user's
     processes are: the tests' interpreter is root's): the gateway's /proc/PID/environ is closed to the process (the

@@ -19,6 +19,7 @@ import resource
 import secrets
 import shutil
 import signal
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
@@ -107,10 +108,24 @@ def contain(*, cgroups: bool = True) -> tuple[Path | None, bool]:
         except OSError:
             usable = False
         if usable:
+            _end_stale(own)
             return own, False
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         return None, False
     return None, True
+
+
+def _end_stale(own: Path) -> None:
+    """End the processes of gateways that died without ending them (SIGKILL, the OOM killer): each cgroup of theirs
+    in ``own`` whose gateway's pid runs nothing, killed and removed."""
+    for stale in own.glob("mcp-sessions-*-*"):
+        if not Path("/proc", stale.name.split("-")[2]).exists():
+            with suppress(OSError):
+                (stale / "cgroup.kill").write_text("1")
+                deadline = time.monotonic() + TERM_GRACE
+                while "populated 1" in (stale / "cgroup.events").read_text() and time.monotonic() < deadline:
+                    time.sleep(_POLL)
+                stale.rmdir()
 
 
 def _own_cgroup() -> Path | None:
