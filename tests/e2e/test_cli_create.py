@@ -75,7 +75,7 @@ def test_nothing_listening_is_a_clear_failure() -> None:
         pass  # the port is free again once the server stopped
     code, out, err = run("create", base + MCP_PATH)
     assert (code, out) == (1, "")
-    assert err.startswith(f"mcp-sessions create: no session from {base}{MCP_PATH}")
+    assert err.startswith(f"mcp-sessions create: no answer from {base}{MCP_PATH}")
 
 
 def test_a_bad_header_is_a_usage_error() -> None:
@@ -116,3 +116,22 @@ def test_the_printed_argument_works_in_the_mcp_inspector_cli(url: str) -> None:
         assert done.returncode == 0, done.stderr[-2000:]
         counts.append(json.loads(done.stdout)["structuredContent"]["result"])
     assert counts == [1, 2]
+
+
+def test_delete_ends_the_session_create_printed(url: str, http: httpx.Client) -> None:
+    """``mcp-sessions delete URL`` with the sessionId on standard input: the session is gone; a second delete says the
+    server no longer knew it (exit status 1)."""
+    _, out, _ = run("create", url + MCP_PATH, "--json")
+    token = json.loads(out)["sessionId"]
+    for code, said, err in (
+        (0, "deleted\n", ""),
+        (1, "", "mcp-sessions delete: the server no longer knew this session"),
+    ):
+        done = io.StringIO()
+        status = main(
+            ["delete", url + MCP_PATH], stdin=io.StringIO(token + "\n"), stdout=done, stderr=(errs := io.StringIO())
+        )
+        assert (status, done.getvalue()) == (code, said)
+        assert errs.getvalue().startswith(err)
+    _, refused = ModernClient(http, url).call_tool("count", meta={SESSION_KEY: {"sessionId": token}})
+    assert refused["error"]["code"] == SESSION_NOT_FOUND

@@ -6,6 +6,7 @@
     mcp-sessions inspect -  < token.txt          decode (no verification)
     MCP_SESSIONS_SECRET=... mcp-sessions inspect -   decode, verify, and say why it is or is not valid
     mcp-sessions create http://127.0.0.1:8000/mcp   open a session; print its id and how to pass it
+    mcp-sessions delete http://127.0.0.1:8000/mcp -  < session.txt   end it (its sessionId from stdin)
     mcp-sessions gateway --upstream http://127.0.0.1:3001/mcp   sessions in front of any MCP server
     mcp-sessions conformance http://127.0.0.1:8000/mcp   check each session wire the server implements
 
@@ -50,6 +51,7 @@ COMMANDS: Final = {
     "keygen": "generate a signing key (HS256 secret, or an ES256 or Ed25519 key pair)",
     "inspect": "decode a session token and, given keys, say whether and why it is valid",
     "create": "open a session on a server and print how to pass it (for clients that can only add metadata)",
+    "delete": "end a session on a server (the sessionId create printed)",
     "gateway": "serve sessions in front of any MCP server (any language), forwarding to it over HTTP",
     "conformance": ("check how well a server implements each session wire (needs the pack: pip install ./conformance)"),
 }

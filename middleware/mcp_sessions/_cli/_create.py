@@ -28,9 +28,8 @@ import asyncio
 import json
 import re
 import shlex
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TextIO
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Final, TextIO, TypeVar
 
 from .._wire.protocol import LEGACY_VERSIONS
 from .._wire.text import printable
@@ -49,6 +48,7 @@ MAX_ANSWER: Final = 1 << 20
 LEGACY: Final = "2025-11-25"
 EXCERPT_CHARS: Final = 240
 """The most characters of an answer's body a command shows (then ``…``)."""
+T = TypeVar("T")
 _HANDSHAKE_REFUSAL: Final = re.compile(r"session[ _-]?id|not initiali[sz]ed|protocol[ _-]?version", re.IGNORECASE)
 
 
@@ -84,13 +84,18 @@ def handshake_only(status: int, text: str) -> bool:
 def add_arguments(create: argparse.ArgumentParser) -> None:
     """The arguments of ``create``."""
     create.add_argument("url", help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
-    create.add_argument("--protocol-version", default="2026-07-28", help="the era of the request (default 2026-07-28)")
-    create.add_argument("--legacy", action="store_true", help=f"send it as a {LEGACY} request")
-    create.add_argument(
+    create.add_argument("--json", action="store_true", help="print the session as JSON")
+    add_request_arguments(create)
+
+
+def add_request_arguments(command: argparse.ArgumentParser) -> None:
+    """The arguments of the request that ``create`` and ``delete`` send."""
+    command.add_argument("--protocol-version", default="2026-07-28", help="the era of the request (default 2026-07-28)")
+    command.add_argument("--legacy", action="store_true", help=f"send it as a {LEGACY} request")
+    command.add_argument(
         "--header", action="append", default=[], metavar="'NAME: VALUE'", help="add a header (e.g. Authorization)"
     )
-    create.add_argument("--json", action="store_true", help="print the session as JSON")
-    create.add_argument(
+    command.add_argument(
         "--request-timeout",
         type=float,
         default=DEADLINE,
@@ -99,22 +104,13 @@ def add_arguments(create: argparse.ArgumentParser) -> None:
     )
 
 
-@dataclass(frozen=True)
-class Seen:
-    """One answer of the server's: to which JSON-RPC method, its status, where it redirects to, the body's start."""
-
-    method: object
-    status: int
-    location: str | None
-    head: bytes
-
-
-def _guarded(deadline: float) -> tuple[httpx.AsyncBaseTransport, list[Seen]]:
-    """An HTTP transport that reads each answer whole within the bounds, and the list of what it saw."""
+def _guarded(deadline: float) -> tuple[httpx.AsyncBaseTransport, list[httpx.Response]]:
+    """An HTTP transport that reads each answer whole within the bounds, and the list of the answers it read (each
+    with its request)."""
     import anyio
     import httpx
 
-    seen: list[Seen] = []
+    seen: list[httpx.Response] = []
 
     class Guarded(httpx.AsyncHTTPTransport):
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -128,12 +124,8 @@ def _guarded(deadline: float) -> tuple[httpx.AsyncBaseTransport, list[Seen]]:
                         await response.aclose()
             except TimeoutError:
                 raise httpx.ReadTimeout(f"no whole answer within {deadline:g} s", request=request) from None
-            seen.append(
-                Seen(
-                    _method(request), response.status_code, response.headers.get("location"), body[: 4 * EXCERPT_CHARS]
-                )
-            )
-            return httpx.Response(response.status_code, headers=response.headers, content=body)
+            seen.append(httpx.Response(response.status_code, headers=response.headers, content=body, request=request))
+            return seen[-1]
 
     return Guarded(), seen
 
@@ -163,53 +155,66 @@ def _method(request: httpx.Request) -> object:
         return None
 
 
-def _explained(seen: list[Seen], version: str) -> str:
-    """The answer to ``sessions/create`` (else the last one) for a person: status, body's start, redirect; and
+def _explained(seen: list[httpx.Response], version: str, command: str) -> str:
+    """The answer to the ``command``'s request (else the last one) for a person: status, body's start, redirect; and
     whether to try ``--legacy``."""
     if not seen:
         return ""
-    last = next((answer for answer in reversed(seen) if answer.method == "sessions/create"), seen[-1])
-    said = f"  the server answered HTTP {last.status}: {excerpt(last.head) if last.head else '(no body)'}\n"
-    if last.location is not None and 300 <= last.status < 400:
-        said += f"  a redirect to {excerpt(last.location)}: create follows none (is that the server's URL?)\n"
-    if version not in LEGACY_VERSIONS and handshake_only(last.status, last.head.decode("utf-8", "replace")):
+    last = next((answer for answer in reversed(seen) if _method(answer.request) == f"sessions/{command}"), seen[-1])
+    said = f"  the server answered HTTP {last.status_code}: {excerpt(last.content) if last.content else '(no body)'}\n"
+    if (location := last.headers.get("location")) is not None and last.is_redirect:
+        said += f"  a redirect to {excerpt(location)}: {command} follows none (is that the server's URL?)\n"
+    if version not in LEGACY_VERSIONS and handshake_only(last.status_code, last.text):
         said += f"  The server seems to speak only {LEGACY}: try again with --legacy.\n"
     return said
 
 
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Run ``create``: open a session and print how to pass it; returns the exit status."""
+    session = sent(args, stderr, "create", lambda shim, **request: shim.create(args.url, **request))
+    if session is None:
+        return EXIT_INVALID
+    _print_session(session, args.json, stdout)
+    return EXIT_OK
+
+
+def sent(
+    args: argparse.Namespace,
+    stderr: TextIO,
+    command: str,
+    request: Callable[..., Awaitable[T]],
+    token: str | None = None,
+) -> T | None:
+    """What ``request`` gives, sent through a session transport of its own (holding the session ``token``) over the
+    guarded HTTP transport, as ``args`` say; ``None`` once why it failed is on ``stderr``."""
     try:
-        from ..client import HttpxSessionTransport, SessionError
+        from ..client import HeldSession, HttpxSessionTransport, SessionError
     except ImportError as exc:
-        raise UsageError(f"{exc} (create sends its request with httpx)") from None
+        raise UsageError(f"{exc} ({command} sends its request with httpx)") from None
     headers = dict(_header(h) for h in args.header)
     version = LEGACY if args.legacy else args.protocol_version
     if not 0 < args.request_timeout < float("inf"):
         raise UsageError(f"--request-timeout takes a positive number of seconds, not {args.request_timeout}")
     inner, seen = _guarded(args.request_timeout)
 
-    async def create() -> HeldSession:
-        shim = HttpxSessionTransport(inner, auto_create=False)
+    async def send() -> T:
+        shim = HttpxSessionTransport(inner, session=HeldSession(token), auto_create=False)
         try:
-            return await shim.create(args.url, protocol_version=version, headers=headers)
+            return await request(shim, protocol_version=version, headers=headers)
         finally:
             await shim.aclose()
 
     url = printable(args.url)
     try:
-        session = asyncio.run(create())
+        return asyncio.run(send())
     except SessionError as exc:
-        said = f"the server refused sessions/create: {excerpt(str(exc))}"
+        said = f"the server refused sessions/{command}: {excerpt(str(exc))}"
     except OSError as exc:
         said = f"could not reach {url}: {excerpt(str(exc))}"
     except Exception as exc:  # httpx's errors, without importing httpx here
-        said = f"no session from {url}: {type(exc).__name__}: {excerpt(str(exc))}"
-    else:
-        _print_session(session, args.json, stdout)
-        return EXIT_OK
-    stderr.write(f"mcp-sessions create: {said}\n{_explained(seen, version)}")
-    return EXIT_INVALID
+        said = f"no answer from {url}: {type(exc).__name__}: {excerpt(str(exc))}"
+    stderr.write(f"mcp-sessions {command}: {said}\n{_explained(seen, version, command)}")
+    return None
 
 
 def _header(text: str) -> tuple[str, str]:

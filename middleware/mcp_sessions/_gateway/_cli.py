@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import copy
+import grp
 import ipaddress
 import logging
+import os
+import pwd
 import shlex
-from collections.abc import Mapping
+import shutil
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, TextIO
 
 from .._config import SessionsConfig
@@ -91,6 +95,27 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --stdio: processes started ahead for such requests (default 2)",
     )
+    gateway.add_argument(
+        "--process-user",
+        metavar="USER[:GROUP]",
+        help="with --stdio: run every process as this user (and its group, or GROUP); the gateway must run as root",
+    )
+    gateway.add_argument(
+        "--process-memory", type=int, metavar="MIB", help="with --stdio: each process's address space at most (MiB)"
+    )
+    gateway.add_argument(
+        "--process-cwd",
+        metavar="TEMPLATE",
+        help="with --stdio: a new working directory per process, '{id}' in it the conversation's stable id "
+        "('shared-' and a random part for the shared process); removed when the process ends",
+    )
+    gateway.add_argument(
+        "--process-containment",
+        choices=("auto", "subreaper"),
+        default="auto",
+        help="with --stdio: how a process's descendants end with it: 'auto' (default), a cgroup per process where "
+        "the gateway may create one, else as a child subreaper; 'subreaper': never a cgroup",
+    )
     gateway.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     gateway.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000)")
     gateway.add_argument(
@@ -111,7 +136,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     for flag, default, text in (
         ("--keepalive", DEFAULT_KEEPALIVE, "an SSE comment on an event stream idle this long; 0: never"),
-        ("--connect-timeout", DEFAULT_CONNECT_TIMEOUT, None),
+        ("--connect-timeout", DEFAULT_CONNECT_TIMEOUT, "the longest wait for a connection to a replica"),
         ("--first-byte-timeout", DEFAULT_FIRST_BYTE_TIMEOUT, "the longest wait for a response's headers"),
         (
             "--failure-cooldown",
@@ -119,8 +144,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
             "how long a replica that cannot be connected to is out of service",
         ),
     ):
-        help_text = None if text is None else f"{text} (default {default:g})"
-        gateway.add_argument(flag, type=float, default=default, metavar="SECONDS", help=help_text)
+        gateway.add_argument(flag, type=float, default=default, metavar="SECONDS", help=f"{text} (default {default:g})")
     gateway.add_argument(
         "--shutdown-timeout",
         type=float,
@@ -147,8 +171,10 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         if args.stdio is not None:
             from ._stdio import stdio_gateway_app
 
+            command = shlex.split(args.stdio)
+            options = _process_options(args, command)
             app: Any = stdio_gateway_app(
-                shlex.split(args.stdio),
+                command,
                 config=config,
                 processes=args.processes,
                 process_idle=args.process_idle,
@@ -160,6 +186,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 allowed_origins=origins,
                 forwarded_allow_ips=forwarded,
                 environ=environ,
+                process_options=options,
             )
         else:
             app = gateway_app(
@@ -188,6 +215,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
     served = f"stdio {args.stdio}" if args.stdio is not None else ", ".join(args.upstream)
     logger.info("mcp-sessions gateway: %s on http://%s:%d", served, args.host, args.port)
+    if args.stdio is not None:
+        logger.info("mcp-sessions gateway: each process contained by %s", options.containment)
     # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
     # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
     # parser the gateway's request checks are tested with, whatever else is installed.
@@ -205,6 +234,31 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         timeout_graceful_shutdown=shutdown_timeout,
     )
     return 0
+
+
+def _process_options(args: argparse.Namespace, command: Sequence[str]) -> Any:
+    """How the stdio processes run (``--process-*``), checked; and the gateway made non-dumpable (``contain``)."""
+    from ._stdio_child import ProcessOptions, contain
+
+    if command and shutil.which(command[0]) is None:
+        raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
+    user = group = None
+    if args.process_user is not None:
+        if os.geteuid() != 0:
+            raise ValueError("--process-user needs the gateway to run as root (it changes each process's user)")
+        name, _, group_name = args.process_user.partition(":")
+        try:
+            entry = pwd.getpwnam(name)
+            user, group = entry.pw_uid, grp.getgrnam(group_name).gr_gid if group_name else entry.pw_gid
+        except KeyError:
+            raise ValueError(f"--process-user: no such user or group: {args.process_user}") from None
+    if args.process_memory is not None and args.process_memory < 1:
+        raise ValueError("--process-memory takes a positive number of MiB")
+    if args.process_cwd is not None and "{id}" not in args.process_cwd:
+        raise ValueError("--process-cwd needs '{id}' in it: each conversation gets a directory of its own")
+    cgroup, subreaper = contain(cgroups=args.process_containment == "auto")
+    memory = None if args.process_memory is None else args.process_memory << 20
+    return ProcessOptions(user, group, memory, args.process_cwd, cgroup, subreaper)
 
 
 def _log_config(uvicorns: dict[str, Any]) -> dict[str, Any]:

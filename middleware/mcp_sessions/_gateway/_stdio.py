@@ -69,7 +69,7 @@ from ..sources._named import is_transport_session_id
 from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
 from ._front import GatewayFront, HostCheck, trusted_proxies
-from ._stdio_child import Child
+from ._stdio_child import Child, ProcessOptions, inherited
 
 logger = logging.getLogger("mcp_sessions.gateway")
 _request: ContextVar[Scope | None] = ContextVar("_request", default=None)  # the request a session is created in
@@ -269,7 +269,7 @@ class Conversation:
     def end(self, why: str) -> None:
         """End the conversation's child, for ``why``."""
         self.why = self.why or why
-        self.child.stop()
+        self.child.stop(why)
 
     async def relay(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """The child's answer to a client's request; the client's own progress token gets the child's progress."""
@@ -408,15 +408,16 @@ class Children:
         warm: int,
         environ: Mapping[str, str],
         bus: SessionSubscriptionBus,
+        options: ProcessOptions | None = None,
     ) -> None:
         self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
         self.per_request, self.warm_count = processes == "per-conversation" and sessionless == "per-request", warm
         self.warm: deque[Conversation] = deque()  # started and initialized ahead, for requests that name nothing
         self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
         self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
-        passed = (key for key in environ if not key.startswith("MCP_SESSIONS_") and key != "MCP_SESSION_ID")
-        self.environ = {key: environ[key] for key in passed}  # no key material; MCP_SESSION_ID is the gateway's to give
+        self.environ = {key: value for key, value in environ.items() if inherited(key)}
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
+        self.options = options
         self.shared: Conversation | None = None
         self.conversations: dict[str, Conversation] = {}
         self.ended: BoundedDict[str, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
@@ -611,6 +612,7 @@ class Children:
             on_request=conversation.on_request,
             on_notify=_unreached,
             on_progress=conversation.on_notification,
+            options=self.options,
         )
         self._tasks.start_soon(self._serve, conversation)
         return conversation
@@ -626,7 +628,7 @@ class Children:
         unwatch = (
             None
             if key is None or key.startswith((_BOUND, _REQUEST))
-            else self.bus.watch(key, partial(conversation.end, "ended"))
+            else self.bus.watch(key, partial(conversation.end, "its session ended"))
         )
         try:
             async with anyio.create_task_group() as timers:
@@ -746,6 +748,7 @@ def stdio_gateway_app(
     allowed_origins: Collection[str] | None = None,
     forwarded_allow_ips: str | Collection[str] | None = None,
     environ: Mapping[str, str] | None = None,
+    process_options: ProcessOptions | None = None,
 ) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
@@ -759,6 +762,7 @@ def stdio_gateway_app(
     or retained for the retry that brings the input it asked for), or the ``"shared"`` one. ``environ`` (default
     ``os.environ``) is what the children get, without any ``MCP_SESSIONS_*`` variable, and with
     ``MCP_SESSION_ID``, the conversation's stable id (none in the shared child, nor in a request's own).
+    ``process_options``: how each child runs and is contained (``mcp-sessions gateway``'s ``--process-*``).
     The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if not command:
@@ -792,6 +796,7 @@ def stdio_gateway_app(
         warm=warm,
         environ=os.environ if environ is None else environ,
         bus=config.subscriptions,
+        options=process_options,
     )
     server = StdioServer(children)
     # The gateway's own Host and Origin check (as in front of an HTTP upstream), in front of the sessions.
