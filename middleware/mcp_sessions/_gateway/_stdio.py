@@ -56,8 +56,10 @@ from .._session import SCOPE_KEY, Session
 from .._tokens import SessionClaims
 from .._wire import Refusal
 from .._wire.protocol import RATE_LIMITED
+from ..sources import HostConversationSource
 from ..stores import SessionStatus, SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
+from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._stdio_child import Child
 
@@ -218,6 +220,7 @@ class Conversation:
         self._tokens = itertools.count(1)
         self.parked: dict[str, Call] = {}  # 2026-07-28 calls waiting for the client's input, by requestState
         self.latest: ServerRequestContext[Any, Any] | None = None
+        self.credentials = b""  # the digest of its process's --process-env values
         self.last_request = time.monotonic()
         self.ended_by_gateway = False  # idle, its session ended, or shutdown: not a crash
         self.child: Child
@@ -338,8 +341,10 @@ class Children:
         max_processes: int,
         environ: Mapping[str, str],
         bus: SessionSubscriptionBus,
+        process_env: ProcessEnv,
     ) -> None:
         self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
+        self.process_env = process_env
         self.idle, self.max_processes = idle, max_processes
         self.environ = {key: value for key, value in environ.items() if not key.startswith("MCP_SESSIONS_")}
         self.shared: Conversation | None = None
@@ -407,8 +412,10 @@ class Children:
     def _start(self, sid: str | None, expires_at: float) -> Conversation:
         if self._tasks is None:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
+        values = {} if sid is None else self.process_env.values()  # this user's, from the request that starts it
         conversation = Conversation(sid, expires_at, self._tasks, self.bus)
-        environ = self.environ if sid is None else {**self.environ, "MCP_SESSION_ID": sid}
+        conversation.credentials = self.process_env.digest(values)
+        environ = self.environ if sid is None else {**self.environ, **values, "MCP_SESSION_ID": sid}
         conversation.child = Child(
             self.command,
             label="shared" if sid is None else f"session {sid}",
@@ -498,7 +505,9 @@ class StdioServer(Server[Any]):
         if session is None:
             conversation = await self.children.conversation_for(None)
         else:
+            REQUEST.set(scope)  # this request's --process-env values, should it start the process
             conversation = await self.children.conversation_for(session.id, session.token_expires_at)
+            self.children.process_env.check(conversation.credentials)
         return await conversation.relay(ctx)
 
 
@@ -513,6 +522,8 @@ def stdio_gateway_app(
     allowed_origins: Collection[str] | None = None,
     forwarded_allow_ips: str | Collection[str] | None = None,
     environ: Mapping[str, str] | None = None,
+    auth: GatewayAuth | None = None,
+    process_env: Collection[str] = (),
 ) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
@@ -521,15 +532,23 @@ def stdio_gateway_app(
     child lives without a request (default: the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how
     many conversations' children may run at once. ``environ`` (default ``os.environ``) is what the children
     get, without any ``MCP_SESSIONS_*`` variable, and with ``MCP_SESSION_ID``, the conversation's stable id.
-    The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
+    ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's own values of
+    those variables, from the request that starts it (``_auth.ProcessEnv``); the gateway's own never reach a
+    process. The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if not command:
         raise ValueError("--stdio needs a command")
     if processes not in ("per-conversation", "shared"):
         raise ValueError("processes is 'per-conversation' or 'shared'")
+    credentials = ProcessEnv(process_env)
+    if credentials.sources and processes == "shared":
+        raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
     if max_processes < 1:
         raise ValueError("max_processes must be at least 1")
     config = copy.copy(SessionsConfig.from_env() if config is None else config)
+    if trusted := trusted_proxies(forwarded_allow_ips):  # a replica: host conversations from its front alone
+        fronted = FrontedConversations.from_context
+        config.sources = tuple(fronted if s == HostConversationSource.from_context else s for s in config.sources)
     if config.subscriptions is None:  # a conversation's listen streams get its child's changes: the bus's
         config.subscriptions = SessionSubscriptionBus()
     idle = process_idle if process_idle is not None else config.idle_ttl or DEFAULT_PROCESS_IDLE
@@ -541,8 +560,9 @@ def stdio_gateway_app(
         processes=processes,
         idle=idle,
         max_processes=max_processes,
-        environ=os.environ if environ is None else environ,
+        environ={k: v for k, v in (os.environ if environ is None else environ).items() if k not in credentials.sources},
         bus=config.subscriptions,
+        process_env=credentials,
     )
     server = StdioServer(children)
     # The gateway's own Host and Origin check (as in front of an HTTP upstream), in front of the sessions.
@@ -550,8 +570,9 @@ def stdio_gateway_app(
     app = server.streamable_http_app(transport_security=security)
     config.on_create = children.created  # a conversation's child starts at its sessions/create
     sessions = MCPSessionMiddleware(app, config=config)
-    checked = _HostChecked(sessions, HostCheck(allowed_hosts, allowed_origins))
-    return GatewayFront(checked, trusted=trusted_proxies(forwarded_allow_ips))
+    users = credentials.wrap(sessions)
+    checked = _HostChecked(users if auth is None else auth.wrap(users), HostCheck(allowed_hosts, allowed_origins))
+    return GatewayFront(checked, trusted=trusted)
 
 
 class _HostChecked:
