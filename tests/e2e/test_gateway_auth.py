@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -18,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import httpx2
 import jwt
@@ -27,8 +29,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from _mcp import create_session, jwt_claims, modern_headers, modern_request, sdk_session_meta
-from e2e._gateway import MAIN, SECRET, Process, result_of, started
+from _mcp import SESSION_NOT_FOUND, create_session, jwt_claims, modern_headers, modern_request, sdk_session_meta
+from conftest import serve
+from e2e._gateway import MAIN, SECRET, Process, installed, node, result_of, started, upstream_server
+from e2e.test_cli_create import INSPECTOR_CLI
 from e2e.test_gateway_stdio import text_of
 
 pytestmark = pytest.mark.anyio
@@ -40,7 +44,12 @@ SERVER = f"{sys.executable} -m e2e._stdio_server"
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 DISCOVER = modern_request("server/discover")
-SPANS_TO_LOG = {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
+SPANS_TO_LOG = {
+    "OTEL_TRACES_EXPORTER": "console",
+    "OTEL_BSP_SCHEDULE_DELAY": "100",
+    "OTEL_METRICS_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+}
 
 
 @contextlib.contextmanager
@@ -190,7 +199,7 @@ async def test_each_user_s_process_has_their_own_credential(team: Process, mode:
 
         with pytest.raises(MCPError) as refused:  # alice's token, bob's session id: not bob's process
             await getenv(alice, theirs)
-        assert secrets["bob"] not in str(refused.value)
+        assert refused.value.error.code == SESSION_NOT_FOUND and secrets["bob"] not in str(refused.value)
 
         bob_http.headers["X-GitHub-Token"] = "ghp_changed_mid_conversation"
         with pytest.raises(MCPError, match="other values of x-github-token"):
@@ -201,24 +210,70 @@ async def test_each_user_s_process_has_their_own_credential(team: Process, mode:
         alice_http.headers["X-GitHub-Token"] = secrets["alice"]
         assert await getenv(alice, mine) == secrets["alice"]  # the conversation goes on with its own value
 
-    log = team.log()
-    assert b"trace_id" in log  # the spans are in it
+    deadline = time.monotonic() + 15
+    while b'"session.id"' not in (log := team.log()) and time.monotonic() < deadline:  # noqa: ASYNC110 - the spans, exported
+        await anyio.sleep(0.1)
+    assert b'"session.id"' in log
     for secret in [*secrets.values(), "ghp_changed_mid_conversation"]:
         assert secret.encode() not in log
 
 
-def test_a_bad_process_env_is_a_usage_error() -> None:
-    for arguments in (["--process-env", "GITHUB_TOKEN=cookie:x"], ["--process-env", "MCP_SESSION_ID=header:x"]):
-        command = [sys.executable, "-m", "mcp_sessions", "gateway", "--stdio", SERVER, *arguments]
-        done = subprocess_run(command)
-        assert done.returncode == 2 and "--process-env" in done.stderr
+def test_the_principal_header_counts_from_a_trusted_proxy_alone() -> None:
+    server = gateway(
+        "--stdio",
+        SERVER,
+        "--auth-principal-header",
+        "X-Forwarded-User",
+        "--forwarded-allow-ips",
+        "127.0.0.1",
+        environ={"PYTHONPATH": PYTHONPATH},
+    )
+    around = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
+    try:
+        named = {**modern_headers(DISCOVER), "X-Forwarded-User": "alice"}
+        assert httpx.post(mcp_url(server), json=DISCOVER, headers=named).status_code == 200  # from the proxy
+        assert around.post(mcp_url(server), json=DISCOVER, headers=named).status_code == 401  # from anyone else
+        assert httpx.post(mcp_url(server), json=DISCOVER, headers=modern_headers(DISCOVER)).status_code == 401
+    finally:
+        around.close()
+        server.stop()
 
 
-def subprocess_run(command: list[str]) -> Any:
-    import subprocess
+def test_in_front_of_an_upstream_the_token_is_checked_and_still_forwarded() -> None:
+    upstream = upstream_server("behind").streamable_http_app(stateless_http=True, json_response=True)
+    with jwks() as keys, serve(upstream) as base:
+        front = gateway(
+            "--upstream", base + "/mcp", "--auth-jwks", keys, "--auth-issuer", ISSUER, "--auth-audience", "{url}"
+        )
+        try:
+            body = modern_request("tools/call", {"name": "seen", "arguments": {}})
+            assert httpx.post(mcp_url(front), json=body, headers=modern_headers(body)).status_code == 401
+            bearer = f"Bearer {for_gateway(front)}"
+            answer = httpx.post(mcp_url(front), json=body, headers={**modern_headers(body), "Authorization": bearer})
+            seen = json.loads(result_of(answer, body["id"])["result"]["content"][0]["text"])
+            assert seen["headers"]["authorization"] == bearer  # the upstream may decide too
+        finally:
+            front.stop()
 
+
+def test_the_mcp_inspector_cli_with_a_bearer_token(team: Process) -> None:
+    inspector = installed(Path(INSPECTOR_CLI), "the MCP Inspector").resolve()  # run by its own path: not a link
+    command = [node(), str(inspector), "--cli", mcp_url(team), "--transport", "http", "--method", "tools/call"]
+    command += ["--tool-name", "getenv", "--tool-arg", "name=GITHUB_TOKEN"]
+    bearer = ["--header", f"Authorization: Bearer {for_gateway(team, 'carol')}"]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode != 0 and "auth_required" in refused.stderr  # the 401 sends it to OAuth
+    done = subprocess.run([*command, *bearer], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["structuredContent"]["result"] == ""  # the shared process: no one's token
+
+
+@pytest.mark.parametrize("source", ["GITHUB_TOKEN=cookie:x", "MCP_SESSION_ID=header:x", "GITHUB_TOKEN"])
+def test_a_bad_process_env_is_a_usage_error(source: str) -> None:
+    command = [sys.executable, "-m", "mcp_sessions", "gateway", "--stdio", SERVER, "--process-env", source]
     environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
-    return subprocess.run(command, capture_output=True, text=True, timeout=30, env=environ, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30, env=environ, check=False)
+    assert done.returncode == 2 and "--process-env" in done.stderr
 
 
 # -- past one machine: a front and two stdio replicas ----------------------------------------------------------
