@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from _mcp import SESSION_NOT_FOUND, create_session, jwt_claims, modern_headers, modern_request, sdk_session_meta
+from _redis import free_port
 from conftest import serve
 from e2e._gateway import MAIN, SECRET, Process, installed, node, result_of, started, upstream_server
 from e2e.test_cli_create import INSPECTOR_CLI
@@ -266,6 +270,42 @@ def test_the_mcp_inspector_cli_with_a_bearer_token(team: Process) -> None:
     done = subprocess.run([*command, *bearer], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["structuredContent"]["result"] == ""  # the shared process: no one's token
+
+
+def test_the_team_recipe_runs_as_written(tmp_path: Path) -> None:
+    """docs/gateway.md's "one gateway for a team", its two blocks as written but for their ports, the pip line
+    and npx (the Inspector of .cache)."""
+    inspector = installed(Path(INSPECTOR_CLI), "the MCP Inspector").resolve()
+    section = (MAIN / "docs/gateway.md").read_text(encoding="utf-8").split("## One gateway for a team")[1]
+    start, use = re.findall(r"```sh\n(.*?)```", section.split("### Past one machine")[0], re.S)
+    port, jwks_port = free_port(), free_port()
+    start, use = (block.replace("8000", str(port)).replace("9000", str(jwks_port)) for block in (start, use))
+    start = "\n".join(line for line in start.splitlines() if not line.startswith("pip install")) + "\nwait\n"
+    use = use.replace("npx @modelcontextprotocol/inspector@2.12.0", f"node {inspector}")
+    environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    environ["PYTHONPATH"] = f"{MAIN / 'middleware'}:{environ.get('PYTHONPATH', '')}"
+    started_ = subprocess.Popen(["bash", "-c", start], cwd=tmp_path, env=environ, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "bob.jwt").exists() or not listening(port):
+            assert started_.poll() is None and time.monotonic() < deadline, "the recipe's gateway did not start"
+            time.sleep(0.1)
+        done = subprocess.run(
+            ["bash", "-c", use], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120, check=False
+        )
+    finally:
+        os.killpg(started_.pid, signal.SIGTERM)  # the JWKS server and the gateway, which stops its processes
+        started_.wait(timeout=15)
+    metadata = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
+    assert f'resource_metadata="{metadata}"' in done.stdout, done.stderr[-2000:]
+    assert '"text": "0001"' in done.stdout and '"text": "0002"' in done.stdout
+    assert "Session not found: the session ended or is not this caller's" in done.stdout + done.stderr
+
+
+def listening(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        return True
+    return False
 
 
 @pytest.mark.parametrize("source", ["GITHUB_TOKEN=cookie:x", "MCP_SESSION_ID=header:x", "GITHUB_TOKEN"])
