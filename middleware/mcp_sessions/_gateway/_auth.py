@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 JWKS_TIMEOUT: Final = 5.0
 """The longest wait for the JWKS, per fetch."""
 JWKS_LIFESPAN: Final = 300.0
-"""How long the fetched key set is used before it is fetched again (a token with an unknown ``kid`` refetches)."""
+"""How long the fetched key set is used; a token with an unknown ``kid`` fetches it again, at most every 30 s (PyJWT's
+cooldown)."""
 REQUEST: ContextVar[Scope | None] = ContextVar("mcp_sessions.gateway.request", default=None)
 """The request whose conversation may start a process: set by :meth:`ProcessEnv.wrap`, and by the stdio relay."""
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -63,7 +64,8 @@ class JwtVerifier:
     """The ``mcp`` SDK's ``TokenVerifier`` for JWT access tokens signed by a key of a JWKS."""
 
     def __init__(self, jwks_url: str, *, issuer: str, audience: str, principal_claim: str = "sub") -> None:
-        self._jwks = jwt.PyJWKClient(jwks_url, cache_keys=True, lifespan=JWKS_LIFESPAN, timeout=JWKS_TIMEOUT)
+        # The key set is cached, not each key: a key the JWKS no longer lists stops verifying within the lifespan.
+        self._jwks = jwt.PyJWKClient(jwks_url, lifespan=JWKS_LIFESPAN, timeout=JWKS_TIMEOUT)
         self._issuer, self._audience, self._claim = issuer, audience, principal_claim
 
     async def verify_token(self, token: str) -> AccessToken | None:
@@ -118,6 +120,8 @@ class GatewayAuth:
             self._bearer = BearerAuthBackend(verifier)
             resource = resource or audience
             authorization_servers = authorization_servers or [issuer]
+        elif authorization_servers and resource is None:
+            raise ValueError("--auth-server names the servers of a protected resource: give --auth-resource too")
         elif principal_header is None:
             raise ValueError("auth takes a JWKS (--auth-jwks) or a principal header (--auth-principal-header)")
         if principal_header is not None and not _HEADER_NAME.fullmatch(principal_header):
