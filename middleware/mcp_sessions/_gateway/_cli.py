@@ -181,7 +181,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 auth=auth,
             )
     except ModuleNotFoundError as exc:
-        extra = "stdio" if args.stdio is not None or exc.name == "mcp" else "gateway"  # auth: the mcp SDK's
+        extra = "stdio" if args.stdio is not None or (exc.name or "").startswith("mcp") else "gateway"  # auth: the SDK
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[{extra}]'", file=stderr)
         return EXIT_USAGE
     except (ImportError, ValueError, TypeError, RuntimeError) as exc:
