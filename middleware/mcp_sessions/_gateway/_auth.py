@@ -2,7 +2,7 @@
 
 **Who is asking** (:class:`GatewayAuth`): the gateway is an OAuth 2.1 resource server, as the MCP authorization
 spec has it. A bearer token is a JWT verified against the authorization server's JWKS (PyJWT's
-``PyJWKClient``, its keys cached, each fetch bounded by a timeout and run off the event loop), for the issuer
+``PyJWKClient``, the key set cached, each fetch bounded by a timeout and run off the event loop), for the issuer
 and the audience given, and names its principal by one claim (``sub``); or an auth proxy in front names the
 principal in a header, believed only from the peers ``--forwarded-allow-ips`` trusts (from any other peer the
 header is dropped, so nothing behind the gateway sees it). The ``mcp`` SDK does the rest: its
@@ -16,6 +16,9 @@ transport sessions are bound to it.
 gets ``NAME`` from the request that starts the conversation, a claim of its verified token or a header. The
 conversation keeps a digest of the values, never the values, and a later request of it whose values differ is
 refused. The request is found through :data:`REQUEST`, which :meth:`ProcessEnv.wrap` sets for each request.
+
+**Which peer names a conversation** (:class:`FrontedConversations`): a stdio gateway behind a front (``gateway
+--upstream``) takes a host's conversation id only from the peers ``--forwarded-allow-ips`` trusts.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ class JwtVerifier:
         )
 
 
-class GatewayAuth:
+class GatewayAuth(AuthenticationBackend):
     """The gateway's authentication (see the module): ``jwks_url`` with ``issuer`` and ``audience``, and/or
     ``principal_header`` from trusted peers; ``resource`` (default: the audience) is the gateway's public MCP URL
     the metadata names, with its ``authorization_servers`` (default: the issuer)."""
@@ -143,24 +146,16 @@ class GatewayAuth:
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """``app`` behind the authentication: its metadata served, every other request authenticated or 401."""
-        checked = AuthenticationMiddleware(RequireAuthMiddleware(app, [], self._metadata_url), backend=_Backend(self))
+        checked = AuthenticationMiddleware(RequireAuthMiddleware(app, [], self._metadata_url), backend=self)
         return _Guarded(app, checked, self._metadata, self._header)
 
-    async def user(self, conn: HTTPConnection) -> tuple[AuthCredentials, AuthenticatedUser] | None:
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, AuthenticatedUser] | None:
         """The request's principal: the trusted proxy's header, else the bearer token's; ``None`` for none."""
         if self._header is not None and conn.scope[PEER].trusted and (named := conn.headers.get(self._header)):
             # An issuer of its own: the proxy's "alice" is not the "alice" of a token's issuer.
             token = AccessToken(token="", client_id=named, scopes=[], subject=named, claims={"iss": self._header})
             return AuthCredentials(), AuthenticatedUser(token)
         return None if self._bearer is None else await self._bearer.authenticate(conn)
-
-
-class _Backend(AuthenticationBackend):
-    def __init__(self, auth: GatewayAuth) -> None:
-        self._auth = auth
-
-    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, AuthenticatedUser] | None:
-        return await self._auth.user(conn)
 
 
 class _Guarded:
@@ -172,7 +167,7 @@ class _Guarded:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)  # the lifespan; no WebSocket is served
+            return await self.app(scope, receive, send)  # the lifespan; a WebSocket, which the app refuses
         if self._header is not None and not scope[PEER].trusted:
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name.lower() != self._header]
         if self._metadata is not None and scope["path"] == self._metadata.path:
