@@ -332,11 +332,13 @@ def parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
-def test_a_front_and_two_stdio_replicas() -> None:
+@pytest.mark.parametrize("instrumented", [False, True], ids=["plain", "instrumented"])
+def test_a_front_and_two_stdio_replicas(instrumented: bool) -> None:
     environ = {"PYTHONPATH": PYTHONPATH, "MCP_SESSIONS_CONVERSATION_DATA": "anonymous"}
     trusting_the_front = ("--forwarded-allow-ips", "127.0.0.1")
     replicas = [gateway("--stdio", SERVER, *trusting_the_front, environ=environ) for _ in range(2)]
-    front = gateway(*(item for replica in replicas for item in ("--upstream", mcp_url(replica))))
+    upstreams = (item for replica in replicas for item in ("--upstream", mcp_url(replica)))
+    front = gateway(*upstreams, instrumented=instrumented)  # its httpx too: the baggage it sends is still the front's
     # The front connects from 127.0.0.1; a client that goes around it, from 127.0.0.2.
     around = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
     try:
