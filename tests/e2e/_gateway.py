@@ -82,6 +82,11 @@ class Process:
                 raise RuntimeError(f"{name} did not listen within {START_TIMEOUT} s")
             time.sleep(0.02)
 
+    def log(self) -> bytes:
+        """Everything the process wrote so far, stdout and stderr."""
+        self._log.seek(0)
+        return self._log.read()
+
     def output(self) -> str:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")[-4000:]

@@ -49,6 +49,12 @@ def keep(line: str) -> str:
 
 
 @server.tool()
+def getenv(name: str) -> str:
+    """An environment variable of this process ("" when it has none)."""
+    return os.environ.get(name, "")
+
+
+@server.tool()
 def count() -> int:
     """One more than the last time (this process's memory)."""
     global counter

@@ -131,9 +131,10 @@ async def test_two_clients_of_a_kind_never_share_a_process(kind: str, tmp_path: 
 
 
 def test_a_conversation_id_sent_by_another_caller_reaches_another_process(tmp_path: Path) -> None:
-    """A host's conversation id is a name, not a secret: bound to its caller (here the client address, which the
-    gateway takes from a trusted proxy), another caller naming it gets a process of its own."""
-    with gateway(tmp_path, forwarded_allow_ips="127.0.0.1") as url, httpx.Client(timeout=30) as http:
+    """A host's conversation id is a name, not a secret: bound to its caller (here the client address, which uvicorn
+    takes from X-Forwarded-For of 127.0.0.1, a proxy it trusts by default), another caller naming it gets a process of
+    its own."""
+    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
         counts = [
             call(http, url, "count", {}, {"x-conversation": "chat-1", "X-Forwarded-For": address})["content"][0]["text"]
             for address in ("10.0.0.1", "10.0.0.2", "10.0.0.1")
@@ -145,7 +146,7 @@ def test_a_caller_at_its_limit_is_refused_and_other_callers_are_not(tmp_path: Pa
     """Two processes per caller: a third host conversation of one address is refused (naming the limit), while
     another address starts one; a third 2025 transport session evicts that caller's idle ones first."""
     with (
-        gateway(tmp_path, forwarded_allow_ips="127.0.0.1", max_processes_per_principal=2) as url,
+        gateway(tmp_path, max_processes_per_principal=2) as url,  # the client address from uvicorn, as above
         httpx.Client(timeout=30) as http,
     ):
         a, b = {"X-Forwarded-For": "10.0.0.1"}, {"X-Forwarded-For": "10.0.0.2"}

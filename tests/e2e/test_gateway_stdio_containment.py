@@ -254,8 +254,9 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
     written, four wait (then dropped unwritten as their callers leave), the others get -32011 at once; the process
     is stopped as a crash once its line stays unread for 10 s. The gateway's RSS grows by less than 200 MiB (measured:
     +152; with a process that reads them all, +178: what 16 such requests cost the HTTP side at once; the old code
-    held every line for the process: +259 for good)."""
-    with gateway(server) as process:
+    held every line for the process: +259 for good). Every request reaches the one shared process (``--sessionless
+    shared``), the one that stops reading."""
+    with gateway(server, "--sessionless", "shared") as process:
         assert process.process is not None
         mcp, pid = client(process), process.process.pid
         stalled = threading.Thread(target=client(process, 60.0).call_tool, args=("stall",), daemon=True)

@@ -20,6 +20,7 @@ from ._replicas import Replicas
 if TYPE_CHECKING:
     from .._session import Session
     from ..sources import Call, Plan
+    from ._auth import GatewayAuth
 
 DEFAULT_KEEPALIVE: Final = 15.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
@@ -38,6 +39,7 @@ def gateway_app(
     first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT,
     failure_cooldown: float = DEFAULT_FAILURE_COOLDOWN,
     forwarded_allow_ips: str | Collection[str] | None = None,
+    auth: GatewayAuth | None = None,
 ) -> GatewayFront:
     """Sessions for an MCP server anywhere on the network: the ASGI app ``mcp-sessions gateway`` serves.
 
@@ -54,6 +56,8 @@ def gateway_app(
     ``keepalive`` is the idle time after which an event stream gets an SSE comment (``None``: never);
     ``connect_timeout`` and ``first_byte_timeout`` bound the connect and the wait for the response's
     headers; a replica that cannot be connected to is out of service for ``failure_cooldown`` seconds.
+    ``auth`` authenticates every request at the gateway (``_auth``): the principal hook then reads its user,
+    and the upstream still gets the client's ``Authorization``.
     Serve it with lifespan on: it closes the pooled connections at shutdown.
     """
     for name, value in (
@@ -80,13 +84,13 @@ def gateway_app(
     at_gateway.placement = False  # the proxy is the transport: no endpoint to look for inside it
     at_gateway.fronts_upstream = True  # no session member reaches the upstream; a probe ends with its client
     at_gateway.sources = (*config.sources, RoutedConversations)
-    if config.principal is authenticated_user:  # nothing signs a user in in front of the proxy
+    if auth is None and config.principal is authenticated_user:  # nothing signs a user in in front of the proxy
         at_gateway.principal = credential_principal
     if (limit := config.create_limit) is not None:  # a made-up credential is a principal the upstream may accept
         at_gateway.create_limit = RateLimit(limit.count, limit.seconds, per_address=True)
     at_gateway.paths = RoutedPaths((replicas.path,) if config.paths is None else config.paths)  # as upstreams route
     sessions = MCPSessionMiddleware(proxy, config=at_gateway)
-    return GatewayFront(sessions, trusted=trusted)
+    return GatewayFront(sessions if auth is None else auth.wrap(sessions), trusted=trusted)
 
 
 def credential_principal(scope: Scope) -> str | None:

@@ -12,7 +12,7 @@ import pwd
 import shlex
 import shutil
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from .._config import SessionsConfig
 from ._app import (
@@ -23,6 +23,9 @@ from ._app import (
     gateway_app,
 )
 from ._front import QueryDropped
+
+if TYPE_CHECKING:
+    from ._auth import GatewayAuth
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -153,6 +156,27 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         f"{STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes then have 5 s to end)",
     )
     gateway.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    users = gateway.add_argument_group("who is asking (each also from its MCP_SESSIONS_AUTH_* variable)")
+    for flag, text in (
+        ("--auth-jwks", "the authorization server's JWKS: bearer tokens are JWTs signed by one of its keys"),
+        ("--auth-issuer", "the tokens' issuer (iss)"),
+        ("--auth-audience", "the tokens' audience (aud): the gateway's public MCP URL"),
+        ("--auth-principal-claim", "the claim that names the user (default sub)"),
+        ("--auth-principal-header", "a header that names the user, set by an auth proxy --forwarded-allow-ips trusts"),
+        ("--auth-resource", "the protected resource the metadata names (default: the audience)"),
+    ):
+        users.add_argument(flag, metavar=flag.removeprefix("--auth-").upper(), help=text)
+    users.add_argument(
+        "--auth-server", action="append", metavar="URL", help="an authorization server (default: the issuer); repeat"
+    )
+    users.add_argument(
+        "--process-env",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE",
+        help="with --stdio: NAME in each conversation's process from claim:CLAIM (of its token) or header:NAME (of "
+        "the request that starts it); repeat",
+    )
 
 
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
@@ -168,6 +192,9 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         else:
             hosts, origins = hosts or [], origins or []
         forwarded = environ.get("FORWARDED_ALLOW_IPS") if args.forwarded_allow_ips is None else args.forwarded_allow_ips
+        auth = _auth(args, environ)
+        if args.process_env and args.stdio is None:
+            raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
         if args.stdio is not None:
             from ._stdio import stdio_gateway_app
 
@@ -187,6 +214,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 forwarded_allow_ips=forwarded,
                 environ=environ,
                 process_options=options,
+                auth=auth,
+                process_env=args.process_env,
             )
         else:
             app = gateway_app(
@@ -199,9 +228,10 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 first_byte_timeout=args.first_byte_timeout,
                 failure_cooldown=args.failure_cooldown,
                 forwarded_allow_ips=forwarded,
+                auth=auth,
             )
     except ModuleNotFoundError as exc:
-        extra = "stdio" if args.stdio is not None else "gateway"
+        extra = "stdio" if args.stdio is not None or (exc.name or "").startswith("mcp") else "gateway"  # auth: the SDK
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[{extra}]'", file=stderr)
         return EXIT_USAGE
     except (ImportError, ValueError, TypeError, RuntimeError) as exc:
@@ -259,6 +289,22 @@ def _process_options(args: argparse.Namespace, command: Sequence[str]) -> Any:
     cgroup, subreaper = contain(cgroups=args.process_containment == "auto")
     memory = None if args.process_memory is None else args.process_memory << 20
     return ProcessOptions(user, group, memory, args.process_cwd, cgroup, subreaper)
+
+
+def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth | None:
+    """The gateway's authentication from the --auth-* flags, else their variables; ``None`` without any."""
+    given = {
+        name: value
+        for name in ("jwks", "issuer", "audience", "principal_claim", "principal_header", "resource")
+        if (value := getattr(args, f"auth_{name}") or environ.get(f"MCP_SESSIONS_AUTH_{name.upper()}", "").strip())
+    }
+    servers = _listed(args.auth_server, environ.get("MCP_SESSIONS_AUTH_SERVERS")) or []
+    if not given and not servers:
+        return None
+    from ._auth import GatewayAuth
+
+    jwks = given.pop("jwks", None)
+    return GatewayAuth(jwks_url=jwks, authorization_servers=servers, **given)
 
 
 def _log_config(uvicorns: dict[str, Any]) -> dict[str, Any]:

@@ -43,7 +43,8 @@ from urllib.parse import SplitResult, quote, urlsplit, urlunsplit
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from opentelemetry import propagate, trace
+from opentelemetry import context, propagate, trace
+from opentelemetry.baggage import clear as no_baggage
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import Message, Receive, Scope, Send
 
@@ -178,7 +179,12 @@ class UpstreamProxy:
             replica.in_flight += 1
             try:
                 async with asyncio.timeout(self._first_byte):
-                    response = await self._client.send(upstream, stream=True)
+                    # An instrumented httpx injects the context's baggage over the headers' (the conversation's).
+                    token = context.attach(no_baggage())
+                    try:
+                        response = await self._client.send(upstream, stream=True)
+                    finally:
+                        context.detach(token)
             except (httpx.ConnectError, httpx.ConnectTimeout):
                 self._replicas.failed(replica)
                 if not isinstance(content, bytes):  # a body read whole, never sent, goes to the next replica

@@ -35,7 +35,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
-from contextvars import ContextVar
 from functools import partial
 from typing import Any, Final, Literal, NamedTuple, cast
 
@@ -65,14 +64,15 @@ from .._tokens import IdDigests, SessionClaims
 from .._wire import Refusal, jsonrpc
 from .._wire.protocol import MCP_SESSION_ID_HEADER, RATE_LIMITED
 from .._wire.text import printable
+from ..sources import HostConversationSource
 from ..sources._named import is_transport_session_id
 from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
+from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._stdio_child import Child, ProcessOptions, inherited
 
 logger = logging.getLogger("mcp_sessions.gateway")
-_request: ContextVar[Scope | None] = ContextVar("_request", default=None)  # the request a session is created in
 
 DEFAULT_PROCESS_IDLE: Final = 600.0
 DEFAULT_MAX_PROCESSES: Final = 16
@@ -256,6 +256,7 @@ class Conversation:
         self.backlog: deque[Callable[[], Awaitable[None]]] = deque()  # notifications tied to no call, being sent
         self.dropped = 0
         self.latest: ServerRequestContext[Any, Any] | None = None
+        self.credentials = b""  # the digest of its process's --process-env values
         self.last_request = time.monotonic()
         self.caller = ""  # whom the per-caller limit counts it for
         self.transport: bytes | None = None  # its 2025 transport session's id, which ends with it
@@ -409,8 +410,10 @@ class Children:
         environ: Mapping[str, str],
         bus: SessionSubscriptionBus,
         options: ProcessOptions | None = None,
+        process_env: ProcessEnv | None = None,
     ) -> None:
         self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
+        self.process_env = ProcessEnv() if process_env is None else process_env
         self.per_request, self.warm_count = processes == "per-conversation" and sessionless == "per-request", warm
         self.warm: deque[Conversation] = deque()  # started and initialized ahead, for requests that name nothing
         self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
@@ -448,7 +451,7 @@ class Children:
         handed out; beyond the limits (or when the child fails to start), the create is refused."""
         if self.processes == "shared":
             return
-        caller = caller_of(_request.get() or {}, claims.extra.get(PRINCIPAL_CLAIM))
+        caller = caller_of(REQUEST.get() or {}, claims.extra.get(PRINCIPAL_CLAIM))
         try:
             await self.open(claims.session_id, caller, expires_at=claims.expires_at)
         except MCPError as exc:
@@ -602,12 +605,16 @@ class Children:
     def _start(self, key: str | None, caller: str, expires_at: float, label: str = "shared") -> Conversation:
         if self._tasks is None:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
+        values = self.process_env.values() if key is not None else {}  # this user's, from the request that starts it
+        environ = {**self.environ, **values}
+        if key is not None and not key.startswith(_REQUEST):  # a conversation's stable id; a request's own has none
+            environ["MCP_SESSION_ID"] = key
         conversation = Conversation(key, expires_at, self._tasks, self.bus)
-        conversation.caller = caller
+        conversation.caller, conversation.credentials = caller, self.process_env.digest(values)
         conversation.child = Child(
             self.command,
             label=label if key is None else f"session {key}",
-            environ=self._environ(key),
+            environ=environ,
             max_line=self.config.max_response_size,
             on_request=conversation.on_request,
             on_notify=_unreached,
@@ -616,10 +623,6 @@ class Children:
         )
         self._tasks.start_soon(self._serve, conversation)
         return conversation
-
-    def _environ(self, key: str | None) -> dict[str, str]:
-        """A conversation's process environment: the gateway's, without its own settings, and its stable id."""
-        return dict(self.environ) if key is None else {**self.environ, "MCP_SESSION_ID": key}
 
     async def _serve(self, conversation: Conversation) -> None:
         """Run a child to its end: its session's end (on any replica), its idle time or its expiry end it; its end
@@ -728,6 +731,10 @@ class StdioServer(Server[Any]):
         scope = {} if ctx.request is None else ctx.request.scope
         conversation = await self.children.conversation_for(scope, (ctx.params or {}).get("requestState"))
         try:
+            if (
+                conversation.sid is not None
+            ):  # its process has the --process-env values it started with: this request's?
+                self.children.process_env.check(conversation.credentials)
             return await conversation.relay(ctx)
         finally:
             if conversation.sid is not None and conversation.sid.startswith(_REQUEST):
@@ -749,6 +756,8 @@ def stdio_gateway_app(
     forwarded_allow_ips: str | Collection[str] | None = None,
     environ: Mapping[str, str] | None = None,
     process_options: ProcessOptions | None = None,
+    auth: GatewayAuth | None = None,
+    process_env: Collection[str] = (),
 ) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
@@ -763,7 +772,11 @@ def stdio_gateway_app(
     ``os.environ``) is what the children get, without any ``MCP_SESSIONS_*`` variable, and with
     ``MCP_SESSION_ID``, the conversation's stable id (none in the shared child, nor in a request's own).
     ``process_options``: how each child runs and is contained (``mcp-sessions gateway``'s ``--process-*``).
-    The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
+    ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's own values of
+    those variables, from the request that starts it (``_auth.ProcessEnv``; no child is started ahead then, as
+    it could not know them); the gateway's own never reach a process. ``auth`` (:class:`GatewayAuth`): who is
+    asking. The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the
+    children.
     """
     if not command:
         raise ValueError("--stdio needs a command")
@@ -775,11 +788,17 @@ def stdio_gateway_app(
         raise ValueError("max_processes and max_processes_per_principal must be at least 1")
     if sessionless not in ("per-request", "shared") or warm < 0:
         raise ValueError("sessionless is 'per-request' or 'shared', and warm is 0 or more")
+    credentials = ProcessEnv(process_env)
+    if credentials.sources and processes == "shared":
+        raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
     config = copy.copy(SessionsConfig.from_env() if config is None else config)
     if processes == "per-conversation":  # every client's conversation, however it names it, gets its process
         config.adopt_transport_sessions = True
         if config.conversation_data == "off":
             config.conversation_data = "anonymous"  # bound to the caller here: see Children.conversation_for
+    if trusted := trusted_proxies(forwarded_allow_ips):  # a replica: host conversations from its front alone
+        fronted = FrontedConversations.from_context
+        config.sources = tuple(fronted if s == HostConversationSource.from_context else s for s in config.sources)
     if config.subscriptions is None:  # a conversation's listen streams get its child's changes: the bus's
         config.subscriptions = SessionSubscriptionBus()
     idle = process_idle if process_idle is not None else config.idle_ttl or DEFAULT_PROCESS_IDLE
@@ -793,10 +812,11 @@ def stdio_gateway_app(
         max_processes=max_processes,
         per_caller=max_processes_per_principal,
         sessionless=sessionless,
-        warm=warm,
-        environ=os.environ if environ is None else environ,
+        warm=0 if credentials.sources else warm,  # a child started ahead cannot know its user's values
+        environ={k: v for k, v in (os.environ if environ is None else environ).items() if k not in credentials.sources},
         bus=config.subscriptions,
         options=process_options,
+        process_env=credentials,
     )
     server = StdioServer(children)
     # The gateway's own Host and Origin check (as in front of an HTTP upstream), in front of the sessions.
@@ -806,8 +826,8 @@ def stdio_gateway_app(
     config.fronts_upstream = True  # no wire's session member reaches a child, as none reaches an HTTP upstream
     sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
     children.end_transport = partial(_end_transport, sessions)
-    checked = _HostChecked(sessions, HostCheck(allowed_hosts, allowed_origins))
-    return GatewayFront(checked, trusted=trusted_proxies(forwarded_allow_ips))
+    guarded = sessions if auth is None else auth.wrap(sessions)
+    return GatewayFront(_HostChecked(guarded, HostCheck(allowed_hosts, allowed_origins)), trusted=trusted)
 
 
 class _Opening:
@@ -820,14 +840,14 @@ class _Opening:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        token = _request.set(scope)
+        token = REQUEST.set(scope)
         try:
             opens = self.children.processes == "per-conversation" and scope["method"] == "POST"
             if opens and header(scope["headers"], MCP_SESSION_ID_HEADER) is None:
                 send = await self._opening(scope, send)
             await self.app(scope, receive, send)
         finally:
-            _request.reset(token)
+            REQUEST.reset(token)
 
     async def _opening(self, scope: Scope, send: Send) -> Send:
         caller, refused = await self.children.caller(scope), list[bytes]()
@@ -841,8 +861,9 @@ class _Opening:
                     await self.children.open(self.children.digests.transport(raw), caller, transport=raw)
                 except MCPError as exc:
                     refused.append(raw)
+                    status = 429 if exc.error.code == RATE_LIMITED else 400  # a limit, or a --process-env value missing
                     await send_json(
-                        send, 429, jsonrpc.error(None, exc.error.code, exc.error.message, exc.error.data), b"1"
+                        send, status, jsonrpc.error(None, exc.error.code, exc.error.message, exc.error.data), b"1"
                     )
                     await _end_transport(self.app, raw)
                     return

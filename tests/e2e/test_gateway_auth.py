@@ -1,0 +1,376 @@
+"""Many users on one ``mcp-sessions gateway --stdio``: bearer tokens verified at the gateway, each user's own
+credentials in their own process, and a front in front of stdio replicas (docs/gateway.md, "one gateway for a team").
+
+Real processes throughout: the gateway command (under ``opentelemetry-instrument``, its spans printed to its own
+output), the tests' stdio server, a JWKS served on loopback and RS256 tokens signed with PyJWT.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from _mcp import SESSION_NOT_FOUND, create_session, jwt_claims, modern_headers, modern_request, sdk_session_meta
+from _redis import free_port
+from conftest import serve
+from e2e._gateway import MAIN, SECRET, Process, installed, node, result_of, started, upstream_server
+from e2e.test_cli_create import INSPECTOR_CLI
+from e2e.test_gateway_stdio import text_of
+
+pytestmark = pytest.mark.anyio
+
+ISSUER = "https://issuer.example"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+SERVER = f"{sys.executable} -m e2e._stdio_server"
+PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
+INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
+DISCOVER = modern_request("server/discover")
+SPANS_TO_LOG = {
+    "OTEL_TRACES_EXPORTER": "console",
+    "OTEL_BSP_SCHEDULE_DELAY": "100",
+    "OTEL_METRICS_EXPORTER": "none",
+    "OTEL_LOGS_EXPORTER": "none",
+}
+
+
+@contextlib.contextmanager
+def jwks() -> Iterator[str]:
+    """The authorization server's JWKS on loopback: its URL."""
+    body = json.dumps({"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]})
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def gateway(*arguments: str, environ: dict[str, str] | None = None, instrumented: bool = False) -> Process:
+    """``mcp-sessions gateway`` with ``arguments`` (``{url}`` in them: its own MCP URL); ``instrumented``: under
+    ``opentelemetry-instrument``, its spans printed to its output."""
+
+    def command(port: int) -> tuple[list[str], dict[str, str]]:
+        url = f"http://127.0.0.1:{port}/mcp"
+        line = [
+            *([str(INSTRUMENT)] if instrumented else []),
+            sys.executable,
+            "-m",
+            "mcp_sessions",
+            "gateway",
+            "--port",
+            str(port),
+        ]
+        given = [argument.replace("{url}", url) for argument in arguments]
+        return [*line, "--log-level", "info", *given], {
+            "MCP_SESSIONS_SECRET": SECRET,
+            **SPANS_TO_LOG,
+            **(environ or {}),
+        }
+
+    return started("mcp-sessions gateway", command)
+
+
+@pytest.fixture(scope="module")
+def team() -> Iterator[Process]:
+    """One gateway for a team: tokens from the JWKS, GITHUB_TOKEN from each user's X-GitHub-Token."""
+    with jwks() as url:
+        process = gateway(
+            "--stdio",
+            SERVER,
+            "--auth-jwks",
+            url,
+            "--auth-issuer",
+            ISSUER,
+            "--auth-audience",
+            "{url}",
+            "--process-env",
+            "GITHUB_TOKEN=header:X-GitHub-Token",
+            environ={"PYTHONPATH": PYTHONPATH, "GITHUB_TOKEN": "the-gateway-s-own"},
+            instrumented=True,
+        )
+        try:
+            yield process
+        finally:
+            process.stop()
+
+
+def mcp_url(process: Process) -> str:
+    return f"http://127.0.0.1:{process.port}/mcp"
+
+
+def token(user: str = "alice", *, key: Any = KEY, algorithm: str = "RS256", **changed: Any) -> str:
+    claims = {"iss": ISSUER, "aud": None, "sub": user, "exp": int(time.time()) + 300, **changed}
+    return jwt.encode(claims, key, algorithm=algorithm, headers={"kid": "k1"})
+
+
+def for_gateway(process: Process, user: str = "alice", **changed: Any) -> str:
+    return token(user, aud=changed.pop("aud", mcp_url(process)), **changed)
+
+
+def test_no_token_gets_401_naming_the_metadata_which_is_served(team: Process) -> None:
+    url = mcp_url(team)
+    answer = httpx.post(url, json=DISCOVER, headers=modern_headers(DISCOVER))
+    assert answer.status_code == 401
+    metadata_url = f"http://127.0.0.1:{team.port}/.well-known/oauth-protected-resource/mcp"
+    assert f'resource_metadata="{metadata_url}"' in answer.headers["www-authenticate"]
+    metadata = httpx.get(metadata_url)
+    assert metadata.status_code == 200
+    assert metadata.json()["resource"] == url and metadata.json()["authorization_servers"] == [ISSUER + "/"]
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"iss": "https://another-issuer.example"},
+        {"aud": "https://another-server.example/mcp"},
+        {"exp": int(time.time()) - 120},
+        {"algorithm": "none", "key": None},
+        {"key": OTHER_KEY},
+        {"sub": None},
+    ],
+    ids=["issuer", "audience", "expired", "alg-none", "another-key", "no-subject"],
+)
+def test_a_bad_token_gets_401(team: Process, changed: dict[str, Any]) -> None:
+    headers = {**modern_headers(DISCOVER), "Authorization": f"Bearer {for_gateway(team, **changed)}"}
+    answer = httpx.post(mcp_url(team), json=DISCOVER, headers=headers)
+    assert answer.status_code == 401, answer.text
+
+
+@contextlib.asynccontextmanager
+async def user(team: Process, name: str, github: str | None, mode: str = "auto") -> Any:
+    """The ``mcp`` SDK's client as ``name``, with a bearer token and ``github`` as X-GitHub-Token."""
+    headers = {"Authorization": f"Bearer {for_gateway(team, name)}"}
+    if github is not None:
+        headers["X-GitHub-Token"] = github
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(streamable_http_client(mcp_url(team), http_client=http), mode=mode) as client,
+    ):
+        yield client, http
+
+
+async def getenv(client: Client, session: dict[str, Any] | None = None) -> str:
+    meta = None if session is None else sdk_session_meta(session)
+    return text_of(await client.call_tool("getenv", {"name": "GITHUB_TOKEN"}, meta=meta))
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_each_user_s_process_has_their_own_credential(team: Process, mode: str) -> None:
+    secrets = {"alice": f"ghp_alice_{mode}_0123456789", "bob": f"ghp_bob_{mode}_0123456789"}
+    async with (
+        user(team, "alice", secrets["alice"], mode) as (alice, alice_http),
+        user(team, "bob", secrets["bob"], mode) as (bob, bob_http),
+    ):
+        mine, theirs = await create_session(alice), await create_session(bob)
+        assert await getenv(alice, mine) == secrets["alice"] and await getenv(bob, theirs) == secrets["bob"]
+        assert await getenv(alice) == secrets["alice"]  # no session: alice's own process, not the gateway's value
+
+        with pytest.raises(MCPError) as refused:  # alice's token, bob's session id: not bob's process
+            await getenv(alice, theirs)
+        assert refused.value.error.code == SESSION_NOT_FOUND and secrets["bob"] not in str(refused.value)
+
+        bob_http.headers["X-GitHub-Token"] = "ghp_changed_mid_conversation"
+        with pytest.raises(MCPError, match="other values of x-github-token"):
+            await getenv(bob, theirs)
+        del alice_http.headers["X-GitHub-Token"]
+        with pytest.raises(MCPError, match="must carry it"):
+            await create_session(alice)
+        alice_http.headers["X-GitHub-Token"] = secrets["alice"]
+        assert await getenv(alice, mine) == secrets["alice"]  # the conversation goes on with its own value
+
+    deadline = time.monotonic() + 15
+    while b'"session.id"' not in (log := team.log()) and time.monotonic() < deadline:  # noqa: ASYNC110 - the spans, exported
+        await anyio.sleep(0.1)
+    assert b'"session.id"' in log
+    for secret in [*secrets.values(), "ghp_changed_mid_conversation"]:
+        assert secret.encode() not in log
+
+
+def test_the_principal_header_counts_from_a_trusted_proxy_alone() -> None:
+    server = gateway(
+        "--stdio",
+        SERVER,
+        "--auth-principal-header",
+        "X-Forwarded-User",
+        "--forwarded-allow-ips",
+        "127.0.0.1",
+        environ={"PYTHONPATH": PYTHONPATH},
+    )
+    around = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
+    try:
+        named = {**modern_headers(DISCOVER), "X-Forwarded-User": "alice"}
+        assert httpx.post(mcp_url(server), json=DISCOVER, headers=named).status_code == 200  # from the proxy
+        assert around.post(mcp_url(server), json=DISCOVER, headers=named).status_code == 401  # from anyone else
+        assert httpx.post(mcp_url(server), json=DISCOVER, headers=modern_headers(DISCOVER)).status_code == 401
+    finally:
+        around.close()
+        server.stop()
+
+
+def test_in_front_of_an_upstream_the_token_is_checked_and_still_forwarded() -> None:
+    upstream = upstream_server("behind").streamable_http_app(stateless_http=True, json_response=True)
+    with jwks() as keys, serve(upstream) as base:
+        front = gateway(
+            "--upstream", base + "/mcp", "--auth-jwks", keys, "--auth-issuer", ISSUER, "--auth-audience", "{url}"
+        )
+        try:
+            body = modern_request("tools/call", {"name": "seen", "arguments": {}})
+            assert httpx.post(mcp_url(front), json=body, headers=modern_headers(body)).status_code == 401
+            bearer = f"Bearer {for_gateway(front)}"
+            answer = httpx.post(mcp_url(front), json=body, headers={**modern_headers(body), "Authorization": bearer})
+            seen = json.loads(result_of(answer, body["id"])["result"]["content"][0]["text"])
+            assert seen["headers"]["authorization"] == bearer  # the upstream may decide too
+        finally:
+            front.stop()
+
+
+def test_the_mcp_inspector_cli_with_a_bearer_token(team: Process) -> None:
+    inspector = installed(Path(INSPECTOR_CLI), "the MCP Inspector").resolve()  # run by its own path: not a link
+    command = [node(), str(inspector), "--cli", mcp_url(team), "--transport", "http", "--method", "tools/call"]
+    command += ["--tool-name", "getenv", "--tool-arg", "name=GITHUB_TOKEN"]
+    bearer = ["--header", f"Authorization: Bearer {for_gateway(team, 'carol')}"]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode != 0 and "auth_required" in refused.stderr  # the 401 sends it to OAuth
+    done = subprocess.run([*command, *bearer], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["structuredContent"]["result"] == ""  # the shared process: no one's token
+
+
+def test_the_team_recipe_runs_as_written(tmp_path: Path) -> None:
+    """docs/gateway.md's "one gateway for a team", its two blocks as written but for their ports, the pip line
+    and npx (the Inspector of .cache)."""
+    inspector = installed(Path(INSPECTOR_CLI), "the MCP Inspector").resolve()
+    section = (MAIN / "docs/gateway.md").read_text(encoding="utf-8").split("## One gateway for a team")[1]
+    start, use = re.findall(r"```sh\n(.*?)```", section.split("### Past one machine")[0], re.S)
+    port, jwks_port = free_port(), free_port()
+    start, use = (block.replace("8000", str(port)).replace("9000", str(jwks_port)) for block in (start, use))
+    start = "\n".join(line for line in start.splitlines() if not line.startswith("pip install")) + "\nwait\n"
+    use = use.replace("npx @modelcontextprotocol/inspector@2.12.0", f"node {inspector}")
+    environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    environ["PYTHONPATH"] = f"{MAIN / 'middleware'}:{environ.get('PYTHONPATH', '')}"
+    started_ = subprocess.Popen(["bash", "-c", start], cwd=tmp_path, env=environ, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "bob.jwt").exists() or not listening(port):
+            assert started_.poll() is None and time.monotonic() < deadline, "the recipe's gateway did not start"
+            time.sleep(0.1)
+        done = subprocess.run(
+            ["bash", "-c", use], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120, check=False
+        )
+    finally:
+        os.killpg(started_.pid, signal.SIGTERM)  # the JWKS server and the gateway, which stops its processes
+        started_.wait(timeout=15)
+    metadata = f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp"
+    assert f'resource_metadata="{metadata}"' in done.stdout, done.stderr[-2000:]
+    assert '"text": "0001"' in done.stdout and '"text": "0002"' in done.stdout
+    assert "Session not found: the session ended or is not this caller's" in done.stdout + done.stderr
+
+
+def listening(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        return True
+    return False
+
+
+@pytest.mark.parametrize("source", ["GITHUB_TOKEN=cookie:x", "MCP_SESSION_ID=header:x", "GITHUB_TOKEN"])
+def test_a_bad_process_env_is_a_usage_error(source: str) -> None:
+    command = [sys.executable, "-m", "mcp_sessions", "gateway", "--stdio", SERVER, "--process-env", source]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30, env=environ, check=False)
+    assert done.returncode == 2 and "--process-env" in done.stderr
+
+
+# -- past one machine: a front and two stdio replicas ----------------------------------------------------------
+
+
+def call(http: httpx.Client, url: str, session: str | None, tool: str, baggage: str | None = None) -> Any:
+    """A 2026-07-28 tools/call of ``tool``, in ``session`` (the front's) when given; its result's text."""
+    meta = None if session is None else {"sessionId": session}
+    body = modern_request("tools/call", {"name": tool, "arguments": {}}, session=meta)
+    headers = modern_headers(body) if baggage is None else {**modern_headers(body), "baggage": baggage}
+    answer = result_of(http.post(url, json=body, headers=headers), body["id"])
+    return json.loads(answer["result"]["content"][0]["text"])
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+
+@pytest.mark.parametrize("instrumented", [False, True], ids=["plain", "instrumented"])
+def test_a_front_and_two_stdio_replicas(instrumented: bool) -> None:
+    environ = {"PYTHONPATH": PYTHONPATH, "MCP_SESSIONS_CONVERSATION_DATA": "anonymous"}
+    trusting_the_front = ("--forwarded-allow-ips", "127.0.0.1")
+    replicas = [gateway("--stdio", SERVER, *trusting_the_front, environ=environ) for _ in range(2)]
+    upstreams = (item for replica in replicas for item in ("--upstream", mcp_url(replica)))
+    front = gateway(*upstreams, instrumented=instrumented)  # its httpx too: the baggage it sends is still the front's
+    # The front connects from 127.0.0.1; a client that goes around it, from 127.0.0.2.
+    around = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
+    try:
+        with httpx.Client(timeout=30) as http:
+            sessions = []
+            for _ in range(6):
+                body = modern_request("sessions/create")
+                sessions.append(
+                    result_of(http.post(mcp_url(front), json=body, headers=modern_headers(body)), body["id"])
+                )
+            ids = [answer["result"]["session"]["sessionId"] for answer in sessions]
+            first = {sid: call(http, mcp_url(front), sid, "whoami")["pid"] for sid in ids}
+            for sid in ids:
+                assert [call(http, mcp_url(front), sid, "count") for _ in range(2)] == [1, 2]
+                assert call(http, mcp_url(front), sid, "whoami")["pid"] == first[sid]  # one process for all of it
+            pids = {replica.process.pid: replica for replica in replicas if replica.process is not None}
+            on_replica = {sid: pids[parent(first[sid])] for sid in ids}
+            assert set(on_replica.values()) == set(replicas)  # both replicas serve some
+
+            victim = ids[0]
+            baggage = f"gen_ai.conversation.id={jwt_claims(victim)['sid']}"
+            replica = mcp_url(on_replica[victim])
+            assert call(around, replica, None, "whoami", baggage)["pid"] != first[victim]  # around the front: no
+            assert call(http, replica, None, "whoami", baggage)["pid"] == first[victim]  # from the front's address
+
+            stopped = on_replica[victim]
+            stopped.stop()
+            for sid in ids:
+                if on_replica[sid] is not stopped:  # the other replica's conversations go on, untouched
+                    assert call(http, mcp_url(front), sid, "count") == 3
+                    assert call(http, mcp_url(front), sid, "whoami")["pid"] == first[sid]
+    finally:
+        around.close()
+        for process in (front, *replicas):
+            process.stop()
