@@ -170,9 +170,7 @@ def _generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | No
         jwk = OKPAlgorithm.to_jwk(ed25519.Ed25519PrivateKey.generate(), as_dict=True)
     jwk = {"kty": jwk["kty"], "kid": kid, "alg": algorithm, "use": "sig"} | {k: v for k, v in jwk.items() if k != "kty"}
     # Read the key back with the parser the middleware uses: what this prints is what a server accepts.
-    [parsed] = keys_from_config(json.dumps({"keys": [jwk]}), "the generated key")
-    if parsed.kid != kid or parsed.algorithm != algorithm or not parsed.can_sign:
-        raise RuntimeError("the generated key does not read back as a signing key")  # pragma: no cover
+    keys_from_config(json.dumps({"keys": [jwk]}), "the generated key")
     return jwk, secret
 
 
