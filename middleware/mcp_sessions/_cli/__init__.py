@@ -47,6 +47,10 @@ class UsageError(Exception):
     """A problem with the command line or its inputs: reported on stderr with exit status 2."""
 
 
+class Failed(Exception):
+    """The command's request was refused, unanswered, or found no session: reported on stderr with exit status 1."""
+
+
 COMMANDS: Final = {
     "keygen": "generate a signing key (HS256 secret, or an ES256 or Ed25519 key pair)",
     "inspect": "decode a session token and, given keys, say whether and why it is valid",
@@ -118,9 +122,9 @@ def main(
             return _keygen(args, stdout, stderr)
         status: int = _module(args.command).run(args, stdin, stdout, stderr, environ)
         return status
-    except UsageError as exc:
+    except (UsageError, Failed) as exc:
         print(f"mcp-sessions {args.command}: {exc}", file=stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_INVALID
 
 
 def _run_conformance(argv: Sequence[str], stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
@@ -166,9 +170,7 @@ def _generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | No
         jwk = OKPAlgorithm.to_jwk(ed25519.Ed25519PrivateKey.generate(), as_dict=True)
     jwk = {"kty": jwk["kty"], "kid": kid, "alg": algorithm, "use": "sig"} | {k: v for k, v in jwk.items() if k != "kty"}
     # Read the key back with the parser the middleware uses: what this prints is what a server accepts.
-    [parsed] = keys_from_config(json.dumps({"keys": [jwk]}), "the generated key")
-    if parsed.kid != kid or parsed.algorithm != algorithm or not parsed.can_sign:
-        raise RuntimeError("the generated key does not read back as a signing key")  # pragma: no cover
+    keys_from_config(json.dumps({"keys": [jwk]}), "the generated key")
     return jwk, secret
 
 

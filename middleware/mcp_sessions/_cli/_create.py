@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Final, TextIO, TypeVar
 from .._wire.protocol import LEGACY_VERSIONS
 from .._wire.text import printable
 from ..profiles import SESSION_META_KEY
-from . import EXIT_INVALID, EXIT_OK, UsageError
+from . import EXIT_OK, Failed, UsageError
 
 if TYPE_CHECKING:
     import httpx
@@ -63,12 +63,10 @@ DESCRIPTION: Final = (
 def excerpt(body: bytes | str, limit: int = EXCERPT_CHARS) -> str:
     """The start of ``body`` on one line: UTF-8 read leniently, runs of white space as one space, at most
     ``limit`` characters (then ``…``), :func:`printable`. Reads at most ``4 * limit`` bytes of it."""
-    text = body[: 4 * limit].decode("utf-8", "replace") if isinstance(body, bytes) else body[: 4 * limit]
-    cut = len(body) > 4 * limit
-    text = " ".join(text.split())
-    if len(text) > limit:
-        text, cut = text[:limit], True
-    return printable(text) + ("…" if cut else "")
+    head = body[: 4 * limit]
+    text = " ".join((head.decode("utf-8", "replace") if isinstance(head, bytes) else head).split())
+    cut = len(body) > len(head) or len(text) > limit
+    return printable(text[:limit]) + ("…" if cut else "")
 
 
 def handshake_only(status: int, text: str) -> bool:
@@ -147,46 +145,31 @@ async def _bounded(response: httpx.Response, request: httpx.Request) -> bytes:
     return bytes(body)
 
 
-def _method(request: httpx.Request) -> object:
-    """The JSON-RPC method of one of the command's own requests (``None`` for a DELETE)."""
-    try:
-        return json.loads(request.content).get("method")
-    except (ValueError, AttributeError):
-        return None
-
-
 def _explained(seen: list[httpx.Response], version: str, command: str) -> str:
-    """The answer to the ``command``'s request (else the last one) for a person: status, body's start, redirect; and
-    whether to try ``--legacy``."""
+    """The answer to the ``command``'s request for a person, a line each, after a line break: status, body's start,
+    redirect; and whether to try ``--legacy``. Its request is the last POST (on the 2025 wire the transport session it
+    opened ends with a DELETE after it); with no POST answered, the last answer read."""
     if not seen:
         return ""
-    last = next((answer for answer in reversed(seen) if _method(answer.request) == f"sessions/{command}"), seen[-1])
-    said = f"  the server answered HTTP {last.status_code}: {excerpt(last.content) if last.content else '(no body)'}\n"
+    last = next((answer for answer in reversed(seen) if answer.request.method == "POST"), seen[-1])
+    said = f"\n  the server answered HTTP {last.status_code}: {excerpt(last.content) if last.content else '(no body)'}"
     if (location := last.headers.get("location")) is not None and last.is_redirect:
-        said += f"  a redirect to {excerpt(location)}: {command} follows none (is that the server's URL?)\n"
+        said += f"\n  a redirect to {excerpt(location)}: {command} follows none (is that the server's URL?)"
     if version not in LEGACY_VERSIONS and handshake_only(last.status_code, last.text):
-        said += f"  The server seems to speak only {LEGACY}: try again with --legacy.\n"
+        said += f"\n  The server seems to speak only {LEGACY}: try again with --legacy."
     return said
 
 
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Run ``create``: open a session and print how to pass it; returns the exit status."""
-    session = sent(args, stderr, "create", lambda shim, **request: shim.create(args.url, **request))
-    if session is None:
-        return EXIT_INVALID
+    session = sent(args, "create", lambda shim, **request: shim.create(args.url, **request))
     _print_session(session, args.json, stdout)
     return EXIT_OK
 
 
-def sent(
-    args: argparse.Namespace,
-    stderr: TextIO,
-    command: str,
-    request: Callable[..., Awaitable[T]],
-    token: str | None = None,
-) -> T | None:
+def sent(args: argparse.Namespace, command: str, request: Callable[..., Awaitable[T]], token: str | None = None) -> T:
     """What ``request`` gives, sent through a session transport of its own (holding the session ``token``) over the
-    guarded HTTP transport, as ``args`` say; ``None`` once why it failed is on ``stderr``."""
+    guarded HTTP transport, as ``args`` say; :class:`Failed`, saying why, if it failed."""
     try:
         from ..client import HeldSession, HttpxSessionTransport, SessionError
     except ImportError as exc:
@@ -198,11 +181,8 @@ def sent(
     inner, seen = _guarded(args.request_timeout)
 
     async def send() -> T:
-        shim = HttpxSessionTransport(inner, session=HeldSession(token), auto_create=False)
-        try:
+        async with HttpxSessionTransport(inner, session=HeldSession(token), auto_create=False) as shim:
             return await request(shim, protocol_version=version, headers=headers)
-        finally:
-            await shim.aclose()
 
     url = printable(args.url)
     try:
@@ -213,8 +193,7 @@ def sent(
         said = f"could not reach {url}: {excerpt(str(exc))}"
     except Exception as exc:  # httpx's errors, without importing httpx here
         said = f"no answer from {url}: {type(exc).__name__}: {excerpt(str(exc))}"
-    stderr.write(f"mcp-sessions {command}: {said}\n{_explained(seen, version, command)}")
-    return None
+    raise Failed(said + _explained(seen, version, command))
 
 
 def _header(text: str) -> tuple[str, str]:

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Final, TextIO
 
-from . import EXIT_INVALID, EXIT_OK, UsageError
+from . import EXIT_OK, Failed, UsageError
 from ._create import add_request_arguments, sent
 
 DESCRIPTION: Final = (
@@ -28,11 +28,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     token = (stdin.read() if args.session == "-" else args.session).strip()
     if not token:
         raise UsageError("no session: give its sessionId as SESSION, or on standard input")
-    deleted = sent(args, stderr, "delete", lambda shim, **request: shim.delete(args.url, **request), token)
-    if deleted is None:
-        return EXIT_INVALID
-    if not deleted:
-        stderr.write("mcp-sessions delete: the server no longer knew this session (deleted, or expired)\n")
-        return EXIT_INVALID
+    if not sent(args, "delete", lambda shim, **request: shim.delete(args.url, **request), token):
+        raise Failed("the server no longer knew this session (deleted, or expired)")
     stdout.write("deleted\n")
     return EXIT_OK
