@@ -38,6 +38,15 @@ STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
 gone within 10 s of the gateway's SIGTERM."""
 
 EXIT_USAGE = 2
+AUTH_VARIABLES: Final = {
+    "jwks": "MCP_SESSIONS_AUTH_JWKS",
+    "issuer": "MCP_SESSIONS_AUTH_ISSUER",
+    "audience": "MCP_SESSIONS_AUTH_AUDIENCE",
+    "principal_claim": "MCP_SESSIONS_AUTH_PRINCIPAL_CLAIM",
+    "principal_header": "MCP_SESSIONS_AUTH_PRINCIPAL_HEADER",
+    "resource": "MCP_SESSIONS_AUTH_RESOURCE",
+}
+"""The variable each ``--auth-*`` flag falls back to (``--auth-server``'s is ``MCP_SESSIONS_AUTH_SERVERS``)."""
 
 DESCRIPTION: Final = (
     "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream server "
@@ -295,8 +304,8 @@ def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth |
     """The gateway's authentication from the --auth-* flags, else their variables; ``None`` without any."""
     given = {
         name: value
-        for name in ("jwks", "issuer", "audience", "principal_claim", "principal_header", "resource")
-        if (value := getattr(args, f"auth_{name}") or environ.get(f"MCP_SESSIONS_AUTH_{name.upper()}", "").strip())
+        for name, variable in AUTH_VARIABLES.items()
+        if (value := getattr(args, f"auth_{name}") or environ.get(variable, "").strip())
     }
     servers = _listed(args.auth_server, environ.get("MCP_SESSIONS_AUTH_SERVERS")) or []
     if not given and not servers:
