@@ -265,11 +265,12 @@ def test_the_mcp_inspector_cli_with_a_bearer_token(team: Process) -> None:
     command = [node(), str(inspector), "--cli", mcp_url(team), "--transport", "http", "--method", "tools/call"]
     command += ["--tool-name", "getenv", "--tool-arg", "name=GITHUB_TOKEN"]
     bearer = ["--header", f"Authorization: Bearer {for_gateway(team, 'carol')}"]
+    bearer += ["--header", "X-GitHub-Token: ghp_carol_inspector"]  # its transport session's process: carol's own
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert refused.returncode != 0 and "auth_required" in refused.stderr  # the 401 sends it to OAuth
     done = subprocess.run([*command, *bearer], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout)["structuredContent"]["result"] == ""  # the shared process: no one's token
+    assert json.loads(done.stdout)["structuredContent"]["result"] == "ghp_carol_inspector"
 
 
 def test_the_team_recipe_runs_as_written(tmp_path: Path) -> None:
