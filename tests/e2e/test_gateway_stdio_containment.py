@@ -144,7 +144,7 @@ def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, c
     (the shared process's and another conversation's), under either containment (the log says which ran)."""
     marker = f"daemon-{uuid.uuid4().hex}"
     option = "auto" if containment == "cgroup" else "subreaper"
-    with gateway(server, "--process-containment", option) as process:
+    with gateway(server, "--process-containment", option, "--sessionless", "shared") as process:
         ran = "a cgroup each" if containment == "cgroup" else "the gateway a child subreaper"
         if containment == "cgroup" and ran not in process.output():
             pytest.skip(f"the gateway may not create cgroups here: {process.output()[-300:]}")
@@ -159,7 +159,7 @@ def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, c
             lambda: "server process" in process.output() and "ended (its session ended; exit code" in process.output()
         )
         text(call(mcp, "daemon", mcp.create_session(), marker=marker))
-        text(call(mcp, "daemon", None, marker=marker))  # the shared process's
+        text(call(mcp, "daemon", None, marker=marker))  # the shared process's (--sessionless shared)
         until(lambda: len(running(marker)) == 2)
         assert process.process is not None
         process.process.send_signal(signal.SIGTERM)
