@@ -19,9 +19,12 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from mcp import types
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.routes import build_resource_metadata_url
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, BaseUser, SimpleUser
 from starlette.middleware import Middleware
@@ -103,10 +106,32 @@ def sdk_auth_server() -> MCPServer:
 # -- the SDK's own bearer auth -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def authed() -> Iterator[httpx.Client]:
-    server = sdk_auth_server()
-    app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True, json_response=True), secret=SECRET)
+def explicitly_placed() -> Starlette:
+    """The explicit form (docs/deployment.md): the app built from the SDK's public classes, the middleware
+    around the transport inside the route's ``RequireAuthMiddleware``, as ``streamable_http_app()`` builds it."""
+    options = bearer_auth()
+    server, auth = notes_server(**options), options["auth"]
+    server.streamable_http_app(stateless_http=True, json_response=True)  # builds server.session_manager
+    sessions = MCPSessionMiddleware(StreamableHTTPASGIApp(server.session_manager), secret=SECRET)
+    metadata = build_resource_metadata_url(auth.resource_server_url)
+    return Starlette(
+        routes=[Route("/mcp", RequireAuthMiddleware(sessions, auth.required_scopes, metadata))],
+        middleware=[
+            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(options["token_verifier"])),
+            Middleware(AuthContextMiddleware),
+        ],
+        lifespan=lambda app: server.session_manager.run(),
+    )
+
+
+@pytest.fixture(scope="module", params=["found", "explicit"])
+def authed(request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
+    if request.param == "explicit":
+        app: Any = explicitly_placed()
+    else:
+        app = MCPSessionMiddleware(
+            sdk_auth_server().streamable_http_app(stateless_http=True, json_response=True), secret=SECRET
+        )
     with in_process(app) as http:
         yield http
 
