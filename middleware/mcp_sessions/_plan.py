@@ -16,14 +16,13 @@ from ._asgi import EndpointPaths, headers_of, route_path
 from ._session import SessionNotFound
 from ._wire import Refusal, jsonrpc
 from ._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
-from .sources import MAX_SESSIONS_PER_REQUEST
+from .sources import MAX_SESSIONS_PER_REQUEST, Conversation
 
 if TYPE_CHECKING:
     from ._otel import Operation
     from ._session import Session
     from .handles import Handle, HandleContext, HandleError
     from .profiles import LocalMethod, WireProfile
-    from .sources import Conversation
 
 T = TypeVar("T")
 

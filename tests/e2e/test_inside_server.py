@@ -213,11 +213,16 @@ def test_the_servers_body_limit_refuses_session_methods_as_it_refuses_a_tool(era
 # -- endpoints ---------------------------------------------------------------------------------------------
 
 
-def two_servers(*, one_middleware: bool) -> Starlette:
+def two_servers(*, one_middleware: bool, by_hand: bool = False) -> Starlette:
     servers = [notes_server(), notes_server()]
     apps: list[Any] = [s.streamable_http_app(stateless_http=True) for s in servers]
     if not one_middleware:
         apps = [MCPSessionMiddleware(a, secret=SECRET) for a in apps]
+    if by_hand:  # each placed at its endpoint by hand (docs/deployment.md), with the SDK's public classes
+        apps = [
+            Router([Route("/mcp", MCPSessionMiddleware(StreamableHTTPASGIApp(s.session_manager), secret=SECRET))])
+            for s in servers
+        ]
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -230,9 +235,13 @@ def two_servers(*, one_middleware: bool) -> Starlette:
     return MCPSessionMiddleware(parent, secret=SECRET) if one_middleware else parent  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("one_middleware", [True, False], ids=["one-middleware", "one-each"])
-def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(one_middleware: bool) -> None:
-    with in_process(two_servers(one_middleware=one_middleware)) as http:
+@pytest.mark.parametrize(
+    ("one_middleware", "by_hand"),
+    [(True, False), (False, False), (False, True)],
+    ids=["one-middleware", "one-each", "by-hand"],
+)
+def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(one_middleware: bool, by_hand: bool) -> None:
+    with in_process(two_servers(one_middleware=one_middleware, by_hand=by_hand)) as http:
         session = era_session(http, "/a/mcp", MODERN)
         at_a = answer(post(http, "/a/mcp", MODERN, tool(MODERN, "a", session)))
         assert json.loads(tool_text(at_a)) == ["a"]

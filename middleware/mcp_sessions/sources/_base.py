@@ -56,9 +56,7 @@ class CallView(Protocol):
     """What a source is asked about: one JSON-RPC call of a request (each element of a batch is one)."""
 
     message: Any
-    """The call as parsed: a dict (``message.get("params")`` for its params)."""
-    method: str | None
-    """Its JSON-RPC method."""
+    """The call as parsed: a dict with its ``method`` (``message.get("params")`` for its params)."""
     profile: WireProfile
     """The wire it speaks (its ``carrier`` reads the session the call names)."""
     conversation: Conversation | None
