@@ -68,8 +68,6 @@ class RequestView(Protocol):
 
     headers: dict[bytes, bytes]
     """The request's headers, by lower-case name (the first of each)."""
-    header_session_id: bytes | None
-    """The ``Mcp-Session-Id`` header as sent, if any."""
     era: Era
     """The protocol era the ``Mcp-Protocol-Version`` header names (:class:`mcp_sessions.profiles.Era`)."""
     traced: bool

@@ -61,7 +61,7 @@ class DataLayerSource:
         if ref is None:
             return None
         token, state = ref
-        header = request.header_session_id
+        header = request.headers.get(MCP_SESSION_ID_HEADER)
         # On 2026-07-28 the header names the session too; in the 2025 era it is the server's transport session.
         if request.era is Era.MODERN and header is not None and header != token.encode("utf-8", "surrogatepass"):
             raise Refusal(
@@ -111,7 +111,7 @@ class TransportSource:
 
     async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:
         """The adopted session of a minted transport session id; ``None`` for anything else."""
-        raw = request.header_session_id
+        raw = request.headers.get(MCP_SESSION_ID_HEADER)
         if raw is None or request.era is not Era.LEGACY or not is_transport_session_id(raw):
             return None
         digest = self._digests.transport(raw)
