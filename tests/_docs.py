@@ -30,6 +30,7 @@ RUN_BY: dict[str, dict[str, str]] = {
     "docs/index.md": {'require_session_tools={"count"}': GETTING_STARTED},
     "docs/getting-started.md": {
         "# server.py": GETTING_STARTED,
+        "StreamableHTTPASGIApp(": GETTING_STARTED,
         "class CreateSession(": GETTING_STARTED,
         "SessionTransport()": GETTING_STARTED,
     },
@@ -53,6 +54,7 @@ RUN_BY: dict[str, dict[str, str]] = {
     "docs/deployment.md": {
         "store_from_url(": CONFIGURATION,
         'MCPServer("counter")': CONFIGURATION,
+        "StreamableHTTPASGIApp(": CONFIGURATION,
         "SessionSubscriptionBus.from_url(": "e2e/test_listen_docs.py",
     },
     "docs/security.md": {

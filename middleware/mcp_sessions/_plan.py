@@ -7,48 +7,24 @@ about sessions yet.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from starlette.types import Scope
 
 from ._asgi import EndpointPaths, headers_of, route_path
-from ._wire import jsonrpc
+from ._session import SessionNotFound
+from ._wire import Refusal, jsonrpc
 from ._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from .sources import MAX_SESSIONS_PER_REQUEST, Conversation
 
 if TYPE_CHECKING:
     from ._otel import Operation
     from ._session import Session
-    from ._wire import Refusal
     from .handles import Handle, HandleContext, HandleError
     from .profiles import LocalMethod, WireProfile
 
-
-@dataclass(eq=False)
-class Conversation:
-    """Who a call belongs to, as telemetry names it: an id and the source that found it.
-
-    Application code never sees one: it sees a :class:`~mcp_sessions.Session`
-    or nothing. A host's conversation id without data (``conversation_data``
-    off) is only this, so ``get_session()`` is ``None`` while every span of the
-    request still carries ``session.id``.
-    """
-
-    id: str
-    """The conversation's id, as the host or the source named it."""
-    source: str
-    """The name of what found it: a host (``openai``…), ``baggage``, or a source's own name."""
-    _: KW_ONLY
-    user: str | None = None
-    """A user id the host sent beside it (ChatGPT's anonymized ``openai/subject``)."""
-    turn: str | None = None
-    """The turn of the conversation this call is part of (Codex's ``turn_id``)."""
-    no_data: str | None = None
-    """Why a conversation that could have had data has none (it goes into the "session required" error)."""
-
-    def __repr__(self) -> str:
-        return f"<Conversation source={self.source!r} id={self.id!r}>"
+T = TypeVar("T")
 
 
 class Call:
@@ -113,8 +89,26 @@ class Plan:
         self.traced = False
         """Whether an OpenTelemetry SDK records this request (set before its sessions are resolved)."""
         self.named: dict[tuple[str, ...], object] | None = None
-        """In a batch: what each session its elements name resolved to (by a source's key: its name and the
-        session's reference), so that a session many elements name costs one check and one store round trip."""
+        """What each session the request names resolved to (by a source's key: its name and the session's
+        reference; see :meth:`once`), so that a session many elements name costs one check and one store round
+        trip."""
+
+    async def once(self, key: tuple[str, ...], find: Callable[[], Awaitable[T]]) -> T | None:
+        """``find()`` for the first call of the request that names ``key``, its outcome reused for a batch's others
+        (a refusal or a session not found raised again); ``None`` once the request names
+        :data:`MAX_SESSIONS_PER_REQUEST` other sessions."""
+        named = self.named = self.named or {}
+        if key not in named:
+            if len(named) >= MAX_SESSIONS_PER_REQUEST:
+                return None
+            try:
+                named[key] = await find()
+            except (Refusal, SessionNotFound) as refused:
+                named[key] = refused
+                raise
+        if isinstance(found := named[key], Refusal | SessionNotFound):
+            raise found
+        return cast("T", found)
 
     @property
     def protocol_version(self) -> str | None:

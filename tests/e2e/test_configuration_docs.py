@@ -84,6 +84,7 @@ SERVER_PY = one_with(DEPLOYMENT, 'MCPServer("counter")')
 LISTEN = one_with(DEPLOYMENT, "SessionSubscriptionBus.from_url(")  # run by tests/e2e/test_listen_docs.py
 AUTH_OUTSIDE = one_with(SECURITY, "Middleware(AuthenticationMiddleware")
 SDK_AUTH = one_with(SECURITY, "token_verifier=verifier")
+BY_HAND = one_with(DEPLOYMENT, "StreamableHTTPASGIApp(")
 
 
 # -- helpers ------------------------------------------------------------------------------------------
@@ -444,9 +445,15 @@ class MyTokenVerifier(TokenVerifier):
         return AccessToken(token=token, client_id="c", scopes=[], subject=users[token], resource=f"https://{HOST}/mcp")
 
 
-def test_the_sdk_bearer_auth_binds_sessions_with_no_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("snippet", "page"), [(SDK_AUTH, "docs/security.md"), (BY_HAND, "docs/deployment.md")], ids=["found", "by-hand"]
+)
+def test_the_sdk_bearer_auth_binds_sessions_with_no_hook(
+    monkeypatch: pytest.MonkeyPatch, snippet: str, page: str
+) -> None:
+    """security.md's server, and deployment.md's built by hand from the SDK's public classes: the same answers."""
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
-    app = run(SDK_AUTH, {"MyTokenVerifier": MyTokenVerifier}, page="docs/security.md")["app"]
+    app = run(snippet, {"MyTokenVerifier": MyTokenVerifier}, page=page)["app"]
     with in_process(app) as http:
         client = ModernClient(http, "")
         session = session_meta(client.create_session(authorization="Bearer alice-token"))

@@ -87,6 +87,25 @@ def test_the_counter_server_counts_per_session_and_requires_one(page: str, secre
     }
 
 
+@pytest.mark.parametrize("client_class", [ModernClient, LegacyClient], ids=["2026-07-28", "2025"])
+def test_the_counter_placed_at_the_endpoint_by_hand_counts_per_session(
+    client_class: type[ModernClient | LegacyClient], secret: None
+) -> None:
+    """getting-started.md's explicit form: ``server.py`` with its last line replaced, through the SDK's server."""
+    page = "docs/getting-started.md"
+    server = snippet_with(page, COUNTER).replace(COUNTER, "")
+    app = run(page, snippet_with(page, "StreamableHTTPASGIApp("), run(page, server))["app"]
+    assert not isinstance(app, MCPSessionMiddleware)  # the app the reader built, the middleware inside it
+    with in_process(app) as http:
+        client = client_class(http, "")
+        if isinstance(client, LegacyClient):
+            client.initialize()  # the 2025 handshake: the server's transport session first
+        _, refused = client.call_tool("count")
+        first, second = client.create_session(), client.create_session()
+        assert [counts(client, "count", s) for s in (first, first, second)] == ["1", "2", "1"]
+    assert refused["error"]["code"] == SESSION_REQUIRED
+
+
 def test_the_first_server_answers_the_curl_walkthrough(secret: None) -> None:
     """Steps 1 to 5 of docs/getting-started.md, each request as its curl command sends it, against ``server.py``."""
     page = "docs/getting-started.md"

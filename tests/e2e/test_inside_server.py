@@ -19,9 +19,12 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from mcp import types
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.routes import build_resource_metadata_url
 from mcp.server.lowlevel import Server
 from mcp.server.mcpserver import MCPServer
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError, BaseUser, SimpleUser
 from starlette.middleware import Middleware
@@ -103,10 +106,32 @@ def sdk_auth_server() -> MCPServer:
 # -- the SDK's own bearer auth -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def authed() -> Iterator[httpx.Client]:
-    server = sdk_auth_server()
-    app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True, json_response=True), secret=SECRET)
+def explicitly_placed() -> Starlette:
+    """The explicit form (docs/deployment.md): the app built from the SDK's public classes, the middleware
+    around the transport inside the route's ``RequireAuthMiddleware``, as ``streamable_http_app()`` builds it."""
+    options = bearer_auth()
+    server, auth = notes_server(**options), options["auth"]
+    server.streamable_http_app(stateless_http=True, json_response=True)  # builds server.session_manager
+    sessions = MCPSessionMiddleware(StreamableHTTPASGIApp(server.session_manager), secret=SECRET)
+    metadata = build_resource_metadata_url(auth.resource_server_url)
+    return Starlette(
+        routes=[Route("/mcp", RequireAuthMiddleware(sessions, auth.required_scopes, metadata))],
+        middleware=[
+            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(options["token_verifier"])),
+            Middleware(AuthContextMiddleware),
+        ],
+        lifespan=lambda app: server.session_manager.run(),
+    )
+
+
+@pytest.fixture(scope="module", params=["found", "explicit"])
+def authed(request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
+    if request.param == "explicit":
+        app: Any = explicitly_placed()
+    else:
+        app = MCPSessionMiddleware(
+            sdk_auth_server().streamable_http_app(stateless_http=True, json_response=True), secret=SECRET
+        )
     with in_process(app) as http:
         yield http
 
@@ -188,11 +213,16 @@ def test_the_servers_body_limit_refuses_session_methods_as_it_refuses_a_tool(era
 # -- endpoints ---------------------------------------------------------------------------------------------
 
 
-def two_servers(*, one_middleware: bool) -> Starlette:
+def two_servers(*, one_middleware: bool, by_hand: bool = False) -> Starlette:
     servers = [notes_server(), notes_server()]
     apps: list[Any] = [s.streamable_http_app(stateless_http=True) for s in servers]
     if not one_middleware:
         apps = [MCPSessionMiddleware(a, secret=SECRET) for a in apps]
+    if by_hand:  # each placed at its endpoint by hand (docs/deployment.md), with the SDK's public classes
+        apps = [
+            Router([Route("/mcp", MCPSessionMiddleware(StreamableHTTPASGIApp(s.session_manager), secret=SECRET))])
+            for s in servers
+        ]
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -205,9 +235,13 @@ def two_servers(*, one_middleware: bool) -> Starlette:
     return MCPSessionMiddleware(parent, secret=SECRET) if one_middleware else parent  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("one_middleware", [True, False], ids=["one-middleware", "one-each"])
-def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(one_middleware: bool) -> None:
-    with in_process(two_servers(one_middleware=one_middleware)) as http:
+@pytest.mark.parametrize(
+    ("one_middleware", "by_hand"),
+    [(True, False), (False, False), (False, True)],
+    ids=["one-middleware", "one-each", "by-hand"],
+)
+def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(one_middleware: bool, by_hand: bool) -> None:
+    with in_process(two_servers(one_middleware=one_middleware, by_hand=by_hand)) as http:
         session = era_session(http, "/a/mcp", MODERN)
         at_a = answer(post(http, "/a/mcp", MODERN, tool(MODERN, "a", session)))
         assert json.loads(tool_text(at_a)) == ["a"]

@@ -21,7 +21,7 @@ from _mcp import LegacyClient, ModernClient, tool_text
 from _otel import recording_provider
 from conftest import SECRET, in_process
 from mcp_sessions import MCPSessionMiddleware, Session, get_session
-from mcp_sessions.sources import DEFAULT_SOURCES, Call, Plan, SourceContext
+from mcp_sessions.sources import DEFAULT_SOURCES, CallView, RequestView, SourceContext
 
 HEADER = b"x-toy-conversation"
 
@@ -35,8 +35,8 @@ class ToySource:
         self._sessions = context.sessions
         self._digests = context.digests
 
-    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
-        raw = plan.headers.get(HEADER)
+    async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:
+        raw = request.headers.get(HEADER)
         if raw is None:
             return None  # not mine: the next source is asked
         session_id = self._digests.conversation(self.name, raw.decode("latin-1"), None)

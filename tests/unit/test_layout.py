@@ -11,6 +11,7 @@ sizes and imports nothing of the package.
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,9 @@ MAX_FILES = 70
 MAX_CALL_LINES = 40
 MAX_LOOSE_MODULES = 15
 MAX_ANY_SHARE = 0.05
+# Classes of another part that a public module exports on purpose: what a session source is given, and the era a
+# request speaks.
+REEXPORTED = {"mcp_sessions.sources": {"IdDigests", "SessionService"}, "mcp_sessions.profiles": {"Era"}}
 
 
 def modules(package: Path = PACKAGE) -> Iterator[tuple[str, Path, ast.Module]]:
@@ -188,4 +192,30 @@ def test_no_test_module_imports_another() -> None:
                 continue
             if any(name.rsplit(".", 1)[-1].startswith("test_") for name in names):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
+
+
+def public_home(module: str) -> str:
+    """The public module a private one belongs to: ``mcp_sessions.sources._base`` is ``mcp_sessions.sources``'s."""
+    pieces = module.split(".")
+    while any(piece.startswith("_") for piece in pieces[1:]):
+        pieces.pop()
+    return ".".join(pieces)
+
+
+def test_no_private_class_in_a_public_all() -> None:
+    """A class a public module exports is public at home: defined in that module's package, or exported by the
+    public package its own module belongs to (a re-export), or listed in :data:`REEXPORTED`."""
+    offenders = []
+    for name, _, _ in modules():
+        if public_home(name) != name:
+            continue
+        module = importlib.import_module(name)
+        for exported in getattr(module, "__all__", ()):
+            value = getattr(module, exported)
+            if not isinstance(value, type) or not value.__module__.startswith(NAME + "."):
+                continue
+            home = public_home(value.__module__)
+            if home != name and exported not in [*importlib.import_module(home).__all__, *REEXPORTED.get(name, ())]:
+                offenders.append(f"{name}.{exported} is {value.__module__}.{value.__qualname__}")
     assert offenders == []

@@ -19,7 +19,7 @@ from ._replicas import Replicas
 
 if TYPE_CHECKING:
     from .._session import Session
-    from ..sources import Call, Plan
+    from ..sources import CallView, RequestView
     from ._auth import GatewayAuth
 
 DEFAULT_KEEPALIVE: Final = 15.0
@@ -120,9 +120,8 @@ class RoutedConversations:
     def __init__(self, context: SourceContext) -> None:
         self._host = HostConversationSource.from_context(context)  # its find(), by the configured host keys
 
-    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+    async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:
         """Name the call's host conversation (``call.conversation``) if nothing has; never a session."""
         if call.conversation is None:
-            params = call.params
-            call.conversation = self._host.find(plan.headers, jsonrpc.meta(params))
+            call.conversation = self._host.find(request.headers, jsonrpc.meta(call.message.get("params")))
         return None

@@ -50,7 +50,7 @@ from ._front import PEER, Peer
 
 if TYPE_CHECKING:
     from .._session import Session
-    from ..sources import Call, Plan
+    from ..sources import CallView, RequestView
 
 JWKS_TIMEOUT: Final = 5.0
 """The longest wait for the JWKS, per fetch."""
@@ -249,6 +249,6 @@ class FrontedConversations(HostConversationSource):
     """A replica's host source: a conversation id (in baggage, ``_meta`` or a header) counts only from a peer
     ``--forwarded-allow-ips`` trusts, the front; a client that reaches the replica around it names none."""
 
-    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+    async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:
         peer: Peer | None = scope.get(PEER)
-        return None if peer is None or not peer.trusted else await super().session_for(scope, call, plan)
+        return None if peer is None or not peer.trusted else await super().session_for(scope, call, request)

@@ -83,10 +83,10 @@ _MODERN_HTTP_STATUS: Final = {
 class Era(enum.Enum):
     """The wire a request speaks, chosen by its ``Mcp-Protocol-Version`` as the SDK server chooses."""
 
-    # No version, or 2024-11-05 … 2025-11-25: the initialize handshake; Mcp-Session-Id is the server's own.
     LEGACY = "2025"
-    # 2026-07-28 and later: every request carries its version and envelope; no transport session.
+    """No version, or 2024-11-05 … 2025-11-25: the initialize handshake; ``Mcp-Session-Id`` is the server's own."""
     MODERN = "2026-07-28"
+    """2026-07-28 and later: every request carries its version and envelope; no transport session."""
 
     @classmethod
     def of(cls, protocol_version: str | bytes | None) -> Era:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from .._wire.protocol import HEADER_MISMATCH, RATE_LIMITED, SESSION_STORE_UNAVAILABLE
+from .._wire.protocol import HEADER_MISMATCH, RATE_LIMITED, SESSION_STORE_UNAVAILABLE, Era
 from ._base import ADVERTISING_METHODS as ADVERTISING_METHODS
 from ._base import DRAFT, SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, ErrorCodes, WireProfile
 from ._base import METHOD_CREATE as METHOD_CREATE
@@ -32,6 +32,7 @@ __all__ = [
     "SESSION_NOT_FOUND",
     "SESSION_REQUIRED",
     "SESSION_STORE_UNAVAILABLE",
+    "Era",
     "ErrorCodes",
     "WireProfile",
 ]

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, TypeAlias, TypeGuard, TypeVar, cast, runtime_checkable
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeAlias, TypeGuard, TypeVar, runtime_checkable
 
 from starlette.types import Scope
 
-from .._session import SessionNotFound
-from .._wire import Refusal
-
 if TYPE_CHECKING:
-    from .._plan import Call, Plan
     from .._session import Session, SessionService
     from .._tokens import IdDigests
+    from .._wire.protocol import Era
+    from ..profiles import WireProfile
     from ._host import ConversationData, HostKey
 
 T = TypeVar("T")
@@ -25,6 +24,59 @@ MAX_SESSIONS_PER_REQUEST: Final = 8
 verified and touched once, however many elements name it. A batch element naming one more is refused (-32600), or,
 for a host's conversation, gets no data."""
 TOO_MANY_SESSIONS_MESSAGE: Final = f"a request may name at most {MAX_SESSIONS_PER_REQUEST} sessions"
+
+
+@dataclass(eq=False)
+class Conversation:
+    """Who a call belongs to, as telemetry names it: an id and the source that found it.
+
+    Application code never sees one: it sees a :class:`~mcp_sessions.Session`
+    or nothing. A host's conversation id without data (``conversation_data``
+    off) is only this, so ``get_session()`` is ``None`` while every span of the
+    request still carries ``session.id``.
+    """
+
+    id: str
+    """The conversation's id, as the host or the source named it."""
+    source: str
+    """The name of what found it: a host (``openai``…), ``baggage``, or a source's own name."""
+    _: KW_ONLY
+    user: str | None = None
+    """A user id the host sent beside it (ChatGPT's anonymized ``openai/subject``)."""
+    turn: str | None = None
+    """The turn of the conversation this call is part of (Codex's ``turn_id``)."""
+    no_data: str | None = None
+    """Why a conversation that could have had data has none (it goes into the "session required" error)."""
+
+    def __repr__(self) -> str:
+        return f"<Conversation source={self.source!r} id={self.id!r}>"
+
+
+class CallView(Protocol):
+    """What a source is asked about: one JSON-RPC call of a request (each element of a batch is one)."""
+
+    message: Any
+    """The call as parsed: a dict with its ``method`` (``message.get("params")`` for its params)."""
+    profile: WireProfile
+    """The wire it speaks (its ``carrier`` reads the session the call names)."""
+    conversation: Conversation | None
+    """Set by a source that recognises the call but gives it no data: who it belongs to, in telemetry only."""
+
+
+class RequestView(Protocol):
+    """What a source reads of the HTTP request the call came in."""
+
+    headers: dict[bytes, bytes]
+    """The request's headers, by lower-case name (the first of each)."""
+    era: Era
+    """The protocol era the ``Mcp-Protocol-Version`` header names (:class:`mcp_sessions.profiles.Era`)."""
+    traced: bool
+    """Whether an OpenTelemetry SDK records this request."""
+
+    async def once(self, key: tuple[str, ...], find: Callable[[], Awaitable[T]]) -> T | None:
+        """``await find()`` for the first call of the request that names ``key`` (the source's name and what
+        names the session), its outcome (a refusal raised too) reused for a batch's other calls; ``None`` once the
+        request names 8 other sessions (the middleware's limit per request)."""
 
 
 @runtime_checkable
@@ -39,7 +91,7 @@ class SessionSource(Protocol):
     name: str
     """The source's name: where its sessions came from, in telemetry."""
 
-    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+    async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:
         """``None`` for "not mine" (the next source is asked), the call's session, or raise a
         :class:`~mcp_sessions.Refusal` (the call is answered with it and never reaches the app).
 
@@ -68,24 +120,6 @@ class SourceContext(NamedTuple):
 
 SourceFactory: TypeAlias = "Callable[[SourceContext], SessionSource | None]"
 """Builds a source for one middleware, or ``None`` when its configuration leaves the source out."""
-
-
-async def once_per_request(plan: Plan, key: tuple[str, ...], find: Callable[[], Awaitable[T]]) -> T | None:
-    """``find()`` for the first message of the request that names ``key``, its outcome reused for a batch's others
-    (a refusal or a session not found raised again); ``None`` once the request names
-    :data:`MAX_SESSIONS_PER_REQUEST` other sessions."""
-    named = plan.named = plan.named or {}
-    if key not in named:
-        if len(named) >= MAX_SESSIONS_PER_REQUEST:
-            return None
-        try:
-            named[key] = await find()
-        except (Refusal, SessionNotFound) as refused:
-            named[key] = refused
-            raise
-    if isinstance(found := named[key], Refusal | SessionNotFound):
-        raise found
-    return cast("T", found)
 
 
 def _is_factory(entry: SessionSource | SourceFactory) -> TypeGuard[SourceFactory]:

@@ -28,16 +28,14 @@ from urllib.parse import unquote
 from starlette.types import Scope
 
 from .._bounded import BoundedDict
-from .._plan import Conversation
 from .._session import Quota, SessionService, caller_of
 from .._tokens import IdDigests
 from .._wire import jsonrpc
-from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, TOO_MANY_SESSIONS_MESSAGE, once_per_request
+from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, TOO_MANY_SESSIONS_MESSAGE, Conversation
 
 if TYPE_CHECKING:
-    from .._plan import Call, Plan
     from .._session import Session
-    from ._base import SourceContext
+    from ._base import CallView, RequestView, SourceContext
 
 MAX_CONVERSATION_ID_LENGTH: Final = 256
 # Printable ASCII without space, quotes, backslash, comma and semicolon: safe in an attribute,
@@ -184,7 +182,7 @@ _DATA_OFF: Final = (
 )
 
 
-def _meta_of(call: Call) -> object:
+def _meta_of(call: CallView) -> object:
     return jsonrpc.meta(call.message.get("params"))
 
 
@@ -264,11 +262,11 @@ class HostConversationSource:
                 return Conversation(found, "baggage")
         return None
 
-    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+    async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:
         """Record the call's host conversation; with data on, its session."""
-        if self._data == "off" and not plan.traced:
+        if self._data == "off" and not request.traced:
             return None  # without data and without telemetry, a conversation id changes nothing
-        conversation = self.find(plan.headers, _meta_of(call))
+        conversation = self.find(request.headers, _meta_of(call))
         if conversation is None:
             return None
         call.conversation = conversation
@@ -284,7 +282,7 @@ class HostConversationSource:
                 return None
         session_id = self._digests.conversation(conversation.source, conversation.id, principal)
         find = partial(self._with_data, scope, conversation.source, session_id, principal)
-        found = await once_per_request(plan, (self.name, session_id), find)
+        found = await request.once((self.name, session_id), find)
         if found is None:
             conversation.no_data = TOO_MANY_SESSIONS_MESSAGE
             return None
@@ -321,7 +319,7 @@ class HostConversationSource:
         return await sessions.adopt(scope, session_id, source), None
 
 
-def data_off_explainer(source: HostConversationSource) -> Callable[[Call, Plan], str | None] | None:
+def data_off_explainer(source: HostConversationSource) -> Callable[[CallView, RequestView], str | None] | None:
     """For a chain whose host source keeps no data: what a refused call that names a host's id is told.
 
     Real clients show an error's message and drop its ``data``, so the "session required" message
@@ -331,8 +329,8 @@ def data_off_explainer(source: HostConversationSource) -> Callable[[Call, Plan],
     if source.data != "off":
         return None  # with data on, a host's id gets a session, or its no_data says why not
 
-    def explain(call: Call, plan: Plan) -> str | None:
-        conversation = call.conversation or source.find(plan.headers, _meta_of(call))  # found already if traced
+    def explain(call: CallView, request: RequestView) -> str | None:
+        conversation = call.conversation or source.find(request.headers, _meta_of(call))  # found already if traced
         return None if conversation is None else _DATA_OFF.format(source=conversation.source)
 
     return explain

@@ -19,7 +19,7 @@ to the same replica. The raw id is a bearer value: it is held, compared and reco
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final
 
 from starlette.types import Message, Scope, Send
 
@@ -29,11 +29,10 @@ from .._tokens import IdDigests, is_session_token
 from .._wire import Refusal
 from .._wire.protocol import INVALID_REQUEST, MCP_SESSION_ID_HEADER, Era
 from ..profiles import InvalidSessionMeta
-from ._base import TOO_MANY_SESSIONS_MESSAGE, once_per_request
+from ._base import TOO_MANY_SESSIONS_MESSAGE
 
 if TYPE_CHECKING:
-    from .._plan import Call, Plan
-    from ._base import SourceContext
+    from ._base import CallView, RequestView, SourceContext
 
 DEFAULT_MAX_TRANSPORT_SESSIONS: Final = 100_000
 
@@ -52,7 +51,7 @@ class DataLayerSource:
         """The source in a middleware's chain (see ``sources=``)."""
         return cls(context.sessions)
 
-    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+    async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:
         """The verified session the call's wire names; ``None`` if none."""
         profile = call.profile
         try:
@@ -62,9 +61,9 @@ class DataLayerSource:
         if ref is None:
             return None
         token, state = ref
-        header = plan.header_session_id
+        header = request.headers.get(MCP_SESSION_ID_HEADER)
         # On 2026-07-28 the header names the session too; in the 2025 era it is the server's transport session.
-        if plan.era is Era.MODERN and header is not None and header != token.encode("utf-8", "surrogatepass"):
+        if request.era is Era.MODERN and header is not None and header != token.encode("utf-8", "surrogatepass"):
             raise Refusal(
                 profile.header_mismatch,
                 "Mcp-Session-Id header does not match the session in _meta",
@@ -72,7 +71,7 @@ class DataLayerSource:
             )
         find = partial(self._sessions.resolve, scope, token, state)
         try:
-            found = await once_per_request(plan, (self.name, token, state or ""), find)
+            found = await request.once((self.name, token, state or ""), find)
         except SessionNotFound as exc:
             raise profile.not_found_refusal(token, exc.reason, exc.session_id) from None
         if found is None:
@@ -110,20 +109,17 @@ class TransportSource:
     def __len__(self) -> int:
         return len(self._minted)
 
-    async def session_for(self, scope: Scope, call: Call, plan: Plan) -> Session | None:
+    async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:
         """The adopted session of a minted transport session id; ``None`` for anything else."""
-        raw = plan.header_session_id
-        if raw is None or plan.era is not Era.LEGACY or not is_transport_session_id(raw):
+        raw = request.headers.get(MCP_SESSION_ID_HEADER)
+        if raw is None or request.era is not Era.LEGACY or not is_transport_session_id(raw):
             return None
         digest = self._digests.transport(raw)
         if digest not in self._minted:
             return None
         self._minted.touch(digest)
-        named = plan.named = plan.named or {}  # a batch's elements share the header: its session, touched once
-        key = (self.name, digest)
-        if key not in named:
-            named[key] = await self._sessions.adopt(scope, digest, self.name)
-        return cast("Session | None", named[key])
+        # A batch's elements share the header: its session, touched once.
+        return await request.once((self.name, digest), partial(self._sessions.adopt, scope, digest, self.name))
 
     def minted(self, raw: bytes) -> None:
         """Record an id the server sent in an ``initialize`` response."""
