@@ -6,9 +6,6 @@ Hypothesis runs derandomized (the same examples on every run) and bounded; the f
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +18,7 @@ from hypothesis import strategies as st
 from starlette.authentication import SimpleUser
 from starlette.types import Message, Receive
 
-from _mcp import AnswersProbes
+from _mcp import AnswersProbes, b64, hs_jws
 from asgi._fuzz import (
     ALICE,
     CLIENT_HEADERS,
@@ -139,10 +136,6 @@ MINTED = {
 BASE64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
 
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 def verify_or_invalid(verify: Callable[[], Any]) -> Any:
     """The verifier's answer, or None when it raised InvalidToken: anything else escaping fails the test."""
     try:
@@ -195,9 +188,7 @@ def test_arbitrary_headers_and_claims_are_only_ever_an_invalid_token(header: Any
 @given(header=headers, payload=claim_sets)
 def test_signed_with_our_key_any_claims_give_typed_claims_or_an_invalid_token(header: Any, payload: Any) -> None:
     """Even a validly signed token with hostile claims never escapes as anything but InvalidToken."""
-    signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}"
-    signature = hmac.new(SECRET.encode(), signing_input.encode(), hashlib.sha256).digest()
-    token = f"{signing_input}.{b64(signature)}"
+    token = hs_jws(header, payload, SECRET.encode())
     claims = verify_or_invalid(lambda: KeySet.from_secret(SECRET).verify_session_token(token))
     if claims is not None:
         assert type(claims.session_id) is str and type(claims.issued_at) is int and type(claims.expires_at) is int

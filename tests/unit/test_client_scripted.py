@@ -22,7 +22,7 @@ import httpx2
 import pytest
 
 from _client import FAST, STORE_UNAVAILABLE, sent_session
-from _mcp import LEGACY, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, modern_headers, modern_request
+from _mcp import LEGACY, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, b64, modern_headers, modern_request
 from mcp_sessions.client import HeldSession, RetryPolicy, SessionError, SessionTransport
 from mcp_sessions.client._messages import retry_after as _retry_after
 from mcp_sessions.profiles._base import SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED
@@ -522,10 +522,7 @@ async def test_explicit_create_needs_an_endpoint() -> None:
 
 def test_session_handle_round_trip_and_inspection() -> None:
     claims = {"sid": "abcdefghijklmnopqrstuvwx", "exp": 4_000_000_000}
-    payload = json.dumps(claims).encode()
-    import base64
-
-    token = "eyJhbGciOiJIUzI1NiJ9." + base64.urlsafe_b64encode(payload).rstrip(b"=").decode() + ".sig"
+    token = "eyJhbGciOiJIUzI1NiJ9." + b64(json.dumps(claims).encode()) + ".sig"
     handle = HeldSession(token, state="s", expires_at="2030-01-02T03:04:05Z", label="L")
 
     assert handle.id == "abcdefghijklmnopqrstuvwx"
