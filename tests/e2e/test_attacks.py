@@ -45,6 +45,7 @@ from _mcp import (
     LEGACY,
     MODERN,
     NOT_FOUND_MESSAGE,
+    answer,
     b64,
     era_session,
     hs_jws,
@@ -362,18 +363,8 @@ class Context:
 
 
 def reply(response: httpx.Response) -> Any:
-    """The JSON-RPC answer of a response: a JSON body, or the SSE event that carries an id."""
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        events = [b for b in response.text.replace("\r\n", "\n").split("\n\n") if "data:" in b]
-        answers = []
-        for event in events:
-            data = "\n".join(line[5:].lstrip(" ") for line in event.split("\n") if line.startswith("data:"))
-            message = json.loads(data)
-            if "id" in message and "method" not in message:
-                answers.append(message)
-        assert len(answers) == 1, response.text
-        return answers[0]
-    return response.json() if response.content else None
+    """The JSON-RPC answer of a response (JSON or SSE), or None for an empty body."""
+    return answer(response) if response.content else None
 
 
 def code_of(answer: Any) -> int | None:
