@@ -10,14 +10,13 @@ import anyio
 import pytest
 from starlette.requests import Request
 
+from _mcp import NOT_FOUND_MESSAGE, SESSION_KEY
 from mcp_sessions import SCOPE_KEY, Session, get_session
 from mcp_sessions._session import HeaderSession, header_session
 from mcp_sessions.stores import MemoryStore
 
 from ._direct import (
     JSON,
-    KEY,
-    NOT_FOUND,
     Downstream,
     Message,
     Receiver,
@@ -294,7 +293,7 @@ async def test_sessions_delete_then_every_use_is_not_found() -> None:
         assert sender.json() == {
             "jsonrpc": "2.0",
             "id": 6,
-            "error": {"code": -32043, "message": NOT_FOUND, "data": {"sessionId": token[:256]}},
+            "error": {"code": -32043, "message": NOT_FOUND_MESSAGE, "data": {"sessionId": token[:256]}},
         }
     assert len(token) > 256
     assert downstream.calls == 0
@@ -343,7 +342,7 @@ async def test_batch_with_one_invalid_session_is_answered_whole() -> None:
         {
             "jsonrpc": "2.0",
             "id": 2,
-            "error": {"code": -32043, "message": NOT_FOUND, "data": {"sessionId": "forged.token.value"}},
+            "error": {"code": -32043, "message": NOT_FOUND_MESSAGE, "data": {"sessionId": "forged.token.value"}},
         },
         {"jsonrpc": "2.0", "id": 3, "error": {"code": -32600, "message": refused}},
         {"jsonrpc": "2.0", "id": "four", "error": {"code": -32600, "message": refused}},
@@ -369,7 +368,7 @@ async def test_batch_with_all_sessions_valid_is_forwarded_and_echoed_per_element
     assert isinstance(session, Session)
     assert session.token == token
     assert sender.json() == [
-        {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "_meta": {KEY: echo_for(mw, token)}}},
+        {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "_meta": {SESSION_KEY: echo_for(mw, token)}}},
         {"jsonrpc": "2.0", "id": 2, "result": {"content": []}},
         {"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "bad"}},
     ]
@@ -409,7 +408,7 @@ async def test_request_with_an_invalid_session_is_not_found(version: str | None,
     assert sender.json() == {
         "jsonrpc": "2.0",
         "id": 9,
-        "error": {"code": -32043, "message": NOT_FOUND, "data": {"sessionId": "x" * 256}},
+        "error": {"code": -32043, "message": NOT_FOUND_MESSAGE, "data": {"sessionId": "x" * 256}},
     }
 
 
@@ -454,7 +453,7 @@ async def test_sse_events_are_forwarded_as_soon_as_each_is_complete() -> None:
         b"\n",
         b": after the response\n\n",
     ]
-    final = {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "_meta": {KEY: echo_for(mw, token)}}}
+    final = {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "_meta": {SESSION_KEY: echo_for(mw, token)}}}
     expected = [chunks[0], chunks[1], b"", b"", b"event: message\ndata: " + dumps(final) + b"\n\n", chunks[5]]
     gates = [anyio.Event() for _ in chunks]
     end = anyio.Event()
@@ -531,7 +530,8 @@ async def test_json_response_is_rewritten_and_content_length_fixed() -> None:
         {"type": "http.response.body", "body": body[10:], "more_body": False},
     ]
     sender = await call(mw, dumps(request(1, token)))
-    expected = {**original, "result": {**original["result"], "_meta": {**server_info, KEY: echo_for(mw, token)}}}
+    meta = {**server_info, SESSION_KEY: echo_for(mw, token)}
+    expected = {**original, "result": {**original["result"], "_meta": meta}}
     assert sender.json() == expected
     assert len(sender.starts) == 1
     assert sender.headers == [
