@@ -866,14 +866,9 @@ def test_every_handshake_version_header_takes_the_legacy_rules(
     http, url = servers["stateless-json"], MCP_PATH
     created = answer(http.post(url, json=legacy_request("sessions/create"), headers=headers))
     session = session_meta(created["result"]["session"])
-    ok = http.post(
-        url, json=legacy_request("tools/call", {"name": "count", "arguments": {}}, session=session), headers=headers
-    )
-    mismatch = http.post(
-        url,
-        json=legacy_request("tools/call", {"name": "count", "arguments": {}}, session=session),
-        headers={**headers, "Mcp-Session-Id": "not-the-session"},
-    )
+    count = legacy_request("tools/call", {"name": "count", "arguments": {}}, session=session)
+    ok = http.post(url, json=count, headers=headers)
+    mismatch = http.post(url, json=count, headers={**headers, "Mcp-Session-Id": "not-the-session"})
     bad = http.post(
         url,
         json=legacy_request("tools/call", {"name": "count", "arguments": {}}, session={"sessionId": 7}),
