@@ -7,6 +7,8 @@ the wire, not the implementation against itself.
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -195,27 +197,62 @@ async def aiter_messages(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, A
             data.append(line[5:].removeprefix(" "))
 
 
+DROP: Any = object()
+"""A claim or header member's value meaning: leave the member out."""
+
+
+def b64(data: bytes) -> str:
+    """Unpadded base64url, as JWS writes it."""
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def unb64(segment: str) -> bytes:
+    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+
+
+def members(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without the members whose value is ``DROP``."""
+    return {name: value for name, value in values.items() if value is not DROP}
+
+
+def hs_jws(
+    header: Mapping[str, Any],
+    payload: Mapping[str, Any] | bytes,
+    key: bytes,
+    *,
+    digest: Any = hashlib.sha256,
+    signature: bytes | None = None,
+) -> str:
+    """A compact JWS built by hand, HMAC-signed with ``key`` (SHA-256 unless ``digest`` says) unless ``signature``."""
+    raw = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
+    signing_input = f"{b64(json.dumps(header, separators=(',', ':')).encode())}.{b64(raw)}"
+    if signature is None:
+        signature = hmac.new(key, signing_input.encode(), digest).digest()
+    return f"{signing_input}.{b64(signature)}"
+
+
 def jwt_claims(token: str) -> dict[str, Any]:
     """The payload of a compact JWS, decoded WITHOUT verifying anything."""
-    return _decoded(token.split(".")[1])
+    claims: dict[str, Any] = json.loads(unb64(token.split(".")[1]))
+    return claims
 
 
 def jwt_header(token: str) -> dict[str, Any]:
     """The JOSE header of a compact JWS, decoded WITHOUT verifying anything."""
-    return _decoded(token.split(".")[0])
-
-
-def _decoded(segment: str) -> dict[str, Any]:
-    decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4)))
-    return decoded
+    header: dict[str, Any] = json.loads(unb64(token.split(".")[0]))
+    return header
 
 
 def with_claims(token: str, **changes: Any) -> str:
-    """``token`` with its payload edited and its header and signature kept: a forgery."""
+    """``token`` with its payload edited (``DROP`` removes a claim), header and signature kept: a forgery."""
     header, _payload, signature = token.split(".")
-    claims = {**jwt_claims(token), **changes}
-    encoded = base64.urlsafe_b64encode(json.dumps(claims, separators=(",", ":")).encode()).rstrip(b"=").decode()
-    return f"{header}.{encoded}.{signature}"
+    claims = members({**jwt_claims(token), **changes})
+    return f"{header}.{b64(json.dumps(claims, separators=(',', ':')).encode())}.{signature}"
+
+
+def resigned(token: str, key: bytes, *, header: Mapping[str, Any] | None = None, **changes: Any) -> str:
+    """``token`` with its header and claims changed (``DROP`` removes a claim), HMAC-signed again with ``key``."""
+    return hs_jws({**jwt_header(token), **(header or {})}, members({**jwt_claims(token), **changes}), key)
 
 
 def tool_text(message: Mapping[str, Any]) -> str:

@@ -22,6 +22,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from _redis import free_port
+
 START_SECONDS = 240.0  # Phoenix migrates a new database at start: slow on a loaded 2-core machine
 INGEST_SECONDS = 30.0
 PORT_RETRIES = 3  # starts on new ports when a free port was taken before a viewer bound it
@@ -33,13 +35,6 @@ PHOENIX_LAUNCHER = Path(__file__).resolve().parents[1] / "scripts" / "phoenix_lo
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

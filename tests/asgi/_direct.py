@@ -11,11 +11,10 @@ from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
-from _mcp import AnswersProbes
+from _mcp import SESSION_KEY, AnswersProbes
 from conftest import SECRET
 from mcp_sessions import SCOPE_KEY, MCPSessionMiddleware, get_session
 
-KEY = "io.modelcontextprotocol/session"
 # What every real client sends: the server (and so the guard) refuses a POST without them.
 JSON = [
     (b"content-type", b"application/json"),
@@ -23,10 +22,6 @@ JSON = [
     (b"accept", b"application/json, text/event-stream"),
 ]
 Message = MutableMapping[str, Any]
-
-# The draft's words (seed 002's example), then what to do: clients show the message, not the data.
-NOT_FOUND = "Session not found: the session ended or is not this caller's; call sessions/create for a new one"
-REQUIRED = f'Session required: call sessions/create and send its sessionId in params._meta["{KEY}"]'
 
 
 # -- recording helpers -----------------------------------------------------------
@@ -188,7 +183,7 @@ async def create_session(mw: MCPSessionMiddleware) -> str:
 def request(request_id: Any, token: str | None = None, *, method: str = "tools/call", **session: Any) -> Message:
     params: dict[str, Any] = {"name": "t", "arguments": {}}
     if token is not None:
-        params["_meta"] = {KEY: {"sessionId": token, **session}}
+        params["_meta"] = {SESSION_KEY: {"sessionId": token, **session}}
     message: Message = {"jsonrpc": "2.0", "method": method, "params": params}
     if request_id is not ...:
         message["id"] = request_id

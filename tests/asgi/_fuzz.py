@@ -13,14 +13,12 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from _mcp import MODERN, SESSION_KEY
 from conftest import SECRET
 from mcp_sessions import KeySet
 from mcp_sessions._session import digest_of
 
-KEY = "io.modelcontextprotocol/session"
-MODERN = "2026-07-28"
-LEGACY = "2025-11-25"
-PATH_NAMES = ("params", "_meta", KEY, "sessionId", "state")
+PATH_NAMES = ("params", "_meta", SESSION_KEY, "sessionId", "state")
 
 # Report one bug a test, shrunk: hunting and shrinking every distinct bug at once can take minutes.
 FUZZ = settings(
@@ -93,7 +91,7 @@ session_values = mostly(
     ),
     json_values,
 )
-metas = mostly(st.fixed_dictionaries({KEY: session_values}, optional={"traceparent": texts}), json_values)
+metas = mostly(st.fixed_dictionaries({SESSION_KEY: session_values}, optional={"traceparent": texts}), json_values)
 params = mostly(
     st.fixed_dictionaries(
         {"_meta": metas}, optional={"name": st.sampled_from(["t", "count"]) | json_values, "arguments": json_values}
@@ -159,9 +157,9 @@ def expected_decision(message: Pairs) -> tuple[str, Any]:
             return ("none", None)
         names = [n for n, _ in obj]
         if names.count(name) > 1:
-            return ("invalid" if _names_anywhere(message, KEY) else "repeated", None)
+            return ("invalid" if _names_anywhere(message, SESSION_KEY) else "repeated", None)
         obj = dict(obj).get(name)
-        if name == KEY and obj is None:
+        if name == SESSION_KEY and obj is None:
             return ("none", None)
     if not isinstance(obj, Pairs):
         return ("invalid", None)
@@ -206,7 +204,7 @@ session_pairs = pairs_of(
     st.sampled_from(["sessionId", "state", "expiresAt"]),
     st.sampled_from([*TOKENS, *STATES.values()]) | json_values,
 )
-meta_pairs = pairs_of(st.sampled_from([KEY, "traceparent", "x"]), session_pairs | json_values)
+meta_pairs = pairs_of(st.sampled_from([SESSION_KEY, "traceparent", "x"]), session_pairs | json_values)
 params_pairs = pairs_of(st.sampled_from(["_meta", "name", "arguments"]), meta_pairs | json_values)
 
 

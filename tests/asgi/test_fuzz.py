@@ -6,9 +6,6 @@ Hypothesis runs derandomized (the same examples on every run) and bounded; the f
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 from collections.abc import Callable
 from typing import Any
@@ -21,16 +18,13 @@ from hypothesis import strategies as st
 from starlette.authentication import SimpleUser
 from starlette.types import Message, Receive
 
-from _mcp import AnswersProbes
+from _mcp import LEGACY, MODERN, SESSION_KEY, AnswersProbes, b64, hs_jws
 from asgi._fuzz import (
     ALICE,
     CLIENT_HEADERS,
     ENVELOPE,
     FUZZ,
-    KEY,
     KEYS,
-    LEGACY,
-    MODERN,
     NOT_JSON,
     NOW,
     PATH_NAMES,
@@ -139,10 +133,6 @@ MINTED = {
 BASE64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
 
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
 def verify_or_invalid(verify: Callable[[], Any]) -> Any:
     """The verifier's answer, or None when it raised InvalidToken: anything else escaping fails the test."""
     try:
@@ -195,9 +185,7 @@ def test_arbitrary_headers_and_claims_are_only_ever_an_invalid_token(header: Any
 @given(header=headers, payload=claim_sets)
 def test_signed_with_our_key_any_claims_give_typed_claims_or_an_invalid_token(header: Any, payload: Any) -> None:
     """Even a validly signed token with hostile claims never escapes as anything but InvalidToken."""
-    signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}"
-    signature = hmac.new(SECRET.encode(), signing_input.encode(), hashlib.sha256).digest()
-    token = f"{signing_input}.{b64(signature)}"
+    token = hs_jws(header, payload, SECRET.encode())
     claims = verify_or_invalid(lambda: KeySet.from_secret(SECRET).verify_session_token(token))
     if claims is not None:
         assert type(claims.session_id) is str and type(claims.issued_at) is int and type(claims.expires_at) is int
@@ -421,7 +409,7 @@ def test_the_middleware_never_raises_and_never_forwards_an_unverified_session(
             continue
         element_params = element.get("params")
         meta = element_params.get("_meta") if isinstance(element_params, dict) else None
-        session = meta.get(KEY) if isinstance(meta, dict) else None
+        session = meta.get(SESSION_KEY) if isinstance(meta, dict) else None
         if session is None:
             continue
         assert isinstance(session, dict) and usable(session.get("sessionId"), session.get("state"), user), element
@@ -446,11 +434,11 @@ def test_every_answer_of_the_middleware_repeats_the_request_id(request_id: Any, 
         headers += [(b"mcp-protocol-version", MODERN.encode()), (b"mcp-method", method.encode())]
         headers += [(b"mcp-name", b"count")] if method == "tools/call" else []
     if case in ("forged", "forged-with-header"):
-        params["_meta"][KEY] = {"sessionId": "a.b.c"}
+        params["_meta"][SESSION_KEY] = {"sessionId": "a.b.c"}
     if case == "forged-with-header":
         headers.append((b"mcp-session-id", VALID[0].encode()))
     if case == "invalid-meta":
-        params["_meta"][KEY] = request_id
+        params["_meta"][SESSION_KEY] = request_id
     body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}).encode()
     middleware = MCPSessionMiddleware(AnswersProbes(Downstream()), keys=KEYS, require_session_tools={"count"})
     outcome = run(middleware, body, headers)
@@ -464,7 +452,7 @@ def test_every_answer_of_the_middleware_repeats_the_request_id(request_id: Any, 
 def test_a_lone_surrogate_in_a_result_still_gets_its_echo(indent: int | None) -> None:
     """A result may carry a lone surrogate (a JSON escape, as json.dumps writes it): the echo still goes on."""
     body = json.dumps(
-        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"_meta": {KEY: {"sessionId": VALID[0]}}}}
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"_meta": {SESSION_KEY: {"sessionId": VALID[0]}}}}
     ).encode()
     downstream = Downstream({"text": "\ud800"}, indent=indent)
     outcome = run(
@@ -472,4 +460,4 @@ def test_a_lone_surrogate_in_a_result_still_gets_its_echo(indent: int | None) ->
     )
     answer = json.loads(outcome.body)
     assert answer["result"]["text"] == "\ud800"
-    assert answer["result"]["_meta"][KEY]["sessionId"] == VALID[0]
+    assert answer["result"]["_meta"][SESSION_KEY]["sessionId"] == VALID[0]

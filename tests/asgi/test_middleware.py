@@ -10,14 +10,13 @@ import anyio
 import pytest
 from starlette.requests import Request
 
+from _mcp import NOT_FOUND_MESSAGE, SESSION_KEY
 from mcp_sessions import SCOPE_KEY, Session, get_session
 from mcp_sessions._session import HeaderSession, header_session
 from mcp_sessions.stores import MemoryStore
 
 from ._direct import (
     JSON,
-    KEY,
-    NOT_FOUND,
     Downstream,
     Message,
     Receiver,
@@ -266,10 +265,15 @@ async def test_sessions_create_is_answered_without_the_app(version: str | None) 
     assert answer == {"jsonrpc": "2.0", "id": "c1", "result": expected_result}
 
 
-async def test_sessions_create_notification_is_202_and_creates_nothing() -> None:
+@pytest.mark.parametrize(
+    "message",
+    [{"jsonrpc": "2.0", "method": "sessions/create"}, request(..., "bad.session.token", method="notifications/x")],
+    ids=["sessions-create", "invalid-session"],
+)
+async def test_a_notification_the_middleware_answers_is_202_and_creates_nothing(message: Message) -> None:
     downstream = Downstream()
     store = MemoryStore()
-    sender = await call(middleware(downstream, store=store), dumps({"jsonrpc": "2.0", "method": "sessions/create"}))
+    sender = await call(middleware(downstream, store=store), dumps(message))
     assert downstream.calls == 0
     assert len(store) == 0
     assert sender.messages == [
@@ -289,7 +293,7 @@ async def test_sessions_delete_then_every_use_is_not_found() -> None:
         assert sender.json() == {
             "jsonrpc": "2.0",
             "id": 6,
-            "error": {"code": -32043, "message": NOT_FOUND, "data": {"sessionId": token[:256]}},
+            "error": {"code": -32043, "message": NOT_FOUND_MESSAGE, "data": {"sessionId": token[:256]}},
         }
     assert len(token) > 256
     assert downstream.calls == 0
@@ -338,7 +342,7 @@ async def test_batch_with_one_invalid_session_is_answered_whole() -> None:
         {
             "jsonrpc": "2.0",
             "id": 2,
-            "error": {"code": -32043, "message": NOT_FOUND, "data": {"sessionId": "forged.token.value"}},
+            "error": {"code": -32043, "message": NOT_FOUND_MESSAGE, "data": {"sessionId": "forged.token.value"}},
         },
         {"jsonrpc": "2.0", "id": 3, "error": {"code": -32600, "message": refused}},
         {"jsonrpc": "2.0", "id": "four", "error": {"code": -32600, "message": refused}},
@@ -364,7 +368,7 @@ async def test_batch_with_all_sessions_valid_is_forwarded_and_echoed_per_element
     assert isinstance(session, Session)
     assert session.token == token
     assert sender.json() == [
-        {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "_meta": {KEY: echo_for(mw, token)}}},
+        {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "_meta": {SESSION_KEY: echo_for(mw, token)}}},
         {"jsonrpc": "2.0", "id": 2, "result": {"content": []}},
         {"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "bad"}},
     ]
@@ -391,16 +395,6 @@ async def test_batch_without_sessions_passes_through_untouched() -> None:
 # -- rejected requests ------------------------------------------------------------
 
 
-async def test_notification_with_an_invalid_session_is_202_and_never_reaches_the_app() -> None:
-    downstream = Downstream()
-    sender = await call(middleware(downstream), dumps(request(..., "bad.session.token", method="notifications/x")))
-    assert downstream.calls == 0
-    assert sender.messages == [
-        {"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")], "trailers": False},
-        {"type": "http.response.body", "body": b"", "more_body": False},
-    ]
-
-
 @pytest.mark.parametrize(("version", "status"), [(None, 200), ("2026-07-28", 200)])
 async def test_request_with_an_invalid_session_is_not_found(version: str | None, status: int) -> None:
     downstream = Downstream()
@@ -414,7 +408,7 @@ async def test_request_with_an_invalid_session_is_not_found(version: str | None,
     assert sender.json() == {
         "jsonrpc": "2.0",
         "id": 9,
-        "error": {"code": -32043, "message": NOT_FOUND, "data": {"sessionId": "x" * 256}},
+        "error": {"code": -32043, "message": NOT_FOUND_MESSAGE, "data": {"sessionId": "x" * 256}},
     }
 
 
@@ -459,7 +453,7 @@ async def test_sse_events_are_forwarded_as_soon_as_each_is_complete() -> None:
         b"\n",
         b": after the response\n\n",
     ]
-    final = {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "_meta": {KEY: echo_for(mw, token)}}}
+    final = {"jsonrpc": "2.0", "id": 1, "result": {"content": [], "_meta": {SESSION_KEY: echo_for(mw, token)}}}
     expected = [chunks[0], chunks[1], b"", b"", b"event: message\ndata: " + dumps(final) + b"\n\n", chunks[5]]
     gates = [anyio.Event() for _ in chunks]
     end = anyio.Event()
@@ -536,7 +530,8 @@ async def test_json_response_is_rewritten_and_content_length_fixed() -> None:
         {"type": "http.response.body", "body": body[10:], "more_body": False},
     ]
     sender = await call(mw, dumps(request(1, token)))
-    expected = {**original, "result": {**original["result"], "_meta": {**server_info, KEY: echo_for(mw, token)}}}
+    meta = {**server_info, SESSION_KEY: echo_for(mw, token)}
+    expected = {**original, "result": {**original["result"], "_meta": meta}}
     assert sender.json() == expected
     assert len(sender.starts) == 1
     assert sender.headers == [

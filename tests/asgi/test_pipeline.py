@@ -13,7 +13,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from _mcp import AnswersProbes
+from _mcp import REQUIRED_MESSAGE, AnswersProbes
 from _otel import collect, points
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey
@@ -21,7 +21,6 @@ from mcp_sessions.stores import MemoryStore
 
 from ._direct import (
     JSON,
-    REQUIRED,
     Downstream,
     call,
     dumps,
@@ -102,7 +101,7 @@ async def test_the_collection_and_callable_policies_refuse_and_allow(
     assert app.calls == 0
     assert sender.json()["error"] == {
         "code": -32044,
-        "message": REQUIRED,
+        "message": REQUIRED_MESSAGE,
         "data": {"create": "sessions/create"},
     }
     sender = await call(mw, dumps(allowed))

@@ -13,9 +13,7 @@ record. docs/security.md explains the threat model these rows pin down.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import json
 import logging
 import select
@@ -43,14 +41,23 @@ from starlette.routing import Mount
 from starlette.types import Scope
 
 from _mcp import (
+    DROP,
     LEGACY,
     MODERN,
     NOT_FOUND_MESSAGE,
+    answer,
+    b64,
     era_session,
+    hs_jws,
     jwt_claims,
+    jwt_header,
     legacy_request,
+    members,
     modern_headers,
     modern_request,
+    resigned,
+    unb64,
+    with_claims,
 )
 from _users import HeaderUser, StaticVerifier, bearer_auth
 from conftest import SECRET, in_process, serve, signer_of
@@ -60,6 +67,7 @@ from mcp_sessions.stores import SessionStore, SessionStoreUnavailable
 KEY = "io.modelcontextprotocol/session"
 SESSION_TYP = "mcp-session+jwt"
 STATE_TYP = "mcp-session-state+jwt"
+OURS = SECRET.encode()
 ATTACKER_SECRET = b"attacker-controlled-secret-of-32-bytes-or-more"
 ES_PRIVATE = ec.generate_private_key(ec.SECP256R1())
 ES_KID = "es-1"
@@ -197,68 +205,14 @@ def canary() -> Iterator[Canary]:
 # -- tokens built by hand --------------------------------------------------------------------
 
 
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def unb64(segment: str) -> bytes:
-    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
-
-
-def sign(
-    header: dict[str, Any], payload: dict[str, Any] | bytes, key: bytes = SECRET.encode(), digest: Any = None
-) -> str:
-    """A compact JWS built by hand and HMAC-signed with ``key`` (SHA-256 unless ``digest`` says otherwise)."""
-    raw = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
-    signing_input = f"{b64(json.dumps(header, separators=(',', ':')).encode())}.{b64(raw)}"
-    signature = hmac.new(key, signing_input.encode(), digest or hashlib.sha256).digest()
-    return f"{signing_input}.{b64(signature)}"
-
-
-def unsigned(header: dict[str, Any], payload: dict[str, Any], signature: bytes = b"") -> str:
-    return f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}.{b64(signature)}"
-
-
 def hs_header(**changes: Any) -> dict[str, Any]:
-    header: dict[str, Any] = {"alg": "HS256", "kid": HS_KID, "typ": SESSION_TYP}
-    header.update(changes)
-    return {name: value for name, value in header.items() if value is not DROP}
+    return members({"alg": "HS256", "kid": HS_KID, "typ": SESSION_TYP, **changes})
 
 
 def claims(**changes: Any) -> dict[str, Any]:
     now = int(time.time())
-    payload: dict[str, Any] = {
-        "iss": "mcp-sessions",
-        "aud": "mcp-sessions",
-        "sid": "AttackTableSid0123456789",
-        "iat": now,
-        "exp": now + 600,
-    }
-    payload.update(changes)
-    return {name: value for name, value in payload.items() if value is not DROP}
-
-
-DROP: Any = object()
-
-
-def parts(token: str) -> tuple[dict[str, Any], dict[str, Any], str]:
-    header, payload, signature = token.split(".")
-    return json.loads(unb64(header)), json.loads(unb64(payload)), signature
-
-
-def resigned(token: str, *, key: bytes = SECRET.encode(), header: dict[str, Any] | None = None, **changes: Any) -> str:
-    """``token`` with its header and claims changed, HMAC-signed again with ``key``."""
-    head, payload, _ = parts(token)
-    head.update(header or {})
-    payload.update(changes)
-    return sign(head, {name: value for name, value in payload.items() if value is not DROP}, key)
-
-
-def edited(token: str, **changes: Any) -> str:
-    """``token`` with its claims changed and its signature kept: a forgery."""
-    head, payload, signature = token.split(".")
-    claims = {**json.loads(unb64(payload)), **changes}
-    return f"{head}.{b64(json.dumps({k: v for k, v in claims.items() if v is not DROP}).encode())}.{signature}"
+    payload = {"iss": "mcp-sessions", "aud": "mcp-sessions", "sid": "AttackTableSid0123456789", "iat": now}
+    return members({**payload, "exp": now + 600, **changes})
 
 
 def es_signed(payload: dict[str, Any], key: Any, **header: Any) -> str:
@@ -275,9 +229,7 @@ def malleated(token: str) -> str:
 
 def sized(token: str, size: int) -> str:
     """A well-formed session id of about ``size`` characters, validly signed: only its size is wrong."""
-    head, payload, _ = parts(token)
-    payload["pad"] = "x" * (size * 3 // 4)
-    return sign(head, payload)
+    return resigned(token, OURS, pad="x" * (size * 3 // 4))
 
 
 def principal_hash(principal: str, audience: str = "mcp-sessions") -> str:
@@ -411,18 +363,8 @@ class Context:
 
 
 def reply(response: httpx.Response) -> Any:
-    """The JSON-RPC answer of a response: a JSON body, or the SSE event that carries an id."""
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        events = [b for b in response.text.replace("\r\n", "\n").split("\n\n") if "data:" in b]
-        answers = []
-        for event in events:
-            data = "\n".join(line[5:].lstrip(" ") for line in event.split("\n") if line.startswith("data:"))
-            message = json.loads(data)
-            if "id" in message and "method" not in message:
-                answers.append(message)
-        assert len(answers) == 1, response.text
-        return answers[0]
-    return response.json() if response.content else None
+    """The JSON-RPC answer of a response (JSON or SSE), or None for an empty body."""
+    return answer(response) if response.content else None
 
 
 def code_of(answer: Any) -> int | None:
@@ -449,20 +391,20 @@ def _key_confusion(encoding: str) -> Callable[[Context], Request]:
             "point": public.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint),
             "jwk": ECAlgorithm.to_jwk(public).encode(),
         }[encoding]
-        return call(ctx.forged(sign(hs_header(kid=ES_KID), claims(), key)), deployment="es")
+        return call(ctx.forged(hs_jws(hs_header(kid=ES_KID), claims(), key)), deployment="es")
 
     return build
 
 
 def _attacker_jwk(ctx: Context) -> Request:
     jwk = {"kty": "oct", "k": b64(ATTACKER_SECRET), "kid": HS_KID, "alg": "HS256"}
-    return call(ctx.forged(sign(hs_header(jwk=jwk), claims(), ATTACKER_SECRET)))
+    return call(ctx.forged(hs_jws(hs_header(jwk=jwk), claims(), ATTACKER_SECRET)))
 
 
 def _attacker_url(member: str, kid: str = HS_KID) -> Callable[[Context], Request]:
     def build(ctx: Context) -> Request:
         header = hs_header(kid=kid, **{member: f"{ctx.canary.url}/{member}.json"})
-        return call(ctx.forged(sign(header, claims(), ATTACKER_SECRET)))
+        return call(ctx.forged(hs_jws(header, claims(), ATTACKER_SECRET)))
 
     return build
 
@@ -473,7 +415,7 @@ def _ours_plus_headers(key: bytes) -> Callable[[Context], Request]:
     def build(ctx: Context) -> Request:
         jwk = {"kty": "oct", "k": b64(key), "kid": HS_KID}
         header = {"jku": f"{ctx.canary.url}/jwks.json", "x5u": f"{ctx.canary.url}/cert.pem", "jwk": jwk}
-        return call(ctx.forged(resigned(ctx.session()["sessionId"], key=key, header=header)))
+        return call(ctx.forged(resigned(ctx.session()["sessionId"], key, header=header)))
 
     return build
 
@@ -486,7 +428,8 @@ def _es_attacker_jwk(ctx: Context) -> Request:
 
 def _es_ours_resigned(ctx: Context) -> Request:
     attacker = ec.generate_private_key(ec.SECP256R1())
-    head, payload, _ = parts(ctx.session("es")["sessionId"])
+    token = ctx.session("es")["sessionId"]
+    head, payload = jwt_header(token), jwt_claims(token)
     jwk = json.loads(ECAlgorithm.to_jwk(attacker.public_key()))
     token = jwt.encode(payload, attacker, algorithm="ES256", headers={**head, "jwk": jwk, "x5u": ctx.canary.url})
     return call(ctx.forged(token), deployment="es")
@@ -524,21 +467,25 @@ def _es_malleated(ctx: Context) -> Request:
 
 def _header_signed(digest: Any, **changes: Any) -> Callable[[Context], Request]:
     """Signed with the deployment's own secret, but with another HMAC than the key is pinned to."""
-    return lambda ctx: call(ctx.forged(sign(hs_header(**changes), claims(), digest=digest)))
+    return lambda ctx: call(ctx.forged(hs_jws(hs_header(**changes), claims(), OURS, digest=digest)))
 
 
 def _aud_list_with_ours(ctx: Context) -> Request:
     """RFC 7519: an audience list that contains ours is ours. Only a holder of the key can write one."""
-    return call(ctx.forged(resigned(ctx.session()["sessionId"], aud=["other-deployment", "mcp-sessions"])))
+    return call(ctx.forged(resigned(ctx.session()["sessionId"], OURS, aud=["other-deployment", "mcp-sessions"])))
 
 
 def _claims(**changes: Any) -> Callable[[Context], Request]:
     """A session id signed with the deployment's own secret, with claims that must not pass."""
-    return lambda ctx: call(ctx.forged(sign(hs_header(), claims(**changes))))
+    return lambda ctx: call(ctx.forged(hs_jws(hs_header(), claims(**changes), OURS)))
+
+
+def _unsigned(alg: str, signature: bytes = b"") -> Callable[[Context], Request]:
+    return lambda ctx: call(ctx.forged(hs_jws(hs_header(alg=alg), claims(), OURS, signature=signature)))
 
 
 def _header(**changes: Any) -> Callable[[Context], Request]:
-    return lambda ctx: call(ctx.forged(sign(hs_header(**changes), claims())))
+    return lambda ctx: call(ctx.forged(hs_jws(hs_header(**changes), claims(), OURS)))
 
 
 def _signature(mangle: Callable[[str], str]) -> Callable[[Context], Request]:
@@ -551,7 +498,9 @@ def _sized(size: int) -> Callable[[Context], Request]:
 
 def _nested(depth_body: str, session: bool) -> Callable[[Context], Request]:
     def build(ctx: Context) -> Request:
-        member = f',"{KEY}":{{"sessionId":"{ctx.token(sign(hs_header(kid="nope"), claims()))}"}}' if session else ""
+        member = (
+            f',"{KEY}":{{"sessionId":"{ctx.token(hs_jws(hs_header(kid="nope"), claims(), OURS))}"}}' if session else ""
+        )
         return raw_call(envelope(member, arguments=f'{{"deep":{depth_body}}}').encode())
 
     return build
@@ -559,7 +508,7 @@ def _nested(depth_body: str, session: bool) -> Callable[[Context], Request]:
 
 def _legacy_nested(ctx: Context) -> Request:
     """The 2025-era path: a forged session, and a deeply nested member after it."""
-    request = legacy_call(ctx.forged(sign(hs_header(kid="nope"), claims())))
+    request = legacy_call(ctx.forged(hs_jws(hs_header(kid="nope"), claims(), OURS)))
     request.body = request.body[:-1] + b',"deep":' + NESTED.encode() + b"}"
     return request
 
@@ -571,12 +520,12 @@ def _state_of_another_session(ctx: Context) -> Request:
 
 def _edited_state(ctx: Context) -> Request:
     session = ctx.set_mode(ctx.session(), "user")
-    return call({**session, "state": ctx.token(edited(session["state"], st={"mode": "admin"}))}, tool="get_mode")
+    return call({**session, "state": ctx.token(with_claims(session["state"], st={"mode": "admin"}))}, tool="get_mode")
 
 
 def _state_resigned_by_attacker(ctx: Context) -> Request:
     session = ctx.set_mode(ctx.session(), "user")
-    forged = resigned(session["state"], key=ATTACKER_SECRET, st={"mode": "admin"})
+    forged = resigned(session["state"], ATTACKER_SECRET, st={"mode": "admin"})
     return call({**session, "state": ctx.token(forged)}, tool="get_mode")
 
 
@@ -604,15 +553,15 @@ def _auth(make: Callable[[Context], str], user: str | None) -> Callable[[Context
 
 
 def _pbh_added(ctx: Context) -> str:
-    return edited(_unbound(ctx), pbh=principal_hash("alice"))
+    return with_claims(_unbound(ctx), pbh=principal_hash("alice"))
 
 
 def _pbh_added_resigned(ctx: Context) -> str:
-    return resigned(_unbound(ctx), key=ATTACKER_SECRET, pbh=principal_hash("alice"))
+    return resigned(_unbound(ctx), ATTACKER_SECRET, pbh=principal_hash("alice"))
 
 
 def _pbh_edited(value: Any) -> Callable[[Context], str]:
-    return lambda ctx: edited(_bound(ctx), pbh=value)
+    return lambda ctx: with_claims(_bound(ctx), pbh=value)
 
 
 def _header_mismatch(header: Callable[[Context], str]) -> Callable[[Context], Request]:
@@ -645,7 +594,7 @@ def _encoded(
     """A request whose body is valid JSON for ``json.loads(bytes)`` (what the SDK runs) in another encoding."""
 
     def build(ctx: Context) -> Request:
-        session = ctx.forged(sign(hs_header(), claims(), ATTACKER_SECRET)) if forged else None
+        session = ctx.forged(hs_jws(hs_header(), claims(), ATTACKER_SECRET)) if forged else None
         request = call(session, tool=tool)
         request.body = encode(request.body)
         return request
@@ -660,7 +609,7 @@ def _surrogate_in_a_string(body: bytes) -> bytes:
 
 def _duplicate_content_type(ctx: Context) -> Request:
     """Two Content-Type headers: Starlette (and so the SDK) reads the first one."""
-    request = call(ctx.forged(sign(hs_header(), claims(), ATTACKER_SECRET)))
+    request = call(ctx.forged(hs_jws(hs_header(), claims(), ATTACKER_SECRET)))
     request.headers = [(n, v) for n, v in request.headers if n.lower() != "content-type"]
     request.headers[:0] = [("Content-Type", "application/json"), ("Content-Type", "text/plain")]
     return request
@@ -758,9 +707,21 @@ ROWS: list[Row] = [
     accepted("baseline-es", lambda c: call(c.session("es"), deployment="es")),
     accepted("baseline-bound-session-by-its-creator", _auth(_bound, "alice")),
     # alg none, and algorithms the key is not pinned to.
-    not_found("alg-none-unsigned", lambda c: call(c.forged(unsigned(hs_header(alg="none"), claims()))), SHAPE),
-    not_found("alg-none-junk-sig", lambda c: call(c.forged(unsigned(hs_header(alg="none"), claims(), b"x"))), ALG),
-    not_found("alg-None-unsigned", lambda c: call(c.forged(unsigned(hs_header(alg="None"), claims()))), SHAPE),
+    not_found(
+        "alg-none-unsigned",
+        _unsigned("none"),
+        SHAPE,
+    ),
+    not_found(
+        "alg-none-junk-sig",
+        _unsigned("none", b"x"),
+        ALG,
+    ),
+    not_found(
+        "alg-None-unsigned",
+        _unsigned("None"),
+        SHAPE,
+    ),
     not_found("alg-HS512-same-secret", _header_signed(hashlib.sha512, alg="HS512"), ALG),
     not_found("alg-HS384-same-secret", _header_signed(hashlib.sha384, alg="HS384"), ALG),
     not_found("alg-ES256-on-an-hs-kid", lambda c: call(c.forged(es_signed(claims(), ES_PRIVATE, kid=HS_KID))), ALG),
@@ -804,7 +765,7 @@ ROWS: list[Row] = [
     accepted("aud-list-with-ours-signed-with-our-key", _aud_list_with_ours),
     # Time.
     not_found("expired", _expired, "expired"),
-    not_found("exp-extended-by-edit", _signature(lambda t: edited(t, exp=NOW + 10**8)), SIG),
+    not_found("exp-extended-by-edit", _signature(lambda t: with_claims(t, exp=NOW + 10**8)), SIG),
     not_found("not-yet-valid-iat", _claims(iat=NOW + 3600), "not yet valid"),
     not_found("not-yet-valid-nbf", _claims(nbf=NOW + 3600), "not yet valid"),
     # Missing claims, and claims of the wrong type (numeric strings).
@@ -826,7 +787,7 @@ ROWS: list[Row] = [
     not_found("signature-truncated", _signature(lambda t: t[:-3]), SIG),
     not_found("signature-stripped", _signature(lambda t: t.rsplit(".", 1)[0] + "."), SHAPE),
     not_found("signature-standard-base64", _signature(lambda t: t[:-2] + "+/"), SHAPE),
-    not_found("payload-edited-sid", _signature(lambda t: edited(t, sid="BBBBBBBBBBBBBBBBBBBBBBBB")), SIG),
+    not_found("payload-edited-sid", _signature(lambda t: with_claims(t, sid="BBBBBBBBBBBBBBBBBBBBBBBB")), SIG),
     # Size, refused before decoding, and nesting, bounded.
     not_found("token-1MB-reaches-the-size-check", _sized(1024 * 1024), "oversized"),
     Row("token-8MB-is-over-the-body-limit", _sized(8 * 1024 * 1024), 413, -32600, 0),
@@ -1152,7 +1113,7 @@ def test_pbh_is_an_unkeyed_digest_anyone_can_recompute(servers: dict[str, httpx.
 def test_claims_are_readable_without_any_key(servers: dict[str, httpx.Client], canary: Canary) -> None:
     token = Context(servers, canary).session()["sessionId"]
     assert set(jwt_claims(token)) == {"iss", "aud", "sid", "iat", "exp", "mep"}  # mep: the endpoint it was minted at
-    assert parts(token)[0] == {"alg": "HS256", "kid": HS_KID, "typ": SESSION_TYP}
+    assert jwt_header(token) == {"alg": "HS256", "kid": HS_KID, "typ": SESSION_TYP}
 
 
 # -- the mcp SDK's own bearer auth, with a principal= hook of ones own: the session work runs inside it ------

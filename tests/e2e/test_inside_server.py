@@ -40,6 +40,8 @@ from _mcp import (
     LegacyClient,
     ModernClient,
     answer,
+    era_post,
+    era_request,
     era_session,
     jwt_claims,
     legacy_request,
@@ -53,7 +55,6 @@ from conftest import SECRET, in_process, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
 
 SESSION_META = "io.modelcontextprotocol/session"
-JSON_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
 def notes_server(**options: Any) -> MCPServer:
@@ -72,26 +73,13 @@ def notes_server(**options: Any) -> MCPServer:
     return server
 
 
-def body_of(era: str, method: str, params: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    if era == MODERN:
-        return modern_request(method, params, id=1, **extra)
-    return legacy_request(method, params, id=1, **extra)
+def tool(era: str, text: str, session: str | None) -> Any:
+    meta = {} if session is None else {SESSION_META: {"sessionId": session}}
+    return era_request(era, "tools/call", {"name": "note", "arguments": {"text": text}}, **meta)
 
 
-def post(
-    http: httpx.Client, url: str, era: str, body: dict[str, Any], headers: dict[str, str] | None = None
-) -> httpx.Response:
-    sent = modern_headers(body) if era == MODERN else {**JSON_SSE, "MCP-Protocol-Version": LEGACY}
-    return http.post(url, json=body, headers={**sent, **(headers or {})})
-
-
-def tool(era: str, text: str, session: str | None) -> dict[str, Any]:
-    meta = None if session is None else {"io.modelcontextprotocol/session": {"sessionId": session}}
-    return body_of(era, "tools/call", {"name": "note", "arguments": {"text": text}}, meta=meta)
-
-
-def delete(era: str, session: str) -> dict[str, Any]:
-    return body_of(era, "sessions/delete", meta={"io.modelcontextprotocol/session": {"sessionId": session}})
+def delete(era: str, session: str) -> Any:
+    return era_request(era, "sessions/delete", **{SESSION_META: {"sessionId": session}})
 
 
 def bearer(user: str | None) -> dict[str, str]:
@@ -143,14 +131,14 @@ def test_the_servers_auth_refuses_every_session_method_as_it_refuses_a_tool(
 ) -> None:
     alices = era_session(authed, "/mcp", era, **bearer("alice"))
     headers = {} if credentials is None else {"Authorization": credentials}
-    refused = post(authed, "/mcp", era, tool(era, "x", None), headers)
+    refused = era_post(authed, "/mcp", era, tool(era, "x", None), **headers)
     assert refused.status_code == 401
-    for body in [body_of(era, "sessions/create"), delete(era, alices)]:
-        response = post(authed, "/mcp", era, body, headers)
+    for body in [era_request(era, "sessions/create"), delete(era, alices), delete(era, "x")]:
+        response = era_post(authed, "/mcp", era, body, **headers)
         assert (response.status_code, response.content) == (refused.status_code, refused.content), body
         assert response.headers.get("www-authenticate") == refused.headers.get("www-authenticate")
     # The unauthenticated delete ended nothing: alice's session is still hers.
-    kept = post(authed, "/mcp", era, tool(era, "still here", alices), bearer("alice"))
+    kept = era_post(authed, "/mcp", era, tool(era, "still here", alices), **bearer("alice"))
     assert json.loads(tool_text(answer(kept))) == ["still here"]
 
 
@@ -158,14 +146,14 @@ def test_the_servers_auth_refuses_every_session_method_as_it_refuses_a_tool(
 def test_a_session_belongs_to_the_principal_the_server_authenticated(authed: httpx.Client, era: str) -> None:
     alices = era_session(authed, "/mcp", era, **bearer("alice"))
     assert "pbh" in jwt_claims(alices)  # bound with no principal= hook written
-    post(authed, "/mcp", era, tool(era, "alice's secret", alices), bearer("alice"))
-    stolen = answer(post(authed, "/mcp", era, tool(era, "", alices), bearer("bob")))
-    unknown = answer(post(authed, "/mcp", era, tool(era, "", alices[:-4] + "AAAA"), bearer("bob")))
+    era_post(authed, "/mcp", era, tool(era, "alice's secret", alices), **bearer("alice"))
+    stolen = answer(era_post(authed, "/mcp", era, tool(era, "", alices), **bearer("bob")))
+    unknown = answer(era_post(authed, "/mcp", era, tool(era, "", alices[:-4] + "AAAA"), **bearer("bob")))
     assert stolen["error"]["code"] == SESSION_NOT_FOUND
     assert stolen["error"]["message"] == unknown["error"]["message"]  # the same answer as for an unknown session
-    deleted = answer(post(authed, "/mcp", era, delete(era, alices), bearer("bob")))
+    deleted = answer(era_post(authed, "/mcp", era, delete(era, alices), **bearer("bob")))
     assert deleted["error"]["code"] == SESSION_NOT_FOUND
-    mine = answer(post(authed, "/mcp", era, tool(era, "", alices), bearer("alice")))
+    mine = answer(era_post(authed, "/mcp", era, tool(era, "", alices), **bearer("alice")))
     assert json.loads(tool_text(mine)) == ["alice's secret"]
 
 
@@ -179,7 +167,7 @@ def test_a_public_host_server_gets_sessions_with_no_option(era: str) -> None:
     with in_process(app) as http:
         public = {"Host": "mcp.example.com", "Origin": "https://chat.example"}
         session = era_session(http, "/mcp", era, **public)
-        answered = post(http, "/mcp", era, tool(era, "hi", session), public)
+        answered = era_post(http, "/mcp", era, tool(era, "hi", session), **public)
         assert json.loads(tool_text(answer(answered))) == ["hi"]
 
 
@@ -189,9 +177,9 @@ def test_a_loopback_server_refuses_a_foreign_host_for_session_methods_as_for_too
     app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True), secret=SECRET)
     with in_process(app) as http:
         for headers in [{"Host": "evil.example"}, {"Origin": "http://evil.example"}]:
-            refused = post(http, "/mcp", era, tool(era, "x", None), headers)
+            refused = era_post(http, "/mcp", era, tool(era, "x", None), **headers)
             assert refused.status_code in (421, 403)
-            created = post(http, "/mcp", era, body_of(era, "sessions/create"), headers)
+            created = era_post(http, "/mcp", era, era_request(era, "sessions/create"), **headers)
             assert (created.status_code, created.content) == (refused.status_code, refused.content)
 
 
@@ -203,8 +191,8 @@ def test_the_servers_body_limit_refuses_session_methods_as_it_refuses_a_tool(era
     )
     with in_process(app) as http:
         padding = {"padding": "x" * 4096}
-        refused = post(http, "/mcp", era, body_of(era, "tools/call", {"name": "note", **padding}))
-        created = post(http, "/mcp", era, body_of(era, "sessions/create", padding))
+        refused = era_post(http, "/mcp", era, era_request(era, "tools/call", {"name": "note", **padding}))
+        created = era_post(http, "/mcp", era, era_request(era, "sessions/create", padding))
         assert refused.status_code == 413
         assert (created.status_code, created.content) == (refused.status_code, refused.content)
         assert era_session(http, "/mcp", era)  # a body within the server's limit still gets a session
@@ -243,13 +231,13 @@ def two_servers(*, one_middleware: bool, by_hand: bool = False) -> Starlette:
 def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(one_middleware: bool, by_hand: bool) -> None:
     with in_process(two_servers(one_middleware=one_middleware, by_hand=by_hand)) as http:
         session = era_session(http, "/a/mcp", MODERN)
-        at_a = answer(post(http, "/a/mcp", MODERN, tool(MODERN, "a", session)))
+        at_a = answer(era_post(http, "/a/mcp", MODERN, tool(MODERN, "a", session)))
         assert json.loads(tool_text(at_a)) == ["a"]
-        at_b = answer(post(http, "/b/mcp", MODERN, tool(MODERN, "b", session)))
+        at_b = answer(era_post(http, "/b/mcp", MODERN, tool(MODERN, "b", session)))
         assert at_b["error"]["code"] == SESSION_NOT_FOUND
-        gone = answer(post(http, "/b/mcp", MODERN, delete(MODERN, session)))
+        gone = answer(era_post(http, "/b/mcp", MODERN, delete(MODERN, session)))
         assert gone["error"]["code"] == SESSION_NOT_FOUND
-        assert "result" in answer(post(http, "/a/mcp", MODERN, tool(MODERN, "", session)))
+        assert "result" in answer(era_post(http, "/a/mcp", MODERN, tool(MODERN, "", session)))
 
 
 def test_the_same_app_cannot_get_two_session_middlewares() -> None:
@@ -279,39 +267,12 @@ ALICE = {"X-User": "alice"}
 
 def test_fixation_draft(optional_auth: httpx.Client) -> None:
     anonymous = era_session(optional_auth, "/mcp", MODERN)
-    used = answer(post(optional_auth, "/mcp", MODERN, tool(MODERN, "alice writes", anonymous), ALICE))
+    used = answer(era_post(optional_auth, "/mcp", MODERN, tool(MODERN, "alice writes", anonymous), **ALICE))
     assert used["error"]["code"] == SESSION_NOT_FOUND
     # Nothing was written for the anonymous creator to read.
-    assert answer(post(optional_auth, "/mcp", MODERN, tool(MODERN, "", anonymous)))["result"]["content"][0][
+    assert answer(era_post(optional_auth, "/mcp", MODERN, tool(MODERN, "", anonymous)))["result"]["content"][0][
         "text"
     ] == json.dumps([])
-
-
-# -- the session methods behind the SDK's bearer auth -------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def authed_session_methods() -> Iterator[httpx.Client]:
-    server = sdk_auth_server()
-    app = server.streamable_http_app(stateless_http=True, json_response=True)
-    with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
-        yield http
-
-
-SESSION_METHODS = {
-    "draft sessions/create": (MODERN, body_of(MODERN, "sessions/create")),
-    "draft sessions/delete": (MODERN, body_of(MODERN, "sessions/delete", meta={SESSION_META: {"sessionId": "x"}})),
-}
-
-
-@pytest.mark.parametrize("name", list(SESSION_METHODS))
-def test_the_session_methods_get_the_servers_401(authed_session_methods: httpx.Client, name: str) -> None:
-    era, body = SESSION_METHODS[name]
-    refused = post(authed_session_methods, "/mcp", era, tool(era, "x", None))
-    response = post(authed_session_methods, "/mcp", era, body)
-    assert refused.status_code == 401
-    assert (response.status_code, response.content) == (refused.status_code, refused.content)
-    assert response.headers["www-authenticate"] == refused.headers["www-authenticate"]
 
 
 # -- FastAPI with its own authentication --------------------------------------------------------------------
@@ -339,16 +300,16 @@ def test_fastapi_with_its_own_auth_decides_for_the_session_methods() -> None:
     with in_process(api) as http:
         endpoint = "/mcp"
         forged = {"Authorization": "Bearer mallory-token"}
-        refused = post(http, endpoint, MODERN, tool(MODERN, "x", None), forged)
-        created = post(http, endpoint, MODERN, body_of(MODERN, "sessions/create"), forged)
+        refused = era_post(http, endpoint, MODERN, tool(MODERN, "x", None), **forged)
+        created = era_post(http, endpoint, MODERN, era_request(MODERN, "sessions/create"), **forged)
         assert refused.status_code == 400
         assert (created.status_code, created.content) == (refused.status_code, refused.content)
         alices = era_session(http, endpoint, MODERN, **bearer("alice"))
         assert "pbh" in jwt_claims(alices)
-        post(http, endpoint, MODERN, tool(MODERN, "hers", alices), bearer("alice"))
-        stolen = answer(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("bob")))
+        era_post(http, endpoint, MODERN, tool(MODERN, "hers", alices), **bearer("alice"))
+        stolen = answer(era_post(http, endpoint, MODERN, tool(MODERN, "", alices), **bearer("bob")))
         assert stolen["error"]["code"] == SESSION_NOT_FOUND
-        mine = answer(post(http, endpoint, MODERN, tool(MODERN, "", alices), bearer("alice")))
+        mine = answer(era_post(http, endpoint, MODERN, tool(MODERN, "", alices), **bearer("alice")))
         assert json.loads(tool_text(mine)) == ["hers"]
 
 
@@ -364,12 +325,12 @@ def test_a_templated_mount_binds_the_concrete_path_and_the_header_attaches_nothi
     app = tenant_app(server, [Mount("/{tenant}", server.streamable_http_app(stateless_http=True, json_response=True))])
     with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
         t2 = era_session(http, "/t2/mcp", MODERN)
-        post(http, "/t2/mcp", MODERN, tool(MODERN, "t2 secret", t2))
-        by_header = answer(post(http, "/t1/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": t2}))
+        era_post(http, "/t2/mcp", MODERN, tool(MODERN, "t2 secret", t2))
+        by_header = answer(era_post(http, "/t1/mcp", MODERN, tool(MODERN, "", None), **{"Mcp-Session-Id": t2}))
         assert tool_text(by_header) == "none"
-        by_meta = answer(post(http, "/t1/mcp", MODERN, tool(MODERN, "", t2)))
+        by_meta = answer(era_post(http, "/t1/mcp", MODERN, tool(MODERN, "", t2)))
         assert by_meta["error"]["code"] == SESSION_NOT_FOUND
-        at_home = answer(post(http, "/t2/mcp", MODERN, tool(MODERN, "", t2)))
+        at_home = answer(era_post(http, "/t2/mcp", MODERN, tool(MODERN, "", t2)))
         assert json.loads(tool_text(at_home)) == ["t2 secret"]
 
 
@@ -392,12 +353,12 @@ def test_a_server_behind_a_host_route_gets_the_session_work_beside_another_endpo
     assert "the session work runs at the MCP endpoints /mcp, /other/mcp" in caplog.text  # what it found, said
     with in_process(app) as http:
         session = era_session(http, "/mcp", MODERN)
-        post(http, "/mcp", MODERN, tool(MODERN, "hosted", session))
-        mine = answer(post(http, "/mcp", MODERN, tool(MODERN, "", session)))
+        era_post(http, "/mcp", MODERN, tool(MODERN, "hosted", session))
+        mine = answer(era_post(http, "/mcp", MODERN, tool(MODERN, "", session)))
         assert json.loads(tool_text(mine)) == ["hosted"]
-        elsewhere = answer(post(http, "/other/mcp", MODERN, tool(MODERN, "", session)))
+        elsewhere = answer(era_post(http, "/other/mcp", MODERN, tool(MODERN, "", session)))
         assert elsewhere["error"]["code"] == SESSION_NOT_FOUND
-        by_header = post(http, "/other/mcp", MODERN, tool(MODERN, "", None), {"Mcp-Session-Id": session})
+        by_header = era_post(http, "/other/mcp", MODERN, tool(MODERN, "", None), **{"Mcp-Session-Id": session})
         assert tool_text(answer(by_header)) == "none"
 
 
@@ -409,10 +370,12 @@ def test_routers_inside_routers_and_two_routes_to_one_transport() -> None:
     with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
         for endpoint in ("/api/v1/deep/mcp", "/alias/mcp"):
             session = era_session(http, endpoint, MODERN)
-            post(http, endpoint, MODERN, tool(MODERN, "here", session))
-            assert json.loads(tool_text(answer(post(http, endpoint, MODERN, tool(MODERN, "", session))))) == ["here"]
+            era_post(http, endpoint, MODERN, tool(MODERN, "here", session))
+            assert json.loads(tool_text(answer(era_post(http, endpoint, MODERN, tool(MODERN, "", session))))) == [
+                "here"
+            ]
         crossed = answer(
-            post(http, "/alias/mcp", MODERN, tool(MODERN, "", era_session(http, "/api/v1/deep/mcp", MODERN)))
+            era_post(http, "/alias/mcp", MODERN, tool(MODERN, "", era_session(http, "/api/v1/deep/mcp", MODERN)))
         )
         assert crossed["error"]["code"] == SESSION_NOT_FOUND
 
@@ -438,10 +401,10 @@ def test_two_users_who_share_a_display_name_never_share_a_session() -> None:
     with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
         endpoint = "/mcp"
         victims = era_session(http, endpoint, MODERN, **{"X-User": "7 Alice"})
-        post(http, endpoint, MODERN, tool(MODERN, "hers", victims), {"X-User": "7 Alice"})
-        stolen = answer(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "8 Alice"}))
+        era_post(http, endpoint, MODERN, tool(MODERN, "hers", victims), **{"X-User": "7 Alice"})
+        stolen = answer(era_post(http, endpoint, MODERN, tool(MODERN, "", victims), **{"X-User": "8 Alice"}))
         assert stolen["error"]["code"] == SESSION_NOT_FOUND
-        mine = answer(post(http, endpoint, MODERN, tool(MODERN, "", victims), {"X-User": "7 Someone else"}))
+        mine = answer(era_post(http, endpoint, MODERN, tool(MODERN, "", victims), **{"X-User": "7 Someone else"}))
         assert json.loads(tool_text(mine)) == ["hers"]
 
 
@@ -476,7 +439,7 @@ def test_an_ordinary_route_gets_the_signed_in_users_session_and_never_an_anonymo
         attackers = era_session(http, "/mcp", MODERN)
         fixed = http.get("/status", headers={"Mcp-Session-Id": attackers, **ALICE})
         assert fixed.text == "none"
-        assert tool_text(answer(post(http, "/mcp", MODERN, tool(MODERN, "", attackers)))) == "[]"
+        assert tool_text(answer(era_post(http, "/mcp", MODERN, tool(MODERN, "", attackers)))) == "[]"
         alices = era_session(http, "/mcp", MODERN, **ALICE)
         assert http.get("/status", headers={"Mcp-Session-Id": alices, **ALICE}).text == jwt_claims(alices)["sid"]
         assert http.get("/status", headers={"Mcp-Session-Id": alices}).text == "none"
@@ -512,7 +475,7 @@ def test_a_server_behind_an_app_that_is_not_starlettes_is_asked_through_it_and_t
         body = modern_request("sessions/create")
         foreign = http.post("/mcp", json=body, headers={**modern_headers(body), "Host": "evil.example"})
         assert (foreign.status_code, foreign.text) == (421, "Invalid Host header")
-        assert "sessionId" in answer(post(http, "/mcp", MODERN, body))["result"]["session"]
+        assert "sessionId" in answer(era_post(http, "/mcp", MODERN, body))["result"]["session"]
 
 
 def lowlevel_app(*, stateless: bool) -> Starlette:

@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from _mcp import answer, jwt_claims, messages, modern_headers, modern_request
+from _redis import end_process
 from conftest import SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,17 +101,8 @@ def start(mode: str, log: Path) -> Server:
             return server
         except httpx.HTTPError:
             if process.poll() is not None or time.monotonic() > deadline:
-                stop(server)
+                end_process(server.process)
                 raise RuntimeError(f"the {mode} server did not start: {log.read_text()[-2000:]}") from None
-
-
-def stop(server: Server) -> None:
-    server.process.terminate()
-    try:
-        server.process.wait(10)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
-        server.process.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +115,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
         yield started
     finally:
         for server in started:
-            stop(server)
+            end_process(server.process)
 
 
 # -- one conversation ------------------------------------------------------------------------------

@@ -360,13 +360,17 @@ def test_a_streamed_answer_is_observed_to_its_end(servers: dict[str, str], http:
 
 @dataclass(frozen=True)
 class Rejection:
-    """A request the middleware answers itself with a JSON-RPC error."""
+    """A request the middleware answers itself with a JSON-RPC error: ``sent(token)`` gives its keywords."""
 
     name: str
-    span: str
+    span: str  # "tools/call TOOL" calls TOOL; any other name is the method sent
     code: int
-    send: Callable[[RawClient, str], tuple[httpx.Response, dict[str, Any]]]
+    sent: Callable[[str], dict[str, Any]]
     eras: tuple[Era, ...] = ("modern", "legacy")
+
+    def send(self, client: RawClient, token: str) -> tuple[httpx.Response, dict[str, Any]]:
+        method, _, tool = self.span.partition(" ")
+        return client.call_tool(tool, **self.sent(token)) if tool else client.request(method, **self.sent(token))
 
 
 def _forged(token: str) -> str:
@@ -375,49 +379,28 @@ def _forged(token: str) -> str:
 
 REJECTIONS = [
     Rejection(
-        "unknown-token",
-        "tools/call count",
-        SESSION_NOT_FOUND,
-        lambda c, t: c.call_tool("count", session={"sessionId": "not-a-token"}),
+        "unknown-token", "tools/call count", SESSION_NOT_FOUND, lambda t: {"session": {"sessionId": "not-a-token"}}
     ),
-    Rejection(
-        "forged-token",
-        "tools/call count",
-        SESSION_NOT_FOUND,
-        lambda c, t: c.call_tool("count", session=session_meta(_forged(t))),
-    ),
+    Rejection("forged-token", "tools/call count", SESSION_NOT_FOUND, lambda t: {"session": session_meta(_forged(t))}),
     Rejection(
         "bad-state",
         "tools/call get_mode",
         SESSION_NOT_FOUND,
-        lambda c, t: c.call_tool("get_mode", session=session_meta(t, state="not-a-state")),
+        lambda t: {"session": session_meta(t, state="not-a-state")},
     ),
-    Rejection("required", "tools/call count", SESSION_REQUIRED, lambda c, t: c.call_tool("count")),
-    Rejection(
-        "delete-without-session",
-        "sessions/delete",
-        SESSION_REQUIRED,
-        lambda c, t: c.request("sessions/delete"),
-    ),
+    Rejection("required", "tools/call count", SESSION_REQUIRED, lambda t: {}),
+    Rejection("delete-without-session", "sessions/delete", SESSION_REQUIRED, lambda t: {}),
     Rejection(
         "header-mismatch",
         "tools/call count",
         HEADER_MISMATCH,
-        lambda c, t: c.call_tool("count", session=session_meta(t), Mcp_Session_Id="another-session"),
+        lambda t: {"session": session_meta(t), "Mcp_Session_Id": "another-session"},
         eras=("modern",),
     ),
     Rejection(
-        "malformed-session-metadata",
-        "tools/call whoami",
-        INVALID_REQUEST,
-        lambda c, t: c.call_tool("whoami", session={"sessionId": 42}),
+        "malformed-session-metadata", "tools/call whoami", INVALID_REQUEST, lambda t: {"session": {"sessionId": 42}}
     ),
-    Rejection(
-        "create-inside-a-session",
-        "sessions/create",
-        INVALID_REQUEST,
-        lambda c, t: c.request("sessions/create", session=session_meta(t)),
-    ),
+    Rejection("create-inside-a-session", "sessions/create", INVALID_REQUEST, lambda t: {"session": session_meta(t)}),
 ]
 
 
@@ -455,7 +438,9 @@ class Failure:
     span: str
     error_type: str
     status_code: str | None
-    body: Callable[[Era, str], dict[str, Any]]
+    method: str
+    params: dict[str, Any]
+    meta: dict[str, Any] | None = None
     streams_on_modern: bool = False
     attributes: dict[str, str] = field(default_factory=dict)
 
@@ -467,20 +452,16 @@ def _request(
     return build(method, params, id=9, session=session_meta(token), meta=meta)
 
 
+TOOL_ERROR = "tool_error"
 FAILURES = [
-    Failure(
-        "tool-raises",
-        "tools/call broken",
-        "tool_error",
-        None,
-        lambda era, token: _request(era, "tools/call", {"name": "broken", "arguments": {}}, token),
-    ),
+    Failure("tool-raises", "tools/call broken", TOOL_ERROR, None, "tools/call", {"name": "broken", "arguments": {}}),
     Failure(  # a name the server never listed: not in the span's name, kept as the original
         "unknown-tool",
         "tools/call",
-        "tool_error",
+        TOOL_ERROR,
         None,
-        lambda era, token: _request(era, "tools/call", {"name": "nope", "arguments": {}}, token),
+        "tools/call",
+        {"name": "nope", "arguments": {}},
         attributes={"gen_ai.tool.name": "_OTHER", "mcp_sessions.target_original": "nope"},
     ),
     Failure(
@@ -488,24 +469,19 @@ FAILURES = [
         "_OTHER",
         str(METHOD_NOT_FOUND),
         str(METHOD_NOT_FOUND),
-        lambda era, token: _request(era, "tasks/frobnicate", {}, token),
+        "tasks/frobnicate",
+        {},
         attributes={"mcp.method.name": "_OTHER", "mcp_sessions.method_original": "tasks/frobnicate"},
     ),
-    Failure(
-        "invalid-params",
-        "tools/call",
-        str(INVALID_PARAMS),
-        str(INVALID_PARAMS),
-        lambda era, token: _request(era, "tools/call", {"arguments": {}}, token),
-    ),
+    Failure("invalid-params", "tools/call", str(INVALID_PARAMS), str(INVALID_PARAMS), "tools/call", {"arguments": {}}),
     Failure(
         "tool-answers-an-error",
         "tools/call refuse",
         str(REFUSED),
         str(REFUSED),
-        lambda era, token: _request(
-            era, "tools/call", {"name": "refuse", "arguments": {}}, token, {"progressToken": "p-1"}
-        ),
+        "tools/call",
+        {"name": "refuse", "arguments": {}},
+        {"progressToken": "p-1"},
         streams_on_modern=True,
     ),
 ]
@@ -521,7 +497,7 @@ def test_server_failures_mark_the_span_for_json_and_sse_answers(
     token, sid, _ = create(client, spans)
     spans.clear()
 
-    response = client.post(case.body(era, token))
+    response = client.post(_request(era, case.method, case.params, token, case.meta))
     message = answer(response)
     finished = spans.wait_middleware(1)
 

@@ -24,7 +24,7 @@ import pytest
 
 from _mcp import ModernClient, jwt_claims, session_meta
 from _otlp import Receiver
-from _viewers import free_port
+from _redis import free_port
 from conftest import SECRET
 
 ROOT = Path(__file__).resolve().parents[2]

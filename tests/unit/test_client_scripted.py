@@ -22,7 +22,7 @@ import httpx2
 import pytest
 
 from _client import FAST, STORE_UNAVAILABLE, sent_session
-from _mcp import LEGACY, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, modern_headers, modern_request
+from _mcp import LEGACY, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, b64, modern_headers, modern_request
 from mcp_sessions.client import HeldSession, RetryPolicy, SessionError, SessionTransport
 from mcp_sessions.client._messages import retry_after as _retry_after
 from mcp_sessions.profiles._base import SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED
@@ -30,14 +30,16 @@ from mcp_sessions.profiles._base import SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED
 pytestmark = pytest.mark.anyio
 
 
-Handler = Callable[[httpx2.Request, Any], Any]
+Handler = Callable[[Any], Any]
 
 
 class ScriptedServer:
-    """A tiny MCP server with sessions behind httpx2.MockTransport; ``script`` may override any answer."""
+    """A tiny MCP server with sessions behind httpx2.MockTransport; ``script(body)`` may override any answer
+    (to ``on``, the one method it answers, when given) by returning one, or a coroutine that gives one."""
 
-    def __init__(self, script: Handler | None = None, *, advertise: bool = True) -> None:
+    def __init__(self, script: Handler | None = None, *, on: str | None = None, advertise: bool = True) -> None:
         self.script = script
+        self.on = on
         self.advertise = advertise
         self.created = 0
         self.deleted: list[str] = []
@@ -49,8 +51,8 @@ class ScriptedServer:
     async def __call__(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
         self.requests.append((request.headers, body))
-        if self.script is not None:
-            answer = self.script(request, body)
+        if self.script is not None and (self.on is None or (isinstance(body, dict) and body["method"] == self.on)):
+            answer = self.script(body)
             if answer is not None:
                 return await answer if not isinstance(answer, httpx2.Response) else answer
         if isinstance(body, list):
@@ -190,7 +192,7 @@ async def test_mcp_session_id_header(modern: bool, own: str | None, expected: st
 
 
 async def test_non_json_rpc_posts_pass_through_untouched() -> None:
-    server = ScriptedServer(lambda request, body: httpx2.Response(200, json={"ok": True}))
+    server = ScriptedServer(lambda body: httpx2.Response(200, json={"ok": True}))
     shim = scripted(server, session=HeldSession("tok-1"))
     response = await post(shim, {"method": "card", "value": 1}, modern=False)
 
@@ -207,9 +209,7 @@ async def test_accept_encoding_is_cut_to_what_the_shim_can_read() -> None:
 
 
 async def test_a_gzip_json_echo_is_read_and_the_caller_gets_the_bytes_as_sent() -> None:
-    def script(request: httpx2.Request, body: Any) -> httpx2.Response | None:
-        if body["method"] != "tools/call":
-            return None
+    def script(body: Any) -> httpx2.Response | None:
         payload = json.dumps(ScriptedServer().result(body) | {"id": body["id"]}).encode()
         message = json.loads(payload)
         message["result"]["_meta"] = {SESSION_KEY: {"sessionId": "tok-1", "state": "zipped"}}
@@ -218,7 +218,7 @@ async def test_a_gzip_json_echo_is_read_and_the_caller_gets_the_bytes_as_sent() 
             200, headers={"content-type": "application/json", "content-encoding": "gzip"}, content=compressed
         )
 
-    shim = scripted(ScriptedServer(script), session=HeldSession("tok-1"))
+    shim = scripted(ScriptedServer(script, on="tools/call"), session=HeldSession("tok-1"))
     response = await post(shim, call())
 
     assert response.json()["result"]["_meta"][SESSION_KEY]["state"] == "zipped"
@@ -228,9 +228,7 @@ async def test_a_gzip_json_echo_is_read_and_the_caller_gets_the_bytes_as_sent() 
 async def test_sse_is_relayed_as_it_arrives_and_the_echo_read() -> None:
     release = anyio.Event()
 
-    def script(request: httpx2.Request, body: Any) -> httpx2.Response | None:
-        if body["method"] != "tools/call":
-            return None
+    def script(body: Any) -> httpx2.Response | None:
 
         async def stream() -> AsyncIterator[bytes]:
             yield sse({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}})
@@ -239,7 +237,7 @@ async def test_sse_is_relayed_as_it_arrives_and_the_echo_read() -> None:
 
         return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=stream())
 
-    shim = scripted(ScriptedServer(script), session=HeldSession("tok-1"))
+    shim = scripted(ScriptedServer(script, on="tools/call"), session=HeldSession("tok-1"))
     body = call()
     lines: list[str] = []
     with anyio.fail_after(10):  # a deadlock guard, not a timing assertion
@@ -262,9 +260,7 @@ async def test_sse_is_relayed_as_it_arrives_and_the_echo_read() -> None:
 async def test_a_caller_that_stops_reading_closes_the_servers_stream() -> None:
     closed = anyio.Event()
 
-    def script(request: httpx2.Request, body: Any) -> httpx2.Response | None:
-        if body["method"] != "tools/call":
-            return None
+    def script(body: Any) -> httpx2.Response | None:
 
         async def stream() -> AsyncIterator[bytes]:
             try:
@@ -276,7 +272,7 @@ async def test_a_caller_that_stops_reading_closes_the_servers_stream() -> None:
 
         return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=stream())
 
-    shim = scripted(ScriptedServer(script), session=HeldSession("tok-1"))
+    shim = scripted(ScriptedServer(script, on="tools/call"), session=HeldSession("tok-1"))
     body = call()
     with anyio.fail_after(10):  # a deadlock guard
         async with (
@@ -292,9 +288,7 @@ async def test_a_caller_that_stops_reading_closes_the_servers_stream() -> None:
 async def test_an_error_as_the_first_sse_event_is_retried(code: int) -> None:
     attempts = []
 
-    def script(request: httpx2.Request, body: Any) -> httpx2.Response | None:
-        if body["method"] != "tools/call":
-            return None
+    def script(body: Any) -> httpx2.Response | None:
         attempts.append(sent_session(body)["sessionId"])
         if len(attempts) == 1:
             return httpx2.Response(
@@ -302,7 +296,7 @@ async def test_an_error_as_the_first_sse_event_is_retried(code: int) -> None:
             )
         return None
 
-    server = ScriptedServer(script)
+    server = ScriptedServer(script, on="tools/call")
     shim = scripted(server, session=HeldSession("tok-0"), recreate=True)
     response = await post(shim, call())
 
@@ -312,14 +306,12 @@ async def test_an_error_as_the_first_sse_event_is_retried(code: int) -> None:
 
 
 async def test_an_sse_error_after_other_events_reaches_the_caller() -> None:
-    def script(request: httpx2.Request, body: Any) -> httpx2.Response | None:
-        if body["method"] != "tools/call":
-            return None
+    def script(body: Any) -> httpx2.Response | None:
         progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}}
         content = sse(progress, rpc_error(body, SESSION_NOT_FOUND, "Session not found"))
         return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=content)
 
-    server = ScriptedServer(script)
+    server = ScriptedServer(script, on="tools/call")
     shim = scripted(server, session=HeldSession("tok-0"), recreate=True)
     response = await post(shim, call())
 
@@ -332,7 +324,7 @@ async def test_retry_after_is_honoured_and_the_deadline_bounds_the_retries() -> 
     attempts = []
     past = format_datetime(datetime.now(UTC) - timedelta(minutes=1), usegmt=True)
 
-    def script(request: httpx2.Request, body: Any) -> httpx2.Response | None:
+    def script(body: Any) -> httpx2.Response | None:
         attempts.append(1)
         return httpx2.Response(503, headers={"retry-after": past}, json=rpc_error(body, STORE_UNAVAILABLE))
 
@@ -391,7 +383,7 @@ OVER_1_MIB = "sessions/create: the server's answer is over 1048576 bytes"
 async def test_a_failed_create_answers_the_callers_request_and_the_explicit_api_raises(
     answer: Callable[[Any], httpx2.Response], status: int, error: dict[str, Any]
 ) -> None:
-    server = ScriptedServer(lambda request, body: answer(body) if body["method"] == "sessions/create" else None)
+    server = ScriptedServer(answer, on="sessions/create")
     shim = scripted(server)
     with pytest.raises(SessionError) as raised:
         await shim.create("http://mcp.test/mcp")
@@ -405,12 +397,9 @@ async def test_a_failed_create_answers_the_callers_request_and_the_explicit_api_
 
 
 async def test_a_server_that_does_not_know_sessions_create_gets_the_request_sessionless() -> None:
-    def script(request: httpx2.Request, body: Any) -> httpx2.Response | None:
-        if body["method"] == "sessions/create":
-            return httpx2.Response(404, json=rpc_error(body, -32601, "Method not found"))
-        return None
-
-    server = ScriptedServer(script)
+    server = ScriptedServer(
+        lambda body: httpx2.Response(404, json=rpc_error(body, -32601, "Method not found")), on="sessions/create"
+    )
     shim = scripted(server)
     first = await post(shim, call())
     second = await post(shim, call())
@@ -423,12 +412,12 @@ async def test_a_server_that_does_not_know_sessions_create_gets_the_request_sess
 @pytest.mark.parametrize("code", [SESSION_REQUIRED, SPEC_SAFE_REQUIRED], ids=["seeds", "spec-safe"])
 @pytest.mark.parametrize("auto_create", [True, False])
 async def test_session_required_creates_one_and_retries_once(auto_create: bool, code: int) -> None:
-    def script(request: httpx2.Request, body: Any) -> httpx2.Response | None:
-        if body["method"] == "tools/call" and sent_session(body) == "absent":
+    def script(body: Any) -> httpx2.Response | None:
+        if sent_session(body) == "absent":
             return httpx2.Response(200, json=rpc_error(body, code, "Session required"))
         return None
 
-    server = ScriptedServer(script, advertise=False)  # the server did not advertise: no lazy create
+    server = ScriptedServer(script, on="tools/call", advertise=False)  # the server did not advertise: no lazy create
     shim = scripted(server, auto_create=auto_create)
     await post(shim, modern_request("server/discover"))
     response = await post(shim, call())
@@ -449,10 +438,7 @@ async def test_concurrent_first_requests_wait_for_one_create() -> None:
         await release.wait()
         return httpx2.Response(200, json=ScriptedServer().result(body))
 
-    def script(request: httpx2.Request, body: Any) -> Any:
-        return slow_create(body) if body["method"] == "sessions/create" else None
-
-    server = ScriptedServer(script)
+    server = ScriptedServer(slow_create, on="sessions/create")
     shim = scripted(server)
     async with httpx2.AsyncClient(transport=shim) as http, anyio.create_task_group() as tg:
         for n in range(4):
@@ -478,16 +464,13 @@ async def test_delete_on_close_is_bounded_and_never_raises(caplog: pytest.LogCap
         await never.wait()
         raise AssertionError("unreachable")
 
-    def script(request: httpx2.Request, body: Any) -> Any:
-        return hang(body) if body["method"] == "sessions/delete" else None
-
     caplog.set_level(logging.WARNING, "mcp_sessions.client")
-    shim = scripted(ScriptedServer(script), delete_on_close=True, close_timeout=0.05)
+    shim = scripted(ScriptedServer(hang, on="sessions/delete"), delete_on_close=True, close_timeout=0.05)
     await post(shim, call())  # creates the session, and teaches the shim the endpoint
     assert shim.session.token == "tok-1"
 
     broken = scripted(
-        ScriptedServer(lambda r, b: httpx2.Response(500) if b["method"] == "sessions/delete" else None),
+        ScriptedServer(lambda body: httpx2.Response(500), on="sessions/delete"),
         delete_on_close=True,
     )
     await post(broken, call())
@@ -522,10 +505,7 @@ async def test_explicit_create_needs_an_endpoint() -> None:
 
 def test_session_handle_round_trip_and_inspection() -> None:
     claims = {"sid": "abcdefghijklmnopqrstuvwx", "exp": 4_000_000_000}
-    payload = json.dumps(claims).encode()
-    import base64
-
-    token = "eyJhbGciOiJIUzI1NiJ9." + base64.urlsafe_b64encode(payload).rstrip(b"=").decode() + ".sig"
+    token = "eyJhbGciOiJIUzI1NiJ9." + b64(json.dumps(claims).encode()) + ".sig"
     handle = HeldSession(token, state="s", expires_at="2030-01-02T03:04:05Z", label="L")
 
     assert handle.id == "abcdefghijklmnopqrstuvwx"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from _mcp import b64
 from conftest import SECRET, signer_of
 from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey
 from mcp_sessions.stores import MemoryStore, RedisStore
@@ -26,12 +26,8 @@ async def app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover 
     raise AssertionError("configuration tests never call the app")
 
 
-def b64url(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-
 def oct_jwk(kid: str, secret: bytes, **extra: Any) -> dict[str, Any]:
-    return {"kty": "oct", "kid": kid, "k": b64url(secret), **extra}
+    return {"kty": "oct", "kid": kid, "k": b64(secret), **extra}
 
 
 def ec_jwk(kid: str, key: ec.EllipticCurvePrivateKey, *, private: bool = True) -> dict[str, Any]:
@@ -40,18 +36,18 @@ def ec_jwk(kid: str, key: ec.EllipticCurvePrivateKey, *, private: bool = True) -
         "kty": "EC",
         "crv": "P-256",
         "kid": kid,
-        "x": b64url(numbers.public_numbers.x.to_bytes(32)),
-        "y": b64url(numbers.public_numbers.y.to_bytes(32)),
+        "x": b64(numbers.public_numbers.x.to_bytes(32)),
+        "y": b64(numbers.public_numbers.y.to_bytes(32)),
     }
     if private:
-        jwk["d"] = b64url(numbers.private_value.to_bytes(32))
+        jwk["d"] = b64(numbers.private_value.to_bytes(32))
     return jwk
 
 
 def okp_jwk(kid: str, key: ed25519.Ed25519PrivateKey, *, private: bool = True) -> dict[str, Any]:
-    jwk = {"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": b64url(key.public_key().public_bytes_raw())}
+    jwk = {"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": b64(key.public_key().public_bytes_raw())}
     if private:
-        jwk["d"] = b64url(key.private_bytes_raw())
+        jwk["d"] = b64(key.private_bytes_raw())
     return jwk
 
 
@@ -176,7 +172,7 @@ SHORT = "short-secret-never-echoed"
         ('{"keys": [', r"is not valid JSON \(line 1, column 11\)"),
         ('{"keys": []}', "a JWKS is an object"),
         ("[1]", "key 1 is not a JSON object"),
-        (json.dumps({"keys": [{"kty": "oct", "k": b64url(OLD.encode())}]}), "key 1 needs a 'kid'"),
+        (json.dumps({"keys": [{"kty": "oct", "k": b64(OLD.encode())}]}), "key 1 needs a 'kid'"),
         (json.dumps([oct_jwk("a", SHORT.encode())]), "key 'a': the session secret must be at least 32 bytes"),
         (json.dumps([{"kty": "oct", "kid": "a", "k": SHORT + "!"}]), "'k' is not valid base64url"),
         (json.dumps([{"kty": "oct", "kid": "a", "k": "A"}]), "'k' is not valid base64url"),
@@ -186,20 +182,20 @@ SHORT = "short-secret-never-echoed"
         (json.dumps([oct_jwk("a", OLD.encode(), use="enc")]), "'use' must be 'sig'"),
         (json.dumps([{"kty": "RSA", "kid": "r", "n": "AQAB", "e": "AQAB"}]), "unsupported kty 'RSA'"),
         (json.dumps([{"kty": "EC", "crv": "P-384", "kid": "e"}]), "crv 'P-256'"),
-        (json.dumps([{"kty": "EC", "crv": "P-256", "kid": "e", "x": b64url(b"1" * 32)}]), "not a valid P-256 key"),
+        (json.dumps([{"kty": "EC", "crv": "P-256", "kid": "e", "x": b64(b"1" * 32)}]), "not a valid P-256 key"),
         (
-            json.dumps([{"kty": "EC", "crv": "P-256", "kid": "e", "x": b64url(b"1" * 32), "y": b64url(b"2" * 32)}]),
+            json.dumps([{"kty": "EC", "crv": "P-256", "kid": "e", "x": b64(b"1" * 32), "y": b64(b"2" * 32)}]),
             "not a valid P-256 key",
         ),
         (json.dumps([{"kty": "OKP", "crv": "X25519", "kid": "o"}]), "crv 'Ed25519'"),
-        (json.dumps([{"kty": "OKP", "crv": "Ed25519", "kid": "o", "x": b64url(b"1" * 31)}]), "not a valid Ed25519 key"),
+        (json.dumps([{"kty": "OKP", "crv": "Ed25519", "kid": "o", "x": b64(b"1" * 31)}]), "not a valid Ed25519 key"),
     ],
 )
 def test_bad_configuration_is_a_clear_value_error(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as info:
         KeySet.from_config(text)
     assert str(info.value).startswith("MCP_SESSIONS_KEYS")
-    for secret in (OLD, NEW, SHORT, b64url(OLD.encode()), b64url(SHORT.encode())):
+    for secret in (OLD, NEW, SHORT, b64(OLD.encode()), b64(SHORT.encode())):
         assert secret not in str(info.value)
 
 
@@ -210,7 +206,7 @@ def test_mismatched_private_and_public_parts_are_refused() -> None:
         KeySet.from_config(json.dumps([mixed_ec]))
     assert mixed_ec["d"] not in str(info.value)
     ed, other_ed = ed25519.Ed25519PrivateKey.generate(), ed25519.Ed25519PrivateKey.generate()
-    mixed_okp = {**okp_jwk("o", ed), "x": b64url(other_ed.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))}
+    mixed_okp = {**okp_jwk("o", ed), "x": b64(other_ed.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))}
     with pytest.raises(ValueError, match="not a valid Ed25519 key") as info:
         KeySet.from_config(json.dumps([mixed_okp]))
     assert mixed_okp["d"] not in str(info.value)

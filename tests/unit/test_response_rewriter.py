@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.types import Message
 
+from _mcp import sse_events
 from mcp_sessions._pipeline._response import ResponseRewriter, ResponseTooLarge, Target
 from mcp_sessions._wire.protocol import Era
 from mcp_sessions.profiles import DRAFT
@@ -161,17 +162,6 @@ def test_the_operation_observes_a_result_and_an_error() -> None:
 RESPONSE = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": "a b"}], "isError": False}}
 
 
-def events(stream: bytes) -> list[str]:
-    """Each event's data, as a client joins its ``data:`` lines (WHATWG: one space after the colon dropped)."""
-    found = []
-    stream = stream.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    for block in stream.split(b"\n\n"):
-        lines = [line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:")]
-        if lines:
-            found.append(b"\n".join(lines).decode())
-    return found
-
-
 def with_echo(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "result": {**message["result"], "_meta": {KEY: ECHO}}}
 
@@ -181,7 +171,7 @@ def test_two_data_lines_come_out_as_one_message_with_its_echo_and_other_events_a
     event = b'event: message\ndata: {"jsonrpc":"2.0","id":7,\ndata: "result":{"content":[]}}\n\n'
     sent, _ = answered([progress + event], b"text/event-stream")
     assert body_of(sent).startswith(progress)
-    [_, data] = events(body_of(sent))
+    [_, data] = sse_events(body_of(sent).decode())
     assert json.loads(data) == with_echo({"jsonrpc": "2.0", "id": 7, "result": {"content": []}})
 
 
@@ -205,7 +195,7 @@ def test_any_line_split_in_is_a_valid_event_out(
     event = b"event: message" + eol + b"".join(prefix + line + eol for line in lines) + eol
     pieces = sorted({min(cut, len(event)) for cut in chunk_cuts})
     chunks = [event[a:b] for a, b in zip([0, *pieces], [*pieces, len(event)], strict=True)]
-    [data] = events(body_of(answered(chunks, b"text/event-stream", limit=len(event))[0]))
+    [data] = sse_events(body_of(answered(chunks, b"text/event-stream", limit=len(event))[0]).decode())
     sent = b"\n".join(lines).decode()
     try:
         json.loads(sent)
