@@ -316,6 +316,7 @@ SESSION: Final = "session"
 """A session method of an enabled wire: ``sessions/create``, ``sessions/delete``."""
 HOUSEKEEPING: Final = "housekeeping"
 """What a client does around the conversation: the handshake, discovery, listings, pings, notifications."""
+_KIND_TAG: Final = "mlflow.traceTag." + CALL_KIND_ATTRIBUTE  # MLflow's trace tag of the call's kind
 HOUSEKEEPING_METHODS: Final = KNOWN_METHODS - {"completion/complete", "prompts/get", "resources/read", "tools/call"}
 """Every method a client sends but the turns: :data:`HOUSEKEEPING` calls."""
 
@@ -334,7 +335,7 @@ def trace_names(name: str) -> dict[str, AttributeValue]:
 
 def root_attributes(name: str, kind: str) -> dict[str, AttributeValue]:
     """Everything a root span of the middleware adds for the viewers: the trace's name, and its kind as a tag."""
-    return {**trace_names(name), "mlflow.traceTag." + CALL_KIND_ATTRIBUTE: kind, "langfuse.trace.tags": (kind,)}
+    return {**trace_names(name), _KIND_TAG: kind, "langfuse.trace.tags": (kind,)}
 
 
 SESSION_SOURCE_ATTRIBUTE: Final = "mcp_sessions.session.source"
@@ -520,12 +521,13 @@ class Operation:
         duration = time.perf_counter() - self._t0
         attributes = self.metric_attributes
         span = self.span
+        recording = span.is_recording()
         if self.target is not None:
             target = self.target_name()
             learned = target != self._named_target  # from this very answer: the metric and the span say it
             if learned:
                 attributes = self._metric_attributes(target)
-            if span.is_recording():
+            if recording:
                 if target == OTHER:
                     span.set_attribute("mcp_sessions.target_original", redacted_string(self.target))
                 elif learned:
@@ -538,10 +540,10 @@ class Operation:
             if self.status_code is not None:
                 errors["rpc.response.status_code"] = self.status_code
             attributes = {**attributes, **errors}
-            if span.is_recording():
+            if recording:
                 span.set_attributes(errors)
                 span.set_status(StatusCode.ERROR, self.error_message)
-        elif self._local_outcome is not None and self.session_id is not None and span.is_recording():
+        elif self._local_outcome is not None and self.session_id is not None and recording:
             record_text(span, "output", f"session {self.session_id} {self._local_outcome}")
         span.end()
         self.telemetry.operation_duration.record(duration, attributes)

@@ -141,7 +141,7 @@ class Forwarder:
                 receive, send = listen.receive, listen.send
         if not (targets or attaches or operations or plan.handles or header_session.get()):
             return None if send is given else Exchange(scope, receive, send, None, None, [], listen=listen)
-        if len(operations) == 1 and not plan.batch and operations[0].traced:
+        if len(operations) == 1 and not plan.batch:
             continue_trace(plan.calls[0].message, replay, operations[0])
         rewriter = None
         if targets:
@@ -302,7 +302,7 @@ def continue_trace(message: dict[str, object], replay: Replay, operation: Operat
     rewritten.
     """
     meta = jsonrpc.meta(message.get("params"))
-    if meta is None or "traceparent" not in meta:
+    if meta is None or "traceparent" not in meta or not operation.traced:
         return
     operation.inject(meta)
     replay.rewrite(jsonrpc.dumps(message))
