@@ -8,9 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "count_lines.py"
-# The core is over its budget until issue 60's items 1 and 4 land: add it here when it fits, and this
-# file checks every part of the budget (the script holds the table; this test only names the parts).
-CHECKED = ["_cli", "_gateway"]
+# Every part of the budget (the script holds the table; this test only names the parts).
+CHECKED = ["core", "_cli", "_gateway"]
 
 SAMPLE = '''"""A module docstring,
 on two lines."""
