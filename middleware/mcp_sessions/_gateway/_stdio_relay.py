@@ -29,7 +29,7 @@ from mcp.shared.subscriptions import event_from_wire
 from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .._wire.text import printable
+from .._wire import printable
 from ..subscriptions import SessionSubscriptionBus
 from ._stdio_child import Child
 
