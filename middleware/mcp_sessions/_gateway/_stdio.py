@@ -214,7 +214,7 @@ def _sessions_config(config: SessionsConfig, processes: str, *, replica: bool) -
         config.adopt_transport_sessions = True
         if config.conversation_data == "off":
             config.conversation_data = "anonymous"  # bound to the caller here: see Children.conversation_for
-    if replica:  # a replica: host conversations from its front alone
+    if replica:  # host conversations from its front alone
         fronted = FrontedConversations.from_context
         config.sources = tuple(fronted if s == HostConversationSource.from_context else s for s in config.sources)
     return config
