@@ -39,6 +39,10 @@ EVERYTHING = CACHE / "everything/node_modules/@modelcontextprotocol/server-every
 TS_SDK = CACHE / "everything/node_modules/@modelcontextprotocol/sdk/dist/esm"
 NODE22 = CACHE / "conformance/node_modules/.bin/node"
 CONFORMANCE = CACHE / "conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+# The pinned MCP Inspector's CLI, as the node packages above; MCP_SESSIONS_INSPECTOR_CLI overrides where it is.
+INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI") or str(
+    CACHE / "inspector/node_modules/@modelcontextprotocol/inspector/clients/cli/build/index.js"
+)
 START_TIMEOUT = 30.0
 JSON_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 SECRET = "gateway-test-secret-gateway-test-secret-0123"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from examples.quickstart import build_app, build_server
 
 from _mcp import MCP_PATH, SESSION_KEY, SESSION_NOT_FOUND, LegacyClient, ModernClient, jwt_claims, tool_text
 from conftest import SECRET, serve
+from e2e._gateway import INSPECTOR_CLI
 from mcp_sessions._cli import main
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
@@ -91,13 +91,6 @@ def test_a_stale_session_is_refused_as_any_other(url: str, http: httpx.Client) -
     client.request("sessions/delete", meta=meta)
     _, refused = client.call_tool("count", meta=meta)
     assert refused["error"]["code"] == SESSION_NOT_FOUND
-
-
-# scripts/system-deps.sh (run by `make test`) installs the pinned Inspector here; the variable overrides it.
-INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI") or str(
-    Path(__file__).resolve().parents[2]
-    / ".cache/inspector/node_modules/@modelcontextprotocol/inspector/clients/cli/build/index.js"
-)
 
 
 def test_the_printed_argument_works_in_the_mcp_inspector_cli(url: str) -> None:

@@ -35,9 +35,8 @@ from mcp.shared.exceptions import MCPError
 from _mcp import SESSION_NOT_FOUND, create_session, jwt_claims, modern_headers, modern_request, sdk_session_meta
 from _redis import free_port
 from conftest import serve
-from e2e._gateway import MAIN, SECRET, Process, installed, node, result_of, started, upstream_server
-from e2e.test_cli_create import INSPECTOR_CLI
-from e2e.test_gateway_stdio import text_of
+from e2e._gateway import INSPECTOR_CLI, MAIN, SECRET, Process, installed, node, result_of, started, upstream_server
+from e2e._stdio import text_of
 
 pytestmark = pytest.mark.anyio
 

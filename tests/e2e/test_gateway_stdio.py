@@ -46,13 +46,12 @@ from _redis import missing
 from conftest import SECRET, serve
 from e2e._gateway import EVERYTHING, MAIN, TS_SDK, installed, node, result_of, started
 from e2e._listen import client as listening
+from e2e._stdio import ENVIRON, SERVER, own_children, text_of
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import _stdio, stdio_gateway_app
+from mcp_sessions._gateway import _stdio_relay, stdio_gateway_app
 
 pytestmark = pytest.mark.anyio
 
-SERVER = [sys.executable, "-m", "e2e._stdio_server"]
-ENVIRON = {"PATH": os.environ["PATH"], "PYTHONPATH": str(MAIN / "tests"), "MCP_SESSIONS_SECRET": SECRET}
 GONE_WITHIN = 10.0
 T = TypeVar("T")
 
@@ -109,13 +108,6 @@ async def whoami(client: Client, session: dict[str, Any] | None = None) -> dict[
 
 async def count(client: Client, session: dict[str, Any]) -> int:
     return int(text_of(await client.call_tool("count", {}, meta=sdk_session_meta(session))))
-
-
-def text_of(result: types.CallToolResult) -> str:
-    assert not result.is_error, result
-    [content] = result.content
-    assert isinstance(content, types.TextContent)
-    return content.text
 
 
 def gone(pid: int) -> bool:
@@ -203,17 +195,6 @@ async def test_a_create_beyond_max_processes_is_refused_and_starts_nothing(mode:
 
     assert refused.value.code == -32011
     assert f"at most {limit} " in refused.value.message and "--max-processes" in refused.value.message
-
-
-def own_children() -> set[int]:
-    """The pids of this process's children (the gateways' servers: uvicorn runs in a thread of the tests)."""
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rpartition(")")[2].split()
-            if int(fields[1]) == os.getpid() and fields[0] != "Z":
-                found.add(int(stat.parent.name))
-    return found
 
 
 async def delete(client: Client, session: dict[str, Any]) -> None:
@@ -382,7 +363,7 @@ async def test_a_retry_that_brings_input_too_late_is_answered_at_once(
 ) -> None:
     """A 2026-07-28 call that waited for the client's input longer than the gateway keeps it is abandoned; the
     retry that comes after gets an error, never a hang."""
-    monkeypatch.setattr(_stdio, "ANSWER_WITHIN", 0.0)  # every wait for the client's input has run out at once
+    monkeypatch.setattr(_stdio_relay, "ANSWER_WITHIN", 0.0)  # every wait for the client's input has run out at once
 
     async def elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         return types.ElicitResult(action="accept", content={"answer": "yes"})

@@ -26,7 +26,7 @@ from mcp import Client
 from _mcp import modern_headers, modern_request
 from conftest import SECRET, serve
 from e2e._gateway import JSON_SSE, TS_SDK, created, gateway_process, installed, legacy_initialize, node, result_of
-from e2e.test_gateway_stdio import ENVIRON, SERVER, own_children, text_of
+from e2e._stdio import ENVIRON, SERVER, own_children, text_of
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import stdio_gateway_app
 

@@ -31,8 +31,8 @@ import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Final, TextIO, TypeVar
 
+from .._wire import printable
 from .._wire.protocol import LEGACY_VERSIONS
-from .._wire.text import printable
 from ..profiles import SESSION_META_KEY
 from . import EXIT_OK, Failed, UsageError
 

@@ -56,7 +56,8 @@ DESCRIPTION: Final = (
 
 
 def add_arguments(gateway: argparse.ArgumentParser) -> None:
-    """The options of ``gateway``."""
+    """The options of ``gateway``, in the order ``--help`` shows them: what it serves, its stdio processes
+    (how many, how long; how each runs), how it listens and forwards, who is asking."""
     upstream = gateway.add_mutually_exclusive_group(required=True)
     upstream.add_argument(
         "--upstream", action="append", metavar="URL", help="the server's MCP endpoint; repeat per replica"
@@ -67,6 +68,14 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         help="a stdio server's command and arguments, split as a shell would and run without one: a process "
         "per conversation (pip install 'mcp-sessions[stdio]')",
     )
+    _process_arguments(gateway)
+    _containment_arguments(gateway)
+    _serving_arguments(gateway)
+    _auth_arguments(gateway)
+
+
+def _process_arguments(gateway: argparse.ArgumentParser) -> None:
+    """With ``--stdio``: which process a request reaches, how many run at once, and how long each lives."""
     gateway.add_argument(
         "--processes",
         choices=("per-conversation", "shared"),
@@ -107,6 +116,10 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --stdio: processes started ahead for such requests (default 2)",
     )
+
+
+def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
+    """With ``--stdio``: how each process runs and is contained (``_process_options`` checks them)."""
     gateway.add_argument(
         "--process-user",
         metavar="USER[:GROUP]",
@@ -128,6 +141,10 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         help="with --stdio: how a process's descendants end with it: 'auto' (default), a cgroup per process where "
         "the gateway may create one, else as a child subreaper; 'subreaper': never a cgroup",
     )
+
+
+def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
+    """Where the gateway listens, whom it serves, how long it waits for its upstream and for its answers."""
     gateway.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     gateway.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000)")
     gateway.add_argument(
@@ -165,6 +182,10 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         f"{STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes then have 5 s to end)",
     )
     gateway.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+
+
+def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
+    """Who is asking (``_auth``), and what of it a stdio process gets (``--process-env``)."""
     users = gateway.add_argument_group("who is asking (each also from its MCP_SESSIONS_AUTH_* variable)")
     for flag, text in (
         ("--auth-jwks", "the authorization server's JWKS: bearer tokens are JWTs signed by one of its keys"),
@@ -205,26 +226,10 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         if args.process_env and args.stdio is None:
             raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
         if args.stdio is not None:
-            from ._stdio import stdio_gateway_app
-
             command = shlex.split(args.stdio)
             options = _process_options(args, command)
-            app: Any = stdio_gateway_app(
-                command,
-                config=config,
-                processes=args.processes,
-                process_idle=args.process_idle,
-                max_processes=args.max_processes,
-                max_processes_per_principal=args.max_processes_per_principal,
-                sessionless=args.sessionless,
-                warm=args.warm,
-                allowed_hosts=hosts,
-                allowed_origins=origins,
-                forwarded_allow_ips=forwarded,
-                environ=environ,
-                process_options=options,
-                auth=auth,
-                process_env=args.process_env,
+            app: Any = _stdio_app(
+                args, command, options, config, environ, hosts=hosts, origins=origins, forwarded=forwarded, auth=auth
             )
         else:
             app = gateway_app(
@@ -273,6 +278,41 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         timeout_graceful_shutdown=shutdown_timeout,
     )
     return 0
+
+
+def _stdio_app(
+    args: argparse.Namespace,
+    command: Sequence[str],
+    options: Any,
+    config: SessionsConfig,
+    environ: Mapping[str, str],
+    *,
+    hosts: list[str] | None,
+    origins: list[str] | None,
+    forwarded: str | None,
+    auth: GatewayAuth | None,
+) -> Any:
+    """The ``--stdio`` gateway's app (it needs the ``mcp`` SDK): ``command``'s processes as the flags say, run as
+    ``options`` says; the allow-lists, the proxies in front and ``auth`` as for an ``--upstream``."""
+    from ._stdio import stdio_gateway_app
+
+    return stdio_gateway_app(
+        command,
+        config=config,
+        processes=args.processes,
+        process_idle=args.process_idle,
+        max_processes=args.max_processes,
+        max_processes_per_principal=args.max_processes_per_principal,
+        sessionless=args.sessionless,
+        warm=args.warm,
+        allowed_hosts=hosts,
+        allowed_origins=origins,
+        forwarded_allow_ips=forwarded,
+        environ=environ,
+        process_options=options,
+        auth=auth,
+        process_env=args.process_env,
+    )
 
 
 def _process_options(args: argparse.Namespace, command: Sequence[str]) -> Any:

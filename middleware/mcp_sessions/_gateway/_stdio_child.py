@@ -37,8 +37,8 @@ from mcp.shared.message import SessionMessage
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from .._version import __version__
+from .._wire import printable
 from .._wire.protocol import RATE_LIMITED
-from .._wire.text import printable
 
 logger = logging.getLogger("mcp_sessions.gateway")
 

@@ -1,0 +1,357 @@
+"""The relay of one conversation's requests: what a stdio server process's messages do for its client.
+
+A client's request goes to the conversation's process as a :class:`Call`; the process's answer, its progress under
+the client's own token, its other notifications and its requests to the client (a 2025 client is asked on the
+stream of its request, a 2026-07-28 client in an ``input_required`` result it answers in its retry) come back
+through the :class:`Conversation` that holds the process. Which process a request reaches is ``_stdio_table``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from typing import Any, Final, NamedTuple
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.shared.dispatcher import DispatchContext
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp.shared.subscriptions import event_from_wire
+from mcp_types.methods import INPUT_REQUIRED_METHODS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from .._wire import printable
+from ..subscriptions import SessionSubscriptionBus
+from ._stdio_child import Child
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+CHILD_EXITED: Final = -32603
+ANSWER_WITHIN: Final = 300.0
+"""How long a child's request waits for a 2026-07-28 client's retry that answers it."""
+MAX_PARKED: Final = 16
+"""How many of a conversation's 2026-07-28 calls may wait for the client's input at once."""
+MAX_ASKED: Final = 16
+"""How many of a call's requests of the child's may wait for the client at once."""
+MAX_QUEUED: Final = 64
+"""How many notifications may wait for a slow client, a call's (its progress too) or a conversation's tied to no call;
+more are dropped, and counted, until it catches up. A request of the child's or its answer is never dropped."""
+_CLIENT_RESULTS: Final[dict[str, type[types.Result]]] = {
+    "sampling/createMessage": types.CreateMessageResult,
+    "elicitation/create": types.ElicitResult,
+    "roots/list": types.ListRootsResult,
+}
+_MINTED_META: Final = "io.modelcontextprotocol/"  # the envelope and the session: the gateway's, not the child's
+_ROUNDS: Final = ("resultType", "inputRequests", "requestState")  # 2026-07-28's rounds: the gateway's, not the child's
+
+
+class Ask(NamedTuple):
+    """A request of the child's for a 2026-07-28 client, and the key its answer comes back under."""
+
+    key: str
+    request: dict[str, Any]
+
+
+class Call:
+    """A client's request relayed to the child; ``ctx`` is the client's request that carries it now (on
+    2026-07-28, each retry that brings the client's input takes over).
+
+    What the child sends for the client comes in one stream, in the order the child sent it: its notifications
+    (its progress under the client's own token; at most ``MAX_QUEUED`` wait for a slow client, more are dropped and
+    counted) and its requests to a 2026-07-28 client (:class:`Ask`); the stream's end is its answer (``result``),
+    never dropped.
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], label: str, progress_token: object = None) -> None:
+        self.ctx, self.label = ctx, label
+        self.progress_token = progress_token  # the client's, under which the child's progress reaches it
+        self.in_rounds = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and ctx.method in INPUT_REQUIRED_METHODS
+        self._events, self._next = anyio.create_memory_object_stream[types.ServerNotification | Ask](MAX_QUEUED)
+        self.result: dict[str, Any] | MCPError | None = None  # the child's answer; none if the call was abandoned
+        self.dropped = 0
+        self.waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}  # the child's requests, by key
+        self.shown: set[str] = set()  # the keys of those the client has been asked (in an input_required result)
+        self.scope = anyio.CancelScope()
+
+    async def run(self, send: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        """The child's answer (or error), which ends the call's events."""
+        with self._events, self.scope:
+            try:
+                self.result = _childs(await send())
+            except MCPError as exc:
+                self.result = exc
+
+    def tell(self, notification: types.ServerNotification) -> None:
+        """A notification for the client; dropped, and counted, while ``MAX_QUEUED`` wait, or once the call is over."""
+        try:
+            self._events.send_nowait(notification)
+        except anyio.WouldBlock:
+            self.dropped += 1
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the call is over
+
+    def end(self) -> None:
+        """The call is over for its client: the child's call ends (and is cancelled), what it still sends is dropped."""
+        self.scope.cancel()
+        self._events.close()  # closed by run too, unless it never started
+        self._next.close()
+        self.dropped = _report_dropped(self.label, self.dropped)  # once a call
+
+    async def ask(self, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The client's answer to a request of the child's: a 2025 client is asked on the stream of its request;
+        a 2026-07-28 client gets it in an ``input_required`` result, and answers in its retry."""
+        request = {"method": method, "params": params}
+        if len(self.waiting) >= MAX_ASKED:
+            raise MCPError(types.INVALID_REQUEST, f"at most {MAX_ASKED} requests may wait for the client at once")
+        if not self.in_rounds and self.ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            raise MCPError(types.INVALID_REQUEST, f"a 2026-07-28 client cannot be asked this during {self.ctx.method}")
+        key, answered, answer = secrets.token_hex(4), anyio.Event(), list[dict[str, Any]]()
+        self.waiting[key] = (answered, answer)
+        try:
+            if not self.in_rounds:
+                metadata = ServerMessageMetadata(related_request_id=self.ctx.request_id)
+                typed = types.server_request_adapter.validate_python(request, by_name=False)
+                result = await self.ctx.session.send_request(typed, _CLIENT_RESULTS[method], metadata=metadata)
+                return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            with anyio.move_on_after(ANSWER_WITHIN):
+                await self._events.send(Ask(key, request))
+                await answered.wait()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the call ended before its client could be asked
+        finally:
+            self.waiting.pop(key, None)
+            self.shown.discard(key)
+            if self.in_rounds and not answered.is_set():  # the client did not come back: its call is abandoned
+                self.end()
+        if not answer:
+            raise MCPError(types.INVALID_REQUEST, "the client gave no answer to this request")
+        return answer[0]
+
+    def answer(self, responses: Mapping[str, Any]) -> None:
+        """A 2026-07-28 client's answers to the child's requests it was asked; one it did not answer gets an error. A
+        request of the child's that came after the client was asked waits for the next round."""
+        for key in [key for key in self.waiting if key in self.shown]:
+            answered, answer = self.waiting.pop(key)
+            if isinstance(response := responses.get(key), dict):
+                answer.append(response)
+            answered.set()
+
+    async def outcome(self) -> dict[str, Any]:
+        """The child's answer, its notifications sent to the client first; or, on 2026-07-28, the child's requests
+        to the client as an ``input_required`` result."""
+        try:
+            while not isinstance(event := await self._next.receive(), Ask):
+                await self._notify(event)
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            if isinstance(self.result, dict):
+                return self.result
+            abandoned = MCPError(types.INVALID_REQUEST, "this request was abandoned: its input came too late")
+            raise self.result or abandoned from None
+        asked = {event.key: event.request}
+        with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+            while True:  # more of the child's requests at once: in one result
+                match self._next.receive_nowait():
+                    case Ask(key, request):
+                        asked[key] = request
+                    case notification:
+                        await self._notify(notification)
+        self.shown.update(asked)
+        return {"resultType": "input_required", "inputRequests": asked}
+
+    async def _notify(self, notification: types.ServerNotification) -> None:
+        try:
+            await self.ctx.session.send_notification(notification, self.ctx.request_id)
+        except Exception:  # the client's stream may be gone: the answer is still awaited
+            logger.debug("a notification could not be relayed", exc_info=True)
+
+
+class Conversation:
+    """A child and what its conversation's requests need of it: the calls in flight, the last one's time."""
+
+    def __init__(
+        self, sid: str | None, expires_at: float, tasks: anyio.abc.TaskGroup, bus: SessionSubscriptionBus
+    ) -> None:
+        self.sid, self.expires_at = sid, expires_at  # the session's stable id and its token's expiry
+        self.bus = bus  # its 2026-07-28 listen streams
+        self.tasks = tasks  # where its calls run: a 2026-07-28 call outlives the client's request
+        self.calls: list[Call] = []  # in flight, oldest first
+        self.progressing: dict[str, Call] = {}  # calls whose client asked for progress, by the child's token
+        self._tokens = itertools.count(1)
+        self.parked: dict[str, Call] = {}  # 2026-07-28 calls waiting for the client's input, by requestState
+        self.backlog: deque[Callable[[], Awaitable[None]]] = deque()  # notifications tied to no call, being sent
+        self.dropped = 0
+        self.latest: ServerRequestContext[Any, Any] | None = None
+        self.credentials = b""  # the digest of its process's --process-env values
+        self.last_request = time.monotonic()
+        self.caller = ""  # whom the per-caller limit counts it for
+        self.transport: bytes | None = None  # its 2025 transport session's id, which ends with it
+        self.why: str | None = None  # why the gateway ended it (idle, its session ended, shutdown): not a crash
+        self.rounds = 0  # a request's own child: how many times it was retained for its client's input
+        self.named = anyio.Event()  # it serves a conversation (a warm child waits for one; the shared child never)
+        if sid is not None:
+            self.named.set()
+        self.child: Child
+
+    def end(self, why: str) -> None:
+        """End the conversation's child, for ``why``."""
+        self.why = self.why or why
+        self.child.stop(why)
+
+    async def relay(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """The child's answer to a client's request; the client's own progress token gets the child's progress."""
+        params = dict(ctx.params or {})
+        given = params.pop("_meta", None) or {}
+        if meta := {key: value for key, value in given.items() if _passed_on(key)}:
+            params["_meta"] = meta
+        state, responses = params.pop("requestState", None), params.pop("inputResponses", None)
+        if state is not None:  # a 2026-07-28 retry: the answers for the child, then its call goes on
+            call = self.parked.pop(state, None) if isinstance(state, str) else None
+            if call is None or call.ctx.method != ctx.method:
+                raise MCPError(types.INVALID_PARAMS, "requestState names no request waiting for input here")
+            call.ctx = ctx
+            call.answer(responses if isinstance(responses, dict) else {})
+        else:
+            call = Call(ctx, self.child.label, given.get("progressToken"))
+            if call.progress_token is not None:  # the child reports under a token of the link's
+                self.progressing = {key: held for key, held in self.progressing.items() if not held.scope.cancel_called}
+                key = str(next(self._tokens))
+                params["_meta"] = {**params.get("_meta", {}), "progressToken": key}
+                self.progressing[key] = call
+            assert self.child.link is not None
+            self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params))
+        self.calls.append(call)
+        self.latest = ctx
+        parked = False
+        try:
+            result = await call.outcome()
+            if result.get("resultType") == "input_required":
+                self.parked = {key: held for key, held in self.parked.items() if not held.scope.cancel_called}
+                if len(self.parked) >= MAX_PARKED:
+                    raise MCPError(types.INVALID_REQUEST, f"at most {MAX_PARKED} requests may wait for input at once")
+                result["requestState"] = state = secrets.token_urlsafe(16)
+                self.parked[state] = call
+                parked = True
+        except MCPError as exc:
+            if self.child.done.is_set():  # ended under the request: say so, not the link's "Connection closed"
+                raise MCPError(
+                    CHILD_EXITED, f"the server process of this conversation exited ({exc.message})"
+                ) from None
+            raise
+        finally:
+            self.calls.remove(call)
+            self.last_request = time.monotonic()
+            if not parked:
+                call.end()  # answered, or the client went away
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # a 2025 child's result, complete as it is
+            result.setdefault("resultType", "complete")
+        return result
+
+    async def on_request(
+        self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """The child's request to the client: asked through the conversation's latest call in flight. The shared
+        child asks no one: nothing says which client's call caused its request, and another client must not see it
+        (nor answer for it). A ``roots/list`` no client can answer (none declared ``roots``, or no call is in
+        flight) is answered here: no roots."""
+        if method == "ping":
+            return {}
+        if method not in _CLIENT_RESULTS:
+            raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
+        declared = self.calls[-1].ctx.session.client_capabilities if self.calls and self.sid is not None else None
+        if method == "roots/list" and (declared is None or declared.roots is None):
+            return {"roots": []}  # a process started ahead was told its client has roots: none, then
+        if self.sid is None:
+            raise MCPError(types.INVALID_REQUEST, "the shared server process cannot ask a client; a session's can")
+        if not self.calls:
+            raise MCPError(types.INVALID_REQUEST, "no request of the client is in progress to carry this one")
+        return await self.calls[-1].ask(method, params)
+
+    def on_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
+        """Every notification of the child's, as it arrives (the link's receive-order intercept; none is left to a
+        task of its own): a progress notification to its call's client, under the client's token; any other to the
+        latest call in flight, before the answer that follows it, else to the GET stream of the 2025 transport
+        session the conversation's latest request came through. A change (a list's, a resource's) goes to the
+        conversation's 2026-07-28 listen streams, and to no 2026-07-28 request. The shared child's reach no one:
+        they would go to whichever client spoke last."""
+        if method == "notifications/progress":
+            token = params.get("progressToken") if isinstance(params, Mapping) else None
+            if isinstance(token, str) and (call := self.progressing.get(token)) is not None:
+                progress = _notification(method, {**(params or {}), "progressToken": call.progress_token})
+                if progress is not None:
+                    call.tell(progress)
+            return True
+        if self.sid is None:
+            return True
+        if (event := event_from_wire(method, params)) is not None:
+            self._later(partial(self.bus.publish_to_session, self.sid, event))
+        target = self.calls[-1].ctx if self.calls else self.latest
+        if target is None or (event is not None and target.protocol_version in MODERN_PROTOCOL_VERSIONS):
+            return True
+        if (notification := _notification(method, params)) is None:
+            label, text = self.child.label, printable(method[:100])
+            logger.warning("%s: dropped a notification that is not MCP's (%s)", label, text)
+        elif self.calls:
+            self.calls[-1].tell(notification)
+        else:  # the standalone stream of the connection the conversation's latest request came through
+            self._later(partial(target.session.send_notification, notification))
+        return True
+
+    def _later(self, send: Callable[[], Awaitable[None]]) -> None:
+        """``send`` after what waits before it, in one task at a time: at most ``MAX_QUEUED`` wait for a slow
+        client; more are dropped, and counted."""
+        if len(self.backlog) >= MAX_QUEUED:
+            self.dropped += 1
+            return
+        self.backlog.append(send)
+        if len(self.backlog) == 1:  # none was waiting, so none is being sent: a task sends them
+            self.tasks.start_soon(self._send_backlog)
+
+    async def _send_backlog(self) -> None:
+        while self.backlog:
+            try:
+                await self.backlog[0]()
+            except Exception:  # the client's stream may be gone
+                logger.debug("a notification could not be relayed", exc_info=True)
+            finally:
+                self.backlog.popleft()
+        self.dropped = _report_dropped(self.child.label, self.dropped)  # once it caught up
+
+
+def _childs(result: dict[str, Any]) -> dict[str, Any]:
+    """A child's result without what only the gateway writes: 2026-07-28's round members (its rounds are the
+    gateway's; a 2025-11-25 child has none) and ``_meta``'s ``io.modelcontextprotocol/`` keys (the envelope, the
+    session's echo)."""
+    for member in _ROUNDS:
+        result.pop(member, None)
+    if isinstance(meta := result.get("_meta"), dict):
+        result["_meta"] = {key: value for key, value in meta.items() if _passed_on(key)}
+    return result
+
+
+def _report_dropped(label: str, count: int) -> int:
+    """Log that ``count`` notifications were dropped (one line for them all, never a line each); the count after."""
+    if count:
+        logger.warning("%s: %d notifications dropped: the client did not take them", label, count)
+    return 0
+
+
+def _notification(method: str, params: Mapping[str, Any] | None) -> types.ServerNotification | None:
+    try:
+        return types.server_notification_adapter.validate_python({"method": method, "params": params}, by_name=False)
+    except ValueError:
+        return None
+
+
+def _passed_on(key: str) -> bool:
+    """Whether a ``_meta`` key of the client's goes to the child: not the envelope, the session, or the progress
+    token (the child gets the link's own, and its progress goes back under the client's)."""
+    return not key.startswith(_MINTED_META) and key != "progressToken"

@@ -1,0 +1,354 @@
+"""The process table of ``mcp-sessions gateway --stdio``: which process a request reaches, and how long it lives.
+
+:class:`Children` holds the shared process and one per conversation, bounded overall and per caller, started
+ahead for requests that name none; each ends with its session, when idle or at shutdown, and its conversation
+is then over (see ``_stdio``). What a process's messages do for its client is ``_stdio_relay``'s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import secrets
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any, Final, Literal
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp.shared.dispatcher import DispatchContext
+from mcp.shared.exceptions import MCPError
+from starlette.types import Scope
+
+from .._asgi import header
+from .._bounded import BoundedDict
+from .._config import SessionsConfig
+from .._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of, principal_digest
+from .._tokens import IdDigests, SessionClaims
+from .._wire import Refusal
+from .._wire.protocol import MCP_SESSION_ID_HEADER, RATE_LIMITED
+from ..stores import SessionStoreUnavailable
+from ..subscriptions import SessionSubscriptionBus
+from ._auth import REQUEST, ProcessEnv
+from ._stdio_child import Child, ProcessOptions, inherited
+from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Conversation
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+MAX_ENDED: Final = 100_000
+"""Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
+RETRY_LATER: Final = {"retryAfter": 1}  # in a refusal answered in-band (HTTP 200): when to try again, in seconds
+_BOUND: Final = "hc-"  # the key of a host conversation bound to its caller
+_REQUEST: Final = "rq-"  # the key of a request's own child
+
+
+class Children:
+    """The children: the shared one, and one per conversation in one table (keyed by the conversation's stable
+    id), bounded overall (``max_processes``) and per caller (``per_caller``); and their lifetimes."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        config: SessionsConfig,
+        processes: Literal["per-conversation", "shared"],
+        idle: float,
+        max_processes: int,
+        per_caller: int,
+        sessionless: Literal["per-request", "shared"],
+        warm: int,
+        environ: Mapping[str, str],
+        bus: SessionSubscriptionBus,
+        options: ProcessOptions | None = None,
+        process_env: ProcessEnv | None = None,
+    ) -> None:
+        self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
+        self.process_env = ProcessEnv() if process_env is None else process_env
+        self.per_request, self.warm_count = processes == "per-conversation" and sessionless == "per-request", warm
+        self.warm: deque[Conversation] = deque()  # started and initialized ahead, for requests that name nothing
+        self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
+        self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
+        self.environ = {key: value for key, value in environ.items() if inherited(key)}
+        self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
+        self.options = options
+        self.shared: Conversation | None = None
+        self.conversations: dict[str, Conversation] = {}
+        self.ended: BoundedDict[str, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
+        self.end_transport: Callable[[bytes], Awaitable[None]] | None = None  # a DELETE through the sessions
+        self._tasks: anyio.abc.TaskGroup | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[types.InitializeResult]:
+        """Start the shared child; at the end, stop every child. Yields the shared child's answer."""
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                try:
+                    shared = await self.shared_conversation()
+                except MCPError as exc:
+                    raise RuntimeError(f"{' '.join(self.command)}: {exc.error.message}") from None
+                assert shared.child.initialized is not None
+                self._fill()
+                yield shared.child.initialized
+            finally:
+                self._tasks = None
+                for conversation in self.conversations.values():
+                    conversation.why = "shutdown"
+                tasks.cancel_scope.cancel()  # each child stops its process group, shielded (_stdio_child.stop_group)
+
+    async def created(self, claims: SessionClaims) -> None:
+        """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
+        handed out; beyond the limits (or when the child fails to start), the create is refused."""
+        if self.processes == "shared":
+            return
+        caller = caller_of(REQUEST.get() or {}, claims.extra.get(PRINCIPAL_CLAIM))
+        try:
+            await self.open(claims.session_id, caller, expires_at=claims.expires_at)
+        except MCPError as exc:
+            retry = 1 if exc.error.code == RATE_LIMITED else None
+            raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
+
+    def transport_key(self, scope: Scope) -> str | None:
+        """The key of the transport session the request's ``Mcp-Session-Id`` names, if it has (or had) a process."""
+        raw = header(scope.get("headers", ()), MCP_SESSION_ID_HEADER)
+        if raw is None:  # a data-layer token's digest names no process here either
+            return None
+        key = self.digests.transport(raw)
+        return key if key in self.conversations or key in self.ended else None
+
+    async def conversation_for(self, scope: Scope, state: object = None) -> Conversation:
+        """The conversation a request names, the most specific name first: its data-layer session's (in a 2025
+        transport session too: a client may open several), its 2025 transport session's, its host conversation's
+        (bound to its caller); else, with ``sessionless="per-request"``, a child of the request's own (the one that
+        asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one."""
+        session: Session | None = scope.get(SCOPE_KEY)
+        if self.processes == "shared":
+            return await self.shared_conversation()
+        if session is not None and session.source == "data-layer":
+            return await self.open(session.id, await self.caller(scope), expires_at=session.token_expires_at)
+        if (key := self.transport_key(scope)) is not None:
+            return await self.open(key, None)
+        if session is None and not self.per_request:
+            return await self.shared_conversation()
+        if session is None:  # a request's own child; a retry that brings input reaches the one that asked
+            if state is None:
+                return await self.open(_REQUEST + secrets.token_hex(12), await self.caller(scope))
+            if not isinstance(state, str) or (retained := self.retained.pop(state, None)) is None:
+                raise MCPError(types.INVALID_PARAMS, "requestState names no request waiting for input here")
+            return retained
+        caller = await self.caller(scope)
+        return await self.open(_bound(session.id, caller), caller)  # a host's conversation: its name is no secret
+
+    async def caller(self, scope: Scope) -> str:
+        """Whom the per-caller limit counts, as the create limit does: the principal, else the client address."""
+        return caller_of(scope, await principal_digest(self.config.principal, scope, self.config.keys.audience))
+
+    async def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
+        """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
+        ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
+        every ``tools/call`` (a request's own process too). None if it lists none in time."""
+        shared = await self.shared_conversation()
+        assert shared.child.link is not None
+        try:
+            with anyio.fail_after(ANSWER_WITHIN):
+                listed = await shared.child.link.send_raw_request("tools/list", {})
+        except (TimeoutError, MCPError):
+            return {}
+        tools = listed.get("tools")
+        return {
+            tool["name"]: tool["inputSchema"]
+            for tool in (tools if isinstance(tools, list) else [])
+            if isinstance(tool, dict)
+            and isinstance(tool.get("name"), str)
+            and isinstance(tool.get("inputSchema"), dict)
+        }
+
+    async def shared_conversation(self) -> Conversation:
+        if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
+            self.shared = self._start(None, "shared", math.inf)  # it serves no conversation: a new one is as good
+        return await self._ready(self.shared)
+
+    async def open(
+        self, key: str, caller: str | None, *, expires_at: float = math.inf, transport: bytes | None = None
+    ) -> Conversation:
+        """The conversation ``key`` names, its child started if it has none yet (``caller`` is ``None`` where only
+        its own start may start it: a transport session's, at its ``initialize``); one whose child has ended is
+        refused with the error of its kind (:meth:`_gone`), never given a new child."""
+        if (found := self.conversations.get(key)) is not None:
+            return await self._ready(found)
+        if key in self.ended or caller is None:
+            raise self._gone(key)
+        live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
+        mine = [conversation for conversation in live if conversation.caller == caller]
+        if len(mine) >= self.per_caller and transport is not None and self._tasks is not None:  # idle ones make room
+            idle = sorted((c for c in mine if c.transport is not None and not c.calls), key=lambda c: c.last_request)
+            for conversation in idle[: len(mine) - self.per_caller + 1]:
+                self._close_soon(conversation, "evicted")
+                live.remove(conversation)
+                mine.remove(conversation)
+        if len(mine) >= self.per_caller:
+            raise MCPError(
+                RATE_LIMITED,
+                f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
+                "conversations' processes at once (--max-processes-per-principal); end one or retry later",
+                RETRY_LATER,
+            )
+        if len(live) >= self.max_processes:
+            raise MCPError(
+                RATE_LIMITED,
+                f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
+                "processes at once (--max-processes); end one (sessions/delete) or retry later",
+                RETRY_LATER,
+            )
+        if key.startswith(_REQUEST) and self.warm:
+            conversation = self.warm.popleft()
+            conversation.sid, conversation.caller, conversation.child.label = key, caller, f"request {key}"
+            conversation.named.set()
+            self.conversations[key] = conversation
+        else:
+            conversation = self.conversations[key] = self._start(key, caller, expires_at)
+        self._fill()
+        conversation.transport = transport
+        return conversation if transport is not None else await self._ready(conversation)
+
+    def _fill(self) -> None:
+        """Start children ahead, up to ``warm`` of them, for requests that name no conversation."""
+        while self.per_request and self._tasks is not None and len(self.warm) < self.warm_count:
+            self.warm.append(self._start(None, "", math.inf, label="warm"))
+
+    def answered(self, conversation: Conversation) -> None:
+        """A request's own child, once its answer is sent: ended, or retained for the retry that brings the input it
+        asked for (until that retry, or ``ANSWER_WITHIN``)."""
+        if conversation.sid is None or not conversation.sid.startswith(_REQUEST):
+            return  # a conversation's child, or the shared one: it serves the next request too
+        if not conversation.parked:
+            return self._close_soon(conversation, "answered")
+        for state in conversation.parked:
+            self.retained[state] = conversation
+        conversation.rounds += 1
+        if self._tasks is not None:
+            self._tasks.start_soon(self._retain, conversation, conversation.rounds)
+
+    async def _retain(self, conversation: Conversation, rounds: int) -> None:
+        await anyio.sleep(ANSWER_WITHIN + 1)
+        if conversation.rounds == rounds and not conversation.calls:  # no retry came
+            self._close_soon(conversation, "its input came too late")
+
+    def _close_soon(self, conversation: Conversation, why: str) -> None:
+        conversation.why = conversation.why or why
+        if self._tasks is not None:
+            self._tasks.start_soon(self.close, conversation, why)
+
+    def _gone(self, key: str | None, why: str | None = None) -> MCPError:
+        why = why or self.ended.get(key or "", (0.0, "ended"))[1]
+        return MCPError(
+            CHILD_EXITED, f"the server process of this conversation has ended ({why}), with its state; start a new one"
+        )
+
+    async def _ready(self, conversation: Conversation) -> Conversation:
+        await conversation.child.ready.wait()
+        if conversation.child.failure is not None:
+            raise MCPError(CHILD_EXITED, conversation.child.failure)
+        if conversation.child.done.is_set():
+            raise self._gone(conversation.sid, conversation.why or "exited")
+        conversation.last_request = time.monotonic()
+        return conversation
+
+    def _start(self, key: str | None, caller: str, expires_at: float, label: str = "shared") -> Conversation:
+        if self._tasks is None:
+            raise MCPError(CHILD_EXITED, "the gateway is shutting down")
+        values = self.process_env.values() if key is not None else {}  # this user's, from the request that starts it
+        environ = {**self.environ, **values}
+        if key is not None and not key.startswith(_REQUEST):  # a conversation's stable id; a request's own has none
+            environ["MCP_SESSION_ID"] = key
+        conversation = Conversation(key, expires_at, self._tasks, self.bus)
+        conversation.caller, conversation.credentials = caller, self.process_env.digest(values)
+        conversation.child = Child(
+            self.command,
+            label=label if key is None else f"session {key}",
+            environ=environ,
+            max_line=self.config.max_response_size,
+            on_request=conversation.on_request,
+            on_notify=_unreached,
+            on_progress=conversation.on_notification,
+            options=self.options,
+        )
+        self._tasks.start_soon(self._serve, conversation)
+        return conversation
+
+    async def _serve(self, conversation: Conversation) -> None:
+        """Run a child to its end: its session's end (on any replica), its idle time or its expiry end it; its end
+        ends the conversation, which then gets the error of its kind (a crash as any other end)."""
+        child, key = conversation.child, conversation.sid
+        unwatch = (
+            None
+            if key is None or key.startswith((_BOUND, _REQUEST))
+            else self.bus.watch(key, partial(conversation.end, "its session ended"))
+        )
+        try:
+            async with anyio.create_task_group() as timers:
+                timers.start_soon(self._expire, conversation)
+                await child.run()
+                timers.cancel_scope.cancel()
+        finally:
+            if unwatch is not None:
+                unwatch()
+        if conversation in self.warm:
+            self.warm.remove(conversation)
+        for state in conversation.parked:
+            self.retained.pop(state, None)
+        key = conversation.sid
+        if key is None or conversation.why == "shutdown":
+            return
+        if self.conversations.get(key) is conversation:
+            del self.conversations[key]
+        why = conversation.why or ("failed to start" if child.failure is not None else "exited")
+        if not key.startswith(_REQUEST):
+            self.ended[key] = (time.time() + self.config.ttl, why)
+        logger.info("%s: the conversation ended (%s)", child.label, why)
+        if conversation.why is None and child.failure is None:
+            await self._end_session(conversation)  # a crash ends its session as any other end
+
+    async def close(self, conversation: Conversation, why: str) -> None:
+        """End a conversation for ``why``: its session first (so that its next request is refused as its kind's
+        are), then its child."""
+        conversation.why = conversation.why or why
+        await self._end_session(conversation)
+        conversation.end(why)
+
+    async def _end_session(self, conversation: Conversation) -> None:
+        """End the session a conversation's child served: its 2025 transport session (its client then gets 404 and
+        initializes again) or its data-layer session (then "Session not found"); a host's is refused here."""
+        key = conversation.sid
+        if conversation.transport is not None and self.end_transport is not None:
+            await self.end_transport(conversation.transport)
+        elif key is not None and not key.startswith((_BOUND, _REQUEST)):
+            try:
+                await self.config.store.revoke(key, expires_at=conversation.expires_at)
+            except SessionStoreUnavailable:
+                logger.warning("%s: the session could not be ended in the store", conversation.child.label)
+
+    async def _expire(self, conversation: Conversation) -> None:
+        """End a conversation's child once it has been idle for ``idle`` seconds, or its session has expired."""
+        await conversation.named.wait()  # a warm child idles from when it is taken
+        await conversation.child.ready.wait()
+        conversation.last_request = time.monotonic()  # idle from its start, however long the start took
+        while True:
+            left = min(conversation.last_request + self.idle - time.monotonic(), conversation.expires_at - time.time())
+            if left <= 0 and (not conversation.calls or conversation.expires_at <= time.time()):
+                return await self.close(conversation, "idle" if conversation.expires_at > time.time() else "expired")
+            await anyio.sleep(left if left > 0 else self.idle)
+
+
+def _bound(sid: str, caller: str) -> str:
+    """A host conversation's key: its id and its caller's digest, so that another caller naming it gets its own."""
+    return _BOUND + hashlib.sha256(f"{sid}\0{caller}".encode()).hexdigest()[:32]
+
+
+async def _unreached(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
+    """The link's ``on_notify``: ``Conversation.on_notification`` takes every notification first."""

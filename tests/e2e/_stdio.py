@@ -1,0 +1,35 @@
+"""What the stdio gateway's tests share: the tests' stdio server (``e2e._stdio_server``) and what it is run with,
+a tool's text, and the processes the gateways of this test process started."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+import mcp_types as types
+
+from conftest import SECRET
+from e2e._gateway import MAIN
+
+SERVER = [sys.executable, "-m", "e2e._stdio_server"]
+ENVIRON = {"PATH": os.environ["PATH"], "PYTHONPATH": str(MAIN / "tests"), "MCP_SESSIONS_SECRET": SECRET}
+
+
+def text_of(result: types.CallToolResult) -> str:
+    assert not result.is_error, result
+    [content] = result.content
+    assert isinstance(content, types.TextContent)
+    return content.text
+
+
+def own_children() -> set[int]:
+    """The pids of this process's children (the gateways' servers: uvicorn runs in a thread of the tests)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                found.add(int(stat.parent.name))
+    return found
