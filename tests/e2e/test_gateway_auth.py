@@ -336,7 +336,8 @@ def parent(pid: int) -> int:
 def test_a_front_and_two_stdio_replicas(instrumented: bool) -> None:
     environ = {"PYTHONPATH": PYTHONPATH, "MCP_SESSIONS_CONVERSATION_DATA": "anonymous"}
     trusting_the_front = ("--forwarded-allow-ips", "127.0.0.1")
-    replicas = [gateway("--stdio", SERVER, *trusting_the_front, environ=environ) for _ in range(2)]
+    one_caller = ("--max-processes-per-principal", "16")  # every conversation here is 127.0.0.1's: 6, on either replica
+    replicas = [gateway("--stdio", SERVER, *trusting_the_front, *one_caller, environ=environ) for _ in range(2)]
     upstreams = (item for replica in replicas for item in ("--upstream", mcp_url(replica)))
     front = gateway(*upstreams, instrumented=instrumented)  # its httpx too: the baggage it sends is still the front's
     # The front connects from 127.0.0.1; a client that goes around it, from 127.0.0.2.
