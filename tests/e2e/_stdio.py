@@ -24,12 +24,17 @@ def text_of(result: types.CallToolResult) -> str:
     return content.text
 
 
-def own_children() -> set[int]:
-    """The pids of this process's children (the gateways' servers: uvicorn runs in a thread of the tests)."""
+def own_children(marker: str = "") -> set[int]:
+    """The pids of this process's live children (the gateways' servers: uvicorn runs in a thread of the tests), those
+    whose environment holds ``marker`` (one gateway's, where a test file run before in this worker left others)."""
     found = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError):
             fields = stat.read_text().rpartition(")")[2].split()
-            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            if (
+                int(fields[1]) == os.getpid()
+                and fields[0] != "Z"
+                and marker.encode() in (stat.parent / "environ").read_bytes()
+            ):
                 found.add(int(stat.parent.name))
     return found

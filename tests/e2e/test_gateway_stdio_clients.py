@@ -14,6 +14,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -277,8 +278,9 @@ def test_a_2026_call_with_arguments_takes_one_process(tmp_path: Path) -> None:
     """The SDK checks a 2026-07-28 ``tools/call``'s ``Mcp-Param`` headers against the tools' schemas: the gateway
     gives it the shared process's, so no ``tools/list`` takes a process of its own first."""
     with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
-        until(lambda: len(own_children()) == 3)  # the shared process and two started ahead
-        before = own_children()
+        ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
+        until(lambda: len(ours()) == 3)  # the shared process and two started ahead
+        before = ours()
         assert call(http, url, "keep", {"line": "x"}, {})["content"][0]["text"] == "x\n"
-        until(lambda: len(now := own_children()) == 3 and now != before)
-        assert len(own_children() & before) == 2  # one of the two started ahead was taken
+        until(lambda: len(now := ours()) == 3 and now != before)
+        assert len(ours() & before) == 2  # one of the two started ahead was taken
