@@ -35,7 +35,18 @@ from mcp.shared.exceptions import MCPError
 from _mcp import SESSION_NOT_FOUND, create_session, jwt_claims, modern_headers, modern_request, sdk_session_meta
 from _redis import free_port
 from conftest import serve
-from e2e._gateway import INSPECTOR_CLI, MAIN, SECRET, Process, installed, node, result_of, started, upstream_server
+from e2e._gateway import (
+    INSPECTOR_CLI,
+    JSON_SSE,
+    MAIN,
+    SECRET,
+    Process,
+    installed,
+    node,
+    result_of,
+    started,
+    upstream_server,
+)
 from e2e._stdio import text_of
 
 pytestmark = pytest.mark.anyio
@@ -47,6 +58,7 @@ SERVER = f"{sys.executable} -m e2e._stdio_server"
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 DISCOVER = modern_request("server/discover")
+LEGACY_INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 SPANS_TO_LOG = {
     "OTEL_TRACES_EXPORTER": "console",
     "OTEL_BSP_SCHEDULE_DELAY": "100",
@@ -219,6 +231,44 @@ async def test_each_user_s_process_has_their_own_credential(team: Process, mode:
     assert b'"session.id"' in log
     for secret in [*secrets.values(), "ghp_changed_mid_conversation"]:
         assert secret.encode() not in log
+
+
+def test_a_users_token_reaches_no_other_users_transport_session_or_conversation(team: Process) -> None:
+    """Bob, with Alice's 2025 transport session id or her host conversation id, never reaches her process."""
+
+    def as_user(name: str, **more: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {for_gateway(team, name)}", "X-GitHub-Token": f"ghp_{name}", **more}
+
+    def getenv_as(http: httpx.Client, headers: dict[str, str], meta: dict[str, Any] | None = None) -> Any:
+        arguments = {"name": "getenv", "arguments": {"name": "GITHUB_TOKEN"}}
+        if "Mcp-Session-Id" in headers:  # 2025-11-25
+            body: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": arguments}
+            return http.post(mcp_url(team), json=body, headers={**JSON_SSE, **headers})
+        body = modern_request("tools/call", arguments, id=1, meta=meta)
+        return http.post(mcp_url(team), json=body, headers={**modern_headers(body), **headers})
+
+    with httpx.Client(timeout=30) as http:
+        initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": LEGACY_INITIALIZE}
+        opened = http.post(mcp_url(team), json=initialize, headers={**JSON_SSE, **as_user("alice")})
+        assert opened.status_code == 200, opened.text
+        alices = {"Mcp-Session-Id": opened.headers["mcp-session-id"], "Mcp-Protocol-Version": "2025-11-25"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        http.post(mcp_url(team), json=initialized, headers={**JSON_SSE, **as_user("alice", **alices)})
+        answer = getenv_as(http, as_user("alice", **alices))
+        assert text_of_answer(answer) == "ghp_alice"
+        stolen = getenv_as(http, as_user("bob", **alices))
+        assert stolen.status_code in (403, 404) and "ghp_alice" not in stolen.text, stolen.text
+
+        chat = {"vscode.conversationId": "chat-1"}
+        assert text_of_answer(getenv_as(http, as_user("alice"), chat)) == "ghp_alice"
+        assert text_of_answer(getenv_as(http, as_user("bob"), chat)) == "ghp_bob"  # his own process, by her id
+        assert text_of_answer(getenv_as(http, as_user("alice"), chat)) == "ghp_alice"
+
+
+def text_of_answer(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    found: str = result_of(response, 1)["result"]["content"][0]["text"]
+    return found
 
 
 def test_the_principal_header_counts_from_a_trusted_proxy_alone() -> None:
