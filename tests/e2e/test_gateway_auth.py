@@ -258,6 +258,7 @@ def test_a_users_token_reaches_no_other_users_transport_session_or_conversation(
         assert text_of_answer(answer) == "ghp_alice"
         stolen = getenv_as(http, as_user("bob", **alices))
         assert stolen.status_code in (403, 404) and "ghp_alice" not in stolen.text, stolen.text
+        assert alices["Mcp-Session-Id"][:16].encode() not in team.log()  # a bearer value: in no log line
 
         chat = {"vscode.conversationId": "chat-1"}
         assert text_of_answer(getenv_as(http, as_user("alice"), chat)) == "ghp_alice"

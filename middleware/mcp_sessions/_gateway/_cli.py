@@ -254,6 +254,9 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per forwarded request, its query string in it
     logging.getLogger("mcp").setLevel(logging.WARNING)  # with --stdio: the SDK's lines name transport session ids
+    # and so do its session manager's warnings and errors (an id sent with another user's credential, a crash): a
+    # bearer value in no log line; the gateway logs each conversation's end itself.
+    logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.CRITICAL)
     shutdown_timeout = args.shutdown_timeout
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
