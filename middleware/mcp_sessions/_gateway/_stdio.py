@@ -256,20 +256,21 @@ class _Opening:
         try:
             opens = self.children.processes == "per-conversation" and scope["method"] == "POST"
             if opens and header(scope["headers"], MCP_SESSION_ID_HEADER) is None:
-                send = await self._opening(scope, send)
+                send = self._opening(scope, send)
             await self.app(scope, receive, send)
         finally:
             REQUEST.reset(token)
 
-    async def _opening(self, scope: Scope, send: Send) -> Send:
-        caller, refused = await self.children.caller(scope), list[bytes]()
+    def _opening(self, scope: Scope, send: Send) -> Send:
+        refused = list[bytes]()
 
         async def opening(message: Message) -> None:
             if refused:
                 return  # the SDK's answer to a refused initialize
             raw = header(message.get("headers", ()), MCP_SESSION_ID_HEADER)
             if message["type"] == "http.response.start" and message["status"] == 200 and raw is not None:
-                try:
+                try:  # the caller, asked only of a request that opens a transport session: an initialize
+                    caller = await self.children.caller(scope)
                     await self.children.open(self.children.digests.transport(raw), caller, transport=raw)
                 except MCPError as exc:
                     refused.append(raw)
