@@ -141,11 +141,11 @@ async def test_each_conversation_has_its_own_process(url: str, mode: str) -> Non
     assert counts == [1, 2, 1]  # each process counts its own conversation's calls
     assert mine["pid"] != theirs["pid"] and mine["pid"] == again["pid"]
     assert shared["pid"] not in (mine["pid"], theirs["pid"]) and shared_again["pid"] not in (mine["pid"], theirs["pid"])
-    assert mine["session"] == jwt_claims(first["sessionId"])["sid"] != first["sessionId"]  # the stable id
+    assert mine["session"] == again["session"] not in (theirs["session"], shared["session"], None)  # its own id
     if mode == "auto":  # a 2026-07-28 request that names nothing gets a process of its own
-        assert shared["session"] is None and shared["pid"] != shared_again["pid"]
+        assert shared["session"] != shared_again["session"] and shared["pid"] != shared_again["pid"]
     else:  # outside its sessions, a 2025 client reaches its transport session's own process
-        assert shared["session"].startswith("ts-") and shared["pid"] == shared_again["pid"]
+        assert shared["session"] == shared_again["session"] and shared["pid"] == shared_again["pid"]
     assert mine["leaked"] == shared["leaked"] == []  # the gateway had MCP_SESSIONS_SECRET; no child sees it
 
 
@@ -158,9 +158,10 @@ async def test_the_same_request_id_in_two_conversations_gets_two_answers(url: st
                 result_of(await http.post(url, json=body, headers=modern_headers(body)), 1)["result"]["session"]
             )
         bodies = [
-            modern_request("tools/call", {"name": "whoami", "arguments": {}}, id=7, session=session_meta(session))
+            modern_request("tools/call", {"name": "count", "arguments": {}}, id=7, session=session_meta(session))
             for session in sessions
         ]
+        await http.post(url, json=bodies[0], headers=modern_headers(bodies[0]))  # the first conversation's count: 1
         answers: list[dict[str, Any]] = [{}, {}]
 
         async def call(index: int) -> None:
@@ -172,13 +173,12 @@ async def test_the_same_request_id_in_two_conversations_gets_two_answers(url: st
             for index in range(2):
                 tasks.start_soon(call, index)
 
-    seen = [json.loads(answer["result"]["content"][0]["text"])["session"] for answer in answers]
-    assert seen == [jwt_claims(session["sessionId"])["sid"] for session in sessions]
+    assert [answer["result"]["content"][0]["text"] for answer in answers] == ["2", "1"]  # each its own
 
 
 async def test_a_create_beyond_max_processes_is_refused_and_starts_nothing(mode: str) -> None:
     limit = 1 if mode == "auto" else 2  # a 2025 client's transport session has a process of its own
-    with gateway(max_processes=limit, sessionless="shared") as url:
+    with gateway(max_processes=limit, sessionless="shared", warm=0) as url:  # each process started at its create
         async with Client(url, mode=mode) as client:
             await whoami(client)
             before = own_children()
@@ -239,6 +239,7 @@ async def test_a_crash_answers_at_once_and_touches_no_other_conversation(
 ) -> None:
     async with Client(url, mode=mode) as client:
         crashing, other = await create_session(client), await create_session(client)
+        process = (await whoami(client, crashing))["session"]
         await count(client, other)
         with pytest.raises(MCPError) as in_flight:
             await client.call_tool("crash", {}, meta=sdk_session_meta(crashing))
@@ -249,7 +250,8 @@ async def test_a_crash_answers_at_once_and_touches_no_other_conversation(
     assert "exited" in in_flight.value.message
     assert later.value.code == SESSION_NOT_FOUND  # its state is gone: the client starts a new conversation
     sid = jwt_claims(crashing["sessionId"])["sid"]
-    assert any(line.startswith(f"session {sid}: server process") and "ended" in line for line in logged), logged
+    assert f"process {process}: serves the conversation {sid}" in logged  # which process, for the operator
+    assert any(line.startswith(f"process {process}: server process") and "ended" in line for line in logged), logged
 
 
 async def test_a_crash_answers_at_once_while_a_process_it_started_holds_its_stdout(url: str) -> None:
@@ -278,16 +280,16 @@ async def wait_for_error(client: Client, session: dict[str, Any]) -> None:
             await anyio.sleep(0.05)
 
 
-async def test_stderr_goes_to_the_log_prefixed_with_the_stable_id(url: str, logged: list[str]) -> None:
+async def test_stderr_goes_to_the_log_prefixed_with_the_process_id(url: str, logged: list[str]) -> None:
     async with Client(url, mode="legacy") as client:
         session = await create_session(client)
+        process = (await whoami(client, session))["session"]
         await client.call_tool("complain", {"line": "disk \x1b[31mfull"}, meta=sdk_session_meta(session))
         await client.call_tool("complain", {"line": "y" * 10_000}, meta=sdk_session_meta(session))
         await client.call_tool("complain", {"line": "after"}, meta=sdk_session_meta(session))
-        sid = jwt_claims(session["sessionId"])["sid"]
-        await wait_for(lambda: f"session {sid}: after" in logged)
-    assert f"session {sid}: disk \\x1b[31mfull" in logged
-    assert f"session {sid}: {'y' * 4096} [cut]" in logged  # at most 4 KiB of a line; the rest of it dropped
+        await wait_for(lambda: f"process {process}: after" in logged)
+    assert f"process {process}: disk \\x1b[31mfull" in logged
+    assert f"process {process}: {'y' * 4096} [cut]" in logged  # at most 4 KiB of a line; the rest of it dropped
     assert not any(session["sessionId"] in line for line in logged)
 
 
@@ -574,7 +576,7 @@ def test_sigterm_ends_every_process_even_one_that_ignores_it() -> None:
         while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [pid for pid in pids if not gone(pid)] == [], process.output()
-        assert "session " in process.output()
+        assert "process " in process.output()
     finally:
         process.stop()
 

@@ -58,11 +58,14 @@ WIRES = list(PROFILES)  # every built-in wire (the draft alone since the strawma
 
 @pytest.fixture(scope="module")
 def hostile() -> Iterator[Process]:
-    """The gateway in front of ``_hostile_stdio``, every session wire on, an ``MCP_SESSION_ID`` of its own."""
+    """The gateway in front of ``_hostile_stdio``, every session wire on, an ``MCP_SESSION_ID`` of its own; a request
+    that names no conversation reaches the shared process."""
     server = f"{sys.executable} -m e2e._hostile_stdio"
     environ = {**server_path(), "MCP_SESSIONS_PROFILES": ",".join(WIRES), "MCP_SESSION_ID": "the-gateways-own"}
     limits = ("--max-processes", "64", "--max-processes-per-principal", "64")  # the module's tests share it
-    with gateway_process([], "--stdio", server, *limits, "--log-level", "info", environ=environ) as process:
+    with gateway_process(
+        [], "--stdio", server, *limits, "--sessionless", "shared", "--log-level", "info", environ=environ
+    ) as process:
         yield process
 
 
@@ -82,7 +85,7 @@ def test_no_wires_session_member_reaches_the_process(url: str, wire: str) -> Non
         seen = json.loads(call(http, url, "seen", meta=named)["result"]["content"][0]["text"])
 
     assert member.meta_key not in seen["meta"], seen
-    assert seen["session"] is not None  # the request reached its conversation's process
+    assert seen["session"] not in (None, "the-gateways-own")  # it reached its conversation's process, its own id
 
 
 def test_the_shared_process_has_no_mcp_session_id(url: str) -> None:

@@ -66,11 +66,12 @@ def call(http: httpx.Client, url: str, tool: str, arguments: dict[str, Any], hea
     if "Mcp-Session-Id" in headers:  # a 2025 transport session's
         body: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
         body["params"] = {"name": tool, "arguments": arguments}
-    else:
-        conversation = headers.get("x-conversation")
+    else:  # a 2026-07-28 request: its host conversation's id, its data-layer session's token, or neither
+        conversation, token = headers.get("x-conversation"), headers.get("x-session")
         meta = {} if conversation is None else {"vscode.conversationId": conversation}
-        body = modern_request("tools/call", {"name": tool, "arguments": arguments}, meta=meta)
-        headers = {**modern_headers(body), **{k: v for k, v in headers.items() if k != "x-conversation"}}
+        session = None if token is None else {"sessionId": token}
+        body = modern_request("tools/call", {"name": tool, "arguments": arguments}, meta=meta, session=session)
+        headers = {**modern_headers(body), **{k: v for k, v in headers.items() if not k.startswith("x-")}}
     answer = result_of(http.post(url, json=body, headers=headers), 1)
     return answer.get("result", answer.get("error"))
 
@@ -103,6 +104,13 @@ async def used_by(kind: str, url: str, tag: str) -> list[tuple[int, str]]:
             )
             for _ in range(3)
         ]
+
+
+def opened(kind: str, http: httpx.Client, url: str, name: str) -> dict[str, str]:
+    """A new conversation of ``kind``: what its requests carry (for :func:`call`)."""
+    if kind == "2025 client":
+        return legacy_initialize(http, url)
+    return {"x-session": created(http, url)} if kind == "data-layer session" else {"x-conversation": name}
 
 
 def ping(http: httpx.Client, url: str, headers: dict[str, str]) -> int:
@@ -213,7 +221,7 @@ def test_a_request_that_names_nothing_gets_a_process_no_other_request_used(tmp_p
         answered = elicit(http, url, {}, asked["requestState"], key)
         replayed = elicit(http, url, {}, asked["requestState"], key)
 
-    assert len({found["pid"] for found in seen}) == 4 and {found["session"] for found in seen} == {None}
+    assert len({found["pid"] for found in seen}) == len({found["session"] for found in seen} - {None}) == 4
     assert counts == ["1", "1"]
     assert asked["resultType"] == "input_required" and host["resultType"] == "input_required"
     for refused in (crossed, forged, other_way, replayed):
@@ -284,3 +292,20 @@ def test_a_2026_call_with_arguments_takes_one_process(tmp_path: Path) -> None:
         assert call(http, url, "keep", {"line": "x"}, {})["content"][0]["text"] == "x\n"
         until(lambda: len(now := ours()) == 3 and now != before)
         assert len(ours() & before) == 2  # one of the two started ahead was taken
+
+
+@pytest.mark.parametrize("kind", ["2025 client", "data-layer session", "2026 host conversation"])
+def test_a_new_conversation_takes_a_process_started_before_it(kind: str, tmp_path: Path) -> None:
+    """No new conversation waits for a process to start: it takes one started ahead (running before the
+    conversation's first request, its ``initialize`` or ``sessions/create``, was sent), and another is started in its
+    place; two conversations never share a process, nor its ``MCP_SESSION_ID`` (the process's own id)."""
+    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
+        ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
+        seen: list[dict[str, Any]] = []
+        for name in ("one", "two"):
+            until(lambda: len(ours()) == 3 + len(seen))  # the shared process, two ahead, and the conversations
+            before = ours()
+            seen.append(json.loads(call(http, url, "whoami", {}, opened(kind, http, url, name))["content"][0]["text"]))
+            assert seen[-1]["pid"] in before
+
+    assert len({found["pid"] for found in seen}) == len({found["session"] for found in seen} - {None}) == 2

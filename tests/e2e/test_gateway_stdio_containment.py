@@ -171,7 +171,7 @@ def test_the_processes_of_a_killed_gateway_end_when_the_next_one_starts(server: 
     """SIGKILL (the OOM killer's) gives the gateway no chance to end its processes: the next gateway to start in the
     same cgroup ends them, daemons too, and removes their cgroups."""
     marker = f"daemon-{uuid.uuid4().hex}"
-    with gateway(server) as process:
+    with gateway(server, "--sessionless", "shared") as process:  # the daemon's process lives on after its answer
         if "a cgroup each" not in process.output():
             pytest.skip(f"the gateway may not create cgroups here: {process.output()[-300:]}")
         text(call(client(process), "daemon", None, marker=marker))
@@ -194,7 +194,7 @@ def test_a_process_reads_neither_the_gateways_environment_nor_its_credentials(se
         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x",
     }
     prefix = ("setpriv", "--bounding-set=-all", "--inh-caps=-all")
-    with gateway(server, environ=environ, prefix=prefix) as process:
+    with gateway(server, "--sessionless", "shared", environ=environ, prefix=prefix) as process:  # one that lives on
         mcp = client(process)
         seen = json.loads(text(call(mcp, "whoami")))
         parent = int(Path(f"/proc/{seen['pid']}/stat").read_text().rpartition(")")[2].split()[1])

@@ -114,7 +114,7 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
         type=int,
         default=2,
         metavar="N",
-        help="with --stdio: processes started ahead for such requests (default 2)",
+        help="with --stdio: processes started ahead for new conversations and such requests (default 2)",
     )
 
 
@@ -131,8 +131,8 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--process-cwd",
         metavar="TEMPLATE",
-        help="with --stdio: a new working directory per process, '{id}' in it the conversation's stable id "
-        "('shared-' and a random part for the shared process); removed when the process ends",
+        help="with --stdio: a new working directory per process, '{id}' in it the process's own id (its "
+        "MCP_SESSION_ID; 'shared-' and a random part for the shared process); removed when the process ends",
     )
     gateway.add_argument(
         "--process-containment",

@@ -11,11 +11,12 @@ The first child, started with the gateway, is the shared one (requests that name
 ``sessionless="shared"``, or every request with ``processes="shared"``); clients' ``initialize`` and
 ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it advertises are
 relayed (any other is the SDK's "Method not found"). Every other child is a conversation's, in one table
-(``_stdio_table``), whatever names it: a 2025 transport session (the middleware adopts it; its child starts as
+(``_stdio_table``), whatever names it: a 2025 transport session (the middleware adopts it; its child is taken as
 its ``initialize`` is answered), a data-layer session (at its ``sessions/create``, the sessions' ``on_create``),
 a host's conversation id (at its first request, bound to its caller), a 2026-07-28 request that names none
-(``sessionless="per-request"``: a child started ahead, ended once the request is answered, or kept for the retry
-that brings the input it asked for). They are bounded overall (``max_processes``) and per caller
+(``sessionless="per-request"``: ended once the request is answered, or kept for the retry that brings the input it
+asked for). Each takes a child started ahead (``warm``), else one starts. They are bounded overall (``max_processes``)
+and per caller
 (``max_processes_per_principal``). A child ends with its session (its end published on the subscription bus,
 from any replica), after ``idle`` seconds without a request, or at shutdown; whatever ended it, its conversation
 is over: its later requests get the error of their kind ("Session not found", a transport session's 404, or an
@@ -57,7 +58,7 @@ from ._stdio_table import Children
 DEFAULT_PROCESS_IDLE: Final = 600.0
 DEFAULT_MAX_PROCESSES: Final = 16
 DEFAULT_WARM: Final = 2
-"""Children started ahead for requests that name no conversation."""
+"""Children started ahead for new conversations and requests of every kind."""
 DEFAULT_MAX_PROCESSES_PER_CALLER: Final = 4
 """A caller's processes at once: a person runs a few conversations at a time, and one caller cannot take every
 slot of the default ``max_processes``."""
@@ -156,10 +157,10 @@ def stdio_gateway_app(
     lives without a request (default: the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how many
     conversations' children may run at once; ``max_processes_per_principal``: how many of them one caller (its
     principal, else its client address) may have. ``sessionless``: a request that names no conversation gets a
-    child of its own (``"per-request"``, the default: one of ``warm`` started ahead, ended once it is answered,
-    or retained for the retry that brings the input it asked for), or the ``"shared"`` one. ``environ`` (default
-    ``os.environ``) is what the children get, without any ``MCP_SESSIONS_*`` variable, and with
-    ``MCP_SESSION_ID``, the conversation's stable id (none in the shared child, nor in a request's own).
+    child of its own (``"per-request"``, the default: ended once it is answered, or retained for the retry that
+    brings the input it asked for), or the ``"shared"`` one; it and each new conversation take one of ``warm``
+    started ahead. ``environ`` (default ``os.environ``) is what the children get, without any ``MCP_SESSIONS_*``
+    variable, and with ``MCP_SESSION_ID``, the process's own random id (none in the shared child).
     ``process_options``: how each child runs and is contained (``mcp-sessions gateway``'s ``--process-*``).
     ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's own values of
     those variables, from the request that starts it (``_auth.ProcessEnv``; no child is started ahead then, as

@@ -4,7 +4,7 @@ The child runs in a process group of its own (``start_new_session``), so that st
 started too: its stdin is closed, then the group gets SIGTERM, then SIGKILL. Its stdout is read a JSON-RPC
 message per line, each line bounded (``max_line``, the gateway's ``max_response_size``): a longer line
 ends the child, never a buffer without end. Its stderr goes to the gateway's log, a line at a time,
-prefixed with the conversation's stable id, with control characters escaped and at most ``MAX_LOG_LINE`` bytes of
+prefixed with the process's own id, with control characters escaped and at most ``MAX_LOG_LINE`` bytes of
 a line; never to a client. The process's exit ends the child, even while a process it started holds its stdout. The
 ``mcp`` SDK's ``JSONRPCDispatcher`` does the JSON-RPC: ids, answers, progress, cancellation, and an error
 for every request still waiting when the child's stdout ends.
@@ -67,7 +67,7 @@ stderr_logger = logging.getLogger("mcp_sessions.gateway.stderr")
 def inherited(name: str) -> bool:
     """Whether the gateway's environment variable ``name`` reaches a child: not the sessions' configuration, nor the
     gateway's own telemetry credentials (the OTLP exporters' headers, certificates and client keys), nor its own
-    ``MCP_SESSION_ID`` (a conversation's process gets its conversation's)."""
+    ``MCP_SESSION_ID`` (a process gets its own id)."""
     secret = name.startswith("OTEL_EXPORTER_") and name.endswith(("HEADERS", "CERTIFICATE", "CLIENT_KEY"))
     return not secret and not name.startswith("MCP_SESSIONS_") and name != "MCP_SESSION_ID"
 
@@ -75,7 +75,7 @@ def inherited(name: str) -> bool:
 @dataclass(frozen=True)
 class ProcessOptions:
     """How every child runs: as whom (``user``, ``group``: uid and gid, no supplementary group), with how much
-    address space (``memory``, bytes), where (``cwd``, a directory per conversation, ``{id}`` in it), and contained
+    address space (``memory``, bytes), where (``cwd``, a directory per process, ``{id}`` in it), and contained
     how: a cgroup of its own inside ``cgroup`` (the gateway's), else by a child-subreaper gateway (``subreaper``),
     else only by its process group."""
 
@@ -188,8 +188,8 @@ class Child:
         options, cgroup, cwd = self.options, None, None
         try:
             if options.cwd is not None:
-                conversation = self.environ.get("MCP_SESSION_ID") or f"shared-{secrets.token_hex(4)}"  # one at a time
-                cwd = _workdir(options.cwd, conversation, options.user, options.group)
+                process_id = self.environ.get("MCP_SESSION_ID") or f"shared-{secrets.token_hex(4)}"  # one at a time
+                cwd = _workdir(options.cwd, process_id, options.user, options.group)
             if options.cgroup is not None:
                 cgroup = options.cgroup / f"mcp-sessions-{os.getpid()}-{id(self):x}"
                 cgroup.mkdir()
@@ -450,11 +450,10 @@ def _children(parent: int) -> list[int]:
     return found
 
 
-def _workdir(template: str, conversation: str, user: int | None, group: int | None) -> str:
-    """A new directory for a conversation's process: ``template`` with ``{id}``, its stable id; owned by ``user``."""
-    if not conversation.replace("-", "").replace("_", "").isalnum():
-        raise OSError(f"no working directory for the conversation id {conversation!r}")
-    path = template.replace("{id}", conversation)
+def _workdir(template: str, process_id: str, user: int | None, group: int | None) -> str:
+    """A new directory for a process: ``template`` with ``{id}``, the process's id (the gateway's hex, never a
+    client's); owned by ``user``."""
+    path = template.replace("{id}", process_id)
     os.makedirs(path, mode=0o700)
     if user is not None:
         os.chown(path, user, -1 if group is None else group)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import secrets
 import time
 from collections import deque
@@ -177,10 +178,9 @@ class Call:
 class Conversation:
     """A child and what its conversation's requests need of it: the calls in flight, the last one's time."""
 
-    def __init__(
-        self, sid: str | None, expires_at: float, tasks: anyio.abc.TaskGroup, bus: SessionSubscriptionBus
-    ) -> None:
-        self.sid, self.expires_at = sid, expires_at  # the session's stable id and its token's expiry
+    def __init__(self, tasks: anyio.abc.TaskGroup, bus: SessionSubscriptionBus) -> None:
+        self.sid: str | None = None  # the conversation's stable id, once one takes it (the shared child's: none)
+        self.expires_at = math.inf  # its session token's expiry
         self.bus = bus  # its 2026-07-28 listen streams
         self.tasks = tasks  # where its calls run: a 2026-07-28 call outlives the client's request
         self.calls: list[Call] = []  # in flight, oldest first
@@ -196,9 +196,7 @@ class Conversation:
         self.transport: bytes | None = None  # its 2025 transport session's id, which ends with it
         self.why: str | None = None  # why the gateway ended it (idle, its session ended, shutdown): not a crash
         self.rounds = 0  # a request's own child: how many times it was retained for its client's input
-        self.named = anyio.Event()  # it serves a conversation (a warm child waits for one; the shared child never)
-        if sid is not None:
-            self.named.set()
+        self.named = anyio.Event()  # it serves a conversation (a child started ahead waits for one; the shared never)
         self.child: Child
 
     def end(self, why: str) -> None:

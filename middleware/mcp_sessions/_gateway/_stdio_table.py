@@ -1,8 +1,9 @@
 """The process table of ``mcp-sessions gateway --stdio``: which process a request reaches, and how long it lives.
 
-:class:`Children` holds the shared process and one per conversation, bounded overall and per caller, started
-ahead for requests that name none; each ends with its session, when idle or at shutdown, and its conversation
-is then over (see ``_stdio``). What a process's messages do for its client is ``_stdio_relay``'s.
+:class:`Children` holds the shared process and one per conversation, bounded overall and per caller, taken from
+those started ahead (each with an id of its own, its ``MCP_SESSION_ID``); each ends with its session, when idle or
+at shutdown, and its conversation is then over (see ``_stdio``). What a process's messages do for its client is
+``_stdio_relay``'s.
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ class Children:
     ) -> None:
         self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
         self.process_env = ProcessEnv() if process_env is None else process_env
-        self.per_request, self.warm_count = processes == "per-conversation" and sessionless == "per-request", warm
-        self.warm: deque[Conversation] = deque()  # started and initialized ahead, for requests that name nothing
+        self.per_request = processes == "per-conversation" and sessionless == "per-request"
+        self.warm_count = warm if processes == "per-conversation" else 0
+        self.warm: deque[Conversation] = deque()  # started and initialized ahead, for new conversations and requests
         self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
         self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
         self.environ = {key: value for key, value in environ.items() if inherited(key)}
@@ -170,7 +172,7 @@ class Children:
 
     async def shared_conversation(self) -> Conversation:
         if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
-            self.shared = self._start(None, "shared", math.inf)  # it serves no conversation: a new one is as good
+            self.shared = self._start(shared=True)  # it serves no conversation: a new one is as good
         return await self._ready(self.shared)
 
     async def open(
@@ -205,21 +207,18 @@ class Children:
                 "processes at once (--max-processes); end one (sessions/delete) or retry later",
                 RETRY_LATER,
             )
-        if key.startswith(_REQUEST) and self.warm:
-            conversation = self.warm.popleft()
-            conversation.sid, conversation.caller, conversation.child.label = key, caller, f"request {key}"
-            conversation.named.set()
-            self.conversations[key] = conversation
-        else:
-            conversation = self.conversations[key] = self._start(key, caller, expires_at)
-        self._fill()
+        conversation = self.conversations[key] = self.warm.popleft() if self.warm else self._start()
+        conversation.sid, conversation.caller, conversation.expires_at = key, caller, expires_at
         conversation.transport = transport
+        conversation.named.set()
+        logger.info("%s: serves the conversation %s", conversation.child.label, key)
+        self._fill()
         return conversation if transport is not None else await self._ready(conversation)
 
     def _fill(self) -> None:
-        """Start children ahead, up to ``warm`` of them, for requests that name no conversation."""
-        while self.per_request and self._tasks is not None and len(self.warm) < self.warm_count:
-            self.warm.append(self._start(None, "", math.inf, label="warm"))
+        """Start children ahead, up to ``warm`` of them, for new conversations and requests."""
+        while self._tasks is not None and len(self.warm) < self.warm_count:
+            self.warm.append(self._start())
 
     def answered(self, conversation: Conversation) -> None:
         """A request's own child, once its answer is sent: ended, or retained for the retry that brings the input it
@@ -259,18 +258,19 @@ class Children:
         conversation.last_request = time.monotonic()
         return conversation
 
-    def _start(self, key: str | None, caller: str, expires_at: float, label: str = "shared") -> Conversation:
+    def _start(self, *, shared: bool = False) -> Conversation:
+        """A new child: the shared one, or one a conversation or a request takes (started ahead, or by the request
+        that starts its conversation: with ``--process-env``, that user's values), with an id of its own."""
         if self._tasks is None:
             raise MCPError(CHILD_EXITED, "the gateway is shutting down")
-        values = self.process_env.values() if key is not None else {}  # this user's, from the request that starts it
-        environ = {**self.environ, **values}
-        if key is not None and not key.startswith(_REQUEST):  # a conversation's stable id; a request's own has none
-            environ["MCP_SESSION_ID"] = key
-        conversation = Conversation(key, expires_at, self._tasks, self.bus)
-        conversation.caller, conversation.credentials = caller, self.process_env.digest(values)
+        values = {} if shared else self.process_env.values()  # none but a request's: no child is started ahead then
+        process = None if shared else secrets.token_hex(8)
+        environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
+        conversation = Conversation(self._tasks, self.bus)
+        conversation.credentials = self.process_env.digest(values)
         conversation.child = Child(
             self.command,
-            label=label if key is None else f"session {key}",
+            label="shared" if process is None else f"process {process}",
             environ=environ,
             max_line=self.config.max_response_size,
             on_request=conversation.on_request,
@@ -284,20 +284,12 @@ class Children:
     async def _serve(self, conversation: Conversation) -> None:
         """Run a child to its end: its session's end (on any replica), its idle time or its expiry end it; its end
         ends the conversation, which then gets the error of its kind (a crash as any other end)."""
-        child, key = conversation.child, conversation.sid
-        unwatch = (
-            None
-            if key is None or key.startswith((_BOUND, _REQUEST))
-            else self.bus.watch(key, partial(conversation.end, "its session ended"))
-        )
-        try:
-            async with anyio.create_task_group() as timers:
-                timers.start_soon(self._expire, conversation)
-                await child.run()
-                timers.cancel_scope.cancel()
-        finally:
-            if unwatch is not None:
-                unwatch()
+        child = conversation.child
+        async with anyio.create_task_group() as timers:
+            timers.start_soon(self._expire, conversation)
+            timers.start_soon(self._watch, conversation)
+            await child.run()
+            timers.cancel_scope.cancel()
         if conversation in self.warm:
             self.warm.remove(conversation)
         for state in conversation.parked:
@@ -335,7 +327,7 @@ class Children:
 
     async def _expire(self, conversation: Conversation) -> None:
         """End a conversation's child once it has been idle for ``idle`` seconds, or its session has expired."""
-        await conversation.named.wait()  # a warm child idles from when it is taken
+        await conversation.named.wait()  # a child started ahead idles from when it is taken
         await conversation.child.ready.wait()
         conversation.last_request = time.monotonic()  # idle from its start, however long the start took
         while True:
@@ -343,6 +335,19 @@ class Children:
             if left <= 0 and (not conversation.calls or conversation.expires_at <= time.time()):
                 return await self.close(conversation, "idle" if conversation.expires_at > time.time() else "expired")
             await anyio.sleep(left if left > 0 else self.idle)
+
+    async def _watch(self, conversation: Conversation) -> None:
+        """End a session's child when its session is ended, on any replica (a host's or a request's has none)."""
+        await conversation.named.wait()
+        key = conversation.sid
+        if key is None or key.startswith((_BOUND, _REQUEST)):
+            return
+        unwatch = self.bus.watch(key, partial(conversation.end, "its session ended"))
+        try:
+            await anyio.sleep_forever()
+        finally:
+            if unwatch is not None:
+                unwatch()
 
 
 def _bound(sid: str, caller: str) -> str:
