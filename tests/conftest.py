@@ -16,6 +16,7 @@ from examples.demo import serve_in_thread
 from starlette.testclient import TestClient
 
 from _redis import RedisServer, redis_server
+from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
 from mcp_sessions import KeySet, SessionKey
 
 if TYPE_CHECKING:
@@ -69,6 +70,20 @@ def redis() -> Iterator[RedisServer]:
     """One real redis-server for the module (skipped without redis-server, failed under CI)."""
     with redis_server() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterServers]:
+    """One real 3-master Redis Cluster for the module."""
+    with redis_cluster() as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def sentinels() -> Iterator[SentinelGroup]:
+    """One real master, replica and three Sentinels for the module."""
+    with sentinel_group() as group:
+        yield group
 
 
 @pytest.fixture

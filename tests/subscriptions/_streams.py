@@ -7,9 +7,9 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 from mcp.shared.subscriptions import PromptsListChanged, ServerEvent
 
@@ -31,6 +31,20 @@ def in_session(session_id: str | None, bus: SessionSubscriptionBus) -> Iterator[
         yield
     finally:
         current_session.reset(token)
+
+
+@contextlib.asynccontextmanager
+async def buses(
+    url: str, prefix: str, **options: Any
+) -> AsyncIterator[tuple[SessionSubscriptionBus, SessionSubscriptionBus]]:
+    """Two replicas' buses on the one backend and prefix, closed after the block."""
+    a = SessionSubscriptionBus.from_url(url, prefix=prefix, **options)
+    b = SessionSubscriptionBus.from_url(url, prefix=prefix, **options)
+    try:
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()
 
 
 class Stream:

@@ -19,7 +19,7 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from _redis import RedisServer, redis_server
 from mcp_sessions.subscriptions import SessionSubscriptionBus
-from subscriptions._streams import MARKER, WAIT, Stream, opened, until
+from subscriptions._streams import MARKER, WAIT, Stream, buses, opened, until
 
 pytestmark = pytest.mark.anyio
 
@@ -36,11 +36,8 @@ async def replicas(
         return
     server: RedisServer = request.getfixturevalue("redis")
     prefix: str = request.getfixturevalue("prefix")
-    a = SessionSubscriptionBus.from_url(server.url, prefix=prefix)
-    b = SessionSubscriptionBus.from_url(server.url, prefix=prefix)
-    yield a, b
-    await a.aclose()
-    await b.aclose()
+    async with buses(server.url, prefix) as pair:
+        yield pair
 
 
 async def test_a_global_event_reaches_every_stream_on_every_replica(
@@ -177,9 +174,7 @@ async def test_streams_survive_a_redis_restart_and_a_publish_meanwhile_is_droppe
     prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with redis_server() as server:
-        a = SessionSubscriptionBus.from_url(server.url, prefix=prefix, timeout=0.5)
-        b = SessionSubscriptionBus.from_url(server.url, prefix=prefix, timeout=0.5)
-        try:
+        async with buses(server.url, prefix, timeout=0.5) as (a, b):
             stream = Stream(b, "s1")
             await opened(b, "s1")
             server.stop()
@@ -193,9 +188,6 @@ async def test_streams_survive_a_redis_restart_and_a_publish_meanwhile_is_droppe
                 await a.publish_to_session("s1", ResourceUpdated(uri="note://after"))
                 await asyncio.sleep(0.1)
             assert set(stream.events) == {ResourceUpdated(uri="note://after")}
-        finally:
-            await a.aclose()
-            await b.aclose()
 
 
 @pytest.mark.parametrize(
