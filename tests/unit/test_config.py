@@ -291,8 +291,3 @@ def test_from_env_issuer_and_audience_are_not_forced_onto_given_keys() -> None:
     environ = {"MCP_SESSIONS_ISSUER": "env-issuer", "MCP_SESSIONS_AUDIENCE": "env-audience"}
     mw = MCPSessionMiddleware.from_env(app, environ=environ, keys=keys)
     assert (mw.keys.issuer, mw.keys.audience) == ("i", "a")
-
-
-def test_from_env_short_secret_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="at least 32 bytes"):
-        MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_SECRET": "short"})

@@ -366,14 +366,8 @@ async def test_from_env_cluster_and_sentinel_urls_take_the_redis_options(variabl
             {"MCP_SESSIONS_REDIS_URL": "http://user:hunter2@example/0"},
             "MCP_SESSIONS_REDIS_URL: unknown store URL scheme",
         ),
-        ({"MCP_SESSIONS_REDIS_URL": "redis://user:hunter2@h/abc"}, "MCP_SESSIONS_REDIS_URL: the database number"),
         ({"MCP_SESSIONS_STORE": "memory://", "MCP_SESSIONS_REDIS_URL": "redis://h/0"}, "set only one"),
         ({"MCP_SESSIONS_STORE": "redis+cluster://:hunter2@h:x"}, "MCP_SESSIONS_STORE: the port of Cluster node 1"),
-        (
-            {"MCP_SESSIONS_STORE": "redis+sentinel://:hunter2@h"},
-            "MCP_SESSIONS_STORE: the redis\\+sentinel:// URL needs",
-        ),
-        ({"MCP_SESSIONS_REDIS_URL": "rediss+sentinel://h/m/x"}, "MCP_SESSIONS_REDIS_URL: the database number after"),
         ({"MCP_SESSIONS_STORE": "sqlite://x.db", "MCP_SESSIONS_REDIS_PREFIX": "p"}, "names no Redis store"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "soon"}, "must be a number"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "120"}, "at most 60"),
@@ -413,20 +407,3 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=MAIN)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
-
-
-# -- replicas' clocks ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("behind", [0.5, 1.0, 59.0])
-def test_a_replica_whose_clock_runs_behind_accepts_a_fresh_session(behind: float) -> None:
-    minting, verifying = KeySet.from_config(f"k:{OLD}"), KeySet.from_config(f"k:{OLD}")
-    token, claims = minting.mint_session_token(ttl=60, now=1_900_000_000.9)
-    assert verifying.verify_session_token(token, now=1_900_000_000.9 - behind).session_id == claims.session_id
-
-
-def test_a_session_from_further_in_the_future_is_refused() -> None:
-    minting, verifying = KeySet.from_config(f"k:{OLD}"), KeySet.from_config(f"k:{OLD}")
-    token, _ = minting.mint_session_token(ttl=3600, now=1_900_000_000)
-    with pytest.raises(InvalidToken, match="not yet valid"):
-        verifying.verify_session_token(token, now=1_900_000_000 - 61)
