@@ -126,18 +126,6 @@ def test_bad_configuration_fails_at_construction(options: dict[str, Any], error:
         MCPSessionMiddleware(app, **options)
 
 
-@pytest.mark.parametrize(
-    ("policy", "required"),
-    [(True, True), (False, False), (["tools/call"], True), (frozenset({"tools/list"}), False),
-     (lambda method, params: params == {"name": "count"}, True)],
-    ids=["true", "false", "list", "frozenset", "callable"],
-)  # fmt: skip
-def test_require_session_accepts_bool_collection_or_callable(policy: Any, required: bool) -> None:
-    mw = MCPSessionMiddleware(app, secret=SECRET, require_session=policy)
-    assert mw.config.requires("tools/call", {"name": "count"}) is required
-    assert mw.config.requires("initialize", {}) is False  # exempt whatever the policy
-
-
 # -- from_env ---------------------------------------------------------------------
 
 
