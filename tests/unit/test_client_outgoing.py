@@ -8,11 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
+from _mcp import SESSION_KEY as KEY
 from mcp_sessions._wire import jsonrpc
-from mcp_sessions._wire.protocol import Era
 from mcp_sessions.client._messages import OutgoingPost, stamp
 
-KEY = "io.modelcontextprotocol/session"
 HEADERS = [("content-type", "application/json"), ("content-length", "999"), ("mcp-session-id", "stale")]
 
 
@@ -21,19 +20,6 @@ def post(body: bytes, version: str | None = "2026-07-28") -> OutgoingPost:
     parsed = OutgoingPost.parse(httpx.Request("POST", "http://mcp.test/mcp", headers=headers), body)
     assert parsed is not None
     return parsed
-
-
-@pytest.mark.parametrize(
-    ("version", "era"),
-    [
-        (None, Era.LEGACY),
-        ("2024-11-05", Era.LEGACY),
-        ("2025-11-25", Era.LEGACY),
-        ("2026-07-28", Era.MODERN),
-    ],
-)
-def test_the_era_comes_from_the_request_header(version: str | None, era: Era) -> None:
-    assert Era.of(version) is era
 
 
 @pytest.mark.parametrize(
