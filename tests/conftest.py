@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import ssl
-from collections.abc import AsyncIterator, Generator, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
@@ -56,6 +58,14 @@ def signer_of(keys: KeySet) -> SessionKey:
     """The key ``keys`` signs with: ``KeySet.signer`` is ``None`` only for a verify-only set, and these have one."""
     assert keys.signer is not None, "a verify-only KeySet has no signer"
     return keys.signer
+
+
+async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, within: float = 10.0) -> None:
+    """Wait until ``condition()`` holds (awaited if it is a coroutine), failing with ``what`` after ``within`` s."""
+    deadline = time.monotonic() + within
+    while not ((await held) if inspect.isawaitable(held := condition()) else held):
+        assert time.monotonic() < deadline, f"not within {within} s: {what}"
+        await anyio.sleep(0.02)
 
 
 @pytest.fixture

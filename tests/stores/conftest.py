@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sqlite3
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -41,14 +39,6 @@ def redis_like(request: pytest.FixtureRequest, name: str) -> tuple[str, aioredis
         return group.url, aioredis.Redis(port=group.master_port())
     server: RedisServer = request.getfixturevalue("valkey" if name == "valkey" else "redis")
     return server.url, aioredis.Redis.from_url(server.url)
-
-
-async def eventually(condition: Callable[[], Awaitable[bool]], what: str, within: float = 10.0) -> None:
-    """Wait until ``condition()`` holds (a time-driven expiry, say), failing with ``what`` after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not await condition():
-        assert time.monotonic() < deadline, f"not within {within} s: {what}"
-        await asyncio.sleep(0.05)
 
 
 def unique_prefix() -> str:

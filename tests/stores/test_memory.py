@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from conftest import SECRET
+from conftest import SECRET, until
 from mcp_sessions.stores import MemoryStore, SessionStoreFull, SessionStoreUnavailable
 
 from ._workers import START_TIMEOUT, Workers
-from .conftest import ACTIVE, EXP, NOW, REVOKED, eventually
+from .conftest import ACTIVE, EXP, NOW, REVOKED
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +59,7 @@ async def test_expired_records_make_room_soonest_first() -> None:
                 return False
             return True
 
-        await eventually(room, f"room for {session_id!r} made by an expired record")
+        await until(room, f"room for {session_id!r} made by an expired record")
     assert len(store) == 3
     assert await store.get("long", "k") == 1
     assert await store.get("short-1", "k") is None

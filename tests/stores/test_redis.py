@@ -19,9 +19,10 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from _redis import RedisServer, free_port, redis_server
+from conftest import until
 from mcp_sessions.stores import RedisStore, SessionStoreUnavailable
 
-from .conftest import ACTIVE, EXP, NOW, eventually, unique_prefix
+from .conftest import ACTIVE, EXP, NOW, unique_prefix
 
 pytestmark = pytest.mark.anyio
 
@@ -86,7 +87,7 @@ async def test_nothing_outlives_the_session(redis: RedisServer, raw: aioredis.Re
         async def nothing_left() -> bool:
             return await raw.keys(store.prefix + "*") == []
 
-        await eventually(nothing_left, "every key expired with the session")
+        await until(nothing_left, "every key expired with the session")
     finally:
         await store.aclose()
 

@@ -3,11 +3,9 @@ sessions of a Cluster's nodes."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -54,13 +52,6 @@ class Stream:
         self.events: list[ServerEvent] = []
         with in_session(session_id, bus):
             self.unsubscribe = bus.subscribe(self.events.append)
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT} s: {what}"
-        await asyncio.sleep(0.01)
 
 
 async def opened(bus: SessionSubscriptionBus, *session_ids: str) -> None:

@@ -23,8 +23,9 @@ from mcp.shared.subscriptions import ResourceUpdated
 
 from _redis import RedisServer
 from _redis_topologies import READY_TIMEOUT, ClusterServers, client, wait_until
+from conftest import until
 from mcp_sessions.subscriptions import SessionSubscriptionBus
-from subscriptions._streams import Stream, channel, one_per_node, opened, until
+from subscriptions._streams import Stream, channel, one_per_node, opened
 
 pytestmark = pytest.mark.anyio
 

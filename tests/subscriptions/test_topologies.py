@@ -23,8 +23,9 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 from redis.crc import key_slot
 
 from _redis_topologies import ClusterServers, SentinelGroup, client, redis_cluster
+from conftest import until
 from mcp_sessions.subscriptions import SessionSubscriptionBus
-from subscriptions._streams import MARKER, Stream, buses, channel, one_per_node, opened, until
+from subscriptions._streams import MARKER, Stream, buses, channel, one_per_node, opened
 
 pytestmark = pytest.mark.anyio
 
@@ -95,10 +96,7 @@ async def test_channels_are_sharded_on_their_slots_node_and_left_with_their_last
                     return False
             return True
 
-        deadline = time.monotonic() + 3
-        while not await left():
-            assert time.monotonic() < deadline, "the session channels were not left"
-            await asyncio.sleep(0.02)
+        await until(left, "the session channels left")
     finally:
         for probe in classic:
             await probe.aclose()  # type: ignore[no-untyped-call]
