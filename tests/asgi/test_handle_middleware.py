@@ -7,6 +7,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
+from starlette.requests import Request
 
 from _mcp import AnswersProbes
 from _redis import free_port
@@ -36,13 +37,7 @@ class Downstream:
         if scope["type"] != "http":
             return
         self.contexts.append(current_handle_context())
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
-        self.bodies.append(body)
+        self.bodies.append(await Request(scope, receive).body())
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": b"{}"})
 
