@@ -203,10 +203,11 @@ async def test_client_disconnect_while_reading_the_body_ends_quietly() -> None:
     [b"{not json", b"", b"\xff\xfe", b'"a string"', b"42", b"null", b"[]", b"[1,2]", b'{"hello":"world"}',
      b'{"jsonrpc":"2.0","id":1,"method":7}', b'{"jsonrpc":"2.0","id":1,"result":{}}',
      b'{"id":1,"method":"sessions/create"}', b'{"jsonrpc":"1.0","id":1,"method":"sessions/create"}',
-     b'[{"id":1,"method":"sessions/create"},{"jsonrpc":2,"id":2,"method":"sessions/delete"}]'],
+     b'[{"id":1,"method":"sessions/create"},{"jsonrpc":2,"id":2,"method":"sessions/delete"}]',
+     b'[{"jsonrpc":"2.0","id":1,"result":{}}]'],
     ids=["broken", "empty", "not-utf8", "string", "number", "null", "empty-array", "array-of-numbers",
          "object-no-method", "method-not-string", "a-response", "no-jsonrpc-member", "jsonrpc-1.0",
-         "batch-of-non-json-rpc-2.0"],
+         "batch-of-non-json-rpc-2.0", "batch-of-responses"],
 )  # fmt: skip
 async def test_body_that_is_not_a_json_rpc_request_passes_through(body: bytes) -> None:
     downstream = Downstream(json_response({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "x"}}))
