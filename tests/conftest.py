@@ -186,7 +186,6 @@ SLOW_FILES = [
     "tests/e2e/test_dist.py",
     "conformance/tests/test_conformance_dist.py",
     "tests/stores/test_memory.py",
-    "tests/unit/test_token_differential.py",
     "tests/stores/test_sqlite.py",
     "tests/e2e/test_gateway_benchmark.py",
     "tests/e2e/test_telemetry.py",
