@@ -60,13 +60,6 @@ def test_options_are_applied() -> None:
     assert (mw.keys.issuer, mw.keys.audience, mw.keys.max_state_size) == ("https://mcp.example", "tenant-a", 512)
 
 
-def test_keys_are_used_as_given() -> None:
-    keys = KeySet.from_secret(SECRET, issuer="i", audience="a", max_state_size=100)
-    mw = MCPSessionMiddleware(app, keys=keys)
-    assert mw.keys is keys
-    assert (keys.issuer, keys.audience, keys.max_state_size) == ("i", "a", 100)
-
-
 def test_ttl_of_exactly_ten_years_is_accepted() -> None:
     mw = MCPSessionMiddleware(app, secret=SECRET, ttl=TEN_YEARS, idle_ttl=TEN_YEARS)
     assert (mw.config.ttl, mw.config.idle_ttl) == (float(TEN_YEARS), float(TEN_YEARS))

@@ -134,11 +134,6 @@ def test_from_a_file(tmp_path: Path) -> None:
     assert signer_of(KeySet.from_config(f" @ {jwks} ")).kid == "j"
 
 
-def test_issuer_audience_and_limits_reach_the_key_set() -> None:
-    keys = KeySet.from_config(f"k:{OLD}", issuer="https://mcp.example", audience="tenant", max_state_size=512)
-    assert (keys.issuer, keys.audience, keys.max_state_size) == ("https://mcp.example", "tenant", 512)
-
-
 # -- errors: clear, and never quoting secrets ----------------------------------------------------------
 
 SHORT = "short-secret-never-echoed"
