@@ -551,7 +551,4 @@ async def create_session(client: Client) -> dict[str, Any]:
 
 
 def sdk_session_meta(session: dict[str, Any], state: str | None = None) -> RequestParamsMeta:
-    value = {"sessionId": session["sessionId"]}
-    if state is not None:
-        value["state"] = state
-    return sdk_meta({SESSION_KEY: value})
+    return sdk_meta({SESSION_KEY: session_meta(session, state=state)})

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import ssl
-from collections.abc import AsyncIterator, Generator, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
@@ -16,6 +18,7 @@ from examples.demo import serve_in_thread
 from starlette.testclient import TestClient
 
 from _redis import RedisServer, redis_server
+from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
 from mcp_sessions import KeySet, SessionKey
 
 if TYPE_CHECKING:
@@ -57,6 +60,14 @@ def signer_of(keys: KeySet) -> SessionKey:
     return keys.signer
 
 
+async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, within: float = 10.0) -> None:
+    """Wait until ``condition()`` holds (awaited if it is a coroutine), failing with ``what`` after ``within`` s."""
+    deadline = time.monotonic() + within
+    while not ((await held) if inspect.isawaitable(held := condition()) else held):
+        assert time.monotonic() < deadline, f"not within {within} s: {what}"
+        await anyio.sleep(0.02)
+
+
 @pytest.fixture
 def http() -> Iterator[httpx.Client]:
     """A plain HTTP client for the test's servers on 127.0.0.1."""
@@ -69,6 +80,20 @@ def redis() -> Iterator[RedisServer]:
     """One real redis-server for the module (skipped without redis-server, failed under CI)."""
     with redis_server() as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ClusterServers]:
+    """One real 3-master Redis Cluster for the module."""
+    with redis_cluster() as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def sentinels() -> Iterator[SentinelGroup]:
+    """One real master, replica and three Sentinels for the module."""
+    with sentinel_group() as group:
+        yield group
 
 
 @pytest.fixture
@@ -161,7 +186,6 @@ SLOW_FILES = [
     "tests/e2e/test_dist.py",
     "conformance/tests/test_conformance_dist.py",
     "tests/stores/test_memory.py",
-    "tests/unit/test_token_differential.py",
     "tests/stores/test_sqlite.py",
     "tests/e2e/test_gateway_benchmark.py",
     "tests/e2e/test_telemetry.py",

@@ -14,6 +14,7 @@ from typing import Any
 from _mcp import SESSION_KEY, AnswersProbes
 from conftest import SECRET
 from mcp_sessions import SCOPE_KEY, MCPSessionMiddleware, get_session
+from mcp_sessions.stores import MemoryStore
 
 # What every real client sends: the server (and so the guard) refuses a POST without them.
 JSON = [
@@ -117,6 +118,16 @@ class Downstream:
     @property
     def body(self) -> bytes:
         return b"".join(m.get("body", b"") for m in self.received if m["type"] == "http.request")
+
+
+class CountingStore(MemoryStore):
+    """The real memory store, counting the touches that session work makes."""
+
+    touches = 0
+
+    async def touch(self, session_id: str, **kwargs: Any) -> Any:
+        self.touches += 1
+        return await super().touch(session_id, **kwargs)
 
 
 def http_scope(

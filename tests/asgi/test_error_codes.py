@@ -8,43 +8,29 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from mcp_sessions.profiles import PROFILES
-
 from ._direct import JSON, Downstream, call, dumps, http_scope, middleware
 
 pytestmark = pytest.mark.anyio
 
 TOOL = {"name": "count", "arguments": {}}
-# wire: (a request without a session, a request naming a session that does not exist, (seeds' not found, required))
-WIRES: dict[str, tuple[dict[str, Any], dict[str, Any], tuple[int, int]]] = {
-    "draft": (
-        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL},
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {**TOOL, "_meta": {"io.modelcontextprotocol/session": {"sessionId": "sess-invalid"}}},
-        },
-        (-32043, -32044),
-    ),
-}
+SESSIONLESS = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": TOOL}
+UNKNOWN = {**SESSIONLESS, "params": {**TOOL, "_meta": {"io.modelcontextprotocol/session": {"sessionId": "sess-x"}}}}
 
 
-@pytest.mark.parametrize("error_codes", ["seeds", "spec-safe"])
-@pytest.mark.parametrize("wire", list(WIRES))
-async def test_each_wire_answers_its_errors_with_the_chosen_codes(wire: str, error_codes: str) -> None:
-    sessionless, unknown, (not_found, required) = WIRES[wire]
-    if error_codes == "spec-safe":
-        not_found, required = -32012, -32013
+@pytest.mark.parametrize(
+    ("error_codes", "not_found", "required"), [("seeds", -32043, -32044), ("spec-safe", -32012, -32013)]
+)
+async def test_the_draft_answers_its_errors_with_the_chosen_codes(
+    error_codes: str, not_found: int, required: int
+) -> None:
     app = Downstream()
-    mw = middleware(app, profiles=wire, require_session=True, error_codes=error_codes)
+    mw = middleware(app, require_session=True, error_codes=error_codes)
 
-    refused = (await call(mw, dumps(sessionless))).json()["error"]
-    gone = (await call(mw, dumps(unknown))).json()["error"]
+    refused = (await call(mw, dumps(SESSIONLESS))).json()["error"]
+    gone = (await call(mw, dumps(UNKNOWN))).json()["error"]
 
     assert (refused["code"], gone["code"]) == (required, not_found)
-    opens = PROFILES[wire].create_method
-    assert opens is not None and refused["message"].startswith("Session required") and opens in refused["message"]
+    assert refused["message"].startswith("Session required: call sessions/create")
     assert gone["message"].startswith("Session not found: the session ended or is not this caller's; call ")
     assert app.calls == 0
 

@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from starlette.authentication import SimpleUser
-from starlette.types import Message, Receive
+from starlette.requests import Request
+from starlette.types import Message
 
 from _mcp import LEGACY, MODERN, SESSION_KEY, AnswersProbes, b64, hs_jws
 from asgi._fuzz import (
@@ -255,19 +256,8 @@ class Downstream:
         self.indent = indent
         self.calls: list[tuple[dict[str, Any], bytes, Any]] = []
 
-    @staticmethod
-    async def read(receive: Receive) -> bytes:
-        """The whole request body, as the app receives it."""
-        body = b""
-        while True:
-            message = await receive()
-            chunk: bytes = message.get("body", b"")
-            body += chunk
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                return body
-
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        body = await self.read(receive)
+        body = await Request(scope, receive).body()
         session = get_session()
         self.calls.append((scope, body, None if session is None else session.token))
         parsed = parse_like_the_sdk(body)

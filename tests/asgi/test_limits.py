@@ -8,16 +8,17 @@ import socket
 from typing import Any
 
 import pytest
-from starlette.types import Message
+from starlette.applications import Starlette
 
+from _lifespan import running
 from _mcp import AnswersProbes, jwt_claims
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware, Refusal, SessionClaims
 from mcp_sessions._session import Quota
 from mcp_sessions.handles import Handles
-from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus
+from mcp_sessions.stores import MemoryStore, RedisStore
 
-from ._direct import Downstream, call, dumps, http_scope, request
+from ._direct import CountingStore, Downstream, call, dumps, http_scope, request
 
 pytestmark = pytest.mark.anyio
 
@@ -87,49 +88,25 @@ async def test_the_on_create_hook_sees_each_new_session_and_may_refuse_it() -> N
     assert failed.json()["error"] == {"code": -32603, "message": "Internal error"}  # a hook that fails: refused
 
 
-async def lifespan(mw: MCPSessionMiddleware) -> list[str]:
-    """Run the lifespan startup and shutdown through the middleware; the messages the server got."""
-    incoming = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
-    sent: list[str] = []
-
-    async def receive() -> Message:
-        return incoming.pop(0)
-
-    async def send(message: Message) -> None:
-        sent.append(message["type"])
-
-    await mw({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
-    return sent
-
-
-async def app_with_lifespan(scope: Any, receive: Any, send: Any) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 async def test_an_unreachable_store_is_reported_at_startup(caplog: pytest.LogCaptureFixture) -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     store = RedisStore(f"redis://:hunter2@127.0.0.1:{port}/0", timeout=0.5)
-    mw = MCPSessionMiddleware(AnswersProbes(app_with_lifespan), secret=SECRET, store=store)
+    mw = MCPSessionMiddleware(AnswersProbes(Starlette()), secret=SECRET, store=store)
     with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
-        sent = await lifespan(mw)
+        async with running(mw):  # the app starts all the same (and shuts down)
+            pass
     await store.aclose()
-    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]  # the app starts all the same
     (record,) = [r for r in caplog.records if "does not answer at startup" in r.getMessage()]
     assert "hunter2" not in record.getMessage()
 
 
 async def test_a_reachable_store_says_nothing_at_startup(caplog: pytest.LogCaptureFixture) -> None:
-    mw = MCPSessionMiddleware(AnswersProbes(app_with_lifespan), secret=SECRET)
+    mw = MCPSessionMiddleware(AnswersProbes(Starlette()), secret=SECRET)
     with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
-        assert await lifespan(mw) == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+        async with running(mw):
+            pass
     assert not [r for r in caplog.records if "startup" in r.getMessage()]
 
 
@@ -152,16 +129,8 @@ def test_a_quota_counts_each_record_until_it_ends() -> None:
     assert quota.wait("a", now=50) == 0
 
 
-class TouchCounting(MemoryStore):
-    touches = 0
-
-    async def touch(self, session_id: str, **kwargs: Any) -> SessionStatus:
-        self.touches += 1
-        return await super().touch(session_id, **kwargs)
-
-
 async def test_a_batch_of_made_up_conversations_stores_at_most_eight() -> None:
-    store = TouchCounting()
+    store = CountingStore()
     mw = MCPSessionMiddleware(
         AnswersProbes(Downstream()), secret=SECRET, store=store, idle_ttl=3600, conversation_data="anonymous"
     )

@@ -17,10 +17,10 @@ from _mcp import REQUIRED_MESSAGE, AnswersProbes
 from _otel import collect, points
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey
-from mcp_sessions.stores import MemoryStore
 
 from ._direct import (
     JSON,
+    CountingStore,
     Downstream,
     call,
     dumps,
@@ -106,18 +106,6 @@ async def test_the_collection_and_callable_policies_refuse_and_allow(
     }
     sender = await call(mw, dumps(allowed))
     assert app.calls == 1 and json.loads(sender.body)["result"] == {}
-
-
-class CountingStore(MemoryStore):
-    """The real memory store, counting the touches that session work makes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.touches = 0
-
-    async def touch(self, session_id: str, **kwargs: Any) -> Any:
-        self.touches += 1
-        return await super().touch(session_id, **kwargs)
 
 
 class CountingKeys(KeySet):

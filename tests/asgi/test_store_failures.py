@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.authentication import SimpleUser
+from starlette.requests import Request
 
 from _failing_stores import HOUR, failing_stores, filled_memory
 from _mcp import AnswersProbes
@@ -135,12 +136,7 @@ def expected(case: Case, kind: str, idle_ttl: float | None) -> str:
 
 async def tools(scope: Any, receive: Any, send: Any) -> None:
     """A server whose ``remember`` tool writes ``session.data`` and lets a store failure out, as a raw app does."""
-    body = b""
-    while (message := await receive())["type"] == "http.request":
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
-    received = json.loads(body)
+    received = json.loads(await Request(scope, receive).body())
     requests = received if isinstance(received, list) else [received]
     if any((request.get("params") or {}).get("name") == "remember" for request in requests):
         session = get_session()

@@ -15,7 +15,7 @@ from typing import IO
 import httpx
 
 from _mcp import ModernClient, tool_text
-from _redis import free_port
+from _redis import end_process, free_port
 from conftest import SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,21 +23,26 @@ START_TIMEOUT = 30.0
 
 
 class Workers:
-    """``uvicorn --workers N --factory workers_app:app``: N processes behind one listening socket."""
+    """``uvicorn --workers N --factory workers_app:app`` (or gunicorn's forked workers): N processes behind one
+    listening socket."""
 
-    def __init__(self, count: int, environ: dict[str, str]) -> None:
+    def __init__(self, count: int, environ: dict[str, str], *, gunicorn: bool = False) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_SESSIONS_", "WORKERS_APP_"))}
         env.update(environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "middleware"), str(ROOT), env.get("PYTHONPATH", "")])
-        self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
+        paths = [str(ROOT / "middleware"), str(ROOT), str(Path(__file__).parent), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        server = [
+            *("uvicorn", "--factory", "workers_app:app", "--host", "127.0.0.1", "--port", str(self.port)),
+            *("--log-level", "warning"),
+        ]
+        if gunicorn:
+            server = ["gunicorn", "workers_app:app()", "--worker-class", "uvicorn.workers.UvicornWorker"]
+            server += ["--bind", f"127.0.0.1:{self.port}"]
         self.process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "uvicorn", "--factory", "workers_app:app"),
-                *("--app-dir", str(Path(__file__).parent), "--host", "127.0.0.1", "--port", str(self.port)),
-                *("--workers", str(count), "--log-level", "warning"),
-            ],
+            [sys.executable, "-m", *server, "--workers", str(count)],
             cwd=ROOT,
             env=env,
             stdout=self._log,
@@ -61,17 +66,12 @@ class Workers:
         """The worker at the other end of ``http``'s connection."""
         return int(tool_text(ModernClient(http, self.url).call_tool("pid")[1]))
 
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-
     def output(self) -> str:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")[-6000:]
+
+    def stop(self) -> None:
+        end_process(self.process)
 
     def close(self) -> None:
         self.stop()

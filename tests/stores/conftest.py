@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sqlite3
-import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -16,7 +14,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from _redis import RedisServer, redis_server, valkey_server_binary
-from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
+from _redis_topologies import ClusterServers, SentinelGroup
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionStore, SQLiteStore
 
 NOW = 1_900_000_000.0  # years ahead of the wall clock: no store's own clean-up meets the records the tests write
@@ -31,20 +29,6 @@ def valkey() -> Iterator[RedisServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterServers]:
-    """One real 3-master Redis Cluster for the module."""
-    with redis_cluster() as servers:
-        yield servers
-
-
-@pytest.fixture(scope="module")
-def sentinels() -> Iterator[SentinelGroup]:
-    """One real master, replica and three Sentinels for the module."""
-    with sentinel_group() as group:
-        yield group
-
-
 def redis_like(request: pytest.FixtureRequest, name: str) -> tuple[str, aioredis.Redis | RedisCluster]:
     """The URL of the Redis-speaking backend ``name``, and a plain client that sees every key it holds."""
     if name == "redis-cluster":
@@ -55,14 +39,6 @@ def redis_like(request: pytest.FixtureRequest, name: str) -> tuple[str, aioredis
         return group.url, aioredis.Redis(port=group.master_port())
     server: RedisServer = request.getfixturevalue("valkey" if name == "valkey" else "redis")
     return server.url, aioredis.Redis.from_url(server.url)
-
-
-async def eventually(condition: Callable[[], Awaitable[bool]], what: str, within: float = 10.0) -> None:
-    """Wait until ``condition()`` holds (a time-driven expiry, say), failing with ``what`` after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not await condition():
-        assert time.monotonic() < deadline, f"not within {within} s: {what}"
-        await asyncio.sleep(0.05)
 
 
 def unique_prefix() -> str:

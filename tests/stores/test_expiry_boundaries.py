@@ -19,7 +19,6 @@ so that no store's own clock-driven cleanup can meet these records.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -28,22 +27,13 @@ import pytest
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionStore, SessionStoreFull, SQLiteStore
 from mcp_sessions.stores import _sqlite as sqlite_store
 from mcp_sessions.stores._sqlite import delete_expired, open_connection
+from unit._instants import after, before
 
 from .conftest import ACTIVE, IDLE_EXPIRED, NOW, REVOKED, Backend, unique_prefix
 
 pytestmark = pytest.mark.anyio
 
 IDLE_TTLS = [60, 90.25, 0.5]
-
-
-def before(instant: float) -> float:
-    """The last float before ``instant``."""
-    return math.nextafter(instant, -math.inf)
-
-
-def after(instant: float) -> float:
-    """The first float after ``instant``."""
-    return math.nextafter(instant, math.inf)
 
 
 # An idle boundary probed at the last float before it, at it, and at the first float after it.

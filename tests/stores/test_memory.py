@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _redis import free_port
-from conftest import SECRET
+from conftest import SECRET, until
 from mcp_sessions.stores import MemoryStore, SessionStoreFull, SessionStoreUnavailable
 
-from ._workers import ROOT, START_TIMEOUT
-from .conftest import ACTIVE, EXP, NOW, REVOKED, eventually
+from ._workers import START_TIMEOUT, Workers
+from .conftest import ACTIVE, EXP, NOW, REVOKED
 
 pytestmark = pytest.mark.anyio
 
@@ -64,7 +59,7 @@ async def test_expired_records_make_room_soonest_first() -> None:
                 return False
             return True
 
-        await eventually(room, f"room for {session_id!r} made by an expired record")
+        await until(room, f"room for {session_id!r} made by an expired record")
     assert len(store) == 3
     assert await store.get("long", "k") == 1
     assert await store.get("short-1", "k") is None
@@ -172,35 +167,16 @@ def test_no_warning_in_the_main_process(caplog: pytest.LogCaptureFixture) -> Non
     assert caplog.records == []
 
 
-def test_a_memory_store_in_gunicorn_workers_warns_in_each(tmp_path: Path) -> None:
+def test_a_memory_store_in_gunicorn_workers_warns_in_each() -> None:
     """gunicorn forks its workers (no multiprocessing): its SERVER_SOFTWARE variable gives them away."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_SESSIONS_", "WORKERS_APP_"))}
-    env["MCP_SESSIONS_SECRET"] = SECRET
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "middleware"), str(ROOT), str(Path(__file__).parent)])
-    log = tmp_path / "gunicorn.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "gunicorn", "workers_app:app()", "--workers", "2"),
-                *("--worker-class", "uvicorn.workers.UvicornWorker", "--bind", f"127.0.0.1:{port}"),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + START_TIMEOUT
-            while log.read_text(errors="replace").count("MemoryStore in a worker process") < 2:
-                assert process.poll() is None, log.read_text(errors="replace")
-                assert time.monotonic() < deadline, log.read_text(errors="replace")
-                time.sleep(0.1)
-        finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
-    assert log.read_text(errors="replace").count("MemoryStore in a worker process") == 2
+    server = Workers(2, {"MCP_SESSIONS_SECRET": SECRET}, gunicorn=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while server.output().count("MemoryStore in a worker process") < 2:
+            assert server.process.poll() is None, server.output()
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.1)
+        server.stop()
+        assert server.output().count("MemoryStore in a worker process") == 2
+    finally:
+        server.close()

@@ -19,9 +19,10 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from _redis import RedisServer, free_port, redis_server
+from conftest import until
 from mcp_sessions.stores import RedisStore, SessionStoreUnavailable
 
-from .conftest import ACTIVE, EXP, NOW, eventually, unique_prefix
+from .conftest import ACTIVE, EXP, NOW, unique_prefix
 
 pytestmark = pytest.mark.anyio
 
@@ -86,7 +87,7 @@ async def test_nothing_outlives_the_session(redis: RedisServer, raw: aioredis.Re
         async def nothing_left() -> bool:
             return await raw.keys(store.prefix + "*") == []
 
-        await eventually(nothing_left, "every key expired with the session")
+        await until(nothing_left, "every key expired with the session")
     finally:
         await store.aclose()
 
@@ -170,41 +171,26 @@ async def test_incr_refuses_what_redis_cannot_count(redis_store: RedisStore) -> 
 # -- Redis: failure --------------------------------------------------------------------------------------
 
 
-def all_operations(store: RedisStore) -> dict[str, Any]:
-    return {
-        "touch": lambda: store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=60),
-        "touch-read": lambda: store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=None),
-        "revoke": lambda: store.revoke("s1", expires_at=EXP),
-        "get": lambda: store.get("s1", "k"),
-        "set": lambda: store.set("s1", "k", 1, expires_at=EXP),
-        "delete": lambda: store.delete("s1", "k"),
-        "incr": lambda: store.incr("s1", "k", expires_at=EXP),
-        "update": lambda: store.update("s1", "k", lambda old: 1, expires_at=EXP),
-        "items": lambda: store.items("s1"),
-        "ping": store.ping,
-    }
+OPERATIONS: dict[str, Callable[[RedisStore], Awaitable[Any]]] = {
+    "touch": lambda store: store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=60),
+    "touch-read": lambda store: store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=None),
+    "revoke": lambda store: store.revoke("s1", expires_at=EXP),
+    "get": lambda store: store.get("s1", "k"),
+    "set": lambda store: store.set("s1", "k", 1, expires_at=EXP),
+    "delete": lambda store: store.delete("s1", "k"),
+    "incr": lambda store: store.incr("s1", "k", expires_at=EXP),
+    "update": lambda store: store.update("s1", "k", lambda old: 1, expires_at=EXP),
+    "items": lambda store: store.items("s1"),
+    "ping": lambda store: store.ping(),
+}
 
 
-OPERATIONS = [
-    "touch",
-    "touch-read",
-    "revoke",
-    "get",
-    "set",
-    "delete",
-    "incr",
-    "update",
-    "items",
-    "ping",
-]
-
-
-@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("operation", list(OPERATIONS))
 async def test_nothing_listening_is_unavailable(operation: str) -> None:
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0")
     try:
         with pytest.raises(SessionStoreUnavailable, match="redis failed: ConnectionError"):
-            await all_operations(store)[operation]()
+            await OPERATIONS[operation](store)
     finally:
         await store.aclose()
 
@@ -236,12 +222,12 @@ def silent_server() -> Iterator[int]:
     listener.close()
 
 
-@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("operation", list(OPERATIONS))
 async def test_a_silent_server_is_unavailable_within_the_timeout(silent_server: int, operation: str) -> None:
     store = RedisStore(f"redis://127.0.0.1:{silent_server}/0", timeout=0.1)
     try:
         with pytest.raises(SessionStoreUnavailable):
-            await all_operations(store)[operation]()
+            await OPERATIONS[operation](store)
     finally:
         await store.aclose()
 
@@ -297,7 +283,7 @@ async def test_a_redis_error_reply_is_unavailable_not_another_exception(
     await raw.set(f"{redis_store.prefix}{{s1}}:d", "not a hash")
     for operation in ("get", "set", "items", "incr", "update", "delete"):
         with pytest.raises(SessionStoreUnavailable, match=r"^redis failed: ResponseError WRONGTYPE$"):
-            await all_operations(redis_store)[operation]()
+            await OPERATIONS[operation](redis_store)
 
 
 async def test_failures_say_nothing_of_the_host_to_clients_and_everything_to_the_log(

@@ -3,13 +3,11 @@ sessions of a Cluster's nodes."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 from mcp.shared.subscriptions import PromptsListChanged, ServerEvent
 
@@ -33,6 +31,20 @@ def in_session(session_id: str | None, bus: SessionSubscriptionBus) -> Iterator[
         current_session.reset(token)
 
 
+@contextlib.asynccontextmanager
+async def buses(
+    url: str, prefix: str, **options: Any
+) -> AsyncIterator[tuple[SessionSubscriptionBus, SessionSubscriptionBus]]:
+    """Two replicas' buses on the one backend and prefix, closed after the block."""
+    a = SessionSubscriptionBus.from_url(url, prefix=prefix, **options)
+    b = SessionSubscriptionBus.from_url(url, prefix=prefix, **options)
+    try:
+        yield a, b
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
 class Stream:
     """One listen stream's listener, as ListenHandler registers it, subscribed within ``session_id``."""
 
@@ -40,13 +52,6 @@ class Stream:
         self.events: list[ServerEvent] = []
         with in_session(session_id, bus):
             self.unsubscribe = bus.subscribe(self.events.append)
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WAIT} s: {what}"
-        await asyncio.sleep(0.01)
 
 
 async def opened(bus: SessionSubscriptionBus, *session_ids: str) -> None:

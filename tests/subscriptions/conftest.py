@@ -1,20 +1,10 @@
-"""The subscription tests' fixtures: a real Redis Cluster for a module, and a channel prefix for a test."""
+"""The subscription tests' fixture: a channel prefix for a test (the Redis Cluster is tests/conftest.py's)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
-
-from _redis_topologies import ClusterServers, redis_cluster
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterServers]:
-    """One real 3-master Redis Cluster for the module."""
-    with redis_cluster() as servers:
-        yield servers
 
 
 @pytest.fixture

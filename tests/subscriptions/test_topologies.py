@@ -22,9 +22,10 @@ import redis.asyncio as aioredis
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 from redis.crc import key_slot
 
-from _redis_topologies import ClusterServers, SentinelGroup, client, redis_cluster, sentinel_group
+from _redis_topologies import ClusterServers, SentinelGroup, client, redis_cluster
+from conftest import until
 from mcp_sessions.subscriptions import SessionSubscriptionBus
-from subscriptions._streams import MARKER, Stream, channel, one_per_node, opened, until
+from subscriptions._streams import MARKER, Stream, buses, channel, one_per_node, opened
 
 pytestmark = pytest.mark.anyio
 
@@ -34,11 +35,8 @@ RECOVERY = 10.0  # seconds: a restarted node, or a promoted replica, delivers ag
 @pytest.fixture
 async def pair(cluster: ClusterServers, prefix: str) -> AsyncIterator[tuple[SessionSubscriptionBus, ...]]:
     """Two replicas' buses on the one Cluster, one prefix."""
-    a = SessionSubscriptionBus.from_url(cluster.url, prefix=prefix, timeout=1.0)
-    b = SessionSubscriptionBus.from_url(cluster.url, prefix=prefix, timeout=1.0)
-    yield a, b
-    await a.aclose()
-    await b.aclose()
+    async with buses(cluster.url, prefix, timeout=1.0) as pair:
+        yield pair
 
 
 def node(cluster: ClusterServers, index: int) -> aioredis.Redis:
@@ -98,10 +96,7 @@ async def test_channels_are_sharded_on_their_slots_node_and_left_with_their_last
                     return False
             return True
 
-        deadline = time.monotonic() + 3
-        while not await left():
-            assert time.monotonic() < deadline, "the session channels were not left"
-            await asyncio.sleep(0.02)
+        await until(left, "the session channels left")
     finally:
         for probe in classic:
             await probe.aclose()  # type: ignore[no-untyped-call]
@@ -263,9 +258,7 @@ def replicated() -> Iterator[ClusterServers]:
 async def test_after_a_cluster_failover_the_same_buses_deliver_from_the_promoted_replica(
     replicated: ClusterServers, prefix: str
 ) -> None:
-    a = SessionSubscriptionBus.from_url(replicated.url, prefix=prefix, timeout=1.0)
-    b = SessionSubscriptionBus.from_url(replicated.url, prefix=prefix, timeout=1.0)
-    try:
+    async with buses(replicated.url, prefix, timeout=1.0) as (a, b):
         lost = (replicated.nodes.index(replicated.node_for(prefix + "events")) + 1) % 3  # the marker keeps flowing
         sids = one_per_node(replicated, prefix)
         streams = {sid: Stream(b, sid) for sid in sids}
@@ -292,25 +285,14 @@ async def test_after_a_cluster_failover_the_same_buses_deliver_from_the_promoted
             ]
         others = [stream for sid, stream in streams.items() if sid != sids[lost]]
         assert all(ResourceUpdated(uri="note://after") not in stream.events for stream in others)
-    finally:
-        await a.aclose()
-        await b.aclose()
 
 
 # -- Sentinel ------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def sentinels() -> Iterator[SentinelGroup]:
-    with sentinel_group() as group:
-        yield group
-
-
 @pytest.mark.timeout(120)
 async def test_after_a_sentinel_failover_the_same_buses_deliver_again(sentinels: SentinelGroup, prefix: str) -> None:
-    a = SessionSubscriptionBus.from_url(sentinels.url, prefix=prefix, timeout=1.0)
-    b = SessionSubscriptionBus.from_url(sentinels.url, prefix=prefix, timeout=1.0)
-    try:
+    async with buses(sentinels.url, prefix, timeout=1.0) as (a, b):
         mine, other, everyone = Stream(b, "s1"), Stream(b, "s2"), Stream(a, None)
         await opened(b, "s1", "s2")
         await opened(a)
@@ -327,6 +309,3 @@ async def test_after_a_sentinel_failover_the_same_buses_deliver_again(sentinels:
         await a.publish(ToolsListChanged())
         await until(lambda: all(ToolsListChanged() in s.events for s in (mine, other, everyone)), "a global event")
         assert ResourceUpdated(uri="note://after") not in other.events
-    finally:
-        await a.aclose()
-        await b.aclose()

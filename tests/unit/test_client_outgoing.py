@@ -8,11 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
+from _mcp import SESSION_KEY as KEY
 from mcp_sessions._wire import jsonrpc
-from mcp_sessions._wire.protocol import Era
 from mcp_sessions.client._messages import OutgoingPost, stamp
 
-KEY = "io.modelcontextprotocol/session"
 HEADERS = [("content-type", "application/json"), ("content-length", "999"), ("mcp-session-id", "stale")]
 
 
@@ -24,36 +23,12 @@ def post(body: bytes, version: str | None = "2026-07-28") -> OutgoingPost:
 
 
 @pytest.mark.parametrize(
-    ("version", "era"),
-    [
-        (None, Era.LEGACY),
-        ("2024-11-05", Era.LEGACY),
-        ("2025-11-25", Era.LEGACY),
-        ("2026-07-28", Era.MODERN),
-    ],
-)
-def test_the_era_comes_from_the_request_header(version: str | None, era: Era) -> None:
-    assert Era.of(version) is era
-
-
-@pytest.mark.parametrize(
     "body",
     [b"", b"not json", b'{"method":"card"}', b'{"jsonrpc":"2.0","id":1,"result":{}}', b"[]", b"[1,2]"],
     ids=["empty", "not-json", "no-jsonrpc", "a-response", "empty-batch", "no-messages"],
 )
 def test_bodies_that_are_not_json_rpc_requests_are_not_parsed(body: bytes) -> None:
     assert OutgoingPost.parse(httpx.Request("POST", "http://mcp.test/mcp"), body) is None
-
-
-def test_a_lone_surrogate_is_stamped_as_its_escape() -> None:
-    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"\\ud800"}}'
-    attempt = stamp(post(body), "tok")
-
-    assert b"\\ud800" in attempt.body
-    sent = json.loads(attempt.body)
-    assert sent["params"]["name"] == "\ud800"
-    assert sent["params"]["_meta"][KEY] == {"sessionId": "tok"}
-    assert attempt.body == jsonrpc.dumps(sent)
 
 
 def test_nothing_to_stamp_sends_the_callers_bytes() -> None:

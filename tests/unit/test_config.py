@@ -60,13 +60,6 @@ def test_options_are_applied() -> None:
     assert (mw.keys.issuer, mw.keys.audience, mw.keys.max_state_size) == ("https://mcp.example", "tenant-a", 512)
 
 
-def test_keys_are_used_as_given() -> None:
-    keys = KeySet.from_secret(SECRET, issuer="i", audience="a", max_state_size=100)
-    mw = MCPSessionMiddleware(app, keys=keys)
-    assert mw.keys is keys
-    assert (keys.issuer, keys.audience, keys.max_state_size) == ("i", "a", 100)
-
-
 def test_ttl_of_exactly_ten_years_is_accepted() -> None:
     mw = MCPSessionMiddleware(app, secret=SECRET, ttl=TEN_YEARS, idle_ttl=TEN_YEARS)
     assert (mw.config.ttl, mw.config.idle_ttl) == (float(TEN_YEARS), float(TEN_YEARS))
@@ -124,18 +117,6 @@ def test_ttl_of_exactly_ten_years_is_accepted() -> None:
 def test_bad_configuration_fails_at_construction(options: dict[str, Any], error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message):
         MCPSessionMiddleware(app, **options)
-
-
-@pytest.mark.parametrize(
-    ("policy", "required"),
-    [(True, True), (False, False), (["tools/call"], True), (frozenset({"tools/list"}), False),
-     (lambda method, params: params == {"name": "count"}, True)],
-    ids=["true", "false", "list", "frozenset", "callable"],
-)  # fmt: skip
-def test_require_session_accepts_bool_collection_or_callable(policy: Any, required: bool) -> None:
-    mw = MCPSessionMiddleware(app, secret=SECRET, require_session=policy)
-    assert mw.config.requires("tools/call", {"name": "count"}) is required
-    assert mw.config.requires("initialize", {}) is False  # exempt whatever the policy
 
 
 # -- from_env ---------------------------------------------------------------------
@@ -291,8 +272,3 @@ def test_from_env_issuer_and_audience_are_not_forced_onto_given_keys() -> None:
     environ = {"MCP_SESSIONS_ISSUER": "env-issuer", "MCP_SESSIONS_AUDIENCE": "env-audience"}
     mw = MCPSessionMiddleware.from_env(app, environ=environ, keys=keys)
     assert (mw.keys.issuer, mw.keys.audience) == ("i", "a")
-
-
-def test_from_env_short_secret_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="at least 32 bytes"):
-        MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_SECRET": "short"})

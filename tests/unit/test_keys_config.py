@@ -63,14 +63,6 @@ def crosses(signing: KeySet, verifying: KeySet) -> bool:
 # -- kid:secret pairs ----------------------------------------------------------------------------
 
 
-def test_pairs_first_signing_key_signs_by_default() -> None:
-    keys = KeySet.from_config(f"old:{OLD},new:{NEW}")
-    assert [k.kid for k in keys.keys] == ["old", "new"]
-    assert signer_of(keys).kid == "old"
-    assert all(k.algorithm == "HS256" for k in keys.keys)
-    assert crosses(keys, KeySet([SessionKey.from_secret(OLD, kid="old")]))
-
-
 def test_pairs_tolerate_spaces_newlines_comments_and_a_trailing_comma() -> None:
     keys = KeySet.from_config(f"# rotation 2026-11\n old : {OLD} ,\n\n new:{NEW},\n", signer="new")
     assert [k.kid for k in keys.keys] == ["old", "new"]
@@ -140,11 +132,6 @@ def test_from_a_file(tmp_path: Path) -> None:
     jwks = tmp_path / "keys.json"
     jwks.write_text(json.dumps({"keys": [oct_jwk("j", NEW.encode())]}))
     assert signer_of(KeySet.from_config(f" @ {jwks} ")).kid == "j"
-
-
-def test_issuer_audience_and_limits_reach_the_key_set() -> None:
-    keys = KeySet.from_config(f"k:{OLD}", issuer="https://mcp.example", audience="tenant", max_state_size=512)
-    assert (keys.issuer, keys.audience, keys.max_state_size) == ("https://mcp.example", "tenant", 512)
 
 
 # -- errors: clear, and never quoting secrets ----------------------------------------------------------
@@ -272,25 +259,10 @@ def test_a_secret_split_at_a_comma_is_never_quoted(text: str, message: str) -> N
 # -- from_env ----------------------------------------------------------------------------------------
 
 
-def test_from_env_reads_keys_and_signer() -> None:
-    env = {"MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}", "MCP_SESSIONS_SIGNER": "new"}
-    mw = MCPSessionMiddleware.from_env(app, environ=env)
-    assert [k.kid for k in mw.keys.keys] == ["old", "new"]
-    assert signer_of(mw.keys).kid == "new"
-    assert isinstance(mw.store, MemoryStore)
-
-
 def test_from_env_keys_carry_issuer_audience_and_options() -> None:
     env = {"MCP_SESSIONS_KEYS": f"k:{OLD}", "MCP_SESSIONS_ISSUER": "https://i", "MCP_SESSIONS_AUDIENCE": "env-aud"}
     mw = MCPSessionMiddleware.from_env(app, environ=env, audience="option-aud", max_state_size=1000)
     assert (mw.keys.issuer, mw.keys.audience, mw.keys.max_state_size) == ("https://i", "option-aud", 1000)
-
-
-def test_from_env_keys_from_a_file(tmp_path: Path) -> None:
-    path = tmp_path / "jwks.json"
-    path.write_text(json.dumps({"keys": [oct_jwk("file-key", NEW.encode())]}))
-    mw = MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_KEYS": f"@{path}"})
-    assert signer_of(mw.keys).kid == "file-key"
 
 
 @pytest.mark.parametrize(
@@ -366,14 +338,8 @@ async def test_from_env_cluster_and_sentinel_urls_take_the_redis_options(variabl
             {"MCP_SESSIONS_REDIS_URL": "http://user:hunter2@example/0"},
             "MCP_SESSIONS_REDIS_URL: unknown store URL scheme",
         ),
-        ({"MCP_SESSIONS_REDIS_URL": "redis://user:hunter2@h/abc"}, "MCP_SESSIONS_REDIS_URL: the database number"),
         ({"MCP_SESSIONS_STORE": "memory://", "MCP_SESSIONS_REDIS_URL": "redis://h/0"}, "set only one"),
         ({"MCP_SESSIONS_STORE": "redis+cluster://:hunter2@h:x"}, "MCP_SESSIONS_STORE: the port of Cluster node 1"),
-        (
-            {"MCP_SESSIONS_STORE": "redis+sentinel://:hunter2@h"},
-            "MCP_SESSIONS_STORE: the redis\\+sentinel:// URL needs",
-        ),
-        ({"MCP_SESSIONS_REDIS_URL": "rediss+sentinel://h/m/x"}, "MCP_SESSIONS_REDIS_URL: the database number after"),
         ({"MCP_SESSIONS_STORE": "sqlite://x.db", "MCP_SESSIONS_REDIS_PREFIX": "p"}, "names no Redis store"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "soon"}, "must be a number"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "120"}, "at most 60"),
@@ -413,20 +379,3 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=MAIN)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
-
-
-# -- replicas' clocks ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("behind", [0.5, 1.0, 59.0])
-def test_a_replica_whose_clock_runs_behind_accepts_a_fresh_session(behind: float) -> None:
-    minting, verifying = KeySet.from_config(f"k:{OLD}"), KeySet.from_config(f"k:{OLD}")
-    token, claims = minting.mint_session_token(ttl=60, now=1_900_000_000.9)
-    assert verifying.verify_session_token(token, now=1_900_000_000.9 - behind).session_id == claims.session_id
-
-
-def test_a_session_from_further_in_the_future_is_refused() -> None:
-    minting, verifying = KeySet.from_config(f"k:{OLD}"), KeySet.from_config(f"k:{OLD}")
-    token, _ = minting.mint_session_token(ttl=3600, now=1_900_000_000)
-    with pytest.raises(InvalidToken, match="not yet valid"):
-        verifying.verify_session_token(token, now=1_900_000_000 - 61)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from mcp_sessions._plan import Planner
 from mcp_sessions._wire.protocol import Era
 from mcp_sessions.profiles import DRAFT, WireProfile
@@ -43,26 +41,6 @@ def request(method: str, request_id: Any = 1, **params: Any) -> dict[str, Any]:
     if params:
         message["params"] = params
     return message
-
-
-@pytest.mark.parametrize(
-    "body",
-    [b"", b"not json", b"null", b"[]", b"{}", b"[1, 2]", {"jsonrpc": "1.0", "id": 1, "method": "x"},
-     {"jsonrpc": "2.0", "id": 1, "method": 7}, [{"jsonrpc": "2.0", "id": 1, "result": {}}]],
-    ids=["empty", "not-json", "null", "empty-batch", "empty-object", "batch-of-numbers", "jsonrpc-1",
-         "method-not-string", "batch-of-responses"],
-)  # fmt: skip
-def test_what_is_not_json_rpc_has_no_plan(body: Any) -> None:
-    assert plan(body) is None
-
-
-def test_a_single_message_and_a_one_element_batch_plan_alike() -> None:
-    single = plan(request("initialize"))
-    batch = plan([request("initialize")])
-    assert (single.batch, batch.batch) == (False, True)
-    for p in (single, batch):
-        (call,) = p.calls
-        assert (call.method, call.profile, call.local, call.is_request) == ("initialize", DRAFT, None, True)
 
 
 def test_the_era_comes_from_the_header_alone() -> None:

@@ -17,15 +17,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.types import Message
 
-from _mcp import sse_events
+from _mcp import SESSION_KEY, sse_events
 from mcp_sessions._pipeline._response import ResponseRewriter, ResponseTooLarge, Target
 from mcp_sessions._wire.protocol import Era
 from mcp_sessions.profiles import DRAFT
-from unit._echo import ECHO, KEY, FakeSession
 
 LIMIT = 1000
 TOO_LARGE = {"code": -32603, "message": f"Response too large (limit {LIMIT} bytes)"}
 PROPERTY = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+ECHO = {"sessionId": "aaa.bbb.ccc", "expiresAt": "2027-01-15T08:00:00Z"}
+
+
+class FakeSession:
+    token = "aaa.bbb.ccc"
+    state_token = None
+    expires_at_timestamp = 1_800_000_000
 
 
 class RecordingOperation:
@@ -80,7 +86,7 @@ def expected(body: bytes) -> Any:
     result = message["result"]
     if not isinstance(result.get("_meta"), dict):
         result["_meta"] = {}
-    result["_meta"][KEY] = ECHO
+    result["_meta"][SESSION_KEY] = ECHO
     return message
 
 
@@ -130,7 +136,7 @@ def test_only_the_answer_to_the_request_gains_the_echo(
         b'{"jsonrpc":"2.0","id":7,"result":{"_meta":{},"x":1}}',
         b'{"result":{"a":1},"jsonrpc":"2.0","id":7} ',
         b'{"jsonrpc":"2.0","id":7,"result":{"_meta":"not an object"}}',
-        b'{"jsonrpc":"2.0","id":7,"result":{"_meta":{"' + KEY.encode() + b'":1,"other":2}}}',
+        b'{"jsonrpc":"2.0","id":7,"result":{"_meta":{"' + SESSION_KEY.encode() + b'":1,"other":2}}}',
     ],
     ids=["empty", "no-meta", "meta-first", "result-first-and-whitespace", "meta-not-an-object", "echo-key-there"],
 )
@@ -153,7 +159,7 @@ def test_the_operation_observes_a_result_and_an_error() -> None:
     answered([b'{"jsonrpc":"2.0","id":7,"result":{"isError":true}}'], operation=operation)
     sent, _ = answered([b'{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"bad"}}'], operation=operation)
     assert body_of(sent) == b'{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"bad"}}'  # no echo
-    assert operation.seen[0] == {"isError": True, "_meta": {KEY: ECHO}}  # observed, then annotated (one dict)
+    assert operation.seen[0] == {"isError": True, "_meta": {SESSION_KEY: ECHO}}  # observed, then annotated (one dict)
     assert operation.seen[1] == (-32602, "bad")
 
 
@@ -163,7 +169,7 @@ RESPONSE = {"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "
 
 
 def with_echo(message: dict[str, Any]) -> dict[str, Any]:
-    return {**message, "result": {**message["result"], "_meta": {KEY: ECHO}}}
+    return {**message, "result": {**message["result"], "_meta": {SESSION_KEY: ECHO}}}
 
 
 def test_two_data_lines_come_out_as_one_message_with_its_echo_and_other_events_as_they_came() -> None:
@@ -220,7 +226,11 @@ def test_a_json_answer_past_the_bound_is_a_502_with_the_requests_error(pieces: i
 
 def test_a_json_answer_within_the_bound_in_pieces_is_rewritten() -> None:
     sent, stopped = answered([b'{"jsonrpc":"2.0","id":7,', b'"result":{}}'])
-    assert not stopped and sent[0]["status"] == 200 and json.loads(body_of(sent))["result"] == {"_meta": {KEY: ECHO}}
+    assert (
+        not stopped
+        and sent[0]["status"] == 200
+        and json.loads(body_of(sent))["result"] == {"_meta": {SESSION_KEY: ECHO}}
+    )
 
 
 def test_an_event_that_never_ends_is_refused_and_the_events_before_it_go_on() -> None:
