@@ -123,7 +123,10 @@ class Call:
                 result = await self.ctx.session.send_request(typed, _CLIENT_RESULTS[method], metadata=metadata)
                 return result.model_dump(by_alias=True, mode="json", exclude_none=True)
             with anyio.move_on_after(ANSWER_WITHIN):
-                await self._events.send(Ask(key, request))
+                try:  # at once (send() checkpoints first), before the child's answer read after it ends the call
+                    self._events.send_nowait(Ask(key, request))
+                except anyio.WouldBlock:  # a slow client: it waits its turn
+                    await self._events.send(Ask(key, request))
                 await answered.wait()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the call ended before its client could be asked
