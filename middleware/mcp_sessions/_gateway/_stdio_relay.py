@@ -29,6 +29,7 @@ from mcp.shared.subscriptions import event_from_wire
 from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from .._session import SCOPE_KEY
 from .._wire import printable
 from ..subscriptions import SessionSubscriptionBus
 from ._stdio_child import Child
@@ -199,6 +200,7 @@ class Conversation:
         self.transport: bytes | None = None  # its 2025 transport session's id, which ends with it
         self.why: str | None = None  # why the gateway ended it (idle, its session ended, shutdown): not a crash
         self.rounds = 0  # a request's own child: how many times it was retained for its client's input
+        self.roots_told = False  # whether its child was told its client's roots changed (see relay)
         self.named = anyio.Event()  # it serves a conversation (a warm child waits for one; the shared child never)
         if sid is not None:
             self.named.set()
@@ -223,13 +225,18 @@ class Conversation:
             call.ctx = ctx
             call.answer(responses if isinstance(responses, dict) else {})
         else:
+            assert self.child.link is not None
+            declared = ctx.session.client_capabilities
+            named = ctx.request is not None and ctx.request.scope.get(SCOPE_KEY) is not None  # not a request's own
+            if named and not self.roots_told and declared is not None and declared.roots is not None:
+                self.roots_told = True  # the child got no roots before its client was known: it may ask them now
+                await self.child.link.notify("notifications/roots/list_changed", None)
             call = Call(ctx, self.child.label, given.get("progressToken"))
             if call.progress_token is not None:  # the child reports under a token of the link's
                 self.progressing = {key: held for key, held in self.progressing.items() if not held.scope.cancel_called}
                 key = str(next(self._tokens))
                 params["_meta"] = {**params.get("_meta", {}), "progressToken": key}
                 self.progressing[key] = call
-            assert self.child.link is not None
             self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params))
         self.calls.append(call)
         self.latest = ctx
