@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
 import signal
 import time
 import uuid
@@ -307,11 +309,15 @@ async def test_server_filesystem_fails_no_first_call_of_a_hundred_stock_clients(
     assert texts == ["known"] * 100
 
 
-@pytest.mark.parametrize("era", ["2025 client", "2026 client with a data-layer session"])
-async def test_server_filesystem_gets_the_roots_of_a_client_that_declares_them(tmp_path: Path, era: str) -> None:
-    """A process that asked its roots before its client was known (started ahead, or first used by a client that
-    declares none) is told they changed at the first call of one that declares them: it asks them through that
-    call, and its later calls reach that client's directory alone (server-filesystem takes them as they come)."""
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_server_filesystem_gets_the_roots_of_a_client_that_declares_them(
+    tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A conversation's process that asked its roots before its first call (as one started ahead does), answered
+    "none" as no call was in progress, is told they changed at the first call of a client that declares them: it asks
+    them through that call (a 2025 client on its stream, a 2026-07-28 one in an ``input_required`` round), and its
+    later calls reach that client's directory alone (server-filesystem takes them as they come). The 2026-07-28
+    client names its conversation by a data-layer session: a request that names none has a process for itself."""
     given, rooted = tmp_path / "given", tmp_path / "rooted"
     given.mkdir()
     rooted.mkdir()
@@ -319,18 +325,15 @@ async def test_server_filesystem_gets_the_roots_of_a_client_that_declares_them(t
     async def roots(context: Any) -> types.ListRootsResult:
         return types.ListRootsResult.model_validate({"roots": [{"uri": rooted.as_uri()}]})
 
-    async def allowed(client: Client, meta: RequestParamsMeta | None = None) -> str:
+    async def allowed(meta: RequestParamsMeta | None) -> str:
         return text_of(await client.call_tool("list_allowed_directories", {}, meta=meta))
 
-    with gateway(tmp_path, filesystem(given)) as url:
-        async with Client(url, mode="legacy" if era == "2025 client" else "auto", list_roots_callback=roots) as client:
-            meta: RequestParamsMeta | None = None
-            if era != "2025 client":  # a session first used by a client that declares no roots: answered "none"
-                async with Client(url) as plain:
-                    meta = sdk_session_meta(await create_session(plain))
-                    assert await allowed(plain, meta) == f"Allowed directories:\n{given}"
+    with caplog.at_level(logging.INFO, "mcp_sessions.gateway.stderr"), gateway(tmp_path, filesystem(given)) as url:
+        async with Client(url, mode=mode, list_roots_callback=roots) as client:
+            meta = None if mode == "legacy" else sdk_session_meta(await create_session(client))
+            until(lambda: re.search(r"session \S+: No valid root directories", caplog.text) is not None)
             with anyio.fail_after(30):
-                while str(rooted) not in (seen := await allowed(client, meta)):
+                while str(rooted) not in (seen := await allowed(meta)):
                     pass  # it takes them as they come: a call later, or two
 
     assert seen == f"Allowed directories:\n{rooted}"
