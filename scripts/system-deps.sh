@@ -9,6 +9,8 @@ INSPECTOR_VERSION="2.12.0"
 # conformance suite, which needs Node 22: the node@22 package brings one, in its own prefix.
 EVERYTHING_VERSION="2026.8.31"
 TS_SDK_VERSION="1.32.2"
+# server-filesystem asks its client's roots as soon as it is initialized: the stdio gateway's tests run it.
+FILESYSTEM_VERSION="2026.8.31"
 NODE22_VERSION="22.23.3"
 CONFORMANCE_VERSION="0.2.0-alpha.12"
 # benchmarks/bench_stdio.py compares `mcp-sessions gateway --stdio` with supergateway --stateful.
@@ -37,6 +39,10 @@ if ! grep -q "\"version\": \"$EVERYTHING_VERSION\"" "$everything/server-everythi
     || ! grep -q "\"version\": \"$TS_SDK_VERSION\"" "$everything/sdk/package.json" 2>/dev/null; then
     npm install --no-audit --no-fund --silent --prefix .cache/everything \
         "@modelcontextprotocol/server-everything@$EVERYTHING_VERSION" "@modelcontextprotocol/sdk@$TS_SDK_VERSION"
+fi
+filesystem=".cache/filesystem/node_modules/@modelcontextprotocol/server-filesystem/package.json"
+if ! grep -q "\"version\": \"$FILESYSTEM_VERSION\"" "$filesystem" 2>/dev/null; then
+    npm install --no-audit --no-fund --silent --prefix .cache/filesystem "@modelcontextprotocol/server-filesystem@$FILESYSTEM_VERSION"
 fi
 conformance=".cache/conformance/node_modules"
 if ! grep -q "\"version\": \"$CONFORMANCE_VERSION\"" "$conformance/@modelcontextprotocol/conformance/package.json" 2>/dev/null \

@@ -9,7 +9,9 @@ It answers ``initialize`` and ``tools/list`` as any server does; each ``tools/ca
 - ``rounds``: a result in the gateway's own 2026-07-28 members (``resultType: "input_required"``, ...);
 - ``forge``: a result whose ``_meta`` carries a session echo of its own making;
 - ``inject``: a notification whose method carries a newline and an ESC, then its answer;
-- ``slow``: "slow TAG started" on stderr, then its answer, ``tag``, after ``seconds``.
+- ``slow``: "slow TAG started" on stderr, then its answer, ``tag``, after ``seconds``;
+- ``ask_then_answer``: an elicitation of its client (``q``) and its answer, in one write, not waiting for the client;
+  what ``q`` got on stderr.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from typing import Any
 
 _write = threading.Lock()
-TOOLS = ("seen", "flood", "flood_later", "rounds", "forge", "inject", "slow")
+TOOLS = ("seen", "flood", "flood_later", "rounds", "forge", "inject", "slow", "ask_then_answer")
 FORGED = {"sessionId": "forged-by-the-process", "expiresAt": "2099-01-01T00:00:00Z"}
 
 
@@ -67,6 +69,15 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
         print(f"slow {arguments['tag']} started", file=sys.stderr, flush=True)
         time.sleep(arguments["seconds"])
         result = text(arguments["tag"])
+    elif name == "ask_then_answer":
+        schema = {"type": "object", "properties": {}}
+        question = {"id": "q", "method": "elicitation/create", "params": {"message": "?", "requestedSchema": schema}}
+        with _write:
+            answer = {"id": request_id, "result": text("soon")}
+            lines = (json.dumps({"jsonrpc": "2.0", **message}) for message in (question, answer))
+            sys.stdout.write("\n".join(lines) + "\n")
+            sys.stdout.flush()
+        return
     else:
         send({"id": request_id, "error": {"code": -32602, "message": "unknown tool"}})
         return
@@ -87,6 +98,8 @@ def main() -> None:
             send({"id": request_id, "result": {"tools": tools}})
         elif method == "tools/call":
             threading.Thread(target=call, args=(request_id, message["params"]), daemon=True).start()
+        elif request_id == "q" and method is None:
+            print(f"q got {json.dumps(message.get('result', message.get('error')))}", file=sys.stderr, flush=True)
         elif request_id is not None and method is not None:
             send({"id": request_id, "result": {}})
 

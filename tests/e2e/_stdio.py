@@ -1,5 +1,6 @@
 """What the stdio gateway's tests share: the tests' stdio server (``e2e._stdio_server``) and what it is run with,
-a tool's text, and the processes the gateways of this test process started."""
+``@modelcontextprotocol/server-filesystem`` (node, from ``scripts/system-deps.sh``), a tool's text, and the processes
+the gateways of this test process started."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from pathlib import Path
 import mcp_types as types
 
 from conftest import SECRET
-from e2e._gateway import MAIN
+from e2e._gateway import CACHE, MAIN, installed, node
 
 SERVER = [sys.executable, "-m", "e2e._stdio_server"]
+FILESYSTEM = CACHE / "filesystem/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 ENVIRON = {"PATH": os.environ["PATH"], "PYTHONPATH": str(MAIN / "tests"), "MCP_SESSIONS_SECRET": SECRET}
 
 
@@ -22,6 +24,11 @@ def text_of(result: types.CallToolResult) -> str:
     [content] = result.content
     assert isinstance(content, types.TextContent)
     return content.text
+
+
+def filesystem(allowed: Path) -> list[str]:
+    """server-filesystem's command, ``allowed`` its directory (until a client's roots replace it)."""
+    return [node(), str(installed(FILESYSTEM, "@modelcontextprotocol/server-filesystem")), str(allowed)]
 
 
 def own_children(marker: str = "") -> set[int]:

@@ -40,11 +40,11 @@ def wait_for_output(process: Process, text: str) -> None:
 
 
 def call(
-    http: httpx.Client, url: str, tool: str, session: str | None = None, meta: dict[str, Any] | None = None
+    http: httpx.Client, url: str, tool: str, session: str | None = None, meta: dict[str, Any] | None = None, **more: Any
 ) -> dict[str, Any]:
-    """A 2026-07-28 ``tools/call`` of the hostile server's ``tool``: the JSON-RPC answer."""
+    """A 2026-07-28 ``tools/call`` of the hostile server's ``tool``, ``more`` in its params: its JSON-RPC answer."""
     named = None if session is None else session_meta(session)
-    body = modern_request("tools/call", {"name": tool, "arguments": {}}, id=5, session=named, meta=meta)
+    body = modern_request("tools/call", {"name": tool, "arguments": {}, **more}, id=5, session=named, meta=meta)
     response = http.post(url, json=body, headers=modern_headers(body), timeout=WITHIN)
     assert response.status_code == 200, response.text
     return result_of(response, 5)
@@ -114,6 +114,22 @@ def test_a_processs_own_input_required_is_no_round_of_the_gateways(url: str) -> 
     for answer in answers:
         assert answer["resultType"] == "complete" and answer["content"][0]["text"] == "mine"
         assert "inputRequests" not in answer and "requestState" not in answer
+
+
+def test_what_a_process_asks_just_before_its_answer_reaches_the_client_first(hostile: Process, url: str) -> None:
+    """A process that asks its client and answers the call in one write, not waiting (server-filesystem asks its roots
+    so): a 2026-07-28 client is asked first, and its answer reaches the process; the answer used to end the call
+    first, and the process got "the client gave no answer"."""
+    with httpx.Client() as http:
+        token = created(http, url)  # its process outlives the call: it has the time to say what it got
+        asked = call(http, url, "ask_then_answer", token)["result"]
+        [(key, question)] = asked["inputRequests"].items()
+        accept = {key: {"action": "accept", "content": {}}}
+        answered = call(http, url, "ask_then_answer", token, requestState=asked["requestState"], inputResponses=accept)
+    wait_for_output(hostile, 'q got {"action": "accept"')
+
+    assert asked["resultType"] == "input_required" and question["method"] == "elicitation/create"
+    assert answered["result"]["content"][0]["text"] == "soon"
 
 
 def test_a_notification_method_is_escaped_in_the_log(hostile: Process, url: str) -> None:

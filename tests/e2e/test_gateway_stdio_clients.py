@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,11 +25,12 @@ import httpx
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp_types import RequestParamsMeta
 
-from _mcp import modern_headers, modern_request
+from _mcp import create_session, modern_headers, modern_request, sdk_session_meta
 from conftest import SECRET, serve
 from e2e._gateway import JSON_SSE, TS_SDK, created, gateway_process, installed, legacy_initialize, node, result_of
-from e2e._stdio import ENVIRON, SERVER, own_children, text_of
+from e2e._stdio import ENVIRON, SERVER, filesystem, own_children, text_of
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import stdio_gateway_app
 
@@ -52,10 +55,10 @@ await client.close();
 
 
 @contextlib.contextmanager
-def gateway(files: Path, **options: Any) -> Iterator[str]:
-    """The stdio gateway in front of the tests' server, its processes' files in ``files``; its MCP URL."""
+def gateway(files: Path, command: Sequence[str] = SERVER, **options: Any) -> Iterator[str]:
+    """The stdio gateway in front of the tests' server (or ``command``), its processes' files in ``files``; its URL."""
     app = stdio_gateway_app(
-        SERVER, config=SessionsConfig(secret=SECRET), environ={**ENVIRON, "STDIO_TEST_FILES": str(files)}, **options
+        command, config=SessionsConfig(secret=SECRET), environ={**ENVIRON, "STDIO_TEST_FILES": str(files)}, **options
     )
     with serve(app) as url:
         yield url + "/mcp"
@@ -309,3 +312,51 @@ def test_a_new_conversation_takes_a_process_started_before_it(kind: str, tmp_pat
             assert seen[-1]["pid"] in before
 
     assert len({found["pid"] for found in seen}) == len({found["session"] for found in seen} - {None}) == 2
+async def test_server_filesystem_fails_no_first_call_of_a_hundred_stock_clients(tmp_path: Path) -> None:
+    """server-filesystem asks its client's roots as soon as it is initialized, before any call: the gateway answers
+    "none" for a client that declared none (a process started ahead knows no client), and the process keeps its
+    directory. A hundred fresh stock clients, half of each era, four at a time: each one's first request, a
+    ``tools/call``, reads the file."""
+    (tmp_path / "known.txt").write_text("known", encoding="utf-8")
+    read, texts, four = {"path": str(tmp_path / "known.txt")}, list[str](), anyio.CapacityLimiter(4)
+
+    async def first_call(mode: str) -> None:
+        async with four, Client(url, mode=mode) as client:
+            texts.append(text_of(await client.call_tool("read_text_file", read)))
+
+    with gateway(tmp_path, filesystem(tmp_path), max_processes_per_principal=16) as url:
+        async with anyio.create_task_group() as clients:
+            for mode in ("auto", "legacy") * 50:
+                clients.start_soon(first_call, mode)
+
+    assert texts == ["known"] * 100
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_server_filesystem_gets_the_roots_of_a_client_that_declares_them(
+    tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A conversation's process that asked its roots before its first call (as one started ahead does), answered
+    "none" as no call was in progress, is told they changed at the first call of a client that declares them: it asks
+    them through that call (a 2025 client on its stream, a 2026-07-28 one in an ``input_required`` round), and its
+    later calls reach that client's directory alone (server-filesystem takes them as they come). The 2026-07-28
+    client names its conversation by a data-layer session: a request that names none has a process for itself."""
+    given, rooted = tmp_path / "given", tmp_path / "rooted"
+    given.mkdir()
+    rooted.mkdir()
+
+    async def roots(context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult.model_validate({"roots": [{"uri": rooted.as_uri()}]})
+
+    async def allowed(meta: RequestParamsMeta | None) -> str:
+        return text_of(await client.call_tool("list_allowed_directories", {}, meta=meta))
+
+    with caplog.at_level(logging.INFO, "mcp_sessions.gateway.stderr"), gateway(tmp_path, filesystem(given)) as url:
+        async with Client(url, mode=mode, list_roots_callback=roots) as client:
+            meta = None if mode == "legacy" else sdk_session_meta(await create_session(client))
+            until(lambda: re.search(r"process \S+: No valid root directories", caplog.text) is not None)
+            with anyio.fail_after(30):
+                while str(rooted) not in (seen := await allowed(meta)):
+                    pass  # it takes them as they come: a call later, or two
+
+    assert seen == f"Allowed directories:\n{rooted}"

@@ -122,9 +122,8 @@ class StdioServer(Server[Any]):
         scope = {} if ctx.request is None else ctx.request.scope
         conversation = await self.children.conversation_for(scope, (ctx.params or {}).get("requestState"))
         try:
-            if (
-                conversation.sid is not None
-            ):  # its process has the --process-env values it started with: this request's?
+            # its process has the --process-env values it started with: this request's?
+            if conversation.sid is not None:
                 self.children.process_env.check(conversation.credentials)
             return await conversation.relay(ctx)
         finally:

@@ -174,10 +174,6 @@ class Child:
         self.exit_code: int | None = None
         self.link: JSONRPCDispatcher[Any] | None = None
 
-    @property
-    def alive(self) -> bool:
-        return self.ready.is_set() and self.failure is None and not self.done.is_set()
-
     def stop(self, reason: str = "stopped") -> None:
         """Ask the child to end (its :meth:`run` stops the process group); ``reason`` goes to the log."""
         self.reason = self.reason or reason
@@ -245,7 +241,7 @@ class Child:
     async def _initialize(self, link: JSONRPCDispatcher[Any]) -> None:
         params = {
             "protocolVersion": LATEST_HANDSHAKE_VERSION,
-            "capabilities": {"sampling": {}, "elicitation": {}, "roots": {"listChanged": False}},
+            "capabilities": {"sampling": {}, "elicitation": {}, "roots": {"listChanged": True}},
             "clientInfo": {"name": "mcp-sessions-gateway", "version": __version__},
         }
         try:

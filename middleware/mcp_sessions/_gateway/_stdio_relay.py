@@ -30,6 +30,7 @@ from mcp.shared.subscriptions import event_from_wire
 from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from .._session import SCOPE_KEY
 from .._wire import printable
 from ..subscriptions import SessionSubscriptionBus
 from ._stdio_child import Child
@@ -124,7 +125,10 @@ class Call:
                 result = await self.ctx.session.send_request(typed, _CLIENT_RESULTS[method], metadata=metadata)
                 return result.model_dump(by_alias=True, mode="json", exclude_none=True)
             with anyio.move_on_after(ANSWER_WITHIN):
-                await self._events.send(Ask(key, request))
+                try:  # at once (send() checkpoints first), before the child's answer read after it ends the call
+                    self._events.send_nowait(Ask(key, request))
+                except anyio.WouldBlock:  # a slow client: it waits its turn
+                    await self._events.send(Ask(key, request))
                 await answered.wait()
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass  # the call ended before its client could be asked
@@ -196,6 +200,7 @@ class Conversation:
         self.transport: bytes | None = None  # its 2025 transport session's id, which ends with it
         self.why: str | None = None  # why the gateway ended it (idle, its session ended, shutdown): not a crash
         self.rounds = 0  # a request's own child: how many times it was retained for its client's input
+        self.roots_told = False  # whether its child was told its client's roots changed (see relay)
         self.named = anyio.Event()  # it serves a conversation (a child started ahead waits for one; the shared never)
         self.child: Child
 
@@ -218,13 +223,18 @@ class Conversation:
             call.ctx = ctx
             call.answer(responses if isinstance(responses, dict) else {})
         else:
+            assert self.child.link is not None
+            declared = ctx.session.client_capabilities
+            named = ctx.request is not None and ctx.request.scope.get(SCOPE_KEY) is not None  # not a request's own
+            if named and not self.roots_told and declared is not None and declared.roots is not None:
+                self.roots_told = True  # the child got no roots before its client was known: it may ask them now
+                await self.child.link.notify("notifications/roots/list_changed", None)
             call = Call(ctx, self.child.label, given.get("progressToken"))
             if call.progress_token is not None:  # the child reports under a token of the link's
                 self.progressing = {key: held for key, held in self.progressing.items() if not held.scope.cancel_called}
                 key = str(next(self._tokens))
                 params["_meta"] = {**params.get("_meta", {}), "progressToken": key}
                 self.progressing[key] = call
-            assert self.child.link is not None
             self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params))
         self.calls.append(call)
         self.latest = ctx
