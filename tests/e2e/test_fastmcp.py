@@ -2,7 +2,8 @@
 
 fastmcp's own ``ctx.set_state`` is keyed by the transport session, which is new
 on every 2026-07-28 request, so a counter built on it stays at 1; the same
-counter in ``session.data`` counts.
+counter in ``session.data`` counts. The SDK and fastmcp clients against examples/fastmcp_app.py's server
+(sessionless, count, state, progress, delete and refused after it) are cells of tests/e2e/test_interop.py.
 """
 
 from __future__ import annotations
@@ -14,19 +15,16 @@ import httpx
 import pytest
 from fastmcp import Context, FastMCP
 from fastmcp.server.dependencies import get_http_request
-from mcp import Client
 
 from _mcp import (
     LEGACY,
     MCP_PATH,
     SERVER_INFO_KEY,
     SESSION_KEY,
-    SESSION_NOT_FOUND,
     SESSIONS_EXTENSION,
     LegacyClient,
     ModernClient,
     jwt_claims,
-    sdk_meta,
     session_meta,
 )
 from conftest import SECRET, serve
@@ -141,18 +139,6 @@ def test_one_session_carries_across_eras(base_url: str, http: httpx.Client) -> N
     assert [bumped(m)["ours"] for m in (first, second, third)] == [1, 2, 3]
 
 
-def test_deleted_session_is_refused_with_session_not_found(base_url: str, http: httpx.Client) -> None:
-    client = ModernClient(http, base_url)
-    session = client.create_session()
-    client.call_tool("bump", session=session_meta(session))
-
-    client.request("sessions/delete", session=session_meta(session))
-    response, message = client.call_tool("bump", session=session_meta(session))
-
-    assert response.status_code == 200
-    assert message["error"]["code"] == SESSION_NOT_FOUND
-
-
 def test_sessionless_raw_requests_still_work(base_url: str, http: httpx.Client) -> None:
     response, message = ModernClient(http, base_url).call_tool("bump")
 
@@ -165,33 +151,3 @@ def test_sessionless_raw_requests_still_work(base_url: str, http: httpx.Client) 
         "fastmcp_state": 1,
     }
     assert SESSION_KEY not in message["result"]["_meta"]
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_sessionless_sdk_client_still_works(servers: dict[str, str], mode: str) -> None:
-    async with Client(servers["default"] + MCP_PATH, mode=mode) as client:
-        tools = await client.list_tools()
-        result = await client.call_tool("bump", {})
-
-    assert [tool.name for tool in tools.tools] == ["bump"]
-    assert result.is_error is False
-    assert result.structured_content is not None
-    assert result.structured_content["sid"] is None
-    assert result.structured_content["ours"] is None
-    assert SESSION_KEY not in (result.meta or {})
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_sdk_client_with_a_session_counts(servers: dict[str, str], mode: str) -> None:
-    with httpx.Client(timeout=10) as http:
-        session = ModernClient(http, servers["default"]).create_session()
-    meta = sdk_meta({SESSION_KEY: {"sessionId": session["sessionId"]}})
-
-    async with Client(servers["default"] + MCP_PATH, mode=mode) as client:
-        results = [await client.call_tool("bump", {}, meta=meta) for _ in range(3)]
-
-    assert [(r.structured_content or {}).get("ours") for r in results] == [1, 2, 3]
-    assert results[0].meta is not None
-    assert results[0].meta[SESSION_KEY]["sessionId"] == session["sessionId"]
