@@ -4,8 +4,8 @@ Through real uvicorn, the real MCPServer in both response modes and both
 2025-era transports, and the OpenTelemetry SDK (one global TracerProvider, a
 MeterProvider with an in-memory reader). Clients put bearer values where a
 careless recorder would pick them up: a session token and a state token in
-``Mcp-Session-Id`` in both eras. Every span string (name, attributes, events,
-links, status), every metric attribute and every log record is scanned.
+``Mcp-Session-Id`` in both eras, and refused ones (forged, an edited state, deleted). Every span
+string (name, attributes, events, links, status), every metric attribute and every log record is scanned.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from examples.quickstart import SESSION_TOOLS, build_server
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from _mcp import MCP_PATH, SESSION_KEY, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
+from _mcp import MCP_PATH, SESSION_KEY, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text, with_claims
 from _otel import (
     MIDDLEWARE_SCOPE,
+    SDK_SCOPE,
     SpanLog,
     attrs,
     metric_attribute_values,
@@ -54,6 +55,7 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
         legacy.initialize()
         transport_id = legacy.transport_session_id
         token = legacy.create_session()["sessionId"]
+        forged = with_claims(token, sid="A" * 24)
         _, answered = legacy.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token))
         state = answered["result"]["_meta"][SESSION_KEY]["state"]
         _, answered = legacy.call_tool("get_mode", session=session_meta(token, state=state))
@@ -68,9 +70,13 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
         # 2026-07-28: the header carries the token, as the draft asks, and once a state token instead.
         modern.call_tool("count", session=session_meta(token), Mcp_Session_Id=token)
         modern.call_tool("count", session=session_meta(token), Mcp_Session_Id=state)
+        # Refused: a forged token, an edited state, and the token once deleted.
+        modern.call_tool("count", session=session_meta(forged))
+        modern.call_tool("get_mode", session=session_meta(token, state=state[:-4] + "AAAA"))
         modern.request("sessions/delete", session=session_meta(token), Mcp_Session_Id=token)
-        finished = span_log.wait_middleware(11)
-        metrics = wait_metric_count(reader, "mcp.server.operation.duration", 11)
+        legacy.call_tool("count", session=session_meta(token, state=state))
+        finished = span_log.wait_middleware(14)
+        metrics = wait_metric_count(reader, "mcp.server.operation.duration", 14)
 
     secrets_ = {
         "session token": token,
@@ -78,6 +84,7 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
         "session token signature": token.rsplit(".", 1)[1],
         "state token": state,
         "state token signature": state.rsplit(".", 1)[1],
+        "forged token": forged,
     }
     if transport_id is not None:
         secrets_["transport session id"] = transport_id
@@ -86,7 +93,8 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
     assert all(TRANSPORT_DIGEST.fullmatch(digest) for digest in recorded_digests), recorded_digests
     # One digest per distinct header value: the transport id (stateful), the token, the state token.
     assert len(recorded_digests) == (3 if transport_id is not None else 2)
-    assert len(of_scope(finished, MIDDLEWARE_SCOPE)) == 11
+    assert len(of_scope(finished, MIDDLEWARE_SCOPE)) == 14
+    assert of_scope(finished, SDK_SCOPE)  # the scan covers the SDK's spans too
     for span in finished:
         for text in span_strings(span):
             for what, secret in secrets_.items():
