@@ -1,5 +1,10 @@
 """Every Python snippet of docs/getting-started.md, docs/application-code.md, docs/index.md and README.md's
-Quickstart runs as written, served for real on 127.0.0.1, and does what its page says."""
+Quickstart runs as written, served for real on 127.0.0.1, and does what its page says.
+
+The curl walkthrough's answers (discover's capabilities, the token's claims, the echo, delete) are
+tests/e2e/test_wire_modern.py's and test_attacks.py's cases; the SDK client's MCPError without a session, a
+cell of tests/e2e/test_interop.py in both eras.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from examples.quickstart import build_server
-from mcp import Client
 from mcp.server.mcpserver import MCPServer
-from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from _docs import exec_snippet, one_with, python_snippets
@@ -106,29 +108,6 @@ def test_the_counter_placed_at_the_endpoint_by_hand_counts_per_session(
     assert refused["error"]["code"] == SESSION_REQUIRED
 
 
-def test_the_first_server_answers_the_curl_walkthrough(secret: None) -> None:
-    """Steps 1 to 5 of docs/getting-started.md, each request as its curl command sends it, against ``server.py``."""
-    page = "docs/getting-started.md"
-    text = (ROOT / page).read_text(encoding="utf-8")
-    capabilities = json.loads(re.findall(r"```json\n(.*?)```", text, re.S)[0])
-    app = run(page, snippet_with(page, "# server.py"))["app"]
-    with in_process(app) as http:
-        client = ModernClient(http, "")
-        assert client.request("server/discover")[1]["result"]["capabilities"] == capabilities
-        session = client.create_session()
-        assert jwt_claims(session["sessionId"]).keys() == {"iss", "aud", "sid", "iat", "exp", "mep"}
-        header = {"Mcp_Session_Id": session["sessionId"]}
-        results = [client.call_tool("count", session=session_meta(session), **header)[1]["result"] for _ in range(2)]
-        assert [r["structuredContent"] for r in results] == [{"result": 1}, {"result": 2}]
-        echo = results[0]["_meta"]
-        assert echo[SESSION_KEY]["sessionId"] == session["sessionId"] and "expiresAt" in echo[SESSION_KEY]
-        assert "io.modelcontextprotocol/serverInfo" in echo  # merged with the SDK's entry, not replaced
-        _, deleted = client.request("sessions/delete", session=session_meta(session), **header)
-        assert deleted["result"] == {"resultType": "complete"}
-        _, gone = client.call_tool("count", session=session_meta(session), **header)
-        assert gone["error"]["code"] == SESSION_NOT_FOUND
-
-
 # -- the client snippets of getting-started.md, against its own server.py -----------------------------------------
 
 
@@ -182,22 +161,6 @@ def test_the_sdk_client_counts_twice_then_deletes_its_session(
     with httpx.Client(timeout=10) as http:  # the snippet deleted its session
         _, gone = ModernClient(http, url.removesuffix("/mcp")).call_tool("count", session=session_meta(token))
     assert gone["error"]["code"] == SESSION_NOT_FOUND
-
-
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-def test_the_sdk_client_gets_mcp_error_without_a_session(
-    mode: Any, counter_server: tuple[str, RecordingApp, HeaderLog]
-) -> None:
-    """'Errors arrive as mcp.shared.exceptions.MCPError with .code set to -32044 or -32043.'"""
-    url, _, _ = counter_server
-
-    async def main() -> None:
-        async with Client(url, mode=mode) as client:
-            with pytest.raises(MCPError) as refused:
-                await client.call_tool("count", {})
-            assert refused.value.code == SESSION_REQUIRED
-
-    anyio.run(main)
 
 
 def test_the_session_transport_client_counts_with_a_session_it_created(
