@@ -32,12 +32,12 @@ from _mcp import (
     SESSION_REQUIRED,
     LegacyClient,
     ModernClient,
-    RecordingApp,
     jwt_claims,
     modern_request,
     session_meta,
     tool_text,
 )
+from _otel import ExchangeRecorder
 from conftest import SECRET, in_process, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
 
@@ -111,43 +111,25 @@ def test_the_counter_placed_at_the_endpoint_by_hand_counts_per_session(
 # -- the client snippets of getting-started.md, against its own server.py -----------------------------------------
 
 
-class HeaderLog:
-    """Records the headers of every POST reaching ``app`` (RecordingApp records the bodies, in the same order)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.headers: list[dict[str, str]] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
-        await self.app(scope, receive, send)
-
-
 @pytest.fixture
-def counter_server(secret: None) -> Iterator[tuple[str, RecordingApp, HeaderLog]]:
+def counter_server(secret: None) -> Iterator[tuple[str, ExchangeRecorder]]:
     """getting-started.md's ``server.py``, served, with what reaches it recorded; yields its MCP URL."""
     page = "docs/getting-started.md"
-    recorded = RecordingApp(run(page, snippet_with(page, "# server.py"))["app"])
-    headers = HeaderLog(recorded)
-    with serve(headers) as base:
-        yield base + "/mcp", recorded, headers
-
-
-def count_calls(recorded: RecordingApp) -> list[dict[str, Any]]:
-    return [body for body in recorded.seen if body.get("method") == "tools/call"]
+    recorded = ExchangeRecorder(run(page, snippet_with(page, "# server.py"))["app"])
+    with serve(recorded) as base:
+        yield base + "/mcp", recorded
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_the_sdk_client_counts_twice_then_deletes_its_session(
     mode: str,
-    counter_server: tuple[str, RecordingApp, HeaderLog],
+    counter_server: tuple[str, ExchangeRecorder],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``python client.py URL``; in legacy mode with ``Client(url)`` edited as the page says, textually."""
     page = "docs/getting-started.md"
-    url, recorded, _ = counter_server
+    url, recorded = counter_server
     snippet = snippet_with(page, "class CreateSession(")
     if mode == "legacy":
         assert snippet.count("Client(url)") == 1
@@ -156,7 +138,7 @@ def test_the_sdk_client_counts_twice_then_deletes_its_session(
     capsys.readouterr()
     run(page, snippet)
     assert capsys.readouterr().out == "count: {'result': 1}\ncount: {'result': 2}\n"
-    [token] = {call["params"]["_meta"][SESSION_KEY]["sessionId"] for call in count_calls(recorded)}
+    [token] = {call["params"]["_meta"][SESSION_KEY]["sessionId"] for _, call in recorded.find("tools/call")}
     assert any(body.get("method") == "sessions/delete" for body in recorded.seen)
     with httpx.Client(timeout=10) as http:  # the snippet deleted its session
         _, gone = ModernClient(http, url.removesuffix("/mcp")).call_tool("count", session=session_meta(token))
@@ -164,12 +146,12 @@ def test_the_sdk_client_counts_twice_then_deletes_its_session(
 
 
 def test_the_session_transport_client_counts_with_a_session_it_created(
-    counter_server: tuple[str, RecordingApp, HeaderLog],
+    counter_server: tuple[str, ExchangeRecorder],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The snippet hard-codes its URL: it runs with that URL replaced, textually, by the served one."""
     page = "docs/getting-started.md"
-    url, recorded, headers = counter_server
+    url, recorded = counter_server
     snippet = snippet_with(page, "SessionTransport()")
     assert snippet.count(DOCS_URL) == 1
     capsys.readouterr()
@@ -177,7 +159,7 @@ def test_the_session_transport_client_counts_with_a_session_it_created(
     assert capsys.readouterr().out == "{'result': 1}\n"
     methods = [body.get("method") for body in recorded.seen]
     assert "sessions/create" in methods and methods.index("sessions/create") < methods.index("tools/call")
-    [(call, sent)] = [(b, h) for b, h in zip(recorded.seen, headers.headers, strict=True) if b in count_calls(recorded)]
+    [(sent, call)] = recorded.find("tools/call")
     assert sent["mcp-session-id"] == call["params"]["_meta"][SESSION_KEY]["sessionId"]
 
 
