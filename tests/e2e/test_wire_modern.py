@@ -175,20 +175,6 @@ def test_the_spec_vector_needs_the_2026_envelope_as_every_2026_request_does(clie
     assert "result" not in outside.text
 
 
-def test_each_create_mints_a_distinct_session(client: ModernClient) -> None:
-    first, second = client.create_session(), client.create_session()
-
-    assert first["sessionId"] != second["sessionId"]
-    assert jwt_claims(first["sessionId"])["sid"] != jwt_claims(second["sessionId"])["sid"]
-
-
-def test_create_accepts_a_label(client: ModernClient) -> None:
-    response, message = client.request("sessions/create", {"label": "my chat"})
-
-    assert response.status_code == 200
-    assert "sessionId" in message["result"]["session"]
-
-
 # -- using a session ---------------------------------------------------------------
 
 
