@@ -55,7 +55,7 @@ RUN_BY: dict[str, dict[str, str]] = {
         "store_from_url(": CONFIGURATION,
         'MCPServer("counter")': CONFIGURATION,
         "StreamableHTTPASGIApp(": CONFIGURATION,
-        "SessionSubscriptionBus.from_url(": "e2e/test_listen_docs.py",
+        "SessionSubscriptionBus.from_url(": CONFIGURATION,
     },
     "docs/security.md": {
         "Middleware(AuthenticationMiddleware": CONFIGURATION,
@@ -69,7 +69,7 @@ RUN_BY: dict[str, dict[str, str]] = {
         "await shim.create(": CLIENT,
         "def save(": CLIENT,
     },
-    "docs/clients.md": {"print(session.source)": "e2e/test_clients_docs.py"},
+    "docs/clients.md": {"print(session.source)": GETTING_STARTED},
     "docs/handles.md": {
         'create="create_basket")': HANDLES,  # quoted from examples/basket.py: test_handles_docs checks each line
         "call_with_handle_check": HANDLES,

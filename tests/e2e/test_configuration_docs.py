@@ -46,7 +46,8 @@ from _mcp import (
     tool_text,
 )
 from _redis import RedisServer
-from conftest import SECRET, in_process
+from conftest import SECRET, in_process, serve
+from e2e._listen import NOTE, client, graceful_end
 from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, get_session, stores
 from mcp_sessions.stores import MemoryStore, RedisStore, SQLiteStore, store_from_url
 
@@ -80,7 +81,7 @@ REGISTER = one_with(CONFIGURATION, "register_store(")
 REDIS = one_with(CONFIGURATION, "RedisStore(")
 STORE_URLS = one_with(DEPLOYMENT, "store_from_url(")
 SERVER_PY = one_with(DEPLOYMENT, 'MCPServer("counter")')
-LISTEN = one_with(DEPLOYMENT, "SessionSubscriptionBus.from_url(")  # run by tests/e2e/test_listen_docs.py
+LISTEN = one_with(DEPLOYMENT, "SessionSubscriptionBus.from_url(")
 AUTH_OUTSIDE = one_with(SECURITY, "Middleware(AuthenticationMiddleware")
 SDK_AUTH = one_with(SECURITY, "token_verifier=verifier")
 BY_HAND = one_with(DEPLOYMENT, "StreamableHTTPASGIApp(")
@@ -277,6 +278,35 @@ def test_the_walkthrough_server_counts_across_replicas(
         assert error_code(b.call_tool("count", host=HOST)[1]) == SESSION_REQUIRED  # require_session_tools
         assert "result" in b.request("sessions/delete", session=session, host=HOST)[1]
         assert error_code(a.call_tool("count", session=session, host=HOST)[1]) == SESSION_NOT_FOUND
+
+
+def test_the_listen_example_scopes_events_to_the_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In one process (``memory://``, as the snippet falls back to without ``MCP_SESSIONS_REDIS_URL``): ``edit_note``
+    reaches the session's stream and no other, ``add_tool`` every stream, and a delete ends the session's stream
+    gracefully. The two-replica version is tests/e2e/test_listen_replicas.py."""
+    monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
+    monkeypatch.delenv("MCP_SESSIONS_REDIS_URL", raising=False)
+    app = run(LISTEN, page="docs/deployment.md")["app"]
+
+    async def scenario(base: str) -> None:
+        async with client() as c:
+            mine, other = await c.create(base), await c.create(base)
+            streams = [await c.listen(base, "mine", mine), await c.listen(base, "other", other)]
+            streams.append(await c.listen(base, "global"))
+            assert await c.tool(base, "edit_note", {"name": "plan", "text": "v2"}, mine) == "saved"
+            assert await c.tool(base, "add_tool", {}) == "announced"
+            for stream in streams:
+                await stream.wait("notifications/tools/list_changed")
+            assert streams[0].events == [f"notifications/resources/updated {NOTE}", "notifications/tools/list_changed"]
+            assert streams[1].events == streams[2].events == ["notifications/tools/list_changed"]
+            await c.request(base, "sessions/delete", session=mine)
+            async with asyncio.timeout(5):
+                await streams[0].ended.wait()
+            graceful_end(streams[0])
+            assert not streams[1].ended.is_set() and not streams[2].ended.is_set()
+
+    with serve(app) as url:
+        asyncio.run(scenario(url))
 
 
 # -- security.md --------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Every Python snippet of docs/getting-started.md, docs/application-code.md, docs/index.md and README.md's
-Quickstart runs as written, served for real on 127.0.0.1, and does what its page says.
+"""Every Python snippet of docs/getting-started.md, docs/application-code.md, docs/clients.md, docs/index.md and
+README.md's Quickstart runs as written, served for real on 127.0.0.1, and does what its page says.
 
 The curl walkthrough's answers (discover's capabilities, the token's claims, the echo, delete) are
 tests/e2e/test_wire_modern.py's and test_attacks.py's cases; the SDK client's MCPError without a session, a
@@ -370,3 +370,17 @@ def test_a_lazy_from_env_starts_then_answers_500_everywhere(no_secret: None, tmp
     assert "Application startup complete" in log
     assert statuses == [500, 500]
     assert "MCP_SESSIONS_SECRET is not set" in log
+
+
+def test_the_per_conversation_example_counts_per_conversation(secret: None) -> None:
+    """docs/clients.md's example, as printed: a counter per host conversation, none without one."""
+    [code] = python_snippets("docs/clients.md")
+    with in_process(run("docs/clients.md", code)["app"]) as http:
+        client = ModernClient(http, "")
+        counts = [
+            tool_text(client.call_tool("count", meta={"vscode.conversationId": conversation})[1])
+            for conversation in ("chat-1", "chat-1", "chat-2")
+        ]
+        _, refused = client.call_tool("count")
+    assert counts == ["1", "2", "1"]
+    assert refused["error"]["code"] == SESSION_REQUIRED
