@@ -3,7 +3,9 @@
 fastmcp's own ``ctx.set_state`` is keyed by the transport session, which is new
 on every 2026-07-28 request, so a counter built on it stays at 1; the same
 counter in ``session.data`` counts. The SDK and fastmcp clients against examples/fastmcp_app.py's server
-(sessionless, count, state, progress, delete and refused after it) are cells of tests/e2e/test_interop.py.
+(sessionless, count, state, progress, delete and refused after it) are cells of tests/e2e/test_interop.py; the
+2025 era's counting is the session carried across eras below, its initialize and echo the quickstart's
+(tests/e2e/test_wire_modern.py: the same rewrite whatever the server).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from fastmcp import Context, FastMCP
 from fastmcp.server.dependencies import get_http_request
 
 from _mcp import (
-    LEGACY,
     MCP_PATH,
     SERVER_INFO_KEY,
     SESSION_KEY,
@@ -107,23 +108,6 @@ def test_modern_requests_count_per_session_where_fastmcp_state_cannot(base_url: 
     meta = results[-1]["result"]["_meta"]
     assert meta[SERVER_INFO_KEY]["name"] == "fastmcp-sessions"
     assert meta[SESSION_KEY] == {"sessionId": session["sessionId"], "expiresAt": session["expiresAt"]}
-
-
-def test_legacy_requests_count_per_session(base_url: str, http: httpx.Client) -> None:
-    client = LegacyClient(http, base_url)
-    initialized = client.initialize()
-    session = client.create_session()
-
-    results = [client.call_tool("bump", session=session_meta(session))[1] for _ in range(2)]
-
-    assert initialized["protocolVersion"] == LEGACY
-    assert initialized["capabilities"]["sessions"] == {}
-    assert initialized["capabilities"]["experimental"] == {"sessions": {}}
-    assert [bumped(m)["ours"] for m in results] == [1, 2]
-    assert all(bumped(m)["sid"] == jwt_claims(session["sessionId"])["sid"] for m in results)
-    assert results[-1]["result"]["_meta"] == {
-        SESSION_KEY: {"sessionId": session["sessionId"], "expiresAt": session["expiresAt"]}
-    }
 
 
 def test_one_session_carries_across_eras(base_url: str, http: httpx.Client) -> None:
