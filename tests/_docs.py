@@ -71,7 +71,7 @@ RUN_BY: dict[str, dict[str, str]] = {
     },
     "docs/clients.md": {"print(session.source)": GETTING_STARTED},
     "docs/handles.md": {
-        'create="create_basket")': HANDLES,  # quoted from examples/basket.py: test_handles_docs checks each line
+        'create="create_basket")': HANDLES,  # quoted from examples/basket.py: test_handles checks each line
         "call_with_handle_check": HANDLES,
         'MCPServer("basket-with-a-session")': HANDLES,
         'MCPServer("basket-with-handles")': HANDLES,

@@ -1,7 +1,7 @@
 """Handles through real servers and the real SDK client, in JSON and SSE response modes.
 
 The basket example (examples/basket.py), in process (no socket is what these test): the
-basket cycle (create, add, checkout, ended after it) is docs/handles.md's snippet (test_handles_docs.py); here
+basket cycle (create, add, checkout, ended after it) is docs/handles.md's snippet (below); here
 independence, every refused handle answered as a tool error
 that names the problem (the tool never runs, the basket is untouched),
 principal binding with Starlette's authentication, telemetry, and fastmcp; and every snippet of docs/handles.md.
