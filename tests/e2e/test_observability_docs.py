@@ -1,4 +1,5 @@
-"""Every Python snippet of docs/observability.md runs (the one that exports to Phoenix: tests/e2e/test_viewers.py)."""
+"""Every Python snippet of docs/observability.md runs (the one that exports to Phoenix: tests/e2e/test_viewers.py),
+and SessionLogFilter names every log record of a request through uvicorn and a real MCPServer."""
 
 from __future__ import annotations
 
@@ -6,19 +7,20 @@ import contextlib
 import io
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
-from examples.quickstart import build_app, build_server
+from examples.quickstart import SESSION_TOOLS, build_app, build_server
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
 from _docs import exec_snippet, one_with, python_snippets
-from _mcp import ModernClient, jwt_claims, session_meta
+from _mcp import MCP_PATH, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
 from _otel import MIDDLEWARE_SCOPE, SDK_SCOPE, SpanLog, attrs, global_tracing, of_scope, one
 from conftest import SECRET, in_process, serve
-from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions import MCPSessionMiddleware, SessionLogFilter
 from mcp_sessions.telemetry import SentrySessionSpanProcessor, SessionSpanProcessor
 
 SNIPPETS = python_snippets("docs/observability.md")
@@ -142,3 +144,114 @@ def test_the_logging_config_names_the_session_in_tool_and_access_lines() -> None
     assert any(line.endswith(f'"POST /mcp HTTP/1.1" 200 OK [data-layer {sid}]') for line in lines), lines
     assert any(line.endswith('"POST /mcp HTTP/1.1" 200 OK [- -]') for line in lines), lines  # sessions/create
     assert token not in out.getvalue()
+
+
+# -- SessionLogFilter beyond the snippet: the 2025 era, a host's conversation, the default --------------------
+
+TOOL_LOGGER = "tests.session_logs.tool"
+
+
+@dataclass
+class Records(logging.Handler):
+    """Keeps every record it is handed (after its filters ran)."""
+
+    kept: list[logging.LogRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__(logging.DEBUG)
+
+    def __hash__(self) -> int:  # a Handler is kept in sets and weak references
+        return id(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.kept.append(record)
+
+    def of(self, name: str) -> list[logging.LogRecord]:
+        return [record for record in self.kept if record.name == name]
+
+
+def logging_app(**options: Any) -> MCPSessionMiddleware:
+    server = build_server()
+
+    @server.tool()
+    async def note(text: str) -> str:
+        """Log ``text`` through the standard logging module, as application code does."""
+        logging.getLogger(TOOL_LOGGER).info("note: %s", text)
+        return "noted"
+
+    inner = server.streamable_http_app(streamable_http_path=MCP_PATH, json_response=True)
+    return MCPSessionMiddleware(inner, secret=SECRET, require_session_tools=SESSION_TOOLS, **options)
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, str]]:
+    """Started before ``records``: uvicorn configures its loggers as it starts."""
+    with serve(logging_app()) as plain, serve(logging_app(conversation_data="anonymous")) as hosts:
+        yield {"plain": plain, "hosts": hosts}
+
+
+@pytest.fixture
+def records() -> Iterator[Records]:
+    """Every record logged while the test runs, at DEBUG, with the filter on the handler of the root logger and
+    of ``uvicorn.access`` (which does not propagate), as the page configures it."""
+    handler = Records()
+    handler.addFilter(SessionLogFilter())
+    root, access = logging.getLogger(), logging.getLogger("uvicorn.access")
+    levels = root.level, access.level
+    root.addHandler(handler)
+    access.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    access.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        access.removeHandler(handler)
+        root.setLevel(levels[0])
+        access.setLevel(levels[1])
+
+
+def named(record: logging.LogRecord) -> tuple[str, str]:
+    """What the filter set on ``record``: (session_id, session_source)."""
+    return record.__dict__["session_id"], record.__dict__["session_source"]
+
+
+def tool_record(records: Records, text: str) -> logging.LogRecord:
+    [record] = [r for r in records.of(TOOL_LOGGER) if r.getMessage() == f"note: {text}"]
+    return record
+
+
+def test_a_tools_log_line_carries_its_sessions_stable_id_in_the_2025_era(
+    servers: dict[str, str], http: httpx.Client, records: Records
+) -> None:
+    """The 2026 era is the snippet's test above; here the SDK's own records of the request are named too."""
+    client = LegacyClient(http, servers["plain"])
+    client.initialize()
+    token = client.create_session()["sessionId"]
+    sid = jwt_claims(token)["sid"]
+    assert tool_text(client.call_tool("note", {"text": "in a session"}, session=session_meta(token))[1]) == "noted"
+    assert tool_text(client.call_tool("note", {"text": "without one"})[1]) == "noted"
+
+    assert named(tool_record(records, "in a session")) == (sid, "data-layer")
+    assert named(tool_record(records, "without one")) == ("-", "-")
+    # uvicorn writes its access line while the app sends the response: inside the request, so named too.
+    assert [named(r) for r in records.of("uvicorn.access")][-2:] == [(sid, "data-layer"), ("-", "-")]
+    assert any(r.name.startswith("mcp.") and named(r)[0] == sid for r in records.kept)  # the SDK's, at DEBUG
+    # The token is a bearer value: never an attribute the filter sets.
+    assert all(token not in named(r) for r in records.kept)
+    assert all(token not in r.getMessage() for r in records.kept if r.name.startswith("mcp_sessions"))
+
+
+def test_a_hosts_conversation_is_named_as_its_spans_name_it(
+    servers: dict[str, str], http: httpx.Client, records: Records
+) -> None:
+    ModernClient(http, servers["hosts"]).call_tool(
+        "note", {"text": "vscode"}, meta={"vscode.conversationId": "chat-17"}
+    )
+    assert named(tool_record(records, "vscode")) == ("chat-17", "vscode")
+
+
+def test_the_dash_is_an_option() -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", None, None)
+    assert SessionLogFilter(default="").filter(record) is True
+    assert named(record) == ("", "")
