@@ -206,15 +206,6 @@ def test_echo_finds_its_response_whatever_the_id(client: ModernClient, request_i
         assert int(response.headers["content-length"]) == len(response.content)
 
 
-def test_sessionless_result_has_no_echo(any_client: Client) -> None:
-    response, message = any_client.call_tool("whoami")
-
-    assert response.status_code == 200
-    assert tool_text(message) == "none"
-    modern = isinstance(any_client, ModernClient)
-    assert message["result"].get("_meta") == ({SERVER_INFO_KEY: QUICKSTART_INFO} if modern else None)
-
-
 def test_count_increments_per_session_and_sessions_are_independent(any_client: Client) -> None:
     first, second = any_client.create_session(), any_client.create_session()
 
