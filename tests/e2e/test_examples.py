@@ -1,20 +1,20 @@
 """The examples and the demo work as their docs say: real uvicorn, real HTTP, real MCP servers.
 
 The SDK and fastmcp clients against examples/starlette_app.py and fastapi_app.py, both eras, are cells of
-tests/e2e/test_interop.py; a missing secret failing where the config is built, the docs' snippets of these
-apps (tests/e2e/test_getting_started_docs.py).
+tests/e2e/test_interop.py; their ordinary route reading the session, and a missing secret failing where the
+config is built, are the docs' snippets of these apps (docs/application-code.md: "this app, complete";
+tests/e2e/test_getting_started_docs.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-import types
 from typing import Any
 
 import httpx
 import pytest
-from examples import demo, fastapi_app, fastmcp_app, starlette_app
+from examples import demo, fastmcp_app, starlette_app
 from examples.quickstart import build_app as build_quickstart
 from examples.quickstart import build_server as build_quickstart_server
 
@@ -92,40 +92,6 @@ def test_demo_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) 
         pass  # the port is free again
     assert demo.main(["--url", f"{base}/mcp"]) == 2
     assert "server/discover" in capsys.readouterr().err
-
-
-# -- Starlette and FastAPI: an ordinary route sees the MCP session ----------------------------------
-
-
-@pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
-def test_ordinary_route_sees_the_session_created_over_mcp(module: types.ModuleType) -> None:
-    with in_process(module.build_app(environ=ENVIRON)) as client:
-        token = era_session(client, "/mcp", MODERN)
-        sid = call_tool(client, "whoami", token)
-        assert call_tool(client, "count", token) == 1
-        assert call_tool(client, "count", token) == 2
-
-        seen = client.get("/session", headers={"Mcp-Session-Id": token})
-        assert seen.status_code == 200
-        assert seen.json()["session"] == sid
-        assert seen.json()["count"] == 2
-
-        assert client.get("/session").json() == {"session": None}
-        assert client.get("/session", headers={"Mcp-Session-Id": "not.a.session"}).json() == {"session": None}
-
-        other = era_session(client, "/mcp", MODERN)
-        assert client.get("/session", headers={"Mcp-Session-Id": other}).json()["count"] == 0
-
-        rpc(client, "sessions/delete", token=token)
-        assert client.get("/session", headers={"Mcp-Session-Id": token}).json() == {"session": None}
-
-
-@pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
-def test_mcp_endpoint_is_at_slash_mcp_without_a_redirect(module: types.ModuleType) -> None:
-    with in_process(module.build_app(environ=ENVIRON)) as client:
-        discover = rpc(client, "server/discover")  # rpc() asserts HTTP 200: no 307 to /mcp/
-        assert discover["result"]["capabilities"]["sessions"] == {}
-        assert call_tool(client, "count")["code"] == -32044
 
 
 # -- fastmcp ---------------------------------------------------------------------------------------

@@ -256,12 +256,21 @@ def mounted_app_reads_the_session(app: Any) -> None:
     """POST /mcp is the MCP endpoint, and GET /session reads the session the ``Mcp-Session-Id`` header names."""
     with in_process(app) as http:
         client = ModernClient(http, "")
-        session = client.create_session()
+        session, other = client.create_session(), client.create_session()
         assert [counts(client, "count", session) for _ in range(2)] == ["1", "2"]
-        named = http.get("/session", headers={"Mcp-Session-Id": session["sessionId"]})
-        anonymous = http.get("/session")
-    assert named.json() == {"session": jwt_claims(session["sessionId"])["sid"], "count": 2}
-    assert anonymous.json() == {"session": None}
+
+        def read(token: str | None) -> Any:
+            return http.get("/session", headers={} if token is None else {"Mcp-Session-Id": token}).json()
+
+        shown = [read(session["sessionId"]), read(other["sessionId"]), read(None), read("not.a.session")]
+        client.request("sessions/delete", session=session_meta(session))
+        shown.append(read(session["sessionId"]))
+    sids = [jwt_claims(s["sessionId"])["sid"] for s in (session, other)]
+    assert shown == [
+        {"session": sids[0], "count": 2},
+        {"session": sids[1], "count": 0},
+        *[{"session": None}] * 3,  # anonymous, not a session, deleted
+    ]
 
 
 def test_the_starlette_app(secret: None) -> None:
