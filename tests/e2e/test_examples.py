@@ -1,9 +1,9 @@
 """The examples and the demo work as their docs say: real uvicorn, real HTTP, real MCP servers.
 
-The SDK and fastmcp clients against examples/starlette_app.py and fastapi_app.py, both eras, are cells of
-tests/e2e/test_interop.py; their ordinary route reading the session, and a missing secret failing where the
-config is built, are the docs' snippets of these apps (docs/application-code.md: "this app, complete";
-tests/e2e/test_getting_started_docs.py).
+The SDK and fastmcp clients against examples/starlette_app.py, fastapi_app.py and fastmcp_app.py's server
+(wrapped as its build_app wraps it), both eras, are cells of tests/e2e/test_interop.py; the ordinary route
+reading the session, and a missing secret failing where the config is built, are the docs' snippets of these
+apps (docs/application-code.md: "this app, complete"; tests/e2e/test_getting_started_docs.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from examples import demo, fastmcp_app, starlette_app
+from examples import demo, starlette_app
 from examples.quickstart import build_app as build_quickstart
 from examples.quickstart import build_server as build_quickstart_server
 
@@ -94,19 +94,7 @@ def test_demo_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) 
     assert "server/discover" in capsys.readouterr().err
 
 
-# -- fastmcp ---------------------------------------------------------------------------------------
-
-
-def test_fastmcp_counter_survives_across_requests() -> None:
-    with in_process(fastmcp_app.build_app(environ=ENVIRON)) as client:
-        discover = rpc(client, "server/discover")
-        assert discover["result"]["capabilities"]["sessions"] == {}
-        token = era_session(client, "/mcp", MODERN)
-        assert [call_tool(client, "count", token) for _ in range(3)] == [1, 2, 3]
-        assert call_tool(client, "count", era_session(client, "/mcp", MODERN)) == 1
-        assert call_tool(client, "count", token) == 4
-        assert call_tool(client, "count")["code"] == -32044
-        assert call_tool(client, "whoami") == "none"
+# -- routing --------------------------------------------------------------------------------------
 
 
 def test_the_path_matches_under_a_proxy_root_path() -> None:
