@@ -22,7 +22,7 @@ _PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 GETTING_STARTED = "e2e/test_getting_started_docs.py"
 CONFIGURATION = "e2e/test_configuration_docs.py"
 CLIENT = "e2e/test_client_docs.py"
-HANDLES = "e2e/test_handles_docs.py"
+HANDLES = "e2e/test_handles.py"
 OBSERVABILITY = "e2e/test_observability_docs.py"
 AS_WRITTEN = "unit/test_docs_snippets.py"
 RUN_BY: dict[str, dict[str, str]] = {
@@ -55,7 +55,7 @@ RUN_BY: dict[str, dict[str, str]] = {
         "store_from_url(": CONFIGURATION,
         'MCPServer("counter")': CONFIGURATION,
         "StreamableHTTPASGIApp(": CONFIGURATION,
-        "SessionSubscriptionBus.from_url(": "e2e/test_listen_docs.py",
+        "SessionSubscriptionBus.from_url(": CONFIGURATION,
     },
     "docs/security.md": {
         "Middleware(AuthenticationMiddleware": CONFIGURATION,
@@ -69,9 +69,9 @@ RUN_BY: dict[str, dict[str, str]] = {
         "await shim.create(": CLIENT,
         "def save(": CLIENT,
     },
-    "docs/clients.md": {"print(session.source)": "e2e/test_clients_docs.py"},
+    "docs/clients.md": {"print(session.source)": GETTING_STARTED},
     "docs/handles.md": {
-        'create="create_basket")': HANDLES,  # quoted from examples/basket.py: test_handles_docs checks each line
+        'create="create_basket")': HANDLES,  # quoted from examples/basket.py: test_handles checks each line
         "call_with_handle_check": HANDLES,
         'MCPServer("basket-with-a-session")': HANDLES,
         'MCPServer("basket-with-handles")': HANDLES,

@@ -573,9 +573,36 @@ def _header_valid_meta_forged(ctx: Context) -> Request:
 
 
 def _twice(members: Callable[[str, str], str]) -> Callable[[Context], Request]:
+    return _body_twice(lambda a, b: envelope(members(a, b)))
+
+
+def _body_twice(body: Callable[[str, str], str]) -> Callable[[Context], Request]:
+    """A body naming two live sessions, written verbatim: two parsers may keep different copies of a repeated
+    member (RFC 8259 leaves it open), so a request that names its session twice is refused, not guessed at."""
+
     def build(ctx: Context) -> Request:
         a, b = ctx.session()["sessionId"], ctx.session()["sessionId"]
-        return raw_call(envelope(members(a, b)).encode())
+        return raw_call(body(a, b).encode())
+
+    return build
+
+
+SLASH_ESCAPED_KEY = KEY.replace("/", "\\/")  # JSON's escape of "/": the same name
+
+
+def _member(token: str, key: str = KEY) -> str:
+    return f'"{key}":{{"sessionId":{json.dumps(token)}}}'
+
+
+def _header_twice(same: bool) -> Callable[[Context], Request]:
+    """The session in ``_meta``, and Mcp-Session-Id sent twice: its token both times, or another's the second."""
+
+    def build(ctx: Context) -> Request:
+        session = ctx.session()
+        second = session if same else ctx.session()
+        request = call(session)
+        request.headers += [("Mcp-Session-Id", session["sessionId"]), ("Mcp-Session-Id", second["sessionId"])]
+        return request
 
     return build
 
@@ -816,9 +843,44 @@ ROWS: list[Row] = [
     Row("header-names-another-live-session", _header_mismatch(lambda c: c.session()["sessionId"]), 400, -32020, 0),
     Row("header-is-the-state-token", _header_mismatch(lambda c: c.set_mode(c.session(), "x")["state"]), 400, -32020, 0),
     Row("header-valid-meta-forged", _header_valid_meta_forged, 400, -32020, 0),
-    # Session metadata said twice (tests/e2e/test_repeated_member_names.py has more).
+    # Session metadata said twice; repeated names elsewhere are the server's business.
+    invalid("session-key-twice", _twice(lambda a, b: f",{_member(a)},{_member(b)}")),
+    invalid("same-session-twice", _twice(lambda a, b: f",{_member(a)},{_member(a)}")),
+    invalid(
+        "session-key-twice-one-slash-escaped",
+        _twice(lambda a, b: f",{_member(a)},{_member(b, SLASH_ESCAPED_KEY)}"),
+    ),
     invalid("session-key-twice-one-unicode-escaped", _twice(_key_twice_escaped)),
+    invalid("sessionId-twice", _twice(lambda a, b: f',"{KEY}":{{"sessionId":"{a}","sessionId":"{b}"}}')),
     invalid("sessionId-twice-one-unicode-escaped", _twice(_session_id_twice_escaped)),
+    invalid("state-twice", _twice(lambda a, b: f',"{KEY}":{{"sessionId":"{a}","state":"x","state":"y"}}')),
+    # The last copy a parser keeps is a _meta without the 2026 envelope: the SDK's refusal, as the SDK answers it.
+    Row(
+        "_meta-twice",
+        _body_twice(lambda a, b: envelope(f",{_member(a)}")[:-2] + f',"_meta":{{{_member(b)}}}}}}}'),
+        400,
+        -32602,
+        0,
+    ),
+    Row(
+        "params-twice",
+        _body_twice(
+            lambda a, b: envelope(f",{_member(a)}")[:-1] + f',"params":{{"name":"record","_meta":{{{_member(b)}}}}}}}'
+        ),
+        400,
+        -32602,
+        0,
+    ),
+    accepted(
+        "repeated-names-in-params-are-the-servers",
+        lambda c: raw_call(
+            envelope(
+                f",{_member(c.session()['sessionId'])}", arguments='{},"extra":{"state":1,"nested":{"state":2}}'
+            ).encode()
+        ),
+    ),
+    Row("mcp-session-id-twice-differing", _header_twice(same=False), 400, -32020, 0),
+    accepted("mcp-session-id-twice-the-same", _header_twice(same=True)),
     # Session metadata of the wrong type.
     *(invalid(f"session-metadata-is-{name}", (lambda v: lambda c: call(v))(value)) for name, value in WRONG_TYPES),
     invalid("sessionId-is-an-array", lambda c: call({"sessionId": [c.session()["sessionId"]]})),
@@ -911,6 +973,8 @@ def test_attack(servers: dict[str, httpx.Client], canary: Canary, caplog: pytest
     assert code_of(answer) == row.code, response.text[:300]
     assert runs() - before == row.runs
     assert not canary.touched(), "a jku or x5u URL was fetched"
+    if row.code not in (None, -32043):  # a refusal repeats no token (-32043 echoes the one sent, by design)
+        assert not any(token in response.text for token in ctx.tokens), response.text[:300]
     if row.code == -32043:
         # The echo is the client's own token, cut to 256 characters; the reason stays in the log, with the sid only.
         sent = json.loads(request.body.decode(json.detect_encoding(request.body), "surrogatepass"))
@@ -949,6 +1013,8 @@ def test_every_row_is_refused_unless_it_says_otherwise() -> None:
         "create-with-null-session-metadata-creates",
         "notification-invalid-session",
         "notification-sessions-create",
+        "repeated-names-in-params-are-the-servers",
+        "mcp-session-id-twice-the-same",
     }
     assert all(row.runs == 0 for row in ROWS if row.code is not None)
     assert all((row.reason is not None) == (row.code == -32043) for row in ROWS)
@@ -1143,11 +1209,8 @@ def test_a_principal_hook_binds_sessions_inside_the_sdk_bearer_auth() -> None:
     app = MCPSessionMiddleware(server.streamable_http_app(), secret=SECRET, principal=bearer_principal)
     with in_process(app) as http:
 
-        def post(body: dict[str, Any], bearer: str | None) -> httpx.Response:
-            headers = modern_headers(body)
-            if bearer is not None:
-                headers["Authorization"] = f"Bearer {bearer}"
-            return http.post("/mcp", json=body, headers=headers)
+        def post(body: dict[str, Any], bearer: str) -> httpx.Response:
+            return http.post("/mcp", json=body, headers=modern_headers(body, Authorization=f"Bearer {bearer}"))
 
         created = post(modern_request("sessions/create"), "alice-token").json()["result"]["session"]
         assert jwt_claims(created["sessionId"])["pbh"] == principal_hash("alice")
@@ -1157,10 +1220,4 @@ def test_a_principal_hook_binds_sessions_inside_the_sdk_bearer_auth() -> None:
         response = post(call_body, "bob-token")
         assert (response.status_code, code_of(response.json())) == (200, -32043)
         assert ran == ["whoami"]
-        # The session work runs inside the SDK's auth: without a bearer, every session method gets its 401.
-        sessionless = post(modern_request("tools/call", {"name": "whoami", "arguments": {}}), None)
-        assert sessionless.status_code == 401
-        for body in (modern_request("sessions/create"), modern_request("sessions/delete", session=created), call_body):
-            refused = post(body, None)
-            assert (refused.status_code, refused.content) == (401, sessionless.content)
-        assert code_of(post(call_body, "alice-token").json()) is None  # the unauthenticated delete ended nothing
+        # Without a bearer, every session method gets the SDK's 401: tests/e2e/test_inside_server.py, both eras.

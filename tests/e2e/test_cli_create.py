@@ -84,15 +84,6 @@ def test_a_bad_header_is_a_usage_error() -> None:
     assert "--header takes 'Name: value'" in err
 
 
-def test_a_stale_session_is_refused_as_any_other(url: str, http: httpx.Client) -> None:
-    _, out, _ = run("create", url + MCP_PATH)
-    meta = inspector_metadata(out)
-    client = ModernClient(http, url)
-    client.request("sessions/delete", meta=meta)
-    _, refused = client.call_tool("count", meta=meta)
-    assert refused["error"]["code"] == SESSION_NOT_FOUND
-
-
 def test_the_printed_argument_works_in_the_mcp_inspector_cli(url: str) -> None:
     """The real MCP Inspector CLI (2.12.0): two calls with the printed --metadata count 1, then 2."""
     assert shutil.which("node"), "node is missing: scripts/system-deps.sh installs it"

@@ -3,11 +3,13 @@
 A hand-written JSON-RPC client on each library talks to the real quickstart,
 called in process through each library's ``ASGITransport``, in JSON and in SSE
 response mode; the SSE answer is read as a stream, so the relayed body is the
-library's own stream type.
+library's own stream type. Both re-encode a stamped body as the server reads it.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from types import ModuleType
 from typing import Any
 
@@ -61,3 +63,51 @@ async def test_each_library_holds_a_session(name: str, mode: str) -> None:
     if mode == "sse":
         assert [m["method"] for m in messages[:-1]] == ["notifications/progress"] * 2
     assert messages[-1]["result"]["structuredContent"]["result"] == "done"
+
+
+# -- the shim re-encodes a stamped body with the server's encoder: what the middleware reads, the shim sends. A lone
+# surrogate is legal in JSON text as an escape (``"\\ud800"``); the middleware answers such a request, so the shim must
+# carry it too (what is tested is the bytes, not the socket).
+
+LONE_SURROGATE = "\\ud800"  # the six characters of the JSON escape, as a client writes them
+
+
+@pytest.fixture
+async def app() -> AsyncIterator[Any]:
+    app = build_app(json_response=True, environ={"MCP_SESSIONS_SECRET": SECRET})
+    async with running(app):
+        yield app
+
+
+def with_lone_surrogate(tool: str) -> tuple[bytes, dict[str, str]]:
+    """A tools/call whose ``_meta`` carries a lone surrogate: the body bytes and the headers."""
+    body = modern_request("tools/call", {"name": tool, "arguments": {}}, meta={"note": "MARK"})
+    return json.dumps(body).replace("MARK", LONE_SURROGATE).encode(), modern_headers(body)
+
+
+async def test_the_middleware_alone_answers_a_lone_surrogate(app: Any) -> None:
+    content, headers = with_lone_surrogate("whoami")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app)) as http:
+        response = await http.post(URL, content=content, headers=headers)
+
+    assert response.status_code == 200
+    assert response.json()["result"]["structuredContent"] == {"result": "none"}
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+async def test_a_stamped_lone_surrogate_reaches_the_server(app: Any, library: str) -> None:
+    client: Any
+    if library == "httpx":
+        shim: Any = HttpxSessionTransport(httpx.ASGITransport(app))
+        client = httpx.AsyncClient(transport=shim)
+    else:
+        shim = SessionTransport(httpx2.ASGITransport(app))
+        client = httpx2.AsyncClient(transport=shim)
+    content, headers = with_lone_surrogate("count")
+    async with client:
+        first = await client.post(URL, content=content, headers=headers)
+        second = await client.post(URL, content=content, headers=headers)
+
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert [r.json()["result"]["structuredContent"]["result"] for r in (first, second)] == [1, 2]
+    assert shim.session.token is not None

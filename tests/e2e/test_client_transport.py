@@ -3,8 +3,8 @@
 The unmodified ``mcp`` SDK client through the shim against the real quickstart
 over uvicorn (behaviour end to end: the SDK's own client against a served app,
 its 2025-era stream included), and the examples. What a real server does not do
-on demand is ``tests/unit/test_client_scripted.py``. No assertion depends on how
-long anything takes.
+on demand is ``tests/unit/test_client_scripted.py``; ``delete_on_close``, in both eras, is docs/client.md's
+snippet (tests/e2e/test_client_docs.py). No assertion depends on how long anything takes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import httpx2
 import pytest
 from examples.quickstart import build_app, build_server
@@ -37,7 +36,6 @@ from _mcp import (
     MODERN,
     SESSION_NOT_FOUND,
     SESSION_REQUIRED,
-    ModernClient,
     jwt_claims,
 )
 from conftest import SECRET, serve
@@ -346,20 +344,6 @@ async def test_a_busy_store_past_the_retry_budget_reaches_the_caller(servers: Se
     assert raised.value.code == STORE_UNAVAILABLE
     assert servers.store.failed == 2  # the try and one retry
     assert shim.session.token is not None  # retryable: the session is kept
-
-
-async def test_delete_on_close_ends_the_session(servers: Servers, mode: str) -> None:
-    shim = SessionTransport(delete_on_close=True)
-    async with connect(servers.json, shim, mode) as client:
-        await count(client)
-        token = shim.session.token
-
-    assert shim.session.token is None
-    with httpx.Client() as http:
-        _, refused = ModernClient(http, servers.json.removesuffix(MCP_PATH)).call_tool(
-            "count", session={"sessionId": token}
-        )
-    assert refused["error"]["code"] == SESSION_NOT_FOUND
 
 
 async def test_explicit_create_use_inspect_delete(servers: Servers) -> None:

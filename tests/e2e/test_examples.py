@@ -1,21 +1,22 @@
-"""The examples and the demo work as their docs say: real uvicorn, real HTTP, real MCP servers."""
+"""The examples and the demo work as their docs say: real uvicorn, real HTTP, real MCP servers.
+
+The SDK and fastmcp clients against examples/starlette_app.py, fastapi_app.py and fastmcp_app.py's server
+(wrapped as its build_app wraps it), both eras, are cells of tests/e2e/test_interop.py; the ordinary route
+reading the session, and a missing secret failing where the config is built, are the docs' snippets of these
+apps (docs/application-code.md: "this app, complete"; tests/e2e/test_getting_started_docs.py).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import re
-import types
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import pytest
-from examples import demo, fastapi_app, fastmcp_app, starlette_app
+from examples import demo, starlette_app
 from examples.quickstart import build_app as build_quickstart
 from examples.quickstart import build_server as build_quickstart_server
-from mcp import Client
-from mcp import types as mcp_types
-from mcp.shared.exceptions import MCPError
-from pydantic import ConfigDict
 
 from _mcp import MODERN, SESSION_KEY, answer, era_session, modern_headers, modern_request, session_meta
 from conftest import SECRET, in_process, serve
@@ -93,86 +94,7 @@ def test_demo_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) 
     assert "server/discover" in capsys.readouterr().err
 
 
-# -- Starlette and FastAPI: an ordinary route sees the MCP session ----------------------------------
-
-
-@pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
-def test_ordinary_route_sees_the_session_created_over_mcp(module: types.ModuleType) -> None:
-    with in_process(module.build_app(environ=ENVIRON)) as client:
-        token = era_session(client, "/mcp", MODERN)
-        sid = call_tool(client, "whoami", token)
-        assert call_tool(client, "count", token) == 1
-        assert call_tool(client, "count", token) == 2
-
-        seen = client.get("/session", headers={"Mcp-Session-Id": token})
-        assert seen.status_code == 200
-        assert seen.json()["session"] == sid
-        assert seen.json()["count"] == 2
-
-        assert client.get("/session").json() == {"session": None}
-        assert client.get("/session", headers={"Mcp-Session-Id": "not.a.session"}).json() == {"session": None}
-
-        other = era_session(client, "/mcp", MODERN)
-        assert client.get("/session", headers={"Mcp-Session-Id": other}).json()["count"] == 0
-
-        rpc(client, "sessions/delete", token=token)
-        assert client.get("/session", headers={"Mcp-Session-Id": token}).json() == {"session": None}
-
-
-@pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
-def test_mcp_endpoint_is_at_slash_mcp_without_a_redirect(module: types.ModuleType) -> None:
-    with in_process(module.build_app(environ=ENVIRON)) as client:
-        discover = rpc(client, "server/discover")  # rpc() asserts HTTP 200: no 307 to /mcp/
-        assert discover["result"]["capabilities"]["sessions"] == {}
-        assert call_tool(client, "count")["code"] == -32044
-
-
-class _CreateSession(mcp_types.Request[mcp_types.RequestParams | None, Literal["sessions/create"]]):
-    method: Literal["sessions/create"] = "sessions/create"
-    params: mcp_types.RequestParams | None = None
-
-
-class _CreateSessionResult(mcp_types.Result):
-    model_config = ConfigDict(extra="allow")
-    session: dict[str, Any]
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_starlette_example_with_the_sdk_client(mode: Literal["auto", "legacy"]) -> None:
-    """Both eras reach the mounted MCP app, so the parent's lifespan runs the session manager."""
-    with serve(starlette_app.build_app(environ=ENVIRON)) as base:
-        async with Client(f"{base}/mcp", mode=mode) as client:
-            created = await client.session.send_request(_CreateSession(), _CreateSessionResult)
-            meta: Any = {SESSION_KEY: {"sessionId": created.session["sessionId"]}}
-            for expected in (1, 2):
-                result = await client.call_tool("count", {}, meta=meta)
-                assert result.structured_content == {"result": expected}
-            with pytest.raises(MCPError) as raised:
-                await client.call_tool("count", {})
-            assert raised.value.code == -32044
-
-
-# -- fastmcp ---------------------------------------------------------------------------------------
-
-
-def test_fastmcp_counter_survives_across_requests() -> None:
-    with in_process(fastmcp_app.build_app(environ=ENVIRON)) as client:
-        discover = rpc(client, "server/discover")
-        assert discover["result"]["capabilities"]["sessions"] == {}
-        token = era_session(client, "/mcp", MODERN)
-        assert [call_tool(client, "count", token) for _ in range(3)] == [1, 2, 3]
-        assert call_tool(client, "count", era_session(client, "/mcp", MODERN)) == 1
-        assert call_tool(client, "count", token) == 4
-        assert call_tool(client, "count")["code"] == -32044
-        assert call_tool(client, "whoami") == "none"
-
-
-@pytest.mark.parametrize("module", [starlette_app, fastapi_app], ids=["starlette", "fastapi"])
-def test_a_missing_secret_fails_at_startup_not_on_the_first_request(module: types.ModuleType) -> None:
-    """Starlette builds its middleware lazily: the examples build the configuration eagerly instead."""
-    with pytest.raises(RuntimeError, match="MCP_SESSIONS_SECRET is not set"):
-        module.build_app(environ={})
+# -- routing --------------------------------------------------------------------------------------
 
 
 def test_the_path_matches_under_a_proxy_root_path() -> None:

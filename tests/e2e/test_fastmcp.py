@@ -2,7 +2,10 @@
 
 fastmcp's own ``ctx.set_state`` is keyed by the transport session, which is new
 on every 2026-07-28 request, so a counter built on it stays at 1; the same
-counter in ``session.data`` counts.
+counter in ``session.data`` counts. The SDK and fastmcp clients against examples/fastmcp_app.py's server
+(sessionless, count, state, progress, delete and refused after it) are cells of tests/e2e/test_interop.py; the
+2025 era's counting is the session carried across eras below, its initialize and echo the quickstart's
+(tests/e2e/test_wire_modern.py: the same rewrite whatever the server).
 """
 
 from __future__ import annotations
@@ -14,19 +17,15 @@ import httpx
 import pytest
 from fastmcp import Context, FastMCP
 from fastmcp.server.dependencies import get_http_request
-from mcp import Client
 
 from _mcp import (
-    LEGACY,
     MCP_PATH,
     SERVER_INFO_KEY,
     SESSION_KEY,
-    SESSION_NOT_FOUND,
     SESSIONS_EXTENSION,
     LegacyClient,
     ModernClient,
     jwt_claims,
-    sdk_meta,
     session_meta,
 )
 from conftest import SECRET, serve
@@ -111,23 +110,6 @@ def test_modern_requests_count_per_session_where_fastmcp_state_cannot(base_url: 
     assert meta[SESSION_KEY] == {"sessionId": session["sessionId"], "expiresAt": session["expiresAt"]}
 
 
-def test_legacy_requests_count_per_session(base_url: str, http: httpx.Client) -> None:
-    client = LegacyClient(http, base_url)
-    initialized = client.initialize()
-    session = client.create_session()
-
-    results = [client.call_tool("bump", session=session_meta(session))[1] for _ in range(2)]
-
-    assert initialized["protocolVersion"] == LEGACY
-    assert initialized["capabilities"]["sessions"] == {}
-    assert initialized["capabilities"]["experimental"] == {"sessions": {}}
-    assert [bumped(m)["ours"] for m in results] == [1, 2]
-    assert all(bumped(m)["sid"] == jwt_claims(session["sessionId"])["sid"] for m in results)
-    assert results[-1]["result"]["_meta"] == {
-        SESSION_KEY: {"sessionId": session["sessionId"], "expiresAt": session["expiresAt"]}
-    }
-
-
 def test_one_session_carries_across_eras(base_url: str, http: httpx.Client) -> None:
     modern = ModernClient(http, base_url)
     legacy = LegacyClient(http, base_url)
@@ -139,18 +121,6 @@ def test_one_session_carries_across_eras(base_url: str, http: httpx.Client) -> N
     third = modern.call_tool("bump", session=session_meta(session))[1]
 
     assert [bumped(m)["ours"] for m in (first, second, third)] == [1, 2, 3]
-
-
-def test_deleted_session_is_refused_with_session_not_found(base_url: str, http: httpx.Client) -> None:
-    client = ModernClient(http, base_url)
-    session = client.create_session()
-    client.call_tool("bump", session=session_meta(session))
-
-    client.request("sessions/delete", session=session_meta(session))
-    response, message = client.call_tool("bump", session=session_meta(session))
-
-    assert response.status_code == 200
-    assert message["error"]["code"] == SESSION_NOT_FOUND
 
 
 def test_sessionless_raw_requests_still_work(base_url: str, http: httpx.Client) -> None:
@@ -165,33 +135,3 @@ def test_sessionless_raw_requests_still_work(base_url: str, http: httpx.Client) 
         "fastmcp_state": 1,
     }
     assert SESSION_KEY not in message["result"]["_meta"]
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_sessionless_sdk_client_still_works(servers: dict[str, str], mode: str) -> None:
-    async with Client(servers["default"] + MCP_PATH, mode=mode) as client:
-        tools = await client.list_tools()
-        result = await client.call_tool("bump", {})
-
-    assert [tool.name for tool in tools.tools] == ["bump"]
-    assert result.is_error is False
-    assert result.structured_content is not None
-    assert result.structured_content["sid"] is None
-    assert result.structured_content["ours"] is None
-    assert SESSION_KEY not in (result.meta or {})
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_sdk_client_with_a_session_counts(servers: dict[str, str], mode: str) -> None:
-    with httpx.Client(timeout=10) as http:
-        session = ModernClient(http, servers["default"]).create_session()
-    meta = sdk_meta({SESSION_KEY: {"sessionId": session["sessionId"]}})
-
-    async with Client(servers["default"] + MCP_PATH, mode=mode) as client:
-        results = [await client.call_tool("bump", {}, meta=meta) for _ in range(3)]
-
-    assert [(r.structured_content or {}).get("ours") for r in results] == [1, 2, 3]
-    assert results[0].meta is not None
-    assert results[0].meta[SESSION_KEY]["sessionId"] == session["sessionId"]

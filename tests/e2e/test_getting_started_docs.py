@@ -1,5 +1,10 @@
-"""Every Python snippet of docs/getting-started.md, docs/application-code.md, docs/index.md and README.md's
-Quickstart runs as written, served for real on 127.0.0.1, and does what its page says."""
+"""Every Python snippet of docs/getting-started.md, docs/application-code.md, docs/clients.md, docs/index.md and
+README.md's Quickstart runs as written, served for real on 127.0.0.1, and does what its page says.
+
+The curl walkthrough's answers (discover's capabilities, the token's claims, the echo, delete) are
+tests/e2e/test_wire_modern.py's and test_attacks.py's cases; the SDK client's MCPError without a session, a
+cell of tests/e2e/test_interop.py in both eras.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +18,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from examples.quickstart import build_server
-from mcp import Client
 from mcp.server.mcpserver import MCPServer
-from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from _docs import exec_snippet, one_with, python_snippets
@@ -30,12 +32,12 @@ from _mcp import (
     SESSION_REQUIRED,
     LegacyClient,
     ModernClient,
-    RecordingApp,
     jwt_claims,
     modern_request,
     session_meta,
     tool_text,
 )
+from _otel import ExchangeRecorder
 from conftest import SECRET, in_process, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
 
@@ -106,69 +108,28 @@ def test_the_counter_placed_at_the_endpoint_by_hand_counts_per_session(
     assert refused["error"]["code"] == SESSION_REQUIRED
 
 
-def test_the_first_server_answers_the_curl_walkthrough(secret: None) -> None:
-    """Steps 1 to 5 of docs/getting-started.md, each request as its curl command sends it, against ``server.py``."""
-    page = "docs/getting-started.md"
-    text = (ROOT / page).read_text(encoding="utf-8")
-    capabilities = json.loads(re.findall(r"```json\n(.*?)```", text, re.S)[0])
-    app = run(page, snippet_with(page, "# server.py"))["app"]
-    with in_process(app) as http:
-        client = ModernClient(http, "")
-        assert client.request("server/discover")[1]["result"]["capabilities"] == capabilities
-        session = client.create_session()
-        assert jwt_claims(session["sessionId"]).keys() == {"iss", "aud", "sid", "iat", "exp", "mep"}
-        header = {"Mcp_Session_Id": session["sessionId"]}
-        results = [client.call_tool("count", session=session_meta(session), **header)[1]["result"] for _ in range(2)]
-        assert [r["structuredContent"] for r in results] == [{"result": 1}, {"result": 2}]
-        echo = results[0]["_meta"]
-        assert echo[SESSION_KEY]["sessionId"] == session["sessionId"] and "expiresAt" in echo[SESSION_KEY]
-        assert "io.modelcontextprotocol/serverInfo" in echo  # merged with the SDK's entry, not replaced
-        _, deleted = client.request("sessions/delete", session=session_meta(session), **header)
-        assert deleted["result"] == {"resultType": "complete"}
-        _, gone = client.call_tool("count", session=session_meta(session), **header)
-        assert gone["error"]["code"] == SESSION_NOT_FOUND
-
-
 # -- the client snippets of getting-started.md, against its own server.py -----------------------------------------
 
 
-class HeaderLog:
-    """Records the headers of every POST reaching ``app`` (RecordingApp records the bodies, in the same order)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.headers: list[dict[str, str]] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
-        await self.app(scope, receive, send)
-
-
 @pytest.fixture
-def counter_server(secret: None) -> Iterator[tuple[str, RecordingApp, HeaderLog]]:
+def counter_server(secret: None) -> Iterator[tuple[str, ExchangeRecorder]]:
     """getting-started.md's ``server.py``, served, with what reaches it recorded; yields its MCP URL."""
     page = "docs/getting-started.md"
-    recorded = RecordingApp(run(page, snippet_with(page, "# server.py"))["app"])
-    headers = HeaderLog(recorded)
-    with serve(headers) as base:
-        yield base + "/mcp", recorded, headers
-
-
-def count_calls(recorded: RecordingApp) -> list[dict[str, Any]]:
-    return [body for body in recorded.seen if body.get("method") == "tools/call"]
+    recorded = ExchangeRecorder(run(page, snippet_with(page, "# server.py"))["app"])
+    with serve(recorded) as base:
+        yield base + "/mcp", recorded
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_the_sdk_client_counts_twice_then_deletes_its_session(
     mode: str,
-    counter_server: tuple[str, RecordingApp, HeaderLog],
+    counter_server: tuple[str, ExchangeRecorder],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``python client.py URL``; in legacy mode with ``Client(url)`` edited as the page says, textually."""
     page = "docs/getting-started.md"
-    url, recorded, _ = counter_server
+    url, recorded = counter_server
     snippet = snippet_with(page, "class CreateSession(")
     if mode == "legacy":
         assert snippet.count("Client(url)") == 1
@@ -177,36 +138,20 @@ def test_the_sdk_client_counts_twice_then_deletes_its_session(
     capsys.readouterr()
     run(page, snippet)
     assert capsys.readouterr().out == "count: {'result': 1}\ncount: {'result': 2}\n"
-    [token] = {call["params"]["_meta"][SESSION_KEY]["sessionId"] for call in count_calls(recorded)}
+    [token] = {call["params"]["_meta"][SESSION_KEY]["sessionId"] for _, call in recorded.find("tools/call")}
     assert any(body.get("method") == "sessions/delete" for body in recorded.seen)
     with httpx.Client(timeout=10) as http:  # the snippet deleted its session
         _, gone = ModernClient(http, url.removesuffix("/mcp")).call_tool("count", session=session_meta(token))
     assert gone["error"]["code"] == SESSION_NOT_FOUND
 
 
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-def test_the_sdk_client_gets_mcp_error_without_a_session(
-    mode: Any, counter_server: tuple[str, RecordingApp, HeaderLog]
-) -> None:
-    """'Errors arrive as mcp.shared.exceptions.MCPError with .code set to -32044 or -32043.'"""
-    url, _, _ = counter_server
-
-    async def main() -> None:
-        async with Client(url, mode=mode) as client:
-            with pytest.raises(MCPError) as refused:
-                await client.call_tool("count", {})
-            assert refused.value.code == SESSION_REQUIRED
-
-    anyio.run(main)
-
-
 def test_the_session_transport_client_counts_with_a_session_it_created(
-    counter_server: tuple[str, RecordingApp, HeaderLog],
+    counter_server: tuple[str, ExchangeRecorder],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The snippet hard-codes its URL: it runs with that URL replaced, textually, by the served one."""
     page = "docs/getting-started.md"
-    url, recorded, headers = counter_server
+    url, recorded = counter_server
     snippet = snippet_with(page, "SessionTransport()")
     assert snippet.count(DOCS_URL) == 1
     capsys.readouterr()
@@ -214,7 +159,7 @@ def test_the_session_transport_client_counts_with_a_session_it_created(
     assert capsys.readouterr().out == "{'result': 1}\n"
     methods = [body.get("method") for body in recorded.seen]
     assert "sessions/create" in methods and methods.index("sessions/create") < methods.index("tools/call")
-    [(call, sent)] = [(b, h) for b, h in zip(recorded.seen, headers.headers, strict=True) if b in count_calls(recorded)]
+    [(sent, call)] = recorded.find("tools/call")
     assert sent["mcp-session-id"] == call["params"]["_meta"][SESSION_KEY]["sessionId"]
 
 
@@ -311,12 +256,21 @@ def mounted_app_reads_the_session(app: Any) -> None:
     """POST /mcp is the MCP endpoint, and GET /session reads the session the ``Mcp-Session-Id`` header names."""
     with in_process(app) as http:
         client = ModernClient(http, "")
-        session = client.create_session()
+        session, other = client.create_session(), client.create_session()
         assert [counts(client, "count", session) for _ in range(2)] == ["1", "2"]
-        named = http.get("/session", headers={"Mcp-Session-Id": session["sessionId"]})
-        anonymous = http.get("/session")
-    assert named.json() == {"session": jwt_claims(session["sessionId"])["sid"], "count": 2}
-    assert anonymous.json() == {"session": None}
+
+        def read(token: str | None) -> Any:
+            return http.get("/session", headers={} if token is None else {"Mcp-Session-Id": token}).json()
+
+        shown = [read(session["sessionId"]), read(other["sessionId"]), read(None), read("not.a.session")]
+        client.request("sessions/delete", session=session_meta(session))
+        shown.append(read(session["sessionId"]))
+    sids = [jwt_claims(s["sessionId"])["sid"] for s in (session, other)]
+    assert shown == [
+        {"session": sids[0], "count": 2},
+        {"session": sids[1], "count": 0},
+        *[{"session": None}] * 3,  # anonymous, not a session, deleted
+    ]
 
 
 def test_the_starlette_app(secret: None) -> None:
@@ -425,3 +379,17 @@ def test_a_lazy_from_env_starts_then_answers_500_everywhere(no_secret: None, tmp
     assert "Application startup complete" in log
     assert statuses == [500, 500]
     assert "MCP_SESSIONS_SECRET is not set" in log
+
+
+def test_the_per_conversation_example_counts_per_conversation(secret: None) -> None:
+    """docs/clients.md's example, as printed: a counter per host conversation, none without one."""
+    [code] = python_snippets("docs/clients.md")
+    with in_process(run("docs/clients.md", code)["app"]) as http:
+        client = ModernClient(http, "")
+        counts = [
+            tool_text(client.call_tool("count", meta={"vscode.conversationId": conversation})[1])
+            for conversation in ("chat-1", "chat-1", "chat-2")
+        ]
+        _, refused = client.call_tool("count")
+    assert counts == ["1", "2", "1"]
+    assert refused["error"]["code"] == SESSION_REQUIRED

@@ -1,17 +1,21 @@
 """Handles through real servers and the real SDK client, in JSON and SSE response modes.
 
 The basket example (examples/basket.py), in process (no socket is what these test): the
-basket cycle, independence, every refused handle answered as a tool error
+basket cycle (create, add, checkout, ended after it) is docs/handles.md's snippet (below); here
+independence, every refused handle answered as a tool error
 that names the problem (the tool never runs, the basket is untouched),
-principal binding with Starlette's authentication, telemetry, and fastmcp.
+principal binding with Starlette's authentication, telemetry, and fastmcp; and every snippet of docs/handles.md.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any, cast
 
 import httpx
@@ -28,12 +32,22 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
+from _docs import exec_snippet, one_with, python_snippets
 from _lifespan import running, sdk_client
-from _mcp import LOCAL, LegacyClient, ModernClient, legacy_request, modern_headers, modern_request
+from _mcp import (
+    LOCAL,
+    LegacyClient,
+    ModernClient,
+    legacy_request,
+    modern_headers,
+    modern_request,
+    session_meta,
+    tool_text,
+)
 from _users import HeaderUser
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware
-from mcp_sessions.handles import Handle, HandleKind, HandleMiddleware, Handles
+from mcp_sessions.handles import Handle, HandleKind, HandleMiddleware, Handles, current_handle_context
 from mcp_sessions.handles._middleware import ATTRIBUTE_ID, ATTRIBUTE_KIND
 from mcp_sessions.stores import MemoryStore
 
@@ -73,24 +87,10 @@ def offline_handles() -> Handles:
 
 
 @pytest.mark.anyio
-async def test_the_basket_cycle_works_without_any_session(app: Any) -> None:
-    async with sdk_client(app) as client:
-        basket = await ok(client, "create_basket")
-        assert re.fullmatch(BASKET.pattern, basket) and len(basket) == 39  # the text is the handle, nothing else
-        assert [await ok(client, "add_item", basket=basket, item=item) for item in ("tea", "milk", "jam")] == [
-            "1",
-            "2",
-            "3",
-        ]
-        assert await ok(client, "checkout", basket=basket) == "tea,milk,jam"
-        assert "has ended" in await refused(client, "add_item", basket=basket, item="late")
-
-
-@pytest.mark.anyio
 async def test_two_baskets_are_independent(app: Any) -> None:
     async with sdk_client(app) as client:
         first, second = await ok(client, "create_basket"), await ok(client, "create_basket")
-        assert first != second
+        assert first != second and re.fullmatch(BASKET.pattern, first)  # the text is the handle, nothing else
         await ok(client, "add_item", basket=first, item="a")
         await ok(client, "add_item", basket=second, item="x")
         await ok(client, "add_item", basket=first, item="b")
@@ -329,3 +329,83 @@ async def test_fastmcp_tools_take_typed_handles(options: dict[str, Any]) -> None
         text = await refused(client, "put", cart="crt_ with spaces", item="c")
         assert "incomplete or mistyped" in text and "with spaces" not in text
         assert await ok(client, "put", cart=cart, item="c") == "3 Handle cart"
+
+
+# -- docs/handles.md: every snippet runs --------------------------------------------------------------------------
+
+SNIPPETS = python_snippets("docs/handles.md")
+
+
+def load(name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The app of the docs/handles.md snippet that names ``MCPServer(name)``, run as printed."""
+    monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
+    return exec_snippet(one_with(SNIPPETS, f'MCPServer("{name}")'), "docs/handles.md")["app"]
+
+
+def test_the_quoted_snippet_is_examples_basket_line_for_line() -> None:
+    example = (Path(__file__).resolve().parents[2] / "examples" / "basket.py").read_text()
+    for line in filter(None, (line.strip() for line in one_with(SNIPPETS, 'create="create_basket")').splitlines())):
+        assert line in example, line
+
+
+def test_the_session_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    with TestClient(load("basket-with-a-session", monkeypatch), base_url=LOCAL) as http:
+        client = ModernClient(http, LOCAL)
+        session = session_meta(client.create_session())
+        counts = [tool_text(client.call_tool("add_item", {"item": i}, session=session)[1]) for i in ("a", "b")]
+        assert counts == ["1", "2"]
+        assert tool_text(client.call_tool("checkout", session=session)[1]) == "a,b"
+        assert client.call_tool("add_item", {"item": "c"})[1]["error"]["code"] == -32044  # no session
+
+
+@pytest.mark.anyio
+async def test_the_handles_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with sdk_client(load("basket-with-handles", monkeypatch)) as client:
+        basket = await ok(client, "create_basket")
+        for item in ("a", "b"):
+            await ok(client, "add_item", basket=basket, item=item)
+        assert await ok(client, "checkout", basket=basket) == "a,b"
+        assert "has ended" in await refused(client, "add_item", basket=basket, item="c")
+
+
+def test_both_a_handle_tied_to_a_session_ends_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    with TestClient(load("baskets-in-a-session", monkeypatch), base_url=LOCAL) as http:
+        client = ModernClient(http, LOCAL)
+        session = session_meta(client.create_session())
+        tied = tool_text(client.call_tool("create_basket", session=session)[1])
+        free = tool_text(client.call_tool("create_basket")[1])
+        for basket in (tied, free):
+            assert tool_text(client.call_tool("add_item", {"basket": basket, "item": "a"})[1]) == "1"
+        client.request("sessions/delete", session=session)
+        result = client.call_tool("add_item", {"basket": tied, "item": "b"})[1]["result"]
+        assert result["isError"] is True and "its session ended" in result["content"][0]["text"]
+        assert tool_text(client.call_tool("add_item", {"basket": free, "item": "b"})[1]) == "2"
+
+
+def test_the_integration_snippet(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
+    guarded = exec_snippet(one_with(SNIPPETS, "call_with_handle_check"), "docs/handles.md")["call_with_handle_check"]
+    kind = HandleKind("basket", prefix="bsk")
+    handles = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[kind])
+    reached: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        context = current_handle_context()
+        reached.append(None if context is None else list(context.verified.values()))
+
+    async def scenario() -> list[Any]:
+        token = await handles.mint(kind, principal=None)
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        for value in (token, one_changed(token, 10)):
+            message = {"id": 7, "params": {"name": "t", "arguments": {"basket": value}}}
+            await guarded(app, handles, message, None, {}, None, send)
+        return sent
+
+    sent = asyncio.run(scenario())
+    assert len(reached) == 1 and reached[0][0].kind == "basket"
+    answer = json.loads(sent[1]["body"])
+    assert answer["id"] == 7 and answer["result"]["isError"] is True

@@ -1,26 +1,38 @@
-"""Every Python snippet of docs/observability.md runs (the one that exports to Phoenix: tests/e2e/test_viewers.py)."""
+"""Every Python snippet of docs/observability.md runs (the one that exports to Phoenix: tests/e2e/test_viewers.py),
+SessionLogFilter names every log record of a request through uvicorn and a real MCPServer, and examples/tracing.py
+exports spans a viewer groups by session."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import logging
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from examples.quickstart import build_app, build_server
+from examples import tracing
+from examples.quickstart import SESSION_TOOLS, build_app, build_server
 from opentelemetry import trace
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
 from _docs import exec_snippet, one_with, python_snippets
-from _mcp import ModernClient, jwt_claims, session_meta
+from _mcp import MCP_PATH, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
 from _otel import MIDDLEWARE_SCOPE, SDK_SCOPE, SpanLog, attrs, global_tracing, of_scope, one
+from _otlp import STATUS_ERROR, Exported, Receiver
 from conftest import SECRET, in_process, serve
-from mcp_sessions import MCPSessionMiddleware
+from mcp_sessions import MCPSessionMiddleware, SessionLogFilter
 from mcp_sessions.telemetry import SentrySessionSpanProcessor, SessionSpanProcessor
 
+ROOT = Path(__file__).resolve().parents[2]
 SNIPPETS = python_snippets("docs/observability.md")
 FASTAPI_TELEMETRY = ', telemetry={"exclude": lambda scope: scope["path"] == "/mcp"}'
 
@@ -142,3 +154,233 @@ def test_the_logging_config_names_the_session_in_tool_and_access_lines() -> None
     assert any(line.endswith(f'"POST /mcp HTTP/1.1" 200 OK [data-layer {sid}]') for line in lines), lines
     assert any(line.endswith('"POST /mcp HTTP/1.1" 200 OK [- -]') for line in lines), lines  # sessions/create
     assert token not in out.getvalue()
+
+
+# -- SessionLogFilter beyond the snippet: the 2025 era, a host's conversation, the default --------------------
+
+TOOL_LOGGER = "tests.session_logs.tool"
+
+
+@dataclass
+class Records(logging.Handler):
+    """Keeps every record it is handed (after its filters ran)."""
+
+    kept: list[logging.LogRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__(logging.DEBUG)
+
+    def __hash__(self) -> int:  # a Handler is kept in sets and weak references
+        return id(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.kept.append(record)
+
+    def of(self, name: str) -> list[logging.LogRecord]:
+        return [record for record in self.kept if record.name == name]
+
+
+def logging_app(**options: Any) -> MCPSessionMiddleware:
+    server = build_server()
+
+    @server.tool()
+    async def note(text: str) -> str:
+        """Log ``text`` through the standard logging module, as application code does."""
+        logging.getLogger(TOOL_LOGGER).info("note: %s", text)
+        return "noted"
+
+    inner = server.streamable_http_app(streamable_http_path=MCP_PATH, json_response=True)
+    return MCPSessionMiddleware(inner, secret=SECRET, require_session_tools=SESSION_TOOLS, **options)
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, str]]:
+    """Started before ``records``: uvicorn configures its loggers as it starts."""
+    with serve(logging_app()) as plain, serve(logging_app(conversation_data="anonymous")) as hosts:
+        yield {"plain": plain, "hosts": hosts}
+
+
+@pytest.fixture
+def records() -> Iterator[Records]:
+    """Every record logged while the test runs, at DEBUG, with the filter on the handler of the root logger and
+    of ``uvicorn.access`` (which does not propagate), as the page configures it."""
+    handler = Records()
+    handler.addFilter(SessionLogFilter())
+    root, access = logging.getLogger(), logging.getLogger("uvicorn.access")
+    levels = root.level, access.level
+    root.addHandler(handler)
+    access.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    access.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        access.removeHandler(handler)
+        root.setLevel(levels[0])
+        access.setLevel(levels[1])
+
+
+def named(record: logging.LogRecord) -> tuple[str, str]:
+    """What the filter set on ``record``: (session_id, session_source)."""
+    return record.__dict__["session_id"], record.__dict__["session_source"]
+
+
+def tool_record(records: Records, text: str) -> logging.LogRecord:
+    [record] = [r for r in records.of(TOOL_LOGGER) if r.getMessage() == f"note: {text}"]
+    return record
+
+
+def test_a_tools_log_line_carries_its_sessions_stable_id_in_the_2025_era(
+    servers: dict[str, str], http: httpx.Client, records: Records
+) -> None:
+    """The 2026 era is the snippet's test above; here the SDK's own records of the request are named too."""
+    client = LegacyClient(http, servers["plain"])
+    client.initialize()
+    token = client.create_session()["sessionId"]
+    sid = jwt_claims(token)["sid"]
+    assert tool_text(client.call_tool("note", {"text": "in a session"}, session=session_meta(token))[1]) == "noted"
+    assert tool_text(client.call_tool("note", {"text": "without one"})[1]) == "noted"
+
+    assert named(tool_record(records, "in a session")) == (sid, "data-layer")
+    assert named(tool_record(records, "without one")) == ("-", "-")
+    # uvicorn writes its access line while the app sends the response: inside the request, so named too.
+    assert [named(r) for r in records.of("uvicorn.access")][-2:] == [(sid, "data-layer"), ("-", "-")]
+    assert any(r.name.startswith("mcp.") and named(r)[0] == sid for r in records.kept)  # the SDK's, at DEBUG
+    # The token is a bearer value: never an attribute the filter sets.
+    assert all(token not in named(r) for r in records.kept)
+    assert all(token not in r.getMessage() for r in records.kept if r.name.startswith("mcp_sessions"))
+
+
+def test_a_hosts_conversation_is_named_as_its_spans_name_it(
+    servers: dict[str, str], http: httpx.Client, records: Records
+) -> None:
+    ModernClient(http, servers["hosts"]).call_tool(
+        "note", {"text": "vscode"}, meta={"vscode.conversationId": "chat-17"}
+    )
+    assert named(tool_record(records, "vscode")) == ("chat-17", "vscode")
+
+
+def test_the_dash_is_an_option() -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "m", None, None)
+    assert SessionLogFilter(default="").filter(record) is True
+    assert named(record) == ("", "")
+
+
+# -- examples/tracing.py: over real OTLP/HTTP to a tiny receiver on 127.0.0.1 (tests/_otlp.py) ----------------------
+
+# A whole compact JWS (a session or state token): three base64url segments.
+WHOLE_TOKEN = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+
+
+def _assert_no_token(spans: list[Exported]) -> None:
+    for span in spans:
+        for key, value in span.attributes.items():
+            assert not WHOLE_TOKEN.search(f"{key}={value}"), f"a token in {span.name}: {key}"
+
+
+def test_the_example_exports_spans_grouped_by_session(receiver: tuple[Receiver, str]) -> None:
+    received, endpoint = receiver
+    provider = tracing.make_tracer_provider(endpoint=endpoint)
+    agent = tracing.make_tracer_provider(endpoint=endpoint, service_name=tracing.CLIENT_SERVICE_NAME)
+    metrics = InMemoryMetricReader()
+    app = tracing.build_app(
+        tracer_provider=provider,
+        meter_provider=tracing.make_meter_provider(readers=[metrics]),
+        environ={"MCP_SESSIONS_SECRET": SECRET},
+    )
+    out = io.StringIO()
+    with serve(app) as base:
+        sids = tracing.run_conversations(f"{base}/mcp", out=out, agent_tracer=agent.get_tracer("test"))
+    assert provider.force_flush() and agent.force_flush()
+    provider.shutdown()
+    agent.shutdown()
+
+    assert received.posts >= 1
+    assert not WHOLE_TOKEN.search(out.getvalue()), "the conversation printed a token"
+    _assert_no_token(received.spans)
+    server = [s for s in received.spans if s.scope == "mcp_sessions"]
+    assert {s.service for s in server} == {tracing.SERVICE_NAME}
+
+    # Every span the middleware made for a session's request carries its stable id, twice.
+    for name, sid in sids.items():
+        of_session = [s for s in server if s.attributes.get("session.id") == sid]
+        assert "sessions/create" in [s.name for s in of_session], name
+        assert all(s.attributes["gen_ai.conversation.id"] == sid for s in of_session)
+    a_names = [s.name for s in server if s.attributes.get("session.id") == sids["A"]]
+    # Two counts, and the one refused after sessions/delete (its token verified: it still names A).
+    assert a_names.count("tools/call count") == 3
+    assert {"tools/call countdown", "tools/call add_note", "sessions/delete"} <= set(a_names)
+    assert "mcp.session.id" not in {key for s in server for key in s.attributes}  # 2026-07-28: never
+    assert not {"input.value", "output.value"} & {key for s in server for key in s.attributes}  # no capture asked
+
+    # The user's span in the tool: session.id from baggage, in the trace of the middleware's span. (Its parent
+    # is the SDK's span, which goes to the global provider: not this one, unless the global is set to it.)
+    notes = [s for s in received.spans if s.name == "notes.append"]
+    assert len(notes) == 4
+    add_note_traces = {s.trace_id: s.attributes["session.id"] for s in server if s.name == "tools/call add_note"}
+    for span in notes:
+        assert span.attributes["session.id"] in sids.values()
+        assert add_note_traces[span.trace_id] == span.attributes["session.id"]
+
+    # Errors are marked: the tool's refusal, and the -32043 after sessions/delete.
+    refused = [s for s in server if s.name == "tools/call add_note" and s.status == STATUS_ERROR]
+    assert len(refused) == 1 and refused[0].attributes["error.type"] == "tool_error"
+    assert refused[0].attributes["session.id"] == sids["B"]
+    gone = [s for s in server if s.attributes.get("rpc.response.status_code") == "-32043"]
+    assert len(gone) == 1 and gone[0].status == STATUS_ERROR
+    assert gone[0].attributes["session.id"] == sids["A"]
+
+    # Conversation B's agent sent _meta.traceparent: its CLIENT span is the parent of the middleware's span.
+    b_spans = [s for s in server if s.attributes.get("session.id") == sids["B"]]
+    spans = received.by_id()
+    for span in b_spans:
+        parent = spans[span.parent_id]
+        assert parent.service == tracing.CLIENT_SERVICE_NAME and parent.name.startswith("agent: ")
+
+    data = metrics.get_metrics_data()
+    assert data is not None
+    recorded = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    assert {"mcp.server.operation.duration", "mcp_sessions.sessions.created", "mcp.server.session.duration"} <= recorded
+
+
+def test_the_command_in_the_docs(receiver: tuple[Receiver, str]) -> None:
+    """`python examples/tracing.py --conversation`: with the global provider set, the SDK's span nests too; with
+    ``MCP_SESSIONS_CAPTURE_CONTENT=1`` in its environment, its spans hold each call's input and output."""
+    received, endpoint = receiver
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "MCP_SESSIONS_"))}
+    env["MCP_SESSIONS_CAPTURE_CONTENT"] = "1"
+    done = subprocess.run(
+        [sys.executable, "examples/tracing.py", "--conversation", "--otlp-endpoint", endpoint],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Sessions: A = " in done.stdout
+    assert not WHOLE_TOKEN.search(done.stdout + done.stderr)
+    _assert_no_token(received.spans)
+    # The spans were flushed before the process exited.
+    notes = [s for s in received.spans if s.name == "notes.append"]
+    assert len(notes) == 4
+    for span in notes:
+        chain = [(a.scope, a.name) for a in received.ancestors(span)]
+        # user span -> the SDK's span -> the middleware's span, one trace
+        assert chain[:2] == [("mcp-python-sdk", "tools/call add_note"), ("mcp_sessions", "tools/call add_note")]
+        assert all(a.trace_id == span.trace_id for a in received.ancestors(span))
+    sdk = [s for s in received.spans if s.scope == "mcp-python-sdk"]
+    assert sdk and all("session.id" in s.attributes for s in sdk)  # from SessionSpanProcessor
+    server = [s for s in received.spans if s.scope == "mcp_sessions"]
+    captured = {(s.name, s.attributes.get("input.value"), s.attributes.get("output.value")) for s in server}
+    # What a person reads: the label a session was created with, each tool's arguments and its answer as text.
+    assert {
+        ("tools/call add_note", '{"text":"buy milk"}', "1"),
+        ("tools/call set_mode", '{"mode":"focus"}', "focus"),
+    } <= captured
+    creates = {(inputs, output) for name, inputs, output in captured if name == "sessions/create"}
+    sid = re.compile(r"session [A-Za-z0-9_-]{24} created")
+    assert {label for label, _ in creates} == {"conversation A", "conversation B"}
+    assert all(sid.fullmatch(str(output)) for _, output in creates)

@@ -21,6 +21,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from _mcp import (
+    INVALID_PARAMS,
     MCP_PATH,
     SESSION_KEY,
     SESSION_NOT_FOUND,
@@ -130,8 +131,9 @@ def test_redis_outage_is_retryable_and_ends_without_a_restart(
                 assert response.status_code == 503, response.text
                 assert response.headers["retry-after"] == "1"
                 assert message["error"]["code"] == STORE_UNAVAILABLE  # retryable, never -32043
-            # Creation stores nothing, and sessionless requests do not need the store.
+            # Creation stores nothing, and sessionless requests do not need the store; a bad parameter is still one.
             assert "session" in client.request("sessions/create")[1]["result"]
+            assert client.request("sessions/create", {"label": 5})[1]["error"]["code"] == INVALID_PARAMS
             _, whoami = client.call_tool("whoami")
             assert tool_text(whoami) == "none"
             _, discover = client.request("server/discover")

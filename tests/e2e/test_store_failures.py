@@ -1,8 +1,7 @@
 """A failing store, through a real server: uvicorn, the mcp SDK's MCPServer (the quickstart).
 
-A redis-server stops mid-test: ``sessions/delete``, and a tool call in a session,
-get the retryable -32010 with HTTP 503 and ``Retry-After``; ``sessions/create``, which
-stores nothing, still opens sessions, and a malformed parameter is still -32602. A tool
+A redis-server that stops is tests/e2e/test_replicas.py's outage (the retryable -32010 with HTTP 503 and
+``Retry-After``, sessions/create still opening sessions, a malformed parameter still -32602). A tool
 whose own ``session.data`` write fails (a full memory store, a read-only or locked SQLite
 file) gets what the SDK makes of any tool's exception, an ``isError`` result; never a
 500. The property over every method and store is tests/asgi/test_store_failures.py.
@@ -23,10 +22,9 @@ from starlette.types import Scope
 
 from _backends import closing_store as closing
 from _failing_stores import filled_memory, locked_sqlite, read_only_sqlite
-from _mcp import INVALID_PARAMS, answer, modern_headers, modern_request, tool_text
-from _redis import redis_server
+from _mcp import answer, modern_headers, modern_request
 from conftest import SECRET, serve
-from mcp_sessions.stores import RedisStore, SessionStore
+from mcp_sessions.stores import SessionStore
 
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 ALICE = {"X-User": "alice"}
@@ -60,26 +58,6 @@ def unavailable(response: httpx.Response) -> None:
     assert response.status_code == 503, response.text
     assert response.headers["retry-after"] == "1"
     assert answer(response)["error"]["code"] == -32010
-
-
-def invalid_params(response: httpx.Response) -> None:
-    assert response.status_code != 500, response.text
-    assert answer(response)["error"]["code"] == INVALID_PARAMS
-
-
-def test_a_redis_that_stops_gets_the_retryable_error() -> None:
-    with redis_server() as redis, served(RedisStore(redis.url)) as (http, url):
-        draft = {"io.modelcontextprotocol/session": opened(http, url)}
-        count: dict[str, Any] = {"name": "count", "arguments": {}}
-        assert tool_text(answer(post_modern(http, url, "tools/call", count, **draft))) == "1"
-
-        redis.stop()
-        unavailable(post_modern(http, url, "tools/call", count, **draft))
-        unavailable(post_modern(http, url, "sessions/delete", {}, **draft))
-
-        # What needs no store still works; a malformed parameter is the client's to fix, store or not.
-        assert "session" in answer(post_modern(http, url, "sessions/create", {}))["result"]
-        invalid_params(post_modern(http, url, "sessions/create", {"label": 5}))
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""OpenTelemetry: spans, parenting, session links, baggage, metrics and secrecy, end to end.
+"""OpenTelemetry: spans, parenting, session links, baggage and metrics, end to end (secrecy: test_telemetry_secrecy.py;
+a host's conversation on every span, both eras: test_host_conversations.py).
 
 Through a real MCPServer over real HTTP in both eras (raw 2026-07-28 envelopes
 and the 2025-11-25 stateful handshake) and through the real mcp SDK client,
@@ -89,7 +90,6 @@ REFUSED = -32000
 DURATION_BUCKETS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300]
 CREATION_LINK = {"mcp_sessions.link": "session.created"}
 # What mcp.session.id holds of a 2025-era transport session: a keyed digest, never the header's value.
-TRANSPORT_DIGEST = re.compile(r"ts-[A-Za-z0-9_-]{24}")
 META_LINK = {"mcp_sessions.link": "mcp.meta"}
 
 # Two foreign trace contexts: one a client puts in _meta, one an HTTP-instrumented client puts in headers.
@@ -908,56 +908,6 @@ def test_metrics_have_the_conventions_names_units_buckets_and_reasons(metered: M
         assert sid not in str(value) and token not in str(value), (name, key)
 
 
-# -- secrecy ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("era", ERAS)
-@pytest.mark.parametrize("mode", ["json", "sse"])
-def test_no_token_in_any_span_or_metric(
-    metered: MeteredApp, http: httpx.Client, spans: SpanLog, mode: str, era: Era
-) -> None:
-    url, reader = metered(json_response=mode == "json")
-    client = connect(era, http, url, spans)
-    token = client.create_session()["sessionId"]
-    sid = jwt_claims(token)["sid"]
-    client.call_tool("count", session=session_meta(token))
-    _, set_mode = client.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token))
-    state = set_mode["result"]["_meta"][SESSION_KEY]["state"]
-    client.call_tool("get_mode", session=session_meta(token, state=state))
-    client.call_tool(
-        "lookup", {"q": "x"}, session=session_meta(token, state=state), meta={"traceparent": traceparent(*META_TRACE)}
-    )
-    forged = _forged(token)
-    client.call_tool("count", session=session_meta(forged))
-    client.call_tool("get_mode", session=session_meta(token, state=state[:-4] + "AAAA"))
-    if era == "modern":
-        client.call_tool("count", session=session_meta(token), Mcp_Session_Id=token + "x")
-    client.request("sessions/delete", session=session_meta(token))
-    client.call_tool("count", session=session_meta(token, state=state))
-    requests = 10 if era == "modern" else 9
-    finished = spans.wait_middleware(requests)
-    handshake = 0 if era == "modern" else 2  # initialize and notifications/initialized were measured too
-    metrics = wait_metric_count(reader, "mcp.server.operation.duration", requests + handshake)
-
-    secrets_ = {
-        "token": token,
-        "token signature": token.rsplit(".", 1)[1],
-        "token payload": token.split(".")[1],
-        "state token": state,
-        "state signature": state.rsplit(".", 1)[1],
-        "forged token": forged,
-    }
-    assert len(of_scope(finished, SDK_SCOPE)) >= 4  # the scan covers the SDK's spans too
-    for span in finished:
-        for text in span_strings(span):
-            for what, secret in secrets_.items():
-                assert secret not in text, f"the {what} appears in span {span.name!r}: {text!r}"
-    assert metric_attribute_values(metrics) != []
-    for name, key, value in metric_attribute_values(metrics):
-        for what, secret in {**secrets_, "session id": sid}.items():
-            assert secret not in str(value), f"the {what} appears in metric {name} attribute {key}"
-
-
 # -- without an SDK --------------------------------------------------------------------------------
 
 NO_SDK_SCRIPT = r"""
@@ -1045,35 +995,3 @@ def test_without_an_sdk_nothing_records_and_requests_work() -> None:
     # The app runs in the client's trace, unrecorded: the middleware neither recorded nor re-parented it.
     assert out["ambient"] == {"recording": False, "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}
     assert out["forwarded_traceparent"] == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-
-
-@pytest.mark.parametrize("conversation", ["data-layer", "vscode"])
-@pytest.mark.parametrize("era", ERAS)
-def test_session_attributes_follow_the_conventions_in_both_eras(
-    servers: dict[str, str], http: httpx.Client, spans: SpanLog, era: Era, conversation: str
-) -> None:
-    """session.id and gen_ai.conversation.id for every conversation; mcp.session.id only a 2025 transport's digest."""
-    client = connect(era, http, servers["json"], spans)
-    if conversation == "data-layer":
-        token, expected, _ = create(client, spans)
-        spans.clear()
-        meta: dict[str, Any] = {}
-    else:
-        token, expected, meta = "", "chat-42", {"vscode.conversationId": "chat-42"}
-    # A 2026-era request may carry any Mcp-Session-Id (its token, a 2025-looking id); a 2025 one keeps its transport's.
-    headers = {"Mcp_Session_Id": token or "f" * 32} if era == "modern" else {}
-    _, answered = client.call_tool(
-        "lookup", {"q": "x"}, session=session_meta(token) if token else None, meta=meta, **headers
-    )
-    assert "result" in answered, answered
-    span = one(spans.wait_middleware(1), MIDDLEWARE_SCOPE, "tools/call lookup")
-
-    assert attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == expected
-    assert attrs(span)["mcp_sessions.session.source"] == conversation
-    if era == "modern":  # a 2026-era Mcp-Session-Id (a token, or anything) is never mcp.session.id
-        assert "mcp.session.id" not in attrs(span)
-    else:
-        assert isinstance(client, LegacyClient) and client.transport_session_id is not None
-        assert TRANSPORT_DIGEST.fullmatch(attrs(span)["mcp.session.id"])
-        assert client.transport_session_id not in span_strings(span)
-    assert not token or not any(token in text for text in span_strings(span))

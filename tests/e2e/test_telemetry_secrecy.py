@@ -1,26 +1,30 @@
-"""No bearer value in any span, metric or log: session and state tokens, and the 2025 transport session id.
+"""No bearer value in any span, metric or log: session and state tokens, handles, the 2025 transport session id;
+and no unbounded client string in a resource URI or a request id on the middleware's spans.
 
 Through real uvicorn, the real MCPServer in both response modes and both
 2025-era transports, and the OpenTelemetry SDK (one global TracerProvider, a
 MeterProvider with an in-memory reader). Clients put bearer values where a
 careless recorder would pick them up: a session token and a state token in
-``Mcp-Session-Id`` in both eras. Every span string (name, attributes, events,
-links, status), every metric attribute and every log record is scanned.
+``Mcp-Session-Id`` in both eras, and refused ones (forged, an edited state, deleted). Every span
+string (name, attributes, events, links, status), every metric attribute and every log record is scanned.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
 
 import pytest
+from examples.basket import build_app
 from examples.quickstart import SESSION_TOOLS, build_server
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from _mcp import MCP_PATH, SESSION_KEY, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
+from _mcp import MCP_PATH, SESSION_KEY, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text, with_claims
 from _otel import (
     MIDDLEWARE_SCOPE,
+    SDK_SCOPE,
     SpanLog,
     attrs,
     metric_attribute_values,
@@ -54,6 +58,7 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
         legacy.initialize()
         transport_id = legacy.transport_session_id
         token = legacy.create_session()["sessionId"]
+        forged = with_claims(token, sid="A" * 24)
         _, answered = legacy.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token))
         state = answered["result"]["_meta"][SESSION_KEY]["state"]
         _, answered = legacy.call_tool("get_mode", session=session_meta(token, state=state))
@@ -68,9 +73,13 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
         # 2026-07-28: the header carries the token, as the draft asks, and once a state token instead.
         modern.call_tool("count", session=session_meta(token), Mcp_Session_Id=token)
         modern.call_tool("count", session=session_meta(token), Mcp_Session_Id=state)
+        # Refused: a forged token, an edited state, and the token once deleted.
+        modern.call_tool("count", session=session_meta(forged))
+        modern.call_tool("get_mode", session=session_meta(token, state=state[:-4] + "AAAA"))
         modern.request("sessions/delete", session=session_meta(token), Mcp_Session_Id=token)
-        finished = span_log.wait_middleware(11)
-        metrics = wait_metric_count(reader, "mcp.server.operation.duration", 11)
+        legacy.call_tool("count", session=session_meta(token, state=state))
+        finished = span_log.wait_middleware(14)
+        metrics = wait_metric_count(reader, "mcp.server.operation.duration", 14)
 
     secrets_ = {
         "session token": token,
@@ -78,6 +87,7 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
         "session token signature": token.rsplit(".", 1)[1],
         "state token": state,
         "state token signature": state.rsplit(".", 1)[1],
+        "forged token": forged,
     }
     if transport_id is not None:
         secrets_["transport session id"] = transport_id
@@ -86,7 +96,8 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
     assert all(TRANSPORT_DIGEST.fullmatch(digest) for digest in recorded_digests), recorded_digests
     # One digest per distinct header value: the transport id (stateful), the token, the state token.
     assert len(recorded_digests) == (3 if transport_id is not None else 2)
-    assert len(of_scope(finished, MIDDLEWARE_SCOPE)) == 11
+    assert len(of_scope(finished, MIDDLEWARE_SCOPE)) == 14
+    assert of_scope(finished, SDK_SCOPE)  # the scan covers the SDK's spans too
     for span in finished:
         for text in span_strings(span):
             for what, secret in secrets_.items():
@@ -104,3 +115,66 @@ def test_no_bearer_value_is_recorded_anywhere(span_log: SpanLog, caplog: pytest.
                 assert secret not in logged, f"the {what} is in the log: {logged!r}"
             elif what != "transport session id":  # the SDK itself logs its transport ids (docs/security.md)
                 assert secret not in logged, f"the {what} is in a {record.name} log record: {logged!r}"
+
+
+# -- a resource URI or a request id: the basket example (data-layer sessions and state handles, stateful 2025
+# transport) reads resources named after a client's bearer values, each with the same value as its JSON-RPC id;
+# the server answers ``Unknown resource: <uri>``, so each value is offered to the span three times.
+
+MIB = 1024 * 1024
+BOUND = 256  # the most characters of a client-chosen string a span keeps (docs/observability.md)
+
+
+@pytest.fixture
+def clients() -> Iterator[tuple[ModernClient, LegacyClient]]:
+    with in_process(build_app(json_response=True, environ={"MCP_SESSIONS_SECRET": SECRET})) as http:
+        yield ModernClient(http, ""), LegacyClient(http, "")
+
+
+def test_bearer_values_in_a_uri_or_an_id_never_reach_a_span(
+    span_log: SpanLog, clients: tuple[ModernClient, LegacyClient]
+) -> None:
+    modern, legacy = clients
+    token = modern.create_session()["sessionId"]
+    basket = tool_text(modern.call_tool("create_basket")[1])
+    legacy.initialize()
+    transport = legacy.transport_session_id
+    assert transport is not None and basket.startswith("bsk_")
+    span_log.clear()
+
+    _, answered = modern.request("resources/read", {"uri": f"note://{token}"}, session=session_meta(token), id=token)
+    assert answered["error"]["message"] == f"Unknown resource: note://{token}"  # the server repeats it
+    modern.request("resources/read", {"uri": f"basket://{basket}"}, id=basket)
+    legacy.request("resources/read", {"uri": f"note://{transport}"}, id=transport)
+    spans = of_scope(span_log.wait_middleware(3), MIDDLEWARE_SCOPE)
+
+    bearers = {
+        "session token": token,
+        "session token payload": token.split(".")[1],
+        "session token signature": token.rsplit(".", 1)[1],
+        "handle": basket,
+        "handle payload": basket.removeprefix("bsk_"),
+        "transport session id": transport,
+    }
+    assert len(spans) == 3
+    for span in spans:
+        for text in span_strings(span):
+            for what, bearer in bearers.items():
+                assert bearer not in text, f"the {what} is in span {span.name!r}: {text!r}"
+    by_uri = {attrs(span)["mcp.resource.uri"]: span for span in spans}
+    assert set(by_uri) >= {"basket://[redacted]", "note://[redacted]"}
+    handle_span = by_uri["basket://[redacted]"]
+    assert attrs(handle_span)["jsonrpc.request.id"] == "[redacted]"
+    assert handle_span.status.description == "Unknown resource: basket://[redacted]"
+
+
+def test_a_huge_uri_or_id_is_bounded_on_the_span(span_log: SpanLog, clients: tuple[ModernClient, LegacyClient]) -> None:
+    _, legacy = clients  # no Mcp-Name header: the URI is in the body only
+    legacy.initialize()
+    span_log.clear()
+    legacy.request("resources/read", {"uri": "note://" + "n/" * (MIB // 2)}, id="i " * (MIB // 2))
+    [span] = of_scope(span_log.wait_middleware(1), MIDDLEWARE_SCOPE)
+
+    assert all(len(text) <= BOUND for text in span_strings(span))
+    assert attrs(span)["mcp.resource.uri"].startswith("note://n/n/")
+    assert attrs(span)["jsonrpc.request.id"].startswith("i i ")
