@@ -10,8 +10,10 @@ sharing and durability, tests/stores/test_sqlite.py's.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
+import inspect
 import re
 import secrets
 from collections.abc import AsyncIterator
@@ -48,7 +50,7 @@ from _mcp import (
 from _redis import RedisServer
 from conftest import SECRET, in_process, serve
 from e2e._listen import NOTE, client, graceful_end
-from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, get_session, stores
+from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, SessionsConfig, get_session, stores
 from mcp_sessions.stores import MemoryStore, RedisStore, SQLiteStore, store_from_url
 
 OLD_SECRET = "old-secret-for-the-rotation-snippet-0123456789"
@@ -105,9 +107,21 @@ def error_code(message: dict[str, Any]) -> int:
 # -- configuration.md ---------------------------------------------------------------------------------
 
 
-def test_the_options_block_builds_an_app_that_answers() -> None:
-    app = run(OPTIONS, page="docs/configuration.md")["app"]
+def test_the_options_block_shows_the_defaults_and_its_app_answers() -> None:
+    namespace = run(OPTIONS, page="docs/configuration.md")
+    app = namespace["app"]
     assert isinstance(app, MCPSessionMiddleware)
+    # "Every option is keyword-only", and each value the block shows is that option's default.
+    parameters = inspect.signature(SessionsConfig).parameters
+    assert {p.kind for p in parameters.values()} == {inspect.Parameter.KEYWORD_ONLY}
+    [call] = [
+        n
+        for n in ast.walk(ast.parse(OPTIONS))
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "MCPSessionMiddleware"
+    ]
+    shown = {str(kw.arg): eval(compile(ast.Expression(kw.value), "options", "eval"), namespace) for kw in call.keywords}
+    del shown["secret"]  # the reader's own (the app above was built, so it is long enough)
+    assert shown == {name: parameters[name].default for name in shown}
     with in_process(app) as http:
         client = ModernClient(http, "")
         session = client.create_session()
