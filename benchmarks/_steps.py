@@ -13,7 +13,8 @@ cleaning each of the span's attributes (18 on a root span: the conventions', the
 that name the trace for the viewers) and its link to the session's creation; ``Span.end`` handing the
 span to its processors; ``Histogram.record`` cleaning and hashing the duration point's 7 attributes. The
 conventions, the viewers and the telemetry tests ask for each of them. The rest of those two steps is the
-middleware's: the parent and link read from the token's ``tp`` claim, the bounded names, the redacted
+middleware's: the parent and link (the token's ``tp`` claim, read once per session), the attributes every
+call of the same method, version, target and place in the trace shares (built once, copied), the redacted
 request id, the context the app runs in, the span's outcome.
 """
 

@@ -41,6 +41,7 @@ of 37 or more that holds ``eyJ`` (a compact JWS: session and state tokens), a ha
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import secrets
@@ -243,8 +244,11 @@ _META: Final = {"mcp_sessions.link": "mcp.meta"}
 _TRACEPARENT: Final = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
+@functools.lru_cache(maxsize=10_000)
 def _span_context(traceparent: str) -> SpanContext | None:
-    """The remote SpanContext our own ``tp`` claim names: read where it is, without a context of its own."""
+    """The remote SpanContext our own ``tp`` claim names: read where it is, without a context of its own.
+
+    A session's claim is the same on each of its requests: read once per session (SpanContext is immutable)."""
     if not _TRACEPARENT.fullmatch(traceparent):
         return None
     trace_id, span_id, flags = int(traceparent[3:35], 16), int(traceparent[36:52], 16), int(traceparent[53:], 16)
@@ -270,8 +274,8 @@ def attach_session(session_id: str) -> object:
     return context.attach(baggage.set_baggage(SESSION_BAGGAGE_KEY, session_id))
 
 
-def detach_session(token: object) -> None:
-    """Undo :func:`attach_session`."""
+def detach(token: object) -> None:
+    """Undo :func:`attach_session` or :meth:`Operation.attach`."""
     context.detach(token)  # type: ignore[arg-type]
 
 
@@ -369,7 +373,6 @@ class Operation:
         self.error_type: str | None = None
         self.status_code: str | None = None
         self.error_message: str | None = None
-        self._token: object | None = None
         self._captured: tuple[str, ...] | None = None
         self._local_outcome: str | None = None
         self.root = False
@@ -479,14 +482,9 @@ class Operation:
             meta.pop(key, None)
         propagate.inject(meta, context=self.context())
 
-    def attach(self) -> None:
-        if self.traced:
-            self._token = context.attach(self.context())
-
-    def detach(self) -> None:
-        if self._token is not None:
-            context.detach(self._token)  # type: ignore[arg-type]
-            self._token = None
+    def attach(self) -> object:
+        """Make :meth:`context` current while the app runs, if there is a trace: the token that :func:`detach` takes."""
+        return context.attach(self.context()) if self.traced else None
 
     def fail(self, code: int, message: str) -> None:
         """The message ended in a JSON-RPC error (answered here or by the server)."""

@@ -153,6 +153,7 @@ class Telemetry:
         # What mcp.session.id records of a 2025-era Mcp-Session-Id, a bearer value: a keyed digest, never the
         # value. Without the key set's, one under a key of this process (it agrees while the session lives).
         self.transport_session_digest = transport_digest or process_digest("ts-")
+        self._shared: dict[tuple[str, str | None, str | None, bool], tuple[str, dict[str, AttributeValue]]] = {}
         self._tracer_provider, self._meter_provider = tracer_provider, meter_provider
         self._enabled = False
         self.tracer = trace.get_tracer("mcp_sessions", __version__, tracer_provider)
@@ -228,21 +229,32 @@ class Telemetry:
             name = params.get("name")
             target = name if type(name) is str else None
         op = Operation(self, method, target, protocol_version, session_id)
+        # A new trace: this span names it for the viewers.
+        op.root = parent is None and not trace.get_current_span().get_span_context().is_valid
         # Attributes and links go to start_span: the sampler sees them, and the SDK cleans them in one pass.
-        attributes = self._span_attributes(op, scope, headers, message, params, modern, session_source)
+        name, attributes = self._span_attributes(op, scope, headers, message, params, modern, session_source)
         if user_id is not None:
             attributes["user.id"] = user_id
         if turn_id is not None:
             attributes["mcp_sessions.conversation.turn_id"] = turn_id  # the host's turn (Codex's turn_id)
-        kind = attributes[CALL_KIND_ATTRIBUTE] = self.kinds.get(op.method_name, TURN)
-        name = op.span_name()
-        if parent is None and not trace.get_current_span().get_span_context().is_valid:
-            op.root = True  # a new trace: this span names it for the viewers
-            attributes.update(root_attributes(name, kind))
         op.span = self.tracer.start_span(
             name, context=parent, kind=SpanKind.SERVER, attributes=attributes, links=links, start_time=start_ns
         )
         return op
+
+    def _shared_attributes(self, op: Operation) -> tuple[str, dict[str, AttributeValue]]:
+        """The span's name, and the attributes it shares with every call of its method, protocol version, target
+        and place in its trace (the metric's, its kind, a root's names for the viewers): built once, then copied.
+        Each part of the key is a bounded name."""
+        key = (op.method_name, op.version_name, op.target_name(), op.root)
+        found = self._shared.get(key)
+        if found is None:
+            name, kind = op.span_name(), self.kinds.get(op.method_name, TURN)
+            attributes = {**op.metric_attributes, CALL_KIND_ATTRIBUTE: kind}
+            if op.root:
+                attributes.update(root_attributes(name, kind))
+            found = self._shared[key] = (name, attributes)
+        return found
 
     def _span_attributes(
         self,
@@ -253,9 +265,11 @@ class Telemetry:
         params: Mapping[str, object] | None,
         modern: bool,
         session_source: str | None,
-    ) -> dict[str, AttributeValue]:
-        """The attributes the span starts with: the metrics', then what the message, connection and session say."""
-        attributes = dict(op.metric_attributes)
+    ) -> tuple[str, dict[str, AttributeValue]]:
+        """The span's name, and the attributes it starts with: the shared ones, then what the message, connection
+        and session say."""
+        name, shared = self._shared_attributes(op)
+        attributes = dict(shared)
         if op.method_name == OTHER:
             attributes["mcp_sessions.method_original"] = redacted_string(op.method)
         if op.version_name == OTHER and op.protocol_version is not None:
@@ -279,7 +293,7 @@ class Telemetry:
         transport_session = None if modern else headers.get(b"mcp-session-id")
         if transport_session is not None:
             attributes["mcp.session.id"] = self.transport_session_digest(transport_session)
-        return attributes
+        return name, attributes
 
 
 def records(provider: TracerProvider | MeterProvider) -> bool:

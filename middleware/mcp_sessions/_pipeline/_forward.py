@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._otel import attach_session, detach_session
+from .._otel import attach_session, detach
 from .._plan import body_of
 from .._session import (
     SCOPE_KEY,
@@ -219,14 +219,13 @@ class Exchange:
             None if conversation is None else current_conversation.set(conversation)
         )
         self._operations = operations
-        self._ambient: Operation | None = None
-        """The one operation of a one-message request, current while the app runs."""
-        self._baggage: object = None
+        self._context: object = None
+        """The token of the context the app runs in: the one operation of a one-message request current, or the
+        session in baggage."""
         if len(operations) == 1:
-            self._ambient = ambient = operations[0]
-            ambient.attach()
+            self._context = operations[0].attach()
         elif named is not None and telemetry is not None and telemetry.enabled():
-            self._baggage = attach_session(named.session.id)  # an ordinary route: its spans carry the session too
+            self._context = attach_session(named.session.id)  # an ordinary route: its spans carry the session too
         self._handles: AbstractContextManager[HandleContext] | None = None
         if handles is not None:  # typed handle parameters read the verified handles there
             self._handles = context = handle_context(handles)
@@ -263,10 +262,8 @@ class Exchange:
             self._listen.close()
         if self._handles is not None:
             self._handles.__exit__(None, None, None)
-        if self._ambient is not None:
-            self._ambient.detach()
-        if self._baggage is not None:
-            detach_session(self._baggage)
+        if self._context is not None:
+            detach(self._context)
         if self._conversation is not None:
             current_conversation.reset(self._conversation)
         current_session.reset(self._token)
