@@ -32,8 +32,17 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from _mcp import SESSION_NOT_FOUND, create_session, jwt_claims, modern_headers, modern_request, sdk_session_meta
-from _redis import free_port
+from _mcp import (
+    SESSION_NOT_FOUND,
+    create_session,
+    jwt_claims,
+    legacy_request,
+    modern_headers,
+    modern_request,
+    sdk_session_meta,
+    tool_text,
+)
+from _redis import RedisServer, free_port
 from conftest import serve
 from e2e._gateway import (
     INSPECTOR_CLI,
@@ -41,7 +50,9 @@ from e2e._gateway import (
     MAIN,
     SECRET,
     Process,
+    created,
     installed,
+    legacy_initialize,
     node,
     result_of,
     started,
@@ -370,12 +381,18 @@ def test_a_bad_process_env_is_a_usage_error(source: str) -> None:
 # -- past one machine: a front and two stdio replicas ----------------------------------------------------------
 
 
-def call(http: httpx.Client, url: str, session: str | None, tool: str, baggage: str | None = None) -> Any:
-    """A 2026-07-28 tools/call of ``tool``, in ``session`` (the front's) when given; its result's text."""
+def answer_to(http: httpx.Client, url: str, tool: str, session: str | None = None, baggage: str | None = None) -> Any:
+    """The answer to a 2026-07-28 tools/call of ``tool``, in ``session`` (the front's) or ``baggage``'s conversation."""
     meta = None if session is None else {"sessionId": session}
     body = modern_request("tools/call", {"name": tool, "arguments": {}}, session=meta)
     headers = modern_headers(body) if baggage is None else {**modern_headers(body), "baggage": baggage}
-    answer = result_of(http.post(url, json=body, headers=headers), body["id"])
+    return result_of(http.post(url, json=body, headers=headers), body["id"])
+
+
+def call(http: httpx.Client, url: str, tool: str, session: str | None = None, baggage: str | None = None) -> Any:
+    """Its result's text, parsed."""
+    answer = answer_to(http, url, tool, session, baggage)
+    assert "result" in answer, answer
     return json.loads(answer["result"]["content"][0]["text"])
 
 
@@ -384,10 +401,14 @@ def parent(pid: int) -> int:
 
 
 @pytest.mark.parametrize("instrumented", [False, True], ids=["plain", "instrumented"])
-def test_a_front_and_two_stdio_replicas(instrumented: bool) -> None:
-    environ = {"PYTHONPATH": PYTHONPATH, "MCP_SESSIONS_CONVERSATION_DATA": "anonymous"}
+def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) -> None:
+    environ = {
+        "PYTHONPATH": PYTHONPATH,
+        "MCP_SESSIONS_CONVERSATION_DATA": "anonymous",
+        "MCP_SESSIONS_REDIS_URL": redis.url,
+    }
     trusting_the_front = ("--forwarded-allow-ips", "127.0.0.1")
-    one_caller = ("--max-processes-per-principal", "16")  # every conversation here is 127.0.0.1's: 6, on either replica
+    one_caller = ("--max-processes", "32", "--max-processes-per-principal", "32")  # all 127.0.0.1's: 20, anywhere
     replicas = [gateway("--stdio", SERVER, *trusting_the_front, *one_caller, environ=environ) for _ in range(2)]
     upstreams = (item for replica in replicas for item in ("--upstream", mcp_url(replica)))
     front = gateway(*upstreams, instrumented=instrumented)  # its httpx too: the baggage it sends is still the front's
@@ -395,33 +416,54 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool) -> None:
     around = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
     try:
         with httpx.Client(timeout=30) as http:
-            sessions = []
-            for _ in range(6):
-                body = modern_request("sessions/create")
-                sessions.append(
-                    result_of(http.post(mcp_url(front), json=body, headers=modern_headers(body)), body["id"])
-                )
-            ids = [answer["result"]["session"]["sessionId"] for answer in sessions]
-            first = {sid: call(http, mcp_url(front), sid, "whoami")["pid"] for sid in ids}
-            for sid in ids:
-                assert [call(http, mcp_url(front), sid, "count") for _ in range(2)] == [1, 2]
-                assert call(http, mcp_url(front), sid, "whoami")["pid"] == first[sid]  # one process for all of it
+            url, legacy_call = mcp_url(front), legacy_request("tools/call", {"name": "whoami", "arguments": {}})
+            ids = [created(http, url) for _ in range(6)]
+            # Twelve conversations the front names: its sessions', and hosts' in baggage.
+            hosts = [f"gen_ai.conversation.id={os.urandom(8).hex()}" for _ in range(6)]  # the store outlives a run
+            named = [{"session": sid} for sid in ids] + [{"baggage": baggage} for baggage in hosts]
+            first = [call(http, url, "whoami", **conversation)["pid"] for conversation in named]
+            for conversation, pid in zip(named, first, strict=True):
+                assert [call(http, url, "count", **conversation) for _ in range(2)] == [1, 2]
+                assert call(http, url, "whoami", **conversation)["pid"] == pid  # one process for all of it
+            # A 2025 transport session per host's conversation, opened on its replica: a process of its own.
+            transports = [legacy_initialize(http, url, {"baggage": baggage}) for baggage in hosts]
+            first += [
+                json.loads(tool_text(result_of(http.post(url, json=legacy_call, headers=t), 1)))["pid"]
+                for t in transports
+            ]
             pids = {replica.process.pid: replica for replica in replicas if replica.process is not None}
-            on_replica = {sid: pids[parent(first[sid])] for sid in ids}
-            assert set(on_replica.values()) == set(replicas)  # both replicas serve some
+            on_replica = [pids[parent(pid)] for pid in first]
+            assert set(on_replica[:6]) == set(on_replica[6:12]) == set(replicas)  # both replicas serve some
 
-            victim = ids[0]
+            victim = named[0]["session"]
             baggage = f"gen_ai.conversation.id={jwt_claims(victim)['sid']}"
-            replica = mcp_url(on_replica[victim])
-            assert call(around, replica, None, "whoami", baggage)["pid"] != first[victim]  # around the front: no
-            assert call(http, replica, None, "whoami", baggage)["pid"] == first[victim]  # from the front's address
+            replica = mcp_url(on_replica[0])
+            assert call(around, replica, "whoami", baggage=baggage)["pid"] != first[0]  # around the front: no
+            assert call(http, replica, "whoami", baggage=baggage)["pid"] == first[0]  # from the front's address
 
-            stopped = on_replica[victim]
+            stopped = on_replica[0]
+            other = mcp_url(next(replica for replica in replicas if replica is not stopped))
+            own = created(http, mcp_url(stopped))  # a data-layer session of the replica itself (a plain balancer's)
             stopped.stop()
-            for sid in ids:
-                if on_replica[sid] is not stopped:  # the other replica's conversations go on, untouched
-                    assert call(http, mcp_url(front), sid, "count") == 3
-                    assert call(http, mcp_url(front), sid, "whoami")["pid"] == first[sid]
+            for n, conversation in enumerate(named):
+                if on_replica[n] is not stopped:  # the other replica's conversations go on, untouched
+                    assert call(http, url, "count", **conversation) == 3
+                    assert call(http, url, "whoami", **conversation)["pid"] == first[n]
+                else:  # the stopped replica's are over: never a new process, as if it were the same conversation
+                    error = answer_to(http, url, "whoami", **conversation)["error"]
+                    assert error["code"] == -32603 and "start a new one" in error["message"], error
+            for n, transport in enumerate(transports, start=12):
+                answer = http.post(url, json=legacy_call, headers=transport)
+                assert answer.status_code == (404 if on_replica[n] is stopped else 200), answer.text
+            gone = answer_to(http, other, "whoami", own)["error"]  # its process was on the stopped replica
+            assert gone["code"] == SESSION_NOT_FOUND and gone["message"].startswith("Session not found"), gone
+            delete = modern_request("sessions/delete", session={"sessionId": own})
+            assert "result" in result_of(http.post(other, json=delete, headers=modern_headers(delete)), 1)
+            for conversation in (
+                {"session": created(http, url)},
+                {"baggage": f"gen_ai.conversation.id={os.urandom(8).hex()}"},
+            ):
+                assert pids[parent(call(http, url, "whoami", **conversation)["pid"])] is not stopped  # new ones start
     finally:
         around.close()
         for process in (front, *replicas):

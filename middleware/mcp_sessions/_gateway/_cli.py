@@ -266,7 +266,9 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         logger.info("mcp-sessions gateway: each process contained by %s", options.containment)
     # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
     # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
-    # parser the gateway's request checks are tested with, whatever else is installed.
+    # parser the gateway's request checks are tested with, whatever else is installed. Each request in a context of
+    # its own: else a request that arrives on a keep-alive connection before the last answer's end is started in the
+    # previous request's context (python/cpython#140947), with its conversation (current_conversation) in it.
     uvicorn.run(
         app,
         host=args.host,
@@ -279,6 +281,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         date_header=False,
         proxy_headers=False,
         timeout_graceful_shutdown=shutdown_timeout,
+        reset_contextvars=True,
     )
     return 0
 

@@ -46,6 +46,7 @@ MAX_ENDED: Final = 100_000
 RETRY_LATER: Final = {"retryAfter": 1}  # in a refusal answered in-band (HTTP 200): when to try again, in seconds
 _BOUND: Final = "hc-"  # the key of a host conversation bound to its caller
 _REQUEST: Final = "rq-"  # the key of a request's own child
+_HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the gateway start that runs its child
 
 
 class Children:
@@ -78,6 +79,7 @@ class Children:
         self.environ = {key: value for key, value in environ.items() if inherited(key)}
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.options = options
+        self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
         self.shared: Conversation | None = None
         self.conversations: dict[str, Conversation] = {}
         self.ended: BoundedDict[str, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
@@ -127,12 +129,17 @@ class Children:
         """The conversation a request names, the most specific name first: its data-layer session's (in a 2025
         transport session too: a client may open several), its 2025 transport session's, its host conversation's
         (bound to its caller); else, with ``sessionless="per-request"``, a child of the request's own (the one that
-        asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one."""
+        asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one. A
+        conversation whose child ran elsewhere (another replica, or before a restart) gets no new one: a
+        data-layer session's, started only at its ``sessions/create``, is "not found" here; a host's, which the
+        store the replicas share records as another start's (:data:`_HELD`), has ended."""
         session: Session | None = scope.get(SCOPE_KEY)
         if self.processes == "shared":
             return await self.shared_conversation()
-        if session is not None and session.source == "data-layer":
-            return await self.open(session.id, await self.caller(scope), expires_at=session.token_expires_at)
+        if session is not None and session.source == "data-layer":  # its child starts at its sessions/create only
+            if session.id not in self.conversations and session.id not in self.ended:  # elsewhere, or before a restart
+                raise MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
+            return await self.open(session.id, None)
         if (key := self.transport_key(scope)) is not None:
             return await self.open(key, None)
         if session is None and not self.per_request:
@@ -144,7 +151,14 @@ class Children:
                 raise MCPError(types.INVALID_PARAMS, "requestState names no request waiting for input here")
             return retained
         caller = await self.caller(scope)
-        return await self.open(_bound(session.id, caller), caller)  # a host's conversation: its name is no secret
+        key = _bound(session.id, caller)  # a host's conversation: its name is no secret
+        if key in self.conversations or key in self.ended:
+            return await self.open(key, caller)
+        if await session.data.get(_HELD, self.instance) != self.instance:  # the store the replicas share says so
+            raise self._gone(key, "it ran on another replica, or before this one restarted")
+        conversation = await self.open(key, caller)
+        await session.data.set(_HELD, self.instance)
+        return conversation
 
     async def caller(self, scope: Scope) -> str:
         """Whom the per-caller limit counts, as the create limit does: the principal, else the client address."""
