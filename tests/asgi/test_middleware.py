@@ -9,10 +9,11 @@ from typing import Any
 import anyio
 import pytest
 from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
 
 from _mcp import NOT_FOUND_MESSAGE, SESSION_KEY
 from mcp_sessions import SCOPE_KEY, Session, get_session
-from mcp_sessions._session import HeaderSession, header_session
+from mcp_sessions._session import HeaderSession, current_conversation, current_session, header_session
 from mcp_sessions.stores import MemoryStore
 
 from ._direct import (
@@ -573,19 +574,32 @@ async def test_header_session_on_non_post_requests_is_read_by_get_session_alone(
     assert get_session() is None  # nothing is left behind once the route has answered
 
 
-async def test_a_json_rpc_request_never_gets_a_header_session_an_outer_middleware_named() -> None:
-    """Whatever routing an outer middleware misread, at an MCP endpoint a request belongs to what its _meta names."""
-    downstream = Downstream()
-    mw = middleware(downstream)
-    token = await create_session(mw)
-    session = await mw._sessions.resolve(http_scope("GET"), token, None, owner_later=True)
-    named = header_session.set(HeaderSession(session, http_scope("GET"), lambda session, scope: True))
+@pytest.mark.parametrize("leaked", ["session", "header session", "conversation"])
+@pytest.mark.parametrize("method", ["POST", "GET"])
+async def test_a_request_started_in_another_requests_context_sees_none_of_it(leaked: str, method: str) -> None:
+    """Whatever an outer middleware misread, or a request before it left (under asyncio a request's task may start in
+    the previous request's context: python/cpython#140947, uvicorn without --reset-contextvars), the app sees what
+    this request names: a JSON-RPC request its _meta's, an ordinary route its header's; here none."""
+    downstream = Downstream(None if method == "POST" else json_response({}))
+    conversations: list[object] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        conversations.append(current_conversation.get())
+        await downstream(scope, receive, send)
+
+    mw = middleware(app)
+    session = await mw._sessions.resolve(http_scope("GET"), await create_session(mw), None, owner_later=True)
+    variable, value = {
+        "session": (current_session, session),
+        "header session": (header_session, HeaderSession(session, http_scope("GET"), lambda session, scope: True)),
+        "conversation": (current_conversation, ("the previous request's", "vscode")),
+    }[leaked]
+    token = variable.set(value)  # type: ignore[attr-defined]
     try:
-        await call(mw, dumps(request(1)))
+        await mw(http_scope(method), Receiver(dumps(request(1)) if method == "POST" else b""), Sender())
     finally:
-        header_session.reset(named)
-    assert downstream.calls == 1
-    assert downstream.seen == (None, None, None)
+        variable.reset(token)  # type: ignore[attr-defined]
+    assert (downstream.calls, downstream.seen, conversations) == (1, (None, None, None), [None])
 
 
 @pytest.mark.parametrize(

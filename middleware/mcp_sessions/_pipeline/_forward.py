@@ -35,6 +35,7 @@ from .._session import (
     current_conversation,
     current_session,
     header_session,
+    inherited,
 )
 from .._tokens import is_session_token
 from .._wire import Refusal, ThrottledWarning, jsonrpc
@@ -46,7 +47,6 @@ from ._response import ResponseRewriter, Target, advertising_tables
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
-    from contextvars import Token
 
     from .._asgi import Replay
     from .._otel import Operation, Telemetry
@@ -139,7 +139,7 @@ class Forwarder:
             if self._bus is not None and call.method == LISTEN:  # the one check on every request with a bus
                 listen = ListenStream(self._bus, self._sessions, session, call.request_id, replay, send)
                 receive, send = listen.receive, listen.send
-        if not (targets or attaches or operations or plan.handles or header_session.get()):
+        if not (targets or attaches or operations or plan.handles or inherited()):
             return None if send is given else Exchange(scope, receive, send, None, None, [], listen=listen)
         if len(operations) == 1 and not plan.batch:
             continue_trace(plan.calls[0].message, replay, operations[0])
@@ -154,12 +154,10 @@ class Forwarder:
     ) -> None:
         """Forward a request that is not JSON-RPC untouched, with the session a JWT-shaped ``Mcp-Session-Id``
         names if it is valid (a 2025 transport session id is a bare uuid): the route decides what none means."""
-        header_session_id = headers.get(MCP_SESSION_ID_HEADER)
-        if header_session_id is None:
-            return await app(scope, receive, send)
-        if self._transport is not None and scope["method"] == "DELETE":  # the server's own transport session's
-            send = self._transport.watch_delete(header_session_id, send)
-        if is_session_token(header_session_id):
+        header_session_id, named = headers.get(MCP_SESSION_ID_HEADER), None
+        if header_session_id is not None and self._transport is not None and scope["method"] == "DELETE":
+            send = self._transport.watch_delete(header_session_id, send)  # the server's own transport session's
+        if header_session_id is not None and is_session_token(header_session_id):
             sessions = self._sessions
             try:  # the MCP endpoint's own GET and DELETE are bound to it; an ordinary route reads any endpoint's
                 session = await sessions.resolve(
@@ -169,10 +167,10 @@ class Forwarder:
                 pass
             else:
                 named = HeaderSession(session, scope, sessions.owns)  # whose it is, asked once the app's auth ran
-                exchange = Exchange(scope, receive, send, None, None, [], telemetry=self._telemetry, named=named)
-                with exchange:
-                    return await app(exchange.scope, exchange.receive, exchange.send)
-        await app(scope, receive, send)
+        if named is None and not inherited():
+            return await app(scope, receive, send)
+        with Exchange(scope, receive, send, None, None, [], telemetry=self._telemetry, named=named) as exchange:
+            return await app(exchange.scope, exchange.receive, exchange.send)
 
 
 class Exchange:
@@ -215,9 +213,7 @@ class Exchange:
         self._token = current_session.set(session)
         # An ordinary route's header session for get_session(); none at an MCP endpoint, whatever an outer set.
         self._named = None if named is None and header_session.get() is None else header_session.set(named)
-        self._conversation: Token[tuple[str, str] | None] | None = (
-            None if conversation is None else current_conversation.set(conversation)
-        )
+        self._conversation = current_conversation.set(conversation)  # None too: none may be inherited (``inherited``)
         self._operations = operations
         self._context: object = None
         """The token of the context the app runs in: the one operation of a one-message request current, or the
@@ -264,8 +260,7 @@ class Exchange:
             self._handles.__exit__(None, None, None)
         if self._context is not None:
             detach(self._context)
-        if self._conversation is not None:
-            current_conversation.reset(self._conversation)
+        current_conversation.reset(self._conversation)
         current_session.reset(self._token)
         if self._named is not None:
             header_session.reset(self._named)

@@ -23,3 +23,4 @@ from ._session import current_conversation as current_conversation
 from ._session import current_session as current_session
 from ._session import get_session as get_session
 from ._session import header_session as header_session
+from ._session import inherited as inherited

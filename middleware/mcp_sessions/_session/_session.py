@@ -28,6 +28,17 @@ header_session: ContextVar[HeaderSession | None] = ContextVar("mcp_sessions.head
 # A host's conversation as telemetry names it, (id verbatim, source): set only for a host's request, which may have
 # no Session (conversation data off) or one keyed by a digest; the logs then name what the spans name.
 current_conversation: ContextVar[tuple[str, str] | None] = ContextVar("mcp_sessions.conversation", default=None)
+
+
+def inherited() -> bool:
+    """Whether this request's task started with a request's session, header session or conversation already set: an
+    outer middleware's, or, under asyncio, another request's (a task may start in its context: python/cpython#140947,
+    uvicorn without ``--reset-contextvars``). The middleware then sets each to this request's own."""
+    return (
+        current_session.get() is not None or header_session.get() is not None or current_conversation.get() is not None
+    )
+
+
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
 _NO_BUS: Final = (
     "no subscription bus is known: pass the SessionSubscriptionBus given to MCPServer(subscriptions=bus) "
