@@ -86,6 +86,10 @@ class Process:
                 raise RuntimeError(f"{name} did not listen within {START_TIMEOUT} s")
             time.sleep(0.02)
 
+    def url(self, path: str = "/mcp") -> str:
+        """The URL of ``path`` on this process's port."""
+        return f"http://127.0.0.1:{self.port}{path}"
+
     def log(self) -> bytes:
         """Everything the process wrote so far, stdout and stderr."""
         self._log.seek(0)

@@ -98,10 +98,6 @@ def trusting(upstream: str) -> Iterator[TestClient]:
         yield client
 
 
-def url_of(process: Process, path: str = "/mcp") -> str:
-    return f"http://127.0.0.1:{process.port}{path}"
-
-
 def exchange(port: int, head: str, body: bytes = b"") -> tuple[int, bytes]:
     """A raw HTTP/1.1 exchange: ``head`` (its lines, without the blank line), then ``body``; the status and
     everything that came back before the server closed the connection."""
@@ -293,7 +289,7 @@ def test_forwarded_headers_reach_the_upstream_only_from_a_trusted_proxy(
     if trusted:
         client, base = request.getfixturevalue("trusting"), IN_PROCESS
     else:
-        client, base = http, url_of(request.getfixturevalue("gateway"), "")
+        client, base = http, request.getfixturevalue("gateway").url("")
     before = len(recorder.seen)
     client.get(base + "/health", headers=FORGED)
     [seen] = recorder.since(before)
@@ -316,7 +312,7 @@ def test_forwarded_headers_reach_the_upstream_only_from_a_trusted_proxy(
 
 @pytest.mark.parametrize("target", ["/oauth/callback?code=SECRET-CODE-9f2&state=s", "/messages/?session_id=SECRET-SSE"])
 def test_the_access_log_has_no_query_string(gateway: Process, http: httpx.Client, target: str) -> None:
-    http.get(url_of(gateway, target))
+    http.get(gateway.url(target))
     path = target.partition("?")[0]
     deadline = time.monotonic() + 5
     while f'"GET {path} HTTP/1.1" 404' not in gateway.output() and time.monotonic() < deadline:
@@ -363,7 +359,7 @@ def test_no_token_the_gateway_minted_reaches_the_upstream(
 ) -> None:
     """Every way a client sends the gateway's tokens back (``_meta``, the session methods' params,
     ``Mcp-Session-Id``), forwarded or probed: the upstream gets none of their bytes, only the stable id."""
-    url, before = url_of(gateway), len(recorder.seen)
+    url, before = gateway.url(), len(recorder.seen)
     token = era_session(http, url, era)
     sid = jwt_claims(token)["sid"]
     state = SessionsConfig(secret=SECRET).keys.sign_state(sid, {"step": 1})
@@ -396,7 +392,7 @@ def test_no_token_the_gateway_minted_reaches_the_upstream(
 def test_a_probe_carries_no_trace_context_and_a_request_the_clients_own(
     gateway: Process, recorder: Recorder, http: httpx.Client, client_trace: str | None
 ) -> None:
-    url, before = url_of(gateway), len(recorder.seen)
+    url, before = gateway.url(), len(recorder.seen)
     traced = {} if client_trace is None else {"traceparent": client_trace}
     token = era_session(http, url, MODERN, **traced)  # answered by the gateway, after a probe
     post(http, url, MODERN, seen_call(MODERN, meta={SESSION_META: {"sessionId": token}}), **traced)  # forwarded

@@ -14,7 +14,6 @@ import contextlib
 import json
 import signal
 import socket
-import sys
 import threading
 import time
 from collections import defaultdict
@@ -27,7 +26,7 @@ import httpx
 import pytest
 
 from _mcp import modern_headers, modern_request, session_meta
-from e2e._gateway import SECRET, Process, messages_of, started
+from e2e._gateway import Process, created, gateway_process, messages_of
 
 WAIT = 20.0
 MIB = 1024 * 1024
@@ -191,44 +190,16 @@ def upstream() -> Iterator[HostileUpstream]:
         server.stop()
 
 
-@contextlib.contextmanager
-def gateway(upstream_url: str, *arguments: str, **environ: str) -> Iterator[Process]:
-    """``mcp-sessions gateway`` in front of ``upstream_url``, as its own process."""
-
-    def command(port: int) -> tuple[list[str], dict[str, str]]:
-        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "warning"]
-        return [*line, "--upstream", upstream_url, *arguments], {"MCP_SESSIONS_SECRET": SECRET, **environ}
-
-    process = started("mcp-sessions gateway", command)
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
 @pytest.fixture(scope="module")
 def front(upstream: HostileUpstream) -> Iterator[Process]:
-    with gateway(upstream.origin + "/mcp") as process:
+    with gateway_process([upstream.origin + "/mcp"]) as process:
         yield process
 
 
 @pytest.fixture(scope="module")
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=60) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def session(front: Process, http: httpx.Client) -> str:
-    body = modern_request("sessions/create", id=1)
-    response = http.post(url(front), json=body, headers=modern_headers(body))
-    assert response.status_code == 200, response.text
-    token: str = response.json()["result"]["session"]["sessionId"]
-    return token
-
-
-def url(process: Process, path: str = "/mcp") -> str:
-    return f"http://127.0.0.1:{process.port}{path}"
+def session(front: Process) -> str:
+    with httpx.Client(timeout=10) as http:
+        return created(http, front.url())
 
 
 def tool_call(name: str, session: str | None, request_id: int = 7) -> dict[str, Any]:
@@ -253,7 +224,7 @@ def rss(process: Process, field: str = "VmRSS") -> int:
 def test_a_location_that_would_read_as_another_host_stays_the_upstreams_absolute_url(
     upstream: HostileUpstream, front: Process, http: httpx.Client, to: str
 ) -> None:
-    response = http.get(url(front, "/redirect"), params={"to": to})
+    response = http.get(front.url("/redirect"), params={"to": to})
     location = upstream.origin + to  # as a browser reads it, on the upstream's host
     assert response.status_code == 302
     assert (response.headers["location"], response.headers["content-location"]) == (location, location)
@@ -263,7 +234,7 @@ def test_a_location_that_would_read_as_another_host_stays_the_upstreams_absolute
 def test_a_location_on_the_upstreams_origin_still_becomes_a_path_on_the_gateway(
     front: Process, http: httpx.Client, to: str, path: str
 ) -> None:
-    response = http.get(url(front, "/redirect"), params={"to": to})
+    response = http.get(front.url("/redirect"), params={"to": to})
     assert (response.headers["location"], response.headers["content-location"]) == (path, path)
 
 
@@ -316,8 +287,8 @@ def test_a_client_that_goes_away_closes_the_upstream_connection(
 def test_sigterm_stops_the_gateway_while_an_answer_streams(upstream: HostileUpstream, http: httpx.Client) -> None:
     tag = "sigterm"
     with (
-        gateway(upstream.origin + "/mcp", "--shutdown-timeout", "0.5") as process,
-        http.stream("GET", url(process, "/endless"), headers={"X-Tag": tag}) as response,
+        gateway_process([upstream.origin + "/mcp"], "--shutdown-timeout", "0.5") as process,
+        http.stream("GET", process.url("/endless"), headers={"X-Tag": tag}) as response,
     ):
         assert response.status_code == 200 and process.process is not None
         next(response.iter_raw())
@@ -330,43 +301,29 @@ def test_sigterm_stops_the_gateway_while_an_answer_streams(upstream: HostileUpst
 # -- bounded memory ---------------------------------------------------------------------------------------------
 
 
-def test_a_json_answer_past_the_bound_is_refused_and_its_upstream_connection_closed(
-    upstream: HostileUpstream, front: Process, session: str, http: httpx.Client
+@pytest.mark.parametrize(
+    ("tool", "status", "content_type"),
+    [("huge-json", 502, "application/json"), ("endless-line", 200, "text/event-stream")],  # 64 MiB; a line without end
+)
+def test_an_answer_past_the_bound_is_refused_and_its_upstream_connection_closed(
+    upstream: HostileUpstream,
+    front: Process,
+    session: str,
+    http: httpx.Client,
+    tool: str,
+    status: int,
+    content_type: str,
 ) -> None:
     before = rss(front)
-    body = tool_call("huge-json", session, 8)
-    response = http.post(url(front), json=body, headers={**modern_headers(body), "X-Tag": "huge"})
+    body = tool_call(tool, session, 8)
+    response = http.post(front.url(), json=body, headers={**modern_headers(body), "X-Tag": tool})
     after = rss(front)
-    assert response.status_code == 502
-    assert response.json() == {
-        "jsonrpc": "2.0",
-        "id": 8,
-        "error": {"code": -32603, "message": f"Response too large (limit {MAX_RESPONSE_SIZE} bytes)"},
-    }
-    wait_for(upstream.closed["huge"].is_set, "the upstream seeing its answer refused")
-    assert upstream.sent["huge"] < HUGE
-    print(f"64 MiB JSON: gateway RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB, peak {rss(front, 'VmHWM') / MIB:.0f}")
-
-
-def test_an_event_whose_line_never_ends_is_refused_and_its_upstream_connection_closed(
-    upstream: HostileUpstream, front: Process, session: str, http: httpx.Client
-) -> None:
-    before = rss(front)
-    body = tool_call("endless-line", session, 9)
-    response = http.post(url(front), json=body, headers={**modern_headers(body), "X-Tag": "line"})
-    after = rss(front)
-    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
-    assert messages_of(response) == [
-        {
-            "jsonrpc": "2.0",
-            "id": 9,
-            "error": {"code": -32603, "message": f"Response too large (limit {MAX_RESPONSE_SIZE} bytes)"},
-        }
-    ]
-    wait_for(upstream.closed["line"].is_set, "the upstream seeing its stream cut")
-    print(
-        f"endless line: gateway RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB, peak {rss(front, 'VmHWM') / MIB:.0f}"
-    )
+    assert response.status_code == status and response.headers["content-type"].startswith(content_type)
+    error = {"code": -32603, "message": f"Response too large (limit {MAX_RESPONSE_SIZE} bytes)"}
+    assert messages_of(response) == [{"jsonrpc": "2.0", "id": 8, "error": error}]
+    wait_for(upstream.closed[tool].is_set, "the upstream seeing its answer refused")
+    assert upstream.sent[tool] < HUGE
+    print(f"{tool}: gateway RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB, peak {rss(front, 'VmHWM') / MIB:.0f}")
 
 
 # -- the probe --------------------------------------------------------------------------------------------------
@@ -375,9 +332,9 @@ def test_an_event_whose_line_never_ends_is_refused_and_its_upstream_connection_c
 def test_a_probe_never_answered_ends_at_its_deadline_and_closes_its_upstream_stream(
     upstream: HostileUpstream, http: httpx.Client
 ) -> None:
-    with gateway(upstream.origin + "/silent/mcp", MCP_SESSIONS_PROBE_TIMEOUT="1") as process:
+    with gateway_process([upstream.origin + "/silent/mcp"], environ={"MCP_SESSIONS_PROBE_TIMEOUT": "1"}) as process:
         body = modern_request("sessions/create", id=3)
-        response = http.post(url(process, "/silent/mcp"), json=body, headers={**modern_headers(body), "X-Tag": "late"})
+        response = http.post(process.url("/silent/mcp"), json=body, headers={**modern_headers(body), "X-Tag": "late"})
         assert response.status_code == 504 and response.headers["retry-after"] == "1"
         error = {"code": -32014, "message": "The server did not answer in time"}
         assert response.json() == {"jsonrpc": "2.0", "id": 3, "error": error}
@@ -385,7 +342,7 @@ def test_a_probe_never_answered_ends_at_its_deadline_and_closes_its_upstream_str
 
 
 def test_a_client_that_leaves_while_the_probe_waits_ends_the_probe(upstream: HostileUpstream) -> None:
-    with gateway(upstream.origin + "/silent/mcp", MCP_SESSIONS_PROBE_TIMEOUT="600") as process:
+    with gateway_process([upstream.origin + "/silent/mcp"], environ={"MCP_SESSIONS_PROBE_TIMEOUT": "600"}) as process:
         body = modern_request("sessions/create", id=4)
         with socket.create_connection(("127.0.0.1", process.port), timeout=WAIT) as client:
             client.sendall(raw_request(process, "left", "POST", "/silent/mcp", body))

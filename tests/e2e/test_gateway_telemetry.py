@@ -25,7 +25,7 @@ import pytest
 from _mcp import jwt_claims, modern_headers, modern_request
 from _otlp import KIND_CLIENT, KIND_SERVER, Exported, Receiver
 from conftest import serve
-from e2e._gateway import MAIN, SECRET, Recorder, legacy_initialize, result_of, started, upstream_server
+from e2e._gateway import MAIN, SECRET, Recorder, created, legacy_initialize, result_of, started, upstream_server
 
 SERVICE = "gateway-under-test"
 SESSION_META = "io.modelcontextprotocol/session"
@@ -106,16 +106,10 @@ def test_opentelemetry_instrument_exports_the_gateways_spans(http: httpx.Client,
         serve(recorder) as upstream,
         instrumented_gateway(upstream + "/mcp", collector, disabled) as gateway,
     ):
-        url = f"http://127.0.0.1:{gateway.port}/mcp"
-        create = modern_request("sessions/create", id=1)
-        created = result_of(http.post(url, json=create, headers=modern_headers(create)), 1)["result"]["session"]
-        token = created["sessionId"]
-        call = modern_request(
-            "tools/call",
-            {"name": "echo", "arguments": {"message": "hi"}},
-            id=2,
-            meta={SESSION_META: {"sessionId": token}},
-        )
+        url = gateway.url()
+        token = created(http, url)
+        meta = {SESSION_META: {"sessionId": token}}
+        call = modern_request("tools/call", {"name": "echo", "arguments": {"message": "hi"}}, id=2, meta=meta)
         answered = result_of(http.post(url, json=call, headers=modern_headers(call)), 2)["result"]
         assert answered["content"][0]["text"] == "hi"
         state = answered.get("_meta", {}).get(SESSION_META, {}).get("state")
