@@ -261,9 +261,9 @@ def test_messages_of_reads_both_shapes() -> None:  # the helper the tests above 
 
 
 def test_a_hosts_conversation_id_reaches_the_upstream_in_baggage(plain: str, http: httpx.Client) -> None:
-    body = request(MODERN, "tools/call", {"name": "seen", "arguments": {}}, id=2, **{"vscode.conversationId": "c-9"})
+    body = request(MODERN, "tools/call", {"name": "seen", "arguments": {}}, id=2, **{"vscode.conversationId": "c%9"})
     saw = json.loads(result_of(post(http, plain, MODERN, body), 2)["result"]["content"][0]["text"])
-    assert saw["headers"]["baggage"] == "gen_ai.conversation.id=c-9"
+    assert saw["headers"]["baggage"] == "gen_ai.conversation.id=c%259"  # percent-encoded, as baggage wants
 
 
 def test_other_paths_are_forwarded_too(authed: tuple[str, str], http: httpx.Client) -> None:
