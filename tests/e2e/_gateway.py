@@ -118,24 +118,15 @@ def everything_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gateway_command(
-    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
-) -> Iterator[str]:
-    """``mcp-sessions gateway --upstream …`` as its own process: the gateway's MCP URL."""
-    with gateway_process(upstreams, *arguments, environ=environ) as gateway:
-        yield f"http://127.0.0.1:{gateway.port}/mcp"
-
-
-@contextlib.contextmanager
 def gateway_process(
-    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
+    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None, runner: Sequence[str] = ()
 ) -> Iterator[Process]:
-    """:func:`gateway_command`'s process itself, its port and its output (``--log-level`` in ``arguments``
-    overrides the default ``warning``)."""
+    """``mcp-sessions gateway --upstream …`` as its own process (run by ``runner``, ``opentelemetry-instrument``
+    say), its port and its output (``--log-level`` in ``arguments`` overrides the default ``warning``)."""
     environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
-        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "warning"]
+        line = [*runner, sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "warning"]
         return [*line, *(item for url in upstreams for item in ("--upstream", url)), *arguments], environ
 
     gateway = started("mcp-sessions gateway", command)

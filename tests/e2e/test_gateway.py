@@ -28,7 +28,7 @@ from e2e._gateway import (
     MAIN,
     TS_SDK,
     everything_server,
-    gateway_command,
+    gateway_process,
     installed,
     legacy_initialize,
     node,
@@ -49,8 +49,8 @@ def upstream() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def gateway(upstream: str) -> Iterator[str]:
-    with gateway_command([upstream], "--keepalive", str(KEEPALIVE)) as url:
-        yield url
+    with gateway_process([upstream], "--keepalive", str(KEEPALIVE)) as process:
+        yield process.url()
 
 
 def create(http: httpx.Client, url: str, headers: dict[str, str]) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import serve
-from e2e._gateway import SECRET, everything_server, gateway_command, run_suite, upstream_server
+from e2e._gateway import SECRET, everything_server, gateway_process, run_suite, upstream_server
 from e2e._pack import LEGACY, MODERN, run_pack
 from mcp_sessions import SessionsConfig, gateway_app
 
@@ -30,8 +30,8 @@ GATEWAY_OWN = {("dns-rebinding-protection", "localhost-host-rebinding-rejected")
 def test_the_suite_through_the_gateway_gives_what_it_gives_directly(tmp_path: Path) -> None:
     with everything_server() as upstream:
         direct = run_suite(upstream, tmp_path / "direct")
-        with gateway_command([upstream]) as gateway:
-            through = run_suite(gateway, tmp_path / "gateway")
+        with gateway_process([upstream]) as gateway:
+            through = run_suite(gateway.url(), tmp_path / "gateway")
     assert direct.keys() == through.keys()
     differing = {key: (direct[key], through[key]) for key in direct if direct[key] != through[key]}
     assert differing == {key: ([before], [after]) for key, (before, after) in GATEWAY_OWN.items()}
@@ -53,10 +53,10 @@ def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly(
 
 
 def test_the_pack_through_the_gateway_passes_in_front_of_server_everything() -> None:
-    with everything_server() as upstream, gateway_command([upstream]) as gateway:
-        legacy = run_pack(gateway, "--spec-version", LEGACY)
-        default = run_pack(gateway)  # no era asked for: judged at the one the server speaks
-        modern = run_pack(gateway, "--spec-version", MODERN)
+    with everything_server() as upstream, gateway_process([upstream]) as gateway:
+        legacy = run_pack(gateway.url(), "--spec-version", LEGACY)
+        default = run_pack(gateway.url())  # no era asked for: judged at the one the server speaks
+        modern = run_pack(gateway.url(), "--spec-version", MODERN)
 
     assert (legacy.code, legacy.failing()) == (0, set()), legacy.out
     assert set(legacy.checks) == {"sessions-draft"}  # the wire the gateway advertises
