@@ -20,11 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.types import Receive, Scope, Send
 
 from _mcp import legacy_request
 from conftest import serve
-from e2e._gateway import SECRET, created, legacy_initialize, replica_of, result_of, upstream_server
+from e2e._gateway import SECRET, Recorder, created, legacy_initialize, replica_of, result_of, upstream_server
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions.stores import MemoryStore
 
@@ -33,23 +32,9 @@ SESSION_META = "io.modelcontextprotocol/session"
 REPLICAS = ("r0", "r1")
 
 
-class Recorded:
-    """An upstream replica's app that records the ``Mcp-Session-Id`` of every request it gets (``None``: none)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.session_ids: list[str | None] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            found = [v.decode("latin-1") for n, v in scope["headers"] if n == b"mcp-session-id"]
-            self.session_ids.append(found[0] if found else None)
-        await self.app(scope, receive, send)
-
-
 class Deployment:
     def __init__(self, stack: contextlib.ExitStack) -> None:
-        self.recorded = {name: Recorded(upstream_server(name).streamable_http_app()) for name in REPLICAS}
+        self.recorded = {name: Recorder(upstream_server(name).streamable_http_app()) for name in REPLICAS}
         self.upstreams = {name: stack.enter_context(serve(app)) + "/mcp" for name, app in self.recorded.items()}
         urls, store = list(self.upstreams.values()), MemoryStore()
         self.gateways = [
@@ -64,7 +49,8 @@ class Deployment:
         return hashlib.sha256(self.upstreams[name].encode()).hexdigest()[:8]
 
     def received(self) -> list[str | None]:
-        return [session_id for recorded in self.recorded.values() for session_id in recorded.session_ids]
+        """The ``Mcp-Session-Id`` of every request a replica got (``None``: none)."""
+        return [seen.header("mcp-session-id") for recorded in self.recorded.values() for seen in recorded.seen]
 
 
 @pytest.fixture(scope="module")
