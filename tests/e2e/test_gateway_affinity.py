@@ -107,7 +107,7 @@ def test_a_forged_id_on_a_replicas_public_tag_is_lost_and_never_forwarded(
     genuine_upstream_id = headers["Mcp-Session-Id"].split("~")[1]
     for name in REPLICAS:
         tag = deployed.tag(name)
-        for forged in (f"{tag}~anything", f"{tag}~{genuine_upstream_id}", f"{tag}~anything~{'A' * 22}"):
+        for forged in (f"{tag}~anything", f"{tag}~{genuine_upstream_id}", f"{tag}~anything~{'A' * 22}", f"{tag}~"):
             assert_lost(deployed, http, a, with_id(headers, forged))
     assert not {"anything", f"{deployed.tag('r0')}~anything"} & set(deployed.received())
 

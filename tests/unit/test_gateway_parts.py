@@ -53,18 +53,6 @@ def test_a_replica_out_of_service_moves_only_its_own_conversations() -> None:
     assert {key: replicas.for_conversation(key)[0].url for key in keys} == before
 
 
-def test_a_transport_session_id_names_its_issuer_and_nothing_else_does() -> None:
-    replicas = Replicas(URLS, keys=KEYS, cooldown=10)
-    second = replicas.all[1]
-    issued = replicas.issued(second, b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab")
-    assert issued is not None and issued.startswith(second.tag + b"~7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab~")
-    assert replicas.issuer(issued) == (second, b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab")
-    unsigned = second.tag + b"~7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab"  # the tagged id of before: no longer enough
-    for unknown in (b"7f0c2d9e-5b6a-4d3e-8f1a-0123456789ab", b"ffffffff~x", second.tag + b"~", unsigned):
-        assert replicas.issuer(unknown) is None
-    assert len(second.tag) == 8
-
-
 @pytest.mark.parametrize(
     ("urls", "message"),
     [
