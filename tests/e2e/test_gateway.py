@@ -97,35 +97,28 @@ def test_the_initialize_result_advertises_sessions(gateway: str, http: httpx.Cli
 
 
 @pytest.mark.parametrize(
-    ("in_transport_session", "message"),
+    ("version", "in_transport_session", "message"),
     [
-        (False, "Bad Request: Server not initialized"),  # a 2026-07-28 client sends no initialize (docs/gateway.md)
-        (True, "Bad Request: Unsupported protocol version: 2026-07-28"),
+        ("2025-11-25", False, "Bad Request: Server not initialized"),  # every method but initialize is refused
+        (MODERN, False, "Bad Request: Server not initialized"),  # a 2026-07-28 client sends no initialize
+        (MODERN, True, "Bad Request: Unsupported protocol version: 2026-07-28"),  # (docs/gateway.md says both)
     ],
 )
-def test_no_session_is_handed_out_on_an_era_the_upstream_does_not_speak(
-    gateway: str, http: httpx.Client, in_transport_session: bool, message: str
+def test_no_session_is_handed_out_where_the_upstream_refuses_its_own_methods(
+    gateway: str, http: httpx.Client, version: str, in_transport_session: bool, message: str
 ) -> None:
-    """server-everything speaks 2025-11-25 only: a 2026-07-28 sessions/create gets its refusal, not a session."""
+    """server-everything speaks 2025-11-25 only, in a transport session: sessions/create gets its refusal."""
     headers = legacy_initialize(http, gateway) if in_transport_session else JSON_SSE
     meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create", "params": {"_meta": meta}}
-    modern = {**headers, "MCP-Protocol-Version": MODERN, "Mcp-Method": "sessions/create"}
+    params = {"_meta": meta} if version == MODERN else {}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create", "params": params}
+    modern = {**headers, "MCP-Protocol-Version": version, "Mcp-Method": "sessions/create"}
     refused = http.post(gateway, json=body, headers=modern)
     listed = http.post(gateway, json={**body, "method": "tools/list"}, headers={**modern, "Mcp-Method": "tools/list"})
     assert refused.status_code == listed.status_code == 400
     assert refused.json() == listed.json()  # server-everything's own words, for its own method as for ours
     assert refused.json()["error"]["code"] == -32000 and refused.json()["error"]["message"].startswith(message)
     assert message in " ".join((MAIN / "docs/gateway.md").read_text(encoding="utf-8").split())
-
-
-def test_session_methods_are_refused_as_the_upstream_refuses_its_own_methods(gateway: str, http: httpx.Client) -> None:
-    """Without a transport session server-everything refuses every method but initialize: sessions/create too."""
-    create_body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}
-    refused = http.post(gateway, json=create_body, headers={**JSON_SSE, "MCP-Protocol-Version": "2025-11-25"})
-    own = http.post(gateway, json={**create_body, "method": "tools/list"}, headers=JSON_SSE)
-    assert refused.status_code == own.status_code == 400
-    assert refused.json()["error"] == own.json()["error"]
 
 
 def test_a_foreign_host_is_refused_for_every_request_alike(gateway: str, http: httpx.Client) -> None:
