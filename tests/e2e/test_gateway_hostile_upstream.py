@@ -1,6 +1,6 @@
 """``mcp-sessions gateway`` in front of a hostile upstream: what it sends back, and how long the gateway holds on.
 
-The upstream is a raw asyncio HTTP/1.1 server on a free loopback port, in a thread of the test process, that
+The upstream is a raw asyncio HTTP/1.1 server (``_hostile.raw_server``), in a thread of the test process, that
 answers as a stranger might: a ``Location`` whose path reads as another host, a body without end, a 64 MiB
 JSON answer, an event whose line never ends, a probe answered by an event stream that never carries the
 answer. It says what it saw: each request it got (by its ``X-Tag`` header), and each connection the gateway
@@ -27,6 +27,7 @@ import pytest
 
 from _mcp import modern_headers, modern_request, session_meta
 from e2e._gateway import Process, created, gateway_process, messages_of
+from e2e._hostile import Request, raw_server
 
 WAIT = 20.0
 MIB = 1024 * 1024
@@ -44,7 +45,7 @@ def wait_for(condition: Callable[[], bool], what: str, seconds: float = WAIT) ->
 
 
 class HostileUpstream:
-    """The hostile server (see the module), on its own event loop in a thread."""
+    """The hostile server's answers (see the module), for :func:`raw_server`; ``origin`` is where it listens."""
 
     def __init__(self) -> None:
         self.opened: defaultdict[str, threading.Event] = defaultdict(threading.Event)
@@ -52,47 +53,16 @@ class HostileUpstream:
         self.closed: defaultdict[str, threading.Event] = defaultdict(threading.Event)
         """By tag: the gateway closed the connection while the upstream still had something to send or wait for."""
         self.sent: defaultdict[str, int] = defaultdict(int)
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
-        self.origin = f"http://127.0.0.1:{self.port}"
+        self.origin = ""
 
-    def _run(self) -> None:
-        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        self._loop.run_forever()
-        server.close()
-        self._loop.run_until_complete(_cancel_all())
-        self._loop.close()
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:  # one request after another on a kept-alive connection
-                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
-                line, *fields = head.split("\r\n")
-                method, target, _ = line.split(" ", 2)
-                headers = {name.strip().lower(): value.strip() for name, _, value in (f.partition(":") for f in fields)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                await self._answer(method, target, headers, body, reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    async def _answer(
-        self, method: str, target: str, headers: dict[str, str], body: bytes, reader: Any, writer: Any
-    ) -> None:
-        tag = headers.get("x-tag", "")
+    async def answer(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        lines = request.head.decode("latin-1").split("\r\n")
+        method, target, _ = lines[0].split(" ", 2)
+        tag = next((line[6:].strip() for line in lines if line.lower().startswith("x-tag:")), "")
         path, _, query = target.partition("?")
+        reader = request.reader
         if method == "POST":
-            message = json.loads(body)
+            message = request.message
             if message.get("method") == "mcp-sessions/probe":
                 if path.startswith("/silent/"):  # an event stream that never carries the answer
                     return await self._hold(tag, reader, writer, b"200 OK", b"text/event-stream", b": waiting\n\n")
@@ -103,7 +73,7 @@ class HostileUpstream:
         if path == "/redirect":  # ?to=: where the redirect points
             location = unquote(query.removeprefix("to=")).encode()
             writer.write(b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\nContent-Location: " + location)
-            return await self._drained(writer, b"\r\nContent-Length: 0\r\n\r\n")
+            return await self._drained(writer, b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         if path == "/held":  # the headers never come
             return await self._hold(tag, reader, writer, None, b"", b"")
         if path == "/accepted":  # a 202 whose (empty) body never ends
@@ -126,8 +96,8 @@ class HostileUpstream:
 
     async def _json(self, writer: Any, payload: Any) -> None:
         body = json.dumps(payload).encode()
-        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-        await self._drained(writer, head + body)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        await self._drained(writer, head + b"Connection: close\r\n\r\n" + body)
 
     async def _drained(self, writer: Any, data: bytes) -> None:
         writer.write(data)
@@ -161,14 +131,6 @@ class HostileUpstream:
         raise ConnectionError("the gateway closed the connection")
 
 
-async def _cancel_all() -> None:
-    """End every connection the server still serves."""
-    tasks = asyncio.all_tasks() - {asyncio.current_task()}
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
 async def _chunks(data: bytes, size: int) -> Any:
     for start in range(0, len(data), size):
         yield data[start : start + size]
@@ -183,11 +145,10 @@ async def _forever(chunk: bytes, pause: float) -> Any:
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[HostileUpstream]:
-    server = HostileUpstream()
-    try:
-        yield server
-    finally:
-        server.stop()
+    hostile = HostileUpstream()
+    with raw_server(hostile.answer) as server:
+        hostile.origin = server.url
+        yield hostile
 
 
 @pytest.fixture(scope="module")
