@@ -225,13 +225,6 @@ def test_a_client_that_goes_away_closes_the_upstream_stream(
     assert disconnects.count > before  # the upstream saw the client go
 
 
-def test_messages_of_reads_both_shapes() -> None:  # the helper the tests above read answers with
-    response = httpx.Response(
-        200, headers={"content-type": "text/event-stream"}, content=b'data: \n\ndata: {"id":1}\n\n'
-    )
-    assert messages_of(response) == [{"id": 1}]
-
-
 def test_a_hosts_conversation_id_reaches_the_upstream_in_baggage(plain: str, http: httpx.Client) -> None:
     body = request(MODERN, "tools/call", {"name": "seen", "arguments": {}}, id=2, **{"vscode.conversationId": "c%9"})
     saw = json.loads(result_of(post(http, plain, MODERN, body), 2)["result"]["content"][0]["text"])
