@@ -284,7 +284,7 @@ FORGED = {
 
 @pytest.mark.parametrize("trusted", [False, True])
 def test_forwarded_headers_reach_the_upstream_only_from_a_trusted_proxy(
-    recorder: Recorder, http: httpx.Client, request: pytest.FixtureRequest, trusted: bool
+    upstream: str, recorder: Recorder, http: httpx.Client, request: pytest.FixtureRequest, trusted: bool
 ) -> None:
     if trusted:
         client, base = request.getfixturevalue("trusting"), IN_PROCESS
@@ -293,6 +293,7 @@ def test_forwarded_headers_reach_the_upstream_only_from_a_trusted_proxy(
     before = len(recorder.seen)
     client.get(base + "/health", headers=FORGED)
     [seen] = recorder.since(before)
+    assert seen.header("host") == httpx.URL(upstream).netloc.decode()  # the upstream's own Host, not the client's
     got = {name: seen.header(name.lower()) for name in FORGED}
     if trusted:  # what the proxy in front said, its own address last in X-Forwarded-For
         assert got == {**FORGED, "X-Forwarded-For": "203.0.113.7, 127.0.0.1"}
