@@ -20,7 +20,6 @@ import httpx
 import httpx2
 import pytest
 from starlette.testclient import TestClient
-from starlette.types import Receive, Scope, Send
 
 from _mcp import LEGACY, MODERN, era_session, jwt_claims, legacy_request, modern_headers
 from _mcp import era_post as post
@@ -62,16 +61,7 @@ def upstream(recorder: Recorder) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def sink() -> Iterator[tuple[Recorder, int]]:
     """Another server on the loopback, where a forged target would send the gateway: what reached it, its port."""
-
-    async def admin(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            return await send({"type": "lifespan.shutdown.complete"})
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"5")]})
-        await send({"type": "http.response.body", "body": b"admin"})
-
-    recorded = Recorder(admin)
+    recorded = Recorder(upstream_server("sink").streamable_http_app(stateless_http=True))
     with serve(recorded) as url:
         yield recorded, httpx.URL(url).port or 0
 
