@@ -126,6 +126,8 @@ def test_an_altered_cut_or_extended_id_is_lost_and_never_forwarded(deployed: Dep
         genuine[:-1],  # cut
         genuine[: -len(mac) - 1],  # the MAC left out
         genuine + "A",  # extended
+        upstream_id,  # the replica's own id, bare
+        f"0123abcd~{upstream_id}~{mac}",  # a tag of no replica here
         "x" * 300,  # over the bound
     ):
         for gateway in (a, b):
