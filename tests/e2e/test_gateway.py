@@ -23,6 +23,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from _mcp import LEGACY, era_session
 from e2e._gateway import (
     JSON_SSE,
     MAIN,
@@ -53,13 +54,6 @@ def gateway(upstream: str) -> Iterator[str]:
         yield process.url()
 
 
-def create(http: httpx.Client, url: str, headers: dict[str, str]) -> str:
-    response = http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}, headers=headers)
-    assert response.status_code == 200, response.text
-    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
-    return token
-
-
 def echo(message: str, session: str | None, request_id: int = 2) -> dict[str, Any]:
     params: dict[str, Any] = {"name": "echo", "arguments": {"message": message}}
     if session is not None:
@@ -70,7 +64,7 @@ def echo(message: str, session: str | None, request_id: int = 2) -> dict[str, An
 def test_a_stock_2025_client_gets_sessions_in_front_of_server_everything(gateway: str, http: httpx.Client) -> None:
     headers = legacy_initialize(http, gateway)
     assert headers["Mcp-Session-Id"].count("~") == 2  # the replica's tag, server-everything's own id, the MAC
-    token = create(http, gateway, headers)
+    token = era_session(http, gateway, LEGACY, **headers)
 
     answered = http.post(gateway, json=echo("hi", token), headers=headers)
     result = result_of(answered, 2)["result"]
