@@ -23,7 +23,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from _mcp import LEGACY, era_session
+from _mcp import LEGACY, era_session, legacy_request
 from e2e._gateway import (
     JSON_SSE,
     MAIN,
@@ -79,12 +79,8 @@ def test_a_stock_2025_client_gets_sessions_in_front_of_server_everything(gateway
 
 
 def test_the_initialize_result_advertises_sessions(gateway: str, http: httpx.Client) -> None:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-    }
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    body = legacy_request("initialize", params, id=0)
     capabilities = result_of(http.post(gateway, json=body, headers=JSON_SSE), 0)["result"]["capabilities"]
     assert capabilities["sessions"] == {} and capabilities["experimental"]["sessions"] == {}
     assert capabilities["tools"] == {"listChanged": True}  # server-everything's own, kept
