@@ -147,6 +147,14 @@ def started(name: str, command: Callable[[int], tuple[list[str], Mapping[str, st
     return Process(name, *command(port), port)
 
 
+def wait_until(condition: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
+    """Poll ``condition`` until it holds; fail, saying ``what`` did not happen, after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {seconds} s"
+        time.sleep(0.02)
+
+
 def upstream_server(name: str, **options: Any) -> MCPServer:
     """An ``MCPServer`` whose tools say what the upstream saw: which replica, which headers."""
     server = MCPServer(name, **options)

@@ -15,9 +15,8 @@ import json
 import signal
 import socket
 import threading
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -26,22 +25,13 @@ import httpx
 import pytest
 
 from _mcp import modern_headers, modern_request, session_meta
-from e2e._gateway import Process, created, gateway_process, messages_of
+from e2e._gateway import Process, created, gateway_process, messages_of, wait_until
 from e2e._hostile import Request, raw_server
 
 WAIT = 20.0
 MIB = 1024 * 1024
 MAX_RESPONSE_SIZE = 8 * MIB  # the documented default
 HUGE = 64 * MIB
-
-
-def wait_for(condition: Callable[[], bool], what: str, seconds: float = WAIT) -> None:
-    """Poll ``condition`` until it holds; fail, saying ``what`` did not happen, after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {seconds} s")
-        time.sleep(0.02)
 
 
 class HostileUpstream:
@@ -248,8 +238,8 @@ def test_a_client_that_goes_away_closes_the_upstream_connection(
     body = None if tool is None else tool_call(tool, session if in_session else None)
     with socket.create_connection(("127.0.0.1", front.port), timeout=WAIT) as client:
         client.sendall(raw_request(front, tag, method, path, body))
-        wait_for(upstream.opened[tag].is_set, "the upstream's answer")
-    wait_for(upstream.closed[tag].is_set, f"the upstream seeing the client go ({kind})")
+        wait_until(upstream.opened[tag].is_set, "the upstream's answer")
+    wait_until(upstream.closed[tag].is_set, f"the upstream seeing the client go ({kind})")
     print(f"{kind}: the upstream sent {upstream.sent[tag] / MIB:.2f} MiB before the gateway closed its connection")
 
 
@@ -263,8 +253,8 @@ def test_sigterm_stops_the_gateway_while_an_answer_streams(upstream: HostileUpst
         next(response.iter_raw())
         running = process.process
         running.send_signal(signal.SIGTERM)
-        wait_for(lambda: running.poll() is not None, "the gateway's exit")
-    wait_for(upstream.closed[tag].is_set, "the upstream seeing the gateway go")
+        wait_until(lambda: running.poll() is not None, "the gateway's exit")
+    wait_until(upstream.closed[tag].is_set, "the upstream seeing the gateway go")
 
 
 # -- bounded memory ---------------------------------------------------------------------------------------------
@@ -290,7 +280,7 @@ def test_an_answer_past_the_bound_is_refused_and_its_upstream_connection_closed(
     assert response.status_code == status and response.headers["content-type"].startswith(content_type)
     error = {"code": -32603, "message": f"Response too large (limit {MAX_RESPONSE_SIZE} bytes)"}
     assert messages_of(response) == [{"jsonrpc": "2.0", "id": 8, "error": error}]
-    wait_for(upstream.closed[tool].is_set, "the upstream seeing its answer refused")
+    wait_until(upstream.closed[tool].is_set, "the upstream seeing its answer refused")
     assert upstream.sent[tool] < HUGE
     print(f"{tool}: gateway RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB, peak {rss(front, 'VmHWM') / MIB:.0f}")
 
@@ -307,7 +297,7 @@ def test_a_probe_never_answered_ends_at_its_deadline_and_closes_its_upstream_str
         assert response.status_code == 504 and response.headers["retry-after"] == "1"
         error = {"code": -32014, "message": "The server did not answer in time"}
         assert response.json() == {"jsonrpc": "2.0", "id": 3, "error": error}
-        wait_for(upstream.closed["late"].is_set, "the upstream seeing the probe end")
+        wait_until(upstream.closed["late"].is_set, "the upstream seeing the probe end")
 
 
 def test_a_client_that_leaves_while_the_probe_waits_ends_the_probe(upstream: HostileUpstream) -> None:
@@ -315,5 +305,5 @@ def test_a_client_that_leaves_while_the_probe_waits_ends_the_probe(upstream: Hos
         body = modern_request("sessions/create", id=4)
         with socket.create_connection(("127.0.0.1", process.port), timeout=WAIT) as client:
             client.sendall(raw_request(process, "left", "POST", "/silent/mcp", body))
-            wait_for(upstream.opened["left"].is_set, "the probe reaching the upstream")
-        wait_for(upstream.closed["left"].is_set, "the upstream seeing the probe end with its client")
+            wait_until(upstream.opened["left"].is_set, "the probe reaching the upstream")
+        wait_until(upstream.closed["left"].is_set, "the upstream seeing the probe end with its client")
