@@ -39,8 +39,8 @@ def test_the_suite_through_the_gateway_gives_what_it_gives_directly(tmp_path: Pa
     assert passed >= 13, through  # what server-everything passes directly: its handshake, tools, resources…
 
 
-@pytest.mark.parametrize("spec_version", ["2025-11-25", "2026-07-28"])
-def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly(
+@pytest.mark.parametrize("spec_version", [LEGACY, MODERN])
+def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly_and_the_pack_passes(
     tmp_path: Path, spec_version: str
 ) -> None:
     app = upstream_server("plain").streamable_http_app(stateless_http=True)
@@ -48,8 +48,11 @@ def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly(
         direct = run_suite(upstream + "/mcp", tmp_path / "direct", spec_version)
         with serve(gateway_app([upstream + "/mcp"], config=SessionsConfig(secret=SECRET))) as gateway:
             through = run_suite(gateway + "/mcp", tmp_path / "gateway", spec_version)
+            run = run_pack(gateway + "/mcp", "--spec-version", spec_version)
     assert through == direct
     assert sum(statuses.count("SUCCESS") for statuses in through.values()) >= 28, through  # handshake, tools…
+    assert (run.code, run.failing()) == (0, set()), run.out
+    assert set(run.checks) == {"sessions-draft"}
 
 
 def test_the_pack_through_the_gateway_passes_in_front_of_server_everything() -> None:
@@ -67,16 +70,3 @@ def test_the_pack_through_the_gateway_passes_in_front_of_server_everything() -> 
     assert f"The server speaks only {LEGACY} (it refused {MODERN} as such a server does): checked there." in default.out
     assert modern.code == 1  # an era asked for and refused: a failure, with the hint
     assert f"The server seems to speak only {LEGACY}: run the pack with --spec-version {LEGACY}" in modern.out
-
-
-@pytest.mark.parametrize("spec_version", [LEGACY, MODERN])
-def test_the_pack_through_the_gateway_passes_in_front_of_an_mcpserver(spec_version: str) -> None:
-    app = upstream_server("plain").streamable_http_app(stateless_http=True)
-    with (
-        serve(app) as upstream,
-        serve(gateway_app([upstream + "/mcp"], config=SessionsConfig(secret=SECRET))) as gateway,
-    ):
-        run = run_pack(gateway + "/mcp", "--spec-version", spec_version)
-
-    assert (run.code, run.failing()) == (0, set()), run.out
-    assert set(run.checks) == {"sessions-draft"}
