@@ -1,6 +1,6 @@
 """Attacks on the gateway's request side (issue 50), through a real ``mcp-sessions gateway`` process (its
 access log and its HTTP parser are what some tests attack) or, where only the app is, ``gateway_app`` in
-process behind Starlette's ``TestClient`` (:func:`in_process`).
+process behind Starlette's ``TestClient`` (:func:`in_front`).
 
 The upstream is an ``MCPServer`` wrapped in a :class:`Recorder` that keeps every request it received: its
 method, target, headers and body. What the upstream saw is the proof: no token the gateway minted, no
@@ -19,12 +19,11 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
-from starlette.testclient import TestClient
 
 from _mcp import LEGACY, MODERN, era_session, jwt_claims, legacy_request, modern_headers
 from _mcp import era_post as post
 from _mcp import era_request as request
-from conftest import serve
+from conftest import in_process, serve
 from e2e._gateway import (
     JSON_SSE,
     SECRET,
@@ -74,18 +73,17 @@ def gateway(upstream: str) -> Iterator[Process]:
         yield process
 
 
-def in_process(upstream: str, **options: Any) -> TestClient:
-    """``gateway_app`` in front of ``upstream``, called in process from 127.0.0.1 (its lifespan runs in the
-    ``with`` block); ``options``: ``gateway_app``'s, ``config`` a dict of ``SessionsConfig``'s."""
+def in_front(upstream: str, **options: Any) -> Any:
+    """``gateway_app`` in front of ``upstream``, called in process from 127.0.0.1 (conftest's ``in_process``);
+    ``options``: ``gateway_app``'s, ``config`` a dict of ``SessionsConfig``'s."""
     config = SessionsConfig(secret=SECRET, **options.pop("config", {}))
-    app = gateway_app([upstream], config=config, **options)
-    return TestClient(app, base_url=IN_PROCESS, client=("127.0.0.1", 50000), follow_redirects=False)
+    return in_process(gateway_app([upstream], config=config, **options), client=("127.0.0.1", 50000))
 
 
 @pytest.fixture(scope="module")
-def trusting(upstream: str) -> Iterator[TestClient]:
+def trusting(upstream: str) -> Iterator[httpx.Client]:
     """A gateway that trusts the loopback as its proxy (``forwarded_allow_ips``)."""
-    with in_process(upstream, forwarded_allow_ips="127.0.0.1") as client:
+    with in_front(upstream, forwarded_allow_ips="127.0.0.1") as client:
         yield client
 
 
@@ -207,7 +205,7 @@ def test_a_forged_session_never_reaches_a_tool_by_another_spelling_of_the_path(
 def test_a_lenient_upstream_gets_no_request_the_pipeline_did_not_judge() -> None:
     """server-everything's Express serves its endpoint in any case and with a trailing slash: a forged session
     there gets the gateway's -32043, as at the endpoint's own path, and the tool never runs."""
-    with everything_server() as upstream, in_process(upstream) as client:
+    with everything_server() as upstream, in_front(upstream) as client:
         for path in ("/mcp", "/MCP", "/mcp/"):
             url = IN_PROCESS + path
             later = legacy_initialize(client, url)
@@ -327,7 +325,7 @@ def test_made_up_credentials_do_not_multiply_one_addresses_create_budget(
     upstream: str, varies: str, trusted: bool, created: int
 ) -> None:
     trusting = "127.0.0.1" if trusted else None
-    with in_process(upstream, config={"create_limit": (3, 600)}, forwarded_allow_ips=trusting) as client:
+    with in_front(upstream, config={"create_limit": (3, 600)}, forwarded_allow_ips=trusting) as client:
         statuses = []
         for number in range(8):
             varied = {"Authorization": f"Bearer made-up-{number}"} if varies == "credential" else {}
