@@ -162,7 +162,7 @@ def sse_events(text: str) -> list[str]:
     events = []
     for block in re.split(r"\r\n\r\n|\n\n|\r\r", text):
         data = [line[5:].removeprefix(" ") for line in re.split(r"\r\n|\n|\r", block) if line.startswith("data:")]
-        if data:
+        if data and data != [""]:  # an empty data buffer dispatches no event (WHATWG), a priming event's
             events.append("\n".join(data))
     return events
 

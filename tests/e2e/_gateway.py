@@ -86,6 +86,10 @@ class Process:
                 raise RuntimeError(f"{name} did not listen within {START_TIMEOUT} s")
             time.sleep(0.02)
 
+    def url(self, path: str = "/mcp") -> str:
+        """The URL of ``path`` on this process's port."""
+        return f"http://127.0.0.1:{self.port}{path}"
+
     def log(self) -> bytes:
         """Everything the process wrote so far, stdout and stderr."""
         self._log.seek(0)
@@ -114,24 +118,15 @@ def everything_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gateway_command(
-    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
-) -> Iterator[str]:
-    """``mcp-sessions gateway --upstream …`` as its own process: the gateway's MCP URL."""
-    with gateway_process(upstreams, *arguments, environ=environ) as gateway:
-        yield f"http://127.0.0.1:{gateway.port}/mcp"
-
-
-@contextlib.contextmanager
 def gateway_process(
-    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None
+    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None, runner: Sequence[str] = ()
 ) -> Iterator[Process]:
-    """:func:`gateway_command`'s process itself, its port and its output (``--log-level`` in ``arguments``
-    overrides the default ``warning``)."""
+    """``mcp-sessions gateway --upstream …`` as its own process (run by ``runner``, ``opentelemetry-instrument``
+    say), its port and its output (``--log-level`` in ``arguments`` overrides the default ``warning``)."""
     environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
-        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "warning"]
+        line = [*runner, sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "warning"]
         return [*line, *(item for url in upstreams for item in ("--upstream", url)), *arguments], environ
 
     gateway = started("mcp-sessions gateway", command)
@@ -150,6 +145,14 @@ def started(name: str, command: Callable[[int], tuple[list[str], Mapping[str, st
             return Process(name, *command(port), port)
     port = free_port()
     return Process(name, *command(port), port)
+
+
+def wait_until(condition: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
+    """Poll ``condition`` until it holds; fail, saying ``what`` did not happen, after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {seconds} s"
+        time.sleep(0.02)
 
 
 def upstream_server(name: str, **options: Any) -> MCPServer:

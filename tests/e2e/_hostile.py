@@ -37,6 +37,8 @@ class Request:
 
     head: bytes
     body: bytes
+    reader: asyncio.StreamReader | None = field(default=None, compare=False, repr=False)
+    """The rest of the connection, for a handler that waits for the client to leave."""
 
     @property
     def message(self) -> Any:
@@ -63,7 +65,7 @@ class RawServer:
             head = await reader.readuntil(b"\r\n\r\n")
             length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
             body = await reader.readexactly(int(length.group(1))) if length else b""
-            request = Request(head, body)
+            request = Request(head, body, reader)
             self.received.append(request)
             await self.handler(request, writer)
             await writer.drain()

@@ -23,12 +23,13 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from _mcp import LEGACY, era_session, legacy_request
 from e2e._gateway import (
     JSON_SSE,
     MAIN,
     TS_SDK,
     everything_server,
-    gateway_command,
+    gateway_process,
     installed,
     legacy_initialize,
     node,
@@ -49,15 +50,8 @@ def upstream() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def gateway(upstream: str) -> Iterator[str]:
-    with gateway_command([upstream], "--keepalive", str(KEEPALIVE)) as url:
-        yield url
-
-
-def create(http: httpx.Client, url: str, headers: dict[str, str]) -> str:
-    response = http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}, headers=headers)
-    assert response.status_code == 200, response.text
-    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
-    return token
+    with gateway_process([upstream], "--keepalive", str(KEEPALIVE)) as process:
+        yield process.url()
 
 
 def echo(message: str, session: str | None, request_id: int = 2) -> dict[str, Any]:
@@ -70,7 +64,7 @@ def echo(message: str, session: str | None, request_id: int = 2) -> dict[str, An
 def test_a_stock_2025_client_gets_sessions_in_front_of_server_everything(gateway: str, http: httpx.Client) -> None:
     headers = legacy_initialize(http, gateway)
     assert headers["Mcp-Session-Id"].count("~") == 2  # the replica's tag, server-everything's own id, the MAC
-    token = create(http, gateway, headers)
+    token = era_session(http, gateway, LEGACY, **headers)
 
     answered = http.post(gateway, json=echo("hi", token), headers=headers)
     result = result_of(answered, 2)["result"]
@@ -85,47 +79,36 @@ def test_a_stock_2025_client_gets_sessions_in_front_of_server_everything(gateway
 
 
 def test_the_initialize_result_advertises_sessions(gateway: str, http: httpx.Client) -> None:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-    }
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    body = legacy_request("initialize", params, id=0)
     capabilities = result_of(http.post(gateway, json=body, headers=JSON_SSE), 0)["result"]["capabilities"]
     assert capabilities["sessions"] == {} and capabilities["experimental"]["sessions"] == {}
     assert capabilities["tools"] == {"listChanged": True}  # server-everything's own, kept
 
 
 @pytest.mark.parametrize(
-    ("in_transport_session", "message"),
+    ("version", "in_transport_session", "message"),
     [
-        (False, "Bad Request: Server not initialized"),  # a 2026-07-28 client sends no initialize (docs/gateway.md)
-        (True, "Bad Request: Unsupported protocol version: 2026-07-28"),
+        ("2025-11-25", False, "Bad Request: Server not initialized"),  # every method but initialize is refused
+        (MODERN, False, "Bad Request: Server not initialized"),  # a 2026-07-28 client sends no initialize
+        (MODERN, True, "Bad Request: Unsupported protocol version: 2026-07-28"),  # (docs/gateway.md says both)
     ],
 )
-def test_no_session_is_handed_out_on_an_era_the_upstream_does_not_speak(
-    gateway: str, http: httpx.Client, in_transport_session: bool, message: str
+def test_no_session_is_handed_out_where_the_upstream_refuses_its_own_methods(
+    gateway: str, http: httpx.Client, version: str, in_transport_session: bool, message: str
 ) -> None:
-    """server-everything speaks 2025-11-25 only: a 2026-07-28 sessions/create gets its refusal, not a session."""
+    """server-everything speaks 2025-11-25 only, in a transport session: sessions/create gets its refusal."""
     headers = legacy_initialize(http, gateway) if in_transport_session else JSON_SSE
     meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create", "params": {"_meta": meta}}
-    modern = {**headers, "MCP-Protocol-Version": MODERN, "Mcp-Method": "sessions/create"}
+    params = {"_meta": meta} if version == MODERN else {}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create", "params": params}
+    modern = {**headers, "MCP-Protocol-Version": version, "Mcp-Method": "sessions/create"}
     refused = http.post(gateway, json=body, headers=modern)
     listed = http.post(gateway, json={**body, "method": "tools/list"}, headers={**modern, "Mcp-Method": "tools/list"})
     assert refused.status_code == listed.status_code == 400
     assert refused.json() == listed.json()  # server-everything's own words, for its own method as for ours
     assert refused.json()["error"]["code"] == -32000 and refused.json()["error"]["message"].startswith(message)
     assert message in " ".join((MAIN / "docs/gateway.md").read_text(encoding="utf-8").split())
-
-
-def test_session_methods_are_refused_as_the_upstream_refuses_its_own_methods(gateway: str, http: httpx.Client) -> None:
-    """Without a transport session server-everything refuses every method but initialize: sessions/create too."""
-    create_body = {"jsonrpc": "2.0", "id": 1, "method": "sessions/create"}
-    refused = http.post(gateway, json=create_body, headers={**JSON_SSE, "MCP-Protocol-Version": "2025-11-25"})
-    own = http.post(gateway, json={**create_body, "method": "tools/list"}, headers=JSON_SSE)
-    assert refused.status_code == own.status_code == 400
-    assert refused.json()["error"] == own.json()["error"]
 
 
 def test_a_foreign_host_is_refused_for_every_request_alike(gateway: str, http: httpx.Client) -> None:
@@ -137,14 +120,9 @@ def test_a_foreign_host_is_refused_for_every_request_alike(gateway: str, http: h
     assert http.get(gateway, headers={**foreign, "Accept": "text/event-stream"}).status_code == 421
 
 
-def test_a_transport_session_goes_only_to_the_replica_that_issued_it(gateway: str, http: httpx.Client) -> None:
+def test_a_transport_session_the_upstream_ended_is_gone(gateway: str, http: httpx.Client) -> None:
+    """Ids the gateway did not sign: test_gateway_affinity.py."""
     headers = legacy_initialize(http, gateway)
-    tagged = headers["Mcp-Session-Id"]
-    tag, issued, _ = tagged.split("~")
-    for unknown in (issued, f"{tag}~{issued}", "0123abcd~" + issued):  # its bare id; unsigned; of no replica here
-        lost = http.post(gateway, json=echo("x", None), headers={**headers, "Mcp-Session-Id": unknown})
-        assert lost.status_code == 404
-        assert lost.json()["error"]["message"] == "Session not found"
     ended = http.delete(gateway, headers=headers)
     assert ended.status_code == 200
     after = http.post(gateway, json=echo("x", None), headers=headers)

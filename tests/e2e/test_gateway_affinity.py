@@ -20,11 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.types import Receive, Scope, Send
 
 from _mcp import legacy_request
 from conftest import serve
-from e2e._gateway import SECRET, created, legacy_initialize, replica_of, result_of, upstream_server
+from e2e._gateway import SECRET, Recorder, created, legacy_initialize, replica_of, result_of, upstream_server
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions.stores import MemoryStore
 
@@ -33,23 +32,9 @@ SESSION_META = "io.modelcontextprotocol/session"
 REPLICAS = ("r0", "r1")
 
 
-class Recorded:
-    """An upstream replica's app that records the ``Mcp-Session-Id`` of every request it gets (``None``: none)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.session_ids: list[str | None] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            found = [v.decode("latin-1") for n, v in scope["headers"] if n == b"mcp-session-id"]
-            self.session_ids.append(found[0] if found else None)
-        await self.app(scope, receive, send)
-
-
 class Deployment:
     def __init__(self, stack: contextlib.ExitStack) -> None:
-        self.recorded = {name: Recorded(upstream_server(name).streamable_http_app()) for name in REPLICAS}
+        self.recorded = {name: Recorder(upstream_server(name).streamable_http_app()) for name in REPLICAS}
         self.upstreams = {name: stack.enter_context(serve(app)) + "/mcp" for name, app in self.recorded.items()}
         urls, store = list(self.upstreams.values()), MemoryStore()
         self.gateways = [
@@ -64,7 +49,8 @@ class Deployment:
         return hashlib.sha256(self.upstreams[name].encode()).hexdigest()[:8]
 
     def received(self) -> list[str | None]:
-        return [session_id for recorded in self.recorded.values() for session_id in recorded.session_ids]
+        """The ``Mcp-Session-Id`` of every request a replica got (``None``: none)."""
+        return [seen.header("mcp-session-id") for recorded in self.recorded.values() for seen in recorded.seen]
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +107,7 @@ def test_a_forged_id_on_a_replicas_public_tag_is_lost_and_never_forwarded(
     genuine_upstream_id = headers["Mcp-Session-Id"].split("~")[1]
     for name in REPLICAS:
         tag = deployed.tag(name)
-        for forged in (f"{tag}~anything", f"{tag}~{genuine_upstream_id}", f"{tag}~anything~{'A' * 22}"):
+        for forged in (f"{tag}~anything", f"{tag}~{genuine_upstream_id}", f"{tag}~anything~{'A' * 22}", f"{tag}~"):
             assert_lost(deployed, http, a, with_id(headers, forged))
     assert not {"anything", f"{deployed.tag('r0')}~anything"} & set(deployed.received())
 
@@ -140,6 +126,8 @@ def test_an_altered_cut_or_extended_id_is_lost_and_never_forwarded(deployed: Dep
         genuine[:-1],  # cut
         genuine[: -len(mac) - 1],  # the MAC left out
         genuine + "A",  # extended
+        upstream_id,  # the replica's own id, bare
+        f"0123abcd~{upstream_id}~{mac}",  # a tag of no replica here
         "x" * 300,  # over the bound
     ):
         for gateway in (a, b):

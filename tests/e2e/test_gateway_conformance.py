@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import serve
-from e2e._gateway import SECRET, everything_server, gateway_command, run_suite, upstream_server
+from e2e._gateway import SECRET, everything_server, gateway_process, run_suite, upstream_server
 from e2e._pack import LEGACY, MODERN, run_pack
 from mcp_sessions import SessionsConfig, gateway_app
 
@@ -30,8 +30,8 @@ GATEWAY_OWN = {("dns-rebinding-protection", "localhost-host-rebinding-rejected")
 def test_the_suite_through_the_gateway_gives_what_it_gives_directly(tmp_path: Path) -> None:
     with everything_server() as upstream:
         direct = run_suite(upstream, tmp_path / "direct")
-        with gateway_command([upstream]) as gateway:
-            through = run_suite(gateway, tmp_path / "gateway")
+        with gateway_process([upstream]) as gateway:
+            through = run_suite(gateway.url(), tmp_path / "gateway")
     assert direct.keys() == through.keys()
     differing = {key: (direct[key], through[key]) for key in direct if direct[key] != through[key]}
     assert differing == {key: ([before], [after]) for key, (before, after) in GATEWAY_OWN.items()}
@@ -39,8 +39,8 @@ def test_the_suite_through_the_gateway_gives_what_it_gives_directly(tmp_path: Pa
     assert passed >= 13, through  # what server-everything passes directly: its handshake, tools, resources…
 
 
-@pytest.mark.parametrize("spec_version", ["2025-11-25", "2026-07-28"])
-def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly(
+@pytest.mark.parametrize("spec_version", [LEGACY, MODERN])
+def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly_and_the_pack_passes(
     tmp_path: Path, spec_version: str
 ) -> None:
     app = upstream_server("plain").streamable_http_app(stateless_http=True)
@@ -48,15 +48,18 @@ def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly(
         direct = run_suite(upstream + "/mcp", tmp_path / "direct", spec_version)
         with serve(gateway_app([upstream + "/mcp"], config=SessionsConfig(secret=SECRET))) as gateway:
             through = run_suite(gateway + "/mcp", tmp_path / "gateway", spec_version)
+            run = run_pack(gateway + "/mcp", "--spec-version", spec_version)
     assert through == direct
     assert sum(statuses.count("SUCCESS") for statuses in through.values()) >= 28, through  # handshake, tools…
+    assert (run.code, run.failing()) == (0, set()), run.out
+    assert set(run.checks) == {"sessions-draft"}
 
 
 def test_the_pack_through_the_gateway_passes_in_front_of_server_everything() -> None:
-    with everything_server() as upstream, gateway_command([upstream]) as gateway:
-        legacy = run_pack(gateway, "--spec-version", LEGACY)
-        default = run_pack(gateway)  # no era asked for: judged at the one the server speaks
-        modern = run_pack(gateway, "--spec-version", MODERN)
+    with everything_server() as upstream, gateway_process([upstream]) as gateway:
+        legacy = run_pack(gateway.url(), "--spec-version", LEGACY)
+        default = run_pack(gateway.url())  # no era asked for: judged at the one the server speaks
+        modern = run_pack(gateway.url(), "--spec-version", MODERN)
 
     assert (legacy.code, legacy.failing()) == (0, set()), legacy.out
     assert set(legacy.checks) == {"sessions-draft"}  # the wire the gateway advertises
@@ -67,16 +70,3 @@ def test_the_pack_through_the_gateway_passes_in_front_of_server_everything() -> 
     assert f"The server speaks only {LEGACY} (it refused {MODERN} as such a server does): checked there." in default.out
     assert modern.code == 1  # an era asked for and refused: a failure, with the hint
     assert f"The server seems to speak only {LEGACY}: run the pack with --spec-version {LEGACY}" in modern.out
-
-
-@pytest.mark.parametrize("spec_version", [LEGACY, MODERN])
-def test_the_pack_through_the_gateway_passes_in_front_of_an_mcpserver(spec_version: str) -> None:
-    app = upstream_server("plain").streamable_http_app(stateless_http=True)
-    with (
-        serve(app) as upstream,
-        serve(gateway_app([upstream + "/mcp"], config=SessionsConfig(secret=SECRET))) as gateway,
-    ):
-        run = run_pack(gateway + "/mcp", "--spec-version", spec_version)
-
-    assert (run.code, run.failing()) == (0, set()), run.out
-    assert set(run.checks) == {"sessions-draft"}

@@ -1,6 +1,6 @@
 """``mcp-sessions gateway`` in front of a hostile upstream: what it sends back, and how long the gateway holds on.
 
-The upstream is a raw asyncio HTTP/1.1 server on a free loopback port, in a thread of the test process, that
+The upstream is a raw asyncio HTTP/1.1 server (``_hostile.raw_server``), in a thread of the test process, that
 answers as a stranger might: a ``Location`` whose path reads as another host, a body without end, a 64 MiB
 JSON answer, an event whose line never ends, a probe answered by an event stream that never carries the
 answer. It says what it saw: each request it got (by its ``X-Tag`` header), and each connection the gateway
@@ -14,11 +14,9 @@ import contextlib
 import json
 import signal
 import socket
-import sys
 import threading
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -27,7 +25,8 @@ import httpx
 import pytest
 
 from _mcp import modern_headers, modern_request, session_meta
-from e2e._gateway import SECRET, Process, messages_of, started
+from e2e._gateway import Process, created, gateway_process, messages_of, wait_until
+from e2e._hostile import Request, raw_server
 
 WAIT = 20.0
 MIB = 1024 * 1024
@@ -35,17 +34,8 @@ MAX_RESPONSE_SIZE = 8 * MIB  # the documented default
 HUGE = 64 * MIB
 
 
-def wait_for(condition: Callable[[], bool], what: str, seconds: float = WAIT) -> None:
-    """Poll ``condition`` until it holds; fail, saying ``what`` did not happen, after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {seconds} s")
-        time.sleep(0.02)
-
-
 class HostileUpstream:
-    """The hostile server (see the module), on its own event loop in a thread."""
+    """The hostile server's answers (see the module), for :func:`raw_server`; ``origin`` is where it listens."""
 
     def __init__(self) -> None:
         self.opened: defaultdict[str, threading.Event] = defaultdict(threading.Event)
@@ -53,47 +43,16 @@ class HostileUpstream:
         self.closed: defaultdict[str, threading.Event] = defaultdict(threading.Event)
         """By tag: the gateway closed the connection while the upstream still had something to send or wait for."""
         self.sent: defaultdict[str, int] = defaultdict(int)
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        self._ready.wait(10)
-        self.origin = f"http://127.0.0.1:{self.port}"
+        self.origin = ""
 
-    def _run(self) -> None:
-        server = self._loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
-        self._ready.set()
-        self._loop.run_forever()
-        server.close()
-        self._loop.run_until_complete(_cancel_all())
-        self._loop.close()
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:  # one request after another on a kept-alive connection
-                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
-                line, *fields = head.split("\r\n")
-                method, target, _ = line.split(" ", 2)
-                headers = {name.strip().lower(): value.strip() for name, _, value in (f.partition(":") for f in fields)}
-                body = await reader.readexactly(int(headers.get("content-length", "0")))
-                await self._answer(method, target, headers, body, reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-
-    async def _answer(
-        self, method: str, target: str, headers: dict[str, str], body: bytes, reader: Any, writer: Any
-    ) -> None:
-        tag = headers.get("x-tag", "")
+    async def answer(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        lines = request.head.decode("latin-1").split("\r\n")
+        method, target, _ = lines[0].split(" ", 2)
+        tag = next((line[6:].strip() for line in lines if line.lower().startswith("x-tag:")), "")
         path, _, query = target.partition("?")
+        reader = request.reader
         if method == "POST":
-            message = json.loads(body)
+            message = request.message
             if message.get("method") == "mcp-sessions/probe":
                 if path.startswith("/silent/"):  # an event stream that never carries the answer
                     return await self._hold(tag, reader, writer, b"200 OK", b"text/event-stream", b": waiting\n\n")
@@ -101,10 +60,10 @@ class HostileUpstream:
                 return await self._json(writer, {"jsonrpc": "2.0", "id": message["id"], "error": error})
             path = "/" + message["params"]["name"]
             request_id = json.dumps(message["id"]).encode()
-        if path == "/redirect":  # ?to=: where on the upstream's own origin the redirect points
-            location = (self.origin + unquote(query.removeprefix("to="))).encode()
+        if path == "/redirect":  # ?to=: where the redirect points
+            location = unquote(query.removeprefix("to=")).encode()
             writer.write(b"HTTP/1.1 302 Found\r\nLocation: " + location + b"\r\nContent-Location: " + location)
-            return await self._drained(writer, b"\r\nContent-Length: 0\r\n\r\n")
+            return await self._drained(writer, b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
         if path == "/held":  # the headers never come
             return await self._hold(tag, reader, writer, None, b"", b"")
         if path == "/accepted":  # a 202 whose (empty) body never ends
@@ -127,8 +86,8 @@ class HostileUpstream:
 
     async def _json(self, writer: Any, payload: Any) -> None:
         body = json.dumps(payload).encode()
-        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
-        await self._drained(writer, head + body)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        await self._drained(writer, head + b"Connection: close\r\n\r\n" + body)
 
     async def _drained(self, writer: Any, data: bytes) -> None:
         writer.write(data)
@@ -162,14 +121,6 @@ class HostileUpstream:
         raise ConnectionError("the gateway closed the connection")
 
 
-async def _cancel_all() -> None:
-    """End every connection the server still serves."""
-    tasks = asyncio.all_tasks() - {asyncio.current_task()}
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
 async def _chunks(data: bytes, size: int) -> Any:
     for start in range(0, len(data), size):
         yield data[start : start + size]
@@ -184,51 +135,22 @@ async def _forever(chunk: bytes, pause: float) -> Any:
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[HostileUpstream]:
-    server = HostileUpstream()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@contextlib.contextmanager
-def gateway(upstream_url: str, *arguments: str, **environ: str) -> Iterator[Process]:
-    """``mcp-sessions gateway`` in front of ``upstream_url``, as its own process."""
-
-    def command(port: int) -> tuple[list[str], dict[str, str]]:
-        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "warning"]
-        return [*line, "--upstream", upstream_url, *arguments], {"MCP_SESSIONS_SECRET": SECRET, **environ}
-
-    process = started("mcp-sessions gateway", command)
-    try:
-        yield process
-    finally:
-        process.stop()
+    hostile = HostileUpstream()
+    with raw_server(hostile.answer) as server:
+        hostile.origin = server.url
+        yield hostile
 
 
 @pytest.fixture(scope="module")
 def front(upstream: HostileUpstream) -> Iterator[Process]:
-    with gateway(upstream.origin + "/mcp") as process:
+    with gateway_process([upstream.origin + "/mcp"]) as process:
         yield process
 
 
 @pytest.fixture(scope="module")
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=60) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def session(front: Process, http: httpx.Client) -> str:
-    body = modern_request("sessions/create", id=1)
-    response = http.post(url(front), json=body, headers=modern_headers(body))
-    assert response.status_code == 200, response.text
-    token: str = response.json()["result"]["session"]["sessionId"]
-    return token
-
-
-def url(process: Process, path: str = "/mcp") -> str:
-    return f"http://127.0.0.1:{process.port}{path}"
+def session(front: Process) -> str:
+    with httpx.Client(timeout=10) as http:
+        return created(http, front.url())
 
 
 def tool_call(name: str, session: str | None, request_id: int = 7) -> dict[str, Any]:
@@ -248,23 +170,31 @@ def rss(process: Process, field: str = "VmRSS") -> int:
 
 
 @pytest.mark.parametrize(
-    "to", ["//evil.example/x", "/\\evil.example/x"]
-)  # a tab: h11 refuses it, see test_gateway_parts
-def test_a_location_that_would_read_as_another_host_stays_the_upstreams_absolute_url(
-    upstream: HostileUpstream, front: Process, http: httpx.Client, to: str
+    ("to", "sent"),
+    [
+        ("{origin}/mcp/", "/mcp/"),  # the upstream's own origin: a path on the gateway's
+        ("HTTP://{host}/mcp/?a=1", "/mcp/?a=1"),  # scheme and host in any case
+        ("{origin}", "/"),
+        ("{origin}/%09/x", "/%09/x"),
+        ("{origin}/a\\b", "/a\\b"),
+        ("{origin}/%2F%2Fevil.example/x", "/%2F%2Fevil.example/x"),  # a path: browsers decode none
+        ("/mcp/", "/mcp/"),
+        ("{origin}1/mcp/", "{origin}1/mcp/"),  # the same digits first, then another
+        ("https://login.example/authorize", "https://login.example/authorize"),  # elsewhere: as it came
+        # A path a browser reads as another host stays the upstream's absolute URL (more: test_gateway_parts).
+        ("{origin}//evil.example/x", "{origin}//evil.example/x"),
+        ("{origin}/\\evil.example/x", "{origin}/\\evil.example/x"),
+        ("http://user@{host}/x", "http://user@{host}/x"),  # credentials: not the origin's URL
+        ("http://127.0.0.1:99999/x", "http://127.0.0.1:99999/x"),  # a port that is no port
+    ],
+)
+def test_a_location_on_the_upstreams_origin_becomes_a_path_on_the_gateways(
+    upstream: HostileUpstream, front: Process, http: httpx.Client, to: str, sent: str
 ) -> None:
-    response = http.get(url(front, "/redirect"), params={"to": to})
-    location = upstream.origin + to  # as a browser reads it, on the upstream's host
+    names = {"origin": upstream.origin, "host": upstream.origin.removeprefix("http://")}
+    response = http.get(front.url("/redirect"), params={"to": to.format(**names)})
     assert response.status_code == 302
-    assert (response.headers["location"], response.headers["content-location"]) == (location, location)
-
-
-@pytest.mark.parametrize(("to", "path"), [("/mcp/?a=1", "/mcp/?a=1"), ("/%09/x", "/%09/x"), ("/a\\b", "/a\\b")])
-def test_a_location_on_the_upstreams_origin_still_becomes_a_path_on_the_gateway(
-    front: Process, http: httpx.Client, to: str, path: str
-) -> None:
-    response = http.get(url(front, "/redirect"), params={"to": to})
-    assert (response.headers["location"], response.headers["content-location"]) == (path, path)
+    assert response.headers["location"] == response.headers["content-location"] == sent.format(**names)
 
 
 # -- a client that goes away ------------------------------------------------------------------------------------
@@ -308,65 +238,51 @@ def test_a_client_that_goes_away_closes_the_upstream_connection(
     body = None if tool is None else tool_call(tool, session if in_session else None)
     with socket.create_connection(("127.0.0.1", front.port), timeout=WAIT) as client:
         client.sendall(raw_request(front, tag, method, path, body))
-        wait_for(upstream.opened[tag].is_set, "the upstream's answer")
-    wait_for(upstream.closed[tag].is_set, f"the upstream seeing the client go ({kind})")
+        wait_until(upstream.opened[tag].is_set, "the upstream's answer")
+    wait_until(upstream.closed[tag].is_set, f"the upstream seeing the client go ({kind})")
     print(f"{kind}: the upstream sent {upstream.sent[tag] / MIB:.2f} MiB before the gateway closed its connection")
 
 
 def test_sigterm_stops_the_gateway_while_an_answer_streams(upstream: HostileUpstream, http: httpx.Client) -> None:
     tag = "sigterm"
     with (
-        gateway(upstream.origin + "/mcp", "--shutdown-timeout", "0.5") as process,
-        http.stream("GET", url(process, "/endless"), headers={"X-Tag": tag}) as response,
+        gateway_process([upstream.origin + "/mcp"], "--shutdown-timeout", "0.5") as process,
+        http.stream("GET", process.url("/endless"), headers={"X-Tag": tag}) as response,
     ):
         assert response.status_code == 200 and process.process is not None
         next(response.iter_raw())
         running = process.process
         running.send_signal(signal.SIGTERM)
-        wait_for(lambda: running.poll() is not None, "the gateway's exit")
-    wait_for(upstream.closed[tag].is_set, "the upstream seeing the gateway go")
+        wait_until(lambda: running.poll() is not None, "the gateway's exit")
+    wait_until(upstream.closed[tag].is_set, "the upstream seeing the gateway go")
 
 
 # -- bounded memory ---------------------------------------------------------------------------------------------
 
 
-def test_a_json_answer_past_the_bound_is_refused_and_its_upstream_connection_closed(
-    upstream: HostileUpstream, front: Process, session: str, http: httpx.Client
+@pytest.mark.parametrize(
+    ("tool", "status", "content_type"),
+    [("huge-json", 502, "application/json"), ("endless-line", 200, "text/event-stream")],  # 64 MiB; a line without end
+)
+def test_an_answer_past_the_bound_is_refused_and_its_upstream_connection_closed(
+    upstream: HostileUpstream,
+    front: Process,
+    session: str,
+    http: httpx.Client,
+    tool: str,
+    status: int,
+    content_type: str,
 ) -> None:
     before = rss(front)
-    body = tool_call("huge-json", session, 8)
-    response = http.post(url(front), json=body, headers={**modern_headers(body), "X-Tag": "huge"})
+    body = tool_call(tool, session, 8)
+    response = http.post(front.url(), json=body, headers={**modern_headers(body), "X-Tag": tool})
     after = rss(front)
-    assert response.status_code == 502
-    assert response.json() == {
-        "jsonrpc": "2.0",
-        "id": 8,
-        "error": {"code": -32603, "message": f"Response too large (limit {MAX_RESPONSE_SIZE} bytes)"},
-    }
-    wait_for(upstream.closed["huge"].is_set, "the upstream seeing its answer refused")
-    assert upstream.sent["huge"] < HUGE
-    print(f"64 MiB JSON: gateway RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB, peak {rss(front, 'VmHWM') / MIB:.0f}")
-
-
-def test_an_event_whose_line_never_ends_is_refused_and_its_upstream_connection_closed(
-    upstream: HostileUpstream, front: Process, session: str, http: httpx.Client
-) -> None:
-    before = rss(front)
-    body = tool_call("endless-line", session, 9)
-    response = http.post(url(front), json=body, headers={**modern_headers(body), "X-Tag": "line"})
-    after = rss(front)
-    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
-    assert messages_of(response) == [
-        {
-            "jsonrpc": "2.0",
-            "id": 9,
-            "error": {"code": -32603, "message": f"Response too large (limit {MAX_RESPONSE_SIZE} bytes)"},
-        }
-    ]
-    wait_for(upstream.closed["line"].is_set, "the upstream seeing its stream cut")
-    print(
-        f"endless line: gateway RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB, peak {rss(front, 'VmHWM') / MIB:.0f}"
-    )
+    assert response.status_code == status and response.headers["content-type"].startswith(content_type)
+    error = {"code": -32603, "message": f"Response too large (limit {MAX_RESPONSE_SIZE} bytes)"}
+    assert messages_of(response) == [{"jsonrpc": "2.0", "id": 8, "error": error}]
+    wait_until(upstream.closed[tool].is_set, "the upstream seeing its answer refused")
+    assert upstream.sent[tool] < HUGE
+    print(f"{tool}: gateway RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB, peak {rss(front, 'VmHWM') / MIB:.0f}")
 
 
 # -- the probe --------------------------------------------------------------------------------------------------
@@ -375,19 +291,19 @@ def test_an_event_whose_line_never_ends_is_refused_and_its_upstream_connection_c
 def test_a_probe_never_answered_ends_at_its_deadline_and_closes_its_upstream_stream(
     upstream: HostileUpstream, http: httpx.Client
 ) -> None:
-    with gateway(upstream.origin + "/silent/mcp", MCP_SESSIONS_PROBE_TIMEOUT="1") as process:
+    with gateway_process([upstream.origin + "/silent/mcp"], environ={"MCP_SESSIONS_PROBE_TIMEOUT": "1"}) as process:
         body = modern_request("sessions/create", id=3)
-        response = http.post(url(process, "/silent/mcp"), json=body, headers={**modern_headers(body), "X-Tag": "late"})
+        response = http.post(process.url("/silent/mcp"), json=body, headers={**modern_headers(body), "X-Tag": "late"})
         assert response.status_code == 504 and response.headers["retry-after"] == "1"
         error = {"code": -32014, "message": "The server did not answer in time"}
         assert response.json() == {"jsonrpc": "2.0", "id": 3, "error": error}
-        wait_for(upstream.closed["late"].is_set, "the upstream seeing the probe end")
+        wait_until(upstream.closed["late"].is_set, "the upstream seeing the probe end")
 
 
 def test_a_client_that_leaves_while_the_probe_waits_ends_the_probe(upstream: HostileUpstream) -> None:
-    with gateway(upstream.origin + "/silent/mcp", MCP_SESSIONS_PROBE_TIMEOUT="600") as process:
+    with gateway_process([upstream.origin + "/silent/mcp"], environ={"MCP_SESSIONS_PROBE_TIMEOUT": "600"}) as process:
         body = modern_request("sessions/create", id=4)
         with socket.create_connection(("127.0.0.1", process.port), timeout=WAIT) as client:
             client.sendall(raw_request(process, "left", "POST", "/silent/mcp", body))
-            wait_for(upstream.opened["left"].is_set, "the probe reaching the upstream")
-        wait_for(upstream.closed["left"].is_set, "the upstream seeing the probe end with its client")
+            wait_until(upstream.opened["left"].is_set, "the probe reaching the upstream")
+        wait_until(upstream.closed["left"].is_set, "the upstream seeing the probe end with its client")

@@ -10,12 +10,10 @@ transport session id (the gateway's or the upstream's) in any attribute of any s
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ import pytest
 from _mcp import jwt_claims, modern_headers, modern_request
 from _otlp import KIND_CLIENT, KIND_SERVER, Exported, Receiver
 from conftest import serve
-from e2e._gateway import MAIN, SECRET, Recorder, legacy_initialize, result_of, started, upstream_server
+from e2e._gateway import MAIN, Recorder, created, gateway_process, legacy_initialize, result_of, upstream_server
 
 SERVICE = "gateway-under-test"
 SESSION_META = "io.modelcontextprotocol/session"
@@ -36,7 +34,7 @@ DOC = MAIN / "docs" / "gateway.md"
 
 
 def command(name: str) -> str:
-    """A console script of this environment (``opentelemetry-instrument``, ``mcp-sessions``)."""
+    """A console script of this environment (``opentelemetry-instrument``)."""
     script = Path(sys.executable).parent / name
     found = str(script) if script.exists() else shutil.which(name)
     if found is None:
@@ -51,8 +49,7 @@ def documented_variables() -> dict[str, str]:
     return dict(re.findall(r"^(OTEL_[A-Z_]+)=(\S+) \\$", recipe, re.M))
 
 
-@contextlib.contextmanager
-def instrumented_gateway(upstream: str, endpoint: str, disabled: str) -> Iterator[Any]:
+def instrumented_gateway(upstream: str, endpoint: str, disabled: str) -> Any:
     """``opentelemetry-instrument mcp-sessions gateway --upstream …`` in a process of its own."""
     environ = {
         **documented_variables(),
@@ -60,18 +57,8 @@ def instrumented_gateway(upstream: str, endpoint: str, disabled: str) -> Iterato
         "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # export within 0.1 s, not 5: the test waits less
         "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": disabled,
-        "MCP_SESSIONS_SECRET": SECRET,
     }
-
-    def line(port: int) -> tuple[list[str], Mapping[str, str]]:
-        gateway = [command("mcp-sessions"), "gateway", "--upstream", upstream, "--port", str(port)]
-        return [command("opentelemetry-instrument"), *gateway, "--log-level", "warning"], environ
-
-    process = started("opentelemetry-instrument mcp-sessions gateway", line)
-    try:
-        yield process
-    finally:
-        process.stop()
+    return gateway_process([upstream], environ=environ, runner=[command("opentelemetry-instrument")])
 
 
 def exported(receiver: Receiver, names: list[str], clients: int) -> list[Exported]:
@@ -106,16 +93,10 @@ def test_opentelemetry_instrument_exports_the_gateways_spans(http: httpx.Client,
         serve(recorder) as upstream,
         instrumented_gateway(upstream + "/mcp", collector, disabled) as gateway,
     ):
-        url = f"http://127.0.0.1:{gateway.port}/mcp"
-        create = modern_request("sessions/create", id=1)
-        created = result_of(http.post(url, json=create, headers=modern_headers(create)), 1)["result"]["session"]
-        token = created["sessionId"]
-        call = modern_request(
-            "tools/call",
-            {"name": "echo", "arguments": {"message": "hi"}},
-            id=2,
-            meta={SESSION_META: {"sessionId": token}},
-        )
+        url = gateway.url()
+        token = created(http, url)
+        meta = {SESSION_META: {"sessionId": token}}
+        call = modern_request("tools/call", {"name": "echo", "arguments": {"message": "hi"}}, id=2, meta=meta)
         answered = result_of(http.post(url, json=call, headers=modern_headers(call)), 2)["result"]
         assert answered["content"][0]["text"] == "hi"
         state = answered.get("_meta", {}).get(SESSION_META, {}).get("state")
