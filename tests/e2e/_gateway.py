@@ -119,14 +119,17 @@ def everything_server() -> Iterator[str]:
 
 @contextlib.contextmanager
 def gateway_process(
-    upstreams: Sequence[str], *arguments: str, environ: Mapping[str, str] | None = None, runner: Sequence[str] = ()
+    upstreams: Sequence[str],
+    *arguments: str,
+    environ: Mapping[str, str] | None = None,
+    program: Sequence[str] = (sys.executable, "-m", "mcp_sessions"),
 ) -> Iterator[Process]:
-    """``mcp-sessions gateway --upstream …`` as its own process (run by ``runner``, ``opentelemetry-instrument``
-    say), its port and its output (``--log-level`` in ``arguments`` overrides the default ``warning``)."""
+    """``mcp-sessions gateway --upstream …`` as its own process (``program``: ``opentelemetry-instrument
+    mcp-sessions`` say), its port and its output (``--log-level`` in ``arguments`` overrides ``warning``)."""
     environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
-        line = [*runner, sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "warning"]
+        line = [*program, "gateway", "--port", str(port), "--log-level", "warning"]
         return [*line, *(item for url in upstreams for item in ("--upstream", url)), *arguments], environ
 
     gateway = started("mcp-sessions gateway", command)

@@ -58,7 +58,9 @@ def instrumented_gateway(upstream: str, endpoint: str, disabled: str) -> Any:
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # export within 0.1 s, not 5: the test waits less
         "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": disabled,
     }
-    return gateway_process([upstream], environ=environ, runner=[command("opentelemetry-instrument")])
+    return gateway_process(
+        [upstream], environ=environ, program=[command("opentelemetry-instrument"), command("mcp-sessions")]
+    )
 
 
 def exported(receiver: Receiver, names: list[str], clients: int) -> list[Exported]:
