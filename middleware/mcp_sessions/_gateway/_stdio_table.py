@@ -45,6 +45,8 @@ MAX_ENDED: Final = 100_000
 RETRY_LATER: Final = {"retryAfter": 1}  # in a refusal answered in-band (HTTP 200): when to try again, in seconds
 _BOUND: Final = "hc-"  # the key of a host conversation bound to its caller
 _REQUEST: Final = "rq-"  # the key of a request's own child
+AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
+"""In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
 
 
 class Children:
@@ -217,17 +219,22 @@ class Children:
         return conversation if transport is not None else await self._ready(conversation)
 
     def _fill(self) -> None:
-        """Start children ahead, up to ``warm`` of them, for requests that name no conversation."""
-        while self.per_request and self._tasks is not None and len(self.warm) < self.warm_count:
-            self.warm.append(self._start(None, "", math.inf, label="warm"))
+        """Start children ahead, up to ``warm`` of them, for requests that name no conversation: once the answer of
+        the request being served is sent (a process start takes a core for most of a second)."""
+
+        def fill() -> None:
+            while self.per_request and self._tasks is not None and len(self.warm) < self.warm_count:
+                self.warm.append(self._start(None, "", math.inf, label="warm"))
+
+        _after_answer(fill)
 
     def answered(self, conversation: Conversation) -> None:
-        """A request's own child, once its answer is sent: ended, or retained for the retry that brings the input it
-        asked for (until that retry, or ``ANSWER_WITHIN``)."""
+        """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
+        that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``)."""
         if conversation.sid is None or not conversation.sid.startswith(_REQUEST):
             return  # a conversation's child, or the shared one: it serves the next request too
         if not conversation.parked:
-            return self._close_soon(conversation, "answered")
+            return _after_answer(partial(self._close_soon, conversation, "answered"))
         for state in conversation.parked:
             self.retained[state] = conversation
         conversation.rounds += 1
@@ -343,6 +350,14 @@ class Children:
             if left <= 0 and (not conversation.calls or conversation.expires_at <= time.time()):
                 return await self.close(conversation, "idle" if conversation.expires_at > time.time() else "expired")
             await anyio.sleep(left if left > 0 else self.idle)
+
+
+def _after_answer(action: Callable[[], None]) -> None:
+    """``action`` once the current request's answer is sent, or now outside a request (or after its answer): what a
+    request leaves to do (stop its own process, refill the pool) takes no CPU from its answer."""
+    if (pending := (REQUEST.get() or {}).get(AFTER_ANSWER)) is None:
+        return action()
+    pending.append(action)
 
 
 def _bound(sid: str, caller: str) -> str:
