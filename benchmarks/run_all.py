@@ -146,7 +146,8 @@ def splice(page: str, name: str, result: dict[str, Any]) -> str:
     at = max(index for index, line in enumerate(verdicts) if line.startswith("| ")) + 1
     verdicts[at:at] = table(["target", "measured", "verdict"], verdict_rows(name, result)).split("\n")[2:]
     before, after = load(result["load_before"]), load(result["load_after"])
-    line = f"| `{script}` | {result['seconds']} s; load {before} before, {after} after |"
+    alone = f"run on its own, {result['machine']['code']}, {result['machine']['date']}"
+    line = f"| `{script}` | {result['seconds']} s; load {before} before, {after} after; {alone} |"
     rest = "\n".join(line if row.startswith(f"| `{script}` |") else row for row in rest.split("\n"))
     first = result["sections"][0]["title"]
     parts = rest.split("\n## ")
