@@ -142,8 +142,10 @@ def splice(page: str, name: str, result: dict[str, Any]) -> str:
     """``page`` with benchmark ``name``'s parts replaced by ``result``'s (see the module), the rest as it was."""
     mark, script = f"<!-- {name} -->", BENCHMARKS[name][0]
     head, _, rest = page.partition("\n## The machine\n")
-    verdicts = [line for line in head.split("\n") if not line.endswith(f"{mark} |")]
-    at = max(index for index, line in enumerate(verdicts) if line.startswith("| ")) + 1
+    lines = head.split("\n")
+    ours = [index for index, line in enumerate(lines) if line.endswith(f"{mark} |")]
+    verdicts = [line for index, line in enumerate(lines) if index not in ours]
+    at = ours[0] if ours else max(index for index, line in enumerate(verdicts) if line.startswith("| ")) + 1
     verdicts[at:at] = table(["target", "measured", "verdict"], verdict_rows(name, result)).split("\n")[2:]
     before, after = load(result["load_before"]), load(result["load_after"])
     alone = f"run on its own, {result['machine']['code']}, {result['machine']['date']}"
