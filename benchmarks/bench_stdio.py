@@ -1,22 +1,27 @@
-"""``mcp-sessions gateway --stdio`` against supergateway 4.0.0 ``--stateful``, on the same stdio server.
+"""``mcp-sessions gateway --stdio`` against supergateway 4.0.0, on the same stdio server, in one run.
 
-Three ways to reach one stdio MCP server (``SERVER`` below: an ``MCPServer`` of the ``mcp`` SDK with an
-``echo`` tool), measured side by side in one run:
+One stdio MCP server (``SERVER`` below: an ``MCPServer`` of the ``mcp`` SDK with an ``echo`` tool) reached
+six ways, a ``tools/call`` each, alternated request by request in a new shuffled order each round:
 
 - ``stdio directly``: this process writes JSON-RPC lines to the server's stdin and reads its stdout: the base;
-- ``mcp-sessions gateway --stdio``: a 2025-11-25 transport session with a process of its own (no data-layer
-  session, as a stock client);
-- ``supergateway --stateful``: a process per 2025-11-25 transport session (``--outputTransport
-  streamableHttp``).
+- our gateway, a 2025-11-25 client: a transport session with a process of its own (no data-layer session);
+- our gateway, a 2026-07-28 request that names no conversation, ``--sessionless per-request``: a process of its
+  own from the warm pool (``--warm 2``), stopped once it is answered;
+- our gateway with ``--sessionless shared``, the same 2026 request: the one shared process;
+- supergateway ``--stateful``, a 2025-11-25 client: a process per transport session;
+- supergateway, the same 2026 request: its 2026-07-28 mode, a process started for each request.
 
-One ``httpx`` client (keep-alive) sends ``tools/call`` requests one at a time, a request to each way per
-round, in a new shuffled order each round (a bounded loop), so that the machine's drift hits them alike. The
-added latency is each gateway's p50 (and p99) minus the direct stdio p50 (p99). Then each gateway opens
-``--conversations`` more conversations (transport sessions), each used once,
-and the growth of the gateway process's own RSS (``VmRSS``, its children excluded) is divided by their number.
+Before each request the machine is let settle, by a condition, bounded: each gateway's pool refilled (every
+process it should hold is running and has answered ``initialize``: the server touches a file when it gets
+``notifications/initialized``) and the processes of answered requests gone. So the per-request rows are taken
+at a rate the pool keeps up with, which the run reports; a process start is its ceiling. Two more measures:
+a new conversation (a 2026 ``sessions/create``, a 2025 ``initialize`` and the first call after it), its time
+against a call's; and the most calls a second each sessionless mode sustains, unpaced, ``--clients`` at once.
+Last, each gateway opens ``--conversations`` more (transport sessions), each used once, and the growth of the
+gateway process's own RSS (``VmRSS``, its children excluded) is divided by their number.
 
     python benchmarks/bench_stdio.py                  # full run
-    python benchmarks/bench_stdio.py --rounds 5000    # more rounds, for a surer p50
+    python benchmarks/bench_stdio.py --rounds 500     # more rounds, for a surer p50
     python benchmarks/bench_stdio.py --quick          # a few rounds: the tests check it runs
     python benchmarks/bench_stdio.py --json out.json  # also write the numbers
 
@@ -28,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import socket
@@ -36,8 +40,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -52,12 +57,22 @@ SECRET = "bench-stdio-secret-bench-stdio-secret-0123456"
 SESSION_KEY = "io.modelcontextprotocol/session"
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
-OURS = "mcp-sessions gateway --stdio"
-PER_REQUEST = f"{OURS}, 2026 request, --sessionless per-request"
-SHARED = f"{OURS} --sessionless shared, 2026 request"
+OURS = "mcp-sessions gateway --stdio, 2025 client"
+PER_REQUEST = "mcp-sessions gateway --stdio, 2026 request, --sessionless per-request"
+SHARED = "mcp-sessions gateway --stdio --sessionless shared, 2026 request"
+THEIRS = f"supergateway {SUPERGATEWAY_VERSION} --stateful, 2025 client"
+THEIRS_MODERN = f"supergateway {SUPERGATEWAY_VERSION}, 2026 request (a process per request)"
+CREATE = "sessions/create (2026)"
+INITIALIZE = "initialize (2025)"
+FIRST_CALL = "the first tools/call after a 2025 initialize"
 HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 START_TIMEOUT = 30.0
+SETTLE_TIMEOUT = 30.0  # how long the machine may take to settle between two requests
+READY_DIR = "BENCH_STDIO_READY"  # where the server says it is initialized: a file named by its pid
 SERVER = """
+import os
+from pathlib import Path
+
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("bench-stdio")
@@ -68,6 +83,16 @@ def echo(message: str) -> str:
     return message
 
 
+async def fresh(ctx, call_next):  # the benchmark's pacing: a file while this process is initialized and unused
+    if ctx.method == "tools/call" and (ready := os.environ.get("BENCH_STDIO_READY")):
+        Path(ready, str(os.getpid())).unlink(missing_ok=True)
+    result = await call_next(ctx)
+    if ctx.method == "notifications/initialized" and (ready := os.environ.get("BENCH_STDIO_READY")):
+        Path(ready, str(os.getpid())).touch()
+    return result
+
+
+server.middleware.append(fresh)
 server.run("stdio")
 """
 
@@ -85,6 +110,41 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def children(parent: int) -> set[int]:
+    """The pids of ``parent``'s children, from ``/proc``."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rpartition(")")[2].split()[1]) == parent:
+                found.add(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+class Settled:
+    """Whether a gateway holds ``count`` processes, at least ``fresh`` of them initialized and unused (their files
+    in ``ready``): its pool refilled, and the process of an answered request gone."""
+
+    def __init__(self, pid: int, count: int, ready: Path | None = None, fresh: int = 0) -> None:
+        self.pid, self.count, self.ready, self.fresh = pid, count, ready, fresh
+
+    def __call__(self) -> bool:
+        held = children(self.pid)
+        ready = sum((self.ready / str(pid)).exists() for pid in held) if self.ready is not None else 0
+        return len(held) == self.count and ready >= self.fresh
+
+
+def settle(conditions: list[Settled]) -> None:
+    """Wait until every gateway has settled (bounded): its pool refilled, its answered requests' processes gone."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while not all(condition() for condition in conditions):
+        if time.monotonic() > deadline:
+            held = {condition.pid: sorted(children(condition.pid)) for condition in conditions}
+            raise RuntimeError(f"the gateways did not settle within {SETTLE_TIMEOUT:g} s: {held}")
+        time.sleep(0.005)
 
 
 @contextmanager
@@ -131,24 +191,32 @@ def result_of(response: httpx.Response) -> dict[str, Any]:
     return result
 
 
+def elapsed_ms(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return (time.perf_counter() - started) * 1000
+
+
+ECHO: dict[str, Any] = {"name": "echo", "arguments": {"message": "hi"}}
+
+
 class Conversation:
     """A 2025-11-25 transport session at ``url`` (and, with ``sessions``, a data-layer session in it)."""
 
-    def __init__(self, http: httpx.Client, url: str, *, sessions: bool) -> None:
+    def __init__(self, http: httpx.Client, url: str, *, sessions: bool = False) -> None:
         self.http, self.url, self.id = http, url, 0
-        body = {
-            "protocolVersion": LEGACY,
-            "capabilities": {},
-            "clientInfo": {"name": "bench-stdio", "version": "1"},
-        }
-        answer = http.post(url, json=self.body("initialize", body), headers=HEADERS)
-        result_of(answer)
-        self.headers = {**HEADERS, "Mcp-Session-Id": answer.headers["mcp-session-id"], "Mcp-Protocol-Version": LEGACY}
+        self.opened_ms = elapsed_ms(self.initialize)  # the answer to initialize, with its Mcp-Session-Id
         http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=self.headers)
         self.meta: dict[str, Any] = {}
         if sessions:
             created = self.request("sessions/create", {})
             self.meta = {SESSION_KEY: {"sessionId": created["session"]["sessionId"]}}
+
+    def initialize(self) -> None:
+        body = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "bench-stdio", "version": "1"}}
+        answer = self.http.post(self.url, json=self.body("initialize", body), headers=HEADERS)
+        result_of(answer)
+        self.headers = {**HEADERS, "Mcp-Session-Id": answer.headers["mcp-session-id"], "Mcp-Protocol-Version": LEGACY}
 
     def body(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         self.id += 1
@@ -157,27 +225,58 @@ class Conversation:
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         return result_of(self.http.post(self.url, json=self.body(method, params), headers=self.headers))
 
-    def call(self) -> None:
-        params: dict[str, Any] = {"name": "echo", "arguments": {"message": "hi"}}
-        if self.meta:
-            params["_meta"] = self.meta
+    def call(self) -> float:
+        params = {**ECHO, "_meta": self.meta} if self.meta else ECHO
+        started = time.perf_counter()
         result = self.request("tools/call", params)
         assert result["content"][0]["text"] == "hi", result
+        return (time.perf_counter() - started) * 1000
+
+    def close(self) -> None:
+        self.http.delete(self.url, headers=self.headers)
+
+
+class Initialize:
+    """A new 2025 conversation each time: its ``initialize`` timed, then its first ``tools/call`` (kept in
+    ``first_calls``), then its ``DELETE``."""
+
+    def __init__(self, http: httpx.Client, url: str) -> None:
+        self.http, self.url, self.first_calls = http, url, list[float]()
+
+    def call(self) -> float:
+        conversation = Conversation(self.http, self.url)
+        self.first_calls.append(conversation.call())
+        conversation.close()
+        return conversation.opened_ms
 
 
 class Modern:
-    """2026-07-28 ``tools/call`` requests at ``url`` that name no conversation (a stock 2026 client's)."""
+    """2026-07-28 requests at ``url`` that name no conversation (a stock 2026 client's): ``tools/call`` by
+    :meth:`call`; a new data-layer session by :meth:`create`, timed, then deleted."""
 
     def __init__(self, http: httpx.Client, url: str) -> None:
         self.http, self.url = http, url
-        self.headers = {**HEADERS, "Mcp-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
 
-    def call(self) -> None:
-        meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
-        params = {"name": "echo", "arguments": {"message": "hi"}, "_meta": meta}
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
-        result = result_of(self.http.post(self.url, json=body, headers=self.headers))
+    def post(self, method: str, params: dict[str, Any], **meta: Any) -> dict[str, Any]:
+        headers = {**HEADERS, "Mcp-Protocol-Version": MODERN, "Mcp-Method": method}
+        if method == "tools/call":
+            headers["Mcp-Name"] = params["name"]
+        envelope = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": {**envelope, **meta}}}
+        return result_of(self.http.post(self.url, json=body, headers=headers))
+
+    def call(self) -> float:
+        started = time.perf_counter()
+        result = self.post("tools/call", ECHO)
         assert result["content"][0]["text"] == "hi", result
+        return (time.perf_counter() - started) * 1000
+
+    def create(self) -> float:
+        started = time.perf_counter()
+        session = self.post("sessions/create", {})["session"]
+        took = (time.perf_counter() - started) * 1000
+        self.post("sessions/delete", {}, **{SESSION_KEY: {"sessionId": session["sessionId"]}})
+        return took
 
 
 class Direct:
@@ -206,8 +305,8 @@ class Direct:
                 result: dict[str, Any] = message["result"]
                 return result
 
-    def call(self) -> None:
-        self.ask("tools/call", {"name": "echo", "arguments": {"message": "hi"}})
+    def call(self) -> float:
+        return elapsed_ms(lambda: self.ask("tools/call", ECHO))
 
     def close(self) -> None:
         assert self.child.stdin is not None
@@ -220,158 +319,290 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def run(rounds: int, conversations: int, every: float) -> dict[str, Any]:
+def ceiling(url: str, clients: int, seconds: float) -> dict[str, float]:
+    """The most 2026 ``tools/call``s a second ``url`` answers, unpaced: ``clients`` threads back to back for
+    ``seconds`` (each a bounded loop); the calls refused (a limit) are counted apart."""
+    counts, refused = [0] * clients, [0] * clients
+
+    def client(index: int) -> None:
+        with httpx.Client(timeout=60) as http:
+            modern, deadline = Modern(http, url), time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                try:
+                    modern.call()
+                    counts[index] += 1
+                except (RuntimeError, httpx.HTTPStatusError):
+                    refused[index] += 1
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=client, args=(index,)) for index in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    took = time.monotonic() - started
+    return {"calls": sum(counts), "refused": sum(refused), "seconds": took, "per_second": sum(counts) / took}
+
+
+def gateways(work: Path, command: list[str], limit: int) -> dict[str, tuple[list[str], int, dict[str, str]]]:
+    """Each gateway's command, port and environment: ours (``--sessionless per-request``, ``--warm 2``, the
+    default), ours with ``--sessionless shared``, and supergateway ``--stateful`` (its 2026 mode too)."""
     node = shutil.which("node")
     if node is None or not SUPERGATEWAY.exists():
         raise SystemExit(f"node and {SUPERGATEWAY.relative_to(ROOT)} are needed: run scripts/system-deps.sh")
-    work = Path(tempfile.mkdtemp(prefix="bench-stdio-"))
-    server = work / "server.py"
-    server.write_text(SERVER)
-    command = [sys.executable, str(server)]
-    ours_port, theirs_port, shared_port = free_port(), free_port(), free_port()
+    ports = {name: free_port() for name in ("ours", "shared", "theirs")}
+    (work / "ready").mkdir()
     # Neither gateway writes a log line per request: ours at warning (no access log), supergateway at none.
-    ours_argv = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(ours_port), "--log-level", "warning"]
-    limit = str(conversations + 1)  # one caller opens them all
-    ours_argv += ["--max-processes", limit, "--max-processes-per-principal", limit, "--stdio", " ".join(command)]
-    shared_argv = [*ours_argv[:4], "--port", str(shared_port), *ours_argv[6:]]
-    shared_argv[-2:-2] = ["--sessionless", "shared"]
-    theirs_argv = [node, str(SUPERGATEWAY), "--stdio", " ".join(command), "--outputTransport", "streamableHttp"]
-    theirs_argv += ["--stateful", "--port", str(theirs_port), "--logLevel", "none"]
+    limits = ["--max-processes", str(limit), "--max-processes-per-principal", str(limit)]
+    ours = [sys.executable, "-m", "mcp_sessions", "gateway", "--log-level", "warning", *limits]
     secret = {"MCP_SESSIONS_SECRET": SECRET}
+    theirs = [node, str(SUPERGATEWAY), "--stdio", " ".join(command), "--outputTransport", "streamableHttp"]
+    return {
+        "ours": (
+            [*ours, "--port", str(ports["ours"]), "--stdio", " ".join(command)],
+            ports["ours"],
+            {**secret, READY_DIR: str(work / "ready")},
+        ),
+        "shared": (
+            [*ours, "--port", str(ports["shared"]), "--sessionless", "shared", "--stdio", " ".join(command)],
+            ports["shared"],
+            secret,
+        ),
+        "theirs": ([*theirs, "--stateful", "--port", str(ports["theirs"]), "--logLevel", "none"], ports["theirs"], {}),
+    }
+
+
+def interleaved(ways: dict[str, Callable[[], float]], rounds: int, settled: list[Settled]) -> dict[str, list[float]]:
+    """Each way once a round, in a new shuffled order each round, the machine settled before each request."""
+    timings: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(rounds):
+        order = list(ways.items())
+        random.shuffle(order)
+        for name, way in order:
+            settle(settled)
+            timings[name].append(way())
+    return timings
+
+
+def run(rounds: int, conversations: int, clients: int, seconds: float) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="bench-stdio-"))
+    (work / "server.py").write_text(SERVER)
+    command = [sys.executable, str(work / "server.py")]
+    argv = gateways(work, command, conversations + clients + 4)
     with (
-        process(ours_argv, ours_port, secret, work / "ours.log") as ours,
-        process(theirs_argv, theirs_port, {}, work / "theirs.log") as theirs,
-        process(shared_argv, shared_port, secret, work / "shared.log"),
-        httpx.Client(timeout=30) as http,
+        process(*argv["ours"], work / "ours.log") as ours,
+        process(*argv["theirs"], work / "theirs.log") as theirs,
+        process(*argv["shared"], work / "shared.log"),
+        httpx.Client(timeout=60) as http,
     ):
-        ours_url, theirs_url = f"http://127.0.0.1:{ours_port}/mcp", f"http://127.0.0.1:{theirs_port}/mcp"
+        url = {name: f"http://127.0.0.1:{port}/mcp" for name, (_, port, _) in argv.items()}
         direct = Direct(command)
-        ways: dict[str, Any] = {
-            "stdio directly": direct,
-            OURS: Conversation(http, ours_url, sessions=False),
-            f"supergateway {SUPERGATEWAY_VERSION} --stateful": Conversation(http, theirs_url, sessions=False),
-            PER_REQUEST: Modern(http, ours_url),
-            SHARED: Modern(http, f"http://127.0.0.1:{shared_port}/mcp"),
+        initialize, per_request = Initialize(http, url["ours"]), Modern(http, url["ours"])
+        paced: list[float] = []  # when each per-request call was sent
+
+        def own_process() -> float:
+            paced.append(time.monotonic())
+            return per_request.call()
+
+        ways: dict[str, Callable[[], float]] = {
+            "stdio directly": direct.call,
+            OURS: Conversation(http, url["ours"]).call,
+            THEIRS: Conversation(http, url["theirs"]).call,
+            PER_REQUEST: own_process,
+            SHARED: Modern(http, url["shared"]).call,
+            THEIRS_MODERN: Modern(http, url["theirs"]).call,
+            CREATE: per_request.create,
+            INITIALIZE: initialize.call,
         }
-        for way in ways.values():  # warm up: imports, first calls
-            for _ in range(5):
-                way.call()
-        timings: dict[str, list[float]] = {name: [] for name in ways}
-        last = 0.0  # a request's own process is taken from the warm pool: at most one each `every` seconds
-        for _ in range(rounds):
-            order = list(ways.items())
-            random.shuffle(order)
-            for name, way in order:
-                if name == PER_REQUEST and time.monotonic() - last < every:
-                    continue
-                last = time.monotonic() if name == PER_REQUEST else last
-                started = time.perf_counter()
-                way.call()
-                timings[name].append((time.perf_counter() - started) * 1000)
+        # ours: the shared process, the 2025 client's (used) and the warm pool (fresh); supergateway: the 2025 client's
+        settled = [Settled(ours.pid, 4, work / "ready", fresh=3), Settled(theirs.pid, 1)]
+        interleaved(ways, min(2, rounds), settled)  # warm up: imports, first calls
+        del paced[:], initialize.first_calls[:]
+        timings = interleaved(ways, rounds, settled)
+        timings[FIRST_CALL] = initialize.first_calls
         direct.close()
+        most = {}
+        for name, target in ((PER_REQUEST, url["ours"]), (SHARED, url["shared"]), (THEIRS_MODERN, url["theirs"])):
+            settle(settled)
+            most[name] = ceiling(target, clients, seconds)
         memory = {}
-        for name, pid, url, sessions in (
-            ("mcp-sessions gateway --stdio", ours.pid, ours_url, False),
-            (f"supergateway {SUPERGATEWAY_VERSION} --stateful", theirs.pid, theirs_url, False),
-        ):
+        for name, pid, target in ((OURS, ours.pid, url["ours"]), (THEIRS, theirs.pid, url["theirs"])):
             before = rss_kib(pid)
-            held = [Conversation(http, url, sessions=sessions) for _ in range(conversations)]
-            for conversation in held:
+            for conversation in [Conversation(http, target) for _ in range(conversations)]:
                 conversation.call()
             memory[name] = (rss_kib(pid) - before) / conversations
+    shutil.rmtree(work, ignore_errors=True)
+    return summary(timings, memory, most, paced, rounds=rounds, conversations=conversations)
+
+
+def summary(
+    timings: dict[str, list[float]],
+    memory: dict[str, float],
+    most: dict[str, dict[str, float]],
+    paced: list[float],
+    **sizes: int,
+) -> dict[str, Any]:
     base = timings["stdio directly"]
-    results: dict[str, Any] = {
-        "rounds": rounds,
-        "conversations": conversations,
-        "per_request_every_s": every,
-        "machine": {"cpus": os.cpu_count(), "load": os.getloadavg(), "python": platform.python_version()},
-        "ways": {},
-    }
+    ways: dict[str, dict[str, float | None]] = {}
     for name, values in timings.items():
-        entry: dict[str, float | None] = {"p50_ms": statistics.median(values), "p99_ms": percentile(values, 0.99)}
+        entry: dict[str, float | None] = {"calls": len(values)}
+        entry |= {"p50_ms": statistics.median(values), "p99_ms": percentile(values, 0.99)}
         if name != "stdio directly":
             entry["added_p50_ms"] = statistics.median(values) - statistics.median(base)
             entry["added_p99_ms"] = percentile(values, 0.99) - percentile(base, 0.99)
             entry["rss_kib_per_conversation"] = memory.get(name)
-            entry["calls"] = len(values)
-        results["ways"][name] = entry
-    shutil.rmtree(work, ignore_errors=True)
-    return results
+        ways[name] = entry
+    rate = (len(paced) - 1) / (paced[-1] - paced[0]) if len(paced) > 1 and paced[-1] > paced[0] else 0.0
+    return {**sizes, "per_request_paced_per_s": rate, "ways": ways, "ceiling": most}
 
 
 TEXT = (
-    "What `mcp-sessions gateway --stdio` adds to a 2025-11-25 `tools/call` (an `echo` tool of an `MCPServer` over"
-    " stdio), against the same server over its own stdio from the client's process and against supergateway"
-    f" {SUPERGATEWAY_VERSION} `--stateful --outputTransport streamableHttp` (a process per transport session):"
-    " one request at a time, the three alternated request by request in a new shuffled order each round. Then each"
-    " gateway opens more conversations (ours: a session each; supergateway: a transport session each), each used"
+    "What `mcp-sessions gateway --stdio` adds to a `tools/call` (an `echo` tool of an `MCPServer` over stdio),"
+    " against the same server over its own stdio from the client's process and against supergateway"
+    f" {SUPERGATEWAY_VERSION} (`--stateful --outputTransport streamableHttp`: a process per 2025 transport session,"
+    " and in its 2026-07-28 mode a process started for each request): one request at a time, every row alternated"
+    " request by request in a new shuffled order each round. Before each request the machine settles, by a"
+    " condition (bounded): each gateway holds the processes it should, each initialized (the server touches a file"
+    " at `notifications/initialized`), and the processes of answered requests are gone. So a per-request row is"
+    " taken at a rate its pool keeps up with (the rate is in the verdict): a process start is its ceiling, the"
+    " last table. The 2025 client has a transport session and no data-layer session, as a stock client; the 2026"
+    " requests name no conversation. Then each gateway opens more conversations (transport sessions), each used"
     " once: KiB/conversation is the growth of the gateway process's own resident memory (`VmRSS`, its child"
-    ' processes excluded) over their number ("shrank": the process gave back more than the conversations took,'
-    " as node's collector may). Neither gateway writes a log line per request (ours `--log-level"
-    " warning`, supergateway `--logLevel none`). The gateway's path is longer than supergateway's: the session work,"
-    " then the `mcp` SDK's own server (a 2025-11-25 transport session, answers as event streams) and an MCP client"
-    " link to the process; supergateway relays JSON-RPC messages between the HTTP transport and the pipe."
-    " Two more rows: a 2026-07-28 `tools/call` naming no conversation, to our gateway (a process of its own per"
-    " request, from `--warm 2` started ahead: at most one such request each `--every` seconds, since a process"
-    " start is the pool's ceiling) and to one with `--sessionless shared`."
+    ' processes excluded) over their number ("shrank": the process gave back more than the conversations took, as'
+    " node's collector may). Neither gateway writes a log line per request (ours `--log-level warning`,"
+    " supergateway `--logLevel none`)."
+)
+OPEN_TEXT = (
+    "A new conversation through `mcp-sessions gateway --stdio` (its default `--warm 2`), alternated with the rows"
+    " above: a 2026 `sessions/create` (timed to its answer; then `sessions/delete`), a 2025 `initialize` (timed to"
+    " its answer, which carries the transport session's id; then `notifications/initialized`), and the first"
+    " `tools/call` of that 2025 conversation (the process may still be starting), then its `DELETE`. The ratio is"
+    " to the added p50 of a 2025 client's `tools/call` in the table above."
+)
+CEILING_TEXT = (
+    "The most 2026 `tools/call`s (naming no conversation) a second each gateway answers, unpaced: {clients} clients"
+    " back to back for {seconds:g} s. With `--sessionless per-request` each call takes a process of its own: once"
+    " the warm pool is empty, a call waits for a process to start (an `MCPServer` imports the `mcp` SDK: most of a"
+    " second of CPU), so the machine's process starts are the ceiling."
 )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=1000, help="measured requests to each way")
-    parser.add_argument("--conversations", type=int, default=16, help="conversations opened for the memory figure")
-    parser.add_argument(
-        "--every", type=float, default=1.0, help="seconds between per-request calls: the warm pool's refill rate"
-    )
-    parser.add_argument("--quick", action="store_true", help="a few rounds and conversations: it runs")
-    parser.add_argument("--json", help="also write the results to this file")
-    args = parser.parse_args()
-    began = (time.monotonic(), load_average())
-    rounds, conversations = (20, 2) if args.quick else (args.rounds, args.conversations)
-    results = run(rounds, conversations, 0.2 if args.quick else args.every)
+def tables(results: dict[str, Any], clients: int, seconds: float) -> list[dict[str, Any]]:
+    ways = results["ways"]
     rows = []
-    for name, entry in results["ways"].items():
+    for name, entry in ways.items():
+        if name in (CREATE, INITIALIZE, FIRST_CALL):
+            continue
         added = [entry.get(key) for key in ("added_p50_ms", "added_p99_ms")]
         memory = entry.get("rss_kib_per_conversation")
         rows.append(
             [
                 name,
+                str(entry["calls"]),
                 f"{entry['p50_ms']:.1f}",
                 f"{entry['p99_ms']:.1f}",
                 *("-" if value is None else f"{value:+.1f}" for value in added),
                 "-" if memory is None else f"{memory:.0f}" if memory >= 0 else "n/a (shrank)",
             ]
         )
-    ours = results["ways"][OURS]["added_p50_ms"]
-    per_request, shared = (results["ways"][name]["added_p50_ms"] for name in (PER_REQUEST, SHARED))
-    theirs = results["ways"][f"supergateway {SUPERGATEWAY_VERSION} --stateful"]["added_p50_ms"]
-    text = f"{TEXT} {rounds} rounds, {conversations} conversations."
-    header = ["way", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "KiB/conversation"]
+    call = ways[OURS]["added_p50_ms"]
+    opening = [
+        [
+            name,
+            str(ways[name]["calls"]),
+            f"{ways[name]['p50_ms']:.1f}",
+            f"{ways[name]['p99_ms']:.1f}",
+            f"{ways[name]['p50_ms'] / call:.1f}x" if call > 0 else "n/a",
+        ]
+        for name in (CREATE, INITIALIZE, FIRST_CALL)
+    ]
+    most = [
+        [name, f"{entry['calls']:.0f}", f"{entry['refused']:.0f}", f"{entry['per_second']:.1f}"]
+        for name, entry in results["ceiling"].items()
+    ]
+    header = ["way", "calls", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "KiB/conversation"]
+    text = f"{TEXT} {results['rounds']} rounds, {results['conversations']} conversations."
+    return [
+        section("stdio servers", text, header, rows),
+        section(
+            "stdio servers: a new conversation",
+            OPEN_TEXT,
+            ["what", "count", "p50 ms", "p99 ms", "p50 / a call's added p50"],
+            opening,
+        ),
+        section(
+            "stdio servers: the most sessionless calls a second",
+            CEILING_TEXT.format(clients=clients, seconds=seconds),
+            ["way", "calls", "refused", "calls/s"],
+            most,
+        ),
+    ]
+
+
+def verdicts(results: dict[str, Any]) -> list[dict[str, str]]:
+    ways = results["ways"]
+    ours, theirs, per_request, shared = (ways[name]["added_p50_ms"] for name in (OURS, THEIRS, PER_REQUEST, SHARED))
+    call, rate = ours, results["per_request_paced_per_s"]
+    most = {name: entry["per_second"] for name, entry in results["ceiling"].items()}
+    judged = [
+        verdict(
+            "a 2025 client's `tools/call` through `mcp-sessions gateway --stdio` adds at most 1.25x what supergateway"
+            f" {SUPERGATEWAY_VERSION} `--stateful` adds (p50, the same stdio server)",
+            f"the gateway +{ours:.1f} ms, supergateway +{theirs:.1f} ms over the server's own stdio",
+            ours <= 1.25 * theirs,
+            f"{ours / theirs:.2f}x supergateway's" if theirs > 0 else "supergateway added nothing",
+        ),
+        verdict(
+            "a 2026 request's own process (`--sessionless per-request`, from the warm pool, at a rate the pool keeps"
+            " up with) adds at most 1.5x what the shared process adds (p50)",
+            f"per-request +{per_request:.1f} ms (one call each {1 / rate:.1f} s on average), shared +{shared:.1f} ms"
+            if rate > 0
+            else f"per-request +{per_request:.1f} ms, shared +{shared:.1f} ms",
+            per_request <= 1.5 * shared,
+            f"{per_request / shared:.2f}x the shared process's" if shared > 0 else "the shared process added nothing",
+        ),
+        verdict(
+            "the most `--sessionless per-request` calls a second the gateway sustains, beside the shared process's",
+            f"per-request {most[PER_REQUEST]:.1f}/s, shared {most[SHARED]:.1f}/s, supergateway's 2026 mode"
+            f" {most[THEIRS_MODERN]:.1f}/s",
+            None,
+            "reported: a process start is the per-request ceiling",
+        ),
+    ]
+    first = ways[FIRST_CALL]["p50_ms"]
+    for name, then in ((CREATE, ""), (INITIALIZE, f"; its first `tools/call` then {first:.1f} ms")):
+        took = ways[name]["p50_ms"]
+        judged.append(
+            verdict(
+                f"a new conversation's `{name.split()[0]}` answers in at most 3x a `tools/call`'s added p50 (the warm"
+                " pool on)",
+                f"{name} {took:.1f} ms{then}, a 2025 client's call +{call:.1f} ms (p50)",
+                took <= 3 * call,
+                f"{took / call:.1f}x" if call > 0 else "a call added nothing",
+            )
+        )
+    return judged
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=80, help="measured requests to each way")
+    parser.add_argument("--conversations", type=int, default=16, help="conversations opened for the memory figure")
+    parser.add_argument("--clients", type=int, default=4, help="clients at once for the most calls a second")
+    parser.add_argument("--seconds", type=float, default=5.0, help="how long each gateway's most calls a second")
+    parser.add_argument("--quick", action="store_true", help="a few rounds and conversations: it runs")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    began = (time.monotonic(), load_average())
+    rounds, conversations, seconds = (2, 2, 1.0) if args.quick else (args.rounds, args.conversations, args.seconds)
+    results = run(rounds, conversations, args.clients, seconds)
     finish(
         "stdio",
         args.json,
         args.quick,
         began,
-        [section("stdio servers", text, header, rows)],
-        [
-            verdict(
-                "`mcp-sessions gateway --stdio` adds to a `tools/call` at most what supergateway"
-                f" {SUPERGATEWAY_VERSION} `--stateful` adds (p50, the same stdio server)",
-                f"the gateway +{ours:.1f} ms, supergateway +{theirs:.1f} ms over the server's own stdio",
-                ours <= theirs,
-                f"{ours / theirs:.2f}x supergateway's" if theirs > 0 else "supergateway added nothing",
-            ),
-            verdict(
-                "a 2026 request's own process (`--sessionless per-request`, from the warm pool, one request each"
-                f" {results['per_request_every_s']:g} s) adds at most 1.5x what the shared process adds (p50)",
-                f"per-request +{per_request:.1f} ms, shared +{shared:.1f} ms",
-                per_request <= 1.5 * shared,
-                f"{per_request / shared:.2f}x the shared process's"
-                if shared > 0
-                else "the shared process added nothing",
-            ),
-        ],
+        tables(results, args.clients, seconds),
+        verdicts(results),
         **results,
     )
 

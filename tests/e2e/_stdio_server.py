@@ -3,8 +3,8 @@
 Its tools say which process answers (its pid and ``MCP_SESSION_ID``, and which ``MCP_SESSIONS_*`` variables it
 got), count in memory, keep a file per process, send progress, ask the client for sampling and elicitation, write
 to stderr, start a process of their own, send notifications tied to no request, ask for the client's roots, write
-an endless stdout line, and crash on demand. ``--stubborn``: it ignores SIGTERM and its stdin's end (only
-SIGKILL ends it), as a careless server may.
+an endless stdout line, hold their answer until told, and crash on demand. ``--stubborn``: it ignores SIGTERM and
+its stdin's end (only SIGKILL ends it), as a careless server may.
 """
 
 from __future__ import annotations
@@ -130,6 +130,19 @@ def endless() -> str:
     chunk = b"x" * 65536
     while True:
         os.write(WIRE, chunk)
+
+
+@server.tool()
+def hold() -> str:
+    """Says it is running (the file ``held`` in ``STDIO_TEST_FILES``), then answers once the file ``go`` is there
+    (within 30 s)."""
+    files = os.environ["STDIO_TEST_FILES"]
+    open(os.path.join(files, "held"), "w").close()
+    for _ in range(600):
+        if os.path.exists(os.path.join(files, "go")):
+            break
+        time.sleep(0.05)
+    return "held"
 
 
 @server.tool()

@@ -64,10 +64,27 @@ def test_run_all_puts_every_section_and_verdict_on_the_page(kept: Path, tmp_path
             assert f"\n## {part['title']}\n" in text
             assert f"| {' | '.join(part['rows'][0])} |" in text
         for verdict in result["verdicts"]:
-            assert f"| {verdict['target']} | {verdict['measured']} | {verdict['verdict']} |" in verdicts
+            assert f"| {verdict['target']} | {verdict['measured']} | {verdict['verdict']} <!-- {name} --> |" in verdicts
         assert f"| `bench_{name}.py` | " in text  # its duration and load, in the machine table
     assert all(headline in verdicts for headline in HEADLINES)
     assert "| not run | `bench_gateway.py`" in text  # a benchmark without results: the page says so
+
+
+def test_run_all_only_replaces_one_benchmarks_parts_of_the_page(kept: Path, tmp_path: Path) -> None:
+    """``--only NAME``: NAME's verdict rows, machine line and sections replaced, every other line as it was."""
+    page, fresh = tmp_path / "performance.md", tmp_path / "fresh"
+    run("run_all.py", "--from", str(kept), "--write", str(page))
+    before = page.read_text()
+    run("run_all.py", "--only", "sse", "--from", str(kept), "--write", str(page))  # the same results again
+    kept_lines = [line for line in page.read_text().split("\n") if "`bench_sse.py`" not in line]
+    assert kept_lines == [line for line in before.split("\n") if "`bench_sse.py`" not in line]
+    result = json.loads((kept / "sse.json").read_text())
+    old = result["verdicts"][0]["measured"]
+    result["verdicts"][0]["measured"] = "measured again"
+    fresh.mkdir()
+    (fresh / "sse.json").write_text(json.dumps(result))
+    run("run_all.py", "--only", "sse", "--from", str(fresh), "--write", str(page))
+    assert "| measured again |" in page.read_text() and f"| {old} |" not in page.read_text()
 
 
 def test_run_all_quick_runs_every_benchmark(tmp_path: Path) -> None:

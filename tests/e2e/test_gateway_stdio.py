@@ -540,17 +540,22 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
-    assert [part["title"] for part in report["sections"]] == ["stdio servers"] and len(report["verdicts"]) == 2
+    assert len(report["sections"]) == 3 and len(report["verdicts"]) == 5
     ways = report["ways"]
     assert set(ways) == {
         "stdio directly",
-        "mcp-sessions gateway --stdio",
-        "supergateway 4.0.0 --stateful",
+        "mcp-sessions gateway --stdio, 2025 client",
+        "supergateway 4.0.0 --stateful, 2025 client",
         "mcp-sessions gateway --stdio, 2026 request, --sessionless per-request",
         "mcp-sessions gateway --stdio --sessionless shared, 2026 request",
+        "supergateway 4.0.0, 2026 request (a process per request)",
+        "sessions/create (2026)",
+        "initialize (2025)",
+        "the first tools/call after a 2025 initialize",
     }
-    for name in ("mcp-sessions gateway --stdio", "supergateway 4.0.0 --stateful"):
+    for name in ("mcp-sessions gateway --stdio, 2025 client", "supergateway 4.0.0 --stateful, 2025 client"):
         assert {"p50_ms", "p99_ms", "added_p50_ms", "added_p99_ms", "rss_kib_per_conversation"} <= set(ways[name])
+    assert len(report["ceiling"]) == 3 and report["per_request_paced_per_s"] > 0
     assert "mcp-sessions gateway --stdio" in done.stdout
 
 

@@ -16,6 +16,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -260,8 +261,10 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation(tmp_path: Path
         )
         result_of(http.post(url, json=body, headers=modern_headers(body)), 1)
         assert elicit(http, url, {})["resultType"] == "input_required"
-        pids = children_of(process.process.pid)
-        assert len(pids) >= 7  # the shared process, two ahead, and the four above
+        # the shared process, two ahead (each one taken is replaced once its request's answer is sent), the four above
+        parent = process.process.pid
+        until(lambda: len(children_of(parent)) >= 7)
+        pids = children_of(parent)
         process.process.send_signal(signal.SIGTERM)
         process.process.wait(timeout=15)
         until(lambda: not any(Path(f"/proc/{pid}").exists() and not zombie(pid) for pid in pids))
@@ -283,6 +286,22 @@ def zombie(pid: int) -> bool:
     with contextlib.suppress(OSError):
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
     return True
+
+
+def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(tmp_path: Path) -> None:
+    """No process starts while a request that names no conversation is being answered (a start takes a core for
+    most of a second): the pool is refilled, and the answered process stopped, once the answer is sent."""
+    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http, ThreadPoolExecutor(1) as pool:
+        ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
+        until(lambda: len(ours()) == 3)  # the shared process and two started ahead
+        before = ours()
+        held = pool.submit(call, http, url, "hold", {}, {})
+        until((tmp_path / "held").exists)
+        during = ours()
+        (tmp_path / "go").touch()
+        assert held.result()["content"][0]["text"] == "held"
+        until(lambda: len(now := ours()) == 3 and not now <= before)
+    assert during == before  # the request's process was one of those started ahead, and none started since
 
 
 def test_a_2026_call_with_arguments_takes_one_process(tmp_path: Path) -> None:
@@ -312,6 +331,8 @@ def test_a_new_conversation_takes_a_process_started_before_it(kind: str, tmp_pat
             assert seen[-1]["pid"] in before
 
     assert len({found["pid"] for found in seen}) == len({found["session"] for found in seen} - {None}) == 2
+
+
 async def test_server_filesystem_fails_no_first_call_of_a_hundred_stock_clients(tmp_path: Path) -> None:
     """server-filesystem asks its client's roots as soon as it is initialized, before any call: the gateway answers
     "none" for a client that declared none (a process started ahead knows no client), and the process keeps its

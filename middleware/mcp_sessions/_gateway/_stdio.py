@@ -53,7 +53,7 @@ from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._stdio_child import ProcessOptions
-from ._stdio_table import Children
+from ._stdio_table import AFTER_ANSWER, Children
 
 DEFAULT_PROCESS_IDLE: Final = 600.0
 DEFAULT_MAX_PROCESSES: Final = 16
@@ -243,8 +243,9 @@ def _layered(
 
 
 class _Opening:
-    """Between the sessions and the SDK's app: each request's scope, for the sessions' ``on_create``; and a 2025
-    transport session's process, started as its ``initialize`` is answered (a caller at its limit gets 429)."""
+    """Between the sessions and the SDK's app: each request's scope, for the sessions' ``on_create``; a 2025
+    transport session's process, started as its ``initialize`` is answered (a caller at its limit gets 429); and,
+    once the answer is sent, what the request left to do (:data:`AFTER_ANSWER`)."""
 
     def __init__(self, app: ASGIApp, children: Children) -> None:
         self.app, self.children = app, children
@@ -253,6 +254,7 @@ class _Opening:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         token = REQUEST.set(scope)
+        scope[AFTER_ANSWER] = []
         try:
             opens = self.children.processes == "per-conversation" and scope["method"] == "POST"
             if opens and header(scope["headers"], MCP_SESSION_ID_HEADER) is None:
@@ -260,6 +262,8 @@ class _Opening:
             await self.app(scope, receive, send)
         finally:
             REQUEST.reset(token)
+            for action in scope.pop(AFTER_ANSWER):  # what comes later is done at once
+                action()
 
     def _opening(self, scope: Scope, send: Send) -> Send:
         refused = list[bytes]()

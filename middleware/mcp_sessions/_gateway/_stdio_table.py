@@ -47,6 +47,8 @@ RETRY_LATER: Final = {"retryAfter": 1}  # in a refusal answered in-band (HTTP 20
 _BOUND: Final = "hc-"  # the key of a host conversation bound to its caller
 _REQUEST: Final = "rq-"  # the key of a request's own child
 _HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the gateway start that runs its child
+AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
+"""In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
 
 
 class Children:
@@ -230,17 +232,22 @@ class Children:
         return conversation if transport is not None else await self._ready(conversation)
 
     def _fill(self) -> None:
-        """Start children ahead, up to ``warm`` of them, for new conversations and requests."""
-        while self._tasks is not None and len(self.warm) < self.warm_count:
-            self.warm.append(self._start())
+        """Start children ahead, up to ``warm`` of them, for new conversations and requests: once the answer of the
+        request being served is sent (a process start takes a core for most of a second)."""
+
+        def fill() -> None:
+            while self._tasks is not None and len(self.warm) < self.warm_count:
+                self.warm.append(self._start())
+
+        _after_answer(fill)
 
     def answered(self, conversation: Conversation) -> None:
-        """A request's own child, once its answer is sent: ended, or retained for the retry that brings the input it
-        asked for (until that retry, or ``ANSWER_WITHIN``)."""
+        """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
+        that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``)."""
         if conversation.sid is None or not conversation.sid.startswith(_REQUEST):
             return  # a conversation's child, or the shared one: it serves the next request too
         if not conversation.parked:
-            return self._close_soon(conversation, "answered")
+            return _after_answer(partial(self._close_soon, conversation, "answered"))
         for state in conversation.parked:
             self.retained[state] = conversation
         conversation.rounds += 1
@@ -362,6 +369,14 @@ class Children:
         finally:
             if unwatch is not None:
                 unwatch()
+
+
+def _after_answer(action: Callable[[], None]) -> None:
+    """``action`` once the current request's answer is sent, or now outside a request (or after its answer): what a
+    request leaves to do (stop its own process, refill the pool) takes no CPU from its answer."""
+    if (pending := (REQUEST.get() or {}).get(AFTER_ANSWER)) is None:
+        return action()
+    pending.append(action)
 
 
 def _bound(sid: str, caller: str) -> str:
