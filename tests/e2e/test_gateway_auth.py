@@ -451,7 +451,7 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
                     assert call(http, url, "whoami", **conversation)["pid"] == first[n]
                 else:  # the stopped replica's are over: never a new process, as if it were the same conversation
                     error = answer_to(http, url, "whoami", **conversation)["error"]
-                    assert error["code"] == -32603 and "start a new one" in error["message"], error
+                    assert (error["code"], error["message"][:17]) == (SESSION_NOT_FOUND, "Session not found"), error
             for n, transport in enumerate(transports, start=12):
                 answer = http.post(url, json=legacy_call, headers=transport)
                 assert answer.status_code == (404 if on_replica[n] is stopped else 200), answer.text

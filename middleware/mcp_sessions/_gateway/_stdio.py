@@ -202,6 +202,7 @@ def stdio_gateway_app(
         options=process_options,
         process_env=credentials,
     )
+    children.fronted = bool(trusted)
     check = HostCheck(allowed_hosts, allowed_origins)
     return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted)
 

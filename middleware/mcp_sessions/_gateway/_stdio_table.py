@@ -81,6 +81,7 @@ class Children:
         self.environ = {key: value for key, value in environ.items() if inherited(key)}
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.options = options
+        self.fronted = False  # a replica behind a front (--forwarded-allow-ips): see _gone
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
         self.shared: Conversation | None = None
         self.conversations: dict[str, Conversation] = {}
@@ -265,6 +266,8 @@ class Children:
             self._tasks.start_soon(self.close, conversation, why)
 
     def _gone(self, key: str | None, why: str | None = None) -> MCPError:
+        if self.fronted:  # a replica's conversations are its front's sessions: "not found", so its client starts again
+            return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
         why = why or self.ended.get(key or "", (0.0, "ended"))[1]
         return MCPError(
             CHILD_EXITED, f"the server process of this conversation has ended ({why}), with its state; start a new one"
