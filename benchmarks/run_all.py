@@ -13,7 +13,7 @@ how a benchmark added later (``bench_stdio.py``) joins: its entry is already her
     python benchmarks/run_all.py --only stdio --write PAGE       # run one benchmark, its parts of PAGE replaced
 
 ``--only NAME`` keeps the rest of the page as it is: NAME's verdict rows (each ends with ``<!-- NAME -->``), its
-line of the machine table and its sections (those whose title begins with its first section's) are replaced.
+line of the machine table and its sections (its titles, and those that begin with its first one's) are replaced.
 """
 
 from __future__ import annotations
@@ -151,9 +151,9 @@ def splice(page: str, name: str, result: dict[str, Any]) -> str:
     alone = f"run on its own, {result['machine']['code']}, {result['machine']['date']}"
     line = f"| `{script}` | {result['seconds']} s; load {before} before, {after} after; {alone} |"
     rest = "\n".join(line if row.startswith(f"| `{script}` |") else row for row in rest.split("\n"))
-    first = result["sections"][0]["title"]
+    first, titles = result["sections"][0]["title"], {part["title"] for part in result["sections"]}
     parts = rest.split("\n## ")
-    ours = [index for index, part in enumerate(parts) if part.startswith(first)]
+    ours = [index for index, part in enumerate(parts) if part.startswith(first) or part.split("\n")[0] in titles]
     fresh = [
         f"{part['title']}\n\n{part['text']}\n\n{table(part['header'], part['rows'])}\n" for part in result["sections"]
     ]
