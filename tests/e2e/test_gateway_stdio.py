@@ -138,15 +138,30 @@ async def test_each_conversation_has_its_own_process(url: str, mode: str) -> Non
         mine, theirs, again = await whoami(client, first), await whoami(client, second), await whoami(client, first)
         shared, shared_again = await whoami(client), await whoami(client)
 
-    assert counts == [1, 2, 1]  # each process counts its own conversation's calls
-    assert mine["pid"] != theirs["pid"] and mine["pid"] == again["pid"]
-    assert shared["pid"] not in (mine["pid"], theirs["pid"]) and shared_again["pid"] not in (mine["pid"], theirs["pid"])
-    assert mine["session"] == again["session"] not in (theirs["session"], shared["session"], None)  # its own id
-    if mode == "auto":  # a 2026-07-28 request that names nothing gets a process of its own
+    assert mine["pid"] == again["pid"] and mine["session"] == again["session"] is not None  # its own id
+    if mode == "auto":  # each session a process of its own; a request that names nothing, one for itself
+        assert counts == [1, 2, 1] and mine["pid"] != theirs["pid"] and mine["session"] != theirs["session"]
+        assert {shared["pid"], shared_again["pid"]}.isdisjoint({mine["pid"], theirs["pid"]})
         assert shared["session"] != shared_again["session"] and shared["pid"] != shared_again["pid"]
-    else:  # outside its sessions, a 2025 client reaches its transport session's own process
-        assert shared["session"] == shared_again["session"] and shared["pid"] == shared_again["pid"]
+    else:  # a 2025 client's sessions are its transport session's conversation: one process for all of it
+        assert counts == [1, 2, 3] and mine["pid"] == theirs["pid"] == shared["pid"] == shared_again["pid"]
     assert mine["leaked"] == shared["leaked"] == []  # the gateway had MCP_SESSIONS_SECRET; no child sees it
+
+
+async def test_a_2025_session_lives_in_its_transport_sessions_process_and_a_reconnect_reaches_it(url: str) -> None:
+    """A session a 2025 client opens is its transport session's conversation: a reconnect (another transport
+    session) that names it reaches that process while it lives; once the first closed (DELETE), "not found"."""
+    async with Client(url, mode="legacy") as first:
+        session = await create_session(first)
+        pid = (await whoami(first))["pid"]
+        async with Client(url, mode="legacy") as again:
+            assert (await whoami(again, session))["pid"] == pid != (await whoami(again))["pid"]
+    await wait_for(lambda: gone(pid))
+    async with Client(url, mode="legacy") as later:
+        with pytest.raises(MCPError) as over:
+            await whoami(later, session)
+
+    assert over.value.code == SESSION_NOT_FOUND  # the client starts a new one
 
 
 async def test_the_same_request_id_in_two_conversations_gets_two_answers(url: str) -> None:
@@ -176,10 +191,10 @@ async def test_the_same_request_id_in_two_conversations_gets_two_answers(url: st
     assert [answer["result"]["content"][0]["text"] for answer in answers] == ["2", "1"]  # each its own
 
 
-async def test_a_create_beyond_max_processes_is_refused_and_starts_nothing(mode: str) -> None:
-    limit = 1 if mode == "auto" else 2  # a 2025 client's transport session has a process of its own
+async def test_a_create_beyond_max_processes_is_refused_and_starts_nothing() -> None:
+    limit = 1  # a 2025 client's create starts none: its transport session's process (the clients test, its limit)
     with gateway(max_processes=limit, sessionless="shared", warm=0) as url:  # each process started at its create
-        async with Client(url, mode=mode) as client:
+        async with Client(url) as client:
             await whoami(client)
             before = own_children()
             first = await create_session(client)
@@ -219,7 +234,12 @@ async def test_delete_ends_the_conversations_process(url: str, mode: str) -> Non
         session = await create_session(client)
         pid = (await whoami(client, session))["pid"]
         await delete(client, session)
-        await wait_for(lambda: gone(pid))
+        if mode == "legacy":  # its transport session's process: that conversation goes on, the session is gone
+            assert (await whoami(client))["pid"] == pid
+            with pytest.raises(MCPError, match="Session not found"):
+                await whoami(client, session)
+        else:
+            await wait_for(lambda: gone(pid))
 
 
 async def test_an_idle_conversations_process_ends_and_its_session_too() -> None:
@@ -234,10 +254,8 @@ async def test_an_idle_conversations_process_ends_and_its_session_too() -> None:
     assert later.value.code == SESSION_NOT_FOUND  # its state is gone: the client starts a new conversation
 
 
-async def test_a_crash_answers_at_once_and_touches_no_other_conversation(
-    url: str, mode: str, logged: list[str]
-) -> None:
-    async with Client(url, mode=mode) as client:
+async def test_a_crash_answers_at_once_and_touches_no_other_conversation(url: str, logged: list[str]) -> None:
+    async with Client(url) as client:  # two sessions, two processes (a 2025 client's: test_gateway_stdio_attacks)
         crashing, other = await create_session(client), await create_session(client)
         process = (await whoami(client, crashing))["session"]
         await count(client, other)
@@ -438,12 +456,12 @@ async def test_a_notification_tied_to_no_request_reaches_that_conversations_list
         assert all(not stream.ended.is_set() for stream in streams)
 
 
-async def test_an_endless_stdout_line_stops_the_process_with_a_clear_error(mode: str, logged: list[str]) -> None:
+async def test_an_endless_stdout_line_stops_the_process_with_a_clear_error(logged: list[str]) -> None:
     """A hostile server's stdout line without end: read up to the bound (the gateway's ``max_response_size``),
     then the process is stopped, its request answered with an error; other conversations go on."""
     config = SessionsConfig(secret=SECRET, max_response_size=65_536)
     with serve(stdio_gateway_app(SERVER, config=config, environ=ENVIRON)) as base:
-        async with Client(base + "/mcp", mode=mode) as client:
+        async with Client(base + "/mcp") as client:  # the era changes nothing of how a process's line is read
             hostile, other = await create_session(client), await create_session(client)
             pid = (await whoami(client, hostile))["pid"]
             with pytest.raises(MCPError) as stopped:

@@ -24,6 +24,7 @@ import anyio.abc
 import mcp_types as types
 from mcp.shared.dispatcher import DispatchContext
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 from starlette.types import Scope
 
 from .._asgi import header
@@ -86,6 +87,7 @@ class Children:
         self.shared: Conversation | None = None
         self.conversations: dict[str, Conversation] = {}
         self.ended: BoundedDict[str, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
+        self.moved: BoundedDict[str, str] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
         self.end_transport: Callable[[bytes], Awaitable[None]] | None = None  # a DELETE through the sessions
         self._tasks: anyio.abc.TaskGroup | None = None
 
@@ -110,10 +112,16 @@ class Children:
 
     async def created(self, claims: SessionClaims) -> None:
         """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
-        handed out; beyond the limits (or when the child fails to start), the create is refused."""
+        handed out; beyond the limits (or when the child fails to start), the create is refused. A session opened in
+        a 2025 transport session is that conversation (one conversation, one process): its child serves it, as it
+        serves a reconnect that names the session while it lives."""
         if self.processes == "shared":
             return
-        caller = caller_of(REQUEST.get() or {}, claims.extra.get(PRINCIPAL_CLAIM))
+        scope = REQUEST.get() or {}
+        if (transport := self.transport_key(scope)) in self.conversations:  # in a 2025 transport session: its child
+            self.moved[claims.session_id] = transport  # one conversation, one process
+            return
+        caller = caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM))
         try:
             await self.open(claims.session_id, caller, expires_at=claims.expires_at)
         except MCPError as exc:
@@ -129,20 +137,21 @@ class Children:
         return key if key in self.conversations or key in self.ended else None
 
     async def conversation_for(self, scope: Scope, state: object = None) -> Conversation:
-        """The conversation a request names, the most specific name first: its data-layer session's (in a 2025
-        transport session too: a client may open several), its 2025 transport session's, its host conversation's
-        (bound to its caller); else, with ``sessionless="per-request"``, a child of the request's own (the one that
-        asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one. A
-        conversation whose child ran elsewhere (another replica, or before a restart) gets no new one: a
-        data-layer session's, started only at its ``sessions/create``, is "not found" here; a host's, which the
-        store the replicas share records as another start's (:data:`_HELD`), has ended."""
+        """The conversation a request names, the most specific name first: its data-layer session's (one opened in a
+        2025 transport session is that transport session's, :meth:`created`), its 2025 transport session's, its host
+        conversation's (bound to its caller); else, with ``sessionless="per-request"``, a child of the request's own
+        (the one that asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one.
+        A conversation whose child ran elsewhere (another replica, or before a restart) or has ended gets no new
+        one: a data-layer session's is "not found" here; a host's, which the store the replicas share records as
+        another start's (:data:`_HELD`), has ended."""
         session: Session | None = scope.get(SCOPE_KEY)
         if self.processes == "shared":
             return await self.shared_conversation()
-        if session is not None and session.source == "data-layer":  # its child starts at its sessions/create only
-            if session.id not in self.conversations and session.id not in self.ended:  # elsewhere, or before a restart
+        if session is not None and session.source == "data-layer":  # its child: its create's, or its transport's
+            held = self.moved.get(session.id, session.id)
+            if held not in self.conversations:  # ended, elsewhere, or before a restart: its client starts again
                 raise MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
-            return await self.open(session.id, None)
+            return await self.open(held, None)
         if (key := self.transport_key(scope)) is not None:
             return await self.open(key, None)
         if session is None and not self.per_request:
@@ -155,13 +164,11 @@ class Children:
             return retained
         caller = await self.caller(scope)
         key = _bound(session.id, caller)  # a host's conversation: its name is no secret
-        if key in self.conversations or key in self.ended:
-            return await self.open(key, caller)
-        if await session.data.get(_HELD, self.instance) != self.instance:  # the store the replicas share says so
-            raise self._gone(key, "it ran on another replica, or before this one restarted")
-        conversation = await self.open(key, caller)
-        await session.data.set(_HELD, self.instance)
-        return conversation
+        if key not in self.conversations and key not in self.ended:  # new here: is it, says the store replicas share?
+            if await session.data.get(_HELD, self.instance) != self.instance:
+                raise self._gone(key, "it ran on another replica, or before this one restarted")
+            await session.data.set(_HELD, self.instance)
+        return await self.open(key, caller)
 
     async def caller(self, scope: Scope) -> str:
         """Whom the per-caller limit counts, as the create limit does: the principal, else the client address."""
@@ -176,16 +183,9 @@ class Children:
         try:
             with anyio.fail_after(ANSWER_WITHIN):
                 listed = await shared.child.link.send_raw_request("tools/list", {})
-        except (TimeoutError, MCPError):
+            return {tool.name: tool.input_schema for tool in types.ListToolsResult.model_validate(listed).tools}
+        except (TimeoutError, MCPError, ValidationError):  # a process's list the SDK's types do not take: none
             return {}
-        tools = listed.get("tools")
-        return {
-            tool["name"]: tool["inputSchema"]
-            for tool in (tools if isinstance(tools, list) else [])
-            if isinstance(tool, dict)
-            and isinstance(tool.get("name"), str)
-            and isinstance(tool.get("inputSchema"), dict)
-        }
 
     async def shared_conversation(self) -> Conversation:
         if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
