@@ -433,7 +433,7 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
             ]
             pids = {replica.process.pid: replica for replica in replicas if replica.process is not None}
             on_replica = [pids[parent(pid)] for pid in first]
-            assert set(on_replica[:6]) == set(on_replica[6:12]) == set(replicas)  # both replicas serve some
+            assert set(on_replica[:12]) == set(replicas)  # both serve some (the front's hashing: all on one, 2**-11)
 
             victim = named[0]["session"]
             baggage = f"gen_ai.conversation.id={jwt_claims(victim)['sid']}"
