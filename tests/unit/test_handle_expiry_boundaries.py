@@ -1,17 +1,5 @@
-"""Handles at the exact instant they end, on a fixed clock (``now=``), with a MemoryStore.
-
-Pinned:
-
-- absolute: a handle verifies while ``now < expires_at + leeway`` and is ``expired`` from then on
-  (``Handles.authenticate``, the check without I/O, and ``verify``); ``expires_at`` is the minting
-  clock plus the lifetime, rounded up to a whole second;
-- born expired: minting refuses a handle whose (session-capped) expiry is not after ``now``;
-- idle: used at ``t``, a handle of a kind with ``idle_ttl`` verifies at ``t + idle_ttl`` and is
-  ``expired`` one float later;
-- the leeway: a revoked handle stays revoked while it still passes the pure check, up to
-  ``expires_at + leeway``.
-
-Each boundary is checked at the last float before it (``math.nextafter``) and at it.
+"""Handles at the exact instant they end (absolute, idle, and revoked within the leeway), on a fixed clock
+(``now=``) with a MemoryStore: each boundary is checked at the last float before it (``math.nextafter``) and at it.
 """
 
 from __future__ import annotations
@@ -47,9 +35,6 @@ async def refusal(handles: Handles, token: str, now: float) -> str | None:
     return None
 
 
-# -- absolute expiry ----------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("minted_at", [NOW, NOW + 0.25], ids=["whole-second", "fractional"])
 @pytest.mark.parametrize("leeway", [0, 30, 0.25])
 async def test_a_handle_verifies_until_expires_at_plus_leeway_and_is_expired_from_then_on(
@@ -83,9 +68,6 @@ async def test_a_handle_capped_by_its_session_is_minted_until_the_session_ends(n
     assert handles.authenticate(token, None, now=now)[1].expires_at == session_ends
 
 
-# -- idle expiry --------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(("probe", "refused"), [(before, None), (lambda at: at, None), (after, "expired")])
 async def test_a_handle_idles_out_one_float_after_idle_ttl(
     probe: Callable[[float], float], refused: str | None
@@ -96,9 +78,6 @@ async def test_a_handle_idles_out_one_float_after_idle_ttl(
     used = NOW + 10.5
     assert await refusal(handles, token, used) is None
     assert await refusal(handles, token, probe(used + 60)) == refused
-
-
-# -- the leeway: a revoked handle stays revoked while it passes the pure check -------------------------
 
 
 async def test_a_revoked_handle_stays_revoked_until_expires_at_plus_leeway() -> None:

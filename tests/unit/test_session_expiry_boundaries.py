@@ -1,19 +1,7 @@
-"""``SessionService.mint`` and ``resolve`` at the exact instant a session ends, on a fixed clock.
-
-What is pinned, with the Memory and SQLite stores (whose records live until the
-``expires_at`` the service gives them, and not an instant longer):
-
-- absolute: a session id resolves while ``now < exp + leeway`` and is refused as ``expired`` from then on;
-- idle: used at ``t``, a session resolves at ``t + idle_ttl`` and is refused as ``idle_expired`` one float
-  later; its first use counts from the token's ``iat``;
-- the promise: ``Minted.expires_at`` (the ``expiresAt`` a client is told) is ``min(exp, iat + idle_ttl)``,
-  and a session is never refused before it: at it an idle-bounded session still resolves, an
-  ``exp``-bounded one does not (RFC 7519);
-- the leeway: a session deleted (or idle) stays so while its token is still accepted, up to
-  ``exp + leeway``.
-
-Each boundary is checked at the last float before it (``math.nextafter``) and at it. The service reads
-the clock through its module's ``time``, which these tests replace.
+"""``SessionService.mint`` and ``resolve`` at the exact instant a session ends (absolute, idle, the promised
+``Minted.expires_at``, deleted within the leeway), on a fixed clock, with the Memory and SQLite stores (whose
+records live until the ``expires_at`` the service gives them): each boundary is checked at the last float before
+it (``math.nextafter``) and at it.
 """
 
 from __future__ import annotations
@@ -83,9 +71,6 @@ async def resolves(sessions: SessionService, clock: Clock, token: str, at: float
     return None
 
 
-# -- absolute expiry ----------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("leeway", [0, 30, 0.25])
 @pytest.mark.parametrize("idle_ttl", [None, 600])
 async def test_a_session_resolves_until_exp_plus_leeway_and_is_expired_from_then_on(
@@ -102,9 +87,6 @@ async def test_a_session_resolves_until_exp_plus_leeway_and_is_expired_from_then
     assert await resolves(sessions, clock, minted.token, end) == "expired"
 
 
-# -- idle expiry --------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(("probe", "refusal"), [(before, None), (lambda at: at, None), (after, "idle_expired")])
 @pytest.mark.parametrize("first_use", [None, 10, 10.5], ids=["from-iat", "from-use", "from-fractional-use"])
 async def test_a_session_idles_out_one_float_after_idle_ttl(
@@ -118,9 +100,6 @@ async def test_a_session_idles_out_one_float_after_idle_ttl(
         last = NOW + first_use
         assert await resolves(sessions, clock, minted.token, last) is None
     assert await resolves(sessions, clock, minted.token, probe(last + 60)) == refusal
-
-
-# -- the promise: Minted.expires_at --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("minted_at", [NOW, NOW + 0.75], ids=["whole-second", "fractional"])
@@ -146,9 +125,6 @@ async def test_a_session_is_never_refused_before_the_expiry_it_was_minted_with(
     assert await resolves(sessions, clock, minted.token, before(promised)) is None
     at_promise = await resolves(sessions, clock, minted.token, promised)
     assert at_promise == ("expired" if bound == "exp" else None)
-
-
-# -- the leeway: a deleted session stays deleted while its token is accepted ---------------------------
 
 
 @pytest.mark.parametrize("idle_ttl", [None, 600])
