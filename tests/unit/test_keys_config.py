@@ -1,8 +1,11 @@
-"""Keys from configuration (KeySet.from_config: JWKS, kid:secret pairs, @file) and from_env's key and Redis settings."""
+"""Keys from configuration (KeySet.from_config: JWKS, kid:secret pairs, @file), from_env's key and Redis settings,
+and ``mcp-sessions keygen --kid``: a kid its ``MCP_SESSIONS_KEYS=kid:secret`` line keeps whole, or a usage error."""
 
 from __future__ import annotations
 
+import io
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +13,12 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 
 from _mcp import b64
 from conftest import SECRET, signer_of
 from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey
+from mcp_sessions._cli import main
 from mcp_sessions.stores import MemoryStore, RedisStore
 
 OLD = "old-secret-0123456789-0123456789-0123456789"
@@ -30,25 +34,10 @@ def oct_jwk(kid: str, secret: bytes, **extra: Any) -> dict[str, Any]:
     return {"kty": "oct", "kid": kid, "k": b64(secret), **extra}
 
 
-def ec_jwk(kid: str, key: ec.EllipticCurvePrivateKey, *, private: bool = True) -> dict[str, Any]:
-    numbers = key.private_numbers()
-    jwk = {
-        "kty": "EC",
-        "crv": "P-256",
-        "kid": kid,
-        "x": b64(numbers.public_numbers.x.to_bytes(32)),
-        "y": b64(numbers.public_numbers.y.to_bytes(32)),
-    }
-    if private:
-        jwk["d"] = b64(numbers.private_value.to_bytes(32))
-    return jwk
-
-
-def okp_jwk(kid: str, key: ed25519.Ed25519PrivateKey, *, private: bool = True) -> dict[str, Any]:
-    jwk = {"kty": "OKP", "crv": "Ed25519", "kid": kid, "x": b64(key.public_key().public_bytes_raw())}
-    if private:
-        jwk["d"] = b64(key.private_bytes_raw())
-    return jwk
+def jwk(kid: str, key: Any) -> dict[str, Any]:
+    """``key``'s JWK as PyJWT writes it (P-256 or Ed25519, private or public), under ``kid``."""
+    writer = OKPAlgorithm if isinstance(key, ed25519.Ed25519PrivateKey | ed25519.Ed25519PublicKey) else ECAlgorithm
+    return {**json.loads(writer.to_jwk(key)), "kid": kid}
 
 
 def crosses(signing: KeySet, verifying: KeySet) -> bool:
@@ -88,7 +77,7 @@ def test_an_empty_kid_derives_the_kid_of_mcp_sessions_secret() -> None:
 
 def test_jwks_with_every_key_type() -> None:
     es, ed = ec.generate_private_key(ec.SECP256R1()), ed25519.Ed25519PrivateKey.generate()
-    jwks = {"keys": [oct_jwk("hs", NEW.encode(), alg="HS256", use="sig"), ec_jwk("es", es), okp_jwk("ed", ed)]}
+    jwks = {"keys": [oct_jwk("hs", NEW.encode(), alg="HS256", use="sig"), jwk("es", es), jwk("ed", ed)]}
     keys = KeySet.from_config(json.dumps(jwks), signer="es")
     assert [(k.kid, k.algorithm, k.can_sign) for k in keys.keys] == [
         ("hs", "HS256", True),
@@ -102,9 +91,9 @@ def test_jwks_with_every_key_type() -> None:
 
 def test_public_jwks_verify_only() -> None:
     es, ed = ec.generate_private_key(ec.SECP256R1()), ed25519.Ed25519PrivateKey.generate()
-    signing_es = KeySet.from_config(json.dumps({"keys": [ec_jwk("es", es)]}))
-    signing_ed = KeySet.from_config(json.dumps([okp_jwk("ed", ed)]))
-    public = [ec_jwk("es", es, private=False), okp_jwk("ed", ed, private=False)]
+    signing_es = KeySet.from_config(json.dumps({"keys": [jwk("es", es)]}))
+    signing_ed = KeySet.from_config(json.dumps([jwk("ed", ed)]))
+    public = [jwk("es", es.public_key()), jwk("ed", ed.public_key())]
     # A verify-only key set still needs a signer: here an HS256 key of its own.
     verifier = KeySet.from_config(json.dumps({"keys": [*public, oct_jwk("own", OLD.encode())]}))
     assert [k.can_sign for k in verifier.keys] == [False, False, True]
@@ -113,7 +102,6 @@ def test_public_jwks_verify_only() -> None:
     assert crosses(signing_ed, verifier)
     verify_only = KeySet.from_config(json.dumps({"keys": public}))
     assert verify_only.signer is None
-    assert crosses(signing_es, verifier) and crosses(signing_ed, verifier)
     token, claims = signing_ed.mint_session_token(ttl=60)
     assert verify_only.verify_session_token(token) == claims
     with pytest.raises(ValueError, match="the KeySet is verify-only"):
@@ -188,28 +176,22 @@ def test_bad_configuration_is_a_clear_value_error(text: str, message: str) -> No
 
 def test_mismatched_private_and_public_parts_are_refused() -> None:
     es, other_es = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    mixed_ec = {**ec_jwk("e", es), "d": ec_jwk("e", other_es)["d"]}
+    mixed_ec = {**jwk("e", es), "d": jwk("e", other_es)["d"]}
     with pytest.raises(ValueError, match="not a valid P-256 key") as info:
         KeySet.from_config(json.dumps([mixed_ec]))
     assert mixed_ec["d"] not in str(info.value)
     ed, other_ed = ed25519.Ed25519PrivateKey.generate(), ed25519.Ed25519PrivateKey.generate()
-    mixed_okp = {**okp_jwk("o", ed), "x": b64(other_ed.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))}
+    mixed_okp = {**jwk("o", ed), "x": jwk("o", other_ed)["x"]}
     with pytest.raises(ValueError, match="not a valid Ed25519 key") as info:
         KeySet.from_config(json.dumps([mixed_okp]))
     assert mixed_okp["d"] not in str(info.value)
 
 
-@pytest.mark.parametrize(
-    ("signer", "message"),
-    [
-        ("missing", "the signer 'missing' is none of the 2 keys that can sign here"),
-        ("pub", "the signer 'pub' is none of the 2 keys that can sign here"),
-    ],
-)
-def test_the_signer_must_be_a_signing_key(signer: str, message: str) -> None:
+@pytest.mark.parametrize("signer", ["missing", "pub"])
+def test_the_signer_must_be_a_signing_key(signer: str) -> None:
     ed = ed25519.Ed25519PrivateKey.generate()
-    text = json.dumps([oct_jwk("old", OLD.encode()), oct_jwk("new", NEW.encode()), okp_jwk("pub", ed, private=False)])
-    with pytest.raises(ValueError, match=message):
+    text = json.dumps([oct_jwk("old", OLD.encode()), oct_jwk("new", NEW.encode()), jwk("pub", ed.public_key())])
+    with pytest.raises(ValueError, match=f"the signer '{signer}' is none of the 2 keys that can sign here"):
         KeySet.from_config(text, signer=signer)
 
 
@@ -379,3 +361,26 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=MAIN)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def keygen(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["keygen", *argv], stdin=io.StringIO(), stdout=out, stderr=err, environ={})
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("kid", ["@k2026", "2026-11", "a.b_c~", "a$b;c'd"])
+def test_the_printed_line_is_the_kid_a_server_reads(kid: str) -> None:
+    code, out, _ = keygen("--kid", kid)
+    [assignment] = shlex.split(out)
+    name, _, value = assignment.partition("=")
+    assert (code, name) == (0, "MCP_SESSIONS_KEYS")
+    keys = MCPSessionMiddleware.from_env(app, environ={name: value, "MCP_SESSIONS_SIGNER": kid}).keys
+    assert [key.kid for key in keys.keys] == [kid]
+
+
+@pytest.mark.parametrize("kid", ["a,b", "#k", "a b", "k\u00e9", "a:b", "", "k" * 65])
+def test_a_kid_the_line_would_split_or_drop_is_a_usage_error(kid: str) -> None:
+    code, out, err = keygen("--kid", kid)
+    assert (code, out) == (2, "")
+    assert "--kid must be 1 to 64 visible ASCII characters" in err
