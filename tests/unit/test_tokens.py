@@ -36,6 +36,13 @@ def forge(header: dict[str, Any], payload: dict[str, Any] | bytes, *, key: bytes
     return hs_jws(header, payload, key, **options)
 
 
+def refused(verify: Callable[..., object], *args: Any) -> InvalidToken:
+    """The :class:`InvalidToken` that ``verify(*args)`` must raise."""
+    with pytest.raises(InvalidToken) as info:
+        verify(*args)
+    return info.value
+
+
 def keyset(**kwargs: Any) -> KeySet:
     return KeySet.from_secret(SECRET, **kwargs)
 
@@ -112,12 +119,10 @@ def test_custom_issuer_and_audience_are_required_on_verify() -> None:
     token, _ = keys.mint_session_token(ttl=60)
     _, payload = segments(token)
     assert (payload["iss"], payload["aud"]) == ("https://mcp.example", "tenant-a")
-    with pytest.raises(InvalidToken) as info:
-        keyset(issuer="https://mcp.example", audience="tenant-b").verify_session_token(token)
-    assert info.value.reason == "wrong audience"
-    with pytest.raises(InvalidToken) as info:
-        keyset(issuer="https://other.example", audience="tenant-a").verify_session_token(token)
-    assert info.value.reason == "wrong issuer"
+    other_audience = keyset(issuer="https://mcp.example", audience="tenant-b")
+    assert refused(other_audience.verify_session_token, token).reason == "wrong audience"
+    other_issuer = keyset(issuer="https://other.example", audience="tenant-a")
+    assert refused(other_issuer.verify_session_token, token).reason == "wrong issuer"
 
 
 ACCEPTED: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
@@ -269,10 +274,9 @@ def _padded(token: str, size: int) -> str:
 @pytest.mark.parametrize(("build", "reason"), [(b, r) for _, b, r in REJECTIONS], ids=[n for n, _, _ in REJECTIONS])
 def test_rejected_with_invalid_token(build: Callable[[int], str], reason: str) -> None:
     token = build(int(time.time()))
-    with pytest.raises(InvalidToken) as info:
-        keyset().verify_session_token(token)
-    assert info.value.reason == reason
-    assert token not in str(info.value) or token == ""
+    error = refused(keyset().verify_session_token, token)
+    assert error.reason == reason
+    assert token not in str(error) or token == ""
 
 
 @pytest.mark.parametrize("size", [1024 * 1024, 8 * 1024 * 1024])
@@ -285,9 +289,7 @@ def test_huge_token_refused_by_size_before_decoding(size: int, monkeypatch: pyte
 
     monkeypatch.setattr(jwt, "get_unverified_header", no_decoding)
     monkeypatch.setattr(jwt, "decode", no_decoding)
-    with pytest.raises(InvalidToken) as info:
-        keys.verify_session_token(token)
-    assert info.value.reason == "oversized"
+    assert refused(keys.verify_session_token, token).reason == "oversized"
 
 
 NESTED = b"[" * 100_000 + b"]" * 100_000
@@ -308,9 +310,7 @@ def _nested_header(now: int) -> str:
     ids=["payload-signed-with-our-key", "header"],
 )
 def test_deeply_nested_json_is_refused_not_crashed(build: Callable[[int], str], reason: str) -> None:
-    with pytest.raises(InvalidToken) as info:
-        keyset(max_token_length=10**6).verify_session_token(build(int(time.time())))
-    assert info.value.reason == reason
+    assert refused(keyset(max_token_length=10**6).verify_session_token, build(int(time.time()))).reason == reason
 
 
 @pytest.mark.parametrize("kid", [KID, "attacker-key"])
@@ -322,9 +322,7 @@ def test_token_signed_by_an_embedded_attacker_jwk_is_refused(kid: str) -> None:
         claims(int(time.time())),
         key=attacker_secret,
     )
-    with pytest.raises(InvalidToken) as info:
-        keyset().verify_session_token(token)
-    assert info.value.reason == ("bad signature" if kid == KID else "unknown key id")
+    assert refused(keyset().verify_session_token, token).reason == ("bad signature" if kid == KID else "unknown key id")
 
 
 def test_es256_token_signed_by_an_embedded_attacker_jwk_is_refused() -> None:
@@ -334,9 +332,7 @@ def test_es256_token_signed_by_an_embedded_attacker_jwk_is_refused() -> None:
     token = jwt.encode(
         claims(int(time.time())), attacker, algorithm="ES256", headers={"kid": "es-1", "typ": SESSION_TYP, "jwk": jwk}
     )
-    with pytest.raises(InvalidToken) as info:
-        KeySet([ours]).verify_session_token(token)
-    assert info.value.reason == "bad signature"
+    assert refused(KeySet([ours]).verify_session_token, token).reason == "bad signature"
 
 
 def test_hs256_keyed_with_our_es256_public_pem_is_refused() -> None:
@@ -344,9 +340,7 @@ def test_hs256_keyed_with_our_es256_public_pem_is_refused() -> None:
     public_pem = private.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
     keys = KeySet([SessionKey.from_private_key(private, kid="es-1")])
     token = forge(header(kid="es-1"), claims(int(time.time())), key=public_pem)
-    with pytest.raises(InvalidToken) as info:
-        keys.verify_session_token(token)
-    assert info.value.reason == "algorithm not allowed for this key"
+    assert refused(keys.verify_session_token, token).reason == "algorithm not allowed for this key"
 
 
 # -- the verification cache ----------------------------------------------------
@@ -482,9 +476,9 @@ def test_state_is_bound_to_its_session(cached: bool) -> None:
     minter = keyset()
     token = minter.sign_state(SID, {"mode": "x"})
     verifier = minter if cached else keyset()
-    with pytest.raises(InvalidToken) as info:
-        verifier.verify_state("BBBBBBBBBBBBBBBBBBBBBBBB", token)
-    assert info.value.reason == "state belongs to another session"
+    assert (
+        refused(verifier.verify_state, "BBBBBBBBBBBBBBBBBBBBBBBB", token).reason == "state belongs to another session"
+    )
     assert verifier.verify_state(SID, token) == '{"mode":"x"}'
 
 
@@ -509,9 +503,7 @@ def test_state_is_bound_to_its_session(cached: bool) -> None:
 )  # fmt: skip
 def test_bad_state_is_invalid_token(build: Callable[[str], str], reason: str) -> None:
     token = build(keyset().sign_state(SID, {"mode": "x"}))
-    with pytest.raises(InvalidToken) as info:
-        keyset().verify_state(SID, token)
-    assert info.value.reason == reason
+    assert refused(keyset().verify_state, SID, token).reason == reason
 
 
 def test_sign_state_over_the_limit_is_state_too_large() -> None:
