@@ -33,10 +33,7 @@ def test_defaults() -> None:
     assert (mw.keys.issuer, mw.keys.audience) == ("mcp-sessions", "mcp-sessions")
     assert signer_of(mw.keys).algorithm == "HS256"
     assert signer_of(mw.keys).kid == SessionKey.from_secret(SECRET).kid
-
-
-def test_the_defaults_trace_hosts_and_capture_nothing() -> None:
-    config = SessionsConfig(secret=SECRET)
+    config = mw.config  # traces hosts' conversations and captures nothing
     assert (config.conversation_data, config.adopt_transport_sessions) == ("off", False)
     assert config.host_keys == BUILT_IN_HOSTS
     assert (config.capture_content, config.trace_user, config.max_conversations_per_caller) == (False, None, 1000)
@@ -122,17 +119,12 @@ def test_bad_configuration_fails_at_construction(options: dict[str, Any], error:
 # -- from_env ---------------------------------------------------------------------
 
 
-def test_from_env_without_a_secret_names_the_variable() -> None:
-    with pytest.raises(RuntimeError) as info:
-        MCPSessionMiddleware.from_env(app, environ={})
-    assert "MCP_SESSIONS_SECRET" in str(info.value)
+@pytest.mark.parametrize("dev", [None, "", "0", "no", "false"])
+def test_from_env_dev_must_be_truthy(dev: str | None) -> None:
+    """Without a secret (and ``MCP_SESSIONS_DEV`` unset or not truthy), the error names both variables."""
+    with pytest.raises(RuntimeError, match="MCP_SESSIONS_SECRET is not set") as info:
+        MCPSessionMiddleware.from_env(app, environ={} if dev is None else {"MCP_SESSIONS_DEV": dev})
     assert "MCP_SESSIONS_DEV=1" in str(info.value)
-
-
-@pytest.mark.parametrize("dev", ["", "0", "no", "false"])
-def test_from_env_dev_must_be_truthy(dev: str) -> None:
-    with pytest.raises(RuntimeError, match="MCP_SESSIONS_SECRET is not set"):
-        MCPSessionMiddleware.from_env(app, environ={"MCP_SESSIONS_DEV": dev})
 
 
 @pytest.mark.parametrize("dev", ["1", "true", "yes", "TRUE", " 1 "])
