@@ -57,12 +57,8 @@ def test_the_draft_advertises_where_its_text_says() -> None:
     result: dict[str, Any] = {"capabilities": {}}
     assert advertise(result, DRAFT, Era.LEGACY, value=DRAFT.capability.value(required=True))
     assert result["capabilities"] == {"sessions": {"required": True}, "experimental": {"sessions": {"required": True}}}
-    assert [DRAFT.advertises(m, era) for m in ("initialize", "server/discover") for era in Era] == [
-        True,
-        False,
-        True,
-        True,
-    ]
+    advertised = [DRAFT.advertises(m, era) for m in ("initialize", "server/discover") for era in Era]
+    assert advertised == [True, False, True, True]
 
 
 def test_the_draft_is_the_one_wire_registered() -> None:
