@@ -1,7 +1,9 @@
-"""Host conversation keys, id bounds, digests and the options that turn them on: pure, no server."""
+"""The sources alone, pure, no server: host conversation keys, id bounds, digests and the options that turn them on;
+the data-layer source's "not mine", a verified session, or the wire's refusal."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -9,13 +11,19 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from conftest import SECRET
 from mcp_sessions import KeySet, SessionKey
+from mcp_sessions._plan import Planner
 from mcp_sessions._session._service import SessionService
 from mcp_sessions._tokens import IdDigests
-from mcp_sessions.sources import HostKey
+from mcp_sessions._wire import Refusal
+from mcp_sessions.profiles import DRAFT
+from mcp_sessions.profiles._carriers import SessionCarrier
+from mcp_sessions.sources import DataLayerSource, HostKey
 from mcp_sessions.sources._host import conversation_id, host_keys_from_config
 from mcp_sessions.sources._named import TransportSource, is_transport_session_id
 from mcp_sessions.stores import MemoryStore
 from unit._conversations import KEYS, hosts
+
+pytestmark = pytest.mark.anyio
 
 
 @pytest.mark.parametrize(
@@ -118,3 +126,65 @@ def test_minted_transport_sessions_are_bounded() -> None:
     for raw in (b"one", b"two", b"three", b"a.b.c"):
         source.minted(raw)
     assert len(source) == 2
+
+
+assert isinstance(DRAFT.carrier, SessionCarrier)  # the draft names its session in params._meta
+KEY = DRAFT.carrier.meta_key
+SCOPE: dict[str, Any] = {"type": "http", "headers": []}
+
+
+@pytest.fixture
+def service() -> SessionService:
+    return SessionService(keys=KeySet.from_secret(SECRET), store=MemoryStore(), ttl=3600, idle_ttl=None, principal=None)
+
+
+async def resolve(service: SessionService, meta: Any, headers: dict[bytes, bytes] | None = None) -> Any:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t"}}
+    if meta is not ...:
+        message["params"]["_meta"] = {KEY: meta}
+    plan = Planner([DRAFT]).plan(json.dumps(message).encode(), headers or {}, 0)
+    assert plan is not None
+    (call,) = plan.calls
+    return await DataLayerSource(service).session_for(SCOPE, call, plan)
+
+
+async def test_no_metadata_is_not_mine(service: SessionService) -> None:
+    assert await resolve(service, ...) is None
+    assert await resolve(service, None) is None
+
+
+@pytest.mark.parametrize(
+    ("meta", "code", "reason"),
+    [({"sessionId": "a.b.c"}, -32043, "invalid_token"), ({"sessionId": 1}, -32600, "invalid_metadata"),
+     ("token", -32600, "invalid_metadata")],
+    ids=["forged", "id-not-string", "not-an-object"],
+)  # fmt: skip
+async def test_refusals_carry_the_wire_code_and_a_loggable_reason(
+    service: SessionService, meta: Any, code: int, reason: str
+) -> None:
+    with pytest.raises(Refusal) as refused:
+        await resolve(service, meta)
+    assert (refused.value.code, refused.value.reason) == (code, reason)
+    if code == -32043:
+        assert refused.value.data == {"sessionId": "a.b.c"}
+
+
+async def test_a_minted_session_resolves_to_its_stable_id_and_revoked_is_refused_under_it(
+    service: SessionService,
+) -> None:
+    minted = await service.mint(SCOPE, None)
+    session = await resolve(service, {"sessionId": minted.token})
+    assert session.id == minted.claims.session_id and session.token == minted.token
+    assert await service.revoke(session)
+    with pytest.raises(Refusal) as refused:
+        await resolve(service, {"sessionId": minted.token})
+    assert (refused.value.code, refused.value.reason, refused.value.session_id) == (-32043, "revoked", session.id)
+
+
+async def test_the_header_must_match_on_the_per_request_era_only(service: SessionService) -> None:
+    minted = await service.mint(SCOPE, None)
+    other = {b"mcp-session-id": b"another"}
+    assert await resolve(service, {"sessionId": minted.token}, other) is not None  # 2025: the server's own header
+    with pytest.raises(Refusal) as refused:
+        await resolve(service, {"sessionId": minted.token}, {**other, b"mcp-protocol-version": b"2026-07-28"})
+    assert refused.value.code == -32020
