@@ -203,9 +203,6 @@ def test_a_handle_tied_to_a_session_ends_with_it(handles: Handles) -> None:
     assert run(handle.data.items()) == {}  # the handle ended with its session, and its data with it
 
 
-# -- keys --------------------------------------------------------------------------------------------------
-
-
 def test_a_handle_minted_under_an_old_key_verifies_while_the_key_set_holds_it() -> None:
     old, new = SessionKey.from_secret(SECRET, kid="old"), SessionKey.from_secret(OTHER_SECRET, kid="new")
     store = MemoryStore()
@@ -243,8 +240,6 @@ def test_configuration_errors_say_what_to_do(handles: Handles) -> None:
     with pytest.raises(TypeError, match="KeySet"):
         Handles("secret", MemoryStore())  # type: ignore[arg-type]
 
-
-# -- fuzzing --------------------------------------------------------------------------------------------------
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 SHAPED = st.builds(

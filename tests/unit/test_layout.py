@@ -63,12 +63,9 @@ def imported(module: str, path: Path, tree: ast.Module) -> Iterator[tuple[str, s
                 yield target, alias.name
 
 
-def test_at_most_fifteen_loose_modules() -> None:
+def test_at_most_fifteen_loose_modules_and_seventy_files() -> None:
     loose = [path.name for path in PACKAGE.glob("*.py")]
     assert len(loose) <= MAX_LOOSE_MODULES, sorted(loose)
-
-
-def test_at_most_seventy_files() -> None:
     files = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py"))
     assert len(files) <= MAX_FILES, f"{len(files)} files: {files}"
 
