@@ -22,10 +22,9 @@ JSON = [
     (b"host", b"127.0.0.1:8000"),
     (b"accept", b"application/json, text/event-stream"),
 ]
+PER_REQUEST = [*JSON, (b"mcp-protocol-version", b"2026-07-28")]
+HANDSHAKE = [*JSON, (b"mcp-protocol-version", b"2025-11-25")]
 Message = MutableMapping[str, Any]
-
-
-# -- recording helpers -----------------------------------------------------------
 
 
 class Receiver:
@@ -151,7 +150,7 @@ def http_scope(
 
 def modern_headers(message: Message) -> list[tuple[bytes, bytes]]:
     """The headers of a 2026-07-28 POST of ``message``: version, Mcp-Method and, for tools/call, Mcp-Name."""
-    headers = [*JSON, (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", message["method"].encode())]
+    headers = [*PER_REQUEST, (b"mcp-method", message["method"].encode())]
     if message["method"] == "tools/call":
         headers.append((b"mcp-name", message["params"]["name"].encode()))
     return headers
@@ -207,6 +206,3 @@ def iso(timestamp: float) -> str:
 
 def echo_for(mw: MCPSessionMiddleware, token: str) -> dict[str, Any]:
     return {"sessionId": token, "expiresAt": iso(mw.keys.verify_session_token(token).expires_at)}
-
-
-# -- non-http scopes and pass-through ----------------------------------------------

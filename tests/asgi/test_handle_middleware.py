@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from ._direct import Receiver, Sender, http_scope
 
 pytestmark = pytest.mark.anyio
 
-Message = MutableMapping[str, Any]
 BASKET = HandleKind("basket", prefix="bsk")
 
 
@@ -154,15 +152,7 @@ async def test_a_failing_principal_hook_is_an_internal_error(handles: Handles) -
 
 async def test_lifespan_and_other_scopes_pass_through(handles: Handles) -> None:
     downstream = Downstream()
-    app = HandleMiddleware(downstream, handles=handles)
-
-    async def receive() -> Message:
-        return {"type": "lifespan.startup"}
-
-    async def send(message: Message) -> None:
-        pass
-
-    await app({"type": "lifespan"}, receive, send)
+    await HandleMiddleware(downstream, handles=handles)({"type": "lifespan"}, Receiver(), Sender())
     assert downstream.scope_types == ["lifespan"]
 
 

@@ -14,12 +14,10 @@ import pytest
 
 from mcp_sessions import MCPSessionMiddleware
 
-from ._direct import JSON, Downstream, call, dumps, http_scope, json_response, middleware
+from ._direct import HANDSHAKE, JSON, PER_REQUEST, Downstream, call, dumps, http_scope, json_response, middleware
 
 pytestmark = pytest.mark.anyio
 
-HANDSHAKE = [*JSON, (b"mcp-protocol-version", b"2025-11-25")]
-PER_REQUEST = [*JSON, (b"mcp-protocol-version", b"2026-07-28")]
 MINTED = b"5f0e7c0c2b7d4d2e9a6b1c3d4e5f6a7b"
 
 
