@@ -28,11 +28,13 @@ Message = MutableMapping[str, Any]
 
 
 class Receiver:
-    """The server side of ``receive``: the body in the given chunks, then ``http.disconnect``."""
+    """The server side of ``receive``: the body in the given chunks, then ``http.disconnect`` (with ``more_body``, a
+    client that leaves before its last chunk)."""
 
-    def __init__(self, *chunks: bytes) -> None:
+    def __init__(self, *chunks: bytes, more_body: bool = False) -> None:
         self.pending: list[Message] = [
-            {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1} for i, chunk in enumerate(chunks)
+            {"type": "http.request", "body": chunk, "more_body": more_body or i < len(chunks) - 1}
+            for i, chunk in enumerate(chunks)
         ]
         self.calls = 0
 
@@ -177,7 +179,7 @@ def middleware(app: Any, *, batches: bool = False, **options: Any) -> MCPSession
     return MCPSessionMiddleware(AnswersProbes(app, batches=batches), secret=SECRET, **options)
 
 
-async def call(mw: MCPSessionMiddleware, body: bytes | list[bytes], scope: dict[str, Any] | None = None) -> Sender:
+async def call(mw: Any, body: bytes | list[bytes], scope: dict[str, Any] | None = None) -> Sender:
     sender = Sender()
     chunks = [body] if isinstance(body, bytes) else body
     await mw(http_scope() if scope is None else scope, Receiver(*chunks), sender)

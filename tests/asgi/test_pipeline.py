@@ -51,7 +51,6 @@ async def test_the_capability_is_added_alike_to_a_message_and_a_one_element_batc
     result = {"jsonrpc": "2.0", "id": 1, "result": INITIALIZE_RESULT}
     app = Downstream(json_response([result] if batch else result))
     body = dumps([message(method)] if batch else message(method))
-    # A server that takes batches (the mcp SDK refuses them on 2026-07-28, before any session work).
     sender = await call(middleware(app, batches=True), body, http_scope(headers=headers))
     response = sender.json()[0] if batch else sender.json()
     assert app.calls == 1
