@@ -103,15 +103,12 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@contextlib.contextmanager
-def serve(app: Any, *, timeout: float = 10.0, root_path: str = "") -> Iterator[str]:
-    """Serve ``app`` with a real uvicorn on 127.0.0.1:0 in a thread; yields the base URL.
+def serve(app: Any, *, timeout: float = 10.0, root_path: str = "") -> contextlib.AbstractContextManager[str]:
+    """``app`` on a real uvicorn on 127.0.0.1 in a thread, its lifespan run (the MCP SDK app needs it): the base URL.
 
-    The app's lifespan runs (the MCP SDK app needs it), and the server stops,
-    bounded in time, when the block ends.
+    ``examples.demo.serve_in_thread`` at the root path: the server stops, bounded in time, when the block ends.
     """
-    with serve_in_thread(app, timeout=timeout, path="", root_path=root_path) as url:
-        yield url
+    return serve_in_thread(app, timeout=timeout, path="", root_path=root_path)
 
 
 @contextlib.contextmanager

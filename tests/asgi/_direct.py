@@ -202,9 +202,6 @@ def request(request_id: Any, token: str | None = None, *, method: str = "tools/c
     return message
 
 
-def iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(int(timestamp), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def echo_for(mw: MCPSessionMiddleware, token: str) -> dict[str, Any]:
-    return {"sessionId": token, "expiresAt": iso(mw.keys.verify_session_token(token).expires_at)}
+    expires_at = datetime.fromtimestamp(int(mw.keys.verify_session_token(token).expires_at), UTC)
+    return {"sessionId": token, "expiresAt": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")}

@@ -16,6 +16,7 @@ from mcp_sessions.handles import HandleContext, HandleKind, HandleMiddleware, Ha
 from mcp_sessions.stores import MemoryStore, RedisStore
 
 from ._direct import Receiver, Sender, http_scope
+from ._direct import call as sent_back
 
 pytestmark = pytest.mark.anyio
 
@@ -47,11 +48,8 @@ async def call(
     method: str = "POST",
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> tuple[int, dict[bytes, bytes], bytes]:
-    sender = Sender()
-    chunks = [body[:7], body[7:]] if len(body) > 7 else [body]
-    await app(
-        http_scope(method, headers=headers or [(b"content-type", b"application/json")]), Receiver(*chunks), sender
-    )
+    scope = http_scope(method, headers=headers or [(b"content-type", b"application/json")])
+    sender = await sent_back(app, [body[:7], body[7:]] if len(body) > 7 else [body], scope)
     return sender.status, dict(sender.headers), sender.body
 
 

@@ -199,23 +199,13 @@ async def test_a_probe_never_answered_ends_at_its_deadline_retryable() -> None:
 
 async def test_a_client_that_leaves_ends_the_probe_and_nothing_is_answered() -> None:
     app = Unanswered()
-    left = anyio.Event()
 
     async def client() -> Message:
-        await left.wait()
+        await app.asked.wait()  # the client leaves once the app has the probe
         return {"type": "http.disconnect"}
 
-    results: list[Any] = []
-
-    async def ask() -> None:
-        results.append(await ask_server(app, scope(), TOOLS_CALL, b"{}", client=client))
-
     with anyio.fail_after(5):
-        async with anyio.create_task_group() as asking:
-            asking.start_soon(ask)
-            await app.asked.wait()
-            left.set()
-    rejection = results[0]
+        rejection = await ask_server(app, scope(), TOOLS_CALL, b"{}", client=client)
     assert rejection is not None and (rejection.status, rejection.reason) == (499, "client_gone")
     assert app.ended.is_set()
     sender = Sender()
