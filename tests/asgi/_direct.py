@@ -14,6 +14,7 @@ from typing import Any
 from _mcp import SESSION_KEY, AnswersProbes
 from conftest import SECRET
 from mcp_sessions import SCOPE_KEY, MCPSessionMiddleware, get_session
+from mcp_sessions.handles import HandleContext, current_handle_context
 from mcp_sessions.stores import MemoryStore
 
 # What every real client sends: the server (and so the guard) refuses a POST without them.
@@ -101,6 +102,7 @@ class Downstream:
         self.received: list[Message] = []
         # (scope[SCOPE_KEY], scope["state"]["mcp_session"], get_session()) while the app ran.
         self.seen: tuple[Any, Any, Any] = ("never called",) * 3
+        self.handle_context: HandleContext | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         self.calls += 1
@@ -113,6 +115,7 @@ class Downstream:
             if len(self.received) > 1000:
                 raise AssertionError("receive() never handed over to the real receive (no http.disconnect)")
         self.seen = (scope.get(SCOPE_KEY), scope.get("state", {}).get("mcp_session"), get_session())
+        self.handle_context = current_handle_context()
         for message in self.response:
             await send(message)
 

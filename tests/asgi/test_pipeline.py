@@ -126,10 +126,7 @@ async def test_a_batch_the_2026_server_refuses_costs_no_session_work() -> None:
     ]
     app = Downstream(json_response({}))
     CountingKeys.verified = 0
-    sender = await call(
-        MCPSessionMiddleware(AnswersProbes(app, batches=False), keys=keys, store=store),
-        dumps(batch),
-        http_scope(headers=PER_REQUEST),
-    )
+    mw = MCPSessionMiddleware(AnswersProbes(app, batches=False), keys=keys, store=store)
+    sender = await call(mw, dumps(batch), http_scope(headers=PER_REQUEST))
     assert sender.status == 400 and sender.json()["error"]["code"] == -32600  # the SDK's own answer
     assert (app.calls, CountingKeys.verified, store.touches) == (0, 0, 0)
