@@ -58,9 +58,8 @@ async def test_a_valid_handle_reaches_the_app_verified_and_the_body_intact(handl
 async def test_sse_only_clients_get_the_refusal_as_one_event(handles: Handles) -> None:
     app = HandleMiddleware(Downstream(), handles=handles)
     headers = [(b"content-type", b"application/json"), (b"accept", b"text/event-stream")]
-    status, response_headers, content = await call(
-        app, json.dumps(tools_call({"b": "bsk_x" * 5})).encode(), headers=headers
-    )
+    body = json.dumps(tools_call({"b": "bsk_x" * 5})).encode()
+    status, response_headers, content = await call(app, body, headers=headers)
     assert (status, response_headers[b"content-type"]) == (200, b"text/event-stream")
     assert content.startswith(b"event: message\r\ndata: {") and content.endswith(b"\r\n\r\n")
 
@@ -102,14 +101,13 @@ async def test_a_client_gone_before_its_body_gets_no_answer_and_reaches_no_tool(
     assert sender.messages == [] and downstream.calls == 0
 
 
-async def test_an_unreachable_store_is_a_retryable_503_never_a_verdict() -> None:
+async def test_an_unreachable_store_is_a_retryable_503_never_a_verdict(handles: Handles) -> None:
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout=0.3, connect_timeout=0.1)
-    handles = Handles(KeySet.from_secret(SECRET), store, kinds=[BASKET])
-    minting = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[BASKET])
+    checking = Handles(KeySet.from_secret(SECRET), store, kinds=[BASKET])
     downstream = Downstream()
     try:
-        app = HandleMiddleware(downstream, handles=handles, retry_after=3)
-        token = await minting.mint(BASKET, principal=None)
+        app = HandleMiddleware(downstream, handles=checking, retry_after=3)
+        token = await handles.mint(BASKET, principal=None)  # minted where the store answers
         status, headers, content = await call(app, json.dumps(tools_call({"basket": token})).encode())
     finally:
         await store.aclose()

@@ -26,9 +26,7 @@ CREATE = dumps({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"})
 
 
 def from_address(address: str) -> dict[str, Any]:
-    scope = http_scope()
-    scope["client"] = (address, 40000)
-    return scope
+    return {**http_scope(), "client": (address, 40000)}
 
 
 async def test_a_flood_of_anonymous_creates_leaves_the_store_and_legitimate_sessions_alone() -> None:
