@@ -29,12 +29,14 @@ async def running(app: Any) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(app, scope, app_receives.receive, app_sends.send)
             await to_app.send({"type": "lifespan.startup"})
-            assert (await from_app.receive())["type"] == "lifespan.startup.complete"
+            with anyio.fail_after(10):
+                assert (await from_app.receive())["type"] == "lifespan.startup.complete"
             try:
                 yield
             finally:
                 await to_app.send({"type": "lifespan.shutdown"})
-                assert (await from_app.receive())["type"] == "lifespan.shutdown.complete"
+                with anyio.fail_after(10):
+                    assert (await from_app.receive())["type"] == "lifespan.shutdown.complete"
 
 
 @asynccontextmanager

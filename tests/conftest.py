@@ -17,6 +17,8 @@ import pytest
 from examples.demo import serve_in_thread
 from starlette.testclient import TestClient
 
+from _lifespan import running
+from _mcp import LOCAL
 from _redis import RedisServer, redis_server
 from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
 from mcp_sessions import KeySet, SessionKey
@@ -101,15 +103,12 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@contextlib.contextmanager
-def serve(app: Any, *, timeout: float = 10.0, root_path: str = "") -> Iterator[str]:
-    """Serve ``app`` with a real uvicorn on 127.0.0.1:0 in a thread; yields the base URL.
+def serve(app: Any, *, timeout: float = 10.0, root_path: str = "") -> contextlib.AbstractContextManager[str]:
+    """``app`` on a real uvicorn on 127.0.0.1 in a thread, its lifespan run (the MCP SDK app needs it): the base URL.
 
-    The app's lifespan runs (the MCP SDK app needs it), and the server stops,
-    bounded in time, when the block ends.
+    ``examples.demo.serve_in_thread`` at the root path: the server stops, bounded in time, when the block ends.
     """
-    with serve_in_thread(app, timeout=timeout, path="", root_path=root_path) as url:
-        yield url
+    return serve_in_thread(app, timeout=timeout, path="", root_path=root_path)
 
 
 @contextlib.contextmanager
@@ -135,31 +134,11 @@ async def asgi_client(app: Any) -> AsyncIterator[httpx.AsyncClient]:
     ``http://127.0.0.1:8000``. ASGITransport hands over a response when the app has finished it: a stream that
     must be read while it is open needs a real server (``serve``).
     """
-    inbox: list[dict[str, Any]] = [{"type": "lifespan.startup"}]
-    done = {"startup": anyio.Event(), "shutdown": anyio.Event()}
-    stop = anyio.Event()
-
-    async def receive() -> dict[str, Any]:
-        if inbox:
-            return inbox.pop()
-        await stop.wait()
-        return {"type": "lifespan.shutdown"}
-
-    async def send(message: dict[str, Any]) -> None:
-        phase, _, outcome = message["type"].removeprefix("lifespan.").partition(".")
-        assert outcome == "complete", message
-        done[phase].set()
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(app, {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
-        with anyio.fail_after(10):
-            await done["startup"].wait()
-        transport = httpx.ASGITransport(app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8000", timeout=10) as client:
-            yield client
-        stop.set()
-        with anyio.fail_after(10):
-            await done["shutdown"].wait()
+    async with (
+        running(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url=LOCAL, timeout=10) as client,
+    ):
+        yield client
 
 
 # The files that take longest (seconds each, on a loaded 2-core machine), longest first. Under pytest-xdist

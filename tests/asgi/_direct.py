@@ -14,6 +14,7 @@ from typing import Any
 from _mcp import SESSION_KEY, AnswersProbes
 from conftest import SECRET
 from mcp_sessions import SCOPE_KEY, MCPSessionMiddleware, get_session
+from mcp_sessions.handles import HandleContext, current_handle_context
 from mcp_sessions.stores import MemoryStore
 
 # What every real client sends: the server (and so the guard) refuses a POST without them.
@@ -22,18 +23,19 @@ JSON = [
     (b"host", b"127.0.0.1:8000"),
     (b"accept", b"application/json, text/event-stream"),
 ]
+PER_REQUEST = [*JSON, (b"mcp-protocol-version", b"2026-07-28")]
+HANDSHAKE = [*JSON, (b"mcp-protocol-version", b"2025-11-25")]
 Message = MutableMapping[str, Any]
 
 
-# -- recording helpers -----------------------------------------------------------
-
-
 class Receiver:
-    """The server side of ``receive``: the body in the given chunks, then ``http.disconnect``."""
+    """The server side of ``receive``: the body in the given chunks, then ``http.disconnect`` (with ``more_body``, a
+    client that leaves before its last chunk)."""
 
-    def __init__(self, *chunks: bytes) -> None:
+    def __init__(self, *chunks: bytes, more_body: bool = False) -> None:
         self.pending: list[Message] = [
-            {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1} for i, chunk in enumerate(chunks)
+            {"type": "http.request", "body": chunk, "more_body": more_body or i < len(chunks) - 1}
+            for i, chunk in enumerate(chunks)
         ]
         self.calls = 0
 
@@ -100,6 +102,7 @@ class Downstream:
         self.received: list[Message] = []
         # (scope[SCOPE_KEY], scope["state"]["mcp_session"], get_session()) while the app ran.
         self.seen: tuple[Any, Any, Any] = ("never called",) * 3
+        self.handle_context: HandleContext | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         self.calls += 1
@@ -112,6 +115,7 @@ class Downstream:
             if len(self.received) > 1000:
                 raise AssertionError("receive() never handed over to the real receive (no http.disconnect)")
         self.seen = (scope.get(SCOPE_KEY), scope.get("state", {}).get("mcp_session"), get_session())
+        self.handle_context = current_handle_context()
         for message in self.response:
             await send(message)
 
@@ -151,7 +155,7 @@ def http_scope(
 
 def modern_headers(message: Message) -> list[tuple[bytes, bytes]]:
     """The headers of a 2026-07-28 POST of ``message``: version, Mcp-Method and, for tools/call, Mcp-Name."""
-    headers = [*JSON, (b"mcp-protocol-version", b"2026-07-28"), (b"mcp-method", message["method"].encode())]
+    headers = [*PER_REQUEST, (b"mcp-method", message["method"].encode())]
     if message["method"] == "tools/call":
         headers.append((b"mcp-name", message["params"]["name"].encode()))
     return headers
@@ -178,7 +182,7 @@ def middleware(app: Any, *, batches: bool = False, **options: Any) -> MCPSession
     return MCPSessionMiddleware(AnswersProbes(app, batches=batches), secret=SECRET, **options)
 
 
-async def call(mw: MCPSessionMiddleware, body: bytes | list[bytes], scope: dict[str, Any] | None = None) -> Sender:
+async def call(mw: Any, body: bytes | list[bytes], scope: dict[str, Any] | None = None) -> Sender:
     sender = Sender()
     chunks = [body] if isinstance(body, bytes) else body
     await mw(http_scope() if scope is None else scope, Receiver(*chunks), sender)
@@ -201,12 +205,6 @@ def request(request_id: Any, token: str | None = None, *, method: str = "tools/c
     return message
 
 
-def iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(int(timestamp), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def echo_for(mw: MCPSessionMiddleware, token: str) -> dict[str, Any]:
-    return {"sessionId": token, "expiresAt": iso(mw.keys.verify_session_token(token).expires_at)}
-
-
-# -- non-http scopes and pass-through ----------------------------------------------
+    expires_at = datetime.fromtimestamp(int(mw.keys.verify_session_token(token).expires_at), UTC)
+    return {"sessionId": token, "expiresAt": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")}

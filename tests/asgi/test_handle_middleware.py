@@ -3,43 +3,23 @@
 from __future__ import annotations
 
 import json
-from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
-from starlette.requests import Request
 
 from _mcp import AnswersProbes
 from _redis import free_port
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware
-from mcp_sessions.handles import HandleContext, HandleKind, HandleMiddleware, Handles, current_handle_context
+from mcp_sessions.handles import HandleKind, HandleMiddleware, Handles
 from mcp_sessions.stores import MemoryStore, RedisStore
 
-from ._direct import Receiver, Sender, http_scope
+from ._direct import Downstream, Receiver, Sender, http_scope
+from ._direct import call as sent_back
 
 pytestmark = pytest.mark.anyio
 
-Message = MutableMapping[str, Any]
 BASKET = HandleKind("basket", prefix="bsk")
-
-
-class Downstream:
-    """A real ASGI app that records what reached it and answers 200 with ``{}``."""
-
-    def __init__(self) -> None:
-        self.bodies: list[bytes] = []
-        self.contexts: list[HandleContext | None] = []
-        self.scope_types: list[str] = []
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        self.scope_types.append(scope["type"])
-        if scope["type"] != "http":
-            return
-        self.contexts.append(current_handle_context())
-        self.bodies.append(await Request(scope, receive).body())
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": b"{}"})
 
 
 async def call(
@@ -49,11 +29,8 @@ async def call(
     method: str = "POST",
     headers: list[tuple[bytes, bytes]] | None = None,
 ) -> tuple[int, dict[bytes, bytes], bytes]:
-    sender = Sender()
-    chunks = [body[:7], body[7:]] if len(body) > 7 else [body]
-    await app(
-        http_scope(method, headers=headers or [(b"content-type", b"application/json")]), Receiver(*chunks), sender
-    )
+    scope = http_scope(method, headers=headers or [(b"content-type", b"application/json")])
+    sender = await sent_back(app, [body[:7], body[7:]] if len(body) > 7 else [body], scope)
     return sender.status, dict(sender.headers), sender.body
 
 
@@ -72,8 +49,8 @@ async def test_a_valid_handle_reaches_the_app_verified_and_the_body_intact(handl
     token = await handles.mint(BASKET, principal=None)
     body = json.dumps(tools_call({"basket": token, "nested": {"list": [token]}})).encode()
     status, _, _ = await call(app, body)
-    assert status == 200 and downstream.bodies == [body]
-    [context] = downstream.contexts
+    assert (status, downstream.calls, downstream.body) == (200, 1, body)
+    context = downstream.handle_context
     assert context is not None and list(context.verified) == [token]
     assert context.verified[token].kind == "basket"
 
@@ -81,9 +58,8 @@ async def test_a_valid_handle_reaches_the_app_verified_and_the_body_intact(handl
 async def test_sse_only_clients_get_the_refusal_as_one_event(handles: Handles) -> None:
     app = HandleMiddleware(Downstream(), handles=handles)
     headers = [(b"content-type", b"application/json"), (b"accept", b"text/event-stream")]
-    status, response_headers, content = await call(
-        app, json.dumps(tools_call({"b": "bsk_x" * 5})).encode(), headers=headers
-    )
+    body = json.dumps(tools_call({"b": "bsk_x" * 5})).encode()
+    status, response_headers, content = await call(app, body, headers=headers)
     assert (status, response_headers[b"content-type"]) == (200, b"text/event-stream")
     assert content.startswith(b"event: message\r\ndata: {") and content.endswith(b"\r\n\r\n")
 
@@ -104,8 +80,8 @@ async def test_everything_without_a_handle_to_check_passes_through(
     downstream = Downstream()
     app = HandleMiddleware(downstream, handles=handles)
     status, _, _ = await call(app, body, method=method, headers=[(b"content-type", content_type)])
-    assert status == 200 and downstream.bodies == [body]
-    assert downstream.contexts[0] is not None  # mint still finds the request's principal
+    assert (status, downstream.calls, downstream.body) == (200, 1, body)
+    assert downstream.handle_context is not None  # mint still finds the request's principal
 
 
 async def test_an_oversized_body_is_refused_with_413(handles: Handles) -> None:
@@ -115,30 +91,29 @@ async def test_an_oversized_body_is_refused_with_413(handles: Handles) -> None:
     assert status == 413 and json.loads(content)["error"]["code"] == -32600
     declared = [(b"content-type", b"application/json"), (b"content-length", b"1000")]
     assert (await call(app, b"{}", headers=declared))[0] == 413
-    assert downstream.bodies == []
+    assert downstream.calls == 0
 
 
 async def test_a_client_gone_before_its_body_gets_no_answer_and_reaches_no_tool(handles: Handles) -> None:
     downstream = Downstream()
     sender = Sender()
     await HandleMiddleware(downstream, handles=handles)(http_scope(), Receiver(), sender)
-    assert sender.messages == [] and downstream.bodies == []
+    assert sender.messages == [] and downstream.calls == 0
 
 
-async def test_an_unreachable_store_is_a_retryable_503_never_a_verdict() -> None:
+async def test_an_unreachable_store_is_a_retryable_503_never_a_verdict(handles: Handles) -> None:
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", timeout=0.3, connect_timeout=0.1)
-    handles = Handles(KeySet.from_secret(SECRET), store, kinds=[BASKET])
-    minting = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[BASKET])
+    checking = Handles(KeySet.from_secret(SECRET), store, kinds=[BASKET])
     downstream = Downstream()
     try:
-        app = HandleMiddleware(downstream, handles=handles, retry_after=3)
-        token = await minting.mint(BASKET, principal=None)
+        app = HandleMiddleware(downstream, handles=checking, retry_after=3)
+        token = await handles.mint(BASKET, principal=None)  # minted where the store answers
         status, headers, content = await call(app, json.dumps(tools_call({"basket": token})).encode())
     finally:
         await store.aclose()
     assert (status, headers[b"retry-after"]) == (503, b"3")
     assert json.loads(content)["error"]["code"] == -32010
-    assert downstream.bodies == []
+    assert downstream.calls == 0
 
 
 async def test_a_failing_principal_hook_is_an_internal_error(handles: Handles) -> None:
@@ -149,21 +124,13 @@ async def test_a_failing_principal_hook_is_an_internal_error(handles: Handles) -
     app = HandleMiddleware(downstream, handles=handles, principal=broken)
     status, _, content = await call(app, b"{}")
     assert status == 500 and b"boom" not in content and json.loads(content)["error"]["code"] == -32603
-    assert downstream.bodies == []
+    assert downstream.calls == 0
 
 
 async def test_lifespan_and_other_scopes_pass_through(handles: Handles) -> None:
     downstream = Downstream()
-    app = HandleMiddleware(downstream, handles=handles)
-
-    async def receive() -> Message:
-        return {"type": "lifespan.startup"}
-
-    async def send(message: Message) -> None:
-        pass
-
-    await app({"type": "lifespan"}, receive, send)
-    assert downstream.scope_types == ["lifespan"]
+    await HandleMiddleware(downstream, handles=handles)({"type": "lifespan"}, Receiver(), Sender())
+    assert (downstream.calls, downstream.scope["type"]) == (1, "lifespan")
 
 
 # -- the same check in the session middleware ------------------------------------------------------------------
@@ -201,7 +168,7 @@ async def test_both_middlewares_answer_a_refusal_on_the_path_the_sdk_takes(
         assert (answer["id"], answer["result"]["isError"]) == ("r-1", True)
         assert "never issued" in answer["result"]["content"][0]["text"] and FORGED[4:] not in content.decode()
         assert answer["result"].get("resultType") == ("complete" if path == "2026" else None), type(app)
-        assert downstream.bodies == []
+        assert downstream.calls == 0
 
 
 async def test_both_middlewares_answer_a_refused_batch_alike(handles: Handles) -> None:
@@ -216,7 +183,7 @@ async def test_both_middlewares_answer_a_refused_batch_alike(handles: Handles) -
     answers = []
     for downstream, app in both(handles):
         status, _, content = await call(app, json.dumps(batch).encode())
-        assert status == 200 and downstream.bodies == []
+        assert status == 200 and downstream.calls == 0
         answers.append(json.loads(content))
     assert answers[0] == answers[1]
     by_id = {answer["id"]: answer for answer in answers[0]}
@@ -231,7 +198,7 @@ async def test_a_tools_call_notification_runs_no_tool_and_is_not_answered_by_eit
     body = json.dumps(notification).encode()
     for downstream, app in both(handles):
         status, _, _ = await call(app, body)
-        assert status == 200 and downstream.bodies == [body]  # the server's to ignore: it answers none
+        assert (status, downstream.calls, downstream.body) == (200, 1, body)  # the server's to ignore: it answers none
 
 
 @pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32-be"])
@@ -240,4 +207,4 @@ async def test_a_body_the_sdk_reads_as_json_is_checked_whatever_its_encoding(han
     for downstream, app in both(handles):
         status, _, content = await call(app, body)
         assert status == 200 and json.loads(content)["result"]["isError"] is True
-        assert downstream.bodies == []
+        assert downstream.calls == 0

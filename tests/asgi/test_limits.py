@@ -4,21 +4,21 @@ at startup."""
 from __future__ import annotations
 
 import logging
-import socket
 from typing import Any
 
 import pytest
 from starlette.applications import Starlette
 
 from _lifespan import running
-from _mcp import AnswersProbes, jwt_claims
+from _mcp import jwt_claims
+from _redis import free_port
 from conftest import SECRET
-from mcp_sessions import KeySet, MCPSessionMiddleware, Refusal, SessionClaims
+from mcp_sessions import KeySet, Refusal, SessionClaims
 from mcp_sessions._session import Quota
 from mcp_sessions.handles import Handles
 from mcp_sessions.stores import MemoryStore, RedisStore
 
-from ._direct import CountingStore, Downstream, call, dumps, http_scope, request
+from ._direct import CountingStore, Downstream, call, dumps, http_scope, middleware, request
 
 pytestmark = pytest.mark.anyio
 
@@ -26,15 +26,13 @@ CREATE = dumps({"jsonrpc": "2.0", "id": 1, "method": "sessions/create"})
 
 
 def from_address(address: str) -> dict[str, Any]:
-    scope = http_scope()
-    scope["client"] = (address, 40000)
-    return scope
+    return {**http_scope(), "client": (address, 40000)}
 
 
 async def test_a_flood_of_anonymous_creates_leaves_the_store_and_legitimate_sessions_alone() -> None:
     store = MemoryStore(max_sessions=100)  # a small cap: a store entry per create would fill it at once
     app = Downstream()
-    mw = MCPSessionMiddleware(AnswersProbes(app), secret=SECRET, store=store)
+    mw = middleware(app, store=store)
     for _ in range(1_000):  # ten times the cap: a create that stored anything would have filled it
         sender = await call(mw, CREATE)
         assert sender.status == 200
@@ -46,7 +44,7 @@ async def test_a_flood_of_anonymous_creates_leaves_the_store_and_legitimate_sess
 
 
 async def test_the_create_limit_refuses_a_caller_over_it_and_only_that_caller() -> None:
-    mw = MCPSessionMiddleware(AnswersProbes(Downstream()), secret=SECRET, create_limit=(5, 60))
+    mw = middleware(Downstream(), create_limit=(5, 60))
     for _ in range(5):
         assert (await call(mw, CREATE, from_address("10.1.1.1"))).status == 200
     refused = await call(mw, CREATE, from_address("10.1.1.1"))
@@ -57,7 +55,7 @@ async def test_the_create_limit_refuses_a_caller_over_it_and_only_that_caller() 
 
 
 async def test_deletes_count_against_the_same_limit() -> None:
-    mw = MCPSessionMiddleware(AnswersProbes(Downstream()), secret=SECRET, create_limit=(2, 60))
+    mw = middleware(Downstream(), create_limit=(2, 60))
     token = (await call(mw, CREATE)).json()["result"]["session"]["sessionId"]
     delete = {"jsonrpc": "2.0", "id": 2, "method": "sessions/delete"}
     delete["params"] = {"_meta": {"io.modelcontextprotocol/session": {"sessionId": token}}}
@@ -76,7 +74,7 @@ async def test_the_on_create_hook_sees_each_new_session_and_may_refuse_it() -> N
             raise RuntimeError("a bug of the hook")
         created.append(claims)
 
-    mw = MCPSessionMiddleware(AnswersProbes(Downstream()), secret=SECRET, on_create=on_create)
+    mw = middleware(Downstream(), on_create=on_create)
     token = (await call(mw, CREATE)).json()["result"]["session"]["sessionId"]
     refused = await call(mw, CREATE)
     created.append(created[0])
@@ -89,11 +87,8 @@ async def test_the_on_create_hook_sees_each_new_session_and_may_refuse_it() -> N
 
 
 async def test_an_unreachable_store_is_reported_at_startup(caplog: pytest.LogCaptureFixture) -> None:
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    store = RedisStore(f"redis://:hunter2@127.0.0.1:{port}/0", timeout=0.5)
-    mw = MCPSessionMiddleware(AnswersProbes(Starlette()), secret=SECRET, store=store)
+    store = RedisStore(f"redis://:hunter2@127.0.0.1:{free_port()}/0", timeout=0.5)  # a port nothing listens on
+    mw = middleware(Starlette(), store=store)
     with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
         async with running(mw):  # the app starts all the same (and shuts down)
             pass
@@ -103,7 +98,7 @@ async def test_an_unreachable_store_is_reported_at_startup(caplog: pytest.LogCap
 
 
 async def test_a_reachable_store_says_nothing_at_startup(caplog: pytest.LogCaptureFixture) -> None:
-    mw = MCPSessionMiddleware(AnswersProbes(Starlette()), secret=SECRET)
+    mw = middleware(Starlette())
     with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
         async with running(mw):
             pass
@@ -131,9 +126,7 @@ def test_a_quota_counts_each_record_until_it_ends() -> None:
 
 async def test_a_batch_of_made_up_conversations_stores_at_most_eight() -> None:
     store = CountingStore()
-    mw = MCPSessionMiddleware(
-        AnswersProbes(Downstream()), secret=SECRET, store=store, idle_ttl=3600, conversation_data="anonymous"
-    )
+    mw = middleware(Downstream(), batches=True, store=store, idle_ttl=3600, conversation_data="anonymous")
     batch = [
         {
             "jsonrpc": "2.0",

@@ -24,6 +24,8 @@ from mcp_sessions._session import Session, SessionService, current_session
 from mcp_sessions.stores import MemoryStore
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
+from ._direct import Sender
+
 pytestmark = pytest.mark.anyio
 
 KEYS = KeySet.from_secret(SECRET)
@@ -45,7 +47,7 @@ async def test_a_stream_that_found_its_slot_only_at_subscribe_ends_with_its_sess
         sessions, token="token", session_id="s1", issued_at=int(now), token_expires_at=expires_at, now=now
     )
     requests = [BODY]
-    sent: list[Message] = []
+    sender = Sender()
 
     async def receive() -> Message:
         if requests:
@@ -53,12 +55,9 @@ async def test_a_stream_that_found_its_slot_only_at_subscribe_ends_with_its_sess
         await anyio.sleep_forever()  # the client stays
         raise AssertionError("unreachable")
 
-    async def send(message: Message) -> None:
-        sent.append(message)
-
     other = bus.watch("s0", lambda: None)  # another session's stream holds the replica's one slot
     assert other is not None
-    listen = ListenStream(bus, sessions, session, "listen-1", receive, send)
+    listen = ListenStream(bus, sessions, session, "listen-1", receive, sender)
     other()  # and ends before this listen reaches the SDK
     token = current_session.set(session)
     try:
@@ -79,4 +78,4 @@ async def test_a_stream_that_found_its_slot_only_at_subscribe_ends_with_its_sess
     finally:
         unsubscribe()
         listen.close()
-    assert sent[-1] == {"type": "http.response.body", "body": final_frame("listen-1"), "more_body": False}
+    assert sender.messages[-1] == {"type": "http.response.body", "body": final_frame("listen-1"), "more_body": False}

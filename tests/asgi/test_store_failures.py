@@ -33,15 +33,7 @@ from mcp_sessions import KeySet, MCPSessionMiddleware, get_session
 from mcp_sessions._session import digest_of
 from mcp_sessions.stores import SessionStore, SessionStoreUnavailable
 
-from ._direct import (
-    Receiver,
-    Sender,
-    dumps,
-    http_scope,
-    json_response,
-    modern_headers,
-    with_envelope,
-)
+from ._direct import Receiver, Sender, call, dumps, http_scope, json_response, modern_headers, with_envelope
 
 KEYS: Final = KeySet.from_secret(SECRET)
 NOTE: Final = "n" * 5000  # more than a SQLite page: a full file has no room for it, whatever else it has
@@ -59,17 +51,11 @@ OPERATIONS: Final = ["create", "create-bad", "delete", "peek", "remember"]
 """The calls, by name ("-bad": a malformed parameter; ``peek`` and ``remember``: tools in a session)."""
 
 
-# -- the failing stores --------------------------------------------------------------------------
-
-
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, SessionStore]]:
     """One store of each failing kind for the module."""
     with failing_stores(tmp_path_factory.mktemp("failing-stores")) as built:
         yield built
-
-
-# -- the cases ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -84,14 +70,9 @@ class Case:
     """A parameter of the wrong shape: -32602, with no store call."""
 
 
-TOUCH: Final = ("idle-touch",)
 DELETE: Final = ("idle-touch", "revoke")
-TOOL_NEEDS: Final = {"peek": TOUCH, "remember": ("idle-touch", "data")}
+TOOL_NEEDS: Final = {"peek": ("idle-touch",), "remember": ("idle-touch", "data")}
 """``peek`` reads nothing of the store; ``remember`` writes ``session.data``."""
-
-
-def call(method: str, params: Any, *, needs: tuple[str, ...] = (), malformed: bool = False) -> Case:
-    return Case({"method": method, "params": params}, needs=needs, malformed=malformed)
 
 
 def token(user: str | None) -> str:
@@ -110,14 +91,16 @@ def cases(draw: st.DrawFn, operation: str, user: str | None) -> Case:
     named = {"_meta": {"io.modelcontextprotocol/session": {"sessionId": token(user)}}}
     match operation:
         case "create":
-            case = call("sessions/create", {"label": draw(st.text(max_size=20))})
+            case = Case({"method": "sessions/create", "params": {"label": draw(st.text(max_size=20))}})
         case "create-bad":
             label = draw(not_a_string | st.text(min_size=257, max_size=300))
-            case = call("sessions/create", {"label": label}, malformed=True)
+            case = Case({"method": "sessions/create", "params": {"label": label}}, malformed=True)
         case "delete":
-            case = call("sessions/delete", named, needs=DELETE)
+            case = Case({"method": "sessions/delete", "params": named}, needs=DELETE)
         case name:
-            case = call("tools/call", {"name": name, "arguments": {}, **named}, needs=TOOL_NEEDS[name])
+            case = Case(
+                {"method": "tools/call", "params": {"name": name, "arguments": {}, **named}}, needs=TOOL_NEEDS[name]
+            )
     case.message = {"jsonrpc": "2.0", "id": draw(st.integers(0, 99)), **case.message}
     case.modern = draw(st.booleans())
     return case
@@ -129,9 +112,6 @@ def expected(case: Case, kind: str, idle_ttl: float | None) -> str:
         return "invalid"
     verdicts = {NEEDS[kind]["read" if need == "idle-touch" and idle_ttl is None else need] for need in case.needs}
     return "unavailable" if "down" in verdicts else "either" if "either" in verdicts else "result"
-
-
-# -- the harness ---------------------------------------------------------------------------------
 
 
 async def tools(scope: Any, receive: Any, send: Any) -> None:
@@ -153,9 +133,7 @@ def ask(store: SessionStore, case: Case, user: str | None, idle_ttl: float | Non
     scope = http_scope(headers=modern_headers(message) if case.modern else None)
     if user is not None:  # as Starlette's AuthenticationMiddleware leaves it
         scope["user"] = SimpleUser(user)
-    sender = Sender()
-    anyio.run(middleware, scope, Receiver(dumps(message)), sender)  # an exception out of it fails the test
-    return sender
+    return anyio.run(call, middleware, dumps(message), scope)  # an exception out of it fails the test
 
 
 def check(sender: Sender, expectation: str, request_id: int) -> None:
@@ -197,24 +175,18 @@ def remember(request_id: int, session: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "remember", "_meta": meta}}
 
 
-def test_a_batch_whose_tool_fails_to_write_gets_the_retryable_error_for_each_request() -> None:
+@pytest.mark.anyio
+async def test_a_batch_whose_tool_fails_to_write_gets_the_retryable_error_for_each_request() -> None:
     """A 2025-era server that takes batches: the whole batch is retried, so every request in it gets -32010."""
-
-    async def ask_batch() -> Sender:
-        store = await filled_memory()
-        middleware = MCPSessionMiddleware(AnswersProbes(tools), keys=KEYS, store=store)
-        sender = Sender()
-        session = token(None)
-        batch = [remember(1, session), remember(2, session)]
-        await middleware(http_scope(), Receiver(dumps(batch)), sender)
-        return sender
-
-    sender = anyio.run(ask_batch)
+    middleware = MCPSessionMiddleware(AnswersProbes(tools), keys=KEYS, store=await filled_memory())
+    session = token(None)
+    sender = await call(middleware, dumps([remember(1, session), remember(2, session)]))
     assert sender.status == 503 and sender.header(b"retry-after") == b"1"
     assert [(answer["id"], answer["error"]["code"]) for answer in sender.json()] == [(1, -32010), (2, -32010)]
 
 
-def test_a_store_failure_after_the_app_started_its_response_is_the_apps_to_end() -> None:
+@pytest.mark.anyio
+async def test_a_store_failure_after_the_app_started_its_response_is_the_apps_to_end() -> None:
     """Once the app has sent its response's start, a store failure is re-raised: no second response is sent."""
 
     async def answers_then_writes(scope: Any, receive: Any, send: Any) -> None:
@@ -224,11 +196,8 @@ def test_a_store_failure_after_the_app_started_its_response_is_the_apps_to_end()
         assert session is not None
         await session.data.set("note", NOTE)
 
-    async def ask_late() -> Sender:
-        middleware = MCPSessionMiddleware(AnswersProbes(answers_then_writes), keys=KEYS, store=await filled_memory())
-        sender = Sender()
-        with pytest.raises(SessionStoreUnavailable):
-            await middleware(http_scope(), Receiver(dumps(remember(1, token(None)))), sender)
-        return sender
-
-    assert [message["status"] for message in anyio.run(ask_late).starts] == [200]
+    middleware = MCPSessionMiddleware(AnswersProbes(answers_then_writes), keys=KEYS, store=await filled_memory())
+    sender = Sender()
+    with pytest.raises(SessionStoreUnavailable):
+        await middleware(http_scope(), Receiver(dumps(remember(1, token(None)))), sender)
+    assert [message["status"] for message in sender.starts] == [200]

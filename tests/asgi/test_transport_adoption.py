@@ -14,24 +14,18 @@ import pytest
 
 from mcp_sessions import MCPSessionMiddleware
 
-from ._direct import JSON, Downstream, call, dumps, http_scope, json_response, middleware
+from ._direct import HANDSHAKE, JSON, PER_REQUEST, Downstream, call, dumps, http_scope, json_response, middleware
 
 pytestmark = pytest.mark.anyio
 
-HANDSHAKE = [*JSON, (b"mcp-protocol-version", b"2025-11-25")]
-PER_REQUEST = [*JSON, (b"mcp-protocol-version", b"2026-07-28")]
 MINTED = b"5f0e7c0c2b7d4d2e9a6b1c3d4e5f6a7b"
 
 
-def initialize(status: int = 200, transport_id: bytes = MINTED) -> list[Any]:
+async def handshake(mw: MCPSessionMiddleware, app: Downstream, status: int = 200) -> None:
+    """An ``initialize`` that the server answers with ``status`` and the transport session id ``MINTED``."""
     result = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "s", "version": "0"}}
-    messages = json_response({"jsonrpc": "2.0", "id": 0, "result": result}, status=status)
-    messages[0]["headers"] = [*messages[0]["headers"], (b"mcp-session-id", transport_id)]
-    return messages
-
-
-async def handshake(mw: MCPSessionMiddleware, app: Downstream, **kwargs: Any) -> None:
-    app.response = initialize(**kwargs)
+    app.response = json_response({"jsonrpc": "2.0", "id": 0, "result": result}, status=status)
+    app.response[0]["headers"] = [*app.response[0]["headers"], (b"mcp-session-id", MINTED)]
     body = dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}})
     await call(mw, body, http_scope(headers=JSON))
     app.response = json_response({"jsonrpc": "2.0", "id": 1, "result": {}})

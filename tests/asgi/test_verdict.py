@@ -17,6 +17,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from mcp_sessions._pipeline._probe import MAX_NESTING, PROBE_METHOD, ask_server
 
+from ._direct import Receiver, Sender
+
 pytestmark = pytest.mark.anyio
 
 TOOLS_CALL = {
@@ -102,18 +104,11 @@ async def test_the_probe_keeps_the_bodys_encoding() -> None:
     async def raw(scope: Scope, receive: Receive, send: Send) -> None:
         message = await receive()
         seen.append(message["body"])
-        await app(scope, _once({**message, "body": message["body"].decode("utf-16").encode()}), send)
+        await app(scope, Receiver(message["body"].decode("utf-16").encode()), send)
 
     body = json.dumps(TOOLS_CALL).encode("utf-16")
     assert await ask_server(raw, scope(), TOOLS_CALL, body) is None
     assert seen[0].startswith(b"\xff\xfe") and seen[0].decode("utf-16").startswith('{"id":7')
-
-
-def _once(message: Message) -> Receive:
-    async def receive() -> Message:
-        return message
-
-    return receive
 
 
 @pytest.mark.parametrize(
@@ -204,29 +199,15 @@ async def test_a_probe_never_answered_ends_at_its_deadline_retryable() -> None:
 
 async def test_a_client_that_leaves_ends_the_probe_and_nothing_is_answered() -> None:
     app = Unanswered()
-    left = anyio.Event()
 
     async def client() -> Message:
-        await left.wait()
+        await app.asked.wait()  # the client leaves once the app has the probe
         return {"type": "http.disconnect"}
 
-    results: list[Any] = []
-
-    async def ask() -> None:
-        results.append(await ask_server(app, scope(), TOOLS_CALL, b"{}", client=client))
-
     with anyio.fail_after(5):
-        async with anyio.create_task_group() as asking:
-            asking.start_soon(ask)
-            await app.asked.wait()
-            left.set()
-    rejection = results[0]
+        rejection = await ask_server(app, scope(), TOOLS_CALL, b"{}", client=client)
     assert rejection is not None and (rejection.status, rejection.reason) == (499, "client_gone")
     assert app.ended.is_set()
-    sent: list[Message] = []
-
-    async def record(message: Message) -> None:
-        sent.append(message)
-
-    await rejection.send(record)
-    assert sent == []  # nobody to answer
+    sender = Sender()
+    await rejection.send(sender)
+    assert sender.messages == []  # nobody to answer
