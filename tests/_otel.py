@@ -191,14 +191,10 @@ def traceparent_of(span: ReadableSpan) -> str:
 def collect(reader: InMemoryMetricReader) -> dict[str, Metric]:
     """Every metric the reader has, by name."""
     data = reader.get_metrics_data()
-    metrics: dict[str, Metric] = {}
-    if data is None:
-        return metrics
-    for resource_metrics in data.resource_metrics:
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                metrics[metric.name] = metric
-    return metrics
+    resources = [] if data is None else data.resource_metrics
+    return {
+        metric.name: metric for resource in resources for scope in resource.scope_metrics for metric in scope.metrics
+    }
 
 
 def points(metric: Metric | None) -> list[Any]:

@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 from examples.quickstart import SESSION_TOOLS, build_server
-from mcp.server.mcpserver import MCPServer
 
 from _mcp import MCP_PATH, SESSION_KEY, ModernClient, session_meta
 from _otel import MIDDLEWARE_SCOPE, SpanLog, attrs, by_request_id, span_strings
@@ -33,7 +32,7 @@ BOUND = 4096
 HANDLE = "bsk_" + "Q" * 34 + "E"  # the handle shape (handles/_format.py), as a tool might return one
 
 
-def build_capture_server() -> MCPServer:
+def app(*, json_response: bool, capture_content: bool) -> MCPSessionMiddleware:
     server = build_server()
 
     @server.tool()
@@ -41,11 +40,7 @@ def build_capture_server() -> MCPServer:
         """Answer the text, and a handle: what a careless tool might put in its result."""
         return f"you said {text}; your basket is {HANDLE}"
 
-    return server
-
-
-def app(*, json_response: bool, capture_content: bool) -> MCPSessionMiddleware:
-    inner = build_capture_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=json_response)
+    inner = server.streamable_http_app(streamable_http_path=MCP_PATH, json_response=json_response)
     return MCPSessionMiddleware(
         inner, secret=SECRET, require_session_tools=SESSION_TOOLS, capture_content=capture_content
     )

@@ -1,11 +1,8 @@
 """The gateway command's telemetry: ``opentelemetry-instrument mcp-sessions gateway …``, as docs/gateway.md shows it.
 
 The command runs as its own process with the standard ``OTEL_*`` variables, in front of a real upstream (an
-``MCPServer`` on 127.0.0.1), and exports to a real OTLP/HTTP receiver (``tests/_otlp.py``). A 2026-07-28
-session (``sessions/create``, a tool call) and a 2025-era transport session go through it; the receiver gets
-one SERVER span per JSON-RPC message, each with the conversation's stable id as ``session.id`` and
-``gen_ai.conversation.id``, ``service.name`` from ``OTEL_SERVICE_NAME``, and no session token, state token or
-transport session id (the gateway's or the upstream's) in any attribute of any span or of the resource.
+``MCPServer`` on 127.0.0.1), and exports to a real OTLP/HTTP receiver (``tests/_otlp.py``): one SERVER span per
+JSON-RPC message, and no token or transport session id (the gateway's or the upstream's) in any attribute.
 """
 
 from __future__ import annotations

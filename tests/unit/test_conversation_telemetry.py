@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -18,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry import metrics, trace
+from opentelemetry.sdk.trace import TracerProvider
 from starlette.types import Message, Scope
 
 from mcp_sessions import KeySet
@@ -31,6 +33,8 @@ from mcp_sessions._otel._span import (
     bounded_text,
     call_kinds,
     readable_result,
+    record_result,
+    record_text,
 )
 from mcp_sessions._otel._telemetry import TraceUser
 from mcp_sessions._tokens import IdDigests
@@ -140,14 +144,6 @@ class Provider:
         return self.answer
 
 
-class NoTimeout:
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def force_flush(self) -> None:
-        self.log.append("no timeout")
-
-
 def test_the_providers_are_flushed_each_once_and_a_failure_is_only_logged(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,7 +151,8 @@ def test_the_providers_are_flushed_each_once_and_a_failure_is_only_logged(
     tracer = Provider(log, "tracer", answer=False)
     meter = Provider(log, "meter", answer=RuntimeError("the collector is down"))
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: tracer)  # the global one, given too
-    monkeypatch.setattr(metrics, "get_meter_provider", lambda: NoTimeout(log))
+    no_timeout = SimpleNamespace(force_flush=lambda: log.append("no timeout"))  # a force_flush without a timeout
+    monkeypatch.setattr(metrics, "get_meter_provider", lambda: no_timeout)
     _telemetry.flush_providers(tracer, meter)  # type: ignore[arg-type]
     assert log == ["tracer 10000", "meter 10000", "no timeout"]
     assert "did not export everything" in caplog.text and "the collector is down" in caplog.text
@@ -188,10 +185,6 @@ def test_the_lifespan_flushes_when_the_shutdown_is_over_before_the_server_hears_
 
 def test_a_captured_label_is_text_and_a_result_json_only_when_it_is_no_text() -> None:
     """The mime types the viewers read: text for a label and a tool's words, JSON for structured content."""
-    from opentelemetry.sdk.trace import TracerProvider
-
-    from mcp_sessions._otel._span import record_result, record_text
-
     span = TracerProvider().get_tracer("test").start_span("s")
     record_text(span, "input", "a trip to Lisbon")
     record_result(span, {"content": [{"type": "image"}], "structuredContent": {"cats": 1}}, ())
