@@ -34,8 +34,6 @@ MIDDLEWARE_SCOPE = "mcp_sessions"
 SDK_SCOPE = "mcp-python-sdk"
 WAIT_SECONDS = 10.0
 
-Spans = Sequence[ReadableSpan]
-
 
 def recording_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
     """A TracerProvider of the test's own (the global one untouched), and the exporter that keeps each span it ends."""
@@ -94,7 +92,7 @@ class SpanLog:
             if span.start_time is None or span.start_time >= self._since
         ]
 
-    def wait(self, done: Callable[[Spans], bool], what: str) -> list[ReadableSpan]:
+    def wait(self, done: Callable[[list[ReadableSpan]], bool], what: str) -> list[ReadableSpan]:
         """All finished spans, once ``done`` holds for them (a bounded wait, not a timing check)."""
         deadline = time.monotonic() + WAIT_SECONDS
         while True:

@@ -93,7 +93,6 @@ INVALID_PARAMS = -32602
 REFUSED = -32000
 DURATION_BUCKETS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300]
 CREATION_LINK = {"mcp_sessions.link": "session.created"}
-# What mcp.session.id holds of a 2025-era transport session: a keyed digest, never the header's value.
 META_LINK = {"mcp_sessions.link": "mcp.meta"}
 
 # Two foreign trace contexts: one a client puts in _meta, one an HTTP-instrumented client puts in headers.
@@ -915,11 +914,7 @@ def test_each_trace_the_middleware_starts_is_named_and_tagged_for_every_viewer()
         "delete": ("sessions/delete", "session"),
     }
     for request_id, (name, kind) in expected.items():
-        span = traced.span(request_id)
-        assert span["mcp_sessions.call.kind"] == kind
-        assert [span[key] for key in NAMES] == [name, name], request_id
-        assert span["mlflow.traceTag.mcp_sessions.call.kind"] == kind
-        assert span["langfuse.trace.tags"] == (kind,)
+        assert traced.span(request_id).items() >= new_trace(name, kind).items(), request_id
     [create] = [span for span in traced.spans() if span.name == "sessions/create"]
     assert attrs(create)["langfuse.trace.name"] == "sessions/create"
 
