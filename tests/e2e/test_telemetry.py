@@ -923,13 +923,12 @@ def test_each_trace_the_middleware_starts_is_named_and_tagged_for_every_viewer()
 def test_a_trace_a_client_started_keeps_the_name_the_client_gave_it(carrier: str) -> None:
     """The client's span is the root: the middleware's span tells what kind of call it is, and names nothing."""
     traced = Traced()
-    context = traceparent(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331)
     with in_process(traced.app) as http:
         client = ModernClient(http, "")
         if carrier == "header":
-            client.request("tools/list", id="list", traceparent=context)
+            client.request("tools/list", id="list", traceparent=traceparent(*META_TRACE))
         else:
-            client.request("tools/list", meta={"traceparent": context}, id="list")
+            client.request("tools/list", meta={"traceparent": traceparent(*META_TRACE)}, id="list")
     span = traced.span("list")
     assert span["mcp_sessions.call.kind"] == "housekeeping"
     assert not {*NAMES, *TAGS} & set(span)
