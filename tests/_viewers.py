@@ -170,19 +170,17 @@ def start_viewers(workdir: Path) -> Iterator[tuple[Viewer, Viewer]]:
         waiting = list(range(len(started)))
         while waiting:
             for index in list(waiting):
-                viewer = started[index]
-                if viewer.port_taken() and retries:
+                if started[index].port_taken() and retries:
                     # The free port was taken by another test's server before the viewer bound it: new ports.
                     retries -= 1
                     started[index] = starters[index](workdir)
-                elif viewer.ready():
+                elif started[index].ready():
                     waiting.remove(index)
             if waiting and time.monotonic() > deadline:
                 logs = "\n".join(f"--- {started[i].name}\n{started[i].tail()}" for i in waiting)
                 raise AssertionError(f"not ready after {START_SECONDS:.0f} s:\n{logs}")
             time.sleep(0.5)
-        phoenix, mlflow = started
-        yield phoenix, mlflow
+        yield started[0], started[1]
     finally:
         for viewer in started:
             viewer.stop()
