@@ -34,8 +34,6 @@ MIDDLEWARE_SCOPE = "mcp_sessions"
 SDK_SCOPE = "mcp-python-sdk"
 WAIT_SECONDS = 10.0
 
-Spans = Sequence[ReadableSpan]
-
 
 def recording_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
     """A TracerProvider of the test's own (the global one untouched), and the exporter that keeps each span it ends."""
@@ -94,7 +92,7 @@ class SpanLog:
             if span.start_time is None or span.start_time >= self._since
         ]
 
-    def wait(self, done: Callable[[Spans], bool], what: str) -> list[ReadableSpan]:
+    def wait(self, done: Callable[[list[ReadableSpan]], bool], what: str) -> list[ReadableSpan]:
         """All finished spans, once ``done`` holds for them (a bounded wait, not a timing check)."""
         deadline = time.monotonic() + WAIT_SECONDS
         while True:
@@ -191,14 +189,10 @@ def traceparent_of(span: ReadableSpan) -> str:
 def collect(reader: InMemoryMetricReader) -> dict[str, Metric]:
     """Every metric the reader has, by name."""
     data = reader.get_metrics_data()
-    metrics: dict[str, Metric] = {}
-    if data is None:
-        return metrics
-    for resource_metrics in data.resource_metrics:
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                metrics[metric.name] = metric
-    return metrics
+    resources = [] if data is None else data.resource_metrics
+    return {
+        metric.name: metric for resource in resources for scope in resource.scope_metrics for metric in scope.metrics
+    }
 
 
 def points(metric: Metric | None) -> list[Any]:

@@ -78,16 +78,13 @@ class Viewer:
 def listening_addresses(session: int) -> set[tuple[str, int]]:
     """The (address, port) of every TCP socket listened on by the processes of ``session`` (a viewer and every
     process it started: each viewer leads a session of its own), from /proc."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            fields = stat.read_text().rpartition(")")[2].split()  # state, ppid, pgrp, session, ...
-            if int(fields[3]) == session:
-                pids.append(int(stat.parent.name))
     inodes: set[str] = set()
-    for each in pids:
-        with contextlib.suppress(FileNotFoundError, PermissionError):
-            for fd in Path(f"/proc/{each}/fd").iterdir():
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, PermissionError):
+            fields = stat.read_text().rpartition(")")[2].split()  # state, ppid, pgrp, session, ...
+            if int(fields[3]) != session:
+                continue
+            for fd in (stat.parent / "fd").iterdir():
                 with contextlib.suppress(FileNotFoundError, OSError):
                     target = os.readlink(fd)
                     if target.startswith("socket:["):
@@ -113,35 +110,30 @@ def beyond_loopback(viewer: Viewer) -> set[tuple[str, int]]:
     return {(address, port) for address, port in listening if address not in _LOOPBACK}
 
 
-def _spawn(name: str, argv: list[str], env: dict[str, str], workdir: Path, url: str, health: str) -> Viewer:
+def _spawn(name: str, argv: list[str], workdir: Path, port: int, health: str, env: dict[str, str]) -> Viewer:
+    """``argv`` in a session of its own, its OTEL_, PHOENIX_ and MLFLOW_ variables only those of ``env``."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_", "MLFLOW_"))}
     log = workdir / f"{name}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            argv, cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv, cwd=workdir, env={**inherited, **env}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    return Viewer(name, url, process, log, health)
-
-
-def _environ(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_", "MLFLOW_"))}
-    env.update(extra)
-    return env
+    return Viewer(name, f"http://127.0.0.1:{port}", process, log, health)
 
 
 def start_phoenix(workdir: Path) -> Viewer:
     """``phoenix serve`` on a free port, its database in ``workdir``, nothing fetched from the internet."""
     port = free_port()
-    env = _environ(
-        PHOENIX_HOST="127.0.0.1",
-        PHOENIX_PORT=str(port),
-        PHOENIX_GRPC_PORT=str(free_port()),
-        PHOENIX_WORKING_DIR=str(workdir / "phoenix"),
-        PHOENIX_TELEMETRY_ENABLED="false",
-        PHOENIX_ALLOW_EXTERNAL_RESOURCES="false",
-        PHOENIX_AGENTS_DISABLE_BASH="true",  # its assistant's server-side shell, on by default
-    )
-    argv = [str(BIN / "python"), str(PHOENIX_LAUNCHER)]
-    return _spawn("phoenix", argv, env, workdir, f"http://127.0.0.1:{port}", "/healthz")
+    env = {
+        "PHOENIX_HOST": "127.0.0.1",
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(free_port()),
+        "PHOENIX_WORKING_DIR": str(workdir / "phoenix"),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+        "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+        "PHOENIX_AGENTS_DISABLE_BASH": "true",  # its assistant's server-side shell, on by default
+    }
+    return _spawn("phoenix", [str(BIN / "python"), str(PHOENIX_LAUNCHER)], workdir, port, "/healthz", env)
 
 
 def start_mlflow(workdir: Path) -> Viewer:
@@ -162,8 +154,7 @@ def start_mlflow(workdir: Path) -> Viewer:
         str(workdir / "mlflow-artifacts"),
     ]
     # No job runner: it starts two more processes (a huey consumer with ten workers) that nothing here uses.
-    env = _environ(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    return _spawn("mlflow", argv, env, workdir, f"http://127.0.0.1:{port}", "/health")
+    return _spawn("mlflow", argv, workdir, port, "/health", {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
 
 
 @contextlib.contextmanager
@@ -179,19 +170,17 @@ def start_viewers(workdir: Path) -> Iterator[tuple[Viewer, Viewer]]:
         waiting = list(range(len(started)))
         while waiting:
             for index in list(waiting):
-                viewer = started[index]
-                if viewer.port_taken() and retries:
+                if started[index].port_taken() and retries:
                     # The free port was taken by another test's server before the viewer bound it: new ports.
                     retries -= 1
                     started[index] = starters[index](workdir)
-                elif viewer.ready():
+                elif started[index].ready():
                     waiting.remove(index)
             if waiting and time.monotonic() > deadline:
                 logs = "\n".join(f"--- {started[i].name}\n{started[i].tail()}" for i in waiting)
                 raise AssertionError(f"not ready after {START_SECONDS:.0f} s:\n{logs}")
             time.sleep(0.5)
-        phoenix, mlflow = started
-        yield phoenix, mlflow
+        yield started[0], started[1]
     finally:
         for viewer in started:
             viewer.stop()
@@ -212,13 +201,24 @@ def poll(read: Callable[[], T], done: Callable[[T], bool], what: str, seconds: f
 # -- what each viewer shows -----------------------------------------------------------------------
 
 
-def phoenix_sessions(phoenix: Viewer, project: str) -> dict[str, int]:
-    """Phoenix's sessions of ``project``: the number of traces of each session id (REST ``/v1/projects/…/sessions``)."""
-    response = httpx.get(f"{phoenix.url}/v1/projects/{project}/sessions", params={"limit": 1000}, timeout=10)
+def _phoenix_rest(phoenix: Viewer, project: str, what: str) -> list[dict[str, Any]]:
+    """Phoenix's REST ``/v1/projects/{project}/{what}``: ``sessions`` or ``spans``."""
+    response = httpx.get(f"{phoenix.url}/v1/projects/{project}/{what}", params={"limit": 1000}, timeout=10)
     if response.status_code == 404:  # no span of the project has arrived yet
-        return {}
+        return []
     response.raise_for_status()
-    return {session["session_id"]: len(session["traces"]) for session in response.json()["data"]}
+    data: list[dict[str, Any]] = response.json()["data"]
+    return data
+
+
+def phoenix_sessions(phoenix: Viewer, project: str) -> dict[str, int]:
+    """Phoenix's sessions of ``project``: the number of traces of each session id."""
+    return {session["session_id"]: len(session["traces"]) for session in _phoenix_rest(phoenix, project, "sessions")}
+
+
+def phoenix_spans(phoenix: Viewer, project: str) -> list[dict[str, Any]]:
+    """Every span Phoenix stores for ``project``, attributes and all."""
+    return _phoenix_rest(phoenix, project, "spans")
 
 
 # What Phoenix's Sessions tab lists of each session, through the GraphQL API its web UI reads.
@@ -243,8 +243,11 @@ query ($project: ID!, $condition: String) {
 """
 
 
-def _phoenix_graphql(phoenix: Viewer, query: str, **variables: Any) -> dict[str, Any]:
-    response = httpx.post(f"{phoenix.url}/graphql", json={"query": query, "variables": variables}, timeout=10)
+def _phoenix_graphql(phoenix: Viewer, project: str, query: str, **variables: Any) -> dict[str, Any]:
+    """``query`` about ``project``, named by its GraphQL id (its sessions give it, once one has arrived)."""
+    project_id = _phoenix_rest(phoenix, project, "sessions")[0]["project_id"]
+    body = {"query": query, "variables": {"project": project_id, **variables}}
+    response = httpx.post(f"{phoenix.url}/graphql", json=body, timeout=10)
     response.raise_for_status()
     answer: dict[str, Any] = response.json()
     assert "errors" not in answer, answer["errors"]
@@ -252,19 +255,10 @@ def _phoenix_graphql(phoenix: Viewer, query: str, **variables: Any) -> dict[str,
     return node
 
 
-def phoenix_project_id(phoenix: Viewer, project: str) -> str:
-    """The GraphQL id of ``project`` (its sessions name it), once a session of it has arrived."""
-    response = httpx.get(f"{phoenix.url}/v1/projects/{project}/sessions", params={"limit": 1}, timeout=10)
-    response.raise_for_status()
-    project_id: str = response.json()["data"][0]["project_id"]
-    return project_id
-
-
 def phoenix_session_rows(phoenix: Viewer, project: str) -> dict[str, dict[str, Any]]:
     """Each row of Phoenix's Sessions tab, by session id: its user, first input, last output and trace count."""
-    node = _phoenix_graphql(phoenix, _PHOENIX_SESSION_ROWS, project=phoenix_project_id(phoenix, project))
     rows = {}
-    for edge in node["sessions"]["edges"]:
+    for edge in _phoenix_graphql(phoenix, project, _PHOENIX_SESSION_ROWS)["sessions"]["edges"]:
         session = edge["node"]
         rows[session["sessionId"]] = {
             "traces": session["numTraces"],
@@ -277,10 +271,8 @@ def phoenix_session_rows(phoenix: Viewer, project: str) -> dict[str, dict[str, A
 
 def phoenix_trace_names(phoenix: Viewer, project: str, condition: str | None = None) -> list[str]:
     """The names of the project's traces (their root spans) that Phoenix's span filter ``condition`` keeps."""
-    node = _phoenix_graphql(
-        phoenix, _PHOENIX_FILTERED_SPANS, project=phoenix_project_id(phoenix, project), condition=condition
-    )
-    return sorted(edge["node"]["name"] for edge in node["spans"]["edges"] if edge["node"]["parentId"] is None)
+    edges = _phoenix_graphql(phoenix, project, _PHOENIX_FILTERED_SPANS, condition=condition)["spans"]["edges"]
+    return sorted(edge["node"]["name"] for edge in edges if edge["node"]["parentId"] is None)
 
 
 def mlflow_search(mlflow: Viewer, experiment_id: str, filter_string: str | None = None) -> list[dict[str, Any]]:
@@ -308,16 +300,6 @@ def mlflow_sessions(mlflow: Viewer, experiment_id: str) -> dict[str | None, int]
     return dict(Counter(trace.get("trace_metadata", {}).get("mlflow.trace.session") for trace in traces))
 
 
-def phoenix_spans(phoenix: Viewer, project: str) -> list[dict[str, Any]]:
-    """Every span Phoenix stores for ``project``, attributes and all (REST ``/v1/projects/…/spans``)."""
-    response = httpx.get(f"{phoenix.url}/v1/projects/{project}/spans", params={"limit": 1000}, timeout=10)
-    if response.status_code == 404:  # no span of the project has arrived yet
-        return []
-    response.raise_for_status()
-    spans: list[dict[str, Any]] = response.json()["data"]
-    return spans
-
-
 def mlflow_traces(mlflow: Viewer, experiment_id: str) -> list[dict[str, Any]]:
     """Every trace of the experiment as MLflow serves it: its info (with the request and response previews)
     from the trace search, and its spans from ``traces/get``."""
@@ -340,13 +322,7 @@ def otlp_value(value: dict[str, Any]) -> Any:
     return inner
 
 
-def mlflow_span_attributes(span: dict[str, Any]) -> dict[str, Any]:
-    """A span of MLflow's ``traces/get`` answer: its attributes, by name."""
-    return {item["key"]: otlp_value(item["value"]) for item in span.get("attributes", [])}
-
-
 def mlflow_root(trace: dict[str, Any]) -> dict[str, Any]:
-    """The root span of a trace from :func:`mlflow_traces`: the one without a parent."""
-    roots: list[dict[str, Any]] = [span for span in trace["spans"] if not span.get("parent_span_id")]
-    [root] = roots
-    return root
+    """The root span of a trace from :func:`mlflow_traces` (the one without a parent), its attributes by name."""
+    [root] = [span for span in trace["spans"] if not span.get("parent_span_id")]
+    return {**root, "attributes": {item["key"]: otlp_value(item["value"]) for item in root.get("attributes", [])}}

@@ -8,13 +8,10 @@ the ones Phoenix and MLflow show as input and output; without it, none of them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from examples.quickstart import SESSION_TOOLS, build_server
-from mcp.server.mcpserver import MCPServer
 
 from _mcp import MCP_PATH, SESSION_KEY, ModernClient, session_meta
 from _otel import MIDDLEWARE_SCOPE, SpanLog, attrs, by_request_id, span_strings
@@ -33,7 +30,7 @@ BOUND = 4096
 HANDLE = "bsk_" + "Q" * 34 + "E"  # the handle shape (handles/_format.py), as a tool might return one
 
 
-def build_capture_server() -> MCPServer:
+def app(*, json_response: bool, capture_content: bool) -> MCPSessionMiddleware:
     server = build_server()
 
     @server.tool()
@@ -41,42 +38,30 @@ def build_capture_server() -> MCPServer:
         """Answer the text, and a handle: what a careless tool might put in its result."""
         return f"you said {text}; your basket is {HANDLE}"
 
-    return server
-
-
-def app(*, json_response: bool, capture_content: bool) -> MCPSessionMiddleware:
-    inner = build_capture_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=json_response)
+    inner = server.streamable_http_app(streamable_http_path=MCP_PATH, json_response=json_response)
     return MCPSessionMiddleware(
         inner, secret=SECRET, require_session_tools=SESSION_TOOLS, capture_content=capture_content
     )
 
 
-@pytest.fixture(scope="module")
-def servers(span_log: SpanLog) -> Iterator[dict[tuple[str, bool], httpx.Client]]:
-    with (
-        in_process(app(json_response=True, capture_content=True)) as json_on,
-        in_process(app(json_response=False, capture_content=True)) as sse_on,
-        in_process(app(json_response=True, capture_content=False)) as json_off,
-        in_process(app(json_response=False, capture_content=False)) as sse_off,
-    ):
-        yield {("json", True): json_on, ("sse", True): sse_on, ("json", False): json_off, ("sse", False): sse_off}
-
-
-def calls(client: ModernClient, span_log: SpanLog) -> dict[str, dict[str, Any]]:
-    """A session's calls whose arguments and results name its tokens (none in any span): the span attributes by id."""
-    span_log.clear()
-    token = client.create_session()["sessionId"]
-    _, set_mode = client.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token), id="mode")
-    state = set_mode["result"]["_meta"][SESSION_KEY]["state"]
-    _, repeated = client.call_tool(
-        "repeat",
-        {"text": f"my token is {token} and my state {state}"},
-        session=session_meta(token, state=state),
-        id="r",
-    )
-    assert HANDLE in json.dumps(repeated["result"])  # the client gets the handle: only the span must not
-    client.call_tool("repeat", {"text": "é" * 5000}, session=session_meta(token, state=state), id="big")
-    finished = span_log.wait_middleware(4)
+def calls(span_log: SpanLog, mode: str, *, capture_content: bool) -> dict[str, dict[str, Any]]:
+    """A session's calls whose arguments and results name its tokens (none in any span), answered in ``mode``: the
+    span attributes by request id."""
+    with in_process(app(json_response=mode == "json", capture_content=capture_content)) as http:
+        client = ModernClient(http, "")
+        span_log.clear()
+        token = client.create_session()["sessionId"]
+        _, set_mode = client.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token), id="mode")
+        state = set_mode["result"]["_meta"][SESSION_KEY]["state"]
+        _, repeated = client.call_tool(
+            "repeat",
+            {"text": f"my token is {token} and my state {state}"},
+            session=session_meta(token, state=state),
+            id="r",
+        )
+        assert HANDLE in json.dumps(repeated["result"])  # the client gets the handle: only the span must not
+        client.call_tool("repeat", {"text": "é" * 5000}, session=session_meta(token, state=state), id="big")
+        finished = span_log.wait_middleware(4)
     secrets = [token, token.rsplit(".", 1)[1], state, state.rsplit(".", 1)[1], HANDLE]
     for span in finished:
         for text in span_strings(span):
@@ -86,10 +71,8 @@ def calls(client: ModernClient, span_log: SpanLog) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("mode", ["json", "sse"])
-def test_with_capture_a_tool_call_span_shows_its_arguments_and_result_redacted(
-    servers: dict[tuple[str, bool], httpx.Client], span_log: SpanLog, mode: str
-) -> None:
-    spans = calls(ModernClient(servers[mode, True], ""), span_log)
+def test_with_capture_a_tool_call_span_shows_its_arguments_and_result_redacted(span_log: SpanLog, mode: str) -> None:
+    spans = calls(span_log, mode, capture_content=True)
 
     repeated = spans["r"]
     assert json.loads(repeated["gen_ai.tool.call.arguments"]) == {
@@ -114,10 +97,8 @@ def test_with_capture_a_tool_call_span_shows_its_arguments_and_result_redacted(
 
 
 @pytest.mark.parametrize("mode", ["json", "sse"])
-def test_without_capture_no_span_has_content(
-    servers: dict[tuple[str, bool], httpx.Client], span_log: SpanLog, mode: str
-) -> None:
-    spans = calls(ModernClient(servers[mode, False], ""), span_log)
+def test_without_capture_no_span_has_content(span_log: SpanLog, mode: str) -> None:
+    spans = calls(span_log, mode, capture_content=False)
 
     for span in spans.values():
         assert not set(CAPTURED) & set(span)

@@ -1,11 +1,8 @@
 """The gateway command's telemetry: ``opentelemetry-instrument mcp-sessions gateway …``, as docs/gateway.md shows it.
 
 The command runs as its own process with the standard ``OTEL_*`` variables, in front of a real upstream (an
-``MCPServer`` on 127.0.0.1), and exports to a real OTLP/HTTP receiver (``tests/_otlp.py``). A 2026-07-28
-session (``sessions/create``, a tool call) and a 2025-era transport session go through it; the receiver gets
-one SERVER span per JSON-RPC message, each with the conversation's stable id as ``session.id`` and
-``gen_ai.conversation.id``, ``service.name`` from ``OTEL_SERVICE_NAME``, and no session token, state token or
-transport session id (the gateway's or the upstream's) in any attribute of any span or of the resource.
+``MCPServer`` on 127.0.0.1), and exports to a real OTLP/HTTP receiver (``tests/_otlp.py``): one SERVER span per
+JSON-RPC message, and no token or transport session id (the gateway's or the upstream's) in any attribute.
 """
 
 from __future__ import annotations
@@ -20,13 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from _mcp import jwt_claims, modern_headers, modern_request
+from _mcp import SESSION_KEY, jwt_claims, modern_headers, modern_request, session_meta
 from _otlp import KIND_CLIENT, KIND_SERVER, Exported, Receiver
 from conftest import serve
 from e2e._gateway import MAIN, Recorder, created, gateway_process, legacy_initialize, result_of, upstream_server
 
 SERVICE = "gateway-under-test"
-SESSION_META = "io.modelcontextprotocol/session"
 WAIT_SECONDS = 20.0
 MESSAGES = sorted(["sessions/create", "tools/call echo", "initialize", "notifications/initialized"])
 FORWARDED = sorted(["tools/call echo", "initialize", "notifications/initialized"])
@@ -87,26 +83,25 @@ def secrets_in(spans: list[Exported], secrets: list[str]) -> list[tuple[str, str
 
 
 @pytest.mark.parametrize("disabled", ["", "httpx"], ids=["httpx-instrumented", "httpx-instrumentation-disabled"])
-def test_opentelemetry_instrument_exports_the_gateways_spans(http: httpx.Client, disabled: str) -> None:
-    receiver = Receiver()
+def test_opentelemetry_instrument_exports_the_gateways_spans(
+    http: httpx.Client, receiver: tuple[Receiver, str], disabled: str
+) -> None:
+    received, traces = receiver
     recorder = Recorder(upstream_server("upstream").streamable_http_app())
-    with (
-        serve(receiver.app) as collector,
-        serve(recorder) as upstream,
-        instrumented_gateway(upstream + "/mcp", collector, disabled) as gateway,
-    ):
+    collector = traces.removesuffix("/v1/traces")  # the exporter's base URL: it adds /v1/traces itself
+    with serve(recorder) as upstream, instrumented_gateway(upstream + "/mcp", collector, disabled) as gateway:
         url = gateway.url()
         token = created(http, url)
-        meta = {SESSION_META: {"sessionId": token}}
-        call = modern_request("tools/call", {"name": "echo", "arguments": {"message": "hi"}}, id=2, meta=meta)
+        arguments = {"name": "echo", "arguments": {"message": "hi"}}
+        call = modern_request("tools/call", arguments, id=2, session=session_meta(token))
         answered = result_of(http.post(url, json=call, headers=modern_headers(call)), 2)["result"]
         assert answered["content"][0]["text"] == "hi"
-        state = answered.get("_meta", {}).get(SESSION_META, {}).get("state")
+        state = answered.get("_meta", {}).get(SESSION_KEY, {}).get("state")
         legacy = legacy_initialize(http, url)  # a 2025-era transport session: initialize, initialized
         transport = legacy["Mcp-Session-Id"]
         # With httpx instrumented, a CLIENT span per message forwarded: all but sessions/create, which the
         # gateway answers (its probe of the upstream runs under an unsampled parent: recorded by no one).
-        spans = exported(receiver, MESSAGES, 0 if disabled else len(FORWARDED))
+        spans = exported(received, MESSAGES, 0 if disabled else len(FORWARDED))
     sid = jwt_claims(token)["sid"]
 
     ours = [span for span in spans if span.scope == "mcp_sessions"]

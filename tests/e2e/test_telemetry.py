@@ -1,5 +1,5 @@
-"""OpenTelemetry: spans, parenting, session links, baggage and metrics, end to end (secrecy: test_telemetry_secrecy.py;
-a host's conversation on every span, both eras: test_host_conversations.py).
+"""OpenTelemetry: spans, parenting, session links, baggage, metrics and a conversation as the viewers read it, end to
+end (secrecy: test_telemetry_secrecy.py; a host's conversation on every span, both eras: test_host_conversations.py).
 
 Through a real MCPServer over real HTTP in both eras (raw 2026-07-28 envelopes
 and the 2025-11-25 stateful handshake) and through the real mcp SDK client,
@@ -10,7 +10,6 @@ without any SDK runs in a subprocess, where no provider is ever set.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -33,6 +32,8 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.types import Scope
 
 from _mcp import (
     HEADER_MISMATCH,
@@ -71,6 +72,7 @@ from _otel import (
     one,
     parent_of,
     points,
+    recording_provider,
     sdk_child,
     self_of,
     span_strings,
@@ -78,8 +80,10 @@ from _otel import (
     traceparent_of,
     wait_metric_count,
 )
-from conftest import SECRET, serve
-from mcp_sessions import MCPSessionMiddleware, __version__, get_session
+from _users import HeaderUser
+from conftest import SECRET, in_process, serve
+from mcp_sessions import MCPSessionMiddleware, SessionsConfig, __version__, get_session
+from mcp_sessions._tokens import IdDigests
 from mcp_sessions._tokens._tokens import KeySet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +93,6 @@ INVALID_PARAMS = -32602
 REFUSED = -32000
 DURATION_BUCKETS = [0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300]
 CREATION_LINK = {"mcp_sessions.link": "session.created"}
-# What mcp.session.id holds of a 2025-era transport session: a keyed digest, never the header's value.
 META_LINK = {"mcp_sessions.link": "mcp.meta"}
 
 # Two foreign trace contexts: one a client puts in _meta, one an HTTP-instrumented client puts in headers.
@@ -162,22 +165,6 @@ def servers(span_log: SpanLog) -> Iterator[dict[str, str]]:
             # As a client would, list the tools first: spans and metrics name only tools the server listed.
             ModernClient(http, url).request("tools/list")
         yield {"json": json_url, "sse": sse_url, "session": session_url}
-
-
-MeteredApp = Callable[..., tuple[str, InMemoryMetricReader]]
-
-
-@pytest.fixture
-def metered(span_log: SpanLog) -> Iterator[MeteredApp]:
-    """Serves, for one test, a fresh app with its own MeterProvider; gives its URL and metric reader."""
-    with contextlib.ExitStack() as stack:
-
-        def start(**options: Any) -> tuple[str, InMemoryMetricReader]:
-            reader = InMemoryMetricReader()
-            app = traced_app(meter_provider=MeterProvider(metric_readers=[reader]), **options)
-            return stack.enter_context(serve(app)), reader
-
-        yield start
 
 
 def create(client: RawClient, spans: SpanLog) -> tuple[str, str, ReadableSpan]:
@@ -254,6 +241,7 @@ def test_modern_spans_have_the_conventions_names_and_attributes(
         "network.protocol.version": "1.1",
         "client.address": "127.0.0.1",
     }
+    in_session = {"session.id": sid, "gen_ai.conversation.id": sid, "mcp_sessions.session.source": "data-layer"}
     expected = {
         "server/discover": {
             **common,
@@ -268,9 +256,7 @@ def test_modern_spans_have_the_conventions_names_and_attributes(
             "client.port": client_port(created),
             "mcp.method.name": "sessions/create",
             "jsonrpc.request.id": "c-1",
-            "session.id": sid,
-            "gen_ai.conversation.id": sid,
-            "mcp_sessions.session.source": "data-layer",
+            **in_session,
         },
         "tools/call count": {
             **common,
@@ -280,9 +266,7 @@ def test_modern_spans_have_the_conventions_names_and_attributes(
             "jsonrpc.request.id": "7",
             "gen_ai.tool.name": "count",
             "gen_ai.operation.name": "execute_tool",
-            "session.id": sid,
-            "gen_ai.conversation.id": sid,
-            "mcp_sessions.session.source": "data-layer",
+            **in_session,
         },
     }
     middleware_spans = of_scope(finished, MIDDLEWARE_SCOPE)
@@ -520,13 +504,19 @@ def test_server_failures_mark_the_span_for_json_and_sse_answers(
 # -- parent and child -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("context", ["none", "meta", "header", "meta+header"])
-@pytest.mark.parametrize("era", ERAS)
-@pytest.mark.parametrize("mode", ["json", "sse"])
+CONTEXTS = ["none", "meta", "header", "meta+header"]
+
+
+@pytest.mark.parametrize(
+    ("server", "era", "context"),
+    [pytest.param(m, e, c, id=f"{m}-{e}-{c}") for m in ("json", "sse") for e in ERAS for c in CONTEXTS]
+    # "session" mode keeps the parent the client sent: not the creation span, so the request still links to it.
+    + [pytest.param("session", "modern", c, id=f"session-mode-{c}") for c in ("meta", "header")],
+)
 def test_sdk_and_user_spans_nest_under_the_middleware_span(
-    servers: dict[str, str], http: httpx.Client, spans: SpanLog, mode: str, era: Era, context: str
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, server: str, era: Era, context: str
 ) -> None:
-    client = connect(era, http, servers[mode], spans)
+    client = connect(era, http, servers[server], spans)
     token, sid, creation = create(client, spans)
     spans.clear()
     meta = {"traceparent": traceparent(*META_TRACE), "tracestate": META_STATE} if "meta" in context else None
@@ -560,51 +550,54 @@ def test_sdk_and_user_spans_nest_under_the_middleware_span(
 
 
 @pytest.mark.parametrize("era", ERAS)
-@pytest.mark.parametrize("mode", ["json", "sse"])
-def test_every_request_of_a_session_links_to_its_creation_span(
-    servers: dict[str, str], http: httpx.Client, spans: SpanLog, mode: str, era: Era
+@pytest.mark.parametrize("server", ["json", "sse", "session"])
+def test_every_request_of_a_session_points_at_its_creation_span(
+    servers: dict[str, str], http: httpx.Client, spans: SpanLog, server: str, era: Era
 ) -> None:
-    client = connect(era, http, servers[mode], spans)
+    """In "link" mode each request of a session, its deletion too, is a trace of its own linked to the creation
+    span; in "session" mode it is the creation span's child, so that the whole session reads as one trace."""
+    client = connect(era, http, servers[server], spans)
     token, sid, creation = create(client, spans)
     client.call_tool("count", session=session_meta(token), id=11)
-    client.call_tool("lookup", {"q": "x"}, session=session_meta(token), id=12)
+    _, lookup = client.call_tool("lookup", {"q": "x"}, session=session_meta(token), id=12)
     _, set_mode = client.call_tool("set_mode", {"mode": "terse"}, session=session_meta(token), id=13)
     state = set_mode["result"]["_meta"][SESSION_KEY]["state"]
     _, get_mode = client.call_tool("get_mode", session=session_meta(token, state=state), id=14)
-    assert tool_text(get_mode) == "terse"
-    client.call_tool("count", id=15)  # no session: no link
-    finished = spans.wait_middleware(6)
+    client.call_tool("count", id=15)  # no session: refused, no link
+    client.call_tool("whoami", id=16)  # no session: its own trace
+    response, deleted = client.request("sessions/delete", session=session_meta(token), id="del")
+    finished = spans.wait_middleware(8)
 
+    assert tool_text(lookup) == sid
+    assert tool_text(get_mode) == "terse"
+    assert response.status_code == 200, deleted
     # The creation span's context rides in the signed token.
     assert jwt_claims(token)["tp"] == traceparent_of(creation)
-    for request_id in ("11", "12", "13", "14"):
+    assert parent_of(creation) is None
+    for request_id in ("11", "12", "13", "14", "del"):
         span = by_request_id(finished, MIDDLEWARE_SCOPE, request_id)
-        assert links_of(span) == [(self_of(creation), CREATION_LINK)], request_id
-        assert parent_of(span) is None  # "link" mode: each request is its own trace
-        assert self_of(span)[0] != self_of(creation)[0]
-        assert attrs(span)["session.id"] == sid
-    assert links_of(by_request_id(finished, MIDDLEWARE_SCOPE, "15")) == []
-
-
-@pytest.mark.parametrize("server", ["json", "session"])
-def test_delete_ends_with_a_span_in_the_sessions_trace_or_linked_to_it(
-    servers: dict[str, str], http: httpx.Client, spans: SpanLog, server: str
-) -> None:
-    client = ModernClient(http, servers[server])
-    token, sid, creation = create(client, spans)
-    response, message = client.request("sessions/delete", session=session_meta(token), id="del")
-    assert response.status_code == 200, message
-    finished = spans.wait_middleware(2)
-
-    delete = one(finished, MIDDLEWARE_SCOPE, "sessions/delete")
+        assert attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == sid
+        if server == "session":
+            assert parent_of(span) == self_of(creation), request_id
+            assert links_of(span) == []  # the parent says it all
+        else:
+            assert links_of(span) == [(self_of(creation), CREATION_LINK)], request_id
+            assert parent_of(span) is None
+            assert self_of(span)[0] != self_of(creation)[0]
+        if request_id != "del":  # the middleware answers a deletion itself
+            assert_nested(span, sdk_child(finished, span))
+    delete = by_request_id(finished, MIDDLEWARE_SCOPE, "del")
+    assert delete.name == "sessions/delete"
     assert delete.kind is SpanKind.SERVER
     assert delete.status.status_code is StatusCode.UNSET
-    assert attrs(delete)["jsonrpc.request.id"] == "del"
-    assert attrs(delete)["session.id"] == attrs(delete)["gen_ai.conversation.id"] == sid
-    if server == "session":  # "session" mode: part of the session's trace
-        assert parent_of(delete) == self_of(creation)
-    else:
-        assert links_of(delete) == [(self_of(creation), CREATION_LINK)]
+    if server == "session":
+        sdk = sdk_child(finished, by_request_id(finished, MIDDLEWARE_SCOPE, "12"))
+        assert self_of(user_child(finished, sdk))[0] == self_of(creation)[0]
+    assert links_of(by_request_id(finished, MIDDLEWARE_SCOPE, "15")) == []
+    sessionless = by_request_id(finished, MIDDLEWARE_SCOPE, "16")
+    assert links_of(sessionless) == []
+    assert parent_of(sessionless) is None
+    assert self_of(sessionless)[0] != self_of(creation)[0]
 
 
 def test_links_reach_the_creation_span_across_replicas(http: httpx.Client, spans: SpanLog) -> None:
@@ -627,51 +620,6 @@ def test_links_reach_the_creation_span_across_replicas(http: httpx.Client, spans
         assert links_of(span) == [(self_of(creation), CREATION_LINK)], request_id
         assert attrs(span)["session.id"] == sid
         assert attrs(sdk_child(finished, span))["session.id"] == sid
-
-
-@pytest.mark.parametrize("era", ERAS)
-def test_session_mode_parents_requests_to_the_creation_span(
-    servers: dict[str, str], http: httpx.Client, spans: SpanLog, era: Era
-) -> None:
-    client = connect(era, http, servers["session"], spans)
-    token, sid, creation = create(client, spans)
-    client.call_tool("count", session=session_meta(token), id=21)
-    _, message = client.call_tool("lookup", {"q": "x"}, session=session_meta(token), id=22)
-    client.call_tool("whoami", id=23)  # no session: its own trace
-    finished = spans.wait_middleware(4)
-
-    assert tool_text(message) == sid
-    assert parent_of(creation) is None
-    for request_id in ("21", "22"):
-        span = by_request_id(finished, MIDDLEWARE_SCOPE, request_id)
-        assert parent_of(span) == self_of(creation), request_id
-        assert links_of(span) == []  # the parent says it all
-        assert_nested(span, sdk_child(finished, span))
-    lookup = by_request_id(finished, MIDDLEWARE_SCOPE, "22")
-    sdk = sdk_child(finished, lookup)
-    assert self_of(user_child(finished, sdk))[0] == self_of(creation)[0]  # the whole session reads as one trace
-    sessionless = by_request_id(finished, MIDDLEWARE_SCOPE, "23")
-    assert parent_of(sessionless) is None
-    assert self_of(sessionless)[0] != self_of(creation)[0]
-
-
-@pytest.mark.parametrize("context", ["meta", "header"])
-def test_session_mode_keeps_the_parent_the_client_sent(
-    servers: dict[str, str], http: httpx.Client, spans: SpanLog, context: str
-) -> None:
-    client = ModernClient(http, servers["session"])
-    token, _, creation = create(client, spans)
-    sent = META_TRACE if context == "meta" else HEADER_TRACE
-    meta = {"traceparent": traceparent(*META_TRACE)} if context == "meta" else None
-    headers = {"traceparent": traceparent(*HEADER_TRACE)} if context == "header" else {}
-    client.call_tool("lookup", {"q": "x"}, session=session_meta(token), meta=meta, **headers)
-    finished = spans.wait_middleware(2)
-
-    span = one(finished, MIDDLEWARE_SCOPE, "tools/call lookup")
-    assert parent_of(span) == sent
-    # Not parented to the session's creation span, so the request must still point at it.
-    assert (self_of(creation), CREATION_LINK) in links_of(span)
-    assert_nested(span, sdk_child(finished, span))
 
 
 # -- baggage and SessionSpanProcessor ----------------------------------------------------------
@@ -839,24 +787,25 @@ def test_a_refused_batch_has_one_error_span_per_element(
 # -- metrics ----------------------------------------------------------------------------------------
 
 
-def test_metrics_have_the_conventions_names_units_buckets_and_reasons(metered: MeteredApp, http: httpx.Client) -> None:
-    url, reader = metered(json_response=True)
-    client = ModernClient(http, url)
-    token = client.create_session()["sessionId"]
-    sid = jwt_claims(token)["sid"]
-    expired, _ = KeySet.from_secret(SECRET).mint_session_token(ttl=60, now=time.time() - 3600)
-    client.call_tool("count", session=session_meta(token))
-    client.call_tool("count")  # required
-    client.call_tool("count", session={"sessionId": "not-a-token"})  # invalid_token
-    client.call_tool("count", session={"sessionId": expired})  # expired
-    client.call_tool("count", session=session_meta(token), Mcp_Session_Id="another-session")  # header_mismatch
-    client.call_tool("get_mode", session=session_meta(token, state="not-a-state"))  # invalid_state
-    client.call_tool("whoami", session={"sessionId": 42})  # invalid_metadata
-    before_delete = wait_metric_count(reader, "mcp.server.operation.duration", 8)
-    assert points(before_delete.get("mcp.server.session.duration")) == []
-    client.request("sessions/delete", session=session_meta(token))
-    client.call_tool("count", session=session_meta(token))  # revoked
-    metrics = wait_metric_count(reader, "mcp.server.operation.duration", 10)
+def test_metrics_have_the_conventions_names_units_buckets_and_reasons(span_log: SpanLog, http: httpx.Client) -> None:
+    reader = InMemoryMetricReader()
+    with serve(traced_app(json_response=True, meter_provider=MeterProvider(metric_readers=[reader]))) as url:
+        client = ModernClient(http, url)
+        token = client.create_session()["sessionId"]
+        sid = jwt_claims(token)["sid"]
+        expired, _ = KeySet.from_secret(SECRET).mint_session_token(ttl=60, now=time.time() - 3600)
+        client.call_tool("count", session=session_meta(token))
+        client.call_tool("count")  # required
+        client.call_tool("count", session={"sessionId": "not-a-token"})  # invalid_token
+        client.call_tool("count", session={"sessionId": expired})  # expired
+        client.call_tool("count", session=session_meta(token), Mcp_Session_Id="another-session")  # header_mismatch
+        client.call_tool("get_mode", session=session_meta(token, state="not-a-state"))  # invalid_state
+        client.call_tool("whoami", session={"sessionId": 42})  # invalid_metadata
+        before_delete = wait_metric_count(reader, "mcp.server.operation.duration", 8)
+        assert points(before_delete.get("mcp.server.session.duration")) == []
+        client.request("sessions/delete", session=session_meta(token))
+        client.call_tool("count", session=session_meta(token))  # revoked
+        metrics = wait_metric_count(reader, "mcp.server.operation.duration", 10)
 
     duration = metrics["mcp.server.operation.duration"]
     assert duration.unit == "s"
@@ -906,6 +855,160 @@ def test_metrics_have_the_conventions_names_units_buckets_and_reasons(metered: M
     }
     for name, key, value in metric_attribute_values(metrics):
         assert sid not in str(value) and token not in str(value), (name, key)
+
+
+# -- a conversation as the viewers read it ----------------------------------------------------------
+# In process, the provider given to the middleware. The attribute names are the ones each viewer documents: MLflow
+# 3.17 names a trace from its root span's ``mlflow.traceTag.mlflow.traceName`` (any ``mlflow.traceTag.<key>``
+# becomes the trace tag ``<key>``); Langfuse's OpenTelemetry property mapping reads ``langfuse.trace.name``,
+# ``langfuse.trace.tags``, ``user.id``, ``session.id``, ``input.value`` and ``output.value``; Phoenix reads the
+# root span's name, ``session.id``, ``user.id``, ``input.value`` and ``output.value``. tests/e2e/test_viewers.py
+# shows the same spans in real Phoenix and MLflow servers.
+
+NAMES = ("mlflow.traceTag.mlflow.traceName", "langfuse.trace.name")
+TAGS = ("mlflow.traceTag.mcp_sessions.call.kind", "langfuse.trace.tags")
+USER = re.compile(r"u-[A-Za-z0-9_-]{24}")
+HANDLE = "bsk_" + "Q" * 34 + "E"  # the shape of a handle (handles/_format.py): a bearer value
+
+
+class Traced:
+    """A quickstart server behind the middleware (and the server's own authentication), and the spans it made."""
+
+    def __init__(self, **options: Any) -> None:
+        provider, self.exporter = recording_provider()
+        app = build_app(
+            json_response=True, environ={"MCP_SESSIONS_SECRET": SECRET}, tracer_provider=provider, **options
+        )
+        self.app = AuthenticationMiddleware(app, backend=HeaderUser())
+
+    def spans(self) -> list[ReadableSpan]:
+        """The middleware's spans (each ends before its response has gone: no wait is needed)."""
+        return of_scope(self.exporter.get_finished_spans(), MIDDLEWARE_SCOPE)
+
+    def span(self, request_id: str) -> dict[str, Any]:
+        return attrs(by_request_id(self.spans(), MIDDLEWARE_SCOPE, request_id))
+
+
+def conversation(client: ModernClient) -> str:
+    """A short conversation, each request id naming what it is; the session token."""
+    client.request("server/discover", id="discover")
+    token: str = client.create_session({"label": "a trip to Lisbon"})["sessionId"]
+    meta = session_meta(token)
+    client.call_tool("count", session=meta, id="unlisted")  # before tools/list: the name comes with the answer
+    client.request("tools/list", session=meta, id="list")
+    _, answer = client.call_tool("set_mode", {"mode": "terse"}, session=meta, id="mode")
+    assert tool_text(answer) == "terse"
+    client.request("sessions/delete", session=meta, id="delete")
+    return token
+
+
+def test_each_trace_the_middleware_starts_is_named_and_tagged_for_every_viewer() -> None:
+    traced = Traced()
+    with in_process(traced.app) as http:
+        conversation(ModernClient(http, ""))
+    expected = {
+        "discover": ("server/discover", "housekeeping"),
+        "unlisted": ("tools/call count", "turn"),  # named by its answer: the trace's name follows
+        "list": ("tools/list", "housekeeping"),
+        "mode": ("tools/call set_mode", "turn"),
+        "delete": ("sessions/delete", "session"),
+    }
+    for request_id, (name, kind) in expected.items():
+        assert traced.span(request_id).items() >= new_trace(name, kind).items(), request_id
+    [create] = [span for span in traced.spans() if span.name == "sessions/create"]
+    assert attrs(create)["langfuse.trace.name"] == "sessions/create"
+
+
+@pytest.mark.parametrize("carrier", ["header", "meta"])
+def test_a_trace_a_client_started_keeps_the_name_the_client_gave_it(carrier: str) -> None:
+    """The client's span is the root: the middleware's span tells what kind of call it is, and names nothing."""
+    traced = Traced()
+    with in_process(traced.app) as http:
+        client = ModernClient(http, "")
+        if carrier == "header":
+            client.request("tools/list", id="list", traceparent=traceparent(*META_TRACE))
+        else:
+            client.request("tools/list", meta={"traceparent": traceparent(*META_TRACE)}, id="list")
+    span = traced.span("list")
+    assert span["mcp_sessions.call.kind"] == "housekeeping"
+    assert not {*NAMES, *TAGS} & set(span)
+
+
+@pytest.mark.parametrize(
+    ("trace_user", "user", "expected"),
+    [
+        (None, "alice@example.com", None),
+        ("digest", "alice@example.com", "digest"),
+        ("name", "alice@example.com", "alice@example.com"),
+        ("digest", None, None),  # nobody authenticated: no user
+        ("name", "x" * 40, "[redacted]"),  # a name that could be a token is redacted as every such string is
+    ],
+)
+def test_the_user_of_every_call_is_who_the_server_authenticated_when_asked(
+    trace_user: str | None, user: str | None, expected: str | None
+) -> None:
+    traced = Traced(trace_user=trace_user)
+    headers = {} if user is None else {"x-user": user}
+    with in_process(traced.app, headers=headers) as http:
+        conversation(ModernClient(http, ""))
+    users = {attrs(span).get("user.id") for span in traced.spans()}
+    if expected == "digest":
+        assert user is not None
+        digest = IdDigests(SessionsConfig(secret=SECRET).keys).user(user)
+        assert USER.fullmatch(digest) and users == {digest}  # every call, the session's and the others
+    else:
+        assert users == {expected}
+
+
+def test_the_authenticated_user_wins_over_the_one_a_host_asserts() -> None:
+    """ChatGPT's ``openai/subject`` is the client's word; the principal is the server's."""
+    traced = Traced(trace_user="name")
+    host = {"openai/session": "chatgpt-conversation-1", "openai/subject": "user-anon-1"}
+    with in_process(traced.app) as http:
+        client = ModernClient(http, "")
+        client.call_tool("whoami", meta=host, id="asserted")
+        client.call_tool("whoami", meta=host, id="authenticated", X_User="alice@example.com")
+    assert traced.span("asserted")["user.id"] == "user-anon-1"
+    assert traced.span("authenticated")["user.id"] == "alice@example.com"
+
+
+def test_a_failing_principal_hook_leaves_the_span_without_a_user() -> None:
+    """The principal hook fails when telemetry asks it (first): the session is created all the same, unnamed."""
+    asked: list[str] = []
+
+    def principal(scope: Scope) -> str:
+        asked.append(scope["path"])
+        if len(asked) == 1:
+            raise RuntimeError("the directory is down")
+        return "alice"
+
+    traced = Traced(trace_user="digest", principal=principal)
+    with in_process(traced.app) as http:
+        token = ModernClient(http, "").create_session()["sessionId"]
+    assert jwt_claims(token)["sid"]
+    assert len(asked) == 2  # telemetry's look, then the session's binding
+    [create] = traced.spans()
+    assert "user.id" not in attrs(create)
+
+
+def test_with_capture_a_session_shows_its_label_first_and_how_it_ended_last() -> None:
+    traced = Traced(capture_content=True)
+    with in_process(traced.app) as http:
+        client = ModernClient(http, "")
+        token = conversation(client)
+        careless = client.create_session({"label": f"my basket is {HANDLE}"})["sessionId"]
+    sid = jwt_claims(token)["sid"]
+    created = {attrs(span)["session.id"]: attrs(span) for span in traced.spans() if span.name == "sessions/create"}
+    assert (created[sid]["input.value"], created[sid]["input.mime_type"]) == ("a trip to Lisbon", "text/plain")
+    assert created[sid]["output.value"] == f"session {sid} created"
+    assert created[jwt_claims(careless)["sid"]]["input.value"] == "my basket is [redacted]"
+    ended = traced.span("delete")
+    assert (ended["output.value"], ended["output.mime_type"]) == (f"session {sid} ended", "text/plain")
+    assert "input.value" not in ended
+    mode = traced.span("mode")
+    assert (mode["output.value"], mode["output.mime_type"]) == ("terse", "text/plain")
+    assert mode["gen_ai.tool.call.result"] == "terse"
+    assert "input.value" not in traced.span("list") and "output.value" not in traced.span("list")
 
 
 # -- without an SDK --------------------------------------------------------------------------------

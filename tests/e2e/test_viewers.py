@@ -1,13 +1,11 @@
 """Arize Phoenix and MLflow, run for real, show one session per conversation, for every kind of client.
 
 The quickstart server, behind the middleware, exports its spans over OTLP/HTTP to both viewers at once;
-each test drives two conversations with one kind of client and asks each viewer, through its API, which
-sessions it made of them: Phoenix's ``/v1/projects/{project}/sessions``, MLflow's trace search with the
-``mlflow.trace.session`` metadata. Nothing is configured for MLflow beyond its endpoint and experiment
-header: it takes ``session.id`` from the spans. With ``capture_content``, a call's arguments and result are
-what each viewer shows as its input and output (Phoenix's ``input.value``/``output.value``, MLflow's span
-inputs and outputs and its trace's request and response previews), and no bearer value is in either (a token
-the client puts in a call's arguments is redacted before any exporter: tests/e2e/test_content_capture.py).
+each test drives conversations with one kind of client and asks each viewer, through its API, which sessions
+it made of them. Nothing is configured for MLflow beyond its endpoint and experiment header: it takes
+``session.id`` from the spans. With ``capture_content``, a call's arguments and result are what each viewer
+shows as its input and output, and no bearer value is in either (a token the client puts in a call's arguments
+is redacted before any exporter: tests/e2e/test_content_capture.py).
 """
 
 from __future__ import annotations
@@ -43,7 +41,6 @@ from _viewers import (
     mlflow_root,
     mlflow_search,
     mlflow_sessions,
-    mlflow_span_attributes,
     mlflow_traces,
     phoenix_session_rows,
     phoenix_sessions,
@@ -81,13 +78,10 @@ class Traced:
     experiment_id: str
     provider: TracerProvider
 
-    def flush(self) -> None:
-        assert self.provider.force_flush(10_000), "the exporters did not flush"
-
     def expect(self, sessions: dict[str, int], *, at_least: bool = False) -> None:
         """Both viewers list exactly the ids of ``sessions``, each with its number of traces (or more, ``at_least``),
         and the same numbers, once they have ingested them."""
-        self.flush()
+        assert self.provider.force_flush(10_000), "the exporters did not flush"
 
         def listed(shown: dict[Any, int]) -> bool:
             shown = {k: v for k, v in shown.items() if k is not None}  # MLflow: traces of no session
@@ -242,7 +236,7 @@ def test_a_conversation_reads_like_a_conversation(traced: Traced) -> None:
         if mlflow_root(trace)["name"] == "tools/call set_mode":
             assert json.loads(trace["info"]["request_preview"]) == {"mode": "terse"}
             assert json.loads(trace["info"]["response_preview"]) == "terse"
-            attributes = mlflow_span_attributes(mlflow_root(trace))
+            attributes = mlflow_root(trace)["attributes"]
             assert (attributes["mlflow.spanInputs"], attributes["mlflow.spanOutputs"]) == ({"mode": "terse"}, "terse")
     kept = mlflow_search(traced.mlflow, traced.experiment_id, "tag.`mcp_sessions.call.kind` != 'housekeeping'")
     assert sorted(info["tags"]["mlflow.traceName"] for info in kept) == turns

@@ -1,9 +1,11 @@
-"""What a viewer reads of a conversation, without a server: readable results, user ids, and the flush at shutdown.
+"""What a viewer reads of a conversation, without a server: readable results, user ids, the session on every span,
+and the flush at shutdown.
 
 Readable results are what a person reads of a tool's answer, redacted and bounded as every captured value
-is; the user of a call is a keyed digest of the principal or, asked for, its redacted name; and the
-lifespan flushes the providers (duck-typed: the API declares no ``force_flush``) when the app's shutdown
-is over, before the server hears of it.
+is; the user of a call is a keyed digest of the principal or, asked for, its redacted name; the opt-in span
+processors of ``mcp_sessions.telemetry`` name the session on every span of a request; and the lifespan
+flushes the providers (duck-typed: the API declares no ``force_flush``) when the app's shutdown is over,
+before the server hears of it.
 """
 
 from __future__ import annotations
@@ -11,15 +13,20 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from opentelemetry import metrics, trace
+from opentelemetry import baggage, context, metrics, trace
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
 from starlette.types import Message, Scope
 
+from _otel import attrs, recording_provider
 from mcp_sessions import KeySet
 from mcp_sessions._middleware import watch_lifespan
 from mcp_sessions._otel import _telemetry
@@ -31,11 +38,14 @@ from mcp_sessions._otel._span import (
     bounded_text,
     call_kinds,
     readable_result,
+    record_result,
+    record_text,
 )
 from mcp_sessions._otel._telemetry import TraceUser
 from mcp_sessions._tokens import IdDigests
 from mcp_sessions._wire.protocol import KNOWN_METHODS
 from mcp_sessions.stores import MemoryStore
+from mcp_sessions.telemetry import SESSION_BAGGAGE_KEY, SentrySessionSpanProcessor, SessionSpanProcessor
 
 KEYS = KeySet.from_secret("a-secret-that-is-long-enough-for-hs256-0123456789")
 TOKEN, _ = KEYS.mint_session_token(ttl=60)
@@ -140,14 +150,6 @@ class Provider:
         return self.answer
 
 
-class NoTimeout:
-    def __init__(self, log: list[str]) -> None:
-        self.log = log
-
-    def force_flush(self) -> None:
-        self.log.append("no timeout")
-
-
 def test_the_providers_are_flushed_each_once_and_a_failure_is_only_logged(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,7 +157,8 @@ def test_the_providers_are_flushed_each_once_and_a_failure_is_only_logged(
     tracer = Provider(log, "tracer", answer=False)
     meter = Provider(log, "meter", answer=RuntimeError("the collector is down"))
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: tracer)  # the global one, given too
-    monkeypatch.setattr(metrics, "get_meter_provider", lambda: NoTimeout(log))
+    no_timeout = SimpleNamespace(force_flush=lambda: log.append("no timeout"))  # a force_flush without a timeout
+    monkeypatch.setattr(metrics, "get_meter_provider", lambda: no_timeout)
     _telemetry.flush_providers(tracer, meter)  # type: ignore[arg-type]
     assert log == ["tracer 10000", "meter 10000", "no timeout"]
     assert "did not export everything" in caplog.text and "the collector is down" in caplog.text
@@ -188,10 +191,6 @@ def test_the_lifespan_flushes_when_the_shutdown_is_over_before_the_server_hears_
 
 def test_a_captured_label_is_text_and_a_result_json_only_when_it_is_no_text() -> None:
     """The mime types the viewers read: text for a label and a tool's words, JSON for structured content."""
-    from opentelemetry.sdk.trace import TracerProvider
-
-    from mcp_sessions._otel._span import record_result, record_text
-
     span = TracerProvider().get_tracer("test").start_span("s")
     record_text(span, "input", "a trip to Lisbon")
     record_result(span, {"content": [{"type": "image"}], "structuredContent": {"cats": 1}}, ())
@@ -199,3 +198,62 @@ def test_a_captured_label_is_text_and_a_result_json_only_when_it_is_no_text() ->
     assert (attributes["input.value"], attributes["input.mime_type"]) == ("a trip to Lisbon", "text/plain")
     assert json.loads(attributes["output.value"]) == {"cats": 1}
     assert attributes["output.mime_type"] == "application/json"
+
+
+# -- the opt-in span processors, on a provider of their own ------------------------------------------------
+
+SESSION_ID = "conv-4f1c"
+
+
+def traced_by(*processors: SpanProcessor) -> tuple[Tracer, InMemorySpanExporter]:
+    """A tracer of a provider of its own with ``processors``, and the exporter of every span it ends."""
+    provider, exporter = recording_provider()
+    for processor in processors:
+        provider.add_span_processor(processor)
+    return provider.get_tracer("test"), exporter
+
+
+def in_session(session_id: str | None) -> context.Context:
+    """The context a request of ``session_id`` runs in: the middleware's baggage, nothing else."""
+    ctx = context.Context()
+    return ctx if session_id is None else baggage.set_baggage(SESSION_BAGGAGE_KEY, session_id, ctx)
+
+
+def test_sentry_processor_puts_the_session_in_mcp_session_id() -> None:
+    tracer, exporter = traced_by(SessionSpanProcessor(), SentrySessionSpanProcessor())
+    token = context.attach(in_session(SESSION_ID))
+    try:
+        with tracer.start_as_current_span("tools/call count"), tracer.start_as_current_span("db.query"):
+            pass
+    finally:
+        context.detach(token)
+    spans = {span.name: attrs(span) for span in exporter.get_finished_spans()}
+    for name in ("tools/call count", "db.query"):
+        assert spans[name]["mcp.session.id"] == SESSION_ID, name
+        assert spans[name]["session.id"] == SESSION_ID, name
+
+
+@pytest.mark.parametrize(
+    ("processors", "session_id", "started_with", "expected"),
+    [
+        pytest.param(
+            (SentrySessionSpanProcessor,),
+            SESSION_ID,
+            {"mcp.session.id": "transport-digest"},
+            {"mcp.session.id": "transport-digest"},
+            id="sentry-keeps-what-the-span-started-with",
+        ),
+        pytest.param((SentrySessionSpanProcessor,), None, {}, {}, id="sentry-outside-a-session"),
+        pytest.param((SentrySessionSpanProcessor,), "", {}, {}, id="sentry-empty-session"),
+        # The registry reserves mcp.session.id for 2025-era transport sessions: only the opt-in processor sets it.
+        pytest.param((SessionSpanProcessor,), SESSION_ID, {}, {"session.id": SESSION_ID}, id="default-processor"),
+    ],
+)
+def test_what_each_processor_sets_on_a_span(
+    processors: tuple[type, ...], session_id: str | None, started_with: dict[str, str], expected: dict[str, str]
+) -> None:
+    tracer, exporter = traced_by(*(processor() for processor in processors))
+    tracer.start_span("tools/call count", context=in_session(session_id), attributes=started_with).end()
+    [span] = exporter.get_finished_spans()
+    assert attrs(span) == expected
+    assert trace.get_current_span() is trace.INVALID_SPAN
