@@ -1,15 +1,26 @@
 """Who signs in, in the tests: a Starlette user with an identity of any type (or none) and a display name of
-the user's own choosing, and two users of the ``mcp`` SDK's bearer auth."""
+the user's own choosing, two users of the ``mcp`` SDK's bearer auth, and a server behind Starlette's sign-in."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
 from pydantic import AnyHttpUrl
+from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, BaseUser, SimpleUser
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import HTTPConnection
+from starlette.routing import Mount
+from starlette.types import ASGIApp
+
+from conftest import SECRET
+from mcp_sessions import MCPSessionMiddleware
 
 TOKENS = {
     "alice-token": AccessToken(token="alice-token", client_id="app", scopes=["mcp"], subject="alice"),
@@ -64,3 +75,22 @@ class HeaderUser(AuthenticationBackend):
     async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
         user = conn.headers.get("x-user")
         return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
+
+
+def signed_in(server: MCPServer, mcp_app: ASGIApp, **options: Any) -> Starlette:
+    """``server``'s ``mcp_app`` behind the session middleware (``options``), behind Starlette's authentication
+    with :class:`HeaderUser`: outermost, so that the session middleware's default hook sees ``scope["user"]``."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with server.session_manager.run():
+            yield
+
+    return Starlette(
+        routes=[Mount("/", mcp_app)],
+        middleware=[
+            Middleware(AuthenticationMiddleware, backend=HeaderUser()),
+            Middleware(MCPSessionMiddleware, secret=SECRET, **options),
+        ],
+        lifespan=lifespan,
+    )

@@ -17,7 +17,6 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from starlette.authentication import SimpleUser
 from starlette.requests import Request
-from starlette.types import Message
 
 from _mcp import LEGACY, MODERN, SESSION_KEY, AnswersProbes, b64, hs_jws
 from asgi._fuzz import (
@@ -269,12 +268,8 @@ class Downstream:
 
 
 class Outcome:
-    def __init__(self, downstream: Downstream, sent: list[Message]) -> None:
-        starts = [m for m in sent if m["type"] == "http.response.start"]
-        assert len(starts) == 1, sent
-        self.status: int = starts[0]["status"]
-        self.headers = dict(starts[0]["headers"])
-        self.body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    def __init__(self, downstream: Downstream, sent: Sender) -> None:
+        self.status, self.headers, self.body = sent.status, dict(sent.headers), sent.body  # one response start
         length = self.headers.get(b"content-length")  # whoever answered, a length that is there is the body's
         assert length is None or int(length) == len(self.body), (length, len(self.body))
         self.forwarded = bool(downstream.calls)
@@ -313,7 +308,7 @@ def run(
     assert isinstance(probes, AnswersProbes)
     downstream = probes.app
     assert isinstance(downstream, Downstream)
-    return Outcome(downstream, sender.messages)
+    return Outcome(downstream, sender)
 
 
 content_types = st.sampled_from(

@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, asynccontextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, NoReturn
@@ -34,10 +34,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from jwt.algorithms import ECAlgorithm
 from mcp.server.mcpserver import MCPServer
-from starlette.applications import Starlette
-from starlette.middleware import Middleware
-from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.routing import Mount
 from starlette.types import Scope
 
 from _mcp import (
@@ -59,7 +55,7 @@ from _mcp import (
     unb64,
     with_claims,
 )
-from _users import HeaderUser, StaticVerifier, bearer_auth
+from _users import StaticVerifier, bearer_auth, signed_in
 from conftest import SECRET, in_process, serve, signer_of
 from mcp_sessions import KeySet, MCPSessionMiddleware, SessionKey, get_session
 from mcp_sessions.stores import SessionStore, SessionStoreUnavailable
@@ -152,21 +148,7 @@ def build_app(deployment: str, json_response: bool) -> Any:
         return MCPSessionMiddleware(mcp_app, secret=SECRET, require_session_tools=required, store=DOWN, retry_after=7)
     if deployment == "es":
         return MCPSessionMiddleware(mcp_app, keys=ES_KEYS, require_session_tools=required)
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> Any:
-        async with server.session_manager.run():
-            yield
-
-    # Authentication is outermost, so the session middleware's default hook sees scope["user"].
-    return Starlette(
-        routes=[Mount("/", mcp_app)],
-        middleware=[
-            Middleware(AuthenticationMiddleware, backend=HeaderUser()),
-            Middleware(MCPSessionMiddleware, secret=SECRET, require_session_tools=required),
-        ],
-        lifespan=lifespan,
-    )
+    return signed_in(server, mcp_app, require_session_tools=required)
 
 
 @pytest.fixture(scope="module", params=["json", "sse"])
@@ -196,10 +178,8 @@ class Canary:
 @pytest.fixture(scope="module")
 def canary() -> Iterator[Canary]:
     canary = Canary()
-    try:
+    with canary.sock:
         yield canary
-    finally:
-        canary.sock.close()
 
 
 # -- tokens built by hand --------------------------------------------------------------------
@@ -353,8 +333,7 @@ class Context:
         return {"sessionId": session["sessionId"], "state": self.token(echo["state"])}
 
     def deleted(self, session: dict[str, Any]) -> dict[str, Any]:
-        message = modern_request("sessions/delete", session=session)
-        response = self.servers["hs"].post("/mcp", json=message, headers=modern_headers(message))
+        response = self.post(delete(session))
         assert response.json()["result"] == {"resultType": "complete"}, response.text
         return session
 
@@ -455,10 +434,6 @@ def _other_deployment(*, issuer: str | None = None, audience: str | None = None)
 
 
 REQUIRED_CLAIMS = ("iss", "aud", "sid", "iat", "exp")
-
-
-def _expired(ctx: Context) -> Request:
-    return call(ctx.forged(HS_KEYS.mint_session_token(ttl=60, now=time.time() - 3600)[0]))
 
 
 def _es_malleated(ctx: Context) -> Request:
@@ -674,8 +649,8 @@ def _batch_with_invalid_session(ctx: Context) -> Request:
     return batch(good, bad, legacy_request("tools/call", RECORD, id=3))
 
 
-def _modern_batch_with_create(ctx: Context) -> Request:
-    return batch(CREATE, legacy_request("tools/call", RECORD, id=2), version=MODERN)
+def _batch_with_create(version: str) -> Callable[[Context], Request]:
+    return lambda ctx: batch(CREATE, legacy_request("tools/call", RECORD, id=2), version=version)
 
 
 @dataclass(frozen=True)
@@ -734,21 +709,9 @@ ROWS: list[Row] = [
     accepted("baseline-es", lambda c: call(c.session("es"), deployment="es")),
     accepted("baseline-bound-session-by-its-creator", _auth(_bound, "alice")),
     # alg none, and algorithms the key is not pinned to.
-    not_found(
-        "alg-none-unsigned",
-        _unsigned("none"),
-        SHAPE,
-    ),
-    not_found(
-        "alg-none-junk-sig",
-        _unsigned("none", b"x"),
-        ALG,
-    ),
-    not_found(
-        "alg-None-unsigned",
-        _unsigned("None"),
-        SHAPE,
-    ),
+    not_found("alg-none-unsigned", _unsigned("none"), SHAPE),
+    not_found("alg-none-junk-sig", _unsigned("none", b"x"), ALG),
+    not_found("alg-None-unsigned", _unsigned("None"), SHAPE),
     not_found("alg-HS512-same-secret", _header_signed(hashlib.sha512, alg="HS512"), ALG),
     not_found("alg-HS384-same-secret", _header_signed(hashlib.sha384, alg="HS384"), ALG),
     not_found("alg-ES256-on-an-hs-kid", lambda c: call(c.forged(es_signed(claims(), ES_PRIVATE, kid=HS_KID))), ALG),
@@ -791,7 +754,7 @@ ROWS: list[Row] = [
     not_found("aud-list-without-ours", _claims(aud=["other-deployment"]), "wrong audience"),
     accepted("aud-list-with-ours-signed-with-our-key", _aud_list_with_ours),
     # Time.
-    not_found("expired", _expired, "expired"),
+    not_found("expired", lambda c: call(c.forged(HS_KEYS.mint_session_token(ttl=60, now=NOW - 3600)[0])), "expired"),
     not_found("exp-extended-by-edit", _signature(lambda t: with_claims(t, exp=NOW + 10**8)), SIG),
     not_found("not-yet-valid-iat", _claims(iat=NOW + 3600), "not yet valid"),
     not_found("not-yet-valid-nbf", _claims(nbf=NOW + 3600), "not yet valid"),
@@ -937,16 +900,10 @@ ROWS: list[Row] = [
     not_found("delete-of-another-secret", mirrored(lambda c: delete(_other_secrets(c))), KID),
     not_found("delete-twice", mirrored(lambda c: delete(c.deleted(c.session()))), "revoked"),
     # Batches: mcp 2.3 refuses every batch, so the middleware answers as the SDK does.
-    Row(
-        "batch-with-sessions-create",
-        lambda c: batch(CREATE, legacy_request("tools/call", RECORD, id=2)),
-        400,
-        -32602,
-        0,
-    ),
+    Row("batch-with-sessions-create", _batch_with_create(LEGACY), 400, -32602, 0),
     Row("batch-with-sessions-delete", _batch_with_delete, 400, -32602, 0),
     Row("batch-with-an-invalid-session", _batch_with_invalid_session, 400, -32602, 0),
-    Row("modern-batch-with-sessions-create", _modern_batch_with_create, 400, -32600, 0),
+    Row("modern-batch-with-sessions-create", _batch_with_create(MODERN), 400, -32600, 0),
     # Notifications get no JSON-RPC answer.
     Row(
         "notification-invalid-session", mirrored(lambda c: call({"sessionId": "sess-x"}, request_id=None)), 202, None, 0
@@ -1161,8 +1118,7 @@ def test_a_malleated_es256_id_is_the_same_session_and_deleting_either_ends_both(
     assert twin != session
     sids = [reply(ctx.post(call(s, deployment="es")))["result"]["content"][0]["text"] for s in (session, twin)]
     assert sids[0] == sids[1] == jwt_claims(session["sessionId"])["sid"]
-    message = modern_request("sessions/delete", session=twin)
-    servers["es"].post("/mcp", json=message, headers=modern_headers(message)).raise_for_status()
+    ctx.post(delete(twin, deployment="es")).raise_for_status()
     for s in (session, twin):
         assert code_of(reply(ctx.post(call(s, deployment="es")))) == -32043
 

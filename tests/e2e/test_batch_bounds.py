@@ -14,23 +14,23 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from _backends import STORES, Backend, closing_store, open_backend
-from _mcp import AnswersProbes
+from _backends import STORES, closing_store, open_backend
+from _mcp import SESSION_KEY, AnswersProbes
 from conftest import SECRET, in_process
 from mcp_sessions import KeySet, MCPSessionMiddleware
 from mcp_sessions._tokens import SessionClaims
 from mcp_sessions.stores import SessionStatus, SessionStore
 
-SESSION_KEY = "io.modelcontextprotocol/session"
 MOST = 8  # the documented bound: distinct sessions one request may name
 HEADERS = {
     "Content-Type": "application/json",
@@ -49,42 +49,18 @@ class CountingKeys(KeySet):
         return super().verify_session_token(token, **kwargs)
 
 
-class CountingStore(SessionStore):
-    """A store that counts the touches (the round trip a request makes per session) and passes everything on."""
+class Touches:
+    """Counts the touches of a real store (the round trip a request makes per session); the rest is the store's."""
 
-    def __init__(self, inner: SessionStore) -> None:
-        self.inner = inner
-        self.touches = 0
+    def __init__(self, store: SessionStore) -> None:
+        self.count = 0
+        touch = store.touch
 
-    async def touch(self, session_id: str, **kwargs: Any) -> SessionStatus:
-        self.touches += 1
-        return await self.inner.touch(session_id, **kwargs)
+        async def counted(session_id: str, **kwargs: Any) -> SessionStatus:
+            self.count += 1
+            return await touch(session_id, **kwargs)
 
-    async def revoke(self, session_id: str, *, expires_at: float) -> bool:
-        return await self.inner.revoke(session_id, expires_at=expires_at)
-
-    async def get(self, session_id: str, key: str, default: object = None) -> Any:
-        return await self.inner.get(session_id, key, default)
-
-    async def set(self, session_id: str, key: str, value: object, *, expires_at: float) -> None:
-        await self.inner.set(session_id, key, value, expires_at=expires_at)
-
-    async def delete(self, session_id: str, key: str) -> None:
-        await self.inner.delete(session_id, key)
-
-    async def incr(self, session_id: str, key: str, amount: int = 1, *, expires_at: float) -> int:
-        return await self.inner.incr(session_id, key, amount, expires_at=expires_at)
-
-    async def update(
-        self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
-    ) -> object:
-        return await self.inner.update(session_id, key, fn, expires_at=expires_at, default=default)
-
-    async def items(self, session_id: str) -> dict[str, Any]:
-        return await self.inner.items(session_id)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+        store.touch = counted  # type: ignore[method-assign]
 
 
 class BatchApp:
@@ -94,16 +70,11 @@ class BatchApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
+            while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await Request(scope, receive).body()
         self.calls += 1
         answers = [{"jsonrpc": "2.0", "id": m["id"], "result": {}} for m in json.loads(body) if "id" in m]
         raw = json.dumps(answers).encode()
@@ -113,8 +84,8 @@ class BatchApp:
 
 
 class Server:
-    def __init__(self, http: httpx.Client, keys: CountingKeys, store: CountingStore, app: BatchApp) -> None:
-        self.http, self.keys, self.store, self.app = http, keys, store, app
+    def __init__(self, http: httpx.Client, keys: CountingKeys, touches: Touches, app: BatchApp) -> None:
+        self.http, self.keys, self.touches, self.app = http, keys, touches, app
         self.valid = [keys.mint_session_token(ttl=3600)[0] for _ in range(MOST + 2)]
         # This deployment's tokens with a random signature: each verified in full, each refused.
         self.forged = [
@@ -125,16 +96,14 @@ class Server:
 
 @pytest.fixture(scope="module", params=STORES)
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with open_backend(request.param, tmp_path_factory.mktemp(request.param)) as backend:
-        yield from _serve(backend)
-
-
-def _serve(backend: Backend) -> Iterator[Server]:
-    keys, store, app = CountingKeys.from_secret(SECRET), CountingStore(backend.open()), BatchApp()
+    keys, app = CountingKeys.from_secret(SECRET), BatchApp()
     assert isinstance(keys, CountingKeys)
-    middleware = MCPSessionMiddleware(AnswersProbes(app), keys=keys, store=store, idle_ttl=3600)
-    with in_process(closing_store(middleware, store)) as http:
-        yield Server(http, keys, store, app)
+    with open_backend(request.param, tmp_path_factory.mktemp(request.param)) as backend:
+        store = backend.open()
+        touches = Touches(store)
+        middleware = MCPSessionMiddleware(AnswersProbes(app), keys=keys, store=store, idle_ttl=3600)
+        with in_process(closing_store(middleware, store)) as http:
+            yield Server(http, keys, touches, app)
 
 
 # Each element names a valid session, a forged one (each from a pool of ten, so repeats are common), or none.
@@ -159,21 +128,21 @@ def test_a_batch_checks_each_distinct_session_once_and_at_most_eight(
         tokens.append(token)
     distinct = list(dict.fromkeys(token for token in tokens if token is not None))
     refused = len(distinct) > MOST or any(token in server.forged for token in distinct)
-    verified, touches, calls = server.keys.verified, server.store.touches, server.app.calls
+    verified, touches, calls = server.keys.verified, server.touches.count, server.app.calls
 
     response = server.http.post("/mcp", content=json.dumps(batch), headers=HEADERS)
 
     assert response.status_code == 200, response.text
     assert server.keys.verified - verified <= min(len(distinct), MOST)
     valid_named = [token for token in distinct[:MOST] if token in server.valid]
-    assert server.store.touches - touches <= len(valid_named)  # one round trip per session, not per element
+    assert server.touches.count - touches <= len(valid_named)  # one round trip per session, not per element
     answers = response.json()
     if refused:
         assert server.app.calls == calls  # nothing forwarded
         assert all("error" in answer for answer in answers)
         return
     assert server.app.calls == calls + 1
-    assert server.store.touches - touches == len(valid_named)
+    assert server.touches.count - touches == len(valid_named)
     for answer in answers:
         echoed = answer["result"].get("_meta", {}).get(SESSION_KEY, {}).get("sessionId")
         assert echoed == tokens[answer["id"]]

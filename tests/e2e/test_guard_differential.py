@@ -35,6 +35,7 @@ Mode = Literal["json", "sse"]
 Headers = list[tuple[str, str]]
 Body = Any
 ACCEPT_BOTH = "application/json, text/event-stream"
+FUTURE = "2099-01-01"  # a protocol version no server speaks
 # The 2025-era SDK's parse and validation errors, which quote pydantic on the body it read.
 PARSER_ERRORS = (
     b'{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"Validation error: ',
@@ -155,29 +156,33 @@ CASES = [
     Case("batch", body=lambda body: [body]),
     Case("params-not-an-object", body=lambda body: {**body, "params": [1]}),
     Case("jsonrpc-1.0", body=lambda body: {**body, "jsonrpc": "1.0"}),
-    Case(
-        "unsupported-version",
-        header("Mcp-Protocol-Version", "2099-01-01"),
-        with_version("2099-01-01"),
-        eras=("modern",),
-    ),
-    Case("version-header-not-the-envelopes", header("Mcp-Protocol-Version", "2099-01-01"), eras=("modern",)),
+    Case("unsupported-version", header("Mcp-Protocol-Version", FUTURE), with_version(FUTURE), eras=("modern",)),
+    Case("version-header-not-the-envelopes", header("Mcp-Protocol-Version", FUTURE), eras=("modern",)),
     Case("no-mcp-method", header("Mcp-Method", None), eras=("modern",)),
     Case("mcp-method-of-another-method", header("Mcp-Method", "prompts/list"), eras=("modern",)),
     Case("no-envelope", body=without_envelope, eras=("modern",)),
-    Case(
-        "version-header-twice",
-        lambda headers: [*headers, ("Mcp-Protocol-Version", MODERN)],
-        eras=("modern",),
-    ),
+    Case("version-header-twice", lambda headers: [*headers, ("Mcp-Protocol-Version", MODERN)], eras=("modern",)),
 ]
 
 
-def send(http: httpx.Client, url: str, headers: Headers, body: Body, transport_session: str | None) -> httpx.Response:
-    """POST ``body``: JSON, or bytes sent as they are."""
-    if transport_session is not None:
+def send(http: httpx.Client, era: Era, headers: Headers, body: Body, transport_session: str | None) -> httpx.Response:
+    """POST ``body``: JSON, or bytes sent as they are; a 2025-era request in the transport session."""
+    if era == "legacy" and transport_session is not None:
         headers = [*headers, ("Mcp-Session-Id", transport_session)]
-    return http.post(url, content=body if isinstance(body, bytes) else json.dumps(body).encode(), headers=headers)
+    return http.post(MCP_PATH, content=body if isinstance(body, bytes) else json.dumps(body).encode(), headers=headers)
+
+
+def new_session(http: httpx.Client) -> dict[str, Any]:
+    """The ``_meta`` that names a new session of the middleware behind ``http``."""
+    headers, body = envelope("modern", "sessions/create", None)
+    token = http.post(MCP_PATH, json=body, headers=dict(headers)).json()["result"]["session"]["sessionId"]
+    return {SESSION_KEY: {"sessionId": token}}
+
+
+def deleted(http: httpx.Client, meta: dict[str, Any]) -> bool:
+    """Whether a well-formed sessions/delete of the session ``meta`` names succeeds (it was still there)."""
+    headers, body = envelope("modern", "sessions/delete", meta)
+    return "error" not in http.post(MCP_PATH, json=body, headers=dict(headers)).json()
 
 
 def same_method(body: Body, method: str) -> Body:
@@ -194,21 +199,9 @@ def exchange(
     headers, body = envelope(era, method, meta)
     sent_headers, sent_body = case.headers(headers), case.body(body)
     ordinary_headers = [(n, "tools/list" if n == "Mcp-Method" and v == method else v) for n, v in sent_headers]
-    bare = send(
-        deployment.bare,
-        MCP_PATH,
-        ordinary_headers,
-        same_method(sent_body, "tools/list"),
-        deployment.transport_sessions["bare"] if era == "legacy" else None,
-    )
-    ours = send(
-        deployment.wrapped,
-        MCP_PATH,
-        sent_headers,
-        sent_body,
-        deployment.transport_sessions["wrapped"] if era == "legacy" else None,
-    )
-    return bare, ours
+    sessions = deployment.transport_sessions
+    bare = send(deployment.bare, era, ordinary_headers, same_method(sent_body, "tools/list"), sessions["bare"])
+    return bare, send(deployment.wrapped, era, sent_headers, sent_body, sessions["wrapped"])
 
 
 def assert_same_refusal(bare: httpx.Response, ours: httpx.Response) -> None:
@@ -260,21 +253,14 @@ def test_sessions_create_is_answered_only_where_the_sdk_would_answer(deployment:
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_sessions_delete_is_answered_only_where_the_sdk_would_answer(deployment: Deployment, era: Era) -> None:
     for case in cases_of(era):
-        created = deployment.wrapped.post(
-            MCP_PATH,
-            json=(body := envelope("modern", "sessions/create", None)[1]),
-            headers=modern_headers(body),
-        )
-        session = {SESSION_KEY: {"sessionId": created.json()["result"]["session"]["sessionId"]}}
+        session = new_session(deployment.wrapped)
         bare, ours = exchange(deployment, era, case, "sessions/delete", session)
         if accepted(bare):
             assert ours.status_code == 200, (case.name, ours.text)
             assert "error" not in ours.json(), case.name
             continue
         assert_same_refusal(bare, ours)
-        # Refused: the session is still there, and a well-formed delete ends it.
-        headers, body = envelope("modern", "sessions/delete", session)
-        assert "error" not in deployment.wrapped.post(MCP_PATH, json=body, headers=dict(headers)).json(), case.name
+        assert deleted(deployment.wrapped, session), case.name  # refused: the session is still there
 
 
 def test_a_session_error_is_refused_as_the_sdk_would_refuse_the_request(deployment: Deployment) -> None:
@@ -336,21 +322,14 @@ def caller(scope: Scope) -> str | None:
     return next((value.decode() for name, value in scope["headers"] if name == CALLER_HEADER.lower().encode()), None)
 
 
-@dataclass
-class Limited:
-    """The SDK behind a middleware that creates at most one session per caller, ever."""
-
-    http: httpx.Client
-    transport_session: str | None
-
-
 @pytest.fixture(scope="module")
-def limited(deployment: Deployment) -> Iterator[Limited]:
+def limited(deployment: Deployment) -> Iterator[LegacyClient]:
+    """The SDK behind a middleware that creates at most one session per caller, ever; its transport session open."""
     app = MCPSessionMiddleware(sdk_app(deployment.mode), secret=SECRET, create_limit=(1, 86_400), principal=caller)
     with in_process(app) as http:
         client = LegacyClient(http, "")
         client.initialize()
-        yield Limited(http, client.transport_session_id)
+        yield client
 
 
 def written(era: Era, method: str, meta: dict[str, Any] | None, raw: RawBody, limit: int) -> tuple[Headers, bytes]:
@@ -361,29 +340,29 @@ def written(era: Era, method: str, meta: dict[str, Any] | None, raw: RawBody, li
 
 
 def the_sdks_answer(
-    http: httpx.Client, url: str, era: Era, meta: dict[str, Any] | None, raw: RawBody, limit: int, session: str | None
+    http: httpx.Client, era: Era, meta: dict[str, Any] | None, raw: RawBody, limit: int, session: str | None
 ) -> httpx.Response:
     """The SDK's own answer to ``tools/list`` in the body ``raw`` writes."""
     headers, body = written(era, "tools/list", meta, raw, limit)
-    return send(http, url, headers, body, session if era == "legacy" else None)
+    return send(http, era, headers, body, session)
 
 
-def nesting_limit(http: httpx.Client, url: str, era: Era, session: str | None) -> int:
+def nesting_limit(http: httpx.Client, era: Era, session: str | None) -> int:
     """The shallowest body the SDK behind the middleware refuses as too deep."""
     low, high = 3, 3000
     while high - low > 1:
         middle = (low + high) // 2
-        if accepted(the_sdks_answer(http, url, era, None, nest, middle, session)):
+        if accepted(the_sdks_answer(http, era, None, nest, middle, session)):
             low = middle
         else:
             high = middle
     return high
 
 
-def nesting_limits(http: httpx.Client, url: str, era: Era, session: str | None) -> int:
+def nesting_limits(http: httpx.Client, era: Era, session: str | None) -> int:
     """The shallowest body that is too deep: pydantic-core's limit on 2025; past the middleware's documented
     limit on 2026-07-28, where the SDK's json.loads reads deeper (how deep depends on its stack)."""
-    sdk_limit = nesting_limit(http, url, era, session)
+    sdk_limit = nesting_limit(http, era, session)
     if era == "legacy":
         assert sdk_limit == LEGACY_NESTING_LIMIT
         return sdk_limit
@@ -399,20 +378,20 @@ def too_deep(name: str, ours: httpx.Response) -> bool:
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_sessions_create_is_refused_where_the_sdks_parser_refuses_the_body(
-    deployment: Deployment, limited: Limited, era: Era
+    deployment: Deployment, limited: LegacyClient, era: Era
 ) -> None:
-    session = limited.transport_session
-    limit = nesting_limits(limited.http, MCP_PATH, era, session)
+    session = limited.transport_session_id
+    limit = nesting_limits(limited.http, era, session)
     refused = 0
     for name, raw in RAW_BODIES.items():
-        theirs = the_sdks_answer(limited.http, MCP_PATH, era, None, raw, limit, session)
+        theirs = the_sdks_answer(limited.http, era, None, raw, limit, session)
         if not name.startswith("nested"):
             bare_session = deployment.transport_sessions["bare"]
-            bare = the_sdks_answer(deployment.bare, MCP_PATH, era, None, raw, limit, bare_session)
+            bare = the_sdks_answer(deployment.bare, era, None, raw, limit, bare_session)
             assert (bare.status_code, bare.content) == (theirs.status_code, theirs.content), name
         headers, body = written(era, "sessions/create", None, raw, limit)
         this_caller = (CALLER_HEADER, f"{deployment.mode}-{era}-{name}")
-        ours = send(limited.http, MCP_PATH, [*headers, this_caller], body, session if era == "legacy" else None)
+        ours = send(limited.http, era, [*headers, this_caller], body, session)
         headers, well_formed = envelope("modern", "sessions/create", None)
         again = limited.http.post(MCP_PATH, json=well_formed, headers=[*headers, this_caller])
         if accepted(theirs) and not too_deep(name, ours):
@@ -429,22 +408,16 @@ def test_sessions_create_is_refused_where_the_sdks_parser_refuses_the_body(
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_sessions_delete_is_refused_where_the_sdks_parser_refuses_the_body(deployment: Deployment, era: Era) -> None:
-    http, url = deployment.wrapped, MCP_PATH
-    session = deployment.transport_sessions["wrapped"]
-    limit = nesting_limits(http, url, era, session)
+    http, session = deployment.wrapped, deployment.transport_sessions["wrapped"]
+    limit = nesting_limits(http, era, session)
     for name, raw in RAW_BODIES.items():
-        created = http.post(
-            url, json=(body := envelope("modern", "sessions/create", None)[1]), headers=modern_headers(body)
-        )
-        meta = {SESSION_KEY: {"sessionId": created.json()["result"]["session"]["sessionId"]}}
-        theirs = the_sdks_answer(http, url, era, meta, raw, limit, session)
+        meta = new_session(http)
+        theirs = the_sdks_answer(http, era, meta, raw, limit, session)
         headers, content = written(era, "sessions/delete", meta, raw, limit)
-        ours = send(http, url, headers, content, session if era == "legacy" else None)
+        ours = send(http, era, headers, content, session)
         if accepted(theirs) and not too_deep(name, ours):
             assert ours.status_code == 200 and "error" not in ours.json(), (name, ours.text)
             continue
         if not accepted(theirs):
             assert_same_refusal(theirs, ours)
-        # Refused: the session is still there, and a well-formed delete ends it.
-        headers, body = envelope("modern", "sessions/delete", meta)
-        assert "error" not in http.post(url, json=body, headers=dict(headers)).json(), name
+        assert deleted(http, meta), name  # refused: the session is still there

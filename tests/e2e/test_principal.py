@@ -8,21 +8,16 @@ included (tests/e2e/test_inside_server.py), an async hook (tests/e2e/test_attack
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from typing import Any
 
-import pytest
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
-from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.routing import Mount
 from starlette.types import Scope
 
 from _mcp import ModernClient, jwt_claims
-from _users import HeaderUser
-from conftest import SECRET, in_process
-from mcp_sessions import MCPSessionMiddleware, get_session
+from _users import signed_in
+from conftest import in_process
+from mcp_sessions import get_session
 
 
 def build(calls: list[str], **options: Any) -> Starlette:
@@ -34,35 +29,17 @@ def build(calls: list[str], **options: Any) -> Starlette:
         session = get_session()
         return session.id if session is not None else "none"
 
-    mcp_app = server.streamable_http_app(streamable_http_path="/mcp")
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> Any:
-        async with server.session_manager.run():
-            yield
-
-    # Authentication runs first (outermost), so the session middleware sees scope["user"].
-    return Starlette(
-        routes=[Mount("/", mcp_app)],
-        middleware=[
-            Middleware(AuthenticationMiddleware, backend=HeaderUser()),
-            Middleware(MCPSessionMiddleware, secret=SECRET, path="/mcp", **options),
-        ],
-        lifespan=lifespan,
-    )
+    return signed_in(server, server.streamable_http_app(streamable_http_path="/mcp"), path="/mcp", **options)
 
 
-@pytest.fixture
-def calls() -> list[str]:
-    return []
-
-
-def test_with_principal_none_no_session_is_bound(calls: list[str]) -> None:
-    with in_process(build(calls, principal=None)) as http:
+def test_with_principal_none_no_session_is_bound() -> None:
+    with in_process(build([], principal=None)) as http:
         assert "pbh" not in jwt_claims(ModernClient(http, "").create_session(x_user="alice")["sessionId"])
 
 
-def test_a_failing_principal_hook_is_an_internal_error_and_reaches_nothing(calls: list[str]) -> None:
+def test_a_failing_principal_hook_is_an_internal_error_and_reaches_nothing() -> None:
+    calls: list[str] = []
+
     def broken(scope: Scope) -> str | None:
         raise RuntimeError("boom")
 

@@ -4,7 +4,6 @@ still recovers from a session that is gone."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -24,12 +23,6 @@ ENVIRON = {"MCP_SESSIONS_SECRET": SECRET, "MCP_SESSIONS_ERROR_CODES": "spec-safe
 HEADER_MISMATCH = -32020  # defined by MCP 2026-07-28: kept
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[httpx.Client]:
-    with in_process(build_app(json_response=True, environ=ENVIRON)) as http:
-        yield http
-
-
 def code(message: dict[str, Any]) -> int:
     error = message["error"]
     assert isinstance(error["message"], str) and error["message"], message
@@ -37,9 +30,9 @@ def code(message: dict[str, Any]) -> int:
     return value
 
 
-def draft_errors(http: httpx.Client, base: str) -> list[int]:
+def draft_errors(http: httpx.Client) -> list[int]:
     def post(body: dict[str, Any], **headers: str) -> dict[str, Any]:
-        return answer(http.post(base + MCP_PATH, json=body, headers=modern_headers(body, **headers)))
+        return answer(http.post(MCP_PATH, json=body, headers=modern_headers(body, **headers)))
 
     count = {"name": "count", "arguments": {}}
     created = post(modern_request("sessions/create"))["result"]["session"]
@@ -51,8 +44,9 @@ def draft_errors(http: httpx.Client, base: str) -> list[int]:
     ]
 
 
-def test_the_draft_answers_no_code_the_spec_reserves_or_retired(server: httpx.Client) -> None:
-    every = draft_errors(server, "")
+def test_the_draft_answers_no_code_the_spec_reserves_or_retired() -> None:
+    with in_process(build_app(json_response=True, environ=ENVIRON)) as http:
+        every = draft_errors(http)
 
     assert every == [SPEC_SAFE_REQUIRED, SPEC_SAFE_NOT_FOUND, SPEC_SAFE_NOT_FOUND, HEADER_MISMATCH]
     assert all(spec_allows(c) for c in every), every

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import Any
 
@@ -60,26 +61,19 @@ ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 QUICKSTART_INFO = {"name": "quickstart", "version": ""}
 LEGACY_MODES = ["stateful-json", "stateful-sse", "stateless-json", "stateless-sse"]
 Client = ModernClient | LegacyClient
+BASE_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, httpx.Client]]:
     """The quickstart in every mode of both wires, in process, for the whole module."""
-    with (
-        in_process(build_app(json_response=True, environ=ENVIRON)) as json_http,
-        in_process(build_app(json_response=False, environ=ENVIRON)) as sse_http,
-        in_process(build_app(json_response=True, stateless=False, environ=ENVIRON)) as stateful_json,
-        in_process(build_app(json_response=False, stateless=False, environ=ENVIRON)) as stateful_sse,
-        in_process(build_app(json_response=True, stateless=True, environ=ENVIRON)) as stateless_json,
-        in_process(build_app(json_response=False, stateless=True, environ=ENVIRON)) as stateless_sse,
-    ):
+    stateless = {"json": None, "sse": None, **{mode: mode.startswith("stateless") for mode in LEGACY_MODES}}
+    with ExitStack() as stack:
         yield {
-            "json": json_http,
-            "sse": sse_http,
-            "stateful-json": stateful_json,
-            "stateful-sse": stateful_sse,
-            "stateless-json": stateless_json,
-            "stateless-sse": stateless_sse,
+            mode: stack.enter_context(
+                in_process(build_app(json_response=mode.endswith("json"), stateless=stateless[mode], environ=ENVIRON))
+            )
+            for mode in stateless
         }
 
 
@@ -418,11 +412,8 @@ def recorded() -> Iterator[tuple[httpx.Client, RecordingApp]]:
 
 @pytest.mark.parametrize(
     "session",
-    [
-        pytest.param({"sessionId": "sess-invalid"}, id="unknown"),
-        pytest.param("not-an-object", id="malformed"),
-        pytest.param("mismatched-header", id="header-mismatch"),
-    ],
+    [{"sessionId": "sess-invalid"}, "not-an-object", "mismatched-header"],
+    ids=["unknown", "malformed", "header-mismatch"],
 )
 @pytest.mark.parametrize("method", ["tools/call", "notifications/cancelled", "sessions/create", "sessions/delete"])
 def test_notifications_with_an_invalid_session_are_accepted_and_dropped(
@@ -530,21 +521,9 @@ async def test_progress_event_reaches_the_client_while_the_tool_still_waits(era:
                 session = answer(created)["result"]["session"]
                 params = {"name": "gated", "arguments": {}}
                 meta = {"progressToken": "gate"}
-                if era == "modern":
-                    body = modern_request("tools/call", params, id=7, session=session_meta(session), meta=meta)
-                    headers = modern_headers(body)
-                else:
-                    body = {
-                        "jsonrpc": "2.0",
-                        "id": 7,
-                        "method": "tools/call",
-                        "params": {**params, "_meta": {**meta, SESSION_KEY: session_meta(session)}},
-                    }
-                    headers = {
-                        "Content-Type": "application/json",
-                        "Accept": "application/json, text/event-stream",
-                        "MCP-Protocol-Version": "2025-11-25",
-                    }
+                build = modern_request if era == "modern" else legacy_request
+                body = build("tools/call", params, id=7, session=session_meta(session), meta=meta)
+                headers = modern_headers(body) if era == "modern" else {**BASE_HEADERS, "MCP-Protocol-Version": LEGACY}
                 async with http.stream("POST", url, json=body, headers=headers) as response:
                     assert response.status_code == 200
                     assert response.headers["content-type"].startswith("text/event-stream")
@@ -574,9 +553,21 @@ async def test_progress_event_reaches_the_client_while_the_tool_still_waits(era:
 def test_initialize_advertises_sessions_and_keeps_the_servers_capabilities(
     mode: str, version: str, servers: dict[str, httpx.Client]
 ) -> None:
+    """In the server's own framing: JSON with its length, or SSE; a transport session when stateful."""
     client = LegacyClient(servers[mode], "", version=version)
-    result = client.initialize()
+    info = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}
+    response = client.http.post(client.url, json=legacy_request("initialize", info, id=0), headers=BASE_HEADERS)
+    client.transport_session_id = response.headers.get("mcp-session-id")
+    assert client.post(legacy_request("notifications/initialized", id=None)).status_code == 202
 
+    assert response.status_code == 200
+    json_response = mode.endswith("json")
+    assert response.headers["content-type"].startswith("application/json" if json_response else "text/event-stream")
+    assert (client.transport_session_id is not None) is mode.startswith("stateful")
+    if json_response:
+        assert int(response.headers["content-length"]) == len(response.content)
+    [message] = messages(response)
+    result = message["result"]
     assert result["protocolVersion"] == version
     assert result["serverInfo"] == QUICKSTART_INFO
     capabilities = result["capabilities"]
@@ -586,34 +577,6 @@ def test_initialize_advertises_sessions_and_keeps_the_servers_capabilities(
     assert capabilities["tools"] == {"listChanged": False}
     assert capabilities["prompts"] == {"listChanged": False}
     assert capabilities["resources"] == {"listChanged": False, "subscribe": False}
-
-
-@pytest.mark.parametrize(
-    ("mode", "content_type", "has_transport_session"),
-    [
-        ("stateful-json", "application/json", True),
-        ("stateful-sse", "text/event-stream", True),
-        ("stateless-json", "application/json", False),
-        ("stateless-sse", "text/event-stream", False),
-    ],
-)
-def test_initialize_is_rewritten_in_the_servers_own_framing(
-    servers: dict[str, httpx.Client], mode: str, content_type: str, has_transport_session: bool
-) -> None:
-    body = legacy_request(
-        "initialize", {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "e2e", "version": "0"}}
-    )
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
-    http = servers[mode]
-    response = http.post(MCP_PATH, json=body, headers=headers)
-
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith(content_type)
-    assert ("mcp-session-id" in response.headers) is has_transport_session
-    if content_type == "application/json":
-        assert int(response.headers["content-length"]) == len(response.content)
-    [message] = messages(response)
-    assert message["result"]["capabilities"]["experimental"] == {"sessions": {}}
 
 
 @pytest.mark.parametrize("mode", LEGACY_MODES)
@@ -640,20 +603,17 @@ def test_transport_session_header_is_never_compared_with_the_data_layer_session(
 def test_every_handshake_version_header_takes_the_legacy_rules(
     servers: dict[str, httpx.Client], version: str | None
 ) -> None:
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    headers = dict(BASE_HEADERS)
     if version is not None:
         headers["MCP-Protocol-Version"] = version
     http, url = servers["stateless-json"], MCP_PATH
     created = answer(http.post(url, json=legacy_request("sessions/create"), headers=headers))
     session = session_meta(created["result"]["session"])
-    count = legacy_request("tools/call", {"name": "count", "arguments": {}}, session=session)
+    params = {"name": "count", "arguments": {}}
+    count = legacy_request("tools/call", params, session=session)
     ok = http.post(url, json=count, headers=headers)
     mismatch = http.post(url, json=count, headers={**headers, "Mcp-Session-Id": "not-the-session"})
-    bad = http.post(
-        url,
-        json=legacy_request("tools/call", {"name": "count", "arguments": {}}, session={"sessionId": 7}),
-        headers=headers,
-    )
+    bad = http.post(url, json=legacy_request("tools/call", params, session={"sessionId": 7}), headers=headers)
 
     assert "resultType" not in created["result"]
     assert tool_text(answer(ok)) == "1"

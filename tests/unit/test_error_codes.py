@@ -17,9 +17,7 @@ from mcp_sessions.profiles._base import (
     with_error_codes,
 )
 
-SEEDS = {  # wire: (not found, required, header mismatch), as the seeds define them
-    "draft": (-32043, -32044, -32020),
-}
+SEEDS = {"draft": (-32043, -32044, -32020)}  # wire: (not found, required, header mismatch), as the seeds define them
 
 
 @pytest.mark.parametrize(

@@ -61,15 +61,11 @@ def test_dumps_is_compact_utf8() -> None:
 
 
 def _message(session: Any = ..., *, meta: Any = ..., params: Any = ...) -> dict[str, Any]:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
-    if params is not ...:
-        message["params"] = params
-        return message
-    if meta is not ...:
-        message["params"] = {"_meta": meta}
-        return message
-    message["params"] = {"_meta": {} if session is ... else {KEY: session}}
-    return message
+    if meta is ...:
+        meta = {} if session is ... else {KEY: session}
+    if params is ...:
+        params = {"_meta": meta}
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
 
 
 @pytest.mark.parametrize(

@@ -226,11 +226,9 @@ def test_a_json_answer_past_the_bound_is_a_502_with_the_requests_error(pieces: i
 
 def test_a_json_answer_within_the_bound_in_pieces_is_rewritten() -> None:
     sent, stopped = answered([b'{"jsonrpc":"2.0","id":7,', b'"result":{}}'])
-    assert (
-        not stopped
-        and sent[0]["status"] == 200
-        and json.loads(body_of(sent))["result"] == {"_meta": {SESSION_KEY: ECHO}}
-    )
+    assert not stopped
+    assert sent[0]["status"] == 200
+    assert json.loads(body_of(sent))["result"] == {"_meta": {SESSION_KEY: ECHO}}
 
 
 def test_an_event_that_never_ends_is_refused_and_the_events_before_it_go_on() -> None:
