@@ -43,8 +43,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.mcpserver import MCPServer
 from starlette.applications import Starlette
-from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
-from starlette.requests import HTTPConnection, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -70,6 +69,7 @@ from _mcp import (
 )
 from _otel import ExchangeRecorder
 from _redis import RedisServer
+from _users import HeaderUser
 from conftest import SECRET, in_process, serve
 from e2e._listen import NOTE, client, graceful_end
 from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, SessionsConfig, get_session, stores
@@ -310,9 +310,19 @@ def reader_mcp() -> dict[str, Any]:
     return {"mcp": build_server()}
 
 
-def mounted_app_reads_the_session(app: Any) -> None:
+def lifespan_from_the_starlette_snippet() -> str:
+    """'The same lifespan as above': the Starlette snippet's own lines."""
+    found: list[str] = re.findall(r"@asynccontextmanager\n.*?yield\n", snippet_with(APP_CODE, "Route("), re.S)
+    [lifespan] = found
+    return "from contextlib import asynccontextmanager\n\n" + lifespan
+
+
+@pytest.mark.parametrize("text", ["Route(", "app = FastAPI("], ids=["starlette", "fastapi"])
+def test_the_app_serves_mcp_and_a_route_that_reads_the_session(text: str, secret: None) -> None:
     """POST /mcp is the MCP endpoint, and GET /session reads the session the ``Mcp-Session-Id`` header names."""
-    with in_process(app) as http:
+    # FastAPI's "same lifespan as above"; the Starlette snippet defines its own, in place of it.
+    namespace = run(lifespan_from_the_starlette_snippet(), reader_mcp(), page=APP_CODE)
+    with in_process(run(snippet_with(APP_CODE, text), namespace, page=APP_CODE)["app"]) as http:
         client = ModernClient(http, "")
         session, other = client.create_session(), client.create_session()
         assert [counts(client, "count", session) for _ in range(2)] == ["1", "2"]
@@ -329,23 +339,6 @@ def mounted_app_reads_the_session(app: Any) -> None:
         {"session": sids[1], "count": 0},
         *[{"session": None}] * 3,  # anonymous, not a session, deleted
     ]
-
-
-def test_the_starlette_app(secret: None) -> None:
-    mounted_app_reads_the_session(run(snippet_with(APP_CODE, "Route("), reader_mcp(), page=APP_CODE)["app"])
-
-
-def lifespan_from_the_starlette_snippet() -> str:
-    """'The same lifespan as above': the Starlette snippet's own lines."""
-    found: list[str] = re.findall(r"@asynccontextmanager\n.*?yield\n", snippet_with(APP_CODE, "Route("), re.S)
-    [lifespan] = found
-    return "from contextlib import asynccontextmanager\n\n" + lifespan
-
-
-def test_the_fastapi_app(secret: None) -> None:
-    namespace = run(lifespan_from_the_starlette_snippet(), reader_mcp(), page=APP_CODE)
-    app = run(snippet_with(APP_CODE, "app = FastAPI("), namespace, page=APP_CODE)["app"]
-    mounted_app_reads_the_session(app)
 
 
 @pytest.mark.parametrize("text", ["Route(", "app = FastAPI("])
@@ -678,15 +671,13 @@ def test_the_walkthrough_server_counts_across_replicas(
         assert error_code(a.call_tool("count", session=session, host=HOST)[1]) == SESSION_NOT_FOUND
 
 
-def test_the_listen_example_scopes_events_to_the_session(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_listen_example_scopes_events_to_the_session(monkeypatch: pytest.MonkeyPatch, secret: None) -> None:
     """In one process (``memory://``, as the snippet falls back to without ``MCP_SESSIONS_REDIS_URL``): ``edit_note``
     reaches the session's stream and no other, ``add_tool`` every stream, and a delete ends the session's stream
     gracefully. The two-replica version is tests/e2e/test_listen_replicas.py."""
-    monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
     monkeypatch.delenv("MCP_SESSIONS_REDIS_URL", raising=False)
     app = run(LISTEN, page="docs/deployment.md")["app"]
-
-    async def scenario(base: str) -> None:
+    with serve(app) as base:
         async with client() as c:
             mine, other = await c.create(base), await c.create(base)
             streams = [await c.listen(base, "mine", mine), await c.listen(base, "other", other)]
@@ -703,23 +694,13 @@ def test_the_listen_example_scopes_events_to_the_session(monkeypatch: pytest.Mon
             graceful_end(streams[0])
             assert not streams[1].ended.is_set() and not streams[2].ended.is_set()
 
-    with serve(app) as url:
-        asyncio.run(scenario(url))
-
 
 # -- security.md --------------------------------------------------------------------------------------
 
 
-class MyBackend(AuthenticationBackend):
-    """The reader's authentication: here, whoever the X-User header names."""
-
-    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser] | None:
-        user = conn.headers.get("x-user")
-        return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
-
-
 def readers_app() -> dict[str, Any]:
-    """The names security.md's Starlette snippet leaves to the reader, with a tool that reports the session."""
+    """The names security.md's Starlette snippet leaves to the reader, with a tool that reports the session; its
+    ``MyBackend``, whoever the X-User header names."""
     server = MCPServer("app")
 
     @server.tool()
@@ -732,7 +713,7 @@ def readers_app() -> dict[str, Any]:
         async with server.session_manager.run():
             yield
 
-    return {"mcp_app": server.streamable_http_app(), "lifespan": lifespan, "MyBackend": MyBackend, "secret": SECRET}
+    return {"mcp_app": server.streamable_http_app(), "lifespan": lifespan, "MyBackend": HeaderUser, "secret": SECRET}
 
 
 def test_app_authentication_binds_sessions_in_either_order() -> None:
@@ -768,11 +749,8 @@ class MyTokenVerifier(TokenVerifier):
 @pytest.mark.parametrize(
     ("snippet", "page"), [(SDK_AUTH, "docs/security.md"), (BY_HAND, "docs/deployment.md")], ids=["found", "by-hand"]
 )
-def test_the_sdk_bearer_auth_binds_sessions_with_no_hook(
-    monkeypatch: pytest.MonkeyPatch, snippet: str, page: str
-) -> None:
+def test_the_sdk_bearer_auth_binds_sessions_with_no_hook(snippet: str, page: str, secret: None) -> None:
     """security.md's server, and deployment.md's built by hand from the SDK's public classes: the same answers."""
-    monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
     app = run(snippet, {"MyTokenVerifier": MyTokenVerifier}, page=page)["app"]
     with in_process(app) as http:
         client = ModernClient(http, "")

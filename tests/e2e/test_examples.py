@@ -3,7 +3,7 @@
 The SDK and fastmcp clients against examples/starlette_app.py, fastapi_app.py and fastmcp_app.py's server
 (wrapped as its build_app wraps it), both eras, are cells of tests/e2e/test_interop.py; the ordinary route
 reading the session, and a missing secret failing where the config is built, are the docs' snippets of these
-apps (docs/application-code.md: "this app, complete"; tests/e2e/test_getting_started_docs.py).
+apps (docs/application-code.md: "this app, complete"; tests/e2e/test_docs.py).
 """
 
 from __future__ import annotations

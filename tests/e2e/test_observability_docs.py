@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from logging.handlers import BufferingHandler
 from pathlib import Path
 from typing import Any
 
@@ -161,25 +161,6 @@ def test_the_logging_config_names_the_session_in_tool_and_access_lines() -> None
 TOOL_LOGGER = "tests.session_logs.tool"
 
 
-@dataclass
-class Records(logging.Handler):
-    """Keeps every record it is handed (after its filters ran)."""
-
-    kept: list[logging.LogRecord] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        super().__init__(logging.DEBUG)
-
-    def __hash__(self) -> int:  # a Handler is kept in sets and weak references
-        return id(self)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.kept.append(record)
-
-    def of(self, name: str) -> list[logging.LogRecord]:
-        return [record for record in self.kept if record.name == name]
-
-
 def logging_app(**options: Any) -> MCPSessionMiddleware:
     server = build_server()
 
@@ -201,24 +182,16 @@ def servers() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
-def records() -> Iterator[Records]:
+def records() -> Iterator[list[logging.LogRecord]]:
     """Every record logged while the test runs, at DEBUG, with the filter on the handler of the root logger and
     of ``uvicorn.access`` (which does not propagate), as the page configures it."""
-    handler = Records()
+    handler = BufferingHandler(capacity=sys.maxsize)  # keeps every record it is handed, after its filters ran
     handler.addFilter(SessionLogFilter())
-    root, access = logging.getLogger(), logging.getLogger("uvicorn.access")
-    levels = root.level, access.level
-    root.addHandler(handler)
-    access.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    access.setLevel(logging.INFO)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        access.removeHandler(handler)
-        root.setLevel(levels[0])
-        access.setLevel(levels[1])
+    with logging_restored():
+        for name, level in (("", logging.DEBUG), ("uvicorn.access", logging.INFO)):
+            logging.getLogger(name).addHandler(handler)
+            logging.getLogger(name).setLevel(level)
+        yield handler.buffer
 
 
 def named(record: logging.LogRecord) -> tuple[str, str]:
@@ -226,13 +199,13 @@ def named(record: logging.LogRecord) -> tuple[str, str]:
     return record.__dict__["session_id"], record.__dict__["session_source"]
 
 
-def tool_record(records: Records, text: str) -> logging.LogRecord:
-    [record] = [r for r in records.of(TOOL_LOGGER) if r.getMessage() == f"note: {text}"]
+def tool_record(records: list[logging.LogRecord], text: str) -> logging.LogRecord:
+    [record] = [r for r in records if r.name == TOOL_LOGGER and r.getMessage() == f"note: {text}"]
     return record
 
 
 def test_a_tools_log_line_carries_its_sessions_stable_id_in_the_2025_era(
-    servers: dict[str, str], http: httpx.Client, records: Records
+    servers: dict[str, str], http: httpx.Client, records: list[logging.LogRecord]
 ) -> None:
     """The 2026 era is the snippet's test above; here the SDK's own records of the request are named too."""
     client = LegacyClient(http, servers["plain"])
@@ -245,15 +218,15 @@ def test_a_tools_log_line_carries_its_sessions_stable_id_in_the_2025_era(
     assert named(tool_record(records, "in a session")) == (sid, "data-layer")
     assert named(tool_record(records, "without one")) == ("-", "-")
     # uvicorn writes its access line while the app sends the response: inside the request, so named too.
-    assert [named(r) for r in records.of("uvicorn.access")][-2:] == [(sid, "data-layer"), ("-", "-")]
-    assert any(r.name.startswith("mcp.") and named(r)[0] == sid for r in records.kept)  # the SDK's, at DEBUG
+    assert [named(r) for r in records if r.name == "uvicorn.access"][-2:] == [(sid, "data-layer"), ("-", "-")]
+    assert any(r.name.startswith("mcp.") and named(r)[0] == sid for r in records)  # the SDK's, at DEBUG
     # The token is a bearer value: never an attribute the filter sets.
-    assert all(token not in named(r) for r in records.kept)
-    assert all(token not in r.getMessage() for r in records.kept if r.name.startswith("mcp_sessions"))
+    assert all(token not in named(r) for r in records)
+    assert all(token not in r.getMessage() for r in records if r.name.startswith("mcp_sessions"))
 
 
 def test_a_hosts_conversation_is_named_as_its_spans_name_it(
-    servers: dict[str, str], http: httpx.Client, records: Records
+    servers: dict[str, str], http: httpx.Client, records: list[logging.LogRecord]
 ) -> None:
     ModernClient(http, servers["hosts"]).call_tool(
         "note", {"text": "vscode"}, meta={"vscode.conversationId": "chat-17"}

@@ -117,25 +117,21 @@ def test_configurations_options_block_passes_every_option() -> None:
         for n in ast.walk(ast.parse(block))
         if isinstance(n, ast.Call) and ast.unparse(n.func) == "MCPSessionMiddleware"
     ]
-    # Each value shown is the option's default: tests/e2e/test_configuration_docs.py checks that. The block
+    # Each value shown is the option's default: tests/e2e/test_docs.py checks that. The block
     # passes secret=; keys=, its alternative (exactly one of the two), is in the comment beside it.
     assert {kw.arg for kw in call.keywords} == options() - {"keys"}
     assert "# or keys=KeySet(" in block
 
 
 def test_configuration_lists_every_variable_with_a_default_and_an_example() -> None:
+    """And the option each variable sets exists."""
     rows = table(CONFIGURATION, "| variable |")
     documented = set().union(*(variables(row["variable"]) for row in rows))
     assert documented == variables_read()
     for row in rows:
         assert row["default"] and row["what it does"], row
         assert _CODE.search(row["example"]), row  # a value to copy, as code
-
-
-def test_configuration_names_only_options_that_exist() -> None:
-    rows = table(CONFIGURATION, "| variable |")
-    sets = set().union(*(named(row["option"]) for row in rows))
-    assert sets <= options()
+    assert set().union(*(named(row["option"]) for row in rows)) <= options()
 
 
 def test_readme_options_table_lists_every_option_and_variable() -> None:
