@@ -485,6 +485,7 @@ def error_code(message: dict[str, Any]) -> int:
 
 
 def test_the_options_block_shows_the_defaults_and_its_app_answers() -> None:
+    """It passes every option, each with its default."""
     namespace = run(OPTIONS, page="docs/configuration.md")
     app = namespace["app"]
     assert isinstance(app, MCPSessionMiddleware)
@@ -497,6 +498,10 @@ def test_the_options_block_shows_the_defaults_and_its_app_answers() -> None:
         if isinstance(n, ast.Call) and ast.unparse(n.func) == "MCPSessionMiddleware"
     ]
     shown = {str(kw.arg): eval(compile(ast.Expression(kw.value), "options", "eval"), namespace) for kw in call.keywords}
+    # secret=; keys=, its alternative (exactly one of the two), is in the comment beside it. Every option is a
+    # keyword of SessionsConfig (tests/unit/test_docs_complete.py: its typed options are those keywords).
+    assert set(shown) == set(parameters) - {"keys"}
+    assert "# or keys=KeySet(" in OPTIONS
     del shown["secret"]  # the reader's own (the app above was built, so it is long enough)
     assert shown == {name: parameters[name].default for name in shown}
     with in_process(app) as http:

@@ -15,7 +15,6 @@ import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Annotated, Any, cast
 
 import httpx
@@ -23,8 +22,6 @@ import pytest
 from examples.basket import BASKET, build_app, build_server
 from fastmcp import FastMCP
 from mcp import Client
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -32,7 +29,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from _docs import exec_snippet, one_with, python_snippets
+from _docs import ROOT, exec_snippet, snippet_with
 from _lifespan import running, sdk_client
 from _mcp import (
     LOCAL,
@@ -44,6 +41,7 @@ from _mcp import (
     session_meta,
     tool_text,
 )
+from _otel import recording_provider
 from _users import HeaderUser
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware
@@ -214,13 +212,12 @@ async def test_the_protocol_version_header_picks_the_sdks_path_through_either_mi
 # -- principals ---------------------------------------------------------------------------------------------------
 
 
-def authenticated_app(exporter: InMemorySpanExporter) -> Starlette:
+def authenticated_app() -> tuple[Starlette, InMemorySpanExporter]:
     keys, store = KeySet.from_secret(SECRET), MemoryStore()
     handles = Handles(keys, store, kinds=[BASKET])
     server = build_server(handles)
     mcp_app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True)
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider, exporter = recording_provider()
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -235,7 +232,7 @@ def authenticated_app(exporter: InMemorySpanExporter) -> Starlette:
             Middleware(HandleMiddleware, handles=handles, tracer_provider=provider),
         ],
         lifespan=lifespan,
-    )
+    ), exporter
 
 
 def text_of(message: dict[str, Any]) -> tuple[bool, str]:
@@ -244,8 +241,8 @@ def text_of(message: dict[str, Any]) -> tuple[bool, str]:
 
 
 def test_a_handle_used_by_another_principal_is_refused() -> None:
-    exporter = InMemorySpanExporter()
-    with TestClient(authenticated_app(exporter), base_url=LOCAL) as http:
+    app, exporter = authenticated_app()
+    with TestClient(app, base_url=LOCAL) as http:
         client = ModernClient(http, LOCAL)
         basket = text_of(client.call_tool("create_basket", x_user="alice")[1])[1]
         assert text_of(client.call_tool("add_item", {"basket": basket, "item": "a"}, x_user="alice")[1]) == (False, "1")
@@ -333,18 +330,18 @@ async def test_fastmcp_tools_take_typed_handles(options: dict[str, Any]) -> None
 
 # -- docs/handles.md: every snippet runs --------------------------------------------------------------------------
 
-SNIPPETS = python_snippets("docs/handles.md")
+PAGE = "docs/handles.md"
 
 
 def load(name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The app of the docs/handles.md snippet that names ``MCPServer(name)``, run as printed."""
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
-    return exec_snippet(one_with(SNIPPETS, f'MCPServer("{name}")'), "docs/handles.md")["app"]
+    return exec_snippet(snippet_with(PAGE, f'MCPServer("{name}")'), PAGE)["app"]
 
 
 def test_the_quoted_snippet_is_examples_basket_line_for_line() -> None:
-    example = (Path(__file__).resolve().parents[2] / "examples" / "basket.py").read_text()
-    for line in filter(None, (line.strip() for line in one_with(SNIPPETS, 'create="create_basket")').splitlines())):
+    example = (ROOT / "examples" / "basket.py").read_text()
+    for line in filter(None, (line.strip() for line in snippet_with(PAGE, 'create="create_basket")').splitlines())):
         assert line in example, line
 
 
@@ -384,7 +381,7 @@ def test_both_a_handle_tied_to_a_session_ends_with_it(monkeypatch: pytest.Monkey
 
 def test_the_integration_snippet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
-    guarded = exec_snippet(one_with(SNIPPETS, "call_with_handle_check"), "docs/handles.md")["call_with_handle_check"]
+    guarded = exec_snippet(snippet_with(PAGE, "call_with_handle_check"), PAGE)["call_with_handle_check"]
     kind = HandleKind("basket", prefix="bsk")
     handles = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[kind])
     reached: list[Any] = []

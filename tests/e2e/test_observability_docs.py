@@ -24,7 +24,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
-from _docs import exec_snippet, one_with, python_snippets
+from _docs import exec_snippet, snippet_with
 from _mcp import MCP_PATH, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
 from _otel import MIDDLEWARE_SCOPE, SDK_SCOPE, SpanLog, attrs, global_tracing, of_scope, one
 from _otlp import STATUS_ERROR, Exported, Receiver
@@ -33,22 +33,18 @@ from mcp_sessions import MCPSessionMiddleware, SessionLogFilter
 from mcp_sessions.telemetry import SentrySessionSpanProcessor, SessionSpanProcessor
 
 ROOT = Path(__file__).resolve().parents[2]
-SNIPPETS = python_snippets("docs/observability.md")
+PAGE = "docs/observability.md"
 FASTAPI_TELEMETRY = ', telemetry={"exclude": lambda scope: scope["path"] == "/mcp"}'
 
 
-def snippet_with(text: str) -> str:
-    return one_with(SNIPPETS, text)
-
-
 def run(snippet: str, namespace: dict[str, Any] | None = None) -> dict[str, Any]:
-    return exec_snippet(snippet, "docs/observability.md", namespace)
+    return exec_snippet(snippet, PAGE, namespace)
 
 
 def test_the_processor_fragments() -> None:
     provider = TracerProvider()
-    run(snippet_with("attributes=("), {"provider": provider})
-    sentry = run(snippet_with("SentrySessionSpanProcessor()"))["provider"]
+    run(snippet_with(PAGE, "attributes=("), {"provider": provider})
+    sentry = run(snippet_with(PAGE, "SentrySessionSpanProcessor()"))["provider"]
     for configured, expected in (
         (provider, [SessionSpanProcessor] * 2),
         (sentry, [SessionSpanProcessor, SentrySessionSpanProcessor]),
@@ -73,7 +69,7 @@ def fastapi_spans(snippet: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[R
 
 
 def test_fastapi_own_span_is_the_root_named_after_the_mount(monkeypatch: pytest.MonkeyPatch) -> None:
-    snippet = snippet_with("app = FastAPI(")
+    snippet = snippet_with(PAGE, "app = FastAPI(")
     assert FASTAPI_TELEMETRY in snippet
     spans, middleware = fastapi_spans(snippet.replace(FASTAPI_TELEMETRY, ""), monkeypatch)
     roots = {span.context.span_id: span for span in spans if span.parent is None and span.context is not None}
@@ -83,7 +79,7 @@ def test_fastapi_own_span_is_the_root_named_after_the_mount(monkeypatch: pytest.
 
 
 def test_fastapi_telemetry_exclude_makes_the_middleware_span_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    spans, middleware = fastapi_spans(snippet_with("app = FastAPI("), monkeypatch)
+    spans, middleware = fastapi_spans(snippet_with(PAGE, "app = FastAPI("), monkeypatch)
     assert "POST /{path}" not in {span.name for span in spans}
     assert sorted(span.name for span in middleware) == ["sessions/create", "tools/list"]
     assert all(span.parent is None for span in middleware)
@@ -138,7 +134,9 @@ def test_the_logging_config_names_the_session_in_tool_and_access_lines() -> None
     )
     out = io.StringIO()
     with logging_restored(), serve(app) as base, httpx.Client(timeout=10) as http:
-        run(snippet_with("mcp_sessions.SessionLogFilter"))  # after uvicorn configured its own loggers, as it would
+        run(
+            snippet_with(PAGE, "mcp_sessions.SessionLogFilter")
+        )  # after uvicorn configured its own loggers, as it would
         for logger in (logging.getLogger(), logging.getLogger("uvicorn.access")):
             for handler in logger.handlers:
                 assert isinstance(handler, logging.StreamHandler)
