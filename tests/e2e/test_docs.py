@@ -27,7 +27,6 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -876,15 +875,6 @@ async def is_gone(url: str, token: str) -> bool:
     return bool(refused.get("error", {}).get("code") == SESSION_NOT_FOUND)
 
 
-@asynccontextmanager
-async def sdk_client(url: str, transport: httpx2.AsyncBaseTransport) -> AsyncIterator[Client]:
-    async with (
-        httpx2.AsyncClient(transport=transport) as http,
-        Client(streamable_http_client(url, http_client=http)) as client,
-    ):
-        yield client
-
-
 async def test_the_opening_snippet_counts_1_then_2_in_one_session(url: str, wire: RecordingApp) -> None:
     snippet = snippet_with(CLIENT, "# the only change")
     namespace, shown = await run_awaited(snippet, url=url)
@@ -999,7 +989,10 @@ async def test_the_host_snippet_keeps_a_conversation_across_restarts(url: str, w
             conversation=conversation,
         )
         namespace["save"] = save  # `on_change` looks `save` up when it runs
-        async with sdk_client(url, namespace["shim"]) as client:
+        async with (
+            httpx2.AsyncClient(transport=namespace["shim"]) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
             return [counted(await client.call_tool("count", {})) for _ in range(2)]
 
     assert await host_run(None) == [1, 2]

@@ -76,11 +76,6 @@ async def refused(client: Client, tool: str, **arguments: Any) -> str:
     return text
 
 
-def offline_handles() -> Handles:
-    """A registry with the server's key and its own store: mints what the server's key would sign."""
-    return Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[BASKET])
-
-
 # -- the basket cycle ------------------------------------------------------------------------------------------
 
 
@@ -118,7 +113,7 @@ def one_changed(handle: str, position: int) -> str:
 
 @pytest.mark.anyio
 async def test_every_refused_handle_is_a_tool_error_naming_the_problem(app: Any) -> None:
-    offline = offline_handles()
+    offline = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[BASKET])  # mints what the server's key signs
     async with sdk_client(app) as client:
         basket = await ok(client, "create_basket")
         assert await ok(client, "add_item", basket=basket, item="kept") == "1"

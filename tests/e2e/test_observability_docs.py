@@ -119,43 +119,6 @@ def logging_restored() -> Iterator[None]:
             logger.propagate = propagate
 
 
-def test_the_logging_config_names_the_session_in_tool_and_access_lines() -> None:
-    """The dictConfig snippet, through uvicorn: a tool's line and the access line carry the session, never the token."""
-    server = build_server()
-
-    @server.tool()
-    async def note() -> str:
-        """Log a line, as application code does."""
-        logging.getLogger("docs.tool").info("noted")
-        return "noted"
-
-    app = MCPSessionMiddleware(
-        server.streamable_http_app(streamable_http_path="/mcp", json_response=True), secret=SECRET
-    )
-    out = io.StringIO()
-    with logging_restored(), serve(app) as base, httpx.Client(timeout=10) as http:
-        run(
-            snippet_with(PAGE, "mcp_sessions.SessionLogFilter")
-        )  # after uvicorn configured its own loggers, as it would
-        for logger in (logging.getLogger(), logging.getLogger("uvicorn.access")):
-            for handler in logger.handlers:
-                assert isinstance(handler, logging.StreamHandler)
-                handler.setStream(out)
-        client = ModernClient(http, base)
-        token = client.create_session()["sessionId"]
-        client.call_tool("note", session=session_meta(token))
-        logging.getLogger("docs.tool").info("outside")
-    sid = jwt_claims(token)["sid"]
-    lines = out.getvalue().splitlines()
-    assert f"INFO docs.tool [data-layer {sid}] noted" in lines
-    assert "INFO docs.tool [- -] outside" in lines
-    assert any(line.endswith(f'"POST /mcp HTTP/1.1" 200 OK [data-layer {sid}]') for line in lines), lines
-    assert any(line.endswith('"POST /mcp HTTP/1.1" 200 OK [- -]') for line in lines), lines  # sessions/create
-    assert token not in out.getvalue()
-
-
-# -- SessionLogFilter beyond the snippet: the 2025 era, a host's conversation, the default --------------------
-
 TOOL_LOGGER = "tests.session_logs.tool"
 
 
@@ -170,6 +133,32 @@ def logging_app(**options: Any) -> MCPSessionMiddleware:
 
     inner = server.streamable_http_app(streamable_http_path=MCP_PATH, json_response=True)
     return MCPSessionMiddleware(inner, secret=SECRET, require_session_tools=SESSION_TOOLS, **options)
+
+
+def test_the_logging_config_names_the_session_in_tool_and_access_lines() -> None:
+    """The dictConfig snippet, through uvicorn: a tool's line and the access line carry the session, never the token."""
+    out = io.StringIO()
+    with logging_restored(), serve(logging_app()) as base, httpx.Client(timeout=10) as http:
+        # After uvicorn configured its own loggers, as it would.
+        run(snippet_with(PAGE, "mcp_sessions.SessionLogFilter"))
+        for logger in (logging.getLogger(), logging.getLogger("uvicorn.access")):
+            for handler in logger.handlers:
+                assert isinstance(handler, logging.StreamHandler)
+                handler.setStream(out)
+        client = ModernClient(http, base)
+        token = client.create_session()["sessionId"]
+        client.call_tool("note", {"text": "in a session"}, session=session_meta(token))
+        logging.getLogger(TOOL_LOGGER).info("outside")
+    sid = jwt_claims(token)["sid"]
+    lines = out.getvalue().splitlines()
+    assert f"INFO {TOOL_LOGGER} [data-layer {sid}] note: in a session" in lines
+    assert f"INFO {TOOL_LOGGER} [- -] outside" in lines
+    assert any(line.endswith(f'"POST /mcp HTTP/1.1" 200 OK [data-layer {sid}]') for line in lines), lines
+    assert any(line.endswith('"POST /mcp HTTP/1.1" 200 OK [- -]') for line in lines), lines  # sessions/create
+    assert token not in out.getvalue()
+
+
+# -- SessionLogFilter beyond the snippet: the 2025 era, a host's conversation, the default --------------------
 
 
 @pytest.fixture(scope="module")
