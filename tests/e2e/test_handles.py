@@ -57,23 +57,13 @@ def app(request: pytest.FixtureRequest) -> Any:
     return build_app(json_response=request.param == "json", environ=ENVIRON)
 
 
-async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, str]:
+async def call(client: Client, tool: str, *, refused: bool = False, **arguments: Any) -> str:
+    """The text of the tool's answer, a result (or, ``refused``, a tool error)."""
     result = await client.call_tool(tool, arguments)
     [content] = result.content
     assert content.type == "text"
-    return result.is_error, content.text
-
-
-async def ok(client: Client, tool: str, **arguments: Any) -> str:
-    is_error, text = await call(client, tool, **arguments)
-    assert not is_error, text
-    return text
-
-
-async def refused(client: Client, tool: str, **arguments: Any) -> str:
-    is_error, text = await call(client, tool, **arguments)
-    assert is_error, text
-    return text
+    assert result.is_error is refused, content.text
+    return content.text
 
 
 # -- the basket cycle ------------------------------------------------------------------------------------------
@@ -82,14 +72,14 @@ async def refused(client: Client, tool: str, **arguments: Any) -> str:
 @pytest.mark.anyio
 async def test_two_baskets_are_independent(app: Any) -> None:
     async with sdk_client(app) as client:
-        first, second = await ok(client, "create_basket"), await ok(client, "create_basket")
+        first, second = await call(client, "create_basket"), await call(client, "create_basket")
         assert first != second and re.fullmatch(BASKET.pattern, first)  # the text is the handle, nothing else
-        await ok(client, "add_item", basket=first, item="a")
-        await ok(client, "add_item", basket=second, item="x")
-        await ok(client, "add_item", basket=first, item="b")
-        assert await ok(client, "checkout", basket=second) == "x"
-        assert await ok(client, "add_item", basket=first, item="c") == "3"
-        assert await ok(client, "checkout", basket=first) == "a,b,c"
+        await call(client, "add_item", basket=first, item="a")
+        await call(client, "add_item", basket=second, item="x")
+        await call(client, "add_item", basket=first, item="b")
+        assert await call(client, "checkout", basket=second) == "x"
+        assert await call(client, "add_item", basket=first, item="c") == "3"
+        assert await call(client, "checkout", basket=first) == "a,b,c"
 
 
 @pytest.mark.anyio
@@ -115,10 +105,10 @@ def one_changed(handle: str, position: int) -> str:
 async def test_every_refused_handle_is_a_tool_error_naming_the_problem(app: Any) -> None:
     offline = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[BASKET])  # mints what the server's key signs
     async with sdk_client(app) as client:
-        basket = await ok(client, "create_basket")
-        assert await ok(client, "add_item", basket=basket, item="kept") == "1"
-        checked_out = await ok(client, "create_basket")
-        await ok(client, "checkout", basket=checked_out)
+        basket = await call(client, "create_basket")
+        assert await call(client, "add_item", basket=basket, item="kept") == "1"
+        checked_out = await call(client, "create_basket")
+        await call(client, "checkout", basket=checked_out)
         cases = {
             "never issued or was mistyped": [one_changed(basket, p) for p in (4, 20, 37)]
             + ["bsk_" + "Q" * 34 + "A", "bsk_" + "abcdefghijklmnopqrstuvwxyz012345678A"[:35]],
@@ -129,13 +119,13 @@ async def test_every_refused_handle_is_a_tool_error_naming_the_problem(app: Any)
         for problem, values in cases.items():
             for value in values:
                 for tool, arguments in (("add_item", {"item": "intruder"}), ("checkout", {})):
-                    text = await refused(client, tool, basket=value, **arguments)
+                    text = await call(client, tool, refused=True, basket=value, **arguments)
                     assert problem in text, (value, text)
                     assert "create_basket" in text
                     assert value[4:] not in text and basket[4:] not in text
         # Nothing reached the tools: the basket holds what it held.
-        assert await ok(client, "add_item", basket=basket, item="next") == "2"
-        assert await ok(client, "checkout", basket=basket) == "kept,next"
+        assert await call(client, "add_item", basket=basket, item="next") == "2"
+        assert await call(client, "checkout", basket=basket) == "kept,next"
 
 
 def test_a_refusal_is_answered_by_the_middleware_as_json_in_both_eras(app: Any) -> None:
@@ -312,15 +302,15 @@ async def test_fastmcp_tools_take_typed_handles(options: dict[str, Any]) -> None
     async with sdk_client(fastmcp_app(handles, **options)) as client:
         schema = {t.name: t for t in (await client.list_tools()).tools}["put"].input_schema
         assert schema["properties"]["cart"]["pattern"] == CART.pattern
-        cart = await ok(client, "create_cart")
-        assert await ok(client, "put", cart=cart, item="a") == "1 Handle cart"
-        assert await ok(client, "put", cart=cart, item="b") == "2 Handle cart"
-        assert len(await ok(client, "peek", cart=cart)) == 16
-        assert "never issued" in await refused(client, "put", cart=one_changed(cart, 10), item="c")
+        cart = await call(client, "create_cart")
+        assert await call(client, "put", cart=cart, item="a") == "1 Handle cart"
+        assert await call(client, "put", cart=cart, item="b") == "2 Handle cart"
+        assert len(await call(client, "peek", cart=cart)) == 16
+        assert "never issued" in await call(client, "put", refused=True, cart=one_changed(cart, 10), item="c")
         # Not handle-shaped, so the pre-call scan leaves it to the typed parameter, which refuses it too.
-        text = await refused(client, "put", cart="crt_ with spaces", item="c")
+        text = await call(client, "put", refused=True, cart="crt_ with spaces", item="c")
         assert "incomplete or mistyped" in text and "with spaces" not in text
-        assert await ok(client, "put", cart=cart, item="c") == "3 Handle cart"
+        assert await call(client, "put", cart=cart, item="c") == "3 Handle cart"
 
 
 # -- docs/handles.md: every snippet runs --------------------------------------------------------------------------
@@ -353,11 +343,11 @@ def test_the_session_version(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.anyio
 async def test_the_handles_version(monkeypatch: pytest.MonkeyPatch) -> None:
     async with sdk_client(load("basket-with-handles", monkeypatch)) as client:
-        basket = await ok(client, "create_basket")
+        basket = await call(client, "create_basket")
         for item in ("a", "b"):
-            await ok(client, "add_item", basket=basket, item=item)
-        assert await ok(client, "checkout", basket=basket) == "a,b"
-        assert "has ended" in await refused(client, "add_item", basket=basket, item="c")
+            await call(client, "add_item", basket=basket, item=item)
+        assert await call(client, "checkout", basket=basket) == "a,b"
+        assert "has ended" in await call(client, "add_item", refused=True, basket=basket, item="c")
 
 
 def test_both_a_handle_tied_to_a_session_ends_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
