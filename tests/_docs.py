@@ -17,59 +17,57 @@ ROOT = Path(__file__).resolve().parents[1]
 _PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
-# Every ```python block of README.md and docs/*.md, by page: a text in that block and in no other of its page,
-# and the test module that runs it (tests/unit/test_docs_snippets.py runs those it names itself as written).
-GETTING_STARTED = "e2e/test_getting_started_docs.py"
-CONFIGURATION = "e2e/test_configuration_docs.py"
-CLIENT = "e2e/test_client_docs.py"
+# Every ```python block of README.md and docs/*.md, by page: a text in that block and in no other of its page, and
+# the test module that runs it (AS_WRITTEN: tests/e2e/test_docs.py runs it as written, and checks the app it builds).
+DOCS = "e2e/test_docs.py"
 HANDLES = "e2e/test_handles.py"
 OBSERVABILITY = "e2e/test_observability_docs.py"
-AS_WRITTEN = "unit/test_docs_snippets.py"
+AS_WRITTEN = "as written"
 RUN_BY: dict[str, dict[str, str]] = {
-    "README.md": {"# server.py": GETTING_STARTED},
-    "docs/index.md": {'require_session_tools={"count"}': GETTING_STARTED},
+    "README.md": {"# server.py": DOCS},
+    "docs/index.md": {'require_session_tools={"count"}': DOCS},
     "docs/getting-started.md": {
-        "# server.py": GETTING_STARTED,
-        "StreamableHTTPASGIApp(": GETTING_STARTED,
-        "class CreateSession(": GETTING_STARTED,
-        "SessionTransport()": GETTING_STARTED,
+        "# server.py": DOCS,
+        "StreamableHTTPASGIApp(": DOCS,
+        "class CreateSession(": DOCS,
+        "SessionTransport()": DOCS,
     },
     "docs/application-code.md": {
-        '"mode": "focus"': GETTING_STARTED,
-        "async def add_to_cart(": GETTING_STARTED,
-        "from fastmcp import FastMCP": GETTING_STARTED,
-        "Route(": GETTING_STARTED,
-        "app = FastAPI(": GETTING_STARTED,
+        '"mode": "focus"': DOCS,
+        "async def add_to_cart(": DOCS,
+        "from fastmcp import FastMCP": DOCS,
+        "Route(": DOCS,
+        "app = FastAPI(": DOCS,
     },
     "docs/configuration.md": {
-        "adopt_transport_sessions=False,": CONFIGURATION,
-        "SessionsConfig.from_env(": CONFIGURATION,
-        "MCPSessionMiddleware.from_env(dispatch)": CONFIGURATION,
-        "SessionKey.from_secret(old_secret)": CONFIGURATION,
-        "SessionKey.from_private_key(": CONFIGURATION,
-        "SQLiteStore(": CONFIGURATION,
-        "register_store(": CONFIGURATION,
-        "RedisStore(": CONFIGURATION,
+        "adopt_transport_sessions=False,": DOCS,
+        "SessionsConfig.from_env(": DOCS,
+        "MCPSessionMiddleware.from_env(dispatch)": DOCS,
+        "SessionKey.from_secret(old_secret)": DOCS,
+        "SessionKey.from_private_key(": DOCS,
+        "SQLiteStore(": DOCS,
+        "register_store(": DOCS,
+        "RedisStore(": DOCS,
     },
     "docs/deployment.md": {
-        "store_from_url(": CONFIGURATION,
-        'MCPServer("counter")': CONFIGURATION,
-        "StreamableHTTPASGIApp(": CONFIGURATION,
-        "SessionSubscriptionBus.from_url(": CONFIGURATION,
+        "store_from_url(": DOCS,
+        'MCPServer("counter")': DOCS,
+        "StreamableHTTPASGIApp(": DOCS,
+        "SessionSubscriptionBus.from_url(": DOCS,
     },
     "docs/security.md": {
-        "Middleware(AuthenticationMiddleware": CONFIGURATION,
-        "token_verifier=verifier": CONFIGURATION,
+        "Middleware(AuthenticationMiddleware": DOCS,
+        "token_verifier=verifier": DOCS,
     },
     "docs/client.md": {
-        "# the only change": CLIENT,
-        "SessionTransport(delete_on_close=True)": CLIENT,
-        "httpx_client_factory=": CLIENT,
-        "HttpxSessionTransport()": CLIENT,
-        "await shim.create(": CLIENT,
-        "def save(": CLIENT,
+        "# the only change": DOCS,
+        "SessionTransport(delete_on_close=True)": DOCS,
+        "httpx_client_factory=": DOCS,
+        "HttpxSessionTransport()": DOCS,
+        "await shim.create(": DOCS,
+        "def save(": DOCS,
     },
-    "docs/clients.md": {"print(session.source)": GETTING_STARTED},
+    "docs/clients.md": {"print(session.source)": DOCS},
     "docs/handles.md": {
         'create="create_basket")': HANDLES,  # quoted from examples/basket.py: test_handles checks each line
         "call_with_handle_check": HANDLES,
@@ -84,7 +82,7 @@ RUN_BY: dict[str, dict[str, str]] = {
         "attributes=(": OBSERVABILITY,
         "mcp_sessions.SessionLogFilter": OBSERVABILITY,
     },
-    "docs/profiles.md": {"MCPServer(": "unit/test_profiles_docs.py"},
+    "docs/profiles.md": {"MCPServer(": DOCS},
     "docs/gateway.md": {'"http://10.0.0.5:3001/mcp"': AS_WRITTEN, "def subject(": AS_WRITTEN},
 }
 
@@ -98,6 +96,11 @@ def one_with(snippets: Sequence[str], text: str) -> str:
     """The one snippet of ``snippets`` that contains ``text`` (there must be exactly one)."""
     [snippet] = [s for s in snippets if text in s]
     return snippet
+
+
+def snippet_with(page: str, text: str) -> str:
+    """The one ```` ```python ```` block of ``page`` that contains ``text``."""
+    return one_with(python_snippets(page), text)
 
 
 def exec_snippet(snippet: str, page: str, namespace: dict[str, Any] | None = None) -> dict[str, Any]:

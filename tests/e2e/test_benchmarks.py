@@ -22,11 +22,11 @@ HEADLINES = ("Starlette's cookie `SessionMiddleware`", "PyJWT's `jwt.decode`", "
 pytestmark = pytest.mark.timeout(900)
 
 
-def run(script: str, *args: str) -> str:
+def run(script: str, *args: str, cwd: Path = ROOT) -> str:
     # A process of its own: bench_asgi.py sets OpenTelemetry's global TracerProvider, once per process.
     environ = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
     command = [sys.executable, f"benchmarks/{script}", *args]
-    done = subprocess.run(command, cwd=ROOT, env=environ, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(command, cwd=cwd, env=environ, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -94,10 +94,7 @@ def test_run_all_quick_runs_every_benchmark(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "benchmarks", tmp_path / "benchmarks")
     for name in ("asgi", "uvicorn", "scale_out", "gateway", "stdio"):  # run above, test_gateway_benchmark, _stdio
         (tmp_path / "benchmarks" / f"bench_{name}.py").unlink()
-    environ = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
-    command = [sys.executable, "benchmarks/run_all.py", "--quick", "--write", "performance.md"]
-    done = subprocess.run(command, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr
+    run("run_all.py", "--quick", "--write", "performance.md", cwd=tmp_path)
     assert "\n## A long SSE response\n" in (tmp_path / "performance.md").read_text()
 
 

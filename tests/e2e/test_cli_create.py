@@ -21,9 +21,9 @@ from mcp_sessions._cli import main
 ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 
 
-def run(*argv: str) -> tuple[int, str, str]:
+def run(*argv: str, stdin: str = "") -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), stdout=out, stderr=err, environ={})
+    code = main(list(argv), stdin=io.StringIO(stdin), stdout=out, stderr=err, environ={})
     return code, out.getvalue(), err.getvalue()
 
 
@@ -111,11 +111,8 @@ def test_delete_ends_the_session_create_printed(url: str, http: httpx.Client) ->
         (0, "deleted\n", ""),
         (1, "", "mcp-sessions delete: the server no longer knew this session"),
     ):
-        done = io.StringIO()
-        status = main(
-            ["delete", url + MCP_PATH], stdin=io.StringIO(token + "\n"), stdout=done, stderr=(errs := io.StringIO())
-        )
-        assert (status, done.getvalue()) == (code, said)
-        assert errs.getvalue().startswith(err)
+        status, done, errs = run("delete", url + MCP_PATH, stdin=token + "\n")
+        assert (status, done) == (code, said)
+        assert errs.startswith(err)
     _, refused = ModernClient(http, url).call_tool("count", meta={SESSION_KEY: {"sessionId": token}})
     assert refused["error"]["code"] == SESSION_NOT_FOUND

@@ -8,12 +8,12 @@ headers, or put control characters in what the command prints.
 from __future__ import annotations
 
 import asyncio
-import base64
 import io
 import json
 
 import pytest
 
+from _mcp import hs_jws
 from e2e._gateway import everything_server
 from e2e._hostile import EVIL, Request, asked_for_no_coding, drip, forbidden, gzip_bomb, raw_server, response
 from mcp_sessions._cli import main
@@ -62,13 +62,6 @@ def test_a_redirect_to_another_origin_takes_nothing_there(status: int) -> None:
     assert f"a redirect to {elsewhere.url}/mcp: create follows none" in err
 
 
-def _token(claims: dict[str, object]) -> str:
-    def part(value: dict[str, object]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
-
-    return f"{part({'alg': 'HS256'})}.{part(claims)}.c2lnbmF0dXJl"
-
-
 @pytest.mark.parametrize("refuse", [True, False], ids=["refused", "created"])
 def test_no_control_character_the_server_sent_reaches_the_terminal(refuse: bool) -> None:
     async def evil(request: Request, writer: asyncio.StreamWriter) -> None:
@@ -80,7 +73,7 @@ def test_no_control_character_the_server_sent_reaches_the_terminal(refuse: bool)
                 response(400, json.dumps(body, ensure_ascii=False).encode(), {"Content-Type": "application/json"})
             )
             return
-        session = {"sessionId": _token({"sid": EVIL, "exp": 4102444800})}
+        session = {"sessionId": hs_jws({"alg": "HS256"}, {"sid": EVIL, "exp": 4102444800}, b"", signature=b"signature")}
         body = {"jsonrpc": "2.0", "id": message["id"], "result": {"session": session}}
         writer.write(response(200, json.dumps(body).encode(), {"Content-Type": "application/json"}))
 

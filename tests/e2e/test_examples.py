@@ -3,7 +3,7 @@
 The SDK and fastmcp clients against examples/starlette_app.py, fastapi_app.py and fastmcp_app.py's server
 (wrapped as its build_app wraps it), both eras, are cells of tests/e2e/test_interop.py; the ordinary route
 reading the session, and a missing secret failing where the config is built, are the docs' snippets of these
-apps (docs/application-code.md: "this app, complete"; tests/e2e/test_getting_started_docs.py).
+apps (docs/application-code.md: "this app, complete"; tests/e2e/test_docs.py).
 """
 
 from __future__ import annotations
@@ -26,17 +26,14 @@ ENVIRON = {"MCP_SESSIONS_SECRET": SECRET}
 WHOLE_TOKEN = re.compile(r"eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 
-def rpc(client: httpx.Client, method: str, params: dict[str, Any] | None = None, *, token: str | None = None) -> Any:
-    """One 2026-07-28 JSON-RPC request to /mcp, naming the session ``token`` if given; the response message."""
-    body = modern_request(method, params, session=None if token is None else session_meta(token))
+def call_tool(client: httpx.Client, name: str, token: str | None = None) -> Any:
+    """A 2026-07-28 tools/call to /mcp, naming the session ``token`` if given: the result, or the error."""
+    session = None if token is None else session_meta(token)
+    body = modern_request("tools/call", {"name": name, "arguments": {}}, session=session)
     headers = modern_headers(body) if token is None else modern_headers(body, Mcp_Session_Id=token)
     response = client.post("/mcp", json=body, headers=headers)
     assert response.status_code == 200, response.text
-    return answer(response)
-
-
-def call_tool(client: httpx.Client, name: str, token: str | None = None) -> Any:
-    message = rpc(client, "tools/call", {"name": name, "arguments": {}}, token=token)
+    message = answer(response)
     if "error" in message:
         return message["error"]
     result = message["result"]

@@ -15,7 +15,6 @@ import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Annotated, Any, cast
 
 import httpx
@@ -23,8 +22,6 @@ import pytest
 from examples.basket import BASKET, build_app, build_server
 from fastmcp import FastMCP
 from mcp import Client
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -32,7 +29,7 @@ from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from _docs import exec_snippet, one_with, python_snippets
+from _docs import ROOT, exec_snippet, snippet_with
 from _lifespan import running, sdk_client
 from _mcp import (
     LOCAL,
@@ -44,6 +41,7 @@ from _mcp import (
     session_meta,
     tool_text,
 )
+from _otel import recording_provider
 from _users import HeaderUser
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware
@@ -59,28 +57,13 @@ def app(request: pytest.FixtureRequest) -> Any:
     return build_app(json_response=request.param == "json", environ=ENVIRON)
 
 
-async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, str]:
+async def call(client: Client, tool: str, *, refused: bool = False, **arguments: Any) -> str:
+    """The text of the tool's answer, a result (or, ``refused``, a tool error)."""
     result = await client.call_tool(tool, arguments)
     [content] = result.content
     assert content.type == "text"
-    return result.is_error, content.text
-
-
-async def ok(client: Client, tool: str, **arguments: Any) -> str:
-    is_error, text = await call(client, tool, **arguments)
-    assert not is_error, text
-    return text
-
-
-async def refused(client: Client, tool: str, **arguments: Any) -> str:
-    is_error, text = await call(client, tool, **arguments)
-    assert is_error, text
-    return text
-
-
-def offline_handles() -> Handles:
-    """A registry with the server's key and its own store: mints what the server's key would sign."""
-    return Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[BASKET])
+    assert result.is_error is refused, content.text
+    return content.text
 
 
 # -- the basket cycle ------------------------------------------------------------------------------------------
@@ -89,14 +72,14 @@ def offline_handles() -> Handles:
 @pytest.mark.anyio
 async def test_two_baskets_are_independent(app: Any) -> None:
     async with sdk_client(app) as client:
-        first, second = await ok(client, "create_basket"), await ok(client, "create_basket")
+        first, second = await call(client, "create_basket"), await call(client, "create_basket")
         assert first != second and re.fullmatch(BASKET.pattern, first)  # the text is the handle, nothing else
-        await ok(client, "add_item", basket=first, item="a")
-        await ok(client, "add_item", basket=second, item="x")
-        await ok(client, "add_item", basket=first, item="b")
-        assert await ok(client, "checkout", basket=second) == "x"
-        assert await ok(client, "add_item", basket=first, item="c") == "3"
-        assert await ok(client, "checkout", basket=first) == "a,b,c"
+        await call(client, "add_item", basket=first, item="a")
+        await call(client, "add_item", basket=second, item="x")
+        await call(client, "add_item", basket=first, item="b")
+        assert await call(client, "checkout", basket=second) == "x"
+        assert await call(client, "add_item", basket=first, item="c") == "3"
+        assert await call(client, "checkout", basket=first) == "a,b,c"
 
 
 @pytest.mark.anyio
@@ -120,12 +103,12 @@ def one_changed(handle: str, position: int) -> str:
 
 @pytest.mark.anyio
 async def test_every_refused_handle_is_a_tool_error_naming_the_problem(app: Any) -> None:
-    offline = offline_handles()
+    offline = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[BASKET])  # mints what the server's key signs
     async with sdk_client(app) as client:
-        basket = await ok(client, "create_basket")
-        assert await ok(client, "add_item", basket=basket, item="kept") == "1"
-        checked_out = await ok(client, "create_basket")
-        await ok(client, "checkout", basket=checked_out)
+        basket = await call(client, "create_basket")
+        assert await call(client, "add_item", basket=basket, item="kept") == "1"
+        checked_out = await call(client, "create_basket")
+        await call(client, "checkout", basket=checked_out)
         cases = {
             "never issued or was mistyped": [one_changed(basket, p) for p in (4, 20, 37)]
             + ["bsk_" + "Q" * 34 + "A", "bsk_" + "abcdefghijklmnopqrstuvwxyz012345678A"[:35]],
@@ -136,13 +119,13 @@ async def test_every_refused_handle_is_a_tool_error_naming_the_problem(app: Any)
         for problem, values in cases.items():
             for value in values:
                 for tool, arguments in (("add_item", {"item": "intruder"}), ("checkout", {})):
-                    text = await refused(client, tool, basket=value, **arguments)
+                    text = await call(client, tool, refused=True, basket=value, **arguments)
                     assert problem in text, (value, text)
                     assert "create_basket" in text
                     assert value[4:] not in text and basket[4:] not in text
         # Nothing reached the tools: the basket holds what it held.
-        assert await ok(client, "add_item", basket=basket, item="next") == "2"
-        assert await ok(client, "checkout", basket=basket) == "kept,next"
+        assert await call(client, "add_item", basket=basket, item="next") == "2"
+        assert await call(client, "checkout", basket=basket) == "kept,next"
 
 
 def test_a_refusal_is_answered_by_the_middleware_as_json_in_both_eras(app: Any) -> None:
@@ -214,13 +197,12 @@ async def test_the_protocol_version_header_picks_the_sdks_path_through_either_mi
 # -- principals ---------------------------------------------------------------------------------------------------
 
 
-def authenticated_app(exporter: InMemorySpanExporter) -> Starlette:
+def authenticated_app() -> tuple[Starlette, InMemorySpanExporter]:
     keys, store = KeySet.from_secret(SECRET), MemoryStore()
     handles = Handles(keys, store, kinds=[BASKET])
     server = build_server(handles)
     mcp_app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True)
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider, exporter = recording_provider()
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -235,7 +217,7 @@ def authenticated_app(exporter: InMemorySpanExporter) -> Starlette:
             Middleware(HandleMiddleware, handles=handles, tracer_provider=provider),
         ],
         lifespan=lifespan,
-    )
+    ), exporter
 
 
 def text_of(message: dict[str, Any]) -> tuple[bool, str]:
@@ -244,8 +226,8 @@ def text_of(message: dict[str, Any]) -> tuple[bool, str]:
 
 
 def test_a_handle_used_by_another_principal_is_refused() -> None:
-    exporter = InMemorySpanExporter()
-    with TestClient(authenticated_app(exporter), base_url=LOCAL) as http:
+    app, exporter = authenticated_app()
+    with TestClient(app, base_url=LOCAL) as http:
         client = ModernClient(http, LOCAL)
         basket = text_of(client.call_tool("create_basket", x_user="alice")[1])[1]
         assert text_of(client.call_tool("add_item", {"basket": basket, "item": "a"}, x_user="alice")[1]) == (False, "1")
@@ -320,31 +302,31 @@ async def test_fastmcp_tools_take_typed_handles(options: dict[str, Any]) -> None
     async with sdk_client(fastmcp_app(handles, **options)) as client:
         schema = {t.name: t for t in (await client.list_tools()).tools}["put"].input_schema
         assert schema["properties"]["cart"]["pattern"] == CART.pattern
-        cart = await ok(client, "create_cart")
-        assert await ok(client, "put", cart=cart, item="a") == "1 Handle cart"
-        assert await ok(client, "put", cart=cart, item="b") == "2 Handle cart"
-        assert len(await ok(client, "peek", cart=cart)) == 16
-        assert "never issued" in await refused(client, "put", cart=one_changed(cart, 10), item="c")
+        cart = await call(client, "create_cart")
+        assert await call(client, "put", cart=cart, item="a") == "1 Handle cart"
+        assert await call(client, "put", cart=cart, item="b") == "2 Handle cart"
+        assert len(await call(client, "peek", cart=cart)) == 16
+        assert "never issued" in await call(client, "put", refused=True, cart=one_changed(cart, 10), item="c")
         # Not handle-shaped, so the pre-call scan leaves it to the typed parameter, which refuses it too.
-        text = await refused(client, "put", cart="crt_ with spaces", item="c")
+        text = await call(client, "put", refused=True, cart="crt_ with spaces", item="c")
         assert "incomplete or mistyped" in text and "with spaces" not in text
-        assert await ok(client, "put", cart=cart, item="c") == "3 Handle cart"
+        assert await call(client, "put", cart=cart, item="c") == "3 Handle cart"
 
 
 # -- docs/handles.md: every snippet runs --------------------------------------------------------------------------
 
-SNIPPETS = python_snippets("docs/handles.md")
+PAGE = "docs/handles.md"
 
 
 def load(name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The app of the docs/handles.md snippet that names ``MCPServer(name)``, run as printed."""
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
-    return exec_snippet(one_with(SNIPPETS, f'MCPServer("{name}")'), "docs/handles.md")["app"]
+    return exec_snippet(snippet_with(PAGE, f'MCPServer("{name}")'), PAGE)["app"]
 
 
 def test_the_quoted_snippet_is_examples_basket_line_for_line() -> None:
-    example = (Path(__file__).resolve().parents[2] / "examples" / "basket.py").read_text()
-    for line in filter(None, (line.strip() for line in one_with(SNIPPETS, 'create="create_basket")').splitlines())):
+    example = (ROOT / "examples" / "basket.py").read_text()
+    for line in filter(None, (line.strip() for line in snippet_with(PAGE, 'create="create_basket")').splitlines())):
         assert line in example, line
 
 
@@ -361,11 +343,11 @@ def test_the_session_version(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.anyio
 async def test_the_handles_version(monkeypatch: pytest.MonkeyPatch) -> None:
     async with sdk_client(load("basket-with-handles", monkeypatch)) as client:
-        basket = await ok(client, "create_basket")
+        basket = await call(client, "create_basket")
         for item in ("a", "b"):
-            await ok(client, "add_item", basket=basket, item=item)
-        assert await ok(client, "checkout", basket=basket) == "a,b"
-        assert "has ended" in await refused(client, "add_item", basket=basket, item="c")
+            await call(client, "add_item", basket=basket, item=item)
+        assert await call(client, "checkout", basket=basket) == "a,b"
+        assert "has ended" in await call(client, "add_item", refused=True, basket=basket, item="c")
 
 
 def test_both_a_handle_tied_to_a_session_ends_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -384,7 +366,7 @@ def test_both_a_handle_tied_to_a_session_ends_with_it(monkeypatch: pytest.Monkey
 
 def test_the_integration_snippet(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MCP_SESSIONS_SECRET", SECRET)
-    guarded = exec_snippet(one_with(SNIPPETS, "call_with_handle_check"), "docs/handles.md")["call_with_handle_check"]
+    guarded = exec_snippet(snippet_with(PAGE, "call_with_handle_check"), PAGE)["call_with_handle_check"]
     kind = HandleKind("basket", prefix="bsk")
     handles = Handles(KeySet.from_secret(SECRET), MemoryStore(), kinds=[kind])
     reached: list[Any] = []

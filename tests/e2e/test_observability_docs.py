@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from logging.handlers import BufferingHandler
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 
-from _docs import exec_snippet, one_with, python_snippets
+from _docs import exec_snippet, snippet_with
 from _mcp import MCP_PATH, LegacyClient, ModernClient, jwt_claims, session_meta, tool_text
 from _otel import MIDDLEWARE_SCOPE, SDK_SCOPE, SpanLog, attrs, global_tracing, of_scope, one
 from _otlp import STATUS_ERROR, Exported, Receiver
@@ -33,22 +33,18 @@ from mcp_sessions import MCPSessionMiddleware, SessionLogFilter
 from mcp_sessions.telemetry import SentrySessionSpanProcessor, SessionSpanProcessor
 
 ROOT = Path(__file__).resolve().parents[2]
-SNIPPETS = python_snippets("docs/observability.md")
+PAGE = "docs/observability.md"
 FASTAPI_TELEMETRY = ', telemetry={"exclude": lambda scope: scope["path"] == "/mcp"}'
 
 
-def snippet_with(text: str) -> str:
-    return one_with(SNIPPETS, text)
-
-
 def run(snippet: str, namespace: dict[str, Any] | None = None) -> dict[str, Any]:
-    return exec_snippet(snippet, "docs/observability.md", namespace)
+    return exec_snippet(snippet, PAGE, namespace)
 
 
 def test_the_processor_fragments() -> None:
     provider = TracerProvider()
-    run(snippet_with("attributes=("), {"provider": provider})
-    sentry = run(snippet_with("SentrySessionSpanProcessor()"))["provider"]
+    run(snippet_with(PAGE, "attributes=("), {"provider": provider})
+    sentry = run(snippet_with(PAGE, "SentrySessionSpanProcessor()"))["provider"]
     for configured, expected in (
         (provider, [SessionSpanProcessor] * 2),
         (sentry, [SessionSpanProcessor, SentrySessionSpanProcessor]),
@@ -73,7 +69,7 @@ def fastapi_spans(snippet: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[R
 
 
 def test_fastapi_own_span_is_the_root_named_after_the_mount(monkeypatch: pytest.MonkeyPatch) -> None:
-    snippet = snippet_with("app = FastAPI(")
+    snippet = snippet_with(PAGE, "app = FastAPI(")
     assert FASTAPI_TELEMETRY in snippet
     spans, middleware = fastapi_spans(snippet.replace(FASTAPI_TELEMETRY, ""), monkeypatch)
     roots = {span.context.span_id: span for span in spans if span.parent is None and span.context is not None}
@@ -83,7 +79,7 @@ def test_fastapi_own_span_is_the_root_named_after_the_mount(monkeypatch: pytest.
 
 
 def test_fastapi_telemetry_exclude_makes_the_middleware_span_the_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    spans, middleware = fastapi_spans(snippet_with("app = FastAPI("), monkeypatch)
+    spans, middleware = fastapi_spans(snippet_with(PAGE, "app = FastAPI("), monkeypatch)
     assert "POST /{path}" not in {span.name for span in spans}
     assert sorted(span.name for span in middleware) == ["sessions/create", "tools/list"]
     assert all(span.parent is None for span in middleware)
@@ -123,61 +119,7 @@ def logging_restored() -> Iterator[None]:
             logger.propagate = propagate
 
 
-def test_the_logging_config_names_the_session_in_tool_and_access_lines() -> None:
-    """The dictConfig snippet, through uvicorn: a tool's line and the access line carry the session, never the token."""
-    server = build_server()
-
-    @server.tool()
-    async def note() -> str:
-        """Log a line, as application code does."""
-        logging.getLogger("docs.tool").info("noted")
-        return "noted"
-
-    app = MCPSessionMiddleware(
-        server.streamable_http_app(streamable_http_path="/mcp", json_response=True), secret=SECRET
-    )
-    out = io.StringIO()
-    with logging_restored(), serve(app) as base, httpx.Client(timeout=10) as http:
-        run(snippet_with("mcp_sessions.SessionLogFilter"))  # after uvicorn configured its own loggers, as it would
-        for logger in (logging.getLogger(), logging.getLogger("uvicorn.access")):
-            for handler in logger.handlers:
-                assert isinstance(handler, logging.StreamHandler)
-                handler.setStream(out)
-        client = ModernClient(http, base)
-        token = client.create_session()["sessionId"]
-        client.call_tool("note", session=session_meta(token))
-        logging.getLogger("docs.tool").info("outside")
-    sid = jwt_claims(token)["sid"]
-    lines = out.getvalue().splitlines()
-    assert f"INFO docs.tool [data-layer {sid}] noted" in lines
-    assert "INFO docs.tool [- -] outside" in lines
-    assert any(line.endswith(f'"POST /mcp HTTP/1.1" 200 OK [data-layer {sid}]') for line in lines), lines
-    assert any(line.endswith('"POST /mcp HTTP/1.1" 200 OK [- -]') for line in lines), lines  # sessions/create
-    assert token not in out.getvalue()
-
-
-# -- SessionLogFilter beyond the snippet: the 2025 era, a host's conversation, the default --------------------
-
 TOOL_LOGGER = "tests.session_logs.tool"
-
-
-@dataclass
-class Records(logging.Handler):
-    """Keeps every record it is handed (after its filters ran)."""
-
-    kept: list[logging.LogRecord] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        super().__init__(logging.DEBUG)
-
-    def __hash__(self) -> int:  # a Handler is kept in sets and weak references
-        return id(self)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.kept.append(record)
-
-    def of(self, name: str) -> list[logging.LogRecord]:
-        return [record for record in self.kept if record.name == name]
 
 
 def logging_app(**options: Any) -> MCPSessionMiddleware:
@@ -193,6 +135,32 @@ def logging_app(**options: Any) -> MCPSessionMiddleware:
     return MCPSessionMiddleware(inner, secret=SECRET, require_session_tools=SESSION_TOOLS, **options)
 
 
+def test_the_logging_config_names_the_session_in_tool_and_access_lines() -> None:
+    """The dictConfig snippet, through uvicorn: a tool's line and the access line carry the session, never the token."""
+    out = io.StringIO()
+    with logging_restored(), serve(logging_app()) as base, httpx.Client(timeout=10) as http:
+        # After uvicorn configured its own loggers, as it would.
+        run(snippet_with(PAGE, "mcp_sessions.SessionLogFilter"))
+        for logger in (logging.getLogger(), logging.getLogger("uvicorn.access")):
+            for handler in logger.handlers:
+                assert isinstance(handler, logging.StreamHandler)
+                handler.setStream(out)
+        client = ModernClient(http, base)
+        token = client.create_session()["sessionId"]
+        client.call_tool("note", {"text": "in a session"}, session=session_meta(token))
+        logging.getLogger(TOOL_LOGGER).info("outside")
+    sid = jwt_claims(token)["sid"]
+    lines = out.getvalue().splitlines()
+    assert f"INFO {TOOL_LOGGER} [data-layer {sid}] note: in a session" in lines
+    assert f"INFO {TOOL_LOGGER} [- -] outside" in lines
+    assert any(line.endswith(f'"POST /mcp HTTP/1.1" 200 OK [data-layer {sid}]') for line in lines), lines
+    assert any(line.endswith('"POST /mcp HTTP/1.1" 200 OK [- -]') for line in lines), lines  # sessions/create
+    assert token not in out.getvalue()
+
+
+# -- SessionLogFilter beyond the snippet: the 2025 era, a host's conversation, the default --------------------
+
+
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, str]]:
     """Started before ``records``: uvicorn configures its loggers as it starts."""
@@ -201,24 +169,16 @@ def servers() -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
-def records() -> Iterator[Records]:
+def records() -> Iterator[list[logging.LogRecord]]:
     """Every record logged while the test runs, at DEBUG, with the filter on the handler of the root logger and
     of ``uvicorn.access`` (which does not propagate), as the page configures it."""
-    handler = Records()
+    handler = BufferingHandler(capacity=sys.maxsize)  # keeps every record it is handed, after its filters ran
     handler.addFilter(SessionLogFilter())
-    root, access = logging.getLogger(), logging.getLogger("uvicorn.access")
-    levels = root.level, access.level
-    root.addHandler(handler)
-    access.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    access.setLevel(logging.INFO)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        access.removeHandler(handler)
-        root.setLevel(levels[0])
-        access.setLevel(levels[1])
+    with logging_restored():
+        for name, level in (("", logging.DEBUG), ("uvicorn.access", logging.INFO)):
+            logging.getLogger(name).addHandler(handler)
+            logging.getLogger(name).setLevel(level)
+        yield handler.buffer
 
 
 def named(record: logging.LogRecord) -> tuple[str, str]:
@@ -226,13 +186,13 @@ def named(record: logging.LogRecord) -> tuple[str, str]:
     return record.__dict__["session_id"], record.__dict__["session_source"]
 
 
-def tool_record(records: Records, text: str) -> logging.LogRecord:
-    [record] = [r for r in records.of(TOOL_LOGGER) if r.getMessage() == f"note: {text}"]
+def tool_record(records: list[logging.LogRecord], text: str) -> logging.LogRecord:
+    [record] = [r for r in records if r.name == TOOL_LOGGER and r.getMessage() == f"note: {text}"]
     return record
 
 
 def test_a_tools_log_line_carries_its_sessions_stable_id_in_the_2025_era(
-    servers: dict[str, str], http: httpx.Client, records: Records
+    servers: dict[str, str], http: httpx.Client, records: list[logging.LogRecord]
 ) -> None:
     """The 2026 era is the snippet's test above; here the SDK's own records of the request are named too."""
     client = LegacyClient(http, servers["plain"])
@@ -245,15 +205,15 @@ def test_a_tools_log_line_carries_its_sessions_stable_id_in_the_2025_era(
     assert named(tool_record(records, "in a session")) == (sid, "data-layer")
     assert named(tool_record(records, "without one")) == ("-", "-")
     # uvicorn writes its access line while the app sends the response: inside the request, so named too.
-    assert [named(r) for r in records.of("uvicorn.access")][-2:] == [(sid, "data-layer"), ("-", "-")]
-    assert any(r.name.startswith("mcp.") and named(r)[0] == sid for r in records.kept)  # the SDK's, at DEBUG
+    assert [named(r) for r in records if r.name == "uvicorn.access"][-2:] == [(sid, "data-layer"), ("-", "-")]
+    assert any(r.name.startswith("mcp.") and named(r)[0] == sid for r in records)  # the SDK's, at DEBUG
     # The token is a bearer value: never an attribute the filter sets.
-    assert all(token not in named(r) for r in records.kept)
-    assert all(token not in r.getMessage() for r in records.kept if r.name.startswith("mcp_sessions"))
+    assert all(token not in named(r) for r in records)
+    assert all(token not in r.getMessage() for r in records if r.name.startswith("mcp_sessions"))
 
 
 def test_a_hosts_conversation_is_named_as_its_spans_name_it(
-    servers: dict[str, str], http: httpx.Client, records: Records
+    servers: dict[str, str], http: httpx.Client, records: list[logging.LogRecord]
 ) -> None:
     ModernClient(http, servers["hosts"]).call_tool(
         "note", {"text": "vscode"}, meta={"vscode.conversationId": "chat-17"}
