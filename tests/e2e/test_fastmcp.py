@@ -60,18 +60,11 @@ def wrapped(**http_app_options: Any) -> MCPSessionMiddleware:
     return MCPSessionMiddleware(build_fastmcp().http_app(path=MCP_PATH, **http_app_options), secret=SECRET)
 
 
-@pytest.fixture(scope="module")
-def servers() -> Iterator[dict[str, str]]:
-    with (
-        serve(wrapped()) as default_url,
-        serve(wrapped(stateless_http=True, json_response=True)) as stateless_json_url,
-    ):
-        yield {"default": default_url, "stateless-json": stateless_json_url}
-
-
-@pytest.fixture(params=["default", "stateless-json"])
-def base_url(request: pytest.FixtureRequest, servers: dict[str, str]) -> str:
-    return servers[request.param]
+@pytest.fixture(scope="module", params=["default", "stateless-json"])
+def base_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    options = {"stateless_http": True, "json_response": True} if request.param == "stateless-json" else {}
+    with serve(wrapped(**options)) as url:
+        yield url
 
 
 def bumped(message: dict[str, Any]) -> dict[str, Any]:
