@@ -30,14 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from _client import FAST, STORE_UNAVAILABLE, sent_session
-from _mcp import (
-    LEGACY,
-    MCP_PATH,
-    MODERN,
-    SESSION_NOT_FOUND,
-    SESSION_REQUIRED,
-    jwt_claims,
-)
+from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_NOT_FOUND, SESSION_REQUIRED, jwt_claims
 from conftest import SECRET, serve
 from mcp_sessions.client import HeldSession, RetryPolicy, SessionError, SessionTransport
 from mcp_sessions.stores import MemoryStore, SessionStoreUnavailable

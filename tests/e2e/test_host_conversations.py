@@ -27,22 +27,8 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from _hosts import HOSTS, NEW_HOSTS
-from _mcp import (
-    SESSION_REQUIRED,
-    LegacyClient,
-    ModernClient,
-    session_meta,
-    tool_text,
-)
-from _otel import (
-    MIDDLEWARE_SCOPE,
-    SpanLog,
-    attrs,
-    connect,
-    of_scope,
-    sdk_child,
-    span_strings,
-)
+from _mcp import SESSION_REQUIRED, LegacyClient, ModernClient, session_meta, tool_text
+from _otel import MIDDLEWARE_SCOPE, SpanLog, attrs, connect, of_scope, sdk_child, span_strings
 from conftest import SECRET, in_process, serve
 from mcp_sessions import MCPSessionMiddleware
 from mcp_sessions._tokens import IdDigests

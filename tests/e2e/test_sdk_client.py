@@ -14,13 +14,7 @@ from examples.quickstart import build_app, build_server
 from mcp.client.client import ConnectMode
 
 from _lifespan import sdk_client
-from _mcp import (
-    LEGACY,
-    MCP_PATH,
-    MODERN,
-    SERVER_INFO_KEY,
-    SESSIONS_EXTENSION,
-)
+from _mcp import LEGACY, MCP_PATH, MODERN, SERVER_INFO_KEY, SESSIONS_EXTENSION
 from conftest import SECRET
 
 pytestmark = pytest.mark.anyio
