@@ -182,12 +182,11 @@ async def connect(kind: ClientKind, url: str) -> AsyncIterator[Conversation]:
         return transport
 
     async with AsyncExitStack() as stack:
+        target: Any = url
         if kind.library == "sdk":
             if kind.shim:
                 http = await stack.enter_async_context(httpx2.AsyncClient(transport=shim()))
-                target: Any = streamable_http_client(url, http_client=http)
-            else:
-                target = url
+                target = streamable_http_client(url, http_client=http)
             sdk = await stack.enter_async_context(SDKClient(target, mode=kind.mode))
 
             async def call(name: str, arguments: dict[str, Any], meta: Any = None, progress: Any = None) -> Any:
@@ -203,8 +202,6 @@ async def connect(kind: ClientKind, url: str) -> AsyncIterator[Conversation]:
                 # fastmcp calls the factory with keywords only, follow_redirects among them, which the SDK's
                 # McpHttpClientFactory protocol does not name; fastmcp's docs ask for **kwargs, as here.
                 target = StreamableHttpTransport(url, httpx_client_factory=cast(McpHttpClientFactory, factory))
-            else:
-                target = url
             fastmcp = await stack.enter_async_context(FastMCPClient(target, mode=kind.mode))
 
             async def call(name: str, arguments: dict[str, Any], meta: Any = None, progress: Any = None) -> Any:
