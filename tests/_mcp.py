@@ -391,8 +391,6 @@ class RecordingApp:
         self.raw: list[bytes] = []
         self.seen: list[Any] = []
         self.probes: list[Any] = []
-        # Around the session middleware itself: what clients send, at this door. Around an app (before or
-        # after the middleware wraps it): what reaches the MCP server, at its transport.
         self._tapped = not isinstance(app, MCPSessionMiddleware) and _tap_transport(app, self)
 
     def clear(self) -> None:

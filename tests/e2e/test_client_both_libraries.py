@@ -19,22 +19,20 @@ import pytest
 from examples.quickstart import build_app
 
 from _lifespan import running
-from _mcp import MCP_PATH, SESSION_KEY, aiter_messages, modern_headers, modern_request
+from _mcp import LOCAL, MCP_PATH, SESSION_KEY, aiter_messages, modern_headers, modern_request
 from conftest import SECRET
 from mcp_sessions.client import HttpxSessionTransport, SessionTransport
 
 pytestmark = pytest.mark.anyio
 
 LIBRARIES = {"httpx": (httpx, HttpxSessionTransport), "httpx2": (httpx2, SessionTransport)}
+URL = LOCAL + MCP_PATH
 
 
-URL = "http://127.0.0.1:8000" + MCP_PATH
-
-
-async def call(http: Any, library: ModuleType, url: str, tool: str, **arguments: Any) -> tuple[list[Any], Any]:
+async def call(http: Any, library: ModuleType, tool: str, **arguments: Any) -> tuple[list[Any], Any]:
     """Call a tool, reading the answer as a stream; every message received, and the body's stream object."""
     body = modern_request("tools/call", {"name": tool, "arguments": arguments}, id=tool, meta={"progressToken": tool})
-    async with http.stream("POST", url, json=body, headers=modern_headers(body)) as response:
+    async with http.stream("POST", URL, json=body, headers=modern_headers(body)) as response:
         assert response.status_code == 200
         if response.headers["content-type"].startswith("text/event-stream"):
             messages = [m async for m in aiter_messages(response.aiter_lines())]
@@ -49,12 +47,11 @@ async def test_each_library_holds_a_session(name: str, mode: str) -> None:
     library, transport_type = LIBRARIES[name]
     app = build_app(json_response=mode == "json", environ={"MCP_SESSIONS_SECRET": SECRET})
     shim = transport_type(library.ASGITransport(app))
-    url = URL
     async with running(app), library.AsyncClient(transport=shim) as http:
-        counts = [(await call(http, library, url, "count"))[0][-1] for _ in range(2)]
-        await call(http, library, url, "set_mode", mode=name)
-        messages, stream = await call(http, library, url, "countdown", n=2)
-        mode_seen = (await call(http, library, url, "get_mode"))[0][-1]
+        counts = [(await call(http, library, "count"))[0][-1] for _ in range(2)]
+        await call(http, library, "set_mode", mode=name)
+        messages, stream = await call(http, library, "countdown", n=2)
+        mode_seen = (await call(http, library, "get_mode"))[0][-1]
 
     assert [c["result"]["structuredContent"]["result"] for c in counts] == [1, 2]
     assert mode_seen["result"]["structuredContent"]["result"] == name
@@ -94,17 +91,12 @@ async def test_the_middleware_alone_answers_a_lone_surrogate(app: Any) -> None:
     assert response.json()["result"]["structuredContent"] == {"result": "none"}
 
 
-@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+@pytest.mark.parametrize("library", list(LIBRARIES))
 async def test_a_stamped_lone_surrogate_reaches_the_server(app: Any, library: str) -> None:
-    client: Any
-    if library == "httpx":
-        shim: Any = HttpxSessionTransport(httpx.ASGITransport(app))
-        client = httpx.AsyncClient(transport=shim)
-    else:
-        shim = SessionTransport(httpx2.ASGITransport(app))
-        client = httpx2.AsyncClient(transport=shim)
+    module, transport_type = LIBRARIES[library]
+    shim = transport_type(module.ASGITransport(app))
     content, headers = with_lone_surrogate("count")
-    async with client:
+    async with module.AsyncClient(transport=shim) as client:
         first = await client.post(URL, content=content, headers=headers)
         second = await client.post(URL, content=content, headers=headers)
 

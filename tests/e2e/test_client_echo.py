@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from _client import sent_session
 from _mcp import MCP_PATH, SESSION_KEY, SESSION_NOT_FOUND, modern_headers, modern_request
 from mcp_sessions.client import HeldSession, SessionTransport
 
@@ -29,11 +30,6 @@ MINE = "tok-mine"  # what sessions/create returns: the only session the shim may
 OTHER = "tok-other"
 FUTURE = "2099-01-01T00:00:00Z"
 LATER = "2100-01-01T00:00:00Z"
-
-
-def sent_session(body: dict[str, Any]) -> Any:
-    meta = (body.get("params") or {}).get("_meta") or {}
-    return meta.get(SESSION_KEY)
 
 
 def result(request_id: Any, echo: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -66,7 +62,7 @@ class HostileServer:
         return self.answer(body["params"]["name"], rid, sent_session(body))
 
     def answer(self, tool: str, rid: Any, sent: Any) -> Response:
-        honest = {**sent, "state": f"honest-{len(self.received)}", "expiresAt": FUTURE} if sent else None
+        honest = {**sent, "state": f"honest-{len(self.received)}", "expiresAt": FUTURE} if sent != "absent" else None
         if tool == "move":  # another session, with its own state and expiry
             return JSONResponse(result(rid, {"sessionId": OTHER, "state": "moved", "expiresAt": LATER}))
         if tool == "move_sse":

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from typing import Any
 
 import httpx
@@ -38,6 +39,7 @@ from starlette.routing import Host, Mount, Route, Router
 from _mcp import (
     LEGACY,
     MODERN,
+    SESSION_KEY,
     SESSION_NOT_FOUND,
     LegacyClient,
     ModernClient,
@@ -55,8 +57,6 @@ from _mcp import (
 from _users import HeaderUser, User, bearer_auth
 from conftest import SECRET, in_process, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
-
-SESSION_META = "io.modelcontextprotocol/session"
 
 
 def notes_server(**options: Any) -> MCPServer:
@@ -76,21 +76,16 @@ def notes_server(**options: Any) -> MCPServer:
 
 
 def tool(era: str, text: str, session: str | None) -> Any:
-    meta = {} if session is None else {SESSION_META: {"sessionId": session}}
+    meta = {} if session is None else {SESSION_KEY: {"sessionId": session}}
     return era_request(era, "tools/call", {"name": "note", "arguments": {"text": text}}, **meta)
 
 
 def delete(era: str, session: str) -> Any:
-    return era_request(era, "sessions/delete", **{SESSION_META: {"sessionId": session}})
+    return era_request(era, "sessions/delete", **{SESSION_KEY: {"sessionId": session}})
 
 
 def bearer(user: str | None) -> dict[str, str]:
     return {} if user is None else {"Authorization": f"Bearer {user}-token"}
-
-
-def sdk_auth_server() -> MCPServer:
-    """The notes server behind the SDK's own bearer auth: the two users of :class:`StaticVerifier`."""
-    return notes_server(**bearer_auth())
 
 
 # -- the SDK's own bearer auth -----------------------------------------------------------------------
@@ -120,7 +115,7 @@ def authed(request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
         app: Any = explicitly_placed()
     else:
         app = MCPSessionMiddleware(
-            sdk_auth_server().streamable_http_app(stateless_http=True, json_response=True), secret=SECRET
+            notes_server(**bearer_auth()).streamable_http_app(stateless_http=True, json_response=True), secret=SECRET
         )
     with in_process(app) as http:
         yield http
@@ -188,7 +183,7 @@ def test_the_servers_body_limit_refuses_session_methods_as_it_refuses_a_tool(era
         assert era_session(http, "/mcp", era)  # a body within the server's limit still gets a session
 
 
-# -- endpoints ---------------------------------------------------------------------------------------------
+# -- endpoints: every routing Starlette offers, and no session across them (issue 36, items 1-2) -------------
 
 
 ALICE = {"X-User": "alice"}
@@ -216,21 +211,74 @@ def two_servers(*, one_middleware: bool, by_hand: bool = False) -> Starlette:
     return MCPSessionMiddleware(parent, secret=SECRET) if one_middleware else parent  # type: ignore[return-value]
 
 
+def tenant_app(server: MCPServer, routes: list[Any]) -> Starlette:
+    return Starlette(routes=routes, lifespan=lambda app: server.session_manager.run())
+
+
+def templated_mount() -> MCPSessionMiddleware:
+    server = notes_server()
+    app = tenant_app(server, [Mount("/{tenant}", server.streamable_http_app(stateless_http=True, json_response=True))])
+    return MCPSessionMiddleware(app, secret=SECRET)
+
+
+def host_route() -> MCPSessionMiddleware:
+    """A server behind a ``Host`` route, beside another endpoint."""
+    hosted, other = notes_server(), notes_server()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with hosted.session_manager.run(), other.session_manager.run():
+            yield
+
+    routes = [
+        Mount("/other", other.streamable_http_app(stateless_http=True, json_response=True)),
+        Host("127.0.0.1", hosted.streamable_http_app(stateless_http=True, json_response=True)),
+    ]
+    return MCPSessionMiddleware(Starlette(routes=routes, lifespan=lifespan), secret=SECRET)
+
+
+def routers() -> MCPSessionMiddleware:
+    """Routers inside routers, and two routes to one transport."""
+    server = notes_server()
+    transport = server.streamable_http_app(stateless_http=True, json_response=True)
+    inner = Router(routes=[Mount("/v1", routes=[Mount("/deep", transport)])])
+    return MCPSessionMiddleware(tenant_app(server, [Mount("/api", inner), Mount("/alias", transport)]), secret=SECRET)
+
+
+FOUND = "the session work runs at the MCP endpoints /mcp, /other/mcp"  # what the middleware found, said
+
+
 @pytest.mark.parametrize(
-    ("one_middleware", "by_hand"),
-    [(True, False), (False, False), (False, True)],
-    ids=["one-middleware", "one-each", "by-hand"],
+    ("build", "home", "away", "said"),
+    [
+        pytest.param(partial(two_servers, one_middleware=True), "/a/mcp", "/b/mcp", "", id="one-middleware"),
+        pytest.param(partial(two_servers, one_middleware=False), "/a/mcp", "/b/mcp", "", id="one-each"),
+        pytest.param(partial(two_servers, one_middleware=False, by_hand=True), "/a/mcp", "/b/mcp", "", id="by-hand"),
+        pytest.param(templated_mount, "/t2/mcp", "/t1/mcp", "", id="templated-mount"),
+        pytest.param(host_route, "/mcp", "/other/mcp", FOUND, id="host-route"),
+        pytest.param(routers, "/api/v1/deep/mcp", "/alias/mcp", "", id="routers-inside-routers"),
+        pytest.param(routers, "/alias/mcp", "/api/v1/deep/mcp", "", id="two-routes-to-one-transport"),
+    ],
 )
-def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(one_middleware: bool, by_hand: bool) -> None:
-    with in_process(two_servers(one_middleware=one_middleware, by_hand=by_hand)) as http:
-        session = era_session(http, "/a/mcp", MODERN)
-        at_a = answer(era_post(http, "/a/mcp", MODERN, tool(MODERN, "a", session)))
-        assert json.loads(tool_text(at_a)) == ["a"]
-        at_b = answer(era_post(http, "/b/mcp", MODERN, tool(MODERN, "b", session)))
-        assert at_b["error"]["code"] == SESSION_NOT_FOUND
-        gone = answer(era_post(http, "/b/mcp", MODERN, delete(MODERN, session)))
+def test_a_session_is_bound_to_the_endpoint_it_was_minted_at(
+    caplog: pytest.LogCaptureFixture, build: Callable[[], Any], home: str, away: str, said: str
+) -> None:
+    """Elsewhere it is not found, cannot be deleted, and its id in the ``Mcp-Session-Id`` header attaches nothing."""
+    with caplog.at_level(logging.INFO, logger="mcp_sessions"):
+        app = build()
+    assert said in caplog.text
+    with in_process(app) as http:
+        session = era_session(http, home, MODERN)
+        at_home = answer(era_post(http, home, MODERN, tool(MODERN, "mine", session)))
+        assert json.loads(tool_text(at_home)) == ["mine"]
+        elsewhere = answer(era_post(http, away, MODERN, tool(MODERN, "theirs", session)))
+        assert elsewhere["error"]["code"] == SESSION_NOT_FOUND
+        gone = answer(era_post(http, away, MODERN, delete(MODERN, session)))
         assert gone["error"]["code"] == SESSION_NOT_FOUND
-        assert "result" in answer(era_post(http, "/a/mcp", MODERN, tool(MODERN, "", session)))
+        by_header = era_post(http, away, MODERN, tool(MODERN, "", None), **{"Mcp-Session-Id": session})
+        assert tool_text(answer(by_header)) == "none"
+        again = answer(era_post(http, home, MODERN, tool(MODERN, "", session)))
+        assert json.loads(tool_text(again)) == ["mine"]
 
 
 def test_the_same_app_cannot_get_two_session_middlewares() -> None:
@@ -276,73 +324,6 @@ def test_fastapi_with_its_own_auth_decides_for_the_session_methods() -> None:
         assert stolen["error"]["code"] == SESSION_NOT_FOUND
         mine = answer(era_post(http, endpoint, MODERN, tool(MODERN, "", alices), **bearer("alice")))
         assert json.loads(tool_text(mine)) == ["hers"]
-
-
-# -- every routing Starlette offers, and no session across endpoints (issue 36, items 1-2) ----------------
-
-
-def tenant_app(server: MCPServer, routes: list[Any]) -> Starlette:
-    return Starlette(routes=routes, lifespan=lambda app: server.session_manager.run())
-
-
-def test_a_templated_mount_binds_the_concrete_path_and_the_header_attaches_nothing() -> None:
-    server = notes_server()
-    app = tenant_app(server, [Mount("/{tenant}", server.streamable_http_app(stateless_http=True, json_response=True))])
-    with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
-        t2 = era_session(http, "/t2/mcp", MODERN)
-        era_post(http, "/t2/mcp", MODERN, tool(MODERN, "t2 secret", t2))
-        by_header = answer(era_post(http, "/t1/mcp", MODERN, tool(MODERN, "", None), **{"Mcp-Session-Id": t2}))
-        assert tool_text(by_header) == "none"
-        by_meta = answer(era_post(http, "/t1/mcp", MODERN, tool(MODERN, "", t2)))
-        assert by_meta["error"]["code"] == SESSION_NOT_FOUND
-        at_home = answer(era_post(http, "/t2/mcp", MODERN, tool(MODERN, "", t2)))
-        assert json.loads(tool_text(at_home)) == ["t2 secret"]
-
-
-def test_a_server_behind_a_host_route_gets_the_session_work_beside_another_endpoint(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    hosted, other = notes_server(), notes_server()
-
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with hosted.session_manager.run(), other.session_manager.run():
-            yield
-
-    routes = [
-        Mount("/other", other.streamable_http_app(stateless_http=True, json_response=True)),
-        Host("127.0.0.1", hosted.streamable_http_app(stateless_http=True, json_response=True)),
-    ]
-    with caplog.at_level(logging.INFO, logger="mcp_sessions"):
-        app = MCPSessionMiddleware(Starlette(routes=routes, lifespan=lifespan), secret=SECRET)
-    assert "the session work runs at the MCP endpoints /mcp, /other/mcp" in caplog.text  # what it found, said
-    with in_process(app) as http:
-        session = era_session(http, "/mcp", MODERN)
-        era_post(http, "/mcp", MODERN, tool(MODERN, "hosted", session))
-        mine = answer(era_post(http, "/mcp", MODERN, tool(MODERN, "", session)))
-        assert json.loads(tool_text(mine)) == ["hosted"]
-        elsewhere = answer(era_post(http, "/other/mcp", MODERN, tool(MODERN, "", session)))
-        assert elsewhere["error"]["code"] == SESSION_NOT_FOUND
-        by_header = era_post(http, "/other/mcp", MODERN, tool(MODERN, "", None), **{"Mcp-Session-Id": session})
-        assert tool_text(answer(by_header)) == "none"
-
-
-def test_routers_inside_routers_and_two_routes_to_one_transport() -> None:
-    server = notes_server()
-    transport = server.streamable_http_app(stateless_http=True, json_response=True)
-    inner = Router(routes=[Mount("/v1", routes=[Mount("/deep", transport)])])
-    app = tenant_app(server, [Mount("/api", inner), Mount("/alias", transport)])
-    with in_process(MCPSessionMiddleware(app, secret=SECRET)) as http:
-        for endpoint in ("/api/v1/deep/mcp", "/alias/mcp"):
-            session = era_session(http, endpoint, MODERN)
-            era_post(http, endpoint, MODERN, tool(MODERN, "here", session))
-            assert json.loads(tool_text(answer(era_post(http, endpoint, MODERN, tool(MODERN, "", session))))) == [
-                "here"
-            ]
-        crossed = answer(
-            era_post(http, "/alias/mcp", MODERN, tool(MODERN, "", era_session(http, "/api/v1/deep/mcp", MODERN)))
-        )
-        assert crossed["error"]["code"] == SESSION_NOT_FOUND
 
 
 # -- principals: never a field a user chooses (issue 36, item 3) -------------------------------------------
@@ -412,7 +393,7 @@ def test_an_ordinary_route_gets_the_signed_in_users_session_and_never_an_anonymo
 
 
 def test_a_custom_route_behind_the_sdks_bearer_auth_sees_the_users_bound_session() -> None:
-    server = sdk_auth_server()
+    server = notes_server(**bearer_auth())
     server.custom_route("/status", methods=["GET"])(status)
     app = MCPSessionMiddleware(server.streamable_http_app(stateless_http=True, json_response=True), secret=SECRET)
     with in_process(app) as http:
@@ -462,12 +443,7 @@ def lowlevel_app(*, stateless: bool) -> Starlette:
     async def handle(scope: Any, receive: Any, send: Any) -> None:
         await manager.handle_request(scope, receive, send)
 
-    @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with manager.run():
-            yield
-
-    return Starlette(routes=[Mount("/mcp", app=handle)], lifespan=lifespan)
+    return Starlette(routes=[Mount("/mcp", app=handle)], lifespan=lambda app: manager.run())
 
 
 @pytest.mark.parametrize("stateless", [False, True], ids=["stateful", "stateless"])

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any, cast
-from uuid import uuid4
 
 import anyio
 import httpx2
@@ -36,6 +36,7 @@ from mcp.shared._httpx_utils import McpHttpClientFactory
 from mcp.shared.exceptions import MCPError
 
 from _docs import assert_generated
+from _hosts import HOSTS
 from _mcp import MCP_PATH, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, sdk_meta
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
@@ -56,7 +57,7 @@ ALL_PROGRESS = [(float(i + 1), float(COUNTDOWN), f"{COUNTDOWN - i - 1} to go") f
 # -- the servers --------------------------------------------------------------------------------------------
 
 
-def fastmcp_server(environ: Mapping[str, str]) -> MCPSessionMiddleware:
+def fastmcp_server(*, environ: Mapping[str, str]) -> MCPSessionMiddleware:
     """examples/fastmcp_app.py's server, plus the quickstart's other scenario tools written for fastmcp."""
     server = fastmcp_app.build_server()
 
@@ -89,52 +90,29 @@ def fastmcp_server(environ: Mapping[str, str]) -> MCPSessionMiddleware:
 class ServerKind:
     key: str
     title: str
-    build: Callable[[Mapping[str, str]], Any]
+    build: Callable[..., Any]  # called with environ=
     streams: bool  # whether it can stream progress notifications (SSE responses)
     stateful: bool = True  # whether its 2025-era path mints a transport session
 
 
 SERVERS = [
-    ServerKind(
-        "qs-stateful-json",
-        "quickstart `MCPServer`, stateful, JSON responses",
-        lambda env: build_quickstart(json_response=True, stateless=False, environ=env),
-        streams=False,
-    ),
-    ServerKind(
-        "qs-stateful-sse",
-        "quickstart `MCPServer`, stateful, SSE responses",
-        lambda env: build_quickstart(json_response=False, stateless=False, environ=env),
-        streams=True,
-    ),
-    ServerKind(
-        "qs-stateless-json",
-        "quickstart `MCPServer`, stateless, JSON responses",
-        lambda env: build_quickstart(json_response=True, stateless=True, environ=env),
-        streams=False,
-        stateful=False,
-    ),
-    ServerKind(
-        "qs-stateless-sse",
-        "quickstart `MCPServer`, stateless, SSE responses",
-        lambda env: build_quickstart(json_response=False, stateless=True, environ=env),
-        streams=True,
-        stateful=False,
+    *(
+        ServerKind(
+            f"qs-{state}-{responses.lower()}",
+            f"quickstart `MCPServer`, {state}, {responses} responses",
+            partial(build_quickstart, json_response=responses == "JSON", stateless=state == "stateless"),
+            streams=responses == "SSE",
+            stateful=state == "stateful",
+        )
+        for state in ("stateful", "stateless")
+        for responses in ("JSON", "SSE")
     ),
     ServerKind(
         "fastmcp", "fastmcp `FastMCP` (`examples/fastmcp_app.py`), SSE responses (its default)", fastmcp_server, True
     ),
+    ServerKind("fastapi", "FastAPI app (`examples/fastapi_app.py`), SSE responses", fastapi_app.build_app, True),
     ServerKind(
-        "fastapi",
-        "FastAPI app (`examples/fastapi_app.py`), SSE responses",
-        lambda env: fastapi_app.build_app(environ=env),
-        True,
-    ),
-    ServerKind(
-        "starlette",
-        "Starlette app (`examples/starlette_app.py`), SSE responses",
-        lambda env: starlette_app.build_app(environ=env),
-        True,
+        "starlette", "Starlette app (`examples/starlette_app.py`), SSE responses", starlette_app.build_app, True
     ),
 ]
 
@@ -151,11 +129,13 @@ class ClientKind:
     shim: bool
 
 
+LIBRARIES = {"sdk": "`mcp` SDK `Client`", "fastmcp": "fastmcp `Client`"}
+ERAS = {"auto": "auto (2026-07-28)", "legacy": "legacy (2025-11-25 handshake)"}
 CLIENTS = [
     ClientKind(f"{library}-{mode}-{'shim' if shim else 'bare'}", title, library, mode, shim)
     for shim in (True, False)
-    for library, name in (("sdk", "`mcp` SDK `Client`"), ("fastmcp", "fastmcp `Client`"))
-    for mode, era in (("auto", "auto (2026-07-28)"), ("legacy", "legacy (2025-11-25 handshake)"))
+    for library, name in LIBRARIES.items()
+    for mode, era in ERAS.items()
     for title in [f"{name}, {era}, {'through `SessionTransport`' if shim else 'unchanged, no shim'}"]
 ]
 
@@ -202,12 +182,11 @@ async def connect(kind: ClientKind, url: str) -> AsyncIterator[Conversation]:
         return transport
 
     async with AsyncExitStack() as stack:
+        target: Any = url
         if kind.library == "sdk":
             if kind.shim:
                 http = await stack.enter_async_context(httpx2.AsyncClient(transport=shim()))
-                target: Any = streamable_http_client(url, http_client=http)
-            else:
-                target = url
+                target = streamable_http_client(url, http_client=http)
             sdk = await stack.enter_async_context(SDKClient(target, mode=kind.mode))
 
             async def call(name: str, arguments: dict[str, Any], meta: Any = None, progress: Any = None) -> Any:
@@ -223,8 +202,6 @@ async def connect(kind: ClientKind, url: str) -> AsyncIterator[Conversation]:
                 # fastmcp calls the factory with keywords only, follow_redirects among them, which the SDK's
                 # McpHttpClientFactory protocol does not name; fastmcp's docs ask for **kwargs, as here.
                 target = StreamableHttpTransport(url, httpx_client_factory=cast(McpHttpClientFactory, factory))
-            else:
-                target = url
             fastmcp = await stack.enter_async_context(FastMCPClient(target, mode=kind.mode))
 
             async def call(name: str, arguments: dict[str, Any], meta: Any = None, progress: Any = None) -> Any:
@@ -239,101 +216,69 @@ class StockKind:
     """A client with no shim and no change, against the servers with the opt-ins: stock, or shaped as a host."""
 
     key: str
-    title: str
     library: str
     mode: str
-    host: str | None  # None: a stock client; else how it names its conversations
+    host: str | None = None  # None: a stock client; else how it names its conversations (a row of _hosts.HOSTS)
+    shape: str = ""  # the host's shape, as the page says it
+
+    @property
+    def title(self) -> str:
+        if self.host is None:
+            return f"{LIBRARIES[self.library]}, {ERAS[self.mode]}, stock"
+        return f"{LIBRARIES[self.library]}, {self.mode}, {self.shape}"
 
 
 STOCK_CLIENTS = [
-    StockKind("sdk-legacy-stock", "`mcp` SDK `Client`, legacy (2025-11-25 handshake), stock", "sdk", "legacy", None),
-    StockKind(
-        "fastmcp-legacy-stock", "fastmcp `Client`, legacy (2025-11-25 handshake), stock", "fastmcp", "legacy", None
-    ),
-    StockKind("sdk-auto-stock", "`mcp` SDK `Client`, auto (2026-07-28), stock", "sdk", "auto", None),
-    StockKind(
-        "sdk-chatgpt",
-        '`mcp` SDK `Client`, legacy, ChatGPT-shaped (`_meta["openai/session"]`)',
-        "sdk",
-        "legacy",
-        "openai",
-    ),
-    StockKind(
-        "sdk-vscode",
-        '`mcp` SDK `Client`, auto, VS Code-shaped (`_meta["vscode.conversationId"]`)',
-        "sdk",
-        "auto",
-        "vscode",
-    ),
-    StockKind(
-        "sdk-goose", "`mcp` SDK `Client`, legacy, Goose-shaped (`agent-session-id` header)", "sdk", "legacy", "goose"
-    ),
+    StockKind("sdk-legacy-stock", "sdk", "legacy"),
+    StockKind("fastmcp-legacy-stock", "fastmcp", "legacy"),
+    StockKind("sdk-auto-stock", "sdk", "auto"),
+    StockKind("sdk-chatgpt", "sdk", "legacy", "chatgpt", 'ChatGPT-shaped (`_meta["openai/session"]`)'),
+    StockKind("sdk-vscode", "sdk", "auto", "vscode", 'VS Code-shaped (`_meta["vscode.conversationId"]`)'),
+    StockKind("sdk-goose", "sdk", "legacy", "goose-header", "Goose-shaped (`agent-session-id` header)"),
     StockKind(
         "sdk-codex",
-        '`mcp` SDK `Client`, auto, Codex-shaped (`_meta["x-codex-turn-metadata"]`: one `session_id`, a '
-        "`thread_id` per conversation, a new `turn_id` per call)",
         "sdk",
         "auto",
         "codex-turn",
+        'Codex-shaped (`_meta["x-codex-turn-metadata"]`: one `session_id`, a `thread_id` per conversation, a new '
+        "`turn_id` per call)",
     ),
-    StockKind(
-        "fastmcp-codex",
-        'fastmcp `Client`, legacy, Codex-shaped (`_meta["threadId"]` alone)',
-        "fastmcp",
-        "legacy",
-        "codex-thread-id",
-    ),
+    StockKind("fastmcp-codex", "fastmcp", "legacy", "codex-thread-id", 'Codex-shaped (`_meta["threadId"]` alone)'),
     StockKind(
         "sdk-baggage",
-        "`mcp` SDK `Client`, auto, baggage-carrying (`gen_ai.conversation.id` in the `baggage` header)",
         "sdk",
         "auto",
-        "baggage",
+        "baggage-header",
+        "baggage-carrying (`gen_ai.conversation.id` in the `baggage` header)",
     ),
 ]
-# Each host's _meta on a call in ``conversation`` (called per call: a Codex turn is new each time).
-HOST_META: dict[str, Callable[[str], dict[str, Any]]] = {
-    "openai": lambda conversation: {"openai/session": conversation},
-    "vscode": lambda conversation: {"vscode.conversationId": conversation},
-    "codex-turn": lambda conversation: {
-        "x-codex-turn-metadata": {"session_id": "codex-root", "thread_id": conversation, "turn_id": f"t-{uuid4()}"}
-    },
-    "codex-thread-id": lambda conversation: {"threadId": conversation},
-}
-# Each host's HTTP headers, set once on the connection.
-HOST_HEADERS: dict[str, Callable[[str], dict[str, str]]] = {
-    "goose": lambda conversation: {"agent-session-id": conversation},
-    "baggage": lambda conversation: {"baggage": f"user.id=u-1,gen_ai.conversation.id={conversation}"},
-}
 
 
 @asynccontextmanager
 async def connect_stock(kind: StockKind, url: str, conversation: str) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
     """One unchanged client; ``call(name)`` sends the host's conversation id the way that host does."""
-    named = HOST_META.get(kind.host or "")
 
-    def meta() -> dict[str, Any] | None:
-        return None if named is None else named(conversation)
+    def shaped() -> tuple[dict[str, Any], dict[str, Any]]:  # called per call: a Codex turn is new each time
+        return ({}, {}) if kind.host is None else HOSTS[kind.host][1](conversation)
 
     async with AsyncExitStack() as stack:
         if kind.library == "sdk":
             target: Any = url
-            if kind.host in HOST_HEADERS:
-                headers = HOST_HEADERS[kind.host](conversation)
+            if headers := {name.replace("_", "-"): value for name, value in shaped()[1].items()}:
                 http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
                 target = streamable_http_client(url, http_client=http)
             sdk = await stack.enter_async_context(SDKClient(target, mode=kind.mode))
 
             async def call(name: str) -> Any:
-                sent = meta()
-                result = await sdk.call_tool(name, {}, meta=None if sent is None else sdk_meta(sent))
+                meta = shaped()[0]
+                result = await sdk.call_tool(name, {}, meta=sdk_meta(meta) if meta else None)
                 return (result.structured_content or {})["result"]
 
         else:
             fastmcp = await stack.enter_async_context(FastMCPClient(url, mode=kind.mode))
 
             async def call(name: str) -> Any:
-                result = await fastmcp.call_tool(name, {}, meta=meta())
+                result = await fastmcp.call_tool(name, {}, meta=shaped()[0] or None)
                 return (result.structured_content or {})["result"]
 
         yield call
@@ -481,8 +426,8 @@ async def run_matrix(urls: dict[str, str], opted_urls: dict[str, str]) -> dict[t
 @pytest.fixture(scope="module")
 def matrix() -> Iterator[dict[tuple[str, str], Cell]]:
     with ExitStack() as stack:
-        urls = {server.key: stack.enter_context(serve(server.build(ENVIRON))) + MCP_PATH for server in SERVERS}
-        opted = {server.key: stack.enter_context(serve(server.build(OPTED_IN))) + MCP_PATH for server in SERVERS}
+        urls = {s.key: stack.enter_context(serve(s.build(environ=ENVIRON))) + MCP_PATH for s in SERVERS}
+        opted = {s.key: stack.enter_context(serve(s.build(environ=OPTED_IN))) + MCP_PATH for s in SERVERS}
         yield anyio.run(run_matrix, urls, opted)
 
 
@@ -542,26 +487,32 @@ def render(cells: dict[tuple[str, str], Cell]) -> str:
         "",
     ]
     notes: dict[str, int] = {}
+    header = [
+        "| client | " + " | ".join(str(n) for n in range(1, len(SERVERS) + 1)) + " |",
+        "| --- |" + " --- |" * len(SERVERS),
+    ]
+
+    def row(client: ClientKind | StockKind) -> str:
+        """A client's row: each cell's verdict, with its era or what it counted, and its notes (numbered as met)."""
+        texts = []
+        for server in SERVERS:
+            cell = cells[client.key, server.key]
+            text = "pass" if cell.ok else "**FAIL**"
+            if isinstance(client, StockKind):
+                text += " (counts)" if cell.steps and cell.steps[0].observed.startswith("1") else " (-32044)"
+            elif cell.era:  # only a shim's session scenario records one
+                text += f" ({cell.era})"
+            marks = sorted({notes.setdefault(note, len(notes) + 1) for note in cell.notes})
+            texts.append(text + "".join(f" [{m}]" for m in marks))
+        return f"| {client.title} | " + " | ".join(texts) + " |"
+
     for title, shim, steps in (
         ("Through the shim: the session scenario", True, SESSION_STEPS),
         ("Without the shim: sessionless clients keep working", False, SESSIONLESS_STEPS),
     ):
         out += [f"## {title}", "", "Each cell runs, in order:", ""]
         out += [f"{n}. {step}" for n, step in enumerate(steps, start=1)]
-        out += ["", "| client | " + " | ".join(str(n) for n in range(1, len(SERVERS) + 1)) + " |"]
-        out.append("| --- |" + " --- |" * len(SERVERS))
-        for client in (c for c in CLIENTS if c.shim is shim):
-            row = []
-            for server in SERVERS:
-                cell = cells[client.key, server.key]
-                text = "pass" if cell.ok else "**FAIL**"
-                if shim and cell.era:
-                    text += f" ({cell.era})"
-                marks = [notes.setdefault(note, len(notes) + 1) for note in cell.notes]
-                text += "".join(f" [{m}]" for m in sorted(set(marks)))
-                row.append(text)
-            out.append(f"| {client.title} | " + " | ".join(row) + " |")
-        out.append("")
+        out += ["", *header, *(row(client) for client in CLIENTS if client.shim is shim), ""]
     out += [
         "## Without the shim, with the opt-ins: stock clients and host-shaped clients",
         "",
@@ -571,20 +522,10 @@ def render(cells: dict[tuple[str, str], Cell]) -> str:
         "client: two conversation ids, sent as that host sends them) and counts 1, 2 in the first and 1 in the",
         "second; where nothing names a conversation, `count` is refused with `-32044` in each.",
         "",
-        "| client | " + " | ".join(str(n) for n in range(1, len(SERVERS) + 1)) + " |",
-        "| --- |" + " --- |" * len(SERVERS),
+        *header,
+        *map(row, STOCK_CLIENTS),
+        "",
     ]
-    for stock_client in STOCK_CLIENTS:
-        row = []
-        for server in SERVERS:
-            cell = cells[stock_client.key, server.key]
-            text = "pass" if cell.ok else "**FAIL**"
-            text += " (counts)" if cell.steps and cell.steps[0].observed.startswith("1") else " (-32044)"
-            marks = [notes.setdefault(note, len(notes) + 1) for note in cell.notes]
-            text += "".join(f" [{m}]" for m in sorted(set(marks)))
-            row.append(text)
-        out.append(f"| {stock_client.title} | " + " | ".join(row) + " |")
-    out.append("")
     out += ["## Notes", ""]
     out += [f"{n}. {note}" for note, n in notes.items()] or ["None."]
     failing = [cell for cell in cells.values() if not cell.ok]

@@ -14,13 +14,7 @@ from examples.quickstart import build_app, build_server
 from mcp.client.client import ConnectMode
 
 from _lifespan import sdk_client
-from _mcp import (
-    LEGACY,
-    MCP_PATH,
-    MODERN,
-    SERVER_INFO_KEY,
-    SESSIONS_EXTENSION,
-)
+from _mcp import LEGACY, MCP_PATH, MODERN, SERVER_INFO_KEY, SESSIONS_EXTENSION
 from conftest import SECRET
 
 pytestmark = pytest.mark.anyio
@@ -45,22 +39,19 @@ def mode(request: pytest.FixtureRequest) -> ConnectMode:
 # -- without sessions: invisible ------------------------------------------------------------
 
 
-async def test_connects_in_the_expected_era(app: Any, mode: ConnectMode) -> None:
-    async with sdk_client(app, mode) as client:
-        assert client.protocol_version == (MODERN if mode == "auto" else LEGACY)
-        assert client.server_info is not None
-        assert client.server_info.name == "quickstart"
-        capabilities = client.server_capabilities
+async def test_listing_and_sessionless_tools_match_the_bare_server(app: Any, mode: ConnectMode) -> None:
+    """It connects in the era ``mode`` asks for, advertising sessions; the rest is the bare server's."""
+    bare_app = build_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=True)
+    async with sdk_client(bare_app, mode) as bare, sdk_client(app, mode) as wrapped:
+        assert wrapped.protocol_version == (MODERN if mode == "auto" else LEGACY)
+        assert wrapped.server_info is not None
+        assert wrapped.server_info.name == "quickstart"
+        capabilities = wrapped.server_capabilities
         if mode == "auto":
             assert capabilities.extensions == {SESSIONS_EXTENSION: {}}
         else:
             assert capabilities.experimental == {"sessions": {}}
         assert capabilities.tools is not None
-
-
-async def test_listing_and_sessionless_tools_match_the_bare_server(app: Any, mode: ConnectMode) -> None:
-    bare_app = build_server().streamable_http_app(streamable_http_path=MCP_PATH, json_response=True)
-    async with sdk_client(bare_app, mode) as bare, sdk_client(app, mode) as wrapped:
         bare_tools = await bare.list_tools()
         wrapped_tools = await wrapped.list_tools()
         bare_whoami = await bare.call_tool("whoami", {})

@@ -10,6 +10,8 @@ span is named by it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from mcp.server.mcpserver import MCPServer
@@ -72,11 +74,8 @@ SHAPES = [
 
 def who(http: httpx.Client, era: str, conversation: str | None) -> str:
     client = LegacyClient(http, "") if era == "2025" else ModernClient(http, "")
-    if conversation is None:
-        _, message = client.call_tool("who")
-    else:
-        _, message = client.call_tool("who", X_Toy_Conversation=conversation)
-    return tool_text(message)
+    headers: dict[str, Any] = {} if conversation is None else {"X_Toy_Conversation": conversation}
+    return tool_text(client.call_tool("who", **headers)[1])
 
 
 @pytest.mark.parametrize(("json_response", "era"), SHAPES)

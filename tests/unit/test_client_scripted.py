@@ -45,9 +45,6 @@ class ScriptedServer:
         self.deleted: list[str] = []
         self.requests: list[tuple[httpx2.Headers, Any]] = []
 
-    def token(self, n: int) -> str:
-        return f"tok-{n}"
-
     async def __call__(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
         self.requests.append((request.headers, body))
@@ -65,7 +62,7 @@ class ScriptedServer:
         method = message["method"]
         if method == "sessions/create":
             self.created += 1
-            return rpc_result(message, {"session": {"sessionId": self.token(self.created), "expiresAt": FUTURE}})
+            return rpc_result(message, {"session": {"sessionId": f"tok-{self.created}", "expiresAt": FUTURE}})
         if method == "sessions/delete":
             self.deleted.append(sent_session(message)["sessionId"])
             return rpc_result(message, {})
@@ -100,8 +97,7 @@ def sse(*messages: Any) -> bytes:
 
 
 def call(name: str = "count", /, id: Any = 1, **meta: Any) -> dict[str, Any]:
-    body = modern_request("tools/call", {"name": name, "arguments": {}}, id=id, meta=meta or None)
-    return body
+    return modern_request("tools/call", {"name": name, "arguments": {}}, id=id, meta=meta or None)
 
 
 async def post(
@@ -210,8 +206,7 @@ async def test_accept_encoding_is_cut_to_what_the_shim_can_read() -> None:
 
 async def test_a_gzip_json_echo_is_read_and_the_caller_gets_the_bytes_as_sent() -> None:
     def script(body: Any) -> httpx2.Response | None:
-        payload = json.dumps(ScriptedServer().result(body) | {"id": body["id"]}).encode()
-        message = json.loads(payload)
+        message = ScriptedServer().result(body)
         message["result"]["_meta"] = {SESSION_KEY: {"sessionId": "tok-1", "state": "zipped"}}
         compressed = gzip.compress(json.dumps(message).encode())
         return httpx2.Response(
