@@ -21,11 +21,6 @@ from .conftest import ACTIVE, EXP, IDLE_EXPIRED, NOW, REVOKED, Backend
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def store(backend: Backend) -> SessionStore:
-    return backend.store
-
-
 # -- creation stores nothing -------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ so that no store's own clock-driven cleanup can meet these records.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ from mcp_sessions.stores import _sqlite as sqlite_store
 from mcp_sessions.stores._sqlite import delete_expired, open_connection
 from unit._instants import after, before
 
-from .conftest import ACTIVE, IDLE_EXPIRED, NOW, REVOKED, Backend, unique_prefix
+from .conftest import ACTIVE, IDLE_EXPIRED, NOW, REVOKED, Closing, unique_prefix
 
 pytestmark = pytest.mark.anyio
 
@@ -42,11 +42,6 @@ PROBES = pytest.mark.parametrize(
     [(before, ACTIVE), (lambda at: at, ACTIVE), (after, IDLE_EXPIRED)],
     ids=["just-before", "at", "just-after"],
 )
-
-
-@pytest.fixture
-def store(backend: Backend) -> SessionStore:
-    return backend.store
 
 
 # -- idle: from the last use, and from issued_at without a record -------------------------------------
@@ -112,23 +107,15 @@ INTERVAL = 1.0  # touch_interval; with idle_ttl = 60 the stores use min(1.0, 60 
 
 
 @pytest.fixture(params=["redis", "sqlite"])
-async def slack_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionStore]:
+async def slack_store(request: pytest.FixtureRequest, tmp_path: Path, closing: Closing) -> SessionStore:
     """A store that writes the idle clock at most once a second (Memory writes it on every touch)."""
-    store: SessionStore
     if request.param == "redis":
-        server = request.getfixturevalue("redis")
+        url = request.getfixturevalue("redis").url
         store = RedisStore(
-            server.url,
-            prefix=unique_prefix(),
-            touch_interval=INTERVAL,
-            expiry_margin=0,
-            timeout=5,
-            connect_timeout=5,
+            url, prefix=unique_prefix(), touch_interval=INTERVAL, expiry_margin=0, timeout=5, connect_timeout=5
         )
-    else:
-        store = SQLiteStore(tmp_path / "sessions.db", touch_interval=INTERVAL)
-    yield store
-    await store.aclose()
+        return closing(store)
+    return closing(SQLiteStore(tmp_path / "sessions.db", touch_interval=INTERVAL))
 
 
 @PROBES

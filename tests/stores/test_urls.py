@@ -20,6 +20,8 @@ from mcp_sessions.stores import (
     store_from_url,
 )
 
+from .conftest import Closing
+
 pytestmark = pytest.mark.anyio
 
 
@@ -183,20 +185,14 @@ def test_the_subscription_bus_client_refuses_them_too() -> None:
     assert "hunter2" not in str(info.value)
 
 
-async def test_a_url_with_accepted_parameters_works(redis: RedisServer) -> None:
+async def test_a_url_with_accepted_parameters_works(redis: RedisServer, closing: Closing) -> None:
     url = f"redis://127.0.0.1:{redis.port}?db=3&health_check_interval=5&socket_keepalive=true&socket_read_size=65536"
-    store = store_from_url(url, prefix="accepted:")
-    try:
-        await store.ping()
-        await store.set("s1", "k", "v", expires_at=time.time() + 60)
-        assert await store.get("s1", "k") == "v"
-    finally:
-        await store.aclose()
-    client = aioredis.Redis(port=redis.port, db=3, decode_responses=True)
-    try:
+    store = closing(store_from_url(url, prefix="accepted:"))
+    await store.ping()
+    await store.set("s1", "k", "v", expires_at=time.time() + 60)
+    assert await store.get("s1", "k") == "v"
+    async with aioredis.Redis(port=redis.port, db=3, decode_responses=True) as client:
         assert [key async for key in client.scan_iter("accepted:*")]  # ?db=3 reached redis-py
-    finally:
-        await client.aclose()
 
 
 _VALUES = {
