@@ -118,9 +118,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
             end_process(server.process)
 
 
-# -- one conversation ------------------------------------------------------------------------------
-
-
 @dataclass
 class Tally:
     requests: int = 0
@@ -216,9 +213,6 @@ def measure(servers: list[Server], sessions: int, calls: int) -> tuple[Tally, fl
     started = time.monotonic()
     tally = anyio.run(workload, servers, sessions, calls)
     return tally, time.monotonic() - started
-
-
-# -- the tests -------------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(300)

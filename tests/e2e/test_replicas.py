@@ -62,9 +62,6 @@ def pair(redis: RedisServer) -> Iterator[list[Replica]]:
         yield started
 
 
-# -- one session, every replica ---------------------------------------------------------------------------
-
-
 def test_a_session_created_on_a_works_on_b(http: httpx.Client, pair: list[Replica]) -> None:
     a, b = clients(http, pair)
     session = a.create_session()
@@ -89,9 +86,6 @@ def test_a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: list[Re
     a_delete_on_b_is_refused_on_a_at_once(http, pair)
 
 
-# -- the SDK client ---------------------------------------------------------------------------------------------
-
-
 @pytest.mark.anyio
 async def test_the_sdk_client_across_replicas(pair: list[Replica]) -> None:
     async with Client(pair[0].url + MCP_PATH) as on_a, Client(pair[1].url + MCP_PATH) as on_b:
@@ -108,9 +102,6 @@ async def test_the_sdk_client_across_replicas(pair: list[Replica]) -> None:
         with pytest.raises(MCPError) as raised:
             await on_a.call_tool("count", {}, meta=meta)
     assert raised.value.code == SESSION_NOT_FOUND
-
-
-# -- Redis down, then back --------------------------------------------------------------------------------------
 
 
 def test_redis_outage_is_retryable_and_ends_without_a_restart(
@@ -150,9 +141,6 @@ def test_redis_outage_is_retryable_and_ends_without_a_restart(
     assert count(a, fresh) == 1
 
 
-# -- idle expiry ----------------------------------------------------------------------------------------------------
-
-
 def test_idle_expiry_ends_an_unused_session_on_both_replicas(http: httpx.Client, redis: RedisServer) -> None:
     environ = base_environ(redis, MCP_SESSIONS_IDLE_TTL="2", QUICKSTART_JSON="1")
     with served_replicas(environ, environ) as started:  # what expires is in Redis: the replicas may share a process
@@ -168,9 +156,6 @@ def test_idle_expiry_ends_an_unused_session_on_both_replicas(http: httpx.Client,
         refused(a, unused)
         refused(a, used)
         refused(b, used)
-
-
-# -- rolling key rotation ----------------------------------------------------------------------------------------------
 
 
 def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Client, redis: RedisServer) -> None:

@@ -49,9 +49,6 @@ def outcome(response: httpx.Response, message: dict[str, Any]) -> int | None:
     return int(tool_text(message))
 
 
-# -- Cluster -----------------------------------------------------------------------------------------------
-
-
 PREFIX = f"cluster-{uuid.uuid4().hex[:6]}:"
 
 
@@ -135,9 +132,6 @@ def test_a_lost_node_costs_only_its_own_sessions_and_returns(
         for index in (1, 2):
             assert outcome(*replica.call_tool("count", session=session_meta(by_node[index]))) is not None
         assert outcome(*replica.call_tool("count", session=session_meta(by_node[0]))) is not None
-
-
-# -- Sentinel ------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(180)

@@ -44,9 +44,6 @@ PROBES = pytest.mark.parametrize(
 )
 
 
-# -- idle: from the last use, and from issued_at without a record -------------------------------------
-
-
 @PROBES
 @pytest.mark.parametrize("idle_ttl", IDLE_TTLS)
 async def test_idle_expiry_from_the_last_use(
@@ -68,9 +65,6 @@ async def test_idle_expiry_of_the_first_use_counts_from_issued_at(
     """Pinned: no record; a first use at ``issued_at + idle_ttl`` is alive, one float later it is idle-expired."""
     now = probe(issued_at + idle_ttl)
     assert await store.touch("s1", expires_at=NOW + 7200, now=now, idle_ttl=idle_ttl, issued_at=issued_at) is expected
-
-
-# -- absolute expiry: a record is honoured until expires_at ---------------------------------------------
 
 
 async def test_a_tombstone_is_honoured_until_the_last_instant_before_expires_at(store: SessionStore) -> None:
@@ -100,8 +94,6 @@ async def test_memory_and_sqlite_forget_a_record_at_expires_at(store: SessionSto
     assert await store.touch("used", now=expires_at - 50, **touch) is ACTIVE
     assert await store.touch("used", now=expires_at, **touch) is IDLE_EXPIRED  # 120 s from issued_at again
 
-
-# -- a touch interval: the slack it adds, and when the clock moves -------------------------------------
 
 INTERVAL = 1.0  # touch_interval; with idle_ttl = 60 the stores use min(1.0, 60 / 10) = 1.0
 
@@ -146,9 +138,6 @@ async def test_the_idle_clock_moves_once_a_full_interval_has_passed(
     assert await slack_store.touch("s1", now=NOW + 10, **touch) is ACTIVE
     assert await slack_store.touch("s1", now=second_use, **touch) is ACTIVE
     assert await slack_store.touch("s1", now=NOW + 10 + 62, **touch) is expected
-
-
-# -- the stores' own clean-up at the boundary ----------------------------------------------------------
 
 
 async def test_the_memory_store_evicts_a_record_from_expires_at_on_not_before() -> None:

@@ -86,9 +86,6 @@ def test_max_sessions_must_be_a_positive_integer(cap: Any) -> None:
         MemoryStore(max_sessions=cap)
 
 
-# -- bounded work ---------------------------------------------------------------------------------------
-
-
 class NoScan(dict[str, Any]):
     """The store's record dict, refusing to be walked: a scan per request would raise here."""
 
@@ -133,9 +130,6 @@ async def test_eviction_visits_each_expired_record_once() -> None:
         await store.set(f"new{i}", "k", 1, expires_at=now + 3600)
     assert len(store) == 10_000
     assert store._examined - before <= 5_000  # each expired record is looked at once, in total
-
-
-# -- the warning in worker processes --------------------------------------------------------------------
 
 
 def make_a_store_in_a_worker(log_path: str) -> None:

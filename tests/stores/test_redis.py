@@ -41,9 +41,6 @@ async def raw(redis: RedisServer) -> AsyncIterator[aioredis.Redis]:
     await client.aclose()
 
 
-# -- Redis: layout and expiry -------------------------------------------------------------------------
-
-
 async def test_key_layout_hash_tags_and_ttls(redis_store: RedisStore, raw: aioredis.Redis) -> None:
     await redis_store.touch("sid-1", expires_at=EXP, now=NOW + 1, idle_ttl=60, issued_at=NOW)
     await redis_store.set("sid-1", "k", {"v": 1}, expires_at=EXP)
@@ -126,9 +123,6 @@ async def test_the_hot_path_is_one_command(redis_store: RedisStore, monkeypatch:
     assert sent == ["EVALSHA"] * 5 + ["GET"]
 
 
-# -- Redis: update under contention ----------------------------------------------------------------
-
-
 async def test_update_gives_up_after_bounded_attempts_under_constant_contention(
     redis: RedisServer, closing: Closing
 ) -> None:
@@ -156,9 +150,6 @@ async def test_incr_refuses_what_redis_cannot_count(redis_store: RedisStore) -> 
     assert await redis_store.get("s1", "n") == 2**63 - 1
     with pytest.raises(OverflowError, match="64-bit"):
         await redis_store.incr("s1", "m", 2**64, expires_at=EXP)
-
-
-# -- Redis: failure --------------------------------------------------------------------------------------
 
 
 OPERATIONS: dict[str, Callable[[RedisStore], Awaitable[Any]]] = {
@@ -288,9 +279,6 @@ async def test_failures_say_nothing_of_the_host_to_clients_and_everything_to_the
     assert "hunter2" not in record.getMessage()
 
 
-# -- construction ------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(
     ("args", "options", "message"),
     [
@@ -353,8 +341,6 @@ def test_a_store_moved_to_another_event_loop_fails_as_unavailable_then_works(red
     assert outcomes[1] in (ACTIVE, "redis failed: RuntimeError")
     assert outcomes[2] is ACTIVE
 
-
-# -- Redis: restarts ----------------------------------------------------------------------------------------
 
 CLIENTS = 20
 

@@ -176,9 +176,6 @@ async def test_a_closed_store_is_unavailable(tmp_path: Path) -> None:
         await store.ping()
 
 
-# -- three uvicorn workers, one file ------------------------------------------------------------------------
-
-
 @contextlib.contextmanager
 def fresh(url: str) -> Iterator[ModernClient]:
     """A client on a new connection: the kernel hands it to any of the workers."""

@@ -287,9 +287,6 @@ async def test_after_a_cluster_failover_the_same_buses_deliver_from_the_promoted
         assert all(ResourceUpdated(uri="note://after") not in stream.events for stream in others)
 
 
-# -- Sentinel ------------------------------------------------------------------------------------------------
-
-
 @pytest.mark.timeout(120)
 async def test_after_a_sentinel_failover_the_same_buses_deliver_again(sentinels: SentinelGroup, prefix: str) -> None:
     async with buses(sentinels.url, prefix, timeout=1.0) as (a, b):
