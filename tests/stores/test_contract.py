@@ -1,5 +1,4 @@
-"""The store contract, run against every store (see ``backend`` in conftest.py): sessions, revocation,
-idle expiry, tombstone lifetime, data, atomicity, listing, readiness.
+"""The store contract, run against every store (see ``backend`` in conftest.py).
 
 Times are passed in (``now``), except where a store must see time pass (tombstone lifetime).
 """

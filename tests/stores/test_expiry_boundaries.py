@@ -36,7 +36,6 @@ pytestmark = pytest.mark.anyio
 IDLE_TTLS = [60, 90.25, 0.5]
 
 
-# An idle boundary probed at the last float before it, at it, and at the first float after it.
 PROBES = pytest.mark.parametrize(
     ("probe", "expected"),
     [(before, ACTIVE), (lambda at: at, ACTIVE), (after, IDLE_EXPIRED)],

@@ -36,9 +36,8 @@ async def redis_store(redis: RedisServer, closing: Closing) -> RedisStore:
 @pytest.fixture
 async def raw(redis: RedisServer) -> AsyncIterator[aioredis.Redis]:
     """A plain client, to look at what the store wrote."""
-    client = aioredis.Redis.from_url(redis.url, decode_responses=True)
-    yield client
-    await client.aclose()
+    async with aioredis.Redis.from_url(redis.url, decode_responses=True) as client:
+        yield client
 
 
 async def test_key_layout_hash_tags_and_ttls(redis_store: RedisStore, raw: aioredis.Redis) -> None:
@@ -212,13 +211,9 @@ async def test_a_silent_server_is_unavailable_within_the_timeout(
 async def test_a_user_supplied_client_is_bounded_by_the_store_timeout(silent_server: int) -> None:
     # This client would wait forever; the store's own deadline still ends the call.
     client = aioredis.Redis(host="127.0.0.1", port=silent_server, socket_timeout=None, socket_connect_timeout=None)
-    store = RedisStore(client=client, timeout=0.1)
-    try:
+    async with client:
         with pytest.raises(SessionStoreUnavailable, match=r"did not answer within 0.1 s"):
-            await store.touch("s1", expires_at=EXP, now=NOW, idle_ttl=None)
-    finally:
-        await store.aclose()
-        await client.aclose()
+            await RedisStore(client=client, timeout=0.1).touch("s1", expires_at=EXP, now=NOW, idle_ttl=None)
 
 
 async def test_a_user_supplied_client_works_without_decoding_and_stays_open(redis: RedisServer) -> None:
@@ -345,7 +340,7 @@ def test_a_store_moved_to_another_event_loop_fails_as_unavailable_then_works(red
 CLIENTS = 20
 
 
-async def one_round(store: RedisStore, round_: int) -> list[BaseException | int]:
+async def one_round(store: RedisStore) -> list[BaseException | int]:
     """Each of 20 concurrent clients touches its session and counts once; the counts or the errors."""
 
     async def client(i: int) -> int:
@@ -369,16 +364,16 @@ async def test_a_redis_restart_costs_nothing_once_redis_answers(during_the_outag
             store = RedisStore(client=client, touch_interval=0)
         try:
             for round_ in range(3):  # every client holds a pooled connection now
-                assert await one_round(store, round_) == [round_ + 1] * CLIENTS
+                assert await one_round(store) == [round_ + 1] * CLIENTS
             # In threads: the event loop runs on meanwhile, as a server's does (it sees the old connections close).
             await asyncio.to_thread(server.stop)
             if during_the_outage == "requests":
-                outcomes = await one_round(store, 0)
+                outcomes = await one_round(store)
                 assert all(isinstance(o, SessionStoreUnavailable) for o in outcomes)
             await asyncio.to_thread(server.start)  # returns once the new server answers PING; it is empty
             for round_ in range(5):
                 # Not one failure, and never a double count: a command is sent once or not at all.
-                assert await one_round(store, round_) == [round_ + 1] * CLIENTS
+                assert await one_round(store) == [round_ + 1] * CLIENTS
         finally:
             await store.aclose()
             if client is not None:

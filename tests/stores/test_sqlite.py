@@ -1,6 +1,4 @@
-"""SQLiteStore alone: shared by processes, across restarts, bounded cleanup, lock waits off the event loop,
-and three uvicorn workers sharing one file. The contract it shares with every store is in test_contract.py.
-"""
+"""SQLiteStore alone; the contract it shares with every store is in test_contract.py."""
 
 from __future__ import annotations
 
