@@ -33,6 +33,13 @@ class Backend:
     footprint: Callable[[], int]
 
 
+def sqlite_records(path: Path) -> int:
+    """The rows in a SQLite store's file: its sessions' and their data's."""
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        query = "SELECT (SELECT count(*) FROM sessions) + (SELECT count(*) FROM data)"
+        return int(connection.execute(query).fetchone()[0])
+
+
 @contextlib.contextmanager
 def open_backend(name: str, directory: Path) -> Iterator[Backend]:
     """``name``'s backend: one ``MemoryStore``, a real SQLite file, or a real redis-server of its own."""
@@ -41,13 +48,7 @@ def open_backend(name: str, directory: Path) -> Iterator[Backend]:
         yield Backend(name, lambda: memory, lambda: len(memory))
     elif name == "sqlite":
         path = directory / "sessions.db"
-
-        def rows() -> int:
-            with contextlib.closing(sqlite3.connect(path)) as connection:
-                query = "SELECT (SELECT count(*) FROM sessions) + (SELECT count(*) FROM data)"
-                return int(connection.execute(query).fetchone()[0])
-
-        yield Backend(name, lambda: SQLiteStore(path, touch_interval=0), rows)
+        yield Backend(name, lambda: SQLiteStore(path, touch_interval=0), lambda: sqlite_records(path))
     else:
         with redis_server() as server:
             prefix = f"budget-{uuid.uuid4().hex[:8]}:"

@@ -1,10 +1,6 @@
 """Real stores that fail as deployments see them fail, for the tests of what the middleware answers then.
 
-A ``MemoryStore`` at its ``max_sessions``; a SQLite file that cannot grow (``SQLITE_FULL``,
-what a full disk gives), one that is read-only (immutable for root, whom file modes do not
-stop; mode 0400 otherwise), one whose write lock another connection holds (``BEGIN
-EXCLUSIVE``); and a redis-server stopped after the store reached it. No mocks: each fails
-inside the real client library, as it would in production.
+No mocks: each fails inside the real client library, as it would in production.
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ from _redis import missing, redis_server
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStore, SessionStoreUnavailable, SQLiteStore
 
 HOUR: Final = 3600.0
+KINDS: Final = ["memory-full", "sqlite-full", "sqlite-read-only", "sqlite-locked", "redis-stopped"]
 LOCK_WAIT: Final = 0.05
 """The SQLite stores' busy timeout: a locked file refuses a write after this long."""
 
@@ -112,18 +109,27 @@ def stopped_redis() -> Iterator[RedisStore]:
 
 
 @contextlib.contextmanager
+def failing_store(kind: str, directory: Path) -> Iterator[SessionStore]:
+    """A store of ``kind`` (one of :data:`KINDS`) in ``directory``, closed when the block ends."""
+    with contextlib.ExitStack() as stack:
+        if kind == "memory-full":
+            store: SessionStore = anyio.run(filled_memory)
+        elif kind == "sqlite-full":
+            store = anyio.run(filled_sqlite, directory / "full.db")
+        elif kind == "sqlite-read-only":
+            store = stack.enter_context(read_only_sqlite(directory / "read-only.db"))
+        elif kind == "sqlite-locked":
+            store = stack.enter_context(locked_sqlite(directory / "locked.db"))
+        else:
+            store = stack.enter_context(stopped_redis())
+        try:
+            yield store
+        finally:
+            anyio.run(store.aclose)
+
+
+@contextlib.contextmanager
 def failing_stores(directory: Path) -> Iterator[dict[str, SessionStore]]:
     """One store of each failing kind, by name, in ``directory``; each closed when the block ends."""
     with contextlib.ExitStack() as stack:
-        built: dict[str, SessionStore] = {
-            "memory-full": anyio.run(filled_memory),
-            "sqlite-full": anyio.run(filled_sqlite, directory / "full.db"),
-            "sqlite-read-only": stack.enter_context(read_only_sqlite(directory / "read-only.db")),
-            "sqlite-locked": stack.enter_context(locked_sqlite(directory / "locked.db")),
-            "redis-stopped": stack.enter_context(stopped_redis()),
-        }
-        try:
-            yield built
-        finally:
-            for store in built.values():
-                anyio.run(store.aclose)
+        yield {kind: stack.enter_context(failing_store(kind, directory)) for kind in KINDS}

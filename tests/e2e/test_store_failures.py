@@ -14,15 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from examples.quickstart import build_app
 from starlette.types import Scope
 
 from _backends import closing_store as closing
-from _failing_stores import filled_memory, locked_sqlite, read_only_sqlite
-from _mcp import answer, modern_headers, modern_request
+from _failing_stores import failing_store
+from _mcp import SESSION_KEY, answer, modern_headers, modern_request
 from conftest import SECRET, serve
 from mcp_sessions.stores import SessionStore
 
@@ -48,36 +47,13 @@ def post_modern(http: httpx.Client, url: str, method: str, params: dict[str, Any
     return http.post(url + "/mcp", json=body, headers=modern_headers(body, **ALICE))
 
 
-def opened(http: httpx.Client, url: str) -> dict[str, Any]:
-    """A draft session of alice's, as a request names it."""
-    created = answer(post_modern(http, url, "sessions/create", {}))
-    return {"sessionId": created["result"]["session"]["sessionId"]}
-
-
-def unavailable(response: httpx.Response) -> None:
-    assert response.status_code == 503, response.text
-    assert response.headers["retry-after"] == "1"
-    assert answer(response)["error"]["code"] == -32010
-
-
-@contextlib.contextmanager
-def failing(kind: str, directory: Path) -> Iterator[SessionStore]:
-    if kind == "memory-full":
-        yield anyio.run(filled_memory)
-    elif kind == "sqlite-read-only":
-        with read_only_sqlite(directory / "sessions.db") as store:
-            yield store
-    else:
-        with locked_sqlite(directory / "sessions.db") as store:
-            yield store
-
-
 @pytest.mark.parametrize("kind", ["memory-full", "sqlite-read-only", "sqlite-locked"])
 def test_a_tool_whose_data_write_fails_gets_a_tool_error_and_session_methods_the_retryable_one(
     kind: str, tmp_path: Path
 ) -> None:
-    with failing(kind, tmp_path) as store, served(store) as (http, url):
-        meta = {"io.modelcontextprotocol/session": opened(http, url)}  # stores nothing: a failing store opens it
+    with failing_store(kind, tmp_path) as store, served(store) as (http, url):
+        created = answer(post_modern(http, url, "sessions/create", {}))  # stores nothing: a failing store opens it
+        meta = {SESSION_KEY: {"sessionId": created["result"]["session"]["sessionId"]}}
         counted = post_modern(http, url, "tools/call", {"name": "count", "arguments": {}}, **meta)
         assert counted.status_code == 200, counted.text
         result = answer(counted)["result"]
@@ -87,4 +63,6 @@ def test_a_tool_whose_data_write_fails_gets_a_tool_error_and_session_methods_the
         if kind == "memory-full":  # a deletion is recorded even past the cap: never forgotten
             assert deleted.status_code == 200 and answer(deleted)["result"] == {"resultType": "complete"}
         else:
-            unavailable(deleted)
+            assert deleted.status_code == 503, deleted.text
+            assert deleted.headers["retry-after"] == "1"
+            assert answer(deleted)["error"]["code"] == -32010

@@ -1,14 +1,6 @@
 """Two replicas of the quickstart on Redis past one node: a real 3-master Cluster (``redis+cluster://``) and a
 real master, replica and three Sentinels (``redis+sentinel://``). What is tested is the store's topology, so each
 replica is the quickstart built from its environment on a real uvicorn in a thread of this process.
-
-On the Cluster: one session on every replica, exact counts under concurrency, a delete seen
-by the other replica at once; a master killed and restarted costs its own sessions the
-retryable -32010 (HTTP 503, Retry-After) while it is down, and nothing else. Under Sentinel, and
-on a Cluster with a replica behind each master: the session's master is killed amid its requests;
-each answer is a success or exactly the retryable -32010 until the replica is promoted (by the
-Sentinels, or by the Cluster itself), and every request succeeds after it, with the data the
-replica had, without restarting anything.
 """
 
 from __future__ import annotations
@@ -49,23 +41,13 @@ def outcome(response: httpx.Response, message: dict[str, Any]) -> int | None:
     return int(tool_text(message))
 
 
-# -- Cluster -----------------------------------------------------------------------------------------------
-
-
 PREFIX = f"cluster-{uuid.uuid4().hex[:6]}:"
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ClusterServers]:
-    with redis_cluster() as servers:
-        yield servers
 
 
 @pytest.fixture(scope="module")
 def pair(cluster: ClusterServers) -> Iterator[list[ServedReplica]]:
     """Replicas A (JSON responses) and B (SSE responses) on the one Cluster."""
-    common = environ(cluster.url, PREFIX)
-    with served_json_and_sse(common) as started:
+    with served_json_and_sse(environ(cluster.url, PREFIX)) as started:
         yield started
 
 
@@ -135,9 +117,6 @@ def test_a_lost_node_costs_only_its_own_sessions_and_returns(
         for index in (1, 2):
             assert outcome(*replica.call_tool("count", session=session_meta(by_node[index]))) is not None
         assert outcome(*replica.call_tool("count", session=session_meta(by_node[0]))) is not None
-
-
-# -- Sentinel ------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(180)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
+from _backends import sqlite_records
 from _redis import RedisServer, redis_server, valkey_server_binary
 from _redis_topologies import ClusterServers, SentinelGroup
 from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionStore, SQLiteStore
@@ -20,6 +20,23 @@ from mcp_sessions.stores import MemoryStore, RedisStore, SessionStatus, SessionS
 NOW = 1_900_000_000.0  # years ahead of the wall clock: no store's own clean-up meets the records the tests write
 EXP = NOW + 3600
 ACTIVE, REVOKED, IDLE_EXPIRED = SessionStatus.ACTIVE, SessionStatus.REVOKED, SessionStatus.IDLE_EXPIRED
+S = TypeVar("S", bound=SessionStore)
+
+
+class Closing(list[SessionStore]):
+    """The stores a test opened, closed when it ends (in its event loop): ``store = closing(RedisStore(...))``."""
+
+    def __call__(self, store: S) -> S:
+        self.append(store)
+        return store
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[Closing]:
+    opened = Closing()
+    yield opened
+    for store in opened:
+        await store.aclose()
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +74,8 @@ class Backend:
 
 
 @pytest.fixture(params=["memory", "redis", "sqlite", "valkey", "redis-cluster", "redis-sentinel"])
-async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+async def backend(request: pytest.FixtureRequest, tmp_path: Path, closing: Closing) -> AsyncIterator[Backend]:
     """Each store, tuned to write its idle clock on every touch and to keep nothing past a session's expiry."""
-    opened: list[SessionStore] = []
     if request.param == "memory":
         memory = MemoryStore()
 
@@ -76,9 +92,9 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             # Generous deadlines: the contract is about what the store does, and 50 concurrent calls open
             # a pool's connections at once, which on a loaded machine can take longer than the default
             # 0.25 s connect timeout. The default deadlines have tests of their own (test_redis.py).
-            store = RedisStore(url, prefix=prefix, touch_interval=0, expiry_margin=0, timeout=5, connect_timeout=5)
-            opened.append(store)
-            return store
+            return closing(
+                RedisStore(url, prefix=prefix, touch_interval=0, expiry_margin=0, timeout=5, connect_timeout=5)
+            )
 
         async def redis_footprint() -> int:
             if isinstance(raw, RedisCluster):  # every master's keys, not one node's
@@ -91,17 +107,14 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         path = tmp_path / "sessions.db"
 
         def open_sqlite() -> SessionStore:
-            store = SQLiteStore(path, touch_interval=0)
-            opened.append(store)
-            return store
-
-        first = open_sqlite()
+            return closing(SQLiteStore(path, touch_interval=0))
 
         async def sqlite_footprint() -> int:
-            with contextlib.closing(sqlite3.connect(path)) as connection:
-                query = "SELECT (SELECT count(*) FROM sessions) + (SELECT count(*) FROM data)"
-                return int(connection.execute(query).fetchone()[0])
+            return sqlite_records(path)
 
-        yield Backend("sqlite", first, sqlite_footprint, open_sqlite)
-    for store in opened:
-        await store.aclose()
+        yield Backend("sqlite", open_sqlite(), sqlite_footprint, open_sqlite)
+
+
+@pytest.fixture
+def store(backend: Backend) -> SessionStore:
+    return backend.store

@@ -1,5 +1,4 @@
-"""The store contract, run against every store (see ``backend`` in conftest.py): sessions, revocation,
-idle expiry, tombstone lifetime, data, atomicity, listing, readiness.
+"""The store contract, run against every store (see ``backend`` in conftest.py).
 
 Times are passed in (``now``), except where a store must see time pass (tombstone lifetime).
 """
@@ -19,14 +18,6 @@ from mcp_sessions.stores import SessionStatus, SessionStore
 from .conftest import ACTIVE, EXP, IDLE_EXPIRED, NOW, REVOKED, Backend
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def store(backend: Backend) -> SessionStore:
-    return backend.store
-
-
-# -- creation stores nothing -------------------------------------------------------------------------
 
 
 async def test_touches_without_idle_timeout_store_nothing(backend: Backend) -> None:
@@ -63,9 +54,6 @@ async def test_the_idle_clock_of_a_session_without_a_record_starts_at_issued_at(
 async def test_an_idle_expired_session_without_a_record_stays_expired(store: SessionStore) -> None:
     assert await store.touch("s1", expires_at=EXP, now=NOW + 61, idle_ttl=60, issued_at=NOW) is IDLE_EXPIRED
     assert await store.touch("s1", expires_at=EXP, now=NOW + 62, idle_ttl=60, issued_at=NOW) is IDLE_EXPIRED
-
-
-# -- revocation --------------------------------------------------------------------------------------
 
 
 async def test_touch_then_revoke(store: SessionStore) -> None:
@@ -128,9 +116,6 @@ async def test_a_tombstone_lives_until_the_token_expires_and_no_longer(store: Se
 
     await until(forgotten, "the tombstone forgotten after the token's expiry")
     assert await store.revoke("s1", expires_at=time.time() + 60) is True  # nothing was left of the old one
-
-
-# -- data --------------------------------------------------------------------------------------------
 
 
 async def test_get_set_delete_items(store: SessionStore) -> None:
@@ -215,9 +200,6 @@ async def test_sessions_do_not_share_data(store: SessionStore) -> None:
     assert await store.get("s2", "k") == 2
 
 
-# -- atomicity ---------------------------------------------------------------------------------------
-
-
 async def test_incr_and_update_are_atomic_under_concurrent_tasks(store: SessionStore) -> None:
     start = asyncio.Event()
 
@@ -257,9 +239,6 @@ async def test_two_stores_on_one_backend_count_and_revoke_together(backend: Back
     assert await replicas[1].revoke("s1", expires_at=EXP) is True
     assert await replicas[0].touch("s1", expires_at=EXP, now=NOW, idle_ttl=None) is REVOKED
     assert await replicas[0].revoke("s1", expires_at=EXP) is False
-
-
-# -- the rest ----------------------------------------------------------------------------------------
 
 
 async def test_ping_answers(store: SessionStore) -> None:

@@ -19,7 +19,7 @@ so that no store's own clock-driven cleanup can meet these records.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,27 +29,18 @@ from mcp_sessions.stores import _sqlite as sqlite_store
 from mcp_sessions.stores._sqlite import delete_expired, open_connection
 from unit._instants import after, before
 
-from .conftest import ACTIVE, IDLE_EXPIRED, NOW, REVOKED, Backend, unique_prefix
+from .conftest import ACTIVE, IDLE_EXPIRED, NOW, REVOKED, Closing, unique_prefix
 
 pytestmark = pytest.mark.anyio
 
 IDLE_TTLS = [60, 90.25, 0.5]
 
 
-# An idle boundary probed at the last float before it, at it, and at the first float after it.
 PROBES = pytest.mark.parametrize(
     ("probe", "expected"),
     [(before, ACTIVE), (lambda at: at, ACTIVE), (after, IDLE_EXPIRED)],
     ids=["just-before", "at", "just-after"],
 )
-
-
-@pytest.fixture
-def store(backend: Backend) -> SessionStore:
-    return backend.store
-
-
-# -- idle: from the last use, and from issued_at without a record -------------------------------------
 
 
 @PROBES
@@ -73,9 +64,6 @@ async def test_idle_expiry_of_the_first_use_counts_from_issued_at(
     """Pinned: no record; a first use at ``issued_at + idle_ttl`` is alive, one float later it is idle-expired."""
     now = probe(issued_at + idle_ttl)
     assert await store.touch("s1", expires_at=NOW + 7200, now=now, idle_ttl=idle_ttl, issued_at=issued_at) is expected
-
-
-# -- absolute expiry: a record is honoured until expires_at ---------------------------------------------
 
 
 async def test_a_tombstone_is_honoured_until_the_last_instant_before_expires_at(store: SessionStore) -> None:
@@ -106,29 +94,19 @@ async def test_memory_and_sqlite_forget_a_record_at_expires_at(store: SessionSto
     assert await store.touch("used", now=expires_at, **touch) is IDLE_EXPIRED  # 120 s from issued_at again
 
 
-# -- a touch interval: the slack it adds, and when the clock moves -------------------------------------
-
 INTERVAL = 1.0  # touch_interval; with idle_ttl = 60 the stores use min(1.0, 60 / 10) = 1.0
 
 
 @pytest.fixture(params=["redis", "sqlite"])
-async def slack_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SessionStore]:
+async def slack_store(request: pytest.FixtureRequest, tmp_path: Path, closing: Closing) -> SessionStore:
     """A store that writes the idle clock at most once a second (Memory writes it on every touch)."""
-    store: SessionStore
     if request.param == "redis":
-        server = request.getfixturevalue("redis")
+        url = request.getfixturevalue("redis").url
         store = RedisStore(
-            server.url,
-            prefix=unique_prefix(),
-            touch_interval=INTERVAL,
-            expiry_margin=0,
-            timeout=5,
-            connect_timeout=5,
+            url, prefix=unique_prefix(), touch_interval=INTERVAL, expiry_margin=0, timeout=5, connect_timeout=5
         )
-    else:
-        store = SQLiteStore(tmp_path / "sessions.db", touch_interval=INTERVAL)
-    yield store
-    await store.aclose()
+        return closing(store)
+    return closing(SQLiteStore(tmp_path / "sessions.db", touch_interval=INTERVAL))
 
 
 @PROBES
@@ -159,9 +137,6 @@ async def test_the_idle_clock_moves_once_a_full_interval_has_passed(
     assert await slack_store.touch("s1", now=NOW + 10, **touch) is ACTIVE
     assert await slack_store.touch("s1", now=second_use, **touch) is ACTIVE
     assert await slack_store.touch("s1", now=NOW + 10 + 62, **touch) is expected
-
-
-# -- the stores' own clean-up at the boundary ----------------------------------------------------------
 
 
 async def test_the_memory_store_evicts_a_record_from_expires_at_on_not_before() -> None:

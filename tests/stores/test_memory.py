@@ -1,10 +1,8 @@
-"""MemoryStore alone: its cap, bounded work at the cap, and the warning in a worker process.
-
-The contract it shares with every store is in test_contract.py.
-"""
+"""MemoryStore alone; the contract it shares with every store is in test_contract.py."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import time
@@ -86,34 +84,19 @@ def test_max_sessions_must_be_a_positive_integer(cap: Any) -> None:
         MemoryStore(max_sessions=cap)
 
 
-# -- bounded work ---------------------------------------------------------------------------------------
-
-
 class NoScan(dict[str, Any]):
     """The store's record dict, refusing to be walked: a scan per request would raise here."""
 
-    def __iter__(self) -> Any:
+    def walked(self) -> Any:
         raise AssertionError("the store walked its records")
 
-    def items(self) -> Any:
-        raise AssertionError("the store walked its records")
-
-    def values(self) -> Any:
-        raise AssertionError("the store walked its records")
-
-    def keys(self) -> Any:
-        raise AssertionError("the store walked its records")
-
-
-async def full_store(size: int) -> MemoryStore:
-    store = MemoryStore(max_sessions=size)
-    await fill(store, size)
-    store._entries = NoScan(store._entries)
-    return store
+    __iter__ = items = values = keys = walked
 
 
 async def test_a_refused_write_at_the_cap_looks_at_no_record() -> None:
-    store = await full_store(1_000)
+    store = MemoryStore(max_sessions=1_000)
+    await fill(store, 1_000)
+    store._entries = NoScan(store._entries)
     before = store._examined
     for i in range(100):
         with pytest.raises(SessionStoreFull):
@@ -133,9 +116,6 @@ async def test_eviction_visits_each_expired_record_once() -> None:
         await store.set(f"new{i}", "k", 1, expires_at=now + 3600)
     assert len(store) == 10_000
     assert store._examined - before <= 5_000  # each expired record is looked at once, in total
-
-
-# -- the warning in worker processes --------------------------------------------------------------------
 
 
 def make_a_store_in_a_worker(log_path: str) -> None:
@@ -169,14 +149,11 @@ def test_no_warning_in_the_main_process(caplog: pytest.LogCaptureFixture) -> Non
 
 def test_a_memory_store_in_gunicorn_workers_warns_in_each() -> None:
     """gunicorn forks its workers (no multiprocessing): its SERVER_SOFTWARE variable gives them away."""
-    server = Workers(2, {"MCP_SESSIONS_SECRET": SECRET}, gunicorn=True)
-    try:
+    with contextlib.closing(Workers(2, {"MCP_SESSIONS_SECRET": SECRET}, gunicorn=True)) as server:
         deadline = time.monotonic() + START_TIMEOUT
         while server.output().count("MemoryStore in a worker process") < 2:
-            assert server.process.poll() is None, server.output()
+            assert server.process is not None and server.process.poll() is None, server.output()
             assert time.monotonic() < deadline, server.output()
             time.sleep(0.1)
         server.stop()
         assert server.output().count("MemoryStore in a worker process") == 2
-    finally:
-        server.close()

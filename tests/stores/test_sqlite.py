@@ -1,6 +1,4 @@
-"""SQLiteStore alone: shared by processes, across restarts, bounded cleanup, lock waits off the event loop,
-and three uvicorn workers sharing one file. The contract it shares with every store is in test_contract.py.
-"""
+"""SQLiteStore alone; the contract it shares with every store is in test_contract.py."""
 
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ from _mcp import SESSION_NOT_FOUND, ModernClient, session_meta, tool_text
 from mcp_sessions.stores import SessionStatus, SessionStoreUnavailable, SQLiteStore
 
 from ._workers import workers
-from .conftest import EXP, NOW
+from .conftest import EXP, NOW, Closing
 
 pytestmark = pytest.mark.anyio
 
@@ -33,22 +31,17 @@ def rows(path: Path, query: str) -> list[Any]:
         return connection.execute(query).fetchall()
 
 
-async def test_everything_survives_a_restart(tmp_path: Path) -> None:
+async def test_everything_survives_a_restart(tmp_path: Path, closing: Closing) -> None:
     path = tmp_path / "s.db"
     first = SQLiteStore(path, touch_interval=0)
     await first.set("s1", "cart", ["apple"], expires_at=EXP)
     await first.revoke("s2", expires_at=EXP)
     await first.touch("s3", expires_at=EXP, now=NOW + 30, idle_ttl=60, issued_at=NOW)
     await first.aclose()
-    second = SQLiteStore(path, touch_interval=0)
-    try:
-        assert await second.get("s1", "cart") == ["apple"]
-        assert await second.touch("s2", expires_at=EXP, now=NOW, idle_ttl=None) is SessionStatus.REVOKED
-        assert (
-            await second.touch("s3", expires_at=EXP, now=NOW + 89, idle_ttl=60, issued_at=NOW) is SessionStatus.ACTIVE
-        )
-    finally:
-        await second.aclose()
+    second = closing(SQLiteStore(path, touch_interval=0))
+    assert await second.get("s1", "cart") == ["apple"]
+    assert await second.touch("s2", expires_at=EXP, now=NOW, idle_ttl=None) is SessionStatus.REVOKED
+    assert await second.touch("s3", expires_at=EXP, now=NOW + 89, idle_ttl=60, issued_at=NOW) is SessionStatus.ACTIVE
 
 
 def count_in_a_process(path: str, rounds: int, worker: int) -> None:
@@ -85,70 +78,58 @@ def test_incr_and_update_are_atomic_across_processes(tmp_path: Path) -> None:
     assert sorted(json.loads(seen)) == sorted(w * 1000 + i for w in range(3) for i in range(40))
 
 
-async def test_expired_rows_are_deleted_in_small_batches_through_the_index(tmp_path: Path) -> None:
+async def test_expired_rows_are_deleted_in_small_batches_through_the_index(tmp_path: Path, closing: Closing) -> None:
     path = tmp_path / "s.db"
-    store = SQLiteStore(path, cleanup_batch=100, cleanup_interval=0)
-    try:
-        past = time.time() - 10
-        with contextlib.closing(sqlite3.connect(path)) as connection, connection:
-            connection.executemany(
-                "INSERT INTO sessions (sid, expires_at) VALUES (?, ?)", [(f"old{i}", past) for i in range(1000)]
-            )
-            connection.executemany(
-                "INSERT INTO data (sid, key, value) VALUES (?, 'k', '1')", [(f"old{i}",) for i in range(1000)]
-            )
-        await store.set("live", "k", 1, expires_at=time.time() + 3600)
-        assert rows(path, "SELECT count(*) FROM sessions WHERE expires_at <= strftime('%s', 'now')") == [(900,)]
-        assert rows(path, "SELECT count(*) FROM data WHERE sid LIKE 'old%'") == [(900,)]  # the trigger took their data
-        for _ in range(9):
-            await store.incr("live", "n", expires_at=time.time() + 3600)
-        assert rows(path, "SELECT count(*) FROM sessions") == [(1,)]
-        plan = rows(
-            path, "EXPLAIN QUERY PLAN SELECT sid FROM sessions WHERE expires_at <= 0 ORDER BY expires_at LIMIT 100"
+    store = closing(SQLiteStore(path, cleanup_batch=100, cleanup_interval=0))
+    past = time.time() - 10
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        connection.executemany(
+            "INSERT INTO sessions (sid, expires_at) VALUES (?, ?)", [(f"old{i}", past) for i in range(1000)]
         )
-        assert any("sessions_by_expiry" in str(step) for step in plan)  # a range of the index, never a scan
-    finally:
-        await store.aclose()
+        connection.executemany(
+            "INSERT INTO data (sid, key, value) VALUES (?, 'k', '1')", [(f"old{i}",) for i in range(1000)]
+        )
+    await store.set("live", "k", 1, expires_at=time.time() + 3600)
+    assert rows(path, "SELECT count(*) FROM sessions WHERE expires_at <= strftime('%s', 'now')") == [(900,)]
+    assert rows(path, "SELECT count(*) FROM data WHERE sid LIKE 'old%'") == [(900,)]  # the trigger took their data
+    for _ in range(9):
+        await store.incr("live", "n", expires_at=time.time() + 3600)
+    assert rows(path, "SELECT count(*) FROM sessions") == [(1,)]
+    plan = rows(path, "EXPLAIN QUERY PLAN SELECT sid FROM sessions WHERE expires_at <= 0 ORDER BY expires_at LIMIT 100")
+    assert any("sessions_by_expiry" in str(step) for step in plan)  # a range of the index, never a scan
 
 
-async def test_cleanup_runs_at_most_once_per_interval(tmp_path: Path) -> None:
+async def test_cleanup_runs_at_most_once_per_interval(tmp_path: Path, closing: Closing) -> None:
     path = tmp_path / "s.db"
-    store = SQLiteStore(path, cleanup_batch=10, cleanup_interval=3600)
-    try:
-        await store.set(
-            "live", "k", 1, expires_at=time.time() + 3600
-        )  # the first write cleans up, then not for an hour
-        with contextlib.closing(sqlite3.connect(path)) as connection, connection:
-            connection.executemany(
-                "INSERT INTO sessions (sid, expires_at) VALUES (?, 0)", [(f"old{i}",) for i in range(50)]
-            )
-        for _ in range(20):
-            await store.incr("live", "n", expires_at=time.time() + 3600)
-        assert rows(path, "SELECT count(*) FROM sessions") == [(51,)]
-    finally:
-        await store.aclose()
+    store = closing(SQLiteStore(path, cleanup_batch=10, cleanup_interval=3600))
+    await store.set("live", "k", 1, expires_at=time.time() + 3600)  # the first write cleans up, then not for an hour
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        connection.executemany(
+            "INSERT INTO sessions (sid, expires_at) VALUES (?, 0)", [(f"old{i}",) for i in range(50)]
+        )
+    for _ in range(20):
+        await store.incr("live", "n", expires_at=time.time() + 3600)
+    assert rows(path, "SELECT count(*) FROM sessions") == [(51,)]
 
 
-async def test_a_held_write_lock_fails_writes_within_the_timeout_and_never_blocks_the_loop(tmp_path: Path) -> None:
+async def test_a_held_write_lock_fails_writes_within_the_timeout_and_never_blocks_the_loop(
+    tmp_path: Path, closing: Closing
+) -> None:
     path = tmp_path / "s.db"
-    patient, hasty = SQLiteStore(path, timeout=60), SQLiteStore(path, timeout=0.3)
-    try:
-        await patient.set("s1", "k", 1, expires_at=EXP)
-        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
-            other.execute("BEGIN IMMEDIATE")  # another process's writer, holding the lock
-            with pytest.raises(SessionStoreUnavailable, match=r"^sqlite failed: OperationalError$"):
-                await hasty.incr("s1", "n", expires_at=EXP)  # past its busy timeout
-            waiting = asyncio.create_task(patient.incr("s1", "n", expires_at=EXP))
-            await asyncio.sleep(0)  # the write is on the store's thread, waiting for the lock
-            # The loop runs on, and readers do not wait for writers (WAL).
-            assert await patient.get("s1", "k") == 1
-            assert await patient.touch("s1", expires_at=EXP, now=NOW, idle_ttl=None) is SessionStatus.ACTIVE
-            assert not waiting.done()
-            other.execute("ROLLBACK")
-        assert await waiting == 1  # the lock released, the waiting write goes through
-    finally:
-        await patient.aclose()
-        await hasty.aclose()
+    patient, hasty = closing(SQLiteStore(path, timeout=60)), closing(SQLiteStore(path, timeout=0.3))
+    await patient.set("s1", "k", 1, expires_at=EXP)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")  # another process's writer, holding the lock
+        with pytest.raises(SessionStoreUnavailable, match=r"^sqlite failed: OperationalError$"):
+            await hasty.incr("s1", "n", expires_at=EXP)  # past its busy timeout
+        waiting = asyncio.create_task(patient.incr("s1", "n", expires_at=EXP))
+        await asyncio.sleep(0)  # the write is on the store's thread, waiting for the lock
+        # The loop runs on, and readers do not wait for writers (WAL).
+        assert await patient.get("s1", "k") == 1
+        assert await patient.touch("s1", expires_at=EXP, now=NOW, idle_ttl=None) is SessionStatus.ACTIVE
+        assert not waiting.done()
+        other.execute("ROLLBACK")
+    assert await waiting == 1  # the lock released, the waiting write goes through
 
 
 @pytest.mark.parametrize(
@@ -191,9 +172,6 @@ async def test_a_closed_store_is_unavailable(tmp_path: Path) -> None:
     await store.aclose()
     with pytest.raises(SessionStoreUnavailable, match="closed"):
         await store.ping()
-
-
-# -- three uvicorn workers, one file ------------------------------------------------------------------------
 
 
 @contextlib.contextmanager

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 from mcp_sessions.stores import SQLiteStore
 
+from .conftest import Closing
+
 pytestmark = pytest.mark.anyio
 
 EXP = 2_000_000_000.0
@@ -38,17 +40,16 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-async def test_the_database_and_its_wal_and_shm_files_are_created_0600(tmp_path: Path, umask_022: None) -> None:
+async def test_the_database_and_its_wal_and_shm_files_are_created_0600(
+    tmp_path: Path, umask_022: None, closing: Closing
+) -> None:
     path = tmp_path / "sessions.db"
-    store = SQLiteStore(path)
-    try:
-        await store.set("s1", "secret", "only for its owner", expires_at=EXP)
-        assert await store.get("s1", "secret") == "only for its owner"
-        files = [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm")]
-        assert all(file.exists() for file in files)  # WAL mode: all three are there while the store is open
-        assert {file.name: mode(file) for file in files} == {file.name: 0o600 for file in files}
-    finally:
-        await store.aclose()
+    store = closing(SQLiteStore(path))
+    await store.set("s1", "secret", "only for its owner", expires_at=EXP)
+    assert await store.get("s1", "secret") == "only for its owner"
+    files = [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm")]
+    assert all(file.exists() for file in files)  # WAL mode: all three are there while the store is open
+    assert {file.name: mode(file) for file in files} == {file.name: 0o600 for file in files}
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

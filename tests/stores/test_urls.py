@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import SentinelConnectionPool
 
 from _redis import RedisServer
 from mcp_sessions import stores
@@ -19,6 +21,9 @@ from mcp_sessions.stores import (
     register_store,
     store_from_url,
 )
+from mcp_sessions.stores._redis_client import Topology, client_from_url, parse_topology, url_parameters
+
+from .conftest import Closing
 
 pytestmark = pytest.mark.anyio
 
@@ -176,27 +181,19 @@ def test_a_parameter_redis_py_would_fail_on_or_that_overrides_the_store_is_refus
 
 def test_the_subscription_bus_client_refuses_them_too() -> None:
     """``client_from_url`` (the subscription bus's) checks the URL as the store does."""
-    from mcp_sessions.stores._redis_client import client_from_url
-
     with pytest.raises(ValueError, match="unknown store URL parameter 'prefix'") as info:
         client_from_url("redis://:hunter2@h/0?prefix=app1:", timeout=1.0, connect_timeout=1.0, max_connections=2)
     assert "hunter2" not in str(info.value)
 
 
-async def test_a_url_with_accepted_parameters_works(redis: RedisServer) -> None:
+async def test_a_url_with_accepted_parameters_works(redis: RedisServer, closing: Closing) -> None:
     url = f"redis://127.0.0.1:{redis.port}?db=3&health_check_interval=5&socket_keepalive=true&socket_read_size=65536"
-    store = store_from_url(url, prefix="accepted:")
-    try:
-        await store.ping()
-        await store.set("s1", "k", "v", expires_at=time.time() + 60)
-        assert await store.get("s1", "k") == "v"
-    finally:
-        await store.aclose()
-    client = aioredis.Redis(port=redis.port, db=3, decode_responses=True)
-    try:
+    store = closing(store_from_url(url, prefix="accepted:"))
+    await store.ping()
+    await store.set("s1", "k", "v", expires_at=time.time() + 60)
+    assert await store.get("s1", "k") == "v"
+    async with aioredis.Redis(port=redis.port, db=3, decode_responses=True) as client:
         assert [key async for key in client.scan_iter("accepted:*")]  # ?db=3 reached redis-py
-    finally:
-        await client.aclose()
 
 
 _VALUES = {
@@ -221,8 +218,6 @@ _VALUES = {
 @pytest.mark.parametrize("scheme", ["redis", "rediss", "unix"])
 async def test_every_accepted_parameter_is_one_redis_py_builds_a_connection_with(scheme: str) -> None:
     """Each name the store accepts, with a valid value, gives a connection redis-py can build (no TypeError)."""
-    from mcp_sessions.stores._redis_client import url_parameters
-
     accepted = url_parameters(scheme)
     assert "db" in accepted
     base = "unix:///run/redis.sock" if scheme == "unix" else f"{scheme}://h"
@@ -235,8 +230,6 @@ async def test_every_accepted_parameter_is_one_redis_py_builds_a_connection_with
 
 
 def test_cluster_and_sentinel_urls_part_by_part() -> None:
-    from mcp_sessions.stores._redis_client import Topology, parse_topology
-
     cluster = parse_topology("rediss+cluster://u%40x:p%3Aw@a:7000,[::1]:7001,c")
     assert cluster == Topology("rediss+cluster", (("a", 7000), ("::1", 7001), ("c", 6379)), "u@x", "p:w")
     assert cluster.tls
@@ -254,9 +247,6 @@ def test_cluster_and_sentinel_urls_part_by_part() -> None:
 
 async def test_cluster_and_sentinel_clients_are_bounded_and_never_retry() -> None:
     """What the URL builds, before any connection: the same deadlines, RESP2 and no retries as redis://."""
-    from redis.asyncio.cluster import RedisCluster
-    from redis.asyncio.sentinel import SentinelConnectionPool
-
     cluster = RedisStore("rediss+cluster://u:pw@127.0.0.1:7000,127.0.0.1:7001", timeout=0.4, max_connections=7)
     assert isinstance(cluster._redis, RedisCluster)
     assert cluster._redis.retry.get_retries() == 0  # a connection error or timeout is raised, not resent
@@ -277,12 +267,8 @@ async def test_cluster_and_sentinel_clients_are_bounded_and_never_retry() -> Non
     assert isinstance(pool, SentinelConnectionPool)  # asks the Sentinels for the master at each new connection
     assert (pool.max_connections, pool.timeout, pool.service_name) == (7, 0.4, "svc")
     options = pool.connection_kwargs
-    assert (options["password"], options["db"], options["protocol"], options["retry"]._retries) == (
-        "master-pw",
-        2,
-        2,
-        0,
-    )
+    assert (options["password"], options["db"], options["protocol"]) == ("master-pw", 2, 2)
+    assert options["retry"]._retries == 0
     sentinels = pool.sentinel_manager.sentinels
     assert [s.connection_pool.connection_kwargs["port"] for s in sentinels] == [26379, 26380]
     assert {s.connection_pool.connection_kwargs["password"] for s in sentinels} == {"sentinel-pw"}
@@ -317,8 +303,6 @@ def test_register_store_refuses_what_cannot_be_called() -> None:
 
 
 def test_exported() -> None:
-    import mcp_sessions.stores as stores
-
     for name in ("store_from_url", "register_store", "SQLiteStore", "SessionStatus"):
         assert name in stores.__all__
         assert getattr(stores, name) is not None

@@ -10,7 +10,7 @@ import os
 from examples.quickstart import SESSION_TOOLS, build_server
 
 from mcp_sessions import MCPSessionMiddleware
-from mcp_sessions.stores import SessionStore
+from mcp_sessions.stores import SQLiteStore
 
 
 def app() -> MCPSessionMiddleware:
@@ -22,13 +22,8 @@ def app() -> MCPSessionMiddleware:
         """The id of the worker process that answered."""
         return os.getpid()
 
-    path = os.environ.get("WORKERS_APP_SQLITE")
-    store: SessionStore | None = None
-    if path:
-        from mcp_sessions.stores import SQLiteStore
-
-        store = SQLiteStore(path)
     mcp_app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True, stateless_http=True)
-    if store is None:
-        return MCPSessionMiddleware.from_env(mcp_app, require_session_tools=SESSION_TOOLS)
-    return MCPSessionMiddleware.from_env(mcp_app, require_session_tools=SESSION_TOOLS, store=store)
+    path = os.environ.get("WORKERS_APP_SQLITE")
+    if path:
+        return MCPSessionMiddleware.from_env(mcp_app, require_session_tools=SESSION_TOOLS, store=SQLiteStore(path))
+    return MCPSessionMiddleware.from_env(mcp_app, require_session_tools=SESSION_TOOLS)

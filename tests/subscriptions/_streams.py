@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -17,18 +17,6 @@ from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 MARKER = PromptsListChanged()  # the positive control: published last, on the global channel
 WAIT = 3.0
-
-
-@contextlib.contextmanager
-def in_session(session_id: str | None, bus: SessionSubscriptionBus) -> Iterator[None]:
-    """What the middleware does for a request that names a session: the context variable set (a session of a
-    middleware given ``bus``)."""
-    session = SimpleNamespace(id=session_id, _service=SimpleNamespace(bus=bus))
-    token = current_session.set(None if session_id is None else cast(Session, session))
-    try:
-        yield
-    finally:
-        current_session.reset(token)
 
 
 @contextlib.asynccontextmanager
@@ -46,12 +34,17 @@ async def buses(
 
 
 class Stream:
-    """One listen stream's listener, as ListenHandler registers it, subscribed within ``session_id``."""
+    """One listen stream's listener, as ListenHandler registers it, subscribed within ``session_id``: the context
+    variable set as the middleware sets it for a request naming a session (of a middleware given ``bus``)."""
 
     def __init__(self, bus: SessionSubscriptionBus, session_id: str | None) -> None:
         self.events: list[ServerEvent] = []
-        with in_session(session_id, bus):
+        session = SimpleNamespace(id=session_id, _service=SimpleNamespace(bus=bus))
+        token = current_session.set(None if session_id is None else cast(Session, session))
+        try:
             self.unsubscribe = bus.subscribe(self.events.append)
+        finally:
+            current_session.reset(token)
 
 
 async def opened(bus: SessionSubscriptionBus, *session_ids: str) -> None:
@@ -64,12 +57,11 @@ def channel(prefix: str, session_id: str) -> str:
     return f"{prefix}session:{{{session_id}}}"
 
 
-def one_per_node(cluster: ClusterServers, prefix: str, avoid: int | None = None) -> list[str]:
+def one_per_node(cluster: ClusterServers, prefix: str) -> list[str]:
     """A session id whose channel (and keys) is on each node in turn, the nodes' order."""
     found: dict[int, str] = {}
-    for i in itertools.count():
-        sid = f"sid-{i}"
+    numbers = itertools.count()
+    while len(found) < len(cluster.nodes):
+        sid = f"sid-{next(numbers)}"
         found.setdefault(cluster.nodes.index(cluster.node_for(channel(prefix, sid))), sid)
-        if len(found) == len(cluster.nodes):
-            return [found[index] for index in range(len(cluster.nodes))]
-    raise AssertionError("unreachable")
+    return [found[index] for index in range(len(cluster.nodes))]

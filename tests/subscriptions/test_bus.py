@@ -108,65 +108,52 @@ async def test_limits_refuse_before_the_stream_opens() -> None:
 
 async def test_one_pubsub_connection_per_replica_and_channels_follow_streams(redis: RedisServer, prefix: str) -> None:
     bus = SessionSubscriptionBus.from_url(redis.url, prefix=prefix)
-    probe = aioredis.Redis.from_url(redis.url, decode_responses=True)
-    try:
-        streams = [Stream(bus, f"s{i % 5}") for i in range(10)] + [Stream(bus, None)]
-        await opened(bus, *(f"s{i}" for i in range(5)))
-        channels = sorted(await probe.pubsub_channels(prefix + "*"))
-        assert channels == sorted([prefix + "events", *(f"{prefix}session:{{s{i}}}" for i in range(5))])
-        subscribers = [c for c in await probe.client_list() if c.get("name") == "mcp-sessions" and c["sub"] != "0"]
-        assert len(subscribers) == 1, subscribers
-        for stream in streams:
-            stream.unsubscribe()
+    async with aioredis.Redis.from_url(redis.url, decode_responses=True) as probe:
+        try:
+            streams = [Stream(bus, f"s{i % 5}") for i in range(10)] + [Stream(bus, None)]
+            await opened(bus, *(f"s{i}" for i in range(5)))
+            channels = sorted(await probe.pubsub_channels(prefix + "*"))
+            assert channels == sorted([prefix + "events", *(f"{prefix}session:{{s{i}}}" for i in range(5))])
+            subscribers = [c for c in await probe.client_list() if c.get("name") == "mcp-sessions" and c["sub"] != "0"]
+            assert len(subscribers) == 1, subscribers
+            for stream in streams:
+                stream.unsubscribe()
 
-        async def only_global() -> bool:
-            return await probe.pubsub_channels(prefix + "*") == [prefix + "events"]
+            async def only_global() -> bool:
+                return await probe.pubsub_channels(prefix + "*") == [prefix + "events"]
 
-        await until(only_global, "the session channels left")
-    finally:
-        await bus.aclose()
-        await probe.aclose()
-    await _no_bus_connection_left(redis)
+            await until(only_global, "the session channels left")
+        finally:
+            await bus.aclose()
 
+        async def none_left() -> bool:  # the server sees a closed connection go a moment later
+            return not [c for c in await probe.client_list() if c.get("name") == "mcp-sessions"]
 
-async def _no_bus_connection_left(redis: RedisServer) -> None:
-    """Wait until the server holds no connection of a bus (it sees a closed one go a moment later)."""
-    probe = aioredis.Redis.from_url(redis.url, decode_responses=True)
-
-    async def none_left() -> bool:
-        return not [c for c in await probe.client_list() if c.get("name") == "mcp-sessions"]
-
-    try:
         await until(none_left, "aclose left no connection")
-    finally:
-        await probe.aclose()
 
 
 async def test_messages_are_small_json_naming_the_session_by_id(redis: RedisServer, prefix: str) -> None:
     bus = SessionSubscriptionBus.from_url(redis.url, prefix=prefix)
-    probe = aioredis.Redis.from_url(redis.url, decode_responses=True)
-    pubsub = probe.pubsub()
-    try:
-        await pubsub.psubscribe(prefix + "*")
-        await pubsub.get_message(timeout=1)  # the psubscribe confirmation
-        await bus.publish(ToolsListChanged())
-        await bus.publish_to_session("sid-1", ResourceUpdated(uri="note://a"))
-        await bus.end_session("sid-1")
-        seen: list[tuple[str, str]] = []
-        while len(seen) < 3:
-            message = await pubsub.get_message(timeout=WAIT)
-            assert message is not None, seen
-            if message["type"] == "pmessage":
-                seen.append((message["channel"], message["data"]))
-        assert seen == [
-            (prefix + "events", '{"event":"tools"}'),
-            (prefix + "session:{sid-1}", '{"resource":"note://a"}'),
-            (prefix + "session:{sid-1}", '{"end":"session"}'),
-        ]
-    finally:
-        await pubsub.aclose()  # type: ignore[no-untyped-call]
-        await probe.aclose()
-        await bus.aclose()
+    async with aioredis.Redis.from_url(redis.url, decode_responses=True) as probe, probe.pubsub() as pubsub:
+        try:
+            await pubsub.psubscribe(prefix + "*")
+            await pubsub.get_message(timeout=1)  # the psubscribe confirmation
+            await bus.publish(ToolsListChanged())
+            await bus.publish_to_session("sid-1", ResourceUpdated(uri="note://a"))
+            await bus.end_session("sid-1")
+            seen: list[tuple[str, str]] = []
+            while len(seen) < 3:
+                message = await pubsub.get_message(timeout=WAIT)
+                assert message is not None, seen
+                if message["type"] == "pmessage":
+                    seen.append((message["channel"], message["data"]))
+            assert seen == [
+                (prefix + "events", '{"event":"tools"}'),
+                (prefix + "session:{sid-1}", '{"resource":"note://a"}'),
+                (prefix + "session:{sid-1}", '{"end":"session"}'),
+            ]
+        finally:
+            await bus.aclose()
 
 
 async def test_streams_survive_a_redis_restart_and_a_publish_meanwhile_is_dropped(

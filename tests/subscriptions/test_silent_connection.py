@@ -16,7 +16,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 
 import pytest
 from mcp.shared.subscriptions import ResourceUpdated
@@ -50,10 +49,6 @@ class Forwarder:
         self._writers: list[asyncio.StreamWriter] = []
         self._handlers: set[asyncio.Task[None]] = set()
 
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
     def silence(self) -> None:
         """Every connection open now forwards nothing more, either way, and is never closed by the forwarder."""
         self._silent_below = self.accepted
@@ -63,9 +58,7 @@ class Forwarder:
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
-    async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         assert self._server is not None
         self._server.close()
         for writer in self._writers:
@@ -121,7 +114,7 @@ async def test_a_silent_connection_is_noticed_and_every_stream_gets_events_again
 ) -> None:
     async with Forwarder(redis.port) as forwarder:
         listening = SessionSubscriptionBus.from_url(
-            forwarder.url, prefix=prefix, timeout=1.0, health_check_interval=INTERVAL
+            f"redis://127.0.0.1:{forwarder.port}/0", prefix=prefix, timeout=1.0, health_check_interval=INTERVAL
         )
         publishing = SessionSubscriptionBus.from_url(redis.url, prefix=prefix)
         try:
