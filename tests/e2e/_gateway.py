@@ -17,10 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import anyio
 import httpx
@@ -29,7 +30,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from starlette.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
 
-from _mcp import modern_headers, modern_request, replaying
+from _mcp import MODERN, era_session, legacy_request, messages, modern_headers, modern_request, replaying
 from _redis import end_process, free_port, missing
 from mcp_sessions import get_session
 
@@ -46,6 +47,7 @@ INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI") or str(
 START_TIMEOUT = 30.0
 JSON_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 SECRET = "gateway-test-secret-gateway-test-secret-0123"
+INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 
 
 def installed(path: Path, what: str) -> Path:
@@ -125,12 +127,14 @@ def gateway_process(
     program: Sequence[str] = (sys.executable, "-m", "mcp_sessions"),
 ) -> Iterator[Process]:
     """``mcp-sessions gateway --upstream …`` as its own process (``program``: ``opentelemetry-instrument
-    mcp-sessions`` say), its port and its output (``--log-level`` in ``arguments`` overrides ``warning``)."""
+    mcp-sessions`` say), its port and its output (``--log-level`` in ``arguments`` overrides ``warning``;
+    ``{url}`` in them is its own MCP URL)."""
     environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
         line = [*program, "gateway", "--port", str(port), "--log-level", "warning"]
-        return [*line, *(item for url in upstreams for item in ("--upstream", url)), *arguments], environ
+        given = [argument.replace("{url}", f"http://127.0.0.1:{port}/mcp") for argument in arguments]
+        return [*line, *(item for url in upstreams for item in ("--upstream", url)), *given], environ
 
     gateway = started("mcp-sessions gateway", command)
     try:
@@ -156,6 +160,35 @@ def wait_until(condition: Callable[[], bool], what: str, seconds: float = 20.0) 
     while not condition():
         assert time.monotonic() < deadline, f"{what} did not happen within {seconds} s"
         time.sleep(0.02)
+
+
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """Process ``pid``'s resident memory in KiB (``VmHWM``: its peak), as Linux counts it."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return next(int(line.split()[1]) for line in status.splitlines() if line.startswith(field + ":"))
+
+
+def run_node(source: str, *arguments: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``source`` (an ES module) run by node beside the TypeScript SDK, which node resolves its imports from."""
+    sdk = installed(TS_SDK, "@modelcontextprotocol/sdk")
+    script = sdk.parents[4] / f"script-{uuid.uuid4().hex}.mjs"  # in .cache/everything, beside node_modules
+    script.write_text(source, encoding="utf-8")
+    try:
+        command = [node(), str(script), *arguments]
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    finally:
+        script.unlink()
+
+
+def run_recipe(url: str, timeout: float) -> dict[str, Any]:
+    """docs/gateway.md's TypeScript SDK recipe, run as written against the gateway at ``url``: what it saw."""
+    [recipe] = re.findall(r"```js\n(.*?)```", (MAIN / "docs" / "gateway.md").read_text(encoding="utf-8"), re.S)
+    done = run_node(recipe, url, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, Any] = json.loads(done.stdout)
+    assert seen["tools"] > 0 and seen["text"] == "Echo: hello"
+    assert seen["echo"] == seen["session"]  # the session the gateway echoed is the one the recipe created
+    return seen
 
 
 def upstream_server(name: str, **options: Any) -> MCPServer:
@@ -201,19 +234,9 @@ class Disconnects:
         await self.app(scope, watched if scope["type"] == "http" else receive, send)
 
 
-def messages_of(response: httpx.Response | httpx2.Response) -> list[dict[str, Any]]:
-    """Every JSON-RPC message of an answer, JSON or SSE (the empty priming events skipped)."""
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        return [
-            json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:") and line[5:].strip()
-        ]
-    parsed = response.json()
-    return parsed if isinstance(parsed, list) else [parsed]
-
-
 def result_of(response: httpx.Response | httpx2.Response, request_id: object) -> dict[str, Any]:
     """The message that answers ``request_id``."""
-    return next(m for m in messages_of(response) if m.get("id") == request_id)
+    return next(m for m in messages(cast(httpx.Response, response)) if m.get("id") == request_id)
 
 
 def legacy_initialize(
@@ -224,14 +247,7 @@ def legacy_initialize(
 ) -> dict[str, str]:
     """A 2025-11-25 handshake (``meta`` in its ``params._meta``); the headers every later request of it sends (its
     transport session's among them)."""
-    params: dict[str, Any] = {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    }
-    if meta:
-        params["_meta"] = dict(meta)
-    body = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
+    body = legacy_request("initialize", INITIALIZE, id=0, meta=meta)
     response = http.post(url, json=body, headers={**JSON_SSE, **(headers or {})})
     assert response.status_code == 200, response.text
     later = {**JSON_SSE, **(headers or {}), "MCP-Protocol-Version": "2025-11-25"}
@@ -242,13 +258,17 @@ def legacy_initialize(
     return later
 
 
+def seen_legacy(http: httpx.Client, url: str, headers: Mapping[str, str], meta: Mapping[str, Any] | None = None) -> Any:
+    """What the replica that answered a 2025-era ``seen`` call saw: its name, the headers it got."""
+    body = legacy_request("tools/call", {"name": "seen", "arguments": {}}, id=3, meta=meta)
+    response = http.post(url, json=body, headers=headers)
+    assert response.status_code == 200, response.text
+    return json.loads(result_of(response, 3)["result"]["content"][0]["text"])
+
+
 def created(http: httpx.Client, url: str) -> str:
     """A new session's token, from a 2026-07-28 ``sessions/create``."""
-    body = modern_request("sessions/create", id=1)
-    response = http.post(url, json=body, headers=modern_headers(body))
-    assert response.status_code == 200, response.text
-    token: str = result_of(response, 1)["result"]["session"]["sessionId"]
-    return token
+    return era_session(http, url, MODERN)
 
 
 def replica_of(http: httpx.Client, url: str, meta: Mapping[str, Any] | None = None) -> str:

@@ -1,22 +1,42 @@
 """What the stdio gateway's tests share: the tests' stdio server (``e2e._stdio_server``) and what it is run with,
-``@modelcontextprotocol/server-filesystem`` (node, from ``scripts/system-deps.sh``), a tool's text, and the processes
-the gateways of this test process started."""
+the gateway in front of it, ``@modelcontextprotocol/server-filesystem`` (node, from ``scripts/system-deps.sh``), a
+tool's text, and the processes the gateways of this test process started."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import mcp_types as types
 
-from conftest import SECRET
+from conftest import SECRET, serve
 from e2e._gateway import CACHE, MAIN, installed, node
+from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway import stdio_gateway_app
 
 SERVER = [sys.executable, "-m", "e2e._stdio_server"]
 FILESYSTEM = CACHE / "filesystem/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
+# What a gateway process (which inherits the tests' environment) passes on for its server to import the tests' modules.
+SERVER_PATH = {"PYTHONPATH": os.pathsep.join(filter(None, [str(MAIN / "tests"), os.environ.get("PYTHONPATH")]))}
 ENVIRON = {"PATH": os.environ["PATH"], "PYTHONPATH": str(MAIN / "tests"), "MCP_SESSIONS_SECRET": SECRET}
+
+
+@contextlib.contextmanager
+def stdio_gateway(
+    command: Sequence[str] = SERVER,
+    config: SessionsConfig | None = None,
+    environ: Mapping[str, str] = ENVIRON,
+    **options: Any,
+) -> Iterator[str]:
+    """``stdio_gateway_app`` in front of ``command`` (the tests' server) on a real uvicorn in a thread: its MCP URL."""
+    app = stdio_gateway_app(command, config=config or SessionsConfig(secret=SECRET), environ=environ, **options)
+    with serve(app) as url:
+        yield url + "/mcp"
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -31,17 +51,35 @@ def filesystem(allowed: Path) -> list[str]:
     return [node(), str(installed(FILESYSTEM, "@modelcontextprotocol/server-filesystem")), str(allowed)]
 
 
-def own_children(marker: str = "") -> set[int]:
-    """The pids of this process's live children (the gateways' servers: uvicorn runs in a thread of the tests), those
-    whose environment holds ``marker`` (one gateway's, where a test file run before in this worker left others)."""
+def own_children(marker: str = "", parent: int | None = None) -> set[int]:
+    """The pids of this process's live children (the gateways' servers: uvicorn runs in a thread of the tests), or
+    ``parent``'s, those whose environment holds ``marker`` (one gateway's, where a test file run before in this
+    worker left others)."""
     found = set()
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError):
             fields = stat.read_text().rpartition(")")[2].split()
             if (
-                int(fields[1]) == os.getpid()
+                int(fields[1]) == (os.getpid() if parent is None else parent)
                 and fields[0] != "Z"
                 and marker.encode() in (stat.parent / "environ").read_bytes()
             ):
                 found.add(int(stat.parent.name))
     return found
+
+
+def gone(pid: int) -> bool:
+    """Whether no process has ``pid`` (a zombie no one reaps counts as gone: it runs nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def until(condition: Callable[[], bool], seconds: float = 10.0, said: Callable[[], str] = str) -> None:
+    """Poll ``condition`` until it holds; fail after ``seconds``, with what ``said`` says."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not within the deadline: {said()}"
+        time.sleep(0.05)

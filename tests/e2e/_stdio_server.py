@@ -1,10 +1,7 @@
 """A stdio MCP server of the tests' own, for ``mcp-sessions gateway --stdio``: ``python -m e2e._stdio_server``.
 
-Its tools say which process answers (its pid and ``MCP_SESSION_ID``, and which ``MCP_SESSIONS_*`` variables it
-got), count in memory, keep a file per process, send progress, ask the client for sampling and elicitation, write
-to stderr, start a process of their own, send notifications tied to no request, ask for the client's roots, write
-an endless stdout line, hold their answer until told, and crash on demand. ``--stubborn``: it ignores SIGTERM and
-its stdin's end (only SIGKILL ends it), as a careless server may.
+Each tool says what it does. ``--stubborn``: it ignores SIGTERM and its stdin's end (only SIGKILL ends it), as a
+careless server may.
 """
 
 from __future__ import annotations

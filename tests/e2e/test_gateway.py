@@ -9,14 +9,11 @@ a session's comes from server-everything.
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import httpx
 import httpx2
 import pytest
@@ -25,15 +22,14 @@ from mcp.client.streamable_http import streamable_http_client
 
 from _mcp import LEGACY, era_session, legacy_request
 from e2e._gateway import (
+    INITIALIZE,
     JSON_SSE,
     MAIN,
-    TS_SDK,
     everything_server,
     gateway_process,
-    installed,
     legacy_initialize,
-    node,
     result_of,
+    run_recipe,
 )
 from mcp_sessions.client import SessionTransport
 
@@ -55,10 +51,10 @@ def gateway(upstream: str) -> Iterator[str]:
 
 
 def echo(message: str, session: str | None, request_id: int = 2) -> dict[str, Any]:
-    params: dict[str, Any] = {"name": "echo", "arguments": {"message": message}}
-    if session is not None:
-        params["_meta"] = {SESSION_META: {"sessionId": session}}
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+    named = None if session is None else {"sessionId": session}
+    return legacy_request(
+        "tools/call", {"name": "echo", "arguments": {"message": message}}, id=request_id, session=named
+    )
 
 
 def test_a_stock_2025_client_gets_sessions_in_front_of_server_everything(gateway: str, http: httpx.Client) -> None:
@@ -79,8 +75,7 @@ def test_a_stock_2025_client_gets_sessions_in_front_of_server_everything(gateway
 
 
 def test_the_initialize_result_advertises_sessions(gateway: str, http: httpx.Client) -> None:
-    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
-    body = legacy_request("initialize", params, id=0)
+    body = legacy_request("initialize", INITIALIZE, id=0)
     capabilities = result_of(http.post(gateway, json=body, headers=JSON_SSE), 0)["result"]["capabilities"]
     assert capabilities["sessions"] == {} and capabilities["experimental"]["sessions"] == {}
     assert capabilities["tools"] == {"listChanged": True}  # server-everything's own, kept
@@ -144,20 +139,8 @@ def test_an_idle_event_stream_gets_keepalive_comments(gateway: str, http: httpx.
 
 
 def test_the_typescript_sdk_client_gets_a_session(gateway: str) -> None:
-    """The recipe of docs/gateway.md, run as written, beside the SDK it imports (node resolves it from there)."""
-    sdk = installed(TS_SDK, "@modelcontextprotocol/sdk")
-    [recipe] = re.findall(r"```js\n(.*?)```", (MAIN / "docs" / "gateway.md").read_text(encoding="utf-8"), re.S)
-    script = sdk.parents[4] / f"gateway-recipe-{uuid.uuid4().hex}.mjs"  # in .cache/everything, beside node_modules
-    script.write_text(recipe, encoding="utf-8")
-    try:
-        done = subprocess.run([node(), str(script), gateway], capture_output=True, text=True, timeout=30, check=False)
-    finally:
-        script.unlink()
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
-    assert seen["tools"] > 0 and seen["text"] == "Echo: hello"
-    assert seen["transport"].count("~") == 2
-    assert seen["echo"] == seen["session"]
+    """The recipe of docs/gateway.md, run as written."""
+    assert run_recipe(gateway, timeout=30)["transport"].count("~") == 2
 
 
 def test_the_mcp_sdk_client_with_the_session_transport(gateway: str) -> None:
@@ -170,8 +153,6 @@ def test_the_mcp_sdk_client_with_the_session_transport(gateway: str) -> None:
             result = await client.call_tool("echo", {"message": "through"})
             text = result.content[0].text  # type: ignore[union-attr]
             return text, shim.session.id
-
-    import anyio
 
     text, session_id = anyio.run(run)
     assert text == "Echo: through"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -23,7 +22,8 @@ import pytest
 
 from _mcp import legacy_request
 from conftest import serve
-from e2e._gateway import SECRET, Recorder, created, legacy_initialize, replica_of, result_of, upstream_server
+from e2e._gateway import SECRET, Recorder, created, legacy_initialize, replica_of, upstream_server
+from e2e._gateway import seen_legacy as seen
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions.stores import MemoryStore
 
@@ -57,15 +57,6 @@ class Deployment:
 def deployed() -> Iterator[Deployment]:
     with contextlib.ExitStack() as stack:
         yield Deployment(stack)
-
-
-def seen(http: httpx.Client, url: str, headers: Mapping[str, str], meta: Mapping[str, Any] | None = None) -> Any:
-    """What the replica that answered a 2025-era ``seen`` call saw: its name, the headers it got."""
-    response = http.post(
-        url, json=legacy_request("tools/call", {"name": "seen", "arguments": {}}, id=3, meta=meta), headers=headers
-    )
-    assert response.status_code == 200, response.text
-    return json.loads(result_of(response, 3)["result"]["content"][0]["text"])
 
 
 def assert_lost(deployed: Deployment, http: httpx.Client, url: str, headers: Mapping[str, str]) -> None:

@@ -20,7 +20,7 @@ import httpx
 import httpx2
 import pytest
 
-from _mcp import LEGACY, MODERN, era_session, jwt_claims, legacy_request, modern_headers
+from _mcp import LEGACY, MODERN, era_session, jwt_claims, legacy_request, messages, modern_headers
 from _mcp import era_post as post
 from _mcp import era_request as request
 from conftest import in_process, serve
@@ -32,7 +32,6 @@ from e2e._gateway import (
     everything_server,
     gateway_process,
     legacy_initialize,
-    messages_of,
     result_of,
     upstream_server,
     wait_until,
@@ -211,7 +210,7 @@ def test_a_lenient_upstream_gets_no_request_the_pipeline_did_not_judge() -> None
             later = legacy_initialize(client, url)
             forged = {SESSION_META: {"sessionId": "a.forged.token"}}
             body = legacy_request("tools/call", {"name": "echo", "arguments": {"message": "ran"}}, id=5, meta=forged)
-            answer = messages_of(client.post(url, json=body, headers=later))
+            answer = messages(client.post(url, json=body, headers=later))
             assert answer[0]["error"]["code"] == -32043, (path, answer)
 
 
@@ -362,7 +361,7 @@ def test_no_token_the_gateway_minted_reaches_the_upstream(
     deleted = post(http, url, era, request(era, "sessions/delete", id=12, **{SESSION_META: session}))
     assert deleted.status_code == 200, deleted.text
     gone = post(http, url, era, seen_call(era, id=13, meta={SESSION_META: session}), **header)  # -32043, probed first
-    assert messages_of(gone)[0]["error"]["code"] == -32043
+    assert messages(gone)[0]["error"]["code"] == -32043
     saw = recorder.since(before)
     methods = [method for seen in saw for method in seen.methods()]
     assert methods.count("tools/call") >= 1 and methods.count("mcp-sessions/probe") >= 3  # what the proof covers

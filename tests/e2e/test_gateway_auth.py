@@ -15,10 +15,8 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from _mcp import (
     SESSION_NOT_FOUND,
@@ -51,11 +52,11 @@ from e2e._gateway import (
     SECRET,
     Process,
     created,
+    gateway_process,
     installed,
     legacy_initialize,
     node,
     result_of,
-    started,
     upstream_server,
 )
 from e2e._stdio import text_of
@@ -69,7 +70,7 @@ SERVER = f"{sys.executable} -m e2e._stdio_server"
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 DISCOVER = modern_request("server/discover")
-LEGACY_INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+GITHUB_TOKEN = ("--process-env", "GITHUB_TOKEN=header:X-GitHub-Token")  # each user's own, in their process
 SPANS_TO_LOG = {
     "OTEL_TRACES_EXPORTER": "console",
     "OTEL_BSP_SCHEDULE_DELAY": "100",
@@ -81,79 +82,35 @@ SPANS_TO_LOG = {
 @contextlib.contextmanager
 def jwks() -> Iterator[str]:
     """The authorization server's JWKS on loopback: its URL."""
-    body = json.dumps({"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]})
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body.encode())
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
-    finally:
-        server.shutdown()
-        server.server_close()
+    keys = {"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]}
+    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(keys))])) as url:
+        yield url + "/jwks.json"
 
 
-def gateway(*arguments: str, environ: dict[str, str] | None = None, instrumented: bool = False) -> Process:
+@contextlib.contextmanager
+def gateway(*arguments: str, environ: dict[str, str] | None = None, instrumented: bool = False) -> Iterator[Process]:
     """``mcp-sessions gateway`` with ``arguments`` (``{url}`` in them: its own MCP URL); ``instrumented``: under
     ``opentelemetry-instrument``, its spans printed to its output."""
-
-    def command(port: int) -> tuple[list[str], dict[str, str]]:
-        url = f"http://127.0.0.1:{port}/mcp"
-        line = [
-            *([str(INSTRUMENT)] if instrumented else []),
-            sys.executable,
-            "-m",
-            "mcp_sessions",
-            "gateway",
-            "--port",
-            str(port),
-        ]
-        given = [argument.replace("{url}", url) for argument in arguments]
-        return [*line, "--log-level", "info", *given], {
-            "MCP_SESSIONS_SECRET": SECRET,
-            **SPANS_TO_LOG,
-            **(environ or {}),
-        }
-
-    return started("mcp-sessions gateway", command)
+    program = [*([str(INSTRUMENT)] if instrumented else []), sys.executable, "-m", "mcp_sessions"]
+    environ = {**SPANS_TO_LOG, **(environ or {})}
+    with gateway_process([], "--log-level", "info", *arguments, environ=environ, program=program) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")
 def team() -> Iterator[Process]:
     """One gateway for a team: tokens from the JWKS, GITHUB_TOKEN from each user's X-GitHub-Token."""
-    with jwks() as url:
-        process = gateway(
-            "--stdio",
-            SERVER,
-            "--auth-jwks",
-            url,
-            "--auth-issuer",
-            ISSUER,
-            "--auth-audience",
-            "{url}",
-            "--process-env",
-            "GITHUB_TOKEN=header:X-GitHub-Token",
-            environ={"PYTHONPATH": PYTHONPATH, "GITHUB_TOKEN": "the-gateway-s-own"},
-            instrumented=True,
-        )
-        try:
-            yield process
-        finally:
-            process.stop()
+    environ = {"PYTHONPATH": PYTHONPATH, "GITHUB_TOKEN": "the-gateway-s-own"}
+    with (
+        jwks() as url,
+        gateway("--stdio", SERVER, *verifying(url), *GITHUB_TOKEN, environ=environ, instrumented=True) as team,
+    ):
+        yield team
 
 
-def mcp_url(process: Process) -> str:
-    return f"http://127.0.0.1:{process.port}/mcp"
+def verifying(keys: str) -> tuple[str, ...]:
+    """The options of a gateway that verifies bearer tokens signed by the JWKS at ``keys``, for its own URL."""
+    return ("--auth-jwks", keys, "--auth-issuer", ISSUER, "--auth-audience", "{url}")
 
 
 def token(user: str = "alice", *, key: Any = KEY, algorithm: str = "RS256", **changed: Any) -> str:
@@ -162,11 +119,11 @@ def token(user: str = "alice", *, key: Any = KEY, algorithm: str = "RS256", **ch
 
 
 def for_gateway(process: Process, user: str = "alice", **changed: Any) -> str:
-    return token(user, aud=changed.pop("aud", mcp_url(process)), **changed)
+    return token(user, aud=changed.pop("aud", process.url()), **changed)
 
 
 def test_no_token_gets_401_naming_the_metadata_which_is_served(team: Process) -> None:
-    url = mcp_url(team)
+    url = team.url()
     answer = httpx.post(url, json=DISCOVER, headers=modern_headers(DISCOVER))
     assert answer.status_code == 401
     metadata_url = f"http://127.0.0.1:{team.port}/.well-known/oauth-protected-resource/mcp"
@@ -190,7 +147,7 @@ def test_no_token_gets_401_naming_the_metadata_which_is_served(team: Process) ->
 )
 def test_a_bad_token_gets_401(team: Process, changed: dict[str, Any]) -> None:
     headers = {**modern_headers(DISCOVER), "Authorization": f"Bearer {for_gateway(team, **changed)}"}
-    answer = httpx.post(mcp_url(team), json=DISCOVER, headers=headers)
+    answer = httpx.post(team.url(), json=DISCOVER, headers=headers)
     assert answer.status_code == 401, answer.text
 
 
@@ -202,7 +159,7 @@ async def user(team: Process, name: str, github: str | None, mode: str = "auto")
         headers["X-GitHub-Token"] = github
     async with (
         httpx2.AsyncClient(headers=headers, timeout=30) as http,
-        Client(streamable_http_client(mcp_url(team), http_client=http), mode=mode) as client,
+        Client(streamable_http_client(team.url(), http_client=http), mode=mode) as client,
     ):
         yield client, http
 
@@ -247,27 +204,21 @@ async def test_each_user_s_process_has_their_own_credential(team: Process, mode:
 def test_a_users_token_reaches_no_other_users_transport_session_or_conversation(team: Process) -> None:
     """Bob, with Alice's 2025 transport session id or her host conversation id, never reaches her process."""
 
-    def as_user(name: str, **more: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {for_gateway(team, name)}", "X-GitHub-Token": f"ghp_{name}", **more}
+    def as_user(name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {for_gateway(team, name)}", "X-GitHub-Token": f"ghp_{name}"}
 
     def getenv_as(http: httpx.Client, headers: dict[str, str], meta: dict[str, Any] | None = None) -> Any:
         arguments = {"name": "getenv", "arguments": {"name": "GITHUB_TOKEN"}}
         if "Mcp-Session-Id" in headers:  # 2025-11-25
             body: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": arguments}
-            return http.post(mcp_url(team), json=body, headers={**JSON_SSE, **headers})
+            return http.post(team.url(), json=body, headers={**JSON_SSE, **headers})
         body = modern_request("tools/call", arguments, id=1, meta=meta)
-        return http.post(mcp_url(team), json=body, headers={**modern_headers(body), **headers})
+        return http.post(team.url(), json=body, headers={**modern_headers(body), **headers})
 
     with httpx.Client(timeout=30) as http:
-        initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": LEGACY_INITIALIZE}
-        opened = http.post(mcp_url(team), json=initialize, headers={**JSON_SSE, **as_user("alice")})
-        assert opened.status_code == 200, opened.text
-        alices = {"Mcp-Session-Id": opened.headers["mcp-session-id"], "Mcp-Protocol-Version": "2025-11-25"}
-        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        http.post(mcp_url(team), json=initialized, headers={**JSON_SSE, **as_user("alice", **alices)})
-        answer = getenv_as(http, as_user("alice", **alices))
-        assert text_of_answer(answer) == "ghp_alice"
-        stolen = getenv_as(http, as_user("bob", **alices))
+        alices = legacy_initialize(http, team.url(), as_user("alice"))
+        assert text_of_answer(getenv_as(http, alices)) == "ghp_alice"
+        stolen = getenv_as(http, {**alices, **as_user("bob")})
         assert stolen.status_code in (403, 404) and "ghp_alice" not in stolen.text, stolen.text
         assert alices["Mcp-Session-Id"][:16].encode() not in team.log()  # a bearer value: in no log line
 
@@ -284,46 +235,42 @@ def text_of_answer(response: httpx.Response) -> str:
 
 
 def test_the_principal_header_counts_from_a_trusted_proxy_alone() -> None:
-    server = gateway(
-        "--stdio",
-        SERVER,
-        "--auth-principal-header",
-        "X-Forwarded-User",
-        "--forwarded-allow-ips",
-        "127.0.0.1",
-        environ={"PYTHONPATH": PYTHONPATH},
-    )
-    around = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
-    try:
+    with (
+        gateway(
+            "--stdio",
+            SERVER,
+            "--auth-principal-header",
+            "X-Forwarded-User",
+            "--forwarded-allow-ips",
+            "127.0.0.1",
+            environ={"PYTHONPATH": PYTHONPATH},
+        ) as server,
+        httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as around,
+    ):
         named = {**modern_headers(DISCOVER), "X-Forwarded-User": "alice"}
-        assert httpx.post(mcp_url(server), json=DISCOVER, headers=named).status_code == 200  # from the proxy
-        assert around.post(mcp_url(server), json=DISCOVER, headers=named).status_code == 401  # from anyone else
-        assert httpx.post(mcp_url(server), json=DISCOVER, headers=modern_headers(DISCOVER)).status_code == 401
-    finally:
-        around.close()
-        server.stop()
+        assert httpx.post(server.url(), json=DISCOVER, headers=named).status_code == 200  # from the proxy
+        assert around.post(server.url(), json=DISCOVER, headers=named).status_code == 401  # from anyone else
+        assert httpx.post(server.url(), json=DISCOVER, headers=modern_headers(DISCOVER)).status_code == 401
 
 
 def test_in_front_of_an_upstream_the_token_is_checked_and_still_forwarded() -> None:
     upstream = upstream_server("behind").streamable_http_app(stateless_http=True, json_response=True)
-    with jwks() as keys, serve(upstream) as base:
-        front = gateway(
-            "--upstream", base + "/mcp", "--auth-jwks", keys, "--auth-issuer", ISSUER, "--auth-audience", "{url}"
-        )
-        try:
-            body = modern_request("tools/call", {"name": "seen", "arguments": {}})
-            assert httpx.post(mcp_url(front), json=body, headers=modern_headers(body)).status_code == 401
-            bearer = f"Bearer {for_gateway(front)}"
-            answer = httpx.post(mcp_url(front), json=body, headers={**modern_headers(body), "Authorization": bearer})
-            seen = json.loads(result_of(answer, body["id"])["result"]["content"][0]["text"])
-            assert seen["headers"]["authorization"] == bearer  # the upstream may decide too
-        finally:
-            front.stop()
+    with (
+        jwks() as keys,
+        serve(upstream) as base,
+        gateway("--upstream", base + "/mcp", *verifying(keys)) as front,
+    ):
+        body = modern_request("tools/call", {"name": "seen", "arguments": {}})
+        assert httpx.post(front.url(), json=body, headers=modern_headers(body)).status_code == 401
+        bearer = f"Bearer {for_gateway(front)}"
+        answer = httpx.post(front.url(), json=body, headers={**modern_headers(body), "Authorization": bearer})
+        seen = json.loads(result_of(answer, body["id"])["result"]["content"][0]["text"])
+        assert seen["headers"]["authorization"] == bearer  # the upstream may decide too
 
 
 def test_the_mcp_inspector_cli_with_a_bearer_token(team: Process) -> None:
     inspector = installed(Path(INSPECTOR_CLI), "the MCP Inspector").resolve()  # run by its own path: not a link
-    command = [node(), str(inspector), "--cli", mcp_url(team), "--transport", "http", "--method", "tools/call"]
+    command = [node(), str(inspector), "--cli", team.url(), "--transport", "http", "--method", "tools/call"]
     command += ["--tool-name", "getenv", "--tool-arg", "name=GITHUB_TOKEN"]
     bearer = ["--header", f"Authorization: Bearer {for_gateway(team, 'carol')}"]
     bearer += ["--header", "X-GitHub-Token: ghp_carol_inspector"]  # its transport session's process: carol's own
@@ -409,62 +356,61 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
     }
     trusting_the_front = ("--forwarded-allow-ips", "127.0.0.1")
     one_caller = ("--max-processes", "32", "--max-processes-per-principal", "32")  # all 127.0.0.1's: 20, anywhere
-    replicas = [gateway("--stdio", SERVER, *trusting_the_front, *one_caller, environ=environ) for _ in range(2)]
-    upstreams = (item for replica in replicas for item in ("--upstream", mcp_url(replica)))
-    front = gateway(*upstreams, instrumented=instrumented)  # its httpx too: the baggage it sends is still the front's
-    # The front connects from 127.0.0.1; a client that goes around it, from 127.0.0.2.
-    around = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
-    try:
-        with httpx.Client(timeout=30) as http:
-            url, legacy_call = mcp_url(front), legacy_request("tools/call", {"name": "whoami", "arguments": {}})
-            ids = [created(http, url) for _ in range(6)]
-            # Twelve conversations the front names: its sessions', and hosts' in baggage.
-            hosts = [f"gen_ai.conversation.id={os.urandom(8).hex()}" for _ in range(6)]  # the store outlives a run
-            named = [{"session": sid} for sid in ids] + [{"baggage": baggage} for baggage in hosts]
-            first = [call(http, url, "whoami", **conversation)["pid"] for conversation in named]
-            for conversation, pid in zip(named, first, strict=True):
-                assert [call(http, url, "count", **conversation) for _ in range(2)] == [1, 2]
-                assert call(http, url, "whoami", **conversation)["pid"] == pid  # one process for all of it
-            # A 2025 transport session per host's conversation, opened on its replica: a process of its own.
-            transports = [legacy_initialize(http, url, {"baggage": baggage}) for baggage in hosts]
-            first += [
-                json.loads(tool_text(result_of(http.post(url, json=legacy_call, headers=t), 1)))["pid"]
-                for t in transports
-            ]
-            pids = {replica.process.pid: replica for replica in replicas if replica.process is not None}
-            on_replica = [pids[parent(pid)] for pid in first]
-            assert set(on_replica[:12]) == set(replicas)  # both serve some (the front's hashing: all on one, 2**-11)
+    with contextlib.ExitStack() as stack:
+        replicas = [
+            stack.enter_context(gateway("--stdio", SERVER, *trusting_the_front, *one_caller, environ=environ))
+            for _ in range(2)
+        ]
+        upstreams = (item for replica in replicas for item in ("--upstream", replica.url()))
+        # Instrumented, its httpx too: the baggage it sends is still the front's.
+        front = stack.enter_context(gateway(*upstreams, instrumented=instrumented))
+        # The front connects from 127.0.0.1; a client that goes around it, from 127.0.0.2.
+        around = stack.enter_context(httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30))
+        http = stack.enter_context(httpx.Client(timeout=30))
+        url, legacy_call = front.url(), legacy_request("tools/call", {"name": "whoami", "arguments": {}})
+        ids = [created(http, url) for _ in range(6)]
+        # Twelve conversations the front names: its sessions', and hosts' in baggage.
+        hosts = [f"gen_ai.conversation.id={os.urandom(8).hex()}" for _ in range(6)]  # the store outlives a run
+        named = [{"session": sid} for sid in ids] + [{"baggage": baggage} for baggage in hosts]
+        first = [call(http, url, "whoami", **conversation)["pid"] for conversation in named]
+        for conversation, pid in zip(named, first, strict=True):
+            assert [call(http, url, "count", **conversation) for _ in range(2)] == [1, 2]
+            assert call(http, url, "whoami", **conversation)["pid"] == pid  # one process for all of it
+        # A 2025 transport session per host's conversation, opened on its replica: a process of its own.
+        transports = [legacy_initialize(http, url, {"baggage": baggage}) for baggage in hosts]
+        first += [
+            json.loads(tool_text(result_of(http.post(url, json=legacy_call, headers=t), 1)))["pid"] for t in transports
+        ]
+        pids = {replica.process.pid: replica for replica in replicas if replica.process is not None}
+        on_replica = [pids[parent(pid)] for pid in first]
+        assert set(on_replica[:12]) == set(replicas)  # both serve some (the front's hashing: all on one, 2**-11)
 
-            victim = named[0]["session"]
-            baggage = f"gen_ai.conversation.id={jwt_claims(victim)['sid']}"
-            replica = mcp_url(on_replica[0])
-            assert call(around, replica, "whoami", baggage=baggage)["pid"] != first[0]  # around the front: no
-            assert call(http, replica, "whoami", baggage=baggage)["pid"] == first[0]  # from the front's address
+        victim = named[0]["session"]
+        baggage = f"gen_ai.conversation.id={jwt_claims(victim)['sid']}"
+        replica = on_replica[0].url()
+        assert call(around, replica, "whoami", baggage=baggage)["pid"] != first[0]  # around the front: no
+        assert call(http, replica, "whoami", baggage=baggage)["pid"] == first[0]  # from the front's address
 
-            stopped = on_replica[0]
-            other = mcp_url(next(replica for replica in replicas if replica is not stopped))
-            own = created(http, mcp_url(stopped))  # a data-layer session of the replica itself (a plain balancer's)
-            stopped.stop()
-            for n, conversation in enumerate(named):
-                if on_replica[n] is not stopped:  # the other replica's conversations go on, untouched
-                    assert call(http, url, "count", **conversation) == 3
-                    assert call(http, url, "whoami", **conversation)["pid"] == first[n]
-                else:  # the stopped replica's are over: never a new process, as if it were the same conversation
-                    error = answer_to(http, url, "whoami", **conversation)["error"]
-                    assert (error["code"], error["message"][:17]) == (SESSION_NOT_FOUND, "Session not found"), error
-            for n, transport in enumerate(transports, start=12):
-                answer = http.post(url, json=legacy_call, headers=transport)
-                assert answer.status_code == (404 if on_replica[n] is stopped else 200), answer.text
-            gone = answer_to(http, other, "whoami", own)["error"]  # its process was on the stopped replica
-            assert gone["code"] == SESSION_NOT_FOUND and gone["message"].startswith("Session not found"), gone
-            delete = modern_request("sessions/delete", session={"sessionId": own})
-            assert "result" in result_of(http.post(other, json=delete, headers=modern_headers(delete)), 1)
-            for conversation in (
-                {"session": created(http, url)},
-                {"baggage": f"gen_ai.conversation.id={os.urandom(8).hex()}"},
-            ):
-                assert pids[parent(call(http, url, "whoami", **conversation)["pid"])] is not stopped  # new ones start
-    finally:
-        around.close()
-        for process in (front, *replicas):
-            process.stop()
+        stopped = on_replica[0]
+        other = next(replica for replica in replicas if replica is not stopped).url()
+        own = created(http, stopped.url())  # a data-layer session of the replica itself (a plain balancer's)
+        stopped.stop()
+        for n, conversation in enumerate(named):
+            if on_replica[n] is not stopped:  # the other replica's conversations go on, untouched
+                assert call(http, url, "count", **conversation) == 3
+                assert call(http, url, "whoami", **conversation)["pid"] == first[n]
+            else:  # the stopped replica's are over: never a new process, as if it were the same conversation
+                error = answer_to(http, url, "whoami", **conversation)["error"]
+                assert (error["code"], error["message"][:17]) == (SESSION_NOT_FOUND, "Session not found"), error
+        for n, transport in enumerate(transports, start=12):
+            answer = http.post(url, json=legacy_call, headers=transport)
+            assert answer.status_code == (404 if on_replica[n] is stopped else 200), answer.text
+        gone = answer_to(http, other, "whoami", own)["error"]  # its process was on the stopped replica
+        assert gone["code"] == SESSION_NOT_FOUND and gone["message"].startswith("Session not found"), gone
+        delete = modern_request("sessions/delete", session={"sessionId": own})
+        assert "result" in result_of(http.post(other, json=delete, headers=modern_headers(delete)), 1)
+        for conversation in (
+            {"session": created(http, url)},
+            {"baggage": f"gen_ai.conversation.id={os.urandom(8).hex()}"},
+        ):
+            assert pids[parent(call(http, url, "whoami", **conversation)["pid"])] is not stopped  # new ones start

@@ -3,7 +3,8 @@
 ``@modelcontextprotocol/conformance`` (pinned by scripts/system-deps.sh, run with the Node 22 the
 ``node@22`` package brings) checks each upstream once directly and once through the gateway:
 ``server-everything`` (node) on every server scenario of the 2025 era, the one it speaks, and an
-``MCPServer`` on both eras. Scenario by scenario, check by check, the outcomes are the same, but
+``MCPServer`` on both eras (and that ``MCPServer`` wrapped by ``MCPSessionMiddleware``: wrapping changes
+nothing a conformant server does). Scenario by scenario, check by check, the outcomes are the same, but
 one: the gateway refuses a foreign ``Host`` itself (the upstream never sees the client's), so the
 DNS-rebinding check that server-everything fails passes through the gateway.
 
@@ -21,7 +22,7 @@ import pytest
 from conftest import serve
 from e2e._gateway import SECRET, everything_server, gateway_process, run_suite, upstream_server
 from e2e._pack import LEGACY, MODERN, run_pack
-from mcp_sessions import SessionsConfig, gateway_app
+from mcp_sessions import MCPSessionMiddleware, SessionsConfig, gateway_app
 
 # What the gateway changes: it checks Host itself, as the mcp SDK's DNS-rebinding protection does.
 GATEWAY_OWN = {("dns-rebinding-protection", "localhost-host-rebinding-rejected"): ("FAILURE", "SUCCESS")}
@@ -40,7 +41,7 @@ def test_the_suite_through_the_gateway_gives_what_it_gives_directly(tmp_path: Pa
 
 
 @pytest.mark.parametrize("spec_version", [LEGACY, MODERN])
-def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly_and_the_pack_passes(
+def test_the_suite_through_the_gateway_or_wrapped_gives_what_an_mcpserver_gives_directly_and_the_pack_passes(
     tmp_path: Path, spec_version: str
 ) -> None:
     app = upstream_server("plain").streamable_http_app(stateless_http=True)
@@ -49,6 +50,11 @@ def test_the_suite_through_the_gateway_gives_what_an_mcpserver_gives_directly_an
         with serve(gateway_app([upstream + "/mcp"], config=SessionsConfig(secret=SECRET))) as gateway:
             through = run_suite(gateway + "/mcp", tmp_path / "gateway", spec_version)
             run = run_pack(gateway + "/mcp", "--spec-version", spec_version)
+    wrapped_app = MCPSessionMiddleware(
+        upstream_server("wrapped").streamable_http_app(stateless_http=True), secret=SECRET
+    )
+    with serve(wrapped_app) as wrapped:
+        assert run_suite(wrapped + "/mcp", tmp_path / "wrapped", spec_version) == direct
     assert through == direct
     assert sum(statuses.count("SUCCESS") for statuses in through.values()) >= 28, through  # handshake, tools…
     assert (run.code, run.failing()) == (0, set()), run.out

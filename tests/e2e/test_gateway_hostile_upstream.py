@@ -17,15 +17,14 @@ import socket
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import httpx
 import pytest
 
-from _mcp import modern_headers, modern_request, session_meta
-from e2e._gateway import Process, created, gateway_process, messages_of, wait_until
+from _mcp import messages, modern_headers, modern_request, session_meta
+from e2e._gateway import Process, created, gateway_process, rss_kib, wait_until
 from e2e._hostile import Request, raw_server
 
 WAIT = 20.0
@@ -159,13 +158,6 @@ def tool_call(name: str, session: str | None, request_id: int = 7) -> dict[str, 
     )
 
 
-def rss(process: Process, field: str = "VmRSS") -> int:
-    """The process's resident memory in bytes (``VmHWM``: its peak), as Linux counts it; for the record only."""
-    assert process.process is not None
-    status = Path(f"/proc/{process.process.pid}/status").read_text()
-    return next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith(field + ":"))
-
-
 # -- Location ---------------------------------------------------------------------------------------------------
 
 
@@ -273,16 +265,17 @@ def test_an_answer_past_the_bound_is_refused_and_its_upstream_connection_closed(
     status: int,
     content_type: str,
 ) -> None:
-    before = rss(front)
+    assert front.process is not None
+    pid, before = front.process.pid, rss_kib(front.process.pid)  # for the record only
     body = tool_call(tool, session, 8)
     response = http.post(front.url(), json=body, headers={**modern_headers(body), "X-Tag": tool})
-    after = rss(front)
+    after = rss_kib(pid)
     assert response.status_code == status and response.headers["content-type"].startswith(content_type)
     error = {"code": -32603, "message": f"Response too large (limit {MAX_RESPONSE_SIZE} bytes)"}
-    assert messages_of(response) == [{"jsonrpc": "2.0", "id": 8, "error": error}]
+    assert messages(response) == [{"jsonrpc": "2.0", "id": 8, "error": error}]
     wait_until(upstream.closed[tool].is_set, "the upstream seeing its answer refused")
     assert upstream.sent[tool] < HUGE
-    print(f"{tool}: gateway RSS {before / MIB:.0f} -> {after / MIB:.0f} MiB, peak {rss(front, 'VmHWM') / MIB:.0f}")
+    print(f"{tool}: gateway RSS {before >> 10} -> {after >> 10} MiB, peak {rss_kib(pid, 'VmHWM') >> 10}")
 
 
 # -- the probe --------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, modern_headers, modern_request, sse_events
+from _mcp import LEGACY, MODERN, jwt_claims, legacy_request, messages, modern_headers, modern_request, sse_events
 from _mcp import era_post as post
 from _mcp import era_request as request
 from _mcp import era_session as create
@@ -27,7 +27,7 @@ from _otel import recording_provider
 from _redis import free_port
 from _users import bearer_auth
 from conftest import serve
-from e2e._gateway import JSON_SSE, SECRET, Disconnects, legacy_initialize, messages_of, result_of, upstream_server
+from e2e._gateway import JSON_SSE, SECRET, Disconnects, legacy_initialize, result_of, upstream_server
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions.client import SessionTransport
 
@@ -301,4 +301,4 @@ def test_a_2026_session_header_is_never_taken_for_a_transport_session(plain: str
     body = modern_request("tools/call", {"name": "echo", "arguments": {"message": "x"}}, meta=meta)
     response = http.post(plain, json=body, headers={**modern_headers(body), "Mcp-Session-Id": "sess-unknown"})
     assert response.status_code != 404, response.text
-    assert messages_of(response)[0]["error"]["code"] == -32043, response.text
+    assert messages(response)[0]["error"]["code"] == -32043, response.text

@@ -10,7 +10,6 @@ replicas are stateful ``MCPServer`` apps whose ``seen`` tool names the replica t
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +18,8 @@ import pytest
 
 from _mcp import MODERN, legacy_request
 from conftest import serve
-from e2e._gateway import SECRET, created, legacy_initialize, replica_of, result_of, upstream_server
+from e2e._gateway import SECRET, created, legacy_initialize, replica_of, upstream_server
+from e2e._gateway import seen_legacy as seen
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions.stores import MemoryStore
 
@@ -30,35 +30,26 @@ REPLICAS = ("r0", "r1", "r2")
 class Deployment:
     """Three replicas, two gateways in front of all three (the same secret and store, nothing else shared)."""
 
-    def __init__(self) -> None:
-        self.stacks = {name: contextlib.ExitStack() for name in REPLICAS}
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self.stacks = {name: stack.enter_context(contextlib.ExitStack()) for name in REPLICAS}
         self.upstreams = {
-            name: stack.enter_context(serve(upstream_server(name).streamable_http_app())) + "/mcp"
-            for name, stack in self.stacks.items()
+            name: replica.enter_context(serve(upstream_server(name).streamable_http_app())) + "/mcp"
+            for name, replica in self.stacks.items()
         }
-        self.gateways: list[str] = []
-        self._stack = contextlib.ExitStack()
-        store = MemoryStore()
-        for _ in range(2):
-            app = gateway_app(list(self.upstreams.values()), config=SessionsConfig(secret=SECRET, store=store))
-            self.gateways.append(self._stack.enter_context(serve(app)) + "/mcp")
+        urls, store = list(self.upstreams.values()), MemoryStore()
+        self.gateways = [
+            stack.enter_context(serve(gateway_app(urls, config=SessionsConfig(secret=SECRET, store=store)))) + "/mcp"
+            for _ in range(2)
+        ]
 
     def stop(self, name: str) -> None:
         self.stacks[name].close()
 
-    def close(self) -> None:
-        self._stack.close()
-        for stack in self.stacks.values():
-            stack.close()
-
 
 @contextlib.contextmanager
 def deployment() -> Iterator[Deployment]:
-    deployed = Deployment()
-    try:
-        yield deployed
-    finally:
-        deployed.close()
+    with contextlib.ExitStack() as stack:
+        yield Deployment(stack)
 
 
 @pytest.fixture(scope="module")
@@ -71,24 +62,17 @@ def in_session(token: str) -> dict[str, Any]:
     return {SESSION_META: {"sessionId": token}}
 
 
-def legacy_replica_of(http: httpx.Client, url: str, headers: dict[str, str]) -> httpx.Response:
-    body = legacy_request("tools/call", {"name": "seen", "arguments": {}}, id=3)
-    return http.post(url, json=body, headers=headers)
-
-
-def test_a_session_reaches_one_replica_through_either_gateway(deployed: Deployment, http: httpx.Client) -> None:
-    a, b = deployed.gateways
-    for _ in range(3):
-        token = created(http, a)
-        assert len({replica_of(http, gateway, in_session(token)) for gateway in (a, b, a, b)}) == 1
-
-
-def test_a_hosts_conversation_reaches_one_replica_through_either_gateway(
-    deployed: Deployment, http: httpx.Client
+@pytest.mark.parametrize(
+    "conversation",
+    [lambda http, url, n: in_session(created(http, url)), lambda http, url, n: {"vscode.conversationId": f"conv-{n}"}],
+    ids=["session", "hosts-conversation"],
+)
+def test_a_conversation_reaches_one_replica_through_either_gateway(
+    deployed: Deployment, http: httpx.Client, conversation: Any
 ) -> None:
     a, b = deployed.gateways
-    for conversation in ("conv-1", "conv-2", "conv-3"):
-        meta = {"vscode.conversationId": conversation}
+    for number in range(1, 4):
+        meta = conversation(http, a, number)
         assert len({replica_of(http, gateway, meta) for gateway in (a, b, a, b)}) == 1
 
 
@@ -111,9 +95,7 @@ def test_a_transport_session_stays_with_the_replica_that_issued_it(deployed: Dep
     a, b = deployed.gateways
     for _ in range(3):
         headers = legacy_initialize(http, a)  # a new transport session: the least loaded replica
-        answers = [legacy_replica_of(http, gateway, headers) for gateway in (b, a, b)]
-        assert {answer.status_code for answer in answers} == {200}
-        assert len({json.loads(result_of(r, 3)["result"]["content"][0]["text"])["replica"] for r in answers}) == 1
+        assert len({seen(http, gateway, headers)["replica"] for gateway in (b, a, b)}) == 1
 
 
 def test_a_replica_that_fails_is_taken_out_and_its_conversations_told_so(http: httpx.Client) -> None:
@@ -121,25 +103,18 @@ def test_a_replica_that_fails_is_taken_out_and_its_conversations_told_so(http: h
         a, b = running.gateways
         token = next(t for t in (created(http, a) for _ in range(40)) if replica_of(http, a, in_session(t)) == "r0")
         transport = next(
-            h
-            for h in (legacy_initialize(http, a) for _ in range(40))
-            if _replica(legacy_replica_of(http, a, h)) == "r0"
+            h for h in (legacy_initialize(http, a) for _ in range(40)) if seen(http, a, h)["replica"] == "r0"
         )
         running.stop("r0")
         moved = {replica_of(http, gateway, in_session(token)) for gateway in (a, b, a)}
         assert len(moved) == 1 and moved != {"r0"}  # the data-layer session carries on, on one other replica
+        call = legacy_request("tools/call", {"name": "seen", "arguments": {}}, id=3)
         for gateway in (a, b):
-            lost = legacy_replica_of(http, gateway, transport)
+            lost = http.post(gateway, json=call, headers=transport)
             assert lost.status_code == 404 and lost.json()["error"]["message"] == "Session not found"
-        assert _replica(legacy_replica_of(http, b, legacy_initialize(http, b))) in ("r1", "r2")  # a new one, elsewhere
+        assert seen(http, b, legacy_initialize(http, b))["replica"] in ("r1", "r2")  # a new one, elsewhere
         for number in range(6):  # no request fails: a replica that cannot be connected to is skipped
             assert replica_of(http, a, {"vscode.conversationId": f"after-{number}"}) in ("r1", "r2")
-
-
-def _replica(response: httpx.Response) -> str:
-    assert response.status_code == 200, response.text
-    name: str = json.loads(result_of(response, 3)["result"]["content"][0]["text"])["replica"]
-    return name
 
 
 def test_the_modern_era_is_what_these_tests_speak() -> None:

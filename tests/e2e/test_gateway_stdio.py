@@ -11,12 +11,9 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,12 +40,13 @@ from _mcp import (
     session_meta,
 )
 from _redis import missing
-from conftest import SECRET, serve
-from e2e._gateway import EVERYTHING, MAIN, TS_SDK, installed, node, result_of, started
+from conftest import SECRET, until
+from e2e._gateway import EVERYTHING, MAIN, gateway_process, installed, node, result_of, run_recipe
 from e2e._listen import client as listening
-from e2e._stdio import ENVIRON, SERVER, own_children, text_of
+from e2e._stdio import SERVER_PATH, gone, own_children, stdio_gateway, text_of
+from e2e._stdio import until as until_sync
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import _stdio_relay, stdio_gateway_app
+from mcp_sessions._gateway import _stdio_relay
 
 pytestmark = pytest.mark.anyio
 
@@ -56,13 +54,10 @@ GONE_WITHIN = 10.0
 T = TypeVar("T")
 
 
-@contextlib.contextmanager
-def gateway(**options: Any) -> Iterator[str]:
+def gateway(**options: Any) -> contextlib.AbstractContextManager[str]:
     """The stdio gateway in front of the tests' server: its MCP URL."""
-    config = SessionsConfig(secret=SECRET)
     options.setdefault("max_processes_per_principal", 64)  # every test's client is 127.0.0.1
-    with serve(stdio_gateway_app(SERVER, config=config, environ=ENVIRON, **options)) as url:
-        yield url + "/mcp"
+    return stdio_gateway(**options)
 
 
 @pytest.fixture(scope="module")
@@ -110,21 +105,6 @@ async def count(client: Client, session: dict[str, Any]) -> int:
     return int(text_of(await client.call_tool("count", {}, meta=sdk_session_meta(session))))
 
 
-def gone(pid: int) -> bool:
-    """Whether no process has ``pid`` (a zombie no one reaps counts as gone: it runs nothing)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-async def wait_for(condition: Callable[[], bool], seconds: float = GONE_WITHIN) -> None:
-    with anyio.fail_after(seconds):
-        while not condition():  # noqa: ASYNC110 - a process's end is observed, not signalled
-            await anyio.sleep(0.05)
-
-
 # -- a process per conversation -------------------------------------------------------------------
 
 
@@ -156,7 +136,7 @@ async def test_a_2025_session_lives_in_its_transport_sessions_process_and_a_reco
         pid = (await whoami(first))["pid"]
         async with Client(url, mode="legacy") as again:
             assert (await whoami(again, session))["pid"] == pid != (await whoami(again))["pid"]
-    await wait_for(lambda: gone(pid))
+    await until(lambda: gone(pid), "the process's end")
     async with Client(url, mode="legacy") as later:
         with pytest.raises(MCPError) as over:
             await whoami(later, session)
@@ -239,7 +219,7 @@ async def test_delete_ends_the_conversations_process(url: str, mode: str) -> Non
             with pytest.raises(MCPError, match="Session not found"):
                 await whoami(client, session)
         else:
-            await wait_for(lambda: gone(pid))
+            await until(lambda: gone(pid), "the process's end")
 
 
 async def test_an_idle_conversations_process_ends_and_its_session_too() -> None:
@@ -247,7 +227,7 @@ async def test_an_idle_conversations_process_ends_and_its_session_too() -> None:
         async with Client(url) as client:  # a 2025 client's transport session would idle out with it (404)
             session = await create_session(client)
             pid = (await whoami(client, session))["pid"]
-            await wait_for(lambda: gone(pid))
+            await until(lambda: gone(pid), "the process's end")
             with pytest.raises(MCPError) as later:
                 await whoami(client, session)
 
@@ -281,7 +261,7 @@ async def test_a_crash_answers_at_once_while_a_process_it_started_holds_its_stdo
             await client.call_tool("crash", {}, meta=sdk_session_meta(session))
 
     assert "exited" in in_flight.value.message
-    await wait_for(lambda: gone(helper))  # stopped with the process group of the process that started it
+    await until(lambda: gone(helper), "its end with the process group of the process that started it")
 
 
 async def wait_for_error(client: Client, session: dict[str, Any]) -> None:
@@ -305,7 +285,7 @@ async def test_stderr_goes_to_the_log_prefixed_with_the_process_id(url: str, log
         await client.call_tool("complain", {"line": "disk \x1b[31mfull"}, meta=sdk_session_meta(session))
         await client.call_tool("complain", {"line": "y" * 10_000}, meta=sdk_session_meta(session))
         await client.call_tool("complain", {"line": "after"}, meta=sdk_session_meta(session))
-        await wait_for(lambda: f"process {process}: after" in logged)
+        await until(lambda: f"process {process}: after" in logged, "the last line logged")
     assert f"process {process}: disk \\x1b[31mfull" in logged
     assert f"process {process}: {'y' * 4096} [cut]" in logged  # at most 4 KiB of a line; the rest of it dropped
     assert not any(session["sessionId"] in line for line in logged)
@@ -430,7 +410,7 @@ async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_
         pid = (await whoami(first, mine))["pid"]
         await whoami(second, theirs)
         assert text_of(await first.call_tool("announce", {}, meta=sdk_session_meta(mine))) == "soon"
-        await wait_for(lambda: len(heard["a"]) == 2)
+        await until(lambda: len(heard["a"]) == 2, "both notifications")
         await whoami(second, theirs)  # anything sent its way would have come before this answer
 
     # The client library may hand the two notifications to its callbacks in either order.
@@ -459,14 +439,13 @@ async def test_a_notification_tied_to_no_request_reaches_that_conversations_list
 async def test_an_endless_stdout_line_stops_the_process_with_a_clear_error(logged: list[str]) -> None:
     """A hostile server's stdout line without end: read up to the bound (the gateway's ``max_response_size``),
     then the process is stopped, its request answered with an error; other conversations go on."""
-    config = SessionsConfig(secret=SECRET, max_response_size=65_536)
-    with serve(stdio_gateway_app(SERVER, config=config, environ=ENVIRON)) as base:
-        async with Client(base + "/mcp") as client:  # the era changes nothing of how a process's line is read
+    with stdio_gateway(config=SessionsConfig(secret=SECRET, max_response_size=65_536)) as url:
+        async with Client(url) as client:  # the era changes nothing of how a process's line is read
             hostile, other = await create_session(client), await create_session(client)
             pid = (await whoami(client, hostile))["pid"]
             with pytest.raises(MCPError) as stopped:
                 await client.call_tool("endless", {}, meta=sdk_session_meta(hostile))
-            await wait_for(lambda: gone(pid))
+            await until(lambda: gone(pid), "the process's end")
             assert await count(client, other) == 1
 
     assert stopped.value.code == -32603 and "exited" in stopped.value.message
@@ -492,9 +471,8 @@ def server_everything() -> list[str]:
 
 
 async def test_mcp_server_time_from_pypi_in_both_eras(mode: str) -> None:
-    config = SessionsConfig(secret=SECRET)
-    with serve(stdio_gateway_app(server_time(), config=config, environ=ENVIRON)) as base:
-        async with Client(base + "/mcp", mode=mode) as client:
+    with stdio_gateway(server_time()) as url:
+        async with Client(url, mode=mode) as client:
             assert client.server_info is not None and client.server_info.name == "mcp-time"
             session = await create_session(client)
             tools = await client.list_tools(meta=sdk_session_meta(session))
@@ -507,9 +485,8 @@ async def test_mcp_server_time_from_pypi_in_both_eras(mode: str) -> None:
 
 
 async def test_server_everything_stdio_in_both_eras(mode: str) -> None:
-    config = SessionsConfig(secret=SECRET)
-    with serve(stdio_gateway_app(server_everything(), config=config, environ=ENVIRON)) as base:
-        async with Client(base + "/mcp", mode=mode) as client:
+    with stdio_gateway(server_everything()) as url:
+        async with Client(url, mode=mode) as client:
             assert client.server_info is not None and "everything" in client.server_info.name
             first, second = await create_session(client), await create_session(client)
             tools = await client.list_tools(meta=sdk_session_meta(first))
@@ -525,22 +502,8 @@ async def test_server_everything_stdio_in_both_eras(mode: str) -> None:
 def test_the_typescript_sdk_client_round_trip() -> None:
     """docs/gateway.md's TypeScript SDK recipe, run as written, through ``--stdio`` server-everything: a session
     created, used, echoed and deleted (the TS SDK 1.x client speaks 2025-11-25)."""
-    sdk = installed(TS_SDK, "@modelcontextprotocol/sdk")
-    [recipe] = re.findall(r"```js\n(.*?)```", (MAIN / "docs" / "gateway.md").read_text(encoding="utf-8"), re.S)
-    script = sdk.parents[4] / f"stdio-recipe-{uuid.uuid4().hex}.mjs"  # in .cache/everything, beside node_modules
-    script.write_text(recipe, encoding="utf-8")
-    config = SessionsConfig(secret=SECRET)
-    try:
-        with serve(stdio_gateway_app(server_everything(), config=config, environ=ENVIRON)) as base:
-            done = subprocess.run(
-                [node(), str(script), base + "/mcp"], capture_output=True, text=True, timeout=60, check=False
-            )
-    finally:
-        script.unlink()
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
-    assert seen["tools"] > 0 and seen["text"] == "Echo: hello"
-    assert seen["echo"] == seen["session"] and seen["transport"]
+    with stdio_gateway(server_everything()) as url:
+        assert run_recipe(url, timeout=60)["transport"]
 
 
 def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> None:
@@ -582,26 +545,15 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
 
 def test_sigterm_ends_every_process_even_one_that_ignores_it() -> None:
     """The gateway as its own process, its server ignoring SIGTERM and its stdin's end: all gone within 10 s."""
-
-    def command(port: int) -> tuple[list[str], dict[str, str]]:
-        server = f"{sys.executable} -m e2e._stdio_server --stubborn"
-        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--stdio", server]
-        return line, {"MCP_SESSIONS_SECRET": SECRET, "PYTHONPATH": str(MAIN / "tests")}
-
-    process = started("mcp-sessions gateway --stdio", command)
-    try:
-        url = f"http://127.0.0.1:{process.port}/mcp"
-        pids = anyio.run(_pids_of_a_conversation, url)
+    server = f"{sys.executable} -m e2e._stdio_server --stubborn"
+    with gateway_process([], "--stdio", server, "--log-level", "info", environ=SERVER_PATH) as process:
+        pids = anyio.run(_pids_of_a_conversation, process.url())
         assert process.process is not None
         process.process.send_signal(signal.SIGTERM)
         process.process.wait(timeout=GONE_WITHIN)
-        deadline = time.monotonic() + 1.0  # the kernel has already ended them; their reaping may lag
-        while not all(gone(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert [pid for pid in pids if not gone(pid)] == [], process.output()
+        # The kernel has already ended them; their reaping may lag.
+        until_sync(lambda: all(gone(pid) for pid in pids), 1.0, said=process.output)
         assert "process " in process.output()
-    finally:
-        process.stop()
 
 
 async def _pids_of_a_conversation(url: str) -> list[int]:

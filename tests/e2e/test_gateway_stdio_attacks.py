@@ -7,9 +7,7 @@ docstring), and fails without its fix.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,8 +15,9 @@ import anyio
 import httpx
 import pytest
 
-from _mcp import modern_headers, modern_request, session_meta
-from e2e._gateway import MAIN, Process, created, gateway_process, legacy_initialize, messages_of, result_of
+from _mcp import messages, modern_headers, modern_request, session_meta
+from e2e._gateway import Process, created, gateway_process, legacy_initialize, result_of, rss_kib
+from e2e._stdio import SERVER_PATH, until
 from mcp_sessions.profiles import PROFILES, SESSION_META_KEY, SessionCarrier
 
 pytestmark = pytest.mark.anyio
@@ -26,17 +25,9 @@ pytestmark = pytest.mark.anyio
 WITHIN = 10.0
 
 
-def server_path() -> dict[str, str]:
-    """The environment a gateway's stdio server needs to import the tests' modules (and this checkout's package)."""
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(MAIN / "tests"), os.environ.get("PYTHONPATH")]))}
-
-
 def wait_for_output(process: Process, text: str) -> None:
     """Until the gateway's log has ``text`` (bounded)."""
-    deadline = time.monotonic() + WITHIN
-    while text not in process.output():
-        assert time.monotonic() < deadline, process.output()
-        time.sleep(0.05)
+    until(lambda: text in process.output(), WITHIN, said=process.output)
 
 
 def call(
@@ -61,7 +52,7 @@ def hostile() -> Iterator[Process]:
     """The gateway in front of ``_hostile_stdio``, every session wire on, an ``MCP_SESSION_ID`` of its own; a request
     that names no conversation reaches the shared process."""
     server = f"{sys.executable} -m e2e._hostile_stdio"
-    environ = {**server_path(), "MCP_SESSIONS_PROFILES": ",".join(WIRES), "MCP_SESSION_ID": "the-gateways-own"}
+    environ = {**SERVER_PATH, "MCP_SESSIONS_PROFILES": ",".join(WIRES), "MCP_SESSION_ID": "the-gateways-own"}
     limits = ("--max-processes", "64", "--max-processes-per-principal", "64")  # the module's tests share it
     with gateway_process(
         [], "--stdio", server, *limits, "--sessionless", "shared", "--log-level", "info", environ=environ
@@ -88,19 +79,15 @@ def test_no_wires_session_member_reaches_the_process(url: str, wire: str) -> Non
     assert seen["session"] not in (None, "the-gateways-own")  # it reached its conversation's process, its own id
 
 
-def test_the_shared_process_has_no_mcp_session_id(url: str) -> None:
+def test_the_shared_process_has_no_mcp_session_id(url: str, http: httpx.Client) -> None:
     """57.11: the gateway's own ``MCP_SESSION_ID`` is not passed on: the shared process has none."""
-    with httpx.Client() as http:
-        seen = json.loads(call(http, url, "seen")["result"]["content"][0]["text"])
-
+    seen = json.loads(call(http, url, "seen")["result"]["content"][0]["text"])
     assert seen["session"] is None
 
 
-def test_a_process_cannot_forge_the_session_echo(url: str) -> None:
+def test_a_process_cannot_forge_the_session_echo(url: str, http: httpx.Client) -> None:
     """57.10: a process's ``io.modelcontextprotocol/*`` keys in its result's ``_meta`` never reach a client."""
-    with httpx.Client() as http:
-        meta = call(http, url, "forge")["result"]["_meta"]
-
+    meta = call(http, url, "forge")["result"]["_meta"]
     assert "io.modelcontextprotocol/session" not in meta and meta["mine"] == 1
 
 
@@ -144,11 +131,6 @@ def test_a_notification_method_is_escaped_in_the_log(hostile: Process, url: str)
     assert "evil\\nCRITICAL:root:forged \\x1b[31mred" in log
 
 
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
-
-
 async def test_a_flood_of_notifications_to_a_client_that_reads_nothing_is_bounded(hostile: Process, url: str) -> None:
     """57.5: 20,000 log notifications of 1 KiB into a call whose client reads nothing: the gateway's memory stays
     bounded (what the client cannot take is dropped, and counted in one log line), and the answer still comes."""
@@ -187,7 +169,7 @@ async def test_ids_7_and_quoted_7_in_one_transport_session_neither_cross_nor_han
     answers: dict[str, list[dict[str, Any]]] = {}
 
     async def post(http: httpx.AsyncClient, body: dict[str, Any]) -> None:
-        answers[body["params"]["arguments"]["tag"]] = messages_of(await http.post(url, json=body, headers=headers))
+        answers[body["params"]["arguments"]["tag"]] = messages(await http.post(url, json=body, headers=headers))
 
     async with httpx.AsyncClient(timeout=WITHIN) as http, anyio.create_task_group() as tasks:
         tasks.start_soon(post, http, slow(7, "first", 1.0))

@@ -10,12 +10,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import signal
-import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -28,16 +25,12 @@ import pytest
 from mcp import Client
 from mcp_types import RequestParamsMeta
 
-from _mcp import create_session, modern_headers, modern_request, sdk_session_meta
-from conftest import SECRET, serve
-from e2e._gateway import JSON_SSE, TS_SDK, created, gateway_process, installed, legacy_initialize, node, result_of
-from e2e._stdio import ENVIRON, SERVER, filesystem, own_children, text_of
-from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import stdio_gateway_app
+from _mcp import create_session, legacy_request, modern_headers, modern_request, sdk_session_meta
+from e2e._gateway import INITIALIZE, JSON_SSE, created, gateway_process, legacy_initialize, result_of, run_node
+from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, filesystem, gone, own_children, stdio_gateway, text_of, until
 
 pytestmark = pytest.mark.anyio
 
-INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
 TS_CLIENT = """
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -55,21 +48,15 @@ await client.close();
 """
 
 
-@contextlib.contextmanager
-def gateway(files: Path, command: Sequence[str] = SERVER, **options: Any) -> Iterator[str]:
+def gateway(files: Path, command: Sequence[str] = SERVER, **options: Any) -> contextlib.AbstractContextManager[str]:
     """The stdio gateway in front of the tests' server (or ``command``), its processes' files in ``files``; its URL."""
-    app = stdio_gateway_app(
-        command, config=SessionsConfig(secret=SECRET), environ={**ENVIRON, "STDIO_TEST_FILES": str(files)}, **options
-    )
-    with serve(app) as url:
-        yield url + "/mcp"
+    return stdio_gateway(command, environ={**ENVIRON, "STDIO_TEST_FILES": str(files)}, **options)
 
 
 def call(http: httpx.Client, url: str, tool: str, arguments: dict[str, Any], headers: dict[str, str]) -> Any:
     """A raw ``tools/call``: its result, or its error."""
     if "Mcp-Session-Id" in headers:  # a 2025 transport session's
-        body: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
-        body["params"] = {"name": tool, "arguments": arguments}
+        body = legacy_request("tools/call", {"name": tool, "arguments": arguments})
     else:  # a 2026-07-28 request: its host conversation's id, its data-layer session's token, or neither
         conversation, token = headers.get("x-conversation"), headers.get("x-session")
         meta = {} if conversation is None else {"vscode.conversationId": conversation}
@@ -83,15 +70,8 @@ def call(http: httpx.Client, url: str, tool: str, arguments: dict[str, Any], hea
 async def used_by(kind: str, url: str, tag: str) -> list[tuple[int, str]]:
     """Three calls of one client of ``kind``: what each saw (the process's pid, and its file's lines)."""
     if kind == "typescript":
-        sdk = installed(TS_SDK, "@modelcontextprotocol/sdk")
-        script = sdk.parents[4] / f"stdio-clients-{uuid.uuid4().hex}.mjs"  # beside node_modules
-        script.write_text(TS_CLIENT, encoding="utf-8")
-        try:
-            with anyio.fail_after(60):
-                done = await anyio.run_process([node(), str(script), url, tag], check=False)
-        finally:
-            script.unlink()
-        assert done.returncode == 0, done.stderr.decode()
+        done = await anyio.to_thread.run_sync(partial(run_node, TS_CLIENT, url, tag, timeout=60))
+        assert done.returncode == 0, done.stderr
         return [(seen["who"]["pid"], seen["kept"]) for seen in json.loads(done.stdout)]
     if kind == "2025 client":
         async with Client(url, mode="legacy") as client:
@@ -119,13 +99,6 @@ def opened(kind: str, http: httpx.Client, url: str, name: str) -> dict[str, str]
 
 def ping(http: httpx.Client, url: str, headers: dict[str, str]) -> int:
     return http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers).status_code
-
-
-def until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.05)
 
 
 async def keep(client: Client, tag: str) -> str:
@@ -166,7 +139,7 @@ def test_a_caller_at_its_limit_is_refused_and_other_callers_are_not(tmp_path: Pa
         for name in ("one", "two"):
             assert "content" in call(http, url, "count", {}, {**a, "x-conversation": name})
         refused = call(http, url, "count", {}, {**a, "x-conversation": "three"})
-        initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INITIALIZE}
+        initialize = legacy_request("initialize", INITIALIZE, id=0)
         refused_initialize = http.post(url, json=initialize, headers={**JSON_SSE, **a})  # a has no idle one to end
         other = call(http, url, "count", {}, {**b, "x-conversation": "three"})
         transports = [legacy_initialize(http, url, b) for _ in range(3)]  # b has one process: two are evicted
@@ -246,8 +219,7 @@ async def test_elicitation_reaches_a_stock_client_with_no_session_in_both_eras(t
 def test_sigterm_ends_the_processes_of_every_kind_of_conversation(tmp_path: Path) -> None:
     """The gateway as its own process: a 2025 transport session's, a host conversation's, a data-layer session's,
     a request's own retained for its input, and those started ahead; none is left after its SIGTERM."""
-    path = os.pathsep.join(filter(None, [ENVIRON["PYTHONPATH"], os.environ.get("PYTHONPATH")]))
-    environ = {"PYTHONPATH": path, "STDIO_TEST_FILES": str(tmp_path)}
+    environ = {**SERVER_PATH, "STDIO_TEST_FILES": str(tmp_path)}
     with (
         gateway_process([], "--stdio", " ".join(SERVER), *LIMIT, environ=environ) as process,
         httpx.Client(timeout=30) as http,
@@ -263,29 +235,14 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation(tmp_path: Path
         assert elicit(http, url, {})["resultType"] == "input_required"
         # the shared process, two ahead (each one taken is replaced once its request's answer is sent), the four above
         parent = process.process.pid
-        until(lambda: len(children_of(parent)) >= 7)
-        pids = children_of(parent)
+        until(lambda: len(own_children(parent=parent)) >= 7)
+        pids = own_children(parent=parent)
         process.process.send_signal(signal.SIGTERM)
         process.process.wait(timeout=15)
-        until(lambda: not any(Path(f"/proc/{pid}").exists() and not zombie(pid) for pid in pids))
+        until(lambda: all(gone(pid) for pid in pids))
 
 
 LIMIT = ("--max-processes-per-principal", "8")  # one address opens them all
-
-
-def children_of(parent: int) -> set[int]:
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            if int(stat.read_text().rpartition(")")[2].split()[1]) == parent:
-                found.add(int(stat.parent.name))
-    return found
-
-
-def zombie(pid: int) -> bool:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
-    return True
 
 
 def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,8 @@ import pytest
 
 from _mcp import ModernClient, session_meta
 from conftest import SECRET
-from e2e._gateway import Process, started
+from e2e._gateway import Process, rss_kib, started
+from e2e._stdio import until
 
 SERVER = r"""
 import json, os, sys, time
@@ -131,13 +131,6 @@ def running(marker: str) -> list[int]:
     return found
 
 
-def until(condition: Any, seconds: float = WITHIN, said: Any = str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"not within the deadline: {said()}"
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("containment", ["cgroup", "subreaper"])
 def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, containment: str) -> None:
     """A double-forked, setsid daemon: gone after its conversation's sessions/delete, and after the gateway's SIGTERM
@@ -241,14 +234,6 @@ def test_process_memory_ends_only_the_conversation_over_it(server: str) -> None:
         until(lambda: "ended (crash: " in process.output(), said=process.output)
 
 
-def rss(pid: int) -> int:
-    """The resident set of process ``pid``, in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmRSS")
-
-
 def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash(server: str) -> None:
     """A process that reads no more of its stdin, and 16 requests of 2 MiB whose callers leave: one line is being
     written, four wait (then dropped unwritten as their callers leave), the others get -32011 at once; the process
@@ -262,7 +247,7 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
         stalled = threading.Thread(target=client(process, 60.0).call_tool, args=("stall",), daemon=True)
         stalled.start()
         until(lambda: "stalled" in process.output())
-        before = rss(pid)
+        before = rss_kib(pid)
 
         refused = []
 
@@ -277,7 +262,7 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
             caller.join(WITHIN)
         assert refused and {answer["error"]["code"] for answer in refused} == {-32011}, refused  # those past the 5
         until(lambda: "ended (crash: it left its stdin unread for 10 s" in process.output(), 20.0, process.output)
-        grown = (rss(pid) - before) >> 10
+        grown = (rss_kib(pid) - before) >> 10
         assert grown < 200, f"the gateway's RSS grew by {grown} MiB"
         assert text(call(mcp, "read", path="/dev/null")) == ""  # a new shared process
 

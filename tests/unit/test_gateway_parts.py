@@ -22,14 +22,6 @@ def tagged(upstream_id: bytes) -> bytes:
     return b"0123abcd~" + upstream_id
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_every_gateway_orders_a_conversations_replicas_alike_whatever_the_order_of_its_urls() -> None:
     one, other = Replicas(URLS, keys=KEYS, cooldown=10), Replicas(list(reversed(URLS)), keys=KEYS, cooldown=10)
     for number in range(50):
@@ -38,8 +30,8 @@ def test_every_gateway_orders_a_conversations_replicas_alike_whatever_the_order_
 
 
 def test_a_replica_out_of_service_moves_only_its_own_conversations() -> None:
-    clock = Clock()
-    replicas = Replicas(URLS, keys=KEYS, cooldown=10, clock=clock)
+    now = 100.0
+    replicas = Replicas(URLS, keys=KEYS, cooldown=10, clock=lambda: now)
     keys = [f"k{number}" for number in range(60)]
     before = {key: replicas.for_conversation(key)[0].url for key in keys}
     assert set(before.values()) == set(URLS)
@@ -49,7 +41,7 @@ def test_a_replica_out_of_service_moves_only_its_own_conversations() -> None:
     assert all(after[key] == before[key] for key in keys if before[key] != down.url)
     assert all(after[key] != down.url for key in keys)
     assert replicas.for_conversation("k0")[-1] is down  # still tried, last: it may be back
-    clock.now += 11  # the cooldown is over: its conversations come back
+    now += 11  # the cooldown is over: its conversations come back
     assert {key: replicas.for_conversation(key)[0].url for key in keys} == before
 
 
