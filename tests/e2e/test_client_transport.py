@@ -4,7 +4,7 @@ The unmodified ``mcp`` SDK client through the shim against the real quickstart
 over uvicorn (behaviour end to end: the SDK's own client against a served app,
 its 2025-era stream included), and the examples. What a real server does not do
 on demand is ``tests/unit/test_client_scripted.py``; ``delete_on_close``, in both eras, is docs/client.md's
-snippet (tests/e2e/test_client_docs.py). No assertion depends on how long anything takes.
+snippet (tests/e2e/test_docs.py). No assertion depends on how long anything takes.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ with no other option: the middleware finds the MCP endpoint inside the app and
 does its session work there, inside the server's authentication and routing.
 Real ``MCPServer`` apps and the SDK's own bearer auth, called in process with raw HTTP requests. A foreign
 Host or Origin is a row of tests/e2e/test_guard_differential.py (both eras, both transports); a session created
-anonymously and used once signed in, docs/security.md's snippet in either order (test_configuration_docs.py).
+anonymously and used once signed in, docs/security.md's snippet in either order (test_docs.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The principal= option: none binds nothing, and a hook that fails reaches nothing (real Starlette auth, in process).
 
 The binding itself is run elsewhere: Starlette's auth in either order (docs/security.md's snippet,
-tests/e2e/test_configuration_docs.py), the SDK's bearer auth in both eras, a delete by another principal
+tests/e2e/test_docs.py), the SDK's bearer auth in both eras, a delete by another principal
 included (tests/e2e/test_inside_server.py), an async hook (tests/e2e/test_attacks.py), and the token's
 ``pbh`` claim against every edit (test_attacks.py's table).
 """
