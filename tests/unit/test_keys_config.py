@@ -96,6 +96,7 @@ def test_public_jwks_verify_only() -> None:
     assert crosses(signing_ed, verifier)
     verify_only = KeySet.from_config(json.dumps({"keys": public}))
     assert verify_only.signer is None
+    assert crosses(signing_es, verify_only)
     token, claims = signing_ed.mint_session_token(ttl=60)
     assert verify_only.verify_session_token(token) == claims
     with pytest.raises(ValueError, match="the KeySet is verify-only"):
