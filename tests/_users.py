@@ -77,9 +77,10 @@ class HeaderUser(AuthenticationBackend):
         return None if user is None else (AuthCredentials(["authenticated"]), SimpleUser(user))
 
 
-def signed_in(server: MCPServer, mcp_app: ASGIApp, **options: Any) -> Starlette:
-    """``server``'s ``mcp_app`` behind the session middleware (``options``), behind Starlette's authentication
-    with :class:`HeaderUser`: outermost, so that the session middleware's default hook sees ``scope["user"]``."""
+def signed_in(server: MCPServer, mcp_app: ASGIApp, *inner: Middleware, **options: Any) -> Starlette:
+    """``server``'s ``mcp_app`` behind the ``inner`` middleware, the session middleware (``options``) and Starlette's
+    authentication with :class:`HeaderUser`: outermost, so that the session middleware's default hook sees
+    ``scope["user"]``."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -91,6 +92,7 @@ def signed_in(server: MCPServer, mcp_app: ASGIApp, **options: Any) -> Starlette:
         middleware=[
             Middleware(AuthenticationMiddleware, backend=HeaderUser()),
             Middleware(MCPSessionMiddleware, secret=SECRET, **options),
+            *inner,
         ],
         lifespan=lifespan,
     )

@@ -13,8 +13,6 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Annotated, Any, cast
 
 import httpx
@@ -25,8 +23,6 @@ from mcp import Client
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.routing import Mount
 from starlette.testclient import TestClient
 
 from _docs import ROOT, exec_snippet, snippet_with
@@ -42,7 +38,7 @@ from _mcp import (
     tool_text,
 )
 from _otel import recording_provider
-from _users import HeaderUser
+from _users import signed_in
 from conftest import SECRET
 from mcp_sessions import KeySet, MCPSessionMiddleware
 from mcp_sessions.handles import Handle, HandleKind, HandleMiddleware, Handles, current_handle_context
@@ -198,26 +194,13 @@ async def test_the_protocol_version_header_picks_the_sdks_path_through_either_mi
 
 
 def authenticated_app() -> tuple[Starlette, InMemorySpanExporter]:
-    keys, store = KeySet.from_secret(SECRET), MemoryStore()
-    handles = Handles(keys, store, kinds=[BASKET])
+    store = MemoryStore()
+    handles = Handles(KeySet.from_secret(SECRET), store, kinds=[BASKET])
     server = build_server(handles)
     mcp_app = server.streamable_http_app(streamable_http_path="/mcp", json_response=True)
     provider, exporter = recording_provider()
-
-    @asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        async with server.session_manager.run():
-            yield
-
-    return Starlette(
-        routes=[Mount("/", mcp_app)],
-        middleware=[
-            Middleware(AuthenticationMiddleware, backend=HeaderUser()),
-            Middleware(MCPSessionMiddleware, keys=keys, store=store, path="/mcp", tracer_provider=provider),
-            Middleware(HandleMiddleware, handles=handles, tracer_provider=provider),
-        ],
-        lifespan=lifespan,
-    ), exporter
+    inner = Middleware(HandleMiddleware, handles=handles, tracer_provider=provider)
+    return signed_in(server, mcp_app, inner, store=store, path="/mcp", tracer_provider=provider), exporter
 
 
 def text_of(message: dict[str, Any]) -> tuple[bool, str]:
