@@ -1,5 +1,6 @@
 """Many users on one ``mcp-sessions gateway --stdio``: bearer tokens verified at the gateway, each user's own
-credentials in their own process, and a front in front of stdio replicas (docs/gateway.md, "one gateway for a team").
+credentials in their own process, and a front in front of stdio replicas (docs/gateway.md, "one gateway for a team");
+every refusal saying why, and an authorization server that fails stalling no one.
 
 Real processes throughout: the gateway command (under ``opentelemetry-instrument``, its spans printed to its own
 output), the tests' stdio server, a JWKS served on loopback and RS256 tokens signed with PyJWT.
@@ -15,12 +16,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import httpx
 import httpx2
 import jwt
@@ -30,7 +33,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from _mcp import (
@@ -44,7 +48,7 @@ from _mcp import (
     tool_text,
 )
 from _redis import RedisServer, free_port
-from conftest import serve
+from conftest import asgi_client, serve
 from e2e._gateway import (
     INSPECTOR_CLI,
     JSON_SSE,
@@ -60,12 +64,15 @@ from e2e._gateway import (
     upstream_server,
 )
 from e2e._stdio import text_of
+from mcp_sessions._gateway._auth import GatewayAuth
 
 pytestmark = pytest.mark.anyio
 
 ISSUER = "https://issuer.example"
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+KEYS = {"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]}
+COOLDOWN = 30.0  # the shortest time between two fetches of the JWKS (PyJWT's, and the gateway's)
 SERVER = f"{sys.executable} -m e2e._stdio_server"
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
@@ -82,8 +89,7 @@ SPANS_TO_LOG = {
 @contextlib.contextmanager
 def jwks() -> Iterator[str]:
     """The authorization server's JWKS on loopback: its URL."""
-    keys = {"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]}
-    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(keys))])) as url:
+    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(KEYS))])) as url:
         yield url + "/jwks.json"
 
 
@@ -113,9 +119,12 @@ def verifying(keys: str) -> tuple[str, ...]:
     return ("--auth-jwks", keys, "--auth-issuer", ISSUER, "--auth-audience", "{url}")
 
 
-def token(user: str = "alice", *, key: Any = KEY, algorithm: str = "RS256", **changed: Any) -> str:
-    claims = {"iss": ISSUER, "aud": None, "sub": user, "exp": int(time.time()) + 300, **changed}
-    return jwt.encode(claims, key, algorithm=algorithm, headers={"kid": "k1"})
+def token(user: str = "alice", *, key: Any = KEY, algorithm: str = "RS256", kid: str = "k1", **changed: Any) -> str:
+    """A token of ``user``'s; ``exp``, ``nbf`` and ``iat`` in ``changed`` are seconds from now."""
+    now = int(time.time())
+    claims = {"iss": ISSUER, "aud": None, "sub": user, "exp": 300, **changed}
+    claims.update({name: now + claims[name] for name in ("exp", "nbf", "iat") if name in claims})
+    return jwt.encode(claims, key, algorithm=algorithm, headers={"kid": kid})
 
 
 def for_gateway(process: Process, user: str = "alice", **changed: Any) -> str:
@@ -127,28 +136,178 @@ def test_no_token_gets_401_naming_the_metadata_which_is_served(team: Process) ->
     answer = httpx.post(url, json=DISCOVER, headers=modern_headers(DISCOVER))
     assert answer.status_code == 401
     metadata_url = f"http://127.0.0.1:{team.port}/.well-known/oauth-protected-resource/mcp"
-    assert f'resource_metadata="{metadata_url}"' in answer.headers["www-authenticate"]
+    # No error code for a request without credentials (RFC 6750, section 3.1).
+    assert answer.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata_url}"'
+    assert answer.json() == {"error_description": "a bearer token is required"}
     metadata = httpx.get(metadata_url)
     assert metadata.status_code == 200
     assert metadata.json()["resource"] == url and metadata.json()["authorization_servers"] == [ISSUER + "/"]
 
 
 @pytest.mark.parametrize(
-    "changed",
+    ("changed", "why"),
     [
-        {"iss": "https://another-issuer.example"},
-        {"aud": "https://another-server.example/mcp"},
-        {"exp": int(time.time()) - 120},
-        {"algorithm": "none", "key": None},
-        {"key": OTHER_KEY},
-        {"sub": None},
+        ({"iss": "https://another-issuer.example"}, "the token is from another issuer (iss)"),
+        ({"aud": "https://another-server.example/mcp"}, "the token is for another audience (aud)"),
+        ({"exp": -120}, "the token has expired (exp)"),  # past the leeway of 60 s
+        ({"nbf": 120}, "the token is not valid yet (nbf or iat in the future)"),
+        ({"iat": 120}, "the token is not valid yet (nbf or iat in the future)"),
+        ({"algorithm": "none", "key": None}, "the token's algorithm (alg) is not its key's"),
+        ({"key": OTHER_KEY}, "the token's signature does not verify"),
+        ({"kid": "k2"}, "the token's key (kid) is not one of the authorization server's"),
+        ({"sub": None}, "the token has no sub claim"),
+        ({"sub": ""}, "the token's sub claim names no one"),
     ],
-    ids=["issuer", "audience", "expired", "alg-none", "another-key", "no-subject"],
+    ids=[
+        "issuer",
+        "audience",
+        "expired",
+        "nbf-ahead",
+        "iat-ahead",
+        "alg-none",
+        "another-key",
+        "unknown-kid",
+        "no-subject",
+        "empty-subject",
+    ],
 )
-def test_a_bad_token_gets_401(team: Process, changed: dict[str, Any]) -> None:
-    headers = {**modern_headers(DISCOVER), "Authorization": f"Bearer {for_gateway(team, **changed)}"}
-    answer = httpx.post(team.url(), json=DISCOVER, headers=headers)
-    assert answer.status_code == 401, answer.text
+def test_a_bad_token_gets_401_saying_why(team: Process, changed: dict[str, Any], why: str) -> None:
+    bad = for_gateway(team, **changed)
+    headers = {**modern_headers(DISCOVER), "Authorization": f"Bearer {bad}"}
+    for _ in range(2):
+        answer = httpx.post(team.url(), json=DISCOVER, headers=headers)
+        assert answer.status_code == 401, answer.text
+        challenge = answer.headers["www-authenticate"]
+        assert challenge.startswith(f'Bearer error="invalid_token", error_description="{why}", resource_metadata=')
+        assert answer.json() == {"error": "invalid_token", "error_description": why}
+    signature = bad.rpartition(".")[2] or bad.partition(".")[0]
+    assert signature not in challenge and signature not in answer.text  # never the token, nor a part of it
+    log = team.log()
+    assert log.count(f"401 to 127.0.0.1: {why}".encode()) == 1, log[-3000:]  # once per reason and caller
+    assert signature.encode() not in log
+
+
+@pytest.mark.parametrize("changed", [{"iat": 5}, {"nbf": 5}, {"exp": -5}], ids=["iat-ahead", "nbf-ahead", "exp-behind"])
+def test_a_clock_a_few_seconds_off_is_no_refusal(team: Process, changed: dict[str, Any]) -> None:
+    """A token from an authorization server whose clock is a few seconds ahead (or the gateway's behind)."""
+    headers = {"Authorization": f"Bearer {for_gateway(team, **changed)}", "X-GitHub-Token": "ghp_skewed"}
+    answer = httpx.post(team.url(), json=DISCOVER, headers={**modern_headers(DISCOVER), **headers}, timeout=30)
+    assert answer.status_code == 200, answer.text
+
+
+def test_a_jwks_that_cannot_be_fetched_is_one_warning_at_startup_and_every_401_says_so() -> None:
+    keys = f"http://127.0.0.1:{free_port()}/jwks.json"  # nothing listens there
+    with gateway("--upstream", "http://127.0.0.1:9/mcp", *verifying(keys)) as front:
+        lines = [line for line in front.log().splitlines() if b"JWKS" in line]
+        assert len(lines) == 1 and lines[0].startswith(b"WARNING: ") and keys.encode() in lines[0], lines
+        bearer = {"Authorization": f"Bearer {for_gateway(front)}"}
+        answer = httpx.post(front.url(), json=DISCOVER, headers={**modern_headers(DISCOVER), **bearer})
+        assert answer.status_code == 401
+        why = "the authorization server's keys (JWKS) cannot be fetched"
+        assert f'error="invalid_token", error_description="{why}"' in answer.headers["www-authenticate"]
+
+
+async def whoami(request: Request) -> PlainTextResponse:
+    return PlainTextResponse(request.user.display_name)
+
+
+async def test_the_key_set_s_state_and_a_leeway_of_its_own() -> None:
+    """In process: the key set fetched as the app starts, its state for an operator's view; ``leeway``."""
+    audience = "http://127.0.0.1:8000/mcp"
+    with jwks() as keys:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=audience, leeway=10)
+        app = auth.wrap(Starlette(routes=[Route("/mcp", whoami, methods=["POST"])]))
+        before = time.time()
+        async with asgi_client(app) as http:
+            assert auth.verifier is not None
+            state = auth.verifier.state()
+            assert state["jwks"] == keys and state["keys"] == 1 and state["error"] is None
+            assert isinstance(state["fetched_at"], float) and before <= state["fetched_at"] <= time.time()
+            for changed, status in (({}, 200), ({"iat": 5}, 200), ({"iat": 30}, 401), ({"exp": -30}, 401)):
+                answer = await http.post("/mcp", headers={"Authorization": f"Bearer {token(aud=audience, **changed)}"})
+                assert answer.status_code == status, (changed, answer.text)
+                assert answer.text == "alice" if status == 200 else answer.json()["error"] == "invalid_token"
+    unreachable = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=audience)  # the JWKS server has stopped
+    async with asgi_client(unreachable.wrap(Starlette())):
+        assert unreachable.verifier is not None
+        state = unreachable.verifier.state()
+        assert state["keys"] == 0 and state["fetched_at"] is None and state["error"]
+        assert isinstance(state["attempted_at"], float)
+
+
+class Jwks:
+    """An authorization server's JWKS that the test takes down (``up.clear()``): then it answers no fetch (the
+    gateway's times out) until it is up again; each fetch recorded, whether it found the server down."""
+
+    def __init__(self) -> None:
+        self.up = threading.Event()
+        self.up.set()
+        self.fetches: list[bool] = []
+
+    async def keys(self, request: Request) -> Response:
+        self.fetches.append(not self.up.is_set())
+        if self.fetches[-1]:
+            await anyio.to_thread.run_sync(self.up.wait, 10)
+            return Response(status_code=503)
+        return JSONResponse(KEYS)
+
+
+async def test_made_up_kids_in_a_jwks_outage_stall_no_one_and_cost_one_fetch_a_cooldown() -> None:
+    """Finding 4 of issue 65: a stranger's tokens with made-up ``kid``s, two a second while the JWKS does not
+    answer, neither slow down the users whose keys the gateway knows nor turn into a fetch each."""
+    jwks_server, upstream = (
+        Jwks(),
+        upstream_server("behind").streamable_http_app(stateless_http=True, json_response=True),
+    )
+    body = modern_request("tools/call", {"name": "echo", "arguments": {"message": "hi"}})
+    with (
+        serve(Starlette(routes=[Route("/jwks.json", jwks_server.keys)])) as keys,
+        serve(upstream) as base,
+        gateway("--upstream", base + "/mcp", *verifying(keys + "/jwks.json"), "--auth-leeway", "10") as front,
+    ):
+        async with httpx.AsyncClient(timeout=30) as http:
+
+            async def post(bearer: str) -> httpx.Response:
+                headers = {**modern_headers(body), "Authorization": f"Bearer {bearer}"}
+                return await http.post(front.url(), json=body, headers=headers)
+
+            valid = for_gateway(front)
+            assert (await post(valid)).status_code == 200
+            assert (await post(for_gateway(front, iat=5))).status_code == 200  # --auth-leeway: 10 s, not 60
+            ahead = await post(for_gateway(front, iat=30))
+            assert ahead.status_code == 401 and "not valid yet" in ahead.json()["error_description"]
+            jwks_server.up.clear()
+            await anyio.sleep(COOLDOWN + 1)  # the last fetch's cooldown is over: the next unknown kid may fetch
+
+            refused: list[httpx.Response] = []
+
+            async def stranger(n: int) -> None:
+                refused.append(await post(for_gateway(front, kid=f"made-up-{n}")))
+
+            async with anyio.create_task_group() as strangers:
+                for n in range(16):  # two a second for 8 s, and the users' requests meanwhile
+                    strangers.start_soon(stranger, n)
+                    for _ in range(2):
+                        await anyio.sleep(0.25)
+                        with anyio.move_on_after(2.5) as waited:  # about 0.02 s; behind PyJWT's lock, its 5 s fetch
+                            assert (await post(valid)).status_code == 200
+                        assert not waited.cancelled_caught, "a user's request waited for the JWKS"
+            jwks_server.up.set()
+        assert len(refused) == 16 and all(answer.status_code == 401 for answer in refused)
+        assert jwks_server.fetches.count(True) == 1, jwks_server.fetches  # the first made-up kid's, failed
+
+
+@pytest.mark.parametrize(
+    ("argument", "environ"),
+    [(("--auth-leeway", "-1"), {}), ((), {"MCP_SESSIONS_AUTH_LEEWAY": "a minute"})],
+    ids=["negative", "not-a-number"],
+)
+def test_a_bad_leeway_is_a_usage_error(argument: tuple[str, ...], environ: dict[str, str]) -> None:
+    command = [sys.executable, "-m", "mcp_sessions", "gateway", "--upstream", "http://127.0.0.1:9/mcp"]
+    command += [*verifying("http://127.0.0.1:9/jwks.json"), *argument]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET, **environ}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, env=environ, check=False)
+    assert done.returncode == 2 and "--auth-leeway takes a number of seconds" in done.stderr, done.stderr
 
 
 @contextlib.asynccontextmanager

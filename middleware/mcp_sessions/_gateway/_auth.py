@@ -1,16 +1,17 @@
 """Who is asking, at the gateway, and each user's credentials in their own process.
 
 **Who is asking** (:class:`GatewayAuth`): the gateway is an OAuth 2.1 resource server, as the MCP authorization
-spec has it. A bearer token is a JWT verified against the authorization server's JWKS (PyJWT's
-``PyJWKClient``, the key set cached, each fetch bounded by a timeout and run off the event loop), for the issuer
-and the audience given, and names its principal by one claim (``sub``); or an auth proxy in front names the
-principal in a header, believed only from the peers ``--forwarded-allow-ips`` trusts (from any other peer the
-header is dropped, so nothing behind the gateway sees it). The ``mcp`` SDK does the rest: its
-``BearerAuthBackend`` reads the token, its ``RequireAuthMiddleware`` answers 401 with ``WWW-Authenticate:
-Bearer resource_metadata="…"``, and its protected-resource route serves that metadata (RFC 9728). The
-principal lands in ``scope["user"]`` as the SDK's ``AuthenticatedUser``, which the session middleware's
-principal hook reads: sessions, host conversations with ``conversation_data="principal"``, and the SDK's
-transport sessions are bound to it.
+spec has it. A bearer token is a JWT verified by PyJWT against the authorization server's JWKS
+(:class:`JwtVerifier`: the key set held, fetched by PyJWT's ``PyJWKClient`` on a thread, one fetch at a time,
+never waited for by a token whose key is known), for the issuer and the audience given, with a leeway for clock
+skew, and names its principal by one claim (``sub``); or an auth proxy in front names the principal in a
+header, believed only from the peers ``--forwarded-allow-ips`` trusts (from any other peer the header is
+dropped, so nothing behind the gateway sees it). Any other request gets 401 with ``WWW-Authenticate: Bearer``,
+RFC 6750's ``error`` and an ``error_description`` that says which check failed (none for a request without a
+token, section 3.1), and the ``resource_metadata`` URL that the ``mcp`` SDK's protected-resource route serves
+(RFC 9728); the reason is logged once per reason and caller. The principal lands in ``scope["user"]`` as the
+SDK's ``AuthenticatedUser``, which the session middleware's principal hook reads: sessions, host conversations
+with ``conversation_data="principal"``, and the SDK's transport sessions are bound to it.
 
 **Each user's credentials** (:class:`ProcessEnv`, ``--process-env NAME=SOURCE``): a conversation's process
 gets ``NAME`` from the request that starts the conversation, a claim of its verified token or a header. The
@@ -23,9 +24,14 @@ refused. The request is found through :data:`REQUEST`, which :meth:`ProcessEnv.w
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import logging
+import math
 import re
+import threading
+import time
 from collections.abc import Collection, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Final
@@ -33,15 +39,14 @@ from typing import TYPE_CHECKING, Final
 import anyio.to_thread
 import jwt
 import mcp_types as types
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.shared.exceptions import MCPError
 from pydantic import AnyHttpUrl
-from starlette.authentication import AuthCredentials, AuthenticationBackend
+from starlette.authentication import AuthCredentials
 from starlette.datastructures import Headers
-from starlette.middleware.authentication import AuthenticationMiddleware
-from starlette.requests import HTTPConnection
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -55,39 +60,104 @@ if TYPE_CHECKING:
 JWKS_TIMEOUT: Final = 5.0
 """The longest wait for the JWKS, per fetch."""
 JWKS_LIFESPAN: Final = 300.0
-"""How long the fetched key set is used; a token with an unknown ``kid`` fetches it again, at most every 30 s (PyJWT's
-cooldown)."""
+"""How long a fetched key set is fresh; past it, a token of a known key is still verified while the set is
+fetched again behind it."""
+JWKS_COOLDOWN: Final = 30.0
+"""The shortest time between two fetches of the JWKS, counted from each attempt, failed or not: a made-up ``kid``
+costs at most one fetch a cooldown (PyJWT's default)."""
+DEFAULT_LEEWAY: Final = 60.0
+"""The clock skew allowed between the authorization server and the gateway, for ``exp``, ``nbf`` and ``iat``."""
 REQUEST: ContextVar[Scope | None] = ContextVar("mcp_sessions.gateway.request", default=None)
 """The request whose conversation may start a process: set by :meth:`ProcessEnv.wrap`, and by the stdio relay."""
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_LOGGED_CALLERS: Final = 1024
+"""How many (cause, caller) pairs a refusal is logged once for: the most recent, so the log stays bounded."""
+_INVALID: Final = ("invalid", "the token does not verify")
+_REFUSALS: Final = (  # in PyJWT's order of checks; a subclass before its base
+    (jwt.ExpiredSignatureError, "expired", "the token has expired (exp)"),
+    (jwt.ImmatureSignatureError, "not yet valid", "the token is not valid yet (nbf or iat in the future)"),
+    (jwt.InvalidIssuerError, "wrong issuer", "the token is from another issuer (iss)"),
+    (jwt.InvalidAudienceError, "wrong audience", "the token is for another audience (aud)"),
+    (jwt.InvalidSignatureError, "bad signature", "the token's signature does not verify"),
+    (jwt.InvalidAlgorithmError, "wrong algorithm", "the token's algorithm (alg) is not its key's"),
+    (jwt.DecodeError, "malformed", "the token is not a signed JWT"),
+)
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+
+class Unauthorized(Exception):
+    """A request the gateway answers 401: ``error`` (RFC 6750; ``None`` when it carries no credential, section
+    3.1), and the ``description`` that says which check failed, never a part of the token."""
+
+    def __init__(self, cause: str, description: str, error: str | None = "invalid_token") -> None:
+        super().__init__(description)
+        self.cause, self.description, self.error = cause, description, error
 
 
 class JwtVerifier:
-    """The ``mcp`` SDK's ``TokenVerifier`` for JWT access tokens signed by a key of a JWKS."""
+    """The ``mcp`` SDK's ``TokenVerifier`` for JWT access tokens signed by a key of a JWKS.
 
-    def __init__(self, jwks_url: str, *, issuer: str, audience: str, principal_claim: str = "sub") -> None:
-        # The key set is cached, not each key: a key the JWKS no longer lists stops verifying within the lifespan.
-        self._jwks = jwt.PyJWKClient(jwks_url, lifespan=JWKS_LIFESPAN, timeout=JWKS_TIMEOUT)
-        self._issuer, self._audience, self._claim = issuer, audience, principal_claim
+    The key set is held here, fetched by PyJWT's ``PyJWKClient`` (bounded by ``JWKS_TIMEOUT``, on a thread):
+    a token whose ``kid`` the set has is verified at once, never behind a fetch; a stale set is fetched again
+    behind it; a token of an unknown ``kid`` waits for a fetch only when it starts one itself. One fetch at a
+    time, at most one a cooldown from each attempt's start, so a stranger's made-up ``kid``s during an outage
+    cost the authorization server one request a cooldown and the other users nothing.
+    """
+
+    def __init__(
+        self,
+        jwks_url: str,
+        *,
+        issuer: str,
+        audience: str,
+        principal_claim: str = "sub",
+        leeway: float = DEFAULT_LEEWAY,
+    ) -> None:
+        if not 0 <= leeway < math.inf:
+            raise ValueError("--auth-leeway takes a number of seconds, 0 or more")
+        # PyJWT fetches and parses the set; the set is held as a whole, not key by key: a key the JWKS no
+        # longer lists stops verifying once the set is fetched again.
+        self._client = jwt.PyJWKClient(jwks_url, cache_jwk_set=False, timeout=JWKS_TIMEOUT)
+        self._url, self._issuer, self._audience = jwks_url, issuer, audience
+        self._claim, self._leeway = principal_claim, leeway
+        self._keys: dict[str, jwt.PyJWK] = {}
+        self._fetched: float | None = None  # time.monotonic() of the last success
+        self._attempted = -math.inf  # and of the last attempt, which starts the cooldown
+        self._fetching = False
+        self._error: str | None = None
+        self._fetched_at: float | None = None  # the same two, as time.time() for the state
+        self._attempted_at: float | None = None
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """The token's principal and claims, or ``None`` for any token that does not verify."""
-        try:  # the key the token's header names; a fetch (blocking urllib) on a thread of its own
-            key = await anyio.to_thread.run_sync(self._jwks.get_signing_key_from_jwt, token)
+        try:
+            return await self.verify(token)
+        except Unauthorized:
+            return None
+
+    async def verify(self, token: str) -> AccessToken:
+        """The token's principal and claims; :class:`Unauthorized` says why a token does not verify."""
+        try:
+            key = await self._key(jwt.get_unverified_header(token).get("kid"))
             claims = jwt.decode(
                 token,
                 key,
                 algorithms=[key.algorithm_name],  # the key's own: never "none", never another key type's
                 audience=self._audience,
                 issuer=self._issuer,
+                leeway=self._leeway,
                 options={"require": ["exp", "iss", "aud", self._claim]},
             )
-        except jwt.PyJWTError:
-            return None
+        except jwt.MissingRequiredClaimError as exc:  # a claim of the list above, never the token's text
+            raise Unauthorized("missing claim", f"the token has no {exc.claim} claim") from None
+        except jwt.PyJWTError as exc:
+            cause, description = next(((c, d) for kind, c, d in _REFUSALS if isinstance(exc, kind)), _INVALID)
+            raise Unauthorized(cause, description) from None
         principal = claims[self._claim]
         if not isinstance(principal, str) or not principal:
-            return None
+            raise Unauthorized("missing claim", f"the token's {self._claim} claim names no one")
         scopes = claims.get("scope")
         return AccessToken(
             token=token,
@@ -98,11 +168,81 @@ class JwtVerifier:
             claims=claims,
         )
 
+    async def start(self) -> None:
+        """Fetch the key set at startup: a failure is one warning line, and the gateway serves on."""
+        if self._claim_fetch():
+            await anyio.to_thread.run_sync(self._fetch)
 
-class GatewayAuth(AuthenticationBackend):
+    def state(self) -> dict[str, object]:
+        """The key set as an operator sees it: its URL, how many keys it holds, when it was last fetched and
+        last tried (``time.time()``, ``None`` for never), whether a fetch runs, and the last attempt's error."""
+        return {
+            "jwks": self._url,
+            "keys": len(self._keys),
+            "fetched_at": self._fetched_at,
+            "attempted_at": self._attempted_at,
+            "fetching": self._fetching,
+            "error": self._error,
+        }
+
+    async def _key(self, kid: str | None) -> jwt.PyJWK:
+        """The key ``kid`` names, from the set held; an unknown one from a fetch this request may start."""
+        key = self._keys.get(kid) if kid is not None else None
+        if key is None and self._claim_fetch():  # a rotation, maybe: wait for the set
+            await anyio.to_thread.run_sync(self._fetch)
+            key = self._keys.get(kid) if kid is not None else None
+        elif key is not None and self._fetched_before(JWKS_LIFESPAN) and self._claim_fetch():
+            # Behind this request, which goes on with the key it has.
+            threading.Thread(target=self._fetch, name="mcp-sessions-jwks", daemon=True).start()
+        if key is not None:
+            return key
+        if self._error is not None:
+            raise Unauthorized("unreachable", "the authorization server's keys (JWKS) cannot be fetched")
+        raise Unauthorized("unknown key", "the token's key (kid) is not one of the authorization server's")
+
+    def _fetched_before(self, seconds: float) -> bool:
+        return self._fetched is None or time.monotonic() - self._fetched > seconds
+
+    def _claim_fetch(self) -> bool:
+        """Whether a fetch may start now (none running, the cooldown over); if so, it is this caller's.
+        Called on the event loop only, so two callers never both get it."""
+        now = time.monotonic()
+        if self._fetching or now - self._attempted < JWKS_COOLDOWN:
+            return False
+        self._fetching, self._attempted, self._attempted_at = True, now, time.time()
+        return True
+
+    def _fetch(self) -> None:
+        """The fetch :meth:`_claim_fetch` granted (blocking urllib, so on a thread): the set replaced, or the
+        error kept, and logged when it is new."""
+        try:
+            keys = self._client.get_signing_keys(refresh=True)
+        except (jwt.PyJWTError, OSError, ValueError) as exc:  # PyJWT's, and what it leaves: a body not JSON
+            error = str(exc.__cause__ or exc)
+            if error != self._error:
+                logger.warning(
+                    "mcp-sessions gateway: the JWKS at %s cannot be fetched (%s): %d keys held, tried again in "
+                    "%g s at the earliest",
+                    self._url,
+                    error,
+                    len(self._keys),
+                    JWKS_COOLDOWN,
+                )
+            self._error = error
+        else:
+            if self._error is not None:
+                logger.info("mcp-sessions gateway: the JWKS at %s is fetched again", self._url)
+            self._keys = {key.key_id: key for key in keys if key.key_id is not None}
+            self._fetched, self._fetched_at, self._error = time.monotonic(), time.time(), None
+        finally:
+            self._fetching = False
+
+
+class GatewayAuth:
     """The gateway's authentication (see the module): ``jwks_url`` with ``issuer`` and ``audience``, and/or
     ``principal_header`` from trusted peers; ``resource`` (default: the audience) is the gateway's public MCP URL
-    the metadata names, with its ``authorization_servers`` (default: the issuer)."""
+    the metadata names, with its ``authorization_servers`` (default: the issuer). ``verifier`` is the
+    :class:`JwtVerifier`, whose ``state()`` an operator's view shows."""
 
     def __init__(
         self,
@@ -114,13 +254,15 @@ class GatewayAuth(AuthenticationBackend):
         principal_header: str | None = None,
         resource: str | None = None,
         authorization_servers: Sequence[str] = (),
+        leeway: float = DEFAULT_LEEWAY,
     ) -> None:
-        self._bearer = None
+        self.verifier: JwtVerifier | None = None
         if jwks_url is not None:
             if not issuer or not audience:
                 raise ValueError("a JWKS verifies tokens for an issuer and an audience: give both")
-            verifier = JwtVerifier(jwks_url, issuer=issuer, audience=audience, principal_claim=principal_claim)
-            self._bearer = BearerAuthBackend(verifier)
+            self.verifier = JwtVerifier(
+                jwks_url, issuer=issuer, audience=audience, principal_claim=principal_claim, leeway=leeway
+            )
             resource = resource or audience
             authorization_servers = authorization_servers or [issuer]
         elif authorization_servers and resource is None:
@@ -143,36 +285,68 @@ class GatewayAuth(AuthenticationBackend):
                 ) from None
             metadata_url = build_resource_metadata_url(url)
         self._metadata_url = metadata_url
+        # Logged on a miss: once per reason and caller, among the most recent.
+        self.log_refusal = functools.lru_cache(maxsize=_LOGGED_CALLERS)(_log_refusal)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """``app`` behind the authentication: its metadata served, every other request authenticated or 401."""
-        checked = AuthenticationMiddleware(RequireAuthMiddleware(app, [], self._metadata_url), backend=self)
-        return _Guarded(app, checked, self._metadata, self._header)
+        return _Guarded(app, self, self._metadata, self._header)
 
-    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, AuthenticatedUser] | None:
-        """The request's principal: the trusted proxy's header, else the bearer token's; ``None`` for none."""
-        if self._header is not None and conn.scope[PEER].trusted and (named := conn.headers.get(self._header)):
+    async def authenticate(self, scope: Scope) -> tuple[AuthCredentials, AuthenticatedUser]:
+        """The request's principal: the trusted proxy's header, else the bearer token's; else
+        :class:`Unauthorized`."""
+        headers = Headers(scope=scope)
+        if self._header is not None and scope[PEER].trusted and (named := headers.get(self._header)):
             # An issuer of its own: the proxy's "alice" is not the "alice" of a token's issuer.
             token = AccessToken(token="", client_id=named, scopes=[], subject=named, claims={"iss": self._header})
             return AuthCredentials(), AuthenticatedUser(token)
-        return None if self._bearer is None else await self._bearer.authenticate(conn)
+        scheme, _, credential = headers.get("authorization", "").partition(" ")
+        if self.verifier is None or scheme.lower() != "bearer":
+            raise Unauthorized("no token", "a bearer token is required", error=None)
+        access = await self.verifier.verify(credential.strip())
+        return AuthCredentials(access.scopes), AuthenticatedUser(access)
+
+    def refusal(self, refused: Unauthorized) -> Response:
+        """The 401 for ``refused``: RFC 6750's ``error`` and ``error_description``, and the metadata's URL as the
+        SDK gives it (RFC 9728)."""
+        parts, body = [], {"error_description": refused.description}
+        if refused.error is not None:  # none without a credential (RFC 6750, section 3.1)
+            parts = [f'error="{refused.error}"', f'error_description="{refused.description}"']
+            body = {"error": refused.error, **body}
+        if self._metadata_url is not None:
+            parts.append(f'resource_metadata="{self._metadata_url}"')
+        challenge = " ".join(["Bearer", ", ".join(parts)]).rstrip()
+        return JSONResponse(body, 401, headers={"WWW-Authenticate": challenge})
+
+
+def _log_refusal(description: str, caller: str) -> None:
+    logger.info("mcp-sessions gateway: 401 to %s: %s", caller, description)
 
 
 class _Guarded:
-    """The metadata route, else ``checked`` (``app`` authenticated); the principal header only from trusted peers."""
+    """The metadata route, else ``app`` for an authenticated request, else a 401 that says why; the principal
+    header only from trusted peers; the key set fetched as the app starts."""
 
-    def __init__(self, app: ASGIApp, checked: ASGIApp, metadata: Route | None, header: str | None) -> None:
-        self.app, self._checked, self._metadata = app, checked, metadata
+    def __init__(self, app: ASGIApp, auth: GatewayAuth, metadata: Route | None, header: str | None) -> None:
+        self.app, self._auth, self._metadata = app, auth, metadata
         self._header = None if header is None else header.encode("latin-1")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)  # the lifespan; a WebSocket, which the app refuses
+        if scope["type"] != "http":  # the lifespan; a WebSocket, which the app refuses
+            if scope["type"] == "lifespan" and self._auth.verifier is not None:
+                await self._auth.verifier.start()
+            return await self.app(scope, receive, send)
         if self._header is not None and not scope[PEER].trusted:
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name.lower() != self._header]
         if self._metadata is not None and scope["path"] == self._metadata.path:
             return await self._metadata(scope, receive, send)
-        await self._checked(scope, receive, send)
+        try:
+            scope["auth"], scope["user"] = await self._auth.authenticate(scope)
+        except Unauthorized as refused:
+            client = scope.get("client")
+            self._auth.log_refusal(refused.description, "an unknown peer" if client is None else str(client[0]))
+            return await self._auth.refusal(refused)(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 class ProcessEnv:

@@ -45,6 +45,7 @@ AUTH_VARIABLES: Final = {
     "principal_claim": "MCP_SESSIONS_AUTH_PRINCIPAL_CLAIM",
     "principal_header": "MCP_SESSIONS_AUTH_PRINCIPAL_HEADER",
     "resource": "MCP_SESSIONS_AUTH_RESOURCE",
+    "leeway": "MCP_SESSIONS_AUTH_LEEWAY",
 }
 """The variable each ``--auth-*`` flag falls back to (``--auth-server``'s is ``MCP_SESSIONS_AUTH_SERVERS``)."""
 
@@ -197,6 +198,9 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
     ):
         users.add_argument(flag, metavar=flag.removeprefix("--auth-").upper(), help=text)
     users.add_argument(
+        "--auth-leeway", metavar="SECONDS", help="the clock skew allowed for a token's exp, nbf and iat (default 60)"
+    )
+    users.add_argument(
         "--auth-server", action="append", metavar="URL", help="an authorization server (default: the issuer); repeat"
     )
     users.add_argument(
@@ -348,7 +352,7 @@ def _process_options(args: argparse.Namespace, command: Sequence[str]) -> Any:
 
 def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth | None:
     """The gateway's authentication from the --auth-* flags, else their variables; ``None`` without any."""
-    given = {
+    given: dict[str, Any] = {
         name: value
         for name, variable in AUTH_VARIABLES.items()
         if (value := getattr(args, f"auth_{name}") or environ.get(variable, "").strip())
@@ -359,6 +363,11 @@ def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth |
     from ._auth import GatewayAuth
 
     jwks = given.pop("jwks", None)
+    if "leeway" in given:
+        try:
+            given["leeway"] = float(given["leeway"])
+        except ValueError:
+            raise ValueError("--auth-leeway takes a number of seconds") from None
     return GatewayAuth(jwks_url=jwks, authorization_servers=servers, **given)
 
 
