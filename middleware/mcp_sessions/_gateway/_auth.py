@@ -157,7 +157,7 @@ class JwtVerifier:
             raise Unauthorized(cause, description) from None
         principal = claims[self._claim]
         if not isinstance(principal, str) or not principal:
-            raise Unauthorized("missing claim", f"the token's {self._claim} claim names no one")
+            raise Unauthorized("no principal", f"the token's {self._claim} claim names no one")
         scopes = claims.get("scope")
         return AccessToken(
             token=token,
@@ -285,8 +285,8 @@ class GatewayAuth:
                 ) from None
             metadata_url = build_resource_metadata_url(url)
         self._metadata_url = metadata_url
-        # Logged on a miss: once per reason and caller, among the most recent.
-        self.log_refusal = functools.lru_cache(maxsize=_LOGGED_CALLERS)(_log_refusal)
+        # Logs on a miss: once per cause and caller, among the most recent.
+        self._log_once = functools.lru_cache(maxsize=_LOGGED_CALLERS)(_log_refusal)
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """``app`` behind the authentication: its metadata served, every other request authenticated or 401."""
@@ -306,9 +306,11 @@ class GatewayAuth:
         access = await self.verifier.verify(credential.strip())
         return AuthCredentials(access.scopes), AuthenticatedUser(access)
 
-    def refusal(self, refused: Unauthorized) -> Response:
+    def refusal(self, scope: Scope, refused: Unauthorized) -> Response:
         """The 401 for ``refused``: RFC 6750's ``error`` and ``error_description``, and the metadata's URL as the
-        SDK gives it (RFC 9728)."""
+        SDK gives it (RFC 9728); its reason logged, once per cause and caller (the client's address)."""
+        client = scope.get("client")
+        self._log_once(refused.cause, "an unknown peer" if client is None else str(client[0]), refused.description)
         parts, body = [], {"error_description": refused.description}
         if refused.error is not None:  # none without a credential (RFC 6750, section 3.1)
             parts = [f'error="{refused.error}"', f'error_description="{refused.description}"']
@@ -319,7 +321,7 @@ class GatewayAuth:
         return JSONResponse(body, 401, headers={"WWW-Authenticate": challenge})
 
 
-def _log_refusal(description: str, caller: str) -> None:
+def _log_refusal(cause: str, caller: str, description: str) -> None:
     logger.info("mcp-sessions gateway: 401 to %s: %s", caller, description)
 
 
@@ -343,9 +345,7 @@ class _Guarded:
         try:
             scope["auth"], scope["user"] = await self._auth.authenticate(scope)
         except Unauthorized as refused:
-            client = scope.get("client")
-            self._auth.log_refusal(refused.description, "an unknown peer" if client is None else str(client[0]))
-            return await self._auth.refusal(refused)(scope, receive, send)
+            return await self._auth.refusal(scope, refused)(scope, receive, send)
         await self.app(scope, receive, send)
 
 
