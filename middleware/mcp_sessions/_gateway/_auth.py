@@ -97,7 +97,7 @@ class Unauthorized(Exception):
 
 
 class JwtVerifier:
-    """The ``mcp`` SDK's ``TokenVerifier`` for JWT access tokens signed by a key of a JWKS.
+    """JWT access tokens signed by a key of a JWKS, verified by PyJWT, as the ``mcp`` SDK's ``AccessToken``.
 
     The key set is held here, fetched by PyJWT's ``PyJWKClient`` (bounded by ``JWKS_TIMEOUT``, on a thread):
     a token whose ``kid`` the set has is verified at once, never behind a fetch; a stale set is fetched again
@@ -129,13 +129,6 @@ class JwtVerifier:
         self._error: str | None = None
         self._fetched_at: float | None = None  # the same two, as time.time() for the state
         self._attempted_at: float | None = None
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        """The token's principal and claims, or ``None`` for any token that does not verify."""
-        try:
-            return await self.verify(token)
-        except Unauthorized:
-            return None
 
     async def verify(self, token: str) -> AccessToken:
         """The token's principal and claims; :class:`Unauthorized` says why a token does not verify."""
@@ -175,13 +168,12 @@ class JwtVerifier:
 
     def state(self) -> dict[str, object]:
         """The key set as an operator sees it: its URL, how many keys it holds, when it was last fetched and
-        last tried (``time.time()``, ``None`` for never), whether a fetch runs, and the last attempt's error."""
+        last tried (``time.time()``, ``None`` for never), and the last attempt's error (``None`` after a success)."""
         return {
             "jwks": self._url,
             "keys": len(self._keys),
             "fetched_at": self._fetched_at,
             "attempted_at": self._attempted_at,
-            "fetching": self._fetching,
             "error": self._error,
         }
 
@@ -191,7 +183,7 @@ class JwtVerifier:
         if key is None and self._claim_fetch():  # a rotation, maybe: wait for the set
             await anyio.to_thread.run_sync(self._fetch)
             key = self._keys.get(kid) if kid is not None else None
-        elif key is not None and self._fetched_before(JWKS_LIFESPAN) and self._claim_fetch():
+        elif key is not None and self._stale() and self._claim_fetch():
             # Behind this request, which goes on with the key it has.
             threading.Thread(target=self._fetch, name="mcp-sessions-jwks", daemon=True).start()
         if key is not None:
@@ -200,8 +192,8 @@ class JwtVerifier:
             raise Unauthorized("unreachable", "the authorization server's keys (JWKS) cannot be fetched")
         raise Unauthorized("unknown key", "the token's key (kid) is not one of the authorization server's")
 
-    def _fetched_before(self, seconds: float) -> bool:
-        return self._fetched is None or time.monotonic() - self._fetched > seconds
+    def _stale(self) -> bool:
+        return self._fetched is None or time.monotonic() - self._fetched > JWKS_LIFESPAN
 
     def _claim_fetch(self) -> bool:
         """Whether a fetch may start now (none running, the cooldown over); if so, it is this caller's.
@@ -219,14 +211,10 @@ class JwtVerifier:
             keys = self._client.get_signing_keys(refresh=True)
         except (jwt.PyJWTError, OSError, ValueError) as exc:  # PyJWT's, and what it leaves: a body not JSON
             error = str(exc.__cause__ or exc)
-            if error != self._error:
+            if error != self._error:  # once per outage, and again when its error changes
+                held = len(self._keys)
                 logger.warning(
-                    "mcp-sessions gateway: the JWKS at %s cannot be fetched (%s): %d keys held, tried again in "
-                    "%g s at the earliest",
-                    self._url,
-                    error,
-                    len(self._keys),
-                    JWKS_COOLDOWN,
+                    "mcp-sessions gateway: the JWKS at %s cannot be fetched (%s): %d keys held", self._url, error, held
                 )
             self._error = error
         else:
