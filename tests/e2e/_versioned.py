@@ -1,4 +1,4 @@
-"""Servers on older mcp SDKs, each in an environment of its own (``make test`` builds them; ``MCP_SERVER_VENVS``
+"""Servers on older mcp SDKs, each in an environment of its own (``make test-all`` builds them; ``MCP_SERVER_VENVS``
 names them), started as subprocesses: ``_versioned_server.py`` behind the middleware, one ``count`` tool."""
 
 from __future__ import annotations
