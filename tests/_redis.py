@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -19,7 +20,9 @@ from typing import NoReturn
 
 import pytest
 
-START_TIMEOUT = 10.0
+from _waits import WITHIN
+
+START_TIMEOUT = WITHIN
 STOP_TIMEOUT = 5.0
 
 
@@ -73,7 +76,11 @@ def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
 
 
 def end_process(process: subprocess.Popen[bytes], *, kill: bool = False) -> None:
-    """SIGTERM (or SIGKILL at once), then SIGKILL if it has not ended within ``STOP_TIMEOUT``; its pipe closed."""
+    """SIGTERM (or SIGKILL at once), then SIGKILL if it has not ended within ``STOP_TIMEOUT``; then, for a process
+    that leads a group of its own (started with ``start_new_session``, as the helpers start theirs), SIGKILL to
+    whatever is left of that group; its pipe closed. Called from a ``finally``, it runs when pytest-timeout stops
+    the test too, so that no server, or process a server started, outlives the test."""
+    leads = _leads_its_group(process)
     if kill:
         process.kill()
     else:
@@ -83,8 +90,19 @@ def end_process(process: subprocess.Popen[bytes], *, kill: bool = False) -> None
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(STOP_TIMEOUT)
+    if leads:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
     if process.stderr is not None:
         process.stderr.close()
+
+
+def _leads_its_group(process: subprocess.Popen[bytes]) -> bool:
+    """Whether ``process`` (not yet reaped) leads a process group of its own."""
+    try:
+        return os.getpgid(process.pid) == process.pid
+    except ProcessLookupError:
+        return False
 
 
 class RedisServer:
@@ -133,6 +151,7 @@ class RedisServer:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            start_new_session=True,  # a group of its own, which end_process ends
         )
         deadline = time.monotonic() + START_TIMEOUT
         while True:

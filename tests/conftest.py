@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import os
 import ssl
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-import anyio
 import httpx
 import pytest
 from examples.demo import serve_in_thread
@@ -21,6 +18,7 @@ from _lifespan import running
 from _mcp import LOCAL
 from _redis import RedisServer, redis_server
 from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
+from _waits import WITHIN, until_awaited
 from mcp_sessions import KeySet, SessionKey
 
 if TYPE_CHECKING:
@@ -62,12 +60,9 @@ def signer_of(keys: KeySet) -> SessionKey:
     return keys.signer
 
 
-async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, within: float = 10.0) -> None:
-    """Wait until ``condition()`` holds (awaited if it is a coroutine), failing with ``what`` after ``within`` s."""
-    deadline = time.monotonic() + within
-    while not ((await held) if inspect.isawaitable(held := condition()) else held):
-        assert time.monotonic() < deadline, f"not within {within} s: {what}"
-        await anyio.sleep(0.02)
+async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, within: float = WITHIN) -> None:
+    """Wait until ``condition()`` holds (awaited if it is a coroutine): the suite's one wait (``_waits``)."""
+    await until_awaited(condition, what, within)
 
 
 @pytest.fixture

@@ -90,6 +90,7 @@ class Replica:
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # a group of its own, which end_process ends
         )
 
     def wait_ready(self) -> None:
