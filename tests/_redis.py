@@ -76,11 +76,10 @@ def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
 
 
 def end_process(process: subprocess.Popen[bytes], *, kill: bool = False) -> None:
-    """SIGTERM (or SIGKILL at once), then SIGKILL if it has not ended within ``STOP_TIMEOUT``; then, for a process
-    that leads a group of its own (started with ``start_new_session``, as the helpers start theirs), SIGKILL to
-    whatever is left of that group; its pipe closed. Called from a ``finally``, it runs when pytest-timeout stops
-    the test too, so that no server, or process a server started, outlives the test."""
-    leads = _leads_its_group(process)
+    """SIGTERM (or SIGKILL at once), then SIGKILL if it has not ended within ``STOP_TIMEOUT``; then SIGKILL to
+    whatever is left of the process group it leads (the helpers start theirs with ``start_new_session``; a
+    process that leads none has no such group); its pipe closed. Called from a ``finally``, it runs when
+    pytest-timeout stops the test too, so that no server, or process a server started, outlives the test."""
     if kill:
         process.kill()
     else:
@@ -90,19 +89,10 @@ def end_process(process: subprocess.Popen[bytes], *, kill: bool = False) -> None
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(STOP_TIMEOUT)
-    if leads:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):  # no group left, or none it led
+        os.killpg(process.pid, signal.SIGKILL)
     if process.stderr is not None:
         process.stderr.close()
-
-
-def _leads_its_group(process: subprocess.Popen[bytes]) -> bool:
-    """Whether ``process`` (not yet reaped) leads a process group of its own."""
-    try:
-        return os.getpgid(process.pid) == process.pid
-    except ProcessLookupError:
-        return False
 
 
 class RedisServer:
@@ -153,17 +143,22 @@ class RedisServer:
             stderr=subprocess.PIPE,
             start_new_session=True,  # a group of its own, which end_process ends
         )
+        try:
+            self._wait_answering(self.process)
+        except BaseException:  # never answering, or the test stopped meanwhile (pytest-timeout): nothing left
+            self.stop()
+            raise
+
+    def _wait_answering(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            if self.process.poll() is not None:
-                stderr = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
-                self.process = None
+            if process.poll() is not None:
+                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
                 raise RuntimeError(f"redis-server exited at start: {stderr.strip()}")
             with contextlib.suppress(OSError):
                 if command(self.port, "PING", timeout=0.5) == b"+PONG\r\n":
                     return
             if time.monotonic() > deadline:
-                self.stop()
                 raise RuntimeError(f"redis-server did not answer PING on port {self.port} within {START_TIMEOUT} s")
             time.sleep(0.02)
 

@@ -81,17 +81,21 @@ class Process:
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a group of its own, which end_process ends
         )
+        try:
+            self._wait_listening(self.process)
+        except BaseException:  # never listening, or the test stopped meanwhile (pytest-timeout): nothing left
+            self.stop()
+            raise
+
+    def _wait_listening(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            if self.process.poll() is not None:
-                output = self.output()
-                self.stop()
-                raise RuntimeError(f"{name} exited at start:\n{output}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            if process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited at start:\n{self.output()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                 return
             if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{name} did not listen within {START_TIMEOUT} s")
+                raise RuntimeError(f"{self.name} did not listen within {START_TIMEOUT} s")
             time.sleep(0.02)
 
     def url(self, path: str = "/mcp") -> str:
