@@ -1,4 +1,5 @@
-# Two commands from a fresh clone: `make demo` and `make test`.
+# From a fresh clone: `make demo`, `make test` (the package's behaviour: what a contributor runs first) and
+# `make test-all` (that, the interop matrix, lint and the docs build: what .ci/run runs).
 # Each creates its own virtual environment in .venv (override with VENV=...).
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,7 +16,7 @@ STDIO_VENVS := $(VENV)-server-time
 # whose examples/ the test runs, is downloaded beside it, unbuilt and uninstalled.
 FAST_AGENT := fast-agent-mcp==0.5.3
 
-.PHONY: demo test system-deps lint docs dist bench clean
+.PHONY: demo test test-all system-deps system-deps-all lint docs dist bench bench-smoke clean
 
 $(BIN)/pip:
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +27,15 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/pip
 	touch $@
 
 # The conformance pack (conformance/, a distribution of its own) installs beside the middleware: the tests
-# run it as `mcp-sessions conformance` and as `mcp-sessions-conformance`.
+# run it as `mcp-sessions conformance` and as `mcp-sessions-conformance`. `make test`'s environment holds the
+# pinned mcp SDK and what the package's own tests run (pyproject's test and lint groups); `make test-all`'s adds
+# the interop group (the viewers, other ASGI servers, the build tool) and the docs group to it.
 $(VENV)/.test-installed: pyproject.toml conformance/pyproject.toml | $(BIN)/pip
-	$(BIN)/pip install --quiet -e ".[demo]" -e ./conformance --group test --group lint --group docs --group viewers
+	$(BIN)/pip install --quiet -e ".[demo]" -e ./conformance --group test --group lint
+	touch $@
+
+$(VENV)/.test-all-installed: $(VENV)/.test-installed
+	$(BIN)/pip install --quiet --group interop --group docs
 	touch $@
 
 $(VENV)-mcp%/.installed: pyproject.toml
@@ -65,33 +72,48 @@ $(VENV)/.dist-installed: pyproject.toml | $(BIN)/pip
 demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/demo.py
 
-# The Python packages and the system ones (scripts/system-deps.sh: apt, npm) install side by side. Then
-# the static checks (lint, docs; `make lint` and `make docs` run them alone) run beside the tests, which
-# leave a core idle much of the time (servers starting, expiry waits), their output kept until the tests
-# end: `make test` fails if either does. The tests run on every core with pytest-xdist, a file at a time
-# per worker, slowest files first (pyproject's addopts, tests/conftest.py); PYTEST_WORKERS=0 runs them
-# in one process.
+# `make test`: every behaviour of the package, against the real parts that install in a minute or two (the
+# pinned mcp SDK, redis-server, SQLite, the OpenTelemetry SDK, the node packages whose behaviour a test is
+# about): the Python packages and the system ones install side by side, then pytest runs what pyproject's
+# addopts select (not the interop matrix) on every core with pytest-xdist, a file at a time per worker, slowest
+# files first (tests/conftest.py); PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= auto
+
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed system-deps
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=20
 
 LINT = $(BIN)/ruff check middleware conformance tests examples benchmarks scripts \
 	&& $(BIN)/ruff format --check middleware conformance tests examples benchmarks scripts && $(BIN)/mypy \
 	&& $(BIN)/python scripts/count_lines.py
 DOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-test:
-	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed $(SERVER_VENVS:%=%/.installed) \
-		$(THIRDPARTY_VENVS:%=%/.installed) $(STDIO_VENVS:%=%/.installed) $(VENV)-fast-agent/sdist/.downloaded system-deps
+# `make test-all` (.ci/run): `make test`'s suite and the interop matrix (tests/conftest.py's INTEROP: older mcp
+# and fastmcp SDKs and third-party servers in environments of their own, other ASGI servers, Phoenix and MLflow,
+# the official conformance suite, the benchmarks' smoke runs, the wheel and sdist builds), with the static
+# checks (lint, docs; `make lint` and `make docs` run them alone) beside the tests, which leave a core idle much
+# of the time; their output is kept until the tests end, and `make test-all` fails if either does.
+test-all:
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-all-installed $(SERVER_VENVS:%=%/.installed) \
+		$(THIRDPARTY_VENVS:%=%/.installed) $(STDIO_VENVS:%=%/.installed) $(VENV)-fast-agent/sdist/.downloaded \
+		system-deps-all
 	@echo "ruff, mypy and the docs build run beside the tests; their output follows the tests'"
 	@($(LINT) && $(DOCS)) > $(VENV)/checks.log 2>&1 & checks=$$!; \
 	MCP_SERVER_VENVS="$(abspath $(SERVER_VENVS))" THIRDPARTY_SERVER_VENVS="$(abspath $(THIRDPARTY_VENVS))" \
-	STDIO_SERVER_VENVS="$(abspath $(STDIO_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=15; tests=$$?; \
+	STDIO_SERVER_VENVS="$(abspath $(STDIO_VENVS))" $(BIN)/python -m pytest -m "not soak" -n $(PYTEST_WORKERS) \
+		--durations=20; tests=$$?; \
 	wait $$checks; checked=$$?; \
 	echo "--- lint and docs"; cat $(VENV)/checks.log; \
 	[ $$checked -eq 0 ] || echo "lint and docs: failed"; \
 	[ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 
+# redis-server, node, and the node packages `make test`'s tests run; `--all` adds those of the interop matrix
+# and the benchmarks (the conformance suite and its Node 22, supergateway).
 system-deps:
 	./scripts/system-deps.sh
+
+system-deps-all:
+	./scripts/system-deps.sh --all
 
 # The site, into site/. --strict: a broken link, anchor or API reference fails the build.
 docs: $(VENV)/.docs-installed
@@ -102,8 +124,13 @@ dist: $(VENV)/.dist-installed
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist
 
-bench: $(VENV)/.test-installed
+# Every benchmark, its results written to docs/performance.md. `make bench-smoke`: each one briefly, as
+# `make test-all` runs them (the smoke runs, tests/e2e/test_benchmarks.py and test_gateway_benchmark.py).
+bench: $(VENV)/.test-all-installed system-deps-all
 	$(BIN)/python benchmarks/run_all.py --write docs/performance.md
+
+bench-smoke: $(VENV)/.test-all-installed system-deps-all
+	$(BIN)/python -m pytest -m interop tests/e2e/test_benchmarks.py tests/e2e/test_gateway_benchmark.py
 
 lint: $(VENV)/.test-installed
 	$(LINT)

@@ -1,11 +1,15 @@
-"""Code lines of the package, per part of issue 60's budget, and the total; and the lines of the test suite.
+"""Code lines of the package, per part of the budget, and their density; and the lines of the test suite.
 
 A code line is a line that is not blank, not only a comment and not part of a string statement (a
 docstring, or a string standing alone as a statement, such as an attribute's docstring): the rule of
-the review's counter. The suite's budget counts every line of tests/ (``wc -l``), its harness included.
-`make lint` prints the table; `--check` exits 1 when a part is over its budget.
+the review's counter. A part's density is its characters per code line (indentation left out) and its
+share of code lines over 100 columns. The suite's budget counts every line of the Python files pytest
+runs (tests/ and conformance/tests/, ``wc -l``), its harness included. `make lint` prints the table;
+the budget is for planning, not a target to squeeze lines into. `--check` exits 1 when a part is over
+its budget, or denser than the core was when the guard was set (issue 68): code that fits only because
+it was squeezed is worse code.
 
-    python scripts/count_lines.py [--package DIR] [--tests DIR] [--check [PART ...]]
+    python scripts/count_lines.py [--package DIR] [--tests DIR ...] [--check [PART ...]]
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ import io
 import sys
 import tokenize
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "middleware" / "mcp_sessions"
-TESTS = ROOT / "tests"
+TESTS = [ROOT / "tests", ROOT / "conformance" / "tests"]
 NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
 
 
@@ -37,18 +42,43 @@ def gateway(path: Path) -> bool:
     return path.parts[0] == "_gateway"
 
 
-# The budget, in one place: each part's test of a path (relative to the package) and its most code lines.
+# The budget, in one place: each part's test of a path (relative to the package) and its most code lines. The
+# core's went from 7,900 to 8,000 with issue 68's seams (the sources' own protocols, Era in profiles).
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
-    "core": (core, 7_900),
+    "core": (core, 8_000),
     "_cli": (cli, 500),
     "_gateway": (gateway, 2_400),
 }
-# The suite's: every line of its Python files.
-TESTS_BUDGET = 30_000
+# The suite's: every line of its Python files, conformance/tests/ included (32,337 when it was first counted).
+TESTS_BUDGET = 34_000
+# The density guard: the core's figures when it was set (issue 68; Starlette's are 34.7 and 2.2%).
+MOST_CHARACTERS_PER_LINE = 40.1
+MOST_SHARE_OVER_100 = 6.4  # percent of code lines
 
 
-def code_lines(source: str) -> int:
-    """The number of lines of ``source`` that hold code (a string statement or a comment alone is not code)."""
+@dataclass
+class Part:
+    """What the counter found of a part: its code lines, their characters, and how many pass 100 columns."""
+
+    lines: int = 0
+    characters: int = 0
+    wide: int = 0
+
+    @property
+    def per_line(self) -> float:
+        return round(self.characters / self.lines, 1) if self.lines else 0.0
+
+    @property
+    def share_wide(self) -> float:
+        return round(100 * self.wide / self.lines, 1) if self.lines else 0.0
+
+    @property
+    def dense(self) -> bool:
+        return self.per_line > MOST_CHARACTERS_PER_LINE or self.share_wide > MOST_SHARE_OVER_100
+
+
+def code_line_numbers(source: str) -> set[int]:
+    """The numbers of the lines of ``source`` that hold code (a string statement or a comment alone is not code)."""
     strings: set[int] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
@@ -57,46 +87,66 @@ def code_lines(source: str) -> int:
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type not in NOT_CODE:
             lines.update(range(token.start[0], token.end[0] + 1))
-    return len(lines - strings)
+    return lines - strings
 
 
-def count(package: Path = PACKAGE) -> dict[str, int]:
-    """Code lines per part of the budget."""
-    lines = dict.fromkeys(BUDGETS, 0)
+def code_lines(source: str) -> int:
+    """The number of lines of ``source`` that hold code."""
+    return len(code_line_numbers(source))
+
+
+def add(part: Part, source: str) -> None:
+    """Count ``source``'s code lines into ``part``."""
+    text = source.splitlines()
+    for number in code_line_numbers(source):
+        line = text[number - 1]
+        part.lines += 1
+        part.characters += len(line.strip())
+        part.wide += len(line) > 100
+
+
+def count(package: Path = PACKAGE) -> dict[str, Part]:
+    """Code lines and their density, per part of the budget."""
+    parts = {part: Part() for part in BUDGETS}
     for path in package.rglob("*.py"):
         relative = path.relative_to(package)
         for part, (holds, _) in BUDGETS.items():
             if holds(relative):
-                lines[part] += code_lines(path.read_text(encoding="utf-8"))
-    return lines
+                add(parts[part], path.read_text(encoding="utf-8"))
+    return parts
 
 
-def suite_lines(tests: Path = TESTS) -> int:
+def suite_lines(tests: list[Path] = TESTS) -> int:
     """Every line of the suite's Python files, as ``wc -l`` counts them."""
-    return sum(path.read_bytes().count(b"\n") for path in tests.rglob("*.py"))
+    return sum(path.read_bytes().count(b"\n") for directory in tests for path in directory.rglob("*.py"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--package", type=Path, default=PACKAGE)
-    parser.add_argument("--tests", type=Path, default=TESTS)
+    parser.add_argument("--tests", type=Path, nargs="+", default=TESTS)
     parser.add_argument("--check", nargs="*", choices=[*BUDGETS, "tests"], metavar="PART", help="exit 1 if over")
     args = parser.parse_args(argv)
-    lines = count(args.package)
-    budgets = {part: budget for part, (_, budget) in BUDGETS.items()}
-
-    def row(part: str, note: str = "") -> None:
-        over = "  over" if lines[part] > budgets[part] else ""
-        print(f"{part:<10} {lines[part]:>10} {budgets[part]:>7}{over}{note}")
-
-    print(f"{'part':<10} {'code lines':>10} {'budget':>7}")
-    for part in BUDGETS:
-        row(part)
-    print(f"{'total':<10} {sum(lines.values()):>10}")
-    lines["tests"], budgets["tests"] = suite_lines(args.tests), TESTS_BUDGET
-    row("tests", "  (every line of tests/)")
-    checked = (args.check or list(budgets)) if args.check is not None else []
-    return 1 if any(lines[part] > budgets[part] for part in checked) else 0
+    parts = count(args.package)
+    failed: set[str] = set()
+    print(f"{'part':<10} {'code lines':>10} {'budget':>7} {'chars/line':>10} {'over 100':>8}")
+    for name, (_, budget) in BUDGETS.items():
+        part = parts[name]
+        over = "  over" if part.lines > budget else ""
+        dense = "  denser than the guard" if part.dense else ""
+        if over or dense:
+            failed.add(name)
+        figures = f"{part.per_line:>10} {part.share_wide:>7}%"
+        print(f"{name:<10} {part.lines:>10} {budget:>7} {figures}{over}{dense}")
+    print(f"{'total':<10} {sum(part.lines for part in parts.values()):>10}")
+    print(f"{'guard':<10} {'':>10} {'':>7} {MOST_CHARACTERS_PER_LINE:>10} {MOST_SHARE_OVER_100:>7}%")
+    suite = suite_lines(args.tests)
+    over = "  over" if suite > TESTS_BUDGET else ""
+    if over:
+        failed.add("tests")
+    print(f"{'tests':<10} {suite:>10} {TESTS_BUDGET:>7}  (every line of tests/ and conformance/tests/){over}")
+    checked = (args.check or [*BUDGETS, "tests"]) if args.check is not None else []
+    return 1 if failed & set(checked) else 0
 
 
 if __name__ == "__main__":

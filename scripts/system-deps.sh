@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Installs what the test suite runs for real: redis-server and node (Debian/Ubuntu packages), and
 # the MCP Inspector CLI and the gateway tests' node packages (from the npm registry, into .cache/, pinned).
-# `make test` calls it; it does nothing when everything is already there.
+# `make test` calls it; with --all (`make test-all`, `make bench`) it adds the interop matrix's and the
+# benchmarks' node packages: the conformance suite with its Node 22, and supergateway. It does nothing when
+# everything is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+all=""
+if [ "${1:-}" = "--all" ]; then
+    all=1
+fi
 INSPECTOR_VERSION="2.12.0"
 # The gateway's tests: server-everything and the TypeScript SDK's client (under the system node), and the
 # conformance suite, which needs Node 22: the node@22 package brings one, in its own prefix.
@@ -43,6 +49,9 @@ fi
 filesystem=".cache/filesystem/node_modules/@modelcontextprotocol/server-filesystem/package.json"
 if ! grep -q "\"version\": \"$FILESYSTEM_VERSION\"" "$filesystem" 2>/dev/null; then
     npm install --no-audit --no-fund --silent --prefix .cache/filesystem "@modelcontextprotocol/server-filesystem@$FILESYSTEM_VERSION"
+fi
+if [ -z "$all" ]; then
+    exit 0
 fi
 conformance=".cache/conformance/node_modules"
 if ! grep -q "\"version\": \"$CONFORMANCE_VERSION\"" "$conformance/@modelcontextprotocol/conformance/package.json" 2>/dev/null \

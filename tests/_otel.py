@@ -27,12 +27,12 @@ from opentelemetry.util._once import Once
 from starlette.types import Scope
 
 from _mcp import LegacyClient, ModernClient, RecordingApp
+from _waits import Deadline
 from mcp_sessions._otel import Operation, Telemetry
 from mcp_sessions.telemetry import SessionSpanProcessor
 
 MIDDLEWARE_SCOPE = "mcp_sessions"
 SDK_SCOPE = "mcp-python-sdk"
-WAIT_SECONDS = 10.0
 
 
 def recording_provider() -> tuple[TracerProvider, InMemorySpanExporter]:
@@ -94,13 +94,12 @@ class SpanLog:
 
     def wait(self, done: Callable[[list[ReadableSpan]], bool], what: str) -> list[ReadableSpan]:
         """All finished spans, once ``done`` holds for them (a bounded wait, not a timing check)."""
-        deadline = time.monotonic() + WAIT_SECONDS
+        deadline = Deadline(lambda: f"never saw {what}; finished spans: {describe(self.finished())}")
         while True:
             spans = self.finished()
             if done(spans):
                 return spans
-            if time.monotonic() > deadline:
-                raise AssertionError(f"never saw {what}; finished spans: {describe(spans)}")
+            deadline.check()
             time.sleep(0.005)
 
     def wait_middleware(self, count: int) -> list[ReadableSpan]:
@@ -201,14 +200,14 @@ def points(metric: Metric | None) -> list[Any]:
 
 def wait_metric_count(reader: InMemoryMetricReader, name: str, count: int) -> dict[str, Metric]:
     """The reader's metrics once the histogram ``name`` has ``count`` measurements (recorded after the response)."""
-    deadline = time.monotonic() + WAIT_SECONDS
+    seen = 0
+    deadline = Deadline(lambda: f"{name} has {seen} measurements, expected {count}")
     while True:
         metrics = collect(reader)
         seen = sum(point.count for point in points(metrics.get(name)))
         if seen >= count:
             return metrics
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{name} has {seen} measurements, expected {count}")
+        deadline.check()
         time.sleep(0.005)
 
 

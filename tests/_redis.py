@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -19,7 +20,9 @@ from typing import NoReturn
 
 import pytest
 
-START_TIMEOUT = 10.0
+from _waits import WITHIN
+
+START_TIMEOUT = WITHIN
 STOP_TIMEOUT = 5.0
 
 
@@ -73,7 +76,10 @@ def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
 
 
 def end_process(process: subprocess.Popen[bytes], *, kill: bool = False) -> None:
-    """SIGTERM (or SIGKILL at once), then SIGKILL if it has not ended within ``STOP_TIMEOUT``; its pipe closed."""
+    """SIGTERM (or SIGKILL at once), then SIGKILL if it has not ended within ``STOP_TIMEOUT``; then SIGKILL to
+    whatever is left of the process group it leads (the helpers start theirs with ``start_new_session``; a
+    process that leads none has no such group); its pipe closed. Called from a ``finally``, it runs when
+    pytest-timeout stops the test too, so that no server, or process a server started, outlives the test."""
     if kill:
         process.kill()
     else:
@@ -83,6 +89,8 @@ def end_process(process: subprocess.Popen[bytes], *, kill: bool = False) -> None
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(STOP_TIMEOUT)
+    with contextlib.suppress(ProcessLookupError):  # no group left, or none it led
+        os.killpg(process.pid, signal.SIGKILL)
     if process.stderr is not None:
         process.stderr.close()
 
@@ -133,18 +141,24 @@ class RedisServer:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            start_new_session=True,  # a group of its own, which end_process ends
         )
+        try:
+            self._wait_answering(self.process)
+        except BaseException:  # never answering, or the test stopped meanwhile (pytest-timeout): nothing left
+            self.stop()
+            raise
+
+    def _wait_answering(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            if self.process.poll() is not None:
-                stderr = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
-                self.process = None
+            if process.poll() is not None:
+                stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
                 raise RuntimeError(f"redis-server exited at start: {stderr.strip()}")
             with contextlib.suppress(OSError):
                 if command(self.port, "PING", timeout=0.5) == b"+PONG\r\n":
                     return
             if time.monotonic() > deadline:
-                self.stop()
                 raise RuntimeError(f"redis-server did not answer PING on port {self.port} within {START_TIMEOUT} s")
             time.sleep(0.02)
 

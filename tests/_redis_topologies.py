@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import redis
 from redis.crc import key_slot
 
 from _redis import RedisServer, free_port, redis_server_binary
+from _waits import until
 
 READY_TIMEOUT = 20.0
 FAILOVER_TIMEOUT = 20.0
@@ -28,15 +28,8 @@ SLOTS = 16384
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` (connection errors count as not yet) until it holds; a RuntimeError after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(redis.RedisError, OSError):
-            if condition():
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
+    """Poll ``condition`` (connection errors count as not yet) until it holds: the suite's one wait (``_waits``)."""
+    until(condition, what, timeout, ignoring=(redis.RedisError, OSError))
 
 
 def start_fresh(make: Callable[[], RedisServer], attempts: int = 3) -> RedisServer:

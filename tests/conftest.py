@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import os
 import ssl
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-import anyio
 import httpx
 import pytest
 from examples.demo import serve_in_thread
@@ -21,6 +18,7 @@ from _lifespan import running
 from _mcp import LOCAL
 from _redis import RedisServer, redis_server
 from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
+from _waits import WITHIN, until_awaited
 from mcp_sessions import KeySet, SessionKey
 
 if TYPE_CHECKING:
@@ -62,12 +60,9 @@ def signer_of(keys: KeySet) -> SessionKey:
     return keys.signer
 
 
-async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, within: float = 10.0) -> None:
-    """Wait until ``condition()`` holds (awaited if it is a coroutine), failing with ``what`` after ``within`` s."""
-    deadline = time.monotonic() + within
-    while not ((await held) if inspect.isawaitable(held := condition()) else held):
-        assert time.monotonic() < deadline, f"not within {within} s: {what}"
-        await anyio.sleep(0.02)
+async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, within: float = WITHIN) -> None:
+    """Wait until ``condition()`` holds (awaited if it is a coroutine): the suite's one wait (``_waits``)."""
+    await until_awaited(condition, what, within)
 
 
 @pytest.fixture
@@ -173,6 +168,29 @@ SLOW_FILES = [
 ]
 
 
+# The interop matrix: what `make test-all` (and so .ci/run) runs beside `make test`'s suite, marked ``interop``
+# here, by file or by test. Each entry guards other people's software with this package, not a behaviour of the
+# package (which never leaves `make test`): older mcp and fastmcp SDKs in environments of their own, third-party
+# servers (Python ones from PyPI, node ones where the server is the point) and other ASGI servers, the Phoenix and
+# MLflow viewers, the official conformance suite, the benchmarks' smoke runs, and wheel and sdist builds.
+INTEROP = [
+    "tests/e2e/test_server_versions.py",  # mcp 1.9.4 ... 2.0.0 and fastmcp 2.9 ... 4.0 servers, in their venvs
+    "conformance/tests/test_conformance_strangers.py::test_a_real_mcp1_server",  # mcp 1.x, in its venv
+    "conformance/tests/test_conformance_thirdparty.py",  # fast-agent and ag2 servers, in their venvs
+    "conformance/tests/test_conformance_strawman.py",  # fast-agent 0.5.3's server, in its venv
+    "tests/e2e/test_gateway_stdio.py::test_mcp_server_time_from_pypi",  # mcp-server-time, in its venv
+    "tests/e2e/test_gateway_stdio.py::test_server_everything_stdio",  # a node server behind --stdio
+    "tests/e2e/test_gateway_stdio.py::test_the_typescript_sdk_client",  # the TypeScript SDK's client
+    "tests/e2e/test_asgi_servers.py",  # Hypercorn and Granian
+    "tests/e2e/test_viewers.py",  # Phoenix and MLflow
+    "tests/e2e/test_gateway_conformance.py",  # the official conformance suite (node 22)
+    "tests/e2e/test_benchmarks.py",  # the benchmarks' smoke runs (supergateway's too)
+    "tests/e2e/test_gateway_benchmark.py",
+    "tests/e2e/test_dist.py",  # the wheel and the sdist built
+    "conformance/tests/test_conformance_dist.py::test_pip_install_conformance",  # the pack's, installed in a venv
+]
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -185,7 +203,11 @@ def pytest_runtest_makereport(
     return report
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(tuple(INTEROP)):
+            item.add_marker(pytest.mark.interop)
     rank = {path: index for index, path in enumerate(SLOW_FILES)}
 
     def slowness(item: pytest.Item) -> int:

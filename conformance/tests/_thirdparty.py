@@ -1,4 +1,4 @@
-"""Other people's servers, each installed from the package index in an environment of its own (``make test``
+"""Other people's servers, each installed from the package index in an environment of its own (``make test-all``
 builds them; ``THIRDPARTY_SERVER_VENVS`` names them), started as processes on loopback; and the pack run against
 them through its command line, as a user's CI runs it (never imported: the pack is a stranger to them too)."""
 

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._config import SessionsConfig
 from ._middleware import MCPSessionMiddleware
-from ._session import SCOPE_KEY, Session, SessionData, SessionLogFilter, authenticated_user, get_session
+from ._session import Session, SessionData, SessionLogFilter, authenticated_user, get_session
 from ._tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
 from ._version import __version__ as __version__
 from ._wire import Refusal
@@ -12,9 +12,10 @@ from ._wire import Refusal
 if TYPE_CHECKING:
     from ._gateway import gateway_app
 
-# Stores are in mcp_sessions.stores, wires and error codes in mcp_sessions.profiles.
+# Stores are in mcp_sessions.stores, wires and error codes in mcp_sessions.profiles. Refusal (raised by an
+# on_create hook or a session source) and authenticated_user (the default principal hook) are here for the uses
+# docs/configuration.md documents.
 __all__ = [
-    "SCOPE_KEY",
     "InvalidToken",
     "KeySet",
     "MCPSessionMiddleware",

@@ -15,7 +15,8 @@ from starlette.types import Scope
 from ._asgi import EndpointPaths, headers_of, route_path
 from ._session import SessionNotFound
 from ._wire import Refusal, jsonrpc
-from ._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from ._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from .profiles import Era
 from .sources import MAX_SESSIONS_PER_REQUEST, Conversation
 
 if TYPE_CHECKING:

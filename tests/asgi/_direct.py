@@ -13,7 +13,8 @@ from typing import Any
 
 from _mcp import SESSION_KEY, AnswersProbes
 from conftest import SECRET
-from mcp_sessions import SCOPE_KEY, MCPSessionMiddleware, get_session
+from mcp_sessions import MCPSessionMiddleware, get_session
+from mcp_sessions._session import SCOPE_KEY
 from mcp_sessions.handles import HandleContext, current_handle_context
 from mcp_sessions.stores import MemoryStore
 

@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from _mcp import NOT_FOUND_MESSAGE, SESSION_KEY
-from mcp_sessions import SCOPE_KEY, Session, get_session
-from mcp_sessions._session import HeaderSession, current_conversation, current_session, header_session
+from mcp_sessions import Session, get_session
+from mcp_sessions._session import SCOPE_KEY, HeaderSession, current_conversation, current_session, header_session
 from mcp_sessions.stores import MemoryStore
 
 from ._direct import (

@@ -32,6 +32,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from _mcp import MODERN, era_session, legacy_request, messages, modern_headers, modern_request, replaying
 from _redis import end_process, free_port, missing
+from _waits import WITHIN, until
 from mcp_sessions import get_session
 
 MAIN = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ CONFORMANCE = CACHE / "conformance/node_modules/@modelcontextprotocol/conformanc
 INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI") or str(
     CACHE / "inspector/node_modules/@modelcontextprotocol/inspector/clients/cli/build/index.js"
 )
-START_TIMEOUT = 30.0
+START_TIMEOUT = WITHIN
 JSON_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 SECRET = "gateway-test-secret-gateway-test-secret-0123"
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
@@ -73,19 +74,28 @@ class Process:
         self._log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed by stop()
         inherited = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
         self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
-            list(command), cwd=MAIN, env={**inherited, **environ}, stdout=self._log, stderr=subprocess.STDOUT
+            list(command),
+            cwd=MAIN,
+            env={**inherited, **environ},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a group of its own, which end_process ends
         )
+        try:
+            self._wait_listening(self.process)
+        except BaseException:  # never listening, or the test stopped meanwhile (pytest-timeout): nothing left
+            self.stop()
+            raise
+
+    def _wait_listening(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            if self.process.poll() is not None:
-                output = self.output()
-                self.stop()
-                raise RuntimeError(f"{name} exited at start:\n{output}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            if process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited at start:\n{self.output()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                 return
             if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{name} did not listen within {START_TIMEOUT} s")
+                raise RuntimeError(f"{self.name} did not listen within {START_TIMEOUT} s")
             time.sleep(0.02)
 
     def url(self, path: str = "/mcp") -> str:
@@ -154,12 +164,9 @@ def started(name: str, command: Callable[[int], tuple[list[str], Mapping[str, st
     return Process(name, *command(port), port)
 
 
-def wait_until(condition: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
-    """Poll ``condition`` until it holds; fail, saying ``what`` did not happen, after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {seconds} s"
-        time.sleep(0.02)
+def wait_until(condition: Callable[[], bool], what: str, seconds: float = WITHIN) -> None:
+    """Poll ``condition`` until it holds; fail, saying ``what`` did not happen: the suite's one wait (``_waits``)."""
+    until(condition, what, seconds)
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int:

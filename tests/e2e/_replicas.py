@@ -90,20 +90,26 @@ class Replica:
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # a group of its own, which end_process ends
         )
 
     def wait_ready(self) -> None:
+        """Until it accepts connections; stopped if it never does, or if the test is stopped meanwhile."""
         assert self.process is not None
+        try:
+            self._wait_listening(self.process)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_listening(self, process: subprocess.Popen[bytes]) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
-            if self.process.poll() is not None:
-                output = self.output()
-                self.stop()
-                raise RuntimeError(f"replica {self.name} exited at start:\n{output}")
+            if process.poll() is not None:
+                raise RuntimeError(f"replica {self.name} exited at start:\n{self.output()}")
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                 return  # uvicorn listens only once the app's lifespan has started
             if time.monotonic() > deadline:
-                self.stop()
                 raise RuntimeError(f"replica {self.name} did not listen within {START_TIMEOUT} s")
             time.sleep(0.02)
 

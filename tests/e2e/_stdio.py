@@ -7,13 +7,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import mcp_types as types
 
+import _waits
+from _waits import WITHIN
 from conftest import SECRET, serve
 from e2e._gateway import CACHE, MAIN, installed, node
 from mcp_sessions import SessionsConfig
@@ -77,9 +78,6 @@ def gone(pid: int) -> bool:
         return True
 
 
-def until(condition: Callable[[], bool], seconds: float = 10.0, said: Callable[[], str] = str) -> None:
-    """Poll ``condition`` until it holds; fail after ``seconds``, with what ``said`` says."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"not within the deadline: {said()}"
-        time.sleep(0.05)
+def until(condition: Callable[[], bool], seconds: float = WITHIN, said: Callable[[], str] = str) -> None:
+    """Poll ``condition`` until it holds; fail, with what ``said`` says, as the suite's one wait does (``_waits``)."""
+    _waits.until(condition, said, seconds)

@@ -1,4 +1,4 @@
-"""Servers on older mcp SDKs, each in an environment of its own (``make test`` builds them; ``MCP_SERVER_VENVS``
+"""Servers on older mcp SDKs, each in an environment of its own (``make test-all`` builds them; ``MCP_SERVER_VENVS``
 names them), started as subprocesses: ``_versioned_server.py`` behind the middleware, one ``count`` tool."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import IO
 
 from _redis import end_process, missing
+from _waits import WITHIN
 
 MAIN = Path(__file__).resolve().parents[2]
-START_TIMEOUT = 30.0
+START_TIMEOUT = WITHIN
 SERVER = Path(__file__).with_name("_versioned_server.py")
 VENVS = os.environ.get(
     "MCP_SERVER_VENVS", " ".join(f"{MAIN}/.venv-mcp{name}" for name in ("2-floor", "1-newest", "1-fastmcp2", "1-floor"))
@@ -40,7 +41,8 @@ def printed_port_server(command: list[str | Path]) -> Iterator[str]:
     """``command`` (a server that prints its port on one line once it listens) run from the checkout: its base URL,
     the server ended when the block ends."""
     with tempfile.TemporaryFile() as log:  # a file, not a pipe: nobody reads stderr while the server runs
-        process = subprocess.Popen(command, cwd=MAIN, stdout=subprocess.PIPE, stderr=log)
+        # A group of its own, which end_process ends.
+        process = subprocess.Popen(command, cwd=MAIN, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
         try:
             yield f"http://127.0.0.1:{_listening_port(process, log)}"
         finally:

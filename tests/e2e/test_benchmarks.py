@@ -3,14 +3,18 @@ never checked: a few requests on a shared machine say nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from e2e._gateway import installed, node
 
 ROOT = Path(__file__).resolve().parents[2]
 ON_THE_PAGE = ("asgi", "uvicorn", "sse", "scale_out")  # bench_gateway.py: test_gateway_benchmark.py
@@ -23,12 +27,23 @@ pytestmark = pytest.mark.timeout(900)
 
 
 def run(script: str, *args: str, cwd: Path = ROOT) -> str:
+    """The benchmark's output, once it has ended well. It runs in a process group of its own, ended when it
+    returns, fails or is stopped (by pytest-timeout too): no server it started outlives the test."""
     # A process of its own: bench_asgi.py sets OpenTelemetry's global TracerProvider, once per process.
     environ = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
     command = [sys.executable, f"benchmarks/{script}", *args]
-    done = subprocess.run(command, cwd=cwd, env=environ, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    pipe = subprocess.PIPE
+    process = subprocess.Popen(
+        command, cwd=cwd, env=environ, stdout=pipe, stderr=pipe, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == 0, stderr
+    return stdout
 
 
 @pytest.fixture(scope="module")
@@ -110,3 +125,31 @@ def test_bench_stores_reports_every_store(tmp_path: Path) -> None:
 
 def test_bench_handle_vs_session_reports() -> None:
     assert "a session adds" in run("bench_handle_vs_session.py", "--smoke")
+
+
+def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> None:
+    """``benchmarks/bench_stdio.py --quick``: it runs both gateways side by side and reports each one's numbers
+    (what they are is the benchmark's to say, not the test's). Moved here from test_gateway_stdio.py (issue 68):
+    a benchmark's smoke run, under this module's timeout, not the suite's 120 s."""
+    installed(ROOT / ".cache/supergateway/node_modules/supergateway/dist/index.js", "supergateway")
+    node()
+    out = tmp_path / "bench.json"
+    printed = run("bench_stdio.py", "--quick", "--json", str(out))
+    report = json.loads(out.read_text())
+    assert len(report["sections"]) == 3 and len(report["verdicts"]) == 5
+    ways = report["ways"]
+    assert set(ways) == {
+        "stdio directly",
+        "mcp-sessions gateway --stdio, 2025 client",
+        "supergateway 4.0.0 --stateful, 2025 client",
+        "mcp-sessions gateway --stdio, 2026 request, --sessionless per-request",
+        "mcp-sessions gateway --stdio --sessionless shared, 2026 request",
+        "supergateway 4.0.0, 2026 request (a process per request)",
+        "sessions/create (2026)",
+        "initialize (2025)",
+        "the first tools/call after a 2025 initialize",
+    }
+    for name in ("mcp-sessions gateway --stdio, 2025 client", "supergateway 4.0.0 --stateful, 2025 client"):
+        assert {"p50_ms", "p99_ms", "added_p50_ms", "added_p99_ms", "rss_kib_per_conversation"} <= set(ways[name])
+    assert len(report["ceiling"]) == 3 and report["per_request_paced_per_s"] > 0
+    assert "mcp-sessions gateway --stdio" in printed

@@ -29,7 +29,8 @@ from _mcp import (
     session_meta,
 )
 from conftest import SECRET, serve
-from mcp_sessions import SCOPE_KEY, MCPSessionMiddleware, get_session
+from mcp_sessions import MCPSessionMiddleware, get_session
+from mcp_sessions._session import SCOPE_KEY
 
 FASTMCP_UI_EXTENSION = "io.modelcontextprotocol/ui"
 

@@ -533,8 +533,16 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         http = stack.enter_context(httpx.Client(timeout=30))
         url, legacy_call = front.url(), legacy_request("tools/call", {"name": "whoami", "arguments": {}})
         ids = [created(http, url) for _ in range(6)]
-        # Twelve conversations the front names: its sessions', and hosts' in baggage.
-        hosts = [f"gen_ai.conversation.id={os.urandom(8).hex()}" for _ in range(6)]  # the store outlives a run
+        # Twelve conversations the front names: its sessions', and hosts' in baggage. The hosts' ids are fixed,
+        # three that the front's own ranking (rendezvous, by the replicas' URLs) sends to each replica, so that
+        # both serve some on every run; named per run of the test, as the store outlives one.
+        from mcp_sessions import KeySet
+        from mcp_sessions._gateway._replicas import Replicas
+
+        ranking = Replicas([replica.url() for replica in replicas], keys=KeySet.from_secret(SECRET), cooldown=0)
+        candidates = [f"conversation-{instrumented}-{n}" for n in range(64)]
+        placed = {n: [c for c in candidates if ranking.for_conversation(c)[0] is ranking.all[n]][:3] for n in (0, 1)}
+        hosts = [f"gen_ai.conversation.id={conversation}" for n in (0, 1) for conversation in placed[n]]
         named = [{"session": sid} for sid in ids] + [{"baggage": baggage} for baggage in hosts]
         first = [call(http, url, "whoami", **conversation)["pid"] for conversation in named]
         for conversation, pid in zip(named, first, strict=True):
@@ -547,7 +555,7 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         ]
         pids = {replica.process.pid: replica for replica in replicas if replica.process is not None}
         on_replica = [pids[parent(pid)] for pid in first]
-        assert set(on_replica[:12]) == set(replicas)  # both serve some (the front's hashing: all on one, 2**-11)
+        assert on_replica[6:12] == [replicas[0]] * 3 + [replicas[1]] * 3  # the front's ranking, kept
 
         victim = named[0]["session"]
         baggage = f"gen_ai.conversation.id={jwt_claims(victim)['sid']}"

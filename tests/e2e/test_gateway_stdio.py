@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -504,40 +503,6 @@ def test_the_typescript_sdk_client_round_trip() -> None:
     created, used, echoed and deleted (the TS SDK 1.x client speaks 2025-11-25)."""
     with stdio_gateway(server_everything()) as url:
         assert run_recipe(url, timeout=60)["transport"]
-
-
-def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> None:
-    """``benchmarks/bench_stdio.py --quick``: it runs both gateways side by side and reports each one's numbers
-    (what they are is the benchmark's to say, not the test's)."""
-    installed(MAIN / ".cache/supergateway/node_modules/supergateway/dist/index.js", "supergateway")
-    node()
-    out = tmp_path / "bench.json"
-    done = subprocess.run(
-        [sys.executable, str(MAIN / "benchmarks" / "bench_stdio.py"), "--quick", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    report = json.loads(out.read_text())
-    assert len(report["sections"]) == 3 and len(report["verdicts"]) == 5
-    ways = report["ways"]
-    assert set(ways) == {
-        "stdio directly",
-        "mcp-sessions gateway --stdio, 2025 client",
-        "supergateway 4.0.0 --stateful, 2025 client",
-        "mcp-sessions gateway --stdio, 2026 request, --sessionless per-request",
-        "mcp-sessions gateway --stdio --sessionless shared, 2026 request",
-        "supergateway 4.0.0, 2026 request (a process per request)",
-        "sessions/create (2026)",
-        "initialize (2025)",
-        "the first tools/call after a 2025 initialize",
-    }
-    for name in ("mcp-sessions gateway --stdio, 2025 client", "supergateway 4.0.0 --stateful, 2025 client"):
-        assert {"p50_ms", "p99_ms", "added_p50_ms", "added_p99_ms", "rss_kib_per_conversation"} <= set(ways[name])
-    assert len(report["ceiling"]) == 3 and report["per_request_paced_per_s"] > 0
-    assert "mcp-sessions gateway --stdio" in done.stdout
 
 
 # -- the command ------------------------------------------------------------------------------------

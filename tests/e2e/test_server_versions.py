@@ -1,6 +1,6 @@
 """Servers on older mcp SDKs behind the middleware (issue 37): the tests' own servers run mcp 2.3.
 
-Each server runs as a subprocess in an environment of its own (``make test`` builds them;
+Each server runs as a subprocess in an environment of its own (``make test-all`` builds them;
 ``MCP_SERVER_VENVS`` names them): the oldest mcp 2 (2.0.0) with the oldest fastmcp 4 (4.0.0), and
 the servers on PyPI that still pin ``mcp<2``: the newest mcp 1.x with fastmcp 3.x, mcp 1.26 with
 fastmcp 2.14 (the last 2.x), and the oldest that works, mcp 1.9.4 with fastmcp 2.9 on Starlette 0.40

@@ -1,12 +1,14 @@
 """The profile seam: a wire defined only here runs a whole session cycle through the real quickstart, in process.
 
 The toy wire has its own method prefix and ``_meta`` key; nothing outside this
-file knows it. If this passes, a new wire is one module.
+file knows it, and it imports public names only (docs/profiles.md's recipe). If this passes, a new wire is
+one module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,17 +17,15 @@ from examples.quickstart import build_app
 from _mcp import ModernClient, answer, modern_headers, modern_request, tool_text
 from conftest import SECRET, in_process
 from mcp_sessions import Refusal
-from mcp_sessions._wire import iso
-from mcp_sessions.profiles import WireProfile
-from mcp_sessions.profiles._base import Capability, LocalCall, LocalMethod
-from mcp_sessions.profiles._carriers import Echo, SessionCarrier
+from mcp_sessions.profiles import Capability, Echo, LocalCall, LocalMethod, SessionCarrier, WireProfile
 
 TOY_KEY = "example.com/toy-session"
 
 
 async def toy_open(call: LocalCall) -> dict[str, Any]:
     minted = await call.mint()
-    return {"ticket": minted.token, "until": iso(int(minted.expires_at))}
+    until = datetime.fromtimestamp(int(minted.expires_at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"ticket": minted.token, "until": until}
 
 
 async def toy_close(call: LocalCall) -> dict[str, Any]:

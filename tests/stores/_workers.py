@@ -13,10 +13,11 @@ import httpx
 
 from _mcp import ModernClient, tool_text
 from _redis import end_process
+from _waits import WITHIN
 from conftest import SECRET
 from e2e._replicas import MAIN, Replica
 
-START_TIMEOUT = 30.0
+START_TIMEOUT = WITHIN
 
 
 class Workers(Replica):

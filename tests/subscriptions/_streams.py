@@ -16,7 +16,7 @@ from mcp_sessions._session import Session, current_session
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 MARKER = PromptsListChanged()  # the positive control: published last, on the global channel
-WAIT = 3.0
+WAIT = 30.0  # a bound of the tests' waits for a message, a quarter of the suite's timeout
 
 
 @contextlib.asynccontextmanager

@@ -1,4 +1,5 @@
-"""scripts/count_lines.py counts what issue 60's budgets count, and `--check` fails when a part is over."""
+"""scripts/count_lines.py counts what the budgets count, and `--check` fails when a part is over its budget or
+denser than the guard (issue 68)."""
 
 import subprocess
 import sys
@@ -10,6 +11,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "count_lines.py"
 # Every part of the budget (the script holds the table; this test only names the parts), the suite's too.
 CHECKED = ["core", "_cli", "_gateway", "tests"]
+# Denser than the guard when it was set (issue 68): _cli at 46.6 characters a code line and 11.2% over 100
+# columns, _gateway at 43.3 and 10.5%. Strict: when a part comes back within the guard, its entry must go.
+DENSER_TODAY = {"_cli", "_gateway"}
+WIDE = "x = " + "1 + " * 25 + "1"  # 105 columns
+LONG = "v = '" + "y" * 64 + "'"  # 70 characters
 
 SAMPLE = '''"""A module docstring,
 on two lines."""
@@ -38,9 +44,30 @@ def test_code_lines_skip_string_statements_comments_and_blank_lines(tmp_path: Pa
     (tmp_path / "_cli" / "a.py").write_text(SAMPLE, encoding="utf-8")
     (tmp_path / "b.py").write_text("x = 1\n", encoding="utf-8")
     done = count_lines("--package", str(tmp_path), "--tests", str(tmp_path))
-    rows = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines()[1:]}
+    rows = {line.split()[0]: line.split()[1] for line in done.stdout.splitlines()[1:] if not line.startswith("guard")}
     # The suite counts every line: the sample's 15 and b.py's 1.
     assert (done.returncode, rows) == (0, {"core": "1", "_cli": "6", "_gateway": "0", "total": "7", "tests": "16"})
+
+
+def test_density_is_characters_per_code_line_and_the_share_over_100_columns(tmp_path: Path) -> None:
+    """Indentation is not a character of the line; the share over 100 columns counts the whole line."""
+    (tmp_path / "_cli").mkdir()
+    (tmp_path / "_cli" / "a.py").write_text(f"if True:\n    y = 2\n{WIDE}\nz = 3\n", encoding="utf-8")
+    row = count_lines("--package", str(tmp_path), "--tests", str(tmp_path)).stdout.splitlines()[2].split()
+    # Four code lines: "if True:" (8), "y = 2" (5), the wide one (105), "z = 3" (5): 123 / 4.
+    assert row[:5] == ["_cli", "4", "500", "30.8", "25.0%"]
+
+
+@pytest.mark.parametrize(
+    "lines", [[WIDE] + ["z = 3"] * 14, [LONG]], ids=["one line in fifteen over 100 columns", "70 characters a line"]
+)
+def test_check_fails_when_a_part_is_denser_than_the_guard(tmp_path: Path, lines: list[str]) -> None:
+    """Each figure alone fails the check, within the line budget."""
+    (tmp_path / "_cli").mkdir()
+    (tmp_path / "_cli" / "a.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = count_lines("--package", str(tmp_path), "--tests", str(tmp_path), "--check", "_cli")
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[2].endswith("denser than the guard")
 
 
 def test_check_fails_when_a_part_is_over(tmp_path: Path) -> None:
@@ -51,14 +78,25 @@ def test_check_fails_when_a_part_is_over(tmp_path: Path) -> None:
     over = count_lines("--package", str(tmp_path), "--check", "_cli")
     assert over.returncode == 1
     assert "_cli" in over.stdout.splitlines()[2] and over.stdout.splitlines()[2].endswith("over")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_a.py").write_text("\n" * 30_001, encoding="utf-8")
-    suite = count_lines("--package", str(tmp_path), "--tests", str(tmp_path / "tests"), "--check", "tests")
+    # The suite is tests/ and conformance/tests/ together: 20,000 lines in each is over its budget.
+    for directory in ("tests", "pack"):
+        (tmp_path / directory).mkdir()
+        (tmp_path / directory / "test_a.py").write_text("\n" * 20_000, encoding="utf-8")
+    both = [str(tmp_path / "tests"), str(tmp_path / "pack")]
+    suite = count_lines("--package", str(tmp_path), "--tests", *both, "--check", "tests")
     assert suite.returncode == 1
-    assert suite.stdout.splitlines()[-1].split()[:2] == ["tests", "30001"] and "over" in suite.stdout.splitlines()[-1]
+    assert suite.stdout.splitlines()[-1].split()[:2] == ["tests", "40000"] and suite.stdout.splitlines()[-1].endswith(
+        "over"
+    )
 
 
-@pytest.mark.parametrize("part", CHECKED)
-def test_the_part_fits_its_budget(part: str) -> None:
+@pytest.mark.parametrize(
+    "part",
+    [
+        pytest.param(part, marks=pytest.mark.xfail(reason="denser than the guard")) if part in DENSER_TODAY else part
+        for part in CHECKED
+    ],
+)
+def test_the_part_fits_its_budget_and_the_density_guard(part: str) -> None:
     done = count_lines("--check", part)
     assert done.returncode == 0, done.stdout

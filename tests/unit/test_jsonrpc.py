@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from mcp_sessions._wire import jsonrpc
-from mcp_sessions._wire.protocol import Era, http_status
-from mcp_sessions.profiles import DRAFT
+from mcp_sessions._wire.protocol import http_status
+from mcp_sessions.profiles import DRAFT, Era
 from mcp_sessions.profiles._carriers import InvalidSessionMeta, SessionRef
 
 KEY = "io.modelcontextprotocol/session"
@@ -162,7 +162,7 @@ def test_era_of(version: str | None, expected: bool) -> None:
      (-32601, False, 200), (-32600, False, 200), (-32020, False, 200), (-32043, False, 200), (-32010, False, 503)],
 )  # fmt: skip
 def test_http_status(code: int, modern: bool, expected: int) -> None:
-    assert http_status(code, Era.MODERN if modern else Era.LEGACY) == expected
+    assert http_status(code, modern=modern) == expected
 
 
 def test_capability() -> None:

@@ -23,13 +23,12 @@ PACK = ROOT / "conformance" / "mcp_sessions_conformance"
 NAME = "mcp_sessions"
 MAX_MODULE_LINES = 600  # a guard (issue 52): modules are cut by design, not by this number
 MAX_FUNCTION_LINES = 80
-MAX_FILES = 70
+# A guide the layout earns (issue 68), never a reason to put a function where it does not belong: 71 when
+# _wire/text.py came back out of _wire/__init__.py, where the cap of 70 had pushed printable.
+MAX_FILES = 75
 MAX_CALL_LINES = 40
 MAX_LOOSE_MODULES = 15
 MAX_ANY_SHARE = 0.05
-# Classes of another part that a public module exports on purpose: what a session source is given, and the era a
-# request speaks.
-REEXPORTED = {"mcp_sessions.sources": {"IdDigests", "SessionService"}, "mcp_sessions.profiles": {"Era"}}
 
 
 def modules(package: Path = PACKAGE) -> Iterator[tuple[str, Path, ast.Module]]:
@@ -63,7 +62,7 @@ def imported(module: str, path: Path, tree: ast.Module) -> Iterator[tuple[str, s
                 yield target, alias.name
 
 
-def test_at_most_fifteen_loose_modules_and_seventy_files() -> None:
+def test_at_most_fifteen_loose_modules_and_seventy_five_files() -> None:
     loose = [path.name for path in PACKAGE.glob("*.py")]
     assert len(loose) <= MAX_LOOSE_MODULES, sorted(loose)
     files = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py"))
@@ -202,7 +201,7 @@ def public_home(module: str) -> str:
 
 def test_no_private_class_in_a_public_all() -> None:
     """A class a public module exports is public at home: defined in that module's package, or exported by the
-    public package its own module belongs to (a re-export), or listed in :data:`REEXPORTED`."""
+    public package its own module belongs to (a re-export). No exemption: a seam's types live in its part."""
     offenders = []
     for name, _, _ in modules():
         if public_home(name) != name:
@@ -213,6 +212,6 @@ def test_no_private_class_in_a_public_all() -> None:
             if not isinstance(value, type) or not value.__module__.startswith(NAME + "."):
                 continue
             home = public_home(value.__module__)
-            if home != name and exported not in [*importlib.import_module(home).__all__, *REEXPORTED.get(name, ())]:
+            if home != name and exported not in importlib.import_module(home).__all__:
                 offenders.append(f"{name}.{exported} is {value.__module__}.{value.__qualname__}")
     assert offenders == []

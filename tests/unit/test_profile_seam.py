@@ -14,8 +14,7 @@ import pytest
 import mcp_sessions
 from mcp_sessions._pipeline._response import advertise
 from mcp_sessions._plan import Planner
-from mcp_sessions._wire.protocol import Era
-from mcp_sessions.profiles import DRAFT, PROFILES, WireProfile, profiles_from_names
+from mcp_sessions.profiles import DRAFT, PROFILES, Era, WireProfile, profiles_from_names
 from mcp_sessions.profiles._base import Capability, LocalMethod
 from mcp_sessions.profiles._carriers import Echo, SessionCarrier
 

@@ -19,8 +19,7 @@ from starlette.types import Message
 
 from _mcp import SESSION_KEY, sse_events
 from mcp_sessions._pipeline._response import ResponseRewriter, ResponseTooLarge, Target
-from mcp_sessions._wire.protocol import Era
-from mcp_sessions.profiles import DRAFT
+from mcp_sessions.profiles import DRAFT, Era
 
 LIMIT = 1000
 TOO_LARGE = {"code": -32603, "message": f"Response too large (limit {LIMIT} bytes)"}

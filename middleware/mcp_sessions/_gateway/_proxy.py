@@ -52,7 +52,8 @@ from .._pipeline import Rejection, error_answer, unavailable
 from .._session import SCOPE_KEY, Session, current_conversation
 from .._tokens import is_session_token
 from .._wire import jsonrpc
-from .._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, Era
+from .._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from ..profiles import Era
 from ._front import PEER, HostCheck, Peer, raw_path_of
 from ._replicas import Replica, Replicas
 

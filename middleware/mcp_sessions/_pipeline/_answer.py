@@ -15,9 +15,9 @@ from .._asgi import send_json, send_status
 from .._plan import body_of
 from .._wire import Refusal, batch_refused, jsonrpc, store_unavailable
 from .._wire.jsonrpc import hashable_id
-from .._wire.protocol import SESSION_STORE_UNAVAILABLE, Era, http_status
+from .._wire.protocol import SESSION_STORE_UNAVAILABLE, http_status
 from ..handles import answer_elements, send_answers
-from ..profiles import LocalCall
+from ..profiles import Era, LocalCall
 from ._probe import Rejection, ask_server
 from ._response import Target, annotate
 
@@ -140,9 +140,8 @@ class Answers:
                 # Notifications get no JSON-RPC answer; they simply never reach the app.
                 return await send_status(send, 503 if unavailable else 202, self._retry_after)
             retry_after = self._retry_after if refusal.retry_after is None else str(refusal.retry_after).encode()
-            return await send_json(
-                send, http_status(refusal.code, plan.era), refusal.frame(call.request_id), retry_after
-            )
+            status = http_status(refusal.code, modern=plan.era is Era.MODERN)
+            return await send_json(send, status, refusal.frame(call.request_id), retry_after)
         errors = []
         others = batch_refused()  # one for every element without a refusal of its own
         if unavailable:

@@ -40,8 +40,9 @@ from .._session import (
 from .._tokens import is_session_token
 from .._wire import Refusal, ThrottledWarning, jsonrpc
 from .._wire.jsonrpc import hashable_id
-from .._wire.protocol import MCP_SESSION_ID_HEADER, Era
+from .._wire.protocol import MCP_SESSION_ID_HEADER
 from ..handles import handle_context
+from ..profiles import Era
 from ..stores import SessionStoreUnavailable
 from ._response import ResponseRewriter, Target, advertising_tables
 

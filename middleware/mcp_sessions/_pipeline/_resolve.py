@@ -10,8 +10,9 @@ from starlette.types import Scope
 
 from .._session import caller_of
 from .._wire import Refusal
-from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, MCP_METHOD_HEADER, Era
+from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, MCP_METHOD_HEADER
 from ..handles import HandleContext, Handles, check_request, is_tools_call, record_handles
+from ..profiles import Era
 
 if TYPE_CHECKING:
     from .._otel import Operation, Telemetry

@@ -19,9 +19,9 @@ from starlette.types import Message, Send
 
 from .._wire import iso, jsonrpc
 from .._wire.jsonrpc import hashable_id
-from .._wire.protocol import INTERNAL_ERROR, Era
+from .._wire.protocol import INTERNAL_ERROR
 from .._wire.sse import SSERewriter
-from ..profiles import ADVERTISING_METHODS
+from ..profiles import ADVERTISING_METHODS, Era
 
 if TYPE_CHECKING:
     from .._otel import Operation

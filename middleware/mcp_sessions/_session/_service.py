@@ -326,6 +326,20 @@ class SessionService:
             self, session_id=session_id, issued_at=int(now), token_expires_at=kept_until, now=now, source=source
         )
 
+    @property
+    def limits_creation(self) -> bool:
+        """Whether new sessions count against the create limit."""
+        return self.limit is not None
+
+    def wait_to_create(self, scope: Scope, principal: str | None) -> float:
+        """Seconds before the caller may create a session (0: now, and it is counted)."""
+        return 0.0 if self.limit is None else self.limit.take_for(scope, principal)
+
+    @property
+    def kept_for(self) -> float:
+        """Seconds an adopted session's records live after a request starts it: the ttl and the leeway."""
+        return self.ttl + self.keys.leeway
+
     async def end(self, session_id: str) -> bool:
         """End a session :meth:`adopt` gave (its transport session ended) and drop its data."""
         try:

@@ -6,7 +6,6 @@ its module under :mod:`mcp_sessions.profiles`.
 
 from __future__ import annotations
 
-import enum
 import functools
 from datetime import UTC, datetime
 from typing import Final
@@ -34,7 +33,6 @@ LEGACY_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2
 MODERN_VERSION: Final = "2026-07-28"
 KNOWN_VERSIONS: Final = LEGACY_VERSIONS | {MODERN_VERSION}
 # The handshake versions as an ASGI header carries them, and as text.
-_LEGACY_HEADERS: Final = LEGACY_VERSIONS | {version.encode() for version in LEGACY_VERSIONS}
 
 # Every method a client sends in either era (the mcp SDK's client requests and notifications):
 # telemetry files any other name, and any session method of a wire not enabled, under "_OTHER".
@@ -80,29 +78,10 @@ _MODERN_HTTP_STATUS: Final = {
 }
 
 
-class Era(enum.Enum):
-    """The wire a request speaks, chosen by its ``Mcp-Protocol-Version`` as the SDK server chooses."""
-
-    LEGACY = "2025"
-    """No version, or 2024-11-05 … 2025-11-25: the initialize handshake; ``Mcp-Session-Id`` is the server's own."""
-    MODERN = "2026-07-28"
-    """2026-07-28 and later: every request carries its version and envelope; no transport session."""
-
-    @classmethod
-    def of(cls, protocol_version: str | bytes | None) -> Era:
-        """The era of a request with this ``Mcp-Protocol-Version`` (``None``: the header is absent).
-
-        The header alone chooses: absent or a 2025 version is :attr:`LEGACY`, anything else
-        :attr:`MODERN`. The value as text, or as the ASGI header's bytes.
-        """
-        if protocol_version is None or protocol_version in _LEGACY_HEADERS:
-            return cls.LEGACY
-        return cls.MODERN
-
-
-def http_status(code: int, era: Era) -> int:
-    """The HTTP status for an error response the middleware answers itself."""
-    return (_HTTP_STATUS if era is Era.LEGACY else _MODERN_HTTP_STATUS).get(code, 200)
+def http_status(code: int, *, modern: bool) -> int:
+    """The HTTP status for an error response the middleware answers itself, on the 2025 wire or (``modern``) the
+    2026-07-28 one."""
+    return (_MODERN_HTTP_STATUS if modern else _HTTP_STATUS).get(code, 200)
 
 
 @functools.lru_cache(maxsize=64)

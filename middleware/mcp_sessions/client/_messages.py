@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 from .._wire import jsonrpc
-from .._wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SESSION_STORE_UNAVAILABLE, Era
+from .._wire.protocol import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, SESSION_STORE_UNAVAILABLE
 from .._wire.sse import SSERewriter
-from ..profiles import DRAFT, SessionCarrier
+from ..profiles import DRAFT, Era, SessionCarrier
 
 logger = logging.getLogger("mcp_sessions.client")
 

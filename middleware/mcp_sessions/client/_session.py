@@ -28,13 +28,14 @@ import anyio
 from .._tokens import decode_unverified
 from .._version import __version__
 from .._wire import jsonrpc
-from .._wire.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, Era
+from .._wire.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND
 from ..profiles import (
     DRAFT,
     METHOD_CREATE,
     METHOD_DELETE,
     SESSION_META_KEY,
     SESSIONS_EXTENSION_ID,
+    Era,
     required_codes,
 )
 from ._messages import (

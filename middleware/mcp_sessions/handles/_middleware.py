@@ -33,8 +33,8 @@ from .._wire.protocol import (
     MCP_PROTOCOL_VERSION_HEADER,
     RATE_LIMITED,
     SESSION_STORE_UNAVAILABLE,
-    Era,
 )
+from ..profiles import Era
 from ..stores import SessionStoreUnavailable
 from ._format import REQUEST, HandleKind
 from ._registry import Handle, HandleError, Handles, refusal

@@ -1,6 +1,7 @@
 """Session wires: the draft, the one built in (``_base.py``), and the names of the wires that went.
 
-A wire of a program's own is a :class:`WireProfile` given in ``profiles=`` (``docs/profiles.md``).
+A wire of a program's own is a :class:`WireProfile` given in ``profiles=``, written with this module's names
+alone (``docs/profiles.md``).
 """
 
 from __future__ import annotations
@@ -8,32 +9,45 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from .._wire.protocol import HEADER_MISMATCH, RATE_LIMITED, SESSION_STORE_UNAVAILABLE, Era
+from .._wire.protocol import HEADER_MISMATCH, RATE_LIMITED, SESSION_STORE_UNAVAILABLE
 from ._base import ADVERTISING_METHODS as ADVERTISING_METHODS
-from ._base import DRAFT, SESSION_META_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, ErrorCodes, WireProfile
+from ._base import (
+    DRAFT,
+    SESSION_META_KEY,
+    SESSION_NOT_FOUND,
+    SESSION_REQUIRED,
+    Capability,
+    Era,
+    ErrorCodes,
+    LocalCall,
+    LocalMethod,
+    WireProfile,
+)
 from ._base import METHOD_CREATE as METHOD_CREATE
 from ._base import METHOD_DELETE as METHOD_DELETE
 from ._base import SESSIONS_EXTENSION_ID as SESSIONS_EXTENSION_ID
-from ._base import LocalCall as LocalCall
-from ._base import LocalMethod as LocalMethod
 from ._base import required_codes as required_codes
 from ._base import with_error_codes as with_error_codes
-from ._carriers import Echo as Echo
+from ._carriers import Echo, SessionCarrier
 from ._carriers import InvalidSessionMeta as InvalidSessionMeta
-from ._carriers import SessionCarrier as SessionCarrier
 
-# The public API is __all__; each ``name as name`` import above is for the package's other parts only.
+# The public API is __all__, what a wire is written with included (docs/profiles.md, "Writing another wire");
+# each ``name as name`` import above, and PROFILES, are for the package's other parts only.
 __all__ = [
     "DRAFT",
     "HEADER_MISMATCH",
-    "PROFILES",
     "RATE_LIMITED",
     "SESSION_META_KEY",
     "SESSION_NOT_FOUND",
     "SESSION_REQUIRED",
     "SESSION_STORE_UNAVAILABLE",
+    "Capability",
+    "Echo",
     "Era",
     "ErrorCodes",
+    "LocalCall",
+    "LocalMethod",
+    "SessionCarrier",
     "WireProfile",
 ]
 

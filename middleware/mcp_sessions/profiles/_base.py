@@ -11,6 +11,7 @@ middleware answers itself gets a :class:`LocalCall`.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from starlette.types import Scope
 
 from .._session import Minted, Session, SessionService
 from .._wire import Refusal, iso
-from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, Era
+from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, LEGACY_VERSIONS
 from ._carriers import Echo, SessionCarrier
 
 if TYPE_CHECKING:
@@ -31,6 +32,27 @@ SESSIONLESS: Final = frozenset({"initialize", "notifications/initialized", "serv
 ADVERTISING_METHODS: Final = frozenset({"server/discover", "initialize"})
 """The methods whose result may advertise a wire's capability (:meth:`WireProfile.advertises`)."""
 _MAX_ECHOED_ID: Final = 256
+_LEGACY_HEADERS: Final = LEGACY_VERSIONS | {version.encode() for version in LEGACY_VERSIONS}
+
+
+class Era(enum.Enum):
+    """The wire a request speaks, chosen by its ``Mcp-Protocol-Version`` as the SDK server chooses."""
+
+    LEGACY = "2025"
+    """No version, or 2024-11-05 … 2025-11-25: the initialize handshake; ``Mcp-Session-Id`` is the server's own."""
+    MODERN = "2026-07-28"
+    """2026-07-28 and later: every request carries its version and envelope; no transport session."""
+
+    @classmethod
+    def of(cls, protocol_version: str | bytes | None) -> Era:
+        """The era of a request with this ``Mcp-Protocol-Version`` (``None``: the header is absent).
+
+        The header alone chooses: absent or a 2025 version is :attr:`LEGACY`, anything else
+        :attr:`MODERN`. The value as text, or as the ASGI header's bytes.
+        """
+        if protocol_version is None or protocol_version in _LEGACY_HEADERS:
+            return cls.LEGACY
+        return cls.MODERN
 
 
 @dataclass

@@ -9,11 +9,18 @@ add a source, write a class that follows :class:`SessionSource` and give the mid
 
 from typing import Final
 
-from .._session import SessionService
-from .._tokens import IdDigests
 from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER as DEFAULT_MAX_CONVERSATIONS_PER_CALLER
 from ._base import MAX_SESSIONS_PER_REQUEST as MAX_SESSIONS_PER_REQUEST
-from ._base import CallView, Conversation, RequestView, SessionSource, SourceContext, SourceFactory
+from ._base import (
+    CallView,
+    Conversation,
+    RequestView,
+    SessionSource,
+    SourceContext,
+    SourceDigests,
+    SourceFactory,
+    SourceSessions,
+)
 from ._base import build_chain as build_chain
 from ._base import check_chain as check_chain
 from ._host import BUILT_IN_HOSTS, ConversationData, HostConversationSource, HostKey
@@ -30,7 +37,7 @@ DEFAULT_SOURCES: Final[tuple[SourceFactory, ...]] = (
 """The built-in chain: a data-layer session always wins; then a host's conversation; then, with
 ``adopt_transport_sessions``, the 2025 transport session."""
 
-# What a source is given (SourceContext: SessionService, IdDigests, HostKey, ConversationData) and asked
+# What a source is given (SourceContext: SourceSessions, SourceDigests, HostKey, ConversationData) and asked
 # about (CallView, RequestView, Conversation) is public with it.
 # The public API is __all__; each ``name as name`` import above is for the package's other parts only.
 __all__ = [
@@ -42,11 +49,11 @@ __all__ = [
     "DataLayerSource",
     "HostConversationSource",
     "HostKey",
-    "IdDigests",
     "RequestView",
-    "SessionService",
     "SessionSource",
     "SourceContext",
+    "SourceDigests",
     "SourceFactory",
+    "SourceSessions",
     "TransportSource",
 ]

@@ -9,10 +9,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol, TypeAlias, T
 from starlette.types import Scope
 
 if TYPE_CHECKING:
-    from .._session import Session, SessionService
-    from .._tokens import IdDigests
-    from .._wire.protocol import Era
-    from ..profiles import WireProfile
+    from .._session import Session
+    from ..profiles import Era, WireProfile
     from ._host import ConversationData, HostKey
 
 T = TypeVar("T")
@@ -83,7 +81,7 @@ class RequestView(Protocol):
 class SessionSource(Protocol):
     """Finds the session a call belongs to; the middleware asks each source of its chain in turn.
 
-    What a call gets is the source's to decide: a session with data (:meth:`SessionService.adopt`) for an id
+    What a call gets is the source's to decide: a session with data (:meth:`SourceSessions.adopt`) for an id
     the server minted or the operator chose to trust, or, for an id only the client asserts, a
     ``call.conversation`` (tracing only) and ``None``.
     """
@@ -100,13 +98,52 @@ class SessionSource(Protocol):
         """
 
 
+class SourceSessions(Protocol):
+    """What a source may do with the middleware's sessions: find, adopt and end them (``SourceContext.sessions``)."""
+
+    async def principal_of(self, scope: Scope) -> str | None:
+        """The digest of the caller's principal (the ``principal`` hook's answer); ``None`` for an anonymous one."""
+
+    async def resolve(self, scope: Scope, token: str, state_token: str | None) -> Session:
+        """The live session a data-layer ``token`` names for this caller; ``SessionNotFound`` otherwise."""
+
+    async def adopt(self, scope: Scope, session_id: str, source: str) -> Session | None:
+        """A session with data in the store for an id a source found (a digest, never the id as sent);
+        ``None`` once it has ended. ``source`` names the source, in telemetry."""
+
+    async def end(self, session_id: str) -> bool:
+        """End a session :meth:`adopt` gave and drop its data; ``False`` if the store could not."""
+
+    @property
+    def limits_creation(self) -> bool:
+        """Whether new sessions count against a create limit (``create_limit``)."""
+
+    def wait_to_create(self, scope: Scope, principal: str | None) -> float:
+        """Seconds before this caller may start another session under the create limit (0: now, and it counts)."""
+
+    @property
+    def kept_for(self) -> float:
+        """Seconds the store keeps an adopted session's records after a request starts it."""
+
+
+class SourceDigests(Protocol):
+    """Keyed digests of the ids a source finds (``SourceContext.digests``): the same on every replica that
+    shares the keys, and no way back to the id."""
+
+    def transport(self, transport_session_id: bytes) -> str:
+        """The stable id of a 2025-era transport session: ``ts-`` and 24 characters."""
+
+    def conversation(self, source: str, conversation_id: str, principal: str | None) -> str:
+        """The stable id of a host's conversation (with ``principal``, of that user's conversation)."""
+
+
 class SourceContext(NamedTuple):
     """What a middleware gives each source factory of its chain (``sources=``) when it is built."""
 
-    sessions: SessionService
-    """Mints, resolves and adopts sessions: :meth:`~mcp_sessions.sources.SessionService.adopt` gives a session
+    sessions: SourceSessions
+    """Resolves, adopts and ends sessions: :meth:`~mcp_sessions.sources.SourceSessions.adopt` gives a session
     with data in the store to an id a source found."""
-    digests: IdDigests
+    digests: SourceDigests
     """Keyed digests, so that an id a client sent is never stored or logged as sent."""
     host_keys: tuple[HostKey, ...]
     """Where hosts put their conversation ids, in the order they are tried (``conversation_keys``)."""

@@ -28,14 +28,13 @@ from urllib.parse import unquote
 from starlette.types import Scope
 
 from .._bounded import BoundedDict
-from .._session import Quota, SessionService, caller_of
-from .._tokens import IdDigests
+from .._session import Quota, caller_of
 from .._wire import jsonrpc
 from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, TOO_MANY_SESSIONS_MESSAGE, Conversation
 
 if TYPE_CHECKING:
     from .._session import Session
-    from ._base import CallView, RequestView, SourceContext
+    from ._base import CallView, RequestView, SourceContext, SourceDigests, SourceSessions
 
 MAX_CONVERSATION_ID_LENGTH: Final = 256
 # Printable ASCII without space, quotes, backslash, comma and semicolon: safe in an attribute,
@@ -202,8 +201,8 @@ class HostConversationSource:
         self,
         keys: Iterable[HostKey],
         *,
-        sessions: SessionService,
-        digests: IdDigests,
+        sessions: SourceSessions,
+        digests: SourceDigests,
         data: ConversationData = "off",
         max_per_caller: int | None = DEFAULT_MAX_CONVERSATIONS_PER_CALLER,
     ) -> None:
@@ -296,7 +295,7 @@ class HostConversationSource:
         now = time.time()
         ends = self._known.get(session_id)
         sessions, quota = self._sessions, self._quota
-        if (ends is None or ends <= now) and (sessions.limit is not None or quota is not None):
+        if (ends is None or ends <= now) and (sessions.limits_creation or quota is not None):
             # A new conversation (a started one is counted until its record ends).
             if principal is None and self._data == "anonymous":
                 principal = await sessions.principal_of(scope)  # an authenticated caller is counted as itself
@@ -306,13 +305,13 @@ class HostConversationSource:
                     f"this caller already has {quota.count} conversations with data, its maximum; "
                     f"retry in {math.ceil(wait)} s"
                 )
-            if sessions.limit is not None and (wait := sessions.limit.take_for(scope, principal)) > 0:
+            if sessions.limits_creation and (wait := sessions.wait_to_create(scope, principal)) > 0:
                 return None, (
                     "this caller started new conversations faster than the create limit allows; "
                     f"retry in {math.ceil(wait)} s"
                 )
             # The store keeps the conversation's records until ttl (and the leeway) after its first request.
-            ends = now + sessions.ttl + sessions.keys.leeway
+            ends = now + sessions.kept_for
             if quota is not None:
                 quota.add(caller, ends)
             self._known[session_id] = ends

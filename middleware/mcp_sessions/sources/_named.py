@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Final
 from starlette.types import Message, Scope, Send
 
 from .._bounded import BoundedDict
-from .._session import Session, SessionNotFound, SessionService
-from .._tokens import IdDigests, is_session_token
+from .._session import Session, SessionNotFound
+from .._tokens import is_session_token
 from .._wire import Refusal
-from .._wire.protocol import INVALID_REQUEST, MCP_SESSION_ID_HEADER, Era
-from ..profiles import InvalidSessionMeta
+from .._wire.protocol import INVALID_REQUEST, MCP_SESSION_ID_HEADER
+from ..profiles import Era, InvalidSessionMeta
 from ._base import TOO_MANY_SESSIONS_MESSAGE
 
 if TYPE_CHECKING:
-    from ._base import CallView, RequestView, SourceContext
+    from ._base import CallView, RequestView, SourceContext, SourceDigests, SourceSessions
 
 DEFAULT_MAX_TRANSPORT_SESSIONS: Final = 100_000
 
@@ -43,7 +43,7 @@ class DataLayerSource:
     name = "data-layer"
     """The source's name, in telemetry."""
 
-    def __init__(self, sessions: SessionService) -> None:
+    def __init__(self, sessions: SourceSessions) -> None:
         self._sessions = sessions
 
     @classmethod
@@ -95,7 +95,7 @@ class TransportSource:
     """The source's name, in telemetry."""
 
     def __init__(
-        self, sessions: SessionService, digests: IdDigests, *, max_sessions: int = DEFAULT_MAX_TRANSPORT_SESSIONS
+        self, sessions: SourceSessions, digests: SourceDigests, *, max_sessions: int = DEFAULT_MAX_TRANSPORT_SESSIONS
     ) -> None:
         self._sessions = sessions
         self._digests = digests

@@ -22,11 +22,11 @@ from ._base import (
 from ._memory import MemoryStore, SessionStoreFull
 
 if TYPE_CHECKING:
-    from ._redis import RedisStore
-    from ._redis_client import client_from_url
-    from ._sqlite import SQLiteStore
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
 
-    redis_client_from_url = client_from_url  # internal, for the subscription bus: see __getattr__
+    from ._redis import RedisStore
+    from ._sqlite import SQLiteStore
 
 __all__ = [
     "MemoryStore",
@@ -51,10 +51,6 @@ def __getattr__(name: str) -> Any:
         from ._sqlite import SQLiteStore
 
         return SQLiteStore
-    if name == "redis_client_from_url":  # internal: the client a redis:// URL names, for the subscription bus too
-        from ._redis_client import client_from_url
-
-        return client_from_url
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -136,6 +132,16 @@ def redis_store(url: str, **options: Any) -> SessionStore:
     from ._redis import RedisStore
 
     return RedisStore(url, **options)
+
+
+def redis_client_from_url(
+    url: str, *, timeout: float, connect_timeout: float, max_connections: int
+) -> Redis | RedisCluster:
+    """The redis-py client one of :data:`REDIS_SCHEMES` names, as ``RedisStore`` builds it: for the subscription
+    bus too, which shares the store's URL. Internal (not in ``__all__``); imports redis when called."""
+    from ._redis_client import client_from_url
+
+    return client_from_url(url, timeout=timeout, connect_timeout=connect_timeout, max_connections=max_connections)
 
 
 register_store("memory", memory_store)

@@ -482,7 +482,7 @@ def redis_backend(url: str, **options: object) -> Backend:
     one server or a master behind Sentinels (:class:`RedisBackend`), or a Cluster (:class:`ClusterBackend`)."""
     from redis.asyncio.cluster import RedisCluster
 
-    from ..stores import redis_client_from_url as client_from_url
+    from ..stores import redis_client_from_url
 
     unknown = sorted(set(options) - {*_REDIS_DEFAULTS, _HEALTH_CHECK})
     if unknown:
@@ -490,7 +490,7 @@ def redis_backend(url: str, **options: object) -> Backend:
         raise TypeError(f"unknown option {unknown[0]!r} of a Redis bus (accepted: {accepted})")
     interval = options.pop(_HEALTH_CHECK, HEALTH_CHECK_INTERVAL)
     settings = {**_REDIS_DEFAULTS, **options}
-    client = client_from_url(url, **settings)  # type: ignore[arg-type]
+    client = redis_client_from_url(url, **settings)  # type: ignore[arg-type]
     ready_timeout = float(settings["timeout"]) * 2  # type: ignore[arg-type]
     backend = ClusterBackend if isinstance(client, RedisCluster) else RedisBackend
     return backend(client, ready_timeout=ready_timeout, health_check_interval=interval)  # type: ignore[arg-type]
