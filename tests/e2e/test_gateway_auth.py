@@ -70,7 +70,8 @@ SERVER = f"{sys.executable} -m e2e._stdio_server"
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 DISCOVER = modern_request("server/discover")
-GITHUB_TOKEN = ("--process-env", "GITHUB_TOKEN=header:X-GitHub-Token")  # each user's own, in their process
+# Each user's own, in their process; its processes share the tests' uid (a uid each: test_gateway_stdio_containment).
+GITHUB_TOKEN = ("--process-env", "GITHUB_TOKEN=header:X-GitHub-Token", "--accept-shared-uid")
 SPANS_TO_LOG = {
     "OTEL_TRACES_EXPORTER": "console",
     "OTEL_BSP_SCHEDULE_DELAY": "100",

@@ -36,7 +36,7 @@ from starlette.routing import Route
 from _mcp import ModernClient, session_meta
 from _redis import missing
 from conftest import SECRET, serve
-from e2e._gateway import Process, rss_kib, started
+from e2e._gateway import CACHE, Process, installed, node, rss_kib, started
 from e2e._stdio import until
 
 SERVER = r"""
@@ -68,8 +68,9 @@ def fork(count):
         started += 1
     return f"{started} started"
 def whoami():
+    pids = [pid for pid in os.listdir("/proc") if pid.isdigit()]
     return json.dumps({"pid": os.getpid(), "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
-                       "cwd": os.getcwd(), "environ": dict(os.environ), "pids": [p for p in os.listdir("/proc") if p.isdigit()]})
+                       "cwd": os.getcwd(), "environ": dict(os.environ), "pids": pids})
 def stall():
     print("stalled", file=sys.stderr, flush=True)
     time.sleep(600)
@@ -99,6 +100,14 @@ OPEN: list[httpx.Client] = []
 ISSUER = "https://issuer.example"
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 UIDS = "61000-61099"
+AUTH = (
+    "--auth-jwks",
+    "http://127.0.0.1:1/k",
+    "--auth-issuer",
+    "https://i.example",
+    "--auth-audience",
+    "https://a.example",
+)
 SECRETS = {"alice": "alice-s-secret-0001", "bob": "bob-s-secret-0002"}
 
 
@@ -109,7 +118,9 @@ def needs(*features: str) -> None:
         if feature == "root" and os.geteuid() != 0:
             missing("this test needs root: the gateway gives each process a uid of its own")
         if feature in ("bwrap", "unshare") and shutil.which(feature) is None:
-            missing(f"{feature} is not installed (Debian: apt-get install bubblewrap util-linux; scripts/system-deps.sh)")
+            missing(
+                f"{feature} is not installed (Debian: apt-get install bubblewrap util-linux; scripts/system-deps.sh)"
+            )
         if feature.startswith("cgroup-") and not _cgroup_writable(feature.removeprefix("cgroup-")):
             missing(f"this test needs a {feature.removeprefix('cgroup-')} control group the gateway may create")
 
@@ -261,11 +272,120 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
             outside = {"environ": "No such file or directory", "signal": "No such process", "ptrace": "No such process"}
             for what, said in tried.items():
                 expected = outside.get(what, "Permission denied") if containment != "none" else "Permission denied"
-                assert said in (f"denied: {expected}", f"denied: Operation not permitted"), (what, said)
+                assert said in (f"denied: {expected}", "denied: Operation not permitted"), (what, said)
             assert SECRETS["alice"] not in json.dumps(tried)
             if containment != "none":  # a /proc of its own: its own processes only (bwrap's init, the server)
                 assert len(he["pids"]) <= 2, he["pids"]
             assert text(call(alice, "read", hers, path=f"{she['cwd']}/notes")) == "mine"  # she goes on, unstopped
+
+
+@pytest.mark.parametrize(
+    ("bound", "greed", "reason"),
+    [
+        (("--process-pids", "20"), ("fork", {"count": 50}), "over its process bound (--process-pids)"),
+        (("--process-memory", "200"), ("allocate", {"mib": 1024}), "over its memory bound (--process-memory)"),
+    ],
+)
+def test_a_conversation_past_its_bound_ends_alone(
+    server: str, jwks: str, bound: tuple[str, ...], greed: tuple[str, dict[str, Any]], reason: str
+) -> None:
+    """Bounds per conversation, all its processes together (a control group each): bob's conversation that forks
+    past --process-pids, or allocates past --process-memory (in four processes of 100 MiB as well as in one), ends
+    with its reason in the log; alice's goes on."""
+    needs("root", "bwrap", f"cgroup-{'pids' if bound[0] == '--process-pids' else 'memory'}")
+    with gateway(server, *team(jwks), "--process-containment", "bwrap", *bound) as process:
+        alice, bob = client(process, user="alice"), client(process, user="bob")
+        hers, his = alice.create_session(), bob.create_session()
+        assert text(call(alice, "fork", hers, count=3)) == "3 started"
+        name, arguments = greed
+        call(bob, name, his, **arguments)
+        until(lambda: f"ended ({reason}; exit code" in process.output(), said=process.output)
+        assert text(call(alice, "allocate", hers, mib=50)) == str(50 << 20)
+        assert text(call(alice, "fork", hers, count=3)) == "3 started"
+        assert "error" in call(bob, "whoami", his)  # his conversation has ended, with its process
+
+
+@pytest.mark.parametrize("containment", ["bwrap", "unshare", "uids"])
+def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, containment: str) -> None:
+    """A double-forked, setsid daemon: gone after its conversation's sessions/delete, and after the gateway's SIGTERM
+    (the shared process's and another conversation's): ended with its PID namespace (bwrap, unshare), or as a
+    process of its conversation's uid (--process-uids alone)."""
+    needs("root", *([containment] if containment != "uids" else []))
+    marker = f"daemon-{uuid.uuid4().hex}"
+    sealed = ("--process-containment", "none" if containment == "uids" else containment, "--process-uids", UIDS)
+    with gateway(server, *sealed, "--sessionless", "shared") as process:
+        mcp = client(process)
+        session = mcp.create_session()
+        assert text(call(mcp, "daemon", session, marker=marker)) == "started"
+        until(lambda: len(running(marker)) == 1)
+        mcp.request("sessions/delete", session=session_meta(session))
+        until(lambda: running(marker) == [])
+        until(lambda: "ended (its session ended; exit code" in process.output(), said=process.output)
+        text(call(mcp, "daemon", mcp.create_session(), marker=marker))
+        text(call(mcp, "daemon", None, marker=marker))  # the shared process's (--sessionless shared)
+        until(lambda: len(running(marker)) == 2)
+        assert process.process is not None
+        process.process.send_signal(signal.SIGTERM)
+        process.process.wait(timeout=WITHIN)
+        until(lambda: running(marker) == [], 2.0)  # their reaping may lag the gateway's end
+
+
+@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
+def test_the_processes_of_a_killed_gateway_end_with_it(server: str, containment: str) -> None:
+    """SIGKILL (the OOM killer's) gives the gateway no chance to end its processes: each PID namespace's parent dies
+    with the gateway (bwrap's --die-with-parent, setpriv's --pdeathsig), and its daemons with it."""
+    needs("root", containment)
+    marker = f"daemon-{uuid.uuid4().hex}"
+    with gateway(server, "--sessionless", "shared", "--process-containment", containment) as process:
+        text(call(client(process), "daemon", None, marker=marker))
+        until(lambda: len(running(marker)) == 1)
+        assert process.process is not None
+        process.process.kill()
+        process.process.wait(timeout=WITHIN)
+        until(lambda: running(marker) == [])
+
+
+def test_a_process_reads_neither_the_gateways_environment_nor_its_credentials(server: str) -> None:
+    """The gateway and its process as one user without privilege (root without any capability, as any other user's
+    processes are: the tests' interpreter is root's): the gateway's /proc/PID/environ is closed to the process (the
+    gateway is non-dumpable), and of the gateway's environment only the allow-list reaches the process."""
+    environ = {
+        "MCP_SESSIONS_SECRET": SECRET,
+        "OTEL_EXPORTER_OTLP_HEADERS": "a=b",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x",
+    }
+    prefix = ("setpriv", "--bounding-set=-all", "--inh-caps=-all")
+    with gateway(server, "--sessionless", "shared", environ=environ, prefix=prefix) as process:  # one that lives on
+        mcp = client(process)
+        seen = json.loads(text(call(mcp, "whoami")))
+        parent = int(Path(f"/proc/{seen['pid']}/stat").read_text().rpartition(")")[2].split()[1])
+        assert text(call(mcp, "read", path=f"/proc/{parent}/environ")).startswith("denied")
+        assert set(seen["environ"]) - {"LC_CTYPE"} <= {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"}
+
+
+def test_process_user_and_cwd(server: str) -> None:
+    """--process-user nobody: each process has that uid and cannot read the gateway's key file (mode 0600, root's);
+    --process-cwd: a directory of its own per conversation, its HOME, removed with its process."""
+    needs("root")
+    with tempfile.TemporaryDirectory() as directory:
+        os.chmod(directory, 0o755)
+        keys = Path(directory, "keys")
+        keys.write_text(f"k1:{SECRET}\n")
+        keys.chmod(0o600)
+        template = f"{directory}/conversation-{{id}}"
+        options = ("--process-user", "nobody", "--process-cwd", template)
+        with gateway(server, *options, environ={"MCP_SESSIONS_KEYS": f"@{keys}"}) as process:
+            mcp = client(process)
+            session = mcp.create_session()
+            seen = json.loads(text(call(mcp, "whoami", session)))
+            assert seen["uid"] == 65534
+            assert text(call(mcp, "read", session, path=str(keys))) == "denied: Permission denied"
+            assert seen["cwd"].startswith(f"{directory}/conversation-")
+            assert seen["environ"]["HOME"] == seen["cwd"]
+            assert stat.S_IMODE(os.stat(seen["cwd"]).st_mode) == 0o700
+            assert os.stat(seen["cwd"]).st_uid == 65534
+            mcp.request("sessions/delete", session=session_meta(session))
+            until(lambda: not Path(seen["cwd"]).exists())
 
 
 def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash(server: str) -> None:
@@ -313,13 +433,82 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
             ("--stdio", "true", "--process-user", "no-such-user-x"),
             "--process-user: no such user or group: no-such-user-x",
         ),
+        (
+            ("--stdio", "true", *AUTH, "--process-env", "A=header:X-A"),
+            "--process-env puts each user's secrets in processes that share one uid and can read each other's: "
+            "give --process-uids FIRST-LAST (a uid per process), or --accept-shared-uid to accept that",
+        ),
+        (("--stdio", "true", "--process-uids", "5"), "--process-uids takes FIRST-LAST, two uids above 0: not '5'"),
+        (
+            ("--stdio", "true", "--process-uids", "1-10"),
+            "--process-uids: the range is the gateway's alone, but daemon (1) is a user of this system",
+        ),
+        (
+            ("--stdio", "true", "--process-uids", UIDS, "--process-cwd", "/tmp/{id}"),
+            "--process-cwd: /tmp must be the gateway's and not listable by others (mode 0711): it is mode 1777, "
+            "owned by uid 0",
+        ),
+        (
+            ("--stdio", "true", "--pass-env", "MCP_SESSIONS_SECRET"),
+            "--pass-env: the gateway's MCP_SESSION* variables are its own",
+        ),
+        (
+            ("--stdio", "/bin/true", "--process-containment", "bwrap"),
+            "--process-containment bwrap: bwrap is not installed",
+        ),
     ],
 )
 def test_a_startup_error_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
     """A typo in --stdio (or a --process-* option) is one line that says it, and exit status 2: no traceback."""
+    if "--process-uids" in options:
+        needs("root")
     line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "1", *options]
     environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    if "/bin/true" in options:  # a host without bwrap: a PATH without it
+        environ["PATH"] = "/nonexistent"
     # A fresh interpreter importing the gateway: 2 s alone, over 10 s beside the suite on 2 slow cores. 60 s guards
     # against a hang only, as the suite's other command-line runs do.
     done = subprocess.run(line, capture_output=True, text=True, env=environ, timeout=60, check=False)
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
+def test_a_containment_the_host_no_longer_gives_fails_the_request_that_would_start_a_process(server: str) -> None:
+    """bwrap gone after startup (a PATH where it was): the request that would start a process gets -32603 saying so;
+    nothing starts without it."""
+    needs("bwrap")
+    with tempfile.TemporaryDirectory() as directory:
+        Path(directory, "bwrap").symlink_to(shutil.which("bwrap") or "bwrap")
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "PATH": directory}
+        options = ("--process-containment", "bwrap", "--warm", "0")
+        with gateway(server, *options, environ=environ) as process:
+            assert text(call(client(process), "whoami")).startswith("{")  # the shared process, under bwrap
+            Path(directory, "bwrap").unlink()
+            _, answer = client(process).request("sessions/create")
+            assert answer["error"]["code"] == -32603, answer
+            assert "--process-containment bwrap: bwrap is not installed" in answer["error"]["message"]
+
+
+MEMORY = CACHE / "memory/node_modules/@modelcontextprotocol/server-memory/dist/index.js"
+PLAN = {"entities": [{"name": "alice-s-plan", "entityType": "plan", "observations": ["launch on Friday"]}]}
+
+
+def test_server_memory_behind_the_team_recipe_never_shows_alices_graph_to_bob(jwks: str) -> None:
+    """docs/gateway.md's team recipe in front of @modelcontextprotocol/server-memory, whose graph is one file under
+    its install directory: run plain, each process's write there is a permission error (its uid owns nothing
+    there), never another user's graph; with the recipe's MEMORY_FILE_PATH in the process's own HOME, alice's
+    graph is hers alone."""
+    needs("root")
+    index = installed(MEMORY, "@modelcontextprotocol/server-memory")
+    recipe = f'sh -c "MEMORY_FILE_PATH=$HOME/memory.jsonl exec {node()} {index}"'  # $HOME: the process's own
+    for command in (f"{node()} {index}", recipe):
+        with gateway(command, *team(jwks)) as process:
+            alice, bob = client(process, user="alice"), client(process, user="bob")
+            hers, his = alice.create_session(), bob.create_session()
+            created = json.dumps(call(alice, "create_entities", hers, **PLAN))
+            graphs = [json.dumps(call(mcp, "read_graph", session)) for mcp, session in ((alice, hers), (bob, his))]
+            assert "alice-s-plan" not in graphs[1] and "alice-s-plan" not in json.dumps(call(bob, "read_graph"))
+            if command == recipe:
+                assert "alice-s-plan" in graphs[0], (created, graphs[0])
+            else:
+                assert "permission denied" in created.lower(), created
+                assert not index.with_name("memory.jsonl").exists()

@@ -198,7 +198,7 @@ class Sandbox:
         tool = "bwrap" if self.containment == "bwrap" else "unshare"
         if shutil.which(tool) is None:
             raise SandboxError(f"--process-containment {self.containment}: {tool} is not installed")
-        trial = [*_NAMESPACE[self.containment], "true"]
+        trial = [*_NAMESPACE[self.containment], "/bin/sh", "-c", "exit 0"]
         done = subprocess.run(trial, capture_output=True, text=True, check=False)  # noqa: S603 - our own line
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or ["exit status " + str(done.returncode)])[-1]
