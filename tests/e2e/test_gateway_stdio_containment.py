@@ -59,12 +59,12 @@ def ptrace(pid):
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.ptrace(16, pid, 0, 0) == 0: return "attached"
     return f"denied: {os.strerror(ctypes.get_errno())}"
-def fork(count):
+def fork(count, mib=0):
     started = 0
     for _ in range(count):
         try: pid = os.fork()
         except OSError as exc: return f"{started} started, then {exc.strerror}"
-        if pid == 0: time.sleep(600); os._exit(0)
+        if pid == 0: held = bytearray(mib << 20); time.sleep(600); os._exit(0)
         started += 1
     return f"{started} started"
 def whoami():
@@ -283,14 +283,14 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
     ("bound", "greed", "reason"),
     [
         (("--process-pids", "20"), ("fork", {"count": 50}), "over its process bound (--process-pids)"),
-        (("--process-memory", "200"), ("allocate", {"mib": 1024}), "over its memory bound (--process-memory)"),
+        (("--process-memory", "200"), ("fork", {"count": 4, "mib": 100}), "over its memory bound (--process-memory)"),
     ],
 )
 def test_a_conversation_past_its_bound_ends_alone(
     server: str, jwks: str, bound: tuple[str, ...], greed: tuple[str, dict[str, Any]], reason: str
 ) -> None:
     """Bounds per conversation, all its processes together (a control group each): bob's conversation that forks
-    past --process-pids, or allocates past --process-memory (in four processes of 100 MiB as well as in one), ends
+    past --process-pids, or holds past --process-memory in four processes of 100 MiB each (under a bound of 200), ends
     with its reason in the log; alice's goes on."""
     needs("root", "bwrap", f"cgroup-{'pids' if bound[0] == '--process-pids' else 'memory'}")
     with gateway(server, *team(jwks), "--process-containment", "bwrap", *bound) as process:
