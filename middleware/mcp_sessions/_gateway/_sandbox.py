@@ -19,6 +19,7 @@ is free for another.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import time
@@ -68,14 +69,10 @@ class Uids:
         self.first, self.last = int(first), int(last)
         self.free = list(range(self.last, self.first - 1, -1))
 
-    def __len__(self) -> int:
-        return self.last - self.first + 1
-
     def taken_by_users(self) -> str | None:
         """A user of the system's in the range, if any (the range must be the gateway's alone)."""
-        import pwd
-
-        return next((f"{u.pw_name} ({u.pw_uid})" for u in pwd.getpwall() if self.first <= u.pw_uid <= self.last), None)
+        users = (user for user in pwd.getpwall() if self.first <= user.pw_uid <= self.last)
+        return next((f"{user.pw_name} ({user.pw_uid})" for user in users), None)
 
     def take(self) -> int:
         if not self.free:
@@ -107,10 +104,10 @@ class Cgroups:
         if v2 is not None and _delegated(v2, wanted):
             return cls(2, (v2,), memory, pids)
         parents = []
-        for name in wanted:
+        for name in wanted:  # v1: a hierarchy per controller, "4:memory:/path" in /proc/self/cgroup
             path = next((line.split(":", 2)[2] for line in lines if name in line.split(":")[1].split(",")), None)
             parent = _mounted(mounts, "cgroup", path, name)
-            if parent is None or not _probed(parent, f"{name}.limit_in_bytes" if name == "memory" else "pids.max"):
+            if parent is None or not _probed(parent, "memory.limit_in_bytes" if name == "memory" else "pids.max"):
                 return None
             parents.append(parent)
         return cls(1, tuple(parents), memory, pids) if parents else None
@@ -118,9 +115,9 @@ class Cgroups:
     def create(self) -> Cgroup:
         name = f"mcp-sessions-{os.getpid()}-{next(_ids)}"
         cgroup = Cgroup(self.version, tuple(parent / name for parent in self.parents))
-        for directory in cgroup.dirs:
-            directory.mkdir()
         try:
+            for directory in cgroup.dirs:
+                directory.mkdir()
             cgroup.bound(self.memory, self.pids)
         except OSError:
             cgroup.remove()
@@ -195,9 +192,8 @@ class Sandbox:
         """Whether the containment works here: one run of it, as the gateway would start a process."""
         if self.containment == "none":
             return
-        tool = "bwrap" if self.containment == "bwrap" else "unshare"
-        if shutil.which(tool) is None:
-            raise SandboxError(f"--process-containment {self.containment}: {tool} is not installed")
+        if shutil.which(self.containment) is None:  # each containment is its tool's name
+            raise SandboxError(f"--process-containment {self.containment}: {self.containment} is not installed")
         trial = [*_NAMESPACE[self.containment], "/bin/sh", "-c", "exit 0"]
         done = subprocess.run(trial, capture_output=True, text=True, check=False)  # noqa: S603 - our own line
         if done.returncode != 0:
@@ -254,10 +250,11 @@ class Place:
 
     async def leave(self) -> bool:
         """Once the process has ended: every other process of its uid or control group ended, its files and control
-        group removed, its uid given back. False, the uid kept from others, when some process would not end."""
+        group removed, its uid given back. False, the uid kept from others, when some process would not end (or
+        its files would not go)."""
         ended = await anyio.to_thread.run_sync(self._ended)
         if self.cwd is not None:
-            await anyio.to_thread.run_sync(shutil.rmtree, self.cwd, True)
+            ended = await anyio.to_thread.run_sync(_removed, self.cwd) and ended
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.sandbox.uids is not None and self.uid is not None and ended:
@@ -292,6 +289,12 @@ def _workdir(path: str, place: Place) -> str:
         for directory in (path, temporary):
             os.chown(directory, place.uid, -1 if place.gid is None else place.gid)
     return path
+
+
+def _removed(path: str) -> bool:
+    """Whether ``path`` is gone once removed (``rmtree`` follows no link a process planted)."""
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
 
 
 def private_parent(template: str) -> None:
@@ -335,6 +338,12 @@ def _delegated(own: Path, wanted: list[str]) -> bool:
 
 
 def _probed(parent: Path, needed: str) -> bool:
+    """Whether the gateway may create a cgroup in ``parent`` that has the file ``needed``; and the empty cgroups of
+    gateways that were killed (SIGKILL: their processes died with them, their directories stayed) removed."""
+    for stale in parent.glob("mcp-sessions-*-*"):
+        if not Path("/proc", stale.name.split("-")[2]).exists():
+            with suppress(OSError):
+                stale.rmdir()
     probe = parent / f"mcp-sessions-{os.getpid()}-probe"
     try:
         probe.mkdir()

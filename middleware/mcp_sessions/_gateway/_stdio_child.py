@@ -1,13 +1,14 @@
 """One stdio MCP server process and the MCP client link to it: spawned, read with a bound, and stopped whole.
 
-The child runs in a process group of its own (``start_new_session``), so that stopping it stops what it
-started too: its stdin is closed, then the group gets SIGTERM, then SIGKILL. Its stdout is read a JSON-RPC
-message per line, each line bounded (``max_line``, the gateway's ``max_response_size``): a longer line
-ends the child, never a buffer without end. Its stderr goes to the gateway's log, a line at a time,
-prefixed with the process's own id, with control characters escaped and at most ``MAX_LOG_LINE`` bytes of
-a line; never to a client. The process's exit ends the child, even while a process it started holds its stdout. The
-``mcp`` SDK's ``JSONRPCDispatcher`` does the JSON-RPC: ids, answers, progress, cancellation, and an error
-for every request still waiting when the child's stdout ends.
+The child runs in a process group of its own (``start_new_session``), in the place its :class:`Sandbox`
+makes (a uid, a PID namespace, control groups: ``_sandbox``): stopping it closes its stdin, then the group
+gets SIGTERM, then SIGKILL, and what left the group ends with its namespace, its uid or its control group.
+Its stdout is read a JSON-RPC message per line, each line bounded (``max_line``, the gateway's
+``max_response_size``): a longer line ends the child, never a buffer without end. Its stderr goes to the
+gateway's log, a line at a time, prefixed with the process's own id, with control characters escaped and at
+most ``MAX_LOG_LINE`` bytes of a line; never to a client. The process's exit ends the child, even while a
+process it started holds its stdout. The ``mcp`` SDK's ``JSONRPCDispatcher`` does the JSON-RPC: ids,
+answers, progress, cancellation, and an error for every request still waiting when the child's stdout ends.
 """
 
 from __future__ import annotations
