@@ -277,6 +277,10 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
             if containment != "none":  # a /proc of its own: its own processes only (bwrap's init, the server)
                 assert len(he["pids"]) <= 2, he["pids"]
             assert text(call(alice, "read", hers, path=f"{she['cwd']}/notes")) == "mine"  # she goes on, unstopped
+            left = [f"/tmp/left-by-{uuid.uuid4().hex}", f"/dev/shm/left-by-{uuid.uuid4().hex}"]
+            assert [text(call(bob, "write", his, path=path)) for path in left] == ["4", "4"]
+            bob.request("sessions/delete", session=session_meta(his))  # his uid's files go before the uid is reused
+            until(lambda: not any(Path(path).exists() for path in left), said=process.output)
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ import pwd
 import shutil
 import subprocess
 import time
+from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -40,10 +41,17 @@ END_WITHIN: Final = 5.0
 """How long the processes of an ended process's uid (or control group) have to be gone before it is kept."""
 _POLL: Final = 0.05
 _JOIN: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-_NAMESPACE: Final = {
-    "bwrap": ["bwrap", "--unshare-pid", "--die-with-parent", "--dev-bind", "/", "/", "--proc", "/proc", "--"],
-    "unshare": ["setpriv", "--pdeathsig", "KILL", "unshare", "--pid", "--fork", "--mount-proc", "--kill-child"],
+_NAMESPACE: Final = {  # and an IPC namespace: no SysV or POSIX message queue object outlives the process
+    "bwrap": [
+        *("bwrap", "--unshare-pid", "--unshare-ipc", "--die-with-parent"),
+        *("--dev-bind", "/", "/", "--proc", "/proc", "--"),
+    ],
+    "unshare": [
+        *("setpriv", "--pdeathsig", "KILL", "--"),
+        *("unshare", "--pid", "--ipc", "--fork", "--mount-proc", "--kill-child", "--"),
+    ],
 }
+_SHARED_TEMPORARY: Final = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108 - where a uid's files are looked for
 _NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
 _ids = count()
 
@@ -67,7 +75,7 @@ class Uids:
         if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
             raise ValueError(f"--process-uids takes FIRST-LAST, two uids above 0: not {spec!r}")
         self.first, self.last = int(first), int(last)
-        self.free = list(range(self.last, self.first - 1, -1))
+        self.free = deque(range(self.first, self.last + 1))  # the least recently used first
 
     def taken_by_users(self) -> str | None:
         """A user of the system's in the range, if any (the range must be the gateway's alone)."""
@@ -77,7 +85,7 @@ class Uids:
     def take(self) -> int:
         if not self.free:
             raise SandboxError(f"no free uid in --process-uids {self.first}-{self.last}: retry later")
-        return self.free.pop()
+        return self.free.popleft()
 
     def give_back(self, uid: int) -> None:
         self.free.append(uid)
@@ -275,9 +283,19 @@ class Place:
                 found = subprocess.run(kill, check=False)  # noqa: S603 - procps, found on PATH
                 left += [self.uid] if found.returncode == 0 else []
             if not left:
-                return True
+                return self._files_gone()
             time.sleep(_POLL)
         return False
+
+    def _files_gone(self) -> bool:
+        """The files its uid left where every uid may write (``/tmp``, ``/dev/shm``), removed: the next process
+        given the uid must find nothing of this one's."""
+        if self.sandbox.uids is None or self.uid is None:
+            return True
+        found = ["find", *(path for path in _SHARED_TEMPORARY if os.path.isdir(path)), "-xdev", "-user", str(self.uid)]
+        subprocess.run([*found, "-delete"], capture_output=True, check=False)  # noqa: S603 - our own line
+        left = subprocess.run([*found, "-print", "-quit"], capture_output=True, check=False)  # noqa: S603
+        return not left.stdout  # (find's status also counts the files of others that vanished meanwhile)
 
 
 def _workdir(path: str, place: Place) -> str:
