@@ -431,7 +431,7 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
         (("--stdio", "no-such-server-x"), "--stdio: no-such-server-x: no such command (or not executable)"),
         (
             ("--stdio", "true", "--process-cwd", "/tmp/x"),
-            "--process-cwd needs '{id}' in it: each conversation gets a directory of its own",
+            "--process-cwd needs '{id}' in its last part: each conversation gets a directory of its own",
         ),
         (
             ("--stdio", "true", "--process-user", "no-such-user-x"),

@@ -390,8 +390,8 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
     if any(name.startswith("MCP_SESSION") for name in args.pass_env):
         raise ValueError("--pass-env: the gateway's MCP_SESSION* variables are its own")
     cwd = args.process_cwd
-    if cwd is not None and "{id}" not in cwd:
-        raise ValueError("--process-cwd needs '{id}' in it: each conversation gets a directory of its own")
+    if cwd is not None and "{id}" not in os.path.basename(cwd):
+        raise ValueError("--process-cwd needs '{id}' in its last part: each conversation gets a directory of its own")
     if cwd is None and uids is not None:  # a uid of its own, so a HOME of its own
         cwd = os.path.join(tempfile.gettempdir(), "mcp-sessions", "{id}")
     if cwd is not None and uids is not None:

@@ -264,7 +264,7 @@ class Place:
         if self.cwd is not None:
             ended = await anyio.to_thread.run_sync(_removed, self.cwd) and ended
         if self.cgroup is not None:
-            self.cgroup.remove()
+            await anyio.to_thread.run_sync(self.cgroup.remove)
         if self.sandbox.uids is not None and self.uid is not None and ended:
             self.sandbox.uids.give_back(self.uid)
         return ended
@@ -318,7 +318,7 @@ def _removed(path: str) -> bool:
 def private_parent(template: str) -> None:
     """The directory the per-process directories are made in: made 0711 (owned by the gateway's user) if missing;
     refused when another process could list it (or rename what is in it)."""
-    parent = Path(template.split("{id}")[0] + "x").parent
+    parent = Path(template).parent
     parent.mkdir(mode=0o711, parents=True, exist_ok=True)
     found = parent.stat()
     if found.st_uid != os.geteuid() or found.st_mode & 0o066:
