@@ -41,10 +41,10 @@ def gateway(path: Path) -> bool:
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
     "core": (core, 7_900),
     "_cli": (cli, 500),
-    "_gateway": (gateway, 2_400),
+    "_gateway": (gateway, 2_650),  # issue 65: +250 for sealed processes (_sandbox.py), as the issue allows
 }
-# The suite's: every line of its Python files.
-TESTS_BUDGET = 30_000
+# The suite's: every line of its Python files (issue 65: +300 for two users' hostile processes, sealed).
+TESTS_BUDGET = 30_300
 
 
 def code_lines(source: str) -> int:
