@@ -445,7 +445,7 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
         (("--stdio", "true", "--process-uids", "5"), "--process-uids takes FIRST-LAST, two uids above 0: not '5'"),
         (
             ("--stdio", "true", "--process-uids", "1-10"),
-            "--process-uids: the range is the gateway's alone, but daemon (1) is a user of this system",
+            "--process-uids: the range is the gateway's alone, but daemon (1) is a user here",
         ),
         (
             ("--stdio", "true", "--process-uids", UIDS, "--process-cwd", "/tmp/{id}"),

@@ -358,37 +358,19 @@ def _stdio_app(
 def _process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Any:
     """How the stdio processes run (``--process-*``), checked, the containment tried once; and the gateway made
     non-dumpable."""
-    from ._sandbox import Cgroups, Sandbox, SandboxError, Uids, private_parent
+    from ._sandbox import Sandbox, SandboxError, private_parent
     from ._stdio_child import undumpable
 
     if command and shutil.which(command[0]) is None:
         raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
-    if (args.process_uids or args.process_user) and os.geteuid() != 0:
-        flag = "--process-uids" if args.process_uids else "--process-user"
-        raise ValueError(f"{flag} needs the gateway to run as root (it changes each process's user)")
-    if args.process_uids and args.process_user:
-        raise ValueError("--process-uids gives each process a uid of its own: not with --process-user")
     if auth is not None and args.process_env and not args.process_uids and not args.accept_shared_uid:
         raise ValueError(
             "--process-env puts each user's secrets in processes that share one uid and can read each other's: "
             "give --process-uids FIRST-LAST (a uid per process), or --accept-shared-uid to accept that"
         )
-    uids = None if args.process_uids is None else Uids(args.process_uids)
-    if uids is not None and (someone := uids.taken_by_users()) is not None:
-        raise ValueError(f"--process-uids: the range is the gateway's alone, but {someone} is a user of this system")
-    user = group = None
-    if args.process_user is not None:
-        name, _, group_name = args.process_user.partition(":")
-        try:
-            entry = pwd.getpwnam(name)
-            user, group = entry.pw_uid, grp.getgrnam(group_name).gr_gid if group_name else entry.pw_gid
-        except KeyError:
-            raise ValueError(f"--process-user: no such user or group: {args.process_user}") from None
-    for flag, value in (("--process-memory", args.process_memory), ("--process-pids", args.process_pids)):
-        if value is not None and value < 1:
-            raise ValueError(f"{flag} takes a positive number")
     if any(name.startswith("MCP_SESSION") for name in args.pass_env):
         raise ValueError("--pass-env: the gateway's MCP_SESSION* variables are its own")
+    uids, user, group = _run_as(args)
     cwd = args.process_cwd
     if cwd is not None and "{id}" not in os.path.basename(cwd):
         raise ValueError("--process-cwd needs '{id}' in its last part: each conversation gets a directory of its own")
@@ -396,16 +378,7 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
         cwd = os.path.join(tempfile.gettempdir(), "mcp-sessions", "{id}")
     if cwd is not None and uids is not None:
         private_parent(cwd)
-    memory = None if args.process_memory is None else args.process_memory << 20
-    cgroups = None
-    if memory is not None or args.process_pids is not None:
-        cgroups = Cgroups.found(memory, args.process_pids)
-        if cgroups is None and (memory is not None or uids is None):
-            flag = "--process-memory" if memory is not None else "--process-pids (without --process-uids)"
-            raise ValueError(
-                f"{flag} bounds a conversation through a control group, and this host gives the gateway none it may "
-                "create (cgroup v2 delegated with the controller, or v1's hierarchy, writable)"
-            )
+    cgroups = _bounds(args, per_uid=uids is not None)
     sandbox = Sandbox(
         args.process_containment,
         uids=uids,
@@ -421,6 +394,51 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
         raise ValueError(str(exc)) from None
     undumpable()
     return sandbox
+
+
+def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
+    """As whom the processes run: a uid each from ``--process-uids``, or ``--process-user``'s uid and gid."""
+    from ._sandbox import Uids
+
+    if (args.process_uids or args.process_user) and os.geteuid() != 0:
+        flag = "--process-uids" if args.process_uids else "--process-user"
+        raise ValueError(f"{flag} needs the gateway to run as root (it changes each process's user)")
+    if args.process_uids and args.process_user:
+        raise ValueError("--process-uids gives each process a uid of its own: not with --process-user")
+    if args.process_uids is not None:
+        uids = Uids(args.process_uids)
+        if (someone := uids.taken_by_users()) is not None:
+            raise ValueError(f"--process-uids: the range is the gateway's alone, but {someone} is a user here")
+        return uids, None, None
+    if args.process_user is None:
+        return None, None, None
+    name, _, group_name = args.process_user.partition(":")
+    try:
+        entry = pwd.getpwnam(name)
+        return None, entry.pw_uid, grp.getgrnam(group_name).gr_gid if group_name else entry.pw_gid
+    except KeyError:
+        raise ValueError(f"--process-user: no such user or group: {args.process_user}") from None
+
+
+def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
+    """The control groups that bound each conversation (``--process-memory``, ``--process-pids``); None without
+    bounds, or for ``--process-pids`` alone with a uid per process where the host gives none (RLIMIT_NPROC)."""
+    from ._sandbox import Cgroups
+
+    for flag, value in (("--process-memory", args.process_memory), ("--process-pids", args.process_pids)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} takes a positive number")
+    memory = None if args.process_memory is None else args.process_memory << 20
+    if memory is None and args.process_pids is None:
+        return None
+    cgroups = Cgroups.found(memory, args.process_pids)
+    if cgroups is None and (memory is not None or not per_uid):
+        flag = "--process-memory" if memory is not None else "--process-pids (without --process-uids)"
+        raise ValueError(
+            f"{flag} bounds a conversation through a control group, and this host gives the gateway none it may "
+            "create (cgroup v2 delegated with the controller, or v1's hierarchy, writable)"
+        )
+    return cgroups
 
 
 def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth | None:
