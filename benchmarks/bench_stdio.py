@@ -354,7 +354,7 @@ def gateways(work: Path, command: list[str], limit: int) -> dict[str, tuple[list
     (work / "ready").mkdir()
     # Neither gateway writes a log line per request: ours at warning (no access log), supergateway at none.
     limits = ["--max-processes", str(limit), "--max-processes-per-principal", str(limit)]
-    ours = [sys.executable, "-m", "mcp_sessions", "gateway", "--log-level", "warning", *limits]
+    ours = [sys.executable, "-m", "mcp_sessions", "gateway", "--log-level", "warning", *limits, "--pass-env", READY_DIR]
     secret = {"MCP_SESSIONS_SECRET": SECRET}
     theirs = [node, str(SUPERGATEWAY), "--stdio", " ".join(command), "--outputTransport", "streamableHttp"]
     return {

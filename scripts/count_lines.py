@@ -47,7 +47,7 @@ def gateway(path: Path) -> bool:
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
     "core": (core, 8_000),
     "_cli": (cli, 500),
-    "_gateway": (gateway, 2_400),
+    "_gateway": (gateway, 2_650),  # issue 65: +250 for sealed processes (_sandbox.py), as the issue allows
 }
 # The suite's: every line of its Python files, conformance/tests/ included (32,337 when it was first counted).
 TESTS_BUDGET = 34_000

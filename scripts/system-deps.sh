@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the test suite runs for real: redis-server and node (Debian/Ubuntu packages), and
+# Installs what the test suite runs for real: redis-server, node and bubblewrap (Debian/Ubuntu packages), and
 # the MCP Inspector CLI and the gateway tests' node packages (from the npm registry, into .cache/, pinned).
 # `make test` calls it; with --all (`make test-all`, `make bench`) it adds the interop matrix's and the
 # benchmarks' node packages: the conformance suite with its Node 22, and supergateway. It does nothing when
@@ -17,6 +17,9 @@ EVERYTHING_VERSION="2026.8.31"
 TS_SDK_VERSION="1.32.2"
 # server-filesystem asks its client's roots as soon as it is initialized: the stdio gateway's tests run it.
 FILESYSTEM_VERSION="2026.8.31"
+# server-memory writes one file under its install directory: the stdio gateway's tests show that a uid per process
+# makes that a permission error, not another user's graph (and run the per-conversation file recipe).
+MEMORY_VERSION="2026.8.31"
 NODE22_VERSION="22.23.3"
 CONFORMANCE_VERSION="0.2.0-alpha.12"
 # benchmarks/bench_stdio.py compares `mcp-sessions gateway --stdio` with supergateway --stateful.
@@ -24,6 +27,8 @@ SUPERGATEWAY_VERSION="4.0.0"
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+# The stdio gateway's --process-containment bwrap (util-linux's unshare and setpriv are there already).
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 if [ "${#missing[@]}" -gt 0 ]; then
     if ! command -v apt-get >/dev/null 2>&1; then
         echo "${missing[*]} missing and apt-get is not available: install them, then run make test again" >&2
@@ -49,6 +54,10 @@ fi
 filesystem=".cache/filesystem/node_modules/@modelcontextprotocol/server-filesystem/package.json"
 if ! grep -q "\"version\": \"$FILESYSTEM_VERSION\"" "$filesystem" 2>/dev/null; then
     npm install --no-audit --no-fund --silent --prefix .cache/filesystem "@modelcontextprotocol/server-filesystem@$FILESYSTEM_VERSION"
+fi
+memory=".cache/memory/node_modules/@modelcontextprotocol/server-memory/package.json"
+if ! grep -q "\"version\": \"$MEMORY_VERSION\"" "$memory" 2>/dev/null; then
+    npm install --no-audit --no-fund --silent --prefix .cache/memory "@modelcontextprotocol/server-memory@$MEMORY_VERSION"
 fi
 if [ -z "$all" ]; then
     exit 0

@@ -140,6 +140,8 @@ def gateway_process(
     mcp-sessions`` say), its port and its output (``--log-level`` in ``arguments`` overrides ``warning``;
     ``{url}`` in them is its own MCP URL)."""
     environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
+    if "--stdio" in arguments:  # the tests' servers import the tests' modules, and some write their files
+        arguments = (*arguments, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
         line = [*program, "gateway", "--port", str(port), "--log-level", "warning"]

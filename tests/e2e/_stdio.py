@@ -34,7 +34,9 @@ def stdio_gateway(
     environ: Mapping[str, str] = ENVIRON,
     **options: Any,
 ) -> Iterator[str]:
-    """``stdio_gateway_app`` in front of ``command`` (the tests' server) on a real uvicorn in a thread: its MCP URL."""
+    """``stdio_gateway_app`` in front of ``command`` (the tests' server) on a real uvicorn in a thread: its MCP URL.
+    ``PYTHONPATH`` and ``STDIO_TEST_FILES`` reach its processes (``pass_env``), as the tests' server needs."""
+    options.setdefault("pass_env", ("PYTHONPATH", "STDIO_TEST_FILES"))
     app = stdio_gateway_app(command, config=config or SessionsConfig(secret=SECRET), environ=environ, **options)
     with serve(app) as url:
         yield url + "/mcp"

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,7 +78,8 @@ SERVER = f"{sys.executable} -m e2e._stdio_server"
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 DISCOVER = modern_request("server/discover")
-GITHUB_TOKEN = ("--process-env", "GITHUB_TOKEN=header:X-GitHub-Token")  # each user's own, in their process
+# Each user's own, in their process; its processes share the tests' uid (a uid each: test_gateway_stdio_containment).
+GITHUB_TOKEN = ("--process-env", "GITHUB_TOKEN=header:X-GitHub-Token", "--accept-shared-uid")
 SPANS_TO_LOG = {
     "OTEL_TRACES_EXPORTER": "console",
     "OTEL_BSP_SCHEDULE_DELAY": "100",
@@ -445,12 +447,22 @@ def test_the_mcp_inspector_cli_with_a_bearer_token(team: Process) -> None:
     assert json.loads(done.stdout)["structuredContent"]["result"] == "ghp_carol_inspector"
 
 
-def test_the_team_recipe_runs_as_written(tmp_path: Path) -> None:
-    """docs/gateway.md's "one gateway for a team", its two blocks as written but for their ports, the pip line
-    and npx (the Inspector of .cache)."""
+@pytest.fixture
+def readable_tmp() -> Iterator[Path]:
+    """A directory any user may read: the team recipe's processes run as uids of their own."""
+    with tempfile.TemporaryDirectory() as directory:
+        os.chmod(directory, 0o755)
+        yield Path(directory)
+
+
+def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
+    """docs/gateway.md's "one gateway for a team", its first two blocks as written but for their ports, the pip line
+    and npx (the Inspector of .cache); as root, each process a uid of its own (server-memory's block:
+    test_gateway_stdio_containment)."""
+    tmp_path = readable_tmp
     inspector = installed(Path(INSPECTOR_CLI), "the MCP Inspector").resolve()
     section = (MAIN / "docs/gateway.md").read_text(encoding="utf-8").split("## One gateway for a team")[1]
-    start, use = re.findall(r"```sh\n(.*?)```", section.split("### Past one machine")[0], re.S)
+    start, use, *_ = re.findall(r"```sh\n(.*?)```", section.split("### Past one machine")[0], re.S)
     port, jwks_port = free_port(), free_port()
     start, use = (block.replace("8000", str(port)).replace("9000", str(jwks_port)) for block in (start, use))
     start = "\n".join(line for line in start.splitlines() if not line.startswith("pip install")) + "\nwait\n"

@@ -11,6 +11,7 @@ import os
 import pwd
 import shlex
 import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
@@ -23,6 +24,7 @@ from ._app import (
     gateway_app,
 )
 from ._front import QueryDropped
+from ._sandbox import CONTAINMENTS
 
 if TYPE_CHECKING:
     from ._auth import GatewayAuth
@@ -122,25 +124,56 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
 def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     """With ``--stdio``: how each process runs and is contained (``_process_options`` checks them)."""
     gateway.add_argument(
-        "--process-user",
-        metavar="USER[:GROUP]",
-        help="with --stdio: run every process as this user (and its group, or GROUP); the gateway must run as root",
+        "--process-uids",
+        metavar="FIRST-LAST",
+        help="with --stdio: a uid (and gid) of its own for each process, from this range, which no user of the "
+        "system may have; the gateway must run as root",
     )
     gateway.add_argument(
-        "--process-memory", type=int, metavar="MIB", help="with --stdio: each process's address space at most (MiB)"
+        "--process-user",
+        metavar="USER[:GROUP]",
+        help="with --stdio: run every process as this one user (and its group, or GROUP), for a single tenant; the "
+        "gateway must run as root",
+    )
+    gateway.add_argument(
+        "--accept-shared-uid",
+        action="store_true",
+        help="with auth and --process-env but no --process-uids: accept that users' processes, which share a uid, "
+        "can read each other's environment and files",
+    )
+    gateway.add_argument(
+        "--process-containment",
+        choices=CONTAINMENTS,
+        default="none",
+        help="with --stdio: 'bwrap' (bubblewrap) or 'unshare' (util-linux): each process in a PID namespace with a "
+        "/proc of its own, all it started ending with it; 'none' (default): its process group only",
+    )
+    gateway.add_argument(
+        "--process-memory",
+        type=int,
+        metavar="MIB",
+        help="with --stdio: a conversation's memory at most (MiB), all its processes together (a control group)",
+    )
+    gateway.add_argument(
+        "--process-pids",
+        type=int,
+        metavar="N",
+        help="with --stdio: how many processes a conversation may run at once (a control group, else "
+        "RLIMIT_NPROC of its uid with --process-uids)",
     )
     gateway.add_argument(
         "--process-cwd",
         metavar="TEMPLATE",
-        help="with --stdio: a new working directory per process, '{id}' in it the process's own id (its "
-        "MCP_SESSION_ID; 'shared-' and a random part for the shared process); removed when the process ends",
+        help="with --stdio: a new working directory per process, also its HOME, '{id}' in it the process's own id "
+        "(its MCP_SESSION_ID; 'shared-' and a random part for the shared process); removed when the process ends",
     )
     gateway.add_argument(
-        "--process-containment",
-        choices=("auto", "subreaper"),
-        default="auto",
-        help="with --stdio: how a process's descendants end with it: 'auto' (default), a cgroup per process where "
-        "the gateway may create one, else as a child subreaper; 'subreaper': never a cgroup",
+        "--pass-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --stdio: the gateway's variable NAME reaches every process (besides PATH, HOME, LOGNAME, SHELL, "
+        "TERM and USER); repeat",
     )
 
 
@@ -231,7 +264,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
             raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
         if args.stdio is not None:
             command = shlex.split(args.stdio)
-            options = _process_options(args, command)
+            options = _process_options(args, command, auth)
             app: Any = _stdio_app(
                 args, command, options, config, environ, hosts=hosts, origins=origins, forwarded=forwarded, auth=auth
             )
@@ -267,7 +300,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     served = f"stdio {args.stdio}" if args.stdio is not None else ", ".join(args.upstream)
     logger.info("mcp-sessions gateway: %s on http://%s:%d", served, args.host, args.port)
     if args.stdio is not None:
-        logger.info("mcp-sessions gateway: each process contained by %s", options.containment)
+        logger.info("mcp-sessions gateway: each process: %s", options.said)
     # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
     # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
     # parser the gateway's request checks are tested with, whatever else is installed. Each request in a context of
@@ -319,35 +352,97 @@ def _stdio_app(
         allowed_origins=origins,
         forwarded_allow_ips=forwarded,
         environ=environ,
+        pass_env=args.pass_env,
         process_options=options,
         auth=auth,
         process_env=args.process_env,
     )
 
 
-def _process_options(args: argparse.Namespace, command: Sequence[str]) -> Any:
-    """How the stdio processes run (``--process-*``), checked; and the gateway made non-dumpable (``contain``)."""
-    from ._stdio_child import ProcessOptions, contain
+def _process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Any:
+    """How the stdio processes run (``--process-*``), checked, the containment tried once; and the gateway made
+    non-dumpable."""
+    from ._sandbox import Sandbox, SandboxError, private_parent
+    from ._stdio_child import undumpable
 
     if command and shutil.which(command[0]) is None:
         raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
-    user = group = None
-    if args.process_user is not None:
-        if os.geteuid() != 0:
-            raise ValueError("--process-user needs the gateway to run as root (it changes each process's user)")
-        name, _, group_name = args.process_user.partition(":")
-        try:
-            entry = pwd.getpwnam(name)
-            user, group = entry.pw_uid, grp.getgrnam(group_name).gr_gid if group_name else entry.pw_gid
-        except KeyError:
-            raise ValueError(f"--process-user: no such user or group: {args.process_user}") from None
-    if args.process_memory is not None and args.process_memory < 1:
-        raise ValueError("--process-memory takes a positive number of MiB")
-    if args.process_cwd is not None and "{id}" not in args.process_cwd:
-        raise ValueError("--process-cwd needs '{id}' in it: each conversation gets a directory of its own")
-    cgroup, subreaper = contain(cgroups=args.process_containment == "auto")
+    if auth is not None and args.process_env and not args.process_uids and not args.accept_shared_uid:
+        raise ValueError(
+            "--process-env puts each user's secrets in processes that share one uid and can read each other's: "
+            "give --process-uids FIRST-LAST (a uid per process), or --accept-shared-uid to accept that"
+        )
+    if any(name.startswith("MCP_SESSION") for name in args.pass_env):
+        raise ValueError("--pass-env: the gateway's MCP_SESSION* variables are its own")
+    uids, user, group = _run_as(args)
+    cwd = args.process_cwd
+    if cwd is not None and "{id}" not in os.path.basename(cwd):
+        raise ValueError("--process-cwd needs '{id}' in its last part: each conversation gets a directory of its own")
+    if cwd is None and uids is not None:  # a uid of its own, so a HOME of its own
+        cwd = os.path.join(tempfile.gettempdir(), "mcp-sessions", "{id}")
+    if cwd is not None and uids is not None:
+        private_parent(cwd)
+    cgroups = _bounds(args, per_uid=uids is not None)
+    sandbox = Sandbox(
+        args.process_containment,
+        uids=uids,
+        user=user,
+        group=group,
+        cwd=cwd,
+        cgroups=cgroups,
+        pids=args.process_pids if cgroups is None else None,
+    )
+    try:
+        sandbox.check()
+    except SandboxError as exc:
+        raise ValueError(str(exc)) from None
+    undumpable()
+    return sandbox
+
+
+def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
+    """As whom the processes run: a uid each from ``--process-uids``, or ``--process-user``'s uid and gid."""
+    from ._sandbox import Uids
+
+    if (args.process_uids or args.process_user) and os.geteuid() != 0:
+        flag = "--process-uids" if args.process_uids else "--process-user"
+        raise ValueError(f"{flag} needs the gateway to run as root (it changes each process's user)")
+    if args.process_uids and args.process_user:
+        raise ValueError("--process-uids gives each process a uid of its own: not with --process-user")
+    if args.process_uids is not None:
+        uids = Uids(args.process_uids)
+        if (someone := uids.taken_by_users()) is not None:
+            raise ValueError(f"--process-uids: the range is the gateway's alone, but {someone} is a user here")
+        return uids, None, None
+    if args.process_user is None:
+        return None, None, None
+    name, _, group_name = args.process_user.partition(":")
+    try:
+        entry = pwd.getpwnam(name)
+        return None, entry.pw_uid, grp.getgrnam(group_name).gr_gid if group_name else entry.pw_gid
+    except KeyError:
+        raise ValueError(f"--process-user: no such user or group: {args.process_user}") from None
+
+
+def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
+    """The control groups that bound each conversation (``--process-memory``, ``--process-pids``); None without
+    bounds, or for ``--process-pids`` alone with a uid per process where the host gives none (RLIMIT_NPROC)."""
+    from ._sandbox import Cgroups
+
+    for flag, value in (("--process-memory", args.process_memory), ("--process-pids", args.process_pids)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} takes a positive number")
     memory = None if args.process_memory is None else args.process_memory << 20
-    return ProcessOptions(user, group, memory, args.process_cwd, cgroup, subreaper)
+    if memory is None and args.process_pids is None:
+        return None
+    cgroups = Cgroups.found(memory, args.process_pids)
+    if cgroups is None and (memory is not None or not per_uid):
+        flag = "--process-memory" if memory is not None else "--process-pids (without --process-uids)"
+        raise ValueError(
+            f"{flag} bounds a conversation through a control group, and this host gives the gateway none it may "
+            "create (cgroup v2 delegated with the controller, or v1's hierarchy, writable)"
+        )
+    return cgroups
 
 
 def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth | None:

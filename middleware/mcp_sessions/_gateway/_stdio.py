@@ -52,6 +52,7 @@ from ..sources import HostConversationSource
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ._front import GatewayFront, HostCheck, trusted_proxies
+from ._sandbox import environment
 from ._stdio_child import ProcessOptions
 from ._stdio_table import AFTER_ANSWER, Children
 
@@ -144,6 +145,7 @@ def stdio_gateway_app(
     allowed_origins: Collection[str] | None = None,
     forwarded_allow_ips: str | Collection[str] | None = None,
     environ: Mapping[str, str] | None = None,
+    pass_env: Collection[str] = (),
     process_options: ProcessOptions | None = None,
     auth: GatewayAuth | None = None,
     process_env: Collection[str] = (),
@@ -158,8 +160,9 @@ def stdio_gateway_app(
     principal, else its client address) may have. ``sessionless``: a request that names no conversation gets a
     child of its own (``"per-request"``, the default: ended once it is answered, or retained for the retry that
     brings the input it asked for), or the ``"shared"`` one; it and each new conversation take one of ``warm``
-    started ahead. ``environ`` (default ``os.environ``) is what the children get, without any ``MCP_SESSIONS_*``
-    variable, and with ``MCP_SESSION_ID``, the process's own random id (none in the shared child).
+    started ahead. ``environ`` (default ``os.environ``) is where the children's variables come from, by allow-list:
+    the ``mcp`` SDK's defaults (``PATH``, ``HOME``...) and ``pass_env``'s names (``--pass-env``); and each gets
+    ``MCP_SESSION_ID``, the process's own random id (none in the shared child).
     ``process_options``: how each child runs and is contained (``mcp-sessions gateway``'s ``--process-*``).
     ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's own values of
     those variables, from the request that starts it (``_auth.ProcessEnv``; no child is started ahead then, as
@@ -197,7 +200,11 @@ def stdio_gateway_app(
         per_caller=max_processes_per_principal,
         sessionless=sessionless,
         warm=0 if credentials.sources else warm,  # a child started ahead cannot know its user's values
-        environ={k: v for k, v in (os.environ if environ is None else environ).items() if k not in credentials.sources},
+        environ={
+            name: value
+            for name, value in environment(os.environ if environ is None else environ, pass_env).items()
+            if name not in credentials.sources
+        },
         bus=config.subscriptions,
         options=process_options,
         process_env=credentials,

@@ -1,13 +1,14 @@
 """One stdio MCP server process and the MCP client link to it: spawned, read with a bound, and stopped whole.
 
-The child runs in a process group of its own (``start_new_session``), so that stopping it stops what it
-started too: its stdin is closed, then the group gets SIGTERM, then SIGKILL. Its stdout is read a JSON-RPC
-message per line, each line bounded (``max_line``, the gateway's ``max_response_size``): a longer line
-ends the child, never a buffer without end. Its stderr goes to the gateway's log, a line at a time,
-prefixed with the process's own id, with control characters escaped and at most ``MAX_LOG_LINE`` bytes of
-a line; never to a client. The process's exit ends the child, even while a process it started holds its stdout. The
-``mcp`` SDK's ``JSONRPCDispatcher`` does the JSON-RPC: ids, answers, progress, cancellation, and an error
-for every request still waiting when the child's stdout ends.
+The child runs in a process group of its own (``start_new_session``), in the place its :class:`Sandbox`
+makes (a uid, a PID namespace, control groups: ``_sandbox``): stopping it closes its stdin, then the group
+gets SIGTERM, then SIGKILL, and what left the group ends with its namespace, its uid or its control group.
+Its stdout is read a JSON-RPC message per line, each line bounded (``max_line``, the gateway's
+``max_response_size``): a longer line ends the child, never a buffer without end. Its stderr goes to the
+gateway's log, a line at a time, prefixed with the process's own id, with control characters escaped and at
+most ``MAX_LOG_LINE`` bytes of a line; never to a client. The process's exit ends the child, even while a
+process it started holds its stdout. The ``mcp`` SDK's ``JSONRPCDispatcher`` does the JSON-RPC: ids,
+answers, progress, cancellation, and an error for every request still waiting when the child's stdout ends.
 """
 
 from __future__ import annotations
@@ -15,15 +16,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-import resource
 import secrets
-import shutil
 import signal
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext, suppress
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import anyio
@@ -39,6 +34,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from .._version import __version__
 from .._wire import printable
 from .._wire.protocol import RATE_LIMITED
+from ._sandbox import Place, Sandbox, SandboxError
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -56,94 +52,18 @@ WRITE_DEADLINE: Final = 10.0
 """How long a child may leave a line unread on its stdin: then it is stopped, as a crash."""
 MAX_WAITING_WRITES: Final = 4
 """How many messages may wait to be written to a child's stdin; more get an error at once."""
+BOUNDS_POLL: Final = 0.5
+"""How often a process's control group is asked whether it reached a bound."""
 _POLL: Final = 0.05
 _PR_SET_DUMPABLE: Final = 4
-_PR_SET_CHILD_SUBREAPER: Final = 36
-_SPAWNING = anyio.Lock()  # one spawn at a time, with a cgroup or a subreaper: the command's gateway, one event loop
-_OURS: set[int] = set()  # the processes the gateway started, running: its other children are orphans it adopted
 stderr_logger = logging.getLogger("mcp_sessions.gateway.stderr")
+ProcessOptions = Sandbox  # how every child runs: the name the process table knows
 
 
-def inherited(name: str) -> bool:
-    """Whether the gateway's environment variable ``name`` reaches a child: not the sessions' configuration, nor the
-    gateway's own telemetry credentials (the OTLP exporters' headers, certificates and client keys), nor its own
-    ``MCP_SESSION_ID`` (a process gets its own id)."""
-    secret = name.startswith("OTEL_EXPORTER_") and name.endswith(("HEADERS", "CERTIFICATE", "CLIENT_KEY"))
-    return not secret and not name.startswith("MCP_SESSIONS_") and name != "MCP_SESSION_ID"
-
-
-@dataclass(frozen=True)
-class ProcessOptions:
-    """How every child runs: as whom (``user``, ``group``: uid and gid, no supplementary group), with how much
-    address space (``memory``, bytes), where (``cwd``, a directory per process, ``{id}`` in it), and contained
-    how: a cgroup of its own inside ``cgroup`` (the gateway's), else by a child-subreaper gateway (``subreaper``),
-    else only by its process group."""
-
-    user: int | None = None
-    group: int | None = None
-    memory: int | None = None
-    cwd: str | None = None
-    cgroup: Path | None = None
-    subreaper: bool = False
-
-    @property
-    def containment(self) -> str:
-        if self.cgroup is not None:
-            return f"a cgroup each, in {self.cgroup}"
-        return "its process group, the gateway a child subreaper" if self.subreaper else "its process group only"
-
-
-def contain(*, cgroups: bool = True) -> tuple[Path | None, bool]:
+def undumpable() -> None:
     """Make this process (the gateway) non-dumpable, so that no process of its user reads its ``/proc`` files (its
-    environment, its memory); and choose the containment of its children: the gateway's own cgroup v2 when it may
-    create cgroups there that have ``cgroup.kill`` (and ``cgroups``), else the gateway becomes a child subreaper."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    own = _own_cgroup() if cgroups else None
-    if own is not None:
-        probe = own / f"mcp-sessions-{os.getpid()}-probe"
-        try:
-            probe.mkdir()
-            usable = (probe / "cgroup.kill").exists()
-            probe.rmdir()
-        except OSError:
-            usable = False
-        if usable:
-            _end_stale(own)
-            return own, False
-    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        return None, False
-    return None, True
-
-
-def _end_stale(own: Path) -> None:
-    """End the processes of gateways that died without ending them (SIGKILL, the OOM killer): each cgroup of theirs
-    in ``own`` whose gateway's pid runs nothing, killed and removed."""
-    for stale in own.glob("mcp-sessions-*-*"):
-        if not Path("/proc", stale.name.split("-")[2]).exists():
-            with suppress(OSError):
-                (stale / "cgroup.kill").write_text("1")
-                deadline = time.monotonic() + TERM_GRACE
-                while "populated 1" in (stale / "cgroup.events").read_text() and time.monotonic() < deadline:
-                    time.sleep(_POLL)
-                stale.rmdir()
-
-
-def _own_cgroup() -> Path | None:
-    """This process's cgroup v2 directory: its ``0::`` line in ``/proc/self/cgroup``, under the cgroup2 mount."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return None
-    path = next((line[3:] for line in lines if line.startswith("0::")), None)
-    for mount in mounts:
-        fields, _, kind = mount.partition(" - ")
-        if path is not None and kind.split(" ", 1)[0] == "cgroup2":
-            root, point = fields.split()[3:5]
-            if path == root or path.startswith(root.rstrip("/") + "/"):
-                return Path(point) / path[len(root) :].lstrip("/")
-    return None
+    environment, its memory)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 class Child:
@@ -180,54 +100,43 @@ class Child:
         self.done.set()
 
     async def run(self) -> None:
-        """Start the process, initialize it, serve it until :meth:`stop` or its end, then stop its group."""
-        options, cgroup, cwd = self.options, None, None
+        """Start the process in its place (:class:`Sandbox`), initialize it, serve it until :meth:`stop` or its
+        end; then stop its group, and leave its place once all it started has ended."""
+        process_id = self.environ.get("MCP_SESSION_ID") or f"shared-{secrets.token_hex(4)}"  # one at a time
         try:
-            if options.cwd is not None:
-                process_id = self.environ.get("MCP_SESSION_ID") or f"shared-{secrets.token_hex(4)}"  # one at a time
-                cwd = _workdir(options.cwd, process_id, options.user, options.group)
-            if options.cgroup is not None:
-                cgroup = options.cgroup / f"mcp-sessions-{os.getpid()}-{id(self):x}"
-                cgroup.mkdir()
-            async with _SPAWNING if options.cgroup or options.subreaper else nullcontext():  # no lock across loops
-                with _standing_in(cgroup):
-                    process = await anyio.open_process(
-                        self.command,
-                        env=self.environ,
-                        cwd=cwd,
-                        start_new_session=True,
-                        user=options.user,
-                        group=options.group,
-                        extra_groups=None if options.user is None else [],
-                    )
-                _OURS.add(process.pid)
+            place = await self.options.enter(process_id)
+        except SandboxError as exc:
+            return self._failed(str(exc))
+        try:
+            process = await anyio.open_process(
+                place.command(self.command),
+                env={**self.environ, **place.environ},
+                cwd=place.cwd,
+                start_new_session=True,
+            )
         except OSError as exc:
-            self.failure = f"the server command could not be started: {exc.strerror or exc}"
-            self.ready.set()
-            self.done.set()
-            _removed(cgroup, cwd)
-            return
+            with anyio.CancelScope(shield=True):
+                await place.leave()
+            return self._failed(f"the server command could not be started: {exc.strerror or exc}")
         self.pid = process.pid
         pipe = Pipe(self, process)
         self.link = link = JSONRPCDispatcher(pipe, pipe)
         try:
-            if options.memory is not None:  # as it starts: each mapping past the bound fails from then on
-                with suppress(ProcessLookupError):  # gone already: its end is noticed as any
-                    resource.prlimit(process.pid, resource.RLIMIT_AS, (options.memory, options.memory))
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(self._log_stderr, process)
                 tasks.start_soon(self._watch_exit, process)
+                if place.cgroup is not None:
+                    tasks.start_soon(self._watch_bounds, place)
                 await tasks.start(link.run, self.on_request, self.on_notify, self.on_progress)
                 await self._initialize(link)
                 await self.done.wait()
                 tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                self.exit_code = await stop_group(process, cgroup)
-                _OURS.discard(process.pid)
-                if options.subreaper:
-                    await _end_orphans()
-            _removed(cgroup, cwd)
+                self.exit_code = await stop_group(process)
+                self.reason = await anyio.to_thread.run_sync(place.exceeded) or self.reason  # the cause, not the crash
+                if not await place.leave():
+                    logger.warning("%s: a process it started did not end; its uid stays taken", self.label)
             self.done.set()
             self.ready.set()
             logger.info(
@@ -237,6 +146,18 @@ class Child:
                 self.reason or "shutdown",
                 self.exit_code,
             )
+
+    def _failed(self, failure: str) -> None:
+        self.failure = failure
+        self.ready.set()
+        self.done.set()
+
+    async def _watch_bounds(self, place: Place) -> None:
+        """End the child once its control group reached a bound (a fork refused, a process killed for memory)."""
+        while (reason := await anyio.to_thread.run_sync(place.exceeded)) is None:  # noqa: ASYNC110 - files, no event
+            await anyio.sleep(BOUNDS_POLL)
+        logger.warning("%s: its conversation is %s: it ends", self.label, reason)
+        self.stop(reason)
 
     async def _initialize(self, link: JSONRPCDispatcher[Any]) -> None:
         params = {
@@ -363,9 +284,9 @@ class Pipe:
         return None
 
 
-async def stop_group(process: anyio.abc.Process, cgroup: Path | None = None) -> int | None:
-    """Stop a child and its process group (and its cgroup, every process in it): stdin closed, then SIGTERM, then
-    SIGKILL; its exit code."""
+async def stop_group(process: anyio.abc.Process) -> int | None:
+    """Stop a child and its process group: stdin closed, then SIGTERM, then SIGKILL; its exit code. (What left the
+    group ends with its PID namespace, its uid or its control group: :meth:`Place.leave`.)"""
     if process.stdin is not None:
         await process.stdin.aclose()
     await _exited(lambda: process.returncode is not None, STDIN_GRACE)
@@ -373,96 +294,22 @@ async def stop_group(process: anyio.abc.Process, cgroup: Path | None = None) -> 
         try:
             os.killpg(process.pid, sig)  # the group outlives its leader while a process of the child's is in it
         except ProcessLookupError:
-            if cgroup is None:
-                break
-        if cgroup is not None:
-            _signal_cgroup(cgroup, sig)
-        if await _exited(lambda: _group_gone(process, cgroup), TERM_GRACE):
+            break
+        if await _exited(lambda: _group_gone(process), TERM_GRACE):
             break
     with anyio.move_on_after(TERM_GRACE):  # a process that left the group may hold the pipes open
         await process.aclose()
     return process.returncode
 
 
-def _group_gone(process: anyio.abc.Process, cgroup: Path | None) -> bool:
+def _group_gone(process: anyio.abc.Process) -> bool:
     if process.returncode is None:
         return False
-    if cgroup is not None:
-        with suppress(OSError):
-            return "populated 0" in (cgroup / "cgroup.events").read_text().splitlines()
     try:
         os.killpg(process.pid, 0)
     except ProcessLookupError:
         return True
     return False
-
-
-def _signal_cgroup(cgroup: Path, sig: int) -> None:
-    """``sig`` to every process in ``cgroup``: SIGKILL by ``cgroup.kill`` (which no fork escapes), SIGTERM to each."""
-    with suppress(OSError):
-        if sig == signal.SIGKILL:
-            (cgroup / "cgroup.kill").write_text("1")
-            return
-        for pid in (cgroup / "cgroup.procs").read_text().split():
-            with suppress(ProcessLookupError):
-                os.kill(int(pid), sig)
-
-
-@contextmanager
-def _standing_in(cgroup: Path | None) -> Iterator[None]:
-    """The gateway in ``cgroup`` while a process forks from it, so the process starts in it, before it runs a line:
-    then back in its own (a cgroup holds only the processes it contains, so this costs nothing in between)."""
-    if cgroup is None:
-        yield
-        return
-    (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-    try:
-        yield
-    finally:
-        (cgroup.parent / "cgroup.procs").write_text(str(os.getpid()))
-
-
-async def _end_orphans() -> None:
-    """Kill and reap the gateway's children it did not start: the orphans of its children's processes, which a child
-    subreaper adopts (a daemon that double-forked). Again while killing one orphans more, for at most TERM_GRACE."""
-    with anyio.move_on_after(TERM_GRACE):
-        async with _SPAWNING:  # no process of the gateway's own is being started: each it started is in ``_OURS``
-            while orphans := [pid for pid in _children(os.getpid()) if pid not in _OURS]:
-                for pid in orphans:
-                    with suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                    with suppress(ChildProcessError):
-                        os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG: it never blocks
-                await anyio.sleep(_POLL)
-
-
-def _children(parent: int) -> list[int]:
-    """The pids of ``parent``'s children, read from ``/proc``."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with suppress(OSError, ValueError, IndexError):
-            if int(stat.read_text().rpartition(")")[2].split()[1]) == parent:
-                found.append(int(stat.parent.name))
-    return found
-
-
-def _workdir(template: str, process_id: str, user: int | None, group: int | None) -> str:
-    """A new directory for a process: ``template`` with ``{id}``, the process's id (the gateway's hex, never a
-    client's); owned by ``user``."""
-    path = template.replace("{id}", process_id)
-    os.makedirs(path, mode=0o700)
-    if user is not None:
-        os.chown(path, user, -1 if group is None else group)
-    return path
-
-
-def _removed(cgroup: Path | None, cwd: str | None) -> None:
-    """A stopped child's cgroup and working directory, removed (``rmtree`` follows no link a process planted)."""
-    if cgroup is not None:
-        with suppress(OSError):
-            cgroup.rmdir()
-    if cwd is not None:
-        shutil.rmtree(cwd, ignore_errors=True)
 
 
 async def _exited(condition: Callable[[], bool], seconds: float) -> bool:

@@ -37,7 +37,7 @@ from .._wire.protocol import MCP_SESSION_ID_HEADER, RATE_LIMITED
 from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
-from ._stdio_child import Child, ProcessOptions, inherited
+from ._stdio_child import Child, ProcessOptions
 from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Conversation
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -79,7 +79,7 @@ class Children:
         self.warm: deque[Conversation] = deque()  # started and initialized ahead, for new conversations and requests
         self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
         self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
-        self.environ = {key: value for key, value in environ.items() if inherited(key)}
+        self.environ = dict(environ)  # the allow-list's (_sandbox.environment)
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.options = options
         self.fronted = False  # a replica behind a front (--forwarded-allow-ips): see _gone

@@ -1,0 +1,388 @@
+"""How each stdio server process is sealed from the others, by the operating system's own tools.
+
+A process is started through a chain of them, each doing one thing and then running the next:
+
+- ``sh`` writes its own pid into the conversation's control groups (its memory and process-count bounds),
+  so that the process is in them before any of its code runs;
+- ``bwrap`` (bubblewrap) or util-linux's ``unshare``: a PID namespace and a ``/proc`` of its own, so that it
+  sees no other process, and every process it started ends with it (the namespace's init ends them all);
+- ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
+  so with a uid per process only);
+- ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges.
+
+:class:`Sandbox` is what the flags chose, checked once at startup (:meth:`Sandbox.check`); :class:`Place` is
+one process's: its uid (from :class:`Uids`), its directory, its control group. A place is left
+(:meth:`Place.leave`) only once every process of its uid has ended and its files are removed: then its uid
+is free for another.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import time
+from collections import deque
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from itertools import count
+from pathlib import Path
+from typing import Final, Literal
+
+import anyio
+
+CONTAINMENTS: Final = ("bwrap", "unshare", "none")
+Containment = Literal["bwrap", "unshare", "none"]
+INHERITED: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+"""The gateway's variables every process gets: the ``mcp`` SDK's ``DEFAULT_INHERITED_ENV_VARS`` (POSIX)."""
+END_WITHIN: Final = 5.0
+"""How long the processes of an ended process's uid (or control group) have to be gone before it is kept."""
+_POLL: Final = 0.05
+_JOIN: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+_NAMESPACE: Final = {  # and an IPC namespace: no SysV or POSIX message queue object outlives the process
+    "bwrap": [
+        *("bwrap", "--unshare-pid", "--unshare-ipc", "--die-with-parent"),
+        *("--dev-bind", "/", "/", "--proc", "/proc", "--"),
+    ],
+    "unshare": [
+        *("setpriv", "--pdeathsig", "KILL", "--"),
+        *("unshare", "--pid", "--ipc", "--fork", "--mount-proc", "--kill-child", "--"),
+    ],
+}
+_SHARED_TEMPORARY: Final = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108 - where a uid's files are looked for
+_NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
+_ids = count()
+
+
+class SandboxError(Exception):
+    """A containment the operator asked for that this host cannot give: the message says which, and why."""
+
+
+def environment(environ: Mapping[str, str], passed: Collection[str] = ()) -> dict[str, str]:
+    """What of the gateway's environment reaches a process: the SDK's names and the operator's
+    (``--pass-env``), no shell function among them; nothing else."""
+    names = [*INHERITED, *passed]
+    return {name: environ[name] for name in names if name in environ and not environ[name].startswith("()")}
+
+
+class Uids:
+    """A range of uids the operator reserved (``--process-uids FIRST-LAST``): a free one per process."""
+
+    def __init__(self, spec: str) -> None:
+        first, _, last = spec.partition("-")
+        if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
+            raise ValueError(f"--process-uids takes FIRST-LAST, two uids above 0: not {spec!r}")
+        self.first, self.last = int(first), int(last)
+        self.free = deque(range(self.first, self.last + 1))  # the least recently used first
+
+    def taken_by_users(self) -> str | None:
+        """A user of the system's in the range, if any (the range must be the gateway's alone)."""
+        users = (user for user in pwd.getpwall() if self.first <= user.pw_uid <= self.last)
+        return next((f"{user.pw_name} ({user.pw_uid})" for user in users), None)
+
+    def take(self) -> int:
+        if not self.free:
+            raise SandboxError(f"no free uid in --process-uids {self.first}-{self.last}: retry later")
+        return self.free.popleft()
+
+    def give_back(self, uid: int) -> None:
+        self.free.append(uid)
+
+
+@dataclass
+class Cgroups:
+    """Where the gateway creates a control group per process, with the bounds it writes in each: under its own
+    cgroup v2 (``version`` 2: one directory), else under its own cgroup in each v1 hierarchy it needs."""
+
+    version: int
+    parents: tuple[Path, ...]
+    memory: int | None = None
+    pids: int | None = None
+
+    @classmethod
+    def found(cls, memory: int | None, pids: int | None) -> Cgroups | None:
+        """The gateway's own control groups that can bound ``memory`` and ``pids`` (one probe created and
+        removed in each); None when this host gives it none (not root, or read-only as in most containers)."""
+        lines = _read("/proc/self/cgroup").splitlines()
+        mounts = [line.partition(" - ") for line in _read("/proc/self/mountinfo").splitlines()]
+        wanted = [name for name, bound in (("memory", memory), ("pids", pids)) if bound is not None]
+        v2 = _mounted(mounts, "cgroup2", next((line[3:] for line in lines if line.startswith("0::")), None))
+        if v2 is not None and _delegated(v2, wanted):
+            return cls(2, (v2,), memory, pids)
+        parents = []
+        for name in wanted:  # v1: a hierarchy per controller, "4:memory:/path" in /proc/self/cgroup
+            path = next((line.split(":", 2)[2] for line in lines if name in line.split(":")[1].split(",")), None)
+            parent = _mounted(mounts, "cgroup", path, name)
+            if parent is None or not _probed(parent, "memory.limit_in_bytes" if name == "memory" else "pids.max"):
+                return None
+            parents.append(parent)
+        return cls(1, tuple(parents), memory, pids) if parents else None
+
+    def create(self) -> Cgroup:
+        name = f"mcp-sessions-{os.getpid()}-{next(_ids)}"
+        cgroup = Cgroup(self.version, tuple(parent / name for parent in self.parents))
+        try:
+            for directory in cgroup.dirs:
+                directory.mkdir()
+            cgroup.bound(self.memory, self.pids)
+        except OSError:
+            cgroup.remove()
+            raise
+        return cgroup
+
+    @property
+    def said(self) -> str:
+        return f"cgroup v{self.version} ({', '.join(str(parent) for parent in self.parents)})"
+
+
+@dataclass
+class Cgroup:
+    """One process's control group (v2), or its groups in the v1 hierarchies."""
+
+    version: int
+    dirs: tuple[Path, ...]
+
+    def bound(self, memory: int | None, pids: int | None) -> None:
+        for directory in self.dirs:
+            swap = None if memory is None else 0  # memory that is swapped out is memory too
+            files = {"memory.max": memory, "memory.swap.max": swap, "pids.max": pids}
+            if self.version == 1:  # memsw: memory and swap together
+                files = {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory, "pids.max": pids}
+            for name, value in files.items():
+                if value is not None and (directory / name).exists():
+                    (directory / name).write_text(str(value))
+
+    @property
+    def procs(self) -> list[str]:
+        return [str(directory / "cgroup.procs") for directory in self.dirs]
+
+    def exceeded(self) -> str | None:
+        """Which bound the processes reached: the kernel's counts of OOM kills and of refused forks."""
+        for directory in self.dirs:
+            if _count(directory / ("memory.oom_control" if self.version == 1 else "memory.events"), "oom_kill"):
+                return "over its memory bound (--process-memory)"
+            if _count(directory / "pids.events", "max"):
+                return "over its process bound (--process-pids)"
+        return None
+
+    def members(self) -> list[int]:
+        return [int(pid) for directory in self.dirs for pid in _read(directory / "cgroup.procs").split()]
+
+    def remove(self) -> None:
+        for directory in self.dirs:
+            with suppress(OSError):
+                directory.rmdir()
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How every process runs (the ``--process-*`` flags): its containment, its uid (one of ``uids`` each, or
+    ``user`` and ``group`` for all), its directory (``cwd``, a template with ``{id}``), and its bounds."""
+
+    containment: Containment = "none"
+    uids: Uids | None = None
+    user: int | None = None
+    group: int | None = None
+    cwd: str | None = None
+    cgroups: Cgroups | None = None
+    pids: int | None = None  # as RLIMIT_NPROC, where no control group bounds them
+
+    @property
+    def said(self) -> str:
+        """How the gateway's startup line says it."""
+        runs_as = "a uid each" if self.uids else "one uid" if self.user is not None else "the gateway's uid"
+        bounds = self.cgroups.said if self.cgroups else "RLIMIT_NPROC" if self.pids else "none"
+        return f"containment {self.containment}, {runs_as}, bounds {bounds}"
+
+    def check(self) -> None:
+        """Whether the containment works here: one run of it, as the gateway would start a process."""
+        if self.containment == "none":
+            return
+        if shutil.which(self.containment) is None:  # each containment is its tool's name
+            raise SandboxError(f"--process-containment {self.containment}: {self.containment} is not installed")
+        trial = [*_NAMESPACE[self.containment], "/bin/sh", "-c", "exit 0"]
+        done = subprocess.run(trial, capture_output=True, text=True, check=False)  # noqa: S603 - our own line
+        if done.returncode != 0:
+            said = (done.stderr.strip().splitlines() or ["exit status " + str(done.returncode)])[-1]
+            raise SandboxError(f"--process-containment {self.containment} does not work here: {said[:200]}")
+
+    async def enter(self, process_id: str) -> Place:
+        """A place for a new process: its uid taken, its directory and control group made."""
+        if self.containment != "none" and shutil.which(self.containment) is None:
+            raise SandboxError(f"--process-containment {self.containment}: {self.containment} is not installed")
+        uid = self.uids.take() if self.uids is not None else self.user
+        place = Place(self, uid, self.group if self.uids is None else uid)
+        try:
+            if self.cwd is not None:
+                place.cwd = await anyio.to_thread.run_sync(_workdir, self.cwd.replace("{id}", process_id), place)
+            if self.cgroups is not None:
+                place.cgroup = await anyio.to_thread.run_sync(self.cgroups.create)
+        except OSError as exc:
+            await place.leave()
+            raise SandboxError(f"the server process's place could not be made: {exc.strerror or exc}") from None
+        return place
+
+
+@dataclass
+class Place:
+    """One process's uid, directory and control group, and the command line that puts it there."""
+
+    sandbox: Sandbox
+    uid: int | None
+    gid: int | None
+    cwd: str | None = None
+    cgroup: Cgroup | None = None
+
+    def command(self, command: Sequence[str]) -> list[str]:
+        sandbox, line = self.sandbox, list(command)
+        if self.uid is not None:
+            user = [f"--reuid={self.uid}", f"--regid={self.gid if self.gid is not None else self.uid}"]
+            line = ["setpriv", *user, *_NO_PRIVILEGE, "--", *line]
+        if sandbox.pids is not None and self.cgroup is None:
+            line = ["prlimit", f"--nproc={sandbox.pids}", "--", *line]
+        if sandbox.containment != "none":
+            line = [*_NAMESPACE[sandbox.containment], *line]
+        if self.cgroup is not None:
+            line = ["/bin/sh", "-c", _JOIN, "sh", *self.cgroup.procs, "--", *line]
+        return line
+
+    @property
+    def environ(self) -> dict[str, str]:
+        """Its own ``HOME`` and ``TMPDIR``, where it has a directory."""
+        return {} if self.cwd is None else {"HOME": self.cwd, "TMPDIR": os.path.join(self.cwd, "tmp")}
+
+    def exceeded(self) -> str | None:
+        return None if self.cgroup is None else self.cgroup.exceeded()
+
+    async def leave(self) -> bool:
+        """Once the process has ended: every other process of its uid or control group ended, its files and control
+        group removed, its uid given back. False, the uid kept from others, when some process would not end (or
+        its files would not go)."""
+        ended = await anyio.to_thread.run_sync(self._ended)
+        if self.cwd is not None:
+            ended = await anyio.to_thread.run_sync(_removed, self.cwd) and ended
+        if self.cgroup is not None:
+            await anyio.to_thread.run_sync(self.cgroup.remove)
+        if self.sandbox.uids is not None and self.uid is not None and ended:
+            self.sandbox.uids.give_back(self.uid)
+        return ended
+
+    def _ended(self) -> bool:
+        """Kill what is left of the process's uid (its own: ``pkill`` says when none is left) and of its control
+        group, again until nothing is, for at most ``END_WITHIN`` seconds."""
+        deadline = time.monotonic() + END_WITHIN
+        while time.monotonic() < deadline:
+            left = self.cgroup.members() if self.cgroup is not None else []
+            for pid in left:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, 9)
+            if self.sandbox.uids is not None and self.uid is not None:
+                kill = ["pkill", "--signal", "KILL", "--uid", str(self.uid)]
+                found = subprocess.run(kill, check=False)  # noqa: S603 - procps, found on PATH
+                left += [self.uid] if found.returncode == 0 else []
+            if not left:
+                return self._files_gone()
+            time.sleep(_POLL)
+        return False
+
+    def _files_gone(self) -> bool:
+        """The files its uid left where every uid may write (``/tmp``, ``/dev/shm``), removed: the next process
+        given the uid must find nothing of this one's."""
+        if self.sandbox.uids is None or self.uid is None:
+            return True
+        found = ["find", *(path for path in _SHARED_TEMPORARY if os.path.isdir(path)), "-xdev", "-user", str(self.uid)]
+        subprocess.run([*found, "-delete"], capture_output=True, check=False)  # noqa: S603 - our own line
+        left = subprocess.run([*found, "-print", "-quit"], capture_output=True, check=False)  # noqa: S603
+        return not left.stdout  # (find's status also counts the files of others that vanished meanwhile)
+
+
+def _workdir(path: str, place: Place) -> str:
+    """A new directory of the process's own (its cwd and ``HOME``, ``tmp`` in it its ``TMPDIR``), mode 0700."""
+    temporary = os.path.join(path, "tmp")
+    os.makedirs(path, mode=0o700)
+    os.makedirs(temporary, mode=0o700)
+    if place.uid is not None:
+        for directory in (path, temporary):
+            os.chown(directory, place.uid, -1 if place.gid is None else place.gid)
+    return path
+
+
+def _removed(path: str) -> bool:
+    """Whether ``path`` is gone once removed (``rmtree`` follows no link a process planted)."""
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
+
+
+def private_parent(template: str) -> None:
+    """The directory the per-process directories are made in: made 0711 (owned by the gateway's user) if missing;
+    refused when another process could list it (or rename what is in it)."""
+    parent = Path(template).parent
+    parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+    found = parent.stat()
+    if found.st_uid != os.geteuid() or found.st_mode & 0o066:
+        raise ValueError(
+            f"--process-cwd: {parent} must be the gateway's and not listable by others (mode 0711): "
+            f"it is mode {found.st_mode & 0o7777:o}, owned by uid {found.st_uid}"
+        )
+
+
+def _mounted(mounts: list[tuple[str, str, str]], kind: str, path: str | None, option: str = "") -> Path | None:
+    """The directory of cgroup ``path`` in the mount of type ``kind`` (with super option ``option``)."""
+    for fields, _, rest in mounts:
+        source = rest.split()
+        if path is None or not source or source[0] != kind or (option and option not in source[-1].split(",")):
+            continue
+        root, point = fields.split()[3:5]
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            return Path(point) / path[len(root) :].lstrip("/")
+    return None
+
+
+def _delegated(own: Path, wanted: list[str]) -> bool:
+    """Whether ``own`` (cgroup v2) has ``wanted``'s controllers to give: then the gateway moves itself into a leaf
+    of its own (no process may stay in a cgroup that gives controllers) and enables them for its children."""
+    if not wanted or not set(wanted) <= set(_read(own / "cgroup.controllers").split()):
+        return False
+    try:
+        leaf = own / f"mcp-sessions-{os.getpid()}-gateway"
+        leaf.mkdir(exist_ok=True)
+        (leaf / "cgroup.procs").write_text(str(os.getpid()))
+        (own / "cgroup.subtree_control").write_text(" ".join(f"+{name}" for name in wanted))
+    except OSError:
+        return False
+    return True
+
+
+def _probed(parent: Path, needed: str) -> bool:
+    """Whether the gateway may create a cgroup in ``parent`` that has the file ``needed``; and the empty cgroups of
+    gateways that were killed (SIGKILL: their processes died with them, their directories stayed) removed."""
+    for stale in parent.glob("mcp-sessions-*-*"):
+        if not Path("/proc", stale.name.split("-")[2]).exists():
+            with suppress(OSError):
+                stale.rmdir()
+    probe = parent / f"mcp-sessions-{os.getpid()}-probe"
+    try:
+        probe.mkdir()
+    except OSError:
+        return False
+    usable = (probe / needed).exists()
+    probe.rmdir()
+    return usable
+
+
+def _count(path: Path, key: str) -> int:
+    """The count a cgroup events file gives ``key`` (0 when it has none)."""
+    for line in _read(path).splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value)
+    return 0
+
+
+def _read(path: str | Path) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
