@@ -17,17 +17,29 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
+import httpx2
 import jwt
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from pydantic import AnyHttpUrl
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from _mcp import modern_headers, modern_request
+from _mcp import create_session, modern_headers, modern_request, sdk_session_meta
 from _redis import free_port, missing
 from conftest import serve
 from e2e._gateway import MAIN, Process, gateway_process, result_of, started, upstream_server
+from e2e._stdio import text_of
+from mcp_sessions._gateway._exchange import ExchangeRefused, Target, TokenExchange
+
+pytestmark = pytest.mark.anyio
 
 UPSTREAM = "https://upstream.example/mcp"  # the upstream's audience, as the authorization server names it
 LIFETIME = 30  # seconds an access token lives: an exchanged one is renewed at half that
@@ -244,3 +256,62 @@ def test_the_upstream_gets_no_user_token_unless_asked(authorization_server: Proc
             alice = login(authorization_server, "alice", passing.url())
             assert seen_token(call(passing.url(), alice)) == alice
             assert "--upstream-token passthrough" in passing.output()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_stock_client_s_session_reaches_the_upstream_with_the_exchanged_token(
+    authorization_server: Process, upstream: str, mode: str
+) -> None:
+    with gateway(authorization_server, "--upstream", upstream, *EXCHANGE, *exchanging(authorization_server)) as front:
+        alice = login(authorization_server, "alice", front.url())
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {alice}"}, timeout=30) as http,
+            Client(streamable_http_client(front.url(), http_client=http), mode=mode) as client,
+        ):
+            session = await create_session(client)  # the gateway's probe of the upstream carries it too
+            seen = json.loads(text_of(await client.call_tool("seen", {}, meta=sdk_session_meta(session))))
+    token = seen["headers"]["authorization"].removeprefix("Bearer ")
+    assert token != alice and claims(token)["aud"] == [UPSTREAM] and claims(token)["sub"] == claims(alice)["sub"]
+
+
+async def _slow(request: Request) -> Response:
+    await anyio.sleep(5)
+    return JSONResponse({})
+
+
+TOKEN_ENDPOINT = Starlette(  # a token endpoint that answers what no authorization server should
+    routes=[
+        Route("/long", lambda request: Response(b'{"a": "' + b"x" * 100_000 + b'"}'), methods=["POST"]),
+        Route("/slow", _slow, methods=["POST"]),
+        Route(
+            "/split", lambda r: JSONResponse({"access_token": "a\r\nX: y", "token_type": "Bearer"}), methods=["POST"]
+        ),
+        Route("/mac", lambda r: JSONResponse({"access_token": "abc", "token_type": "DPoP"}), methods=["POST"]),
+        Route("/plain", lambda request: Response(b"Internal Server Error", 500), methods=["POST"]),
+        Route("/.well-known/oauth-authorization-server", lambda r: JSONResponse({"issuer": "http://elsewhere"})),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "says"),
+    [
+        ("/long", 502, "too long"),
+        ("/slow", 504, "did not answer in time"),
+        ("/split", 502, "no bearer token"),
+        ("/mac", 502, "not a bearer's"),
+        ("/plain", 502, "answered 500"),
+        (None, 502, "names another issuer"),  # the metadata's issuer is not the one asked about (RFC 8414 §3.3)
+    ],
+)
+async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, says: str) -> None:
+    with serve(TOKEN_ENDPOINT) as base:
+        endpoint = None if path is None else base + path
+        exchange = TokenExchange(client_id="g", client_secret="s", token_endpoint=endpoint, issuer=base, timeout=2)
+        try:
+            with anyio.fail_after(10), pytest.raises(ExchangeRefused) as refused:
+                await exchange.token("the-user-s-token", Target("aud"))
+        finally:
+            await exchange.aclose()
+    assert refused.value.status == status and says in refused.value.description
+    assert "the-user-s-token" not in refused.value.answer().body.decode()
