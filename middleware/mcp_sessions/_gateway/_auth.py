@@ -207,8 +207,8 @@ class ProcessEnv:
         ``exchange:`` values exchanged first (a refusal is the request's answer)."""
         if not self.sources:
             return app
-        targets = {name: Target(key, scope=self._exchange_scope) for name, (kind, key) in self.sources.items()}
-        targets = {name: target for name, target in targets.items() if self.sources[name][0] == "exchange"}
+        sources = self.sources.items()
+        targets = {name: Target(key, scope=self._exchange_scope) for name, (kind, key) in sources if kind == "exchange"}
 
         async def with_request(scope: Scope, receive: Receive, send: Send) -> None:
             if targets and self._exchange is not None and (subject := subject_token(scope)) is not None:

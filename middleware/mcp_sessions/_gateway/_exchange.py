@@ -183,7 +183,7 @@ class TokenExchange:
             if status != 200 or not isinstance(metadata, dict):
                 continue
             # RFC 8414 §3.3: the metadata's issuer is the one asked about, else it is not used.
-            if metadata.get("issuer", "").rstrip("/") != issuer.rstrip("/"):
+            if str(metadata.get("issuer")).rstrip("/") != issuer.rstrip("/"):
                 raise ExchangeRefused(502, "server_error", "the authorization server's metadata names another issuer")
             endpoint = metadata.get("token_endpoint")
             if isinstance(endpoint, str) and urlsplit(endpoint).scheme in ("http", "https"):
@@ -243,7 +243,7 @@ def _issued(answer: dict[str, Any]) -> tuple[str, float | None]:
     kind = answer.get("token_type")
     if not isinstance(token, str) or not _BEARER.fullmatch(token):
         raise ExchangeRefused(502, "server_error", "the authorization server issued no bearer token")
-    if not isinstance(kind, str) or kind.lower() not in ("bearer", "n_a"):  # N_A: usable as the issuer says
+    if not isinstance(kind, str) or kind.lower() != "bearer":  # N_A (§2.2.1): not usable as an access token
         raise ExchangeRefused(502, "server_error", "the authorization server issued a token that is not a bearer's")
     expires_in = answer.get("expires_in")
     if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
