@@ -41,10 +41,10 @@ def gateway(path: Path) -> bool:
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
     "core": (core, 7_900),
     "_cli": (cli, 500),
-    "_gateway": (gateway, 2_400),
+    "_gateway": (gateway, 2_750),
 }
 # The suite's: every line of its Python files.
-TESTS_BUDGET = 30_000
+TESTS_BUDGET = 30_400
 
 
 def code_lines(source: str) -> int:
