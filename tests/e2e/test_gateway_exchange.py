@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -47,6 +48,7 @@ APP, GATEWAY = ("app", "app-secret"), ("gateway", "gateway-secret")
 REDIRECT = "http://127.0.0.1/callback"
 SERVER = f"{sys.executable} -m e2e._stdio_server"
 EXCHANGE = ("--upstream-token", "exchange")
+VERIFYING = ("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", "http://127.0.0.1:9", "--auth-audience", UPSTREAM)
 SEEN = modern_request("tools/call", {"name": "seen", "arguments": {}})
 GETENV = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "UPSTREAM_TOKEN"}})
 
@@ -315,3 +317,18 @@ async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, say
             await exchange.aclose()
     assert refused.value.status == status and says in refused.value.description
     assert "the-user-s-token" not in refused.value.answer().body.decode()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        (("--upstream", UPSTREAM, *EXCHANGE), "give --auth-jwks"),
+        (("--stdio", SERVER, "--process-env", "T=exchange:aud", *VERIFYING), "needs the gateway's client id"),
+        (("--upstream", UPSTREAM, *EXCHANGE, "--exchange-client-secret", "s3cr3t-value"), "never a flag"),
+    ],
+)
+def test_a_bad_exchange_configuration_is_a_usage_error(arguments: tuple[str, ...], says: str) -> None:
+    command = [sys.executable, "-m", "mcp_sessions", "gateway", *arguments]
+    environ = {**os.environ, "MCP_SESSIONS_DEV": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, env=environ)
+    assert done.returncode == 2 and says in done.stderr and "s3cr3t-value" not in done.stderr

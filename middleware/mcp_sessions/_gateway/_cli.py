@@ -236,6 +236,9 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
         ("--exchange-client-secret-file", "a file holding the gateway's client secret"),
     ):
         exchange.add_argument(flag, metavar=flag.removeprefix("--exchange-").upper(), help=text)
+    # Refused, never read: a command line is every local user's to read (and without it, argparse would take
+    # --exchange-client-secret for an abbreviation of --exchange-client-secret-file).
+    exchange.add_argument("--exchange-client-secret", help=argparse.SUPPRESS)
     exchange.add_argument(
         "--exchange-client-auth",
         choices=("client_secret_basic", "client_secret_post"),
@@ -417,29 +420,27 @@ def _upstream_token(
     token exchange that it, or a ``--process-env NAME=exchange:AUDIENCE``, uses."""
     mode = args.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip() or None
     exchanging = mode == "exchange" or any("=exchange:" in spec for spec in args.process_env)
+    if args.exchange_client_secret is not None:
+        raise ValueError("the client secret is never a flag: MCP_SESSIONS_EXCHANGE_CLIENT_SECRET, or a file")
     if mode is not None and args.stdio is not None:
         raise ValueError("--upstream-token is an --upstream's; a --stdio process gets NAME=exchange:AUDIENCE")
-    if not exchanging:
-        if mode is None:
-            return None, None
-        from ._exchange import UpstreamToken
+    if mode is None and not exchanging:
+        return None, None
+    from ._exchange import Target, TokenExchange, UpstreamToken
 
+    if mode is not None and not exchanging:
         if mode == "passthrough" and auth is not None:
-            logger.warning(
-                "mcp-sessions gateway: each user's token goes to the upstream (--upstream-token passthrough)"
-            )
+            logger.warning("mcp-sessions gateway: users' tokens go to the upstream (--upstream-token passthrough)")
         return UpstreamToken(mode), None
     if auth is None or not (args.auth_jwks or environ.get("MCP_SESSIONS_AUTH_JWKS", "").strip()):
         raise ValueError("the token exchange exchanges the bearer tokens the gateway verifies: give --auth-jwks")
-    from ._exchange import Target, TokenExchange, UpstreamToken
-
     secret = environ.get("MCP_SESSIONS_EXCHANGE_CLIENT_SECRET", "")
     if (secret_file := _setting(args, environ, "client_secret_file")) is not None:
         try:
             with open(secret_file, encoding="utf-8") as file:
                 secret = file.read().strip()
         except OSError as exc:
-            raise ValueError(f"--exchange-client-secret-file: {exc.strerror}: {secret_file}") from None
+            raise ValueError(f"--exchange-client-secret-file: {exc.strerror}") from None
     issuer = _setting(args, environ, "issuer") or args.auth_issuer or environ.get("MCP_SESSIONS_AUTH_ISSUER")
     exchange = TokenExchange(
         client_id=_setting(args, environ, "client_id") or "",
@@ -448,8 +449,8 @@ def _upstream_token(
         issuer=issuer,
         client_auth=_setting(args, environ, "client_auth") or "client_secret_basic",
     )
-    if mode != "exchange":
-        return None if mode is None else UpstreamToken(mode), exchange
+    if mode is None:  # for --process-env NAME=exchange:AUDIENCE alone
+        return None, exchange
     target = Target(
         _setting(args, environ, "audience"), _setting(args, environ, "resource"), _setting(args, environ, "scope")
     )
