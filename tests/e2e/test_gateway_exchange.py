@@ -113,13 +113,19 @@ def exchanging(authorization_server: Process, *extra: str) -> tuple[str, ...]:
 
 @contextlib.contextmanager
 def gateway(authorization_server: Process, *arguments: str) -> Iterator[Process]:
-    """``mcp-sessions gateway`` with ``arguments``, its client secret in the environment, logging at debug."""
-    environ = {
-        "MCP_SESSIONS_EXCHANGE_CLIENT_SECRET": GATEWAY[1],
-        "PYTHONPATH": f"{MAIN / 'middleware'}:{MAIN / 'tests'}",
-    }
-    with gateway_process([], *arguments, "--log-level", "debug", environ=environ) as process:
+    """``mcp-sessions gateway`` with ``arguments``, its client secret in the environment, logging at debug, under
+    ``opentelemetry-instrument`` with its spans (httpx's calls to the token endpoint among them) in its output."""
+    environ = {"MCP_SESSIONS_EXCHANGE_CLIENT_SECRET": GATEWAY[1], "PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests"}
+    environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_METRICS_EXPORTER": "none"}
+    program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
+    with gateway_process([], *arguments, "--log-level", "debug", environ=environ, program=program) as process:
         yield process
+
+
+def logged(process: Process) -> str:
+    """All the process wrote (its spans exported every 0.1 s)."""
+    time.sleep(0.5)
+    return process.log().decode(errors="replace")
 
 
 def login(authorization_server: Process, user: str, audience: str) -> str:
@@ -164,9 +170,10 @@ def test_the_upstream_sees_only_each_user_s_exchanged_token(authorization_server
         for_bob = seen_token(call(front.url(), bob))
         assert for_bob != for_alice and claims(for_bob)["sub"] == claims(bob)["sub"]
         assert call(front.url(), "").status_code == 401  # no token: the gateway's 401, nothing exchanged
-        logged = front.output()
+        output = logged(front)
+    assert '"name": "POST"' in output  # httpx's spans, the token endpoint's among them
     for token in (alice, bob, for_alice, for_bob, GATEWAY[1]):
-        assert token not in logged and token[-20:] not in logged
+        assert token not in output and token[-20:] not in output
 
 
 def test_an_exchanged_token_is_renewed_before_it_expires(authorization_server: Process, upstream: str) -> None:
@@ -205,13 +212,13 @@ def test_a_refused_exchange_is_a_clear_error(
     ) as front:
         alice = login(authorization_server, "alice", front.url())
         answer = call(front.url(), alice)
-        logged = front.output()
+        output = logged(front)
     assert answer.status_code == status, answer.text
     error = result_of(answer, SEEN["id"])["error"]
     assert says in error["message"] and "token exchange" in error["message"]
     if status == 403:
         assert answer.headers["www-authenticate"].startswith('Bearer error="insufficient_scope", error_description=')
-    assert alice not in answer.text and alice not in logged
+    assert alice not in answer.text and alice not in output
 
 
 def test_a_revoked_user_token_is_a_401(authorization_server: Process, upstream: str) -> None:
@@ -236,9 +243,9 @@ def test_a_stdio_process_gets_its_user_s_exchanged_token(authorization_server: P
         answer = call(front.url(), alice, GETENV)
         assert answer.status_code == 200, answer.text
         given = result_of(answer, GETENV["id"])["result"]["structuredContent"]["result"]
-        logged = front.output()
+        output = logged(front)
     assert given != alice and claims(given)["aud"] == [UPSTREAM] and claims(given)["sub"] == claims(alice)["sub"]
-    assert given not in logged and alice not in logged
+    assert given not in output and alice not in output
 
 
 def test_the_upstream_gets_no_user_token_unless_asked(authorization_server: Process) -> None:
@@ -257,7 +264,7 @@ def test_the_upstream_gets_no_user_token_unless_asked(authorization_server: Proc
         ) as passing:
             alice = login(authorization_server, "alice", passing.url())
             assert seen_token(call(passing.url(), alice)) == alice
-            assert "--upstream-token passthrough" in passing.output()
+            assert "--upstream-token passthrough" in logged(passing)
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
