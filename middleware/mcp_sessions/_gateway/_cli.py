@@ -48,6 +48,17 @@ AUTH_VARIABLES: Final = {
     "resource": "MCP_SESSIONS_AUTH_RESOURCE",
 }
 """The variable each ``--auth-*`` flag falls back to (``--auth-server``'s is ``MCP_SESSIONS_AUTH_SERVERS``)."""
+EXCHANGE_VARIABLES: Final = {
+    "token_endpoint": "MCP_SESSIONS_EXCHANGE_TOKEN_ENDPOINT",
+    "issuer": "MCP_SESSIONS_EXCHANGE_ISSUER",
+    "audience": "MCP_SESSIONS_EXCHANGE_AUDIENCE",
+    "resource": "MCP_SESSIONS_EXCHANGE_RESOURCE",
+    "scope": "MCP_SESSIONS_EXCHANGE_SCOPE",
+    "client_id": "MCP_SESSIONS_EXCHANGE_CLIENT_ID",
+    "client_secret_file": "MCP_SESSIONS_EXCHANGE_CLIENT_SECRET_FILE",
+    "client_auth": "MCP_SESSIONS_EXCHANGE_CLIENT_AUTH",
+}
+"""The variable each ``--exchange-*`` flag falls back to (the secret's is ``MCP_SESSIONS_EXCHANGE_CLIENT_SECRET``)."""
 
 DESCRIPTION: Final = (
     "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream server "
@@ -458,9 +469,8 @@ def _upstream_token(
 
 
 def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str) -> str | None:
-    """``--exchange-NAME``, else ``MCP_SESSIONS_EXCHANGE_NAME``; ``None`` when neither is given."""
-    value = getattr(args, f"exchange_{name}") or environ.get(f"MCP_SESSIONS_EXCHANGE_{name.upper()}", "").strip()
-    return value or None
+    """``--exchange-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`); ``None`` when neither is given."""
+    return getattr(args, f"exchange_{name}") or environ.get(EXCHANGE_VARIABLES[name], "").strip() or None
 
 
 def _log_config(uvicorns: dict[str, Any]) -> dict[str, Any]:

@@ -95,12 +95,6 @@ class ExchangeRefused(Exception):
         return error_answer(self.status, INVALID_REQUEST, message, "token_exchange_refused", request_id, header)
 
 
-@dataclass
-class _Issued:
-    token: str
-    renew_at: float  # time.monotonic()
-
-
 class TokenExchange:
     """The gateway as the authorization server's client, exchanging user tokens (see the module).
 
@@ -128,13 +122,11 @@ class TokenExchange:
         if client_auth not in ("client_secret_basic", "client_secret_post"):
             raise ValueError("the client authentication is client_secret_basic or client_secret_post")
         self._endpoint, self._issuer, self._timeout = token_endpoint, issuer, timeout
-        self._client_auth: dict[str, Any]
-        if client_auth == "client_secret_basic":  # each part form-encoded first (RFC 6749 §2.3.1)
-            pair = f"{quote_plus(client_id)}:{quote_plus(client_secret)}".encode()
-            self._client_auth = {"headers": {"authorization": "Basic " + base64.b64encode(pair).decode()}}
-        else:
+        pair = base64.b64encode(f"{quote_plus(client_id)}:{quote_plus(client_secret)}".encode())  # RFC 6749 §2.3.1
+        self._client_auth: dict[str, Any] = {"headers": {"authorization": "Basic " + pair.decode()}}
+        if client_auth == "client_secret_post":
             self._client_auth = {"data": {"client_id": client_id, "client_secret": client_secret}}
-        self._issued: BoundedDict[bytes, _Issued] = BoundedDict(MAX_CACHED)
+        self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)  # token, renew at (monotonic)
         # trust_env off: no proxy variable or .netrc credential; no redirect followed with the client's secret.
         self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout)
 
@@ -144,17 +136,17 @@ class TokenExchange:
     async def token(self, subject_token: str, target: Target) -> str:
         """A token issued for ``target`` in place of ``subject_token``: the cached one, else a new exchange."""
         key = _key(subject_token, target)
-        issued = self._issued.get(key)
-        if issued is not None and time.monotonic() < issued.renew_at:
-            return issued.token
-        self._issued.pop(key, None)
+        token, renew_at = self._issued.pop(key, ("", 0.0))
+        if time.monotonic() < renew_at:
+            self._issued[key] = (token, renew_at)
+            return token
         form = {"grant_type": GRANT_TYPE, "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN_TYPE}
         form |= {name: value for name, value in vars(target).items() if value}
         answer = await self._post(await self.token_endpoint(), form)
         token, lifetime = _issued(answer)
         if lifetime is not None and lifetime > 0:
             renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, lifetime / 2)
-            self._issued[key] = _Issued(token, renew_at)
+            self._issued[key] = (token, renew_at)
         return token
 
     def forget(self, subject_token: str, target: Target) -> None:
@@ -267,9 +259,7 @@ def _printable(text: str) -> str:
 
 def subject_token(scope: Scope) -> str | None:
     """The request's verified bearer token (``--auth-jwks``), or ``None`` (no user, or a proxy-named one)."""
-    user = scope.get("user")
-    access = getattr(user, "access_token", None)
-    token = getattr(access, "token", None)
+    token = getattr(getattr(scope.get("user"), "access_token", None), "token", None)  # the SDK's AuthenticatedUser
     return token if isinstance(token, str) and token else None
 
 
