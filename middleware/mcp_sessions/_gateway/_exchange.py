@@ -56,7 +56,7 @@ MAX_ANSWER: Final = 64 * 1024
 RENEW_BEFORE: Final = 30.0
 """An issued token is exchanged again this long before it expires (half its life for one shorter than a minute)."""
 MAX_CACHED: Final = 10_000
-"""Issued tokens kept, one per user token and target; the least recently stored are forgotten first."""
+"""Issued tokens kept, one per user token and target; the least recently used are forgotten first."""
 MODES: Final = ("passthrough", "none", "exchange")
 # RFC 6750 §2.1's b64token: what may follow "Bearer " in a header.
 _BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
