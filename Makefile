@@ -12,6 +12,9 @@ THIRDPARTY_VENVS := $(VENV)-fast-agent $(VENV)-ag2
 # Stdio servers from the package index behind `mcp-sessions gateway --stdio` (tests/e2e/test_gateway_stdio.py),
 # each in an environment of its own (they pin their own mcp): pyproject's group mcp-server-time.
 STDIO_VENVS := $(VENV)-server-time
+# The authorization server the gateway's token exchange is tested against (tests/e2e/test_gateway_exchange.py):
+# idpyoidc, in an environment of its own: pyproject's group idpyoidc.
+AUTH_VENVS := $(VENV)-idpyoidc
 # fast-agent 0.5.3 needs Python 3.13.5: its venv holds what its example server imports (the group), and its sdist,
 # whose examples/ the test runs, is downloaded beside it, unbuilt and uninstalled.
 FAST_AGENT := fast-agent-mcp==0.5.3
@@ -56,6 +59,12 @@ $(VENV)-server-time/.installed: pyproject.toml
 	$(VENV)-server-time/bin/pip install --quiet --group mcp-server-time
 	touch $@
 
+$(VENV)-idpyoidc/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)-idpyoidc
+	$(VENV)-idpyoidc/bin/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(VENV)-idpyoidc/bin/pip install --quiet --group idpyoidc
+	touch $@
+
 $(VENV)-fast-agent/sdist/.downloaded: | $(VENV)-fast-agent/.installed
 	$(VENV)-fast-agent/bin/pip download --quiet --no-deps --no-binary :all: --ignore-requires-python \
 		--dest $(VENV)-fast-agent/sdist "$(FAST_AGENT)"
@@ -80,8 +89,8 @@ demo: $(VENV)/.demo-installed
 PYTEST_WORKERS ?= auto
 
 test:
-	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed system-deps
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=20
+	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed $(AUTH_VENVS:%=%/.installed) system-deps
+	AUTH_SERVER_VENVS="$(abspath $(AUTH_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=20
 
 LINT = $(BIN)/ruff check middleware conformance tests examples benchmarks scripts \
 	&& $(BIN)/ruff format --check middleware conformance tests examples benchmarks scripts && $(BIN)/mypy \
@@ -96,11 +105,12 @@ DOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 test-all:
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-all-installed $(SERVER_VENVS:%=%/.installed) \
 		$(THIRDPARTY_VENVS:%=%/.installed) $(STDIO_VENVS:%=%/.installed) $(VENV)-fast-agent/sdist/.downloaded \
-		system-deps-all
+		$(AUTH_VENVS:%=%/.installed) system-deps-all
 	@echo "ruff, mypy and the docs build run beside the tests; their output follows the tests'"
 	@($(LINT) && $(DOCS)) > $(VENV)/checks.log 2>&1 & checks=$$!; \
 	MCP_SERVER_VENVS="$(abspath $(SERVER_VENVS))" THIRDPARTY_SERVER_VENVS="$(abspath $(THIRDPARTY_VENVS))" \
-	STDIO_SERVER_VENVS="$(abspath $(STDIO_VENVS))" $(BIN)/python -m pytest -m "not soak" -n $(PYTEST_WORKERS) \
+	STDIO_SERVER_VENVS="$(abspath $(STDIO_VENVS))" AUTH_SERVER_VENVS="$(abspath $(AUTH_VENVS))" \
+	$(BIN)/python -m pytest -m "not soak" -n $(PYTEST_WORKERS) \
 		--durations=20; tests=$$?; \
 	wait $$checks; checked=$$?; \
 	echo "--- lint and docs"; cat $(VENV)/checks.log; \
@@ -136,4 +146,4 @@ lint: $(VENV)/.test-installed
 	$(LINT)
 
 clean:
-	rm -rf $(VENV) $(SERVER_VENVS) $(THIRDPARTY_VENVS) $(STDIO_VENVS) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist
+	rm -rf $(VENV) $(SERVER_VENVS) $(THIRDPARTY_VENVS) $(STDIO_VENVS) $(AUTH_VENVS) .pytest_cache .mypy_cache .ruff_cache .hypothesis site dist

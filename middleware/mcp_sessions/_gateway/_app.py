@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .._session import Session
     from ..sources import CallView, RequestView
     from ._auth import GatewayAuth
+    from ._exchange import UpstreamToken
 
 DEFAULT_KEEPALIVE: Final = 15.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
@@ -40,6 +41,7 @@ def gateway_app(
     failure_cooldown: float = DEFAULT_FAILURE_COOLDOWN,
     forwarded_allow_ips: str | Collection[str] | None = None,
     auth: GatewayAuth | None = None,
+    upstream_token: UpstreamToken | None = None,
 ) -> GatewayFront:
     """Sessions for an MCP server anywhere on the network: the ASGI app ``mcp-sessions gateway`` serves.
 
@@ -56,8 +58,11 @@ def gateway_app(
     ``keepalive`` is the idle time after which an event stream gets an SSE comment (``None``: never);
     ``connect_timeout`` and ``first_byte_timeout`` bound the connect and the wait for the response's
     headers; a replica that cannot be connected to is out of service for ``failure_cooldown`` seconds.
-    ``auth`` authenticates every request at the gateway (``_auth``): the principal hook then reads its user,
-    and the upstream still gets the client's ``Authorization``.
+    ``auth`` authenticates every request at the gateway (``_auth``): the principal hook then reads its user.
+    ``upstream_token`` (``_exchange.UpstreamToken``) is what the upstream gets as ``Authorization``: none, or the
+    user's token exchanged for one issued for the upstream (RFC 8693). Default: with ``auth``, none (the user's
+    token was issued for the gateway: MCP's security best practices forbid passing it on); without, the
+    client's as it came (the upstream is the resource server that checks it).
     Serve it with lifespan on: it closes the pooled connections at shutdown.
     """
     for name, value in (
@@ -67,6 +72,7 @@ def gateway_app(
     ):
         if not value > 0:
             raise ValueError(f"{name} must be a positive number of seconds")
+    from ._exchange import UpstreamToken
     from ._proxy import UpstreamProxy  # httpx: the gateway's extra, imported when a gateway is built
 
     trusted = trusted_proxies(forwarded_allow_ips)
@@ -79,6 +85,7 @@ def gateway_app(
         connect_timeout=connect_timeout,
         first_byte_timeout=first_byte_timeout,
         retry_after=config.retry_after,
+        upstream_token=upstream_token or UpstreamToken("passthrough" if auth is None else "none"),
     )
     at_gateway = copy.copy(config)
     at_gateway.placement = False  # the proxy is the transport: no endpoint to look for inside it

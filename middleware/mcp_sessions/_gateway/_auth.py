@@ -14,9 +14,12 @@ SDK's ``AuthenticatedUser``, which the session middleware's principal hook reads
 with ``conversation_data="principal"``, and the SDK's transport sessions are bound to it.
 
 **Each user's credentials** (:class:`ProcessEnv`, ``--process-env NAME=SOURCE``): a conversation's process
-gets ``NAME`` from the request that starts the conversation, a claim of its verified token or a header. The
-conversation keeps a digest of the values, never the values, and a later request of it whose values differ is
-refused. The request is found through :data:`REQUEST`, which :meth:`ProcessEnv.wrap` sets for each request.
+gets ``NAME`` from the request that starts the conversation, a claim of its verified token or a header, or the
+token its verified token is exchanged for, for an audience (``exchange:AUDIENCE``, ``_exchange``: done by
+:meth:`ProcessEnv.wrap` as each request arrives, cached per user). The conversation keeps a digest of the
+values, never the values (of an exchanged token, its user's issuer and principal: the token itself changes as
+it is renewed), and a later request of it whose values differ is refused. The request is found through
+:data:`REQUEST`, which :meth:`ProcessEnv.wrap` sets for each request.
 
 **Which peer names a conversation** (:class:`FrontedConversations`): a stdio gateway behind a front (``gateway
 --upstream``) takes a host's conversation id only from the peers ``--forwarded-allow-ips`` trusts.
@@ -51,6 +54,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..sources import HostConversationSource
+from ._exchange import ExchangeRefused, Target, TokenExchange, subject_token
 from ._front import PEER, Peer
 
 if TYPE_CHECKING:
@@ -69,6 +73,7 @@ DEFAULT_LEEWAY: Final = 60.0
 """The clock skew allowed between the authorization server and the gateway, for ``exp``, ``nbf`` and ``iat``."""
 REQUEST: ContextVar[Scope | None] = ContextVar("mcp_sessions.gateway.request", default=None)
 """The request whose conversation may start a process: set by :meth:`ProcessEnv.wrap`, and by the stdio relay."""
+_EXCHANGED: Final = "mcp_sessions.gateway.exchanged"  # in a request's scope: its exchange: values, by name
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _LOGGED_CALLERS: Final = 1024
@@ -338,25 +343,42 @@ class _Guarded:
 
 
 class ProcessEnv:
-    """``NAME=claim:CLAIM`` and ``NAME=header:HEADER-NAME``: what a conversation's process gets of its request."""
+    """``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME`` and ``NAME=exchange:AUDIENCE``: what a conversation's
+    process gets of its request; ``exchange`` and ``exchange_scope`` exchange its token for an audience."""
 
-    def __init__(self, specs: Collection[str] = ()) -> None:
+    def __init__(
+        self, specs: Collection[str] = (), *, exchange: TokenExchange | None = None, exchange_scope: str | None = None
+    ) -> None:
         self.sources: dict[str, tuple[str, str]] = {}
         for spec in specs:
             name, _, source = spec.partition("=")
             kind, _, key = source.partition(":")
             if not _ENV_NAME.fullmatch(name) or name.startswith("MCP_SESSION"):
                 raise ValueError(f"--process-env: {name!r} is not a variable name a process may be given")
-            if not (kind == "claim" and key) and not (kind == "header" and _HEADER_NAME.fullmatch(key)):
-                raise ValueError(f"--process-env {name}: give claim:CLAIM or header:HEADER-NAME, not {source!r}")
+            if not (kind in ("claim", "exchange") and key) and not (kind == "header" and _HEADER_NAME.fullmatch(key)):
+                raise ValueError(
+                    f"--process-env {name}: give claim:CLAIM, header:HEADER-NAME or exchange:AUDIENCE, not {source!r}"
+                )
+            if kind == "exchange" and exchange is None:
+                raise ValueError(f"--process-env {name}: exchange:AUDIENCE needs the token exchange (--exchange-*)")
             self.sources[name] = (kind, key.lower() if kind == "header" else key)
+        self._exchange, self._exchange_scope = exchange, exchange_scope
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
-        """``app``, each of whose requests is :data:`REQUEST` while it runs (a process starts inside it)."""
+        """``app``, each of whose requests is :data:`REQUEST` while it runs (a process starts inside it), its
+        ``exchange:`` values exchanged first (a refusal is the request's answer)."""
         if not self.sources:
             return app
+        sources = self.sources.items()
+        targets = {name: Target(key, scope=self._exchange_scope) for name, (kind, key) in sources if kind == "exchange"}
 
         async def with_request(scope: Scope, receive: Receive, send: Send) -> None:
+            if targets and self._exchange is not None and (subject := subject_token(scope)) is not None:
+                try:
+                    exchanged = {name: await self._exchange.token(subject, t) for name, t in targets.items()}
+                except ExchangeRefused as refused:
+                    return await refused.answer().send(send)
+                scope[_EXCHANGED] = exchanged
             token = REQUEST.set(scope)
             try:
                 await app(scope, receive, send)
@@ -370,9 +392,13 @@ class ProcessEnv:
         scope = REQUEST.get()
         values = {}
         for name, (kind, key) in self.sources.items():
-            value = None if scope is None else _value(scope, kind, key)
+            value = None if scope is None else _value(scope, kind, key, name)
             if value is None:
-                where = f"the access token's {key!r} claim" if kind == "claim" else f"the {key} header"
+                where = {
+                    "claim": f"the access token's {key!r} claim",
+                    "header": f"the {key} header",
+                    "exchange": f"its bearer token exchanged for {key}",
+                }[kind]
                 raise MCPError(
                     types.INVALID_REQUEST,
                     f"this gateway gives each conversation's process {name} from {where} (--process-env): "
@@ -391,15 +417,22 @@ class ProcessEnv:
                 "send the same, or start a new session for others",
             )
 
-    @staticmethod
-    def digest(values: dict[str, str]) -> bytes:
-        """What a conversation keeps of its process's values: enough to compare, nothing to read back."""
-        return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).digest()
+    def digest(self, values: dict[str, str]) -> bytes:
+        """What a conversation keeps of its process's values: enough to compare, nothing to read back; an
+        exchanged token counts as its user (issuer and principal), who stays the same as it is renewed."""
+        scope = REQUEST.get() or {}
+        user = scope.get("user")
+        token = user.access_token if isinstance(user, AuthenticatedUser) else None
+        who = "" if token is None else f"{(token.claims or {}).get('iss')}\0{token.subject}"
+        bound = {name: who if self.sources[name][0] == "exchange" else value for name, value in values.items()}
+        return hashlib.sha256(json.dumps(bound, sort_keys=True).encode()).digest()
 
 
-def _value(scope: Scope, kind: str, key: str) -> str | None:
+def _value(scope: Scope, kind: str, key: str, name: str) -> str | None:
     if kind == "header":
         value = Headers(scope=scope).get(key)
+    elif kind == "exchange":
+        value = scope.get(_EXCHANGED, {}).get(name)
     else:
         user = scope.get("user")
         claims = user.access_token.claims if isinstance(user, AuthenticatedUser) else None

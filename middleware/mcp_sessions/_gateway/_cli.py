@@ -28,6 +28,7 @@ from ._sandbox import CONTAINMENTS
 
 if TYPE_CHECKING:
     from ._auth import GatewayAuth
+    from ._exchange import TokenExchange, UpstreamToken
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -50,6 +51,17 @@ AUTH_VARIABLES: Final = {
     "leeway": "MCP_SESSIONS_AUTH_LEEWAY",
 }
 """The variable each ``--auth-*`` flag falls back to (``--auth-server``'s is ``MCP_SESSIONS_AUTH_SERVERS``)."""
+EXCHANGE_VARIABLES: Final = {
+    "token_endpoint": "MCP_SESSIONS_EXCHANGE_TOKEN_ENDPOINT",
+    "issuer": "MCP_SESSIONS_EXCHANGE_ISSUER",
+    "audience": "MCP_SESSIONS_EXCHANGE_AUDIENCE",
+    "resource": "MCP_SESSIONS_EXCHANGE_RESOURCE",
+    "scope": "MCP_SESSIONS_EXCHANGE_SCOPE",
+    "client_id": "MCP_SESSIONS_EXCHANGE_CLIENT_ID",
+    "client_secret_file": "MCP_SESSIONS_EXCHANGE_CLIENT_SECRET_FILE",
+    "client_auth": "MCP_SESSIONS_EXCHANGE_CLIENT_AUTH",
+}
+"""The variable each ``--exchange-*`` flag falls back to (the secret's is ``MCP_SESSIONS_EXCHANGE_CLIENT_SECRET``)."""
 
 DESCRIPTION: Final = (
     "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream server "
@@ -75,6 +87,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
     _containment_arguments(gateway)
     _serving_arguments(gateway)
     _auth_arguments(gateway)
+    _exchange_arguments(gateway)
 
 
 def _process_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -246,6 +259,41 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
     )
 
 
+def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
+    """What the upstream gets as ``Authorization``, and the token exchange (``_exchange``, RFC 8693)."""
+    exchange = gateway.add_argument_group(
+        "the upstream's credentials (each also from its MCP_SESSIONS_* variable; the client secret from "
+        "MCP_SESSIONS_EXCHANGE_CLIENT_SECRET or a file, never a flag)"
+    )
+    exchange.add_argument(
+        "--upstream-token",
+        choices=("passthrough", "none", "exchange"),
+        help="the upstream's Authorization: the client's as it came (passthrough, the default without --auth-*), "
+        "none (the default with --auth-*), or each user's token exchanged for one issued for the upstream (exchange)",
+    )
+    for flag, text in (
+        (
+            "--exchange-token-endpoint",
+            "the authorization server's token endpoint (default: from the issuer's metadata)",
+        ),
+        ("--exchange-issuer", "the authorization server whose metadata (RFC 8414) names it (default: --auth-issuer)"),
+        ("--exchange-audience", "the upstream's audience, as the authorization server names it"),
+        ("--exchange-resource", "the upstream's resource URI (RFC 8707)"),
+        ("--exchange-scope", "the scope the issued tokens are asked for (space-separated)"),
+        ("--exchange-client-id", "the gateway's own client id at the authorization server"),
+        ("--exchange-client-secret-file", "a file holding the gateway's client secret"),
+    ):
+        exchange.add_argument(flag, metavar=flag.removeprefix("--exchange-").upper(), help=text)
+    # Refused, never read: a command line is every local user's to read (and without it, argparse would take
+    # --exchange-client-secret for an abbreviation of --exchange-client-secret-file).
+    exchange.add_argument("--exchange-client-secret", help=argparse.SUPPRESS)
+    exchange.add_argument(
+        "--exchange-client-auth",
+        choices=("client_secret_basic", "client_secret_post"),
+        help="how the gateway authenticates to the token endpoint (default client_secret_basic)",
+    )
+
+
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Build the gateway from ``args`` and the environment, and serve it until stopped."""
     try:
@@ -262,11 +310,21 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         auth = _auth(args, environ)
         if args.process_env and args.stdio is None:
             raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
+        upstream_token, exchange = _upstream_token(args, environ, auth)
         if args.stdio is not None:
             command = shlex.split(args.stdio)
             options = _process_options(args, command, auth)
             app: Any = _stdio_app(
-                args, command, options, config, environ, hosts=hosts, origins=origins, forwarded=forwarded, auth=auth
+                args,
+                command,
+                options,
+                config,
+                environ,
+                hosts=hosts,
+                origins=origins,
+                forwarded=forwarded,
+                auth=auth,
+                exchange=exchange,
             )
         else:
             app = gateway_app(
@@ -280,6 +338,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 failure_cooldown=args.failure_cooldown,
                 forwarded_allow_ips=forwarded,
                 auth=auth,
+                upstream_token=upstream_token,
             )
     except ModuleNotFoundError as exc:
         extra = "stdio" if args.stdio is not None or (exc.name or "").startswith("mcp") else "gateway"  # auth: the SDK
@@ -334,6 +393,7 @@ def _stdio_app(
     origins: list[str] | None,
     forwarded: str | None,
     auth: GatewayAuth | None,
+    exchange: TokenExchange | None,
 ) -> Any:
     """The ``--stdio`` gateway's app (it needs the ``mcp`` SDK): ``command``'s processes as the flags say, run as
     ``options`` says; the allow-lists, the proxies in front and ``auth`` as for an ``--upstream``."""
@@ -356,6 +416,8 @@ def _stdio_app(
         process_options=options,
         auth=auth,
         process_env=args.process_env,
+        token_exchange=exchange,
+        exchange_scope=_setting(args, environ, "scope"),
     )
 
 
@@ -464,6 +526,55 @@ def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth |
         except ValueError:
             raise ValueError("--auth-leeway takes a number of seconds") from None
     return GatewayAuth(jwks_url=jwks, authorization_servers=servers, **given)
+
+
+def _upstream_token(
+    args: argparse.Namespace, environ: Mapping[str, str], auth: GatewayAuth | None
+) -> tuple[UpstreamToken | None, TokenExchange | None]:
+    """What the upstream gets as ``Authorization`` (``--upstream-token``, default: see ``gateway_app``), and the
+    token exchange that it, or a ``--process-env NAME=exchange:AUDIENCE``, uses."""
+    mode = args.upstream_token or environ.get("MCP_SESSIONS_UPSTREAM_TOKEN", "").strip() or None
+    exchanging = mode == "exchange" or any("=exchange:" in spec for spec in args.process_env)
+    if args.exchange_client_secret is not None:
+        raise ValueError("the client secret is never a flag: MCP_SESSIONS_EXCHANGE_CLIENT_SECRET, or a file")
+    if mode is not None and args.stdio is not None:
+        raise ValueError("--upstream-token is an --upstream's; a --stdio process gets NAME=exchange:AUDIENCE")
+    if mode is None and not exchanging:
+        return None, None
+    from ._exchange import Target, TokenExchange, UpstreamToken
+
+    if mode is not None and not exchanging:
+        if mode == "passthrough" and auth is not None:
+            logger.warning("mcp-sessions gateway: users' tokens go to the upstream (--upstream-token passthrough)")
+        return UpstreamToken(mode), None
+    if auth is None or not (args.auth_jwks or environ.get("MCP_SESSIONS_AUTH_JWKS", "").strip()):
+        raise ValueError("the token exchange exchanges the bearer tokens the gateway verifies: give --auth-jwks")
+    secret = environ.get("MCP_SESSIONS_EXCHANGE_CLIENT_SECRET", "")
+    if (secret_file := _setting(args, environ, "client_secret_file")) is not None:
+        try:
+            with open(secret_file, encoding="utf-8") as file:
+                secret = file.read().strip()
+        except OSError as exc:
+            raise ValueError(f"--exchange-client-secret-file: {exc.strerror}") from None
+    issuer = _setting(args, environ, "issuer") or args.auth_issuer or environ.get("MCP_SESSIONS_AUTH_ISSUER")
+    exchange = TokenExchange(
+        client_id=_setting(args, environ, "client_id") or "",
+        client_secret=secret,
+        token_endpoint=_setting(args, environ, "token_endpoint"),
+        issuer=issuer,
+        client_auth=_setting(args, environ, "client_auth") or "client_secret_basic",
+    )
+    if mode is None:  # for --process-env NAME=exchange:AUDIENCE alone
+        return None, exchange
+    target = Target(
+        _setting(args, environ, "audience"), _setting(args, environ, "resource"), _setting(args, environ, "scope")
+    )
+    return UpstreamToken("exchange", exchange, target), exchange
+
+
+def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str) -> str | None:
+    """``--exchange-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`); ``None`` when neither is given."""
+    return getattr(args, f"exchange_{name}") or environ.get(EXCHANGE_VARIABLES[name], "").strip() or None
 
 
 def _log_config(uvicorns: dict[str, Any]) -> dict[str, Any]:

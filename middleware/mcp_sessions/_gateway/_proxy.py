@@ -14,10 +14,13 @@ between two events (a comment inside an event would split it). The upstream is r
 one chunk ahead, so that waiting can time out without cutting a read in half.
 
 **Headers** (RFC 9110 §7.6.1): a proxy drops the hop-by-hop headers, and every header the ``Connection``
-header names, and forwards every other header as it came (``Authorization``, ``MCP-Protocol-Version``,
-``Mcp-Method``, ``Mcp-Name``, ``Last-Event-ID``, ``traceparent``…). ``Mcp-Session-Id`` reaches the upstream
-only as the id it issued itself (a transport session the gateway tagged): a session token, or any id the
-gateway did not give out, never does. The upstream gets its own ``Host``; the gateway sets
+header names, and forwards every other header as it came (``MCP-Protocol-Version``, ``Mcp-Method``,
+``Mcp-Name``, ``Last-Event-ID``, ``traceparent``…). ``Authorization`` is the client's as it came only where
+``--upstream-token`` is ``passthrough`` (the default of a gateway that authenticates no one); else the client's
+goes nowhere, and the upstream gets none, or the token the user's was exchanged for (``_exchange``). An
+``Mcp-Session-Id`` reaches the upstream only as the id it issued itself (a transport session the gateway
+tagged): a session token, or any id the gateway did not give out, never does. The upstream gets its own
+``Host``; the gateway sets
 ``X-Forwarded-For`` (the peer's address), ``X-Forwarded-Proto`` and ``X-Forwarded-Host`` (the client's
 ``Host``), and the client's own ``X-Forwarded-*``, ``Forwarded`` and ``X-Real-IP`` go on only from a proxy
 the operator trusts (the peer's address then ends its ``X-Forwarded-For``). The conversation's stable id goes
@@ -54,6 +57,7 @@ from .._tokens import is_session_token
 from .._wire import jsonrpc
 from .._wire.protocol import INVALID_REQUEST, MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from ..profiles import Era
+from ._exchange import ExchangeRefused, UpstreamToken
 from ._front import PEER, HostCheck, Peer, raw_path_of
 from ._replicas import Replica, Replicas
 
@@ -100,8 +104,10 @@ class UpstreamProxy:
         connect_timeout: float,
         first_byte_timeout: float,
         retry_after: int,
+        upstream_token: UpstreamToken | None = None,
     ) -> None:
         self._replicas = replicas
+        self._upstream_token = UpstreamToken("passthrough") if upstream_token is None else upstream_token
         self._host_check = host_check
         self._keepalive = keepalive
         self._first_byte = first_byte_timeout
@@ -120,6 +126,8 @@ class UpstreamProxy:
                 if message["type"] == "lifespan.startup":
                     await send({"type": "lifespan.startup.complete"})
             await self._client.aclose()  # the pooled connections
+            if self._upstream_token.exchange is not None:
+                await self._upstream_token.exchange.aclose()
             return await send({"type": "lifespan.shutdown.complete"})
         if scope["type"] != "http":  # MCP has no WebSocket transport: refused before it is accepted
             return await send({"type": "websocket.close", "code": 1008})
@@ -167,6 +175,14 @@ class UpstreamProxy:
             conversation=conversation,
             trace=_trace_headers(),
         )
+        if self._upstream_token.mode != "passthrough":  # the client's own Authorization goes nowhere (see the module)
+            try:
+                authorization = await self._upstream_token.authorization(scope)
+            except ExchangeRefused as failed:
+                return failed.answer(_request_id(content), self._retry_after)
+            headers = [(name, value) for name, value in headers if name != b"authorization"]
+            if authorization is not None:
+                headers.append((b"authorization", authorization))
         # A body still arriving goes framed as it came: its Content-Length (the front refused one beside a
         # Transfer-Encoding), else chunked. A body read whole goes with its own length.
         if isinstance(content, AsyncIterator) and "content-length" in request:
@@ -200,6 +216,8 @@ class UpstreamProxy:
                 raise
             else:
                 self._replicas.reached(replica)
+                if response.status_code == 401:
+                    self._upstream_token.refused(scope)  # an issued token it no longer takes: exchanged anew
                 return response, replica
             replica.in_flight -= 1
             if status != 503:  # still 503: the next replica gets the request

@@ -51,6 +51,7 @@ from .._wire.protocol import MCP_SESSION_ID_HEADER, RATE_LIMITED
 from ..sources import HostConversationSource
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
+from ._exchange import TokenExchange
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._sandbox import environment
 from ._stdio_child import ProcessOptions
@@ -149,6 +150,8 @@ def stdio_gateway_app(
     process_options: ProcessOptions | None = None,
     auth: GatewayAuth | None = None,
     process_env: Collection[str] = (),
+    token_exchange: TokenExchange | None = None,
+    exchange_scope: str | None = None,
 ) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
@@ -166,7 +169,8 @@ def stdio_gateway_app(
     ``process_options``: how each child runs and is contained (``mcp-sessions gateway``'s ``--process-*``).
     ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's own values of
     those variables, from the request that starts it (``_auth.ProcessEnv``; no child is started ahead then, as
-    it could not know them); the gateway's own never reach a process. ``auth`` (:class:`GatewayAuth`): who is
+    it could not know them); the gateway's own never reach a process. ``NAME=exchange:AUDIENCE`` is the user's
+    token exchanged by ``token_exchange`` for AUDIENCE (and ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is
     asking. The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the
     children.
     """
@@ -180,7 +184,7 @@ def stdio_gateway_app(
         raise ValueError("max_processes and max_processes_per_principal must be at least 1")
     if sessionless not in ("per-request", "shared") or warm < 0:
         raise ValueError("sessionless is 'per-request' or 'shared', and warm is 0 or more")
-    credentials = ProcessEnv(process_env)
+    credentials = ProcessEnv(process_env, exchange=token_exchange, exchange_scope=exchange_scope)
     if credentials.sources and processes == "shared":
         raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
     config = SessionsConfig.from_env() if config is None else config
@@ -246,7 +250,7 @@ def _layered(
     config.fronts_upstream = True  # no wire's session member reaches a child, as none reaches an HTTP upstream
     sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
     children.end_transport = partial(_end_transport, sessions)
-    guarded = sessions if auth is None else auth.wrap(sessions)
+    guarded = sessions if auth is None else auth.wrap(children.process_env.wrap(sessions))  # exchanges, once known
     return GatewayFront(_HostChecked(guarded, check), trusted=trusted)
 
 

@@ -1,0 +1,291 @@
+"""Each user's upstream credentials: the user's token exchanged for one issued for the upstream (RFC 8693).
+
+The gateway is an OAuth client of the authorization server (its own client id and secret) and asks its token
+endpoint (given, or read from the server's metadata, RFC 8414) for a token for the upstream in place of the
+user's: ``grant_type`` ``urn:ietf:params:oauth:grant-type:token-exchange``, the user's access token as
+``subject_token`` (§2.1), the upstream as ``audience`` and/or ``resource`` (RFC 8707), and ``scope``. The
+answer (§2.2.1) is cached per user token and target (by a digest, never the token) until shortly before it
+expires (``expires_in``, else the issued JWT's ``exp``; neither: not cached), and sent as the upstream's
+``Authorization`` or as a stdio process's variable. The user's own token never goes there.
+
+The token endpoint is a stranger: its answer is read to at most :data:`MAX_ANSWER` bytes within
+:data:`TIMEOUT` seconds, and what it issues goes into a header only when it is a bearer token's characters
+(RFC 6750 §2.1). A refusal (§2.2.2: RFC 6749 §5.2's errors) is the client's 401 (``invalid_request``,
+``invalid_grant``: this token cannot be exchanged) or 403 (``invalid_scope``, ``invalid_target``,
+``access_denied``: not for this user), with the server's ``error`` and its printable ``error_description``; a
+refusal of the gateway itself (``invalid_client``, ``unauthorized_client``, ``unsupported_grant_type``: its
+configuration), a server that cannot be reached in time or answers nonsense is a 502 or 504. No token, the
+user's or an issued one, is logged or put in an error.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import quote_plus, urlsplit
+
+import anyio
+import jwt
+from starlette.types import Scope
+
+from .._bounded import BoundedDict
+from .._pipeline import Rejection, error_answer, unavailable
+from .._wire.protocol import INVALID_REQUEST
+
+try:
+    import httpx
+except ModuleNotFoundError as exc:
+    if exc.name != "httpx":
+        raise
+    raise ImportError("the token exchange needs httpx: pip install 'mcp-sessions[gateway]'") from exc
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+GRANT_TYPE: Final = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN_TYPE: Final = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 (a URN)
+TIMEOUT: Final = 10.0
+"""The longest wait for the token endpoint's whole answer (and for the metadata's)."""
+MAX_ANSWER: Final = 64 * 1024
+"""The most of the token endpoint's answer read."""
+RENEW_BEFORE: Final = 30.0
+"""An issued token is exchanged again this long before it expires (half its life for one shorter than a minute)."""
+MAX_CACHED: Final = 10_000
+"""Issued tokens kept, one per user token and target; the least recently used are forgotten first."""
+MODES: Final = ("passthrough", "none", "exchange")
+# RFC 6750 §2.1's b64token: what may follow "Bearer " in a header.
+_BEARER: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+# RFC 6749 §5.2: the characters of "error" and "error_description".
+_ERROR_CODE: Final = re.compile(r"[\x20-\x21\x23-\x5b\x5d-\x7e]{1,64}")
+_UNPRINTABLE: Final = re.compile(r"[^\x20-\x21\x23-\x5b\x5d-\x7e]")
+_NOT_THIS_TOKEN: Final = frozenset({"invalid_request", "invalid_grant"})
+_NOT_FOR_THIS_USER: Final = frozenset({"invalid_scope", "invalid_target", "access_denied"})
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the issued token is for: the upstream's ``audience`` and/or ``resource``, and ``scope``."""
+
+    audience: str | None = None
+    resource: str | None = None
+    scope: str | None = None
+
+
+class ExchangeRefused(Exception):
+    """The exchange failed: ``status`` for the client (401, 403, 502, 504), ``error`` and ``description`` (no
+    token in either)."""
+
+    def __init__(self, status: int, error: str, description: str) -> None:
+        super().__init__(description)
+        self.status, self.error, self.description = status, error, description
+
+    def answer(self, request_id: object = None, retry_after: bytes = b"1") -> Rejection:
+        """The client's answer: a JSON-RPC error, with RFC 6750's ``WWW-Authenticate`` for a 401 or 403."""
+        message = f"The token exchange for the upstream failed: {self.description}"
+        if self.status >= 500:
+            return unavailable(self.status, message, retry_after, request_id, "token_exchange_failed")
+        code = "invalid_token" if self.status == 401 else "insufficient_scope"
+        challenge = f'Bearer error="{code}", error_description="{_printable(message)}"'.encode()
+        header = (b"www-authenticate", challenge)
+        return error_answer(self.status, INVALID_REQUEST, message, "token_exchange_refused", request_id, header)
+
+
+class TokenExchange:
+    """The gateway as the authorization server's client, exchanging user tokens (see the module).
+
+    ``token_endpoint``, or ``issuer`` whose metadata names it; ``client_id`` and ``client_secret``, sent as
+    ``client_auth`` says: ``client_secret_basic`` (RFC 6749 §2.3.1, the default) or ``client_secret_post``.
+    """
+
+    def __init__(
+        self,
+        *,
+        client_id: str,
+        client_secret: str,
+        token_endpoint: str | None = None,
+        issuer: str | None = None,
+        client_auth: str = "client_secret_basic",
+        timeout: float = TIMEOUT,
+    ) -> None:
+        if not client_id or not client_secret:
+            raise ValueError("the token exchange needs the gateway's client id and client secret")
+        if token_endpoint is None and issuer is None:
+            raise ValueError("the token exchange needs the token endpoint, or the issuer whose metadata names it")
+        for url in (token_endpoint, issuer):
+            if url is not None and urlsplit(url).scheme not in ("http", "https"):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        if client_auth not in ("client_secret_basic", "client_secret_post"):
+            raise ValueError("the client authentication is client_secret_basic or client_secret_post")
+        self._endpoint, self._issuer, self._timeout = token_endpoint, issuer, timeout
+        pair = base64.b64encode(f"{quote_plus(client_id)}:{quote_plus(client_secret)}".encode())  # RFC 6749 §2.3.1
+        self._client_auth: dict[str, Any] = {"headers": {"authorization": "Basic " + pair.decode()}}
+        if client_auth == "client_secret_post":
+            self._client_auth = {"data": {"client_id": client_id, "client_secret": client_secret}}
+        self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)  # token, renew at (monotonic)
+        # trust_env off: no proxy variable or .netrc credential; no redirect followed with the client's secret.
+        self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def token(self, subject_token: str, target: Target) -> str:
+        """A token issued for ``target`` in place of ``subject_token``: the cached one, else a new exchange."""
+        key = _key(subject_token, target)
+        token, renew_at = self._issued.pop(key, ("", 0.0))
+        if time.monotonic() < renew_at:
+            self._issued[key] = (token, renew_at)
+            return token
+        form = {"grant_type": GRANT_TYPE, "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN_TYPE}
+        form |= {name: value for name, value in vars(target).items() if value}
+        answer = await self._post(await self.token_endpoint(), form)
+        token, lifetime = _issued(answer)
+        if lifetime is not None and lifetime > 0:
+            renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, lifetime / 2)
+            self._issued[key] = (token, renew_at)
+        return token
+
+    def forget(self, subject_token: str, target: Target) -> None:
+        """Drop the token issued for ``subject_token`` (the upstream refused it): the next request exchanges anew."""
+        self._issued.pop(_key(subject_token, target), None)
+
+    async def token_endpoint(self) -> str:
+        """The token endpoint: given, else the issuer's metadata's (RFC 8414 §3, read once)."""
+        if self._endpoint is None:
+            assert self._issuer is not None
+            self._endpoint = await self._discover(self._issuer)
+        return self._endpoint
+
+    async def _discover(self, issuer: str) -> str:
+        parts = urlsplit(issuer)
+        path = parts.path.rstrip("/")
+        urls = (  # RFC 8414 §3.1 (the well-known part before the issuer's path), then OpenID Connect Discovery's
+            f"{parts.scheme}://{parts.netloc}/.well-known/oauth-authorization-server{path}",
+            f"{parts.scheme}://{parts.netloc}{path}/.well-known/openid-configuration",
+        )
+        for url in urls:
+            try:
+                status, metadata = await self._read(self._client.build_request("GET", url))
+            except ExchangeRefused:
+                continue
+            if status != 200 or not isinstance(metadata, dict):
+                continue
+            # RFC 8414 §3.3: the metadata's issuer is the one asked about, else it is not used.
+            if str(metadata.get("issuer")).rstrip("/") != issuer.rstrip("/"):
+                raise ExchangeRefused(502, "server_error", "the authorization server's metadata names another issuer")
+            endpoint = metadata.get("token_endpoint")
+            if isinstance(endpoint, str) and urlsplit(endpoint).scheme in ("http", "https"):
+                return endpoint
+        logger.warning("mcp-sessions gateway: no token endpoint in the metadata of %s", issuer)
+        raise ExchangeRefused(502, "server_error", "the authorization server's metadata names no token endpoint")
+
+    async def _post(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
+        data = form | self._client_auth.get("data", {})
+        request = self._client.build_request("POST", endpoint, data=data, headers=self._client_auth.get("headers"))
+        status, answer = await self._read(request)
+        if status == 200 and isinstance(answer, dict):
+            return answer
+        error = answer.get("error") if isinstance(answer, dict) else None
+        if status not in (400, 401, 403) or not isinstance(error, str) or not _ERROR_CODE.fullmatch(error):
+            logger.warning("mcp-sessions gateway: the token endpoint answered %d to an exchange", status)
+            raise ExchangeRefused(502, "server_error", f"the authorization server answered {status}")
+        described = answer.get("error_description")
+        if not isinstance(described, str) or form["subject_token"] in described:  # a server that echoes it: not sent
+            described = ""
+        detail = f"{error}: {_printable(described)[:200]}" if described else error
+        if error in _NOT_THIS_TOKEN:
+            raise ExchangeRefused(401, error, f"the authorization server will not exchange this token ({detail})")
+        if error in _NOT_FOR_THIS_USER:
+            raise ExchangeRefused(403, error, f"the authorization server will not issue this user's ({detail})")
+        logger.warning("mcp-sessions gateway: the token endpoint refused the gateway: %s", error)
+        raise ExchangeRefused(502, error, f"the authorization server refused the gateway ({detail})")
+
+    async def _read(self, request: httpx.Request) -> tuple[int, Any]:
+        """The status and JSON of the answer to ``request``: within the timeout, at most :data:`MAX_ANSWER` bytes."""
+        body = b""
+        try:
+            with anyio.fail_after(self._timeout):
+                response = await self._client.send(request, stream=True)
+                try:
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > MAX_ANSWER:
+                            raise ExchangeRefused(502, "server_error", "the authorization server's answer is too long")
+                finally:
+                    await response.aclose()
+        except TimeoutError:
+            logger.warning("mcp-sessions gateway: %s did not answer in %g s", request.url.host, self._timeout)
+            raise ExchangeRefused(504, "server_error", "the authorization server did not answer in time") from None
+        except httpx.HTTPError as exc:
+            logger.warning("mcp-sessions gateway: %s could not be reached: %s", request.url.host, type(exc).__name__)
+            raise ExchangeRefused(502, "server_error", "the authorization server could not be reached") from None
+        try:
+            return response.status_code, json.loads(body)
+        except (ValueError, RecursionError):  # not JSON: judged by its status alone
+            return response.status_code, None
+
+
+def _issued(answer: dict[str, Any]) -> tuple[str, float | None]:
+    """The issued token and its lifetime in seconds (``None``: unknown), from a successful answer (§2.2.1)."""
+    token = answer.get("access_token")
+    kind = answer.get("token_type")
+    if not isinstance(token, str) or not _BEARER.fullmatch(token):
+        raise ExchangeRefused(502, "server_error", "the authorization server issued no bearer token")
+    if not isinstance(kind, str) or kind.lower() != "bearer":  # N_A (§2.2.1): not usable as an access token
+        raise ExchangeRefused(502, "server_error", "the authorization server issued a token that is not a bearer's")
+    expires_in = answer.get("expires_in")
+    if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
+        return token, float(expires_in)
+    try:  # no expires_in: the issued JWT's own exp, read (not verified: the upstream verifies it)
+        expires = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    except jwt.PyJWTError:
+        return token, None
+    return token, float(expires) - time.time() if isinstance(expires, int | float) else None
+
+
+def _key(subject_token: str, target: Target) -> bytes:
+    """A cache key: a digest of the user's token and the target, so nothing in the cache reads back as a token."""
+    return hashlib.sha256(f"{subject_token}\0{target.audience}\0{target.resource}\0{target.scope}".encode()).digest()
+
+
+def _printable(text: str) -> str:
+    """``text`` with only RFC 6749 §5.2's characters (no quote, backslash or control): safe in a header."""
+    return _UNPRINTABLE.sub("?", text)
+
+
+def subject_token(scope: Scope) -> str | None:
+    """The request's verified bearer token (``--auth-jwks``), or ``None`` (no user, or a proxy-named one)."""
+    token = getattr(getattr(scope.get("user"), "access_token", None), "token", None)  # the SDK's AuthenticatedUser
+    return token if isinstance(token, str) and token else None
+
+
+class UpstreamToken:
+    """What the upstream gets as ``Authorization`` (``--upstream-token``): ``"none"``, or ``"exchange"`` (with
+    ``exchange`` and ``target``); ``"passthrough"`` needs none of this (the client's goes as it came)."""
+
+    def __init__(self, mode: str, exchange: TokenExchange | None = None, target: Target = Target()) -> None:
+        if mode not in MODES:
+            raise ValueError(f"--upstream-token is one of {', '.join(MODES)}, not {mode!r}")
+        if mode == "exchange" and exchange is None:
+            raise ValueError("--upstream-token exchange needs the token exchange's settings")
+        if mode == "exchange" and not (target.audience or target.resource):
+            raise ValueError("--upstream-token exchange needs the upstream's audience or resource")
+        self.mode, self.exchange, self.target = mode, exchange, target
+
+    async def authorization(self, scope: Scope) -> bytes | None:
+        """The upstream's ``Authorization`` value for this request; raises :class:`ExchangeRefused`."""
+        if self.exchange is None:
+            return None
+        subject = subject_token(scope)
+        if subject is None:
+            raise ExchangeRefused(401, "invalid_request", "the request carries no verified bearer token to exchange")
+        return b"Bearer " + (await self.exchange.token(subject, self.target)).encode("ascii")
+
+    def refused(self, scope: Scope) -> None:
+        """The upstream answered 401 to the issued token: the next request exchanges anew."""
+        if self.exchange is not None and (subject := subject_token(scope)) is not None:
+            self.exchange.forget(subject, self.target)

@@ -1,0 +1,341 @@
+"""Each user's upstream credentials exchanged (RFC 8693): ``mcp-sessions gateway --upstream-token exchange`` and
+``--process-env NAME=exchange:AUDIENCE`` against a real authorization server, idpyoidc's (``_idpyoidc_server``),
+on loopback.
+
+Real parts throughout: the gateway command, idpyoidc's token endpoint and keys, an ``MCPServer`` upstream that
+verifies its own audience with the authorization server's JWKS, and the tests' stdio server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import jwt
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from pydantic import AnyHttpUrl
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from _mcp import create_session, modern_headers, modern_request, sdk_session_meta
+from _redis import free_port, missing
+from conftest import serve
+from e2e._gateway import MAIN, Process, gateway_process, result_of, started, upstream_server
+from e2e._stdio import text_of
+from mcp_sessions._gateway._exchange import ExchangeRefused, Target, TokenExchange
+
+pytestmark = pytest.mark.anyio
+
+UPSTREAM = "https://upstream.example/mcp"  # the upstream's audience, as the authorization server names it
+LIFETIME = 30  # seconds an access token lives: an exchanged one is renewed at half that
+APP, GATEWAY = ("app", "app-secret"), ("gateway", "gateway-secret")
+REDIRECT = "http://127.0.0.1/callback"
+SERVER = f"{sys.executable} -m e2e._stdio_server"
+EXCHANGE = ("--upstream-token", "exchange")
+VERIFYING = ("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", "http://127.0.0.1:9", "--auth-audience", UPSTREAM)
+SEEN = modern_request("tools/call", {"name": "seen", "arguments": {}})
+GETENV = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "UPSTREAM_TOKEN"}})
+
+
+@pytest.fixture(scope="module")
+def authorization_server() -> Iterator[Process]:
+    """idpyoidc's authorization server (its own environment: ``make test`` builds it; a missing one skips, or fails
+    under CI)."""
+    venvs = os.environ.get("AUTH_SERVER_VENVS", str(MAIN / ".venv-idpyoidc")).split()
+    python = Path(next((v for v in venvs if v.endswith("-idpyoidc")), MAIN / ".venv-idpyoidc")) / "bin" / "python"
+    if not python.exists():
+        missing(f"{python} is missing: `make .venv-idpyoidc/.installed` builds that environment")
+    script = str(MAIN / "tests" / "e2e" / "_idpyoidc_server.py")
+    clients = dict([APP, GATEWAY])
+
+    def command(port: int) -> tuple[list[str], dict[str, str]]:
+        settings = {"port": port, "lifetime": LIFETIME, "audiences": [UPSTREAM], "clients": clients}
+        return [str(python), script, json.dumps(settings)], {}
+
+    server = started("idpyoidc", command)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class AudienceVerifier:
+    """The upstream's own check (the ``mcp`` SDK's ``TokenVerifier``): a JWT of the authorization server's keys,
+    for the upstream's audience."""
+
+    def __init__(self, issuer: str) -> None:
+        self.issuer, self.keys = issuer, jwt.PyJWKClient(issuer + "/jwks.json")
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        try:
+            key = self.keys.get_signing_key_from_jwt(token)
+            claims = jwt.decode(token, key, algorithms=["RS256"], audience=UPSTREAM, issuer=self.issuer)
+        except jwt.PyJWTError:
+            return None
+        return AccessToken(token=token, client_id=claims["client_id"], scopes=[], expires_at=claims["exp"])
+
+
+@pytest.fixture(scope="module")
+def upstream(authorization_server: Process) -> Iterator[str]:
+    """An ``MCPServer`` that takes only tokens for its own audience: its MCP URL."""
+    issuer = authorization_server.url("")
+    auth = AuthSettings(  # the verifier checks the audience itself
+        issuer_url=AnyHttpUrl(issuer), resource_server_url=AnyHttpUrl(UPSTREAM), validate_token_resource=False
+    )
+    server = upstream_server("upstream", token_verifier=AudienceVerifier(issuer), auth=auth)
+    with serve(server.streamable_http_app(stateless_http=True, json_response=True)) as base:
+        yield base + "/mcp"
+
+
+def exchanging(authorization_server: Process, *extra: str) -> tuple[str, ...]:
+    """A gateway's options: tokens for its own URL verified with the server's keys, and exchanged for ``UPSTREAM``
+    by the gateway's client, its token endpoint read from the server's metadata (``extra`` after them)."""
+    issuer = authorization_server.url("")
+    verifying = ("--auth-jwks", issuer + "/jwks.json", "--auth-issuer", issuer, "--auth-audience", "{url}")
+    return (*verifying, "--exchange-audience", UPSTREAM, "--exchange-client-id", GATEWAY[0], *extra)
+
+
+@contextlib.contextmanager
+def gateway(authorization_server: Process, *arguments: str) -> Iterator[Process]:
+    """``mcp-sessions gateway`` with ``arguments``, its client secret in the environment, logging at debug, under
+    ``opentelemetry-instrument`` with its spans (httpx's calls to the token endpoint among them) in its output."""
+    environ = {"MCP_SESSIONS_EXCHANGE_CLIENT_SECRET": GATEWAY[1], "PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests"}
+    environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_METRICS_EXPORTER": "none"}
+    program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
+    with gateway_process([], *arguments, "--log-level", "debug", environ=environ, program=program) as process:
+        yield process
+
+
+def logged(process: Process) -> str:
+    """All the process wrote (its spans exported every 0.1 s)."""
+    time.sleep(0.5)
+    return process.log().decode(errors="replace")
+
+
+def login(authorization_server: Process, user: str, audience: str) -> str:
+    """``user``'s access token for ``audience`` from the authorization server: the code its login gives the client
+    ``app``, redeemed at its token endpoint."""
+    code = httpx.post(authorization_server.url("/login"), data={"user": user}).json()["code"]
+    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": REDIRECT, "resource": audience}
+    answer = httpx.post(authorization_server.url("/token"), data=form, auth=APP)
+    assert answer.status_code == 200, answer.text
+    token: str = answer.json()["access_token"]
+    return token
+
+
+def call(url: str, token: str, body: dict[str, Any] = SEEN) -> httpx.Response:
+    headers = {**modern_headers(body), **({"Authorization": f"Bearer {token}"} if token else {})}
+    return httpx.post(url, json=body, headers=headers, timeout=30)
+
+
+def seen_token(answer: httpx.Response) -> str:
+    """The bearer token the upstream's ``seen`` tool was called with (the upstream had verified it)."""
+    assert answer.status_code == 200, answer.text
+    result = result_of(answer, SEEN["id"])["result"]
+    authorization: str = json.loads(result["content"][0]["text"])["headers"]["authorization"]
+    scheme, _, token = authorization.partition(" ")
+    assert scheme == "Bearer"
+    return token
+
+
+def claims(token: str) -> dict[str, Any]:
+    decoded: dict[str, Any] = jwt.decode(token, options={"verify_signature": False})
+    return decoded
+
+
+def test_the_upstream_sees_only_each_user_s_exchanged_token(authorization_server: Process, upstream: str) -> None:
+    with gateway(authorization_server, "--upstream", upstream, *EXCHANGE, *exchanging(authorization_server)) as front:
+        alice, bob = (login(authorization_server, user, front.url()) for user in ("alice", "bob"))
+        assert call(upstream, alice).status_code == 401  # the upstream checks its audience: alice's is the gateway's
+        for_alice = seen_token(call(front.url(), alice))
+        assert for_alice != alice and claims(for_alice)["aud"] == [UPSTREAM]
+        assert claims(for_alice)["sub"] == claims(alice)["sub"] and claims(for_alice)["client_id"] == GATEWAY[0]
+        assert seen_token(call(front.url(), alice)) == for_alice  # cached until shortly before it expires
+        for_bob = seen_token(call(front.url(), bob))
+        assert for_bob != for_alice and claims(for_bob)["sub"] == claims(bob)["sub"]
+        assert call(front.url(), "").status_code == 401  # no token: the gateway's 401, nothing exchanged
+        output = logged(front)
+    assert '"name": "POST"' in output  # httpx's spans, the token endpoint's among them
+    for token in (alice, bob, for_alice, for_bob, GATEWAY[1]):
+        assert token not in output and token[-20:] not in output
+
+
+def test_an_exchanged_token_is_renewed_before_it_expires(authorization_server: Process, upstream: str) -> None:
+    with gateway(authorization_server, "--upstream", upstream, *EXCHANGE, *exchanging(authorization_server)) as front:
+        alice = login(authorization_server, "alice", front.url())
+        first = seen_token(call(front.url(), alice))
+        lifetime = claims(first)["exp"] - time.time()
+        deadline = time.monotonic() + LIFETIME
+        while (renewed := seen_token(call(front.url(), alice))) == first:  # the upstream accepts each
+            assert time.monotonic() < deadline, "the exchanged token was not renewed"
+            time.sleep(1)
+        assert claims(renewed)["exp"] > claims(first)["exp"] and claims(renewed)["aud"] == [UPSTREAM]
+        assert time.time() < claims(first)["exp"] and lifetime > 0  # renewed while the first still held
+
+
+@pytest.mark.parametrize(
+    ("extra", "status", "says"),
+    [
+        # The authorization server will not issue a token for that audience (invalid_target, RFC 8693 §2.2.2).
+        (("--exchange-audience", "https://elsewhere.example/mcp"), 403, "invalid_target"),
+        # Its token endpoint cannot be reached.
+        (("--exchange-token-endpoint", f"http://127.0.0.1:{free_port()}/token"), 502, "could not be reached"),
+        # The gateway's own client credentials are wrong (posted in the form, as client_secret_post).
+        (
+            ("--exchange-client-id", "stranger", "--exchange-client-auth", "client_secret_post"),
+            502,
+            "refused the gateway",
+        ),
+    ],
+)
+def test_a_refused_exchange_is_a_clear_error(
+    authorization_server: Process, upstream: str, extra: tuple[str, ...], status: int, says: str
+) -> None:
+    with gateway(
+        authorization_server, "--upstream", upstream, *EXCHANGE, *exchanging(authorization_server, *extra)
+    ) as front:
+        alice = login(authorization_server, "alice", front.url())
+        answer = call(front.url(), alice)
+        output = logged(front)
+    assert answer.status_code == status, answer.text
+    error = result_of(answer, SEEN["id"])["error"]
+    assert says in error["message"] and "token exchange" in error["message"]
+    if status == 403:
+        assert answer.headers["www-authenticate"].startswith('Bearer error="insufficient_scope", error_description=')
+    assert alice not in answer.text and alice not in output
+
+
+def test_a_revoked_user_token_is_a_401(authorization_server: Process, upstream: str) -> None:
+    """The gateway still verifies a revoked token's signature; the authorization server refuses to exchange it."""
+    with gateway(authorization_server, "--upstream", upstream, *EXCHANGE, *exchanging(authorization_server)) as front:
+        carol = login(authorization_server, "carol", front.url())
+        revoked = httpx.post(authorization_server.url("/revoke"), data={"token": carol}, auth=APP)
+        assert revoked.status_code == 200, revoked.text
+        answer = call(front.url(), carol)
+    assert answer.status_code == 401, answer.text
+    assert answer.headers["www-authenticate"].startswith('Bearer error="invalid_token"')
+    assert "will not exchange this token" in result_of(answer, SEEN["id"])["error"]["message"]
+
+
+def test_a_stdio_process_gets_its_user_s_exchanged_token(authorization_server: Process, tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text(GATEWAY[1] + "\n")
+    options = exchanging(authorization_server, "--exchange-client-secret-file", str(secret))
+    env = ("--process-env", f"UPSTREAM_TOKEN=exchange:{UPSTREAM}")
+    with gateway(authorization_server, "--stdio", SERVER, *env, *options) as front:
+        alice = login(authorization_server, "alice", front.url())
+        answer = call(front.url(), alice, GETENV)
+        assert answer.status_code == 200, answer.text
+        given = result_of(answer, GETENV["id"])["result"]["structuredContent"]["result"]
+        output = logged(front)
+    assert given != alice and claims(given)["aud"] == [UPSTREAM] and claims(given)["sub"] == claims(alice)["sub"]
+    assert given not in output and alice not in output
+
+
+def test_the_upstream_gets_no_user_token_unless_asked(authorization_server: Process) -> None:
+    """Without the exchange, a gateway that verifies tokens forwards none (MCP's security best practices forbid
+    token passthrough); ``--upstream-token passthrough`` is the operator's explicit choice, and warned about."""
+    issuer = authorization_server.url("")
+    verifying = ("--auth-jwks", issuer + "/jwks.json", "--auth-issuer", issuer, "--auth-audience", "{url}")
+    plain = upstream_server("plain").streamable_http_app(stateless_http=True, json_response=True)
+    with serve(plain) as base, gateway(authorization_server, "--upstream", base + "/mcp", *verifying) as front:
+        alice = login(authorization_server, "alice", front.url())
+        answer = call(front.url(), alice)
+        headers = json.loads(result_of(answer, SEEN["id"])["result"]["content"][0]["text"])["headers"]
+        assert "authorization" not in headers
+        with gateway(
+            authorization_server, "--upstream", base + "/mcp", *verifying, "--upstream-token", "passthrough"
+        ) as passing:
+            alice = login(authorization_server, "alice", passing.url())
+            assert seen_token(call(passing.url(), alice)) == alice
+            assert "--upstream-token passthrough" in logged(passing)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_stock_client_s_session_reaches_the_upstream_with_the_exchanged_token(
+    authorization_server: Process, upstream: str, mode: str
+) -> None:
+    with gateway(authorization_server, "--upstream", upstream, *EXCHANGE, *exchanging(authorization_server)) as front:
+        alice = login(authorization_server, "alice", front.url())
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {alice}"}, timeout=30) as http,
+            Client(streamable_http_client(front.url(), http_client=http), mode=mode) as client,
+        ):
+            session = await create_session(client)  # the gateway's probe of the upstream carries it too
+            seen = json.loads(text_of(await client.call_tool("seen", {}, meta=sdk_session_meta(session))))
+    token = seen["headers"]["authorization"].removeprefix("Bearer ")
+    assert token != alice and claims(token)["aud"] == [UPSTREAM] and claims(token)["sub"] == claims(alice)["sub"]
+
+
+async def _slow(request: Request) -> Response:
+    await anyio.sleep(5)
+    return JSONResponse({})
+
+
+TOKEN_ENDPOINT = Starlette(  # a token endpoint that answers what no authorization server should
+    routes=[
+        Route("/long", lambda request: Response(b'{"a": "' + b"x" * 100_000 + b'"}'), methods=["POST"]),
+        Route("/slow", _slow, methods=["POST"]),
+        Route(
+            "/split", lambda r: JSONResponse({"access_token": "a\r\nX: y", "token_type": "Bearer"}), methods=["POST"]
+        ),
+        Route("/mac", lambda r: JSONResponse({"access_token": "abc", "token_type": "DPoP"}), methods=["POST"]),
+        Route("/plain", lambda request: Response(b"Internal Server Error", 500), methods=["POST"]),
+        Route("/.well-known/oauth-authorization-server", lambda r: JSONResponse({"issuer": "http://elsewhere"})),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "says"),
+    [
+        ("/long", 502, "too long"),
+        ("/slow", 504, "did not answer in time"),
+        ("/split", 502, "no bearer token"),
+        ("/mac", 502, "not a bearer's"),
+        ("/plain", 502, "answered 500"),
+        (None, 502, "names another issuer"),  # the metadata's issuer is not the one asked about (RFC 8414 §3.3)
+    ],
+)
+async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, says: str) -> None:
+    with serve(TOKEN_ENDPOINT) as base:
+        endpoint = None if path is None else base + path
+        exchange = TokenExchange(client_id="g", client_secret="s", token_endpoint=endpoint, issuer=base, timeout=2)
+        try:
+            with anyio.fail_after(10), pytest.raises(ExchangeRefused) as refused:
+                await exchange.token("the-user-s-token", Target("aud"))
+        finally:
+            await exchange.aclose()
+    assert refused.value.status == status and says in refused.value.description
+    assert "the-user-s-token" not in refused.value.answer().body.decode()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        (("--upstream", UPSTREAM, *EXCHANGE), "give --auth-jwks"),
+        (("--stdio", SERVER, "--process-env", "T=exchange:aud", *VERIFYING), "needs the gateway's client id"),
+        (("--upstream", UPSTREAM, *EXCHANGE, "--exchange-client-secret", "s3cr3t-value"), "never a flag"),
+    ],
+)
+def test_a_bad_exchange_configuration_is_a_usage_error(arguments: tuple[str, ...], says: str) -> None:
+    command = [sys.executable, "-m", "mcp_sessions", "gateway", *arguments]
+    environ = {**os.environ, "MCP_SESSIONS_DEV": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, env=environ)
+    assert done.returncode == 2 and says in done.stderr and "s3cr3t-value" not in done.stderr
