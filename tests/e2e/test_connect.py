@@ -1,0 +1,150 @@
+"""``mcp-sessions connect``, started as a host starts its stdio servers, in front of a real ``gateway --stdio``.
+
+The host is the stock ``mcp`` SDK client over stdio (``StdioServerParameters``), its environment holding
+``CLAUDE_CODE_SESSION_ID`` as Claude Code gives it; the shim carries a bearer token from a file to a gateway that
+verifies it against a JWKS on loopback; the gateway runs the tests' stdio server (its ``whoami`` names the process,
+its ``count`` is that process's memory) with ``--warm 0``, so every process it runs is one a conversation asked for.
+The configuration of docs/clients.md is read from the doc and run as written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from conftest import serve
+from e2e._gateway import MAIN, Process, gateway_process
+from e2e._stdio import own_children, text_of, until
+
+pytestmark = pytest.mark.anyio
+
+ISSUER = "https://issuer.example"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+SERVER = f"{sys.executable} -m e2e._stdio_server"
+PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
+API_KEY = "api-key-0123456789abcdefghijklmnopqrstuvwxyz"
+Mode = Literal["auto", "legacy"]
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[Process]:
+    """A ``gateway --stdio`` that verifies bearer tokens signed by ``KEY``, starting no process ahead."""
+    public = {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}
+    keys = Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse({"keys": [public]}))])
+    with serve(keys) as jwks, gateway_process(
+        [],
+        *("--stdio", SERVER, "--warm", "0", "--max-processes-per-principal", "8"),
+        *("--auth-jwks", jwks + "/jwks.json", "--auth-issuer", ISSUER, "--auth-audience", "{url}"),
+        environ={"PYTHONPATH": PYTHONPATH},
+    ) as process:
+        yield process
+
+
+def bearer(gateway: Process, key: Any = KEY) -> str:
+    claims = {"iss": ISSUER, "aud": gateway.url(), "sub": "alice", "exp": int(time.time()) + 600}
+    return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+
+
+class Host:
+    """A host's configuration of the shim: its token file, its state directory, each start's standard error."""
+
+    def __init__(self, gateway: Process, directory: Path, key: Any = KEY) -> None:
+        self.gateway = gateway
+        self.token = bearer(gateway, key)
+        self.token_file = directory / "token"
+        self.token_file.write_text(self.token + "\n")
+        self.state = directory / "state"
+        self.stderr: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def shim(self, conversation: str | None, mode: Mode = "auto") -> AsyncIterator[Client]:
+        """The shim started as a host starts a stdio server, ``conversation`` its CLAUDE_CODE_SESSION_ID."""
+        environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(self.state), "API_KEY": API_KEY}
+        if conversation is not None:
+            environ["CLAUDE_CODE_SESSION_ID"] = conversation
+        arguments = ["-m", "mcp_sessions", "connect", self.gateway.url(), "--bearer-file", str(self.token_file)]
+        server = StdioServerParameters(
+            command=sys.executable, args=[*arguments, "--header", "X-Api-Key=env:API_KEY"], env=environ
+        )
+        with tempfile.TemporaryFile("w+") as errors:
+            try:
+                with anyio.fail_after(60):
+                    async with Client(stdio_client(server, errlog=errors), mode=mode) as client:
+                        yield client
+            finally:
+                errors.seek(0)
+                self.stderr.append(errors.read())
+
+
+async def seen(client: Client) -> tuple[int, str]:
+    """The process a call reaches, and that process's count after it."""
+    who = json.loads(text_of(await client.call_tool("whoami", {})))
+    return who["pid"], text_of(await client.call_tool("count", {}))
+
+
+def processes(gateway: Process) -> set[int]:
+    assert gateway.process is not None
+    return own_children(parent=gateway.process.pid)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_process_per_conversation_across_the_host_s_restarts(
+    gateway: Process, tmp_path: Path, mode: Mode
+) -> None:
+    host = Host(gateway, tmp_path)
+    before = processes(gateway)  # the shared process, and those of earlier tests until they end
+    async with host.shim(f"conv-a-{mode}", mode) as a, host.shim(f"conv-b-{mode}", mode) as b:
+        (pid_a, count_a), (pid_b, count_b) = await seen(a), await seen(b)
+        assert pid_a != pid_b and count_a == count_b == "1"
+        assert (await seen(a))[1] == "2"
+        if mode == "auto":  # a 2025 host's connection has a process of its own too, as every 2025 client's
+            assert processes(gateway) - before == {pid_a, pid_b}
+    async with host.shim(f"conv-a-{mode}", mode) as again:
+        assert await seen(again) == (pid_a, "3")  # the same process, and what it kept
+    saved = list((host.state / "mcp-sessions" / "connect").glob("*.json"))  # each conversation's session
+    assert len(saved) == 2 and {path.stat().st_mode & 0o777 for path in saved} == {0o600}
+    for output in host.stderr:
+        assert host.token not in output and API_KEY not in output
+
+
+async def test_without_a_conversation_the_requests_name_it(gateway: Process, tmp_path: Path) -> None:
+    """No id in the environment: nothing is added, so a 2026-07-28 call that names no conversation gets a process
+    of its own (the gateway's --sessionless per-request) and a 2025 host's connection its transport session's."""
+    host = Host(gateway, tmp_path)
+    async with host.shim(None) as modern:
+        (first, _), (second, count) = await seen(modern), await seen(modern)
+        assert first != second and count == "1"
+    async with host.shim(None, "legacy") as legacy:
+        (first, _), (second, count) = await seen(legacy), await seen(legacy)
+        assert first == second and count == "2"
+    assert not (host.state / "mcp-sessions").exists()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_refused_token_is_one_clear_error(gateway: Process, tmp_path: Path, mode: Mode) -> None:
+    host = Host(gateway, tmp_path, key=OTHER_KEY)
+    said = r"refused this server's credentials \(HTTP 401\)"
+    # The SDK's client raises its error inside the group of its connection's tasks.
+    with pytest.RaisesGroup(pytest.RaisesExc(MCPError, match=said), flatten_subgroups=True):
+        async with host.shim("conv-refused", mode):
+            pass
+    [output] = host.stderr
+    assert output.count("HTTP 401") == 1 and host.token not in output and API_KEY not in output
