@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from conftest import serve
 from e2e._gateway import MAIN, Process, gateway_process
-from e2e._stdio import own_children, text_of, until
+from e2e._stdio import own_children, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -49,12 +49,15 @@ def gateway() -> Iterator[Process]:
     """A ``gateway --stdio`` that verifies bearer tokens signed by ``KEY``, starting no process ahead."""
     public = {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}
     keys = Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse({"keys": [public]}))])
-    with serve(keys) as jwks, gateway_process(
-        [],
-        *("--stdio", SERVER, "--warm", "0", "--max-processes-per-principal", "8"),
-        *("--auth-jwks", jwks + "/jwks.json", "--auth-issuer", ISSUER, "--auth-audience", "{url}"),
-        environ={"PYTHONPATH": PYTHONPATH},
-    ) as process:
+    with (
+        serve(keys) as jwks,
+        gateway_process(
+            [],
+            *("--stdio", SERVER, "--warm", "0", "--max-processes-per-principal", "8"),
+            *("--auth-jwks", jwks + "/jwks.json", "--auth-issuer", ISSUER, "--auth-audience", "{url}"),
+            environ={"PYTHONPATH": PYTHONPATH},
+        ) as process,
+    ):
         yield process
 
 

@@ -49,7 +49,7 @@ from mcp_types import PROTOCOL_VERSION_META_KEY, JSONRPCNotification, JSONRPCReq
 from .._wire import jsonrpc, printable
 from .._wire.protocol import INTERNAL_ERROR, MODERN_VERSION, UPSTREAM_UNAVAILABLE
 from ..client import HeldSession, SessionError, SessionTransport
-from ..sources._host import CONVERSATION_MEMBER, conversation_id
+from ..sources import CONVERSATION_MEMBER, conversation_id
 from . import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
