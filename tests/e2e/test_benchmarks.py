@@ -110,3 +110,13 @@ def test_bench_stores_reports_every_store(tmp_path: Path) -> None:
 
 def test_bench_handle_vs_session_reports() -> None:
     assert "a session adds" in run("bench_handle_vs_session.py", "--smoke")
+
+
+def test_bench_connect_reports_the_shim_beside_mcp_remote(tmp_path: Path) -> None:
+    """bench_connect.py, quick: both bridges' rows, each with its memory at rest."""
+    run("bench_connect.py", "--quick", "--json", str(tmp_path / "connect.json"))
+    result = json.loads((tmp_path / "connect.json").read_text())
+    [part] = result["sections"]
+    bridges = ["mcp-sessions connect", "mcp-sessions connect, no conversation", "mcp-remote 0.15.1"]
+    assert [row[0] for row in part["rows"]] == ["directly", *bridges] and sorted(result["rest"]) == sorted(bridges)
+    assert all(len(calls) == 5 for calls in result["times"].values())

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import shutil
 import sys
 import tempfile
 import time
@@ -78,15 +80,19 @@ class Host:
         self.stderr: list[str] = []
 
     @contextlib.asynccontextmanager
-    async def shim(self, conversation: str | None, mode: Mode = "auto") -> AsyncIterator[Client]:
-        """The shim started as a host starts a stdio server, ``conversation`` its CLAUDE_CODE_SESSION_ID."""
+    async def shim(
+        self, conversation: str | None, mode: Mode = "auto", command: str = sys.executable, *arguments: str
+    ) -> AsyncIterator[Client]:
+        """The shim started as a host starts a stdio server, ``conversation`` its CLAUDE_CODE_SESSION_ID; by default
+        with a bearer token from a file and an API key from the environment."""
         environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(self.state), "API_KEY": API_KEY}
         if conversation is not None:
             environ["CLAUDE_CODE_SESSION_ID"] = conversation
-        arguments = ["-m", "mcp_sessions", "connect", self.gateway.url(), "--bearer-file", str(self.token_file)]
-        server = StdioServerParameters(
-            command=sys.executable, args=[*arguments, "--header", "X-Api-Key=env:API_KEY"], env=environ
+        arguments = arguments or (
+            *("-m", "mcp_sessions", "connect", self.gateway.url(), "--bearer-file", str(self.token_file)),
+            *("--header", "X-Api-Key=env:API_KEY"),
         )
+        server = StdioServerParameters(command=command, args=list(arguments), env=environ)
         with tempfile.TemporaryFile("w+") as errors:
             try:
                 with anyio.fail_after(60):
@@ -151,3 +157,40 @@ async def test_a_refused_token_is_one_clear_error(gateway: Process, tmp_path: Pa
             pass
     [output] = host.stderr
     assert output.count("HTTP 401") == 1 and host.token not in output and API_KEY not in output
+
+
+def documented() -> dict[str, dict[str, Any]]:
+    """docs/clients.md's configuration of the shim for each host: the ```json blocks of its section, in order."""
+    text = (MAIN / "docs/clients.md").read_text()
+    section = text.split("\n## Claude Code and other stdio hosts\n")[1].split("\n## ")[0]
+    blocks = re.findall(r"```json\n(.*?)```", section, re.S)
+    return dict(zip(("Claude Code", "Claude Desktop", "VS Code"), map(json.loads, blocks), strict=True))
+
+
+@pytest.mark.parametrize("host_name", ["Claude Code", "Claude Desktop", "VS Code"])
+async def test_the_documented_configuration_runs_as_written(gateway: Process, tmp_path: Path, host_name: str) -> None:
+    """Each host's JSON as the doc prints it, the test's gateway and token file for the doc's URL and path: Claude
+    Code's conversation continues across a restart; Claude Desktop's one shim keeps its connection's process; VS
+    Code's calls reach the process of the conversation they name."""
+    config = documented()[host_name]
+    [entry] = config["mcpServers" if "mcpServers" in config else "servers"].values()
+    assert entry.get("type", "stdio") == "stdio"
+    host = Host(gateway, tmp_path)
+    swapped = {"https://mcp.example.com/mcp": gateway.url(), "/home/you/.config/team-mcp/token": str(host.token_file)}
+    arguments = [swapped.get(argument, argument) for argument in entry["args"]]
+    command = shutil.which(entry["command"], path=str(Path(sys.executable).parent))  # where pip puts it
+    assert command is not None
+    if host_name == "Claude Code":
+        async with host.shim("conv-documented", "legacy", command, *arguments) as claude_code:
+            first = await seen(claude_code)
+        async with host.shim("conv-documented", "auto", command, *arguments) as restarted:
+            assert await seen(restarted) == (first[0], "2")
+    elif host_name == "Claude Desktop":  # no id, one shim for the app's life: its connection's process
+        async with host.shim(None, "legacy", command, *arguments) as desktop:
+            assert (await seen(desktop))[0] == (await seen(desktop))[0]
+    else:  # no id in the environment: each call names its chat's conversation
+        async with host.shim(None, "auto", command, *arguments) as vscode:
+            chat = {"vscode.conversationId": "chat-1", "vscode.requestId": "request-1"}
+            calls = [await vscode.call_tool("count", {}, meta=chat) for _ in range(2)]
+            assert [text_of(call) for call in calls] == ["1", "2"]
+    assert not any(host.token in output for output in host.stderr)

@@ -27,7 +27,7 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 from urllib.parse import quote, urlsplit
@@ -53,7 +53,7 @@ from ..sources import CONVERSATION_MEMBER, conversation_id
 from . import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
-    from anyio.abc import ObjectReceiveStream, ObjectSendStream
+    from anyio.abc import ObjectSendStream
 
 logger = logging.getLogger("mcp_sessions.connect")
 
@@ -262,7 +262,7 @@ async def _serve(url: str, headers: dict[str, str], saved: SavedSession | None, 
 
 
 async def _to_host(
-    remote: ObjectReceiveStream[SessionMessage | Exception],
+    remote: AsyncIterable[SessionMessage | Exception],
     host: ObjectSendStream[SessionMessage],
     versions: Versions,
     opened: Callable[[], Awaitable[None]],
