@@ -160,7 +160,7 @@ async def measure(url: str, rounds: int, quiet: TextIO) -> tuple[dict[str, list[
     return times, rest
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 

@@ -10,6 +10,7 @@ The configuration of docs/clients.md is read from the doc and run as written.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 import shutil
@@ -18,7 +19,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anyio
 import jwt
@@ -27,13 +28,16 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+from mcp_types import RequestParamsMeta
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from _redis import free_port
 from conftest import serve
 from e2e._gateway import MAIN, Process, gateway_process
-from e2e._stdio import own_children, text_of
+from e2e._stdio import gone, own_children, text_of, until
+from mcp_sessions._cli import main
 
 pytestmark = pytest.mark.anyio
 
@@ -71,8 +75,8 @@ def bearer(gateway: Process, key: Any = KEY) -> str:
 class Host:
     """A host's configuration of the shim: its token file, its state directory, each start's standard error."""
 
-    def __init__(self, gateway: Process, directory: Path, key: Any = KEY) -> None:
-        self.gateway = gateway
+    def __init__(self, gateway: Process, directory: Path, key: Any = KEY, url: str | None = None) -> None:
+        self.url = url or gateway.url()
         self.token = bearer(gateway, key)
         self.token_file = directory / "token"
         self.token_file.write_text(self.token + "\n")
@@ -81,7 +85,12 @@ class Host:
 
     @contextlib.asynccontextmanager
     async def shim(
-        self, conversation: str | None, mode: Mode = "auto", command: str = sys.executable, *arguments: str
+        self,
+        conversation: str | None,
+        mode: Mode = "auto",
+        command: str = sys.executable,
+        *arguments: str,
+        also: tuple[str, ...] = (),
     ) -> AsyncIterator[Client]:
         """The shim started as a host starts a stdio server, ``conversation`` its CLAUDE_CODE_SESSION_ID; by default
         with a bearer token from a file and an API key from the environment."""
@@ -89,8 +98,8 @@ class Host:
         if conversation is not None:
             environ["CLAUDE_CODE_SESSION_ID"] = conversation
         arguments = arguments or (
-            *("-m", "mcp_sessions", "connect", self.gateway.url(), "--bearer-file", str(self.token_file)),
-            *("--header", "X-Api-Key=env:API_KEY"),
+            *("-m", "mcp_sessions", "connect", self.url, "--bearer-file", str(self.token_file)),
+            *("--header", "X-Api-Key=env:API_KEY", *also),
         )
         server = StdioServerParameters(command=command, args=list(arguments), env=environ)
         with tempfile.TemporaryFile("w+") as errors:
@@ -159,6 +168,43 @@ async def test_a_refused_token_is_one_clear_error(gateway: Process, tmp_path: Pa
     assert output.count("HTTP 401") == 1 and host.token not in output and API_KEY not in output
 
 
+async def test_end_with_host_deletes_the_conversation_s_session(gateway: Process, tmp_path: Path) -> None:
+    host = Host(gateway, tmp_path)
+    async with host.shim("conv-ended", also=("--end-with-host",)) as first:
+        pid, _ = await seen(first)
+    assert not list(host.state.glob("mcp-sessions/connect/*.json"))  # its file, gone with it
+    until(lambda: gone(pid), 20, lambda: f"the ended session's process {pid} still runs")
+    async with host.shim("conv-ended") as again:
+        assert (await seen(again))[1] == "1"  # the same conversation starts over, in a new process
+
+
+async def test_an_unreachable_remote_is_one_clear_error(gateway: Process, tmp_path: Path) -> None:
+    host = Host(gateway, tmp_path, url=f"http://127.0.0.1:{free_port()}/mcp")
+    with pytest.RaisesGroup(pytest.RaisesExc(MCPError, match="could not reach"), flatten_subgroups=True):
+        async with host.shim("conv-nowhere", "legacy"):
+            pass
+    [output] = host.stderr
+    assert output.count("could not reach") == 1 and host.token not in output
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--header", f"Authorization=Bearer {API_KEY}"], "--header Authorization takes NAME=env:VAR"),
+        (["--header", "X-Api-Key=env:UNSET_VARIABLE"], "UNSET_VARIABLE is not set"),
+        (["--bearer-file", "/nonexistent/token"], "--bearer-file: cannot read /nonexistent/token"),
+        (["--header", "X-Api-Key=env:TWO_LINES"], "TWO_LINES must hold one line"),
+    ],
+)
+def test_a_credential_comes_from_the_environment_or_a_file_never_the_command_line(
+    arguments: list[str], said: str
+) -> None:
+    errors = io.StringIO()
+    environ = {"TWO_LINES": f"{API_KEY}\nX-Injected: 1"}
+    status = main(["connect", "http://127.0.0.1:9/mcp", *arguments], stderr=errors, environ=environ)
+    assert status == 2 and said in errors.getvalue() and API_KEY not in errors.getvalue()
+
+
 def documented() -> dict[str, dict[str, Any]]:
     """docs/clients.md's configuration of the shim for each host: the ```json blocks of its section, in order."""
     text = (MAIN / "docs/clients.md").read_text()
@@ -190,7 +236,7 @@ async def test_the_documented_configuration_runs_as_written(gateway: Process, tm
             assert (await seen(desktop))[0] == (await seen(desktop))[0]
     else:  # no id in the environment: each call names its chat's conversation
         async with host.shim(None, "auto", command, *arguments) as vscode:
-            chat = {"vscode.conversationId": "chat-1", "vscode.requestId": "request-1"}
+            chat = cast(RequestParamsMeta, {"vscode.conversationId": "chat-1", "vscode.requestId": "request-1"})
             calls = [await vscode.call_tool("count", {}, meta=chat) for _ in range(2)]
             assert [text_of(call) for call in calls] == ["1", "2"]
     assert not any(host.token in output for output in host.stderr)

@@ -26,6 +26,7 @@ import argparse
 import hashlib
 import logging
 import os
+import signal
 import tempfile
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from pathlib import Path
@@ -105,6 +106,12 @@ def add_arguments(connect: argparse.ArgumentParser) -> None:
         "~/.local/state/mcp-sessions/connect)",
     )
     connect.add_argument(
+        "--log-level",
+        default="warning",
+        choices=("error", "warning", "info", "debug"),
+        help="what goes to standard error, which hosts keep in their logs (default warning); never a credential",
+    )
+    connect.add_argument(
         "--end-with-host",
         action="store_true",
         help="delete the conversation's session when the host closes this server (default: keep it, so that the "
@@ -129,6 +136,9 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     handler = logging.StreamHandler(stderr)
     handler.setFormatter(logging.Formatter("mcp-sessions connect: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    # Its own messages at the level asked; other libraries' stay at warning (the SDK logs a 2025 transport
+    # session's id, a bearer value, at info).
+    logging.getLogger("mcp_sessions").setLevel(args.log_level.upper())
     anyio.run(_serve, args.url, headers, saved, args.end_with_host)
     return EXIT_OK
 
@@ -142,9 +152,10 @@ def request_headers(specs: list[str], bearer_file: str | None, environ: Mapping[
     for spec in specs:
         name, _, source = spec.partition("=")
         kind, _, where = source.partition(":")
-        if not name.strip() or kind not in ("env", "file") or not where:
-            raise UsageError(f"--header takes NAME=env:VAR or NAME=file:PATH (never a value itself), got {spec!r}")
-        headers[name.strip()] = _secret(kind, where, environ, f"--header {name.strip()}")
+        name = name.strip()
+        if not name or kind not in ("env", "file") or not where:  # what it got may be a secret: never repeated
+            raise UsageError(f"--header {printable(name)} takes NAME=env:VAR or NAME=file:PATH, never a value itself")
+        headers[name] = _secret(kind, where, environ, f"--header {name}")
     if bearer_file is not None:
         headers["Authorization"] = "Bearer " + _secret("file", bearer_file, environ, "--bearer-file")
     return headers
@@ -156,12 +167,12 @@ def _secret(kind: str, where: str, environ: Mapping[str, str], what: str) -> str
         value = environ.get(where, "").strip()
         if not value:
             raise UsageError(f"{what}: the environment variable {where} is not set")
-        return value
-    try:
-        value = Path(where).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{what}: cannot read {where}: {getattr(exc, 'strerror', None) or exc}") from None
-    if not value or "\n" in value:
+    else:
+        try:
+            value = Path(where).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{what}: cannot read {where}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not value or not value.isprintable():
         raise UsageError(f"{what}: {where} must hold one line, the value")
     return value
 
@@ -245,20 +256,33 @@ async def _serve(url: str, headers: dict[str, str], saved: SavedSession | None, 
         except (SessionError, httpx2.HTTPError) as exc:  # the first request opens it, on the host's wire
             logger.info("no session opened on %s: %s", MODERN_VERSION, exc)
 
+    # Closed in reverse order: the HTTP client (and with it the session, under --end-with-host) before the
+    # host's side, whose reader may still wait in a thread for a line that never comes after a SIGTERM.
     async with (
-        httpx2.AsyncClient(transport=Refusals(shim, url), headers=headers, timeout=TIMEOUT) as http,
         stdio_server() as (host_read, host_write),
+        httpx2.AsyncClient(transport=Refusals(shim, url), headers=headers, timeout=TIMEOUT) as http,
         streamable_http_client(url, http_client=http) as (remote_read, remote_write),
         anyio.create_task_group() as tasks,
     ):
         versions = Versions()
         tasks.start_soon(_to_host, remote_read, host_write, versions, opened)
-        async for item in host_read:
-            if isinstance(item, Exception):
-                logger.warning("a line from the host that is not a JSON-RPC message was dropped")
-                continue
-            await remote_write.send(versions.stamped(item))
-        tasks.cancel_scope.cancel()  # the host closed standard input: it reads no more answers
+        with anyio.CancelScope() as relaying:
+            tasks.start_soon(_until_terminated, relaying)
+            async for item in host_read:
+                if isinstance(item, Exception):
+                    logger.warning("a line from the host that is not a JSON-RPC message was dropped")
+                    continue
+                await remote_write.send(versions.stamped(item))
+        tasks.cancel_scope.cancel()  # the host closed standard input, or ended this server: it reads no more
+        await host_write.aclose()
+
+
+async def _until_terminated(relaying: anyio.CancelScope) -> None:
+    """A host that ends its server by a signal (SIGTERM, Ctrl-C's SIGINT) ends the relay as closing its stdin does."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            relaying.cancel()
+            return
 
 
 async def _to_host(
