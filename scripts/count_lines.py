@@ -38,13 +38,14 @@ def gateway(path: Path) -> bool:
 
 
 # The budget, in one place: each part's test of a path (relative to the package) and its most code lines.
+# Issue 67 raised core by 50 (turns, long ids), _cli by 300 (its fifth command, connect) and the suite by 400.
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
-    "core": (core, 7_900),
-    "_cli": (cli, 500),
+    "core": (core, 7_950),
+    "_cli": (cli, 800),
     "_gateway": (gateway, 2_400),
 }
 # The suite's: every line of its Python files.
-TESTS_BUDGET = 30_000
+TESTS_BUDGET = 30_400
 
 
 def code_lines(source: str) -> int:
