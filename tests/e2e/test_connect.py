@@ -14,6 +14,8 @@ import io
 import json
 import re
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -114,8 +116,9 @@ class Host:
 
 async def seen(client: Client) -> tuple[int, str]:
     """The process a call reaches, and that process's count after it."""
-    who = json.loads(text_of(await client.call_tool("whoami", {})))
-    return who["pid"], text_of(await client.call_tool("count", {}))
+    who, count = await client.call_tool("whoami", {}), await client.call_tool("count", {})
+    assert "io.modelcontextprotocol/session" not in (count.meta or {})  # the shim's session is its own
+    return json.loads(text_of(who))["pid"], text_of(count)
 
 
 def processes(gateway: Process) -> set[int]:
@@ -176,6 +179,33 @@ async def test_end_with_host_deletes_the_conversation_s_session(gateway: Process
     until(lambda: gone(pid), 20, lambda: f"the ended session's process {pid} still runs")
     async with host.shim("conv-ended") as again:
         assert (await seen(again))[1] == "1"  # the same conversation starts over, in a new process
+
+
+def test_a_host_s_sigterm_ends_the_session_then_the_shim(gateway: Process, tmp_path: Path) -> None:
+    """A host that signals without closing stdin: the session deleted (--end-with-host), the shim ended by the
+    signal, at once."""
+    host = Host(gateway, tmp_path)
+    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(host.state), "CLAUDE_CODE_SESSION_ID": "conv-term"}
+    command = [sys.executable, "-m", "mcp_sessions", "connect", gateway.url(), "--bearer-file", str(host.token_file)]
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "count", "arguments": {}}},
+    ]
+    pipes = subprocess.PIPE
+    with subprocess.Popen([*command, "--end-with-host"], env=environ, stdin=pipes, stdout=pipes) as shim:
+        assert shim.stdin is not None and shim.stdout is not None
+        try:
+            shim.stdin.write(b"".join(json.dumps(message).encode() + b"\n" for message in messages))
+            shim.stdin.flush()
+            assert [json.loads(shim.stdout.readline())["id"] for _ in range(2)] == [1, 2]
+            assert list(host.state.glob("mcp-sessions/connect/*.json"))
+            shim.send_signal(signal.SIGTERM)
+            assert shim.wait(20) == -signal.SIGTERM
+        finally:
+            shim.kill()  # nothing, once it has ended
+    assert not list(host.state.glob("mcp-sessions/connect/*.json"))
 
 
 async def test_an_unreachable_remote_is_one_clear_error(gateway: Process, tmp_path: Path) -> None:

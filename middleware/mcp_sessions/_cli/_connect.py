@@ -50,6 +50,7 @@ from mcp_types import PROTOCOL_VERSION_META_KEY, JSONRPCNotification, JSONRPCReq
 from .._wire import jsonrpc, printable
 from .._wire.protocol import INTERNAL_ERROR, MODERN_VERSION, UPSTREAM_UNAVAILABLE
 from ..client import HeldSession, SessionError, SessionTransport
+from ..profiles import SESSION_META_KEY
 from ..sources import CONVERSATION_MEMBER, conversation_id
 from . import EXIT_OK, UsageError
 
@@ -256,31 +257,35 @@ async def _serve(url: str, headers: dict[str, str], saved: SavedSession | None, 
         except (SessionError, httpx2.HTTPError) as exc:  # the first request opens it, on the host's wire
             logger.info("no session opened on %s: %s", MODERN_VERSION, exc)
 
-    # Closed in reverse order: the HTTP client (and with it the session, under --end-with-host) before the
-    # host's side, whose reader may still wait in a thread for a line that never comes after a SIGTERM.
-    async with (
-        stdio_server() as (host_read, host_write),
-        httpx2.AsyncClient(transport=Refusals(shim, url), headers=headers, timeout=TIMEOUT) as http,
-        streamable_http_client(url, http_client=http) as (remote_read, remote_write),
-        anyio.create_task_group() as tasks,
-    ):
-        versions = Versions()
-        tasks.start_soon(_to_host, remote_read, host_write, versions, opened)
-        with anyio.CancelScope() as relaying:
-            tasks.start_soon(_until_terminated, relaying)
-            async for item in host_read:
-                if isinstance(item, Exception):
-                    logger.warning("a line from the host that is not a JSON-RPC message was dropped")
-                    continue
-                await remote_write.send(versions.stamped(item))
-        tasks.cancel_scope.cancel()  # the host closed standard input, or ended this server: it reads no more
+    async with stdio_server() as (host_read, host_write):
+        ended_by: list[int] = []
+        async with (
+            httpx2.AsyncClient(transport=Refusals(shim, url), headers=headers, timeout=TIMEOUT) as http,
+            streamable_http_client(url, http_client=http) as (remote_read, remote_write),
+            anyio.create_task_group() as tasks,
+        ):
+            versions = Versions()
+            tasks.start_soon(_to_host, remote_read, host_write, versions, opened, shim)
+            with anyio.CancelScope() as relaying:
+                tasks.start_soon(_until_terminated, relaying, ended_by)
+                async for item in host_read:
+                    if isinstance(item, Exception):
+                        logger.warning("a line from the host that is not a JSON-RPC message was dropped")
+                        continue
+                    await remote_write.send(versions.stamped(item))
+            tasks.cancel_scope.cancel()  # the host closed standard input, or ended this server: it reads no more
         await host_write.aclose()
+        if ended_by:  # the remote's side is closed (the session deleted, under --end-with-host); the host's reader
+            # may wait in a thread for a line that never comes: end by the signal, as uvicorn does once it is done
+            signal.signal(ended_by[0], signal.SIG_DFL)
+            os.kill(os.getpid(), ended_by[0])
 
 
-async def _until_terminated(relaying: anyio.CancelScope) -> None:
+async def _until_terminated(relaying: anyio.CancelScope, ended_by: list[int]) -> None:
     """A host that ends its server by a signal (SIGTERM, Ctrl-C's SIGINT) ends the relay as closing its stdin does."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
+        async for received in signals:
+            ended_by.append(received)
             relaying.cancel()
             return
 
@@ -290,14 +295,21 @@ async def _to_host(
     host: ObjectSendStream[SessionMessage],
     versions: Versions,
     opened: Callable[[], Awaitable[None]],
+    shim: SessionTransport,
 ) -> None:
-    """Every message of the remote, to the host; the answer to its ``initialize`` once ``opened`` is done."""
+    """Every message of the remote, to the host, without the echo of the shim's session (a bearer value the host
+    never asked for); the answer to its ``initialize`` once ``opened`` is done."""
     async for item in remote:
         if isinstance(item, Exception):
             logger.warning("the remote sent what is not a JSON-RPC message: %s", type(item).__name__)
             continue
         if versions.initialized(item):
             await opened()
+        if isinstance(item.message, JSONRPCResponse) and shim.session.token is not None:
+            meta = item.message.result.get("_meta")
+            echo = meta.get(SESSION_META_KEY) if isinstance(meta, dict) else None
+            if isinstance(echo, dict) and echo.get("sessionId") == shim.session.token:
+                del meta[SESSION_META_KEY]  # type: ignore[union-attr] # a dict: its get found the echo
         await host.send(item)
 
 
