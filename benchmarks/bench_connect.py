@@ -133,13 +133,27 @@ def rss_mib(pid: int) -> float:
 
 @contextlib.asynccontextmanager
 async def clients(url: str, state: str, quiet: TextIO) -> AsyncIterator[dict[str, Client]]:
-    """A client of each way; the bridges' logs to ``quiet``."""
-    async with contextlib.AsyncExitStack() as stack:
-        opened = {"directly": await stack.enter_async_context(Client(url, mode="legacy"))}
+    """A client of each way, started side by side (each in a task that holds it open); the bridges' logs to
+    ``quiet``."""
+    opened: dict[str, Client] = {}
+    all_open, done = anyio.Event(), anyio.Event()
+
+    async def hold(way: str, client: Client) -> None:
+        async with client:
+            opened[way] = client
+            if len(opened) == len(WAYS):
+                all_open.set()
+            await done.wait()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(hold, "directly", Client(url, mode="legacy"))
         for way, server in bridges(url, state).items():
-            bridge = Client(stdio_client(server, errlog=quiet), mode="legacy")
-            opened[way] = await stack.enter_async_context(bridge)
-        yield opened
+            tasks.start_soon(hold, way, Client(stdio_client(server, errlog=quiet), mode="legacy"))
+        await all_open.wait()
+        try:
+            yield opened
+        finally:
+            done.set()
 
 
 async def measure(url: str, rounds: int, quiet: TextIO) -> tuple[dict[str, list[float]], dict[str, float]]:
