@@ -123,7 +123,7 @@ def test_a_turn_is_recorded_as_a_turn_never_as_a_conversation(
     assert turn_of(meta) == turn and (found is None or found.turn == turn)
 
 
-@pytest.mark.parametrize("key", ["claudecode/toolUseId", "vscode.requestId", "x-codex-turn-metadata"])
+@pytest.mark.parametrize("key", ["claudecode/toolUseId", "vscode.requestId"])
 def test_a_turn_s_key_is_refused_as_a_conversation_key(key: str) -> None:
     with pytest.raises(ValueError, match="names a turn"):
         host_keys_from_config(f"meta:{key}")

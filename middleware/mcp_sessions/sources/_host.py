@@ -91,7 +91,7 @@ def host_keys_from_config(config: str | Iterable[str]) -> tuple[HostKey, ...]:
             continue
         place, _, key = text.partition(":")
         place, key = place.strip().lower(), key.strip()
-        if place == "meta" and any(key == turn for turn, _ in TURN_KEYS):
+        if place == "meta" and any(key == turn for turn, member in TURN_KEYS if member is None):
             raise ValueError(f"conversation_keys: {key!r} names a turn of a conversation (each call its own), not one")
         if place == "meta" and key:
             keys.append(HostKey(f"meta:{key}", "meta", key))
