@@ -24,6 +24,8 @@ NODE22_VERSION="22.23.3"
 CONFORMANCE_VERSION="0.2.0-alpha.12"
 # benchmarks/bench_stdio.py compares `mcp-sessions gateway --stdio` with supergateway --stateful.
 SUPERGATEWAY_VERSION="4.0.0"
+# benchmarks/bench_connect.py compares `mcp-sessions connect` with mcp-remote, the usual stdio-to-HTTP bridge.
+MCP_REMOTE_VERSION="0.15.1"
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
@@ -71,4 +73,8 @@ fi
 supergateway=".cache/supergateway/node_modules/supergateway/package.json"
 if ! grep -q "\"version\": \"$SUPERGATEWAY_VERSION\"" "$supergateway" 2>/dev/null; then
     npm install --no-audit --no-fund --silent --prefix .cache/supergateway "supergateway@$SUPERGATEWAY_VERSION"
+fi
+mcp_remote=".cache/mcp-remote/node_modules/mcp-remote/package.json"
+if ! grep -q "\"version\": \"$MCP_REMOTE_VERSION\"" "$mcp_remote" 2>/dev/null; then
+    npm install --no-audit --no-fund --silent --prefix .cache/mcp-remote "mcp-remote@$MCP_REMOTE_VERSION"
 fi

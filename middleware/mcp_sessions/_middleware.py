@@ -97,6 +97,7 @@ class MCPSessionMiddleware(AtEndpoints):
             trace_user=config.trace_user,
             principal=config.principal,
             user_digest=digests.user,
+            conversation_digest=digests.conversation,
         )
         self._forwarder = Forwarder(
             config.profiles,

@@ -153,3 +153,13 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
         assert {"p50_ms", "p99_ms", "added_p50_ms", "added_p99_ms", "rss_kib_per_conversation"} <= set(ways[name])
     assert len(report["ceiling"]) == 3 and report["per_request_paced_per_s"] > 0
     assert "mcp-sessions gateway --stdio" in printed
+
+
+def test_bench_connect_reports_the_shim_beside_mcp_remote(tmp_path: Path) -> None:
+    """bench_connect.py, quick: both bridges' rows, each with its memory at rest."""
+    run("bench_connect.py", "--quick", "--json", str(tmp_path / "connect.json"))
+    result = json.loads((tmp_path / "connect.json").read_text())
+    [part] = result["sections"]
+    bridges = ["mcp-sessions connect", "mcp-sessions connect, no conversation", "mcp-remote 0.15.1"]
+    assert [row[0] for row in part["rows"]] == ["directly", *bridges] and sorted(result["rest"]) == sorted(bridges)
+    assert all(len(calls) == 5 for calls in result["times"].values())

@@ -121,6 +121,8 @@ def test_each_host_conversation_is_one_session_id_in_every_span(
     turns = {attrs(span).get(TURN) for span in (*whoamis, count)}
     if host == "codex-turn":  # each call a turn of its thread, on its span
         assert len(turns) == 4 and all(str(turn).startswith("turn-") for turn in turns)
+    elif host == "vscode":  # its chat request's id (the same in each call here)
+        assert turns == {"r-1"}
     else:
         assert turns == {None}
 
@@ -179,12 +181,10 @@ def test_the_first_matching_host_wins_user_keys_first_baggage_last_and_a_session
         pytest.param({"baggage": "gen_ai.conversation.id=conv 1"}, None, id="baggage-space"),
         pytest.param({"baggage": "gen_ai.conversation.id=conv-1," + "k=v," * 180 + "k=v"}, None, id="baggage-181"),
         pytest.param({"baggage": "gen_ai.conversation.id=conv-1,k=" + "v" * 8192}, None, id="baggage-8k"),
-        pytest.param(
-            {"meta": {"openai/session": "v1/" + "a" * 247 + "_-.:=+"}}, "v1/" + "a" * 247 + "_-.:=+", id="256"
-        ),
+        pytest.param({"meta": {"openai/session": "v1/" + "a" * 193 + "_-.:"}}, "v1/" + "a" * 193 + "_-.:", id="200"),
     ],
 )
-def test_a_bad_host_id_is_ignored_not_refused_and_a_256_character_one_kept(
+def test_a_bad_host_id_is_ignored_not_refused_and_a_200_character_one_kept(
     quickstarts: Quickstarts, http: httpx.Client, spans: SpanLog, sent: dict[str, Any], expected: str | None
 ) -> None:
     client = connect("modern", http, quickstarts.url("json"), spans)
@@ -196,7 +196,30 @@ def test_a_bad_host_id_is_ignored_not_refused_and_a_256_character_one_kept(
     if expected is None:
         assert "session.id" not in attrs(span) and SOURCE not in attrs(span)
     else:
-        assert len(expected) == 256 and attrs(span)["session.id"] == expected
+        assert len(expected) == 200 and attrs(span)["session.id"] == expected
+
+
+@pytest.mark.parametrize(
+    ("host_id", "kept"),
+    [
+        pytest.param("v1/" + "a" * 247 + "_-.:=+", False, id="256-a-bearer-shaped-run"),
+        pytest.param("/".join(f"part-{n:03}" for n in range(25)), True, id="224-short-parts"),
+    ],
+)
+def test_a_host_id_over_200_characters_is_a_digest_in_session_id(
+    quickstarts: Quickstarts, http: httpx.Client, spans: SpanLog, host_id: str, kept: bool
+) -> None:
+    """Langfuse drops a session id over 200 characters: such an id is the key set's digest of the conversation,
+    the one its data would be kept under, and itself only where nothing in it would be redacted."""
+    url = quickstarts.url("json")
+    client = connect("modern", http, url, spans)
+
+    client.call_tool("whoami", meta={"openai/session": host_id})
+    [span] = middleware_spans(spans.wait_middleware(1), "tools/call whoami")
+
+    digest = IdDigests(quickstarts.apps[url].keys).conversation("openai", host_id, None)
+    assert len(host_id) > 200 and attrs(span)["session.id"] == attrs(span)["gen_ai.conversation.id"] == digest
+    assert attrs(span).get("mcp_sessions.conversation.id") == (host_id if kept else None)
 
 
 # -- per-conversation data, opt-in ------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcp_sessions.sources import HostKey
+from mcp_sessions.sources import HostKey, host_keys_from_config, turn_of
 from mcp_sessions.sources._host import MAX_BAGGAGE_BYTES, MAX_BAGGAGE_MEMBERS, MAX_MEMBER_BYTES, baggage_member
 from unit._conversations import hosts
 
@@ -102,6 +102,31 @@ def test_codex_names_its_thread_and_turn(meta: dict[str, Any], conversation: str
     found = hosts().find({}, meta)
     assert found is not None
     assert (found.source, found.id, found.turn) == ("codex", conversation, turn)
+
+
+@pytest.mark.parametrize(
+    ("meta", "conversation", "turn"),
+    [
+        # Claude Code names only its tool call (over HTTP, behind mcp-sessions connect's baggage)...
+        ({"baggage": f"{MEMBER}=cc-1", "claudecode/toolUseId": "toolu_01"}, ("baggage", "cc-1"), "toolu_01"),
+        # ...and VS Code its chat request, beside its conversation.
+        ({"vscode.conversationId": "vs-1", "vscode.requestId": "req-7"}, ("vscode", "vs-1"), "req-7"),
+        ({"claudecode/toolUseId": "toolu_01"}, None, "toolu_01"),  # a turn alone names no conversation
+        ({"vscode.requestId": "req-7"}, None, "req-7"),
+    ],
+)
+def test_a_turn_is_recorded_as_a_turn_never_as_a_conversation(
+    meta: dict[str, Any], conversation: tuple[str, str] | None, turn: str
+) -> None:
+    found = hosts().find({}, meta)
+    assert (found and (found.source, found.id)) == conversation
+    assert turn_of(meta) == turn and (found is None or found.turn == turn)
+
+
+@pytest.mark.parametrize("key", ["claudecode/toolUseId", "vscode.requestId"])
+def test_a_turn_s_key_is_refused_as_a_conversation_key(key: str) -> None:
+    with pytest.raises(ValueError, match="names a turn"):
+        host_keys_from_config(f"meta:{key}")
 
 
 @pytest.mark.parametrize(

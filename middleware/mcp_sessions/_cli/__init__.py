@@ -8,6 +8,7 @@
     mcp-sessions create http://127.0.0.1:8000/mcp   open a session; print its id and how to pass it
     mcp-sessions delete http://127.0.0.1:8000/mcp -  < session.txt   end it (its sessionId from stdin)
     mcp-sessions gateway --upstream http://127.0.0.1:3001/mcp   sessions in front of any MCP server
+    mcp-sessions connect https://mcp.example.com/mcp   a remote server as a host's stdio server, per conversation
     mcp-sessions conformance http://127.0.0.1:8000/mcp   check each session wire the server implements
 
 Private key material goes only to standard output or to a new file with mode
@@ -57,6 +58,7 @@ COMMANDS: Final = {
     "create": "open a session on a server and print how to pass it (for clients that can only add metadata)",
     "delete": "end a session on a server (the sessionId create printed)",
     "gateway": "serve sessions in front of any MCP server (any language), forwarding to it over HTTP",
+    "connect": "serve a remote MCP server to a stdio host (Claude Code…), naming the host's conversation",
     "conformance": ("check how well a server implements each session wire (needs the pack: pip install ./conformance)"),
 }
 """Every command and what it does, as ``mcp-sessions --help`` lists them."""

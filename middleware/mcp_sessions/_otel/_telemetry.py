@@ -53,6 +53,10 @@ FLUSH_MILLIS: Final = 10_000
 _STAND_INS: Final = (trace.ProxyTracerProvider, trace.NoOpTracerProvider, NoOpMeterProvider)
 # The API's own package for metrics, where its (unexported) proxy MeterProvider is defined.
 _METRICS_API: Final = "opentelemetry.metrics"
+MAX_VIEWER_ID_LENGTH: Final = 200
+"""The longest ``session.id`` the viewers keep (Langfuse drops a longer one): a longer host id is recorded as its
+digest, and, when nothing in it looks like a bearer value, verbatim in :data:`ORIGINAL_ID_ATTRIBUTE`."""
+ORIGINAL_ID_ATTRIBUTE: Final = "mcp_sessions.conversation.id"
 # How many tool (and prompt) names the server lists are learned before the rest count as _OTHER.
 MAX_LEARNED_NAMES: Final = 1000
 
@@ -140,6 +144,7 @@ class Telemetry:
         trace_user: TraceUserMode | None = None,
         principal: Callable[[MutableMapping[str, Any]], object] | None = None,
         user_digest: Callable[[str], str] | None = None,
+        conversation_digest: Callable[[str, str, None], str] | None = None,
     ) -> None:
         self.trace_mode = trace_mode
         # MCP's own methods and the enabled wires' session methods; any other name is "_OTHER".
@@ -153,6 +158,8 @@ class Telemetry:
         # What mcp.session.id records of a 2025-era Mcp-Session-Id, a bearer value: a keyed digest, never the
         # value. Without the key set's, one under a key of this process (it agrees while the session lives).
         self.transport_session_digest = transport_digest or process_digest("ts-")
+        # What session.id records of a host's id too long for the viewers: the key set's digest of the conversation.
+        self._conversation_digest = conversation_digest or _process_conversation_digest()
         self._shared: dict[tuple[str, str | None, str | None, bool], tuple[str, dict[str, AttributeValue]]] = {}
         self._tracer_provider, self._meter_provider = tracer_provider, meter_provider
         self._enabled = False
@@ -228,6 +235,9 @@ class Telemetry:
         if params is not None and method in ("tools/call", "prompts/get"):
             name = params.get("name")
             target = name if type(name) is str else None
+        original = None
+        if session_id is not None and len(session_id) > MAX_VIEWER_ID_LENGTH:
+            original, session_id = session_id, self._conversation_digest(session_source or "", session_id, None)
         op = Operation(self, method, target, protocol_version, session_id)
         # A new trace: this span names it for the viewers.
         op.root = parent is None and not trace.get_current_span().get_span_context().is_valid
@@ -235,8 +245,10 @@ class Telemetry:
         name, attributes = self._span_attributes(op, scope, headers, message, params, modern, session_source)
         if user_id is not None:
             attributes["user.id"] = user_id
+        if original is not None and redacted_string(original) == original:  # kept only if nothing in it is redacted
+            attributes[ORIGINAL_ID_ATTRIBUTE] = original
         if turn_id is not None:
-            attributes["mcp_sessions.conversation.turn_id"] = turn_id  # the host's turn (Codex's turn_id)
+            attributes["mcp_sessions.conversation.turn_id"] = turn_id  # Codex's turn, Claude Code's tool use…
         op.span = self.tracer.start_span(
             name, context=parent, kind=SpanKind.SERVER, attributes=attributes, links=links, start_time=start_ns
         )
@@ -294,6 +306,12 @@ class Telemetry:
         if transport_session is not None:
             attributes["mcp.session.id"] = self.transport_session_digest(transport_session)
         return name, attributes
+
+
+def _process_conversation_digest() -> Callable[[str, str, None], str]:
+    """A conversation's digest under a random key of this process, as :class:`IdDigests` makes it with the key set's."""
+    digest = process_digest("cv-")
+    return lambda source, conversation, _: digest(f"{source}\0{conversation}")
 
 
 def records(provider: TracerProvider | MeterProvider) -> bool:

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import Scope
 
 from .._session import caller_of
-from .._wire import Refusal
+from .._wire import Refusal, jsonrpc
 from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, MCP_METHOD_HEADER
 from ..handles import HandleContext, Handles, check_request, is_tools_call, record_handles
 from ..profiles import Era
+from ..sources import turn_of
 
 if TYPE_CHECKING:
     from .._otel import Operation, Telemetry
@@ -174,7 +175,7 @@ def _start(telemetry: Telemetry, scope: Scope, plan: Plan, call: Call) -> Operat
         start_ns=plan.start_ns,
         session_source=None if named is None else named.source,
         user_id=None if conversation is None else conversation.user,
-        turn_id=None if conversation is None else conversation.turn,
+        turn_id=turn_of(jsonrpc.meta(call.params)),  # the host's turn, whichever session the call has
     )
     if call.refusal is not None and call.refusal.session_id is not None:
         operation.set_session(call.refusal.session_id)

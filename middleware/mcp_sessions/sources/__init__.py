@@ -25,8 +25,11 @@ from ._base import build_chain as build_chain
 from ._base import check_chain as check_chain
 from ._host import BUILT_IN_HOSTS, ConversationData, HostConversationSource, HostKey
 from ._host import CONVERSATION_DATA_MODES as CONVERSATION_DATA_MODES
+from ._host import CONVERSATION_MEMBER as CONVERSATION_MEMBER
+from ._host import conversation_id as conversation_id
 from ._host import data_off_explainer as data_off_explainer
 from ._host import host_keys_from_config as host_keys_from_config
+from ._host import turn_of as turn_of
 from ._named import DataLayerSource, TransportSource
 
 DEFAULT_SOURCES: Final[tuple[SourceFactory, ...]] = (

@@ -69,9 +69,15 @@ BUILT_IN_HOSTS: Final = (
 """The hosts recognised without configuration, in the order they are tried."""
 
 # What some hosts send beside the conversation (a _meta key, and a member of the object there): the user
-# (ChatGPT's anonymized user, telemetry's user.id) and the turn of the conversation (a span attribute).
+# (ChatGPT's anonymized user, telemetry's user.id).
 USER_KEYS: Final = {"openai": ("openai/subject", None)}
-TURN_KEYS: Final = {"codex": ("x-codex-turn-metadata", "turn_id")}
+TURN_KEYS: Final = (
+    ("x-codex-turn-metadata", "turn_id"),  # Codex's turn of a thread
+    ("claudecode/toolUseId", None),  # Claude Code's tool call, over HTTP its only id (a new one every call)
+    ("vscode.requestId", None),  # VS Code's chat request
+)
+"""Where hosts name the turn of a conversation a call is part of, tried in order: a span attribute, never a
+conversation (each changes within one)."""
 
 
 def host_keys_from_config(config: str | Iterable[str]) -> tuple[HostKey, ...]:
@@ -84,6 +90,8 @@ def host_keys_from_config(config: str | Iterable[str]) -> tuple[HostKey, ...]:
             continue
         place, _, key = text.partition(":")
         place, key = place.strip().lower(), key.strip()
+        if place == "meta" and any(key == turn for turn, member in TURN_KEYS if member is None):
+            raise ValueError(f"conversation_keys: {key!r} names a turn of a conversation (each call its own), not one")
         if place == "meta" and key:
             keys.append(HostKey(f"meta:{key}", "meta", key))
         elif place == "header" and _HEADER_NAME.fullmatch(key):
@@ -93,6 +101,16 @@ def host_keys_from_config(config: str | Iterable[str]) -> tuple[HostKey, ...]:
                 f"conversation_keys: {text!r} is not 'meta:KEY' or 'header:NAME' (e.g. meta:acme/chat,header:x-chat)"
             )
     return tuple(keys)
+
+
+def turn_of(meta: object) -> str | None:
+    """The turn a call's ``_meta`` names (:data:`TURN_KEYS`), or ``None``."""
+    if not isinstance(meta, dict):
+        return None
+    for key, member in TURN_KEYS:
+        if (found := conversation_id(member_of(meta, key, member))) is not None:
+            return found
+    return None
 
 
 def conversation_id(value: object) -> str | None:
@@ -239,12 +257,12 @@ class HostConversationSource:
             else:
                 found = conversation_id(member_of(named, key.key, key.member))
             if found is not None:
-                user, turn = USER_KEYS.get(key.name), TURN_KEYS.get(key.name)
+                user = USER_KEYS.get(key.name)
                 return Conversation(
                     found,
                     key.name,
                     user=None if user is None else conversation_id(member_of(named, *user)),
-                    turn=None if turn is None else conversation_id(member_of(named, *turn)),
+                    turn=turn_of(named),
                 )
         return self._in_baggage(headers, named)
 
@@ -258,7 +276,7 @@ class HostConversationSource:
         raw = headers.get(b"baggage")
         for text in (None if raw is None else raw.decode("latin-1"), meta.get("baggage")):
             if type(text) is str and (found := conversation_id(baggage_member(text))) is not None:
-                return Conversation(found, "baggage")
+                return Conversation(found, "baggage", turn=turn_of(meta))
         return None
 
     async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:

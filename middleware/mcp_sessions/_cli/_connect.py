@@ -1,0 +1,397 @@
+"""``mcp-sessions connect URL``: a stdio MCP server a host starts, forwarding every message to a remote server.
+
+The host (Claude Code, Claude Desktop, VS Code, Cursor) starts it as one of its stdio servers; it relays each
+message between the host's stdin and stdout and the remote's Streamable HTTP endpoint, with the ``mcp`` SDK's
+own two transports (its stdio server, its streamable HTTP client), in the era the host speaks. What it adds is
+the host's conversation, which many hosts give only to their stdio servers, in their environment
+(``CLAUDE_CODE_SESSION_ID``, ``OMNIGENT_SESSION_ID``, or a name ``--conversation-env`` gives):
+
+- a remote that speaks data-layer sessions (it advertises them) gets one session per conversation, through the
+  client's :class:`~mcp_sessions.client.SessionTransport`: created on the first request that needs one, its
+  token kept in a file of its own (mode 0600, under ``$XDG_STATE_HOME/mcp-sessions/connect``, named by a
+  digest of the URL and the conversation) and reused by the next shim of the same conversation, replaced at
+  once if the remote no longer knows it, deleted with the host's end only under ``--end-with-host``;
+- every remote gets the conversation in W3C ``baggage`` (``gen_ai.conversation.id``), as a gateway reads it,
+  and under ``--conversation-header`` in a header the operator named.
+
+Without a conversation in the environment, nothing is added: the remote sees what the host's requests name.
+Credentials come from the environment or a file (``--header NAME=env:VAR``, ``--bearer-file``), never from the
+command line, and are never logged; a remote that refuses them (401, 403), or cannot be reached, answers each
+request with one JSON-RPC error that says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import signal
+import tempfile
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, TextIO
+from urllib.parse import quote, urlsplit
+
+import anyio
+import httpx2
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.stdio import stdio_server
+from mcp.shared.inbound import (
+    MCP_METHOD_HEADER,
+    MCP_NAME_HEADER,
+    MCP_PROTOCOL_VERSION_HEADER,
+    NAME_BEARING_METHODS,
+    encode_header_value,
+)
+from mcp.shared.message import ClientMessageMetadata, SessionMessage
+from mcp_types import PROTOCOL_VERSION_META_KEY, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+
+from .._wire import jsonrpc, printable
+from .._wire.protocol import INTERNAL_ERROR, MODERN_VERSION, UPSTREAM_UNAVAILABLE
+from ..client import HeldSession, SessionError, SessionTransport
+from ..profiles import SESSION_META_KEY
+from ..sources import CONVERSATION_MEMBER, conversation_id
+from . import EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from anyio.abc import ObjectSendStream
+
+logger = logging.getLogger("mcp_sessions.connect")
+
+BUILT_IN_CONVERSATION_ENV: Final = ("CLAUDE_CODE_SESSION_ID", "OMNIGENT_SESSION_ID")
+"""The variables that name the host's conversation without configuration, after those ``--conversation-env``
+names: Claude Code's and omnigent's, which each gives its stdio servers."""
+REFUSED_STATUSES: Final = (401, 403)
+TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
+"""The SDK's own client's: 30 s to connect and send, 5 minutes between two bytes of an answer (an event stream)."""
+
+DESCRIPTION: Final = (
+    "Serve MCP on standard input and output for a host (Claude Code, Claude Desktop, VS Code), forwarding every "
+    "message to the Streamable HTTP endpoint URL, with the host's conversation named: a data-layer session per "
+    "conversation where the server has sessions, and gen_ai.conversation.id in baggage. The conversation is "
+    f"the first of the --conversation-env variables, then {' and '.join(BUILT_IN_CONVERSATION_ENV)}, that is "
+    "set. Credentials come from the environment or a file, never from the command line."
+)
+
+
+def add_arguments(connect: argparse.ArgumentParser) -> None:
+    """The arguments of ``connect``."""
+    connect.add_argument("url", help="the remote MCP endpoint, e.g. https://mcp.example.com/mcp")
+    connect.add_argument(
+        "--conversation-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an environment variable that names the host's conversation, tried before "
+        f"{', '.join(BUILT_IN_CONVERSATION_ENV)}; repeat",
+    )
+    connect.add_argument(
+        "--conversation-header",
+        metavar="NAME",
+        help="also send the conversation in this header (the gateway's conversation_keys header:NAME)",
+    )
+    connect.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=env:VAR",
+        help="send header NAME with the value of the environment variable VAR, or NAME=file:PATH the content of "
+        "a file; repeat",
+    )
+    connect.add_argument("--bearer-file", metavar="FILE", help="send 'Authorization: Bearer' and this file's content")
+    connect.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="where each conversation's session is kept (default $XDG_STATE_HOME/mcp-sessions/connect, else "
+        "~/.local/state/mcp-sessions/connect)",
+    )
+    connect.add_argument(
+        "--log-level",
+        default="warning",
+        choices=("error", "warning", "info", "debug"),
+        help="what goes to standard error, which hosts keep in their logs (default warning); never a credential",
+    )
+    connect.add_argument(
+        "--end-with-host",
+        action="store_true",
+        help="delete the conversation's session when the host closes this server (default: keep it, so that the "
+        "host's next start of the same conversation finds it)",
+    )
+
+
+def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+    """Run ``connect``: serve the host until it closes standard input; returns the exit status."""
+    parts = urlsplit(args.url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"URL is an http(s) URL of the remote's MCP endpoint, not {printable(args.url)!r}")
+    headers = request_headers(args.header, args.bearer_file, environ)
+    conversation = conversation_of(args.conversation_env, environ)
+    if conversation is not None:
+        headers["baggage"] = f"{CONVERSATION_MEMBER}={quote(conversation, safe='')}"
+        if args.conversation_header:
+            headers[args.conversation_header] = conversation
+    saved = None
+    if conversation is not None:
+        saved = SavedSession(state_dir(args.state_dir, environ), args.url, conversation)
+    handler = logging.StreamHandler(stderr)
+    handler.setFormatter(logging.Formatter("mcp-sessions connect: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    # Its own messages at the level asked; other libraries' stay at warning (the SDK logs a 2025 transport
+    # session's id, a bearer value, at info).
+    logging.getLogger("mcp_sessions").setLevel(args.log_level.upper())
+    anyio.run(_serve, args.url, headers, saved, args.end_with_host)
+    return EXIT_OK
+
+
+def request_headers(specs: list[str], bearer_file: str | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """The headers every request carries: ``NAME=env:VAR`` and ``NAME=file:PATH``, then the bearer's file.
+
+    A value on the command line would show in ``ps`` and in the host's configuration file, so there is none.
+    """
+    headers: dict[str, str] = {}
+    for spec in specs:
+        name, _, source = spec.partition("=")
+        kind, _, where = source.partition(":")
+        name = name.strip()
+        if not name or kind not in ("env", "file") or not where:  # what it got may be a secret: never repeated
+            raise UsageError(f"--header {printable(name)} takes NAME=env:VAR or NAME=file:PATH, never a value itself")
+        headers[name] = _secret(kind, where, environ, f"--header {name}")
+    if bearer_file is not None:
+        headers["Authorization"] = "Bearer " + _secret("file", bearer_file, environ, "--bearer-file")
+    return headers
+
+
+def _secret(kind: str, where: str, environ: Mapping[str, str], what: str) -> str:
+    """The value in variable or file ``where``, stripped; a usage error naming ``what`` if there is none."""
+    if kind == "env":
+        value = environ.get(where, "").strip()
+        if not value:
+            raise UsageError(f"{what}: the environment variable {where} is not set")
+    else:
+        try:
+            value = Path(where).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{what}: cannot read {where}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not value or not value.isprintable():
+        raise UsageError(f"{what}: {where} must hold one line, the value")
+    return value
+
+
+def conversation_of(names: list[str], environ: Mapping[str, str]) -> str | None:
+    """The host's conversation: the first of ``names``, then the built-in variables, that is set.
+
+    An id a gateway could not read as one (over 256 characters, or with a space, a quote, a comma…) is
+    replaced by its SHA-256, so that it still names one conversation, always the same.
+    """
+    for name in (*names, *BUILT_IN_CONVERSATION_ENV):
+        value = environ.get(name, "").strip()
+        if value:
+            return conversation_id(value) or "sha256-" + hashlib.sha256(value.encode()).hexdigest()
+    return None
+
+
+def state_dir(given: str | None, environ: Mapping[str, str]) -> Path:
+    """Where the conversations' sessions are kept: ``given``, else under ``XDG_STATE_HOME`` (or its default)."""
+    if given:
+        return Path(given)
+    base = environ.get("XDG_STATE_HOME") or os.path.join(environ.get("HOME") or Path.home(), ".local", "state")
+    return Path(base, "mcp-sessions", "connect")
+
+
+class SavedSession:
+    """One conversation's data-layer session on one remote, in a file of its own that only its owner reads.
+
+    The file's name is a digest of the URL and the conversation, so neither shows in a directory listing;
+    its content is the session's :meth:`HeldSession.to_dict`, a bearer token: written to a new file of mode
+    0600 and renamed over the old one, in a directory of mode 0700.
+    """
+
+    def __init__(self, directory: Path, url: str, conversation: str) -> None:
+        key = hashlib.sha256(f"{url}\n{conversation}".encode()).hexdigest()[:32]
+        self.directory = directory
+        self.path = directory / f"{key}.json"
+        self.label = conversation
+
+    def load(self) -> HeldSession:
+        """The saved session, or an empty one labelled with the conversation (a file that cannot be read is none)."""
+        try:
+            return HeldSession.from_dict(jsonrpc.loads(self.path.read_bytes()))
+        except (OSError, TypeError, ValueError, AttributeError):
+            return HeldSession(label=self.label)
+
+    def save(self, session: HeldSession) -> None:
+        """Keep ``session`` (the transport's ``on_change``), or remove the file once it holds none."""
+        if session.token is None:
+            self.path.unlink(missing_ok=True)
+            return
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".session-")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(jsonrpc.dumps(session.to_dict()))
+            os.replace(temporary, self.path)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+
+
+async def _serve(url: str, headers: dict[str, str], saved: SavedSession | None, end_with_host: bool) -> None:
+    """Relay between the host on stdio and the remote at ``url`` until the host closes standard input."""
+    shim = SessionTransport(
+        session=HeldSession() if saved is None else saved.load(),
+        auto_create=saved is not None,  # without a conversation, the remote sees what the requests name
+        recreate=saved is not None,
+        delete_on_close=end_with_host,
+        on_change=None if saved is None else saved.save,
+    )
+
+    async def opened() -> None:
+        """After a 2025 host's ``initialize``: its conversation's session, opened on 2026-07-28 where the remote
+        takes it, so that it belongs to the conversation and not to this connection's transport session (a
+        ``gateway --stdio`` keeps it in a process of its own, which the host's next connection reaches)."""
+        if saved is None or shim.session.token is not None or not shim.supports_sessions:
+            return
+        try:
+            await shim.create(url, protocol_version=MODERN_VERSION, headers=headers)
+        except (SessionError, httpx2.HTTPError) as exc:  # the first request opens it, on the host's wire
+            logger.info("no session opened on %s: %s", MODERN_VERSION, exc)
+
+    async with stdio_server() as (host_read, host_write):
+        ended_by: list[int] = []
+        async with (
+            httpx2.AsyncClient(transport=Refusals(shim, url), headers=headers, timeout=TIMEOUT) as http,
+            streamable_http_client(url, http_client=http) as (remote_read, remote_write),
+            anyio.create_task_group() as tasks,
+        ):
+            versions = Versions()
+            tasks.start_soon(_to_host, remote_read, host_write, versions, opened, shim)
+            with anyio.CancelScope() as relaying:
+                tasks.start_soon(_until_terminated, relaying, ended_by)
+                async for item in host_read:
+                    if isinstance(item, Exception):
+                        logger.warning("a line from the host that is not a JSON-RPC message was dropped")
+                        continue
+                    await remote_write.send(versions.stamped(item))
+            tasks.cancel_scope.cancel()  # the host closed standard input, or ended this server: it reads no more
+        await host_write.aclose()
+        if ended_by:  # the remote's side is closed (the session deleted, under --end-with-host); the host's reader
+            # may wait in a thread for a line that never comes: end by the signal, as uvicorn does once it is done
+            signal.signal(ended_by[0], signal.SIG_DFL)
+            os.kill(os.getpid(), ended_by[0])
+
+
+async def _until_terminated(relaying: anyio.CancelScope, ended_by: list[int]) -> None:
+    """A host that ends its server by a signal (SIGTERM, Ctrl-C's SIGINT) ends the relay as closing its stdin does."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for received in signals:
+            ended_by.append(received)
+            relaying.cancel()
+            return
+
+
+async def _to_host(
+    remote: AsyncIterable[SessionMessage | Exception],
+    host: ObjectSendStream[SessionMessage],
+    versions: Versions,
+    opened: Callable[[], Awaitable[None]],
+    shim: SessionTransport,
+) -> None:
+    """Every message of the remote, to the host, without the echo of the shim's session (a bearer value the host
+    never asked for); the answer to its ``initialize`` once ``opened`` is done."""
+    async for item in remote:
+        if isinstance(item, Exception):
+            logger.warning("the remote sent what is not a JSON-RPC message: %s", type(item).__name__)
+            continue
+        if versions.initialized(item):
+            await opened()
+        if isinstance(item.message, JSONRPCResponse) and shim.session.token is not None:
+            meta = item.message.result.get("_meta")
+            echo = meta.get(SESSION_META_KEY) if isinstance(meta, dict) else None
+            if isinstance(echo, dict) and echo.get("sessionId") == shim.session.token:
+                del meta[SESSION_META_KEY]  # type: ignore[union-attr] # a dict: its get found the echo
+        await host.send(item)
+
+
+class Versions:
+    """The HTTP headers each message of the host needs, as the SDK's own client session would set them.
+
+    A 2026-07-28 request names its protocol version in its ``_meta``: its ``Mcp-Protocol-Version``,
+    ``Mcp-Method`` and ``Mcp-Name`` say the same. A 2025 host's messages after its ``initialize`` carry the
+    version the remote's answer chose.
+    """
+
+    def __init__(self) -> None:
+        self.negotiated: str | None = None
+        self._initializing: set[object] = set()
+
+    def stamped(self, item: SessionMessage) -> SessionMessage:
+        """``item`` with the headers its message needs."""
+        message = item.message
+        if not isinstance(message, JSONRPCRequest | JSONRPCNotification):
+            return item
+        params = message.params or {}
+        meta = params.get("_meta")
+        version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+        if isinstance(version, str):
+            headers = {MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: message.method}
+            name = params.get(NAME_BEARING_METHODS.get(message.method, ""))
+            if isinstance(name, str):
+                headers[MCP_NAME_HEADER] = encode_header_value(name)
+        elif message.method == "initialize" and isinstance(message, JSONRPCRequest):
+            self._initializing.add(message.id)
+            return item
+        elif self.negotiated is not None:
+            headers = {MCP_PROTOCOL_VERSION_HEADER: self.negotiated}
+        else:
+            return item
+        return SessionMessage(message, metadata=ClientMessageMetadata(headers=headers))
+
+    def initialized(self, item: SessionMessage) -> bool:
+        """Whether ``item`` answers the host's ``initialize``; if so, learn the version the remote chose."""
+        message = item.message
+        if not isinstance(message, JSONRPCResponse) or message.id not in self._initializing:
+            return False
+        self._initializing.discard(message.id)
+        version = message.result.get("protocolVersion")
+        self.negotiated = version if isinstance(version, str) else None
+        return True
+
+
+class Refusals(httpx2.AsyncBaseTransport):
+    """The remote's refusal of the credentials, or its absence, as one JSON-RPC error to each request.
+
+    Without it the SDK's transport would answer a 401 with "Server returned an error response" and an
+    unreachable remote would end the relay: the host would see its server crash. Each is logged once.
+    """
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, url: str) -> None:
+        self._inner = inner
+        self._where = printable(url)
+        self._said: set[int] = set()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method != "POST":
+            return await self._inner.handle_async_request(request)
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            return self._refused(502, UPSTREAM_UNAVAILABLE, f"could not reach {self._where}: {type(exc).__name__}")
+        if response.status_code not in REFUSED_STATUSES:
+            return response
+        await response.aclose()
+        said = (
+            f"{self._where} refused this server's credentials (HTTP {response.status_code}): set them with "
+            "--header NAME=env:VAR or --bearer-file FILE in the host's configuration"
+        )
+        return self._refused(response.status_code, INTERNAL_ERROR, said)
+
+    def _refused(self, status: int, code: int, said: str) -> httpx2.Response:
+        if status not in self._said:
+            self._said.add(status)
+            logger.warning("%s", said)
+        body = jsonrpc.dumps(jsonrpc.error(None, code, said))
+        return httpx2.Response(status, headers=[("content-type", "application/json")], content=body)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

@@ -1,0 +1,272 @@
+"""``mcp-sessions connect``, started as a host starts its stdio servers, in front of a real ``gateway --stdio``.
+
+The host is the stock ``mcp`` SDK client over stdio (``StdioServerParameters``), its environment holding
+``CLAUDE_CODE_SESSION_ID`` as Claude Code gives it; the shim carries a bearer token from a file to a gateway that
+verifies it against a JWKS on loopback; the gateway runs the tests' stdio server (its ``whoami`` names the process,
+its ``count`` is that process's memory) with ``--warm 0``, so every process it runs is one a conversation asked for.
+The configuration of docs/clients.md is read from the doc and run as written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import anyio
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import RequestParamsMeta
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from _redis import free_port
+from conftest import serve
+from e2e._gateway import MAIN, Process, gateway_process
+from e2e._stdio import gone, own_children, text_of, until
+from mcp_sessions._cli import main
+
+pytestmark = pytest.mark.anyio
+
+ISSUER = "https://issuer.example"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+SERVER = f"{sys.executable} -m e2e._stdio_server"
+PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
+API_KEY = "api-key-0123456789abcdefghijklmnopqrstuvwxyz"
+Mode = Literal["auto", "legacy"]
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[Process]:
+    """A ``gateway --stdio`` that verifies bearer tokens signed by ``KEY``, starting no process ahead."""
+    public = {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}
+    keys = Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse({"keys": [public]}))])
+    with (
+        serve(keys) as jwks,
+        gateway_process(
+            [],
+            *("--stdio", SERVER, "--warm", "0", "--max-processes-per-principal", "8"),
+            *("--auth-jwks", jwks + "/jwks.json", "--auth-issuer", ISSUER, "--auth-audience", "{url}"),
+            environ={"PYTHONPATH": PYTHONPATH},
+        ) as process,
+    ):
+        yield process
+
+
+def bearer(gateway: Process, key: Any = KEY) -> str:
+    claims = {"iss": ISSUER, "aud": gateway.url(), "sub": "alice", "exp": int(time.time()) + 600}
+    return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+
+
+class Host:
+    """A host's configuration of the shim: its token file, its state directory, each start's standard error."""
+
+    def __init__(self, gateway: Process, directory: Path, key: Any = KEY, url: str | None = None) -> None:
+        self.url = url or gateway.url()
+        self.token = bearer(gateway, key)
+        self.token_file = directory / "token"
+        self.token_file.write_text(self.token + "\n")
+        self.state = directory / "state"
+        self.stderr: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def shim(
+        self,
+        conversation: str | None,
+        mode: Mode = "auto",
+        command: str = sys.executable,
+        *arguments: str,
+        also: tuple[str, ...] = (),
+    ) -> AsyncIterator[Client]:
+        """The shim started as a host starts a stdio server, ``conversation`` its CLAUDE_CODE_SESSION_ID; by default
+        with a bearer token from a file and an API key from the environment."""
+        environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(self.state), "API_KEY": API_KEY}
+        if conversation is not None:
+            environ["CLAUDE_CODE_SESSION_ID"] = conversation
+        arguments = arguments or (
+            *("-m", "mcp_sessions", "connect", self.url, "--bearer-file", str(self.token_file)),
+            *("--header", "X-Api-Key=env:API_KEY", *also),
+        )
+        server = StdioServerParameters(command=command, args=list(arguments), env=environ)
+        with tempfile.TemporaryFile("w+") as errors:
+            try:
+                with anyio.fail_after(60):
+                    async with Client(stdio_client(server, errlog=errors), mode=mode) as client:
+                        yield client
+            finally:
+                errors.seek(0)
+                self.stderr.append(errors.read())
+
+
+async def seen(client: Client) -> tuple[int, str]:
+    """The process a call reaches, and that process's count after it."""
+    who, count = await client.call_tool("whoami", {}), await client.call_tool("count", {})
+    assert "io.modelcontextprotocol/session" not in (count.meta or {})  # the shim's session is its own
+    return json.loads(text_of(who))["pid"], text_of(count)
+
+
+def processes(gateway: Process) -> set[int]:
+    assert gateway.process is not None
+    return own_children(parent=gateway.process.pid)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_process_per_conversation_across_the_host_s_restarts(
+    gateway: Process, tmp_path: Path, mode: Mode
+) -> None:
+    host = Host(gateway, tmp_path)
+    before = processes(gateway)  # the shared process, and those of earlier tests until they end
+    async with host.shim(f"conv-a-{mode}", mode) as a, host.shim(f"conv-b-{mode}", mode) as b:
+        (pid_a, count_a), (pid_b, count_b) = await seen(a), await seen(b)
+        assert pid_a != pid_b and count_a == count_b == "1"
+        assert (await seen(a))[1] == "2"
+        if mode == "auto":  # a 2025 host's connection has a process of its own too, as every 2025 client's
+            assert processes(gateway) - before == {pid_a, pid_b}
+    async with host.shim(f"conv-a-{mode}", mode) as again:
+        assert await seen(again) == (pid_a, "3")  # the same process, and what it kept
+    saved = list((host.state / "mcp-sessions" / "connect").glob("*.json"))  # each conversation's session
+    assert len(saved) == 2 and {path.stat().st_mode & 0o777 for path in saved} == {0o600}
+    for output in host.stderr:
+        assert host.token not in output and API_KEY not in output
+
+
+async def test_without_a_conversation_the_requests_name_it(gateway: Process, tmp_path: Path) -> None:
+    """No id in the environment: nothing is added, so a 2026-07-28 call that names no conversation gets a process
+    of its own (the gateway's --sessionless per-request) and a 2025 host's connection its transport session's."""
+    host = Host(gateway, tmp_path)
+    async with host.shim(None) as modern:
+        (first, _), (second, count) = await seen(modern), await seen(modern)
+        assert first != second and count == "1"
+    async with host.shim(None, "legacy") as legacy:
+        (first, _), (second, count) = await seen(legacy), await seen(legacy)
+        assert first == second and count == "2"
+    assert not (host.state / "mcp-sessions").exists()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_refused_token_is_one_clear_error(gateway: Process, tmp_path: Path, mode: Mode) -> None:
+    host = Host(gateway, tmp_path, key=OTHER_KEY)
+    said = r"refused this server's credentials \(HTTP 401\)"
+    # The SDK's client raises its error inside the group of its connection's tasks.
+    with pytest.RaisesGroup(pytest.RaisesExc(MCPError, match=said), flatten_subgroups=True):
+        async with host.shim("conv-refused", mode):
+            pass
+    [output] = host.stderr
+    assert output.count("HTTP 401") == 1 and host.token not in output and API_KEY not in output
+
+
+async def test_end_with_host_deletes_the_conversation_s_session(gateway: Process, tmp_path: Path) -> None:
+    host = Host(gateway, tmp_path)
+    async with host.shim("conv-ended", also=("--end-with-host",)) as first:
+        pid, _ = await seen(first)
+    assert not list(host.state.glob("mcp-sessions/connect/*.json"))  # its file, gone with it
+    until(lambda: gone(pid), 20, lambda: f"the ended session's process {pid} still runs")
+    async with host.shim("conv-ended") as again:
+        assert (await seen(again))[1] == "1"  # the same conversation starts over, in a new process
+
+
+def test_a_host_s_sigterm_ends_the_session_then_the_shim(gateway: Process, tmp_path: Path) -> None:
+    """A host that signals without closing stdin: the session deleted (--end-with-host), the shim ended by the
+    signal, at once."""
+    host = Host(gateway, tmp_path)
+    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(host.state), "CLAUDE_CODE_SESSION_ID": "conv-term"}
+    command = [sys.executable, "-m", "mcp_sessions", "connect", gateway.url(), "--bearer-file", str(host.token_file)]
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "count", "arguments": {}}},
+    ]
+    pipes = subprocess.PIPE
+    with subprocess.Popen([*command, "--end-with-host"], env=environ, stdin=pipes, stdout=pipes) as shim:
+        assert shim.stdin is not None and shim.stdout is not None
+        try:
+            shim.stdin.write(b"".join(json.dumps(message).encode() + b"\n" for message in messages))
+            shim.stdin.flush()
+            assert [json.loads(shim.stdout.readline())["id"] for _ in range(2)] == [1, 2]
+            assert list(host.state.glob("mcp-sessions/connect/*.json"))
+            shim.send_signal(signal.SIGTERM)
+            assert shim.wait(20) == -signal.SIGTERM
+        finally:
+            shim.kill()  # nothing, once it has ended
+    assert not list(host.state.glob("mcp-sessions/connect/*.json"))
+
+
+async def test_an_unreachable_remote_is_one_clear_error(gateway: Process, tmp_path: Path) -> None:
+    host = Host(gateway, tmp_path, url=f"http://127.0.0.1:{free_port()}/mcp")
+    with pytest.RaisesGroup(pytest.RaisesExc(MCPError, match="could not reach"), flatten_subgroups=True):
+        async with host.shim("conv-nowhere", "legacy"):
+            pass
+    [output] = host.stderr
+    assert output.count("could not reach") == 1 and host.token not in output
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--header", f"Authorization=Bearer {API_KEY}"], "--header Authorization takes NAME=env:VAR"),
+        (["--header", "X-Api-Key=env:UNSET_VARIABLE"], "UNSET_VARIABLE is not set"),
+        (["--bearer-file", "/nonexistent/token"], "--bearer-file: cannot read /nonexistent/token"),
+        (["--header", "X-Api-Key=env:TWO_LINES"], "TWO_LINES must hold one line"),
+    ],
+)
+def test_a_credential_comes_from_the_environment_or_a_file_never_the_command_line(
+    arguments: list[str], said: str
+) -> None:
+    errors = io.StringIO()
+    environ = {"TWO_LINES": f"{API_KEY}\nX-Injected: 1"}
+    status = main(["connect", "http://127.0.0.1:9/mcp", *arguments], stderr=errors, environ=environ)
+    assert status == 2 and said in errors.getvalue() and API_KEY not in errors.getvalue()
+
+
+def documented() -> dict[str, dict[str, Any]]:
+    """docs/clients.md's configuration of the shim for each host: the ```json blocks of its section, in order."""
+    text = (MAIN / "docs/clients.md").read_text()
+    section = text.split("\n## Claude Code and other stdio hosts\n")[1].split("\n## ")[0]
+    blocks = re.findall(r"```json\n(.*?)```", section, re.S)
+    return dict(zip(("Claude Code", "Claude Desktop", "VS Code"), map(json.loads, blocks), strict=True))
+
+
+@pytest.mark.parametrize("host_name", ["Claude Code", "Claude Desktop", "VS Code"])
+async def test_the_documented_configuration_runs_as_written(gateway: Process, tmp_path: Path, host_name: str) -> None:
+    """Each host's JSON as the doc prints it, the test's gateway and token file for the doc's URL and path: Claude
+    Code's conversation continues across a restart; Claude Desktop's one shim keeps its connection's process; VS
+    Code's calls reach the process of the conversation they name."""
+    config = documented()[host_name]
+    [entry] = config["mcpServers" if "mcpServers" in config else "servers"].values()
+    assert entry.get("type", "stdio") == "stdio"
+    host = Host(gateway, tmp_path)
+    swapped = {"https://mcp.example.com/mcp": gateway.url(), "/home/you/.config/team-mcp/token": str(host.token_file)}
+    arguments = [swapped.get(argument, argument) for argument in entry["args"]]
+    command = shutil.which(entry["command"], path=str(Path(sys.executable).parent))  # where pip puts it
+    assert command is not None
+    if host_name == "Claude Code":
+        async with host.shim("conv-documented", "legacy", command, *arguments) as claude_code:
+            first = await seen(claude_code)
+        async with host.shim("conv-documented", "auto", command, *arguments) as restarted:
+            assert await seen(restarted) == (first[0], "2")
+    elif host_name == "Claude Desktop":  # no id, one shim for the app's life: its connection's process
+        async with host.shim(None, "legacy", command, *arguments) as desktop:
+            assert (await seen(desktop))[0] == (await seen(desktop))[0]
+    else:  # no id in the environment: each call names its chat's conversation
+        async with host.shim(None, "auto", command, *arguments) as vscode:
+            chat = cast(RequestParamsMeta, {"vscode.conversationId": "chat-1", "vscode.requestId": "request-1"})
+            calls = [await vscode.call_tool("count", {}, meta=chat) for _ in range(2)]
+            assert [text_of(call) for call in calls] == ["1", "2"]
+    assert not any(host.token in output for output in host.stderr)
