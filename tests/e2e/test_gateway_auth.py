@@ -16,8 +16,8 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
