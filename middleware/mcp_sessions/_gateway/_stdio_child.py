@@ -54,8 +54,9 @@ MAX_LOG_LINE: Final = 4096
 """The most of one stderr line that reaches the log (the rest of a longer line is dropped)."""
 WRITE_DEADLINE: Final = 10.0
 """How long a child may leave a line unread on its stdin: then it is stopped, as a crash."""
-MAX_WAITING_WRITES: Final = 4
-"""How many messages may wait to be written to a child's stdin; more get an error at once."""
+MAX_WAITING_WRITES: Final = 64
+"""How many messages may wait to be written to a child's stdin; more get an error at once (a burst of a
+conversation's concurrent requests all waits its turn in one tick of the event loop)."""
 _POLL: Final = 0.05
 _PR_SET_DUMPABLE: Final = 4
 _PR_SET_CHILD_SUBREAPER: Final = 36
