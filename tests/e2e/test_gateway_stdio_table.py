@@ -18,6 +18,7 @@ import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from mcp import Client
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -25,8 +26,9 @@ from starlette.routing import Route
 from _mcp import modern_headers, modern_request, session_meta
 from conftest import SECRET, serve
 from e2e._gateway import JSON_SSE, Process, created, gateway_process, legacy_initialize, result_of
-from e2e._stdio import ENVIRON, SERVER, SERVER_PATH
+from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, stdio_gateway, until
 from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway import _stdio_table
 from mcp_sessions._gateway._stdio_table import Children
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
@@ -61,12 +63,15 @@ def as_user(team: Process, name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {jwt.encode(claims, KEY, algorithm='RS256', headers={'kid': 'k1'})}"}
 
 
-def modern_call(http: httpx.Client, url: str, tool: str, headers: dict[str, str], **params: Any) -> dict[str, Any]:
-    """A 2026-07-28 ``tools/call`` of ``tool`` (``params`` beside its name): its result, or its error."""
-    body = modern_request("tools/call", {"name": tool, **params})
+def modern_call(
+    http: httpx.Client, url: str, tool: str, headers: dict[str, str], session: str | None = None, **params: Any
+) -> dict[str, Any]:
+    """A 2026-07-28 ``tools/call`` of ``tool`` (``params`` beside its name; in ``session``): its result, or its
+    error."""
+    named = None if session is None else session_meta(session)
+    body = modern_request("tools/call", {"name": tool, **params}, session=named)
     response = http.post(url, json=body, headers={**modern_headers(body), **headers})
-    assert response.status_code in (200, 400), response.text  # 2026-07-28: -32602 is answered 400
-    answer = result_of(response, 1)
+    answer = result_of(response, 1)  # 2026-07-28 answers some errors with a 4xx status
     found: dict[str, Any] = answer.get("result") or answer["error"]
     return found
 
@@ -191,7 +196,7 @@ async def test_the_operator_view_of_every_process() -> None:
     )
     async with children.running():
         scope = {"type": "http", "headers": [], "client": ("10.0.0.7", 1234)}
-        conversation = await children.conversation_for(scope)
+        conversation = await children.conversation_for(scope, "tools/call")
         with anyio.fail_after(WITHIN):
             await children.warm[0].child.ready.wait()  # started ahead as the request took the one before it
         views = {view.kind: view for view in children.processes()}
@@ -202,3 +207,44 @@ async def test_the_operator_view_of_every_process() -> None:
     assert mine.pid == conversation.child.pid and mine.age >= mine.idle >= 0 and mine.requests == 0
     assert views["shared"].principal is None and views["shared"].conversation is None
     assert views["warm"].principal is None and views["warm"].requests == 0
+
+
+# -- issue 66: lists cost nothing, and a caller at its limit is not locked out by its own idle conversations -------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_stock_clients_call_at_one_process_a_caller_gets_its_result(mode: str) -> None:
+    """66.1: the ``mcp`` SDK's ``call_tool`` sends ``tools/list`` without a session to check the tool's result; that
+    list took a process of its own (and, at ``--max-processes-per-principal``, failed a call that had run). A list
+    that names no conversation is the shared process's: one process started, for the call alone."""
+    limit = ("--max-processes-per-principal", "1", "--log-level", "info")
+    with gateway_process([], "--stdio", STDIO_SERVER, *limit, environ=SERVER_PATH) as gateway:
+        async with Client(gateway.url(), mode=mode) as client:
+            result = await client.call_tool("count", {})
+        log = gateway.log().decode()
+
+    assert not result.is_error and result.structured_content == {"result": 1}, result
+    assert log.count("serves the conversation") == 1, log
+
+
+def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """66.2: a caller whose only slot held a conversation it lost could not start another until ``--process-idle``.
+    Once idle ``EVICT_AFTER`` seconds, it is ended for the new one (logged), and answered "Session not found"
+    (``-32043``) if it comes back; within that grace, the new one is refused."""
+    monkeypatch.setattr(_stdio_table, "EVICT_AFTER", 2.0)
+
+    def create(http: httpx.Client, url: str) -> httpx.Response:
+        body = modern_request("sessions/create")
+        return http.post(url, json=body, headers=modern_headers(body))
+
+    with stdio_gateway(max_processes_per_principal=1) as url, httpx.Client(timeout=WITHIN) as http:
+        lost = created(http, url)
+        assert modern_call(http, url, "count", {}, lost, arguments={})["content"][0]["text"] == "1"
+        within_grace = create(http, url)
+        until(lambda: create(http, url).status_code == 200, WITHIN)  # once it has been idle EVICT_AFTER s
+        back = modern_call(http, url, "count", {}, lost, arguments={})
+
+    assert within_grace.status_code == 429 and result_of(within_grace, 1)["error"]["code"] == -32011
+    assert back["code"] == -32043, back

@@ -128,7 +128,8 @@ class StdioServer(Server[Any]):
 
     async def _relay(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         scope = {} if ctx.request is None else ctx.request.scope
-        conversation = await self.children.conversation_for(scope, (ctx.params or {}).get("requestState"))
+        state = (ctx.params or {}).get("requestState")
+        conversation = await self.children.conversation_for(scope, ctx.method, state)
         try:
             # its process has the --process-env values it started with: this request's?
             if not conversation.shared:

@@ -50,9 +50,14 @@ logger = logging.getLogger("mcp_sessions.gateway")
 
 MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
+EVICT_AFTER: Final = 60.0
+"""How long a caller's conversation, at its ``--max-processes-per-principal``, may be idle before a new one of the
+caller's ends it to make room."""
 RETRY_LATER: Final = {"retryAfter": 1}  # in a refusal answered in-band (HTTP 200): when to try again, in seconds
 _HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the gateway start that runs its child
 _WATCHED: Final = ("transport-session", "data-layer-session")  # ended with their session, on any replica
+LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
+"""What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
 """In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
 
@@ -160,17 +165,19 @@ class Children:
             return None
         return Key("transport-session", self.digests.transport(raw))
 
-    async def conversation_for(self, scope: Scope, state: object = None) -> Conversation:
+    async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
         2025 transport session is that transport session's, :meth:`created`), its 2025 transport session's, its host
         conversation's (bound to its caller); else, with ``sessionless="per-request"``, a child of the request's own
-        (the one that asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one.
+        (the one that asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one,
+        which answers the lists (:data:`LISTS`) that name nothing: they cost no process and count against no limit.
         Whatever names it, the caller must be its owner. A conversation whose child ran elsewhere (another replica,
         or before a restart) or has ended gets no new one: a data-layer session's is "not found" here; a host's,
         which the store the replicas share records as another start's (:data:`_HELD`), has ended."""
         session: Session | None = scope.get(SCOPE_KEY)
         transport = self._transport(scope)
-        if self.mode == "shared" or (session is None and transport is None and not self.per_request):
+        sessionless = session is None and transport is None and state is None
+        if self.mode == "shared" or (sessionless and (not self.per_request or method in LISTS)):
             return await self.shared_conversation()
         caller = await self.caller(scope)
         if session is not None and session.source == "data-layer":  # its child: its create's, or its transport's
@@ -251,9 +258,12 @@ class Children:
             raise self._gone(key)
         live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
         mine = [conversation for conversation in live if conversation.owner and conversation.owner.id == caller.id]
-        if len(mine) >= self.per_caller and transport is not None and self._tasks is not None:  # idle ones make room
-            idle = sorted((c for c in mine if c.transport is not None and not c.calls), key=lambda c: c.last_request)
-            for conversation in idle[: len(mine) - self.per_caller + 1]:
+        if len(mine) >= self.per_caller and self._tasks is not None:  # idle ones make room, the oldest first
+            spare = sorted((c for c in mine if self._spare(c, transport is not None)), key=lambda c: c.last_request)
+            for conversation in spare[: len(mine) - self.per_caller + 1]:
+                label = conversation.child.label
+                logger.info("%s: ended to make room for a new conversation of %s", label, caller.name)
+                conversation.end("evicted")  # at once: its next request is refused, never served
                 self._close_soon(conversation, "evicted")
                 live.remove(conversation)
                 mine.remove(conversation)
@@ -331,10 +341,19 @@ class Children:
         if self._tasks is not None:
             self._tasks.start_soon(self.close, conversation, why)
 
+    def _spare(self, conversation: Conversation, transport: bool) -> bool:
+        """Whether a caller's ``conversation`` may be ended to make room for its new one: none of its requests is in
+        flight or waits for input, and it has been idle for ``EVICT_AFTER`` seconds (a 2025 transport session, for
+        a new one, at once: a client that never sends DELETE leaves them behind)."""
+        if conversation.calls or conversation.parked:
+            return False
+        idle = anyio.current_time() - conversation.last_request
+        return idle >= EVICT_AFTER or (transport and conversation.transport is not None)
+
     def _gone(self, key: Key, why: str | None = None) -> MCPError:
-        if self.fronted:  # a replica's conversations are its front's sessions: "not found", so its client starts again
-            return self._not_found()
         why = why or self.ended.get(key, (0.0, "ended"))[1]
+        if self.fronted or why == "evicted":  # a replica's: its front's session; an evicted one: as its session's end
+            return self._not_found()
         return MCPError(
             CHILD_EXITED, f"the server process of this conversation has ended ({why}), with its state; start a new one"
         )
