@@ -8,7 +8,7 @@ holds the request's conversation, as an MCP client (``_stdio_child``), the relay
 endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:data:`SCOPE_KEY`).
 
 The first child, started with the gateway, is the shared one (requests that name no conversation with
-``sessionless="shared"``, or every request with ``processes="shared"``); clients' ``initialize`` and
+``sessionless="shared"``, the lists that name none, or every request with ``processes="shared"``); clients' ``initialize`` and
 ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it advertises are
 relayed (any other is the SDK's "Method not found"). Every other child is a conversation's, in one table
 (``_stdio_table``), whatever names it: a 2025 transport session (the middleware adopts it; its child is taken as
