@@ -50,8 +50,9 @@ MAX_LOG_LINE: Final = 4096
 """The most of one stderr line that reaches the log (the rest of a longer line is dropped)."""
 WRITE_DEADLINE: Final = 10.0
 """How long a child may leave a line unread on its stdin: then it is stopped, as a crash."""
-MAX_WAITING_WRITES: Final = 4
-"""How many messages may wait to be written to a child's stdin; more get an error at once."""
+MAX_WAITING_BYTES: Final = 8 << 20
+"""How much may wait to be written to a child's stdin: once this much waits, more gets an error at once. In bytes,
+not lines: a burst of a conversation's small concurrent requests all waits its turn at once."""
 BOUNDS_POLL: Final = 0.5
 """How often a process's control group is asked whether it reached a bound."""
 _POLL: Final = 0.05
@@ -208,7 +209,7 @@ class Pipe:
     it, and the next line is read where the link receives, with no task in between.
 
     One line at a time is written, whole, within ``WRITE_DEADLINE``, or the child is stopped as a crash; the messages
-    waiting for their turn (at most ``MAX_WAITING_WRITES``; a request beyond gets ``RATE_LIMITED`` at once) are their
+    waiting for their turn (at most ``MAX_WAITING_BYTES``; a request beyond gets ``RATE_LIMITED`` at once) are their
     senders' own, so a
     request whose caller left is dropped before it is written. Each stdout line is bounded (``max_line``): a longer
     one ends the child. A line that is no JSON-RPC message is logged and skipped. At the end of stdout, or when stdin
@@ -222,17 +223,17 @@ class Pipe:
         self.writing, self.waiting = anyio.Lock(), 0
 
     async def send(self, message: SessionMessage) -> None:
-        if self.waiting >= MAX_WAITING_WRITES:
+        if self.waiting >= MAX_WAITING_BYTES:
             if isinstance(message.message, types.JSONRPCRequest):  # the client's: a limit that time lifts
                 raise MCPError(RATE_LIMITED, "the server process is not reading its input; retry later")
             raise anyio.BrokenResourceError  # the link drops it: a notification, an answer to the process
-        self.waiting += 1
+        line = message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+        self.waiting += len(line)
         try:
             await self.writing.acquire()  # cancelled here (its caller left): never written
         finally:
-            self.waiting -= 1
+            self.waiting -= len(line)
         try:
-            line = message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
             with anyio.CancelScope(shield=True), anyio.move_on_after(WRITE_DEADLINE) as deadline:
                 await self.stdin.send(line)  # a line begun is written whole, or the child stopped
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
