@@ -9,8 +9,8 @@ endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:d
 
 The first child, started with the gateway, is the shared one (requests that name no conversation with
 ``sessionless="shared"``, the lists that name none, or every request with ``processes="shared"``); clients'
-``initialize`` and ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it advertises are
-relayed (any other is the SDK's "Method not found"). Every other child is a conversation's, in one table
+``initialize`` and ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it
+advertises are relayed (any other is the SDK's "Method not found"). Every other child is a conversation's, in one table
 (``_stdio_table``), whatever names it: a 2025 transport session (the middleware adopts it; its child is taken as
 its ``initialize`` is answered), a data-layer session (at its ``sessions/create``, the sessions' ``on_create``),
 a host's conversation id (at its first request, bound to its caller), a 2026-07-28 request that names none
