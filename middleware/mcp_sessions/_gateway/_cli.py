@@ -11,8 +11,11 @@ import os
 import pwd
 import shlex
 import shutil
+import socket
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TextIO
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._config import SessionsConfig
 from ._app import (
@@ -22,7 +25,7 @@ from ._app import (
     DEFAULT_KEEPALIVE,
     gateway_app,
 )
-from ._front import QueryDropped
+from ._front import QueryDropped, StartupFailed
 
 if TYPE_CHECKING:
     from ._auth import GatewayAuth
@@ -38,6 +41,8 @@ STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
 gone within 10 s of the gateway's SIGTERM."""
 
 EXIT_USAGE = 2
+STARTUP_FAILURE: Final = 3
+"""uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
 AUTH_VARIABLES: Final = {
     "jwks": "MCP_SESSIONS_AUTH_JWKS",
     "issuer": "MCP_SESSIONS_AUTH_ISSUER",
@@ -182,6 +187,13 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         f"{STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes then have 5 s to end)",
     )
     gateway.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    gateway.add_argument(
+        "--status-port",
+        type=int,
+        metavar="PORT",
+        help="with --stdio: serve the operator's view of the processes (GET /status) on 127.0.0.1:PORT, a port of "
+        "its own on the loopback address only (default: not served)",
+    )
 
 
 def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -225,6 +237,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         auth = _auth(args, environ)
         if args.process_env and args.stdio is None:
             raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
+        if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
+            raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
         if args.stdio is not None:
             command = shlex.split(args.stdio)
             options = _process_options(args, command)
@@ -269,12 +283,13 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     # parser the gateway's request checks are tested with, whatever else is installed. Each request in a context of
     # its own: else a request that arrives on a keep-alive connection before the last answer's end is started in the
     # previous request's context (python/cpython#140947), with its conversation (current_conversation) in it.
-    uvicorn.run(
-        app,
+    started = _Started(app)
+    listening = uvicorn.Config(
+        started,
         host=args.host,
         port=args.port,
         log_level=args.log_level,
-        log_config=_log_config(uvicorn.config.LOGGING_CONFIG),
+        log_config=_log_config(uvicorn.config.LOGGING_CONFIG, started),
         lifespan="on",
         http="h11",
         server_header=False,
@@ -283,6 +298,20 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         timeout_graceful_shutdown=shutdown_timeout,
         reset_contextvars=True,
     )
+    server = uvicorn.Server(listening)
+    sockets = None
+    if args.status_port is not None:  # the operator's port: loopback only, whatever --host is
+        sockets = [listening.bind_socket(), socket.create_server(("127.0.0.1", args.status_port))]
+        logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
+    try:
+        server.run(sockets=sockets)
+    except SystemExit:  # uvicorn's, for an app that did not start
+        if started.failure is None:
+            raise
+    if started.failure is not None:
+        print(f"mcp-sessions gateway: {started.failure}", file=stderr)
+        return EXIT_USAGE
+    return 0 if server.started else STARTUP_FAILURE
     return 0
 
 
@@ -318,6 +347,7 @@ def _stdio_app(
         process_options=options,
         auth=auth,
         process_env=args.process_env,
+        status_port=args.status_port,
     )
 
 
@@ -362,12 +392,57 @@ def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth |
     return GatewayAuth(jwks_url=jwks, authorization_servers=servers, **given)
 
 
-def _log_config(uvicorns: dict[str, Any]) -> dict[str, Any]:
-    """uvicorn's logging configuration, its access log without query strings (OAuth codes travel there)."""
+def _log_config(uvicorns: dict[str, Any], started: _Started) -> dict[str, Any]:
+    """uvicorn's logging configuration, its access log without query strings (OAuth codes travel there), and
+    without its own line for a failed start the gateway says in one line itself (``started``)."""
     config = copy.deepcopy(uvicorns)
     config.setdefault("filters", {})["query_dropped"] = {"()": QueryDropped}
+    config["filters"]["said_once"] = {"()": lambda: started.said_once}
     config["loggers"]["uvicorn.access"]["filters"] = ["query_dropped"]
+    config["loggers"]["uvicorn.error"]["filters"] = ["said_once"]
     return config
+
+
+class _Started:
+    """The gateway's app, whose failure to start (``StartupFailed``: its first process's) is kept as ``failure``,
+    for the gateway to say in one line, instead of uvicorn's traceback of the lifespan."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.failure: BaseException | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            return await self.app(scope, receive, send)
+        held: list[Message] = []
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)  # its text is a traceback: the exception says it in one line
+            else:
+                await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except BaseException as exc:
+            self.failure = _startup_failure(exc)
+            if self.failure is None:
+                raise
+        finally:
+            if held:
+                await send({**held[0], "message": "" if self.failure is not None else held[0].get("message", "")})
+
+    def said_once(self, record: logging.LogRecord) -> bool:
+        """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
+        return self.failure is None or not record.getMessage().startswith("Application startup failed")
+
+
+def _startup_failure(exc: BaseException) -> BaseException | None:
+    """The ``StartupFailed`` in ``exc`` (raised in a task group, it comes in exception groups), else ``None``."""
+    if isinstance(exc, StartupFailed):
+        return exc
+    inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc.__cause__,)
+    return next(filter(None, map(_startup_failure, filter(None, inner))), None)
 
 
 def _listed(given: list[str] | None, variable: str | None) -> list[str] | None:

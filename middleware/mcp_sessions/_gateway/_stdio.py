@@ -52,6 +52,7 @@ from ..sources import HostConversationSource
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ._front import GatewayFront, HostCheck, trusted_proxies
+from ._status import OperatorStatus, OwnConversations
 from ._stdio_child import ProcessOptions
 from ._stdio_table import AFTER_ANSWER, Children
 
@@ -147,6 +148,7 @@ def stdio_gateway_app(
     process_options: ProcessOptions | None = None,
     auth: GatewayAuth | None = None,
     process_env: Collection[str] = (),
+    status_port: int | None = None,
 ) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
@@ -164,8 +166,10 @@ def stdio_gateway_app(
     ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's own values of
     those variables, from the request that starts it (``_auth.ProcessEnv``; no child is started ahead then, as
     it could not know them); the gateway's own never reach a process. ``auth`` (:class:`GatewayAuth`): who is
-    asking. The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the
-    children.
+    asking; with it, each user lists and ends her own conversations (``_status.OwnConversations``).
+    ``status_port``: the operator's view of the processes is served to requests that arrive on that port
+    (``_status.OperatorStatus``: serve it on a loopback socket of its own). The other arguments are
+    :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if not command:
         raise ValueError("--stdio needs a command")
@@ -204,7 +208,7 @@ def stdio_gateway_app(
     )
     children.fronted = bool(trusted)
     check = HostCheck(allowed_hosts, allowed_origins)
-    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted)
+    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status_port=status_port)
 
 
 def _sessions_config(config: SessionsConfig, processes: str, *, replica: bool) -> SessionsConfig:
@@ -229,6 +233,7 @@ def _layered(
     auth: GatewayAuth | None,
     check: HostCheck,
     trusted: list[str],
+    status_port: int | None,
 ) -> GatewayFront:
     """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
     gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door."""
@@ -239,8 +244,11 @@ def _layered(
     config.fronts_upstream = True  # no wire's session member reaches a child, as none reaches an HTTP upstream
     sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
     children.end_transport = partial(_end_transport, sessions)
-    guarded = sessions if auth is None else auth.wrap(sessions)
-    return GatewayFront(_HostChecked(guarded, check), trusted=trusted)
+    guarded = sessions if auth is None else auth.wrap(OwnConversations(sessions, children))
+    checked: ASGIApp = _HostChecked(guarded, check)
+    if status_port is not None:
+        checked = OperatorStatus(checked, children, status_port)
+    return GatewayFront(checked, trusted=trusted)
 
 
 class _Opening:
@@ -257,7 +265,7 @@ class _Opening:
         token = REQUEST.set(scope)
         scope[AFTER_ANSWER] = []
         try:
-            opens = self.children.processes == "per-conversation" and scope["method"] == "POST"
+            opens = self.children.mode == "per-conversation" and scope["method"] == "POST"
             if opens and header(scope["headers"], MCP_SESSION_ID_HEADER) is None:
                 send = self._opening(scope, send)
             await self.app(scope, receive, send)

@@ -197,6 +197,9 @@ class Conversation:
         self.credentials = b""  # the digest of its process's --process-env values
         self.last_request = time.monotonic()
         self.caller = ""  # whom the per-caller limit counts it for
+        self.principal: str | None = None  # who that is, as the operator knows them (ProcessView)
+        self.started = time.monotonic()  # when its process started
+        self.requests = 0  # the requests it has served
         self.transport: bytes | None = None  # its 2025 transport session's id, which ends with it
         self.why: str | None = None  # why the gateway ended it (idle, its session ended, shutdown): not a crash
         self.rounds = 0  # a request's own child: how many times it was retained for its client's input
@@ -211,6 +214,7 @@ class Conversation:
 
     async def relay(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """The child's answer to a client's request; the client's own progress token gets the child's progress."""
+        self.requests += 1
         params = dict(ctx.params or {})
         given = params.pop("_meta", None) or {}
         if meta := {key: value for key, value in given.items() if _passed_on(key)}:

@@ -12,10 +12,12 @@ import hashlib
 import logging
 import math
 import secrets
+import shlex
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Literal
 
@@ -37,7 +39,9 @@ from .._wire.protocol import MCP_SESSION_ID_HEADER, RATE_LIMITED
 from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
-from ._stdio_child import Child, ProcessOptions, inherited
+from ._front import StartupFailed
+from ._process_metrics import ProcessMetrics
+from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions, inherited
 from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Conversation
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -50,6 +54,19 @@ _REQUEST: Final = "rq-"  # the key of a request's own child
 _HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the gateway start that runs its child
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
 """In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """One live process, as the operator's status and the metrics see it: nothing in it is a bearer value."""
+
+    kind: str  # "transport-session" | "data-layer-session" | "host-conversation" | "request" | "shared" | "warm"
+    principal: str | None  # whose it is: the authenticated principal's name, else the client address
+    conversation: str | None  # a short digest of its conversation's key; None for shared and warm
+    pid: int | None
+    age: float  # seconds since its process started
+    idle: float  # seconds since its last request
+    requests: int  # the requests it has served
 
 
 class Children:
@@ -72,7 +89,7 @@ class Children:
         options: ProcessOptions | None = None,
         process_env: ProcessEnv | None = None,
     ) -> None:
-        self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
+        self.command, self.config, self.mode, self.bus = list(command), config, processes, bus
         self.process_env = ProcessEnv() if process_env is None else process_env
         self.per_request = processes == "per-conversation" and sessionless == "per-request"
         self.warm_count = warm if processes == "per-conversation" else 0
@@ -90,6 +107,7 @@ class Children:
         self.moved: BoundedDict[str, str] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
         self.end_transport: Callable[[bytes], Awaitable[None]] | None = None  # a DELETE through the sessions
         self._tasks: anyio.abc.TaskGroup | None = None
+        self.metrics = ProcessMetrics(self.processes, config.meter_provider)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[types.InitializeResult]:
@@ -100,7 +118,7 @@ class Children:
                 try:
                     shared = await self.shared_conversation()
                 except MCPError as exc:
-                    raise RuntimeError(f"{' '.join(self.command)}: {exc.error.message}") from None
+                    raise await self._failed(exc.error.message) from None
                 assert shared.child.initialized is not None
                 self._fill()
                 yield shared.child.initialized
@@ -110,12 +128,21 @@ class Children:
                     conversation.why = "shutdown"
                 tasks.cancel_scope.cancel()  # each child stops its process group, shielded (_stdio_child.stop_group)
 
+    async def _failed(self, why: str) -> StartupFailed:
+        """The shared child's failure to start, in one line: why, and what it last said on its stderr."""
+        child = None if self.shared is None else self.shared.child
+        if child is not None:
+            with anyio.move_on_after(EXIT_DRAIN):
+                await child.stderr_ended.wait()
+        said = "" if child is None or child.last_words is None else f"; its last stderr line: {child.last_words}"
+        return StartupFailed(f"{shlex.join(self.command)}: {why}{said}")
+
     async def created(self, claims: SessionClaims) -> None:
         """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
         handed out; beyond the limits (or when the child fails to start), the create is refused. A session opened in
         a 2025 transport session is that conversation (one conversation, one process): its child serves it, as it
         serves a reconnect that names the session while it lives."""
-        if self.processes == "shared":
+        if self.mode == "shared":
             return
         scope = REQUEST.get() or {}
         if (transport := self.transport_key(scope)) in self.conversations:  # in a 2025 transport session: its child
@@ -145,7 +172,7 @@ class Children:
         one: a data-layer session's is "not found" here; a host's, which the store the replicas share records as
         another start's (:data:`_HELD`), has ended."""
         session: Session | None = scope.get(SCOPE_KEY)
-        if self.processes == "shared":
+        if self.mode == "shared":
             return await self.shared_conversation()
         if session is not None and session.source == "data-layer":  # its child: its create's, or its transport's
             held = self.moved.get(session.id, session.id)
@@ -169,6 +196,26 @@ class Children:
                 raise self._gone(key, "it ran on another replica, or before this one restarted")
             await session.data.set(_HELD, self.instance)
         return await self.open(key, caller)
+
+    def processes(self) -> list[ProcessView]:
+        """Every live process now: the shared one, those started ahead, and each conversation's."""
+        now, views = time.monotonic(), []
+        shared = [] if self.shared is None else [self.shared]
+        for kind, conversations in (("shared", shared), ("warm", list(self.warm))):
+            views += [_view(kind, conversation, now) for conversation in conversations]
+        for conversation in list(self.conversations.values()):
+            views.append(_view(_kind(conversation), conversation, now))
+        return [view for view in views if view.pid is not None]
+
+    async def end(self, conversation: str, principal: str) -> bool:
+        """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
+        own, ended as the gateway ends any (:meth:`close`)."""
+        for found in list(self.conversations.values()):
+            view = _view(_kind(found), found, time.monotonic())
+            if view.pid is not None and (view.conversation, view.principal) == (conversation, principal):
+                await self.close(found, "ended by its user")
+                return True
+        return False
 
     async def caller(self, scope: Scope) -> str:
         """Whom the per-caller limit counts, as the create limit does: the principal, else the client address."""
@@ -211,6 +258,7 @@ class Children:
                 live.remove(conversation)
                 mine.remove(conversation)
         if len(mine) >= self.per_caller:
+            self.metrics.refused("max_processes_per_principal")
             raise MCPError(
                 RATE_LIMITED,
                 f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
@@ -218,6 +266,7 @@ class Children:
                 RETRY_LATER,
             )
         if len(live) >= self.max_processes:
+            self.metrics.refused("max_processes")
             raise MCPError(
                 RATE_LIMITED,
                 f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
@@ -226,7 +275,7 @@ class Children:
             )
         conversation = self.conversations[key] = self.warm.popleft() if self.warm else self._start()
         conversation.sid, conversation.caller, conversation.expires_at = key, caller, expires_at
-        conversation.transport = transport
+        conversation.transport, conversation.principal = transport, known_as(REQUEST.get() or {})
         conversation.named.set()
         logger.info("%s: serves the conversation %s", conversation.child.label, key)
         self._fill()
@@ -303,6 +352,7 @@ class Children:
             options=self.options,
         )
         self._tasks.start_soon(self._serve, conversation)
+        self.metrics.started()
         return conversation
 
     async def _serve(self, conversation: Conversation) -> None:
@@ -314,6 +364,7 @@ class Children:
             timers.start_soon(self._watch, conversation)
             await child.run()
             timers.cancel_scope.cancel()
+        self.metrics.ended(conversation.why or ("failed to start" if child.failure else child.reason or "exited"))
         if conversation in self.warm:
             self.warm.remove(conversation)
         for state in conversation.parked:
@@ -380,6 +431,38 @@ def _after_answer(action: Callable[[], None]) -> None:
     if (pending := (REQUEST.get() or {}).get(AFTER_ANSWER)) is None:
         return action()
     pending.append(action)
+
+
+def known_as(scope: Scope) -> str:
+    """Who a request's caller is, as the operator knows them: the authenticated principal's name, else the client
+    address (as the per-caller limit counts callers)."""
+    user = scope.get("user")
+    if user is not None and getattr(user, "is_authenticated", False):
+        return str(user.display_name)
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+def _view(kind: str, conversation: Conversation, now: float) -> ProcessView:
+    key = conversation.sid
+    return ProcessView(
+        kind=kind,
+        principal=None if key is None else conversation.principal,
+        conversation=None if key is None else hashlib.sha256(key.encode()).hexdigest()[:12],
+        pid=None if conversation.child.done.is_set() else conversation.child.pid,
+        age=now - conversation.started,
+        idle=now - conversation.last_request,
+        requests=conversation.requests,
+    )
+
+
+def _kind(conversation: Conversation) -> str:
+    key = conversation.sid or ""
+    if key.startswith(_BOUND):
+        return "host-conversation"
+    if key.startswith(_REQUEST):
+        return "request"
+    return "data-layer-session" if conversation.transport is None else "transport-session"
 
 
 def _bound(sid: str, caller: str) -> str:
