@@ -301,7 +301,12 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     server = uvicorn.Server(listening)
     sockets = None
     if args.status_port is not None:  # the operator's port: loopback only, whatever --host is
-        sockets = [listening.bind_socket(), socket.create_server(("127.0.0.1", args.status_port))]
+        try:
+            status = socket.create_server(("127.0.0.1", args.status_port))
+        except OSError as exc:
+            print(f"mcp-sessions gateway: --status-port {args.status_port}: {exc.strerror}", file=stderr)
+            return EXIT_USAGE
+        sockets = [listening.bind_socket(), status]
         logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
     try:
         server.run(sockets=sockets)
