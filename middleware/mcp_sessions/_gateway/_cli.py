@@ -71,7 +71,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         "--stdio",
         metavar="COMMAND",
         help="a stdio server's command and arguments, split as a shell would and run without one: a process "
-        "per conversation (pip install 'mcp-sessions[stdio]')",
+        "per conversation (pip install 'mcp-sessions[gateway]')",
     )
     _process_arguments(gateway)
     _containment_arguments(gateway)
@@ -259,8 +259,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 auth=auth,
             )
     except ModuleNotFoundError as exc:
-        extra = "stdio" if args.stdio is not None or (exc.name or "").startswith("mcp") else "gateway"  # auth: the SDK
-        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[{extra}]'", file=stderr)
+        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
         return EXIT_USAGE
     except (ImportError, ValueError, TypeError, RuntimeError) as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)
