@@ -316,7 +316,6 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         print(f"mcp-sessions gateway: {started.failure}", file=stderr)
         return EXIT_USAGE
     return 0 if server.started else STARTUP_FAILURE
-    return 0
 
 
 def _stdio_app(
@@ -445,8 +444,11 @@ def _startup_failure(exc: BaseException) -> BaseException | None:
     """The ``StartupFailed`` in ``exc`` (raised in a task group, it comes in exception groups), else ``None``."""
     if isinstance(exc, StartupFailed):
         return exc
-    inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc.__cause__,)
-    return next(filter(None, map(_startup_failure, filter(None, inner))), None)
+    inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc.__cause__]
+    for each in inner:
+        if each is not None and (found := _startup_failure(each)) is not None:
+            return found
+    return None
 
 
 def _listed(given: list[str] | None, variable: str | None) -> list[str] | None:
