@@ -37,14 +37,15 @@ def gateway(path: Path) -> bool:
     return path.parts[0] == "_gateway"
 
 
-# The budget, in one place: each part's test of a path (relative to the package) and its most code lines.
+# The budget, in one place: each part's test of a path (relative to the package) and its most code lines. Issue 66
+# added what a gateway runs (its status, each user's own, the process metrics): _cli +120, _gateway +290, tests +380.
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
     "core": (core, 7_900),
-    "_cli": (cli, 500),
-    "_gateway": (gateway, 2_400),
+    "_cli": (cli, 620),
+    "_gateway": (gateway, 2_690),
 }
 # The suite's: every line of its Python files.
-TESTS_BUDGET = 30_000
+TESTS_BUDGET = 30_200
 
 
 def code_lines(source: str) -> int:

@@ -116,13 +116,13 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
         seen = shown("gateway", "status", status)
         bob_token = tmp_path / "bob.jwt"
         bob_token.write_text(bob + "\n")
-        hers = shown("sessions", url, environ={"MCP_SESSIONS_TOKEN": alice})["conversations"]
+        hers = shown("sessions", url, environ={"MCP_GATEWAY_TOKEN": alice})["conversations"]
         his = shown("sessions", url, "--token-file", str(bob_token))["conversations"]
         table = command("gateway", "status", status)
         refused = command("sessions", url, "--token-file", str(bob_token), "--end", hers[0]["conversation"])
         no_token = command("sessions", url)
         [data_layer] = [mine for mine in hers if mine["kind"] == "data-layer-session"]
-        ended = command("sessions", url, "--end", data_layer["conversation"], environ={"MCP_SESSIONS_TOKEN": alice})
+        ended = command("sessions", url, "--end", data_layer["conversation"], environ={"MCP_GATEWAY_TOKEN": alice})
         after = call(http, url, sessions["alice"], alice)
         on_the_clients_port = http.get(gateway.url("/status"), headers={"Authorization": f"Bearer {alice}"})
         rebound = http.get(f"{status}/status", headers={"Host": f"attacker.example:{status_port}"})
@@ -159,7 +159,7 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     )
     assert (no_token.returncode, no_token.stderr) == (
         2,
-        "mcp-sessions sessions: no token: set MCP_SESSIONS_TOKEN, or give --token-file\n",
+        "mcp-sessions sessions: no token: set MCP_GATEWAY_TOKEN, or give --token-file\n",
     )
     assert (ended.returncode, ended.stdout) == (0, f"ended {data_layer['conversation']}\n"), ended.stderr
     assert after["error"]["code"] == SESSION_NOT_FOUND  # her client starts a new one

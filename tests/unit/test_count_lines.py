@@ -52,10 +52,10 @@ def test_check_fails_when_a_part_is_over(tmp_path: Path) -> None:
     assert over.returncode == 1
     assert "_cli" in over.stdout.splitlines()[2] and over.stdout.splitlines()[2].endswith("over")
     (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_a.py").write_text("\n" * 30_001, encoding="utf-8")
+    (tmp_path / "tests" / "test_a.py").write_text("\n" * 30_201, encoding="utf-8")
     suite = count_lines("--package", str(tmp_path), "--tests", str(tmp_path / "tests"), "--check", "tests")
     assert suite.returncode == 1
-    assert suite.stdout.splitlines()[-1].split()[:2] == ["tests", "30001"] and "over" in suite.stdout.splitlines()[-1]
+    assert suite.stdout.splitlines()[-1].split()[:2] == ["tests", "30201"] and "over" in suite.stdout.splitlines()[-1]
 
 
 @pytest.mark.parametrize("part", CHECKED)

@@ -9,7 +9,7 @@
     mcp-sessions delete http://127.0.0.1:8000/mcp -  < session.txt   end it (its sessionId from stdin)
     mcp-sessions gateway --upstream http://127.0.0.1:3001/mcp   sessions in front of any MCP server
     mcp-sessions gateway status http://127.0.0.1:8001   what a gateway --stdio runs (its --status-port)
-    MCP_SESSIONS_TOKEN=... mcp-sessions sessions http://127.0.0.1:8000/mcp   your own conversations there
+    MCP_GATEWAY_TOKEN=... mcp-sessions sessions http://127.0.0.1:8000/mcp   your own conversations there
     mcp-sessions conformance http://127.0.0.1:8000/mcp   check each session wire the server implements
 
 Private key material goes only to standard output or to a new file with mode
@@ -102,9 +102,9 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
 
 
 def _status_parser() -> argparse.ArgumentParser:
-    module = _module("status")
-    parser = argparse.ArgumentParser(prog="mcp-sessions gateway status", description=module.DESCRIPTION)
-    module.add_arguments(parser)
+    module = _module("sessions")  # what a gateway runs: the operator's view beside a user's own
+    parser = argparse.ArgumentParser(prog="mcp-sessions gateway status", description=module.STATUS_DESCRIPTION)
+    module.add_status_arguments(parser)
     parser.set_defaults(command="status")
     return parser
 
@@ -135,7 +135,8 @@ def main(
     try:
         if args.command == "keygen":
             return _keygen(args, stdout, stderr)
-        status: int = _module(args.command).run(args, stdin, stdout, stderr, environ)
+        name = "sessions" if args.command == "status" else args.command
+        status: int = _module(name).run(args, stdin, stdout, stderr, environ)
         return status
     except (UsageError, Failed) as exc:
         name = "gateway status" if args.command == "status" else args.command

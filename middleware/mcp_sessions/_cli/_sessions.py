@@ -1,10 +1,13 @@
-"""``mcp-sessions sessions URL``: a user's own conversations on a ``gateway --stdio``, listed, and one ended.
+"""What a ``gateway --stdio`` runs: ``mcp-sessions sessions URL``, a user's own conversations, listed, and one
+ended; ``mcp-sessions gateway status URL``, the operator's view of every process.
 
 The gateway answers with the caller's own only (``GET /mcp/sessions`` beside the MCP endpoint; ``DELETE
-/mcp/sessions/DIGEST`` ends one), so the command needs the user's token: from ``MCP_SESSIONS_TOKEN`` or a file
+/mcp/sessions/DIGEST`` ends one), so the command needs the user's token: from ``MCP_GATEWAY_TOKEN`` or a file
 (``--token-file``), never the command line, where ``ps`` and the shell's history would show it. Its requests go
 over ``create``'s guarded HTTP transport: no redirect followed, each answer bounded, every string of the server's
-printed :func:`printable`.
+printed :func:`printable`. ``gateway status`` reads the gateway's ``--status-port`` (``http://127.0.0.1:PORT``),
+served on the loopback address alone: every live process (its kind, whose, a digest of its conversation, age, idle
+time, memory, requests served), then each user's processes and everyone's against the limits.
 """
 
 from __future__ import annotations
@@ -19,13 +22,18 @@ from .._wire import printable
 from . import EXIT_OK, Failed, UsageError
 from ._create import DEADLINE, _guarded, excerpt
 
-TOKEN_VARIABLE: Final = "MCP_SESSIONS_TOKEN"  # noqa: S105 - the name of the variable that holds it
+TOKEN_VARIABLE: Final = "MCP_GATEWAY_TOKEN"  # noqa: S105 - the name of the variable that holds it
 DESCRIPTION: Final = (
     "List your own conversations on the gateway whose MCP endpoint is URL (its --stdio processes), or end one "
     f"(--end DIGEST). Your token comes from {TOKEN_VARIABLE}, or from --token-file. Exit status: 0 done, 1 "
     "refused, unknown or unreachable, 2 usage error."
 )
 COLUMNS: Final = ("conversation", "kind", "age", "idle", "requests")
+STATUS_DESCRIPTION: Final = (
+    "Show what a gateway --stdio runs, from its --status-port: each process, and each user's against the limits. "
+    "Exit status: 0 shown, 1 unreachable or refused, 2 usage error."
+)
+STATUS_COLUMNS: Final = ("kind", "principal", "conversation", "pid", "age", "idle", "memory", "requests")
 
 
 def add_arguments(sessions: argparse.ArgumentParser) -> None:
@@ -36,8 +44,16 @@ def add_arguments(sessions: argparse.ArgumentParser) -> None:
     sessions.add_argument("--json", action="store_true", help="print the gateway's answer as JSON")
 
 
+def add_status_arguments(status: argparse.ArgumentParser) -> None:
+    """The arguments of ``gateway status``."""
+    status.add_argument("url", help="the gateway's status port, e.g. http://127.0.0.1:8001")
+    status.add_argument("--json", action="store_true", help="print the gateway's answer as JSON")
+
+
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
-    """Run ``sessions``: list the caller's conversations, or end one; returns the exit status."""
+    """Run ``sessions`` (list the caller's conversations, or end one), or ``gateway status``; the exit status."""
+    if args.command == "status":
+        return _status(args.url.rstrip("/"), args.json, stdout)
     headers = {"Authorization": f"Bearer {_token(args.token_file, environ)}"}
     url = args.url.rstrip("/") + "/sessions"
     if args.end is not None:
@@ -51,6 +67,31 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     rows = [[cell(row.get(column)) for column in COLUMNS] for row in answer.get("conversations", [])]
     stdout.write(table([column.upper() for column in COLUMNS], rows))
     return EXIT_OK
+
+
+def _status(url: str, as_json: bool, stdout: TextIO) -> int:
+    """``gateway status``: the operator's view, as JSON or as a table and the limits."""
+    answer = fetched("GET", url if url.endswith("/status") else url + "/status")
+    if as_json:
+        stdout.write(json.dumps(answer, indent=2) + "\n")
+        return EXIT_OK
+    processes = answer.get("processes", [])
+    rows = [[_shown(column, process.get(column)) for column in STATUS_COLUMNS] for process in processes]
+    stdout.write(table([column.upper() for column in STATUS_COLUMNS], rows))
+    total = answer.get("total", {})
+    stdout.write(f"\nprocesses: {cell(total.get('processes'))} of {cell(total.get('limit'))} (--max-processes)\n")
+    for user in answer.get("users", []):
+        said = f"{cell(user.get('processes'))} of {cell(user.get('limit'))} (--max-processes-per-principal)"
+        stdout.write(f"  {cell(user.get('principal'))}: {said}\n")
+    return EXIT_OK
+
+
+def _shown(column: str, value: Any) -> str:
+    if column == "memory" and isinstance(value, int):
+        return f"{value / (1 << 20):.1f} MiB"
+    if column in ("age", "idle") and isinstance(value, int | float):
+        return f"{value:.0f} s"
+    return cell(value)
 
 
 def _token(path: str | None, environ: Mapping[str, str]) -> str:

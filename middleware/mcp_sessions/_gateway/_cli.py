@@ -224,7 +224,7 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Build the gateway from ``args`` and the environment, and serve it until stopped."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 - here, so that without it the command says which extra to install
 
         config = SessionsConfig.from_env(environ=environ)
         hosts = _listed(args.allowed_host, environ.get("MCP_SESSIONS_ALLOWED_HOSTS"))
@@ -270,13 +270,21 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     # and so do its session manager's warnings and errors (an id sent with another user's credential, a crash): a
     # bearer value in no log line; the gateway logs each conversation's end itself.
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.CRITICAL)
-    shutdown_timeout = args.shutdown_timeout
-    if shutdown_timeout is None:
-        shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
     served = f"stdio {args.stdio}" if args.stdio is not None else ", ".join(args.upstream)
     logger.info("mcp-sessions gateway: %s on http://%s:%d", served, args.host, args.port)
     if args.stdio is not None:
         logger.info("mcp-sessions gateway: each process contained by %s", options.containment)
+    return _serve(app, args, stderr)
+
+
+def _serve(app: Any, args: argparse.Namespace, stderr: TextIO) -> int:
+    """Serve ``app`` with uvicorn until stopped (and the operator's status on its own loopback socket); a failure
+    to start (``StartupFailed``) is one line on ``stderr`` and exit status 2."""
+    import uvicorn
+
+    shutdown_timeout = args.shutdown_timeout
+    if shutdown_timeout is None:
+        shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
     # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
     # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
     # parser the gateway's request checks are tested with, whatever else is installed. Each request in a context of

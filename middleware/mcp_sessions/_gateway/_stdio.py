@@ -52,7 +52,7 @@ from ..sources import HostConversationSource
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ._front import GatewayFront, HostCheck, trusted_proxies
-from ._status import OperatorStatus, OwnConversations
+from ._status import OperatorStatus, OwnConversations, ProcessMetrics
 from ._stdio_child import ProcessOptions
 from ._stdio_table import AFTER_ANSWER, Children
 
@@ -207,6 +207,7 @@ def stdio_gateway_app(
         process_env=credentials,
     )
     children.fronted = bool(trusted)
+    children.metrics = ProcessMetrics(children.processes, config.meter_provider)
     check = HostCheck(allowed_hosts, allowed_origins)
     return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status_port=status_port)
 

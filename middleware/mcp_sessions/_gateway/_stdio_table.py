@@ -40,7 +40,6 @@ from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
-from ._process_metrics import ProcessMetrics
 from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions, inherited
 from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Conversation
 
@@ -67,6 +66,19 @@ class ProcessView:
     age: float  # seconds since its process started
     idle: float  # seconds since its last request
     requests: int  # the requests it has served
+
+
+class ProcessEvents:
+    """What the process metrics count (``_status.ProcessMetrics`` counts them); by default, nothing."""
+
+    def started(self) -> None:
+        """A process was started."""
+
+    def ended(self, why: str) -> None:
+        """A process ended, for ``why``."""
+
+    def refused(self, limit: str) -> None:
+        """A conversation was refused a process by ``limit``, the option's name."""
 
 
 class Children:
@@ -107,7 +119,7 @@ class Children:
         self.moved: BoundedDict[str, str] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
         self.end_transport: Callable[[bytes], Awaitable[None]] | None = None  # a DELETE through the sessions
         self._tasks: anyio.abc.TaskGroup | None = None
-        self.metrics = ProcessMetrics(self.processes, config.meter_provider)
+        self.metrics = ProcessEvents()  # what the metrics count: _status.ProcessMetrics, set by the app
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[types.InitializeResult]:
