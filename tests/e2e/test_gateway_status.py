@@ -28,7 +28,16 @@ from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from _mcp import MODERN, SESSION_NOT_FOUND, answer, era_session, modern_headers, modern_request, session_meta
+from _mcp import (
+    MODERN,
+    SESSION_NOT_FOUND,
+    answer,
+    era_session,
+    legacy_request,
+    modern_headers,
+    modern_request,
+    session_meta,
+)
 from _otel import collect, points
 from _redis import free_port
 from conftest import SECRET, serve
@@ -111,7 +120,8 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
         sessions["bob"] = era_session(http, url, MODERN, Authorization=f"Bearer {bob}")
         for _ in range(3):
             assert "result" in call(http, url, sessions["alice"], alice)
-        transport = legacy_initialize(http, url, {"Authorization": f"Bearer {alice}"})["Mcp-Session-Id"]
+        in_transport = legacy_initialize(http, url, {"Authorization": f"Bearer {alice}"})
+        transport = in_transport["Mcp-Session-Id"]
 
         seen = shown("gateway", "status", status)
         bob_token = tmp_path / "bob.jwt"
@@ -122,8 +132,13 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
         refused = command("sessions", url, "--token-file", str(bob_token), "--end", hers[0]["conversation"])
         no_token = command("sessions", url)
         [data_layer] = [mine for mine in hers if mine["kind"] == "data-layer-session"]
-        ended = command("sessions", url, "--end", data_layer["conversation"], environ={"MCP_GATEWAY_TOKEN": alice})
+        as_alice = {"MCP_GATEWAY_TOKEN": alice}
+        ended = command("sessions", url, "--end", data_layer["conversation"], environ=as_alice)
         after = call(http, url, sessions["alice"], alice)
+        [transported] = [mine for mine in hers if mine["kind"] == "transport-session"]
+        ended_too = command("sessions", url, "--end", transported["conversation"], environ=as_alice)
+        listed = legacy_request("tools/list", id=5)
+        transport_after = http.post(url, json=listed, headers=in_transport)
         on_the_clients_port = http.get(gateway.url("/status"), headers={"Authorization": f"Bearer {alice}"})
         rebound = http.get(f"{status}/status", headers={"Host": f"attacker.example:{status_port}"})
 
@@ -163,8 +178,10 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     )
     assert (ended.returncode, ended.stdout) == (0, f"ended {data_layer['conversation']}\n"), ended.stderr
     assert after["error"]["code"] == SESSION_NOT_FOUND  # her client starts a new one
+    assert ended_too.returncode == 0, ended_too.stderr
+    assert transport_after.status_code == 404  # as after its own DELETE: her 2025 client initializes again
     left = shown("gateway", "status", status)["processes"]
-    assert data_layer["conversation"] not in {p["conversation"] for p in left}
+    assert not {data_layer["conversation"], transported["conversation"]} & {p["conversation"] for p in left}
     assert on_the_clients_port.status_code == 404  # the operator's view is on its own port only
     assert rebound.status_code == 403
 

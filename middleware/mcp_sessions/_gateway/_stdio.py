@@ -292,15 +292,16 @@ class _Opening:
                     await send_json(
                         send, status, jsonrpc.error(None, exc.error.code, exc.error.message, exc.error.data), b"1"
                     )
-                    await _end_transport(self.app, raw)
+                    await _end_transport(self.app, raw, scope.get("user"))
                     return
             await send(message)
 
         return opening
 
 
-async def _end_transport(app: ASGIApp, transport: bytes) -> None:
-    """End a 2025 transport session as its client would, with a ``DELETE`` (its later requests get 404)."""
+async def _end_transport(app: ASGIApp, transport: bytes, user: object = None) -> None:
+    """End a 2025 transport session as its client would, with a ``DELETE`` (its later requests get 404): as
+    ``user``, who opened it (the SDK answers any other's ``DELETE`` "Session not found")."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -315,6 +316,7 @@ async def _end_transport(app: ASGIApp, transport: bytes) -> None:
         "client": None,
         "server": None,
         "state": {},
+        **({} if user is None else {"user": user}),
     }
 
     async def ignore(message: Message) -> None:

@@ -198,6 +198,7 @@ class Conversation:
         self.last_request = time.monotonic()
         self.caller = ""  # whom the per-caller limit counts it for
         self.principal: str | None = None  # who that is, as the operator knows them (ProcessView)
+        self.user: object = None  # the authenticated user who opened it (scope["user"])
         self.started = time.monotonic()  # when its process started
         self.requests = 0  # the requests it has served
         self.transport: bytes | None = None  # its 2025 transport session's id, which ends with it

@@ -117,7 +117,7 @@ class Children:
         self.conversations: dict[str, Conversation] = {}
         self.ended: BoundedDict[str, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
         self.moved: BoundedDict[str, str] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
-        self.end_transport: Callable[[bytes], Awaitable[None]] | None = None  # a DELETE through the sessions
+        self.end_transport: Callable[[bytes, object], Awaitable[None]] | None = None  # a DELETE, as its user
         self._tasks: anyio.abc.TaskGroup | None = None
         self.metrics = ProcessEvents()  # what the metrics count: _status.ProcessMetrics, set by the app
 
@@ -288,6 +288,7 @@ class Children:
         conversation = self.conversations[key] = self.warm.popleft() if self.warm else self._start()
         conversation.sid, conversation.caller, conversation.expires_at = key, caller, expires_at
         conversation.transport, conversation.principal = transport, known_as(REQUEST.get() or {})
+        conversation.user = (REQUEST.get() or {}).get("user")  # who may end its transport session
         conversation.named.set()
         logger.info("%s: serves the conversation %s", conversation.child.label, key)
         self._fill()
@@ -405,7 +406,7 @@ class Children:
         initializes again) or its data-layer session (then "Session not found"); a host's is refused here."""
         key = conversation.sid
         if conversation.transport is not None and self.end_transport is not None:
-            await self.end_transport(conversation.transport)
+            await self.end_transport(conversation.transport, conversation.user)
         elif key is not None and not key.startswith((_BOUND, _REQUEST)):
             try:
                 await self.config.store.revoke(key, expires_at=conversation.expires_at)
