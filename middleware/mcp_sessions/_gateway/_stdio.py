@@ -56,6 +56,7 @@ from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ._exchange import TokenExchange
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._sandbox import environment
+from ._status import OperatorStatus, OwnConversations, ProcessMetrics
 from ._stdio_child import ProcessOptions
 from ._stdio_relay import Key
 from ._stdio_table import AFTER_ANSWER, Children
@@ -162,6 +163,7 @@ def stdio_gateway_app(
     process_env: Collection[str] = (),
     token_exchange: TokenExchange | None = None,
     exchange_scope: str | None = None,
+    status_port: int | None = None,
 ) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
@@ -180,9 +182,11 @@ def stdio_gateway_app(
     ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's own values of
     those variables, from the request that starts it (``_auth.ProcessEnv``; no child is started ahead then, as
     it could not know them); the gateway's own never reach a process. ``NAME=exchange:AUDIENCE`` is the user's
-    token exchanged by ``token_exchange`` for AUDIENCE (and ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is
-    asking. The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the
-    children.
+    token exchanged by ``token_exchange`` for AUDIENCE (and ``exchange_scope``). ``auth`` (:class:`GatewayAuth`):
+    who is asking; with it, each user lists and ends her own conversations (``_status.OwnConversations``).
+    ``status_port``: the operator's view of the processes is served to requests that arrive on that port
+    (``_status.OperatorStatus``: serve it on a loopback socket of its own). The other arguments are
+    :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if not command:
         raise ValueError("--stdio needs a command")
@@ -224,8 +228,9 @@ def stdio_gateway_app(
         process_env=credentials,
     )
     children.fronted = bool(trusted)
+    children.metrics = ProcessMetrics(children.processes, config.meter_provider)
     check = HostCheck(allowed_hosts, allowed_origins)
-    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted)
+    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status_port=status_port)
 
 
 def _sessions_config(config: SessionsConfig, processes: str, *, replica: bool) -> SessionsConfig:
@@ -250,6 +255,7 @@ def _layered(
     auth: GatewayAuth | None,
     check: HostCheck,
     trusted: list[str],
+    status_port: int | None,
 ) -> GatewayFront:
     """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
     gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door."""
@@ -260,8 +266,12 @@ def _layered(
     config.fronts_upstream = True  # no wire's session member reaches a child, as none reaches an HTTP upstream
     sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
     children.end_transport = partial(_end_transport, sessions)
-    guarded = sessions if auth is None else auth.wrap(children.process_env.wrap(sessions))  # exchanges, once known
-    return GatewayFront(_HostChecked(guarded, check), trusted=trusted)
+    exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
+    guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
+    checked: ASGIApp = _HostChecked(guarded, check)
+    if status_port is not None:
+        checked = OperatorStatus(checked, children, status_port)
+    return GatewayFront(checked, trusted=trusted)
 
 
 class _Opening:
@@ -305,15 +315,16 @@ class _Opening:
                     await send_json(
                         send, status, jsonrpc.error(None, exc.error.code, exc.error.message, exc.error.data), b"1"
                     )
-                    await _end_transport(self.app, raw)
+                    await _end_transport(self.app, raw, scope.get("user"))
                     return
             await send(message)
 
         return opening
 
 
-async def _end_transport(app: ASGIApp, transport: bytes) -> None:
-    """End a 2025 transport session as its client would, with a ``DELETE`` (its later requests get 404)."""
+async def _end_transport(app: ASGIApp, transport: bytes, user: object = None) -> None:
+    """End a 2025 transport session as its client would, with a ``DELETE`` (its later requests get 404): as
+    ``user``, who opened it (the SDK answers any other's ``DELETE`` "Session not found")."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -328,6 +339,7 @@ async def _end_transport(app: ASGIApp, transport: bytes) -> None:
         "client": None,
         "server": None,
         "state": {},
+        **({} if user is None else {"user": user}),
     }
 
     async def ignore(message: Message) -> None:

@@ -94,6 +94,8 @@ class Child:
         self.pid: int | None = None
         self.exit_code: int | None = None
         self.link: JSONRPCDispatcher[Any] | None = None
+        self.last_words: str | None = None  # its last stderr line: why it failed to start, often
+        self.stderr_ended = anyio.Event()
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask the child to end (its :meth:`run` stops the process group); ``reason`` goes to the log."""
@@ -131,6 +133,9 @@ class Child:
                 await tasks.start(link.run, self.on_request, self.on_notify, self.on_progress)
                 await self._initialize(link)
                 await self.done.wait()
+                if self.failure is not None:  # its last words, which say why, read first
+                    with anyio.move_on_after(EXIT_DRAIN):
+                        await self.stderr_ended.wait()
                 tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -191,17 +196,22 @@ class Child:
     async def _log_stderr(self, process: anyio.abc.Process) -> None:
         assert process.stderr is not None
         lines = BufferedByteReceiveStream(process.stderr)
-        while True:
-            try:
-                line, whole = await lines.receive_until(b"\n", self.max_line), True
-            except anyio.DelimiterNotFound:
-                line, whole = await lines.receive(self.max_line), False  # a line without end: a piece at a time
-            except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                return
-            line = line.rstrip(b"\r")
-            if not whole or len(line) > MAX_LOG_LINE:
-                line = line[:MAX_LOG_LINE] + b" [cut]"
-            stderr_logger.info("%s: %s", self.label, printable(line.decode(errors="replace")))
+        try:
+            while True:
+                try:
+                    line, whole = await lines.receive_until(b"\n", self.max_line), True
+                except anyio.DelimiterNotFound:
+                    line, whole = await lines.receive(self.max_line), False  # a line without end: a piece at a time
+                except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return
+                line = line.rstrip(b"\r")
+                if not whole or len(line) > MAX_LOG_LINE:
+                    line = line[:MAX_LOG_LINE] + b" [cut]"
+                text = printable(line.decode(errors="replace"))
+                stderr_logger.info("%s: %s", self.label, text)
+                self.last_words = text.strip() or self.last_words
+        finally:
+            self.stderr_ended.set()
 
 
 class Pipe:

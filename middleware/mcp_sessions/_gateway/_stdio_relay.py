@@ -215,8 +215,10 @@ class Conversation:
         credentials: bytes = b"",
         expires_at: float = math.inf,
         transport: bytes | None = None,
+        user: object = None,
     ) -> None:
         self.key, self.child, self.owner = key, child, owner  # owner: None for the shared one
+        self.user = user  # the authenticated user who opened it (scope["user"]): who may end its transport session
         self.expires_at = expires_at  # its session token's expiry, in the store's time (for its revocation)
         self.deadline = anyio.current_time() + (expires_at - time.time())  # the same, on anyio's clock
         self.credentials = credentials  # the digest of its process's --process-env values

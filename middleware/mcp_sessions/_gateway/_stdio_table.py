@@ -17,6 +17,7 @@ import hashlib
 import logging
 import math
 import secrets
+import shlex
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -44,7 +45,8 @@ from ..profiles import Era
 from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
-from ._stdio_child import Child, ProcessOptions
+from ._front import StartupFailed
+from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions
 from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Caller, Conversation, Key
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -74,6 +76,19 @@ class ProcessView:
     age: float  # seconds since its process started
     idle: float  # seconds since its last request
     requests: int  # requests it has served
+
+
+class ProcessEvents:
+    """What the process metrics count (``_status.ProcessMetrics`` counts them); by default, nothing."""
+
+    def started(self) -> None:
+        """A process was started."""
+
+    def ended(self, why: str) -> None:
+        """A process ended, for ``why``."""
+
+    def refused(self, limit: str) -> None:
+        """A conversation was refused a process by ``limit``, the option's name."""
 
 
 class Children:
@@ -113,7 +128,8 @@ class Children:
         self.conversations: dict[Key, Conversation] = {}
         self.ended: BoundedDict[Key, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
         self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
-        self.end_transport: Callable[[bytes], Awaitable[None]] | None = None  # a DELETE through the sessions
+        self.end_transport: Callable[[bytes, object], Awaitable[None]] | None = None  # a DELETE, as its user
+        self.metrics = ProcessEvents()  # what the metrics count: _status.ProcessMetrics, set by the app
         self._tasks: anyio.abc.TaskGroup | None = None
 
     @asynccontextmanager
@@ -125,7 +141,7 @@ class Children:
                 try:
                     shared = await self.shared_conversation()
                 except MCPError as exc:
-                    raise RuntimeError(f"{' '.join(self.command)}: {exc.error.message}") from None
+                    raise await self._failed(exc.error.message) from None
                 assert shared.child.initialized is not None
                 self._fill()
                 yield shared.child.initialized
@@ -134,6 +150,15 @@ class Children:
                 for conversation in self.conversations.values():
                     conversation.why = "shutdown"
                 tasks.cancel_scope.cancel()  # each child stops its process group, shielded (_stdio_child.stop_group)
+
+    async def _failed(self, why: str) -> StartupFailed:
+        """The shared child's failure to start, in one line: why, and what it last said on its stderr."""
+        child = None if self.shared is None else self.shared.child
+        if child is not None:
+            with anyio.move_on_after(EXIT_DRAIN):
+                await child.stderr_ended.wait()
+        said = "" if child is None or child.last_words is None else f"; its last stderr line: {child.last_words}"
+        return StartupFailed(f"{shlex.join(self.command)}: {why}{said}")
 
     async def created(self, claims: SessionClaims) -> None:
         """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
@@ -144,7 +169,7 @@ class Children:
         if self.mode == "shared":
             return
         scope = REQUEST.get() or {}
-        caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), _name(scope))
+        caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
         transport = self._transport(scope)
         found = None if transport is None else self.conversations.get(transport)
         if found is not None and found.owner is not None and found.owner.id == caller.id:
@@ -222,7 +247,7 @@ class Children:
     async def caller(self, scope: Scope) -> Caller:
         """Who asks: whom the limits count, as the create limit does (the principal, else the client address)."""
         principal = await principal_digest(self.config.principal, scope, self.config.keys.audience)
-        return Caller(caller_of(scope, principal), _name(scope))
+        return Caller(caller_of(scope, principal), known_as(scope))
 
     async def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
         """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
@@ -269,6 +294,7 @@ class Children:
                 live.remove(conversation)
                 mine.remove(conversation)
         if len(mine) >= self.per_caller:
+            self.metrics.refused("max_processes_per_principal")
             raise MCPError(
                 RATE_LIMITED,
                 f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
@@ -276,6 +302,7 @@ class Children:
                 RETRY_LATER,
             )
         if len(live) >= self.max_processes:
+            self.metrics.refused("max_processes")
             raise MCPError(
                 RATE_LIMITED,
                 f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
@@ -283,6 +310,7 @@ class Children:
                 RETRY_LATER,
             )
         if not counted and self.config.create_limit is not None and (wait := self.config.create_limit.take(caller.id)):
+            self.metrics.refused("create_limit")
             raise MCPError(
                 RATE_LIMITED,
                 "Too many server processes started, retry later (MCP_SESSIONS_CREATE_LIMIT)",
@@ -298,6 +326,7 @@ class Children:
             credentials=process.credentials,
             expires_at=expires_at,
             transport=transport,
+            user=(REQUEST.get() or {}).get("user"),  # who may end its transport session
         )
         self.conversations[key] = process.take(conversation)
         logger.info("%s: serves the conversation %s", process.child.label, key.id)  # a sid, else a digest
@@ -308,6 +337,16 @@ class Children:
         """Every live process, as the operator sees it: a snapshot, read only."""
         now = anyio.current_time()
         return [process.view(now) for process in self.live]
+
+    async def end(self, conversation: str, principal: str) -> bool:
+        """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
+        own, ended as the gateway ends any (:meth:`close`)."""
+        for found in list(self.conversations.values()):
+            mine = found.owner is not None and found.owner.name == principal
+            if mine and _digest(found.key) == conversation and not found.child.done.is_set():
+                await self.close(found, "ended by its user")
+                return True
+        return False
 
     def _fill(self) -> None:
         """Start children ahead, up to ``warm`` of them, for new conversations and requests: once the answer of the
@@ -391,6 +430,7 @@ class Children:
             started.take(Conversation(Key("shared", ""), started.child, owner=None, tasks=self._tasks, bus=self.bus))
         self.live.add(started)
         self._tasks.start_soon(self._serve, started)
+        self.metrics.started()
         return started
 
     async def _serve(self, process: _Process) -> None:
@@ -404,6 +444,8 @@ class Children:
                 timers.cancel_scope.cancel()
         finally:
             self.live.discard(process)
+            ended = process.conversation.why if process.conversation is not None else None
+            self.metrics.ended(ended or ("failed to start" if child.failure else child.reason or "exited"))
         if process in self.warm:
             self.warm.remove(process)
         if (conversation := process.conversation) is None or conversation.shared:
@@ -433,7 +475,7 @@ class Children:
         """End the session a conversation's child served: its 2025 transport session (its client then gets 404 and
         initializes again) or its data-layer session (then "Session not found"); a host's is refused here."""
         if conversation.transport is not None and self.end_transport is not None:
-            await self.end_transport(conversation.transport)
+            await self.end_transport(conversation.transport, conversation.user)
         elif conversation.key.kind == "data-layer-session":
             try:
                 await self.config.store.revoke(conversation.key.id, expires_at=conversation.expires_at)
@@ -532,7 +574,7 @@ def _digest(key: Key) -> str:
     return hashlib.sha256(f"{key.kind}\0{key.id}".encode()).hexdigest()[:12]
 
 
-def _name(scope: Scope) -> str:
+def known_as(scope: Scope) -> str:
     """The caller as the operator knows them: the authenticated principal's name, else the client address."""
     user = scope.get("user")
     if user is not None and getattr(user, "is_authenticated", False):
