@@ -155,6 +155,9 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
         {"principal": "bob", "processes": 1, "limit": 4},
     ]
     assert seen["total"] == {"processes": 3, "limit": 16}
+    keys = seen["keys"]  # the key set the gateway verifies tokens with, as it stands
+    assert keys["keys"] == 1 and keys["error"] is None and keys["attempted_at"] <= keys["fetched_at"]
+    assert keys["jwks"].startswith("http://127.0.0.1:") and f"keys: 1 from {keys['jwks']}, fetched" in table.stdout
     everything = json.dumps(seen) + table.stdout + json.dumps(hers) + json.dumps(his)
     for bearer in (*sessions.values(), transport, alice, bob):
         assert bearer not in everything

@@ -83,6 +83,10 @@ def _status(url: str, as_json: bool, stdout: TextIO) -> int:
     for user in answer.get("users", []):
         said = f"{cell(user.get('processes'))} of {cell(user.get('limit'))} (--max-processes-per-principal)"
         stdout.write(f"  {cell(user.get('principal'))}: {said}\n")
+    if isinstance(keys := answer.get("keys"), dict):
+        error = keys.get("error")
+        state = "fetched" if error is None else f"failing: {cell(error)}"
+        stdout.write(f"\nkeys: {cell(keys.get('keys'))} from {cell(keys.get('jwks'))}, {state}\n")
     return EXIT_OK
 
 

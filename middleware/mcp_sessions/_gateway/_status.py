@@ -45,10 +45,13 @@ CONVERSATIONS: Final = frozenset({"transport-session", "data-layer-session", "ho
 
 
 class OperatorStatus:
-    """``app``, and on the operator's ``port`` (a loopback socket of its own) the status of ``children``."""
+    """``app``, and on the operator's ``port`` (a loopback socket of its own) the status of ``children``, and of
+    the key set ``keys`` reads (``JwtVerifier.state``), where the gateway verifies tokens."""
 
-    def __init__(self, app: ASGIApp, children: Children, port: int) -> None:
-        self.app, self.children, self.port = app, children, port
+    def __init__(
+        self, app: ASGIApp, children: Children, port: int, keys: Callable[[], dict[str, object]] | None = None
+    ) -> None:
+        self.app, self.children, self.port, self.keys = app, children, port, keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan" or (scope.get("server") or ("", None))[1] != self.port:
@@ -62,7 +65,10 @@ class OperatorStatus:
             return await send_json(send, 404, {"error": f"the status is at {STATUS_PATH}"}, b"")
         if scope["method"] != "GET":
             return await send_json(send, 405, {"error": "GET only"}, b"")
-        await send_json(send, 200, await status(self.children), b"")
+        answer = await status(self.children)
+        if self.keys is not None:
+            answer["keys"] = self.keys()
+        await send_json(send, 200, answer, b"")
 
 
 async def status(children: Children) -> dict[str, Any]:
@@ -146,10 +152,10 @@ REASONS: Final = {
 
 
 class ProcessMetrics(ProcessEvents):
-    """The process table's instruments (see the module); ``processes`` is its snapshot (``Children.processes``)."""
+    """The process table's instruments (see the module); ``kinds`` counts its processes (``Children.kinds``)."""
 
-    def __init__(self, processes: Callable[[], Sequence[ProcessView]], meter_provider: MeterProvider | None) -> None:
-        self.processes = processes
+    def __init__(self, kinds: Callable[[], Counter[str]], meter_provider: MeterProvider | None) -> None:
+        self.kinds = kinds
         meter = metrics.get_meter("mcp_sessions.gateway", __version__, meter_provider)
         meter.create_observable_gauge(
             "mcp_sessions.gateway.processes",
@@ -182,7 +188,7 @@ class ProcessMetrics(ProcessEvents):
     def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
         """Each kind's count, every kind named (0 too), so a kind's last process's end shows."""
         try:  # the reader's thread, beside the event loop's: a table that changes as it is read is read next time
-            counted = Counter(view.kind for view in self.processes())
+            counted = self.kinds()
         except RuntimeError:
             return []
         return [Observation(counted[kind], {"mcp_sessions.process.kind": kind}) for kind in KINDS]

@@ -228,7 +228,7 @@ def stdio_gateway_app(
         process_env=credentials,
     )
     children.fronted = bool(trusted)
-    children.metrics = ProcessMetrics(children.processes, config.meter_provider)
+    children.metrics = ProcessMetrics(children.kinds, config.meter_provider)
     check = HostCheck(allowed_hosts, allowed_origins)
     return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status_port=status_port)
 
@@ -270,7 +270,9 @@ def _layered(
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
     checked: ASGIApp = _HostChecked(guarded, check)
     if status_port is not None:
-        checked = OperatorStatus(checked, children, status_port)
+        verifier = None if auth is None else auth.verifier
+        keys = None if verifier is None else verifier.state
+        checked = OperatorStatus(checked, children, status_port, keys)
     return GatewayFront(checked, trusted=trusted)
 
 

@@ -19,7 +19,7 @@ import math
 import secrets
 import shlex
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -338,6 +338,10 @@ class Children:
         now = anyio.current_time()
         return [process.view(now) for process in self.live]
 
+    def kinds(self) -> Counter[str]:
+        """How many live processes of each kind: what the metrics read, on their own thread (so with no clock)."""
+        return Counter(process.kind for process in list(self.live))
+
     async def end(self, conversation: str, principal: str) -> bool:
         """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
         own, ended as the gateway ends any (:meth:`close`)."""
@@ -545,10 +549,14 @@ class _Process:
     def on_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
         return self.conversation is None or self.conversation.on_notification(method, params)
 
+    @property
+    def kind(self) -> str:
+        return "warm" if self.conversation is None else self.conversation.key.kind
+
     def view(self, now: float) -> ProcessView:
         conversation, pid, age = self.conversation, self.child.pid, now - self.started
         if conversation is None:
-            return ProcessView("warm", None, None, pid, age, age, 0)
+            return ProcessView(self.kind, None, None, pid, age, age, 0)
         idle, served = now - conversation.last_request, conversation.requests
         if conversation.owner is None:
             return ProcessView(conversation.key.kind, None, None, pid, age, idle, served)
