@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shlex
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -248,3 +251,30 @@ def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_r
 
     assert within_grace.status_code == 429 and result_of(within_grace, 1)["error"]["code"] == -32011
     assert back["code"] == -32043, back
+
+
+def test_sigterm_while_the_first_process_never_answers_initialize_stops_the_gateway() -> None:
+    """65.8, "in every state": uvicorn heard SIGTERM only once the app had started, so a server that never answers
+    ``initialize`` held the gateway for the 30 s of its start; now the start is given up, its process stopped, and
+    the gateway exits 0 within the 10 s of a stop."""
+    silent = [sys.executable, "-c", "import time; time.sleep(600)"]
+    line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", "0", "--stdio", shlex.join(silent)]
+    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+    with subprocess.Popen(line, env=environ, stderr=subprocess.PIPE, text=True, start_new_session=True) as gateway:
+        try:
+            assert gateway.stderr is not None
+            said = ""
+            while "Waiting for application startup" not in said:  # uvicorn's, once it hears signals
+                said = gateway.stderr.readline()
+                assert said, "the gateway ended before it started its first process"
+            gateway.send_signal(signal.SIGTERM)
+            sent = time.monotonic()
+            status = gateway.wait(WITHIN)
+            stopped_in = time.monotonic() - sent
+            left = gateway.stderr.read()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(gateway.pid, signal.SIGKILL)
+
+    assert (status, left) == (0, ""), left
+    assert stopped_in < 10.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import copy
 import grp
 import ipaddress
@@ -16,6 +17,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._config import SessionsConfig
@@ -30,6 +32,8 @@ from ._front import QueryDropped, StartupFailed
 from ._sandbox import CONTAINMENTS
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from ._auth import GatewayAuth
     from ._exchange import TokenExchange, UpstreamToken
 
@@ -401,7 +405,13 @@ def _serve(app: Any, args: argparse.Namespace, stderr: TextIO) -> int:
         timeout_graceful_shutdown=shutdown_timeout,
         reset_contextvars=True,
     )
-    server = uvicorn.Server(listening)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            started.stop_starting()  # a first process that never answers keeps no one waiting
+
+    server = Server(listening)
     sockets = None
     if args.status_port is not None:  # the operator's port: loopback only, whatever --host is
         try:
@@ -414,6 +424,8 @@ def _serve(app: Any, args: argparse.Namespace, stderr: TextIO) -> int:
     try:
         server.run(sockets=sockets)
     except SystemExit:  # uvicorn's, for an app that did not start
+        if started.stopped:  # a SIGTERM while it started: stopped, as asked
+            return 0
         if started.failure is None:
             raise
     if started.failure is not None:
@@ -631,11 +643,22 @@ def _log_config(uvicorns: dict[str, Any], started: _Started) -> dict[str, Any]:
 
 class _Started:
     """The gateway's app, whose failure to start (``StartupFailed``: its first process's) is kept as ``failure``,
-    for the gateway to say in one line, instead of uvicorn's traceback of the lifespan."""
+    for the gateway to say in one line, instead of uvicorn's traceback of the lifespan; and whose start a stop
+    (SIGTERM) ends while it is under way (``stopped``): uvicorn hears a signal only once the app has started."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.failure: BaseException | None = None
+        self.stopped = False
+        self._stop_asked = False
+        self._starting: anyio.CancelScope | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def stop_starting(self) -> None:
+        """Called by the signal handler: the start under way, or about to be, is ended (its processes stopped)."""
+        self._stop_asked = True
+        if self._starting is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._starting.cancel)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "lifespan":
@@ -643,24 +666,36 @@ class _Started:
         held: list[Message] = []
 
         async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                self._starting = None  # started: a stop is uvicorn's from now on
             if message["type"] == "lifespan.startup.failed":
                 held.append(message)  # its text is a traceback: the exception says it in one line
             else:
                 await send(message)
 
-        try:
-            await self.app(scope, receive, sending)
-        except BaseException as exc:
-            self.failure = _startup_failure(exc)
-            if self.failure is None:
-                raise
-        finally:
-            if held:
-                await send({**held[0], "message": "" if self.failure is not None else held[0].get("message", "")})
+        self._loop = asyncio.get_running_loop()
+        with anyio.CancelScope() as starting:
+            self._starting = starting
+            if self._stop_asked:  # before the start began
+                starting.cancel()
+            try:
+                await self.app(scope, receive, sending)
+            except BaseException as exc:
+                self.failure = _startup_failure(exc)
+                if self.failure is None:
+                    raise
+            finally:
+                if held:  # said in one line by the gateway, or not at all for a stop
+                    quiet = self.failure is not None or starting.cancel_called
+                    await send({**held[0], "message": "" if quiet else held[0].get("message", "")})
+        self.stopped = starting.cancelled_caught
+        if self.stopped and not held:  # uvicorn waits for the start's end
+            await send({"type": "lifespan.startup.failed", "message": ""})
 
     def said_once(self, record: logging.LogRecord) -> bool:
         """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
-        return self.failure is None or not record.getMessage().startswith("Application startup failed")
+        said = self.failure is not None or self.stopped
+        return not said or not record.getMessage().startswith("Application startup failed")
 
 
 def _startup_failure(exc: BaseException) -> BaseException | None:
