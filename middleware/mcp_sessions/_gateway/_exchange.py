@@ -290,9 +290,8 @@ def _issued(answer: dict[str, Any]) -> tuple[str, float | None]:
     if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
         return token, float(expires_in)
     # No expires_in: the issued JWT's own exp, read (not verified: the upstream verifies it).
-    unverified = {"verify_signature": False}
     try:
-        expires = jwt.decode(token, options=unverified).get("exp")
+        expires = jwt.decode(token, options={"verify_signature": False}).get("exp")
     except jwt.PyJWTError:
         return token, None
     if not isinstance(expires, int | float):
