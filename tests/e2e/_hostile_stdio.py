@@ -1,7 +1,8 @@
 """A hostile stdio MCP server, written by hand a JSON-RPC line at a time: ``python -m e2e._hostile_stdio``.
 
-It answers ``initialize`` and ``tools/list`` as any server does; each ``tools/call`` does what its tool's name says
-(``arguments`` tune it), each on a thread of its own so that a slow one holds up no other:
+It answers ``initialize`` and ``tools/list`` as any server does (``--no-list``: never ``tools/list``); each
+``tools/call`` does what its tool's name says (``arguments`` tune it), each on a thread of its own so that a slow
+one holds up no other:
 
 - ``seen``: the ``_meta`` it was sent and its ``MCP_SESSION_ID``, as text;
 - ``flood``: ``count`` log notifications of 1 KiB, then "flooded" on stderr, then its answer;
@@ -93,14 +94,14 @@ def main() -> None:
             info = {"name": "hostile", "version": "1"}
             answer = {"protocolVersion": "2025-11-25", "capabilities": capabilities, "serverInfo": info}
             send({"id": request_id, "result": answer})
-        elif method == "tools/list":
+        elif method == "tools/list" and "--no-list" not in sys.argv:
             tools = [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]
             send({"id": request_id, "result": {"tools": tools}})
         elif method == "tools/call":
             threading.Thread(target=call, args=(request_id, message["params"]), daemon=True).start()
         elif request_id == "q" and method is None:
             print(f"q got {json.dumps(message.get('result', message.get('error')))}", file=sys.stderr, flush=True)
-        elif request_id is not None and method is not None:
+        elif request_id is not None and method not in (None, "tools/list"):
             send({"id": request_id, "result": {}})
 
 

@@ -9,6 +9,8 @@
     mcp-sessions delete http://127.0.0.1:8000/mcp -  < session.txt   end it (its sessionId from stdin)
     mcp-sessions gateway --upstream http://127.0.0.1:3001/mcp   sessions in front of any MCP server
     mcp-sessions connect https://mcp.example.com/mcp   a remote server as a host's stdio server, per conversation
+    mcp-sessions gateway status http://127.0.0.1:8001   what a gateway --stdio runs (its --status-port)
+    MCP_GATEWAY_TOKEN=... mcp-sessions sessions http://127.0.0.1:8000/mcp   your own conversations there
     mcp-sessions conformance http://127.0.0.1:8000/mcp   check each session wire the server implements
 
 Private key material goes only to standard output or to a new file with mode
@@ -59,7 +61,9 @@ COMMANDS: Final = {
     "inspect": "decode a session token and, given keys, say whether and why it is valid",
     "create": "open a session on a server and print how to pass it (for clients that can only add metadata)",
     "delete": "end a session on a server (the sessionId create printed)",
-    "gateway": "serve sessions in front of any MCP server (any language), forwarding to it over HTTP",
+    "gateway": "serve sessions in front of any MCP server (any language), forwarding to it over HTTP; "
+    "'gateway status URL': what a gateway --stdio runs",
+    "sessions": "list your own conversations on a gateway --stdio, or end one",
     "connect": "serve a remote MCP server to a stdio host (Claude Code…), naming the host's conversation",
     "conformance": ("check how well a server implements each session wire (needs the pack: pip install ./conformance)"),
 }
@@ -104,6 +108,16 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def _status_parser() -> argparse.ArgumentParser:
+    # What a gateway runs: the operator's view beside a user's own.
+    module = _module("sessions")
+    description = module.STATUS_DESCRIPTION
+    parser = argparse.ArgumentParser(prog="mcp-sessions gateway status", description=description)
+    module.add_status_arguments(parser)
+    parser.set_defaults(command="status")
+    return parser
+
+
 def _module(name: str) -> ModuleType:
     """The module of the command ``name``, imported now: its ``add_arguments``, ``DESCRIPTION`` and ``run``."""
     relative = ".._gateway" if name == "gateway" else f"._{name}"
@@ -127,15 +141,21 @@ def main(
     # The pack's arguments, read by the pack.
     if argv[:1] == ["conformance"]:
         return _run_conformance(argv[1:], stdout, stderr, environ)
-    command = argv[0] if argv else None
-    args = _parser(command).parse_args(argv)
+    # The operator's view of a running gateway, not one to serve.
+    if argv[:2] == ["gateway", "status"]:
+        args = _status_parser().parse_args(argv[2:])
+    else:
+        command = argv[0] if argv else None
+        args = _parser(command).parse_args(argv)
     try:
         if args.command == "keygen":
             return _keygen(args, stdout, stderr)
-        status: int = _module(args.command).run(args, stdin, stdout, stderr, environ)
+        name = "sessions" if args.command == "status" else args.command
+        status: int = _module(name).run(args, stdin, stdout, stderr, environ)
         return status
     except (UsageError, Failed) as exc:
-        print(f"mcp-sessions {args.command}: {exc}", file=stderr)
+        name = "gateway status" if args.command == "status" else args.command
+        print(f"mcp-sessions {name}: {exc}", file=stderr)
         return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_INVALID
 
 

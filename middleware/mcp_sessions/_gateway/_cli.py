@@ -11,9 +11,12 @@ import os
 import pwd
 import shlex
 import shutil
+import socket
 import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TextIO
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._config import SessionsConfig
 from ._app import (
@@ -23,7 +26,7 @@ from ._app import (
     DEFAULT_KEEPALIVE,
     gateway_app,
 )
-from ._front import QueryDropped
+from ._front import QueryDropped, StartupFailed
 from ._sandbox import CONTAINMENTS
 
 if TYPE_CHECKING:
@@ -41,6 +44,8 @@ STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
 gone within 10 s of the gateway's SIGTERM."""
 
 EXIT_USAGE = 2
+STARTUP_FAILURE: Final = 3
+"""uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
 AUTH_VARIABLES: Final = {
     "jwks": "MCP_SESSIONS_AUTH_JWKS",
     "issuer": "MCP_SESSIONS_AUTH_ISSUER",
@@ -81,7 +86,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         "--stdio",
         metavar="COMMAND",
         help="a stdio server's command and arguments, split as a shell would and run without one: a process "
-        "per conversation (pip install 'mcp-sessions[stdio]')",
+        "per conversation (pip install 'mcp-sessions[gateway]')",
     )
     _process_arguments(gateway)
     _containment_arguments(gateway)
@@ -229,6 +234,13 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         f"{STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes then have 5 s to end)",
     )
     gateway.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    gateway.add_argument(
+        "--status-port",
+        type=int,
+        metavar="PORT",
+        help="with --stdio: serve the operator's view of the processes (GET /status) on 127.0.0.1:PORT, a port of "
+        "its own on the loopback address only (default: not served)",
+    )
 
 
 def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -297,7 +309,7 @@ def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Build the gateway from ``args`` and the environment, and serve it until stopped."""
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 - here, so that without it the command says which extra to install
 
         config = SessionsConfig.from_env(environ=environ)
         hosts = _listed(args.allowed_host, environ.get("MCP_SESSIONS_ALLOWED_HOSTS"))
@@ -311,6 +323,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         if args.process_env and args.stdio is None:
             raise ValueError("--process-env sets a variable in --stdio processes; an --upstream has none")
         upstream_token, exchange = _upstream_token(args, environ, auth)
+        if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
+            raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
         if args.stdio is not None:
             command = shlex.split(args.stdio)
             options = _process_options(args, command, auth)
@@ -341,8 +355,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 upstream_token=upstream_token,
             )
     except ModuleNotFoundError as exc:
-        extra = "stdio" if args.stdio is not None or (exc.name or "").startswith("mcp") else "gateway"  # auth: the SDK
-        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[{extra}]'", file=stderr)
+        print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
         return EXIT_USAGE
     except (ImportError, ValueError, TypeError, RuntimeError) as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)
@@ -353,24 +366,33 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     # and so do its session manager's warnings and errors (an id sent with another user's credential, a crash): a
     # bearer value in no log line; the gateway logs each conversation's end itself.
     logging.getLogger("mcp.server.streamable_http_manager").setLevel(logging.CRITICAL)
-    shutdown_timeout = args.shutdown_timeout
-    if shutdown_timeout is None:
-        shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
     served = f"stdio {args.stdio}" if args.stdio is not None else ", ".join(args.upstream)
     logger.info("mcp-sessions gateway: %s on http://%s:%d", served, args.host, args.port)
     if args.stdio is not None:
         logger.info("mcp-sessions gateway: each process: %s", options.said)
+    return _serve(app, args, stderr)
+
+
+def _serve(app: Any, args: argparse.Namespace, stderr: TextIO) -> int:
+    """Serve ``app`` with uvicorn until stopped (and the operator's status on its own loopback socket); a failure
+    to start (``StartupFailed``) is one line on ``stderr`` and exit status 2."""
+    import uvicorn
+
+    shutdown_timeout = args.shutdown_timeout
+    if shutdown_timeout is None:
+        shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
     # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
     # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
     # parser the gateway's request checks are tested with, whatever else is installed. Each request in a context of
     # its own: else a request that arrives on a keep-alive connection before the last answer's end is started in the
     # previous request's context (python/cpython#140947), with its conversation (current_conversation) in it.
-    uvicorn.run(
-        app,
+    started = _Started(app)
+    listening = uvicorn.Config(
+        started,
         host=args.host,
         port=args.port,
         log_level=args.log_level,
-        log_config=_log_config(uvicorn.config.LOGGING_CONFIG),
+        log_config=_log_config(uvicorn.config.LOGGING_CONFIG, started),
         lifespan="on",
         http="h11",
         server_header=False,
@@ -379,7 +401,25 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         timeout_graceful_shutdown=shutdown_timeout,
         reset_contextvars=True,
     )
-    return 0
+    server = uvicorn.Server(listening)
+    sockets = None
+    if args.status_port is not None:  # the operator's port: loopback only, whatever --host is
+        try:
+            status = socket.create_server(("127.0.0.1", args.status_port))
+        except OSError as exc:
+            print(f"mcp-sessions gateway: --status-port {args.status_port}: {exc.strerror}", file=stderr)
+            return EXIT_USAGE
+        sockets = [listening.bind_socket(), status]
+        logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
+    try:
+        server.run(sockets=sockets)
+    except SystemExit:  # uvicorn's, for an app that did not start
+        if started.failure is None:
+            raise
+    if started.failure is not None:
+        print(f"mcp-sessions gateway: {started.failure}", file=stderr)
+        return EXIT_USAGE
+    return 0 if server.started else STARTUP_FAILURE
 
 
 def _stdio_app(
@@ -418,6 +458,7 @@ def _stdio_app(
         process_env=args.process_env,
         token_exchange=exchange,
         exchange_scope=_setting(args, environ, "scope"),
+        status_port=args.status_port,
     )
 
 
@@ -577,12 +618,60 @@ def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str) ->
     return getattr(args, f"exchange_{name}") or environ.get(EXCHANGE_VARIABLES[name], "").strip() or None
 
 
-def _log_config(uvicorns: dict[str, Any]) -> dict[str, Any]:
-    """uvicorn's logging configuration, its access log without query strings (OAuth codes travel there)."""
+def _log_config(uvicorns: dict[str, Any], started: _Started) -> dict[str, Any]:
+    """uvicorn's logging configuration, its access log without query strings (OAuth codes travel there), and
+    without its own line for a failed start the gateway says in one line itself (``started``)."""
     config = copy.deepcopy(uvicorns)
     config.setdefault("filters", {})["query_dropped"] = {"()": QueryDropped}
+    config["filters"]["said_once"] = {"()": lambda: started.said_once}
     config["loggers"]["uvicorn.access"]["filters"] = ["query_dropped"]
+    config["loggers"]["uvicorn.error"]["filters"] = ["said_once"]
     return config
+
+
+class _Started:
+    """The gateway's app, whose failure to start (``StartupFailed``: its first process's) is kept as ``failure``,
+    for the gateway to say in one line, instead of uvicorn's traceback of the lifespan."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.failure: BaseException | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            return await self.app(scope, receive, send)
+        held: list[Message] = []
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)  # its text is a traceback: the exception says it in one line
+            else:
+                await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except BaseException as exc:
+            self.failure = _startup_failure(exc)
+            if self.failure is None:
+                raise
+        finally:
+            if held:
+                await send({**held[0], "message": "" if self.failure is not None else held[0].get("message", "")})
+
+    def said_once(self, record: logging.LogRecord) -> bool:
+        """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
+        return self.failure is None or not record.getMessage().startswith("Application startup failed")
+
+
+def _startup_failure(exc: BaseException) -> BaseException | None:
+    """The ``StartupFailed`` in ``exc`` (raised in a task group, it comes in exception groups), else ``None``."""
+    if isinstance(exc, StartupFailed):
+        return exc
+    inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc.__cause__]
+    for each in inner:
+        if each is not None and (found := _startup_failure(each)) is not None:
+            return found
+    return None
 
 
 def _listed(given: list[str] | None, variable: str | None) -> list[str] | None:

@@ -79,6 +79,10 @@ def _routed(path: str) -> str:
     return "/".join(segments).rstrip("/") or "/"
 
 
+class StartupFailed(RuntimeError):
+    """The gateway could not start (its first stdio process did not): the command says so in one line."""
+
+
 class GatewayFront:
     """The gateway's outermost app: refuses what it may not forward (see the module), records the peer, and
     lets a trusted proxy name the client; then the session middleware, ``app``."""

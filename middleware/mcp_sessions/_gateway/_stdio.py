@@ -8,9 +8,9 @@ holds the request's conversation, as an MCP client (``_stdio_child``), the relay
 endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:data:`SCOPE_KEY`).
 
 The first child, started with the gateway, is the shared one (requests that name no conversation with
-``sessionless="shared"``, or every request with ``processes="shared"``); clients' ``initialize`` and
-``server/discover`` are answered from its own ``initialize`` answer, and only the methods it advertises are
-relayed (any other is the SDK's "Method not found"). Every other child is a conversation's, in one table
+``sessionless="shared"``, the lists that name none, or every request with ``processes="shared"``); clients'
+``initialize`` and ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it
+advertises are relayed (any other is the SDK's "Method not found"). Every other child is a conversation's, in one table
 (``_stdio_table``), whatever names it: a 2025 transport session (the middleware adopts it; its child is taken as
 its ``initialize`` is answered), a data-layer session (at its ``sessions/create``, the sessions' ``on_create``),
 a host's conversation id (at its first request, bound to its caller), a 2026-07-28 request that names none
@@ -32,6 +32,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Final, Literal, cast
 
+import anyio
 import mcp_types as types
 from mcp.server.caching import CacheableMethod, CacheHint
 from mcp.server.context import ServerRequestContext
@@ -47,14 +48,17 @@ from .._asgi import header, send_json
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._wire import jsonrpc
-from .._wire.protocol import MCP_SESSION_ID_HEADER, RATE_LIMITED
+from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, RATE_LIMITED
+from ..profiles import Era
 from ..sources import HostConversationSource
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ._exchange import TokenExchange
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._sandbox import environment
+from ._status import OperatorStatus, OwnConversations, ProcessMetrics
 from ._stdio_child import ProcessOptions
+from ._stdio_relay import Key
 from ._stdio_table import AFTER_ANSWER, Children
 
 DEFAULT_PROCESS_IDLE: Final = 600.0
@@ -98,13 +102,13 @@ class StdioServer(Server[Any]):
 
     @asynccontextmanager
     async def _running(self, _: Server[Any]) -> AsyncIterator[dict[str, Any]]:
-        async with self.children.running() as answer:
+        async with self.children.running() as answer, anyio.create_task_group() as tasks:
             info = answer.server_info
             self.name, self.version, self.title = info.name, info.version, info.title
             self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
             self.instructions, self.child_capabilities = answer.instructions, answer.capabilities
-            if answer.capabilities.tools is not None:
-                self.input_schemas = await self.children.tool_schemas()
+            if answer.capabilities.tools is not None:  # they arrive when they arrive: the gateway listens meanwhile
+                tasks.start_soon(self._learn_schemas)
             for capability, methods in _RELAYED.items():
                 if getattr(answer.capabilities, capability) is not None:
                     for method, params_type in methods:
@@ -112,7 +116,13 @@ class StdioServer(Server[Any]):
             if answer.capabilities.resources is not None and answer.capabilities.resources.subscribe:
                 for method, params_type in _SUBSCRIBE:
                     self.add_request_handler(method, params_type, self._relay)
-            yield {}
+            try:
+                yield {}
+            finally:
+                tasks.cancel_scope.cancel()
+
+    async def _learn_schemas(self) -> None:
+        self.input_schemas = await self.children.tool_schemas()
 
     def create_initialization_options(self, *args: Any, **kwargs: Any) -> InitializationOptions:
         """A 2025 client's ``initialize`` answer: the child's, its capabilities as it gave them."""
@@ -122,10 +132,11 @@ class StdioServer(Server[Any]):
 
     async def _relay(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         scope = {} if ctx.request is None else ctx.request.scope
-        conversation = await self.children.conversation_for(scope, (ctx.params or {}).get("requestState"))
+        state = (ctx.params or {}).get("requestState")
+        conversation = await self.children.conversation_for(scope, ctx.method, state)
         try:
             # its process has the --process-env values it started with: this request's?
-            if conversation.sid is not None:
+            if not conversation.shared:
                 self.children.process_env.check(conversation.credentials)
             return await conversation.relay(ctx)
         finally:
@@ -152,6 +163,7 @@ def stdio_gateway_app(
     process_env: Collection[str] = (),
     token_exchange: TokenExchange | None = None,
     exchange_scope: str | None = None,
+    status_port: int | None = None,
 ) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
@@ -170,9 +182,11 @@ def stdio_gateway_app(
     ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's own values of
     those variables, from the request that starts it (``_auth.ProcessEnv``; no child is started ahead then, as
     it could not know them); the gateway's own never reach a process. ``NAME=exchange:AUDIENCE`` is the user's
-    token exchanged by ``token_exchange`` for AUDIENCE (and ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is
-    asking. The other arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the
-    children.
+    token exchanged by ``token_exchange`` for AUDIENCE (and ``exchange_scope``). ``auth`` (:class:`GatewayAuth`):
+    who is asking; with it, each user lists and ends her own conversations (``_status.OwnConversations``).
+    ``status_port``: the operator's view of the processes is served to requests that arrive on that port
+    (``_status.OperatorStatus``: serve it on a loopback socket of its own). The other arguments are
+    :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if not command:
         raise ValueError("--stdio needs a command")
@@ -214,8 +228,9 @@ def stdio_gateway_app(
         process_env=credentials,
     )
     children.fronted = bool(trusted)
+    children.metrics = ProcessMetrics(children.kinds, config.meter_provider)
     check = HostCheck(allowed_hosts, allowed_origins)
-    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted)
+    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status_port=status_port)
 
 
 def _sessions_config(config: SessionsConfig, processes: str, *, replica: bool) -> SessionsConfig:
@@ -240,6 +255,7 @@ def _layered(
     auth: GatewayAuth | None,
     check: HostCheck,
     trusted: list[str],
+    status_port: int | None,
 ) -> GatewayFront:
     """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
     gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door."""
@@ -250,8 +266,14 @@ def _layered(
     config.fronts_upstream = True  # no wire's session member reaches a child, as none reaches an HTTP upstream
     sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
     children.end_transport = partial(_end_transport, sessions)
-    guarded = sessions if auth is None else auth.wrap(children.process_env.wrap(sessions))  # exchanges, once known
-    return GatewayFront(_HostChecked(guarded, check), trusted=trusted)
+    exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
+    guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
+    checked: ASGIApp = _HostChecked(guarded, check)
+    if status_port is not None:
+        verifier = None if auth is None else auth.verifier
+        keys = None if verifier is None else verifier.state
+        checked = OperatorStatus(checked, children, status_port, keys)
+    return GatewayFront(checked, trusted=trusted)
 
 
 class _Opening:
@@ -268,7 +290,7 @@ class _Opening:
         token = REQUEST.set(scope)
         scope[AFTER_ANSWER] = []
         try:
-            opens = self.children.processes == "per-conversation" and scope["method"] == "POST"
+            opens = self.children.mode == "per-conversation" and scope["method"] == "POST"
             if opens and header(scope["headers"], MCP_SESSION_ID_HEADER) is None:
                 send = self._opening(scope, send)
             await self.app(scope, receive, send)
@@ -287,22 +309,24 @@ class _Opening:
             if message["type"] == "http.response.start" and message["status"] == 200 and raw is not None:
                 try:  # the caller, asked only of a request that opens a transport session: an initialize
                     caller = await self.children.caller(scope)
-                    await self.children.open(self.children.digests.transport(raw), caller, transport=raw)
+                    key = Key("transport-session", self.children.digests.transport(raw))
+                    await self.children.open(key, caller, transport=raw)
                 except MCPError as exc:
                     refused.append(raw)
                     status = 429 if exc.error.code == RATE_LIMITED else 400  # a limit, or a --process-env value missing
                     await send_json(
                         send, status, jsonrpc.error(None, exc.error.code, exc.error.message, exc.error.data), b"1"
                     )
-                    await _end_transport(self.app, raw)
+                    await _end_transport(self.app, raw, scope.get("user"))
                     return
             await send(message)
 
         return opening
 
 
-async def _end_transport(app: ASGIApp, transport: bytes) -> None:
-    """End a 2025 transport session as its client would, with a ``DELETE`` (its later requests get 404)."""
+async def _end_transport(app: ASGIApp, transport: bytes, user: object = None) -> None:
+    """End a 2025 transport session as its client would, with a ``DELETE`` (its later requests get 404): as
+    ``user``, who opened it (the SDK answers any other's ``DELETE`` "Session not found")."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -317,6 +341,7 @@ async def _end_transport(app: ASGIApp, transport: bytes) -> None:
         "client": None,
         "server": None,
         "state": {},
+        **({} if user is None else {"user": user}),
     }
 
     async def ignore(message: Message) -> None:
@@ -345,15 +370,16 @@ class _OneIdInFlight:
     """The ``mcp`` SDK's transport keys a 2025 transport session's requests in flight by ``str(id)``, so that ``7``
     and ``"7"`` would share one stream and cross, or hang: a request whose id reads as one in flight in its
     transport session gets a JSON-RPC error instead, until the first is answered. It sees the body the middleware
-    read whole, and parsed: a JSON POST's."""
+    read whole, and parsed: a JSON POST's. A 2026-07-28 request has no transport session (its ``Mcp-Session-Id``,
+    if any, is no transport session's): not its concern."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.in_flight: set[tuple[bytes, str]] = set()  # (transport session id, request id as the SDK keys it)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        transport = header(scope["headers"], b"mcp-session-id") if scope["type"] == "http" else None
-        if transport is None or scope["method"] != "POST":
+        transport = header(scope["headers"], MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None
+        if transport is None or scope["method"] != "POST" or _era(scope) is not Era.LEGACY:
             return await self.app(scope, receive, send)
         message = await receive()
         whole = message["type"] == "http.request" and not message.get("more_body", False)
@@ -371,6 +397,10 @@ class _OneIdInFlight:
         finally:
             if request_id is not None:
                 self.in_flight.discard(key)
+
+
+def _era(scope: Scope) -> Era:
+    return Era.of(header(scope["headers"], MCP_PROTOCOL_VERSION_HEADER))
 
 
 def _replayed(first: Message, receive: Receive) -> Receive:

@@ -50,8 +50,9 @@ MAX_LOG_LINE: Final = 4096
 """The most of one stderr line that reaches the log (the rest of a longer line is dropped)."""
 WRITE_DEADLINE: Final = 10.0
 """How long a child may leave a line unread on its stdin: then it is stopped, as a crash."""
-MAX_WAITING_WRITES: Final = 4
-"""How many messages may wait to be written to a child's stdin; more get an error at once."""
+MAX_WAITING_BYTES: Final = 8 << 20
+"""How much may wait to be written to a child's stdin: once this much waits, more gets an error at once. In bytes,
+not lines: a burst of a conversation's small concurrent requests all waits its turn at once."""
 BOUNDS_POLL: Final = 0.5
 """How often a process's control group is asked whether it reached a bound."""
 _POLL: Final = 0.05
@@ -103,6 +104,8 @@ class Child:
         self.pid: int | None = None
         self.exit_code: int | None = None
         self.link: JSONRPCDispatcher[Any] | None = None
+        self.last_words: str | None = None  # its last stderr line: why it failed to start, often
+        self.stderr_ended = anyio.Event()
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask the child to end (its :meth:`run` stops the process group); ``reason`` goes to the log."""
@@ -142,6 +145,9 @@ class Child:
                 await tasks.start(link.run, self.on_request, self.on_notify, self.on_progress)
                 await self._initialize(link)
                 await self.done.wait()
+                if self.failure is not None:  # its last words, which say why, read first
+                    with anyio.move_on_after(EXIT_DRAIN):
+                        await self.stderr_ended.wait()
                 tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -209,21 +215,25 @@ class Child:
     async def _log_stderr(self, process: anyio.abc.Process) -> None:
         assert process.stderr is not None
         lines = BufferedByteReceiveStream(process.stderr)
-        while True:
-            try:
-                line = await lines.receive_until(b"\n", self.max_line)
-                whole = True
-            except anyio.DelimiterNotFound:
-                # A line without end: a piece at a time.
-                line = await lines.receive(self.max_line)
-                whole = False
-            except _ENDED:
-                return
-            line = line.rstrip(b"\r")
-            if not whole or len(line) > MAX_LOG_LINE:
-                line = line[:MAX_LOG_LINE] + b" [cut]"
-            text = printable(line.decode(errors="replace"))
-            stderr_logger.info("%s: %s", self.label, text)
+        try:
+            while True:
+                try:
+                    line = await lines.receive_until(b"\n", self.max_line)
+                    whole = True
+                except anyio.DelimiterNotFound:
+                    # A line without end: a piece at a time.
+                    line = await lines.receive(self.max_line)
+                    whole = False
+                except _ENDED:
+                    return
+                line = line.rstrip(b"\r")
+                if not whole or len(line) > MAX_LOG_LINE:
+                    line = line[:MAX_LOG_LINE] + b" [cut]"
+                text = printable(line.decode(errors="replace"))
+                stderr_logger.info("%s: %s", self.label, text)
+                self.last_words = text.strip() or self.last_words
+        finally:
+            self.stderr_ended.set()
 
 
 class Pipe:
@@ -231,7 +241,7 @@ class Pipe:
     it, and the next line is read where the link receives, with no task in between.
 
     One line at a time is written, whole, within ``WRITE_DEADLINE``, or the child is stopped as a crash; the messages
-    waiting for their turn (at most ``MAX_WAITING_WRITES``; a request beyond gets ``RATE_LIMITED`` at once) are their
+    waiting for their turn (at most ``MAX_WAITING_BYTES``; a request beyond gets ``RATE_LIMITED`` at once) are their
     senders' own, so a
     request whose caller left is dropped before it is written. Each stdout line is bounded (``max_line``): a longer
     one ends the child. A line that is no JSON-RPC message is logged and skipped. At the end of stdout, or when stdin
@@ -248,21 +258,21 @@ class Pipe:
         self.waiting = 0
 
     async def send(self, message: SessionMessage) -> None:
-        if self.waiting >= MAX_WAITING_WRITES:
+        if self.waiting >= MAX_WAITING_BYTES:
             # A request is the client's: a limit that time lifts.
             if isinstance(message.message, types.JSONRPCRequest):
                 raise MCPError(RATE_LIMITED, "the server process is not reading its input; retry later")
             # The link drops it: a notification, an answer to the process.
             raise anyio.BrokenResourceError
-        self.waiting += 1
+        body = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+        line = body.encode() + b"\n"
+        self.waiting += len(line)
         try:
             # Cancelled here (its caller left): never written.
             await self.writing.acquire()
         finally:
-            self.waiting -= 1
+            self.waiting -= len(line)
         try:
-            body = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-            line = body.encode() + b"\n"
             # A line begun is written whole, or the child stopped.
             with anyio.CancelScope(shield=True), anyio.move_on_after(WRITE_DEADLINE) as deadline:
                 await self.stdin.send(line)

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 import anyio
 import anyio.abc
@@ -179,12 +179,50 @@ class Call:
             logger.debug("a notification could not be relayed", exc_info=True)
 
 
-class Conversation:
-    """A child and what its conversation's requests need of it: the calls in flight, the last one's time."""
+Kind = Literal["transport-session", "data-layer-session", "host-conversation", "request", "shared"]
+"""What names a conversation, and so who may reach its process (``_stdio_table``): a 2025 client's transport
+session (its ``Mcp-Session-Id``'s digest), a data-layer session (its id), a host's conversation id (bound to its
+caller), a 2026-07-28 request that names none (a process of its own), or nothing (the shared process)."""
 
-    def __init__(self, tasks: anyio.abc.TaskGroup, bus: SessionSubscriptionBus) -> None:
-        self.sid: str | None = None  # the conversation's stable id, once one takes it (the shared child's: none)
-        self.expires_at = math.inf  # its session token's expiry
+
+class Key(NamedTuple):
+    """A conversation's name in the table: its kind, and its id within that kind (never a bearer value)."""
+
+    kind: Kind
+    id: str
+
+
+class Caller(NamedTuple):
+    """Who asks: ``id`` is whom the limits count and a conversation belongs to (the principal's digest, else the
+    client address), ``name`` how the operator knows them (the authenticated principal's name, else the address)."""
+
+    id: str
+    name: str
+
+
+class Conversation:
+    """A child and what its conversation's requests need of it: whose it is, the calls in flight, the last one's
+    time (on anyio's clock, as its deadline)."""
+
+    def __init__(
+        self,
+        key: Key,
+        child: Child,
+        *,
+        owner: Caller | None,
+        tasks: anyio.abc.TaskGroup,
+        bus: SessionSubscriptionBus,
+        credentials: bytes = b"",
+        expires_at: float = math.inf,
+        transport: bytes | None = None,
+        user: object = None,
+    ) -> None:
+        self.key, self.child, self.owner = key, child, owner  # owner: None for the shared one
+        self.user = user  # the authenticated user who opened it (scope["user"]): who may end its transport session
+        self.expires_at = expires_at  # its session token's expiry, in the store's time (for its revocation)
+        self.deadline = anyio.current_time() + (expires_at - time.time())  # the same, on anyio's clock
+        self.credentials = credentials  # the digest of its process's --process-env values
+        self.transport = transport  # its 2025 transport session's id, which ends with it
         self.bus = bus  # its 2026-07-28 listen streams
         self.tasks = tasks  # where its calls run: a 2026-07-28 call outlives the client's request
         self.calls: list[Call] = []  # in flight, oldest first
@@ -194,15 +232,15 @@ class Conversation:
         self.backlog: deque[Callable[[], Awaitable[None]]] = deque()  # notifications tied to no call, being sent
         self.dropped = 0
         self.latest: ServerRequestContext[Any, Any] | None = None
-        self.credentials = b""  # the digest of its process's --process-env values
-        self.last_request = time.monotonic()
-        self.caller = ""  # whom the per-caller limit counts it for
-        self.transport: bytes | None = None  # its 2025 transport session's id, which ends with it
+        self.last_request = anyio.current_time()
+        self.requests = 0  # how many it has served
         self.why: str | None = None  # why the gateway ended it (idle, its session ended, shutdown): not a crash
         self.rounds = 0  # a request's own child: how many times it was retained for its client's input
         self.roots_told = False  # whether its child was told its client's roots changed (see relay)
-        self.named = anyio.Event()  # it serves a conversation (a child started ahead waits for one; the shared never)
-        self.child: Child
+
+    @property
+    def shared(self) -> bool:
+        return self.key.kind == "shared"
 
     def end(self, why: str) -> None:
         """End the conversation's child, for ``why``."""
@@ -238,6 +276,7 @@ class Conversation:
             self.tasks.start_soon(call.run, partial(self.child.link.send_raw_request, ctx.method, params))
         self.calls.append(call)
         self.latest = ctx
+        self.requests += 1
         parked = False
         try:
             result = await call.outcome()
@@ -256,7 +295,7 @@ class Conversation:
             raise
         finally:
             self.calls.remove(call)
-            self.last_request = time.monotonic()
+            self.last_request = anyio.current_time()
             if not parked:
                 call.end()  # answered, or the client went away
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # a 2025 child's result, complete as it is
@@ -274,10 +313,10 @@ class Conversation:
             return {}
         if method not in _CLIENT_RESULTS:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
-        declared = self.calls[-1].ctx.session.client_capabilities if self.calls and self.sid is not None else None
+        declared = self.calls[-1].ctx.session.client_capabilities if self.calls and not self.shared else None
         if method == "roots/list" and (declared is None or declared.roots is None):
             return {"roots": []}  # a process started ahead was told its client has roots: none, then
-        if self.sid is None:
+        if self.shared:
             raise MCPError(types.INVALID_REQUEST, "the shared server process cannot ask a client; a session's can")
         if not self.calls:
             raise MCPError(types.INVALID_REQUEST, "no request of the client is in progress to carry this one")
@@ -297,10 +336,10 @@ class Conversation:
                 if progress is not None:
                     call.tell(progress)
             return True
-        if self.sid is None:
+        if self.shared:
             return True
         if (event := event_from_wire(method, params)) is not None:
-            self._later(partial(self.bus.publish_to_session, self.sid, event))
+            self._later(partial(self.bus.publish_to_session, self.key.id, event))
         target = self.calls[-1].ctx if self.calls else self.latest
         if target is None or (event is not None and target.protocol_version in MODERN_PROTOCOL_VERSIONS):
             return True

@@ -4,6 +4,11 @@
 those started ahead (each with an id of its own, its ``MCP_SESSION_ID``); each ends with its session, when idle or
 at shutdown, and its conversation is then over (see ``_stdio``). What a process's messages do for its client is
 ``_stdio_relay``'s.
+
+Who may reach a process is decided in one place, :meth:`Children.conversation_for`: the request's name for its
+conversation becomes a typed :class:`Key` (a 2025 transport session on the 2025 path only, a data-layer session,
+a host's conversation, a request's own, the shared one); each conversation is created whole, its owner in it; and
+the caller is checked against that owner, for every kind, before any process is reached.
 """
 
 from __future__ import annotations
@@ -12,10 +17,12 @@ import hashlib
 import logging
 import math
 import secrets
+import shlex
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Literal
 
@@ -33,28 +40,60 @@ from .._config import SessionsConfig
 from .._session import PRINCIPAL_CLAIM, SCOPE_KEY, Session, caller_of, principal_digest
 from .._tokens import IdDigests, SessionClaims
 from .._wire import Refusal
-from .._wire.protocol import MCP_SESSION_ID_HEADER, RATE_LIMITED
+from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, RATE_LIMITED
+from ..profiles import Era
 from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
-from ._stdio_child import Child, ProcessOptions
-from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Conversation
+from ._front import StartupFailed
+from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions
+from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Caller, Conversation, Key
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
 MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
+EVICT_AFTER: Final = 60.0
+"""How long a caller's conversation, at its ``--max-processes-per-principal``, may be idle before a new one of the
+caller's ends it to make room."""
 RETRY_LATER: Final = {"retryAfter": 1}  # in a refusal answered in-band (HTTP 200): when to try again, in seconds
-_BOUND: Final = "hc-"  # the key of a host conversation bound to its caller
-_REQUEST: Final = "rq-"  # the key of a request's own child
 _HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the gateway start that runs its child
+_WATCHED: Final = ("transport-session", "data-layer-session")  # ended with their session, on any replica
+LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
+"""What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
 """In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
 
 
+@dataclass(frozen=True)
+class ProcessView:
+    """One live process, as an operator sees it (:meth:`Children.processes`); its memory is read from ``/proc``."""
+
+    kind: str  # "transport-session" | "data-layer-session" | "host-conversation" | "request" | "shared" | "warm"
+    principal: str | None  # whose it is: the principal's name, else the client address; None for shared or warm
+    conversation: str | None  # a short digest of its conversation's key (never a bearer value); None likewise
+    pid: int | None
+    age: float  # seconds since its process started
+    idle: float  # seconds since its last request
+    requests: int  # requests it has served
+
+
+class ProcessEvents:
+    """What the process metrics count (``_status.ProcessMetrics`` counts them); by default, nothing."""
+
+    def started(self) -> None:
+        """A process was started."""
+
+    def ended(self, why: str) -> None:
+        """A process ended, for ``why``."""
+
+    def refused(self, limit: str) -> None:
+        """A conversation was refused a process by ``limit``, the option's name."""
+
+
 class Children:
-    """The children: the shared one, and one per conversation in one table (keyed by the conversation's stable
-    id), bounded overall (``max_processes``) and per caller (``per_caller``); and their lifetimes."""
+    """The children: the shared one, and one per conversation in one table (keyed by the conversation's
+    :class:`Key`), bounded overall (``max_processes``) and per caller (``per_caller``); and their lifetimes."""
 
     def __init__(
         self,
@@ -72,11 +111,12 @@ class Children:
         options: ProcessOptions | None = None,
         process_env: ProcessEnv | None = None,
     ) -> None:
-        self.command, self.config, self.processes, self.bus = list(command), config, processes, bus
+        self.command, self.config, self.mode, self.bus = list(command), config, processes, bus
         self.process_env = ProcessEnv() if process_env is None else process_env
         self.per_request = processes == "per-conversation" and sessionless == "per-request"
         self.warm_count = warm if processes == "per-conversation" else 0
-        self.warm: deque[Conversation] = deque()  # started and initialized ahead, for new conversations and requests
+        self.warm: deque[_Process] = deque()  # started and initialized ahead, for new conversations and requests
+        self.live: set[_Process] = set()  # every live process: shared, started ahead, a conversation's
         self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
         self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
         self.environ = dict(environ)  # the allow-list's (_sandbox.environment)
@@ -84,11 +124,12 @@ class Children:
         self.options = options
         self.fronted = False  # a replica behind a front (--forwarded-allow-ips): see _gone
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
-        self.shared: Conversation | None = None
-        self.conversations: dict[str, Conversation] = {}
-        self.ended: BoundedDict[str, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
-        self.moved: BoundedDict[str, str] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
-        self.end_transport: Callable[[bytes], Awaitable[None]] | None = None  # a DELETE through the sessions
+        self.shared: _Process | None = None
+        self.conversations: dict[Key, Conversation] = {}
+        self.ended: BoundedDict[Key, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
+        self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
+        self.end_transport: Callable[[bytes, object], Awaitable[None]] | None = None  # a DELETE, as its user
+        self.metrics = ProcessEvents()  # what the metrics count: _status.ProcessMetrics, set by the app
         self._tasks: anyio.abc.TaskGroup | None = None
 
     @asynccontextmanager
@@ -100,7 +141,7 @@ class Children:
                 try:
                     shared = await self.shared_conversation()
                 except MCPError as exc:
-                    raise RuntimeError(f"{' '.join(self.command)}: {exc.error.message}") from None
+                    raise await self._failed(exc.error.message) from None
                 assert shared.child.initialized is not None
                 self._fill()
                 yield shared.child.initialized
@@ -110,69 +151,103 @@ class Children:
                     conversation.why = "shutdown"
                 tasks.cancel_scope.cancel()  # each child stops its process group, shielded (_stdio_child.stop_group)
 
+    async def _failed(self, why: str) -> StartupFailed:
+        """The shared child's failure to start, in one line: why, and what it last said on its stderr."""
+        child = None if self.shared is None else self.shared.child
+        if child is not None:
+            with anyio.move_on_after(EXIT_DRAIN):
+                await child.stderr_ended.wait()
+        said = "" if child is None or child.last_words is None else f"; its last stderr line: {child.last_words}"
+        return StartupFailed(f"{shlex.join(self.command)}: {why}{said}")
+
     async def created(self, claims: SessionClaims) -> None:
         """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
         handed out; beyond the limits (or when the child fails to start), the create is refused. A session opened in
-        a 2025 transport session is that conversation (one conversation, one process): its child serves it, as it
-        serves a reconnect that names the session while it lives."""
-        if self.processes == "shared":
+        a 2025 transport session of the same caller is that conversation (one conversation, one process): its child
+        serves it, as it serves a reconnect that names the session while it lives. Its create spent the caller's
+        create-limit slot already."""
+        if self.mode == "shared":
             return
         scope = REQUEST.get() or {}
-        if (transport := self.transport_key(scope)) in self.conversations:  # in a 2025 transport session: its child
-            self.moved[claims.session_id] = transport  # one conversation, one process
+        caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
+        transport = self._transport(scope)
+        found = None if transport is None else self.conversations.get(transport)
+        if found is not None and found.owner is not None and found.owner.id == caller.id:
+            self.moved[claims.session_id] = found.key  # one conversation, one process
             return
-        caller = caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM))
         try:
-            await self.open(claims.session_id, caller, expires_at=claims.expires_at)
+            key = Key("data-layer-session", claims.session_id)
+            await self.open(key, caller, expires_at=claims.expires_at, counted=True)
         except MCPError as exc:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
 
-    def transport_key(self, scope: Scope) -> str | None:
-        """The key of the transport session the request's ``Mcp-Session-Id`` names, if it has (or had) a process."""
-        raw = header(scope.get("headers", ()), MCP_SESSION_ID_HEADER)
-        if raw is None:  # a data-layer token's digest names no process here either
+    def _transport(self, scope: Scope) -> Key | None:
+        """The key of the 2025 transport session a request's ``Mcp-Session-Id`` names: on the 2025 path only (a
+        2026-07-28 request's header is its session token, or anything its client put there, and names none)."""
+        headers = scope.get("headers", ())
+        raw = header(headers, MCP_SESSION_ID_HEADER)
+        if raw is None or Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is not Era.LEGACY:
             return None
-        key = self.digests.transport(raw)
-        return key if key in self.conversations or key in self.ended else None
+        return Key("transport-session", self.digests.transport(raw))
 
-    async def conversation_for(self, scope: Scope, state: object = None) -> Conversation:
-        """The conversation a request names, the most specific name first: its data-layer session's (one opened in a
+    async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
+        """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
         2025 transport session is that transport session's, :meth:`created`), its 2025 transport session's, its host
         conversation's (bound to its caller); else, with ``sessionless="per-request"``, a child of the request's own
-        (the one that asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one.
-        A conversation whose child ran elsewhere (another replica, or before a restart) or has ended gets no new
-        one: a data-layer session's is "not found" here; a host's, which the store the replicas share records as
-        another start's (:data:`_HELD`), has ended."""
+        (the one that asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one,
+        which answers the lists (:data:`LISTS`) that name nothing: they cost no process and count against no limit.
+        Whatever names it, the caller must be its owner. A conversation whose child ran elsewhere (another replica,
+        or before a restart) or has ended gets no new one: a data-layer session's is "not found" here; a host's,
+        which the store the replicas share records as another start's (:data:`_HELD`), has ended."""
         session: Session | None = scope.get(SCOPE_KEY)
-        if self.processes == "shared":
+        transport = self._transport(scope)
+        sessionless = session is None and transport is None and state is None
+        if self.mode == "shared" or (sessionless and (not self.per_request or method in LISTS)):
             return await self.shared_conversation()
-        if session is not None and session.source == "data-layer":  # its child: its create's, or its transport's
-            held = self.moved.get(session.id, session.id)
-            if held not in self.conversations:  # ended, elsewhere, or before a restart: its client starts again
-                raise MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
-            return await self.open(held, None)
-        if (key := self.transport_key(scope)) is not None:
-            return await self.open(key, None)
-        if session is None and not self.per_request:
-            return await self.shared_conversation()
-        if session is None:  # a request's own child; a retry that brings input reaches the one that asked
-            if state is None:
-                return await self.open(_REQUEST + secrets.token_hex(12), await self.caller(scope))
-            if not isinstance(state, str) or (retained := self.retained.pop(state, None)) is None:
-                raise MCPError(types.INVALID_PARAMS, "requestState names no request waiting for input here")
-            return retained
         caller = await self.caller(scope)
-        key = _bound(session.id, caller)  # a host's conversation: its name is no secret
-        if key not in self.conversations and key not in self.ended:  # new here: is it, says the store replicas share?
-            if await session.data.get(_HELD, self.instance) != self.instance:
-                raise self._gone(key, "it ran on another replica, or before this one restarted")
-            await session.data.set(_HELD, self.instance)
+        if session is not None and session.source == "data-layer":  # its child: its create's, or its transport's
+            key = self.moved.get(session.id, Key("data-layer-session", session.id))
+            found = self._found(self.conversations.get(key), caller, self._not_found)
+        elif transport is not None:  # started at its initialize, for its caller
+            found = self._found(self.conversations.get(transport), caller, partial(self._gone, transport))
+        elif session is None and state is not None:  # a retry that brings input reaches the request that asked
+            waiting = self.retained.get(state) if isinstance(state, str) else None
+            found = self._found(waiting, caller, _no_state)
+            del self.retained[str(state)]  # still good for its owner until it is taken
+        elif session is None:  # a request's own child
+            found = await self.open(Key("request", secrets.token_hex(12)), caller)
+        else:  # a host's conversation: its name is no secret, its key is its caller's
+            found = await self._host(session, caller)
+        return await self._ready(found)
+
+    def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
+        """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
+        caller's own; another's is refused as a name that names none (no one learns whose it is)."""
+        if found is None:
+            raise missing()
+        if found.owner is None or found.owner.id != caller.id:
+            raise _no_state() if found.key.kind == "request" else self._not_found()
+        return found
+
+    async def _host(self, session: Session, caller: Caller) -> Conversation:
+        key = Key("host-conversation", _bound(session.id, caller.id))
+        if (found := self.conversations.get(key)) is not None:
+            return self._found(found, caller, partial(self._gone, key))
+        if key in self.ended:
+            raise self._gone(key)
+        if await session.data.get(_HELD, self.instance) != self.instance:  # new here: says the store replicas share
+            raise self._gone(key, "it ran on another replica, or before this one restarted")
+        await session.data.set(_HELD, self.instance)
         return await self.open(key, caller)
 
-    async def caller(self, scope: Scope) -> str:
-        """Whom the per-caller limit counts, as the create limit does: the principal, else the client address."""
-        return caller_of(scope, await principal_digest(self.config.principal, scope, self.config.keys.audience))
+    def _not_found(self) -> MCPError:
+        return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
+
+    async def caller(self, scope: Scope) -> Caller:
+        """Who asks: whom the limits count, as the create limit does (the principal, else the client address)."""
+        principal = await principal_digest(self.config.principal, scope, self.config.keys.audience)
+        return Caller(caller_of(scope, principal), known_as(scope))
 
     async def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
         """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
@@ -190,27 +265,36 @@ class Children:
     async def shared_conversation(self) -> Conversation:
         if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
             self.shared = self._start(shared=True)  # it serves no conversation: a new one is as good
-        return await self._ready(self.shared)
+        assert self.shared.conversation is not None
+        return await self._ready(self.shared.conversation)
 
     async def open(
-        self, key: str, caller: str | None, *, expires_at: float = math.inf, transport: bytes | None = None
+        self,
+        key: Key,
+        caller: Caller,
+        *,
+        expires_at: float = math.inf,
+        transport: bytes | None = None,
+        counted: bool = False,
     ) -> Conversation:
-        """The conversation ``key`` names, its child started if it has none yet (``caller`` is ``None`` where only
-        its own start may start it: a transport session's, at its ``initialize``); one whose child has ended is
-        refused with the error of its kind (:meth:`_gone`), never given a new child."""
-        if (found := self.conversations.get(key)) is not None:
-            return await self._ready(found)
-        if key in self.ended or caller is None:
+        """A new conversation, ``caller``'s, its child taken from those started ahead or started: within the limits,
+        and spending the caller's create-limit slot (unless its create has, ``counted``). One whose child has ended
+        is refused with the error of its kind (:meth:`_gone`), never given a new child."""
+        if key in self.conversations or key in self.ended:
             raise self._gone(key)
         live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
-        mine = [conversation for conversation in live if conversation.caller == caller]
-        if len(mine) >= self.per_caller and transport is not None and self._tasks is not None:  # idle ones make room
-            idle = sorted((c for c in mine if c.transport is not None and not c.calls), key=lambda c: c.last_request)
-            for conversation in idle[: len(mine) - self.per_caller + 1]:
+        mine = [conversation for conversation in live if conversation.owner and conversation.owner.id == caller.id]
+        if len(mine) >= self.per_caller and self._tasks is not None:  # idle ones make room, the oldest first
+            spare = sorted((c for c in mine if self._spare(c, transport is not None)), key=lambda c: c.last_request)
+            for conversation in spare[: len(mine) - self.per_caller + 1]:
+                label = conversation.child.label
+                logger.info("%s: ended to make room for a new conversation of %s", label, caller.name)
+                conversation.end("evicted")  # at once: its next request is refused, never served
                 self._close_soon(conversation, "evicted")
                 live.remove(conversation)
                 mine.remove(conversation)
         if len(mine) >= self.per_caller:
+            self.metrics.refused("max_processes_per_principal")
             raise MCPError(
                 RATE_LIMITED,
                 f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
@@ -218,19 +302,55 @@ class Children:
                 RETRY_LATER,
             )
         if len(live) >= self.max_processes:
+            self.metrics.refused("max_processes")
             raise MCPError(
                 RATE_LIMITED,
                 f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
                 "processes at once (--max-processes); end one (sessions/delete) or retry later",
                 RETRY_LATER,
             )
-        conversation = self.conversations[key] = self.warm.popleft() if self.warm else self._start()
-        conversation.sid, conversation.caller, conversation.expires_at = key, caller, expires_at
-        conversation.transport = transport
-        conversation.named.set()
-        logger.info("%s: serves the conversation %s", conversation.child.label, key)
+        if not counted and self.config.create_limit is not None and (wait := self.config.create_limit.take(caller.id)):
+            self.metrics.refused("create_limit")
+            raise MCPError(
+                RATE_LIMITED,
+                "Too many server processes started, retry later (MCP_SESSIONS_CREATE_LIMIT)",
+                {"retryAfter": max(1, math.ceil(wait))},
+            )
+        process = self.warm.popleft() if self.warm else self._start()
+        conversation = Conversation(
+            key,
+            process.child,
+            owner=caller,
+            tasks=process.tasks,
+            bus=self.bus,
+            credentials=process.credentials,
+            expires_at=expires_at,
+            transport=transport,
+            user=(REQUEST.get() or {}).get("user"),  # who may end its transport session
+        )
+        self.conversations[key] = process.take(conversation)
+        logger.info("%s: serves the conversation %s", process.child.label, key.id)  # a sid, else a digest
         self._fill()
         return conversation if transport is not None else await self._ready(conversation)
+
+    def processes(self) -> list[ProcessView]:
+        """Every live process, as the operator sees it: a snapshot, read only."""
+        now = anyio.current_time()
+        return [process.view(now) for process in self.live]
+
+    def kinds(self) -> Counter[str]:
+        """How many live processes of each kind: what the metrics read, on their own thread (so with no clock)."""
+        return Counter(process.kind for process in list(self.live))
+
+    async def end(self, conversation: str, principal: str) -> bool:
+        """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
+        own, ended as the gateway ends any (:meth:`close`)."""
+        for found in list(self.conversations.values()):
+            mine = found.owner is not None and found.owner.name == principal
+            if mine and _digest(found.key) == conversation and not found.child.done.is_set():
+                await self.close(found, "ended by its user")
+                return True
+        return False
 
     def _fill(self) -> None:
         """Start children ahead, up to ``warm`` of them, for new conversations and requests: once the answer of the
@@ -245,7 +365,7 @@ class Children:
     def answered(self, conversation: Conversation) -> None:
         """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
         that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``)."""
-        if conversation.sid is None or not conversation.sid.startswith(_REQUEST):
+        if conversation.key.kind != "request":
             return  # a conversation's child, or the shared one: it serves the next request too
         if not conversation.parked:
             return _after_answer(partial(self._close_soon, conversation, "answered"))
@@ -265,10 +385,19 @@ class Children:
         if self._tasks is not None:
             self._tasks.start_soon(self.close, conversation, why)
 
-    def _gone(self, key: str | None, why: str | None = None) -> MCPError:
-        if self.fronted:  # a replica's conversations are its front's sessions: "not found", so its client starts again
-            return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
-        why = why or self.ended.get(key or "", (0.0, "ended"))[1]
+    def _spare(self, conversation: Conversation, transport: bool) -> bool:
+        """Whether a caller's ``conversation`` may be ended to make room for its new one: none of its requests is in
+        flight or waits for input, and it has been idle for ``EVICT_AFTER`` seconds (a 2025 transport session, for
+        a new one, at once: a client that never sends DELETE leaves them behind)."""
+        if conversation.calls or conversation.parked:
+            return False
+        idle = anyio.current_time() - conversation.last_request
+        return idle >= EVICT_AFTER or (transport and conversation.transport is not None)
+
+    def _gone(self, key: Key, why: str | None = None) -> MCPError:
+        why = why or self.ended.get(key, (0.0, "ended"))[1]
+        if self.fronted or why == "evicted":  # a replica's: its front's session; an evicted one: as its session's end
+            return self._not_found()
         return MCPError(
             CHILD_EXITED, f"the server process of this conversation has ended ({why}), with its state; start a new one"
         )
@@ -278,11 +407,11 @@ class Children:
         if conversation.child.failure is not None:
             raise MCPError(CHILD_EXITED, conversation.child.failure)
         if conversation.child.done.is_set():
-            raise self._gone(conversation.sid, conversation.why or "exited")
-        conversation.last_request = time.monotonic()
+            raise self._gone(conversation.key, conversation.why or "exited")
+        conversation.last_request = anyio.current_time()
         return conversation
 
-    def _start(self, *, shared: bool = False) -> Conversation:
+    def _start(self, *, shared: bool = False) -> _Process:
         """A new child: the shared one, or one a conversation or a request takes (started ahead, or by the request
         that starts its conversation: with ``--process-env``, that user's values), with an id of its own."""
         if self._tasks is None:
@@ -290,41 +419,50 @@ class Children:
         values = {} if shared else self.process_env.values()  # none but a request's: no child is started ahead then
         process = None if shared else secrets.token_hex(8)
         environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
-        conversation = Conversation(self._tasks, self.bus)
-        conversation.credentials = self.process_env.digest(values)
-        conversation.child = Child(
+        started = _Process(self._tasks, self.process_env.digest(values))
+        started.child = Child(
             self.command,
             label="shared" if process is None else f"process {process}",
             environ=environ,
             max_line=self.config.max_response_size,
-            on_request=conversation.on_request,
+            on_request=started.on_request,
             on_notify=_unreached,
-            on_progress=conversation.on_notification,
+            on_progress=started.on_notification,
             options=self.options,
         )
-        self._tasks.start_soon(self._serve, conversation)
-        return conversation
+        if shared:
+            started.take(Conversation(Key("shared", ""), started.child, owner=None, tasks=self._tasks, bus=self.bus))
+        self.live.add(started)
+        self._tasks.start_soon(self._serve, started)
+        self.metrics.started()
+        return started
 
-    async def _serve(self, conversation: Conversation) -> None:
+    async def _serve(self, process: _Process) -> None:
         """Run a child to its end: its session's end (on any replica), its idle time or its expiry end it; its end
         ends the conversation, which then gets the error of its kind (a crash as any other end)."""
-        child = conversation.child
-        async with anyio.create_task_group() as timers:
-            timers.start_soon(self._expire, conversation)
-            timers.start_soon(self._watch, conversation)
-            await child.run()
-            timers.cancel_scope.cancel()
-        if conversation in self.warm:
-            self.warm.remove(conversation)
+        child = process.child
+        try:
+            async with anyio.create_task_group() as timers:
+                timers.start_soon(self._attend, process)
+                await child.run()
+                timers.cancel_scope.cancel()
+        finally:
+            self.live.discard(process)
+            ended = process.conversation.why if process.conversation is not None else None
+            self.metrics.ended(ended or ("failed to start" if child.failure else child.reason or "exited"))
+        if process in self.warm:
+            self.warm.remove(process)
+        if (conversation := process.conversation) is None or conversation.shared:
+            return
         for state in conversation.parked:
             self.retained.pop(state, None)
-        key = conversation.sid
-        if key is None or conversation.why == "shutdown":
+        if conversation.why == "shutdown":
             return
+        key = conversation.key
         if self.conversations.get(key) is conversation:
             del self.conversations[key]
         why = conversation.why or ("failed to start" if child.failure is not None else "exited")
-        if not key.startswith(_REQUEST):
+        if key.kind != "request":
             self.ended[key] = (time.time() + self.config.ttl, why)
         logger.info("%s: the conversation ended (%s)", child.label, why)
         if conversation.why is None and child.failure is None:
@@ -340,38 +478,90 @@ class Children:
     async def _end_session(self, conversation: Conversation) -> None:
         """End the session a conversation's child served: its 2025 transport session (its client then gets 404 and
         initializes again) or its data-layer session (then "Session not found"); a host's is refused here."""
-        key = conversation.sid
         if conversation.transport is not None and self.end_transport is not None:
-            await self.end_transport(conversation.transport)
-        elif key is not None and not key.startswith((_BOUND, _REQUEST)):
+            await self.end_transport(conversation.transport, conversation.user)
+        elif conversation.key.kind == "data-layer-session":
             try:
-                await self.config.store.revoke(key, expires_at=conversation.expires_at)
+                await self.config.store.revoke(conversation.key.id, expires_at=conversation.expires_at)
             except SessionStoreUnavailable:
                 logger.warning("%s: the session could not be ended in the store", conversation.child.label)
 
-    async def _expire(self, conversation: Conversation) -> None:
-        """End a conversation's child once it has been idle for ``idle`` seconds, or its session has expired."""
-        await conversation.named.wait()  # a child started ahead idles from when it is taken
+    async def _attend(self, process: _Process) -> None:
+        """Once a conversation takes the child (and it is ready): its idle time and expiry, and its session's end."""
+        await process.taken.wait()  # a child started ahead idles from when it is taken
+        conversation = process.conversation
+        assert conversation is not None
+        if conversation.shared:
+            return
         await conversation.child.ready.wait()
-        conversation.last_request = time.monotonic()  # idle from its start, however long the start took
+        conversation.last_request = anyio.current_time()  # idle from its start, however long the start took
+        async with anyio.create_task_group() as timers:
+            if conversation.key.kind in _WATCHED:
+                timers.start_soon(self._watch, conversation)
+            await self._expire(conversation)
+            timers.cancel_scope.cancel()
+
+    async def _expire(self, conversation: Conversation) -> None:
+        """End a conversation's child once it has been idle for ``idle`` seconds, or its session has expired: one
+        clock, anyio's, for both."""
         while True:
-            left = min(conversation.last_request + self.idle - time.monotonic(), conversation.expires_at - time.time())
-            if left <= 0 and (not conversation.calls or conversation.expires_at <= time.time()):
-                return await self.close(conversation, "idle" if conversation.expires_at > time.time() else "expired")
-            await anyio.sleep(left if left > 0 else self.idle)
+            now = anyio.current_time()
+            if now >= conversation.deadline:
+                return await self.close(conversation, "expired")
+            idle_ends = conversation.last_request + self.idle
+            if now >= idle_ends and not conversation.calls:
+                return await self.close(conversation, "idle")
+            await anyio.sleep_until(min(conversation.deadline, idle_ends if idle_ends > now else now + self.idle))
 
     async def _watch(self, conversation: Conversation) -> None:
-        """End a session's child when its session is ended, on any replica (a host's or a request's has none)."""
-        await conversation.named.wait()
-        key = conversation.sid
-        if key is None or key.startswith((_BOUND, _REQUEST)):
-            return
-        unwatch = self.bus.watch(key, partial(conversation.end, "its session ended"))
+        """End a session's child when its session is ended, on any replica."""
+        unwatch = self.bus.watch(conversation.key.id, partial(conversation.end, "its session ended"))
         try:
             await anyio.sleep_forever()
         finally:
             if unwatch is not None:
                 unwatch()
+
+
+class _Process:
+    """A child and the conversation it serves: none yet for one started ahead (what it asks then is answered as
+    for no client: no roots), then the one that takes it, for good."""
+
+    def __init__(self, tasks: anyio.abc.TaskGroup, credentials: bytes) -> None:
+        self.tasks, self.credentials = tasks, credentials  # the digest of its --process-env values
+        self.started = anyio.current_time()
+        self.conversation: Conversation | None = None
+        self.taken = anyio.Event()
+        self.child: Child
+
+    def take(self, conversation: Conversation) -> Conversation:
+        self.conversation = conversation
+        self.taken.set()
+        return conversation
+
+    async def on_request(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> Any:
+        if self.conversation is not None:
+            return await self.conversation.on_request(dctx, method, params)
+        if method in ("ping", "roots/list"):
+            return {} if method == "ping" else {"roots": []}
+        raise MCPError(types.INVALID_REQUEST, "no client is in this conversation yet")
+
+    def on_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
+        return self.conversation is None or self.conversation.on_notification(method, params)
+
+    @property
+    def kind(self) -> str:
+        return "warm" if self.conversation is None else self.conversation.key.kind
+
+    def view(self, now: float) -> ProcessView:
+        conversation, pid, age = self.conversation, self.child.pid, now - self.started
+        if conversation is None:
+            return ProcessView(self.kind, None, None, pid, age, age, 0)
+        idle, served = now - conversation.last_request, conversation.requests
+        if conversation.owner is None:
+            return ProcessView(conversation.key.kind, None, None, pid, age, idle, served)
+        name, digest = conversation.owner.name, _digest(conversation.key)
+        return ProcessView(conversation.key.kind, name, digest, pid, age, idle, served)
 
 
 def _after_answer(action: Callable[[], None]) -> None:
@@ -384,7 +574,25 @@ def _after_answer(action: Callable[[], None]) -> None:
 
 def _bound(sid: str, caller: str) -> str:
     """A host conversation's key: its id and its caller's digest, so that another caller naming it gets its own."""
-    return _BOUND + hashlib.sha256(f"{sid}\0{caller}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{sid}\0{caller}".encode()).hexdigest()[:32]
+
+
+def _digest(key: Key) -> str:
+    """A short digest of a conversation's key, for logs and the operator's view: it names, it grants nothing."""
+    return hashlib.sha256(f"{key.kind}\0{key.id}".encode()).hexdigest()[:12]
+
+
+def known_as(scope: Scope) -> str:
+    """The caller as the operator knows them: the authenticated principal's name, else the client address."""
+    user = scope.get("user")
+    if user is not None and getattr(user, "is_authenticated", False):
+        return str(user.display_name)
+    client = scope.get("client")
+    return client[0] if client else ""
+
+
+def _no_state() -> MCPError:
+    return MCPError(types.INVALID_PARAMS, "requestState names no request waiting for input here")
 
 
 async def _unreached(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:

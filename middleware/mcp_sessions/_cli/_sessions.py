@@ -1,0 +1,150 @@
+"""What a ``gateway --stdio`` runs: ``mcp-sessions sessions URL``, a user's own conversations, listed, and one
+ended; ``mcp-sessions gateway status URL``, the operator's view of every process.
+
+The gateway answers with the caller's own only (``GET /mcp/sessions`` beside the MCP endpoint; ``DELETE
+/mcp/sessions/DIGEST`` ends one), so the command needs the user's token: from ``MCP_GATEWAY_TOKEN`` or a file
+(``--token-file``), never the command line, where ``ps`` and the shell's history would show it. Its requests go
+over ``create``'s guarded HTTP transport: no redirect followed, each answer bounded, every string of the server's
+printed :func:`printable`. ``gateway status`` reads the gateway's ``--status-port`` (``http://127.0.0.1:PORT``),
+served on the loopback address alone: every live process (its kind, whose, a digest of its conversation, age, idle
+time, memory, requests served), then each user's processes and everyone's against the limits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any, Final, TextIO
+
+from .._wire import printable
+from . import EXIT_OK, Failed, UsageError
+from ._create import DEADLINE, _guarded, excerpt
+
+TOKEN_VARIABLE: Final = "MCP_GATEWAY_TOKEN"  # noqa: S105 - the name of the variable that holds it
+DESCRIPTION: Final = (
+    "List your own conversations on the gateway whose MCP endpoint is URL (its --stdio processes), or end one "
+    f"(--end DIGEST). Your token comes from {TOKEN_VARIABLE}, or from --token-file. Exit status: 0 done, 1 "
+    "refused, unknown or unreachable, 2 usage error."
+)
+COLUMNS: Final = ("conversation", "kind", "age", "idle", "requests")
+STATUS_DESCRIPTION: Final = (
+    "Show what a gateway --stdio runs, from its --status-port: each process, and each user's against the limits. "
+    "Exit status: 0 shown, 1 unreachable or refused, 2 usage error."
+)
+STATUS_COLUMNS: Final = ("kind", "principal", "conversation", "pid", "age", "idle", "memory", "requests")
+
+
+def add_arguments(sessions: argparse.ArgumentParser) -> None:
+    """The arguments of ``sessions``."""
+    sessions.add_argument("url", help="the gateway's MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
+    sessions.add_argument("--end", metavar="DIGEST", help="end the conversation of yours the list names so")
+    sessions.add_argument("--token-file", metavar="FILE", help=f"read your token from FILE (default: {TOKEN_VARIABLE})")
+    sessions.add_argument("--json", action="store_true", help="print the gateway's answer as JSON")
+
+
+def add_status_arguments(status: argparse.ArgumentParser) -> None:
+    """The arguments of ``gateway status``."""
+    status.add_argument("url", help="the gateway's status port, e.g. http://127.0.0.1:8001")
+    status.add_argument("--json", action="store_true", help="print the gateway's answer as JSON")
+
+
+def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+    """Run ``sessions`` (list the caller's conversations, or end one), or ``gateway status``; the exit status."""
+    if args.command == "status":
+        return _status(args.url.rstrip("/"), args.json, stdout)
+    headers = {"Authorization": f"Bearer {_token(args.token_file, environ)}"}
+    url = args.url.rstrip("/") + "/sessions"
+    if args.end is not None:
+        answer = fetched("DELETE", f"{url}/{args.end}", headers)
+        stdout.write(json.dumps(answer, indent=2) + "\n" if args.json else f"ended {printable(args.end)}\n")
+        return EXIT_OK
+    answer = fetched("GET", url, headers)
+    if args.json:
+        stdout.write(json.dumps(answer, indent=2) + "\n")
+        return EXIT_OK
+    rows = [[cell(row.get(column)) for column in COLUMNS] for row in answer.get("conversations", [])]
+    stdout.write(table([column.upper() for column in COLUMNS], rows))
+    return EXIT_OK
+
+
+def _status(url: str, as_json: bool, stdout: TextIO) -> int:
+    """``gateway status``: the operator's view, as JSON or as a table and the limits."""
+    answer = fetched("GET", url if url.endswith("/status") else url + "/status")
+    if as_json:
+        stdout.write(json.dumps(answer, indent=2) + "\n")
+        return EXIT_OK
+    processes = answer.get("processes", [])
+    rows = [[_shown(column, process.get(column)) for column in STATUS_COLUMNS] for process in processes]
+    stdout.write(table([column.upper() for column in STATUS_COLUMNS], rows))
+    total = answer.get("total", {})
+    stdout.write(f"\nprocesses: {cell(total.get('processes'))} of {cell(total.get('limit'))} (--max-processes)\n")
+    for user in answer.get("users", []):
+        said = f"{cell(user.get('processes'))} of {cell(user.get('limit'))} (--max-processes-per-principal)"
+        stdout.write(f"  {cell(user.get('principal'))}: {said}\n")
+    if isinstance(keys := answer.get("keys"), dict):
+        error = keys.get("error")
+        state = "fetched" if error is None else f"failing: {cell(error)}"
+        stdout.write(f"\nkeys: {cell(keys.get('keys'))} from {cell(keys.get('jwks'))}, {state}\n")
+    return EXIT_OK
+
+
+def _shown(column: str, value: Any) -> str:
+    if column == "memory" and isinstance(value, int):
+        return f"{value / (1 << 20):.1f} MiB"
+    if column in ("age", "idle") and isinstance(value, int | float):
+        return f"{value:.0f} s"
+    return cell(value)
+
+
+def _token(path: str | None, environ: Mapping[str, str]) -> str:
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as given:
+                token = given.read().strip()
+        except OSError as exc:
+            raise UsageError(f"--token-file: {exc.strerror}: {path}") from None
+    else:
+        token = environ.get(TOKEN_VARIABLE, "").strip()
+    if not token:
+        raise UsageError(f"no token: set {TOKEN_VARIABLE}, or give --token-file")
+    return token
+
+
+def fetched(method: str, url: str, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The JSON object a gateway answers ``method url`` with; :class:`Failed`, saying why, for anything else."""
+    try:
+        import httpx
+    except ImportError as exc:
+        raise UsageError(f"{exc} (pip install 'mcp-sessions[gateway]')") from None
+    transport, _ = _guarded(DEADLINE)
+
+    async def send() -> httpx.Response:
+        async with httpx.AsyncClient(transport=transport) as client:
+            return await client.request(method, url, headers=headers)
+
+    try:
+        answer = asyncio.run(send())
+    except (httpx.HTTPError, OSError) as exc:
+        raise Failed(f"no answer from {printable(url)}: {excerpt(str(exc))}") from None
+    try:
+        body = answer.json()
+    except ValueError:
+        body = None
+    if answer.status_code != 200 or not isinstance(body, dict):
+        said = body.get("error") if isinstance(body, dict) else None
+        raise Failed(f"HTTP {answer.status_code}: {excerpt(str(said) if said else answer.content)}")
+    return body
+
+
+def cell(value: object) -> str:
+    """A value as a table shows it: seconds as they are, nothing as ``-``, the server's strings printable."""
+    return "-" if value is None else printable(str(value))
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """Columns aligned by their widest cell, two spaces apart."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)) for row in [header, *rows]]
+    return "".join(line.rstrip() + "\n" for line in lines)

@@ -1,0 +1,194 @@
+"""What ``gateway --stdio`` runs, for its operator and for each user.
+
+The operator's view (``--status-port``, off by default) is served on a port of its own bound to the loopback
+address, as Envoy's admin interface and Kong's Admin API are: who may read it is who may connect to the machine's
+loopback, which the operating system decides, and no token exists to leak, forward or rotate. It is never on the
+clients' port, so neither a client nor a front that forwards every path reaches it; a ``Host`` that is not a
+loopback name is refused (a page that rebinds its name to 127.0.0.1 gets 403). ``GET /status``: every live
+process (:class:`~._stdio_table.ProcessView`, its memory read from ``/proc`` on a thread), and each user's
+count against the limits.
+
+A user's own view (``GET /mcp/sessions``, on the clients' port, served where the gateway authenticates): her
+conversations, as the operator's view lists them; ``DELETE /mcp/sessions/DIGEST`` ends one of hers, by the path
+its kind ends by (a 2025 transport session's ``DELETE``, a data-layer session's revocation), so that its client
+gets the error of its kind.
+
+The metrics (``opentelemetry-api`` only, on the sessions' meter provider): ``mcp_sessions.gateway.processes``,
+an observable gauge of the live processes by ``mcp_sessions.process.kind`` (read from the snapshot when the SDK
+collects); counters ``mcp_sessions.gateway.process.starts``, ``.ends`` by ``mcp_sessions.process.end_reason`` (a
+fixed vocabulary) and ``.refusals`` by ``mcp_sessions.process.limit`` (the option that refused).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Final
+
+import anyio.to_thread
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .._asgi import send_json
+from .._version import __version__
+from ._stdio_table import Children, ProcessEvents, ProcessView, known_as
+
+STATUS_PATH: Final = "/status"
+USER_PATH: Final = "/mcp/sessions"
+LOOPBACK_NAMES: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
+CONVERSATIONS: Final = frozenset({"transport-session", "data-layer-session", "host-conversation", "request"})
+"""The kinds the limits count: a conversation's, or a request's own (not the shared one, nor those started ahead)."""
+
+
+class OperatorStatus:
+    """``app``, and on the operator's ``port`` (a loopback socket of its own) the status of ``children``, and of
+    the key set ``keys`` reads (``JwtVerifier.state``), where the gateway verifies tokens."""
+
+    def __init__(
+        self, app: ASGIApp, children: Children, port: int, keys: Callable[[], dict[str, object]] | None = None
+    ) -> None:
+        self.app, self.children, self.port, self.keys = app, children, port, keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan" or (scope.get("server") or ("", None))[1] != self.port:
+            return await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await send({"type": "websocket.close", "code": 1008})
+        host = Headers(scope=scope).get("host", "").rpartition(":")[0]
+        if host not in LOOPBACK_NAMES:
+            return await send_json(send, 403, {"error": "the status port answers loopback names only"}, b"")
+        if scope["path"] != STATUS_PATH:
+            return await send_json(send, 404, {"error": f"the status is at {STATUS_PATH}"}, b"")
+        if scope["method"] != "GET":
+            return await send_json(send, 405, {"error": "GET only"}, b"")
+        answer = await status(self.children)
+        if self.keys is not None:
+            answer["keys"] = self.keys()
+        await send_json(send, 200, answer, b"")
+
+
+async def status(children: Children) -> dict[str, Any]:
+    """Every live process with its memory, and each user's and everyone's count against the limits."""
+    views = children.processes()
+    memory = await anyio.to_thread.run_sync(_memory, [view.pid for view in views])
+    counted = [view for view in views if view.kind in CONVERSATIONS]
+    users = Counter(view.principal or "" for view in counted)
+    return {
+        "processes": [{**_shown(view), "memory": rss} for view, rss in zip(views, memory, strict=True)],
+        "users": [
+            {"principal": name, "processes": count, "limit": children.per_caller}
+            for name, count in sorted(users.items())
+        ],
+        "total": {"processes": len(counted), "limit": children.max_processes},
+    }
+
+
+class OwnConversations:
+    """``app``, and at :data:`USER_PATH` the caller's own conversations: listed, and one ended (see the module)."""
+
+    def __init__(self, app: ASGIApp, children: Children) -> None:
+        self.app, self.children = app, children
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path != USER_PATH and not path.startswith(USER_PATH + "/"):
+            return await self.app(scope, receive, send)
+        mine = known_as(scope)
+        if path == USER_PATH and scope["method"] == "GET":
+            views = [view for view in self.children.processes() if _hers(view, mine)]
+            return await send_json(send, 200, {"conversations": [_own(view) for view in views]}, b"")
+        digest = path.removeprefix(USER_PATH + "/")
+        if scope["method"] != "DELETE" or path == USER_PATH:
+            return await send_json(send, 405, {"error": f"GET {USER_PATH}, or DELETE {USER_PATH}/DIGEST"}, b"")
+        if not await self.children.end(digest, mine):
+            return await send_json(send, 404, {"error": "no conversation of yours has this digest"}, b"")
+        await send_json(send, 200, {"ended": digest}, b"")
+
+
+def _hers(view: ProcessView, principal: str) -> bool:
+    return view.kind in CONVERSATIONS and view.principal == principal
+
+
+def _own(view: ProcessView) -> dict[str, Any]:
+    """What a user sees of her own conversation: the operator's view without her name or the process's id."""
+    return {key: value for key, value in _shown(view).items() if key not in ("principal", "pid")}
+
+
+def _shown(view: ProcessView) -> dict[str, Any]:
+    return {**asdict(view), "age": round(view.age, 1), "idle": round(view.idle, 1)}
+
+
+def _memory(pids: Sequence[int | None]) -> list[int | None]:
+    """Each process's resident memory in bytes (``VmRSS`` of ``/proc/PID/status``); ``None`` where it is gone."""
+    found: list[int | None] = []
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+            [kib] = [line.split()[1] for line in lines if line.startswith("VmRSS:")]
+            found.append(int(kib) * 1024)
+        except (OSError, ValueError):
+            found.append(None)
+    return found
+
+
+KINDS: Final = ("transport-session", "data-layer-session", "host-conversation", "request", "shared", "warm")
+REASONS: Final = {
+    "idle": "idle",
+    "expired": "expired",
+    "evicted": "evicted",
+    "answered": "answered",
+    "shutdown": "shutdown",
+    "its session ended": "session_ended",
+    "its input came too late": "input_late",
+    "failed to start": "failed_to_start",
+    "it did not initialize": "failed_to_start",
+    "ended by its user": "ended_by_user",
+}
+"""Why a process ended, as the ends counter records it; a crash of any kind is ``crash``, anything else ``other``."""
+
+
+class ProcessMetrics(ProcessEvents):
+    """The process table's instruments (see the module); ``kinds`` counts its processes (``Children.kinds``)."""
+
+    def __init__(self, kinds: Callable[[], Counter[str]], meter_provider: MeterProvider | None) -> None:
+        self.kinds = kinds
+        meter = metrics.get_meter("mcp_sessions.gateway", __version__, meter_provider)
+        meter.create_observable_gauge(
+            "mcp_sessions.gateway.processes",
+            [self._observe],
+            unit="{process}",
+            description="Live server processes of gateway --stdio, by kind.",
+        )
+        self.starts = meter.create_counter(
+            "mcp_sessions.gateway.process.starts", unit="{process}", description="Server processes started."
+        )
+        self.ends = meter.create_counter(
+            "mcp_sessions.gateway.process.ends", unit="{process}", description="Server processes ended, by reason."
+        )
+        self.refusals = meter.create_counter(
+            "mcp_sessions.gateway.process.refusals",
+            unit="{request}",
+            description="Requests refused a process, by the limit that refused them.",
+        )
+
+    def started(self) -> None:
+        self.starts.add(1)
+
+    def ended(self, why: str) -> None:
+        reason = REASONS.get(why, "crash" if why.startswith("crash") else "other")
+        self.ends.add(1, {"mcp_sessions.process.end_reason": reason})
+
+    def refused(self, limit: str) -> None:
+        self.refusals.add(1, {"mcp_sessions.process.limit": limit})
+
+    def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        """Each kind's count, every kind named (0 too), so a kind's last process's end shows."""
+        try:  # the reader's thread, beside the event loop's: a table that changes as it is read is read next time
+            counted = self.kinds()
+        except RuntimeError:
+            return []
+        return [Observation(counted[kind], {"mcp_sessions.process.kind": kind}) for kind in KINDS]

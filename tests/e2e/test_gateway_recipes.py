@@ -1,0 +1,132 @@
+"""docs/gateway.md's team and replicas recipes, run as written: the ```` ```sh ```` blocks of their sections, in
+order, by bash, in a copy of the repository (they install ``'.[…]'`` from a clone) with a fresh virtual environment
+first on ``PATH`` and nothing of the tests' own environment (no ``PYTHONPATH``, no ``MCP_SESSIONS_*``).
+
+Whatever commands the blocks hold are run; the test adds only what a person does between them: waiting for the
+servers a block started in the background to listen (the ports its ``--port`` and ``http.server`` name), stopping
+them before the next recipe takes their port, and the Redis the replicas recipe says it needs. The recipes' own
+ports (8000, 8101, 8102, 9000) and Redis's (6379) are used as written. The MCP Inspector the team recipe runs
+with ``npx`` is the pinned one ``scripts/system-deps.sh`` installs (a ``node_modules`` beside the recipe, where
+``npx`` looks first), so it runs without the network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _redis import redis_server_binary
+from e2e._gateway import CACHE, MAIN, installed
+
+PAGE = MAIN / "docs" / "gateway.md"
+TEAM = "## One gateway for a team"
+REPLICAS = "### Past one machine: a front and stdio replicas"
+INSPECTOR = CACHE / "inspector" / "node_modules"
+# pip, a wheel built from the copy, the gateways' starts and the Inspector: 90 s alone, 260 s on a busy 2-core machine.
+WITHIN = 900
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
+_HEADING = re.compile(r"^#{1,6} ", re.M)
+_LISTENS = re.compile(r"--port (\d+)|http\.server (\d+)")
+_SKIPPED = shutil.ignore_patterns(
+    ".git", ".venv*", ".cache", "node_modules", "__pycache__", ".*_cache", "site", "dist", "build"
+)
+WAITING = """\
+listening() {  # the test's: wait, as a person would, for what the block above started
+    for port in "$@"; do until (: > "/dev/tcp/127.0.0.1/$port") 2>/dev/null; do sleep 0.2; done; done
+}
+stopped() {  # the test's: end what the blocks started in the background
+    kill $(jobs -p) 2>/dev/null; wait
+}
+trap 'kill -TERM 0' EXIT  # the test's: at the end, every process the recipe started (each its own process group)
+"""
+
+
+def sh_blocks(heading: str) -> list[str]:
+    """The ```` ```sh ```` blocks of the section ``heading`` opens, up to the next heading (outside code blocks)."""
+    text = PAGE.read_text(encoding="utf-8")
+    position = text.index(f"\n{heading}\n") + len(heading) + 2
+    blocks = []
+    while (fence := _FENCE.search(text, position)) is not None:
+        heading_next = _HEADING.search(text, position)
+        if heading_next is not None and heading_next.start() < fence.start():
+            break
+        if fence.group(1) == "sh":
+            blocks.append(fence.group(2))
+        position = fence.end()
+    assert blocks, f"no sh block under {heading!r}"
+    return blocks
+
+
+def waited(block: str) -> str:
+    """``block``, then the wait for the ports its servers listen on."""
+    ports = [first or second for first, second in _LISTENS.findall(block)]
+    return block + (f"listening {' '.join(ports)}\n" if ports else "")
+
+
+def run_recipe(script: str, tmp_path: Path) -> str:
+    """``script`` by bash in a copy of the repository, a fresh virtual environment first on PATH: its output."""
+    clone = tmp_path / "clone"
+    shutil.copytree(MAIN, clone, ignore=_SKIPPED)
+    (clone / "node_modules").symlink_to(installed(INSPECTOR, "@modelcontextprotocol/inspector"))
+    subprocess.run([sys.executable, "-m", "venv", tmp_path / "venv"], check=True, timeout=WITHIN)
+    skipped = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}
+    environ = {k: v for k, v in os.environ.items() if k not in skipped and not k.startswith("MCP_SESSIONS_")}
+    environ["PATH"] = f"{tmp_path / 'venv' / 'bin'}{os.pathsep}{environ['PATH']}"
+    environ["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    recipe = subprocess.Popen(
+        ["bash", "-c", WAITING + script],
+        cwd=clone,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its process group: whatever it left running is ended with it
+    )
+    try:
+        output, _ = recipe.communicate(timeout=WITHIN)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(recipe.pid, signal.SIGTERM)
+        recipe.wait()
+    return output
+
+
+@pytest.mark.timeout(WITHIN + 60)
+def test_the_team_recipe_runs_as_written(tmp_path: Path) -> None:
+    output = run_recipe("".join(waited(block) for block in sh_blocks(TEAM)), tmp_path)
+
+    assert 'www-authenticate: Bearer error="invalid_token"' in output, output
+    assert '"authorization_servers":["http://127.0.0.1:9000/"]' in output, output
+    texts = re.findall(r'"text": "([^"]*)"', output)
+    assert texts[:2] == ["0001", "0002"], output  # alice's process has alice's token, bob's his
+    assert "Session not found" in output, output  # bob's token, alice's session
+    assert "Traceback" not in output, output
+
+
+@pytest.mark.timeout(WITHIN + 60)
+def test_the_replicas_recipe_runs_as_written_after_the_team_recipe(tmp_path: Path) -> None:
+    [team, *_] = sh_blocks(TEAM)  # its files (whose.py) and keys; its gateway stopped: the front takes its port
+    redis = f"{redis_server_binary()} --port 6379 --bind 127.0.0.1 --save '' --appendonly no &\nlistening 6379\n"
+    [replicas] = sh_blocks(REPLICAS)
+    through_the_front = """\
+meta=$(mcp-sessions create http://127.0.0.1:8000/mcp --json |
+    python -c 'import json, sys; [(k, v)] = json.load(sys.stdin)["meta"].items(); print(f"{k}={json.dumps(v)}")')
+for _ in 1 2; do
+    npx @modelcontextprotocol/inspector@2.12.0 --cli http://127.0.0.1:8000/mcp --transport http \\
+        --method tools/call --tool-name github_token --metadata "$meta"
+done
+"""
+    front = "{\n" + replicas + "} &\nlistening 8101 8102 8000\n"  # its last command, the front, serves till stopped
+    script = waited(team) + "stopped\n" + redis + front + through_the_front
+    output = run_recipe(script, tmp_path)
+
+    assert output.count('"isError": false') == 2, output  # a session through the front, twice on its process
+    assert "Traceback" not in output, output

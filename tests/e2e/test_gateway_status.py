@@ -1,0 +1,257 @@
+"""What a ``gateway --stdio`` runs, seen by its operator and by each user (docs/gateway.md, "What runs"): the
+gateway command with ``--status-port`` and tokens from a JWKS on loopback, ``mcp-sessions gateway status`` and
+``mcp-sessions sessions`` as their own processes; the process metrics on a real OpenTelemetry SDK; and a server
+that dies at startup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from _mcp import (
+    MODERN,
+    SESSION_NOT_FOUND,
+    answer,
+    era_session,
+    legacy_request,
+    modern_headers,
+    modern_request,
+    session_meta,
+)
+from _otel import collect, points
+from _redis import free_port
+from conftest import SECRET, serve
+from e2e._gateway import MAIN, Process, gateway_process, legacy_initialize
+from e2e._stdio import SERVER, stdio_gateway, until
+from mcp_sessions import SessionsConfig
+
+ISSUER = "https://issuer.example"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
+CLI_WITHIN = 60  # a fresh interpreter: 2 s alone, over 10 s beside the suite on 2 slow cores; guards a hang only
+
+
+@contextlib.contextmanager
+def jwks() -> Iterator[str]:
+    """The authorization server's JWKS on loopback: its URL."""
+    keys = {"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]}
+    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(keys))])) as url:
+        yield url + "/jwks.json"
+
+
+@pytest.fixture(scope="module")
+def team() -> Iterator[tuple[Process, int]]:
+    """One gateway for a team, its operator's view on a port of its own: the gateway and that port."""
+    status_port = free_port()
+    with (
+        jwks() as keys,
+        gateway_process(
+            [],
+            "--stdio",
+            shlex.join([sys.executable, "-m", "e2e._stdio_server"]),
+            "--auth-jwks",
+            keys,
+            "--auth-issuer",
+            ISSUER,
+            "--auth-audience",
+            "{url}",
+            "--status-port",
+            str(status_port),
+            environ={"PYTHONPATH": PYTHONPATH},
+        ) as gateway,
+    ):
+        yield gateway, status_port
+
+
+def token(gateway: Process, user: str) -> str:
+    claims = {"iss": ISSUER, "aud": gateway.url(), "sub": user, "exp": int(time.time()) + 300}
+    return jwt.encode(claims, KEY, algorithm="RS256", headers={"kid": "k1"})
+
+
+def command(*arguments: str, environ: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``mcp-sessions ARGUMENTS`` as its own process."""
+    given = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
+    line = [sys.executable, "-m", "mcp_sessions", *arguments]
+    env = {**given, **(environ or {})}
+    return subprocess.run(line, capture_output=True, text=True, env=env, timeout=CLI_WITHIN, check=False)
+
+
+def shown(*arguments: str, environ: Mapping[str, str] | None = None) -> Any:
+    """What ``mcp-sessions ARGUMENTS --json`` prints, read as JSON (it must succeed)."""
+    done = command(*arguments, "--json", environ=environ)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def call(http: httpx.Client, url: str, session: str, user_token: str) -> dict[str, Any]:
+    body = modern_request("tools/call", {"name": "count", "arguments": {}}, session=session_meta(session))
+    headers = modern_headers(body, Authorization=f"Bearer {user_token}")
+    return answer(http.post(url, json=body, headers=headers))
+
+
+def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends_only_hers(
+    team: tuple[Process, int], tmp_path: Path
+) -> None:
+    gateway, status_port = team
+    url, status = gateway.url(), f"http://127.0.0.1:{status_port}"
+    alice, bob = token(gateway, "alice"), token(gateway, "bob")
+    with httpx.Client(timeout=30) as http:
+        sessions = {"alice": era_session(http, url, MODERN, Authorization=f"Bearer {alice}")}
+        sessions["bob"] = era_session(http, url, MODERN, Authorization=f"Bearer {bob}")
+        for _ in range(3):
+            assert "result" in call(http, url, sessions["alice"], alice)
+        in_transport = legacy_initialize(http, url, {"Authorization": f"Bearer {alice}"})
+        transport = in_transport["Mcp-Session-Id"]
+
+        seen = shown("gateway", "status", status)
+        bob_token = tmp_path / "bob.jwt"
+        bob_token.write_text(bob + "\n")
+        hers = shown("sessions", url, environ={"MCP_GATEWAY_TOKEN": alice})["conversations"]
+        his = shown("sessions", url, "--token-file", str(bob_token))["conversations"]
+        table = command("gateway", "status", status)
+        refused = command("sessions", url, "--token-file", str(bob_token), "--end", hers[0]["conversation"])
+        no_token = command("sessions", url)
+        [data_layer] = [mine for mine in hers if mine["kind"] == "data-layer-session"]
+        as_alice = {"MCP_GATEWAY_TOKEN": alice}
+        ended = command("sessions", url, "--end", data_layer["conversation"], environ=as_alice)
+        after = call(http, url, sessions["alice"], alice)
+        [transported] = [mine for mine in hers if mine["kind"] == "transport-session"]
+        ended_too = command("sessions", url, "--end", transported["conversation"], environ=as_alice)
+        listed = legacy_request("tools/list", id=5)
+        transport_after = http.post(url, json=listed, headers=in_transport)
+        on_the_clients_port = http.get(gateway.url("/status"), headers={"Authorization": f"Bearer {alice}"})
+        rebound = http.get(f"{status}/status", headers={"Host": f"attacker.example:{status_port}"})
+
+    processes = seen["processes"]
+    users = {(p["kind"], p["principal"]) for p in processes if p["conversation"] is not None}
+    assert users == {("data-layer-session", "alice"), ("data-layer-session", "bob"), ("transport-session", "alice")}
+    assert {p["kind"] for p in processes if p["principal"] is None} <= {"shared", "warm"}
+    [counted] = [p for p in processes if p["kind"] == "data-layer-session" and p["principal"] == "alice"]
+    assert counted["requests"] == 3 and counted["age"] >= counted["idle"] >= 0
+    assert all(isinstance(p["pid"], int) and p["memory"] > 1 << 20 for p in processes)  # RSS, in bytes
+    assert all(re.fullmatch("[0-9a-f]{12}", p["conversation"]) for p in processes if p["conversation"])
+    assert seen["users"] == [
+        {"principal": "alice", "processes": 2, "limit": 4},
+        {"principal": "bob", "processes": 1, "limit": 4},
+    ]
+    assert seen["total"] == {"processes": 3, "limit": 16}
+    keys = seen["keys"]  # the key set the gateway verifies tokens with, as it stands
+    assert keys["keys"] == 1 and keys["error"] is None and keys["attempted_at"] <= keys["fetched_at"]
+    assert keys["jwks"].startswith("http://127.0.0.1:") and f"keys: 1 from {keys['jwks']}, fetched" in table.stdout
+    everything = json.dumps(seen) + table.stdout + json.dumps(hers) + json.dumps(his)
+    for bearer in (*sessions.values(), transport, alice, bob):
+        assert bearer not in everything
+    assert table.returncode == 0
+    assert re.search(r"^data-layer-session +alice +[0-9a-f]{12} +\d+ .* MiB +3$", table.stdout, re.M), table.stdout
+    assert "alice: 2 of 4 (--max-processes-per-principal)" in table.stdout
+
+    assert {mine["kind"] for mine in hers} == {"data-layer-session", "transport-session"}
+    assert [his_own["kind"] for his_own in his] == ["data-layer-session"]
+    assert {mine["conversation"] for mine in hers} | {h["conversation"] for h in his} == {
+        p["conversation"] for p in processes if p["conversation"]
+    }
+    assert "principal" not in hers[0] and "pid" not in hers[0]
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        "mcp-sessions sessions: HTTP 404: no conversation of yours has this digest\n",
+    )
+    assert (no_token.returncode, no_token.stderr) == (
+        2,
+        "mcp-sessions sessions: no token: set MCP_GATEWAY_TOKEN, or give --token-file\n",
+    )
+    assert (ended.returncode, ended.stdout) == (0, f"ended {data_layer['conversation']}\n"), ended.stderr
+    assert after["error"]["code"] == SESSION_NOT_FOUND  # her client starts a new one
+    assert ended_too.returncode == 0, ended_too.stderr
+    assert transport_after.status_code == 404  # as after its own DELETE: her 2025 client initializes again
+    left = shown("gateway", "status", status)["processes"]
+    assert not {data_layer["conversation"], transported["conversation"]} & {p["conversation"] for p in left}
+    assert on_the_clients_port.status_code == 404  # the operator's view is on its own port only
+    assert rebound.status_code == 403
+
+
+def test_without_authentication_no_user_view_is_served() -> None:
+    with stdio_gateway(SERVER) as url, httpx.Client() as http:
+        assert http.get(url + "/sessions").status_code == 404  # every caller on one address is one "user"
+
+
+def test_the_process_metrics_are_recorded() -> None:
+    reader = InMemoryMetricReader()
+    config = SessionsConfig(secret=SECRET, meter_provider=MeterProvider(metric_readers=[reader]))
+    with stdio_gateway(SERVER, config, max_processes_per_principal=1, warm=0) as url, httpx.Client(timeout=30) as http:
+        session = era_session(http, url, MODERN)
+        body = modern_request("sessions/create")
+        refused = answer(http.post(url, json=body, headers=modern_headers(body)))
+        running = collect(reader)
+        deleted = modern_request("sessions/delete", session=session_meta(session))
+        assert "result" in answer(http.post(url, json=deleted, headers=modern_headers(deleted)))
+
+        def ended() -> dict[str, int]:
+            found = points(collect(reader).get("mcp_sessions.gateway.process.ends"))
+            return {point.attributes["mcp_sessions.process.end_reason"]: point.value for point in found}
+
+        until(lambda: ended().get("session_ended") == 1, 20.0, lambda: str(ended()))
+
+    assert refused["error"]["code"] == -32011
+    kinds = {
+        point.attributes["mcp_sessions.process.kind"]: point.value
+        for point in points(running["mcp_sessions.gateway.processes"])
+    }
+    assert kinds == {
+        "shared": 1,
+        "data-layer-session": 1,
+        "transport-session": 0,
+        "host-conversation": 0,
+        "request": 0,
+        "warm": 0,
+    }
+    [starts] = points(running["mcp_sessions.gateway.process.starts"])
+    assert starts.value == 2  # the shared one, and the session's
+    [refusal] = points(running["mcp_sessions.gateway.process.refusals"])
+    limit = {"mcp_sessions.process.limit": "max_processes_per_principal"}
+    assert (dict(refusal.attributes or {}), refusal.value) == (limit, 1)
+
+
+def test_a_server_that_dies_at_startup_is_one_line_naming_its_last_stderr_line_and_exit_status_2() -> None:
+    server = [sys.executable, "-c", "import sys; print('reading the config', file=sys.stderr); sys.exit('no token')"]
+    done = command(
+        "gateway", "--port", str(free_port()), "--stdio", shlex.join(server), environ={"MCP_SESSIONS_SECRET": SECRET}
+    )
+    said = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(
+        f"mcp-sessions gateway: {re.escape(shlex.join(server))}: the server failed to initialize: .+; "
+        "its last stderr line: no token",
+        said[-1],
+    ), said
+    assert "Traceback" not in done.stderr and "Exception" not in done.stderr
+    assert not [line for line in said[:-1] if not line.startswith("INFO:")]  # the rest is the log, as at any start
+
+
+def test_a_status_port_that_cannot_be_had_is_one_line_and_exit_status_2() -> None:
+    port = free_port()
+    line = ("gateway", "--port", str(port), "--stdio", "true", "--status-port", str(port))
+    done = command(*line, environ={"MCP_SESSIONS_SECRET": SECRET})
+    assert (done.returncode, done.stderr) == (
+        2,
+        "mcp-sessions gateway: --status-port serves --stdio processes' status, on a port other than --port\n",
+    )

@@ -1,0 +1,250 @@
+"""Who may reach which process of ``mcp-sessions gateway --stdio``, and what a process costs its caller: a real
+gateway process in front of the tests' stdio server (or a hostile one), two users with tokens from a JWKS served on
+loopback. Each test is a finding of issue 65 (its number in the test's docstring), and fails without its fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import httpx
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from mcp import Client
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from _mcp import modern_headers, modern_request, session_meta
+from conftest import SECRET, serve
+from e2e._gateway import JSON_SSE, Process, created, gateway_process, legacy_initialize, result_of
+from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, stdio_gateway, until
+from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway import _stdio_table
+from mcp_sessions._gateway._stdio_table import Children
+from mcp_sessions.subscriptions import SessionSubscriptionBus
+
+pytestmark = pytest.mark.anyio
+
+ISSUER = "https://issuer.example"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+STDIO_SERVER = f"{sys.executable} -m e2e._stdio_server"
+WITHIN = 30.0
+
+
+@contextlib.contextmanager
+def jwks() -> Iterator[str]:
+    """The authorization server's JWKS on loopback: its URL."""
+    keys = {"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]}
+    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(keys))])) as url:
+        yield url + "/jwks.json"
+
+
+@pytest.fixture(scope="module")
+def team() -> Iterator[Process]:
+    """One gateway, tokens verified against the JWKS: alice and bob are two principals."""
+    verifying = ("--auth-jwks", "{jwks}", "--auth-issuer", ISSUER, "--auth-audience", "{url}")
+    with jwks() as keys:
+        arguments = [argument.replace("{jwks}", keys) for argument in verifying]
+        with gateway_process([], "--stdio", STDIO_SERVER, *arguments, environ=SERVER_PATH) as process:
+            yield process
+
+
+def as_user(team: Process, name: str) -> dict[str, str]:
+    claims = {"iss": ISSUER, "aud": team.url(), "sub": name, "exp": int(time.time()) + 300}
+    return {"Authorization": f"Bearer {jwt.encode(claims, KEY, algorithm='RS256', headers={'kid': 'k1'})}"}
+
+
+def modern_call(
+    http: httpx.Client, url: str, tool: str, headers: dict[str, str], session: str | None = None, **params: Any
+) -> dict[str, Any]:
+    """A 2026-07-28 ``tools/call`` of ``tool`` (``params`` beside its name; in ``session``): its result, or its
+    error."""
+    named = None if session is None else session_meta(session)
+    body = modern_request("tools/call", {"name": tool, **params}, session=named)
+    response = http.post(url, json=body, headers={**modern_headers(body), **headers})
+    answer = result_of(response, 1)  # 2026-07-28 answers some errors with a 4xx status
+    found: dict[str, Any] = answer.get("result") or answer["error"]
+    return found
+
+
+def test_a_2026_request_with_anothers_transport_session_id_reaches_its_own_process(team: Process) -> None:
+    """65.2: bob's 2026-07-28 request carrying alice's 2025 transport session id in ``Mcp-Session-Id`` reached her
+    process; the header names a transport session on the 2025 path only, so it reaches a process of his own."""
+    alice, bob = as_user(team, "alice"), as_user(team, "bob")
+    with httpx.Client(timeout=WITHIN) as http:
+        hers = legacy_initialize(http, team.url(), alice)
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "whoami", "arguments": {}}}
+        answer = result_of(http.post(team.url(), json=body, headers=hers), 1)
+        her_process = json.loads(answer["result"]["content"][0]["text"])
+        stolen = {**bob, "Mcp-Session-Id": hers["Mcp-Session-Id"]}
+        seen = modern_call(http, team.url(), "whoami", stolen, arguments={})
+
+    assert "content" in seen, seen
+    assert json.loads(seen["content"][0]["text"])["pid"] != her_process["pid"]
+
+
+def test_a_request_state_is_its_callers_alone(team: Process) -> None:
+    """65.3: bob presenting alice's ``requestState`` answered her elicitation and got her call's result, and her own
+    retry was then refused; now his is refused, and hers still good."""
+    alice, bob = as_user(team, "alice"), as_user(team, "bob")
+    with httpx.Client(timeout=WITHIN) as http:
+        asked = modern_call(http, team.url(), "elicit", alice, arguments={"question": "?"})
+        [key] = asked["inputRequests"]
+        answer = {key: {"action": "accept", "content": {"answer": "yes"}}}
+        retry = {"arguments": {"question": "?"}, "requestState": asked["requestState"], "inputResponses": answer}
+        stolen = modern_call(http, team.url(), "elicit", bob, **retry)
+        hers = modern_call(http, team.url(), "elicit", alice, **retry)
+
+    assert stolen["code"] == -32602 and "requestState names no request waiting" in stolen["message"], stolen
+    assert hers["content"][0]["text"] == "accept: yes", hers
+
+
+def test_every_process_started_for_a_caller_spends_its_create_limit() -> None:
+    """65.6: sessionless 2026-07-28 requests and 2025 ``initialize``s started processes without spending a slot of
+    ``MCP_SESSIONS_CREATE_LIMIT``; now each start does, as ``sessions/create`` does."""
+    environ = {**SERVER_PATH, "MCP_SESSIONS_CREATE_LIMIT": "3/600"}
+    with gateway_process([], "--stdio", STDIO_SERVER, environ=environ) as gateway, httpx.Client(timeout=WITHIN) as http:
+        url = gateway.url()
+        first = [modern_call(http, url, "count", {}, arguments={}) for _ in range(2)]
+        legacy_initialize(http, url)
+        body = {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        refused_initialize = http.post(url, json=body, headers=JSON_SSE)
+        refused_request = modern_call(http, url, "count", {}, arguments={})
+
+    assert [found["content"][0]["text"] for found in first] == ["1", "1"]
+    assert refused_initialize.status_code == 429, refused_initialize.text
+    assert refused_request["code"] == -32011 and "MCP_SESSIONS_CREATE_LIMIT" in refused_request["message"]
+    assert refused_request["data"]["retryAfter"] >= 1
+
+
+def test_a_server_that_never_lists_its_tools_neither_stops_the_gateway_listening_nor_its_sigterm() -> None:
+    """65.8: a server that never answers ``tools/list`` kept the gateway from listening (it waited 300 s), and
+    SIGTERM went unheard meanwhile; now it listens (``gateway_process`` waits 30 s for that), serves, and stops
+    within the documented 10 s of SIGTERM."""
+    silent = f"{sys.executable} -m e2e._hostile_stdio --no-list"
+    with gateway_process([], "--stdio", silent, "--sessionless", "shared", environ=SERVER_PATH) as gateway:
+        assert gateway.process is not None
+        with httpx.Client(timeout=WITHIN) as http:
+            seen = modern_call(http, gateway.url(), "seen", {}, arguments={})
+        gateway.process.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        gateway.process.wait(WITHIN)
+        stopped_in = time.monotonic() - started
+
+    assert "content" in seen, seen
+    assert stopped_in < 10.0
+
+
+async def test_2026_requests_with_one_id_in_one_session_are_not_the_id_guards_concern() -> None:
+    """65.8: 55-57 of 60 concurrent 2026-07-28 requests with id 1 in one data-layer session got "a request with this
+    id is in progress": the guard keyed on ``Mcp-Session-Id``, which a 2026-07-28 client fills with its session
+    token. The guard is the 2025 transport session's: each of the 60 gets its answer."""
+    hostile = f"{sys.executable} -m e2e._hostile_stdio"
+    with gateway_process([], "--stdio", hostile, environ=SERVER_PATH) as gateway:
+        url = gateway.url()
+        with httpx.Client(timeout=WITHIN) as client:
+            token = created(client, url)
+        answers: list[dict[str, Any]] = []
+
+        async def slow(http: httpx.AsyncClient, tag: int) -> None:
+            params = {"name": "slow", "arguments": {"tag": str(tag), "seconds": 0.5}}
+            body = modern_request("tools/call", params, id=1, session=session_meta(token))
+            response = await http.post(url, json=body, headers={**modern_headers(body), "Mcp-Session-Id": token})
+            answers.append(result_of(response, 1))
+
+        async with httpx.AsyncClient(timeout=WITHIN) as http, anyio.create_task_group() as tasks:
+            for tag in range(60):
+                tasks.start_soon(slow, http, tag)
+
+    assert sorted(int(answer["result"]["content"][0]["text"]) for answer in answers if "result" in answer) == list(
+        range(60)
+    ), [answer for answer in answers if "error" in answer][:3]
+
+
+async def test_the_operator_view_of_every_process() -> None:
+    """Each live process, as an operator sees it: the shared one, one started ahead, a request's own (whose, by its
+    client address here, a digest of its conversation), with its pid, age, idle time and requests served."""
+    children = Children(
+        SERVER,
+        config=SessionsConfig(secret=SECRET),
+        processes="per-conversation",
+        idle=600.0,
+        max_processes=4,
+        per_caller=4,
+        sessionless="per-request",
+        warm=1,
+        environ=ENVIRON,
+        bus=SessionSubscriptionBus(),
+    )
+    async with children.running():
+        scope = {"type": "http", "headers": [], "client": ("10.0.0.7", 1234)}
+        conversation = await children.conversation_for(scope, "tools/call")
+        with anyio.fail_after(WITHIN):
+            await children.warm[0].child.ready.wait()  # started ahead as the request took the one before it
+        views = {view.kind: view for view in children.processes()}
+
+    assert set(views) == {"shared", "warm", "request"}
+    mine = views["request"]
+    assert mine.principal == "10.0.0.7" and mine.conversation not in (None, conversation.key.id)
+    assert mine.pid == conversation.child.pid and mine.age >= mine.idle >= 0 and mine.requests == 0
+    assert views["shared"].principal is None and views["shared"].conversation is None
+    assert views["warm"].principal is None and views["warm"].requests == 0
+
+
+# -- issue 66: lists cost nothing, and a caller at its limit is not locked out by its own idle conversations -------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_stock_clients_call_at_one_process_a_caller_gets_its_result(mode: str) -> None:
+    """66.1: the ``mcp`` SDK's ``call_tool`` sends ``tools/list`` without a session to check the tool's result; that
+    list took a process of its own (and, at ``--max-processes-per-principal``, failed a call that had run). A list
+    that names no conversation is the shared process's: one process started, for the call alone."""
+    limit = ("--max-processes-per-principal", "1", "--log-level", "info")
+    with gateway_process([], "--stdio", STDIO_SERVER, *limit, environ=SERVER_PATH) as gateway:
+        async with Client(gateway.url(), mode=mode) as client:
+            result = await client.call_tool("count", {})
+        log = gateway.log().decode()
+
+    assert not result.is_error and result.structured_content == {"result": 1}, result
+    assert log.count("serves the conversation") == 1, log
+
+
+def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """66.2: a caller whose only slot held a conversation it lost could not start another until ``--process-idle``.
+    Once idle ``EVICT_AFTER`` seconds, it is ended for the new one (logged), and answered "Session not found"
+    (``-32043``) if it comes back; within that grace, the new one is refused."""
+    monkeypatch.setattr(_stdio_table, "EVICT_AFTER", 2.0)
+
+    def create(http: httpx.Client, url: str) -> httpx.Response:
+        body = modern_request("sessions/create")
+        return http.post(url, json=body, headers=modern_headers(body))
+
+    with stdio_gateway(max_processes_per_principal=1) as url, httpx.Client(timeout=WITHIN) as http:
+        lost = created(http, url)
+        assert modern_call(http, url, "count", {}, lost, arguments={})["content"][0]["text"] == "1"
+        within_grace = create(http, url)
+        until(lambda: create(http, url).status_code == 200, WITHIN)  # once it has been idle EVICT_AFTER s
+        back = modern_call(http, url, "count", {}, lost, arguments={})
+
+    assert within_grace.status_code == 429 and result_of(within_grace, 1)["error"]["code"] == -32011
+    assert back["code"] == -32043, back
