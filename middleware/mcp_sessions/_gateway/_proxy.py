@@ -212,10 +212,11 @@ class UpstreamProxy:
         query: bytes = scope.get("query_string", b"")
         if query:
             target += b"?" + query
+        method = scope["method"]
         status, reason = 503, "No upstream replica could be reached"
         for replica in candidates:
             url = httpx.URL(replica.origin, raw_path=target)
-            upstream = self._client.build_request(scope["method"], url, headers=headers, content=content)
+            upstream = self._client.build_request(method, url, headers=headers, content=content)
             replica.in_flight += 1
             try:
                 response = await self._send(upstream)
