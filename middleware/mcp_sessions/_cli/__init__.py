@@ -43,7 +43,9 @@ from .._tokens import keys_from_config
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
 
 
 class UsageError(Exception):
@@ -93,19 +95,24 @@ def _parser(command: str | None) -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in COMMANDS.items():
-        if name != command or name == "conformance":  # the pack reads its own arguments
+        # The pack reads its own arguments.
+        if name != command or name == "conformance":
             commands.add_parser(name, help=text, add_help=False)
         elif name == "keygen":
-            _add_keygen_arguments(commands.add_parser(name, help=text, description=KEYGEN))
+            keygen = commands.add_parser(name, help=text, description=KEYGEN)
+            _add_keygen_arguments(keygen)
         else:
             module = _module(name)
-            module.add_arguments(commands.add_parser(name, help=text, description=module.DESCRIPTION))
+            subparser = commands.add_parser(name, help=text, description=module.DESCRIPTION)
+            module.add_arguments(subparser)
     return parser
 
 
 def _status_parser() -> argparse.ArgumentParser:
-    module = _module("sessions")  # what a gateway runs: the operator's view beside a user's own
-    parser = argparse.ArgumentParser(prog="mcp-sessions gateway status", description=module.STATUS_DESCRIPTION)
+    # What a gateway runs: the operator's view beside a user's own.
+    module = _module("sessions")
+    description = module.STATUS_DESCRIPTION
+    parser = argparse.ArgumentParser(prog="mcp-sessions gateway status", description=description)
     module.add_status_arguments(parser)
     parser.set_defaults(command="status")
     return parser
@@ -113,7 +120,8 @@ def _status_parser() -> argparse.ArgumentParser:
 
 def _module(name: str) -> ModuleType:
     """The module of the command ``name``, imported now: its ``add_arguments``, ``DESCRIPTION`` and ``run``."""
-    return importlib.import_module(".._gateway" if name == "gateway" else f"._{name}", __name__)
+    relative = ".._gateway" if name == "gateway" else f"._{name}"
+    return importlib.import_module(relative, __name__)
 
 
 def main(
@@ -125,15 +133,20 @@ def main(
     environ: Mapping[str, str] | None = None,
 ) -> int:
     """Run the command line; returns the exit status."""
-    stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
     environ = os.environ if environ is None else environ
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["conformance"]:  # the pack's arguments, read by the pack
+    # The pack's arguments, read by the pack.
+    if argv[:1] == ["conformance"]:
         return _run_conformance(argv[1:], stdout, stderr, environ)
-    if argv[:2] == ["gateway", "status"]:  # the operator's view of a running gateway, not one to serve
+    # The operator's view of a running gateway, not one to serve.
+    if argv[:2] == ["gateway", "status"]:
         args = _status_parser().parse_args(argv[2:])
     else:
-        args = _parser(argv[0] if argv else None).parse_args(argv)
+        command = argv[0] if argv else None
+        args = _parser(command).parse_args(argv)
     try:
         if args.command == "keygen":
             return _keygen(args, stdout, stderr)
@@ -157,10 +170,12 @@ def _run_conformance(argv: Sequence[str], stdout: TextIO, stderr: TextIO, enviro
         from mcp_sessions_conformance import main as pack_main
     except ModuleNotFoundError as exc:
         if exc.name != "mcp_sessions_conformance":
-            raise  # installed, but broken: its own error says what is missing
+            # Installed, but broken: its own error says what is missing.
+            raise
         print(INSTALL, file=stderr)
         return EXIT_USAGE
-    return pack_main(argv, stdout=stdout, stderr=stderr, environ=environ, prog="mcp-sessions conformance")
+    prog = "mcp-sessions conformance"
+    return pack_main(argv, stdout=stdout, stderr=stderr, environ=environ, prog=prog)
 
 
 def _add_keygen_arguments(keygen: argparse.ArgumentParser) -> None:
@@ -181,13 +196,18 @@ def _generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | No
         kid = f"{_KID_PREFIX[algorithm]}-{secrets.token_hex(4)}"
     secret: str | None = None
     if algorithm == "HS256":
-        secret = secrets.token_urlsafe(32)  # 43 characters: 256 bits, well over the 32-byte minimum
-        jwk: dict[str, str] = {"kty": "oct", "k": base64.urlsafe_b64encode(secret.encode()).rstrip(b"=").decode()}
+        # 43 characters: 256 bits, well over the 32-byte minimum.
+        secret = secrets.token_urlsafe(32)
+        encoded = base64.urlsafe_b64encode(secret.encode()).rstrip(b"=").decode()
+        jwk: dict[str, str] = {"kty": "oct", "k": encoded}
     elif algorithm == "ES256":
-        jwk = ECAlgorithm.to_jwk(ec.generate_private_key(ec.SECP256R1()), as_dict=True)
+        pair = ec.generate_private_key(ec.SECP256R1())
+        jwk = ECAlgorithm.to_jwk(pair, as_dict=True)
     else:
         jwk = OKPAlgorithm.to_jwk(ed25519.Ed25519PrivateKey.generate(), as_dict=True)
-    jwk = {"kty": jwk["kty"], "kid": kid, "alg": algorithm, "use": "sig"} | {k: v for k, v in jwk.items() if k != "kty"}
+    named = {"kty": jwk["kty"], "kid": kid, "alg": algorithm, "use": "sig"}
+    rest = {k: v for k, v in jwk.items() if k != "kty"}
+    jwk = named | rest
     # Read the key back with the parser the middleware uses: what this prints is what a server accepts.
     keys_from_config(json.dumps({"keys": [jwk]}), "the generated key")
     return jwk, secret
@@ -213,10 +233,12 @@ def _write(path: str, text: str, *, force: bool, private: bool) -> None:
     except FileExistsError:
         raise UsageError(f"{path} exists: choose another file, or pass --force to overwrite it") from None
     except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        reason = exc.strerror or exc
+        raise UsageError(f"cannot write {path}: {reason}") from None
     with open(fd, "w", encoding="utf-8") as file:
+        # An existing file (with --force) keeps its old mode otherwise.
         if private:
-            os.fchmod(fd, 0o600)  # an existing file (with --force) keeps its old mode otherwise
+            os.fchmod(fd, 0o600)
         file.write(text)
 
 
@@ -224,29 +246,35 @@ def _keygen(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     """Run ``keygen``: print or write the new key; returns the exit status."""
     algorithm = _ALIASES.get(args.alg.lower())
     if algorithm is None:
-        raise UsageError(f"unknown --alg {args.alg!r}: choose one of {', '.join(ALGORITHMS)}")
+        choices = ", ".join(ALGORITHMS)
+        raise UsageError(f"unknown --alg {args.alg!r}: choose one of {choices}")
     if args.kid is not None and not _reads_back(args.kid):
         raise UsageError("--kid must be 1 to 64 visible ASCII characters, without ',' or ':', not starting with '#'")
     if args.public_out and algorithm == "HS256":
         raise UsageError("--public-out needs a key pair (--alg ES256 or EdDSA): an HS256 secret has no public part")
     jwk, secret = _generate(algorithm, args.kid)
+    kid = jwk["kid"]
     if args.format == "jwks":
         text = json.dumps({"keys": [jwk]}, indent=2) + "\n"
     elif secret is not None and args.kid is None:
         text = f"MCP_SESSIONS_SECRET={secret}\n"
     elif secret is not None:
-        text = f"MCP_SESSIONS_KEYS={shlex.quote(jwk['kid'] + ':' + secret)}\n"  # quoted if the kid needs it
+        # Quoted if the kid needs it.
+        text = f"MCP_SESSIONS_KEYS={shlex.quote(kid + ':' + secret)}\n"
     else:
         # Single quotes: a shell (and most .env readers) keep the JSON as one value.
-        text = "MCP_SESSIONS_KEYS='" + json.dumps({"keys": [jwk]}, separators=(",", ":")) + "'\n"
+        compact = json.dumps({"keys": [jwk]}, separators=(",", ":"))
+        text = "MCP_SESSIONS_KEYS='" + compact + "'\n"
     if args.public_out:
-        public_jwk = {k: v for k, v in jwk.items() if k not in ("d", "k")}  # what verifiers get
+        # What verifiers get.
+        public_jwk = {k: v for k, v in jwk.items() if k not in ("d", "k")}
         public = json.dumps({"keys": [public_jwk]}, indent=2) + "\n"
         _write(args.public_out, public, force=args.force, private=False)
-        print(f"wrote the public key (kid {jwk['kid']!r}) to {args.public_out}", file=stderr)
+        print(f"wrote the public key (kid {kid!r}) to {args.public_out}", file=stderr)
     if args.out:
         _write(args.out, text, force=args.force, private=True)
-        print(f"wrote the private key (kid {jwk['kid']!r}, {algorithm}) to {args.out} (mode 0600)", file=stderr)
+        said = f"wrote the private key (kid {kid!r}, {algorithm}) to {args.out} (mode 0600)"
+        print(said, file=stderr)
     else:
         stdout.write(text)
     return EXIT_OK

@@ -30,7 +30,7 @@ import signal
 import tempfile
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import quote, urlsplit
 
 import anyio
@@ -124,16 +124,19 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     """Run ``connect``: serve the host until it closes standard input; returns the exit status."""
     parts = urlsplit(args.url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"URL is an http(s) URL of the remote's MCP endpoint, not {printable(args.url)!r}")
+        shown = printable(args.url)
+        raise UsageError(f"URL is an http(s) URL of the remote's MCP endpoint, not {shown!r}")
     headers = request_headers(args.header, args.bearer_file, environ)
     conversation = conversation_of(args.conversation_env, environ)
     if conversation is not None:
-        headers["baggage"] = f"{CONVERSATION_MEMBER}={quote(conversation, safe='')}"
+        member = quote(conversation, safe="")
+        headers["baggage"] = f"{CONVERSATION_MEMBER}={member}"
         if args.conversation_header:
             headers[args.conversation_header] = conversation
     saved = None
     if conversation is not None:
-        saved = SavedSession(state_dir(args.state_dir, environ), args.url, conversation)
+        directory = state_dir(args.state_dir, environ)
+        saved = SavedSession(directory, args.url, conversation)
     handler = logging.StreamHandler(stderr)
     handler.setFormatter(logging.Formatter("mcp-sessions connect: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
@@ -154,11 +157,13 @@ def request_headers(specs: list[str], bearer_file: str | None, environ: Mapping[
         name, _, source = spec.partition("=")
         kind, _, where = source.partition(":")
         name = name.strip()
-        if not name or kind not in ("env", "file") or not where:  # what it got may be a secret: never repeated
+        # What it got may be a secret: never repeated.
+        if not name or kind not in ("env", "file") or not where:
             raise UsageError(f"--header {printable(name)} takes NAME=env:VAR or NAME=file:PATH, never a value itself")
         headers[name] = _secret(kind, where, environ, f"--header {name}")
     if bearer_file is not None:
-        headers["Authorization"] = "Bearer " + _secret("file", bearer_file, environ, "--bearer-file")
+        bearer = _secret("file", bearer_file, environ, "--bearer-file")
+        headers["Authorization"] = "Bearer " + bearer
     return headers
 
 
@@ -172,7 +177,8 @@ def _secret(kind: str, where: str, environ: Mapping[str, str], what: str) -> str
         try:
             value = Path(where).read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{what}: cannot read {where}: {getattr(exc, 'strerror', None) or exc}") from None
+            reason = getattr(exc, "strerror", None) or exc
+            raise UsageError(f"{what}: cannot read {where}: {reason}") from None
     if not value or not value.isprintable():
         raise UsageError(f"{what}: {where} must hold one line, the value")
     return value
@@ -186,8 +192,12 @@ def conversation_of(names: list[str], environ: Mapping[str, str]) -> str | None:
     """
     for name in (*names, *BUILT_IN_CONVERSATION_ENV):
         value = environ.get(name, "").strip()
-        if value:
-            return conversation_id(value) or "sha256-" + hashlib.sha256(value.encode()).hexdigest()
+        if not value:
+            continue
+        named = conversation_id(value)
+        if named:
+            return named
+        return "sha256-" + hashlib.sha256(value.encode()).hexdigest()
     return None
 
 
@@ -195,7 +205,10 @@ def state_dir(given: str | None, environ: Mapping[str, str]) -> Path:
     """Where the conversations' sessions are kept: ``given``, else under ``XDG_STATE_HOME`` (or its default)."""
     if given:
         return Path(given)
-    base = environ.get("XDG_STATE_HOME") or os.path.join(environ.get("HOME") or Path.home(), ".local", "state")
+    base = environ.get("XDG_STATE_HOME")
+    if not base:
+        home = environ.get("HOME") or Path.home()
+        base = os.path.join(home, ".local", "state")
     return Path(base, "mcp-sessions", "connect")
 
 
@@ -208,7 +221,8 @@ class SavedSession:
     """
 
     def __init__(self, directory: Path, url: str, conversation: str) -> None:
-        key = hashlib.sha256(f"{url}\n{conversation}".encode()).hexdigest()[:32]
+        digest = hashlib.sha256(f"{url}\n{conversation}".encode()).hexdigest()
+        key = digest[:32]
         self.directory = directory
         self.path = directory / f"{key}.json"
         self.label = conversation
@@ -216,7 +230,8 @@ class SavedSession:
     def load(self) -> HeldSession:
         """The saved session, or an empty one labelled with the conversation (a file that cannot be read is none)."""
         try:
-            return HeldSession.from_dict(jsonrpc.loads(self.path.read_bytes()))
+            data = jsonrpc.loads(self.path.read_bytes())
+            return HeldSession.from_dict(data)
         except (OSError, TypeError, ValueError, AttributeError):
             return HeldSession(label=self.label)
 
@@ -226,7 +241,8 @@ class SavedSession:
             self.path.unlink(missing_ok=True)
             return
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".session-")  # mode 0600
+        # Made with mode 0600.
+        fd, temporary = tempfile.mkstemp(dir=self.directory, prefix=".session-")
         try:
             with os.fdopen(fd, "wb") as file:
                 file.write(jsonrpc.dumps(session.to_dict()))
@@ -238,9 +254,11 @@ class SavedSession:
 
 async def _serve(url: str, headers: dict[str, str], saved: SavedSession | None, end_with_host: bool) -> None:
     """Relay between the host on stdio and the remote at ``url`` until the host closes standard input."""
+    session = HeldSession() if saved is None else saved.load()
     shim = SessionTransport(
-        session=HeldSession() if saved is None else saved.load(),
-        auto_create=saved is not None,  # without a conversation, the remote sees what the requests name
+        session=session,
+        # Without a conversation, the remote sees what the requests name.
+        auto_create=saved is not None,
         recreate=saved is not None,
         delete_on_close=end_with_host,
         on_change=None if saved is None else saved.save,
@@ -254,13 +272,15 @@ async def _serve(url: str, headers: dict[str, str], saved: SavedSession | None, 
             return
         try:
             await shim.create(url, protocol_version=MODERN_VERSION, headers=headers)
-        except (SessionError, httpx2.HTTPError) as exc:  # the first request opens it, on the host's wire
+        except (SessionError, httpx2.HTTPError) as exc:
+            # The first request opens it, on the host's wire.
             logger.info("no session opened on %s: %s", MODERN_VERSION, exc)
 
     async with stdio_server() as (host_read, host_write):
         ended_by: list[int] = []
+        refusals = Refusals(shim, url)
         async with (
-            httpx2.AsyncClient(transport=Refusals(shim, url), headers=headers, timeout=TIMEOUT) as http,
+            httpx2.AsyncClient(transport=refusals, headers=headers, timeout=TIMEOUT) as http,
             streamable_http_client(url, http_client=http) as (remote_read, remote_write),
             anyio.create_task_group() as tasks,
         ):
@@ -273,10 +293,12 @@ async def _serve(url: str, headers: dict[str, str], saved: SavedSession | None, 
                         logger.warning("a line from the host that is not a JSON-RPC message was dropped")
                         continue
                     await remote_write.send(versions.stamped(item))
-            tasks.cancel_scope.cancel()  # the host closed standard input, or ended this server: it reads no more
+            # The host closed standard input, or ended this server: it reads no more.
+            tasks.cancel_scope.cancel()
         await host_write.aclose()
-        if ended_by:  # the remote's side is closed (the session deleted, under --end-with-host); the host's reader
-            # may wait in a thread for a line that never comes: end by the signal, as uvicorn does once it is done
+        # The remote's side is closed (the session deleted, under --end-with-host); the host's reader may wait
+        # in a thread for a line that never comes: end by the signal, as uvicorn does once it is done.
+        if ended_by:
             signal.signal(ended_by[0], signal.SIG_DFL)
             os.kill(os.getpid(), ended_by[0])
 
@@ -305,12 +327,21 @@ async def _to_host(
             continue
         if versions.initialized(item):
             await opened()
-        if isinstance(item.message, JSONRPCResponse) and shim.session.token is not None:
-            meta = item.message.result.get("_meta")
-            echo = meta.get(SESSION_META_KEY) if isinstance(meta, dict) else None
-            if isinstance(echo, dict) and echo.get("sessionId") == shim.session.token:
-                del meta[SESSION_META_KEY]  # type: ignore[union-attr] # a dict: its get found the echo
+        token = shim.session.token
+        if isinstance(item.message, JSONRPCResponse) and token is not None:
+            _drop_echo(item.message.result, token)
         await host.send(item)
+
+
+def _drop_echo(result: dict[str, Any], token: str) -> None:
+    """Remove from ``result``'s ``_meta`` the echo of the shim's session ``token``: a bearer value the host
+    never asked for."""
+    meta = result.get("_meta")
+    if not isinstance(meta, dict):
+        return
+    echo = meta.get(SESSION_META_KEY)
+    if isinstance(echo, dict) and echo.get("sessionId") == token:
+        del meta[SESSION_META_KEY]
 
 
 class Versions:
@@ -332,10 +363,14 @@ class Versions:
             return item
         params = message.params or {}
         meta = params.get("_meta")
-        version = meta.get(PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
+        version = None
+        if isinstance(meta, dict):
+            version = meta.get(PROTOCOL_VERSION_META_KEY)
         if isinstance(version, str):
-            headers = {MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: message.method}
-            name = params.get(NAME_BEARING_METHODS.get(message.method, ""))
+            headers = {MCP_PROTOCOL_VERSION_HEADER: version}
+            headers[MCP_METHOD_HEADER] = message.method
+            name_key = NAME_BEARING_METHODS.get(message.method, "")
+            name = params.get(name_key)
             if isinstance(name, str):
                 headers[MCP_NAME_HEADER] = encode_header_value(name)
         elif message.method == "initialize" and isinstance(message, JSONRPCRequest):
@@ -345,12 +380,15 @@ class Versions:
             headers = {MCP_PROTOCOL_VERSION_HEADER: self.negotiated}
         else:
             return item
-        return SessionMessage(message, metadata=ClientMessageMetadata(headers=headers))
+        metadata = ClientMessageMetadata(headers=headers)
+        return SessionMessage(message, metadata=metadata)
 
     def initialized(self, item: SessionMessage) -> bool:
         """Whether ``item`` answers the host's ``initialize``; if so, learn the version the remote chose."""
         message = item.message
-        if not isinstance(message, JSONRPCResponse) or message.id not in self._initializing:
+        if not isinstance(message, JSONRPCResponse):
+            return False
+        if message.id not in self._initializing:
             return False
         self._initializing.discard(message.id)
         version = message.result.get("protocolVersion")
@@ -376,7 +414,9 @@ class Refusals(httpx2.AsyncBaseTransport):
         try:
             response = await self._inner.handle_async_request(request)
         except httpx2.TransportError as exc:
-            return self._refused(502, UPSTREAM_UNAVAILABLE, f"could not reach {self._where}: {type(exc).__name__}")
+            failure = type(exc).__name__
+            said = f"could not reach {self._where}: {failure}"
+            return self._refused(502, UPSTREAM_UNAVAILABLE, said)
         if response.status_code not in REFUSED_STATUSES:
             return response
         await response.aclose()
@@ -391,7 +431,8 @@ class Refusals(httpx2.AsyncBaseTransport):
             self._said.add(status)
             logger.warning("%s", said)
         body = jsonrpc.dumps(jsonrpc.error(None, code, said))
-        return httpx2.Response(status, headers=[("content-type", "application/json")], content=body)
+        headers = [("content-type", "application/json")]
+        return httpx2.Response(status, headers=headers, content=body)
 
     async def aclose(self) -> None:
         await self._inner.aclose()

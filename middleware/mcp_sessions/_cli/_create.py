@@ -64,7 +64,8 @@ def excerpt(body: bytes | str, limit: int = EXCERPT_CHARS) -> str:
     """The start of ``body`` on one line: UTF-8 read leniently, runs of white space as one space, at most
     ``limit`` characters (then ``…``), :func:`printable`. Reads at most ``4 * limit`` bytes of it."""
     head = body[: 4 * limit]
-    text = " ".join((head.decode("utf-8", "replace") if isinstance(head, bytes) else head).split())
+    decoded = head.decode("utf-8", "replace") if isinstance(head, bytes) else head
+    text = " ".join(decoded.split())
     cut = len(body) > len(head) or len(text) > limit
     return printable(text[:limit]) + ("…" if cut else "")
 
@@ -76,7 +77,8 @@ def handshake_only(status: int, text: str) -> bool:
     (stateless) and the TypeScript SDK: "Bad Request: Unsupported protocol version: 2026-07-28";
     the TypeScript SDK (server-everything): "Bad Request: Server not initialized" or "No valid session ID
     provided". mcp 2.x serves 2026-07-28 itself."""
-    return status == 400 and _HANDSHAKE_REFUSAL.search(text[: 4 * EXCERPT_CHARS]) is not None
+    start = text[: 4 * EXCERPT_CHARS]
+    return status == 400 and _HANDSHAKE_REFUSAL.search(start) is not None
 
 
 def add_arguments(create: argparse.ArgumentParser) -> None:
@@ -121,9 +123,12 @@ def _guarded(deadline: float) -> tuple[httpx.AsyncBaseTransport, list[httpx.Resp
                     finally:
                         await response.aclose()
             except TimeoutError:
-                raise httpx.ReadTimeout(f"no whole answer within {deadline:g} s", request=request) from None
-            seen.append(httpx.Response(response.status_code, headers=response.headers, content=body, request=request))
-            return seen[-1]
+                message = f"no whole answer within {deadline:g} s"
+                raise httpx.ReadTimeout(message, request=request) from None
+            status = response.status_code
+            answer = httpx.Response(status, headers=response.headers, content=body, request=request)
+            seen.append(answer)
+            return answer
 
     return Guarded(), seen
 
@@ -132,16 +137,17 @@ async def _bounded(response: httpx.Response, request: httpx.Request) -> bytes:
     """The body of ``response``, unless it is coded or over ``MAX_ANSWER`` bytes (``httpx.DecodingError``)."""
     import httpx
 
+    status = response.status_code
     coding = response.headers.get("content-encoding", "").strip().lower()
     if coding not in ("", "identity"):
-        raise httpx.DecodingError(f"HTTP {response.status_code}, an answer coded '{coding}'", request=request)
+        message = f"HTTP {status}, an answer coded '{coding}'"
+        raise httpx.DecodingError(message, request=request)
     body = bytearray()
     async for chunk in response.aiter_raw():
         body += chunk
         if len(body) > MAX_ANSWER:
-            raise httpx.DecodingError(
-                f"HTTP {response.status_code}, an answer over {MAX_ANSWER} bytes", request=request
-            )
+            message = f"HTTP {status}, an answer over {MAX_ANSWER} bytes"
+            raise httpx.DecodingError(message, request=request)
     return bytes(body)
 
 
@@ -151,9 +157,15 @@ def _explained(seen: list[httpx.Response], version: str, command: str) -> str:
     opened ends with a DELETE after it); with no POST answered, the last answer read."""
     if not seen:
         return ""
-    last = next((answer for answer in reversed(seen) if answer.request.method == "POST"), seen[-1])
-    said = f"\n  the server answered HTTP {last.status_code}: {excerpt(last.content) if last.content else '(no body)'}"
-    if (location := last.headers.get("location")) is not None and last.is_redirect:
+    last = seen[-1]
+    for answer in reversed(seen):
+        if answer.request.method == "POST":
+            last = answer
+            break
+    body = excerpt(last.content) if last.content else "(no body)"
+    said = f"\n  the server answered HTTP {last.status_code}: {body}"
+    location = last.headers.get("location")
+    if location is not None and last.is_redirect:
         said += f"\n  a redirect to {excerpt(location)}: {command} follows none (is that the server's URL?)"
     if version not in LEGACY_VERSIONS and handshake_only(last.status_code, last.text):
         said += f"\n  The server seems to speak only {LEGACY}: try again with --legacy."
@@ -176,12 +188,14 @@ def sent(args: argparse.Namespace, command: str, request: Callable[..., Awaitabl
         raise UsageError(f"{exc} ({command} sends its request with httpx)") from None
     headers = dict(_header(h) for h in args.header)
     version = LEGACY if args.legacy else args.protocol_version
-    if not 0 < args.request_timeout < float("inf"):
-        raise UsageError(f"--request-timeout takes a positive number of seconds, not {args.request_timeout}")
-    inner, seen = _guarded(args.request_timeout)
+    timeout = args.request_timeout
+    if not 0 < timeout < float("inf"):
+        raise UsageError(f"--request-timeout takes a positive number of seconds, not {timeout}")
+    inner, seen = _guarded(timeout)
 
     async def send() -> T:
-        async with HttpxSessionTransport(inner, session=HeldSession(token), auto_create=False) as shim:
+        held = HeldSession(token)
+        async with HttpxSessionTransport(inner, session=held, auto_create=False) as shim:
             return await request(shim, protocol_version=version, headers=headers)
 
     url = printable(args.url)
@@ -191,7 +205,8 @@ def sent(args: argparse.Namespace, command: str, request: Callable[..., Awaitabl
         said = f"the server refused sessions/{command}: {excerpt(str(exc))}"
     except OSError as exc:
         said = f"could not reach {url}: {excerpt(str(exc))}"
-    except Exception as exc:  # httpx's errors, without importing httpx here
+    except Exception as exc:
+        # httpx's errors, without importing httpx here.
         said = f"no answer from {url}: {type(exc).__name__}: {excerpt(str(exc))}"
     raise Failed(said + _explained(seen, version, command))
 
@@ -207,7 +222,9 @@ def _print_session(session: HeldSession, as_json: bool, stdout: TextIO) -> None:
     """The session and how to pass it; the server's strings :func:`printable` (JSON escapes them itself)."""
     token = session.token
     meta = json.dumps({"sessionId": token}, separators=(",", ":"))
-    expires = session.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ") if session.expires_at else None
+    expires = None
+    if session.expires_at:
+        expires = session.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     if as_json:
         report = {
             "sessionId": token,

@@ -25,10 +25,12 @@ def add_arguments(delete: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Run ``delete``: end the session; returns the exit status."""
-    token = (stdin.read() if args.session == "-" else args.session).strip()
+    given = stdin.read() if args.session == "-" else args.session
+    token = given.strip()
     if not token:
         raise UsageError("no session: give its sessionId as SESSION, or on standard input")
-    if not sent(args, "delete", lambda shim, **request: shim.delete(args.url, **request), token):
+    deleted = sent(args, "delete", lambda shim, **request: shim.delete(args.url, **request), token)
+    if not deleted:
         raise Failed("the server no longer knew this session (deleted, or expired)")
     stdout.write("deleted\n")
     return EXIT_OK

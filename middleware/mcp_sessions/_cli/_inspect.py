@@ -47,8 +47,13 @@ def _span(seconds: float) -> str:
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
     units = [(days, "d"), (hours, "h"), (minutes, "min"), (secs, "s")]
-    first = next((i for i, (value, _) in enumerate(units) if value), 3)
-    return " ".join(f"{value} {unit}" for value, unit in units[first : first + 2] if value) or "0 s"
+    first = 3
+    for index, (value, _) in enumerate(units):
+        if value:
+            first = index
+            break
+    shown = [f"{value} {unit}" for value, unit in units[first : first + 2] if value]
+    return " ".join(shown) or "0 s"
 
 
 def _when(timestamp: object, now: float) -> str:
@@ -59,7 +64,9 @@ def _when(timestamp: object, now: float) -> str:
     except (OverflowError, OSError, ValueError):
         return "not a whole number of seconds"
     delta = timestamp - now
-    return f"{when}, {'in ' + _span(delta) if delta > 0 else _span(delta) + ' ago'}"
+    if delta > 0:
+        return f"{when}, in {_span(delta)}"
+    return f"{when}, {_span(delta)} ago"
 
 
 # Why a token failed, by the reason verification gives; the fields are explain()'s.
@@ -87,7 +94,8 @@ _WHY: Final = {
 def explain(reason: str, header: Mapping[str, object], claims: Mapping[str, object], keys: KeySet, now: float) -> str:
     """Why a token failed, in words that name what to check (never the token itself)."""
     claim = reason.removeprefix("missing claim ")
-    template = _WHY.get("missing claim" if claim != reason else reason)
+    name = "missing claim" if claim != reason else reason
+    template = _WHY.get(name)
     if template is None:
         return reason
     kid = header.get("kid")
@@ -115,7 +123,8 @@ def explain(reason: str, header: Mapping[str, object], claims: Mapping[str, obje
 
 def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
     """Run ``inspect``: decode the token, verify it if keys are given, report; returns the exit status."""
-    token = (stdin.read() if args.token in (None, "-") else args.token).strip()
+    given = stdin.read() if args.token in (None, "-") else args.token
+    token = given.strip()
     if not token:
         raise UsageError("no token given: pass it as an argument, or on standard input with '-'")
     now = datetime.now(UTC).timestamp()
@@ -123,23 +132,33 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         header, claims = decode_unverified(token)
     except ValueError as exc:
         if args.json:
-            stdout.write(json.dumps({"valid": False, "reason": str(exc)}) + "\n")
+            answer = {"valid": False, "reason": str(exc)}
+            stdout.write(json.dumps(answer) + "\n")
         else:
             stdout.write(f"not a token this tool can read: {exc}\n")
         return EXIT_INVALID
-    secret = args.secret if args.secret is not None else environ.get("MCP_SESSIONS_SECRET") or None
-    keys_text = args.keys if args.keys is not None else environ.get("MCP_SESSIONS_KEYS") or None
+    secret = args.secret
+    if secret is None:
+        secret = environ.get("MCP_SESSIONS_SECRET") or None
+    keys_text = args.keys
+    if keys_text is None:
+        keys_text = environ.get("MCP_SESSIONS_KEYS") or None
     issuer = args.issuer or environ.get("MCP_SESSIONS_ISSUER") or "mcp-sessions"
     audience = args.audience or environ.get("MCP_SESSIONS_AUDIENCE") or "mcp-sessions"
-    try:  # the keys to verify with, if any were given (public keys only is fine)
-        given = [SessionKey.from_secret(secret)] if secret else []
+    # The keys to verify with, if any were given (public keys only is fine).
+    keys: KeySet | None = None
+    try:
+        verifying = [SessionKey.from_secret(secret)] if secret else []
         if keys_text:
-            given += keys_from_config(keys_text, "the keys (--keys or MCP_SESSIONS_KEYS)")
-        keys = KeySet(given, issuer=issuer, audience=audience, leeway=args.leeway) if given else None
+            verifying += keys_from_config(keys_text, "the keys (--keys or MCP_SESSIONS_KEYS)")
+        if verifying:
+            keys = KeySet(verifying, issuer=issuer, audience=audience, leeway=args.leeway)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    kind = {SESSION_TOKEN_TYPE: "session id", STATE_TOKEN_TYPE: "session state"}.get(str(header.get("typ")), "unknown")
-    report: dict[str, object] = dict(kind=kind, header=header, claims=claims, valid=None, reason=None, why=None)
+    kinds = {SESSION_TOKEN_TYPE: "session id", STATE_TOKEN_TYPE: "session state"}
+    kind = kinds.get(str(header.get("typ")), "unknown")
+    report: dict[str, object] = dict(kind=kind, header=header, claims=claims)
+    report.update(valid=None, reason=None, why=None)
     if keys is not None:
         try:
             if header.get("typ") == STATE_TOKEN_TYPE:
@@ -149,7 +168,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 keys.verify_session_token(token, now=now)
             report["valid"] = True
         except InvalidToken as exc:
-            report.update(valid=False, reason=exc.reason, why=explain(exc.reason, header, claims, keys, now))
+            why = explain(exc.reason, header, claims, keys, now)
+            report.update(valid=False, reason=exc.reason, why=why)
     if args.json:
         stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
     else:
@@ -164,6 +184,7 @@ def _render(
     keys: KeySet | None,
     now: float,
 ) -> str:
+    kid = header.get("kid")
     lines = [f"kind: {report['kind']}", "header:"]
     lines += [f"  {name}: {json.dumps(value)}" for name, value in header.items()]
     lines.append("claims (not verified unless stated below):")
@@ -178,12 +199,11 @@ def _render(
             "MCP_SESSIONS_KEYS)"
         )
     elif report["valid"] and report["kind"] == "session state":
-        lines.append(
-            f"verification: VALID: state signed by key {header.get('kid')!r}, bound to sid {claims.get('sid')!r}"
-        )
+        sid = claims.get("sid")
+        lines.append(f"verification: VALID: state signed by key {kid!r}, bound to sid {sid!r}")
     elif report["valid"]:
         lines.append(
-            f"verification: VALID: signed by key {header.get('kid')!r}, issuer {keys.issuer!r}, "
+            f"verification: VALID: signed by key {kid!r}, issuer {keys.issuer!r}, "
             f"audience {keys.audience!r}, not expired (a deletion or idle expiry is recorded in the server's "
             "store, which this check cannot see)"
         )

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Final
 
 from starlette.datastructures import Headers
-from starlette.types import Scope
+from starlette.types import ASGIApp, Scope
 
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
@@ -72,11 +72,15 @@ def gateway_app(
     ):
         if not value > 0:
             raise ValueError(f"{name} must be a positive number of seconds")
+    # httpx: the gateway's extra, imported when a gateway is built.
     from ._exchange import UpstreamToken
-    from ._proxy import UpstreamProxy  # httpx: the gateway's extra, imported when a gateway is built
+    from ._proxy import UpstreamProxy
 
     trusted = trusted_proxies(forwarded_allow_ips)
-    config = SessionsConfig.from_env() if config is None else config
+    if config is None:
+        config = SessionsConfig.from_env()
+    if upstream_token is None:
+        upstream_token = UpstreamToken("passthrough" if auth is None else "none")
     replicas = Replicas(upstreams, keys=config.keys, cooldown=failure_cooldown)
     proxy = UpstreamProxy(
         replicas,
@@ -85,19 +89,34 @@ def gateway_app(
         connect_timeout=connect_timeout,
         first_byte_timeout=first_byte_timeout,
         retry_after=config.retry_after,
-        upstream_token=upstream_token or UpstreamToken("passthrough" if auth is None else "none"),
+        upstream_token=upstream_token,
     )
+    sessions = MCPSessionMiddleware(proxy, config=_at_gateway(config, replicas, auth))
+    app: ASGIApp = sessions
+    if auth is not None:
+        app = auth.wrap(sessions)
+    return GatewayFront(app, trusted=trusted)
+
+
+def _at_gateway(config: SessionsConfig, replicas: Replicas, auth: GatewayAuth | None) -> SessionsConfig:
+    """The session configuration in front of ``replicas``: a copy of ``config``, changed for a proxy."""
     at_gateway = copy.copy(config)
-    at_gateway.placement = False  # the proxy is the transport: no endpoint to look for inside it
-    at_gateway.fronts_upstream = True  # no session member reaches the upstream; a probe ends with its client
+    # The proxy is the transport: no endpoint to look for inside it.
+    at_gateway.placement = False
+    # No session member reaches the upstream; a probe ends with its client.
+    at_gateway.fronts_upstream = True
     at_gateway.sources = (*config.sources, RoutedConversations)
-    if auth is None and config.principal is authenticated_user:  # nothing signs a user in in front of the proxy
+    # Nothing signs a user in in front of the proxy.
+    if auth is None and config.principal is authenticated_user:
         at_gateway.principal = credential_principal
-    if (limit := config.create_limit) is not None:  # a made-up credential is a principal the upstream may accept
+    # A made-up credential is a principal the upstream may accept.
+    limit = config.create_limit
+    if limit is not None:
         at_gateway.create_limit = RateLimit(limit.count, limit.seconds, per_address=True)
-    at_gateway.paths = RoutedPaths((replicas.path,) if config.paths is None else config.paths)  # as upstreams route
-    sessions = MCPSessionMiddleware(proxy, config=at_gateway)
-    return GatewayFront(sessions if auth is None else auth.wrap(sessions), trusted=trusted)
+    # As upstreams route them.
+    paths = (replicas.path,) if config.paths is None else config.paths
+    at_gateway.paths = RoutedPaths(paths)
+    return at_gateway
 
 
 def credential_principal(scope: Scope) -> str | None:
@@ -125,10 +144,12 @@ class RoutedConversations:
     name = "gateway"
 
     def __init__(self, context: SourceContext) -> None:
-        self._host = HostConversationSource.from_context(context)  # its find(), by the configured host keys
+        # Its find(), by the configured host keys.
+        self._host = HostConversationSource.from_context(context)
 
     async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:
         """Name the call's host conversation (``call.conversation``) if nothing has; never a session."""
         if call.conversation is None:
-            call.conversation = self._host.find(request.headers, jsonrpc.meta(call.message.get("params")))
+            params = call.message.get("params")
+            call.conversation = self._host.find(request.headers, jsonrpc.meta(params))
         return None

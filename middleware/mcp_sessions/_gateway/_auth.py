@@ -73,13 +73,15 @@ DEFAULT_LEEWAY: Final = 60.0
 """The clock skew allowed between the authorization server and the gateway, for ``exp``, ``nbf`` and ``iat``."""
 REQUEST: ContextVar[Scope | None] = ContextVar("mcp_sessions.gateway.request", default=None)
 """The request whose conversation may start a process: set by :meth:`ProcessEnv.wrap`, and by the stdio relay."""
-_EXCHANGED: Final = "mcp_sessions.gateway.exchanged"  # in a request's scope: its exchange: values, by name
+# In a request's scope: its exchange: values, by name.
+_EXCHANGED: Final = "mcp_sessions.gateway.exchanged"
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _LOGGED_CALLERS: Final = 1024
 """How many (cause, caller) pairs a refusal is logged once for: the most recent, so the log stays bounded."""
 _INVALID: Final = ("invalid", "the token does not verify")
-_REFUSALS: Final = (  # in PyJWT's order of checks; a subclass before its base
+# In PyJWT's order of checks; a subclass before its base.
+_REFUSALS: Final = (
     (jwt.ExpiredSignatureError, "expired", "the token has expired (exp)"),
     (jwt.ImmatureSignatureError, "not yet valid", "the token is not valid yet (nbf or iat in the future)"),
     (jwt.InvalidIssuerError, "wrong issuer", "the token is from another issuer (iss)"),
@@ -98,7 +100,9 @@ class Unauthorized(Exception):
 
     def __init__(self, cause: str, description: str, error: str | None = "invalid_token") -> None:
         super().__init__(description)
-        self.cause, self.description, self.error = cause, description, error
+        self.cause = cause
+        self.description = description
+        self.error = error
 
 
 class JwtVerifier:
@@ -125,42 +129,52 @@ class JwtVerifier:
         # PyJWT fetches and parses the set; the set is held as a whole, not key by key: a key the JWKS no
         # longer lists stops verifying once the set is fetched again.
         self._client = jwt.PyJWKClient(jwks_url, cache_jwk_set=False, timeout=JWKS_TIMEOUT)
-        self._url, self._issuer, self._audience = jwks_url, issuer, audience
-        self._claim, self._leeway = principal_claim, leeway
+        self._url = jwks_url
+        self._issuer = issuer
+        self._audience = audience
+        self._claim = principal_claim
+        self._leeway = leeway
         self._keys: dict[str, jwt.PyJWK] = {}
-        self._fetched: float | None = None  # time.monotonic() of the last success
-        self._attempted = -math.inf  # and of the last attempt, which starts the cooldown
+        # time.monotonic() of the last success, and of the last attempt, which starts the cooldown.
+        self._fetched: float | None = None
+        self._attempted = -math.inf
         self._fetching = False
         self._error: str | None = None
-        self._fetched_at: float | None = None  # the same two, as time.time() for the state
+        # The same two, as time.time() for the state.
+        self._fetched_at: float | None = None
         self._attempted_at: float | None = None
 
     async def verify(self, token: str) -> AccessToken:
         """The token's principal and claims; :class:`Unauthorized` says why a token does not verify."""
         try:
-            key = await self._key(jwt.get_unverified_header(token).get("kid"))
+            kid = jwt.get_unverified_header(token).get("kid")
+            key = await self._key(kid)
             claims = jwt.decode(
                 token,
                 key,
-                algorithms=[key.algorithm_name],  # the key's own: never "none", never another key type's
+                # The key's own: never "none", never another key type's.
+                algorithms=[key.algorithm_name],
                 audience=self._audience,
                 issuer=self._issuer,
                 leeway=self._leeway,
                 options={"require": ["exp", "iss", "aud", self._claim]},
             )
-        except jwt.MissingRequiredClaimError as exc:  # a claim of the list above, never the token's text
+        except jwt.MissingRequiredClaimError as exc:
+            # A claim of the list above, never the token's text.
             raise Unauthorized("missing claim", f"the token has no {exc.claim} claim") from None
         except jwt.PyJWTError as exc:
-            cause, description = next(((c, d) for kind, c, d in _REFUSALS if isinstance(exc, kind)), _INVALID)
+            cause, description = _refused(exc)
             raise Unauthorized(cause, description) from None
         principal = claims[self._claim]
         if not isinstance(principal, str) or not principal:
             raise Unauthorized("no principal", f"the token's {self._claim} claim names no one")
-        scopes = claims.get("scope")
+        scope = claims.get("scope")
+        scopes = scope.split() if isinstance(scope, str) else []
         return AccessToken(
             token=token,
-            client_id=principal,  # the principal is the user, whichever client app asks for them
-            scopes=scopes.split() if isinstance(scopes, str) else [],
+            # The principal is the user, whichever client app asks for them.
+            client_id=principal,
+            scopes=scopes,
             expires_at=claims["exp"],
             subject=principal,
             claims=claims,
@@ -184,18 +198,25 @@ class JwtVerifier:
 
     async def _key(self, kid: str | None) -> jwt.PyJWK:
         """The key ``kid`` names, from the set held; an unknown one from a fetch this request may start."""
-        key = self._keys.get(kid) if kid is not None else None
-        if key is None and self._claim_fetch():  # a rotation, maybe: wait for the set
+        key = self._held(kid)
+        if key is None and self._claim_fetch():
+            # A rotation, maybe: wait for the set.
             await anyio.to_thread.run_sync(self._fetch)
-            key = self._keys.get(kid) if kid is not None else None
+            key = self._held(kid)
         elif key is not None and self._stale() and self._claim_fetch():
             # Behind this request, which goes on with the key it has.
-            threading.Thread(target=self._fetch, name="mcp-sessions-jwks", daemon=True).start()
+            fetch = threading.Thread(target=self._fetch, name="mcp-sessions-jwks", daemon=True)
+            fetch.start()
         if key is not None:
             return key
         if self._error is not None:
             raise Unauthorized("unreachable", "the authorization server's keys (JWKS) cannot be fetched")
         raise Unauthorized("unknown key", "the token's key (kid) is not one of the authorization server's")
+
+    def _held(self, kid: str | None) -> jwt.PyJWK | None:
+        if kid is None:
+            return None
+        return self._keys.get(kid)
 
     def _stale(self) -> bool:
         return self._fetched is None or time.monotonic() - self._fetched > JWKS_LIFESPAN
@@ -206,7 +227,9 @@ class JwtVerifier:
         now = time.monotonic()
         if self._fetching or now - self._attempted < JWKS_COOLDOWN:
             return False
-        self._fetching, self._attempted, self._attempted_at = True, now, time.time()
+        self._fetching = True
+        self._attempted = now
+        self._attempted_at = time.time()
         return True
 
     def _fetch(self) -> None:
@@ -214,19 +237,22 @@ class JwtVerifier:
         error kept, and logged when it is new."""
         try:
             keys = self._client.get_signing_keys(refresh=True)
-        except (jwt.PyJWTError, OSError, ValueError) as exc:  # PyJWT's, and what it leaves: a body not JSON
+        except (jwt.PyJWTError, OSError, ValueError) as exc:
+            # PyJWT's errors, and what it leaves to others: a body that is not JSON.
             error = str(exc.__cause__ or exc)
-            if error != self._error:  # once per outage, and again when its error changes
+            # Logged once per outage, and again when its error changes.
+            if error != self._error:
                 held = len(self._keys)
-                logger.warning(
-                    "mcp-sessions gateway: the JWKS at %s cannot be fetched (%s): %d keys held", self._url, error, held
-                )
+                message = "mcp-sessions gateway: the JWKS at %s cannot be fetched (%s): %d keys held"
+                logger.warning(message, self._url, error, held)
             self._error = error
         else:
             if self._error is not None:
                 logger.info("mcp-sessions gateway: the JWKS at %s is fetched again", self._url)
             self._keys = {key.key_id: key for key in keys if key.key_id is not None}
-            self._fetched, self._fetched_at, self._error = time.monotonic(), time.time(), None
+            self._fetched = time.monotonic()
+            self._fetched_at = time.time()
+            self._error = None
         finally:
             self._fetching = False
 
@@ -265,7 +291,8 @@ class GatewayAuth:
         if principal_header is not None and not _HEADER_NAME.fullmatch(principal_header):
             raise ValueError(f"{principal_header!r} is not a header name")
         self._header = None if principal_header is None else principal_header.lower()
-        self._metadata, metadata_url = None, None
+        self._metadata = None
+        metadata_url = None
         if resource is not None and authorization_servers:
             try:
                 url = AnyHttpUrl(resource)
@@ -289,9 +316,13 @@ class GatewayAuth:
         """The request's principal: the trusted proxy's header, else the bearer token's; else
         :class:`Unauthorized`."""
         headers = Headers(scope=scope)
-        if self._header is not None and scope[PEER].trusted and (named := headers.get(self._header)):
+        named = None
+        if self._header is not None and scope[PEER].trusted:
+            named = headers.get(self._header)
+        if named:
             # An issuer of its own: the proxy's "alice" is not the "alice" of a token's issuer.
-            token = AccessToken(token="", client_id=named, scopes=[], subject=named, claims={"iss": self._header})
+            claims = {"iss": self._header}
+            token = AccessToken(token="", client_id=named, scopes=[], subject=named, claims=claims)
             return AuthCredentials(), AuthenticatedUser(token)
         scheme, _, credential = headers.get("authorization", "").partition(" ")
         if self.verifier is None or scheme.lower() != "bearer":
@@ -303,15 +334,27 @@ class GatewayAuth:
         """The 401 for ``refused``: RFC 6750's ``error`` and ``error_description``, and the metadata's URL as the
         SDK gives it (RFC 9728); its reason logged, once per cause and caller (the client's address)."""
         client = scope.get("client")
-        self._log_once(refused.cause, "an unknown peer" if client is None else str(client[0]), refused.description)
-        parts, body = [], {"error_description": refused.description}
-        if refused.error is not None:  # none without a credential (RFC 6750, section 3.1)
-            parts = [f'error="{refused.error}"', f'error_description="{refused.description}"']
+        caller = "an unknown peer" if client is None else str(client[0])
+        self._log_once(refused.cause, caller, refused.description)
+        parts: list[str] = []
+        body = {"error_description": refused.description}
+        # None without a credential (RFC 6750, section 3.1).
+        if refused.error is not None:
+            parts.append(f'error="{refused.error}"')
+            parts.append(f'error_description="{refused.description}"')
             body = {"error": refused.error, **body}
         if self._metadata_url is not None:
             parts.append(f'resource_metadata="{self._metadata_url}"')
         challenge = " ".join(["Bearer", ", ".join(parts)]).rstrip()
         return JSONResponse(body, 401, headers={"WWW-Authenticate": challenge})
+
+
+def _refused(exc: jwt.PyJWTError) -> tuple[str, str]:
+    """The cause and description of PyJWT's refusal ``exc``: its first kind in :data:`_REFUSALS`."""
+    for kind, cause, description in _REFUSALS:
+        if isinstance(exc, kind):
+            return cause, description
+    return _INVALID
 
 
 def _log_refusal(cause: str, caller: str, description: str) -> None:
@@ -323,22 +366,30 @@ class _Guarded:
     header only from trusted peers; the key set fetched as the app starts."""
 
     def __init__(self, app: ASGIApp, auth: GatewayAuth, metadata: Route | None, header: str | None) -> None:
-        self.app, self._auth, self._metadata = app, auth, metadata
+        self.app = app
+        self._auth = auth
+        self._metadata = metadata
         self._header = None if header is None else header.encode("latin-1")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # the lifespan; a WebSocket, which the app refuses
+        # The lifespan; a WebSocket, which the app refuses.
+        if scope["type"] != "http":
             if scope["type"] == "lifespan" and self._auth.verifier is not None:
                 await self._auth.verifier.start()
             return await self.app(scope, receive, send)
         if self._header is not None and not scope[PEER].trusted:
-            scope["headers"] = [(name, value) for name, value in scope["headers"] if name.lower() != self._header]
+            kept = []
+            for name, value in scope["headers"]:
+                if name.lower() != self._header:
+                    kept.append((name, value))
+            scope["headers"] = kept
         if self._metadata is not None and scope["path"] == self._metadata.path:
             return await self._metadata(scope, receive, send)
         try:
             scope["auth"], scope["user"] = await self._auth.authenticate(scope)
         except Unauthorized as refused:
-            return await self._auth.refusal(scope, refused)(scope, receive, send)
+            response = self._auth.refusal(scope, refused)
+            return await response(scope, receive, send)
         await self.app(scope, receive, send)
 
 
@@ -355,29 +406,34 @@ class ProcessEnv:
             kind, _, key = source.partition(":")
             if not _ENV_NAME.fullmatch(name) or name.startswith("MCP_SESSION"):
                 raise ValueError(f"--process-env: {name!r} is not a variable name a process may be given")
-            if not (kind in ("claim", "exchange") and key) and not (kind == "header" and _HEADER_NAME.fullmatch(key)):
+            if not _known_source(kind, key):
                 raise ValueError(
                     f"--process-env {name}: give claim:CLAIM, header:HEADER-NAME or exchange:AUDIENCE, not {source!r}"
                 )
             if kind == "exchange" and exchange is None:
                 raise ValueError(f"--process-env {name}: exchange:AUDIENCE needs the token exchange (--exchange-*)")
-            self.sources[name] = (kind, key.lower() if kind == "header" else key)
-        self._exchange, self._exchange_scope = exchange, exchange_scope
+            if kind == "header":
+                key = key.lower()
+            self.sources[name] = (kind, key)
+        self._exchange = exchange
+        self._exchange_scope = exchange_scope
 
     def wrap(self, app: ASGIApp) -> ASGIApp:
         """``app``, each of whose requests is :data:`REQUEST` while it runs (a process starts inside it), its
         ``exchange:`` values exchanged first (a refusal is the request's answer)."""
         if not self.sources:
             return app
-        sources = self.sources.items()
-        targets = {name: Target(key, scope=self._exchange_scope) for name, (kind, key) in sources if kind == "exchange"}
+        targets = {}
+        for name, (kind, key) in self.sources.items():
+            if kind == "exchange":
+                targets[name] = Target(key, scope=self._exchange_scope)
 
         async def with_request(scope: Scope, receive: Receive, send: Send) -> None:
-            if targets and self._exchange is not None and (subject := subject_token(scope)) is not None:
-                try:
-                    exchanged = {name: await self._exchange.token(subject, t) for name, t in targets.items()}
-                except ExchangeRefused as refused:
-                    return await refused.answer().send(send)
+            try:
+                exchanged = await self._exchanged(scope, targets)
+            except ExchangeRefused as refused:
+                return await refused.answer().send(send)
+            if exchanged is not None:
                 scope[_EXCHANGED] = exchanged
             token = REQUEST.set(scope)
             try:
@@ -387,6 +443,18 @@ class ProcessEnv:
 
         return with_request
 
+    async def _exchanged(self, scope: Scope, targets: dict[str, Target]) -> dict[str, str] | None:
+        """The request's ``exchange:`` values, by name; ``None`` when it has no token to exchange, or none is asked."""
+        if not targets or self._exchange is None:
+            return None
+        subject = subject_token(scope)
+        if subject is None:
+            return None
+        exchanged = {}
+        for name, target in targets.items():
+            exchanged[name] = await self._exchange.token(subject, target)
+        return exchanged
+
     def values(self) -> dict[str, str]:
         """The values for a process the current request starts; a missing one is an error that names its source."""
         scope = REQUEST.get()
@@ -394,16 +462,7 @@ class ProcessEnv:
         for name, (kind, key) in self.sources.items():
             value = None if scope is None else _value(scope, kind, key, name)
             if value is None:
-                where = {
-                    "claim": f"the access token's {key!r} claim",
-                    "header": f"the {key} header",
-                    "exchange": f"its bearer token exchanged for {key}",
-                }[kind]
-                raise MCPError(
-                    types.INVALID_REQUEST,
-                    f"this gateway gives each conversation's process {name} from {where} (--process-env): "
-                    "the request that starts a conversation must carry it",
-                )
+                raise _missing(name, kind, key)
             values[name] = value
         return values
 
@@ -423,9 +482,16 @@ class ProcessEnv:
         scope = REQUEST.get() or {}
         user = scope.get("user")
         token = user.access_token if isinstance(user, AuthenticatedUser) else None
-        who = "" if token is None else f"{(token.claims or {}).get('iss')}\0{token.subject}"
-        bound = {name: who if self.sources[name][0] == "exchange" else value for name, value in values.items()}
-        return hashlib.sha256(json.dumps(bound, sort_keys=True).encode()).digest()
+        who = ""
+        if token is not None:
+            issuer = (token.claims or {}).get("iss")
+            who = f"{issuer}\0{token.subject}"
+        bound = {}
+        for name, value in values.items():
+            kind, _ = self.sources[name]
+            bound[name] = who if kind == "exchange" else value
+        text = json.dumps(bound, sort_keys=True)
+        return hashlib.sha256(text.encode()).digest()
 
 
 def _value(scope: Scope, kind: str, key: str, name: str) -> str | None:
@@ -435,9 +501,34 @@ def _value(scope: Scope, kind: str, key: str, name: str) -> str | None:
         value = scope.get(_EXCHANGED, {}).get(name)
     else:
         user = scope.get("user")
-        claims = user.access_token.claims if isinstance(user, AuthenticatedUser) else None
+        claims = None
+        if isinstance(user, AuthenticatedUser):
+            claims = user.access_token.claims
         value = (claims or {}).get(key)
-    return value if isinstance(value, str) and value and "\x00" not in value else None
+    if isinstance(value, str) and value and "\x00" not in value:
+        return value
+    return None
+
+
+def _missing(name: str, kind: str, key: str) -> MCPError:
+    """The error for a request without ``name``'s value: it names the value's source."""
+    where = {
+        "claim": f"the access token's {key!r} claim",
+        "header": f"the {key} header",
+        "exchange": f"its bearer token exchanged for {key}",
+    }[kind]
+    return MCPError(
+        types.INVALID_REQUEST,
+        f"this gateway gives each conversation's process {name} from {where} (--process-env): "
+        "the request that starts a conversation must carry it",
+    )
+
+
+def _known_source(kind: str, key: str) -> bool:
+    """Whether ``kind:key`` is a source: a claim or an audience named, or a header's name."""
+    if kind == "header":
+        return _HEADER_NAME.fullmatch(key) is not None
+    return kind in ("claim", "exchange") and bool(key)
 
 
 class FrontedConversations(HostConversationSource):
@@ -446,4 +537,6 @@ class FrontedConversations(HostConversationSource):
 
     async def session_for(self, scope: Scope, call: CallView, request: RequestView) -> Session | None:
         peer: Peer | None = scope.get(PEER)
-        return None if peer is None or not peer.trusted else await super().session_for(scope, call, request)
+        if peer is None or not peer.trusted:
+            return None
+        return await super().session_for(scope, call, request)

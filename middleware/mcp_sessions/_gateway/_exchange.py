@@ -82,17 +82,21 @@ class ExchangeRefused(Exception):
 
     def __init__(self, status: int, error: str, description: str) -> None:
         super().__init__(description)
-        self.status, self.error, self.description = status, error, description
+        self.status = status
+        self.error = error
+        self.description = description
 
     def answer(self, request_id: object = None, retry_after: bytes = b"1") -> Rejection:
         """The client's answer: a JSON-RPC error, with RFC 6750's ``WWW-Authenticate`` for a 401 or 403."""
         message = f"The token exchange for the upstream failed: {self.description}"
         if self.status >= 500:
-            return unavailable(self.status, message, retry_after, request_id, "token_exchange_failed")
+            reason = "token_exchange_failed"
+            return unavailable(self.status, message, retry_after, request_id, reason)
         code = "invalid_token" if self.status == 401 else "insufficient_scope"
-        challenge = f'Bearer error="{code}", error_description="{_printable(message)}"'.encode()
-        header = (b"www-authenticate", challenge)
-        return error_answer(self.status, INVALID_REQUEST, message, "token_exchange_refused", request_id, header)
+        challenge = f'Bearer error="{code}", error_description="{_printable(message)}"'
+        header = (b"www-authenticate", challenge.encode())
+        reason = "token_exchange_refused"
+        return error_answer(self.status, INVALID_REQUEST, message, reason, request_id, header)
 
 
 class TokenExchange:
@@ -121,12 +125,12 @@ class TokenExchange:
                 raise ValueError(f"{url!r} is not an http(s) URL")
         if client_auth not in ("client_secret_basic", "client_secret_post"):
             raise ValueError("the client authentication is client_secret_basic or client_secret_post")
-        self._endpoint, self._issuer, self._timeout = token_endpoint, issuer, timeout
-        pair = base64.b64encode(f"{quote_plus(client_id)}:{quote_plus(client_secret)}".encode())  # RFC 6749 §2.3.1
-        self._client_auth: dict[str, Any] = {"headers": {"authorization": "Basic " + pair.decode()}}
-        if client_auth == "client_secret_post":
-            self._client_auth = {"data": {"client_id": client_id, "client_secret": client_secret}}
-        self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)  # token, renew at (monotonic)
+        self._endpoint = token_endpoint
+        self._issuer = issuer
+        self._timeout = timeout
+        self._client_auth = _client_auth(client_auth, client_id, client_secret)
+        # Per key: the issued token, and when to renew it (monotonic).
+        self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)
         # trust_env off: no proxy variable or .netrc credential; no redirect followed with the client's secret.
         self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout)
 
@@ -140,9 +144,16 @@ class TokenExchange:
         if time.monotonic() < renew_at:
             self._issued[key] = (token, renew_at)
             return token
-        form = {"grant_type": GRANT_TYPE, "subject_token": subject_token, "subject_token_type": ACCESS_TOKEN_TYPE}
-        form |= {name: value for name, value in vars(target).items() if value}
-        answer = await self._post(await self.token_endpoint(), form)
+        form = {
+            "grant_type": GRANT_TYPE,
+            "subject_token": subject_token,
+            "subject_token_type": ACCESS_TOKEN_TYPE,
+        }
+        for name, value in vars(target).items():
+            if value:
+                form[name] = value
+        endpoint = await self.token_endpoint()
+        answer = await self._post(endpoint, form)
         token, lifetime = _issued(answer)
         if lifetime is not None and lifetime > 0:
             renew_at = time.monotonic() + lifetime - min(RENEW_BEFORE, lifetime / 2)
@@ -163,49 +174,59 @@ class TokenExchange:
     async def _discover(self, issuer: str) -> str:
         parts = urlsplit(issuer)
         path = parts.path.rstrip("/")
-        urls = (  # RFC 8414 §3.1 (the well-known part before the issuer's path), then OpenID Connect Discovery's
-            f"{parts.scheme}://{parts.netloc}/.well-known/oauth-authorization-server{path}",
-            f"{parts.scheme}://{parts.netloc}{path}/.well-known/openid-configuration",
+        origin = f"{parts.scheme}://{parts.netloc}"
+        # RFC 8414 §3.1 (the well-known part before the issuer's path), then OpenID Connect Discovery's.
+        urls = (
+            f"{origin}/.well-known/oauth-authorization-server{path}",
+            f"{origin}{path}/.well-known/openid-configuration",
         )
         for url in urls:
+            request = self._client.build_request("GET", url)
             try:
-                status, metadata = await self._read(self._client.build_request("GET", url))
+                status, metadata = await self._read(request)
             except ExchangeRefused:
                 continue
             if status != 200 or not isinstance(metadata, dict):
                 continue
             # RFC 8414 §3.3: the metadata's issuer is the one asked about, else it is not used.
-            if str(metadata.get("issuer")).rstrip("/") != issuer.rstrip("/"):
-                raise ExchangeRefused(502, "server_error", "the authorization server's metadata names another issuer")
+            named = str(metadata.get("issuer")).rstrip("/")
+            if named != issuer.rstrip("/"):
+                raise _server_error("the authorization server's metadata names another issuer")
             endpoint = metadata.get("token_endpoint")
             if isinstance(endpoint, str) and urlsplit(endpoint).scheme in ("http", "https"):
                 return endpoint
         logger.warning("mcp-sessions gateway: no token endpoint in the metadata of %s", issuer)
-        raise ExchangeRefused(502, "server_error", "the authorization server's metadata names no token endpoint")
+        raise _server_error("the authorization server's metadata names no token endpoint")
 
     async def _post(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
         data = form | self._client_auth.get("data", {})
-        request = self._client.build_request("POST", endpoint, data=data, headers=self._client_auth.get("headers"))
+        headers = self._client_auth.get("headers")
+        request = self._client.build_request("POST", endpoint, data=data, headers=headers)
         status, answer = await self._read(request)
         if status == 200 and isinstance(answer, dict):
             return answer
-        error = answer.get("error") if isinstance(answer, dict) else None
-        if status not in (400, 401, 403) or not isinstance(error, str) or not _ERROR_CODE.fullmatch(error):
+        error = _refusal(status, answer)
+        if error is None:
             logger.warning("mcp-sessions gateway: the token endpoint answered %d to an exchange", status)
-            raise ExchangeRefused(502, "server_error", f"the authorization server answered {status}")
+            raise _server_error(f"the authorization server answered {status}")
         described = answer.get("error_description")
-        if not isinstance(described, str) or form["subject_token"] in described:  # a server that echoes it: not sent
+        # A server that echoes the user's token: its description is not sent on.
+        if not isinstance(described, str) or form["subject_token"] in described:
             described = ""
         detail = f"{error}: {_printable(described)[:200]}" if described else error
         if error in _NOT_THIS_TOKEN:
-            raise ExchangeRefused(401, error, f"the authorization server will not exchange this token ({detail})")
+            message = f"the authorization server will not exchange this token ({detail})"
+            raise ExchangeRefused(401, error, message)
         if error in _NOT_FOR_THIS_USER:
-            raise ExchangeRefused(403, error, f"the authorization server will not issue this user's ({detail})")
+            message = f"the authorization server will not issue this user's ({detail})"
+            raise ExchangeRefused(403, error, message)
         logger.warning("mcp-sessions gateway: the token endpoint refused the gateway: %s", error)
-        raise ExchangeRefused(502, error, f"the authorization server refused the gateway ({detail})")
+        message = f"the authorization server refused the gateway ({detail})"
+        raise ExchangeRefused(502, error, message)
 
     async def _read(self, request: httpx.Request) -> tuple[int, Any]:
         """The status and JSON of the answer to ``request``: within the timeout, at most :data:`MAX_ANSWER` bytes."""
+        host = request.url.host
         body = b""
         try:
             with anyio.fail_after(self._timeout):
@@ -214,19 +235,46 @@ class TokenExchange:
                     async for chunk in response.aiter_bytes():
                         body += chunk
                         if len(body) > MAX_ANSWER:
-                            raise ExchangeRefused(502, "server_error", "the authorization server's answer is too long")
+                            raise _server_error("the authorization server's answer is too long")
                 finally:
                     await response.aclose()
         except TimeoutError:
-            logger.warning("mcp-sessions gateway: %s did not answer in %g s", request.url.host, self._timeout)
-            raise ExchangeRefused(504, "server_error", "the authorization server did not answer in time") from None
+            logger.warning("mcp-sessions gateway: %s did not answer in %g s", host, self._timeout)
+            raise _server_error("the authorization server did not answer in time", 504) from None
         except httpx.HTTPError as exc:
-            logger.warning("mcp-sessions gateway: %s could not be reached: %s", request.url.host, type(exc).__name__)
-            raise ExchangeRefused(502, "server_error", "the authorization server could not be reached") from None
+            failure = type(exc).__name__
+            logger.warning("mcp-sessions gateway: %s could not be reached: %s", host, failure)
+            raise _server_error("the authorization server could not be reached") from None
         try:
             return response.status_code, json.loads(body)
-        except (ValueError, RecursionError):  # not JSON: judged by its status alone
+        except (ValueError, RecursionError):
+            # Not JSON: judged by its status alone.
             return response.status_code, None
+
+
+def _client_auth(method: str, client_id: str, client_secret: str) -> dict[str, Any]:
+    """How the gateway authenticates to the token endpoint: ``httpx`` keyword arguments for ``method``."""
+    if method == "client_secret_post":
+        return {"data": {"client_id": client_id, "client_secret": client_secret}}
+    # RFC 6749 §2.3.1: each part form-encoded, then joined and base64-encoded.
+    credentials = f"{quote_plus(client_id)}:{quote_plus(client_secret)}"
+    pair = base64.b64encode(credentials.encode()).decode()
+    return {"headers": {"authorization": "Basic " + pair}}
+
+
+def _server_error(description: str, status: int = 502) -> ExchangeRefused:
+    """The authorization server failed the gateway (not the user): a 502, or ``status``."""
+    return ExchangeRefused(status, "server_error", description)
+
+
+def _refusal(status: int, answer: Any) -> str | None:
+    """The ``error`` of a refusal (§2.2.2: a 400, 401 or 403 naming a well-formed one), else ``None``."""
+    if status not in (400, 401, 403) or not isinstance(answer, dict):
+        return None
+    error = answer.get("error")
+    if isinstance(error, str) and _ERROR_CODE.fullmatch(error):
+        return error
+    return None
 
 
 def _issued(answer: dict[str, Any]) -> tuple[str, float | None]:
@@ -234,22 +282,27 @@ def _issued(answer: dict[str, Any]) -> tuple[str, float | None]:
     token = answer.get("access_token")
     kind = answer.get("token_type")
     if not isinstance(token, str) or not _BEARER.fullmatch(token):
-        raise ExchangeRefused(502, "server_error", "the authorization server issued no bearer token")
-    if not isinstance(kind, str) or kind.lower() != "bearer":  # N_A (§2.2.1): not usable as an access token
-        raise ExchangeRefused(502, "server_error", "the authorization server issued a token that is not a bearer's")
+        raise _server_error("the authorization server issued no bearer token")
+    # N_A (§2.2.1) and the like: not usable as an access token.
+    if not isinstance(kind, str) or kind.lower() != "bearer":
+        raise _server_error("the authorization server issued a token that is not a bearer's")
     expires_in = answer.get("expires_in")
     if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
         return token, float(expires_in)
-    try:  # no expires_in: the issued JWT's own exp, read (not verified: the upstream verifies it)
+    # No expires_in: the issued JWT's own exp, read (not verified: the upstream verifies it).
+    try:
         expires = jwt.decode(token, options={"verify_signature": False}).get("exp")
     except jwt.PyJWTError:
         return token, None
-    return token, float(expires) - time.time() if isinstance(expires, int | float) else None
+    if not isinstance(expires, int | float):
+        return token, None
+    return token, float(expires) - time.time()
 
 
 def _key(subject_token: str, target: Target) -> bytes:
     """A cache key: a digest of the user's token and the target, so nothing in the cache reads back as a token."""
-    return hashlib.sha256(f"{subject_token}\0{target.audience}\0{target.resource}\0{target.scope}".encode()).digest()
+    text = f"{subject_token}\0{target.audience}\0{target.resource}\0{target.scope}"
+    return hashlib.sha256(text.encode()).digest()
 
 
 def _printable(text: str) -> str:
@@ -259,7 +312,9 @@ def _printable(text: str) -> str:
 
 def subject_token(scope: Scope) -> str | None:
     """The request's verified bearer token (``--auth-jwks``), or ``None`` (no user, or a proxy-named one)."""
-    token = getattr(getattr(scope.get("user"), "access_token", None), "token", None)  # the SDK's AuthenticatedUser
+    # The SDK's AuthenticatedUser.
+    access_token = getattr(scope.get("user"), "access_token", None)
+    token = getattr(access_token, "token", None)
     return token if isinstance(token, str) and token else None
 
 
@@ -274,7 +329,9 @@ class UpstreamToken:
             raise ValueError("--upstream-token exchange needs the token exchange's settings")
         if mode == "exchange" and not (target.audience or target.resource):
             raise ValueError("--upstream-token exchange needs the upstream's audience or resource")
-        self.mode, self.exchange, self.target = mode, exchange, target
+        self.mode = mode
+        self.exchange = exchange
+        self.target = target
 
     async def authorization(self, scope: Scope) -> bytes | None:
         """The upstream's ``Authorization`` value for this request; raises :class:`ExchangeRefused`."""
@@ -282,10 +339,15 @@ class UpstreamToken:
             return None
         subject = subject_token(scope)
         if subject is None:
-            raise ExchangeRefused(401, "invalid_request", "the request carries no verified bearer token to exchange")
-        return b"Bearer " + (await self.exchange.token(subject, self.target)).encode("ascii")
+            message = "the request carries no verified bearer token to exchange"
+            raise ExchangeRefused(401, "invalid_request", message)
+        token = await self.exchange.token(subject, self.target)
+        return b"Bearer " + token.encode("ascii")
 
     def refused(self, scope: Scope) -> None:
         """The upstream answered 401 to the issued token: the next request exchanges anew."""
-        if self.exchange is not None and (subject := subject_token(scope)) is not None:
+        if self.exchange is None:
+            return
+        subject = subject_token(scope)
+        if subject is not None:
             self.exchange.forget(subject, self.target)

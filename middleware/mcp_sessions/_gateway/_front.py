@@ -47,9 +47,11 @@ PEER: Final = "mcp_sessions.gateway.peer"
 """The scope key of the connection's :class:`Peer`, set by :class:`GatewayFront`."""
 LOCALHOST_HOSTS: Final = ("127.0.0.1:*", "localhost:*", "[::1]:*")
 LOCALHOST_ORIGINS: Final = ("http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*")
-_OUTSIDE_TARGET: Final = re.compile(rb"[^\x21-\x7e]|#")  # a space, a control, a non-ASCII byte, a fragment
+# A space, a control, a non-ASCII byte, a fragment.
+_OUTSIDE_TARGET: Final = re.compile(rb"[^\x21-\x7e]|#")
 _ESCAPES: Final = re.compile(rb"(?:[^%]|%[0-9A-Fa-f]{2})*")
-_ENCODED_REFUSED: Final = re.compile(rb"[\x00-\x1f\x7f/\\]")  # decoded: a control, a slash, a backslash
+# Decoded: a control, a slash, a backslash.
+_ENCODED_REFUSED: Final = re.compile(rb"[\x00-\x1f\x7f/\\]")
 _DOT_SEGMENTS: Final = (b".", b"..")
 _OPTIONS_ANSWER: Final = Rejection(200, ((b"content-length", b"0"),), b"", "options_asterisk")
 
@@ -93,8 +95,10 @@ class GatewayFront:
         if trusted:
             from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-            front = ProxyHeadersMiddleware(app, trusted_hosts=trusted)  # type: ignore[arg-type]  # ASGI 3 either way
-            self._trusted, self._inner = front.trusted_hosts, front  # type: ignore[assignment]  # the same protocol
+            # ASGI 3 either way, and the same protocol: uvicorn's types are its own.
+            front = ProxyHeadersMiddleware(app, trusted_hosts=trusted)  # type: ignore[arg-type]
+            self._trusted = front.trusted_hosts  # type: ignore[assignment]
+            self._inner = front  # type: ignore[assignment]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -104,7 +108,8 @@ class GatewayFront:
             client = scope.get("client")
             address = None if client is None else str(client[0])
             # In place, as uvicorn's ProxyHeadersMiddleware changes the client: its access log shows what the app saw.
-            scope[PEER] = Peer(address, address is not None and address in self._trusted)
+            trusted = address is not None and address in self._trusted
+            scope[PEER] = Peer(address, trusted)
         await self._inner(scope, receive, send)
 
 
@@ -113,12 +118,19 @@ def trusted_proxies(value: str | Collection[str] | None) -> list[str]:
     comma-separated), or ``*`` for every peer; ``None`` or empty trusts none. Anything else is refused."""
     if value is None:
         return []
-    entries = [entry.strip() for entry in (value.split(",") if isinstance(value, str) else value) if entry.strip()]
+    listed = value.split(",") if isinstance(value, str) else value
+    entries = []
+    for entry in listed:
+        if entry.strip():
+            entries.append(entry.strip())
     if "*" in entries:
         return ["*"]
     for entry in entries:
         try:
-            ipaddress.ip_network(entry) if "/" in entry else ipaddress.ip_address(entry)
+            if "/" in entry:
+                ipaddress.ip_network(entry)
+            else:
+                ipaddress.ip_address(entry)
         except ValueError:
             raise ValueError(
                 f"forwarded_allow_ips takes IP addresses, networks (10.0.0.0/8) or '*', not {entry!r}"
@@ -129,7 +141,9 @@ def trusted_proxies(value: str | Collection[str] | None) -> list[str]:
 def raw_path_of(scope: Scope) -> bytes:
     """The request's path as the client sent it (``raw_path``; a server that gives none: the path, encoded)."""
     raw: bytes | None = scope.get("raw_path")
-    return raw if raw is not None else quote(scope["path"], safe="/;:@&=+$,!~*'()").encode()
+    if raw is not None:
+        return raw
+    return quote(scope["path"], safe="/;:@&=+$,!~*'()").encode()
 
 
 def refusal(scope: Scope) -> Rejection | None:
@@ -137,7 +151,8 @@ def refusal(scope: Scope) -> Rejection | None:
     why = _framing(Headers(scope=scope))
     if why is not None:
         return _bad_request(why)
-    raw, query = raw_path_of(scope), scope.get("query_string", b"")
+    raw = raw_path_of(scope)
+    query = scope.get("query_string", b"")
     if raw == b"*":
         if scope["method"] == "OPTIONS" and not query:
             return _OPTIONS_ANSWER
@@ -145,7 +160,9 @@ def refusal(scope: Scope) -> Rejection | None:
     why = _path_problem(raw)
     if why is None and _OUTSIDE_TARGET.search(query):
         why = "the query has a character no request target has"
-    return None if why is None else _bad_request(why)
+    if why is None:
+        return None
+    return _bad_request(why)
 
 
 def _path_problem(raw: bytes) -> str | None:
@@ -162,7 +179,8 @@ def _path_problem(raw: bytes) -> str | None:
         decoded = unquote_to_bytes(segment)
         if decoded in _DOT_SEGMENTS:
             return "the path has a dot segment (. or ..), encoded or not"
-        if _ENCODED_REFUSED.search(decoded):  # the raw path has none of these: an escape made it
+        # The raw path has none of these: an escape made it.
+        if _ENCODED_REFUSED.search(decoded):
             return "the path has an encoded slash, backslash or control character"
     return None
 
@@ -177,7 +195,8 @@ def _framing(headers: Headers) -> str | None:
         return "Content-Length and Transfer-Encoding together"
     if codings not in ([], ["chunked"]):
         return "a Transfer-Encoding other than chunked"
-    if len(lengths) > 1 or not all(length.isascii() and length.isdigit() for length in lengths):
+    numeric = all(length.isascii() and length.isdigit() for length in lengths)
+    if len(lengths) > 1 or not numeric:
         return "Content-Length must be one number"
     return None
 
@@ -204,13 +223,18 @@ class HostCheck:
     def __init__(self, allowed_hosts: Collection[str] | None, allowed_origins: Collection[str] | None) -> None:
         if isinstance(allowed_hosts, str) or isinstance(allowed_origins, str):
             raise TypeError("allowed_hosts and allowed_origins take collections of strings, not one string")
-        self._hosts = frozenset(LOCALHOST_HOSTS if allowed_hosts is None else allowed_hosts)
-        self._origins = frozenset(LOCALHOST_ORIGINS if allowed_origins is None else allowed_origins)
+        if allowed_hosts is None:
+            allowed_hosts = LOCALHOST_HOSTS
+        if allowed_origins is None:
+            allowed_origins = LOCALHOST_ORIGINS
+        self._hosts = frozenset(allowed_hosts)
+        self._origins = frozenset(allowed_origins)
 
     def check(self, headers: Iterable[tuple[bytes, bytes]]) -> Rejection | None:
         """The gateway's refusal of a request from a host or an origin it does not serve, else ``None``."""
         request = Headers(raw=list(headers))
-        host, origin = request.get("host"), request.get("origin")
+        host = request.get("host")
+        origin = request.get("origin")
         if self._hosts and (host is None or not _allowed(host, self._hosts)):
             return _plain(421, "Invalid Host header", "invalid_host")
         if self._origins and origin is not None and not _allowed(origin, self._origins):
@@ -220,13 +244,17 @@ class HostCheck:
 
 def _allowed(value: str, allowed: frozenset[str]) -> bool:
     """Whether ``value`` is on the list: as it is, or as ``base:`` and anything, for a ``base:*`` on it."""
-    return value in allowed or any(entry.endswith(":*") and value.startswith(entry[:-1]) for entry in allowed)
+    if value in allowed:
+        return True
+    bases = (entry[:-1] for entry in allowed if entry.endswith(":*"))
+    return any(value.startswith(base) for base in bases)
 
 
 def _plain(status: int, text: str, reason: str) -> Rejection:
     """A plain-text answer, as the SDK's transport security sends its refusals."""
     body = text.encode()
-    return Rejection(status, ((b"content-length", str(len(body)).encode()),), body, reason)
+    headers = ((b"content-length", str(len(body)).encode()),)
+    return Rejection(status, headers, body, reason)
 
 
 class QueryDropped(logging.Filter):
@@ -239,5 +267,6 @@ class QueryDropped(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and len(args) == 5 and isinstance(args[2], str):
-            record.args = (args[0], args[1], args[2].partition("?")[0], args[3], args[4])
+            path = args[2].partition("?")[0]
+            record.args = (args[0], args[1], path, args[3], args[4])
         return True

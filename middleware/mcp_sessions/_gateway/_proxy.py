@@ -107,60 +107,81 @@ class UpstreamProxy:
         upstream_token: UpstreamToken | None = None,
     ) -> None:
         self._replicas = replicas
-        self._upstream_token = UpstreamToken("passthrough") if upstream_token is None else upstream_token
+        if upstream_token is None:
+            upstream_token = UpstreamToken("passthrough")
+        self._upstream_token = upstream_token
         self._host_check = host_check
         self._keepalive = keepalive
         self._first_byte = first_byte_timeout
         self._retry_after = str(retry_after).encode()
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=4.0)
         # trust_env off: no proxy variable, no .netrc credential ever reaches an upstream request.
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(None, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=4.0),
+            limits=limits,
             trust_env=False,
             follow_redirects=False,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-            await self._client.aclose()  # the pooled connections
-            if self._upstream_token.exchange is not None:
-                await self._upstream_token.exchange.aclose()
-            return await send({"type": "lifespan.shutdown.complete"})
-        if scope["type"] != "http":  # MCP has no WebSocket transport: refused before it is accepted
+            return await self._lifespan(receive, send)
+        # MCP has no WebSocket transport: refused before it is accepted.
+        if scope["type"] != "http":
             return await send({"type": "websocket.close", "code": 1008})
         first = await receive()
+        # Not a request: the client is gone.
         if first["type"] != "http.request":
-            return None  # the client is gone
-        if first.get("more_body", False):  # a body still arriving: the client is watched once the upstream has it
+            return None
+        # A body still arriving: the client is watched once the upstream has it.
+        if first.get("more_body", False):
             return await self._forward(scope, _streamed(first, receive), send, receive)
-        await while_connected(receive, self._forward(scope, first.get("body", b""), send))
+        body = first.get("body", b"")
+        await while_connected(receive, self._forward(scope, body, send))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        message = await receive()
+        while message["type"] != "lifespan.shutdown":
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            message = await receive()
+        # The pooled connections.
+        await self._client.aclose()
+        if self._upstream_token.exchange is not None:
+            await self._upstream_token.exchange.aclose()
+        await send({"type": "lifespan.shutdown.complete"})
 
     async def _forward(self, scope: Scope, content: Body, send: Send, receive: Receive | None = None) -> None:
         """The request to the upstream, and its answer relayed; with ``receive``, the relay alone ends with the
         client (else the caller's :func:`while_connected` watches the whole exchange)."""
         opened = await self._open(scope, content)
-        if isinstance(opened, Rejection):  # the host refused, the transport session lost, the upstream down
+        # The host refused, the transport session lost, the upstream down.
+        if isinstance(opened, Rejection):
             return await opened.send(send)
         response, replica = opened
         try:
-            headers = client_headers(response.headers.raw, partial(self._replicas.issued, replica), replica.origin)
-            await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-            if response.headers.get("content-type", "").startswith("text/event-stream"):
+            issued = partial(self._replicas.issued, replica)
+            headers = client_headers(response.headers.raw, issued, replica.origin)
+            status = response.status_code
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            content_type = response.headers.get("content-type", "")
+            if content_type.startswith("text/event-stream"):
                 relaying = relay_events(response.aiter_raw(), send, self._keepalive)
             else:
                 relaying = relay(response.aiter_raw(), send)
-            await (relaying if receive is None else while_connected(receive, relaying))
+            if receive is not None:
+                relaying = while_connected(receive, relaying)
+            await relaying
         finally:
             replica.in_flight -= 1
-            with anyio.CancelScope(shield=True):  # closing the upstream stream, even when a disconnect cancels
+            # The upstream stream closed, even when a disconnect cancels.
+            with anyio.CancelScope(shield=True):
                 await response.aclose()
 
     async def _open(self, scope: Scope, content: Body) -> tuple[httpx.Response, Replica] | Rejection:
         """The request sent to each replica it may go to in turn, until one answers (see the module)."""
-        if (refused := self._host_check.check(scope["headers"])) is not None:
+        refused = self._host_check.check(scope["headers"])
+        if refused is not None:
             return refused
         request = Headers(scope=scope)
         conversation = _conversation(scope)
@@ -169,62 +190,88 @@ class UpstreamProxy:
             return _LOST_SESSION
         headers = upstream_headers(
             scope["headers"],
-            peer=scope[PEER],  # the front records it on every request it lets in
+            # The front records it on every request it lets in.
+            peer=scope[PEER],
             scheme=scope.get("scheme", "http"),
             transport_id=transport_id,
             conversation=conversation,
             trace=_trace_headers(),
         )
-        if self._upstream_token.mode != "passthrough":  # the client's own Authorization goes nowhere (see the module)
+        if self._upstream_token.mode != "passthrough":
             try:
-                authorization = await self._upstream_token.authorization(scope)
+                headers = await self._authorized(scope, headers)
             except ExchangeRefused as failed:
                 return failed.answer(_request_id(content), self._retry_after)
-            headers = [(name, value) for name, value in headers if name != b"authorization"]
-            if authorization is not None:
-                headers.append((b"authorization", authorization))
         # A body still arriving goes framed as it came: its Content-Length (the front refused one beside a
         # Transfer-Encoding), else chunked. A body read whole goes with its own length.
         if isinstance(content, AsyncIterator) and "content-length" in request:
-            headers.append((b"content-length", request["content-length"].encode("latin-1")))
+            length = request["content-length"].encode("latin-1")
+            headers.append((b"content-length", length))
+        # The front let only an origin form in.
+        target = raw_path_of(scope)
         query: bytes = scope.get("query_string", b"")
-        target = raw_path_of(scope) + (b"?" + query if query else b"")  # the front let only an origin form in
+        if query:
+            target += b"?" + query
+        method = scope["method"]
         status, reason = 503, "No upstream replica could be reached"
         for replica in candidates:
             url = httpx.URL(replica.origin, raw_path=target)
-            upstream = self._client.build_request(scope["method"], url, headers=headers, content=content)
+            upstream = self._client.build_request(method, url, headers=headers, content=content)
             replica.in_flight += 1
             try:
-                async with asyncio.timeout(self._first_byte):
-                    # An instrumented httpx injects the context's baggage over the headers' (the conversation's).
-                    token = context.attach(no_baggage())
-                    try:
-                        response = await self._client.send(upstream, stream=True)
-                    finally:
-                        context.detach(token)
+                response = await self._send(upstream)
             except (httpx.ConnectError, httpx.ConnectTimeout):
                 self._replicas.failed(replica)
-                if not isinstance(content, bytes):  # a body read whole, never sent, goes to the next replica
+                # A body read whole, never sent, goes to the next replica; one that streamed does not.
+                if not isinstance(content, bytes):
                     status, reason = 502, "The upstream replica could not be reached"
             except TimeoutError:
                 status, reason = 504, "The upstream did not answer in time"
             except httpx.HTTPError as exc:
-                logger.warning("mcp-sessions gateway: upstream %s failed: %s", replica.url, type(exc).__name__)
+                failure = type(exc).__name__
+                logger.warning("mcp-sessions gateway: upstream %s failed: %s", replica.url, failure)
                 status, reason = 502, "The upstream failed before answering"
-            except BaseException:  # cancelled: the client left while the answer's headers were awaited
+            except BaseException:
+                # Cancelled: the client left while the answer's headers were awaited.
                 replica.in_flight -= 1
                 raise
             else:
                 self._replicas.reached(replica)
+                # An issued token it no longer takes: exchanged anew.
                 if response.status_code == 401:
-                    self._upstream_token.refused(scope)  # an issued token it no longer takes: exchanged anew
+                    self._upstream_token.refused(scope)
                 return response, replica
             replica.in_flight -= 1
-            if status != 503:  # still 503: the next replica gets the request
+            # Still 503: the next replica gets the request.
+            if status != 503:
                 break
+        # A 2025-era transport session lives in its replica's memory alone.
         if transport_id is not None and status == 503:
-            return _LOST_SESSION  # a 2025-era transport session lives in its replica's memory alone
-        return unavailable(status, reason, self._retry_after, _request_id(content), "upstream_unavailable")
+            return _LOST_SESSION
+        request_id = _request_id(content)
+        return unavailable(status, reason, self._retry_after, request_id, "upstream_unavailable")
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        """``request`` sent, its answer's headers awaited for at most the first byte's timeout."""
+        async with asyncio.timeout(self._first_byte):
+            # An instrumented httpx injects the context's baggage over the headers' (the conversation's).
+            token = context.attach(no_baggage())
+            try:
+                return await self._client.send(request, stream=True)
+            finally:
+                context.detach(token)
+
+    async def _authorized(self, scope: Scope, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """``headers`` without the client's own ``Authorization`` (see the module), with the upstream's if it gets
+        one; raises :class:`ExchangeRefused`."""
+        authorization = await self._upstream_token.authorization(scope)
+        kept = []
+        for name, value in headers:
+            if name != b"authorization":
+                kept.append((name, value))
+        if authorization is not None:
+            kept.append((b"authorization", authorization))
+        return kept
 
     def _route(self, request: Headers, conversation: str | None) -> tuple[list[Replica], bytes | None]:
         """The replicas to try, best first, and the upstream's own id of a 2025-era transport session.
@@ -234,13 +281,15 @@ class UpstreamProxy:
         session (no id yet) and names a conversation goes to the conversation's replica, as its other requests.
         """
         session_id = request.get(MCP_SESSION_ID_HEADER.decode())
-        if session_id is not None and not is_session_token(raw := session_id.encode("latin-1")):
+        raw = None if session_id is None else session_id.encode("latin-1")
+        if raw is not None and not is_session_token(raw):
             found = self._replicas.issuer(raw)
             if found is not None:
                 return [found[0]], found[1]
             # One the gateway did not give out: lost on a 2025-era request; on 2026-07-28 the header only
             # mirrors the data-layer session, which the pipeline has judged.
-            if Era.of(request.get(MCP_PROTOCOL_VERSION_HEADER.decode())) is Era.LEGACY:
+            version = request.get(MCP_PROTOCOL_VERSION_HEADER.decode())
+            if Era.of(version) is Era.LEGACY:
                 return [], None
         if conversation is None:
             return self._replicas.least_loaded(), None
@@ -262,16 +311,11 @@ def upstream_headers(
     id the replica issued); ``trace`` replaces the client's trace headers (the gateway's span, when one records).
     """
     request = Headers(raw=list(raw))
-    dropped = _REWRITTEN | _connection_listed(request) | {name.encode() for name in trace} | {MCP_SESSION_ID_HEADER}
-    dropped |= {b"baggage", b"x-forwarded-for"}  # written again below
-    headers = MutableHeaders(
-        raw=[
-            (name, value)
-            for name, value in request.raw
-            if name not in dropped
-            and (peer.trusted or not (name in _FORWARDING or name.startswith(_FORWARDING_PREFIX)))
-        ]
-    )
+    dropped = _REWRITTEN | _connection_listed(request) | {MCP_SESSION_ID_HEADER}
+    dropped |= {name.encode() for name in trace}
+    # Written again below.
+    dropped |= {b"baggage", b"x-forwarded-for"}
+    headers = MutableHeaders(raw=_passed_on(request, dropped, peer.trusted))
     if transport_id is not None:
         headers.append(MCP_SESSION_ID_HEADER.decode(), transport_id.decode("latin-1"))
     for name, value in trace.items():
@@ -290,12 +334,27 @@ def upstream_headers(
     return headers.raw
 
 
+def _passed_on(request: Headers, dropped: frozenset[bytes], trusted: bool) -> list[tuple[bytes, bytes]]:
+    """The request's headers that go on as they came: none of ``dropped``, and the client's own forwarding
+    headers only from a ``trusted`` proxy."""
+    kept = []
+    for name, value in request.raw:
+        forwarding = name in _FORWARDING or name.startswith(_FORWARDING_PREFIX)
+        if name not in dropped and (trusted or not forwarding):
+            kept.append((name, value))
+    return kept
+
+
 def _with_conversation(baggage: str, conversation: str | None) -> str:
     """The client's baggage, its own ``gen_ai.conversation.id`` replaced by the conversation's stable id."""
     if conversation is None:
         return baggage
     member = f"{_CONVERSATION_MEMBER}={quote(conversation, safe=_BAGGAGE_SAFE)}"
-    kept = [m for m in baggage.split(",") if m.strip() and m.partition("=")[0].strip() != _CONVERSATION_MEMBER]
+    kept = []
+    for item in baggage.split(","):
+        key = item.partition("=")[0].strip()
+        if item.strip() and key != _CONVERSATION_MEMBER:
+            kept.append(item)
     return ",".join([*kept, member])
 
 
@@ -313,7 +372,8 @@ def client_headers(
     headers = []
     for name, value in response.raw:
         if name == MCP_SESSION_ID_HEADER:
-            if (signed := issued(value)) is None:
+            signed = issued(value)
+            if signed is None:
                 continue
             value = signed
         elif name in _URL_HEADERS:
@@ -325,21 +385,28 @@ def client_headers(
 
 def _connection_listed(headers: Headers) -> frozenset[bytes]:
     """The header names the ``Connection`` header lists: hop-by-hop too."""
-    listed = (token.strip().lower() for value in headers.getlist("connection") for token in value.split(","))
-    return frozenset(name.encode("latin-1") for name in listed)
+    listed = set()
+    for value in headers.getlist("connection"):
+        for token in value.split(","):
+            listed.add(token.strip().lower().encode("latin-1"))
+    return frozenset(listed)
 
 
 def _on_gateway(value: bytes, origin: SplitResult) -> bytes:
     """``value``, a URL, as its path when it is on ``origin`` and that path reads as a path; else as it is."""
     try:
-        url = urlsplit(value.decode("latin-1"))  # tabs and line breaks removed, as a browser removes them
-        same = (url.scheme, url.hostname, _port(url)) == (origin.scheme, origin.hostname, _port(origin))
-    except ValueError:  # a port that is no number
+        # Tabs and line breaks removed, as a browser removes them.
+        url = urlsplit(value.decode("latin-1"))
+        ours = (origin.scheme, origin.hostname, _port(origin))
+        same = (url.scheme, url.hostname, _port(url)) == ours
+    except ValueError:
+        # A port that is no number.
         return value
     if not same or url.username is not None or url.password is not None:
         return value
     path = urlunsplit(("", "", url.path or "/", url.query, url.fragment))
-    if path[1:2] in ("/", "\\"):  # "//host", "/\\host": another host to a browser
+    # "//host", "/\\host": another host to a browser.
+    if path[1:2] in ("/", "\\"):
         return value
     return path.encode("latin-1")
 
@@ -359,9 +426,11 @@ async def while_connected(receive: Receive, work: Awaitable[None]) -> None:
         group.start_soon(_watch, receive, group.cancel_scope)
         try:
             await work
-        except Exception as exc:  # raised as it came, not in the task group's ExceptionGroup
+        except Exception as exc:
+            # Raised as it came, not in the task group's ExceptionGroup.
             failed.append(exc)
-        group.cancel_scope.cancel()  # the watcher: the answer is over
+        # The watcher: the answer is over.
+        group.cancel_scope.cancel()
     if failed:
         raise failed[0]
 
@@ -392,9 +461,10 @@ async def relay_events(chunks: AsyncIterator[bytes], send: Send, keepalive: floa
         group.start_soon(_read, chunks, ahead, failed)
         try:
             await _send_events(arrived, send, keepalive)
-        except Exception as exc:  # raised as it came, not in the task group's ExceptionGroup
+        except Exception as exc:
+            # Raised as it came, not in the task group's ExceptionGroup; the reader cancelled.
             failed.append(exc)
-            group.cancel_scope.cancel()  # the reader
+            group.cancel_scope.cancel()
     if failed:
         raise failed[0]
     await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -402,7 +472,8 @@ async def relay_events(chunks: AsyncIterator[bytes], send: Send, keepalive: floa
 
 async def _send_events(arrived: MemoryObjectReceiveStream[bytes], send: Send, keepalive: float | None) -> None:
     """Send each chunk the reader hands on, and a keep-alive after ``keepalive`` seconds of silence between events."""
-    tail = b"\n\n"  # the stream's last bytes: its start counts as between two events
+    # The stream's last bytes: its start counts as between two events.
+    tail = b"\n\n"
     while True:
         chunk: bytes | None = None
         with anyio.move_on_after(keepalive):
@@ -422,7 +493,8 @@ async def _read(chunks: AsyncIterator[bytes], ahead: MemoryObjectSendStream[byte
         try:
             async for chunk in chunks:
                 await ahead.send(chunk)
-        except httpx.HTTPError as exc:  # kept for the relay to raise: a task group would wrap it in an ExceptionGroup
+        except httpx.HTTPError as exc:
+            # Kept for the relay to raise: a task group would wrap it in an ExceptionGroup.
             failed.append(exc)
 
 
@@ -448,7 +520,9 @@ def _request_id(body: Body) -> str | int | None:
         message = json.loads(body)
     except (ValueError, RecursionError):
         return None
-    return jsonrpc.echoable_id(message.get("id")) if isinstance(message, dict) else None
+    if not isinstance(message, dict):
+        return None
+    return jsonrpc.echoable_id(message.get("id"))
 
 
 def _conversation(scope: Scope) -> str | None:
@@ -466,7 +540,8 @@ def _trace_headers() -> dict[str, str]:
     carrier: dict[str, str] = {}
     if trace.get_current_span().is_recording():
         propagate.inject(carrier)
-        carrier.pop("baggage", None)  # the client's baggage goes on, with the conversation's id in it
+        # The client's baggage goes on, with the conversation's id in it.
+        carrier.pop("baggage", None)
     return carrier
 
 
@@ -474,7 +549,8 @@ async def _streamed(first: Message, receive: Receive) -> AsyncIterator[bytes]:
     """A body that is still arriving, piece by piece."""
     message = first
     while message["type"] == "http.request":
-        if body := message.get("body", b""):
+        body = message.get("body", b"")
+        if body:
             yield body
         if not message.get("more_body", False):
             return

@@ -43,11 +43,13 @@ logger = logging.getLogger("mcp_sessions.gateway")
 TAG_LENGTH: Final = 8
 MAX_ID: Final = 256
 """The longest id the gateway gives a client or accepts from one."""
-_PLAIN: Final = b"~"  # after the tag: the upstream's id as it is
-_ENCODED: Final = b"!"  # after the tag: the upstream's id base64url-encoded
+# After the tag: the upstream's id as it is, or base64url-encoded.
+_PLAIN: Final = b"~"
+_ENCODED: Final = b"!"
 _MAC_SEPARATOR: Final = b"~"
 _MAC_BYTES: Final = 16
-_MAC_LENGTH: Final = 22  # base64url of 16 bytes, unpadded
+# base64url of 16 bytes, unpadded.
+_MAC_LENGTH: Final = 22
 _OVERHEAD: Final = TAG_LENGTH + 1 + 1 + _MAC_LENGTH
 MAX_UPSTREAM_ID: Final = MAX_ID - _OVERHEAD
 """The longest upstream id the gateway can carry as it is (224): an encoded one must fit in as many characters."""
@@ -62,35 +64,49 @@ class TransportIds:
         if keys.signer is None:
             raise ValueError("the gateway signs transport session ids: give it a key that can sign")
         self._signing = derived_key(keys.signer, label)
-        others = (derived_key(key, label) for key in keys.keys if key.can_sign and key is not keys.signer)
-        self._checking = (self._signing, *others)
+        checking = [self._signing]
+        for key in keys.keys:
+            if key.can_sign and key is not keys.signer:
+                checking.append(derived_key(key, label))
+        self._checking = tuple(checking)
 
     def sign(self, tag: bytes, upstream_id: bytes) -> bytes | None:
         """The id a client gets for ``upstream_id``, issued by the replica tagged ``tag``; ``None`` if too long."""
-        if b"." not in upstream_id and all(0x21 <= octet <= 0x7E for octet in upstream_id):
+        visible = all(0x21 <= octet <= 0x7E for octet in upstream_id)
+        if b"." not in upstream_id and visible:
             signed = tag + _PLAIN + upstream_id
         else:
-            signed = tag + _ENCODED + base64.urlsafe_b64encode(upstream_id).rstrip(b"=")
-        if not upstream_id or len(signed) > MAX_ID - len(_MAC_SEPARATOR) - _MAC_LENGTH:
+            encoded = base64.urlsafe_b64encode(upstream_id).rstrip(b"=")
+            signed = tag + _ENCODED + encoded
+        longest = MAX_ID - len(_MAC_SEPARATOR) - _MAC_LENGTH
+        if not upstream_id or len(signed) > longest:
             return None
         return signed + _MAC_SEPARATOR + _mac(self._signing, signed)
 
     def verify(self, client_id: bytes) -> tuple[bytes, bytes] | None:
         """The tag of the replica that issued ``client_id`` and the upstream's own id, if the gateway signed it."""
-        if not _OVERHEAD < len(client_id) <= MAX_ID or client_id[-_MAC_LENGTH - 1 : -_MAC_LENGTH] != _MAC_SEPARATOR:
+        if not _OVERHEAD < len(client_id) <= MAX_ID:
             return None
-        signed, mac = client_id[: -_MAC_LENGTH - 1], client_id[-_MAC_LENGTH:]
-        if not any(hmac.compare_digest(_mac(key, signed), mac) for key in self._checking):
+        if client_id[-_MAC_LENGTH - 1 : -_MAC_LENGTH] != _MAC_SEPARATOR:
             return None
-        tag, form, upstream_id = signed[:TAG_LENGTH], signed[TAG_LENGTH : TAG_LENGTH + 1], signed[TAG_LENGTH + 1 :]
+        signed = client_id[: -_MAC_LENGTH - 1]
+        mac = client_id[-_MAC_LENGTH:]
+        macs = (_mac(key, signed) for key in self._checking)
+        if not any(hmac.compare_digest(computed, mac) for computed in macs):
+            return None
+        tag = signed[:TAG_LENGTH]
+        form = signed[TAG_LENGTH : TAG_LENGTH + 1]
+        upstream_id = signed[TAG_LENGTH + 1 :]
         if form == _PLAIN:
             return tag, upstream_id
         # Signed, so :meth:`sign` encoded it: unpadded base64url, whose length is never 1 more than a multiple of 4.
-        return tag, base64.urlsafe_b64decode(upstream_id + b"=" * (-len(upstream_id) % 4))
+        padding = b"=" * (-len(upstream_id) % 4)
+        return tag, base64.urlsafe_b64decode(upstream_id + padding)
 
 
 def _mac(key: bytes, signed: bytes) -> bytes:
-    return base64.urlsafe_b64encode(hmac.new(key, signed, hashlib.sha256).digest()[:_MAC_BYTES]).rstrip(b"=")
+    digest = hmac.new(key, signed, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest[:_MAC_BYTES]).rstrip(b"=")
 
 
 class Replica:
@@ -128,7 +144,8 @@ class Replicas:
         if isinstance(urls, str) or not urls:
             raise ValueError("give the gateway one upstream URL or more (a list: --upstream URL, repeated)")
         self.all = tuple(Replica(url) for url in dict.fromkeys(urls))
-        if len({replica.path for replica in self.all}) != 1:
+        paths = {replica.path for replica in self.all}
+        if len(paths) != 1:
             raise ValueError("the upstreams are replicas of one server: give them all the same MCP endpoint path")
         self._by_tag = {replica.tag: replica for replica in self.all}
         if len(self._by_tag) != len(self.all):
@@ -147,30 +164,45 @@ class Replicas:
     def for_conversation(self, key: str) -> list[Replica]:
         """The replicas to try for a conversation, best first: in service by rendezvous weight, then the others."""
         data = key.encode("utf-8", "surrogatepass")
-        ranked = sorted(self.all, key=lambda r: hashlib.blake2b(data, digest_size=8, key=r.seed).digest(), reverse=True)
+
+        def weight(replica: Replica) -> bytes:
+            return hashlib.blake2b(data, digest_size=8, key=replica.seed).digest()
+
+        ranked = sorted(self.all, key=weight, reverse=True)
         return self._in_service_first(ranked)
 
     def least_loaded(self) -> list[Replica]:
         """The replicas to try for a request of no conversation: in service by requests in flight, then the others."""
-        shuffled = random.sample(self.all, len(self.all))  # ties spread, not all on the first
-        return self._in_service_first(sorted(shuffled, key=lambda replica: replica.in_flight))
+        # Shuffled first: ties spread, not all on the first.
+        shuffled = random.sample(self.all, len(self.all))
+        ranked = sorted(shuffled, key=lambda replica: replica.in_flight)
+        return self._in_service_first(ranked)
 
     def _in_service_first(self, ranked: list[Replica]) -> list[Replica]:
         now = self._clock()
-        return [r for r in ranked if r.down_until <= now] + [r for r in ranked if r.down_until > now]
+        in_service = []
+        out = []
+        for replica in ranked:
+            if replica.down_until <= now:
+                in_service.append(replica)
+            else:
+                out.append(replica)
+        return in_service + out
 
     def issued(self, replica: Replica, upstream_id: bytes) -> bytes | None:
         """The id the client gets for a transport session ``replica`` issued; ``None`` for one too long to carry."""
         issued = self._ids.sign(replica.tag, upstream_id)
-        if issued is None:  # the client gets no id: the upstream's next answer says it has no session
-            logger.warning(
-                "mcp-sessions gateway: upstream %s issued a transport session id the gateway cannot carry "
-                "(%d bytes: empty, or longer than %d characters as it is); the client does not get it",
-                replica.url,
-                len(upstream_id),
-                MAX_UPSTREAM_ID,
-            )
-        return issued
+        if issued is not None:
+            return issued
+        # The client gets no id: the upstream's next answer says it has no session.
+        logger.warning(
+            "mcp-sessions gateway: upstream %s issued a transport session id the gateway cannot carry "
+            "(%d bytes: empty, or longer than %d characters as it is); the client does not get it",
+            replica.url,
+            len(upstream_id),
+            MAX_UPSTREAM_ID,
+        )
+        return None
 
     def issuer(self, client_id: bytes) -> tuple[Replica, bytes] | None:
         """The replica that issued a transport session id the gateway gave a client, and the id it issued.
@@ -181,8 +213,11 @@ class Replicas:
         verified = self._ids.verify(client_id)
         if verified is None:
             return None
-        replica = self._by_tag.get(verified[0])
-        return None if replica is None else (replica, verified[1])
+        tag, upstream_id = verified
+        replica = self._by_tag.get(tag)
+        if replica is None:
+            return None
+        return replica, upstream_id
 
     def failed(self, replica: Replica) -> None:
         """``replica`` could not be reached: out of service for the cooldown (its conversations go elsewhere)."""

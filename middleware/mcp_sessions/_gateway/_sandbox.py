@@ -41,7 +41,8 @@ END_WITHIN: Final = 5.0
 """How long the processes of an ended process's uid (or control group) have to be gone before it is kept."""
 _POLL: Final = 0.05
 _JOIN: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-_NAMESPACE: Final = {  # and an IPC namespace: no SysV or POSIX message queue object outlives the process
+# And an IPC namespace: no SysV or POSIX message queue object outlives the process.
+_NAMESPACE: Final = {
     "bwrap": [
         *("bwrap", "--unshare-pid", "--unshare-ipc", "--die-with-parent"),
         *("--dev-bind", "/", "/", "--proc", "/proc", "--"),
@@ -51,7 +52,8 @@ _NAMESPACE: Final = {  # and an IPC namespace: no SysV or POSIX message queue ob
         *("unshare", "--pid", "--ipc", "--fork", "--mount-proc", "--kill-child", "--"),
     ],
 }
-_SHARED_TEMPORARY: Final = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108 - where a uid's files are looked for
+# Where a uid's files are looked for.
+_SHARED_TEMPORARY: Final = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108
 _NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
 _ids = count()
 
@@ -63,8 +65,15 @@ class SandboxError(Exception):
 def environment(environ: Mapping[str, str], passed: Collection[str] = ()) -> dict[str, str]:
     """What of the gateway's environment reaches a process: the SDK's names and the operator's
     (``--pass-env``), no shell function among them; nothing else."""
-    names = [*INHERITED, *passed]
-    return {name: environ[name] for name in names if name in environ and not environ[name].startswith("()")}
+    reached = {}
+    for name in [*INHERITED, *passed]:
+        if name not in environ:
+            continue
+        value = environ[name]
+        # A shell function ("() { ...") is not passed on.
+        if not value.startswith("()"):
+            reached[name] = value
+    return reached
 
 
 class Uids:
@@ -74,13 +83,17 @@ class Uids:
         first, _, last = spec.partition("-")
         if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
             raise ValueError(f"--process-uids takes FIRST-LAST, two uids above 0: not {spec!r}")
-        self.first, self.last = int(first), int(last)
-        self.free = deque(range(self.first, self.last + 1))  # the least recently used first
+        self.first = int(first)
+        self.last = int(last)
+        # The least recently used first.
+        self.free = deque(range(self.first, self.last + 1))
 
     def taken_by_users(self) -> str | None:
         """A user of the system's in the range, if any (the range must be the gateway's alone)."""
-        users = (user for user in pwd.getpwall() if self.first <= user.pw_uid <= self.last)
-        return next((f"{user.pw_name} ({user.pw_uid})" for user in users), None)
+        for user in pwd.getpwall():
+            if self.first <= user.pw_uid <= self.last:
+                return f"{user.pw_name} ({user.pw_uid})"
+        return None
 
     def take(self) -> int:
         if not self.free:
@@ -106,19 +119,26 @@ class Cgroups:
         """The gateway's own control groups that can bound ``memory`` and ``pids`` (one probe created and
         removed in each); None when this host gives it none (not root, or read-only as in most containers)."""
         lines = _read("/proc/self/cgroup").splitlines()
-        mounts = [line.partition(" - ") for line in _read("/proc/self/mountinfo").splitlines()]
-        wanted = [name for name, bound in (("memory", memory), ("pids", pids)) if bound is not None]
-        v2 = _mounted(mounts, "cgroup2", next((line[3:] for line in lines if line.startswith("0::")), None))
+        mountinfo = _read("/proc/self/mountinfo").splitlines()
+        mounts = [line.partition(" - ") for line in mountinfo]
+        wanted = []
+        if memory is not None:
+            wanted.append("memory")
+        if pids is not None:
+            wanted.append("pids")
+        v2 = _mounted(mounts, "cgroup2", _v2_path(lines))
         if v2 is not None and _delegated(v2, wanted):
             return cls(2, (v2,), memory, pids)
         parents = []
-        for name in wanted:  # v1: a hierarchy per controller, "4:memory:/path" in /proc/self/cgroup
-            path = next((line.split(":", 2)[2] for line in lines if name in line.split(":")[1].split(",")), None)
-            parent = _mounted(mounts, "cgroup", path, name)
-            if parent is None or not _probed(parent, "memory.limit_in_bytes" if name == "memory" else "pids.max"):
+        for name in wanted:
+            parent = _mounted(mounts, "cgroup", _v1_path(lines, name), name)
+            needed = "memory.limit_in_bytes" if name == "memory" else "pids.max"
+            if parent is None or not _probed(parent, needed):
                 return None
             parents.append(parent)
-        return cls(1, tuple(parents), memory, pids) if parents else None
+        if not parents:
+            return None
+        return cls(1, tuple(parents), memory, pids)
 
     def create(self) -> Cgroup:
         name = f"mcp-sessions-{os.getpid()}-{next(_ids)}"
@@ -134,7 +154,8 @@ class Cgroups:
 
     @property
     def said(self) -> str:
-        return f"cgroup v{self.version} ({', '.join(str(parent) for parent in self.parents)})"
+        parents = ", ".join(str(parent) for parent in self.parents)
+        return f"cgroup v{self.version} ({parents})"
 
 
 @dataclass
@@ -145,14 +166,20 @@ class Cgroup:
     dirs: tuple[Path, ...]
 
     def bound(self, memory: int | None, pids: int | None) -> None:
+        files: dict[str, int | None]
+        if self.version == 1:
+            # memsw: memory and swap together.
+            files = {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory}
+        else:
+            # Memory that is swapped out is memory too.
+            swap = None if memory is None else 0
+            files = {"memory.max": memory, "memory.swap.max": swap}
+        files["pids.max"] = pids
         for directory in self.dirs:
-            swap = None if memory is None else 0  # memory that is swapped out is memory too
-            files = {"memory.max": memory, "memory.swap.max": swap, "pids.max": pids}
-            if self.version == 1:  # memsw: memory and swap together
-                files = {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory, "pids.max": pids}
             for name, value in files.items():
-                if value is not None and (directory / name).exists():
-                    (directory / name).write_text(str(value))
+                path = directory / name
+                if value is not None and path.exists():
+                    path.write_text(str(value))
 
     @property
     def procs(self) -> list[str]:
@@ -160,15 +187,20 @@ class Cgroup:
 
     def exceeded(self) -> str | None:
         """Which bound the processes reached: the kernel's counts of OOM kills and of refused forks."""
+        events = "memory.oom_control" if self.version == 1 else "memory.events"
         for directory in self.dirs:
-            if _count(directory / ("memory.oom_control" if self.version == 1 else "memory.events"), "oom_kill"):
+            if _count(directory / events, "oom_kill"):
                 return "over its memory bound (--process-memory)"
             if _count(directory / "pids.events", "max"):
                 return "over its process bound (--process-pids)"
         return None
 
     def members(self) -> list[int]:
-        return [int(pid) for directory in self.dirs for pid in _read(directory / "cgroup.procs").split()]
+        members = []
+        for directory in self.dirs:
+            pids = _read(directory / "cgroup.procs").split()
+            members += [int(pid) for pid in pids]
+        return members
 
     def remove(self) -> None:
         for directory in self.dirs:
@@ -187,41 +219,66 @@ class Sandbox:
     group: int | None = None
     cwd: str | None = None
     cgroups: Cgroups | None = None
-    pids: int | None = None  # as RLIMIT_NPROC, where no control group bounds them
+    # As RLIMIT_NPROC, where no control group bounds them.
+    pids: int | None = None
 
     @property
     def said(self) -> str:
         """How the gateway's startup line says it."""
-        runs_as = "a uid each" if self.uids else "one uid" if self.user is not None else "the gateway's uid"
-        bounds = self.cgroups.said if self.cgroups else "RLIMIT_NPROC" if self.pids else "none"
+        runs_as = "the gateway's uid"
+        if self.uids:
+            runs_as = "a uid each"
+        elif self.user is not None:
+            runs_as = "one uid"
+        bounds = "none"
+        if self.cgroups:
+            bounds = self.cgroups.said
+        elif self.pids:
+            bounds = "RLIMIT_NPROC"
         return f"containment {self.containment}, {runs_as}, bounds {bounds}"
 
     def check(self) -> None:
         """Whether the containment works here: one run of it, as the gateway would start a process."""
-        if self.containment == "none":
+        tool = self.containment
+        if tool == "none":
             return
-        if shutil.which(self.containment) is None:  # each containment is its tool's name
-            raise SandboxError(f"--process-containment {self.containment}: {self.containment} is not installed")
-        trial = [*_NAMESPACE[self.containment], "/bin/sh", "-c", "exit 0"]
-        done = subprocess.run(trial, capture_output=True, text=True, check=False)  # noqa: S603 - our own line
-        if done.returncode != 0:
-            said = (done.stderr.strip().splitlines() or ["exit status " + str(done.returncode)])[-1]
-            raise SandboxError(f"--process-containment {self.containment} does not work here: {said[:200]}")
+        self._installed()
+        trial = [*_NAMESPACE[tool], "/bin/sh", "-c", "exit 0"]
+        # Our own command line.
+        done = subprocess.run(trial, capture_output=True, text=True, check=False)  # noqa: S603
+        if done.returncode == 0:
+            return
+        said = "exit status " + str(done.returncode)
+        errors = done.stderr.strip().splitlines()
+        if errors:
+            said = errors[-1]
+        raise SandboxError(f"--process-containment {tool} does not work here: {said[:200]}")
+
+    def _installed(self) -> None:
+        """Each containment is its tool's name: that tool must be on ``PATH``."""
+        tool = self.containment
+        if tool != "none" and shutil.which(tool) is None:
+            raise SandboxError(f"--process-containment {tool}: {tool} is not installed")
 
     async def enter(self, process_id: str) -> Place:
         """A place for a new process: its uid taken, its directory and control group made."""
-        if self.containment != "none" and shutil.which(self.containment) is None:
-            raise SandboxError(f"--process-containment {self.containment}: {self.containment} is not installed")
-        uid = self.uids.take() if self.uids is not None else self.user
-        place = Place(self, uid, self.group if self.uids is None else uid)
+        self._installed()
+        uid = self.user
+        gid = self.group
+        if self.uids is not None:
+            uid = self.uids.take()
+            gid = uid
+        place = Place(self, uid, gid)
         try:
             if self.cwd is not None:
-                place.cwd = await anyio.to_thread.run_sync(_workdir, self.cwd.replace("{id}", process_id), place)
+                cwd = self.cwd.replace("{id}", process_id)
+                place.cwd = await anyio.to_thread.run_sync(_workdir, cwd, place)
             if self.cgroups is not None:
                 place.cgroup = await anyio.to_thread.run_sync(self.cgroups.create)
         except OSError as exc:
             await place.leave()
-            raise SandboxError(f"the server process's place could not be made: {exc.strerror or exc}") from None
+            reason = exc.strerror or exc
+            raise SandboxError(f"the server process's place could not be made: {reason}") from None
         return place
 
 
@@ -236,9 +293,11 @@ class Place:
     cgroup: Cgroup | None = None
 
     def command(self, command: Sequence[str]) -> list[str]:
-        sandbox, line = self.sandbox, list(command)
+        sandbox = self.sandbox
+        line = list(command)
         if self.uid is not None:
-            user = [f"--reuid={self.uid}", f"--regid={self.gid if self.gid is not None else self.uid}"]
+            gid = self.gid if self.gid is not None else self.uid
+            user = [f"--reuid={self.uid}", f"--regid={gid}"]
             line = ["setpriv", *user, *_NO_PRIVILEGE, "--", *line]
         if sandbox.pids is not None and self.cgroup is None:
             line = ["prlimit", f"--nproc={sandbox.pids}", "--", *line]
@@ -251,7 +310,9 @@ class Place:
     @property
     def environ(self) -> dict[str, str]:
         """Its own ``HOME`` and ``TMPDIR``, where it has a directory."""
-        return {} if self.cwd is None else {"HOME": self.cwd, "TMPDIR": os.path.join(self.cwd, "tmp")}
+        if self.cwd is None:
+            return {}
+        return {"HOME": self.cwd, "TMPDIR": os.path.join(self.cwd, "tmp")}
 
     def exceeded(self) -> str | None:
         return None if self.cgroup is None else self.cgroup.exceeded()
@@ -280,8 +341,10 @@ class Place:
                     os.kill(pid, 9)
             if self.sandbox.uids is not None and self.uid is not None:
                 kill = ["pkill", "--signal", "KILL", "--uid", str(self.uid)]
-                found = subprocess.run(kill, check=False)  # noqa: S603 - procps, found on PATH
-                left += [self.uid] if found.returncode == 0 else []
+                # procps, found on PATH.
+                found = subprocess.run(kill, check=False)  # noqa: S603
+                if found.returncode == 0:
+                    left.append(self.uid)
             if not left:
                 return self._files_gone()
             time.sleep(_POLL)
@@ -292,10 +355,13 @@ class Place:
         given the uid must find nothing of this one's."""
         if self.sandbox.uids is None or self.uid is None:
             return True
-        found = ["find", *(path for path in _SHARED_TEMPORARY if os.path.isdir(path)), "-xdev", "-user", str(self.uid)]
-        subprocess.run([*found, "-delete"], capture_output=True, check=False)  # noqa: S603 - our own line
+        shared = [path for path in _SHARED_TEMPORARY if os.path.isdir(path)]
+        found = ["find", *shared, "-xdev", "-user", str(self.uid)]
+        # Our own command lines.
+        subprocess.run([*found, "-delete"], capture_output=True, check=False)  # noqa: S603
         left = subprocess.run([*found, "-print", "-quit"], capture_output=True, check=False)  # noqa: S603
-        return not left.stdout  # (find's status also counts the files of others that vanished meanwhile)
+        # What find prints decides: its status also counts the files of others that vanished meanwhile.
+        return not left.stdout
 
 
 def _workdir(path: str, place: Place) -> str:
@@ -303,9 +369,11 @@ def _workdir(path: str, place: Place) -> str:
     temporary = os.path.join(path, "tmp")
     os.makedirs(path, mode=0o700)
     os.makedirs(temporary, mode=0o700)
-    if place.uid is not None:
-        for directory in (path, temporary):
-            os.chown(directory, place.uid, -1 if place.gid is None else place.gid)
+    if place.uid is None:
+        return path
+    gid = -1 if place.gid is None else place.gid
+    for directory in (path, temporary):
+        os.chown(directory, place.uid, gid)
     return path
 
 
@@ -332,7 +400,9 @@ def _mounted(mounts: list[tuple[str, str, str]], kind: str, path: str | None, op
     """The directory of cgroup ``path`` in the mount of type ``kind`` (with super option ``option``)."""
     for fields, _, rest in mounts:
         source = rest.split()
-        if path is None or not source or source[0] != kind or (option and option not in source[-1].split(",")):
+        if path is None or not source or source[0] != kind:
+            continue
+        if option and option not in source[-1].split(","):
             continue
         root, point = fields.split()[3:5]
         if path == root or path.startswith(root.rstrip("/") + "/"):
@@ -343,13 +413,17 @@ def _mounted(mounts: list[tuple[str, str, str]], kind: str, path: str | None, op
 def _delegated(own: Path, wanted: list[str]) -> bool:
     """Whether ``own`` (cgroup v2) has ``wanted``'s controllers to give: then the gateway moves itself into a leaf
     of its own (no process may stay in a cgroup that gives controllers) and enables them for its children."""
-    if not wanted or not set(wanted) <= set(_read(own / "cgroup.controllers").split()):
+    if not wanted:
         return False
+    given = _read(own / "cgroup.controllers").split()
+    if not set(wanted) <= set(given):
+        return False
+    enabled = " ".join(f"+{name}" for name in wanted)
     try:
         leaf = own / f"mcp-sessions-{os.getpid()}-gateway"
         leaf.mkdir(exist_ok=True)
         (leaf / "cgroup.procs").write_text(str(os.getpid()))
-        (own / "cgroup.subtree_control").write_text(" ".join(f"+{name}" for name in wanted))
+        (own / "cgroup.subtree_control").write_text(enabled)
     except OSError:
         return False
     return True
@@ -359,7 +433,8 @@ def _probed(parent: Path, needed: str) -> bool:
     """Whether the gateway may create a cgroup in ``parent`` that has the file ``needed``; and the empty cgroups of
     gateways that were killed (SIGKILL: their processes died with them, their directories stayed) removed."""
     for stale in parent.glob("mcp-sessions-*-*"):
-        if not Path("/proc", stale.name.split("-")[2]).exists():
+        pid = stale.name.split("-")[2]
+        if not Path("/proc", pid).exists():
             with suppress(OSError):
                 stale.rmdir()
     probe = parent / f"mcp-sessions-{os.getpid()}-probe"
@@ -370,6 +445,22 @@ def _probed(parent: Path, needed: str) -> bool:
     usable = (probe / needed).exists()
     probe.rmdir()
     return usable
+
+
+def _v2_path(lines: list[str]) -> str | None:
+    """The gateway's cgroup v2, from ``/proc/self/cgroup``'s "0::/path" line."""
+    for line in lines:
+        if line.startswith("0::"):
+            return line[3:]
+    return None
+
+
+def _v1_path(lines: list[str], controller: str) -> str | None:
+    """The gateway's cgroup in ``controller``'s v1 hierarchy, from ``/proc/self/cgroup``'s "4:memory:/path" line."""
+    for line in lines:
+        if controller in line.split(":")[1].split(","):
+            return line.split(":", 2)[2]
+    return None
 
 
 def _count(path: Path, key: str) -> int:

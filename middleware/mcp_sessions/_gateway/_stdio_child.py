@@ -58,7 +58,10 @@ BOUNDS_POLL: Final = 0.5
 _POLL: Final = 0.05
 _PR_SET_DUMPABLE: Final = 4
 stderr_logger = logging.getLogger("mcp_sessions.gateway.stderr")
-ProcessOptions = Sandbox  # how every child runs: the name the process table knows
+# How every child runs: the name the process table knows.
+ProcessOptions = Sandbox
+# What ends a stream of the child's: its end, or its closing.
+_ENDED: Final = (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
 
 
 def undumpable() -> None:
@@ -82,13 +85,20 @@ class Child:
         on_progress: OnNotifyIntercept,
         options: ProcessOptions | None = None,
     ) -> None:
-        self.command, self.label, self.max_line = list(command), label, max_line
+        self.command = list(command)
+        self.label = label
+        self.max_line = max_line
         self.environ = environ
-        self.on_request, self.on_notify, self.on_progress = on_request, on_notify, on_progress
+        self.on_request = on_request
+        self.on_notify = on_notify
+        self.on_progress = on_progress
         self.options = options or ProcessOptions()
-        self.ready = anyio.Event()  # initialized, or failed (then ``failure`` says why)
-        self.done = anyio.Event()  # asked to stop, or its stdout ended
-        self.reason: str | None = None  # why it was stopped: the first to stop it says
+        # Initialized, or failed (then ``failure`` says why).
+        self.ready = anyio.Event()
+        # Asked to stop, or its stdout ended.
+        self.done = anyio.Event()
+        # Why it was stopped: the first to stop it says.
+        self.reason: str | None = None
         self.failure: str | None = None
         self.initialized: types.InitializeResult | None = None
         self.pid: int | None = None
@@ -105,7 +115,8 @@ class Child:
     async def run(self) -> None:
         """Start the process in its place (:class:`Sandbox`), initialize it, serve it until :meth:`stop` or its
         end; then stop its group, and leave its place once all it started has ended."""
-        process_id = self.environ.get("MCP_SESSION_ID") or f"shared-{secrets.token_hex(4)}"  # one at a time
+        # The conversation's id, else a shared process's (one at a time).
+        process_id = self.environ.get("MCP_SESSION_ID") or f"shared-{secrets.token_hex(4)}"
         try:
             place = await self.options.enter(process_id)
         except SandboxError as exc:
@@ -120,7 +131,8 @@ class Child:
         except OSError as exc:
             with anyio.CancelScope(shield=True):
                 await place.leave()
-            return self._failed(f"the server command could not be started: {exc.strerror or exc}")
+            reason = exc.strerror or exc
+            return self._failed(f"the server command could not be started: {reason}")
         self.pid = process.pid
         pipe = Pipe(self, process)
         self.link = link = JSONRPCDispatcher(pipe, pipe)
@@ -140,7 +152,9 @@ class Child:
         finally:
             with anyio.CancelScope(shield=True):
                 self.exit_code = await stop_group(process)
-                self.reason = await anyio.to_thread.run_sync(place.exceeded) or self.reason  # the cause, not the crash
+                exceeded = await anyio.to_thread.run_sync(place.exceeded)
+                # A bound reached is the cause, not the crash it caused.
+                self.reason = exceeded or self.reason
                 if not await place.leave():
                     logger.warning("%s: a process it started did not end; its uid stays taken", self.label)
             self.done.set()
@@ -160,8 +174,11 @@ class Child:
 
     async def _watch_bounds(self, place: Place) -> None:
         """End the child once its control group reached a bound (a fork refused, a process killed for memory)."""
-        while (reason := await anyio.to_thread.run_sync(place.exceeded)) is None:  # noqa: ASYNC110 - files, no event
+        # Polled: files, no event, say when a bound is reached.
+        reason = await anyio.to_thread.run_sync(place.exceeded)
+        while reason is None:
             await anyio.sleep(BOUNDS_POLL)
+            reason = await anyio.to_thread.run_sync(place.exceeded)
         logger.warning("%s: its conversation is %s: it ends", self.label, reason)
         self.stop(reason)
 
@@ -177,7 +194,8 @@ class Child:
             self.initialized = types.InitializeResult.model_validate(answer, by_name=False)
         except TimeoutError:
             self.failure = f"the server did not answer initialize within {START_TIMEOUT:g} s"
-        except Exception as exc:  # an error answer, a closed stdout, an answer that is no InitializeResult
+        except Exception as exc:
+            # An error answer, a closed stdout, an answer that is no InitializeResult.
             self.failure = f"the server failed to initialize: {printable(str(exc))[:200]}"
         if self.failure is None:
             await link.notify("notifications/initialized", None)
@@ -190,7 +208,8 @@ class Child:
         hold its stdout open, and requests in flight must not wait for that one."""
         await process.wait()
         with anyio.move_on_after(EXIT_DRAIN):
-            await self.done.wait()  # its stdout's end
+            # Its stdout's end.
+            await self.done.wait()
         self.stop("crash: it exited")
 
     async def _log_stderr(self, process: anyio.abc.Process) -> None:
@@ -199,10 +218,13 @@ class Child:
         try:
             while True:
                 try:
-                    line, whole = await lines.receive_until(b"\n", self.max_line), True
+                    line = await lines.receive_until(b"\n", self.max_line)
+                    whole = True
                 except anyio.DelimiterNotFound:
-                    line, whole = await lines.receive(self.max_line), False  # a line without end: a piece at a time
-                except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    # A line without end: a piece at a time.
+                    line = await lines.receive(self.max_line)
+                    whole = False
+                except _ENDED:
                     return
                 line = line.rstrip(b"\r")
                 if not whole or len(line) > MAX_LOG_LINE:
@@ -229,23 +251,31 @@ class Pipe:
 
     def __init__(self, child: Child, process: anyio.abc.Process) -> None:
         assert process.stdin is not None and process.stdout is not None
-        self.child, self.stdin, self.stdout = child, process.stdin, BufferedByteReceiveStream(process.stdout)
-        self.writing, self.waiting = anyio.Lock(), 0
+        self.child = child
+        self.stdin = process.stdin
+        self.stdout = BufferedByteReceiveStream(process.stdout)
+        self.writing = anyio.Lock()
+        self.waiting = 0
 
     async def send(self, message: SessionMessage) -> None:
         if self.waiting >= MAX_WAITING_BYTES:
-            if isinstance(message.message, types.JSONRPCRequest):  # the client's: a limit that time lifts
+            # A request is the client's: a limit that time lifts.
+            if isinstance(message.message, types.JSONRPCRequest):
                 raise MCPError(RATE_LIMITED, "the server process is not reading its input; retry later")
-            raise anyio.BrokenResourceError  # the link drops it: a notification, an answer to the process
-        line = message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n"
+            # The link drops it: a notification, an answer to the process.
+            raise anyio.BrokenResourceError
+        body = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+        line = body.encode() + b"\n"
         self.waiting += len(line)
         try:
-            await self.writing.acquire()  # cancelled here (its caller left): never written
+            # Cancelled here (its caller left): never written.
+            await self.writing.acquire()
         finally:
             self.waiting -= len(line)
         try:
+            # A line begun is written whole, or the child stopped.
             with anyio.CancelScope(shield=True), anyio.move_on_after(WRITE_DEADLINE) as deadline:
-                await self.stdin.send(line)  # a line begun is written whole, or the child stopped
+                await self.stdin.send(line)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
             self.child.stop("crash: its stdin was closed")
             raise anyio.BrokenResourceError from None
@@ -256,7 +286,8 @@ class Pipe:
             raise anyio.BrokenResourceError
 
     async def receive(self) -> SessionMessage:
-        label, max_line = self.child.label, self.child.max_line
+        label = self.child.label
+        max_line = self.child.max_line
         while True:
             try:
                 line = await self.stdout.receive_until(b"\n", max_line)
@@ -264,12 +295,13 @@ class Pipe:
                 logger.error("%s: a stdout line longer than %d bytes; the server is stopped", label, max_line)
                 self.child.stop("crash: a stdout line too long")
                 break
-            except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            except _ENDED:
                 break
             if not line.strip():
                 continue
             try:
-                return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+                parsed = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                return SessionMessage(parsed)
             except ValueError:
                 text = printable(line[:200].decode(errors="replace"))
                 logger.warning("%s: stdout: not a JSON-RPC message: %s", label, text)
@@ -303,12 +335,14 @@ async def stop_group(process: anyio.abc.Process) -> int | None:
     await _exited(lambda: process.returncode is not None, STDIN_GRACE)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
-            os.killpg(process.pid, sig)  # the group outlives its leader while a process of the child's is in it
+            # The group outlives its leader while a process of the child's is in it.
+            os.killpg(process.pid, sig)
         except ProcessLookupError:
             break
         if await _exited(lambda: _group_gone(process), TERM_GRACE):
             break
-    with anyio.move_on_after(TERM_GRACE):  # a process that left the group may hold the pipes open
+    # A process that left the group may hold the pipes open.
+    with anyio.move_on_after(TERM_GRACE):
         await process.aclose()
     return process.returncode
 
@@ -326,7 +360,8 @@ def _group_gone(process: anyio.abc.Process) -> bool:
 async def _exited(condition: Callable[[], bool], seconds: float) -> bool:
     """Whether ``condition`` holds within ``seconds`` (a process's end is polled: asyncio reaps it in time)."""
     with anyio.move_on_after(seconds):
-        while not condition():  # noqa: ASYNC110 - no event says a process group is empty
+        # Polled: no event says a process group is empty.
+        while not condition():  # noqa: ASYNC110
             await anyio.sleep(_POLL)
         return True
     return False
