@@ -24,8 +24,10 @@ NAME = "mcp_sessions"
 MAX_MODULE_LINES = 600  # a guard (issue 52): modules are cut by design, not by this number
 MAX_FUNCTION_LINES = 80
 # A guide the layout earns (issue 68), never a reason to put a function where it does not belong: 71 when
-# _wire/text.py came back out of _wire/__init__.py, where the cap of 70 had pushed printable.
-MAX_FILES = 75
+# _wire/text.py came back out of _wire/__init__.py, where the cap of 70 had pushed printable; 77 with the
+# sealed processes' _sandbox, the token exchange, the operator's _status, the gateway's _serving (out of its
+# _cli, over 600 lines), and the connect and sessions commands (issues 65 to 67), each a module of its own.
+MAX_FILES = 80
 MAX_CALL_LINES = 40
 MAX_LOOSE_MODULES = 15
 MAX_ANY_SHARE = 0.05

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import copy
 import grp
 import ipaddress
 import logging
@@ -12,13 +10,9 @@ import os
 import pwd
 import shlex
 import shutil
-import socket
 import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TextIO
-
-import anyio
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._config import SessionsConfig
 from ._app import (
@@ -28,12 +22,10 @@ from ._app import (
     DEFAULT_KEEPALIVE,
     gateway_app,
 )
-from ._front import QueryDropped, StartupFailed
 from ._sandbox import CONTAINMENTS
+from ._serving import EXIT_USAGE, serve
 
 if TYPE_CHECKING:
-    from types import FrameType
-
     from ._auth import GatewayAuth
     from ._exchange import TokenExchange, UpstreamToken
 
@@ -47,8 +39,6 @@ STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
 """With --stdio: then every child gets its stdin closed, SIGTERM and SIGKILL (``_stdio_child.stop_group``): all
 gone within 10 s of the gateway's SIGTERM."""
 
-EXIT_USAGE = 2
-STARTUP_FAILURE: Final = 3
 """uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
 AUTH_VARIABLES: Final = {
     "jwks": "MCP_SESSIONS_AUTH_JWKS",
@@ -374,64 +364,10 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     logger.info("mcp-sessions gateway: %s on http://%s:%d", served, args.host, args.port)
     if args.stdio is not None:
         logger.info("mcp-sessions gateway: each process: %s", options.said)
-    return _serve(app, args, stderr)
-
-
-def _serve(app: Any, args: argparse.Namespace, stderr: TextIO) -> int:
-    """Serve ``app`` with uvicorn until stopped (and the operator's status on its own loopback socket); a failure
-    to start (``StartupFailed``) is one line on ``stderr`` and exit status 2."""
-    import uvicorn
-
     shutdown_timeout = args.shutdown_timeout
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
-    # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
-    # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
-    # parser the gateway's request checks are tested with, whatever else is installed. Each request in a context of
-    # its own: else a request that arrives on a keep-alive connection before the last answer's end is started in the
-    # previous request's context (python/cpython#140947), with its conversation (current_conversation) in it.
-    started = _Started(app)
-    listening = uvicorn.Config(
-        started,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        log_config=_log_config(uvicorn.config.LOGGING_CONFIG, started),
-        lifespan="on",
-        http="h11",
-        server_header=False,
-        date_header=False,
-        proxy_headers=False,
-        timeout_graceful_shutdown=shutdown_timeout,
-        reset_contextvars=True,
-    )
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            super().handle_exit(sig, frame)
-            started.stop_starting()  # a first process that never answers keeps no one waiting
-
-    server = Server(listening)
-    sockets = None
-    if args.status_port is not None:  # the operator's port: loopback only, whatever --host is
-        try:
-            status = socket.create_server(("127.0.0.1", args.status_port))
-        except OSError as exc:
-            print(f"mcp-sessions gateway: --status-port {args.status_port}: {exc.strerror}", file=stderr)
-            return EXIT_USAGE
-        sockets = [listening.bind_socket(), status]
-        logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
-    try:
-        server.run(sockets=sockets)
-    except SystemExit:  # uvicorn's, for an app that did not start
-        if started.stopped:  # a SIGTERM while it started: stopped, as asked
-            return 0
-        if started.failure is None:
-            raise
-    if started.failure is not None:
-        print(f"mcp-sessions gateway: {started.failure}", file=stderr)
-        return EXIT_USAGE
-    return 0 if server.started else STARTUP_FAILURE
+    return serve(app, args, stderr, shutdown_timeout)
 
 
 def _stdio_app(
@@ -628,85 +564,6 @@ def _upstream_token(
 def _setting(args: argparse.Namespace, environ: Mapping[str, str], name: str) -> str | None:
     """``--exchange-NAME``, else its variable (:data:`EXCHANGE_VARIABLES`); ``None`` when neither is given."""
     return getattr(args, f"exchange_{name}") or environ.get(EXCHANGE_VARIABLES[name], "").strip() or None
-
-
-def _log_config(uvicorns: dict[str, Any], started: _Started) -> dict[str, Any]:
-    """uvicorn's logging configuration, its access log without query strings (OAuth codes travel there), and
-    without its own line for a failed start the gateway says in one line itself (``started``)."""
-    config = copy.deepcopy(uvicorns)
-    config.setdefault("filters", {})["query_dropped"] = {"()": QueryDropped}
-    config["filters"]["said_once"] = {"()": lambda: started.said_once}
-    config["loggers"]["uvicorn.access"]["filters"] = ["query_dropped"]
-    config["loggers"]["uvicorn.error"]["filters"] = ["said_once"]
-    return config
-
-
-class _Started:
-    """The gateway's app, whose failure to start (``StartupFailed``: its first process's) is kept as ``failure``,
-    for the gateway to say in one line, instead of uvicorn's traceback of the lifespan; and whose start a stop
-    (SIGTERM) ends while it is under way (``stopped``): uvicorn hears a signal only once the app has started."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.failure: BaseException | None = None
-        self.stopped = False
-        self._stop_asked = False
-        self._starting: anyio.CancelScope | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def stop_starting(self) -> None:
-        """Called by the signal handler: the start under way, or about to be, is ended (its processes stopped)."""
-        self._stop_asked = True
-        if self._starting is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._starting.cancel)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "lifespan":
-            return await self.app(scope, receive, send)
-        held: list[Message] = []
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "lifespan.startup.complete":
-                self._starting = None  # started: a stop is uvicorn's from now on
-            if message["type"] == "lifespan.startup.failed":
-                held.append(message)  # its text is a traceback: the exception says it in one line
-            else:
-                await send(message)
-
-        self._loop = asyncio.get_running_loop()
-        with anyio.CancelScope() as starting:
-            self._starting = starting
-            if self._stop_asked:  # before the start began
-                starting.cancel()
-            try:
-                await self.app(scope, receive, sending)
-            except BaseException as exc:
-                self.failure = _startup_failure(exc)
-                if self.failure is None:
-                    raise
-            finally:
-                if held:  # said in one line by the gateway, or not at all for a stop
-                    quiet = self.failure is not None or starting.cancel_called
-                    await send({**held[0], "message": "" if quiet else held[0].get("message", "")})
-        self.stopped = starting.cancelled_caught
-        if self.stopped and not held:  # uvicorn waits for the start's end
-            await send({"type": "lifespan.startup.failed", "message": ""})
-
-    def said_once(self, record: logging.LogRecord) -> bool:
-        """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
-        said = self.failure is not None or self.stopped
-        return not said or not record.getMessage().startswith("Application startup failed")
-
-
-def _startup_failure(exc: BaseException) -> BaseException | None:
-    """The ``StartupFailed`` in ``exc`` (raised in a task group, it comes in exception groups), else ``None``."""
-    if isinstance(exc, StartupFailed):
-        return exc
-    inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc.__cause__]
-    for each in inner:
-        if each is not None and (found := _startup_failure(each)) is not None:
-            return found
-    return None
 
 
 def _listed(given: list[str] | None, variable: str | None) -> list[str] | None:

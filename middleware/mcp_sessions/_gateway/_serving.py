@@ -1,0 +1,160 @@
+"""How ``mcp-sessions gateway`` serves its app: uvicorn, as the gateway's command configures it.
+
+``serve`` runs uvicorn on the gateway's socket (and the operator's status port, ``--status-port``, on a loopback
+socket of its own); ``_Started`` stands between uvicorn and the app's lifespan, so that a failure to start is one
+line and exit status 2, and a SIGTERM while the app starts (its first server process not answering yet) ends that
+start: uvicorn hears signals only once the app has started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import logging
+import socket
+from types import FrameType
+from typing import Any, TextIO
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ._front import QueryDropped, StartupFailed
+
+logger = logging.getLogger("mcp_sessions.gateway")
+
+EXIT_USAGE = 2
+STARTUP_FAILURE = 3
+
+
+def serve(app: ASGIApp, args: argparse.Namespace, stderr: TextIO, shutdown_timeout: float) -> int:
+    """Serve ``app`` with uvicorn until stopped (and the operator's status on its own loopback socket); a failure
+    to start (``StartupFailed``) is one line on ``stderr`` and exit status 2."""
+    import uvicorn
+
+    # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
+    # headers of the proxies --forwarded-allow-ips trusts (uvicorn's own would hide the peer from it). h11, the
+    # parser the gateway's request checks are tested with, whatever else is installed. Each request in a context of
+    # its own: else a request that arrives on a keep-alive connection before the last answer's end is started in the
+    # previous request's context (python/cpython#140947), with its conversation (current_conversation) in it.
+    started = _Started(app)
+    listening = uvicorn.Config(
+        started,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        log_config=_log_config(uvicorn.config.LOGGING_CONFIG, started),
+        lifespan="on",
+        http="h11",
+        server_header=False,
+        date_header=False,
+        proxy_headers=False,
+        timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]  # uvicorn waits a float as well
+        reset_contextvars=True,
+    )
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            super().handle_exit(sig, frame)
+            started.stop_starting()  # a first process that never answers keeps no one waiting
+
+    server = Server(listening)
+    sockets = None
+    if args.status_port is not None:  # the operator's port: loopback only, whatever --host is
+        try:
+            status = socket.create_server(("127.0.0.1", args.status_port))
+        except OSError as exc:
+            print(f"mcp-sessions gateway: --status-port {args.status_port}: {exc.strerror}", file=stderr)
+            return EXIT_USAGE
+        sockets = [listening.bind_socket(), status]
+        logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
+    try:
+        server.run(sockets=sockets)
+    except SystemExit:  # uvicorn's, for an app that did not start
+        if started.stopped:  # a SIGTERM while it started: stopped, as asked
+            return 0
+        if started.failure is None:
+            raise
+    if started.failure is not None:
+        print(f"mcp-sessions gateway: {started.failure}", file=stderr)
+        return EXIT_USAGE
+    return 0 if server.started else STARTUP_FAILURE
+
+
+def _log_config(uvicorns: dict[str, Any], started: _Started) -> dict[str, Any]:
+    """uvicorn's logging configuration, its access log without query strings (OAuth codes travel there), and
+    without its own line for a failed start the gateway says in one line itself (``started``)."""
+    config = copy.deepcopy(uvicorns)
+    config.setdefault("filters", {})["query_dropped"] = {"()": QueryDropped}
+    config["filters"]["said_once"] = {"()": lambda: started.said_once}
+    config["loggers"]["uvicorn.access"]["filters"] = ["query_dropped"]
+    config["loggers"]["uvicorn.error"]["filters"] = ["said_once"]
+    return config
+
+
+class _Started:
+    """The gateway's app, whose failure to start (``StartupFailed``: its first process's) is kept as ``failure``,
+    for the gateway to say in one line, instead of uvicorn's traceback of the lifespan; and whose start a stop
+    (SIGTERM) ends while it is under way (``stopped``): uvicorn hears a signal only once the app has started."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.failure: BaseException | None = None
+        self.stopped = False
+        self._stop_asked = False
+        self._starting: anyio.CancelScope | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def stop_starting(self) -> None:
+        """Called by the signal handler: the start under way, or about to be, is ended (its processes stopped)."""
+        self._stop_asked = True
+        if self._starting is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._starting.cancel)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            return await self.app(scope, receive, send)
+        held: list[Message] = []
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                self._starting = None  # started: a stop is uvicorn's from now on
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)  # its text is a traceback: the exception says it in one line
+            else:
+                await send(message)
+
+        self._loop = asyncio.get_running_loop()
+        with anyio.CancelScope() as starting:
+            self._starting = starting
+            if self._stop_asked:  # before the start began
+                starting.cancel()
+            try:
+                await self.app(scope, receive, sending)
+            except BaseException as exc:
+                self.failure = _startup_failure(exc)
+                if self.failure is None:
+                    raise
+            finally:
+                if held:  # said in one line by the gateway, or not at all for a stop
+                    quiet = self.failure is not None or starting.cancel_called
+                    await send({**held[0], "message": "" if quiet else held[0].get("message", "")})
+        self.stopped = starting.cancelled_caught
+        if self.stopped and not held:  # uvicorn waits for the start's end
+            await send({"type": "lifespan.startup.failed", "message": ""})
+
+    def said_once(self, record: logging.LogRecord) -> bool:
+        """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
+        said = self.failure is not None or self.stopped
+        return not said or not record.getMessage().startswith("Application startup failed")
+
+
+def _startup_failure(exc: BaseException) -> BaseException | None:
+    """The ``StartupFailed`` in ``exc`` (raised in a task group, it comes in exception groups), else ``None``."""
+    if isinstance(exc, StartupFailed):
+        return exc
+    inner = exc.exceptions if isinstance(exc, BaseExceptionGroup) else [exc.__cause__]
+    for each in inner:
+        if each is not None and (found := _startup_failure(each)) is not None:
+            return found
+    return None
