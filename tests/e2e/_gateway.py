@@ -142,6 +142,8 @@ def gateway_process(
     environ = {"MCP_SESSIONS_SECRET": SECRET, **(environ or {})}
     if "--stdio" in arguments:  # the tests' servers import the tests' modules, and some write their files
         arguments = (*arguments, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
+    if "--stdio" in arguments and "--processes" not in arguments:  # a process per conversation, as they test
+        arguments = (*arguments, "--processes", "per-conversation")
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
         line = [*program, "gateway", "--port", str(port), "--log-level", "warning"]

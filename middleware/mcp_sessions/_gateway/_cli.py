@@ -93,9 +93,11 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     """With ``--stdio``: which process a request reaches, how many run at once, and how long each lives."""
     gateway.add_argument(
         "--processes",
-        choices=("per-conversation", "shared"),
-        default="per-conversation",
-        help="with --stdio: a process per conversation (default), or one shared by every client",
+        choices=("auto", "per-conversation", "shared"),
+        default="auto",
+        help="with --stdio: a process per conversation, or one shared by every client (each request names its "
+        "conversation in _meta); auto (default): shared if the server speaks 2026-07-28 and no --process-env or "
+        "--process-uids, else per conversation",
     )
     gateway.add_argument(
         "--process-idle",

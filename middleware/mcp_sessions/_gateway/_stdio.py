@@ -138,7 +138,8 @@ class StdioServer(Server[Any]):
             # its process has the --process-env values it started with: this request's?
             if not conversation.shared:
                 self.children.process_env.check(conversation.credentials)
-            return await conversation.relay(ctx)
+                return await conversation.relay(ctx)
+            return await conversation.relay(ctx, await self.children.named(scope))
         finally:
             self.children.answered(conversation)
 
@@ -147,7 +148,7 @@ def stdio_gateway_app(
     command: Sequence[str],
     *,
     config: SessionsConfig | None = None,
-    processes: Literal["per-conversation", "shared"] = "per-conversation",
+    processes: Literal["auto", "per-conversation", "shared"] = "auto",
     process_idle: float | None = None,
     max_processes: int = DEFAULT_MAX_PROCESSES,
     max_processes_per_principal: int | None = None,
@@ -168,8 +169,10 @@ def stdio_gateway_app(
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
     ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
-    conversation (the default: each 2025 transport session, data-layer session and host conversation), or one
-    ``"shared"`` by everyone. ``process_idle``: how long a conversation's child (and a 2025 transport session)
+    conversation (each 2025 transport session, data-layer session and host conversation), or one ``"shared"`` by
+    everyone, each request naming its conversation in ``_meta``; ``"auto"`` (the default) shares one if the server
+    speaks 2026-07-28 and nothing per user goes into its process (``process_env``, a uid each), else one each.
+    ``process_idle``: how long a conversation's child (and a 2025 transport session)
     lives without a request (default: the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how many
     conversations' children may run at once; ``max_processes_per_principal``: how many of them one caller (its
     principal, else its client address) may have. ``sessionless``: a request that names no conversation gets a
@@ -190,8 +193,8 @@ def stdio_gateway_app(
     """
     if not command:
         raise ValueError("--stdio needs a command")
-    if processes not in ("per-conversation", "shared"):
-        raise ValueError("processes is 'per-conversation' or 'shared'")
+    if processes not in ("auto", "per-conversation", "shared"):
+        raise ValueError("processes is 'auto', 'per-conversation' or 'shared'")
     if max_processes_per_principal is None:
         max_processes_per_principal = DEFAULT_MAX_PROCESSES_PER_CALLER
     if max_processes < 1 or max_processes_per_principal < 1:
@@ -201,6 +204,9 @@ def stdio_gateway_app(
     credentials = ProcessEnv(process_env, exchange=token_exchange, exchange_scope=exchange_scope)
     if credentials.sources and processes == "shared":
         raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
+    per_user = credentials.sources or (process_options is not None and process_options.uids is not None)
+    if processes == "auto" and per_user:  # what goes into a process is one user's: a process each
+        processes = "per-conversation"
     config = SessionsConfig.from_env() if config is None else config
     trusted = trusted_proxies(forwarded_allow_ips)
     config = _sessions_config(config, processes, replica=bool(trusted))
@@ -237,7 +243,7 @@ def _sessions_config(config: SessionsConfig, processes: str, *, replica: bool) -
     """A copy of ``config`` as the sessions in front of stdio processes need it: every conversation named (each
     gets its process), and on a replica, host conversations from its front alone."""
     config = copy.copy(config)
-    if processes == "per-conversation":  # every client's conversation, however it names it, gets its process
+    if processes != "shared":  # every client's conversation, however it names it, gets its process or its name
         config.adopt_transport_sessions = True
         if config.conversation_data == "off":
             config.conversation_data = "anonymous"  # bound to the caller here: see Children.conversation_for

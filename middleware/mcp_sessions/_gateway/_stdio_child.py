@@ -29,7 +29,7 @@ from mcp.shared.dispatcher import OnNotify, OnNotifyIntercept, OnRequest
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
-from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
 from .._version import __version__
 from .._wire import printable
@@ -84,10 +84,13 @@ class Child:
         on_notify: OnNotify,
         on_progress: OnNotifyIntercept,
         options: ProcessOptions | None = None,
+        discover: bool = False,
     ) -> None:
         self.command = list(command)
         self.label = label
         self.max_line = max_line
+        # Only ask its revisions (server/discover), then end.
+        self.discover = discover
         self.environ = environ
         self.on_request = on_request
         self.on_notify = on_notify
@@ -101,6 +104,8 @@ class Child:
         self.reason: str | None = None
         self.failure: str | None = None
         self.initialized: types.InitializeResult | None = None
+        # What its server/discover answer lists (with ``discover``).
+        self.revisions: list[str] = []
         self.pid: int | None = None
         self.exit_code: int | None = None
         self.link: JSONRPCDispatcher[Any] | None = None
@@ -143,7 +148,10 @@ class Child:
                 if place.cgroup is not None:
                     tasks.start_soon(self._watch_bounds, place)
                 await tasks.start(link.run, self.on_request, self.on_notify, self.on_progress)
-                await self._initialize(link)
+                if self.discover:
+                    await self._discover(link)
+                else:
+                    await self._initialize(link)
                 await self.done.wait()
                 if self.failure is not None:  # its last words, which say why, read first
                     with anyio.move_on_after(EXIT_DRAIN):
@@ -201,6 +209,25 @@ class Child:
             await link.notify("notifications/initialized", None)
         else:
             self.stop("it did not initialize")
+        self.ready.set()
+
+    async def _discover(self, link: JSONRPCDispatcher[Any]) -> None:
+        """Ask the revisions it speaks, as its first request (which decides a connection's era), then end it: a
+        server that answers no ``server/discover`` speaks none but the handshake's."""
+        meta = {
+            types.PROTOCOL_VERSION_META_KEY: LATEST_MODERN_VERSION,
+            types.CLIENT_INFO_META_KEY: {"name": "mcp-sessions-gateway", "version": __version__},
+            types.CLIENT_CAPABILITIES_META_KEY: {},
+        }
+        try:
+            with anyio.fail_after(START_TIMEOUT):
+                answer = await link.send_raw_request("server/discover", {"_meta": meta})
+            discovered = types.DiscoverResult.model_validate(answer, by_name=False)
+            self.revisions = discovered.supported_versions
+        except Exception:
+            # An error answer, none in time, a closed stdout: the handshake's revisions only.
+            logger.debug("%s: no server/discover answer", self.label, exc_info=True)
+        self.stop("asked its revisions")
         self.ready.set()
 
     async def _watch_exit(self, process: anyio.abc.Process) -> None:

@@ -32,6 +32,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .._session import SCOPE_KEY
 from .._wire import printable
+from ..profiles import SESSION_META_KEY
 from ..subscriptions import SessionSubscriptionBus
 from ._stdio_child import Child
 
@@ -247,11 +248,16 @@ class Conversation:
         self.why = self.why or why
         self.child.stop(why)
 
-    async def relay(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
-        """The child's answer to a client's request; the client's own progress token gets the child's progress."""
+    async def relay(self, ctx: ServerRequestContext[Any, Any], named: str | None = None) -> dict[str, Any]:
+        """The child's answer to a client's request; the client's own progress token gets the child's progress.
+        ``named``: the request's conversation, for the shared child (``Children.named``), as the draft names a
+        session in ``_meta``."""
         params = dict(ctx.params or {})
         given = params.pop("_meta", None) or {}
-        if meta := {key: value for key, value in given.items() if _passed_on(key)}:
+        meta = {key: value for key, value in given.items() if _passed_on(key)}
+        if named is not None:
+            meta[SESSION_META_KEY] = {"sessionId": named}
+        if meta:
             params["_meta"] = meta
         state, responses = params.pop("requestState", None), params.pop("inputResponses", None)
         if state is not None:  # a 2026-07-28 retry: the answers for the child, then its call goes on

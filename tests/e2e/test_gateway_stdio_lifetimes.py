@@ -1,0 +1,83 @@
+"""``mcp-sessions gateway --stdio``'s processes live as MCP 2026-07-28 says (docs/gateway.md, "Process lifetimes"):
+a server that speaks 2026-07-28 gets one process for every conversation, each request naming its own; a server
+that speaks only the 2025-11-25 handshake keeps a process per conversation. Through a real gateway process, its
+defaults, in front of a real server of each era (the ``mcp`` 2.3 SDK's ``MCPServer``, an ``mcp`` 1.x ``FastMCP``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from _mcp import create_session, sdk_session_meta
+from _redis import missing
+from e2e._gateway import MAIN, SECRET, Process, started
+from e2e._stdio import text_of
+from e2e._versioned import VENVS
+
+SCRIPT = str(MAIN / "tests" / "e2e" / "_conversation_server.py")
+LATEST = [sys.executable, SCRIPT]  # the mcp 2.3 SDK: 2026-07-28
+MCP1 = Path(next(venv for venv in VENVS if "mcp1" in Path(venv).name)) / "bin" / "python"  # the handshake only
+
+pytestmark = pytest.mark.anyio
+
+
+@contextlib.contextmanager
+def gateway(server: list[str]) -> Iterator[Process]:
+    """``mcp-sessions gateway --stdio SERVER`` with its defaults (no process started ahead)."""
+
+    def command(port: int) -> tuple[list[str], dict[str, str]]:
+        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port)]
+        stdio = ["--stdio", " ".join(server), "--warm", "0", "--log-level", "info"]
+        return [*line, *stdio], {"MCP_SESSIONS_SECRET": SECRET}
+
+    process = started("mcp-sessions gateway", command)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+async def whoami(client: Client, session: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta = None if session is None else sdk_session_meta(session)
+    seen: dict[str, Any] = json.loads(text_of(await client.call_tool("whoami", {}, meta=meta)))
+    return seen
+
+
+async def test_a_2026_server_serves_every_conversation_from_one_process() -> None:
+    with gateway(LATEST) as process:
+        async with Client(process.url()) as client:
+            first, second = await create_session(client), await create_session(client)
+            seen = [await whoami(client, first), await whoami(client, second), await whoami(client, first)]
+        async with Client(process.url(), mode="legacy") as one, Client(process.url(), mode="legacy") as other:
+            hosts = [await whoami(one), await whoami(other), await whoami(one)]
+        logged = process.output()
+
+    assert "the server speaks 2026-07-28: --processes shared" in logged, logged
+    assert len({answer["pid"] for answer in seen + hosts}) == 1  # one process, every conversation
+    for answers in (seen, hosts):  # two data-layer sessions; two 2025 clients' transport sessions
+        assert answers[0]["conversation"] == answers[2]["conversation"] != answers[1]["conversation"]
+        assert all(answer["conversation"] for answer in answers)
+    tokens = {first["sessionId"], second["sessionId"]}
+    assert not tokens & {answer["conversation"] for answer in seen}  # a digest: no bearer value reaches it
+
+
+async def test_a_2025_server_keeps_a_process_per_conversation() -> None:
+    if not MCP1.exists():
+        missing(f"{MCP1} is missing: `make {MCP1.parents[1]}/.installed` builds that environment")
+    with gateway([str(MCP1), SCRIPT]) as process:
+        async with Client(process.url()) as client:
+            first, second = await create_session(client), await create_session(client)
+            seen = [await whoami(client, first), await whoami(client, second), await whoami(client, first)]
+        logged = process.output()
+
+    assert "the server speaks only the 2025-11-25 handshake: --processes per-conversation" in logged, logged
+    assert seen[0]["pid"] == seen[2]["pid"] != seen[1]["pid"]  # a process per conversation, its own
+    assert [answer["conversation"] for answer in seen] == [None] * 3  # its process is its conversation
