@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 try:
-    from mcp.server import mcpserver as sdk
+    from mcp.server.mcpserver import Context, MCPServer
 except ImportError:  # mcp 1.x
-    from mcp.server import fastmcp as sdk  # type: ignore[no-redef]
+    from mcp.server.fastmcp import Context  # type: ignore[attr-defined, no-redef]
+    from mcp.server.fastmcp import FastMCP as MCPServer  # type: ignore[attr-defined, no-redef]
 
-Context = sdk.Context
-server = sdk.MCPServer("conversation-server") if hasattr(sdk, "MCPServer") else sdk.FastMCP("conversation-server")
+server = MCPServer("conversation-server")
 
 
 @server.tool()
-def whoami(ctx: Context) -> str:  # type: ignore[type-arg]
+def whoami(ctx: Context) -> str:
     """This process's pid and the conversation this request names."""
-    meta = ctx.request_context.meta
+    meta: Any = ctx.request_context.meta
     if meta is not None and not isinstance(meta, dict):  # mcp 1.x: a model, its extra keys kept
         meta = meta.model_dump(by_alias=True)
     named = (meta or {}).get("io.modelcontextprotocol/session") or {}

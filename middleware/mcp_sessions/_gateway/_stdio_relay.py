@@ -248,15 +248,15 @@ class Conversation:
         self.why = self.why or why
         self.child.stop(why)
 
-    async def relay(self, ctx: ServerRequestContext[Any, Any], named: str | None = None) -> dict[str, Any]:
+    async def relay(self, ctx: ServerRequestContext[Any, Any], conversation: str | None = None) -> dict[str, Any]:
         """The child's answer to a client's request; the client's own progress token gets the child's progress.
-        ``named``: the request's conversation, for the shared child (``Children.named``), as the draft names a
+        ``conversation``: the request's, for the shared child (``Children.named``), named as the draft names a
         session in ``_meta``."""
         params = dict(ctx.params or {})
         given = params.pop("_meta", None) or {}
         meta = {key: value for key, value in given.items() if _passed_on(key)}
-        if named is not None:
-            meta[SESSION_META_KEY] = {"sessionId": named}
+        if conversation is not None:
+            meta[SESSION_META_KEY] = {"sessionId": conversation}
         if meta:
             params["_meta"] = meta
         state, responses = params.pop("requestState", None), params.pop("inputResponses", None)

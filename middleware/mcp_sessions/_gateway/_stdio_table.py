@@ -629,7 +629,7 @@ def known_as(scope: Scope) -> str:
     return client[0] if client else ""
 
 
-async def _no_client(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
+async def _no_client(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
     raise MCPError(types.INVALID_REQUEST, "no client is in this conversation")
 
 
