@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from _mcp import create_session, sdk_session_meta
 from _redis import missing
@@ -30,12 +32,12 @@ pytestmark = pytest.mark.anyio
 
 
 @contextlib.contextmanager
-def gateway(server: list[str]) -> Iterator[Process]:
-    """``mcp-sessions gateway --stdio SERVER`` with its defaults (no process started ahead)."""
+def gateway(server: list[str], *options: str) -> Iterator[Process]:
+    """``mcp-sessions gateway --stdio SERVER`` with its defaults (no process started ahead), and ``options``."""
 
     def command(port: int) -> tuple[list[str], dict[str, str]]:
         line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port)]
-        stdio = ["--stdio", " ".join(server), "--warm", "0", "--log-level", "info"]
+        stdio = ["--stdio", " ".join(server), "--warm", "0", "--log-level", "info", *options]
         return [*line, *stdio], {"MCP_SESSIONS_SECRET": SECRET}
 
     process = started("mcp-sessions gateway", command)
@@ -81,3 +83,17 @@ async def test_a_2025_server_keeps_a_process_per_conversation() -> None:
     assert "the server speaks only the 2025-11-25 handshake: --processes per-conversation" in logged, logged
     assert seen[0]["pid"] == seen[2]["pid"] != seen[1]["pid"]  # a process per conversation, its own
     assert [answer["conversation"] for answer in seen] == [None] * 3  # its process is its conversation
+
+
+async def test_a_value_per_user_keeps_a_process_per_conversation_whatever_the_server_speaks() -> None:
+    with gateway(LATEST, "--process-env", "TEAM=header:X-Team") as process:
+        async with (
+            httpx2.AsyncClient(headers={"X-Team": "blue"}, timeout=30) as http,
+            Client(streamable_http_client(process.url(), http_client=http)) as client,
+        ):
+            first, second = await create_session(client), await create_session(client)
+            seen = [await whoami(client, first), await whoami(client, second)]
+        logged = process.output()
+
+    assert "the server speaks" not in logged  # nothing asked: a user's value goes into the process
+    assert seen[0]["pid"] != seen[1]["pid"]
