@@ -7,6 +7,9 @@ holds the request's conversation, as an MCP client (``_stdio_child``), the relay
 ``_stdio_relay``. The session middleware sits at its
 endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:data:`SCOPE_KEY`).
 
+With ``processes="auto"`` (the default), a server that speaks 2026-07-28 gets one process for every conversation
+(``"shared"``), as that revision says a stdio process outlives any conversation, each request naming its
+conversation in ``_meta`` (``Children.running`` asks what it speaks, ``Children.named`` names).
 The first child, started with the gateway, is the shared one (requests that name no conversation with
 ``sessionless="shared"``, the lists that name none, or every request with ``processes="shared"``); clients'
 ``initialize`` and ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it
