@@ -9,7 +9,7 @@ endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:d
 
 With ``processes="auto"`` (the default), a server that speaks 2026-07-28 gets one process for every conversation
 (``"shared"``), as that revision says a stdio process outlives any conversation, each request naming its
-conversation in ``_meta`` (``Children.running`` asks what it speaks, ``Children.named`` names).
+conversation in ``_meta`` (:func:`choose` asks what it speaks, :func:`named` names).
 The first child, started with the gateway, is the shared one (requests that name no conversation with
 ``sessionless="shared"``, the lists that name none, or every request with ``processes="shared"``); clients'
 ``initialize`` and ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it
@@ -29,6 +29,8 @@ ended host conversation's error), never another process.
 from __future__ import annotations
 
 import copy
+import hashlib
+import logging
 import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -45,11 +47,13 @@ from mcp.server.subscriptions import ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types.methods import CACHEABLE_METHODS
+from mcp_types.version import LATEST_MODERN_VERSION
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._asgi import header, send_json
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
+from .._session import SCOPE_KEY, Session
 from .._wire import jsonrpc
 from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, RATE_LIMITED
 from ..profiles import Era
@@ -60,9 +64,11 @@ from ._exchange import TokenExchange
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._sandbox import environment
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._stdio_child import ProcessOptions
+from ._stdio_child import ProcessOptions, revisions
 from ._stdio_relay import Key
 from ._stdio_table import AFTER_ANSWER, Children
+
+logger = logging.getLogger("mcp_sessions.gateway")
 
 DEFAULT_PROCESS_IDLE: Final = 600.0
 DEFAULT_MAX_PROCESSES: Final = 16
@@ -105,6 +111,8 @@ class StdioServer(Server[Any]):
 
     @asynccontextmanager
     async def _running(self, _: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        if self.children.mode == "auto":
+            await choose(self.children)
         async with self.children.running() as answer, anyio.create_task_group() as tasks:
             info = answer.server_info
             self.name, self.version, self.title = info.name, info.version, info.title
@@ -142,7 +150,7 @@ class StdioServer(Server[Any]):
             if not conversation.shared:
                 self.children.process_env.check(conversation.credentials)
                 return await conversation.relay(ctx)
-            return await conversation.relay(ctx, await self.children.named(scope))
+            return await conversation.relay(ctx, await named(self.children, scope))
         finally:
             self.children.answered(conversation)
 
@@ -172,11 +180,9 @@ def stdio_gateway_app(
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
     ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
-    conversation (each 2025 transport session, data-layer session and host conversation), or one ``"shared"`` by
-    everyone, each request naming its conversation in ``_meta``; ``"auto"`` (the default) shares one if the server
-    speaks 2026-07-28 and nothing per user goes into its process (``process_env``, a uid each), else one each.
-    ``process_idle``: how long a conversation's child (and a 2025 transport session)
-    lives without a request (default: the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how many
+    conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as :func:`choose` says. ``process_idle``:
+    how long a conversation's child (and a 2025 transport session) lives without a request (default: the sessions'
+    ``idle_ttl``, else 600 s). ``max_processes``: how many
     conversations' children may run at once; ``max_processes_per_principal``: how many of them one caller (its
     principal, else its client address) may have. ``sessionless``: a request that names no conversation gets a
     child of its own (``"per-request"``, the default: ended once it is answered, or retained for the retry that
@@ -207,9 +213,6 @@ def stdio_gateway_app(
     credentials = ProcessEnv(process_env, exchange=token_exchange, exchange_scope=exchange_scope)
     if credentials.sources and processes == "shared":
         raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
-    per_user = credentials.sources or (process_options is not None and process_options.uids is not None)
-    if processes == "auto" and per_user:  # what goes into a process is one user's: a process each
-        processes = "per-conversation"
     config = SessionsConfig.from_env() if config is None else config
     trusted = trusted_proxies(forwarded_allow_ips)
     config = _sessions_config(config, processes, replica=bool(trusted))
@@ -240,6 +243,38 @@ def stdio_gateway_app(
     children.metrics = ProcessMetrics(children.kinds, config.meter_provider)
     check = HostCheck(allowed_hosts, allowed_origins)
     return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status_port=status_port)
+
+
+async def choose(children: Children) -> None:
+    """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
+    something per user goes into it (``--process-env``, a uid each), or the server speaks only 2025-11-25 and keeps a
+    conversation's state in its process; else, for a server that speaks 2026-07-28, one shared by every conversation."""
+    options = children.options
+    if children.process_env.sources or (options is not None and options.uids is not None):
+        children.mode = "per-conversation"
+        return
+    command = children.command
+    environ = children.environ
+    limit = children.config.max_response_size
+    spoken = await revisions(command, environ=environ, max_line=limit, options=options)
+    if LATEST_MODERN_VERSION in spoken:
+        children.mode = "shared"
+        children.warm_count = 0
+        logger.info("the server speaks 2026-07-28: --processes shared")
+    else:
+        children.mode = "per-conversation"
+        logger.info("the server speaks only the 2025-11-25 handshake: --processes per-conversation")
+
+
+async def named(children: Children, scope: Scope) -> str | None:
+    """A request's conversation as the shared process sees it: a digest of its session's name and its caller,
+    the same for each of its requests (never a bearer value); None for a request that names none."""
+    session: Session | None = scope.get(SCOPE_KEY)
+    if session is None:
+        return None
+    caller = await children.caller(scope)
+    name = f"{session.source}\0{session.id}\0{caller.id}"
+    return hashlib.sha256(name.encode()).hexdigest()[:32]
 
 
 def _sessions_config(config: SessionsConfig, processes: str, *, replica: bool) -> SessionsConfig:

@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from anyio.streams.buffered import BufferedByteReceiveStream
-from mcp.shared.dispatcher import OnNotify, OnNotifyIntercept, OnRequest
+from mcp.shared.dispatcher import DispatchContext, OnNotify, OnNotifyIntercept, OnRequest
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
@@ -62,6 +62,42 @@ stderr_logger = logging.getLogger("mcp_sessions.gateway.stderr")
 ProcessOptions = Sandbox
 # What ends a stream of the child's: its end, or its closing.
 _ENDED: Final = (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError)
+
+
+async def revisions(
+    command: Sequence[str],
+    *,
+    environ: Mapping[str, str],
+    max_line: int,
+    options: ProcessOptions | None,
+) -> list[str]:
+    """The revisions a stdio server lists in its ``server/discover`` answer, asked of a process of its own that
+    then ends: a connection's first request decides its era, so a child that initializes cannot be asked."""
+    probe = Child(
+        command,
+        label="revisions",
+        environ=environ,
+        max_line=max_line,
+        on_request=_no_client,
+        on_notify=_ignored,
+        on_progress=_taken,
+        options=options,
+        discover=True,
+    )
+    await probe.run()
+    return probe.revisions
+
+
+async def _no_client(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    raise MCPError(types.INVALID_REQUEST, "no client is here")
+
+
+async def _ignored(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
+    return None
+
+
+def _taken(method: str, params: Mapping[str, Any] | None) -> bool:
+    return True
 
 
 def undumpable() -> None:

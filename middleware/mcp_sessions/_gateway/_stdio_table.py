@@ -31,7 +31,6 @@ import anyio.abc
 import mcp_types as types
 from mcp.shared.dispatcher import DispatchContext
 from mcp.shared.exceptions import MCPError
-from mcp_types.version import LATEST_MODERN_VERSION
 from pydantic import ValidationError
 from starlette.types import Scope
 
@@ -112,10 +111,11 @@ class Children:
         options: ProcessOptions | None = None,
         process_env: ProcessEnv | None = None,
     ) -> None:
-        self.command, self.config, self.bus = list(command), config, bus
+        self.command, self.config, self.mode, self.bus = list(command), config, processes, bus
         self.process_env = ProcessEnv() if process_env is None else process_env
-        self.sessionless, self.warm_wanted = sessionless, warm
-        self.choose(processes)
+        # "auto" (_stdio.choose) becomes one of the others before the first request
+        self.per_request = processes != "shared" and sessionless == "per-request"
+        self.warm_count = warm if processes != "shared" else 0
         self.warm: deque[_Process] = deque()  # started and initialized ahead, for new conversations and requests
         self.live: set[_Process] = set()  # every live process: shared, started ahead, a conversation's
         self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
@@ -133,40 +133,12 @@ class Children:
         self.metrics = ProcessEvents()  # what the metrics count: _status.ProcessMetrics, set by the app
         self._tasks: anyio.abc.TaskGroup | None = None
 
-    def choose(self, processes: Literal["auto", "per-conversation", "shared"]) -> None:
-        """The processes' mode: ``"auto"`` until the server's revisions are known (:meth:`running`)."""
-        self.mode = processes
-        self.per_request = processes == "per-conversation" and self.sessionless == "per-request"
-        self.warm_count = self.warm_wanted if processes == "per-conversation" else 0
-
-    async def _speaks_latest(self) -> bool:
-        """Whether the server speaks 2026-07-28, as its ``server/discover`` answer says: asked of a process of its
-        own, which then ends (a connection's first request decides its era, and the shared one's is the handshake)."""
-        probe = Child(
-            self.command,
-            label="revisions",
-            environ=self.environ,
-            max_line=self.config.max_response_size,
-            on_request=_no_client,
-            on_notify=_unreached,
-            on_progress=lambda method, params: True,
-            options=self.options,
-            discover=True,
-        )
-        await probe.run()
-        return LATEST_MODERN_VERSION in probe.revisions
-
     @asynccontextmanager
     async def running(self) -> AsyncIterator[types.InitializeResult]:
         """Start the shared child; at the end, stop every child. Yields the shared child's answer."""
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
             try:
-                if self.mode == "auto":  # see docs/gateway.md, "Process lifetimes"
-                    latest = await self._speaks_latest()
-                    self.choose("shared" if latest else "per-conversation")
-                    said = "2026-07-28" if latest else "only the 2025-11-25 handshake"
-                    logger.info("the server speaks %s: --processes %s", said, self.mode)
                 try:
                     shared = await self.shared_conversation()
                 except MCPError as exc:
@@ -249,15 +221,6 @@ class Children:
         else:  # a host's conversation: its name is no secret, its key is its caller's
             found = await self._host(session, caller)
         return await self._ready(found)
-
-    async def named(self, scope: Scope) -> str | None:
-        """A request's conversation as the shared process sees it: a digest of its session's name and its caller,
-        the same for each of its requests (never a bearer value); None for a request that names none."""
-        session: Session | None = scope.get(SCOPE_KEY)
-        if session is None:
-            return None
-        caller = await self.caller(scope)
-        return _bound(f"{session.source}\0{session.id}", caller.id)
 
     def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
         """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
@@ -627,10 +590,6 @@ def known_as(scope: Scope) -> str:
         return str(user.display_name)
     client = scope.get("client")
     return client[0] if client else ""
-
-
-async def _no_client(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-    raise MCPError(types.INVALID_REQUEST, "no client is in this conversation")
 
 
 def _no_state() -> MCPError:
