@@ -250,7 +250,7 @@ class Conversation:
 
     async def relay(self, ctx: ServerRequestContext[Any, Any], conversation: str | None = None) -> dict[str, Any]:
         """The child's answer to a client's request; the client's own progress token gets the child's progress.
-        ``conversation``: the request's, for the shared child (``Children.named``), named as the draft names a
+        ``conversation``: the request's, for the shared child (``_stdio.named``), named as the draft names a
         session in ``_meta``."""
         params = dict(ctx.params or {})
         given = params.pop("_meta", None) or {}
