@@ -237,7 +237,8 @@ def test_a_stdio_process_gets_its_user_s_exchanged_token(authorization_server: P
     secret = tmp_path / "secret"
     secret.write_text(GATEWAY[1] + "\n")
     options = exchanging(authorization_server, "--exchange-client-secret-file", str(secret))
-    env = ("--process-env", f"UPSTREAM_TOKEN=exchange:{UPSTREAM}")
+    # The exchange is this test's; one uid for both users' processes (test_gateway_stdio_containment's is a uid each)
+    env = ("--process-env", f"UPSTREAM_TOKEN=exchange:{UPSTREAM}", "--accept-shared-uid")
     with gateway(authorization_server, "--stdio", SERVER, *env, *options) as front:
         alice = login(authorization_server, "alice", front.url())
         answer = call(front.url(), alice, GETENV)

@@ -19,6 +19,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,8 +41,15 @@ _SKIPPED = shutil.ignore_patterns(
     ".git", ".venv*", ".cache", "node_modules", "__pycache__", ".*_cache", "site", "dist", "build"
 )
 WAITING = """\
-listening() {  # the test's: wait, as a person would, for what the block above started
-    for port in "$@"; do until (: > "/dev/tcp/127.0.0.1/$port") 2>/dev/null; do sleep 0.2; done; done
+listening() {  # the test's: wait, as a person would, for what the block above started (at most 300 s a port)
+    for port in "$@"; do
+        tries=1500
+        until (: > "/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
+            tries=$((tries - 1))
+            [ "$tries" -gt 0 ] || { echo "nothing listens on $port"; exit 1; }
+            sleep 0.2
+        done
+    done
 }
 stopped() {  # the test's: end what the blocks started in the background
     kill $(jobs -p) 2>/dev/null; wait
@@ -69,6 +78,15 @@ def waited(block: str) -> str:
     """``block``, then the wait for the ports its servers listen on."""
     ports = [first or second for first, second in _LISTENS.findall(block)]
     return block + (f"listening {' '.join(ports)}\n" if ports else "")
+
+
+@pytest.fixture
+def readable() -> Iterator[Path]:
+    """A directory every user may read: the team recipe's processes run as uids of their own (``--process-uids``),
+    which read its ``whose.py`` and its virtual environment (pytest's ``tmp_path`` is its user's alone)."""
+    with tempfile.TemporaryDirectory(prefix="mcp-sessions-recipe-") as directory:
+        os.chmod(directory, 0o755)
+        yield Path(directory)
 
 
 def run_recipe(script: str, tmp_path: Path) -> str:
@@ -100,10 +118,11 @@ def run_recipe(script: str, tmp_path: Path) -> str:
 
 
 @pytest.mark.timeout(WITHIN + 60)
-def test_the_team_recipe_runs_as_written(tmp_path: Path) -> None:
-    output = run_recipe("".join(waited(block) for block in sh_blocks(TEAM)), tmp_path)
+def test_the_team_recipe_runs_as_written(readable: Path) -> None:
+    output = run_recipe("".join(waited(block) for block in sh_blocks(TEAM)), readable)
 
-    assert 'www-authenticate: Bearer error="invalid_token"' in output, output
+    metadata = "http://127.0.0.1:8000/.well-known/oauth-protected-resource/mcp"
+    assert f'www-authenticate: Bearer resource_metadata="{metadata}"' in output, output  # no token: no error
     assert '"authorization_servers":["http://127.0.0.1:9000/"]' in output, output
     texts = re.findall(r'"text": "([^"]*)"', output)
     assert texts[:2] == ["0001", "0002"], output  # alice's process has alice's token, bob's his
@@ -112,7 +131,7 @@ def test_the_team_recipe_runs_as_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(WITHIN + 60)
-def test_the_replicas_recipe_runs_as_written_after_the_team_recipe(tmp_path: Path) -> None:
+def test_the_replicas_recipe_runs_as_written_after_the_team_recipe(readable: Path) -> None:
     [team, *_] = sh_blocks(TEAM)  # its files (whose.py) and keys; its gateway stopped: the front takes its port
     redis = f"{redis_server_binary()} --port 6379 --bind 127.0.0.1 --save '' --appendonly no &\nlistening 6379\n"
     [replicas] = sh_blocks(REPLICAS)
@@ -126,7 +145,7 @@ done
 """
     front = "{\n" + replicas + "} &\nlistening 8101 8102 8000\n"  # its last command, the front, serves till stopped
     script = waited(team) + "stopped\n" + redis + front + through_the_front
-    output = run_recipe(script, tmp_path)
+    output = run_recipe(script, readable)
 
     assert output.count('"isError": false') == 2, output  # a session through the front, twice on its process
     assert "Traceback" not in output, output
