@@ -64,15 +64,13 @@ from e2e._gateway import (
     result_of,
     upstream_server,
 )
+from e2e._issuer import ISSUER, KEY, KEYS, jwks
 from e2e._stdio import text_of
 from mcp_sessions._gateway._auth import GatewayAuth
 
 pytestmark = pytest.mark.anyio
 
-ISSUER = "https://issuer.example"
-KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-KEYS = {"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]}
 COOLDOWN = 30.0  # the shortest time between two fetches of the JWKS (PyJWT's, and the gateway's)
 SERVER = f"{sys.executable} -m e2e._stdio_server"
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
@@ -86,13 +84,6 @@ SPANS_TO_LOG = {
     "OTEL_METRICS_EXPORTER": "none",
     "OTEL_LOGS_EXPORTER": "none",
 }
-
-
-@contextlib.contextmanager
-def jwks() -> Iterator[str]:
-    """The authorization server's JWKS on loopback: its URL."""
-    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(KEYS))])) as url:
-        yield url + "/jwks.json"
 
 
 @contextlib.contextmanager

@@ -6,7 +6,6 @@ that dies at startup.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -19,14 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from starlette.applications import Starlette
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from _mcp import (
     MODERN,
@@ -40,23 +34,14 @@ from _mcp import (
 )
 from _otel import collect, points
 from _redis import free_port
-from conftest import SECRET, serve
+from conftest import SECRET
 from e2e._gateway import MAIN, Process, gateway_process, legacy_initialize
+from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import SERVER, stdio_gateway, until
 from mcp_sessions import SessionsConfig
 
-ISSUER = "https://issuer.example"
-KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 CLI_WITHIN = 60  # a fresh interpreter: 2 s alone, over 10 s beside the suite on 2 slow cores; guards a hang only
-
-
-@contextlib.contextmanager
-def jwks() -> Iterator[str]:
-    """The authorization server's JWKS on loopback: its URL."""
-    keys = {"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]}
-    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(keys))])) as url:
-        yield url + "/jwks.json"
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +70,7 @@ def team() -> Iterator[tuple[Process, int]]:
 
 def token(gateway: Process, user: str) -> str:
     claims = {"iss": ISSUER, "aud": gateway.url(), "sub": user, "exp": int(time.time()) + 300}
-    return jwt.encode(claims, KEY, algorithm="RS256", headers={"kid": "k1"})
+    return signed(claims)
 
 
 def command(*arguments: str, environ: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -26,17 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
-from starlette.applications import Starlette
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from _mcp import ModernClient, session_meta
 from _redis import missing
-from conftest import SECRET, serve
+from conftest import SECRET
 from e2e._gateway import CACHE, Process, installed, node, rss_kib, started
+from e2e._issuer import ISSUER, signed
+from e2e._issuer import jwks as served_jwks
 from e2e._stdio import until
 
 SERVER = r"""
@@ -97,8 +94,6 @@ for line in sys.stdin:
 """
 WITHIN = 10.0
 OPEN: list[httpx.Client] = []
-ISSUER = "https://issuer.example"
-KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 UIDS = "61000-61099"
 AUTH = (
     "--auth-jwks",
@@ -145,9 +140,8 @@ def server() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def jwks() -> Iterator[str]:
     """The authorization server's JWKS on loopback: its URL."""
-    keys = {"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]}
-    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(keys))])) as url:
-        yield url + "/jwks.json"
+    with served_jwks() as url:
+        yield url
 
 
 @contextlib.contextmanager
@@ -186,7 +180,7 @@ def client(process: Process, timeout: float = 30.0, user: str | None = None) -> 
     headers = {}
     if user is not None:
         claims = {"iss": ISSUER, "aud": f"http://127.0.0.1:{process.port}/mcp", "sub": user}
-        token = jwt.encode({**claims, "exp": int(time.time()) + 600}, KEY, algorithm="RS256", headers={"kid": "k1"})
+        token = signed({**claims, "exp": int(time.time()) + 600})
         headers = {"Authorization": f"Bearer {token}", "X-Secret": SECRETS[user]}
     OPEN.append(http := httpx.Client(timeout=timeout, headers=headers))
     return ModernClient(http, f"http://127.0.0.1:{process.port}")

@@ -18,17 +18,13 @@ from typing import Any
 
 import anyio
 import httpx
-import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client
-from starlette.applications import Starlette
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from _mcp import modern_headers, modern_request, session_meta
-from conftest import SECRET, serve
+from conftest import SECRET
 from e2e._gateway import JSON_SSE, Process, created, gateway_process, legacy_initialize, result_of
+from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, stdio_gateway, until
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import _stdio_table
@@ -37,18 +33,8 @@ from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 pytestmark = pytest.mark.anyio
 
-ISSUER = "https://issuer.example"
-KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 STDIO_SERVER = f"{sys.executable} -m e2e._stdio_server"
 WITHIN = 30.0
-
-
-@contextlib.contextmanager
-def jwks() -> Iterator[str]:
-    """The authorization server's JWKS on loopback: its URL."""
-    keys = {"keys": [{**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}]}
-    with serve(Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse(keys))])) as url:
-        yield url + "/jwks.json"
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +49,7 @@ def team() -> Iterator[Process]:
 
 def as_user(team: Process, name: str) -> dict[str, str]:
     claims = {"iss": ISSUER, "aud": team.url(), "sub": name, "exp": int(time.time()) + 300}
-    return {"Authorization": f"Bearer {jwt.encode(claims, KEY, algorithm='RS256', headers={'kid': 'k1'})}"}
+    return {"Authorization": f"Bearer {signed(claims)}"}
 
 
 def modern_call(
