@@ -354,7 +354,10 @@ def gateways(work: Path, command: list[str], limit: int) -> dict[str, tuple[list
     (work / "ready").mkdir()
     # Neither gateway writes a log line per request: ours at warning (no access log), supergateway at none.
     limits = ["--max-processes", str(limit), "--max-processes-per-principal", str(limit)]
-    ours = [sys.executable, "-m", "mcp_sessions", "gateway", "--log-level", "warning", *limits, "--pass-env", READY_DIR]
+    # A process per conversation, as supergateway --stateful gives, whatever revision the server speaks (its
+    # server here speaks 2026-07-28, which --processes auto would serve with one shared process).
+    per_conversation = ["--processes", "per-conversation", *limits, "--pass-env", READY_DIR]
+    ours = [sys.executable, "-m", "mcp_sessions", "gateway", "--log-level", "warning", *per_conversation]
     secret = {"MCP_SESSIONS_SECRET": SECRET}
     theirs = [node, str(SUPERGATEWAY), "--stdio", " ".join(command), "--outputTransport", "streamableHttp"]
     return {
