@@ -117,6 +117,7 @@ def gateway(authorization_server: Process, *arguments: str) -> Iterator[Process]
     ``opentelemetry-instrument`` with its spans (httpx's calls to the token endpoint among them) in its output."""
     environ = {"MCP_SESSIONS_EXCHANGE_CLIENT_SECRET": GATEWAY[1], "PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests"}
     environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_METRICS_EXPORTER": "none"}
+    environ["OTEL_LOGS_EXPORTER"] = "none"  # the distro's default, OTLP, is not in make test's environment
     program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
     with gateway_process([], *arguments, "--log-level", "debug", environ=environ, program=program) as process:
         yield process
