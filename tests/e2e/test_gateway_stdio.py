@@ -135,12 +135,14 @@ async def test_a_2025_session_lives_in_its_transport_sessions_process_and_a_reco
         pid = (await whoami(first))["pid"]
         async with Client(url, mode="legacy") as again:
             assert (await whoami(again, session))["pid"] == pid != (await whoami(again))["pid"]
-    await until(lambda: gone(pid), "the process's end")
     async with Client(url, mode="legacy") as later:
-        with pytest.raises(MCPError) as over:
+        with pytest.raises(MCPError) as ending:  # while its process ends
+            await whoami(later, session)
+        await until(lambda: gone(pid), "the process's end")
+        with pytest.raises(MCPError) as ended:
             await whoami(later, session)
 
-    assert over.value.code == SESSION_NOT_FOUND  # the client starts a new one
+    assert ending.value.code == ended.value.code == SESSION_NOT_FOUND  # the client starts a new one
 
 
 async def test_the_same_request_id_in_two_conversations_gets_two_answers(url: str) -> None:
