@@ -20,6 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ from e2e._gateway import (
     upstream_server,
 )
 from e2e._issuer import ISSUER, KEY, KEYS, jwks
-from e2e._stdio import text_of
+from e2e._stdio import text_of, until
 from mcp_sessions._gateway._auth import GatewayAuth
 
 pytestmark = pytest.mark.anyio
@@ -97,9 +98,15 @@ def gateway(*arguments: str, environ: dict[str, str] | None = None, instrumented
 
 
 @pytest.fixture(scope="module")
-def team() -> Iterator[Process]:
+def team_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the team's processes say a ``hold`` runs, and wait to be let go (the tests' server)."""
+    return tmp_path_factory.mktemp("team")
+
+
+@pytest.fixture(scope="module")
+def team(team_files: Path) -> Iterator[Process]:
     """One gateway for a team: tokens from the JWKS, GITHUB_TOKEN from each user's X-GitHub-Token."""
-    environ = {"PYTHONPATH": PYTHONPATH, "GITHUB_TOKEN": "the-gateway-s-own"}
+    environ = {"PYTHONPATH": PYTHONPATH, "GITHUB_TOKEN": "the-gateway-s-own", "STDIO_TEST_FILES": str(team_files)}
     with (
         jwks() as url,
         gateway("--stdio", SERVER, *verifying(url), *GITHUB_TOKEN, environ=environ, instrumented=True) as team,
@@ -358,8 +365,12 @@ async def test_each_user_s_process_has_their_own_credential(team: Process, mode:
         assert secret.encode() not in log
 
 
-def test_a_users_token_reaches_no_other_users_transport_session_or_conversation(team: Process) -> None:
-    """Bob, with Alice's 2025 transport session id or her host conversation id, never reaches her process."""
+def test_a_users_token_reaches_no_other_users_transport_session_or_conversation(
+    team: Process, team_files: Path
+) -> None:
+    """Bob, with Alice's 2025 transport session id or her host conversation id, never reaches her process: her
+    transport session is one he does not have (404), even while a request of hers with his request's id is in flight
+    (CI: the guard of ids in flight answered him first, "a request with this id is in progress")."""
 
     def as_user(name: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {for_gateway(team, name)}", "X-GitHub-Token": f"ghp_{name}"}
@@ -376,7 +387,15 @@ def test_a_users_token_reaches_no_other_users_transport_session_or_conversation(
         alices = legacy_initialize(http, team.url(), as_user("alice"))
         assert text_of_answer(getenv_as(http, alices)) == "ghp_alice"
         stolen = getenv_as(http, {**alices, **as_user("bob")})
-        assert stolen.status_code in (403, 404) and "ghp_alice" not in stolen.text, stolen.text
+        assert stolen.status_code == 404 and "ghp_alice" not in stolen.text, stolen.text
+        hold = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hold", "arguments": {}}}
+        with httpx.Client(timeout=30) as hers, ThreadPoolExecutor(1) as pool:
+            held = pool.submit(hers.post, team.url(), json=hold, headers={**JSON_SSE, **alices})
+            until(lambda: (team_files / "held").exists(), said=team.output)
+            stolen = getenv_as(http, {**alices, **as_user("bob")})
+            (team_files / "go").touch()
+            assert text_of_answer(held.result()) == "held"
+        assert stolen.status_code == 404 and "ghp_alice" not in stolen.text, stolen.text
         assert alices["Mcp-Session-Id"][:16].encode() not in team.log()  # a bearer value: in no log line
 
         chat = {"vscode.conversationId": "chat-1"}

@@ -39,6 +39,7 @@ from typing import Any, Final, Literal, cast
 
 import anyio
 import mcp_types as types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.caching import CacheableMethod, CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
@@ -426,14 +427,15 @@ class _HostChecked:
 class _OneIdInFlight:
     """The ``mcp`` SDK's transport keys a 2025 transport session's requests in flight by ``str(id)``, so that ``7``
     and ``"7"`` would share one stream and cross, or hang: a request whose id reads as one in flight in its
-    transport session gets a JSON-RPC error instead, until the first is answered. It sees the body the middleware
-    read whole, and parsed: a JSON POST's. A 2026-07-28 request has no transport session (its ``Mcp-Session-Id``,
-    if any, is no transport session's): not its concern."""
+    transport session gets a JSON-RPC error instead, until the first is answered. Only the requests of the principal
+    the SDK's transport lets in (:func:`authorization_context`) are its concern: another's is the SDK's to refuse,
+    as a session it does not have. It sees the body the middleware read whole, and parsed: a JSON POST's. A
+    2026-07-28 request has no transport session (its ``Mcp-Session-Id``, if any, is no transport session's)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        # (transport session id, request id as the SDK keys it)
-        self.in_flight: set[tuple[bytes, str]] = set()
+        # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
+        self.in_flight: set[tuple[bytes, tuple[str | None, ...], str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         transport = header(scope["headers"], MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None
@@ -444,7 +446,9 @@ class _OneIdInFlight:
         parsed = jsonrpc.loads(message.get("body", b"")) if whole else None
         request = jsonrpc.is_request_or_notification(parsed)
         request_id = jsonrpc.echoable_id(jsonrpc.request_id_of(parsed)) if request else None
-        key = (transport, str(request_id))
+        user = scope.get("user")
+        principal = tuple(authorization_context(user).values()) if isinstance(user, AuthenticatedUser) else ()
+        key = (transport, principal, str(request_id))
         if request_id is not None and key in self.in_flight:
             refusal = jsonrpc.invalid_request(request_id, "a request with this id is in progress in this session")
             return await send_json(send, 200, refusal, b"")

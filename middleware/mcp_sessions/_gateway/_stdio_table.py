@@ -59,7 +59,6 @@ caller's ends it to make room."""
 RETRY_LATER: Final = {"retryAfter": 1}  # in a refusal answered in-band (HTTP 200): when to try again, in seconds
 _HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the gateway start that runs its child
 _WATCHED: Final = ("transport-session", "data-layer-session")  # ended with their session, on any replica
-_SESSION_GONE: Final = ("evicted", "its session ended")  # then its name is "not found"
 LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
 """What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
@@ -398,7 +397,7 @@ class Children:
 
     def _gone(self, key: Key, why: str | None = None) -> MCPError:
         why = why or self.ended.get(key, (0.0, "ended"))[1]
-        if self.fronted or why in _SESSION_GONE:  # a replica's: its front's session; these: as its session's end
+        if self.fronted or why in ("evicted", "its session ended"):  # a front's session, or one these ended
             return self._not_found()
         return MCPError(
             CHILD_EXITED, f"the server process of this conversation has ended ({why}), with its state; start a new one"
