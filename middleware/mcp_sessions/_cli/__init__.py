@@ -308,8 +308,8 @@ def _keygen(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         print(f"wrote the public key (kid {kid!r}) to {args.public_out}", file=stderr)
     if args.out:
         _write(args.out, text, force=args.force, private=True)
-        said = f"wrote the private key (kid {kid!r}, {algorithm}) to {args.out}"
-        print(said + " (mode 0600)", file=stderr)
+        said = f"wrote the private key (kid {kid!r}, {algorithm}) to {args.out} (mode 0600)"
+        print(said, file=stderr)
     else:
         stdout.write(text)
     return EXIT_OK
