@@ -61,38 +61,41 @@ COMMANDS: Final = {
     "inspect": "decode a session token and, given keys, say whether and why it is valid",
     "create": "open a session on a server and print how to pass it (for clients that can only add metadata)",
     "delete": "end a session on a server (the sessionId create printed)",
-    "gateway": "serve sessions in front of any MCP server (any language), forwarding to it over HTTP; "
-    "'gateway status URL': what a gateway --stdio runs",
+    "gateway": (
+        "serve sessions in front of any MCP server (any language), forwarding "
+        "to it over HTTP; 'gateway status URL': what a gateway --stdio runs"
+    ),
     "sessions": "list your own conversations on a gateway --stdio, or end one",
     "connect": "serve a remote MCP server to a stdio host (Claude Code…), naming the host's conversation",
-    "conformance": ("check how well a server implements each session wire (needs the pack: pip install ./conformance)"),
+    "conformance": "check how well a server implements each session wire (needs the pack: pip install ./conformance)",
 }
 """Every command and what it does, as ``mcp-sessions --help`` lists them."""
 ALGORITHMS: Final = ("HS256", "ES256", "EdDSA")
 _ALIASES: Final = {"hs256": "HS256", "es256": "ES256", "eddsa": "EdDSA", "ed25519": "EdDSA"}
 _KID_PREFIX: Final = {"HS256": "hs", "ES256": "es", "EdDSA": "ed"}
 KEYGEN: Final = (
-    "Generate a signing key. Default: an HS256 secret as MCP_SESSIONS_SECRET=... With --kid, "
-    "kid:secret for MCP_SESSIONS_KEYS. ES256 and EdDSA: a private JWKS in MCP_SESSIONS_KEYS. "
-    "Private material goes to standard output, or to --out (a new file, mode 0600)."
+    "Generate a signing key. Default: an HS256 secret as "
+    "MCP_SESSIONS_SECRET=... With --kid, kid:secret for MCP_SESSIONS_KEYS. "
+    "ES256 and EdDSA: a private JWKS in MCP_SESSIONS_KEYS. Private material "
+    "goes to standard output, or to --out (a new file, mode 0600)."
 )
 
 INSTALL: Final = (
-    "mcp-sessions conformance runs the conformance pack, which is not installed. It is the distribution "
-    "mcp-sessions-conformance, not on the package index: from a clone of the mcp-sessions repository, "
+    "mcp-sessions conformance runs the conformance pack, which is not "
+    "installed. It is the distribution mcp-sessions-conformance, not on the "
+    "package index: from a clone of the mcp-sessions repository, "
     "pip install ./conformance (see docs/conformance.md)."
+)
+DESCRIPTION: Final = (
+    "mcp-sessions (data-layer sessions for MCP servers): signing keys, "
+    "session tokens, a session on a server, the gateway in front of any "
+    "server, and the conformance pack."
 )
 
 
 def _parser(command: str | None) -> argparse.ArgumentParser:
     """The command line, with the arguments of ``command`` only: the others are listed, not imported."""
-    parser = argparse.ArgumentParser(
-        prog="mcp-sessions",
-        description=(
-            "mcp-sessions (data-layer sessions for MCP servers): signing keys, session tokens, a session "
-            "on a server, the gateway in front of any server, and the conformance pack."
-        ),
-    )
+    parser = argparse.ArgumentParser(prog="mcp-sessions", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in COMMANDS.items():
         # The pack reads its own arguments.
@@ -112,7 +115,8 @@ def _status_parser() -> argparse.ArgumentParser:
     # What a gateway runs: the operator's view beside a user's own.
     module = _module("sessions")
     description = module.STATUS_DESCRIPTION
-    parser = argparse.ArgumentParser(prog="mcp-sessions gateway status", description=description)
+    prog = "mcp-sessions gateway status"
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     module.add_status_arguments(parser)
     parser.set_defaults(command="status")
     return parser
@@ -159,7 +163,12 @@ def main(
         return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_INVALID
 
 
-def _run_conformance(argv: Sequence[str], stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+def _run_conformance(
+    argv: Sequence[str],
+    stdout: TextIO,
+    stderr: TextIO,
+    environ: Mapping[str, str],
+) -> int:
     """Run the conformance pack's command line on ``argv`` (the arguments after ``conformance``).
 
     The pack is ``mcp-sessions-conformance``, a distribution of its own (``conformance/`` in the repository)
@@ -180,14 +189,36 @@ def _run_conformance(argv: Sequence[str], stdout: TextIO, stderr: TextIO, enviro
 
 def _add_keygen_arguments(keygen: argparse.ArgumentParser) -> None:
     """The options of ``keygen``."""
-    keygen.add_argument("--alg", default="HS256", help="HS256 (default), ES256, or EdDSA (Ed25519)")
-    keygen.add_argument("--kid", help="the key id (default: generated); needed to rotate keys later")
     keygen.add_argument(
-        "--format", choices=("env", "jwks"), default="env", help="an environment line (default) or a JWKS document"
+        "--alg",
+        default="HS256",
+        help="HS256 (default), ES256, or EdDSA (Ed25519)",
     )
-    keygen.add_argument("--out", metavar="FILE", help="write the private key here (mode 0600) instead of stdout")
-    keygen.add_argument("--public-out", metavar="FILE", help="also write the public JWKS here (ES256, EdDSA)")
-    keygen.add_argument("--force", action="store_true", help="overwrite existing files")
+    keygen.add_argument(
+        "--kid",
+        help="the key id (default: generated); needed to rotate keys later",
+    )
+    keygen.add_argument(
+        "--format",
+        choices=("env", "jwks"),
+        default="env",
+        help="an environment line (default) or a JWKS document",
+    )
+    keygen.add_argument(
+        "--out",
+        metavar="FILE",
+        help="write the private key here (mode 0600) instead of stdout",
+    )
+    keygen.add_argument(
+        "--public-out",
+        metavar="FILE",
+        help="also write the public JWKS here (ES256, EdDSA)",
+    )
+    keygen.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite existing files",
+    )
 
 
 def _generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | None]:
@@ -204,7 +235,8 @@ def _generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | No
         pair = ec.generate_private_key(ec.SECP256R1())
         jwk = ECAlgorithm.to_jwk(pair, as_dict=True)
     else:
-        jwk = OKPAlgorithm.to_jwk(ed25519.Ed25519PrivateKey.generate(), as_dict=True)
+        private = ed25519.Ed25519PrivateKey.generate()
+        jwk = OKPAlgorithm.to_jwk(private, as_dict=True)
     named = {"kty": jwk["kty"], "kid": kid, "alg": algorithm, "use": "sig"}
     rest = {k: v for k, v in jwk.items() if k != "kty"}
     jwk = named | rest
@@ -231,7 +263,8 @@ def _write(path: str, text: str, *, force: bool, private: bool) -> None:
     try:
         fd = os.open(path, flags, 0o600 if private else 0o666)
     except FileExistsError:
-        raise UsageError(f"{path} exists: choose another file, or pass --force to overwrite it") from None
+        said = f"{path} exists: choose another file, or pass --force to overwrite it"
+        raise UsageError(said) from None
     except OSError as exc:
         reason = exc.strerror or exc
         raise UsageError(f"cannot write {path}: {reason}") from None
@@ -249,9 +282,11 @@ def _keygen(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
         choices = ", ".join(ALGORITHMS)
         raise UsageError(f"unknown --alg {args.alg!r}: choose one of {choices}")
     if args.kid is not None and not _reads_back(args.kid):
-        raise UsageError("--kid must be 1 to 64 visible ASCII characters, without ',' or ':', not starting with '#'")
+        rule = "1 to 64 visible ASCII characters, without ',' or ':', not starting with '#'"
+        raise UsageError(f"--kid must be {rule}")
     if args.public_out and algorithm == "HS256":
-        raise UsageError("--public-out needs a key pair (--alg ES256 or EdDSA): an HS256 secret has no public part")
+        why = "an HS256 secret has no public part"
+        raise UsageError(f"--public-out needs a key pair (--alg ES256 or EdDSA): {why}")
     jwk, secret = _generate(algorithm, args.kid)
     kid = jwk["kid"]
     if args.format == "jwks":

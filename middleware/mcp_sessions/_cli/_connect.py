@@ -45,7 +45,12 @@ from mcp.shared.inbound import (
     encode_header_value,
 )
 from mcp.shared.message import ClientMessageMetadata, SessionMessage
-from mcp_types import PROTOCOL_VERSION_META_KEY, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp_types import (
+    PROTOCOL_VERSION_META_KEY,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+)
 
 from .._wire import jsonrpc, printable
 from .._wire.protocol import INTERNAL_ERROR, MODERN_VERSION, UPSTREAM_UNAVAILABLE
@@ -66,18 +71,24 @@ REFUSED_STATUSES: Final = (401, 403)
 TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
 """The SDK's own client's: 30 s to connect and send, 5 minutes between two bytes of an answer (an event stream)."""
 
+_BUILT_IN: Final = " and ".join(BUILT_IN_CONVERSATION_ENV)
 DESCRIPTION: Final = (
-    "Serve MCP on standard input and output for a host (Claude Code, Claude Desktop, VS Code), forwarding every "
-    "message to the Streamable HTTP endpoint URL, with the host's conversation named: a data-layer session per "
-    "conversation where the server has sessions, and gen_ai.conversation.id in baggage. The conversation is "
-    f"the first of the --conversation-env variables, then {' and '.join(BUILT_IN_CONVERSATION_ENV)}, that is "
-    "set. Credentials come from the environment or a file, never from the command line."
+    "Serve MCP on standard input and output for a host (Claude Code, Claude "
+    "Desktop, VS Code), forwarding every message to the Streamable HTTP endpoint "
+    "URL, with the host's conversation named: a data-layer session per "
+    "conversation where the server has sessions, and gen_ai.conversation.id in "
+    "baggage. The conversation is the first of the --conversation-env variables, "
+    f"then {_BUILT_IN}, that is set. Credentials come from the environment or "
+    "a file, never from the command line."
 )
 
 
 def add_arguments(connect: argparse.ArgumentParser) -> None:
     """The arguments of ``connect``."""
-    connect.add_argument("url", help="the remote MCP endpoint, e.g. https://mcp.example.com/mcp")
+    connect.add_argument(
+        "url",
+        help="the remote MCP endpoint, e.g. https://mcp.example.com/mcp",
+    )
     connect.add_argument(
         "--conversation-env",
         action="append",
@@ -96,15 +107,24 @@ def add_arguments(connect: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=env:VAR",
-        help="send header NAME with the value of the environment variable VAR, or NAME=file:PATH the content of "
-        "a file; repeat",
+        help=(
+            "send header NAME with the value of the environment variable VAR, "
+            "or NAME=file:PATH the content of a file; repeat"
+        ),
     )
-    connect.add_argument("--bearer-file", metavar="FILE", help="send 'Authorization: Bearer' and this file's content")
+    connect.add_argument(
+        "--bearer-file",
+        metavar="FILE",
+        help="send 'Authorization: Bearer' and this file's content",
+    )
     connect.add_argument(
         "--state-dir",
         metavar="DIR",
-        help="where each conversation's session is kept (default $XDG_STATE_HOME/mcp-sessions/connect, else "
-        "~/.local/state/mcp-sessions/connect)",
+        help=(
+            "where each conversation's session is kept (default "
+            "$XDG_STATE_HOME/mcp-sessions/connect, else "
+            "~/.local/state/mcp-sessions/connect)"
+        ),
     )
     connect.add_argument(
         "--log-level",
@@ -115,12 +135,21 @@ def add_arguments(connect: argparse.ArgumentParser) -> None:
     connect.add_argument(
         "--end-with-host",
         action="store_true",
-        help="delete the conversation's session when the host closes this server (default: keep it, so that the "
-        "host's next start of the same conversation finds it)",
+        help=(
+            "delete the conversation's session when the host closes this "
+            "server (default: keep it, so that the host's next start of the "
+            "same conversation finds it)"
+        ),
     )
 
 
-def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+def run(
+    args: argparse.Namespace,
+    stdin: TextIO,
+    stdout: TextIO,
+    stderr: TextIO,
+    environ: Mapping[str, str],
+) -> int:
     """Run ``connect``: serve the host until it closes standard input; returns the exit status."""
     parts = urlsplit(args.url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -147,7 +176,11 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     return EXIT_OK
 
 
-def request_headers(specs: list[str], bearer_file: str | None, environ: Mapping[str, str]) -> dict[str, str]:
+def request_headers(
+    specs: list[str],
+    bearer_file: str | None,
+    environ: Mapping[str, str],
+) -> dict[str, str]:
     """The headers every request carries: ``NAME=env:VAR`` and ``NAME=file:PATH``, then the bearer's file.
 
     A value on the command line would show in ``ps`` and in the host's configuration file, so there is none.
@@ -159,7 +192,9 @@ def request_headers(specs: list[str], bearer_file: str | None, environ: Mapping[
         name = name.strip()
         # What it got may be a secret: never repeated.
         if not name or kind not in ("env", "file") or not where:
-            raise UsageError(f"--header {printable(name)} takes NAME=env:VAR or NAME=file:PATH, never a value itself")
+            shown = printable(name)
+            forms = "NAME=env:VAR or NAME=file:PATH"
+            raise UsageError(f"--header {shown} takes {forms}, never a value itself")
         headers[name] = _secret(kind, where, environ, f"--header {name}")
     if bearer_file is not None:
         bearer = _secret("file", bearer_file, environ, "--bearer-file")
@@ -252,7 +287,12 @@ class SavedSession:
             raise
 
 
-async def _serve(url: str, headers: dict[str, str], saved: SavedSession | None, end_with_host: bool) -> None:
+async def _serve(
+    url: str,
+    headers: dict[str, str],
+    saved: SavedSession | None,
+    end_with_host: bool,
+) -> None:
     """Relay between the host on stdio and the remote at ``url`` until the host closes standard input."""
     session = HeldSession() if saved is None else saved.load()
     shim = SessionTransport(
@@ -323,7 +363,8 @@ async def _to_host(
     never asked for); the answer to its ``initialize`` once ``opened`` is done."""
     async for item in remote:
         if isinstance(item, Exception):
-            logger.warning("the remote sent what is not a JSON-RPC message: %s", type(item).__name__)
+            what = type(item).__name__
+            logger.warning("the remote sent what is not a JSON-RPC message: %s", what)
             continue
         if versions.initialized(item):
             await opened()
@@ -420,11 +461,13 @@ class Refusals(httpx2.AsyncBaseTransport):
         if response.status_code not in REFUSED_STATUSES:
             return response
         await response.aclose()
+        status = response.status_code
         said = (
-            f"{self._where} refused this server's credentials (HTTP {response.status_code}): set them with "
-            "--header NAME=env:VAR or --bearer-file FILE in the host's configuration"
+            f"{self._where} refused this server's credentials (HTTP {status}): "
+            "set them with --header NAME=env:VAR or --bearer-file FILE in the "
+            "host's configuration"
         )
-        return self._refused(response.status_code, INTERNAL_ERROR, said)
+        return self._refused(status, INTERNAL_ERROR, said)
 
     def _refused(self, status: int, code: int, said: str) -> httpx2.Response:
         if status not in self._said:

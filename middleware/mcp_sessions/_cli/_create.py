@@ -49,14 +49,18 @@ LEGACY: Final = "2025-11-25"
 EXCERPT_CHARS: Final = 240
 """The most characters of an answer's body a command shows (then ``…``)."""
 T = TypeVar("T")
-_HANDSHAKE_REFUSAL: Final = re.compile(r"session[ _-]?id|not initiali[sz]ed|protocol[ _-]?version", re.IGNORECASE)
+_HANDSHAKE_REFUSAL: Final = re.compile(
+    r"session[ _-]?id|not initiali[sz]ed|protocol[ _-]?version",
+    re.IGNORECASE,
+)
 
 
 DESCRIPTION: Final = (
-    "Send sessions/create to the MCP endpoint URL and print the new session: its stable id, its "
-    "sessionId (a bearer secret) and the exact argument that passes it through tools that can only "
-    "add request metadata, such as the MCP Inspector CLI's --metadata. Exit status: 0 created, "
-    "1 refused or unreachable, 2 usage error."
+    "Send sessions/create to the MCP endpoint URL and print the new session: "
+    "its stable id, its sessionId (a bearer secret) and the exact argument "
+    "that passes it through tools that can only add request metadata, such as "
+    "the MCP Inspector CLI's --metadata. Exit status: 0 created, 1 refused or "
+    "unreachable, 2 usage error."
 )
 
 
@@ -90,10 +94,22 @@ def add_arguments(create: argparse.ArgumentParser) -> None:
 
 def add_request_arguments(command: argparse.ArgumentParser) -> None:
     """The arguments of the request that ``create`` and ``delete`` send."""
-    command.add_argument("--protocol-version", default="2026-07-28", help="the era of the request (default 2026-07-28)")
-    command.add_argument("--legacy", action="store_true", help=f"send it as a {LEGACY} request")
     command.add_argument(
-        "--header", action="append", default=[], metavar="'NAME: VALUE'", help="add a header (e.g. Authorization)"
+        "--protocol-version",
+        default="2026-07-28",
+        help="the era of the request (default 2026-07-28)",
+    )
+    command.add_argument(
+        "--legacy",
+        action="store_true",
+        help=f"send it as a {LEGACY} request",
+    )
+    command.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="add a header (e.g. Authorization)",
     )
     command.add_argument(
         "--request-timeout",
@@ -166,20 +182,32 @@ def _explained(seen: list[httpx.Response], version: str, command: str) -> str:
     said = f"\n  the server answered HTTP {last.status_code}: {body}"
     location = last.headers.get("location")
     if location is not None and last.is_redirect:
-        said += f"\n  a redirect to {excerpt(location)}: {command} follows none (is that the server's URL?)"
+        target = excerpt(location)
+        said += f"\n  a redirect to {target}: {command} follows none (is that the server's URL?)"
     if version not in LEGACY_VERSIONS and handshake_only(last.status_code, last.text):
         said += f"\n  The server seems to speak only {LEGACY}: try again with --legacy."
     return said
 
 
-def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+def run(
+    args: argparse.Namespace,
+    stdin: TextIO,
+    stdout: TextIO,
+    stderr: TextIO,
+    environ: Mapping[str, str],
+) -> int:
     """Run ``create``: open a session and print how to pass it; returns the exit status."""
     session = sent(args, "create", lambda shim, **request: shim.create(args.url, **request))
     _print_session(session, args.json, stdout)
     return EXIT_OK
 
 
-def sent(args: argparse.Namespace, command: str, request: Callable[..., Awaitable[T]], token: str | None = None) -> T:
+def sent(
+    args: argparse.Namespace,
+    command: str,
+    request: Callable[..., Awaitable[T]],
+    token: str | None = None,
+) -> T:
     """What ``request`` gives, sent through a session transport of its own (holding the session ``token``) over the
     guarded HTTP transport, as ``args`` say; :class:`Failed`, saying why, if it failed."""
     try:

@@ -24,20 +24,42 @@ from .._wire import iso
 from . import EXIT_INVALID, EXIT_OK, UsageError
 
 DESCRIPTION: Final = (
-    "Decode a session id (or state token) without verification, and verify it when keys are given "
-    "(--secret, --keys, or MCP_SESSIONS_SECRET / MCP_SESSIONS_KEYS). The token itself is never printed. "
-    "Exit status: 0 decoded (and valid, if checked), 1 invalid, 2 usage error."
+    "Decode a session id (or state token) without verification, and verify "
+    "it when keys are given (--secret, --keys, or MCP_SESSIONS_SECRET / "
+    "MCP_SESSIONS_KEYS). The token itself is never printed. Exit status: "
+    "0 decoded (and valid, if checked), 1 invalid, 2 usage error."
 )
 
 
 def add_arguments(inspect: argparse.ArgumentParser) -> None:
     """The arguments of ``inspect``."""
-    inspect.add_argument("token", nargs="?", help="the token, or '-' (the default) to read it from standard input")
-    inspect.add_argument("--secret", help="the HS256 secret (prefer MCP_SESSIONS_SECRET: arguments show in ps)")
-    inspect.add_argument("--keys", help="a JWKS, kid:secret pairs, or @FILE, as in MCP_SESSIONS_KEYS")
-    inspect.add_argument("--issuer", help="expected iss (default MCP_SESSIONS_ISSUER or 'mcp-sessions')")
-    inspect.add_argument("--audience", help="expected aud (default MCP_SESSIONS_AUDIENCE or 'mcp-sessions')")
-    inspect.add_argument("--leeway", type=float, default=0.0, help="seconds of clock skew to allow (default 0)")
+    inspect.add_argument(
+        "token",
+        nargs="?",
+        help="the token, or '-' (the default) to read it from standard input",
+    )
+    inspect.add_argument(
+        "--secret",
+        help="the HS256 secret (prefer MCP_SESSIONS_SECRET: arguments show in ps)",
+    )
+    inspect.add_argument(
+        "--keys",
+        help="a JWKS, kid:secret pairs, or @FILE, as in MCP_SESSIONS_KEYS",
+    )
+    inspect.add_argument(
+        "--issuer",
+        help="expected iss (default MCP_SESSIONS_ISSUER or 'mcp-sessions')",
+    )
+    inspect.add_argument(
+        "--audience",
+        help="expected aud (default MCP_SESSIONS_AUDIENCE or 'mcp-sessions')",
+    )
+    inspect.add_argument(
+        "--leeway",
+        type=float,
+        default=0.0,
+        help="seconds of clock skew to allow (default 0)",
+    )
     inspect.add_argument("--json", action="store_true", help="print a JSON report")
 
 
@@ -91,7 +113,13 @@ _WHY: Final = {
 }
 
 
-def explain(reason: str, header: Mapping[str, object], claims: Mapping[str, object], keys: KeySet, now: float) -> str:
+def explain(
+    reason: str,
+    header: Mapping[str, object],
+    claims: Mapping[str, object],
+    keys: KeySet,
+    now: float,
+) -> str:
     """Why a token failed, in words that name what to check (never the token itself)."""
     claim = reason.removeprefix("missing claim ")
     name = "missing claim" if claim != reason else reason
@@ -121,7 +149,13 @@ def explain(reason: str, header: Mapping[str, object], claims: Mapping[str, obje
     )
 
 
-def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+def run(
+    args: argparse.Namespace,
+    stdin: TextIO,
+    stdout: TextIO,
+    stderr: TextIO,
+    environ: Mapping[str, str],
+) -> int:
     """Run ``inspect``: decode the token, verify it if keys are given, report; returns the exit status."""
     given = stdin.read() if args.token in (None, "-") else args.token
     token = given.strip()
@@ -195,17 +229,18 @@ def _render(
         lines.append(f"  {name}: {shown}")
     if keys is None:
         lines.append(
-            "verification: not checked (give keys with --secret or --keys, or set MCP_SESSIONS_SECRET or "
-            "MCP_SESSIONS_KEYS)"
+            "verification: not checked (give keys with --secret or --keys, "
+            "or set MCP_SESSIONS_SECRET or MCP_SESSIONS_KEYS)"
         )
     elif report["valid"] and report["kind"] == "session state":
         sid = claims.get("sid")
         lines.append(f"verification: VALID: state signed by key {kid!r}, bound to sid {sid!r}")
     elif report["valid"]:
         lines.append(
-            f"verification: VALID: signed by key {kid!r}, issuer {keys.issuer!r}, "
-            f"audience {keys.audience!r}, not expired (a deletion or idle expiry is recorded in the server's "
-            "store, which this check cannot see)"
+            f"verification: VALID: signed by key {kid!r}, "
+            f"issuer {keys.issuer!r}, audience {keys.audience!r}, not expired "
+            "(a deletion or idle expiry is recorded in the server's store, "
+            "which this check cannot see)"
         )
     else:
         lines.append(f"verification: INVALID ({report['reason']}): {report['why']}")

@@ -24,69 +24,124 @@ from ._create import DEADLINE, _guarded, excerpt
 
 TOKEN_VARIABLE: Final = "MCP_GATEWAY_TOKEN"  # noqa: S105 - the name of the variable that holds it
 DESCRIPTION: Final = (
-    "List your own conversations on the gateway whose MCP endpoint is URL (its --stdio processes), or end one "
-    f"(--end DIGEST). Your token comes from {TOKEN_VARIABLE}, or from --token-file. Exit status: 0 done, 1 "
-    "refused, unknown or unreachable, 2 usage error."
+    "List your own conversations on the gateway whose MCP endpoint is URL "
+    "(its --stdio processes), or end one (--end DIGEST). Your token comes "
+    f"from {TOKEN_VARIABLE}, or from --token-file. Exit status: 0 done, "
+    "1 refused, unknown or unreachable, 2 usage error."
 )
 COLUMNS: Final = ("conversation", "kind", "age", "idle", "requests")
 STATUS_DESCRIPTION: Final = (
-    "Show what a gateway --stdio runs, from its --status-port: each process, and each user's against the limits. "
-    "Exit status: 0 shown, 1 unreachable or refused, 2 usage error."
+    "Show what a gateway --stdio runs, from its --status-port: each process, "
+    "and each user's against the limits. Exit status: 0 shown, 1 unreachable "
+    "or refused, 2 usage error."
 )
-STATUS_COLUMNS: Final = ("kind", "principal", "conversation", "pid", "age", "idle", "memory", "requests")
+STATUS_COLUMNS: Final = (
+    "kind",
+    "principal",
+    "conversation",
+    "pid",
+    "age",
+    "idle",
+    "memory",
+    "requests",
+)
 
 
 def add_arguments(sessions: argparse.ArgumentParser) -> None:
     """The arguments of ``sessions``."""
-    sessions.add_argument("url", help="the gateway's MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
-    sessions.add_argument("--end", metavar="DIGEST", help="end the conversation of yours the list names so")
-    sessions.add_argument("--token-file", metavar="FILE", help=f"read your token from FILE (default: {TOKEN_VARIABLE})")
-    sessions.add_argument("--json", action="store_true", help="print the gateway's answer as JSON")
+    sessions.add_argument(
+        "url",
+        help="the gateway's MCP endpoint, e.g. http://127.0.0.1:8000/mcp",
+    )
+    sessions.add_argument(
+        "--end",
+        metavar="DIGEST",
+        help="end the conversation of yours the list names so",
+    )
+    sessions.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help=f"read your token from FILE (default: {TOKEN_VARIABLE})",
+    )
+    sessions.add_argument(
+        "--json",
+        action="store_true",
+        help="print the gateway's answer as JSON",
+    )
 
 
 def add_status_arguments(status: argparse.ArgumentParser) -> None:
     """The arguments of ``gateway status``."""
-    status.add_argument("url", help="the gateway's status port, e.g. http://127.0.0.1:8001")
-    status.add_argument("--json", action="store_true", help="print the gateway's answer as JSON")
+    status.add_argument(
+        "url",
+        help="the gateway's status port, e.g. http://127.0.0.1:8001",
+    )
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="print the gateway's answer as JSON",
+    )
 
 
-def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO, environ: Mapping[str, str]) -> int:
+def run(
+    args: argparse.Namespace,
+    stdin: TextIO,
+    stdout: TextIO,
+    stderr: TextIO,
+    environ: Mapping[str, str],
+) -> int:
     """Run ``sessions`` (list the caller's conversations, or end one), or ``gateway status``; the exit status."""
     if args.command == "status":
         return _status(args.url.rstrip("/"), args.json, stdout)
-    headers = {"Authorization": f"Bearer {_token(args.token_file, environ)}"}
+    token = _token(args.token_file, environ)
+    headers = {"Authorization": f"Bearer {token}"}
     url = args.url.rstrip("/") + "/sessions"
     if args.end is not None:
         answer = fetched("DELETE", f"{url}/{args.end}", headers)
-        stdout.write(json.dumps(answer, indent=2) + "\n" if args.json else f"ended {printable(args.end)}\n")
+        if args.json:
+            stdout.write(json.dumps(answer, indent=2) + "\n")
+        else:
+            stdout.write(f"ended {printable(args.end)}\n")
         return EXIT_OK
     answer = fetched("GET", url, headers)
     if args.json:
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
-    rows = [[cell(row.get(column)) for column in COLUMNS] for row in answer.get("conversations", [])]
+    rows = []
+    for row in answer.get("conversations", []):
+        rows.append([cell(row.get(column)) for column in COLUMNS])
     stdout.write(table([column.upper() for column in COLUMNS], rows))
     return EXIT_OK
 
 
 def _status(url: str, as_json: bool, stdout: TextIO) -> int:
     """``gateway status``: the operator's view, as JSON or as a table and the limits."""
-    answer = fetched("GET", url if url.endswith("/status") else url + "/status")
+    if not url.endswith("/status"):
+        url += "/status"
+    answer = fetched("GET", url)
     if as_json:
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
-    processes = answer.get("processes", [])
-    rows = [[_shown(column, process.get(column)) for column in STATUS_COLUMNS] for process in processes]
+    rows = []
+    for process in answer.get("processes", []):
+        rows.append([_shown(column, process.get(column)) for column in STATUS_COLUMNS])
     stdout.write(table([column.upper() for column in STATUS_COLUMNS], rows))
     total = answer.get("total", {})
-    stdout.write(f"\nprocesses: {cell(total.get('processes'))} of {cell(total.get('limit'))} (--max-processes)\n")
+    running = cell(total.get("processes"))
+    limit = cell(total.get("limit"))
+    stdout.write(f"\nprocesses: {running} of {limit} (--max-processes)\n")
     for user in answer.get("users", []):
-        said = f"{cell(user.get('processes'))} of {cell(user.get('limit'))} (--max-processes-per-principal)"
-        stdout.write(f"  {cell(user.get('principal'))}: {said}\n")
+        principal = cell(user.get("principal"))
+        running = cell(user.get("processes"))
+        limit = cell(user.get("limit"))
+        said = f"{running} of {limit} (--max-processes-per-principal)"
+        stdout.write(f"  {principal}: {said}\n")
     if isinstance(keys := answer.get("keys"), dict):
         error = keys.get("error")
         state = "fetched" if error is None else f"failing: {cell(error)}"
-        stdout.write(f"\nkeys: {cell(keys.get('keys'))} from {cell(keys.get('jwks'))}, {state}\n")
+        count = cell(keys.get("keys"))
+        source = cell(keys.get("jwks"))
+        stdout.write(f"\nkeys: {count} from {source}, {state}\n")
     return EXIT_OK
 
 
@@ -134,7 +189,8 @@ def fetched(method: str, url: str, headers: Mapping[str, str] | None = None) -> 
         body = None
     if answer.status_code != 200 or not isinstance(body, dict):
         said = body.get("error") if isinstance(body, dict) else None
-        raise Failed(f"HTTP {answer.status_code}: {excerpt(str(said) if said else answer.content)}")
+        shown = excerpt(str(said) if said else answer.content)
+        raise Failed(f"HTTP {answer.status_code}: {shown}")
     return body
 
 
@@ -145,6 +201,10 @@ def cell(value: object) -> str:
 
 def table(header: list[str], rows: list[list[str]]) -> str:
     """Columns aligned by their widest cell, two spaces apart."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)) for row in [header, *rows]]
-    return "".join(line.rstrip() + "\n" for line in lines)
+    every_row = [header, *rows]
+    widths = [max(len(row[i]) for row in every_row) for i in range(len(header))]
+    lines = []
+    for row in every_row:
+        cells = [text.ljust(width) for text, width in zip(row, widths, strict=True)]
+        lines.append("  ".join(cells).rstrip() + "\n")
+    return "".join(lines)
