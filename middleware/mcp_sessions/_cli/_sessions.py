@@ -35,16 +35,7 @@ STATUS_DESCRIPTION: Final = (
     "and each user's against the limits. Exit status: 0 shown, 1 unreachable "
     "or refused, 2 usage error."
 )
-STATUS_COLUMNS: Final = (
-    "kind",
-    "principal",
-    "conversation",
-    "pid",
-    "age",
-    "idle",
-    "memory",
-    "requests",
-)
+STATUS_COLUMNS: Final = ("kind", "principal", "conversation", "pid", "age", "idle", "memory", "requests")
 
 
 def add_arguments(sessions: argparse.ArgumentParser) -> None:
@@ -107,9 +98,8 @@ def run(
     if args.json:
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
-    rows = []
-    for row in answer.get("conversations", []):
-        rows.append([cell(row.get(column)) for column in COLUMNS])
+    conversations = answer.get("conversations", [])
+    rows = [[cell(row.get(column)) for column in COLUMNS] for row in conversations]
     stdout.write(table([column.upper() for column in COLUMNS], rows))
     return EXIT_OK
 
@@ -122,9 +112,8 @@ def _status(url: str, as_json: bool, stdout: TextIO) -> int:
     if as_json:
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
-    rows = []
-    for process in answer.get("processes", []):
-        rows.append([_shown(column, process.get(column)) for column in STATUS_COLUMNS])
+    processes = answer.get("processes", [])
+    rows = [[_shown(column, process.get(column)) for column in STATUS_COLUMNS] for process in processes]
     stdout.write(table([column.upper() for column in STATUS_COLUMNS], rows))
     total = answer.get("total", {})
     running = cell(total.get("processes"))
