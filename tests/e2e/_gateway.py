@@ -144,6 +144,8 @@ def gateway_process(
         arguments = (*arguments, "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES")
     if "--stdio" in arguments and "--processes" not in arguments:  # a process per conversation, as they test
         arguments = (*arguments, "--processes", "per-conversation")
+    if "--stdio" in arguments and "--warm" not in arguments:  # none started ahead but by the pool's own tests
+        arguments = (*arguments, "--warm", "0")
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
         line = [*program, "gateway", "--port", str(port), "--log-level", "warning"]

@@ -36,9 +36,10 @@ def stdio_gateway(
 ) -> Iterator[str]:
     """``stdio_gateway_app`` in front of ``command`` (the tests' server) on a real uvicorn in a thread: its MCP URL.
     ``PYTHONPATH`` and ``STDIO_TEST_FILES`` reach its processes (``pass_env``), as the tests' server needs; a
-    process per conversation unless ``processes`` says otherwise."""
+    process per conversation unless ``processes`` says otherwise, none started ahead unless ``warm`` says so."""
     options.setdefault("pass_env", ("PYTHONPATH", "STDIO_TEST_FILES"))
     options.setdefault("processes", "per-conversation")  # the tests' server speaks 2026-07-28: not the default's
+    options.setdefault("warm", 0)  # the pool's own tests ask for one; the others start only what they use
     app = stdio_gateway_app(command, config=config or SessionsConfig(secret=SECRET), environ=environ, **options)
     with serve(app) as url:
         yield url + "/mcp"

@@ -221,7 +221,7 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation(tmp_path: Path
     a request's own retained for its input, and those started ahead; none is left after its SIGTERM."""
     environ = {**SERVER_PATH, "STDIO_TEST_FILES": str(tmp_path)}
     with (
-        gateway_process([], "--stdio", " ".join(SERVER), *LIMIT, environ=environ) as process,
+        gateway_process([], "--stdio", " ".join(SERVER), *LIMIT, "--warm", "2", environ=environ) as process,
         httpx.Client(timeout=30) as http,
     ):
         assert process.process is not None
@@ -248,7 +248,7 @@ LIMIT = ("--max-processes-per-principal", "8")  # one address opens them all
 def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(tmp_path: Path) -> None:
     """No process starts while a request that names no conversation is being answered (a start takes a core for
     most of a second): the pool is refilled, and the answered process stopped, once the answer is sent."""
-    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http, ThreadPoolExecutor(1) as pool:
+    with gateway(tmp_path, warm=2) as url, httpx.Client(timeout=30) as http, ThreadPoolExecutor(1) as pool:
         ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
         until(lambda: len(ours()) == 3)  # the shared process and two started ahead
         before = ours()
@@ -264,7 +264,7 @@ def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(
 def test_a_2026_call_with_arguments_takes_one_process(tmp_path: Path) -> None:
     """The SDK checks a 2026-07-28 ``tools/call``'s ``Mcp-Param`` headers against the tools' schemas: the gateway
     gives it the shared process's, so no ``tools/list`` takes a process of its own first."""
-    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
+    with gateway(tmp_path, warm=2) as url, httpx.Client(timeout=30) as http:
         ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
         until(lambda: len(ours()) == 3)  # the shared process and two started ahead
         before = ours()
@@ -278,7 +278,7 @@ def test_a_new_conversation_takes_a_process_started_before_it(kind: str, tmp_pat
     """No new conversation waits for a process to start: it takes one started ahead (running before the
     conversation's first request, its ``initialize`` or ``sessions/create``, was sent), and another is started in its
     place; two conversations never share a process, nor its ``MCP_SESSION_ID`` (the process's own id)."""
-    with gateway(tmp_path) as url, httpx.Client(timeout=30) as http:
+    with gateway(tmp_path, warm=2) as url, httpx.Client(timeout=30) as http:
         ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
         seen: list[dict[str, Any]] = []
         for name in ("one", "two"):
@@ -302,7 +302,7 @@ async def test_server_filesystem_fails_no_first_call_of_a_hundred_stock_clients(
         async with four, Client(url, mode=mode) as client:
             texts.append(text_of(await client.call_tool("read_text_file", read)))
 
-    with gateway(tmp_path, filesystem(tmp_path), max_processes_per_principal=16) as url:
+    with gateway(tmp_path, filesystem(tmp_path), max_processes_per_principal=16, warm=2) as url:
         async with anyio.create_task_group() as clients:
             for mode in ("auto", "legacy") * 50:
                 clients.start_soon(first_call, mode)
