@@ -187,6 +187,11 @@ INTEROP = [
     "tests/e2e/test_benchmarks.py",  # the benchmarks' smoke runs (supergateway's too)
     "tests/e2e/test_gateway_benchmark.py",
     "tests/e2e/test_dist.py",  # the wheel and the sdist built
+    # docs/gateway.md's recipes as written, from a copy installed with pip into a fresh venv, with the Inspector
+    # (what they do, test_gateway_auth.py's team recipe test and the front-and-replicas tests run in make test)
+    "tests/e2e/test_gateway_recipes.py",
+    # the front under opentelemetry-instrument, whose httpx instrumentation sends baggage too (plain: make test's)
+    "tests/e2e/test_gateway_auth.py::test_a_front_and_two_stdio_replicas[instrumented]",
     "conformance/tests/test_conformance_dist.py::test_pip_install_conformance",  # the pack's, installed in a venv
 ]
 
