@@ -153,7 +153,8 @@ def gateway(
     def command(port: int) -> tuple[list[str], dict[str, str]]:
         line = [*prefix, sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "info"]
         given = [option.replace("{url}", f"http://127.0.0.1:{port}/mcp") for option in options]
-        return [*line, "--stdio", server, *given], environ or {"MCP_SESSIONS_SECRET": SECRET}
+        warm = () if "--warm" in options else ("--warm", "0")  # every process a test starts is one it uses
+        return [*line, "--stdio", server, *given, *warm], environ or {"MCP_SESSIONS_SECRET": SECRET}
 
     process = started("mcp-sessions gateway --stdio", command)
     try:
@@ -328,6 +329,22 @@ def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, c
         until(lambda: running(marker) == [], 2.0)  # their reaping may lag the gateway's end
 
 
+def test_two_gateways_given_one_range_never_share_a_uid_nor_end_each_others_processes(server: str) -> None:
+    """Gateways of one host given one ``--process-uids`` range (the tests' workers, or an operator's slip): a uid is
+    one gateway's at a time (a lock each), so the end of one's conversation, which kills what is left of its uid,
+    ends nothing of the other's (in CI, the team recipe's gateway lost its processes to another's)."""
+    needs("root")
+    sealed = ("--process-uids", "61100-61103", "--sessionless", "shared")  # each: the shared process and one
+    with gateway(server, *sealed) as first, gateway(server, *sealed) as second:
+        one, two = client(first), client(second)
+        mine, theirs = one.create_session(), two.create_session()
+        me, they = (json.loads(text(call(mcp, "whoami", session))) for mcp, session in ((one, mine), (two, theirs)))
+        assert me["uid"] != they["uid"] and {me["uid"], they["uid"]} <= set(range(61100, 61104))
+        one.request("sessions/delete", session=session_meta(mine))
+        until(lambda: of_uid(me["uid"]) == [])
+        assert json.loads(text(call(two, "whoami", theirs)))["pid"] == they["pid"]  # the other's lives on
+
+
 @pytest.mark.parametrize("containment", ["bwrap", "unshare"])
 def test_the_processes_of_a_killed_gateway_end_with_it(server: str, containment: str) -> None:
     """SIGKILL (the OOM killer's) gives the gateway no chance to end its processes: each PID namespace's parent dies
@@ -477,7 +494,7 @@ def test_a_containment_the_host_no_longer_gives_fails_the_request_that_would_sta
     with tempfile.TemporaryDirectory() as directory:
         Path(directory, "bwrap").symlink_to(shutil.which("bwrap") or "bwrap")
         environ = {"MCP_SESSIONS_SECRET": SECRET, "PATH": directory}
-        options = ("--process-containment", "bwrap", "--warm", "0")
+        options = ("--process-containment", "bwrap")
         with gateway(server, *options, environ=environ) as process:
             assert text(call(client(process), "whoami")).startswith("{")  # the shared process, under bwrap
             Path(directory, "bwrap").unlink()

@@ -455,7 +455,7 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
     """As whom the processes run: a uid each from ``--process-uids``, or ``--process-user``'s uid and gid."""
-    from ._sandbox import Uids
+    from ._sandbox import UID_LOCKS, Uids
 
     if (args.process_uids or args.process_user) and os.geteuid() != 0:
         flag = "--process-uids" if args.process_uids else "--process-user"
@@ -463,7 +463,10 @@ def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
     if args.process_uids and args.process_user:
         raise ValueError("--process-uids gives each process a uid of its own: not with --process-user")
     if args.process_uids is not None:
-        uids = Uids(args.process_uids)
+        try:
+            uids = Uids(args.process_uids)
+        except OSError as exc:
+            raise ValueError(f"--process-uids: {UID_LOCKS} could not be made: {exc.strerror}") from None
         if (someone := uids.taken_by_users()) is not None:
             raise ValueError(f"--process-uids: the range is the gateway's alone, but {someone} is a user here")
         return uids, None, None

@@ -18,6 +18,7 @@ is free for another.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -40,6 +41,9 @@ INHERITED: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 END_WITHIN: Final = 5.0
 """How long the processes of an ended process's uid (or control group) have to be gone before it is kept."""
 _POLL: Final = 0.05
+UID_LOCKS: Final = "/run/mcp-sessions/uids"
+"""Where a gateway holds a lock (``flock``) on each uid it has given a process, until that uid is free again: the
+gateways of one host never give out one uid at once, nor end each other's processes by it, whatever their ranges."""
 _JOIN: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 # And an IPC namespace: no SysV or POSIX message queue object outlives the process.
 _NAMESPACE: Final = {
@@ -77,9 +81,10 @@ def environment(environ: Mapping[str, str], passed: Collection[str] = ()) -> dic
 
 
 class Uids:
-    """A range of uids the operator reserved (``--process-uids FIRST-LAST``): a free one per process."""
+    """A range of uids the operator reserved (``--process-uids FIRST-LAST``): a free one per process, which no other
+    gateway of the host holds (:data:`UID_LOCKS`)."""
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, locks: str = UID_LOCKS) -> None:
         first, _, last = spec.partition("-")
         if not (first.isdigit() and last.isdigit() and 0 < int(first) <= int(last)):
             raise ValueError(f"--process-uids takes FIRST-LAST, two uids above 0: not {spec!r}")
@@ -87,6 +92,9 @@ class Uids:
         self.last = int(last)
         # The least recently used first.
         self.free = deque(range(self.first, self.last + 1))
+        self.locks = locks
+        self.held: dict[int, int] = {}  # each uid given out, and the descriptor of its lock
+        os.makedirs(locks, mode=0o700, exist_ok=True)
 
     def taken_by_users(self) -> str | None:
         """A user of the system's in the range, if any (the range must be the gateway's alone)."""
@@ -96,12 +104,28 @@ class Uids:
         return None
 
     def take(self) -> int:
-        if not self.free:
-            raise SandboxError(f"no free uid in --process-uids {self.first}-{self.last}: retry later")
-        return self.free.popleft()
+        for _ in range(len(self.free)):
+            uid = self.free.popleft()
+            if (lock := _locked(os.path.join(self.locks, str(uid)))) is not None:
+                self.held[uid] = lock
+                return uid
+            self.free.append(uid)  # another gateway's, for now
+        raise SandboxError(f"no free uid in --process-uids {self.first}-{self.last}: retry later")
 
     def give_back(self, uid: int) -> None:
+        os.close(self.held.pop(uid))
         self.free.append(uid)
+
+
+def _locked(path: str) -> int | None:
+    """The descriptor of ``path`` (created), locked: the lock is held until it is closed; None if another holds it."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor
 
 
 @dataclass
