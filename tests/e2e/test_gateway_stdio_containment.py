@@ -332,7 +332,7 @@ def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, c
 def test_two_gateways_given_one_range_never_share_a_uid_nor_end_each_others_processes(server: str) -> None:
     """Gateways of one host given one ``--process-uids`` range (the tests' workers, or an operator's slip): a uid is
     one gateway's at a time (a lock each), so the end of one's conversation, which kills what is left of its uid,
-    ends nothing of the other's (in CI, the team recipe's gateway lost its processes to another's)."""
+    ends nothing of the other's (on four test workers, the team recipe's gateway lost its processes to another's)."""
     needs("root")
     sealed = ("--process-uids", "61100-61103", "--sessionless", "shared")  # each: the shared process and one
     with gateway(server, *sealed) as first, gateway(server, *sealed) as second:
