@@ -435,7 +435,7 @@ class _OneIdInFlight:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
-        self.in_flight: set[tuple[bytes, tuple[str | None, ...], str]] = set()
+        self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         transport = header(scope["headers"], MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None
