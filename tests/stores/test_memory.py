@@ -133,7 +133,7 @@ def test_a_memory_store_in_a_worker_process_warns_once(tmp_path: Any) -> None:
     for worker in workers:
         worker.start()
     for worker in workers:
-        worker.join(30)
+        worker.join(_waits.WITHIN)
         assert worker.exitcode == 0
     for log in logs:
         [line] = log.read_text().splitlines()
