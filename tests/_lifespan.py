@@ -17,6 +17,7 @@ from mcp.client.client import ConnectMode
 from mcp.client.streamable_http import streamable_http_client
 
 from _mcp import LOCAL, MCP_PATH
+from _waits import WITHIN
 
 
 @asynccontextmanager
@@ -29,13 +30,13 @@ async def running(app: Any) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(app, scope, app_receives.receive, app_sends.send)
             await to_app.send({"type": "lifespan.startup"})
-            with anyio.fail_after(10):
+            with anyio.fail_after(WITHIN):
                 assert (await from_app.receive())["type"] == "lifespan.startup.complete"
             try:
                 yield
             finally:
                 await to_app.send({"type": "lifespan.shutdown"})
-                with anyio.fail_after(10):
+                with anyio.fail_after(WITHIN):
                     assert (await from_app.receive())["type"] == "lifespan.shutdown.complete"
 
 

@@ -13,16 +13,14 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
-from _waits import WITHIN
+from _waits import until
 
-START_TIMEOUT = WITHIN
 STOP_TIMEOUT = 5.0
 
 
@@ -150,17 +148,15 @@ class RedisServer:
             raise
 
     def _wait_answering(self, process: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
+        def answering() -> bool:
             if process.poll() is not None:
                 stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
                 raise RuntimeError(f"redis-server exited at start: {stderr.strip()}")
             with contextlib.suppress(OSError):
-                if command(self.port, "PING", timeout=0.5) == b"+PONG\r\n":
-                    return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not answer PING on port {self.port} within {START_TIMEOUT} s")
-            time.sleep(0.02)
+                return command(self.port, "PING", timeout=0.5) == b"+PONG\r\n"
+            return False
+
+        until(answering, f"redis-server did not answer PING on port {self.port}")
 
     def stop(self, *, kill: bool = False) -> None:
         """Stop the server (SIGTERM, then SIGKILL), bounded in time; everything it held is lost."""

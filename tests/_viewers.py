@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 import httpx
 
 from _redis import free_port
+from _waits import WITHIN, Deadline
 
 START_SECONDS = 240.0  # Phoenix migrates a new database at start: slow on a loaded 2-core machine
-INGEST_SECONDS = 30.0
 PORT_RETRIES = 3  # starts on new ports when a free port was taken before a viewer bound it
 BIN = Path(sys.executable).parent
 # MLflow's web UI cannot run beside Phoenix (docs/observability.md): for pictures of it, an mlflow of its own.
@@ -166,8 +166,12 @@ def start_viewers(workdir: Path) -> Iterator[tuple[Viewer, Viewer]]:
     try:
         for start in starters:
             started.append(start(workdir))
-        deadline = time.monotonic() + START_SECONDS
         waiting = list(range(len(started)))
+
+        def unready() -> str:
+            return "not ready:\n" + "\n".join(f"--- {started[i].name}\n{started[i].tail()}" for i in waiting)
+
+        deadline = Deadline(unready, START_SECONDS)
         while waiting:
             for index in list(waiting):
                 if started[index].port_taken() and retries:
@@ -176,26 +180,22 @@ def start_viewers(workdir: Path) -> Iterator[tuple[Viewer, Viewer]]:
                     started[index] = starters[index](workdir)
                 elif started[index].ready():
                     waiting.remove(index)
-            if waiting and time.monotonic() > deadline:
-                logs = "\n".join(f"--- {started[i].name}\n{started[i].tail()}" for i in waiting)
-                raise AssertionError(f"not ready after {START_SECONDS:.0f} s:\n{logs}")
-            time.sleep(0.5)
+            if waiting:
+                deadline.check()
+                time.sleep(0.5)
         yield started[0], started[1]
     finally:
         for viewer in started:
             viewer.stop()
 
 
-def poll(read: Callable[[], T], done: Callable[[T], bool], what: str, seconds: float = INGEST_SECONDS) -> T:
+def poll(read: Callable[[], T], done: Callable[[T], bool], what: str, seconds: float = WITHIN) -> T:
     """``read()`` until ``done`` holds for its value (bounded): viewers ingest asynchronously."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = read()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: still {value!r} after {seconds:.0f} s")
+    deadline = Deadline(lambda: f"{what}: still {value!r}", seconds)
+    while not done(value := read()):
+        deadline.check()
         time.sleep(0.25)
+    return value
 
 
 # -- what each viewer shows -----------------------------------------------------------------------

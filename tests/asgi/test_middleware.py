@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from _mcp import NOT_FOUND_MESSAGE, SESSION_KEY
+from _waits import WITHIN
 from mcp_sessions import Session, get_session
 from mcp_sessions._session import SCOPE_KEY, HeaderSession, current_conversation, current_session, header_session
 from mcp_sessions.stores import MemoryStore
@@ -399,7 +400,7 @@ async def test_sse_events_are_forwarded_as_soon_as_each_is_complete() -> None:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     mw.app = app
-    with anyio.fail_after(5):
+    with anyio.fail_after(WITHIN):
         async with anyio.create_task_group() as tg:
             tg.start_soon(mw, http_scope(), Receiver(dumps(request(1, token))), send)
             for i, gate in enumerate(gates):

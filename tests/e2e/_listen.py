@@ -12,12 +12,12 @@ from typing import Any
 import httpx
 
 from _mcp import MCP_PATH, aiter_messages, answer, modern_headers, modern_request, session_meta, tool_text
-from _waits import until_awaited
+from _waits import WITHIN, until_awaited
 
 APP = "examples.notifications:app"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 NOTE = "note://plan"
-WAIT = 30.0  # a bound of the tests' waits for a stream's acknowledgement or end, a quarter of the suite's timeout
+WAIT = WITHIN  # a bound of the tests' waits for a stream's acknowledgement or end: the suite's one (_waits)
 
 
 class Stream:

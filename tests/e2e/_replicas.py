@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -33,10 +32,10 @@ from _mcp import (
     tool_text,
 )
 from _redis import RedisServer, end_process, free_port
+from _waits import until
 from conftest import SECRET, serve
 
 MAIN = Path(__file__).resolve().parents[2]
-START_TIMEOUT = 60.0
 STORE_UNAVAILABLE = -32010
 
 
@@ -103,15 +102,14 @@ class Replica:
             raise
 
     def _wait_listening(self, process: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
+        def listening() -> bool:
             if process.poll() is not None:
                 raise RuntimeError(f"replica {self.name} exited at start:\n{self.output()}")
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return  # uvicorn listens only once the app's lifespan has started
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"replica {self.name} did not listen within {START_TIMEOUT} s")
-            time.sleep(0.02)
+                return True  # uvicorn listens only once the app's lifespan has started
+            return False
+
+        until(listening, f"replica {self.name} did not listen")
 
     def stop(self) -> None:
         process, self.process = self.process, None

@@ -8,17 +8,15 @@ import select
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
 from _redis import end_process, missing
-from _waits import WITHIN
+from _waits import until
 
 MAIN = Path(__file__).resolve().parents[2]
-START_TIMEOUT = WITHIN
 SERVER = Path(__file__).with_name("_versioned_server.py")
 VENVS = os.environ.get(
     "MCP_SERVER_VENVS", " ".join(f"{MAIN}/.venv-mcp{name}" for name in ("2-floor", "1-newest", "1-fastmcp2", "1-floor"))
@@ -53,20 +51,28 @@ def printed_port_server(command: list[str | Path]) -> Iterator[str]:
 
 def _listening_port(process: subprocess.Popen[bytes], log: IO[bytes]) -> int:
     """The port the server printed, once it accepts connections (after its lifespan started)."""
-    assert process.stdout is not None
-    deadline = time.monotonic() + START_TIMEOUT
+    stdout = process.stdout
+    assert stdout is not None
     port: int | None = None
-    while time.monotonic() < deadline and process.poll() is None:
+
+    def listening() -> bool:
+        nonlocal port
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited at start ({process.returncode}):\n{_tail(log)}")
         if port is None:
-            if select.select([process.stdout], [], [], 0.1)[0] and (line := process.stdout.readline()):
+            if select.select([stdout], [], [], 0.1)[0] and (line := stdout.readline()):
                 port = int(line)
-            continue
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        except OSError:
-            time.sleep(0.02)
-        else:
-            return port
+            return False
+        with suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+        return False
+
+    until(listening, lambda: f"the server did not listen:\n{_tail(log)}")
+    assert port is not None
+    return port
+
+
+def _tail(log: IO[bytes]) -> str:
+    """The end of what the server wrote so far."""
     log.seek(0)
-    output = log.read().decode(errors="replace")[-4000:]
-    raise RuntimeError(f"the server (exit code {process.poll()}) did not listen within {START_TIMEOUT} s:\n{output}")
+    return log.read().decode(errors="replace")[-4000:]

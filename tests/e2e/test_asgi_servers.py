@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from _mcp import LegacyClient, session_meta, tool_text
+from _waits import WITHIN
 from conftest import SECRET
 from e2e._listen import NOTE, WAIT, client, graceful_end
 from e2e._replicas import Command, Replica
@@ -43,7 +44,7 @@ def served(request: pytest.FixtureRequest) -> Iterator[str]:
         yield replica.url
         assert replica.process is not None
         replica.process.terminate()
-        assert replica.process.wait(10) == 0, replica.output()
+        assert replica.process.wait(WITHIN) == 0, replica.output()
         assert "Traceback" not in replica.output(), replica.output()
     finally:
         replica.stop()

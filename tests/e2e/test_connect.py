@@ -36,6 +36,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from _redis import free_port
+from _waits import WITHIN
 from conftest import serve
 from e2e._gateway import MAIN, Process, gateway_process
 from e2e._stdio import gone, own_children, text_of, until
@@ -204,7 +205,7 @@ def test_a_host_s_sigterm_ends_the_session_then_the_shim(gateway: Process, tmp_p
             assert [json.loads(shim.stdout.readline())["id"] for _ in range(2)] == [1, 2]
             assert list(host.state.glob("mcp-sessions/connect/*.json"))
             shim.send_signal(signal.SIGTERM)
-            assert shim.wait(20) == -signal.SIGTERM
+            assert shim.wait(WITHIN) == -signal.SIGTERM
         finally:
             shim.kill()  # nothing, once it has ended
     assert not list(host.state.glob("mcp-sessions/connect/*.json"))

@@ -69,6 +69,7 @@ from _mcp import (
 from _otel import ExchangeRecorder
 from _redis import RedisServer
 from _users import HeaderUser
+from _waits import WITHIN
 from conftest import SECRET, in_process, serve
 from e2e._listen import NOTE, client, graceful_end
 from mcp_sessions import InvalidToken, KeySet, MCPSessionMiddleware, SessionKey, SessionsConfig, get_session, stores
@@ -693,7 +694,7 @@ async def test_the_listen_example_scopes_events_to_the_session(monkeypatch: pyte
             assert streams[0].events == [f"notifications/resources/updated {NOTE}", "notifications/tools/list_changed"]
             assert streams[1].events == streams[2].events == ["notifications/tools/list_changed"]
             await c.request(base, "sessions/delete", session=mine)
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(WITHIN):
                 await streams[0].ended.wait()
             graceful_end(streams[0])
             assert not streams[1].ended.is_set() and not streams[2].ended.is_set()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 from _mcp import LEGACY, MODERN, era_session, jwt_claims, legacy_request, messages, modern_headers
 from _mcp import era_post as post
 from _mcp import era_request as request
+from _waits import WITHIN, Deadline
 from conftest import in_process, serve
 from e2e._gateway import (
     JSON_SSE,
@@ -89,18 +89,13 @@ def trusting(upstream: str) -> Iterator[httpx.Client]:
 def exchange(port: int, head: str, body: bytes = b"") -> tuple[int, bytes]:
     """A raw HTTP/1.1 exchange: ``head`` (its lines, without the blank line), then ``body``; the status and
     everything that came back before the server closed the connection."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+    with socket.create_connection(("127.0.0.1", port), timeout=WITHIN) as sock:
         sock.sendall(head.replace("\n", "\r\n").encode("latin-1") + b"\r\n\r\n" + body)
         received = b""
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                chunk = sock.recv(65536)
-            except TimeoutError:
-                break
-            if not chunk:
-                break
+        closed = Deadline("the gateway did not close the connection")
+        while chunk := sock.recv(65536):
             received += chunk
+            closed.check()
     return int(received.split(b" ", 2)[1]), received
 
 

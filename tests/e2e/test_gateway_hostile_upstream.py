@@ -24,10 +24,10 @@ import httpx
 import pytest
 
 from _mcp import messages, modern_headers, modern_request, session_meta
+from _waits import WITHIN
 from e2e._gateway import Process, created, gateway_process, rss_kib, wait_until
 from e2e._hostile import Request, raw_server
 
-WAIT = 20.0
 MIB = 1024 * 1024
 MAX_RESPONSE_SIZE = 8 * MIB  # the documented default
 HUGE = 64 * MIB
@@ -228,7 +228,7 @@ def test_a_client_that_goes_away_closes_the_upstream_connection(
 ) -> None:
     tag = f"gone-{kind}"
     body = None if tool is None else tool_call(tool, session if in_session else None)
-    with socket.create_connection(("127.0.0.1", front.port), timeout=WAIT) as client:
+    with socket.create_connection(("127.0.0.1", front.port), timeout=WITHIN) as client:
         client.sendall(raw_request(front, tag, method, path, body))
         wait_until(upstream.opened[tag].is_set, "the upstream's answer")
     wait_until(upstream.closed[tag].is_set, f"the upstream seeing the client go ({kind})")
@@ -296,7 +296,7 @@ def test_a_probe_never_answered_ends_at_its_deadline_and_closes_its_upstream_str
 def test_a_client_that_leaves_while_the_probe_waits_ends_the_probe(upstream: HostileUpstream) -> None:
     with gateway_process([upstream.origin + "/silent/mcp"], environ={"MCP_SESSIONS_PROBE_TIMEOUT": "600"}) as process:
         body = modern_request("sessions/create", id=4)
-        with socket.create_connection(("127.0.0.1", process.port), timeout=WAIT) as client:
+        with socket.create_connection(("127.0.0.1", process.port), timeout=WITHIN) as client:
             client.sendall(raw_request(process, "left", "POST", "/silent/mcp", body))
             wait_until(upstream.opened["left"].is_set, "the probe reaching the upstream")
         wait_until(upstream.closed["left"].is_set, "the upstream seeing the probe end with its client")

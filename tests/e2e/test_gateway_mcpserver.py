@@ -8,7 +8,6 @@ session code: what they see of a session is what the gateway forwards.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from _mcp import era_session as create
 from _otel import recording_provider
 from _redis import free_port
 from _users import bearer_auth
+from _waits import until
 from conftest import serve
 from e2e._gateway import JSON_SSE, SECRET, Disconnects, legacy_initialize, result_of, upstream_server
 from mcp_sessions import SessionsConfig, gateway_app
@@ -203,10 +203,7 @@ def test_a_client_that_goes_away_closes_the_upstream_stream(
                 break
     if stream_kind != "GET":
         assert json.loads(sse_events(received.decode())[0])["method"] == "notifications/subscriptions/acknowledged"
-    deadline = time.monotonic() + 5
-    while disconnects.count == before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert disconnects.count > before  # the upstream saw the client go
+    until(lambda: disconnects.count > before, "the upstream did not see the client go")
 
 
 def test_a_hosts_conversation_id_reaches_the_upstream_in_baggage(plain: str, http: httpx.Client) -> None:
@@ -268,9 +265,8 @@ def test_a_request_body_streams_through_as_it_comes(http: httpx.Client) -> None:
 
     def body() -> Iterator[bytes]:
         yield b"first piece "
-        deadline = time.monotonic() + 10  # the second piece is written once the upstream has the first
-        while b"first piece " not in b"".join(recorder.arrivals) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        # The second piece is written once the upstream has the first.
+        until(lambda: b"first piece " in b"".join(recorder.arrivals), "the upstream did not get the first piece")
         first_alone.append(b"".join(recorder.arrivals) == b"first piece ")
         yield b"second piece"
 

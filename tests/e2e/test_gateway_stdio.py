@@ -39,6 +39,7 @@ from _mcp import (
     session_meta,
 )
 from _redis import missing
+from _waits import WITHIN
 from conftest import SECRET, until
 from e2e._gateway import EVERYTHING, MAIN, gateway_process, installed, node, result_of, run_recipe
 from e2e._listen import client as listening
@@ -49,7 +50,7 @@ from mcp_sessions._gateway import _stdio_relay
 
 pytestmark = pytest.mark.anyio
 
-GONE_WITHIN = 10.0
+GONE_WITHIN = 10.0  # the gateway's bound (all gone within 10 s of its SIGTERM): a behaviour, not a wait
 T = TypeVar("T")
 
 
@@ -200,7 +201,7 @@ async def delete(client: Client, session: dict[str, Any]) -> None:
 
 async def answered(call: Callable[[], Awaitable[T]]) -> T:
     """``call``'s answer once it gives one rather than an error (bounded)."""
-    with anyio.fail_after(GONE_WITHIN):
+    with anyio.fail_after(WITHIN):
         while True:
             with contextlib.suppress(MCPError):
                 return await call()
@@ -268,7 +269,7 @@ async def test_a_crash_answers_at_once_while_a_process_it_started_holds_its_stdo
 async def wait_for_error(client: Client, session: dict[str, Any]) -> None:
     """Call ``whoami`` in ``session`` until it fails with "Session not found"; until the crashed process is
     stopped and its session revoked, the error says that the process exited."""
-    with anyio.fail_after(GONE_WITHIN):
+    with anyio.fail_after(WITHIN):
         while True:
             try:
                 await whoami(client, session)
@@ -371,7 +372,7 @@ async def test_a_retry_that_brings_input_too_late_is_answered_at_once(
 
     async with Client(url, mode="auto", elicitation_callback=elicitation) as client:
         session = await create_session(client)
-        with anyio.fail_after(GONE_WITHIN), pytest.raises(MCPError) as late:
+        with anyio.fail_after(WITHIN), pytest.raises(MCPError) as late:
             await client.call_tool("elicit", {"question": "ok?"}, meta=sdk_session_meta(session))
 
     assert "abandoned" in late.value.message
@@ -519,7 +520,7 @@ def test_sigterm_ends_every_process_even_one_that_ignores_it() -> None:
         process.process.send_signal(signal.SIGTERM)
         process.process.wait(timeout=GONE_WITHIN)
         # The kernel has already ended them; their reaping may lag.
-        until_sync(lambda: all(gone(pid) for pid in pids), 1.0, said=process.output)
+        until_sync(lambda: all(gone(pid) for pid in pids), said=process.output)
         assert "process " in process.output()
 
 

@@ -19,11 +19,11 @@ import pytest
 
 from _mcp import SESSION_KEY, jwt_claims, modern_headers, modern_request, session_meta
 from _otlp import KIND_CLIENT, KIND_SERVER, Exported, Receiver
+from _waits import Deadline
 from conftest import serve
 from e2e._gateway import MAIN, Recorder, created, gateway_process, legacy_initialize, result_of, upstream_server
 
 SERVICE = "gateway-under-test"
-WAIT_SECONDS = 20.0
 MESSAGES = sorted(["sessions/create", "tools/call echo", "initialize", "notifications/initialized"])
 FORWARDED = sorted(["tools/call echo", "initialize", "notifications/initialized"])
 DOC = MAIN / "docs" / "gateway.md"
@@ -61,13 +61,13 @@ def instrumented_gateway(upstream: str, endpoint: str, disabled: str) -> Any:
 
 def exported(receiver: Receiver, names: list[str], clients: int) -> list[Exported]:
     """The receiver's spans once it holds the gateway's spans ``names`` and ``clients`` others (bounded wait)."""
-    deadline = time.monotonic() + WAIT_SECONDS
+    deadline = Deadline(lambda: f"not all exported: {ours}, and {len(spans) - len(ours)} others")
     while True:
         spans = list(receiver.spans)
         ours = sorted(span.name for span in spans if span.scope == "mcp_sessions")
         if len(ours) >= len(names) and len(spans) - len(ours) >= clients:
             return spans
-        assert time.monotonic() < deadline, f"exported: {ours}, and {len(spans) - len(ours)} others"
+        deadline.check()
         time.sleep(0.05)
 
 

@@ -55,6 +55,7 @@ from _mcp import (
     tool_text,
 )
 from _users import HeaderUser, User, bearer_auth
+from _waits import WITHIN
 from conftest import SECRET, in_process, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
 
@@ -492,7 +493,7 @@ def test_the_http_sse_transport_of_2024_gets_no_session_and_its_answers_as_bare(
             assert tool_text(called) == "none"
 
     with serve(app) as url:  # a GET stream open while POSTs answer on it: a real server
-        asyncio.run(asyncio.wait_for(scenario(url), 20))
+        asyncio.run(asyncio.wait_for(scenario(url), WITHIN))
 
 
 async def _next_data(lines: AsyncIterator[str]) -> str:

@@ -26,6 +26,7 @@ import pytest
 
 from _mcp import SESSION_KEY, answer, jwt_claims, messages, modern_headers, modern_request
 from _redis import end_process
+from _waits import until
 from conftest import SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,16 +91,23 @@ def start(mode: str, log: Path) -> Server:
     server = Server(mode, f"http://127.0.0.1:{sock.getsockname()[1]}/mcp", process)
     sock.close()  # the child holds its own copy
     probe = modern_request("server/discover", id=0)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            # The listening socket queues this until the server accepts it.
-            httpx.post(server.url, json=probe, headers=modern_headers(probe), timeout=2).raise_for_status()
-            return server
-        except httpx.HTTPError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                end_process(server.process)
-                raise RuntimeError(f"the {mode} server did not start: {log.read_text()[-2000:]}") from None
+
+    def answering() -> bool:
+        assert process.poll() is None, f"the {mode} server exited: {log.read_text()[-2000:]}"
+        # The listening socket queues this until the server accepts it.
+        httpx.post(server.url, json=probe, headers=modern_headers(probe), timeout=2).raise_for_status()
+        return True
+
+    try:
+        until(
+            answering,
+            lambda: f"the {mode} server did not start: {log.read_text()[-2000:]}",
+            ignoring=(httpx.HTTPError,),
+        )
+    except BaseException:
+        end_process(server.process)
+        raise
+    return server
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,11 +24,10 @@ import pytest
 from _mcp import ModernClient, jwt_claims, session_meta
 from _otlp import Receiver
 from _redis import free_port
+from _waits import WITHIN, until
 from conftest import SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
-START_SECONDS = 30.0
-STOP_SECONDS = 20.0
 
 SERVERS = {
     "uvicorn": lambda port: [
@@ -59,19 +57,20 @@ def server(kind: str, endpoint: str) -> Iterator[tuple[subprocess.Popen[bytes], 
     process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + START_SECONDS
-        while True:
+
+        def answering() -> bool:
             assert process.poll() is None, f"{kind} exited at start:\n{process.communicate()[1].decode()}"
             with contextlib.suppress(httpx.TransportError):
                 httpx.get(url + "/", timeout=2)
-                break
-            assert time.monotonic() < deadline, f"{kind} did not answer within {START_SECONDS:.0f} s"
-            time.sleep(0.1)
+                return True
+            return False
+
+        until(answering, f"{kind} did not answer")
         yield process, url
     finally:
         if process.poll() is None:
             process.kill()
-        process.communicate(timeout=STOP_SECONDS)
+        process.communicate(timeout=WITHIN)
 
 
 @pytest.mark.parametrize(
@@ -94,7 +93,7 @@ def test_a_signal_right_after_a_request_loses_none_of_its_spans(
         _, counted = client.call_tool("count", session=session_meta(token))
         assert "result" in counted, counted
         process.send_signal(stop)  # within milliseconds of the answer: nothing has exported the batch yet
-        process.wait(STOP_SECONDS)
+        process.wait(WITHIN)
     sid = jwt_claims(token)["sid"]
     exported = [(span.scope, span.name) for span in received.spans if span.attributes.get("session.id") == sid]
     assert ("mcp_sessions", "sessions/create") in exported

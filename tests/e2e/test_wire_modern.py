@@ -54,6 +54,7 @@ from _mcp import (
     session_meta,
     tool_text,
 )
+from _waits import WITHIN
 from conftest import SECRET, asgi_client, in_process, serve
 from mcp_sessions import MCPSessionMiddleware
 
@@ -226,7 +227,7 @@ async def test_concurrent_requests_of_one_session_all_count() -> None:
             response = await http.post(MCP_PATH, json=body, headers=modern_headers(body))
             seen.append(int(tool_text(answer(response))))
 
-        with anyio.fail_after(20):
+        with anyio.fail_after(WITHIN):
             async with anyio.create_task_group() as tg:
                 for request_id in range(10):
                     tg.start_soon(count, request_id)
@@ -528,13 +529,13 @@ async def test_progress_event_reaches_the_client_while_the_tool_still_waits(era:
                     assert response.status_code == 200
                     assert response.headers["content-type"].startswith("text/event-stream")
                     stream = aiter_messages(response.aiter_lines())
-                    with anyio.fail_after(10):  # a held-back progress event fails here instead of hanging
+                    with anyio.fail_after(WITHIN):  # a held-back progress event fails here instead of hanging
                         first = await anext(stream)
                     assert first["method"] == "notifications/progress"
                     assert first["params"]["progressToken"] == "gate"
                     assert not release.is_set()
                     release.set()
-                    with anyio.fail_after(10):
+                    with anyio.fail_after(WITHIN):
                         final = await anext(stream)
         finally:
             release.set()

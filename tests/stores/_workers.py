@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,11 +12,9 @@ import httpx
 
 from _mcp import ModernClient, tool_text
 from _redis import end_process
-from _waits import WITHIN
+from _waits import until
 from conftest import SECRET
 from e2e._replicas import MAIN, Replica
-
-START_TIMEOUT = WITHIN
 
 
 class Workers(Replica):
@@ -41,17 +38,18 @@ class Workers(Replica):
 
     def wait_ready(self) -> None:
         """Until the workers answer; returns once all ``count`` distinct pids have, or the deadline passes."""
-        assert self.process is not None
-        deadline = time.monotonic() + START_TIMEOUT
+        process = self.process
+        assert process is not None
         seen: set[int] = set()
-        while len(seen) < self.count:
-            if self.process.poll() is not None:
+
+        def all_answered() -> bool:
+            if process.poll() is not None:
                 raise RuntimeError(f"uvicorn exited at start:\n{self.output()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{len(seen)} of {self.count} workers answered within {START_TIMEOUT} s")
             with contextlib.suppress(httpx.HTTPError), httpx.Client(timeout=5) as http:
                 seen.add(self.pid_of(http))
-            time.sleep(0.05)
+            return len(seen) >= self.count
+
+        until(all_answered, lambda: f"{len(seen)} of {self.count} workers answered")
 
     def pid_of(self, http: httpx.Client) -> int:
         """The worker at the other end of ``http``'s connection."""

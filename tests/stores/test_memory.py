@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+import _waits
 from conftest import SECRET, until
 from mcp_sessions.stores import MemoryStore, SessionStoreFull, SessionStoreUnavailable
 
-from ._workers import START_TIMEOUT, Workers
+from ._workers import Workers
 from .conftest import ACTIVE, EXP, NOW, REVOKED
 
 pytestmark = pytest.mark.anyio
@@ -132,7 +133,7 @@ def test_a_memory_store_in_a_worker_process_warns_once(tmp_path: Any) -> None:
     for worker in workers:
         worker.start()
     for worker in workers:
-        worker.join(30)
+        worker.join(_waits.WITHIN)
         assert worker.exitcode == 0
     for log in logs:
         [line] = log.read_text().splitlines()
@@ -150,10 +151,11 @@ def test_no_warning_in_the_main_process(caplog: pytest.LogCaptureFixture) -> Non
 def test_a_memory_store_in_gunicorn_workers_warns_in_each() -> None:
     """gunicorn forks its workers (no multiprocessing): its SERVER_SOFTWARE variable gives them away."""
     with contextlib.closing(Workers(2, {"MCP_SESSIONS_SECRET": SECRET}, gunicorn=True)) as server:
-        deadline = time.monotonic() + START_TIMEOUT
-        while server.output().count("MemoryStore in a worker process") < 2:
+
+        def warned_twice() -> bool:
             assert server.process is not None and server.process.poll() is None, server.output()
-            assert time.monotonic() < deadline, server.output()
-            time.sleep(0.1)
+            return server.output().count("MemoryStore in a worker process") >= 2
+
+        _waits.until(warned_twice, lambda: f"the two workers did not warn:\n{server.output()}")
         server.stop()
         assert server.output().count("MemoryStore in a worker process") == 2

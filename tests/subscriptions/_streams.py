@@ -12,11 +12,12 @@ from typing import Any, cast
 from mcp.shared.subscriptions import PromptsListChanged, ServerEvent
 
 from _redis_topologies import ClusterServers
+from _waits import WITHIN
 from mcp_sessions._session import Session, current_session
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 MARKER = PromptsListChanged()  # the positive control: published last, on the global channel
-WAIT = 30.0  # a bound of the tests' waits for a message, a quarter of the suite's timeout
+WAIT = WITHIN  # a bound of the tests' waits for a message: the suite's one (_waits)
 
 
 @contextlib.asynccontextmanager

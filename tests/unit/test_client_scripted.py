@@ -23,6 +23,7 @@ import pytest
 
 from _client import FAST, STORE_UNAVAILABLE, sent_session
 from _mcp import LEGACY, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, b64, modern_headers, modern_request
+from _waits import WITHIN
 from mcp_sessions.client import HeldSession, RetryPolicy, SessionError, SessionTransport
 from mcp_sessions.client._messages import retry_after as _retry_after
 from mcp_sessions.profiles._base import SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED
@@ -235,7 +236,7 @@ async def test_sse_is_relayed_as_it_arrives_and_the_echo_read() -> None:
     shim = scripted(ScriptedServer(script, on="tools/call"), session=HeldSession("tok-1"))
     body = call()
     lines: list[str] = []
-    with anyio.fail_after(10):  # a deadlock guard, not a timing assertion
+    with anyio.fail_after(WITHIN):  # a deadlock guard, not a timing assertion
         async with (
             httpx2.AsyncClient(transport=shim) as http,
             http.stream("POST", "http://mcp.test/mcp", json=body, headers=modern_headers(body)) as response,
@@ -269,7 +270,7 @@ async def test_a_caller_that_stops_reading_closes_the_servers_stream() -> None:
 
     shim = scripted(ScriptedServer(script, on="tools/call"), session=HeldSession("tok-1"))
     body = call()
-    with anyio.fail_after(10):  # a deadlock guard
+    with anyio.fail_after(WITHIN):  # a deadlock guard
         async with (
             httpx2.AsyncClient(transport=shim) as http,
             http.stream("POST", "http://mcp.test/mcp", json=body, headers=modern_headers(body)) as response,
