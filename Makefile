@@ -84,9 +84,11 @@ demo: $(VENV)/.demo-installed
 # `make test`: every behaviour of the package, against the real parts that install in a minute or two (the
 # pinned mcp SDK, redis-server, SQLite, the OpenTelemetry SDK, the node packages whose behaviour a test is
 # about): the Python packages and the system ones install side by side, then pytest runs what pyproject's
-# addopts select (not the interop matrix) on every core with pytest-xdist, a file at a time per worker, slowest
-# files first (tests/conftest.py); PYTEST_WORKERS=0 runs them in one process.
-PYTEST_WORKERS ?= auto
+# addopts select (not the interop matrix) with pytest-xdist, a file at a time per worker, slowest files first
+# (tests/conftest.py), two workers a core: much of the suite waits on the processes and timers it tests, and the
+# second worker of a core runs meanwhile. PYTEST_WORKERS=0
+# runs them in one process.
+PYTEST_WORKERS ?= $(shell echo $$((2 * $$(nproc))))
 
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed $(AUTH_VENVS:%=%/.installed) system-deps
@@ -102,6 +104,8 @@ DOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 # the official conformance suite, the benchmarks' smoke runs, the wheel and sdist builds), with the static
 # checks (lint, docs; `make lint` and `make docs` run them alone) beside the tests, which leave a core idle much
 # of the time; their output is kept until the tests end, and `make test-all` fails if either does.
+# A worker a core here: the benchmarks' smoke runs and the viewers take a core each.
+test-all: PYTEST_WORKERS = auto
 test-all:
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-all-installed $(SERVER_VENVS:%=%/.installed) \
 		$(THIRDPARTY_VENVS:%=%/.installed) $(STDIO_VENVS:%=%/.installed) $(VENV)-fast-agent/sdist/.downloaded \
