@@ -62,9 +62,9 @@ def gateway() -> Iterator[Process]:
         serve(keys) as jwks,
         gateway_process(
             [],
-            # The module's conversations are all alice's: limits high enough that none is ended to make room
-            # (a new 2025 initialize at the limit ends her idle transport sessions, with the processes they hold).
-            *("--stdio", SERVER, "--warm", "0", "--max-processes", "64", "--max-processes-per-principal", "64"),
+            # The module's conversations, more than the default limit's eight, are all alice's: none is ended to
+            # make room for another (test_gateway_stdio_table tests that).
+            *("--stdio", SERVER, "--max-processes", "64", "--max-processes-per-principal", "64"),
             *("--auth-jwks", jwks + "/jwks.json", "--auth-issuer", ISSUER, "--auth-audience", "{url}"),
             environ={"PYTHONPATH": PYTHONPATH},
         ) as process,

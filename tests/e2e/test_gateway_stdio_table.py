@@ -21,14 +21,15 @@ import httpx
 import pytest
 from mcp import Client
 
-from _mcp import modern_headers, modern_request, session_meta
+from _mcp import legacy_request, modern_headers, modern_request, session_meta
 from conftest import SECRET
-from e2e._gateway import JSON_SSE, Process, created, gateway_process, legacy_initialize, result_of
+from e2e._gateway import INITIALIZE, JSON_SSE, Process, created, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, stdio_gateway, until
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import _stdio_table
 from mcp_sessions._gateway._stdio_table import Children
+from mcp_sessions.profiles import SESSION_META_KEY
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 pytestmark = pytest.mark.anyio
@@ -237,6 +238,28 @@ def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_r
 
     assert within_grace.status_code == 429 and result_of(within_grace, 1)["error"]["code"] == -32011
     assert back["code"] == -32043, back
+
+
+def test_a_transport_session_a_session_was_opened_in_is_not_ended_at_once_for_a_new_one() -> None:
+    """A caller's new 2025 ``initialize`` at its limit ends its idle transport sessions at once (a client that never
+    sends DELETE leaves them behind), but not one a data-layer session was opened in: that session lives in its
+    process, which is spared as any conversation's is, until idle ``EVICT_AFTER`` seconds (test_connect's restarted
+    shim found a new process so, once in three runs)."""
+    with stdio_gateway(max_processes_per_principal=1) as url, httpx.Client(timeout=WITHIN) as http:
+        first = legacy_initialize(http, url)
+        create = legacy_request("sessions/create", {})
+        token = result_of(http.post(url, json=create, headers=first), 1)["result"]["session"]["sessionId"]
+
+        def count() -> str:
+            params = {"name": "count", "arguments": {}, "_meta": {SESSION_META_KEY: {"sessionId": token}}}
+            answer = result_of(http.post(url, json=legacy_request("tools/call", params), headers=first), 1)
+            return str(answer["result"]["content"][0]["text"])
+
+        assert count() == "1"
+        second = http.post(url, json=legacy_request("initialize", INITIALIZE, id=0), headers=JSON_SSE)
+        assert count() == "2"  # the same process, its state kept
+
+    assert second.status_code == 429, second.text
 
 
 def test_sigterm_while_the_first_process_never_answers_initialize_stops_the_gateway() -> None:

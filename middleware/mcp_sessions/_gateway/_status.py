@@ -35,7 +35,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._asgi import send_json
 from .._version import __version__
-from ._stdio_table import Children, ProcessEvents, ProcessView, known_as
+from ._stdio_relay import known_as
+from ._stdio_table import Children, ProcessEvents, ProcessView
 
 STATUS_PATH: Final = "/status"
 USER_PATH: Final = "/mcp/sessions"

@@ -29,6 +29,7 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp.shared.subscriptions import event_from_wire
 from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.types import Scope
 
 from .._session import SCOPE_KEY
 from .._wire import printable
@@ -209,6 +210,15 @@ class Caller(NamedTuple):
     name: str
 
 
+def known_as(scope: Scope) -> str:
+    """The caller as the operator knows them: the authenticated principal's name, else the client address."""
+    user = scope.get("user")
+    if user is not None and getattr(user, "is_authenticated", False):
+        return str(user.display_name)
+    client = scope.get("client")
+    return client[0] if client else ""
+
+
 class Conversation:
     """A child and what its conversation's requests need of it: whose it is, the calls in flight, the last one's
     time (on anyio's clock, as its deadline)."""
@@ -235,6 +245,7 @@ class Conversation:
         self.deadline = anyio.current_time() + (expires_at - time.time())
         self.credentials = credentials  # the digest of its process's --process-env values
         self.transport = transport  # its 2025 transport session's id, which ends with it
+        self.holds_sessions = False  # whether a data-layer session was opened in that transport session
         self.bus = bus  # its 2026-07-28 listen streams
         self.tasks = tasks  # where its calls run: a 2026-07-28 call outlives the client's request
         self.calls: list[Call] = []  # in flight, oldest first

@@ -47,7 +47,7 @@ from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
 from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions
-from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Caller, Conversation, Key
+from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Caller, Conversation, Key, known_as
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -175,6 +175,7 @@ class Children:
         found = None if transport is None else self.conversations.get(transport)
         if found is not None and found.owner is not None and found.owner.id == caller.id:
             self.moved[claims.session_id] = found.key  # one conversation, one process
+            found.holds_sessions = True
             return
         try:
             key = Key("data-layer-session", claims.session_id)
@@ -388,12 +389,13 @@ class Children:
 
     def _spare(self, conversation: Conversation, transport: bool) -> bool:
         """Whether a caller's ``conversation`` may be ended to make room for its new one: none of its requests is in
-        flight or waits for input, and it has been idle for ``EVICT_AFTER`` seconds (a 2025 transport session, for
-        a new one, at once: a client that never sends DELETE leaves them behind)."""
+        flight or waits for input, and it has been idle for ``EVICT_AFTER`` seconds (a 2025 transport session no
+        data-layer session lives in, for a new one, at once: a client that never sends DELETE leaves them behind)."""
         if conversation.calls or conversation.parked:
             return False
         idle = anyio.current_time() - conversation.last_request
-        return idle >= EVICT_AFTER or (transport and conversation.transport is not None)
+        lost = transport and conversation.transport is not None and not conversation.holds_sessions
+        return idle >= EVICT_AFTER or lost
 
     def _gone(self, key: Key, why: str | None = None) -> MCPError:
         why = why or self.ended.get(key, (0.0, "ended"))[1]
@@ -581,15 +583,6 @@ def _bound(sid: str, caller: str) -> str:
 def _digest(key: Key) -> str:
     """A short digest of a conversation's key, for logs and the operator's view: it names, it grants nothing."""
     return hashlib.sha256(f"{key.kind}\0{key.id}".encode()).hexdigest()[:12]
-
-
-def known_as(scope: Scope) -> str:
-    """The caller as the operator knows them: the authenticated principal's name, else the client address."""
-    user = scope.get("user")
-    if user is not None and getattr(user, "is_authenticated", False):
-        return str(user.display_name)
-    client = scope.get("client")
-    return client[0] if client else ""
 
 
 def _no_state() -> MCPError:
