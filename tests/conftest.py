@@ -179,6 +179,8 @@ INTEROP = [
     "conformance/tests/test_conformance_thirdparty.py",  # fast-agent and ag2 servers, in their venvs
     "conformance/tests/test_conformance_strawman.py",  # fast-agent 0.5.3's server, in its venv
     "tests/e2e/test_gateway_stdio.py::test_mcp_server_time_from_pypi",  # mcp-server-time, in its venv
+    # an mcp 1.x server behind --processes auto, in its venv (make test: the 2026-07-28 server's lifetimes)
+    "tests/e2e/test_gateway_stdio_lifetimes.py::test_a_2025_server_keeps_a_process_per_conversation",
     "tests/e2e/test_gateway_stdio.py::test_server_everything_stdio",  # a node server behind --stdio
     "tests/e2e/test_gateway_stdio.py::test_the_typescript_sdk_client",  # the TypeScript SDK's client
     "tests/e2e/test_asgi_servers.py",  # Hypercorn and Granian

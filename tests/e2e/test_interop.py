@@ -38,6 +38,7 @@ from mcp.shared.exceptions import MCPError
 from _docs import assert_generated
 from _hosts import HOSTS
 from _mcp import MCP_PATH, SESSION_KEY, SESSION_NOT_FOUND, SESSION_REQUIRED, sdk_meta
+from _waits import WITHIN
 from conftest import SECRET, serve
 from mcp_sessions import MCPSessionMiddleware, get_session
 from mcp_sessions.client import HeldSession, SessionTransport
@@ -202,7 +203,9 @@ async def connect(kind: ClientKind, url: str) -> AsyncIterator[Conversation]:
                 # fastmcp calls the factory with keywords only, follow_redirects among them, which the SDK's
                 # McpHttpClientFactory protocol does not name; fastmcp's docs ask for **kwargs, as here.
                 target = StreamableHttpTransport(url, httpx_client_factory=cast(McpHttpClientFactory, factory))
-            fastmcp = await stack.enter_async_context(FastMCPClient(target, mode=kind.mode))
+            fastmcp = await stack.enter_async_context(
+                FastMCPClient(target, mode=kind.mode, timeout=WITHIN, init_timeout=WITHIN)
+            )
 
             async def call(name: str, arguments: dict[str, Any], meta: Any = None, progress: Any = None) -> Any:
                 result = await fastmcp.call_tool(name, arguments, meta=meta, progress_handler=progress)
@@ -275,7 +278,9 @@ async def connect_stock(kind: StockKind, url: str, conversation: str) -> AsyncIt
                 return (result.structured_content or {})["result"]
 
         else:
-            fastmcp = await stack.enter_async_context(FastMCPClient(url, mode=kind.mode))
+            fastmcp = await stack.enter_async_context(
+                FastMCPClient(url, mode=kind.mode, timeout=WITHIN, init_timeout=WITHIN)
+            )
 
             async def call(name: str) -> Any:
                 result = await fastmcp.call_tool(name, {}, meta=shaped()[0] or None)

@@ -152,8 +152,9 @@ def failover(
         until(lambda: node.execute_command("WAIT", 1, 1000) == 1, "the replica did not acknowledge the writes")
     master.kill()
 
-    # The window: requests alternate between the app replicas until the Redis replica is promoted.
-    successes, unavailable = 0, 0
+    # The window: requests alternate between the app replicas until the Redis replica is promoted and each app
+    # has succeeded since (its client learns the new topology at a request; on a busy machine, a later one).
+    successes, unavailable, over, served = 0, 0, False, set[int]()
     promoted = Deadline("no failover")
     for i in itertools.count():
         answered = outcome(*(a, b)[i % 2].call_tool("count", session=session_meta(session)))
@@ -161,7 +162,10 @@ def failover(
             unavailable += 1
         else:
             successes += 1
-        if failed_over():
+        over = over or failed_over()
+        if over and answered is not None:
+            served.add(i % 2)
+        if served == {0, 1}:
             break
         promoted.check()
         time.sleep(0.05)
