@@ -86,8 +86,7 @@ demo: $(VENV)/.demo-installed
 # about): the Python packages and the system ones install side by side, then pytest runs what pyproject's
 # addopts select (not the interop matrix) with pytest-xdist, a file at a time per worker, slowest files first
 # (tests/conftest.py), two workers a core: much of the suite waits on the processes and timers it tests, and the
-# second worker of a core runs meanwhile. PYTEST_WORKERS=0
-# runs them in one process.
+# second worker of a core runs meanwhile. PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= $(shell echo $$((2 * $$(nproc))))
 
 test:
