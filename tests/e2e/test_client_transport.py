@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 
 from _client import FAST, STORE_UNAVAILABLE, sent_session
 from _mcp import LEGACY, MCP_PATH, MODERN, SESSION_NOT_FOUND, SESSION_REQUIRED, jwt_claims
+from _waits import WITHIN
 from conftest import SECRET, serve
 from mcp_sessions.client import HeldSession, RetryPolicy, SessionError, SessionTransport
 from mcp_sessions.stores import MemoryStore, SessionStoreUnavailable
@@ -134,7 +135,7 @@ def mode(request: pytest.FixtureRequest) -> str:
 async def connect(url: str, transport: httpx2.AsyncBaseTransport, mode: str = "auto") -> AsyncIterator[Client]:
     """The SDK client as an agent builds it, except for the transport of its HTTP client."""
     async with (
-        httpx2.AsyncClient(transport=transport) as http,
+        httpx2.AsyncClient(transport=transport, timeout=WITHIN) as http,
         Client(streamable_http_client(url, http_client=http), mode=mode) as client,
     ):
         yield client

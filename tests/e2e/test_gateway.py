@@ -20,7 +20,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from _mcp import LEGACY, era_session, legacy_request
-from _waits import Deadline
+from _waits import WITHIN, Deadline
 from e2e._gateway import (
     INITIALIZE,
     JSON_SSE,
@@ -148,7 +148,7 @@ def test_the_mcp_sdk_client_with_the_session_transport(gateway: str) -> None:
     async def run() -> tuple[str, str | None]:
         shim = SessionTransport(delete_on_close=True)
         async with (
-            httpx2.AsyncClient(transport=shim) as http,
+            httpx2.AsyncClient(transport=shim, timeout=WITHIN) as http,
             Client(streamable_http_client(gateway, http_client=http), mode="legacy") as client,
         ):
             result = await client.call_tool("echo", {"message": "through"})

@@ -25,7 +25,7 @@ from _mcp import era_session as create
 from _otel import recording_provider
 from _redis import free_port
 from _users import bearer_auth
-from _waits import until
+from _waits import WITHIN, until
 from conftest import serve
 from e2e._gateway import JSON_SSE, SECRET, Disconnects, legacy_initialize, result_of, upstream_server
 from mcp_sessions import SessionsConfig, gateway_app
@@ -100,7 +100,7 @@ def test_the_mcp_sdk_client_with_the_session_transport_both_modes(plain: str) ->
     async def run(mode: str) -> tuple[set[str], str | None]:
         shim = SessionTransport()
         async with (
-            httpx2.AsyncClient(transport=shim) as client_http,
+            httpx2.AsyncClient(transport=shim, timeout=WITHIN) as client_http,
             Client(streamable_http_client(plain, http_client=client_http), mode=mode) as client,
         ):
             conversations = set()

@@ -186,7 +186,7 @@ async def connect(kind: ClientKind, url: str) -> AsyncIterator[Conversation]:
         target: Any = url
         if kind.library == "sdk":
             if kind.shim:
-                http = await stack.enter_async_context(httpx2.AsyncClient(transport=shim()))
+                http = await stack.enter_async_context(httpx2.AsyncClient(transport=shim(), timeout=WITHIN))
                 target = streamable_http_client(url, http_client=http)
             sdk = await stack.enter_async_context(SDKClient(target, mode=kind.mode))
 
@@ -268,7 +268,7 @@ async def connect_stock(kind: StockKind, url: str, conversation: str) -> AsyncIt
         if kind.library == "sdk":
             target: Any = url
             if headers := {name.replace("_", "-"): value for name, value in shaped()[1].items()}:
-                http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers))
+                http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=WITHIN))
                 target = streamable_http_client(url, http_client=http)
             sdk = await stack.enter_async_context(SDKClient(target, mode=kind.mode))
 
@@ -414,6 +414,8 @@ async def run_cell(cell: Cell, url: str) -> None:
         with anyio.fail_after(CELL_TIMEOUT):
             await scenario(cell, url)
     except Exception as exc:
+        while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:  # say what failed, not where it was
+            exc = exc.exceptions[0]
         cell.steps.append(Step("error", f"{type(exc).__name__}: {exc}"[:200], False))
 
 

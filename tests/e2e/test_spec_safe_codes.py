@@ -15,6 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from _mcp import MCP_PATH, answer, modern_headers, modern_request, session_meta
+from _waits import WITHIN
 from conftest import SECRET, in_process, serve
 from mcp_sessions.client import HeldSession, SessionTransport
 from mcp_sessions.profiles._base import SPEC_SAFE_NOT_FOUND, SPEC_SAFE_REQUIRED, spec_allows
@@ -73,7 +74,10 @@ async def test_the_client_shim_understands_the_spec_safe_not_found(recreate: boo
 
 async def shim_understands_the_spec_safe_not_found(url: str, recreate: bool) -> None:
     shim = SessionTransport(recreate=recreate)
-    async with httpx2.AsyncClient(transport=shim) as http, Client(streamable_http_client(url, http_client=http)) as c:
+    async with (
+        httpx2.AsyncClient(transport=shim, timeout=WITHIN) as http,
+        Client(streamable_http_client(url, http_client=http)) as c,
+    ):
         assert await count(c) == 1
         old = shim.session.token
         assert old is not None
