@@ -111,11 +111,15 @@ class Process:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")[-4000:]
 
-    def stop(self) -> None:
+    def stop(self) -> bytes:
+        """End the process (SIGTERM: it flushes what it buffers; SIGKILL if it must); all it wrote (none the second
+        time)."""
         process, self.process = self.process, None
         if process is not None:
             end_process(process)
+        written = b"" if self._log.closed else self.log()
         self._log.close()
+        return written
 
 
 @contextlib.contextmanager

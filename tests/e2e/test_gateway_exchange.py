@@ -117,7 +117,7 @@ def gateway(authorization_server: Process, *arguments: str) -> Iterator[Process]
     """``mcp-sessions gateway`` with ``arguments``, its client secret in the environment, logging at debug, under
     ``opentelemetry-instrument`` with its spans (httpx's calls to the token endpoint among them) in its output."""
     environ = {"MCP_SESSIONS_EXCHANGE_CLIENT_SECRET": GATEWAY[1], "PYTHONPATH": f"{MAIN}/middleware:{MAIN}/tests"}
-    environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_METRICS_EXPORTER": "none"}
+    environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"}
     environ["OTEL_LOGS_EXPORTER"] = "none"  # the distro's default, OTLP, is not in make test's environment
     program = [str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable, "-m", "mcp_sessions"]
     with gateway_process([], *arguments, "--log-level", "debug", environ=environ, program=program) as process:
@@ -125,9 +125,8 @@ def gateway(authorization_server: Process, *arguments: str) -> Iterator[Process]
 
 
 def logged(process: Process) -> str:
-    """All the process wrote (its spans exported every 0.1 s)."""
-    time.sleep(0.5)
-    return process.log().decode(errors="replace")
+    """All the process wrote, once it has ended (its spans exported at its exit)."""
+    return process.stop().decode(errors="replace")
 
 
 def login(authorization_server: Process, user: str, audience: str) -> str:
