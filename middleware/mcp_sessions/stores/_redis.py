@@ -289,9 +289,10 @@ class RedisStore(SessionStore):
     async def update(
         self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
     ) -> object:
-        """Read, apply ``fn``, compare-and-set; again after a short random back-off if another write got in."""
+        """Read, apply ``fn``, compare-and-set; again after a random back-off if another write got in."""
         keys = self._keys(session_id)
         for attempt in range(self.max_update_attempts):
+            started = time.monotonic()
             raw = await self._run(self._redis.hget(keys[1], key))
             new = fn(default if raw is None else json.loads(raw))
             encoded = encode_value(new)
@@ -299,8 +300,11 @@ class RedisStore(SessionStore):
             outcome = await self._run(self._compare_and_set(keys, [key, raw or "", encoded, ttl]))
             if outcome != 0:  # stored, or revoked (the write goes nowhere)
                 return new
-            # Another request changed the value between our read and our write: back off, read again.
-            await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2**attempt)))  # noqa: S311 - jitter
+            # Another request changed the value between our read and our write: back off, read again. The back-off
+            # counts in this attempt's own time (longer under load, when writes collide more), up to 2**attempt of
+            # them and at most 16 (full jitter), so that many writers spread out however slow each round trip is.
+            window = (time.monotonic() - started) * 2 ** min(attempt, 4)
+            await asyncio.sleep(random.uniform(0, window))  # noqa: S311 - jitter
         raise SessionStoreUnavailable(
             f"session data {key!r} changed under {self.max_update_attempts} attempts to update it"
         )
