@@ -498,7 +498,11 @@ def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:
         return None
     options: dict[str, Any] = {}
     is_redis = url.partition("://")[0].lower() in REDIS_SCHEMES
-    for name, key in (("MCP_SESSIONS_REDIS_PREFIX", "prefix"), ("MCP_SESSIONS_REDIS_TIMEOUT", "timeout")):
+    for name, key in (
+        ("MCP_SESSIONS_REDIS_PREFIX", "prefix"),
+        ("MCP_SESSIONS_REDIS_TIMEOUT", "timeout"),
+        ("MCP_SESSIONS_REDIS_CONNECT_TIMEOUT", "connect_timeout"),
+    ):
         if not env.get(name, "").strip():
             continue
         if not is_redis:

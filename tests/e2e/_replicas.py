@@ -250,6 +250,7 @@ def base_environ(redis: RedisServer, **extra: str) -> dict[str, str]:
         "MCP_SESSIONS_REDIS_URL": redis.url,
         "MCP_SESSIONS_REDIS_PREFIX": f"replicas-{uuid.uuid4().hex[:6]}:",
         "MCP_SESSIONS_REDIS_TIMEOUT": "2.0",  # a loaded two-core machine can hold a reply back past 0.3 s
+        "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "2.0",  # and a connect past 0.25 s
         **extra,
     }
 
@@ -260,5 +261,6 @@ def environ(url: str, prefix: str, **extra: str) -> dict[str, str]:
         "MCP_SESSIONS_STORE": url,
         "MCP_SESSIONS_REDIS_PREFIX": prefix,
         "MCP_SESSIONS_REDIS_TIMEOUT": "2.0",  # a loaded two-core machine can hold a reply back past 0.3 s
+        "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "2.0",  # and a connect past 0.25 s
         **extra,
     }

@@ -540,6 +540,8 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         "PYTHONPATH": PYTHONPATH,
         "MCP_SESSIONS_CONVERSATION_DATA": "anonymous",
         "MCP_SESSIONS_REDIS_URL": redis.url,
+        "MCP_SESSIONS_REDIS_TIMEOUT": "2.0",  # a loaded two-core machine can hold a reply back past 0.5 s
+        "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "2.0",  # and a connect past 0.25 s
     }
     trusting_the_front = ("--forwarded-allow-ips", "127.0.0.1")
     one_caller = ("--max-processes", "32", "--max-processes-per-principal", "32")  # all 127.0.0.1's: 20, anywhere

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
+from redis.asyncio import Redis
 
 from _mcp import b64
 from conftest import SECRET, signer_of
@@ -269,10 +270,13 @@ async def test_from_env_redis_url_selects_a_redis_store() -> None:
         "MCP_SESSIONS_REDIS_URL": "redis://127.0.0.1:1/0",
         "MCP_SESSIONS_REDIS_PREFIX": "tenant-a:",
         "MCP_SESSIONS_REDIS_TIMEOUT": "0.3",
+        "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "0.2",
     }
     mw = MCPSessionMiddleware.from_env(app, environ=env)  # no connection is made here
     assert isinstance(mw.store, RedisStore)
     assert (mw.store.prefix, mw.store.timeout) == ("tenant-a:", 0.3)
+    assert isinstance(client := mw.store._redis, Redis)
+    assert client.connection_pool.connection_kwargs["socket_connect_timeout"] == 0.2
     await mw.store.aclose()
     store = MemoryStore()
     assert MCPSessionMiddleware.from_env(app, environ=env, store=store).store is store
@@ -306,6 +310,8 @@ async def test_from_env_cluster_and_sentinel_urls_take_the_redis_options(variabl
         ({"MCP_SESSIONS_STORE": "sqlite://x.db", "MCP_SESSIONS_REDIS_PREFIX": "p"}, "names no Redis store"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "soon"}, "must be a number"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "120"}, "at most 60"),
+        ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "-1"}, "connect_timeout"),
+        ({"MCP_SESSIONS_STORE": "sqlite://x.db", "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "1"}, "names no Redis store"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_PREFIX": "{x}"}, "without braces"),
     ],
 )
