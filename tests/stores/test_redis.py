@@ -144,9 +144,7 @@ async def test_update_gives_up_after_bounded_attempts_under_constant_contention(
     assert await store.get("s1", "n") == 1003
 
 
-async def test_writers_to_one_key_all_land_however_slow_each_round_trip_is(
-    redis: RedisServer, closing: Closing
-) -> None:
+async def test_writers_to_one_key_all_land_however_slow_each_round_trip_is(redis: RedisServer) -> None:
     """25 writers update one value twice each over a link that holds every chunk 60 ms (a loaded machine, a far
     Redis): the back-off counts in round trips, so none runs out of attempts (capped at 50 ms, 5 to 7 of the 50 did)."""
 
@@ -158,23 +156,33 @@ async def test_writers_to_one_key_all_land_however_slow_each_round_trip_is(
                 await writer.drain()
         writer.close()
 
+    links: set[asyncio.Task[Any]] = set()
+
     async def link(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        links.add(task)
         server_reader, server_writer = await asyncio.open_connection("127.0.0.1", redis.port)
         await asyncio.gather(relay(client_reader, server_writer), relay(server_reader, client_writer))
 
     async with await asyncio.start_server(link, "127.0.0.1", 0) as slow:
         port = slow.sockets[0].getsockname()[1]
         url = f"redis://127.0.0.1:{port}/0"  # a busy machine's connects and answers take their time
-        store = closing(RedisStore(url, prefix=unique_prefix(), timeout=WITHIN, connect_timeout=WITHIN))
+        store = RedisStore(url, prefix=unique_prefix(), timeout=WITHIN, connect_timeout=WITHIN)
 
         async def writer(n: int) -> None:
             for _ in range(2):
                 await store.update("s1", "seen", lambda seen: [*seen, n], expires_at=EXP, default=[])
 
-        async with asyncio.TaskGroup() as writers:
-            for n in range(25):
-                writers.create_task(writer(n))
-        assert sorted(await store.get("s1", "seen")) == sorted([*range(25)] * 2)
+        try:
+            async with asyncio.TaskGroup() as writers:
+                for n in range(25):
+                    writers.create_task(writer(n))
+            assert sorted(await store.get("s1", "seen")) == sorted([*range(25)] * 2)
+        finally:  # its connections end, then each link, before the link's server does
+            await store.aclose()
+            async with asyncio.timeout(WITHIN):
+                await asyncio.gather(*links)
 
 
 async def test_incr_refuses_what_redis_cannot_count(redis_store: RedisStore) -> None:
