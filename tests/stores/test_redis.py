@@ -146,7 +146,7 @@ async def test_update_gives_up_after_bounded_attempts_under_constant_contention(
 
 async def test_writers_to_one_key_all_land_however_slow_each_round_trip_is(redis: RedisServer) -> None:
     """25 writers update one value twice each over a link that holds every chunk 60 ms (a loaded machine, a far
-    Redis): the back-off counts in round trips, so none runs out of attempts (capped at 50 ms, 5 to 7 of the 50 did)."""
+    Redis): the back-off counts in round trips, so none runs out of attempts (capped at 50 ms, as it was, some did)."""
 
     async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
