@@ -6,7 +6,6 @@ Redis answers again. The contract it shares with every store is in test_contract
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import socket
 import threading
@@ -19,7 +18,7 @@ import redis as sync_redis
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
-from _redis import RedisServer, free_port, redis_server
+from _redis import Forwarder, RedisServer, free_port, redis_server
 from _waits import WITHIN
 from conftest import until
 from mcp_sessions.stores import RedisStore, SessionStoreUnavailable
@@ -144,45 +143,23 @@ async def test_update_gives_up_after_bounded_attempts_under_constant_contention(
     assert await store.get("s1", "n") == 1003
 
 
-async def test_writers_to_one_key_all_land_however_slow_each_round_trip_is(redis: RedisServer) -> None:
+async def test_writers_to_one_key_all_land_however_slow_each_round_trip_is(
+    redis: RedisServer, closing: Closing
+) -> None:
     """25 writers update one value twice each over a link that holds every chunk 60 ms (a loaded machine, a far
     Redis): the back-off counts in round trips, so none runs out of attempts (capped at 50 ms, as it was, some did)."""
-
-    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError):
-            while data := await reader.read(65536):
-                await asyncio.sleep(0.06)
-                writer.write(data)
-                await writer.drain()
-        writer.close()
-
-    links: set[asyncio.Task[Any]] = set()
-
-    async def link(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        links.add(task)
-        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", redis.port)
-        await asyncio.gather(relay(client_reader, server_writer), relay(server_reader, client_writer))
-
-    async with await asyncio.start_server(link, "127.0.0.1", 0) as slow:
-        port = slow.sockets[0].getsockname()[1]
-        url = f"redis://127.0.0.1:{port}/0"  # a busy machine's connects and answers take their time
-        store = RedisStore(url, prefix=unique_prefix(), timeout=WITHIN, connect_timeout=WITHIN)
+    async with Forwarder(redis.port, delay=0.06) as link:
+        url = f"redis://127.0.0.1:{link.port}/0"  # a busy machine's connects and answers take their time
+        store = closing(RedisStore(url, prefix=unique_prefix(), timeout=WITHIN, connect_timeout=WITHIN))
 
         async def writer(n: int) -> None:
             for _ in range(2):
                 await store.update("s1", "seen", lambda seen: [*seen, n], expires_at=EXP, default=[])
 
-        try:
-            async with asyncio.TaskGroup() as writers:
-                for n in range(25):
-                    writers.create_task(writer(n))
-            assert sorted(await store.get("s1", "seen")) == sorted([*range(25)] * 2)
-        finally:  # its connections end, then each link, before the link's server does
-            await store.aclose()
-            async with asyncio.timeout(WITHIN):
-                await asyncio.gather(*links)
+        async with asyncio.TaskGroup() as writers:
+            for n in range(25):
+                writers.create_task(writer(n))
+        assert sorted(await store.get("s1", "seen")) == sorted([*range(25)] * 2)
 
 
 async def test_incr_refuses_what_redis_cannot_count(redis_store: RedisStore) -> None:

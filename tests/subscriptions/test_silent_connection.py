@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from mcp.shared.subscriptions import ResourceUpdated
 
-from _redis import RedisServer
+from _redis import Forwarder, RedisServer
 from _redis_topologies import READY_TIMEOUT, ClusterServers, client, wait_until
 from conftest import until
 from mcp_sessions.subscriptions import SessionSubscriptionBus
@@ -31,69 +31,6 @@ pytestmark = pytest.mark.anyio
 INTERVAL = 0.2
 NOTICED = 2 * INTERVAL + 2.0  # the documented bound, plus the backoff and a busy machine's slack
 EVENT = ResourceUpdated(uri="note://after")
-
-
-class Forwarder:
-    """Forwards every connection to ``127.0.0.1:target_port`` from a port of its own, until :meth:`silence`.
-
-    ``silence()`` stops every connection open at that moment from forwarding, both ways, and keeps its
-    sockets open, as a NAT does when it forgets a connection; connections opened afterwards forward.
-    """
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = 0
-        self.accepted = 0  # connections accepted so far; the first ``_silent_below`` of them are silent
-        self._silent_below = 0
-        self._server: asyncio.Server | None = None
-        self._writers: list[asyncio.StreamWriter] = []
-        self._handlers: set[asyncio.Task[None]] = set()
-
-    def silence(self) -> None:
-        """Every connection open now forwards nothing more, either way, and is never closed by the forwarder."""
-        self._silent_below = self.accepted
-
-    async def __aenter__(self) -> Forwarder:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in self._writers:
-            writer.close()
-        for handler in list(self._handlers):
-            handler.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        await self._server.wait_closed()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        number, self.accepted = self.accepted, self.accepted + 1
-        handler = asyncio.current_task()
-        assert handler is not None
-        self._handlers.add(handler)
-        self._writers.append(writer)
-        try:
-            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-            self._writers.append(upstream_writer)
-            await asyncio.gather(
-                self._pump(reader, upstream_writer, number), self._pump(upstream_reader, writer, number)
-            )
-        except OSError:
-            writer.close()
-        finally:
-            self._handlers.discard(handler)
-
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, number: int) -> None:
-        """Copy one direction; a silenced connection reads and drops, and keeps the other side open."""
-        with contextlib.suppress(OSError):
-            while data := await reader.read(65536):
-                if number >= self._silent_below:
-                    writer.write(data)
-                    await writer.drain()
-            if number >= self._silent_below:
-                writer.close()  # the end, passed on
 
 
 async def delivered_again(streams: list[Stream], publish: Callable[[], Awaitable[None]], since: float) -> None:
