@@ -11,6 +11,7 @@ sizes and imports nothing of the package.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,13 +34,17 @@ MAX_LOOSE_MODULES = 15
 MAX_ANY_SHARE = 0.05
 
 
-def modules(package: Path = PACKAGE) -> Iterator[tuple[str, Path, ast.Module]]:
+@functools.cache
+def modules(package: Path = PACKAGE) -> tuple[tuple[str, Path, ast.Module], ...]:
+    """Each module's name, path and tree: parsed once for all the tests here, which change no tree."""
+    found = []
     for path in sorted(package.rglob("*.py")):
         relative = path.relative_to(package.parent).with_suffix("")
         parts = list(relative.parts)
         if parts[-1] == "__init__":
             parts.pop()
-        yield ".".join(parts), path, ast.parse(path.read_text(encoding="utf-8"))
+        found.append((".".join(parts), path, ast.parse(path.read_text(encoding="utf-8"))))
+    return tuple(found)
 
 
 def part_of(module: str) -> str:
@@ -148,7 +153,7 @@ def test_the_pack_imports_nothing_of_the_package() -> None:
             if isinstance(node, ast.ImportFrom) and node.level == 0:
                 names = [node.module or ""]
             found += [f"{module}: {name}" for name in names if name == NAME or name.startswith(NAME + ".")]
-    assert list(modules(PACK))
+    assert modules(PACK)
     assert found == []
 
 
