@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -522,6 +523,27 @@ def test_sigterm_ends_every_process_even_one_that_ignores_it() -> None:
         # The kernel has already ended them; their reaping may lag.
         until_sync(lambda: all(gone(pid) for pid in pids), said=process.output)
         assert "process " in process.output()
+
+
+def test_a_call_unanswered_when_the_shutdown_timeout_ends_gets_503_and_32014(tmp_path: Path) -> None:
+    """A call its process has not answered when ``--shutdown-timeout`` ends is answered 503 with ``-32014``, which
+    a client may retry elsewhere: not uvicorn's 500, and no traceback in the log."""
+    environ = {**SERVER_PATH, "STDIO_TEST_FILES": str(tmp_path)}
+    server = f"{sys.executable} -m e2e._stdio_server"
+    body = modern_request("tools/call", {"name": "hold", "arguments": {}})
+    with gateway_process([], "--stdio", server, "--shutdown-timeout", "0.5", environ=environ) as process:
+        assert process.process is not None
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(httpx.post, process.url(), json=body, headers=modern_headers(body), timeout=WITHIN)
+            until_sync(lambda: (tmp_path / "held").exists(), said=process.output)
+            process.process.send_signal(signal.SIGTERM)
+            answer = pending.result()
+        process.process.wait(timeout=WITHIN)
+        output = process.output()
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1", output
+    error = {"code": -32014, "message": "The gateway is shutting down"}
+    assert answer.json() == {"jsonrpc": "2.0", "id": None, "error": error}
+    assert "Traceback" not in output and "Exception in ASGI application" not in output, output
 
 
 async def _pids_of_a_conversation(url: str) -> list[int]:

@@ -19,12 +19,14 @@ from typing import Any, TextIO
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .._pipeline import unavailable
 from ._front import QueryDropped, StartupFailed
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
 EXIT_USAGE = 2
 STARTUP_FAILURE = 3
+_SHUTTING_DOWN = unavailable(503, "The gateway is shutting down", b"1", None, "shutting_down")
 
 
 def serve(app: ASGIApp, args: argparse.Namespace, stderr: TextIO, shutdown_timeout: float) -> int:
@@ -113,7 +115,7 @@ class _Started:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "lifespan":
-            return await self.app(scope, receive, send)
+            return await self._request(scope, receive, send)
         held: list[Message] = []
 
         async def sending(message: Message) -> None:
@@ -142,6 +144,23 @@ class _Started:
         self.stopped = starting.cancelled_caught
         if self.stopped and not held:  # uvicorn waits for the start's end
             await send({"type": "lifespan.startup.failed", "message": ""})
+
+    async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request; one still unanswered when a stop's ``--shutdown-timeout`` ends (uvicorn then cancels it) is
+        answered 503 and ``-32014``, which a client may retry elsewhere, instead of uvicorn's 500 and traceback."""
+        answered = False
+
+        async def sending(message: Message) -> None:
+            nonlocal answered
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            if answered or not self._stop_asked:  # a stream under way is cut, as documented
+                raise
+            await _SHUTTING_DOWN.send(send)
 
     def said_once(self, record: logging.LogRecord) -> bool:
         """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
