@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +44,6 @@ CONFORMANCE = CACHE / "conformance/node_modules/@modelcontextprotocol/conformanc
 INSPECTOR_CLI = os.environ.get("MCP_SESSIONS_INSPECTOR_CLI") or str(
     CACHE / "inspector/node_modules/@modelcontextprotocol/inspector/clients/cli/build/index.js"
 )
-START_TIMEOUT = WITHIN
 JSON_SSE = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 SECRET = "gateway-test-secret-gateway-test-secret-0123"
 INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
@@ -88,15 +86,16 @@ class Process:
             raise
 
     def _wait_listening(self, process: subprocess.Popen[bytes]) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
+        """Until it listens; a process that exits first raises RuntimeError (``started`` tries another port)."""
+
+        def listening() -> bool:
             if process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited at start:\n{self.output()}")
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} did not listen within {START_TIMEOUT} s")
-            time.sleep(0.02)
+                return True
+            return False
+
+        until(listening, lambda: f"{self.name} did not listen:\n{self.output()}")
 
     def url(self, path: str = "/mcp") -> str:
         """The URL of ``path`` on this process's port."""
