@@ -497,6 +497,7 @@ def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:
     if not url:
         return None
     options: dict[str, Any] = {}
+    set_by: dict[str, str] = {}  # an option's variable, which its error names
     is_redis = url.partition("://")[0].lower() in REDIS_SCHEMES
     for name, key in (
         ("MCP_SESSIONS_REDIS_PREFIX", "prefix"),
@@ -505,6 +506,7 @@ def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:
     ):
         if not env.get(name, "").strip():
             continue
+        set_by[key] = name
         if not is_redis:
             raise ValueError(f"{name} is set but {variable} names no Redis store")
         raw = env[name].strip()
@@ -520,4 +522,6 @@ def _store_from_env(env: Mapping[str, str]) -> SessionStore | None:
             "pip install 'redis>=8.1' (the redis extra of mcp-sessions)"
         ) from None
     except ValueError as exc:
-        raise ValueError(f"{variable}: {exc}") from None
+        said = str(exc)
+        source = next((name for key, name in set_by.items() if said.startswith(f"{key} ")), variable)
+        raise ValueError(f"{source}: {said}") from None

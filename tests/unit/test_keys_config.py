@@ -309,10 +309,19 @@ async def test_from_env_cluster_and_sentinel_urls_take_the_redis_options(variabl
         ({"MCP_SESSIONS_STORE": "redis+cluster://:hunter2@h:x"}, "MCP_SESSIONS_STORE: the port of Cluster node 1"),
         ({"MCP_SESSIONS_STORE": "sqlite://x.db", "MCP_SESSIONS_REDIS_PREFIX": "p"}, "names no Redis store"),
         ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "soon"}, "must be a number"),
-        ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "120"}, "at most 60"),
-        ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "-1"}, "connect_timeout"),
+        (
+            {"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_TIMEOUT": "120"},
+            "^MCP_SESSIONS_REDIS_TIMEOUT: timeout .* at most 60",
+        ),
+        (
+            {"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "-1"},
+            "^MCP_SESSIONS_REDIS_CONNECT_TIMEOUT: connect_timeout",
+        ),
         ({"MCP_SESSIONS_STORE": "sqlite://x.db", "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "1"}, "names no Redis store"),
-        ({"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_PREFIX": "{x}"}, "without braces"),
+        (
+            {"MCP_SESSIONS_REDIS_URL": "redis://h/0", "MCP_SESSIONS_REDIS_PREFIX": "{x}"},
+            "^MCP_SESSIONS_REDIS_PREFIX: prefix .* without braces",
+        ),
     ],
 )
 def test_from_env_redis_errors(extra: dict[str, str], message: str) -> None:
