@@ -21,7 +21,8 @@ import redis.asyncio as aioredis
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 from redis.crc import key_slot
 
-from _redis_topologies import ClusterServers, SentinelGroup, client, redis_cluster
+from _redis_topologies import ClusterServers, SentinelGroup, client, redis_cluster, wait_until
+from _waits import WITHIN
 from conftest import until
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 from subscriptions._streams import MARKER, Stream, buses, channel, one_per_node, opened
@@ -96,14 +97,26 @@ async def test_channels_are_sharded_on_their_slots_node_and_left_with_their_last
 
 
 def move_slot(cluster: ClusterServers, slot: int, target: int) -> None:
-    """Give ``slot`` (holding no key) to node ``target``: the new owner first, then the others."""
+    """Give ``slot`` (holding no key) to node ``target``: the other nodes told first, the old owner among them, then
+    the new owner's config epoch made the cluster's greatest, then the new owner told; until every node names it.
+    So no claim the old owner gossiped before it was told can take the slot back: one with the old owner's greater
+    epoch did, on a busy machine, and each of the two then answered ``MOVED`` to the other for good."""
     ids = []
     for server in cluster.nodes:
         with client(server.port) as c:
             ids.append(c.execute_command("CLUSTER", "MYID"))
-    for index in [target, *(i for i in range(len(cluster.nodes)) if i != target)]:
+    for index in [*(i for i in range(len(cluster.nodes)) if i != target), target]:
         with client(cluster.nodes[index].port) as c:
+            if index == target:
+                c.execute_command("CLUSTER", "BUMPEPOCH")
             c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target])
+
+    def owner(port: int) -> int:
+        with client(port) as c:
+            return next(int(o[1]) for low, high, o, *_ in c.execute_command("CLUSTER", "SLOTS") if low <= slot <= high)
+
+    new = {cluster.nodes[target].port}
+    wait_until(lambda: {owner(node.port) for node in cluster.nodes} == new, WITHIN, "every node naming the new owner")
 
 
 async def published_until_heard(bus: SessionSubscriptionBus, sid: str, stream: Stream, uri: str, what: str) -> float:
