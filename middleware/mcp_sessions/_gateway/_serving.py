@@ -3,13 +3,15 @@
 ``serve`` runs uvicorn on the gateway's socket (and the operator's status port, ``--status-port``, on a loopback
 socket of its own); ``_Started`` stands between uvicorn and the app's lifespan, so that a failure to start is one
 line and exit status 2, and a SIGTERM while the app starts (its first server process not answering yet) ends that
-start: uvicorn hears signals only once the app has started.
+start: uvicorn hears signals only once the app has started. A request still unanswered when a stop's
+``--shutdown-timeout`` ends gets 503 and ``-32014`` from it, not uvicorn's 500.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import logging
 import socket
@@ -97,7 +99,8 @@ def _log_config(uvicorns: dict[str, Any], started: _Started) -> dict[str, Any]:
 class _Started:
     """The gateway's app, whose failure to start (``StartupFailed``: its first process's) is kept as ``failure``,
     for the gateway to say in one line, instead of uvicorn's traceback of the lifespan; and whose start a stop
-    (SIGTERM) ends while it is under way (``stopped``): uvicorn hears a signal only once the app has started."""
+    (SIGTERM) ends while it is under way (``stopped``): uvicorn hears a signal only once the app has started; and
+    whose requests still unanswered when a stop's timeout ends are answered 503 (``_request``)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -148,19 +151,15 @@ class _Started:
     async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request; one still unanswered when a stop's ``--shutdown-timeout`` ends (uvicorn then cancels it) is
         answered 503 and ``-32014``, which a client may retry elsewhere, instead of uvicorn's 500 and traceback."""
-        answered = False
-
-        async def sending(message: Message) -> None:
-            nonlocal answered
-            answered = answered or message["type"] == "http.response.start"
-            await send(message)
-
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receive, send)
         except asyncio.CancelledError:
-            if answered or not self._stop_asked:  # a stream under way is cut, as documented
+            if not self._stop_asked or scope["type"] != "http":
                 raise
-            await _SHUTTING_DOWN.send(send)
+            # uvicorn (h11, as serve runs it) refuses a second answer: one that has started is cut, as documented.
+            with contextlib.suppress(RuntimeError):
+                return await _SHUTTING_DOWN.send(send)
+            raise
 
     def said_once(self, record: logging.LogRecord) -> bool:
         """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
