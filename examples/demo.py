@@ -405,7 +405,17 @@ def serve_in_thread(app: Any, *, timeout: float = 10.0, path: str = "/mcp", root
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2, root_path=root_path)
+    # A keep-alive longer than a client's pause (uvicorn's default is 5 s): uvicorn closing an idle pooled connection
+    # just as a client reuses it is a race between uvicorn and the client (httpx raises ReadError), not what a caller
+    # of this is about; a busy machine's pauses can reach 5 s.
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+        timeout_keep_alive=120,
+        root_path=root_path,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
