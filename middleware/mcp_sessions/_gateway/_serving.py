@@ -100,7 +100,8 @@ class _Started:
     """The gateway's app, whose failure to start (``StartupFailed``: its first process's) is kept as ``failure``,
     for the gateway to say in one line, instead of uvicorn's traceback of the lifespan; and whose start a stop
     (SIGTERM) ends while it is under way (``stopped``): uvicorn hears a signal only once the app has started; and
-    whose requests still unanswered when a stop's timeout ends are answered 503 (``_request``)."""
+    whose requests still unanswered when a stop's ``--shutdown-timeout`` ends are answered 503 and ``-32014``, which
+    a client may retry elsewhere, instead of uvicorn's 500 and traceback."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -118,7 +119,15 @@ class _Started:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "lifespan":
-            return await self._request(scope, receive, send)
+            try:
+                return await self.app(scope, receive, send)
+            except asyncio.CancelledError:  # by uvicorn, at the end of a stop's --shutdown-timeout
+                if not self._stop_asked or scope["type"] != "http":
+                    raise
+                # uvicorn (h11, as serve runs it) refuses a second answer: one that has started is cut, as documented.
+                with contextlib.suppress(RuntimeError):
+                    return await _SHUTTING_DOWN.send(send)
+                raise
         held: list[Message] = []
 
         async def sending(message: Message) -> None:
@@ -147,19 +156,6 @@ class _Started:
         self.stopped = starting.cancelled_caught
         if self.stopped and not held:  # uvicorn waits for the start's end
             await send({"type": "lifespan.startup.failed", "message": ""})
-
-    async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A request; one still unanswered when a stop's ``--shutdown-timeout`` ends (uvicorn then cancels it) is
-        answered 503 and ``-32014``, which a client may retry elsewhere, instead of uvicorn's 500 and traceback."""
-        try:
-            await self.app(scope, receive, send)
-        except asyncio.CancelledError:
-            if not self._stop_asked or scope["type"] != "http":
-                raise
-            # uvicorn (h11, as serve runs it) refuses a second answer: one that has started is cut, as documented.
-            with contextlib.suppress(RuntimeError):
-                return await _SHUTTING_DOWN.send(send)
-            raise
 
     def said_once(self, record: logging.LogRecord) -> bool:
         """A logging filter: uvicorn's "Application startup failed" dropped when the gateway says why itself."""
