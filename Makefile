@@ -88,9 +88,14 @@ demo: $(VENV)/.demo-installed
 # (tests/conftest.py), two workers a core: much of the suite waits on the processes and timers it tests, and the
 # second worker of a core runs meanwhile. PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= $(shell echo $$((2 * $$(nproc))))
+# The project's modules are compiled once, before the workers start: the workers and the few hundred gateways,
+# servers and hosts the tests start import the same modules, and where PYTHONDONTWRITEBYTECODE is set each process
+# compiled them afresh.
+COMPILE = $(BIN)/python -m compileall -q -j0 middleware conformance tests examples
 
 test:
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-installed $(AUTH_VENVS:%=%/.installed) system-deps
+	$(COMPILE)
 	AUTH_SERVER_VENVS="$(abspath $(AUTH_VENVS))" $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --durations=20
 
 LINT = $(BIN)/ruff check middleware conformance tests examples benchmarks scripts \
@@ -109,6 +114,7 @@ test-all:
 	$(MAKE) --no-print-directory -j2 --output-sync=target $(VENV)/.test-all-installed $(SERVER_VENVS:%=%/.installed) \
 		$(THIRDPARTY_VENVS:%=%/.installed) $(STDIO_VENVS:%=%/.installed) $(VENV)-fast-agent/sdist/.downloaded \
 		$(AUTH_VENVS:%=%/.installed) system-deps-all
+	$(COMPILE)
 	@echo "ruff, mypy and the docs build run beside the tests; their output follows the tests'"
 	@($(LINT) && $(DOCS)) > $(VENV)/checks.log 2>&1 & checks=$$!; \
 	MCP_SERVER_VENVS="$(abspath $(SERVER_VENVS))" THIRDPARTY_SERVER_VENVS="$(abspath $(THIRDPARTY_VENVS))" \
