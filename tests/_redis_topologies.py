@@ -21,15 +21,10 @@ from redis.crc import key_slot
 from _redis import RedisServer, free_port, redis_server_binary
 from _waits import until
 
-READY_TIMEOUT = 20.0
-FAILOVER_TIMEOUT = 20.0
+REDIS_DOWN = (redis.RedisError, OSError)
+"""What a wait on a Redis topology counts as "not yet" (``_waits.until``'s ``ignoring``): a node still starting."""
 SERVICE = "mymaster"
 SLOTS = 16384
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` (connection errors count as not yet) until it holds: the suite's one wait (``_waits``)."""
-    until(condition, what, timeout, ignoring=(redis.RedisError, OSError))
 
 
 def start_fresh(make: Callable[[], RedisServer], attempts: int = 3) -> RedisServer:
@@ -84,7 +79,7 @@ class ClusterServers:
                     state = c.cluster("INFO")
                 return state["cluster_state"] == "ok" and int(state["cluster_known_nodes"]) == len(everyone)
 
-            wait_until(ready, READY_TIMEOUT, f"cluster_state:ok on node {node.port}")
+            until(ready, f"cluster_state:ok on node {node.port}", ignoring=REDIS_DOWN)
 
     def promoted(self, index: int) -> RedisServer | None:
         """The replica of master ``index`` (killed) that every other node sees serving its slots; ``None`` yet.
@@ -104,7 +99,7 @@ class ClusterServers:
 
     def wait_for_promotion(self, index: int) -> RedisServer:
         """Wait until :meth:`promoted`; that replica."""
-        wait_until(lambda: self.promoted(index) is not None, FAILOVER_TIMEOUT, f"a replica of master {index}")
+        until(lambda: self.promoted(index) is not None, f"a replica of master {index}", ignoring=REDIS_DOWN)
         replica = self.promoted(index)
         assert replica is not None
         return replica
@@ -174,7 +169,7 @@ def redis_cluster(masters: int = 3, binary: str | None = None, replicas: int = 0
                     def synced(port: int = replica.port) -> bool:
                         return info(port, "replication")["master_link_status"] == "up"
 
-                    wait_until(synced, READY_TIMEOUT, f"replica {replica.port} to sync with its master")
+                    until(synced, f"replica {replica.port} to sync with its master", ignoring=REDIS_DOWN)
             yield cluster
         finally:
             for node in started:
@@ -214,7 +209,7 @@ class SentinelGroup:
 
     def wait_for_failover(self, old_port: int) -> int:
         """Wait until :meth:`failed_over`; the new master's port."""
-        wait_until(lambda: self.failed_over(old_port), FAILOVER_TIMEOUT, "the Sentinels to promote the replica")
+        until(lambda: self.failed_over(old_port), "the Sentinels to promote the replica", ignoring=REDIS_DOWN)
         return self.master_port()
 
 
@@ -248,10 +243,10 @@ def sentinel_group(binary: str | None = None) -> Iterator[SentinelGroup]:
                 lambda: RedisServer(binary, directory, ["--replicaof", "127.0.0.1", str(master.port)])
             )
             started.append(replica)
-            wait_until(
+            until(
                 lambda: info(replica.port, "replication")["master_link_status"] == "up",
-                READY_TIMEOUT,
                 "the replica to sync with its master",
+                ignoring=REDIS_DOWN,
             )
             sentinels = []
 
@@ -271,7 +266,7 @@ def sentinel_group(binary: str | None = None) -> Iterator[SentinelGroup]:
                         state = c.sentinel_master(SERVICE)
                     return int(state["num-other-sentinels"]) == 2 and int(state["num-slaves"]) == 1
 
-                wait_until(knows_everyone, READY_TIMEOUT, f"Sentinel {sentinel.port} to find the others")
+                until(knows_everyone, f"Sentinel {sentinel.port} to find the others", ignoring=REDIS_DOWN)
             yield SentinelGroup(master, replica, sentinels)
         finally:
             for server in reversed(started):

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import os
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 import httpx
@@ -18,7 +18,6 @@ from _lifespan import running
 from _mcp import LOCAL
 from _redis import RedisServer, redis_server
 from _redis_topologies import ClusterServers, SentinelGroup, redis_cluster, sentinel_group
-from _waits import WITHIN, until_awaited
 from mcp_sessions import KeySet, SessionKey
 
 if TYPE_CHECKING:
@@ -58,11 +57,6 @@ def signer_of(keys: KeySet) -> SessionKey:
     """The key ``keys`` signs with: ``KeySet.signer`` is ``None`` only for a verify-only set, and these have one."""
     assert keys.signer is not None, "a verify-only KeySet has no signer"
     return keys.signer
-
-
-async def until(condition: Callable[[], bool | Awaitable[bool]], what: str, within: float = WITHIN) -> None:
-    """Wait until ``condition()`` holds (awaited if it is a coroutine): the suite's one wait (``_waits``)."""
-    await until_awaited(condition, what, within)
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from _mcp import MODERN, era_session, legacy_request, messages, modern_headers, modern_request, replaying
 from _redis import end_process, free_port, missing
-from _waits import WITHIN, until
+from _waits import until
 from mcp_sessions import get_session
 
 MAIN = Path(__file__).resolve().parents[2]
@@ -171,11 +171,6 @@ def started(name: str, command: Callable[[int], tuple[list[str], Mapping[str, st
             return Process(name, *command(port), port)
     port = free_port()
     return Process(name, *command(port), port)
-
-
-def wait_until(condition: Callable[[], bool], what: str, seconds: float = WITHIN) -> None:
-    """Poll ``condition`` until it holds; fail, saying ``what`` did not happen: the suite's one wait (``_waits``)."""
-    until(condition, what, seconds)
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int:

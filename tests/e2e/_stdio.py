@@ -7,14 +7,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import mcp_types as types
 
-import _waits
-from _waits import WITHIN
 from conftest import SECRET, serve
 from e2e._gateway import CACHE, MAIN, installed, node
 from mcp_sessions import SessionsConfig
@@ -81,8 +79,3 @@ def gone(pid: int) -> bool:
             return stat.read().rpartition(")")[2].split()[0] == "Z"
     except OSError:
         return True
-
-
-def until(condition: Callable[[], bool], seconds: float = WITHIN, said: Callable[[], str] = str) -> None:
-    """Poll ``condition`` until it holds; fail, with what ``said`` says, as the suite's one wait does (``_waits``)."""
-    _waits.until(condition, said, seconds)

@@ -36,10 +36,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from _redis import free_port
-from _waits import WITHIN
+from _waits import WITHIN, until
 from conftest import serve
 from e2e._gateway import MAIN, Process, gateway_process
-from e2e._stdio import gone, own_children, text_of, until
+from e2e._stdio import gone, own_children, text_of
 from mcp_sessions._cli import main
 
 pytestmark = pytest.mark.anyio
@@ -179,7 +179,7 @@ async def test_end_with_host_deletes_the_conversation_s_session(gateway: Process
     async with host.shim("conv-ended", also=("--end-with-host",)) as first:
         pid, _ = await seen(first)
     assert not list(host.state.glob("mcp-sessions/connect/*.json"))  # its file, gone with it
-    until(lambda: gone(pid), 20, lambda: f"the ended session's process {pid} still runs")
+    until(lambda: gone(pid), f"the ended session's process {pid} to end")
     async with host.shim("conv-ended") as again:
         assert (await seen(again))[1] == "1"  # the same conversation starts over, in a new process
 

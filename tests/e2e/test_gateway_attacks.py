@@ -22,7 +22,7 @@ import pytest
 from _mcp import LEGACY, MODERN, era_session, jwt_claims, legacy_request, messages, modern_headers
 from _mcp import era_post as post
 from _mcp import era_request as request
-from _waits import WITHIN, Deadline
+from _waits import WITHIN, Deadline, until
 from conftest import in_process, serve
 from e2e._gateway import (
     JSON_SSE,
@@ -34,7 +34,6 @@ from e2e._gateway import (
     legacy_initialize,
     result_of,
     upstream_server,
-    wait_until,
 )
 from mcp_sessions import SessionsConfig, gateway_app
 
@@ -298,7 +297,7 @@ def test_forwarded_headers_reach_the_upstream_only_from_a_trusted_proxy(
 def test_the_access_log_has_no_query_string(gateway: Process, http: httpx.Client, target: str) -> None:
     http.get(gateway.url(target))
     path = target.partition("?")[0]
-    wait_until(lambda: f'"GET {path} HTTP/1.1" 404' in gateway.output(), "the access log line, without its query")
+    until(lambda: f'"GET {path} HTTP/1.1" 404' in gateway.output(), "the access log line, without its query")
     output = gateway.output()
     assert "SECRET" not in output
 

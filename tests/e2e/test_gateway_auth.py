@@ -50,7 +50,7 @@ from _mcp import (
     tool_text,
 )
 from _redis import RedisServer, free_port
-from _waits import until_awaited
+from _waits import until, until_awaited
 from conftest import asgi_client, serve
 from e2e._gateway import (
     INSPECTOR_CLI,
@@ -67,7 +67,7 @@ from e2e._gateway import (
     upstream_server,
 )
 from e2e._issuer import ISSUER, KEY, KEYS, jwks
-from e2e._stdio import text_of, until
+from e2e._stdio import text_of
 from mcp_sessions._gateway._auth import GatewayAuth
 
 pytestmark = pytest.mark.anyio
@@ -390,7 +390,7 @@ def test_a_users_token_reaches_no_other_users_transport_session_or_conversation(
         hold = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "hold", "arguments": {}}}
         with httpx.Client(timeout=30) as hers, ThreadPoolExecutor(1) as pool:
             held = pool.submit(hers.post, team.url(), json=hold, headers={**JSON_SSE, **alices})
-            until(lambda: (team_files / "held").exists(), said=team.output)
+            until(lambda: (team_files / "held").exists(), team.output)
             stolen = getenv_as(http, {**alices, **as_user("bob")})
             (team_files / "go").touch()
             assert text_of_answer(held.result()) == "held"
@@ -485,7 +485,7 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
             assert started_.poll() is None, "the recipe's gateway exited"
             return (tmp_path / "bob.jwt").exists() and listening(port)
 
-        until(started, said=lambda: "the recipe's gateway listening")
+        until(started, "the recipe's gateway listening")
         done = subprocess.run(
             ["bash", "-c", use], cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120, check=False
         )

@@ -24,8 +24,8 @@ import httpx
 import pytest
 
 from _mcp import messages, modern_headers, modern_request, session_meta
-from _waits import WITHIN
-from e2e._gateway import Process, created, gateway_process, rss_kib, wait_until
+from _waits import WITHIN, until
+from e2e._gateway import Process, created, gateway_process, rss_kib
 from e2e._hostile import Request, raw_server
 
 MIB = 1024 * 1024
@@ -230,8 +230,8 @@ def test_a_client_that_goes_away_closes_the_upstream_connection(
     body = None if tool is None else tool_call(tool, session if in_session else None)
     with socket.create_connection(("127.0.0.1", front.port), timeout=WITHIN) as client:
         client.sendall(raw_request(front, tag, method, path, body))
-        wait_until(upstream.opened[tag].is_set, "the upstream's answer")
-    wait_until(upstream.closed[tag].is_set, f"the upstream seeing the client go ({kind})")
+        until(upstream.opened[tag].is_set, "the upstream's answer")
+    until(upstream.closed[tag].is_set, f"the upstream seeing the client go ({kind})")
     print(f"{kind}: the upstream sent {upstream.sent[tag] / MIB:.2f} MiB before the gateway closed its connection")
 
 
@@ -245,8 +245,8 @@ def test_sigterm_stops_the_gateway_while_an_answer_streams(upstream: HostileUpst
         next(response.iter_raw())
         running = process.process
         running.send_signal(signal.SIGTERM)
-        wait_until(lambda: running.poll() is not None, "the gateway's exit")
-    wait_until(upstream.closed[tag].is_set, "the upstream seeing the gateway go")
+        until(lambda: running.poll() is not None, "the gateway's exit")
+    until(upstream.closed[tag].is_set, "the upstream seeing the gateway go")
 
 
 # -- bounded memory ---------------------------------------------------------------------------------------------
@@ -273,7 +273,7 @@ def test_an_answer_past_the_bound_is_refused_and_its_upstream_connection_closed(
     assert response.status_code == status and response.headers["content-type"].startswith(content_type)
     error = {"code": -32603, "message": f"Response too large (limit {MAX_RESPONSE_SIZE} bytes)"}
     assert messages(response) == [{"jsonrpc": "2.0", "id": 8, "error": error}]
-    wait_until(upstream.closed[tool].is_set, "the upstream seeing its answer refused")
+    until(upstream.closed[tool].is_set, "the upstream seeing its answer refused")
     assert upstream.sent[tool] < HUGE
     print(f"{tool}: gateway RSS {before >> 10} -> {after >> 10} MiB, peak {rss_kib(pid, 'VmHWM') >> 10}")
 
@@ -290,7 +290,7 @@ def test_a_probe_never_answered_ends_at_its_deadline_and_closes_its_upstream_str
         assert response.status_code == 504 and response.headers["retry-after"] == "1"
         error = {"code": -32014, "message": "The server did not answer in time"}
         assert response.json() == {"jsonrpc": "2.0", "id": 3, "error": error}
-        wait_until(upstream.closed["late"].is_set, "the upstream seeing the probe end")
+        until(upstream.closed["late"].is_set, "the upstream seeing the probe end")
 
 
 def test_a_client_that_leaves_while_the_probe_waits_ends_the_probe(upstream: HostileUpstream) -> None:
@@ -298,5 +298,5 @@ def test_a_client_that_leaves_while_the_probe_waits_ends_the_probe(upstream: Hos
         body = modern_request("sessions/create", id=4)
         with socket.create_connection(("127.0.0.1", process.port), timeout=WITHIN) as client:
             client.sendall(raw_request(process, "left", "POST", "/silent/mcp", body))
-            wait_until(upstream.opened["left"].is_set, "the probe reaching the upstream")
-        wait_until(upstream.closed["left"].is_set, "the upstream seeing the probe end with its client")
+            until(upstream.opened["left"].is_set, "the probe reaching the upstream")
+        until(upstream.closed["left"].is_set, "the upstream seeing the probe end with its client")

@@ -34,10 +34,11 @@ from _mcp import (
 )
 from _otel import collect, points
 from _redis import free_port
+from _waits import until
 from conftest import SECRET
 from e2e._gateway import MAIN, Process, gateway_process, legacy_initialize
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import SERVER, stdio_gateway, until
+from e2e._stdio import SERVER, stdio_gateway
 from mcp_sessions import SessionsConfig
 
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
@@ -194,7 +195,7 @@ def test_the_process_metrics_are_recorded() -> None:
             found = points(collect(reader).get("mcp_sessions.gateway.process.ends"))
             return {point.attributes["mcp_sessions.process.end_reason"]: point.value for point in found}
 
-        until(lambda: ended().get("session_ended") == 1, 20.0, lambda: str(ended()))
+        until(lambda: ended().get("session_ended") == 1, lambda: str(ended()))
 
     assert refused["error"]["code"] == -32011
     kinds = {

@@ -40,12 +40,11 @@ from _mcp import (
     session_meta,
 )
 from _redis import missing
-from _waits import WITHIN
-from conftest import SECRET, until
+from _waits import WITHIN, until, until_awaited
+from conftest import SECRET
 from e2e._gateway import EVERYTHING, MAIN, gateway_process, installed, node, result_of, run_recipe
 from e2e._listen import client as listening
 from e2e._stdio import SERVER_PATH, gone, own_children, stdio_gateway, text_of
-from e2e._stdio import until as until_sync
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import _stdio_relay
 
@@ -140,7 +139,7 @@ async def test_a_2025_session_lives_in_its_transport_sessions_process_and_a_reco
     async with Client(url, mode="legacy") as later:
         with pytest.raises(MCPError) as ending:  # while its process ends
             await whoami(later, session)
-        await until(lambda: gone(pid), "the process's end")
+        await until_awaited(lambda: gone(pid), "the process's end")
         with pytest.raises(MCPError) as ended:
             await whoami(later, session)
 
@@ -222,7 +221,7 @@ async def test_delete_ends_the_conversations_process(url: str, mode: str) -> Non
             with pytest.raises(MCPError, match="Session not found"):
                 await whoami(client, session)
         else:
-            await until(lambda: gone(pid), "the process's end")
+            await until_awaited(lambda: gone(pid), "the process's end")
 
 
 async def test_an_idle_conversations_process_ends_and_its_session_too() -> None:
@@ -230,7 +229,7 @@ async def test_an_idle_conversations_process_ends_and_its_session_too() -> None:
         async with Client(url) as client:  # a 2025 client's transport session would idle out with it (404)
             session = await create_session(client)
             pid = (await whoami(client, session))["pid"]
-            await until(lambda: gone(pid), "the process's end")
+            await until_awaited(lambda: gone(pid), "the process's end")
             with pytest.raises(MCPError) as later:
                 await whoami(client, session)
 
@@ -264,7 +263,7 @@ async def test_a_crash_answers_at_once_while_a_process_it_started_holds_its_stdo
             await client.call_tool("crash", {}, meta=sdk_session_meta(session))
 
     assert "exited" in in_flight.value.message
-    await until(lambda: gone(helper), "its end with the process group of the process that started it")
+    await until_awaited(lambda: gone(helper), "its end with the process group of the process that started it")
 
 
 async def wait_for_error(client: Client, session: dict[str, Any]) -> None:
@@ -288,7 +287,7 @@ async def test_stderr_goes_to_the_log_prefixed_with_the_process_id(url: str, log
         await client.call_tool("complain", {"line": "disk \x1b[31mfull"}, meta=sdk_session_meta(session))
         await client.call_tool("complain", {"line": "y" * 10_000}, meta=sdk_session_meta(session))
         await client.call_tool("complain", {"line": "after"}, meta=sdk_session_meta(session))
-        await until(lambda: f"process {process}: after" in logged, "the last line logged")
+        await until_awaited(lambda: f"process {process}: after" in logged, "the last line logged")
     assert f"process {process}: disk \\x1b[31mfull" in logged
     assert f"process {process}: {'y' * 4096} [cut]" in logged  # at most 4 KiB of a line; the rest of it dropped
     assert not any(session["sessionId"] in line for line in logged)
@@ -413,7 +412,7 @@ async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_
         pid = (await whoami(first, mine))["pid"]
         await whoami(second, theirs)
         assert text_of(await first.call_tool("announce", {}, meta=sdk_session_meta(mine))) == "soon"
-        await until(lambda: len(heard["a"]) == 2, "both notifications")
+        await until_awaited(lambda: len(heard["a"]) == 2, "both notifications")
         await whoami(second, theirs)  # anything sent its way would have come before this answer
 
     # The client library may hand the two notifications to its callbacks in either order.
@@ -448,7 +447,7 @@ async def test_an_endless_stdout_line_stops_the_process_with_a_clear_error(logge
             pid = (await whoami(client, hostile))["pid"]
             with pytest.raises(MCPError) as stopped:
                 await client.call_tool("endless", {}, meta=sdk_session_meta(hostile))
-            await until(lambda: gone(pid), "the process's end")
+            await until_awaited(lambda: gone(pid), "the process's end")
             assert await count(client, other) == 1
 
     assert stopped.value.code == -32603 and "exited" in stopped.value.message
@@ -521,7 +520,7 @@ def test_sigterm_ends_every_process_even_one_that_ignores_it() -> None:
         process.process.send_signal(signal.SIGTERM)
         process.process.wait(timeout=GONE_WITHIN)
         # The kernel has already ended them; their reaping may lag.
-        until_sync(lambda: all(gone(pid) for pid in pids), said=process.output)
+        until(lambda: all(gone(pid) for pid in pids), process.output)
         assert "process " in process.output()
 
 
@@ -535,7 +534,7 @@ def test_a_call_unanswered_when_the_shutdown_timeout_ends_gets_503_and_32014(tmp
         assert process.process is not None
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(httpx.post, process.url(), json=body, headers=modern_headers(body), timeout=WITHIN)
-            until_sync(lambda: (tmp_path / "held").exists(), said=process.output)
+            until(lambda: (tmp_path / "held").exists(), process.output)
             process.process.send_signal(signal.SIGTERM)
             answer = pending.result()
         process.process.wait(timeout=WITHIN)

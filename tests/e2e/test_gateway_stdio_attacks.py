@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from _mcp import messages, modern_headers, modern_request, session_meta
-from _waits import WITHIN
+from _waits import WITHIN, until
 from e2e._gateway import Process, created, gateway_process, legacy_initialize, result_of, rss_kib
-from e2e._stdio import SERVER_PATH, until
+from e2e._stdio import SERVER_PATH
 from mcp_sessions.profiles import PROFILES, SESSION_META_KEY, SessionCarrier
 
 pytestmark = pytest.mark.anyio
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.anyio
 
 def wait_for_output(process: Process, text: str) -> None:
     """Until the gateway's log has ``text`` (bounded)."""
-    until(lambda: text in process.output(), WITHIN, said=process.output)
+    until(lambda: text in process.output(), process.output)
 
 
 def call(

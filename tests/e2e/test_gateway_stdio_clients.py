@@ -26,8 +26,9 @@ from mcp import Client
 from mcp_types import RequestParamsMeta
 
 from _mcp import create_session, legacy_request, modern_headers, modern_request, sdk_session_meta
+from _waits import until
 from e2e._gateway import INITIALIZE, JSON_SSE, created, gateway_process, legacy_initialize, result_of, run_node
-from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, filesystem, gone, own_children, stdio_gateway, text_of, until
+from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, filesystem, gone, own_children, stdio_gateway, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -144,7 +145,8 @@ def test_a_caller_at_its_limit_is_refused_and_other_callers_are_not(tmp_path: Pa
         other = call(http, url, "count", {}, {**b, "x-conversation": "three"})
         transports = [legacy_initialize(http, url, b) for _ in range(3)]  # b has one process: two are evicted
         latest = call(http, url, "count", {}, transports[-1])
-        until(lambda: ping(http, url, transports[0]) == 404)  # ended a moment after the next one started
+        # the first ends a moment after the next one started
+        until(lambda: ping(http, url, transports[0]) == 404, "the first transport session to end")
 
     assert refused["code"] == -32011 and "--max-processes-per-principal" in refused["message"]
     assert refused["data"] == {"retryAfter": 1}
@@ -162,7 +164,7 @@ def test_a_crashed_conversation_is_refused_never_moved(tmp_path: Path) -> None:
         later = call(http, url, "count", {}, host)
         transport = legacy_initialize(http, url)
         call(http, url, "crash", {}, transport)
-        until(lambda: ping(http, url, transport) == 404)
+        until(lambda: ping(http, url, transport) == 404, "the transport session to end")
         again = call(http, url, "count", {}, legacy_initialize(http, url))
 
     assert later["code"] == -32603 and "conversation has ended (exited)" in later["message"]
@@ -235,11 +237,11 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation(tmp_path: Path
         assert elicit(http, url, {})["resultType"] == "input_required"
         # the shared process, two ahead (each one taken is replaced once its request's answer is sent), the four above
         parent = process.process.pid
-        until(lambda: len(own_children(parent=parent)) >= 7)
+        until(lambda: len(own_children(parent=parent)) >= 7, "seven processes")
         pids = own_children(parent=parent)
         process.process.send_signal(signal.SIGTERM)
         process.process.wait(timeout=15)
-        until(lambda: all(gone(pid) for pid in pids))
+        until(lambda: all(gone(pid) for pid in pids), "every process to end")
 
 
 LIMIT = ("--max-processes-per-principal", "8")  # one address opens them all
@@ -250,14 +252,14 @@ def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(
     most of a second): the pool is refilled, and the answered process stopped, once the answer is sent."""
     with gateway(tmp_path, warm=2) as url, httpx.Client(timeout=30) as http, ThreadPoolExecutor(1) as pool:
         ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
-        until(lambda: len(ours()) == 3)  # the shared process and two started ahead
+        until(lambda: len(ours()) == 3, "three processes")  # the shared process and two started ahead
         before = ours()
         held = pool.submit(call, http, url, "hold", {}, {})
-        until((tmp_path / "held").exists)
+        until((tmp_path / "held").exists, "the call to hold")
         during = ours()
         (tmp_path / "go").touch()
         assert held.result()["content"][0]["text"] == "held"
-        until(lambda: len(now := ours()) == 3 and not now <= before)
+        until(lambda: len(now := ours()) == 3 and not now <= before, "a process started in place of the one taken")
     assert during == before  # the request's process was one of those started ahead, and none started since
 
 
@@ -266,10 +268,10 @@ def test_a_2026_call_with_arguments_takes_one_process(tmp_path: Path) -> None:
     gives it the shared process's, so no ``tools/list`` takes a process of its own first."""
     with gateway(tmp_path, warm=2) as url, httpx.Client(timeout=30) as http:
         ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
-        until(lambda: len(ours()) == 3)  # the shared process and two started ahead
+        until(lambda: len(ours()) == 3, "three processes")  # the shared process and two started ahead
         before = ours()
         assert call(http, url, "keep", {"line": "x"}, {})["content"][0]["text"] == "x\n"
-        until(lambda: len(now := ours()) == 3 and now != before)
+        until(lambda: len(now := ours()) == 3 and now != before, "the request's process replaced")
         assert len(ours() & before) == 2  # one of the two started ahead was taken
 
 
@@ -282,7 +284,8 @@ def test_a_new_conversation_takes_a_process_started_before_it(kind: str, tmp_pat
         ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
         seen: list[dict[str, Any]] = []
         for name in ("one", "two"):
-            until(lambda: len(ours()) == 3 + len(seen))  # the shared process, two ahead, and the conversations
+            # the shared process, two ahead, and the conversations
+            until(lambda: len(ours()) == 3 + len(seen), "a process for each conversation and three more")
             before = ours()
             seen.append(json.loads(call(http, url, "whoami", {}, opened(kind, http, url, name))["content"][0]["text"]))
             assert seen[-1]["pid"] in before
@@ -335,7 +338,8 @@ async def test_server_filesystem_gets_the_roots_of_a_client_that_declares_them(
     with caplog.at_level(logging.INFO, "mcp_sessions.gateway.stderr"), gateway(tmp_path, filesystem(given)) as url:
         async with Client(url, mode=mode, list_roots_callback=roots) as client:
             meta = None if mode == "legacy" else sdk_session_meta(await create_session(client))
-            until(lambda: re.search(r"process \S+: No valid root directories", caplog.text) is not None)
+            said = r"process \S+: No valid root directories"
+            until(lambda: re.search(said, caplog.text) is not None, f"a log line saying {said!r}")
             with anyio.fail_after(30):
                 while str(rooted) not in (seen := await allowed(meta)):
                     pass  # it takes them as they come: a call later, or two

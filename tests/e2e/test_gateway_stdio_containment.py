@@ -30,11 +30,11 @@ import pytest
 
 from _mcp import ModernClient, session_meta
 from _redis import missing
+from _waits import WITHIN, until
 from conftest import SECRET
 from e2e._gateway import CACHE, Process, installed, node, rss_kib, started
 from e2e._issuer import ISSUER, signed
 from e2e._issuer import jwks as served_jwks
-from e2e._stdio import until
 
 SERVER = r"""
 import ctypes, json, os, signal, sys, time
@@ -92,7 +92,6 @@ for line in sys.stdin:
         result = {"content": [{"type": "text", "text": text}], "isError": False}
     send({"jsonrpc": "2.0", "id": message["id"], "result": result})
 """
-WITHIN = 10.0
 OPEN: list[httpx.Client] = []
 UIDS = "61000-61099"
 AUTH = (
@@ -275,7 +274,7 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
             left = [f"/tmp/left-by-{uuid.uuid4().hex}", f"/dev/shm/left-by-{uuid.uuid4().hex}"]
             assert [text(call(bob, "write", his, path=path)) for path in left] == ["4", "4"]
             bob.request("sessions/delete", session=session_meta(his))  # his uid's files go before the uid is reused
-            until(lambda: not any(Path(path).exists() for path in left), said=process.output)
+            until(lambda: not any(Path(path).exists() for path in left), process.output)
 
 
 @pytest.mark.parametrize(
@@ -298,7 +297,7 @@ def test_a_conversation_past_its_bound_ends_alone(
         assert text(call(alice, "fork", hers, count=3)) == "3 started"
         name, arguments = greed
         call(bob, name, his, **arguments)
-        until(lambda: f"ended ({reason}; exit code" in process.output(), said=process.output)
+        until(lambda: f"ended ({reason}; exit code" in process.output(), process.output)
         assert text(call(alice, "allocate", hers, mib=50)) == str(50 << 20)
         assert text(call(alice, "fork", hers, count=3)) == "3 started"
         assert "error" in call(bob, "whoami", his)  # his conversation has ended, with its process
@@ -316,17 +315,17 @@ def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, c
         mcp = client(process)
         session = mcp.create_session()
         assert text(call(mcp, "daemon", session, marker=marker)) == "started"
-        until(lambda: len(running(marker)) == 1)
+        until(lambda: len(running(marker)) == 1, "the daemon")
         mcp.request("sessions/delete", session=session_meta(session))
-        until(lambda: running(marker) == [])
-        until(lambda: "ended (its session ended; exit code" in process.output(), said=process.output)
+        until(lambda: running(marker) == [], "the daemon to end")
+        until(lambda: "ended (its session ended; exit code" in process.output(), process.output)
         text(call(mcp, "daemon", mcp.create_session(), marker=marker))
         text(call(mcp, "daemon", None, marker=marker))  # the shared process's (--sessionless shared)
-        until(lambda: len(running(marker)) == 2)
+        until(lambda: len(running(marker)) == 2, "two daemons")
         assert process.process is not None
         process.process.send_signal(signal.SIGTERM)
         process.process.wait(timeout=WITHIN)
-        until(lambda: running(marker) == [], 2.0)  # their reaping may lag the gateway's end
+        until(lambda: running(marker) == [], "the daemons to end")  # their reaping may lag the gateway's end
 
 
 def test_two_gateways_given_one_range_never_share_a_uid_nor_end_each_others_processes(server: str) -> None:
@@ -341,7 +340,7 @@ def test_two_gateways_given_one_range_never_share_a_uid_nor_end_each_others_proc
         me, they = (json.loads(text(call(mcp, "whoami", session))) for mcp, session in ((one, mine), (two, theirs)))
         assert me["uid"] != they["uid"] and {me["uid"], they["uid"]} <= set(range(61100, 61104))
         one.request("sessions/delete", session=session_meta(mine))
-        until(lambda: of_uid(me["uid"]) == [])
+        until(lambda: of_uid(me["uid"]) == [], "the ended conversation's uid to run nothing")
         assert json.loads(text(call(two, "whoami", theirs)))["pid"] == they["pid"]  # the other's lives on
 
 
@@ -353,11 +352,11 @@ def test_the_processes_of_a_killed_gateway_end_with_it(server: str, containment:
     marker = f"daemon-{uuid.uuid4().hex}"
     with gateway(server, "--sessionless", "shared", "--process-containment", containment) as process:
         text(call(client(process), "daemon", None, marker=marker))
-        until(lambda: len(running(marker)) == 1)
+        until(lambda: len(running(marker)) == 1, "the daemon")
         assert process.process is not None
         process.process.kill()
         process.process.wait(timeout=WITHIN)
-        until(lambda: running(marker) == [])
+        until(lambda: running(marker) == [], "the daemon to end")
 
 
 def test_a_process_reads_neither_the_gateways_environment_nor_its_credentials(server: str) -> None:
@@ -400,7 +399,7 @@ def test_process_user_and_cwd(server: str) -> None:
             assert stat.S_IMODE(os.stat(seen["cwd"]).st_mode) == 0o700
             assert os.stat(seen["cwd"]).st_uid == 65534
             mcp.request("sessions/delete", session=session_meta(session))
-            until(lambda: not Path(seen["cwd"]).exists())
+            until(lambda: not Path(seen["cwd"]).exists(), "the conversation's directory removed")
 
 
 def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash(server: str) -> None:
@@ -415,7 +414,7 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
         mcp, pid = client(process), process.process.pid
         stalled = threading.Thread(target=client(process, 60.0).call_tool, args=("stall",), daemon=True)
         stalled.start()
-        until(lambda: "stalled" in process.output())
+        until(lambda: "stalled" in process.output(), process.output)
         before = rss_kib(pid)
 
         refused = []
@@ -432,7 +431,7 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
         for caller in callers:
             caller.join(WITHIN)
         assert refused and {answer["error"]["code"] for answer in refused} == {-32011}, refused  # those past the 5
-        until(lambda: "ended (crash: it left its stdin unread for 10 s" in process.output(), 20.0, process.output)
+        until(lambda: "ended (crash: it left its stdin unread for 10 s" in process.output(), process.output)
         grown = (rss_kib(pid) - before) >> 10
         assert grown < 200, f"the gateway's RSS grew by {grown} MiB"
         assert text(call(mcp, "read", path="/dev/null")) == ""  # a new shared process

@@ -22,10 +22,11 @@ import pytest
 from mcp import Client
 
 from _mcp import legacy_request, modern_headers, modern_request, session_meta
+from _waits import WITHIN, until
 from conftest import SECRET
 from e2e._gateway import INITIALIZE, JSON_SSE, Process, created, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, stdio_gateway, until
+from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import _stdio_table
 from mcp_sessions._gateway._stdio_table import Children
@@ -35,7 +36,6 @@ from mcp_sessions.subscriptions import SessionSubscriptionBus
 pytestmark = pytest.mark.anyio
 
 STDIO_SERVER = f"{sys.executable} -m e2e._stdio_server"
-WITHIN = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +233,7 @@ def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_r
         lost = created(http, url)
         assert modern_call(http, url, "count", {}, lost, arguments={})["content"][0]["text"] == "1"
         within_grace = create(http, url)
-        until(lambda: create(http, url).status_code == 200, WITHIN)  # once it has been idle EVICT_AFTER s
+        until(lambda: create(http, url).status_code == 200, "a create let in, the lost one idle EVICT_AFTER s")
         back = modern_call(http, url, "count", {}, lost, arguments={})
 
     assert within_grace.status_code == 429 and result_of(within_grace, 1)["error"]["code"] == -32011

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import until
+from _waits import until_awaited
 from mcp_sessions.stores import SessionStatus, SessionStore
 
 from .conftest import ACTIVE, EXP, IDLE_EXPIRED, NOW, REVOKED, Backend
@@ -114,7 +114,7 @@ async def test_a_tombstone_lives_until_the_token_expires_and_no_longer(store: Se
     async def forgotten() -> bool:  # past the expiry (Redis: by its own clock, no margin in this fixture)
         return await store.touch("s1", expires_at=expires_at, now=time.time(), idle_ttl=None) is ACTIVE
 
-    await until(forgotten, "the tombstone forgotten after the token's expiry")
+    await until_awaited(forgotten, "the tombstone forgotten after the token's expiry")
     assert await store.revoke("s1", expires_at=time.time() + 60) is True  # nothing was left of the old one
 
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import _waits
-from conftest import SECRET, until
+from _waits import until_awaited
+from conftest import SECRET
 from mcp_sessions.stores import MemoryStore, SessionStoreFull, SessionStoreUnavailable
 
 from ._workers import Workers
@@ -58,7 +59,7 @@ async def test_expired_records_make_room_soonest_first() -> None:
                 return False
             return True
 
-        await until(room, f"room for {session_id!r} made by an expired record")
+        await until_awaited(room, f"room for {session_id!r} made by an expired record")
     assert len(store) == 3
     assert await store.get("long", "k") == 1
     assert await store.get("short-1", "k") is None

@@ -19,8 +19,7 @@ import redis.asyncio as aioredis
 from redis.crc import key_slot
 
 from _redis import Forwarder, RedisServer, free_port, redis_server
-from _waits import WITHIN
-from conftest import until
+from _waits import WITHIN, until_awaited
 from mcp_sessions.stores import RedisStore, SessionStoreUnavailable
 
 from .conftest import ACTIVE, EXP, NOW, Closing, unique_prefix
@@ -81,7 +80,7 @@ async def test_nothing_outlives_the_session(redis: RedisServer, raw: aioredis.Re
     async def nothing_left() -> bool:
         return await raw.keys(store.prefix + "*") == []
 
-    await until(nothing_left, "every key expired with the session")
+    await until_awaited(nothing_left, "every key expired with the session")
 
 
 async def test_last_seen_is_written_at_most_once_per_interval(

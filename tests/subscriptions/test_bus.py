@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 from _redis import RedisServer, redis_server
-from conftest import until
+from _waits import until_awaited
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 from subscriptions._streams import MARKER, WAIT, Stream, buses, opened
 
@@ -47,7 +47,7 @@ async def test_a_global_event_reaches_every_stream_on_every_replica(
     await opened(a, "s1")
     await opened(b, "s1", "s2")
     await a.publish(ToolsListChanged())
-    await until(lambda: all(s.events == [ToolsListChanged()] for s in streams), "the event on every stream")
+    await until_awaited(lambda: all(s.events == [ToolsListChanged()] for s in streams), "the event on every stream")
 
 
 async def test_a_session_event_reaches_only_that_sessions_streams(
@@ -60,7 +60,7 @@ async def test_a_session_event_reaches_only_that_sessions_streams(
     await opened(b, "s1", "s2")
     await a.publish_to_session("s1", ResourceUpdated(uri="note://a"))
     await b.publish(MARKER)
-    await until(lambda: all(MARKER in s.events for s in [mine_a, mine_b, *others]), "the marker everywhere")
+    await until_awaited(lambda: all(MARKER in s.events for s in [mine_a, mine_b, *others]), "the marker everywhere")
     assert mine_a.events == mine_b.events == [ResourceUpdated(uri="note://a"), MARKER]
     assert all(s.events == [MARKER] for s in others)  # the scoped event came before the marker, or never
 
@@ -80,7 +80,7 @@ async def test_ending_a_session_tells_its_watchers_on_every_replica_and_no_other
     await opened(b, "s1", "s2")
     await a.end_session("s1")
     await a.publish(MARKER)
-    await until(lambda: marker.events == [MARKER] and len(ended) >= 2, "the end and the marker")
+    await until_awaited(lambda: marker.events == [MARKER] and len(ended) >= 2, "the end and the marker")
     assert sorted(ended) == ["a/s1", "b/s1"]
     for stop in unwatch:
         assert stop is not None
@@ -120,14 +120,14 @@ async def test_one_pubsub_connection_per_replica_and_channels_follow_streams(red
             async def only_global() -> bool:
                 return await probe.pubsub_channels(prefix + "*") == [prefix + "events"]
 
-            await until(only_global, "the session channels left")
+            await until_awaited(only_global, "the session channels left")
         finally:
             await bus.aclose()
 
         async def none_left() -> bool:  # the server sees a closed connection go a moment later
             return not [c for c in await probe.client_list() if c.get("name") == "mcp-sessions"]
 
-        await until(none_left, "aclose left no connection")
+        await until_awaited(none_left, "aclose left no connection")
 
 
 async def test_messages_are_small_json_naming_the_session_by_id(redis: RedisServer, prefix: str) -> None:
@@ -172,7 +172,7 @@ async def test_streams_survive_a_redis_restart_and_a_publish_meanwhile_is_droppe
                     await a.publish_to_session("s1", ResourceUpdated(uri="note://after"))
                 return bool(stream.events)
 
-            await until(heard, "no event after the restart")
+            await until_awaited(heard, "no event after the restart")
             assert set(stream.events) == {ResourceUpdated(uri="note://after")}
 
 

@@ -21,8 +21,8 @@ import pytest
 from mcp.shared.subscriptions import ResourceUpdated
 
 from _redis import Forwarder, RedisServer
-from _redis_topologies import READY_TIMEOUT, ClusterServers, client, wait_until
-from conftest import until
+from _redis_topologies import REDIS_DOWN, ClusterServers, client
+from _waits import until, until_awaited
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 from subscriptions._streams import Stream, channel, one_per_node, opened
 
@@ -58,7 +58,7 @@ async def test_a_silent_connection_is_noticed_and_every_stream_gets_events_again
             open_before = Stream(listening, "s1")
             await opened(listening, "s1")
             await publishing.publish_to_session("s1", ResourceUpdated(uri="note://before"))
-            await until(lambda: bool(open_before.events), "the event before the silence")
+            await until_awaited(lambda: bool(open_before.events), "the event before the silence")
 
             caplog.set_level(logging.INFO, logger="mcp_sessions")
             forwarder.silence()
@@ -91,7 +91,7 @@ def announce(cluster: ClusterServers, ports: list[int]) -> None:
                     return False
         return True
 
-    wait_until(known, READY_TIMEOUT, "every node's map to name the announced ports")
+    until(known, "every node's map to name the announced ports", ignoring=REDIS_DOWN)
 
 
 async def test_on_a_cluster_a_silent_node_connection_is_noticed_and_subscribed_again(

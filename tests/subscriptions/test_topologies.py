@@ -21,9 +21,8 @@ import redis.asyncio as aioredis
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 from redis.crc import key_slot
 
-from _redis_topologies import ClusterServers, SentinelGroup, client, redis_cluster, wait_until
-from _waits import WITHIN
-from conftest import until
+from _redis_topologies import REDIS_DOWN, ClusterServers, SentinelGroup, client, redis_cluster
+from _waits import until, until_awaited
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 from subscriptions._streams import MARKER, Stream, buses, channel, one_per_node, opened
 
@@ -52,12 +51,12 @@ async def test_session_events_on_every_node_reach_only_their_session_on_both_rep
         await publisher.publish_to_session(sid, ResourceUpdated(uri=f"note://{sid}"))
     await b.publish(MARKER)
     everyone = [*globals_, *itertools.chain(*mine.values())]
-    await until(lambda: all(MARKER in s.events for s in everyone), "the marker on every stream")
+    await until_awaited(lambda: all(MARKER in s.events for s in everyone), "the marker on every stream")
     for sid, streams in mine.items():
         assert [s.events for s in streams] == [[ResourceUpdated(uri=f"note://{sid}"), MARKER]] * 2, sid
     assert all(s.events == [MARKER] for s in globals_)
     await a.publish(ToolsListChanged())
-    await until(lambda: all(ToolsListChanged() in s.events for s in everyone), "a global event on every stream")
+    await until_awaited(lambda: all(ToolsListChanged() in s.events for s in everyone), "a global event on every stream")
 
 
 async def test_channels_are_sharded_on_their_slots_node_and_left_with_their_last_stream(
@@ -80,7 +79,7 @@ async def test_channels_are_sharded_on_their_slots_node_and_left_with_their_last
             assert sorted(shard) == sorted([channel(prefix, sid)] + [prefix + "events"] * (index == everywhere))
             assert await nodes[index].pubsub_channels(prefix + "*") == [channel(prefix, sid)]  # the probe's own
             await a.publish_to_session(sid, ResourceUpdated(uri="note://x"))
-        await until(lambda: all(s.events for s in streams), "each session's event")
+        await until_awaited(lambda: all(s.events for s in streams), "each session's event")
         for probe in classic:
             while (message := await probe.get_message(timeout=0.05)) is not None:
                 assert message["type"] == "subscribe", message  # no classic message: SPUBLISH carried them
@@ -93,7 +92,7 @@ async def test_channels_are_sharded_on_their_slots_node_and_left_with_their_last
                     return False
             return True
 
-        await until(left, "the session channels left")
+        await until_awaited(left, "the session channels left")
 
 
 def move_slot(cluster: ClusterServers, slot: int, target: int) -> None:
@@ -116,7 +115,11 @@ def move_slot(cluster: ClusterServers, slot: int, target: int) -> None:
             return next(int(o[1]) for low, high, o, *_ in c.execute_command("CLUSTER", "SLOTS") if low <= slot <= high)
 
     new = {cluster.nodes[target].port}
-    wait_until(lambda: {owner(node.port) for node in cluster.nodes} == new, WITHIN, "every node naming the new owner")
+    until(
+        lambda: {owner(node.port) for node in cluster.nodes} == new,
+        "every node naming the new owner",
+        ignoring=REDIS_DOWN,
+    )
 
 
 async def published_until_heard(bus: SessionSubscriptionBus, sid: str, stream: Stream, uri: str, what: str) -> float:
@@ -150,13 +153,13 @@ async def test_a_moved_slot_moves_its_subscription_alone_and_the_publish_follows
     stream, beside = Stream(b, sid), Stream(b, neighbour)
     await opened(b, sid, neighbour)
     await a.publish_to_session(sid, ResourceUpdated(uri="note://before"))  # a reads the map now
-    await until(lambda: bool(stream.events), "the event before the move")
+    await until_awaited(lambda: bool(stream.events), "the event before the move")
     move_slot(cluster, slot, 1)
     try:
         with caplog.at_level(logging.WARNING, logger="mcp_sessions"):
             await published_until_heard(a, sid, stream, "note://after", "after the slot moved")
             await a.publish_to_session(neighbour, ResourceUpdated(uri="note://beside"))
-            await until(lambda: ResourceUpdated(uri="note://beside") in beside.events, "the neighbour's event")
+            await until_awaited(lambda: ResourceUpdated(uri="note://beside") in beside.events, "the neighbour's event")
         assert "could not be published" not in caplog.text  # a's MOVED was followed, not dropped
         assert "lost its connection" not in caplog.text  # b's link to the old owner stayed up
         with client(cluster.nodes[1].port) as owner, client(cluster.nodes[0].port) as first:
@@ -198,7 +201,7 @@ async def test_a_stream_opened_by_a_stale_slot_map_moves_alone(
             await opened(b, late)
             await published_until_heard(a, late, stream, "note://late", "to a stream opened after its slot moved")
             await a.publish_to_session(neighbour, ResourceUpdated(uri="note://beside"))
-            await until(lambda: ResourceUpdated(uri="note://beside") in beside.events, "the neighbour's event")
+            await until_awaited(lambda: ResourceUpdated(uri="note://beside") in beside.events, "the neighbour's event")
         assert "lost its connection" not in caplog.text  # b's link to the old owner stayed up
         with client(cluster.nodes[1].port) as owner:
             assert channel(prefix, late) in owner.pubsub_shardchannels(prefix + "*")
@@ -231,7 +234,7 @@ async def test_a_killed_node_costs_only_its_sessions_and_they_flow_again_after_i
         await a.publish(MARKER)
         return False
 
-    await until(all_heard, "the streams did not all hear from a")
+    await until_awaited(all_heard, "the streams did not all hear from a")
     heard = {sid: s.events.count(MARKER) for sid, s in streams.items()}
     cluster.nodes[lost].kill()
     try:
@@ -240,7 +243,7 @@ async def test_a_killed_node_costs_only_its_sessions_and_they_flow_again_after_i
                 await a.publish_to_session(sid, ResourceUpdated(uri=f"note://{round_}"))  # the lost one's is dropped
             await a.publish(MARKER)
             markers = round_ + 1
-            await until(
+            await until_awaited(
                 lambda: all(s.events.count(MARKER) >= heard[sid] + markers for sid, s in streams.items()),  # noqa: B023
                 "the marker",
             )
@@ -275,7 +278,9 @@ async def test_after_a_cluster_failover_the_same_buses_deliver_from_the_promoted
             await a.publish_to_session(sid, ResourceUpdated(uri="note://before"))
         await a.publish(MARKER)
         before = ResourceUpdated(uri="note://before")
-        await until(lambda: all(before in s.events and MARKER in s.events for s in streams.values()), "the marker")
+        await until_awaited(
+            lambda: all(before in s.events and MARKER in s.events for s in streams.values()), "the marker"
+        )
         assert all(len(s.events) == 2 for s in streams.values())  # the other sessions' events are not theirs
 
         replicated.nodes[lost].kill()  # its replica takes its slots over
@@ -284,7 +289,9 @@ async def test_after_a_cluster_failover_the_same_buses_deliver_from_the_promoted
         print(f"delivered again {took:.1f} s after the Cluster promoted the replica")
         for sid in sids:  # every session's events, on the promoted replica and the masters that stayed
             await a.publish_to_session(sid, ResourceUpdated(uri="note://again"))
-        await until(lambda: all(ResourceUpdated(uri="note://again") in s.events for s in streams.values()), "again")
+        await until_awaited(
+            lambda: all(ResourceUpdated(uri="note://again") in s.events for s in streams.values()), "again"
+        )
         lost_channel = channel(prefix, sids[lost])
         with client(promoted.port) as node:  # the lost session's channel is subscribed there now, by b alone
             assert node.execute_command("PUBSUB", "SHARDNUMSUB", lost_channel) == [lost_channel, 1]
@@ -300,7 +307,9 @@ async def test_after_a_sentinel_failover_the_same_buses_deliver_again(sentinels:
         await opened(a)
         await a.publish_to_session("s1", ResourceUpdated(uri="note://before"))
         await b.publish(MARKER)
-        await until(lambda: MARKER in other.events and MARKER in everyone.events and MARKER in mine.events, "marker")
+        await until_awaited(
+            lambda: MARKER in other.events and MARKER in everyone.events and MARKER in mine.events, "marker"
+        )
         assert mine.events == [ResourceUpdated(uri="note://before"), MARKER] and other.events == [MARKER]
 
         old = sentinels.master_port()
@@ -309,5 +318,7 @@ async def test_after_a_sentinel_failover_the_same_buses_deliver_again(sentinels:
         took = await published_until_heard(a, "s1", mine, "note://after", "after the failover")
         print(f"delivered again {took:.1f} s after the Sentinels promoted the replica")
         await a.publish(ToolsListChanged())
-        await until(lambda: all(ToolsListChanged() in s.events for s in (mine, other, everyone)), "a global event")
+        await until_awaited(
+            lambda: all(ToolsListChanged() in s.events for s in (mine, other, everyone)), "a global event"
+        )
         assert ResourceUpdated(uri="note://after") not in other.events
