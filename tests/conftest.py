@@ -191,6 +191,8 @@ INTEROP = [
     # the front under opentelemetry-instrument, whose httpx instrumentation sends baggage too (plain: make test's)
     "tests/e2e/test_gateway_auth.py::test_a_front_and_two_stdio_replicas[instrumented]",
     "conformance/tests/test_conformance_dist.py::test_pip_install_conformance",  # the pack's, installed in a venv
+    # the docs' server files under mypy --strict: a static check, as make test-all's ruff, mypy and docs build are
+    "tests/e2e/test_docs.py::test_the_server_files_in_the_docs_type_check",
 ]
 
 
