@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -31,6 +32,26 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def listens(port: int, group: int) -> bool:
+    """Whether a process of process group ``group`` listens on ``port``: the port :func:`free_port` gave may be
+    bound meanwhile by another test's server, which a connect would find as well (a call then reached a server of
+    another test, and failed with "Unknown tool")."""
+    sockets = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in itertools.islice(rows, 1, None):  # local address, ..., state (0A: LISTEN), ..., inode
+                fields = row.split()
+                if fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
+                    sockets.add(f"socket:[{fields[9]}]")
+    for pid in filter(str.isdigit, os.listdir("/proc") if sockets else ()):
+        with contextlib.suppress(OSError):  # a process that ended meanwhile
+            if os.getpgid(int(pid)) == group and any(
+                os.readlink(f"/proc/{pid}/fd/{fd}") in sockets for fd in os.listdir(f"/proc/{pid}/fd")
+            ):
+                return True
+    return False
 
 
 def missing(message: str) -> NoReturn:

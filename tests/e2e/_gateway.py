@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from starlette.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
 
 from _mcp import MODERN, era_session, legacy_request, messages, modern_headers, modern_request, replaying
-from _redis import end_process, free_port, missing
+from _redis import end_process, free_port, listens, missing
 from _waits import until
 from mcp_sessions import get_session
 
@@ -91,9 +90,7 @@ class Process:
         def listening() -> bool:
             if process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited at start:\n{self.output()}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return True
-            return False
+            return listens(self.port, process.pid)  # its process group's (start_new_session)
 
         until(listening, lambda: f"{self.name} did not listen:\n{self.output()}")
 

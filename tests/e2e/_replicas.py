@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from _mcp import (
     session_meta,
     tool_text,
 )
-from _redis import RedisServer, end_process, free_port
+from _redis import RedisServer, end_process, free_port, listens
 from _waits import until
 from conftest import SECRET, serve
 
@@ -105,9 +104,7 @@ class Replica:
         def listening() -> bool:
             if process.poll() is not None:
                 raise RuntimeError(f"replica {self.name} exited at start:\n{self.output()}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return True  # uvicorn listens only once the app's lifespan has started
-            return False
+            return listens(self.port, process.pid)  # uvicorn listens only once the app's lifespan has started
 
         until(listening, f"replica {self.name} did not listen")
 
