@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,7 @@ from _mcp import (
     sdk_session_meta,
     tool_text,
 )
-from _redis import RedisServer, free_port
+from _redis import RedisServer, free_port, listens
 from _waits import until, until_awaited
 from conftest import asgi_client, serve
 from e2e._gateway import (
@@ -483,7 +482,7 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
 
         def started() -> bool:
             assert started_.poll() is None, "the recipe's gateway exited"
-            return (tmp_path / "bob.jwt").exists() and listening(port)
+            return (tmp_path / "bob.jwt").exists() and listens(port, started_.pid)  # its group's
 
         until(started, "the recipe's gateway listening")
         done = subprocess.run(
@@ -496,12 +495,6 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
     assert f'resource_metadata="{metadata}"' in done.stdout, done.stderr[-2000:]
     assert '"text": "0001"' in done.stdout and '"text": "0002"' in done.stdout
     assert "Session not found: the session ended or is not this caller's" in done.stdout + done.stderr
-
-
-def listening(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-        return True
-    return False
 
 
 @pytest.mark.parametrize("source", ["GITHUB_TOKEN=cookie:x", "MCP_SESSION_ID=header:x", "GITHUB_TOKEN"])
