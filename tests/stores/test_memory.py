@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-import _waits
-from _waits import until_awaited
+from _waits import WITHIN, until, until_awaited
 from conftest import SECRET
 from mcp_sessions.stores import MemoryStore, SessionStoreFull, SessionStoreUnavailable
 
@@ -134,7 +133,7 @@ def test_a_memory_store_in_a_worker_process_warns_once(tmp_path: Any) -> None:
     for worker in workers:
         worker.start()
     for worker in workers:
-        worker.join(_waits.WITHIN)
+        worker.join(WITHIN)
         assert worker.exitcode == 0
     for log in logs:
         [line] = log.read_text().splitlines()
@@ -157,6 +156,6 @@ def test_a_memory_store_in_gunicorn_workers_warns_in_each() -> None:
             assert server.process is not None and server.process.poll() is None, server.output()
             return server.output().count("MemoryStore in a worker process") >= 2
 
-        _waits.until(warned_twice, lambda: f"the two workers did not warn:\n{server.output()}")
+        until(warned_twice, lambda: f"the two workers did not warn:\n{server.output()}")
         server.stop()
         assert server.output().count("MemoryStore in a worker process") == 2
