@@ -36,8 +36,13 @@ def free_port() -> int:
 
 def listens(port: int, group: int) -> bool:
     """Whether a process of process group ``group`` listens on ``port``: the port :func:`free_port` gave may be
-    bound meanwhile by another test's server, which a connect would find as well (a call then reached a server of
-    another test, and failed with "Unknown tool")."""
+    bound meanwhile by another test's server, which a connect alone would find as well (a call then reached a server
+    of another test, and failed with "Unknown tool"). The connect comes first all the same: reading
+    ``/proc/net/tcp`` costs the kernel about 5 ms each time, a third of a core for a wait that polls it."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=STOP_TIMEOUT).close()
+    except OSError:
+        return False  # nothing listens there yet
     sockets = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as rows:
