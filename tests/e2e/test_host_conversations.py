@@ -303,8 +303,10 @@ def test_principal_data_is_per_user_and_conversation(http: httpx.Client) -> None
 
 def test_conversation_data_ends_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     environ = {**ENVIRON, "MCP_SESSIONS_CONVERSATION_DATA": "anonymous", "MCP_SESSIONS_IDLE_TTL": "60"}
-    real_time, idle = time.time, [0.0]
-    monkeypatch.setattr(time, "time", lambda: real_time() + idle[0])  # the clock the middleware and store read
+    # The clock the middleware and store read, stopped: a second of a busy machine between two calls must not
+    # turn 59 s of idleness into 60.
+    start, idle = time.time(), [0.0]
+    monkeypatch.setattr(time, "time", lambda: start + idle[0])
     with in_process(build_app(json_response=True, environ=environ)) as http:
         client = ModernClient(http, "")
         assert tool_text(call(client, "count", "goose-header", "g-1")) == "1"
