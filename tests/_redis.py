@@ -40,9 +40,9 @@ def listens(port: int, group: int) -> bool:
     of another test, and failed with "Unknown tool"). The connect comes first all the same: reading
     ``/proc/net/tcp`` costs the kernel about 5 ms each time, a third of a core for a wait that polls it."""
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=STOP_TIMEOUT).close()
+        socket.create_connection(("127.0.0.1", port), timeout=1.0).close()
     except OSError:
-        return False  # nothing listens there yet
+        return False  # nothing listens there yet (or its queue is full): not yet
     sockets = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as rows:
