@@ -416,7 +416,6 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
     """How the stdio processes run (``--process-*``), checked, the containment tried once; and the gateway made
     non-dumpable."""
     from ._sandbox import Sandbox, SandboxError, private_parent
-    from ._stdio_child import undumpable
 
     if command and shutil.which(command[0]) is None:
         raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
@@ -449,6 +448,8 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
         sandbox.check()
     except SandboxError as exc:
         raise ValueError(str(exc)) from None
+    from ._stdio_child import undumpable  # the mcp SDK's import: not for a usage error
+
     undumpable()
     return sandbox
 
