@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -57,6 +57,18 @@ def listens(port: int, group: int) -> bool:
             ):
                 return True
     return False
+
+
+def until_listening(process: subprocess.Popen[bytes], port: int, name: str, output: Callable[[], str]) -> None:
+    """Until ``process`` (the leader of a process group of its own) listens on ``port``; one that exits first raises
+    RuntimeError, so that a caller may try another port. ``output``: what it said, for either failure."""
+
+    def listening() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited at start:\n{output()}")
+        return listens(port, process.pid)
+
+    until(listening, lambda: f"{name} did not listen:\n{output()}")
 
 
 def missing(message: str) -> NoReturn:

@@ -29,8 +29,7 @@ from starlette.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
 
 from _mcp import MODERN, era_session, legacy_request, messages, modern_headers, modern_request, replaying
-from _redis import end_process, free_port, listens, missing
-from _waits import until
+from _redis import end_process, free_port, missing, until_listening
 from mcp_sessions import get_session
 
 MAIN = Path(__file__).resolve().parents[2]
@@ -79,20 +78,10 @@ class Process:
             start_new_session=True,  # a group of its own, which end_process ends
         )
         try:
-            self._wait_listening(self.process)
+            until_listening(self.process, port, name, self.output)  # RuntimeError if it exits: started() tries again
         except BaseException:  # never listening, or the test stopped meanwhile (pytest-timeout): nothing left
             self.stop()
             raise
-
-    def _wait_listening(self, process: subprocess.Popen[bytes]) -> None:
-        """Until it listens; a process that exits first raises RuntimeError (``started`` tries another port)."""
-
-        def listening() -> bool:
-            if process.poll() is not None:
-                raise RuntimeError(f"{self.name} exited at start:\n{self.output()}")
-            return listens(self.port, process.pid)  # its process group's (start_new_session)
-
-        until(listening, lambda: f"{self.name} did not listen:\n{self.output()}")
 
     def url(self, path: str = "/mcp") -> str:
         """The URL of ``path`` on this process's port."""

@@ -30,8 +30,7 @@ from _mcp import (
     session_meta,
     tool_text,
 )
-from _redis import RedisServer, end_process, free_port, listens
-from _waits import until
+from _redis import RedisServer, end_process, free_port, until_listening
 from conftest import SECRET, serve
 
 MAIN = Path(__file__).resolve().parents[2]
@@ -95,18 +94,11 @@ class Replica:
         """Until it accepts connections; stopped if it never does, or if the test is stopped meanwhile."""
         assert self.process is not None
         try:
-            self._wait_listening(self.process)
+            # uvicorn listens only once the app's lifespan has started
+            until_listening(self.process, self.port, f"replica {self.name}", self.output)
         except BaseException:
             self.stop()
             raise
-
-    def _wait_listening(self, process: subprocess.Popen[bytes]) -> None:
-        def listening() -> bool:
-            if process.poll() is not None:
-                raise RuntimeError(f"replica {self.name} exited at start:\n{self.output()}")
-            return listens(self.port, process.pid)  # uvicorn listens only once the app's lifespan has started
-
-        until(listening, f"replica {self.name} did not listen")
 
     def stop(self) -> None:
         process, self.process = self.process, None
