@@ -12,8 +12,9 @@ how a benchmark added later (``bench_stdio.py``) joins: its entry is already her
     python benchmarks/run_all.py --from DIR --write PAGE         # render the JSON files kept in DIR (--keep DIR)
     python benchmarks/run_all.py --only stdio --write PAGE       # run one benchmark, its parts of PAGE replaced
 
-``--only NAME`` keeps the rest of the page as it is: NAME's verdict rows (each ends with ``<!-- NAME -->``), its
-line of the machine table and its sections (its titles, and those that begin with its first one's) are replaced.
+``--only NAME`` keeps the rest of the page as it is: NAME's verdict rows (each ends with ``<!-- NAME -->``, or
+names one of its targets), its line of the machine table and its sections (its titles, and those that begin with its
+first one's) are replaced.
 """
 
 from __future__ import annotations
@@ -143,7 +144,9 @@ def splice(page: str, name: str, result: dict[str, Any]) -> str:
     mark, script = f"<!-- {name} -->", BENCHMARKS[name][0]
     head, _, rest = page.partition("\n## The machine\n")
     lines = head.split("\n")
-    ours = [index for index, line in enumerate(lines) if line.endswith(f"{mark} |")]
+    # a row is NAME's by its mark, or by its target (a page from before the marks)
+    targets = tuple(f"| {verdict['target']} |" for verdict in result["verdicts"])
+    ours = [index for index, line in enumerate(lines) if line.endswith(f"{mark} |") or line.startswith(targets)]
     verdicts = [line for index, line in enumerate(lines) if index not in ours]
     at = ours[0] if ours else max(index for index, line in enumerate(verdicts) if line.startswith("| ")) + 1
     verdicts[at:at] = table(["target", "measured", "verdict"], verdict_rows(name, result)).split("\n")[2:]

@@ -102,6 +102,10 @@ def test_run_all_only_replaces_one_benchmarks_parts_of_the_page(kept: Path, tmp_
     (fresh / "sse.json").write_text(json.dumps(result))
     run("run_all.py", "--only", "sse", "--from", str(fresh), "--write", str(page))
     assert "| measured again |" in page.read_text() and f"| {old} |" not in page.read_text()
+    page.write_text(page.read_text().replace(" <!-- sse --> |", " |"))  # a page from before the marks
+    run("run_all.py", "--only", "sse", "--from", str(kept), "--write", str(page))
+    rows = [line for line in page.read_text().split("\n") if line.startswith(f"| {result['verdicts'][0]['target']} |")]
+    assert len(rows) == 1 and f"| {old} |" in rows[0]  # its row replaced, not a second one added
 
 
 def test_run_all_quick_runs_every_benchmark(tmp_path: Path) -> None:
