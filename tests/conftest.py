@@ -165,6 +165,9 @@ SLOW_FILES = [
     "tests/e2e/test_replicas.py",
     "tests/e2e/test_gateway_benchmark.py",
     "tests/e2e/test_dist.py",
+    "tests/e2e/test_metric_cardinality.py",
+    "tests/e2e/test_observability_docs.py",
+    "tests/e2e/test_telemetry_shutdown.py",
 ]
 
 
