@@ -8,8 +8,10 @@ verifies its own audience with the authorization server's JWKS, and the tests' s
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
 import anyio
 import httpx
@@ -290,6 +293,12 @@ async def _slow(request: Request) -> Response:
     return JSONResponse({})
 
 
+async def _echo(request: Request) -> Response:
+    """A refusal that repeats the credentials the gateway sent: its secret (in the form or the Basic header)."""
+    sent = request.headers.get("authorization", "") + " " + str((await request.form()).get("client_secret"))
+    return JSONResponse({"error": "invalid_client", "error_description": f"bad client: {sent}"}, 401)
+
+
 TOKEN_ENDPOINT = Starlette(  # a token endpoint that answers what no authorization server should
     routes=[
         Route("/long", lambda request: Response(b'{"a": "' + b"x" * 100_000 + b'"}'), methods=["POST"]),
@@ -299,9 +308,30 @@ TOKEN_ENDPOINT = Starlette(  # a token endpoint that answers what no authorizati
         ),
         Route("/mac", lambda r: JSONResponse({"access_token": "abc", "token_type": "DPoP"}), methods=["POST"]),
         Route("/plain", lambda request: Response(b"Internal Server Error", 500), methods=["POST"]),
+        Route("/echo", _echo, methods=["POST"]),
         Route("/.well-known/oauth-authorization-server", lambda r: JSONResponse({"issuer": "http://elsewhere"})),
     ]
 )
+
+
+@pytest.mark.parametrize("client_auth", ["client_secret_basic", "client_secret_post"])
+async def test_the_client_secret_never_leaves_the_gateway(client_auth: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A token endpoint that repeats the gateway's client secret in its refusal: the client's answer says the
+    endpoint refused, and neither it nor the log holds the secret, in any form the gateway sent it."""
+    secret = "s3cr3t/echo+value"
+    with serve(TOKEN_ENDPOINT) as base, caplog.at_level(logging.DEBUG):
+        exchange = TokenExchange(
+            client_id="g", client_secret=secret, token_endpoint=base + "/echo", client_auth=client_auth
+        )
+        try:
+            with anyio.fail_after(WITHIN), pytest.raises(ExchangeRefused) as refused:
+                await exchange.token("the-user-s-token", Target("aud"))
+        finally:
+            await exchange.aclose()
+    said = refused.value.answer().body.decode() + refused.value.description + caplog.text
+    assert refused.value.status == 502 and "refused the gateway (invalid_client)" in said
+    sent = base64.b64encode(f"g:{quote_plus(secret)}".encode()).decode()
+    assert not any(form in said for form in (secret, quote_plus(secret), sent))
 
 
 @pytest.mark.parametrize(

@@ -129,6 +129,9 @@ class TokenExchange:
         self._issuer = issuer
         self._timeout = timeout
         self._client_auth = _client_auth(client_auth, client_id, client_secret)
+        # The secret as each client authentication sends it: a server that echoes one of them is not quoted.
+        basic = self._client_auth.get("headers", {}).get("authorization", "")
+        self._secrets = (client_secret, quote_plus(client_secret), *basic.split()[1:])
         # Per key: the issued token, and when to renew it (monotonic).
         self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)
         # trust_env off: no proxy variable or .netrc credential; no redirect followed with the client's secret.
@@ -206,12 +209,14 @@ class TokenExchange:
         if status == 200 and isinstance(answer, dict):
             return answer
         error = _refusal(status, answer)
-        if error is None:
+        # A server that echoes a credential (the user's token, the gateway's secret): none of its text is sent on,
+        # to the client or to the log.
+        credentials = (form["subject_token"], *self._secrets)
+        if error is None or any(secret in error for secret in credentials):
             logger.warning("mcp-sessions gateway: the token endpoint answered %d to an exchange", status)
             raise _server_error(f"the authorization server answered {status}")
         described = answer.get("error_description")
-        # A server that echoes the user's token: its description is not sent on.
-        if not isinstance(described, str) or form["subject_token"] in described:
+        if not isinstance(described, str) or any(secret in described for secret in credentials):
             described = ""
         detail = f"{error}: {_printable(described)[:200]}" if described else error
         if error in _NOT_THIS_TOKEN:
