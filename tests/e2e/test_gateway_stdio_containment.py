@@ -469,6 +469,14 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
             "--pass-env: the gateway's MCP_SESSION* variables are its own",
         ),
         (
+            ("--stdio", "true", "--pass-env", "LD_PRELOAD"),
+            "--pass-env: 'LD_PRELOAD' tells the dynamic loader what to load, and root's helpers run it",
+        ),
+        (
+            ("--stdio", "true", *AUTH, "--accept-shared-uid", "--process-env", "GCONV_PATH=header:X-A"),
+            "--process-env: GCONV_PATH tells the dynamic loader what to load: never a user's",
+        ),
+        (
             ("--stdio", "/bin/true", "--process-containment", "bwrap"),
             "--process-containment bwrap: bwrap is not installed",
         ),

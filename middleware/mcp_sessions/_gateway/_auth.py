@@ -56,6 +56,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..sources import HostConversationSource
 from ._exchange import ExchangeRefused, Target, TokenExchange, subject_token
 from ._front import PEER, Peer
+from ._sandbox import loads_code
 
 if TYPE_CHECKING:
     from .._session import Session
@@ -406,6 +407,8 @@ class ProcessEnv:
             kind, _, key = source.partition(":")
             if not _ENV_NAME.fullmatch(name) or name.startswith("MCP_SESSION"):
                 raise ValueError(f"--process-env: {name!r} is not a variable name a process may be given")
+            if loads_code(name):
+                raise ValueError(f"--process-env: {name} tells the dynamic loader what to load: never a user's")
             if not _known_source(kind, key):
                 raise ValueError(
                     f"--process-env {name}: give claim:CLAIM, header:HEADER-NAME or exchange:AUDIENCE, not {source!r}"

@@ -415,7 +415,7 @@ def _stdio_app(
 def _process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Any:
     """How the stdio processes run (``--process-*``), checked, the containment tried once; and the gateway made
     non-dumpable."""
-    from ._sandbox import Sandbox, SandboxError, private_parent
+    from ._sandbox import Sandbox, SandboxError, loads_code, private_parent
 
     if command and shutil.which(command[0]) is None:
         raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
@@ -426,6 +426,8 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
         )
     if any(name.startswith("MCP_SESSION") for name in args.pass_env):
         raise ValueError("--pass-env: the gateway's MCP_SESSION* variables are its own")
+    if loader := [name for name in args.pass_env if loads_code(name)]:
+        raise ValueError(f"--pass-env: {loader[0]!r} tells the dynamic loader what to load, and root's helpers run it")
     uids, user, group = _run_as(args)
     cwd = args.process_cwd
     if cwd is not None and "{id}" not in os.path.basename(cwd):
