@@ -101,7 +101,7 @@ def bridges(url: str, state: str) -> dict[str, StdioServerParameters]:
         raise SystemExit(f"mcp-remote needs node and {MCP_REMOTE}: run scripts/system-deps.sh")
     environ = {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "XDG_STATE_HOME": state}
     shim = ["-m", "mcp_sessions", "connect", url]
-    conversation = {**environ, "CLAUDE_CODE_SESSION_ID": "bench-conversation"}
+    conversation = {**environ, "CLAUDE_CODE_SESSION_ID": "bench-conversation", "CLAUDECODE": "1"}
     return {
         OURS: StdioServerParameters(command=sys.executable, args=shim, env=conversation),
         ALONE: StdioServerParameters(command=sys.executable, args=shim, env=environ),

@@ -96,12 +96,16 @@ class Host:
         command: str = sys.executable,
         *arguments: str,
         also: tuple[str, ...] = (),
+        claude_code: bool = True,
     ) -> AsyncIterator[Client]:
-        """The shim started as a host starts a stdio server, ``conversation`` its CLAUDE_CODE_SESSION_ID; by default
-        with a bearer token from a file and an API key from the environment."""
+        """The shim started as a host starts a stdio server, ``conversation`` its CLAUDE_CODE_SESSION_ID (beside
+        Claude Code's CLAUDECODE=1, unless not ``claude_code``); by default with a bearer token from a file and an
+        API key from the environment."""
         environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(self.state), "API_KEY": API_KEY}
         if conversation is not None:
             environ["CLAUDE_CODE_SESSION_ID"] = conversation
+        if claude_code:
+            environ["CLAUDECODE"] = "1"
         arguments = arguments or (
             *("-m", "mcp_sessions", "connect", self.url, "--bearer-file", str(self.token_file)),
             *("--header", "X-Api-Key=env:API_KEY", *also),
@@ -151,9 +155,10 @@ async def test_a_process_per_conversation_across_the_host_s_restarts(
 
 async def test_without_a_conversation_the_requests_name_it(gateway: Process, tmp_path: Path) -> None:
     """No id in the environment: nothing is added, so a 2026-07-28 call that names no conversation gets a process
-    of its own (the gateway's --sessionless per-request) and a 2025 host's connection its transport session's."""
+    of its own (the gateway's --sessionless per-request) and a 2025 host's connection its transport session's. A
+    CLAUDE_CODE_SESSION_ID without CLAUDECODE=1 (left exported in a shell) names none either."""
     host = Host(gateway, tmp_path)
-    async with host.shim(None) as modern:
+    async with host.shim("left-in-a-shell", claude_code=False) as modern:
         (first, _), (second, count) = await seen(modern), await seen(modern)
         assert first != second and count == "1"
     async with host.shim(None, "legacy") as legacy:
@@ -165,7 +170,8 @@ async def test_without_a_conversation_the_requests_name_it(gateway: Process, tmp
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_refused_token_is_one_clear_error(gateway: Process, tmp_path: Path, mode: Mode) -> None:
     host = Host(gateway, tmp_path, key=OTHER_KEY)
-    said = r"refused this server's credentials \(HTTP 401\)"
+    # The remote's reason (its error_description), for the person who can fix the credential.
+    said = r"refused this server's credentials \(HTTP 401: the token's signature does not verify\)"
     # The SDK's client raises its error inside the group of its connection's tasks.
     with pytest.RaisesGroup(pytest.RaisesExc(MCPError, match=said), flatten_subgroups=True):
         async with host.shim("conv-refused", mode):
@@ -188,7 +194,12 @@ def test_a_host_s_sigterm_ends_the_session_then_the_shim(gateway: Process, tmp_p
     """A host that signals without closing stdin: the session deleted (--end-with-host), the shim ended by the
     signal, at once."""
     host = Host(gateway, tmp_path)
-    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(host.state), "CLAUDE_CODE_SESSION_ID": "conv-term"}
+    environ = {
+        "PYTHONPATH": PYTHONPATH,
+        "XDG_STATE_HOME": str(host.state),
+        "CLAUDE_CODE_SESSION_ID": "conv-term",
+        "CLAUDECODE": "1",
+    }
     command = [sys.executable, "-m", "mcp_sessions", "connect", gateway.url(), "--bearer-file", str(host.token_file)]
     initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
     messages = [

@@ -67,6 +67,11 @@ logger = logging.getLogger("mcp_sessions.connect")
 BUILT_IN_CONVERSATION_ENV: Final = ("CLAUDE_CODE_SESSION_ID", "OMNIGENT_SESSION_ID")
 """The variables that name the host's conversation without configuration, after those ``--conversation-env``
 names: Claude Code's and omnigent's, which each gives its stdio servers."""
+HOST_MARKER: Final = {"CLAUDE_CODE_SESSION_ID": "CLAUDECODE"}
+"""A built-in variable counts only beside its host's own marker set to ``1``: Claude Code sets ``CLAUDECODE=1`` in
+every process it starts, so a ``CLAUDE_CODE_SESSION_ID`` left exported in a shell names no conversation."""
+MAX_REFUSAL: Final = 64 << 10
+"""The most of a refusal's body read for its ``error_description``."""
 REFUSED_STATUSES: Final = (401, 403)
 TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
 """The SDK's own client's: 30 s to connect and send, 5 minutes between two bytes of an answer (an event stream)."""
@@ -227,7 +232,8 @@ def conversation_of(names: list[str], environ: Mapping[str, str]) -> str | None:
     """
     for name in (*names, *BUILT_IN_CONVERSATION_ENV):
         value = environ.get(name, "").strip()
-        if not value:
+        marker = HOST_MARKER.get(name) if name not in names else None
+        if not value or (marker is not None and environ.get(marker) != "1"):
             continue
         named = conversation_id(value)
         if named:
@@ -460,10 +466,10 @@ class Refusals(httpx2.AsyncBaseTransport):
             return self._refused(502, UPSTREAM_UNAVAILABLE, said)
         if response.status_code not in REFUSED_STATUSES:
             return response
-        await response.aclose()
         status = response.status_code
+        reason = await _described(response)
         said = (
-            f"{self._where} refused this server's credentials (HTTP {status}): "
+            f"{self._where} refused this server's credentials (HTTP {status}{reason}): "
             "set them with --header NAME=env:VAR or --bearer-file FILE in the "
             "host's configuration"
         )
@@ -479,3 +485,25 @@ class Refusals(httpx2.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+async def _described(response: httpx2.Response) -> str:
+    """The remote's ``error_description`` of its refusal (RFC 6750's, in its JSON body as the gateway and the
+    ``mcp`` SDK send it), escaped, as ``": ..."``; empty when it gives none. At most :data:`MAX_REFUSAL` is read."""
+    body = bytearray()
+    try:
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > MAX_REFUSAL:
+                return ""
+    except httpx2.HTTPError:
+        return ""
+    finally:
+        await response.aclose()
+    try:
+        described = jsonrpc.loads(bytes(body), answer=True).get("error_description")
+    except (ValueError, AttributeError):
+        return ""
+    if not isinstance(described, str) or not described:
+        return ""
+    return ": " + printable(described)[:200]
