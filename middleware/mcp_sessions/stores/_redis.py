@@ -157,7 +157,7 @@ class RedisStore(SessionStore):
         max_connections: int = 50,
         touch_interval: float = 10.0,
         expiry_margin: float = 300.0,
-        max_update_attempts: int = 32,
+        update_timeout: float = 30.0,
     ) -> None:
         if (url is None) == (client is None):
             raise ValueError("RedisStore needs exactly one of url= (redis://host:port/db) or client= (redis.asyncio)")
@@ -165,15 +165,15 @@ class RedisStore(SessionStore):
             raise ValueError("touch_interval must be a number of seconds from 0 to 3600")
         if not 0 <= expiry_margin <= 86400:
             raise ValueError("expiry_margin must be a number of seconds from 0 to 86400")
-        if type(max_update_attempts) is not int or max_update_attempts < 1:
-            raise ValueError("max_update_attempts must be a positive integer")
+        if not 0 < update_timeout <= 3600:
+            raise ValueError("update_timeout must be a number of seconds above 0, at most 3600")
         if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
             raise ValueError("prefix must be a string without braces (the session id is the key's hash tag)")
         self.prefix = prefix
         self.timeout = float(timeout)
         self.touch_interval = float(touch_interval)
         self.expiry_margin = float(expiry_margin)
-        self.max_update_attempts = max_update_attempts
+        self.update_timeout = float(update_timeout)
         self._owns_client = client is None
         self._unavailable_warning = ThrottledWarning(logger)
         if client is None:
@@ -289,9 +289,12 @@ class RedisStore(SessionStore):
     async def update(
         self, session_id: str, key: str, fn: Callable[[Any], object], *, expires_at: float, default: object = None
     ) -> object:
-        """Read, apply ``fn``, compare-and-set; again after a random back-off if another write got in."""
+        """Read, apply ``fn``, compare-and-set; again after a random back-off if another write got in, for at most
+        ``update_timeout`` seconds: bounded by time, not by a count, so that every writer of a busy key lands."""
         keys = self._keys(session_id)
-        for attempt in range(self.max_update_attempts):
+        deadline = time.monotonic() + self.update_timeout
+        attempt = 0
+        while True:
             started = time.monotonic()
             raw = await self._run(self._redis.hget(keys[1], key))
             new = fn(default if raw is None else json.loads(raw))
@@ -303,11 +306,14 @@ class RedisStore(SessionStore):
             # Another request changed the value between our read and our write: back off, read again. The back-off
             # counts in this attempt's own time (longer under load, when writes collide more), up to 2**attempt of
             # them and at most 16 (full jitter), so that many writers spread out however slow each round trip is.
-            window = (time.monotonic() - started) * 2 ** min(attempt, 4)
-            await asyncio.sleep(random.uniform(0, window))  # noqa: S311 - jitter
-        raise SessionStoreUnavailable(
-            f"session data {key!r} changed under {self.max_update_attempts} attempts to update it"
-        )
+            now = time.monotonic()
+            if now >= deadline:
+                raise SessionStoreUnavailable(
+                    f"session data {key!r} changed under every attempt to update it for {self.update_timeout:g} s"
+                )
+            window = (now - started) * 2 ** min(attempt, 4)
+            await asyncio.sleep(min(random.uniform(0, window), deadline - now))  # noqa: S311 - jitter
+            attempt += 1
 
     async def items(self, session_id: str) -> dict[str, Any]:
         raw = await self._run(self._redis.hgetall(self._keys(session_id)[1]))
