@@ -64,10 +64,18 @@ def whoami():
 def stall():
     print("stalled", file=sys.stderr, flush=True)
     time.sleep(600)
-TOOLS = {"daemon": daemon, "whoami": whoami, "stall": stall, "ptrace": ptrace, "fork": fork,
+def deep(path, depth):
+    here = os.getcwd()
+    os.chdir(path)
+    for _ in range(depth): os.mkdir("d"); os.chdir("d")
+    os.chdir(here)
+    return "made"
+TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptrace": ptrace, "fork": fork,
          "read": lambda path: tried(lambda: open(path).read()[:100]),
          "listdir": lambda path: tried(lambda: json.dumps(os.listdir(path))),
          "write": lambda path: tried(lambda: str(open(path, "w").write("mine"))),
+         "mkdir": lambda path: tried(lambda: os.mkdir(path) or os.chmod(path, 0o777) or "made"),
+         "chmod": lambda path, mode: tried(lambda: os.chmod(path, mode) or "changed"),
          "signal": lambda pid, sig: tried(lambda: os.kill(pid, sig) or "sent"),
          "allocate": lambda mib: str(len(bytearray(mib << 20))),
          "big": lambda: "read"}
