@@ -1,7 +1,8 @@
 """``mcp-sessions gateway --stdio``'s processes sealed from each other and from the gateway: as whom each runs, what it
 sees and inherits, what it may hold, and that nothing it starts outlives it. A real gateway process, run as root
-(``--process-uids``, ``--process-containment``), in front of a hostile stdio server the tests write (``SERVER``:
-JSON-RPC lines by hand, no SDK), reached by raw 2026-07-28 requests of two users with JWKS-signed tokens.
+(``--process-uids``, ``--process-containment``), in front of a hostile stdio server the tests write
+(``e2e._sealed.SERVER``: JSON-RPC lines by hand, no SDK), reached by raw 2026-07-28 requests of two users with
+JWKS-signed tokens.
 
 What a test needs of the host (root, bubblewrap, util-linux's ``unshare``, a writable memory or pids control group) it
 says through :func:`needs`: skipped without it, failed under ``CI=true``.
@@ -19,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,72 +28,13 @@ from typing import Any
 import httpx
 import pytest
 
-from _mcp import ModernClient, session_meta
-from _redis import missing
+from _mcp import session_meta
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import CACHE, Process, installed, node, rss_kib, started
-from e2e._issuer import ISSUER, signed
+from e2e._gateway import CACHE, installed, node, rss_kib
 from e2e._issuer import jwks as served_jwks
+from e2e._sealed import SECRETS, UIDS, call, client, gateway, hostile, needs, of_uid, running, team, text
 
-SERVER = r"""
-import ctypes, json, os, signal, sys, time
-def send(message): sys.stdout.write(json.dumps(message) + "\n"); sys.stdout.flush()
-def daemon(marker):
-    if os.fork() == 0:
-        os.setsid()
-        if os.fork() == 0:
-            null = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2): os.dup2(null, fd)
-            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)", marker])
-        os._exit(0)
-    os.wait()
-    return "started"
-def tried(action):
-    try: return action()
-    except OSError as exc: return f"denied: {exc.strerror}"
-def ptrace(pid):
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.ptrace(16, pid, 0, 0) == 0: return "attached"
-    return f"denied: {os.strerror(ctypes.get_errno())}"
-def fork(count, mib=0):
-    started = 0
-    for _ in range(count):
-        try: pid = os.fork()
-        except OSError as exc: return f"{started} started, then {exc.strerror}"
-        if pid == 0: held = bytearray(mib << 20); time.sleep(600); os._exit(0)
-        started += 1
-    return f"{started} started"
-def whoami():
-    pids = [pid for pid in os.listdir("/proc") if pid.isdigit()]
-    return json.dumps({"pid": os.getpid(), "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
-                       "cwd": os.getcwd(), "environ": dict(os.environ), "pids": pids})
-def stall():
-    print("stalled", file=sys.stderr, flush=True)
-    time.sleep(600)
-TOOLS = {"daemon": daemon, "whoami": whoami, "stall": stall, "ptrace": ptrace, "fork": fork,
-         "read": lambda path: tried(lambda: open(path).read()[:100]),
-         "listdir": lambda path: tried(lambda: json.dumps(os.listdir(path))),
-         "write": lambda path: tried(lambda: str(open(path, "w").write("mine"))),
-         "signal": lambda pid, sig: tried(lambda: os.kill(pid, sig) or "sent"),
-         "allocate": lambda mib: str(len(bytearray(mib << 20))),
-         "big": lambda: "read"}
-for line in sys.stdin:
-    message = json.loads(line)
-    if "id" not in message or "method" not in message: continue
-    method, params = message["method"], message.get("params") or {}
-    if method == "initialize":
-        result = {"protocolVersion": params["protocolVersion"], "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "hostile", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]}
-    else:
-        text = TOOLS[params["name"]](**params.get("arguments", {}))
-        result = {"content": [{"type": "text", "text": text}], "isError": False}
-    send({"jsonrpc": "2.0", "id": message["id"], "result": result})
-"""
-OPEN: list[httpx.Client] = []
-UIDS = "61000-61099"
 AUTH = (
     "--auth-jwks",
     "http://127.0.0.1:1/k",
@@ -102,38 +43,13 @@ AUTH = (
     "--auth-audience",
     "https://a.example",
 )
-SECRETS = {"alice": "alice-s-secret-0001", "bob": "bob-s-secret-0002"}
-
-
-def needs(*features: str) -> None:
-    """Skip the test without a host feature it needs (fail it under CI): ``root``, ``bwrap``, ``unshare``, or a
-    control group the gateway may create, ``cgroup-memory`` or ``cgroup-pids`` (v2 delegated, or v1 writable)."""
-    for feature in features:
-        if feature == "root" and os.geteuid() != 0:
-            missing("this test needs root: the gateway gives each process a uid of its own")
-        if feature in ("bwrap", "unshare") and shutil.which(feature) is None:
-            missing(
-                f"{feature} is not installed (Debian: apt-get install bubblewrap util-linux; scripts/system-deps.sh)"
-            )
-        if feature.startswith("cgroup-") and not _cgroup_writable(feature.removeprefix("cgroup-")):
-            missing(f"this test needs a {feature.removeprefix('cgroup-')} control group the gateway may create")
-
-
-def _cgroup_writable(controller: str) -> bool:
-    from mcp_sessions._gateway._sandbox import Cgroups
-
-    return Cgroups.found(1 << 30 if controller == "memory" else None, 64 if controller == "pids" else None) is not None
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    """The hostile server's file, in a directory any user may read (its processes run as other users)."""
-    with tempfile.TemporaryDirectory() as directory:
-        os.chmod(directory, 0o755)
-        path = Path(directory, "hostile.py")
-        path.write_text(SERVER)
-        path.chmod(0o644)
-        yield f"/usr/bin/python3 {path}"
+    """The hostile server's command (:func:`hostile`)."""
+    with hostile() as command:
+        yield command
 
 
 @pytest.fixture(scope="module")
@@ -141,82 +57,6 @@ def jwks() -> Iterator[str]:
     """The authorization server's JWKS on loopback: its URL."""
     with served_jwks() as url:
         yield url
-
-
-@contextlib.contextmanager
-def gateway(
-    server: str, *options: str, environ: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
-) -> Iterator[Process]:
-    """The gateway command in front of ``server`` (``{url}`` in ``options``: its own MCP URL)."""
-
-    def command(port: int) -> tuple[list[str], dict[str, str]]:
-        line = [*prefix, sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "info"]
-        given = [option.replace("{url}", f"http://127.0.0.1:{port}/mcp") for option in options]
-        warm = () if "--warm" in options else ("--warm", "0")  # every process a test starts is one it uses
-        return [*line, "--stdio", server, *given, *warm], environ or {"MCP_SESSIONS_SECRET": SECRET}
-
-    process = started("mcp-sessions gateway --stdio", command)
-    try:
-        yield process
-    finally:
-        if process.process is not None:  # the gateway's own shutdown, which ends its processes (SIGKILL would not)
-            process.process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.process.wait(timeout=WITHIN)
-        process.stop()
-        while OPEN:
-            OPEN.pop().close()
-
-
-def team(jwks: str) -> tuple[str, ...]:
-    """The options of the docs' team recipe: tokens from ``jwks``, each user's secret in their own processes, a uid
-    of its own for each process."""
-    verifying = ("--auth-jwks", jwks, "--auth-issuer", ISSUER, "--auth-audience", "{url}")
-    return (*verifying, "--process-env", "USER_SECRET=header:X-Secret", "--process-uids", UIDS)
-
-
-def client(process: Process, timeout: float = 30.0, user: str | None = None) -> ModernClient:
-    """A client of the gateway's (``user``'s: their token and secret), closed with it."""
-    headers = {}
-    if user is not None:
-        claims = {"iss": ISSUER, "aud": f"http://127.0.0.1:{process.port}/mcp", "sub": user}
-        token = signed({**claims, "exp": int(time.time()) + 600})
-        headers = {"Authorization": f"Bearer {token}", "X-Secret": SECRETS[user]}
-    OPEN.append(http := httpx.Client(timeout=timeout, headers=headers))
-    return ModernClient(http, f"http://127.0.0.1:{process.port}")
-
-
-def call(mcp: ModernClient, name: str, session: dict[str, Any] | None = None, **arguments: Any) -> dict[str, Any]:
-    _, message = mcp.call_tool(name, arguments, session=None if session is None else session_meta(session))
-    return message
-
-
-def text(message: dict[str, Any]) -> str:
-    assert "result" in message, message
-    found: str = message["result"]["content"][0]["text"]
-    return found
-
-
-def running(marker: str) -> list[int]:
-    """The pids of live (not zombie) processes whose argv holds ``marker``."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with contextlib.suppress(OSError):
-            if marker.encode() in cmdline.read_bytes():
-                state = (cmdline.parent / "stat").read_text().rpartition(")")[2].split()[0]
-                if state != "Z":
-                    found.append(int(cmdline.parent.name))
-    return found
-
-
-def of_uid(uid: int) -> list[int]:
-    """The pids of the host's processes whose real uid is ``uid`` (as the host sees them, outside any namespace)."""
-    found = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        with contextlib.suppress(OSError):
-            if f"\nUid:\t{uid}\t" in status.read_text():
-                found.append(int(status.parent.name))
-    return found
 
 
 @pytest.mark.parametrize("containment", ["bwrap", "unshare", "none"])

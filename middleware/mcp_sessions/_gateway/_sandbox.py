@@ -11,16 +11,20 @@ A process is started through a chain of them, each doing one thing and then runn
 - ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges.
 
 :class:`Sandbox` is what the flags chose, checked once at startup (:meth:`Sandbox.check`); :class:`Place` is
-one process's: its uid (from :class:`Uids`), its directory, its control group. A place is left
-(:meth:`Place.leave`) only once every process of its uid has ended and its files are removed: then its uid
-is free for another.
+one process's: its uid (from :class:`Uids`), its directory, its control group. A uid is given out
+(:meth:`Uids.take`) only once every process of it has ended and its files are removed from every directory of the
+host any uid may write, whatever the last gateway that held it left, even one killed by SIGKILL; the same is done
+as a place is left (:meth:`Place.leave`). What the operating system's own tools cannot clear in time is logged, and
+the uid tried again later: never held for good.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import time
@@ -33,6 +37,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 import anyio
+
+logger = logging.getLogger("mcp_sessions.gateway")
 
 CONTAINMENTS: Final = ("bwrap", "unshare", "none")
 Containment = Literal["bwrap", "unshare", "none"]
@@ -48,7 +54,9 @@ LOADER: Final = frozenset(
 besides every ``LD_*`` and ``MALLOC_*``: the dynamic loader and libc read them, and the helpers that start a
 process (``sh``, ``bwrap``, ``setpriv``) run as root. Never given to a process (:func:`loads_code`)."""
 END_WITHIN: Final = 5.0
-"""How long the processes of an ended process's uid (or control group) have to be gone before it is kept."""
+"""How long the processes of a uid (or control group) have to be gone once killed; then the uid is tried later."""
+SWEEP_WITHIN: Final = 30.0
+"""How long a uid's files have to be removed (``find``, ``rm``); what is left then goes at its next try."""
 _POLL: Final = 0.05
 UID_LOCKS: Final = "/run/mcp-sessions/uids"
 """Where a gateway holds a lock (``flock``) on each uid it has given a process, until that uid is free again: the
@@ -65,8 +73,15 @@ _NAMESPACE: Final = {
         *("unshare", "--pid", "--ipc", "--fork", "--mount-proc", "--kill-child", "--"),
     ],
 }
-# Where a uid's files are looked for.
-_SHARED_TEMPORARY: Final = ("/tmp", "/var/tmp", "/dev/shm")  # noqa: S108
+# The file systems of the kernel's own state, where no process makes a file: never looked in for one.
+_KERNEL_VIEWS: Final = frozenset(
+    {
+        *("proc", "sysfs", "cgroup", "cgroup2", "devpts", "debugfs", "tracefs", "securityfs", "pstore", "bpf"),
+        *("configfs", "fusectl", "binfmt_misc", "autofs", "nsfs", "efivarfs", "selinuxfs", "rpc_pipefs"),
+    }
+)
+# How deep under a mount point a directory any uid may write is looked for (/var/lib/php/sessions is 3).
+_DEPTH: Final = "3"
 _NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
 _ids = count()
 
@@ -96,7 +111,7 @@ def loads_code(name: str) -> bool:
 
 class Uids:
     """A range of uids the operator reserved (``--process-uids FIRST-LAST``): a free one per process, which no other
-    gateway of the host holds (:data:`UID_LOCKS`)."""
+    gateway of the host holds (:data:`UID_LOCKS`), and in which nothing of its last process is left."""
 
     def __init__(self, spec: str, locks: str = UID_LOCKS) -> None:
         first, _, last = spec.partition("-")
@@ -109,6 +124,11 @@ class Uids:
         self.locks = locks
         self.held: dict[int, int] = {}  # each uid given out, and the descriptor of its lock
         os.makedirs(locks, mode=0o700, exist_ok=True)
+        try:
+            # Where a uid's files are looked for: found once, at startup.
+            self.shared = world_writable()
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ValueError(f"--process-uids: the directories any uid may write could not be found: {exc}") from None
 
     def taken_by_users(self) -> str | None:
         """A user of the system's in the range, if any (the range must be the gateway's alone)."""
@@ -117,13 +137,22 @@ class Uids:
                 return f"{user.pw_name} ({user.pw_uid})"
         return None
 
-    def take(self) -> int:
+    def take(self, roots: Sequence[str]) -> int:
+        """A free uid, locked, once every process of it is killed and its files in ``roots`` are removed: a gateway
+        killed by SIGKILL left them all. One that cannot be cleared is logged and tried again later. Blocking."""
+        deadline = time.monotonic() + SWEEP_WITHIN
         for _ in range(len(self.free)):
+            if time.monotonic() >= deadline:
+                break
             uid = self.free.popleft()
-            if (lock := _locked(os.path.join(self.locks, str(uid)))) is not None:
-                self.held[uid] = lock
+            if (lock := _locked(os.path.join(self.locks, str(uid)))) is None:
+                self.free.append(uid)  # another gateway's, for now
+                continue
+            self.held[uid] = lock
+            if (left := _cleared(uid, roots)) is None:
                 return uid
-            self.free.append(uid)  # another gateway's, for now
+            logger.warning("a uid is not given out yet: %s; it is tried again later", left)
+            self.give_back(uid)
         raise SandboxError(f"no free uid in --process-uids {self.first}-{self.last}: retry later")
 
     def give_back(self, uid: int) -> None:
@@ -140,6 +169,78 @@ def _locked(path: str) -> int | None:
         os.close(descriptor)
         return None
     return descriptor
+
+
+def world_writable() -> tuple[str, ...]:
+    """The directories of the host any uid may write (``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock``,
+    ``/dev/mqueue``, ...): on every mount point that is writable and no view of the kernel's, down to ``_DEPTH``
+    levels, not those inside another (``find`` looks there)."""
+    points = set()
+    for line in _read("/proc/self/mountinfo").splitlines():
+        fields, _, rest = line.partition(" - ")
+        point, options = fields.split()[4:6]
+        if rest.split()[0] not in _KERNEL_VIEWS and "ro" not in options.split(","):
+            # mountinfo writes a space, tab, newline or backslash in octal.
+            points.add(re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal[1], 8)), point))
+    if not points:
+        return ()
+    found = ["find", *sorted(points), "-xdev", "-maxdepth", _DEPTH, "-type", "d", "-perm", "-0002", "-print0", "-prune"]
+    # Our own command line.
+    done = subprocess.run(found, capture_output=True, check=False, timeout=SWEEP_WITHIN)  # noqa: S603
+    return tuple(sorted({os.fsdecode(path) for path in done.stdout.split(b"\0") if path}))
+
+
+def _cleared(uid: int | None, roots: Sequence[str], cgroup: Cgroup | None = None) -> str | None:
+    """Every process of ``uid`` and of ``cgroup`` killed, then the uid's files in ``roots`` removed: None, else what
+    is left (the operating system's tools failed, or took too long)."""
+    try:
+        if not _killed(uid, cgroup):
+            return f"a process of uid {uid} did not end within {END_WITHIN:g} s"
+        return None if uid is None else _swept(uid, roots)
+    except subprocess.TimeoutExpired as exc:
+        return f"{exc.cmd[0]} did not end within {exc.timeout:g} s"
+    except OSError as exc:
+        return f"the processes or files of uid {uid} could not be cleared: {exc}"
+
+
+def _killed(uid: int | None, cgroup: Cgroup | None) -> bool:
+    """Whether every process of ``uid`` (``pkill`` says when none is left) and of ``cgroup`` is gone: each killed,
+    again until none is, for at most ``END_WITHIN`` seconds."""
+    deadline = time.monotonic() + END_WITHIN
+    while time.monotonic() < deadline:
+        left = cgroup.members() if cgroup is not None else []
+        for pid in left:
+            with suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        if uid is not None:
+            kill = ["pkill", "--signal", "KILL", "--uid", str(uid)]
+            # procps, found on PATH.
+            if subprocess.run(kill, check=False, timeout=END_WITHIN).returncode == 0:  # noqa: S603
+                left.append(uid)
+        if not left:
+            return True
+        time.sleep(_POLL)
+    return False
+
+
+def _swept(uid: int, roots: Sequence[str]) -> str | None:
+    """The files of ``uid`` in ``roots`` removed by ``find`` and ``rm``, as root: a directory of the uid goes whole,
+    whoever's files are in it, at any depth, and no link is followed. None once none is left, else one that is."""
+    roots = [root for root in roots if os.path.isdir(root)]
+    if not roots:
+        return None
+    found = ["find", *roots, "-xdev", "-user", str(uid)]
+    # -execdir: rm runs in the directory find holds, on a name there, so no directory another uid renames meanwhile
+    # leads it elsewhere. find refuses it with a relative directory on PATH.
+    remove = ["-prune", "-execdir", "rm", "-rf", "--one-file-system", "--", "{}", "+"]
+    path = os.pathsep.join(part for part in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(part))
+    # Our own command lines.
+    subprocess.run([*found, *remove], capture_output=True, check=False, timeout=SWEEP_WITHIN, env={"PATH": path})  # noqa: S603
+    left = subprocess.run([*found, "-print", "-quit"], capture_output=True, check=False, timeout=SWEEP_WITHIN)  # noqa: S603
+    # What find prints decides: its status also counts the files of others that vanished meanwhile.
+    if not left.stdout:
+        return None
+    return f"a file of uid {uid} is left: {os.fsdecode(left.stdout.strip())!r}"
 
 
 @dataclass
@@ -298,13 +399,20 @@ class Sandbox:
         if tool != "none" and shutil.which(tool) is None:
             raise SandboxError(f"--process-containment {tool}: {tool} is not installed")
 
+    @property
+    def swept(self) -> tuple[str, ...]:
+        """Where a uid's files are removed: every directory of the host any uid may write, and the one that holds
+        the processes' own (a process may open its own to others)."""
+        shared = () if self.uids is None else self.uids.shared
+        return shared if self.cwd is None else (*shared, os.path.dirname(self.cwd))
+
     async def enter(self, process_id: str) -> Place:
         """A place for a new process: its uid taken, its directory and control group made."""
         self._installed()
         uid = self.user
         gid = self.group
         if self.uids is not None:
-            uid = self.uids.take()
+            uid = await anyio.to_thread.run_sync(self.uids.take, self.swept)
             gid = uid
         place = Place(self, uid, gid)
         try:
@@ -355,51 +463,25 @@ class Place:
     def exceeded(self) -> str | None:
         return None if self.cgroup is None else self.cgroup.exceeded()
 
-    async def leave(self) -> bool:
-        """Once the process has ended: every other process of its uid or control group ended, its files and control
-        group removed, its uid given back. False, the uid kept from others, when some process would not end (or
-        its files would not go)."""
-        ended = await anyio.to_thread.run_sync(self._ended)
-        if self.cwd is not None:
-            ended = await anyio.to_thread.run_sync(_removed, self.cwd) and ended
-        if self.cgroup is not None:
-            await anyio.to_thread.run_sync(self.cgroup.remove)
-        if self.sandbox.uids is not None and self.uid is not None and ended:
-            self.sandbox.uids.give_back(self.uid)
-        return ended
-
-    def _ended(self) -> bool:
-        """Kill what is left of the process's uid (its own: ``pkill`` says when none is left) and of its control
-        group, again until nothing is, for at most ``END_WITHIN`` seconds."""
-        deadline = time.monotonic() + END_WITHIN
-        while time.monotonic() < deadline:
-            left = self.cgroup.members() if self.cgroup is not None else []
-            for pid in left:
-                with suppress(ProcessLookupError):
-                    os.kill(pid, 9)
+    async def leave(self) -> str | None:
+        """Once the process has ended: every other process of its uid or control group ended, its directory, its
+        uid's files and its control group removed, its uid given back. What was left, if anything: then
+        :meth:`Uids.take` clears the uid again before it gives it out."""
+        try:
+            left = await anyio.to_thread.run_sync(self._ended)
+            if self.cwd is not None and not await anyio.to_thread.run_sync(_removed, self.cwd):
+                left = left or "its directory could not be removed"
+            return left
+        finally:
+            if self.cgroup is not None:
+                await anyio.to_thread.run_sync(self.cgroup.remove)
             if self.sandbox.uids is not None and self.uid is not None:
-                kill = ["pkill", "--signal", "KILL", "--uid", str(self.uid)]
-                # procps, found on PATH.
-                found = subprocess.run(kill, check=False)  # noqa: S603
-                if found.returncode == 0:
-                    left.append(self.uid)
-            if not left:
-                return self._files_gone()
-            time.sleep(_POLL)
-        return False
+                self.sandbox.uids.give_back(self.uid)
 
-    def _files_gone(self) -> bool:
-        """The files its uid left where every uid may write (``/tmp``, ``/dev/shm``), removed: the next process
-        given the uid must find nothing of this one's."""
-        if self.sandbox.uids is None or self.uid is None:
-            return True
-        shared = [path for path in _SHARED_TEMPORARY if os.path.isdir(path)]
-        found = ["find", *shared, "-xdev", "-user", str(self.uid)]
-        # Our own command lines.
-        subprocess.run([*found, "-delete"], capture_output=True, check=False)  # noqa: S603
-        left = subprocess.run([*found, "-print", "-quit"], capture_output=True, check=False)  # noqa: S603
-        # What find prints decides: its status also counts the files of others that vanished meanwhile.
-        return not left.stdout
+    def _ended(self) -> str | None:
+        """What is left of the process's uid (its own) and control group killed, the uid's files removed."""
+        uid = self.uid if self.sandbox.uids is not None else None
+        return _cleared(uid, self.sandbox.swept, self.cgroup)
 
 
 def _workdir(path: str, place: Place) -> str:
@@ -416,8 +498,12 @@ def _workdir(path: str, place: Place) -> str:
 
 
 def _removed(path: str) -> bool:
-    """Whether ``path`` is gone once removed (``rmtree`` follows no link a process planted)."""
-    shutil.rmtree(path, ignore_errors=True)
+    """Whether ``path`` is gone once removed by ``rm``, as root: whoever's files are in it, at any depth (no
+    recursion of Python's, which a deep tree ended), following no link a process planted."""
+    remove = ["rm", "-rf", "--one-file-system", "--", path]
+    with suppress(OSError, subprocess.TimeoutExpired):
+        # Our own command line.
+        subprocess.run(remove, capture_output=True, check=False, timeout=SWEEP_WITHIN)  # noqa: S603
     return not os.path.lexists(path)
 
 

@@ -171,7 +171,7 @@ class Child:
             )
         except OSError as exc:
             with anyio.CancelScope(shield=True):
-                await place.leave()
+                await self._leave(place)
             reason = exc.strerror or exc
             return self._failed(f"the server command could not be started: {reason}")
         self.pid = process.pid
@@ -195,12 +195,7 @@ class Child:
                 tasks.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                self.exit_code = await stop_group(process)
-                exceeded = await anyio.to_thread.run_sync(place.exceeded)
-                # A bound reached is the cause, not the crash it caused.
-                self.reason = exceeded or self.reason
-                if not await place.leave():
-                    logger.warning("%s: a process it started did not end; its uid stays taken", self.label)
+                await self._stopped(process, place)
             self.done.set()
             self.ready.set()
             logger.info(
@@ -210,6 +205,29 @@ class Child:
                 self.reason or "shutdown",
                 self.exit_code,
             )
+
+    async def _stopped(self, process: anyio.abc.Process, place: Place) -> None:
+        """Stop its process group, say why it ended, and leave its place, even when stopping failed."""
+        try:
+            self.exit_code = await stop_group(process)
+            exceeded = await anyio.to_thread.run_sync(place.exceeded)
+            # A bound reached is the cause, not the crash it caused.
+            self.reason = exceeded or self.reason
+        except Exception:
+            # This conversation's alone: the process table's task group, everyone's, must not end with it.
+            logger.exception("%s: its process group could not be stopped", self.label)
+        await self._leave(place)
+
+    async def _leave(self, place: Place) -> None:
+        """Leave its place; what is left of it, or an error there, is logged: this conversation's alone, never the
+        process table's (its task group runs everyone's), and its uid is cleared again before it is given out."""
+        try:
+            left = await place.leave()
+        except Exception:
+            logger.exception("%s: its place could not be left", self.label)
+            return
+        if left is not None:
+            logger.warning("%s: %s; it is cleared again before its uid is given out", self.label, left)
 
     def _failed(self, failure: str) -> None:
         self.failure = failure

@@ -1,0 +1,111 @@
+"""What a uid of ``--process-uids`` leaves behind is cleared before the uid is given out again, whatever its processes
+did and however its gateway ended, and nothing one conversation leaves ends the others' (issue 76, findings 1, 2
+and 4 of its red team). A real gateway process, run as root, in front of the hostile stdio server of
+``e2e._sealed``; each test's range is small (the shared process takes one uid, each conversation one), so that a
+uid kept for good shows as "no free uid".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from _mcp import session_meta
+from _waits import WITHIN, until
+from e2e._gateway import Process
+from e2e._sealed import call, client, gateway, hostile, needs, running, text
+
+GONE = "denied: No such file or directory"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """The hostile server's command (``e2e._sealed.hostile``)."""
+    with hostile() as command:
+        yield command
+
+
+def ended(process: Process, process_id: str) -> bool:
+    """Whether the gateway logged the end of process ``process_id``, or a traceback (then the test fails at once)."""
+    said = process.output()
+    return f"process {process_id}: server process" in said or "Traceback" in said
+
+
+def test_a_uid_reaches_its_next_owner_empty_after_its_gateway_was_killed(server: str) -> None:
+    """A gateway killed by SIGKILL ends no process of --process-uids alone, and removes nothing: its uid's setsid
+    daemon and its files in /tmp, /dev/shm and /run/lock stay. The next gateway on the range (one uid: the shared
+    process's) kills and removes them before it gives the uid out: its process finds none of them (before, the daemon
+    could read the next owner's --process-env token in its /proc/<pid>/environ, and the files were the next owner's)."""
+    needs("root")
+    marker = f"daemon-{uuid.uuid4().hex}"
+    left = [f"{directory}/left-by-{marker}" for directory in ("/tmp", "/dev/shm", "/run/lock")]
+    sealed = ("--process-uids", "61200-61200", "--sessionless", "shared")
+    try:
+        with gateway(server, *sealed) as first:
+            mcp = client(first)
+            assert text(call(mcp, "daemon", marker=marker)) == "started"
+            assert [text(call(mcp, "write", path=path)) for path in left] == ["4"] * 3
+            until(lambda: len(running(marker)) == 1, "the daemon")
+            assert first.process is not None
+            first.process.send_signal(signal.SIGKILL)  # the gateway alone: its processes are sessions of their own
+            first.process.wait(timeout=WITHIN)
+        assert running(marker) and all(Path(path).exists() for path in left)  # what it left
+        with gateway(server, *sealed) as second:
+            mcp = client(second)
+            assert json.loads(text(call(mcp, "whoami")))["uid"] == 61200
+            assert running(marker) == []
+            assert [text(call(mcp, "read", path=path)) for path in left] == [GONE] * 3
+    finally:  # what the old code left
+        for pid in running(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for path in left:
+            Path(path).unlink(missing_ok=True)
+
+
+def test_a_deep_tree_in_a_home_ends_no_one_elses_conversation(server: str) -> None:
+    """Alice's process opens its HOME to all, bob's writes a tree 1,500 directories deep in it: at her end, the
+    directory goes whole (``rm``, as root; Python's rmtree raised RecursionError, which ended the process table:
+    every later request of every user got HTTP 500); bob's conversation goes on, and her uid is given out again."""
+    needs("root")
+    with gateway(server, "--process-uids", "61210-61212") as process:
+        alice, bob = client(process), client(process)
+        hers, his = alice.create_session(), bob.create_session()
+        she, he = (json.loads(text(call(mcp, "whoami", session))) for mcp, session in ((alice, hers), (bob, his)))
+        assert text(call(alice, "chmod", hers, path=she["cwd"], mode=0o777)) == "changed"
+        assert text(call(bob, "deep", his, path=she["cwd"], depth=1500)) == "made"
+        alice.request("sessions/delete", session=session_meta(hers))
+        until(lambda: ended(process, she["environ"]["MCP_SESSION_ID"]), process.output)
+        assert json.loads(text(call(bob, "whoami", his)))["pid"] == he["pid"]
+        assert json.loads(text(call(alice, "whoami", alice.create_session())))["uid"] == she["uid"]
+        assert not Path(she["cwd"]).exists()
+        assert "Traceback" not in process.output()
+
+
+def test_another_uids_file_in_a_uids_directory_keeps_no_uid(server: str) -> None:
+    """Alice's process makes a directory in /tmp open to all, and bob's puts a file in it: at her end the directory
+    goes with his file in it, and her uid is given out again (``find -delete`` left the directory, so her uid stayed
+    taken for good: a user with one conversation could spend the whole range)."""
+    needs("root")
+    place = f"/tmp/of-alice-{uuid.uuid4().hex}"
+    try:
+        with gateway(server, "--process-uids", "61220-61222") as process:
+            alice, bob = client(process), client(process)
+            hers, his = alice.create_session(), bob.create_session()
+            she = json.loads(text(call(alice, "whoami", hers)))
+            assert text(call(alice, "mkdir", hers, path=place)) == "made"
+            assert text(call(bob, "write", his, path=f"{place}/bob-s")) == "4"
+            alice.request("sessions/delete", session=session_meta(hers))
+            until(lambda: ended(process, she["environ"]["MCP_SESSION_ID"]), process.output)
+            assert json.loads(text(call(alice, "whoami", alice.create_session())))["uid"] == she["uid"]
+            assert not Path(place).exists()
+    finally:  # what the old code left
+        shutil.rmtree(place, ignore_errors=True)

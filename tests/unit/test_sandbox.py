@@ -1,0 +1,60 @@
+"""The sealed processes' parts that need no root: a uid that cannot be cleared is tried again later, never kept,
+and an error while a process's place is left is its own conversation's (the gateway command's tests as root are
+tests/e2e/test_gateway_stdio_sweep.py)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from mcp_sessions._gateway import _sandbox
+from mcp_sessions._gateway._sandbox import Cgroup, Place, SandboxError, Uids
+from mcp_sessions._gateway._stdio_child import Child, _ignored, _no_client, _taken
+
+
+def test_a_uid_that_cannot_be_cleared_is_logged_and_tried_again_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    uids = Uids("61990-61991", locks=str(tmp_path))
+    stuck = {61990}
+
+    def cleared(uid: int | None, roots: object, cgroup: Cgroup | None = None) -> str | None:
+        return f"a process of uid {uid} did not end within 5 s" if uid in stuck else None
+
+    monkeypatch.setattr(_sandbox, "_cleared", cleared)
+    with caplog.at_level(logging.WARNING, "mcp_sessions.gateway"):
+        assert uids.take(()) == 61991
+    assert "a uid is not given out yet: a process of uid 61990 did not end within 5 s" in caplog.text
+    stuck.clear()
+    assert uids.take(()) == 61990
+    with pytest.raises(SandboxError, match="no free uid in --process-uids 61990-61991"):
+        uids.take(())
+
+
+@pytest.mark.anyio
+async def test_an_error_while_a_place_is_left_ends_no_more_than_its_conversation(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Child.run returns, the error logged whole: it escaped into the process table's task group, which runs every
+    conversation's child (Python 3.11's rmtree raised RecursionError on a deep tree)."""
+
+    async def leave(self: Place) -> str | None:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(Place, "leave", leave)
+    child = Child(
+        ["true"],
+        label="process p",
+        environ={},
+        max_line=1 << 20,
+        on_request=_no_client,
+        on_notify=_ignored,
+        on_progress=_taken,
+    )
+    with caplog.at_level(logging.INFO, "mcp_sessions.gateway"):
+        await child.run()
+    assert "process p: its place could not be left" in caplog.text
+    assert "RecursionError" in caplog.text
+    assert "process p: server process" in caplog.text  # its end, logged as any other
