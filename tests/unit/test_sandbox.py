@@ -4,13 +4,15 @@ tests/e2e/test_gateway_stdio_sweep.py)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 from pathlib import Path
 
+import anyio
 import pytest
 
 from mcp_sessions._gateway import _sandbox
-from mcp_sessions._gateway._sandbox import Cgroup, Place, SandboxError, Uids
+from mcp_sessions._gateway._sandbox import Cgroup, Place, Sandbox, SandboxError, Uids
 from mcp_sessions._gateway._stdio_child import Child, _ignored, _no_client, _taken
 
 
@@ -58,3 +60,25 @@ async def test_an_error_while_a_place_is_left_ends_no_more_than_its_conversation
     assert "process p: its place could not be left" in caplog.text
     assert "RecursionError" in caplog.text
     assert "process p: server process" in caplog.text  # its end, logged as any other
+
+
+@pytest.mark.anyio
+async def test_a_taken_uid_is_always_a_place_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request cancelled while its process's place is made still gets the place whole (each step is bounded), so
+    its uid is left with it, never held by no one; a uid's lock that cannot be opened (no descriptor left) is a
+    SandboxError, which that request gets, never an error of the process table's."""
+    uids = Uids("61990-61990", locks=str(tmp_path))
+    monkeypatch.setattr(_sandbox, "_cleared", lambda uid, roots, cgroup=None: None)
+    sandbox = Sandbox(uids=uids)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        place = await sandbox.enter("p1")
+    assert (place.uid, list(uids.held)) == (61990, [61990])
+    assert await place.leave() is None and not uids.held
+
+    def no_descriptor(path: str) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(_sandbox, "_locked", no_descriptor)
+    with pytest.raises(SandboxError, match="no uid could be taken: Too many open files"):
+        await sandbox.enter("p2")

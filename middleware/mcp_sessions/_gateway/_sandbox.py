@@ -407,24 +407,29 @@ class Sandbox:
         return shared if self.cwd is None else (*shared, os.path.dirname(self.cwd))
 
     async def enter(self, process_id: str) -> Place:
-        """A place for a new process: its uid taken, its directory and control group made."""
+        """A place for a new process: its uid taken, its directory and control group made. Made whole or not at
+        all, even when its request is cancelled meanwhile (each step is bounded): a uid taken is never left
+        held by no one."""
         self._installed()
-        uid = self.user
-        gid = self.group
-        if self.uids is not None:
-            uid = await anyio.to_thread.run_sync(self.uids.take, self.swept)
-            gid = uid
-        place = Place(self, uid, gid)
-        try:
-            if self.cwd is not None:
-                cwd = self.cwd.replace("{id}", process_id)
-                place.cwd = await anyio.to_thread.run_sync(_workdir, cwd, place)
-            if self.cgroups is not None:
-                place.cgroup = await anyio.to_thread.run_sync(self.cgroups.create)
-        except OSError as exc:
-            await place.leave()
-            reason = exc.strerror or exc
-            raise SandboxError(f"the server process's place could not be made: {reason}") from None
+        with anyio.CancelScope(shield=True):
+            uid = self.user
+            gid = self.group
+            if self.uids is not None:
+                try:
+                    uid = gid = await anyio.to_thread.run_sync(self.uids.take, self.swept)
+                except OSError as exc:  # its lock file (no descriptor left, say)
+                    raise SandboxError(f"no uid could be taken: {exc.strerror or exc}") from None
+            place = Place(self, uid, gid)
+            try:
+                if self.cwd is not None:
+                    cwd = self.cwd.replace("{id}", process_id)
+                    place.cwd = await anyio.to_thread.run_sync(_workdir, cwd, place)
+                if self.cgroups is not None:
+                    place.cgroup = await anyio.to_thread.run_sync(self.cgroups.create)
+            except OSError as exc:
+                await place.leave()
+                reason = exc.strerror or exc
+                raise SandboxError(f"the server process's place could not be made: {reason}") from None
         return place
 
 
