@@ -22,6 +22,7 @@ from ._app import (
     DEFAULT_KEEPALIVE,
     gateway_app,
 )
+from ._network import NETWORKS, NetworkError
 from ._sandbox import CONTAINMENTS
 from ._serving import EXIT_USAGE, serve
 
@@ -84,6 +85,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     _process_arguments(gateway)
     _containment_arguments(gateway)
+    _network_arguments(gateway)
     _serving_arguments(gateway)
     _auth_arguments(gateway)
     _exchange_arguments(gateway)
@@ -191,6 +193,26 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     )
 
 
+def _network_arguments(gateway: argparse.ArgumentParser) -> None:
+    """With ``--stdio``: what of the network each process reaches (``_network``, ``_process_network`` checks it)."""
+    gateway.add_argument(
+        "--process-network",
+        choices=NETWORKS,
+        help="with --stdio: 'host': the host's network, as the gateway has it; 'none': a network namespace of its "
+        "own, nothing to reach; 'egress': the world, but not this host, its link or the private ranges (nftables "
+        "rules on the processes' uids: --process-uids or --process-user). Default: egress with --process-uids, "
+        "else host",
+    )
+    gateway.add_argument(
+        "--process-allow-net",
+        action="append",
+        default=[],
+        metavar="CIDR[:PORT]",
+        help="with --process-network egress: a network (and a port, tcp and udp) the processes reach all the same, "
+        "of this host (127.0.0.53:53, a resolver on loopback) or a private range ([::1]:PORT for IPv6); repeat",
+    )
+
+
 def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
     """Where the gateway listens, whom it serves, how long it waits for its upstream and for its answers."""
     gateway.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
@@ -235,7 +257,8 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         type=int,
         metavar="PORT",
         help="with --stdio: serve the operator's view of the processes (GET /status) on 127.0.0.1:PORT, a port of "
-        "its own on the loopback address only (default: not served)",
+        "its own on the loopback address only, which processes reach under --process-network host (default: not "
+        "served)",
     )
 
 
@@ -321,9 +344,13 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         upstream_token, exchange = _upstream_token(args, environ, auth)
         if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
             raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
+        if args.stdio is None and (args.process_network or args.process_allow_net):
+            raise ValueError("--process-network is for --stdio processes; an --upstream has none")
+        egress = None
         if args.stdio is not None:
             command = shlex.split(args.stdio)
             options = _process_options(args, command, auth)
+            egress = _process_network(args, options, forwarded)
             app: Any = _stdio_app(
                 args,
                 command,
@@ -350,10 +377,12 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 auth=auth,
                 upstream_token=upstream_token,
             )
+        if egress is not None:  # before any process starts
+            egress.install()
     except ModuleNotFoundError as exc:
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
         return EXIT_USAGE
-    except (ImportError, ValueError, TypeError, RuntimeError) as exc:
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError) as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
@@ -365,11 +394,17 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     served = f"stdio {args.stdio}" if args.stdio is not None else ", ".join(args.upstream)
     logger.info("mcp-sessions gateway: %s on http://%s:%d", served, args.host, args.port)
     if args.stdio is not None:
-        logger.info("mcp-sessions gateway: each process: %s", options.said)
+        network = f"network {options.network}" if egress is None else egress.said
+        logger.info("mcp-sessions gateway: each process: %s, %s", options.said, network)
     shutdown_timeout = args.shutdown_timeout
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
-    return serve(app, args, stderr, shutdown_timeout)
+    if egress is None:
+        return serve(app, args, stderr, shutdown_timeout)
+    try:  # deleted once the processes have ended, before a SIGTERM ends the gateway; a SIGKILLed one's at next start
+        return serve(app, args, stderr, shutdown_timeout, stopped=egress.remove)
+    finally:
+        egress.remove()  # and where uvicorn never ran (a status socket refused)
 
 
 def _stdio_app(
@@ -443,6 +478,7 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
         cwd=cwd,
         cgroups=cgroups,
         pids=args.process_pids if cgroups is None else None,
+        network=args.process_network or ("egress" if uids is not None else "host"),
     )
     try:
         sandbox.check()
@@ -452,6 +488,38 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
 
     undumpable()
     return sandbox
+
+
+def _process_network(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> Any:
+    """The ``egress`` rules (``_network.EgressRules``), or None for ``host`` and ``none``; and, whatever the
+    network, no connection from a process that a trusted proxy's address would let pass for that proxy."""
+    from ._front import trusted_proxies
+    from ._network import Allowed, EgressRules, local_addresses, trusts_a_local_peer
+
+    allowed = [Allowed.parsed(given) for given in args.process_allow_net]
+    if allowed and sandbox.network != "egress":
+        raise ValueError(f"--process-allow-net opens --process-network egress: not {sandbox.network}")
+    trusted = trusted_proxies(forwarded)
+    local = local_addresses() if trusted and sandbox.network != "none" else []
+    front = trusts_a_local_peer(trusted, local)
+    if sandbox.network == "host" and front is not None:
+        raise ValueError(
+            f"--forwarded-allow-ips {front}: processes on the host's network (--process-network host) connect from "
+            "that address and would pass for the proxy: give --process-uids (egress), or --process-network none"
+        )
+    if sandbox.network != "egress":
+        return None
+    uid = sandbox.user
+    if sandbox.uids is None and (uid is None or uid == os.geteuid()):
+        raise ValueError(
+            "--process-network egress is the kernel's rules on the processes' own uid: give --process-uids "
+            "FIRST-LAST, or a --process-user other than the gateway's"
+        )
+    for given, each in zip(args.process_allow_net, allowed, strict=True):
+        if front is not None and each.reaches(local, args.port):
+            raise ValueError(f"--process-allow-net {given}: the gateway's own port, from {front}, which it trusts")
+    first, last = (uid, uid) if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)
+    return EgressRules(first, last, tuple(allowed))
 
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:

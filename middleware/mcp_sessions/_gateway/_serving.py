@@ -15,6 +15,7 @@ import contextlib
 import copy
 import logging
 import socket
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, TextIO
 
@@ -31,9 +32,17 @@ STARTUP_FAILURE = 3
 _SHUTTING_DOWN = unavailable(503, "The gateway is shutting down", b"1", None, "shutting_down")
 
 
-def serve(app: ASGIApp, args: argparse.Namespace, stderr: TextIO, shutdown_timeout: float) -> int:
+def serve(
+    app: ASGIApp,
+    args: argparse.Namespace,
+    stderr: TextIO,
+    shutdown_timeout: float,
+    stopped: Callable[[], None] = lambda: None,
+) -> int:
     """Serve ``app`` with uvicorn until stopped (and the operator's status on its own loopback socket); a failure
-    to start (``StartupFailed``) is one line on ``stderr`` and exit status 2."""
+    to start (``StartupFailed``) is one line on ``stderr`` and exit status 2. ``stopped`` is called once the app
+    has stopped (its processes ended), also before uvicorn raises the signal that stopped it again, which ends
+    the gateway then and there."""
     import uvicorn
 
     # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
@@ -61,6 +70,14 @@ def serve(app: ASGIApp, args: argparse.Namespace, stderr: TextIO, shutdown_timeo
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
             super().handle_exit(sig, frame)
             started.stop_starting()  # a first process that never answers keeps no one waiting
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    stopped()
 
     server = Server(listening)
     sockets = None
