@@ -260,6 +260,12 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         "its own on the loopback address only, which processes reach under --process-network host (default: not "
         "served)",
     )
+    gateway.add_argument(
+        "--status-socket",
+        metavar="PATH",
+        help="with --stdio: serve it on a Unix socket at PATH too, in a directory only the gateway's user may enter "
+        "(made mode 0700 if missing)",
+    )
 
 
 def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -344,13 +350,17 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         upstream_token, exchange = _upstream_token(args, environ, auth)
         if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
             raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
-        if args.stdio is None and (args.process_network or args.process_allow_net):
-            raise ValueError("--process-network is for --stdio processes; an --upstream has none")
+        if args.stdio is None and (args.status_socket or args.process_network or args.process_allow_net):
+            raise ValueError("--status-socket and --process-network are for --stdio processes; an --upstream has none")
         egress = None
         if args.stdio is not None:
             command = shlex.split(args.stdio)
             options = _process_options(args, command, auth)
             egress = _process_network(args, options, forwarded)
+            if args.status_socket is not None:
+                from ._status import private_directory
+
+                private_directory(args.status_socket)
             app: Any = _stdio_app(
                 args,
                 command,
@@ -444,6 +454,7 @@ def _stdio_app(
         token_exchange=exchange,
         exchange_scope=_setting(args, environ, "scope"),
         status_port=args.status_port,
+        status_socket=args.status_socket,
     )
 
 

@@ -1,10 +1,10 @@
 """How ``mcp-sessions gateway`` serves its app: uvicorn, as the gateway's command configures it.
 
 ``serve`` runs uvicorn on the gateway's socket (and the operator's status port, ``--status-port``, on a loopback
-socket of its own); ``_Started`` stands between uvicorn and the app's lifespan, so that a failure to start is one
-line and exit status 2, and a SIGTERM while the app starts (its first server process not answering yet) ends that
-start: uvicorn hears signals only once the app has started. A request still unanswered when a stop's
-``--shutdown-timeout`` ends gets 503 and ``-32014`` from it, not uvicorn's 500.
+socket of its own, and its Unix socket, ``--status-socket``); ``_Started`` stands between uvicorn and the app's
+lifespan, so that a failure to start is one line and exit status 2, and a SIGTERM while the app starts (its first
+server process not answering yet) ends that start: uvicorn hears signals only once the app has started. A request
+still unanswered when a stop's ``--shutdown-timeout`` ends gets 503 and ``-32014`` from it, not uvicorn's 500.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+import os
 import socket
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -77,20 +78,35 @@ def serve(
                 try:
                     yield
                 finally:
-                    stopped()
+                    gone()
+
+    def gone() -> None:
+        """Once uvicorn has stopped: its status socket's file removed, and what ``stopped`` removes."""
+        if args.status_socket is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(args.status_socket)
+        stopped()
 
     server = Server(listening)
-    sockets = None
+    status: list[socket.socket] = []
     if args.status_port is not None:  # the operator's port: loopback only, whatever --host is
         try:
-            status = socket.create_server(("127.0.0.1", args.status_port))
+            status.append(socket.create_server(("127.0.0.1", args.status_port)))
         except OSError as exc:
             print(f"mcp-sessions gateway: --status-port {args.status_port}: {exc.strerror}", file=stderr)
             return EXIT_USAGE
-        sockets = [listening.bind_socket(), status]
         logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
+    if args.status_socket is not None:  # the operator's socket, in a directory of the gateway's user alone
+        from ._status import private_socket  # the mcp SDK's import, as --stdio's
+
+        try:
+            status.append(private_socket(args.status_socket))
+        except ValueError as exc:
+            print(f"mcp-sessions gateway: {exc}", file=stderr)
+            return EXIT_USAGE
+        logger.info("mcp-sessions gateway: the processes' status on the Unix socket %s", args.status_socket)
     try:
-        server.run(sockets=sockets)
+        server.run(sockets=[listening.bind_socket(), *status] if status else None)
     except SystemExit:  # uvicorn's, for an app that did not start
         if started.stopped:  # a SIGTERM while it started: stopped, as asked
             return 0

@@ -180,6 +180,7 @@ def stdio_gateway_app(
     token_exchange: TokenExchange | None = None,
     exchange_scope: str | None = None,
     status_port: int | None = None,
+    status_socket: str | None = None,
 ) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
@@ -201,7 +202,8 @@ def stdio_gateway_app(
     token exchanged by ``token_exchange`` for AUDIENCE (and ``exchange_scope``). ``auth`` (:class:`GatewayAuth`):
     who is asking; with it, each user lists and ends her own conversations (``_status.OwnConversations``).
     ``status_port``: the operator's view of the processes is served to requests that arrive on that port
-    (``_status.OperatorStatus``: serve it on a loopback socket of its own). The other arguments are
+    (``_status.OperatorStatus``: serve it on a loopback socket of its own), and to those on the Unix socket
+    ``status_socket``. The other arguments are
     :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
     """
     if max_processes_per_principal is None:
@@ -238,7 +240,8 @@ def stdio_gateway_app(
     children.fronted = bool(trusted)
     children.metrics = ProcessMetrics(children.kinds, config.meter_provider)
     check = HostCheck(allowed_hosts, allowed_origins)
-    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status_port=status_port)
+    status = (status_port, status_socket)
+    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status=status)
 
 
 def _check(command: Sequence[str], processes: str, sessionless: str, warm: int, *limits: int) -> None:
@@ -309,7 +312,7 @@ def _layered(
     auth: GatewayAuth | None,
     check: HostCheck,
     trusted: list[str],
-    status_port: int | None,
+    status: tuple[int | None, str | None],
 ) -> GatewayFront:
     """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
     gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door."""
@@ -325,10 +328,10 @@ def _layered(
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
     checked: ASGIApp = _HostChecked(guarded, check)
-    if status_port is not None:
+    if status != (None, None):
         verifier = None if auth is None else auth.verifier
         keys = None if verifier is None else verifier.state
-        checked = OperatorStatus(checked, children, status_port, keys)
+        checked = OperatorStatus(checked, children, *status, keys=keys)
     return GatewayFront(checked, trusted=trusted)
 
 
