@@ -11,6 +11,7 @@ traffic there.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -32,12 +33,12 @@ from conftest import SECRET
 from e2e._gateway import Process, legacy_initialize, result_of, started
 
 UIDS = "60100-60199"
-OTHER_UIDS = "60200-60299"
-"""For a gateway beside the module's: a gateway's rules hold for every process of the uids they name."""
+"""One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
 SERVER = f"/usr/bin/python3 {Path(__file__).with_name('_hostile_stdio.py')}"
 PROXY = ("--auth-principal-header", "X-Forwarded-User", "--forwarded-allow-ips", "127.0.0.1")
 """An auth proxy on this host's loopback, trusted to name the user."""
 CLI_WITHIN = 60
+IDS = itertools.count(1)
 
 
 def needs_root_and_nft() -> None:
@@ -76,8 +77,11 @@ def listening(host: str = "127.0.0.1") -> Iterator[int]:
 
 def tried(http: httpx.Client, gateway: Process, session: dict[str, str], host: str, port: int) -> str:
     """What the process of ``session`` got when it connected to ``host:port``."""
-    body = legacy_request("tools/call", {"name": "connect", "arguments": {"host": host, "port": port}}, id=1)
-    found: str = result_of(http.post(gateway.url(), json=body, headers=session), 1)["result"]["content"][0]["text"]
+    request_id = next(IDS)  # each its own: an id is the session's until its request is done with
+    body = legacy_request("tools/call", {"name": "connect", "arguments": {"host": host, "port": port}}, id=request_id)
+    answer = result_of(http.post(gateway.url(), json=body, headers=session), request_id)
+    assert "result" in answer, answer
+    found: str = answer["result"]["content"][0]["text"]
     return found
 
 
@@ -94,53 +98,51 @@ def command(*arguments: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(line, capture_output=True, text=True, env=env, timeout=CLI_WITHIN, check=False)
 
 
-@pytest.fixture(scope="module")
-def egress() -> Iterator[tuple[Process, dict[str, int]]]:
-    """A gateway behind a trusted auth proxy on loopback, its status port, processes under the default network
-    (egress, with --process-uids), one loopback port granted (IPv4) and one over IPv6; and the ports the
-    processes try: the gateway's, the status port, a local service's, the granted ones."""
+def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_service() -> None:
+    """Behind an auth proxy on loopback, bob's process (the default network with --process-uids: egress) cannot
+    connect to the gateway from the proxy's address (to name carol, list her conversations and end one), nor to
+    the operator's status port, nor to a service on loopback (a Redis, say)."""
     needs_root_and_nft()
-    with listening() as service, listening() as granted, listening("::1") as granted6:
-        status = free_port()
+    status = free_port()
+    with listening() as service, gateway(*PROXY, "--process-uids", UIDS, "--status-port", str(status)) as process:
+        with httpx.Client(timeout=30) as http:
+            bob = legacy_initialize(http, process.url(), {"X-Forwarded-User": "bob"})
+            seen = {
+                "gateway": tried(http, process, bob, "127.0.0.1", process.port),
+                "gateway, over IPv6": tried(http, process, bob, "::1", process.port),
+                "status": tried(http, process, bob, "127.0.0.1", status),
+                "service": tried(http, process, bob, "127.0.0.1", service),
+            }
+        assert process.process is not None
+        pid, said = process.process.pid, process.output()
+    assert seen == dict.fromkeys(seen, "refused: Connection refused")
+    assert f"network egress (nft table inet mcp_sessions_{pid})" in said
+
+
+def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
+    """``--process-allow-net 127.0.0.1:PORT`` and ``[::1]:PORT``: those ports connect, no other of the address;
+    ``nft list table`` shows the exceptions first, then this host, the link-local and the private ranges refused."""
+    needs_root_and_nft()
+    with listening() as granted, listening("::1") as granted6, listening() as other:
         allowed = ("--process-allow-net", f"127.0.0.1:{granted}", "--process-allow-net", f"[::1]:{granted6}")
-        with gateway(*PROXY, "--process-uids", UIDS, "--status-port", str(status), *allowed) as process:
-            ports = {"status": status, "service": service, "granted": granted, "granted6": granted6}
-            yield process, {"gateway": process.port, **ports}
-
-
-def test_a_process_reaches_nothing_of_this_host_but_the_port_granted(egress: tuple[Process, dict[str, int]]) -> None:
-    """bob's process cannot connect to the gateway from the trusted proxy's address (to name carol), nor to the
-    operator's status port, nor to a service on loopback; the ports granted it connects to, and no other port of
-    the granted address."""
-    process, ports = egress
-    assert process.process is not None
-    assert f"network egress (nft table inet mcp_sessions_{process.process.pid})" in process.output()
-    with httpx.Client(timeout=30) as http:
-        bob = legacy_initialize(http, process.url(), {"X-Forwarded-User": "bob"})
-        seen = {
-            name: tried(http, process, bob, "127.0.0.1", port) for name, port in ports.items() if name != "granted6"
-        }
-        seen["granted6"] = tried(http, process, bob, "::1", ports["granted6"])
-        seen["gateway, from ::1"] = tried(http, process, bob, "::1", process.port)
-    refused = "refused: Connection refused"
+        with gateway("--process-uids", UIDS, *allowed) as process, httpx.Client(timeout=30) as http:
+            assert process.process is not None
+            listing = table(process.process.pid).stdout
+            session = legacy_initialize(http, process.url())
+            seen = {
+                "granted": tried(http, process, session, "127.0.0.1", granted),
+                "granted over IPv6": tried(http, process, session, "::1", granted6),
+                "another port": tried(http, process, session, "127.0.0.1", other),
+            }
     assert seen == {
-        "gateway": refused,
-        "status": refused,
-        "service": refused,
         "granted": "connected",
-        "granted6": "connected",
-        "gateway, from ::1": refused,
+        "granted over IPv6": "connected",
+        "another port": "refused: Connection refused",
     }
-
-
-def test_the_kernel_lists_the_link_local_and_private_range_refusals(egress: tuple[Process, dict[str, int]]) -> None:
-    process, ports = egress
-    assert process.process is not None
-    listing = table(process.process.pid).stdout
     who = f"meta skuid {UIDS}"
     expected = [
-        f"{who} ip daddr 127.0.0.1 meta l4proto {{ tcp, udp }} th dport {ports['granted']} accept",
-        f"{who} ip6 daddr ::1 meta l4proto {{ tcp, udp }} th dport {ports['granted6']} accept",
+        f"{who} ip daddr 127.0.0.1 meta l4proto {{ tcp, udp }} th dport {granted} accept",
+        f"{who} ip6 daddr ::1 meta l4proto {{ tcp, udp }} th dport {granted6} accept",
         f"{who} fib daddr type local reject",
         f"{who} ip daddr {{ 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 }} reject",
         f"{who} ip6 daddr {{ fe80::/10, ff00::/8 }} reject",
@@ -240,7 +242,7 @@ def test_a_network_that_cannot_hold_is_one_line_and_exit_status_2(options: tuple
 def test_under_host_a_process_reaches_a_local_service() -> None:
     """What the rules take away: the same process, on the host's network, connects to a loopback service."""
     needs_root_and_nft()
-    with listening() as service, gateway("--process-uids", OTHER_UIDS, "--process-network", "host") as process:
+    with listening() as service, gateway("--process-uids", UIDS, "--process-network", "host") as process:
         with httpx.Client(timeout=30) as http:
             session = legacy_initialize(http, process.url())
             assert tried(http, process, session, "127.0.0.1", service) == "connected"
