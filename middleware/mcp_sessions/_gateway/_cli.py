@@ -22,7 +22,7 @@ from ._app import (
     DEFAULT_KEEPALIVE,
     gateway_app,
 )
-from ._network import NETWORKS, NetworkError
+from ._network import NetworkError, add_network_arguments
 from ._sandbox import CONTAINMENTS
 from ._serving import EXIT_USAGE, serve
 
@@ -85,7 +85,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     _process_arguments(gateway)
     _containment_arguments(gateway)
-    _network_arguments(gateway)
+    add_network_arguments(gateway)
     _serving_arguments(gateway)
     _auth_arguments(gateway)
     _exchange_arguments(gateway)
@@ -190,26 +190,6 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="with --stdio: the gateway's variable NAME reaches every process (besides PATH, HOME, LOGNAME, SHELL, "
         "TERM and USER); repeat",
-    )
-
-
-def _network_arguments(gateway: argparse.ArgumentParser) -> None:
-    """With ``--stdio``: what of the network each process reaches (``_network``, ``_process_network`` checks it)."""
-    gateway.add_argument(
-        "--process-network",
-        choices=NETWORKS,
-        help="with --stdio: 'host': the host's network, as the gateway has it; 'none': a network namespace of its "
-        "own, nothing to reach; 'egress': the world, but not this host, its link or the private ranges (nftables "
-        "rules on the processes' uids: --process-uids or --process-user). Default: egress with --process-uids, "
-        "else host",
-    )
-    gateway.add_argument(
-        "--process-allow-net",
-        action="append",
-        default=[],
-        metavar="CIDR[:PORT]",
-        help="with --process-network egress: a network (and a port, tcp and udp) the processes reach all the same, "
-        "of this host (127.0.0.53:53, a resolver on loopback) or a private range ([::1]:PORT for IPv6); repeat",
     )
 
 
@@ -356,11 +336,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         if args.stdio is not None:
             command = shlex.split(args.stdio)
             options = _process_options(args, command, auth)
-            egress = _process_network(args, options, forwarded)
-            if args.status_socket is not None:
-                from ._status import private_directory
-
-                private_directory(args.status_socket)
+            egress = _egress(args, options, forwarded)
             app: Any = _stdio_app(
                 args,
                 command,
@@ -406,15 +382,21 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     if args.stdio is not None:
         network = f"network {options.network}" if egress is None else egress.said
         logger.info("mcp-sessions gateway: each process: %s, %s", options.said, network)
+    return _served(app, args, stderr, egress)
+
+
+def _served(app: Any, args: argparse.Namespace, stderr: TextIO, egress: Any) -> int:
+    """``serve``, and the processes' ``egress`` rules (if any) deleted once they have ended: before a SIGTERM ends
+    the gateway, or where uvicorn never ran (a status socket refused); a SIGKILLed gateway's at the next start."""
     shutdown_timeout = args.shutdown_timeout
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
     if egress is None:
         return serve(app, args, stderr, shutdown_timeout)
-    try:  # deleted once the processes have ended, before a SIGTERM ends the gateway; a SIGKILLed one's at next start
+    try:
         return serve(app, args, stderr, shutdown_timeout, stopped=egress.remove)
     finally:
-        egress.remove()  # and where uvicorn never ran (a status socket refused)
+        egress.remove()
 
 
 def _stdio_app(
@@ -501,36 +483,18 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
     return sandbox
 
 
-def _process_network(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> Any:
-    """The ``egress`` rules (``_network.EgressRules``), or None for ``host`` and ``none``; and, whatever the
-    network, no connection from a process that a trusted proxy's address would let pass for that proxy."""
+def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> Any:
+    """``_network.egress_rules`` for ``sandbox``'s processes; and the status socket's directory checked."""
     from ._front import trusted_proxies
-    from ._network import Allowed, EgressRules, local_addresses, trusts_a_local_peer
+    from ._network import egress_rules
 
-    allowed = [Allowed.parsed(given) for given in args.process_allow_net]
-    if allowed and sandbox.network != "egress":
-        raise ValueError(f"--process-allow-net opens --process-network egress: not {sandbox.network}")
+    if args.status_socket is not None:
+        from ._status import private_directory
+
+        private_directory(args.status_socket)
+    uids = None if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)
     trusted = trusted_proxies(forwarded)
-    local = local_addresses() if trusted and sandbox.network != "none" else []
-    front = trusts_a_local_peer(trusted, local)
-    if sandbox.network == "host" and front is not None:
-        raise ValueError(
-            f"--forwarded-allow-ips {front}: processes on the host's network (--process-network host) connect from "
-            "that address and would pass for the proxy: give --process-uids (egress), or --process-network none"
-        )
-    if sandbox.network != "egress":
-        return None
-    uid = sandbox.user
-    if sandbox.uids is None and (uid is None or uid == os.geteuid()):
-        raise ValueError(
-            "--process-network egress is the kernel's rules on the processes' own uid: give --process-uids "
-            "FIRST-LAST, or a --process-user other than the gateway's"
-        )
-    for given, each in zip(args.process_allow_net, allowed, strict=True):
-        if front is not None and each.reaches(local, args.port):
-            raise ValueError(f"--process-allow-net {given}: the gateway's own port, from {front}, which it trusts")
-    first, last = (uid, uid) if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)
-    return EgressRules(first, last, tuple(allowed))
+    return egress_rules(sandbox.network, uids or sandbox.user, args.process_allow_net, trusted, args.port)
 
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:

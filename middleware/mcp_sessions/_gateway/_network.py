@@ -12,6 +12,7 @@ processes' uids (``meta skuid``) in a table of the gateway's own, ``inet mcp_ses
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import json
 import os
@@ -37,6 +38,58 @@ REFUSED: Final = {
 }
 """What an ``egress`` process may not reach besides this host, by why."""
 LOOPBACK: Final = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"))
+
+
+def add_network_arguments(gateway: argparse.ArgumentParser) -> None:
+    """``gateway``'s ``--process-network`` and ``--process-allow-net`` (:func:`egress_rules` checks them)."""
+    gateway.add_argument(
+        "--process-network",
+        choices=NETWORKS,
+        help="with --stdio: 'host': the host's network, as the gateway has it; 'none': a network namespace of its "
+        "own, nothing to reach; 'egress': the world, but not this host, its link or the private ranges (nftables "
+        "rules on the processes' uids: --process-uids or --process-user). Default: egress with --process-uids, "
+        "else host",
+    )
+    gateway.add_argument(
+        "--process-allow-net",
+        action="append",
+        default=[],
+        metavar="CIDR[:PORT]",
+        help="with --process-network egress: a network (and a port, tcp and udp) the processes reach all the same, "
+        "of this host (127.0.0.53:53, a resolver on loopback) or a private range ([::1]:PORT for IPv6); repeat",
+    )
+
+
+def egress_rules(
+    network: str, uids: int | tuple[int, int] | None, allow: Sequence[str], trusted: Sequence[str], port: int
+) -> EgressRules | None:
+    """The rules for processes of ``uids`` (a range, or one) under ``egress``, with the exceptions ``allow``
+    (``--process-allow-net``); None for ``host`` and ``none``. Whatever the network, no process may pass for a
+    proxy the gateway ``trusted`` (``--forwarded-allow-ips``) and that listens on ``port``: under ``host``, a
+    trusted address it could connect from is refused (``ValueError``); under ``egress``, an exception that
+    reaches the gateway's port from one."""
+    allowed = [Allowed.parsed(given) for given in allow]
+    if allowed and network != "egress":
+        raise ValueError(f"--process-allow-net opens --process-network egress: not {network}")
+    local = local_addresses() if trusted and network != "none" else []
+    front = trusts_a_local_peer(trusted, local)
+    if network == "host" and front is not None:
+        raise ValueError(
+            f"--forwarded-allow-ips {front}: processes on the host's network (--process-network host) connect from "
+            "that address and would pass for the proxy: give --process-uids (egress), or --process-network none"
+        )
+    if network != "egress":
+        return None
+    if uids is None or uids == os.geteuid():
+        raise ValueError(
+            "--process-network egress is the kernel's rules on the processes' own uid: give --process-uids "
+            "FIRST-LAST, or a --process-user other than the gateway's"
+        )
+    for given, each in zip(allow, allowed, strict=True):
+        if front is not None and each.reaches(local, port):
+            raise ValueError(f"--process-allow-net {given}: the gateway's own port, from {front}, which it trusts")
+    first, last = uids if isinstance(uids, tuple) else (uids, uids)
+    return EgressRules(first, last, tuple(allowed))
 
 
 class NetworkError(Exception):

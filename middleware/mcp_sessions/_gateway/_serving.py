@@ -88,23 +88,11 @@ def serve(
         stopped()
 
     server = Server(listening)
-    status: list[socket.socket] = []
-    if args.status_port is not None:  # the operator's port: loopback only, whatever --host is
-        try:
-            status.append(socket.create_server(("127.0.0.1", args.status_port)))
-        except OSError as exc:
-            print(f"mcp-sessions gateway: --status-port {args.status_port}: {exc.strerror}", file=stderr)
-            return EXIT_USAGE
-        logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
-    if args.status_socket is not None:  # the operator's socket, in a directory of the gateway's user alone
-        from ._status import private_socket  # the mcp SDK's import, as --stdio's
-
-        try:
-            status.append(private_socket(args.status_socket))
-        except ValueError as exc:
-            print(f"mcp-sessions gateway: {exc}", file=stderr)
-            return EXIT_USAGE
-        logger.info("mcp-sessions gateway: the processes' status on the Unix socket %s", args.status_socket)
+    try:
+        status = _status_sockets(args)
+    except ValueError as exc:
+        print(f"mcp-sessions gateway: {exc}", file=stderr)
+        return EXIT_USAGE
     try:
         server.run(sockets=[listening.bind_socket(), *status] if status else None)
     except SystemExit:  # uvicorn's, for an app that did not start
@@ -116,6 +104,24 @@ def serve(
         print(f"mcp-sessions gateway: {started.failure}", file=stderr)
         return EXIT_USAGE
     return 0 if server.started else STARTUP_FAILURE
+
+
+def _status_sockets(args: argparse.Namespace) -> list[socket.socket]:
+    """The operator's sockets: its port, on loopback only whatever ``--host`` is, and its Unix socket, in a
+    directory of the gateway's user alone; ``ValueError`` saying why one cannot be had."""
+    status = []
+    if args.status_port is not None:
+        try:
+            status.append(socket.create_server(("127.0.0.1", args.status_port)))
+        except OSError as exc:
+            raise ValueError(f"--status-port {args.status_port}: {exc.strerror}") from None
+        logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
+    if args.status_socket is not None:
+        from ._status import private_socket  # the mcp SDK's import, as --stdio's
+
+        status.append(private_socket(args.status_socket))
+        logger.info("mcp-sessions gateway: the processes' status on the Unix socket %s", args.status_socket)
+    return status
 
 
 def _log_config(uvicorns: dict[str, Any], started: _Started) -> dict[str, Any]:
