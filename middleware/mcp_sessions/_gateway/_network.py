@@ -70,7 +70,7 @@ def egress_rules(
     reaches the gateway's port from one."""
     allowed = [Allowed.parsed(given) for given in allow]
     if allowed and network != "egress":
-        raise ValueError(f"--process-allow-net opens --process-network egress: not {network}")
+        raise ValueError(f"--process-allow-net makes exceptions to --process-network egress, not to {network}")
     local = local_addresses() if trusted and network != "none" else []
     front = trusts_a_local_peer(trusted, local)
     if network == "host" and front is not None:
