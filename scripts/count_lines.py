@@ -48,11 +48,12 @@ def gateway(path: Path) -> bool:
 # its statements out (992 then) and issue 68's density pass of _cli (1,194 then); _gateway's from 2,400 to
 # 4,100 with issues 65-67 (the sealed processes, the process table's typed keys, the token exchange, the
 # operator's view, the revision's lifetimes) and the density pass that brought it within the guard (3,958
-# then). Each grew by what its features needed.
+# then), then to 4,300 with issue 76's network (the egress rules, the status socket: 4,281). Each grew by what
+# its features needed.
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
     "core": (core, 8_000),
     "_cli": (cli, 1_230),
-    "_gateway": (gateway, 4_100),
+    "_gateway": (gateway, 4_300),
 }
 # The suite's: every line of its Python files, conformance/tests/ included (32,337 when it was first counted;
 # 34,617 with issues 65-68's tests through real gateways, authorization servers and hosts).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the test suite runs for real: redis-server, node and bubblewrap (Debian/Ubuntu packages), and
+# Installs what the test suite runs for real: redis-server, node, bubblewrap and nftables (Debian/Ubuntu packages), and
 # the MCP Inspector CLI and the gateway tests' node packages (from the npm registry, into .cache/, pinned).
 # `make test` calls it; with --all (`make test-all`, `make bench`) it adds the interop matrix's and the
 # benchmarks' node packages: the conformance suite with its Node 22, and supergateway. It does nothing when
@@ -31,6 +31,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 # The stdio gateway's --process-containment bwrap (util-linux's unshare and setpriv are there already).
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# The stdio gateway's --process-network egress (the default with --process-uids): its rules are nftables'.
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
 if [ "${#missing[@]}" -gt 0 ]; then
     if ! command -v apt-get >/dev/null 2>&1; then
         echo "${missing[*]} missing and apt-get is not available: install them, then run make test again" >&2

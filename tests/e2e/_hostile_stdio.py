@@ -12,20 +12,22 @@ one holds up no other:
 - ``inject``: a notification whose method carries a newline and an ESC, then its answer;
 - ``slow``: "slow TAG started" on stderr, then its answer, ``tag``, after ``seconds``;
 - ``ask_then_answer``: an elicitation of its client (``q``) and its answer, in one write, not waiting for the client;
-  what ``q`` got on stderr.
+  what ``q`` got on stderr;
+- ``connect``: a TCP connection to ``host`` and ``port`` tried: "connected", or why not ("refused: ...").
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import threading
 import time
 from typing import Any
 
 _write = threading.Lock()
-TOOLS = ("seen", "flood", "flood_later", "rounds", "forge", "inject", "slow", "ask_then_answer")
+TOOLS = ("seen", "flood", "flood_later", "rounds", "forge", "inject", "slow", "ask_then_answer", "connect")
 FORGED = {"sessionId": "forged-by-the-process", "expiresAt": "2099-01-01T00:00:00Z"}
 
 
@@ -42,6 +44,14 @@ def text(value: str, **extra: Any) -> dict[str, Any]:
 def flood(count: int) -> None:
     for index in range(count):
         send({"method": "notifications/message", "params": {"level": "info", "data": f"{index:08d}" + "x" * 1016}})
+
+
+def connect(host: str, port: int) -> str:
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+    except OSError as exc:
+        return f"refused: {exc.strerror or exc}"
+    return "connected"
 
 
 def call(request_id: Any, params: dict[str, Any]) -> None:
@@ -70,6 +80,8 @@ def call(request_id: Any, params: dict[str, Any]) -> None:
         print(f"slow {arguments['tag']} started", file=sys.stderr, flush=True)
         time.sleep(arguments["seconds"])
         result = text(arguments["tag"])
+    elif name == "connect":
+        result = text(connect(arguments["host"], arguments["port"]))
     elif name == "ask_then_answer":
         schema = {"type": "object", "properties": {}}
         question = {"id": "q", "method": "elicitation/create", "params": {"message": "?", "requestedSchema": schema}}

@@ -417,6 +417,8 @@ def test_the_principal_header_counts_from_a_trusted_proxy_alone() -> None:
             "X-Forwarded-User",
             "--forwarded-allow-ips",
             "127.0.0.1",
+            "--process-network",  # a process on the host's network would connect from the proxy's address
+            "none",
             environ={"PYTHONPATH": PYTHONPATH},
         ) as server,
         httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as around,
@@ -536,7 +538,8 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         "MCP_SESSIONS_REDIS_TIMEOUT": "2.0",  # a loaded two-core machine can hold a reply back past 0.5 s
         "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "2.0",  # and a connect past 0.25 s
     }
-    trusting_the_front = ("--forwarded-allow-ips", "127.0.0.1")
+    # No process on the host's network: it would connect from the front's address.
+    trusting_the_front = ("--forwarded-allow-ips", "127.0.0.1", "--process-network", "none")
     one_caller = ("--max-processes", "32", "--max-processes-per-principal", "32")  # all 127.0.0.1's: 20, anywhere
     with contextlib.ExitStack() as stack:
         replicas = [

@@ -120,9 +120,9 @@ def add_request_arguments(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _guarded(deadline: float) -> tuple[httpx.AsyncBaseTransport, list[httpx.Response]]:
-    """An HTTP transport that reads each answer whole within the bounds, and the list of the answers it read (each
-    with its request)."""
+def _guarded(deadline: float, uds: str | None = None) -> tuple[httpx.AsyncBaseTransport, list[httpx.Response]]:
+    """An HTTP transport (through the Unix socket ``uds``, if given) that reads each answer whole within the bounds,
+    and the list of the answers it read (each with its request)."""
     import anyio
     import httpx
 
@@ -146,7 +146,7 @@ def _guarded(deadline: float) -> tuple[httpx.AsyncBaseTransport, list[httpx.Resp
             seen.append(answer)
             return answer
 
-    return Guarded(), seen
+    return Guarded(uds=uds), seen
 
 
 async def _bounded(response: httpx.Response, request: httpx.Request) -> bytes:

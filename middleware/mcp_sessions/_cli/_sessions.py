@@ -6,8 +6,9 @@ The gateway answers with the caller's own only (``GET /mcp/sessions`` beside the
 (``--token-file``), never the command line, where ``ps`` and the shell's history would show it. Its requests go
 over ``create``'s guarded HTTP transport: no redirect followed, each answer bounded, every string of the server's
 printed :func:`printable`. ``gateway status`` reads the gateway's ``--status-port`` (``http://127.0.0.1:PORT``),
-served on the loopback address alone: every live process (its kind, whose, a digest of its conversation, age, idle
-time, memory, requests served), then each user's processes and everyone's against the limits.
+served on the loopback address alone, or its ``--status-socket PATH``: every live process (its kind, whose, a
+digest of its conversation, age, idle time, memory, requests served), then each user's processes and everyone's
+against the limits.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ DESCRIPTION: Final = (
 )
 COLUMNS: Final = ("conversation", "kind", "age", "idle", "requests")
 STATUS_DESCRIPTION: Final = (
-    "Show what a gateway --stdio runs, from its --status-port: each process, "
+    "Show what a gateway --stdio runs, from its --status-port or --status-socket: each process, "
     "and each user's against the limits. Exit status: 0 shown, 1 unreachable "
     "or refused, 2 usage error."
 )
@@ -65,7 +66,13 @@ def add_status_arguments(status: argparse.ArgumentParser) -> None:
     """The arguments of ``gateway status``."""
     status.add_argument(
         "url",
+        nargs="?",
         help="the gateway's status port, e.g. http://127.0.0.1:8001",
+    )
+    status.add_argument(
+        "--status-socket",
+        metavar="PATH",
+        help="the gateway's status socket instead (its --status-socket)",
     )
     status.add_argument(
         "--json",
@@ -83,6 +90,10 @@ def run(
 ) -> int:
     """Run ``sessions`` (list the caller's conversations, or end one), or ``gateway status``; the exit status."""
     if args.command == "status":
+        if (args.url is None) == (args.status_socket is None):
+            raise UsageError("give the status port's URL, or --status-socket PATH")
+        if args.status_socket is not None:  # any name: no page reaches a Unix socket
+            return _status("http://localhost", args.json, stdout, args.status_socket)
         return _status(args.url.rstrip("/"), args.json, stdout)
     token = _token(args.token_file, environ)
     headers = {"Authorization": f"Bearer {token}"}
@@ -104,11 +115,12 @@ def run(
     return EXIT_OK
 
 
-def _status(url: str, as_json: bool, stdout: TextIO) -> int:
-    """``gateway status``: the operator's view, as JSON or as a table and the limits."""
+def _status(url: str, as_json: bool, stdout: TextIO, path: str | None = None) -> int:
+    """``gateway status``: the operator's view (from the Unix socket ``path`` if given), as JSON or as a table and
+    the limits."""
     if not url.endswith("/status"):
         url += "/status"
-    answer = fetched("GET", url)
+    answer = fetched("GET", url, uds=path)
     if as_json:
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
@@ -156,13 +168,14 @@ def _token(path: str | None, environ: Mapping[str, str]) -> str:
     return token
 
 
-def fetched(method: str, url: str, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The JSON object a gateway answers ``method url`` with; :class:`Failed`, saying why, for anything else."""
+def fetched(method: str, url: str, headers: Mapping[str, str] | None = None, uds: str | None = None) -> dict[str, Any]:
+    """The JSON object a gateway answers ``method url`` with (through the Unix socket ``uds``, if given);
+    :class:`Failed`, saying why, for anything else."""
     try:
         import httpx
     except ImportError as exc:
         raise UsageError(f"{exc} (pip install 'mcp-sessions[gateway]')") from None
-    transport, _ = _guarded(DEADLINE)
+    transport, _ = _guarded(DEADLINE, uds)
 
     async def send() -> httpx.Response:
         async with httpx.AsyncClient(transport=transport) as client:
@@ -171,7 +184,8 @@ def fetched(method: str, url: str, headers: Mapping[str, str] | None = None) -> 
     try:
         answer = asyncio.run(send())
     except (httpx.HTTPError, OSError) as exc:
-        raise Failed(f"no answer from {printable(url)}: {excerpt(str(exc))}") from None
+        where = printable(url if uds is None else uds)
+        raise Failed(f"no answer from {where}: {excerpt(str(exc))}") from None
     try:
         body = answer.json()
     except ValueError:

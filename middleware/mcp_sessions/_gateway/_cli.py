@@ -22,6 +22,7 @@ from ._app import (
     DEFAULT_KEEPALIVE,
     gateway_app,
 )
+from ._network import NetworkError, add_network_arguments
 from ._sandbox import CONTAINMENTS
 from ._serving import EXIT_USAGE, serve
 
@@ -84,6 +85,7 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     _process_arguments(gateway)
     _containment_arguments(gateway)
+    add_network_arguments(gateway)
     _serving_arguments(gateway)
     _auth_arguments(gateway)
     _exchange_arguments(gateway)
@@ -235,7 +237,14 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         type=int,
         metavar="PORT",
         help="with --stdio: serve the operator's view of the processes (GET /status) on 127.0.0.1:PORT, a port of "
-        "its own on the loopback address only (default: not served)",
+        "its own on the loopback address only, which processes reach under --process-network host (default: not "
+        "served)",
+    )
+    gateway.add_argument(
+        "--status-socket",
+        metavar="PATH",
+        help="with --stdio: serve it on a Unix socket at PATH too, in a directory only the gateway's user may enter "
+        "(made mode 0700 if missing)",
     )
 
 
@@ -321,9 +330,13 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         upstream_token, exchange = _upstream_token(args, environ, auth)
         if args.status_port is not None and (args.stdio is None or args.status_port == args.port):
             raise ValueError("--status-port serves --stdio processes' status, on a port other than --port")
+        if args.stdio is None and (args.status_socket or args.process_network or args.process_allow_net):
+            raise ValueError("--status-socket and --process-network are for --stdio processes; an --upstream has none")
+        egress = None
         if args.stdio is not None:
             command = shlex.split(args.stdio)
             options = _process_options(args, command, auth)
+            egress = _egress(args, options, forwarded)
             app: Any = _stdio_app(
                 args,
                 command,
@@ -350,10 +363,12 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 auth=auth,
                 upstream_token=upstream_token,
             )
+        if egress is not None:  # before any process starts
+            egress.install()
     except ModuleNotFoundError as exc:
         print(f"mcp-sessions gateway: {exc.name} is missing: pip install 'mcp-sessions[gateway]'", file=stderr)
         return EXIT_USAGE
-    except (ImportError, ValueError, TypeError, RuntimeError) as exc:
+    except (ImportError, ValueError, TypeError, RuntimeError, NetworkError) as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s: %(message)s")
@@ -365,11 +380,23 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     served = f"stdio {args.stdio}" if args.stdio is not None else ", ".join(args.upstream)
     logger.info("mcp-sessions gateway: %s on http://%s:%d", served, args.host, args.port)
     if args.stdio is not None:
-        logger.info("mcp-sessions gateway: each process: %s", options.said)
+        network = f"network {options.network}" if egress is None else egress.said
+        logger.info("mcp-sessions gateway: each process: %s, %s", options.said, network)
+    return _served(app, args, stderr, egress)
+
+
+def _served(app: Any, args: argparse.Namespace, stderr: TextIO, egress: Any) -> int:
+    """``serve``, and the processes' ``egress`` rules (if any) deleted once they have ended: before a SIGTERM ends
+    the gateway, or where uvicorn never ran (a status socket refused); a SIGKILLed gateway's at the next start."""
     shutdown_timeout = args.shutdown_timeout
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
-    return serve(app, args, stderr, shutdown_timeout)
+    if egress is None:
+        return serve(app, args, stderr, shutdown_timeout)
+    try:
+        return serve(app, args, stderr, shutdown_timeout, stopped=egress.remove)
+    finally:
+        egress.remove()
 
 
 def _stdio_app(
@@ -409,6 +436,7 @@ def _stdio_app(
         token_exchange=exchange,
         exchange_scope=_setting(args, environ, "scope"),
         status_port=args.status_port,
+        status_socket=args.status_socket,
     )
 
 
@@ -445,6 +473,7 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
         cwd=cwd,
         cgroups=cgroups,
         pids=args.process_pids if cgroups is None else None,
+        network=args.process_network or ("egress" if uids is not None else "host"),
     )
     try:
         sandbox.check()
@@ -454,6 +483,20 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
 
     undumpable()
     return sandbox
+
+
+def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> Any:
+    """``_network.egress_rules`` for ``sandbox``'s processes; and the status socket's directory checked."""
+    from ._front import trusted_proxies
+    from ._network import egress_rules
+
+    if args.status_socket is not None:
+        from ._status import private_directory
+
+        private_directory(args.status_socket)
+    uids = None if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)
+    trusted = trusted_proxies(forwarded)
+    return egress_rules(sandbox.network, uids or sandbox.user, args.process_allow_net, trusted, args.port)
 
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:

@@ -360,6 +360,8 @@ class Sandbox:
     cgroups: Cgroups | None = None
     # As RLIMIT_NPROC, where no control group bounds them.
     pids: int | None = None
+    # --process-network: "host", "none" (a namespace of its own) or "egress" (_network's rules).
+    network: str = "host"
 
     @property
     def said(self) -> str:

@@ -1,10 +1,10 @@
 """How ``mcp-sessions gateway`` serves its app: uvicorn, as the gateway's command configures it.
 
 ``serve`` runs uvicorn on the gateway's socket (and the operator's status port, ``--status-port``, on a loopback
-socket of its own); ``_Started`` stands between uvicorn and the app's lifespan, so that a failure to start is one
-line and exit status 2, and a SIGTERM while the app starts (its first server process not answering yet) ends that
-start: uvicorn hears signals only once the app has started. A request still unanswered when a stop's
-``--shutdown-timeout`` ends gets 503 and ``-32014`` from it, not uvicorn's 500.
+socket of its own, and its Unix socket, ``--status-socket``); ``_Started`` stands between uvicorn and the app's
+lifespan, so that a failure to start is one line and exit status 2, and a SIGTERM while the app starts (its first
+server process not answering yet) ends that start: uvicorn hears signals only once the app has started. A request
+still unanswered when a stop's ``--shutdown-timeout`` ends gets 503 and ``-32014`` from it, not uvicorn's 500.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import copy
 import logging
+import os
 import socket
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any, TextIO
 
@@ -31,9 +33,17 @@ STARTUP_FAILURE = 3
 _SHUTTING_DOWN = unavailable(503, "The gateway is shutting down", b"1", None, "shutting_down")
 
 
-def serve(app: ASGIApp, args: argparse.Namespace, stderr: TextIO, shutdown_timeout: float) -> int:
+def serve(
+    app: ASGIApp,
+    args: argparse.Namespace,
+    stderr: TextIO,
+    shutdown_timeout: float,
+    stopped: Callable[[], None] = lambda: None,
+) -> int:
     """Serve ``app`` with uvicorn until stopped (and the operator's status on its own loopback socket); a failure
-    to start (``StartupFailed``) is one line on ``stderr`` and exit status 2."""
+    to start (``StartupFailed``) is one line on ``stderr`` and exit status 2. ``stopped`` is called once the app
+    has stopped (its processes ended), also before uvicorn raises the signal that stopped it again, which ends
+    the gateway then and there."""
     import uvicorn
 
     # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
@@ -62,18 +72,29 @@ def serve(app: ASGIApp, args: argparse.Namespace, stderr: TextIO, shutdown_timeo
             super().handle_exit(sig, frame)
             started.stop_starting()  # a first process that never answers keeps no one waiting
 
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    gone()
+
+    def gone() -> None:
+        """Once uvicorn has stopped: its status socket's file removed, and what ``stopped`` removes."""
+        if args.status_socket is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(args.status_socket)
+        stopped()
+
     server = Server(listening)
-    sockets = None
-    if args.status_port is not None:  # the operator's port: loopback only, whatever --host is
-        try:
-            status = socket.create_server(("127.0.0.1", args.status_port))
-        except OSError as exc:
-            print(f"mcp-sessions gateway: --status-port {args.status_port}: {exc.strerror}", file=stderr)
-            return EXIT_USAGE
-        sockets = [listening.bind_socket(), status]
-        logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
     try:
-        server.run(sockets=sockets)
+        status = _status_sockets(args)
+    except ValueError as exc:
+        print(f"mcp-sessions gateway: {exc}", file=stderr)
+        return EXIT_USAGE
+    try:
+        server.run(sockets=[listening.bind_socket(), *status] if status else None)
     except SystemExit:  # uvicorn's, for an app that did not start
         if started.stopped:  # a SIGTERM while it started: stopped, as asked
             return 0
@@ -83,6 +104,24 @@ def serve(app: ASGIApp, args: argparse.Namespace, stderr: TextIO, shutdown_timeo
         print(f"mcp-sessions gateway: {started.failure}", file=stderr)
         return EXIT_USAGE
     return 0 if server.started else STARTUP_FAILURE
+
+
+def _status_sockets(args: argparse.Namespace) -> list[socket.socket]:
+    """The operator's sockets: its port, on loopback only whatever ``--host`` is, and its Unix socket, in a
+    directory of the gateway's user alone; ``ValueError`` saying why one cannot be had."""
+    status = []
+    if args.status_port is not None:
+        try:
+            status.append(socket.create_server(("127.0.0.1", args.status_port)))
+        except OSError as exc:
+            raise ValueError(f"--status-port {args.status_port}: {exc.strerror}") from None
+        logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
+    if args.status_socket is not None:
+        from ._status import private_socket  # the mcp SDK's import, as --stdio's
+
+        status.append(private_socket(args.status_socket))
+        logger.info("mcp-sessions gateway: the processes' status on the Unix socket %s", args.status_socket)
+    return status
 
 
 def _log_config(uvicorns: dict[str, Any], started: _Started) -> dict[str, Any]:

@@ -180,30 +180,29 @@ def stdio_gateway_app(
     token_exchange: TokenExchange | None = None,
     exchange_scope: str | None = None,
     status_port: int | None = None,
+    status_socket: str | None = None,
 ) -> GatewayFront:
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
     ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
     conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as :func:`choose` says. ``process_idle``:
     how long a conversation's child (and a 2025 transport session) lives without a request (default: the sessions'
-    ``idle_ttl``, else 600 s). ``max_processes``: how many
-    conversations' children may run at once; ``max_processes_per_principal``: how many of them one caller (its
-    principal, else its client address) may have. ``sessionless``: a request that names no conversation gets a
-    child of its own (``"per-request"``, the default: ended once it is answered, or retained for the retry that
-    brings the input it asked for), or the ``"shared"`` one; it and each new conversation take one of ``warm``
-    started ahead. ``environ`` (default ``os.environ``) is where the children's variables come from, by allow-list:
-    the ``mcp`` SDK's defaults (``PATH``, ``HOME``...) and ``pass_env``'s names (``--pass-env``); and each gets
-    ``MCP_SESSION_ID``, the process's own random id (none in the shared child).
-    ``process_options``: how each child runs and is contained (``mcp-sessions gateway``'s ``--process-*``).
-    ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's own values of
-    those variables, from the request that starts it (``_auth.ProcessEnv``; no child is started ahead then, as
-    it could not know them); the gateway's own never reach a process. ``NAME=exchange:AUDIENCE`` is the user's
-    token exchanged by ``token_exchange`` for AUDIENCE (and ``exchange_scope``). ``auth`` (:class:`GatewayAuth`):
-    who is asking; with it, each user lists and ends her own conversations (``_status.OwnConversations``).
-    ``status_port``: the operator's view of the processes is served to requests that arrive on that port
-    (``_status.OperatorStatus``: serve it on a loopback socket of its own). The other arguments are
-    :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
-    """
+    ``idle_ttl``, else 600 s). ``max_processes``: how many conversations' children may run at once;
+    ``max_processes_per_principal``: how many of them one caller (its principal, else its client address) may have.
+    ``sessionless``: a request that names no conversation gets a child of its own (``"per-request"``, the default:
+    ended once it is answered, or retained for the retry that brings the input it asked for), or the ``"shared"``
+    one; it and each new conversation take one of ``warm`` started ahead. ``environ`` (default ``os.environ``) is
+    where the children's variables come from, by allow-list: the ``mcp`` SDK's defaults (``PATH``, ``HOME``...) and
+    ``pass_env``'s names (``--pass-env``); and each gets ``MCP_SESSION_ID``, the process's own random id (none in
+    the shared child). ``process_options``: how each child runs and is contained (``mcp-sessions gateway``'s
+    ``--process-*``). ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's
+    own values of those variables, from the request that starts it (``_auth.ProcessEnv``; no child is started ahead
+    then, as it could not know them); the gateway's own never reach a process. ``NAME=exchange:AUDIENCE`` is the
+    user's token exchanged by ``token_exchange`` for AUDIENCE (and ``exchange_scope``). ``auth``
+    (:class:`GatewayAuth`): who is asking; with it, each user lists and ends her own conversations
+    (``_status.OwnConversations``). ``status_port`` (a loopback socket's), ``status_socket`` (a Unix socket's):
+    where the operator's view is served (``_status.OperatorStatus``). The other arguments are :func:`gateway_app`'s.
+    Serve it with lifespan on: it starts and stops the children."""
     if max_processes_per_principal is None:
         max_processes_per_principal = DEFAULT_MAX_PROCESSES_PER_CALLER
     _check(command, processes, sessionless, warm, max_processes, max_processes_per_principal)
@@ -238,7 +237,8 @@ def stdio_gateway_app(
     children.fronted = bool(trusted)
     children.metrics = ProcessMetrics(children.kinds, config.meter_provider)
     check = HostCheck(allowed_hosts, allowed_origins)
-    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status_port=status_port)
+    status = (status_port, status_socket)
+    return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status=status)
 
 
 def _check(command: Sequence[str], processes: str, sessionless: str, warm: int, *limits: int) -> None:
@@ -309,7 +309,7 @@ def _layered(
     auth: GatewayAuth | None,
     check: HostCheck,
     trusted: list[str],
-    status_port: int | None,
+    status: tuple[int | None, str | None],
 ) -> GatewayFront:
     """The SDK's app for :class:`StdioServer`, and the layers around it, outermost last: the sessions, the
     gateway's auth, its Host and Origin check (as in front of an HTTP upstream), its front door."""
@@ -325,10 +325,10 @@ def _layered(
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
     checked: ASGIApp = _HostChecked(guarded, check)
-    if status_port is not None:
+    if status != (None, None):
         verifier = None if auth is None else auth.verifier
         keys = None if verifier is None else verifier.state
-        checked = OperatorStatus(checked, children, status_port, keys)
+        checked = OperatorStatus(checked, children, *status, keys=keys)
     return GatewayFront(checked, trusted=trusted)
 
 

@@ -1,0 +1,249 @@
+"""What of the network ``mcp-sessions gateway --stdio``'s processes reach (``--process-network``), and the operator's
+view off it (``--status-socket``). A real gateway process, run as root with a uid per process (``--process-uids``),
+in front of ``_hostile_stdio`` run by the system's python as those uids, whose ``connect`` tool tries a TCP
+connection and says how it went.
+
+Every connection a test asks of a process is to a loopback address: the kernel's refusals of the metadata address
+and of the private ranges are shown by its own listing of the gateway's table (``nft list table``), never by
+traffic there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from _mcp import legacy_request
+from _redis import free_port, missing
+from _waits import WITHIN
+from conftest import SECRET
+from e2e._gateway import Process, legacy_initialize, result_of, started
+
+UIDS = "60100-60199"
+"""One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
+SERVER = f"/usr/bin/python3 {Path(__file__).with_name('_hostile_stdio.py')}"
+PROXY = ("--auth-principal-header", "X-Forwarded-User", "--forwarded-allow-ips", "127.0.0.1")
+"""An auth proxy on this host's loopback, trusted to name the user."""
+CLI_WITHIN = 60
+IDS = itertools.count(1)
+
+
+def needs_root_and_nft() -> None:
+    if os.geteuid() != 0:
+        missing("this test needs root: the gateway gives each process a uid of its own")
+    if shutil.which("nft") is None:
+        missing("nft is not installed (Debian: apt-get install nftables; scripts/system-deps.sh)")
+
+
+@contextlib.contextmanager
+def gateway(*options: str) -> Iterator[Process]:
+    """The gateway command in front of the hostile server, a process per conversation, none started ahead."""
+
+    def command(port: int) -> tuple[list[str], dict[str, str]]:
+        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "info"]
+        line += ["--stdio", SERVER, "--processes", "per-conversation", "--warm", "0", *options]
+        return line, {"MCP_SESSIONS_SECRET": SECRET}
+
+    process = started("mcp-sessions gateway --stdio", command)
+    try:
+        yield process
+    finally:
+        if process.process is not None:  # its own shutdown, which deletes its table
+            process.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.process.wait(timeout=WITHIN)
+        process.stop()
+
+
+@contextlib.contextmanager
+def listening(host: str = "127.0.0.1") -> Iterator[int]:
+    """A TCP listener of the test's own (a local Redis, say) on ``host``: its port."""
+    with socket.create_server((host, 0), family=socket.AF_INET6 if ":" in host else socket.AF_INET) as server:
+        yield server.getsockname()[1]
+
+
+def tried(http: httpx.Client, gateway: Process, session: dict[str, str], host: str, port: int) -> str:
+    """What the process of ``session`` got when it connected to ``host:port``."""
+    request_id = next(IDS)  # each its own: an id is the session's until its request is done with
+    body = legacy_request("tools/call", {"name": "connect", "arguments": {"host": host, "port": port}}, id=request_id)
+    answer = result_of(http.post(gateway.url(), json=body, headers=session), request_id)
+    assert "result" in answer, answer
+    found: str = answer["result"]["content"][0]["text"]
+    return found
+
+
+def table(pid: int) -> subprocess.CompletedProcess[str]:
+    """The kernel's listing of the table of the gateway whose pid is ``pid``."""
+    return subprocess.run(["nft", "list", "table", "inet", f"mcp_sessions_{pid}"], capture_output=True, text=True)
+
+
+def command(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """``mcp-sessions ARGUMENTS`` as its own process."""
+    given = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
+    line = [sys.executable, "-m", "mcp_sessions", *arguments]
+    env = {**given, "MCP_SESSIONS_SECRET": SECRET}
+    return subprocess.run(line, capture_output=True, text=True, env=env, timeout=CLI_WITHIN, check=False)
+
+
+def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_service() -> None:
+    """Behind an auth proxy on loopback, bob's process (the default network with --process-uids: egress) cannot
+    connect to the gateway from the proxy's address (to name carol, list her conversations and end one), nor to
+    the operator's status port, nor to a service on loopback (a Redis, say)."""
+    needs_root_and_nft()
+    status = free_port()
+    with listening() as service, gateway(*PROXY, "--process-uids", UIDS, "--status-port", str(status)) as process:
+        with httpx.Client(timeout=30) as http:
+            bob = legacy_initialize(http, process.url(), {"X-Forwarded-User": "bob"})
+            seen = {
+                "gateway": tried(http, process, bob, "127.0.0.1", process.port),
+                "gateway, over IPv6": tried(http, process, bob, "::1", process.port),
+                "status": tried(http, process, bob, "127.0.0.1", status),
+                "service": tried(http, process, bob, "127.0.0.1", service),
+            }
+        assert process.process is not None
+        pid, said = process.process.pid, process.output()
+    assert seen == dict.fromkeys(seen, "refused: Connection refused")
+    assert f"network egress (nft table inet mcp_sessions_{pid})" in said
+
+
+def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
+    """``--process-allow-net 127.0.0.1:PORT`` and ``[::1]:PORT``: those ports connect, no other of the address;
+    ``nft list table`` shows the exceptions first, then this host, the link-local and the private ranges refused."""
+    needs_root_and_nft()
+    with listening() as granted, listening("::1") as granted6, listening() as other:
+        allowed = ("--process-allow-net", f"127.0.0.1:{granted}", "--process-allow-net", f"[::1]:{granted6}")
+        with gateway("--process-uids", UIDS, *allowed) as process, httpx.Client(timeout=30) as http:
+            assert process.process is not None
+            listing = table(process.process.pid).stdout
+            session = legacy_initialize(http, process.url())
+            seen = {
+                "granted": tried(http, process, session, "127.0.0.1", granted),
+                "granted over IPv6": tried(http, process, session, "::1", granted6),
+                "another port": tried(http, process, session, "127.0.0.1", other),
+            }
+    assert seen == {
+        "granted": "connected",
+        "granted over IPv6": "connected",
+        "another port": "refused: Connection refused",
+    }
+    who = f"meta skuid {UIDS}"
+    expected = [
+        f"{who} ip daddr 127.0.0.1 meta l4proto {{ tcp, udp }} th dport {granted} accept",
+        f"{who} ip6 daddr ::1 meta l4proto {{ tcp, udp }} th dport {granted6} accept",
+        f"{who} fib daddr type local reject",
+        f"{who} ip daddr {{ 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 }} reject",
+        f"{who} ip6 daddr {{ fe80::/10, ff00::/8 }} reject",
+        f"{who} ip daddr {{ 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16 }} reject",
+        f"{who} ip6 daddr fc00::/7 reject",
+    ]
+    rules = [line.strip() for line in listing.splitlines() if line.strip().startswith("meta skuid")]
+    assert len(rules) == len(expected), listing
+    for rule, start in zip(rules, expected, strict=True):
+        assert rule.startswith(start), listing  # the kernel's words, then its reject's kind and the comment
+
+
+def test_the_table_goes_with_the_gateway_and_a_killed_ones_with_the_next_start() -> None:
+    needs_root_and_nft()
+    with gateway("--process-uids", UIDS) as stopped:
+        assert stopped.process is not None
+        pid = stopped.process.pid
+        assert table(pid).returncode == 0
+        stopped.process.send_signal(signal.SIGTERM)
+        assert stopped.process.wait(timeout=WITHIN) == -signal.SIGTERM  # stopped, then the signal raised again
+        assert table(pid).returncode != 0  # deleted as it stopped
+    with gateway("--process-uids", UIDS) as killed:
+        assert killed.process is not None
+        pid = killed.process.pid
+        killed.process.kill()
+        killed.process.wait(timeout=WITHIN)
+        assert table(pid).returncode == 0  # a SIGKILL leaves it
+        with gateway("--process-uids", UIDS) as following:
+            assert table(pid).returncode != 0, "the next gateway's start deletes it"
+            assert following.process is not None
+            assert table(following.process.pid).returncode == 0
+
+
+def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "operator" / "status.sock"
+    with gateway("--status-socket", str(path)) as process, httpx.Client(timeout=30) as http:
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # made so
+        legacy_initialize(http, process.url())
+        seen = json.loads(command("gateway", "status", "--status-socket", str(path), "--json").stdout)
+        shown = command("gateway", "status", "--status-socket", str(path))
+    assert "transport-session" in [each["kind"] for each in seen["processes"]]
+    assert seen["total"] == {"processes": 1, "limit": 16}
+    assert (shown.returncode, shown.stderr) == (0, "")
+    assert "processes: 1 of 16 (--max-processes)" in shown.stdout
+    assert not path.exists()  # removed as the gateway stopped
+
+    path.parent.chmod(0o711)
+    done = command("gateway", "--port", str(free_port()), "--stdio", SERVER, "--status-socket", str(path))
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"mcp-sessions gateway: --status-socket: {path.parent} must be a directory of the gateway's user that no one "
+        f"else may enter (mode 0700): it is mode 711, owned by uid {os.geteuid()}\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (
+            ("--process-network", "egress"),
+            "--process-network egress is the kernel's rules on the processes' own uid: give --process-uids "
+            "FIRST-LAST, or a --process-user other than the gateway's",
+        ),
+        (
+            PROXY,
+            "--forwarded-allow-ips 127.0.0.1: processes on the host's network (--process-network host) connect from "
+            "that address and would pass for the proxy: give --process-uids (egress), or --process-network none",
+        ),
+        (
+            ("--forwarded-allow-ips", "*", "--process-uids", UIDS, "--process-network", "host"),
+            "--forwarded-allow-ips *: processes on the host's network (--process-network host) connect from "
+            "that address and would pass for the proxy: give --process-uids (egress), or --process-network none",
+        ),
+        (
+            ("--process-allow-net", "10.0.0.0/33"),
+            "--process-allow-net takes CIDR[:PORT] (10.0.0.0/8, 127.0.0.1:6379, [::1]:8080): '10.0.0.0/33': "
+            "'10.0.0.0/33' does not appear to be an IPv4 or IPv6 network",
+        ),
+        (
+            ("--process-allow-net", "127.0.0.1:70000"),
+            "--process-allow-net: '127.0.0.1:70000': a port is a number from 1 to 65535",
+        ),
+        (
+            ("--process-allow-net", "127.0.0.0/8", "--process-uids", UIDS, *PROXY),
+            "--process-allow-net 127.0.0.0/8: the gateway's own port, from 127.0.0.1, which it trusts",
+        ),
+    ],
+    ids=["egress-without-uids", "host-behind-a-local-proxy", "host-trusting-all", "cidr", "port", "own-port"],
+)
+def test_a_network_that_cannot_hold_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
+    if "--process-uids" in options:
+        needs_root_and_nft()
+    done = command("gateway", "--port", str(free_port()), "--stdio", SERVER, *options)
+    assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
+
+
+def test_under_host_a_process_reaches_a_local_service() -> None:
+    """What the rules take away: the same process, on the host's network, connects to a loopback service."""
+    needs_root_and_nft()
+    with listening() as service, gateway("--process-uids", UIDS, "--process-network", "host") as process:
+        with httpx.Client(timeout=30) as http:
+            session = legacy_initialize(http, process.url())
+            assert tried(http, process, session, "127.0.0.1", service) == "connected"
+        assert "network host" in process.output()
