@@ -9,6 +9,7 @@ through the :class:`Conversation` that holds the process. Which process a reques
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import logging
 import math
@@ -16,6 +17,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Literal, NamedTuple
 
@@ -411,6 +413,65 @@ class Conversation:
             finally:
                 self.backlog.popleft()
         self.dropped = _report_dropped(self.child.label, self.dropped)  # once it caught up
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """One live process, as an operator sees it (:meth:`Children.processes`); its memory is read from ``/proc``."""
+
+    kind: str  # "transport-session" | "data-layer-session" | "host-conversation" | "request" | "shared" | "warm"
+    principal: str | None  # whose it is: the principal's name, else the client address; None for shared or warm
+    conversation: str | None  # a short digest of its conversation's key (never a bearer value); None likewise
+    pid: int | None
+    age: float  # seconds since its process started
+    idle: float  # seconds since its last request
+    requests: int  # requests it has served
+
+
+class Process:
+    """A child and the conversation it serves: none yet for one started ahead (what it asks then is answered as
+    for no client: no roots), then the one that takes it, for good."""
+
+    def __init__(self, tasks: anyio.abc.TaskGroup, credentials: bytes) -> None:
+        self.tasks, self.credentials = tasks, credentials  # the digest of its --process-env values
+        self.started = anyio.current_time()
+        self.conversation: Conversation | None = None
+        self.taken = anyio.Event()
+        self.child: Child
+
+    def take(self, conversation: Conversation) -> Conversation:
+        self.conversation = conversation
+        self.taken.set()
+        return conversation
+
+    async def on_request(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> Any:
+        if self.conversation is not None:
+            return await self.conversation.on_request(dctx, method, params)
+        if method in ("ping", "roots/list"):
+            return {} if method == "ping" else {"roots": []}
+        raise MCPError(types.INVALID_REQUEST, "no client is in this conversation yet")
+
+    def on_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
+        return self.conversation is None or self.conversation.on_notification(method, params)
+
+    @property
+    def kind(self) -> str:
+        return "warm" if self.conversation is None else self.conversation.key.kind
+
+    def view(self, now: float) -> ProcessView:
+        conversation, pid, age = self.conversation, self.child.pid, now - self.started
+        if conversation is None:
+            return ProcessView(self.kind, None, None, pid, age, age, 0)
+        idle, served = now - conversation.last_request, conversation.requests
+        if conversation.owner is None:
+            return ProcessView(conversation.key.kind, None, None, pid, age, idle, served)
+        name, digest = conversation.owner.name, key_digest(conversation.key)
+        return ProcessView(conversation.key.kind, name, digest, pid, age, idle, served)
+
+
+def key_digest(key: Key) -> str:
+    """A short digest of a conversation's key, for logs and the operator's view: it names, it grants nothing."""
+    return hashlib.sha256(f"{key.kind}\0{key.id}".encode()).hexdigest()[:12]
 
 
 def _childs(result: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,6 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Literal
 
@@ -47,7 +46,8 @@ from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
 from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions
-from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Caller, Conversation, Key, known_as
+from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Caller, Conversation, Key, Process, key_digest, known_as
+from ._stdio_relay import ProcessView as ProcessView  # the operator's view (_status) reads it here
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -63,19 +63,6 @@ LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resou
 """What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
 """In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
-
-
-@dataclass(frozen=True)
-class ProcessView:
-    """One live process, as an operator sees it (:meth:`Children.processes`); its memory is read from ``/proc``."""
-
-    kind: str  # "transport-session" | "data-layer-session" | "host-conversation" | "request" | "shared" | "warm"
-    principal: str | None  # whose it is: the principal's name, else the client address; None for shared or warm
-    conversation: str | None  # a short digest of its conversation's key (never a bearer value); None likewise
-    pid: int | None
-    age: float  # seconds since its process started
-    idle: float  # seconds since its last request
-    requests: int  # requests it has served
 
 
 class ProcessEvents:
@@ -116,8 +103,8 @@ class Children:
         # "auto" (_stdio.choose) becomes one of the others before the first request
         self.per_request = processes != "shared" and sessionless == "per-request"
         self.warm_count = warm if processes != "shared" else 0
-        self.warm: deque[_Process] = deque()  # started and initialized ahead, for new conversations and requests
-        self.live: set[_Process] = set()  # every live process: shared, started ahead, a conversation's
+        self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
+        self.live: set[Process] = set()  # every live process: shared, started ahead, a conversation's
         self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
         self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
         self.environ = dict(environ)  # the allow-list's (_sandbox.environment)
@@ -125,7 +112,7 @@ class Children:
         self.options = options
         self.fronted = False  # a replica behind a front (--forwarded-allow-ips): see _gone
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
-        self.shared: _Process | None = None
+        self.shared: Process | None = None
         self.conversations: dict[Key, Conversation] = {}
         self.ended: BoundedDict[Key, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
         self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
@@ -349,7 +336,7 @@ class Children:
         own, ended as the gateway ends any (:meth:`close`)."""
         for found in list(self.conversations.values()):
             mine = found.owner is not None and found.owner.name == principal
-            if mine and _digest(found.key) == conversation and not found.child.done.is_set():
+            if mine and key_digest(found.key) == conversation and not found.child.done.is_set():
                 await self.close(found, "ended by its user")
                 return True
         return False
@@ -414,7 +401,7 @@ class Children:
         conversation.last_request = anyio.current_time()
         return conversation
 
-    def _start(self, *, shared: bool = False) -> _Process:
+    def _start(self, *, shared: bool = False) -> Process:
         """A new child: the shared one, or one a conversation or a request takes (started ahead, or by the request
         that starts its conversation: with ``--process-env``, that user's values), with an id of its own."""
         if self._tasks is None:
@@ -422,7 +409,7 @@ class Children:
         values = {} if shared else self.process_env.values()  # none but a request's: no child is started ahead then
         process = None if shared else secrets.token_hex(8)
         environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
-        started = _Process(self._tasks, self.process_env.digest(values))
+        started = Process(self._tasks, self.process_env.digest(values))
         started.child = Child(
             self.command,
             label="shared" if process is None else f"process {process}",
@@ -440,7 +427,7 @@ class Children:
         self.metrics.started()
         return started
 
-    async def _serve(self, process: _Process) -> None:
+    async def _serve(self, process: Process) -> None:
         """Run a child to its end: its session's end (on any replica), its idle time or its expiry end it; its end
         ends the conversation, which then gets the error of its kind (a crash as any other end)."""
         child = process.child
@@ -489,7 +476,7 @@ class Children:
             except SessionStoreUnavailable:
                 logger.warning("%s: the session could not be ended in the store", conversation.child.label)
 
-    async def _attend(self, process: _Process) -> None:
+    async def _attend(self, process: Process) -> None:
         """Once a conversation takes the child (and it is ready): its idle time and expiry, and its session's end."""
         await process.taken.wait()  # a child started ahead idles from when it is taken
         conversation = process.conversation
@@ -526,47 +513,6 @@ class Children:
                 unwatch()
 
 
-class _Process:
-    """A child and the conversation it serves: none yet for one started ahead (what it asks then is answered as
-    for no client: no roots), then the one that takes it, for good."""
-
-    def __init__(self, tasks: anyio.abc.TaskGroup, credentials: bytes) -> None:
-        self.tasks, self.credentials = tasks, credentials  # the digest of its --process-env values
-        self.started = anyio.current_time()
-        self.conversation: Conversation | None = None
-        self.taken = anyio.Event()
-        self.child: Child
-
-    def take(self, conversation: Conversation) -> Conversation:
-        self.conversation = conversation
-        self.taken.set()
-        return conversation
-
-    async def on_request(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> Any:
-        if self.conversation is not None:
-            return await self.conversation.on_request(dctx, method, params)
-        if method in ("ping", "roots/list"):
-            return {} if method == "ping" else {"roots": []}
-        raise MCPError(types.INVALID_REQUEST, "no client is in this conversation yet")
-
-    def on_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
-        return self.conversation is None or self.conversation.on_notification(method, params)
-
-    @property
-    def kind(self) -> str:
-        return "warm" if self.conversation is None else self.conversation.key.kind
-
-    def view(self, now: float) -> ProcessView:
-        conversation, pid, age = self.conversation, self.child.pid, now - self.started
-        if conversation is None:
-            return ProcessView(self.kind, None, None, pid, age, age, 0)
-        idle, served = now - conversation.last_request, conversation.requests
-        if conversation.owner is None:
-            return ProcessView(conversation.key.kind, None, None, pid, age, idle, served)
-        name, digest = conversation.owner.name, _digest(conversation.key)
-        return ProcessView(conversation.key.kind, name, digest, pid, age, idle, served)
-
-
 def _after_answer(action: Callable[[], None]) -> None:
     """``action`` once the current request's answer is sent, or now outside a request (or after its answer): what a
     request leaves to do (stop its own process, refill the pool) takes no CPU from its answer."""
@@ -578,11 +524,6 @@ def _after_answer(action: Callable[[], None]) -> None:
 def _bound(sid: str, caller: str) -> str:
     """A host conversation's key: its id and its caller's digest, so that another caller naming it gets its own."""
     return hashlib.sha256(f"{sid}\0{caller}".encode()).hexdigest()[:32]
-
-
-def _digest(key: Key) -> str:
-    """A short digest of a conversation's key, for logs and the operator's view: it names, it grants nothing."""
-    return hashlib.sha256(f"{key.kind}\0{key.id}".encode()).hexdigest()[:12]
 
 
 def _no_state() -> MCPError:
