@@ -33,10 +33,11 @@ from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Scope
 
-from .._session import SCOPE_KEY
+from .._session import SCOPE_KEY, authenticated_user
 from .._wire import printable
 from ..profiles import SESSION_META_KEY
 from ..subscriptions import SessionSubscriptionBus
+from ._auth import ProxiedUser
 from ._stdio_child import Child
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -204,21 +205,52 @@ class Key(NamedTuple):
     id: str
 
 
+class Owner(str):
+    """A caller as the operator reads them: the authenticated principal's name, else the client address, escaped
+    (what prints); and who they are, which is what compares: how they were authenticated (a token of the issuer, a
+    proxy's header, none) and their id. A proxy's "alice" is not the "alice" of a token."""
+
+    identity: tuple[str, ...]
+
+    def __new__(cls, name: str, identity: tuple[str, ...]) -> Owner:
+        owner = super().__new__(cls, printable(name))
+        owner.identity = identity
+        return owner
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Owner) and self.identity == other.identity
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self.identity)
+
+    def __reduce__(self) -> tuple[type[Owner], tuple[str, tuple[str, ...]]]:  # copied whole (the view's asdict)
+        return Owner, (str(self), self.identity)
+
+
 class Caller(NamedTuple):
     """Who asks: ``id`` is whom the limits count and a conversation belongs to (the principal's digest, else the
-    client address), ``name`` how the operator knows them (the authenticated principal's name, else the address)."""
+    client address), ``name`` how the operator knows them (:class:`Owner`)."""
 
     id: str
-    name: str
+    name: Owner
+
+    def same_as(self, other: Caller | None) -> bool:
+        """Whether ``other`` is this caller: counted as one (``id``), and the same principal (``name``'s identity)."""
+        return other is not None and other.id == self.id and other.name == self.name
 
 
-def known_as(scope: Scope) -> str:
-    """The caller as the operator knows them: the authenticated principal's name, else the client address."""
+def known_as(scope: Scope) -> Owner:
+    """The caller as the operator knows them (:class:`Owner`): the authenticated principal, else the address."""
     user = scope.get("user")
     if user is not None and getattr(user, "is_authenticated", False):
-        return str(user.display_name)
+        kind = "proxy" if isinstance(user, ProxiedUser) else "token"
+        return Owner(str(user.display_name), (kind, str(authenticated_user(scope))))
     client = scope.get("client")
-    return client[0] if client else ""
+    address = client[0] if client else ""
+    return Owner(address, ("address", address))
 
 
 class Conversation:

@@ -160,7 +160,7 @@ class Children:
         caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
         transport = self._transport(scope)
         found = None if transport is None else self.conversations.get(transport)
-        if found is not None and found.owner is not None and found.owner.id == caller.id:
+        if found is not None and caller.same_as(found.owner):
             self.moved[claims.session_id] = found.key  # one conversation, one process
             found.holds_sessions = True
             return
@@ -215,7 +215,7 @@ class Children:
         caller's own; another's is refused as a name that names none (no one learns whose it is)."""
         if found is None:
             raise missing()
-        if found.owner is None or found.owner.id != caller.id:
+        if not caller.same_as(found.owner):
             raise _no_state() if found.key.kind == "request" else self._not_found()
         return found
 
@@ -272,7 +272,7 @@ class Children:
         if key in self.conversations or key in self.ended:
             raise self._gone(key)
         live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
-        mine = [conversation for conversation in live if conversation.owner and conversation.owner.id == caller.id]
+        mine = [conversation for conversation in live if caller.same_as(conversation.owner)]
         if len(mine) >= self.per_caller and self._tasks is not None:  # idle ones make room, the oldest first
             spare = sorted((c for c in mine if self._spare(c, transport is not None)), key=lambda c: c.last_request)
             for conversation in spare[: len(mine) - self.per_caller + 1]:
@@ -335,7 +335,7 @@ class Children:
         """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
         own, ended as the gateway ends any (:meth:`close`)."""
         for found in list(self.conversations.values()):
-            mine = found.owner is not None and found.owner.name == principal
+            mine = found.owner is not None and found.owner.name == principal  # who, not the name (Owner)
             if mine and key_digest(found.key) == conversation and not found.child.done.is_set():
                 await self.close(found, "ended by its user")
                 return True

@@ -1,0 +1,109 @@
+"""Whose a process of ``mcp-sessions gateway --stdio`` is, and what one caller can cost another: a real gateway
+process in front of the tests' stdio server (it speaks 2026-07-28), users with tokens from a JWKS served on loopback
+and, beside them, users an auth proxy names. Each test is a finding of issue 76 (its item in the test's docstring),
+and fails without its fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from _mcp import (
+    MODERN,
+    era_session,
+    modern_headers,
+    modern_request,
+    session_meta,
+)
+from _redis import free_port
+from _waits import WITHIN
+from e2e._gateway import Process, gateway_process, legacy_initialize, result_of
+from e2e._issuer import ISSUER, jwks, signed
+from e2e._stdio import SERVER_PATH
+from mcp_sessions._gateway._auth import GatewayAuth
+
+pytestmark = pytest.mark.anyio
+
+STDIO_SERVER = f"{sys.executable} -m e2e._stdio_server"
+
+
+def bearer(gateway: Process, name: str) -> dict[str, str]:
+    claims = {"iss": ISSUER, "aud": gateway.url(), "sub": name, "exp": int(time.time()) + 300}
+    return {"Authorization": f"Bearer {signed(claims)}"}
+
+
+@contextlib.contextmanager
+def verifying(*arguments: str) -> Iterator[Process]:
+    """A gateway that verifies tokens against the JWKS, with ``arguments``; its log at ``info``."""
+    with jwks() as keys:
+        auth = ("--auth-jwks", keys, "--auth-issuer", ISSUER, "--auth-audience", "{url}", "--log-level", "info")
+        with gateway_process([], "--stdio", STDIO_SERVER, *auth, *arguments, environ=SERVER_PATH) as gateway:
+            yield gateway
+
+
+@pytest.fixture(scope="module")
+def team() -> Iterator[tuple[Process, int]]:
+    """A gateway whose users come by token or from a trusted auth proxy's header (``X-User``), at most one process
+    each, its operator's view on a port of its own."""
+    status_port = free_port()
+    proxied = ("--auth-principal-header", "X-User", "--forwarded-allow-ips", "127.0.0.1")
+    limited = ("--max-processes-per-principal", "1", "--status-port", str(status_port))
+    with verifying(*proxied, *limited) as gateway:
+        yield gateway, status_port
+
+
+def count_in(http: httpx.Client, url: str, session: str, headers: dict[str, str]) -> Any:
+    body = modern_request("tools/call", {"name": "count", "arguments": {}}, session=session_meta(session))
+    return result_of(http.post(url, json=body, headers=modern_headers(body, **headers)), 1)["result"]
+
+
+def test_a_proxys_alice_and_a_tokens_alice_are_two_owners(team: tuple[Process, int]) -> None:
+    """76.7: a user the proxy names "alice" listed and ended the conversations of the token's "alice": owners were
+    compared by name. Now by who they are (how authenticated, and their id); the operator's view counts each, under
+    the name they go by."""
+    gateway, status_port = team
+    url, by_token, by_proxy = gateway.url(), bearer(gateway, "alice"), {"X-User": "alice"}
+    with httpx.Client(timeout=WITHIN) as http:
+        for headers in (by_token, by_proxy):
+            assert count_in(http, url, era_session(http, url, MODERN, **headers), headers)
+        own = gateway.url("/mcp/sessions")
+        tokens, proxys = (http.get(own, headers=headers).json()["conversations"] for headers in (by_token, by_proxy))
+        ending = http.delete(f"{own}/{tokens[0]['conversation']}", headers=by_proxy)
+        still = http.get(own, headers=by_token).json()["conversations"]
+        status = http.get(f"http://127.0.0.1:{status_port}/status").json()
+
+    assert len(tokens) == len(proxys) == 1 and tokens[0]["conversation"] != proxys[0]["conversation"]
+    assert ending.status_code == 404 and [mine["conversation"] for mine in still] == [tokens[0]["conversation"]]
+    assert [user for user in status["users"] if user["principal"] == "alice"] == [
+        {"principal": "alice", "processes": 1, "limit": 1}
+    ] * 2
+
+
+def test_a_principal_in_the_log_is_escaped(team: tuple[Process, int]) -> None:
+    """76.7: the line that says whose conversation was ended to make room wrote a token's ``sub`` as it came, so a
+    ``sub`` could forge log lines and drive a terminal. Now it is escaped, as the operator's view shows it."""
+    gateway, status_port = team
+    forger = "mallory\x1b[2J\nINFO: forged line"
+    with httpx.Client(timeout=WITHIN) as http:
+        legacy_initialize(http, gateway.url(), bearer(gateway, forger))
+        legacy_initialize(http, gateway.url(), bearer(gateway, forger))  # her first is ended for it, logged
+        users = http.get(f"http://127.0.0.1:{status_port}/status").json()["users"]
+    logged = gateway.log().decode(errors="replace")
+
+    assert "new conversation of mallory\\x1b[2J\\nINFO: forged line" in logged, logged
+    assert "\x1b" not in logged and "\nINFO: forged line" not in logged
+    assert "mallory\\x1b[2J\\nINFO: forged line" in [user["principal"] for user in users]
+
+
+def test_a_proxys_header_cannot_be_the_tokens_issuer() -> None:
+    """76.7: the proxy's users are of the issuer its header names; a header named as the tokens' issuer would make a
+    proxy's "alice" and a token's one principal."""
+    with pytest.raises(ValueError, match="--auth-principal-header and --auth-issuer must differ"):
+        GatewayAuth(jwks_url="http://127.0.0.1:1/jwks", issuer="x-user", audience="aud", principal_header="X-User")
