@@ -15,18 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
-from _mcp import (
-    MODERN,
-    era_session,
-    modern_headers,
-    modern_request,
-    session_meta,
-)
+from _mcp import MODERN, era_session, modern_headers, modern_request, session_meta
 from _redis import free_port
 from _waits import WITHIN
+from conftest import SECRET
 from e2e._gateway import Process, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import SERVER_PATH
+from e2e._stdio import SERVER, SERVER_PATH, stdio_gateway
+from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway import _stdio_table
 from mcp_sessions._gateway._auth import GatewayAuth
 
 pytestmark = pytest.mark.anyio
@@ -100,6 +97,26 @@ def test_a_principal_in_the_log_is_escaped(team: tuple[Process, int]) -> None:
     assert "new conversation of mallory\\x1b[2J\\nINFO: forged line" in logged, logged
     assert "\x1b" not in logged and "\nINFO: forged line" not in logged
     assert "mallory\\x1b[2J\\nINFO: forged line" in [user["principal"] for user in users]
+
+
+def test_a_caller_at_her_limit_keeps_her_idle_conversation_when_the_create_limit_refuses_the_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """76.7: at ``--max-processes-per-principal``, her idle conversation was ended to make room, and the new one was
+    then refused by ``MCP_SESSIONS_CREATE_LIMIT`` anyway: she lost it for nothing. Every refusal is checked first."""
+    monkeypatch.setattr(_stdio_table, "EVICT_AFTER", 0.0)  # idle at once: only the order of the checks matters
+    config = SessionsConfig(secret=SECRET, create_limit=(1, 600))
+    with stdio_gateway(SERVER, config, max_processes_per_principal=1) as url, httpx.Client(timeout=WITHIN) as http:
+        kept = era_session(http, url, MODERN)  # the create limit's one operation
+        first = count_in(http, url, kept, {})
+        body = modern_request("tools/call", {"name": "count", "arguments": {}})  # names none: a process of its own
+        refused = result_of(http.post(url, json=body, headers=modern_headers(body)), 1)["error"]
+        body = modern_request("tools/call", {"name": "count", "arguments": {}}, session=session_meta(kept))
+        again = result_of(http.post(url, json=body, headers=modern_headers(body)), 1)
+
+    assert first["content"][0]["text"] == "1"
+    assert refused["code"] == -32011 and "MCP_SESSIONS_CREATE_LIMIT" in refused["message"], refused
+    assert "result" in again and again["result"]["content"][0]["text"] == "2", again
 
 
 def test_a_proxys_header_cannot_be_the_tokens_issuer() -> None:

@@ -268,21 +268,17 @@ class Children:
     ) -> Conversation:
         """A new conversation, ``caller``'s, its child taken from those started ahead or started: within the limits,
         and spending the caller's create-limit slot (unless its create has, ``counted``). One whose child has ended
-        is refused with the error of its kind (:meth:`_gone`), never given a new child."""
+        is refused with the error of its kind (:meth:`_gone`), never given a new child. The caller's idle
+        conversations make room for it only once nothing else refuses it."""
         if key in self.conversations or key in self.ended:
             raise self._gone(key)
         live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
         mine = [conversation for conversation in live if caller.same_as(conversation.owner)]
+        evicted = []
         if len(mine) >= self.per_caller and self._tasks is not None:  # idle ones make room, the oldest first
             spare = sorted((c for c in mine if self._spare(c, transport is not None)), key=lambda c: c.last_request)
-            for conversation in spare[: len(mine) - self.per_caller + 1]:
-                label = conversation.child.label
-                logger.info("%s: ended to make room for a new conversation of %s", label, caller.name)
-                conversation.end("evicted")  # at once: its next request is refused, never served
-                self._close_soon(conversation, "evicted")
-                live.remove(conversation)
-                mine.remove(conversation)
-        if len(mine) >= self.per_caller:
+            evicted = spare[: len(mine) - self.per_caller + 1]
+        if len(mine) - len(evicted) >= self.per_caller:
             self.metrics.refused("max_processes_per_principal")
             raise MCPError(
                 RATE_LIMITED,
@@ -290,7 +286,7 @@ class Children:
                 "conversations' processes at once (--max-processes-per-principal); end one or retry later",
                 RETRY_LATER,
             )
-        if len(live) >= self.max_processes:
+        if len(live) - len(evicted) >= self.max_processes:
             self.metrics.refused("max_processes")
             raise MCPError(
                 RATE_LIMITED,
@@ -305,6 +301,10 @@ class Children:
                 "Too many server processes started, retry later (MCP_SESSIONS_CREATE_LIMIT)",
                 {"retryAfter": max(1, math.ceil(wait))},
             )
+        for conversation in evicted:  # the start is certain now
+            logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
+            conversation.end("evicted")  # at once: its next request is refused, never served
+            self._close_soon(conversation, "evicted")
         process = self.warm.popleft() if self.warm else self._start()
         conversation = Conversation(
             key,
