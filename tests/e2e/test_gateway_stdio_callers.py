@@ -119,6 +119,21 @@ def test_a_caller_at_her_limit_keeps_her_idle_conversation_when_the_create_limit
     assert "result" in again and again["result"]["content"][0]["text"] == "2", again
 
 
+def test_a_host_conversations_first_request_spends_one_create_limit_operation() -> None:
+    """76.7: a host's conversation spent two operations of ``MCP_SESSIONS_CREATE_LIMIT`` at its first request (its
+    session's, its process's), so a limit of 2 let one conversation in. Now one each."""
+    environ = {**SERVER_PATH, "MCP_SESSIONS_CREATE_LIMIT": "2/600"}
+    with gateway_process([], "--stdio", STDIO_SERVER, environ=environ) as gateway, httpx.Client(timeout=WITHIN) as http:
+        answers = []
+        for conversation in ("chat-1", "chat-2", "chat-3"):
+            params = {"name": "count", "arguments": {}}
+            body = modern_request("tools/call", params, meta={"vscode.conversationId": conversation})
+            answers.append(result_of(http.post(gateway.url(), json=body, headers=modern_headers(body)), 1))
+
+    assert [answer["result"]["content"][0]["text"] for answer in answers[:2]] == ["1", "1"], answers
+    assert "error" in answers[2] or answers[2]["result"].get("isError"), answers[2]
+
+
 def test_a_proxys_header_cannot_be_the_tokens_issuer() -> None:
     """76.7: the proxy's users are of the issuer its header names; a header named as the tokens' issuer would make a
     proxy's "alice" and a token's one principal."""

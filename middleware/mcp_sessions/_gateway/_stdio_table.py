@@ -228,7 +228,7 @@ class Children:
         if await session.data.get(_HELD, self.instance) != self.instance:  # new here: says the store replicas share
             raise self._gone(key, "it ran on another replica, or before this one restarted")
         await session.data.set(_HELD, self.instance)
-        return await self.open(key, caller)
+        return await self.open(key, caller, counted=True)  # its first request spent its create-limit operation
 
     def _not_found(self) -> MCPError:
         return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
