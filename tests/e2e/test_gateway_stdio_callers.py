@@ -7,28 +7,44 @@ and fails without its fix.
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
-from _mcp import MODERN, era_session, modern_headers, modern_request, session_meta
-from _redis import free_port
-from _waits import WITHIN
+from _mcp import (
+    MODERN,
+    SESSION_NOT_FOUND,
+    create_session,
+    era_session,
+    modern_headers,
+    modern_request,
+    sdk_session_meta,
+    session_meta,
+)
+from _redis import free_port, missing
+from _waits import WITHIN, until_awaited
 from conftest import SECRET
 from e2e._gateway import Process, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import SERVER, SERVER_PATH, stdio_gateway
+from e2e._stdio import SERVER, SERVER_PATH, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import _stdio_table
 from mcp_sessions._gateway._auth import GatewayAuth
+from mcp_sessions._gateway._sandbox import Cgroups
 
 pytestmark = pytest.mark.anyio
 
 STDIO_SERVER = f"{sys.executable} -m e2e._stdio_server"
+CHILD_EXITED = -32603
 
 
 def bearer(gateway: Process, name: str) -> dict[str, str]:
@@ -43,6 +59,73 @@ def verifying(*arguments: str) -> Iterator[Process]:
         auth = ("--auth-jwks", keys, "--auth-issuer", ISSUER, "--auth-audience", "{url}", "--log-level", "info")
         with gateway_process([], "--stdio", STDIO_SERVER, *auth, *arguments, environ=SERVER_PATH) as gateway:
             yield gateway
+
+
+@contextlib.asynccontextmanager
+async def client_of(gateway: Process, name: str) -> AsyncIterator[Client]:
+    """The ``mcp`` SDK's client, as the user ``name`` (a token of hers)."""
+    async with (
+        httpx2.AsyncClient(headers=bearer(gateway, name), timeout=WITHIN) as http,
+        Client(streamable_http_client(gateway.url(), http_client=http)) as client,
+    ):
+        yield client
+
+
+async def count(client: Client, session: dict[str, Any]) -> str:
+    return text_of(await client.call_tool("count", {}, meta=sdk_session_meta(session)))
+
+
+async def ended(client: Client, session: dict[str, Any]) -> object:
+    """What ``session``'s call gets once its process ended and its session is revoked: ``-32043``; meanwhile, its
+    process's end (``-32603``, "has ended"); a result, were a new process to serve it."""
+    seen: list[object] = []
+
+    async def answered() -> bool:
+        try:
+            seen.append(await count(client, session))
+        except MCPError as exc:
+            if exc.code == CHILD_EXITED and "conversation has ended (exited)" in exc.message:
+                return False  # its session is being revoked
+            seen.append(exc.code)
+        return True
+
+    await until_awaited(answered, "the ended conversation's answer")
+    return seen[-1]
+
+
+@pytest.mark.parametrize(
+    ("ending", "bound"),
+    [(("crash", {}), ()), (("allocate", {"mib": 400}), ("--process-memory", "200"))],
+    ids=["a crash", "its memory bound"],
+)
+async def test_each_caller_gets_a_process_of_her_own_and_its_end_ends_her_conversations_alone(
+    ending: tuple[str, dict[str, Any]], bound: tuple[str, ...]
+) -> None:
+    """76.4: ``--processes auto`` gave every caller of a 2026-07-28 server one shared process, so bob counted on from
+    alice's count, and her call that ended it (a crash; 400 MiB past a bound of 200) was answered by a fresh process
+    as if nothing had happened. Now each caller has a process of her own, counted once; its end ends her
+    conversations ("Session not found"), not his; the lists the SDK's client sends, naming none, cost no process."""
+    if bound and Cgroups.found(1 << 30, None) is None:
+        missing("this test needs a memory control group the gateway may create (v2 delegated, or v1 as root)")
+    with verifying("--processes", "auto", *bound) as gateway:
+        async with client_of(gateway, "alice") as alice, client_of(gateway, "bob") as bob:
+            hers, his = await create_session(alice), await create_session(bob)
+            counted = [await count(alice, hers), await count(alice, hers), await count(bob, his)]
+            pids = [json.loads(text_of(await client.call_tool("whoami", {})))["pid"] for client in (alice, bob)]
+            with pytest.raises(MCPError) as ended_by:
+                await alice.call_tool(*ending, meta=sdk_session_meta(hers))
+            after = await ended(alice, hers)
+            his_after = await count(bob, his)
+        logged = gateway.log().decode()
+
+    assert counted == ["1", "2", "1"]
+    assert pids[0] != pids[1]
+    assert ended_by.value.code == CHILD_EXITED and "exited" in ended_by.value.message
+    assert after == SESSION_NOT_FOUND, after  # never a new process's "1"
+    assert his_after == "2"
+    assert logged.count("serves the conversation") == 2, logged  # alice's process, bob's: no list took one
+    assert "the server speaks 2026-07-28: a process per caller" in logged, logged
+    assert not bound or "over its memory bound (--process-memory)" in logged, logged
 
 
 @pytest.fixture(scope="module")

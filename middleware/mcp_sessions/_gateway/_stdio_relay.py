@@ -33,6 +33,7 @@ from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Scope
 
+from .._bounded import BoundedDict
 from .._session import SCOPE_KEY, authenticated_user
 from .._wire import printable
 from ..profiles import SESSION_META_KEY
@@ -49,6 +50,9 @@ MAX_PARKED: Final = 16
 """How many of a conversation's 2026-07-28 calls may wait for the client's input at once."""
 MAX_ASKED: Final = 16
 """How many of a call's requests of the child's may wait for the client at once."""
+MAX_RIDERS: Final = 100_000
+"""How many conversations a caller's process keeps the names of (each ends with it); the oldest is forgotten first,
+and then answered as one that names nothing."""
 MAX_QUEUED: Final = 64
 """How many notifications may wait for a slow client, a call's (its progress too) or a conversation's tied to no call;
 more are dropped, and counted, until it catches up. A request of the child's or its answer is never dropped."""
@@ -192,10 +196,11 @@ class Call:
             logger.debug("a notification could not be relayed", exc_info=True)
 
 
-Kind = Literal["transport-session", "data-layer-session", "host-conversation", "request", "shared"]
+Kind = Literal["transport-session", "data-layer-session", "host-conversation", "request", "caller", "shared"]
 """What names a conversation, and so who may reach its process (``_stdio_table``): a 2025 client's transport
 session (its ``Mcp-Session-Id``'s digest), a data-layer session (its id), a host's conversation id (bound to its
-caller), a 2026-07-28 request that names none (a process of its own), or nothing (the shared process)."""
+caller), a 2026-07-28 request that names none (a process of its own); a caller (its own process, which serves all
+of its conversations, each named in ``_meta``), or nothing (the shared process)."""
 
 
 class Key(NamedTuple):
@@ -299,10 +304,18 @@ class Conversation:
         # a request's own child: how many times it was retained for its client's input
         self.rounds = 0
         self.roots_told = False  # whether its child was told its client's roots changed (see relay)
+        # a caller's process: the conversations it serves (named in _meta), which end with it
+        self.riders: BoundedDict[Key, Conversation] = BoundedDict(MAX_RIDERS)
 
     @property
     def shared(self) -> bool:
         return self.key.kind == "shared"
+
+    @property
+    def pooled(self) -> bool:
+        """Whether its process serves many conversations (the shared one, a caller's own): each request names its
+        own in ``_meta``, and the process asks no client and tells none."""
+        return self.key.kind in ("shared", "caller")
 
     def end(self, why: str) -> None:
         """End the conversation's child, for ``why``."""
@@ -311,7 +324,7 @@ class Conversation:
 
     async def relay(self, ctx: ServerRequestContext[Any, Any], conversation: str | None = None) -> dict[str, Any]:
         """The child's answer to a client's request; the client's own progress token gets the child's progress.
-        ``conversation``: the request's, for the shared child (``_stdio.named``), named as the draft names a
+        ``conversation``: the request's, for a process of many (``_stdio.named``), named as the draft names a
         session in ``_meta``."""
         params = dict(ctx.params or {})
         given = params.pop("_meta", None) or {}
@@ -385,11 +398,11 @@ class Conversation:
             return {}
         if method not in _CLIENT_RESULTS:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
-        declared = self.calls[-1].ctx.session.client_capabilities if self.calls and not self.shared else None
+        declared = self.calls[-1].ctx.session.client_capabilities if self.calls and not self.pooled else None
         if method == "roots/list" and (declared is None or declared.roots is None):
             # a process started ahead was told its client has roots: none, then
             return {"roots": []}
-        if self.shared:
+        if self.pooled:
             raise MCPError(types.INVALID_REQUEST, "the shared server process cannot ask a client; a session's can")
         if not self.calls:
             raise MCPError(types.INVALID_REQUEST, "no request of the client is in progress to carry this one")
@@ -409,7 +422,7 @@ class Conversation:
                 if progress is not None:
                     call.tell(progress)
             return True
-        if self.shared:
+        if self.pooled:
             return True
         if (event := event_from_wire(method, params)) is not None:
             self._later(partial(self.bus.publish_to_session, self.key.id, event))
@@ -451,7 +464,7 @@ class Conversation:
 class ProcessView:
     """One live process, as an operator sees it (:meth:`Children.processes`); its memory is read from ``/proc``."""
 
-    kind: str  # "transport-session" | "data-layer-session" | "host-conversation" | "request" | "shared" | "warm"
+    kind: str  # a conversation's Kind ("caller": a caller's own process), or "warm"
     principal: str | None  # whose it is: the principal's name, else the client address; None for shared or warm
     conversation: str | None  # a short digest of its conversation's key (never a bearer value); None likewise
     pid: int | None

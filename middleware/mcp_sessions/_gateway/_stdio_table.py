@@ -1,9 +1,9 @@
 """The process table of ``mcp-sessions gateway --stdio``: which process a request reaches, and how long it lives.
 
-:class:`Children` holds the shared process and one per conversation, bounded overall and per caller, taken from
-those started ahead (each with an id of its own, its ``MCP_SESSION_ID``); each ends with its session, when idle or
-at shutdown, and its conversation is then over (see ``_stdio``). What a process's messages do for its client is
-``_stdio_relay``'s.
+:class:`Children` holds the shared process and one per conversation (or, ``"per-caller"``, one per caller for all
+of its conversations), bounded overall and per caller, taken from those started ahead (each with an id of its own,
+its ``MCP_SESSION_ID``); each ends with its session, when idle or at shutdown, and its conversations are then over
+(see ``_stdio``). What a process's messages do for its client is ``_stdio_relay``'s.
 
 Who may reach a process is decided in one place, :meth:`Children.conversation_for`: the request's name for its
 conversation becomes a typed :class:`Key` (a 2025 transport session on the 2025 path only, a data-layer session,
@@ -98,9 +98,10 @@ class Children:
         options: ProcessOptions | None = None,
         process_env: ProcessEnv | None = None,
     ) -> None:
-        self.command, self.config, self.mode, self.bus = list(command), config, processes, bus
-        self.process_env = ProcessEnv() if process_env is None else process_env
+        self.command, self.config, self.bus = list(command), config, bus
         # "auto" (_stdio.choose) becomes one of the others before the first request
+        self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
+        self.process_env = ProcessEnv() if process_env is None else process_env
         self.per_request = processes != "shared" and sessionless == "per-request"
         self.warm_count = warm if processes != "shared" else 0
         self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
@@ -192,7 +193,11 @@ class Children:
         session: Session | None = scope.get(SCOPE_KEY)
         transport = self._transport(scope)
         sessionless = session is None and transport is None and state is None
-        if self.mode == "shared" or (sessionless and (not self.per_request or method in LISTS)):
+        if self.mode == "shared" or (sessionless and method in LISTS):
+            return await self.shared_conversation()
+        if self.mode == "per-caller":
+            return await self._ready(await self._callers(session, transport, await self.caller(scope)))
+        if sessionless and not self.per_request:
             return await self.shared_conversation()
         caller = await self.caller(scope)
         if session is not None and session.source == "data-layer":  # its child: its create's, or its transport's
@@ -229,6 +234,57 @@ class Children:
             raise self._gone(key, "it ran on another replica, or before this one restarted")
         await session.data.set(_HELD, self.instance)
         return await self.open(key, caller, counted=True)  # its first request spent its create-limit operation
+
+    async def _callers(self, session: Session | None, transport: Key | None, caller: Caller) -> Conversation:
+        """``processes="per-caller"``: the caller's own process, for a request that names no conversation or one of
+        those it serves (each begun as the per-conversation table begins it, :meth:`open`); a conversation it does
+        not serve, or served before it ended, is refused as in that table, never served by another process."""
+        own = self.conversations.get(Key("caller", caller.id))
+        if session is not None and session.source == "data-layer":
+            key, missing = Key("data-layer-session", session.id), self._not_found
+        elif transport is not None:
+            key, missing = transport, partial(self._gone, transport)
+        elif session is not None:
+            key = Key("host-conversation", _bound(session.id, caller.id))
+            return own if own is not None and key in own.riders else await self._host(session, caller)
+        else:
+            return own if own is not None and not own.child.done.is_set() else await self._ride(None, caller)
+        if own is None or key not in own.riders:
+            raise self._gone(key) if key in self.ended else missing()
+        return own
+
+    async def _ride(
+        self,
+        key: Key | None,
+        caller: Caller,
+        *,
+        expires_at: float = math.inf,
+        transport: bytes | None = None,
+        counted: bool = False,
+    ) -> Conversation:
+        """The conversation ``key`` begins in the caller's own process, which starts (within the limits) if it has
+        none, or none that lives; it ends with that process."""
+        own = self.conversations.get(Key("caller", caller.id))
+        if own is not None and own.child.done.is_set():  # ended: its conversations are over (_serve), not this one
+            for ridden in own.riders:
+                self.ended[ridden] = (time.time() + self.config.ttl, own.why or "exited")
+            del self.conversations[own.key]
+            own = None
+        if own is None:
+            own = await self.open(Key("caller", caller.id), caller, counted=counted)
+        if key is not None:
+            user = (REQUEST.get() or {}).get("user")
+            own.riders[key] = Conversation(
+                key,
+                own.child,
+                owner=caller,
+                tasks=own.tasks,
+                bus=self.bus,
+                expires_at=expires_at,
+                transport=transport,
+                user=user,
+            )
+        return own
 
     def _not_found(self) -> MCPError:
         return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
@@ -267,11 +323,14 @@ class Children:
         counted: bool = False,
     ) -> Conversation:
         """A new conversation, ``caller``'s, its child taken from those started ahead or started: within the limits,
-        and spending the caller's create-limit slot (unless its create has, ``counted``). One whose child has ended
-        is refused with the error of its kind (:meth:`_gone`), never given a new child. The caller's idle
-        conversations make room for it only once nothing else refuses it."""
+        and spending the caller's create-limit slot (unless its create has, ``counted``); with
+        ``processes="per-caller"``, in the caller's own process (:meth:`_ride`). One whose child has ended is refused
+        with the error of its kind (:meth:`_gone`), never given a new child. The caller's idle conversations make
+        room for it only once nothing else refuses it."""
         if key in self.conversations or key in self.ended:
             raise self._gone(key)
+        if self.mode == "per-caller" and key.kind != "caller":
+            return await self._ride(key, caller, expires_at=expires_at, transport=transport, counted=counted)
         live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
         mine = [conversation for conversation in live if caller.same_as(conversation.owner)]
         evicted = []
@@ -318,7 +377,9 @@ class Children:
             user=(REQUEST.get() or {}).get("user"),  # who may end its transport session
         )
         self.conversations[key] = process.take(conversation)
-        logger.info("%s: serves the conversation %s", process.child.label, key.id)  # a sid, else a digest
+        logger.info(
+            "%s: serves the conversation %s", process.child.label, key_digest(key) if key.kind == "caller" else key.id
+        )
         self._fill()
         return conversation if transport is not None else await self._ready(conversation)
 
@@ -452,11 +513,14 @@ class Children:
         if self.conversations.get(key) is conversation:
             del self.conversations[key]
         why = conversation.why or ("failed to start" if child.failure is not None else "exited")
-        if key.kind != "request":
+        if key.kind not in ("request", "caller"):  # a caller's next conversation gets a new process
             self.ended[key] = (time.time() + self.config.ttl, why)
         logger.info("%s: the conversation ended (%s)", child.label, why)
         if conversation.why is None and child.failure is None:
             await self._end_session(conversation)  # a crash ends its session as any other end
+        for rider in list(conversation.riders.values()):  # a caller's process: each of its conversations ends
+            self.ended[rider.key] = (time.time() + self.config.ttl, why)
+            await self._end_session(rider)
 
     async def close(self, conversation: Conversation, why: str) -> None:
         """End a conversation for ``why``: its session first (so that its next request is refused as its kind's
