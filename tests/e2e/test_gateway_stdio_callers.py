@@ -218,7 +218,13 @@ def test_a_host_conversations_first_request_spends_one_create_limit_operation() 
 
 
 def test_a_proxys_header_cannot_be_the_tokens_issuer() -> None:
-    """76.7: the proxy's users are of the issuer its header names; a header named as the tokens' issuer would make a
-    proxy's "alice" and a token's one principal."""
+    """76.7: the proxy's users are of the issuer its header names; a header named as the tokens' issuer (not a URL,
+    which ``--auth-server`` allows) would make a proxy's "alice" and a token's one principal."""
     with pytest.raises(ValueError, match="--auth-principal-header and --auth-issuer must differ"):
-        GatewayAuth(jwks_url="http://127.0.0.1:1/jwks", issuer="x-user", audience="aud", principal_header="X-User")
+        GatewayAuth(
+            jwks_url="http://127.0.0.1:1/jwks",
+            issuer="x-user",
+            audience="https://gateway.example/mcp",
+            principal_header="X-User",
+            authorization_servers=["https://issuer.example"],
+        )
