@@ -143,6 +143,12 @@ def hold() -> str:
 
 
 @server.tool()
+def allocate(mib: int) -> int:
+    """Holds ``mib`` MiB, every page written, until it answers: its size in bytes."""
+    return len(bytearray(mib << 20))
+
+
+@server.tool()
 def crash() -> str:
     """Exits at once, without an answer."""
     os._exit(3)

@@ -1,6 +1,6 @@
 """``mcp-sessions gateway --stdio``'s processes live as MCP 2026-07-28 says (docs/gateway.md, "Process lifetimes"):
-a server that speaks 2026-07-28 gets one process for every conversation, each request naming its own; a server
-that speaks only the 2025-11-25 handshake keeps a process per conversation. Through a real gateway process, its
+a server that speaks 2026-07-28 gets one process for every conversation of a caller, each request naming its own;
+a server that speaks only the 2025-11-25 handshake keeps a process per conversation. Through a real gateway process, its
 defaults, in front of a real server of each era (the ``mcp`` 2.3 SDK's ``MCPServer``, an ``mcp`` 1.x ``FastMCP``).
 """
 
@@ -53,7 +53,7 @@ async def whoami(client: Client, session: dict[str, Any] | None = None) -> dict[
     return seen
 
 
-async def test_a_2026_server_serves_every_conversation_from_one_process() -> None:
+async def test_a_2026_server_serves_every_conversation_of_a_caller_from_one_process() -> None:
     with gateway(LATEST) as process:
         async with Client(process.url()) as client:
             first, second = await create_session(client), await create_session(client)
@@ -62,8 +62,8 @@ async def test_a_2026_server_serves_every_conversation_from_one_process() -> Non
             hosts = [await whoami(one), await whoami(other), await whoami(one)]
         logged = process.output()
 
-    assert "the server speaks 2026-07-28: --processes shared" in logged, logged
-    assert len({answer["pid"] for answer in seen + hosts}) == 1  # one process, every conversation
+    assert "the server speaks 2026-07-28: a process per caller" in logged, logged
+    assert len({answer["pid"] for answer in seen + hosts}) == 1  # one caller (an address), one process
     for answers in (seen, hosts):  # two data-layer sessions; two 2025 clients' transport sessions
         assert answers[0]["conversation"] == answers[2]["conversation"] != answers[1]["conversation"]
         assert all(answer["conversation"] for answer in answers)

@@ -193,7 +193,7 @@ async def test_the_operator_view_of_every_process() -> None:
 
     assert set(views) == {"shared", "warm", "request"}
     mine = views["request"]
-    assert mine.principal == "10.0.0.7" and mine.conversation not in (None, conversation.key.id)
+    assert str(mine.principal) == "10.0.0.7" and mine.conversation not in (None, conversation.key.id)
     assert mine.pid == conversation.child.pid and mine.age >= mine.idle >= 0 and mine.requests == 0
     assert views["shared"].principal is None and views["shared"].conversation is None
     assert views["warm"].principal is None and views["warm"].requests == 0

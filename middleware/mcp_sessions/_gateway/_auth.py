@@ -53,6 +53,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .._wire import printable
 from ..sources import HostConversationSource
 from ._exchange import ExchangeRefused, Target, TokenExchange, subject_token
 from ._front import PEER, Peer
@@ -291,6 +292,9 @@ class GatewayAuth:
             raise ValueError("auth takes a JWKS (--auth-jwks) or a principal header (--auth-principal-header)")
         if principal_header is not None and not _HEADER_NAME.fullmatch(principal_header):
             raise ValueError(f"{principal_header!r} is not a header name")
+        if principal_header is not None and principal_header.lower() == (issuer or "").lower():
+            # the header is its principals' issuer (authenticate): one name would be two kinds of principal
+            raise ValueError("--auth-principal-header and --auth-issuer must differ")
         self._header = None if principal_header is None else principal_header.lower()
         self._metadata = None
         metadata_url = None
@@ -324,7 +328,7 @@ class GatewayAuth:
             # An issuer of its own: the proxy's "alice" is not the "alice" of a token's issuer.
             claims = {"iss": self._header}
             token = AccessToken(token="", client_id=named, scopes=[], subject=named, claims=claims)
-            return AuthCredentials(), AuthenticatedUser(token)
+            return AuthCredentials(), ProxiedUser(token)
         scheme, _, credential = headers.get("authorization", "").partition(" ")
         if self.verifier is None or scheme.lower() != "bearer":
             raise Unauthorized("no token", "a bearer token is required", error=None)
@@ -335,7 +339,7 @@ class GatewayAuth:
         """The 401 for ``refused``: RFC 6750's ``error`` and ``error_description``, and the metadata's URL as the
         SDK gives it (RFC 9728); its reason logged, once per cause and caller (the client's address)."""
         client = scope.get("client")
-        caller = "an unknown peer" if client is None else str(client[0])
+        caller = "an unknown peer" if client is None else printable(str(client[0]))
         self._log_once(refused.cause, caller, refused.description)
         parts: list[str] = []
         body = {"error_description": refused.description}
@@ -348,6 +352,11 @@ class GatewayAuth:
             parts.append(f'resource_metadata="{self._metadata_url}"')
         challenge = " ".join(["Bearer", ", ".join(parts)]).rstrip()
         return JSONResponse(body, 401, headers={"WWW-Authenticate": challenge})
+
+
+class ProxiedUser(AuthenticatedUser):
+    """A user the auth proxy named (``--auth-principal-header``): a kind of principal of its own, never the same
+    as a token's of the same name (see ``_stdio_relay.Owner``)."""
 
 
 def _refused(exc: jwt.PyJWTError) -> tuple[str, str]:

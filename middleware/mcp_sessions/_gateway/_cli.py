@@ -98,8 +98,8 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
         choices=("auto", "per-conversation", "shared"),
         default="auto",
         help="with --stdio: a process per conversation, or one shared by every client (each request names its "
-        "conversation in _meta); auto (default): shared if the server speaks 2026-07-28 and no --process-env or "
-        "--process-uids, else per conversation",
+        "conversation in _meta); auto (default): if the server speaks 2026-07-28 and no --process-env or "
+        "--process-uids, a process per caller (its conversations named in _meta), else per conversation",
     )
     gateway.add_argument(
         "--process-idle",

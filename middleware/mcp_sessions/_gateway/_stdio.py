@@ -7,23 +7,25 @@ holds the request's conversation, as an MCP client (``_stdio_child``), the relay
 ``_stdio_relay``. The session middleware sits at its
 endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:data:`SCOPE_KEY`).
 
-With ``processes="auto"`` (the default), a server that speaks 2026-07-28 gets one process for every conversation
-(``"shared"``), as that revision says a stdio process outlives any conversation, each request naming its
-conversation in ``_meta`` (:func:`choose` asks what it speaks, :func:`named` names).
-The first child, started with the gateway, is the shared one (requests that name no conversation with
-``sessionless="shared"``, the lists that name none, or every request with ``processes="shared"``); clients'
+With ``processes="auto"`` (the default), a server that speaks 2026-07-28 gets a process per caller (its principal,
+else its client address), as that revision says a stdio process outlives any conversation: each of the caller's
+requests reaches it naming its conversation in ``_meta`` (:func:`choose` asks what it speaks, :func:`named` names).
+It runs, is contained and bounded as a conversation's process is, and is counted as one against the limits; a
+bound or a crash that ends it ends that caller's conversations alone. One process for every caller is
+``processes="shared"``, never chosen for the operator.
+The first child, started with the gateway, is the shared one (the lists that name no conversation, requests that
+name none with ``sessionless="shared"``, or every request with ``processes="shared"``); clients'
 ``initialize`` and ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it
-advertises are relayed (any other is the SDK's "Method not found"). Every other child is a conversation's, in one table
-(``_stdio_table``), whatever names it: a 2025 transport session (the middleware adopts it; its child is taken as
-its ``initialize`` is answered), a data-layer session (at its ``sessions/create``, the sessions' ``on_create``),
-a host's conversation id (at its first request, bound to its caller), a 2026-07-28 request that names none
-(``sessionless="per-request"``: ended once the request is answered, or kept for the retry that brings the input it
-asked for). Each takes a child started ahead (``warm``), else one starts. They are bounded overall (``max_processes``)
-and per caller
-(``max_processes_per_principal``). A child ends with its session (its end published on the subscription bus,
-from any replica), after ``idle`` seconds without a request, or at shutdown; whatever ended it, its conversation
-is over: its later requests get the error of their kind ("Session not found", a transport session's 404, or an
-ended host conversation's error), never another process.
+advertises are relayed (any other is the SDK's "Method not found"). Every other child is a conversation's (or a
+caller's), in one table (``_stdio_table``), whatever names it: a 2025 transport session (the middleware adopts
+it; its child is taken as its ``initialize`` is answered), a data-layer session (at its ``sessions/create``, the
+sessions' ``on_create``), a host's conversation id (at its first request, bound to its caller), a 2026-07-28
+request that names none (``sessionless="per-request"``: ended once the request is answered, or kept for the retry
+that brings the input it asked for). Each takes a child started ahead (``warm``), else one starts. They are bounded
+overall (``max_processes``) and per caller (``max_processes_per_principal``). A child ends with its session (its
+end published on the subscription bus, from any replica), after ``idle`` seconds without a request, or at
+shutdown; whatever ended it, its conversations are over: their later requests get the error of their kind
+("Session not found", a transport session's 404, or an ended host conversation's error), never another process.
 """
 
 from __future__ import annotations
@@ -150,11 +152,11 @@ class StdioServer(Server[Any]):
         state = (ctx.params or {}).get("requestState")
         conversation = await self.children.conversation_for(scope, ctx.method, state)
         try:
+            if conversation.pooled:  # each request names its conversation
+                return await conversation.relay(ctx, await named(self.children, scope))
             # its process has the --process-env values it started with: this request's?
-            if not conversation.shared:
-                self.children.process_env.check(conversation.credentials)
-                return await conversation.relay(ctx)
-            return await conversation.relay(ctx, await named(self.children, scope))
+            self.children.process_env.check(conversation.credentials)
+            return await conversation.relay(ctx)
         finally:
             self.children.answered(conversation)
 
@@ -256,7 +258,10 @@ def _check(command: Sequence[str], processes: str, sessionless: str, warm: int, 
 async def choose(children: Children) -> None:
     """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
     something per user goes into it (``--process-env``, a uid each), or the server speaks only 2025-11-25 and keeps a
-    conversation's state in its process; else, for a server that speaks 2026-07-28, one shared by every conversation."""
+    conversation's state in its process; else, for a server that speaks 2026-07-28, a process per caller, which
+    serves all of that caller's conversations (``"per-caller"``): one caller's call that ends it (a bound, a crash)
+    ends no other's, and no caller's state reaches another's. One process for everyone is ``processes="shared"``,
+    the operator's word alone."""
     options = children.options
     if children.process_env.sources or (options is not None and options.uids is not None):
         children.mode = "per-conversation"
@@ -266,9 +271,8 @@ async def choose(children: Children) -> None:
     limit = children.config.max_response_size
     spoken = await revisions(command, environ=environ, max_line=limit, options=options)
     if LATEST_MODERN_VERSION in spoken:
-        children.mode = "shared"
-        children.warm_count = 0
-        logger.info("the server speaks 2026-07-28: --processes shared")
+        children.mode = "per-caller"
+        logger.info("the server speaks 2026-07-28: a process per caller, each request naming its conversation")
     else:
         children.mode = "per-conversation"
         logger.info("the server speaks only the 2025-11-25 handshake: --processes per-conversation")
@@ -346,7 +350,7 @@ class _Opening:
         token = REQUEST.set(scope)
         scope[AFTER_ANSWER] = []
         try:
-            opens = self.children.mode == "per-conversation" and scope["method"] == "POST"
+            opens = self.children.mode in ("per-conversation", "per-caller") and scope["method"] == "POST"
             if opens and header(scope["headers"], MCP_SESSION_ID_HEADER) is None:
                 send = self._opening(scope, send)
             await self.app(scope, receive, send)

@@ -9,6 +9,7 @@ through the :class:`Conversation` that holds the process. Which process a reques
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import logging
 import math
@@ -16,6 +17,7 @@ import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Literal, NamedTuple
 
@@ -31,10 +33,12 @@ from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.types import Scope
 
-from .._session import SCOPE_KEY
+from .._bounded import BoundedDict
+from .._session import SCOPE_KEY, authenticated_user
 from .._wire import printable
 from ..profiles import SESSION_META_KEY
 from ..subscriptions import SessionSubscriptionBus
+from ._auth import ProxiedUser
 from ._stdio_child import Child
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -46,6 +50,9 @@ MAX_PARKED: Final = 16
 """How many of a conversation's 2026-07-28 calls may wait for the client's input at once."""
 MAX_ASKED: Final = 16
 """How many of a call's requests of the child's may wait for the client at once."""
+MAX_RIDERS: Final = 100_000
+"""How many conversations a caller's process keeps the names of (each ends with it); the oldest is forgotten first,
+and then answered as one that names nothing."""
 MAX_QUEUED: Final = 64
 """How many notifications may wait for a slow client, a call's (its progress too) or a conversation's tied to no call;
 more are dropped, and counted, until it catches up. A request of the child's or its answer is never dropped."""
@@ -189,10 +196,11 @@ class Call:
             logger.debug("a notification could not be relayed", exc_info=True)
 
 
-Kind = Literal["transport-session", "data-layer-session", "host-conversation", "request", "shared"]
+Kind = Literal["transport-session", "data-layer-session", "host-conversation", "request", "caller", "shared"]
 """What names a conversation, and so who may reach its process (``_stdio_table``): a 2025 client's transport
 session (its ``Mcp-Session-Id``'s digest), a data-layer session (its id), a host's conversation id (bound to its
-caller), a 2026-07-28 request that names none (a process of its own), or nothing (the shared process)."""
+caller), a 2026-07-28 request that names none (a process of its own); a caller (its own process, which serves all
+of its conversations, each named in ``_meta``), or nothing (the shared process)."""
 
 
 class Key(NamedTuple):
@@ -202,21 +210,52 @@ class Key(NamedTuple):
     id: str
 
 
+class Owner(str):
+    """A caller as the operator reads them: the authenticated principal's name, else the client address, escaped
+    (what prints); and who they are, which is what compares: how they were authenticated (a token of the issuer, a
+    proxy's header, none) and their id. A proxy's "alice" is not the "alice" of a token."""
+
+    identity: tuple[str, ...]
+
+    def __new__(cls, name: str, identity: tuple[str, ...]) -> Owner:
+        owner = super().__new__(cls, printable(name))
+        owner.identity = identity
+        return owner
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Owner) and self.identity == other.identity
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self.identity)
+
+    def __reduce__(self) -> tuple[type[Owner], tuple[str, tuple[str, ...]]]:  # copied whole (the view's asdict)
+        return Owner, (str(self), self.identity)
+
+
 class Caller(NamedTuple):
     """Who asks: ``id`` is whom the limits count and a conversation belongs to (the principal's digest, else the
-    client address), ``name`` how the operator knows them (the authenticated principal's name, else the address)."""
+    client address), ``name`` how the operator knows them (:class:`Owner`)."""
 
     id: str
-    name: str
+    name: Owner
+
+    def same_as(self, other: Caller | None) -> bool:
+        """Whether ``other`` is this caller: counted as one (``id``), and the same principal (``name``'s identity)."""
+        return other is not None and other.id == self.id and other.name == self.name
 
 
-def known_as(scope: Scope) -> str:
-    """The caller as the operator knows them: the authenticated principal's name, else the client address."""
+def known_as(scope: Scope) -> Owner:
+    """The caller as the operator knows them (:class:`Owner`): the authenticated principal, else the address."""
     user = scope.get("user")
     if user is not None and getattr(user, "is_authenticated", False):
-        return str(user.display_name)
+        kind = "proxy" if isinstance(user, ProxiedUser) else "token"
+        return Owner(str(user.display_name), (kind, str(authenticated_user(scope))))
     client = scope.get("client")
-    return client[0] if client else ""
+    address = client[0] if client else ""
+    return Owner(address, ("address", address))
 
 
 class Conversation:
@@ -265,10 +304,18 @@ class Conversation:
         # a request's own child: how many times it was retained for its client's input
         self.rounds = 0
         self.roots_told = False  # whether its child was told its client's roots changed (see relay)
+        # a caller's process: the conversations it serves (named in _meta), which end with it
+        self.riders: BoundedDict[Key, Conversation] = BoundedDict(MAX_RIDERS)
 
     @property
     def shared(self) -> bool:
         return self.key.kind == "shared"
+
+    @property
+    def pooled(self) -> bool:
+        """Whether its process serves many conversations (the shared one, a caller's own): each request names its
+        own in ``_meta``, and the process asks no client and tells none."""
+        return self.key.kind in ("shared", "caller")
 
     def end(self, why: str) -> None:
         """End the conversation's child, for ``why``."""
@@ -277,7 +324,7 @@ class Conversation:
 
     async def relay(self, ctx: ServerRequestContext[Any, Any], conversation: str | None = None) -> dict[str, Any]:
         """The child's answer to a client's request; the client's own progress token gets the child's progress.
-        ``conversation``: the request's, for the shared child (``_stdio.named``), named as the draft names a
+        ``conversation``: the request's, for a process of many (``_stdio.named``), named as the draft names a
         session in ``_meta``."""
         params = dict(ctx.params or {})
         given = params.pop("_meta", None) or {}
@@ -351,11 +398,11 @@ class Conversation:
             return {}
         if method not in _CLIENT_RESULTS:
             raise MCPError(types.METHOD_NOT_FOUND, "Method not found")
-        declared = self.calls[-1].ctx.session.client_capabilities if self.calls and not self.shared else None
+        declared = self.calls[-1].ctx.session.client_capabilities if self.calls and not self.pooled else None
         if method == "roots/list" and (declared is None or declared.roots is None):
             # a process started ahead was told its client has roots: none, then
             return {"roots": []}
-        if self.shared:
+        if self.pooled:
             raise MCPError(types.INVALID_REQUEST, "the shared server process cannot ask a client; a session's can")
         if not self.calls:
             raise MCPError(types.INVALID_REQUEST, "no request of the client is in progress to carry this one")
@@ -375,7 +422,7 @@ class Conversation:
                 if progress is not None:
                     call.tell(progress)
             return True
-        if self.shared:
+        if self.pooled:
             return True
         if (event := event_from_wire(method, params)) is not None:
             self._later(partial(self.bus.publish_to_session, self.key.id, event))
@@ -411,6 +458,65 @@ class Conversation:
             finally:
                 self.backlog.popleft()
         self.dropped = _report_dropped(self.child.label, self.dropped)  # once it caught up
+
+
+@dataclass(frozen=True)
+class ProcessView:
+    """One live process, as an operator sees it (:meth:`Children.processes`); its memory is read from ``/proc``."""
+
+    kind: str  # a conversation's Kind ("caller": a caller's own process), or "warm"
+    principal: str | None  # whose it is: the principal's name, else the client address; None for shared or warm
+    conversation: str | None  # a short digest of its conversation's key (never a bearer value); None likewise
+    pid: int | None
+    age: float  # seconds since its process started
+    idle: float  # seconds since its last request
+    requests: int  # requests it has served
+
+
+class Process:
+    """A child and the conversation it serves: none yet for one started ahead (what it asks then is answered as
+    for no client: no roots), then the one that takes it, for good."""
+
+    def __init__(self, tasks: anyio.abc.TaskGroup, credentials: bytes) -> None:
+        self.tasks, self.credentials = tasks, credentials  # the digest of its --process-env values
+        self.started = anyio.current_time()
+        self.conversation: Conversation | None = None
+        self.taken = anyio.Event()
+        self.child: Child
+
+    def take(self, conversation: Conversation) -> Conversation:
+        self.conversation = conversation
+        self.taken.set()
+        return conversation
+
+    async def on_request(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> Any:
+        if self.conversation is not None:
+            return await self.conversation.on_request(dctx, method, params)
+        if method in ("ping", "roots/list"):
+            return {} if method == "ping" else {"roots": []}
+        raise MCPError(types.INVALID_REQUEST, "no client is in this conversation yet")
+
+    def on_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
+        return self.conversation is None or self.conversation.on_notification(method, params)
+
+    @property
+    def kind(self) -> str:
+        return "warm" if self.conversation is None else self.conversation.key.kind
+
+    def view(self, now: float) -> ProcessView:
+        conversation, pid, age = self.conversation, self.child.pid, now - self.started
+        if conversation is None:
+            return ProcessView(self.kind, None, None, pid, age, age, 0)
+        idle, served = now - conversation.last_request, conversation.requests
+        if conversation.owner is None:
+            return ProcessView(conversation.key.kind, None, None, pid, age, idle, served)
+        name, digest = conversation.owner.name, key_digest(conversation.key)
+        return ProcessView(conversation.key.kind, name, digest, pid, age, idle, served)
+
+
+def key_digest(key: Key) -> str:
+    """A short digest of a conversation's key, for logs and the operator's view: it names, it grants nothing."""
+    return hashlib.sha256(f"{key.kind}\0{key.id}".encode()).hexdigest()[:12]
 
 
 def _childs(result: dict[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,9 @@
 """The process table of ``mcp-sessions gateway --stdio``: which process a request reaches, and how long it lives.
 
-:class:`Children` holds the shared process and one per conversation, bounded overall and per caller, taken from
-those started ahead (each with an id of its own, its ``MCP_SESSION_ID``); each ends with its session, when idle or
-at shutdown, and its conversation is then over (see ``_stdio``). What a process's messages do for its client is
-``_stdio_relay``'s.
+:class:`Children` holds the shared process and one per conversation (or, ``"per-caller"``, one per caller for all
+of its conversations), bounded overall and per caller, taken from those started ahead (each with an id of its own,
+its ``MCP_SESSION_ID``); each ends with its session, when idle or at shutdown, and its conversations are then over
+(see ``_stdio``). What a process's messages do for its client is ``_stdio_relay``'s.
 
 Who may reach a process is decided in one place, :meth:`Children.conversation_for`: the request's name for its
 conversation becomes a typed :class:`Key` (a 2025 transport session on the 2025 path only, a data-layer session,
@@ -22,7 +22,6 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Literal
 
@@ -47,7 +46,8 @@ from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
 from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions
-from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Caller, Conversation, Key, known_as
+from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Caller, Conversation, Key, Process, key_digest, known_as
+from ._stdio_relay import ProcessView as ProcessView  # the operator's view (_status) reads it here
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -63,19 +63,6 @@ LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resou
 """What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
 """In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
-
-
-@dataclass(frozen=True)
-class ProcessView:
-    """One live process, as an operator sees it (:meth:`Children.processes`); its memory is read from ``/proc``."""
-
-    kind: str  # "transport-session" | "data-layer-session" | "host-conversation" | "request" | "shared" | "warm"
-    principal: str | None  # whose it is: the principal's name, else the client address; None for shared or warm
-    conversation: str | None  # a short digest of its conversation's key (never a bearer value); None likewise
-    pid: int | None
-    age: float  # seconds since its process started
-    idle: float  # seconds since its last request
-    requests: int  # requests it has served
 
 
 class ProcessEvents:
@@ -111,13 +98,14 @@ class Children:
         options: ProcessOptions | None = None,
         process_env: ProcessEnv | None = None,
     ) -> None:
-        self.command, self.config, self.mode, self.bus = list(command), config, processes, bus
-        self.process_env = ProcessEnv() if process_env is None else process_env
+        self.command, self.config, self.bus = list(command), config, bus
         # "auto" (_stdio.choose) becomes one of the others before the first request
+        self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
+        self.process_env = ProcessEnv() if process_env is None else process_env
         self.per_request = processes != "shared" and sessionless == "per-request"
         self.warm_count = warm if processes != "shared" else 0
-        self.warm: deque[_Process] = deque()  # started and initialized ahead, for new conversations and requests
-        self.live: set[_Process] = set()  # every live process: shared, started ahead, a conversation's
+        self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
+        self.live: set[Process] = set()  # every live process: shared, started ahead, a conversation's
         self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
         self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
         self.environ = dict(environ)  # the allow-list's (_sandbox.environment)
@@ -125,7 +113,7 @@ class Children:
         self.options = options
         self.fronted = False  # a replica behind a front (--forwarded-allow-ips): see _gone
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
-        self.shared: _Process | None = None
+        self.shared: Process | None = None
         self.conversations: dict[Key, Conversation] = {}
         self.ended: BoundedDict[Key, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
         self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
@@ -173,7 +161,7 @@ class Children:
         caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
         transport = self._transport(scope)
         found = None if transport is None else self.conversations.get(transport)
-        if found is not None and found.owner is not None and found.owner.id == caller.id:
+        if found is not None and caller.same_as(found.owner):
             self.moved[claims.session_id] = found.key  # one conversation, one process
             found.holds_sessions = True
             return
@@ -205,7 +193,11 @@ class Children:
         session: Session | None = scope.get(SCOPE_KEY)
         transport = self._transport(scope)
         sessionless = session is None and transport is None and state is None
-        if self.mode == "shared" or (sessionless and (not self.per_request or method in LISTS)):
+        if self.mode == "shared" or (sessionless and method in LISTS):
+            return await self.shared_conversation()
+        if self.mode == "per-caller":
+            return await self._ready(await self._callers(session, transport, await self.caller(scope)))
+        if sessionless and not self.per_request:
             return await self.shared_conversation()
         caller = await self.caller(scope)
         if session is not None and session.source == "data-layer":  # its child: its create's, or its transport's
@@ -228,7 +220,7 @@ class Children:
         caller's own; another's is refused as a name that names none (no one learns whose it is)."""
         if found is None:
             raise missing()
-        if found.owner is None or found.owner.id != caller.id:
+        if not caller.same_as(found.owner):
             raise _no_state() if found.key.kind == "request" else self._not_found()
         return found
 
@@ -241,7 +233,58 @@ class Children:
         if await session.data.get(_HELD, self.instance) != self.instance:  # new here: says the store replicas share
             raise self._gone(key, "it ran on another replica, or before this one restarted")
         await session.data.set(_HELD, self.instance)
-        return await self.open(key, caller)
+        return await self.open(key, caller, counted=True)  # its first request spent its create-limit operation
+
+    async def _callers(self, session: Session | None, transport: Key | None, caller: Caller) -> Conversation:
+        """``processes="per-caller"``: the caller's own process, for a request that names no conversation or one of
+        those it serves (each begun as the per-conversation table begins it, :meth:`open`); a conversation it does
+        not serve, or served before it ended, is refused as in that table, never served by another process."""
+        own = self.conversations.get(Key("caller", caller.id))
+        if session is not None and session.source == "data-layer":
+            key, missing = Key("data-layer-session", session.id), self._not_found
+        elif transport is not None:
+            key, missing = transport, partial(self._gone, transport)
+        elif session is not None:
+            key = Key("host-conversation", _bound(session.id, caller.id))
+            return own if own is not None and key in own.riders else await self._host(session, caller)
+        else:
+            return own if own is not None and not own.child.done.is_set() else await self._ride(None, caller)
+        if own is None or key not in own.riders:
+            raise self._gone(key) if key in self.ended else missing()
+        return own
+
+    async def _ride(
+        self,
+        key: Key | None,
+        caller: Caller,
+        *,
+        expires_at: float = math.inf,
+        transport: bytes | None = None,
+        counted: bool = False,
+    ) -> Conversation:
+        """The conversation ``key`` begins in the caller's own process, which starts (within the limits) if it has
+        none, or none that lives; it ends with that process."""
+        own = self.conversations.get(Key("caller", caller.id))
+        if own is not None and own.child.done.is_set():  # ended: its conversations are over (_serve), not this one
+            for ridden in own.riders:
+                self.ended[ridden] = (time.time() + self.config.ttl, own.why or "exited")
+            del self.conversations[own.key]
+            own = None
+        if own is None:
+            own = await self.open(Key("caller", caller.id), caller, counted=counted)
+        if key is not None:
+            user = (REQUEST.get() or {}).get("user")
+            own.riders[key] = Conversation(
+                key,
+                own.child,
+                owner=caller,
+                tasks=own.tasks,
+                bus=self.bus,
+                expires_at=expires_at,
+                transport=transport,
+                user=user,
+            )
+        return own
 
     def _not_found(self) -> MCPError:
         return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
@@ -280,22 +323,21 @@ class Children:
         counted: bool = False,
     ) -> Conversation:
         """A new conversation, ``caller``'s, its child taken from those started ahead or started: within the limits,
-        and spending the caller's create-limit slot (unless its create has, ``counted``). One whose child has ended
-        is refused with the error of its kind (:meth:`_gone`), never given a new child."""
+        and spending the caller's create-limit slot (unless its create has, ``counted``); with
+        ``processes="per-caller"``, in the caller's own process (:meth:`_ride`). One whose child has ended is refused
+        with the error of its kind (:meth:`_gone`), never given a new child. The caller's idle conversations make
+        room for it only once nothing else refuses it."""
         if key in self.conversations or key in self.ended:
             raise self._gone(key)
+        if self.mode == "per-caller" and key.kind != "caller":
+            return await self._ride(key, caller, expires_at=expires_at, transport=transport, counted=counted)
         live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
-        mine = [conversation for conversation in live if conversation.owner and conversation.owner.id == caller.id]
+        mine = [conversation for conversation in live if caller.same_as(conversation.owner)]
+        evicted = []
         if len(mine) >= self.per_caller and self._tasks is not None:  # idle ones make room, the oldest first
             spare = sorted((c for c in mine if self._spare(c, transport is not None)), key=lambda c: c.last_request)
-            for conversation in spare[: len(mine) - self.per_caller + 1]:
-                label = conversation.child.label
-                logger.info("%s: ended to make room for a new conversation of %s", label, caller.name)
-                conversation.end("evicted")  # at once: its next request is refused, never served
-                self._close_soon(conversation, "evicted")
-                live.remove(conversation)
-                mine.remove(conversation)
-        if len(mine) >= self.per_caller:
+            evicted = spare[: len(mine) - self.per_caller + 1]
+        if len(mine) - len(evicted) >= self.per_caller:
             self.metrics.refused("max_processes_per_principal")
             raise MCPError(
                 RATE_LIMITED,
@@ -303,7 +345,7 @@ class Children:
                 "conversations' processes at once (--max-processes-per-principal); end one or retry later",
                 RETRY_LATER,
             )
-        if len(live) >= self.max_processes:
+        if len(live) - len(evicted) >= self.max_processes:
             self.metrics.refused("max_processes")
             raise MCPError(
                 RATE_LIMITED,
@@ -318,6 +360,10 @@ class Children:
                 "Too many server processes started, retry later (MCP_SESSIONS_CREATE_LIMIT)",
                 {"retryAfter": max(1, math.ceil(wait))},
             )
+        for conversation in evicted:  # the start is certain now
+            logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
+            conversation.end("evicted")  # at once: its next request is refused, never served
+            self._close_soon(conversation, "evicted")
         process = self.warm.popleft() if self.warm else self._start()
         conversation = Conversation(
             key,
@@ -331,7 +377,9 @@ class Children:
             user=(REQUEST.get() or {}).get("user"),  # who may end its transport session
         )
         self.conversations[key] = process.take(conversation)
-        logger.info("%s: serves the conversation %s", process.child.label, key.id)  # a sid, else a digest
+        logger.info(
+            "%s: serves the conversation %s", process.child.label, key_digest(key) if key.kind == "caller" else key.id
+        )
         self._fill()
         return conversation if transport is not None else await self._ready(conversation)
 
@@ -348,8 +396,8 @@ class Children:
         """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
         own, ended as the gateway ends any (:meth:`close`)."""
         for found in list(self.conversations.values()):
-            mine = found.owner is not None and found.owner.name == principal
-            if mine and _digest(found.key) == conversation and not found.child.done.is_set():
+            mine = found.owner is not None and found.owner.name == principal  # who, not the name (Owner)
+            if mine and key_digest(found.key) == conversation and not found.child.done.is_set():
                 await self.close(found, "ended by its user")
                 return True
         return False
@@ -414,7 +462,7 @@ class Children:
         conversation.last_request = anyio.current_time()
         return conversation
 
-    def _start(self, *, shared: bool = False) -> _Process:
+    def _start(self, *, shared: bool = False) -> Process:
         """A new child: the shared one, or one a conversation or a request takes (started ahead, or by the request
         that starts its conversation: with ``--process-env``, that user's values), with an id of its own."""
         if self._tasks is None:
@@ -422,7 +470,7 @@ class Children:
         values = {} if shared else self.process_env.values()  # none but a request's: no child is started ahead then
         process = None if shared else secrets.token_hex(8)
         environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
-        started = _Process(self._tasks, self.process_env.digest(values))
+        started = Process(self._tasks, self.process_env.digest(values))
         started.child = Child(
             self.command,
             label="shared" if process is None else f"process {process}",
@@ -440,7 +488,7 @@ class Children:
         self.metrics.started()
         return started
 
-    async def _serve(self, process: _Process) -> None:
+    async def _serve(self, process: Process) -> None:
         """Run a child to its end: its session's end (on any replica), its idle time or its expiry end it; its end
         ends the conversation, which then gets the error of its kind (a crash as any other end)."""
         child = process.child
@@ -465,11 +513,14 @@ class Children:
         if self.conversations.get(key) is conversation:
             del self.conversations[key]
         why = conversation.why or ("failed to start" if child.failure is not None else "exited")
-        if key.kind != "request":
+        if key.kind not in ("request", "caller"):  # a caller's next conversation gets a new process
             self.ended[key] = (time.time() + self.config.ttl, why)
         logger.info("%s: the conversation ended (%s)", child.label, why)
         if conversation.why is None and child.failure is None:
             await self._end_session(conversation)  # a crash ends its session as any other end
+        for rider in list(conversation.riders.values()):  # a caller's process: each of its conversations ends
+            self.ended[rider.key] = (time.time() + self.config.ttl, why)
+            await self._end_session(rider)
 
     async def close(self, conversation: Conversation, why: str) -> None:
         """End a conversation for ``why``: its session first (so that its next request is refused as its kind's
@@ -489,7 +540,7 @@ class Children:
             except SessionStoreUnavailable:
                 logger.warning("%s: the session could not be ended in the store", conversation.child.label)
 
-    async def _attend(self, process: _Process) -> None:
+    async def _attend(self, process: Process) -> None:
         """Once a conversation takes the child (and it is ready): its idle time and expiry, and its session's end."""
         await process.taken.wait()  # a child started ahead idles from when it is taken
         conversation = process.conversation
@@ -526,47 +577,6 @@ class Children:
                 unwatch()
 
 
-class _Process:
-    """A child and the conversation it serves: none yet for one started ahead (what it asks then is answered as
-    for no client: no roots), then the one that takes it, for good."""
-
-    def __init__(self, tasks: anyio.abc.TaskGroup, credentials: bytes) -> None:
-        self.tasks, self.credentials = tasks, credentials  # the digest of its --process-env values
-        self.started = anyio.current_time()
-        self.conversation: Conversation | None = None
-        self.taken = anyio.Event()
-        self.child: Child
-
-    def take(self, conversation: Conversation) -> Conversation:
-        self.conversation = conversation
-        self.taken.set()
-        return conversation
-
-    async def on_request(self, dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> Any:
-        if self.conversation is not None:
-            return await self.conversation.on_request(dctx, method, params)
-        if method in ("ping", "roots/list"):
-            return {} if method == "ping" else {"roots": []}
-        raise MCPError(types.INVALID_REQUEST, "no client is in this conversation yet")
-
-    def on_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
-        return self.conversation is None or self.conversation.on_notification(method, params)
-
-    @property
-    def kind(self) -> str:
-        return "warm" if self.conversation is None else self.conversation.key.kind
-
-    def view(self, now: float) -> ProcessView:
-        conversation, pid, age = self.conversation, self.child.pid, now - self.started
-        if conversation is None:
-            return ProcessView(self.kind, None, None, pid, age, age, 0)
-        idle, served = now - conversation.last_request, conversation.requests
-        if conversation.owner is None:
-            return ProcessView(conversation.key.kind, None, None, pid, age, idle, served)
-        name, digest = conversation.owner.name, _digest(conversation.key)
-        return ProcessView(conversation.key.kind, name, digest, pid, age, idle, served)
-
-
 def _after_answer(action: Callable[[], None]) -> None:
     """``action`` once the current request's answer is sent, or now outside a request (or after its answer): what a
     request leaves to do (stop its own process, refill the pool) takes no CPU from its answer."""
@@ -578,11 +588,6 @@ def _after_answer(action: Callable[[], None]) -> None:
 def _bound(sid: str, caller: str) -> str:
     """A host conversation's key: its id and its caller's digest, so that another caller naming it gets its own."""
     return hashlib.sha256(f"{sid}\0{caller}".encode()).hexdigest()[:32]
-
-
-def _digest(key: Key) -> str:
-    """A short digest of a conversation's key, for logs and the operator's view: it names, it grants nothing."""
-    return hashlib.sha256(f"{key.kind}\0{key.id}".encode()).hexdigest()[:12]
 
 
 def _no_state() -> MCPError:
