@@ -112,6 +112,9 @@ async def test_each_caller_gets_a_process_of_her_own_and_its_end_ends_her_conver
             hers, his = await create_session(alice), await create_session(bob)
             counted = [await count(alice, hers), await count(alice, hers), await count(bob, his)]
             pids = [json.loads(text_of(await client.call_tool("whoami", {})))["pid"] for client in (alice, bob)]
+            # Her process is hers to see, and counted against her limit: her own list shows it.
+            async with httpx.AsyncClient(headers=bearer(gateway, "alice"), timeout=WITHIN) as http:
+                listed = await http.get(gateway.url("/mcp/sessions"))
             with pytest.raises(MCPError) as ended_by:
                 await alice.call_tool(*ending, meta=sdk_session_meta(hers))
             after = await ended(alice, hers)
@@ -119,6 +122,7 @@ async def test_each_caller_gets_a_process_of_her_own_and_its_end_ends_her_conver
         logged = gateway.log().decode()
 
     assert counted == ["1", "2", "1"]
+    assert [own["kind"] for own in listed.json()["conversations"]] == ["caller"], listed.text
     assert pids[0] != pids[1]
     assert ended_by.value.code == CHILD_EXITED and "exited" in ended_by.value.message
     assert after == SESSION_NOT_FOUND, after  # never a new process's "1"
@@ -133,7 +137,8 @@ def team() -> Iterator[tuple[Process, int]]:
     """A gateway whose users come by token or from a trusted auth proxy's header (``X-User``), at most one process
     each, its operator's view on a port of its own."""
     status_port = free_port()
-    proxied = ("--auth-principal-header", "X-User", "--forwarded-allow-ips", "127.0.0.1")
+    # A network of their own for the processes: a proxy trusted on loopback is not one they could be.
+    proxied = ("--auth-principal-header", "X-User", "--forwarded-allow-ips", "127.0.0.1", "--process-network", "none")
     limited = ("--max-processes-per-principal", "1", "--status-port", str(status_port))
     with verifying(*proxied, *limited) as gateway:
         yield gateway, status_port

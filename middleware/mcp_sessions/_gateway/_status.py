@@ -48,8 +48,9 @@ from ._stdio_table import Children, ProcessEvents, ProcessView
 STATUS_PATH: Final = "/status"
 USER_PATH: Final = "/mcp/sessions"
 LOOPBACK_NAMES: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
-CONVERSATIONS: Final = frozenset({"transport-session", "data-layer-session", "host-conversation", "request"})
-"""The kinds the limits count: a conversation's, or a request's own (not the shared one, nor those started ahead)."""
+CONVERSATIONS: Final = frozenset({"transport-session", "data-layer-session", "host-conversation", "request", "caller"})
+"""The kinds the limits count: a conversation's, a request's own or a caller's own (not the shared one, nor those started
+ahead)."""
 
 
 class OperatorStatus:
@@ -186,7 +187,7 @@ def _memory(pids: Sequence[int | None]) -> list[int | None]:
     return found
 
 
-KINDS: Final = ("transport-session", "data-layer-session", "host-conversation", "request", "shared", "warm")
+KINDS: Final = ("transport-session", "data-layer-session", "host-conversation", "request", "caller", "shared", "warm")
 REASONS: Final = {
     "idle": "idle",
     "expired": "expired",
