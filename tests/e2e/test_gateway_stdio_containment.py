@@ -36,7 +36,6 @@ from conftest import SECRET
 from e2e._gateway import CACHE, Process, installed, node, readable_directory, rss_kib, started
 from e2e._issuer import ISSUER, signed
 from e2e._issuer import jwks as served_jwks
-from mcp_sessions._gateway._sandbox import PRIVATE
 
 SERVER = r"""
 import ctypes, json, os, signal, socket, sys, time
@@ -116,6 +115,7 @@ AUTH = (
     "https://a.example",
 )
 SECRETS = {"alice": "alice-s-secret-0001", "bob": "bob-s-secret-0002"}
+PRIVATE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # a contained process's own
 
 
 def needs(*features: str) -> None:
