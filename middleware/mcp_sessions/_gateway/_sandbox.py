@@ -2,12 +2,13 @@
 
 A process is started through a chain of them, each doing one thing and then running the next:
 
-- ``sh`` writes its own pid into the conversation's control groups (its memory and process-count bounds),
-  so that the process is in them before any of its code runs;
+- ``sh`` writes its own pid into the conversation's control groups (its memory, process-count and CPU
+  bounds), so that the process is in them before any of its code runs;
 - ``bwrap`` (bubblewrap) or util-linux's ``unshare``: a PID namespace and a ``/proc`` of its own, so that it
   sees no other process, and every process it started ends with it (the namespace's init ends them all); a mount
-  namespace with its own temporary directories and no view of the control groups (:func:`_namespace`); with
-  network ``none``, a network namespace of its own, its own loopback only;
+  namespace with its own temporary directories and no view of the control groups (:func:`_namespace`; under
+  ``unshare``, a ``sh`` mounts them as root); with network ``none``, a network namespace of its own, its own
+  loopback only;
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
   so with a uid per process only);
 - ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges.
