@@ -455,9 +455,9 @@ def _namespace(sandbox: Sandbox, cwd: str | None) -> list[str]:
         return []
     isolated = sandbox.network == "none"
     hidden = [path for path in (*PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
-    home = None if cwd is None else os.path.abspath(cwd)
-    # The tmpfs that would hide it, if any.
-    over = [path for path in hidden if path in PRIVATE and home is not None and home.startswith(f"{path}/")]
+    home = "" if cwd is None else os.path.abspath(cwd)
+    # The tmpfs that hides the process's directory, if one does: the directory is bound back over it.
+    under = next((path for path in hidden if path in PRIVATE and home.startswith(f"{path}/")), None)
     if tool == "unshare":
         network = ["--net"] if isolated else []
         mounts = []
@@ -466,17 +466,17 @@ def _namespace(sandbox: Sandbox, cwd: str | None) -> list[str]:
         return [
             *("setpriv", "--pdeathsig", "KILL", "--", "unshare", "--pid", "--ipc", *network),
             *("--fork", "--mount-proc", "--kill-child", "--", "/bin/sh", "-c", _UNSHARE_MOUNTS, "sh"),
-            *(home if over and home else "", "up" if isolated else "", *mounts, "--"),
+            *(home if under else "", "up" if isolated else "", *mounts, "--"),
         ]
     network = ["--unshare-net"] if isolated else []
     line = ["bwrap", "--unshare-pid", "--unshare-ipc", *network, "--die-with-parent"]
     line += ["--dev-bind", "/", "/", "--proc", "/proc"]
     for path in hidden:  # a later mount over an earlier one
         line += ["--perms", "01777", "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
-    if over and home:
+    if under is not None:
         # Its parents under the tmpfs as the host has them (bubblewrap would make them 0700, root's), then itself.
         for parent in reversed(Path(home).parents):
-            if str(parent).startswith(f"{over[0]}/"):
+            if str(parent).startswith(f"{under}/"):
                 line += ["--perms", "0711", "--dir", str(parent)]
         line += ["--bind", home, home]
     return [*line, "--"]
