@@ -357,7 +357,10 @@ def gateways(work: Path, command: list[str], limit: int) -> dict[str, tuple[list
     # A process per conversation, as supergateway --stateful gives, whatever revision the server speaks (its
     # server here speaks 2026-07-28, which --processes auto would serve with one shared process).
     per_conversation = ["--processes", "per-conversation", *limits, "--pass-env", READY_DIR]
-    ours = [sys.executable, "-m", "mcp_sessions", "gateway", "--log-level", "warning", *per_conversation]
+    # No containment, as supergateway has none; and under one the server's pid and its file in READY_DIR (in /tmp)
+    # would be its namespace's, not the machine's.
+    contained = ["--process-containment", "none"]
+    ours = [sys.executable, "-m", "mcp_sessions", "gateway", "--log-level", "warning", *per_conversation, *contained]
     secret = {"MCP_SESSIONS_SECRET": SECRET}
     theirs = [node, str(SUPERGATEWAY), "--stdio", " ".join(command), "--outputTransport", "streamableHttp"]
     return {

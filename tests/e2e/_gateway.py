@@ -54,6 +54,17 @@ def installed(path: Path, what: str) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def readable_directory(prefix: str) -> Iterator[Path]:
+    """A new directory every user may read (mode 0755), which a contained process sees as the host does: not under
+    /tmp, /var/tmp, /dev/shm or /run/lock, each process's own under bwrap or unshare (the gateway's default), but
+    under /var/lib as root (else in the checkout, the tests' user's)."""
+    parent = Path("/var/lib") if os.geteuid() == 0 else MAIN
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=parent) as directory:
+        os.chmod(directory, 0o755)
+        yield Path(directory)
+
+
 def node() -> str:
     binary = shutil.which("node")
     if binary is None:
@@ -135,6 +146,10 @@ def gateway_process(
         arguments = (*arguments, "--processes", "per-conversation")
     if "--stdio" in arguments and "--warm" not in arguments:  # none started ahead but by the pool's own tests
         arguments = (*arguments, "--warm", "0")
+    # Their servers' pids tell processes apart, and pytest's tmp_path is where they leave files for the test: under
+    # the default containment (auto), each would be pid 2 in a /tmp of its own.
+    if "--stdio" in arguments and "--process-containment" not in arguments:
+        arguments = (*arguments, "--process-containment", "none")
 
     def command(port: int) -> tuple[list[str], Mapping[str, str]]:
         line = [*program, "gateway", "--port", str(port), "--log-level", "warning"]

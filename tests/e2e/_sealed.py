@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,11 +25,11 @@ from _mcp import ModernClient, session_meta
 from _redis import missing
 from _waits import WITHIN
 from conftest import SECRET
-from e2e._gateway import Process, started
+from e2e._gateway import Process, readable_directory, started
 from e2e._issuer import ISSUER, signed
 
 SERVER = r"""
-import ctypes, json, os, signal, sys, time
+import ctypes, json, os, signal, socket, sys, time
 def send(message): sys.stdout.write(json.dumps(message) + "\n"); sys.stdout.flush()
 def daemon(marker):
     if os.fork() == 0:
@@ -61,6 +60,14 @@ def whoami():
     pids = [pid for pid in os.listdir("/proc") if pid.isdigit()]
     return json.dumps({"pid": os.getpid(), "uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
                        "cwd": os.getcwd(), "environ": dict(os.environ), "pids": pids})
+def loopback():
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        socket.create_connection(listener.getsockname(), 5).close()
+    return "connected"
+def spin():
+    if os.fork() == 0:
+        while True: pass
+    return "spinning"
 def stall():
     print("stalled", file=sys.stderr, flush=True)
     time.sleep(600)
@@ -78,6 +85,9 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "chmod": lambda path, mode: tried(lambda: os.chmod(path, mode) or "changed"),
          "signal": lambda pid, sig: tried(lambda: os.kill(pid, sig) or "sent"),
          "allocate": lambda mib: str(len(bytearray(mib << 20))),
+         "mode": lambda path: tried(lambda: oct(os.stat(path).st_mode & 0o7777)),
+         "connect": lambda port: tried(lambda: socket.create_connection(("127.0.0.1", port), 5).close() or "connected"),
+         "loopback": loopback, "spin": spin,
          "big": lambda: "read"}
 for line in sys.stdin:
     message = json.loads(line)
@@ -96,11 +106,13 @@ for line in sys.stdin:
 OPEN: list[httpx.Client] = []
 UIDS = "61000-61099"
 SECRETS = {"alice": "alice-s-secret-0001", "bob": "bob-s-secret-0002"}
+PRIVATE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # a contained process's own
 
 
 def needs(*features: str) -> None:
     """Skip the test without a host feature it needs (fail it under CI): ``root``, ``bwrap``, ``unshare``, or a
-    control group the gateway may create, ``cgroup-memory`` or ``cgroup-pids`` (v2 delegated, or v1 writable)."""
+    control group the gateway may create, ``cgroup-memory``, ``cgroup-pids`` or ``cgroup-cpu`` (v2 delegated, or v1
+    writable)."""
     for feature in features:
         if feature == "root" and os.geteuid() != 0:
             missing("this test needs root: the gateway gives each process a uid of its own")
@@ -115,14 +127,15 @@ def needs(*features: str) -> None:
 def _cgroup_writable(controller: str) -> bool:
     from mcp_sessions._gateway._sandbox import Cgroups
 
-    return Cgroups.found(1 << 30 if controller == "memory" else None, 64 if controller == "pids" else None) is not None
+    bounds = {"memory": (1 << 30, None, None), "pids": (None, 64, None), "cpu": (None, None, 0.5)}[controller]
+    return Cgroups.found(*bounds) is not None
 
 
 @contextlib.contextmanager
 def hostile() -> Iterator[str]:
-    """The hostile server's command, its file in a directory any user may read (its processes run as other users)."""
-    with tempfile.TemporaryDirectory() as directory:
-        os.chmod(directory, 0o755)
+    """The hostile server's command, its file in a directory any user may read (its processes run as other users) and
+    a contained process sees (not its own /tmp)."""
+    with readable_directory("mcp-sessions-hostile-") as directory:
         path = Path(directory, "hostile.py")
         path.write_text(SERVER)
         path.chmod(0o644)

@@ -15,7 +15,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -62,6 +61,7 @@ from e2e._gateway import (
     installed,
     legacy_initialize,
     node,
+    readable_directory,
     result_of,
     upstream_server,
 )
@@ -459,10 +459,10 @@ def test_the_mcp_inspector_cli_with_a_bearer_token(team: Process) -> None:
 
 @pytest.fixture
 def readable_tmp() -> Iterator[Path]:
-    """A directory any user may read: the team recipe's processes run as uids of their own."""
-    with tempfile.TemporaryDirectory() as directory:
-        os.chmod(directory, 0o755)
-        yield Path(directory)
+    """A directory any user may read: the team recipe's processes run as uids of their own, in a /tmp of their own
+    (``--process-containment bwrap``) that does not hold it."""
+    with readable_directory("mcp-sessions-team-") as directory:
+        yield directory
 
 
 def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:

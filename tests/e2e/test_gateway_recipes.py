@@ -19,14 +19,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from _redis import redis_server_binary
-from e2e._gateway import CACHE, MAIN, installed
+from e2e._gateway import CACHE, MAIN, installed, readable_directory
 
 PAGE = MAIN / "docs" / "gateway.md"
 TEAM = "## One gateway for a team"
@@ -83,10 +82,10 @@ def waited(block: str) -> str:
 @pytest.fixture
 def readable() -> Iterator[Path]:
     """A directory every user may read: the team recipe's processes run as uids of their own (``--process-uids``),
-    which read its ``whose.py`` and its virtual environment (pytest's ``tmp_path`` is its user's alone)."""
-    with tempfile.TemporaryDirectory(prefix="mcp-sessions-recipe-") as directory:
-        os.chmod(directory, 0o755)
-        yield Path(directory)
+    which read its ``whose.py`` and its virtual environment (pytest's ``tmp_path`` is its user's alone), and in a
+    /tmp of their own (``--process-containment bwrap``), which does not hold them."""
+    with readable_directory("mcp-sessions-recipe-") as directory:
+        yield directory
 
 
 def run_recipe(script: str, tmp_path: Path) -> str:

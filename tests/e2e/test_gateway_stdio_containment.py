@@ -4,8 +4,8 @@ sees and inherits, what it may hold, and that nothing it starts outlives it. A r
 (``e2e._sealed.SERVER``: JSON-RPC lines by hand, no SDK), reached by raw 2026-07-28 requests of two users with
 JWKS-signed tokens.
 
-What a test needs of the host (root, bubblewrap, util-linux's ``unshare``, a writable memory or pids control group) it
-says through :func:`needs`: skipped without it, failed under ``CI=true``.
+What a test needs of the host (root, bubblewrap, util-linux's ``unshare``, a writable memory, pids or cpu control group)
+it says through :func:`needs`: skipped without it, failed under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -31,9 +32,9 @@ import pytest
 from _mcp import session_meta
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import CACHE, installed, node, rss_kib
+from e2e._gateway import CACHE, installed, node, readable_directory, rss_kib
 from e2e._issuer import jwks as served_jwks
-from e2e._sealed import SECRETS, UIDS, call, client, gateway, hostile, needs, of_uid, running, team, text
+from e2e._sealed import PRIVATE, SECRETS, UIDS, call, client, gateway, hostile, needs, of_uid, running, team, text
 
 AUTH = (
     "--auth-jwks",
@@ -104,6 +105,8 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
                 "write": text(call(bob, "write", his, path=f"{she['cwd']}/planted")),
             }
             outside = {"environ": "No such file or directory", "signal": "No such process", "ptrace": "No such process"}
+            # A /tmp of its own, where her directory is not.
+            outside |= dict.fromkeys(("list hers", "read", "write"), "No such file or directory")
             for what, said in tried.items():
                 expected = outside.get(what, "Permission denied") if containment != "none" else "Permission denied"
                 assert said in (f"denied: {expected}", "denied: Operation not permitted"), (what, said)
@@ -168,6 +171,146 @@ def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, c
         until(lambda: running(marker) == [], "the daemons to end")  # their reaping may lag the gateway's end
 
 
+@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
+def test_by_default_a_daemon_ends_with_its_conversation(server: str, containment: str) -> None:
+    """No --process-containment: bubblewrap where it works, else util-linux's unshare (here: a PATH without bwrap),
+    said in the startup line; a double-forked, setsid daemon ends with its conversation's sessions/delete."""
+    needs("root", containment)
+    marker = f"daemon-{uuid.uuid4().hex}"
+    with readable_directory("mcp-sessions-path-") as directory:  # not in /tmp: the tools run in the namespace too
+        environ = {"MCP_SESSIONS_SECRET": SECRET}
+        if containment == "unshare":  # the tools the gateway runs, bubblewrap not among them
+            for tool in ("sh", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ip", "pkill", "find"):
+                Path(directory, tool).symlink_to(shutil.which(tool) or tool)
+            environ["PATH"] = str(directory)
+        with gateway(server, environ=environ) as process:
+            said = "containment bwrap (auto)" if containment == "bwrap" else "containment unshare (auto)"
+            assert f"each process: {said}, the gateway's uid" in process.output()
+            mcp = client(process)
+            session = mcp.create_session()
+            assert text(call(mcp, "daemon", session, marker=marker)) == "started"
+            until(lambda: len(running(marker)) == 1, "the daemon")
+            mcp.request("sessions/delete", session=session_meta(session))
+            until(lambda: running(marker) == [], "the daemon to end")
+
+
+@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
+def test_a_contained_process_has_temporary_directories_of_its_own_and_no_view_of_the_control_groups(
+    server: str, containment: str
+) -> None:
+    """Under bwrap or unshare, /tmp, /var/tmp, /dev/shm and /run/lock are the process's own (an empty tmpfs each, mode
+    1777): it reads no file the host, or another conversation, has there, and the host never sees what it writes
+    there; /sys/fs/cgroup is empty (else it lists every conversation's control group). Its own directory, under
+    /tmp (--process-uids' default), is there as the host's."""
+    needs("root", containment)
+    planted = {path: f"{path}/planted-{uuid.uuid4().hex}" for path in PRIVATE if Path(path).is_dir()}
+    left = f"/tmp/left-{uuid.uuid4().hex}"
+    try:
+        for path in planted.values():
+            Path(path).write_text("the host's")
+            os.chmod(path, 0o644)
+        with gateway(server, "--process-containment", containment, "--process-uids", UIDS) as process:
+            mcp = client(process)
+            session = mcp.create_session()
+            seen = json.loads(text(call(mcp, "whoami", session)))
+            assert seen["cwd"].startswith(f"{tempfile.gettempdir()}/mcp-sessions/"), seen["cwd"]
+            for directory, path in planted.items():
+                assert text(call(mcp, "read", session, path=path)) == "denied: No such file or directory", path
+                assert text(call(mcp, "mode", session, path=directory)) == "0o1777", directory
+            assert text(call(mcp, "write", session, path=left)) == "4"
+            assert not Path(left).exists()
+            assert text(call(mcp, "listdir", session, path="/sys/fs/cgroup")) == "[]"
+            assert text(call(mcp, "write", session, path=f"{seen['cwd']}/notes")) == "4"
+            assert Path(seen["cwd"], "notes").read_text() == "mine"
+    finally:
+        for path in [*planted.values(), left]:
+            Path(path).unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
+def test_network_none_leaves_a_process_its_own_loopback_only(server: str, containment: str) -> None:
+    """--process-network none: a network namespace of its own (the kernel's): the process cannot connect to a port
+    the host listens on (the host's network can), and has a loopback of its own, up, to listen and connect on."""
+    needs("root", containment)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        with gateway(server, "--process-containment", containment) as process:
+            assert text(call(client(process), "connect", port=port)) == "connected"  # the host's network
+        listener.accept()[0].close()
+        options = ("--process-containment", containment, "--process-network", "none")
+        with gateway(server, *options) as process:
+            assert f"each process: containment {containment}, the gateway's uid, bounds none, network none" in (
+                process.output()
+            )
+            mcp = client(process)
+            assert text(call(mcp, "connect", port=port)).startswith("denied: ")
+            assert text(call(mcp, "loopback")) == "connected"
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):  # nothing of the process's reached it
+            listener.accept()
+
+
+def test_a_conversations_processes_together_get_at_most_their_cpu_bound(server: str) -> None:
+    """--process-cpu 0.5: two busy loops of one conversation get half a core together, no more: the kernel throttles
+    its control group (cpu.stat's nr_throttled: the periods it used up its quota in, 50 ms of each 100 ms), and
+    the CPU time its processes used is within the quota of the periods they ran."""
+    needs("root", "cgroup-cpu")
+    with gateway(server, "--process-cpu", "0.5") as process:
+        mcp = client(process)
+        session = mcp.create_session()
+        seen = json.loads(text(call(mcp, "whoami", session)))
+        # Any of its processes (bubblewrap's, the server): the control group is the conversation's.
+        group = cpu_group(min(with_environ(f"MCP_SESSION_ID={seen['environ']['MCP_SESSION_ID']}")))
+        quota = (group / "cpu.max").read_text().split() if (group / "cpu.max").exists() else None
+        assert quota == ["50000", "100000"] or (group / "cpu.cfs_quota_us").read_text().strip() == "50000"
+        assert [text(call(mcp, "spin", session)) for _ in range(2)] == ["spinning", "spinning"]
+        until(lambda: cpu_stat(group)["nr_throttled"] >= 10, lambda: f"10 periods throttled: {cpu_stat(group)}")
+        ticks = sum(used(int(member)) for member in (group / "cgroup.procs").read_text().split())
+        stat = cpu_stat(group)
+        # Used / clock ticks (100 a second) against 50 ms a period, within a tick's error.
+        assert ticks / os.sysconf("SC_CLK_TCK") <= 1.2 * (stat["nr_periods"] + 2) * 0.05, (ticks, stat)
+
+
+def with_environ(marker: str) -> list[int]:
+    """The pids of the host's processes whose environment holds ``marker``."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            if marker.encode() in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+    return found
+
+
+def cpu_group(pid: int) -> Path:
+    """The control group the gateway made for ``pid`` that bounds its CPU: in v1's cpu hierarchy, else in v2."""
+    from mcp_sessions._gateway._sandbox import _mounted, _v1_path, _v2_path
+
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    mounts = [line.partition(" - ") for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    for group in (
+        _mounted(mounts, "cgroup", _v1_path(lines, "cpu"), "cpu"),
+        _mounted(mounts, "cgroup2", _v2_path(lines)),
+    ):
+        if group is not None and group.name.startswith("mcp-sessions-"):
+            return group
+    raise AssertionError(f"no control group of the gateway's bounds {pid}'s CPU: {lines}")
+
+
+def cpu_stat(group: Path) -> dict[str, int]:
+    return {
+        name: int(value) for name, value in (line.split() for line in (group / "cpu.stat").read_text().splitlines())
+    }
+
+
+def used(pid: int) -> int:
+    """The clock ticks of CPU ``pid`` used (user and system): 0 for one gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
 def test_two_gateways_given_one_range_never_share_a_uid_nor_end_each_others_processes(server: str) -> None:
     """Gateways of one host given one ``--process-uids`` range (the tests' workers, or an operator's slip): a uid is
     one gateway's at a time (a lock each), so the end of one's conversation, which kills what is left of its uid,
@@ -221,8 +364,7 @@ def test_process_user_and_cwd(server: str) -> None:
     """--process-user nobody: each process has that uid and cannot read the gateway's key file (mode 0600, root's);
     --process-cwd: a directory of its own per conversation, its HOME, removed with its process."""
     needs("root")
-    with tempfile.TemporaryDirectory() as directory:
-        os.chmod(directory, 0o755)
+    with readable_directory("mcp-sessions-keys-") as directory:  # where a contained process sees the file
         keys = Path(directory, "keys")
         keys.write_text(f"k1:{SECRET}\n")
         keys.chmod(0o600)
@@ -320,6 +462,15 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
             ("--stdio", "/bin/true", "--process-containment", "bwrap"),
             "--process-containment bwrap: bwrap is not installed",
         ),
+        (
+            ("--stdio", "true", "--process-containment", "none", "--process-network", "none"),
+            "--process-network none needs bwrap or unshare (--process-containment)",
+        ),
+        (
+            ("--stdio", "/bin/true", "--process-network", "none"),
+            "--process-network none needs bwrap or unshare, and neither works here: bwrap: bwrap is not installed",
+        ),
+        (("--stdio", "true", "--process-cpu", "0"), "--process-cpu takes a number of cores, at least 0.01"),
     ],
 )
 def test_a_startup_error_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:

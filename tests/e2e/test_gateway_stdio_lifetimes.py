@@ -33,11 +33,13 @@ pytestmark = pytest.mark.anyio
 
 @contextlib.contextmanager
 def gateway(server: list[str], *options: str) -> Iterator[Process]:
-    """``mcp-sessions gateway --stdio SERVER`` with its defaults (no process started ahead), and ``options``."""
+    """``mcp-sessions gateway --stdio SERVER`` with its defaults (no process started ahead, and no containment: the
+    tests tell processes apart by their pids, each pid 2 in a PID namespace of its own), and ``options``."""
 
     def command(port: int) -> tuple[list[str], dict[str, str]]:
         line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port)]
-        stdio = ["--stdio", " ".join(server), "--warm", "0", "--log-level", "info", *options]
+        stdio = ["--stdio", " ".join(server), "--warm", "0", "--log-level", "info", "--process-containment", "none"]
+        stdio += options
         return [*line, *stdio], {"MCP_SESSIONS_SECRET": SECRET}
 
     process = started("mcp-sessions gateway", command)

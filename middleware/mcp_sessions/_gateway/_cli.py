@@ -6,6 +6,7 @@ import argparse
 import grp
 import ipaddress
 import logging
+import math
 import os
 import pwd
 import shlex
@@ -160,9 +161,11 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--process-containment",
         choices=CONTAINMENTS,
-        default="none",
-        help="with --stdio: 'bwrap' (bubblewrap) or 'unshare' (util-linux): each process in a PID namespace with a "
-        "/proc of its own, all it started ending with it; 'none' (default): its process group only",
+        default="auto",
+        help="with --stdio: 'bwrap' (bubblewrap) or 'unshare' (util-linux, as root): each process in a PID namespace "
+        "with a /proc of its own, all it started ending with it, its own /tmp, /var/tmp, /dev/shm and /run/lock, no "
+        "view of the control groups; 'none': its process group only; 'auto' (default): bwrap where it works, else "
+        "unshare, else none (the startup line says which)",
     )
     gateway.add_argument(
         "--process-memory",
@@ -176,6 +179,13 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --stdio: how many processes a conversation may run at once (a control group, else "
         "RLIMIT_NPROC of its uid with --process-uids)",
+    )
+    gateway.add_argument(
+        "--process-cpu",
+        type=float,
+        metavar="CORES",
+        help="with --stdio: a conversation's CPU at most, all its processes together, in cores (0.5: half of one; "
+        "a control group's CFS quota)",
     )
     gateway.add_argument(
         "--process-cwd",
@@ -441,8 +451,8 @@ def _stdio_app(
 
 
 def _process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Any:
-    """How the stdio processes run (``--process-*``), checked, the containment tried once; and the gateway made
-    non-dumpable."""
+    """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
+    the one that works here); and the gateway made non-dumpable."""
     from ._sandbox import Sandbox, SandboxError, loads_code, private_parent
 
     if command and shutil.which(command[0]) is None:
@@ -476,7 +486,7 @@ def _process_options(args: argparse.Namespace, command: Sequence[str], auth: Gat
         network=args.process_network or ("egress" if uids is not None else "host"),
     )
     try:
-        sandbox.check()
+        sandbox = sandbox.chosen()
     except SandboxError as exc:
         raise ValueError(str(exc)) from None
     from ._stdio_child import undumpable  # the mcp SDK's import: not for a usage error
@@ -527,19 +537,26 @@ def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
 
 
 def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
-    """The control groups that bound each conversation (``--process-memory``, ``--process-pids``); None without
-    bounds, or for ``--process-pids`` alone with a uid per process where the host gives none (RLIMIT_NPROC)."""
-    from ._sandbox import Cgroups
+    """The control groups that bound each conversation (``--process-memory``, ``--process-pids``,
+    ``--process-cpu``); None without bounds, or for ``--process-pids`` alone with a uid per process where the host
+    gives none (RLIMIT_NPROC)."""
+    from ._sandbox import CPU_PERIOD, Cgroups
 
     for flag, value in (("--process-memory", args.process_memory), ("--process-pids", args.process_pids)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} takes a positive number")
+    cpu = args.process_cpu
+    # The kernel's least quota: 1 ms of each period.
+    if cpu is not None and not (math.isfinite(cpu) and cpu * CPU_PERIOD >= 1000):
+        raise ValueError(f"--process-cpu takes a number of cores, at least {1000 / CPU_PERIOD:g}")
     memory = None if args.process_memory is None else args.process_memory << 20
-    if memory is None and args.process_pids is None:
+    if memory is None and args.process_pids is None and cpu is None:
         return None
-    cgroups = Cgroups.found(memory, args.process_pids)
-    if cgroups is None and (memory is not None or not per_uid):
-        flag = "--process-memory" if memory is not None else "--process-pids (without --process-uids)"
+    cgroups = Cgroups.found(memory, args.process_pids, cpu)
+    if cgroups is None and (memory is not None or cpu is not None or not per_uid):
+        flag = "--process-pids (without --process-uids)"
+        if memory is not None or cpu is not None:
+            flag = "--process-memory" if memory is not None else "--process-cpu"
         raise ValueError(
             f"{flag} bounds a conversation through a control group, and this host gives the gateway none it may "
             "create (cgroup v2 delegated with the controller, or v1's hierarchy, writable)"

@@ -2,10 +2,13 @@
 
 A process is started through a chain of them, each doing one thing and then running the next:
 
-- ``sh`` writes its own pid into the conversation's control groups (its memory and process-count bounds),
-  so that the process is in them before any of its code runs;
+- ``sh`` writes its own pid into the conversation's control groups (its memory, process-count and CPU
+  bounds), so that the process is in them before any of its code runs;
 - ``bwrap`` (bubblewrap) or util-linux's ``unshare``: a PID namespace and a ``/proc`` of its own, so that it
-  sees no other process, and every process it started ends with it (the namespace's init ends them all);
+  sees no other process, and every process it started ends with it (the namespace's init ends them all); a mount
+  namespace with its own temporary directories and no view of the control groups (:func:`_namespace`; under
+  ``unshare``, a ``sh`` mounts them as root); with network ``none``, a network namespace of its own, its own
+  loopback only;
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
   so with a uid per process only);
 - ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges.
@@ -27,11 +30,12 @@ import pwd
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import count
 from pathlib import Path
 from typing import Final, Literal
@@ -40,8 +44,9 @@ import anyio
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-CONTAINMENTS: Final = ("bwrap", "unshare", "none")
-Containment = Literal["bwrap", "unshare", "none"]
+CONTAINMENTS: Final = ("auto", "bwrap", "unshare", "none")
+Containment = Literal["auto", "bwrap", "unshare", "none"]
+Network = Literal["host", "none", "egress"]
 INHERITED: Final = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 """The gateway's variables every process gets: the ``mcp`` SDK's ``DEFAULT_INHERITED_ENV_VARS`` (POSIX)."""
 LOADER: Final = frozenset(
@@ -62,17 +67,25 @@ UID_LOCKS: Final = "/run/mcp-sessions/uids"
 """Where a gateway holds a lock (``flock``) on each uid it has given a process, until that uid is free again: the
 gateways of one host never give out one uid at once, nor end each other's processes by it, whatever their ranges."""
 _JOIN: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-# And an IPC namespace: no SysV or POSIX message queue object outlives the process.
-_NAMESPACE: Final = {
-    "bwrap": [
-        *("bwrap", "--unshare-pid", "--unshare-ipc", "--die-with-parent"),
-        *("--dev-bind", "/", "/", "--proc", "/proc", "--"),
-    ],
-    "unshare": [
-        *("setpriv", "--pdeathsig", "KILL", "--"),
-        *("unshare", "--pid", "--ipc", "--fork", "--mount-proc", "--kill-child", "--"),
-    ],
-}
+PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
+"""The directories every uid may write where a contained process gets its own, empty (a tmpfs each, mode 1777)."""
+CGROUPS: Final = "/sys/fs/cgroup"
+"""Hidden from a contained process (an empty tmpfs over it): it would list every conversation's control group."""
+# unshare's mounts, as root in its new namespaces before setpriv runs the command: $1 the process's directory (or
+# ""), bound back where it was under its tmpfs (its parents there 0711, as on the host); $2 "up" for its own
+# loopback (a new network namespace's is down); then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
+_UNSHARE_MOUNTS: Final = """\
+cwd=$1 lo=$2; shift 2
+while [ "$1" != -- ]; do mount -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
+if [ -n "$cwd" ]; then
+    (umask 066; mkdir -p "$cwd") && mount --no-canonicalize --bind . "$cwd" && cd "$cwd" || exit 125
+    unset OLDPWD
+fi
+if [ "$lo" = up ]; then ip link set lo up || exit 125; fi
+exec "$@"
+"""
+CPU_PERIOD: Final = 100_000
+"""The period (µs) of a conversation's CPU quota: ``--process-cpu N`` is N times it in each."""
 # The file systems of the kernel's own state, where no process makes a file: never looked in for one.
 _KERNEL_VIEWS: Final = frozenset(
     {
@@ -252,11 +265,13 @@ class Cgroups:
     parents: tuple[Path, ...]
     memory: int | None = None
     pids: int | None = None
+    cpu: float | None = None
 
     @classmethod
-    def found(cls, memory: int | None, pids: int | None) -> Cgroups | None:
-        """The gateway's own control groups that can bound ``memory`` and ``pids`` (one probe created and
-        removed in each); None when this host gives it none (not root, or read-only as in most containers)."""
+    def found(cls, memory: int | None, pids: int | None, cpu: float | None = None) -> Cgroups | None:
+        """The gateway's own control groups that can bound ``memory``, ``pids`` and ``cpu`` (cores; one probe
+        created and removed in each); None when this host gives it none (not root, or read-only as in most
+        containers)."""
         lines = _read("/proc/self/cgroup").splitlines()
         mountinfo = _read("/proc/self/mountinfo").splitlines()
         mounts = [line.partition(" - ") for line in mountinfo]
@@ -265,19 +280,21 @@ class Cgroups:
             wanted.append("memory")
         if pids is not None:
             wanted.append("pids")
+        if cpu is not None:
+            wanted.append("cpu")
         v2 = _mounted(mounts, "cgroup2", _v2_path(lines))
         if v2 is not None and _delegated(v2, wanted):
-            return cls(2, (v2,), memory, pids)
+            return cls(2, (v2,), memory, pids, cpu)
         parents = []
+        needs = {"memory": "memory.limit_in_bytes", "pids": "pids.max", "cpu": "cpu.cfs_quota_us"}
         for name in wanted:
             parent = _mounted(mounts, "cgroup", _v1_path(lines, name), name)
-            needed = "memory.limit_in_bytes" if name == "memory" else "pids.max"
-            if parent is None or not _probed(parent, needed):
+            if parent is None or not _probed(parent, needs[name]):
                 return None
             parents.append(parent)
         if not parents:
             return None
-        return cls(1, tuple(parents), memory, pids)
+        return cls(1, tuple(parents), memory, pids, cpu)
 
     def create(self) -> Cgroup:
         name = f"mcp-sessions-{os.getpid()}-{next(_ids)}"
@@ -285,7 +302,7 @@ class Cgroups:
         try:
             for directory in cgroup.dirs:
                 directory.mkdir()
-            cgroup.bound(self.memory, self.pids)
+            cgroup.bound(self.memory, self.pids, self.cpu)
         except OSError:
             cgroup.remove()
             raise
@@ -304,15 +321,20 @@ class Cgroup:
     version: int
     dirs: tuple[Path, ...]
 
-    def bound(self, memory: int | None, pids: int | None) -> None:
-        files: dict[str, int | None]
+    def bound(self, memory: int | None, pids: int | None, cpu: float | None = None) -> None:
+        """Write the bounds into each of its directories that has their files (in v1, each hierarchy has its own);
+        ``cpu``: cores, the CFS quota of each period of :data:`CPU_PERIOD` µs."""
+        quota = None if cpu is None else round(cpu * CPU_PERIOD)
+        files: dict[str, object]
         if self.version == 1:
-            # memsw: memory and swap together.
+            # memsw: memory and swap together. The period first: a quota is checked against it.
             files = {"memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory}
+            files |= {"cpu.cfs_period_us": None if quota is None else CPU_PERIOD, "cpu.cfs_quota_us": quota}
         else:
             # Memory that is swapped out is memory too.
             swap = None if memory is None else 0
             files = {"memory.max": memory, "memory.swap.max": swap}
+            files["cpu.max"] = None if quota is None else f"{quota} {CPU_PERIOD}"
         files["pids.max"] = pids
         for directory in self.dirs:
             for name, value in files.items():
@@ -349,8 +371,9 @@ class Cgroup:
 
 @dataclass(frozen=True)
 class Sandbox:
-    """How every process runs (the ``--process-*`` flags): its containment, its uid (one of ``uids`` each, or
-    ``user`` and ``group`` for all), its directory (``cwd``, a template with ``{id}``), and its bounds."""
+    """How every process runs (the ``--process-*`` flags): its containment (``auto`` until :meth:`chosen`), its uid
+    (one of ``uids`` each, or ``user`` and ``group`` for all), its directory (``cwd``, a template with ``{id}``),
+    its bounds, and its network (``none``: a network namespace of its own, its loopback only)."""
 
     containment: Containment = "none"
     uids: Uids | None = None
@@ -360,8 +383,9 @@ class Sandbox:
     cgroups: Cgroups | None = None
     # As RLIMIT_NPROC, where no control group bounds them.
     pids: int | None = None
-    # --process-network: "host", "none" (a namespace of its own) or "egress" (_network's rules).
-    network: str = "host"
+    network: Network = "host"
+    # How the containment was chosen, for the startup line: "auto", and why not bubblewrap where it is not.
+    choice: str = ""
 
     @property
     def said(self) -> str:
@@ -376,17 +400,46 @@ class Sandbox:
             bounds = self.cgroups.said
         elif self.pids:
             bounds = "RLIMIT_NPROC"
-        return f"containment {self.containment}, {runs_as}, bounds {bounds}"
+        chosen = f" ({self.choice})" if self.choice else ""
+        network = "" if self.network == "host" else f", network {self.network}"
+        return f"containment {self.containment}{chosen}, {runs_as}, bounds {bounds}{network}"
+
+    def chosen(self) -> Sandbox:
+        """This sandbox as it runs here, tried once (:meth:`check`): ``auto`` is bubblewrap where it works, else
+        util-linux's ``unshare`` where the gateway is root (its mounts need it) and it works, else ``none``."""
+        if self.containment != "auto":
+            self.check()
+            return self
+        failed = []
+        for tool in ("bwrap", "unshare"):
+            candidate = replace(self, containment=tool, choice="auto")
+            try:
+                if tool == "unshare" and os.geteuid() != 0:
+                    raise SandboxError("unshare: the gateway is not root")
+                candidate.check()
+            except SandboxError as exc:
+                failed.append(str(exc).removeprefix("--process-containment "))
+            else:
+                return candidate
+        if self.network == "none":
+            raise SandboxError(f"--process-network none needs bwrap or unshare, and neither works here: {failed[0]}")
+        return replace(self, containment="none", choice="auto: " + "; ".join(failed))
 
     def check(self) -> None:
-        """Whether the containment works here: one run of it, as the gateway would start a process."""
+        """Whether the containment works here: one run of it, as the gateway would start a process in a directory
+        under ``/tmp``."""
         tool = self.containment
+        if tool == "none" and self.network == "none":
+            raise SandboxError("--process-network none needs bwrap or unshare (--process-containment)")
         if tool == "none":
             return
         self._installed()
-        trial = [*_NAMESPACE[tool], "/bin/sh", "-c", "exit 0"]
-        # Our own command line.
-        done = subprocess.run(trial, capture_output=True, text=True, check=False)  # noqa: S603
+        with tempfile.TemporaryDirectory() as top:
+            cwd = os.path.join(top, "trial")
+            os.mkdir(cwd)
+            trial = [*_namespace(self, cwd), "/bin/sh", "-c", "exit 0"]
+            # Our own command line.
+            done = subprocess.run(trial, cwd=cwd, capture_output=True, text=True, check=False)  # noqa: S603
         if done.returncode == 0:
             return
         said = "exit status " + str(done.returncode)
@@ -398,6 +451,8 @@ class Sandbox:
     def _installed(self) -> None:
         """Each containment is its tool's name: that tool must be on ``PATH``."""
         tool = self.containment
+        if tool == "auto":
+            raise SandboxError("--process-containment auto is chosen once, at startup (Sandbox.chosen)")
         if tool != "none" and shutil.which(tool) is None:
             raise SandboxError(f"--process-containment {tool}: {tool} is not installed")
 
@@ -454,8 +509,7 @@ class Place:
             line = ["setpriv", *user, *_NO_PRIVILEGE, "--", *line]
         if sandbox.pids is not None and self.cgroup is None:
             line = ["prlimit", f"--nproc={sandbox.pids}", "--", *line]
-        if sandbox.containment != "none":
-            line = [*_NAMESPACE[sandbox.containment], *line]
+        line = [*_namespace(sandbox, self.cwd), *line]
         if self.cgroup is not None:
             line = ["/bin/sh", "-c", _JOIN, "sh", *self.cgroup.procs, "--", *line]
         return line
@@ -489,6 +543,44 @@ class Place:
         """What is left of the process's uid (its own) and control group killed, the uid's files removed."""
         uid = self.uid if self.sandbox.uids is not None else None
         return _cleared(uid, self.sandbox.swept, self.cgroup)
+
+
+def _namespace(sandbox: Sandbox, cwd: str | None) -> list[str]:
+    """The namespace part of a process's command line (none without a containment): a PID namespace and a ``/proc``
+    of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); with network ``none`` a network
+    namespace (its own loopback only); a mount namespace where each of :data:`PRIVATE` and :data:`CGROUPS` the host
+    has is an empty tmpfs, and ``cwd``, where one of them held it, is bound back. Its first process dies with the
+    gateway, even by SIGKILL (bubblewrap's ``--die-with-parent``, ``setpriv --pdeathsig``)."""
+    tool = sandbox.containment
+    if tool not in ("bwrap", "unshare"):
+        return []
+    isolated = sandbox.network == "none"
+    hidden = [path for path in (*PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
+    home = "" if cwd is None else os.path.abspath(cwd)
+    # The tmpfs that hides the process's directory, if one does: the directory is bound back over it.
+    under = next((path for path in hidden if path in PRIVATE and home.startswith(f"{path}/")), None)
+    if tool == "unshare":
+        network = ["--net"] if isolated else []
+        mounts = []
+        for path in hidden:
+            mounts += [path, "nosuid,nodev,mode=1777" if path in PRIVATE else "nosuid,nodev,mode=755"]
+        return [
+            *("setpriv", "--pdeathsig", "KILL", "--", "unshare", "--pid", "--ipc", *network),
+            *("--fork", "--mount-proc", "--kill-child", "--", "/bin/sh", "-c", _UNSHARE_MOUNTS, "sh"),
+            *(home if under else "", "up" if isolated else "", *mounts, "--"),
+        ]
+    network = ["--unshare-net"] if isolated else []
+    line = ["bwrap", "--unshare-pid", "--unshare-ipc", *network, "--die-with-parent"]
+    line += ["--dev-bind", "/", "/", "--proc", "/proc"]
+    for path in hidden:  # a later mount over an earlier one
+        line += ["--perms", "01777", "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
+    if under is not None:
+        # Its parents under the tmpfs as the host has them (bubblewrap would make them 0700, root's), then itself.
+        for parent in reversed(Path(home).parents):
+            if str(parent).startswith(f"{under}/"):
+                line += ["--perms", "0711", "--dir", str(parent)]
+        line += ["--bind", home, home]
+    return [*line, "--"]
 
 
 def _workdir(path: str, place: Place) -> str:

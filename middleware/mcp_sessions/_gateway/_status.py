@@ -49,8 +49,8 @@ STATUS_PATH: Final = "/status"
 USER_PATH: Final = "/mcp/sessions"
 LOOPBACK_NAMES: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
 CONVERSATIONS: Final = frozenset({"transport-session", "data-layer-session", "host-conversation", "request", "caller"})
-"""The kinds the limits count: a conversation's, a request's own or a caller's own (not the shared one, nor those started
-ahead)."""
+"""The kinds the limits count: a conversation's, a request's own or a caller's own (not the shared one, nor those
+started ahead)."""
 
 
 class OperatorStatus:
