@@ -48,16 +48,18 @@ def gateway(path: Path) -> bool:
 # its statements out (992 then) and issue 68's density pass of _cli (1,194 then); _gateway's from 2,400 to
 # 4,100 with issues 65-67 (the sealed processes, the process table's typed keys, the token exchange, the
 # operator's view, the revision's lifetimes) and the density pass that brought it within the guard (3,958
-# then), then to 4,300 with issue 76's network (the egress rules, the status socket: 4,281). Each grew by what
-# its features needed.
+# then), then to 4,600 with issue 76's sealing (the egress rules and the status socket, the uid sweep, the
+# namespaces' own temporary directories and network, the CPU bound, a process per caller, owners by identity:
+# 3,997 -> 4,551). Each grew by what its features needed.
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
     "core": (core, 8_000),
     "_cli": (cli, 1_230),
-    "_gateway": (gateway, 4_300),
+    "_gateway": (gateway, 4_600),
 }
 # The suite's: every line of its Python files, conformance/tests/ included (32,337 when it was first counted;
-# 34,617 with issues 65-68's tests through real gateways, authorization servers and hosts).
-TESTS_BUDGET = 35_500
+# 34,617 with issues 65-68's tests through real gateways, authorization servers and hosts; 35,809 with issue
+# 76's, each a hostile process or user against a real gateway as root).
+TESTS_BUDGET = 36_000
 # The density guard: the core's figures when it was set (issue 68; Starlette's are 34.7 and 2.2%).
 MOST_CHARACTERS_PER_LINE = 40.1
 MOST_SHARE_OVER_100 = 6.4  # percent of code lines

@@ -39,7 +39,7 @@ from e2e._stdio import SERVER, SERVER_PATH, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import _stdio_table
 from mcp_sessions._gateway._auth import GatewayAuth
-from mcp_sessions._gateway._sandbox import Cgroups
+from mcp_sessions._gateway._cgroups import Cgroups
 
 pytestmark = pytest.mark.anyio
 

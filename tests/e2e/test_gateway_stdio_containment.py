@@ -283,7 +283,7 @@ def with_environ(marker: str) -> list[int]:
 
 def cpu_group(pid: int) -> Path:
     """The control group the gateway made for ``pid`` that bounds its CPU: in v1's cpu hierarchy, else in v2."""
-    from mcp_sessions._gateway._sandbox import _mounted, _v1_path, _v2_path
+    from mcp_sessions._gateway._cgroups import _mounted, _v1_path, _v2_path
 
     lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     mounts = [line.partition(" - ") for line in Path("/proc/self/mountinfo").read_text().splitlines()]

@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 from mcp_sessions._gateway import _sandbox
-from mcp_sessions._gateway._sandbox import Cgroup, Place, Sandbox, SandboxError, Uids
+from mcp_sessions._gateway._cgroups import Cgroup
+from mcp_sessions._gateway._sandbox import Place, Sandbox, SandboxError, Uids
 from mcp_sessions._gateway._stdio_child import Child, _ignored, _no_client, _taken
 
 

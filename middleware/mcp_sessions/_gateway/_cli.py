@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import grp
 import ipaddress
 import logging
-import math
-import os
-import pwd
 import shlex
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
@@ -24,7 +18,7 @@ from ._app import (
     gateway_app,
 )
 from ._network import NetworkError, add_network_arguments
-from ._sandbox import CONTAINMENTS
+from ._process_flags import add_process_arguments, process_options
 from ._serving import EXIT_USAGE, serve
 
 if TYPE_CHECKING:
@@ -84,123 +78,11 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
         help="a stdio server's command and arguments, split as a shell would and run without one: a process "
         "per conversation (pip install 'mcp-sessions[gateway]')",
     )
-    _process_arguments(gateway)
-    _containment_arguments(gateway)
+    add_process_arguments(gateway)
     add_network_arguments(gateway)
     _serving_arguments(gateway)
     _auth_arguments(gateway)
     _exchange_arguments(gateway)
-
-
-def _process_arguments(gateway: argparse.ArgumentParser) -> None:
-    """With ``--stdio``: which process a request reaches, how many run at once, and how long each lives."""
-    gateway.add_argument(
-        "--processes",
-        choices=("auto", "per-conversation", "shared"),
-        default="auto",
-        help="with --stdio: a process per conversation, or one shared by every client (each request names its "
-        "conversation in _meta); auto (default): if the server speaks 2026-07-28 and no --process-env or "
-        "--process-uids, a process per caller (its conversations named in _meta), else per conversation",
-    )
-    gateway.add_argument(
-        "--process-idle",
-        type=float,
-        metavar="SECONDS",
-        help="with --stdio: how long a conversation's process lives without a request (default: "
-        "MCP_SESSIONS_IDLE_TTL, else 600)",
-    )
-    gateway.add_argument(
-        "--max-processes",
-        type=int,
-        default=16,
-        metavar="N",
-        help="with --stdio: how many conversations' processes may run at once (default 16)",
-    )
-    gateway.add_argument(
-        "--max-processes-per-principal",
-        type=int,
-        metavar="N",
-        help="with --stdio: how many of them one caller (its principal, else its client address) may have (default 4)",
-    )
-    gateway.add_argument(
-        "--sessionless",
-        choices=("per-request", "shared"),
-        default="per-request",
-        help="with --stdio: a 2026-07-28 request that names no conversation gets a process of its own (default), or "
-        "the shared one",
-    )
-    gateway.add_argument(
-        "--warm",
-        type=int,
-        default=2,
-        metavar="N",
-        help="with --stdio: processes started ahead for new conversations and such requests (default 2)",
-    )
-
-
-def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
-    """With ``--stdio``: how each process runs and is contained (``_process_options`` checks them)."""
-    gateway.add_argument(
-        "--process-uids",
-        metavar="FIRST-LAST",
-        help="with --stdio: a uid (and gid) of its own for each process, from this range, which no user of the "
-        "system may have; the gateway must run as root",
-    )
-    gateway.add_argument(
-        "--process-user",
-        metavar="USER[:GROUP]",
-        help="with --stdio: run every process as this one user (and its group, or GROUP), for a single tenant; the "
-        "gateway must run as root",
-    )
-    gateway.add_argument(
-        "--accept-shared-uid",
-        action="store_true",
-        help="with auth and --process-env but no --process-uids: accept that users' processes, which share a uid, "
-        "can read each other's environment and files",
-    )
-    gateway.add_argument(
-        "--process-containment",
-        choices=CONTAINMENTS,
-        default="auto",
-        help="with --stdio: 'bwrap' (bubblewrap) or 'unshare' (util-linux, as root): each process in a PID namespace "
-        "with a /proc of its own, all it started ending with it, its own /tmp, /var/tmp, /dev/shm and /run/lock, no "
-        "view of the control groups; 'none': its process group only; 'auto' (default): bwrap where it works, else "
-        "unshare, else none (the startup line says which)",
-    )
-    gateway.add_argument(
-        "--process-memory",
-        type=int,
-        metavar="MIB",
-        help="with --stdio: a conversation's memory at most (MiB), all its processes together (a control group)",
-    )
-    gateway.add_argument(
-        "--process-pids",
-        type=int,
-        metavar="N",
-        help="with --stdio: how many processes a conversation may run at once (a control group, else "
-        "RLIMIT_NPROC of its uid with --process-uids)",
-    )
-    gateway.add_argument(
-        "--process-cpu",
-        type=float,
-        metavar="CORES",
-        help="with --stdio: a conversation's CPU at most, all its processes together, in cores (0.5: half of one; "
-        "a control group's CFS quota)",
-    )
-    gateway.add_argument(
-        "--process-cwd",
-        metavar="TEMPLATE",
-        help="with --stdio: a new working directory per process, also its HOME, '{id}' in it the process's own id "
-        "(its MCP_SESSION_ID; 'shared-' and a random part for the shared process); removed when the process ends",
-    )
-    gateway.add_argument(
-        "--pass-env",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="with --stdio: the gateway's variable NAME reaches every process (besides PATH, HOME, LOGNAME, SHELL, "
-        "TERM and USER); repeat",
-    )
 
 
 def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -345,7 +227,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
         egress = None
         if args.stdio is not None:
             command = shlex.split(args.stdio)
-            options = _process_options(args, command, auth)
+            options = process_options(args, command, auth)
             egress = _egress(args, options, forwarded)
             app: Any = _stdio_app(
                 args,
@@ -450,51 +332,6 @@ def _stdio_app(
     )
 
 
-def _process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Any:
-    """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
-    the one that works here); and the gateway made non-dumpable."""
-    from ._sandbox import Sandbox, SandboxError, loads_code, private_parent
-
-    if command and shutil.which(command[0]) is None:
-        raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
-    if auth is not None and args.process_env and not args.process_uids and not args.accept_shared_uid:
-        raise ValueError(
-            "--process-env puts each user's secrets in processes that share one uid and can read each other's: "
-            "give --process-uids FIRST-LAST (a uid per process), or --accept-shared-uid to accept that"
-        )
-    if any(name.startswith("MCP_SESSION") for name in args.pass_env):
-        raise ValueError("--pass-env: the gateway's MCP_SESSION* variables are its own")
-    if loader := [name for name in args.pass_env if loads_code(name)]:
-        raise ValueError(f"--pass-env: {loader[0]!r} tells the dynamic loader what to load, and root's helpers run it")
-    uids, user, group = _run_as(args)
-    cwd = args.process_cwd
-    if cwd is not None and "{id}" not in os.path.basename(cwd):
-        raise ValueError("--process-cwd needs '{id}' in its last part: each conversation gets a directory of its own")
-    if cwd is None and uids is not None:  # a uid of its own, so a HOME of its own
-        cwd = os.path.join(tempfile.gettempdir(), "mcp-sessions", "{id}")
-    if cwd is not None and uids is not None:
-        private_parent(cwd)
-    cgroups = _bounds(args, per_uid=uids is not None)
-    sandbox = Sandbox(
-        args.process_containment,
-        uids=uids,
-        user=user,
-        group=group,
-        cwd=cwd,
-        cgroups=cgroups,
-        pids=args.process_pids if cgroups is None else None,
-        network=args.process_network or ("egress" if uids is not None else "host"),
-    )
-    try:
-        sandbox = sandbox.chosen()
-    except SandboxError as exc:
-        raise ValueError(str(exc)) from None
-    from ._stdio_child import undumpable  # the mcp SDK's import: not for a usage error
-
-    undumpable()
-    return sandbox
-
-
 def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> Any:
     """``_network.egress_rules`` for ``sandbox``'s processes; and the status socket's directory checked."""
     from ._front import trusted_proxies
@@ -507,61 +344,6 @@ def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> An
     uids = None if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)
     trusted = trusted_proxies(forwarded)
     return egress_rules(sandbox.network, uids or sandbox.user, args.process_allow_net, trusted, args.port)
-
-
-def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:
-    """As whom the processes run: a uid each from ``--process-uids``, or ``--process-user``'s uid and gid."""
-    from ._sandbox import UID_LOCKS, Uids
-
-    if (args.process_uids or args.process_user) and os.geteuid() != 0:
-        flag = "--process-uids" if args.process_uids else "--process-user"
-        raise ValueError(f"{flag} needs the gateway to run as root (it changes each process's user)")
-    if args.process_uids and args.process_user:
-        raise ValueError("--process-uids gives each process a uid of its own: not with --process-user")
-    if args.process_uids is not None:
-        try:
-            uids = Uids(args.process_uids)
-        except OSError as exc:
-            raise ValueError(f"--process-uids: {UID_LOCKS} could not be made: {exc.strerror}") from None
-        if (someone := uids.taken_by_users()) is not None:
-            raise ValueError(f"--process-uids: the range is the gateway's alone, but {someone} is a user here")
-        return uids, None, None
-    if args.process_user is None:
-        return None, None, None
-    name, _, group_name = args.process_user.partition(":")
-    try:
-        entry = pwd.getpwnam(name)
-        return None, entry.pw_uid, grp.getgrnam(group_name).gr_gid if group_name else entry.pw_gid
-    except KeyError:
-        raise ValueError(f"--process-user: no such user or group: {args.process_user}") from None
-
-
-def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
-    """The control groups that bound each conversation (``--process-memory``, ``--process-pids``,
-    ``--process-cpu``); None without bounds, or for ``--process-pids`` alone with a uid per process where the host
-    gives none (RLIMIT_NPROC)."""
-    from ._sandbox import CPU_PERIOD, Cgroups
-
-    for flag, value in (("--process-memory", args.process_memory), ("--process-pids", args.process_pids)):
-        if value is not None and value < 1:
-            raise ValueError(f"{flag} takes a positive number")
-    cpu = args.process_cpu
-    # The kernel's least quota: 1 ms of each period.
-    if cpu is not None and not (math.isfinite(cpu) and cpu * CPU_PERIOD >= 1000):
-        raise ValueError(f"--process-cpu takes a number of cores, at least {1000 / CPU_PERIOD:g}")
-    memory = None if args.process_memory is None else args.process_memory << 20
-    if memory is None and args.process_pids is None and cpu is None:
-        return None
-    cgroups = Cgroups.found(memory, args.process_pids, cpu)
-    if cgroups is None and (memory is not None or cpu is not None or not per_uid):
-        flag = "--process-pids (without --process-uids)"
-        if memory is not None or cpu is not None:
-            flag = "--process-memory" if memory is not None else "--process-cpu"
-        raise ValueError(
-            f"{flag} bounds a conversation through a control group, and this host gives the gateway none it may "
-            "create (cgroup v2 delegated with the controller, or v1's hierarchy, writable)"
-        )
-    return cgroups
 
 
 def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth | None:
