@@ -286,8 +286,8 @@ class Sandbox:
         elif self.pids:
             bounds = "RLIMIT_NPROC"
         chosen = f" ({self.choice})" if self.choice else ""
-        network = "" if self.network == "host" else f", network {self.network}"
-        return f"containment {self.containment}{chosen}, {runs_as}, bounds {bounds}{network}"
+        # The network: the startup line's next part (_network's rules say theirs).
+        return f"containment {self.containment}{chosen}, {runs_as}, bounds {bounds}"
 
     def chosen(self) -> Sandbox:
         """This sandbox as it runs here, tried once (:meth:`check`): ``auto`` is bubblewrap where it works, else
