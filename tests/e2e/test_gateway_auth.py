@@ -417,8 +417,8 @@ def test_the_principal_header_counts_from_a_trusted_proxy_alone() -> None:
             "X-Forwarded-User",
             "--forwarded-allow-ips",
             "127.0.0.1",
-            "--process-network",  # a process on the host's network would connect from the proxy's address
-            "none",
+            # A process on the host's network would connect from the proxy's address: a network of its own.
+            *("--process-containment", "bwrap", "--process-network", "none"),
             environ={"PYTHONPATH": PYTHONPATH},
         ) as server,
         httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as around,
@@ -525,6 +525,18 @@ def call(http: httpx.Client, url: str, tool: str, session: str | None = None, ba
     return json.loads(answer["result"]["content"][0]["text"])
 
 
+def host_pid(whoami: dict[str, Any]) -> int:
+    """The host's pid of the process that answered ``whoami`` (in its PID namespace it is pid 2): the first of its
+    chain, bubblewrap's, whose parent is its replica; found by the MCP_SESSION_ID its environment holds."""
+    marker = f"MCP_SESSION_ID={whoami['session']}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            if marker in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+    return min(found)
+
+
 def parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
@@ -539,7 +551,14 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "2.0",  # and a connect past 0.25 s
     }
     # No process on the host's network: it would connect from the front's address.
-    trusting_the_front = ("--forwarded-allow-ips", "127.0.0.1", "--process-network", "none")
+    trusting_the_front = (
+        "--forwarded-allow-ips",
+        "127.0.0.1",
+        "--process-containment",
+        "bwrap",
+        "--process-network",
+        "none",
+    )
     one_caller = ("--max-processes", "32", "--max-processes-per-principal", "32")  # all 127.0.0.1's: 20, anywhere
     with contextlib.ExitStack() as stack:
         replicas = [
@@ -565,14 +584,15 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         placed = [next(c for c in candidates if ranking.for_conversation(c)[0] is ranking.all[n]) for n in (0, 1)]
         hosts = [f"gen_ai.conversation.id={conversation}" for conversation in placed]
         named = [{"session": sid} for sid in ids] + [{"baggage": baggage} for baggage in hosts]
-        first = [call(http, url, "whoami", **conversation)["pid"] for conversation in named]
+        first = [host_pid(call(http, url, "whoami", **conversation)) for conversation in named]
         for conversation, pid in zip(named, first, strict=True):
             assert [call(http, url, "count", **conversation) for _ in range(2)] == [1, 2]
-            assert call(http, url, "whoami", **conversation)["pid"] == pid  # one process for all of it
+            assert host_pid(call(http, url, "whoami", **conversation)) == pid  # one process for all of it
         # A 2025 transport session per host's conversation, opened on its replica: a process of its own.
         transports = [legacy_initialize(http, url, {"baggage": baggage}) for baggage in hosts]
         first += [
-            json.loads(tool_text(result_of(http.post(url, json=legacy_call, headers=t), 1)))["pid"] for t in transports
+            host_pid(json.loads(tool_text(result_of(http.post(url, json=legacy_call, headers=t), 1))))
+            for t in transports
         ]
         pids = {replica.process.pid: replica for replica in replicas if replica.process is not None}
         on_replica = [pids[parent(pid)] for pid in first]
@@ -581,8 +601,8 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         victim = named[0]["session"]
         baggage = f"gen_ai.conversation.id={jwt_claims(victim)['sid']}"
         replica = on_replica[0].url()
-        assert call(around, replica, "whoami", baggage=baggage)["pid"] != first[0]  # around the front: no
-        assert call(http, replica, "whoami", baggage=baggage)["pid"] == first[0]  # from the front's address
+        assert host_pid(call(around, replica, "whoami", baggage=baggage)) != first[0]  # around the front: no
+        assert host_pid(call(http, replica, "whoami", baggage=baggage)) == first[0]  # from the front's address
 
         stopped = on_replica[0]
         other = next(replica for replica in replicas if replica is not stopped).url()
@@ -591,7 +611,7 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         for n, conversation in enumerate(named):
             if on_replica[n] is not stopped:  # the other replica's conversations go on, untouched
                 assert call(http, url, "count", **conversation) == 3
-                assert call(http, url, "whoami", **conversation)["pid"] == first[n]
+                assert host_pid(call(http, url, "whoami", **conversation)) == first[n]
             else:  # the stopped replica's are over: never a new process, as if it were the same conversation
                 error = answer_to(http, url, "whoami", **conversation)["error"]
                 assert (error["code"], error["message"][:17]) == (SESSION_NOT_FOUND, "Session not found"), error
@@ -606,4 +626,4 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
             {"session": created(http, url)},
             {"baggage": f"gen_ai.conversation.id={os.urandom(8).hex()}"},
         ):
-            assert pids[parent(call(http, url, "whoami", **conversation)["pid"])] is not stopped  # new ones start
+            assert pids[parent(host_pid(call(http, url, "whoami", **conversation)))] is not stopped  # new ones start

@@ -208,6 +208,7 @@ def test_the_process_metrics_are_recorded() -> None:
         "transport-session": 0,
         "host-conversation": 0,
         "request": 0,
+        "caller": 0,
         "warm": 0,
     }
     [starts] = points(running["mcp_sessions.gateway.process.starts"])

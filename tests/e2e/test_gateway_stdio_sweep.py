@@ -2,7 +2,9 @@
 did and however its gateway ended, and nothing one conversation leaves ends the others' (issue 76, findings 1, 2
 and 4 of its red team). A real gateway process, run as root, in front of the hostile stdio server of
 ``e2e._sealed``; each test's range is small (the shared process takes one uid, each conversation one), so that a
-uid kept for good shows as "no free uid".
+uid kept for good shows as "no free uid". Each runs without containment (``--process-containment none``): contained,
+a process has /tmp, /dev/shm and /run/lock of its own and its daemon ends with its namespace, so nothing is left
+where the sweep looks; uncontained, everything is, and the sweep alone clears it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from e2e._gateway import Process
 from e2e._sealed import call, client, gateway, hostile, needs, running, text
 
 GONE = "denied: No such file or directory"
+UNCONTAINED = ("--process-containment", "none")
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,7 @@ def test_a_uid_reaches_its_next_owner_empty_after_its_gateway_was_killed(server:
     needs("root")
     marker = f"daemon-{uuid.uuid4().hex}"
     left = [f"{directory}/left-by-{marker}" for directory in ("/tmp", "/dev/shm", "/run/lock")]
-    sealed = ("--process-uids", "61200-61200", "--sessionless", "shared")
+    sealed = ("--process-uids", "61200-61200", "--sessionless", "shared", *UNCONTAINED)
     try:
         with gateway(server, *sealed) as first:
             mcp = client(first)
@@ -76,7 +79,7 @@ def test_a_deep_tree_in_a_home_ends_no_one_elses_conversation(server: str) -> No
     directory goes whole (``rm``, as root; Python's rmtree raised RecursionError, which ended the process table:
     every later request of every user got HTTP 500); bob's conversation goes on, and her uid is given out again."""
     needs("root")
-    with gateway(server, "--process-uids", "61210-61212") as process:
+    with gateway(server, "--process-uids", "61210-61212", *UNCONTAINED) as process:
         alice, bob = client(process), client(process)
         hers, his = alice.create_session(), bob.create_session()
         she, he = (json.loads(text(call(mcp, "whoami", session))) for mcp, session in ((alice, hers), (bob, his)))
@@ -97,7 +100,7 @@ def test_another_uids_file_in_a_uids_directory_keeps_no_uid(server: str) -> None
     needs("root")
     place = f"/tmp/of-alice-{uuid.uuid4().hex}"
     try:
-        with gateway(server, "--process-uids", "61220-61222") as process:
+        with gateway(server, "--process-uids", "61220-61222", *UNCONTAINED) as process:
             alice, bob = client(process), client(process)
             hers, his = alice.create_session(), bob.create_session()
             she = json.loads(text(call(alice, "whoami", hers)))

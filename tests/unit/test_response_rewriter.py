@@ -201,7 +201,8 @@ def test_any_line_split_in_is_a_valid_event_out(
     pieces = sorted({min(cut, len(event)) for cut in chunk_cuts})
     chunks = [event[a:b] for a, b in zip([0, *pieces], [*pieces, len(event)], strict=True)]
     [data] = sse_events(body_of(answered(chunks, b"text/event-stream", limit=len(event))[0]).decode())
-    sent = b"\n".join(lines).decode()
+    # What the client reads of it: SSE drops one space after "data:", so a line cut just before a space loses it.
+    sent = b"\n".join(line if spaced else line.removeprefix(b" ") for line in lines).decode()
     try:
         json.loads(sent)
     except ValueError:
