@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
-from _mcp import session_meta
+from _mcp import ModernClient, session_meta
 from _waits import WITHIN, until
 from conftest import SECRET
 from e2e._gateway import CACHE, installed, node, readable_directory, rss_kib
@@ -156,11 +156,7 @@ def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, c
     sealed = ("--process-containment", "none" if containment == "uids" else containment, "--process-uids", UIDS)
     with gateway(server, *sealed, "--sessionless", "shared") as process:
         mcp = client(process)
-        session = mcp.create_session()
-        assert text(call(mcp, "daemon", session, marker=marker)) == "started"
-        until(lambda: len(running(marker)) == 1, "the daemon")
-        mcp.request("sessions/delete", session=session_meta(session))
-        until(lambda: running(marker) == [], "the daemon to end")
+        a_daemon_ends_with_its_session(mcp, marker)
         until(lambda: "ended (its session ended; exit code" in process.output(), process.output)
         text(call(mcp, "daemon", mcp.create_session(), marker=marker))
         text(call(mcp, "daemon", None, marker=marker))  # the shared process's (--sessionless shared)
@@ -186,12 +182,16 @@ def test_by_default_a_daemon_ends_with_its_conversation(server: str, containment
         with gateway(server, environ=environ) as process:
             said = "containment bwrap (auto)" if containment == "bwrap" else "containment unshare (auto)"
             assert f"each process: {said}, the gateway's uid" in process.output()
-            mcp = client(process)
-            session = mcp.create_session()
-            assert text(call(mcp, "daemon", session, marker=marker)) == "started"
-            until(lambda: len(running(marker)) == 1, "the daemon")
-            mcp.request("sessions/delete", session=session_meta(session))
-            until(lambda: running(marker) == [], "the daemon to end")
+            a_daemon_ends_with_its_session(client(process), marker)
+
+
+def a_daemon_ends_with_its_session(mcp: ModernClient, marker: str) -> None:
+    """A double-forked, setsid daemon of a new session's process: running, then gone after its sessions/delete."""
+    session = mcp.create_session()
+    assert text(call(mcp, "daemon", session, marker=marker)) == "started"
+    until(lambda: len(running(marker)) == 1, "the daemon")
+    mcp.request("sessions/delete", session=session_meta(session))
+    until(lambda: running(marker) == [], "the daemon to end")
 
 
 @pytest.mark.parametrize("containment", ["bwrap", "unshare"])
