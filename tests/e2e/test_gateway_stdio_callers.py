@@ -125,6 +125,9 @@ async def test_each_caller_gets_a_process_of_her_own_and_its_end_ends_her_conver
     assert [own["kind"] for own in listed.json()["conversations"]] == ["caller"], listed.text
     assert pids[0] != pids[1]
     assert ended_by.value.code == CHILD_EXITED and "exited" in ended_by.value.message
+    # The reason reaches the person who can act on it: the bound it reached, by name (issue 77, item 4).
+    said = "exited (over its memory bound (--process-memory))" if bound else "exited (crash: "
+    assert said in ended_by.value.message, ended_by.value.message
     assert after == SESSION_NOT_FOUND, after  # never a new process's "1"
     assert his_after == "2"
     assert logged.count("serves the conversation") == 2, logged  # alice's process, bob's: no list took one

@@ -136,8 +136,9 @@ class Child:
         self.ready = anyio.Event()
         # Asked to stop, or its stdout ended.
         self.done = anyio.Event()
-        # Why it was stopped: the first to stop it says.
+        # Why it was stopped: the first to stop it says (a bound it reached, once its group is stopped: ``judged``).
         self.reason: str | None = None
+        self.judged = anyio.Event()
         self.failure: str | None = None
         self.initialized: types.InitializeResult | None = None
         # What its server/discover answer lists (with ``discover``).
@@ -216,6 +217,8 @@ class Child:
         except Exception:
             # This conversation's alone: the process table's task group, everyone's, must not end with it.
             logger.exception("%s: its process group could not be stopped", self.label)
+        finally:
+            self.judged.set()
         await self._leave(place)
 
     async def _leave(self, place: Place) -> None:
@@ -231,6 +234,7 @@ class Child:
 
     def _failed(self, failure: str) -> None:
         self.failure = failure
+        self.judged.set()
         self.ready.set()
         self.done.set()
 

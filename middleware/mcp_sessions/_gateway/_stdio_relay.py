@@ -44,6 +44,8 @@ from ._stdio_child import Child
 logger = logging.getLogger("mcp_sessions.gateway")
 
 CHILD_EXITED: Final = -32603
+JUDGED_WITHIN: Final = 10.0
+"""How long a request its process's end cut short waits to learn why it ended (its group stopped, its bounds read)."""
 ANSWER_WITHIN: Final = 300.0
 """How long a child's request waits for a 2026-07-28 client's retry that answers it."""
 MAX_PARKED: Final = 16
@@ -371,11 +373,12 @@ class Conversation:
                 self.parked[state] = call
                 parked = True
         except MCPError as exc:
-            # ended under the request: say so, not the link's "Connection closed"
+            # ended under the request: say why (a bound it reached says which), not the link's "Connection closed"
             if self.child.done.is_set():
-                raise MCPError(
-                    CHILD_EXITED, f"the server process of this conversation exited ({exc.message})"
-                ) from None
+                with anyio.move_on_after(JUDGED_WITHIN):
+                    await self.child.judged.wait()
+                why = self.child.reason or exc.message
+                raise MCPError(CHILD_EXITED, f"the server process of this conversation exited ({why})") from None
             raise
         finally:
             self.calls.remove(call)
