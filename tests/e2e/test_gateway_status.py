@@ -242,3 +242,26 @@ def test_a_status_port_that_cannot_be_had_is_one_line_and_exit_status_2() -> Non
         2,
         "mcp-sessions gateway: --status-port serves --stdio processes' status, on a port other than --port\n",
     )
+
+
+def test_the_status_shows_the_server_inside_its_wrappers() -> None:
+    """Under bubblewrap (the containment `auto` takes where it works), a process's pid and memory in the status are
+    its server's, not bubblewrap's (1.9 MiB where the server held 68 MB: an operator sizing --process-memory from it
+    was off 35 times)."""
+    status_port = free_port()
+    with (
+        gateway_process(
+            [],
+            "--stdio",
+            shlex.join([sys.executable, "-m", "e2e._stdio_server"]),
+            *("--process-containment", "bwrap", "--status-port", str(status_port)),
+            environ={"PYTHONPATH": PYTHONPATH},
+        ) as gateway,
+        httpx.Client(timeout=30) as http,
+    ):
+        era_session(http, gateway.url(), MODERN)
+        seen = shown("gateway", "status", f"http://127.0.0.1:{status_port}")
+        [process] = [p for p in seen["processes"] if p["kind"] == "data-layer-session"]
+        server = Path(f"/proc/{process['pid']}/cmdline").read_bytes().split(b"\0")
+    assert server[1:3] == [b"-m", b"e2e._stdio_server"], server
+    assert process["memory"] > 16 << 20, process  # an interpreter with the mcp SDK imported, not bubblewrap's 2 MiB

@@ -126,11 +126,13 @@ def private_socket(path: str) -> socket.socket:
 async def status(children: Children) -> dict[str, Any]:
     """Every live process with its memory, and each user's and everyone's count against the limits."""
     views = children.processes()
-    memory = await anyio.to_thread.run_sync(_memory, [view.pid for view in views])
+    servers = await anyio.to_thread.run_sync(_servers, [view.pid for view in views])
     counted = [view for view in views if view.kind in CONVERSATIONS]
     users = Counter(view.principal or "" for view in counted)
     return {
-        "processes": [{**_shown(view), "memory": rss} for view, rss in zip(views, memory, strict=True)],
+        "processes": [
+            {**_shown(view), "pid": pid, "memory": rss} for view, (pid, rss) in zip(views, servers, strict=True)
+        ],
         "users": [
             {"principal": name, "processes": count, "limit": children.per_caller}
             for name, count in sorted(users.items())
@@ -174,19 +176,28 @@ def _shown(view: ProcessView) -> dict[str, Any]:
     return {**asdict(view), "age": round(view.age, 1), "idle": round(view.idle, 1)}
 
 
-def _memory(pids: Sequence[int | None]) -> list[int | None]:
-    """Each process's resident memory in bytes (``VmRSS`` of ``/proc/PID/status``); ``None`` where it is gone."""
-    found: list[int | None] = []
+def _servers(pids: Sequence[int | None]) -> list[tuple[int | None, int | None]]:
+    """Each process's server, inside the wrappers that contain it (:data:`WRAPPERS`: bubblewrap's two processes,
+    ``unshare``'s, a ``sh`` that mounts): its host pid and resident memory in bytes (``VmRSS`` of
+    ``/proc/PID/status``), as an operator sizing ``--process-memory`` needs them; ``None`` where it is gone."""
+    found: list[tuple[int | None, int | None]] = []
     for pid in pids:
         try:
-            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-            [kib] = [line.split()[1] for line in lines if line.startswith("VmRSS:")]
-            found.append(int(kib) * 1024)
-        except (OSError, ValueError):
-            found.append(None)
+            for _ in range(len(WRAPPERS) + 2):  # each wrapper once, bubblewrap twice, at the most
+                lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+                fields = dict(line.partition(":")[::2] for line in lines)
+                children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+                if fields["Name"].strip() not in WRAPPERS or not children:
+                    break
+                pid = int(children[0])
+            found.append((pid, int(fields["VmRSS"].split()[0]) * 1024))
+        except (OSError, ValueError, KeyError):
+            found.append((pid, None))
     return found
 
 
+WRAPPERS: Final = frozenset({"bwrap", "unshare", "sh", "setpriv", "prlimit"})
+"""The programs that start a server in its place (``_sandbox``): the status shows the server they run, not them."""
 KINDS: Final = ("transport-session", "data-layer-session", "host-conversation", "request", "caller", "shared", "warm")
 REASONS: Final = {
     "idle": "idle",
