@@ -142,9 +142,9 @@ def team() -> Iterator[tuple[Process, int]]:
     status_port = free_port()
     # A network of their own for the processes: a proxy trusted on loopback is not one they could be.
     proxied = ("--auth-principal-header", "X-User", "--forwarded-allow-ips", "127.0.0.1")
-    proxied += ("--process-containment", "bwrap", "--process-network", "none")
+    contained = ("--process-containment", "bwrap", "--process-network", "none")
     limited = ("--max-processes-per-principal", "1", "--status-port", str(status_port))
-    with verifying(*proxied, *limited) as gateway:
+    with verifying(*proxied, *contained, *limited) as gateway:
         yield gateway, status_port
 
 
