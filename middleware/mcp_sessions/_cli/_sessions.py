@@ -9,7 +9,8 @@ bounded, every string of the server's printed :func:`printable`. ``gateway statu
 ``--status-port`` (``http://127.0.0.1:PORT``), served on the loopback address alone, or its ``--status-socket
 PATH``, and sends no credential (the loopback or the socket's directory is the guard): every live process (its kind,
 whose, a digest of its conversation, age, idle time, memory, requests served), then each user's processes and
-everyone's against the limits.
+everyone's against the limits. The tables say each duration and size with its unit; ``--json`` prints the
+gateway's numbers (seconds, bytes).
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def run(
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
     conversations = answer.get("conversations", [])
-    rows = [[cell(row.get(column)) for column in COLUMNS] for row in conversations]
+    rows = [[_shown(column, row.get(column)) for column in COLUMNS] for row in conversations]
     stdout.write(table([column.upper() for column in COLUMNS], rows))
     return EXIT_OK
 
@@ -145,11 +146,20 @@ def _status(url: str, as_json: bool, stdout: TextIO, path: str | None = None) ->
 
 
 def _shown(column: str, value: Any) -> str:
+    """A cell with its unit: memory (bytes) in MiB, age and idle time (seconds) in the largest unit that keeps two."""
     if column == "memory" and isinstance(value, int):
         return f"{value / (1 << 20):.1f} MiB"
     if column in ("age", "idle") and isinstance(value, int | float):
-        return f"{value:.0f} s"
+        return _duration(value)
     return cell(value)
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as a person reads it: ``45 s``, ``3 min``, ``5 h``, ``12 d`` (whole units, at least two of them)."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 def fetched(method: str, url: str, headers: Mapping[str, str] | None = None, uds: str | None = None) -> dict[str, Any]:
@@ -182,7 +192,7 @@ def fetched(method: str, url: str, headers: Mapping[str, str] | None = None, uds
 
 
 def cell(value: object) -> str:
-    """A value as a table shows it: seconds as they are, nothing as ``-``, the server's strings printable."""
+    """A value as a table shows it: nothing as ``-``, the server's strings printable."""
     return "-" if value is None else printable(str(value))
 
 
