@@ -2,10 +2,10 @@
 shell's history and a host's configuration file would show them.
 
 ``create``, ``delete``, ``sessions`` and ``connect`` take the same options: ``--bearer-env VAR`` or ``--bearer-file
-FILE`` (``Authorization: Bearer`` and the value), and, where a command sends other headers, ``--header NAME=env:VAR``
-or ``--header NAME=file:PATH``. No variable is read unless named: a token exported for one server would otherwise go
-to any URL a command is given. Nothing an option is given is printed (only a header's name): a value put there by
-mistake would reach the terminal, or a host's log.
+FILE`` (``Authorization: Bearer`` and the value), and ``--header NAME=env:VAR`` or ``--header NAME=file:PATH`` for
+any other header. No variable is read unless named: a token exported for one server would otherwise go to any URL
+a command is given. Nothing an option is given is printed (only a header's name): a value put there by mistake
+would reach the terminal, or a host's log.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ _FIELD_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 """An HTTP field name (RFC 9110, 5.1: a token)."""
 
 
-def add_credential_arguments(command: argparse.ArgumentParser, *, headers: bool = True) -> None:
-    """The credential options of ``command``: the bearer's, and ``--header`` if it sends other ``headers``."""
+def add_credential_arguments(command: argparse.ArgumentParser) -> None:
+    """The credential options of ``command``: the bearer's, and ``--header``."""
     bearer = command.add_mutually_exclusive_group()
     bearer.add_argument(
         "--bearer-env",
@@ -37,20 +37,19 @@ def add_credential_arguments(command: argparse.ArgumentParser, *, headers: bool 
         metavar="FILE",
         help="send 'Authorization: Bearer' and FILE's one line",
     )
-    if headers:
-        command.add_argument(
-            "--header",
-            action="append",
-            default=[],
-            metavar="NAME=env:VAR",
-            help="send header NAME with the value of the environment variable VAR, or NAME=file:PATH a file's; repeat",
-        )
+    command.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=env:VAR",
+        help="send header NAME with the value of the environment variable VAR, or NAME=file:PATH a file's; repeat",
+    )
 
 
 def credential_headers(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
     """The headers ``args`` name (``--header``, then the bearer's), each value read from its variable or file."""
     headers: dict[str, str] = {}
-    for spec in getattr(args, "header", []):
+    for spec in args.header:
         name, _, source = spec.partition("=")
         kind, _, where = source.partition(":")
         name = name.strip()

@@ -52,7 +52,7 @@ def add_arguments(sessions: argparse.ArgumentParser) -> None:
         metavar="DIGEST",
         help="end the conversation of yours the list names so",
     )
-    add_credential_arguments(sessions, headers=False)
+    add_credential_arguments(sessions)
     sessions.add_argument(
         "--json",
         action="store_true",
@@ -94,7 +94,7 @@ def run(
             return _status("http://localhost", args.json, stdout, args.status_socket)
         return _status(args.url.rstrip("/"), args.json, stdout)
     headers = credential_headers(args, environ)
-    if not headers:
+    if "authorization" not in {name.lower() for name in headers}:
         raise UsageError("no token: give --bearer-env VAR or --bearer-file FILE")
     url = args.url.rstrip("/") + "/sessions"
     if args.end is not None:
