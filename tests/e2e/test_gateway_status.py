@@ -183,6 +183,24 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     assert rebound.status_code == 403
 
 
+def test_create_and_delete_hand_the_gateway_a_bearer_from_a_variable_or_a_file(
+    team: tuple[Process, int], tmp_path: Path
+) -> None:
+    gateway, _ = team
+    url, bob = gateway.url(), token(gateway, "bob")
+    bob_token = tmp_path / "bob.jwt"
+    bob_token.write_text(bob + "\n")
+    unauthenticated = command("create", url)
+    created = command("create", url, "--json", "--bearer-env", "BOB_TOKEN", environ={"BOB_TOKEN": bob})
+    assert created.returncode == 0, created.stderr
+    session = json.loads(created.stdout)["sessionId"]
+    deleted = command("delete", url, "--bearer-file", str(bob_token), stdin=session)
+
+    assert unauthenticated.returncode == 1 and "HTTP 401" in unauthenticated.stderr
+    assert (deleted.returncode, deleted.stdout) == (0, "deleted\n"), deleted.stderr
+    assert bob not in created.stdout + created.stderr + deleted.stdout + deleted.stderr
+
+
 def test_without_authentication_no_user_view_is_served() -> None:
     with stdio_gateway(SERVER) as url, httpx.Client() as http:
         assert http.get(url + "/sessions").status_code == 404  # every caller on one address is one "user"
