@@ -58,11 +58,13 @@ def credential_headers(args: argparse.Namespace, environ: Mapping[str, str]) -> 
             said = f"--header takes {FORMS}, never a value (ps and the shell's history show the command line)"
             raise UsageError(said)
         headers[name] = _secret(kind, where, environ, f"--header {name}")
-    named = [(kind, where) for kind, where in (("env", args.bearer_env), ("file", args.bearer_file)) if where]
-    if named and any(name.lower() == "authorization" for name in headers):
+    # One at most: the two options are mutually exclusive.
+    kind, where = ("env", args.bearer_env) if args.bearer_env is not None else ("file", args.bearer_file)
+    if where is None:
+        return headers
+    if any(name.lower() == "authorization" for name in headers):
         raise UsageError("--header Authorization and --bearer-env or --bearer-file: give one")
-    for kind, where in named:
-        headers["Authorization"] = "Bearer " + _secret(kind, where, environ, f"--bearer-{kind}")
+    headers["Authorization"] = "Bearer " + _secret(kind, where, environ, f"--bearer-{kind}")
     return headers
 
 
@@ -81,7 +83,8 @@ def _secret(kind: str, where: str, environ: Mapping[str, str], what: str) -> str
             raise UsageError(f"{what}: cannot read {source} it names: {reason}") from None
     value = value.strip()
     if not value:
-        raise UsageError(f"{what}: {source} it names is not set or empty")
+        state = "is not set or empty" if kind == "env" else "is empty"
+        raise UsageError(f"{what}: {source} it names {state}")
     if len(value) > MAX_VALUE or not value.isprintable():
         raise UsageError(f"{what}: {source} it names must hold one line, the value")
     return value
