@@ -78,10 +78,26 @@ def test_nothing_listening_is_a_clear_failure() -> None:
     assert err.startswith(f"mcp-sessions create: no answer from {base}{MCP_PATH}")
 
 
-def test_a_bad_header_is_a_usage_error() -> None:
-    code, _, err = run("create", "http://127.0.0.1:9/mcp", "--header", "no colon here")
-    assert code == 2
-    assert "--header takes 'Name: value'" in err
+CREDENTIAL = "sk-live-0123456789abcdef"
+
+
+@pytest.mark.parametrize("command", ["create", "delete", "sessions"])
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--header", f"Authorization: Bearer {CREDENTIAL}"], "--header takes NAME=env:VAR or NAME=file:PATH"),
+        (["--header", f"X-Api-Key={CREDENTIAL}"], "--header takes NAME=env:VAR or NAME=file:PATH"),
+        (["--bearer-env", CREDENTIAL], "--bearer-env: the environment variable it names is not set or empty"),
+        (["--bearer-file", CREDENTIAL], "--bearer-file: cannot read the file it names: No such file or directory"),
+    ],
+    ids=["header", "header-value", "bearer-env", "bearer-file"],
+)
+def test_a_credential_on_the_command_line_is_refused_and_never_repeated(
+    command: str, given: list[str], said: str
+) -> None:
+    code, out, err = run(command, "http://127.0.0.1:9/mcp", *given, stdin="a-session-id\n")
+    assert (code, out) == (2, "") and err.startswith(f"mcp-sessions {command}: {said}")
+    assert err.count("\n") == 1 and CREDENTIAL not in err
 
 
 def test_the_printed_argument_works_in_the_mcp_inspector_cli(url: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -21,9 +22,9 @@ from mcp_sessions._cli import main
 CREDENTIAL = "credential-only-the-first-origin-may-see"
 
 
-def run(*argv: str) -> tuple[int, str, str]:
+def run(*argv: str, environ: dict[str, str] | None = None) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), stdout=out, stderr=err, environ={})
+    code = main(list(argv), stdout=out, stderr=err, environ=environ or {})
     return code, out.getvalue(), err.getvalue()
 
 
@@ -44,7 +45,12 @@ def test_a_server_of_2025_only_gets_its_own_answer_shown_and_legacy_suggested() 
 
 
 @pytest.mark.parametrize("status", [302, 307, 308])
-def test_a_redirect_to_another_origin_takes_nothing_there(status: int) -> None:
+def test_a_redirect_to_another_origin_takes_nothing_there(status: int, tmp_path: Path) -> None:
+    """The credentials, from a variable and a file, reach the server the command was given, and only it."""
+    key_file = tmp_path / "api-key"
+    key_file.write_text(f"{CREDENTIAL}-key\n")
+    credentials = ["--bearer-env", "TEAM_TOKEN", "--header", f"X-Api-Key=file:{key_file}"]
+
     async def elsewhere_answers(request: Request, writer: asyncio.StreamWriter) -> None:
         writer.write(response(200, b"{}", {"Content-Type": "application/json"}))
 
@@ -54,8 +60,11 @@ def test_a_redirect_to_another_origin_takes_nothing_there(status: int) -> None:
             writer.write(response(status, b"", {"Location": f"{elsewhere.url}/mcp"}))
 
         with raw_server(redirect) as server:
-            code, out, err = run("create", f"{server.url}/mcp", "--header", f"Authorization: Bearer {CREDENTIAL}")
+            code, out, err = run("create", f"{server.url}/mcp", *credentials, environ={"TEAM_TOKEN": CREDENTIAL})
 
+    [asked] = server.received
+    assert f"authorization: bearer {CREDENTIAL}\r\n".encode() in asked.head.lower()
+    assert f"x-api-key: {CREDENTIAL}-key\r\n".encode() in asked.head.lower()
     assert elsewhere.received == []
     assert (code, out) == (1, "")
     assert f"the server answered HTTP {status}" in err

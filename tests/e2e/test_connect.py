@@ -199,8 +199,9 @@ def test_a_host_s_sigterm_ends_the_session_then_the_shim(gateway: Process, tmp_p
         "XDG_STATE_HOME": str(host.state),
         "CLAUDE_CODE_SESSION_ID": "conv-term",
         "CLAUDECODE": "1",
+        "TEAM_TOKEN": host.token,  # the bearer from a variable: answered only if it reaches the gateway
     }
-    command = [sys.executable, "-m", "mcp_sessions", "connect", gateway.url(), "--bearer-file", str(host.token_file)]
+    command = [sys.executable, "-m", "mcp_sessions", "connect", gateway.url(), "--bearer-env", "TEAM_TOKEN"]
     initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
     messages = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize},
@@ -234,19 +235,24 @@ async def test_an_unreachable_remote_is_one_clear_error(gateway: Process, tmp_pa
 @pytest.mark.parametrize(
     ("arguments", "said"),
     [
-        (["--header", f"Authorization=Bearer {API_KEY}"], "--header Authorization takes NAME=env:VAR"),
-        (["--header", "X-Api-Key=env:UNSET_VARIABLE"], "UNSET_VARIABLE is not set"),
-        (["--bearer-file", "/nonexistent/token"], "--bearer-file: cannot read /nonexistent/token"),
-        (["--header", "X-Api-Key=env:TWO_LINES"], "TWO_LINES must hold one line"),
+        (["--header", f"Authorization=Bearer {API_KEY}"], "--header takes NAME=env:VAR or NAME=file:PATH"),
+        (["--header", f"Authorization: Bearer {API_KEY}"], "--header takes NAME=env:VAR or NAME=file:PATH"),
+        (["--header", "X-Api-Key=env:UNSET_VARIABLE"], "--header X-Api-Key: the environment variable it names is not"),
+        (["--bearer-env", API_KEY], "--bearer-env: the environment variable it names is not set"),
+        (["--bearer-file", API_KEY], "--bearer-file: cannot read the file it names"),
+        (["--bearer-env", "TWO_LINES"], "--bearer-env: the environment variable it names must hold one line"),
+        (["--header", "X-Api-Key=env:TWO_LINES"], "--header X-Api-Key: the environment variable it names must hold"),
+        (["--bearer-env", "KEY", "--header", "authorization=env:KEY"], "--header Authorization and --bearer-env"),
     ],
 )
 def test_a_credential_comes_from_the_environment_or_a_file_never_the_command_line(
     arguments: list[str], said: str
 ) -> None:
     errors = io.StringIO()
-    environ = {"TWO_LINES": f"{API_KEY}\nX-Injected: 1"}
+    environ = {"TWO_LINES": f"{API_KEY}\nX-Injected: 1", "KEY": API_KEY}
     status = main(["connect", "http://127.0.0.1:9/mcp", *arguments], stderr=errors, environ=environ)
-    assert status == 2 and said in errors.getvalue() and API_KEY not in errors.getvalue()
+    assert (status, errors.getvalue().count("\n")) == (2, 1) and said in errors.getvalue()
+    assert API_KEY not in errors.getvalue() and "UNSET_VARIABLE" not in errors.getvalue()
 
 
 def documented() -> dict[str, dict[str, Any]]:

@@ -74,12 +74,14 @@ def token(gateway: Process, user: str) -> str:
     return signed(claims)
 
 
-def command(*arguments: str, environ: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def command(
+    *arguments: str, environ: Mapping[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
     """``mcp-sessions ARGUMENTS`` as its own process."""
     given = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
     line = [sys.executable, "-m", "mcp_sessions", *arguments]
     env = {**given, **(environ or {})}
-    return subprocess.run(line, capture_output=True, text=True, env=env, timeout=CLI_WITHIN, check=False)
+    return subprocess.run(line, input=stdin, capture_output=True, text=True, env=env, timeout=CLI_WITHIN, check=False)
 
 
 def shown(*arguments: str, environ: Mapping[str, str] | None = None) -> Any:
@@ -110,19 +112,23 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
         transport = in_transport["Mcp-Session-Id"]
 
         seen = shown("gateway", "status", status)
-        bob_token = tmp_path / "bob.jwt"
+        bob_token, alice_token = tmp_path / "bob.jwt", tmp_path / "alice.jwt"
         bob_token.write_text(bob + "\n")
-        hers = shown("sessions", url, environ={"MCP_GATEWAY_TOKEN": alice})["conversations"]
-        his = shown("sessions", url, "--token-file", str(bob_token))["conversations"]
+        alice_token.write_text(alice + "\n")
+        as_alice = {"ALICE_TOKEN": alice}
+        hers = shown("sessions", url, "--bearer-env", "ALICE_TOKEN", environ=as_alice)["conversations"]
+        his = shown("sessions", url, "--bearer-file", str(bob_token))["conversations"]
         table = command("gateway", "status", status)
-        refused = command("sessions", url, "--token-file", str(bob_token), "--end", hers[0]["conversation"])
+        her_table = command("sessions", url, "--bearer-env", "ALICE_TOKEN", environ=as_alice)
+        refused = command("sessions", url, "--bearer-file", str(bob_token), "--end", hers[0]["conversation"])
         no_token = command("sessions", url)
         [data_layer] = [mine for mine in hers if mine["kind"] == "data-layer-session"]
-        as_alice = {"MCP_GATEWAY_TOKEN": alice}
-        ended = command("sessions", url, "--end", data_layer["conversation"], environ=as_alice)
+        ended = command(
+            "sessions", url, "--end", data_layer["conversation"], "--bearer-env", "ALICE_TOKEN", environ=as_alice
+        )
         after = call(http, url, sessions["alice"], alice)
         [transported] = [mine for mine in hers if mine["kind"] == "transport-session"]
-        ended_too = command("sessions", url, "--end", transported["conversation"], environ=as_alice)
+        ended_too = command("sessions", url, "--end", transported["conversation"], "--bearer-file", str(alice_token))
         listed = legacy_request("tools/list", id=5)
         transport_after = http.post(url, json=listed, headers=in_transport)
         on_the_clients_port = http.get(gateway.url("/status"), headers={"Authorization": f"Bearer {alice}"})
@@ -144,12 +150,14 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     keys = seen["keys"]  # the key set the gateway verifies tokens with, as it stands
     assert keys["keys"] == 1 and keys["error"] is None and keys["attempted_at"] <= keys["fetched_at"]
     assert keys["jwks"].startswith("http://127.0.0.1:") and f"keys: 1 from {keys['jwks']}, fetched" in table.stdout
-    everything = json.dumps(seen) + table.stdout + json.dumps(hers) + json.dumps(his)
+    everything = json.dumps(seen) + table.stdout + json.dumps(hers) + json.dumps(his) + her_table.stdout
     for bearer in (*sessions.values(), transport, alice, bob):
         assert bearer not in everything
     assert table.returncode == 0
     assert re.search(r"^data-layer-session +alice +[0-9a-f]{12} +\d+ .* MiB +3$", table.stdout, re.M), table.stdout
     assert "alice: 2 of 4 (--max-processes-per-principal)" in table.stdout
+    assert her_table.stdout.startswith("CONVERSATION  KIND"), her_table.stderr  # age and idle time with their unit
+    assert re.search(r"^[0-9a-f]{12} +data-layer-session +\d+ s +\d+ s +3$", her_table.stdout, re.M), her_table.stdout
 
     assert {mine["kind"] for mine in hers} == {"data-layer-session", "transport-session"}
     assert [his_own["kind"] for his_own in his] == ["data-layer-session"]
@@ -163,7 +171,7 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     )
     assert (no_token.returncode, no_token.stderr) == (
         2,
-        "mcp-sessions sessions: no token: set MCP_GATEWAY_TOKEN, or give --token-file\n",
+        "mcp-sessions sessions: no token: give --bearer-env VAR or --bearer-file FILE\n",
     )
     assert (ended.returncode, ended.stdout) == (0, f"ended {data_layer['conversation']}\n"), ended.stderr
     assert after["error"]["code"] == SESSION_NOT_FOUND  # her client starts a new one
@@ -173,6 +181,24 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
     assert not {data_layer["conversation"], transported["conversation"]} & {p["conversation"] for p in left}
     assert on_the_clients_port.status_code == 404  # the operator's view is on its own port only
     assert rebound.status_code == 403
+
+
+def test_create_and_delete_hand_the_gateway_a_bearer_from_a_variable_or_a_file(
+    team: tuple[Process, int], tmp_path: Path
+) -> None:
+    gateway, _ = team
+    url, bob = gateway.url(), token(gateway, "bob")
+    bob_token = tmp_path / "bob.jwt"
+    bob_token.write_text(bob + "\n")
+    unauthenticated = command("create", url)
+    created = command("create", url, "--json", "--bearer-env", "BOB_TOKEN", environ={"BOB_TOKEN": bob})
+    assert created.returncode == 0, created.stderr
+    session = json.loads(created.stdout)["sessionId"]
+    deleted = command("delete", url, "--bearer-file", str(bob_token), stdin=session)
+
+    assert unauthenticated.returncode == 1 and "HTTP 401" in unauthenticated.stderr
+    assert (deleted.returncode, deleted.stdout) == (0, "deleted\n"), deleted.stderr
+    assert bob not in created.stdout + created.stderr + deleted.stdout + deleted.stderr
 
 
 def test_without_authentication_no_user_view_is_served() -> None:

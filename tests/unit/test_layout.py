@@ -27,8 +27,9 @@ MAX_FUNCTION_LINES = 80
 # A guide the layout earns (issue 68), never a reason to put a function where it does not belong: 71 when
 # _wire/text.py came back out of _wire/__init__.py, where the cap of 70 had pushed printable; 77 with the
 # sealed processes' _sandbox, the token exchange, the operator's _status, the gateway's _serving (out of its
-# _cli, over 600 lines), and the connect and sessions commands (issues 65 to 67), each a module of its own.
-MAX_FILES = 80
+# _cli, over 600 lines), and the connect and sessions commands (issues 65 to 67), each a module of its own; 81
+# with _cli/_credentials, the one way every command reads a credential (issue 77), which three commands had each.
+MAX_FILES = 81
 MAX_CALL_LINES = 40
 MAX_LOOSE_MODULES = 15
 MAX_ANY_SHARE = 0.05

@@ -10,7 +10,7 @@
     mcp-sessions gateway --upstream http://127.0.0.1:3001/mcp   sessions in front of any MCP server
     mcp-sessions connect https://mcp.example.com/mcp   a remote server as a host's stdio server, per conversation
     mcp-sessions gateway status http://127.0.0.1:8001   what a gateway --stdio runs (its --status-port)
-    MCP_GATEWAY_TOKEN=... mcp-sessions sessions http://127.0.0.1:8000/mcp   your own conversations there
+    mcp-sessions sessions http://127.0.0.1:8000/mcp --bearer-file me.jwt   your own conversations there
     mcp-sessions conformance http://127.0.0.1:8000/mcp   check each session wire the server implements
 
 Private key material goes only to standard output or to a new file with mode

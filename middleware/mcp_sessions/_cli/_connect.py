@@ -15,9 +15,9 @@ the host's conversation, which many hosts give only to their stdio servers, in t
   and under ``--conversation-header`` in a header the operator named.
 
 Without a conversation in the environment, nothing is added: the remote sees what the host's requests name.
-Credentials come from the environment or a file (``--header NAME=env:VAR``, ``--bearer-file``), never from the
-command line, and are never logged; a remote that refuses them (401, 403), or cannot be reached, answers each
-request with one JSON-RPC error that says so.
+Credentials come from the environment or a file (``--bearer-env``, ``--bearer-file``, ``--header NAME=env:VAR``:
+``_credentials``), never from the command line, and are never logged; a remote that refuses them (401, 403), or
+cannot be reached, answers each request with one JSON-RPC error that says so.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from ..client import HeldSession, SessionError, SessionTransport
 from ..profiles import SESSION_META_KEY
 from ..sources import CONVERSATION_MEMBER, conversation_id
 from . import EXIT_OK, UsageError
+from ._credentials import add_credential_arguments, credential_headers
 
 if TYPE_CHECKING:
     from anyio.abc import ObjectSendStream
@@ -107,21 +108,7 @@ def add_arguments(connect: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="also send the conversation in this header (the gateway's conversation_keys header:NAME)",
     )
-    connect.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="NAME=env:VAR",
-        help=(
-            "send header NAME with the value of the environment variable VAR, "
-            "or NAME=file:PATH the content of a file; repeat"
-        ),
-    )
-    connect.add_argument(
-        "--bearer-file",
-        metavar="FILE",
-        help="send 'Authorization: Bearer' and this file's content",
-    )
+    add_credential_arguments(connect)
     connect.add_argument(
         "--state-dir",
         metavar="DIR",
@@ -160,7 +147,7 @@ def run(
     if parts.scheme not in ("http", "https") or not parts.hostname:
         shown = printable(args.url)
         raise UsageError(f"URL is an http(s) URL of the remote's MCP endpoint, not {shown!r}")
-    headers = request_headers(args.header, args.bearer_file, environ)
+    headers = credential_headers(args, environ)
     conversation = conversation_of(args.conversation_env, environ)
     if conversation is not None:
         member = quote(conversation, safe="")
@@ -179,49 +166,6 @@ def run(
     logging.getLogger("mcp_sessions").setLevel(args.log_level.upper())
     anyio.run(_serve, args.url, headers, saved, args.end_with_host)
     return EXIT_OK
-
-
-def request_headers(
-    specs: list[str],
-    bearer_file: str | None,
-    environ: Mapping[str, str],
-) -> dict[str, str]:
-    """The headers every request carries: ``NAME=env:VAR`` and ``NAME=file:PATH``, then the bearer's file.
-
-    A value on the command line would show in ``ps`` and in the host's configuration file, so there is none.
-    """
-    headers: dict[str, str] = {}
-    for spec in specs:
-        name, _, source = spec.partition("=")
-        kind, _, where = source.partition(":")
-        name = name.strip()
-        # What it got may be a secret: never repeated.
-        if not name or kind not in ("env", "file") or not where:
-            shown = printable(name)
-            forms = "NAME=env:VAR or NAME=file:PATH"
-            raise UsageError(f"--header {shown} takes {forms}, never a value itself")
-        headers[name] = _secret(kind, where, environ, f"--header {name}")
-    if bearer_file is not None:
-        bearer = _secret("file", bearer_file, environ, "--bearer-file")
-        headers["Authorization"] = "Bearer " + bearer
-    return headers
-
-
-def _secret(kind: str, where: str, environ: Mapping[str, str], what: str) -> str:
-    """The value in variable or file ``where``, stripped; a usage error naming ``what`` if there is none."""
-    if kind == "env":
-        value = environ.get(where, "").strip()
-        if not value:
-            raise UsageError(f"{what}: the environment variable {where} is not set")
-    else:
-        try:
-            value = Path(where).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = getattr(exc, "strerror", None) or exc
-            raise UsageError(f"{what}: cannot read {where}: {reason}") from None
-    if not value or not value.isprintable():
-        raise UsageError(f"{what}: {where} must hold one line, the value")
-    return value
 
 
 def conversation_of(names: list[str], environ: Mapping[str, str]) -> str | None:
@@ -470,8 +414,8 @@ class Refusals(httpx2.AsyncBaseTransport):
         reason = await _described(response)
         said = (
             f"{self._where} refused this server's credentials (HTTP {status}{reason}): "
-            "set them with --header NAME=env:VAR or --bearer-file FILE in the "
-            "host's configuration"
+            "set them with --bearer-env VAR, --bearer-file FILE or "
+            "--header NAME=env:VAR in the host's configuration"
         )
         return self._refused(status, INTERNAL_ERROR, said)
 

@@ -35,6 +35,7 @@ from .._wire import printable
 from .._wire.protocol import LEGACY_VERSIONS
 from ..profiles import SESSION_META_KEY
 from . import EXIT_OK, Failed, UsageError
+from ._credentials import add_credential_arguments, credential_headers
 
 if TYPE_CHECKING:
     import httpx
@@ -105,19 +106,13 @@ def add_request_arguments(command: argparse.ArgumentParser) -> None:
         help=f"send it as a {LEGACY} request",
     )
     command.add_argument(
-        "--header",
-        action="append",
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="add a header (e.g. Authorization)",
-    )
-    command.add_argument(
         "--request-timeout",
         type=float,
         default=DEADLINE,
         metavar="SECONDS",
         help=f"the most one request may take, from connect to its answer's last byte (default {DEADLINE:g})",
     )
+    add_credential_arguments(command)
 
 
 def _guarded(deadline: float, uds: str | None = None) -> tuple[httpx.AsyncBaseTransport, list[httpx.Response]]:
@@ -197,24 +192,26 @@ def run(
     environ: Mapping[str, str],
 ) -> int:
     """Run ``create``: open a session and print how to pass it; returns the exit status."""
-    session = sent(args, "create", lambda shim, **request: shim.create(args.url, **request))
+    session = sent(args, environ, "create", lambda shim, **request: shim.create(args.url, **request))
     _print_session(session, args.json, stdout)
     return EXIT_OK
 
 
 def sent(
     args: argparse.Namespace,
+    environ: Mapping[str, str],
     command: str,
     request: Callable[..., Awaitable[T]],
     token: str | None = None,
 ) -> T:
     """What ``request`` gives, sent through a session transport of its own (holding the session ``token``) over the
-    guarded HTTP transport, as ``args`` say; :class:`Failed`, saying why, if it failed."""
+    guarded HTTP transport, as ``args`` say (their credentials from ``environ``); :class:`Failed`, saying why, if it
+    failed."""
     try:
         from ..client import HeldSession, HttpxSessionTransport, SessionError
     except ImportError as exc:
         raise UsageError(f"{exc} ({command} sends its request with httpx)") from None
-    headers = dict(_header(h) for h in args.header)
+    headers = credential_headers(args, environ)
     version = LEGACY if args.legacy else args.protocol_version
     timeout = args.request_timeout
     if not 0 < timeout < float("inf"):
@@ -237,13 +234,6 @@ def sent(
         # httpx's errors, without importing httpx here.
         said = f"no answer from {url}: {type(exc).__name__}: {excerpt(str(exc))}"
     raise Failed(said + _explained(seen, version, command))
-
-
-def _header(text: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise UsageError(f"--header takes 'Name: value', got {text!r}")
-    return name.strip(), value.strip()
 
 
 def _print_session(session: HeldSession, as_json: bool, stdout: TextIO) -> None:

@@ -41,7 +41,7 @@ def run(
     token = given.strip()
     if not token:
         raise UsageError("no session: give its sessionId as SESSION, or on standard input")
-    deleted = sent(args, "delete", lambda shim, **request: shim.delete(args.url, **request), token)
+    deleted = sent(args, environ, "delete", lambda shim, **request: shim.delete(args.url, **request), token)
     if not deleted:
         raise Failed("the server no longer knew this session (deleted, or expired)")
     stdout.write("deleted\n")

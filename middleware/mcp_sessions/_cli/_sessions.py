@@ -2,13 +2,15 @@
 ended; ``mcp-sessions gateway status URL``, the operator's view of every process.
 
 The gateway answers with the caller's own only (``GET /mcp/sessions`` beside the MCP endpoint; ``DELETE
-/mcp/sessions/DIGEST`` ends one), so the command needs the user's token: from ``MCP_GATEWAY_TOKEN`` or a file
-(``--token-file``), never the command line, where ``ps`` and the shell's history would show it. Its requests go
-over ``create``'s guarded HTTP transport: no redirect followed, each answer bounded, every string of the server's
-printed :func:`printable`. ``gateway status`` reads the gateway's ``--status-port`` (``http://127.0.0.1:PORT``),
-served on the loopback address alone, or its ``--status-socket PATH``: every live process (its kind, whose, a
-digest of its conversation, age, idle time, memory, requests served), then each user's processes and everyone's
-against the limits.
+/mcp/sessions/DIGEST`` ends one), so the command needs the user's token: from the variable ``--bearer-env`` names
+or the file ``--bearer-file`` names (``_credentials``), never the command line, where ``ps`` and the shell's
+history would show it. Its requests go over ``create``'s guarded HTTP transport: no redirect followed, each answer
+bounded, every string of the server's printed :func:`printable`. ``gateway status`` reads the gateway's
+``--status-port`` (``http://127.0.0.1:PORT``), served on the loopback address alone, or its ``--status-socket
+PATH``, and sends no credential (the loopback or the socket's directory is the guard): every live process (its kind,
+whose, a digest of its conversation, age, idle time, memory, requests served), then each user's processes and
+everyone's against the limits. The tables say each duration and size with its unit; ``--json`` prints the
+gateway's numbers (seconds, bytes).
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from typing import Any, Final, TextIO
 from .._wire import printable
 from . import EXIT_OK, Failed, UsageError
 from ._create import DEADLINE, _guarded, excerpt
+from ._credentials import add_credential_arguments, credential_headers
 
-TOKEN_VARIABLE: Final = "MCP_GATEWAY_TOKEN"  # noqa: S105 - the name of the variable that holds it
 DESCRIPTION: Final = (
     "List your own conversations on the gateway whose MCP endpoint is URL "
     "(its --stdio processes), or end one (--end DIGEST). Your token comes "
-    f"from {TOKEN_VARIABLE}, or from --token-file. Exit status: 0 done, "
+    "from --bearer-env VAR or --bearer-file FILE. Exit status: 0 done, "
     "1 refused, unknown or unreachable, 2 usage error."
 )
 COLUMNS: Final = ("conversation", "kind", "age", "idle", "requests")
@@ -50,11 +52,7 @@ def add_arguments(sessions: argparse.ArgumentParser) -> None:
         metavar="DIGEST",
         help="end the conversation of yours the list names so",
     )
-    sessions.add_argument(
-        "--token-file",
-        metavar="FILE",
-        help=f"read your token from FILE (default: {TOKEN_VARIABLE})",
-    )
+    add_credential_arguments(sessions)
     sessions.add_argument(
         "--json",
         action="store_true",
@@ -95,8 +93,9 @@ def run(
         if args.status_socket is not None:  # any name: no page reaches a Unix socket
             return _status("http://localhost", args.json, stdout, args.status_socket)
         return _status(args.url.rstrip("/"), args.json, stdout)
-    token = _token(args.token_file, environ)
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = credential_headers(args, environ)
+    if "authorization" not in {name.lower() for name in headers}:
+        raise UsageError("no token: give --bearer-env VAR or --bearer-file FILE")
     url = args.url.rstrip("/") + "/sessions"
     if args.end is not None:
         answer = fetched("DELETE", f"{url}/{args.end}", headers)
@@ -110,7 +109,7 @@ def run(
         stdout.write(json.dumps(answer, indent=2) + "\n")
         return EXIT_OK
     conversations = answer.get("conversations", [])
-    rows = [[cell(row.get(column)) for column in COLUMNS] for row in conversations]
+    rows = [[_shown(column, row.get(column)) for column in COLUMNS] for row in conversations]
     stdout.write(table([column.upper() for column in COLUMNS], rows))
     return EXIT_OK
 
@@ -147,25 +146,20 @@ def _status(url: str, as_json: bool, stdout: TextIO, path: str | None = None) ->
 
 
 def _shown(column: str, value: Any) -> str:
+    """A cell with its unit: memory (bytes) in MiB, age and idle time (seconds) in the largest unit that keeps two."""
     if column == "memory" and isinstance(value, int):
         return f"{value / (1 << 20):.1f} MiB"
     if column in ("age", "idle") and isinstance(value, int | float):
-        return f"{value:.0f} s"
+        return _duration(value)
     return cell(value)
 
 
-def _token(path: str | None, environ: Mapping[str, str]) -> str:
-    if path is not None:
-        try:
-            with open(path, encoding="utf-8") as given:
-                token = given.read().strip()
-        except OSError as exc:
-            raise UsageError(f"--token-file: {exc.strerror}: {path}") from None
-    else:
-        token = environ.get(TOKEN_VARIABLE, "").strip()
-    if not token:
-        raise UsageError(f"no token: set {TOKEN_VARIABLE}, or give --token-file")
-    return token
+def _duration(seconds: float) -> str:
+    """``seconds`` as a person reads it: ``45 s``, ``3 min``, ``5 h``, ``12 d`` (whole units, at least two of them)."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 def fetched(method: str, url: str, headers: Mapping[str, str] | None = None, uds: str | None = None) -> dict[str, Any]:
@@ -198,7 +192,7 @@ def fetched(method: str, url: str, headers: Mapping[str, str] | None = None, uds
 
 
 def cell(value: object) -> str:
-    """A value as a table shows it: seconds as they are, nothing as ``-``, the server's strings printable."""
+    """A value as a table shows it: nothing as ``-``, the server's strings printable."""
     return "-" if value is None else printable(str(value))
 
 
