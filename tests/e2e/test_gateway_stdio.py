@@ -13,6 +13,7 @@ import logging
 import os
 import shlex
 import signal
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -563,6 +564,17 @@ def test_a_server_that_never_answers_ends_the_start_after_its_30_s_in_one_line(t
     assert said[-1] == f"mcp-sessions gateway: {shlex.join(server)}: {why}", said
     assert not [line for line in said[:-1] if not line.startswith("INFO:")], said  # the rest is the log
     assert len(starts.read_text().split()) == 1 and "handshake" not in done.stderr  # no era guessed, no 2nd process
+
+
+def test_a_port_in_use_is_one_line_and_exit_status_2_before_any_process_starts(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    server = [sys.executable, "-c", f"import pathlib; pathlib.Path({str(started)!r}).touch()"]
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = gateway_run("--port", str(port), "--stdio", shlex.join(server), "--process-containment", "none")
+    said = f"mcp-sessions gateway: --host 127.0.0.1 --port {port}: Address already in use\n"
+    assert (done.returncode, done.stderr) == (2, said)
+    assert not started.exists()  # the port first: no process ran
 
 
 async def _pids_of_a_conversation(url: str) -> list[int]:
