@@ -103,15 +103,22 @@ async def test_a_value_per_user_keeps_a_process_per_conversation_whatever_the_se
     assert seen[0]["pid"] != seen[1]["pid"]
 
 
-def test_a_server_that_exits_at_the_revision_probe_is_a_crash_and_no_start() -> None:
+@pytest.mark.parametrize(
+    ("server", "last_words"),
+    [
+        ([sys.executable, "-c", "import sys; print('boom \\x1b[2J', file=sys.stderr); sys.exit(3)"], r"boom \x1b[2J"),
+        # its exit while a process it started holds its stdout: a crash all the same, not the start's 30 s
+        (["sh", "-c", "sleep 600 & read request; echo bye >&2; exit 3"], "bye"),
+    ],
+)
+def test_a_server_that_exits_at_the_revision_probe_is_a_crash_and_no_start(server: list[str], last_words: str) -> None:
     """A server that exits as it is asked its revisions (its first request) speaks no revision at all: the start
     fails, in one line naming the crash and its last stderr line (escaped), and no other process is started."""
-    server = [sys.executable, "-c", "import sys; print('boom \\x1b[2J', file=sys.stderr); sys.exit(3)"]
     done = gateway_run("--port", str(free_port()), "--stdio", shlex.join(server), "--process-containment", "none")
     said = done.stderr.splitlines()
     assert done.returncode == 2, done.stderr
     why = r"the server ended at its first request, server/discover \(crash: [a-z ]+\)"
-    last = re.escape(r"its last stderr line: boom \x1b[2J")
+    last = re.escape(f"its last stderr line: {last_words}")
     assert re.fullmatch(f"mcp-sessions gateway: {re.escape(shlex.join(server))}: {why}; {last}", said[-1]), said
     assert re.search(r"revisions: server process \d+ ended \(crash: [a-z ]+; exit code 3\)", done.stderr), said
     assert "handshake" not in done.stderr and "shared:" not in done.stderr  # no era guessed, no second process

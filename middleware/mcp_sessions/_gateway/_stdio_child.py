@@ -29,6 +29,7 @@ from mcp.shared.dispatcher import DispatchContext, OnNotify, OnNotifyIntercept, 
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
+from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
 from .._version import __version__
@@ -156,11 +157,14 @@ class Child:
         self.link: JSONRPCDispatcher[Any] | None = None
         self.last_words: str | None = None  # its last stderr line: why it failed to start, often
         self.stderr_ended = anyio.Event()
+        self._asking: anyio.CancelScope | None = None  # its first request, which its end ends
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask the child to end (its :meth:`run` stops the process group); ``reason`` goes to the log."""
         self.reason = self.reason or reason
         self.done.set()
+        if self._asking is not None:
+            self._asking.cancel()
 
     async def run(self) -> None:
         """Start the process in its place (:class:`Sandbox`), initialize it, serve it until :meth:`stop` or its
@@ -261,8 +265,7 @@ class Child:
         }
         seconds, within = self._first_answer_within()
         try:
-            with anyio.fail_after(seconds):
-                answer = await link.send_raw_request("initialize", params, {"cancel_on_abandon": False})
+            answer = await self._first_answer(link, seconds, "initialize", params)
             self.initialized = types.InitializeResult.model_validate(answer, by_name=False)
         except TimeoutError:
             self.failure = f"the server did not answer initialize {within}"
@@ -286,8 +289,7 @@ class Child:
         }
         seconds, within = self._first_answer_within()
         try:
-            with anyio.fail_after(seconds):
-                answer = await link.send_raw_request("server/discover", {"_meta": meta})
+            answer = await self._first_answer(link, seconds, "server/discover", {"_meta": meta})
             discovered = types.DiscoverResult.model_validate(answer, by_name=False)
             self.revisions = discovered.supported_versions
         except TimeoutError:
@@ -300,6 +302,17 @@ class Child:
                 logger.debug("%s: no server/discover answer", self.label, exc_info=True)
         self.stop("asked its revisions" if self.failure is None else "it did not answer server/discover")
         self.ready.set()
+
+    async def _first_answer(
+        self, link: JSONRPCDispatcher[Any], seconds: float, method: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Its first request's answer within ``seconds`` (else ``TimeoutError``); ``MCPError`` for an error answer,
+        and for its end, even while a process it started holds its stdout (:meth:`_watch_exit`)."""
+        with anyio.fail_after(seconds), anyio.CancelScope() as self._asking:
+            if self.done.is_set():
+                self._asking.cancel()
+            return await link.send_raw_request(method, params, {"cancel_on_abandon": False})
+        raise MCPError(CONNECTION_CLOSED, "Connection closed")
 
     def _first_answer_within(self) -> tuple[float, str]:
         """How long its first request may wait for its answer, and how to say it."""
