@@ -1,7 +1,8 @@
 """``mcp-sessions gateway --stdio``'s processes live as MCP 2026-07-28 says (docs/gateway.md, "Process lifetimes"):
 a server that speaks 2026-07-28 gets one process for every conversation of a caller, each request naming its own;
 a server that speaks only the 2025-11-25 handshake keeps a process per conversation. Through a real gateway process, its
-defaults, in front of a real server of each era (the ``mcp`` 2.3 SDK's ``MCPServer``, an ``mcp`` 1.x ``FastMCP``).
+defaults, in front of a real server of each era (the ``mcp`` 2.3 SDK's ``MCPServer``, an ``mcp`` 1.x ``FastMCP``); and
+a server that ends when it is asked which it speaks, which does not start.
 """
 
 from __future__ import annotations
