@@ -163,6 +163,15 @@ def gateway_process(
         gateway.stop()
 
 
+def gateway_run(*arguments: str, within: float = 90) -> subprocess.CompletedProcess[str]:
+    """``mcp-sessions gateway ARGUMENTS`` as its own process, run to its end (a gateway that fails to start ends by
+    itself) within ``within`` seconds: its exit status and its output."""
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
+    line = [sys.executable, "-m", "mcp_sessions", "gateway", *arguments]
+    environ["MCP_SESSIONS_SECRET"] = SECRET
+    return subprocess.run(line, capture_output=True, text=True, env=environ, timeout=within, check=False)
+
+
 def started(name: str, command: Callable[[int], tuple[list[str], Mapping[str, str]]], tries: int = 3) -> Process:
     """``command`` for a free port, started; again on another port if the first was taken meanwhile (by
     another test worker: a free port is free only until someone binds it)."""

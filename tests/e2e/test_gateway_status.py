@@ -245,10 +245,10 @@ def test_the_process_metrics_are_recorded() -> None:
 
 
 def test_a_server_that_dies_at_startup_is_one_line_naming_its_last_stderr_line_and_exit_status_2() -> None:
+    """At its ``initialize`` (no revision probe before it): the one at the probe is test_gateway_stdio_lifetimes'."""
     server = [sys.executable, "-c", "import sys; print('reading the config', file=sys.stderr); sys.exit('no token')"]
-    done = command(
-        "gateway", "--port", str(free_port()), "--stdio", shlex.join(server), environ={"MCP_SESSIONS_SECRET": SECRET}
-    )
+    line = ("gateway", "--port", str(free_port()), "--stdio", shlex.join(server), "--processes", "per-conversation")
+    done = command(*line, environ={"MCP_SESSIONS_SECRET": SECRET})
     said = done.stderr.splitlines()
     assert done.returncode == 2, done.stderr
     assert re.fullmatch(

@@ -11,8 +11,11 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import signal
+import socket
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,10 +42,10 @@ from _mcp import (
     sdk_session_meta,
     session_meta,
 )
-from _redis import missing
+from _redis import free_port, missing
 from _waits import WITHIN, until, until_awaited
 from conftest import SECRET
-from e2e._gateway import EVERYTHING, MAIN, gateway_process, installed, node, result_of, run_recipe
+from e2e._gateway import EVERYTHING, MAIN, gateway_process, gateway_run, installed, node, result_of, run_recipe
 from e2e._listen import client as listening
 from e2e._stdio import SERVER_PATH, gone, own_children, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
@@ -543,6 +546,35 @@ def test_a_call_unanswered_when_the_shutdown_timeout_ends_gets_503_and_32014(tmp
     error = {"code": -32014, "message": "The gateway is shutting down"}
     assert answer.json() == {"jsonrpc": "2.0", "id": None, "error": error}
     assert "Traceback" not in output and "Exception in ASGI application" not in output, output
+
+
+def test_a_server_that_never_answers_ends_the_start_after_its_30_s_in_one_line(tmp_path: Path) -> None:
+    """A server that answers nothing: the start's 30 s (the revision probe and the shared process's ``initialize``
+    together, not each) end it, in one line and exit status 2. Timed from its first process's start (each appends
+    when it started), not the gateway's own, which a busy machine's interpreter start lengthens."""
+    starts = tmp_path / "starts"
+    wait = "import sys, time; open(sys.argv[1], 'a').write(repr(time.time()) + chr(10)); time.sleep(600)"
+    server = [sys.executable, "-c", wait, str(starts)]
+    done = gateway_run("--port", str(free_port()), "--stdio", shlex.join(server), "--process-containment", "none")
+    elapsed = time.time() - float(starts.read_text().split()[0])
+    said = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert elapsed < 45, elapsed  # loose (30 s and the process's stop): 60 s and more before
+    why = "the server did not answer server/discover, its first request, within 30 s of the gateway's start"
+    assert said[-1] == f"mcp-sessions gateway: {shlex.join(server)}: {why}", said
+    assert not [line for line in said[:-1] if not line.startswith("INFO:")], said  # the rest is the log
+    assert len(starts.read_text().split()) == 1 and "handshake" not in done.stderr  # no era guessed, no 2nd process
+
+
+def test_a_port_in_use_is_one_line_and_exit_status_2_before_any_process_starts(tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    server = [sys.executable, "-c", f"import pathlib; pathlib.Path({str(started)!r}).touch()"]
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = gateway_run("--port", str(port), "--stdio", shlex.join(server), "--process-containment", "none")
+    said = f"mcp-sessions gateway: --host 127.0.0.1 --port {port}: Address already in use\n"
+    assert (done.returncode, done.stderr) == (2, said)
+    assert not started.exists()  # the port first: no process ran
 
 
 async def _pids_of_a_conversation(url: str) -> list[int]:

@@ -1,13 +1,16 @@
 """``mcp-sessions gateway --stdio``'s processes live as MCP 2026-07-28 says (docs/gateway.md, "Process lifetimes"):
 a server that speaks 2026-07-28 gets one process for every conversation of a caller, each request naming its own;
 a server that speaks only the 2025-11-25 handshake keeps a process per conversation. Through a real gateway process, its
-defaults, in front of a real server of each era (the ``mcp`` 2.3 SDK's ``MCPServer``, an ``mcp`` 1.x ``FastMCP``).
+defaults, in front of a real server of each era (the ``mcp`` 2.3 SDK's ``MCPServer``, an ``mcp`` 1.x ``FastMCP``); and
+a server that ends when it is asked which it speaks, which does not start.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +22,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from _mcp import create_session, sdk_session_meta
-from _redis import missing
-from e2e._gateway import MAIN, SECRET, Process, started
+from _redis import free_port, missing
+from e2e._gateway import MAIN, SECRET, Process, gateway_run, started
 from e2e._stdio import text_of
 from e2e._versioned import VENVS
 
@@ -99,3 +102,24 @@ async def test_a_value_per_user_keeps_a_process_per_conversation_whatever_the_se
 
     assert "the server speaks" not in logged  # nothing asked: a user's value goes into the process
     assert seen[0]["pid"] != seen[1]["pid"]
+
+
+@pytest.mark.parametrize(
+    ("server", "last_words"),
+    [
+        ([sys.executable, "-c", "import sys; print('boom \\x1b[2J', file=sys.stderr); sys.exit(3)"], r"boom \x1b[2J"),
+        # its exit while a process it started holds its stdout: a crash all the same, not the start's 30 s
+        (["sh", "-c", "sleep 600 & read request; echo bye >&2; exit 3"], "bye"),
+    ],
+)
+def test_a_server_that_exits_at_the_revision_probe_is_a_crash_and_no_start(server: list[str], last_words: str) -> None:
+    """A server that exits as it is asked its revisions (its first request) speaks no revision at all: the start
+    fails, in one line naming the crash and its last stderr line (escaped), and no other process is started."""
+    done = gateway_run("--port", str(free_port()), "--stdio", shlex.join(server), "--process-containment", "none")
+    said = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    why = r"the server ended at its first request, server/discover \(crash: [a-z ]+\)"
+    last = re.escape(f"its last stderr line: {last_words}")
+    assert re.fullmatch(f"mcp-sessions gateway: {re.escape(shlex.join(server))}: {why}; {last}", said[-1]), said
+    assert re.search(r"revisions: server process \d+ ended \(crash: [a-z ]+; exit code 3\)", done.stderr), said
+    assert "handshake" not in done.stderr and "shared:" not in done.stderr  # no era guessed, no second process

@@ -6,6 +6,7 @@ import argparse
 import ipaddress
 import logging
 import shlex
+import socket
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
@@ -19,7 +20,7 @@ from ._app import (
 )
 from ._network import NetworkError, add_network_arguments
 from ._process_flags import add_process_arguments, process_options
-from ._serving import EXIT_USAGE, serve
+from ._serving import EXIT_USAGE, bind, serve
 
 if TYPE_CHECKING:
     from ._auth import GatewayAuth
@@ -35,7 +36,6 @@ STDIO_SHUTDOWN_TIMEOUT: Final = 4.0
 """With --stdio: then every child gets its stdin closed, SIGTERM and SIGKILL (``_stdio_child.stop_group``): all
 gone within 10 s of the gateway's SIGTERM."""
 
-"""uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
 AUTH_VARIABLES: Final = {
     "jwks": "MCP_SESSIONS_AUTH_JWKS",
     "issuer": "MCP_SESSIONS_AUTH_ISSUER",
@@ -255,6 +255,7 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 auth=auth,
                 upstream_token=upstream_token,
             )
+        bound = bind(args.host, args.port)  # a port in use: before anything starts
         if egress is not None:  # before any process starts
             egress.install()
     except ModuleNotFoundError as exc:
@@ -274,19 +275,19 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
     if args.stdio is not None:
         network = f"network {options.network}" if egress is None else egress.said
         logger.info("mcp-sessions gateway: each process: %s, %s", options.said, network)
-    return _served(app, args, stderr, egress)
+    return _served(app, bound, args, stderr, egress)
 
 
-def _served(app: Any, args: argparse.Namespace, stderr: TextIO, egress: Any) -> int:
+def _served(app: Any, bound: socket.socket, args: argparse.Namespace, stderr: TextIO, egress: Any) -> int:
     """``serve``, and the processes' ``egress`` rules (if any) deleted once they have ended: before a SIGTERM ends
     the gateway, or where uvicorn never ran (a status socket refused); a SIGKILLed gateway's at the next start."""
     shutdown_timeout = args.shutdown_timeout
     if shutdown_timeout is None:
         shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT if args.stdio is None else STDIO_SHUTDOWN_TIMEOUT
     if egress is None:
-        return serve(app, args, stderr, shutdown_timeout)
+        return serve(app, bound, args, stderr, shutdown_timeout)
     try:
-        return serve(app, args, stderr, shutdown_timeout, stopped=egress.remove)
+        return serve(app, bound, args, stderr, shutdown_timeout, stopped=egress.remove)
     finally:
         egress.remove()
 

@@ -1,10 +1,11 @@
 """How ``mcp-sessions gateway`` serves its app: uvicorn, as the gateway's command configures it.
 
-``serve`` runs uvicorn on the gateway's socket (and the operator's status port, ``--status-port``, on a loopback
-socket of its own, and its Unix socket, ``--status-socket``); ``_Started`` stands between uvicorn and the app's
-lifespan, so that a failure to start is one line and exit status 2, and a SIGTERM while the app starts (its first
-server process not answering yet) ends that start: uvicorn hears signals only once the app has started. A request
-still unanswered when a stop's ``--shutdown-timeout`` ends gets 503 and ``-32014`` from it, not uvicorn's 500.
+``bind`` takes the gateway's socket before anything starts (a port in use is one line and exit status 2); ``serve``
+runs uvicorn on it (and the operator's status port, ``--status-port``, on a loopback socket of its own, and its Unix
+socket, ``--status-socket``); ``_Started`` stands between uvicorn and the app's lifespan, so that a failure to start
+is one line and exit status 2, and a SIGTERM while the app starts (its first server process not answering yet) ends
+that start: uvicorn hears signals only once the app has started. A request still unanswered when a stop's
+``--shutdown-timeout`` ends gets 503 and ``-32014`` from it, not uvicorn's 500.
 """
 
 from __future__ import annotations
@@ -29,21 +30,24 @@ from ._front import QueryDropped, StartupFailed
 logger = logging.getLogger("mcp_sessions.gateway")
 
 EXIT_USAGE = 2
+"""A usage or startup error the gateway says in one line: a flag, its port in use, a server that does not start."""
 STARTUP_FAILURE = 3
+"""uvicorn's exit status for an app that failed to start in another way (a bug: its traceback is logged)."""
 _SHUTTING_DOWN = unavailable(503, "The gateway is shutting down", b"1", None, "shutting_down")
 
 
 def serve(
     app: ASGIApp,
+    bound: socket.socket,
     args: argparse.Namespace,
     stderr: TextIO,
     shutdown_timeout: float,
     stopped: Callable[[], None] = lambda: None,
 ) -> int:
-    """Serve ``app`` with uvicorn until stopped (and the operator's status on its own loopback socket); a failure
-    to start (``StartupFailed``) is one line on ``stderr`` and exit status 2. ``stopped`` is called once the app
-    has stopped (its processes ended), also before uvicorn raises the signal that stopped it again, which ends
-    the gateway then and there."""
+    """Serve ``app`` with uvicorn on ``bound`` (:func:`bind`'s) until stopped (and the operator's status on its own
+    loopback socket); a failure to start (``StartupFailed``) is one line on ``stderr`` and exit status 2.
+    ``stopped`` is called once the app has stopped (its processes ended), also before uvicorn raises the signal
+    that stopped it again, which ends the gateway then and there."""
     import uvicorn
 
     # The upstream's own Date and Server go to the client, as any proxy's do. The app itself reads the forwarded
@@ -89,12 +93,12 @@ def serve(
 
     server = Server(listening)
     try:
-        status = _status_sockets(args)
+        sockets = [bound, *_status_sockets(args)]
     except ValueError as exc:
         print(f"mcp-sessions gateway: {exc}", file=stderr)
         return EXIT_USAGE
     try:
-        server.run(sockets=[listening.bind_socket(), *status] if status else None)
+        server.run(sockets=sockets)
     except SystemExit:  # uvicorn's, for an app that did not start
         if started.stopped:  # a SIGTERM while it started: stopped, as asked
             return 0
@@ -104,6 +108,21 @@ def serve(
         print(f"mcp-sessions gateway: {started.failure}", file=stderr)
         return EXIT_USAGE
     return 0 if server.started else STARTUP_FAILURE
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The gateway's socket, bound as uvicorn binds its workers' (``Config.bind_socket``), before any process starts;
+    uvicorn listens on it once the app has started (until then a connection is refused, as where nothing listens).
+    ``ValueError`` saying why it cannot be had, for one line and exit status 2: a port in use, an address not this
+    host's."""
+    bound = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        bound.bind((host, port))
+    except OSError as exc:
+        bound.close()
+        raise ValueError(f"--host {host} --port {port}: {exc.strerror}") from None
+    return bound
 
 
 def _status_sockets(args: argparse.Namespace) -> list[socket.socket]:

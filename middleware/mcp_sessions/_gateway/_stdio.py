@@ -67,7 +67,7 @@ from ._exchange import TokenExchange
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._sandbox import environment
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._stdio_child import ProcessOptions, revisions
+from ._stdio_child import START_TIMEOUT, ProcessOptions, revisions
 from ._stdio_relay import Key
 from ._stdio_table import AFTER_ANSWER, Children
 
@@ -116,9 +116,11 @@ class StdioServer(Server[Any]):
 
     @asynccontextmanager
     async def _running(self, _: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        # the probe's answer and the shared child's, both within the start's own START_TIMEOUT
+        start_deadline = anyio.current_time() + START_TIMEOUT
         if self.children.mode == "auto":
-            await choose(self.children)
-        async with self.children.running() as answer, anyio.create_task_group() as tasks:
+            await choose(self.children, start_deadline)
+        async with self.children.running(start_deadline) as answer, anyio.create_task_group() as tasks:
             info = answer.server_info
             self.name, self.version, self.title = info.name, info.version, info.title
             self.description, self.website_url, self.icons = info.description, info.website_url, info.icons
@@ -255,13 +257,14 @@ def _check(command: Sequence[str], processes: str, sessionless: str, warm: int, 
         raise ValueError("sessionless is 'per-request' or 'shared', and warm is 0 or more")
 
 
-async def choose(children: Children) -> None:
+async def choose(children: Children, start_deadline: float | None = None) -> None:
     """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
     something per user goes into it (``--process-env``, a uid each), or the server speaks only 2025-11-25 and keeps a
     conversation's state in its process; else, for a server that speaks 2026-07-28, a process per caller, which
     serves all of that caller's conversations (``"per-caller"``): one caller's call that ends it (a bound, a crash)
     ends no other's, and no caller's state reaches another's. One process for everyone is ``processes="shared"``,
-    the operator's word alone."""
+    the operator's word alone. A server that answers its first request neither with revisions nor with an error, by
+    ``start_deadline`` or before it ends, does not start: ``StartupFailed``."""
     options = children.options
     if children.process_env.sources or (options is not None and options.uids is not None):
         children.mode = "per-conversation"
@@ -269,8 +272,10 @@ async def choose(children: Children) -> None:
     command = children.command
     environ = children.environ
     limit = children.config.max_response_size
-    spoken = await revisions(command, environ=environ, max_line=limit, options=options)
-    if LATEST_MODERN_VERSION in spoken:
+    probe = await revisions(command, environ=environ, max_line=limit, options=options, start_deadline=start_deadline)
+    if probe.failure is not None:
+        raise await children.failed(probe.failure, probe)
+    if LATEST_MODERN_VERSION in probe.revisions:
         children.mode = "per-caller"
         logger.info("the server speaks 2026-07-28: a process per caller, each request naming its conversation")
     else:

@@ -29,6 +29,7 @@ from mcp.shared.dispatcher import DispatchContext, OnNotify, OnNotifyIntercept, 
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
+from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
 from .._version import __version__
@@ -43,7 +44,8 @@ STDIN_GRACE: Final = 1.0
 TERM_GRACE: Final = 2.0
 """How long a child's process group has between SIGTERM and SIGKILL."""
 START_TIMEOUT: Final = 30.0
-"""How long a child may take to answer ``initialize``."""
+"""How long a child may take to answer its first request (``initialize``); the gateway's start, its revision probe
+and its shared child's ``initialize`` together."""
 EXIT_DRAIN: Final = 0.5
 """How long a child's stdout is still read once its process has exited: a process it started may hold it open."""
 MAX_LOG_LINE: Final = 4096
@@ -70,9 +72,12 @@ async def revisions(
     environ: Mapping[str, str],
     max_line: int,
     options: ProcessOptions | None,
-) -> list[str]:
-    """The revisions a stdio server lists in its ``server/discover`` answer, asked of a process of its own that
-    then ends: a connection's first request decides its era, so a child that initializes cannot be asked."""
+    start_deadline: float | None = None,
+) -> Child:
+    """A process of its own asked the revisions the server lists in its ``server/discover`` answer, then ended: a
+    connection's first request decides its era, so a child that initializes cannot be asked. The probe's
+    ``revisions`` (none for an error answer: the handshake's only), or its ``failure``: no answer in time, or it
+    ended (a crash at its first request), with its ``last_words``."""
     probe = Child(
         command,
         label="revisions",
@@ -83,9 +88,10 @@ async def revisions(
         on_progress=_taken,
         options=options,
         discover=True,
+        start_deadline=start_deadline,
     )
     await probe.run()
-    return probe.revisions
+    return probe
 
 
 async def _no_client(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -121,12 +127,16 @@ class Child:
         on_progress: OnNotifyIntercept,
         options: ProcessOptions | None = None,
         discover: bool = False,
+        start_deadline: float | None = None,
     ) -> None:
         self.command = list(command)
         self.label = label
         self.max_line = max_line
         # Only ask its revisions (server/discover), then end.
         self.discover = discover
+        # The end of the gateway's start (anyio's clock) for the children it starts with, the probe and the shared
+        # one: START_TIMEOUT for both together, not each. Else START_TIMEOUT from its first request.
+        self.start_deadline = start_deadline
         self.environ = environ
         self.on_request = on_request
         self.on_notify = on_notify
@@ -148,11 +158,14 @@ class Child:
         self.link: JSONRPCDispatcher[Any] | None = None
         self.last_words: str | None = None  # its last stderr line: why it failed to start, often
         self.stderr_ended = anyio.Event()
+        self._asking: anyio.CancelScope | None = None  # its first request, which its end ends
 
     def stop(self, reason: str = "stopped") -> None:
         """Ask the child to end (its :meth:`run` stops the process group); ``reason`` goes to the log."""
         self.reason = self.reason or reason
         self.done.set()
+        if self._asking is not None:
+            self._asking.cancel()
 
     async def run(self) -> None:
         """Start the process in its place (:class:`Sandbox`), initialize it, serve it until :meth:`stop` or its
@@ -254,12 +267,12 @@ class Child:
             "capabilities": {"sampling": {}, "elicitation": {}, "roots": {"listChanged": True}},
             "clientInfo": {"name": "mcp-sessions-gateway", "version": __version__},
         }
+        seconds, within = self._first_answer_within()
         try:
-            with anyio.fail_after(START_TIMEOUT):
-                answer = await link.send_raw_request("initialize", params, {"cancel_on_abandon": False})
+            answer = await self._first_answer(link, seconds, "initialize", params)
             self.initialized = types.InitializeResult.model_validate(answer, by_name=False)
         except TimeoutError:
-            self.failure = f"the server did not answer initialize within {START_TIMEOUT:g} s"
+            self.failure = f"the server did not answer initialize {within}"
         except Exception as exc:
             # An error answer, a closed stdout, an answer that is no InitializeResult.
             self.failure = f"the server failed to initialize: {printable(str(exc))[:200]}"
@@ -271,22 +284,45 @@ class Child:
 
     async def _discover(self, link: JSONRPCDispatcher[Any]) -> None:
         """Ask the revisions it speaks, as its first request (which decides a connection's era), then end it: a
-        server that answers no ``server/discover`` speaks none but the handshake's."""
+        server that answers ``server/discover`` with an error (or with no ``DiscoverResult``) speaks none but the
+        handshake's; one that answers nothing in time, or ends, has ``failure``."""
         meta = {
             types.PROTOCOL_VERSION_META_KEY: LATEST_MODERN_VERSION,
             types.CLIENT_INFO_META_KEY: {"name": "mcp-sessions-gateway", "version": __version__},
             types.CLIENT_CAPABILITIES_META_KEY: {},
         }
+        seconds, within = self._first_answer_within()
         try:
-            with anyio.fail_after(START_TIMEOUT):
-                answer = await link.send_raw_request("server/discover", {"_meta": meta})
+            answer = await self._first_answer(link, seconds, "server/discover", {"_meta": meta})
             discovered = types.DiscoverResult.model_validate(answer, by_name=False)
             self.revisions = discovered.supported_versions
+        except TimeoutError:
+            self.failure = f"the server did not answer server/discover, its first request, {within}"
         except Exception:
-            # An error answer, none in time, a closed stdout: the handshake's revisions only.
-            logger.debug("%s: no server/discover answer", self.label, exc_info=True)
-        self.stop("asked its revisions")
+            # Its stdout's end (or its stdin's) stopped it, as a crash: not an answer.
+            if self.done.is_set():
+                self.failure = f"the server ended at its first request, server/discover ({self.reason})"
+            else:  # an error answer, or one that is no DiscoverResult: the handshake's revisions only
+                logger.debug("%s: no server/discover answer", self.label, exc_info=True)
+        self.stop("asked its revisions" if self.failure is None else "it did not answer server/discover")
         self.ready.set()
+
+    async def _first_answer(
+        self, link: JSONRPCDispatcher[Any], seconds: float, method: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Its first request's answer within ``seconds`` (else ``TimeoutError``); ``MCPError`` for an error answer,
+        and for its end, even while a process it started holds its stdout (:meth:`_watch_exit`)."""
+        with anyio.fail_after(seconds), anyio.CancelScope() as self._asking:
+            if self.done.is_set():
+                self._asking.cancel()
+            return await link.send_raw_request(method, params, {"cancel_on_abandon": False})
+        raise MCPError(CONNECTION_CLOSED, "Connection closed")
+
+    def _first_answer_within(self) -> tuple[float, str]:
+        """How long its first request may wait for its answer, and how to say it."""
+        if self.start_deadline is None:
+            return START_TIMEOUT, f"within {START_TIMEOUT:g} s"
+        return max(self.start_deadline - anyio.current_time(), 0), f"within {START_TIMEOUT:g} s of the gateway's start"
 
     async def _watch_exit(self, process: anyio.abc.Process) -> None:
         """The process's exit ends the child, its answers already written read first: a process it started may

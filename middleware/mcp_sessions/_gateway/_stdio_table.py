@@ -122,15 +122,17 @@ class Children:
         self._tasks: anyio.abc.TaskGroup | None = None
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[types.InitializeResult]:
-        """Start the shared child; at the end, stop every child. Yields the shared child's answer."""
+    async def running(self, start_deadline: float | None = None) -> AsyncIterator[types.InitializeResult]:
+        """Start the shared child (its ``initialize`` answered by ``start_deadline``, if given: the gateway's start's
+        end); at the end, stop every child. Yields the shared child's answer."""
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
             try:
+                self.shared = first = self._start(shared=True, start_deadline=start_deadline)
                 try:
                     shared = await self.shared_conversation()
                 except MCPError as exc:
-                    raise await self._failed(exc.error.message) from None
+                    raise await self.failed(exc.error.message, first.child) from None
                 assert shared.child.initialized is not None
                 self._fill()
                 yield shared.child.initialized
@@ -140,13 +142,12 @@ class Children:
                     conversation.why = "shutdown"
                 tasks.cancel_scope.cancel()  # each child stops its process group, shielded (_stdio_child.stop_group)
 
-    async def _failed(self, why: str) -> StartupFailed:
-        """The shared child's failure to start, in one line: why, and what it last said on its stderr."""
-        child = None if self.shared is None else self.shared.child
-        if child is not None:
-            with anyio.move_on_after(EXIT_DRAIN):
-                await child.stderr_ended.wait()
-        said = "" if child is None or child.last_words is None else f"; its last stderr line: {child.last_words}"
+    async def failed(self, why: str, child: Child) -> StartupFailed:
+        """A child's failure to start the gateway (the shared one's, the revision probe's), in one line: why, and
+        what it last said on its stderr."""
+        with anyio.move_on_after(EXIT_DRAIN):
+            await child.stderr_ended.wait()
+        said = "" if child.last_words is None else f"; its last stderr line: {child.last_words}"
         return StartupFailed(f"{shlex.join(self.command)}: {why}{said}")
 
     async def created(self, claims: SessionClaims) -> None:
@@ -462,7 +463,7 @@ class Children:
         conversation.last_request = anyio.current_time()
         return conversation
 
-    def _start(self, *, shared: bool = False) -> Process:
+    def _start(self, *, shared: bool = False, start_deadline: float | None = None) -> Process:
         """A new child: the shared one, or one a conversation or a request takes (started ahead, or by the request
         that starts its conversation: with ``--process-env``, that user's values), with an id of its own."""
         if self._tasks is None:
@@ -480,6 +481,7 @@ class Children:
             on_notify=_unreached,
             on_progress=started.on_notification,
             options=self.options,
+            start_deadline=start_deadline,
         )
         if shared:
             started.take(Conversation(Key("shared", ""), started.child, owner=None, tasks=self._tasks, bus=self.bus))
