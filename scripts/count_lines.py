@@ -48,13 +48,14 @@ def gateway(path: Path) -> bool:
 # its statements out (992 then) and issue 68's density pass of _cli (1,194 then); _gateway's from 2,400 to
 # 4,100 with issues 65-67 (the sealed processes, the process table's typed keys, the token exchange, the
 # operator's view, the revision's lifetimes) and the density pass that brought it within the guard (3,958
-# then), then to 4,600 with issue 76's sealing (the egress rules and the status socket, the uid sweep, the
+# then), then to 4,650 with issue 76's sealing (the egress rules and the status socket, the uid sweep, the
 # namespaces' own temporary directories and network, the CPU bound, a process per caller, owners by identity:
-# 3,997 -> 4,551). Each grew by what its features needed.
+# 3,997 -> 4,551) and issue 77's startup deadline, port check and reasons (4,604). Each grew by what its
+# features needed.
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
     "core": (core, 8_000),
     "_cli": (cli, 1_230),
-    "_gateway": (gateway, 4_600),
+    "_gateway": (gateway, 4_650),
 }
 # The suite's: every line of its Python files, conformance/tests/ included (32,337 when it was first counted;
 # 34,617 with issues 65-68's tests through real gateways, authorization servers and hosts; 35,809 with issue
