@@ -98,9 +98,12 @@ for line in sys.stdin:
                   "serverInfo": {"name": "hostile", "version": "1"}}
     elif method == "tools/list":
         result = {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]}
-    else:
+    elif method == "tools/call":
         text = TOOLS[params["name"]](**params.get("arguments", {}))
         result = {"content": [{"type": "text", "text": text}], "isError": False}
+    else:  # server/discover: a 2025-11-25 server's answer
+        send({"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}})
+        continue
     send({"jsonrpc": "2.0", "id": message["id"], "result": result})
 """
 OPEN: list[httpx.Client] = []
