@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,17 @@ def readable_directory(prefix: str) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix=prefix, dir=parent) as directory:
         os.chmod(directory, 0o755)
         yield Path(directory)
+
+
+def readable_by_every_uid(path: Path) -> Path:
+    """``path``, a file of the checkout that processes of other uids run (``--process-uids``): skipped (failed under
+    CI) in one line that says what to change when those uids cannot read it, as in a clone under ``/root`` (0700)."""
+    for directory in path.parents:
+        if not directory.stat().st_mode & stat.S_IXOTH:
+            missing(f"{path} is not readable by the processes' own uids: chmod o+x {directory}, or clone elsewhere")
+    if not path.stat().st_mode & stat.S_IROTH:
+        missing(f"{path} is not readable by the processes' own uids: chmod o+r {path}")
+    return path
 
 
 def node() -> str:

@@ -30,11 +30,12 @@ from _mcp import legacy_request
 from _redis import free_port, missing
 from _waits import WITHIN
 from conftest import SECRET
-from e2e._gateway import Process, legacy_initialize, result_of, started
+from e2e._gateway import Process, legacy_initialize, readable_by_every_uid, readable_directory, result_of, started
 
 UIDS = "60100-60199"
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
-SERVER = f"/usr/bin/python3 {Path(__file__).with_name('_hostile_stdio.py')}"
+HOSTILE = Path(__file__).with_name("_hostile_stdio.py")
+SERVER = f"/usr/bin/python3 {HOSTILE}"
 PROXY = ("--auth-principal-header", "X-Forwarded-User", "--forwarded-allow-ips", "127.0.0.1")
 """An auth proxy on this host's loopback, trusted to name the user."""
 CLI_WITHIN = 60
@@ -51,6 +52,9 @@ def needs_root_and_nft() -> None:
 @contextlib.contextmanager
 def gateway(*options: str) -> Iterator[Process]:
     """The gateway command in front of the hostile server, a process per conversation, none started ahead."""
+
+    if "--process-uids" in options:  # run by uids of their own, from the checkout
+        readable_by_every_uid(HOSTILE)
 
     def command(port: int) -> tuple[list[str], dict[str, str]]:
         line = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(port), "--log-level", "info"]
@@ -248,3 +252,17 @@ def test_under_host_a_process_reaches_a_local_service() -> None:
             session = legacy_initialize(http, process.url())
             assert tried(http, process, session, "127.0.0.1", service) == "connected"
         assert "network host" in process.output()
+
+
+def test_a_checkout_other_uids_cannot_read_is_one_line_that_says_what_to_change() -> None:
+    """The tests whose processes run as uids of their own from the checkout (a clone under /root, mode 0700, say)
+    stop in one line that names the directory and the change, not in a server that cannot start (issue 77, item 11)."""
+    with readable_directory("mcp-sessions-checkout-") as directory:
+        private = directory / "home"
+        private.mkdir(mode=0o700)
+        (private / "server.py").write_text("")
+        (private / "server.py").chmod(0o644)
+        with pytest.raises((pytest.skip.Exception, pytest.fail.Exception), match=f"chmod o\\+x {private}, or clone"):
+            readable_by_every_uid(private / "server.py")
+        private.chmod(0o755)
+        assert readable_by_every_uid(private / "server.py") == private / "server.py"

@@ -32,7 +32,7 @@ import pytest
 from _mcp import ModernClient, session_meta
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import CACHE, installed, node, readable_directory, rss_kib
+from e2e._gateway import CACHE, installed, node, readable_by_every_uid, readable_directory, rss_kib
 from e2e._issuer import jwks as served_jwks
 from e2e._sealed import PRIVATE, SECRETS, UIDS, call, client, gateway, hostile, needs, of_uid, running, team, text
 
@@ -513,7 +513,7 @@ def test_server_memory_behind_the_team_recipe_never_shows_alices_graph_to_bob(jw
     there), never another user's graph; with the recipe's MEMORY_FILE_PATH in the process's own HOME, alice's
     graph is hers alone."""
     needs("root")
-    index = installed(MEMORY, "@modelcontextprotocol/server-memory")
+    index = readable_by_every_uid(installed(MEMORY, "@modelcontextprotocol/server-memory"))
     recipe = f'sh -c "MEMORY_FILE_PATH=$HOME/memory.jsonl exec {node()} {index}"'  # $HOME: the process's own
     for command in (f"{node()} {index}", recipe):
         with gateway(command, *team(jwks)) as process:
