@@ -59,8 +59,9 @@ BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
 }
 # The suite's: every line of its Python files, conformance/tests/ included (32,337 when it was first counted;
 # 34,617 with issues 65-68's tests through real gateways, authorization servers and hosts; 35,809 with issue
-# 76's, each a hostile process or user against a real gateway as root).
-TESTS_BUDGET = 36_000
+# 76's, each a hostile process or user against a real gateway as root; 36,018 with issue 77's credentials,
+# startup and uid-readability tests).
+TESTS_BUDGET = 36_100
 # The density guard: the core's figures when it was set (issue 68; Starlette's are 34.7 and 2.2%).
 MOST_CHARACTERS_PER_LINE = 40.1
 MOST_SHARE_OVER_100 = 6.4  # percent of code lines
