@@ -33,6 +33,9 @@ command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # The stdio gateway's --process-network egress (the default with --process-uids): its rules are nftables'.
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
+# iproute2's ip: this host's addresses (a trusted front the processes could pose as), and unshare's own loopback
+# under --process-network none. Debian's minimal images leave it out.
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
 if [ "${#missing[@]}" -gt 0 ]; then
     if ! command -v apt-get >/dev/null 2>&1; then
         echo "${missing[*]} missing and apt-get is not available: install them, then run make test again" >&2
