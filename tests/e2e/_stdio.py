@@ -22,6 +22,7 @@ SERVER = [sys.executable, "-m", "e2e._stdio_server"]
 FILESYSTEM = CACHE / "filesystem/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 # What a gateway process (which inherits the tests' environment) passes on for its server to import the tests' modules.
 SERVER_PATH = {"PYTHONPATH": os.pathsep.join(filter(None, [str(MAIN / "tests"), os.environ.get("PYTHONPATH")]))}
+COUNT = {"name": "count", "arguments": {}}  # the tests' server's counter, as a tools/call's params
 ENVIRON = {"PATH": os.environ["PATH"], "PYTHONPATH": str(MAIN / "tests"), "MCP_SESSIONS_SECRET": SECRET}
 
 

@@ -25,6 +25,7 @@ from _mcp import (
     SESSION_NOT_FOUND,
     create_session,
     era_session,
+    legacy_request,
     modern_headers,
     modern_request,
     sdk_session_meta,
@@ -35,9 +36,9 @@ from _waits import WITHIN, until_awaited
 from conftest import SECRET
 from e2e._gateway import Process, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import SERVER, SERVER_PATH, stdio_gateway, text_of
+from e2e._stdio import COUNT, SERVER, SERVER_PATH, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import _stdio_table
+from mcp_sessions._gateway import _stdio_admission
 from mcp_sessions._gateway._auth import GatewayAuth
 from mcp_sessions._gateway._cgroups import Cgroups
 
@@ -181,8 +182,9 @@ def test_a_principal_in_the_log_is_escaped(team: tuple[Process, int]) -> None:
     gateway, status_port = team
     forger = "mallory\x1b[2J\nINFO: forged line"
     with httpx.Client(timeout=WITHIN) as http:
-        legacy_initialize(http, gateway.url(), bearer(gateway, forger))
-        legacy_initialize(http, gateway.url(), bearer(gateway, forger))  # her first is ended for it, logged
+        for _ in range(2):  # her first transport session's process is ended for the second's, logged
+            headers = legacy_initialize(http, gateway.url(), bearer(gateway, forger))
+            http.post(gateway.url(), json=legacy_request("tools/call", COUNT), headers=headers)
         users = http.get(f"http://127.0.0.1:{status_port}/status").json()["users"]
     logged = gateway.log().decode(errors="replace")
 
@@ -196,7 +198,7 @@ def test_a_caller_at_her_limit_keeps_her_idle_conversation_when_the_create_limit
 ) -> None:
     """76.7: at ``--max-processes-per-principal``, her idle conversation was ended to make room, and the new one was
     then refused by ``MCP_SESSIONS_CREATE_LIMIT`` anyway: she lost it for nothing. Every refusal is checked first."""
-    monkeypatch.setattr(_stdio_table, "EVICT_AFTER", 0.0)  # idle at once: only the order of the checks matters
+    monkeypatch.setattr(_stdio_admission, "EVICT_AFTER", 0.0)  # idle at once: only the order of the checks matters
     config = SessionsConfig(secret=SECRET, create_limit=(1, 600))
     with stdio_gateway(SERVER, config, max_processes_per_principal=1) as url, httpx.Client(timeout=WITHIN) as http:
         kept = era_session(http, url, MODERN)  # the create limit's one operation

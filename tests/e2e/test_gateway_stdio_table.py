@@ -24,11 +24,11 @@ from mcp import Client
 from _mcp import legacy_request, modern_headers, modern_request, session_meta
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import INITIALIZE, JSON_SSE, Process, created, gateway_process, legacy_initialize, result_of
+from e2e._gateway import Process, created, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, stdio_gateway
+from e2e._stdio import COUNT, ENVIRON, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
-from mcp_sessions._gateway import _stdio_table
+from mcp_sessions._gateway import _stdio_admission
 from mcp_sessions._gateway._stdio_table import Children
 from mcp_sessions.profiles import SESSION_META_KEY
 from mcp_sessions.subscriptions import SessionSubscriptionBus
@@ -99,30 +99,26 @@ def test_a_request_state_is_its_callers_alone(team: Process) -> None:
 
 
 def test_every_process_started_for_a_caller_spends_its_create_limit() -> None:
-    """65.6: sessionless 2026-07-28 requests and 2025 ``initialize``s started processes without spending a slot of
-    ``MCP_SESSIONS_CREATE_LIMIT``; now each start does, as ``sessions/create`` does."""
+    """65.6: sessionless 2026-07-28 requests and 2025 transport sessions started processes without spending a slot
+    of ``MCP_SESSIONS_CREATE_LIMIT``; now each start does, as ``sessions/create`` does."""
     environ = {**SERVER_PATH, "MCP_SESSIONS_CREATE_LIMIT": "3/600"}
-    with gateway_process([], "--stdio", STDIO_SERVER, environ=environ) as gateway, httpx.Client(timeout=WITHIN) as http:
+    per_request = ("--sessionless", "per-request")
+    with (
+        gateway_process([], "--stdio", STDIO_SERVER, *per_request, environ=environ) as gateway,
+        httpx.Client(timeout=WITHIN) as http,
+    ):
         url = gateway.url()
         first = [modern_call(http, url, "count", {}, arguments={}) for _ in range(2)]
-        legacy_initialize(http, url)
-        body = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        }
-        refused_initialize = http.post(url, json=body, headers=JSON_SSE)
+        legacy = [legacy_initialize(http, url) for _ in range(2)]
+        call = legacy_request("tools/call", {"name": "count", "arguments": {}})
+        transports = [result_of(http.post(url, json=call, headers=headers), 1) for headers in legacy]
         refused_request = modern_call(http, url, "count", {}, arguments={})
 
     assert [found["content"][0]["text"] for found in first] == ["1", "1"]
-    assert refused_initialize.status_code == 429, refused_initialize.text
-    assert refused_request["code"] == -32011 and "MCP_SESSIONS_CREATE_LIMIT" in refused_request["message"]
-    assert refused_request["data"]["retryAfter"] >= 1
+    assert transports[0]["result"]["content"][0]["text"] == "1", transports
+    for refused in (transports[1]["error"], refused_request):
+        assert refused["code"] == -32011 and "MCP_SESSIONS_CREATE_LIMIT" in refused["message"], refused
+        assert refused["data"]["retryAfter"] >= 1
 
 
 def test_a_server_that_never_lists_its_tools_neither_stops_the_gateway_listening_nor_its_sigterm() -> None:
@@ -223,7 +219,7 @@ def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_r
     """66.2: a caller whose only slot held a conversation it lost could not start another until ``--process-idle``.
     Once idle ``EVICT_AFTER`` seconds, it is ended for the new one (logged), and answered "Session not found"
     (``-32043``) if it comes back; within that grace, the new one is refused."""
-    monkeypatch.setattr(_stdio_table, "EVICT_AFTER", 2.0)
+    monkeypatch.setattr(_stdio_admission, "EVICT_AFTER", 2.0)
 
     def create(http: httpx.Client, url: str) -> httpx.Response:
         body = modern_request("sessions/create")
@@ -241,10 +237,10 @@ def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_r
 
 
 def test_a_transport_session_a_session_was_opened_in_is_not_ended_at_once_for_a_new_one() -> None:
-    """A caller's new 2025 ``initialize`` at its limit ends its idle transport sessions at once (a client that never
-    sends DELETE leaves them behind), but not one a data-layer session was opened in: that session lives in its
+    """A caller's new 2025 transport session at its limit ends her idle transport sessions at once (a client that
+    never sends DELETE leaves them behind), but not one a data-layer session was opened in: that session lives in its
     process, which is spared as any conversation's is, until idle ``EVICT_AFTER`` seconds (test_connect's restarted
-    shim found a new process so, once in three runs)."""
+    shim found a new process so, once in three runs): the new one's first call is refused."""
     with stdio_gateway(max_processes_per_principal=1) as url, httpx.Client(timeout=WITHIN) as http:
         first = legacy_initialize(http, url)
         create = legacy_request("sessions/create", {})
@@ -256,10 +252,11 @@ def test_a_transport_session_a_session_was_opened_in_is_not_ended_at_once_for_a_
             return str(answer["result"]["content"][0]["text"])
 
         assert count() == "1"
-        second = http.post(url, json=legacy_request("initialize", INITIALIZE, id=0), headers=JSON_SSE)
+        second = legacy_initialize(http, url)
+        refused = result_of(http.post(url, json=legacy_request("tools/call", COUNT), headers=second), 1)
         assert count() == "2"  # the same process, its state kept
 
-    assert second.status_code == 429, second.text
+    assert refused["error"]["code"] == -32011, refused
 
 
 def test_sigterm_while_the_first_process_never_answers_initialize_stops_the_gateway() -> None:

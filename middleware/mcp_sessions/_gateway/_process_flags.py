@@ -59,10 +59,10 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
     )
     gateway.add_argument(
         "--sessionless",
-        choices=("per-request", "shared"),
-        default="per-request",
-        help="with --stdio: a 2026-07-28 request that names no conversation gets a process of its own (default), or "
-        "the shared one",
+        choices=("per-caller", "per-request", "shared"),
+        default="per-caller",
+        help="with --stdio: the 2026-07-28 requests of a caller that name no conversation reach that caller's own "
+        "process (default), or each a process of its own, or the shared one",
     )
     gateway.add_argument(
         "--warm",

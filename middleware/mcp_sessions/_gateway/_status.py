@@ -42,13 +42,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._asgi import send_json
 from .._version import __version__
+from ._stdio_admission import ProcessEvents
 from ._stdio_relay import known_as
-from ._stdio_table import Children, ProcessEvents, ProcessView
+from ._stdio_table import Children, ProcessView
 
 STATUS_PATH: Final = "/status"
 USER_PATH: Final = "/mcp/sessions"
 LOOPBACK_NAMES: Final = frozenset({"127.0.0.1", "localhost", "[::1]"})
-CONVERSATIONS: Final = frozenset({"transport-session", "data-layer-session", "host-conversation", "request", "caller"})
+CONVERSATIONS: Final = frozenset(
+    {"transport-session", "data-layer-session", "host-conversation", "sessionless", "request", "caller"}
+)
 """The kinds the limits count: a conversation's, a request's own or a caller's own (not the shared one, nor those
 started ahead)."""
 
@@ -134,10 +137,10 @@ async def status(children: Children) -> dict[str, Any]:
             {**_shown(view), "pid": pid, "memory": rss} for view, (pid, rss) in zip(views, servers, strict=True)
         ],
         "users": [
-            {"principal": name, "processes": count, "limit": children.per_caller}
+            {"principal": name, "processes": count, "limit": children.admission.per_caller}
             for name, count in sorted(users.items())
         ],
-        "total": {"processes": len(counted), "limit": children.max_processes},
+        "total": {"processes": len(counted), "limit": children.admission.max_processes},
     }
 
 
@@ -198,7 +201,16 @@ def _servers(pids: Sequence[int | None]) -> list[tuple[int | None, int | None]]:
 
 WRAPPERS: Final = frozenset({"bwrap", "unshare", "sh", "setpriv", "prlimit"})
 """The programs that start a server in its place (``_sandbox``): the status shows the server they run, not them."""
-KINDS: Final = ("transport-session", "data-layer-session", "host-conversation", "request", "caller", "shared", "warm")
+KINDS: Final = (
+    "transport-session",
+    "data-layer-session",
+    "host-conversation",
+    "sessionless",
+    "request",
+    "caller",
+    "shared",
+    "warm",
+)
 REASONS: Final = {
     "idle": "idle",
     "expired": "expired",

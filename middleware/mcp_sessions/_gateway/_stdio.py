@@ -18,10 +18,11 @@ name none with ``sessionless="shared"``, or every request with ``processes="shar
 ``initialize`` and ``server/discover`` are answered from its own ``initialize`` answer, and only the methods it
 advertises are relayed (any other is the SDK's "Method not found"). Every other child is a conversation's (or a
 caller's), in one table (``_stdio_table``), whatever names it: a 2025 transport session (the middleware adopts
-it; its child is taken as its ``initialize`` is answered), a data-layer session (at its ``sessions/create``, the
-sessions' ``on_create``), a host's conversation id (at its first request, bound to its caller), a 2026-07-28
-request that names none (``sessionless="per-request"``: ended once the request is answered, or kept for the retry
-that brings the input it asked for). Each takes a child started ahead (``warm``), else one starts. They are bounded
+it; its child is taken by its first request that needs one), a data-layer session (at its ``sessions/create``,
+the sessions' ``on_create``), a host's conversation id (at its first request, bound to its caller), the
+2026-07-28 requests of a caller that name none (``sessionless="per-caller"``, the default: one conversation of
+that caller's; ``"per-request"``: each its own, ended once it is answered, or kept for the retry that brings the
+input it asked for). Each takes a child started ahead (``warm``), else one starts. They are bounded
 overall (``max_processes``) and per caller (``max_processes_per_principal``). A child ends with its session (its
 end published on the subscription bus, from any replica), after ``idle`` seconds without a request, or at
 shutdown; whatever ended it, its conversations are over: their later requests get the error of their kind
@@ -48,7 +49,6 @@ from mcp.server.lowlevel import Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.shared.exceptions import MCPError
 from mcp_types.methods import CACHEABLE_METHODS
 from mcp_types.version import LATEST_MODERN_VERSION
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -58,7 +58,7 @@ from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._session import SCOPE_KEY, Session
 from .._wire import jsonrpc
-from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, RATE_LIMITED
+from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from ..profiles import Era
 from ..sources import HostConversationSource
 from ..subscriptions import SessionSubscriptionBus
@@ -68,7 +68,6 @@ from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._sandbox import environment
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
 from ._stdio_child import START_TIMEOUT, ProcessOptions, revisions
-from ._stdio_relay import Key
 from ._stdio_table import AFTER_ANSWER, Children
 
 logger = logging.getLogger("mcp_sessions.gateway")
@@ -171,7 +170,7 @@ def stdio_gateway_app(
     process_idle: float | None = None,
     max_processes: int = DEFAULT_MAX_PROCESSES,
     max_processes_per_principal: int | None = None,
-    sessionless: Literal["per-request", "shared"] = "per-request",
+    sessionless: Literal["per-caller", "per-request", "shared"] = "per-caller",
     warm: int = DEFAULT_WARM,
     allowed_hosts: Collection[str] | None = None,
     allowed_origins: Collection[str] | None = None,
@@ -193,20 +192,22 @@ def stdio_gateway_app(
     how long a conversation's child (and a 2025 transport session) lives without a request (default: the sessions'
     ``idle_ttl``, else 600 s). ``max_processes``: how many conversations' children may run at once;
     ``max_processes_per_principal``: how many of them one caller (its principal, else its client address) may have.
-    ``sessionless``: a request that names no conversation gets a child of its own (``"per-request"``, the default:
-    ended once it is answered, or retained for the retry that brings the input it asked for), or the ``"shared"``
-    one; it and each new conversation take one of ``warm`` started ahead. ``environ`` (default ``os.environ``) is
-    where the children's variables come from, by allow-list: the ``mcp`` SDK's defaults (``PATH``, ``HOME``...) and
-    ``pass_env``'s names (``--pass-env``); and each gets ``MCP_SESSION_ID``, the process's own random id (none in
-    the shared child). ``process_options``: how each child runs and is contained (``mcp-sessions gateway``'s
-    ``--process-*``). ``process_env`` (``NAME=claim:CLAIM``, ``NAME=header:HEADER-NAME``) sets each conversation's
-    own values of those variables, from the request that starts it (``_auth.ProcessEnv``; no child is started ahead
-    then, as it could not know them); the gateway's own never reach a process. ``NAME=exchange:AUDIENCE`` is the
-    user's token exchanged by ``token_exchange`` for AUDIENCE (and ``exchange_scope``). ``auth``
-    (:class:`GatewayAuth`): who is asking; with it, each user lists and ends her own conversations
-    (``_status.OwnConversations``). ``status_port`` (a loopback socket's), ``status_socket`` (a Unix socket's):
-    where the operator's view is served (``_status.OperatorStatus``). The other arguments are :func:`gateway_app`'s.
-    Serve it with lifespan on: it starts and stops the children."""
+    ``sessionless``: the requests of a caller that name no conversation reach that caller's own child
+    (``"per-caller"``, the default: it lives, is bounded and counted as a conversation's), or each gets a child of
+    its own (``"per-request"``: ended once it is answered, or retained for the retry that brings the input it asked
+    for), or the ``"shared"`` one; each new conversation takes one of ``warm`` started ahead. ``environ`` (default
+    ``os.environ``) is where the children's variables come from, by allow-list: the ``mcp`` SDK's defaults
+    (``PATH``, ``HOME``...) and ``pass_env``'s names (``--pass-env``); and each gets ``MCP_SESSION_ID``, the
+    process's own random id (none in the shared child). ``process_options``: how each child runs and is contained
+    (``mcp-sessions gateway``'s ``--process-*``). ``process_env`` (``NAME=claim:CLAIM``,
+    ``NAME=header:HEADER-NAME``) sets each conversation's own values of those variables, from the request that
+    starts it (``_auth.ProcessEnv``; no child is started ahead then, as it could not know them); the gateway's own
+    never reach a process. ``NAME=exchange:AUDIENCE`` is the user's token exchanged by ``token_exchange`` for
+    AUDIENCE (and ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is asking; with it, each user lists and
+    ends her own conversations (``_status.OwnConversations``). ``status_port`` (a loopback socket's),
+    ``status_socket`` (a Unix socket's): where the operator's view is served (``_status.OperatorStatus``). The other
+    arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
+    """
     if max_processes_per_principal is None:
         max_processes_per_principal = DEFAULT_MAX_PROCESSES_PER_CALLER
     _check(command, processes, sessionless, warm, max_processes, max_processes_per_principal)
@@ -253,8 +254,8 @@ def _check(command: Sequence[str], processes: str, sessionless: str, warm: int, 
         raise ValueError("processes is 'auto', 'per-conversation' or 'shared'")
     if min(limits) < 1:
         raise ValueError("max_processes and max_processes_per_principal must be at least 1")
-    if sessionless not in ("per-request", "shared") or warm < 0:
-        raise ValueError("sessionless is 'per-request' or 'shared', and warm is 0 or more")
+    if sessionless not in ("per-caller", "per-request", "shared") or warm < 0:
+        raise ValueError("sessionless is 'per-caller', 'per-request' or 'shared', and warm is 0 or more")
 
 
 async def choose(children: Children, start_deadline: float | None = None) -> None:
@@ -329,7 +330,7 @@ def _layered(
     config.on_create = children.created  # a conversation's child starts at its sessions/create
     # no wire's session member reaches a child, as none reaches an HTTP upstream
     config.fronts_upstream = True
-    sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
+    sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app)), config=config)
     children.end_transport = partial(_end_transport, sessions)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
@@ -342,12 +343,11 @@ def _layered(
 
 
 class _Opening:
-    """Between the sessions and the SDK's app: each request's scope, for the sessions' ``on_create``; a 2025
-    transport session's process, started as its ``initialize`` is answered (a caller at its limit gets 429); and,
-    once the answer is sent, what the request left to do (:data:`AFTER_ANSWER`)."""
+    """Between the sessions and the SDK's app: each request's scope, for the sessions' ``on_create`` and the table;
+    and, once the answer is sent, what the request left to do (:data:`AFTER_ANSWER`)."""
 
-    def __init__(self, app: ASGIApp, children: Children) -> None:
-        self.app, self.children = app, children
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -355,40 +355,11 @@ class _Opening:
         token = REQUEST.set(scope)
         scope[AFTER_ANSWER] = []
         try:
-            opens = self.children.mode in ("per-conversation", "per-caller") and scope["method"] == "POST"
-            if opens and header(scope["headers"], MCP_SESSION_ID_HEADER) is None:
-                send = self._opening(scope, send)
             await self.app(scope, receive, send)
         finally:
             REQUEST.reset(token)
             for action in scope.pop(AFTER_ANSWER):  # what comes later is done at once
                 action()
-
-    def _opening(self, scope: Scope, send: Send) -> Send:
-        refused = list[bytes]()
-
-        async def opening(message: Message) -> None:
-            if refused:
-                return  # the SDK's answer to a refused initialize
-            raw = header(message.get("headers", ()), MCP_SESSION_ID_HEADER)
-            if message["type"] == "http.response.start" and message["status"] == 200 and raw is not None:
-                # the caller, asked only of a request that opens a transport session: an initialize
-                try:
-                    caller = await self.children.caller(scope)
-                    key = Key("transport-session", self.children.digests.transport(raw))
-                    await self.children.open(key, caller, transport=raw)
-                except MCPError as exc:
-                    refused.append(raw)
-                    # a limit, or a --process-env value missing
-                    status = 429 if exc.error.code == RATE_LIMITED else 400
-                    await send_json(
-                        send, status, jsonrpc.error(None, exc.error.code, exc.error.message, exc.error.data), b"1"
-                    )
-                    await _end_transport(self.app, raw, scope.get("user"))
-                    return
-            await send(message)
-
-        return opening
 
 
 async def _end_transport(app: ASGIApp, transport: bytes, user: object = None) -> None:

@@ -198,11 +198,14 @@ class Call:
             logger.debug("a notification could not be relayed", exc_info=True)
 
 
-Kind = Literal["transport-session", "data-layer-session", "host-conversation", "request", "caller", "shared"]
+Kind = Literal[
+    "transport-session", "data-layer-session", "host-conversation", "sessionless", "request", "caller", "shared"
+]
 """What names a conversation, and so who may reach its process (``_stdio_table``): a 2025 client's transport
 session (its ``Mcp-Session-Id``'s digest), a data-layer session (its id), a host's conversation id (bound to its
-caller), a 2026-07-28 request that names none (a process of its own); a caller (its own process, which serves all
-of its conversations, each named in ``_meta``), or nothing (the shared process)."""
+caller), a caller's 2026-07-28 requests that name none (one conversation of hers), a 2026-07-28 request that
+names none (a process of its own); a caller (its own process, which serves all of its conversations, each named
+in ``_meta``), or nothing (the shared process)."""
 
 
 class Key(NamedTuple):
@@ -287,6 +290,7 @@ class Conversation:
         self.credentials = credentials  # the digest of its process's --process-env values
         self.transport = transport  # its 2025 transport session's id, which ends with it
         self.holds_sessions = False  # whether a data-layer session was opened in that transport session
+        self.unwatch: Callable[[], None] | None = None  # stops watching its session's end (_stdio_table.open)
         self.bus = bus  # its 2026-07-28 listen streams
         self.tasks = tasks  # where its calls run: a 2026-07-28 call outlives the client's request
         self.calls: list[Call] = []  # in flight, oldest first

@@ -45,6 +45,7 @@ from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
+from ._stdio_admission import Admission, ProcessEvents
 from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions
 from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Caller, Conversation, Key, Process, key_digest, known_as
 from ._stdio_relay import ProcessView as ProcessView  # the operator's view (_status) reads it here
@@ -53,29 +54,12 @@ logger = logging.getLogger("mcp_sessions.gateway")
 
 MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
-EVICT_AFTER: Final = 60.0
-"""How long a caller's conversation, at its ``--max-processes-per-principal``, may be idle before a new one of the
-caller's ends it to make room."""
-RETRY_LATER: Final = {"retryAfter": 1}  # in a refusal answered in-band (HTTP 200): when to try again, in seconds
 _HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the gateway start that runs its child
 _WATCHED: Final = ("transport-session", "data-layer-session")  # ended with their session, on any replica
 LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
 """What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
 """In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
-
-
-class ProcessEvents:
-    """What the process metrics count (``_status.ProcessMetrics`` counts them); by default, nothing."""
-
-    def started(self) -> None:
-        """A process was started."""
-
-    def ended(self, why: str) -> None:
-        """A process ended, for ``why``."""
-
-    def refused(self, limit: str) -> None:
-        """A conversation was refused a process by ``limit``, the option's name."""
 
 
 class Children:
@@ -91,7 +75,7 @@ class Children:
         idle: float,
         max_processes: int,
         per_caller: int,
-        sessionless: Literal["per-request", "shared"],
+        sessionless: Literal["per-caller", "per-request", "shared"],
         warm: int,
         environ: Mapping[str, str],
         bus: SessionSubscriptionBus,
@@ -102,12 +86,13 @@ class Children:
         # "auto" (_stdio.choose) becomes one of the others before the first request
         self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
         self.process_env = ProcessEnv() if process_env is None else process_env
-        self.per_request = processes != "shared" and sessionless == "per-request"
+        self.sessionless = sessionless
         self.warm_count = warm if processes != "shared" else 0
         self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
         self.live: set[Process] = set()  # every live process: shared, started ahead, a conversation's
         self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
-        self.idle, self.max_processes, self.per_caller = idle, max_processes, per_caller
+        self.idle = idle
+        self.admission = Admission(max_processes, per_caller, config.create_limit)
         self.environ = dict(environ)  # the allow-list's (_sandbox.environment)
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.options = options
@@ -154,19 +139,19 @@ class Children:
         """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
         handed out; beyond the limits (or when the child fails to start), the create is refused. A session opened in
         a 2025 transport session of the same caller is that conversation (one conversation, one process): its child
-        serves it, as it serves a reconnect that names the session while it lives. Its create spent the caller's
-        create-limit slot already."""
+        serves it (started now if it has none), as it serves a reconnect that names the session while it lives. Its
+        create spent the caller's create-limit slot already."""
         if self.mode == "shared":
             return
         scope = REQUEST.get() or {}
         caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
         transport = self._transport(scope)
-        found = None if transport is None else self.conversations.get(transport)
-        if found is not None and caller.same_as(found.owner):
-            self.moved[claims.session_id] = found.key  # one conversation, one process
-            found.holds_sessions = True
-            return
         try:
+            if transport is not None and self.mode == "per-conversation":  # one conversation, one process
+                found = await self._ready(await self._transported(transport, caller, scope, counted=True))
+                self.moved[claims.session_id] = found.key
+                found.holds_sessions = True
+                return
             key = Key("data-layer-session", claims.session_id)
             await self.open(key, caller, expires_at=claims.expires_at, counted=True)
         except MCPError as exc:
@@ -184,36 +169,40 @@ class Children:
 
     async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
-        2025 transport session is that transport session's, :meth:`created`), its 2025 transport session's, its host
-        conversation's (bound to its caller); else, with ``sessionless="per-request"``, a child of the request's own
-        (the one that asked, for a retry that brings its input: ``state``, its ``requestState``), or the shared one,
-        which answers the lists (:data:`LISTS`) that name nothing: they cost no process and count against no limit.
-        Whatever names it, the caller must be its owner. A conversation whose child ran elsewhere (another replica,
-        or before a restart) or has ended gets no new one: a data-layer session's is "not found" here; a host's,
-        which the store the replicas share records as another start's (:data:`_HELD`), has ended."""
+        2025 transport session is that transport session's, :meth:`created`), its host conversation's (bound to its
+        caller: what a host's request names in ``_meta``, whatever connection it came through), its 2025 transport
+        session's; else, naming none, its caller's own (``sessionless="per-caller"``), a child of the request's own
+        (``"per-request"``: the one that asked, for a retry that brings its input, ``state``, its ``requestState``) or
+        the shared one (``"shared"``), which also answers the lists (:data:`LISTS`) that name nothing: they cost no
+        process and count against no limit. Whatever names it, the caller must be its owner. A conversation whose
+        child ran elsewhere (another replica, or before a restart) or has ended gets no new one: a data-layer
+        session's is "not found" here; a host's, which the store the replicas share records as another start's
+        (:data:`_HELD`), has ended."""
         session: Session | None = scope.get(SCOPE_KEY)
         transport = self._transport(scope)
-        sessionless = session is None and transport is None and state is None
-        if self.mode == "shared" or (sessionless and method in LISTS):
+        named = session is not None or transport is not None
+        if self.mode == "shared" or (not named and state is None and method in LISTS):
             return await self.shared_conversation()
         if self.mode == "per-caller":
-            return await self._ready(await self._callers(session, transport, await self.caller(scope)))
-        if sessionless and not self.per_request:
+            return await self._ready(await self._callers(session, transport, scope))
+        if not named and state is None and self.sessionless == "shared":
             return await self.shared_conversation()
         caller = await self.caller(scope)
         if session is not None and session.source == "data-layer":  # its child: its create's, or its transport's
             key = self.moved.get(session.id, Key("data-layer-session", session.id))
             found = self._found(self.conversations.get(key), caller, self._not_found)
-        elif transport is not None:  # started at its initialize, for its caller
-            found = self._found(self.conversations.get(transport), caller, partial(self._gone, transport))
-        elif session is None and state is not None:  # a retry that brings input reaches the request that asked
+        elif session is not None and session.source != "transport":  # a host's: its name is no secret, its caller's
+            found = await self._host(session, caller)
+        elif transport is not None:
+            found = await self._transported(transport, caller, scope)
+        elif self.sessionless == "per-caller":  # the caller's requests that name none: one conversation of hers
+            found = await self._own("sessionless", caller)
+        elif state is not None:  # a retry that brings input reaches the request that asked
             waiting = self.retained.get(state) if isinstance(state, str) else None
             found = self._found(waiting, caller, _no_state)
             del self.retained[str(state)]  # still good for its owner until it is taken
-        elif session is None:  # a request's own child
+        else:  # a request's own child
             found = await self.open(Key("request", secrets.token_hex(12)), caller)
-        else:  # a host's conversation: its name is no secret, its key is its caller's
-            found = await self._host(session, caller)
         return await self._ready(found)
 
     def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
@@ -227,36 +216,61 @@ class Children:
 
     async def _host(self, session: Session, caller: Caller) -> Conversation:
         key = Key("host-conversation", _bound(session.id, caller.id))
-        if (found := self.conversations.get(key)) is not None:
-            return self._found(found, caller, partial(self._gone, key))
-        if key in self.ended:
-            raise self._gone(key)
-        if await session.data.get(_HELD, self.instance) != self.instance:  # new here: says the store replicas share
-            raise self._gone(key, "it ran on another replica, or before this one restarted")
-        await session.data.set(_HELD, self.instance)
-        return await self.open(key, caller, counted=True)  # its first request spent its create-limit operation
+        if (found := self._holder(key, caller)) is None and key not in self.ended:
+            if await session.data.get(_HELD, self.instance) != self.instance:  # new here: says the store replicas share
+                raise self._gone(key, "it ran on another replica, or before this one restarted")
+            await session.data.set(_HELD, self.instance)
+            # another first request of it may have opened it meanwhile (a store's read and write take turns)
+            if (found := self._holder(key, caller)) is None:
+                return await self.open(key, caller, counted=True)  # its first request spent its create-limit operation
+        return self._found(found, caller, partial(self._gone, key))
 
-    async def _callers(self, session: Session | None, transport: Key | None, caller: Caller) -> Conversation:
+    async def _transported(self, transport: Key, caller: Caller, scope: Scope, counted: bool = False) -> Conversation:
+        """A 2025 transport session's conversation: its process, started by its first request that needs one (its
+        ``initialize`` starts none: a client that only lists, or names another conversation in each request, such as
+        ``mcp-sessions connect``'s, costs none), within the limits (a refusal is that request's error)."""
+        if (found := self._holder(transport, caller)) is None and transport not in self.ended:
+            raw = header(scope["headers"], MCP_SESSION_ID_HEADER)
+            return await self.open(transport, caller, transport=raw, counted=counted)
+        return self._found(found, caller, partial(self._gone, transport))
+
+    def _holder(self, key: Key, caller: Caller) -> Conversation | None:
+        """The live conversation ``key`` names: its own process's, or (per-caller) its caller's, that serves it."""
+        if self.mode != "per-caller":
+            return self.conversations.get(key)
+        own = self.conversations.get(Key("caller", caller.id))
+        return own if own is not None and key in own.riders else None
+
+    async def _callers(self, session: Session | None, transport: Key | None, scope: Scope) -> Conversation:
         """``processes="per-caller"``: the caller's own process, for a request that names no conversation or one of
         those it serves (each begun as the per-conversation table begins it, :meth:`open`); a conversation it does
         not serve, or served before it ended, is refused as in that table, never served by another process."""
-        own = self.conversations.get(Key("caller", caller.id))
+        caller = await self.caller(scope)
         if session is not None and session.source == "data-layer":
-            key, missing = Key("data-layer-session", session.id), self._not_found
-        elif transport is not None:
-            key, missing = transport, partial(self._gone, transport)
-        elif session is not None:
-            key = Key("host-conversation", _bound(session.id, caller.id))
-            return own if own is not None and key in own.riders else await self._host(session, caller)
-        else:
-            return own if own is not None and not own.child.done.is_set() else await self._ride(None, caller)
-        if own is None or key not in own.riders:
-            raise self._gone(key) if key in self.ended else missing()
-        return own
+            key = Key("data-layer-session", session.id)
+            found = self._holder(key, caller)
+            return self._found(found, caller, partial(self._gone, key) if key in self.ended else self._not_found)
+        if session is not None and session.source != "transport":
+            return await self._host(session, caller)
+        if transport is not None:
+            return await self._transported(transport, caller, scope)
+        return await self._own("caller", caller)
+
+    async def _own(self, kind: Literal["caller", "sessionless"], caller: Caller, counted: bool = False) -> Conversation:
+        """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
+        ended leaves its conversations ended (:meth:`_serve`), not the caller: her next request gets a new one."""
+        key = Key(kind, caller.id)
+        if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
+            return own
+        if own is not None:
+            for ridden in own.riders:
+                self.ended[ridden] = (time.time() + self.config.ttl, own.why or "exited")
+            del self.conversations[key]
+        return await self.open(key, caller, counted=counted)
 
     async def _ride(
         self,
-        key: Key | None,
+        key: Key,
         caller: Caller,
         *,
         expires_at: float = math.inf,
@@ -265,26 +279,18 @@ class Children:
     ) -> Conversation:
         """The conversation ``key`` begins in the caller's own process, which starts (within the limits) if it has
         none, or none that lives; it ends with that process."""
-        own = self.conversations.get(Key("caller", caller.id))
-        if own is not None and own.child.done.is_set():  # ended: its conversations are over (_serve), not this one
-            for ridden in own.riders:
-                self.ended[ridden] = (time.time() + self.config.ttl, own.why or "exited")
-            del self.conversations[own.key]
-            own = None
-        if own is None:
-            own = await self.open(Key("caller", caller.id), caller, counted=counted)
-        if key is not None:
-            user = (REQUEST.get() or {}).get("user")
-            own.riders[key] = Conversation(
-                key,
-                own.child,
-                owner=caller,
-                tasks=own.tasks,
-                bus=self.bus,
-                expires_at=expires_at,
-                transport=transport,
-                user=user,
-            )
+        own = await self._own("caller", caller, counted)
+        user = (REQUEST.get() or {}).get("user")
+        own.riders[key] = Conversation(
+            key,
+            own.child,
+            owner=caller,
+            tasks=own.tasks,
+            bus=self.bus,
+            expires_at=expires_at,
+            transport=transport,
+            user=user,
+        )
         return own
 
     def _not_found(self) -> MCPError:
@@ -333,39 +339,12 @@ class Children:
         if self.mode == "per-caller" and key.kind != "caller":
             return await self._ride(key, caller, expires_at=expires_at, transport=transport, counted=counted)
         live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
-        mine = [conversation for conversation in live if caller.same_as(conversation.owner)]
-        evicted = []
-        if len(mine) >= self.per_caller and self._tasks is not None:  # idle ones make room, the oldest first
-            spare = sorted((c for c in mine if self._spare(c, transport is not None)), key=lambda c: c.last_request)
-            evicted = spare[: len(mine) - self.per_caller + 1]
-        if len(mine) - len(evicted) >= self.per_caller:
-            self.metrics.refused("max_processes_per_principal")
-            raise MCPError(
-                RATE_LIMITED,
-                f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
-                "conversations' processes at once (--max-processes-per-principal); end one or retry later",
-                RETRY_LATER,
-            )
-        if len(live) - len(evicted) >= self.max_processes:
-            self.metrics.refused("max_processes")
-            raise MCPError(
-                RATE_LIMITED,
-                f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
-                "processes at once (--max-processes); end one (sessions/delete) or retry later",
-                RETRY_LATER,
-            )
-        if not counted and self.config.create_limit is not None and (wait := self.config.create_limit.take(caller.id)):
-            self.metrics.refused("create_limit")
-            raise MCPError(
-                RATE_LIMITED,
-                "Too many server processes started, retry later (MCP_SESSIONS_CREATE_LIMIT)",
-                {"retryAfter": max(1, math.ceil(wait))},
-            )
+        evicted = self.admission.admit(live, caller, self.metrics, transport=transport is not None, counted=counted)
+        process = self.warm.popleft() if self.warm else self._start()
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
             conversation.end("evicted")  # at once: its next request is refused, never served
             self._close_soon(conversation, "evicted")
-        process = self.warm.popleft() if self.warm else self._start()
         conversation = Conversation(
             key,
             process.child,
@@ -378,9 +357,10 @@ class Children:
             user=(REQUEST.get() or {}).get("user"),  # who may end its transport session
         )
         self.conversations[key] = process.take(conversation)
-        logger.info(
-            "%s: serves the conversation %s", process.child.label, key_digest(key) if key.kind == "caller" else key.id
-        )
+        if key.kind in _WATCHED:  # from now: its session's end (a DELETE while its process starts too) ends it
+            conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, "its session ended"))
+        named = key_digest(key) if key.kind in ("caller", "sessionless") else key.id  # a caller's: her digest
+        logger.info("%s: serves the conversation %s", process.child.label, named)
         self._fill()
         return conversation if transport is not None else await self._ready(conversation)
 
@@ -435,16 +415,6 @@ class Children:
         conversation.why = conversation.why or why
         if self._tasks is not None:
             self._tasks.start_soon(self.close, conversation, why)
-
-    def _spare(self, conversation: Conversation, transport: bool) -> bool:
-        """Whether a caller's ``conversation`` may be ended to make room for its new one: none of its requests is in
-        flight or waits for input, and it has been idle for ``EVICT_AFTER`` seconds (a 2025 transport session no
-        data-layer session lives in, for a new one, at once: a client that never sends DELETE leaves them behind)."""
-        if conversation.calls or conversation.parked:
-            return False
-        idle = anyio.current_time() - conversation.last_request
-        lost = transport and conversation.transport is not None and not conversation.holds_sessions
-        return idle >= EVICT_AFTER or lost
 
     def _gone(self, key: Key, why: str | None = None) -> MCPError:
         why = why or self.ended.get(key, (0.0, "ended"))[1]
@@ -507,6 +477,8 @@ class Children:
             self.warm.remove(process)
         if (conversation := process.conversation) is None or conversation.shared:
             return
+        if conversation.unwatch is not None:
+            conversation.unwatch()
         for state in conversation.parked:
             self.retained.pop(state, None)
         if conversation.why == "shutdown":
@@ -515,7 +487,7 @@ class Children:
         if self.conversations.get(key) is conversation:
             del self.conversations[key]
         why = conversation.why or ("failed to start" if child.failure is not None else "exited")
-        if key.kind not in ("request", "caller"):  # a caller's next conversation gets a new process
+        if key.kind not in ("request", "caller", "sessionless"):  # a caller's next request gets a new process
             self.ended[key] = (time.time() + self.config.ttl, why)
         logger.info("%s: the conversation ended (%s)", child.label, why)
         if conversation.why is None and child.failure is None:
@@ -543,7 +515,7 @@ class Children:
                 logger.warning("%s: the session could not be ended in the store", conversation.child.label)
 
     async def _attend(self, process: Process) -> None:
-        """Once a conversation takes the child (and it is ready): its idle time and expiry, and its session's end."""
+        """Once a conversation takes the child (and it is ready): its idle time and expiry."""
         await process.taken.wait()  # a child started ahead idles from when it is taken
         conversation = process.conversation
         assert conversation is not None
@@ -551,11 +523,7 @@ class Children:
             return
         await conversation.child.ready.wait()
         conversation.last_request = anyio.current_time()  # idle from its start, however long the start took
-        async with anyio.create_task_group() as timers:
-            if conversation.key.kind in _WATCHED:
-                timers.start_soon(self._watch, conversation)
-            await self._expire(conversation)
-            timers.cancel_scope.cancel()
+        await self._expire(conversation)
 
     async def _expire(self, conversation: Conversation) -> None:
         """End a conversation's child once it has been idle for ``idle`` seconds, or its session has expired: one
@@ -568,15 +536,6 @@ class Children:
             if now >= idle_ends and not conversation.calls:
                 return await self.close(conversation, "idle")
             await anyio.sleep_until(min(conversation.deadline, idle_ends if idle_ends > now else now + self.idle))
-
-    async def _watch(self, conversation: Conversation) -> None:
-        """End a session's child when its session is ended, on any replica."""
-        unwatch = self.bus.watch(conversation.key.id, partial(conversation.end, "its session ended"))
-        try:
-            await anyio.sleep_forever()
-        finally:
-            if unwatch is not None:
-                unwatch()
 
 
 def _after_answer(action: Callable[[], None]) -> None:

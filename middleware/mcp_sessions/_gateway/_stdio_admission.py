@@ -1,0 +1,97 @@
+"""Admission to the process table of ``mcp-sessions gateway --stdio``: whether a caller's new conversation may
+have a process now, and which of the caller's idle ones end to make room for it.
+
+:class:`Admission` answers that one question for ``_stdio_table.Children``: the limits overall
+(``--max-processes``) and per caller (``--max-processes-per-principal``), the create limit
+(``MCP_SESSIONS_CREATE_LIMIT``) and eviction, in that order of refusal, eviction last: a caller's idle
+conversation ends only once nothing else refuses the new one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Final
+
+import anyio
+from mcp.shared.exceptions import MCPError
+
+from .._session import RateLimit
+from .._wire.protocol import RATE_LIMITED
+from ._stdio_relay import Caller, Conversation
+
+EVICT_AFTER: Final = 60.0
+"""How long a caller's conversation, at its ``--max-processes-per-principal``, may be idle before a new one of the
+caller's ends it to make room."""
+
+
+class ProcessEvents:
+    """What the process metrics count (``_status.ProcessMetrics`` counts them); by default, nothing."""
+
+    def started(self) -> None:
+        """A process was started."""
+
+    def ended(self, why: str) -> None:
+        """A process ended, for ``why``."""
+
+    def refused(self, limit: str) -> None:
+        """A conversation was refused a process by ``limit``, the option's name."""
+
+
+class Admission:
+    """The limits a new conversation's process is admitted by, and what a refusal says."""
+
+    def __init__(self, max_processes: int, per_caller: int, create_limit: RateLimit | None) -> None:
+        self.max_processes, self.per_caller, self.create_limit = max_processes, per_caller, create_limit
+
+    def admit(
+        self, live: Sequence[Conversation], caller: Caller, events: ProcessEvents, *, transport: bool, counted: bool
+    ) -> list[Conversation]:
+        """Admit ``caller``'s new conversation beside the ``live`` ones: the caller's conversations to end for it
+        (the idle ones, oldest first), or an ``MCPError`` (``-32029``, with when to retry) that names the limit,
+        counted by ``events``.
+        ``counted``: its create spent its create-limit slot already; ``transport``: it is a 2025 transport session's."""
+        mine = [conversation for conversation in live if caller.same_as(conversation.owner)]
+        evicted: list[Conversation] = []
+        if len(mine) >= self.per_caller:
+            spare = sorted((c for c in mine if _spare(c, transport)), key=lambda c: c.last_request)
+            evicted = spare[: len(mine) - self.per_caller + 1]
+        if len(mine) - len(evicted) >= self.per_caller:
+            raise _refused(
+                events,
+                "max_processes_per_principal",
+                f"Too many server processes for this caller: each caller may have at most {self.per_caller} "
+                "conversations' processes at once (--max-processes-per-principal); end one or retry later",
+            )
+        if len(live) - len(evicted) >= self.max_processes:
+            raise _refused(
+                events,
+                "max_processes",
+                f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
+                "processes at once (--max-processes); end one (sessions/delete) or retry later",
+            )
+        if not counted and self.create_limit is not None and (wait := self.create_limit.take(caller.id)):
+            raise _refused(
+                events,
+                "create_limit",
+                "Too many server processes started, retry later (MCP_SESSIONS_CREATE_LIMIT)",
+                max(1, math.ceil(wait)),
+            )
+        return evicted
+
+
+def _refused(events: ProcessEvents, limit: str, message: str, retry: int = 1) -> MCPError:
+    """A refusal answered in-band (HTTP 200), with when to try again, in seconds."""
+    events.refused(limit)
+    return MCPError(RATE_LIMITED, message, {"retryAfter": retry})
+
+
+def _spare(conversation: Conversation, transport: bool) -> bool:
+    """Whether a caller's ``conversation`` may be ended to make room for its new one: none of its requests is in
+    flight or waits for input, and it has been idle for ``EVICT_AFTER`` seconds (a 2025 transport session no
+    data-layer session lives in, for a new one, at once: a client that never sends DELETE leaves them behind)."""
+    if conversation.calls or conversation.parked:
+        return False
+    idle = anyio.current_time() - conversation.last_request
+    lost = transport and conversation.transport is not None and not conversation.holds_sessions
+    return idle >= EVICT_AFTER or lost
