@@ -27,7 +27,7 @@ from opentelemetry.util._once import Once
 from starlette.types import Scope
 
 from _mcp import LegacyClient, ModernClient, RecordingApp
-from _waits import Deadline
+from _waits import until
 from mcp_sessions._otel import Operation, Telemetry
 from mcp_sessions.telemetry import SessionSpanProcessor
 
@@ -94,13 +94,10 @@ class SpanLog:
 
     def wait(self, done: Callable[[list[ReadableSpan]], bool], what: str) -> list[ReadableSpan]:
         """All finished spans, once ``done`` holds for them (a bounded wait, not a timing check)."""
-        deadline = Deadline(lambda: f"never saw {what}; finished spans: {describe(self.finished())}")
-        while True:
-            spans = self.finished()
-            if done(spans):
-                return spans
-            deadline.check()
-            time.sleep(0.005)
+        return until(
+            lambda: spans if done(spans := self.finished()) else None,
+            lambda: f"never saw {what}; finished spans: {describe(self.finished())}",
+        )
 
     def wait_middleware(self, count: int) -> list[ReadableSpan]:
         """All finished spans, once ``count`` middleware spans have ended (they end last in a request)."""
@@ -200,15 +197,14 @@ def points(metric: Metric | None) -> list[Any]:
 
 def wait_metric_count(reader: InMemoryMetricReader, name: str, count: int) -> dict[str, Metric]:
     """The reader's metrics once the histogram ``name`` has ``count`` measurements (recorded after the response)."""
-    seen = 0
-    deadline = Deadline(lambda: f"{name} has {seen} measurements, expected {count}")
-    while True:
-        metrics = collect(reader)
-        seen = sum(point.count for point in points(metrics.get(name)))
-        if seen >= count:
-            return metrics
-        deadline.check()
-        time.sleep(0.005)
+
+    def measured(metrics: dict[str, Metric]) -> int:
+        return sum(point.count for point in points(metrics.get(name)))
+
+    return until(
+        lambda: metrics if measured(metrics := collect(reader)) >= count else None,
+        lambda: f"{name} has {measured(collect(reader))} measurements, expected {count}",
+    )
 
 
 # -- what a scan for secrets reads -------------------------------------------------------

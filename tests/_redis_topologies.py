@@ -99,10 +99,7 @@ class ClusterServers:
 
     def wait_for_promotion(self, index: int) -> RedisServer:
         """Wait until :meth:`promoted`; that replica."""
-        until(lambda: self.promoted(index) is not None, f"a replica of master {index}", ignoring=REDIS_DOWN)
-        replica = self.promoted(index)
-        assert replica is not None
-        return replica
+        return until(lambda: self.promoted(index), f"a replica of master {index}", ignoring=REDIS_DOWN)
 
 
 def _serves(port: int, master: int) -> bool:

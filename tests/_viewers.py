@@ -15,15 +15,15 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
 from _redis import free_port
-from _waits import WITHIN, Deadline
+from _waits import Deadline
 
 START_SECONDS = 240.0  # Phoenix migrates a new database at start: slow on a loaded 2-core machine
 PORT_RETRIES = 3  # starts on new ports when a free port was taken before a viewer bound it
@@ -33,8 +33,6 @@ MLFLOW = Path(os.environ.get("VIEWERS_MLFLOW") or BIN / "mlflow")
 # Phoenix's OTLP/gRPC receiver binds every interface whatever PHOENIX_HOST says: this launcher binds it to 127.0.0.1.
 PHOENIX_LAUNCHER = Path(__file__).resolve().parents[1] / "scripts" / "phoenix_local.py"
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "::ffff:127.0.0.1"})
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -187,15 +185,6 @@ def start_viewers(workdir: Path) -> Iterator[tuple[Viewer, Viewer]]:
     finally:
         for viewer in started:
             viewer.stop()
-
-
-def poll(read: Callable[[], T], done: Callable[[T], bool], what: str, seconds: float = WITHIN) -> T:
-    """``read()`` until ``done`` holds for its value (bounded): viewers ingest asynchronously."""
-    deadline = Deadline(lambda: f"{what}: still {value!r}", seconds)
-    while not done(value := read()):
-        deadline.check()
-        time.sleep(0.25)
-    return value
 
 
 # -- what each viewer shows -----------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final, TypeVar, overload
 
 import anyio
 
@@ -19,6 +19,7 @@ WITHIN: Final = 60.0
 not happen before pytest-timeout would end the test with nothing to say."""
 POLL: Final = 0.02
 """Seconds between two looks at the condition."""
+T = TypeVar("T")
 
 
 class Deadline:
@@ -37,32 +38,35 @@ class Deadline:
 
 
 def until(
-    condition: Callable[[], bool],
+    condition: Callable[[], T | None],
     what: str | Callable[[], str],
     within: float = WITHIN,
     *,
     ignoring: tuple[type[BaseException], ...] = (),
-) -> None:
-    """Wait in this thread until ``condition()`` holds; ``ignoring``: exceptions that count as "not yet"."""
+) -> T:
+    """Wait in this thread until ``condition()`` holds: what it returned (true); ``ignoring``: exceptions that count
+    as "not yet"."""
     deadline = Deadline(what, within)
     while True:
         try:
-            if condition():
-                return
+            if held := condition():
+                return held
         except ignoring:
             pass
         deadline.check()
         time.sleep(POLL)
 
 
-async def until_awaited(
-    condition: Callable[[], bool | Awaitable[bool]], what: str | Callable[[], str], within: float = WITHIN
-) -> None:
-    """Wait on the event loop until ``condition()`` holds, awaited when it returns an awaitable."""
-    deadline = Deadline(what, within)
+@overload
+async def until_awaited(condition: Callable[[], Awaitable[T | None]], what: str | Callable[[], str]) -> T: ...
+@overload
+async def until_awaited(condition: Callable[[], T | None], what: str | Callable[[], str]) -> T: ...
+async def until_awaited(condition: Callable[[], Any], what: str | Callable[[], str]) -> Any:
+    """Wait on the event loop until ``condition()`` holds, awaited when it returns an awaitable: what it returned."""
+    deadline = Deadline(what)
     while True:
         held = condition()
-        if await held if inspect.isawaitable(held) else held:
-            return
+        if held := await held if inspect.isawaitable(held) else held:
+            return held
         deadline.check()
         await anyio.sleep(POLL)

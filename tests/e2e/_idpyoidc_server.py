@@ -7,7 +7,8 @@ and ``client_secret_post``), its JWT access tokens (signed by its keys, the ``au
 resource), its revocation endpoint (RFC 7009), its metadata (RFC 8414) and its JWKS. The standard library's HTTP
 server carries them. One thing stands in: ``POST /login`` (form ``user``) signs a user in, as the interactive
 login that tests cannot click through would, and answers an authorization code for the client ``app`` (idpyoidc's
-own session and code, as its tests make them), which the test redeems at the token endpoint.
+own session and code, as its tests make them), which the test redeems at the token endpoint. ``GET /exchanges``
+says how many token exchanges its token endpoint was asked for.
 
 ``python _idpyoidc_server.py SETTINGS``: SETTINGS is JSON, ``{"port", "lifetime", "audiences", "clients"}``
 (seconds an access token lives; the audiences a token may be exchanged for; client id to secret). It prints
@@ -147,6 +148,7 @@ class Handler(BaseHTTPRequestHandler):
 
     built: Server
     lock = Lock()  # idpyoidc's session store is one dict
+    exchanges = 0
 
     def log_message(self, *args):  # the tests' output: no line per request, no token in any
         pass
@@ -164,6 +166,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._answer(200, metadata)
         if self.path == "/jwks.json":
             return self._answer(200, self.built.keyjar.export_jwks(issuer_id=""))
+        if self.path == "/exchanges":
+            return self._answer(200, {"exchanges": Handler.exchanges})
         self._answer(404, {"error": "not_found"})
 
     def do_POST(self):
@@ -177,6 +181,7 @@ class Handler(BaseHTTPRequestHandler):
             endpoint = self.built.get_endpoint(names[self.path])
             http_info = {"headers": {"authorization": self.headers.get("authorization")}}
             form = {name: v if name in LISTS else v[0] for name, v in parse_qs(body).items()}
+            Handler.exchanges += form.get("grant_type") == TOKEN_EXCHANGE
             try:  # the form, as idpyoidc's frameworks pass it
                 parsed = endpoint.parse_request(form, http_info=http_info)
             except (UnAuthorizedClient, ClientAuthenticationError):  # RFC 6749 §5.2, as its Flask example answers

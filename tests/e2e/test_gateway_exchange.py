@@ -39,10 +39,12 @@ from starlette.routing import Route
 from _mcp import create_session, modern_headers, modern_request, sdk_session_meta
 from _redis import free_port, missing
 from _waits import WITHIN, Deadline
-from conftest import serve
-from e2e._gateway import MAIN, Process, gateway_process, result_of, started, upstream_server
+from conftest import asgi_client, serve
+from e2e._gateway import MAIN, SECRET, Process, gateway_process, result_of, started, upstream_server
 from e2e._stdio import text_of
-from mcp_sessions._gateway._exchange import ExchangeRefused, Target, TokenExchange
+from mcp_sessions import SessionsConfig, gateway_app
+from mcp_sessions._gateway._auth import GatewayAuth
+from mcp_sessions._gateway._exchange import ExchangeRefused, Target, TokenExchange, UpstreamToken
 
 pytestmark = pytest.mark.anyio
 
@@ -143,6 +145,17 @@ def login(authorization_server: Process, user: str, audience: str) -> str:
     return token
 
 
+def revoke(authorization_server: Process, token: str) -> None:
+    revoked = httpx.post(authorization_server.url("/revoke"), data={"token": token}, auth=APP)
+    assert revoked.status_code == 200, revoked.text
+
+
+def exchanges(authorization_server: Process) -> int:
+    """How many token exchanges the authorization server's token endpoint was asked for."""
+    count: int = httpx.get(authorization_server.url("/exchanges")).json()["exchanges"]
+    return count
+
+
 def call(url: str, token: str, body: dict[str, Any] = SEEN) -> httpx.Response:
     headers = {**modern_headers(body), **({"Authorization": f"Bearer {token}"} if token else {})}
     return httpx.post(url, json=body, headers=headers, timeout=30)
@@ -229,8 +242,7 @@ def test_a_revoked_user_token_is_a_401(authorization_server: Process, upstream: 
     """The gateway still verifies a revoked token's signature; the authorization server refuses to exchange it."""
     with gateway(authorization_server, "--upstream", upstream, *EXCHANGE, *exchanging(authorization_server)) as front:
         carol = login(authorization_server, "carol", front.url())
-        revoked = httpx.post(authorization_server.url("/revoke"), data={"token": carol}, auth=APP)
-        assert revoked.status_code == 200, revoked.text
+        revoke(authorization_server, carol)
         answer = call(front.url(), carol)
     assert answer.status_code == 401, answer.text
     assert answer.headers["www-authenticate"].startswith('Bearer error="invalid_token"')
@@ -286,6 +298,37 @@ async def test_a_stock_client_s_session_reaches_the_upstream_with_the_exchanged_
             seen = json.loads(text_of(await client.call_tool("seen", {}, meta=sdk_session_meta(session))))
     token = seen["headers"]["authorization"].removeprefix("Bearer ")
     assert token != alice and claims(token)["aud"] == [UPSTREAM] and claims(token)["sub"] == claims(alice)["sub"]
+
+
+async def test_one_user_s_concurrent_first_requests_make_one_exchange(
+    authorization_server: Process, upstream: str
+) -> None:
+    """Through the gateway in process: the requests that miss while a user's exchange is under way wait for it, a
+    refusal included (each gets it, and the next request asks again); the client is closed as the app stops."""
+    issuer, audience = authorization_server.url(""), "http://127.0.0.1:8000/mcp"
+    exchange = TokenExchange(client_id=GATEWAY[0], client_secret=GATEWAY[1], issuer=issuer)
+    auth = GatewayAuth(jwks_url=issuer + "/jwks.json", issuer=issuer, audience=audience)
+    token = UpstreamToken("exchange", exchange, Target(UPSTREAM))
+    app = gateway_app([upstream], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=token)
+    alice, carol = (login(authorization_server, user, audience) for user in ("alice", "carol"))
+    revoke(authorization_server, carol)
+    rounds: list[list[httpx.Response]] = []
+    async with asgi_client(exchange.wrap(app)) as http:
+
+        async def post(user: str) -> None:
+            headers = {**modern_headers(SEEN), "Authorization": f"Bearer {user}"}
+            rounds[-1].append(await http.post("/mcp", json=SEEN, headers=headers))
+
+        for user, status in ((alice, 200), (carol, 401), (carol, 401)):
+            before = exchanges(authorization_server)
+            rounds.append([])
+            async with anyio.create_task_group() as tasks:
+                for _ in range(8):
+                    tasks.start_soon(post, user)
+            assert exchanges(authorization_server) == before + 1 and {a.status_code for a in rounds[-1]} == {status}
+    assert len({seen_token(answer) for answer in rounds[0]}) == 1
+    with pytest.raises(RuntimeError, match="closed"):  # its token endpoint asked for carol's, on a closed client
+        await exchange.token(carol, Target(UPSTREAM))
 
 
 async def _slow(request: Request) -> Response:

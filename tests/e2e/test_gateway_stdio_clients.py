@@ -235,8 +235,7 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation(tmp_path: Path
         assert elicit(http, url, {})["resultType"] == "input_required"
         # the shared process, two ahead (each one taken is replaced once its request's answer is sent), the four above
         parent = process.process.pid
-        until(lambda: len(own_children(parent=parent)) >= 7, "seven processes")
-        pids = own_children(parent=parent)
+        pids = until(lambda: now if len(now := own_children(parent=parent)) >= 7 else None, "seven processes")
         process.process.send_signal(signal.SIGTERM)
         process.process.wait(timeout=15)
         until(lambda: all(gone(pid) for pid in pids), "every process to end")
@@ -254,8 +253,7 @@ def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(
         ThreadPoolExecutor(1) as pool,
     ):
         ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
-        until(lambda: len(ours()) == 3, "three processes")  # the shared process and two started ahead
-        before = ours()
+        before = until(lambda: now if len(now := ours()) == 3 else None, "the shared process and two started ahead")
         held = pool.submit(call, http, url, "hold", {}, {})
         until((tmp_path / "held").exists, "the call to hold")
         during = ours()
@@ -270,11 +268,10 @@ def test_a_2026_call_with_arguments_takes_one_process(tmp_path: Path) -> None:
     gives it the shared process's, so no ``tools/list`` takes a process of its own first."""
     with gateway(tmp_path, warm=2, sessionless="per-request") as url, httpx.Client(timeout=30) as http:
         ours = partial(own_children, f"STDIO_TEST_FILES={tmp_path}")  # this gateway's processes alone
-        until(lambda: len(ours()) == 3, "three processes")  # the shared process and two started ahead
-        before = ours()
+        before = until(lambda: now if len(now := ours()) == 3 else None, "the shared process and two started ahead")
         assert call(http, url, "keep", {"line": "x"}, {})["content"][0]["text"] == "x\n"
-        until(lambda: len(now := ours()) == 3 and now != before, "the request's process replaced")
-        assert len(ours() & before) == 2  # one of the two started ahead was taken
+        after = until(lambda: now if len(now := ours()) == 3 and now != before else None, "the process replaced")
+        assert len(after & before) == 2  # one of the two started ahead was taken
 
 
 @pytest.mark.parametrize("kind", ["2025 client", "data-layer session", "2026 host conversation"])
@@ -287,8 +284,7 @@ def test_a_new_conversation_takes_a_process_started_before_it(kind: str, tmp_pat
         seen: list[dict[str, Any]] = []
         for name in ("one", "two"):
             # the shared process, two ahead, and the conversations
-            until(lambda: len(ours()) == 3 + len(seen), "a process for each conversation and three more")
-            before = ours()
+            before = until(lambda: now if len(now := ours()) == 3 + len(seen) else None, "those processes")
             seen.append(json.loads(call(http, url, "whoami", {}, opened(kind, http, url, name))["content"][0]["text"]))
             assert seen[-1]["pid"] in before
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from _mcp import SESSION_KEY, jwt_claims, modern_headers, modern_request, session_meta
 from _otlp import KIND_CLIENT, KIND_SERVER, Exported, Receiver
-from _waits import Deadline
+from _waits import until
 from conftest import serve
 from e2e._gateway import MAIN, Recorder, created, gateway_process, legacy_initialize, result_of, upstream_server
 
@@ -61,14 +60,13 @@ def instrumented_gateway(upstream: str, endpoint: str, disabled: str) -> Any:
 
 def exported(receiver: Receiver, names: list[str], clients: int) -> list[Exported]:
     """The receiver's spans once it holds the gateway's spans ``names`` and ``clients`` others (bounded wait)."""
-    deadline = Deadline(lambda: f"not all exported: {ours}, and {len(spans) - len(ours)} others")
-    while True:
+
+    def held() -> list[Exported] | None:
         spans = list(receiver.spans)
-        ours = sorted(span.name for span in spans if span.scope == "mcp_sessions")
-        if len(ours) >= len(names) and len(spans) - len(ours) >= clients:
-            return spans
-        deadline.check()
-        time.sleep(0.05)
+        ours = sum(span.scope == "mcp_sessions" for span in spans)
+        return spans if ours >= len(names) and len(spans) - ours >= clients else None
+
+    return until(held, lambda: f"not all exported: {[(s.scope, s.name) for s in receiver.spans]}")
 
 
 def secrets_in(spans: list[Exported], secrets: list[str]) -> list[tuple[str, str]]:

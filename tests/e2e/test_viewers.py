@@ -18,6 +18,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,9 @@ from _viewers import (
     phoenix_sessions,
     phoenix_spans,
     phoenix_trace_names,
-    poll,
     start_viewers,
 )
+from _waits import until
 from conftest import SECRET, in_process, serve
 from mcp_sessions import SessionsConfig
 from mcp_sessions._tokens import IdDigests
@@ -83,15 +84,17 @@ class Traced:
         and the same numbers, once they have ingested them."""
         assert self.provider.force_flush(10_000), "the exporters did not flush"
 
-        def listed(shown: dict[Any, int]) -> bool:
+        def listed(shown: dict[Any, int]) -> dict[Any, int] | None:
             shown = {k: v for k, v in shown.items() if k is not None}  # MLflow: traces of no session
-            return set(shown) == set(sessions) and all(
+            held = set(shown) == set(sessions) and all(
                 shown[k] >= n if at_least else shown[k] == n for k, n in sessions.items()
             )
+            return shown if held else None
 
-        in_phoenix = poll(lambda: phoenix_sessions(self.phoenix, self.project), listed, "Phoenix")
-        in_mlflow = poll(lambda: mlflow_sessions(self.mlflow, self.experiment_id), listed, "MLflow")
-        assert {k: v for k, v in in_mlflow.items() if k is not None} == in_phoenix
+        phoenix = partial(phoenix_sessions, self.phoenix, self.project)
+        mlflow = partial(mlflow_sessions, self.mlflow, self.experiment_id)
+        in_phoenix = until(lambda: listed(phoenix()), lambda: f"Phoenix: still {phoenix()}")
+        assert until(lambda: listed(mlflow()), lambda: f"MLflow: still {mlflow()}") == in_phoenix
 
 
 @pytest.fixture
@@ -294,7 +297,7 @@ def test_the_docs_snippet_lands_in_its_phoenix_project(viewers: tuple[Viewer, Vi
     )
     assert done.returncode == 0, done.stderr
     sid = done.stdout.strip().splitlines()[-1]
-    shown = poll(lambda: phoenix_sessions(phoenix, "my-mcp-server"), lambda s: sid in s, "Phoenix")
+    shown = until(lambda: s if sid in (s := phoenix_sessions(phoenix, "my-mcp-server")) else None, f"{sid} in Phoenix")
     assert shown[sid] == 3  # sessions/create and the two calls
     assert sid not in phoenix_sessions(phoenix, "default")
 

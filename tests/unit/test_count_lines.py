@@ -91,3 +91,11 @@ def test_check_fails_when_a_part_is_over(tmp_path: Path) -> None:
 def test_the_part_fits_its_budget_and_the_density_guard(part: str) -> None:
     done = count_lines("--check", part)
     assert done.returncode == 0, done.stdout
+
+
+def test_modules_lists_each_module_s_density_and_those_over_the_ceiling(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text(f"{WIDE}  # trails\n" + "z = 3\n" * 8, encoding="utf-8")  # 11.1% wide
+    (tmp_path / "pkg" / "b.py").write_text(f"{WIDE}\n" + "z = 3\n" * 9, encoding="utf-8")  # 10.0%: at the ceiling
+    listed = count_lines("--package", str(tmp_path / "pkg"), "--modules").stdout.split(" modules over ")[1]
+    assert "pkg/a.py" in listed and "pkg/b.py" not in listed

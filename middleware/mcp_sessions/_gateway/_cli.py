@@ -255,6 +255,8 @@ def run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO,
                 auth=auth,
                 upstream_token=upstream_token,
             )
+        if exchange is not None:  # its client closed as the app stops, in either mode
+            app = exchange.wrap(app)
         bound = bind(args.host, args.port)  # a port in use: before anything starts
         if egress is not None:  # before any process starts
             egress.install()

@@ -6,7 +6,9 @@ user's: ``grant_type`` ``urn:ietf:params:oauth:grant-type:token-exchange``, the 
 ``subject_token`` (§2.1), the upstream as ``audience`` and/or ``resource`` (RFC 8707), and ``scope``. The
 answer (§2.2.1) is cached per user token and target (by a digest, never the token) until shortly before it
 expires (``expires_in``, else the issued JWT's ``exp``; neither: not cached), and sent as the upstream's
-``Authorization`` or as a stdio process's variable. The user's own token never goes there.
+``Authorization`` or as a stdio process's variable. The user's own token never goes there. Requests that miss the
+same key while its exchange is under way wait for that one: its token, or its refusal (not cached: the next request
+asks again).
 
 The token endpoint is a stranger: its answer is read to at most :data:`MAX_ANSWER` bytes within
 :data:`TIMEOUT` seconds, and what it issues goes into a header only when it is a bearer token's characters
@@ -26,13 +28,13 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote_plus, urlsplit
 
 import anyio
 import jwt
-from starlette.types import Scope
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._bounded import BoundedDict
 from .._pipeline import Rejection, error_answer, unavailable
@@ -99,11 +101,21 @@ class ExchangeRefused(Exception):
         return error_answer(self.status, INVALID_REQUEST, message, reason, request_id, header)
 
 
+@dataclass
+class _Exchanging:
+    """An exchange under way: what the requests that miss its key meanwhile wait for, and its outcome."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    token: str | None = None
+    refused: ExchangeRefused | None = None
+
+
 class TokenExchange:
     """The gateway as the authorization server's client, exchanging user tokens (see the module).
 
     ``token_endpoint``, or ``issuer`` whose metadata names it; ``client_id`` and ``client_secret``, sent as
     ``client_auth`` says: ``client_secret_basic`` (RFC 6749 §2.3.1, the default) or ``client_secret_post``.
+    Its HTTP client is its maker's to close: :meth:`aclose`, or serve the app :meth:`wrap` returns.
     """
 
     def __init__(
@@ -134,19 +146,58 @@ class TokenExchange:
         self._secrets = (client_secret, quote_plus(client_secret), *basic.split()[1:])
         # Per key: the issued token, and when to renew it (monotonic).
         self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)
+        self._exchanging: BoundedDict[bytes, _Exchanging] = BoundedDict(MAX_CACHED)
         # trust_env off: no proxy variable or .netrc credential; no redirect followed with the client's secret.
         self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout)
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        """``app``, this exchange's client closed as its lifespan ends (stopped, or failed to start)."""
+
+        async def closing(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "lifespan":
+                return await app(scope, receive, send)
+
+            async def sending(message: Message) -> None:
+                if message["type"] != "lifespan.startup.complete":  # before the server hears it and stops
+                    await self.aclose()
+                await send(message)
+
+            await app(scope, receive, sending)
+
+        return closing
+
     async def token(self, subject_token: str, target: Target) -> str:
-        """A token issued for ``target`` in place of ``subject_token``: the cached one, else a new exchange."""
+        """A token issued for ``target`` in place of ``subject_token``: the cached one, the one being exchanged,
+        else a new exchange."""
         key = _key(subject_token, target)
         token, renew_at = self._issued.pop(key, ("", 0.0))
         if time.monotonic() < renew_at:
             self._issued[key] = (token, renew_at)
             return token
+        while (exchanging := self._exchanging.get(key)) is not None:
+            await exchanging.done.wait()
+            if exchanging.token is not None:
+                return exchanging.token
+            if (failed := exchanging.refused) is not None:  # an error of its own, not one raised twice
+                raise ExchangeRefused(failed.status, failed.error, failed.description)
+            # Neither (its request was cancelled): this one exchanges.
+        exchanging = self._exchanging[key] = _Exchanging()
+        try:
+            token = exchanging.token = await self._exchange(key, subject_token, target)
+        except ExchangeRefused as refused:
+            exchanging.refused = refused
+            raise
+        finally:
+            if self._exchanging.get(key) is exchanging:
+                del self._exchanging[key]
+            exchanging.done.set()
+        return token
+
+    async def _exchange(self, key: bytes, subject_token: str, target: Target) -> str:
+        """One exchange at the token endpoint; its token cached under ``key`` while it holds."""
         form = {
             "grant_type": GRANT_TYPE,
             "subject_token": subject_token,

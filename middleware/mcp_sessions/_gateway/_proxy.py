@@ -147,8 +147,6 @@ class UpstreamProxy:
             message = await receive()
         # The pooled connections.
         await self._client.aclose()
-        if self._upstream_token.exchange is not None:
-            await self._upstream_token.exchange.aclose()
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _forward(self, scope: Scope, content: Body, send: Send, receive: Receive | None = None) -> None:
