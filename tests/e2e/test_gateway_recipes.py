@@ -166,18 +166,12 @@ def test_the_team_recipe_runs_as_written(readable: Path) -> None:
 def test_the_replicas_recipe_runs_as_written_after_the_team_recipe(readable: Path) -> None:
     [team, *_] = sh_blocks(TEAM)  # its files (whose.py) and keys; its gateway stopped: the front takes its port
     redis = f"{redis_server_binary()} --port 6379 --bind 127.0.0.1 --save '' --appendonly no &\nlistening 6379\n"
-    [replicas] = sh_blocks(REPLICAS)
-    through_the_front = """\
-meta=$(mcp-sessions create http://127.0.0.1:8000/mcp --json |
-    python -c 'import json, sys; [(k, v)] = json.load(sys.stdin)["meta"].items(); print(f"{k}={json.dumps(v)}")')
-for _ in 1 2; do
-    npx @modelcontextprotocol/inspector@2.12.0 --cli http://127.0.0.1:8000/mcp --transport http \\
-        --method tools/call --tool-name github_token --metadata "$meta"
-done
-"""
-    front = "{\n" + replicas + "} &\nlistening 8101 8102 8000\n"  # its last command, the front, serves till stopped
-    script = waited(team) + "stopped\n" + redis + front + through_the_front
+    script = waited(team) + "stopped\n" + redis + "".join(waited(block) for block in sh_blocks(REPLICAS))
     output = run_recipe(script, readable)
 
-    assert output.count('"isError": false') == 2, output  # a session through the front, twice on its process
+    seen = re.findall(r"^(first|second|third) conversation, its processes: \['(\w+)', '(\w+)'\]$", output, re.M)
+    assert [name for name, *_ in seen] == ["first", "second", "third"], output
+    assert all(one == other for _, one, other in seen), output  # a conversation's calls: one process
+    # Three ids: a process per conversation. Per caller (--processes auto), one caller on two replicas: two at most.
+    assert len({one for _, one, _ in seen}) == 3, output
     assert "Traceback" not in output, output
