@@ -466,15 +466,16 @@ def readable_tmp() -> Iterator[Path]:
 
 
 def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
-    """docs/gateway.md's "one gateway for a team", its first two blocks as written but for their ports, the pip line
-    and npx (the Inspector of .cache); as root, each process a uid of its own (server-memory's block:
-    test_gateway_stdio_containment)."""
+    """docs/gateway.md's "one gateway for a team", its first two blocks as written but for their ports (8000, 8001,
+    9000), the pip line and npx (the Inspector of .cache); as root, each process a uid of its own (server-memory's
+    block: test_gateway_stdio_containment)."""
     tmp_path = readable_tmp
     inspector = installed(Path(INSPECTOR_CLI), "the MCP Inspector").resolve()
     section = (MAIN / "docs/gateway.md").read_text(encoding="utf-8").split("## One gateway for a team")[1]
     start, use, *_ = re.findall(r"```sh\n(.*?)```", section.split("### Past one machine")[0], re.S)
-    port, jwks_port = free_port(), free_port()
-    start, use = (block.replace("8000", str(port)).replace("9000", str(jwks_port)) for block in (start, use))
+    port, jwks_port, status_port = free_port(), free_port(), free_port()
+    ports = {"8000": port, "9000": jwks_port, "8001": status_port}
+    start, use = (re.sub("|".join(ports), lambda m: str(ports[m[0]]), block) for block in (start, use))
     start = "\n".join(line for line in start.splitlines() if not line.startswith("pip install")) + "\nwait\n"
     use = use.replace("npx @modelcontextprotocol/inspector@2.12.0", f"node {inspector}")
     environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -497,6 +498,8 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
     assert f'resource_metadata="{metadata}"' in done.stdout, done.stderr[-2000:]
     assert '"text": "0001"' in done.stdout and '"text": "0002"' in done.stdout
     assert "Session not found: the session ended or is not this caller's" in done.stdout + done.stderr
+    assert done.stdout.startswith("404\n"), done.stdout  # the stand-in serves its JWKS alone
+    assert 'error_description="the token has expired (exp)"' in done.stdout, done.stdout  # a token it minted expired
 
 
 @pytest.mark.parametrize("source", ["GITHUB_TOKEN=cookie:x", "MCP_SESSION_ID=header:x", "GITHUB_TOKEN"])

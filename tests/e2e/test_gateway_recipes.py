@@ -3,9 +3,11 @@ order, by bash, in a copy of the repository (they install ``'.[…]'`` from a cl
 first on ``PATH`` and nothing of the tests' own environment (no ``PYTHONPATH``, no ``MCP_SESSIONS_*``).
 
 Whatever commands the blocks hold are run; the test adds only what a person does between them: waiting for the
-servers a block started in the background to listen (the ports its ``--port`` and ``http.server`` name), stopping
-them before the next recipe takes their port, and the Redis the replicas recipe says it needs. The recipes' own
-ports (8000, 8101, 8102, 9000) and Redis's (6379) are used as written. The MCP Inspector the team recipe runs
+servers a block started in the background to listen (the ports its ``--port`` and ``--status-port`` name, and
+``idp.py serve``'s), stopping them before the next recipe takes their port, and the Redis the replicas recipe says
+it needs. The recipes' own ports (8000, 8001, 8101, 8102, 9000) and Redis's (6379) are used as written. The
+``claude mcp add`` line the team recipe prints as text (``claude`` is not installed) runs last, against a stand-in
+that says whether its server is the one the recipe's ``.mcp.json`` names. The MCP Inspector the team recipe runs
 with ``npx`` is the pinned one ``scripts/system-deps.sh`` installs (a ``node_modules`` beside the recipe, where
 ``npx`` looks first), so it runs without the network.
 """
@@ -35,7 +37,8 @@ INSPECTOR = CACHE / "inspector" / "node_modules"
 WITHIN = 900
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 _HEADING = re.compile(r"^#{1,6} ", re.M)
-_LISTENS = re.compile(r"--port (\d+)|http\.server (\d+)")
+_LISTENS = re.compile(r"--(?:status-)?port (\d+)|idp\.py (serve)")
+IDP_PORT = "9000"  # what the team recipe's idp.py serves on: its ISSUER's port
 _SKIPPED = shutil.ignore_patterns(
     ".git", ".venv*", ".cache", "node_modules", "__pycache__", ".*_cache", "site", "dist", "build"
 )
@@ -55,10 +58,23 @@ stopped() {  # the test's: end what the blocks started in the background
 }
 trap 'kill -TERM 0' EXIT  # the test's: at the end, every process the recipe started (each its own process group)
 """
+CLAUDE = """\
+claude() {  # the test's Claude Code: `claude mcp add --scope project NAME -- COMMAND ARGS...`, held against .mcp.json
+    if [ "$1 $2 $3 $4 $6" != "mcp add --scope project --" ]; then
+        echo "claude: not mcp add --scope project NAME --"; return
+    fi
+    python -c 'import json, sys
+[name, *command] = sys.argv[1:]
+entry = json.load(open(".mcp.json"))["mcpServers"][name]
+print("claude mcp add:", "as .mcp.json" if [entry["command"], *entry["args"]] == command else "not as .mcp.json")
+' "$5" "${@:7}"
+}
+"""
 
 
-def sh_blocks(heading: str) -> list[str]:
-    """The ```` ```sh ```` blocks of the section ``heading`` opens, up to the next heading (outside code blocks)."""
+def sh_blocks(heading: str, language: str = "sh") -> list[str]:
+    """The ```` ```sh ```` blocks (or ``language``'s) of the section ``heading`` opens, up to the next heading
+    (outside code blocks)."""
     text = PAGE.read_text(encoding="utf-8")
     position = text.index(f"\n{heading}\n") + len(heading) + 2
     blocks = []
@@ -66,16 +82,16 @@ def sh_blocks(heading: str) -> list[str]:
         heading_next = _HEADING.search(text, position)
         if heading_next is not None and heading_next.start() < fence.start():
             break
-        if fence.group(1) == "sh":
+        if fence.group(1) == language:
             blocks.append(fence.group(2))
         position = fence.end()
-    assert blocks, f"no sh block under {heading!r}"
+    assert blocks, f"no {language} block under {heading!r}"
     return blocks
 
 
 def waited(block: str) -> str:
     """``block``, then the wait for the ports its servers listen on."""
-    ports = [first or second for first, second in _LISTENS.findall(block)]
+    ports = [port or IDP_PORT for port, _ in _LISTENS.findall(block)]
     return block + (f"listening {' '.join(ports)}\n" if ports else "")
 
 
@@ -118,14 +134,31 @@ def run_recipe(script: str, tmp_path: Path) -> str:
 
 @pytest.mark.timeout(WITHIN + 60)
 def test_the_team_recipe_runs_as_written(readable: Path) -> None:
-    output = run_recipe("".join(waited(block) for block in sh_blocks(TEAM)), readable)
+    [claude_mcp_add] = [block for block in sh_blocks(TEAM, "text") if block.startswith("claude mcp add")]
+    script = "".join(waited(block) for block in sh_blocks(TEAM)) + CLAUDE + claude_mcp_add
+    output = run_recipe(script, readable)
 
+    keys = readable / "clone"  # the stand-in's key and the users' tokens: this user's alone
+    assert {name: (keys / name).stat().st_mode & 0o777 for name in ("idp-key.pem", "alice.jwt", "bob.jwt")} == {
+        "idp-key.pem": 0o600,
+        "alice.jwt": 0o600,
+        "bob.jwt": 0o600,
+    }
+    assert re.search(r'"GET /alice\.jwt HTTP/1\.1" 404', output), output  # its JWKS alone
     metadata = "http://127.0.0.1:8000/.well-known/oauth-protected-resource/mcp"
     assert f'www-authenticate: Bearer resource_metadata="{metadata}"' in output, output  # no token: no error
     assert '"authorization_servers":["http://127.0.0.1:9000/"]' in output, output
     texts = re.findall(r'"text": "([^"]*)"', output)
-    assert texts[:2] == ["0001", "0002"], output  # alice's process has alice's token, bob's his
+    assert texts == ["0001", "0002", "0001"], output  # alice's process has alice's token, bob's his; Claude Code's
     assert "Session not found" in output, output  # bob's token, alice's session
+    expired = 'error="invalid_token", error_description="the token has expired (exp)"'
+    assert f"HTTP/1.1 401 Unauthorized\nwww-authenticate: Bearer {expired}" in output, output
+    assert 'claude code: [{"text": "0001", "type": "text"}]' in output, output  # the shim, as Claude Code runs it
+    assert "claude mcp add: as .mcp.json" in output, output
+    status = output[output.index("KIND                PRINCIPAL") :]  # the operator's status
+    assert re.search(r"^data-layer-session +alice ", status, re.M) and re.search(r"^shared +- ", status, re.M), status
+    assert re.search(r"^processes: \d+ of 32 \(--max-processes\)$", status, re.M), status
+    assert "keys: 1 from http://127.0.0.1:9000/jwks.json, fetched" in status, status
     assert "Traceback" not in output, output
 
 
@@ -133,18 +166,12 @@ def test_the_team_recipe_runs_as_written(readable: Path) -> None:
 def test_the_replicas_recipe_runs_as_written_after_the_team_recipe(readable: Path) -> None:
     [team, *_] = sh_blocks(TEAM)  # its files (whose.py) and keys; its gateway stopped: the front takes its port
     redis = f"{redis_server_binary()} --port 6379 --bind 127.0.0.1 --save '' --appendonly no &\nlistening 6379\n"
-    [replicas] = sh_blocks(REPLICAS)
-    through_the_front = """\
-meta=$(mcp-sessions create http://127.0.0.1:8000/mcp --json |
-    python -c 'import json, sys; [(k, v)] = json.load(sys.stdin)["meta"].items(); print(f"{k}={json.dumps(v)}")')
-for _ in 1 2; do
-    npx @modelcontextprotocol/inspector@2.12.0 --cli http://127.0.0.1:8000/mcp --transport http \\
-        --method tools/call --tool-name github_token --metadata "$meta"
-done
-"""
-    front = "{\n" + replicas + "} &\nlistening 8101 8102 8000\n"  # its last command, the front, serves till stopped
-    script = waited(team) + "stopped\n" + redis + front + through_the_front
+    script = waited(team) + "stopped\n" + redis + "".join(waited(block) for block in sh_blocks(REPLICAS))
     output = run_recipe(script, readable)
 
-    assert output.count('"isError": false') == 2, output  # a session through the front, twice on its process
+    seen = re.findall(r"^(first|second|third) conversation, its processes: \['(\w+)', '(\w+)'\]$", output, re.M)
+    assert [name for name, *_ in seen] == ["first", "second", "third"], output
+    assert all(one == other for _, one, other in seen), output  # a conversation's calls: one process
+    # Three ids: a process per conversation. Per caller (--processes auto), one caller on two replicas: two at most.
+    assert len({one for _, one, _ in seen}) == 3, output
     assert "Traceback" not in output, output
