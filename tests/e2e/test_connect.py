@@ -53,22 +53,29 @@ API_KEY = "api-key-0123456789abcdefghijklmnopqrstuvwxyz"
 Mode = Literal["auto", "legacy"]
 
 
-@pytest.fixture(scope="module")
-def gateway() -> Iterator[Process]:
-    """A ``gateway --stdio`` that verifies bearer tokens signed by ``KEY``, starting no process ahead."""
+@contextlib.contextmanager
+def verifying_gateway(per_principal: int) -> Iterator[Process]:
+    """A ``gateway --stdio`` that verifies bearer tokens signed by ``KEY``, starting no process ahead, with room
+    for ``per_principal`` conversations of alice's."""
     public = {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}
     keys = Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse({"keys": [public]}))])
     with (
         serve(keys) as jwks,
         gateway_process(
             [],
-            # The module's conversations, more than the default limit's eight, are all alice's: none is ended to
-            # make room for another (test_gateway_stdio_table tests that).
-            *("--stdio", SERVER, "--max-processes", "64", "--max-processes-per-principal", "64"),
+            *("--stdio", SERVER, "--max-processes", "64", "--max-processes-per-principal", str(per_principal)),
             *("--auth-jwks", jwks + "/jwks.json", "--auth-issuer", ISSUER, "--auth-audience", "{url}"),
             environ={"PYTHONPATH": PYTHONPATH},
         ) as process,
     ):
+        yield process
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[Process]:
+    # The module's conversations, more than the default limit's eight, are all alice's: none is ended to make room
+    # for another (test_gateway_stdio_table tests that).
+    with verifying_gateway(64) as process:
         yield process
 
 
@@ -143,8 +150,8 @@ async def test_a_process_per_conversation_across_the_host_s_restarts(
         (pid_a, count_a), (pid_b, count_b) = await seen(a), await seen(b)
         assert pid_a != pid_b and count_a == count_b == "1"
         assert (await seen(a))[1] == "2"
-        if mode == "auto":  # a 2025 host's connection has a process of its own too, as every 2025 client's
-            assert processes(gateway) - before == {pid_a, pid_b}
+        # one process a conversation: a 2025 host's connection (its transport session) costs none (77.2)
+        assert processes(gateway) - before == {pid_a, pid_b}
     async with host.shim(f"conv-a-{mode}", mode) as again:
         assert await seen(again) == (pid_a, "3")  # the same process, and what it kept
     saved = list((host.state / "mcp-sessions" / "connect").glob("*.json"))  # each conversation's session
@@ -154,13 +161,13 @@ async def test_a_process_per_conversation_across_the_host_s_restarts(
 
 
 async def test_without_a_conversation_the_requests_name_it(gateway: Process, tmp_path: Path) -> None:
-    """No id in the environment: nothing is added, so a 2026-07-28 call that names no conversation gets a process
-    of its own (the gateway's --sessionless per-request) and a 2025 host's connection its transport session's. A
-    CLAUDE_CODE_SESSION_ID without CLAUDECODE=1 (left exported in a shell) names none either."""
+    """No id in the environment: nothing is added, so a 2026-07-28 call that names no conversation reaches its
+    caller's process (the gateway's --sessionless per-caller) and a 2025 host's connection its transport
+    session's. A CLAUDE_CODE_SESSION_ID without CLAUDECODE=1 (left exported in a shell) names none either."""
     host = Host(gateway, tmp_path)
     async with host.shim("left-in-a-shell", claude_code=False) as modern:
         (first, _), (second, count) = await seen(modern), await seen(modern)
-        assert first != second and count == "1"
+        assert first == second and int(count) >= 2  # alice's: other tests' calls that named none count too
     async with host.shim(None, "legacy") as legacy:
         (first, _), (second, count) = await seen(legacy), await seen(legacy)
         assert first == second and count == "2"
@@ -178,6 +185,40 @@ async def test_a_refused_token_is_one_clear_error(gateway: Process, tmp_path: Pa
             pass
     [output] = host.stderr
     assert output.count("HTTP 401") == 1 and host.token not in output and API_KEY not in output
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_two_shims_of_one_conversation_started_together_end_in_one_session(
+    gateway: Process, tmp_path: Path, mode: Mode
+) -> None:
+    """77.2: two shims of one conversation, started together, each created a session ("the file keeps the last"):
+    the conversation's lock makes the second take the first's."""
+    host, firsts = Host(gateway, tmp_path), list[tuple[int, str]]()
+
+    async def first(client: Client) -> None:
+        firsts.append(await seen(client))
+
+    name = f"conv-twice-{mode}"
+    async with host.shim(name, mode) as one, host.shim(name, mode) as two, anyio.create_task_group() as tasks:
+        tasks.start_soon(first, one)
+        tasks.start_soon(first, two)
+    assert len({pid for pid, _ in firsts}) == 1 and sorted(count for _, count in firsts) == ["1", "2"], firsts
+    assert len(list(host.state.glob("mcp-sessions/connect/*.json"))) == 1
+
+
+async def test_at_a_limit_the_host_gets_the_remotes_error_never_a_session_of_its_connection(tmp_path: Path) -> None:
+    """77.2: at ``--max-processes-per-principal``, the third Claude Code conversation's create was refused and the
+    shim fell back, silently, to a session in its connection's transport session, which its next start lost. Now
+    the host's request gets the gateway's refusal, and the next, once there is room, the conversation's session."""
+    with verifying_gateway(1) as gateway:
+        host = Host(gateway, tmp_path)
+        async with host.shim("conv-first", "legacy") as first:
+            await seen(first)
+            async with host.shim("conv-second", "legacy") as second:
+                with pytest.raises(MCPError, match="--max-processes-per-principal"):
+                    await second.call_tool("count", {})
+                saved = list(host.state.glob("mcp-sessions/connect/*.json"))
+    assert len(saved) == 1  # the first conversation's alone
 
 
 async def test_end_with_host_deletes_the_conversation_s_session(gateway: Process, tmp_path: Path) -> None:

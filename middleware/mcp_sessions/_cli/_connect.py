@@ -6,11 +6,15 @@ own two transports (its stdio server, its streamable HTTP client), in the era th
 the host's conversation, which many hosts give only to their stdio servers, in their environment
 (``CLAUDE_CODE_SESSION_ID``, ``OMNIGENT_SESSION_ID``, or a name ``--conversation-env`` gives):
 
-- a remote that speaks data-layer sessions (it advertises them) gets one session per conversation, through the
-  client's :class:`~mcp_sessions.client.SessionTransport`: created on the first request that needs one, its
-  token kept in a file of its own (mode 0600, under ``$XDG_STATE_HOME/mcp-sessions/connect``, named by a
-  digest of the URL and the conversation) and reused by the next shim of the same conversation, replaced at
-  once if the remote no longer knows it, deleted with the host's end only under ``--end-with-host``;
+- a remote that speaks data-layer sessions gets one session per conversation, through the client's
+  :class:`~mcp_sessions.client.SessionTransport`: created on 2026-07-28 before the host's first request (never
+  in the connection's 2025 transport session, which ends with the connection), its token kept in a file of its
+  own (mode 0600, under ``$XDG_STATE_HOME/mcp-sessions/connect``, named by a digest of the URL and the
+  conversation) and reused by every shim of the same conversation (two started together end in one: the
+  conversation's file lock); a create the remote refuses (a limit) answers the host's request with the remote's
+  error, never a session of the connection's own; a session the remote no longer knows is the host's next
+  request's ``-32043``, and the one after gets a new session; deleted with the host's end only under
+  ``--end-with-host``;
 - every remote gets the conversation in W3C ``baggage`` (``gen_ai.conversation.id``), as a gateway reads it,
   and under ``--conversation-header`` in a header the operator named.
 
@@ -23,14 +27,20 @@ cannot be reached, answers each request with one JSON-RPC error that says so.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import logging
 import os
 import signal
 import tempfile
-from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TextIO
+
+try:
+    import fcntl
+except ImportError:  # Windows: see run
+    fcntl = None  # type: ignore[assignment]
 from urllib.parse import quote, urlsplit
 
 import anyio
@@ -47,13 +57,15 @@ from mcp.shared.inbound import (
 from mcp.shared.message import ClientMessageMetadata, SessionMessage
 from mcp_types import (
     PROTOCOL_VERSION_META_KEY,
+    ErrorData,
+    JSONRPCError,
     JSONRPCNotification,
     JSONRPCRequest,
     JSONRPCResponse,
 )
 
 from .._wire import jsonrpc, printable
-from .._wire.protocol import INTERNAL_ERROR, MODERN_VERSION, UPSTREAM_UNAVAILABLE
+from .._wire.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, MODERN_VERSION, UPSTREAM_UNAVAILABLE
 from ..client import HeldSession, SessionError, SessionTransport
 from ..profiles import SESSION_META_KEY
 from ..sources import CONVERSATION_MEMBER, conversation_id
@@ -61,6 +73,8 @@ from . import EXIT_OK, UsageError
 from ._credentials import add_credential_arguments, credential_headers
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from anyio.abc import ObjectSendStream
 
 logger = logging.getLogger("mcp_sessions.connect")
@@ -143,6 +157,8 @@ def run(
     environ: Mapping[str, str],
 ) -> int:
     """Run ``connect``: serve the host until it closes standard input; returns the exit status."""
+    if fcntl is None:
+        raise UsageError("connect runs on Linux and macOS (it locks each conversation's file); on Windows, in WSL")
     parts = urlsplit(args.url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         shown = printable(args.url)
@@ -220,6 +236,18 @@ class SavedSession:
         except (OSError, TypeError, ValueError, AttributeError):
             return HeldSession(label=self.label)
 
+    @contextlib.asynccontextmanager
+    async def locked(self) -> AsyncIterator[None]:
+        """The conversation's lock (``flock`` on a file beside its session's), held while a shim finds or creates
+        its session: two shims of one conversation started together end in one session."""
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            await anyio.to_thread.run_sync(fcntl.flock, lock, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(lock)  # and the lock with it
+
     def save(self, session: HeldSession) -> None:
         """Keep ``session`` (the transport's ``on_change``), or remove the file once it holds none."""
         if session.token is None:
@@ -247,24 +275,11 @@ async def _serve(
     session = HeldSession() if saved is None else saved.load()
     shim = SessionTransport(
         session=session,
-        # Without a conversation, the remote sees what the requests name.
-        auto_create=saved is not None,
-        recreate=saved is not None,
+        # Its session is opened by ``ensure`` alone: on 2026-07-28, never in the host's 2025 transport session.
+        auto_create=False,
         delete_on_close=end_with_host,
         on_change=None if saved is None else saved.save,
     )
-
-    async def opened() -> None:
-        """After a 2025 host's ``initialize``: its conversation's session, opened on 2026-07-28 where the remote
-        takes it, so that it belongs to the conversation and not to this connection's transport session (a
-        ``gateway --stdio`` keeps it in a process of its own, which the host's next connection reaches)."""
-        if saved is None or shim.session.token is not None or not shim.supports_sessions:
-            return
-        try:
-            await shim.create(url, protocol_version=MODERN_VERSION, headers=headers)
-        except (SessionError, httpx2.HTTPError) as exc:
-            # The first request opens it, on the host's wire.
-            logger.info("no session opened on %s: %s", MODERN_VERSION, exc)
 
     async with stdio_server() as (host_read, host_write):
         ended_by: list[int] = []
@@ -275,12 +290,15 @@ async def _serve(
             anyio.create_task_group() as tasks,
         ):
             versions = Versions()
-            tasks.start_soon(_to_host, remote_read, host_write, versions, opened, shim)
+            tasks.start_soon(_to_host, remote_read, host_write, versions, shim)
             with anyio.CancelScope() as relaying:
                 tasks.start_soon(_until_terminated, relaying, ended_by)
                 async for item in host_read:
                     if isinstance(item, Exception):
                         logger.warning("a line from the host that is not a JSON-RPC message was dropped")
+                        continue
+                    if saved is not None and (refused := await _ensure(shim, saved, item, url, headers)) is not None:
+                        await host_write.send(SessionMessage(refused))
                         continue
                     await remote_write.send(versions.stamped(item))
             # The host closed standard input, or ended this server: it reads no more.
@@ -291,6 +309,37 @@ async def _serve(
         if ended_by:
             signal.signal(ended_by[0], signal.SIG_DFL)
             os.kill(os.getpid(), ended_by[0])
+
+
+async def _ensure(
+    shim: SessionTransport, saved: SavedSession, item: SessionMessage, url: str, headers: dict[str, str]
+) -> JSONRPCError | None:
+    """Before a host's request (not its ``initialize``), the conversation's session: the one a shim of the same
+    conversation saved, else a new one, created on 2026-07-28, under the conversation's lock. A create the remote
+    refuses (a limit, a credential) is that request's answer, with the remote's reason; the next request tries
+    again. A remote without sessions (``-32601``) gets the requests as they are."""
+    request = item.message
+    if shim.session.token is not None or shim.supports_sessions is False or not isinstance(request, JSONRPCRequest):
+        return None
+    if request.method == "initialize":
+        return None
+    async with saved.locked():
+        found = saved.load()
+        if found.token is not None:  # another shim's, or this one's before the remote forgot it
+            held = shim.session
+            held.token, held.state, held.expires_at = found.token, found.state, found.expires_at
+            return None
+        try:
+            await shim.create(url, protocol_version=MODERN_VERSION, headers=headers)
+            return None
+        except SessionError as exc:
+            if exc.code == METHOD_NOT_FOUND:
+                return None
+            logger.info("no session for this conversation: %s", printable(exc.message))
+            error = ErrorData(code=exc.code, message=exc.message, data=exc.data)
+            return JSONRPCError(jsonrpc="2.0", id=request.id, error=error)
+        except httpx2.HTTPError:  # the request, sent as it is, meets what this met
+            return None
 
 
 async def _until_terminated(relaying: anyio.CancelScope, ended_by: list[int]) -> None:
@@ -306,18 +355,16 @@ async def _to_host(
     remote: AsyncIterable[SessionMessage | Exception],
     host: ObjectSendStream[SessionMessage],
     versions: Versions,
-    opened: Callable[[], Awaitable[None]],
     shim: SessionTransport,
 ) -> None:
     """Every message of the remote, to the host, without the echo of the shim's session (a bearer value the host
-    never asked for); the answer to its ``initialize`` once ``opened`` is done."""
+    never asked for)."""
     async for item in remote:
         if isinstance(item, Exception):
             what = type(item).__name__
             logger.warning("the remote sent what is not a JSON-RPC message: %s", what)
             continue
-        if versions.initialized(item):
-            await opened()
+        versions.initialized(item)
         token = shim.session.token
         if isinstance(item.message, JSONRPCResponse) and token is not None:
             _drop_echo(item.message.result, token)
@@ -407,7 +454,7 @@ class Refusals(httpx2.AsyncBaseTransport):
         except httpx2.TransportError as exc:
             failure = type(exc).__name__
             said = f"could not reach {self._where}: {failure}"
-            return self._refused(502, UPSTREAM_UNAVAILABLE, said)
+            return self._refused(request, 502, UPSTREAM_UNAVAILABLE, said)
         if response.status_code not in REFUSED_STATUSES:
             return response
         status = response.status_code
@@ -417,13 +464,18 @@ class Refusals(httpx2.AsyncBaseTransport):
             "set them with --bearer-env VAR, --bearer-file FILE or "
             "--header NAME=env:VAR in the host's configuration"
         )
-        return self._refused(status, INTERNAL_ERROR, said)
+        return self._refused(request, status, INTERNAL_ERROR, said)
 
-    def _refused(self, status: int, code: int, said: str) -> httpx2.Response:
+    def _refused(self, request: httpx2.Request, status: int, code: int, said: str) -> httpx2.Response:
+        """The error, under the id of the request it answers (the shim's own ``sessions/create`` waits for it)."""
         if status not in self._said:
             self._said.add(status)
             logger.warning("%s", said)
-        body = jsonrpc.dumps(jsonrpc.error(None, code, said))
+        try:
+            sent = jsonrpc.loads(request.content)
+        except (httpx2.RequestNotRead, ValueError):
+            sent = None
+        body = jsonrpc.dumps(jsonrpc.error(jsonrpc.echoable_id(jsonrpc.request_id_of(sent)), code, said))
         headers = [("content-type", "application/json")]
         return httpx2.Response(status, headers=headers, content=body)
 
