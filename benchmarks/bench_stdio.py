@@ -365,7 +365,7 @@ def gateways(work: Path, command: list[str], limit: int) -> dict[str, tuple[list
     theirs = [node, str(SUPERGATEWAY), "--stdio", " ".join(command), "--outputTransport", "streamableHttp"]
     return {
         "ours": (
-            [*ours, "--port", str(ports["ours"]), "--stdio", " ".join(command)],
+            [*ours, "--port", str(ports["ours"]), "--sessionless", "per-request", "--stdio", " ".join(command)],
             ports["ours"],
             {**secret, READY_DIR: str(work / "ready")},
         ),

@@ -185,7 +185,8 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
     path = tmp_path / "operator" / "status.sock"
     with gateway("--status-socket", str(path)) as process, httpx.Client(timeout=30) as http:
         assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # made so
-        legacy_initialize(http, process.url())
+        counted = legacy_request("tools/call", {"name": "count", "arguments": {}})
+        http.post(process.url(), json=counted, headers=legacy_initialize(http, process.url()))  # its process starts
         seen = json.loads(command("gateway", "status", "--status-socket", str(path), "--json").stdout)
         shown = command("gateway", "status", "--status-socket", str(path))
     assert "transport-session" in [each["kind"] for each in seen["processes"]]

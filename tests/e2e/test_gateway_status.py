@@ -110,6 +110,8 @@ def test_the_status_lists_each_process_with_its_user_and_each_user_sees_and_ends
             assert "result" in call(http, url, sessions["alice"], alice)
         in_transport = legacy_initialize(http, url, {"Authorization": f"Bearer {alice}"})
         transport = in_transport["Mcp-Session-Id"]
+        counted_call = legacy_request("tools/call", {"name": "count", "arguments": {}}, id=4)
+        assert http.post(url, json=counted_call, headers=in_transport).status_code == 200  # its process starts
 
         seen = shown("gateway", "status", status)
         bob_token, alice_token = tmp_path / "bob.jwt", tmp_path / "alice.jwt"
@@ -233,6 +235,7 @@ def test_the_process_metrics_are_recorded() -> None:
         "data-layer-session": 1,
         "transport-session": 0,
         "host-conversation": 0,
+        "sessionless": 0,
         "request": 0,
         "caller": 0,
         "warm": 0,

@@ -122,10 +122,10 @@ async def test_each_conversation_has_its_own_process(url: str, mode: str) -> Non
         shared, shared_again = await whoami(client), await whoami(client)
 
     assert mine["pid"] == again["pid"] and mine["session"] == again["session"] is not None  # its own id
-    if mode == "auto":  # each session a process of its own; a request that names nothing, one for itself
+    if mode == "auto":  # each session a process of its own; the caller's requests that name nothing, one of hers
         assert counts == [1, 2, 1] and mine["pid"] != theirs["pid"] and mine["session"] != theirs["session"]
         assert {shared["pid"], shared_again["pid"]}.isdisjoint({mine["pid"], theirs["pid"]})
-        assert shared["session"] != shared_again["session"] and shared["pid"] != shared_again["pid"]
+        assert shared["session"] == shared_again["session"] and shared["pid"] == shared_again["pid"]
     else:  # a 2025 client's sessions are its transport session's conversation: one process for all of it
         assert counts == [1, 2, 3] and mine["pid"] == theirs["pid"] == shared["pid"] == shared_again["pid"]
     assert mine["leaked"] == shared["leaked"] == []  # the gateway had MCP_SESSIONS_SECRET; no child sees it

@@ -145,6 +145,18 @@ def test_a_delete_ends_a_transport_sessions_process_even_while_it_starts(tmp_pat
     assert not [message for message in answered if "result" in message], answered
 
 
+def test_a_caller_looping_on_initialize_holds_a_bounded_number_of_connections(tmp_path: Path) -> None:
+    """77.3's cost: a 2025 transport session's ``initialize`` starts no process, so the process limits no longer
+    bound them; a caller's connections with no process are (eight times ``--max-processes-per-principal``), her
+    oldest ended first (404: its client initializes again), where the ``mcp`` SDK alone keeps 10,000."""
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    with served(tmp_path, max_processes_per_principal=1) as url, httpx.Client(timeout=WITHIN) as http:
+        connections = [legacy_initialize(http, url) for _ in range(9)]
+        answered = [http.post(url, json=ping, headers=headers).status_code for headers in connections]
+
+    assert answered == [404] + [200] * 8
+
+
 def test_the_sessionless_argument_is_one_of_three() -> None:
     from mcp_sessions._gateway._stdio import stdio_gateway_app
 

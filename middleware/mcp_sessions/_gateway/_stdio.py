@@ -188,26 +188,24 @@ def stdio_gateway_app(
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
     ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
-    conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as :func:`choose` says. ``process_idle``:
-    how long a conversation's child (and a 2025 transport session) lives without a request (default: the sessions'
+    conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as :func:`choose` says. ``process_idle``: how
+    long a conversation's child (and a 2025 transport session) lives without a request (default: the sessions'
     ``idle_ttl``, else 600 s). ``max_processes``: how many conversations' children may run at once;
     ``max_processes_per_principal``: how many of them one caller (its principal, else its client address) may have.
-    ``sessionless``: the requests of a caller that name no conversation reach that caller's own child
-    (``"per-caller"``, the default: it lives, is bounded and counted as a conversation's), or each gets a child of
-    its own (``"per-request"``: ended once it is answered, or retained for the retry that brings the input it asked
-    for), or the ``"shared"`` one; each new conversation takes one of ``warm`` started ahead. ``environ`` (default
-    ``os.environ``) is where the children's variables come from, by allow-list: the ``mcp`` SDK's defaults
-    (``PATH``, ``HOME``...) and ``pass_env``'s names (``--pass-env``); and each gets ``MCP_SESSION_ID``, the
-    process's own random id (none in the shared child). ``process_options``: how each child runs and is contained
-    (``mcp-sessions gateway``'s ``--process-*``). ``process_env`` (``NAME=claim:CLAIM``,
-    ``NAME=header:HEADER-NAME``) sets each conversation's own values of those variables, from the request that
-    starts it (``_auth.ProcessEnv``; no child is started ahead then, as it could not know them); the gateway's own
-    never reach a process. ``NAME=exchange:AUDIENCE`` is the user's token exchanged by ``token_exchange`` for
-    AUDIENCE (and ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is asking; with it, each user lists and
-    ends her own conversations (``_status.OwnConversations``). ``status_port`` (a loopback socket's),
-    ``status_socket`` (a Unix socket's): where the operator's view is served (``_status.OperatorStatus``). The other
-    arguments are :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children.
-    """
+    ``sessionless``: the requests of a caller that name no conversation reach that caller's own child (``"per-caller"``,
+    the default: a conversation of hers), or each a child of its own (``"per-request"``: ended once it is answered, or
+    retained for the retry that brings the input it asked for), or the ``"shared"`` one; each new conversation takes one
+    of ``warm`` started ahead. ``environ`` (default ``os.environ``) is where the children's variables come from, by
+    allow-list: the ``mcp`` SDK's defaults (``PATH``, ``HOME``...) and ``pass_env``'s names (``--pass-env``); and each
+    gets ``MCP_SESSION_ID``, the process's own random id (none in the shared child). ``process_options``: how each child
+    runs and is contained (``mcp-sessions gateway``'s ``--process-*``). ``process_env`` (``NAME=claim:CLAIM``,
+    ``NAME=header:HEADER-NAME``) sets each conversation's own values of those variables, from the request that starts it
+    (``_auth.ProcessEnv``; no child is started ahead then, as it could not know them); the gateway's own never reach a
+    process. ``NAME=exchange:AUDIENCE`` is the user's token exchanged by ``token_exchange`` for AUDIENCE (and
+    ``exchange_scope``). ``auth`` (:class:`GatewayAuth`): who is asking; with it, each user lists and ends her own
+    conversations (``_status.OwnConversations``). ``status_port`` (a loopback socket's), ``status_socket`` (a Unix
+    socket's): where the operator's view is served (``_status.OperatorStatus``). The other arguments are
+    :func:`gateway_app`'s. Serve it with lifespan on: it starts and stops the children."""
     if max_processes_per_principal is None:
         max_processes_per_principal = DEFAULT_MAX_PROCESSES_PER_CALLER
     _check(command, processes, sessionless, warm, max_processes, max_processes_per_principal)
@@ -330,7 +328,7 @@ def _layered(
     config.on_create = children.created  # a conversation's child starts at its sessions/create
     # no wire's session member reaches a child, as none reaches an HTTP upstream
     config.fronts_upstream = True
-    sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app)), config=config)
+    sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
     children.end_transport = partial(_end_transport, sessions)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
@@ -344,10 +342,11 @@ def _layered(
 
 class _Opening:
     """Between the sessions and the SDK's app: each request's scope, for the sessions' ``on_create`` and the table;
+    each 2025 transport session opened, for the table's count of those with no process (``Children.connected``);
     and, once the answer is sent, what the request left to do (:data:`AFTER_ANSWER`)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self, app: ASGIApp, children: Children) -> None:
+        self.app, self.children = app, children
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -355,11 +354,23 @@ class _Opening:
         token = REQUEST.set(scope)
         scope[AFTER_ANSWER] = []
         try:
+            opens = self.children.mode != "shared" and scope["method"] == "POST"
+            if opens and header(scope["headers"], MCP_SESSION_ID_HEADER) is None:
+                send = self._opening(scope, send)
             await self.app(scope, receive, send)
         finally:
             REQUEST.reset(token)
             for action in scope.pop(AFTER_ANSWER):  # what comes later is done at once
                 action()
+
+    def _opening(self, scope: Scope, send: Send) -> Send:
+        async def opening(message: Message) -> None:
+            raw = header(message.get("headers", ()), MCP_SESSION_ID_HEADER)
+            if message["type"] == "http.response.start" and message["status"] == 200 and raw is not None:
+                await self.children.connected(raw, scope)
+            await send(message)
+
+        return opening
 
 
 async def _end_transport(app: ASGIApp, transport: bytes, user: object = None) -> None:

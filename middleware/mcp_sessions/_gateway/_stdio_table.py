@@ -58,6 +58,11 @@ _HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: 
 _WATCHED: Final = ("transport-session", "data-layer-session")  # ended with their session, on any replica
 LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
 """What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
+MAX_CONNECTIONS: Final = 1024
+"""2025 transport sessions open with no process (a connection that has made no call, or whose calls all name
+another conversation, as ``connect``'s): past it, the oldest is ended (its client gets 404, and initializes again);
+past eight times ``--max-processes-per-principal`` of one caller's, her oldest. The ``mcp`` SDK would keep 10,000
+for one address that loops on ``initialize``, and refuse every other client."""
 AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
 """In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
 
@@ -102,6 +107,8 @@ class Children:
         self.conversations: dict[Key, Conversation] = {}
         self.ended: BoundedDict[Key, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
         self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
+        # 2025 transport sessions with no process yet, oldest first: their callers, ids and users (MAX_CONNECTIONS)
+        self.connections: dict[Key, tuple[str, bytes, object]] = {}
         self.end_transport: Callable[[bytes, object], Awaitable[None]] | None = None  # a DELETE, as its user
         self.metrics = ProcessEvents()  # what the metrics count: _status.ProcessMetrics, set by the app
         self._tasks: anyio.abc.TaskGroup | None = None
@@ -158,6 +165,19 @@ class Children:
             retry = 1 if exc.error.code == RATE_LIMITED else None
             raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
 
+    async def connected(self, raw: bytes, scope: Scope) -> None:
+        """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
+        needs one: the connections beyond :data:`MAX_CONNECTIONS` (overall, and per caller) are ended, oldest first."""
+        caller = await self.caller(scope)
+        self.connections[Key("transport-session", self.digests.transport(raw))] = (caller.id, raw, scope.get("user"))
+        mine = [key for key, (owner, _, _) in self.connections.items() if owner == caller.id]
+        over = mine[: max(0, len(mine) - 8 * self.admission.per_caller)]
+        over += list(self.connections)[: max(0, len(self.connections) - MAX_CONNECTIONS)]
+        for key in dict.fromkeys(over):
+            _, ended, user = self.connections.pop(key)
+            if self.end_transport is not None:
+                await self.end_transport(ended, user)
+
     def _transport(self, scope: Scope) -> Key | None:
         """The key of the 2025 transport session a request's ``Mcp-Session-Id`` names: on the 2025 path only (a
         2026-07-28 request's header is its session token, or anything its client put there, and names none)."""
@@ -184,7 +204,7 @@ class Children:
         if self.mode == "shared" or (not named and state is None and method in LISTS):
             return await self.shared_conversation()
         if self.mode == "per-caller":
-            return await self._ready(await self._callers(session, transport, scope))
+            return await self._ready(await self._callers(session, transport, scope, method))
         if not named and state is None and self.sessionless == "shared":
             return await self.shared_conversation()
         caller = await self.caller(scope)
@@ -194,7 +214,7 @@ class Children:
         elif session is not None and session.source != "transport":  # a host's: its name is no secret, its caller's
             found = await self._host(session, caller)
         elif transport is not None:
-            found = await self._transported(transport, caller, scope)
+            found = await self._transported(transport, caller, scope, method=method)
         elif self.sessionless == "per-caller":  # the caller's requests that name none: one conversation of hers
             found = await self._own("sessionless", caller)
         elif state is not None:  # a retry that brings input reaches the request that asked
@@ -225,11 +245,17 @@ class Children:
                 return await self.open(key, caller, counted=True)  # its first request spent its create-limit operation
         return self._found(found, caller, partial(self._gone, key))
 
-    async def _transported(self, transport: Key, caller: Caller, scope: Scope, counted: bool = False) -> Conversation:
+    async def _transported(
+        self, transport: Key, caller: Caller, scope: Scope, counted: bool = False, method: str = ""
+    ) -> Conversation:
         """A 2025 transport session's conversation: its process, started by its first request that needs one (its
-        ``initialize`` starts none: a client that only lists, or names another conversation in each request, such as
-        ``mcp-sessions connect``'s, costs none), within the limits (a refusal is that request's error)."""
+        ``initialize`` starts none, nor a list, which the shared process answers as a fresh one would: a client that
+        only lists, or names another conversation in each request, such as ``mcp-sessions connect``'s, costs none),
+        within the limits (a refusal is that request's error)."""
         if (found := self._holder(transport, caller)) is None and transport not in self.ended:
+            if method in LISTS:
+                return await self.shared_conversation()
+            self.connections.pop(transport, None)  # a process's now: the limits count it
             raw = header(scope["headers"], MCP_SESSION_ID_HEADER)
             return await self.open(transport, caller, transport=raw, counted=counted)
         return self._found(found, caller, partial(self._gone, transport))
@@ -241,7 +267,7 @@ class Children:
         own = self.conversations.get(Key("caller", caller.id))
         return own if own is not None and key in own.riders else None
 
-    async def _callers(self, session: Session | None, transport: Key | None, scope: Scope) -> Conversation:
+    async def _callers(self, session: Session | None, transport: Key | None, scope: Scope, method: str) -> Conversation:
         """``processes="per-caller"``: the caller's own process, for a request that names no conversation or one of
         those it serves (each begun as the per-conversation table begins it, :meth:`open`); a conversation it does
         not serve, or served before it ended, is refused as in that table, never served by another process."""
@@ -253,7 +279,7 @@ class Children:
         if session is not None and session.source != "transport":
             return await self._host(session, caller)
         if transport is not None:
-            return await self._transported(transport, caller, scope)
+            return await self._transported(transport, caller, scope, method=method)
         return await self._own("caller", caller)
 
     async def _own(self, kind: Literal["caller", "sessionless"], caller: Caller, counted: bool = False) -> Conversation:
