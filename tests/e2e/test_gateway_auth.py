@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import anyio
 import anyio.to_thread
@@ -30,7 +31,9 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client
+from mcp.client.extension import ClientExtension, advertise
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -39,6 +42,7 @@ from starlette.routing import Route
 
 from _mcp import (
     SESSION_NOT_FOUND,
+    aiter_messages,
     create_session,
     jwt_claims,
     legacy_request,
@@ -48,7 +52,7 @@ from _mcp import (
     tool_text,
 )
 from _redis import RedisServer, free_port, listens
-from _waits import until, until_awaited
+from _waits import WITHIN, until, until_awaited
 from conftest import asgi_client, serve
 from e2e._gateway import (
     INSPECTOR_CLI,
@@ -66,8 +70,10 @@ from e2e._gateway import (
     upstream_server,
 )
 from e2e._issuer import ISSUER, KEY, KEYS, jwks
-from e2e._stdio import text_of
+from e2e._stdio import stdio_gateway, text_of
+from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway._auth import GatewayAuth
+from mcp_sessions._gateway._expiry import LIFETIME
 
 pytestmark = pytest.mark.anyio
 
@@ -211,12 +217,18 @@ async def whoami(request: Request) -> PlainTextResponse:
     return PlainTextResponse(request.user.display_name)
 
 
+async def unanswered(request: Request) -> Response:
+    await anyio.sleep(WITHIN)  # cancelled long before, at the token's deadline
+    return Response()
+
+
 async def test_the_key_set_s_state_and_a_leeway_of_its_own() -> None:
     """In process: the key set fetched as the app starts, its state for an operator's view; ``leeway``."""
     audience = "http://127.0.0.1:8000/mcp"
     with jwks() as keys:
         auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=audience, leeway=10)
-        app = auth.wrap(Starlette(routes=[Route("/mcp", whoami, methods=["POST"])]))
+        routes = [Route("/mcp", whoami, methods=["POST"]), Route("/unanswered", unanswered, methods=["POST"])]
+        app = auth.wrap(Starlette(routes=routes))
         before = time.time()
         async with asgi_client(app) as http:
             assert auth.verifier is not None
@@ -232,6 +244,10 @@ async def test_the_key_set_s_state_and_a_leeway_of_its_own() -> None:
             for changed, answered in cases:
                 answer = await http.post("/mcp", headers={"Authorization": f"Bearer {token(aud=audience, **changed)}"})
                 assert (answer.text if answer.status_code == 200 else answer.json()["error_description"]) == answered
+            # Its answer not started at exp plus the leeway (here in about 2 s): the 401 of an expired token.
+            late = await http.post("/unanswered", headers={"Authorization": f"Bearer {token(aud=audience, exp=-8)}"})
+            why = 'Bearer error="invalid_token", error_description="the token has expired (exp)"'
+            assert late.status_code == 401 and late.headers["www-authenticate"].startswith(why), late.text
     unreachable = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=audience)  # the JWKS server has stopped
     async with asgi_client(unreachable.wrap(Starlette())):
         assert unreachable.verifier is not None
@@ -442,6 +458,71 @@ def test_in_front_of_an_upstream_the_token_is_checked_and_not_forwarded() -> Non
         answer = httpx.post(front.url(), json=body, headers={**modern_headers(body), "Authorization": bearer})
         seen = json.loads(result_of(answer, body["id"])["result"]["content"][0]["text"])
         assert "authorization" not in seen["headers"]  # issued for the gateway: no passthrough (_exchange)
+
+
+async def listened(url: str, bearer: str, *extensions: ClientExtension) -> BaseException | None:
+    """How a ``subscriptions/listen`` stream the SDK's client opened with ``bearer`` ended: the error it lost."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=30) as http,
+        Client(streamable_http_client(url, http_client=http), extensions=list(extensions)) as client,
+    ):
+        with pytest.raises(SubscriptionLost) as lost:
+            async with client.listen(tools_list_changed=True) as events:
+                async for _ in events:
+                    pass
+    return lost.value.__cause__
+
+
+async def test_every_stream_ends_with_its_token_at_exp() -> None:
+    """Issue 77, item 9 (docs/gateway.md, "streams end with their token"), leeway 0: a listen stream ends with the
+    SEP's AuthorizationEnded for a client that declares it, else as a disconnect; a long call's and a 2025 GET
+    stream end cleanly (each after the gateway cancelled the request's app); a long-lived token's stream goes on."""
+    upstream, audience = upstream_server("behind").streamable_http_app(), "http://gateway/mcp"
+    with jwks() as keys, serve(upstream) as base:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=audience, leeway=0)
+        with serve(gateway_app([base + "/mcp"], config=SessionsConfig(secret=SECRET), auth=auth)) as front:
+            url, short, got = front + "/mcp", token(aud=audience, exp=4), dict[str, Any]()
+            bearer = {"Authorization": f"Bearer {short}"}
+            with httpx.Client() as http:
+                legacy = legacy_initialize(http, url, bearer)
+            call = modern_request(
+                "tools/call", {"name": "slow", "arguments": {"seconds": 60}}, meta={"progressToken": 1}
+            )
+
+            async def read(name: str, method: str, headers: dict[str, str], body: Any = None) -> None:
+                async with (
+                    httpx.AsyncClient(timeout=30) as http,
+                    http.stream(method, url, headers=headers, json=body) as r,
+                ):
+                    got[name] = (r.status_code, [m async for m in aiter_messages(r.aiter_lines())], time.time())
+
+            async def listen(name: str, bearer: str, *extensions: ClientExtension) -> None:
+                got[name] = (await listened(url, bearer, *extensions), time.time())
+
+            async with anyio.create_task_group() as streams:
+                streams.start_soon(listen, "long-lived", token(aud=audience))
+                with anyio.fail_after(WITHIN):
+                    async with anyio.create_task_group() as ending:
+                        ending.start_soon(listen, "sep", short, advertise(LIFETIME))
+                        ending.start_soon(listen, "2026-07-28", short)
+                        ending.start_soon(read, "call", "POST", {**modern_headers(call), **bearer}, call)
+                        ending.start_soon(read, "get", "GET", {**legacy, "Accept": "text/event-stream"})
+                assert "long-lived" not in got
+                streams.cancel_scope.cancel()
+    assert all(ended >= jwt_claims(short)["exp"] for *_, ended in got.values()), got
+    sep, legacy_listen = got["sep"][0], got["2026-07-28"][0]
+    assert isinstance(sep, MCPError) and (sep.code, sep.data) == (-32028, {"reason": "token_expiry"}), sep
+    assert isinstance(legacy_listen, MCPError) and legacy_listen.code != -32028, legacy_listen
+    assert got["call"][:2] == (200, [{"jsonrpc": "2.0", "method": "notifications/progress", "params": ANY}])
+    assert got["get"][:2] == (200, [])
+
+
+async def test_a_stdio_gateways_listen_stream_ends_with_its_token_too() -> None:
+    with jwks() as keys, anyio.fail_after(WITHIN):
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience="http://gateway/mcp", leeway=0)
+        with stdio_gateway(auth=auth) as url:
+            ended = await listened(url, token(aud="http://gateway/mcp", exp=4), advertise(LIFETIME))
+    assert isinstance(ended, MCPError) and (ended.code, ended.data) == (-32028, {"reason": "token_expiry"}), ended
 
 
 def test_the_mcp_inspector_cli_with_a_bearer_token(team: Process) -> None:

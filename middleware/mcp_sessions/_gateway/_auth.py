@@ -56,6 +56,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .._wire import printable
 from ..sources import HostConversationSource
 from ._exchange import ExchangeRefused, Target, TokenExchange, subject_token
+from ._expiry import until_expiry
 from ._front import PEER, Peer
 from ._sandbox import loads_code
 
@@ -135,7 +136,7 @@ class JwtVerifier:
         self._issuer = issuer
         self._audience = audience
         self._claim = principal_claim
-        self._leeway = leeway
+        self.leeway = leeway
         self._keys: dict[str, jwt.PyJWK] = {}
         # time.monotonic() of the last success, and of the last attempt, which starts the cooldown.
         self._fetched: float | None = None
@@ -158,7 +159,7 @@ class JwtVerifier:
                 algorithms=[key.algorithm_name],
                 audience=self._audience,
                 issuer=self._issuer,
-                leeway=self._leeway,
+                leeway=self.leeway,
                 options={"require": ["exp", "iss", "aud", self._claim]},
             )
         except jwt.MissingRequiredClaimError as exc:
@@ -353,6 +354,10 @@ class GatewayAuth:
         challenge = " ".join(["Bearer", ", ".join(parts)]).rstrip()
         return JSONResponse(body, 401, headers={"WWW-Authenticate": challenge})
 
+    def expired(self, scope: Scope) -> Response:
+        """The 401 for a request whose token expired before its answer started (``_expiry``)."""
+        return self.refusal(scope, Unauthorized(*_REFUSALS[0][1:]))
+
 
 class ProxiedUser(AuthenticatedUser):
     """A user the auth proxy named (``--auth-principal-header``): a kind of principal of its own, never the same
@@ -400,7 +405,12 @@ class _Guarded:
         except Unauthorized as refused:
             response = self._auth.refusal(scope, refused)
             return await response(scope, receive, send)
-        await self.app(scope, receive, send)
+        # A token's answer ends with it, at its exp and the leeway; a proxy's user has no end.
+        expires = scope["user"].access_token.expires_at
+        if expires is None or self._auth.verifier is None:
+            return await self.app(scope, receive, send)
+        expires += self._auth.verifier.leeway
+        await until_expiry(self.app, scope, receive, send, expires, self._auth.expired)
 
 
 class ProcessEnv:
