@@ -184,7 +184,7 @@ async def test_the_operator_view_of_every_process() -> None:
         scope = {"type": "http", "headers": [], "client": ("10.0.0.7", 1234)}
         conversation = await children.conversation_for(scope, "tools/call")
         with anyio.fail_after(WITHIN):
-            await children.warm[0].child.ready.wait()  # started ahead as the request took the one before it
+            await children.pool.warm[0].child.ready.wait()  # started ahead as the request took the one before it
         views = {view.kind: view for view in children.processes()}
 
     assert set(views) == {"shared", "warm", "request"}

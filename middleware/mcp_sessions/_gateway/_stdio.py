@@ -9,7 +9,7 @@ endpoint, as in any ``MCPServer`` app, and tells each request's conversation (:d
 
 With ``processes="auto"`` (the default), a server that speaks 2026-07-28 gets a process per caller (its principal,
 else its client address), as that revision says a stdio process outlives any conversation: each of the caller's
-requests reaches it naming its conversation in ``_meta`` (:func:`choose` asks what it speaks, :func:`named` names).
+requests reaches it naming its conversation in ``_meta`` (``Children.choose`` asks what it speaks).
 It runs, is contained and bounded as a conversation's process is, and is counted as one against the limits; a
 bound or a crash that ends it ends that caller's conversations alone. One process for every caller is
 ``processes="shared"``, never chosen for the operator.
@@ -32,7 +32,6 @@ shutdown; whatever ended it, its conversations are over: their later requests ge
 from __future__ import annotations
 
 import copy
-import hashlib
 import logging
 import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -50,13 +49,11 @@ from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.methods import CACHEABLE_METHODS
-from mcp_types.version import LATEST_MODERN_VERSION
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._asgi import header, send_json
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
-from .._session import SCOPE_KEY, Session
 from .._wire import jsonrpc
 from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from ..profiles import Era
@@ -67,8 +64,9 @@ from ._exchange import TokenExchange
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._sandbox import environment
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
-from ._stdio_child import START_TIMEOUT, ProcessOptions, revisions
-from ._stdio_table import AFTER_ANSWER, Children
+from ._stdio_child import START_TIMEOUT, ProcessOptions
+from ._stdio_pool import AFTER_ANSWER
+from ._stdio_table import Children
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -118,7 +116,7 @@ class StdioServer(Server[Any]):
         # the probe's answer and the shared child's, both within the start's own START_TIMEOUT
         start_deadline = anyio.current_time() + START_TIMEOUT
         if self.children.mode == "auto":
-            await choose(self.children, start_deadline)
+            await self.children.choose(start_deadline)
         async with self.children.running(start_deadline) as answer, anyio.create_task_group() as tasks:
             info = answer.server_info
             self.name, self.version, self.title = info.name, info.version, info.title
@@ -149,17 +147,7 @@ class StdioServer(Server[Any]):
         return options
 
     async def _relay(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        scope = {} if ctx.request is None else ctx.request.scope
-        state = (ctx.params or {}).get("requestState")
-        conversation = await self.children.conversation_for(scope, ctx.method, state)
-        try:
-            if conversation.pooled:  # each request names its conversation
-                return await conversation.relay(ctx, await named(self.children, scope))
-            # its process has the --process-env values it started with: this request's?
-            self.children.process_env.check(conversation.credentials)
-            return await conversation.relay(ctx)
-        finally:
-            self.children.answered(conversation)
+        return await self.children.relay(ctx)
 
 
 def stdio_gateway_app(
@@ -188,9 +176,9 @@ def stdio_gateway_app(
     """Sessions for a stdio MCP server: the ASGI app ``mcp-sessions gateway --stdio`` serves (see the module).
 
     ``command`` is the server's program and its arguments (run without a shell). ``processes``: a child per
-    conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as :func:`choose` says. ``process_idle``: how
-    long a conversation's child (and a 2025 transport session) lives without a request (default: the sessions'
-    ``idle_ttl``, else 600 s). ``max_processes``: how many conversations' children may run at once;
+    conversation, or one ``"shared"`` by all, or (``"auto"``, the default) as ``Children.choose`` says.
+    ``process_idle``: how long a conversation's child (and a 2025 transport session) lives without a request (default:
+    the sessions' ``idle_ttl``, else 600 s). ``max_processes``: how many conversations' children may run at once;
     ``max_processes_per_principal``: how many of them one caller (its principal, else its client address) may have.
     ``sessionless``: the requests of a caller that name no conversation reach that caller's own child (``"per-caller"``,
     the default: a conversation of hers), or each a child of its own (``"per-request"``: ended once it is answered, or
@@ -237,7 +225,7 @@ def stdio_gateway_app(
         options=process_options,
         process_env=credentials,
     )
-    children.fronted = bool(trusted)
+    children.lifetimes.fronted = bool(trusted)
     children.metrics = ProcessMetrics(children.kinds, config.meter_provider)
     check = HostCheck(allowed_hosts, allowed_origins)
     status = (status_port, status_socket)
@@ -254,43 +242,6 @@ def _check(command: Sequence[str], processes: str, sessionless: str, warm: int, 
         raise ValueError("max_processes and max_processes_per_principal must be at least 1")
     if sessionless not in ("per-caller", "per-request", "shared") or warm < 0:
         raise ValueError("sessionless is 'per-caller', 'per-request' or 'shared', and warm is 0 or more")
-
-
-async def choose(children: Children, start_deadline: float | None = None) -> None:
-    """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
-    something per user goes into it (``--process-env``, a uid each), or the server speaks only 2025-11-25 and keeps a
-    conversation's state in its process; else, for a server that speaks 2026-07-28, a process per caller, which
-    serves all of that caller's conversations (``"per-caller"``): one caller's call that ends it (a bound, a crash)
-    ends no other's, and no caller's state reaches another's. One process for everyone is ``processes="shared"``,
-    the operator's word alone. A server that answers its first request neither with revisions nor with an error, by
-    ``start_deadline`` or before it ends, does not start: ``StartupFailed``."""
-    options = children.options
-    if children.process_env.sources or (options is not None and options.uids is not None):
-        children.mode = "per-conversation"
-        return
-    command = children.command
-    environ = children.environ
-    limit = children.config.max_response_size
-    probe = await revisions(command, environ=environ, max_line=limit, options=options, start_deadline=start_deadline)
-    if probe.failure is not None:
-        raise await children.failed(probe.failure, probe)
-    if LATEST_MODERN_VERSION in probe.revisions:
-        children.mode = "per-caller"
-        logger.info("the server speaks 2026-07-28: a process per caller, each request naming its conversation")
-    else:
-        children.mode = "per-conversation"
-        logger.info("the server speaks only the 2025-11-25 handshake: --processes per-conversation")
-
-
-async def named(children: Children, scope: Scope) -> str | None:
-    """A request's conversation as the shared process sees it: a digest of its session's name and its caller,
-    the same for each of its requests (never a bearer value); None for a request that names none."""
-    session: Session | None = scope.get(SCOPE_KEY)
-    if session is None:
-        return None
-    caller = await children.caller(scope)
-    name = f"{session.source}\0{session.id}\0{caller.id}"
-    return hashlib.sha256(name.encode()).hexdigest()[:32]
 
 
 def _sessions_config(config: SessionsConfig, processes: str, *, replica: bool) -> SessionsConfig:
@@ -329,7 +280,7 @@ def _layered(
     # no wire's session member reaches a child, as none reaches an HTTP upstream
     config.fronts_upstream = True
     sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
-    children.end_transport = partial(_end_transport, sessions)
+    children.lifetimes.end_transport = partial(_end_transport, sessions)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
     checked: ASGIApp = _HostChecked(guarded, check)

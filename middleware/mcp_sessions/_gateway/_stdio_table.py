@@ -18,9 +18,8 @@ import logging
 import math
 import secrets
 import shlex
-import time
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Final, Literal
@@ -28,8 +27,9 @@ from typing import Any, Final, Literal
 import anyio
 import anyio.abc
 import mcp_types as types
-from mcp.shared.dispatcher import DispatchContext
+from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import LATEST_MODERN_VERSION
 from pydantic import ValidationError
 from starlette.types import Scope
 
@@ -41,19 +41,18 @@ from .._tokens import IdDigests, SessionClaims
 from .._wire import Refusal
 from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER, RATE_LIMITED
 from ..profiles import Era
-from ..stores import SessionStoreUnavailable
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
 from ._stdio_admission import Admission, ProcessEvents
-from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions
-from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Caller, Conversation, Key, Process, key_digest, known_as
+from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions, revisions
+from ._stdio_lifetimes import MAX_ENDED, EndReason, Lifetimes
+from ._stdio_pool import ChildFactory, Pool
+from ._stdio_relay import ANSWER_WITHIN, Caller, Conversation, Key, Process, key_digest, known_as
 from ._stdio_relay import ProcessView as ProcessView  # the operator's view (_status) reads it here
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-MAX_ENDED: Final = 100_000
-"""Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
 _HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the gateway start that runs its child
 _WATCHED: Final = ("transport-session", "data-layer-session")  # ended with their session, on any replica
 LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
@@ -63,8 +62,6 @@ MAX_CONNECTIONS: Final = 1024
 another conversation, as ``connect``'s): past it, the oldest is ended (its client gets 404, and initializes again);
 past eight times ``--max-processes-per-principal`` of one caller's, her oldest. The ``mcp`` SDK would keep 10,000
 for one address that loops on ``initialize``, and refuse every other client."""
-AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
-"""In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
 
 
 class Children:
@@ -86,53 +83,113 @@ class Children:
         bus: SessionSubscriptionBus,
         options: ProcessOptions | None = None,
         process_env: ProcessEnv | None = None,
+        factory: ChildFactory = Child,
     ) -> None:
         self.command, self.config, self.bus = list(command), config, bus
         # "auto" (_stdio.choose) becomes one of the others before the first request
         self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
         self.process_env = ProcessEnv() if process_env is None else process_env
         self.sessionless = sessionless
-        self.warm_count = warm if processes != "shared" else 0
-        self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
-        self.live: set[Process] = set()  # every live process: shared, started ahead, a conversation's
-        self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
-        self.idle = idle
+        self.pool = Pool(
+            command,
+            warm=warm if processes != "shared" else 0,
+            environ=environ,  # the allow-list's (_sandbox.environment)
+            max_line=config.max_response_size,
+            options=options,
+            process_env=self.process_env,
+            bus=bus,
+            factory=factory,
+        )
+        self.conversations: dict[Key, Conversation] = {}
+        self.lifetimes = Lifetimes(self.pool, self.conversations, config, idle)
         self.admission = Admission(max_processes, per_caller, config.create_limit)
-        self.environ = dict(environ)  # the allow-list's (_sandbox.environment)
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
-        self.options = options
-        self.fronted = False  # a replica behind a front (--forwarded-allow-ips): see _gone
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
         self.shared: Process | None = None
-        self.conversations: dict[Key, Conversation] = {}
-        self.ended: BoundedDict[Key, tuple[float, str]] = BoundedDict(MAX_ENDED)  # tombstones: until when, and why
         self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
         # 2025 transport sessions with no process yet, oldest first: their callers, ids and users (MAX_CONNECTIONS)
         self.connections: dict[Key, tuple[str, bytes, object]] = {}
-        self.end_transport: Callable[[bytes, object], Awaitable[None]] | None = None  # a DELETE, as its user
-        self.metrics = ProcessEvents()  # what the metrics count: _status.ProcessMetrics, set by the app
-        self._tasks: anyio.abc.TaskGroup | None = None
+
+    @property
+    def metrics(self) -> ProcessEvents:
+        """What the metrics count (``_status.ProcessMetrics``, set by the app): starts, ends and refusals."""
+        return self.pool.events
+
+    @metrics.setter
+    def metrics(self, events: ProcessEvents) -> None:
+        self.pool.events = self.lifetimes.events = events
 
     @asynccontextmanager
     async def running(self, start_deadline: float | None = None) -> AsyncIterator[types.InitializeResult]:
         """Start the shared child (its ``initialize`` answered by ``start_deadline``, if given: the gateway's start's
         end); at the end, stop every child. Yields the shared child's answer."""
         async with anyio.create_task_group() as tasks:
-            self._tasks = tasks
+            self.pool.tasks = tasks
             try:
-                self.shared = first = self._start(shared=True, start_deadline=start_deadline)
+                self.shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
                 try:
                     shared = await self.shared_conversation()
                 except MCPError as exc:
                     raise await self.failed(exc.error.message, first.child) from None
                 assert shared.child.initialized is not None
-                self._fill()
+                self.pool.fill()
                 yield shared.child.initialized
             finally:
-                self._tasks = None
+                self.pool.tasks = None
                 for conversation in self.conversations.values():
-                    conversation.why = "shutdown"
+                    conversation.why = EndReason.SHUTDOWN
                 tasks.cancel_scope.cancel()  # each child stops its process group, shielded (_stdio_child.stop_group)
+
+    async def choose(self, start_deadline: float | None = None) -> None:
+        """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
+        something per user goes into it (``--process-env``, a uid each), or the server speaks only 2025-11-25 and
+        keeps a conversation's state in its process; else, for a server that speaks 2026-07-28, a process per
+        caller, which serves all of that caller's conversations (``"per-caller"``): one caller's call that ends it (a
+        bound, a crash) ends no other's, and no caller's state reaches another's. One process for everyone is
+        ``processes="shared"``, the operator's word alone. A server that answers its first request neither with
+        revisions nor with an error, by ``start_deadline`` or before it ends, does not start: ``StartupFailed``."""
+        pool = self.pool
+        if self.process_env.sources or (pool.options is not None and pool.options.uids is not None):
+            self.mode = "per-conversation"
+            return
+        probe = await revisions(
+            self.command,
+            environ=pool.environ,
+            max_line=pool.max_line,
+            options=pool.options,
+            start_deadline=start_deadline,
+        )
+        if probe.failure is not None:
+            raise await self.failed(probe.failure, probe)
+        if LATEST_MODERN_VERSION in probe.revisions:
+            self.mode = "per-caller"
+            logger.info("the server speaks 2026-07-28: a process per caller, each request naming its conversation")
+        else:
+            self.mode = "per-conversation"
+            logger.info("the server speaks only the 2025-11-25 handshake: --processes per-conversation")
+
+    async def relay(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """A client's request, relayed to the process of its conversation (:meth:`conversation_for`), and its answer:
+        the one walk of every relayed request through the table."""
+        scope = {} if ctx.request is None else ctx.request.scope
+        conversation = await self.conversation_for(scope, ctx.method, (ctx.params or {}).get("requestState"))
+        try:
+            if conversation.pooled:  # each request names its conversation
+                return await conversation.relay(ctx, await self.named(scope))
+            # its process has the --process-env values it started with: this request's?
+            self.process_env.check(conversation.credentials)
+            return await conversation.relay(ctx)
+        finally:
+            self.lifetimes.answered(conversation)
+
+    async def named(self, scope: Scope) -> str | None:
+        """A request's conversation as a process of many sees it: a digest of its session's name and its caller,
+        the same for each of its requests (never a bearer value); None for a request that names none."""
+        session: Session | None = scope.get(SCOPE_KEY)
+        if session is None:
+            return None
+        caller = await self.caller(scope)
+        return hashlib.sha256(f"{session.source}\0{session.id}\0{caller.id}".encode()).hexdigest()[:32]
 
     async def failed(self, why: str, child: Child) -> StartupFailed:
         """A child's failure to start the gateway (the shared one's, the revision probe's), in one line: why, and
@@ -155,7 +212,7 @@ class Children:
         transport = self._transport(scope)
         try:
             if transport is not None and self.mode == "per-conversation":  # one conversation, one process
-                found = await self._ready(await self._transported(transport, caller, scope, counted=True))
+                found = await self.lifetimes.ready(await self._transported(transport, caller, scope, counted=True))
                 self.moved[claims.session_id] = found.key
                 found.holds_sessions = True
                 return
@@ -175,8 +232,8 @@ class Children:
         over += list(self.connections)[: max(0, len(self.connections) - MAX_CONNECTIONS)]
         for key in dict.fromkeys(over):
             _, ended, user = self.connections.pop(key)
-            if self.end_transport is not None:
-                await self.end_transport(ended, user)
+            if self.lifetimes.end_transport is not None:
+                await self.lifetimes.end_transport(ended, user)
 
     def _transport(self, scope: Scope) -> Key | None:
         """The key of the 2025 transport session a request's ``Mcp-Session-Id`` names: on the 2025 path only (a
@@ -204,13 +261,13 @@ class Children:
         if self.mode == "shared" or (not named and state is None and method in LISTS):
             return await self.shared_conversation()
         if self.mode == "per-caller":
-            return await self._ready(await self._callers(session, transport, scope, method))
+            return await self.lifetimes.ready(await self._callers(session, transport, scope, method))
         if not named and state is None and self.sessionless == "shared":
             return await self.shared_conversation()
         caller = await self.caller(scope)
         if session is not None and session.source == "data-layer":  # its child: its create's, or its transport's
             key = self.moved.get(session.id, Key("data-layer-session", session.id))
-            found = self._found(self.conversations.get(key), caller, self._not_found)
+            found = self._found(self.conversations.get(key), caller, self.lifetimes.not_found)
         elif session is not None and session.source != "transport":  # a host's: its name is no secret, its caller's
             found = await self._host(session, caller)
         elif transport is not None:
@@ -218,12 +275,12 @@ class Children:
         elif self.sessionless == "per-caller":  # the caller's requests that name none: one conversation of hers
             found = await self._own("sessionless", caller)
         elif state is not None:  # a retry that brings input reaches the request that asked
-            waiting = self.retained.get(state) if isinstance(state, str) else None
+            waiting = self.lifetimes.retained.get(state) if isinstance(state, str) else None
             found = self._found(waiting, caller, _no_state)
-            del self.retained[str(state)]  # still good for its owner until it is taken
+            del self.lifetimes.retained[str(state)]  # still good for its owner until it is taken
         else:  # a request's own child
             found = await self.open(Key("request", secrets.token_hex(12)), caller)
-        return await self._ready(found)
+        return await self.lifetimes.ready(found)
 
     def _found(self, found: Conversation | None, caller: Caller, missing: Callable[[], MCPError]) -> Conversation:
         """The one check of who may reach a process, for every kind of name: the conversation ``found`` is the
@@ -231,19 +288,19 @@ class Children:
         if found is None:
             raise missing()
         if not caller.same_as(found.owner):
-            raise _no_state() if found.key.kind == "request" else self._not_found()
+            raise _no_state() if found.key.kind == "request" else self.lifetimes.not_found()
         return found
 
     async def _host(self, session: Session, caller: Caller) -> Conversation:
         key = Key("host-conversation", _bound(session.id, caller.id))
-        if (found := self._holder(key, caller)) is None and key not in self.ended:
+        if (found := self._holder(key, caller)) is None and key not in self.lifetimes.ended:
             if await session.data.get(_HELD, self.instance) != self.instance:  # new here: says the store replicas share
-                raise self._gone(key, "it ran on another replica, or before this one restarted")
+                raise self.lifetimes.gone(key, "it ran on another replica, or before this one restarted")
             await session.data.set(_HELD, self.instance)
             # another first request of it may have opened it meanwhile (a store's read and write take turns)
             if (found := self._holder(key, caller)) is None:
                 return await self.open(key, caller, counted=True)  # its first request spent its create-limit operation
-        return self._found(found, caller, partial(self._gone, key))
+        return self._found(found, caller, partial(self.lifetimes.gone, key))
 
     async def _transported(
         self, transport: Key, caller: Caller, scope: Scope, counted: bool = False, method: str = ""
@@ -252,13 +309,13 @@ class Children:
         ``initialize`` starts none, nor a list, which the shared process answers as a fresh one would: a client that
         only lists, or names another conversation in each request, such as ``mcp-sessions connect``'s, costs none),
         within the limits (a refusal is that request's error)."""
-        if (found := self._holder(transport, caller)) is None and transport not in self.ended:
+        if (found := self._holder(transport, caller)) is None and transport not in self.lifetimes.ended:
             if method in LISTS:
                 return await self.shared_conversation()
             self.connections.pop(transport, None)  # a process's now: the limits count it
             raw = header(scope["headers"], MCP_SESSION_ID_HEADER)
             return await self.open(transport, caller, transport=raw, counted=counted)
-        return self._found(found, caller, partial(self._gone, transport))
+        return self._found(found, caller, partial(self.lifetimes.gone, transport))
 
     def _holder(self, key: Key, caller: Caller) -> Conversation | None:
         """The live conversation ``key`` names: its own process's, or (per-caller) its caller's, that serves it."""
@@ -274,8 +331,8 @@ class Children:
         caller = await self.caller(scope)
         if session is not None and session.source == "data-layer":
             key = Key("data-layer-session", session.id)
-            found = self._holder(key, caller)
-            return self._found(found, caller, partial(self._gone, key) if key in self.ended else self._not_found)
+            gone = partial(self.lifetimes.gone, key) if key in self.lifetimes.ended else self.lifetimes.not_found
+            return self._found(self._holder(key, caller), caller, gone)
         if session is not None and session.source != "transport":
             return await self._host(session, caller)
         if transport is not None:
@@ -290,7 +347,7 @@ class Children:
             return own
         if own is not None:
             for ridden in own.riders:
-                self.ended[ridden] = (time.time() + self.config.ttl, own.why or "exited")
+                self.lifetimes.ended[ridden] = own.why or EndReason.EXITED
             del self.conversations[key]
         return await self.open(key, caller, counted=counted)
 
@@ -319,9 +376,6 @@ class Children:
         )
         return own
 
-    def _not_found(self) -> MCPError:
-        return MCPError(self.config.profiles[0].not_found, self.config.profiles[0].not_found_text)
-
     async def caller(self, scope: Scope) -> Caller:
         """Who asks: whom the limits count, as the create limit does (the principal, else the client address)."""
         principal = await principal_digest(self.config.principal, scope, self.config.keys.audience)
@@ -342,9 +396,9 @@ class Children:
 
     async def shared_conversation(self) -> Conversation:
         if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
-            self.shared = self._start(shared=True)  # it serves no conversation: a new one is as good
+            self.shared = self.pool.start(shared=True)  # it serves no conversation: a new one is as good
         assert self.shared.conversation is not None
-        return await self._ready(self.shared.conversation)
+        return await self.lifetimes.ready(self.shared.conversation)
 
     async def open(
         self,
@@ -358,19 +412,19 @@ class Children:
         """A new conversation, ``caller``'s, its child taken from those started ahead or started: within the limits,
         and spending the caller's create-limit slot (unless its create has, ``counted``); with
         ``processes="per-caller"``, in the caller's own process (:meth:`_ride`). One whose child has ended is refused
-        with the error of its kind (:meth:`_gone`), never given a new child. The caller's idle conversations make
+        with the error of its kind (``Lifetimes.gone``), never given a new child. The caller's idle conversations make
         room for it only once nothing else refuses it."""
-        if key in self.conversations or key in self.ended:
-            raise self._gone(key)
+        if key in self.conversations or key in self.lifetimes.ended:
+            raise self.lifetimes.gone(key)
         if self.mode == "per-caller" and key.kind != "caller":
             return await self._ride(key, caller, expires_at=expires_at, transport=transport, counted=counted)
         live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
         evicted = self.admission.admit(live, caller, self.metrics, transport=transport is not None, counted=counted)
-        process = self.warm.popleft() if self.warm else self._start()
+        process = self.pool.take()
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
-            conversation.end("evicted")  # at once: its next request is refused, never served
-            self._close_soon(conversation, "evicted")
+            conversation.end(EndReason.EVICTED)  # at once: its next request is refused, never served
+            self.lifetimes.close_soon(conversation, EndReason.EVICTED)
         conversation = Conversation(
             key,
             process.child,
@@ -384,192 +438,29 @@ class Children:
         )
         self.conversations[key] = process.take(conversation)
         if key.kind in _WATCHED:  # from now: its session's end (a DELETE while its process starts too) ends it
-            conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, "its session ended"))
+            conversation.unwatch = self.bus.watch(key.id, partial(conversation.end, EndReason.SESSION_ENDED))
         named = key_digest(key) if key.kind in ("caller", "sessionless") else key.id  # a caller's: her digest
         logger.info("%s: serves the conversation %s", process.child.label, named)
-        self._fill()
-        return conversation if transport is not None else await self._ready(conversation)
+        self.pool.fill()
+        return conversation if transport is not None else await self.lifetimes.ready(conversation)
 
     def processes(self) -> list[ProcessView]:
         """Every live process, as the operator sees it: a snapshot, read only."""
-        now = anyio.current_time()
-        return [process.view(now) for process in self.live]
+        return self.pool.views()
 
     def kinds(self) -> Counter[str]:
         """How many live processes of each kind: what the metrics read, on their own thread (so with no clock)."""
-        return Counter(process.kind for process in list(self.live))
+        return self.pool.kinds()
 
     async def end(self, conversation: str, principal: str) -> bool:
         """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
-        own, ended as the gateway ends any (:meth:`close`)."""
+        own, ended as the gateway ends any (``Lifetimes.close``)."""
         for found in list(self.conversations.values()):
             mine = found.owner is not None and found.owner.name == principal  # who, not the name (Owner)
             if mine and key_digest(found.key) == conversation and not found.child.done.is_set():
-                await self.close(found, "ended by its user")
+                await self.lifetimes.close(found, EndReason.BY_USER)
                 return True
         return False
-
-    def _fill(self) -> None:
-        """Start children ahead, up to ``warm`` of them, for new conversations and requests: once the answer of the
-        request being served is sent (a process start takes a core for most of a second)."""
-
-        def fill() -> None:
-            while self._tasks is not None and len(self.warm) < self.warm_count:
-                self.warm.append(self._start())
-
-        _after_answer(fill)
-
-    def answered(self, conversation: Conversation) -> None:
-        """A request's own child, once it has answered: ended once that answer is sent, or retained for the retry
-        that brings the input it asked for (until that retry, or ``ANSWER_WITHIN``)."""
-        if conversation.key.kind != "request":
-            return  # a conversation's child, or the shared one: it serves the next request too
-        if not conversation.parked:
-            return _after_answer(partial(self._close_soon, conversation, "answered"))
-        for state in conversation.parked:
-            self.retained[state] = conversation
-        conversation.rounds += 1
-        if self._tasks is not None:
-            self._tasks.start_soon(self._retain, conversation, conversation.rounds)
-
-    async def _retain(self, conversation: Conversation, rounds: int) -> None:
-        await anyio.sleep(ANSWER_WITHIN + 1)
-        if conversation.rounds == rounds and not conversation.calls:  # no retry came
-            self._close_soon(conversation, "its input came too late")
-
-    def _close_soon(self, conversation: Conversation, why: str) -> None:
-        conversation.why = conversation.why or why
-        if self._tasks is not None:
-            self._tasks.start_soon(self.close, conversation, why)
-
-    def _gone(self, key: Key, why: str | None = None) -> MCPError:
-        why = why or self.ended.get(key, (0.0, "ended"))[1]
-        if self.fronted or why in ("evicted", "its session ended"):  # a front's session, or one these ended
-            return self._not_found()
-        return MCPError(
-            CHILD_EXITED, f"the server process of this conversation has ended ({why}), with its state; start a new one"
-        )
-
-    async def _ready(self, conversation: Conversation) -> Conversation:
-        await conversation.child.ready.wait()
-        if conversation.child.failure is not None:
-            raise MCPError(CHILD_EXITED, conversation.child.failure)
-        if conversation.child.done.is_set():
-            raise self._gone(conversation.key, conversation.why or "exited")
-        conversation.last_request = anyio.current_time()
-        return conversation
-
-    def _start(self, *, shared: bool = False, start_deadline: float | None = None) -> Process:
-        """A new child: the shared one, or one a conversation or a request takes (started ahead, or by the request
-        that starts its conversation: with ``--process-env``, that user's values), with an id of its own."""
-        if self._tasks is None:
-            raise MCPError(CHILD_EXITED, "the gateway is shutting down")
-        values = {} if shared else self.process_env.values()  # none but a request's: no child is started ahead then
-        process = None if shared else secrets.token_hex(8)
-        environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
-        started = Process(self._tasks, self.process_env.digest(values))
-        started.child = Child(
-            self.command,
-            label="shared" if process is None else f"process {process}",
-            environ=environ,
-            max_line=self.config.max_response_size,
-            on_request=started.on_request,
-            on_notify=_unreached,
-            on_progress=started.on_notification,
-            options=self.options,
-            start_deadline=start_deadline,
-        )
-        if shared:
-            started.take(Conversation(Key("shared", ""), started.child, owner=None, tasks=self._tasks, bus=self.bus))
-        self.live.add(started)
-        self._tasks.start_soon(self._serve, started)
-        self.metrics.started()
-        return started
-
-    async def _serve(self, process: Process) -> None:
-        """Run a child to its end: its session's end (on any replica), its idle time or its expiry end it; its end
-        ends the conversation, which then gets the error of its kind (a crash as any other end)."""
-        child = process.child
-        try:
-            async with anyio.create_task_group() as timers:
-                timers.start_soon(self._attend, process)
-                await child.run()
-                timers.cancel_scope.cancel()
-        finally:
-            self.live.discard(process)
-            ended = process.conversation.why if process.conversation is not None else None
-            self.metrics.ended(ended or ("failed to start" if child.failure else child.reason or "exited"))
-        if process in self.warm:
-            self.warm.remove(process)
-        if (conversation := process.conversation) is None or conversation.shared:
-            return
-        if conversation.unwatch is not None:
-            conversation.unwatch()
-        for state in conversation.parked:
-            self.retained.pop(state, None)
-        if conversation.why == "shutdown":
-            return
-        key = conversation.key
-        if self.conversations.get(key) is conversation:
-            del self.conversations[key]
-        why = conversation.why or ("failed to start" if child.failure is not None else "exited")
-        if key.kind not in ("request", "caller", "sessionless"):  # a caller's next request gets a new process
-            self.ended[key] = (time.time() + self.config.ttl, why)
-        logger.info("%s: the conversation ended (%s)", child.label, why)
-        if conversation.why is None and child.failure is None:
-            await self._end_session(conversation)  # a crash ends its session as any other end
-        for rider in list(conversation.riders.values()):  # a caller's process: each of its conversations ends
-            self.ended[rider.key] = (time.time() + self.config.ttl, why)
-            await self._end_session(rider)
-
-    async def close(self, conversation: Conversation, why: str) -> None:
-        """End a conversation for ``why``: its session first (so that its next request is refused as its kind's
-        are), then its child."""
-        conversation.why = conversation.why or why
-        await self._end_session(conversation)
-        conversation.end(why)
-
-    async def _end_session(self, conversation: Conversation) -> None:
-        """End the session a conversation's child served: its 2025 transport session (its client then gets 404 and
-        initializes again) or its data-layer session (then "Session not found"); a host's is refused here."""
-        if conversation.transport is not None and self.end_transport is not None:
-            await self.end_transport(conversation.transport, conversation.user)
-        elif conversation.key.kind == "data-layer-session":
-            try:
-                await self.config.store.revoke(conversation.key.id, expires_at=conversation.expires_at)
-            except SessionStoreUnavailable:
-                logger.warning("%s: the session could not be ended in the store", conversation.child.label)
-
-    async def _attend(self, process: Process) -> None:
-        """Once a conversation takes the child (and it is ready): its idle time and expiry."""
-        await process.taken.wait()  # a child started ahead idles from when it is taken
-        conversation = process.conversation
-        assert conversation is not None
-        if conversation.shared:
-            return
-        await conversation.child.ready.wait()
-        conversation.last_request = anyio.current_time()  # idle from its start, however long the start took
-        await self._expire(conversation)
-
-    async def _expire(self, conversation: Conversation) -> None:
-        """End a conversation's child once it has been idle for ``idle`` seconds, or its session has expired: one
-        clock, anyio's, for both."""
-        while True:
-            now = anyio.current_time()
-            if now >= conversation.deadline:
-                return await self.close(conversation, "expired")
-            idle_ends = conversation.last_request + self.idle
-            if now >= idle_ends and not conversation.calls:
-                return await self.close(conversation, "idle")
-            await anyio.sleep_until(min(conversation.deadline, idle_ends if idle_ends > now else now + self.idle))
-
-
-def _after_answer(action: Callable[[], None]) -> None:
-    """``action`` once the current request's answer is sent, or now outside a request (or after its answer): what a
-    request leaves to do (stop its own process, refill the pool) takes no CPU from its answer."""
-    if (pending := (REQUEST.get() or {}).get(AFTER_ANSWER)) is None:
-        return action()
-    pending.append(action)
 
 
 def _bound(sid: str, caller: str) -> str:
@@ -579,7 +470,3 @@ def _bound(sid: str, caller: str) -> str:
 
 def _no_state() -> MCPError:
     return MCPError(types.INVALID_PARAMS, "requestState names no request waiting for input here")
-
-
-async def _unreached(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
-    """The link's ``on_notify``: ``Conversation.on_notification`` takes every notification first."""

@@ -1,0 +1,127 @@
+"""The processes of ``mcp-sessions gateway --stdio``: each made by a factory, every live one, and those started
+ahead for new conversations (``--warm``).
+
+:class:`Pool` makes and keeps them, as httpcore's pool makes its connections through one seam: ``factory`` is
+:class:`Child` (a real process in its place), or a test's process in memory. Which conversation a process serves
+is the table's (``_stdio_table``); how long it lives is the lifetimes' (``_stdio_lifetimes``), under whose
+:attr:`Pool.serve` each process runs.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter, deque
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+from mcp.shared.dispatcher import DispatchContext
+from mcp.shared.exceptions import MCPError
+
+from ..subscriptions import SessionSubscriptionBus
+from ._auth import REQUEST, ProcessEnv
+from ._stdio_admission import ProcessEvents
+from ._stdio_child import Child, ProcessOptions
+from ._stdio_relay import CHILD_EXITED, Conversation, Key, Process, ProcessView
+
+AFTER_ANSWER: Final = "mcp_sessions.gateway.after_answer"
+"""In a request's scope, what it leaves to do once its answer is sent (``_stdio._Opening`` does it)."""
+
+ChildFactory = Callable[..., Child]
+"""What makes a process: :class:`Child` (its arguments by name), or what a test gives in its place."""
+
+
+class Pool:
+    """Every live process: the shared one, those started ahead (``warm`` of them, none for ``--process-env``,
+    which a process started ahead could not know), and those conversations took; each with an id of its own,
+    its ``MCP_SESSION_ID``, made by ``factory``."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        warm: int,
+        environ: Mapping[str, str],
+        max_line: int,
+        options: ProcessOptions | None,
+        process_env: ProcessEnv,
+        bus: SessionSubscriptionBus,
+        factory: ChildFactory = Child,
+    ) -> None:
+        self.command, self.warm_count, self.environ = list(command), warm, dict(environ)
+        self.max_line, self.options, self.process_env, self.factory = max_line, options, process_env, factory
+        self.bus = bus  # the shared process's conversation's (its listen streams')
+        self.warm: deque[Process] = deque()  # started and initialized ahead, for new conversations and requests
+        self.live: set[Process] = set()
+        self.tasks: anyio.abc.TaskGroup | None = None  # while the gateway runs (Children.running)
+        self.serve: Callable[[Process], Coroutine[Any, Any, None]] | None = None  # each process's life: the lifetimes'
+        self.events = ProcessEvents()  # what the metrics count: _status.ProcessMetrics, set by the app
+
+    def start(self, *, shared: bool = False, start_deadline: float | None = None) -> Process:
+        """A new process: the shared one, or one a conversation or a request takes (started ahead, or by the
+        request that starts its conversation: with ``--process-env``, that user's values)."""
+        if self.tasks is None or self.serve is None:
+            raise MCPError(CHILD_EXITED, "the gateway is shutting down")
+        values = {} if shared else self.process_env.values()  # none but a request's: none is started ahead then
+        process = None if shared else secrets.token_hex(8)
+        environ = {**self.environ, **values, **({} if process is None else {"MCP_SESSION_ID": process})}
+        started = Process(self.tasks, self.process_env.digest(values))
+        started.child = self.factory(
+            self.command,
+            label="shared" if process is None else f"process {process}",
+            environ=environ,
+            max_line=self.max_line,
+            on_request=started.on_request,
+            on_notify=_unreached,
+            on_progress=started.on_notification,
+            options=self.options,
+            start_deadline=start_deadline,
+        )
+        if shared:  # no one's conversation: every caller's lists, and with "shared" every request
+            started.take(Conversation(Key("shared", ""), started.child, owner=None, tasks=self.tasks, bus=self.bus))
+        self.live.add(started)
+        self.tasks.start_soon(self.serve, started)
+        self.events.started()
+        return started
+
+    def take(self) -> Process:
+        """A process for a new conversation: one started ahead, else one started now."""
+        return self.warm.popleft() if self.warm else self.start()
+
+    def fill(self) -> None:
+        """Start processes ahead, up to ``warm``, once the answer of the request being served is sent (a process
+        start takes a core for most of a second)."""
+
+        def fill() -> None:
+            while self.tasks is not None and len(self.warm) < self.warm_count:
+                self.warm.append(self.start())
+
+        after_answer(fill)
+
+    def ended(self, process: Process) -> None:
+        """``process`` has ended: it is no longer live, nor waiting to be taken."""
+        self.live.discard(process)
+        if process in self.warm:
+            self.warm.remove(process)
+
+    def views(self) -> list[ProcessView]:
+        """Every live process, as the operator sees it: a snapshot, read only."""
+        now = anyio.current_time()
+        return [process.view(now) for process in self.live]
+
+    def kinds(self) -> Counter[str]:
+        """How many live processes of each kind: what the metrics read, on their own thread (so with no clock)."""
+        return Counter(process.kind for process in list(self.live))
+
+
+def after_answer(action: Callable[[], None]) -> None:
+    """``action`` once the current request's answer is sent, or now outside a request (or after its answer): what a
+    request leaves to do (stop its own process, refill the pool) takes no CPU from its answer."""
+    if (pending := (REQUEST.get() or {}).get(AFTER_ANSWER)) is None:
+        return action()
+    pending.append(action)
+
+
+async def _unreached(dctx: DispatchContext[Any], method: str, params: Mapping[str, Any] | None) -> None:
+    """The link's ``on_notify``: ``Conversation.on_notification`` takes every notification first."""
