@@ -158,6 +158,7 @@ def test_the_team_recipe_runs_as_written(readable: Path) -> None:
     status = output[output.index("KIND                PRINCIPAL") :]  # the operator's status
     assert re.search(r"^data-layer-session +alice ", status, re.M) and re.search(r"^shared +- ", status, re.M), status
     assert re.search(r"^processes: \d+ of 32 \(--max-processes\)$", status, re.M), status
+    assert "transport-session" not in status, status  # a 2025 connection naming a session costs no process
     assert "keys: 1 from http://127.0.0.1:9000/jwks.json, fetched" in status, status
     assert "Traceback" not in output, output
 

@@ -1,0 +1,210 @@
+"""The stdio gateway's process table through its process factory, with processes in memory (issue 78): which
+process a request reaches, admission, eviction, ends and races, in milliseconds each. The e2e files
+(``test_gateway_stdio_*``) run the same table with real processes, through the real SDK client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from types import SimpleNamespace
+from typing import Any, cast
+
+import anyio
+import anyio.lowlevel
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from conftest import SECRET
+from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway import _stdio_admission
+from mcp_sessions._gateway._auth import REQUEST
+from mcp_sessions._gateway._stdio_child import Child
+from mcp_sessions._gateway._stdio_table import Children
+from mcp_sessions._session import SCOPE_KEY
+from mcp_sessions._tokens import SessionClaims
+from mcp_sessions._wire import Refusal
+from mcp_sessions.profiles import RATE_LIMITED, SESSION_NOT_FOUND
+from mcp_sessions.subscriptions import SessionSubscriptionBus
+
+pytestmark = pytest.mark.anyio
+
+INITIALIZED = types.InitializeResult.model_validate(
+    {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "memory", "version": "1"}}
+)
+
+
+class MemoryChild:
+    """A process in memory: ready once ``started`` is set (at once by default), ended by ``stop`` or ``crash``."""
+
+    def __init__(self, command: Sequence[str], *, label: str, environ: Mapping[str, str], **_: Any) -> None:
+        self.label, self.environ, self.pid = label, environ, None
+        self.ready, self.done, self.started = anyio.Event(), anyio.Event(), anyio.Event()
+        self.failure: str | None = None
+        self.reason: str | None = None
+        self.initialized, self.link, self.last_words = INITIALIZED, None, None
+
+    async def run(self) -> None:
+        await self.started.wait()
+        self.ready.set()
+        await self.done.wait()
+
+    def stop(self, reason: str = "stopped") -> None:
+        self.reason = self.reason or reason
+        self.done.set()
+
+    def crash(self) -> None:
+        self.done.set()
+
+
+@asynccontextmanager
+async def table(*, gated: bool = False, **options: Any) -> AsyncIterator[tuple[Children, list[MemoryChild]]]:
+    """A running table whose processes are :class:`MemoryChild` (``gated``: each but the shared one waits for its
+    ``started``), and the processes it made, the shared one first."""
+    made: list[MemoryChild] = []
+
+    def factory(command: Sequence[str], **arguments: Any) -> Child:
+        child = MemoryChild(command, **arguments)
+        if not gated or not made:
+            child.started.set()
+        made.append(child)
+        return cast("Child", child)  # what the table reads of a Child, in memory
+
+    settings: dict[str, Any] = {"processes": "per-conversation", "idle": 600.0, "max_processes": 16, "per_caller": 4}
+    settings |= {"sessionless": "per-caller", "warm": 0, "environ": {}, **options}
+    config = SessionsConfig(secret=SECRET)
+    children = Children(["server"], config=config, bus=SessionSubscriptionBus(), factory=factory, **settings)
+    async with children.running():
+        yield children, made
+
+
+def scope(address: str = "10.0.0.1", session: object = None, transport: bytes | None = None) -> dict[str, Any]:
+    """A request's scope as the table sees it: its client address, its session, its 2025 transport session."""
+    headers = [] if transport is None else [(b"mcp-session-id", transport), (b"mcp-protocol-version", b"2025-11-25")]
+    return {"type": "http", "client": (address, 1), "headers": headers, SCOPE_KEY: session}
+
+
+def data_layer(session_id: str) -> SimpleNamespace:
+    return SimpleNamespace(source="data-layer", id=session_id)
+
+
+async def create(children: Children, session_id: str, address: str = "10.0.0.1") -> None:
+    """A ``sessions/create`` from ``address``, as the sessions' ``on_create`` is called: in its request."""
+    now = int(time.time())
+    token = REQUEST.set(scope(address))
+    try:
+        await children.created(SessionClaims(session_id=session_id, issued_at=now, expires_at=now + 600, extra={}))
+    finally:
+        REQUEST.reset(token)
+
+
+async def test_a_callers_requests_that_name_nothing_are_one_conversation_of_hers() -> None:
+    async with table() as (children, made):
+        hers = [await children.conversation_for(scope(), "tools/call") for _ in range(2)]
+        his = await children.conversation_for(scope("10.0.0.2"), "tools/call")
+        listed = await children.conversation_for(scope(), "tools/list")
+
+    assert hers[0] is hers[1] and his is not hers[0] and listed.shared
+    assert [conversation.key.kind for conversation in (hers[0], his)] == ["sessionless"] * 2
+    assert len(made) == 3  # the shared one, and one each
+
+
+async def test_per_request_each_request_has_a_process_ended_once_answered() -> None:
+    async with table(sessionless="per-request") as (children, made):
+        first = await children.conversation_for(scope(), "tools/call")
+        children.lifetimes.answered(first)
+        with anyio.fail_after(5):
+            await first.child.done.wait()
+        second = await children.conversation_for(scope(), "tools/call")
+
+    assert first is not second and len(made) == 3
+
+
+async def test_a_caller_at_her_limit_is_refused_and_another_is_not() -> None:
+    async with table(per_caller=1) as (children, made):
+        await create(children, "s1")
+        with pytest.raises(Refusal) as refused:
+            await create(children, "s2")
+        theirs = await children.conversation_for(scope("10.0.0.2"), "tools/call")
+
+    assert refused.value.code == RATE_LIMITED and "--max-processes-per-principal" in str(refused.value)
+    assert theirs.key.kind == "sessionless" and len(made) == 3
+
+
+async def test_her_idle_conversation_makes_room_and_is_then_not_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_stdio_admission, "EVICT_AFTER", 0.0)
+    async with table(per_caller=1) as (children, made):
+        await create(children, "s1")
+        await create(children, "s2")  # s1, idle, ends for it
+        with pytest.raises(MCPError) as gone:
+            await children.conversation_for(scope(session=data_layer("s1")), "tools/call")
+        kept = await children.conversation_for(scope(session=data_layer("s2")), "tools/call")
+
+    assert gone.value.error.code == SESSION_NOT_FOUND and kept.key.id == "s2"
+    assert made[1].reason == "evicted"
+
+
+async def test_another_callers_session_is_not_found() -> None:
+    async with table() as (children, _):
+        await create(children, "hers")
+        with pytest.raises(MCPError) as refused:
+            await children.conversation_for(scope("10.0.0.2", session=data_layer("hers")), "tools/call")
+
+    assert refused.value.error.code == SESSION_NOT_FOUND
+
+
+async def test_a_crashed_conversation_stays_ended_and_a_callers_next_request_gets_a_new_process() -> None:
+    async with table() as (children, made):
+        transport = await children.conversation_for(scope(transport=b"t1"), "tools/call")
+        sessionless = await children.conversation_for(scope(), "tools/call")
+        for conversation in (transport, sessionless):
+            conversation.child.crash()  # type: ignore[attr-defined]
+            with anyio.fail_after(5):
+                while conversation.key in children.conversations:
+                    await anyio.lowlevel.checkpoint()
+        with pytest.raises(MCPError) as ended:
+            await children.conversation_for(scope(transport=b"t1"), "tools/call")
+        again = await children.conversation_for(scope(), "tools/call")
+
+    assert "conversation has ended (exited)" in ended.value.error.message
+    assert again is not sessionless and len(made) == 4
+
+
+async def test_a_sessions_end_while_its_process_starts_ends_it() -> None:
+    async with table(gated=True) as (children, made), anyio.create_task_group() as tasks:
+        reached: list[Any] = []
+
+        async def first_call() -> None:
+            try:
+                reached.append(await children.conversation_for(scope(transport=b"t1"), "tools/call"))
+            except MCPError as exc:
+                reached.append(exc)
+
+        tasks.start_soon(first_call)
+        with anyio.fail_after(5):
+            while len(made) < 2:
+                await anyio.lowlevel.checkpoint()
+        [key] = children.conversations
+        await children.bus.end_session(key.id)  # its DELETE, as the sessions publish it
+        made[1].started.set()
+
+    [answer] = reached
+    assert isinstance(answer, MCPError) and made[1].done.is_set(), answer
+
+
+async def test_concurrent_first_requests_reach_one_process() -> None:
+    async with table(gated=True) as (children, made), anyio.create_task_group() as tasks:
+        reached: list[Any] = []
+
+        async def call() -> None:
+            reached.append(await children.conversation_for(scope(), "tools/call"))
+
+        tasks.start_soon(call)
+        tasks.start_soon(call)
+        with anyio.fail_after(5):
+            while len(made) < 2:
+                await anyio.lowlevel.checkpoint()
+        made[1].started.set()
+
+    assert len(reached) == 2 and reached[0] is reached[1] and len(made) == 2
