@@ -1,14 +1,17 @@
-"""The process table of ``mcp-sessions gateway --stdio``: which process a request reaches, and how long it lives.
+"""The process table of ``mcp-sessions gateway --stdio``: which process a request reaches.
 
 :class:`Children` holds the shared process and one per conversation (or, ``"per-caller"``, one per caller for all
-of its conversations), bounded overall and per caller, taken from those started ahead (each with an id of its own,
-its ``MCP_SESSION_ID``); each ends with its session, when idle or at shutdown, and its conversations are then over
-(see ``_stdio``). What a process's messages do for its client is ``_stdio_relay``'s.
+of its conversations), each conversation with its owner in it. The parts it is made of each answer one question:
+``_stdio_pool`` makes the processes (through a factory: a real ``Child``, or a test's in memory) and keeps those
+started ahead; ``_stdio_admission`` says whether a new conversation may have one (the limits, eviction);
+``_stdio_lifetimes`` runs each to its end and answers an ended conversation with the error of its kind. What a
+process's messages do for its client is ``_stdio_relay``'s.
 
-Who may reach a process is decided in one place, :meth:`Children.conversation_for`: the request's name for its
-conversation becomes a typed :class:`Key` (a 2025 transport session on the 2025 path only, a data-layer session,
-a host's conversation, a request's own, the shared one); each conversation is created whole, its owner in it; and
-the caller is checked against that owner, for every kind, before any process is reached.
+Who may reach a process is decided in one place, :meth:`Children.conversation_for`, which every relayed request
+walks once (:meth:`Children.relay`): the request's name for its conversation becomes a typed :class:`Key` (a 2025
+transport session on the 2025 path only, a data-layer session, a host's conversation, the caller's requests that
+name none, a request's own, the shared one); each conversation is created whole, its owner in it; and the caller
+is checked against that owner, for every kind, before any process is reached.
 """
 
 from __future__ import annotations
