@@ -9,7 +9,8 @@ the host's conversation, which many hosts give only to their stdio servers, in t
 - a remote that speaks data-layer sessions gets one session per conversation, through the client's
   :class:`~mcp_sessions.client.SessionTransport`: created on 2026-07-28 before the host's first request (never
   in the connection's 2025 transport session, which ends with the connection), its token kept in a file of its
-  own (mode 0600, under ``$XDG_STATE_HOME/mcp-sessions/connect``, named by a digest of the URL and the
+  own (mode 0600, under the system's per-user state directory, ``$XDG_STATE_HOME/mcp-sessions/connect`` on Linux,
+  named by a digest of the URL and the
   conversation) and reused by every shim of the same conversation (two started together end in one: the
   conversation's file lock); a create the remote refuses (a limit) answers the host's request with the remote's
   error, never a session of the connection's own; a session the remote no longer knows is the host's next
@@ -45,6 +46,7 @@ from urllib.parse import quote, urlsplit
 
 import anyio
 import httpx2
+import platformdirs
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.stdio import stdio_server
 from mcp.shared.inbound import (
@@ -127,9 +129,8 @@ def add_arguments(connect: argparse.ArgumentParser) -> None:
         "--state-dir",
         metavar="DIR",
         help=(
-            "where each conversation's session is kept (default "
-            "$XDG_STATE_HOME/mcp-sessions/connect, else "
-            "~/.local/state/mcp-sessions/connect)"
+            "where each conversation's session is kept (default: this system's per-user state "
+            "directory, $XDG_STATE_HOME/mcp-sessions/connect, else ~/.local/state/mcp-sessions/connect on Linux)"
         ),
     )
     connect.add_argument(
@@ -172,7 +173,7 @@ def run(
             headers[args.conversation_header] = conversation
     saved = None
     if conversation is not None:
-        directory = state_dir(args.state_dir, environ)
+        directory = state_dir(args.state_dir)
         saved = SavedSession(directory, args.url, conversation)
     handler = logging.StreamHandler(stderr)
     handler.setFormatter(logging.Formatter("mcp-sessions connect: %(message)s"))
@@ -202,15 +203,11 @@ def conversation_of(names: list[str], environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def state_dir(given: str | None, environ: Mapping[str, str]) -> Path:
-    """Where the conversations' sessions are kept: ``given``, else under ``XDG_STATE_HOME`` (or its default)."""
-    if given:
-        return Path(given)
-    base = environ.get("XDG_STATE_HOME")
-    if not base:
-        home = environ.get("HOME") or Path.home()
-        base = os.path.join(home, ".local", "state")
-    return Path(base, "mcp-sessions", "connect")
+def state_dir(given: str | None) -> Path:
+    """Where the conversations' sessions are kept: ``given``, else this system's per-user state directory
+    (platformdirs': ``$XDG_STATE_HOME/mcp-sessions``, else ``~/.local/state/mcp-sessions``, on Linux; ``~/Library/
+    Application Support/mcp-sessions`` on macOS), in ``connect``."""
+    return Path(given) if given else Path(platformdirs.user_state_dir("mcp-sessions"), "connect")
 
 
 class SavedSession:
