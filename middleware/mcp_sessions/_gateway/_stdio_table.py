@@ -67,176 +67,33 @@ past eight times ``--max-processes-per-principal`` of one caller's, her oldest. 
 for one address that loops on ``initialize``, and refuse every other client."""
 
 
-class Children:
-    """The children: the shared one, and one per conversation in one table (keyed by the conversation's
-    :class:`Key`), bounded overall (``max_processes``) and per caller (``per_caller``); and their lifetimes."""
+class Table:
+    """Which process a request reaches: one table of conversations, each keyed by its :class:`Key` with its owner
+    in it, bounded overall and per caller (``admission``), each taken from ``pool`` and ended by ``lifetimes``."""
 
     def __init__(
         self,
-        command: Sequence[str],
-        *,
         config: SessionsConfig,
-        processes: Literal["auto", "per-conversation", "shared"],
-        idle: float,
-        max_processes: int,
-        per_caller: int,
+        *,
+        mode: Literal["auto", "per-conversation", "shared"],
         sessionless: Literal["per-caller", "per-request", "shared"],
-        warm: int,
-        environ: Mapping[str, str],
+        pool: Pool,
+        lifetimes: Lifetimes,
+        admission: Admission,
         bus: SessionSubscriptionBus,
-        options: ProcessOptions | None = None,
-        process_env: ProcessEnv | None = None,
-        factory: ChildFactory = Child,
+        process_env: ProcessEnv,
     ) -> None:
-        self.command, self.config, self.bus = list(command), config, bus
-        # "auto" (_stdio.choose) becomes one of the others before the first request
-        self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
-        self.process_env = ProcessEnv() if process_env is None else process_env
-        self.sessionless = sessionless
-        self.pool = Pool(
-            command,
-            warm=warm if processes != "shared" else 0,
-            environ=environ,  # the allow-list's (_sandbox.environment)
-            max_line=config.max_response_size,
-            options=options,
-            process_env=self.process_env,
-            bus=bus,
-            factory=factory,
-        )
-        self.conversations: dict[Key, Conversation] = {}
-        self.lifetimes = Lifetimes(self.pool, self.conversations, config, idle)
-        self.admission = Admission(max_processes, per_caller, config.create_limit)
+        self.config, self.bus, self.process_env, self.sessionless = config, bus, process_env, sessionless
+        # "auto" (Children.choose) becomes one of the others before the first request
+        self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = mode
+        self.pool, self.lifetimes, self.admission = pool, lifetimes, admission
+        self.conversations = lifetimes.conversations
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
         self.shared: Process | None = None
         self.moved: BoundedDict[str, Key] = BoundedDict(MAX_ENDED)  # a session opened in a transport session: its key
         # 2025 transport sessions with no process yet, oldest first: their callers, ids and users (MAX_CONNECTIONS)
         self.connections: dict[Key, tuple[str, bytes, object]] = {}
-
-    @property
-    def metrics(self) -> ProcessEvents:
-        """What the metrics count (``_status.ProcessMetrics``, set by the app): starts, ends and refusals."""
-        return self.pool.events
-
-    @metrics.setter
-    def metrics(self, events: ProcessEvents) -> None:
-        self.pool.events = self.lifetimes.events = events
-
-    @asynccontextmanager
-    async def running(self, start_deadline: float | None = None) -> AsyncIterator[types.InitializeResult]:
-        """Start the shared child (its ``initialize`` answered by ``start_deadline``, if given: the gateway's start's
-        end); at the end, stop every child. Yields the shared child's answer."""
-        async with anyio.create_task_group() as tasks:
-            self.pool.tasks = tasks
-            try:
-                self.shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
-                try:
-                    shared = await self.shared_conversation()
-                except MCPError as exc:
-                    raise await self.failed(exc.error.message, first.child) from None
-                assert shared.child.initialized is not None
-                self.pool.fill()
-                yield shared.child.initialized
-            finally:
-                self.pool.tasks = None
-                for conversation in self.conversations.values():
-                    conversation.why = EndReason.SHUTDOWN
-                tasks.cancel_scope.cancel()  # each child stops its process group, shielded (_stdio_child.stop_group)
-
-    async def choose(self, start_deadline: float | None = None) -> None:
-        """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
-        something per user goes into it (``--process-env``, a uid each), or the server speaks only 2025-11-25 and
-        keeps a conversation's state in its process; else, for a server that speaks 2026-07-28, a process per
-        caller, which serves all of that caller's conversations (``"per-caller"``): one caller's call that ends it (a
-        bound, a crash) ends no other's, and no caller's state reaches another's. One process for everyone is
-        ``processes="shared"``, the operator's word alone. A server that answers its first request neither with
-        revisions nor with an error, by ``start_deadline`` or before it ends, does not start: ``StartupFailed``."""
-        pool = self.pool
-        if self.process_env.sources or (pool.options is not None and pool.options.uids is not None):
-            self.mode = "per-conversation"
-            return
-        probe = await revisions(
-            self.command,
-            environ=pool.environ,
-            max_line=pool.max_line,
-            options=pool.options,
-            start_deadline=start_deadline,
-        )
-        if probe.failure is not None:
-            raise await self.failed(probe.failure, probe)
-        if LATEST_MODERN_VERSION in probe.revisions:
-            self.mode = "per-caller"
-            logger.info("the server speaks 2026-07-28: a process per caller, each request naming its conversation")
-        else:
-            self.mode = "per-conversation"
-            logger.info("the server speaks only the 2025-11-25 handshake: --processes per-conversation")
-
-    async def relay(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
-        """A client's request, relayed to the process of its conversation (:meth:`conversation_for`), and its answer:
-        the one walk of every relayed request through the table."""
-        scope = {} if ctx.request is None else ctx.request.scope
-        conversation = await self.conversation_for(scope, ctx.method, (ctx.params or {}).get("requestState"))
-        try:
-            if conversation.pooled:  # each request names its conversation
-                return await conversation.relay(ctx, await self.named(scope))
-            # its process has the --process-env values it started with: this request's?
-            self.process_env.check(conversation.credentials)
-            return await conversation.relay(ctx)
-        finally:
-            self.lifetimes.answered(conversation)
-
-    async def named(self, scope: Scope) -> str | None:
-        """A request's conversation as a process of many sees it: a digest of its session's name and its caller,
-        the same for each of its requests (never a bearer value); None for a request that names none."""
-        session: Session | None = scope.get(SCOPE_KEY)
-        if session is None:
-            return None
-        caller = await self.caller(scope)
-        return hashlib.sha256(f"{session.source}\0{session.id}\0{caller.id}".encode()).hexdigest()[:32]
-
-    async def failed(self, why: str, child: Child) -> StartupFailed:
-        """A child's failure to start the gateway (the shared one's, the revision probe's), in one line: why, and
-        what it last said on its stderr."""
-        with anyio.move_on_after(EXIT_DRAIN):
-            await child.stderr_ended.wait()
-        said = "" if child.last_words is None else f"; its last stderr line: {child.last_words}"
-        return StartupFailed(f"{shlex.join(self.command)}: {why}{said}")
-
-    async def created(self, claims: SessionClaims) -> None:
-        """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
-        handed out; beyond the limits (or when the child fails to start), the create is refused. A session opened in
-        a 2025 transport session of the same caller is that conversation (one conversation, one process): its child
-        serves it (started now if it has none), as it serves a reconnect that names the session while it lives. Its
-        create spent the caller's create-limit slot already."""
-        if self.mode == "shared":
-            return
-        scope = REQUEST.get() or {}
-        caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
-        transport = self._transport(scope)
-        try:
-            if transport is not None and self.mode == "per-conversation":  # one conversation, one process
-                found = await self.lifetimes.ready(await self._transported(transport, caller, scope, counted=True))
-                self.moved[claims.session_id] = found.key
-                found.holds_sessions = True
-                return
-            key = Key("data-layer-session", claims.session_id)
-            await self.open(key, caller, expires_at=claims.expires_at, counted=True)
-        except MCPError as exc:
-            retry = 1 if exc.error.code == RATE_LIMITED else None
-            raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
-
-    async def connected(self, raw: bytes, scope: Scope) -> None:
-        """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
-        needs one: the connections beyond :data:`MAX_CONNECTIONS` (overall, and per caller) are ended, oldest first."""
-        caller = await self.caller(scope)
-        self.connections[Key("transport-session", self.digests.transport(raw))] = (caller.id, raw, scope.get("user"))
-        mine = [key for key, (owner, _, _) in self.connections.items() if owner == caller.id]
-        over = mine[: max(0, len(mine) - 8 * self.admission.per_caller)]
-        over += list(self.connections)[: max(0, len(self.connections) - MAX_CONNECTIONS)]
-        for key in dict.fromkeys(over):
-            _, ended, user = self.connections.pop(key)
-            if self.lifetimes.end_transport is not None:
-                await self.lifetimes.end_transport(ended, user)
 
     def _transport(self, scope: Scope) -> Key | None:
         """The key of the 2025 transport session a request's ``Mcp-Session-Id`` names: on the 2025 path only (a
@@ -384,19 +241,6 @@ class Children:
         principal = await principal_digest(self.config.principal, scope, self.config.keys.audience)
         return Caller(caller_of(scope, principal), known_as(scope))
 
-    async def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
-        """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
-        ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
-        every ``tools/call`` (a request's own process too). None if it lists none in time."""
-        shared = await self.shared_conversation()
-        assert shared.child.link is not None
-        try:
-            with anyio.fail_after(ANSWER_WITHIN):
-                listed = await shared.child.link.send_raw_request("tools/list", {})
-            return {tool.name: tool.input_schema for tool in types.ListToolsResult.model_validate(listed).tools}
-        except (TimeoutError, MCPError, ValidationError):  # a process's list the SDK's types do not take: none
-            return {}
-
     async def shared_conversation(self) -> Conversation:
         if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
             self.shared = self.pool.start(shared=True)  # it serves no conversation: a new one is as good
@@ -422,7 +266,7 @@ class Children:
         if self.mode == "per-caller" and key.kind != "caller":
             return await self._ride(key, caller, expires_at=expires_at, transport=transport, counted=counted)
         live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
-        evicted = self.admission.admit(live, caller, self.metrics, transport=transport is not None, counted=counted)
+        evicted = self.admission.admit(live, caller, self.pool.events, transport=transport is not None, counted=counted)
         process = self.pool.take()
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
@@ -446,6 +290,189 @@ class Children:
         logger.info("%s: serves the conversation %s", process.child.label, named)
         self.pool.fill()
         return conversation if transport is not None else await self.lifetimes.ready(conversation)
+
+
+class Children(Table):
+    """The table as the gateway runs it: its shared process started and every process stopped with the gateway,
+    what the server speaks chosen, each request relayed, and the operator's and each user's views."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        config: SessionsConfig,
+        processes: Literal["auto", "per-conversation", "shared"],
+        idle: float,
+        max_processes: int,
+        per_caller: int,
+        sessionless: Literal["per-caller", "per-request", "shared"],
+        warm: int,
+        environ: Mapping[str, str],
+        bus: SessionSubscriptionBus,
+        options: ProcessOptions | None = None,
+        process_env: ProcessEnv | None = None,
+        factory: ChildFactory = Child,
+    ) -> None:
+        self.command = list(command)
+        process_env = ProcessEnv() if process_env is None else process_env
+        pool = Pool(
+            command,
+            warm=warm if processes != "shared" else 0,
+            environ=environ,  # the allow-list's (_sandbox.environment)
+            max_line=config.max_response_size,
+            options=options,
+            process_env=process_env,
+            bus=bus,
+            factory=factory,
+        )
+        super().__init__(
+            config,
+            mode=processes,
+            sessionless=sessionless,
+            pool=pool,
+            lifetimes=Lifetimes(pool, {}, config, idle),
+            admission=Admission(max_processes, per_caller, config.create_limit),
+            bus=bus,
+            process_env=process_env,
+        )
+
+    async def created(self, claims: SessionClaims) -> None:
+        """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
+        handed out; beyond the limits (or when the child fails to start), the create is refused. A session opened in
+        a 2025 transport session of the same caller is that conversation (one conversation, one process): its child
+        serves it (started now if it has none), as it serves a reconnect that names the session while it lives. Its
+        create spent the caller's create-limit slot already."""
+        if self.mode == "shared":
+            return
+        scope = REQUEST.get() or {}
+        caller = Caller(caller_of(scope, claims.extra.get(PRINCIPAL_CLAIM)), known_as(scope))
+        transport = self._transport(scope)
+        try:
+            if transport is not None and self.mode == "per-conversation":  # one conversation, one process
+                found = await self.lifetimes.ready(await self._transported(transport, caller, scope, counted=True))
+                self.moved[claims.session_id] = found.key
+                found.holds_sessions = True
+                return
+            key = Key("data-layer-session", claims.session_id)
+            await self.open(key, caller, expires_at=claims.expires_at, counted=True)
+        except MCPError as exc:
+            retry = 1 if exc.error.code == RATE_LIMITED else None
+            raise Refusal(exc.error.code, exc.error.message, reason="process_refused", retry_after=retry) from None
+
+    async def connected(self, raw: bytes, scope: Scope) -> None:
+        """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
+        needs one: the connections beyond :data:`MAX_CONNECTIONS` (overall, and per caller) are ended, oldest first."""
+        caller = await self.caller(scope)
+        self.connections[Key("transport-session", self.digests.transport(raw))] = (caller.id, raw, scope.get("user"))
+        mine = [key for key, (owner, _, _) in self.connections.items() if owner == caller.id]
+        over = mine[: max(0, len(mine) - 8 * self.admission.per_caller)]
+        over += list(self.connections)[: max(0, len(self.connections) - MAX_CONNECTIONS)]
+        for key in dict.fromkeys(over):
+            _, ended, user = self.connections.pop(key)
+            if self.lifetimes.end_transport is not None:
+                await self.lifetimes.end_transport(ended, user)
+
+    @property
+    def metrics(self) -> ProcessEvents:
+        """What the metrics count (``_status.ProcessMetrics``, set by the app): starts, ends and refusals."""
+        return self.pool.events
+
+    @metrics.setter
+    def metrics(self, events: ProcessEvents) -> None:
+        self.pool.events = self.lifetimes.events = events
+
+    @asynccontextmanager
+    async def running(self, start_deadline: float | None = None) -> AsyncIterator[types.InitializeResult]:
+        """Start the shared child (its ``initialize`` answered by ``start_deadline``, if given: the gateway's start's
+        end); at the end, stop every child. Yields the shared child's answer."""
+        async with anyio.create_task_group() as tasks:
+            self.pool.tasks = tasks
+            try:
+                self.shared = first = self.pool.start(shared=True, start_deadline=start_deadline)
+                try:
+                    shared = await self.shared_conversation()
+                except MCPError as exc:
+                    raise await self.failed(exc.error.message, first.child) from None
+                assert shared.child.initialized is not None
+                self.pool.fill()
+                yield shared.child.initialized
+            finally:
+                self.pool.tasks = None
+                for conversation in self.conversations.values():
+                    conversation.why = EndReason.SHUTDOWN
+                tasks.cancel_scope.cancel()  # each child stops its process group, shielded (_stdio_child.stop_group)
+
+    async def choose(self, start_deadline: float | None = None) -> None:
+        """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
+        something per user goes into it (``--process-env``, a uid each), or the server speaks only 2025-11-25 and
+        keeps a conversation's state in its process; else, for a server that speaks 2026-07-28, a process per
+        caller, which serves all of that caller's conversations (``"per-caller"``): one caller's call that ends it (a
+        bound, a crash) ends no other's, and no caller's state reaches another's. One process for everyone is
+        ``processes="shared"``, the operator's word alone. A server that answers its first request neither with
+        revisions nor with an error, by ``start_deadline`` or before it ends, does not start: ``StartupFailed``."""
+        pool = self.pool
+        if self.process_env.sources or (pool.options is not None and pool.options.uids is not None):
+            self.mode = "per-conversation"
+            return
+        probe = await revisions(
+            self.command,
+            environ=pool.environ,
+            max_line=pool.max_line,
+            options=pool.options,
+            start_deadline=start_deadline,
+        )
+        if probe.failure is not None:
+            raise await self.failed(probe.failure, probe)
+        if LATEST_MODERN_VERSION in probe.revisions:
+            self.mode = "per-caller"
+            logger.info("the server speaks 2026-07-28: a process per caller, each request naming its conversation")
+        else:
+            self.mode = "per-conversation"
+            logger.info("the server speaks only the 2025-11-25 handshake: --processes per-conversation")
+
+    async def relay(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """A client's request, relayed to the process of its conversation (:meth:`conversation_for`), and its answer:
+        the one walk of every relayed request through the table."""
+        scope = {} if ctx.request is None else ctx.request.scope
+        conversation = await self.conversation_for(scope, ctx.method, (ctx.params or {}).get("requestState"))
+        try:
+            if conversation.pooled:  # each request names its conversation
+                return await conversation.relay(ctx, await self.named(scope))
+            # its process has the --process-env values it started with: this request's?
+            self.process_env.check(conversation.credentials)
+            return await conversation.relay(ctx)
+        finally:
+            self.lifetimes.answered(conversation)
+
+    async def named(self, scope: Scope) -> str | None:
+        """A request's conversation as a process of many sees it: a digest of its session's name and its caller,
+        the same for each of its requests (never a bearer value); None for a request that names none."""
+        session: Session | None = scope.get(SCOPE_KEY)
+        if session is None:
+            return None
+        caller = await self.caller(scope)
+        return hashlib.sha256(f"{session.source}\0{session.id}\0{caller.id}".encode()).hexdigest()[:32]
+
+    async def failed(self, why: str, child: Child) -> StartupFailed:
+        """A child's failure to start the gateway (the shared one's, the revision probe's), in one line: why, and
+        what it last said on its stderr."""
+        with anyio.move_on_after(EXIT_DRAIN):
+            await child.stderr_ended.wait()
+        said = "" if child.last_words is None else f"; its last stderr line: {child.last_words}"
+        return StartupFailed(f"{shlex.join(self.command)}: {why}{said}")
+
+    async def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
+        """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
+        ``tools/call``'s ``Mcp-Param`` headers: without them, the SDK would ask ``tools/list`` of a process at
+        every ``tools/call`` (a request's own process too). None if it lists none in time."""
+        shared = await self.shared_conversation()
+        assert shared.child.link is not None
+        try:
+            with anyio.fail_after(ANSWER_WITHIN):
+                listed = await shared.child.link.send_raw_request("tools/list", {})
+            return {tool.name: tool.input_schema for tool in types.ListToolsResult.model_validate(listed).tools}
+        except (TimeoutError, MCPError, ValidationError):  # a process's list the SDK's types do not take: none
+            return {}
 
     def processes(self) -> list[ProcessView]:
         """Every live process, as the operator sees it: a snapshot, read only."""
