@@ -39,9 +39,7 @@ class Cgroups:
         if not wanted:
             return None
         v2 = own()
-        given = set() if v2 is None else set(read(v2 / "cgroup.controllers").split())
-        # Its controllers given to it, and the gateway may give them to its children.
-        if v2 is not None and set(wanted) <= given and _writable(v2, "cgroup.procs", "cgroup.subtree_control"):
+        if v2 is not None and _delegated(v2, wanted):
             return cls(2, (v2,), memory, pids, cpu)
         parents = [parent for name in wanted if (parent := own(name)) and _writable(parent)]
         if len(parents) == len(wanted):
@@ -70,15 +68,17 @@ class Cgroups:
         controllers) and the controllers given to its children."""
         for parent in self.parents:
             for stale in parent.glob("mcp-sessions-*-*"):
-                if not Path("/proc", stale.name.split("-")[2]).exists():
+                pid = stale.name.split("-")[2]
+                if not Path("/proc", pid).exists():
                     with suppress(OSError):
                         stale.rmdir()
         if self.version == 2:
-            leaf = self.parents[0] / f"mcp-sessions-{os.getpid()}-gateway"
+            group = self.parents[0]
+            leaf = group / f"mcp-sessions-{os.getpid()}-gateway"
             leaf.mkdir(exist_ok=True)
             (leaf / "cgroup.procs").write_text(str(os.getpid()))
-            enabled = " ".join(f"+{name}" for name in _controllers(self.memory, self.pids, self.cpu))
-            (self.parents[0] / "cgroup.subtree_control").write_text(enabled)
+            enabled = [f"+{name}" for name in _controllers(self.memory, self.pids, self.cpu)]
+            (group / "cgroup.subtree_control").write_text(" ".join(enabled))
         self.ready = True
 
     @property
@@ -143,7 +143,15 @@ class Cgroup:
 
 
 def _controllers(memory: int | None, pids: int | None, cpu: float | None) -> list[str]:
-    return [name for name, bound in (("memory", memory), ("pids", pids), ("cpu", cpu)) if bound is not None]
+    bounds = {"memory": memory, "pids": pids, "cpu": cpu}
+    return [name for name, bound in bounds.items() if bound is not None]
+
+
+def _delegated(own: Path, wanted: list[str]) -> bool:
+    """Whether cgroup v2 ``own`` has ``wanted``'s controllers, and the gateway may give them to its children (and
+    move itself into a leaf of ``own``: :meth:`Cgroups._ready`)."""
+    given = read(own / "cgroup.controllers").split()
+    return set(wanted) <= set(given) and _writable(own, "cgroup.procs", "cgroup.subtree_control")
 
 
 def _writable(directory: Path, *names: str) -> bool:
@@ -155,8 +163,9 @@ def own(controller: str = "", pid: int | str = "self") -> Path | None:
     """The directory of ``pid``'s control group in ``controller``'s v1 hierarchy, or (with none) in cgroup v2: its
     line in ``/proc/PID/cgroup`` ("4:memory:/path", "0::/path") found in a mount of this process's."""
     for line in read(f"/proc/{pid}/cgroup").splitlines():
-        number, names, path = line.split(":", 2)
-        if (controller in names.split(",")) if controller else (number == "0"):
+        _, names, path = line.split(":", 2)
+        # cgroup v2's line names no controller.
+        if controller in names.split(","):
             break
     else:
         return None
