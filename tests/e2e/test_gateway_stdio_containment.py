@@ -283,17 +283,14 @@ def with_environ(marker: str) -> list[int]:
 
 def cpu_group(pid: int) -> Path:
     """The control group the gateway made for ``pid`` that bounds its CPU: in v1's cpu hierarchy, else in v2."""
-    from mcp_sessions._gateway._cgroups import _mounted, _v1_path, _v2_path
+    from mcp_sessions._gateway._cgroups import own
 
-    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    mounts = [line.partition(" - ") for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    for group in (
-        _mounted(mounts, "cgroup", _v1_path(lines, "cpu"), "cpu"),
-        _mounted(mounts, "cgroup2", _v2_path(lines)),
-    ):
+    for group in (own("cpu", pid), own("", pid)):
         if group is not None and group.name.startswith("mcp-sessions-"):
             return group
-    raise AssertionError(f"no control group of the gateway's bounds {pid}'s CPU: {lines}")
+    raise AssertionError(
+        f"no control group of the gateway's bounds {pid}'s CPU: {Path(f'/proc/{pid}/cgroup').read_text()}"
+    )
 
 
 def cpu_stat(group: Path) -> dict[str, int]:

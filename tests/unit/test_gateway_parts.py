@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import random
 import string
+import threading
+import time
 
+import anyio
+import jwt
 import pytest
 
+from mcp_sessions._gateway._auth import JWKS_LIFESPAN, JwtVerifier
 from mcp_sessions._gateway._front import HostCheck, RoutedPaths, trusted_proxies
 from mcp_sessions._gateway._proxy import between_events, client_headers
 from mcp_sessions._gateway._replicas import Replicas
@@ -181,3 +186,29 @@ def test_a_per_address_limit_counts_the_principal_and_the_address_both() -> None
     assert limit.take_for(other, "a") > 0  # a has spent its two, from whichever address
     alone = RateLimit(2, 600)  # the middleware's: the principal alone
     assert [alone.take_for(one, f"credential-{n}") for n in range(5)] == [0.0] * 5
+
+
+@pytest.mark.anyio
+async def test_a_stale_key_set_is_fetched_behind_the_request_in_a_task_of_the_lifespan() -> None:
+    """The request that finds the set stale goes on with the key it has while the fetch, on a worker thread, runs
+    in the lifespan's task group; the lifespan's end does not wait for a fetch still under way."""
+    key = {"kty": "oct", "kid": "k1", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTAxMjM0NQ", "alg": "HS256"}
+    released, fetches = threading.Event(), []
+
+    def signing_keys(refresh: bool = False) -> list[jwt.PyJWK]:
+        fetches.append(threading.current_thread())
+        if len(fetches) > 1:  # the refresh: held until the test lets it go
+            released.wait(10)
+        return [jwt.PyJWK(key)]
+
+    verifier = JwtVerifier("http://127.0.0.1:9/jwks.json", issuer="i", audience="a")
+    verifier._client.get_signing_keys = signing_keys  # type: ignore[method-assign]
+    with anyio.fail_after(5):
+        async with verifier.running():
+            assert verifier.state()["keys"] == 1 and len(fetches) == 1
+            verifier._fetched = verifier._attempted = time.monotonic() - JWKS_LIFESPAN  # stale, its cooldown over
+            assert (await verifier._key("k1")).key_id == "k1"
+            while len(fetches) < 2:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            assert fetches[1] is not threading.current_thread() and not fetches[1].daemon
+    released.set()

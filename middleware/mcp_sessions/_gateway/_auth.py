@@ -2,9 +2,9 @@
 
 **Who is asking** (:class:`GatewayAuth`): the gateway is an OAuth 2.1 resource server, as the MCP authorization
 spec has it. A bearer token is a JWT verified by PyJWT against the authorization server's JWKS
-(:class:`JwtVerifier`: the key set held, fetched by PyJWT's ``PyJWKClient`` on a thread, one fetch at a time,
-never waited for by a token whose key is known), for the issuer and the audience given, with a leeway for clock
-skew, and names its principal by one claim (``sub``); or an auth proxy in front names the principal in a
+(:class:`JwtVerifier`: the key set held, fetched by PyJWT's ``PyJWKClient`` on a worker thread, one fetch at a
+time, never waited for by a token whose key is known), for the issuer and the audience given, with a leeway for
+clock skew, and names its principal by one claim (``sub``); or an auth proxy in front names the principal in a
 header, believed only from the peers ``--forwarded-allow-ips`` trusts (from any other peer the header is
 dropped, so nothing behind the gateway sees it). Any other request gets 401 with ``WWW-Authenticate: Bearer``,
 RFC 6750's ``error`` and an ``error_description`` that says which check failed (none for a request without a
@@ -33,12 +33,13 @@ import json
 import logging
 import math
 import re
-import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Final
 
+import anyio.abc
 import anyio.to_thread
 import jwt
 import mcp_types as types
@@ -111,11 +112,12 @@ class Unauthorized(Exception):
 class JwtVerifier:
     """JWT access tokens signed by a key of a JWKS, verified by PyJWT, as the ``mcp`` SDK's ``AccessToken``.
 
-    The key set is held here, fetched by PyJWT's ``PyJWKClient`` (bounded by ``JWKS_TIMEOUT``, on a thread):
+    The key set is held here, fetched by PyJWT's ``PyJWKClient`` (bounded by ``JWKS_TIMEOUT``, on a worker thread):
     a token whose ``kid`` the set has is verified at once, never behind a fetch; a stale set is fetched again
-    behind it; a token of an unknown ``kid`` waits for a fetch only when it starts one itself. One fetch at a
-    time, at most one a cooldown from each attempt's start, so a stranger's made-up ``kid``s during an outage
-    cost the authorization server one request a cooldown and the other users nothing.
+    behind it, in a task of the gateway's lifespan (:meth:`running`); a token of an unknown ``kid`` waits for a
+    fetch only when it starts one itself. One fetch at a time, at most one a cooldown from each attempt's start, so
+    a stranger's made-up ``kid``s during an outage cost the authorization server one request a cooldown and the
+    other users nothing.
     """
 
     def __init__(
@@ -146,6 +148,8 @@ class JwtVerifier:
         # The same two, as time.time() for the state.
         self._fetched_at: float | None = None
         self._attempted_at: float | None = None
+        # The lifespan's task group, which a stale set's fetch runs in (:meth:`running`).
+        self._behind: anyio.abc.TaskGroup | None = None
 
     async def verify(self, token: str) -> AccessToken:
         """The token's principal and claims; :class:`Unauthorized` says why a token does not verify."""
@@ -183,10 +187,19 @@ class JwtVerifier:
             claims=claims,
         )
 
-    async def start(self) -> None:
-        """Fetch the key set at startup: a failure is one warning line, and the gateway serves on."""
-        if self._claim_fetch():
-            await anyio.to_thread.run_sync(self._fetch)
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The gateway's lifespan: the key set fetched as it starts (a failure is one warning line, and it serves
+        on), then fetched again, when a request finds it stale, in a task of this lifespan's, ended with it."""
+        async with anyio.create_task_group() as tasks:
+            if self._claim_fetch():
+                await anyio.to_thread.run_sync(self._fetch)
+            self._behind = tasks
+            try:
+                yield
+            finally:
+                self._behind = None
+                tasks.cancel_scope.cancel()
 
     def state(self) -> dict[str, object]:
         """The key set as an operator sees it: its URL, how many keys it holds, when it was last fetched and
@@ -207,9 +220,12 @@ class JwtVerifier:
             await anyio.to_thread.run_sync(self._fetch)
             key = self._held(kid)
         elif key is not None and self._stale() and self._claim_fetch():
-            # Behind this request, which goes on with the key it has.
-            fetch = threading.Thread(target=self._fetch, name="mcp-sessions-jwks", daemon=True)
-            fetch.start()
+            # Not waited for once its task is cancelled (the lifespan's end, a caller gone): its end frees the next.
+            fetch = functools.partial(anyio.to_thread.run_sync, self._fetch, abandon_on_cancel=True)
+            if self._behind is None:  # no lifespan to run it in: this request waits
+                await fetch()
+            else:  # behind this request, which goes on with the key it has
+                self._behind.start_soon(fetch)
         if key is not None:
             return key
         if self._error is not None:
@@ -390,7 +406,8 @@ class _Guarded:
         # The lifespan; a WebSocket, which the app refuses.
         if scope["type"] != "http":
             if scope["type"] == "lifespan" and self._auth.verifier is not None:
-                await self._auth.verifier.start()
+                async with self._auth.verifier.running():
+                    return await self.app(scope, receive, send)
             return await self.app(scope, receive, send)
         if self._header is not None and not scope[PEER].trusted:
             kept = []

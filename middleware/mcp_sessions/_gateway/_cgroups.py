@@ -1,12 +1,13 @@
 """The control groups that bound a stdio gateway's conversations (``--process-memory``, ``--process-pids``,
 ``--process-cpu``): one per process, under the gateway's own cgroup v2 (its controllers delegated), else under its
-own cgroup in each cgroup v1 hierarchy a bound needs; and the kernel's counts of what a group reached."""
+own cgroup in each cgroup v1 hierarchy a bound needs; and the kernel's counts of what a group reached. Finding them
+only reads; the gateway's first process readies them."""
 
 from __future__ import annotations
 
 import os
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 from typing import Final
@@ -26,37 +27,30 @@ class Cgroups:
     memory: int | None = None
     pids: int | None = None
     cpu: float | None = None
+    # The parents readied for its processes (:meth:`_ready`), at the first.
+    ready: bool = field(default=False, init=False)
 
     @classmethod
     def found(cls, memory: int | None, pids: int | None, cpu: float | None = None) -> Cgroups | None:
-        """The gateway's own control groups that can bound ``memory``, ``pids`` and ``cpu`` (cores; one probe
-        created and removed in each); None when this host gives it none (not root, or read-only as in most
-        containers)."""
-        lines = read("/proc/self/cgroup").splitlines()
-        mountinfo = read("/proc/self/mountinfo").splitlines()
-        mounts = [line.partition(" - ") for line in mountinfo]
-        wanted = []
-        if memory is not None:
-            wanted.append("memory")
-        if pids is not None:
-            wanted.append("pids")
-        if cpu is not None:
-            wanted.append("cpu")
-        v2 = _mounted(mounts, "cgroup2", _v2_path(lines))
+        """The gateway's own control groups that can bound ``memory``, ``pids`` and ``cpu`` (cores); None when this
+        host gives it none (not root, or read-only as in most containers). Only reads: the kernel's ``access(2)``
+        says whether the gateway may write there; nothing is made, nothing moved."""
+        wanted = _controllers(memory, pids, cpu)
+        if not wanted:
+            return None
+        v2 = own()
         if v2 is not None and _delegated(v2, wanted):
             return cls(2, (v2,), memory, pids, cpu)
-        parents = []
-        needs = {"memory": "memory.limit_in_bytes", "pids": "pids.max", "cpu": "cpu.cfs_quota_us"}
-        for name in wanted:
-            parent = _mounted(mounts, "cgroup", _v1_path(lines, name), name)
-            if parent is None or not _probed(parent, needs[name]):
-                return None
-            parents.append(parent)
-        if not parents:
-            return None
-        return cls(1, tuple(parents), memory, pids, cpu)
+        parents = [parent for name in wanted if (parent := own(name)) and _writable(parent)]
+        if len(parents) == len(wanted):
+            return cls(1, tuple(parents), memory, pids, cpu)
+        return None
 
     def create(self) -> Cgroup:
+        """A new control group for one process, its bounds written; the first readies the parents (:meth:`_ready`):
+        the gateway's first process, the revision probe, starts with it."""
+        if not self.ready:
+            self._ready()
         name = f"mcp-sessions-{os.getpid()}-{next(_ids)}"
         cgroup = Cgroup(self.version, tuple(parent / name for parent in self.parents))
         try:
@@ -67,6 +61,25 @@ class Cgroups:
             cgroup.remove()
             raise
         return cgroup
+
+    def _ready(self) -> None:
+        """The empty groups of gateways that were killed (SIGKILL: their processes died with them, their directories
+        stayed) removed; in v2, the gateway moved into a leaf of its own (no process may stay in a cgroup that gives
+        controllers) and the controllers given to its children."""
+        for parent in self.parents:
+            for stale in parent.glob("mcp-sessions-*-*"):
+                pid = stale.name.split("-")[2]
+                if not Path("/proc", pid).exists():
+                    with suppress(OSError):
+                        stale.rmdir()
+        if self.version == 2:
+            group = self.parents[0]
+            leaf = group / f"mcp-sessions-{os.getpid()}-gateway"
+            leaf.mkdir(exist_ok=True)
+            (leaf / "cgroup.procs").write_text(str(os.getpid()))
+            enabled = [f"+{name}" for name in _controllers(self.memory, self.pids, self.cpu)]
+            (group / "cgroup.subtree_control").write_text(" ".join(enabled))
+        self.ready = True
 
     @property
     def said(self) -> str:
@@ -129,70 +142,42 @@ class Cgroup:
                 directory.rmdir()
 
 
-def _mounted(mounts: list[tuple[str, str, str]], kind: str, path: str | None, option: str = "") -> Path | None:
-    """The directory of cgroup ``path`` in the mount of type ``kind`` (with super option ``option``)."""
-    for fields, _, rest in mounts:
+def _controllers(memory: int | None, pids: int | None, cpu: float | None) -> list[str]:
+    bounds = {"memory": memory, "pids": pids, "cpu": cpu}
+    return [name for name, bound in bounds.items() if bound is not None]
+
+
+def _delegated(own: Path, wanted: list[str]) -> bool:
+    """Whether cgroup v2 ``own`` has ``wanted``'s controllers, and the gateway may give them to its children (and
+    move itself into a leaf of ``own``: :meth:`Cgroups._ready`)."""
+    given = read(own / "cgroup.controllers").split()
+    return set(wanted) <= set(given) and _writable(own, "cgroup.procs", "cgroup.subtree_control")
+
+
+def _writable(directory: Path, *names: str) -> bool:
+    """Whether the kernel lets the gateway write ``directory`` and its files ``names`` (``access(2)``)."""
+    return all(os.access(directory / name, os.W_OK) for name in ("", *names))
+
+
+def own(controller: str = "", pid: int | str = "self") -> Path | None:
+    """The directory of ``pid``'s control group in ``controller``'s v1 hierarchy, or (with none) in cgroup v2: its
+    line in ``/proc/PID/cgroup`` ("4:memory:/path", "0::/path") found in a mount of this process's."""
+    for line in read(f"/proc/{pid}/cgroup").splitlines():
+        _, names, path = line.split(":", 2)
+        # cgroup v2's line names no controller.
+        if controller in names.split(","):
+            break
+    else:
+        return None
+    kind = "cgroup" if controller else "cgroup2"
+    for mount in read("/proc/self/mountinfo").splitlines():
+        fields, _, rest = mount.partition(" - ")
         source = rest.split()
-        if path is None or not source or source[0] != kind:
-            continue
-        if option and option not in source[-1].split(","):
+        if source[:1] != [kind] or (controller and controller not in source[-1].split(",")):
             continue
         root, point = fields.split()[3:5]
         if path == root or path.startswith(root.rstrip("/") + "/"):
             return Path(point) / path[len(root) :].lstrip("/")
-    return None
-
-
-def _delegated(own: Path, wanted: list[str]) -> bool:
-    """Whether ``own`` (cgroup v2) has ``wanted``'s controllers to give: then the gateway moves itself into a leaf
-    of its own (no process may stay in a cgroup that gives controllers) and enables them for its children."""
-    if not wanted:
-        return False
-    given = read(own / "cgroup.controllers").split()
-    if not set(wanted) <= set(given):
-        return False
-    enabled = " ".join(f"+{name}" for name in wanted)
-    try:
-        leaf = own / f"mcp-sessions-{os.getpid()}-gateway"
-        leaf.mkdir(exist_ok=True)
-        (leaf / "cgroup.procs").write_text(str(os.getpid()))
-        (own / "cgroup.subtree_control").write_text(enabled)
-    except OSError:
-        return False
-    return True
-
-
-def _probed(parent: Path, needed: str) -> bool:
-    """Whether the gateway may create a cgroup in ``parent`` that has the file ``needed``; and the empty cgroups of
-    gateways that were killed (SIGKILL: their processes died with them, their directories stayed) removed."""
-    for stale in parent.glob("mcp-sessions-*-*"):
-        pid = stale.name.split("-")[2]
-        if not Path("/proc", pid).exists():
-            with suppress(OSError):
-                stale.rmdir()
-    probe = parent / f"mcp-sessions-{os.getpid()}-probe"
-    try:
-        probe.mkdir()
-    except OSError:
-        return False
-    usable = (probe / needed).exists()
-    probe.rmdir()
-    return usable
-
-
-def _v2_path(lines: list[str]) -> str | None:
-    """The gateway's cgroup v2, from ``/proc/self/cgroup``'s "0::/path" line."""
-    for line in lines:
-        if line.startswith("0::"):
-            return line[3:]
-    return None
-
-
-def _v1_path(lines: list[str], controller: str) -> str | None:
-    """The gateway's cgroup in ``controller``'s v1 hierarchy, from ``/proc/self/cgroup``'s "4:memory:/path" line."""
-    for line in lines:
-        if controller in line.split(":")[1].split(","):
-            return line.split(":", 2)[2]
     return None
 
 

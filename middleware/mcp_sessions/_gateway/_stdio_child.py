@@ -2,7 +2,8 @@
 
 The child runs in a process group of its own (``start_new_session``), in the place its :class:`Sandbox`
 makes (a uid, a PID namespace, control groups: ``_sandbox``): stopping it closes its stdin, then the group
-gets SIGTERM, then SIGKILL, and what left the group ends with its namespace, its uid or its control group.
+gets SIGTERM, then SIGKILL (the SDK's ``terminate_posix_process_tree``), and what left the group ends with its
+namespace, its uid or its control group.
 Its stdout is read a JSON-RPC message per line, each line bounded (``max_line``, the gateway's
 ``max_response_size``): a longer line ends the child, never a buffer without end. Its stderr goes to the
 gateway's log, a line at a time, prefixed with the process's own id, with control characters escaped and at
@@ -15,16 +16,15 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import secrets
-import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import anyio
 import anyio.abc
 import mcp_types as types
 from anyio.streams.buffered import BufferedByteReceiveStream
+from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.dispatcher import DispatchContext, OnNotify, OnNotifyIntercept, OnRequest
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
@@ -449,40 +449,17 @@ class Pipe:
 
 
 async def stop_group(process: anyio.abc.Process) -> int | None:
-    """Stop a child and its process group: stdin closed, then SIGTERM, then SIGKILL; its exit code. (What left the
-    group ends with its PID namespace, its uid or its control group: :meth:`Place.leave`.)"""
+    """Stop a child and its process group, its exit code: its stdin closed (the MCP stdio shutdown), then the SDK's
+    ``terminate_posix_process_tree`` (SIGTERM to the group, SIGKILL after ``TERM_GRACE``; its migration guide names
+    it). What left the group ends with its PID namespace, its uid or its control group: :meth:`Place.leave`."""
     if process.stdin is not None:
         await process.stdin.aclose()
-    await _exited(lambda: process.returncode is not None, STDIN_GRACE)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            # The group outlives its leader while a process of the child's is in it.
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        if await _exited(lambda: _group_gone(process), TERM_GRACE):
-            break
+    with anyio.move_on_after(STDIN_GRACE):
+        # Polled, as the SDK does: asyncio's wait() also waits for the pipes a process it started holds.
+        while process.returncode is None:  # noqa: ASYNC110
+            await anyio.sleep(_POLL)
+    await terminate_posix_process_tree(process, TERM_GRACE)
     # A process that left the group may hold the pipes open.
     with anyio.move_on_after(TERM_GRACE):
         await process.aclose()
     return process.returncode
-
-
-def _group_gone(process: anyio.abc.Process) -> bool:
-    if process.returncode is None:
-        return False
-    try:
-        os.killpg(process.pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-async def _exited(condition: Callable[[], bool], seconds: float) -> bool:
-    """Whether ``condition`` holds within ``seconds`` (a process's end is polled: asyncio reaps it in time)."""
-    with anyio.move_on_after(seconds):
-        # Polled: no event says a process group is empty.
-        while not condition():  # noqa: ASYNC110
-            await anyio.sleep(_POLL)
-        return True
-    return False
