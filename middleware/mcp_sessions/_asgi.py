@@ -235,7 +235,12 @@ def place_at_endpoints(
 
 
 def _walk(
-    node: object, prefix: str, found: dict[int, Endpoint], seen: set[int], placed: Callable[[object], bool], depth: int
+    node: object,
+    prefix: str,
+    found: dict[int, Endpoint],
+    seen: set[int],
+    placed: Callable[[object], bool],
+    depth: int,
 ) -> None:
     if id(node) in seen or depth > _MAX_DEPTH or hasattr(node, "path"):  # a route is _route's to read
         return
@@ -249,7 +254,12 @@ def _walk(
 
 
 def _route(
-    route: object, prefix: str, found: dict[int, Endpoint], seen: set[int], placed: Callable[[object], bool], depth: int
+    route: object,
+    prefix: str,
+    found: dict[int, Endpoint],
+    seen: set[int],
+    placed: Callable[[object], bool],
+    depth: int,
 ) -> None:
     path = getattr(route, "path", "")  # a Host route has none: it routes by host, under the same prefix
     if not isinstance(path, str):

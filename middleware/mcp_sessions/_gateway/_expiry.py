@@ -43,7 +43,12 @@ _CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
 
 
 async def until_expiry(
-    app: ASGIApp, scope: Scope, receive: Receive, send: Send, expires: float, expired: Callable[[Scope], ASGIApp]
+    app: ASGIApp,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    expires: float,
+    expired: Callable[[Scope], ASGIApp],
 ) -> None:
     """``app``'s answer, ended at ``expires`` (``time.time()``) as the module says."""
     answer = _Answer(scope, receive, send)

@@ -50,7 +50,12 @@ class SessionKey:
     """
 
     def __init__(
-        self, *, kid: str, algorithm: str, signing_key: bytes | PrivateKey | None, verifying_key: bytes | PublicKey
+        self,
+        *,
+        kid: str,
+        algorithm: str,
+        signing_key: bytes | PrivateKey | None,
+        verifying_key: bytes | PublicKey,
     ) -> None:
         if not kid or not isinstance(kid, str) or len(kid) > 64:
             raise ValueError("a key id (kid) must be a non-empty string of at most 64 characters")
