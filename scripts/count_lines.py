@@ -8,10 +8,11 @@ runs (tests/ and conformance/tests/, ``wc -l``), its harness included. `make lin
 the budget is for planning, not a target to squeeze lines into. `--check` exits 1 when a part is over
 its budget, or denser than the core was when the guard was set (issue 68): code that fits only because
 it was squeezed is worse code. `--modules` prints each module's density, the package's and the conformance
-pack's, and the modules over the ceiling issue 78 proposes for every module (measured, not enforced yet). A
-comment after code counts with its line, in both figures.
+pack's, and lists the modules over the ceiling every module is held to (issue 78); `--check modules` exits 1
+when one is. A comment after code counts with its line, in both figures.
 
-    python scripts/count_lines.py [--package DIR] [--tests DIR ...] [--check [PART ...]] [--modules]
+    python scripts/count_lines.py [--package DIR] [--conformance DIR] [--tests DIR ...] [--check [PART ...]]
+                                  [--modules]
 """
 
 from __future__ import annotations
@@ -68,9 +69,23 @@ TESTS_BUDGET = 36_100
 # The density guard: the core's figures when it was set (issue 68; Starlette's are 34.7 and 2.2%).
 MOST_CHARACTERS_PER_LINE = 40.1
 MOST_SHARE_OVER_100 = 6.4  # percent of code lines
-# The ceiling issue 78 proposes for every module, the conformance pack's too: printed by --modules, not enforced.
+# The ceiling for every module, the conformance pack's too (issue 78): a part's average hides a dense module.
 MODULE_MOST_CHARACTERS_PER_LINE = 45.0
 MODULE_MOST_SHARE_OVER_100 = 10.0
+# Held out of the ceiling while they are being split: the process table by issue 78 item 1, the processes'
+# lifecycle (control groups, auth's JWKS refresh, connect's state) by item 2. Each joins when its split lands.
+BEING_SPLIT = frozenset(
+    {
+        "mcp_sessions/_gateway/_stdio_table.py",
+        "mcp_sessions/_gateway/_stdio.py",
+        "mcp_sessions/_gateway/_stdio_relay.py",
+        "mcp_sessions/_gateway/_stdio_admission.py",
+        "mcp_sessions/_gateway/_stdio_child.py",
+        "mcp_sessions/_gateway/_cgroups.py",
+        "mcp_sessions/_gateway/_auth.py",
+        "mcp_sessions/_cli/_connect.py",
+    }
+)
 
 
 @dataclass
@@ -80,6 +95,7 @@ class Part:
     lines: int = 0
     characters: int = 0
     wide: int = 0
+    reexports: bool = False  # a module whose code is only imports and ``__all__`` (see over_ceiling)
 
     @property
     def per_line(self) -> float:
@@ -93,6 +109,18 @@ class Part:
     def dense(self) -> bool:
         return self.per_line > MOST_CHARACTERS_PER_LINE or self.share_wide > MOST_SHARE_OVER_100
 
+    @property
+    def over_ceiling(self) -> bool:
+        """Whether the module is over the ceiling every module is held to.
+
+        A re-export module (an ``__init__`` that gathers a package's names) is judged by its lines over 100
+        columns alone: its lines are the names it exports, as long as the names are, each written twice
+        (``from ._keys import KeySet as KeySet``, mypy's explicit re-export) or again in ``__all__``. There is
+        nothing in them to name or split, and listing the names another way would only move the characters.
+        """
+        dense = self.per_line > MODULE_MOST_CHARACTERS_PER_LINE and not self.reexports
+        return dense or self.share_wide > MODULE_MOST_SHARE_OVER_100
+
 
 def code_line_numbers(source: str) -> set[int]:
     """The numbers of the lines of ``source`` that hold code (a string statement or a comment alone is not code)."""
@@ -105,6 +133,17 @@ def code_line_numbers(source: str) -> set[int]:
         if token.type not in NOT_CODE:
             lines.update(range(token.start[0], token.end[0] + 1))
     return lines - strings
+
+
+def reexports_only(source: str) -> bool:
+    """Whether ``source``'s statements are only imports, ``__all__`` and string statements."""
+    for statement in ast.parse(source).body:
+        names = [target.id for target in getattr(statement, "targets", []) if isinstance(target, ast.Name)]
+        if not (isinstance(statement, ast.Import | ast.ImportFrom | ast.Expr) or names == ["__all__"]):
+            return False
+        if isinstance(statement, ast.Expr) and not isinstance(statement.value, ast.Constant):
+            return False
+    return True
 
 
 def code_lines(source: str) -> int:
@@ -138,22 +177,28 @@ def modules(package: Path = PACKAGE, conformance: Path = CONFORMANCE) -> dict[st
     found: dict[str, Part] = {}
     for root in (package, conformance):
         for path in sorted(root.rglob("*.py")):
-            add(found.setdefault(str(path.relative_to(root.parent)), Part()), path.read_text(encoding="utf-8"))
+            source = path.read_text(encoding="utf-8")
+            part = found.setdefault(str(path.relative_to(root.parent)), Part(reexports=reexports_only(source)))
+            add(part, source)
     return found
 
 
-def print_modules(found: dict[str, Part]) -> None:
-    """Each module's figures, and a list of those over the module ceiling."""
+def print_modules(found: dict[str, Part]) -> list[str]:
+    """Each module's figures, and a list of those over the module ceiling: the names, but those being split."""
     print(f"\n{'module':<48} {'code lines':>10} {'chars/line':>10} {'over 100':>8}")
-    over = []
     for name, part in found.items():
-        if part.per_line > MODULE_MOST_CHARACTERS_PER_LINE or part.share_wide > MODULE_MOST_SHARE_OVER_100:
-            over.append(name)
-        print(f"{name:<48} {part.lines:>10} {part.per_line:>10} {part.share_wide:>7}%")
+        note = "  re-exports" if part.reexports else "  being split" if name in BEING_SPLIT else ""
+        print(f"{name:<48} {part.lines:>10} {part.per_line:>10} {part.share_wide:>7}%{note}")
+    over = [name for name, part in found.items() if part.over_ceiling and name not in BEING_SPLIT]
+    split = [name for name, part in found.items() if part.over_ceiling and name in BEING_SPLIT]
     ceiling = f"{MODULE_MOST_CHARACTERS_PER_LINE:g} characters a line or {MODULE_MOST_SHARE_OVER_100:g}%"
-    print(f"\n{len(over)} of {len(found)} modules over {ceiling} over 100 columns (not enforced yet):")
+    print(f"\n{len(over)} of {len(found)} modules over {ceiling} over 100 columns:")
     for name in over:
         print(f"  {name:<46} {found[name].per_line:>10} {found[name].share_wide:>7}%")
+    print(f"and {len(split)} held out while issue 78 splits them (items 1 and 2):")
+    for name in split:
+        print(f"  {name:<46} {found[name].per_line:>10} {found[name].share_wide:>7}%")
+    return over
 
 
 def suite_lines(tests: list[Path] = TESTS) -> int:
@@ -164,8 +209,10 @@ def suite_lines(tests: list[Path] = TESTS) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--package", type=Path, default=PACKAGE)
+    parser.add_argument("--conformance", type=Path, default=CONFORMANCE)
     parser.add_argument("--tests", type=Path, nargs="+", default=TESTS)
-    parser.add_argument("--check", nargs="*", choices=[*BUDGETS, "tests"], metavar="PART", help="exit 1 if over")
+    checks = [*BUDGETS, "tests", "modules"]
+    parser.add_argument("--check", nargs="*", choices=checks, metavar="PART", help="exit 1 if over")
     parser.add_argument("--modules", action="store_true", help="each module's density, and those over the ceiling")
     args = parser.parse_args(argv)
     parts = count(args.package)
@@ -186,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     if over:
         failed.add("tests")
     print(f"{'tests':<10} {suite:>10} {TESTS_BUDGET:>7}  (every line of tests/ and conformance/tests/){over}")
-    if args.modules:
-        print_modules(modules(args.package))
-    checked = (args.check or [*BUDGETS, "tests"]) if args.check is not None else []
+    checked = (args.check or checks) if args.check is not None else []
+    if (args.modules or "modules" in checked) and print_modules(modules(args.package, args.conformance)):
+        failed.add("modules")
     return 1 if failed & set(checked) else 0
 
 

@@ -22,23 +22,31 @@ EXCERPT_CHARS: Final = 240
 _UNSAFE: Final = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 """C0 and C1 controls and DEL (Cc), format characters such as bidirectional overrides (Cf), lone
 surrogates (Cs: no terminal encoding takes them), line and paragraph separators (Zl, Zp)."""
-_HANDSHAKE_REFUSAL: Final = re.compile(r"session[ _-]?id|not initiali[sz]ed|protocol[ _-]?version", re.IGNORECASE)
+_HANDSHAKE_REFUSAL: Final = re.compile(
+    r"session[ _-]?id|not initiali[sz]ed|protocol[ _-]?version",
+    re.IGNORECASE,
+)
 
 
 def _unsafe(char: str) -> bool:
     return unicodedata.category(char) in _UNSAFE
 
 
+def _python_escaped(char: str) -> str:
+    return char.encode("unicode_escape").decode("ascii")
+
+
 def printable(text: str) -> str:
     """``text`` with every character a terminal could act on written as Python escapes it (``\\x1b``,
     ``\\x9b``, ``\\n``, ``\\u202e``): what a server wrote, shown, never obeyed. Linear in ``text``."""
-    return "".join(char.encode("unicode_escape").decode("ascii") if _unsafe(char) else char for char in text)
+    return "".join(_python_escaped(char) if _unsafe(char) else char for char in text)
 
 
 def excerpt(body: bytes | str, limit: int = EXCERPT_CHARS) -> str:
     """The start of ``body`` on one line: UTF-8 read leniently, runs of white space as one space, at most
     ``limit`` characters (then ``…``), :func:`printable`. Reads at most ``4 * limit`` bytes of it."""
-    text = body[: 4 * limit].decode("utf-8", "replace") if isinstance(body, bytes) else body[: 4 * limit]
+    start = body[: 4 * limit]
+    text = start.decode("utf-8", "replace") if isinstance(start, bytes) else start
     cut = len(body) > 4 * limit
     text = " ".join(text.split())
     if len(text) > limit:

@@ -40,6 +40,11 @@ NOT_FOUND_DATA_LIMIT: Final = 256
 NOT_FOUND_DATA: Final = "sessions-draft-not-found-data"
 MADE_UP_STATE: Final = "eyJrIjoidiJ9"
 """The draft's test vector's state (``{"k":"v"}``), signed by nobody."""
+_DELETE_CHECKS: Final = (
+    "sessions-draft-delete",
+    "sessions-draft-deleted-session",
+    "sessions-draft-delete-unknown",
+)
 
 
 def run_draft(peer: Peer, rec: Recorder) -> None:
@@ -52,7 +57,8 @@ def run_draft(peer: Peer, rec: Recorder) -> None:
     listed = check_legacy_header(draft, first)
     if listed.result is None:  # a server that lists its tools only outside a session
         listed = peer.call("tools/list")
-    draft.tools, draft.tool = tool_names(listed), pick_tool(listed, rec.settings)
+    draft.tools = tool_names(listed)
+    draft.tool = pick_tool(listed, rec.settings)
     find_probe(draft)
     check_context(draft, first, second)  # first: the counter starts at 1 in a new session
     sessionless = check_sessionless(draft)
@@ -67,7 +73,7 @@ def run_draft(peer: Peer, rec: Recorder) -> None:
     if second is not None:
         check_delete(draft, second)
     else:
-        for check in ("sessions-draft-delete", "sessions-draft-deleted-session", "sessions-draft-delete-unknown"):
+        for check in _DELETE_CHECKS:
             rec.untestable(check, "a second sessions/create returned no session to delete")
     check_batches(draft)
     check_not_found_data(draft)
@@ -84,31 +90,40 @@ def check_not_found(draft: Draft, session: str) -> None:
     """An id the server never minted, or a forgery of one it did, is SESSION_NOT_FOUND, on the probe."""
     check = "sessions-draft-session-not-found"
     if not draft.validated and draft.tool is None:
-        reason = "tools/list in an unknown session was served: the server may check sessions only where they are used"
-        draft.rec.skip(check, f"{reason}, and {NO_TOOL}")
+        reason = (
+            "tools/list in an unknown session was served: the server may check sessions only where "
+            f"they are used, and {NO_TOOL}"
+        )
+        draft.rec.skip(check, reason)
         return
+    code = draft.not_found_code
     for case, sent in (("unknown", UNKNOWN_ID), ("forged", tampered(session))):
         answer = draft.in_session(sent)
-        problem = draft.error(answer, draft.not_found_code, sent)
-        details = {"case": case, "probe": draft.probe_name, **draft.not_found_code.details(), **answer.summary()}
-        draft.rec.record(check, problem and f"{case}, on {draft.probe_name}: {problem}", details)
+        problem = draft.error(answer, code, sent)
+        details = {"case": case, "probe": draft.probe_name, **code.details(), **answer.summary()}
+        problem = problem and f"{case}, on {draft.probe_name}: {problem}"
+        draft.rec.record(check, problem, details)
 
 
 def check_malformed(draft: Draft) -> None:
     """Session metadata that is not an object, or a sessionId that is not a string, is an invalid request."""
-    if not draft.rec.applies("sessions-draft-malformed-metadata"):
+    check = "sessions-draft-malformed-metadata"
+    if not draft.rec.applies(check):
         return
-    for case, value in (("not an object", "not-an-object"), ("sessionId not a string", {"sessionId": 5})):
-        problem = draft.error(draft.peer.call("tools/list", meta={KEY: value}), INVALID_REQUEST)
-        draft.rec.record("sessions-draft-malformed-metadata", problem and f"{case}: {problem}", {"case": case})
+    cases = (("not an object", "not-an-object"), ("sessionId not a string", {"sessionId": 5}))
+    for case, value in cases:
+        answer = draft.peer.call("tools/list", meta={KEY: value})
+        problem = draft.error(answer, INVALID_REQUEST)
+        draft.rec.record(check, problem and f"{case}: {problem}", {"case": case})
 
 
 def check_create_refusals(draft: Draft, session: str) -> None:
     """``sessions/create`` with session metadata is invalid; with params it does not know, it still creates."""
-    if not draft.rec.applies("sessions-draft-create-with-session"):
+    check = "sessions-draft-create-with-session"
+    if not draft.rec.applies(check):
         return
     carrying = draft.peer.call("sessions/create", meta={KEY: {"sessionId": session}})
-    draft.rec.record("sessions-draft-create-with-session", draft.error(carrying, INVALID_REQUEST), carrying.summary())
+    draft.rec.record(check, draft.error(carrying, INVALID_REQUEST), carrying.summary())
     extra = draft.peer.call("sessions/create", {"conformanceProbe": "an unknown param"})
     created = isinstance(member(extra.result, "session", "sessionId"), str)
     problem = None if created else f"sessions/create with an unknown param: {extra.summary()}"
@@ -117,33 +132,42 @@ def check_create_refusals(draft: Draft, session: str) -> None:
 
 def check_mismatch(draft: Draft, session: str) -> None:
     """2026-07-28: an ``Mcp-Session-Id`` that differs from the metadata's sessionId is a header mismatch."""
-    if draft.rec.applies("sessions-draft-header-mismatch"):
+    check = "sessions-draft-header-mismatch"
+    if draft.rec.applies(check):
         answer = draft.use("tools/list", session=session, header="sess-conformance-mismatch")
-        draft.rec.record("sessions-draft-header-mismatch", draft.error(answer, MISMATCH), answer.summary())
+        draft.rec.record(check, draft.error(answer, MISMATCH), answer.summary())
 
 
 def _state_set_by(draft: Draft, mode: str, session: str, state: str | None) -> str | None:
-    echoed = member(echo_of(draft.tool_call("set_mode", {"mode": mode}, session=session, state=state)), "state")
+    """The state the echo carries after ``set_mode`` to ``mode``, called with ``state``."""
+    answer = draft.tool_call("set_mode", {"mode": mode}, session=session, state=state)
+    echoed = member(echo_of(answer), "state")
     return echoed if isinstance(echoed, str) else None
+
+
+def _mode_seen(draft: Draft, session: str, state: str | None) -> str | None:
+    """What ``get_mode``, called with ``state``, answers."""
+    return tool_text(draft.tool_call("get_mode", session=session, state=state))
 
 
 def check_state(draft: Draft, first: str, second: str | None) -> None:
     """State goes out in the echo and comes back from the client; edited or borrowed state is refused."""
-    if not draft.rec.applies("sessions-draft-state"):
+    check = "sessions-draft-state"
+    if not draft.rec.applies(check):
         return
     forged = draft.in_session(first, state=MADE_UP_STATE)
     problems = [draft.error(forged, draft.not_found_code, first)]
     if not {"set_mode", "get_mode"} <= draft.tools:
-        draft.rec.skip("sessions-draft-state", "the server has no set_mode and get_mode tools (the quickstart's)")
+        draft.rec.skip(check, "the server has no set_mode and get_mode tools (the quickstart's)")
     else:
         alpha = _state_set_by(draft, "alpha", first, None)
         beta = _state_set_by(draft, "beta", first, alpha)
-        seen = [tool_text(draft.tool_call("get_mode", session=first, state=state)) for state in (alpha, beta, alpha)]
+        seen = [_mode_seen(draft, first, state) for state in (alpha, beta, alpha)]
         if alpha is None or beta is None:
             state_problem: str | None = "the echo of a tool that set the state carries no state"
         else:
             state_problem = None if seen == ["alpha", "beta", "alpha"] else f"get_mode saw {seen}"
-        draft.rec.record("sessions-draft-state", state_problem, {"seen": seen})
+        draft.rec.record(check, state_problem, {"seen": seen})
         if alpha is not None and second is not None and second != first:
             borrowed = draft.in_session(second, state=alpha)
             problems.append(draft.error(borrowed, draft.not_found_code, second))
@@ -153,20 +177,22 @@ def check_state(draft: Draft, first: str, second: str | None) -> None:
 
 def check_errors_carry_no_session(draft: Draft, session: str) -> None:
     """An error answer to a request in a live session carries no session metadata."""
-    if not draft.rec.applies("sessions-draft-no-echo-on-errors"):
+    check = "sessions-draft-no-echo-on-errors"
+    if not draft.rec.applies(check):
         return
     answer = draft.use("conformance/unknown-method", session=session)
     if answer.answer is None or "error" not in answer.answer:
-        draft.rec.skip("sessions-draft-no-echo-on-errors", "an unknown method in a session was not an error")
+        draft.rec.skip(check, "an unknown method in a session was not an error")
         return
     problem = "the error carries session metadata" if KEY in json.dumps(answer.answer) else None
-    draft.rec.record("sessions-draft-no-echo-on-errors", problem, answer.summary())
+    draft.rec.record(check, problem, answer.summary())
 
 
 def check_delete(draft: Draft, session: str) -> None:
     """``sessions/delete``: ``{}``; then every use of the session, and deleting an unknown one, is not found."""
     deleted = draft.use("sessions/delete", session=session)
-    extra = None if deleted.result is None else sorted(set(deleted.result) - {"resultType", "_meta"})
+    result = deleted.result
+    extra = None if result is None else sorted(set(result) - {"resultType", "_meta"})
     problem = None if extra == [] else f"the result is not {{}}: {deleted.summary()}"
     draft.rec.record("sessions-draft-delete", problem, deleted.summary())
     code = draft.not_found_code
@@ -177,11 +203,13 @@ def check_delete(draft: Draft, session: str) -> None:
     for case, answer in after.items():
         problem = draft.error(answer, code, session)
         details = {"case": case, "probe": draft.probe_name, **code.details(), **answer.summary()}
-        draft.rec.record("sessions-draft-deleted-session", problem and f"{case}: {problem}", details)
+        problem = problem and f"{case}: {problem}"
+        draft.rec.record("sessions-draft-deleted-session", problem, details)
     unknown_id = LONG_UNKNOWN_ID if draft.rec.conventions else UNKNOWN_ID  # the 256-character cut is ours
     unknown = draft.use("sessions/delete", session=unknown_id)
     problem = draft.error(unknown, code, unknown_id)
-    draft.rec.record("sessions-draft-delete-unknown", problem, {**code.details(), **unknown.summary()})
+    details = {**code.details(), **unknown.summary()}
+    draft.rec.record("sessions-draft-delete-unknown", problem, details)
 
 
 def check_not_found_data(draft: Draft) -> None:
@@ -200,29 +228,38 @@ def check_not_found_data(draft: Draft) -> None:
 
 def check_http_status(draft: Draft) -> None:
     """Each session error the run provoked came with the HTTP status of its era's table."""
-    if not draft.rec.applies("sessions-draft-error-http-status"):
+    check = "sessions-draft-error-http-status"
+    if not draft.rec.applies(check):
         return
     if not draft.errors:
-        draft.rec.skip("sessions-draft-error-http-status", "the run provoked no session error")
+        draft.rec.skip(check, "the run provoked no session error")
         return
     wrong = []
     for status, code in draft.errors:
-        expected = 200
-        if draft.peer.era == MODERN:
-            expected = 404 if code == -32601 else 400 if code in (-32700, -32600, -32602, -32020) else 200
+        expected = _http_status(draft.peer.era, code)
         if status != expected:
             wrong.append(f"{code} in HTTP {status} (expected {expected})")
     problem = "; ".join(sorted(set(wrong))) or None
-    draft.rec.record("sessions-draft-error-http-status", problem, {"errors": len(draft.errors)})
+    draft.rec.record(check, problem, {"errors": len(draft.errors)})
+
+
+def _http_status(era: str, code: object) -> int:
+    """The HTTP status of a session error: 200 in the 2025 era; on 2026-07-28, by its code."""
+    if era != MODERN:
+        return 200
+    if code == -32601:
+        return 404
+    return 400 if code in (-32700, -32600, -32602, -32020) else 200
 
 
 def check_batches(draft: Draft) -> None:
     """2025 era: a batch naming a session method, or a bad session, is answered whole, and nothing of it runs."""
     if not draft.rec.applies("sessions-draft-batch-session-method"):
         return
+    unknown = {KEY: {"sessionId": UNKNOWN_ID}}
     cases = (
         ("sessions-draft-batch-session-method", "sessions/create", None, INVALID_REQUEST),
-        ("sessions-draft-batch-bad-session", "tools/list", {KEY: {"sessionId": UNKNOWN_ID}}, NOT_FOUND),
+        ("sessions-draft-batch-bad-session", "tools/list", unknown, NOT_FOUND),
     )
     for check, method, meta, first_code in cases:
         batch = [draft.peer.message(method, meta=meta), draft.peer.message("tools/list")]

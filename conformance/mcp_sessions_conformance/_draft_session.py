@@ -23,8 +23,9 @@ NOT_FOUND: Final = -32043
 NOT_FOUND_SENTENCE: Final = "Unknown sessions MUST result in a `-32043 SESSION_NOT_FOUND` Error. (PR #20)"
 REQUIRED: Final = -32044
 REQUIRED_SENTENCE: Final = 'the draft\'s test vector: {"error":{"code":-32044,"message":"Session required"}}'
-_RFC3339: Final = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]00:00)")
-_ISO8601: Final = re.compile(r"\d{4}-\d{2}-\d{2}([Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:?\d{2})?)?")
+_DATE: Final = r"\d{4}-\d{2}-\d{2}"
+_RFC3339: Final = re.compile(_DATE + r"[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]00:00)")
+_ISO8601: Final = re.compile(_DATE + r"([Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:?\d{2})?)?")
 
 
 def echo_of(exchange: Exchange) -> object:
@@ -82,7 +83,13 @@ class Draft:
         method, params = self.probe
         return method if params is None else f"{method} {params.get('name')}"
 
-    def in_session(self, session: str, *, state: str | None = None, header: str | None = None) -> Exchange:
+    def in_session(
+        self,
+        session: str,
+        *,
+        state: str | None = None,
+        header: str | None = None,
+    ) -> Exchange:
         """The probe in ``session``."""
         method, params = self.probe
         return self.use(method, params, session=session, state=state, header=header)
@@ -98,16 +105,25 @@ class Draft:
         meta: Mapping[str, object] | None = None,
     ) -> Exchange:
         """A request in a session: its metadata in ``params._meta`` and, on 2026-07-28, the ``Mcp-Session-Id``."""
-        value = {"sessionId": session, **({"state": state} if state is not None else {})}
+        value = {"sessionId": session}
+        if state is not None:
+            value["state"] = state
         if self.peer.era == MODERN and header is None:
             header = session
-        return self.peer.call(method, params, meta={**(meta or {}), KEY: value}, session_header=header)
+        with_session = {**(meta or {}), KEY: value}
+        return self.peer.call(method, params, meta=with_session, session_header=header)
 
     def tool_call(
-        self, name: str, arguments: Mapping[str, object] | None = None, *, session: str, state: str | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, object] | None = None,
+        *,
+        session: str,
+        state: str | None = None,
     ) -> Exchange:
         """``tools/call`` of ``name`` in ``session``."""
-        return self.use("tools/call", {"name": name, "arguments": dict(arguments or {})}, session=session, state=state)
+        params = {"name": name, "arguments": dict(arguments or {})}
+        return self.use("tools/call", params, session=session, state=state)
 
     def error(self, exchange: Exchange, expected: int | Code, sent: str | None = None) -> str | None:
         """Note a session error the run provoked (``sent``: the sessionId it named); the problem if not ``expected``."""
@@ -130,14 +146,18 @@ def check_capability(draft: Draft) -> None:
     """The capability, where each era's clients look for it (the recorder keeps the checks of the run's era)."""
     capabilities = draft.peer.server_capabilities()
     sessions = capabilities.get("sessions")
-    problem = None if isinstance(sessions, dict) else f"capabilities.sessions is {sessions!r}, not an object"
+    shaped = isinstance(sessions, dict)
+    problem = None if shaped else f"capabilities.sessions is {sessions!r}, not an object"
     draft.rec.record("sessions-draft-capability", problem, {"sessions": sessions})
     extension = member(capabilities, "extensions", EXTENSION)
-    problem = None if isinstance(extension, dict) else f'capabilities.extensions["{EXTENSION}"] is {extension!r}'
+    shaped = isinstance(extension, dict)
+    problem = None if shaped else f'capabilities.extensions["{EXTENSION}"] is {extension!r}'
     draft.rec.record("sessions-draft-capability-extension", problem, {"extension": extension})
     experimental = member(capabilities, "experimental", "sessions")
-    problem = None if isinstance(experimental, dict) else f"capabilities.experimental.sessions is {experimental!r}"
-    draft.rec.record("sessions-draft-capability-experimental", problem, {"experimental": experimental})
+    shaped = isinstance(experimental, dict)
+    problem = None if shaped else f"capabilities.experimental.sessions is {experimental!r}"
+    details = {"experimental": experimental}
+    draft.rec.record("sessions-draft-capability-experimental", problem, details)
 
 
 def check_create(draft: Draft) -> str:
@@ -146,29 +166,38 @@ def check_create(draft: Draft) -> str:
     problem = None if token else "no result.session.sessionId (a non-empty string) in the answer"
     draft.rec.gate("sessions-draft-create", problem, exchange.summary())
     assert token is not None
-    expires = member(exchange.result, "session", "expiresAt")
+    _check_expires_at(draft, member(exchange.result, "session", "expiresAt"))
+    return token
+
+
+def _check_expires_at(draft: Draft, expires: object) -> None:
+    """A new session's ``expiresAt``, if it has one, is ISO 8601; with ``--conventions``, RFC 3339 in UTC."""
+    details = {"expiresAt": expires}
     if expires is None:
         draft.rec.skip("sessions-draft-expires-at", "the session has no expiresAt (optional)")
     else:
         problem = None if is_iso8601(expires) else "expiresAt is not an ISO 8601 timestamp"
-        draft.rec.record("sessions-draft-expires-at", problem, {"expiresAt": expires})
+        draft.rec.record("sessions-draft-expires-at", problem, details)
     if draft.rec.applies("sessions-draft-expires-at-utc"):
-        problem = None if is_rfc3339_utc(expires) else "expiresAt is not an RFC 3339 UTC timestamp"
-        draft.rec.record("sessions-draft-expires-at-utc", problem, {"expiresAt": expires})
-    return token
+        utc = is_rfc3339_utc(expires)
+        problem = None if utc else "expiresAt is not an RFC 3339 UTC timestamp"
+        draft.rec.record("sessions-draft-expires-at-utc", problem, details)
 
 
 def check_ids(draft: Draft, first: str, second: str | None) -> None:
     """Two sessions created one after the other: visible ASCII, and not the same."""
+    visible = "sessions-draft-session-id-visible-ascii"
     for token in filter(None, (first, second)):
-        bad = sorted({f"0x{ord(char):02x}" for char in token if not 0x21 <= ord(char) <= 0x7E})
+        outside = {char for char in token if not 0x21 <= ord(char) <= 0x7E}
+        bad = sorted(f"0x{ord(char):02x}" for char in outside)
         problem = f"sessionId contains {', '.join(bad)}" if bad else None
-        draft.rec.record("sessions-draft-session-id-visible-ascii", problem, {"length": len(token)})
+        draft.rec.record(visible, problem, {"length": len(token)})
+    check = "sessions-draft-session-id-unique"
     if second is None:
-        draft.rec.untestable("sessions-draft-session-id-unique", "a second sessions/create returned no session")
+        draft.rec.untestable(check, "a second sessions/create returned no session")
         return
     same = "two sessions/create answered with the same sessionId" if first == second else None
-    draft.rec.record("sessions-draft-session-id-unique", same)
+    draft.rec.record(check, same)
 
 
 def check_legacy_header(draft: Draft, session: str) -> Exchange:
@@ -177,14 +206,16 @@ def check_legacy_header(draft: Draft, session: str) -> Exchange:
     The gate of the rest of the era on a stateful server, with ``--conventions``: every request there carries
     that header. Its ``tools/list`` is the one the run reads the tools from.
     """
+    check = "sessions-draft-legacy-header-ignored"
     listed = draft.use("tools/list", session=session)
-    if not draft.rec.applies("sessions-draft-legacy-header-ignored"):
+    if not draft.rec.applies(check):
         return listed
     if draft.peer.transport_id is None:
-        draft.rec.skip("sessions-draft-legacy-header-ignored", "the server keeps no transport session (stateless)")
+        draft.rec.skip(check, "the server keeps no transport session (stateless)")
         return listed
-    problem = None if listed.result is not None else "a request in a session, with the transport's header, refused"
-    draft.rec.gate("sessions-draft-legacy-header-ignored", problem, listed.summary())
+    served = listed.result is not None
+    problem = None if served else "a request in a session, with the transport's header, refused"
+    draft.rec.gate(check, problem, listed.summary())
     return listed
 
 
@@ -195,25 +226,29 @@ def find_probe(draft: Draft) -> None:
     """
     if draft.use("tools/list", session=UNKNOWN_ID).answer_is_error:
         return
-    if draft.tool is not None and draft.use("tools/call", call_params(draft.tool), session=UNKNOWN_ID).answer_is_error:
-        draft.probe = ("tools/call", call_params(draft.tool))
-        return
+    if draft.tool is not None:
+        called = draft.use("tools/call", call_params(draft.tool), session=UNKNOWN_ID)
+        if called.answer_is_error:
+            draft.probe = ("tools/call", call_params(draft.tool))
+            return
     draft.validated = False
 
 
 def _check_echo_on(draft: Draft, exchange: Exchange, session: str, case: str) -> None:
     """The echo on one successful result: present, and naming the very session the request named."""
+    check = "sessions-draft-echo"
     details = {"case": case, "sse": exchange.sse, **exchange.summary()}
     if exchange.result is None:
-        draft.rec.skip("sessions-draft-echo", f"{case}: no successful result to look for the echo in", details)
+        draft.rec.skip(check, f"{case}: no successful result to look for the echo in", details)
         return
     echo = echo_of(exchange)
     if not isinstance(echo, dict):
-        draft.rec.record("sessions-draft-echo", f'{case}: no result._meta["{KEY}"] object', details)
+        draft.rec.record(check, f'{case}: no result._meta["{KEY}"] object', details)
         return
-    draft.rec.record("sessions-draft-echo", None, details)
+    draft.rec.record(check, None, details)
     draft.echoes += 1
-    rotated = f"{case}: the echo names another sessionId than the request" if echo.get("sessionId") != session else None
+    same = echo.get("sessionId") == session
+    rotated = None if same else f"{case}: the echo names another sessionId than the request"
     draft.rec.record("sessions-draft-echo-same-session-id", rotated, {"case": case})
 
 
@@ -221,63 +256,75 @@ def check_echo(draft: Draft, listed: Exchange, sessionless: Exchange | None, ses
     """The echo, on the probe and on the tool's call (often a streamed answer); with ``--conventions``, merged
     into the server's own ``_meta``, and never in notifications."""
     on_list = draft.probe_name == "tools/list"
-    _check_echo_on(draft, listed if on_list else draft.in_session(session), session, draft.probe_name)
+    probed = listed if on_list else draft.in_session(session)
+    _check_echo_on(draft, probed, session, draft.probe_name)
     if draft.tool is not None and on_list:
-        called = draft.use("tools/call", call_params(draft.tool), session=session, meta={"progressToken": "p"})
+        params = call_params(draft.tool)
+        called = draft.use("tools/call", params, session=session, meta={"progressToken": "p"})
         _check_echo_on(draft, called, session, f"tools/call {draft.tool}")
     if draft.echoes == 0:
         draft.rec.skip("sessions-draft-echo-same-session-id", "no result carried an echo to compare")
-    if not draft.rec.applies("sessions-draft-echo-merges-meta") or sessionless is None:
+    merges = "sessions-draft-echo-merges-meta"
+    if not draft.rec.applies(merges) or sessionless is None:
         return
-    own, theirs = member(sessionless.result, "_meta"), member(listed.result, "_meta")
+    own = member(sessionless.result, "_meta")
+    theirs = member(listed.result, "_meta")
     if not isinstance(own, dict) or not own:
-        draft.rec.skip("sessions-draft-echo-merges-meta", "the server puts nothing of its own in result._meta")
+        draft.rec.skip(merges, "the server puts nothing of its own in result._meta")
     else:
-        lost = sorted(set(own) - set(theirs if isinstance(theirs, dict) else ()))
-        problem = f"the echo replaced the server's result._meta: {', '.join(lost)} lost" if lost else None
-        draft.rec.record("sessions-draft-echo-merges-meta", problem, {"server": sorted(own)})
+        kept = theirs if isinstance(theirs, dict) else {}
+        lost = sorted(set(own) - set(kept))
+        named = ", ".join(lost)
+        problem = f"the echo replaced the server's result._meta: {named} lost" if lost else None
+        draft.rec.record(merges, problem, {"server": sorted(own)})
     check_notifications(draft, session)
 
 
 def check_notifications(draft: Draft, session: str) -> None:
     """With ``--conventions``: ``countdown`` (the quickstart's) streams progress; no notification names the session."""
+    check = "sessions-draft-no-echo-in-notifications"
     if "countdown" not in draft.tools:
-        draft.rec.skip("sessions-draft-no-echo-in-notifications", "the server has no countdown tool (the quickstart's)")
+        draft.rec.skip(check, "the server has no countdown tool (the quickstart's)")
         return
     countdown = {"name": "countdown", "arguments": {"n": 1}}
     streamed = draft.use("tools/call", countdown, session=session, meta={"progressToken": "p"})
     _check_echo_on(draft, streamed, session, "tools/call countdown (streamed)")
     if not streamed.notifications:
         reason = "the server sent no notification before its answer (a JSON answer)"
-        draft.rec.skip("sessions-draft-no-echo-in-notifications", reason)
+        draft.rec.skip(check, reason)
         return
     carrying = [n.get("method") for n in streamed.notifications if member(n, "params", "_meta", KEY)]
     problem = f"notifications carry session metadata: {carrying}" if carrying else None
-    draft.rec.record("sessions-draft-no-echo-in-notifications", problem, {"notifications": carrying})
+    draft.rec.record(check, problem, {"notifications": carrying})
 
 
 def check_context(draft: Draft, first: str, second: str | None) -> None:
     """The session is the request's context: the quickstart's counter goes on, another session's starts over."""
+    check = "sessions-draft-session-is-context"
     if COUNTER not in draft.tools:
         reason = f"the server has no '{COUNTER}' tool (the quickstart's counter), the one tool whose answer shows it"
-        draft.rec.skip("sessions-draft-session-is-context", reason)
+        draft.rec.skip(check, reason)
         return
-    sessions = [first, first, *([second] if second is not None and second != first else [])]
+    sessions = [first, first]
+    if second is not None and second != first:
+        sessions.append(second)
     counts = [tool_text(draft.tool_call(COUNTER, session=session)) for session in sessions]
-    record_counts(draft.rec, "sessions-draft-session-is-context", counts)
+    record_counts(draft.rec, check, counts)
 
 
 def check_sessionless(draft: Draft) -> Exchange | None:
     """With ``--conventions``: a request without session metadata is served as without sessions, and says nothing
     of one."""
-    if not draft.rec.applies("sessions-draft-sessionless"):
+    check = "sessions-draft-sessionless"
+    if not draft.rec.applies(check):
         return None
     plain = draft.peer.call("tools/list")
     if plain.result is None:
         problem: str | None = f"a request without session metadata was refused: {plain.summary()}"
     else:
-        problem = "a sessionless result carries session metadata" if echo_of(plain) is not None else None
-    draft.rec.record("sessions-draft-sessionless", problem, plain.summary())
+        echoed = echo_of(plain) is not None
+        problem = "a sessionless result carries session metadata" if echoed else None
+    draft.rec.record(check, problem, plain.summary())
     return plain
 
 
@@ -288,7 +335,8 @@ def check_required(draft: Draft, session: str) -> None:
     With ``--conventions``, the quickstart's ``count`` is known to need one.
     """
     check = "sessions-draft-session-required"
-    tool = COUNTER if draft.rec.conventions and COUNTER in draft.tools else draft.tool
+    known = draft.rec.conventions and COUNTER in draft.tools
+    tool = COUNTER if known else draft.tool
     if tool is None:
         draft.rec.skip(check, NO_TOOL)
         return
@@ -296,9 +344,11 @@ def check_required(draft: Draft, session: str) -> None:
     details = {"tool": tool, **draft.required_code.details(), **refused.summary()}
     if tool != COUNTER or not draft.rec.conventions:
         if not refused.answer_is_error:
-            draft.rec.skip(check, f"the tool '{tool}' was served without a session: it requires none", details)
+            reason = f"the tool '{tool}' was served without a session: it requires none"
+            draft.rec.skip(check, reason, details)
             return
         if draft.use("tools/call", call_params(tool), session=session).result is None:
-            draft.rec.skip(check, f"the tool '{tool}' is refused in a session too: not for want of one", details)
+            reason = f"the tool '{tool}' is refused in a session too: not for want of one"
+            draft.rec.skip(check, reason, details)
             return
     draft.rec.record(check, draft.error(refused, draft.required_code), details)

@@ -30,7 +30,7 @@ NO_TOOL: Final = "the server lists no tool that takes no arguments: pass --tool 
 def _takes_no_arguments(tool: object) -> bool:
     """Whether ``tool`` (a ``tools/list`` entry) can be called with ``{}``: its input schema requires nothing."""
     required = member(tool, "inputSchema", "required")
-    return isinstance(member(tool, "name"), str) and (required is None or required == [])
+    return isinstance(member(tool, "name"), str) and required in (None, [])
 
 
 def pick_tool(listed: Exchange, settings: Settings) -> str | None:
@@ -38,12 +38,18 @@ def pick_tool(listed: Exchange, settings: Settings) -> str | None:
     if settings.tool is not None:
         return settings.tool
     tools = member(listed.result, "tools")
-    callable_ = [tool for tool in (tools if isinstance(tools, list) else []) if _takes_no_arguments(tool)]
-    read_only = [tool for tool in callable_ if member(tool, "annotations", "readOnlyHint") is True]
-    harmless = [tool for tool in callable_ if member(tool, "annotations", "destructiveHint") is not True]
+    offered = tools if isinstance(tools, list) else []
+    callable_ = [tool for tool in offered if _takes_no_arguments(tool)]
+    read_only = [tool for tool in callable_ if _hint(tool, "readOnlyHint") is True]
+    harmless = [tool for tool in callable_ if _hint(tool, "destructiveHint") is not True]
     chosen = (read_only or harmless)[:1]
     name = member(chosen[0], "name") if chosen else None
     return name if isinstance(name, str) else None
+
+
+def _hint(tool: object, name: str) -> object:
+    """The annotation ``name`` of ``tool`` (a ``tools/list`` entry), ``None`` when it has none."""
+    return member(tool, "annotations", name)
 
 
 def call_params(tool: str) -> dict[str, object]:
@@ -58,13 +64,17 @@ def record_counts(rec: Recorder, check: str, counts: Sequence[str | None]) -> No
     that name, not the quickstart's counter: the check is SKIPPED. With ``--conventions`` it is the fixture.
     """
     first = counts[0] if counts else None
-    if not rec.conventions and first is not None and first != "1":
-        reason = f"the server's '{COUNTER}' tool answered {first[:40]!r} in a new session: it is not a counter"
-        rec.skip(check, reason + " from 1 (the quickstart's), so its answers cannot show the session")
+    if not rec.conventions and first not in (None, "1"):
+        reason = (
+            f"the server's '{COUNTER}' tool answered {first[:40]!r} in a new session: it is not a "
+            "counter from 1 (the quickstart's), so its answers cannot show the session"
+        )
+        rec.skip(check, reason)
         return
-    expected = ["1", "2", "1"][: len(counts)]
-    problem = None if list(counts) == expected else f"{COUNTER} answered {list(counts)}, expected {expected}"
-    rec.record(check, problem, {"counts": list(counts), "tool": COUNTER})
+    counted = list(counts)
+    expected = ["1", "2", "1"][: len(counted)]
+    problem = None if counted == expected else f"{COUNTER} answered {counted}, expected {expected}"
+    rec.record(check, problem, {"counts": counted, "tool": COUNTER})
 
 
 @dataclass(frozen=True)
@@ -79,9 +89,10 @@ class Code:
 
     def problem(self, exchange: Exchange) -> str | None:
         """Why ``exchange`` is not this error, or ``None`` when it is (or is one of the accepted codes)."""
-        if exchange.error_code == self.code or exchange.error_code in self.accepted:
+        if self.matches(exchange.error_code):
             return None
-        also = f" (or {', '.join(map(str, self.accepted))}, {self.option})" if self.accepted else ""
+        accepted = ", ".join(map(str, self.accepted))
+        also = f" (or {accepted}, {self.option})" if self.accepted else ""
         return f"expected error {self.code}{also}, got {exchange.summary()}"
 
     def details(self) -> dict[str, object]:

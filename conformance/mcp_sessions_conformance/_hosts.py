@@ -16,11 +16,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ._draft_session import KEY
+from ._fixture import call_params
 from ._model import MODERN, Recorder
 from ._peer import Exchange, Peer, member, tool_names, tool_text
 
-Form = Callable[[str], tuple[dict[str, object], dict[str, str]]]
-"""How a host names a conversation: the ``_meta`` members and HTTP headers of a request, from its id."""
+Request = tuple[dict[str, object], dict[str, str]]
+"""What a host adds to a request: its ``_meta`` members and its HTTP headers."""
+Form = Callable[[str], Request]
+"""How a host names a conversation in a request, from its id."""
 
 HOSTS: Mapping[str, Form] = {
     "openai": lambda id_: ({"openai/session": id_}, {}),
@@ -59,9 +62,9 @@ class Hosts:
 
     def call(self, tool: str, meta: Mapping[str, object], headers: Mapping[str, str] | None = None) -> Exchange:
         """``tools/call`` of a fixture tool with ``meta`` in ``_meta``, as a host sends it."""
-        params = {"name": tool, "arguments": {}}
         session = member(meta, KEY, "sessionId")
         header = session if isinstance(session, str) and self.peer.era == MODERN else None
+        params = call_params(tool)
         return self.peer.call("tools/call", params, meta=meta, session_header=header, headers=headers)
 
     def whoami(self, meta: Mapping[str, object], headers: Mapping[str, str] | None = None) -> str | None:
@@ -69,14 +72,20 @@ class Hosts:
 
 
 def _check_never_an_error(hosts: Hosts) -> None:
-    bad: dict[str, tuple[dict[str, object], dict[str, str]]] = {
-        **{f"openai/session with {case}": ({"openai/session": value}, {}) for case, value in UNUSABLE_IDS.items()},
+    bad: dict[str, Request] = {}
+    for case, value in UNUSABLE_IDS.items():
+        bad[f"openai/session with {case}"] = ({"openai/session": value}, {})
+    bad |= {
         "openai/session a number": ({"openai/session": 5}, {}),
         "vscode.conversationId an object": ({"vscode.conversationId": {"an": "object"}}, {}),
         "baggage over 8,192 bytes": ({}, {"baggage": "gen_ai.conversation.id=" + "b" * 9000}),
     }
-    refused = [case for case, (meta, headers) in bad.items() if hosts.call("whoami", meta, headers).result is None]
-    hosts.rec.record("sessions-hosts-never-an-error", f"refused: {refused}" if refused else None, {"cases": len(bad)})
+    refused = []
+    for case, (meta, headers) in bad.items():
+        if hosts.call("whoami", meta, headers).result is None:
+            refused.append(case)
+    problem = f"refused: {refused}" if refused else None
+    hosts.rec.record("sessions-hosts-never-an-error", problem, {"cases": len(bad)})
 
 
 def _check_never_echoed(hosts: Hosts) -> None:
@@ -92,9 +101,10 @@ def _check_never_echoed(hosts: Hosts) -> None:
 
 
 def _check_data_layer_wins(hosts: Hosts) -> None:
+    check = "sessions-hosts-data-layer-wins"
     created = member(hosts.peer.call("sessions/create").result, "session", "sessionId")
     if not isinstance(created, str):
-        hosts.rec.skip("sessions-hosts-data-layer-wins", "the server answers no sessions/create (the draft's)")
+        hosts.rec.skip(check, "the server answers no sessions/create (the draft's)")
         return
     session = {KEY: {"sessionId": created}}
     alone = hosts.whoami(session)
@@ -102,20 +112,30 @@ def _check_data_layer_wins(hosts: Hosts) -> None:
     both = {**session, "openai/session": hosts.id("beside-a-session")}
     counts.append(tool_text(hosts.call("count", both)))
     together = hosts.whoami(both)
-    problem = None if counts == ["1", "2"] and together == alone else f"count {counts}, whoami {alone} → {together}"
-    hosts.rec.record("sessions-hosts-data-layer-wins", problem, {"counts": counts})
+    right = counts == ["1", "2"] and together == alone
+    problem = None if right else f"count {counts}, whoami {alone} → {together}"
+    hosts.rec.record(check, problem, {"counts": counts})
 
 
 def _check_without_data(hosts: Hosts) -> None:
     count = hosts.call("count", {"openai/session": hosts.id("no-data")})
-    problem = None if count.error_code == -32044 else f"a session-required tool, with a host's id: {count.summary()}"
+    required = count.error_code == -32044
+    problem = None if required else f"a session-required tool, with a host's id: {count.summary()}"
     hosts.rec.record("sessions-hosts-tracing-only", problem, count.summary())
     for check in _DATA_CHECKS:
         hosts.rec.skip(check, "the server keeps no data per host conversation (conversation_data is off)")
 
 
 def _check_with_data(hosts: Hosts) -> None:
-    hosts.rec.skip("sessions-hosts-tracing-only", "the server keeps data per host conversation (conversation_data)")
+    reason = "the server keeps data per host conversation (conversation_data)"
+    hosts.rec.skip("sessions-hosts-tracing-only", reason)
+    _check_data_per_conversation(hosts)
+    _check_first_host_wins(hosts)
+    _check_usable_id(hosts)
+    _check_baggage_member_only(hosts)
+
+
+def _check_data_per_conversation(hosts: Hosts) -> None:
     wrong = []
     for host, form in HOSTS.items():
         meta, headers = form(hosts.id(f"data-{host}"))
@@ -124,11 +144,18 @@ def _check_with_data(hosts: Hosts) -> None:
         if seen[0] in (None, "none") or seen[0] != seen[1] or counts != ["1", "2"]:
             wrong.append(f"{host}: whoami {seen}, count {counts}")
     other = tool_text(hosts.call("count", {"openai/session": hosts.id("data-another")}))
-    wrong += [] if other == "1" else [f"another conversation counted {other}"]
+    if other != "1":
+        wrong.append(f"another conversation counted {other}")
     hosts.rec.record("sessions-hosts-data-per-conversation", "; ".join(wrong) or None)
+
+
+def _check_first_host_wins(hosts: Hosts) -> None:
     first, second, third = hosts.id("first"), hosts.id("second"), hosts.id("third")
     cases = {
-        "openai before vscode": ({"openai/session": first, "vscode.conversationId": second}, {"openai/session": first}),
+        "openai before vscode": (
+            {"openai/session": first, "vscode.conversationId": second},
+            {"openai/session": first},
+        ),
         "vscode before baggage": (
             {"vscode.conversationId": second, "baggage": f"gen_ai.conversation.id={third}"},
             {"vscode.conversationId": second},
@@ -138,13 +165,26 @@ def _check_with_data(hosts: Hosts) -> None:
             {"vscode.conversationId": second},
         ),
     }
-    wrong = [case for case, (together, winner) in cases.items() if hosts.whoami(together) != hosts.whoami(winner)]
+    wrong = []
+    for case, (together, winner) in cases.items():
+        if hosts.whoami(together) != hosts.whoami(winner):
+            wrong.append(case)
     hosts.rec.record("sessions-hosts-first-host-wins", f"another host won: {wrong}" if wrong else None)
+
+
+def _check_usable_id(hosts: Hosts) -> None:
     longest = hosts.prefix + "-" + "u" * (256 - len(hosts.prefix) - 1)
     usable = hosts.whoami({"openai/session": longest}) not in (None, "none")
-    kept = [case for case, value in UNUSABLE_IDS.items() if hosts.whoami({"openai/session": value}) != "none"]
-    problem = None if usable and not kept else f"256 characters usable: {usable}; unusable ids kept: {kept}"
+    kept = []
+    for case, value in UNUSABLE_IDS.items():
+        if hosts.whoami({"openai/session": value}) != "none":
+            kept.append(case)
+    right = usable and not kept
+    problem = None if right else f"256 characters usable: {usable}; unusable ids kept: {kept}"
     hosts.rec.record("sessions-hosts-usable-id", problem)
+
+
+def _check_baggage_member_only(hosts: Hosts) -> None:
     member_only = [
         hosts.whoami({}, {"baggage": f"session.id={hosts.id('baggage-header')}"}),
         hosts.whoami({"baggage": f"session.id={hosts.id('baggage-meta')}"}),
@@ -167,8 +207,9 @@ def run_hosts(peer: Peer, rec: Recorder) -> None:
     hosts = Hosts(peer, rec)
     tools = tool_names(peer.call("tools/list"))
     if not {"whoami", "count"} <= tools:
+        reason = "the server has no whoami and count tools (the quickstart's, which it needs)"
         for requirement in rec.traceability.requirements:
-            rec.skip(requirement.check, "the server has no whoami and count tools (the quickstart's, which it needs)")
+            rec.skip(requirement.check, reason)
         return
     _check_never_an_error(hosts)
     _check_never_echoed(hosts)

@@ -43,10 +43,12 @@ def headers_of(scope: Scope) -> dict[bytes, bytes]:
     raw_headers = list(scope["headers"])  # ASGI allows any iterable
     headers = dict(reversed(raw_headers))
     repeated = len(headers) < len(raw_headers)
-    if repeated and len({value for name, value in raw_headers if name == MCP_SESSION_ID_HEADER}) > 1:
-        # Two different Mcp-Session-Id headers: a proxy may route on one and we
-        # would check the other, so the pair matches no session.
-        headers[MCP_SESSION_ID_HEADER] = _CONFLICTING_HEADER
+    if repeated:
+        session_ids = {value for name, value in raw_headers if name == MCP_SESSION_ID_HEADER}
+        if len(session_ids) > 1:
+            # Two different Mcp-Session-Id headers: a proxy may route on one and we
+            # would check the other, so the pair matches no session.
+            headers[MCP_SESSION_ID_HEADER] = _CONFLICTING_HEADER
     return headers
 
 
@@ -192,7 +194,8 @@ class AtEndpoints:
 
     def passes(self, scope: Scope) -> bool:
         """Whether a request is not this instance's to serve: not HTTP, or routed to an endpoint a copy serves."""
-        return scope["type"] != "http" or (self._inner_paths is not None and route_path(scope) in self._inner_paths)
+        inner = self._inner_paths
+        return scope["type"] != "http" or (inner is not None and route_path(scope) in inner)
 
     @property
     def session_manager(self) -> object:
@@ -217,9 +220,10 @@ def place_at_endpoints(
     _walk(app, "", found, set(), placed, 0)
     if not found:  # said once, at startup: what the middleware cannot read of such a server
         logger.warning(
-            "mcp-sessions: found no MCP endpoint inside %s, so the session methods are answered in front of the "
-            "whole app: the app still judges each request first, but the user its authentication signs in is "
-            "not seen (sessions are bound to the principal= hook's answer)",
+            "mcp-sessions: found no MCP endpoint inside %s, so the session methods are answered in "
+            "front of the whole app: the app still judges each request first, but the user its "
+            "authentication signs in is not seen (sessions are bound to the principal= hook's "
+            "answer)",
             type(app).__qualname__,
         )
         return None

@@ -39,9 +39,10 @@ class SessionSpanProcessor(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Set each of ``attributes`` on ``span`` to the session id in ``parent_context``'s baggage, if there is one."""
         session_id = baggage.get_baggage(SESSION_BAGGAGE_KEY, parent_context)
-        if isinstance(session_id, str) and session_id:
-            for name in self._attributes:
-                span.set_attribute(name, session_id)
+        if not isinstance(session_id, str) or not session_id:
+            return
+        for name in self._attributes:
+            span.set_attribute(name, session_id)
 
 
 class SentrySessionSpanProcessor(SessionSpanProcessor):
@@ -67,6 +68,6 @@ class SentrySessionSpanProcessor(SessionSpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Set ``mcp.session.id`` on ``span`` to the session id in the baggage, unless the span has one already."""
-        if span.attributes is not None and MCP_SESSION_ID in span.attributes:
+        if MCP_SESSION_ID in (span.attributes or {}):
             return
         super().on_start(span, parent_context)

@@ -1,5 +1,5 @@
 """scripts/count_lines.py counts what the budgets count, and `--check` fails when a part is over its budget or
-denser than the guard (issue 68)."""
+denser than the guard (issue 68), or a module is over the ceiling every module is held to (issue 78)."""
 
 import subprocess
 import sys
@@ -9,8 +9,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "count_lines.py"
-# Every part of the budget (the script holds the table; this test only names the parts), the suite's too.
-CHECKED = ["core", "_cli", "_gateway", "tests"]
+# Every part of the budget (the script holds the table; this test only names the parts), the suite's too, and
+# every module of the package and the conformance pack against the ceiling (the failure names each one over).
+CHECKED = ["core", "_cli", "_gateway", "tests", "modules"]
 WIDE = "x = " + "1 + " * 25 + "1"  # 105 columns
 LONG = "v = '" + "y" * 64 + "'"  # 70 characters
 
@@ -94,8 +95,25 @@ def test_the_part_fits_its_budget_and_the_density_guard(part: str) -> None:
 
 
 def test_modules_lists_each_module_s_density_and_those_over_the_ceiling(tmp_path: Path) -> None:
-    (tmp_path / "pkg").mkdir()
+    for name in ("pkg", "pack"):
+        (tmp_path / name).mkdir()
     (tmp_path / "pkg" / "a.py").write_text(f"{WIDE}  # trails\n" + "z = 3\n" * 8, encoding="utf-8")  # 11.1% wide
     (tmp_path / "pkg" / "b.py").write_text(f"{WIDE}\n" + "z = 3\n" * 9, encoding="utf-8")  # 10.0%: at the ceiling
-    listed = count_lines("--package", str(tmp_path / "pkg"), "--modules").stdout.split(" modules over ")[1]
-    assert "pkg/a.py" in listed and "pkg/b.py" not in listed
+    (tmp_path / "pack" / "c.py").write_text(f"{LONG}\n", encoding="utf-8")  # 70 characters a line
+    folders = ["--package", str(tmp_path / "pkg"), "--conformance", str(tmp_path / "pack")]
+    done = count_lines(*folders, "--check", "modules")
+    listed = done.stdout.split(" modules over ")[1]
+    assert done.returncode == 1
+    assert "pkg/a.py" in listed and "pack/c.py" in listed and "pkg/b.py" not in listed
+
+
+def test_a_re_export_module_is_judged_by_its_wide_lines_alone(tmp_path: Path) -> None:
+    """Its lines are the names it exports, written twice: 57 characters a line, and no statement to split."""
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    names = ["SessionLogFilter", "current_conversation"]
+    reexports = "".join(f"from ._session import {name} as {name}\n" for name in names)
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text(f'"""Doc."""\n\n{reexports}', encoding="utf-8")
+    (tmp_path / "pkg" / "code.py").write_text(f"{reexports}{LONG}\n", encoding="utf-8")
+    folders = ["--package", str(tmp_path / "pkg"), "--conformance", str(tmp_path / "pkg" / "sub")]
+    listed = count_lines(*folders, "--check", "modules").stdout.split(" modules over ")[1]
+    assert "pkg/code.py" in listed and "pkg/sub/__init__.py" not in listed

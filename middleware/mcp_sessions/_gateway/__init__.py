@@ -11,7 +11,7 @@ uvicorn, which only the gateway needs, are imported when it is built. See ``docs
 from typing import Any
 
 from ._app import gateway_app
-from ._cli import DESCRIPTION, add_arguments, run  # the ``mcp-sessions gateway`` command, as _cli's others
+from ._cli import DESCRIPTION, add_arguments, run  # what _cli reads of every command
 
 __all__ = ["DESCRIPTION", "add_arguments", "gateway_app", "run"]
 

@@ -59,9 +59,9 @@ EXCHANGE_VARIABLES: Final = {
 """The variable each ``--exchange-*`` flag falls back to (the secret's is ``MCP_SESSIONS_EXCHANGE_CLIENT_SECRET``)."""
 
 DESCRIPTION: Final = (
-    "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream server "
-    "(or to one of its replicas, the same one for every request of a conversation). Sessions are "
-    "configured by the MCP_SESSIONS_* variables, as for the middleware."
+    "Serve one MCP endpoint with data-layer sessions, forwarding every request to the upstream "
+    "server (or to one of its replicas, the same one for every request of a conversation). "
+    "Sessions are configured by the MCP_SESSIONS_* variables, as for the middleware."
 )
 
 
@@ -75,8 +75,8 @@ def add_arguments(gateway: argparse.ArgumentParser) -> None:
     upstream.add_argument(
         "--stdio",
         metavar="COMMAND",
-        help="a stdio server's command and arguments, split as a shell would and run without one: a process "
-        "per conversation (pip install 'mcp-sessions[gateway]')",
+        help="a stdio server's command and arguments, split as a shell would and run without one: "
+        "a process per conversation (pip install 'mcp-sessions[gateway]')",
     )
     add_process_arguments(gateway)
     add_network_arguments(gateway)
@@ -93,8 +93,9 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         "--allowed-host",
         action="append",
         metavar="HOST",
-        help="a Host the gateway serves ('example.com:*': any port); repeat. Default: MCP_SESSIONS_ALLOWED_HOSTS, "
-        "else localhost names on a loopback --host and no check on any other",
+        help="a Host the gateway serves ('example.com:*': any port); repeat. Default: "
+        "MCP_SESSIONS_ALLOWED_HOSTS, else localhost names on a loopback --host and no check on "
+        "any other",
     )
     gateway.add_argument(
         "--allowed-origin", action="append", metavar="ORIGIN", help="an Origin the gateway serves, as --allowed-host"
@@ -102,8 +103,9 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--forwarded-allow-ips",
         metavar="IPS",
-        help="the proxies in front whose X-Forwarded-* and Forwarded headers count (comma-separated IP addresses "
-        "and networks, '*' for all), as uvicorn's option. Default: FORWARDED_ALLOW_IPS, else none",
+        help="the proxies in front whose X-Forwarded-* and Forwarded headers count "
+        "(comma-separated IP addresses and networks, '*' for all), as uvicorn's option. Default: "
+        "FORWARDED_ALLOW_IPS, else none",
     )
     for flag, default, text in (
         ("--keepalive", DEFAULT_KEEPALIVE, "an SSE comment on an event stream idle this long; 0: never"),
@@ -120,23 +122,24 @@ def _serving_arguments(gateway: argparse.ArgumentParser) -> None:
         "--shutdown-timeout",
         type=float,
         metavar="SECONDS",
-        help=f"on SIGTERM, how long answers still streaming may go on (default {DEFAULT_SHUTDOWN_TIMEOUT:g}; "
-        f"{STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes then have 5 s to end)",
+        help="on SIGTERM, how long answers still streaming may go on (default "
+        f"{DEFAULT_SHUTDOWN_TIMEOUT:g}; {STDIO_SHUTDOWN_TIMEOUT:g} with --stdio, whose processes "
+        "then have 5 s to end)",
     )
     gateway.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     gateway.add_argument(
         "--status-port",
         type=int,
         metavar="PORT",
-        help="with --stdio: serve the operator's view of the processes (GET /status) on 127.0.0.1:PORT, a port of "
-        "its own on the loopback address only, which processes reach under --process-network host (default: not "
-        "served)",
+        help="with --stdio: serve the operator's view of the processes (GET /status) on "
+        "127.0.0.1:PORT, a port of its own on the loopback address only, which processes reach "
+        "under --process-network host (default: not served)",
     )
     gateway.add_argument(
         "--status-socket",
         metavar="PATH",
-        help="with --stdio: serve it on a Unix socket at PATH too, in a directory only the gateway's user may enter "
-        "(made mode 0700 if missing)",
+        help="with --stdio: serve it on a Unix socket at PATH too, in a directory only the "
+        "gateway's user may enter (made mode 0700 if missing)",
     )
 
 
@@ -163,22 +166,23 @@ def _auth_arguments(gateway: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME=SOURCE",
-        help="with --stdio: NAME in each conversation's process from claim:CLAIM (of its token) or header:NAME (of "
-        "the request that starts it); repeat",
+        help="with --stdio: NAME in each conversation's process from claim:CLAIM (of its token) or "
+        "header:NAME (of the request that starts it); repeat",
     )
 
 
 def _exchange_arguments(gateway: argparse.ArgumentParser) -> None:
     """What the upstream gets as ``Authorization``, and the token exchange (``_exchange``, RFC 8693)."""
     exchange = gateway.add_argument_group(
-        "the upstream's credentials (each also from its MCP_SESSIONS_* variable; the client secret from "
-        "MCP_SESSIONS_EXCHANGE_CLIENT_SECRET or a file, never a flag)"
+        "the upstream's credentials (each also from its MCP_SESSIONS_* variable; the client secret "
+        "from MCP_SESSIONS_EXCHANGE_CLIENT_SECRET or a file, never a flag)"
     )
     exchange.add_argument(
         "--upstream-token",
         choices=("passthrough", "none", "exchange"),
-        help="the upstream's Authorization: the client's as it came (passthrough, the default without --auth-*), "
-        "none (the default with --auth-*), or each user's token exchanged for one issued for the upstream (exchange)",
+        help="the upstream's Authorization: the client's as it came (passthrough, the default "
+        "without --auth-*), none (the default with --auth-*), or each user's token exchanged for "
+        "one issued for the upstream (exchange)",
     )
     for flag, text in (
         (

@@ -91,5 +91,6 @@ class _Answer:
         kinds = (declared.get("experimental"), declared.get("extensions"))
         if not any(isinstance(kind, dict) and LIFETIME in kind for kind in kinds):
             return b""
-        ended = jsonrpc.error(request["id"], AUTHORIZATION_ENDED, "Authorization ended", {"reason": "token_expiry"})
+        data = {"reason": "token_expiry"}
+        ended = jsonrpc.error(request["id"], AUTHORIZATION_ENDED, "Authorization ended", data)
         return b"event: message\r\ndata: " + jsonrpc.dumps(ended) + b"\r\n\r\n"

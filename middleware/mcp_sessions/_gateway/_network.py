@@ -45,18 +45,19 @@ def add_network_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--process-network",
         choices=NETWORKS,
-        help="with --stdio: 'host': the host's network, as the gateway has it; 'none': a network namespace of its "
-        "own, nothing to reach; 'egress': the world, but not this host, its link or the private ranges (nftables "
-        "rules on the processes' uids: --process-uids or --process-user). Default: egress with --process-uids, "
-        "else host",
+        help="with --stdio: 'host': the host's network, as the gateway has it; 'none': a network "
+        "namespace of its own, nothing to reach; 'egress': the world, but not this host, its link "
+        "or the private ranges (nftables rules on the processes' uids: --process-uids or "
+        "--process-user). Default: egress with --process-uids, else host",
     )
     gateway.add_argument(
         "--process-allow-net",
         action="append",
         default=[],
         metavar="CIDR[:PORT]",
-        help="with --process-network egress: a network (and a port, tcp and udp) the processes reach all the same, "
-        "of this host (127.0.0.53:53, a resolver on loopback) or a private range ([::1]:PORT for IPv6); repeat",
+        help="with --process-network egress: a network (and a port, tcp and udp) the processes "
+        "reach all the same, of this host (127.0.0.53:53, a resolver on loopback) or a private "
+        "range ([::1]:PORT for IPv6); repeat",
     )
 
 
@@ -75,15 +76,16 @@ def egress_rules(
     front = trusts_a_local_peer(trusted, local)
     if network == "host" and front is not None:
         raise ValueError(
-            f"--forwarded-allow-ips {front}: processes on the host's network (--process-network host) connect from "
-            "that address and would pass for the proxy: give --process-uids (egress), or --process-network none"
+            f"--forwarded-allow-ips {front}: processes on the host's network (--process-network "
+            "host) connect from that address and would pass for the proxy: give --process-uids "
+            "(egress), or --process-network none"
         )
     if network != "egress":
         return None
     if uids is None or uids == os.geteuid():
         raise ValueError(
-            "--process-network egress is the kernel's rules on the processes' own uid: give --process-uids "
-            "FIRST-LAST, or a --process-user other than the gateway's"
+            "--process-network egress is the kernel's rules on the processes' own uid: give "
+            "--process-uids FIRST-LAST, or a --process-user other than the gateway's"
         )
     for given, each in zip(allow, allowed, strict=True):
         if front is not None and each.reaches(local, port):

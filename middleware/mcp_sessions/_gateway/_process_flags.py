@@ -33,9 +33,10 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
         "--processes",
         choices=("auto", "per-conversation", "shared"),
         default="auto",
-        help="with --stdio: a process per conversation, or one shared by every client (each request names its "
-        "conversation in _meta); auto (default): if the server speaks 2026-07-28 and no --process-env or "
-        "--process-uids, a process per caller (its conversations named in _meta), else per conversation",
+        help="with --stdio: a process per conversation, or one shared by every client (each "
+        "request names its conversation in _meta); auto (default): if the server speaks "
+        "2026-07-28 and no --process-env or --process-uids, a process per caller (its "
+        "conversations named in _meta), else per conversation",
     )
     gateway.add_argument(
         "--process-idle",
@@ -61,8 +62,8 @@ def _process_arguments(gateway: argparse.ArgumentParser) -> None:
         "--sessionless",
         choices=("per-caller", "per-request", "shared"),
         default="per-caller",
-        help="with --stdio: the 2026-07-28 requests of a caller that name no conversation reach that caller's own "
-        "process (default), or each a process of its own, or the shared one",
+        help="with --stdio: the 2026-07-28 requests of a caller that name no conversation reach "
+        "that caller's own process (default), or each a process of its own, or the shared one",
     )
     gateway.add_argument(
         "--warm",
@@ -78,29 +79,30 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
     gateway.add_argument(
         "--process-uids",
         metavar="FIRST-LAST",
-        help="with --stdio: a uid (and gid) of its own for each process, from this range, which no user of the "
-        "system may have; the gateway must run as root",
+        help="with --stdio: a uid (and gid) of its own for each process, from this range, which no "
+        "user of the system may have; the gateway must run as root",
     )
     gateway.add_argument(
         "--process-user",
         metavar="USER[:GROUP]",
-        help="with --stdio: run every process as this one user (and its group, or GROUP), for a single tenant; the "
-        "gateway must run as root",
+        help="with --stdio: run every process as this one user (and its group, or GROUP), for a "
+        "single tenant; the gateway must run as root",
     )
     gateway.add_argument(
         "--accept-shared-uid",
         action="store_true",
-        help="with auth and --process-env but no --process-uids: accept that users' processes, which share a uid, "
-        "can read each other's environment and files",
+        help="with auth and --process-env but no --process-uids: accept that users' processes, "
+        "which share a uid, can read each other's environment and files",
     )
     gateway.add_argument(
         "--process-containment",
         choices=CONTAINMENTS,
         default="auto",
-        help="with --stdio: 'bwrap' (bubblewrap) or 'unshare' (util-linux, as root): each process in a PID namespace "
-        "with a /proc of its own, all it started ending with it, its own /tmp, /var/tmp, /dev/shm and /run/lock, no "
-        "view of the control groups; 'none': its process group only; 'auto' (default): bwrap where it works, else "
-        "unshare, else none (the startup line says which)",
+        help="with --stdio: 'bwrap' (bubblewrap) or 'unshare' (util-linux, as root): each process "
+        "in a PID namespace with a /proc of its own, all it started ending with it, its own /tmp, "
+        "/var/tmp, /dev/shm and /run/lock, no view of the control groups; 'none': its process "
+        "group only; 'auto' (default): bwrap where it works, else unshare, else none (the startup "
+        "line says which)",
     )
     gateway.add_argument(
         "--process-memory",
@@ -112,29 +114,30 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         "--process-pids",
         type=int,
         metavar="N",
-        help="with --stdio: how many processes a conversation may run at once (a control group, else "
-        "RLIMIT_NPROC of its uid with --process-uids)",
+        help="with --stdio: how many processes a conversation may run at once (a control group, "
+        "else RLIMIT_NPROC of its uid with --process-uids)",
     )
     gateway.add_argument(
         "--process-cpu",
         type=float,
         metavar="CORES",
-        help="with --stdio: a conversation's CPU at most, all its processes together, in cores (0.5: half of one; "
-        "a control group's CFS quota)",
+        help="with --stdio: a conversation's CPU at most, all its processes together, in cores "
+        "(0.5: half of one; a control group's CFS quota)",
     )
     gateway.add_argument(
         "--process-cwd",
         metavar="TEMPLATE",
-        help="with --stdio: a new working directory per process, also its HOME, '{id}' in it the process's own id "
-        "(its MCP_SESSION_ID; 'shared-' and a random part for the shared process); removed when the process ends",
+        help="with --stdio: a new working directory per process, also its HOME, '{id}' in it the "
+        "process's own id (its MCP_SESSION_ID; 'shared-' and a random part for the shared "
+        "process); removed when the process ends",
     )
     gateway.add_argument(
         "--pass-env",
         action="append",
         default=[],
         metavar="NAME",
-        help="with --stdio: the gateway's variable NAME reaches every process (besides PATH, HOME, LOGNAME, SHELL, "
-        "TERM and USER); repeat",
+        help="with --stdio: the gateway's variable NAME reaches every process (besides PATH, HOME, "
+        "LOGNAME, SHELL, TERM and USER); repeat",
     )
 
 
@@ -147,8 +150,9 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
     if auth is not None and args.process_env and not args.process_uids and not args.accept_shared_uid:
         raise ValueError(
-            "--process-env puts each user's secrets in processes that share one uid and can read each other's: "
-            "give --process-uids FIRST-LAST (a uid per process), or --accept-shared-uid to accept that"
+            "--process-env puts each user's secrets in processes that share one uid and can read "
+            "each other's: give --process-uids FIRST-LAST (a uid per process), or "
+            "--accept-shared-uid to accept that"
         )
     if any(name.startswith("MCP_SESSION") for name in args.pass_env):
         raise ValueError("--pass-env: the gateway's MCP_SESSION* variables are its own")
@@ -232,7 +236,8 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
         if memory is not None or cpu is not None:
             flag = "--process-memory" if memory is not None else "--process-cpu"
         raise ValueError(
-            f"{flag} bounds a conversation through a control group, and this host gives the gateway none it may "
-            "create (cgroup v2 delegated with the controller, or v1's hierarchy, writable)"
+            f"{flag} bounds a conversation through a control group, and this host gives the "
+            "gateway none it may create (cgroup v2 delegated with the controller, or v1's "
+            "hierarchy, writable)"
         )
     return cgroups

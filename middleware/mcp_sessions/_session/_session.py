@@ -34,9 +34,8 @@ def inherited() -> bool:
     """Whether this request's task started with a request's session, header session or conversation already set: an
     outer middleware's, or, under asyncio, another request's (a task may start in its context: python/cpython#140947,
     uvicorn without ``--reset-contextvars``). The middleware then sets each to this request's own."""
-    return (
-        current_session.get() is not None or header_session.get() is not None or current_conversation.get() is not None
-    )
+    already = (current_session.get(), header_session.get(), current_conversation.get())
+    return any(value is not None for value in already)
 
 
 _EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
@@ -128,8 +127,8 @@ class Session:
         """The token's claims other than ``iss``, ``aud``, ``sid``, ``iat`` and ``exp``."""
         self.last_seen = now
         """When the middleware verified this request, in Unix seconds: the idle timeout counts from it."""
-        idle_ttl = service.idle_ttl
-        self.expires_at_timestamp = token_expires_at if idle_ttl is None else min(token_expires_at, now + idle_ttl)
+        idle_until = token_expires_at if service.idle_ttl is None else now + service.idle_ttl
+        self.expires_at_timestamp = min(token_expires_at, idle_until)
         """:attr:`expires_at` in Unix seconds."""
         self.source = source
         """Where the session came from: ``data-layer`` (a token this server minted), ``transport`` (an
@@ -150,7 +149,8 @@ class Session:
         """The session's server-side data, in the configured store."""
         if self._data is None:
             # Kept while the token is accepted (exp + leeway), as the session's other records are.
-            self._data = SessionData(self._service.store, self.id, self.token_expires_at + self._service.keys.leeway)
+            kept_until = self.token_expires_at + self._service.keys.leeway
+            self._data = SessionData(self._service.store, self.id, kept_until)
         return self._data
 
     @property

@@ -94,7 +94,8 @@ class SessionKey:
         """An ES256 (P-256) or EdDSA (Ed25519) key from a key object or PEM text."""
         if isinstance(key, str | bytes):
             key = cast(PrivateKey, load_pem_private_key(_pem(key), password=None))  # its type is checked next
-        return cls(kid=kid, algorithm=_asymmetric_algorithm(key), signing_key=key, verifying_key=key.public_key())
+        algorithm = _asymmetric_algorithm(key)
+        return cls(kid=kid, algorithm=algorithm, signing_key=key, verifying_key=key.public_key())
 
     @classmethod
     def from_public_key(cls, key: str | bytes | PublicKey, *, kid: str) -> SessionKey:

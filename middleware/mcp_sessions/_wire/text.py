@@ -13,7 +13,10 @@ surrogates (Cs: no terminal encoding takes them), line and paragraph separators 
 def printable(text: str) -> str:
     """``text`` with every character a terminal could act on written as Python escapes it (``\\x1b``,
     ``\\x9b``, ``\\n``, ``\\u202e``): what a stranger wrote, shown, never obeyed. Linear in ``text``."""
-    return "".join(
-        char.encode("unicode_escape").decode("ascii") if unicodedata.category(char) in _UNSAFE else char
-        for char in text
-    )
+    return "".join(map(_shown, text))
+
+
+def _shown(char: str) -> str:
+    if unicodedata.category(char) in _UNSAFE:
+        return char.encode("unicode_escape").decode("ascii")
+    return char

@@ -10,7 +10,10 @@ import httpx
 from ._transport import SessionTransportBase
 
 
-class HttpxSessionTransport(SessionTransportBase[httpx.Request, httpx.Response], httpx.AsyncBaseTransport):
+class HttpxSessionTransport(
+    SessionTransportBase[httpx.Request, httpx.Response],
+    httpx.AsyncBaseTransport,
+):
     """:class:`SessionTransport` for ``httpx``: the same behaviour, for clients built on httpx.
 
     The ``mcp`` SDK client (2.x) sends its HTTP through ``httpx2``: use

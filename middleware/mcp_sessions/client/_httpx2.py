@@ -10,7 +10,10 @@ import httpx2
 from ._transport import SessionTransportBase
 
 
-class SessionTransport(SessionTransportBase[httpx2.Request, httpx2.Response], httpx2.AsyncBaseTransport):
+class SessionTransport(
+    SessionTransportBase[httpx2.Request, httpx2.Response],
+    httpx2.AsyncBaseTransport,
+):
     """An httpx2 transport that gives every MCP request it carries a data-layer session.
 
     Wrap the transport of an existing client, and the client gets sessions

@@ -124,9 +124,8 @@ def parse_topology(url: str) -> Topology:
     userinfo, _, hosts = parts.netloc.rpartition("@")
     username, _, password = userinfo.partition(":")
     sentinel = scheme in SENTINEL_SCHEMES
-    nodes = _nodes(
-        scheme, hosts, kind="Sentinel" if sentinel else "Cluster node", default_port=26379 if sentinel else 6379
-    )
+    kind, default_port = ("Sentinel", 26379) if sentinel else ("Cluster node", 6379)
+    nodes = _nodes(scheme, hosts, kind=kind, default_port=default_port)
     user, secret = unquote(username) or None, unquote(password) or None
     if not sentinel:
         url_query(url, set())
@@ -240,7 +239,10 @@ def _sentinel_client(
     """A client of the master Sentinel names, asked again each time a connection opens."""
     sentinel_options = {key: options[key] for key in ("socket_timeout", "socket_connect_timeout", "retry")}
     sentinel_options.update(
-        username=topology.sentinel_username, password=topology.sentinel_password, ssl=topology.tls, protocol=2
+        username=topology.sentinel_username,
+        password=topology.sentinel_password,
+        ssl=topology.tls,
+        protocol=2,
     )
     sentinel = Sentinel(list(topology.nodes), sentinel_kwargs=sentinel_options)  # type: ignore[no-untyped-call]
     client: aioredis.Redis = sentinel.master_for(
