@@ -72,20 +72,6 @@ MOST_SHARE_OVER_100 = 6.4  # percent of code lines
 # The ceiling for every module, the conformance pack's too (issue 78): a part's average hides a dense module.
 MODULE_MOST_CHARACTERS_PER_LINE = 45.0
 MODULE_MOST_SHARE_OVER_100 = 10.0
-# Held out of the ceiling while they are being split: the process table by issue 78 item 1, the processes'
-# lifecycle (control groups, auth's JWKS refresh, connect's state) by item 2. Each joins when its split lands.
-BEING_SPLIT = frozenset(
-    {
-        "mcp_sessions/_gateway/_stdio_table.py",
-        "mcp_sessions/_gateway/_stdio.py",
-        "mcp_sessions/_gateway/_stdio_relay.py",
-        "mcp_sessions/_gateway/_stdio_admission.py",
-        "mcp_sessions/_gateway/_stdio_child.py",
-        "mcp_sessions/_gateway/_cgroups.py",
-        "mcp_sessions/_gateway/_auth.py",
-        "mcp_sessions/_cli/_connect.py",
-    }
-)
 
 
 @dataclass
@@ -184,19 +170,15 @@ def modules(package: Path = PACKAGE, conformance: Path = CONFORMANCE) -> dict[st
 
 
 def print_modules(found: dict[str, Part]) -> list[str]:
-    """Each module's figures, and a list of those over the module ceiling: the names, but those being split."""
+    """Each module's figures, and a list of those over the module ceiling, by name."""
     print(f"\n{'module':<48} {'code lines':>10} {'chars/line':>10} {'over 100':>8}")
     for name, part in found.items():
-        note = "  re-exports" if part.reexports else "  being split" if name in BEING_SPLIT else ""
+        note = "  re-exports" if part.reexports else ""
         print(f"{name:<48} {part.lines:>10} {part.per_line:>10} {part.share_wide:>7}%{note}")
-    over = [name for name, part in found.items() if part.over_ceiling and name not in BEING_SPLIT]
-    split = [name for name, part in found.items() if part.over_ceiling and name in BEING_SPLIT]
+    over = [name for name, part in found.items() if part.over_ceiling]
     ceiling = f"{MODULE_MOST_CHARACTERS_PER_LINE:g} characters a line or {MODULE_MOST_SHARE_OVER_100:g}%"
     print(f"\n{len(over)} of {len(found)} modules over {ceiling} over 100 columns:")
     for name in over:
-        print(f"  {name:<46} {found[name].per_line:>10} {found[name].share_wide:>7}%")
-    print(f"and {len(split)} held out while issue 78 splits them (items 1 and 2):")
-    for name in split:
         print(f"  {name:<46} {found[name].per_line:>10} {found[name].share_wide:>7}%")
     return over
 

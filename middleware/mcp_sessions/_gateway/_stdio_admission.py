@@ -42,7 +42,8 @@ class Admission:
     """The limits a new conversation's process is admitted by, and what a refusal says."""
 
     def __init__(self, max_processes: int, per_caller: int, create_limit: RateLimit | None) -> None:
-        self.max_processes, self.per_caller, self.create_limit = max_processes, per_caller, create_limit
+        self.max_processes, self.per_caller = max_processes, per_caller
+        self.create_limit = create_limit
 
     def admit(
         self, live: Sequence[Conversation], caller: Caller, events: ProcessEvents, *, transport: bool, counted: bool
@@ -70,7 +71,8 @@ class Admission:
                 f"Too many server processes: the gateway runs at most {self.max_processes} conversations' "
                 "processes at once (--max-processes); end one (sessions/delete) or retry later",
             )
-        if not counted and self.create_limit is not None and (wait := self.create_limit.take(caller.id)):
+        limit = None if counted else self.create_limit
+        if limit is not None and (wait := limit.take(caller.id)):
             raise _refused(
                 events,
                 "create_limit",

@@ -28,7 +28,7 @@ logger = logging.getLogger("mcp_sessions.gateway")
 
 MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
-_RENEWED: Final = ("request", "caller", "sessionless")  # a caller's next request gets a new one: no tombstone
+_RENEWED: Final = ("request", "caller", "sessionless")  # no tombstone: the next request gets a new one
 
 
 class EndReason(StrEnum):
@@ -52,7 +52,7 @@ class Lifetimes:
     def __init__(self, pool: Pool, conversations: dict[Key, Conversation], config: SessionsConfig, idle: float) -> None:
         self.pool, self.conversations, self.config, self.idle = pool, conversations, config, idle
         self.ended: BoundedDict[Key, str] = BoundedDict(MAX_ENDED)  # tombstones: why each ended
-        self.retained: dict[str, Conversation] = {}  # a request's child waiting for its retry, by its requestState
+        self.retained: dict[str, Conversation] = {}  # a request's child awaiting its retry, by requestState
         self.end_transport: Callable[[bytes, object], Awaitable[None]] | None = None  # a DELETE, as its user
         self.fronted = False  # a replica behind a front (--forwarded-allow-ips): see gone
         self.events = ProcessEvents()
@@ -123,7 +123,8 @@ class Lifetimes:
         finally:
             self.pool.ended(process)
             ended = process.conversation.why if process.conversation is not None else None
-            self.events.ended(ended or (EndReason.FAILED if child.failure else child.reason or EndReason.EXITED))
+            failed = EndReason.FAILED if child.failure is not None else None
+            self.events.ended(ended or failed or child.reason or EndReason.EXITED)
         if (conversation := process.conversation) is None or conversation.shared:
             return
         if conversation.unwatch is not None:
@@ -135,13 +136,13 @@ class Lifetimes:
         key = conversation.key
         if self.conversations.get(key) is conversation:
             del self.conversations[key]
-        why = conversation.why or (EndReason.FAILED if child.failure is not None else EndReason.EXITED)
+        why = conversation.why or failed or EndReason.EXITED
         if key.kind not in _RENEWED:
             self.ended[key] = why
         logger.info("%s: the conversation ended (%s)", child.label, why)
         if conversation.why is None and child.failure is None:
             await self._end_session(conversation)  # a crash ends its session as any other end
-        for rider in list(conversation.riders.values()):  # a caller's process: each of its conversations ends
+        for rider in list(conversation.riders.values()):  # a caller's process: its conversations end
             self.ended[rider.key] = why
             await self._end_session(rider)
 
@@ -164,7 +165,7 @@ class Lifetimes:
         if conversation.shared:
             return
         await conversation.child.ready.wait()
-        conversation.last_request = anyio.current_time()  # idle from its start, however long the start took
+        conversation.last_request = anyio.current_time()  # idle from when it is ready
         await self._expire(conversation)
 
     async def _expire(self, conversation: Conversation) -> None:
@@ -177,4 +178,5 @@ class Lifetimes:
             idle_ends = conversation.last_request + self.idle
             if now >= idle_ends and not conversation.calls:
                 return await self.close(conversation, EndReason.IDLE)
-            await anyio.sleep_until(min(conversation.deadline, idle_ends if idle_ends > now else now + self.idle))
+            wake = idle_ends if idle_ends > now else now + self.idle
+            await anyio.sleep_until(min(conversation.deadline, wake))

@@ -56,8 +56,8 @@ from ._stdio_relay import ProcessView as ProcessView  # the operator's view (_st
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
-_HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the gateway start that runs its child
-_WATCHED: Final = ("transport-session", "data-layer-session")  # ended with their session, on any replica
+_HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: the start that runs it
+_WATCHED: Final = ("transport-session", "data-layer-session")  # end with their session, anywhere
 LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
 """What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
 MAX_CONNECTIONS: Final = 1024
@@ -154,12 +154,13 @@ class Table:
     async def _host(self, session: Session, caller: Caller) -> Conversation:
         key = Key("host-conversation", _bound(session.id, caller.id))
         if (found := self._holder(key, caller)) is None and key not in self.lifetimes.ended:
-            if await session.data.get(_HELD, self.instance) != self.instance:  # new here: says the store replicas share
+            held = await session.data.get(_HELD, self.instance)  # which start runs it: the replicas' store
+            if held != self.instance:
                 raise self.lifetimes.gone(key, "it ran on another replica, or before this one restarted")
             await session.data.set(_HELD, self.instance)
             # another first request of it may have opened it meanwhile (a store's read and write take turns)
             if (found := self._holder(key, caller)) is None:
-                return await self.open(key, caller, counted=True)  # its first request spent its create-limit operation
+                return await self.open(key, caller, counted=True)  # its first request spent the operation
         return self._found(found, caller, partial(self.lifetimes.gone, key))
 
     async def _transported(
@@ -191,7 +192,8 @@ class Table:
         caller = await self.caller(scope)
         if session is not None and session.source == "data-layer":
             key = Key("data-layer-session", session.id)
-            gone = partial(self.lifetimes.gone, key) if key in self.lifetimes.ended else self.lifetimes.not_found
+            lifetimes = self.lifetimes
+            gone = partial(lifetimes.gone, key) if key in lifetimes.ended else lifetimes.not_found
             return self._found(self._holder(key, caller), caller, gone)
         if session is not None and session.source != "transport":
             return await self._host(session, caller)
@@ -243,7 +245,7 @@ class Table:
 
     async def shared_conversation(self) -> Conversation:
         if self.shared is None or (self.shared.child.done.is_set() and self.shared.child.ready.is_set()):
-            self.shared = self.pool.start(shared=True)  # it serves no conversation: a new one is as good
+            self.shared = self.pool.start(shared=True)  # no one's: a new one is as good
         assert self.shared.conversation is not None
         return await self.lifetimes.ready(self.shared.conversation)
 
@@ -270,7 +272,7 @@ class Table:
         process = self.pool.take()
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
-            conversation.end(EndReason.EVICTED)  # at once: its next request is refused, never served
+            conversation.end(EndReason.EVICTED)  # at once: its next request is refused
             self.lifetimes.close_soon(conversation, EndReason.EVICTED)
         conversation = Conversation(
             key,
@@ -400,7 +402,7 @@ class Children(Table):
                 self.pool.tasks = None
                 for conversation in self.conversations.values():
                     conversation.why = EndReason.SHUTDOWN
-                tasks.cancel_scope.cancel()  # each child stops its process group, shielded (_stdio_child.stop_group)
+                tasks.cancel_scope.cancel()  # each stops its process group, shielded (stop_group)
 
     async def choose(self, start_deadline: float | None = None) -> None:
         """``processes="auto"``'s choice (docs/gateway.md, "Process lifetimes"): a process per conversation where
@@ -486,7 +488,8 @@ class Children(Table):
         """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
         own, ended as the gateway ends any (``Lifetimes.close``)."""
         for found in list(self.conversations.values()):
-            mine = found.owner is not None and found.owner.name == principal  # who, not the name (Owner)
+            owner = found.owner
+            mine = owner is not None and owner.name == principal  # who, not the name (Owner)
             if mine and key_digest(found.key) == conversation and not found.child.done.is_set():
                 await self.lifetimes.close(found, EndReason.BY_USER)
                 return True
