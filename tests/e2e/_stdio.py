@@ -1,6 +1,7 @@
-"""What the stdio gateway's tests share: the tests' stdio server (``e2e._stdio_server``) and what it is run with,
-the gateway in front of it, ``@modelcontextprotocol/server-filesystem`` (node, from ``scripts/system-deps.sh``), a
-tool's text, and the processes the gateways of this test process started."""
+"""What the stdio gateway's tests share: the tests' stdio server (``e2e._plain_stdio``; the ``mcp`` SDK's,
+``e2e._stdio_server``, where the behaviour is the SDK's) and what it is run with, the gateway in front of it,
+``@modelcontextprotocol/server-filesystem`` (node, from ``scripts/system-deps.sh``), a tool's text, and the processes
+the gateways of this test process started."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from e2e._gateway import CACHE, MAIN, installed, node
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import stdio_gateway_app
 
-SERVER = [sys.executable, "-m", "e2e._stdio_server"]
+SERVER = [sys.executable, "-m", "e2e._plain_stdio"]
+SDK_SERVER = [sys.executable, "-m", "e2e._stdio_server"]
 FILESYSTEM = CACHE / "filesystem/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 # What a gateway process (which inherits the tests' environment) passes on for its server to import the tests' modules.
 SERVER_PATH = {"PYTHONPATH": os.pathsep.join(filter(None, [str(MAIN / "tests"), os.environ.get("PYTHONPATH")]))}

@@ -47,7 +47,7 @@ pytestmark = pytest.mark.anyio
 ISSUER = "https://issuer.example"
 KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-SERVER = f"{sys.executable} -m e2e._stdio_server"
+SERVER = f"{sys.executable} -m e2e._plain_stdio"
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 API_KEY = "api-key-0123456789abcdefghijklmnopqrstuvwxyz"
 Mode = Literal["auto", "legacy"]

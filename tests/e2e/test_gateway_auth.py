@@ -79,7 +79,7 @@ pytestmark = pytest.mark.anyio
 
 OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 COOLDOWN = 30.0  # the shortest time between two fetches of the JWKS (PyJWT's, and the gateway's)
-SERVER = f"{sys.executable} -m e2e._stdio_server"
+SERVER = f"{sys.executable} -m e2e._plain_stdio"
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 INSTRUMENT = Path(sys.executable).parent / "opentelemetry-instrument"
 DISCOVER = modern_request("server/discover")

@@ -1,8 +1,8 @@
 """``mcp-sessions gateway --stdio``: a stdio server behind the session pipeline, a process per conversation.
 
 The gateway's app (``stdio_gateway_app``) on a real uvicorn in a thread, or the command as its own process where
-signals matter; the server is the tests' own (``_stdio_server.py``, a real ``MCPServer`` over stdio), reached by
-the ``mcp`` SDK's client in both eras and by raw HTTP.
+signals matter; the server is the tests' own (``_plain_stdio.py``; ``_stdio_server.py``, a real ``MCPServer`` over
+stdio, where it asks its client or reports progress), reached by the ``mcp`` SDK's client in both eras and by raw HTTP.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from _waits import WITHIN, until, until_awaited
 from conftest import SECRET
 from e2e._gateway import EVERYTHING, MAIN, gateway_process, gateway_run, installed, node, result_of, run_recipe
 from e2e._listen import client as listening
-from e2e._stdio import SERVER_PATH, gone, own_children, stdio_gateway, text_of
+from e2e._stdio import SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import _stdio_relay
 
@@ -66,6 +66,13 @@ def gateway(**options: Any) -> contextlib.AbstractContextManager[str]:
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
     with gateway(max_processes=64) as url:  # the module's tests leave their conversations open: room for all
+        yield url
+
+
+@pytest.fixture(scope="module")
+def sdk_url() -> Iterator[str]:
+    """The gateway in front of the ``mcp`` SDK's server: what it asks its client, and its progress."""
+    with gateway(command=SDK_SERVER, max_processes=64) as url:
         yield url
 
 
@@ -299,13 +306,13 @@ async def test_stderr_goes_to_the_log_prefixed_with_the_process_id(url: str, log
 # -- what MCP carries -----------------------------------------------------------------------------
 
 
-async def test_progress_arrives_under_the_clients_own_token(url: str, mode: str) -> None:
+async def test_progress_arrives_under_the_clients_own_token(sdk_url: str, mode: str) -> None:
     reported: list[tuple[float, float | None, str | None]] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         reported.append((progress, total, message))
 
-    async with Client(url, mode=mode) as client:
+    async with Client(sdk_url, mode=mode) as client:
         session = await create_session(client)
         result = await client.call_tool(
             "progress", {"steps": 2}, progress_callback=on_progress, meta=sdk_session_meta(session)
@@ -315,7 +322,9 @@ async def test_progress_arrives_under_the_clients_own_token(url: str, mode: str)
     assert reported == [(1, 2, "step 1"), (2, 2, "step 2")]
 
 
-async def test_sampling_and_elicitation_reach_the_client_and_return_to_the_same_process(url: str, mode: str) -> None:
+async def test_sampling_and_elicitation_reach_the_client_and_return_to_the_same_process(
+    sdk_url: str, mode: str
+) -> None:
     """A 2025 client is asked on the stream of its request; a 2026-07-28 client in an ``input_required`` result,
     and its retry brings the answer to the same process, whose call goes on."""
 
@@ -329,7 +338,7 @@ async def test_sampling_and_elicitation_reach_the_client_and_return_to_the_same_
         assert isinstance(params, types.ElicitRequestFormParams)
         return types.ElicitResult(action="accept", content={"answer": f"yes to {params.message}"})
 
-    async with Client(url, mode=mode, sampling_callback=sampling, elicitation_callback=elicitation) as client:
+    async with Client(sdk_url, mode=mode, sampling_callback=sampling, elicitation_callback=elicitation) as client:
         session = await create_session(client)
         sampled = await client.call_tool("sample", {"prompt": "hi"}, meta=sdk_session_meta(session))
         elicited = await client.call_tool("elicit", {"question": "ok?"}, meta=sdk_session_meta(session))
@@ -339,7 +348,7 @@ async def test_sampling_and_elicitation_reach_the_client_and_return_to_the_same_
     assert text_of(elicited) == "accept: yes to ok?"
 
 
-async def test_the_shared_process_asks_no_client(url: str, mode: str) -> None:
+async def test_the_shared_process_asks_no_client(sdk_url: str, mode: str) -> None:
     """Nothing tells which client's call made the shared process ask (``sessionless="shared"``): no client is asked,
     and the process is told so (another client must never see the question, nor answer it). A client with no
     session is asked by its own process: a 2025 client's transport session's, a 2026-07-28 request's own."""
@@ -349,12 +358,12 @@ async def test_the_shared_process_asks_no_client(url: str, mode: str) -> None:
         asked.append(params)
         return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text="x"), model="m")
 
-    async with Client(url, mode=mode, sampling_callback=sampling) as client:
+    async with Client(sdk_url, mode=mode, sampling_callback=sampling) as client:
         assert text_of(await client.call_tool("sample", {"prompt": "mine"})) == "x"
     if mode == "legacy":
         return
     asked.clear()
-    with gateway(sessionless="shared") as shared:
+    with gateway(command=SDK_SERVER, sessionless="shared") as shared:
         async with Client(shared, mode=mode, sampling_callback=sampling) as client:
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("sample", {"prompt": "private"})  # no session: the shared process
@@ -364,7 +373,7 @@ async def test_the_shared_process_asks_no_client(url: str, mode: str) -> None:
 
 
 async def test_a_retry_that_brings_input_too_late_is_answered_at_once(
-    url: str, monkeypatch: pytest.MonkeyPatch
+    sdk_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A 2026-07-28 call that waited for the client's input longer than the gateway keeps it is abandoned; the
     retry that comes after gets an error, never a hang."""
@@ -373,7 +382,7 @@ async def test_a_retry_that_brings_input_too_late_is_answered_at_once(
     async def elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         return types.ElicitResult(action="accept", content={"answer": "yes"})
 
-    async with Client(url, mode="auto", elicitation_callback=elicitation) as client:
+    async with Client(sdk_url, mode="auto", elicitation_callback=elicitation) as client:
         session = await create_session(client)
         with anyio.fail_after(WITHIN), pytest.raises(MCPError) as late:
             await client.call_tool("elicit", {"question": "ok?"}, meta=sdk_session_meta(session))
@@ -381,21 +390,21 @@ async def test_a_retry_that_brings_input_too_late_is_answered_at_once(
     assert "abandoned" in late.value.message
 
 
-async def test_roots_list_reaches_the_client_in_both_eras(url: str, mode: str) -> None:
+async def test_roots_list_reaches_the_client_in_both_eras(sdk_url: str, mode: str) -> None:
     async def list_roots(context: Any) -> types.ListRootsResult:
         return types.ListRootsResult.model_validate({"roots": [{"uri": "file:///work/a"}, {"uri": "file:///work/b"}]})
 
-    async with Client(url, mode=mode, list_roots_callback=list_roots) as client:
+    async with Client(sdk_url, mode=mode, list_roots_callback=list_roots) as client:
         session = await create_session(client)
         listed = await client.call_tool("roots", {}, meta=sdk_session_meta(session))
-    async with Client(url, mode=mode) as client:  # it declares no roots: the gateway answers for it, none
+    async with Client(sdk_url, mode=mode) as client:  # it declares no roots: the gateway answers for it, none
         unlisted = await client.call_tool("roots", {})
 
     assert text_of(listed) == "file:///work/a file:///work/b"
     assert not unlisted.is_error and [content.text for content in unlisted.content] in ([], [""])  # type: ignore[union-attr]
 
 
-async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_stream_only(url: str) -> None:
+async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_stream_only(sdk_url: str) -> None:
     """Two 2025 clients, each with its conversation: what one conversation's process announces after its request
     was answered reaches the GET stream of that client, and not the other's."""
     heard: dict[str, list[str]] = {"a": [], "b": []}
@@ -408,7 +417,7 @@ async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_
         async def on_log(params: types.LoggingMessageNotificationParams) -> None:
             heard[name].append(str(params.data))
 
-        return Client(url, mode="legacy", message_handler=on_message, logging_callback=on_log)
+        return Client(sdk_url, mode="legacy", message_handler=on_message, logging_callback=on_log)
 
     async with client("a") as first, client("b") as second:
         mine, theirs = await create_session(first), await create_session(second)
@@ -423,10 +432,10 @@ async def test_a_notification_tied_to_no_request_reaches_that_conversations_get_
     assert heard["b"] == []
 
 
-async def test_a_notification_tied_to_no_request_reaches_that_conversations_listen_stream_only(url: str) -> None:
+async def test_a_notification_tied_to_no_request_reaches_that_conversations_listen_stream_only(sdk_url: str) -> None:
     """Two 2026-07-28 conversations, each with a ``subscriptions/listen`` stream, and one without a session: what a
     conversation's process announces after its request was answered reaches that conversation's stream only."""
-    base = url.removesuffix(MCP_PATH)
+    base = sdk_url.removesuffix(MCP_PATH)
     changed = "notifications/tools/list_changed"
     async with listening() as c:
         mine, theirs = await c.create(base), await c.create(base)
@@ -516,7 +525,7 @@ def test_the_typescript_sdk_client_round_trip() -> None:
 
 def test_sigterm_ends_every_process_even_one_that_ignores_it() -> None:
     """The gateway as its own process, its server ignoring SIGTERM and its stdin's end: all gone within 10 s."""
-    server = f"{sys.executable} -m e2e._stdio_server --stubborn"
+    server = shlex.join([*SERVER, "--stubborn"])
     with gateway_process([], "--stdio", server, "--log-level", "info", environ=SERVER_PATH) as process:
         pids = anyio.run(_pids_of_a_conversation, process.url())
         assert process.process is not None
@@ -531,7 +540,7 @@ def test_a_call_unanswered_when_the_shutdown_timeout_ends_gets_503_and_32014(tmp
     """A call its process has not answered when ``--shutdown-timeout`` ends is answered 503 with ``-32014``, which
     a client may retry elsewhere: not uvicorn's 500, and no traceback in the log."""
     environ = {**SERVER_PATH, "STDIO_TEST_FILES": str(tmp_path)}
-    server = f"{sys.executable} -m e2e._stdio_server"
+    server = shlex.join(SERVER)
     body = modern_request("tools/call", {"name": "hold", "arguments": {}})
     with gateway_process([], "--stdio", server, "--shutdown-timeout", "0.5", environ=environ) as process:
         assert process.process is not None

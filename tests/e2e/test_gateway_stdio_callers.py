@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
+import shlex
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -44,7 +44,7 @@ from mcp_sessions._gateway._cgroups import Cgroups
 
 pytestmark = pytest.mark.anyio
 
-STDIO_SERVER = f"{sys.executable} -m e2e._stdio_server"
+STDIO_SERVER = shlex.join(SERVER)
 CHILD_EXITED = -32603
 
 

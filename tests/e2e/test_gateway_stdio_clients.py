@@ -28,7 +28,7 @@ from mcp_types import RequestParamsMeta
 from _mcp import create_session, legacy_request, modern_headers, modern_request, sdk_session_meta
 from _waits import until
 from e2e._gateway import created, gateway_process, legacy_initialize, result_of, run_node
-from e2e._stdio import ENVIRON, SERVER, SERVER_PATH, filesystem, gone, own_children, stdio_gateway, text_of
+from e2e._stdio import ENVIRON, SDK_SERVER, SERVER, SERVER_PATH, filesystem, gone, own_children, stdio_gateway, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -186,7 +186,7 @@ def test_a_request_that_names_nothing_gets_a_process_no_other_request_used(tmp_p
     """``sessionless="per-request"``: each such request its own process (taken from those started ahead); one that
     asks its client is answered ``input_required``, and its retry reaches the same process, once, with the
     gateway's own ``requestState``: a replayed, forged, or another conversation's state is refused."""
-    with gateway(tmp_path, sessionless="per-request") as url, httpx.Client(timeout=30) as http:
+    with gateway(tmp_path, SDK_SERVER, sessionless="per-request") as url, httpx.Client(timeout=30) as http:
         seen = [json.loads(call(http, url, "whoami", {}, {})["content"][0]["text"]) for _ in range(4)]
         counts = [call(http, url, "count", {}, {})["content"][0]["text"] for _ in range(2)]
         asked = elicit(http, url, {})
@@ -211,7 +211,7 @@ async def test_elicitation_reaches_a_stock_client_with_no_session_in_both_eras(t
     async def elicitation(context: Any, params: Any) -> Any:
         return types.ElicitResult(action="accept", content={"answer": "yes"})
 
-    with gateway(tmp_path) as url:
+    with gateway(tmp_path, SDK_SERVER) as url:
         async with Client(url, mode=mode, elicitation_callback=elicitation) as client:
             assert text_of(await client.call_tool("elicit", {"question": "?"})) == "accept: yes"
 
@@ -221,7 +221,7 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation(tmp_path: Path
     a request's own retained for its input, and those started ahead; none is left after its SIGTERM."""
     environ = {**SERVER_PATH, "STDIO_TEST_FILES": str(tmp_path)}
     with (
-        gateway_process([], "--stdio", " ".join(SERVER), *LIMIT, "--warm", "2", environ=environ) as process,
+        gateway_process([], "--stdio", " ".join(SDK_SERVER), *LIMIT, "--warm", "2", environ=environ) as process,
         httpx.Client(timeout=30) as http,
     ):
         assert process.process is not None

@@ -26,7 +26,7 @@ from _waits import WITHIN, until
 from conftest import SECRET
 from e2e._gateway import Process, created, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import COUNT, ENVIRON, SERVER, SERVER_PATH, stdio_gateway
+from e2e._stdio import COUNT, ENVIRON, SDK_SERVER, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import _stdio_admission
 from mcp_sessions._gateway._stdio_table import Children
@@ -35,16 +35,17 @@ from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 pytestmark = pytest.mark.anyio
 
-STDIO_SERVER = f"{sys.executable} -m e2e._stdio_server"
+STDIO_SERVER = shlex.join(SERVER)
 
 
 @pytest.fixture(scope="module")
 def team() -> Iterator[Process]:
-    """One gateway, tokens verified against the JWKS: alice and bob are two principals."""
+    """One gateway, tokens verified against the JWKS: alice and bob are two principals; the ``mcp`` SDK's server, which
+    asks its client."""
     verifying = ("--auth-jwks", "{jwks}", "--auth-issuer", ISSUER, "--auth-audience", "{url}")
     with jwks() as keys:
         arguments = [argument.replace("{jwks}", keys) for argument in verifying]
-        with gateway_process([], "--stdio", STDIO_SERVER, *arguments, environ=SERVER_PATH) as process:
+        with gateway_process([], "--stdio", shlex.join(SDK_SERVER), *arguments, environ=SERVER_PATH) as process:
             yield process
 
 

@@ -1,0 +1,142 @@
+"""The tests' stdio MCP server, without the ``mcp`` SDK: ``python -m e2e._plain_stdio``, for the tests whose subject
+is the gateway (its process table, lifetimes, limits), not the server; it starts in a twentieth of the CPU time of
+the SDK's (``_stdio_server``, which answers ``whoami`` and ``count`` alike, for the tests of what the SDK does).
+
+A JSON-RPC message a line: ``initialize`` and ``server/discover`` as the SDK's server answers them (its name and
+instructions; it speaks 2026-07-28), ``ping``, ``tools/list``, each ``tools/call`` on a thread of its own (as the SDK
+runs a tool that is no coroutine), ``-32601`` for any other method. Its tools:
+
+- ``whoami``: its pid, the MCP_SESSION_ID it was given, and the names of its MCP_SESSIONS_* variables;
+- ``count``: one more than the last time (this process's memory); ``getenv``: a variable of its ("" for none);
+- ``keep``: appends ``line`` to its own file (``<pid>.txt`` in ``STDIO_TEST_FILES``): the file's lines;
+- ``complain``: writes ``line`` to stderr; ``crash``: exits at once, without an answer;
+- ``spawn``: starts a long sleep in its process group, its pid (``holds_stdout``: it inherits the protocol's stdout);
+- ``endless``: one stdout line that never ends; ``allocate``: ``mib`` MiB held, every page written, its size;
+- ``hold``: says it runs (the file ``held`` in ``STDIO_TEST_FILES``), answers once ``go`` is there (within 30 s).
+
+``--stubborn``: it ignores SIGTERM and its stdin's end (only SIGKILL ends it), as a careless server may.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+INFO = {"name": "stdio-test-server", "version": ""}
+SERVES = {"capabilities": {"tools": {"listChanged": False}}, "instructions": "A server of the tests' own."}
+HANDSHAKES = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+COUNTS = itertools.count(1)  # this process's memory: ``next`` is atomic, whichever thread asks
+_write = threading.Lock()
+
+
+def send(message: dict[str, Any]) -> None:
+    with _write:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+        sys.stdout.flush()
+
+
+def whoami() -> str:
+    leaked = sorted(key for key in os.environ if key.startswith("MCP_SESSIONS_"))
+    return json.dumps({"pid": os.getpid(), "session": os.environ.get("MCP_SESSION_ID"), "leaked": leaked})
+
+
+def keep(line: str) -> str:
+    path = os.path.join(os.environ["STDIO_TEST_FILES"], f"{os.getpid()}.txt")
+    with open(path, "a+") as file:
+        file.write(line + "\n")
+        file.seek(0)
+        return file.read()
+
+
+def complain(line: str) -> str:
+    print(line, file=sys.stderr, flush=True)
+    return "written"
+
+
+def spawn(holds_stdout: bool = False) -> int:
+    command = [sys.executable, "-c", "import time; time.sleep(300)"]
+    return subprocess.Popen(command, stdout=None if holds_stdout else sys.stderr).pid
+
+
+def endless() -> str:
+    chunk = b"x" * 65536
+    while True:
+        os.write(1, chunk)
+
+
+def hold() -> str:
+    files = os.environ["STDIO_TEST_FILES"]
+    open(os.path.join(files, "held"), "w").close()
+    for _ in range(600):
+        if os.path.exists(os.path.join(files, "go")):
+            break
+        time.sleep(0.05)
+    return "held"
+
+
+TOOLS: dict[str, Callable[..., Any]] = {
+    "whoami": whoami,
+    "keep": keep,
+    "getenv": lambda name: os.environ.get(name, ""),
+    "count": lambda: next(COUNTS),
+    "complain": complain,
+    "spawn": spawn,
+    "endless": endless,
+    "hold": hold,
+    "allocate": lambda mib: len(bytearray(mib << 20)),
+    "crash": lambda: os._exit(3),
+}
+
+
+def call(request_id: Any, params: dict[str, Any]) -> None:
+    try:
+        value = TOOLS[params["name"]](**params.get("arguments") or {})
+    except Exception as exc:
+        result = {"content": [{"type": "text", "text": repr(exc)}], "isError": True}
+    else:
+        text = {"type": "text", "text": str(value)}
+        result = {"content": [text], "isError": False, "structuredContent": {"result": value}}
+    send({"id": request_id, "result": result})
+
+
+def answer(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+    """The result of a request other than ``tools/call``; None for a method it does not know."""
+    if method == "initialize":
+        version = params.get("protocolVersion")
+        version = version if version in HANDSHAKES else HANDSHAKES[-1]
+        return {"protocolVersion": version, "serverInfo": INFO, **SERVES}
+    if method == "server/discover":  # the revision probe: it speaks 2026-07-28
+        return {"supportedVersions": ["2026-07-28"], "_meta": {"io.modelcontextprotocol/serverInfo": INFO}, **SERVES}
+    if method == "tools/list":
+        return {"tools": [{"name": name, "inputSchema": {"type": "object"}} for name in TOOLS]}
+    return {} if method == "ping" else None
+
+
+def main() -> None:
+    for line in filter(str.strip, sys.stdin):
+        message = json.loads(line)
+        method, request_id, params = message.get("method"), message.get("id"), message.get("params") or {}
+        if method is None or request_id is None:  # a notification, or an answer: it asks nothing
+            continue
+        if method == "tools/call":
+            threading.Thread(target=call, args=(request_id, params), daemon=True).start()
+        elif (result := answer(method, params)) is not None:
+            send({"id": request_id, "result": result})
+        else:
+            send({"id": request_id, "error": {"code": -32601, "message": "Method not found", "data": method}})
+
+
+if __name__ == "__main__":
+    if "--stubborn" in sys.argv:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    main()
+    if "--stubborn" in sys.argv:
+        time.sleep(300)
