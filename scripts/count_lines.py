@@ -54,18 +54,23 @@ def gateway(path: Path) -> bool:
 # operator's view, the revision's lifetimes) and the density pass that brought it within the guard (3,958
 # then), then to 4,650 with issue 76's sealing (the egress rules and the status socket, the uid sweep, the
 # namespaces' own temporary directories and network, the CPU bound, a process per caller, owners by identity:
-# 3,997 -> 4,551) and issue 77's startup deadline, port check and reasons (4,604). Each grew by what its
-# features needed.
+# 3,997 -> 4,551) and issue 77's startup deadline, port check and reasons (4,604), then to 4,950 with issue 77's
+# rest (a caller's process for requests that name none, connections that start no process and their bound,
+# streams that end with their token: 4,735) and issue 78's parts (the exchange once per key, the table split into
+# its pool, admission and lifetimes, no class over 250 lines, each module within the ceiling: 4,839). _cli's to
+# 1,300 with issue 77's connect (one session per conversation under a file lock, its refusals; 1,259). Each grew
+# by what its features needed, with room for the next fix, not the next feature.
 BUDGETS: dict[str, tuple[Callable[[Path], bool], int]] = {
     "core": (core, 8_000),
-    "_cli": (cli, 1_230),
-    "_gateway": (gateway, 4_650),
+    "_cli": (cli, 1_300),
+    "_gateway": (gateway, 4_950),
 }
 # The suite's: every line of its Python files, conformance/tests/ included (32,337 when it was first counted;
 # 34,617 with issues 65-68's tests through real gateways, authorization servers and hosts; 35,809 with issue
 # 76's, each a hostile process or user against a real gateway as root; 36,018 with issue 77's credentials,
-# startup and uid-readability tests).
-TESTS_BUDGET = 36_100
+# startup and uid-readability tests; 36,720 with the rest of issue 77's, each through the real gateway and connect,
+# and issue 78's table through its factory in memory and its stdlib stdio server).
+TESTS_BUDGET = 37_000
 # The density guard: the core's figures when it was set (issue 68; Starlette's are 34.7 and 2.2%).
 MOST_CHARACTERS_PER_LINE = 40.1
 MOST_SHARE_OVER_100 = 6.4  # percent of code lines
