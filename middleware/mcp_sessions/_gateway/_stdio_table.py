@@ -106,7 +106,7 @@ class Table:
 
     async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
-        2025 transport session is that transport session's, :meth:`created`), its host conversation's (bound to its
+        2025 transport session is that transport session's, ``Children.created``), its host conversation's (bound to its
         caller: what a host's request names in ``_meta``, whatever connection it came through), its 2025 transport
         session's; else, naming none, its caller's own (``sessionless="per-caller"``), a child of the request's own
         (``"per-request"``: the one that asked, for a retry that brings its input, ``state``, its ``requestState``) or
@@ -203,7 +203,7 @@ class Table:
 
     async def _own(self, kind: Literal["caller", "sessionless"], caller: Caller, counted: bool = False) -> Conversation:
         """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
-        ended leaves its conversations ended (:meth:`_serve`), not the caller: her next request gets a new one."""
+        ended leaves its conversations ended (``Lifetimes.serve``), not the caller: her next request gets a new one."""
         key = Key(kind, caller.id)
         if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
             return own
