@@ -410,9 +410,11 @@ def run(rounds: int, conversations: int, clients: int, seconds: float) -> dict[s
             paced.append(time.monotonic())
             return per_request.call()
 
+        conversation = Conversation(http, url["ours"])
+        conversation.call()  # its process starts with its first call, not its initialize
         ways: dict[str, Callable[[], float]] = {
             "stdio directly": direct.call,
-            OURS: Conversation(http, url["ours"]).call,
+            OURS: conversation.call,
             THEIRS: Conversation(http, url["theirs"]).call,
             PER_REQUEST: own_process,
             SHARED: Modern(http, url["shared"]).call,
