@@ -253,7 +253,9 @@ def test_network_none_leaves_a_process_its_own_loopback_only(server: str, contai
 def test_a_conversations_processes_together_get_at_most_their_cpu_bound(server: str) -> None:
     """--process-cpu 0.5: two busy loops of one conversation get half a core together, no more: the kernel throttles
     its control group (cpu.stat's nr_throttled: the periods it used up its quota in, 50 ms of each 100 ms), and
-    the CPU time its processes used is within the quota of the periods they ran."""
+    the CPU time its processes used is within the quota of the periods they ran. On a machine too busy to give
+    them half a core (a load of 8 on 2 cores), nothing is throttled: then 200 periods (20 s) of their running
+    stand in for the throttling, and what they used is held to the quota all the same."""
     needs("root", "cgroup-cpu")
     with gateway(server, "--process-cpu", "0.5") as process:
         mcp = client(process)
@@ -264,7 +266,12 @@ def test_a_conversations_processes_together_get_at_most_their_cpu_bound(server: 
         quota = (group / "cpu.max").read_text().split() if (group / "cpu.max").exists() else None
         assert quota == ["50000", "100000"] or (group / "cpu.cfs_quota_us").read_text().strip() == "50000"
         assert [text(call(mcp, "spin", session)) for _ in range(2)] == ["spinning", "spinning"]
-        until(lambda: cpu_stat(group)["nr_throttled"] >= 10, lambda: f"10 periods throttled: {cpu_stat(group)}")
+
+        def throttled_or_ran() -> bool:  # the kernel held them to the quota, or they ran 20 s without needing it
+            stat = cpu_stat(group)
+            return stat["nr_throttled"] >= 10 or stat["nr_periods"] >= 200
+
+        until(throttled_or_ran, lambda: f"10 periods throttled, or 200 run: {cpu_stat(group)}")
         ticks = sum(used(int(member)) for member in (group / "cgroup.procs").read_text().split())
         stat = cpu_stat(group)
         # Used / clock ticks (100 a second) against 50 ms a period, within a tick's error.
