@@ -10,12 +10,11 @@ the host's conversation, which many hosts give only to their stdio servers, in t
   :class:`~mcp_sessions.client.SessionTransport`: created on 2026-07-28 before the host's first request (never
   in the connection's 2025 transport session, which ends with the connection), its token kept in a file of its
   own (mode 0600, under the system's per-user state directory, ``$XDG_STATE_HOME/mcp-sessions/connect`` on Linux,
-  named by a digest of the URL and the
-  conversation) and reused by every shim of the same conversation (two started together end in one: the
-  conversation's file lock); a create the remote refuses (a limit) answers the host's request with the remote's
-  error, never a session of the connection's own; a session the remote no longer knows is the host's next
-  request's ``-32043``, and the one after gets a new session; deleted with the host's end only under
-  ``--end-with-host``;
+  named by a digest of the URL and the conversation) and reused by every shim of the same conversation (two
+  started together end in one: the conversation's file lock); a create the remote refuses (a limit) answers the
+  host's request with the remote's error, never a session of the connection's own; a session the remote no
+  longer knows is the host's next request's ``-32043``, and the one after gets a new session; deleted with the
+  host's end only under ``--end-with-host``;
 - every remote gets the conversation in W3C ``baggage`` (``gen_ai.conversation.id``), as a gateway reads it,
   and under ``--conversation-header`` in a header the operator named.
 
