@@ -154,7 +154,9 @@ async def test_another_callers_session_is_not_found() -> None:
     assert refused.value.error.code == SESSION_NOT_FOUND
 
 
-async def test_a_crashed_conversation_stays_ended_and_a_callers_next_request_gets_a_new_process() -> None:
+async def test_a_crashed_conversation_stays_ended_and_a_callers_own_is_told_once() -> None:
+    """A crashed conversation is ended for good; a caller's own process (her requests that name none) is told to
+    her next such request once, and the one after gets a new process: never an empty one in silence."""
     async with table() as (children, made):
         transport = await children.conversation_for(scope(transport=b"t1"), "tools/call")
         sessionless = await children.conversation_for(scope(), "tools/call")
@@ -165,9 +167,12 @@ async def test_a_crashed_conversation_stays_ended_and_a_callers_next_request_get
                     await anyio.lowlevel.checkpoint()
         with pytest.raises(MCPError) as ended:
             await children.conversation_for(scope(transport=b"t1"), "tools/call")
+        with pytest.raises(MCPError) as told:
+            await children.conversation_for(scope(), "tools/call")
         again = await children.conversation_for(scope(), "tools/call")
 
-    assert "conversation has ended (exited)" in ended.value.error.message
+    for refused in (ended, told):
+        assert "conversation has ended (exited)" in refused.value.error.message
     assert again is not sessionless and len(made) == 4
 
 

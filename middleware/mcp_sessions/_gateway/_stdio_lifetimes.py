@@ -28,7 +28,6 @@ logger = logging.getLogger("mcp_sessions.gateway")
 
 MAX_ENDED: Final = 100_000
 """Ended conversations remembered (each answered with the error of its kind, never a new process); oldest first."""
-_RENEWED: Final = ("request", "caller", "sessionless")  # no tombstone: the next request gets a new one
 
 
 class EndReason(StrEnum):
@@ -44,6 +43,11 @@ class EndReason(StrEnum):
     FAILED = "failed to start"
     BY_USER = "ended by its user"
     EXITED = "exited"
+
+
+EXPECTED: Final = (EndReason.IDLE, EndReason.EXPIRED, EndReason.BY_USER)
+"""The ends a caller's own process (``caller``, ``sessionless``) leaves no tombstone for: her next request gets a
+new one. Any other end (a crash, a bound, eviction) is told to her next request once (``Table._own``)."""
 
 
 class Lifetimes:
@@ -137,8 +141,8 @@ class Lifetimes:
         if self.conversations.get(key) is conversation:
             del self.conversations[key]
         why = conversation.why or failed or EndReason.EXITED
-        if key.kind not in _RENEWED:
-            self.ended[key] = why
+        if key.kind != "request" and not (key.kind in ("caller", "sessionless") and why in EXPECTED):
+            self.ended[key] = why  # a request's own is never named again
         logger.info("%s: the conversation ended (%s)", child.label, why)
         if conversation.why is None and child.failure is None:
             await self._end_session(conversation)  # a crash ends its session as any other end

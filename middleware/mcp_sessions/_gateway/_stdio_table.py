@@ -203,8 +203,11 @@ class Table:
 
     async def _own(self, kind: Literal["caller", "sessionless"], caller: Caller, counted: bool = False) -> Conversation:
         """The caller's own process of ``kind``, started (within the limits) if it has none that lives. One that has
-        ended leaves its conversations ended (``Lifetimes.serve``), not the caller: her next request gets a new one."""
+        ended leaves its conversations ended (``Lifetimes.serve``), not the caller: her next request is told why once
+        (unless it ended as she would expect: ``EXPECTED``), and the one after gets a new one."""
         key = Key(kind, caller.id)
+        if (why := self.lifetimes.ended.pop(key, None)) is not None:
+            raise self.lifetimes.gone(key, why)
         if (own := self.conversations.get(key)) is not None and not own.child.done.is_set():
             return own
         if own is not None:
