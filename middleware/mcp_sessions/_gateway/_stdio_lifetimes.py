@@ -141,8 +141,8 @@ class Lifetimes:
         if self.conversations.get(key) is conversation:
             del self.conversations[key]
         why = conversation.why or failed or EndReason.EXITED
-        if key.kind != "request" and not (key.kind in ("caller", "sessionless") and why in EXPECTED):
-            self.ended[key] = why  # a request's own is never named again
+        if _told(key, why):
+            self.ended[key] = why
         logger.info("%s: the conversation ended (%s)", child.label, why)
         if conversation.why is None and child.failure is None:
             await self._end_session(conversation)  # a crash ends its session as any other end
@@ -184,3 +184,11 @@ class Lifetimes:
                 return await self.close(conversation, EndReason.IDLE)
             wake = idle_ends if idle_ends > now else now + self.idle
             await anyio.sleep_until(min(conversation.deadline, wake))
+
+
+def _told(key: Key, why: str) -> bool:
+    """Whether an end is told to the next request that names its conversation: every end, but a request's own
+    (never named again) and a caller's own that ended as she would expect (``EXPECTED``)."""
+    if key.kind == "request":
+        return False
+    return key.kind not in ("caller", "sessionless") or why not in EXPECTED
