@@ -186,7 +186,7 @@ async def test_the_operator_view_of_every_process() -> None:
         conversation = await children.conversation_for(scope, "tools/call")
         with anyio.fail_after(WITHIN):
             await children.pool.warm[0].child.ready.wait()  # started ahead as the request took the one before it
-        views = {view.kind: view for view in children.processes()}
+        views = {view.kind: view for view in children.pool.views()}
 
     assert set(views) == {"shared", "warm", "request"}
     mine = views["request"]

@@ -43,8 +43,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .._asgi import send_json
 from .._version import __version__
 from ._stdio_admission import ProcessEvents
-from ._stdio_relay import known_as
-from ._stdio_table import Children, ProcessView
+from ._stdio_relay import ProcessView, known_as
+from ._stdio_table import Children
 
 STATUS_PATH: Final = "/status"
 USER_PATH: Final = "/mcp/sessions"
@@ -128,7 +128,7 @@ def private_socket(path: str) -> socket.socket:
 
 async def status(children: Children) -> dict[str, Any]:
     """Every live process with its memory, and each user's and everyone's count against the limits."""
-    views = children.processes()
+    views = children.pool.views()
     servers = await anyio.to_thread.run_sync(_servers, [view.pid for view in views])
     counted = [view for view in views if view.kind in CONVERSATIONS]
     users = Counter(view.principal or "" for view in counted)
@@ -156,7 +156,7 @@ class OwnConversations:
             return await self.app(scope, receive, send)
         mine = known_as(scope)
         if path == USER_PATH and scope["method"] == "GET":
-            views = [view for view in self.children.processes() if _hers(view, mine)]
+            views = [view for view in self.children.pool.views() if _hers(view, mine)]
             return await send_json(send, 200, {"conversations": [_own(view) for view in views]}, b"")
         digest = path.removeprefix(USER_PATH + "/")
         if scope["method"] != "DELETE" or path == USER_PATH:
@@ -227,7 +227,7 @@ REASONS: Final = {
 
 
 class ProcessMetrics(ProcessEvents):
-    """The process table's instruments (see the module); ``kinds`` counts its processes (``Children.kinds``)."""
+    """The process table's instruments (see the module); ``kinds`` counts its processes (``Pool.kinds``)."""
 
     def __init__(self, kinds: Callable[[], Counter[str]], meter_provider: MeterProvider | None) -> None:
         self.kinds = kinds

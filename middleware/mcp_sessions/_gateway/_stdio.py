@@ -37,7 +37,7 @@ import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, cast
 
 import anyio
 import mcp_types as types
@@ -66,7 +66,7 @@ from ._sandbox import environment
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
 from ._stdio_child import START_TIMEOUT, ProcessOptions
 from ._stdio_pool import AFTER_ANSWER
-from ._stdio_table import Children
+from ._stdio_table import Children, Processes, Sessionless
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -154,11 +154,11 @@ def stdio_gateway_app(
     command: Sequence[str],
     *,
     config: SessionsConfig | None = None,
-    processes: Literal["auto", "per-conversation", "shared"] = "auto",
+    processes: Processes = "auto",
     process_idle: float | None = None,
     max_processes: int = DEFAULT_MAX_PROCESSES,
     max_processes_per_principal: int | None = None,
-    sessionless: Literal["per-caller", "per-request", "shared"] = "per-caller",
+    sessionless: Sessionless = "per-caller",
     warm: int = DEFAULT_WARM,
     allowed_hosts: Collection[str] | None = None,
     allowed_origins: Collection[str] | None = None,
@@ -226,7 +226,7 @@ def stdio_gateway_app(
         process_env=credentials,
     )
     children.lifetimes.fronted = bool(trusted)
-    children.metrics = ProcessMetrics(children.kinds, config.meter_provider)
+    children.pool.events = ProcessMetrics(children.pool.kinds, config.meter_provider)
     check = HostCheck(allowed_hosts, allowed_origins)
     status = (status_port, status_socket)
     return _layered(children, config, idle=idle, auth=auth, check=check, trusted=trusted, status=status)

@@ -20,7 +20,6 @@ from mcp.shared.exceptions import MCPError
 from .._bounded import BoundedDict
 from .._config import SessionsConfig
 from ..stores import SessionStoreUnavailable
-from ._stdio_admission import ProcessEvents
 from ._stdio_pool import Pool, after_answer
 from ._stdio_relay import ANSWER_WITHIN, CHILD_EXITED, Conversation, Key, Process
 
@@ -59,7 +58,6 @@ class Lifetimes:
         self.retained: dict[str, Conversation] = {}  # a request's child awaiting its retry, by requestState
         self.end_transport: Callable[[bytes, object], Awaitable[None]] | None = None  # a DELETE, as its user
         self.fronted = False  # a replica behind a front (--forwarded-allow-ips): see gone
-        self.events = ProcessEvents()
         pool.serve = self.serve
 
     def not_found(self) -> MCPError:
@@ -128,7 +126,7 @@ class Lifetimes:
             self.pool.ended(process)
             ended = process.conversation.why if process.conversation is not None else None
             failed = EndReason.FAILED if child.failure is not None else None
-            self.events.ended(ended or failed or child.reason or EndReason.EXITED)
+            self.pool.events.ended(ended or failed or child.reason or EndReason.EXITED)
         if (conversation := process.conversation) is None or conversation.shared:
             return
         if conversation.unwatch is not None:

@@ -469,7 +469,7 @@ class Conversation:
 
 @dataclass(frozen=True)
 class ProcessView:
-    """One live process, as an operator sees it (:meth:`Children.processes`); its memory is read from ``/proc``."""
+    """One live process, as an operator sees it (:meth:`Pool.views`); its memory is read from ``/proc``."""
 
     kind: str  # a conversation's Kind ("caller": a caller's own process), or "warm"
     principal: str | None  # whose it is: the principal's name, else the client address; None for shared or warm

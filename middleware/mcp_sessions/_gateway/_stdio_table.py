@@ -21,7 +21,6 @@ import logging
 import math
 import secrets
 import shlex
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -47,12 +46,11 @@ from ..profiles import Era
 from ..subscriptions import SessionSubscriptionBus
 from ._auth import REQUEST, ProcessEnv
 from ._front import StartupFailed
-from ._stdio_admission import Admission, ProcessEvents
+from ._stdio_admission import Admission
 from ._stdio_child import EXIT_DRAIN, Child, ProcessOptions, revisions
 from ._stdio_lifetimes import MAX_ENDED, EndReason, Lifetimes
 from ._stdio_pool import ChildFactory, Pool
 from ._stdio_relay import ANSWER_WITHIN, Caller, Conversation, Key, Process, key_digest, known_as
-from ._stdio_relay import ProcessView as ProcessView  # the operator's view (_status) reads it here
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -60,6 +58,11 @@ _HELD: Final = "mcp-sessions.gateway.held-by"  # in a host conversation's data: 
 _WATCHED: Final = ("transport-session", "data-layer-session")  # end with their session, anywhere
 LISTS: Final = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
 """What 2026-07-28 says depends on no conversation (``server/discover`` too, which no process answers)."""
+Processes = Literal["auto", "per-conversation", "shared"]
+"""Whose conversations a process serves (``--processes``): ``"auto"`` becomes ``"per-conversation"`` or
+``"per-caller"`` (:meth:`Children.choose`)."""
+Sessionless = Literal["per-caller", "per-request", "shared"]
+"""Where the requests that name no conversation go (``--sessionless``)."""
 MAX_CONNECTIONS: Final = 1024
 """2025 transport sessions open with no process (a connection that has made no call, or whose calls all name
 another conversation, as ``connect``'s): past it, the oldest is ended (its client gets 404, and initializes again);
@@ -73,21 +76,39 @@ class Table:
 
     def __init__(
         self,
-        config: SessionsConfig,
+        command: Sequence[str],
         *,
-        mode: Literal["auto", "per-conversation", "shared"],
-        sessionless: Literal["per-caller", "per-request", "shared"],
-        pool: Pool,
-        lifetimes: Lifetimes,
-        admission: Admission,
+        config: SessionsConfig,
+        processes: Processes,
+        idle: float,
+        max_processes: int,
+        per_caller: int,
+        sessionless: Sessionless,
+        warm: int,
+        environ: Mapping[str, str],
         bus: SessionSubscriptionBus,
-        process_env: ProcessEnv,
+        options: ProcessOptions | None = None,
+        process_env: ProcessEnv | None = None,
+        factory: ChildFactory = Child,
     ) -> None:
-        self.config, self.bus, self.process_env, self.sessionless = config, bus, process_env, sessionless
+        self.command, self.config, self.bus = list(command), config, bus
+        self.sessionless = sessionless
+        self.process_env = ProcessEnv() if process_env is None else process_env
         # "auto" (Children.choose) becomes one of the others before the first request
-        self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = mode
-        self.pool, self.lifetimes, self.admission = pool, lifetimes, admission
-        self.conversations = lifetimes.conversations
+        self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
+        self.pool = Pool(
+            command,
+            warm=warm if processes != "shared" else 0,
+            environ=environ,  # the allow-list's (_sandbox.environment)
+            max_line=config.max_response_size,
+            options=options,
+            process_env=self.process_env,
+            bus=bus,
+            factory=factory,
+        )
+        self.lifetimes = Lifetimes(self.pool, {}, config, idle)
+        self.admission = Admission(max_processes, per_caller, config.create_limit)
+        self.conversations = self.lifetimes.conversations
         self.digests = IdDigests(config.keys)  # the middleware's: a transport session's key is its adopted session's
         self.instance = secrets.token_hex(8)  # this start of the gateway, as a host conversation's data names it
         self.shared: Process | None = None
@@ -121,18 +142,20 @@ class Table:
         if self.mode == "shared" or (not named and state is None and method in LISTS):
             return await self.shared_conversation()
         if self.mode == "per-caller":
-            return await self.lifetimes.ready(await self._callers(session, transport, scope, method))
+            found = await self._callers(session, transport, scope, method)
+            return await self.lifetimes.ready(found)
         if not named and state is None and self.sessionless == "shared":
             return await self.shared_conversation()
         caller = await self.caller(scope)
-        if session is not None and session.source == "data-layer":  # its child: its create's, or its transport's
+        if session is not None and session.source == "data-layer":
             key = self.moved.get(session.id, Key("data-layer-session", session.id))
-            found = self._found(self.conversations.get(key), caller, self.lifetimes.not_found)
+            held = self.conversations.get(key)
+            found = self._found(held, caller, self.lifetimes.not_found)
         elif session is not None and session.source != "transport":  # a host's: its name is no secret, its caller's
             found = await self._host(session, caller)
         elif transport is not None:
             found = await self._transported(transport, caller, scope, method=method)
-        elif self.sessionless == "per-caller":  # the caller's requests that name none: one conversation of hers
+        elif self.sessionless == "per-caller":
             found = await self._own("sessionless", caller)
         elif state is not None:  # a retry that brings input reaches the request that asked
             waiting = self.lifetimes.retained.get(state) if isinstance(state, str) else None
@@ -270,8 +293,9 @@ class Table:
             raise self.lifetimes.gone(key)
         if self.mode == "per-caller" and key.kind != "caller":
             return await self._ride(key, caller, expires_at=expires_at, transport=transport, counted=counted)
-        live = [conversation for conversation in self.conversations.values() if not conversation.child.done.is_set()]
-        evicted = self.admission.admit(live, caller, self.pool.events, transport=transport is not None, counted=counted)
+        live = [found for found in self.conversations.values() if not found.child.done.is_set()]
+        events, connection = self.pool.events, transport is not None
+        evicted = self.admission.admit(live, caller, events, transport=connection, counted=counted)
         process = self.pool.take()
         for conversation in evicted:  # the start is certain now
             logger.info("%s: ended to make room for a new conversation of %s", conversation.child.label, caller.name)
@@ -301,46 +325,6 @@ class Children(Table):
     """The table as the gateway runs it: its shared process started and every process stopped with the gateway,
     what the server speaks chosen, each request relayed, and the operator's and each user's views."""
 
-    def __init__(
-        self,
-        command: Sequence[str],
-        *,
-        config: SessionsConfig,
-        processes: Literal["auto", "per-conversation", "shared"],
-        idle: float,
-        max_processes: int,
-        per_caller: int,
-        sessionless: Literal["per-caller", "per-request", "shared"],
-        warm: int,
-        environ: Mapping[str, str],
-        bus: SessionSubscriptionBus,
-        options: ProcessOptions | None = None,
-        process_env: ProcessEnv | None = None,
-        factory: ChildFactory = Child,
-    ) -> None:
-        self.command = list(command)
-        process_env = ProcessEnv() if process_env is None else process_env
-        pool = Pool(
-            command,
-            warm=warm if processes != "shared" else 0,
-            environ=environ,  # the allow-list's (_sandbox.environment)
-            max_line=config.max_response_size,
-            options=options,
-            process_env=process_env,
-            bus=bus,
-            factory=factory,
-        )
-        super().__init__(
-            config,
-            mode=processes,
-            sessionless=sessionless,
-            pool=pool,
-            lifetimes=Lifetimes(pool, {}, config, idle),
-            admission=Admission(max_processes, per_caller, config.create_limit),
-            bus=bus,
-            process_env=process_env,
-        )
-
     async def created(self, claims: SessionClaims) -> None:
         """The sessions' ``on_create``: a new conversation's child, started and initialized before its session is
         handed out; beyond the limits (or when the child fails to start), the create is refused. A session opened in
@@ -354,7 +338,8 @@ class Children(Table):
         transport = self._transport(scope)
         try:
             if transport is not None and self.mode == "per-conversation":  # one conversation, one process
-                found = await self.lifetimes.ready(await self._transported(transport, caller, scope, counted=True))
+                found = await self._transported(transport, caller, scope, counted=True)
+                await self.lifetimes.ready(found)
                 self.moved[claims.session_id] = found.key
                 found.holds_sessions = True
                 return
@@ -368,7 +353,8 @@ class Children(Table):
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
         needs one: the connections beyond :data:`MAX_CONNECTIONS` (overall, and per caller) are ended, oldest first."""
         caller = await self.caller(scope)
-        self.connections[Key("transport-session", self.digests.transport(raw))] = (caller.id, raw, scope.get("user"))
+        key = Key("transport-session", self.digests.transport(raw))
+        self.connections[key] = (caller.id, raw, scope.get("user"))
         mine = [key for key, (owner, _, _) in self.connections.items() if owner == caller.id]
         over = mine[: max(0, len(mine) - 8 * self.admission.per_caller)]
         over += list(self.connections)[: max(0, len(self.connections) - MAX_CONNECTIONS)]
@@ -376,15 +362,6 @@ class Children(Table):
             _, ended, user = self.connections.pop(key)
             if self.lifetimes.end_transport is not None:
                 await self.lifetimes.end_transport(ended, user)
-
-    @property
-    def metrics(self) -> ProcessEvents:
-        """What the metrics count (``_status.ProcessMetrics``, set by the app): starts, ends and refusals."""
-        return self.pool.events
-
-    @metrics.setter
-    def metrics(self, events: ProcessEvents) -> None:
-        self.pool.events = self.lifetimes.events = events
 
     @asynccontextmanager
     async def running(self, start_deadline: float | None = None) -> AsyncIterator[types.InitializeResult]:
@@ -439,23 +416,25 @@ class Children(Table):
         """A client's request, relayed to the process of its conversation (:meth:`conversation_for`), and its answer:
         the one walk of every relayed request through the table."""
         scope = {} if ctx.request is None else ctx.request.scope
-        conversation = await self.conversation_for(scope, ctx.method, (ctx.params or {}).get("requestState"))
+        state = (ctx.params or {}).get("requestState")
+        conversation = await self.conversation_for(scope, ctx.method, state)
         try:
             if conversation.pooled:  # each request names its conversation
-                return await conversation.relay(ctx, await self.named(scope))
+                return await conversation.relay(ctx, await self.named(scope, conversation.owner))
             # its process has the --process-env values it started with: this request's?
             self.process_env.check(conversation.credentials)
             return await conversation.relay(ctx)
         finally:
             self.lifetimes.answered(conversation)
 
-    async def named(self, scope: Scope) -> str | None:
-        """A request's conversation as a process of many sees it: a digest of its session's name and its caller,
-        the same for each of its requests (never a bearer value); None for a request that names none."""
+    async def named(self, scope: Scope, owner: Caller | None) -> str | None:
+        """A request's conversation as a process of many sees it: a digest of its session's name and its caller
+        (``owner``, a caller's own process's, found already; else the shared one's request's), the same for each of
+        its requests (never a bearer value); None for a request that names none."""
         session: Session | None = scope.get(SCOPE_KEY)
         if session is None:
             return None
-        caller = await self.caller(scope)
+        caller = owner or await self.caller(scope)
         return hashlib.sha256(f"{session.source}\0{session.id}\0{caller.id}".encode()).hexdigest()[:32]
 
     async def failed(self, why: str, child: Child) -> StartupFailed:
@@ -475,17 +454,10 @@ class Children(Table):
         try:
             with anyio.fail_after(ANSWER_WITHIN):
                 listed = await shared.child.link.send_raw_request("tools/list", {})
-            return {tool.name: tool.input_schema for tool in types.ListToolsResult.model_validate(listed).tools}
+            tools = types.ListToolsResult.model_validate(listed).tools
+            return {tool.name: tool.input_schema for tool in tools}
         except (TimeoutError, MCPError, ValidationError):  # a process's list the SDK's types do not take: none
             return {}
-
-    def processes(self) -> list[ProcessView]:
-        """Every live process, as the operator sees it: a snapshot, read only."""
-        return self.pool.views()
-
-    def kinds(self) -> Counter[str]:
-        """How many live processes of each kind: what the metrics read, on their own thread (so with no clock)."""
-        return self.pool.kinds()
 
     async def end(self, conversation: str, principal: str) -> bool:
         """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
