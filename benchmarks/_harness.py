@@ -359,13 +359,16 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-async def until_ready(client: httpx.AsyncClient, url: str, seconds: float = 60.0) -> None:
-    """Once the server at ``url`` answers a ``tools/call`` (bounded: it may still be starting)."""
+async def until_ready(
+    client: httpx.AsyncClient, url: str, seconds: float = 60.0, extra: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Once the server at ``url`` answers a ``tools/call`` (bounded: it may still be starting); ``extra``: more
+    headers (a bearer token's)."""
     body = json.dumps(tools_call()).encode()
     deadline = time.monotonic() + seconds
     while True:
         try:
-            response = await client.post(url, content=body, headers=client_headers(body, NAME_HEADERS))
+            response = await client.post(url, content=body, headers=client_headers(body, [*NAME_HEADERS, *extra]))
         except httpx.TransportError:
             if time.monotonic() > deadline:
                 raise
@@ -375,10 +378,10 @@ async def until_ready(client: httpx.AsyncClient, url: str, seconds: float = 60.0
             return
 
 
-async def new_session(client: httpx.AsyncClient, url: str) -> str:
-    """A session created through the server at ``url``."""
+async def new_session(client: httpx.AsyncClient, url: str, extra: Sequence[tuple[bytes, bytes]] = ()) -> str:
+    """A session created through the server at ``url`` (``extra``: more headers)."""
     body = json.dumps(create_body()).encode()
-    response = await client.post(url, content=body, headers=client_headers(body, CREATE_HEADERS))
+    response = await client.post(url, content=body, headers=client_headers(body, [*CREATE_HEADERS, *extra]))
     return session_token(response.status_code, response.content)
 
 

@@ -9,7 +9,10 @@ another when there are two), the same hash seed and memory layout (as ``bench_uv
 - ``bare httpx proxy``: 40 lines of Starlette-free ASGI, one pooled ``httpx.AsyncClient``, bodies
   streamed both ways, nothing else (no header hygiene, no failure answers);
 - ``fastmcp create_proxy``: fastmcp's proxy server in front of the upstream;
-- ``gateway, no session`` and ``gateway, with session``: ``mcp-sessions gateway``'s app.
+- ``gateway, no session`` and ``gateway, with session``: ``mcp-sessions gateway``'s app;
+- ``gateway, session and token``: the same, verifying each request's bearer token (RS256, its key from a
+  JWKS this script serves on loopback, fetched once at the gateway's start) and ending the request's
+  stream at the token's expiry: what ``--auth-jwks`` adds to every request.
 
 The proxies all forward to one more upstream process of their own. One client (``httpx``, keep-alive)
 sends 2026-07-28 ``tools/call`` requests one at a time, a request to each setup per round, in a new
@@ -27,15 +30,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
+import http.server
 import json
 import os
 import random
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
+import jwt
 from _harness import (
     SECRET,
     PassThrough,
@@ -55,6 +62,8 @@ from _harness import (
     until_ready,
     verdict,
 )
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
 from starlette.types import Receive, Scope, Send
 
 # name -> (what its process serves, whether it forwards to the proxies' upstream, whether requests carry a session)
@@ -65,7 +74,10 @@ SETUPS: dict[str, tuple[str, bool, bool]] = {
     "fastmcp create_proxy": ("create-proxy", True, False),
     "gateway, no session": ("gateway", True, False),
     "gateway, with session": ("gateway", True, True),
+    "gateway, session and token": ("gateway-token", True, True),
 }
+ISSUER, AUDIENCE = "https://issuer.bench.example", "https://gateway.bench.example/mcp"
+KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 BASE = "upstream directly"
 GATEWAY_MULTIPLE = 1.5  # the gateway with a session adds at most this multiple of what the bare proxy adds (p50)
 
@@ -103,7 +115,7 @@ class BareProxy:
             await response.aclose()
 
 
-def app_of(kind: str, upstream: str) -> Any:
+def app_of(kind: str, upstream: str, jwks: str) -> Any:
     if kind == "upstream":
         return build_mcp_app()
     if kind == "pass-through":
@@ -115,8 +127,43 @@ def app_of(kind: str, upstream: str) -> Any:
 
         return create_proxy(upstream).http_app(path="/mcp")
     from mcp_sessions import SessionsConfig, gateway_app
+    from mcp_sessions._gateway._auth import GatewayAuth
 
-    return gateway_app([upstream], config=SessionsConfig(secret=SECRET))
+    auth = GatewayAuth(jwks_url=jwks, issuer=ISSUER, audience=AUDIENCE) if kind == "gateway-token" else None
+    return gateway_app([upstream], config=SessionsConfig(secret=SECRET), auth=auth)
+
+
+@contextlib.contextmanager
+def served_jwks() -> Iterator[str]:
+    """The JWKS of :data:`KEY`, served on loopback by a thread of this process: its URL."""
+    jwk = {**json.loads(RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "bench", "alg": "RS256", "use": "sig"}
+    body = json.dumps({"keys": [jwk]}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}/jwks.json"
+        finally:
+            server.shutdown()
+
+
+def bearer() -> list[tuple[bytes, bytes]]:
+    """The ``Authorization`` header of a token of :data:`KEY` for the gateway, valid for an hour."""
+    now = int(time.time())
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "bench-user", "iat": now, "exp": now + 3600}
+    token = jwt.encode(claims, KEY, algorithm="RS256", headers={"kid": "bench"})
+    return [(b"authorization", f"Bearer {token}".encode())]
 
 
 async def measure(started: Servers, rounds: int, warmup: int) -> tuple[dict[str, list[float]], dict[str, float]]:
@@ -126,13 +173,13 @@ async def measure(started: Servers, rounds: int, warmup: int) -> tuple[dict[str,
     latencies: dict[str, list[float]] = {name: [] for name in SETUPS}
     try:
         requests = {}
-        for name, (_, _, with_session) in SETUPS.items():
-            url = started[name][1]
-            await until_ready(clients[name], url)
-            token = await new_session(clients[name], url) if with_session else None
+        for name, (kind, _, with_session) in SETUPS.items():
+            url, extra = started[name][1], bearer() if kind == "gateway-token" else []
+            await until_ready(clients[name], url, extra=extra)
+            token = await new_session(clients[name], url, extra) if with_session else None
             body = tools_call(token)
             raw = json.dumps(body).encode()
-            requests[name] = (url, raw, client_headers(raw, call_headers(token)))
+            requests[name] = (url, raw, client_headers(raw, [*call_headers(token), *extra]))
 
         async def one(name: str) -> float:
             url, raw, headers = requests[name]
@@ -199,15 +246,19 @@ def main(args: argparse.Namespace) -> None:
     server_cpus, client_cpus = pick_cpus()
     if client_cpus is not None:
         os.sched_setaffinity(0, client_cpus)
-    with servers({"upstream": [__file__, "--serve", "upstream"]}, server_cpus) as behind:
+    with servers({"upstream": [__file__, "--serve", "upstream"]}, server_cpus) as behind, served_jwks() as jwks:
         upstream = behind["upstream"][1]
-        commands = {name: [__file__, "--serve", kind, "--upstream", upstream] for name, (kind, _, _) in SETUPS.items()}
+        commands = {
+            name: [__file__, "--serve", kind, "--upstream", upstream, "--jwks", jwks]
+            for name, (kind, _, _) in SETUPS.items()
+        }
         with servers(commands, server_cpus) as started:
             latencies, cpu = asyncio.run(measure(started, args.rounds, args.warmup))
     rows = summarize(latencies, cpu)
     how = (
         "What `mcp-sessions gateway` adds to a 2026-07-28 `tools/call`, against the upstream directly, a bare httpx "
-        "streaming proxy and fastmcp's `create_proxy`, measured by `bench_gateway.py`: each setup its own uvicorn "
+        "streaming proxy and fastmcp's `create_proxy` (and with a bearer token verified against a JWKS, as "
+        "`--auth-jwks` does), measured by `bench_gateway.py`: each setup its own uvicorn "
         f"process, one request at a time, the setups alternated request by request for {args.rounds} rounds, the "
         "proxies forwarding to an `MCPServer` of their own. \"Added\" is a setup's latency less the upstream's at "
         'the same percentile; "CPU" is the proxy process\'s own (for the upstreams, their whole request).'
@@ -237,9 +288,10 @@ if __name__ == "__main__":
     parser.add_argument("--json", metavar="OUT", help="also write the results to this JSON file")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--upstream", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--jwks", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(functools.partial(app_of, args.serve, args.upstream))
+        serve(functools.partial(app_of, args.serve, args.upstream, args.jwks))
     else:
         if args.quick:
             args.rounds, args.warmup = 5, 2

@@ -18,6 +18,7 @@ SETUPS = [
     "fastmcp create_proxy",
     "gateway, no session",
     "gateway, with session",
+    "gateway, session and token",
 ]
 
 pytestmark = pytest.mark.timeout(600)
