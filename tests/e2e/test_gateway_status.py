@@ -1,13 +1,14 @@
 """What a ``gateway --stdio`` runs, seen by its operator and by each user (docs/gateway.md, "What runs"): the
 gateway command with ``--status-port`` and tokens from a JWKS on loopback, ``mcp-sessions gateway status`` and
-``mcp-sessions sessions`` as their own processes; the process metrics on a real OpenTelemetry SDK; and a server
-that dies at startup.
+``mcp-sessions sessions`` run by ``main`` in the test's process (their command lines, exit statuses and output as
+``python -m mcp_sessions`` gives them); the process metrics on a real OpenTelemetry SDK; and a server that dies at
+startup.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -36,13 +37,13 @@ from _otel import collect, points
 from _redis import free_port
 from _waits import until
 from conftest import SECRET
-from e2e._gateway import MAIN, Process, gateway_process, legacy_initialize
+from e2e._gateway import MAIN, Process, gateway_process, gateway_run, legacy_initialize
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import SERVER, stdio_gateway
 from mcp_sessions import SessionsConfig
+from mcp_sessions._cli import main
 
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
-CLI_WITHIN = 60  # a fresh interpreter: 2 s alone, over 10 s beside the suite on 2 slow cores; guards a hang only
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +54,8 @@ def team() -> Iterator[tuple[Process, int]]:
         jwks() as keys,
         gateway_process(
             [],
-            "--stdio",
-            shlex.join(SERVER),
-            "--auth-jwks",
-            keys,
-            "--auth-issuer",
-            ISSUER,
-            "--auth-audience",
-            "{url}",
-            "--status-port",
-            str(status_port),
+            *("--stdio", shlex.join(SERVER), "--status-port", str(status_port)),
+            *("--auth-jwks", keys, "--auth-issuer", ISSUER, "--auth-audience", "{url}"),
             environ={"PYTHONPATH": PYTHONPATH},
         ) as gateway,
     ):
@@ -77,11 +70,10 @@ def token(gateway: Process, user: str) -> str:
 def command(
     *arguments: str, environ: Mapping[str, str] | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """``mcp-sessions ARGUMENTS`` as its own process."""
-    given = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
-    line = [sys.executable, "-m", "mcp_sessions", *arguments]
-    env = {**given, **(environ or {})}
-    return subprocess.run(line, input=stdin, capture_output=True, text=True, env=env, timeout=CLI_WITHIN, check=False)
+    """``mcp-sessions ARGUMENTS`` run by ``main`` in this process, in ``environ`` alone: its exit status, its output."""
+    out, err = io.StringIO(), io.StringIO()
+    status = main(list(arguments), stdin=io.StringIO(stdin), stdout=out, stderr=err, environ=dict(environ or {}))
+    return subprocess.CompletedProcess(arguments, status, out.getvalue(), err.getvalue())
 
 
 def shown(*arguments: str, environ: Mapping[str, str] | None = None) -> Any:
@@ -250,8 +242,7 @@ def test_the_process_metrics_are_recorded() -> None:
 def test_a_server_that_dies_at_startup_is_one_line_naming_its_last_stderr_line_and_exit_status_2() -> None:
     """At its ``initialize`` (no revision probe before it): the one at the probe is test_gateway_stdio_lifetimes'."""
     server = [sys.executable, "-c", "import sys; print('reading the config', file=sys.stderr); sys.exit('no token')"]
-    line = ("gateway", "--port", str(free_port()), "--stdio", shlex.join(server), "--processes", "per-conversation")
-    done = command(*line, environ={"MCP_SESSIONS_SECRET": SECRET})
+    done = gateway_run("--port", str(free_port()), "--stdio", shlex.join(server), "--processes", "per-conversation")
     said = done.stderr.splitlines()
     assert done.returncode == 2, done.stderr
     assert re.fullmatch(
@@ -265,8 +256,7 @@ def test_a_server_that_dies_at_startup_is_one_line_naming_its_last_stderr_line_a
 
 def test_a_status_port_that_cannot_be_had_is_one_line_and_exit_status_2() -> None:
     port = free_port()
-    line = ("gateway", "--port", str(port), "--stdio", "true", "--status-port", str(port))
-    done = command(*line, environ={"MCP_SESSIONS_SECRET": SECRET})
+    done = gateway_run("--port", str(port), "--stdio", "true", "--status-port", str(port))
     assert (done.returncode, done.stderr) == (
         2,
         "mcp-sessions gateway: --status-port serves --stdio processes' status, on a port other than --port\n",
