@@ -11,6 +11,7 @@ traffic there.
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import json
 import os
@@ -31,6 +32,7 @@ from _redis import free_port, missing
 from _waits import WITHIN
 from conftest import SECRET
 from e2e._gateway import Process, legacy_initialize, readable_by_every_uid, readable_directory, result_of, started
+from mcp_sessions._cli import main
 
 UIDS = "60100-60199"
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
@@ -102,6 +104,13 @@ def command(*arguments: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(line, capture_output=True, text=True, env=env, timeout=CLI_WITHIN, check=False)
 
 
+def status(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """``mcp-sessions gateway status --status-socket PATH OPTIONS``, run by ``main`` in this process."""
+    arguments, out, err = ["gateway", "status", "--status-socket", str(path), *options], io.StringIO(), io.StringIO()
+    code = main(arguments, stdout=out, stderr=err, environ={})
+    return subprocess.CompletedProcess(arguments, code, out.getvalue(), err.getvalue())
+
+
 def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_service() -> None:
     """Behind an auth proxy on loopback, bob's process (the default network with --process-uids: egress) cannot
     connect to the gateway from the proxy's address (to name carol, list her conversations and end one), nor to
@@ -162,23 +171,20 @@ def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuse
 
 def test_the_table_goes_with_the_gateway_and_a_killed_ones_with_the_next_start() -> None:
     needs_root_and_nft()
-    with gateway("--process-uids", UIDS) as stopped:
-        assert stopped.process is not None
-        pid = stopped.process.pid
-        assert table(pid).returncode == 0
-        stopped.process.send_signal(signal.SIGTERM)
-        assert stopped.process.wait(timeout=WITHIN) == -signal.SIGTERM  # stopped, then the signal raised again
-        assert table(pid).returncode != 0  # deleted as it stopped
     with gateway("--process-uids", UIDS) as killed:
         assert killed.process is not None
         pid = killed.process.pid
         killed.process.kill()
         killed.process.wait(timeout=WITHIN)
         assert table(pid).returncode == 0  # a SIGKILL leaves it
-        with gateway("--process-uids", UIDS) as following:
-            assert table(pid).returncode != 0, "the next gateway's start deletes it"
-            assert following.process is not None
-            assert table(following.process.pid).returncode == 0
+    with gateway("--process-uids", UIDS) as following:
+        assert table(pid).returncode != 0, "the next gateway's start deletes it"
+        assert following.process is not None
+        pid = following.process.pid
+        assert table(pid).returncode == 0
+        following.process.send_signal(signal.SIGTERM)
+        assert following.process.wait(timeout=WITHIN) == -signal.SIGTERM  # stopped, then the signal raised again
+        assert table(pid).returncode != 0  # deleted as it stopped
 
 
 def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_path: Path) -> None:
@@ -187,8 +193,8 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
         assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # made so
         counted = legacy_request("tools/call", {"name": "count", "arguments": {}})
         http.post(process.url(), json=counted, headers=legacy_initialize(http, process.url()))  # its process starts
-        seen = json.loads(command("gateway", "status", "--status-socket", str(path), "--json").stdout)
-        shown = command("gateway", "status", "--status-socket", str(path))
+        seen = json.loads(status(path, "--json").stdout)
+        shown = status(path)
     assert "transport-session" in [each["kind"] for each in seen["processes"]]
     assert seen["total"] == {"processes": 1, "limit": 16}
     assert (shown.returncode, shown.stderr) == (0, "")
