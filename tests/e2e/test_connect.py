@@ -2,9 +2,9 @@
 
 The host is the stock ``mcp`` SDK client over stdio (``StdioServerParameters``), its environment holding
 ``CLAUDE_CODE_SESSION_ID`` as Claude Code gives it; the shim carries a bearer token from a file to a gateway that
-verifies it against a JWKS on loopback; the gateway runs the tests' stdio server (its ``whoami`` names the process,
-its ``count`` is that process's memory) with ``--warm 0``, so every process it runs is one a conversation asked for.
-The configuration of docs/clients.md is read from the doc and run as written.
+verifies it against a JWKS on loopback (``e2e._issuer``); the gateway (in process) runs the tests' stdio server (its
+``whoami`` names the process, its ``count`` is that process's memory) with ``--warm 0``, so every process it runs is
+one a conversation asked for. The configuration of docs/clients.md is read from the doc and run as written.
 """
 
 from __future__ import annotations
@@ -31,65 +31,55 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParamsMeta
-from starlette.applications import Starlette
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 
 from _redis import free_port
 from _waits import WITHIN, until
-from conftest import serve
-from e2e._gateway import MAIN, Process, gateway_process
-from e2e._stdio import gone, own_children, text_of
+from e2e._gateway import MAIN
+from e2e._issuer import ISSUER, jwks, signed
+from e2e._stdio import gone, own_children, stdio_gateway, text_of
 from mcp_sessions._cli import main
+from mcp_sessions._gateway._auth import GatewayAuth
 
 pytestmark = pytest.mark.anyio
 
-ISSUER = "https://issuer.example"
-KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 OTHER_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-SERVER = f"{sys.executable} -m e2e._plain_stdio"
+AUDIENCE = "https://mcp.example.com/mcp"  # the gateway's public URL, behind its proxy
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 API_KEY = "api-key-0123456789abcdefghijklmnopqrstuvwxyz"
 Mode = Literal["auto", "legacy"]
 
 
 @contextlib.contextmanager
-def verifying_gateway(per_principal: int) -> Iterator[Process]:
-    """A ``gateway --stdio`` that verifies bearer tokens signed by ``KEY``, starting no process ahead, with room
-    for ``per_principal`` conversations of alice's."""
-    public = {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(KEY.public_key())), "kid": "k1"}
-    keys = Starlette(routes=[Route("/jwks.json", lambda request: JSONResponse({"keys": [public]}))])
-    with (
-        serve(keys) as jwks,
-        gateway_process(
-            [],
-            *("--stdio", SERVER, "--max-processes", "64", "--max-processes-per-principal", str(per_principal)),
-            *("--auth-jwks", jwks + "/jwks.json", "--auth-issuer", ISSUER, "--auth-audience", "{url}"),
-            environ={"PYTHONPATH": PYTHONPATH},
-        ) as process,
-    ):
-        yield process
+def verifying_gateway(per_principal: int) -> Iterator[str]:
+    """``stdio_gateway`` verifying bearer tokens of ``e2e._issuer``'s for ``AUDIENCE``, starting no process ahead,
+    with room for ``per_principal`` conversations of alice's: its MCP URL."""
+    with jwks() as keys:
+        auth = GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)
+        with stdio_gateway(auth=auth, max_processes=64, max_processes_per_principal=per_principal) as url:
+            yield url
 
 
 @pytest.fixture(scope="module")
-def gateway() -> Iterator[Process]:
+def gateway() -> Iterator[str]:
     # The module's conversations, more than the default limit's eight, are all alice's: none is ended to make room
     # for another (test_gateway_stdio_table tests that).
-    with verifying_gateway(64) as process:
-        yield process
+    with verifying_gateway(64) as url:
+        yield url
 
 
-def bearer(gateway: Process, key: Any = KEY) -> str:
-    claims = {"iss": ISSUER, "aud": gateway.url(), "sub": "alice", "exp": int(time.time()) + 600}
-    return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
+@pytest.fixture
+def host(gateway: str, tmp_path: Path) -> Host:
+    return Host(gateway, tmp_path)
 
 
 class Host:
-    """A host's configuration of the shim: its token file, its state directory, each start's standard error."""
+    """A host's configuration of the shim: its token file (alice's, the issuer's unless signed by ``key`` under the
+    issuer's key id), its state directory, each start's standard error."""
 
-    def __init__(self, gateway: Process, directory: Path, key: Any = KEY, url: str | None = None) -> None:
-        self.url = url or gateway.url()
-        self.token = bearer(gateway, key)
+    def __init__(self, url: str, directory: Path, key: Any = None) -> None:
+        self.url = url
+        claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": int(time.time()) + 600}
+        self.token = signed(claims) if key is None else jwt.encode(claims, key, "RS256", {"kid": "k1"})
         self.token_file = directory / "token"
         self.token_file.write_text(self.token + "\n")
         self.state = directory / "state"
@@ -135,23 +125,20 @@ async def seen(client: Client) -> tuple[int, str]:
     return json.loads(text_of(who))["pid"], text_of(count)
 
 
-def processes(gateway: Process) -> set[int]:
-    assert gateway.process is not None
-    return own_children(parent=gateway.process.pid)
+def processes() -> set[int]:
+    """The gateways' conversations' processes (each has its MCP_SESSION_ID; the shims none)."""
+    return own_children("MCP_SESSION_ID=")
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_a_process_per_conversation_across_the_host_s_restarts(
-    gateway: Process, tmp_path: Path, mode: Mode
-) -> None:
-    host = Host(gateway, tmp_path)
-    before = processes(gateway)  # the shared process, and those of earlier tests until they end
+async def test_a_process_per_conversation_across_the_host_s_restarts(host: Host, mode: Mode) -> None:
+    before = processes()  # those of earlier tests, until they end
     async with host.shim(f"conv-a-{mode}", mode) as a, host.shim(f"conv-b-{mode}", mode) as b:
         (pid_a, count_a), (pid_b, count_b) = await seen(a), await seen(b)
         assert pid_a != pid_b and count_a == count_b == "1"
         assert (await seen(a))[1] == "2"
         # one process a conversation: a 2025 host's connection (its transport session) costs none (77.2)
-        assert processes(gateway) - before == {pid_a, pid_b}
+        assert processes() - before == {pid_a, pid_b}
     async with host.shim(f"conv-a-{mode}", mode) as again:
         assert await seen(again) == (pid_a, "3")  # the same process, and what it kept
     saved = list((host.state / "mcp-sessions" / "connect").glob("*.json"))  # each conversation's session
@@ -160,11 +147,10 @@ async def test_a_process_per_conversation_across_the_host_s_restarts(
         assert host.token not in output and API_KEY not in output
 
 
-async def test_without_a_conversation_the_requests_name_it(gateway: Process, tmp_path: Path) -> None:
+async def test_without_a_conversation_the_requests_name_it(host: Host) -> None:
     """No id in the environment: nothing is added, so a 2026-07-28 call that names no conversation reaches its
     caller's process (the gateway's --sessionless per-caller) and a 2025 host's connection its transport
     session's. A CLAUDE_CODE_SESSION_ID without CLAUDECODE=1 (left exported in a shell) names none either."""
-    host = Host(gateway, tmp_path)
     async with host.shim("left-in-a-shell", claude_code=False) as modern:
         (first, _), (second, count) = await seen(modern), await seen(modern)
         assert first == second and int(count) >= 2  # alice's: other tests' calls that named none count too
@@ -175,7 +161,7 @@ async def test_without_a_conversation_the_requests_name_it(gateway: Process, tmp
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_a_refused_token_is_one_clear_error(gateway: Process, tmp_path: Path, mode: Mode) -> None:
+async def test_a_refused_token_is_one_clear_error(gateway: str, tmp_path: Path, mode: Mode) -> None:
     host = Host(gateway, tmp_path, key=OTHER_KEY)
     # The remote's reason (its error_description), for the person who can fix the credential.
     said = r"refused this server's credentials \(HTTP 401: the token's signature does not verify\)"
@@ -188,12 +174,10 @@ async def test_a_refused_token_is_one_clear_error(gateway: Process, tmp_path: Pa
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_two_shims_of_one_conversation_started_together_end_in_one_session(
-    gateway: Process, tmp_path: Path, mode: Mode
-) -> None:
+async def test_two_shims_of_one_conversation_started_together_end_in_one_session(host: Host, mode: Mode) -> None:
     """77.2: two shims of one conversation, started together, each created a session ("the file keeps the last"):
     the conversation's lock makes the second take the first's."""
-    host, firsts = Host(gateway, tmp_path), list[tuple[int, str]]()
+    firsts = list[tuple[int, str]]()
 
     async def first(client: Client) -> None:
         firsts.append(await seen(client))
@@ -221,8 +205,7 @@ async def test_at_a_limit_the_host_gets_the_remotes_error_never_a_session_of_its
     assert len(saved) == 1  # the first conversation's alone
 
 
-async def test_end_with_host_deletes_the_conversation_s_session(gateway: Process, tmp_path: Path) -> None:
-    host = Host(gateway, tmp_path)
+async def test_end_with_host_deletes_the_conversation_s_session(host: Host) -> None:
     async with host.shim("conv-ended", also=("--end-with-host",)) as first:
         pid, _ = await seen(first)
     assert not list(host.state.glob("mcp-sessions/connect/*.json"))  # its file, gone with it
@@ -231,10 +214,9 @@ async def test_end_with_host_deletes_the_conversation_s_session(gateway: Process
         assert (await seen(again))[1] == "1"  # the same conversation starts over, in a new process
 
 
-def test_a_host_s_sigterm_ends_the_session_then_the_shim(gateway: Process, tmp_path: Path) -> None:
+def test_a_host_s_sigterm_ends_the_session_then_the_shim(host: Host) -> None:
     """A host that signals without closing stdin: the session deleted (--end-with-host), the shim ended by the
     signal, at once."""
-    host = Host(gateway, tmp_path)
     environ = {
         "PYTHONPATH": PYTHONPATH,
         "XDG_STATE_HOME": str(host.state),
@@ -242,7 +224,7 @@ def test_a_host_s_sigterm_ends_the_session_then_the_shim(gateway: Process, tmp_p
         "CLAUDECODE": "1",
         "TEAM_TOKEN": host.token,  # the bearer from a variable: answered only if it reaches the gateway
     }
-    command = [sys.executable, "-m", "mcp_sessions", "connect", gateway.url(), "--bearer-env", "TEAM_TOKEN"]
+    command = [sys.executable, "-m", "mcp_sessions", "connect", host.url, "--bearer-env", "TEAM_TOKEN"]
     initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
     messages = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize},
@@ -264,8 +246,8 @@ def test_a_host_s_sigterm_ends_the_session_then_the_shim(gateway: Process, tmp_p
     assert not list(host.state.glob("mcp-sessions/connect/*.json"))
 
 
-async def test_an_unreachable_remote_is_one_clear_error(gateway: Process, tmp_path: Path) -> None:
-    host = Host(gateway, tmp_path, url=f"http://127.0.0.1:{free_port()}/mcp")
+async def test_an_unreachable_remote_is_one_clear_error(tmp_path: Path) -> None:
+    host = Host(f"http://127.0.0.1:{free_port()}/mcp", tmp_path)
     with pytest.RaisesGroup(pytest.RaisesExc(MCPError, match="could not reach"), flatten_subgroups=True):
         async with host.shim("conv-nowhere", "legacy"):
             pass
@@ -305,15 +287,14 @@ def documented() -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("host_name", ["Claude Code", "Claude Desktop", "VS Code"])
-async def test_the_documented_configuration_runs_as_written(gateway: Process, tmp_path: Path, host_name: str) -> None:
+async def test_the_documented_configuration_runs_as_written(host: Host, host_name: str) -> None:
     """Each host's JSON as the doc prints it, the test's gateway and token file for the doc's URL and path: Claude
     Code's conversation continues across a restart; Claude Desktop's one shim keeps its connection's process; VS
     Code's calls reach the process of the conversation they name."""
     config = documented()[host_name]
     [entry] = config["mcpServers" if "mcpServers" in config else "servers"].values()
     assert entry.get("type", "stdio") == "stdio"
-    host = Host(gateway, tmp_path)
-    swapped = {"https://mcp.example.com/mcp": gateway.url(), "/home/you/.config/team-mcp/token": str(host.token_file)}
+    swapped = {"https://mcp.example.com/mcp": host.url, "/home/you/.config/team-mcp/token": str(host.token_file)}
     arguments = [swapped.get(argument, argument) for argument in entry["args"]]
     command = shutil.which(entry["command"], path=str(Path(sys.executable).parent))  # where pip puts it
     assert command is not None
