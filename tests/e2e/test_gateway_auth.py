@@ -72,6 +72,7 @@ from e2e._gateway import (
 from e2e._issuer import ISSUER, KEY, KEYS, jwks
 from e2e._stdio import stdio_gateway, text_of
 from mcp_sessions import SessionsConfig, gateway_app
+from mcp_sessions._gateway import _auth
 from mcp_sessions._gateway._auth import GatewayAuth
 from mcp_sessions._gateway._expiry import LIFETIME
 
@@ -711,3 +712,43 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
             {"baggage": f"gen_ai.conversation.id={os.urandom(8).hex()}"},
         ):
             assert pids[parent(host_pid(call(http, url, "whoami", **conversation)))] is not stopped  # new ones start
+
+
+async def test_a_token_verified_before_is_held_only_while_it_lives_and_its_key_is_the_sets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In process: a token verified once is not verified again at each request (``VERIFIED_KEPT``), yet it is
+    refused as any other once it has expired, or once the key set, fetched again, no longer holds the key that
+    verified it: another key under its ``kid``, or none."""
+    audience = "http://127.0.0.1:8000/mcp"
+    listed = {"keys": KEYS["keys"]}  # what the JWKS lists: the test rotates the key out
+    routes = [Route("/jwks.json", lambda request: JSONResponse(listed))]
+    with serve(Starlette(routes=routes)) as base:
+        auth = GatewayAuth(jwks_url=base + "/jwks.json", issuer=ISSUER, audience=audience, leeway=0)
+        async with asgi_client(auth.wrap(Starlette(routes=[Route("/mcp", whoami, methods=["POST"])]))) as http:
+
+            async def asked(bearer: str) -> str:
+                answer = await http.post("/mcp", headers={"Authorization": f"Bearer {bearer}"})
+                return answer.text if answer.status_code == 200 else answer.json()["error_description"]
+
+            brief, kept = token(aud=audience, exp=3), token(aud=audience)
+            assert [await asked(brief), await asked(kept), await asked(kept)] == ["alice"] * 3
+            ends = jwt.decode(brief, options={"verify_signature": False})["exp"]
+            await until_awaited(lambda: time.time() >= ends, "the brief token's expiry")
+            assert await asked(brief) == "the token has expired (exp)"
+            # Stale at once, and fetched again at any time: behind the requests, each going on with the key held,
+            # the set is fetched again, and lists another key under the kept token's kid, then another kid.
+            monkeypatch.setattr(_auth, "JWKS_LIFESPAN", 0.0)
+            monkeypatch.setattr(_auth, "JWKS_COOLDOWN", 0.0)
+
+            async def refused_once_fetched(why: str) -> None:
+                async def refused() -> bool:
+                    return await asked(kept) == why
+
+                await until_awaited(refused, f"the kept token refused: {why}")
+
+            other = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(OTHER_KEY.public_key()))
+            listed["keys"] = [{**other, "kid": "k1"}]
+            await refused_once_fetched("the token's signature does not verify")
+            listed["keys"] = [{**other, "kid": "k2"}]
+            await refused_once_fetched("the token's key (kid) is not one of the authorization server's")

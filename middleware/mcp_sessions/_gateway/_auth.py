@@ -54,6 +54,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .._bounded import BoundedDict
 from .._wire import printable
 from ..sources import HostConversationSource
 from ._exchange import ExchangeRefused, Target, TokenExchange, subject_token
@@ -73,6 +74,9 @@ fetched again behind it."""
 JWKS_COOLDOWN: Final = 30.0
 """The shortest time between two fetches of the JWKS, counted from each attempt, failed or not: a made-up ``kid``
 costs at most one fetch a cooldown (PyJWT's default)."""
+VERIFIED_KEPT: Final = 1024
+"""Tokens kept once verified, the most recent (a few KiB each): the next request of each checks only its expiry,
+and that the key that verified it is still the set's."""
 DEFAULT_LEEWAY: Final = 60.0
 """The clock skew allowed between the authorization server and the gateway, for ``exp``, ``nbf`` and ``iat``."""
 REQUEST: ContextVar[Scope | None] = ContextVar("mcp_sessions.gateway.request", default=None)
@@ -140,6 +144,8 @@ class JwtVerifier:
         self._claim = principal_claim
         self.leeway = leeway
         self._keys: dict[str, jwt.PyJWK] = {}
+        # Each token verified, with its key's kid and the key (a set fetched again holds new ones).
+        self._verified: BoundedDict[str, tuple[str | None, jwt.PyJWK, AccessToken]] = BoundedDict(VERIFIED_KEPT)
         # time.monotonic() of the last success, and of the last attempt, which starts the cooldown.
         self._fetched: float | None = None
         self._attempted = -math.inf
@@ -152,10 +158,16 @@ class JwtVerifier:
         self._behind: anyio.abc.TaskGroup | None = None
 
     async def verify(self, token: str) -> AccessToken:
-        """The token's principal and claims; :class:`Unauthorized` says why a token does not verify."""
+        """The token's principal and claims; :class:`Unauthorized` says why a token does not verify. A token
+        verified before by a key the set still holds is checked for its expiry alone."""
         try:
-            kid = jwt.get_unverified_header(token).get("kid")
+            kept = self._verified.get(token)
+            kid = jwt.get_unverified_header(token).get("kid") if kept is None else kept[0]
             key = await self._key(kid)
+            if kept is not None and kept[1] is key:
+                if time.time() >= kept[2].expires_at + self.leeway:  # type: ignore[operator]  # exp: required
+                    raise jwt.ExpiredSignatureError
+                return kept[2]
             claims = jwt.decode(
                 token,
                 key,
@@ -177,7 +189,7 @@ class JwtVerifier:
             raise Unauthorized("no principal", f"the token's {self._claim} claim names no one")
         scope = claims.get("scope")
         scopes = scope.split() if isinstance(scope, str) else []
-        return AccessToken(
+        access = AccessToken(
             token=token,
             # The principal is the user, whichever client app asks for them.
             client_id=principal,
@@ -186,6 +198,8 @@ class JwtVerifier:
             subject=principal,
             claims=claims,
         )
+        self._verified[token] = (kid, key, access)
+        return access
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
