@@ -2,8 +2,8 @@
 credentials in their own process, and a front in front of stdio replicas (docs/gateway.md, "one gateway for a team");
 every refusal saying why, and an authorization server that fails stalling no one.
 
-Real processes throughout: the gateway command (under ``opentelemetry-instrument``, its spans printed to its own
-output), the tests' stdio server, a JWKS served on loopback and RS256 tokens signed with PyJWT.
+The gateway's command where a test is about it (its flags, its log, its spans under ``opentelemetry-instrument``,
+its exit status), else its app in process; the tests' stdio server, a JWKS on loopback, RS256 tokens from PyJWT.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ from e2e._gateway import (
     Process,
     created,
     gateway_process,
+    gateway_run,
     installed,
     legacy_initialize,
     node,
@@ -75,6 +76,7 @@ from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway import _auth
 from mcp_sessions._gateway._auth import GatewayAuth
 from mcp_sessions._gateway._expiry import LIFETIME
+from mcp_sessions._gateway._sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
 
@@ -104,6 +106,28 @@ def gateway(*arguments: str, environ: dict[str, str] | None = None, instrumented
         yield process
 
 
+class Jwks:
+    """An authorization server's JWKS that a test takes down (``up.clear()``): then it answers no fetch (the gateway's
+    times out) until it is up again; each fetch recorded, whether it found the server down, and the last one's time."""
+
+    def __init__(self) -> None:
+        self.up = threading.Event()
+        self.up.set()
+        self.fetches: list[bool] = []
+        self.last = 0.0
+
+    async def keys(self, request: Request) -> Response:
+        self.fetches.append(not self.up.is_set())
+        self.last = time.monotonic()
+        if self.fetches[-1]:
+            await anyio.to_thread.run_sync(self.up.wait, 10)
+            return Response(status_code=503)
+        return JSONResponse(KEYS)
+
+
+TEAM_KEYS = Jwks()  # the team's, which the last test takes down
+
+
 @pytest.fixture(scope="module")
 def team_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the team's processes say a ``hold`` runs, and wait to be let go (the tests' server)."""
@@ -112,11 +136,12 @@ def team_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def team(team_files: Path) -> Iterator[Process]:
-    """One gateway for a team: tokens from the JWKS, GITHUB_TOKEN from each user's X-GitHub-Token."""
+    """One gateway for a team: tokens from the JWKS, a leeway of 10 s, GITHUB_TOKEN from each X-GitHub-Token."""
     environ = {"PYTHONPATH": PYTHONPATH, "GITHUB_TOKEN": "the-gateway-s-own", "STDIO_TEST_FILES": str(team_files)}
+    flags = ("--stdio", SERVER, "--auth-leeway", "10", *GITHUB_TOKEN)
     with (
-        jwks() as url,
-        gateway("--stdio", SERVER, *verifying(url), *GITHUB_TOKEN, environ=environ, instrumented=True) as team,
+        serve(Starlette(routes=[Route("/jwks.json", TEAM_KEYS.keys)])) as keys,
+        gateway(*flags, *verifying(keys + "/jwks.json"), environ=environ, instrumented=True) as team,
     ):
         yield team
 
@@ -156,7 +181,7 @@ def test_no_token_gets_401_naming_the_metadata_which_is_served(team: Process) ->
     [
         ({"iss": "https://another-issuer.example"}, "the token is from another issuer (iss)"),
         ({"aud": "https://another-server.example/mcp"}, "the token is for another audience (aud)"),
-        ({"exp": -120}, "the token has expired (exp)"),  # past the leeway of 60 s
+        ({"exp": -120}, "the token has expired (exp)"),  # past the leeway, even the default 60 s
         ({"nbf": 120}, "the token is not valid yet (nbf or iat in the future)"),
         ({"iat": 120}, "the token is not valid yet (nbf or iat in the future)"),
         ({"algorithm": "none", "key": None}, "the token's algorithm (alg) is not its key's"),
@@ -255,68 +280,6 @@ async def test_the_key_set_s_state_and_a_leeway_of_its_own() -> None:
         state = unreachable.verifier.state()
         assert state["keys"] == 0 and state["fetched_at"] is None and state["error"]
         assert isinstance(state["attempted_at"], float)
-
-
-class Jwks:
-    """An authorization server's JWKS that the test takes down (``up.clear()``): then it answers no fetch (the
-    gateway's times out) until it is up again; each fetch recorded, whether it found the server down."""
-
-    def __init__(self) -> None:
-        self.up = threading.Event()
-        self.up.set()
-        self.fetches: list[bool] = []
-
-    async def keys(self, request: Request) -> Response:
-        self.fetches.append(not self.up.is_set())
-        if self.fetches[-1]:
-            await anyio.to_thread.run_sync(self.up.wait, 10)
-            return Response(status_code=503)
-        return JSONResponse(KEYS)
-
-
-async def test_made_up_kids_in_a_jwks_outage_stall_no_one_and_cost_one_fetch_a_cooldown() -> None:
-    """Finding 4 of issue 65: a stranger's tokens with made-up ``kid``s, two a second while the JWKS does not
-    answer, neither slow down the users whose keys the gateway knows nor turn into a fetch each."""
-    jwks_server, upstream = (
-        Jwks(),
-        upstream_server("behind").streamable_http_app(stateless_http=True, json_response=True),
-    )
-    body = modern_request("tools/call", {"name": "echo", "arguments": {"message": "hi"}})
-    with (
-        serve(Starlette(routes=[Route("/jwks.json", jwks_server.keys)])) as keys,
-        serve(upstream) as base,
-        gateway("--upstream", base + "/mcp", *verifying(keys + "/jwks.json"), "--auth-leeway", "10") as front,
-    ):
-        async with httpx.AsyncClient(timeout=30) as http:
-
-            async def post(bearer: str) -> httpx.Response:
-                headers = {**modern_headers(body), "Authorization": f"Bearer {bearer}"}
-                return await http.post(front.url(), json=body, headers=headers)
-
-            valid = for_gateway(front)
-            assert (await post(valid)).status_code == 200
-            assert (await post(for_gateway(front, iat=5))).status_code == 200  # --auth-leeway: 10 s, not 60
-            ahead = await post(for_gateway(front, iat=30))
-            assert ahead.status_code == 401 and "not valid yet" in ahead.json()["error_description"]
-            jwks_server.up.clear()
-            await anyio.sleep(COOLDOWN + 1)  # the last fetch's cooldown is over: the next unknown kid may fetch
-
-            refused: list[httpx.Response] = []
-
-            async def stranger(n: int) -> None:
-                refused.append(await post(for_gateway(front, kid=f"made-up-{n}")))
-
-            async with anyio.create_task_group() as strangers:
-                for n in range(16):  # two a second for 8 s, and the users' requests meanwhile
-                    strangers.start_soon(stranger, n)
-                    for _ in range(2):
-                        await anyio.sleep(0.25)
-                        with anyio.move_on_after(2.5) as waited:  # about 0.02 s; behind PyJWT's lock, its 5 s fetch
-                            assert (await post(valid)).status_code == 200
-                        assert not waited.cancelled_caught, "a user's request waited for the JWKS"
-            jwks_server.up.set()
-        assert len(refused) == 16 and all(answer.status_code == 401 for answer in refused)
-        assert jwks_server.fetches.count(True) == 1, jwks_server.fetches  # the first made-up kid's, failed
 
 
 @pytest.mark.parametrize(
@@ -426,24 +389,16 @@ def text_of_answer(response: httpx.Response) -> str:
 
 
 def test_the_principal_header_counts_from_a_trusted_proxy_alone() -> None:
+    auth = GatewayAuth(principal_header="X-Forwarded-User")
+    contained = Sandbox("bwrap", network="none")  # on the host's network, a process would pass for the proxy
     with (
-        gateway(
-            "--stdio",
-            SERVER,
-            "--auth-principal-header",
-            "X-Forwarded-User",
-            "--forwarded-allow-ips",
-            "127.0.0.1",
-            # A process on the host's network would connect from the proxy's address: a network of its own.
-            *("--process-containment", "bwrap", "--process-network", "none"),
-            environ={"PYTHONPATH": PYTHONPATH},
-        ) as server,
+        stdio_gateway(auth=auth, forwarded_allow_ips="127.0.0.1", process_options=contained) as url,
         httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30) as around,
     ):
         named = {**modern_headers(DISCOVER), "X-Forwarded-User": "alice"}
-        assert httpx.post(server.url(), json=DISCOVER, headers=named).status_code == 200  # from the proxy
-        assert around.post(server.url(), json=DISCOVER, headers=named).status_code == 401  # from anyone else
-        assert httpx.post(server.url(), json=DISCOVER, headers=modern_headers(DISCOVER)).status_code == 401
+        assert httpx.post(url, json=DISCOVER, headers=named).status_code == 200  # from the proxy
+        assert around.post(url, json=DISCOVER, headers=named).status_code == 401  # from anyone else
+        assert httpx.post(url, json=DISCOVER, headers=modern_headers(DISCOVER)).status_code == 401
 
 
 def test_in_front_of_an_upstream_the_token_is_checked_and_not_forwarded() -> None:
@@ -586,9 +541,7 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
 
 @pytest.mark.parametrize("source", ["GITHUB_TOKEN=cookie:x", "MCP_SESSION_ID=header:x", "GITHUB_TOKEN"])
 def test_a_bad_process_env_is_a_usage_error(source: str) -> None:
-    command = [sys.executable, "-m", "mcp_sessions", "gateway", "--stdio", SERVER, "--process-env", source]
-    environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=30, env=environ, check=False)
+    done = gateway_run("--stdio", SERVER, "--process-env", source)
     assert done.returncode == 2 and "--process-env" in done.stderr
 
 
@@ -636,27 +589,23 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         "MCP_SESSIONS_REDIS_CONNECT_TIMEOUT": "2.0",  # and a connect past 0.25 s
     }
     # No process on the host's network: it would connect from the front's address.
-    trusting_the_front = (
-        "--forwarded-allow-ips",
-        "127.0.0.1",
-        "--process-containment",
-        "bwrap",
-        "--process-network",
-        "none",
-    )
+    behind_front = ("--forwarded-allow-ips", "127.0.0.1", "--process-containment", "bwrap", "--process-network", "none")
     one_caller = ("--max-processes", "32", "--max-processes-per-principal", "32")  # all 127.0.0.1's: 20, anywhere
     with contextlib.ExitStack() as stack:
         replicas = [
-            stack.enter_context(gateway("--stdio", SERVER, *trusting_the_front, *one_caller, environ=environ))
+            stack.enter_context(gateway("--stdio", SERVER, *behind_front, *one_caller, environ=environ))
             for _ in range(2)
         ]
-        upstreams = (item for replica in replicas for item in ("--upstream", replica.url()))
-        # Instrumented, its httpx too: the baggage it sends is still the front's.
-        front = stack.enter_context(gateway(*upstreams, instrumented=instrumented))
+        urls = [replica.url() for replica in replicas]
+        if instrumented:  # the command, its httpx instrumented too: the baggage it sends is still the front's
+            front = gateway(*(f"--upstream={upstream}" for upstream in urls), instrumented=True)
+            url = stack.enter_context(front).url()
+        else:  # in process: its app, as the command builds it
+            url = stack.enter_context(serve(gateway_app(urls, config=SessionsConfig(secret=SECRET)))) + "/mcp"
         # The front connects from 127.0.0.1; a client that goes around it, from 127.0.0.2.
         around = stack.enter_context(httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30))
         http = stack.enter_context(httpx.Client(timeout=30))
-        url, legacy_call = front.url(), legacy_request("tools/call", {"name": "whoami", "arguments": {}})
+        legacy_call = legacy_request("tools/call", {"name": "whoami", "arguments": {}})
         ids = [created(http, url) for _ in range(2)]
         # Four conversations the front names: two sessions', and two hosts' in baggage. The hosts' ids are fixed,
         # one that the front's own ranking (rendezvous, by the replicas' URLs) sends to each replica, so that
@@ -664,7 +613,7 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
         from mcp_sessions import KeySet
         from mcp_sessions._gateway._replicas import Replicas
 
-        ranking = Replicas([replica.url() for replica in replicas], keys=KeySet.from_secret(SECRET), cooldown=0)
+        ranking = Replicas(urls, keys=KeySet.from_secret(SECRET), cooldown=0)
         candidates = [f"conversation-{instrumented}-{n}" for n in range(64)]
         placed = [next(c for c in candidates if ranking.for_conversation(c)[0] is ranking.all[n]) for n in (0, 1)]
         hosts = [f"gen_ai.conversation.id={conversation}" for conversation in placed]
@@ -752,3 +701,42 @@ async def test_a_token_verified_before_is_held_only_while_it_lives_and_its_key_i
             await refused_once_fetched("the token's signature does not verify")
             listed["keys"] = [{**other, "kid": "k2"}]
             await refused_once_fetched("the token's key (kid) is not one of the authorization server's")
+
+
+# -- last in the module, on the team's gateway: its last fetch's cooldown passed as the other tests ran ---------
+
+
+async def test_made_up_kids_in_a_jwks_outage_stall_no_one_and_cost_one_fetch_a_cooldown(team: Process) -> None:
+    """Finding 4 of issue 65: a stranger's tokens with made-up ``kid``s, two a second while the JWKS does not
+    answer, neither slow down the users whose keys the gateway knows nor turn into a fetch each."""
+    dave = {**modern_headers(DISCOVER), "X-GitHub-Token": "ghp_dave"}
+    async with httpx.AsyncClient(headers=dave, timeout=30) as http:
+
+        async def post(bearer: str) -> httpx.Response:
+            return await http.post(team.url(), json=DISCOVER, headers={"Authorization": f"Bearer {bearer}"})
+
+        valid = for_gateway(team, "dave")
+        assert (await post(valid)).status_code == 200
+        assert (await post(for_gateway(team, "dave", iat=5))).status_code == 200  # --auth-leeway: 10 s, not 60
+        ahead = await post(for_gateway(team, "dave", iat=30))
+        assert ahead.status_code == 401 and "not valid yet" in ahead.json()["error_description"]
+        TEAM_KEYS.up.clear()
+        try:
+            await anyio.sleep(max(0.0, TEAM_KEYS.last + COOLDOWN + 1 - time.monotonic()))  # its rest, if any
+            refused: list[httpx.Response] = []
+
+            async def stranger(n: int) -> None:
+                refused.append(await post(for_gateway(team, kid=f"made-up-{n}")))
+
+            async with anyio.create_task_group() as strangers:
+                for n in range(16):  # two a second for 8 s, and the users' requests meanwhile
+                    strangers.start_soon(stranger, n)
+                    for _ in range(2):
+                        await anyio.sleep(0.25)
+                        with anyio.move_on_after(2.5) as waited:  # about 0.02 s; behind PyJWT's lock, its 5 s fetch
+                            assert (await post(valid)).status_code == 200
+                        assert not waited.cancelled_caught, "a user's request waited for the JWKS"
+        finally:
+            TEAM_KEYS.up.set()
+    assert len(refused) == 16 and all(answer.status_code == 401 for answer in refused)
+    assert TEAM_KEYS.fetches.count(True) == 1, TEAM_KEYS.fetches  # the first made-up kid's, failed

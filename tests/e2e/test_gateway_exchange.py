@@ -2,8 +2,8 @@
 ``--process-env NAME=exchange:AUDIENCE`` against a real authorization server, idpyoidc's (``_idpyoidc_server``),
 on loopback.
 
-Real parts throughout: the gateway command, idpyoidc's token endpoint and keys, an ``MCPServer`` upstream that
-verifies its own audience with the authorization server's JWKS, and the tests' stdio server.
+Real parts throughout: idpyoidc's token endpoint and keys, an ``MCPServer`` upstream that verifies its audience with
+those keys, the tests' stdio server; the gateway's command where its flags or output are tested, else in process.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ from _mcp import create_session, modern_headers, modern_request, sdk_session_met
 from _redis import free_port, missing
 from _waits import WITHIN, Deadline
 from conftest import asgi_client, serve
-from e2e._gateway import MAIN, SECRET, Process, gateway_process, result_of, started, upstream_server
+from e2e._gateway import MAIN, SECRET, Process, gateway_process, gateway_run, result_of, started, upstream_server
 from e2e._stdio import text_of
 from mcp_sessions import SessionsConfig, gateway_app
 from mcp_sessions._gateway._auth import GatewayAuth
@@ -55,6 +54,7 @@ REDIRECT = "http://127.0.0.1/callback"
 SERVER = f"{sys.executable} -m e2e._plain_stdio"
 EXCHANGE = ("--upstream-token", "exchange")
 VERIFYING = ("--auth-jwks", "http://127.0.0.1:9/k", "--auth-issuer", "http://127.0.0.1:9", "--auth-audience", UPSTREAM)
+AUDIENCE = "http://gateway/mcp"  # the in-process gateway's: its users' tokens are for it
 SEEN = modern_request("tools/call", {"name": "seen", "arguments": {}})
 GETENV = modern_request("tools/call", {"name": "getenv", "arguments": {"name": "UPSTREAM_TOKEN"}})
 
@@ -115,6 +115,19 @@ def exchanging(authorization_server: Process, *extra: str) -> tuple[str, ...]:
     issuer = authorization_server.url("")
     verifying = ("--auth-jwks", issuer + "/jwks.json", "--auth-issuer", issuer, "--auth-audience", "{url}")
     return (*verifying, "--exchange-audience", UPSTREAM, "--exchange-client-id", GATEWAY[0], *extra)
+
+
+@contextlib.contextmanager
+def in_process(server: Process, upstream: str, *, exchanged: bool = True) -> Iterator[str]:
+    """The gateway in process, as the command builds it: its MCP URL. Tokens for ``AUDIENCE`` verified with
+    ``server``'s keys, and (``exchanged``) exchanged for ``UPSTREAM`` by a client closed as the app stops."""
+    issuer = server.url("")
+    exchange = TokenExchange(client_id=GATEWAY[0], client_secret=GATEWAY[1], issuer=issuer)
+    auth = GatewayAuth(jwks_url=issuer + "/jwks.json", issuer=issuer, audience=AUDIENCE)
+    token = UpstreamToken("exchange", exchange, Target(UPSTREAM)) if exchanged else None
+    app = gateway_app([upstream], config=SessionsConfig(secret=SECRET), auth=auth, upstream_token=token)
+    with serve(exchange.wrap(app)) as base:
+        yield base + "/mcp"
 
 
 @contextlib.contextmanager
@@ -194,12 +207,12 @@ def test_the_upstream_sees_only_each_user_s_exchanged_token(authorization_server
 
 
 def test_an_exchanged_token_is_renewed_before_it_expires(authorization_server: Process, upstream: str) -> None:
-    with gateway(authorization_server, "--upstream", upstream, *EXCHANGE, *exchanging(authorization_server)) as front:
-        alice = login(authorization_server, "alice", front.url())
-        first = seen_token(call(front.url(), alice))
+    with in_process(authorization_server, upstream) as front:
+        alice = login(authorization_server, "alice", AUDIENCE)
+        first = seen_token(call(front, alice))
         lifetime = claims(first)["exp"] - time.time()
         renewal = Deadline("the exchanged token was not renewed")
-        while (renewed := seen_token(call(front.url(), alice))) == first:  # the upstream accepts each
+        while (renewed := seen_token(call(front, alice))) == first:  # the upstream accepts each
             renewal.check()
             time.sleep(1)
         assert claims(renewed)["exp"] > claims(first)["exp"] and claims(renewed)["aud"] == [UPSTREAM]
@@ -240,10 +253,10 @@ def test_a_refused_exchange_is_a_clear_error(
 
 def test_a_revoked_user_token_is_a_401(authorization_server: Process, upstream: str) -> None:
     """The gateway still verifies a revoked token's signature; the authorization server refuses to exchange it."""
-    with gateway(authorization_server, "--upstream", upstream, *EXCHANGE, *exchanging(authorization_server)) as front:
-        carol = login(authorization_server, "carol", front.url())
+    with in_process(authorization_server, upstream) as front:
+        carol = login(authorization_server, "carol", AUDIENCE)
         revoke(authorization_server, carol)
-        answer = call(front.url(), carol)
+        answer = call(front, carol)
     assert answer.status_code == 401, answer.text
     assert answer.headers["www-authenticate"].startswith('Bearer error="invalid_token"')
     assert "will not exchange this token" in result_of(answer, SEEN["id"])["error"]["message"]
@@ -271,9 +284,9 @@ def test_the_upstream_gets_no_user_token_unless_asked(authorization_server: Proc
     issuer = authorization_server.url("")
     verifying = ("--auth-jwks", issuer + "/jwks.json", "--auth-issuer", issuer, "--auth-audience", "{url}")
     plain = upstream_server("plain").streamable_http_app(stateless_http=True, json_response=True)
-    with serve(plain) as base, gateway(authorization_server, "--upstream", base + "/mcp", *verifying) as front:
-        alice = login(authorization_server, "alice", front.url())
-        answer = call(front.url(), alice)
+    with serve(plain) as base, in_process(authorization_server, base + "/mcp", exchanged=False) as front:
+        alice = login(authorization_server, "alice", AUDIENCE)
+        answer = call(front, alice)
         headers = json.loads(result_of(answer, SEEN["id"])["result"]["content"][0]["text"])["headers"]
         assert "authorization" not in headers
         with gateway(
@@ -288,11 +301,11 @@ def test_the_upstream_gets_no_user_token_unless_asked(authorization_server: Proc
 async def test_a_stock_client_s_session_reaches_the_upstream_with_the_exchanged_token(
     authorization_server: Process, upstream: str, mode: str
 ) -> None:
-    with gateway(authorization_server, "--upstream", upstream, *EXCHANGE, *exchanging(authorization_server)) as front:
-        alice = login(authorization_server, "alice", front.url())
+    with in_process(authorization_server, upstream) as front:
+        alice = login(authorization_server, "alice", AUDIENCE)
         async with (
             httpx2.AsyncClient(headers={"Authorization": f"Bearer {alice}"}, timeout=30) as http,
-            Client(streamable_http_client(front.url(), http_client=http), mode=mode) as client,
+            Client(streamable_http_client(front, http_client=http), mode=mode) as client,
         ):
             session = await create_session(client)  # the gateway's probe of the upstream carries it too
             seen = json.loads(text_of(await client.call_tool("seen", {}, meta=sdk_session_meta(session))))
@@ -410,7 +423,5 @@ async def test_a_token_endpoint_is_a_stranger(path: str | None, status: int, say
     ],
 )
 def test_a_bad_exchange_configuration_is_a_usage_error(arguments: tuple[str, ...], says: str) -> None:
-    command = [sys.executable, "-m", "mcp_sessions", "gateway", *arguments]
-    environ = {**os.environ, "MCP_SESSIONS_DEV": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False, env=environ)
+    done = gateway_run(*arguments)
     assert done.returncode == 2 and says in done.stderr and "s3cr3t-value" not in done.stderr
