@@ -78,8 +78,7 @@ def sdk_url() -> Iterator[str]:
 
 @pytest.fixture(params=["auto", "legacy"])
 def mode(request: pytest.FixtureRequest) -> str:
-    mode: str = request.param
-    return mode
+    return str(request.param)
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import json
 import logging
 import re
 import signal
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -77,7 +78,10 @@ async def used_by(kind: str, url: str, tag: str) -> list[tuple[int, str]]:
     if kind == "2025 client":
         async with Client(url, mode="legacy") as client:
             return [
-                (json.loads(text_of(await client.call_tool("whoami", {})))["pid"], await keep(client, tag))
+                (
+                    json.loads(text_of(await client.call_tool("whoami", {})))["pid"],
+                    text_of(await client.call_tool("keep", {"line": tag})),
+                )
                 for _ in range(3)
             ]
     with httpx.Client(timeout=30) as http:  # a 2026-07-28 host naming its conversation
@@ -100,10 +104,6 @@ def opened(kind: str, http: httpx.Client, url: str, name: str) -> dict[str, str]
 
 def ping(http: httpx.Client, url: str, headers: dict[str, str]) -> int:
     return http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers).status_code
-
-
-async def keep(client: Client, tag: str) -> str:
-    return text_of(await client.call_tool("keep", {"line": tag}))
 
 
 @pytest.mark.parametrize("kind", ["2025 client", "typescript", "2026 host conversation"])
@@ -184,19 +184,23 @@ def elicit(
 
 def test_a_request_that_names_nothing_gets_a_process_no_other_request_used(tmp_path: Path) -> None:
     """``sessionless="per-request"``: each such request its own process (taken from those started ahead); one that
-    asks its client is answered ``input_required``, and its retry reaches the same process, once, with the
-    gateway's own ``requestState``: a replayed, forged, or another conversation's state is refused."""
-    with gateway(tmp_path, SDK_SERVER, sessionless="per-request") as url, httpx.Client(timeout=30) as http:
+    asks its client (the ``mcp`` SDK's server) is answered ``input_required``, and its retry reaches the same process,
+    once, with the gateway's own ``requestState``: a replayed, forged, or another conversation's state is refused."""
+    with (
+        gateway(tmp_path, sessionless="per-request") as url,
+        gateway(tmp_path, SDK_SERVER, sessionless="per-request") as asking,
+        httpx.Client(timeout=30) as http,
+    ):
         seen = [json.loads(call(http, url, "whoami", {}, {})["content"][0]["text"]) for _ in range(4)]
         counts = [call(http, url, "count", {}, {})["content"][0]["text"] for _ in range(2)]
-        asked = elicit(http, url, {})
+        asked = elicit(http, asking, {})
         [key] = asked["inputRequests"]
-        host = elicit(http, url, {"vscode.conversationId": "chat-elicit"})
-        crossed = elicit(http, url, {"vscode.conversationId": "chat-elicit"}, asked["requestState"], key)
-        forged = elicit(http, url, {}, "forged-state", key)
-        other_way = elicit(http, url, {}, host["requestState"], key)
-        answered = elicit(http, url, {}, asked["requestState"], key)
-        replayed = elicit(http, url, {}, asked["requestState"], key)
+        host = elicit(http, asking, {"vscode.conversationId": "chat-elicit"})
+        crossed = elicit(http, asking, {"vscode.conversationId": "chat-elicit"}, asked["requestState"], key)
+        forged = elicit(http, asking, {}, "forged-state", key)
+        other_way = elicit(http, asking, {}, host["requestState"], key)
+        answered = elicit(http, asking, {}, asked["requestState"], key)
+        replayed = elicit(http, asking, {}, asked["requestState"], key)
 
     assert len({found["pid"] for found in seen}) == len({found["session"] for found in seen} - {None}) == 4
     assert counts == ["1", "1"]
@@ -206,42 +210,44 @@ def test_a_request_that_names_nothing_gets_a_process_no_other_request_used(tmp_p
     assert answered["content"][0]["text"] == "accept: yes"
 
 
+@pytest.fixture(scope="module")
+def sdk_url() -> Iterator[str]:
+    """The gateway in front of the ``mcp`` SDK's server, which asks its client: its URL, for the module."""
+    with stdio_gateway(SDK_SERVER) as url:
+        yield url
+
+
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_elicitation_reaches_a_stock_client_with_no_session_in_both_eras(tmp_path: Path, mode: str) -> None:
+async def test_elicitation_reaches_a_stock_client_with_no_session_in_both_eras(sdk_url: str, mode: str) -> None:
     async def elicitation(context: Any, params: Any) -> Any:
         return types.ElicitResult(action="accept", content={"answer": "yes"})
 
-    with gateway(tmp_path, SDK_SERVER) as url:
-        async with Client(url, mode=mode, elicitation_callback=elicitation) as client:
-            assert text_of(await client.call_tool("elicit", {"question": "?"})) == "accept: yes"
+    async with Client(sdk_url, mode=mode, elicitation_callback=elicitation) as client:
+        assert text_of(await client.call_tool("elicit", {"question": "?"})) == "accept: yes"
 
 
-def test_sigterm_ends_the_processes_of_every_kind_of_conversation(tmp_path: Path) -> None:
+def test_sigterm_ends_the_processes_of_every_kind_of_conversation() -> None:
     """The gateway as its own process: a 2025 transport session's, a host conversation's, a data-layer session's,
-    a request's own retained for its input, and those started ahead; none is left after its SIGTERM."""
-    environ = {**SERVER_PATH, "STDIO_TEST_FILES": str(tmp_path)}
+    a request's own retained for its input (the hostile server's, which asks its client without the SDK's start), and
+    those started ahead; none is left after its SIGTERM."""
+    hostile = f"{sys.executable} -m e2e._hostile_stdio"
+    flags = ("--max-processes-per-principal", "8", "--warm", "2")  # one address opens them all
     with (
-        gateway_process([], "--stdio", " ".join(SDK_SERVER), *LIMIT, "--warm", "2", environ=environ) as process,
+        gateway_process([], "--stdio", hostile, *flags, environ=SERVER_PATH) as process,
         httpx.Client(timeout=30) as http,
     ):
         assert process.process is not None
-        url = f"http://127.0.0.1:{process.port}/mcp"
-        call(http, url, "count", {}, legacy_initialize(http, url))
-        call(http, url, "count", {}, {"x-conversation": "chat-term"})
-        body = modern_request(
-            "tools/call", {"name": "count", "arguments": {}}, session={"sessionId": created(http, url)}
-        )
-        result_of(http.post(url, json=body, headers=modern_headers(body)), 1)
-        assert elicit(http, url, {})["resultType"] == "input_required"
+        url = process.url()
+        call(http, url, "seen", {}, legacy_initialize(http, url))
+        call(http, url, "seen", {}, {"x-conversation": "chat-term"})
+        call(http, url, "seen", {}, {"x-session": created(http, url)})
+        assert call(http, url, "ask_then_answer", {}, {})["resultType"] == "input_required"
         # the shared process, two ahead (each one taken is replaced once its request's answer is sent), the four above
         parent = process.process.pid
         pids = until(lambda: now if len(now := own_children(parent=parent)) >= 7 else None, "seven processes")
         process.process.send_signal(signal.SIGTERM)
         process.process.wait(timeout=15)
         until(lambda: all(gone(pid) for pid in pids), "every process to end")
-
-
-LIMIT = ("--max-processes-per-principal", "8")  # one address opens them all
 
 
 def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(tmp_path: Path) -> None:

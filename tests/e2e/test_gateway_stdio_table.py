@@ -1,19 +1,20 @@
-"""Who may reach which process of ``mcp-sessions gateway --stdio``, and what a process costs its caller: a real
-gateway process in front of the tests' stdio server (or a hostile one), two users with tokens from a JWKS served on
-loopback. Each test is a finding of issue 65 (its number in the test's docstring), and fails without its fix.
+"""Who may reach which process of ``mcp-sessions gateway --stdio``, and what a process costs its caller: the gateway
+(its own process where its signals are the subject) in front of the tests' stdio server (or a hostile one), two users
+with tokens from a JWKS. Each test is a finding of issue 65 (its number in its docstring), and fails without its fix.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -24,33 +25,33 @@ from mcp import Client
 from _mcp import legacy_request, modern_headers, modern_request, session_meta
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import Process, created, gateway_process, legacy_initialize, result_of
+from e2e._gateway import created, gateway_process, legacy_initialize, result_of
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, ENVIRON, SDK_SERVER, SERVER, SERVER_PATH, stdio_gateway
 from mcp_sessions import SessionsConfig
 from mcp_sessions._gateway import _stdio_admission
+from mcp_sessions._gateway._auth import GatewayAuth
 from mcp_sessions._gateway._stdio_table import Children
 from mcp_sessions.profiles import SESSION_META_KEY
 from mcp_sessions.subscriptions import SessionSubscriptionBus
 
 pytestmark = pytest.mark.anyio
 
-STDIO_SERVER = shlex.join(SERVER)
+AUDIENCE = "https://gateway.example/mcp"  # the gateway's public URL, as its tokens name it
 
 
-@pytest.fixture(scope="module")
-def team() -> Iterator[Process]:
-    """One gateway, tokens verified against the JWKS: alice and bob are two principals; the ``mcp`` SDK's server, which
-    asks its client."""
-    verifying = ("--auth-jwks", "{jwks}", "--auth-issuer", ISSUER, "--auth-audience", "{url}")
-    with jwks() as keys:
-        arguments = [argument.replace("{jwks}", keys) for argument in verifying]
-        with gateway_process([], "--stdio", shlex.join(SDK_SERVER), *arguments, environ=SERVER_PATH) as process:
-            yield process
+@contextlib.contextmanager
+def team(command: Sequence[str] = SERVER) -> Iterator[str]:
+    """The gateway in front of ``command``, tokens verified against the JWKS (alice and bob two principals): its URL."""
+    with (
+        jwks() as keys,
+        stdio_gateway(command, auth=GatewayAuth(jwks_url=keys, issuer=ISSUER, audience=AUDIENCE)) as url,
+    ):
+        yield url
 
 
-def as_user(team: Process, name: str) -> dict[str, str]:
-    claims = {"iss": ISSUER, "aud": team.url(), "sub": name, "exp": int(time.time()) + 300}
+def as_user(name: str) -> dict[str, str]:
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": name, "exp": int(time.time()) + 300}
     return {"Authorization": f"Bearer {signed(claims)}"}
 
 
@@ -67,33 +68,33 @@ def modern_call(
     return found
 
 
-def test_a_2026_request_with_anothers_transport_session_id_reaches_its_own_process(team: Process) -> None:
+def test_a_2026_request_with_anothers_transport_session_id_reaches_its_own_process() -> None:
     """65.2: bob's 2026-07-28 request carrying alice's 2025 transport session id in ``Mcp-Session-Id`` reached her
     process; the header names a transport session on the 2025 path only, so it reaches a process of his own."""
-    alice, bob = as_user(team, "alice"), as_user(team, "bob")
-    with httpx.Client(timeout=WITHIN) as http:
-        hers = legacy_initialize(http, team.url(), alice)
+    alice, bob = as_user("alice"), as_user("bob")
+    with team() as url, httpx.Client(timeout=WITHIN) as http:
+        hers = legacy_initialize(http, url, alice)
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "whoami", "arguments": {}}}
-        answer = result_of(http.post(team.url(), json=body, headers=hers), 1)
+        answer = result_of(http.post(url, json=body, headers=hers), 1)
         her_process = json.loads(answer["result"]["content"][0]["text"])
         stolen = {**bob, "Mcp-Session-Id": hers["Mcp-Session-Id"]}
-        seen = modern_call(http, team.url(), "whoami", stolen, arguments={})
+        seen = modern_call(http, url, "whoami", stolen, arguments={})
 
     assert "content" in seen, seen
     assert json.loads(seen["content"][0]["text"])["pid"] != her_process["pid"]
 
 
-def test_a_request_state_is_its_callers_alone(team: Process) -> None:
+def test_a_request_state_is_its_callers_alone() -> None:
     """65.3: bob presenting alice's ``requestState`` answered her elicitation and got her call's result, and her own
-    retry was then refused; now his is refused, and hers still good."""
-    alice, bob = as_user(team, "alice"), as_user(team, "bob")
-    with httpx.Client(timeout=WITHIN) as http:
-        asked = modern_call(http, team.url(), "elicit", alice, arguments={"question": "?"})
+    retry was then refused; now his is refused, and hers still good. The ``mcp`` SDK's server: it asks its client."""
+    alice, bob = as_user("alice"), as_user("bob")
+    with team(SDK_SERVER) as url, httpx.Client(timeout=WITHIN) as http:
+        asked = modern_call(http, url, "elicit", alice, arguments={"question": "?"})
         [key] = asked["inputRequests"]
         answer = {key: {"action": "accept", "content": {"answer": "yes"}}}
         retry = {"arguments": {"question": "?"}, "requestState": asked["requestState"], "inputResponses": answer}
-        stolen = modern_call(http, team.url(), "elicit", bob, **retry)
-        hers = modern_call(http, team.url(), "elicit", alice, **retry)
+        stolen = modern_call(http, url, "elicit", bob, **retry)
+        hers = modern_call(http, url, "elicit", alice, **retry)
 
     assert stolen["code"] == -32602 and "requestState names no request waiting" in stolen["message"], stolen
     assert hers["content"][0]["text"] == "accept: yes", hers
@@ -102,13 +103,8 @@ def test_a_request_state_is_its_callers_alone(team: Process) -> None:
 def test_every_process_started_for_a_caller_spends_its_create_limit() -> None:
     """65.6: sessionless 2026-07-28 requests and 2025 transport sessions started processes without spending a slot
     of ``MCP_SESSIONS_CREATE_LIMIT``; now each start does, as ``sessions/create`` does."""
-    environ = {**SERVER_PATH, "MCP_SESSIONS_CREATE_LIMIT": "3/600"}
-    per_request = ("--sessionless", "per-request")
-    with (
-        gateway_process([], "--stdio", STDIO_SERVER, *per_request, environ=environ) as gateway,
-        httpx.Client(timeout=WITHIN) as http,
-    ):
-        url = gateway.url()
+    config = SessionsConfig(secret=SECRET, create_limit=(3, 600))
+    with stdio_gateway(config=config, sessionless="per-request") as url, httpx.Client(timeout=WITHIN) as http:
         first = [modern_call(http, url, "count", {}, arguments={}) for _ in range(2)]
         legacy = [legacy_initialize(http, url) for _ in range(2)]
         call = legacy_request("tools/call", {"name": "count", "arguments": {}})
@@ -144,9 +140,7 @@ async def test_2026_requests_with_one_id_in_one_session_are_not_the_id_guards_co
     """65.8: 55-57 of 60 concurrent 2026-07-28 requests with id 1 in one data-layer session got "a request with this
     id is in progress": the guard keyed on ``Mcp-Session-Id``, which a 2026-07-28 client fills with its session
     token. The guard is the 2025 transport session's: each of the 60 gets its answer."""
-    hostile = f"{sys.executable} -m e2e._hostile_stdio"
-    with gateway_process([], "--stdio", hostile, environ=SERVER_PATH) as gateway:
-        url = gateway.url()
+    with stdio_gateway([sys.executable, "-m", "e2e._hostile_stdio"]) as url:
         with httpx.Client(timeout=WITHIN) as client:
             token = created(client, url)
         answers: list[dict[str, Any]] = []
@@ -200,18 +194,19 @@ async def test_the_operator_view_of_every_process() -> None:
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_a_stock_clients_call_at_one_process_a_caller_gets_its_result(mode: str) -> None:
+async def test_a_stock_clients_call_at_one_process_a_caller_gets_its_result(
+    mode: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """66.1: the ``mcp`` SDK's ``call_tool`` sends ``tools/list`` without a session to check the tool's result; that
     list took a process of its own (and, at ``--max-processes-per-principal``, failed a call that had run). A list
     that names no conversation is the shared process's: one process started, for the call alone."""
-    limit = ("--max-processes-per-principal", "1", "--log-level", "info")
-    with gateway_process([], "--stdio", STDIO_SERVER, *limit, environ=SERVER_PATH) as gateway:
-        async with Client(gateway.url(), mode=mode) as client:
+    monkeypatch.setattr(logging.getLogger("mcp_sessions.gateway"), "disabled", False)  # a uvicorn may have disabled it
+    with caplog.at_level(logging.INFO, "mcp_sessions.gateway"), stdio_gateway(max_processes_per_principal=1) as url:
+        async with Client(url, mode=mode) as client:
             result = await client.call_tool("count", {})
-        log = gateway.log().decode()
 
     assert not result.is_error and result.structured_content == {"result": 1}, result
-    assert log.count("serves the conversation") == 1, log
+    assert caplog.text.count("serves the conversation") == 1, caplog.text
 
 
 def test_a_caller_at_its_limit_gets_its_oldest_idle_conversation_ended_to_make_room(
