@@ -232,8 +232,9 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation() -> None:
     those started ahead; none is left after its SIGTERM."""
     hostile = f"{sys.executable} -m e2e._hostile_stdio"
     flags = ("--max-processes-per-principal", "8", "--warm", "2")  # one address opens them all
+    own = ("--sessionless", "per-request")  # a request that names none: a process of its own
     with (
-        gateway_process([], "--stdio", hostile, *flags, environ=SERVER_PATH) as process,
+        gateway_process([], "--stdio", hostile, *flags, *own, environ=SERVER_PATH) as process,
         httpx.Client(timeout=30) as http,
     ):
         assert process.process is not None
