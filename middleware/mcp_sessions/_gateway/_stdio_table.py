@@ -353,8 +353,8 @@ class Children(Table):
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
         needs one: the connections beyond :data:`MAX_CONNECTIONS` (overall, and per caller) are ended, oldest first."""
         caller = await self.caller(scope)
-        key = Key("transport-session", self.digests.transport(raw))
-        self.connections[key] = (caller.id, raw, scope.get("user"))
+        opened = Key("transport-session", self.digests.transport(raw))
+        self.connections[opened] = (caller.id, raw, scope.get("user"))
         mine = [key for key, (owner, _, _) in self.connections.items() if owner == caller.id]
         over = mine[: max(0, len(mine) - 8 * self.admission.per_caller)]
         over += list(self.connections)[: max(0, len(self.connections) - MAX_CONNECTIONS)]
