@@ -216,13 +216,12 @@ def test_a_caller_at_her_limit_keeps_her_idle_conversation_when_the_create_limit
 def test_a_host_conversations_first_request_spends_one_create_limit_operation() -> None:
     """76.7: a host's conversation spent two operations of ``MCP_SESSIONS_CREATE_LIMIT`` at its first request (its
     session's, its process's), so a limit of 2 let one conversation in. Now one each."""
-    environ = {**SERVER_PATH, "MCP_SESSIONS_CREATE_LIMIT": "2/600"}
-    with gateway_process([], "--stdio", STDIO_SERVER, environ=environ) as gateway, httpx.Client(timeout=WITHIN) as http:
+    config = SessionsConfig(secret=SECRET, create_limit=(2, 600))
+    with stdio_gateway(SERVER, config) as url, httpx.Client(timeout=WITHIN) as http:
         answers = []
         for conversation in ("chat-1", "chat-2", "chat-3"):
-            params = {"name": "count", "arguments": {}}
-            body = modern_request("tools/call", params, meta={"vscode.conversationId": conversation})
-            answers.append(result_of(http.post(gateway.url(), json=body, headers=modern_headers(body)), 1))
+            body = modern_request("tools/call", COUNT, meta={"vscode.conversationId": conversation})
+            answers.append(result_of(http.post(url, json=body, headers=modern_headers(body)), 1))
 
     assert [answer["result"]["content"][0]["text"] for answer in answers[:2]] == ["1", "1"], answers
     assert "error" in answers[2] or answers[2]["result"].get("isError"), answers[2]

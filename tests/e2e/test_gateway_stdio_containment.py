@@ -32,7 +32,7 @@ import pytest
 from _mcp import ModernClient, session_meta
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import CACHE, installed, node, readable_by_every_uid, readable_directory, rss_kib
+from e2e._gateway import CACHE, Process, installed, node, readable_by_every_uid, readable_directory, rss_kib
 from e2e._issuer import jwks as served_jwks
 from e2e._sealed import PRIVATE, SECRETS, UIDS, call, client, gateway, hostile, needs, of_uid, running, team, text
 
@@ -167,22 +167,26 @@ def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, c
         until(lambda: running(marker) == [], "the daemons to end")  # their reaping may lag the gateway's end
 
 
-@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
-def test_by_default_a_daemon_ends_with_its_conversation(server: str, containment: str) -> None:
-    """No --process-containment: bubblewrap where it works, else util-linux's unshare (here: a PATH without bwrap),
-    said in the startup line; a double-forked, setsid daemon ends with its conversation's sessions/delete."""
-    needs("root", containment)
-    marker = f"daemon-{uuid.uuid4().hex}"
+@pytest.fixture(scope="module", params=["bwrap", "unshare"])
+def by_default(server: str, request: pytest.FixtureRequest) -> Iterator[tuple[str, Process]]:
+    """A gateway given no --process-containment (for unshare: a PATH without bwrap), and its choice; tests share it."""
+    needs("root", request.param)
     with readable_directory("mcp-sessions-path-") as directory:  # not in /tmp: the tools run in the namespace too
         environ = {"MCP_SESSIONS_SECRET": SECRET}
-        if containment == "unshare":  # the tools the gateway runs, bubblewrap not among them
+        if request.param == "unshare":  # the tools the gateway runs, bubblewrap not among them
             for tool in ("sh", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ip", "pkill", "find"):
                 Path(directory, tool).symlink_to(shutil.which(tool) or tool)
             environ["PATH"] = str(directory)
         with gateway(server, environ=environ) as process:
-            said = "containment bwrap (auto)" if containment == "bwrap" else "containment unshare (auto)"
-            assert f"each process: {said}, the gateway's uid" in process.output()
-            a_daemon_ends_with_its_session(client(process), marker)
+            yield request.param, process
+
+
+def test_by_default_a_daemon_ends_with_its_conversation(by_default: tuple[str, Process]) -> None:
+    """No --process-containment: bubblewrap where it works, else util-linux's unshare (here: a PATH without bwrap),
+    said in the startup line; a double-forked, setsid daemon ends with its conversation's sessions/delete."""
+    containment, process = by_default
+    assert f"each process: containment {containment} (auto), the gateway's uid" in process.output()
+    a_daemon_ends_with_its_session(client(process), f"daemon-{uuid.uuid4().hex}")
 
 
 def a_daemon_ends_with_its_session(mcp: ModernClient, marker: str) -> None:
@@ -227,15 +231,13 @@ def test_a_contained_process_has_temporary_directories_of_its_own_and_no_view_of
             Path(path).unlink(missing_ok=True)
 
 
-@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
-def test_network_none_leaves_a_process_its_own_loopback_only(server: str, containment: str) -> None:
+def test_network_none_leaves_a_process_its_own_loopback_only(server: str, by_default: tuple[str, Process]) -> None:
     """--process-network none: a network namespace of its own (the kernel's): the process cannot connect to a port
     the host listens on (the host's network can), and has a loopback of its own, up, to listen and connect on."""
-    needs("root", containment)
+    containment, on_the_hosts = by_default
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
-        with gateway(server, "--process-containment", containment) as process:
-            assert text(call(client(process), "connect", port=port)) == "connected"  # the host's network
+        assert text(call(client(on_the_hosts), "connect", port=port)) == "connected"  # the host's network
         listener.accept()[0].close()
         options = ("--process-containment", containment, "--process-network", "none")
         with gateway(server, *options) as process:

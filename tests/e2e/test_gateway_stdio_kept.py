@@ -22,9 +22,10 @@ from _backends import STORES, open_backend
 from _mcp import legacy_request, messages, modern_headers, modern_request
 from _waits import WITHIN, until
 from conftest import SECRET
-from e2e._gateway import CACHE, gateway_process, installed, legacy_initialize, node, result_of
+from e2e._gateway import CACHE, installed, legacy_initialize, node, result_of
 from e2e._stdio import COUNT, ENVIRON, SERVER, own_children, stdio_gateway
 from mcp_sessions import SessionsConfig
+from mcp_sessions._gateway._sandbox import Sandbox
 
 pytestmark = pytest.mark.anyio
 
@@ -41,10 +42,9 @@ async def test_a_stock_client_that_names_nothing_keeps_its_server_memory_graph(
     process with a graph file of its own: by default (``--sessionless per-caller``) its ``read_graph`` has what its
     ``create_entities`` wrote; with ``per-request``, as before, each call had a process of its own: an empty graph."""
     index = installed(MEMORY, "@modelcontextprotocol/server-memory")
-    server = f'sh -c "MEMORY_FILE_PATH=$HOME/memory.jsonl exec {node()} {index}"'  # $HOME: the process's own
-    places = ("--process-cwd", f"{tmp_path}/{{id}}", "--sessionless", sessionless)
-    with gateway_process([], "--stdio", server, *places, environ=ENVIRON) as gateway:
-        async with Client(gateway.url()) as client:
+    server = ["sh", "-c", f"MEMORY_FILE_PATH=$HOME/memory.jsonl exec {node()} {index}"]  # $HOME: the process's own
+    with stdio_gateway(server, sessionless=sessionless, process_options=Sandbox(cwd=f"{tmp_path}/{{id}}")) as url:
+        async with Client(url) as client:
             await client.call_tool("create_entities", PLAN)
             graph = json.dumps((await client.call_tool("read_graph", {})).model_dump(mode="json"))
 
