@@ -91,8 +91,7 @@ class Table:
         process_env: ProcessEnv | None = None,
         factory: ChildFactory = Child,
     ) -> None:
-        self.command, self.config, self.bus = list(command), config, bus
-        self.sessionless = sessionless
+        self.config, self.bus, self.sessionless = config, bus, sessionless
         self.process_env = ProcessEnv() if process_env is None else process_env
         # "auto" (Children.choose) becomes one of the others before the first request
         self.mode: Literal["auto", "per-conversation", "per-caller", "shared"] = processes
@@ -397,7 +396,7 @@ class Children(Table):
             self.mode = "per-conversation"
             return
         probe = await revisions(
-            self.command,
+            pool.command,
             environ=pool.environ,
             max_line=pool.max_line,
             options=pool.options,
@@ -443,7 +442,7 @@ class Children(Table):
         with anyio.move_on_after(EXIT_DRAIN):
             await child.stderr_ended.wait()
         said = "" if child.last_words is None else f"; its last stderr line: {child.last_words}"
-        return StartupFailed(f"{shlex.join(self.command)}: {why}{said}")
+        return StartupFailed(f"{shlex.join(self.pool.command)}: {why}{said}")
 
     async def tool_schemas(self) -> dict[str, Mapping[str, Any]]:
         """The input schemas of the shared child's tools (its first page), for the SDK's check of a 2026-07-28
