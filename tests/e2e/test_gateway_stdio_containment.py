@@ -348,6 +348,38 @@ def test_the_processes_of_a_killed_gateway_end_with_it(server: str, containment:
         until(lambda: running(marker) == [], "the daemon to end")
 
 
+def test_as_a_containers_first_process_the_gateway_reaps_what_bubblewrap_leaves(server: str) -> None:
+    """A container without an init: the gateway is its PID 1 (here in a PID namespace of unshare's), which adopts
+    every process whose parent ended. bubblewrap leaves its namespace's first process so, at the containment's
+    trial, the revision probe and each conversation's end: the gateway reaps them. Else each would stay a zombie
+    for good, a pid held, and its group would keep each end waiting for its SIGKILL grace."""
+    needs("root", "bwrap")
+    prefix = ("unshare", "--pid", "--fork", "--mount-proc")
+    with gateway(server, "--process-containment", "bwrap", prefix=prefix) as process:
+        mcp = client(process)
+        for _ in range(3):
+            session = mcp.create_session()
+            text(call(mcp, "whoami", session))
+            mcp.request("sessions/delete", session=session_meta(session))
+        until(lambda: process.output().count("ended (its session ended;") == 3, process.output)
+        assert process.process is not None
+        [(first, _)] = children(process.process.pid)  # unshare's one child: the gateway, PID 1 in its namespace
+        assert [pid for pid, state in children(first) if state == "Z"] == []
+        os.kill(first, signal.SIGTERM)  # the gateway's own shutdown: unshare passes no signal on
+        process.process.wait(timeout=WITHIN)
+
+
+def children(parent: int) -> list[tuple[int, str]]:
+    """The pid and state (``Z``: a zombie, ended and not reaped) of each process whose parent is ``parent``."""
+    found = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            state, ppid = stat_file.read_text().rpartition(")")[2].split()[:2]
+            if int(ppid) == parent:
+                found.append((int(stat_file.parent.name), state))
+    return found
+
+
 def test_a_process_reads_neither_the_gateways_environment_nor_its_credentials(server: str) -> None:
     """The gateway and its process as one user without privilege (root without any capability, as any other user's
     processes are: the tests' interpreter is root's): the gateway's /proc/PID/environ is closed to the process (the

@@ -363,14 +363,14 @@ def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth |
     servers = _listed(args.auth_server, environ.get("MCP_SESSIONS_AUTH_SERVERS")) or []
     if not given and not servers:
         return None
-    from ._auth import GatewayAuth
-
-    jwks = given.pop("jwks", None)
     if "leeway" in given:
         try:
             given["leeway"] = float(given["leeway"])
         except ValueError:
             raise ValueError("--auth-leeway takes a number of seconds") from None
+    from ._auth import GatewayAuth  # the mcp SDK's import: after the usage errors it can be spared
+
+    jwks = given.pop("jwks", None)
     return GatewayAuth(jwks_url=jwks, authorization_servers=servers, **given)
 
 

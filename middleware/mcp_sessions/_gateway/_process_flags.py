@@ -6,6 +6,7 @@ for ``--process-network`` and ``_serving`` to serve."""
 from __future__ import annotations
 
 import argparse
+import ctypes
 import grp
 import math
 import os
@@ -13,12 +14,15 @@ import pwd
 import shutil
 import tempfile
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ._sandbox import CONTAINMENTS
 
 if TYPE_CHECKING:
     from ._auth import GatewayAuth
+
+_PR_SET_DUMPABLE: Final = 4
+_PR_SET_CHILD_SUBREAPER: Final = 36
 
 
 def add_process_arguments(gateway: argparse.ArgumentParser) -> None:
@@ -143,7 +147,7 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
 
 def process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Any:
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
-    the one that works here); and the gateway made non-dumpable."""
+    the one that works here); and the gateway made non-dumpable, and under bubblewrap the reaper of its orphans."""
     from ._sandbox import Sandbox, SandboxError, loads_code, private_parent
 
     if command and shutil.which(command[0]) is None:
@@ -181,9 +185,11 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         sandbox = sandbox.chosen()
     except SandboxError as exc:
         raise ValueError(str(exc)) from None
-    from ._stdio_child import undumpable  # the mcp SDK's import: not for a usage error
-
-    undumpable()
+    libc = ctypes.CDLL(None, use_errno=True)
+    # The gateway made non-dumpable: no process of its user reads its /proc files (its environment, its memory).
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if sandbox.containment == "bwrap":  # bubblewrap's orphans come to the gateway, which reaps them at once
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     return sandbox
 
 

@@ -323,12 +323,16 @@ class Sandbox:
             cwd = os.path.join(top, "trial")
             os.mkdir(cwd)
             trial = [*_namespace(self, cwd), "/bin/sh", "-c", "exit 0"]
-            # Our own command line.
-            done = subprocess.run(trial, cwd=cwd, capture_output=True, text=True, check=False)  # noqa: S603
+            pipe = subprocess.PIPE
+            done = subprocess.Popen(  # noqa: S603 - our own command line
+                trial, cwd=cwd, stdout=pipe, stderr=pipe, text=True, start_new_session=True
+            )
+            stderr = done.communicate()[1]
+            reap_adopted(done.pid, wait=True)
         if done.returncode == 0:
             return
         said = "exit status " + str(done.returncode)
-        errors = done.stderr.strip().splitlines()
+        errors = stderr.strip().splitlines()
         if errors:
             said = errors[-1]
         raise SandboxError(f"--process-containment {tool} does not work here: {said[:200]}")
@@ -428,6 +432,18 @@ class Place:
         """What is left of the process's uid (its own) and control group killed, the uid's files removed."""
         uid = self.uid if self.sandbox.uids is not None else None
         return _cleared(uid, self.sandbox.swept, self.cgroup)
+
+
+def reap_adopted(group: int, *, wait: bool = False) -> None:
+    """Reap the ended processes of ``group`` that this process adopted, its leader reaped already. bubblewrap's
+    first process in each namespace outlives bubblewrap by a moment and is left to whoever adopts orphans: the
+    host's init, or the gateway, as a subreaper (:func:`~._process_flags.process_options`) or a container's PID 1;
+    the group is gone only once it is reaped. ``wait``: until none of the group is left, for a group whose every
+    process ends with its leader (a trial's)."""
+    options = os.WEXITED | (0 if wait else os.WNOHANG)
+    with suppress(ChildProcessError):  # none of the group is this process's child
+        while os.waitid(os.P_PGID, group, options) is not None:
+            pass
 
 
 def _namespace(sandbox: Sandbox, cwd: str | None) -> list[str]:

@@ -14,7 +14,6 @@ answers, progress, cancellation, and an error for every request still waiting wh
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
@@ -35,7 +34,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from .._version import __version__
 from .._wire import printable
 from .._wire.protocol import RATE_LIMITED
-from ._sandbox import Place, Sandbox, SandboxError
+from ._sandbox import Place, Sandbox, SandboxError, reap_adopted
 
 logger = logging.getLogger("mcp_sessions.gateway")
 
@@ -58,7 +57,6 @@ not lines: a burst of a conversation's small concurrent requests all waits its t
 BOUNDS_POLL: Final = 0.5
 """How often a process's control group is asked whether it reached a bound."""
 _POLL: Final = 0.05
-_PR_SET_DUMPABLE: Final = 4
 stderr_logger = logging.getLogger("mcp_sessions.gateway.stderr")
 # How every child runs: the name the process table knows.
 ProcessOptions = Sandbox
@@ -104,12 +102,6 @@ async def _ignored(dctx: DispatchContext[Any], method: str, params: Mapping[str,
 
 def _taken(method: str, params: Mapping[str, Any] | None) -> bool:
     return True
-
-
-def undumpable() -> None:
-    """Make this process (the gateway) non-dumpable, so that no process of its user reads its ``/proc`` files (its
-    environment, its memory)."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 class Child:
@@ -458,8 +450,19 @@ async def stop_group(process: anyio.abc.Process) -> int | None:
         # Polled, as the SDK does: asyncio's wait() also waits for the pipes a process it started holds.
         while process.returncode is None:  # noqa: ASYNC110
             await anyio.sleep(_POLL)
-    await terminate_posix_process_tree(process, TERM_GRACE)
+    async with anyio.create_task_group() as reaping:  # the group is gone once what it left the gateway is reaped
+        reaping.start_soon(_reaping, process)
+        await terminate_posix_process_tree(process, TERM_GRACE)
+        reaping.cancel_scope.cancel()
     # A process that left the group may hold the pipes open.
     with anyio.move_on_after(TERM_GRACE):
         await process.aclose()
     return process.returncode
+
+
+async def _reaping(process: anyio.abc.Process) -> None:
+    """:func:`reap_adopted` for ``process``'s group, once its leader is reaped, until cancelled."""
+    while True:
+        if process.returncode is not None:
+            reap_adopted(process.pid)
+        await anyio.sleep(_POLL)
