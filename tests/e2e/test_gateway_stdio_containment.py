@@ -354,7 +354,7 @@ def test_as_a_containers_first_process_the_gateway_reaps_what_bubblewrap_leaves(
     trial, the revision probe and each conversation's end: the gateway reaps them. Else each would stay a zombie
     for good, a pid held, and its group would keep each end waiting for its SIGKILL grace."""
     needs("root", "bwrap")
-    prefix = ("unshare", "--pid", "--fork", "--mount-proc")
+    prefix = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")  # the gateway dies with unshare
     with gateway(server, "--process-containment", "bwrap", prefix=prefix) as process:
         mcp = client(process)
         for _ in range(3):
