@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import multiprocessing
 import time
 from typing import Any
@@ -14,6 +13,7 @@ from _waits import WITHIN, until, until_awaited
 from conftest import SECRET
 from mcp_sessions.stores import MemoryStore, SessionStoreFull, SessionStoreUnavailable
 
+from ._spawned import make_a_store_in_a_worker
 from ._workers import Workers
 from .conftest import ACTIVE, EXP, NOW, REVOKED
 
@@ -117,13 +117,6 @@ async def test_eviction_visits_each_expired_record_once() -> None:
         await store.set(f"new{i}", "k", 1, expires_at=now + 3600)
     assert len(store) == 10_000
     assert store._examined - before <= 5_000  # each expired record is looked at once, in total
-
-
-def make_a_store_in_a_worker(log_path: str) -> None:
-    """Run in a spawned worker: log to a file, make two stores (one warning), exit."""
-    logging.basicConfig(filename=log_path, level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
-    MemoryStore()
-    MemoryStore()
 
 
 def test_a_memory_store_in_a_worker_process_warns_once(tmp_path: Any) -> None:

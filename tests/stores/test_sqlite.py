@@ -19,6 +19,7 @@ import pytest
 from _mcp import SESSION_NOT_FOUND, ModernClient, session_meta, tool_text
 from mcp_sessions.stores import SessionStatus, SessionStoreUnavailable, SQLiteStore
 
+from ._spawned import count_in_a_process
 from ._workers import workers
 from .conftest import EXP, NOW, Closing
 
@@ -44,29 +45,11 @@ async def test_everything_survives_a_restart(tmp_path: Path, closing: Closing) -
     assert await second.touch("s3", expires_at=EXP, now=NOW + 89, idle_ttl=60, issued_at=NOW) is SessionStatus.ACTIVE
 
 
-def count_in_a_process(path: str, rounds: int, worker: int) -> None:
-    """Run in a spawned process: its own store on the shared file, counting and appending."""
-
-    async def work() -> None:
-        store = SQLiteStore(path)
-        for i in range(rounds):
-            mark = worker * 1000 + i
-            await store.incr("s1", "n", expires_at=EXP)
-
-            def append(old: list[int], mark: int = mark) -> list[int]:
-                return [*old, mark]
-
-            await store.update("s1", "seen", append, expires_at=EXP, default=[])
-        await store.aclose()
-
-    asyncio.run(work())
-
-
 def test_incr_and_update_are_atomic_across_processes(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     asyncio.run(SQLiteStore(path).aclose())  # creates the tables; processes starting together would each try
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=count_in_a_process, args=(str(path), 40, w)) for w in range(3)]
+    processes = [context.Process(target=count_in_a_process, args=(str(path), 40, w, EXP)) for w in range(3)]
     for process in processes:
         process.start()
     for process in processes:
