@@ -369,6 +369,20 @@ def test_as_a_containers_first_process_the_gateway_reaps_what_bubblewrap_leaves(
         process.process.wait(timeout=WITHIN)
 
 
+def test_as_a_containers_first_process_without_a_namespace_the_gateway_says_to_run_an_init(server: str) -> None:
+    """Under --process-containment none, a daemon a server left comes to a PID-1 gateway when it ends, and only an
+    init reaps it: the startup says so, to whoever starts the container."""
+    needs("root")
+    prefix = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")
+    with gateway(server, "--process-containment", "none", prefix=prefix) as process:
+        until(lambda: "PID 1 without an init" in process.output(), process.output)
+        assert "run the container with one (docker run --init)" in process.output()
+        assert process.process is not None
+        [(first, _)] = children(process.process.pid)
+        os.kill(first, signal.SIGTERM)
+        process.process.wait(timeout=WITHIN)
+
+
 def children(parent: int) -> list[tuple[int, str]]:
     """The pid and state (``Z``: a zombie, ended and not reaped) of each process whose parent is ``parent``."""
     found = []

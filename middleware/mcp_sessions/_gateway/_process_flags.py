@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import grp
+import logging
 import math
 import os
 import pwd
@@ -147,7 +148,8 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
 
 def process_options(args: argparse.Namespace, command: Sequence[str], auth: GatewayAuth | None) -> Any:
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
-    the one that works here); and the gateway made non-dumpable, and under bubblewrap the reaper of its orphans."""
+    the one that works here); and the gateway made non-dumpable, and under bubblewrap the reaper of its orphans
+    (as PID 1 under none, it warns)."""
     from ._sandbox import Sandbox, SandboxError, loads_code, private_parent
 
     if command and shutil.which(command[0]) is None:
@@ -190,6 +192,11 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     if sandbox.containment == "bwrap":  # bubblewrap's orphans come to the gateway, which reaps them at once
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    elif sandbox.containment == "none" and os.getpid() == 1:  # unshare leaves nothing
+        logging.getLogger("mcp_sessions.gateway").warning(
+            "mcp-sessions gateway: PID 1 without an init: what a process leaves running is never "
+            "reaped once it ends (a zombie holding a pid): run the container with one (docker run --init)"
+        )
     return sandbox
 
 
