@@ -443,7 +443,9 @@ class Pipe:
 async def stop_group(process: anyio.abc.Process) -> int | None:
     """Stop a child and its process group, its exit code: its stdin closed (the MCP stdio shutdown), then the SDK's
     ``terminate_posix_process_tree`` (SIGTERM to the group, SIGKILL after ``TERM_GRACE``; its migration guide names
-    it). What left the group ends with its PID namespace, its uid or its control group: :meth:`Place.leave`."""
+    it), meanwhile reaping what of the group the gateway adopted (:func:`reap_adopted`), without which the group
+    lives on as a zombie. What left the group ends with its PID namespace, its uid or its control group:
+    :meth:`Place.leave`."""
     if process.stdin is not None:
         await process.stdin.aclose()
     with anyio.move_on_after(STDIN_GRACE):
