@@ -440,6 +440,8 @@ def reap_adopted(group: int, *, wait: bool = False) -> None:
     host's init, or the gateway, as a subreaper (:func:`~._process_flags.process_options`) or a container's PID 1;
     the group is gone only once it is reaped. ``wait``: until none of the group is left, for a group whose every
     process ends with its leader (a trial's)."""
+    if not hasattr(os, "waitid"):  # macOS before Python 3.13, which has no bubblewrap either
+        return
     options = os.WEXITED | (0 if wait else os.WNOHANG)
     with suppress(ChildProcessError):  # none of the group is this process's child
         while os.waitid(os.P_PGID, group, options) is not None:
