@@ -8,6 +8,7 @@ need them skip, and under CI (``CI`` set) they fail: ``_redis.missing``.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from starlette.types import Message, Receive, Scope, Send
 from _mcp import MODERN, era_session, legacy_request, messages, modern_headers, modern_request, replaying
 from _redis import end_process, free_port, missing, until_listening
 from mcp_sessions import get_session
+from mcp_sessions._cli import main
 
 MAIN = Path(__file__).resolve().parents[2]
 CACHE = MAIN / ".cache"
@@ -182,6 +184,15 @@ def gateway_run(*arguments: str, within: float = 90) -> subprocess.CompletedProc
     line = [sys.executable, "-m", "mcp_sessions", "gateway", *arguments]
     environ["MCP_SESSIONS_SECRET"] = SECRET
     return subprocess.run(line, capture_output=True, text=True, env=environ, timeout=within, check=False)
+
+
+def main_run(
+    *arguments: str, environ: Mapping[str, str] | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``mcp-sessions ARGUMENTS`` run by ``main`` in this process, in ``environ`` alone: its exit status, its output."""
+    out, err = io.StringIO(), io.StringIO()
+    status = main(list(arguments), stdin=io.StringIO(stdin), stdout=out, stderr=err, environ=dict(environ or {}))
+    return subprocess.CompletedProcess(arguments, status, out.getvalue(), err.getvalue())
 
 
 def started(name: str, command: Callable[[int], tuple[list[str], Mapping[str, str]]], tries: int = 3) -> Process:

@@ -11,7 +11,6 @@ traffic there.
 from __future__ import annotations
 
 import contextlib
-import io
 import itertools
 import json
 import os
@@ -31,8 +30,16 @@ from _mcp import legacy_request
 from _redis import free_port, missing
 from _waits import WITHIN
 from conftest import SECRET
-from e2e._gateway import Process, legacy_initialize, readable_by_every_uid, readable_directory, result_of, started
-from mcp_sessions._cli import main
+from e2e._gateway import (
+    Process,
+    gateway_run,
+    legacy_initialize,
+    main_run,
+    readable_by_every_uid,
+    readable_directory,
+    result_of,
+    started,
+)
 
 UIDS = "60100-60199"
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
@@ -40,7 +47,6 @@ HOSTILE = Path(__file__).with_name("_hostile_stdio.py")
 SERVER = f"/usr/bin/python3 {HOSTILE}"
 PROXY = ("--auth-principal-header", "X-Forwarded-User", "--forwarded-allow-ips", "127.0.0.1")
 """An auth proxy on this host's loopback, trusted to name the user."""
-CLI_WITHIN = 60
 IDS = itertools.count(1)
 
 
@@ -94,21 +100,6 @@ def tried(http: httpx.Client, gateway: Process, session: dict[str, str], host: s
 def table(pid: int) -> subprocess.CompletedProcess[str]:
     """The kernel's listing of the table of the gateway whose pid is ``pid``."""
     return subprocess.run(["nft", "list", "table", "inet", f"mcp_sessions_{pid}"], capture_output=True, text=True)
-
-
-def command(*arguments: str) -> subprocess.CompletedProcess[str]:
-    """``mcp-sessions ARGUMENTS`` as its own process."""
-    given = {key: value for key, value in os.environ.items() if not key.startswith("MCP_SESSIONS_")}
-    line = [sys.executable, "-m", "mcp_sessions", *arguments]
-    env = {**given, "MCP_SESSIONS_SECRET": SECRET}
-    return subprocess.run(line, capture_output=True, text=True, env=env, timeout=CLI_WITHIN, check=False)
-
-
-def status(path: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    """``mcp-sessions gateway status --status-socket PATH OPTIONS``, run by ``main`` in this process."""
-    arguments, out, err = ["gateway", "status", "--status-socket", str(path), *options], io.StringIO(), io.StringIO()
-    code = main(arguments, stdout=out, stderr=err, environ={})
-    return subprocess.CompletedProcess(arguments, code, out.getvalue(), err.getvalue())
 
 
 def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_service() -> None:
@@ -193,8 +184,8 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
         assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # made so
         counted = legacy_request("tools/call", {"name": "count", "arguments": {}})
         http.post(process.url(), json=counted, headers=legacy_initialize(http, process.url()))  # its process starts
-        seen = json.loads(status(path, "--json").stdout)
-        shown = status(path)
+        seen = json.loads(main_run("gateway", "status", "--status-socket", str(path), "--json").stdout)
+        shown = main_run("gateway", "status", "--status-socket", str(path))
     assert "transport-session" in [each["kind"] for each in seen["processes"]]
     assert seen["total"] == {"processes": 1, "limit": 16}
     assert (shown.returncode, shown.stderr) == (0, "")
@@ -202,7 +193,7 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
     assert not path.exists()  # removed as the gateway stopped
 
     path.parent.chmod(0o711)
-    done = command("gateway", "--port", str(free_port()), "--stdio", SERVER, "--status-socket", str(path))
+    done = gateway_run("--port", str(free_port()), "--stdio", SERVER, "--status-socket", str(path), within=60)
     assert (done.returncode, done.stderr) == (
         2,
         f"mcp-sessions gateway: --status-socket: {path.parent} must be a directory of the gateway's user that no one "
@@ -247,7 +238,7 @@ def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_pat
 def test_a_network_that_cannot_hold_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:
     if "--process-uids" in options:
         needs_root_and_nft()
-    done = command("gateway", "--port", str(free_port()), "--stdio", SERVER, *options)
+    done = gateway_run("--port", str(free_port()), "--stdio", SERVER, *options, within=60)
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
 
 

@@ -7,11 +7,9 @@ startup.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -38,10 +36,10 @@ from _redis import free_port
 from _waits import until
 from conftest import SECRET
 from e2e._gateway import MAIN, Process, gateway_process, gateway_run, legacy_initialize
+from e2e._gateway import main_run as command
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import SERVER, stdio_gateway
 from mcp_sessions import SessionsConfig
-from mcp_sessions._cli import main
 
 PYTHONPATH = f"{MAIN / 'middleware'}:{MAIN / 'tests'}"
 
@@ -65,15 +63,6 @@ def team() -> Iterator[tuple[Process, int]]:
 def token(gateway: Process, user: str) -> str:
     claims = {"iss": ISSUER, "aud": gateway.url(), "sub": user, "exp": int(time.time()) + 300}
     return signed(claims)
-
-
-def command(
-    *arguments: str, environ: Mapping[str, str] | None = None, stdin: str = ""
-) -> subprocess.CompletedProcess[str]:
-    """``mcp-sessions ARGUMENTS`` run by ``main`` in this process, in ``environ`` alone: its exit status, its output."""
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(arguments), stdin=io.StringIO(stdin), stdout=out, stderr=err, environ=dict(environ or {}))
-    return subprocess.CompletedProcess(arguments, status, out.getvalue(), err.getvalue())
 
 
 def shown(*arguments: str, environ: Mapping[str, str] | None = None) -> Any:
