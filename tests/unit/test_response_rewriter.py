@@ -180,6 +180,24 @@ def test_two_data_lines_come_out_as_one_message_with_its_echo_and_other_events_a
     assert json.loads(data) == with_echo({"jsonrpc": "2.0", "id": 7, "result": {"content": []}})
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"jsonrpc":"2.0","id":7,"result":{}}',
+        b'{"jsonrpc":"2.0","\\u0069d":7,"result":{}}',
+        b'{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"\\"id\\":7"}}',
+        b'{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7}}',
+    ],
+    ids=["answer", "answer-with-its-id-escaped", "an-id-in-a-string", "notification"],
+)
+def test_an_event_is_rewritten_as_the_same_json_body_is(data: bytes) -> None:
+    """Only the events whose data holds an id member are read as JSON; an escaped name is still a name."""
+    sent, _ = answered([b"data: " + data + b"\n\n"], b"text/event-stream")
+    [event] = sse_events(body_of(sent).decode())
+    assert event.encode() == rewrite(data)
+    assert (SESSION_KEY in event) == ("method" not in json.loads(data))  # the answers gained the echo
+
+
 @PROPERTY
 @given(
     cuts=st.lists(st.integers(min_value=1, max_value=200), max_size=4),

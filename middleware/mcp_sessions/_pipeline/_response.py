@@ -113,6 +113,8 @@ class ResponseRewriter:
         await self._send(message)  # trailers, pushes, disconnects, an unrewritten body: untouched
 
     def _rewrite_event(self, data: str) -> str | None:
+        if '"id"' not in data and "\\" not in data:  # no id member, even escaped: no answer (a notification)
+            return None
         new = self._rewritten(data)
         return None if new is None else new.decode()
 

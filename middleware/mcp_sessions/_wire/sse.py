@@ -1,12 +1,12 @@
 """An incremental ``text/event-stream`` rewriter that never holds back a complete event.
 
 Lines are read as the WHATWG parser reads them (each ends in CRLF, LF or CR; a blank line ends an event),
-each byte looked at a bounded number of times (line ends are found with ``bytes.find``, never searched for
-again): a line is taken when its end arrives, its ``data`` value kept for the event. Each
-complete event leaves with the chunk that completes it, byte for byte as it arrived unless its data is
-rewritten; only the bytes of an unfinished event wait for the next chunk, and only up to ``max_event`` of
-them: past it the rewriter holds nothing more and says so (:attr:`SSERewriter.overflowed`), for its caller
-to end the stream.
+each byte looked at a bounded number of times (each chunk is split into lines once, by ``bytes.splitlines``;
+an unfinished line waits for the rest of it): a line is taken when its end arrives, its ``data`` value kept
+for the event. Each complete event leaves with the chunk that completes it, byte for byte as it arrived
+unless its data is rewritten; only the bytes of an unfinished event wait for the next chunk, and only up
+to ``max_event`` of them: past it the rewriter holds nothing more and says so
+(:attr:`SSERewriter.overflowed`), for its caller to end the stream.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ class SSERewriter:
     def __init__(self, transform: Transform, *, max_event: int | None = None) -> None:
         self._transform = transform
         self._max_event = max_event
-        self._buf = bytearray()  # the unfinished event
-        self._line = 0  # where its unfinished line starts in _buf
-        self._scanned = 0  # how far that line has been searched for its end
+        self._lines: list[bytes] = []  # the unfinished event's complete lines, each with its line end
+        self._size = 0  # their bytes
+        self._partial = bytearray()  # its unfinished line
         self._data: list[bytes] = []  # the values of its data lines so far
         self._after_cr = False  # the last byte seen was a CR that ended a line: an LF next belongs to it
         self.overflowed = False
@@ -43,60 +43,52 @@ class SSERewriter:
     def feed(self, chunk: bytes) -> bytes:
         if self.overflowed:
             return b""  # the rest of an event that was never sent
-        out: list[bytes | bytearray] = []
-        buf = self._buf
+        out: list[bytes] = []
+        lines, partial = self._lines, self._partial
         if self._after_cr and chunk:
             self._after_cr = False
             if chunk[0] == _LF:  # the LF of a CRLF split across chunks: it goes where its CR went
                 chunk = chunk[1:]
-                if buf:
-                    buf.append(_LF)
-                    self._line = self._scanned = len(buf)
+                if lines:
+                    lines[-1] += b"\n"
+                    self._size += 1
                 else:
                     out.append(b"\n")
-        buf += chunk
-        line, sent = self._line, 0
-        start = max(line, self._scanned)  # the unfinished line was searched up to here for its end
-        lf = buf.find(b"\n", start)
-        while True:
-            if -1 < lf < start:
-                lf = buf.find(b"\n", start)
-            cr = buf.find(b"\r", start, len(buf) if lf == -1 else lf)  # a CR counts only before the next LF
-            end = lf if cr == -1 else cr
-            if end == -1:
-                break
-            after = end + 1
-            if buf[end] == _CR:
-                if after == len(buf):
-                    self._after_cr = True
-                elif buf[after] == _LF:
-                    after += 1
-            if end == line:  # a blank line: the event ends with it
-                out.append(self._event(buf[sent:after], end - sent))
-                self._data = []
-                sent = after
-            elif buf.startswith(b"data", line):
-                field, _, value = buf[line:end].partition(b":")
+        pieces = chunk.splitlines(keepends=True)  # bytes end lines at CRLF, LF and CR only, as WHATWG does
+        rest = pieces.pop() if pieces and pieces[-1][-1] not in b"\r\n" else b""
+        for line in pieces:
+            if partial:
+                line = bytes(partial + line)
+                partial.clear()
+            if line[0] in b"\r\n":  # a blank line: the event ends with it
+                lines.append(line)
+                raw = b"".join(lines)
+                out.append(self._event(raw, len(raw) - len(line)))
+                lines.clear()
+                self._size, self._data = 0, []
+                continue
+            lines.append(line)
+            self._size += len(line)
+            if line.startswith(b"data"):
+                field, _, value = line.rstrip(b"\r\n").partition(b":")
                 if field == b"data":
-                    self._data.append(bytes(value[1:] if value.startswith(b" ") else value))
-            line = start = after
-        del buf[:sent]
-        self._line, self._scanned = line - sent, len(buf)
-        if self._max_event is not None and len(buf) > self._max_event:  # counted as it arrives
+                    self._data.append(value[1:] if value.startswith(b" ") else value)
+        partial += rest
+        if chunk:
+            self._after_cr = chunk[-1] == _CR
+        if self._max_event is not None and self._size + len(partial) > self._max_event:  # counted as it arrives
             self.overflowed = True
-            buf.clear()
+            self.flush()
         return b"".join(out)
 
     def flush(self) -> bytes:
         """Whatever is left at the end of the stream, unchanged."""
-        rest = bytes(self._buf)
-        self._buf.clear()
-        self._line = self._scanned = 0
-        self._data = []
+        rest = b"".join(self._lines) + self._partial
+        self._lines, self._size, self._partial, self._data = [], 0, bytearray(), []
         self._after_cr = False
         return rest
 
-    def _event(self, raw: bytearray, blank: int) -> bytes | bytearray:
+    def _event(self, raw: bytes, blank: int) -> bytes:
         """One complete event, rewritten or as it came; ``raw[blank:]`` is the blank line that ends it."""
         if not self._data:
             return raw
