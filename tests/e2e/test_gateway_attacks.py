@@ -18,6 +18,10 @@ from typing import Any
 import httpx
 import httpx2
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response as Answer
+from starlette.routing import Route
 
 from _mcp import LEGACY, MODERN, era_session, jwt_claims, legacy_request, messages, modern_headers
 from _mcp import era_post as post
@@ -288,6 +292,27 @@ def test_forwarded_headers_reach_the_upstream_only_from_a_trusted_proxy(
             "Forwarded": None,
             "X-Real-IP": None,
         }
+
+
+def set_cookie(request: Request) -> Answer:
+    """Every answer of the upstream sets a cookie, as a server's session cookie or a load balancer's does."""
+    return Answer(headers={"set-cookie": "upstream-session=alices; Path=/"})
+
+
+def test_an_upstreams_cookie_is_its_clients_alone_and_the_upstream_gets_only_what_the_client_sent() -> None:
+    """The gateway keeps no cookie: Alice gets hers, and Bob's request, which carries none, reaches the
+    upstream without it. Nor does the gateway add headers of its HTTP client's own (``User-Agent``,
+    ``Accept-Encoding``, ``Connection``): the upstream gets the client's, and the forwarding headers."""
+    recorded = Recorder(Starlette(routes=[Route("/health", set_cookie)]))
+    with serve(recorded) as url, in_front(url + "/mcp") as client:
+        assert client.get("/health").headers["set-cookie"] == "upstream-session=alices; Path=/"
+        client.cookies.clear()
+        client.headers.clear()  # Bob: no cookie, no header of his own
+        assert client.get("/health").status_code == 200
+    alice, bob = recorded.seen
+    assert alice.header("cookie") is None and bob.header("cookie") is None
+    forwarding = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
+    assert {name for name, _ in bob.headers} == {b"host", *forwarding}
 
 
 # -- 9. the access log -----------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """The streaming reverse proxy: every request to the upstream replica that holds its conversation, bytes as they come.
 
-One pooled httpx client for the app's lifetime. The request body goes as it arrives (a body the session
-pipeline read whole goes in one piece, and may be sent again to another replica when the first could not be
-connected to); the response goes back chunk by chunk, each ``send`` awaited before the next read (the
+One pooled httpx transport for the app's lifetime: a transport, not a client, so that nothing of one request
+goes with another's (an httpx client keeps the cookies every answer sets, and sends them with every later
+request that has none of its own: one user's upstream session in another's), and nothing is added to the
+client's headers (httpx's own ``User-Agent``, ``Accept-Encoding``). The request body goes as it arrives (a
+body the session pipeline read whole goes in one piece, and may be sent again to another replica when the
+first could not be connected to); the response goes back chunk by chunk, each ``send`` awaited before the next read (the
 backpressure). The connect and the wait for the response's first byte are bounded; an event stream is not.
 Whatever the answer, a client that disconnects once its body is sent ends it: the upstream request is
 cancelled and its connection closed (:func:`while_connected`), so the upstream sees the client go. An
@@ -115,13 +118,10 @@ class UpstreamProxy:
         self._first_byte = first_byte_timeout
         self._retry_after = str(retry_after).encode()
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=4.0)
-        # trust_env off: no proxy variable, no .netrc credential ever reaches an upstream request.
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=connect_timeout),
-            limits=limits,
-            trust_env=False,
-            follow_redirects=False,
-        )
+        # A transport follows no redirect, reads no proxy variable or .netrc credential; trust_env off: nor
+        # the TLS variables.
+        self._transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=False)
+        self._extensions = {"timeout": {"connect": connect_timeout, "read": None, "write": None, "pool": None}}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -146,7 +146,7 @@ class UpstreamProxy:
                 await send({"type": "lifespan.startup.complete"})
             message = await receive()
         # The pooled connections.
-        await self._client.aclose()
+        await self._transport.aclose()
         await send({"type": "lifespan.shutdown.complete"})
 
     async def _forward(self, scope: Scope, content: Body, send: Send, receive: Receive | None = None) -> None:
@@ -214,7 +214,7 @@ class UpstreamProxy:
         status, reason = 503, "No upstream replica could be reached"
         for replica in candidates:
             url = httpx.URL(replica.origin, raw_path=target)
-            upstream = self._client.build_request(method, url, headers=headers, content=content)
+            upstream = httpx.Request(method, url, headers=headers, content=content, extensions=self._extensions)
             replica.in_flight += 1
             try:
                 response = await self._send(upstream)
@@ -255,7 +255,7 @@ class UpstreamProxy:
             # An instrumented httpx injects the context's baggage over the headers' (the conversation's).
             token = context.attach(no_baggage())
             try:
-                return await self._client.send(request, stream=True)
+                return await self._transport.handle_async_request(request)
             finally:
                 context.detach(token)
 
