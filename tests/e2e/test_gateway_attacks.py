@@ -19,6 +19,7 @@ import httpx
 import httpx2
 import pytest
 from starlette.applications import Starlette
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import Response as Answer
 from starlette.routing import Route
@@ -313,6 +314,24 @@ def test_an_upstreams_cookie_is_its_clients_alone_and_the_upstream_gets_only_wha
     assert alice.header("cookie") is None and bob.header("cookie") is None
     forwarding = {b"x-forwarded-for", b"x-forwarded-proto", b"x-forwarded-host"}
     assert {name for name, _ in bob.headers} == {b"host", *forwarding}
+
+
+def test_an_upstream_that_compresses_still_answers_with_the_session_echo() -> None:
+    """An upstream behind Starlette's ``GZipMiddleware`` (every answer compressed, however short): the probe
+    and every request whose answer the gateway reads ask it for none (``Accept-Encoding: identity``), so a
+    session is created and the answer carries its echo; a request whose answer it leaves alone keeps the
+    client's ``Accept-Encoding``, and comes compressed."""
+    app = upstream_server("compressing").streamable_http_app(stateless_http=True, json_response=True)
+    recorded = Recorder(GZipMiddleware(app, minimum_size=0))
+    with serve(recorded) as url, in_front(url + "/mcp") as http:
+        token = era_session(http, "/mcp", MODERN)
+        called = post(http, "/mcp", MODERN, seen_call(MODERN, meta={SESSION_META: {"sessionId": token}}))
+        listed = post(http, "/mcp", MODERN, request(MODERN, "tools/list", id=3))
+    assert called.headers.get("content-encoding") is None
+    assert result_of(called, 2)["result"]["_meta"][SESSION_META]["sessionId"] == token
+    assert listed.headers["content-encoding"] == "gzip" and result_of(listed, 3)["result"]["tools"]
+    asked = [seen.header("accept-encoding") for seen in recorded.seen]
+    assert asked == ["identity", "identity", "gzip, deflate"]  # the probe, the call, the list as the client asked
 
 
 # -- 9. the access log -----------------------------------------------------------------------

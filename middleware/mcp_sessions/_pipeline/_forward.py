@@ -44,7 +44,7 @@ from .._wire.protocol import MCP_SESSION_ID_HEADER
 from ..handles import handle_context
 from ..profiles import Era
 from ..stores import SessionStoreUnavailable
-from ._response import ResponseRewriter, Target, advertising_tables
+from ._response import ResponseRewriter, Target, advertising_tables, uncoded
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -148,6 +148,7 @@ class Forwarder:
         if targets:
             answers = None if plan.batch else plan.calls[0].request_id
             rewriter = ResponseRewriter(send, targets, limit=self._max_response, request_id=answers)
+            scope["headers"] = uncoded(scope["headers"])
         return Exchange(scope, receive, send, session, rewriter, operations, plan.handles, None, conversation, listen)
 
     async def pass_through(

@@ -49,6 +49,7 @@ from .._wire.protocol import (
     UPSTREAM_UNAVAILABLE,
 )
 from .._wire.sse import SSERewriter
+from ._response import uncoded
 
 DEFAULT_PROBE_TIMEOUT: Final = 30.0
 """How long the middleware waits for the server's verdict by default (``probe_timeout``): a server answers
@@ -153,11 +154,11 @@ async def ask_server(
     body = text.encode(json.detect_encoding(body))
     method = first.get("method")  # an Mcp-Method that names another method is the server's to refuse
     named = method.encode("utf-8", "surrogatepass") if isinstance(method, str) else None
-    headers = [
+    headers = uncoded(
         (name, PROBE_METHOD.encode() if name == MCP_METHOD_HEADER and value == named else value)
         for name, value in scope["headers"]
         if name not in _LEFT_OUT
-    ]
+    )
     headers.append((b"content-length", str(len(body)).encode()))
     answer = _Answer(probe["id"])
     attached = context.attach(_PROBE_CONTEXT)

@@ -48,7 +48,8 @@ class ResponseRewriter:
 
     Decides at ``http.response.start``: an ``application/json`` body is held (its start too) until it is
     complete, then rewritten and sent with a new ``Content-Length``; an event stream is rewritten event by
-    event as it flows; anything else, and anything encoded, passes untouched. Past ``limit`` bytes held,
+    event as it flows; anything else, and anything encoded, passes untouched (the request asked for no
+    coding: :func:`uncoded`). Past ``limit`` bytes held,
     the answer is refused (see the module); ``request_id`` is the id its error carries (``None``: a batch).
     """
 
@@ -155,6 +156,12 @@ class ResponseRewriter:
             body = last
         await self._send({"type": "http.response.body", "body": body, "more_body": False})
         raise ResponseTooLarge(f"the response passed max_response_size ({self._limit} bytes)")
+
+
+def uncoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """A request's ``headers`` asking for an answer in no content coding (``Accept-Encoding: identity``): what
+    the middleware reads of an answer it must read uncoded, as a compressed one passes it unread."""
+    return [*(item for item in headers if item[0] != b"accept-encoding"), (b"accept-encoding", b"identity")]
 
 
 def _without_length(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
