@@ -5,11 +5,12 @@ goes with another's (an httpx client keeps the cookies every answer sets, and se
 request that has none of its own: one user's upstream session in another's), and nothing is added to the
 client's headers (httpx's own ``User-Agent``, ``Accept-Encoding``). The request body goes as it arrives (a
 body the session pipeline read whole goes in one piece, and may be sent again to another replica when the
-first could not be connected to); the response goes back chunk by chunk, each ``send`` awaited before the next read (the
-backpressure). The connect and the wait for the response's first byte are bounded; an event stream is not.
-Whatever the answer, a client that disconnects once its body is sent ends it: the upstream request is
-cancelled and its connection closed (:func:`while_connected`), so the upstream sees the client go. An
-upstream that cannot answer gets a JSON-RPC error with 502, 503 or 504 and ``Retry-After``, never a hang.
+first could not be connected to); the response goes back chunk by chunk, each ``send`` awaited before the
+next read (the backpressure). The connect and the wait for the response's first byte are bounded; an event
+stream is not. Whatever the answer, a client that disconnects once its body is sent ends it: the upstream
+request is cancelled and its connection closed (:func:`while_connected`), so the upstream sees the client
+go. An upstream that cannot answer gets a JSON-RPC error with 502, 503 or 504 and ``Retry-After``, never a
+hang.
 
 **Event streams** can stay open for hours. Proxies cut a connection that carried nothing for a while (often
 60 s), so after ``keepalive`` seconds of silence the gateway sends an SSE comment, ``: keep-alive``, but only

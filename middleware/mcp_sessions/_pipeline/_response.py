@@ -49,8 +49,8 @@ class ResponseRewriter:
     Decides at ``http.response.start``: an ``application/json`` body is held (its start too) until it is
     complete, then rewritten and sent with a new ``Content-Length``; an event stream is rewritten event by
     event as it flows; anything else, and anything encoded, passes untouched (the request asked for no
-    coding: :func:`uncoded`). Past ``limit`` bytes held,
-    the answer is refused (see the module); ``request_id`` is the id its error carries (``None``: a batch).
+    coding: :func:`uncoded`). Past ``limit`` bytes held, the answer is refused (see the module);
+    ``request_id`` is the id its error carries (``None``: a batch).
     """
 
     def __init__(
@@ -159,8 +159,8 @@ class ResponseRewriter:
 
 
 def uncoded(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """A request's ``headers`` asking for an answer in no content coding (``Accept-Encoding: identity``): what
-    the middleware reads of an answer it must read uncoded, as a compressed one passes it unread."""
+    """A request's ``headers`` with ``Accept-Encoding: identity`` in place of the client's: an answer the
+    middleware reads must come uncoded (a coded one passes it unread)."""
     return [*(item for item in headers if item[0] != b"accept-encoding"), (b"accept-encoding", b"identity")]
 
 
