@@ -6,17 +6,29 @@ import random
 import string
 import threading
 import time
+from typing import cast
 
 import anyio
+import anyio.lowlevel
+import httpx
 import jwt
 import pytest
+from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from starlette.types import Receive, Scope, Send
 
+from conftest import SECRET
+from mcp_sessions import MCPSessionMiddleware, SessionsConfig
+from mcp_sessions._asgi import Replay, read_body
 from mcp_sessions._gateway._auth import JWKS_LIFESPAN, JwtVerifier
 from mcp_sessions._gateway._front import HostCheck, RoutedPaths, trusted_proxies
 from mcp_sessions._gateway._proxy import between_events, client_headers
 from mcp_sessions._gateway._replicas import Replicas
+from mcp_sessions._gateway._stdio import _sessions_config, _TransportRequests
 from mcp_sessions._session import RateLimit
 from mcp_sessions._tokens import KeySet
+from mcp_sessions._wire import jsonrpc
 
 URLS = ["http://10.0.0.1:3001/mcp", "http://10.0.0.2:3001/mcp", "http://10.0.0.3:3001/mcp"]
 KEYS = KeySet.from_secret("gateway-parts-secret-gateway-parts-secret-0123")
@@ -212,3 +224,46 @@ async def test_a_stale_key_set_is_fetched_behind_the_request_in_a_task_of_the_li
                 await anyio.sleep(0.01)
             assert fetches[1] is not threading.current_thread() and not fetches[1].daemon
     released.set()
+
+
+@pytest.mark.anyio
+async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer_or_the_error_of_the_end() -> None:
+    """The ``mcp`` SDK's transport, as a 2025 session's end (its client's ``DELETE``, or the gateway's at the end of
+    its process) lands at each step of a request in flight, answers nothing, or ends or leaves unfinished its event
+    stream with no answer (CI: ``httpx.RemoteProtocolError``); in the gateway, the request gets its conversation's
+    end. The layers as the gateway has them: the sessions (placed at the SDK's endpoint), and a body in one message,
+    as uvicorn gives a small one."""
+    server = MCPServer("racing")
+    unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
+    config = _sessions_config(SessionsConfig(secret=SECRET), "per-conversation", replica=False)
+    sdk = server.streamable_http_app(transport_security=unprotected)
+    app = MCPSessionMiddleware(_TransportRequests(sdk, lambda raw: ended), config=config)
+
+    async def whole(scope: Scope, receive: Receive, send: Send) -> None:
+        await app(scope, Replay(cast(bytes, await read_body(receive, None, 1 << 16)), receive), send)
+
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
+    hello: dict[str, object] = {"protocolVersion": "2025-11-25", "capabilities": {}}
+    hello["clientInfo"] = {"name": "racing", "version": "1"}
+    found: list[object] = []
+
+    async def ping(http: httpx.AsyncClient, session: dict[str, str]) -> None:
+        answer = (await http.post("/mcp", json=jsonrpc.request(1, "ping"), headers=session)).text
+        parsed = jsonrpc.loads(answer.partition("data: ")[2] or answer)
+        found.append(parsed.get("result", parsed.get("error")))
+
+    transport = httpx.ASGITransport(whole)
+    async with server.session_manager.run(), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        for steps in range(12):  # the end after 0, 1, ... steps of the ping: after its answer by the last
+            opened = await http.post("/mcp", json=jsonrpc.request(0, "initialize", hello), headers=headers)
+            session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"]}
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(ping, http, session)
+                for _ in range(steps):
+                    await anyio.lowlevel.checkpoint()
+                await http.delete("/mcp", headers=session)
+
+    error, not_found = ended.error.model_dump(exclude_none=True), {"code": -32600, "message": "Session not found"}
+    assert all(answer in ({}, error, not_found) for answer in found), found
+    assert found[-1] == {} and error in found

@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, Final, cast
@@ -48,6 +48,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ListenHandler
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from mcp_types.methods import CACHEABLE_METHODS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -56,6 +57,7 @@ from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._wire import jsonrpc
 from .._wire.protocol import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from .._wire.sse import SSERewriter
 from ..profiles import Era
 from ..sources import HostConversationSource
 from ..subscriptions import SessionSubscriptionBus
@@ -279,7 +281,7 @@ def _layered(
     config.on_create = children.created  # a conversation's child starts at its sessions/create
     # no wire's session member reaches a child, as none reaches an HTTP upstream
     config.fronts_upstream = True
-    sessions = MCPSessionMiddleware(_Opening(_OneIdInFlight(app), children), config=config)
+    sessions = MCPSessionMiddleware(_Opening(_TransportRequests(app, children.unanswered), children), config=config)
     children.lifetimes.end_transport = partial(_end_transport, sessions)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
@@ -366,16 +368,24 @@ class _HostChecked:
         await self.app(scope, receive, send)
 
 
-class _OneIdInFlight:
-    """The ``mcp`` SDK's transport keys a 2025 transport session's requests in flight by ``str(id)``, so that ``7``
-    and ``"7"`` would share one stream and cross, or hang: a request whose id reads as one in flight in its
-    transport session gets a JSON-RPC error instead, until the first is answered. Only the requests of the principal
-    the SDK's transport lets in (:func:`authorization_context`) are its concern: another's is the SDK's to refuse,
-    as a session it does not have. It sees the body the middleware read whole, and parsed: a JSON POST's. A
-    2026-07-28 request has no transport session (its ``Mcp-Session-Id``, if any, is no transport session's)."""
+class _TransportRequests:
+    """The requests POSTed in a 2025 transport session, where the ``mcp`` SDK's transport would lose an answer:
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    - it keys a session's requests in flight by ``str(id)``, so that ``7`` and ``"7"`` would share one stream and
+      cross, or hang: a request whose id reads as one in flight in its transport session gets a JSON-RPC error
+      instead, until the first is answered. Only the requests of the principal the SDK's transport lets in
+      (:func:`authorization_context`) are its concern: another's is the SDK's to refuse, as a session it does not
+      have;
+    - a request in flight as its session ends (its process exited, it idled out, its client's ``DELETE``) gets no
+      answer, an event stream that ends without one, or one left unfinished: it gets ``unanswered``'s error for
+      its transport session (its conversation's end) instead (:class:`_Answered`).
+
+    It reads the body's first message (uvicorn's is the whole body of a request that has all arrived; a body in
+    several passes as it is), as JSON. A 2026-07-28 request has no transport session (its ``Mcp-Session-Id``, if
+    any, is no transport session's)."""
+
+    def __init__(self, app: ASGIApp, unanswered: Callable[[bytes], MCPError]) -> None:
+        self.app, self.unanswered = app, unanswered
         # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
         self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
 
@@ -388,19 +398,68 @@ class _OneIdInFlight:
         parsed = jsonrpc.loads(message.get("body", b"")) if whole else None
         request = jsonrpc.is_request_or_notification(parsed)
         request_id = jsonrpc.echoable_id(jsonrpc.request_id_of(parsed)) if request else None
+        if request_id is None:
+            return await self.app(scope, _replayed(message, receive), send)
         user = scope.get("user")
         principal = tuple(authorization_context(user).values()) if isinstance(user, AuthenticatedUser) else ()
         key = (transport, principal, str(request_id))
-        if request_id is not None and key in self.in_flight:
+        if key in self.in_flight:
             refusal = jsonrpc.invalid_request(request_id, "a request with this id is in progress in this session")
             return await send_json(send, 200, refusal, b"")
-        if request_id is not None:
-            self.in_flight.add(key)
+        self.in_flight.add(key)
+        answer = _Answered(send, request_id, partial(self.unanswered, transport))
         try:
-            await self.app(scope, _replayed(message, receive), send)
+            await self.app(scope, _replayed(message, receive), answer)
+            await answer.end()
         finally:
-            if request_id is not None:
-                self.in_flight.discard(key)
+            self.in_flight.discard(key)
+
+
+class _Answered:
+    """A request's ``send`` that reads its event stream for its answer (a response with its id). An answer the app
+    never started is ``unanswered``'s error; a stream that ends without the answer, or that the app leaves
+    unfinished, ends with that error as its last event (one cut inside an event ends as it is). Any other answer
+    passes as it is."""
+
+    def __init__(self, send: Send, request_id: str | int, unanswered: Callable[[], MCPError]) -> None:
+        self._send, self.request_id, self.unanswered = send, request_id, unanswered
+        self.events: SSERewriter | None = None  # reads the answer's events, once it starts as a stream
+        self.started = self.answered = self.ended = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            kind = header(message.get("headers", ()), b"content-type") or b""
+            self.events = SSERewriter(self._read) if kind.startswith(b"text/event-stream") else None
+        elif message["type"] == "http.response.body" and self.events is not None:
+            self.events.feed(message.get("body", b""))
+            if not message.get("more_body", False):
+                self.ended = True
+                message = {**message, "body": message.get("body", b"") + self._last(self.events)}
+        await self._send(message)
+
+    async def end(self) -> None:
+        """Once the app has returned: the answer it never started (the SDK's transport requires a client that
+        accepts JSON), or the end of a stream it left unfinished."""
+        if not self.started:
+            await send_json(self._send, 200, self._error(), b"")
+        elif self.events is not None and not self.ended:
+            self.ended = True
+            await self._send({"type": "http.response.body", "body": self._last(self.events), "more_body": False})
+
+    def _read(self, data: str) -> None:
+        answer = jsonrpc.loads(data, answer=True)
+        self.answered = self.answered or (jsonrpc.is_response(answer) and answer["id"] == self.request_id)
+
+    def _last(self, events: SSERewriter) -> bytes:
+        """The stream's last event: the error, unless it was answered or is cut inside an event."""
+        if self.answered or events.flush():
+            return b""
+        return b"event: message\r\ndata: " + jsonrpc.dumps(self._error()) + b"\r\n\r\n"
+
+    def _error(self) -> dict[str, object]:
+        error = self.unanswered().error
+        return jsonrpc.error(self.request_id, error.code, error.message)
 
 
 def _era(scope: Scope) -> Era:

@@ -124,6 +124,10 @@ class Table:
             return None
         return Key("transport-session", self.digests.transport(raw))
 
+    def unanswered(self, raw: bytes) -> MCPError:
+        """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's."""
+        return self.lifetimes.gone(Key("transport-session", self.digests.transport(raw)))
+
     async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
         2025 transport session is that transport session's, ``Children.created``), its host conversation's (bound to its
