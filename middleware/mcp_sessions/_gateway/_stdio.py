@@ -294,9 +294,10 @@ def _layered(
 
 
 class _Opening:
-    """Between the sessions and the SDK's app: each request's scope, for the sessions' ``on_create`` and the table;
-    each 2025 transport session opened, for the table's count of those with no process (``Children.connected``);
-    and, once the answer is sent, what the request left to do (:data:`AFTER_ANSWER`)."""
+    """In front of the SDK's app (the sessions place their work at its endpoint, inside it): each request's scope,
+    for the sessions' ``on_create`` and the table; each 2025 transport session opened, for the table's count of those
+    with no process (``Children.connected``); and, once the answer is sent, what the request left to do
+    (:data:`AFTER_ANSWER`)."""
 
     def __init__(self, app: ASGIApp, children: Children) -> None:
         self.app, self.children = app, children
