@@ -377,9 +377,9 @@ class _TransportRequests:
       instead, until the first is answered. Only the requests of the principal the SDK's transport lets in
       (:func:`authorization_context`) are its concern: another's is the SDK's to refuse, as a session it does not
       have;
-    - a request in flight as its session ends (its process exited, it idled out, its client's ``DELETE``) gets no
-      answer, an event stream that ends without one, or one left unfinished: it gets ``unanswered``'s error for
-      its transport session (its conversation's end) instead (:class:`_Answered`).
+    - a request in flight as its session ends (its process exited, it idled out, its client's ``DELETE``) gets an
+      event stream that ends without its answer, or one left unfinished: it gets ``unanswered``'s error for its
+      transport session (its conversation's end) instead (:class:`_Answered`).
 
     It reads the body's first message (uvicorn's is the whole body of a request that has all arrived; a body in
     several passes as it is), as JSON. A 2026-07-28 request has no transport session (its ``Mcp-Session-Id``, if
@@ -417,19 +417,17 @@ class _TransportRequests:
 
 
 class _Answered:
-    """A request's ``send`` that reads its event stream for its answer (a response with its id). An answer the app
-    never started is ``unanswered``'s error; a stream that ends without the answer, or that the app leaves
-    unfinished, ends with that error as its last event (one cut inside an event ends as it is). Any other answer
-    passes as it is."""
+    """A request's ``send`` that reads its event stream for its answer (a response with its id): a stream that ends
+    without it, or that the app leaves unfinished, ends with ``unanswered``'s error as its last event (one cut
+    inside an event ends as it is). Any other answer passes as it is."""
 
     def __init__(self, send: Send, request_id: str | int, unanswered: Callable[[], MCPError]) -> None:
         self._send, self.request_id, self.unanswered = send, request_id, unanswered
         self.events: SSERewriter | None = None  # reads the answer's events, once it starts as a stream
-        self.started = self.answered = self.ended = False
+        self.answered = self.ended = False
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
-            self.started = True
             kind = header(message.get("headers", ()), b"content-type") or b""
             self.events = SSERewriter(self._read) if kind.startswith(b"text/event-stream") else None
         elif message["type"] == "http.response.body" and self.events is not None:
@@ -440,12 +438,8 @@ class _Answered:
         await self._send(message)
 
     async def end(self) -> None:
-        """Once the app has returned: the answer it never started (the SDK's transport requires a client that
-        accepts JSON), or the end of a stream it left unfinished."""
-        if not self.started:
-            await send_json(self._send, 200, self._error(), b"")
-        elif self.events is not None and not self.ended:
-            self.ended = True
+        """Once the app has returned: the end of a stream it left unfinished."""
+        if self.events is not None and not self.ended:
             await self._send({"type": "http.response.body", "body": self._last(self.events), "more_body": False})
 
     def _read(self, data: str) -> None:
@@ -456,11 +450,9 @@ class _Answered:
         """The stream's last event: the error, unless it was answered or is cut inside an event."""
         if self.answered or events.flush():
             return b""
-        return b"event: message\r\ndata: " + jsonrpc.dumps(self._error()) + b"\r\n\r\n"
-
-    def _error(self) -> dict[str, object]:
         error = self.unanswered().error
-        return jsonrpc.error(self.request_id, error.code, error.message)
+        unanswered = jsonrpc.error(self.request_id, error.code, error.message)
+        return b"event: message\r\ndata: " + jsonrpc.dumps(unanswered) + b"\r\n\r\n"
 
 
 def _era(scope: Scope) -> Era:
