@@ -68,6 +68,12 @@ async def read_body(receive: Receive, declared_length: bytes | None, limit: int)
             return bytes(body)
 
 
+async def too_large(send: Send, limit: int) -> None:
+    """413, with a JSON-RPC error body: the request was never read to the end."""
+    reject = jsonrpc.invalid_request(None, f"Request body too large (limit {limit} bytes)")
+    await send_json(send, 413, reject, b"")
+
+
 class Replay:
     """A ``receive`` that hands the app the body once (possibly rewritten), then the real ``receive``.
 

@@ -20,7 +20,7 @@ from typing import Unpack
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._asgi import AtEndpoints, Replay, headers_of, read_body
+from ._asgi import AtEndpoints, Replay, headers_of, read_body, too_large
 from ._config import SessionsConfig, SessionsOptions
 from ._otel import Telemetry
 from ._pipeline import (
@@ -142,7 +142,7 @@ class MCPSessionMiddleware(AtEndpoints):
         start_ns = time.time_ns() if traced else 0
         body = await read_body(receive, headers.get(b"content-length"), self._max_body)
         if type(body) is not bytes:  # gone (the client disconnected: nothing to forward), or too large
-            return None if body is None else await self._answers.too_large(send, self._max_body)
+            return None if body is None else await too_large(send, self._max_body)
         replay = Replay(body, receive)
         plan = self._planner.plan(body, headers, start_ns)
         if plan is None:  # not JSON-RPC: the app answers it

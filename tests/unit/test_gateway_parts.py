@@ -6,7 +6,6 @@ import random
 import string
 import threading
 import time
-from typing import cast
 
 import anyio
 import anyio.lowlevel
@@ -16,11 +15,9 @@ import pytest
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from starlette.types import Receive, Scope, Send
 
 from conftest import SECRET
 from mcp_sessions import MCPSessionMiddleware, SessionsConfig
-from mcp_sessions._asgi import Replay, read_body
 from mcp_sessions._gateway._auth import JWKS_LIFESPAN, JwtVerifier
 from mcp_sessions._gateway._front import HostCheck, RoutedPaths, trusted_proxies
 from mcp_sessions._gateway._proxy import between_events, client_headers
@@ -231,17 +228,14 @@ async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer
     """The ``mcp`` SDK's transport, as a 2025 session's end (its client's ``DELETE``, or the gateway's at the end of
     its process) lands at each step of a request in flight, answers nothing, or ends or leaves unfinished its event
     stream with no answer (CI: ``httpx.RemoteProtocolError``); in the gateway, the request gets its conversation's
-    end. The layers as the gateway has them: the sessions (placed at the SDK's endpoint), and a body in one message,
-    as uvicorn gives a small one."""
+    end. The layers as the gateway has them (the sessions placed at the SDK's endpoint); httpx's body in two
+    messages, read whole, as the sessions read it (and refused as they refuse it, past ``max_body_size``)."""
     server = MCPServer("racing")
     unprotected = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     ended = MCPError(-32603, "the server process of this conversation has ended (exited)")
     config = _sessions_config(SessionsConfig(secret=SECRET), "per-conversation", replica=False)
     sdk = server.streamable_http_app(transport_security=unprotected)
-    app = MCPSessionMiddleware(_TransportRequests(sdk, lambda raw: ended), config=config)
-
-    async def whole(scope: Scope, receive: Receive, send: Send) -> None:
-        await app(scope, Replay(cast(bytes, await read_body(receive, None, 1 << 16)), receive), send)
+    app = MCPSessionMiddleware(_TransportRequests(sdk, lambda raw: ended, max_body=1000), config=config)
 
     headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25"}
     hello: dict[str, object] = {"protocolVersion": "2025-11-25", "capabilities": {}}
@@ -253,7 +247,7 @@ async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer
         parsed = jsonrpc.loads(answer.partition("data: ")[2] or answer)
         found.append(parsed.get("result", parsed.get("error")))
 
-    transport = httpx.ASGITransport(whole)
+    transport = httpx.ASGITransport(app)
     async with server.session_manager.run(), httpx.AsyncClient(transport=transport, base_url="http://t") as http:
         for steps in range(12):  # the end after 0, 1, ... steps of the ping: after its answer by the last
             opened = await http.post("/mcp", json=jsonrpc.request(0, "initialize", hello), headers=headers)
@@ -263,7 +257,9 @@ async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer
                 for _ in range(steps):
                     await anyio.lowlevel.checkpoint()
                 await http.delete("/mcp", headers=session)
+        large = await http.post("/mcp", json=jsonrpc.request(2, "ping", {"_": "x" * 1000}), headers=session)
 
     error, not_found = ended.error.model_dump(exclude_none=True), {"code": -32600, "message": "Session not found"}
     assert all(answer in ({}, error, not_found) for answer in found), found
     assert found[-1] == {} and error in found
+    assert large.status_code == 413 and "too large (limit 1000 bytes)" in large.json()["error"]["message"]

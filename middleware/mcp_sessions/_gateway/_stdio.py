@@ -52,7 +52,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.methods import CACHEABLE_METHODS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._asgi import header, send_json
+from .._asgi import Replay, header, read_body, send_json, too_large
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._wire import jsonrpc
@@ -281,7 +281,8 @@ def _layered(
     config.on_create = children.created  # a conversation's child starts at its sessions/create
     # no wire's session member reaches a child, as none reaches an HTTP upstream
     config.fronts_upstream = True
-    sessions = MCPSessionMiddleware(_Opening(_TransportRequests(app, children.unanswered), children), config=config)
+    requests = _TransportRequests(app, children.unanswered, config.max_body_size)
+    sessions = MCPSessionMiddleware(_Opening(requests, children), config=config)
     children.lifetimes.end_transport = partial(_end_transport, sessions)
     exchanged = children.process_env.wrap(sessions)  # exchanges, once the user is known
     guarded = sessions if auth is None else auth.wrap(OwnConversations(exchanged, children))
@@ -381,12 +382,12 @@ class _TransportRequests:
       event stream that ends without its answer, or one left unfinished: it gets ``unanswered``'s error for its
       transport session (its conversation's end) instead (:class:`_Answered`).
 
-    It reads the body's first message (uvicorn's is the whole body of a request that has all arrived; a body in
-    several passes as it is), as JSON. A 2026-07-28 request has no transport session (its ``Mcp-Session-Id``, if
-    any, is no transport session's)."""
+    It reads the body whole (the sessions, placed at the SDK's endpoint, read it after this layer), as the sessions
+    do: up to ``max_body`` bytes, then 413. A 2026-07-28 request has no transport session (its ``Mcp-Session-Id``,
+    if any, is no transport session's)."""
 
-    def __init__(self, app: ASGIApp, unanswered: Callable[[bytes], MCPError]) -> None:
-        self.app, self.unanswered = app, unanswered
+    def __init__(self, app: ASGIApp, unanswered: Callable[[bytes], MCPError], max_body: int) -> None:
+        self.app, self.unanswered, self.max_body = app, unanswered, max_body
         # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
         self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
 
@@ -394,13 +395,16 @@ class _TransportRequests:
         transport = header(scope["headers"], MCP_SESSION_ID_HEADER) if scope["type"] == "http" else None
         if transport is None or scope["method"] != "POST" or _era(scope) is not Era.LEGACY:
             return await self.app(scope, receive, send)
-        message = await receive()
-        whole = message["type"] == "http.request" and not message.get("more_body", False)
-        parsed = jsonrpc.loads(message.get("body", b"")) if whole else None
+        length = header(scope["headers"], b"content-length")
+        body = await read_body(receive, length, self.max_body)
+        if type(body) is not bytes:  # gone (the client disconnected: nothing to answer), or too large
+            return None if body is None else await too_large(send, self.max_body)
+        parsed = jsonrpc.loads(body)
         request = jsonrpc.is_request_or_notification(parsed)
         request_id = jsonrpc.echoable_id(jsonrpc.request_id_of(parsed)) if request else None
+        replay = Replay(body, receive)
         if request_id is None:
-            return await self.app(scope, _replayed(message, receive), send)
+            return await self.app(scope, replay, send)
         user = scope.get("user")
         principal = tuple(authorization_context(user).values()) if isinstance(user, AuthenticatedUser) else ()
         key = (transport, principal, str(request_id))
@@ -410,7 +414,7 @@ class _TransportRequests:
         self.in_flight.add(key)
         answer = _Answered(send, request_id, partial(self.unanswered, transport))
         try:
-            await self.app(scope, _replayed(message, receive), answer)
+            await self.app(scope, replay, answer)
             await answer.end()
         finally:
             self.in_flight.discard(key)
@@ -429,12 +433,14 @@ class _Answered:
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             kind = header(message.get("headers", ()), b"content-type") or b""
-            self.events = SSERewriter(self._read) if kind.startswith(b"text/event-stream") else None
+            if kind.startswith(b"text/event-stream"):
+                self.events = SSERewriter(self._read)
         elif message["type"] == "http.response.body" and self.events is not None:
-            self.events.feed(message.get("body", b""))
+            body = message.get("body", b"")
+            self.events.feed(body)
             if not message.get("more_body", False):
                 self.ended = True
-                message = {**message, "body": message.get("body", b"") + self._last(self.events)}
+                message = {**message, "body": body + self._last(self.events)}
         await self._send(message)
 
     async def end(self) -> None:
@@ -444,7 +450,8 @@ class _Answered:
 
     def _read(self, data: str) -> None:
         answer = jsonrpc.loads(data, answer=True)
-        self.answered = self.answered or (jsonrpc.is_response(answer) and answer["id"] == self.request_id)
+        if jsonrpc.is_response(answer) and answer["id"] == self.request_id:
+            self.answered = True
 
     def _last(self, events: SSERewriter) -> bytes:
         """The stream's last event: the error, unless it was answered or is cut inside an event."""
@@ -457,20 +464,6 @@ class _Answered:
 
 def _era(scope: Scope) -> Era:
     return Era.of(header(scope["headers"], MCP_PROTOCOL_VERSION_HEADER))
-
-
-def _replayed(first: Message, receive: Receive) -> Receive:
-    """``receive`` that gives ``first`` again, then what comes after it."""
-    given = False
-
-    async def again() -> Message:
-        nonlocal given
-        if given:
-            return await receive()
-        given = True
-        return first
-
-    return again
 
 
 __all__ = ["stdio_gateway_app"]

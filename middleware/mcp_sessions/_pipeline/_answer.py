@@ -170,11 +170,6 @@ class Answers:
         ]
         await self._send_batch(send, errors, _batch_refused_status(plan.era))
 
-    async def too_large(self, send: Send, limit: int) -> None:
-        """413, with a JSON-RPC error body: the request was never read to the end."""
-        reject = jsonrpc.invalid_request(None, f"Request body too large (limit {limit} bytes)")
-        await send_json(send, 413, reject, self._retry_after)
-
     async def _send_batch(self, send: Send, errors: list[dict[str, object]], status: int) -> None:
         if not errors:
             return await send_status(send, 202, b"")
