@@ -349,6 +349,14 @@ async def _slow(request: Request) -> Response:
     return JSONResponse({})
 
 
+async def _cookie(request: Request) -> Response:
+    """A token that says whether a cookie came with its request, and a cookie named for its user."""
+    came = "with-cookie" if "cookie" in request.headers else "none"
+    issued = JSONResponse({"access_token": came, "token_type": "Bearer"})
+    issued.set_cookie("as-session", str((await request.form())["subject_token"]))
+    return issued
+
+
 async def _echo(request: Request) -> Response:
     """A refusal that repeats the credentials the gateway sent: its secret (in the form or the Basic header)."""
     sent = request.headers.get("authorization", "") + " " + str((await request.form()).get("client_secret"))
@@ -365,6 +373,7 @@ TOKEN_ENDPOINT = Starlette(  # a token endpoint that answers what no authorizati
         Route("/mac", lambda r: JSONResponse({"access_token": "abc", "token_type": "DPoP"}), methods=["POST"]),
         Route("/plain", lambda request: Response(b"Internal Server Error", 500), methods=["POST"]),
         Route("/echo", _echo, methods=["POST"]),
+        Route("/cookie", _cookie, methods=["POST"]),
         Route("/.well-known/oauth-authorization-server", lambda r: JSONResponse({"issuer": "http://elsewhere"})),
     ]
 )
@@ -388,6 +397,16 @@ async def test_the_client_secret_never_leaves_the_gateway(client_auth: str, capl
     assert refused.value.status == 502 and "refused the gateway (invalid_client)" in said
     sent = base64.b64encode(f"g:{quote_plus(secret)}".encode()).decode()
     assert not any(form in said for form in (secret, quote_plus(secret), sent))
+
+
+async def test_no_cookie_of_one_users_exchange_goes_with_anothers() -> None:
+    with serve(TOKEN_ENDPOINT) as base:
+        exchange = TokenExchange(client_id="g", client_secret="s", token_endpoint=base + "/cookie")
+        try:
+            tokens = [await exchange.token(user, Target("aud")) for user in ("alice-token", "bob-token")]
+        finally:
+            await exchange.aclose()
+    assert tokens == ["none", "none"]  # alice's answer set a cookie: on the previous client, bob's carried it
 
 
 @pytest.mark.parametrize(

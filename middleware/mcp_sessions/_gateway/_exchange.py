@@ -29,6 +29,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any, Final
 from urllib.parse import quote_plus, urlsplit
 
@@ -147,8 +148,10 @@ class TokenExchange:
         # Per key: the issued token, and when to renew it (monotonic).
         self._issued: BoundedDict[bytes, tuple[str, float]] = BoundedDict(MAX_CACHED)
         self._exchanging: BoundedDict[bytes, _Exchanging] = BoundedDict(MAX_CACHED)
-        # trust_env off: no proxy variable or .netrc credential; no redirect followed with the client's secret.
-        self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout)
+        # trust_env off: no proxy variable or .netrc credential; no redirect followed with the client's secret; a
+        # jar that keeps no cookie, so that none the endpoint set in answer to one user's exchange goes with another's.
+        keeps_none = CookieJar(DefaultCookiePolicy(allowed_domains=[]))
+        self._client = httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=timeout, cookies=keeps_none)
 
     async def aclose(self) -> None:
         await self._client.aclose()
