@@ -1,4 +1,5 @@
-"""The gateway's pure parts: which replica, which headers, where a keep-alive may go, which hosts."""
+"""The gateway's parts, in process: which replica, which headers, where a keep-alive may go, which hosts, what
+a request caught by its 2025 session's end gets."""
 
 from __future__ import annotations
 
@@ -226,8 +227,8 @@ async def test_a_stale_key_set_is_fetched_behind_the_request_in_a_task_of_the_li
 @pytest.mark.anyio
 async def test_a_request_in_flight_as_its_transport_session_ends_gets_its_answer_or_the_error_of_the_end() -> None:
     """The ``mcp`` SDK's transport, as a 2025 session's end (its client's ``DELETE``, or the gateway's at the end of
-    its process) lands at each step of a request in flight, answers nothing, or ends or leaves unfinished its event
-    stream with no answer (CI: ``httpx.RemoteProtocolError``); in the gateway, the request gets its conversation's
+    its process) lands at each step of a request in flight, ends the request's event stream with no answer, or
+    leaves it unfinished (CI: ``httpx.RemoteProtocolError``); in the gateway, the request gets its conversation's
     end. The layers as the gateway has them (the sessions placed at the SDK's endpoint); httpx's body in two
     messages, read whole, as the sessions read it (and refused as they refuse it, past ``max_body_size``)."""
     server = MCPServer("racing")
