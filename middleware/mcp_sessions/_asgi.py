@@ -110,13 +110,18 @@ async def send_result(send: Send, payload: Any, *, accept: bytes) -> None:
     accept = accept.lower()
     if b"application/json" in accept or b"text/event-stream" not in accept:
         return await send_json(send, 200, payload, b"")
-    body = b"event: message\r\ndata: " + jsonrpc.dumps(payload) + b"\r\n\r\n"
+    body = sse_event(payload)
     headers = [
         (b"content-type", b"text/event-stream"),
         (b"cache-control", b"no-cache, no-transform"),
         (b"content-length", str(len(body)).encode()),
     ]
     await _send_response(send, 200, headers, body)
+
+
+def sse_event(payload: Any) -> bytes:
+    """``payload`` as one SSE ``message`` event, as the ``mcp`` SDK writes one."""
+    return b"event: message\r\ndata: " + jsonrpc.dumps(payload) + b"\r\n\r\n"
 
 
 async def send_status(send: Send, status: int, retry_after: bytes) -> None:

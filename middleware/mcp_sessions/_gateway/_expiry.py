@@ -30,7 +30,7 @@ from typing import Final
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._asgi import header
+from .._asgi import header, sse_event
 from .._wire import jsonrpc
 from .._wire.protocol import MCP_METHOD_HEADER
 from ._proxy import between_events
@@ -93,4 +93,4 @@ class _Answer:
             return b""
         data = {"reason": "token_expiry"}
         ended = jsonrpc.error(request["id"], AUTHORIZATION_ENDED, "Authorization ended", data)
-        return b"event: message\r\ndata: " + jsonrpc.dumps(ended) + b"\r\n\r\n"
+        return sse_event(ended)

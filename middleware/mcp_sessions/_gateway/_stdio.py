@@ -52,7 +52,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.methods import CACHEABLE_METHODS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .._asgi import Replay, header, read_body, send_json, too_large
+from .._asgi import Replay, header, read_body, send_json, sse_event, too_large
 from .._config import SessionsConfig
 from .._middleware import MCPSessionMiddleware
 from .._wire import jsonrpc
@@ -459,7 +459,7 @@ class _Answered:
             return b""
         error = self.unanswered().error
         unanswered = jsonrpc.error(self.request_id, error.code, error.message)
-        return b"event: message\r\ndata: " + jsonrpc.dumps(unanswered) + b"\r\n\r\n"
+        return sse_event(unanswered)
 
 
 def _era(scope: Scope) -> Era:

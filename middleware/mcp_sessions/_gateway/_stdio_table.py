@@ -122,11 +122,15 @@ class Table:
         raw = header(headers, MCP_SESSION_ID_HEADER)
         if raw is None or Era.of(header(headers, MCP_PROTOCOL_VERSION_HEADER)) is not Era.LEGACY:
             return None
+        return self.transport_key(raw)
+
+    def transport_key(self, raw: bytes) -> Key:
+        """The key of the 2025 transport session whose ``Mcp-Session-Id`` is ``raw``: a digest, never the id."""
         return Key("transport-session", self.digests.transport(raw))
 
     def unanswered(self, raw: bytes) -> MCPError:
         """The error of a request in flight as the 2025 transport session ``raw`` names ended: its conversation's."""
-        return self.lifetimes.gone(Key("transport-session", self.digests.transport(raw)))
+        return self.lifetimes.gone(self.transport_key(raw))
 
     async def conversation_for(self, scope: Scope, method: str, state: object = None) -> Conversation:
         """The conversation a request reaches, the most specific name first: its data-layer session's (one opened in a
@@ -356,7 +360,7 @@ class Children(Table):
         """A 2025 transport session just opened (its ``initialize`` answered), which has no process until a call
         needs one: the connections beyond :data:`MAX_CONNECTIONS` (overall, and per caller) are ended, oldest first."""
         caller = await self.caller(scope)
-        opened = Key("transport-session", self.digests.transport(raw))
+        opened = self.transport_key(raw)
         self.connections[opened] = (caller.id, raw, scope.get("user"))
         mine = [key for key, (owner, _, _) in self.connections.items() if owner == caller.id]
         over = mine[: max(0, len(mine) - 8 * self.admission.per_caller)]
