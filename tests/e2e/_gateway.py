@@ -8,11 +8,13 @@ need them skip, and under CI (``CI`` set) they fail: ``_redis.missing``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import json
 import os
 import re
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -204,6 +206,32 @@ def started(name: str, command: Callable[[int], tuple[list[str], Mapping[str, st
             return Process(name, *command(port), port)
     port = free_port()
     return Process(name, *command(port), port)
+
+
+def accepted_option(pid: int, port: int, level: int, option: int) -> int:
+    """Socket option ``option`` of a connection process ``pid`` accepted on ``port``, read on the process's own
+    socket: a connection to that port is made, answered (a request the server reads and answers, so that its end is
+    accepted and held open), found in the process's table of sockets by its peer's port, and taken from it with
+    ``pidfd_getfd`` (Linux 5.6; the tests' processes are their children, which they may trace)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+        client.sendall(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert client.recv(1), "the server closed the connection without an answer"
+        peer = client.getsockname()[1]
+        local = f"0100007F:{port:04X}"
+        remote = f"0100007F:{peer:04X}"
+        with open(f"/proc/{pid}/net/tcp", encoding="ascii") as table:
+            [inode] = [row.split()[9] for row in table if row.split()[1:3] == [local, remote]]
+        fds = Path(f"/proc/{pid}/fd")
+        [fd] = [int(entry.name) for entry in fds.iterdir() if os.readlink(entry) == f"socket:[{inode}]"]
+        pidfd = os.pidfd_open(pid)
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            taken = libc.syscall(438, pidfd, fd, 0)  # SYS_pidfd_getfd, one number on every architecture
+            assert taken >= 0, os.strerror(ctypes.get_errno())
+        finally:
+            os.close(pidfd)
+        with socket.socket(fileno=taken) as accepted:
+            return accepted.getsockopt(level, option)
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -35,7 +36,7 @@ from _otel import collect, points
 from _redis import free_port
 from _waits import until
 from conftest import SECRET
-from e2e._gateway import MAIN, Process, gateway_process, gateway_run, legacy_initialize
+from e2e._gateway import MAIN, Process, accepted_option, gateway_process, gateway_run, legacy_initialize
 from e2e._gateway import main_run as command
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import SERVER, stdio_gateway
@@ -241,6 +242,15 @@ def test_a_server_that_dies_at_startup_is_one_line_naming_its_last_stderr_line_a
     ), said
     assert "Traceback" not in done.stderr and "Exception" not in done.stderr
     assert not [line for line in said[:-1] if not line.startswith("INFO:")]  # the rest is the log, as at any start
+
+
+def test_the_gateway_and_its_status_port_answer_without_waiting_for_a_delayed_ack(team: tuple[Process, int]) -> None:
+    """Every connection the command accepts, on its port and its status port, has ``TCP_NODELAY`` set (asyncio sets
+    it only on a socket made as TCP): without it an answer written in pieces waited 40 ms for the client's ACK."""
+    gateway, status_port = team
+    assert gateway.process is not None
+    for port in (gateway.port, status_port):
+        assert accepted_option(gateway.process.pid, port, socket.IPPROTO_TCP, socket.TCP_NODELAY), port
 
 
 def test_a_status_port_that_cannot_be_had_is_one_line_and_exit_status_2() -> None:

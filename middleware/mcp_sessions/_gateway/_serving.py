@@ -110,18 +110,22 @@ def serve(
     return 0 if server.started else STARTUP_FAILURE
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """The gateway's socket, bound as uvicorn binds its workers' (``Config.bind_socket``), before any process starts;
-    uvicorn listens on it once the app has started (until then a connection is refused, as where nothing listens).
-    ``ValueError`` saying why it cannot be had, for one line and exit status 2: a port in use, an address not this
-    host's."""
-    bound = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+def bind(host: str, port: int, flags: str = "--host {host} --port {port}") -> socket.socket:
+    """A TCP socket bound to ``host`` and ``port`` before any process starts; uvicorn listens on it once the app has
+    started (until then a connection is refused, as where nothing listens). ``ValueError`` saying why it cannot be
+    had (``flags``, formatted, names what asked for it), for one line and exit status 2: a port in use, an address
+    not this host's.
+
+    Made as ``IPPROTO_TCP``, as ``getaddrinfo`` gives it to asyncio's own ``create_server``: asyncio sets
+    ``TCP_NODELAY`` only on a socket whose protocol says TCP, and an accepted connection takes the listening
+    socket's, so one made with protocol 0 sent an answer written in pieces after the client's delayed ACK (40 ms)."""
+    bound = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         bound.bind((host, port))
     except OSError as exc:
         bound.close()
-        raise ValueError(f"--host {host} --port {port}: {exc.strerror}") from None
+        raise ValueError(f"{flags.format(host=host, port=port)}: {exc.strerror}") from None
     return bound
 
 
@@ -130,10 +134,7 @@ def _status_sockets(args: argparse.Namespace) -> list[socket.socket]:
     directory of the gateway's user alone; ``ValueError`` saying why one cannot be had."""
     status = []
     if args.status_port is not None:
-        try:
-            status.append(socket.create_server(("127.0.0.1", args.status_port)))
-        except OSError as exc:
-            raise ValueError(f"--status-port {args.status_port}: {exc.strerror}") from None
+        status.append(bind("127.0.0.1", args.status_port, "--status-port {port}"))
         logger.info("mcp-sessions gateway: the processes' status on http://127.0.0.1:%d/status", args.status_port)
     if args.status_socket is not None:
         from ._status import private_socket  # the mcp SDK's import, as --stdio's

@@ -104,6 +104,7 @@ class Pool:
         self.live.discard(process)
         if process in self.warm:
             self.warm.remove(process)
+        process.gone.set()
 
     def views(self) -> list[ProcessView]:
         """Every live process, as the operator sees it: a snapshot, read only."""

@@ -489,6 +489,7 @@ class Process:
         self.started = anyio.current_time()
         self.conversation: Conversation | None = None
         self.taken = anyio.Event()
+        self.gone = anyio.Event()  # it has ended and left the pool (Pool.ended)
         self.child: Child
 
     def take(self, conversation: Conversation) -> Conversation:

@@ -468,12 +468,15 @@ class Children(Table):
 
     async def end(self, conversation: str, principal: str) -> bool:
         """End the conversation whose digest (its view's) is ``conversation``, if it is ``principal``'s: a user's
-        own, ended as the gateway ends any (``Lifetimes.close``)."""
+        own, ended as the gateway ends any (``Lifetimes.close``), and answered once its process has left the pool, so
+        that no view lists it after."""
         for found in list(self.conversations.values()):
             owner = found.owner
             mine = owner is not None and owner.name == principal  # who, not the name (Owner)
             if mine and key_digest(found.key) == conversation and not found.child.done.is_set():
+                [process] = [process for process in self.pool.live if process.child is found.child]
                 await self.lifetimes.close(found, EndReason.BY_USER)
+                await process.gone.wait()
                 return True
         return False
 
