@@ -13,8 +13,10 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections.abc import Iterator
@@ -517,6 +519,15 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
     use = use.replace("npx @modelcontextprotocol/inspector@2.12.0", f"node {inspector}")
     environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     environ["PYTHONPATH"] = f"{MAIN / 'middleware'}:{environ.get('PYTHONPATH', '')}"
+    if not all(os.stat(up).st_mode & stat.S_IXOTH for up in Path(sys.executable).resolve().parents):
+        # The processes' uids run their server themselves, and reach no interpreter under a 0700 home (pyenv's, under
+        # /root): `command -v python` finds a virtual environment of Debian's, of this minor version, with this one's
+        # packages.
+        debian = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+        subprocess.run([debian, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True, timeout=60)
+        [packages] = (tmp_path / "venv/lib").glob("*/site-packages")
+        (packages / "this.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        environ["PATH"] = f"{tmp_path / 'venv/bin'}:{environ['PATH']}"
     started_ = subprocess.Popen(["bash", "-c", start], cwd=tmp_path, env=environ, start_new_session=True)
     try:
 
@@ -564,8 +575,8 @@ def call(http: httpx.Client, url: str, tool: str, session: str | None = None, ba
 
 
 def host_pid(whoami: dict[str, Any]) -> int:
-    """The host's pid of the process that answered ``whoami`` (in its PID namespace it is pid 2): the first of its
-    chain, bubblewrap's, whose parent is its replica; found by the MCP_SESSION_ID its environment holds."""
+    """The host's pid of the process that answered ``whoami`` (in its PID namespace it is pid 2): found by the
+    MCP_SESSION_ID its environment holds, which only the server's does (never its wrappers')."""
     marker = f"MCP_SESSION_ID={whoami['session']}".encode()
     found = []
     for environ in Path("/proc").glob("[0-9]*/environ"):
@@ -575,8 +586,11 @@ def host_pid(whoami: dict[str, Any]) -> int:
     return min(found)
 
 
-def parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+def ancestors(pid: int) -> Iterator[int]:
+    """The processes ``pid`` was started under, its parent first, up to the host's init."""
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+        yield pid
 
 
 @pytest.mark.parametrize("instrumented", [False, True], ids=["plain", "instrumented"])
@@ -629,7 +643,7 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
             for t in transports
         ]
         pids = {replica.process.pid: replica for replica in replicas if replica.process is not None}
-        on_replica = [pids[parent(pid)] for pid in first]
+        on_replica = [pids[next(up for up in ancestors(pid) if up in pids)] for pid in first]
         assert on_replica[2:4] == replicas  # the front's ranking, kept
 
         victim = named[0]["session"]
@@ -660,7 +674,8 @@ def test_a_front_and_two_stdio_replicas(instrumented: bool, redis: RedisServer) 
             {"session": created(http, url)},
             {"baggage": f"gen_ai.conversation.id={os.urandom(8).hex()}"},
         ):
-            assert pids[parent(host_pid(call(http, url, "whoami", **conversation)))] is not stopped  # new ones start
+            pid = host_pid(call(http, url, "whoami", **conversation))
+            assert pids[next(up for up in ancestors(pid) if up in pids)] is not stopped  # new ones start
 
 
 async def test_a_token_verified_before_is_held_only_while_it_lives_and_its_key_is_the_sets(

@@ -60,12 +60,12 @@ def jwks() -> Iterator[str]:
         yield url
 
 
-@pytest.mark.parametrize("containment", ["bwrap", "unshare", "none"])
+@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
 def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containment: str) -> None:
     """Two users, a uid each (``--process-uids``): a hostile tool in bob's process cannot read alice's environment
     (her secret), signal or ptrace her process, or list, read or write her directory; each sees exactly the
     allow-list of the gateway's environment; and under bwrap or unshare, no other process at all."""
-    needs("root", *([] if containment == "none" else [containment]))
+    needs("root", containment)
     environ = {
         "MCP_SESSIONS_SECRET": SECRET,
         "OTEL_EXPORTER_OTLP_HEADERS": "a=b",
@@ -108,16 +108,42 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
             # A /tmp of its own, where her directory is not.
             outside |= dict.fromkeys(("list hers", "read", "write"), "No such file or directory")
             for what, said in tried.items():
-                expected = outside.get(what, "Permission denied") if containment != "none" else "Permission denied"
+                expected = outside.get(what, "Permission denied")
                 assert said in (f"denied: {expected}", "denied: Operation not permitted"), (what, said)
             assert SECRETS["alice"] not in json.dumps(tried)
-            if containment != "none":  # a /proc of its own: its own processes only (bwrap's init, the server)
-                assert len(he["pids"]) <= 2, he["pids"]
+            assert len(he["pids"]) <= 2, he["pids"]  # a /proc of its own: its own processes (bwrap's init, the server)
             assert text(call(alice, "read", hers, path=f"{she['cwd']}/notes")) == "mine"  # she goes on, unstopped
             left = [f"/tmp/left-by-{uuid.uuid4().hex}", f"/dev/shm/left-by-{uuid.uuid4().hex}"]
             assert [text(call(bob, "write", his, path=path)) for path in left] == ["4", "4"]
             bob.request("sessions/delete", session=session_meta(his))  # his uid's files go before the uid is reused
             until(lambda: not any(Path(path).exists() for path in left), process.output)
+
+
+@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
+def test_root_runs_no_helper_a_user_chose_and_no_helper_reads_a_users_variable(
+    server: str, jwks: str, containment: str
+) -> None:
+    """A user's ``PATH`` (``--process-env PATH=header:X-Path``) leads to programs named as every helper that starts a
+    process: none runs, each helper is the one found at startup, and every wrapper of the server runs with root's
+    fixed environment; the user's variables reach the server alone."""
+    needs("root", containment)
+    with readable_directory("mcp-sessions-path-") as planted:
+        for name in ("bwrap", "unshare", "setpriv", "prlimit", "mount", "mkdir", "ip", "sh"):
+            Path(planted, name).write_text(f"#!/bin/sh\ntouch {planted}/ran-{name}\n")
+            Path(planted, name).chmod(0o755)
+        options = (*team(jwks), "--process-env", "PATH=header:X-Path", "--process-containment", containment)
+        with gateway(server, *options, "--process-pids", "64") as process:
+            alice = client(process, user="alice")
+            alice.http.headers["X-Path"] = f"{planted}:/usr/bin:/bin"
+            seen = json.loads(text(call(alice, "whoami", alice.create_session())))
+            lines = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in running(server.split()[1])}
+            servers = (b"/usr/bin/python3", os.fsencode(sys.executable))  # the hostile ones, and the gateway
+            wrappers = [pid for pid, line in lines.items() if not line.startswith(servers)]
+            environs = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in wrappers]
+    assert (seen["environ"]["PATH"], seen["environ"]["USER_SECRET"]) == (f"{planted}:/usr/bin:/bin", SECRETS["alice"])
+    assert environs and all(b"PATH=/usr/sbin:/usr/bin:/sbin:/bin" in environ for environ in environs)
+    assert {name.split(b"=")[0] for environ in environs for name in environ if name} <= {b"PATH", b"PWD"}  # bwrap's
+    assert not list(planted.glob("ran-*"))
 
 
 @pytest.mark.parametrize(
@@ -146,14 +172,13 @@ def test_a_conversation_past_its_bound_ends_alone(
         assert "error" in call(bob, "whoami", his)  # his conversation has ended, with its process
 
 
-@pytest.mark.parametrize("containment", ["bwrap", "unshare", "uids"])
+@pytest.mark.parametrize("containment", ["bwrap", "unshare"])
 def test_a_daemon_ends_with_its_conversation_and_with_the_gateway(server: str, containment: str) -> None:
     """A double-forked, setsid daemon: gone after its conversation's sessions/delete, and after the gateway's SIGTERM
-    (the shared process's and another conversation's): ended with its PID namespace (bwrap, unshare), or as a
-    process of its conversation's uid (--process-uids alone)."""
-    needs("root", *([containment] if containment != "uids" else []))
+    (the shared process's and another conversation's): ended with its PID namespace (bwrap, unshare)."""
+    needs("root", containment)
     marker = f"daemon-{uuid.uuid4().hex}"
-    sealed = ("--process-containment", "none" if containment == "uids" else containment, "--process-uids", UIDS)
+    sealed = ("--process-containment", containment, "--process-uids", UIDS)
     with gateway(server, *sealed, "--sessionless", "shared") as process:
         mcp = client(process)
         a_daemon_ends_with_its_session(mcp, marker)
@@ -523,6 +548,11 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
             "--process-network none needs bwrap or unshare, and neither works here: bwrap: bwrap is not installed",
         ),
         (("--stdio", "true", "--process-cpu", "0"), "--process-cpu takes a number of cores, at least 0.01"),
+        (
+            ("--stdio", "true", "--process-uids", "61000-61001", "--process-containment", "none"),
+            "--process-uids needs a containment, bwrap or unshare: a uid that shares the host's processes and "
+            "directories cannot be cleared reliably before it is given to the next user",
+        ),
     ],
 )
 def test_a_startup_error_is_one_line_and_exit_status_2(options: tuple[str, ...], said: str) -> None:

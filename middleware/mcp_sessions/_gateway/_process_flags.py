@@ -187,6 +187,12 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         sandbox = sandbox.chosen()
     except SandboxError as exc:
         raise ValueError(str(exc)) from None
+    if uids is not None and sandbox.containment == "none":  # a process that forks and exits in a loop outruns pkill
+        why = f" ({sandbox.choice})" if sandbox.choice else ""
+        raise ValueError(
+            f"--process-uids needs a containment, bwrap or unshare{why}: a uid that shares the host's processes "
+            "and directories cannot be cleared reliably before it is given to the next user"
+        )
     libc = ctypes.CDLL(None, use_errno=True)
     # The gateway made non-dumpable: no process of its user reads its /proc files (its environment, its memory).
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)

@@ -11,7 +11,10 @@ A process is started through a chain of them, each doing one thing and then runn
   loopback only;
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
   so with a uid per process only);
-- ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges.
+- ``setpriv``: its uid and gid, no supplementary group, no capability, no new privileges;
+- a last ``sh``, as the server's own user: the server's environment, read from a file the gateway wrote (a
+  ``memfd``), then the server. Every helper before it is run by the absolute path found at startup (:func:`tool`),
+  with root's fixed environment (:data:`HELPER_ENV`): no variable of a user's reaches a program root runs.
 
 :class:`Sandbox` is what the flags chose, checked once at startup (:meth:`Sandbox.check`); :class:`Place` is
 one process's: its uid (from :class:`Uids`), its directory, its control group. A uid is given out
@@ -24,10 +27,12 @@ the uid tried again later: never held for good.
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import pwd
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -72,17 +77,18 @@ PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
 """The directories every uid may write where a contained process gets its own, empty (a tmpfs each, mode 1777)."""
 CGROUPS: Final = "/sys/fs/cgroup"
 """Hidden from a contained process (an empty tmpfs over it): it would list every conversation's control group."""
-# unshare's mounts, as root in its new namespaces before setpriv runs the command: $1 the process's directory (or
-# ""), bound back where it was under its tmpfs (its parents there 0711, as on the host); $2 "up" for its own
-# loopback (a new network namespace's is down); then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
+# unshare's mounts, as root in its new namespaces before setpriv runs the command: $1-$3 the paths of mount, mkdir
+# and ip (:func:`tool`); $4 the process's directory (or ""), bound back where it was under its tmpfs (its parents
+# there 0711, as on the host); $5 "up" for its own loopback (a new network namespace's is down); then DIRECTORY
+# OPTIONS pairs, each a tmpfs, until "--".
 _UNSHARE_MOUNTS: Final = """\
-cwd=$1 lo=$2; shift 2
-while [ "$1" != -- ]; do mount -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
+mount=$1 mkdir=$2 ip=$3 cwd=$4 lo=$5; shift 5
+while [ "$1" != -- ]; do "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
 if [ -n "$cwd" ]; then
-    (umask 066; mkdir -p "$cwd") && mount --no-canonicalize --bind . "$cwd" && cd "$cwd" || exit 125
+    (umask 066; "$mkdir" -p "$cwd") && "$mount" --no-canonicalize --bind . "$cwd" && cd "$cwd" || exit 125
     unset OLDPWD
 fi
-if [ "$lo" = up ]; then ip link set lo up || exit 125; fi
+if [ "$lo" = up ]; then "$ip" link set lo up || exit 125; fi
 exec "$@"
 """
 # The file systems of the kernel's own state, where no process makes a file: never looked in for one.
@@ -95,6 +101,21 @@ _KERNEL_VIEWS: Final = frozenset(
 # How deep under a mount point a directory any uid may write is looked for (/var/lib/php/sessions is 3).
 _DEPTH: Final = "3"
 _NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
+HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+"""The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
+``setpriv``), root's whatever the users' (:meth:`Place.launch`)."""
+# The last helper, as the server's user: the server's environment from the file $0 names, then the server.
+_LAST: Final = '. "$0" || exit 125; exec "$@"'
+
+
+@functools.cache
+def tool(name: str) -> str:
+    """The absolute path of the helper ``name``, found on the gateway's ``PATH`` the first time it is asked for (at
+    startup: :meth:`Sandbox.check`), and kept: a user's ``PATH`` never chooses what root runs."""
+    found = shutil.which(name)
+    if found is None:
+        raise SandboxError(f"{name} is not installed")
+    return os.path.abspath(found)
 
 
 class SandboxError(Exception):
@@ -296,10 +317,10 @@ class Sandbox:
             self.check()
             return self
         failed = []
-        for tool in ("bwrap", "unshare"):
-            candidate = replace(self, containment=tool, choice="auto")
+        for name in ("bwrap", "unshare"):
+            candidate = replace(self, containment=name, choice="auto")
             try:
-                if tool == "unshare" and os.geteuid() != 0:
+                if name == "unshare" and os.geteuid() != 0:
                     raise SandboxError("unshare: the gateway is not root")
                 candidate.check()
             except SandboxError as exc:
@@ -313,10 +334,10 @@ class Sandbox:
     def check(self) -> None:
         """Whether the containment works here: one run of it, as the gateway would start a process in a directory
         under ``/tmp``."""
-        tool = self.containment
-        if tool == "none" and self.network == "none":
+        containment = self.containment
+        if containment == "none" and self.network == "none":
             raise SandboxError("--process-network none needs bwrap or unshare (--process-containment)")
-        if tool == "none":
+        if containment == "none":
             return
         self._installed()
         with tempfile.TemporaryDirectory() as top:
@@ -325,7 +346,7 @@ class Sandbox:
             trial = [*_namespace(self, cwd), "/bin/sh", "-c", "exit 0"]
             pipe = subprocess.PIPE
             done = subprocess.Popen(  # noqa: S603 - our own command line
-                trial, cwd=cwd, stdout=pipe, stderr=pipe, text=True, start_new_session=True
+                trial, cwd=cwd, env=HELPER_ENV, stdout=pipe, stderr=pipe, text=True, start_new_session=True
             )
             stderr = done.communicate()[1]
             reap_adopted(done.pid, wait=True)
@@ -335,15 +356,30 @@ class Sandbox:
         errors = stderr.strip().splitlines()
         if errors:
             said = errors[-1]
-        raise SandboxError(f"--process-containment {tool} does not work here: {said[:200]}")
+        raise SandboxError(f"--process-containment {containment} does not work here: {said[:200]}")
 
     def _installed(self) -> None:
-        """Each containment is its tool's name: that tool must be on ``PATH``."""
-        tool = self.containment
-        if tool == "auto":
+        """Each containment is its tool's name: that tool must be where it was found at startup, and every helper
+        the processes start through found too (:func:`tool`)."""
+        containment = self.containment
+        if containment == "auto":
             raise SandboxError("--process-containment auto is chosen once, at startup (Sandbox.chosen)")
-        if tool != "none" and shutil.which(tool) is None:
-            raise SandboxError(f"--process-containment {tool}: {tool} is not installed")
+        try:
+            if containment != "none" and not os.access(tool(containment), os.X_OK):
+                raise SandboxError(f"{containment} is not installed")
+            for helper in self._helpers():
+                tool(helper)
+        except SandboxError as exc:
+            raise SandboxError(f"--process-containment {containment}: {exc}") from None
+
+    def _helpers(self) -> list[str]:
+        """The helpers, besides the containment's own, that start each process."""
+        helpers = ["setpriv"] if self.uids is not None or self.user is not None else []
+        if self.pids is not None:
+            helpers.append("prlimit")
+        if self.containment == "unshare":
+            helpers += ["setpriv", "mount", "mkdir", "ip"]
+        return helpers
 
     @property
     def swept(self) -> tuple[str, ...]:
@@ -389,19 +425,30 @@ class Place:
     cwd: str | None = None
     cgroup: Cgroup | None = None
 
-    def command(self, command: Sequence[str]) -> list[str]:
+    def launch(
+        self, command: Sequence[str], environ: Mapping[str, str]
+    ) -> tuple[list[str], dict[str, str], int | None]:
+        """How the server ``command`` is started in its place with ``environ``: the command line, the environment
+        it starts with, and the descriptor of the file that holds ``environ`` (a ``memfd`` the caller passes on,
+        then closes), which only the last helper reads, as the server's own user. Without a helper: the server
+        itself, with ``environ``, and no file."""
         sandbox = self.sandbox
-        line = list(command)
+        line: list[str] = []
         if self.uid is not None:
             gid = self.gid if self.gid is not None else self.uid
             user = [f"--reuid={self.uid}", f"--regid={gid}"]
-            line = ["setpriv", *user, *_NO_PRIVILEGE, "--", *line]
+            line = [tool("setpriv"), *user, *_NO_PRIVILEGE, "--"]
         if sandbox.pids is not None and self.cgroup is None:
-            line = ["prlimit", f"--nproc={sandbox.pids}", "--", *line]
+            line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
         line = [*_namespace(sandbox, self.cwd), *line]
         if self.cgroup is not None:
             line = ["/bin/sh", "-c", _JOIN, "sh", *self.cgroup.procs, "--", *line]
-        return line
+        if not line:
+            return list(command), dict(environ), None
+        held = os.memfd_create("environ")
+        with open(held, "wb", closefd=False) as file:
+            file.writelines(os.fsencode(f"export {name}={shlex.quote(value)}\n") for name, value in environ.items())
+        return [*line, "/bin/sh", "-c", _LAST, f"/dev/fd/{held}", *command], dict(HELPER_ENV), held
 
     @property
     def environ(self) -> dict[str, str]:
@@ -454,26 +501,27 @@ def _namespace(sandbox: Sandbox, cwd: str | None) -> list[str]:
     namespace (its own loopback only); a mount namespace where each of :data:`PRIVATE` and :data:`CGROUPS` the host
     has is an empty tmpfs, and ``cwd``, where one of them held it, is bound back. Its first process dies with the
     gateway, even by SIGKILL (bubblewrap's ``--die-with-parent``, ``setpriv --pdeathsig``)."""
-    tool = sandbox.containment
-    if tool not in ("bwrap", "unshare"):
+    containment = sandbox.containment
+    if containment not in ("bwrap", "unshare"):
         return []
     isolated = sandbox.network == "none"
     hidden = [path for path in (*PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
     home = "" if cwd is None else os.path.abspath(cwd)
     # The tmpfs that hides the process's directory, if one does: the directory is bound back over it.
     under = next((path for path in hidden if path in PRIVATE and home.startswith(f"{path}/")), None)
-    if tool == "unshare":
+    if containment == "unshare":
         network = ["--net"] if isolated else []
         mounts = []
         for path in hidden:
             mounts += [path, "nosuid,nodev,mode=1777" if path in PRIVATE else "nosuid,nodev,mode=755"]
         return [
-            *("setpriv", "--pdeathsig", "KILL", "--", "unshare", "--pid", "--ipc", *network),
+            *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", *network),
             *("--fork", "--mount-proc", "--kill-child", "--", "/bin/sh", "-c", _UNSHARE_MOUNTS, "sh"),
-            *(home if under else "", "up" if isolated else "", *mounts, "--"),
+            *(tool("mount"), tool("mkdir"), tool("ip"), home if under else "", "up" if isolated else ""),
+            *(*mounts, "--"),
         ]
     network = ["--unshare-net"] if isolated else []
-    line = ["bwrap", "--unshare-pid", "--unshare-ipc", *network, "--die-with-parent"]
+    line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", *network, "--die-with-parent"]
     line += ["--dev-bind", "/", "/", "--proc", "/proc"]
     for path in hidden:  # a later mount over an earlier one
         line += ["--perms", "01777", "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]

@@ -15,6 +15,7 @@ answers, progress, cancellation, and an error for every request still waiting wh
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -168,18 +169,19 @@ class Child:
             place = await self.options.enter(process_id)
         except SandboxError as exc:
             return self._failed(str(exc))
+        line, environ, held = place.launch(self.command, {**self.environ, **place.environ})
         try:
             process = await anyio.open_process(
-                place.command(self.command),
-                env={**self.environ, **place.environ},
-                cwd=place.cwd,
-                start_new_session=True,
+                line, env=environ, cwd=place.cwd, start_new_session=True, pass_fds=() if held is None else (held,)
             )
         except OSError as exc:
             with anyio.CancelScope(shield=True):
                 await self._leave(place)
             reason = exc.strerror or exc
             return self._failed(f"the server command could not be started: {reason}")
+        finally:
+            if held is not None:
+                os.close(held)
         self.pid = process.pid
         pipe = Pipe(self, process)
         self.link = link = JSONRPCDispatcher(pipe, pipe)
