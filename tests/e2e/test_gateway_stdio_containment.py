@@ -91,8 +91,7 @@ def test_a_users_process_cannot_reach_anothers(server: str, jwks: str, containme
             assert set(he["environ"]) - own == allowed, he["environ"]
             assert (he["environ"]["HOME"], he["environ"]["TMPDIR"]) == (he["cwd"], f"{he['cwd']}/tmp")
             parent = Path(she["cwd"]).parent
-            assert stat.S_IMODE(parent.stat().st_mode) == 0o711
-            assert (stat.S_IMODE(os.stat(she["cwd"]).st_mode), os.stat(she["cwd"]).st_uid) == (0o700, she["uid"])
+            assert not Path(she["cwd"]).exists()  # her home is her namespace's alone: nothing of it on the host
             assert text(call(alice, "write", hers, path=f"{she['cwd']}/notes")) == "4"
             [pid] = [pid for pid in of_uid(she["uid"]) if b"hostile" in Path(f"/proc/{pid}/cmdline").read_bytes()]
             tried = {
@@ -208,9 +207,11 @@ def by_default(server: str, request: pytest.FixtureRequest) -> Iterator[tuple[st
 
 def test_by_default_a_daemon_ends_with_its_conversation(by_default: tuple[str, Process]) -> None:
     """No --process-containment: bubblewrap where it works, else util-linux's unshare (here: a PATH without bwrap),
-    said in the startup line; a double-forked, setsid daemon ends with its conversation's sessions/delete."""
+    said in the startup line; a double-forked, setsid daemon ends with its conversation's sessions/delete. The
+    process, root as the gateway is, has no capability: the host's files stay read-only to it."""
     containment, process = by_default
     assert f"each process: containment {containment} (auto), the gateway's uid" in process.output()
+    assert text(call(client(process), "remount")) == "Operation not permitted"
     a_daemon_ends_with_its_session(client(process), f"daemon-{uuid.uuid4().hex}")
 
 
@@ -224,21 +225,24 @@ def a_daemon_ends_with_its_session(mcp: ModernClient, marker: str) -> None:
 
 
 @pytest.mark.parametrize("containment", ["bwrap", "unshare"])
-def test_a_contained_process_has_temporary_directories_of_its_own_and_no_view_of_the_control_groups(
+def test_a_contained_process_writes_only_its_own_bounded_directories_and_sees_no_control_groups(
     server: str, containment: str
 ) -> None:
-    """Under bwrap or unshare, /tmp, /var/tmp, /dev/shm and /run/lock are the process's own (an empty tmpfs each, mode
-    1777): it reads no file the host, or another conversation, has there, and the host never sees what it writes
-    there; /sys/fs/cgroup is empty (else it lists every conversation's control group). Its own directory, under
-    /tmp (--process-uids' default), is there as the host's."""
+    """Under bwrap or unshare, the host's files are read-only to a process (a directory any uid may write, too), and
+    its home and /tmp, /var/tmp, /dev/shm and /run/lock are its own (an empty tmpfs each, mode 1777, --process-disk
+    at most): it reads no file the host, or another conversation, has there, and the host never sees what it writes
+    there (its home, under /tmp, stays an empty mount point); /sys/fs/cgroup is empty (else it lists every
+    conversation's control group)."""
     needs("root", containment)
     planted = {path: f"{path}/planted-{uuid.uuid4().hex}" for path in PRIVATE if Path(path).is_dir()}
     left = f"/tmp/left-{uuid.uuid4().hex}"
+    sealed = ("--process-containment", containment, "--process-uids", UIDS, "--process-disk", "8")
     try:
         for path in planted.values():
             Path(path).write_text("the host's")
             os.chmod(path, 0o644)
-        with gateway(server, "--process-containment", containment, "--process-uids", UIDS) as process:
+        with readable_directory("mcp-sessions-shared-") as shared, gateway(server, *sealed) as process:
+            shared.chmod(0o1777)
             mcp = client(process)
             session = mcp.create_session()
             seen = json.loads(text(call(mcp, "whoami", session)))
@@ -248,9 +252,15 @@ def test_a_contained_process_has_temporary_directories_of_its_own_and_no_view_of
                 assert text(call(mcp, "mode", session, path=directory)) == "0o1777", directory
             assert text(call(mcp, "write", session, path=left)) == "4"
             assert not Path(left).exists()
+            assert text(call(mcp, "write", session, path=f"{shared}/mine")) == "denied: Read-only file system"
             assert text(call(mcp, "listdir", session, path="/sys/fs/cgroup")) == "[]"
             assert text(call(mcp, "write", session, path=f"{seen['cwd']}/notes")) == "4"
-            assert Path(seen["cwd"], "notes").read_text() == "mine"
+            assert not Path(seen["cwd"]).exists()  # its home is its namespace's alone: nothing of it on the host
+            for directory in (seen["cwd"], "/tmp", "/dev/shm"):
+                assert (
+                    text(call(mcp, "fill", session, path=f"{directory}/big", mib=9))
+                    == "denied: No space left on device"
+                )
     finally:
         for path in [*planted.values(), left]:
             Path(path).unlink(missing_ok=True)
@@ -570,12 +580,13 @@ def test_a_startup_error_is_one_line_and_exit_status_2(options: tuple[str, ...],
 
 
 def test_a_containment_the_host_no_longer_gives_fails_the_request_that_would_start_a_process(server: str) -> None:
-    """bwrap gone after startup (a PATH where it was): the request that would start a process gets -32603 saying so;
-    nothing starts without it."""
+    """bwrap gone after startup (uninstalled from where the gateway found it): the request that would start a process
+    gets -32603 saying so; nothing starts without it."""
     needs("bwrap")
-    with tempfile.TemporaryDirectory() as directory:
-        Path(directory, "bwrap").symlink_to(shutil.which("bwrap") or "bwrap")
-        environ = {"MCP_SESSIONS_SECRET": SECRET, "PATH": directory}
+    with readable_directory("mcp-sessions-path-") as directory:  # the helpers that run in the namespace see it
+        shutil.copy(shutil.which("bwrap") or "bwrap", directory)
+        Path(directory, "setpriv").symlink_to(shutil.which("setpriv") or "setpriv")  # root's, without a capability
+        environ = {"MCP_SESSIONS_SECRET": SECRET, "PATH": str(directory)}
         options = ("--process-containment", "bwrap")
         with gateway(server, *options, environ=environ) as process:
             assert text(call(client(process), "whoami")).startswith("{")  # the shared process, under bwrap
@@ -591,9 +602,9 @@ PLAN = {"entities": [{"name": "alice-s-plan", "entityType": "plan", "observation
 
 def test_server_memory_behind_the_team_recipe_never_shows_alices_graph_to_bob(jwks: str) -> None:
     """docs/gateway.md's team recipe in front of @modelcontextprotocol/server-memory, whose graph is one file under
-    its install directory: run plain, each process's write there is a permission error (its uid owns nothing
-    there), never another user's graph; with the recipe's MEMORY_FILE_PATH in the process's own HOME, alice's
-    graph is hers alone."""
+    its install directory: run plain, each process's write there is refused (the host's files are read-only to
+    it), never another user's graph; with the recipe's MEMORY_FILE_PATH in the process's own HOME, alice's graph is
+    hers alone."""
     needs("root")
     index = readable_by_every_uid(installed(MEMORY, "@modelcontextprotocol/server-memory"))
     recipe = f'sh -c "MEMORY_FILE_PATH=$HOME/memory.jsonl exec {node()} {index}"'  # $HOME: the process's own
@@ -607,5 +618,5 @@ def test_server_memory_behind_the_team_recipe_never_shows_alices_graph_to_bob(jw
             if command == recipe:
                 assert "alice-s-plan" in graphs[0], (created, graphs[0])
             else:
-                assert "permission denied" in created.lower(), created
+                assert "read-only file system" in created.lower(), created
                 assert not index.with_name("memory.jsonl").exists()

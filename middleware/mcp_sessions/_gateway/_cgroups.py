@@ -6,11 +6,15 @@ only reads; the gateway's first process readies them."""
 from __future__ import annotations
 
 import os
+import signal
+import time
 from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 from typing import Final
+
+_POLL: Final = 0.05
 
 CPU_PERIOD: Final = 100_000
 """The period (µs) of a conversation's CPU quota: ``--process-cpu N`` is N times it in each."""
@@ -135,6 +139,23 @@ class Cgroup:
             pids = read(directory / "cgroup.procs").split()
             members += [int(pid) for pid in pids]
         return members
+
+    def killed(self, within: float) -> bool:
+        """Every process in it killed in one step (cgroup v2's ``cgroup.kill``; else each of its members once, where
+        its PID namespace's end has left any): whether it is empty within ``within`` seconds."""
+        for directory in self.dirs:
+            try:
+                (directory / "cgroup.kill").write_text("1")
+            except OSError:  # cgroup v1, or a kernel before 5.14
+                for pid in self.members():
+                    with suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + within
+        while self.members():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL)
+        return True
 
     def remove(self) -> None:
         for directory in self.dirs:

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ._sandbox import CONTAINMENTS
+from ._sandbox import CONTAINMENTS, DISK
 
 if TYPE_CHECKING:
     from ._auth import GatewayAuth
@@ -104,8 +104,9 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         choices=CONTAINMENTS,
         default="auto",
         help="with --stdio: 'bwrap' (bubblewrap) or 'unshare' (util-linux, as root): each process "
-        "in a PID namespace with a /proc of its own, all it started ending with it, its own /tmp, "
-        "/var/tmp, /dev/shm and /run/lock, no view of the control groups; 'none': its process "
+        "in a PID namespace with a /proc of its own, all it started ending with it, the host's files "
+        "read-only but its own home, /tmp, /var/tmp, /dev/shm and /run/lock, no view of the control "
+        "groups; 'none': its process "
         "group only; 'auto' (default): bwrap where it works, else unshare, else none (the startup "
         "line says which)",
     )
@@ -121,6 +122,15 @@ def _containment_arguments(gateway: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --stdio: how many processes a conversation may run at once (a control group, "
         "else RLIMIT_NPROC of its uid with --process-uids)",
+    )
+    gateway.add_argument(
+        "--process-disk",
+        type=int,
+        default=DISK,
+        metavar="MIB",
+        help="with --stdio and a containment: how much each of a process's own directories may hold (MiB): "
+        f"its home, /tmp, /var/tmp, /dev/shm and /run/lock, each a tmpfs (default {DISK}); the host's "
+        "other files are read-only to it",
     )
     gateway.add_argument(
         "--process-cpu",
@@ -164,6 +174,8 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         raise ValueError("--pass-env: the gateway's MCP_SESSION* variables are its own")
     if loader := [name for name in args.pass_env if loads_code(name)]:
         raise ValueError(f"--pass-env: {loader[0]!r} tells the dynamic loader what to load, and root's helpers run it")
+    if args.process_disk < 1:
+        raise ValueError("--process-disk takes a positive number")
     uids, user, group = _run_as(args)
     cwd = args.process_cwd
     if cwd is not None and "{id}" not in os.path.basename(cwd):
@@ -182,6 +194,7 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         cgroups=cgroups,
         pids=args.process_pids if cgroups is None else None,
         network=args.process_network or ("egress" if uids is not None else "host"),
+        disk=args.process_disk,
     )
     try:
         sandbox = sandbox.chosen()

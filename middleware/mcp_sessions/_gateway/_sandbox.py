@@ -6,7 +6,8 @@ A process is started through a chain of them, each doing one thing and then runn
   bounds), so that the process is in them before any of its code runs;
 - ``bwrap`` (bubblewrap) or util-linux's ``unshare``: a PID namespace and a ``/proc`` of its own, so that it
   sees no other process, and every process it started ends with it (the namespace's init ends them all); a mount
-  namespace with its own temporary directories and no view of the control groups (:func:`_namespace`; under
+  namespace where the host's files are read-only but its own: its home and temporary directories, each a tmpfs
+  bounded by ``--process-disk``, gone with the namespace; no view of the control groups (:func:`_namespace`; under
   ``unshare``, a ``sh`` mounts them as root); with network ``none``, a network namespace of its own, its own
   loopback only;
 - ``prlimit``: ``RLIMIT_NPROC``, the process-count bound where no control group gives one (a uid's count,
@@ -17,11 +18,9 @@ A process is started through a chain of them, each doing one thing and then runn
   with root's fixed environment (:data:`HELPER_ENV`): no variable of a user's reaches a program root runs.
 
 :class:`Sandbox` is what the flags chose, checked once at startup (:meth:`Sandbox.check`); :class:`Place` is
-one process's: its uid (from :class:`Uids`), its directory, its control group. A uid is given out
-(:meth:`Uids.take`) only once every process of it has ended and its files are removed from every directory of the
-host any uid may write, whatever the last gateway that held it left, even one killed by SIGKILL; the same is done
-as a place is left (:meth:`Place.leave`). What the operating system's own tools cannot clear in time is logged, and
-the uid tried again later: never held for good.
+one process's: its uid (from :class:`Uids`), its directory, its control group. A contained process writes nothing
+that outlives its namespace, so nothing is swept after it: a uid is given out (:meth:`Uids.take`) once no process
+of it runs (a killed gateway's end with their namespaces), and tried again later while one still does.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-import time
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import suppress
@@ -65,41 +63,45 @@ LOADER: Final = frozenset(
 besides every ``LD_*`` and ``MALLOC_*``: the dynamic loader and libc read them, and the helpers that start a
 process (``sh``, ``bwrap``, ``setpriv``) run as root. Never given to a process (:func:`loads_code`)."""
 END_WITHIN: Final = 5.0
-"""How long the processes of a uid (or control group) have to be gone once killed; then the uid is tried later."""
-SWEEP_WITHIN: Final = 30.0
-"""How long a uid's files have to be removed (``find``, ``rm``); what is left then goes at its next try."""
+"""How long the processes of a control group have to be gone once killed, before it is removed; and how long a
+process's directory (an empty mount point) has to be removed."""
+DISK: Final = 256
+"""Each of a contained process's own directories at most, in MiB (``--process-disk``): its home, ``/tmp``,
+``/var/tmp``, ``/dev/shm`` and ``/run/lock``, each a tmpfs."""
 _POLL: Final = 0.05
 UID_LOCKS: Final = "/run/mcp-sessions/uids"
 """Where a gateway holds a lock (``flock``) on each uid it has given a process, until that uid is free again: the
 gateways of one host never give out one uid at once, nor end each other's processes by it, whatever their ranges."""
 _JOIN: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
-"""The directories every uid may write where a contained process gets its own, empty (a tmpfs each, mode 1777)."""
+"""The directories every uid may write where a contained process gets its own, empty (a tmpfs each, mode 1777,
+``--process-disk`` at most)."""
 CGROUPS: Final = "/sys/fs/cgroup"
 """Hidden from a contained process (an empty tmpfs over it): it would list every conversation's control group."""
 # unshare's mounts, as root in its new namespaces before setpriv runs the command: $1-$3 the paths of mount, mkdir
-# and ip (:func:`tool`); $4 the process's directory (or ""), bound back where it was under its tmpfs (its parents
-# there 0711, as on the host); $5 "up" for its own loopback (a new network namespace's is down); then DIRECTORY
-# OPTIONS pairs, each a tmpfs, until "--".
+# and ip (:func:`tool`); $4 the process's home (or ""), a tmpfs where it is (its parents under a tmpfs 0711, as on the
+# host), $5 its options; $6 "up" for its own loopback (a new network namespace's is down); then MOUNT-POINT OPTIONS
+# pairs, each remounted read-only, until "--"; then DIRECTORY OPTIONS pairs, each a tmpfs, until "--".
 _UNSHARE_MOUNTS: Final = """\
-mount=$1 mkdir=$2 ip=$3 cwd=$4 lo=$5; shift 5
+mount=$1 mkdir=$2 ip=$3 home=$4 options=$5 lo=$6; shift 6
+while [ "$1" != -- ]; do "$mount" --no-canonicalize -o "$2" "$1" || exit 125; shift 2; done; shift
 while [ "$1" != -- ]; do "$mount" -t tmpfs -o "$2" tmpfs "$1" || exit 125; shift 2; done; shift
-if [ -n "$cwd" ]; then
-    (umask 066; "$mkdir" -p "$cwd") && "$mount" --no-canonicalize --bind . "$cwd" && cd "$cwd" || exit 125
+if [ -n "$home" ]; then
+    (umask 066; "$mkdir" -p "$home") && "$mount" --no-canonicalize -t tmpfs -o "$options" tmpfs "$home" || exit 125
+    "$mkdir" -m 1777 "$home/tmp" && cd "$home" || exit 125
     unset OLDPWD
 fi
 if [ "$lo" = up ]; then "$ip" link set lo up || exit 125; fi
 exec "$@"
 """
-# The file systems of the kernel's own state, where no process makes a file: never looked in for one.
+# The file systems of the kernel's own state, which no process writes a file in: not made read-only by unshare's
+# script (its /proc is its own; devpts makes the terminals it opens).
 _KERNEL_VIEWS: Final = frozenset(
     {
         *("proc", "sysfs", "cgroup", "cgroup2", "devpts", "debugfs", "tracefs", "securityfs", "pstore", "bpf"),
         *("configfs", "fusectl", "binfmt_misc", "autofs", "nsfs", "efivarfs", "selinuxfs", "rpc_pipefs"),
     }
 )
-# How deep under a mount point a directory any uid may write is looked for (/var/lib/php/sessions is 3).
-_DEPTH: Final = "3"
 _NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all")
 HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
@@ -156,11 +158,6 @@ class Uids:
         self.locks = locks
         self.held: dict[int, int] = {}  # each uid given out, and the descriptor of its lock
         os.makedirs(locks, mode=0o700, exist_ok=True)
-        try:
-            # Where a uid's files are looked for: found once, at startup.
-            self.shared = world_writable()
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ValueError(f"--process-uids: the directories any uid may write could not be found: {exc}") from None
 
     def taken_by_users(self) -> str | None:
         """A user of the system's in the range, if any (the range must be the gateway's alone)."""
@@ -169,22 +166,19 @@ class Uids:
                 return f"{user.pw_name} ({user.pw_uid})"
         return None
 
-    def take(self, roots: Sequence[str]) -> int:
-        """A free uid, locked, once every process of it is killed and its files in ``roots`` are removed: a gateway
-        killed by SIGKILL left them all. One that cannot be cleared is logged and tried again later. Blocking."""
-        deadline = time.monotonic() + SWEEP_WITHIN
+    def take(self) -> int:
+        """A free uid, locked, in which no process runs: the processes a gateway killed by SIGKILL left end with
+        their namespaces, and a uid one of them still holds is tried again later. Blocking."""
         for _ in range(len(self.free)):
-            if time.monotonic() >= deadline:
-                break
             uid = self.free.popleft()
             if (lock := _locked(os.path.join(self.locks, str(uid)))) is None:
                 self.free.append(uid)  # another gateway's, for now
                 continue
-            self.held[uid] = lock
-            if (left := _cleared(uid, roots)) is None:
+            if not _running(uid):
+                self.held[uid] = lock
                 return uid
-            logger.warning("a uid is not given out yet: %s; it is tried again later", left)
-            self.give_back(uid)
+            os.close(lock)
+            self.free.append(uid)
         raise SandboxError(f"no free uid in --process-uids {self.first}-{self.last}: retry later")
 
     def give_back(self, uid: int) -> None:
@@ -203,76 +197,13 @@ def _locked(path: str) -> int | None:
     return descriptor
 
 
-def world_writable() -> tuple[str, ...]:
-    """The directories of the host any uid may write (``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run/lock``,
-    ``/dev/mqueue``, ...): on every mount point that is writable and no view of the kernel's, down to ``_DEPTH``
-    levels, not those inside another (``find`` looks there)."""
-    points = set()
-    for line in read("/proc/self/mountinfo").splitlines():
-        fields, _, rest = line.partition(" - ")
-        point, options = fields.split()[4:6]
-        if rest.split()[0] not in _KERNEL_VIEWS and "ro" not in options.split(","):
-            # mountinfo writes a space, tab, newline or backslash in octal.
-            points.add(re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal[1], 8)), point))
-    if not points:
-        return ()
-    found = ["find", *sorted(points), "-xdev", "-maxdepth", _DEPTH, "-type", "d", "-perm", "-0002", "-print0", "-prune"]
-    # Our own command line.
-    done = subprocess.run(found, capture_output=True, check=False, timeout=SWEEP_WITHIN)  # noqa: S603
-    return tuple(sorted({os.fsdecode(path) for path in done.stdout.split(b"\0") if path}))
-
-
-def _cleared(uid: int | None, roots: Sequence[str], cgroup: Cgroup | None = None) -> str | None:
-    """Every process of ``uid`` and of ``cgroup`` killed, then the uid's files in ``roots`` removed: None, else what
-    is left (the operating system's tools failed, or took too long)."""
-    try:
-        if not _killed(uid, cgroup):
-            return f"a process of uid {uid} did not end within {END_WITHIN:g} s"
-        return None if uid is None else _swept(uid, roots)
-    except subprocess.TimeoutExpired as exc:
-        return f"{exc.cmd[0]} did not end within {exc.timeout:g} s"
-    except OSError as exc:
-        return f"the processes or files of uid {uid} could not be cleared: {exc}"
-
-
-def _killed(uid: int | None, cgroup: Cgroup | None) -> bool:
-    """Whether every process of ``uid`` (``pkill`` says when none is left) and of ``cgroup`` is gone: each killed,
-    again until none is, for at most ``END_WITHIN`` seconds."""
-    deadline = time.monotonic() + END_WITHIN
-    while time.monotonic() < deadline:
-        left = cgroup.members() if cgroup is not None else []
-        for pid in left:
-            with suppress(ProcessLookupError):
-                os.kill(pid, 9)
-        if uid is not None:
-            kill = ["pkill", "--signal", "KILL", "--uid", str(uid)]
-            # procps, found on PATH.
-            if subprocess.run(kill, check=False, timeout=END_WITHIN).returncode == 0:  # noqa: S603
-                left.append(uid)
-        if not left:
-            return True
-        time.sleep(_POLL)
+def _running(uid: int) -> bool:
+    """Whether a process of the host's has ``uid`` as its real uid (``/proc/PID/status``)."""
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with suppress(OSError):
+            if f"\nUid:\t{uid}\t" in status.read_text():
+                return True
     return False
-
-
-def _swept(uid: int, roots: Sequence[str]) -> str | None:
-    """The files of ``uid`` in ``roots`` removed by ``find`` and ``rm``, as root: a directory of the uid goes whole,
-    whoever's files are in it, at any depth, and no link is followed. None once none is left, else one that is."""
-    roots = [root for root in roots if os.path.isdir(root)]
-    if not roots:
-        return None
-    found = ["find", *roots, "-xdev", "-user", str(uid)]
-    # -execdir: rm runs in the directory find holds, on a name there, so no directory another uid renames meanwhile
-    # leads it elsewhere. find refuses it with a relative directory on PATH.
-    remove = ["-prune", "-execdir", "rm", "-rf", "--one-file-system", "--", "{}", "+"]
-    path = os.pathsep.join(part for part in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(part))
-    # Our own command lines.
-    subprocess.run([*found, *remove], capture_output=True, check=False, timeout=SWEEP_WITHIN, env={"PATH": path})  # noqa: S603
-    left = subprocess.run([*found, "-print", "-quit"], capture_output=True, check=False, timeout=SWEEP_WITHIN)  # noqa: S603
-    # What find prints decides: its status also counts the files of others that vanished meanwhile.
-    if not left.stdout:
-        return None
-    return f"a file of uid {uid} is left: {os.fsdecode(left.stdout.strip())!r}"
 
 
 @dataclass(frozen=True)
@@ -292,6 +223,8 @@ class Sandbox:
     network: Network = "host"
     # How the containment was chosen, for the startup line: "auto", and why not bubblewrap where it is not.
     choice: str = ""
+    # Each of a contained process's own directories at most (MiB).
+    disk: int = DISK
 
     @property
     def said(self) -> str:
@@ -372,21 +305,20 @@ class Sandbox:
         except SandboxError as exc:
             raise SandboxError(f"--process-containment {containment}: {exc}") from None
 
+    @property
+    def contains_root(self) -> bool:
+        """Whether its processes run contained as root (the gateway's uid), whom bubblewrap and unshare leave every
+        capability, so that they are run without one (``setpriv``)."""
+        return self.containment not in ("none", "auto") and self.uids is None and self.user is None and not os.geteuid()
+
     def _helpers(self) -> list[str]:
         """The helpers, besides the containment's own, that start each process."""
-        helpers = ["setpriv"] if self.uids is not None or self.user is not None else []
+        helpers = ["setpriv"] if self.uids is not None or self.user is not None or self.contains_root else []
         if self.pids is not None:
             helpers.append("prlimit")
         if self.containment == "unshare":
             helpers += ["setpriv", "mount", "mkdir", "ip"]
         return helpers
-
-    @property
-    def swept(self) -> tuple[str, ...]:
-        """Where a uid's files are removed: every directory of the host any uid may write, and the one that holds
-        the processes' own (a process may open its own to others)."""
-        shared = () if self.uids is None else self.uids.shared
-        return shared if self.cwd is None else (*shared, os.path.dirname(self.cwd))
 
     async def enter(self, process_id: str) -> Place:
         """A place for a new process: its uid taken, its directory and control group made. Made whole or not at
@@ -398,14 +330,15 @@ class Sandbox:
             gid = self.group
             if self.uids is not None:
                 try:
-                    uid = gid = await anyio.to_thread.run_sync(self.uids.take, self.swept)
+                    uid = gid = await anyio.to_thread.run_sync(self.uids.take)
                 except OSError as exc:  # its lock file (no descriptor left, say)
                     raise SandboxError(f"no uid could be taken: {exc.strerror or exc}") from None
             place = Place(self, uid, gid)
             try:
                 if self.cwd is not None:
-                    cwd = self.cwd.replace("{id}", process_id)
-                    place.cwd = await anyio.to_thread.run_sync(_workdir, cwd, place)
+                    place.cwd = self.cwd.replace("{id}", process_id)
+                    if place.workdir is not None:  # a mount point, or uncontained its directory
+                        await anyio.to_thread.run_sync(_workdir, place.workdir, place)
                 if self.cgroups is not None:
                     place.cgroup = await anyio.to_thread.run_sync(self.cgroups.create)
             except OSError as exc:
@@ -425,19 +358,31 @@ class Place:
     cwd: str | None = None
     cgroup: Cgroup | None = None
 
+    @property
+    def workdir(self) -> str | None:
+        """The directory of the host's its first helper starts in (``cwd`` uncontained, or where a tmpfs is mounted
+        over it), made by :meth:`Sandbox.enter`; None where it needs none: contained, a home under one of
+        :data:`PRIVATE` is made in the namespace alone, so that nothing of it is left on the host."""
+        contained = self.sandbox.containment != "none"
+        if self.cwd is None or (contained and any(self.cwd.startswith(f"{path}/") for path in PRIVATE)):
+            return None
+        return self.cwd
+
     def launch(
         self, command: Sequence[str], environ: Mapping[str, str]
     ) -> tuple[list[str], dict[str, str], int | None]:
-        """How the server ``command`` is started in its place with ``environ``: the command line, the environment
-        it starts with, and the descriptor of the file that holds ``environ`` (a ``memfd`` the caller passes on,
-        then closes), which only the last helper reads, as the server's own user. Without a helper: the server
-        itself, with ``environ``, and no file."""
+        """How the server ``command`` is started in its place with ``environ`` (in :attr:`workdir`): the command
+        line, the environment it starts with, and the descriptor of the file that holds ``environ`` (a ``memfd``
+        the caller passes on, then closes), which only the last helper reads, as the server's own user. Without a
+        helper: the server itself, with ``environ``, and no file."""
         sandbox = self.sandbox
         line: list[str] = []
         if self.uid is not None:
             gid = self.gid if self.gid is not None else self.uid
             user = [f"--reuid={self.uid}", f"--regid={gid}"]
             line = [tool("setpriv"), *user, *_NO_PRIVILEGE, "--"]
+        elif sandbox.contains_root:  # root without a capability: it could remount the host's files writable
+            line = [tool("setpriv"), *_NO_PRIVILEGE, "--"]
         if sandbox.pids is not None and self.cgroup is None:
             line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
         line = [*_namespace(sandbox, self.cwd), *line]
@@ -452,33 +397,30 @@ class Place:
 
     @property
     def environ(self) -> dict[str, str]:
-        """Its own ``HOME`` and ``TMPDIR``, where it has a directory."""
+        """Its own ``HOME`` and ``TMPDIR``, where it has a directory; else, contained, its own ``/tmp`` as its home
+        (the host's files, the gateway's home among them, are read-only to it)."""
         if self.cwd is None:
-            return {}
+            return {} if self.sandbox.containment == "none" else {"HOME": "/tmp"}  # noqa: S108
         return {"HOME": self.cwd, "TMPDIR": os.path.join(self.cwd, "tmp")}
 
     def exceeded(self) -> str | None:
         return None if self.cgroup is None else self.cgroup.exceeded()
 
     async def leave(self) -> str | None:
-        """Once the process has ended: every other process of its uid or control group ended, its directory, its
-        uid's files and its control group removed, its uid given back. What was left, if anything: then
-        :meth:`Uids.take` clears the uid again before it gives it out."""
+        """Once the process has ended: what is left of its control group killed (one step), its directory (an empty
+        mount point: what the process wrote went with its tmpfs) and control group removed, its uid given back. What
+        was left, if anything."""
         try:
-            left = await anyio.to_thread.run_sync(self._ended)
-            if self.cwd is not None and not await anyio.to_thread.run_sync(_removed, self.cwd):
-                left = left or "its directory could not be removed"
-            return left
+            if self.cgroup is not None and not await anyio.to_thread.run_sync(self.cgroup.killed, END_WITHIN):
+                return f"its control group was not empty within {END_WITHIN:g} s"
+            if self.workdir is not None and not await anyio.to_thread.run_sync(_removed, self.workdir):
+                return "its directory could not be removed"
+            return None
         finally:
             if self.cgroup is not None:
                 await anyio.to_thread.run_sync(self.cgroup.remove)
             if self.sandbox.uids is not None and self.uid is not None:
                 self.sandbox.uids.give_back(self.uid)
-
-    def _ended(self) -> str | None:
-        """What is left of the process's uid (its own) and control group killed, the uid's files removed."""
-        uid = self.uid if self.sandbox.uids is not None else None
-        return _cleared(uid, self.sandbox.swept, self.cgroup)
 
 
 def reap_adopted(group: int, *, wait: bool = False) -> None:
@@ -498,52 +440,70 @@ def reap_adopted(group: int, *, wait: bool = False) -> None:
 def _namespace(sandbox: Sandbox, cwd: str | None) -> list[str]:
     """The namespace part of a process's command line (none without a containment): a PID namespace and a ``/proc``
     of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); with network ``none`` a network
-    namespace (its own loopback only); a mount namespace where each of :data:`PRIVATE` and :data:`CGROUPS` the host
-    has is an empty tmpfs, and ``cwd``, where one of them held it, is bound back. Its first process dies with the
-    gateway, even by SIGKILL (bubblewrap's ``--die-with-parent``, ``setpriv --pdeathsig``)."""
+    namespace (its own loopback only); a mount namespace where the host's files are read-only, each of
+    :data:`PRIVATE` the host has is an empty tmpfs, and so is ``cwd``, its home, each at most ``sandbox.disk`` MiB,
+    and :data:`CGROUPS` is hidden. Its first process dies with the gateway, even by SIGKILL (bubblewrap's
+    ``--die-with-parent``, ``setpriv --pdeathsig``)."""
     containment = sandbox.containment
     if containment not in ("bwrap", "unshare"):
         return []
     isolated = sandbox.network == "none"
     hidden = [path for path in (*PRIVATE, CGROUPS) if os.path.isdir(path) and not os.path.islink(path)]
     home = "" if cwd is None else os.path.abspath(cwd)
-    # The tmpfs that hides the process's directory, if one does: the directory is bound back over it.
-    under = next((path for path in hidden if path in PRIVATE and home.startswith(f"{path}/")), None)
+    size = f"{sandbox.disk}m"
     if containment == "unshare":
         network = ["--net"] if isolated else []
         mounts = []
         for path in hidden:
-            mounts += [path, "nosuid,nodev,mode=1777" if path in PRIVATE else "nosuid,nodev,mode=755"]
+            mounts += [path, f"nosuid,nodev,mode=1777,size={size}" if path in PRIVATE else "nosuid,nodev,mode=755"]
         return [
             *(tool("setpriv"), "--pdeathsig", "KILL", "--", tool("unshare"), "--pid", "--ipc", *network),
             *("--fork", "--mount-proc", "--kill-child", "--", "/bin/sh", "-c", _UNSHARE_MOUNTS, "sh"),
-            *(tool("mount"), tool("mkdir"), tool("ip"), home if under else "", "up" if isolated else ""),
-            *(*mounts, "--"),
+            *(tool("mount"), tool("mkdir"), tool("ip"), home, f"nosuid,nodev,mode=1777,size={size}"),
+            *("up" if isolated else "", *_read_only(), "--", *mounts, "--"),
         ]
     network = ["--unshare-net"] if isolated else []
     line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", *network, "--die-with-parent"]
-    line += ["--dev-bind", "/", "/", "--proc", "/proc"]
+    line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    size = str(sandbox.disk << 20)
     for path in hidden:  # a later mount over an earlier one
-        line += ["--perms", "01777", "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
-    if under is not None:
-        # Its parents under the tmpfs as the host has them (bubblewrap would make them 0700, root's), then itself.
+        line += ["--perms", "01777", "--size", size, "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
+    if home:
+        # Its parents under a tmpfs as the host has them (bubblewrap would make them 0700, root's), then itself.
+        under = next((path for path in PRIVATE if home.startswith(f"{path}/")), None)
         for parent in reversed(Path(home).parents):
-            if str(parent).startswith(f"{under}/"):
+            if under is not None and str(parent).startswith(f"{under}/"):
                 line += ["--perms", "0711", "--dir", str(parent)]
-        line += ["--bind", home, home]
+        line += ["--perms", "01777", "--size", size, "--tmpfs", home]
+        line += ["--perms", "01777", "--dir", os.path.join(home, "tmp"), "--chdir", home]
     return [*line, "--"]
 
 
+def _read_only() -> list[str]:
+    """Each mount point of the host's that a process could write, with the options that make it read-only in a
+    mount namespace of its own as its other options are (``mount -o remount,bind,ro``): what bubblewrap's
+    ``--ro-bind / /`` does, for unshare's script."""
+    pairs = []
+    for line in read("/proc/self/mountinfo").splitlines():
+        fields, _, rest = line.partition(" - ")
+        point, options = fields.split()[4:6]
+        flags = options.split(",")
+        if rest.split()[0] not in _KERNEL_VIEWS and "ro" not in flags:
+            # mountinfo writes a space, tab, newline or backslash in octal.
+            point = re.sub(r"\\([0-7]{3})", lambda octal: chr(int(octal[1], 8)), point)
+            kept = [flag for flag in flags if flag in ("nosuid", "nodev", "noexec")]
+            pairs += [point, ",".join(["remount", "bind", "ro", *kept])]
+    return pairs
+
+
 def _workdir(path: str, place: Place) -> str:
-    """A new directory of the process's own (its cwd and ``HOME``, ``tmp`` in it its ``TMPDIR``), mode 0700."""
-    temporary = os.path.join(path, "tmp")
-    os.makedirs(path, mode=0o700)
-    os.makedirs(temporary, mode=0o700)
-    if place.uid is None:
-        return path
-    gid = -1 if place.gid is None else place.gid
-    for directory in (path, temporary):
-        os.chown(directory, place.uid, gid)
+    """A new directory of the process's own (its cwd and ``HOME``), mode 0700, and uncontained ``tmp`` in it, its
+    ``TMPDIR``: contained, it is the mount point of its home's tmpfs, which holds its ``tmp``."""
+    made = [path] if place.sandbox.containment != "none" else [path, os.path.join(path, "tmp")]
+    for directory in made:
+        os.makedirs(directory, mode=0o700)
+        if place.uid is not None:
+            os.chown(directory, place.uid, -1 if place.gid is None else place.gid)
     return path
 
 
@@ -553,7 +513,7 @@ def _removed(path: str) -> bool:
     remove = ["rm", "-rf", "--one-file-system", "--", path]
     with suppress(OSError, subprocess.TimeoutExpired):
         # Our own command line.
-        subprocess.run(remove, capture_output=True, check=False, timeout=SWEEP_WITHIN)  # noqa: S603
+        subprocess.run(remove, capture_output=True, check=False, timeout=END_WITHIN)  # noqa: S603
     return not os.path.lexists(path)
 
 

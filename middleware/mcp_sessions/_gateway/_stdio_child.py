@@ -172,7 +172,7 @@ class Child:
         line, environ, held = place.launch(self.command, {**self.environ, **place.environ})
         try:
             process = await anyio.open_process(
-                line, env=environ, cwd=place.cwd, start_new_session=True, pass_fds=() if held is None else (held,)
+                line, env=environ, cwd=place.workdir, start_new_session=True, pass_fds=() if held is None else (held,)
             )
         except OSError as exc:
             with anyio.CancelScope(shield=True):

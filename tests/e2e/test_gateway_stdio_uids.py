@@ -1,0 +1,54 @@
+"""Nothing a process of ``--process-uids`` writes or starts reaches the next owner of its uid, even after its gateway
+was killed by SIGKILL: what it wrote was its namespace's (the host's files read-only, its home and temporary
+directories a tmpfs each), what it started ended with its namespace, and its uid is given out once no process of it
+runs, so nothing is left to sweep (issue 85; issue 76's red team found what a sweep missed). A real gateway process,
+run as root under bubblewrap, in front of the hostile stdio server of ``e2e._sealed``; a range of one uid, so that
+the next gateway's process has the last one's uid.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from _waits import WITHIN, until
+from e2e._gateway import readable_directory
+from e2e._sealed import call, client, gateway, hostile, needs, of_uid, running, text
+
+GONE = "denied: No such file or directory"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """The hostile server's command (``e2e._sealed.hostile``)."""
+    with hostile() as command:
+        yield command
+
+
+def test_nothing_a_uid_wrote_or_started_reaches_its_next_owner_even_after_its_gateway_was_killed(server: str) -> None:
+    needs("root", "bwrap")
+    marker = f"daemon-{uuid.uuid4().hex}"
+    sealed = ("--process-uids", "61200-61200", "--sessionless", "shared", "--process-containment", "bwrap")
+    with readable_directory("mcp-sessions-shared-") as shared, gateway(server, *sealed) as first:
+        shared.chmod(0o1777)  # a directory of the host's any uid may write, as /var/tmp is to an uncontained one
+        mcp = client(first)
+        home = json.loads(text(call(mcp, "whoami")))["cwd"]
+        left = [f"{directory}/left-by-{marker}" for directory in (home, "/tmp", "/var/tmp", "/dev/shm", "/run/lock")]
+        assert [text(call(mcp, "write", path=path)) for path in left] == ["4"] * len(left)
+        assert text(call(mcp, "write", path=f"{shared}/left")) == "denied: Read-only file system"
+        assert text(call(mcp, "deep", path=home, depth=1500)) == "made"  # Python's rmtree raised RecursionError
+        assert text(call(mcp, "daemon", marker=marker)) == "started"
+        until(lambda: len(running(marker)) == 1, "the daemon")
+        assert first.process is not None
+        first.process.send_signal(signal.SIGKILL)  # the gateway alone: it ends nothing, removes nothing
+        first.process.wait(timeout=WITHIN)
+        until(lambda: not of_uid(61200), "its processes to end with their namespace")
+        assert not list(shared.iterdir())
+    with gateway(server, *sealed) as second:
+        mcp = client(second)
+        assert json.loads(text(call(mcp, "whoami")))["uid"] == 61200
+        assert [text(call(mcp, "read", path=path)) for path in left] == [GONE] * len(left)
