@@ -34,8 +34,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParamsMeta
 
-from _redis import free_port
-from _waits import WITHIN, until
+from _redis import end_process, free_port
+from _waits import WITHIN, until, until_awaited
 from e2e._gateway import MAIN, SECRET, Process
 from e2e._issuer import ISSUER, jwks, signed
 from e2e._stdio import COUNT, SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
@@ -438,27 +438,32 @@ class Restartable:
     """``mcp-sessions gateway --stdio`` as its own process on one port, verifying the issuer's tokens for
     ``AUDIENCE``; :meth:`restart` ends it and starts it again on the same port, with the same secret."""
 
-    def __init__(self, keys: str) -> None:
+    def __init__(self, keys: str, files: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
-        flags = ["--stdio", shlex.join(SERVER), "--pass-env", "PYTHONPATH", "--processes", "per-conversation"]
+        self.environ = {"MCP_SESSIONS_SECRET": SECRET, **SERVER_PATH, "STDIO_TEST_FILES": str(files)}
+        flags = ["--stdio", shlex.join(SERVER), "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES"]
+        flags += ["--processes", "per-conversation"]
         flags += ["--warm", "0", "--process-containment", "none", "--auth-jwks", keys]
         flags += ["--auth-issuer", ISSUER, "--auth-audience", AUDIENCE, "--log-level", "warning"]
         self.command = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(self.port), *flags]
         self.process = self._started()
 
     def _started(self) -> Process:
-        return Process("gateway", self.command, {"MCP_SESSIONS_SECRET": SECRET, **SERVER_PATH}, self.port)
+        return Process("gateway", self.command, self.environ, self.port)
 
     def restart(self) -> None:
+        """Kill it (nothing it held is answered: a crash, or a machine's restart), then start it again."""
+        assert self.process.process is not None
+        end_process(self.process.process, kill=True)
         self.process.stop()
         self.process = self._started()
 
 
 @contextlib.contextmanager
-def restartable() -> Iterator[Restartable]:
+def restartable(files: Path) -> Iterator[Restartable]:
     with jwks() as keys:
-        gateway = Restartable(keys)
+        gateway = Restartable(keys, files)
         try:
             yield gateway
         finally:
@@ -472,15 +477,26 @@ async def test_after_the_gateway_restarts_the_host_hears_it_once_then_has_a_new_
     """86.3: after a restart every call answered ``-32600 Session not found`` (the 2025 transport session the shim
     held was gone) until the host restarted the shim. Now the shim opens a new transport session itself, and the
     conversation's session, gone with the gateway's processes, is the host's one ``-32043``, which says what
-    happens next; the next call has a new session."""
-    with restartable() as gateway:
+    happens next; the next call has a new session. A call the gateway's end cut off is answered with an error."""
+    cut_off: list[str] = []
+
+    async def held(client: Client) -> None:
+        with pytest.raises(MCPError) as broke:
+            await client.call_tool("hold", {})
+        cut_off.append(broke.value.error.message)
+
+    with restartable(tmp_path) as gateway:
         host = Host(gateway.url, tmp_path)
-        async with host.shim(f"conv-restart-{mode}", mode) as client:
+        async with host.shim(f"conv-restart-{mode}", mode) as client, anyio.create_task_group() as tasks:
             assert (await seen(client))[1] == "1"
+            tasks.start_soon(held, client)
+            await until_awaited(lambda: (tmp_path / "held").exists(), "the call to hold its process")
             gateway.restart()
             with pytest.raises(MCPError, match="the next request gets a new session") as lost:
                 await client.call_tool("count", {})
-            assert lost.value.error.code == -32043
+            assert lost.value.error.code == -32043 and lost.value.error.data is None  # the shim's token is its own
             assert (await seen(client))[1] == "1"
             assert (await seen(client))[1] == "2"
             assert [tool.name for tool in (await client.list_tools()).tools]
+    # Before its answer started (could not reach), or in its event stream (broke off): never the shim's end.
+    assert len(cut_off) == 1 and re.search(r"could not reach .*|answer broke off", cut_off[0]), cut_off

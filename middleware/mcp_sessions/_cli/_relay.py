@@ -154,19 +154,26 @@ class Remote:
             scope.cancel()
         return modern
 
-    async def post(self, message: dict[str, Any]) -> None:
-        """POST one message of the host's; whatever the remote answers goes to the host."""
+    async def post(self, message: dict[str, Any], *, renew: bool = True) -> None:
+        """POST one message of the host's; whatever the remote answers goes to the host. A request whose answer
+        breaks off (the remote went away meanwhile) is answered with an error that says so."""
         if message.get("method") == "initialize":
             self._initialize = message
         body = jsonrpc.dumps(message)
-        for again in (False, True):
-            sent_in = self.session_id
-            headers = self._headers(message)
-            async with self._http.stream("POST", self._url, content=body, headers=headers) as response:
-                if again or response.status_code != 404 or sent_in is None or message is self._initialize:
-                    await self._answered(message, response)
-                    return
-            await self._renew(sent_in)
+        renew = renew and message is not self._initialize
+        try:
+            for again in (False, True):
+                sent_in = self.session_id
+                headers = self._headers(message)
+                async with self._http.stream("POST", self._url, content=body, headers=headers) as response:
+                    if again or not renew or response.status_code != 404 or sent_in is None:
+                        await self._answered(message, response)
+                        return
+                await self._renew(sent_in)
+        except httpx2.HTTPError as exc:
+            if "method" in message and "id" in message:
+                said = f"the remote's answer broke off ({type(exc).__name__})"
+                self._host(jsonrpc.error(message["id"], CONNECTION_CLOSED, said))
 
     def _headers(self, message: dict[str, Any] | None) -> dict[str, str]:
         headers = {"accept": STREAMS, "content-type": "application/json"}
@@ -233,7 +240,7 @@ class Remote:
                     self.session_id = response.headers.get(SESSION_ID)
                 await _read(response)
             if self.session_id is not None:
-                await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, renew=False)
 
     def _listen(self) -> None:
         """The 2025 transport session's GET stream, which carries what the remote says outside an answer
