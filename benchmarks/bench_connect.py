@@ -13,7 +13,9 @@ order each round:
 
 "Added" is a way's latency less the direct one's at the same percentile. Memory at rest is each bridge process's
 resident memory (``VmRSS``) once its calls are done and a second has passed, its own process only (neither
-starts others).
+starts others). Its start is the CPU time (every thread's, user and system, as ``/proc`` counts it) each bridge
+spends from its spawn to its answer to a host's ``initialize`` line: what a host pays for every conversation it
+starts, alternated start by start.
 
     python benchmarks/bench_connect.py                # full run
     python benchmarks/bench_connect.py --quick        # a few rounds: the tests check it runs
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -40,7 +43,7 @@ from pathlib import Path
 from typing import TextIO
 
 import anyio
-from _harness import finish, load_average, section, verdict
+from _harness import cpu_seconds, finish, load_average, section, verdict
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -62,6 +65,10 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
 """
 OURS, ALONE, THEIRS = "mcp-sessions connect", "mcp-sessions connect, no conversation", "mcp-remote 0.15.1"
 WAYS = ("directly", OURS, ALONE, THEIRS)
+INITIALIZE = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+INITIALIZE_LINE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE}).encode() + b"\n"
+MOST_START_CPU = 0.35
+"""The most CPU seconds ``connect`` may spend from its spawn to its first answer (issue 86)."""
 
 
 @contextlib.contextmanager
@@ -174,6 +181,33 @@ async def measure(url: str, rounds: int, quiet: TextIO) -> tuple[dict[str, list[
     return times, rest
 
 
+def start_cpu(bridge: StdioServerParameters) -> float:
+    """The CPU seconds ``bridge`` spends from its spawn to its answer to ``initialize``."""
+    command, environ = [bridge.command, *bridge.args], {**os.environ, **(bridge.env or {})}
+    pipe = subprocess.PIPE
+    with subprocess.Popen(command, env=environ, stdin=pipe, stdout=pipe, stderr=subprocess.DEVNULL) as started:
+        assert started.stdin is not None and started.stdout is not None
+        started.stdin.write(INITIALIZE_LINE)
+        started.stdin.flush()
+        if not started.stdout.readline():
+            raise RuntimeError(f"{bridge.command} ended without an answer")
+        spent = cpu_seconds(started.pid)
+        started.stdin.close()
+        started.wait(30)
+    return spent
+
+
+def starts(url: str, rounds: int) -> dict[str, list[float]]:
+    """Each bridge's CPU seconds to its first answer, ``rounds`` starts each, alternated in a new order each round."""
+    with tempfile.TemporaryDirectory() as state:
+        ways = bridges(url, state)
+        spent: dict[str, list[float]] = {way: [] for way in ways}
+        for _ in range(rounds):
+            for way in random.sample(list(ways), len(ways)):
+                spent[way].append(start_cpu(ways[way]))
+    return spent
+
+
 def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
@@ -196,13 +230,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=300, help="measured calls through each way")
     parser.add_argument("--quick", action="store_true", help="a few rounds: it runs")
+    parser.add_argument("--starts", type=int, default=20, help="measured starts of each bridge")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     began = (time.monotonic(), load_average())
     rounds = 5 if args.quick else args.rounds
     with open(os.devnull, "w") as quiet, remote() as url:
+        spent = starts(url, 2 if args.quick else args.starts)
         times, rest = anyio.run(measure, url, rounds, quiet)
     rows, ours, theirs = report(times, rest)
+    start_rows = [
+        [way, str(len(cpu)), f"{statistics.median(cpu):.3f}", f"{min(cpu):.3f}", f"{max(cpu):.3f}"]
+        for way, cpu in spent.items()
+    ]
+    started = max(statistics.median(spent[OURS]), statistics.median(spent[ALONE]))
+    their_start = statistics.median(spent[THEIRS])
     text = (
         "The `mcp` SDK's client (2025-11-25, as a host) calls one remote's `echo` tool directly, through "
         "`mcp-sessions connect` (`CLAUDE_CODE_SESSION_ID` set: each call carries its conversation's session, which "
@@ -213,13 +255,27 @@ def main() -> None:
     )
     header = ["way", "calls", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "RSS at rest MiB"]
     memory = f"{rest[OURS]:.1f} MiB against {rest[THEIRS]:.1f} MiB"
+    start_text = (
+        "Each bridge started as a host starts it, a host's `initialize` written to it at once: the CPU time (user and "
+        "system, every thread's) it spent from its spawn to its answer, alternated start by start."
+    )
+    start_header = ["way", "starts", "median CPU s", "least CPU s", "most CPU s"]
     finish(
         "connect",
         args.json,
         args.quick,
         began,
-        [section("mcp-sessions connect against mcp-remote", text, header, rows)],
         [
+            section("mcp-sessions connect against mcp-remote", text, header, rows),
+            section("Start: CPU from spawn to the first answer", start_text, start_header, start_rows),
+        ],
+        [
+            verdict(
+                "`mcp-sessions connect` starts in at most 0.35 CPU-s, and no more than mcp-remote",
+                f"{started:.3f} CPU-s against {their_start:.3f} (medians; the larger of its two ways)",
+                None if args.quick else started <= min(MOST_START_CPU, their_start),
+                "from spawn to its answer to initialize",
+            ),
             verdict(
                 "`mcp-sessions connect` (no conversation: a relay) adds no more to a call than mcp-remote",
                 f"{ours:+.2f} ms against {theirs:+.2f} ms at p50",
@@ -230,6 +286,7 @@ def main() -> None:
         ],
         times=times,
         rest=rest,
+        starts=spent,
     )
 
 

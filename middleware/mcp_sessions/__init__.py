@@ -1,16 +1,17 @@
 """Opt-in data-layer sessions for any Streamable HTTP MCP server, as one ASGI middleware."""
 
-from typing import TYPE_CHECKING, Any
+import importlib
+from typing import TYPE_CHECKING, Any, Final
 
-from ._config import SessionsConfig
-from ._middleware import MCPSessionMiddleware
-from ._session import Session, SessionData, SessionLogFilter, authenticated_user, get_session
-from ._tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
 from ._version import __version__ as __version__
-from ._wire import Refusal
 
 if TYPE_CHECKING:
+    from ._config import SessionsConfig
     from ._gateway import gateway_app
+    from ._middleware import MCPSessionMiddleware
+    from ._session import Session, SessionData, SessionLogFilter, authenticated_user, get_session
+    from ._tokens import InvalidToken, KeySet, SessionClaims, SessionKey, StateTooLarge
+    from ._wire import Refusal
 
 # Stores are in mcp_sessions.stores, wires and error codes in mcp_sessions.profiles. Refusal (raised by an
 # on_create hook or a session source) and authenticated_user (the default principal hook) are here for the uses
@@ -32,11 +33,25 @@ __all__ = [
     "get_session",
 ]
 
+_HOME: Final = {
+    "SessionsConfig": "._config",
+    "MCPSessionMiddleware": "._middleware",
+    "Refusal": "._wire",
+    "gateway_app": "._gateway",  # it needs httpx and uvicorn (mcp-sessions[gateway])
+    **dict.fromkeys(["Session", "SessionData", "SessionLogFilter", "authenticated_user", "get_session"], "._session"),
+    **dict.fromkeys(["InvalidToken", "KeySet", "SessionClaims", "SessionKey", "StateTooLarge"], "._tokens"),
+}
+"""The module of each name, imported when the name is first asked for: a part of the package (the ``connect``
+command, the client) costs only what it uses (PEP 562)."""
+
 
 def __getattr__(name: str) -> Any:
-    """``gateway_app``, imported when first asked for: it needs httpx and uvicorn (``mcp-sessions[gateway]``)."""
-    if name == "gateway_app":
-        from ._gateway import gateway_app
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME[name], __name__), name)
+    globals()[name] = value
+    return value
 
-        return gateway_app
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -160,10 +160,11 @@ def test_the_benchmark_against_supergateway_runs_and_reports(tmp_path: Path) -> 
 
 
 def test_bench_connect_reports_the_shim_beside_mcp_remote(tmp_path: Path) -> None:
-    """bench_connect.py, quick: both bridges' rows, each with its memory at rest."""
+    """bench_connect.py, quick: both bridges' rows, each with its memory at rest, and each bridge's start."""
     run("bench_connect.py", "--quick", "--json", str(tmp_path / "connect.json"))
     result = json.loads((tmp_path / "connect.json").read_text())
-    [part] = result["sections"]
+    part, start = result["sections"]
     bridges = ["mcp-sessions connect", "mcp-sessions connect, no conversation", "mcp-remote 0.15.1"]
     assert [row[0] for row in part["rows"]] == ["directly", *bridges] and sorted(result["rest"]) == sorted(bridges)
     assert all(len(calls) == 5 for calls in result["times"].values())
+    assert [row[0] for row in start["rows"]] == bridges and all(len(cpu) == 2 for cpu in result["starts"].values())

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from typing import Any, Literal, cast
 
 import anyio
 import jwt
+import mcp_types as types
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from mcp import Client
@@ -32,11 +34,11 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParamsMeta
 
-from _redis import free_port
-from _waits import WITHIN, until
-from e2e._gateway import MAIN
+from _redis import end_process, free_port
+from _waits import WITHIN, until, until_awaited
+from e2e._gateway import MAIN, SECRET, Process
 from e2e._issuer import ISSUER, jwks, signed
-from e2e._stdio import gone, own_children, stdio_gateway, text_of
+from e2e._stdio import COUNT, SDK_SERVER, SERVER, SERVER_PATH, gone, own_children, stdio_gateway, text_of
 from mcp_sessions._cli import main
 from mcp_sessions._gateway._auth import GatewayAuth
 
@@ -94,6 +96,7 @@ class Host:
         *arguments: str,
         also: tuple[str, ...] = (),
         claude_code: bool = True,
+        **callbacks: Any,
     ) -> AsyncIterator[Client]:
         """The shim started as a host starts a stdio server, ``conversation`` its CLAUDE_CODE_SESSION_ID (beside
         Claude Code's CLAUDECODE=1, unless not ``claude_code``); by default with a bearer token from a file and an
@@ -111,7 +114,7 @@ class Host:
         with tempfile.TemporaryFile("w+") as errors:
             try:
                 with anyio.fail_after(60):
-                    async with Client(stdio_client(server, errlog=errors), mode=mode) as client:
+                    async with Client(stdio_client(server, errlog=errors), mode=mode, **callbacks) as client:
                         yield client
             finally:
                 errors.seek(0)
@@ -123,6 +126,12 @@ async def seen(client: Client) -> tuple[int, str]:
     who, count = await client.call_tool("whoami", {}), await client.call_tool("count", {})
     assert "io.modelcontextprotocol/session" not in (count.meta or {})  # the shim's session is its own
     return json.loads(text_of(who))["pid"], text_of(count)
+
+
+def text_of_answer(answer: dict[str, Any]) -> str:
+    """The text of a ``tools/call``'s answer, as the shim wrote it to the host."""
+    [content] = answer["result"]["content"]
+    return str(content["text"])
 
 
 def processes() -> set[int]:
@@ -246,6 +255,117 @@ def test_a_host_s_sigterm_ends_the_session_then_the_shim(host: Host) -> None:
     assert not list(host.state.glob("mcp-sessions/connect/*.json"))
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_what_the_remote_asks_and_says_reaches_the_host(tmp_path: Path, mode: Mode) -> None:
+    """Without the SDK's client, the shim still relays what the remote asks its host (sampling, elicitation, roots: on
+    a 2025 request's event stream, or in a 2026-07-28 result) and the host's answers back; and in 2025, what the
+    remote says tied to no request, on the transport session's GET stream."""
+    heard = anyio.Event()
+
+    async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        text = types.TextContent(type="text", text="sampled")
+        return types.CreateMessageResult(role="assistant", content=text, model="m")
+
+    async def elicitation(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"answer": "yes"})
+
+    async def roots(context: Any) -> types.ListRootsResult:
+        return types.ListRootsResult.model_validate({"roots": [{"uri": "file:///work/a"}]})
+
+    async def logged(params: types.LoggingMessageNotificationParams) -> None:
+        if "announced by" in str(params.data):
+            heard.set()
+
+    asked: dict[str, Any] = {"sampling_callback": sampling, "elicitation_callback": elicitation}
+    with stdio_gateway(SDK_SERVER) as url:
+        host = Host(url, tmp_path)
+        async with host.shim(
+            f"conv-asks-{mode}", mode, list_roots_callback=roots, logging_callback=logged, **asked
+        ) as client:
+            assert text_of(await client.call_tool("sample", {"prompt": "hi"})) == "sampled"
+            assert text_of(await client.call_tool("elicit", {"question": "ok?"})) == "accept: yes"
+            assert text_of(await client.call_tool("roots", {})) == "file:///work/a"
+            if mode == "legacy":
+                assert text_of(await client.call_tool("announce", {})) == "soon"
+                with anyio.fail_after(WITHIN):
+                    await heard.wait()
+
+
+def test_the_shim_starts_without_the_sdk(host: Host) -> None:
+    """86.2: a host starts the shim for every conversation, and it spent two thirds of its start importing the ``mcp``
+    SDK. Run as a host runs it, under ``-X importtime``: it answers ``initialize`` and relays a call having imported no
+    module of the SDK, nor pydantic or Starlette (none of the middleware's); what it writes to standard error is the
+    interpreter's import lines alone (the SDK's client logged a line there)."""
+    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(host.state), "CLAUDE_CODE_SESSION_ID": "conv-lean"}
+    command = [sys.executable, "-X", "importtime", "-m", "mcp_sessions", "connect", host.url]
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": initialize},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": COUNT},
+    ]
+    lines = b"".join(json.dumps(message).encode() + b"\n" for message in messages)
+    arguments = ["--bearer-file", str(host.token_file)]
+    pipes = subprocess.PIPE
+    environ["CLAUDECODE"] = "1"
+    with (
+        tempfile.TemporaryFile() as errors,
+        subprocess.Popen([*command, *arguments], env=environ, stdin=pipes, stdout=pipes, stderr=errors) as shim,
+    ):
+        assert shim.stdin is not None and shim.stdout is not None
+        shim.stdin.write(lines)
+        shim.stdin.flush()
+        answers = [json.loads(shim.stdout.readline()) for _ in range(2)]
+        shim.stdin.close()
+        assert shim.wait(WITHIN) == 0
+        errors.seek(0)
+        said = errors.read().decode().splitlines()
+    assert [answer["id"] for answer in answers] == [1, 2] and text_of_answer(answers[1]) == "1"
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in said if line.startswith("import time:")}
+    assert "mcp_sessions" in imported and imported & {"mcp", "mcp_types", "pydantic", "starlette"} == set()
+    assert [line for line in said if not line.startswith("import time:")] == []
+
+
+@pytest.mark.parametrize("option", ["--bearer-file", "--header"])
+def test_a_rotated_token_file_is_read_again_when_the_remote_refuses(host: Host, option: str) -> None:
+    """86.4: the shim read --bearer-file once, so that once its token expired every call was refused until the host
+    restarted it. Now a refusal reads the file again, and the request is sent once more with what it now holds: a
+    refresher that rewrites the file is enough (as ``--header NAME=file:PATH``)."""
+    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": int(time.time()) + 600}
+    stale = jwt.encode(claims, OTHER_KEY, "RS256", {"kid": "k1"})  # what the gateway refuses, as an expired one
+    prefix = "" if option == "--bearer-file" else "Bearer "
+    host.token_file.write_text(prefix + stale + "\n")
+    given = str(host.token_file) if option == "--bearer-file" else f"Authorization=file:{host.token_file}"
+    environ = {"PYTHONPATH": PYTHONPATH, "XDG_STATE_HOME": str(host.state)}
+    command = [sys.executable, "-m", "mcp_sessions", "connect", host.url, option, given]
+    initialize = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "host", "version": "1"}}
+    pipes = subprocess.PIPE
+    with (
+        tempfile.TemporaryFile() as errors,
+        subprocess.Popen(command, env=environ, stdin=pipes, stdout=pipes, stderr=errors) as shim,
+    ):
+        assert shim.stdin is not None and shim.stdout is not None
+
+        def sent(message: dict[str, Any]) -> dict[str, Any]:
+            assert shim.stdin is not None and shim.stdout is not None
+            shim.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+            shim.stdin.flush()
+            answer: dict[str, Any] = json.loads(shim.stdout.readline())
+            return answer
+
+        refused = sent({"id": 1, "method": "initialize", "params": initialize})
+        assert "refused this server's credentials (HTTP 401" in refused["error"]["message"]
+        rotated = host.token_file.with_suffix(".new")  # as a refresher writes it: whole, then renamed over the old
+        rotated.write_text(prefix + host.token + "\n")
+        rotated.replace(host.token_file)
+        assert sent({"id": 2, "method": "initialize", "params": initialize})["result"]["serverInfo"]
+        shim.stdin.close()
+        assert shim.wait(WITHIN) == 0
+        errors.seek(0)
+        said = errors.read().decode()
+    assert said.count("HTTP 401") == 1 and stale not in said and host.token not in said
+
+
 async def test_an_unreachable_remote_is_one_clear_error(tmp_path: Path) -> None:
     host = Host(f"http://127.0.0.1:{free_port()}/mcp", tmp_path)
     with pytest.RaisesGroup(pytest.RaisesExc(MCPError, match="could not reach"), flatten_subgroups=True):
@@ -312,3 +432,71 @@ async def test_the_documented_configuration_runs_as_written(host: Host, host_nam
             calls = [await vscode.call_tool("count", {}, meta=chat) for _ in range(2)]
             assert [text_of(call) for call in calls] == ["1", "2"]
     assert not any(host.token in output for output in host.stderr)
+
+
+class Restartable:
+    """``mcp-sessions gateway --stdio`` as its own process on one port, verifying the issuer's tokens for
+    ``AUDIENCE``; :meth:`restart` ends it and starts it again on the same port, with the same secret."""
+
+    def __init__(self, keys: str, files: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.environ = {"MCP_SESSIONS_SECRET": SECRET, **SERVER_PATH, "STDIO_TEST_FILES": str(files)}
+        flags = ["--stdio", shlex.join(SERVER), "--pass-env", "PYTHONPATH", "--pass-env", "STDIO_TEST_FILES"]
+        flags += ["--processes", "per-conversation"]
+        flags += ["--warm", "0", "--process-containment", "none", "--auth-jwks", keys]
+        flags += ["--auth-issuer", ISSUER, "--auth-audience", AUDIENCE, "--log-level", "warning"]
+        self.command = [sys.executable, "-m", "mcp_sessions", "gateway", "--port", str(self.port), *flags]
+        self.process = self._started()
+
+    def _started(self) -> Process:
+        return Process("gateway", self.command, self.environ, self.port)
+
+    def restart(self) -> None:
+        """Kill it (nothing it held is answered: a crash, or a machine's restart), then start it again."""
+        assert self.process.process is not None
+        end_process(self.process.process, kill=True)
+        self.process.stop()
+        self.process = self._started()
+
+
+@contextlib.contextmanager
+def restartable(files: Path) -> Iterator[Restartable]:
+    with jwks() as keys:
+        gateway = Restartable(keys, files)
+        try:
+            yield gateway
+        finally:
+            gateway.process.stop()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_after_the_gateway_restarts_the_host_hears_it_once_then_has_a_new_session(
+    tmp_path: Path, mode: Mode
+) -> None:
+    """86.3: after a restart every call answered ``-32600 Session not found`` (the 2025 transport session the shim
+    held was gone) until the host restarted the shim. Now the shim opens a new transport session itself, and the
+    conversation's session, gone with the gateway's processes, is the host's one ``-32043``, which says what
+    happens next; the next call has a new session. A call the gateway's end cut off is answered with an error."""
+    cut_off: list[str] = []
+
+    async def held(client: Client) -> None:
+        with pytest.raises(MCPError) as broke:
+            await client.call_tool("hold", {})
+        cut_off.append(broke.value.error.message)
+
+    with restartable(tmp_path) as gateway:
+        host = Host(gateway.url, tmp_path)
+        async with host.shim(f"conv-restart-{mode}", mode) as client, anyio.create_task_group() as tasks:
+            assert (await seen(client))[1] == "1"
+            tasks.start_soon(held, client)
+            await until_awaited(lambda: (tmp_path / "held").exists(), "the call to hold its process")
+            gateway.restart()
+            with pytest.raises(MCPError, match="the next request gets a new session") as lost:
+                await client.call_tool("count", {})
+            assert lost.value.error.code == -32043 and lost.value.error.data is None  # the shim's token is its own
+            assert (await seen(client))[1] == "1"
+            assert (await seen(client))[1] == "2"
+            assert [tool.name for tool in (await client.list_tools()).tools]
+    # Before its answer started (could not reach), or in its event stream (broke off): never the shim's end.
+    assert len(cut_off) == 1 and re.search(r"could not reach .*|answer broke off", cut_off[0]), cut_off

@@ -36,11 +36,6 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Final, TextIO
 
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519
-from jwt.algorithms import ECAlgorithm, OKPAlgorithm
-
-from .._tokens import keys_from_config
-
 __all__ = ["main"]
 
 EXIT_OK = 0
@@ -223,6 +218,12 @@ def _add_keygen_arguments(keygen: argparse.ArgumentParser) -> None:
 
 def _generate(algorithm: str, kid: str | None) -> tuple[dict[str, str], str | None]:
     """A new private JWK (with ``kid``, ``alg``, ``use``) and, for HS256, the secret itself."""
+    # Here, not at the top: the other commands (connect, which a host starts per conversation) never load them.
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+    from jwt.algorithms import ECAlgorithm, OKPAlgorithm
+
+    from .._tokens import keys_from_config
+
     if kid is None:
         kid = f"{_KID_PREFIX[algorithm]}-{secrets.token_hex(4)}"
     secret: str | None = None
@@ -250,6 +251,8 @@ def _reads_back(kid: str) -> bool:
 
     A ',' or ':' would split the kid, a leading '#' make the line a comment, spaces be stripped.
     """
+    from .._tokens import keys_from_config
+
     try:
         [key] = keys_from_config(f"{kid}:{secrets.token_urlsafe(32)}", "--kid")
     except ValueError:

@@ -1,9 +1,12 @@
 """``mcp-sessions connect URL``: a stdio MCP server a host starts, forwarding every message to a remote server.
 
-The host (Claude Code, Claude Desktop, VS Code, Cursor) starts it as one of its stdio servers; it relays each
-message between the host's stdin and stdout and the remote's Streamable HTTP endpoint, with the ``mcp`` SDK's
-own two transports (its stdio server, its streamable HTTP client), in the era the host speaks. What it adds is
-the host's conversation, which many hosts give only to their stdio servers, in their environment
+The host (Claude Code, Claude Desktop, VS Code, Cursor) starts it as one of its stdio servers, once a
+conversation: it starts as a shim does, importing no MCP SDK. It relays each message between the host's
+stdin and stdout (a JSON-RPC message a line) and the remote's Streamable HTTP endpoint (a POST each, answered
+in JSON or an event stream; in the 2025 era, the transport session's ``Mcp-Session-Id`` and its GET stream),
+in the era the host speaks, as the SDK's own client sends it (``_relay``). A remote that restarts is connected to again:
+a transport session it no longer knows (404) is opened anew with the host's own ``initialize``. What it adds
+is the host's conversation, which many hosts give only to their stdio servers, in their environment
 (``CLAUDE_CODE_SESSION_ID``, ``OMNIGENT_SESSION_ID``, or a name ``--conversation-env`` gives):
 
 - a remote that speaks data-layer sessions gets one session per conversation, through the client's
@@ -13,15 +16,16 @@ the host's conversation, which many hosts give only to their stdio servers, in t
   named by a digest of the URL and the conversation) and reused by every shim of the same conversation (two
   started together end in one: the conversation's file lock); a create the remote refuses (a limit) answers the
   host's request with the remote's error, never a session of the connection's own; a session the remote no
-  longer knows is the host's next request's ``-32043``, and the one after gets a new session; deleted with the
-  host's end only under ``--end-with-host``;
+  longer knows (it restarted) is the host's next request's ``-32043``, which says so, and the one after gets a
+  new session; deleted with the host's end only under ``--end-with-host``;
 - every remote gets the conversation in W3C ``baggage`` (``gen_ai.conversation.id``), as a gateway reads it,
   and under ``--conversation-header`` in a header the operator named.
 
 Without a conversation in the environment, nothing is added: the remote sees what the host's requests name.
 Credentials come from the environment or a file (``--bearer-env``, ``--bearer-file``, ``--header NAME=env:VAR``:
-``_credentials``), never from the command line, and are never logged; a remote that refuses them (401, 403), or
-cannot be reached, answers each request with one JSON-RPC error that says so.
+``_credentials``), never from the command line, and are never logged; a file is read again when the remote refuses
+them (401, 403), and the request sent once more if it holds another value (a token a refresher rotated). A remote
+that still refuses them, or cannot be reached, answers each request with one JSON-RPC error that says so.
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import AsyncIterable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import Any, Final, TextIO
 
 try:
     import fcntl
@@ -46,37 +50,20 @@ from urllib.parse import quote, urlsplit
 import anyio
 import httpx2
 import platformdirs
-from mcp.client.streamable_http import streamable_http_client
-from mcp.server.stdio import stdio_server
-from mcp.shared.inbound import (
-    MCP_METHOD_HEADER,
-    MCP_NAME_HEADER,
-    MCP_PROTOCOL_VERSION_HEADER,
-    NAME_BEARING_METHODS,
-    encode_header_value,
-)
-from mcp.shared.message import ClientMessageMetadata, SessionMessage
-from mcp_types import (
-    PROTOCOL_VERSION_META_KEY,
-    ErrorData,
-    JSONRPCError,
-    JSONRPCNotification,
-    JSONRPCRequest,
-    JSONRPCResponse,
-)
 
 from .._wire import jsonrpc, printable
-from .._wire.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND, MODERN_VERSION, UPSTREAM_UNAVAILABLE
+from .._wire.protocol import (
+    CONVERSATION_MEMBER,
+    INTERNAL_ERROR,
+    METHOD_NOT_FOUND,
+    MODERN_VERSION,
+    UPSTREAM_UNAVAILABLE,
+    conversation_id,
+)
 from ..client import HeldSession, SessionError, SessionTransport
-from ..profiles import SESSION_META_KEY
-from ..sources import CONVERSATION_MEMBER, conversation_id
 from . import EXIT_OK, UsageError
-from ._credentials import add_credential_arguments, credential_headers
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
-    from anyio.abc import ObjectSendStream
+from ._credentials import Credentials, add_credential_arguments, credential_headers
+from ._relay import Host, Remote
 
 logger = logging.getLogger("mcp_sessions.connect")
 
@@ -91,7 +78,6 @@ MAX_REFUSAL: Final = 64 << 10
 REFUSED_STATUSES: Final = (401, 403)
 TIMEOUT: Final = httpx2.Timeout(30.0, read=300.0)
 """The SDK's own client's: 30 s to connect and send, 5 minutes between two bytes of an answer (an event stream)."""
-
 _BUILT_IN: Final = " and ".join(BUILT_IN_CONVERSATION_ENV)
 DESCRIPTION: Final = (
     "Serve MCP on standard input and output for a host (Claude Code, Claude "
@@ -163,7 +149,8 @@ def run(
     if parts.scheme not in ("http", "https") or not parts.hostname:
         shown = printable(args.url)
         raise UsageError(f"URL is an http(s) URL of the remote's MCP endpoint, not {shown!r}")
-    headers = credential_headers(args, environ)
+    credentials = Credentials(lambda: credential_headers(args, environ))
+    headers: dict[str, str] = {}
     conversation = conversation_of(args.conversation_env, environ)
     if conversation is not None:
         member = quote(conversation, safe="")
@@ -177,10 +164,10 @@ def run(
     handler = logging.StreamHandler(stderr)
     handler.setFormatter(logging.Formatter("mcp-sessions connect: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
-    # Its own messages at the level asked; other libraries' stay at warning (the SDK logs a 2025 transport
-    # session's id, a bearer value, at info).
+    # Its own messages at the level asked; other libraries' stay at warning (httpx2 logs each request at info).
     logging.getLogger("mcp_sessions").setLevel(args.log_level.upper())
-    anyio.run(_serve, args.url, headers, saved, args.end_with_host)
+    host = Host(stdin.buffer, stdout.buffer)
+    anyio.run(_serve, args.url, headers, credentials, saved, host, args.end_with_host)
     return EXIT_OK
 
 
@@ -264,60 +251,54 @@ class SavedSession:
 async def _serve(
     url: str,
     headers: dict[str, str],
+    credentials: Credentials,
     saved: SavedSession | None,
+    host: Host,
     end_with_host: bool,
 ) -> None:
     """Relay between the host on stdio and the remote at ``url`` until the host closes standard input."""
     session = HeldSession() if saved is None else saved.load()
     shim = SessionTransport(
+        Refusals(url, credentials),
         session=session,
         # Its session is opened by ``ensure`` alone: on 2026-07-28, never in the host's 2025 transport session.
         auto_create=False,
         delete_on_close=end_with_host,
         on_change=None if saved is None else saved.save,
     )
-
-    async with stdio_server() as (host_read, host_write):
-        ended_by: list[int] = []
-        refusals = Refusals(shim, url)
-        async with (
-            httpx2.AsyncClient(transport=refusals, headers=headers, timeout=TIMEOUT) as http,
-            streamable_http_client(url, http_client=http) as (remote_read, remote_write),
-            anyio.create_task_group() as tasks,
-        ):
-            versions = Versions()
-            tasks.start_soon(_to_host, remote_read, host_write, versions, shim)
+    ended_by: list[int] = []
+    async with httpx2.AsyncClient(transport=shim, headers=headers, timeout=TIMEOUT) as http:
+        async with anyio.create_task_group() as tasks:
+            remote = Remote(http, url, host.write, shim, tasks, conversation=saved is not None)
             with anyio.CancelScope() as relaying:
                 tasks.start_soon(_until_terminated, relaying, ended_by)
-                async for item in host_read:
-                    if isinstance(item, Exception):
-                        logger.warning("a line from the host that is not a JSON-RPC message was dropped")
-                        continue
-                    if saved is not None and (refused := await _ensure(shim, saved, item, url, headers)) is not None:
-                        await host_write.send(SessionMessage(refused))
-                        continue
-                    await remote_write.send(versions.stamped(item))
+                async for message in host.messages():
+                    if saved is not None and (refused := await _ensure(shim, saved, message, url, headers)):
+                        host.write(refused)
+                    elif "method" in message and "id" in message:
+                        tasks.start_soon(remote.request, message)
+                    elif not remote.cancelled(message):
+                        await remote.post(message)
             # The host closed standard input, or ended this server: it reads no more.
             tasks.cancel_scope.cancel()
-        await host_write.aclose()
-        # The remote's side is closed (the session deleted, under --end-with-host); the host's reader may wait
-        # in a thread for a line that never comes: end by the signal, as uvicorn does once it is done.
-        if ended_by:
-            signal.signal(ended_by[0], signal.SIG_DFL)
-            os.kill(os.getpid(), ended_by[0])
+        await remote.close()
+    # The remote's side is closed (the session deleted, under --end-with-host); the host's reader may wait in a
+    # thread for a line that never comes: end by the signal, as uvicorn does once it is done.
+    if ended_by:
+        signal.signal(ended_by[0], signal.SIG_DFL)
+        os.kill(os.getpid(), ended_by[0])
 
 
 async def _ensure(
-    shim: SessionTransport, saved: SavedSession, item: SessionMessage, url: str, headers: dict[str, str]
-) -> JSONRPCError | None:
+    shim: SessionTransport, saved: SavedSession, message: dict[str, Any], url: str, headers: dict[str, str]
+) -> dict[str, object] | None:
     """Before a host's request (not its ``initialize``), the conversation's session: the one a shim of the same
     conversation saved, else a new one, created on 2026-07-28, under the conversation's lock. A create the remote
     refuses (a limit, a credential) is that request's answer, with the remote's reason; the next request tries
     again. A remote without sessions (``-32601``) gets the requests as they are."""
-    request = item.message
-    if shim.session.token is not None or shim.supports_sessions is False or not isinstance(request, JSONRPCRequest):
+    if shim.session.token is not None or shim.supports_sessions is False or "id" not in message:
         return None
-    if request.method == "initialize":
+    if message.get("method") in (None, "initialize"):
         return None
     async with saved.locked():
         found = saved.load()
@@ -332,8 +313,7 @@ async def _ensure(
             if exc.code == METHOD_NOT_FOUND:
                 return None
             logger.info("no session for this conversation: %s", printable(exc.message))
-            error = ErrorData(code=exc.code, message=exc.message, data=exc.data)
-            return JSONRPCError(jsonrpc="2.0", id=request.id, error=error)
+            return jsonrpc.error(message["id"], exc.code, exc.message, exc.data)
         except httpx2.HTTPError:  # the request, sent as it is, meets what this met
             return None
 
@@ -347,110 +327,30 @@ async def _until_terminated(relaying: anyio.CancelScope, ended_by: list[int]) ->
             return
 
 
-async def _to_host(
-    remote: AsyncIterable[SessionMessage | Exception],
-    host: ObjectSendStream[SessionMessage],
-    versions: Versions,
-    shim: SessionTransport,
-) -> None:
-    """Every message of the remote, to the host, without the echo of the shim's session (a bearer value the host
-    never asked for)."""
-    async for item in remote:
-        if isinstance(item, Exception):
-            what = type(item).__name__
-            logger.warning("the remote sent what is not a JSON-RPC message: %s", what)
-            continue
-        versions.initialized(item)
-        token = shim.session.token
-        if isinstance(item.message, JSONRPCResponse) and token is not None:
-            _drop_echo(item.message.result, token)
-        await host.send(item)
-
-
-def _drop_echo(result: dict[str, Any], token: str) -> None:
-    """Remove from ``result``'s ``_meta`` the echo of the shim's session ``token``: a bearer value the host
-    never asked for."""
-    meta = result.get("_meta")
-    if not isinstance(meta, dict):
-        return
-    echo = meta.get(SESSION_META_KEY)
-    if isinstance(echo, dict) and echo.get("sessionId") == token:
-        del meta[SESSION_META_KEY]
-
-
-class Versions:
-    """The HTTP headers each message of the host needs, as the SDK's own client session would set them.
-
-    A 2026-07-28 request names its protocol version in its ``_meta``: its ``Mcp-Protocol-Version``,
-    ``Mcp-Method`` and ``Mcp-Name`` say the same. A 2025 host's messages after its ``initialize`` carry the
-    version the remote's answer chose.
-    """
-
-    def __init__(self) -> None:
-        self.negotiated: str | None = None
-        self._initializing: set[object] = set()
-
-    def stamped(self, item: SessionMessage) -> SessionMessage:
-        """``item`` with the headers its message needs."""
-        message = item.message
-        if not isinstance(message, JSONRPCRequest | JSONRPCNotification):
-            return item
-        params = message.params or {}
-        meta = params.get("_meta")
-        version = None
-        if isinstance(meta, dict):
-            version = meta.get(PROTOCOL_VERSION_META_KEY)
-        if isinstance(version, str):
-            headers = {MCP_PROTOCOL_VERSION_HEADER: version}
-            headers[MCP_METHOD_HEADER] = message.method
-            name_key = NAME_BEARING_METHODS.get(message.method, "")
-            name = params.get(name_key)
-            if isinstance(name, str):
-                headers[MCP_NAME_HEADER] = encode_header_value(name)
-        elif message.method == "initialize" and isinstance(message, JSONRPCRequest):
-            self._initializing.add(message.id)
-            return item
-        elif self.negotiated is not None:
-            headers = {MCP_PROTOCOL_VERSION_HEADER: self.negotiated}
-        else:
-            return item
-        metadata = ClientMessageMetadata(headers=headers)
-        return SessionMessage(message, metadata=metadata)
-
-    def initialized(self, item: SessionMessage) -> bool:
-        """Whether ``item`` answers the host's ``initialize``; if so, learn the version the remote chose."""
-        message = item.message
-        if not isinstance(message, JSONRPCResponse):
-            return False
-        if message.id not in self._initializing:
-            return False
-        self._initializing.discard(message.id)
-        version = message.result.get("protocolVersion")
-        self.negotiated = version if isinstance(version, str) else None
-        return True
-
-
 class Refusals(httpx2.AsyncBaseTransport):
-    """The remote's refusal of the credentials, or its absence, as one JSON-RPC error to each request.
+    """The HTTP transport under the shim's session transport: the credentials on every request, read again once on
+    a refusal, and the remote's refusal of them, or its absence, as one JSON-RPC error to each request.
 
-    Without it the SDK's transport would answer a 401 with "Server returned an error response" and an
-    unreachable remote would end the relay: the host would see its server crash. Each is logged once.
+    Without it a 401 would reach the host as a bare HTTP error and an unreachable remote would end the relay: the
+    host would see its server crash. Each is logged once.
     """
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, url: str) -> None:
-        self._inner = inner
+    def __init__(self, url: str, credentials: Credentials) -> None:
+        self._inner = httpx2.AsyncHTTPTransport()
         self._where = printable(url)
+        self._credentials = credentials
         self._said: set[int] = set()
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.headers.update(self._credentials.current)
         if request.method != "POST":
             return await self._inner.handle_async_request(request)
-        try:
-            response = await self._inner.handle_async_request(request)
-        except httpx2.TransportError as exc:
-            failure = type(exc).__name__
-            said = f"could not reach {self._where}: {failure}"
-            return self._refused(request, 502, UPSTREAM_UNAVAILABLE, said)
+        response = await self._sent(request)
+        if response.status_code in REFUSED_STATUSES and self._credentials.reread():
+            await response.aclose()
+            logger.info("the remote refused the credentials: sent again with the new values their files hold")
+            request.headers.update(self._credentials.current)
+            response = await self._sent(request)
         if response.status_code not in REFUSED_STATUSES:
             return response
         status = response.status_code
@@ -461,6 +361,13 @@ class Refusals(httpx2.AsyncBaseTransport):
             "--header NAME=env:VAR in the host's configuration"
         )
         return self._refused(request, status, INTERNAL_ERROR, said)
+
+    async def _sent(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            return await self._inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            said = f"could not reach {self._where}: {type(exc).__name__}"
+            return self._refused(request, 502, UPSTREAM_UNAVAILABLE, said)
 
     def _refused(self, request: httpx2.Request, status: int, code: int, said: str) -> httpx2.Response:
         """The error, under the id of the request it answers (the shim's own ``sessions/create`` waits for it)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from . import UsageError
@@ -88,3 +88,21 @@ def _secret(kind: str, where: str, environ: Mapping[str, str], what: str) -> str
     if len(value) > MAX_VALUE or not value.isprintable():
         raise UsageError(f"{what}: {source} it names must hold one line, the value")
     return value
+
+
+class Credentials:
+    """The credential headers, read from their variables and files at the start, and again when the remote refuses
+    them: a file a token refresher rewrote is read at the next refusal (``current`` keeps the last good read)."""
+
+    def __init__(self, read: Callable[[], dict[str, str]]) -> None:
+        self._read = read
+        self.current = read()  # at the start, a usage error names what cannot be read
+
+    def reread(self) -> bool:
+        """Read them again: whether they changed."""
+        try:
+            fresh = self._read()
+        except UsageError:  # a refresher between two writes, or a file gone: keep what was sent
+            return False
+        changed, self.current = fresh != self.current, fresh
+        return changed

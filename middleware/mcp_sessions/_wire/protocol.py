@@ -7,6 +7,7 @@ its module under :mod:`mcp_sessions.profiles`.
 from __future__ import annotations
 
 import functools
+import re
 from datetime import UTC, datetime
 from typing import Final
 
@@ -88,3 +89,17 @@ def http_status(code: int, *, modern: bool) -> int:
 def iso(timestamp: int) -> str:
     """A time as the wires write it, RFC 3339 UTC; cached, as most echoes of a process repeat a few expiry times."""
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+MAX_CONVERSATION_ID_LENGTH: Final = 256
+# Printable ASCII without space, quotes, backslash, comma and semicolon: safe in an attribute,
+# a log line and a baggage value; anything else is not a conversation id and is ignored.
+_CONVERSATION_ID: Final = re.compile(rf"[!#-+\--:<-\[\]-~]{{1,{MAX_CONVERSATION_ID_LENGTH}}}")
+CONVERSATION_MEMBER: Final = "gen_ai.conversation.id"
+"""The baggage member that names a conversation (the OpenTelemetry GenAI conventions' attribute): a host's
+conversation, as the sources read it and ``connect`` sends it."""
+
+
+def conversation_id(value: object) -> str | None:
+    """``value`` if it can be a conversation id (a bounded string of safe characters), else ``None``."""
+    return value if type(value) is str and _CONVERSATION_ID.fullmatch(value) else None

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
-from .._tokens import decode_unverified
 from .._version import __version__
 from .._wire import jsonrpc
 from .._wire.protocol import INTERNAL_ERROR, METHOD_NOT_FOUND
@@ -99,6 +98,8 @@ class HeldSession:
         Only the server can verify a session id; these claims are for display,
         logs and routing hints, never for a security decision.
         """
+        from .._tokens import decode_unverified  # PyJWT, when a session is first read: not on a shim's way to start
+
         try:
             return None if self.token is None else decode_unverified(self.token)[1]
         except ValueError:

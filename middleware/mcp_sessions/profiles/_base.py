@@ -17,15 +17,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from starlette.types import Scope
-
-from .._session import Minted, Session, SessionService
 from .._wire import Refusal, iso
 from .._wire.protocol import HEADER_MISMATCH, INVALID_PARAMS, INVALID_REQUEST, LEGACY_VERSIONS
 from ._carriers import Echo, SessionCarrier
 
 if TYPE_CHECKING:
+    from starlette.types import Scope
+
     from .._otel import Operation
+    from .._session import Minted, Session, SessionService
 
 SESSIONLESS: Final = frozenset({"initialize", "notifications/initialized", "server/discover", "ping"})
 """What a client calls before it can hold a session: a policy that requires sessions everywhere lets these through."""

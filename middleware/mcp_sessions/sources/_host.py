@@ -30,16 +30,14 @@ from starlette.types import Scope
 from .._bounded import BoundedDict
 from .._session import Quota, caller_of
 from .._wire import jsonrpc
+from .._wire.protocol import CONVERSATION_MEMBER as CONVERSATION_MEMBER
+from .._wire.protocol import conversation_id as conversation_id
 from ._base import DEFAULT_MAX_CONVERSATIONS_PER_CALLER, TOO_MANY_SESSIONS_MESSAGE, Conversation
 
 if TYPE_CHECKING:
     from .._session import Session
     from ._base import CallView, RequestView, SourceContext, SourceDigests, SourceSessions
 
-MAX_CONVERSATION_ID_LENGTH: Final = 256
-# Printable ASCII without space, quotes, backslash, comma and semicolon: safe in an attribute,
-# a log line and a baggage value; anything else is not a conversation id and is ignored.
-_CONVERSATION_ID: Final = re.compile(rf"[!#-+\--:<-\[\]-~]{{1,{MAX_CONVERSATION_ID_LENGTH}}}")
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
@@ -113,11 +111,6 @@ def turn_of(meta: object) -> str | None:
     return None
 
 
-def conversation_id(value: object) -> str | None:
-    """``value`` if it can be a conversation id (a bounded string of safe characters), else ``None``."""
-    return value if type(value) is str and _CONVERSATION_ID.fullmatch(value) else None
-
-
 def member_of(meta: dict[str, object], key: str, member: str | None) -> object:
     """``meta[key]``, or with ``member`` that member of the object there (``None`` if absent)."""
     value = meta.get(key)
@@ -126,8 +119,6 @@ def member_of(meta: dict[str, object], key: str, member: str | None) -> object:
     return value.get(member) if isinstance(value, dict) else None
 
 
-CONVERSATION_MEMBER: Final = "gen_ai.conversation.id"
-"""The baggage member that names a conversation (the OpenTelemetry GenAI conventions' attribute)."""
 MAX_BAGGAGE_BYTES: Final = 8192
 MAX_BAGGAGE_MEMBERS: Final = 180
 MAX_MEMBER_BYTES: Final = 4096
