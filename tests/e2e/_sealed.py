@@ -82,6 +82,7 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "listdir": lambda path: tried(lambda: json.dumps(os.listdir(path))),
          "write": lambda path: tried(lambda: str(open(path, "w").write("mine"))),
          "mkdir": lambda path: tried(lambda: os.mkdir(path) or os.chmod(path, 0o777) or "made"),
+         "hangup": lambda: os.close(1) or time.sleep(600),
          "fill": lambda path, mib: tried(lambda: open(path, "wb").write(bytes(mib << 20)) and "filled"),
          "remount": lambda: tried(lambda: ctypes.CDLL(None, use_errno=True).mount(None, b"/", None, 32, None) == 0
                                   and "remounted" or os.strerror(ctypes.get_errno())),

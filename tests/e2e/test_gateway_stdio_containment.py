@@ -266,6 +266,17 @@ def test_a_contained_process_writes_only_its_own_bounded_directories_and_sees_no
             Path(path).unlink(missing_ok=True)
 
 
+@pytest.mark.parametrize("containment", ["bwrap", "none"])
+def test_a_server_that_closes_its_stdout_is_ended_and_its_call_answered_at_once(server: str, containment: str) -> None:
+    """Its stdout closed, a server is ended as a crash and the call in flight gets -32603 at once: under bubblewrap
+    too, whose own two processes held the pipe's write end, so that the call was never answered."""
+    needs(*([containment] if containment != "none" else []))
+    with gateway(server, "--process-containment", containment) as process:
+        mcp = client(process)
+        answer = call(mcp, "hangup", mcp.create_session())
+        assert answer["error"]["code"] == -32603, answer
+
+
 def test_network_none_leaves_a_process_its_own_loopback_only(server: str, by_default: tuple[str, Process]) -> None:
     """--process-network none: a network namespace of its own (the kernel's): the process cannot connect to a port
     the host listens on (the host's network can), and has a loopback of its own, up, to listen and connect on."""

@@ -72,7 +72,12 @@ _POLL: Final = 0.05
 UID_LOCKS: Final = "/run/mcp-sessions/uids"
 """Where a gateway holds a lock (``flock``) on each uid it has given a process, until that uid is free again: the
 gateways of one host never give out one uid at once, nor end each other's processes by it, whatever their ranges."""
-_JOIN: Final = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+# The first helper: the server's stdin and stdout moved to descriptors 3 and 4, which bubblewrap's own processes close
+# (they hold 0 to 2), so that a server that closes its stdout ends its pipe; then into each control group named.
+_FIRST: Final = (
+    'exec 3<&0 4>&1 </dev/null >/dev/null; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; '
+    'shift; exec "$@"'
+)
 PRIVATE: Final = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")  # noqa: S108
 """The directories every uid may write where a contained process gets its own, empty (a tmpfs each, mode 1777,
 ``--process-disk`` at most)."""
@@ -106,8 +111,9 @@ _NO_PRIVILEGE: Final = ("--clear-groups", "--no-new-privs", "--inh-caps=-all", "
 HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 """The whole environment of the helpers that start a process (``sh``, ``bwrap``, ``unshare``, ``prlimit``,
 ``setpriv``), root's whatever the users' (:meth:`Place.launch`)."""
-# The last helper, as the server's user: the server's environment from the file $0 names, then the server.
-_LAST: Final = '. "$0" || exit 125; exec "$@"'
+# The last helper, as the server's user: the server's environment from the file $0 names, then the server, its
+# stdin and stdout back where they belong.
+_LAST: Final = '. "$0" || exit 125; exec "$@" <&3 >&4 3<&- 4>&-'
 
 
 @functools.cache
@@ -386,11 +392,13 @@ class Place:
         if sandbox.pids is not None and self.cgroup is None:
             line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
         line = [*_namespace(sandbox, self.cwd), *line]
-        if self.cgroup is not None:
-            line = ["/bin/sh", "-c", _JOIN, "sh", *self.cgroup.procs, "--", *line]
-        if not line:
+        if not line and self.cgroup is None:
             return list(command), dict(environ), None
-        held = os.memfd_create("environ")
+        procs = [] if self.cgroup is None else self.cgroup.procs
+        made = os.memfd_create("environ")
+        held = fcntl.fcntl(made, fcntl.F_DUPFD_CLOEXEC, 5)  # above the descriptors _FIRST moves stdio to
+        os.close(made)
+        line = ["/bin/sh", "-c", _FIRST, "sh", *procs, "--", *line]
         with open(held, "wb", closefd=False) as file:
             file.writelines(os.fsencode(f"export {name}={shlex.quote(value)}\n") for name, value in environ.items())
         return [*line, "/bin/sh", "-c", _LAST, f"/dev/fd/{held}", *command], dict(HELPER_ENV), held
