@@ -83,6 +83,8 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "write": lambda path: tried(lambda: str(open(path, "w").write("mine"))),
          "mkdir": lambda path: tried(lambda: os.mkdir(path) or os.chmod(path, 0o777) or "made"),
          "hangup": lambda: os.close(1) or time.sleep(600),
+         "userns": lambda: "made" if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) == 0
+                           else f"denied: {os.strerror(ctypes.get_errno())}",
          "fill": lambda path, mib: tried(lambda: open(path, "wb").write(bytes(mib << 20)) and "filled"),
          "remount": lambda: tried(lambda: ctypes.CDLL(None, use_errno=True).mount(None, b"/", None, 32, None) == 0
                                   and "remounted" or os.strerror(ctypes.get_errno())),

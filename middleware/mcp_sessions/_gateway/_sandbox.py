@@ -25,6 +25,7 @@ of it runs (a killed gateway's end with their namespaces), and tried again later
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import logging
@@ -33,6 +34,7 @@ import pwd
 import re
 import shlex
 import shutil
+import struct
 import subprocess
 import tempfile
 from collections import deque
@@ -114,6 +116,47 @@ HELPER_ENV: Final = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 # The last helper, as the server's user: the server's environment from the file $0 names, then the server, its
 # stdin and stdout back where they belong.
 _LAST: Final = '. "$0" || exit 125; exec "$@" <&3 >&4 3<&- 4>&-'
+
+
+# Each architecture's audit number, and its unshare, clone and clone3 system calls; x86_64's x32 calls (bit 30 set)
+# are refused whole, as no server needs them.
+_CALLS: Final = {
+    0xC000003E: (272, 56, 435),  # x86_64
+    0x40000003: (310, 120, 435),  # i386, on x86_64
+    0xC00000B7: (97, 220, 435),  # aarch64
+    0x40000028: (337, 120, 435),  # arm, on aarch64
+}
+_CLONE_NEWUSER: Final = 0x10000000
+
+
+@functools.cache
+def no_user_namespaces() -> bytes:
+    """A seccomp filter (classic BPF, as bubblewrap's ``--seccomp`` takes it) that refuses a new user namespace:
+    ``unshare`` and ``clone`` with ``CLONE_NEWUSER`` get ``EPERM``, ``clone3`` (whose flags a filter cannot read)
+    ``ENOSYS``, so that the C library falls back to ``clone``; so do x86_64's x32 calls, and every call of an
+    architecture it does not know. Docker's default profile does the same."""
+    load, equal, has, jump, give = 0x20, 0x15, 0x45, 0x05, 0x06
+    allow, refuse, absent = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    count = len(_CALLS)
+    code = [(load, 0, 0, 4)]  # the architecture: each one's block follows the dispatch, 11 instructions each
+    for index, arch in enumerate(_CALLS):
+        code += [(equal, 0, 1, arch), (jump, 0, 0, 2 * count + 9 * index - 1)]
+    code.append((give, 0, 0, absent))
+    for arch, (unshare, clone, clone3) in _CALLS.items():
+        code += [
+            (load, 0, 0, 0),  # the call
+            (has, 8, 0, 0x40000000 if arch == 0xC000003E else 0),  # x32's
+            (equal, 3, 0, unshare),
+            (equal, 2, 0, clone),
+            (equal, 5, 0, clone3),
+            (give, 0, 0, allow),
+            (load, 0, 0, 16),  # the low half of its first argument: the flags
+            (has, 1, 0, _CLONE_NEWUSER),
+            (give, 0, 0, allow),
+            (give, 0, 0, refuse),
+            (give, 0, 0, absent),
+        ]
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
 
 
 @functools.cache
@@ -282,11 +325,22 @@ class Sandbox:
         with tempfile.TemporaryDirectory() as top:
             cwd = os.path.join(top, "trial")
             os.mkdir(cwd)
-            trial = [*_namespace(self, cwd), "/bin/sh", "-c", "exit 0"]
+            seccomp = _memfd(no_user_namespaces())
+            trial = [*_namespace(self, cwd, seccomp), "/bin/sh", "-c", "exit 0"]
             pipe = subprocess.PIPE
-            done = subprocess.Popen(  # noqa: S603 - our own command line
-                trial, cwd=cwd, env=HELPER_ENV, stdout=pipe, stderr=pipe, text=True, start_new_session=True
-            )
+            try:
+                done = subprocess.Popen(  # noqa: S603 - our own command line
+                    trial,
+                    cwd=cwd,
+                    env=HELPER_ENV,
+                    stdout=pipe,
+                    stderr=pipe,
+                    text=True,
+                    start_new_session=True,
+                    pass_fds=(seccomp,),
+                )
+            finally:
+                os.close(seccomp)
             stderr = done.communicate()[1]
             reap_adopted(done.pid, wait=True)
         if done.returncode == 0:
@@ -376,11 +430,11 @@ class Place:
 
     def launch(
         self, command: Sequence[str], environ: Mapping[str, str]
-    ) -> tuple[list[str], dict[str, str], int | None]:
+    ) -> tuple[list[str], dict[str, str], tuple[int, ...]]:
         """How the server ``command`` is started in its place with ``environ`` (in :attr:`workdir`): the command
         line, the environment it starts with, and the descriptor of the file that holds ``environ`` (a ``memfd``
-        the caller passes on, then closes), which only the last helper reads, as the server's own user. Without a
-        helper: the server itself, with ``environ``, and no file."""
+        the caller passes on, then closes, with bubblewrap's seccomp filter), which only the last helper reads, as the
+        server's own user. Without a helper: the server itself, with ``environ``, and no file."""
         sandbox = self.sandbox
         line: list[str] = []
         if self.uid is not None:
@@ -391,17 +445,16 @@ class Place:
             line = [tool("setpriv"), *_NO_PRIVILEGE, "--"]
         if sandbox.pids is not None and self.cgroup is None:
             line = [tool("prlimit"), f"--nproc={sandbox.pids}", "--", *line]
-        line = [*_namespace(sandbox, self.cwd), *line]
+        seccomp = _memfd(no_user_namespaces()) if sandbox.containment == "bwrap" else None
+        line = [*_namespace(sandbox, self.cwd, seccomp), *line]
         if not line and self.cgroup is None:
-            return list(command), dict(environ), None
+            return list(command), dict(environ), ()
         procs = [] if self.cgroup is None else self.cgroup.procs
-        made = os.memfd_create("environ")
-        held = fcntl.fcntl(made, fcntl.F_DUPFD_CLOEXEC, 5)  # above the descriptors _FIRST moves stdio to
-        os.close(made)
         line = ["/bin/sh", "-c", _FIRST, "sh", *procs, "--", *line]
-        with open(held, "wb", closefd=False) as file:
-            file.writelines(os.fsencode(f"export {name}={shlex.quote(value)}\n") for name, value in environ.items())
-        return [*line, "/bin/sh", "-c", _LAST, f"/dev/fd/{held}", *command], dict(HELPER_ENV), held
+        exports = (f"export {name}={shlex.quote(value)}\n" for name, value in environ.items())
+        held = _memfd(os.fsencode("".join(exports)))
+        files = (held,) if seccomp is None else (held, seccomp)
+        return [*line, "/bin/sh", "-c", _LAST, f"/dev/fd/{held}", *command], dict(HELPER_ENV), files
 
     @property
     def environ(self) -> dict[str, str]:
@@ -445,13 +498,26 @@ def reap_adopted(group: int, *, wait: bool = False) -> None:
             pass
 
 
-def _namespace(sandbox: Sandbox, cwd: str | None) -> list[str]:
+def _memfd(data: bytes) -> int:
+    """A new file in memory holding ``data``, read from its start, on a descriptor above those the first helper moves
+    the server's stdin and stdout to (3 and 4)."""
+    made = os.memfd_create("mcp-sessions")
+    try:
+        os.write(made, data)  # a few kB: a file in memory takes them whole
+        os.lseek(made, 0, os.SEEK_SET)
+        return fcntl.fcntl(made, fcntl.F_DUPFD_CLOEXEC, 5)
+    finally:
+        os.close(made)
+
+
+def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None) -> list[str]:
     """The namespace part of a process's command line (none without a containment): a PID namespace and a ``/proc``
     of its own; an IPC namespace (no SysV or POSIX message queue object outlives it); with network ``none`` a network
     namespace (its own loopback only); a mount namespace where the host's files are read-only, each of
     :data:`PRIVATE` the host has is an empty tmpfs, and so is ``cwd``, its home, each at most ``sandbox.disk`` MiB,
     and :data:`CGROUPS` is hidden. Its first process dies with the gateway, even by SIGKILL (bubblewrap's
-    ``--die-with-parent``, ``setpriv --pdeathsig``)."""
+    ``--die-with-parent``, ``setpriv --pdeathsig``). Under bubblewrap, ``seccomp`` is the descriptor of
+    :func:`no_user_namespaces`' filter: no process in it makes a user namespace."""
     containment = sandbox.containment
     if containment not in ("bwrap", "unshare"):
         return []
@@ -472,6 +538,7 @@ def _namespace(sandbox: Sandbox, cwd: str | None) -> list[str]:
         ]
     network = ["--unshare-net"] if isolated else []
     line = [tool("bwrap"), "--unshare-pid", "--unshare-ipc", *network, "--die-with-parent"]
+    line += [] if seccomp is None else ["--seccomp", str(seccomp)]
     line += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     size = str(sandbox.disk << 20)
     for path in hidden:  # a later mount over an earlier one

@@ -169,10 +169,10 @@ class Child:
             place = await self.options.enter(process_id)
         except SandboxError as exc:
             return self._failed(str(exc))
-        line, environ, held = place.launch(self.command, {**self.environ, **place.environ})
+        line, environ, files = place.launch(self.command, {**self.environ, **place.environ})
         try:
             process = await anyio.open_process(
-                line, env=environ, cwd=place.workdir, start_new_session=True, pass_fds=() if held is None else (held,)
+                line, env=environ, cwd=place.workdir, start_new_session=True, pass_fds=files
             )
         except OSError as exc:
             with anyio.CancelScope(shield=True):
@@ -180,8 +180,8 @@ class Child:
             reason = exc.strerror or exc
             return self._failed(f"the server command could not be started: {reason}")
         finally:
-            if held is not None:
-                os.close(held)
+            for file in files:
+                os.close(file)
         self.pid = process.pid
         pipe = Pipe(self, process)
         self.link = link = JSONRPCDispatcher(pipe, pipe)
