@@ -592,6 +592,29 @@ def test_a_startup_error_is_one_line_and_exit_status_2(options: tuple[str, ...],
     assert (done.returncode, done.stderr) == (2, f"mcp-sessions gateway: {said}\n")
 
 
+def test_what_a_contained_process_would_not_find_under_tmp_is_said_at_startup() -> None:
+    """A server file under /tmp, where each contained process has its own, empty: one line, exit status 2 (it was
+    "can't open file" at the first request); the gateway started from under /tmp: a warning that its processes
+    start in /."""
+    needs("bwrap")
+    with tempfile.NamedTemporaryFile(suffix=".py") as script, socket.create_server(("127.0.0.1", 0)) as taken:
+        line = [sys.executable, "-m", "mcp_sessions", "gateway", "--process-containment", "bwrap", "--stdio"]
+        environ = {**os.environ, "MCP_SESSIONS_SECRET": SECRET}
+        done = subprocess.run([*line, f"/usr/bin/python3 {script.name}"], env=environ, capture_output=True, text=True)
+        port = str(taken.getsockname()[1])  # in use: the gateway stops there, after what it says of its processes
+        started = subprocess.run(
+            [*line, "true", "--port", port], env=environ, cwd="/tmp", capture_output=True, text=True
+        )
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"mcp-sessions gateway: --stdio: {script.name} is under /tmp, which each contained process has of its "
+        "own, empty: put it in a directory every process's user may read, or give --process-containment none\n",
+    )
+    assert started.returncode == 2 and "the processes start in /, not in the gateway's working directory" in (
+        started.stderr
+    )
+
+
 def test_a_containment_the_host_no_longer_gives_fails_the_request_that_would_start_a_process(server: str) -> None:
     """bwrap gone after startup (uninstalled from where the gateway found it): the request that would start a process
     gets -32603 saying so; nothing starts without it."""

@@ -200,6 +200,8 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         sandbox = sandbox.chosen()
     except SandboxError as exc:
         raise ValueError(str(exc)) from None
+    if sandbox.containment != "none":
+        _seen_contained(command, cwd)
     if uids is not None and sandbox.containment == "none":  # a process that forks and exits in a loop outruns pkill
         why = f" ({sandbox.choice})" if sandbox.choice else ""
         raise ValueError(
@@ -217,6 +219,28 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
             "reaped once it ends (a zombie holding a pid): run the container with one (docker run --init)"
         )
     return sandbox
+
+
+def _seen_contained(command: Sequence[str], cwd: str | None) -> None:
+    """What a contained process would not find, said at startup: a file its command names under a directory it has
+    of its own, empty (``/tmp``...), is one line and exit status 2; a working directory of the gateway's there, which
+    it would not start in (it starts in ``/``), a warning."""
+    from .._wire import printable
+    from ._sandbox import private_under
+
+    for part in command:
+        if os.path.isabs(part) and os.path.exists(part) and (private := private_under(part)) is not None:
+            raise ValueError(
+                f"--stdio: {printable(part)} is under {private}, which each contained process has of its own, "
+                "empty: put it in a directory every process's user may read, or give --process-containment none"
+            )
+    if cwd is None and (private := private_under(os.getcwd())) is not None:
+        logging.getLogger("mcp_sessions.gateway").warning(
+            "mcp-sessions gateway: the processes start in /, not in the gateway's working directory: it is under "
+            "%s, which each contained process has of its own, empty (give --process-cwd, or start the gateway "
+            "elsewhere)",
+            private,
+        )
 
 
 def _run_as(args: argparse.Namespace) -> tuple[Any, int | None, int | None]:

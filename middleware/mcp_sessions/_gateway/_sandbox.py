@@ -424,7 +424,7 @@ class Place:
         over it), made by :meth:`Sandbox.enter`; None where it needs none: contained, a home under one of
         :data:`PRIVATE` is made in the namespace alone, so that nothing of it is left on the host."""
         contained = self.sandbox.containment != "none"
-        if self.cwd is None or (contained and any(self.cwd.startswith(f"{path}/") for path in PRIVATE)):
+        if self.cwd is None or (contained and private_under(self.cwd) is not None):
             return None
         return self.cwd
 
@@ -498,6 +498,12 @@ def reap_adopted(group: int, *, wait: bool = False) -> None:
             pass
 
 
+def private_under(path: str) -> str | None:
+    """The one of :data:`PRIVATE` that is or holds ``path`` (an absolute path), which a contained process has of its
+    own, empty; None if none does."""
+    return next((private for private in PRIVATE if f"{path}/".startswith(f"{private}/")), None)
+
+
 def _memfd(data: bytes) -> int:
     """A new file in memory holding ``data``, read from its start, on a descriptor above those the first helper moves
     the server's stdin and stdout to (3 and 4)."""
@@ -545,7 +551,7 @@ def _namespace(sandbox: Sandbox, cwd: str | None, seccomp: int | None = None) ->
         line += ["--perms", "01777", "--size", size, "--tmpfs", path] if path in PRIVATE else ["--tmpfs", path]
     if home:
         # Its parents under a tmpfs as the host has them (bubblewrap would make them 0700, root's), then itself.
-        under = next((path for path in PRIVATE if home.startswith(f"{path}/")), None)
+        under = private_under(home)
         for parent in reversed(Path(home).parents):
             if under is not None and str(parent).startswith(f"{under}/"):
                 line += ["--perms", "0711", "--dir", str(parent)]
