@@ -205,6 +205,21 @@ INTEROP = [
 ]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A clone under /tmp (or /var/tmp, /dev/shm, /run/lock) is refused in one line before any test runs: each of
+    the gateway's contained processes has those directories of its own, empty, so the servers the tests run from
+    the clone would not be there."""
+    from mcp_sessions._gateway._sandbox import private_under
+
+    if (private := private_under(str(config.rootpath.resolve()))) is not None:
+        pytest.exit(
+            f"this clone is under {private}, which each of the gateway's contained processes has of its own, "
+            "empty, so the servers the tests run from it are not there: clone it where every user may read it "
+            "(/srv, /opt, a home of mode 0755)",
+            returncode=4,
+        )
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]

@@ -68,6 +68,7 @@ from e2e._gateway import (
     installed,
     legacy_initialize,
     node,
+    readable_by_every_uid,
     readable_directory,
     result_of,
     upstream_server,
@@ -526,7 +527,7 @@ def test_the_team_recipe_runs_as_written(readable_tmp: Path) -> None:
         debian = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
         subprocess.run([debian, "-m", "venv", "--without-pip", tmp_path / "venv"], check=True, timeout=60)
         [packages] = (tmp_path / "venv/lib").glob("*/site-packages")
-        (packages / "this.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        (packages / "this.pth").write_text(str(readable_by_every_uid(Path(sysconfig.get_paths()["purelib"]))) + "\n")
         environ["PATH"] = f"{tmp_path / 'venv/bin'}:{environ['PATH']}"
     started_ = subprocess.Popen(["bash", "-c", start], cwd=tmp_path, env=environ, start_new_session=True)
     try:
