@@ -542,13 +542,17 @@ def test_a_process_that_stops_reading_costs_a_bounded_memory_and_ends_as_a_crash
             "--process-uids: the range is the gateway's alone, but daemon (1) is a user here",
         ),
         (
-            ("--stdio", "true", "--process-uids", UIDS, "--process-cwd", "/tmp/{id}"),
-            "--process-cwd: /tmp must be the gateway's and not listable by others (mode 0711): it is mode 1777, "
+            ("--stdio", "true", "--process-uids", UIDS, "--process-cwd", "/usr/{id}"),  # their mount points there
+            "--process-cwd: /usr must be the gateway's and not listable by others (mode 0711): it is mode 755, "
             "owned by uid 0",
         ),
         (
             ("--stdio", "true", "--pass-env", "MCP_SESSIONS_SECRET"),
             "--pass-env: the gateway's MCP_SESSION* variables are its own",
+        ),
+        (
+            ("--stdio", "true", "--pass-env", "A-B"),  # the last helper exports it to the server
+            "--pass-env: 'A-B' is not a variable name a process may be given",
         ),
         (
             ("--stdio", "true", "--pass-env", "LD_PRELOAD"),

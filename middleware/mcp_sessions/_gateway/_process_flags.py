@@ -15,6 +15,7 @@ import pwd
 import shutil
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from ._sandbox import CONTAINMENTS, DISK
@@ -160,7 +161,7 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
     """How the stdio processes run (``--process-*``), checked, the containment tried once (``auto`` resolved to
     the one that works here); and the gateway made non-dumpable, and under bubblewrap the reaper of its orphans
     (as PID 1 under none, it warns)."""
-    from ._sandbox import Sandbox, SandboxError, loads_code, private_parent
+    from ._sandbox import Sandbox, SandboxError, loads_code, private_under
 
     if command and shutil.which(command[0]) is None:
         raise ValueError(f"--stdio: {command[0]}: no such command (or not executable)")
@@ -172,6 +173,8 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         )
     if any(name.startswith("MCP_SESSION") for name in args.pass_env):
         raise ValueError("--pass-env: the gateway's MCP_SESSION* variables are its own")
+    if bad := [name for name in args.pass_env if not name.isidentifier() or not name.isascii()]:
+        raise ValueError(f"--pass-env: {bad[0]!r} is not a variable name a process may be given")
     if loader := [name for name in args.pass_env if loads_code(name)]:
         raise ValueError(f"--pass-env: {loader[0]!r} tells the dynamic loader what to load, and root's helpers run it")
     if args.process_disk < 1:
@@ -182,8 +185,6 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
         raise ValueError("--process-cwd needs '{id}' in its last part: each conversation gets a directory of its own")
     if cwd is None and uids is not None:  # a uid of its own, so a HOME of its own
         cwd = os.path.join(tempfile.gettempdir(), "mcp-sessions", "{id}")
-    if cwd is not None and uids is not None:
-        private_parent(cwd)
     cgroups = _bounds(args, per_uid=uids is not None)
     sandbox = Sandbox(
         args.process_containment,
@@ -208,6 +209,8 @@ def process_options(args: argparse.Namespace, command: Sequence[str], auth: Gate
             f"--process-uids needs a containment, bwrap or unshare{why}: a uid that shares the host's processes "
             "and directories cannot be cleared reliably before it is given to the next user"
         )
+    if cwd is not None and uids is not None and private_under(os.path.dirname(cwd)) is None:
+        _private_parent(cwd)  # the processes' mount points: listable by no one
     libc = ctypes.CDLL(None, use_errno=True)
     # The gateway made non-dumpable: no process of its user reads its /proc files (its environment, its memory).
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -297,3 +300,16 @@ def _bounds(args: argparse.Namespace, *, per_uid: bool) -> Any:
             "hierarchy, writable)"
         )
     return cgroups
+
+
+def _private_parent(template: str) -> None:
+    """The directory the per-process directories are made in: made 0711 (owned by the gateway's user) if missing;
+    refused when another process could list it (or rename what is in it)."""
+    parent = Path(template).parent
+    parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+    found = parent.stat()
+    if found.st_uid != os.geteuid() or found.st_mode & 0o066:
+        raise ValueError(
+            f"--process-cwd: {parent} must be the gateway's and not listable by others (mode 0711): "
+            f"it is mode {found.st_mode & 0o7777:o}, owned by uid {found.st_uid}"
+        )

@@ -596,16 +596,3 @@ def _removed(path: str) -> bool:
         # Our own command line.
         subprocess.run(remove, capture_output=True, check=False, timeout=END_WITHIN)  # noqa: S603
     return not os.path.lexists(path)
-
-
-def private_parent(template: str) -> None:
-    """The directory the per-process directories are made in: made 0711 (owned by the gateway's user) if missing;
-    refused when another process could list it (or rename what is in it)."""
-    parent = Path(template).parent
-    parent.mkdir(mode=0o711, parents=True, exist_ok=True)
-    found = parent.stat()
-    if found.st_uid != os.geteuid() or found.st_mode & 0o066:
-        raise ValueError(
-            f"--process-cwd: {parent} must be the gateway's and not listable by others (mode 0711): "
-            f"it is mode {found.st_mode & 0o7777:o}, owned by uid {found.st_uid}"
-        )
