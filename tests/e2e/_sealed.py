@@ -71,6 +71,9 @@ def spin():
 def stall():
     print("stalled", file=sys.stderr, flush=True)
     time.sleep(600)
+def resolve(host):
+    try: return sorted({found[4][0] for found in socket.getaddrinfo(host, 80, proto=socket.IPPROTO_TCP)})[0]
+    except OSError as exc: return f"denied: {exc}"
 def deep(path, depth):
     here = os.getcwd()
     os.chdir(path)
@@ -93,7 +96,7 @@ TOOLS = {"daemon": daemon, "deep": deep, "whoami": whoami, "stall": stall, "ptra
          "allocate": lambda mib: str(len(bytearray(mib << 20))),
          "mode": lambda path: tried(lambda: oct(os.stat(path).st_mode & 0o7777)),
          "connect": lambda port: tried(lambda: socket.create_connection(("127.0.0.1", port), 5).close() or "connected"),
-         "loopback": loopback, "spin": spin,
+         "loopback": loopback, "spin": spin, "resolve": resolve,
          "big": lambda: "read"}
 for line in sys.stdin:
     message = json.loads(line)

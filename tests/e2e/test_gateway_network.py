@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,6 +31,8 @@ from _mcp import legacy_request
 from _redis import free_port, missing
 from _waits import WITHIN
 from conftest import SECRET
+from e2e import _sealed
+from e2e._dns import resolver
 from e2e._gateway import (
     Process,
     gateway_run,
@@ -40,6 +43,7 @@ from e2e._gateway import (
     result_of,
     started,
 )
+from mcp_sessions._gateway._network import resolvers
 
 UIDS = "60100-60199"
 """One gateway at a time: a gateway's rules hold for every process of the uids they name, another's too."""
@@ -97,9 +101,16 @@ def tried(http: httpx.Client, gateway: Process, session: dict[str, str], host: s
     return found
 
 
-def table(pid: int) -> subprocess.CompletedProcess[str]:
-    """The kernel's listing of the table of the gateway whose pid is ``pid``."""
-    return subprocess.run(["nft", "list", "table", "inet", f"mcp_sessions_{pid}"], capture_output=True, text=True)
+def table(name: str) -> subprocess.CompletedProcess[str]:
+    """The kernel's listing of the table ``name``."""
+    return subprocess.run(["nft", "list", "table", "inet", name], capture_output=True, text=True)
+
+
+def table_of(gateway: Process) -> str:
+    """The name of ``gateway``'s table, as its startup line says it."""
+    found = re.search(r"network egress \(nft table inet (mcp_sessions_[0-9a-f]{12})\)", gateway.output())
+    assert found is not None, gateway.output()
+    return found[1]
 
 
 def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_service() -> None:
@@ -117,22 +128,21 @@ def test_a_process_reaches_neither_the_gateway_nor_its_status_nor_a_local_servic
                 "status": tried(http, process, bob, "127.0.0.1", status),
                 "service": tried(http, process, bob, "127.0.0.1", service),
             }
-        assert process.process is not None
-        pid, said = process.process.pid, process.output()
+        said = process.output()
     assert seen == dict.fromkeys(seen, "refused: Connection refused")
     # The startup line names the network once, as the kernel's rules hold it.
-    assert f"a uid each, bounds none, network egress (nft table inet mcp_sessions_{pid})" in said
+    assert re.search(r"a uid each, bounds none, network egress \(nft table inet mcp_sessions_[0-9a-f]{12}\)", said)
 
 
 def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuses() -> None:
     """``--process-allow-net 127.0.0.1:PORT`` and ``[::1]:PORT``: those ports connect, no other of the address;
-    ``nft list table`` shows the exceptions first, then this host, the link-local and the private ranges refused."""
+    ``nft list table`` shows the exceptions first, then port 53 to the host's resolvers alone, then this host, its
+    broadcasts, the link-local, the private, transition and reserved ranges refused."""
     needs_root_and_nft()
     with listening() as granted, listening("::1") as granted6, listening() as other:
         allowed = ("--process-allow-net", f"127.0.0.1:{granted}", "--process-allow-net", f"[::1]:{granted6}")
         with gateway("--process-uids", UIDS, *allowed) as process, httpx.Client(timeout=30) as http:
-            assert process.process is not None
-            listing = table(process.process.pid).stdout
+            listing = table(table_of(process)).stdout
             session = legacy_initialize(http, process.url())
             seen = {
                 "granted": tried(http, process, session, "127.0.0.1", granted),
@@ -144,15 +154,26 @@ def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuse
         "granted over IPv6": "connected",
         "another port": "refused: Connection refused",
     }
-    who = f"meta skuid {UIDS}"
+    who, dns = f"meta skuid {UIDS}", "meta l4proto { tcp, udp } th dport 53"
+    dns_rules = []
+    for family, version in (("ip", 4), ("ip6", 6)):
+        if found := [str(each) for each in resolvers() if each.version == version]:
+            each = found[0] if len(found) == 1 else f"{{ {', '.join(found)} }}"
+            dns_rules.append(f"{who} {family} daddr {each} {dns} accept")
     expected = [
         f"{who} ip daddr 127.0.0.1 meta l4proto {{ tcp, udp }} th dport {granted} accept",
         f"{who} ip6 daddr ::1 meta l4proto {{ tcp, udp }} th dport {granted6} accept",
+        *dns_rules,
+        f"{who} {dns} reject",
         f"{who} fib daddr type local reject",
+        f"{who} fib daddr type broadcast reject",
         f"{who} ip daddr {{ 169.254.0.0/16, 224.0.0.0/4, 255.255.255.255 }} reject",
         f"{who} ip6 daddr {{ fe80::/10, ff00::/8 }} reject",
         f"{who} ip daddr {{ 0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16 }} reject",
         f"{who} ip6 daddr fc00::/7 reject",
+        f"{who} ip6 daddr {{ 64:ff9b::/96, 64:ff9b:1::/48, 2001::/32, 2002::/16, fec0::/10 }} reject",
+        f"{who} ip daddr {{ 192.0.0.0/24, 192.0.2.0/24, 198.18.0.0/15, 198.51.100.0/24, 203.0.113.0/24, 240.0.0.0/4 }}",
+        f"{who} ip6 daddr 2001:db8::/32 reject",
     ]
     rules = [line.strip() for line in listing.splitlines() if line.strip().startswith("meta skuid")]
     assert len(rules) == len(expected), listing
@@ -160,22 +181,66 @@ def test_a_process_reaches_the_ports_granted_and_the_kernel_lists_what_it_refuse
         assert rule.startswith(start), listing  # the kernel's words, then its reject's kind and the comment
 
 
-def test_the_table_goes_with_the_gateway_and_a_killed_ones_with_the_next_start() -> None:
+def test_a_gateway_deletes_only_the_tables_of_gateways_that_are_gone_once_their_uids_run_nothing() -> None:
+    """Two gateways at once, one in a PID namespace of its own (a pid read across namespaces proves nothing): each
+    its own table, and one's stop leaves the other's. A SIGKILLed gateway's table stays while a process of its uids
+    runs (it still seals it), and goes with the next start once none does; a table whose owner cannot be proven gone
+    (no lock file) is left alone. A SIGTERM deletes a gateway's own."""
     needs_root_and_nft()
-    with gateway("--process-uids", UIDS) as killed:
-        assert killed.process is not None
-        pid = killed.process.pid
-        killed.process.kill()
-        killed.process.wait(timeout=WITHIN)
-        assert table(pid).returncode == 0  # a SIGKILL leaves it
-    with gateway("--process-uids", UIDS) as following:
-        assert table(pid).returncode != 0, "the next gateway's start deletes it"
-        assert following.process is not None
-        pid = following.process.pid
-        assert table(pid).returncode == 0
-        following.process.send_signal(signal.SIGTERM)
-        assert following.process.wait(timeout=WITHIN) == -signal.SIGTERM  # stopped, then the signal raised again
-        assert table(pid).returncode != 0  # deleted as it stopped
+    unproven = "mcp_sessions_unproven"  # a table with no lock file: an older gateway's, another program's
+    subprocess.run(["nft", "add", "table", "inet", unproven], check=True)
+    try:
+        with _sealed.hostile() as server:
+            prefix = ("unshare", "--pid", "--fork", "--mount-proc", "--kill-child")  # its stop: a SIGKILL
+            with _sealed.gateway(server, "--process-uids", UIDS, prefix=prefix) as killed:
+                with _sealed.gateway(server, "--process-uids", UIDS) as first:
+                    tables = table_of(first), table_of(killed)
+                    assert tables[0] != tables[1]
+                    assert [table(name).returncode for name in tables] == [0, 0]
+                assert [table(name).returncode for name in tables] == [1, 0]  # the first's stop left the other's
+            assert table(tables[1]).returncode == 0  # killed with its PID namespace: its table is left
+            uid = int(UIDS.split("-")[0]) + 99  # a process of its uids that outlived it (the test's own)
+            survivor = subprocess.Popen(
+                ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "sleep", "600"]
+            )
+            try:
+                with _sealed.gateway(server, "--process-uids", UIDS) as following:
+                    assert table(tables[1]).returncode == 0, "kept while a process of its uids runs"
+                    assert table(table_of(following)).returncode == 0
+            finally:
+                survivor.kill()
+                survivor.wait(timeout=WITHIN)
+            with _sealed.gateway(server, "--process-uids", UIDS):
+                assert table(tables[1]).returncode != 0, "deleted once none runs"
+                assert table(unproven).returncode == 0, "no lock file: not proven gone"
+    finally:
+        subprocess.run(["nft", "delete", "table", "inet", unproven], check=False)
+
+
+def test_names_resolve_with_no_flag_and_a_granted_name_is_reached() -> None:
+    """Under egress a process resolves names through the host's resolver with no flag (a stand-in on loopback,
+    the gateway run where /etc/resolv.conf names it), and ``--process-allow-host NAME:PORT`` grants that port at
+    the addresses the gateway resolves NAME to (here this host's loopback), no other port there."""
+    needs_root_and_nft()
+    with contextlib.ExitStack() as stack:
+        granted, other = stack.enter_context(listening()), stack.enter_context(listening())
+        prefix = stack.enter_context(resolver({"service.test": "127.0.0.1"}))
+        server = stack.enter_context(_sealed.hostile())
+        options = ("--process-uids", UIDS, "--process-allow-host", f"service.test:{granted}")
+        process = stack.enter_context(_sealed.gateway(server, *options, prefix=prefix))
+        mcp = _sealed.client(process)
+        session = mcp.create_session()
+        seen = {
+            "resolved": _sealed.text(_sealed.call(mcp, "resolve", session, host="service.test")),
+            "unknown": _sealed.text(_sealed.call(mcp, "resolve", session, host="nowhere.test")),
+            "granted": _sealed.text(_sealed.call(mcp, "connect", session, port=granted)),
+            "another port": _sealed.text(_sealed.call(mcp, "connect", session, port=other)),
+        }
+        listing = table(table_of(process)).stdout
+    assert seen["resolved"] == "127.0.0.1"
+    assert seen["unknown"].startswith("denied: ")  # the stand-in's NXDOMAIN
+    assert (seen["granted"], seen["another port"]) == ("connected", "denied: Connection refused")
+    assert f"127.0.0.1 . {granted} timeout 10m" in listing  # the name's address, in its set for 600 s
 
 
 def test_the_status_socket_serves_the_status_and_gateway_status_reads_it(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ def test_a_uid_a_process_still_runs_in_is_tried_again_later(tmp_path: Path, monk
     given out once none runs, the next one meanwhile."""
     uids = Uids("61990-61991", locks=str(tmp_path))
     running = {61990}
-    monkeypatch.setattr(_sandbox, "_running", lambda uid: uid in running)
+    monkeypatch.setattr(_sandbox, "running_uids", lambda: running)
     assert uids.take() == 61991
     running.clear()
     assert uids.take() == 61990
@@ -72,6 +72,6 @@ async def test_a_taken_uid_is_always_a_place_s(tmp_path: Path, monkeypatch: pyte
     def no_descriptor(path: str) -> int:
         raise OSError(errno.EMFILE, "Too many open files")
 
-    monkeypatch.setattr(_sandbox, "_locked", no_descriptor)
+    monkeypatch.setattr(_sandbox, "locked", no_descriptor)
     with pytest.raises(SandboxError, match="no uid could be taken: Too many open files"):
         await sandbox.enter("p2")

@@ -350,7 +350,9 @@ def _egress(args: argparse.Namespace, sandbox: Any, forwarded: str | None) -> An
         private_directory(args.status_socket)
     uids = None if sandbox.uids is None else (sandbox.uids.first, sandbox.uids.last)
     trusted = trusted_proxies(forwarded)
-    return egress_rules(sandbox.network, uids or sandbox.user, args.process_allow_net, trusted, args.port)
+    return egress_rules(
+        sandbox.network, uids or sandbox.user, args.process_allow_net, trusted, args.port, args.process_allow_host
+    )
 
 
 def _auth(args: argparse.Namespace, environ: Mapping[str, str]) -> GatewayAuth | None:

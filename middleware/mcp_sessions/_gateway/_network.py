@@ -1,13 +1,17 @@
 """What of the network a stdio server process reaches (``--process-network``), by the kernel's own rules.
 
 ``host``: the host's network, as the gateway has it. ``none``: a network namespace of its own, with no interface
-but its own loopback (``_sandbox``). ``egress``: the world, but not this host (its loopback and every address of
-its own: nftables' ``fib daddr type local``), not the link (link-local, multicast, broadcast: the cloud's metadata
-address, mDNS, DHCP) and not the private ranges, unless ``--process-allow-net`` names them: rules on the
-processes' uids (``meta skuid``) in a table of the gateway's own, ``inet mcp_sessions_<pid>``, made in one
-``nft -f -`` transaction as it starts and deleted as it stops; the table of a gateway that was killed
-(SIGKILL) is deleted by the next one to start. The rules' text is built from parsed values alone (an
-``ipaddress`` network, a port number, uids), never from what the operator typed.
+but its own loopback (``_sandbox``). ``egress``: the world, but not this host (every address of its own: nftables'
+``fib daddr type local``), its broadcasts, the link (link-local, multicast: the cloud's metadata address, mDNS,
+DHCP), the private, transition and reserved ranges, nor port 53 but the host's own resolvers (:func:`resolvers`:
+names resolve with no flag), unless ``--process-allow-net`` names a network or ``--process-allow-host`` a name
+(resolved by the gateway, its addresses kept current in sets whose elements time out, as dnsmasq's ``--nftset``
+keeps them): rules on the processes' uids (``meta skuid``). The rules are a table of the gateway's own, ``inet
+mcp_sessions_<random>``, made in one ``nft -f -`` transaction as it starts and deleted as it stops; while it lives
+the gateway holds a lock (``flock``) on a file named for it under :data:`TABLE_LOCKS`, so that another gateway
+deletes a table only on proof its owner is gone (it can take that lock) and once no process of its uids runs
+(:func:`_stale_tables`). The rules' text is built from parsed values alone (an ``ipaddress`` network or address, a
+port number, uids, a checked name), never from what the operator typed.
 """
 
 from __future__ import annotations
@@ -15,16 +19,25 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import logging
 import os
+import secrets
 import shutil
+import socket
 import subprocess
+import threading
 from collections.abc import Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
+
+from ._sandbox import locked, running_uids
 
 NETWORKS: Final = ("host", "none", "egress")
 TABLE_PREFIX: Final = "mcp_sessions_"
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 REFUSED: Final = {
     "link-local, multicast and broadcast (the cloud's metadata address, mDNS, DHCP)": (
         "169.254.0.0/16",
@@ -35,8 +48,30 @@ REFUSED: Final = {
     ),
     # 0.0.0.0/8 is "this network": Linux sends a connection to 0.0.0.0 to this host.
     "private ranges": ("0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"),
+    # NAT64 and 6to4 reach IPv4 addresses (the metadata address among them) through a translator; Teredo and
+    # site-local, the link and a network of this host's by other names.
+    "transition ranges (NAT64, 6to4, Teredo, site-local)": (
+        "64:ff9b::/96",
+        "64:ff9b:1::/48",
+        "2001::/32",
+        "2002::/16",
+        "fec0::/10",
+    ),
+    "reserved and documentation ranges": (
+        *("192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15", "198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4"),
+        "2001:db8::/32",
+    ),
 }
 """What an ``egress`` process may not reach besides this host, by why."""
+TABLE_LOCKS: Final = "/run/mcp-sessions/tables"
+"""Where each gateway holds a lock on a file named for its table, for its whole life, its uids in it."""
+RESOLV_CONF: Final = "/etc/resolv.conf"
+HOST_TTL: Final = 600
+"""How long (seconds) an address a granted name resolved to stays granted once it no longer does: a connection
+made to it goes on meanwhile."""
+REFRESH: Final = 60.0
+"""How often (seconds) the granted names are resolved again."""
+logger = logging.getLogger("mcp_sessions.gateway")
 LOOPBACK: Final = tuple(ipaddress.ip_network(net) for net in ("127.0.0.0/8", "::1/128", "::ffff:127.0.0.0/104"))
 
 
@@ -56,22 +91,37 @@ def add_network_arguments(gateway: argparse.ArgumentParser) -> None:
         default=[],
         metavar="CIDR[:PORT]",
         help="with --process-network egress: a network (and a port, tcp and udp) the processes "
-        "reach all the same, of this host (127.0.0.53:53, a resolver on loopback) or a private "
-        "range ([::1]:PORT for IPv6); repeat",
+        "reach all the same, of this host (127.0.0.1:6379) or a private range ([::1]:PORT for IPv6); repeat",
+    )
+    gateway.add_argument(
+        "--process-allow-host",
+        action="append",
+        default=[],
+        metavar="NAME[:PORT]",
+        help="with --process-network egress: a host name (and a port, tcp and udp) the processes reach all the "
+        "same, at the addresses the gateway resolves it to, kept current; repeat",
     )
 
 
 def egress_rules(
-    network: str, uids: int | tuple[int, int] | None, allow: Sequence[str], trusted: Sequence[str], port: int
+    network: str,
+    uids: int | tuple[int, int] | None,
+    allow: Sequence[str],
+    trusted: Sequence[str],
+    port: int,
+    hosts: Sequence[str] = (),
 ) -> EgressRules | None:
     """The rules for processes of ``uids`` (a range, or one) under ``egress``, with the exceptions ``allow``
-    (``--process-allow-net``); None for ``host`` and ``none``. Whatever the network, no process may pass for a
-    proxy the gateway ``trusted`` (``--forwarded-allow-ips``) and that listens on ``port``: under ``host``, a
-    trusted address it could connect from is refused (``ValueError``); under ``egress``, an exception that
-    reaches the gateway's port from one."""
+    (``--process-allow-net``) and ``hosts`` (``--process-allow-host``); None for ``host`` and ``none``. Whatever
+    the network, no process may pass for a proxy the gateway ``trusted`` (``--forwarded-allow-ips``) and that
+    listens on ``port``: under ``host``, a trusted address it could connect from is refused (``ValueError``);
+    under ``egress``, an exception that reaches the gateway's port from one (a name's address that does is never
+    granted)."""
     allowed = [Allowed.parsed(given) for given in allow]
-    if allowed and network != "egress":
-        raise ValueError(f"--process-allow-net makes exceptions to --process-network egress, not to {network}")
+    granted = tuple(AllowedHost.parsed(given) for given in hosts)
+    if (allowed or granted) and network != "egress":
+        flag = "--process-allow-net" if allowed else "--process-allow-host"
+        raise ValueError(f"{flag} makes exceptions to --process-network egress, not to {network}")
     local = local_addresses() if trusted and network != "none" else []
     front = trusts_a_local_peer(trusted, local)
     if network == "host" and front is not None:
@@ -91,7 +141,8 @@ def egress_rules(
         if front is not None and each.reaches(local, port):
             raise ValueError(f"--process-allow-net {given}: the gateway's own port, from {front}, which it trusts")
     first, last = uids if isinstance(uids, tuple) else (uids, uids)
-    return EgressRules(first, last, tuple(allowed))
+    guarded = tuple(local) if front is not None else ()
+    return EgressRules(first, last, tuple(allowed), resolvers(), granted, guarded, port)
 
 
 class NetworkError(Exception):
@@ -139,29 +190,92 @@ class Allowed:
 
 
 @dataclass(frozen=True)
+class AllowedHost:
+    """One ``--process-allow-host NAME[:PORT]``: a host name, and a port (tcp and udp) or every port and protocol."""
+
+    name: str
+    port: int | None = None
+
+    @classmethod
+    def parsed(cls, given: str) -> AllowedHost:
+        """``api.github.com``, ``db.internal:5432``; ``ValueError``, in one line, else."""
+        text, colon, port = given.strip().partition(":")
+        labels = text.lower().removesuffix(".").split(".")
+        if len(text) > 253 or not all(_label(label) for label in labels):
+            raise ValueError(f"--process-allow-host takes NAME[:PORT] (api.github.com, db.internal:5432): {given!r}")
+        if not colon:
+            return cls(".".join(labels))
+        if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"--process-allow-host: {given!r}: a port is a number from 1 to 65535")
+        return cls(".".join(labels), int(port))
+
+    def addresses(self) -> set[IPAddress]:
+        """The addresses it resolves to now (none where it does not)."""
+        try:
+            found = socket.getaddrinfo(self.name, None, proto=socket.IPPROTO_TCP)
+        except OSError:
+            return set()
+        return {ipaddress.ip_address(str(info[4][0]).partition("%")[0]) for info in found}
+
+    def set_of(self, address: IPAddress) -> str:
+        """The name of the set that grants ``address`` for it."""
+        return f"{'hosts' if self.port is None else 'hostports'}{address.version}"
+
+
+def _label(label: str) -> bool:
+    """Whether ``label`` is a host name's: 1 to 63 letters, digits and inner hyphens."""
+    inner = 0 < len(label) <= 63 and not label.startswith("-") and not label.endswith("-")
+    return inner and label.isascii() and label.replace("-", "").isalnum()
+
+
+@dataclass
 class EgressRules:
-    """The ``egress`` table of the gateway whose pid is ``pid``: for uids ``first`` to ``last``, ``allowed`` first."""
+    """The ``egress`` table of one gateway: for uids ``first`` to ``last``, ``allowed`` first, then the host's
+    ``resolvers`` on port 53; its name random, so that no other gateway's can be it."""
 
     first: int
     last: int
     allowed: tuple[Allowed, ...] = ()
-    pid: int = field(default_factory=os.getpid)
-
-    @property
-    def table(self) -> str:
-        return f"{TABLE_PREFIX}{self.pid}"
+    resolvers: tuple[IPAddress, ...] = ()
+    hosts: tuple[AllowedHost, ...] = ()
+    # This host's addresses where a front on them is trusted, and the gateway's port: never granted by a name.
+    guarded: tuple[IPNetwork, ...] = ()
+    port: int = 0
+    table: str = field(default_factory=lambda: f"{TABLE_PREFIX}{secrets.token_hex(6)}")
+    locks: str = TABLE_LOCKS
+    lock: int | None = None
+    stopped: threading.Event = field(default_factory=threading.Event)
+    unresolved: set[str] = field(default_factory=set)
 
     def text(self) -> str:
         """The table, as ``nft -f`` reads it."""
         who = f"meta skuid {self.first}" if self.first == self.last else f"meta skuid {self.first}-{self.last}"
         rules = [allowed.rule(who) for allowed in self.allowed]
+        sets = []
+        if self.hosts:  # each name's addresses, kept current by refresh
+            for version, family, kind in ((4, "ip", "ipv4_addr"), (6, "ip6", "ipv6_addr")):
+                sets.append(f"set hosts{version} {{ type {kind}; flags timeout; }}")
+                sets.append(f"set hostports{version} {{ type {kind} . inet_service; flags timeout; }}")
+                rules.append(f'{who} {family} daddr @hosts{version} accept comment "--process-allow-host"')
+                rules.append(
+                    f"{who} meta l4proto {{ tcp, udp }} {family} daddr . th dport @hostports{version} accept "
+                    'comment "--process-allow-host"'
+                )
+        dns = "meta l4proto { tcp, udp } th dport 53"
+        for family, version in (("ip", 4), ("ip6", 6)):
+            if found := [str(address) for address in self.resolvers if address.version == version]:
+                listed = ", ".join(found)
+                rules.append(f'{who} {family} daddr {{ {listed} }} {dns} accept comment "the host\'s resolvers"')
+        rules.append(f'{who} {dns} reject comment "DNS but to the host\'s resolvers"')
         rules.append(f'{who} fib daddr type local reject comment "this host"')
-        for why, listed in REFUSED.items():
+        rules.append(f'{who} fib daddr type broadcast reject comment "a broadcast"')
+        for why, refused in REFUSED.items():
             for family, version in (("ip", 4), ("ip6", 6)):
-                nets = [str(net) for net in map(ipaddress.ip_network, listed) if net.version == version]
-                rules.append(f'{who} {family} daddr {{ {", ".join(nets)} }} reject comment "{why}"')
+                if nets := [str(net) for net in map(ipaddress.ip_network, refused) if net.version == version]:
+                    rules.append(f'{who} {family} daddr {{ {", ".join(nets)} }} reject comment "{why}"')
         lines = [
             f"table inet {self.table} {{",
+            *(f"  {each}" for each in sets),
             "  chain output {",
             "    type filter hook output priority 0; policy accept;",
             *(f"    {rule}" for rule in rules),
@@ -171,39 +285,111 @@ class EgressRules:
         return "\n".join(lines) + "\n"
 
     def install(self) -> None:
-        """The tables of killed gateways deleted, then this one's made, in one transaction."""
+        """This gateway's table made, its lock held; then the tables of gateways that are gone deleted, each once
+        no process of its uids runs (until then, its rules hold for the processes a killed gateway left)."""
         if shutil.which("nft") is None:
             raise NetworkError("--process-network egress: nft is not installed (Debian: apt-get install nftables)")
-        for stale in _stale_tables():
-            _nft(["delete", "table", "inet", stale])
+        os.makedirs(self.locks, mode=0o700, exist_ok=True)
+        self.lock = locked(os.path.join(self.locks, self.table))
+        if self.lock is None:
+            raise NetworkError(f"--process-network egress: the lock of table {self.table} is another's")
+        os.write(self.lock, f"{self.first}-{self.last}\n".encode())
         done = _nft(["-f", "-"], self.text())
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
             raise NetworkError(f"--process-network egress: nft refused the gateway's table: {said[:200]}")
+        for stale, lock in _stale_tables(self.locks):
+            _nft(["delete", "table", "inet", stale])
+            with suppress(OSError):
+                os.unlink(os.path.join(self.locks, stale))
+            os.close(lock)
+        if self.hosts:
+            self.refresh()
+            threading.Thread(target=self._keep_current, name="mcp-sessions allow-host", daemon=True).start()
+
+    def refresh(self) -> None:
+        """Each granted name resolved again, its addresses (re)added to its set for :data:`HOST_TTL` seconds, in one
+        transaction; a name that resolves to nothing is said once, until it resolves again."""
+        elements = []
+        for host in self.hosts:
+            found = host.addresses()
+            if not found and host.name not in self.unresolved:
+                logger.warning(
+                    "--process-allow-host %s resolves to no address: tried again every %g s", host.name, REFRESH
+                )
+                self.unresolved.add(host.name)
+            elif found:
+                self.unresolved.discard(host.name)
+            for address in found:
+                if host.port in (None, self.port) and _overlap([ipaddress.ip_network(address)], self.guarded):
+                    continue  # the gateway's own port, from an address its trusted front has
+                element = str(address) if host.port is None else f"{address} . {host.port}"
+                elements.append(
+                    f"add element inet {self.table} {host.set_of(address)} {{ {element} timeout {HOST_TTL}s }}"
+                )
+        if elements and (done := _nft(["-f", "-"], "\n".join(elements) + "\n")).returncode != 0:
+            logger.warning("--process-allow-host: nft refused the names' addresses: %s", done.stderr.strip()[:200])
+
+    def _keep_current(self) -> None:
+        while not self.stopped.wait(REFRESH):
+            self.refresh()
 
     def remove(self) -> None:
-        """The table deleted (if it still is there: a gateway's stop calls this twice)."""
+        """The table deleted, then its lock let go (a gateway's stop calls this twice)."""
+        self.stopped.set()
         _nft(["delete", "table", "inet", self.table])
+        if self.lock is not None:
+            with suppress(OSError):
+                os.unlink(os.path.join(self.locks, self.table))
+            os.close(self.lock)
+            self.lock = None
 
     @property
     def said(self) -> str:
         return f"network egress (nft table inet {self.table})"
 
 
-def _stale_tables() -> list[str]:
-    """The ``inet`` tables of gateways whose pid is gone (killed: they could not delete their own)."""
+def _stale_tables(locks: str) -> list[tuple[str, int]]:
+    """The tables of gateways that are gone, each with its lock, now held: a table whose lock file another holds
+    (its gateway lives), or has none (not proven: an older gateway's, another program's), is not one; nor is one
+    while a process of its uids runs (a killed gateway's, which its rules still seal)."""
     done = _nft(["-j", "list", "tables", "inet"])
     try:
         listed = json.loads(done.stdout)["nftables"]
     except (ValueError, KeyError, TypeError):
         return []
+    names = [entry.get("table", {}).get("name", "") for entry in listed if isinstance(entry, dict)]
+    running = None
     stale = []
-    for entry in listed:
-        name = entry.get("table", {}).get("name", "") if isinstance(entry, dict) else ""
-        pid = name.removeprefix(TABLE_PREFIX)
-        if name.startswith(TABLE_PREFIX) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            stale.append(name)
+    for name in names:
+        path = os.path.join(locks, name)
+        if not name.startswith(TABLE_PREFIX) or not os.path.isfile(path):
+            continue
+        try:
+            lock = locked(path)
+        except OSError:
+            continue
+        if lock is None:
+            continue
+        first, _, last = os.pread(lock, 64, 0).decode(errors="replace").strip().partition("-")
+        running = running_uids() if running is None else running
+        if first.isdigit() and last.isdigit() and not any(int(first) <= uid <= int(last) for uid in running):
+            stale.append((name, lock))
+        else:
+            os.close(lock)
     return stale
+
+
+def resolvers(path: str = RESOLV_CONF) -> tuple[IPAddress, ...]:
+    """The host's resolvers (``nameserver`` lines): port 53 is theirs alone."""
+    found: list[IPAddress] = []
+    with suppress(OSError):
+        for line in Path(path).read_text().splitlines()[:1000]:
+            words = line.split()
+            if len(words) >= 2 and words[0] == "nameserver":
+                with suppress(ValueError):
+                    found.append(ipaddress.ip_address(words[1].partition("%")[0]))
+    return tuple(found)
 
 
 def _nft(arguments: Sequence[str], given: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -220,10 +220,10 @@ class Uids:
         their namespaces, and a uid one of them still holds is tried again later. Blocking."""
         for _ in range(len(self.free)):
             uid = self.free.popleft()
-            if (lock := _locked(os.path.join(self.locks, str(uid)))) is None:
+            if (lock := locked(os.path.join(self.locks, str(uid)))) is None:
                 self.free.append(uid)  # another gateway's, for now
                 continue
-            if not _running(uid):
+            if uid not in running_uids():
                 self.held[uid] = lock
                 return uid
             os.close(lock)
@@ -235,7 +235,7 @@ class Uids:
         self.free.append(uid)
 
 
-def _locked(path: str) -> int | None:
+def locked(path: str) -> int | None:
     """The descriptor of ``path`` (created), locked: the lock is held until it is closed; None if another holds it."""
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -246,13 +246,13 @@ def _locked(path: str) -> int | None:
     return descriptor
 
 
-def _running(uid: int) -> bool:
-    """Whether a process of the host's has ``uid`` as its real uid (``/proc/PID/status``)."""
+def running_uids() -> set[int]:
+    """The real uids of the host's processes (``/proc/PID/status``)."""
+    found = set()
     for status in Path("/proc").glob("[0-9]*/status"):
-        with suppress(OSError):
-            if f"\nUid:\t{uid}\t" in status.read_text():
-                return True
-    return False
+        with suppress(OSError, ValueError, IndexError):
+            found.add(int(status.read_text().split("\nUid:\t", 1)[1].split("\t", 1)[0]))
+    return found
 
 
 @dataclass(frozen=True)
