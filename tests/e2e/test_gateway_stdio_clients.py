@@ -251,6 +251,28 @@ def test_sigterm_ends_the_processes_of_every_kind_of_conversation() -> None:
         until(lambda: all(gone(pid) for pid in pids), "every process to end")
 
 
+def test_ctrl_c_stops_the_gateway_quietly_and_a_call_in_flight_is_told_why() -> None:
+    """Ctrl-C on a foreground gateway (SIGINT): it stops as uvicorn's own command does, exit status 0 and no traceback
+    (it printed a ``KeyboardInterrupt``'s, 25 lines, after a clean stop); a 2025 client's call in flight, unanswered
+    at ``--shutdown-timeout``, is told the gateway is shutting down (it read "(ended)")."""
+    hostile = f"{sys.executable} -m e2e._hostile_stdio"
+    with (
+        gateway_process([], "--stdio", hostile, "--log-level", "info", environ=SERVER_PATH) as process,
+        httpx.Client(timeout=60) as http,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        assert process.process is not None
+        headers = legacy_initialize(http, process.url())
+        in_flight = pool.submit(call, http, process.url(), "slow", {"tag": "late", "seconds": 600}, headers)
+        until(lambda: b"slow late started" in process.log(), "the call to reach its process")
+        process.process.send_signal(signal.SIGINT)
+        status = process.process.wait(timeout=60)
+        error, said = in_flight.result(timeout=60), process.log().decode()
+
+    assert status == 0 and "Traceback" not in said and "KeyboardInterrupt" not in said, said
+    assert "(the gateway is shutting down)" in error["message"], error
+
+
 def test_a_requests_own_process_is_replaced_and_stopped_once_its_answer_is_sent(tmp_path: Path) -> None:
     """No process starts while a request that names no conversation is being answered (a start takes a core for
     most of a second): the pool is refilled, and the answered process stopped, once the answer is sent."""

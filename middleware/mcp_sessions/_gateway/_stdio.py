@@ -65,6 +65,7 @@ from ._auth import REQUEST, FrontedConversations, GatewayAuth, ProcessEnv
 from ._exchange import TokenExchange
 from ._front import GatewayFront, HostCheck, trusted_proxies
 from ._sandbox import environment
+from ._serving import STOPPING
 from ._status import OperatorStatus, OwnConversations, ProcessMetrics
 from ._stdio_child import START_TIMEOUT, ProcessOptions
 from ._stdio_pool import AFTER_ANSWER
@@ -380,13 +381,15 @@ class _TransportRequests:
       have;
     - a request in flight as its session ends (its process exited, it idled out, its client's ``DELETE``) gets an
       event stream that ends without its answer, or one left unfinished: it gets ``unanswered``'s error for its
-      transport session (its conversation's end) instead (:class:`_Answered`).
+      transport session (its conversation's end, or the gateway's stop: ``STOPPING``) instead (:class:`_Answered`).
 
     It reads the body whole (the sessions, placed at the SDK's endpoint, read it after this layer), as the sessions
     do: up to ``max_body`` bytes, then 413. A 2026-07-28 request has no transport session (its ``Mcp-Session-Id``,
     if any, is no transport session's)."""
 
-    def __init__(self, app: ASGIApp, unanswered: Callable[[bytes], MCPError], max_body: int) -> None:
+    def __init__(
+        self, app: ASGIApp, unanswered: Callable[[bytes, Callable[[], bool]], MCPError], max_body: int
+    ) -> None:
         self.app, self.unanswered, self.max_body = app, unanswered, max_body
         # (transport session id, its principal as the SDK's transport compares it, request id as the SDK keys it)
         self.in_flight: set[tuple[bytes, tuple[object, ...], str]] = set()
@@ -412,7 +415,7 @@ class _TransportRequests:
             refusal = jsonrpc.invalid_request(request_id, "a request with this id is in progress in this session")
             return await send_json(send, 200, refusal, b"")
         self.in_flight.add(key)
-        answer = _Answered(send, request_id, partial(self.unanswered, transport))
+        answer = _Answered(send, request_id, partial(self.unanswered, transport, scope.get(STOPPING, bool)))
         try:
             await self.app(scope, replay, answer)
             await answer.end()
