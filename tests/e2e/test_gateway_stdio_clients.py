@@ -30,6 +30,7 @@ from _mcp import create_session, legacy_request, modern_headers, modern_request,
 from _waits import until
 from e2e._gateway import created, gateway_process, legacy_initialize, result_of, run_node
 from e2e._stdio import ENVIRON, SDK_SERVER, SERVER, SERVER_PATH, filesystem, gone, own_children, stdio_gateway, text_of
+from mcp_sessions.profiles import SESSION_META_KEY
 
 pytestmark = pytest.mark.anyio
 
@@ -127,6 +128,22 @@ def test_a_conversation_id_sent_by_another_caller_reaches_another_process(tmp_pa
             for address in ("10.0.0.1", "10.0.0.2", "10.0.0.1")
         ]
     assert counts == ["1", "1", "2"]
+
+
+def test_one_process_for_everyone_is_told_each_callers_conversation_apart(tmp_path: Path) -> None:
+    """``--processes shared``: each request names its conversation in ``_meta``, bound to its caller as a process of
+    its own is. A host's conversation id was named not at all, so a server that keeps a value per conversation kept
+    one for two callers naming one ``vscode.conversationId``."""
+    with (
+        gateway(tmp_path, [sys.executable, "-m", "e2e._hostile_stdio"], processes="shared") as url,
+        httpx.Client() as http,
+    ):
+        seen = [
+            call(http, url, "seen", {}, {"x-conversation": "chat-1", "X-Forwarded-For": address})["content"][0]["text"]
+            for address in ("10.0.0.1", "10.0.0.2", "10.0.0.1")
+        ]
+    named = [json.loads(each)["meta"][SESSION_META_KEY]["sessionId"] for each in seen]
+    assert named[0] == named[2] != named[1]
 
 
 def test_a_caller_at_its_limit_is_refused_and_other_callers_are_not(tmp_path: Path) -> None:
