@@ -360,15 +360,16 @@ async def test_server_filesystem_fails_no_first_call_of_stock_clients(tmp_path: 
     assert texts == ["known"] * clients
 
 
-@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize("mode", ["legacy", "auto", "naming none"])
 async def test_server_filesystem_gets_the_roots_of_a_client_that_declares_them(
     tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A conversation's process that asked its roots before its first call (as one started ahead does), answered
     "none" as no call was in progress, is told they changed at the first call of a client that declares them: it asks
     them through that call (a 2025 client on its stream, a 2026-07-28 one in an ``input_required`` round), and its
-    later calls reach that client's directory alone (server-filesystem takes them as they come). The 2026-07-28
-    client names its conversation by a data-layer session: a request that names none has a process for itself."""
+    later calls reach that client's directory alone (server-filesystem takes them as they come). One 2026-07-28
+    client names its conversation by a data-layer session; a stock one names none and reaches its caller's own
+    process (``--sessionless per-caller``), which was never told."""
     given, rooted = tmp_path / "given", tmp_path / "rooted"
     given.mkdir()
     rooted.mkdir()
@@ -379,9 +380,11 @@ async def test_server_filesystem_gets_the_roots_of_a_client_that_declares_them(
     async def allowed(meta: RequestParamsMeta | None) -> str:
         return text_of(await client.call_tool("list_allowed_directories", {}, meta=meta))
 
-    with caplog.at_level(logging.INFO, "mcp_sessions.gateway.stderr"), gateway(tmp_path, filesystem(given)) as url:
-        async with Client(url, mode=mode, list_roots_callback=roots) as client:
-            meta = None if mode == "legacy" else sdk_session_meta(await create_session(client))
+    warm = 1 if mode == "naming none" else 0  # the caller's process: one started ahead, which has asked its roots
+    logged = caplog.at_level(logging.INFO, "mcp_sessions.gateway.stderr")
+    with logged, gateway(tmp_path, filesystem(given), warm=warm) as url:
+        async with Client(url, mode=mode.replace("naming none", "auto"), list_roots_callback=roots) as client:
+            meta = None if mode != "auto" else sdk_session_meta(await create_session(client))
             said = r"process \S+: No valid root directories"
             if mode != "legacy":  # a 2025 transport session's process starts at its first call, which roots reach
                 until(lambda: re.search(said, caplog.text) is not None, f"a log line saying {said!r}")
